@@ -1,0 +1,285 @@
+/*
+ * backends/backend.h — the interface every kiln backend implements.
+ *
+ * The tensor front end (engine/) does all shape work: broadcasting, dtype promotion,
+ * views, argument checks. By the time a call reaches a backend every operand is a
+ * kiln_tdesc whose shape already matches what the primitive expects (broadcast
+ * operands carry 0 strides, flipped ones negative strides), dtypes are the ones the
+ * primitive needs, and the output is freshly allocated and contiguous unless stated
+ * otherwise. Backends never see a NULL operand that is not marked optional and never
+ * need to validate shapes; they do need to honour arbitrary strides on inputs.
+ *
+ * Device memory is opaque: a kiln_buffer is whatever the backend says it is, and the
+ * front end does no pointer arithmetic on it (offsets travel in the descriptor).
+ * Work may be queued: buffer_download and sync are the only calls that must wait for
+ * earlier work to finish. A primitive returns 0, or a negative KILN_E* code after
+ * setting the thread's error message (kiln__error_set in engine/error-impl.h).
+ *
+ * A backend fills one kiln_backend_iface with designated initializers and exports one
+ * registration function. Entries marked optional may be NULL; the front end then
+ * composes the op from other primitives.
+ */
+#ifndef KILN_BACKEND_H
+#define KILN_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Error codes returned by primitives and internal calls. */
+#define KILN_EINVAL   (-1)  /* an argument the caller should not have sent */
+#define KILN_ENOMEM   (-2)  /* allocation failed */
+#define KILN_ENOTSUP  (-3)  /* the backend does not do this op/dtype */
+#define KILN_EDEVICE  (-4)  /* the device failed */
+#define KILN_EIO      (-5)  /* a file or socket failed */
+
+/** A backend's allocation. Opaque to everyone but its backend. */
+typedef struct kiln_buffer kiln_buffer;
+
+/** One operand: a strided view of a buffer. Strides and offset are in elements. */
+typedef struct kiln_tdesc {
+    kiln_buffer *buf;
+    int64_t offset;
+    kiln_dtype dtype;
+    int ndim;
+    int64_t shape[KILN_MAX_DIMS];
+    int64_t strides[KILN_MAX_DIMS];
+} kiln_tdesc;
+
+/* ----------------------------------------------------------------- op families */
+/* Each enum has a name table in engine/ops-names.c guarded by a static assert on its
+ * COUNT, so adding an op breaks the build until every table is updated. */
+
+typedef enum kiln_unary_op {
+    KILN_UNARY_NEG = 0,
+    KILN_UNARY_ABS,
+    KILN_UNARY_SIGN,
+    KILN_UNARY_EXP,
+    KILN_UNARY_LOG,
+    KILN_UNARY_LOG1P,
+    KILN_UNARY_EXPM1,
+    KILN_UNARY_SQRT,
+    KILN_UNARY_RSQRT,
+    KILN_UNARY_SQUARE,
+    KILN_UNARY_RECIPROCAL,
+    KILN_UNARY_SIN,
+    KILN_UNARY_COS,
+    KILN_UNARY_TANH,
+    KILN_UNARY_SIGMOID,
+    KILN_UNARY_RELU,
+    KILN_UNARY_LEAKY_RELU,  /* alpha = negative slope */
+    KILN_UNARY_ELU,         /* alpha */
+    KILN_UNARY_GELU,        /* erf form */
+    KILN_UNARY_GELU_TANH,
+    KILN_UNARY_SILU,
+    KILN_UNARY_SOFTPLUS,    /* alpha = beta, beta = threshold */
+    KILN_UNARY_ERF,
+    KILN_UNARY_FLOOR,
+    KILN_UNARY_CEIL,
+    KILN_UNARY_ROUND,       /* half to even */
+    KILN_UNARY_CLAMP,       /* alpha = lo, beta = hi */
+    KILN_UNARY_POW_SCALAR,  /* alpha = exponent */
+    KILN_UNARY_ADD_SCALAR,  /* alpha */
+    KILN_UNARY_MUL_SCALAR,  /* alpha */
+    KILN_UNARY_ISNAN,       /* out is bool */
+    KILN_UNARY_ISINF,       /* out is bool */
+    KILN_UNARY_LOGICAL_NOT, /* out is bool */
+    KILN_UNARY_COUNT
+} kiln_unary_op;
+
+typedef enum kiln_binary_op {
+    KILN_BINARY_ADD = 0,
+    KILN_BINARY_SUB,
+    KILN_BINARY_MUL,
+    KILN_BINARY_DIV,
+    KILN_BINARY_REMAINDER,
+    KILN_BINARY_POW,
+    KILN_BINARY_MAXIMUM,
+    KILN_BINARY_MINIMUM,
+    KILN_BINARY_EQ,          /* comparisons and logical ops: out is bool */
+    KILN_BINARY_NE,
+    KILN_BINARY_LT,
+    KILN_BINARY_LE,
+    KILN_BINARY_GT,
+    KILN_BINARY_GE,
+    KILN_BINARY_LOGICAL_AND,
+    KILN_BINARY_LOGICAL_OR,
+    KILN_BINARY_LOGICAL_XOR,
+    KILN_BINARY_COUNT
+} kiln_binary_op;
+
+typedef enum kiln_reduce_op {
+    KILN_REDUCE_SUM = 0,
+    KILN_REDUCE_MEAN,
+    KILN_REDUCE_PROD,
+    KILN_REDUCE_MAX,
+    KILN_REDUCE_MIN,
+    KILN_REDUCE_VAR,        /* param = correction */
+    KILN_REDUCE_STD,        /* param = correction */
+    KILN_REDUCE_LOGSUMEXP,
+    KILN_REDUCE_NORM,       /* param = p */
+    KILN_REDUCE_ANY,        /* out is bool */
+    KILN_REDUCE_ALL,        /* out is bool */
+    KILN_REDUCE_COUNT
+} kiln_reduce_op;
+
+typedef enum kiln_rng_kind {
+    KILN_RNG_UNIFORM = 0,   /* p0 = low, p1 = high */
+    KILN_RNG_NORMAL,        /* p0 = mean, p1 = std */
+    KILN_RNG_BERNOULLI,     /* p0 = p */
+    KILN_RNG_INT,           /* [p0, p1) */
+    KILN_RNG_COUNT
+} kiln_rng_kind;
+
+typedef enum kiln_pool_kind {
+    KILN_POOL_MAX = 0,
+    KILN_POOL_AVG,
+    KILN_POOL_COUNT
+} kiln_pool_kind;
+
+/** Resolved convolution geometry: every field filled, nspatial in 1..3. */
+typedef struct kiln_conv_params {
+    int nspatial;
+    int64_t stride[3];
+    int64_t padding[3];
+    int64_t dilation[3];
+    int64_t groups;
+} kiln_conv_params;
+
+/** Resolved pooling geometry: every field filled, nspatial in 1..3. */
+typedef struct kiln_pool_params {
+    int nspatial;
+    kiln_pool_kind kind;
+    int64_t kernel[3];
+    int64_t stride[3];
+    int64_t padding[3];
+    int64_t dilation[3];
+    bool count_include_pad;
+} kiln_pool_params;
+
+/** What a backend can do, for the router and the conformance suite. */
+typedef struct kiln_backend_caps {
+    bool dtype[KILN_DTYPE_COUNT];   /* dtypes it stores and computes */
+    bool host_memory;               /* buffers are plain host memory (zero-copy download) */
+    bool async;                     /* primitives may return before the work is done */
+} kiln_backend_caps;
+
+typedef struct kiln_backend_iface {
+    const char *name;
+
+    /* --- life cycle: ctx is what open returned. */
+    void *(*open)(int index);               /* NULL + message when absent */
+    void (*close)(void *ctx);
+    void (*caps)(void *ctx, kiln_backend_caps *out);
+
+    /* --- buffers (pooled inside the backend: size classes, reuse before malloc) */
+    kiln_buffer *(*buffer_alloc)(void *ctx, size_t nbytes);
+    void (*buffer_free)(void *ctx, kiln_buffer *buf);
+    int (*buffer_upload)(void *ctx, kiln_buffer *dst, size_t dst_offset, const void *src, size_t n);
+    int (*buffer_download)(void *ctx, kiln_buffer *src, size_t src_offset, void *dst, size_t n);
+    /** Optional: the host address of a host-memory buffer (zero-copy paths). */
+    void *(*buffer_host_ptr)(void *ctx, kiln_buffer *buf);
+    int (*sync)(void *ctx);
+
+    /* --- data movement and creation */
+    /** out[i] = value (cast to out's dtype). */
+    int (*fill)(void *ctx, const kiln_tdesc *out, double value);
+    /** out[i] = start + i * step over out's flat contiguous index. */
+    int (*arange)(void *ctx, const kiln_tdesc *out, double start, double step);
+    /** Strided copy with dtype conversion; in and out have the same shape. out may be a
+     *  non-contiguous view (slice_assign, cat), so honour out's strides too. */
+    int (*copy)(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in);
+    /** Philox draw into contiguous out; element i uses counter offset + i. */
+    int (*rng)(void *ctx, kiln_rng_kind kind, const kiln_tdesc *out, uint64_t seed, uint64_t offset,
+               double p0, double p1);
+
+    /* --- elementwise */
+    int (*unary)(void *ctx, kiln_unary_op op, const kiln_tdesc *out, const kiln_tdesc *in,
+                 double alpha, double beta);
+    /** a and b have out's shape (broadcast by strides) and the same dtype. */
+    int (*binary)(void *ctx, kiln_binary_op op, const kiln_tdesc *out, const kiln_tdesc *a,
+                  const kiln_tdesc *b);
+    /** out = cond ? a : b; cond is bool, a and b share out's dtype; all out's shape. */
+    int (*where)(void *ctx, const kiln_tdesc *out, const kiln_tdesc *cond, const kiln_tdesc *a,
+                 const kiln_tdesc *b);
+
+    /* --- reductions. out has in's rank with size 1 on each reduced dim (keepdim);
+     *     reduce_mask bit d set means dim d is reduced. */
+    int (*reduce)(void *ctx, kiln_reduce_op op, const kiln_tdesc *out, const kiln_tdesc *in,
+                  uint32_t reduce_mask, double param);
+    /** i64 out (keepdim shape) holding the index of the first max (or min) along dim. */
+    int (*arg_reduce)(void *ctx, bool is_max, const kiln_tdesc *out, const kiln_tdesc *in, int dim);
+    int (*cumsum)(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in, int dim);
+    /** Stable sort along dim; values and indices (i64) have in's shape. */
+    int (*sort)(void *ctx, const kiln_tdesc *values, const kiln_tdesc *indices, const kiln_tdesc *in,
+                int dim, bool descending);
+
+    /* --- indexing. index is i64 and already checked to be in range. */
+    int (*gather)(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in, int dim,
+                  const kiln_tdesc *index);
+    /** out already holds a copy of the destination; write (or add) src at index. */
+    int (*scatter)(void *ctx, const kiln_tdesc *out, int dim, const kiln_tdesc *index,
+                   const kiln_tdesc *src, bool accumulate);
+    int (*index_select)(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in, int dim,
+                        const kiln_tdesc *index);
+    /** out[..., idx[i], ...] += src[..., i, ...] along dim (backward of index_select). */
+    int (*index_add)(void *ctx, const kiln_tdesc *out, int dim, const kiln_tdesc *index,
+                     const kiln_tdesc *src);
+
+    /* --- linear algebra. a [B..., M, K], b [B..., K, N], out [B..., M, N] contiguous;
+     *     batch dims already broadcast to out's. */
+    int (*matmul)(void *ctx, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b);
+
+    /* --- convolution. x [N, C, S...], w [O, C/g, K...], bias [O] (optional), out [N, O, S'...]. */
+    int (*conv)(void *ctx, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
+                const kiln_tdesc *w, const kiln_tdesc *bias);
+    /** grad_x [N, C, S...] = conv's input gradient; also the forward of transposed conv. */
+    int (*conv_backward_input)(void *ctx, const kiln_conv_params *p, const kiln_tdesc *grad_x,
+                               const kiln_tdesc *grad_out, const kiln_tdesc *w);
+    /** grad_w [O, C/g, K...] = conv's weight gradient. */
+    int (*conv_backward_weight)(void *ctx, const kiln_conv_params *p, const kiln_tdesc *grad_w,
+                                const kiln_tdesc *x, const kiln_tdesc *grad_out);
+
+    /* --- pooling. indices (i64, out's shape) optional, max only: flat index within the
+     *     input plane, as PyTorch returns. */
+    int (*pool)(void *ctx, const kiln_pool_params *p, const kiln_tdesc *out, const kiln_tdesc *indices,
+                const kiln_tdesc *x);
+    /** grad_x is zero-filled by the caller; max uses indices, avg spreads evenly. */
+    int (*pool_backward)(void *ctx, const kiln_pool_params *p, const kiln_tdesc *grad_x,
+                         const kiln_tdesc *grad_out, const kiln_tdesc *indices);
+    /** Adaptive average pooling over the last nspatial dims of x into out's sizes. */
+    int (*adaptive_avg_pool)(void *ctx, int nspatial, const kiln_tdesc *out, const kiln_tdesc *x);
+    int (*adaptive_avg_pool_backward)(void *ctx, int nspatial, const kiln_tdesc *grad_x,
+                                      const kiln_tdesc *grad_out);
+    int (*interpolate)(void *ctx, kiln_interp_mode mode, bool align_corners, const kiln_tdesc *out,
+                       const kiln_tdesc *x);
+    int (*interpolate_backward)(void *ctx, kiln_interp_mode mode, bool align_corners,
+                                const kiln_tdesc *grad_x, const kiln_tdesc *grad_out);
+    /** Constant / reflect / replicate padding; pads[2*d], pads[2*d+1] = lo, hi of dim d. */
+    int (*pad)(void *ctx, kiln_pad_mode mode, const kiln_tdesc *out, const kiln_tdesc *in,
+               const int64_t *pads, double value);
+
+    /* --- fused normalizations (optional: the front end composes them when NULL). */
+    /** Softmax or log-softmax along dim. */
+    int (*softmax)(void *ctx, bool log, const kiln_tdesc *out, const kiln_tdesc *in, int dim);
+    /** Normalize over the trailing `inner` elements of each row; weight/bias optional
+     *  (length inner); mean and rstd (f32/f64, one per row) optional outputs. */
+    int (*layer_norm)(void *ctx, const kiln_tdesc *out, const kiln_tdesc *mean, const kiln_tdesc *rstd,
+                      const kiln_tdesc *x, const kiln_tdesc *weight, const kiln_tdesc *bias,
+                      int64_t inner, double eps);
+} kiln_backend_iface;
+
+/** Registration: each backend exports one of these, listed in engine/device.c. */
+const kiln_backend_iface *kiln_backend_ref(void);
+const kiln_backend_iface *kiln_backend_cpu(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_BACKEND_H */

@@ -1,0 +1,23 @@
+/*
+ * kiln/kiln.h — the whole public API of libkiln in one include.
+ *
+ * libkiln is a plain C library: engine (tensors, autodiff, nn, training, ONNX),
+ * backends and storage. It never starts threads behind a plain call; thread pools
+ * belong to devices and are created when a device is opened.
+ */
+#ifndef KILN_KILN_H
+#define KILN_KILN_H
+
+#include "kiln/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The library version, "MAJOR.MINOR.PATCH". */
+const char *kiln_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_KILN_H */

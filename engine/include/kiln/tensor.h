@@ -1,0 +1,419 @@
+/*
+ * kiln/tensor.h — devices, tensors, scopes, errors and the tensor operations.
+ *
+ * A short tour:
+ *
+ *     kiln_device *dev = kiln_device_open("cpu");
+ *     kiln_scope_begin();
+ *     kiln_tensor *x = kiln_from_data(dev, KILN_F32, KILN_SHAPE(2, 3), host, NULL);
+ *     kiln_tensor *y = kiln_softmax(kiln_relu(x), -1);
+ *     kiln_keep(y);                       // survives the scope; the caller owns it now
+ *     kiln_scope_end();                   // releases x and relu(x)
+ *     if (!y) fprintf(stderr, "%s\n", kiln_error());
+ *     float out[6]; kiln_to_data(y, out, sizeof out);
+ *     kiln_tensor_release(y);
+ *     kiln_device_close(dev);
+ *
+ * Ownership: every function that returns a kiln_tensor * returns a new reference.
+ * Outside a scope the caller owns it and calls kiln_tensor_release(). While a scope is
+ * open on the calling thread, the innermost scope takes that reference and releases it
+ * at kiln_scope_end(), unless kiln_keep() hands it to the caller first.
+ *
+ * Errors: a fallible call returns NULL (or a negative int) and sets a thread-local
+ * message, read with kiln_error(), naming the op, the shapes and the dtypes. Every op
+ * given a NULL tensor returns NULL without touching the message, so a chain of calls
+ * fails once, at the end, with the first cause.
+ *
+ * Threads: the engine is safe to call from several threads on distinct tensors. Scopes
+ * and the error message are per thread.
+ *
+ * Dtype promotion (PyTorch's rules): when two tensors of different dtypes meet in a
+ * binary op, the result takes the higher category (bool < integer < floating) and,
+ * within a category, the wider type; f16 with bf16 gives f32; u8 with a signed integer
+ * gives the next signed integer wide enough (u8+i32 -> i32, u8+i64 -> i64). Scalars
+ * (the double arguments of *_scalar ops) never widen a tensor's dtype, except that a
+ * non-integral scalar with an integer or bool tensor gives f32. Integer division
+ * (kiln_div) gives f32, as PyTorch's true division does; comparisons give bool.
+ */
+#ifndef KILN_TENSOR_H
+#define KILN_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The most dimensions a tensor may have. */
+#define KILN_MAX_DIMS 8
+
+/** Element types. The order is part of the wire protocol; append only. */
+typedef enum kiln_dtype {
+    KILN_F32 = 0,
+    KILN_F64,
+    KILN_F16,
+    KILN_BF16,
+    KILN_I64,
+    KILN_I32,
+    KILN_U8,
+    KILN_BOOL,
+    KILN_DTYPE_COUNT
+} kiln_dtype;
+
+/** Short name ("f32", "bf16", ...); "?" for an invalid value. */
+const char *kiln_dtype_name(kiln_dtype dt);
+/** Parse a short name; returns -1 when unknown. */
+int kiln_dtype_from_name(const char *name);
+/** Bytes per element; 0 for an invalid value. */
+size_t kiln_dtype_size(kiln_dtype dt);
+bool kiln_dtype_is_float(kiln_dtype dt);
+/** The dtype two tensors of types a and b promote to (see the rules above). */
+kiln_dtype kiln_promote_types(kiln_dtype a, kiln_dtype b);
+
+/** Shape literal helper: kiln_zeros(dev, KILN_F32, KILN_SHAPE(2, 3)). */
+#define KILN_SHAPE(...) \
+    (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
+/** Dims literal helper for reductions: kiln_sum(x, KILN_DIMS(0, 2), true). */
+#define KILN_DIMS(...) (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (const int[]){__VA_ARGS__}
+/** All dims, for reductions: kiln_sum(x, KILN_ALL_DIMS, false). */
+#define KILN_ALL_DIMS 0, NULL
+
+/* ------------------------------------------------------------------------- errors */
+
+/** The calling thread's last error message ("" when none). Valid until the next error. */
+const char *kiln_error(void);
+/** Clear the calling thread's error message. */
+void kiln_error_clear(void);
+
+/* ------------------------------------------------------------------------ devices */
+
+typedef struct kiln_device kiln_device;
+
+/**
+ * Open a device by spec: "cpu", "ref", "cuda:0", "vulkan:0", "hip:0",
+ * "remote://host:port/cpu". Opening the same spec twice gives the same handle with
+ * one more reference. Returns NULL with a message when the spec is malformed or the
+ * backend is not compiled in or not present.
+ */
+kiln_device *kiln_device_open(const char *spec);
+/** Drop a reference taken by kiln_device_open. Tensors keep their device alive. */
+void kiln_device_close(kiln_device *dev);
+/** The canonical spec ("cpu", "cuda:0", ...). */
+const char *kiln_device_name(const kiln_device *dev);
+/** Wait until all work queued on the device has finished. 0 or negative on error. */
+int kiln_device_sync(kiln_device *dev);
+/** Space-separated names of the backends compiled into this build. */
+const char *kiln_backends_compiled(void);
+
+/* ------------------------------------------------------------------------ tensors */
+
+typedef struct kiln_tensor kiln_tensor;
+
+/** Add a reference; returns t. */
+kiln_tensor *kiln_tensor_retain(kiln_tensor *t);
+/** Drop a reference (frees storage when the last view goes). NULL is a no-op. */
+void kiln_tensor_release(kiln_tensor *t);
+
+int kiln_tensor_ndim(const kiln_tensor *t);
+/** Size of dim d; negative d counts from the end. */
+int64_t kiln_tensor_dim(const kiln_tensor *t, int d);
+/** Pointer to the shape array (ndim entries), valid while t lives. */
+const int64_t *kiln_tensor_shape(const kiln_tensor *t);
+/** Pointer to the strides (in elements), valid while t lives. */
+const int64_t *kiln_tensor_strides(const kiln_tensor *t);
+int64_t kiln_tensor_numel(const kiln_tensor *t);
+kiln_dtype kiln_tensor_dtype(const kiln_tensor *t);
+kiln_device *kiln_tensor_device(const kiln_tensor *t);
+bool kiln_tensor_is_contiguous(const kiln_tensor *t);
+/** True when a and b view the same storage. */
+bool kiln_tensor_shares_storage(const kiln_tensor *a, const kiln_tensor *b);
+/** Write "f32[2, 3]" into buf; returns buf. */
+char *kiln_tensor_describe(const kiln_tensor *t, char *buf, size_t len);
+
+/* ------------------------------------------------------------------------- scopes */
+
+/** Open a scope on this thread; scopes nest. */
+void kiln_scope_begin(void);
+/** Release every tensor the innermost scope holds and close it. */
+void kiln_scope_end(void);
+/** Take t out of the scopes: the caller owns the reference now. Returns t. */
+kiln_tensor *kiln_keep(kiln_tensor *t);
+
+/* ----------------------------------------------------------------------- creation */
+
+kiln_tensor *kiln_empty(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape);
+kiln_tensor *kiln_zeros(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape);
+kiln_tensor *kiln_ones(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape);
+kiln_tensor *kiln_full(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape, double value);
+/** [start, end) by step; the length is ceil((end - start) / step). */
+kiln_tensor *kiln_arange(kiln_device *dev, kiln_dtype dt, double start, double end, double step);
+kiln_tensor *kiln_linspace(kiln_device *dev, kiln_dtype dt, double start, double end, int64_t steps);
+kiln_tensor *kiln_eye(kiln_device *dev, kiln_dtype dt, int64_t n, int64_t m);
+/**
+ * A tensor holding a copy of host data laid out contiguously (row-major) in dtype dt.
+ * nbytes must equal numel * dtype size, so a short buffer is an error, never an over-read.
+ */
+kiln_tensor *kiln_from_data(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
+                            const void *data, size_t nbytes);
+/** Copy t (any layout) into host memory, row-major; nbytes must be numel * dtype size. */
+int kiln_to_data(const kiln_tensor *t, void *out, size_t nbytes);
+/** Read a one-element tensor as double; NAN and an error otherwise. */
+double kiln_item(const kiln_tensor *t);
+
+kiln_tensor *kiln_empty_like(const kiln_tensor *t);
+kiln_tensor *kiln_zeros_like(const kiln_tensor *t);
+kiln_tensor *kiln_ones_like(const kiln_tensor *t);
+kiln_tensor *kiln_full_like(const kiln_tensor *t, double value);
+
+/**
+ * Counter-based random numbers (Philox4x32-10): element i of a draw uses counter
+ * (offset + i) under key seed, so a given generator state yields the same numbers on
+ * every backend and thread count. Each draw advances offset by the elements it used.
+ * Plain data: copy it to save and restore the state.
+ */
+typedef struct kiln_generator {
+    uint64_t seed;
+    uint64_t offset;
+} kiln_generator;
+
+kiln_generator kiln_generator_make(uint64_t seed);
+kiln_tensor *kiln_rand_uniform(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
+                               double low, double high, kiln_generator *gen);
+kiln_tensor *kiln_rand_normal(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
+                              double mean, double std, kiln_generator *gen);
+/** 1 with probability p, else 0 (dtype dt). */
+kiln_tensor *kiln_rand_bernoulli(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
+                                 double p, kiln_generator *gen);
+/** Integers uniform in [low, high). */
+kiln_tensor *kiln_rand_int(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
+                           int64_t low, int64_t high, kiln_generator *gen);
+
+/* --------------------------------------------------------------- shapes and views */
+/* View ops share storage with their input; the rest copy. Negative dims count from
+ * the end. A -1 entry in a reshape is inferred. */
+
+kiln_tensor *kiln_reshape(kiln_tensor *t, int ndim, const int64_t *shape);  /* view when possible */
+kiln_tensor *kiln_flatten(kiln_tensor *t, int start_dim, int end_dim);
+kiln_tensor *kiln_unflatten(kiln_tensor *t, int dim, int nsizes, const int64_t *sizes);
+kiln_tensor *kiln_squeeze(kiln_tensor *t, int dim);      /* view */
+kiln_tensor *kiln_squeeze_all(kiln_tensor *t);           /* view */
+kiln_tensor *kiln_unsqueeze(kiln_tensor *t, int dim);    /* view */
+kiln_tensor *kiln_permute(kiln_tensor *t, int ndim, const int *order);  /* view */
+kiln_tensor *kiln_transpose(kiln_tensor *t, int d0, int d1);             /* view */
+kiln_tensor *kiln_expand(kiln_tensor *t, int ndim, const int64_t *shape); /* view; -1 keeps */
+/** Elements start, start+step, ... below end along dim (clamped like Python). View. */
+kiln_tensor *kiln_slice(kiln_tensor *t, int dim, int64_t start, int64_t end, int64_t step);
+kiln_tensor *kiln_narrow(kiln_tensor *t, int dim, int64_t start, int64_t length); /* view */
+/** Split into pieces of split_size along dim; writes up to max_out views, returns count. */
+int kiln_split(kiln_tensor *t, int64_t split_size, int dim, kiln_tensor **out, int max_out);
+int kiln_chunk(kiln_tensor *t, int chunks, int dim, kiln_tensor **out, int max_out);
+kiln_tensor *kiln_cat(kiln_tensor *const *ts, int n, int dim);
+kiln_tensor *kiln_stack(kiln_tensor *const *ts, int n, int dim);
+kiln_tensor *kiln_repeat(kiln_tensor *t, int ndim, const int64_t *repeats);
+kiln_tensor *kiln_flip(kiln_tensor *t, int ndims, const int *dims);
+
+typedef enum kiln_pad_mode {
+    KILN_PAD_CONSTANT = 0,
+    KILN_PAD_REFLECT,
+    KILN_PAD_REPLICATE,
+} kiln_pad_mode;
+/** pads as PyTorch's F.pad: (last_lo, last_hi, prev_lo, prev_hi, ...), npads even. */
+kiln_tensor *kiln_pad(kiln_tensor *t, int npads, const int64_t *pads, kiln_pad_mode mode, double value);
+kiln_tensor *kiln_tril(kiln_tensor *t, int64_t diagonal);
+kiln_tensor *kiln_triu(kiln_tensor *t, int64_t diagonal);
+/** t itself (one more reference) when already contiguous, else a contiguous copy. */
+kiln_tensor *kiln_contiguous(kiln_tensor *t);
+/** A copy (always a new storage). */
+kiln_tensor *kiln_clone(kiln_tensor *t);
+kiln_tensor *kiln_cast(kiln_tensor *t, kiln_dtype dt);
+kiln_tensor *kiln_to_device(kiln_tensor *t, kiln_device *dev);
+
+/* -------------------------------------------------------------------- elementwise */
+/* Unary ops keep the dtype (floating ops on integer input give f32, as PyTorch does). */
+
+kiln_tensor *kiln_neg(kiln_tensor *t);
+kiln_tensor *kiln_abs(kiln_tensor *t);
+kiln_tensor *kiln_sign(kiln_tensor *t);
+kiln_tensor *kiln_exp(kiln_tensor *t);
+kiln_tensor *kiln_log(kiln_tensor *t);
+kiln_tensor *kiln_log1p(kiln_tensor *t);
+kiln_tensor *kiln_expm1(kiln_tensor *t);
+kiln_tensor *kiln_sqrt(kiln_tensor *t);
+kiln_tensor *kiln_rsqrt(kiln_tensor *t);
+kiln_tensor *kiln_square(kiln_tensor *t);
+kiln_tensor *kiln_reciprocal(kiln_tensor *t);
+kiln_tensor *kiln_sin(kiln_tensor *t);
+kiln_tensor *kiln_cos(kiln_tensor *t);
+kiln_tensor *kiln_tanh(kiln_tensor *t);
+kiln_tensor *kiln_sigmoid(kiln_tensor *t);
+kiln_tensor *kiln_relu(kiln_tensor *t);
+kiln_tensor *kiln_leaky_relu(kiln_tensor *t, double negative_slope);
+kiln_tensor *kiln_elu(kiln_tensor *t, double alpha);
+/** GELU; tanh_approx selects the tanh form, otherwise the exact erf form. */
+kiln_tensor *kiln_gelu(kiln_tensor *t, bool tanh_approx);
+kiln_tensor *kiln_silu(kiln_tensor *t);
+/** log(1 + exp(beta x)) / beta, linear above threshold (PyTorch's defaults: 1, 20). */
+kiln_tensor *kiln_softplus(kiln_tensor *t, double beta, double threshold);
+kiln_tensor *kiln_erf(kiln_tensor *t);
+kiln_tensor *kiln_floor(kiln_tensor *t);
+kiln_tensor *kiln_ceil(kiln_tensor *t);
+/** Round half to even, as PyTorch. */
+kiln_tensor *kiln_round(kiln_tensor *t);
+/** Clamp to [lo, hi]; pass -INFINITY / INFINITY for one-sided. */
+kiln_tensor *kiln_clamp(kiln_tensor *t, double lo, double hi);
+kiln_tensor *kiln_pow_scalar(kiln_tensor *t, double exponent);
+kiln_tensor *kiln_isnan(kiln_tensor *t);  /* bool */
+kiln_tensor *kiln_isinf(kiln_tensor *t);  /* bool */
+kiln_tensor *kiln_logical_not(kiln_tensor *t); /* bool */
+
+/* Binary ops broadcast and promote (see the top of this file). */
+kiln_tensor *kiln_add(kiln_tensor *a, kiln_tensor *b);
+kiln_tensor *kiln_sub(kiln_tensor *a, kiln_tensor *b);
+kiln_tensor *kiln_mul(kiln_tensor *a, kiln_tensor *b);
+kiln_tensor *kiln_div(kiln_tensor *a, kiln_tensor *b);
+/** Python-style remainder: the result has the sign of b. */
+kiln_tensor *kiln_remainder(kiln_tensor *a, kiln_tensor *b);
+kiln_tensor *kiln_pow(kiln_tensor *a, kiln_tensor *b);
+kiln_tensor *kiln_maximum(kiln_tensor *a, kiln_tensor *b);
+kiln_tensor *kiln_minimum(kiln_tensor *a, kiln_tensor *b);
+kiln_tensor *kiln_eq(kiln_tensor *a, kiln_tensor *b);
+kiln_tensor *kiln_ne(kiln_tensor *a, kiln_tensor *b);
+kiln_tensor *kiln_lt(kiln_tensor *a, kiln_tensor *b);
+kiln_tensor *kiln_le(kiln_tensor *a, kiln_tensor *b);
+kiln_tensor *kiln_gt(kiln_tensor *a, kiln_tensor *b);
+kiln_tensor *kiln_ge(kiln_tensor *a, kiln_tensor *b);
+kiln_tensor *kiln_logical_and(kiln_tensor *a, kiln_tensor *b);
+kiln_tensor *kiln_logical_or(kiln_tensor *a, kiln_tensor *b);
+kiln_tensor *kiln_logical_xor(kiln_tensor *a, kiln_tensor *b);
+/* Tensor-scalar forms. */
+kiln_tensor *kiln_add_scalar(kiln_tensor *a, double s);
+kiln_tensor *kiln_mul_scalar(kiln_tensor *a, double s);
+/** cond ? a : b, all three broadcast; cond is bool. */
+kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor *b);
+/** t with value where mask (bool, broadcast to t) is true. */
+kiln_tensor *kiln_masked_fill(kiln_tensor *t, kiln_tensor *mask, double value);
+
+/* --------------------------------------------------------------------- reductions */
+/* dims: ndims entries (negative count from the end); ndims == 0 reduces every dim. */
+
+kiln_tensor *kiln_sum(kiln_tensor *t, int ndims, const int *dims, bool keepdim);
+kiln_tensor *kiln_mean(kiln_tensor *t, int ndims, const int *dims, bool keepdim);
+kiln_tensor *kiln_prod(kiln_tensor *t, int ndims, const int *dims, bool keepdim);
+kiln_tensor *kiln_max(kiln_tensor *t, int ndims, const int *dims, bool keepdim);
+kiln_tensor *kiln_min(kiln_tensor *t, int ndims, const int *dims, bool keepdim);
+/** Variance with Bessel-style correction (1 = unbiased, PyTorch's default). */
+kiln_tensor *kiln_var(kiln_tensor *t, int ndims, const int *dims, double correction, bool keepdim);
+kiln_tensor *kiln_std(kiln_tensor *t, int ndims, const int *dims, double correction, bool keepdim);
+kiln_tensor *kiln_logsumexp(kiln_tensor *t, int ndims, const int *dims, bool keepdim);
+/** p-norm (p = 2 for Euclidean; INFINITY for max-abs). */
+kiln_tensor *kiln_norm(kiln_tensor *t, double p, int ndims, const int *dims, bool keepdim);
+kiln_tensor *kiln_any(kiln_tensor *t, int ndims, const int *dims, bool keepdim);  /* bool */
+kiln_tensor *kiln_all(kiln_tensor *t, int ndims, const int *dims, bool keepdim);  /* bool */
+kiln_tensor *kiln_argmax(kiln_tensor *t, int dim, bool keepdim);  /* i64 */
+kiln_tensor *kiln_argmin(kiln_tensor *t, int dim, bool keepdim);  /* i64 */
+kiln_tensor *kiln_cumsum(kiln_tensor *t, int dim);
+/** Sorted values and (optionally) i64 indices along dim; stable. */
+int kiln_sort(kiln_tensor *t, int dim, bool descending, kiln_tensor **values, kiln_tensor **indices);
+kiln_tensor *kiln_argsort(kiln_tensor *t, int dim, bool descending);
+/** The k largest (or smallest) along dim, sorted. */
+int kiln_topk(kiln_tensor *t, int64_t k, int dim, bool largest, kiln_tensor **values,
+              kiln_tensor **indices);
+
+/* ----------------------------------------------------------------------- indexing */
+
+/** out[i][j] = t[index[i][j]][j] for dim 0 (and so on), as torch.gather. index is i64. */
+kiln_tensor *kiln_gather(kiln_tensor *t, int dim, kiln_tensor *index);
+/** A copy of t with src written at index along dim. */
+kiln_tensor *kiln_scatter(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *src);
+/** A copy of t with src added at index along dim (duplicates accumulate). */
+kiln_tensor *kiln_scatter_add(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *src);
+kiln_tensor *kiln_index_select(kiln_tensor *t, int dim, kiln_tensor *index);
+/** A copy of t with src (broadcast) written into the slice [start:end:step] of dim. */
+kiln_tensor *kiln_slice_assign(kiln_tensor *t, int dim, int64_t start, int64_t end, int64_t step,
+                               kiln_tensor *src);
+/** Integer classes -> one-hot of dtype dt with num_classes columns appended. */
+kiln_tensor *kiln_one_hot(kiln_tensor *index, int64_t num_classes, kiln_dtype dt);
+/** Rows of weight [V, D] picked by integer indices of any shape: shape (..., D). */
+kiln_tensor *kiln_embedding(kiln_tensor *weight, kiln_tensor *indices);
+
+/* ----------------------------------------------------------------- linear algebra */
+
+/** Matrix product with NumPy semantics: 1-D operands, batch dims broadcast. */
+kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b);
+/** x · Wᵀ + b, weight [out, in], bias [out] or NULL. */
+kiln_tensor *kiln_linear(kiln_tensor *x, kiln_tensor *weight, kiln_tensor *bias);
+
+/* ---------------------------------------------------------------- nn primitives */
+
+/** Convolution settings for 1, 2 or 3 spatial dims; unused entries are ignored. */
+typedef struct kiln_conv_opts {
+    int64_t stride[3];    /* 0 means 1 */
+    int64_t padding[3];
+    int64_t dilation[3];  /* 0 means 1 */
+    int64_t groups;       /* 0 means 1 */
+    int64_t output_padding[3]; /* transposed convolution only */
+} kiln_conv_opts;
+
+/** x [N, C, L...], weight [O, C/groups, K...], bias [O] or NULL; opts NULL = defaults. */
+kiln_tensor *kiln_conv1d(kiln_tensor *x, kiln_tensor *weight, kiln_tensor *bias, const kiln_conv_opts *opts);
+kiln_tensor *kiln_conv2d(kiln_tensor *x, kiln_tensor *weight, kiln_tensor *bias, const kiln_conv_opts *opts);
+kiln_tensor *kiln_conv3d(kiln_tensor *x, kiln_tensor *weight, kiln_tensor *bias, const kiln_conv_opts *opts);
+/** weight [C_in, C_out/groups, K...] as PyTorch's ConvTranspose. */
+kiln_tensor *kiln_conv_transpose1d(kiln_tensor *x, kiln_tensor *weight, kiln_tensor *bias, const kiln_conv_opts *opts);
+kiln_tensor *kiln_conv_transpose2d(kiln_tensor *x, kiln_tensor *weight, kiln_tensor *bias, const kiln_conv_opts *opts);
+
+typedef struct kiln_pool_opts {
+    int64_t kernel[3];
+    int64_t stride[3];    /* 0 means the kernel size */
+    int64_t padding[3];
+    int64_t dilation[3];  /* 0 means 1; max pooling only */
+    bool ceil_mode;
+    bool count_include_pad; /* average pooling; PyTorch's default is true */
+} kiln_pool_opts;
+
+/** Max pooling; when indices is not NULL it receives i64 flat indices per plane. */
+kiln_tensor *kiln_max_pool1d(kiln_tensor *x, const kiln_pool_opts *opts, kiln_tensor **indices);
+kiln_tensor *kiln_max_pool2d(kiln_tensor *x, const kiln_pool_opts *opts, kiln_tensor **indices);
+kiln_tensor *kiln_avg_pool1d(kiln_tensor *x, const kiln_pool_opts *opts);
+kiln_tensor *kiln_avg_pool2d(kiln_tensor *x, const kiln_pool_opts *opts);
+kiln_tensor *kiln_adaptive_avg_pool1d(kiln_tensor *x, int64_t out_l);
+kiln_tensor *kiln_adaptive_avg_pool2d(kiln_tensor *x, int64_t out_h, int64_t out_w);
+
+typedef enum kiln_interp_mode {
+    KILN_INTERP_NEAREST = 0,
+    KILN_INTERP_BILINEAR,
+} kiln_interp_mode;
+/** Resize [N, C, H, W] to out_h × out_w. */
+kiln_tensor *kiln_interpolate(kiln_tensor *x, int64_t out_h, int64_t out_w, kiln_interp_mode mode,
+                              bool align_corners);
+
+kiln_tensor *kiln_softmax(kiln_tensor *t, int dim);
+kiln_tensor *kiln_log_softmax(kiln_tensor *t, int dim);
+/** Normalize over the last nnorm dims; weight and bias (shape of those dims) may be NULL. */
+kiln_tensor *kiln_layer_norm(kiln_tensor *x, int nnorm, kiln_tensor *weight, kiln_tensor *bias, double eps);
+/**
+ * x [N, C, ...]. training: normalize with batch statistics and, when running_mean /
+ * running_var are given, update them in place with momentum (PyTorch's convention,
+ * unbiased variance for the running estimate). Not training: use the running stats.
+ */
+kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean, kiln_tensor *running_var,
+                             kiln_tensor *weight, kiln_tensor *bias, bool training, double momentum,
+                             double eps);
+kiln_tensor *kiln_group_norm(kiln_tensor *x, int64_t groups, kiln_tensor *weight, kiln_tensor *bias,
+                             double eps);
+/** Zero elements with probability p and scale the rest by 1/(1-p); identity when !training. */
+kiln_tensor *kiln_dropout(kiln_tensor *x, double p, bool training, kiln_generator *gen);
+/**
+ * softmax(q kᵀ / sqrt(d) + mask) v. q [..., L, D], k [..., S, D], v [..., S, Dv].
+ * mask: NULL, bool (true = keep) or float (added), broadcast to [..., L, S]. causal
+ * masks out positions j > i. scale <= 0 means 1/sqrt(D).
+ */
+kiln_tensor *kiln_scaled_dot_product_attention(kiln_tensor *q, kiln_tensor *k, kiln_tensor *v,
+                                               kiln_tensor *mask, bool causal, double scale);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_TENSOR_H */
