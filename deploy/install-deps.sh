@@ -1,0 +1,44 @@
+#!/bin/sh
+# deploy/install-deps.sh — everything a fresh Debian 12 machine needs to build, test and
+# run kiln. Used by the README, .ci/run and deploy/Dockerfile; safe to run again.
+#
+#   deploy/install-deps.sh            build + test + run dependencies
+#   KILN_DEPS_MINIMAL=1 deploy/...    only what building and running kilnd needs
+set -eu
+
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        exec sudo -E "$0" "$@"
+    fi
+    echo "install-deps: run as root (or install sudo)" >&2
+    exit 1
+fi
+
+build_packages="
+  ca-certificates gcc libc6-dev pkg-config meson ninja-build
+  libuv1-dev libcjson-dev libopenblas-dev libzstd-dev libsqlite3-dev node-llhttp
+"
+test_packages="
+  libcmocka-dev python3 python3-venv curl wrk nginx-light clang libclang-rt-14-dev
+  mesa-vulkan-drivers libvulkan-dev glslang-tools sqlite3
+"
+
+packages="$build_packages"
+if [ "${KILN_DEPS_MINIMAL:-0}" != 1 ]; then
+    packages="$packages $test_packages"
+fi
+
+missing=""
+for p in $packages; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing="$missing $p"
+    fi
+done
+
+if [ -n "$missing" ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    # shellcheck disable=SC2086 # word splitting of the package list is intended
+    apt-get install -y -qq --no-install-recommends $missing
+fi
+echo "install-deps: all dependencies present"
