@@ -1,0 +1,13 @@
+#!/bin/sh
+# deploy/build.sh [BUILD_DIR] [MESON_OPTION...] — configure (once) and compile kiln.
+# Idempotent: a configured build directory is only recompiled, so the README's
+# commands can be run again and again.
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+dir=${1:-build}
+[ $# -gt 0 ] && shift
+if [ ! -f "$dir/build.ninja" ]; then
+    meson setup "$dir" "$@"
+fi
+meson compile -C "$dir"
