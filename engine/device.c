@@ -1,0 +1,242 @@
+/*
+ * engine/device.c — opening devices by spec and the process-wide device registry.
+ *
+ * A spec names a backend and an index ("cpu", "cuda:1", "remote://host:port/cpu"). The
+ * registry makes a spec map to one handle, so two parts of a program that open "cpu"
+ * share its buffers and thread pool. Every storage holds a device reference, which is
+ * why closing a device while tensors live is safe: the backend is closed when the last
+ * reference of either kind goes.
+ *
+ * Backends are found through their registration functions. They are referenced weakly
+ * so that a build leaving a backend out still links and reports the backend as absent
+ * with a clear message instead of failing at link time.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor-impl.h"
+
+#pragma weak kiln_backend_ref
+#pragma weak kiln_backend_cpu
+/* Registration functions of backends that may be added later; absent ones resolve to NULL. */
+const kiln_backend_iface *kiln_backend_cuda(void) __attribute__((weak));
+const kiln_backend_iface *kiln_backend_vulkan(void) __attribute__((weak));
+const kiln_backend_iface *kiln_backend_hip(void) __attribute__((weak));
+const kiln_backend_iface *kiln_backend_remote(void) __attribute__((weak));
+
+typedef const kiln_backend_iface *(*backend_getter)(void);
+
+typedef struct backend_entry {
+    const char *name;
+    bool indexed;  /* takes ":N" */
+} backend_entry;
+
+static const backend_entry known_backends[] = {
+    {"cpu", false}, {"ref", false}, {"cuda", true}, {"vulkan", true}, {"hip", true}, {"remote", false},
+};
+#define NBACKENDS (sizeof known_backends / sizeof known_backends[0])
+
+static backend_getter getter_of(size_t i)
+{
+    /* A switch rather than a table of addresses: taking the address of an undefined
+     * weak function is fine, but keeping it in one place reads more plainly. */
+    switch (i) {
+    case 0: return kiln_backend_cpu;
+    case 1: return kiln_backend_ref;
+    case 2: return kiln_backend_cuda;
+    case 3: return kiln_backend_vulkan;
+    case 4: return kiln_backend_hip;
+    case 5: return kiln_backend_remote;
+    default: return NULL;
+    }
+}
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static kiln_device *registry;
+
+static pthread_once_t compiled_once = PTHREAD_ONCE_INIT;
+static char compiled_names[128];
+
+static void compute_compiled(void)
+{
+    size_t used = 0;
+    compiled_names[0] = '\0';
+    for (size_t i = 0; i < NBACKENDS; i++) {
+        backend_getter g = getter_of(i);
+        if (!g || !g())
+            continue;
+        int n = snprintf(compiled_names + used, sizeof compiled_names - used, "%s%s",
+                         used ? " " : "", known_backends[i].name);
+        if (n < 0 || (size_t)n >= sizeof compiled_names - used)
+            break;
+        used += (size_t)n;
+    }
+}
+
+const char *kiln_backends_compiled(void)
+{
+    pthread_once(&compiled_once, compute_compiled);
+    return compiled_names;
+}
+
+/* Parse a spec into a backend slot, an index and the canonical spelling. */
+static int parse_spec(const char *spec, size_t *slot, int *index, char *canon, size_t canon_len)
+{
+    static const char usage[] =
+        "expected cpu, ref, cuda:N, vulkan:N, hip:N or remote://host:port/device";
+    if (strncmp(spec, "remote://", 9) == 0) {
+        const char *host = spec + 9;
+        const char *colon = strchr(host, ':');
+        const char *slash = colon ? strchr(colon, '/') : NULL;
+        if (!colon || colon == host || !slash || slash == colon + 1 || slash[1] == '\0')
+            return kiln__error_set("kiln_device_open: malformed remote spec '%s' (%s)", spec, usage);
+        long port = 0;
+        for (const char *p = colon + 1; p < slash; p++) {
+            if (*p < '0' || *p > '9' || port > 65535)
+                return kiln__error_set("kiln_device_open: bad port in '%s'", spec);
+            port = port * 10 + (*p - '0');
+        }
+        if (port < 1 || port > 65535)
+            return kiln__error_set("kiln_device_open: port out of range in '%s'", spec);
+        if (strlen(spec) >= canon_len)
+            return kiln__error_set("kiln_device_open: spec too long");
+        *slot = 5;
+        *index = 0;
+        snprintf(canon, canon_len, "%s", spec);
+        return 0;
+    }
+    for (size_t i = 0; i < NBACKENDS - 1; i++) {
+        const char *name = known_backends[i].name;
+        size_t n = strlen(name);
+        if (strncmp(spec, name, n) != 0)
+            continue;
+        const char *rest = spec + n;
+        long idx = 0;
+        if (*rest == ':') {
+            char *end = NULL;
+            errno = 0;
+            idx = strtol(rest + 1, &end, 10);
+            if (rest[1] < '0' || rest[1] > '9' || *end != '\0' || errno || idx > 1024)
+                return kiln__error_set("kiln_device_open: bad device index in '%s' (%s)", spec, usage);
+        } else if (*rest != '\0') {
+            continue;
+        }
+        if (!known_backends[i].indexed && idx != 0)
+            return kiln__error_set("kiln_device_open: backend '%s' has only device 0 ('%s')", name, spec);
+        *slot = i;
+        *index = (int)idx;
+        if (known_backends[i].indexed)
+            snprintf(canon, canon_len, "%s:%ld", name, idx);
+        else
+            snprintf(canon, canon_len, "%s", name);
+        return 0;
+    }
+    return kiln__error_set("kiln_device_open: unknown device spec '%s' (%s)", spec, usage);
+}
+
+kiln_device *kiln_device_open(const char *spec)
+{
+    if (!spec) {
+        kiln__error_set("kiln_device_open: spec is NULL");
+        return NULL;
+    }
+    size_t slot = 0;
+    int index = 0;
+    char canon[KILN_SPEC_MAX];
+    if (parse_spec(spec, &slot, &index, canon, sizeof canon) < 0)
+        return NULL;
+
+    pthread_mutex_lock(&registry_lock);
+    for (kiln_device *d = registry; d; d = d->next) {
+        if (strcmp(d->spec, canon) == 0) {
+            d->refcount++;
+            pthread_mutex_unlock(&registry_lock);
+            return d;
+        }
+    }
+    backend_getter g = getter_of(slot);
+    const kiln_backend_iface *be = g ? g() : NULL;
+    if (!be) {
+        pthread_mutex_unlock(&registry_lock);
+        kiln__error_set("kiln_device_open: backend '%s' is not compiled into this build (compiled: %s)",
+                        known_backends[slot].name, kiln_backends_compiled());
+        return NULL;
+    }
+    kiln_device *dev = calloc(1, sizeof *dev);
+    if (!dev) {
+        pthread_mutex_unlock(&registry_lock);
+        kiln__error_set("kiln_device_open: out of memory");
+        return NULL;
+    }
+    kiln_error_clear();
+    void *ctx = be->open ? be->open(index) : NULL;
+    if (!ctx) {
+        char why[KILN_ERROR_MAX];
+        snprintf(why, sizeof why, "%s", kiln_error()[0] ? kiln_error() : "the backend reported no reason");
+        pthread_mutex_unlock(&registry_lock);
+        free(dev);
+        kiln__error_set("kiln_device_open: cannot open '%s': %s", canon, why);
+        return NULL;
+    }
+    snprintf(dev->spec, sizeof dev->spec, "%s", canon);
+    dev->be = be;
+    dev->ctx = ctx;
+    dev->refcount = 1;
+    if (be->caps)
+        be->caps(ctx, &dev->caps);
+    dev->next = registry;
+    registry = dev;
+    pthread_mutex_unlock(&registry_lock);
+    return dev;
+}
+
+void kiln__device_retain(kiln_device *dev)
+{
+    pthread_mutex_lock(&registry_lock);
+    dev->refcount++;
+    pthread_mutex_unlock(&registry_lock);
+}
+
+void kiln__device_release(kiln_device *dev)
+{
+    if (!dev)
+        return;
+    pthread_mutex_lock(&registry_lock);
+    if (--dev->refcount > 0) {
+        pthread_mutex_unlock(&registry_lock);
+        return;
+    }
+    for (kiln_device **p = &registry; *p; p = &(*p)->next) {
+        if (*p == dev) {
+            *p = dev->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&registry_lock);
+    if (dev->be->close)
+        dev->be->close(dev->ctx);
+    free(dev);
+}
+
+void kiln_device_close(kiln_device *dev)
+{
+    kiln__device_release(dev);
+}
+
+const char *kiln_device_name(const kiln_device *dev)
+{
+    return dev ? dev->spec : "";
+}
+
+int kiln_device_sync(kiln_device *dev)
+{
+    if (!dev)
+        return kiln__error_set("kiln_device_sync: device is NULL");
+    if (!dev->be->sync)
+        return 0;
+    int rc = dev->be->sync(dev->ctx);
+    return rc < 0 ? rc : 0;
+}

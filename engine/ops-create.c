@@ -1,0 +1,455 @@
+/*
+ * engine/ops-create.c — creating tensors (constants, ranges, host data, random draws),
+ * reading them back, and the data-movement helpers every other op file leans on
+ * (strided copy with conversion, fill, casting, index range checks).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/half.h"
+#include "tensor-impl.h"
+
+/* ----------------------------------------------------------- internal helpers */
+
+int kiln__copy_into(kiln_tensor *out, kiln_tensor *in, const char *op)
+{
+    if (kiln__same_device(out, in, op) < 0)
+        return -1;
+    if (kiln__numel(out) == 0)
+        return 0;
+    kiln_tdesc od, id;
+    kiln__desc(out, &od);
+    kiln__desc(in, &id);
+    const kiln_backend_iface *be = kiln__be(out);
+    if (!be->copy)
+        return kiln__missing(kiln__dev(out), op, "copy");
+    int rc = be->copy(kiln__ctx(out), &od, &id);
+    return rc < 0 ? rc : 0;
+}
+
+kiln_tensor *kiln__copy_as(kiln_tensor *t, kiln_dtype dt, const char *op)
+{
+    kiln_tensor *out = kiln__alloc(kiln__dev(t), dt, t->ndim, t->shape, op);
+    if (!out)
+        return NULL;
+    if (kiln__copy_into(out, t, op) < 0) {
+        kiln_tensor_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+kiln_tensor *kiln__cast(kiln_tensor *t, kiln_dtype dt, const char *op)
+{
+    if (t->dtype == dt)
+        return kiln_tensor_retain(t);
+    return kiln__copy_as(t, dt, op);
+}
+
+kiln_tensor *kiln__contiguous(kiln_tensor *t, const char *op)
+{
+    if (kiln_tensor_is_contiguous(t))
+        return kiln_tensor_retain(t);
+    return kiln__copy_as(t, t->dtype, op);
+}
+
+int kiln__fill(kiln_tensor *t, double value, const char *op)
+{
+    if (kiln__numel(t) == 0)
+        return 0;
+    const kiln_backend_iface *be = kiln__be(t);
+    if (!be->fill)
+        return kiln__missing(kiln__dev(t), op, "fill");
+    kiln_tdesc d;
+    kiln__desc(t, &d);
+    int rc = be->fill(kiln__ctx(t), &d, value);
+    return rc < 0 ? rc : 0;
+}
+
+kiln_tensor *kiln__scalar(kiln_device *dev, kiln_dtype dt, double value, const char *op)
+{
+    kiln_tensor *t = kiln__alloc(dev, dt, 0, NULL, op);
+    if (t && kiln__fill(t, value, op) < 0) {
+        kiln_tensor_release(t);
+        return NULL;
+    }
+    return t;
+}
+
+static double element_to_f64(kiln_dtype dt, const unsigned char *p)
+{
+    switch (dt) {
+    case KILN_F32: { float v; memcpy(&v, p, 4); return v; }
+    case KILN_F64: { double v; memcpy(&v, p, 8); return v; }
+    case KILN_F16: { uint16_t v; memcpy(&v, p, 2); return kiln_f16_to_f32(v); }
+    case KILN_BF16: { uint16_t v; memcpy(&v, p, 2); return kiln_bf16_to_f32(v); }
+    case KILN_I64: { int64_t v; memcpy(&v, p, 8); return (double)v; }
+    case KILN_I32: { int32_t v; memcpy(&v, p, 4); return v; }
+    case KILN_U8: return *p;
+    case KILN_BOOL: return *p ? 1.0 : 0.0;
+    default: return NAN;
+    }
+}
+
+static int download(kiln_tensor *t, void *out, size_t nbytes, const char *op)
+{
+    if (nbytes == 0)
+        return 0;
+    kiln_tensor *c = kiln__contiguous(t, op);
+    if (!c)
+        return -1;
+    const kiln_backend_iface *be = kiln__be(c);
+    size_t esz = kiln_dtype_size(c->dtype);
+    int rc = be->buffer_download(kiln__ctx(c), c->storage->buf, (size_t)c->offset * esz, out, nbytes);
+    kiln_tensor_release(c);
+    return rc < 0 ? rc : 0;
+}
+
+int kiln__read_f64(kiln_tensor *t, double *out, int64_t n, const char *op)
+{
+    int64_t numel = kiln__numel(t);
+    if (numel != n)
+        return kiln__error_set("%s: internal read of %lld elements from a tensor of %lld", op,
+                               (long long)n, (long long)numel);
+    size_t esz = kiln_dtype_size(t->dtype);
+    unsigned char *raw = malloc(n ? (size_t)n * esz : 1);
+    if (!raw)
+        return kiln__error_set("%s: out of memory", op);
+    if (download(t, raw, (size_t)n * esz, op) < 0) {
+        free(raw);
+        return -1;
+    }
+    for (int64_t i = 0; i < n; i++)
+        out[i] = element_to_f64(t->dtype, raw + (size_t)i * esz);
+    free(raw);
+    return 0;
+}
+
+int kiln__check_index(kiln_tensor *index, int64_t size, const char *op)
+{
+    int64_t n = kiln__numel(index);
+    if (n == 0)
+        return 0;
+    const kiln_backend_iface *be = kiln__be(index);
+    if (!be->reduce)
+        return kiln__missing(kiln__dev(index), op, "reduce");
+    /* Two reductions and two one-element reads: the only wait an indexing op adds. */
+    int64_t ones[KILN_MAX_DIMS];
+    for (int i = 0; i < index->ndim; i++)
+        ones[i] = 1;
+    uint32_t mask = index->ndim ? (uint32_t)((1u << index->ndim) - 1) : 0;
+    double lo = 0, hi = 0;
+    for (int k = 0; k < 2; k++) {
+        kiln_tensor *r = kiln__alloc(kiln__dev(index), index->dtype, index->ndim, ones, op);
+        if (!r)
+            return -1;
+        kiln_tdesc od, id;
+        kiln__desc(r, &od);
+        kiln__desc(index, &id);
+        int rc = be->reduce(kiln__ctx(index), k ? KILN_REDUCE_MAX : KILN_REDUCE_MIN, &od, &id, mask, 0);
+        if (rc >= 0)
+            rc = kiln__read_f64(r, k ? &hi : &lo, 1, op);
+        kiln_tensor_release(r);
+        if (rc < 0)
+            return -1;
+    }
+    if (lo < 0 || hi >= (double)size)
+        return kiln__error_set("%s: index %lld is out of bounds for size %lld", op,
+                               (long long)(lo < 0 ? lo : hi), (long long)size);
+    return 0;
+}
+
+/* ------------------------------------------------------------------- creation */
+
+kiln_tensor *kiln_empty(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape)
+{
+    return kiln__ret(kiln__alloc(dev, dt, ndim, shape, "empty"));
+}
+
+static kiln_tensor *full_impl(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
+                              double value, const char *op)
+{
+    kiln_tensor *t = kiln__alloc(dev, dt, ndim, shape, op);
+    if (t && kiln__fill(t, value, op) < 0) {
+        kiln_tensor_release(t);
+        return NULL;
+    }
+    return kiln__ret(t);
+}
+
+kiln_tensor *kiln_zeros(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape)
+{
+    return full_impl(dev, dt, ndim, shape, 0.0, "zeros");
+}
+
+kiln_tensor *kiln_ones(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape)
+{
+    return full_impl(dev, dt, ndim, shape, 1.0, "ones");
+}
+
+kiln_tensor *kiln_full(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape, double value)
+{
+    return full_impl(dev, dt, ndim, shape, value, "full");
+}
+
+static int run_arange(kiln_tensor *t, double start, double step, const char *op)
+{
+    if (kiln__numel(t) == 0)
+        return 0;
+    const kiln_backend_iface *be = kiln__be(t);
+    if (!be->arange)
+        return kiln__missing(kiln__dev(t), op, "arange");
+    kiln_tdesc d;
+    kiln__desc(t, &d);
+    int rc = be->arange(kiln__ctx(t), &d, start, step);
+    return rc < 0 ? rc : 0;
+}
+
+kiln_tensor *kiln_arange(kiln_device *dev, kiln_dtype dt, double start, double end, double step)
+{
+    if (!isfinite(start) || !isfinite(end) || !isfinite(step) || step == 0) {
+        kiln__error_set("arange: start %g, end %g and step %g must be finite with a nonzero step", start,
+                        end, step);
+        return NULL;
+    }
+    double len = ceil((end - start) / step);
+    if (len < 0) {
+        kiln__error_set("arange: step %g goes away from end (start %g, end %g)", step, start, end);
+        return NULL;
+    }
+    if (len > 9.0e18) {
+        kiln__error_set("arange: %g elements is too many", len);
+        return NULL;
+    }
+    int64_t n = (int64_t)len;
+    kiln_tensor *t = kiln__alloc(dev, dt, 1, &n, "arange");
+    if (t && run_arange(t, start, step, "arange") < 0) {
+        kiln_tensor_release(t);
+        return NULL;
+    }
+    return kiln__ret(t);
+}
+
+kiln_tensor *kiln_linspace(kiln_device *dev, kiln_dtype dt, double start, double end, int64_t steps)
+{
+    if (steps < 0) {
+        kiln__error_set("linspace: steps %lld must be non-negative", (long long)steps);
+        return NULL;
+    }
+    kiln_tensor *t = kiln__alloc(dev, dt, 1, &steps, "linspace");
+    if (!t)
+        return NULL;
+    double step = steps > 1 ? (end - start) / (double)(steps - 1) : 0.0;
+    int rc = run_arange(t, start, step, "linspace");
+    if (rc == 0 && steps > 1) {
+        /* Pin the last element to end exactly: start + (n-1)*step can miss it by an ulp. */
+        int64_t one = 1, st = 1;
+        kiln_tensor *last = kiln__view(t, 1, &one, &st, steps - 1);
+        rc = last ? kiln__fill(last, end, "linspace") : -1;
+        kiln_tensor_release(last);
+    }
+    if (rc < 0) {
+        kiln_tensor_release(t);
+        return NULL;
+    }
+    return kiln__ret(t);
+}
+
+kiln_tensor *kiln_eye(kiln_device *dev, kiln_dtype dt, int64_t n, int64_t m)
+{
+    if (m < 0)
+        m = n;
+    if (n < 0) {
+        kiln__error_set("eye: n %lld must be non-negative", (long long)n);
+        return NULL;
+    }
+    int64_t shape[2] = {n, m};
+    kiln_tensor *t = kiln__alloc(dev, dt, 2, shape, "eye");
+    if (!t)
+        return NULL;
+    int rc = kiln__fill(t, 0.0, "eye");
+    int64_t k = n < m ? n : m;
+    if (rc == 0 && k > 0) {
+        int64_t st = m + 1;
+        kiln_tensor *diag = kiln__view(t, 1, &k, &st, 0);
+        rc = diag ? kiln__fill(diag, 1.0, "eye") : -1;
+        kiln_tensor_release(diag);
+    }
+    if (rc < 0) {
+        kiln_tensor_release(t);
+        return NULL;
+    }
+    return kiln__ret(t);
+}
+
+kiln_tensor *kiln_from_data(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
+                            const void *data, size_t nbytes)
+{
+    kiln_tensor *t = kiln__alloc(dev, dt, ndim, shape, "from_data");
+    if (!t)
+        return NULL;
+    size_t want = t->storage->nbytes;
+    char d[200];
+    if (nbytes != want) {
+        kiln__error_set("from_data: %s needs %zu bytes, got %zu", kiln__describe(t, d, sizeof d), want, nbytes);
+        kiln_tensor_release(t);
+        return NULL;
+    }
+    if (want && !data) {
+        kiln__error_set("from_data: data is NULL for %s", kiln__describe(t, d, sizeof d));
+        kiln_tensor_release(t);
+        return NULL;
+    }
+    if (want) {
+        int rc = dev->be->buffer_upload(dev->ctx, t->storage->buf, 0, data, want);
+        if (rc < 0) {
+            kiln_tensor_release(t);
+            return NULL;
+        }
+    }
+    return kiln__ret(t);
+}
+
+int kiln_to_data(const kiln_tensor *t, void *out, size_t nbytes)
+{
+    if (!t)
+        return -1;
+    size_t want = (size_t)kiln__numel(t) * kiln_dtype_size(t->dtype);
+    char d[200];
+    if (nbytes != want)
+        return kiln__error_set("to_data: %s holds %zu bytes, buffer has %zu", kiln__describe(t, d, sizeof d),
+                               want, nbytes);
+    if (want && !out)
+        return kiln__error_set("to_data: output buffer is NULL");
+    return download((kiln_tensor *)t, out, want, "to_data");
+}
+
+double kiln_item(const kiln_tensor *t)
+{
+    if (!t)
+        return NAN;
+    char d[200];
+    if (kiln__numel(t) != 1) {
+        kiln__error_set("item: %s has %lld elements, not 1", kiln__describe(t, d, sizeof d),
+                        (long long)kiln__numel(t));
+        return NAN;
+    }
+    double v = NAN;
+    if (kiln__read_f64((kiln_tensor *)t, &v, 1, "item") < 0)
+        return NAN;
+    return v;
+}
+
+kiln_tensor *kiln_empty_like(const kiln_tensor *t)
+{
+    return t ? kiln_empty(kiln__dev(t), t->dtype, t->ndim, t->shape) : NULL;
+}
+
+kiln_tensor *kiln_zeros_like(const kiln_tensor *t)
+{
+    return t ? kiln_zeros(kiln__dev(t), t->dtype, t->ndim, t->shape) : NULL;
+}
+
+kiln_tensor *kiln_ones_like(const kiln_tensor *t)
+{
+    return t ? kiln_ones(kiln__dev(t), t->dtype, t->ndim, t->shape) : NULL;
+}
+
+kiln_tensor *kiln_full_like(const kiln_tensor *t, double value)
+{
+    return t ? kiln_full(kiln__dev(t), t->dtype, t->ndim, t->shape, value) : NULL;
+}
+
+/* ------------------------------------------------------------------- random */
+
+static _Atomic uint64_t default_offset;
+#define KILN_DEFAULT_SEED 0x6b696c6e5eedull
+
+kiln_generator kiln_generator_make(uint64_t seed)
+{
+    kiln_generator g = {seed, 0};
+    return g;
+}
+
+uint64_t kiln__gen_take(kiln_generator *gen, uint64_t n, uint64_t *seed)
+{
+    if (!gen) {
+        *seed = KILN_DEFAULT_SEED;
+        return atomic_fetch_add(&default_offset, n);
+    }
+    *seed = gen->seed;
+    uint64_t off = gen->offset;
+    gen->offset += n;
+    return off;
+}
+
+static kiln_tensor *rng_impl(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
+                             kiln_rng_kind kind, double p0, double p1, kiln_generator *gen,
+                             const char *op)
+{
+    kiln_tensor *t = kiln__alloc(dev, dt, ndim, shape, op);
+    if (!t)
+        return NULL;
+    int64_t n = kiln__numel(t);
+    if (n == 0)
+        return kiln__ret(t);
+    if (!dev->be->rng) {
+        kiln__missing(dev, op, "rng");
+        kiln_tensor_release(t);
+        return NULL;
+    }
+    uint64_t seed = 0;
+    uint64_t off = kiln__gen_take(gen, (uint64_t)n, &seed);
+    kiln_tdesc d;
+    kiln__desc(t, &d);
+    if (dev->be->rng(dev->ctx, kind, &d, seed, off, p0, p1) < 0) {
+        kiln_tensor_release(t);
+        return NULL;
+    }
+    return kiln__ret(t);
+}
+
+kiln_tensor *kiln_rand_uniform(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
+                               double low, double high, kiln_generator *gen)
+{
+    if (!kiln_dtype_is_float(dt) || !(low <= high) || !isfinite(low) || !isfinite(high)) {
+        kiln__error_set("rand_uniform: needs a floating dtype and finite low <= high (got %s, %g, %g)",
+                        kiln_dtype_name(dt), low, high);
+        return NULL;
+    }
+    return rng_impl(dev, dt, ndim, shape, KILN_RNG_UNIFORM, low, high, gen, "rand_uniform");
+}
+
+kiln_tensor *kiln_rand_normal(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
+                              double mean, double std, kiln_generator *gen)
+{
+    if (!kiln_dtype_is_float(dt) || !(std >= 0) || !isfinite(mean) || !isfinite(std)) {
+        kiln__error_set("rand_normal: needs a floating dtype, finite mean and std >= 0 (got %s, %g, %g)",
+                        kiln_dtype_name(dt), mean, std);
+        return NULL;
+    }
+    return rng_impl(dev, dt, ndim, shape, KILN_RNG_NORMAL, mean, std, gen, "rand_normal");
+}
+
+kiln_tensor *kiln_rand_bernoulli(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
+                                 double p, kiln_generator *gen)
+{
+    if (!(p >= 0 && p <= 1)) {
+        kiln__error_set("rand_bernoulli: p %g must lie in [0, 1]", p);
+        return NULL;
+    }
+    return rng_impl(dev, dt, ndim, shape, KILN_RNG_BERNOULLI, p, 0, gen, "rand_bernoulli");
+}
+
+kiln_tensor *kiln_rand_int(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
+                           int64_t low, int64_t high, kiln_generator *gen)
+{
+    if (low >= high || dt == KILN_BOOL) {
+        kiln__error_set("rand_int: needs low < high and a non-bool dtype (got [%lld, %lld), %s)",
+                        (long long)low, (long long)high, kiln_dtype_name(dt));
+        return NULL;
+    }
+    return rng_impl(dev, dt, ndim, shape, KILN_RNG_INT, (double)low, (double)high, gen, "rand_int");
+}

@@ -1,0 +1,139 @@
+/*
+ * engine/tensor-impl.h — the private bodies of devices, storages and tensors, and the
+ * helpers the op files share.
+ *
+ * A tensor is a strided view (shape, strides and offset in elements) of a storage; a
+ * storage owns one backend buffer and keeps its device alive. Views share the storage
+ * and hold a reference on it, so the buffer goes back to the backend when the last view
+ * is released.
+ *
+ * Internal helpers named kiln__* return new references that no scope holds; only the
+ * public entry points hand their result to kiln__ret(), which gives it to the innermost
+ * scope. That keeps temporaries inside an op out of the caller's scope.
+ */
+#ifndef KILN_TENSOR_IMPL_H
+#define KILN_TENSOR_IMPL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "error-impl.h"
+#include "kiln/tensor.h"
+
+#define KILN_SPEC_MAX 128
+
+struct kiln_device {
+    char spec[KILN_SPEC_MAX];          /* canonical spec: "cpu", "cuda:0" */
+    const kiln_backend_iface *be;
+    void *ctx;                         /* what be->open returned */
+    int refcount;                      /* guarded by the registry mutex */
+    kiln_backend_caps caps;
+    struct kiln_device *next;          /* registry list */
+};
+
+typedef struct kiln_storage {
+    atomic_int refcount;
+    kiln_device *dev;                  /* one device reference per storage */
+    kiln_buffer *buf;
+    size_t nbytes;
+} kiln_storage;
+
+struct kiln_tensor {
+    atomic_int refcount;
+    kiln_storage *storage;
+    kiln_dtype dtype;
+    int ndim;
+    int64_t shape[KILN_MAX_DIMS];
+    int64_t strides[KILN_MAX_DIMS];    /* in elements; 0 for broadcast dims */
+    int64_t offset;                    /* in elements */
+    /* How many scope entries hold a reference to this tensor. Scopes are per thread;
+     * the count lets kiln_tensor_release skip the scope search in the common case. */
+    atomic_int scope_refs;
+    /* Reserved for the autodiff tape. */
+    bool requires_grad;
+    void *autograd;
+};
+
+/* ------------------------------------------------------------- devices (device.c) */
+void kiln__device_retain(kiln_device *dev);
+void kiln__device_release(kiln_device *dev);
+
+/* -------------------------------------------------------- tensors (tensor.c) */
+
+/** A new contiguous tensor with fresh storage; checks sizes. op names the caller in
+ *  error messages. Not registered in any scope. */
+kiln_tensor *kiln__alloc(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
+                         const char *op);
+/** A new view of base's storage. */
+kiln_tensor *kiln__view(const kiln_tensor *base, int ndim, const int64_t *shape,
+                        const int64_t *strides, int64_t offset);
+/** Fill a backend descriptor from t. */
+void kiln__desc(const kiln_tensor *t, kiln_tdesc *d);
+/** Hand t to the innermost open scope (if any) and return it; NULL passes through. */
+kiln_tensor *kiln__ret(kiln_tensor *t);
+/** Product of sizes; false when it overflows int64. */
+bool kiln__numel_ok(int ndim, const int64_t *shape, int64_t *numel);
+int64_t kiln__numel(const kiln_tensor *t);
+/** Contiguous row-major strides for shape. */
+void kiln__contig_strides(int ndim, const int64_t *shape, int64_t *strides);
+/** "f32[2, 3]" into buf. */
+char *kiln__describe(const kiln_tensor *t, char *buf, size_t len);
+/** "[2, 3]" into buf. */
+char *kiln__shape_str(int ndim, const int64_t *shape, char *buf, size_t len);
+/** Normalise a possibly negative dim for a rank-ndim tensor; -1 + error when out of range. */
+int kiln__wrap_dim(int dim, int ndim, const char *op);
+/** Error unless a and b live on the same device. */
+int kiln__same_device(const kiln_tensor *a, const kiln_tensor *b, const char *op);
+/** Error when the backend lacks an entry the op needs. */
+int kiln__missing(const kiln_device *dev, const char *op, const char *entry);
+
+static inline kiln_device *kiln__dev(const kiln_tensor *t) { return t->storage->dev; }
+static inline const kiln_backend_iface *kiln__be(const kiln_tensor *t) { return t->storage->dev->be; }
+static inline void *kiln__ctx(const kiln_tensor *t) { return t->storage->dev->ctx; }
+
+/* ------------------------------------------------------- shared internal ops */
+
+/** out-of-place strided copy with conversion: a new contiguous tensor of dtype dt. */
+kiln_tensor *kiln__copy_as(kiln_tensor *t, kiln_dtype dt, const char *op);
+/** t itself (retained) when it already has dtype dt, else a converted copy. */
+kiln_tensor *kiln__cast(kiln_tensor *t, kiln_dtype dt, const char *op);
+/** t retained when contiguous, else a contiguous copy. */
+kiln_tensor *kiln__contiguous(kiln_tensor *t, const char *op);
+/** Copy in into the (possibly strided) view out; shapes equal. */
+int kiln__copy_into(kiln_tensor *out, kiln_tensor *in, const char *op);
+/** Fill t (any view) with value. */
+int kiln__fill(kiln_tensor *t, double value, const char *op);
+/** Reshape without scope registration (view when strides allow, else copy). */
+kiln_tensor *kiln__reshape(kiln_tensor *t, int ndim, const int64_t *shape, const char *op);
+/** A view of t expanded to shape (right-aligned broadcast); error when incompatible. */
+kiln_tensor *kiln__expand(kiln_tensor *t, int ndim, const int64_t *shape, const char *op);
+/** Broadcast shape of a and b into out; returns out's ndim or -1 with an error. */
+int kiln__broadcast_shape(int an, const int64_t *as, int bn, const int64_t *bs, int64_t *out,
+                          const char *op, const kiln_tensor *a, const kiln_tensor *b);
+/** Views used by several files (ops-shape.c). */
+kiln_tensor *kiln__slice(kiln_tensor *t, int dim, int64_t start, int64_t end, int64_t step,
+                         const char *op);
+kiln_tensor *kiln__narrow(kiln_tensor *t, int dim, int64_t start, int64_t length, const char *op);
+/** A 0-d tensor holding value on dev. */
+kiln_tensor *kiln__scalar(kiln_device *dev, kiln_dtype dt, double value, const char *op);
+/** Check that every value of an integer index tensor lies in [0, size). */
+int kiln__check_index(kiln_tensor *index, int64_t size, const char *op);
+/** Read the whole tensor to host as doubles (for small internal reads). */
+int kiln__read_f64(kiln_tensor *t, double *out, int64_t n, const char *op);
+/** Draw from gen (or the process default when NULL); returns the offset to use. */
+uint64_t kiln__gen_take(kiln_generator *gen, uint64_t n, uint64_t *seed);
+
+/* Elementwise internals used by composite ops (ops-elementwise.c). */
+kiln_tensor *kiln__unary(kiln_unary_op op, kiln_tensor *t, double alpha, double beta);
+kiln_tensor *kiln__binary(kiln_binary_op op, kiln_tensor *a, kiln_tensor *b);
+
+/* Name tables (ops-names.c). */
+const char *kiln__unary_name(kiln_unary_op op);
+const char *kiln__binary_name(kiln_binary_op op);
+const char *kiln__reduce_name(kiln_reduce_op op);
+const char *kiln__rng_name(kiln_rng_kind k);
+const char *kiln__pool_name(kiln_pool_kind k);
+
+#endif /* KILN_TENSOR_IMPL_H */

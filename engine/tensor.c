@@ -1,0 +1,482 @@
+/*
+ * engine/tensor.c — tensor lifetime, introspection, the dtype table and scopes.
+ *
+ * Reference counts are atomic because the engine is used from several threads on
+ * distinct tensors that may still share a storage (a view handed to another thread).
+ * Scopes are per thread: one growing array of held references plus a stack of marks,
+ * one per open scope. An entry removed early (kiln_keep, or a release of a held
+ * tensor) becomes a hole, so marks never move.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor-impl.h"
+
+/* ------------------------------------------------------------------------ dtypes */
+
+static const struct {
+    const char *name;
+    size_t size;
+    bool is_float;
+} dtype_table[KILN_DTYPE_COUNT] = {
+    [KILN_F32] = {"f32", 4, true},  [KILN_F64] = {"f64", 8, true},
+    [KILN_F16] = {"f16", 2, true},  [KILN_BF16] = {"bf16", 2, true},
+    [KILN_I64] = {"i64", 8, false}, [KILN_I32] = {"i32", 4, false},
+    [KILN_U8] = {"u8", 1, false},   [KILN_BOOL] = {"bool", 1, false},
+};
+_Static_assert(KILN_DTYPE_COUNT == 8, "update dtype_table and kiln_promote_types");
+
+static bool dtype_valid(kiln_dtype dt) { return (unsigned)dt < KILN_DTYPE_COUNT; }
+
+const char *kiln_dtype_name(kiln_dtype dt)
+{
+    return dtype_valid(dt) ? dtype_table[dt].name : "?";
+}
+
+int kiln_dtype_from_name(const char *name)
+{
+    if (!name)
+        return -1;
+    for (int i = 0; i < KILN_DTYPE_COUNT; i++)
+        if (strcmp(name, dtype_table[i].name) == 0)
+            return i;
+    return -1;
+}
+
+size_t kiln_dtype_size(kiln_dtype dt)
+{
+    return dtype_valid(dt) ? dtype_table[dt].size : 0;
+}
+
+bool kiln_dtype_is_float(kiln_dtype dt)
+{
+    return dtype_valid(dt) && dtype_table[dt].is_float;
+}
+
+/* Rank within a category: wider types rank higher. */
+static int float_rank(kiln_dtype dt)
+{
+    switch (dt) {
+    case KILN_F16: case KILN_BF16: return 1;
+    case KILN_F32: return 2;
+    case KILN_F64: return 3;
+    default: return 0;
+    }
+}
+
+static int int_rank(kiln_dtype dt)
+{
+    switch (dt) {
+    case KILN_U8: return 1;
+    case KILN_I32: return 2;
+    case KILN_I64: return 3;
+    default: return 0;
+    }
+}
+
+kiln_dtype kiln_promote_types(kiln_dtype a, kiln_dtype b)
+{
+    if (a == b)
+        return a;
+    if (a == KILN_BOOL)
+        return b;
+    if (b == KILN_BOOL)
+        return a;
+    bool fa = kiln_dtype_is_float(a), fb = kiln_dtype_is_float(b);
+    if (fa && fb) {
+        if ((a == KILN_F16 && b == KILN_BF16) || (a == KILN_BF16 && b == KILN_F16))
+            return KILN_F32;
+        return float_rank(a) >= float_rank(b) ? a : b;
+    }
+    if (fa)
+        return a;
+    if (fb)
+        return b;
+    /* Both integers: u8 with a signed type gives that signed type, which is always wide
+     * enough here because the only signed types are i32 and i64. */
+    return int_rank(a) >= int_rank(b) ? a : b;
+}
+
+/* ------------------------------------------------------------------ shape helpers */
+
+bool kiln__numel_ok(int ndim, const int64_t *shape, int64_t *numel)
+{
+    int64_t n = 1;
+    bool ok = true;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return false;
+        if (shape[i] == 0) {
+            n = 0;
+            ok = true;
+            break;
+        }
+        if (__builtin_mul_overflow(n, shape[i], &n))
+            ok = false;
+    }
+    if (numel)
+        *numel = ok ? n : -1;
+    return ok;
+}
+
+int64_t kiln__numel(const kiln_tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
+    return n;
+}
+
+void kiln__contig_strides(int ndim, const int64_t *shape, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= shape[i] > 0 ? shape[i] : 1;
+    }
+}
+
+char *kiln__shape_str(int ndim, const int64_t *shape, char *buf, size_t len)
+{
+    size_t used = 0;
+    if (len == 0)
+        return buf;
+    buf[0] = '\0';
+    int n = snprintf(buf, len, "[");
+    used = n > 0 ? (size_t)n : 0;
+    for (int i = 0; i < ndim && used < len; i++) {
+        n = snprintf(buf + used, len - used, "%s%" PRId64, i ? ", " : "", shape[i]);
+        if (n < 0)
+            break;
+        used += (size_t)n;
+    }
+    if (used < len)
+        snprintf(buf + used, len - used, "]");
+    return buf;
+}
+
+char *kiln__describe(const kiln_tensor *t, char *buf, size_t len)
+{
+    if (len == 0)
+        return buf;
+    if (!t) {
+        snprintf(buf, len, "(null)");
+        return buf;
+    }
+    char shape[160];
+    kiln__shape_str(t->ndim, t->shape, shape, sizeof shape);
+    snprintf(buf, len, "%s%s", kiln_dtype_name(t->dtype), shape);
+    return buf;
+}
+
+char *kiln_tensor_describe(const kiln_tensor *t, char *buf, size_t len)
+{
+    return kiln__describe(t, buf, len);
+}
+
+int kiln__wrap_dim(int dim, int ndim, const char *op)
+{
+    int lo = ndim > 0 ? -ndim : -1, hi = ndim > 0 ? ndim - 1 : 0;
+    if (dim < lo || dim > hi)
+        return kiln__error_set("%s: dim %d out of range for a %d-d tensor (expected %d..%d)", op, dim,
+                               ndim, lo, hi);
+    return dim < 0 ? dim + (ndim > 0 ? ndim : 1) : dim;
+}
+
+int kiln__same_device(const kiln_tensor *a, const kiln_tensor *b, const char *op)
+{
+    if (kiln__dev(a) == kiln__dev(b))
+        return 0;
+    return kiln__error_set("%s: tensors on different devices (%s, %s)", op, kiln__dev(a)->spec,
+                           kiln__dev(b)->spec);
+}
+
+int kiln__missing(const kiln_device *dev, const char *op, const char *entry)
+{
+    return kiln__error_set("%s: backend '%s' does not implement %s", op, dev->be->name, entry);
+}
+
+/* --------------------------------------------------------------- construction */
+
+kiln_tensor *kiln__alloc(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
+                         const char *op)
+{
+    char sh[160];
+    if (!dev) {
+        kiln__error_set("%s: device is NULL", op);
+        return NULL;
+    }
+    if (!dtype_valid(dt)) {
+        kiln__error_set("%s: invalid dtype %d", op, (int)dt);
+        return NULL;
+    }
+    if (ndim < 0 || ndim > KILN_MAX_DIMS || (ndim > 0 && !shape)) {
+        kiln__error_set("%s: rank %d is not supported (0..%d)", op, ndim, KILN_MAX_DIMS);
+        return NULL;
+    }
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) {
+            kiln__error_set("%s: negative size in shape %s", op, kiln__shape_str(ndim, shape, sh, sizeof sh));
+            return NULL;
+        }
+    }
+    int64_t numel = 0;
+    size_t nbytes = 0;
+    if (!kiln__numel_ok(ndim, shape, &numel) ||
+        __builtin_mul_overflow((size_t)numel, kiln_dtype_size(dt), &nbytes) ||
+        nbytes > (size_t)PTRDIFF_MAX) {
+        kiln__error_set("%s: shape %s of %s is too large to address", op,
+                        kiln__shape_str(ndim, shape, sh, sizeof sh), kiln_dtype_name(dt));
+        return NULL;
+    }
+    kiln_storage *st = calloc(1, sizeof *st);
+    kiln_tensor *t = calloc(1, sizeof *t);
+    if (!st || !t) {
+        free(st);
+        free(t);
+        kiln__error_set("%s: out of memory", op);
+        return NULL;
+    }
+    /* Empty tensors still get a (tiny) buffer so backends never see a NULL handle. */
+    kiln_error_clear();
+    st->buf = dev->be->buffer_alloc(dev->ctx, nbytes ? nbytes : 1);
+    if (!st->buf) {
+        char why[KILN_ERROR_MAX];
+        snprintf(why, sizeof why, "%s", kiln_error()[0] ? kiln_error() : "out of device memory");
+        free(st);
+        free(t);
+        kiln__error_set("%s: cannot allocate %s%s (%zu bytes): %s", op, kiln_dtype_name(dt),
+                        kiln__shape_str(ndim, shape, sh, sizeof sh), nbytes, why);
+        return NULL;
+    }
+    atomic_init(&st->refcount, 1);
+    st->dev = dev;
+    st->nbytes = nbytes;
+    kiln__device_retain(dev);
+
+    atomic_init(&t->refcount, 1);
+    atomic_init(&t->scope_refs, 0);
+    t->storage = st;
+    t->dtype = dt;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++)
+        t->shape[i] = shape[i];
+    kiln__contig_strides(ndim, t->shape, t->strides);
+    t->offset = 0;
+    return t;
+}
+
+kiln_tensor *kiln__view(const kiln_tensor *base, int ndim, const int64_t *shape,
+                        const int64_t *strides, int64_t offset)
+{
+    kiln_tensor *t = calloc(1, sizeof *t);
+    if (!t) {
+        kiln__error_set("view: out of memory");
+        return NULL;
+    }
+    atomic_init(&t->refcount, 1);
+    atomic_init(&t->scope_refs, 0);
+    t->storage = base->storage;
+    atomic_fetch_add(&t->storage->refcount, 1);
+    t->dtype = base->dtype;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) {
+        t->shape[i] = shape[i];
+        t->strides[i] = strides[i];
+    }
+    t->offset = offset;
+    return t;
+}
+
+void kiln__desc(const kiln_tensor *t, kiln_tdesc *d)
+{
+    memset(d, 0, sizeof *d);
+    d->buf = t->storage->buf;
+    d->offset = t->offset;
+    d->dtype = t->dtype;
+    d->ndim = t->ndim;
+    for (int i = 0; i < t->ndim; i++) {
+        d->shape[i] = t->shape[i];
+        d->strides[i] = t->strides[i];
+    }
+}
+
+/* ----------------------------------------------------------------- lifetime */
+
+static void storage_release(kiln_storage *st)
+{
+    if (atomic_fetch_sub(&st->refcount, 1) != 1)
+        return;
+    kiln_device *dev = st->dev;
+    dev->be->buffer_free(dev->ctx, st->buf);
+    free(st);
+    kiln__device_release(dev);
+}
+
+static void tensor_drop(kiln_tensor *t)
+{
+    if (atomic_fetch_sub(&t->refcount, 1) != 1)
+        return;
+    storage_release(t->storage);
+    free(t);
+}
+
+kiln_tensor *kiln_tensor_retain(kiln_tensor *t)
+{
+    if (t)
+        atomic_fetch_add(&t->refcount, 1);
+    return t;
+}
+
+/* ------------------------------------------------------------------- scopes */
+
+typedef struct scope_stack {
+    kiln_tensor **items;
+    size_t n, cap;
+    size_t *marks;
+    size_t nmarks, markcap;
+    size_t lost;   /* scopes begun while out of memory: ended without releasing */
+} scope_stack;
+
+static _Thread_local scope_stack scopes;
+
+void kiln_scope_begin(void)
+{
+    if (scopes.lost || scopes.nmarks == scopes.markcap) {
+        size_t cap = scopes.markcap ? 2 * scopes.markcap : 16;
+        size_t *m = scopes.lost ? NULL : realloc(scopes.marks, cap * sizeof *m);
+        if (!m) {
+            /* Later tensors land in the enclosing scope (or none); still balanced. */
+            scopes.lost++;
+            kiln__error_set("kiln_scope_begin: out of memory");
+            return;
+        }
+        scopes.marks = m;
+        scopes.markcap = cap;
+    }
+    scopes.marks[scopes.nmarks++] = scopes.n;
+}
+
+static void scope_trim(void)
+{
+    size_t floor = scopes.nmarks ? scopes.marks[scopes.nmarks - 1] : 0;
+    while (scopes.n > floor && scopes.items[scopes.n - 1] == NULL)
+        scopes.n--;
+}
+
+void kiln_scope_end(void)
+{
+    if (scopes.lost) {
+        scopes.lost--;
+        return;
+    }
+    if (scopes.nmarks == 0)
+        return;
+    size_t mark = scopes.marks[--scopes.nmarks];
+    /* Release newest first: a composite's temporaries go before the views they feed. */
+    while (scopes.n > mark) {
+        kiln_tensor *t = scopes.items[--scopes.n];
+        if (t) {
+            atomic_fetch_sub(&t->scope_refs, 1);
+            tensor_drop(t);
+        }
+    }
+    if (scopes.nmarks == 0 && scopes.n == 0) {
+        free(scopes.items);
+        free(scopes.marks);
+        memset(&scopes, 0, sizeof scopes);
+    }
+}
+
+static bool scope_remove(kiln_tensor *t)
+{
+    for (size_t i = scopes.n; i-- > 0;) {
+        if (scopes.items[i] == t) {
+            scopes.items[i] = NULL;
+            atomic_fetch_sub(&t->scope_refs, 1);
+            scope_trim();
+            return true;
+        }
+    }
+    return false;
+}
+
+kiln_tensor *kiln__ret(kiln_tensor *t)
+{
+    if (!t || scopes.nmarks == 0)
+        return t;
+    if (scopes.n == scopes.cap) {
+        size_t cap = scopes.cap ? 2 * scopes.cap : 64;
+        kiln_tensor **items = realloc(scopes.items, cap * sizeof *items);
+        if (!items) {
+            tensor_drop(t);
+            kiln__error_set("scope: out of memory registering a tensor");
+            return NULL;
+        }
+        scopes.items = items;
+        scopes.cap = cap;
+    }
+    scopes.items[scopes.n++] = t;
+    atomic_fetch_add(&t->scope_refs, 1);
+    return t;
+}
+
+kiln_tensor *kiln_keep(kiln_tensor *t)
+{
+    if (t && atomic_load(&t->scope_refs) > 0)
+        scope_remove(t);
+    return t;
+}
+
+void kiln_tensor_release(kiln_tensor *t)
+{
+    if (!t)
+        return;
+    /* The caller is giving back the reference a scope would have released: forget the
+     * scope's entry so scope_end does not release it a second time. */
+    if (atomic_load(&t->scope_refs) > 0)
+        scope_remove(t);
+    tensor_drop(t);
+}
+
+/* -------------------------------------------------------------- introspection */
+
+int kiln_tensor_ndim(const kiln_tensor *t) { return t ? t->ndim : -1; }
+
+int64_t kiln_tensor_dim(const kiln_tensor *t, int d)
+{
+    if (!t)
+        return -1;
+    int w = kiln__wrap_dim(d, t->ndim, "kiln_tensor_dim");
+    if (w < 0)
+        return -1;
+    return t->ndim == 0 ? 1 : t->shape[w];
+}
+
+const int64_t *kiln_tensor_shape(const kiln_tensor *t) { return t ? t->shape : NULL; }
+const int64_t *kiln_tensor_strides(const kiln_tensor *t) { return t ? t->strides : NULL; }
+int64_t kiln_tensor_numel(const kiln_tensor *t) { return t ? kiln__numel(t) : -1; }
+kiln_dtype kiln_tensor_dtype(const kiln_tensor *t) { return t ? t->dtype : KILN_DTYPE_COUNT; }
+kiln_device *kiln_tensor_device(const kiln_tensor *t) { return t ? kiln__dev(t) : NULL; }
+
+bool kiln_tensor_is_contiguous(const kiln_tensor *t)
+{
+    if (!t)
+        return false;
+    int64_t expect = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] == 0)
+            return true;
+        if (t->shape[i] != 1 && t->strides[i] != expect)
+            return false;
+        expect *= t->shape[i];
+    }
+    return true;
+}
+
+bool kiln_tensor_shares_storage(const kiln_tensor *a, const kiln_tensor *b)
+{
+    return a && b && a->storage == b->storage;
+}
