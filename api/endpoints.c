@@ -1,0 +1,108 @@
+/*
+ * api/endpoints.c — handlers for the health probes, server metadata and metrics.
+ *
+ * KServe v2 says a health endpoint answers with its status code alone (200 true, other false),
+ * so the 200s carry an empty body; the 503 is an error and carries the usual JSON body.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "endpoints.h"
+#include "responses.h"
+
+static int copy_static(const struct kiln_buf pair[2], const struct kiln_request *req, struct kiln_buf *out)
+{
+    const struct kiln_buf *b = &pair[req->keep_alive ? 1 : 0];
+    if (kiln_buf_append(out, b->data, b->len) != 0)
+        return -1;
+    /* The status code sits at a fixed offset: "HTTP/1.1 NNN". */
+    return (b->data[9] - '0') * 100 + (b->data[10] - '0') * 10 + (b->data[11] - '0');
+}
+
+static int handle_live(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+{
+    return copy_static(((struct kiln_api *)ctx)->live, req, out);
+}
+
+static int handle_ready(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+{
+    return copy_static(((struct kiln_api *)ctx)->ready, req, out);
+}
+
+static int handle_meta(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+{
+    return copy_static(((struct kiln_api *)ctx)->meta, req, out);
+}
+
+static int handle_metrics(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+{
+    struct kiln_api *api = ctx;
+    api->scratch.len = 0;
+    if (kiln_metrics_render(api->metrics, &api->scratch) != 0)
+        return kiln_resp_error(out, 500, "out of memory rendering metrics", req->keep_alive, NULL);
+    return kiln_resp_append(out, 200, "text/plain; version=0.0.4; charset=utf-8", api->scratch.data,
+                            api->scratch.len, req->keep_alive, NULL);
+}
+
+static const struct kiln_route routes[] = {
+    {"/v2/health/live", KILN_HTTP_GET, handle_live},
+    {"/v2/health/ready", KILN_HTTP_GET, handle_ready},
+    {"/v2", KILN_HTTP_GET, handle_meta},
+    {"/metrics", KILN_HTTP_GET, handle_metrics},
+};
+
+static int render_pair(struct kiln_buf pair[2], int status, const char *ctype, const char *body)
+{
+    for (int ka = 0; ka < 2; ka++) {
+        pair[ka].len = 0;
+        int rc = status >= 400 ? kiln_resp_error(&pair[ka], status, body, ka, NULL)
+                               : kiln_resp_append(&pair[ka], status, ctype, body, strlen(body), ka, NULL);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int kiln_api_set_ready(struct kiln_api *api, bool ready, const char *state)
+{
+    char msg[96];
+    snprintf(msg, sizeof msg, "not ready: %s", state);
+    return ready ? render_pair(api->ready, 200, NULL, "") : render_pair(api->ready, 503, NULL, msg);
+}
+
+int kiln_api_init(struct kiln_api *api, struct kiln_metrics *metrics, const char *const *extensions)
+{
+    memset(api, 0, sizeof *api);
+    api->metrics = metrics;
+    api->router.routes = routes;
+    api->router.count = sizeof routes / sizeof routes[0];
+
+    struct kiln_buf meta = {0};
+    int rc = kiln_buf_printf(&meta, "{\"name\":\"kiln\",\"version\":\"%s\",\"extensions\":[", KILN_VERSION);
+    for (size_t i = 0; extensions && extensions[i] && rc == 0; i++) {
+        rc |= kiln_buf_puts(&meta, i ? ",\"" : "\"");
+        rc |= kiln_buf_json_escape(&meta, extensions[i], strlen(extensions[i]));
+        rc |= kiln_buf_puts(&meta, "\"");
+    }
+    rc |= kiln_buf_append(&meta, "]}", 3); /* with the NUL, so render_pair can strlen it */
+    if (rc == 0)
+        rc = render_pair(api->meta, 200, "application/json", meta.data);
+    kiln_buf_free(&meta);
+    if (rc == 0)
+        rc = render_pair(api->live, 200, NULL, "");
+    if (rc == 0)
+        rc = kiln_api_set_ready(api, false, "starting");
+    if (rc != 0)
+        kiln_api_free(api);
+    return rc;
+}
+
+void kiln_api_free(struct kiln_api *api)
+{
+    for (int i = 0; i < 2; i++) {
+        kiln_buf_free(&api->live[i]);
+        kiln_buf_free(&api->ready[i]);
+        kiln_buf_free(&api->meta[i]);
+    }
+    kiln_buf_free(&api->scratch);
+}

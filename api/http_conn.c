@@ -1,0 +1,256 @@
+/*
+ * api/http_conn.c — turning a byte stream into requests and responses with llhttp.
+ *
+ * llhttp enforces no size limits of its own, so the callbacks count the request line and header
+ * bytes and the body bytes as they stream in; a limit is enforced the moment it is crossed, even
+ * when the oversized part arrives a byte at a time. A callback that refuses a request records
+ * the status and returns -1, which stops the parser; feed then answers with that status and the
+ * connection closes. Pipelined requests are answered in order, each appended whole to out, so the
+ * socket layer can send a whole batch in one write.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "http_conn.h"
+#include "responses.h"
+
+/* Request bodies larger than this are not kept between requests, so one big upload does not pin memory. */
+#define BODY_KEEP_CAP (256u * 1024u)
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static struct kiln_http_conn *conn_of(llhttp_t *p)
+{
+    return p->data;
+}
+
+static int reject(struct kiln_http_conn *c, int status, const char *msg)
+{
+    c->reject_status = status;
+    c->reject_msg = msg;
+    return -1;
+}
+
+static int count_header_bytes(struct kiln_http_conn *c, size_t n)
+{
+    c->header_bytes += n;
+    if (c->header_bytes > c->svc->max_header_bytes)
+        return reject(c, 431, "request header block exceeds max_header_bytes");
+    return 0;
+}
+
+static int on_message_begin(llhttp_t *p)
+{
+    struct kiln_http_conn *c = conn_of(p);
+    c->in_message = true;
+    c->started_ns = now_ns();
+    c->header_bytes = 0;
+    c->body_bytes = 0;
+    c->url.len = 0;
+    if (c->body.cap > BODY_KEEP_CAP)
+        kiln_buf_free(&c->body);
+    c->body.len = 0;
+    return 0;
+}
+
+static int on_url(llhttp_t *p, const char *at, size_t n)
+{
+    struct kiln_http_conn *c = conn_of(p);
+    if (count_header_bytes(c, n) != 0)
+        return -1;
+    if (kiln_buf_append(&c->url, at, n) != 0) {
+        c->failed = true;
+        return -1;
+    }
+    return 0;
+}
+
+static int on_header_span(llhttp_t *p, const char *at, size_t n)
+{
+    (void)at;
+    /* +2 stands for the ": " or CRLF around each span, so many empty headers still add up. */
+    return count_header_bytes(conn_of(p), n + 2);
+}
+
+static int on_headers_complete(llhttp_t *p)
+{
+    struct kiln_http_conn *c = conn_of(p);
+    if ((p->flags & F_CONTENT_LENGTH) && p->content_length > c->svc->max_body_bytes)
+        return reject(c, 413, "request body exceeds max_body_bytes");
+    return 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t n)
+{
+    struct kiln_http_conn *c = conn_of(p);
+    c->body_bytes += n;
+    if (c->body_bytes > c->svc->max_body_bytes)
+        return reject(c, 413, "request body exceeds max_body_bytes");
+    if (kiln_buf_append(&c->body, at, n) != 0) {
+        c->failed = true;
+        return -1;
+    }
+    return 0;
+}
+
+static void observe(struct kiln_http_conn *c, size_t route, int status)
+{
+    const struct kiln_http_service *s = c->svc;
+    if (s->observe)
+        s->observe(s->observe_ctx, route, status, c->started_ns ? now_ns() - c->started_ns : 0);
+}
+
+static int dispatch(struct kiln_http_conn *c, bool keep_alive)
+{
+    const struct kiln_router *r = &c->svc->router;
+    struct kiln_request req = {
+        .method = KILN_HTTP_OTHER,
+        .path = c->url.data ? c->url.data : "",
+        .path_len = c->url.len,
+        .body = c->body.data,
+        .body_len = c->body.len,
+        .keep_alive = keep_alive,
+    };
+    const char *q = c->url.len ? memchr(c->url.data, '?', c->url.len) : NULL;
+    if (q) {
+        req.path_len = (size_t)(q - c->url.data);
+        req.query = q + 1;
+        req.query_len = c->url.len - req.path_len - 1;
+    }
+    const char *mname = llhttp_method_name((llhttp_method_t)llhttp_get_method(&c->parser));
+    req.method = kiln_http_method_from_name(mname, strlen(mname));
+
+    size_t idx;
+    int status;
+    switch (kiln_router_match(r, req.method, req.path, req.path_len, &idx)) {
+    case KILN_ROUTE_FOUND:
+        status = r->routes[idx].handler(c->svc->ctx, &req, &c->out);
+        break;
+    case KILN_ROUTE_METHOD_NOT_ALLOWED: {
+        char allow[96], hdr[128], msg[64];
+        kiln_router_allow(r, idx, allow, sizeof allow);
+        snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);
+        snprintf(msg, sizeof msg, "method %s not allowed", mname);
+        status = kiln_resp_error(&c->out, 405, msg, keep_alive, hdr);
+        break;
+    }
+    default: {
+        char msg[256];
+        snprintf(msg, sizeof msg, "no route for %.*s", (int)(req.path_len > 200 ? 200 : req.path_len), req.path);
+        status = kiln_resp_error(&c->out, 404, msg, keep_alive, NULL);
+        break;
+    }
+    }
+    if (status < 0)
+        return -1;
+    c->responses++;
+    observe(c, idx, status);
+    return 0;
+}
+
+static int on_message_complete(llhttp_t *p)
+{
+    struct kiln_http_conn *c = conn_of(p);
+    bool keep_alive = llhttp_should_keep_alive(p) && !c->draining;
+    c->in_message = false;
+    if (dispatch(c, keep_alive) != 0) {
+        c->failed = true;
+        return -1;
+    }
+    c->started_ns = 0;
+    if (!keep_alive) {
+        c->closing = true;
+        return HPE_PAUSED; /* whatever follows on this connection is not read */
+    }
+    return 0;
+}
+
+static const llhttp_settings_t settings = {
+    .on_message_begin = on_message_begin,
+    .on_url = on_url,
+    .on_header_field = on_header_span,
+    .on_header_value = on_header_span,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+void kiln_http_conn_init(struct kiln_http_conn *c, const struct kiln_http_service *svc)
+{
+    memset(c, 0, sizeof *c);
+    c->svc = svc;
+    llhttp_init(&c->parser, HTTP_REQUEST, &settings);
+    c->parser.data = c;
+}
+
+void kiln_http_conn_free(struct kiln_http_conn *c)
+{
+    kiln_buf_free(&c->url);
+    kiln_buf_free(&c->body);
+    kiln_buf_free(&c->out);
+}
+
+static void fail_with(struct kiln_http_conn *c, int status, const char *msg)
+{
+    c->closing = true;
+    if (c->failed)
+        return;
+    if (kiln_resp_error(&c->out, status, msg, false, NULL) < 0) {
+        c->failed = true;
+        return;
+    }
+    c->responses++;
+    observe(c, c->svc->router.count, status);
+}
+
+void kiln_http_conn_feed(struct kiln_http_conn *c, const char *data, size_t len)
+{
+    if (c->closing || len == 0)
+        return;
+    llhttp_errno_t e = llhttp_execute(&c->parser, data, len);
+    if (e == HPE_OK)
+        return;
+    if (e == HPE_PAUSED || e == HPE_PAUSED_UPGRADE) {
+        /* Paused by on_message_complete to close, or an Upgrade this server does not speak. */
+        c->closing = true;
+        return;
+    }
+    if (c->reject_status) {
+        fail_with(c, c->reject_status, c->reject_msg);
+        return;
+    }
+    char msg[160];
+    snprintf(msg, sizeof msg, "malformed HTTP request: %s", llhttp_get_error_reason(&c->parser));
+    fail_with(c, 400, msg);
+}
+
+void kiln_http_conn_eof(struct kiln_http_conn *c)
+{
+    if (c->closing)
+        return;
+    if (c->in_message)
+        fail_with(c, 400, "connection closed in the middle of a request");
+    c->closing = true;
+}
+
+void kiln_http_conn_timeout(struct kiln_http_conn *c)
+{
+    if (c->closing)
+        return;
+    if (c->in_message)
+        fail_with(c, 408, "request not received within request_timeout_ms");
+    c->closing = true;
+}
+
+void kiln_http_conn_drain(struct kiln_http_conn *c)
+{
+    c->draining = true;
+    if (!c->in_message)
+        c->closing = true;
+}

@@ -1,0 +1,50 @@
+/*
+ * api/router.c — matching a request's method and path against a route table. Tables are small
+ * (tens of routes), so a linear scan with memcmp beats any cleverer structure here.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "router.h"
+
+static const struct {
+    unsigned bit;
+    const char *name;
+} method_names[] = {
+    {KILN_HTTP_GET, "GET"},         {KILN_HTTP_HEAD, "HEAD"},   {KILN_HTTP_POST, "POST"},
+    {KILN_HTTP_PUT, "PUT"},         {KILN_HTTP_DELETE, "DELETE"}, {KILN_HTTP_PATCH, "PATCH"},
+    {KILN_HTTP_OPTIONS, "OPTIONS"},
+};
+
+unsigned kiln_http_method_from_name(const char *name, size_t len)
+{
+    for (size_t i = 0; i < sizeof method_names / sizeof method_names[0]; i++)
+        if (strlen(method_names[i].name) == len && memcmp(method_names[i].name, name, len) == 0)
+            return method_names[i].bit;
+    return KILN_HTTP_OTHER;
+}
+
+enum kiln_route_result kiln_router_match(const struct kiln_router *r, unsigned method,
+                                         const char *path, size_t len, size_t *index)
+{
+    for (size_t i = 0; i < r->count; i++) {
+        const struct kiln_route *rt = &r->routes[i];
+        if (strlen(rt->path) != len || memcmp(rt->path, path, len) != 0)
+            continue;
+        *index = i;
+        return (rt->methods & method) ? KILN_ROUTE_FOUND : KILN_ROUTE_METHOD_NOT_ALLOWED;
+    }
+    *index = r->count;
+    return KILN_ROUTE_NOT_FOUND;
+}
+
+void kiln_router_allow(const struct kiln_router *r, size_t index, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    if (index >= r->count)
+        return;
+    for (size_t i = 0; i < sizeof method_names / sizeof method_names[0] && used < len; i++)
+        if (r->routes[index].methods & method_names[i].bit)
+            used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", method_names[i].name);
+}

@@ -1,0 +1,79 @@
+/*
+ * api/router.h — the request as handlers see it, and a small table-driven router.
+ *
+ * A route table is static data: a path, the methods it takes and a handler. Matching is exact
+ * on the path (the query string is split off first); a path that exists under other methods
+ * answers 405 with an Allow header built from the table.
+ *
+ *     static const struct kiln_route routes[] = {
+ *         {"/v2/health/live", KILN_HTTP_GET, handle_live},
+ *     };
+ *     struct kiln_router r = {routes, 1};
+ */
+#ifndef KILN_API_ROUTER_H
+#define KILN_API_ROUTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "buf.h"
+
+/* Method bits; a route's methods field is their union. */
+enum kiln_http_method {
+    KILN_HTTP_OTHER = 0,
+    KILN_HTTP_GET = 1u << 0,
+    KILN_HTTP_HEAD = 1u << 1,
+    KILN_HTTP_POST = 1u << 2,
+    KILN_HTTP_PUT = 1u << 3,
+    KILN_HTTP_DELETE = 1u << 4,
+    KILN_HTTP_PATCH = 1u << 5,
+    KILN_HTTP_OPTIONS = 1u << 6,
+};
+
+struct kiln_request {
+    unsigned method;            /* one enum kiln_http_method bit */
+    const char *path;           /* not NUL-terminated */
+    size_t path_len;
+    const char *query;          /* after '?', or NULL */
+    size_t query_len;
+    const char *body;
+    size_t body_len;
+    bool keep_alive;            /* the response must say "Connection: close" when false */
+};
+
+/*
+ * A handler appends one complete response (status line, headers, body) to out and returns its
+ * status code, or -1 when it ran out of memory (the connection is then closed).
+ */
+typedef int (*kiln_route_handler)(void *ctx, const struct kiln_request *req, struct kiln_buf *out);
+
+struct kiln_route {
+    const char *path;
+    unsigned methods;
+    kiln_route_handler handler;
+};
+
+struct kiln_router {
+    const struct kiln_route *routes;
+    size_t count;
+};
+
+enum kiln_route_result {
+    KILN_ROUTE_FOUND,
+    KILN_ROUTE_NOT_FOUND,
+    KILN_ROUTE_METHOD_NOT_ALLOWED,
+};
+
+/*
+ * Finds the route for (method, path). *index is the matching route's index (also for 405, so
+ * the Allow header can be built), or the route count for an unknown path.
+ */
+enum kiln_route_result kiln_router_match(const struct kiln_router *r, unsigned method,
+                                         const char *path, size_t len, size_t *index);
+
+/* "GET, POST" for the methods of routes[index]. */
+void kiln_router_allow(const struct kiln_router *r, size_t index, char *buf, size_t len);
+
+unsigned kiln_http_method_from_name(const char *name, size_t len);
+
+#endif /* KILN_API_ROUTER_H */

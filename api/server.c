@@ -1,0 +1,521 @@
+/*
+ * api/server.c — libuv TCP server around http_conn.
+ *
+ * Each connection owns a TCP handle and one timer. The timer is the idle timeout while no request
+ * is in progress and the request timeout from a request's first byte until its response, so a
+ * client dripping bytes cannot hold a connection forever. Responses accumulate in the
+ * connection's out buffer and leave with one uv_try_write per read (the rest, if the socket is
+ * full, in one uv_write); while a write is pending and the backlog is large, reading stops.
+ * A connection that answered an error is shut down for writing and then lingers briefly, reading
+ * and discarding, so the client receives the error instead of a reset.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+#define READ_BUF_SIZE (64u * 1024u)
+#define BACKLOG_HIGH (1u << 20)     /* stop reading while this much output is unsent */
+#define LINGER_MS 1000
+#define MAX_STATUS_SLOTS 16
+
+struct status_slot {
+    int code;
+    struct kiln_metric_series *series;
+};
+
+struct route_metrics {
+    const char *label;
+    struct status_slot slots[MAX_STATUS_SLOTS];
+    struct kiln_metric_series *latency;
+};
+
+struct conn {
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    uv_write_t wreq;
+    uv_shutdown_t sreq;
+    struct kiln_http_conn http;
+    struct kiln_buf wbuf;           /* bytes handed to uv_write, kept alive until its callback */
+    struct kiln_server *srv;
+    struct conn *prev, *next;
+    unsigned last_responses;
+    int open_handles;
+    bool writing;
+    bool reading;
+    bool timer_is_request;
+    bool peer_eof;
+    bool close_armed;               /* the timer now bounds how long the last bytes may take */
+    bool lingering;
+    bool closed;
+};
+
+struct kiln_server {
+    uv_loop_t *loop;
+    uv_tcp_t listener;
+    bool listener_open;
+    struct kiln_server_options opts;
+    struct conn *conns;
+    size_t nconns;
+    int port;
+    bool draining;
+    void (*drained)(void *ud);
+    void *drained_ud;
+    struct kiln_metric_family *requests;
+    struct kiln_metric_family *latency;
+    struct route_metrics *rm;       /* router.count + 1 entries; the last is "other" */
+    char readbuf[READ_BUF_SIZE];
+};
+
+static void slog(struct kiln_server *s, enum kiln_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void slog(struct kiln_server *s, enum kiln_log_level level, const char *fmt, ...)
+{
+    if (!s->opts.log || level > s->opts.log_level)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    s->opts.log(s->opts.log_ud, level, msg);
+}
+
+/* ---- metrics ----------------------------------------------------------------------------- */
+
+static const double latency_buckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                         0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5, 5, 10};
+
+static double open_connections(void *ctx)
+{
+    return (double)((struct kiln_server *)ctx)->nconns;
+}
+
+static struct kiln_metric_series *status_series(struct kiln_server *s, struct route_metrics *rm, int code)
+{
+    for (size_t i = 0; i < MAX_STATUS_SLOTS; i++) {
+        if (rm->slots[i].code == code)
+            return rm->slots[i].series;
+        if (rm->slots[i].code == 0) {
+            char text[16];
+            snprintf(text, sizeof text, "%d", code);
+            struct kiln_metric_series *series =
+                kiln_metrics_series(s->requests, (const char *const[]){rm->label, text, NULL});
+            if (series)
+                rm->slots[i] = (struct status_slot){code, series};
+            return series;
+        }
+    }
+    char text[16];
+    snprintf(text, sizeof text, "%d", code);
+    return kiln_metrics_series(s->requests, (const char *const[]){rm->label, text, NULL});
+}
+
+static void observe(void *ctx, size_t route, int status, uint64_t elapsed_ns)
+{
+    struct kiln_server *s = ctx;
+    struct route_metrics *rm = &s->rm[route];
+    struct kiln_metric_series *count = status_series(s, rm, status);
+    if (count)
+        kiln_metric_add(count, 1);
+    if (rm->latency)
+        kiln_metric_observe(rm->latency, (double)elapsed_ns / 1e9);
+}
+
+static int register_metrics(struct kiln_server *s)
+{
+    struct kiln_metrics *m = s->opts.metrics;
+    const struct kiln_router *r = &s->opts.service.router;
+    s->rm = calloc(r->count + 1, sizeof *s->rm);
+    if (!s->rm)
+        return -1;
+    s->requests = kiln_metrics_family(m, "kiln_http_requests_total", "HTTP responses sent, by route and status code.",
+                                      KILN_METRIC_COUNTER, (const char *const[]){"route", "code", NULL}, NULL, 0);
+    s->latency = kiln_metrics_family(m, "kiln_http_request_duration_seconds",
+                                     "Time from a request's first byte to its response, by route.",
+                                     KILN_METRIC_HISTOGRAM, (const char *const[]){"route", NULL}, latency_buckets,
+                                     sizeof latency_buckets / sizeof latency_buckets[0]);
+    if (!s->requests || !s->latency)
+        return -1;
+    if (kiln_metrics_gauge_fn(m, "kiln_http_open_connections", "Client connections currently open.",
+                              open_connections, s) != 0)
+        return -1;
+    for (size_t i = 0; i <= r->count; i++) {
+        s->rm[i].label = i < r->count ? r->routes[i].path : "other";
+        s->rm[i].latency = kiln_metrics_series(s->latency, (const char *const[]){s->rm[i].label, NULL});
+        if (!s->rm[i].latency)
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- connections ------------------------------------------------------------------------- */
+
+static void maybe_drained(struct kiln_server *s)
+{
+    if (s->draining && s->nconns == 0 && !s->listener_open && s->drained) {
+        void (*done)(void *) = s->drained;
+        s->drained = NULL;
+        done(s->drained_ud);
+    }
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    struct conn *c = h->data;
+    if (--c->open_handles > 0)
+        return;
+    struct kiln_server *s = c->srv;
+    kiln_http_conn_free(&c->http);
+    kiln_buf_free(&c->wbuf);
+    free(c);
+    s->nconns--;
+    maybe_drained(s);
+}
+
+static void conn_close(struct conn *c)
+{
+    if (c->closed)
+        return;
+    c->closed = true;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        c->srv->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+    uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+}
+
+static void on_timer(uv_timer_t *t);
+static void after_input(struct conn *c);
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    struct conn *c = req->data;
+    if (status < 0 && !c->closed)
+        conn_close(c);
+}
+
+/* All output is out and no more input will be answered: close, or linger if the peer may still send. */
+static void conn_finish(struct conn *c)
+{
+    if (c->closed || c->lingering)
+        return;
+    if (c->peer_eof || c->srv->draining) {
+        conn_close(c);
+        return;
+    }
+    c->lingering = true;
+    c->sreq.data = c;
+    if (uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
+        conn_close(c);
+        return;
+    }
+    uv_timer_start(&c->timer, on_timer, LINGER_MS, 0);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    struct conn *c = h->data;
+    /* One buffer for the whole loop: data is consumed (copied or parsed) before the next read. */
+    *buf = uv_buf_init(c->srv->readbuf, READ_BUF_SIZE);
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    struct conn *c = stream->data;
+    if (c->closed)
+        return;
+    if (nread > 0) {
+        if (!c->lingering)
+            kiln_http_conn_feed(&c->http, buf->base, (size_t)nread);
+    } else if (nread == UV_EOF) {
+        c->peer_eof = true;
+        if (c->lingering) {
+            conn_close(c);
+            return;
+        }
+        uv_read_stop(stream);
+        c->reading = false;
+        kiln_http_conn_eof(&c->http);
+    } else if (nread < 0) {
+        conn_close(c);
+        return;
+    }
+    after_input(c);
+}
+
+static void on_write(uv_write_t *req, int status);
+
+static void flush(struct conn *c)
+{
+    struct kiln_buf *out = &c->http.out;
+    if (c->writing || out->len == 0 || c->closed)
+        return;
+    uv_buf_t b = uv_buf_init(out->data, (unsigned)out->len);
+    int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    if (n == (int)out->len) {
+        out->len = 0;
+        return;
+    }
+    if (n < 0 && n != UV_EAGAIN) {
+        conn_close(c);
+        return;
+    }
+    size_t sent = n > 0 ? (size_t)n : 0;
+    /* Hand the unsent tail to uv_write from a buffer of its own, so out can keep filling. */
+    struct kiln_buf tmp = c->wbuf;
+    c->wbuf = *out;
+    *out = tmp;
+    out->len = 0;
+    memmove(c->wbuf.data, c->wbuf.data + sent, c->wbuf.len - sent);
+    c->wbuf.len -= sent;
+    uv_buf_t rest = uv_buf_init(c->wbuf.data, (unsigned)c->wbuf.len);
+    c->wreq.data = c;
+    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &rest, 1, on_write) != 0) {
+        conn_close(c);
+        return;
+    }
+    c->writing = true;
+}
+
+static void on_write(uv_write_t *req, int status)
+{
+    struct conn *c = req->data;
+    c->writing = false;
+    c->wbuf.len = 0;
+    if (c->closed)
+        return;
+    if (status < 0) {
+        conn_close(c);
+        return;
+    }
+    after_input(c);
+}
+
+static uint64_t s_idle(const struct conn *c)
+{
+    return c->srv->opts.idle_timeout_ms;
+}
+
+static void update_timer(struct conn *c)
+{
+    struct kiln_server *s = c->srv;
+    if (c->http.in_message) {
+        if (!c->timer_is_request) {
+            c->timer_is_request = true;
+            uv_timer_start(&c->timer, on_timer, s->opts.request_timeout_ms, 0);
+        }
+    } else if (c->timer_is_request || c->http.responses != c->last_responses) {
+        c->timer_is_request = false;
+        c->last_responses = c->http.responses;
+        uv_timer_start(&c->timer, on_timer, s->opts.idle_timeout_ms, 0);
+    }
+}
+
+/* After any input, timeout or completed write: send what is ready, then decide what comes next. */
+static void after_input(struct conn *c)
+{
+    if (c->closed)
+        return;
+    if (c->http.failed) {
+        conn_close(c);
+        return;
+    }
+    flush(c);
+    if (c->closed || c->lingering)
+        return;
+    bool backlog = c->writing && c->http.out.len + c->wbuf.len > BACKLOG_HIGH;
+    bool want_read = !c->http.closing && !c->peer_eof && !backlog;
+    if (want_read && !c->reading) {
+        if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+            conn_close(c);
+            return;
+        }
+        c->reading = true;
+    } else if (!want_read && c->reading && !c->http.closing) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = false;
+    }
+    if (c->http.closing) {
+        if (!c->writing && c->http.out.len == 0) {
+            conn_finish(c);
+        } else if (!c->close_armed) {
+            c->close_armed = true;
+            uv_timer_start(&c->timer, on_timer, s_idle(c), 0);
+        }
+        return;
+    }
+    update_timer(c);
+}
+
+static void on_timer(uv_timer_t *t)
+{
+    struct conn *c = t->data;
+    /* Lingering is over, or the client stopped reading what it asked for: cut it off. */
+    if (c->lingering || c->http.closing || c->writing) {
+        conn_close(c);
+        return;
+    }
+    if (c->http.in_message)
+        slog(c->srv, KILN_LOG_DEBUG, "request timed out; closing connection");
+    kiln_http_conn_timeout(&c->http);
+    after_input(c);
+}
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+    struct kiln_server *s = listener->data;
+    if (status < 0) {
+        slog(s, KILN_LOG_WARN, "accept failed: %s", uv_strerror(status));
+        return;
+    }
+    struct conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        slog(s, KILN_LOG_ERROR, "out of memory accepting a connection");
+        return;
+    }
+    c->srv = s;
+    uv_tcp_init(s->loop, &c->tcp);
+    uv_timer_init(s->loop, &c->timer);
+    c->tcp.data = c->timer.data = c;
+    c->open_handles = 2;
+    s->nconns++;
+    c->next = s->conns;
+    if (s->conns)
+        s->conns->prev = c;
+    s->conns = c;
+    kiln_http_conn_init(&c->http, &s->opts.service);
+    int rc = uv_accept(listener, (uv_stream_t *)&c->tcp);
+    if (rc == 0)
+        rc = uv_tcp_nodelay(&c->tcp, 1);
+    if (rc == 0)
+        rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    if (rc != 0) {
+        slog(s, KILN_LOG_WARN, "setting up a connection failed: %s", uv_strerror(rc));
+        conn_close(c);
+        return;
+    }
+    c->reading = true;
+    uv_timer_start(&c->timer, on_timer, s->opts.idle_timeout_ms, 0);
+}
+
+/* ---- server ------------------------------------------------------------------------------ */
+
+int kiln_server_new(struct kiln_server **out, uv_loop_t *loop, const struct kiln_server_options *opts)
+{
+    struct kiln_server *s = calloc(1, sizeof *s);
+    if (!s)
+        return UV_ENOMEM;
+    s->loop = loop;
+    s->opts = *opts;
+    s->opts.service.observe = observe;
+    s->opts.service.observe_ctx = s;
+    if (register_metrics(s) != 0) {
+        free(s->rm);
+        free(s);
+        return UV_ENOMEM;
+    }
+    *out = s;
+    return 0;
+}
+
+static int resolve(uv_loop_t *loop, const char *host, int port, struct sockaddr_storage *addr)
+{
+    if (uv_ip4_addr(host, port, (struct sockaddr_in *)addr) == 0)
+        return 0;
+    if (uv_ip6_addr(host, port, (struct sockaddr_in6 *)addr) == 0)
+        return 0;
+    uv_getaddrinfo_t req;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    int rc = uv_getaddrinfo(loop, &req, NULL, host, NULL, &hints);
+    if (rc != 0)
+        return rc;
+    memcpy(addr, req.addrinfo->ai_addr, req.addrinfo->ai_addrlen);
+    if (addr->ss_family == AF_INET)
+        ((struct sockaddr_in *)addr)->sin_port = htons((uint16_t)port);
+    else
+        ((struct sockaddr_in6 *)addr)->sin6_port = htons((uint16_t)port);
+    uv_freeaddrinfo(req.addrinfo);
+    return 0;
+}
+
+int kiln_server_listen(struct kiln_server *s, char *err, size_t errlen)
+{
+    struct sockaddr_storage addr;
+    int rc = resolve(s->loop, s->opts.host, s->opts.port, &addr);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot resolve host '%s': %s", s->opts.host, uv_strerror(rc));
+        return rc;
+    }
+    uv_tcp_init(s->loop, &s->listener);
+    s->listener.data = s;
+    s->listener_open = true;
+    rc = uv_tcp_bind(&s->listener, (const struct sockaddr *)&addr, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&s->listener, 511, on_connection);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot listen on %s:%d: %s", s->opts.host, s->opts.port, uv_strerror(rc));
+        return rc;
+    }
+    struct sockaddr_storage bound;
+    int len = sizeof bound;
+    uv_tcp_getsockname(&s->listener, (struct sockaddr *)&bound, &len);
+    s->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                : ((struct sockaddr_in *)&bound)->sin_port);
+    return 0;
+}
+
+int kiln_server_port(const struct kiln_server *s)
+{
+    return s->port;
+}
+
+size_t kiln_server_connections(const struct kiln_server *s)
+{
+    return s->nconns;
+}
+
+static void on_listener_closed(uv_handle_t *h)
+{
+    struct kiln_server *s = h->data;
+    s->listener_open = false;
+    maybe_drained(s);
+}
+
+void kiln_server_drain(struct kiln_server *s, void (*done)(void *ud), void *ud)
+{
+    s->draining = true;
+    s->drained = done;
+    s->drained_ud = ud;
+    if (s->listener_open && !uv_is_closing((uv_handle_t *)&s->listener))
+        uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+    for (struct conn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        kiln_http_conn_drain(&c->http);
+        after_input(c);
+    }
+    maybe_drained(s);
+}
+
+void kiln_server_close_all(struct kiln_server *s)
+{
+    for (struct conn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        conn_close(c);
+    }
+}
+
+void kiln_server_free(struct kiln_server *s)
+{
+    if (!s)
+        return;
+    free(s->rm);
+    free(s);
+}

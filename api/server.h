@@ -1,0 +1,57 @@
+/*
+ * api/server.h — the HTTP server on a libuv loop: listening socket, connections, timers, writes.
+ * Protocol decisions live in http_conn.c; this layer moves bytes, enforces the idle and request
+ * timeouts, applies write back-pressure and closes connections cleanly.
+ *
+ * Thread affinity: every call runs on the thread that runs the loop.
+ *
+ *     struct kiln_server *srv;
+ *     kiln_server_new(&srv, loop, &opts);       // opts.service holds the router and limits
+ *     kiln_server_listen(srv, err, sizeof err); // then kiln_server_port(srv)
+ *     ... uv_run ...
+ *     kiln_server_drain(srv, on_drained, ud);   // on SIGTERM
+ *     kiln_server_free(srv);                    // after its handles have closed
+ */
+#ifndef KILN_API_SERVER_H
+#define KILN_API_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "config.h"
+#include "http_conn.h"
+#include "metrics.h"
+
+struct kiln_server_options {
+    const char *host;
+    int port;                       /* 0 picks a free port */
+    uint64_t idle_timeout_ms;
+    uint64_t request_timeout_ms;
+    struct kiln_http_service service;   /* observe is filled in by the server */
+    struct kiln_metrics *metrics;       /* borrowed; the server registers its families */
+    void (*log)(void *ud, enum kiln_log_level level, const char *msg);
+    void *log_ud;
+    enum kiln_log_level log_level;
+};
+
+struct kiln_server;
+
+int kiln_server_new(struct kiln_server **out, uv_loop_t *loop, const struct kiln_server_options *opts);
+/* Binds and listens; on failure writes the reason to err and returns a negative libuv code. */
+int kiln_server_listen(struct kiln_server *srv, char *err, size_t errlen);
+int kiln_server_port(const struct kiln_server *srv);
+size_t kiln_server_connections(const struct kiln_server *srv);
+
+/*
+ * Stops accepting, closes idle connections and lets busy ones finish their current request.
+ * done runs once the listener and every connection have closed.
+ */
+void kiln_server_drain(struct kiln_server *srv, void (*done)(void *ud), void *ud);
+/* Closes every connection now (the drain deadline passed). */
+void kiln_server_close_all(struct kiln_server *srv);
+/* Frees the server; its handles must have closed (run the loop after drain). */
+void kiln_server_free(struct kiln_server *srv);
+
+#endif /* KILN_API_SERVER_H */

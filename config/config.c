@@ -1,0 +1,383 @@
+/*
+ * config/config.c — loading kilnd's configuration in layers (defaults, JSON file, KILN_*
+ * environment, command-line flags) and printing --help and the configuration reference.
+ * Every rule about a key lives in config_table.c; this file only walks the table.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "config-impl.h"
+
+/* Flags that are commands rather than keys; one list so --help cannot forget one. */
+static const struct {
+    const char *flag;
+    const char *arg;
+    const char *desc;
+} command_flags[] = {
+    {"--config", "FILE", "Read a JSON configuration file (also KILN_CONFIG). Keys as in the table below."},
+    {"--check-config", NULL, "Validate the configuration, print the result and exit 0 (valid) or 1."},
+    {"--print-config-doc", NULL, "Print the configuration reference (docs/configuration.md) and exit."},
+    {"--help", NULL, "Print this help and exit."},
+    {"--version", NULL, "Print the version and exit."},
+};
+
+const char *kiln_log_level_to_str(enum kiln_log_level level)
+{
+    switch (level) {
+    case KILN_LOG_ERROR: return "error";
+    case KILN_LOG_WARN: return "warn";
+    case KILN_LOG_INFO: return "info";
+    case KILN_LOG_DEBUG: return "debug";
+    }
+    return "?";
+}
+
+void kiln_config_free(struct kiln_config *cfg)
+{
+    for (size_t i = 0; i < kiln__config_key_count; i++)
+        kiln__config_free_value(cfg, &kiln__config_keys[i]);
+    free(cfg->config_file);
+    cfg->config_file = NULL;
+}
+
+int kiln_config_init_defaults(struct kiln_config *cfg)
+{
+    char err[256];
+    memset(cfg, 0, sizeof *cfg);
+    for (size_t i = 0; i < kiln__config_key_count; i++) {
+        const struct kiln__config_key *k = &kiln__config_keys[i];
+        if (kiln__config_set_text(cfg, k, k->def, "default", err, sizeof err) != 0) {
+            kiln_config_free(cfg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static char *read_file(const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "config file %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t n = fread(buf + len, 1, cap - len - 1, f);
+        len += n;
+        if (len + 1 < cap)
+            break;
+        if (cap >= (64u << 20)) {
+            snprintf(err, errlen, "config file %s: larger than 64 MiB", path);
+            free(buf);
+            fclose(f);
+            return NULL;
+        }
+        char *grown = realloc(buf, cap * 2);
+        if (!grown) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = grown;
+        cap *= 2;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf || bad) {
+        snprintf(err, errlen, "config file %s: %s", path, buf ? "read error" : "out of memory");
+        free(buf);
+        return NULL;
+    }
+    buf[len] = '\0';
+    return buf;
+}
+
+/* Walks one JSON object; prefix is "" at the top and "limits." inside the limits group. */
+static int apply_object(struct kiln_config *cfg, const cJSON *obj, const char *prefix,
+                        const char *origin, char *err, size_t errlen)
+{
+    const cJSON *it;
+    cJSON_ArrayForEach(it, obj) {
+        char name[128];
+        snprintf(name, sizeof name, "%s%s", prefix, it->string ? it->string : "");
+        const struct kiln__config_key *k = kiln__config_find(name);
+        if (k) {
+            if (kiln__config_set_json(cfg, k, it, origin, err, errlen) != 0)
+                return -1;
+            continue;
+        }
+        /* A group is any prefix of a dotted key name ("limits" for "limits.max_body_bytes"). */
+        size_t n = strlen(name);
+        bool group = false;
+        for (size_t i = 0; i < kiln__config_key_count && !group && prefix[0] == '\0'; i++)
+            group = strncmp(kiln__config_keys[i].name, name, n) == 0 && kiln__config_keys[i].name[n] == '.';
+        if (group) {
+            if (!cJSON_IsObject(it)) {
+                snprintf(err, errlen, "%s: expected an object (from %s)", name, origin);
+                return -1;
+            }
+            char sub[130];
+            snprintf(sub, sizeof sub, "%s.", name);
+            if (apply_object(cfg, it, sub, origin, err, errlen) != 0)
+                return -1;
+            continue;
+        }
+        snprintf(err, errlen, "%s: unknown key (from %s)", name, origin);
+        return -1;
+    }
+    return 0;
+}
+
+static int apply_file(struct kiln_config *cfg, const char *path, char *err, size_t errlen)
+{
+    char *text = read_file(path, err, errlen);
+    if (!text)
+        return -1;
+    char origin[4200];
+    snprintf(origin, sizeof origin, "config file %s", path);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    if (!root) {
+        size_t at = end ? (size_t)(end - text) : 0;
+        snprintf(err, errlen, "config file %s: invalid JSON near byte %zu", path, at);
+        free(text);
+        return -1;
+    }
+    int rc = 0;
+    if (!cJSON_IsObject(root)) {
+        snprintf(err, errlen, "config file %s: the top level must be a JSON object", path);
+        rc = -1;
+    } else {
+        rc = apply_object(cfg, root, "", origin, err, errlen);
+    }
+    cJSON_Delete(root);
+    free(text);
+    return rc;
+}
+
+static const char *env_lookup(char *const *env, const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t i = 0; env && env[i]; i++)
+        if (strncmp(env[i], name, n) == 0 && env[i][n] == '=')
+            return env[i] + n + 1;
+    return NULL;
+}
+
+static int apply_env(struct kiln_config *cfg, char *const *env, char *err, size_t errlen)
+{
+    /* Unknown KILN_* names are left alone: the kiln CLI reads KILN_URL from the same shell. */
+    for (size_t i = 0; i < kiln__config_key_count; i++) {
+        const struct kiln__config_key *k = &kiln__config_keys[i];
+        const char *v = env_lookup(env, k->env);
+        if (!v)
+            continue;
+        char origin[64];
+        snprintf(origin, sizeof origin, "environment variable %s", k->env);
+        if (kiln__config_set_text(cfg, k, v, origin, err, errlen) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static const struct kiln__config_key *find_flag(const char *flag, size_t n)
+{
+    for (size_t i = 0; i < kiln__config_key_count; i++) {
+        const char *f = kiln__config_keys[i].flag;
+        if (f && strlen(f) == n && strncmp(f, flag, n) == 0)
+            return &kiln__config_keys[i];
+    }
+    return NULL;
+}
+
+/* Splits "--name=value" or "--name value"; returns the value or NULL when it is missing. */
+static const char *flag_value(int argc, char *const *argv, int *i, size_t *name_len)
+{
+    const char *arg = argv[*i];
+    const char *eq = strchr(arg, '=');
+    if (eq) {
+        *name_len = (size_t)(eq - arg);
+        return eq + 1;
+    }
+    *name_len = strlen(arg);
+    if (*i + 1 >= argc)
+        return NULL;
+    return argv[++*i];
+}
+
+static bool is_flag(const char *arg, const char *flag)
+{
+    return strcmp(arg, flag) == 0;
+}
+
+enum kiln_config_action kiln_config_load(struct kiln_config *cfg, int argc, char *const *argv,
+                                         char *const *env, char *err, size_t errlen)
+{
+    if (kiln_config_init_defaults(cfg) != 0) {
+        snprintf(err, errlen, "out of memory while loading defaults");
+        return KILN_CONFIG_ERROR;
+    }
+
+    /* First pass: commands and --config, so the file is applied before env and flags. */
+    enum kiln_config_action action = KILN_CONFIG_RUN;
+    const char *config_path = env_lookup(env, "KILN_CONFIG");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (is_flag(a, "--help") || is_flag(a, "-h"))
+            action = KILN_CONFIG_HELP;
+        else if (is_flag(a, "--version"))
+            action = action == KILN_CONFIG_HELP ? action : KILN_CONFIG_VERSION;
+        else if (is_flag(a, "--print-config-doc"))
+            action = KILN_CONFIG_PRINT_DOC;
+        else if (is_flag(a, "--check-config") && action == KILN_CONFIG_RUN)
+            action = KILN_CONFIG_CHECK;
+        else if (strncmp(a, "--config", 8) == 0 && (a[8] == '\0' || a[8] == '=')) {
+            size_t n;
+            config_path = flag_value(argc, argv, &i, &n);
+            if (!config_path) {
+                snprintf(err, errlen, "--config: missing value (from command line)");
+                goto fail;
+            }
+        }
+    }
+    if (action == KILN_CONFIG_HELP || action == KILN_CONFIG_VERSION || action == KILN_CONFIG_PRINT_DOC)
+        return action;
+
+    if (config_path && config_path[0]) {
+        cfg->config_file = strdup(config_path);
+        if (apply_file(cfg, config_path, err, errlen) != 0)
+            goto fail;
+    }
+    if (apply_env(cfg, env, err, errlen) != 0)
+        goto fail;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (is_flag(a, "--help") || is_flag(a, "-h") || is_flag(a, "--version") ||
+            is_flag(a, "--print-config-doc") || is_flag(a, "--check-config"))
+            continue;
+        if (strncmp(a, "--config", 8) == 0 && (a[8] == '\0' || a[8] == '=')) {
+            if (a[8] == '\0')
+                i++;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            snprintf(err, errlen, "unexpected argument '%s' (from command line; see --help)", a);
+            goto fail;
+        }
+        size_t n;
+        int at = i;
+        const char *v = flag_value(argc, argv, &i, &n);
+        const struct kiln__config_key *k = find_flag(a, n);
+        if (!k) {
+            snprintf(err, errlen, "unknown flag '%.*s' (from command line; see --help)", (int)n, a);
+            goto fail;
+        }
+        if (!v) {
+            snprintf(err, errlen, "%s: missing value (from command-line flag %s)", k->name, k->flag);
+            goto fail;
+        }
+        char origin[64];
+        snprintf(origin, sizeof origin, "command-line flag %s", k->flag);
+        (void)at;
+        if (kiln__config_set_text(cfg, k, v, origin, err, errlen) != 0)
+            goto fail;
+    }
+    return action;
+
+fail:
+    kiln_config_free(cfg);
+    return KILN_CONFIG_ERROR;
+}
+
+static void print_default(FILE *out, const struct kiln__config_key *k, bool markdown)
+{
+    const char *q = markdown ? "`" : "";
+    if (k->type == KILN__CT_STRLIST) {
+        fprintf(out, "%s[", q);
+        const char *p = k->def;
+        bool first = true;
+        while (*p) {
+            const char *comma = strchr(p, ',');
+            int n = comma ? (int)(comma - p) : (int)strlen(p);
+            fprintf(out, "%s\"%.*s\"", first ? "" : ", ", n, p);
+            first = false;
+            if (!comma)
+                break;
+            p = comma + 1;
+        }
+        fprintf(out, "]%s", q);
+    } else if (k->type == KILN__CT_INT) {
+        fprintf(out, "%s%s%s", q, k->def, q);
+    } else {
+        fprintf(out, "%s\"%s\"%s", q, k->def, q);
+    }
+}
+
+void kiln_config_print_help(FILE *out, const char *prog)
+{
+    fprintf(out, "usage: %s [options]\n\nkilnd serves the kiln engine over HTTP.\n\n", prog);
+    for (size_t i = 0; i < sizeof command_flags / sizeof command_flags[0]; i++) {
+        char left[64];
+        snprintf(left, sizeof left, "%s%s%s", command_flags[i].flag, command_flags[i].arg ? " " : "",
+                 command_flags[i].arg ? command_flags[i].arg : "");
+        fprintf(out, "  %-26s %s\n", left, command_flags[i].desc);
+    }
+    fprintf(out, "\nConfiguration (precedence: file < environment < flags):\n");
+    for (size_t i = 0; i < kiln__config_key_count; i++) {
+        const struct kiln__config_key *k = &kiln__config_keys[i];
+        char left[64], bounds[128];
+        snprintf(left, sizeof left, "%s %s", k->flag ? k->flag : "(file/env only)",
+                 k->flag ? (k->type == KILN__CT_INT ? "N" : "VALUE") : "");
+        kiln__config_describe_bounds(k, bounds, sizeof bounds);
+        fprintf(out, "  %-26s %s\n  %-26s key %s, env %s, %s, default ", left, k->desc, "", k->name,
+                k->env, bounds);
+        print_default(out, k, false);
+        fputc('\n', out);
+    }
+}
+
+void kiln_config_print_doc(FILE *out)
+{
+    fprintf(out,
+            "# kilnd configuration\n\n"
+            "<!-- Generated by `kilnd --print-config-doc` from config/config_table.c; do not edit by hand. -->\n\n"
+            "kilnd reads its settings in layers; a later layer overrides an earlier one:\n\n"
+            "1. the defaults below;\n"
+            "2. a JSON file named by `--config FILE` (or `KILN_CONFIG`);\n"
+            "3. environment variables `KILN_*`;\n"
+            "4. command-line flags.\n\n"
+            "An unknown key in the file, an unknown flag, a value of the wrong type or out of range "
+            "stops the start with a message naming the key and where the value came from (file path, "
+            "environment variable or flag). `kilnd --check-config` validates without starting "
+            "(exit 0 when valid, 1 otherwise). In the JSON file, dotted keys are nested objects: "
+            "`limits.max_body_bytes` is written `{\"limits\": {\"max_body_bytes\": 1048576}}`. "
+            "Lists are JSON arrays in the file and comma-separated in the environment and on the "
+            "command line.\n\n"
+            "| key | type | default | bounds | environment | flag | description |\n"
+            "|---|---|---|---|---|---|---|\n");
+    for (size_t i = 0; i < kiln__config_key_count; i++) {
+        const struct kiln__config_key *k = &kiln__config_keys[i];
+        char bounds[128];
+        kiln__config_describe_bounds(k, bounds, sizeof bounds);
+        fprintf(out, "| `%s` | %s | ", k->name, kiln__config_type_name(k->type));
+        print_default(out, k, true);
+        fprintf(out, " | %s | `%s` | %s%s%s | %s |\n", bounds, k->env, k->flag ? "`" : "",
+                k->flag ? k->flag : "—", k->flag ? "`" : "", k->desc);
+    }
+    fprintf(out, "\n## Command flags\n\n| flag | description |\n|---|---|\n");
+    for (size_t i = 0; i < sizeof command_flags / sizeof command_flags[0]; i++)
+        fprintf(out, "| `%s%s%s` | %s |\n", command_flags[i].flag, command_flags[i].arg ? " " : "",
+                command_flags[i].arg ? command_flags[i].arg : "", command_flags[i].desc);
+    fprintf(out,
+            "\n## Example\n\n```json\n{\n  \"host\": \"127.0.0.1\",\n  \"port\": 8080,\n"
+            "  \"data_dir\": \"/var/lib/kiln\",\n  \"devices\": [\"cpu\"],\n"
+            "  \"limits\": {\"max_body_bytes\": 67108864, \"request_timeout_ms\": 30000},\n"
+            "  \"log_format\": \"json\"\n}\n```\n");
+}

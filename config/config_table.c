@@ -1,0 +1,291 @@
+/*
+ * config/config_table.c — the one table that knows kilnd's configuration keys, and the typed
+ * setters that validate a value against it. The file loader, the environment, the flags,
+ * --help and the generated documentation all read this table; no other place lists keys.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "config-impl.h"
+
+static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
+static const char *const log_formats[] = {"text", "json", NULL};
+
+#define OFF(field) offsetof(struct kiln_config, field)
+#define KIB 1024LL
+#define MIB (1024LL * 1024LL)
+
+const struct kiln__config_key kiln__config_keys[] = {
+    {"host", KILN__CT_STRING, OFF(host), 1, 255, NULL, "127.0.0.1", "KILN_HOST", "--host",
+     "Address to listen on. Binding anything but loopback will require api_tokens in a later release."},
+    {"port", KILN__CT_INT, OFF(port), 0, 65535, NULL, "8080", "KILN_PORT", "--port",
+     "TCP port. 0 picks a free port; the chosen port is logged first and written to <data_dir>/kilnd.port."},
+    {"data_dir", KILN__CT_STRING, OFF(data_dir), 1, 4096, NULL, "./var", "KILN_DATA_DIR", "--data-dir",
+     "Folder for the job store (kiln.db), models and checkpoints; created when missing."},
+    {"devices", KILN__CT_STRLIST, OFF(devices), 1, 64, NULL, "cpu", "KILN_DEVICES", "--devices",
+     "Devices to open, e.g. [\"cpu\", \"cuda:0\"]. Comma-separated in the environment and on the command line."},
+    {"worker_threads", KILN__CT_INT, OFF(worker_threads), 0, 1024, NULL, "0", "KILN_WORKER_THREADS",
+     "--worker-threads", "Worker threads per device; 0 means one per CPU core."},
+    {"limits.max_header_bytes", KILN__CT_INT, OFF(limits.max_header_bytes), 256, 1 * MIB, NULL, "8192",
+     "KILN_MAX_HEADER_BYTES", "--max-header-bytes",
+     "Largest request line plus header block; larger requests get 431 and the connection closes."},
+    {"limits.max_body_bytes", KILN__CT_INT, OFF(limits.max_body_bytes), 0, 4096 * MIB, NULL, "16777216",
+     "KILN_MAX_BODY_BYTES", "--max-body-bytes",
+     "Largest request body (after de-chunking); larger bodies get 413 and the connection closes."},
+    {"limits.idle_timeout_ms", KILN__CT_INT, OFF(limits.idle_timeout_ms), 10, 86400000, NULL, "60000",
+     "KILN_IDLE_TIMEOUT_MS", "--idle-timeout-ms",
+     "A keep-alive connection with no request in progress is closed after this long."},
+    {"limits.request_timeout_ms", KILN__CT_INT, OFF(limits.request_timeout_ms), 10, 86400000, NULL, "30000",
+     "KILN_REQUEST_TIMEOUT_MS", "--request-timeout-ms",
+     "A request must arrive completely within this long of its first byte, or it gets 408 and the connection closes."},
+    {"drain_timeout_ms", KILN__CT_INT, OFF(drain_timeout_ms), 0, 3600000, NULL, "10000",
+     "KILN_DRAIN_TIMEOUT_MS", "--drain-timeout-ms",
+     "On SIGTERM/SIGINT, how long in-flight requests may take before the remaining connections are cut."},
+    {"log_level", KILN__CT_ENUM, OFF(log_level), 0, 0, log_levels, "info", "KILN_LOG_LEVEL", "--log-level",
+     "Least severe level written to the log."},
+    {"log_format", KILN__CT_ENUM, OFF(log_format), 0, 0, log_formats, "text", "KILN_LOG_FORMAT", "--log-format",
+     "text: one human-readable line per event; json: one JSON object per line."},
+    {"log_file", KILN__CT_STRING, OFF(log_file), 0, 4096, NULL, "", "KILN_LOG_FILE", "--log-file",
+     "Append the log to this file (reopened on SIGHUP, for log rotation); empty means stderr."},
+    {"api_tokens", KILN__CT_STRLIST, OFF(api_tokens), 0, 1024, NULL, "", "KILN_API_TOKENS", NULL,
+     "Bearer tokens accepted by the API. Read and stored; enforcement arrives in a later release. "
+     "Kept off the command line so tokens do not show in the process list."},
+};
+
+const size_t kiln__config_key_count = sizeof kiln__config_keys / sizeof kiln__config_keys[0];
+
+const struct kiln__config_key *kiln__config_find(const char *name)
+{
+    for (size_t i = 0; i < kiln__config_key_count; i++)
+        if (strcmp(kiln__config_keys[i].name, name) == 0)
+            return &kiln__config_keys[i];
+    return NULL;
+}
+
+const char *kiln__config_type_name(enum kiln__config_type t)
+{
+    switch (t) {
+    case KILN__CT_STRING: return "string";
+    case KILN__CT_INT: return "integer";
+    case KILN__CT_ENUM: return "enum";
+    case KILN__CT_STRLIST: return "list of strings";
+    }
+    return "?";
+}
+
+void kiln__config_describe_bounds(const struct kiln__config_key *k, char *buf, size_t len)
+{
+    switch (k->type) {
+    case KILN__CT_INT:
+        snprintf(buf, len, "%" PRId64 "..%" PRId64, k->min, k->max);
+        return;
+    case KILN__CT_STRING:
+        snprintf(buf, len, "length %" PRId64 "..%" PRId64, k->min, k->max);
+        return;
+    case KILN__CT_STRLIST:
+        snprintf(buf, len, "%" PRId64 "..%" PRId64 " items", k->min, k->max);
+        return;
+    case KILN__CT_ENUM: {
+        size_t used = (size_t)snprintf(buf, len, "one of");
+        for (size_t i = 0; k->choices[i] && used < len; i++)
+            used += (size_t)snprintf(buf + used, len - used, "%s %s", i ? "," : "", k->choices[i]);
+        return;
+    }
+    }
+}
+
+static void *field(struct kiln_config *cfg, const struct kiln__config_key *k)
+{
+    return (char *)cfg + k->offset;
+}
+
+void kiln__config_free_value(struct kiln_config *cfg, const struct kiln__config_key *k)
+{
+    if (k->type == KILN__CT_STRING) {
+        char **s = field(cfg, k);
+        free(*s);
+        *s = NULL;
+    } else if (k->type == KILN__CT_STRLIST) {
+        struct kiln_strlist *l = field(cfg, k);
+        for (size_t i = 0; i < l->count; i++)
+            free(l->items[i]);
+        free(l->items);
+        l->items = NULL;
+        l->count = 0;
+    }
+}
+
+#define FAIL(...)                                                       \
+    do {                                                                \
+        int n_ = snprintf(err, errlen, "%s: ", k->name);                \
+        if (n_ > 0 && (size_t)n_ < errlen)                              \
+            n_ += snprintf(err + n_, errlen - (size_t)n_, __VA_ARGS__); \
+        if (n_ > 0 && (size_t)n_ < errlen)                              \
+            snprintf(err + n_, errlen - (size_t)n_, " (from %s)", origin); \
+        return -1;                                                      \
+    } while (0)
+
+static int store_string(struct kiln_config *cfg, const struct kiln__config_key *k, const char *s,
+                        const char *origin, char *err, size_t errlen)
+{
+    size_t n = strlen(s);
+    if ((int64_t)n < k->min || (int64_t)n > k->max)
+        FAIL("length %zu is outside %" PRId64 "..%" PRId64, n, k->min, k->max);
+    char *copy = strdup(s);
+    if (!copy)
+        FAIL("out of memory");
+    kiln__config_free_value(cfg, k);
+    *(char **)field(cfg, k) = copy;
+    return 0;
+}
+
+static int store_int(struct kiln_config *cfg, const struct kiln__config_key *k, int64_t v,
+                     const char *origin, char *err, size_t errlen)
+{
+    if (v < k->min || v > k->max)
+        FAIL("%" PRId64 " is out of range %" PRId64 "..%" PRId64, v, k->min, k->max);
+    *(int64_t *)field(cfg, k) = v;
+    return 0;
+}
+
+static int store_enum(struct kiln_config *cfg, const struct kiln__config_key *k, const char *s,
+                      const char *origin, char *err, size_t errlen)
+{
+    for (int64_t i = 0; k->choices[i]; i++) {
+        if (strcmp(k->choices[i], s) == 0) {
+            *(int64_t *)field(cfg, k) = i;
+            return 0;
+        }
+    }
+    char bounds[128];
+    kiln__config_describe_bounds(k, bounds, sizeof bounds);
+    FAIL("'%s' is not %s", s, bounds);
+}
+
+/* Takes ownership of items (count entries) whatever happens. */
+static int store_list(struct kiln_config *cfg, const struct kiln__config_key *k, char **items,
+                      size_t count, const char *origin, char *err, size_t errlen)
+{
+    const char *why = NULL;
+    if ((int64_t)count < k->min || (int64_t)count > k->max)
+        why = "item count";
+    for (size_t i = 0; !why && i < count; i++)
+        if (!items[i] || items[i][0] == '\0')
+            why = "empty item";
+    if (why) {
+        for (size_t i = 0; i < count; i++)
+            free(items[i]);
+        free(items);
+        if (strcmp(why, "item count") == 0)
+            FAIL("%zu items is outside %" PRId64 "..%" PRId64, count, k->min, k->max);
+        FAIL("items must be non-empty strings");
+    }
+    kiln__config_free_value(cfg, k);
+    struct kiln_strlist *l = field(cfg, k);
+    l->items = items;
+    l->count = count;
+    return 0;
+}
+
+int kiln__config_set_text(struct kiln_config *cfg, const struct kiln__config_key *k,
+                          const char *text, const char *origin, char *err, size_t errlen)
+{
+    switch (k->type) {
+    case KILN__CT_STRING:
+        return store_string(cfg, k, text, origin, err, errlen);
+    case KILN__CT_ENUM:
+        return store_enum(cfg, k, text, origin, err, errlen);
+    case KILN__CT_INT: {
+        char *end = NULL;
+        errno = 0;
+        long long v = strtoll(text, &end, 10);
+        if (text[0] == '\0' || *end != '\0' || errno == ERANGE)
+            FAIL("'%s' is not an integer", text);
+        return store_int(cfg, k, v, origin, err, errlen);
+    }
+    case KILN__CT_STRLIST: {
+        /* An empty text is the empty list, so "KILN_API_TOKENS=" clears the tokens. */
+        size_t count = 0, cap = 0;
+        char **items = NULL;
+        const char *p = text;
+        while (*p) {
+            const char *comma = strchr(p, ',');
+            size_t n = comma ? (size_t)(comma - p) : strlen(p);
+            if (count == cap) {
+                cap = cap ? cap * 2 : 4;
+                char **grown = realloc(items, cap * sizeof *items);
+                if (!grown) {
+                    store_list(cfg, k, items, count, origin, err, errlen);
+                    FAIL("out of memory");
+                }
+                items = grown;
+            }
+            items[count++] = strndup(p, n);
+            if (!comma)
+                break;
+            p = comma + 1;
+            if (*p == '\0') { /* a trailing comma is an empty item */
+                if (count == cap) {
+                    char **grown = realloc(items, (cap + 1) * sizeof *items);
+                    if (!grown) {
+                        store_list(cfg, k, items, count, origin, err, errlen);
+                        FAIL("out of memory");
+                    }
+                    items = grown;
+                }
+                items[count++] = strdup("");
+            }
+        }
+        return store_list(cfg, k, items, count, origin, err, errlen);
+    }
+    }
+    FAIL("unknown type");
+}
+
+int kiln__config_set_json(struct kiln_config *cfg, const struct kiln__config_key *k,
+                          const cJSON *v, const char *origin, char *err, size_t errlen)
+{
+    switch (k->type) {
+    case KILN__CT_STRING:
+        if (!cJSON_IsString(v))
+            FAIL("expected a string");
+        return store_string(cfg, k, v->valuestring, origin, err, errlen);
+    case KILN__CT_ENUM:
+        if (!cJSON_IsString(v))
+            FAIL("expected a string");
+        return store_enum(cfg, k, v->valuestring, origin, err, errlen);
+    case KILN__CT_INT: {
+        if (!cJSON_IsNumber(v))
+            FAIL("expected an integer");
+        double d = v->valuedouble;
+        /* Doubles hold integers exactly up to 2^53, far past every bound in the table. */
+        if (d != d || d < -9007199254740992.0 || d > 9007199254740992.0 || d != (double)(int64_t)d)
+            FAIL("expected an integer, got %g", d);
+        return store_int(cfg, k, (int64_t)d, origin, err, errlen);
+    }
+    case KILN__CT_STRLIST: {
+        if (!cJSON_IsArray(v))
+            FAIL("expected an array of strings");
+        size_t count = (size_t)cJSON_GetArraySize(v);
+        char **items = calloc(count ? count : 1, sizeof *items);
+        if (!items)
+            FAIL("out of memory");
+        size_t i = 0;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, v) {
+            if (!cJSON_IsString(it)) {
+                store_list(cfg, k, items, i, origin, err, errlen);
+                FAIL("expected an array of strings");
+            }
+            items[i++] = strdup(it->valuestring);
+        }
+        return store_list(cfg, k, items, i, origin, err, errlen);
+    }
+    }
+    FAIL("unknown type");
+}

@@ -1,0 +1,318 @@
+/*
+ * daemon/lifecycle.c — bringing kilnd up, keeping it running and taking it down.
+ *
+ * Start: log, data folder, listening socket (first log line names the bound port, which is also
+ * written to <data_dir>/kilnd.port for whoever started us with --port 0), job store, ready.
+ * SIGTERM/SIGINT: draining — readiness turns 503, the listener closes, idle connections close,
+ * busy ones finish; after drain_timeout_ms whatever remains is cut. A second signal cuts at once.
+ * SIGHUP reopens the log file. Shutdown closes every handle so the loop ends with nothing leaked.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+static const char *const api_extensions[] = {NULL};
+
+const char *kiln_daemon_state_to_str(enum kiln_daemon_state s)
+{
+    switch (s) {
+    case KILN_DAEMON_STARTING: return "starting";
+    case KILN_DAEMON_READY: return "ready";
+    case KILN_DAEMON_DRAINING: return "draining";
+    case KILN_DAEMON_STOPPED: return "stopped";
+    }
+    return "?";
+}
+
+static void set_state(struct kiln_daemon *d, enum kiln_daemon_state s)
+{
+    d->state = s;
+    if (d->api_ready && kiln_api_set_ready(&d->api, s == KILN_DAEMON_READY, kiln_daemon_state_to_str(s)) != 0)
+        kiln_log_write(&d->log, KILN_LOG_ERROR, "out of memory updating readiness");
+    kiln_log_write(&d->log, KILN_LOG_INFO, "state %s", kiln_daemon_state_to_str(s));
+}
+
+static int mkdir_p(const char *path, char *err, size_t errlen)
+{
+    char *copy = strdup(path);
+    if (!copy) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = 0;
+    for (char *p = copy + 1; rc == 0; p++) {
+        bool end = *p == '\0';
+        if (*p != '/' && !end)
+            continue;
+        *p = '\0';
+        if (mkdir(copy, 0755) != 0 && errno != EEXIST) {
+            snprintf(err, errlen, "data_dir: cannot create %s: %s", copy, strerror(errno));
+            rc = -1;
+        }
+        if (end)
+            break;
+        *p = '/';
+    }
+    free(copy);
+    struct stat st;
+    if (rc == 0 && (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))) {
+        snprintf(err, errlen, "data_dir: %s is not a folder", path);
+        rc = -1;
+    }
+    return rc;
+}
+
+/* Written under a temporary name and renamed, so a reader never sees a half-written port. */
+static int write_port_file(struct kiln_daemon *d, int port)
+{
+    size_t n = strlen(d->cfg.data_dir) + 32;
+    char *tmp = malloc(n);
+    d->port_file = malloc(n);
+    if (!tmp || !d->port_file) {
+        free(tmp);
+        return -1;
+    }
+    snprintf(d->port_file, n, "%s/kilnd.port", d->cfg.data_dir);
+    snprintf(tmp, n, "%s/kilnd.port.tmp", d->cfg.data_dir);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int rc = -1;
+    if (fd >= 0) {
+        char text[16];
+        int len = snprintf(text, sizeof text, "%d\n", port);
+        rc = write(fd, text, (size_t)len) == len ? 0 : -1;
+        if (close(fd) != 0)
+            rc = -1;
+        if (rc == 0)
+            rc = rename(tmp, d->port_file);
+    }
+    if (rc != 0) {
+        kiln_log_write(&d->log, KILN_LOG_ERROR, "cannot write %s: %s", d->port_file, strerror(errno));
+        unlink(tmp);
+        free(d->port_file);
+        d->port_file = NULL;
+    }
+    free(tmp);
+    return rc;
+}
+
+static double uptime_seconds(void *ctx)
+{
+    struct kiln_daemon *d = ctx;
+    return (double)(uv_hrtime() - d->started_ns) / 1e9;
+}
+
+static void close_handle(uv_handle_t *h)
+{
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+/* Everything the daemon itself holds open on the loop; the server closes its own. */
+static void close_daemon_handles(struct kiln_daemon *d)
+{
+    if (!d->handles_ready)
+        return;
+    close_handle((uv_handle_t *)&d->sig_term);
+    close_handle((uv_handle_t *)&d->sig_int);
+    close_handle((uv_handle_t *)&d->sig_hup);
+    close_handle((uv_handle_t *)&d->drain_timer);
+}
+
+static void on_drained(void *ud)
+{
+    struct kiln_daemon *d = ud;
+    kiln_log_write(&d->log, KILN_LOG_INFO, "all connections closed");
+    close_daemon_handles(d);
+}
+
+static void on_drain_deadline(uv_timer_t *t)
+{
+    struct kiln_daemon *d = t->data;
+    kiln_log_write(&d->log, KILN_LOG_WARN, "drain_timeout_ms passed with %zu connection(s) open; closing them",
+                   kiln_server_connections(d->server));
+    kiln_server_close_all(d->server);
+}
+
+static void begin_drain(struct kiln_daemon *d, const char *why)
+{
+    if (d->state == KILN_DAEMON_DRAINING) {
+        kiln_log_write(&d->log, KILN_LOG_WARN, "%s again while draining; closing connections now", why);
+        kiln_server_close_all(d->server);
+        return;
+    }
+    kiln_log_write(&d->log, KILN_LOG_INFO, "%s received; draining (up to %lld ms)", why,
+                   (long long)d->cfg.drain_timeout_ms);
+    set_state(d, KILN_DAEMON_DRAINING);
+    uv_timer_start(&d->drain_timer, on_drain_deadline, (uint64_t)d->cfg.drain_timeout_ms, 0);
+    kiln_server_drain(d->server, on_drained, d);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    struct kiln_daemon *d = h->data;
+    if (signum == SIGHUP) {
+        if (kiln_log_reopen(&d->log) != 0)
+            kiln_log_write(&d->log, KILN_LOG_ERROR, "SIGHUP: cannot reopen %s: %s", d->log.path, strerror(errno));
+        else
+            kiln_log_write(&d->log, KILN_LOG_INFO, "SIGHUP: log reopened");
+        return;
+    }
+    begin_drain(d, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+static int start_handles(struct kiln_daemon *d)
+{
+    uv_signal_init(&d->loop, &d->sig_term);
+    uv_signal_init(&d->loop, &d->sig_int);
+    uv_signal_init(&d->loop, &d->sig_hup);
+    uv_timer_init(&d->loop, &d->drain_timer);
+    d->sig_term.data = d->sig_int.data = d->sig_hup.data = d->drain_timer.data = d;
+    d->handles_ready = true;
+    int rc = uv_signal_start(&d->sig_term, on_signal, SIGTERM);
+    if (rc == 0)
+        rc = uv_signal_start(&d->sig_int, on_signal, SIGINT);
+    if (rc == 0)
+        rc = uv_signal_start(&d->sig_hup, on_signal, SIGHUP);
+    /* The drain timer must not keep the loop alive on its own once everything else is closed. */
+    return rc;
+}
+
+int kiln_daemon_init(struct kiln_daemon *d, struct kiln_config *cfg)
+{
+    char err[512];
+    memset(d, 0, sizeof *d);
+    d->cfg = *cfg;
+    memset(cfg, 0, sizeof *cfg);
+    d->started_ns = uv_hrtime();
+    d->state = KILN_DAEMON_STARTING;
+    d->exit_code = 1;
+
+    if (kiln_log_open(&d->log, d->cfg.log_file, (enum kiln_log_level)d->cfg.log_level,
+                      (enum kiln_log_format)d->cfg.log_format, err, sizeof err) != 0) {
+        fprintf(stderr, "kilnd: %s\n", err);
+        return -1;
+    }
+    d->log_ready = true;
+
+    if (uv_loop_init(&d->loop) != 0) {
+        kiln_log_write(&d->log, KILN_LOG_ERROR, "cannot create the event loop");
+        return -1;
+    }
+    d->loop_ready = true;
+
+    d->metrics = kiln_metrics_new();
+    if (!d->metrics || kiln_metrics_gauge_fn(d->metrics, "kiln_process_uptime_seconds",
+                                             "Seconds since kilnd started.", uptime_seconds, d) != 0) {
+        kiln_log_write(&d->log, KILN_LOG_ERROR, "out of memory");
+        return -1;
+    }
+    struct kiln_metric_family *info = kiln_metrics_family(d->metrics, "kiln_build_info",
+        "Always 1; the labels say which kilnd this is.", KILN_METRIC_GAUGE,
+        (const char *const[]){"version", NULL}, NULL, 0);
+    struct kiln_metric_series *info_series = info ? kiln_metrics_series(info, (const char *const[]){KILN_VERSION, NULL}) : NULL;
+    if (!info_series || kiln_api_init(&d->api, d->metrics, api_extensions) != 0) {
+        kiln_log_write(&d->log, KILN_LOG_ERROR, "out of memory");
+        return -1;
+    }
+    kiln_metric_set(info_series, 1);
+    d->api_ready = true;
+
+    if (mkdir_p(d->cfg.data_dir, err, sizeof err) != 0) {
+        kiln_log_write(&d->log, KILN_LOG_ERROR, "%s", err);
+        return -1;
+    }
+
+    struct kiln_server_options opts = {
+        .host = d->cfg.host,
+        .port = (int)d->cfg.port,
+        .idle_timeout_ms = (uint64_t)d->cfg.limits.idle_timeout_ms,
+        .request_timeout_ms = (uint64_t)d->cfg.limits.request_timeout_ms,
+        .service = {
+            .router = d->api.router,
+            .ctx = &d->api,
+            .max_header_bytes = (size_t)d->cfg.limits.max_header_bytes,
+            .max_body_bytes = (uint64_t)d->cfg.limits.max_body_bytes,
+        },
+        .metrics = d->metrics,
+        .log = kiln_log_sink,
+        .log_ud = &d->log,
+        .log_level = d->log.level,
+    };
+    if (kiln_server_new(&d->server, &d->loop, &opts) != 0) {
+        kiln_log_write(&d->log, KILN_LOG_ERROR, "out of memory");
+        return -1;
+    }
+    if (start_handles(d) != 0) {
+        kiln_log_write(&d->log, KILN_LOG_ERROR, "cannot install signal handlers");
+        return -1;
+    }
+    if (kiln_server_listen(d->server, err, sizeof err) != 0) {
+        kiln_log_write(&d->log, KILN_LOG_ERROR, "%s", err);
+        return -1;
+    }
+    int port = kiln_server_port(d->server);
+    kiln_log_write(&d->log, KILN_LOG_INFO, "kilnd %s listening on %s:%d port=%d pid=%d data_dir=%s", KILN_VERSION,
+                   d->cfg.host, port, port, (int)getpid(), d->cfg.data_dir);
+    if (write_port_file(d, port) != 0)
+        return -1;
+
+    size_t n = strlen(d->cfg.data_dir) + 16;
+    char *db = malloc(n);
+    if (!db)
+        return -1;
+    snprintf(db, n, "%s/kiln.db", d->cfg.data_dir);
+    int rc = kiln_jobstore_open(&d->jobs, db, err, sizeof err);
+    free(db);
+    if (rc != 0) {
+        kiln_log_write(&d->log, KILN_LOG_ERROR, "job store: %s", err);
+        return -1;
+    }
+    kiln_log_write(&d->log, KILN_LOG_DEBUG, "job store at schema version %d", kiln_jobstore_schema_version(d->jobs));
+    if (d->cfg.api_tokens.count)
+        kiln_log_write(&d->log, KILN_LOG_INFO, "%zu api token(s) loaded; enforcement is not active yet",
+                       d->cfg.api_tokens.count);
+    set_state(d, KILN_DAEMON_READY);
+    return 0;
+}
+
+int kiln_daemon_run(struct kiln_daemon *d)
+{
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    set_state(d, KILN_DAEMON_STOPPED);
+    d->exit_code = 0;
+    return d->exit_code;
+}
+
+void kiln_daemon_free(struct kiln_daemon *d)
+{
+    if (d->loop_ready) {
+        /* After a failed start the listener and handles are still open: close them and let
+         * the loop deliver the close callbacks before it is torn down. */
+        if (d->server && d->state != KILN_DAEMON_STOPPED) {
+            kiln_server_drain(d->server, NULL, NULL);
+            kiln_server_close_all(d->server);
+        }
+        close_daemon_handles(d);
+        uv_run(&d->loop, UV_RUN_DEFAULT);
+        if (uv_loop_close(&d->loop) != 0)
+            kiln_log_write(&d->log, KILN_LOG_WARN, "event loop closed with handles still open");
+    }
+    kiln_server_free(d->server);
+    kiln_jobstore_close(d->jobs);
+    if (d->port_file) {
+        unlink(d->port_file);
+        free(d->port_file);
+    }
+    if (d->api_ready)
+        kiln_api_free(&d->api);
+    kiln_metrics_free(d->metrics);
+    if (d->log_ready)
+        kiln_log_close(&d->log);
+    kiln_config_free(&d->cfg);
+}

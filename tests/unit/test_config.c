@@ -1,0 +1,264 @@
+/*
+ * tests/unit/test_config.c — configuration layering (defaults < file < environment < flags)
+ * and every way a configuration can be refused, each error naming the key and its origin.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+
+static char path[64];
+
+static const char *write_config(const char *json)
+{
+    snprintf(path, sizeof path, "/tmp/kiln-test-config-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, json, strlen(json)), (ssize_t)strlen(json));
+    close(fd);
+    return path;
+}
+
+/* Loads with argv = {"kilnd", args...}; returns the action and leaves the message in err. */
+static enum kiln_config_action load(struct kiln_config *cfg, char *const *env, char *err, const char *const *args)
+{
+    char *argv[32] = {"kilnd"};
+    int argc = 1;
+    for (; args && args[argc - 1]; argc++)
+        argv[argc] = (char *)args[argc - 1];
+    return kiln_config_load(cfg, argc, argv, env, err, 512);
+}
+
+static void expect_error(char *const *env, const char *const *args, const char *needle1, const char *needle2)
+{
+    struct kiln_config cfg;
+    char err[512] = "";
+    assert_int_equal(load(&cfg, env, err, args), KILN_CONFIG_ERROR);
+    if (!strstr(err, needle1) || (needle2 && !strstr(err, needle2)))
+        fail_msg("error '%s' lacks '%s' / '%s'", err, needle1, needle2 ? needle2 : "");
+}
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    struct kiln_config cfg;
+    char err[512];
+    assert_int_equal(load(&cfg, NULL, err, NULL), KILN_CONFIG_RUN);
+    assert_string_equal(cfg.host, "127.0.0.1");
+    assert_int_equal(cfg.port, 8080);
+    assert_string_equal(cfg.data_dir, "./var");
+    assert_int_equal(cfg.devices.count, 1);
+    assert_string_equal(cfg.devices.items[0], "cpu");
+    assert_int_equal(cfg.limits.max_header_bytes, 8192);
+    assert_int_equal(cfg.log_level, KILN_LOG_INFO);
+    assert_int_equal(cfg.log_format, KILN_LOG_TEXT);
+    assert_string_equal(cfg.log_file, "");
+    assert_int_equal(cfg.api_tokens.count, 0);
+    kiln_config_free(&cfg);
+}
+
+static void test_precedence(void **state)
+{
+    (void)state;
+    const char *file = write_config("{\"port\": 1111, \"host\": \"::1\", \"log_level\": \"warn\","
+                                    " \"limits\": {\"idle_timeout_ms\": 500}, \"devices\": [\"cpu\", \"cuda:0\"],"
+                                    " \"api_tokens\": [\"t1\", \"t2\"]}");
+    char *env[] = {"KILN_PORT=2222", "KILN_LOG_LEVEL=debug", "KILN_URL=http://ignored", NULL};
+    struct kiln_config cfg;
+    char err[512];
+
+    /* file alone */
+    assert_int_equal(load(&cfg, NULL, err, (const char *[]){"--config", file, NULL}), KILN_CONFIG_RUN);
+    assert_int_equal(cfg.port, 1111);
+    assert_int_equal(cfg.log_level, KILN_LOG_WARN);
+    assert_int_equal(cfg.limits.idle_timeout_ms, 500);
+    assert_int_equal(cfg.devices.count, 2);
+    assert_string_equal(cfg.devices.items[1], "cuda:0");
+    assert_int_equal(cfg.api_tokens.count, 2);
+    assert_string_equal(cfg.api_tokens.items[1], "t2");
+    kiln_config_free(&cfg);
+
+    /* env over file */
+    assert_int_equal(load(&cfg, env, err, (const char *[]){"--config", file, NULL}), KILN_CONFIG_RUN);
+    assert_int_equal(cfg.port, 2222);
+    assert_int_equal(cfg.log_level, KILN_LOG_DEBUG);
+    assert_string_equal(cfg.host, "::1");
+    kiln_config_free(&cfg);
+
+    /* flags over env, both spellings; the flag wins wherever it sits relative to --config */
+    assert_int_equal(load(&cfg, env, err, (const char *[]){"--port=3333", "--config", file, "--log-level", "error", NULL}),
+                     KILN_CONFIG_RUN);
+    assert_int_equal(cfg.port, 3333);
+    assert_int_equal(cfg.log_level, KILN_LOG_ERROR);
+    assert_int_equal(cfg.limits.idle_timeout_ms, 500);
+    kiln_config_free(&cfg);
+
+    /* KILN_CONFIG names the file when --config is absent */
+    char kc[96];
+    snprintf(kc, sizeof kc, "KILN_CONFIG=%s", file);
+    char *env2[] = {kc, NULL};
+    assert_int_equal(load(&cfg, env2, err, NULL), KILN_CONFIG_RUN);
+    assert_int_equal(cfg.port, 1111);
+    kiln_config_free(&cfg);
+    unlink(file);
+}
+
+static void test_two_configs_are_independent(void **state)
+{
+    (void)state;
+    struct kiln_config a, b;
+    char err[512];
+    assert_int_equal(load(&a, NULL, err, (const char *[]){"--port", "1", NULL}), KILN_CONFIG_RUN);
+    assert_int_equal(load(&b, NULL, err, (const char *[]){"--port", "2", NULL}), KILN_CONFIG_RUN);
+    assert_int_equal(a.port, 1);
+    assert_int_equal(b.port, 2);
+    kiln_config_free(&a);
+    kiln_config_free(&b);
+}
+
+static void test_lists_from_env_and_flags(void **state)
+{
+    (void)state;
+    char *env[] = {"KILN_API_TOKENS=a,b,c", NULL};
+    struct kiln_config cfg;
+    char err[512];
+    assert_int_equal(load(&cfg, env, err, (const char *[]){"--devices", "cpu,vulkan:0", NULL}), KILN_CONFIG_RUN);
+    assert_int_equal(cfg.api_tokens.count, 3);
+    assert_string_equal(cfg.api_tokens.items[2], "c");
+    assert_int_equal(cfg.devices.count, 2);
+    assert_string_equal(cfg.devices.items[1], "vulkan:0");
+    kiln_config_free(&cfg);
+}
+
+static void test_file_errors(void **state)
+{
+    (void)state;
+    struct {
+        const char *json;
+        const char *key;
+    } cases[] = {
+        {"{\"prot\": 1}", "prot: unknown key"},
+        {"{\"limits\": {\"max_headers\": 1}}", "limits.max_headers: unknown key"},
+        {"{\"limits\": 5}", "limits: expected an object"},
+        {"{\"port\": \"80\"}", "port: expected an integer"},
+        {"{\"port\": 80.5}", "port: expected an integer"},
+        {"{\"port\": 70000}", "port: 70000 is out of range"},
+        {"{\"port\": -1}", "port: -1 is out of range"},
+        {"{\"host\": 5}", "host: expected a string"},
+        {"{\"host\": \"\"}", "host: length 0"},
+        {"{\"log_level\": \"loud\"}", "log_level: 'loud' is not one of"},
+        {"{\"log_format\": 1}", "log_format: expected a string"},
+        {"{\"devices\": \"cpu\"}", "devices: expected an array"},
+        {"{\"devices\": []}", "devices: 0 items"},
+        {"{\"devices\": [\"cpu\", 3]}", "devices: expected an array of strings"},
+        {"{\"api_tokens\": [\"\"]}", "api_tokens: items must be non-empty"},
+        {"{\"limits\": {\"max_body_bytes\": 1e30}}", "limits.max_body_bytes: expected an integer"},
+        {"{\"limits\": {\"request_timeout_ms\": 1}}", "limits.request_timeout_ms: 1 is out of range"},
+        {"{\"drain_timeout_ms\": true}", "drain_timeout_ms: expected an integer"},
+        {"{\"port\": 1", "invalid JSON"},
+        {"[1, 2]", "top level must be a JSON object"},
+        {"{\"port\": 1} trailing", "invalid JSON"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *file = write_config(cases[i].json);
+        expect_error(NULL, (const char *[]){"--config", file, NULL}, cases[i].key, file);
+        unlink(file);
+    }
+    expect_error(NULL, (const char *[]){"--config", "/nonexistent/kiln.json", NULL}, "/nonexistent/kiln.json",
+                 "No such file");
+    expect_error(NULL, (const char *[]){"--config", NULL}, "--config: missing value", NULL);
+}
+
+static void test_env_errors(void **state)
+{
+    (void)state;
+    expect_error((char *[]){"KILN_PORT=abc", NULL}, NULL, "port: 'abc' is not an integer", "KILN_PORT");
+    expect_error((char *[]){"KILN_PORT=", NULL}, NULL, "port: '' is not an integer", "KILN_PORT");
+    expect_error((char *[]){"KILN_PORT=99999999999999999999", NULL}, NULL, "not an integer", "KILN_PORT");
+    expect_error((char *[]){"KILN_PORT=65536", NULL}, NULL, "port: 65536 is out of range", "KILN_PORT");
+    expect_error((char *[]){"KILN_LOG_FORMAT=xml", NULL}, NULL, "log_format: 'xml'", "KILN_LOG_FORMAT");
+    expect_error((char *[]){"KILN_DEVICES=cpu,", NULL}, NULL, "devices: items must be non-empty", "KILN_DEVICES");
+    expect_error((char *[]){"KILN_DEVICES=", NULL}, NULL, "devices: 0 items", "KILN_DEVICES");
+    expect_error((char *[]){"KILN_MAX_HEADER_BYTES=10", NULL}, NULL, "limits.max_header_bytes: 10 is out of range",
+                 "KILN_MAX_HEADER_BYTES");
+}
+
+static void test_flag_errors(void **state)
+{
+    (void)state;
+    expect_error(NULL, (const char *[]){"--port", "x", NULL}, "port: 'x' is not an integer", "flag --port");
+    expect_error(NULL, (const char *[]){"--port=99999", NULL}, "port: 99999 is out of range", "flag --port");
+    expect_error(NULL, (const char *[]){"--port", NULL}, "port: missing value", "--port");
+    expect_error(NULL, (const char *[]){"--prot", "1", NULL}, "unknown flag '--prot'", NULL);
+    expect_error(NULL, (const char *[]){"--api-tokens", "x", NULL}, "unknown flag", NULL);
+    expect_error(NULL, (const char *[]){"serve", NULL}, "unexpected argument 'serve'", NULL);
+    expect_error(NULL, (const char *[]){"--log-level", "verbose", NULL}, "log_level: 'verbose'", "--log-level");
+    expect_error(NULL, (const char *[]){"--data-dir", "", NULL}, "data_dir: length 0", "--data-dir");
+    /* A flag error is reported even when env and file were fine. */
+    expect_error((char *[]){"KILN_PORT=1", NULL}, (const char *[]){"--idle-timeout-ms", "0", NULL},
+                 "limits.idle_timeout_ms: 0 is out of range", "--idle-timeout-ms");
+}
+
+static void test_actions(void **state)
+{
+    (void)state;
+    struct kiln_config cfg;
+    char err[512];
+    assert_int_equal(load(&cfg, NULL, err, (const char *[]){"--help", NULL}), KILN_CONFIG_HELP);
+    kiln_config_free(&cfg);
+    assert_int_equal(load(&cfg, NULL, err, (const char *[]){"--version", NULL}), KILN_CONFIG_VERSION);
+    kiln_config_free(&cfg);
+    assert_int_equal(load(&cfg, NULL, err, (const char *[]){"--print-config-doc", NULL}), KILN_CONFIG_PRINT_DOC);
+    kiln_config_free(&cfg);
+    assert_int_equal(load(&cfg, NULL, err, (const char *[]){"--check-config", "--port", "9", NULL}), KILN_CONFIG_CHECK);
+    assert_int_equal(cfg.port, 9);
+    kiln_config_free(&cfg);
+    expect_error(NULL, (const char *[]){"--check-config", "--port", "-9", NULL}, "port: -9", NULL);
+}
+
+static void test_help_and_doc_list_every_key(void **state)
+{
+    (void)state;
+    char *text = NULL, *doc = NULL;
+    size_t n = 0, m = 0;
+    FILE *f = open_memstream(&text, &n);
+    kiln_config_print_help(f, "kilnd");
+    fclose(f);
+    f = open_memstream(&doc, &m);
+    kiln_config_print_doc(f);
+    fclose(f);
+    const char *keys[] = {"host", "port", "data_dir", "devices", "worker_threads", "limits.max_header_bytes",
+                          "limits.max_body_bytes", "limits.idle_timeout_ms", "limits.request_timeout_ms",
+                          "drain_timeout_ms", "log_level", "log_format", "log_file", "api_tokens", "KILN_PORT",
+                          "--check-config", "--config"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        assert_non_null(strstr(text, keys[i]));
+        assert_non_null(strstr(doc, keys[i]));
+    }
+    free(text);
+    free(doc);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_precedence),
+        cmocka_unit_test(test_two_configs_are_independent),
+        cmocka_unit_test(test_lists_from_env_and_flags),
+        cmocka_unit_test(test_file_errors),
+        cmocka_unit_test(test_env_errors),
+        cmocka_unit_test(test_flag_errors),
+        cmocka_unit_test(test_actions),
+        cmocka_unit_test(test_help_and_doc_list_every_key),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

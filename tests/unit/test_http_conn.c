@@ -1,0 +1,424 @@
+/*
+ * tests/unit/test_http_conn.c — the HTTP connection logic driven directly, without a socket:
+ * keep-alive, pipelining, chunked bodies, size limits (431/413), malformed input (400), unknown
+ * routes and methods (404/405), timeouts (408), drain, and random bytes that must never crash.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "endpoints.h"
+#include "http_conn.h"
+
+struct fixture {
+    struct kiln_metrics *metrics;
+    struct kiln_api api;
+    struct kiln_http_service svc;
+    struct kiln_http_conn conn;
+    int observed[600];
+};
+
+static void observe(void *ctx, size_t route, int status, uint64_t ns)
+{
+    (void)route, (void)ns;
+    struct fixture *f = ctx;
+    if (status >= 0 && status < 600)
+        f->observed[status]++;
+}
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof *f);
+    f->metrics = kiln_metrics_new();
+    assert_int_equal(kiln_api_init(&f->api, f->metrics, (const char *const[]){"model_repository", NULL}), 0);
+    f->svc = (struct kiln_http_service){
+        .router = f->api.router,
+        .ctx = &f->api,
+        .max_header_bytes = 1024,
+        .max_body_bytes = 100,
+        .observe = observe,
+        .observe_ctx = f,
+    };
+    kiln_http_conn_init(&f->conn, &f->svc);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    kiln_http_conn_free(&f->conn);
+    kiln_api_free(&f->api);
+    kiln_metrics_free(f->metrics);
+    free(f);
+    return 0;
+}
+
+static void feed(struct fixture *f, const char *s)
+{
+    kiln_http_conn_feed(&f->conn, s, strlen(s));
+}
+
+/* The out buffer as a NUL-terminated string, consumed. */
+static char *take(struct fixture *f)
+{
+    static char copy[1 << 16];
+    struct kiln_buf *out = &f->conn.out;
+    assert_true(out->len < sizeof copy);
+    if (out->len)
+        memcpy(copy, out->data, out->len);
+    copy[out->len] = '\0';
+    out->len = 0;
+    return copy;
+}
+
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
+static void expect_status(const char *resp, int status)
+{
+    char line[32];
+    snprintf(line, sizeof line, "HTTP/1.1 %d ", status);
+    if (strncmp(resp, line, strlen(line)) != 0)
+        fail_msg("expected %d, got: %.80s", status, resp);
+}
+
+static void expect_json_error(const char *resp, int status)
+{
+    expect_status(resp, status);
+    assert_non_null(strstr(resp, "Content-Type: application/json\r\n"));
+    assert_non_null(strstr(resp, "\r\n\r\n{\"error\":\""));
+}
+
+static void test_keep_alive(void **state)
+{
+    struct fixture *f = *state;
+    feed(f, "GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n");
+    char *r = take(f);
+    expect_status(r, 200);
+    assert_non_null(strstr(r, "Content-Length: 0\r\n"));
+    assert_non_null(strstr(r, "Connection: keep-alive\r\n"));
+    assert_false(f->conn.closing);
+    feed(f, "GET /v2 HTTP/1.1\r\n\r\n");
+    r = take(f);
+    expect_status(r, 200);
+    assert_non_null(strstr(r, "{\"name\":\"kiln\",\"version\":\"" KILN_VERSION "\",\"extensions\":[\"model_repository\"]}"));
+    assert_false(f->conn.closing);
+    assert_int_equal(f->observed[200], 2);
+}
+
+static void test_readiness_follows_state(void **state)
+{
+    struct fixture *f = *state;
+    feed(f, "GET /v2/health/ready HTTP/1.1\r\n\r\n");
+    char *r = take(f);
+    expect_json_error(r, 503);
+    assert_non_null(strstr(r, "starting"));
+    assert_int_equal(kiln_api_set_ready(&f->api, true, "ready"), 0);
+    feed(f, "GET /v2/health/ready HTTP/1.1\r\n\r\n");
+    expect_status(take(f), 200);
+    assert_int_equal(kiln_api_set_ready(&f->api, false, "draining"), 0);
+    feed(f, "GET /v2/health/ready HTTP/1.1\r\n\r\n");
+    r = take(f);
+    expect_json_error(r, 503);
+    assert_non_null(strstr(r, "draining"));
+}
+
+static void test_pipelined_burst(void **state)
+{
+    struct fixture *f = *state;
+    char burst[100 * 40 + 1] = "";
+    for (int i = 0; i < 100; i++)
+        strcat(burst, i % 2 ? "GET /v2/health/live HTTP/1.1\r\n\r\n" : "GET /nope HTTP/1.1\r\n\r\n");
+    feed(f, burst);
+    char *r = take(f);
+    assert_int_equal(count(r, "HTTP/1.1 "), 100);
+    assert_int_equal(count(r, "HTTP/1.1 200 "), 50);
+    assert_int_equal(count(r, "HTTP/1.1 404 "), 50);
+    expect_status(r, 404); /* in order: the first request was /nope */
+    assert_false(f->conn.closing);
+}
+
+static void test_byte_at_a_time(void **state)
+{
+    struct fixture *f = *state;
+    const char *req = "GET /v2/health/live HTTP/1.1\r\nHost: localhost\r\nAccept: */*\r\n\r\n";
+    for (size_t i = 0; req[i]; i++) {
+        kiln_http_conn_feed(&f->conn, &req[i], 1);
+        assert_int_equal(f->conn.out.len == 0, req[i + 1] != '\0');
+    }
+    expect_status(take(f), 200);
+}
+
+static void test_chunked_body_accepted(void **state)
+{
+    struct fixture *f = *state;
+    feed(f, "GET /v2/health/live HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+            "5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\n\r\n"
+            "GET /v2 HTTP/1.1\r\n\r\n");
+    char *r = take(f);
+    assert_int_equal(count(r, "HTTP/1.1 200 "), 2);
+    assert_int_equal(f->conn.body.len, 0); /* the second request had no body */
+    assert_false(f->conn.closing);
+}
+
+static void test_body_kept_for_handlers(void **state)
+{
+    struct fixture *f = *state;
+    feed(f, "GET /v2 HTTP/1.1\r\nContent-Length: 5\r\n\r\nab");
+    assert_int_equal(f->conn.out.len, 0);
+    assert_true(f->conn.in_message);
+    feed(f, "cde");
+    expect_status(take(f), 200);
+    assert_int_equal(f->conn.body.len, 5);
+    assert_memory_equal(f->conn.body.data, "abcde", 5);
+}
+
+static void test_content_length_over_limit(void **state)
+{
+    struct fixture *f = *state;
+    /* Refused at the headers, before any body byte arrives. */
+    feed(f, "GET /v2 HTTP/1.1\r\nContent-Length: 101\r\n\r\n");
+    char *r = take(f);
+    expect_json_error(r, 413);
+    assert_non_null(strstr(r, "Connection: close\r\n"));
+    assert_true(f->conn.closing);
+    feed(f, "GET /v2 HTTP/1.1\r\n\r\n"); /* nothing more is answered */
+    assert_int_equal(f->conn.out.len, 0);
+}
+
+static void test_chunked_over_limit(void **state)
+{
+    struct fixture *f = *state;
+    feed(f, "GET /v2 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n40\r\n");
+    for (int i = 0; i < 2; i++) /* 64 bytes twice: the second chunk crosses 100 */
+        feed(f, "0123456789abcdef0123456789abcdef");
+    feed(f, "\r\n40\r\n");
+    assert_false(f->conn.closing);
+    for (int i = 0; i < 2 && !f->conn.closing; i++)
+        feed(f, "0123456789abcdef0123456789abcdef");
+    expect_json_error(take(f), 413);
+    assert_true(f->conn.closing);
+}
+
+static void test_header_over_limit(void **state)
+{
+    struct fixture *f = *state;
+    char big[2048];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    feed(f, "GET /v2 HTTP/1.1\r\nX-Big: ");
+    feed(f, big);
+    char *r = take(f);
+    expect_json_error(r, 431);
+    assert_true(f->conn.closing);
+}
+
+static void test_header_over_limit_dripped(void **state)
+{
+    struct fixture *f = *state;
+    feed(f, "GET /v2 HTTP/1.1\r\n");
+    /* Many small headers add up even though each is tiny. */
+    for (int i = 0; i < 200 && !f->conn.closing; i++)
+        feed(f, "X-A: b\r\n");
+    expect_json_error(take(f), 431);
+}
+
+static void test_long_url_is_431(void **state)
+{
+    struct fixture *f = *state;
+    feed(f, "GET /");
+    for (int i = 0; i < 100 && !f->conn.closing; i++)
+        feed(f, "aaaaaaaaaaaaaaaaaaaa");
+    expect_json_error(take(f), 431);
+}
+
+static void test_malformed(void **state)
+{
+    const char *bad[] = {
+        "GARBAGE\r\n\r\n",
+        "GET / HTTP/9.9\r\n\r\n",
+        "GET /v2 HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
+        "GET /v2 HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        "GET /v2 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        "GET /v2 HTTP/1.1\r\nBad Header\r\n\r\n",
+        "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
+        "GET /v2\x01 HTTP/1.1\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct fixture *f = *state;
+        kiln_http_conn_free(&f->conn);
+        kiln_http_conn_init(&f->conn, &f->svc);
+        feed(f, bad[i]);
+        char *r = take(f);
+        if (strncmp(r, "HTTP/1.1 400 ", 13) != 0)
+            fail_msg("case %zu: %.60s", i, r);
+        expect_json_error(r, 400);
+        assert_true(f->conn.closing);
+    }
+}
+
+static void test_not_found_and_method(void **state)
+{
+    struct fixture *f = *state;
+    feed(f, "GET /v3?x=\"1\" HTTP/1.1\r\n\r\n");
+    char *r = take(f);
+    expect_json_error(r, 404);
+    assert_non_null(strstr(r, "no route for /v3\"}"));
+    assert_false(f->conn.closing);
+    feed(f, "DELETE /v2/health/live HTTP/1.1\r\n\r\n");
+    r = take(f);
+    expect_json_error(r, 405);
+    assert_non_null(strstr(r, "\r\nAllow: GET\r\n"));
+    feed(f, "GET /v2/health/live?verbose=1 HTTP/1.1\r\n\r\n");
+    expect_status(take(f), 200);
+    assert_false(f->conn.closing);
+}
+
+static void test_connection_close(void **state)
+{
+    struct fixture *f = *state;
+    feed(f, "GET /v2 HTTP/1.1\r\nConnection: close\r\n\r\nGET /v2 HTTP/1.1\r\n\r\n");
+    char *r = take(f);
+    assert_int_equal(count(r, "HTTP/1.1 "), 1);
+    assert_non_null(strstr(r, "Connection: close\r\n"));
+    assert_true(f->conn.closing);
+}
+
+static void test_http10(void **state)
+{
+    struct fixture *f = *state;
+    feed(f, "GET /v2/health/live HTTP/1.0\r\n\r\n");
+    char *r = take(f);
+    expect_status(r, 200);
+    assert_non_null(strstr(r, "Connection: close\r\n"));
+    assert_true(f->conn.closing);
+}
+
+static void test_timeouts(void **state)
+{
+    struct fixture *f = *state;
+    kiln_http_conn_timeout(&f->conn); /* idle: no response, just close */
+    assert_int_equal(f->conn.out.len, 0);
+    assert_true(f->conn.closing);
+
+    kiln_http_conn_free(&f->conn);
+    kiln_http_conn_init(&f->conn, &f->svc);
+    feed(f, "GET /v2 HTTP/1.1\r\nHost: slow");
+    assert_true(f->conn.in_message);
+    kiln_http_conn_timeout(&f->conn);
+    expect_json_error(take(f), 408);
+    assert_true(f->conn.closing);
+}
+
+static void test_eof(void **state)
+{
+    struct fixture *f = *state;
+    feed(f, "GET /v2 HTTP/1.1\r\n");
+    kiln_http_conn_eof(&f->conn);
+    expect_json_error(take(f), 400);
+    assert_true(f->conn.closing);
+}
+
+static void test_drain(void **state)
+{
+    struct fixture *f = *state;
+    kiln_http_conn_drain(&f->conn);
+    assert_true(f->conn.closing); /* idle: closes at once */
+
+    kiln_http_conn_free(&f->conn);
+    kiln_http_conn_init(&f->conn, &f->svc);
+    feed(f, "GET /v2 HTTP/1.1\r\n");
+    kiln_http_conn_drain(&f->conn);
+    assert_false(f->conn.closing); /* busy: the request may finish */
+    feed(f, "\r\n");
+    char *r = take(f);
+    expect_status(r, 200);
+    assert_non_null(strstr(r, "Connection: close\r\n"));
+    assert_true(f->conn.closing);
+}
+
+static void test_metrics_endpoint(void **state)
+{
+    struct fixture *f = *state;
+    struct kiln_metric_family *fam = kiln_metrics_family(f->metrics, "t_total", "A \\test\nhelp.",
+        KILN_METRIC_COUNTER, (const char *const[]){"k", NULL}, NULL, 0);
+    kiln_metric_add(kiln_metrics_series(fam, (const char *const[]){"a\"b", NULL}), 3);
+    const double b[] = {0.1, 1};
+    struct kiln_metric_family *h = kiln_metrics_family(f->metrics, "t_seconds", "Hist.", KILN_METRIC_HISTOGRAM,
+                                                       NULL, b, 2);
+    struct kiln_metric_series *hs = kiln_metrics_series(h, NULL);
+    kiln_metric_observe(hs, 0.05);
+    kiln_metric_observe(hs, 0.5);
+    kiln_metric_observe(hs, 5);
+    feed(f, "GET /metrics HTTP/1.1\r\n\r\n");
+    char *r = take(f);
+    expect_status(r, 200);
+    assert_non_null(strstr(r, "Content-Type: text/plain; version=0.0.4"));
+    assert_non_null(strstr(r, "# HELP t_total A \\\\test\\nhelp.\n# TYPE t_total counter\nt_total{k=\"a\\\"b\"} 3\n"));
+    assert_non_null(strstr(r, "t_seconds_bucket{le=\"0.1\"} 1\nt_seconds_bucket{le=\"1\"} 2\n"
+                              "t_seconds_bucket{le=\"+Inf\"} 3\nt_seconds_sum 5.55\nt_seconds_count 3\n"));
+}
+
+/* Random and mutated input in random slices: the parser must answer or close, never crash. */
+static void test_random_bytes(void **state)
+{
+    struct fixture *f = *state;
+    const char *seed = "GET /v2/health/ready HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
+    unsigned rng = 12345;
+    char buf[512];
+    for (int iter = 0; iter < 3000; iter++) {
+        kiln_http_conn_free(&f->conn);
+        kiln_http_conn_init(&f->conn, &f->svc);
+        size_t n = strlen(seed);
+        memcpy(buf, seed, n);
+        int flips = iter % 8;
+        for (int k = 0; k < flips; k++) {
+            rng = rng * 1103515245u + 12345u;
+            buf[(rng >> 8) % n] = (char)(rng >> 16);
+        }
+        if (iter % 5 == 4)
+            for (size_t k = 0; k < n; k++)
+                buf[k] = (char)((rng = rng * 1103515245u + 12345u) >> 16);
+        size_t at = 0;
+        while (at < n) {
+            rng = rng * 1103515245u + 12345u;
+            size_t step = 1 + (rng >> 8) % 17;
+            if (step > n - at)
+                step = n - at;
+            kiln_http_conn_feed(&f->conn, buf + at, step);
+            at += step;
+        }
+        if (iter % 3 == 0)
+            kiln_http_conn_eof(&f->conn);
+        else if (iter % 3 == 1)
+            kiln_http_conn_timeout(&f->conn);
+        f->conn.out.len = 0;
+    }
+}
+
+int main(void)
+{
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_keep_alive),          T(test_readiness_follows_state), T(test_pipelined_burst),
+        T(test_byte_at_a_time),      T(test_chunked_body_accepted),   T(test_body_kept_for_handlers),
+        T(test_content_length_over_limit), T(test_chunked_over_limit), T(test_header_over_limit),
+        T(test_header_over_limit_dripped), T(test_long_url_is_431),   T(test_malformed),
+        T(test_not_found_and_method), T(test_connection_close),       T(test_http10),
+        T(test_timeouts),            T(test_eof),                     T(test_drain),
+        T(test_metrics_endpoint),    T(test_random_bytes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
