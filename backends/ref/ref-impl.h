@@ -215,6 +215,21 @@ double *kiln__ref_zeros(int64_t n, const char *op);
 #define ref_write_flat kiln__ref_write_flat
 #define ref_zeros kiln__ref_zeros
 
+/**
+ * A 0-d operand seen as a 1-d tensor of one element, so that ops along a dim accept a
+ * scalar with dim 0 without reading past shape[]. Returns t itself otherwise.
+ */
+static inline const kiln_tdesc *ref_lift_0d(const kiln_tdesc *t, kiln_tdesc *tmp)
+{
+    if (!t || t->ndim > 0)
+        return t;
+    *tmp = *t;
+    tmp->ndim = 1;
+    tmp->shape[0] = 1;
+    tmp->strides[0] = 1;
+    return tmp;
+}
+
 /* ------------------------------------------------------------ the primitives */
 
 int kiln__ref_fill(void *ctx, const kiln_tdesc *out, double value);

@@ -395,6 +395,9 @@ int kiln__ref_interpolate_backward(void *ctx, kiln_interp_mode mode, bool align_
 
 int kiln__ref_softmax(void *ctx, bool log_, const kiln_tdesc *out, const kiln_tdesc *in, int dim)
 {
+    kiln_tdesc t0, t1;
+    out = ref_lift_0d(out, &t0);
+    in = ref_lift_0d(in, &t1);
     int rc;
     if ((rc = ref_require_float("softmax", in)) || (rc = ref_require_float("softmax", out)))
         return rc;

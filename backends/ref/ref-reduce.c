@@ -194,6 +194,9 @@ static int64_t lanes_init(ref_iter *it, const kiln_tdesc *shape_of, int dim)
 int kiln__ref_arg_reduce(void *ctx, bool is_max, const kiln_tdesc *out, const kiln_tdesc *in,
                          int dim)
 {
+    kiln_tdesc t0, t1;
+    out = ref_lift_0d(out, &t0);
+    in = ref_lift_0d(in, &t1);
     ref_iter it;
     int64_t nlanes = lanes_init(&it, in, dim);
     int64_t len = in->shape[dim], step = in->strides[dim];
@@ -233,6 +236,9 @@ int kiln__ref_arg_reduce(void *ctx, bool is_max, const kiln_tdesc *out, const ki
 
 int kiln__ref_cumsum(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in, int dim)
 {
+    kiln_tdesc t0, t1;
+    out = ref_lift_0d(out, &t0);
+    in = ref_lift_0d(in, &t1);
     ref_iter it;
     int64_t nlanes = lanes_init(&it, in, dim);
     int64_t len = in->shape[dim];
@@ -303,6 +309,10 @@ static void merge_sort(sort_key *k, sort_key *tmp, int64_t n, bool fl, bool desc
 int kiln__ref_sort(void *ctx, const kiln_tdesc *values, const kiln_tdesc *indices,
                    const kiln_tdesc *in, int dim, bool descending)
 {
+    kiln_tdesc t0, t1, t2;
+    values = ref_lift_0d(values, &t0);
+    indices = ref_lift_0d(indices, &t1);
+    in = ref_lift_0d(in, &t2);
     ref_iter it;
     int64_t nlanes = lanes_init(&it, in, dim);
     int64_t len = in->shape[dim];

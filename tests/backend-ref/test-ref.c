@@ -415,6 +415,32 @@ static void test_arg_cumsum_sort(void)
     CHECK(tgeti(&so, 0) == -5 && tgeti(&so, 1) == INT64_MAX - 1 && tgeti(&so, 2) == INT64_MAX);
 }
 
+static void test_scalars_and_halves(void)
+{
+    /* 0-d operands with dim 0 behave as one-element lanes. */
+    float one = 3;
+    kiln_tdesc s = tdesc(tbuf(&one, 4), KILN_F32, 0, 0, NULL, NULL);
+    kiln_tdesc si = tnew(KILN_I64, 0, NULL), so = tnew(KILN_F32, 0, NULL);
+    CHECK_OK(R->arg_reduce(C, true, &si, &s, 0));
+    CHECK(tgeti(&si, 0) == 0);
+    CHECK_OK(R->softmax(C, false, &so, &s, 0));
+    CHECK(tget(&so, 0) == 1);
+    CHECK_OK(R->cumsum(C, &so, &s, 0));
+    CHECK(tget(&so, 0) == 3);
+    CHECK_OK(R->reduce(C, KILN_REDUCE_SUM, &so, &s, 0, 0));
+    CHECK(tget(&so, 0) == 3);
+
+    /* f16 sums accumulate in double: 2048 + 1 + 1 is 2050 (a running f16 sum sticks at
+     * 2048, since 2049 is not representable and ties round to even). */
+    uint16_t h[] = {kiln_f32_to_f16(2048), kiln_f32_to_f16(1), kiln_f32_to_f16(1)};
+    kiln_tdesc th = vec(KILN_F16, h, 3), ho = tnew(KILN_F16, 1, (int64_t[]){1});
+    CHECK_OK(R->reduce(C, KILN_REDUCE_SUM, &ho, &th, 1, 0));
+    CHECK(tget(&ho, 0) == 2050);
+    kiln_tdesc hc = tnew(KILN_BF16, 1, (int64_t[]){3});
+    CHECK_OK(R->cumsum(C, &hc, &th, 0)); /* bf16 has 8 bits: 2049 rounds to 2048 */
+    CHECK(tget(&hc, 1) == 2048 && tget(&hc, 2) == 2048);
+}
+
 static void test_speed(void)
 {
     /* Linear cost: a million-element strided op has to stay well under a second. */
@@ -444,6 +470,7 @@ int main(void)
     test_binary_where();
     test_reduce();
     test_arg_cumsum_sort();
+    test_scalars_and_halves();
     test_speed();
     tfree_all();
     test_ref_ops();
