@@ -1,0 +1,370 @@
+#!/usr/bin/env python3
+"""Black-box tests of the built kilnd over real sockets.
+
+Usage: test_daemon.py KILND KILN
+
+Starts kilnd on an ephemeral port (--port 0) with a temporary data folder, reads the port from
+<data_dir>/kilnd.port, and checks every endpoint, every bad-input case, the life cycle
+(SIGHUP, SIGTERM drain) and the configuration rules. Standard library only.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+KILND, KILN = sys.argv[1], sys.argv[2]
+TMP = tempfile.mkdtemp(prefix="kilnd-test-")
+FAILURES = []
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+
+
+def check(cond, what):
+    if not cond:
+        FAILURES.append(what)
+        print("FAIL:", what, flush=True)
+
+
+class Daemon:
+    def __init__(self, name, *args, env=None, wait_ready=True):
+        self.data = os.path.join(TMP, name)
+        self.log = os.path.join(TMP, name + ".stderr")
+        e = dict(ENV)
+        e.update(env or {})
+        argv = [KILND, "--port", "0", "--data-dir", self.data, *args]
+        self.errf = open(self.log, "wb")
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=self.errf, env=e)
+        self.port = None
+        portfile = os.path.join(self.data, "kilnd.port")
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if os.path.exists(portfile):
+                self.port = int(open(portfile).read())
+                break
+            if self.proc.poll() is not None:
+                raise RuntimeError("kilnd exited early: " + open(self.log).read())
+            time.sleep(0.01)
+        if self.port is None:
+            raise RuntimeError("kilnd did not write its port file")
+        while wait_ready and time.time() < deadline:
+            if request(self.port, "GET", "/v2/health/ready")[0] == 200:
+                break
+            time.sleep(0.01)
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        self.errf.close()
+        return rc
+
+
+def connect(port):
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def read_response(sock, buf=b""):
+    """Reads one response; returns (status, headers, body, leftover) or None at EOF."""
+    while b"\r\n\r\n" not in buf:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        buf += chunk
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    n = int(headers.get("content-length", "0"))
+    while len(rest) < n:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        rest += chunk
+    return status, headers, rest[:n], rest[n:]
+
+
+def request(port, method, path, body=None, headers=""):
+    with connect(port) as s:
+        msg = "%s %s HTTP/1.1\r\nHost: t\r\n%s" % (method, path, headers)
+        if body is not None:
+            msg += "Content-Length: %d\r\n" % len(body)
+        s.sendall(msg.encode() + b"\r\n" + (body or b""))
+        r = read_response(s)
+        return r[:3] if r else (None, {}, b"")
+
+
+def closed_by_peer(sock, within=5.0):
+    """True when the server closes the connection (EOF or reset) within the time given."""
+    sock.settimeout(within)
+    try:
+        while True:
+            if not sock.recv(65536):
+                return True
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def is_json_error(status, headers, body, code):
+    if status != code:
+        return False
+    if headers.get("content-type") != "application/json":
+        return False
+    try:
+        return isinstance(json.loads(body)["error"], str)
+    except (ValueError, KeyError):
+        return False
+
+
+def test_endpoints(d):
+    st, h, b = request(d.port, "GET", "/v2/health/live")
+    check(st == 200, "live is 200")
+    st, h, b = request(d.port, "GET", "/v2/health/ready")
+    check(st == 200, "ready is 200 once started")
+    st, h, b = request(d.port, "GET", "/v2")
+    meta = json.loads(b)
+    check(st == 200 and meta["name"] == "kiln" and isinstance(meta["extensions"], list), "GET /v2 metadata")
+    out = subprocess.run([KILN, "--url", "http://127.0.0.1:%d" % d.port, "version"], capture_output=True, text=True)
+    check(out.returncode == 0 and meta["version"] in out.stdout, "kiln version shows the server version")
+    st, h, b = request(d.port, "GET", "/metrics")
+    text = b.decode()
+    check(st == 200 and h["content-type"].startswith("text/plain"), "metrics content type")
+    check("kiln_process_uptime_seconds " in text, "metrics: uptime")
+    check('kiln_http_requests_total{route="/v2",code="200"} 2' in text, "metrics: requests by route and code")
+    check('kiln_http_request_duration_seconds_bucket{route="/v2/health/ready",le="+Inf"}' in text,
+          "metrics: latency histogram")
+    check("# TYPE kiln_http_request_duration_seconds histogram" in text, "metrics: histogram type")
+
+
+def test_cli(d):
+    url = "http://127.0.0.1:%d" % d.port
+    for cmd in ("health", "server", "metrics", "version"):
+        out = subprocess.run([KILN, "--url", url, cmd], capture_output=True, text=True)
+        check(out.returncode == 0, "kiln %s exits 0" % cmd)
+    out = subprocess.run([KILN, "server"], capture_output=True, text=True, env=dict(ENV, KILN_URL=url))
+    check(out.returncode == 0 and '"kiln"' in out.stdout, "kiln reads KILN_URL")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    out = subprocess.run([KILN, "--url", "http://127.0.0.1:%d" % dead, "health"], capture_output=True, text=True)
+    check(out.returncode == 2 and "cannot reach kilnd" in out.stderr, "kiln: clear error when unreachable")
+
+
+def test_keep_alive_and_pipelining(d):
+    with connect(d.port) as s:
+        s.sendall(b"GET /v2/health/live HTTP/1.1\r\n\r\n")
+        r1 = read_response(s)
+        s.sendall(b"GET /v2 HTTP/1.1\r\n\r\n")
+        r2 = read_response(s)
+        check(r1 and r1[0] == 200 and r2 and r2[0] == 200, "two requests on one keep-alive connection")
+        burst = b"".join(b"GET /v2/health/ready?i=%d HTTP/1.1\r\nHost: t\r\n\r\n" % i for i in range(100))
+        s.sendall(burst)
+        got, left = 0, b""
+        while got < 100:
+            r = read_response(s, left)
+            if not r or r[0] != 200:
+                break
+            got, left = got + 1, r[3]
+        check(got == 100, "100 pipelined requests in one write get 100 responses (got %d)" % got)
+
+
+def test_chunked(d):
+    with connect(d.port) as s:
+        s.sendall(b"GET /v2/health/live HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  b"4\r\nkiln\r\n3\r\n!!!\r\n0\r\n\r\n")
+        r = read_response(s)
+        check(r and r[0] == 200, "chunked request body accepted")
+        s.sendall(b"GET /v2/health/live HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for _ in range(4):  # 4 x 512 bytes crosses max_body_bytes=1024
+            s.sendall(b"200\r\n" + b"x" * 512 + b"\r\n")
+        r = read_response(s)
+        check(r and is_json_error(*r[:3], 413), "oversized chunked body is 413")
+        check(closed_by_peer(s), "connection closes after 413 (chunked)")
+
+
+def test_limits(d):
+    with connect(d.port) as s:
+        s.sendall(b"GET /v2 HTTP/1.1\r\nX-Big: " + b"a" * 8000 + b"\r\n\r\n")
+        r = read_response(s)
+        check(r and is_json_error(*r[:3], 431), "oversized header block is 431")
+        check(r and r[1].get("connection") == "close", "431 says Connection: close")
+        check(closed_by_peer(s), "connection closes after 431")
+    with connect(d.port) as s:
+        s.sendall(b"GET /v2 HTTP/1.1\r\nContent-Length: 5000\r\n\r\n" + b"y" * 5000)
+        r = read_response(s)
+        check(r and is_json_error(*r[:3], 413), "oversized body is 413")
+        check(closed_by_peer(s), "connection closes after 413")
+
+
+def test_malformed(d):
+    for raw in (b"HELLO\r\n\r\n", b"GET / HTTP/7.0\r\n\r\n", b"GET /v2 HTTP/1.1\r\nNo colon here\r\n\r\n",
+                b"GET /v2 HTTP/1.1\r\nContent-Length: -1\r\n\r\n", b"\x00\xff\x16\x03\x01garbage\r\n\r\n",
+                b"GET\t/v2 HTTP/1.1\r\n\r\n"):
+        with connect(d.port) as s:
+            s.sendall(raw)
+            r = read_response(s)
+            check(r and is_json_error(*r[:3], 400), "malformed %r is 400" % raw[:20])
+            check(closed_by_peer(s), "connection closes after 400 %r" % raw[:20])
+    st, h, b = request(d.port, "GET", "/nope")
+    check(is_json_error(st, h, b, 404), "unknown route is 404")
+    st, h, b = request(d.port, "POST", "/v2/health/ready", body=b"{}")
+    check(is_json_error(st, h, b, 405) and h.get("allow") == "GET", "wrong method is 405 with Allow: GET")
+    # Junk of every byte value, in odd slices, must not hurt the daemon.
+    for seed in range(20):
+        with connect(d.port) as s:
+            junk = bytes((i * 131 + seed * 17) % 256 for i in range(300))
+            try:
+                s.sendall(b"GET /v2 HTTP/1.1\r\n" + junk)
+                s.shutdown(socket.SHUT_WR)
+                closed_by_peer(s, 2)
+            except OSError:
+                pass
+    check(request(d.port, "GET", "/v2/health/live")[0] == 200, "still serving after junk input")
+
+
+def test_timeouts(d):
+    with connect(d.port) as s:
+        s.sendall(b"GET /v2 HTTP/1.1\r\nHost: slow")
+        t0 = time.time()
+        r = read_response(s)
+        check(r and is_json_error(*r[:3], 408), "stalled request gets 408")
+        check(closed_by_peer(s), "stalled request's connection is dropped")
+        check(time.time() - t0 < 5, "stalled client dropped after the request timeout")
+    with connect(d.port) as s:
+        s.sendall(b"GET /v2/health/live HTTP/1.1\r\n\r\n")
+        check(read_response(s)[0] == 200, "idle test: first request")
+        check(closed_by_peer(s, 5), "idle keep-alive connection closed after the idle timeout")
+
+
+def test_sighup(d_args):
+    logfile = os.path.join(TMP, "hup.log")
+    d = Daemon("hup", "--log-file", logfile, *d_args)
+    os.rename(logfile, logfile + ".1")
+    d.proc.send_signal(signal.SIGHUP)
+    deadline = time.time() + 5
+    while time.time() < deadline and not os.path.exists(logfile):
+        time.sleep(0.01)
+    check(os.path.exists(logfile), "SIGHUP reopens the log file")
+    check(request(d.port, "GET", "/v2/health/live")[0] == 200, "still serving after SIGHUP")
+    check(d.stop() == 0, "exit 0 after SIGHUP and SIGTERM")
+    check("log reopened" in open(logfile).read(), "reopened log receives lines")
+    first = open(logfile + ".1").readline()
+    check(str(d.port) in first, "first log line names the port")
+
+
+def test_drain(d_args):
+    d = Daemon("drain", "--drain-timeout-ms", "5000", *d_args)
+    busy = connect(d.port)
+    busy.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: t\r\n")  # in flight, not finished
+    idle = connect(d.port)
+    idle.sendall(b"GET /v2/health/live HTTP/1.1\r\n\r\n")
+    check(read_response(idle)[0] == 200, "drain: idle connection served first")
+    time.sleep(0.05)
+    d.proc.send_signal(signal.SIGTERM)
+    check(closed_by_peer(idle, 3), "drain: idle connection closed at SIGTERM")
+    check(d.proc.poll() is None, "drain: still running while a request is in flight")
+    busy.sendall(b"\r\n")
+    r = read_response(busy)
+    check(r and r[0] == 200 and r[1].get("connection") == "close", "drain: in-flight request finishes")
+    busy.close()
+    rc = d.stop()
+    check(rc == 0, "SIGTERM drain exits 0 (got %s)" % rc)
+    check(not os.path.exists(os.path.join(d.data, "kilnd.port")), "port file removed on exit")
+    check(os.path.exists(os.path.join(d.data, "kiln.db")), "job store created in data_dir")
+
+
+def run_check(*args, env=None):
+    return subprocess.run([KILND, "--check-config", *args], capture_output=True, text=True, env=dict(ENV, **(env or {})))
+
+
+def test_config():
+    good = os.path.join(TMP, "good.json")
+    with open(good, "w") as f:
+        json.dump({"port": 0, "limits": {"max_body_bytes": 2048}, "log_format": "json"}, f)
+    bad = os.path.join(TMP, "bad.json")
+    with open(bad, "w") as f:
+        json.dump({"port": 0, "limits": {"max_bodybytes": 1}}, f)
+    r = run_check("--config", good)
+    check(r.returncode == 0, "--check-config accepts a good file")
+    r = run_check("--config", bad)
+    check(r.returncode == 1 and "limits.max_bodybytes" in r.stderr and bad in r.stderr,
+          "--check-config names the unknown key and the file")
+    r = run_check(env={"KILN_PORT": "70000"})
+    check(r.returncode == 1 and "port" in r.stderr and "KILN_PORT" in r.stderr, "bad env value names KILN_PORT")
+    r = run_check("--log-level", "chatty")
+    check(r.returncode == 1 and "log_level" in r.stderr and "--log-level" in r.stderr, "bad flag names the flag")
+    r = subprocess.run([KILND, "--help"], capture_output=True, text=True)
+    check(r.returncode == 0 and "--max-body-bytes" in r.stdout and "KILN_IDLE_TIMEOUT_MS" in r.stdout, "--help")
+    r = subprocess.run([KILND, "--version"], capture_output=True, text=True)
+    check(r.returncode == 0 and r.stdout.startswith("kilnd "), "--version")
+    r = subprocess.run([KILND, "--bogus"], capture_output=True, text=True)
+    check(r.returncode == 1 and "--bogus" in r.stderr, "unknown flag stops the start")
+
+    # Precedence file < env < flag, observed through where the daemon writes its port file.
+    dirs = {k: os.path.join(TMP, "prec-" + k) for k in ("file", "env", "flag")}
+    cfg = os.path.join(TMP, "prec.json")
+    with open(cfg, "w") as f:
+        json.dump({"data_dir": dirs["file"], "port": 1}, f)
+
+    def started_in(args, env):
+        e = dict(ENV, **env)
+        p = subprocess.Popen([KILND, "--config", cfg, "--port", "0", *args], stderr=subprocess.DEVNULL, env=e)
+        deadline = time.time() + 10
+        where = None
+        while time.time() < deadline and where is None:
+            for k, path in dirs.items():
+                if os.path.exists(os.path.join(path, "kilnd.port")):
+                    where = k
+            time.sleep(0.01)
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=10)
+        return where
+
+    check(started_in([], {}) == "file", "precedence: file alone")
+    check(started_in([], {"KILN_DATA_DIR": dirs["env"]}) == "env", "precedence: env over file")
+    check(started_in(["--data-dir", dirs["flag"]], {"KILN_DATA_DIR": dirs["env"]}) == "flag",
+          "precedence: flag over env")
+
+
+def main():
+    args = ["--idle-timeout-ms", "400", "--request-timeout-ms", "400", "--max-body-bytes", "1024",
+            "--max-header-bytes", "4096"]
+    d = Daemon("main", *args)
+    try:
+        test_endpoints(d)
+        test_cli(d)
+        test_keep_alive_and_pipelining(d)
+        test_chunked(d)
+        test_limits(d)
+        test_malformed(d)
+        test_timeouts(d)
+    finally:
+        rc = d.stop()
+    check(rc == 0, "main daemon exits 0 on SIGTERM (got %s)" % rc)
+    check(" error " not in open(d.log).read(), "no errors logged by the main daemon")
+    test_sighup(args)
+    test_drain(args)
+    test_config()
+    if FAILURES:
+        print("%d failure(s)" % len(FAILURES))
+        print(open(d.log).read()[-3000:])
+        return 1
+    print("all daemon integration checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
