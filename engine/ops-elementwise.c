@@ -14,8 +14,7 @@
 
 #include "tensor-impl.h"
 
-/* Descriptor of t broadcast (right-aligned) to shape: 0 strides on stretched dims. */
-static void bcast_desc(const kiln_tensor *t, int ndim, const int64_t *shape, kiln_tdesc *d)
+void kiln__bcast_desc(const kiln_tensor *t, int ndim, const int64_t *shape, kiln_tdesc *d)
 {
     kiln__desc(t, d);
     int lead = ndim - t->ndim;
@@ -256,8 +255,8 @@ kiln_tensor *kiln__binary(kiln_binary_op op, kiln_tensor *a, kiln_tensor *b)
         } else {
             kiln_tdesc od, ad, bd;
             kiln__desc(out, &od);
-            bcast_desc(ca, ndim, shape, &ad);
-            bcast_desc(cb, ndim, shape, &bd);
+            kiln__bcast_desc(ca, ndim, shape, &ad);
+            kiln__bcast_desc(cb, ndim, shape, &bd);
             rc = be->binary(kiln__ctx(a), op, &od, &ad, &bd);
         }
     }
@@ -318,9 +317,9 @@ static kiln_tensor *where_impl(kiln_tensor *cond, kiln_tensor *a, kiln_tensor *b
         } else {
             kiln_tdesc od, cd, ad, bd;
             kiln__desc(out, &od);
-            bcast_desc(cond, ndim, shape, &cd);
-            bcast_desc(ca, ndim, shape, &ad);
-            bcast_desc(cb, ndim, shape, &bd);
+            kiln__bcast_desc(cond, ndim, shape, &cd);
+            kiln__bcast_desc(ca, ndim, shape, &ad);
+            kiln__bcast_desc(cb, ndim, shape, &bd);
             rc = be->where(kiln__ctx(a), &od, &cd, &ad, &bd);
         }
     }

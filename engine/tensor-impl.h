@@ -116,6 +116,8 @@ int kiln__broadcast_shape(int an, const int64_t *as, int bn, const int64_t *bs, 
 kiln_tensor *kiln__slice(kiln_tensor *t, int dim, int64_t start, int64_t end, int64_t step,
                          const char *op);
 kiln_tensor *kiln__narrow(kiln_tensor *t, int dim, int64_t start, int64_t length, const char *op);
+/** Descriptor of t broadcast (right-aligned) to shape: 0 strides on stretched dims. */
+void kiln__bcast_desc(const kiln_tensor *t, int ndim, const int64_t *shape, kiln_tdesc *d);
 /** A 0-d tensor holding value on dev. */
 kiln_tensor *kiln__scalar(kiln_device *dev, kiln_dtype dt, double value, const char *op);
 /** Check that every value of an integer index tensor lies in [0, size). */

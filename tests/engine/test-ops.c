@@ -1,0 +1,2 @@
+#include "test-util.h"
+int main(void){return 0;}
