@@ -128,7 +128,8 @@ static void on_drained(void *ud)
 {
     struct kiln_daemon *d = ud;
     kiln_log_write(&d->log, KILN_LOG_INFO, "all connections closed");
-    close_daemon_handles(d);
+    /* The signal handles are unreferenced by now; with the timer gone the loop ends. */
+    close_handle((uv_handle_t *)&d->drain_timer);
 }
 
 static void on_drain_deadline(uv_timer_t *t)
@@ -149,6 +150,11 @@ static void begin_drain(struct kiln_daemon *d, const char *why)
     kiln_log_write(&d->log, KILN_LOG_INFO, "%s received; draining (up to %lld ms)", why,
                    (long long)d->cfg.drain_timeout_ms);
     set_state(d, KILN_DAEMON_DRAINING);
+    /* Still catching signals (a second one cuts the drain short), but no longer keeping the
+     * loop alive: the loop ends when the last connection has gone. */
+    uv_unref((uv_handle_t *)&d->sig_term);
+    uv_unref((uv_handle_t *)&d->sig_int);
+    uv_unref((uv_handle_t *)&d->sig_hup);
     uv_timer_start(&d->drain_timer, on_drain_deadline, (uint64_t)d->cfg.drain_timeout_ms, 0);
     kiln_server_drain(d->server, on_drained, d);
 }
@@ -179,7 +185,6 @@ static int start_handles(struct kiln_daemon *d)
         rc = uv_signal_start(&d->sig_int, on_signal, SIGINT);
     if (rc == 0)
         rc = uv_signal_start(&d->sig_hup, on_signal, SIGHUP);
-    /* The drain timer must not keep the loop alive on its own once everything else is closed. */
     return rc;
 }
 

@@ -20,12 +20,15 @@ int main(int argc, char **argv)
         return 1;
     case KILN_CONFIG_HELP:
         kiln_config_print_help(stdout, "kilnd");
+        kiln_config_free(&cfg);
         return 0;
     case KILN_CONFIG_VERSION:
         printf("kilnd %s\n", KILN_VERSION);
+        kiln_config_free(&cfg);
         return 0;
     case KILN_CONFIG_PRINT_DOC:
         kiln_config_print_doc(stdout);
+        kiln_config_free(&cfg);
         return 0;
     case KILN_CONFIG_CHECK:
         if (cfg.config_file)
