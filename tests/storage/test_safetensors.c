@@ -4,12 +4,14 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <dirent.h>
 
 #include <cmocka.h>
 
@@ -147,6 +149,150 @@ static void test_truncated_prefixes(void **state)
     free(im.bytes);
 }
 
+/* A fresh path in a fresh temporary folder. */
+static char *temp_path(const char *name)
+{
+    static char dir[] = "/tmp/kiln-st-XXXXXX";
+    static bool made;
+    if (!made) {
+        assert_non_null(mkdtemp(dir));
+        made = true;
+    }
+    char *p = malloc(strlen(dir) + strlen(name) + 2);
+    sprintf(p, "%s/%s", dir, name);
+    return p;
+}
+
+/* Save one tensor per dtype (including a non-contiguous view) with metadata, reopen,
+ * and compare bytes. */
+static void test_round_trip_every_dtype(void **state)
+{
+    (void)state;
+    kiln_device *dev = kiln_device_open("ref");
+    assert_non_null(dev);
+    kiln_tensor *ts[KILN_DTYPE_COUNT + 1];
+    char names[KILN_DTYPE_COUNT + 1][32];
+    const char *name_ptrs[KILN_DTYPE_COUNT + 1];
+    for (int dt = 0; dt < KILN_DTYPE_COUNT; dt++) {
+        kiln_tensor *f = kiln_arange(dev, KILN_F64, -5, 7, 1); /* 12 values */
+        kiln_tensor *r = kiln_reshape(f, KILN_SHAPE(3, 4));
+        ts[dt] = kiln_cast(r, (kiln_dtype)dt);
+        assert_non_null(ts[dt]);
+        kiln_tensor_release(r);
+        kiln_tensor_release(f);
+        snprintf(names[dt], sizeof names[dt], "t.%s", kiln_dtype_name((kiln_dtype)dt));
+        name_ptrs[dt] = names[dt];
+    }
+    /* a transposed view must be written in logical (row-major) order */
+    ts[KILN_DTYPE_COUNT] = kiln_transpose(ts[KILN_F32], 0, 1);
+    snprintf(names[KILN_DTYPE_COUNT], 32, "view");
+    name_ptrs[KILN_DTYPE_COUNT] = names[KILN_DTYPE_COUNT];
+
+    const char *keys[] = {"format", "note"}, *vals[] = {"kiln", "round trip"};
+    char *path = temp_path("all.safetensors");
+    assert_int_equal(kiln_safetensors_save(path, KILN_DTYPE_COUNT + 1, name_ptrs, ts, 2, keys, vals), 0);
+
+    kiln_safetensors *st = kiln_safetensors_open(path);
+    assert_non_null(st);
+    assert_int_equal(kiln_safetensors_count(st), KILN_DTYPE_COUNT + 1);
+    assert_string_equal(kiln_safetensors_metadata(st, "note"), "round trip");
+    for (int i = 0; i <= KILN_DTYPE_COUNT; i++) {
+        kiln_tensor *back = kiln_safetensors_load(st, name_ptrs[i], dev);
+        assert_non_null(back);
+        assert_int_equal(kiln_tensor_dtype(back), kiln_tensor_dtype(ts[i]));
+        assert_int_equal(kiln_tensor_ndim(back), 2);
+        assert_int_equal(kiln_tensor_dim(back, 0), kiln_tensor_dim(ts[i], 0));
+        size_t n = (size_t)kiln_tensor_numel(back) * kiln_dtype_size(kiln_tensor_dtype(back));
+        unsigned char *want = malloc(n), *got = malloc(n);
+        assert_int_equal(kiln_to_data(ts[i], want, n), 0);
+        assert_int_equal(kiln_to_data(back, got, n), 0);
+        assert_memory_equal(want, got, n);
+        free(want);
+        free(got);
+        kiln_tensor_release(back);
+    }
+    /* values, not just bytes: the view's first row is column 0 of the original */
+    kiln_tensor *v = kiln_safetensors_load(st, "view", dev);
+    float row[3];
+    kiln_tensor *r0 = kiln_narrow(v, 0, 0, 1);
+    assert_int_equal(kiln_to_data(r0, row, sizeof row), 0);
+    assert_true(row[0] == -5.0f && row[1] == -1.0f && row[2] == 3.0f);
+    kiln_tensor_release(r0);
+    kiln_tensor_release(v);
+    kiln_safetensors_close(st);
+    for (int i = 0; i <= KILN_DTYPE_COUNT; i++)
+        kiln_tensor_release(ts[i]);
+    unlink(path);
+    free(path);
+    kiln_device_close(dev);
+}
+
+/* Bool bytes other than 0/1 in a file are normalized, and unsupported dtypes name
+ * themselves on load. */
+static void test_load_bool_and_unsupported(void **state)
+{
+    (void)state;
+    kiln_device *dev = kiln_device_open("ref");
+    image im = make_image("{\"m\":{\"dtype\":\"BOOL\",\"shape\":[4],\"data_offsets\":[0,4]},"
+                          "\"q\":{\"dtype\":\"I8\",\"shape\":[2],\"data_offsets\":[4,6]}}", 6);
+    im.bytes[im.len - 6] = 0;
+    im.bytes[im.len - 5] = 2;
+    im.bytes[im.len - 4] = 255;
+    im.bytes[im.len - 3] = 1;
+    kiln_safetensors *st = kiln_safetensors_open_memory(im.bytes, im.len);
+    assert_non_null(st);
+    kiln_tensor *m = kiln_safetensors_load(st, "m", dev);
+    assert_non_null(m);
+    unsigned char b[4];
+    assert_int_equal(kiln_to_data(m, b, 4), 0);
+    assert_true(b[0] == 0 && b[1] == 1 && b[2] == 1 && b[3] == 1);
+    kiln_tensor_release(m);
+    assert_null(kiln_safetensors_load(st, "q", dev));
+    assert_non_null(strstr(kiln_error(), "I8"));
+    assert_null(kiln_safetensors_load(st, "nope", dev));
+    assert_non_null(strstr(kiln_error(), "no tensor named 'nope'"));
+    kiln_safetensors_close(st);
+    free(im.bytes);
+    kiln_device_close(dev);
+}
+
+/* A failed save leaves an existing file untouched and no temporary behind. */
+static void test_failed_save_keeps_old_file(void **state)
+{
+    (void)state;
+    kiln_device *dev = kiln_device_open("ref");
+    kiln_tensor *a = kiln_ones(dev, KILN_F32, KILN_SHAPE(2));
+    char *path = temp_path("keep.safetensors");
+    const char *n1[] = {"a"};
+    assert_int_equal(kiln_safetensors_save(path, 1, n1, &a, 0, NULL, NULL), 0);
+    kiln_tensor *two[] = {a, a};
+    const char *dup[] = {"x", "x"};
+    assert_true(kiln_safetensors_save(path, 2, dup, two, 0, NULL, NULL) < 0);
+    assert_non_null(strstr(kiln_error(), "duplicate name 'x'"));
+    kiln_tensor *withnull[] = {a, NULL};
+    const char *n2[] = {"a", "b"};
+    assert_true(kiln_safetensors_save(path, 2, n2, withnull, 0, NULL, NULL) < 0);
+    assert_true(kiln_safetensors_save("/nonexistent-dir/x.safetensors", 1, n1, &a, 0, NULL, NULL) < 0);
+    kiln_safetensors *st = kiln_safetensors_open(path);
+    assert_non_null(st);
+    assert_int_equal(kiln_safetensors_count(st), 1);
+    kiln_safetensors_close(st);
+    /* no temporary file left behind in the folder */
+    char *dir = strdup(path);
+    *strrchr(dir, '/') = '\0';
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *ent;
+    while ((ent = readdir(d)))
+        assert_null(strstr(ent->d_name, ".tmp."));
+    closedir(d);
+    free(dir);
+    unlink(path);
+    free(path);
+    kiln_tensor_release(a);
+    kiln_device_close(dev);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -154,6 +300,9 @@ int main(void)
         cmocka_unit_test(test_rejects_malformed_headers),
         cmocka_unit_test(test_rejects_bad_lengths),
         cmocka_unit_test(test_truncated_prefixes),
+        cmocka_unit_test(test_round_trip_every_dtype),
+        cmocka_unit_test(test_load_bool_and_unsupported),
+        cmocka_unit_test(test_failed_save_keeps_old_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
