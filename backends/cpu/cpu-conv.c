@@ -1,0 +1,348 @@
+/*
+ * backends/cpu/cpu-conv.c — convolution forward and both backward passes, for 1 to 3
+ * spatial dims, with stride, padding, dilation and groups.
+ *
+ * The classic lowering: im2col unrolls each receptive field of one image into a column,
+ * so the convolution becomes one GEMM per image and group, [O/g, C/g·k] × [C/g·k, S'],
+ * which OpenBLAS runs near peak. The input gradient is the transposed GEMM followed by
+ * col2im (scatter-add back into the image); the weight gradient is a GEMM of the output
+ * gradient with the columns, accumulated over the batch with beta = 1. A 1x1 kernel
+ * with unit stride and no padding needs no columns at all: the image already is the
+ * matrix. Everything is handled as 3-D (missing leading spatial dims have size 1).
+ *
+ * im2col/col2im are threaded over column rows (resp. channels, so no two threads add
+ * into the same plane) on our pool; the GEMMs run on OpenBLAS's threads while the pool
+ * sleeps. The column buffer comes from the buffer pool, so repeated layers reuse it.
+ */
+#include <cblas.h>
+#include <stdlib.h>
+
+#include "cpu-impl.h"
+
+typedef struct geom {
+    int64_t N, C, O, G, Cg, Og;
+    int64_t in[3], out[3], k[3], st[3], pad[3], dil[3];
+    int64_t isz, osz, ksz; /* products */
+    bool direct;           /* 1x1, stride 1, no padding */
+} geom;
+
+static void geom_init(geom *g, const kiln_conv_params *p, const kiln_tdesc *x, const kiln_tdesc *w,
+                      const kiln_tdesc *y)
+{
+    int ns = p->nspatial;
+    g->N = x->shape[0];
+    g->C = x->shape[1];
+    g->O = w->shape[0];
+    g->G = p->groups > 0 ? p->groups : 1;
+    g->Cg = g->C / g->G;
+    g->Og = g->O / g->G;
+    g->isz = g->osz = g->ksz = 1;
+    g->direct = true;
+    for (int i = 0; i < 3; i++) {
+        int d = i - (3 - ns); /* which real spatial dim, or < 0 for padding dims */
+        if (d < 0) {
+            g->in[i] = g->out[i] = g->k[i] = g->st[i] = g->dil[i] = 1;
+            g->pad[i] = 0;
+        } else {
+            g->in[i] = x->shape[2 + d];
+            g->out[i] = y->shape[2 + d];
+            g->k[i] = w->shape[2 + d];
+            g->st[i] = p->stride[d];
+            g->pad[i] = p->padding[d];
+            g->dil[i] = p->dilation[d];
+        }
+        g->isz *= g->in[i];
+        g->osz *= g->out[i];
+        g->ksz *= g->k[i];
+        if (g->k[i] != 1 || g->st[i] != 1 || g->pad[i] != 0)
+            g->direct = false;
+    }
+}
+
+typedef struct col_job {
+    const geom *g;
+    void *col;
+    void *img;   /* image of one group: Cg planes */
+    bool dbl;
+} col_job;
+
+/* One column row: channel c, kernel offset (kd, kh, kw). */
+#define IM2COL_ROW(T)                                                                        \
+    static void im2col_rows_##T(void *argp, int64_t r0, int64_t r1)                          \
+    {                                                                                        \
+        const col_job *j = argp;                                                             \
+        const geom *g = j->g;                                                                \
+        const T *img = j->img;                                                               \
+        T *col = j->col;                                                                     \
+        for (int64_t r = r0; r < r1; r++) {                                                  \
+            int64_t kw = r % g->k[2], kh = (r / g->k[2]) % g->k[1];                          \
+            int64_t kd = (r / (g->k[2] * g->k[1])) % g->k[0], c = r / g->ksz;                \
+            const T *plane = img + c * g->isz;                                               \
+            T *dst = col + r * g->osz;                                                       \
+            for (int64_t od = 0; od < g->out[0]; od++) {                                     \
+                int64_t id = od * g->st[0] - g->pad[0] + kd * g->dil[0];                     \
+                for (int64_t oh = 0; oh < g->out[1]; oh++, dst += g->out[2]) {              \
+                    int64_t ih = oh * g->st[1] - g->pad[1] + kh * g->dil[1];                 \
+                    if (id < 0 || id >= g->in[0] || ih < 0 || ih >= g->in[1]) {              \
+                        memset(dst, 0, (size_t)g->out[2] * sizeof(T));                       \
+                        continue;                                                            \
+                    }                                                                        \
+                    const T *src = plane + (id * g->in[1] + ih) * g->in[2];                  \
+                    int64_t w0 = kw * g->dil[2] - g->pad[2], sw = g->st[2];                  \
+                    for (int64_t ow = 0; ow < g->out[2]; ow++) {                             \
+                        int64_t iw = ow * sw + w0;                                           \
+                        dst[ow] = (iw >= 0 && iw < g->in[2]) ? src[iw] : (T)0;               \
+                    }                                                                        \
+                }                                                                            \
+            }                                                                                \
+        }                                                                                    \
+    }
+
+#define COL2IM_CH(T)                                                                         \
+    static void col2im_ch_##T(void *argp, int64_t c0, int64_t c1)                            \
+    {                                                                                        \
+        const col_job *j = argp;                                                             \
+        const geom *g = j->g;                                                                \
+        T *img = j->img;                                                                     \
+        const T *col = j->col;                                                               \
+        for (int64_t c = c0; c < c1; c++) {                                                  \
+            T *plane = img + c * g->isz;                                                     \
+            for (int64_t kk = 0; kk < g->ksz; kk++) {                                        \
+                int64_t kw = kk % g->k[2], kh = (kk / g->k[2]) % g->k[1];                    \
+                int64_t kd = kk / (g->k[2] * g->k[1]);                                       \
+                const T *src = col + (c * g->ksz + kk) * g->osz;                             \
+                for (int64_t od = 0; od < g->out[0]; od++) {                                 \
+                    int64_t id = od * g->st[0] - g->pad[0] + kd * g->dil[0];                 \
+                    for (int64_t oh = 0; oh < g->out[1]; oh++, src += g->out[2]) {          \
+                        int64_t ih = oh * g->st[1] - g->pad[1] + kh * g->dil[1];             \
+                        if (id < 0 || id >= g->in[0] || ih < 0 || ih >= g->in[1])            \
+                            continue;                                                        \
+                        T *dst = plane + (id * g->in[1] + ih) * g->in[2];                    \
+                        int64_t w0 = kw * g->dil[2] - g->pad[2], sw = g->st[2];              \
+                        for (int64_t ow = 0; ow < g->out[2]; ow++) {                         \
+                            int64_t iw = ow * sw + w0;                                       \
+                            if (iw >= 0 && iw < g->in[2])                                    \
+                                dst[iw] += src[ow];                                          \
+                        }                                                                    \
+                    }                                                                        \
+                }                                                                            \
+            }                                                                                \
+        }                                                                                    \
+    }
+
+IM2COL_ROW(float)
+IM2COL_ROW(double)
+COL2IM_CH(float)
+COL2IM_CH(double)
+
+static void im2col(kiln__cpu_ctx *ctx, const geom *g, void *col, void *img, bool dbl)
+{
+    col_job j = {g, col, img, dbl};
+    int64_t rows = g->Cg * g->ksz;
+    kiln__cpu_parallel_for(ctx, rows, 1 + 32768 / (g->osz + 1),
+                           dbl ? im2col_rows_double : im2col_rows_float, &j);
+}
+
+static void col2im(kiln__cpu_ctx *ctx, const geom *g, void *col, void *img, bool dbl)
+{
+    col_job j = {g, col, img, dbl};
+    kiln__cpu_parallel_for(ctx, g->Cg, 1 + 32768 / (g->ksz * g->osz + 1),
+                           dbl ? col2im_ch_double : col2im_ch_float, &j);
+}
+
+/* C[M,N] = alpha op(A) op(B) + beta C, row-major, in f32 or f64 */
+static void gemm(bool dbl, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A,
+                 int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc)
+{
+    if (dbl)
+        cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    (blasint)M, (blasint)N, (blasint)K, 1.0, A, (blasint)lda, B, (blasint)ldb, beta,
+                    C, (blasint)ldc);
+    else
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    (blasint)M, (blasint)N, (blasint)K, 1.0f, A, (blasint)lda, B, (blasint)ldb,
+                    (float)beta, C, (blasint)ldc);
+}
+
+typedef struct bias_job {
+    void *out;
+    const void *bias;
+    int64_t O, osz;
+    bool dbl;
+} bias_job;
+
+static void bias_range(void *argp, int64_t b, int64_t e)
+{
+    const bias_job *j = argp;
+    for (int64_t r = b; r < e; r++) {
+        int64_t o = r % j->O;
+        if (j->dbl) {
+            double *p = (double *)j->out + r * j->osz, v = ((const double *)j->bias)[o];
+            for (int64_t i = 0; i < j->osz; i++)
+                p[i] += v;
+        } else {
+            float *p = (float *)j->out + r * j->osz, v = ((const float *)j->bias)[o];
+            for (int64_t i = 0; i < j->osz; i++)
+                p[i] += v;
+        }
+    }
+}
+
+/* Contiguous f32/f64 views of the operands; outputs get scratch when they need it. */
+typedef struct opnd {
+    void *p;
+    struct kiln_buffer *h;
+} opnd;
+
+static void *out_buffer(kiln__cpu_ctx *ctx, const kiln_tdesc *d, kiln_dtype ct, opnd *o)
+{
+    o->h = NULL;
+    if (d->dtype == ct && kiln__cpu_contig(d))
+        return o->p = kiln__cpu_ptr(d);
+    return o->p = kiln__cpu_scratch_get(ctx, (size_t)kiln__cpu_numel(d) * kiln__cpu_esize(ct), &o->h);
+}
+
+static void release(kiln__cpu_ctx *ctx, opnd *ops, int n)
+{
+    for (int i = 0; i < n; i++)
+        kiln__cpu_scratch_put(ctx, ops[i].h);
+}
+
+int kiln__cpu_conv(void *vctx, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
+                   const kiln_tdesc *w, const kiln_tdesc *bias)
+{
+    kiln__cpu_ctx *ctx = vctx;
+    geom g;
+    geom_init(&g, p, x, w, out);
+    kiln_dtype ct = kiln__cpu_fdt(out->dtype);
+    bool dbl = ct == KILN_F64;
+    size_t es = kiln__cpu_esize(ct);
+    opnd ops[5] = {{0}};
+    ops[0].p = kiln__cpu_materialize(ctx, x, ct, &ops[0].h);
+    ops[1].p = kiln__cpu_materialize(ctx, w, ct, &ops[1].h);
+    if (bias)
+        ops[2].p = kiln__cpu_materialize(ctx, bias, ct, &ops[2].h);
+    out_buffer(ctx, out, ct, &ops[3]);
+    int64_t rows = g.Cg * g.ksz;
+    if (!g.direct)
+        ops[4].p = kiln__cpu_scratch_get(ctx, (size_t)(rows * g.osz) * es, &ops[4].h);
+    if (!ops[0].p || !ops[1].p || (bias && !ops[2].p) || !ops[3].p || (!g.direct && !ops[4].p)) {
+        release(ctx, ops, 5);
+        return kiln__cpu_enomem("conv");
+    }
+    char *xp = ops[0].p, *wp = ops[1].p, *op = ops[3].p, *col = ops[4].p;
+    if (g.osz > 0 && g.Og > 0) {
+        for (int64_t n = 0; n < g.N; n++) {
+            for (int64_t gi = 0; gi < g.G; gi++) {
+                char *img = xp + ((n * g.C + gi * g.Cg) * g.isz) * (int64_t)es;
+                char *dst = op + ((n * g.O + gi * g.Og) * g.osz) * (int64_t)es;
+                const char *wg = wp + (gi * g.Og * rows) * (int64_t)es;
+                const void *B = img;
+                if (!g.direct) {
+                    im2col(ctx, &g, col, img, dbl);
+                    B = col;
+                }
+                if (rows == 0)
+                    memset(dst, 0, (size_t)(g.Og * g.osz) * es);
+                else
+                    gemm(dbl, false, false, g.Og, g.osz, rows, wg, rows, B, g.osz, 0.0, dst, g.osz);
+            }
+        }
+        if (bias) {
+            bias_job bj = {op, ops[2].p, g.O, g.osz, dbl};
+            kiln__cpu_parallel_for(ctx, g.N * g.O, 1 + 16384 / g.osz, bias_range, &bj);
+        }
+    }
+    if (ops[3].h)
+        kiln__cpu_writeback(ctx, out, ops[3].p, ct);
+    release(ctx, ops, 5);
+    return 0;
+}
+
+int kiln__cpu_conv_backward_input(void *vctx, const kiln_conv_params *p, const kiln_tdesc *grad_x,
+                                  const kiln_tdesc *grad_out, const kiln_tdesc *w)
+{
+    kiln__cpu_ctx *ctx = vctx;
+    geom g;
+    geom_init(&g, p, grad_x, w, grad_out);
+    kiln_dtype ct = kiln__cpu_fdt(grad_x->dtype);
+    bool dbl = ct == KILN_F64;
+    size_t es = kiln__cpu_esize(ct);
+    opnd ops[4] = {{0}};
+    ops[0].p = kiln__cpu_materialize(ctx, grad_out, ct, &ops[0].h);
+    ops[1].p = kiln__cpu_materialize(ctx, w, ct, &ops[1].h);
+    out_buffer(ctx, grad_x, ct, &ops[2]);
+    int64_t rows = g.Cg * g.ksz;
+    if (!g.direct)
+        ops[3].p = kiln__cpu_scratch_get(ctx, (size_t)(rows * g.osz) * es, &ops[3].h);
+    if (!ops[0].p || !ops[1].p || !ops[2].p || (!g.direct && !ops[3].p)) {
+        release(ctx, ops, 4);
+        return kiln__cpu_enomem("conv_backward_input");
+    }
+    char *gop = ops[0].p, *wp = ops[1].p, *gx = ops[2].p, *col = ops[3].p;
+    size_t gx_bytes = (size_t)(g.N * g.C * g.isz) * es;
+    if (!g.direct || g.Og == 0 || g.osz == 0)
+        memset(gx, 0, gx_bytes);
+    if (g.Og > 0 && g.osz > 0 && rows > 0) {
+        for (int64_t n = 0; n < g.N; n++) {
+            for (int64_t gi = 0; gi < g.G; gi++) {
+                char *img = gx + ((n * g.C + gi * g.Cg) * g.isz) * (int64_t)es;
+                const char *go = gop + ((n * g.O + gi * g.Og) * g.osz) * (int64_t)es;
+                const char *wg = wp + (gi * g.Og * rows) * (int64_t)es;
+                if (g.direct) {
+                    gemm(dbl, true, false, rows, g.osz, g.Og, wg, rows, go, g.osz, 0.0, img, g.osz);
+                } else {
+                    gemm(dbl, true, false, rows, g.osz, g.Og, wg, rows, go, g.osz, 0.0, col, g.osz);
+                    col2im(ctx, &g, col, img, dbl);
+                }
+            }
+        }
+    }
+    if (ops[2].h)
+        kiln__cpu_writeback(ctx, grad_x, ops[2].p, ct);
+    release(ctx, ops, 4);
+    return 0;
+}
+
+int kiln__cpu_conv_backward_weight(void *vctx, const kiln_conv_params *p, const kiln_tdesc *grad_w,
+                                   const kiln_tdesc *x, const kiln_tdesc *grad_out)
+{
+    kiln__cpu_ctx *ctx = vctx;
+    geom g;
+    geom_init(&g, p, x, grad_w, grad_out);
+    kiln_dtype ct = kiln__cpu_fdt(grad_w->dtype);
+    bool dbl = ct == KILN_F64;
+    size_t es = kiln__cpu_esize(ct);
+    opnd ops[4] = {{0}};
+    ops[0].p = kiln__cpu_materialize(ctx, x, ct, &ops[0].h);
+    ops[1].p = kiln__cpu_materialize(ctx, grad_out, ct, &ops[1].h);
+    out_buffer(ctx, grad_w, ct, &ops[2]);
+    int64_t rows = g.Cg * g.ksz;
+    if (!g.direct)
+        ops[3].p = kiln__cpu_scratch_get(ctx, (size_t)(rows * g.osz) * es, &ops[3].h);
+    if (!ops[0].p || !ops[1].p || !ops[2].p || (!g.direct && !ops[3].p)) {
+        release(ctx, ops, 4);
+        return kiln__cpu_enomem("conv_backward_weight");
+    }
+    char *xp = ops[0].p, *gop = ops[1].p, *gw = ops[2].p, *col = ops[3].p;
+    memset(gw, 0, (size_t)(g.O * rows) * es);
+    if (g.osz > 0 && rows > 0 && g.Og > 0) {
+        for (int64_t n = 0; n < g.N; n++) {
+            for (int64_t gi = 0; gi < g.G; gi++) {
+                char *img = xp + ((n * g.C + gi * g.Cg) * g.isz) * (int64_t)es;
+                const char *go = gop + ((n * g.O + gi * g.Og) * g.osz) * (int64_t)es;
+                char *wg = gw + (gi * g.Og * rows) * (int64_t)es;
+                const void *B = img;
+                if (!g.direct) {
+                    im2col(ctx, &g, col, img, dbl);
+                    B = col;
+                }
+                gemm(dbl, false, true, g.Og, rows, g.osz, go, g.osz, B, g.osz, 1.0, wg, rows);
+            }
+        }
+    }
+    if (ops[2].h)
+        kiln__cpu_writeback(ctx, grad_w, ops[2].p, ct);
+    release(ctx, ops, 4);
+    return 0;
+}

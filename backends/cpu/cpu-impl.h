@@ -1,0 +1,338 @@
+/*
+ * backends/cpu/cpu-impl.h — what the files of the cpu backend share: the device
+ * context (thread pool, buffer pool, the kernel table picked for this CPU), the buffer
+ * layout, element load/store helpers for the generic strided paths, and the strided
+ * iterator that turns any set of same-shaped operands into runs of rows.
+ *
+ * The shape of the backend: every entry first looks for the common contiguous case and
+ * runs a tight kernel on it; everything else goes through a generic path that loads
+ * elements as double (or int64 for integer dtypes, so i64 keeps all 64 bits), which is
+ * slower but obviously right for any stride, including 0 and negative ones.
+ */
+#ifndef KILN_CPU_IMPL_H
+#define KILN_CPU_IMPL_H
+
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend.h"
+#include "common/half.h"
+#include "error-impl.h"
+
+/* ------------------------------------------------------------------ buffers */
+
+struct kiln_buffer {
+    void *data;          /* 64-byte aligned */
+    size_t nbytes;       /* what the caller asked for */
+    size_t cap;          /* the size class actually reserved */
+    int cls;             /* size-class index, -1 when too large to cache */
+    bool mapped;         /* came from mmap rather than aligned_alloc */
+    struct kiln_buffer *next; /* free-list link while cached */
+};
+
+#define KILN_CPU_NCLASSES 160
+
+typedef struct kiln__cpu_alloc {
+    pthread_mutex_t mu;
+    struct kiln_buffer *free_list[KILN_CPU_NCLASSES];
+    size_t cached_bytes;
+    size_t max_cached_bytes;
+} kiln__cpu_alloc;
+
+/* ------------------------------------------------------------------ threads */
+
+typedef struct kiln__cpu_pool kiln__cpu_pool;
+
+/** A parallel job: run chunk `job` of `njobs`. */
+typedef void (*kiln__cpu_job_fn)(void *arg, int job, int njobs);
+/** A range task: process elements [begin, end). */
+typedef void (*kiln__cpu_range_fn)(void *arg, int64_t begin, int64_t end);
+
+kiln__cpu_pool *kiln__cpu_pool_create(int nthreads);
+void kiln__cpu_pool_destroy(kiln__cpu_pool *pool);
+int kiln__cpu_pool_size(const kiln__cpu_pool *pool);
+/** Run fn for job = 0..njobs-1 across the pool; returns when all are done. */
+void kiln__cpu_pool_run(kiln__cpu_pool *pool, int njobs, kiln__cpu_job_fn fn, void *arg);
+
+/* ------------------------------------------------------------------ kernels */
+
+/* The hot f32 kernels exist twice: a portable build and an AVX2+FMA+F16C build; open
+ * picks one table with __builtin_cpu_supports. Strides sa/sb of binary are 0 or 1. */
+typedef struct kiln__cpu_kernels {
+    const char *name;
+    void (*unary_f32)(int op, float *o, const float *x, int64_t n, float alpha, float beta);
+    void (*binary_f32)(int op, float *o, const float *a, int64_t sa, const float *b, int64_t sb,
+                       int64_t n);
+    void (*f16_to_f32)(float *o, const uint16_t *x, int64_t n);
+    void (*f32_to_f16)(uint16_t *o, const float *x, int64_t n);
+    void (*softmax_row_f32)(float *o, const float *x, int64_t n, bool want_log);
+    void (*layer_norm_row_f32)(float *o, const float *x, int64_t n, const float *w, const float *b,
+                               double eps, double *mean, double *rstd);
+    /* 2x2 stride-2 max pool over one output row: reads two input rows of width 2*ow. */
+    void (*maxpool2x2_row_f32)(float *o, const float *r0, const float *r1, int64_t ow);
+} kiln__cpu_kernels;
+
+extern const kiln__cpu_kernels kiln__cpu_kernels_base;
+#if defined(__x86_64__)
+extern const kiln__cpu_kernels kiln__cpu_kernels_avx2;
+#endif
+
+/* ------------------------------------------------------------------ context */
+
+typedef struct kiln__cpu_ctx {
+    kiln__cpu_pool *pool;
+    kiln__cpu_alloc alloc;
+    const kiln__cpu_kernels *k;
+    int nthreads;
+} kiln__cpu_ctx;
+
+/* Buffers (cpu-alloc.c). */
+void kiln__cpu_alloc_init(kiln__cpu_alloc *a);
+void kiln__cpu_alloc_fini(kiln__cpu_alloc *a);
+struct kiln_buffer *kiln__cpu_buffer_get(kiln__cpu_ctx *ctx, size_t nbytes);
+void kiln__cpu_buffer_put(kiln__cpu_ctx *ctx, struct kiln_buffer *b);
+/** Scratch memory from the pool (64-byte aligned); release with kiln__cpu_scratch_put. */
+void *kiln__cpu_scratch_get(kiln__cpu_ctx *ctx, size_t nbytes, struct kiln_buffer **handle);
+void kiln__cpu_scratch_put(kiln__cpu_ctx *ctx, struct kiln_buffer *handle);
+
+/** Split [0, n) into chunks of at least grain elements and run them on the pool. */
+void kiln__cpu_parallel_for(kiln__cpu_ctx *ctx, int64_t n, int64_t grain, kiln__cpu_range_fn fn,
+                            void *arg);
+
+/* ------------------------------------------------------------------ descriptors */
+
+static inline size_t kiln__cpu_esize(kiln_dtype dt)
+{
+    switch (dt) {
+    case KILN_F64: case KILN_I64: return 8;
+    case KILN_F32: case KILN_I32: return 4;
+    case KILN_F16: case KILN_BF16: return 2;
+    default: return 1;
+    }
+}
+
+static inline bool kiln__cpu_is_int(kiln_dtype dt)
+{
+    return dt == KILN_I64 || dt == KILN_I32 || dt == KILN_U8 || dt == KILN_BOOL;
+}
+
+static inline int64_t kiln__cpu_numel(const kiln_tdesc *d)
+{
+    int64_t n = 1;
+    for (int i = 0; i < d->ndim; i++)
+        n *= d->shape[i];
+    return n;
+}
+
+static inline bool kiln__cpu_contig(const kiln_tdesc *d)
+{
+    int64_t s = 1;
+    for (int i = d->ndim - 1; i >= 0; i--) {
+        if (d->shape[i] != 1 && d->strides[i] != s)
+            return false;
+        s *= d->shape[i];
+    }
+    return true;
+}
+
+/** Address of element 0 of the view (offset applied). */
+static inline void *kiln__cpu_ptr(const kiln_tdesc *d)
+{
+    return (char *)d->buf->data + d->offset * (int64_t)kiln__cpu_esize(d->dtype);
+}
+
+/* ------------------------------------------------------------------ scalar access */
+
+static inline double kiln__cpu_ld(const void *p, kiln_dtype dt)
+{
+    switch (dt) {
+    case KILN_F32: return *(const float *)p;
+    case KILN_F64: return *(const double *)p;
+    case KILN_F16: return kiln_f16_to_f32(*(const uint16_t *)p);
+    case KILN_BF16: return kiln_bf16_to_f32(*(const uint16_t *)p);
+    case KILN_I64: return (double)*(const int64_t *)p;
+    case KILN_I32: return *(const int32_t *)p;
+    case KILN_U8: return *(const uint8_t *)p;
+    default: return *(const uint8_t *)p != 0;
+    }
+}
+
+/** Float to integer: truncate toward zero, NaN gives 0, out-of-range saturates at
+ *  int64 and then wraps to the narrower type as a C cast from int64 does. */
+static inline int64_t kiln__cpu_d2i(double v)
+{
+    if (v != v)
+        return 0;
+    if (v >= 9.2233720368547758e18)
+        return INT64_MAX;
+    if (v <= -9.2233720368547758e18)
+        return INT64_MIN;
+    return (int64_t)v;
+}
+
+static inline int64_t kiln__cpu_ldi(const void *p, kiln_dtype dt)
+{
+    switch (dt) {
+    case KILN_I64: return *(const int64_t *)p;
+    case KILN_I32: return *(const int32_t *)p;
+    case KILN_U8: return *(const uint8_t *)p;
+    case KILN_BOOL: return *(const uint8_t *)p != 0;
+    default: return kiln__cpu_d2i(kiln__cpu_ld(p, dt));
+    }
+}
+
+static inline void kiln__cpu_sti(void *p, kiln_dtype dt, int64_t v)
+{
+    switch (dt) {
+    case KILN_I64: *(int64_t *)p = v; break;
+    case KILN_I32: *(int32_t *)p = (int32_t)(uint32_t)(uint64_t)v; break;
+    case KILN_U8: *(uint8_t *)p = (uint8_t)(uint64_t)v; break;
+    case KILN_BOOL: *(uint8_t *)p = v != 0; break;
+    case KILN_F32: *(float *)p = (float)v; break;
+    case KILN_F64: *(double *)p = (double)v; break;
+    case KILN_F16: *(uint16_t *)p = kiln_f32_to_f16((float)v); break;
+    default: *(uint16_t *)p = kiln_f32_to_bf16((float)v); break;
+    }
+}
+
+static inline void kiln__cpu_st(void *p, kiln_dtype dt, double v)
+{
+    switch (dt) {
+    case KILN_F32: *(float *)p = (float)v; break;
+    case KILN_F64: *(double *)p = v; break;
+    case KILN_F16: *(uint16_t *)p = kiln_f32_to_f16((float)v); break;
+    case KILN_BF16: *(uint16_t *)p = kiln_f32_to_bf16((float)v); break;
+    case KILN_BOOL: *(uint8_t *)p = v != 0; break;
+    default: kiln__cpu_sti(p, dt, kiln__cpu_d2i(v)); break;
+    }
+}
+
+/* ------------------------------------------------------------------ lines along a dim */
+
+/** Number of lines along dim (product of the other dims). */
+static inline int64_t kiln__cpu_nlines(const kiln_tdesc *d, int dim)
+{
+    int64_t n = 1;
+    for (int i = 0; i < d->ndim; i++)
+        if (i != dim)
+            n *= d->shape[i];
+    return n;
+}
+
+/** Element offset (relative to the view's start) of line l along dim, the other dims
+ *  taken in row-major order. Two descriptors with the same shape outside dim agree on
+ *  which line is l. */
+static inline int64_t kiln__cpu_line_offset(const kiln_tdesc *d, int dim, int64_t l)
+{
+    int64_t off = 0;
+    for (int i = d->ndim - 1; i >= 0; i--) {
+        if (i == dim)
+            continue;
+        int64_t n = d->shape[i];
+        off += (l % n) * d->strides[i];
+        l /= n;
+    }
+    return off;
+}
+
+/* ------------------------------------------------------------------ strided iteration */
+
+#define KILN_CPU_MAXOPS 4
+
+/** Same-shaped operands (op 0 gives the shape), dims of size 1 dropped and adjacent
+ *  dims merged where every operand allows, so contiguous operands become one row. */
+typedef struct kiln__cpu_iter {
+    int nops;
+    int ndim;
+    int64_t numel;
+    int64_t shape[KILN_MAX_DIMS];
+    int64_t stride[KILN_CPU_MAXOPS][KILN_MAX_DIMS]; /* elements */
+    char *base[KILN_CPU_MAXOPS];
+    size_t esize[KILN_CPU_MAXOPS];
+} kiln__cpu_iter;
+
+/** A run of n elements; ptrs[i] advance by strides[i] elements (times esize). */
+typedef void (*kiln__cpu_row_fn)(void *arg, char *const *ptrs, const int64_t *strides, int64_t n);
+
+void kiln__cpu_iter_init(kiln__cpu_iter *it, int nops, const kiln_tdesc *const *ops);
+/** Run fn over every row of the iteration, threaded when numel >= 2 * grain. */
+void kiln__cpu_iter_run(kiln__cpu_ctx *ctx, const kiln__cpu_iter *it, int64_t grain,
+                        kiln__cpu_row_fn fn, void *arg);
+
+/** A contiguous copy of d converted to dtype want (f32 or f64), or d's own memory when it
+ *  already is one. *handle is set when scratch was taken (release it after use). */
+void *kiln__cpu_materialize(kiln__cpu_ctx *ctx, const kiln_tdesc *d, kiln_dtype want,
+                            struct kiln_buffer **handle);
+/** Write contiguous data of dtype have into the (possibly strided) view out. */
+void kiln__cpu_writeback(kiln__cpu_ctx *ctx, const kiln_tdesc *out, const void *src, kiln_dtype have);
+/** A contiguous descriptor of the given shape over scratch memory. */
+void kiln__cpu_desc_contig(kiln_tdesc *d, struct kiln_buffer *buf, kiln_dtype dt, int ndim,
+                           const int64_t *shape);
+
+/** The compute dtype for float-only ops: f64 stays f64, everything else computes in f32. */
+static inline kiln_dtype kiln__cpu_fdt(kiln_dtype dt) { return dt == KILN_F64 ? KILN_F64 : KILN_F32; }
+
+/* ------------------------------------------------------------------ entries */
+
+int kiln__cpu_fill(void *ctx, const kiln_tdesc *out, double value);
+int kiln__cpu_arange(void *ctx, const kiln_tdesc *out, double start, double step);
+int kiln__cpu_copy(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in);
+int kiln__cpu_rng(void *ctx, kiln_rng_kind kind, const kiln_tdesc *out, uint64_t seed,
+                  uint64_t offset, double p0, double p1);
+int kiln__cpu_unary(void *ctx, kiln_unary_op op, const kiln_tdesc *out, const kiln_tdesc *in,
+                    double alpha, double beta);
+int kiln__cpu_binary(void *ctx, kiln_binary_op op, const kiln_tdesc *out, const kiln_tdesc *a,
+                     const kiln_tdesc *b);
+int kiln__cpu_where(void *ctx, const kiln_tdesc *out, const kiln_tdesc *cond, const kiln_tdesc *a,
+                    const kiln_tdesc *b);
+int kiln__cpu_reduce(void *ctx, kiln_reduce_op op, const kiln_tdesc *out, const kiln_tdesc *in,
+                     uint32_t mask, double param);
+int kiln__cpu_arg_reduce(void *ctx, bool is_max, const kiln_tdesc *out, const kiln_tdesc *in, int dim);
+int kiln__cpu_cumsum(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in, int dim);
+int kiln__cpu_sort(void *ctx, const kiln_tdesc *values, const kiln_tdesc *indices,
+                   const kiln_tdesc *in, int dim, bool descending);
+int kiln__cpu_gather(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in, int dim,
+                     const kiln_tdesc *index);
+int kiln__cpu_scatter(void *ctx, const kiln_tdesc *out, int dim, const kiln_tdesc *index,
+                      const kiln_tdesc *src, bool accumulate);
+int kiln__cpu_index_select(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in, int dim,
+                           const kiln_tdesc *index);
+int kiln__cpu_index_add(void *ctx, const kiln_tdesc *out, int dim, const kiln_tdesc *index,
+                        const kiln_tdesc *src);
+int kiln__cpu_matmul(void *ctx, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b);
+int kiln__cpu_conv(void *ctx, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
+                   const kiln_tdesc *w, const kiln_tdesc *bias);
+int kiln__cpu_conv_backward_input(void *ctx, const kiln_conv_params *p, const kiln_tdesc *grad_x,
+                                  const kiln_tdesc *grad_out, const kiln_tdesc *w);
+int kiln__cpu_conv_backward_weight(void *ctx, const kiln_conv_params *p, const kiln_tdesc *grad_w,
+                                   const kiln_tdesc *x, const kiln_tdesc *grad_out);
+int kiln__cpu_pooling(void *ctx, const kiln_pool_params *p, const kiln_tdesc *out,
+                   const kiln_tdesc *indices, const kiln_tdesc *x);
+int kiln__cpu_pooling_backward(void *ctx, const kiln_pool_params *p, const kiln_tdesc *grad_x,
+                            const kiln_tdesc *grad_out, const kiln_tdesc *indices);
+int kiln__cpu_adaptive_avg_pool(void *ctx, int nspatial, const kiln_tdesc *out, const kiln_tdesc *x);
+int kiln__cpu_adaptive_avg_pool_backward(void *ctx, int nspatial, const kiln_tdesc *grad_x,
+                                         const kiln_tdesc *grad_out);
+int kiln__cpu_interpolate(void *ctx, kiln_interp_mode mode, bool align_corners,
+                          const kiln_tdesc *out, const kiln_tdesc *x);
+int kiln__cpu_interpolate_backward(void *ctx, kiln_interp_mode mode, bool align_corners,
+                                   const kiln_tdesc *grad_x, const kiln_tdesc *grad_out);
+int kiln__cpu_pad(void *ctx, kiln_pad_mode mode, const kiln_tdesc *out, const kiln_tdesc *in,
+                  const int64_t *pads, double value);
+int kiln__cpu_softmax(void *ctx, bool want_log, const kiln_tdesc *out, const kiln_tdesc *in, int dim);
+int kiln__cpu_layer_norm(void *ctx, const kiln_tdesc *out, const kiln_tdesc *mean,
+                         const kiln_tdesc *rstd, const kiln_tdesc *x, const kiln_tdesc *weight,
+                         const kiln_tdesc *bias, int64_t inner, double eps);
+
+/** Report an allocation failure for op and return KILN_ENOMEM. */
+static inline int kiln__cpu_enomem(const char *op)
+{
+    kiln__error_set("cpu %s: out of memory", op);
+    return KILN_ENOMEM;
+}
+
+#endif /* KILN_CPU_IMPL_H */

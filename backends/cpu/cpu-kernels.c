@@ -1,0 +1,380 @@
+/*
+ * backends/cpu/cpu-kernels.c — the hot f32 kernels, compiled twice.
+ *
+ * meson builds this file once for any x86-64 (or other) CPU and once with
+ * -mavx2 -mfma -mf16c; the device picks a table at open with __builtin_cpu_supports,
+ * so the library still runs on older CPUs. The portable build relies on libm and the
+ * compiler's auto-vectorizer; the AVX2 build adds hand-vectorized transcendental
+ * functions (cpu-math.h) for the ops that dominate networks — exp, tanh, erf, gelu,
+ * sigmoid, silu — and F16C conversions.
+ *
+ * Each kernel switches on the op once, outside its loop, and runs a loop over plain
+ * restrict pointers that the compiler can vectorize. Results follow PyTorch: NaN
+ * propagates through max/min and clamp, remainder takes the divisor's sign, round is
+ * half to even.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include "cpu-impl.h"
+
+#if defined(KILN_CPU_AVX2) && defined(__AVX2__) && defined(__FMA__)
+#define USE_AVX2 1
+#include "cpu-math.h"
+#define KTABLE kiln__cpu_kernels_avx2
+#define KNAME "avx2"
+#else
+#define USE_AVX2 0
+#define KTABLE kiln__cpu_kernels_base
+#define KNAME "base"
+#endif
+
+/* ------------------------------------------------------------------ scalar forms */
+
+static inline float s_gelu(float x)
+{
+    double v = x;
+    return (float)(0.5 * v * erfc(-v * 0.70710678118654752440));
+}
+
+static inline float s_gelu_tanh(float x)
+{
+    double v = x;
+    double u = 0.79788456080286535588 * (v + 0.044715 * v * v * v);
+    return (float)(0.5 * v * (1.0 + tanh(u)));
+}
+
+static inline float s_remainder(float a, float b)
+{
+    float r = fmodf(a, b);
+    if (r != 0 && ((r < 0) != (b < 0)))
+        r += b;
+    return r;
+}
+
+static inline float s_softplus(float x, float beta, float thr)
+{
+    float bx = x * beta;
+    return bx > thr ? x : log1pf(expf(bx)) / beta;
+}
+
+/* ------------------------------------------------------------------ unary */
+
+#if USE_AVX2
+/* Apply an 8-wide function over n floats, finishing the tail through a padded block. */
+#define VLOOP(FN)                                                            \
+    do {                                                                     \
+        int64_t i = 0;                                                       \
+        for (; i + 8 <= n; i += 8)                                           \
+            _mm256_storeu_ps(o + i, FN(_mm256_loadu_ps(x + i)));             \
+        if (i < n) {                                                         \
+            float t[8] = {0};                                                \
+            for (int64_t k = 0; k < n - i; k++)                              \
+                t[k] = x[i + k];                                             \
+            _mm256_storeu_ps(t, FN(_mm256_loadu_ps(t)));                     \
+            for (int64_t k = 0; k < n - i; k++)                              \
+                o[i + k] = t[k];                                             \
+        }                                                                    \
+    } while (0)
+
+static inline __m256 kv_silu(__m256 x) { return _mm256_mul_ps(x, kv_sigmoid(x)); }
+#endif
+
+#define ULOOP(EXPR)                               \
+    for (int64_t i = 0; i < n; i++) {             \
+        float v = x[i];                           \
+        o[i] = (EXPR);                            \
+    }                                             \
+    break
+
+static void unary_f32(int op, float *restrict o, const float *restrict x, int64_t n, float a,
+                      float b)
+{
+    switch ((kiln_unary_op)op) {
+    case KILN_UNARY_NEG: ULOOP(-v);
+    case KILN_UNARY_ABS: ULOOP(fabsf(v));
+    case KILN_UNARY_SIGN: ULOOP(v > 0 ? 1.0f : (v < 0 ? -1.0f : v));
+    case KILN_UNARY_LOG: ULOOP(logf(v));
+    case KILN_UNARY_LOG1P: ULOOP(log1pf(v));
+    case KILN_UNARY_EXPM1: ULOOP(expm1f(v));
+    case KILN_UNARY_SQRT: ULOOP(sqrtf(v));
+    case KILN_UNARY_RSQRT: ULOOP((float)(1.0 / sqrt((double)v)));
+    case KILN_UNARY_SQUARE: ULOOP(v * v);
+    case KILN_UNARY_RECIPROCAL: ULOOP(1.0f / v);
+    case KILN_UNARY_SIN: ULOOP(sinf(v));
+    case KILN_UNARY_COS: ULOOP(cosf(v));
+    case KILN_UNARY_RELU: ULOOP(v < 0 ? 0.0f : v);
+    case KILN_UNARY_LEAKY_RELU: ULOOP(v < 0 ? v * a : v);
+    case KILN_UNARY_ELU: ULOOP(v > 0 ? v : a * expm1f(v));
+    case KILN_UNARY_SOFTPLUS: ULOOP(s_softplus(v, a, b));
+    case KILN_UNARY_FLOOR: ULOOP(floorf(v));
+    case KILN_UNARY_CEIL: ULOOP(ceilf(v));
+    case KILN_UNARY_ROUND: ULOOP(nearbyintf(v));
+    case KILN_UNARY_CLAMP: ULOOP(v < a ? a : (v > b ? b : v));
+    case KILN_UNARY_POW_SCALAR:
+        if (a == 2.0f) {
+            ULOOP(v * v);
+        } else if (a == 1.0f) {
+            ULOOP(v);
+        } else if (a == 0.5f) {
+            ULOOP(sqrtf(v));
+        } else {
+            ULOOP(powf(v, a));
+        }
+    case KILN_UNARY_ADD_SCALAR: ULOOP(v + a);
+    case KILN_UNARY_MUL_SCALAR: ULOOP(v * a);
+#if USE_AVX2
+    case KILN_UNARY_EXP: VLOOP(kv_exp); break;
+    case KILN_UNARY_TANH: VLOOP(kv_tanh); break;
+    case KILN_UNARY_SIGMOID: VLOOP(kv_sigmoid); break;
+    case KILN_UNARY_GELU: VLOOP(kv_gelu); break;
+    case KILN_UNARY_GELU_TANH: VLOOP(kv_gelu_tanh); break;
+    case KILN_UNARY_SILU: VLOOP(kv_silu); break;
+    case KILN_UNARY_ERF: VLOOP(kv_erf); break;
+#else
+    case KILN_UNARY_EXP: ULOOP(expf(v));
+    case KILN_UNARY_TANH: ULOOP(tanhf(v));
+    case KILN_UNARY_SIGMOID: ULOOP((float)(1.0 / (1.0 + exp(-(double)v))));
+    case KILN_UNARY_GELU: ULOOP(s_gelu(v));
+    case KILN_UNARY_GELU_TANH: ULOOP(s_gelu_tanh(v));
+    case KILN_UNARY_SILU: ULOOP((float)((double)v / (1.0 + exp(-(double)v))));
+    case KILN_UNARY_ERF: ULOOP(erff(v));
+#endif
+    default: /* bool-valued ops never reach the f32 kernel */
+        break;
+    }
+}
+
+/* ------------------------------------------------------------------ binary */
+
+/* One loop per stride pattern: both contiguous, a broadcast scalar on either side. */
+#define BLOOP(EXPR)                                                                   \
+    if (sa && sb) {                                                                   \
+        for (int64_t i = 0; i < n; i++) { float x = a[i], y = b[i]; o[i] = (EXPR); }  \
+    } else if (sa) {                                                                  \
+        float y = b[0];                                                               \
+        for (int64_t i = 0; i < n; i++) { float x = a[i]; o[i] = (EXPR); }           \
+    } else if (sb) {                                                                  \
+        float x = a[0];                                                               \
+        for (int64_t i = 0; i < n; i++) { float y = b[i]; o[i] = (EXPR); }           \
+    } else {                                                                          \
+        float x = a[0], y = b[0], r = (EXPR);                                         \
+        for (int64_t i = 0; i < n; i++) o[i] = r;                                     \
+    }                                                                                 \
+    break
+
+static void binary_f32(int op, float *restrict o, const float *restrict a, int64_t sa,
+                       const float *restrict b, int64_t sb, int64_t n)
+{
+    switch ((kiln_binary_op)op) {
+    case KILN_BINARY_ADD: BLOOP(x + y);
+    case KILN_BINARY_SUB: BLOOP(x - y);
+    case KILN_BINARY_MUL: BLOOP(x * y);
+    case KILN_BINARY_DIV: BLOOP(x / y);
+    case KILN_BINARY_REMAINDER: BLOOP(s_remainder(x, y));
+    case KILN_BINARY_POW: BLOOP(powf(x, y));
+    case KILN_BINARY_MAXIMUM: BLOOP((x != x || y != y) ? x + y : (x > y ? x : y));
+    case KILN_BINARY_MINIMUM: BLOOP((x != x || y != y) ? x + y : (x < y ? x : y));
+    default:
+        break;
+    }
+}
+
+/* ------------------------------------------------------------------ half precision */
+
+static void f16_to_f32(float *restrict o, const uint16_t *restrict x, int64_t n)
+{
+    int64_t i = 0;
+#if USE_AVX2
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(o + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+#endif
+    for (; i < n; i++)
+        o[i] = kiln_f16_to_f32(x[i]);
+}
+
+static void f32_to_f16(uint16_t *restrict o, const float *restrict x, int64_t n)
+{
+    int64_t i = 0;
+#if USE_AVX2
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        /* F16C keeps NaN payloads; write the canonical quiet NaN as the portable path does */
+        __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) {
+            uint16_t t[8];
+            _mm_storeu_si128((__m128i *)t, h);
+            for (int k = 0; k < 8; k++)
+                if (x[i + k] != x[i + k])
+                    t[k] = kiln_f32_to_f16(x[i + k]);
+            h = _mm_loadu_si128((const __m128i *)t);
+        }
+        _mm_storeu_si128((__m128i *)(o + i), h);
+    }
+#endif
+    for (; i < n; i++)
+        o[i] = kiln_f32_to_f16(x[i]);
+}
+
+/* ------------------------------------------------------------------ softmax row */
+
+static void softmax_row_f32(float *restrict o, const float *restrict x, int64_t n, bool want_log)
+{
+    float mx = -INFINITY;
+    bool nan = false;
+    int64_t i = 0;
+#if USE_AVX2
+    __m256 vm = V8(-INFINITY);
+    __m256 vnan = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        vm = _mm256_max_ps(vm, v);
+        vnan = _mm256_or_ps(vnan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    float t[8];
+    _mm256_storeu_ps(t, vm);
+    for (int k = 0; k < 8; k++)
+        mx = t[k] > mx ? t[k] : mx;
+    nan = _mm256_movemask_ps(vnan) != 0;
+#endif
+    for (; i < n; i++) {
+        if (x[i] != x[i])
+            nan = true;
+        mx = x[i] > mx ? x[i] : mx;
+    }
+    if (nan)
+        mx = NAN;
+    /* exp(x - max) into o, summed in double so long rows keep full precision */
+    double sum = 0;
+    i = 0;
+#if USE_AVX2
+    __m256 vmx = _mm256_set1_ps(mx);
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = kv_exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmx));
+        if (!want_log)
+            _mm256_storeu_ps(o + i, e);
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    sum = kv_hsum_pd(_mm256_add_pd(s0, s1));
+#endif
+    for (; i < n; i++) {
+        float e = expf(x[i] - mx);
+        if (!want_log)
+            o[i] = e;
+        sum += e;
+    }
+    if (want_log) {
+        float c = (float)((double)mx + log(sum));
+        for (i = 0; i < n; i++)
+            o[i] = x[i] - c;
+    } else {
+        float inv = (float)(1.0 / sum);
+        for (i = 0; i < n; i++)
+            o[i] *= inv;
+    }
+}
+
+/* ------------------------------------------------------------------ layer norm row */
+
+static void layer_norm_row_f32(float *restrict o, const float *restrict x, int64_t n,
+                               const float *restrict w, const float *restrict b, double eps,
+                               double *mean_out, double *rstd_out)
+{
+    double sum = 0, sq = 0;
+    int64_t i = 0;
+#if USE_AVX2
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+    }
+    sum = kv_hsum_pd(_mm256_add_pd(a0, a1));
+#endif
+    for (; i < n; i++)
+        sum += x[i];
+    double mean = n ? sum / (double)n : 0.0;
+    i = 0;
+#if USE_AVX2
+    __m256d vmean = _mm256_set1_pd(mean);
+    a0 = _mm256_setzero_pd();
+    a1 = _mm256_setzero_pd();
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        __m256d d0 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), vmean);
+        __m256d d1 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), vmean);
+        a0 = _mm256_fmadd_pd(d0, d0, a0);
+        a1 = _mm256_fmadd_pd(d1, d1, a1);
+    }
+    sq = kv_hsum_pd(_mm256_add_pd(a0, a1));
+#endif
+    for (; i < n; i++) {
+        double d = x[i] - mean;
+        sq += d * d;
+    }
+    double var = n ? sq / (double)n : 0.0;
+    double rstd = 1.0 / sqrt(var + eps);
+    if (mean_out)
+        *mean_out = mean;
+    if (rstd_out)
+        *rstd_out = rstd;
+    float fm = (float)mean, fr = (float)rstd;
+    if (w && b) {
+        for (i = 0; i < n; i++)
+            o[i] = (x[i] - fm) * fr * w[i] + b[i];
+    } else if (w) {
+        for (i = 0; i < n; i++)
+            o[i] = (x[i] - fm) * fr * w[i];
+    } else if (b) {
+        for (i = 0; i < n; i++)
+            o[i] = (x[i] - fm) * fr + b[i];
+    } else {
+        for (i = 0; i < n; i++)
+            o[i] = (x[i] - fm) * fr;
+    }
+}
+
+/* ------------------------------------------------------------------ max pool 2x2 */
+
+static inline float s_max_nan(float m, float v)
+{
+    return (v > m || v != v) ? v : m;
+}
+
+static void maxpool2x2_row_f32(float *restrict o, const float *restrict r0,
+                               const float *restrict r1, int64_t ow)
+{
+    int64_t j = 0;
+#if USE_AVX2
+    for (; j + 8 <= ow; j += 8) {
+        __m256 a0 = _mm256_loadu_ps(r0 + 2 * j), a1 = _mm256_loadu_ps(r0 + 2 * j + 8);
+        __m256 b0 = _mm256_loadu_ps(r1 + 2 * j), b1 = _mm256_loadu_ps(r1 + 2 * j + 8);
+        __m256 v0 = kv_max_nan(a0, b0), v1 = kv_max_nan(a1, b1);
+        __m256 ev = _mm256_shuffle_ps(v0, v1, _MM_SHUFFLE(2, 0, 2, 0));
+        __m256 od = _mm256_shuffle_ps(v0, v1, _MM_SHUFFLE(3, 1, 3, 1));
+        __m256 m = kv_max_nan(ev, od);
+        m = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(m), _MM_SHUFFLE(3, 1, 2, 0)));
+        _mm256_storeu_ps(o + j, m);
+    }
+#endif
+    for (; j < ow; j++) {
+        float m = r0[2 * j];
+        m = s_max_nan(m, r0[2 * j + 1]);
+        m = s_max_nan(m, r1[2 * j]);
+        m = s_max_nan(m, r1[2 * j + 1]);
+        o[j] = m;
+    }
+}
+
+const kiln__cpu_kernels KTABLE = {
+    .name = KNAME,
+    .unary_f32 = unary_f32,
+    .binary_f32 = binary_f32,
+    .f16_to_f32 = f16_to_f32,
+    .f32_to_f16 = f32_to_f16,
+    .softmax_row_f32 = softmax_row_f32,
+    .layer_norm_row_f32 = layer_norm_row_f32,
+    .maxpool2x2_row_f32 = maxpool2x2_row_f32,
+};
