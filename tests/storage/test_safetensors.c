@@ -15,6 +15,8 @@
 
 #include <cmocka.h>
 
+#include <cjson/cJSON.h>
+
 #include "kiln/kiln.h"
 #include "kiln/record.h"
 
@@ -293,6 +295,55 @@ static void test_failed_save_keeps_old_file(void **state)
     kiln_device_close(dev);
 }
 
+/* A file written by PyTorch's safetensors package (tests/fixtures/gen_safetensors.py):
+ * every dtype kiln has, and random values checked against the exact numbers the
+ * generator stored in the metadata. */
+static void test_reads_file_written_by_torch(void **state)
+{
+    (void)state;
+    kiln_device *dev = kiln_device_open("ref");
+    kiln_safetensors *st = kiln_safetensors_open(KILN_FIXTURES "/safetensors/torch_small.safetensors");
+    if (!st)
+        fail_msg("%s", kiln_error());
+    assert_string_equal(kiln_safetensors_metadata(st, "format"), "pt");
+    for (int dt = 0; dt < KILN_DTYPE_COUNT; dt++) {
+        char name[32];
+        snprintf(name, sizeof name, "t.%s", kiln_dtype_name((kiln_dtype)dt));
+        kiln_tensor *t = kiln_safetensors_load(st, name, dev);
+        if (!t)
+            fail_msg("%s: %s", name, kiln_error());
+        assert_int_equal(kiln_tensor_dtype(t), dt);
+        kiln_tensor *d = kiln_cast(t, KILN_F64);
+        double got[12];
+        assert_int_equal(kiln_to_data(d, got, sizeof got), 0);
+        for (int i = 0; i < 12; i++) {
+            int v = i - 5;
+            double want = v;
+            if (dt == KILN_U8)
+                want = (uint8_t)v;
+            else if (dt == KILN_BOOL)
+                want = ((v % 3) + 3) % 3 == 0;
+            if (got[i] != want)
+                fail_msg("%s[%d] = %g, torch wrote %g", name, i, got[i], want);
+        }
+        kiln_tensor_release(d);
+        kiln_tensor_release(t);
+    }
+    cJSON *vals = cJSON_Parse(kiln_safetensors_metadata(st, "randn_values"));
+    assert_non_null(vals);
+    kiln_tensor *r = kiln_safetensors_load(st, "randn", dev);
+    assert_int_equal(kiln_tensor_ndim(r), 3);
+    float got[30];
+    assert_int_equal(cJSON_GetArraySize(vals), 30);
+    assert_int_equal(kiln_to_data(r, got, sizeof got), 0);
+    for (int i = 0; i < 30; i++)
+        assert_true(got[i] == (float)cJSON_GetArrayItem(vals, i)->valuedouble);
+    cJSON_Delete(vals);
+    kiln_tensor_release(r);
+    kiln_safetensors_close(st);
+    kiln_device_close(dev);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -303,6 +354,7 @@ int main(void)
         cmocka_unit_test(test_round_trip_every_dtype),
         cmocka_unit_test(test_load_bool_and_unsupported),
         cmocka_unit_test(test_failed_save_keeps_old_file),
+        cmocka_unit_test(test_reads_file_written_by_torch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
