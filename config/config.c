@@ -272,7 +272,6 @@ enum kiln_config_action kiln_config_load(struct kiln_config *cfg, int argc, char
             goto fail;
         }
         size_t n;
-        int at = i;
         const char *v = flag_value(argc, argv, &i, &n);
         const struct kiln__config_key *k = find_flag(a, n);
         if (!k) {
@@ -285,7 +284,6 @@ enum kiln_config_action kiln_config_load(struct kiln_config *cfg, int argc, char
         }
         char origin[64];
         snprintf(origin, sizeof origin, "command-line flag %s", k->flag);
-        (void)at;
         if (kiln__config_set_text(cfg, k, v, origin, err, errlen) != 0)
             goto fail;
     }

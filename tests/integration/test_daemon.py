@@ -286,6 +286,19 @@ def test_drain(d_args):
     check(os.path.exists(os.path.join(d.data, "kiln.db")), "job store created in data_dir")
 
 
+def test_drain_deadline(d_args):
+    d = Daemon("deadline", "--drain-timeout-ms", "200", *d_args[:2], "--request-timeout-ms", "60000")
+    stuck = connect(d.port)
+    stuck.sendall(b"GET /v2 HTTP/1.1\r\nHost: never-finished")
+    time.sleep(0.05)
+    t0 = time.time()
+    d.proc.send_signal(signal.SIGTERM)
+    check(closed_by_peer(stuck, 5), "drain deadline: stuck connection cut")
+    rc = d.stop(sig=None)
+    check(rc == 0 and time.time() - t0 < 5, "drain deadline: exits 0 after drain_timeout_ms (got %s)" % rc)
+    stuck.close()
+
+
 def run_check(*args, env=None):
     return subprocess.run([KILND, "--check-config", *args], capture_output=True, text=True, env=dict(ENV, **(env or {})))
 
@@ -357,6 +370,7 @@ def main():
     check(" error " not in open(d.log).read(), "no errors logged by the main daemon")
     test_sighup(args)
     test_drain(args)
+    test_drain_deadline(args)
     test_config()
     if FAILURES:
         print("%d failure(s)" % len(FAILURES))
