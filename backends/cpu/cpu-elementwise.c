@@ -106,7 +106,7 @@ static void unary_f64(int op, double *restrict o, const double *restrict x, int6
     switch ((kiln_unary_op)op) {
     case KILN_UNARY_NEG: DLOOP(-v);
     case KILN_UNARY_ABS: DLOOP(fabs(v));
-    case KILN_UNARY_SIGN: DLOOP(v > 0 ? 1.0 : (v < 0 ? -1.0 : v));
+    case KILN_UNARY_SIGN: DLOOP(v > 0 ? 1.0 : (v < 0 ? -1.0 : 0.0));
     case KILN_UNARY_EXP: DLOOP(exp(v));
     case KILN_UNARY_LOG: DLOOP(log(v));
     case KILN_UNARY_LOG1P: DLOOP(log1p(v));
@@ -131,7 +131,7 @@ static void unary_f64(int op, double *restrict o, const double *restrict x, int6
     case KILN_UNARY_FLOOR: DLOOP(floor(v));
     case KILN_UNARY_CEIL: DLOOP(ceil(v));
     case KILN_UNARY_ROUND: DLOOP(nearbyint(v));
-    case KILN_UNARY_CLAMP: DLOOP(v < a ? a : (v > b ? b : v));
+    case KILN_UNARY_CLAMP: DLOOP(v != v ? v : (v < a ? (a > b ? b : a) : (v > b ? b : v)));
     case KILN_UNARY_POW_SCALAR: DLOOP(a == 2.0 ? v * v : pow(v, a));
     case KILN_UNARY_ADD_SCALAR: DLOOP(v + a);
     case KILN_UNARY_MUL_SCALAR: DLOOP(v * a);
@@ -160,7 +160,7 @@ static int64_t ipow(int64_t base, int64_t e)
 
 static void unary_i64(int op, int64_t *restrict o, const int64_t *restrict x, int64_t n, double a, double b)
 {
-    int64_t ia = kiln__cpu_d2i(a), ib = kiln__cpu_d2i(b);
+    int64_t ia = kiln__cpu_d2i(a);
     switch ((kiln_unary_op)op) {
     case KILN_UNARY_NEG: ILOOP((int64_t)(0 - (uint64_t)v));
     case KILN_UNARY_ABS: ILOOP(v < 0 ? (int64_t)(0 - (uint64_t)v) : v);
@@ -168,11 +168,32 @@ static void unary_i64(int op, int64_t *restrict o, const int64_t *restrict x, in
     case KILN_UNARY_SQUARE: ILOOP((int64_t)((uint64_t)v * (uint64_t)v));
     case KILN_UNARY_RELU: ILOOP(v < 0 ? 0 : v);
     case KILN_UNARY_FLOOR: case KILN_UNARY_CEIL: case KILN_UNARY_ROUND: ILOOP(v);
-    case KILN_UNARY_CLAMP:
-        ILOOP((a > -INFINITY && (double)v < a) ? ia : ((b < INFINITY && (double)v > b) ? ib : v));
+    case KILN_UNARY_CLAMP: {
+        /* lo > hi gives hi, as torch.clamp; fractional bounds round inward */
+        int64_t lo = kiln__cpu_d2i(ceil(a)), hi = kiln__cpu_d2i(floor(b));
+        for (int64_t i = 0; i < n; i++) {
+            int64_t v = x[i];
+            if ((double)v < a)
+                v = lo;
+            if ((double)v > b)
+                v = hi;
+            o[i] = v;
+        }
+        break;
+    }
     case KILN_UNARY_POW_SCALAR: ILOOP(ipow(v, ia));
-    case KILN_UNARY_ADD_SCALAR: ILOOP((int64_t)((uint64_t)v + (uint64_t)ia));
-    case KILN_UNARY_MUL_SCALAR: ILOOP((int64_t)((uint64_t)v * (uint64_t)ia));
+    case KILN_UNARY_ADD_SCALAR:
+        if (a == (double)ia) {
+            ILOOP((int64_t)((uint64_t)v + (uint64_t)ia));
+        } else {
+            ILOOP(kiln__cpu_d2i((double)v + a));
+        }
+    case KILN_UNARY_MUL_SCALAR:
+        if (a == (double)ia) {
+            ILOOP((int64_t)((uint64_t)v * (uint64_t)ia));
+        } else {
+            ILOOP(kiln__cpu_d2i((double)v * a));
+        }
     case KILN_UNARY_ISNAN: case KILN_UNARY_ISINF: ILOOP(v & 0);
     case KILN_UNARY_LOGICAL_NOT: ILOOP(v == 0);
     case KILN_UNARY_LEAKY_RELU: ILOOP(v < 0 ? kiln__cpu_d2i((double)v * a) : v);
@@ -305,7 +326,10 @@ static int64_t i_div(int64_t x, int64_t y)
         return 0;
     if (y == -1)
         return (int64_t)(0 - (uint64_t)x);
-    return x / y;
+    int64_t q = x / y;
+    if (x % y != 0 && ((x < 0) != (y < 0)))
+        q--; /* floor, as Python's // */
+    return q;
 }
 
 static int64_t i_rem(int64_t x, int64_t y)

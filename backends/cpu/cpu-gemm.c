@@ -38,7 +38,7 @@ static bool blas_layout(int64_t rows, int64_t cols, int64_t srow, int64_t scol, 
 static int64_t batch_offset(const kiln_tdesc *shape_of, const kiln_tdesc *d, int64_t bi)
 {
     int nb = shape_of->ndim - 2;
-    int off_dims = d->ndim - nb; /* d may have fewer leading dims (treated as broadcast) */
+    int off_dims = (d->ndim - 2) - nb; /* d may have fewer batch dims (they broadcast) */
     int64_t off = 0;
     for (int i = nb - 1; i >= 0; i--) {
         int64_t n = shape_of->shape[i];

@@ -93,7 +93,7 @@ static void unary_f32(int op, float *restrict o, const float *restrict x, int64_
     switch ((kiln_unary_op)op) {
     case KILN_UNARY_NEG: ULOOP(-v);
     case KILN_UNARY_ABS: ULOOP(fabsf(v));
-    case KILN_UNARY_SIGN: ULOOP(v > 0 ? 1.0f : (v < 0 ? -1.0f : v));
+    case KILN_UNARY_SIGN: ULOOP(v > 0 ? 1.0f : (v < 0 ? -1.0f : 0.0f)); /* NaN gives 0 */
     case KILN_UNARY_LOG: ULOOP(logf(v));
     case KILN_UNARY_LOG1P: ULOOP(log1pf(v));
     case KILN_UNARY_EXPM1: ULOOP(expm1f(v));
@@ -110,7 +110,7 @@ static void unary_f32(int op, float *restrict o, const float *restrict x, int64_
     case KILN_UNARY_FLOOR: ULOOP(floorf(v));
     case KILN_UNARY_CEIL: ULOOP(ceilf(v));
     case KILN_UNARY_ROUND: ULOOP(nearbyintf(v));
-    case KILN_UNARY_CLAMP: ULOOP(v < a ? a : (v > b ? b : v));
+    case KILN_UNARY_CLAMP: ULOOP(v != v ? v : (v < a ? (a > b ? b : a) : (v > b ? b : v)));
     case KILN_UNARY_POW_SCALAR:
         if (a == 2.0f) {
             ULOOP(v * v);

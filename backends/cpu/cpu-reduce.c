@@ -260,8 +260,12 @@ static racc reduce_range(rjob *j, const char *base, pass ps, double center, bool
     sub.center = center;
     sub.parts = parts;
     kiln__cpu_pool_run(j->ctx->pool, np, part_job, &sub);
-    for (int i = 0; i < np; i++)
-        combine(pl, &acc, &parts[i]);
+    for (int i = 0; i < np; i++) {
+        if (ps == P_DEV)
+            acc.s += parts[i].s; /* second passes are plain sums */
+        else
+            combine(pl, &acc, &parts[i]);
+    }
     return acc;
 }
 
