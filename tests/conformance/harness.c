@@ -5,7 +5,7 @@
  *   conformance                 run everything, print failures and a summary line
  *   conformance --list          also print an op x backend table of pass/fail/skip
  *   conformance -o OP[,OP..]    only these op families
- *   conformance -b BACKEND      only this target backend ("ref" runs ref alone)
+ *   conformance -b BACKEND      only this target backend ("ref" compares ref with itself)
  *   conformance -v              print every case
  *
  * Inputs are drawn on the host from a fixed seed, uploaded byte for byte to each
@@ -51,7 +51,10 @@ kiln_device *conf_other_device(kiln_device *dev)
 {
     if (dev != g_ref)
         return g_ref;
-    return g_ntargets ? g_targets[0] : NULL;
+    for (int t = 0; t < g_ntargets; t++)
+        if (g_targets[t] != dev)
+            return g_targets[t];
+    return NULL;
 }
 
 void conf_label(conf_case *c, const char *fmt, ...)
@@ -659,6 +662,8 @@ int main(int argc, char **argv)
         if (g_ntargets < 8)
             g_targets[g_ntargets++] = d;
     }
+    if (backend && strcmp(backend, "ref") == 0) /* ref against itself: a determinism check */
+        g_targets[g_ntargets++] = kiln_device_open("ref");
     if (backend && strcmp(backend, "ref") != 0 && g_ntargets == 0) {
         fprintf(stderr, "conformance: backend %s is not available\n", backend);
         return 1;
