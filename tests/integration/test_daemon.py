@@ -326,6 +326,15 @@ def test_config():
     r = subprocess.run([KILND, "--bogus"], capture_output=True, text=True)
     check(r.returncode == 1 and "--bogus" in r.stderr, "unknown flag stops the start")
 
+    # A start that cannot bind fails with a message and exit 1.
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        taken = busy.getsockname()[1]
+        r = subprocess.run([KILND, "--port", str(taken), "--data-dir", os.path.join(TMP, "busy")],
+                           capture_output=True, text=True, env=ENV, timeout=10)
+        check(r.returncode == 1 and "address already in use" in r.stderr, "port in use: exit 1 with a message")
+
     # Precedence file < env < flag, observed through where the daemon writes its port file.
     dirs = {k: os.path.join(TMP, "prec-" + k) for k in ("file", "env", "flag")}
     cfg = os.path.join(TMP, "prec.json")
