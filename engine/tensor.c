@@ -434,9 +434,12 @@ void kiln_tensor_release(kiln_tensor *t)
 {
     if (!t)
         return;
-    /* The caller is giving back the reference a scope would have released: forget the
-     * scope's entry so scope_end does not release it a second time. */
-    if (atomic_load(&t->scope_refs) > 0)
+    /* When every reference is held by scopes, the caller is giving back one a scope
+     * would have released: forget that entry so scope_end does not release it again.
+     * Otherwise an unscoped reference (a retain) is being dropped and the scopes keep
+     * theirs, which is what lets internal code retain and release scope-held tensors. */
+    int held = atomic_load(&t->scope_refs);
+    if (held > 0 && atomic_load(&t->refcount) <= held)
         scope_remove(t);
     tensor_drop(t);
 }

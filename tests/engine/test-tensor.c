@@ -97,7 +97,9 @@ static void test_views_share_storage(void **state)
     kiln_tensor *q2 = kiln_squeeze(u, 0); /* size 2: unchanged, as PyTorch */
     EXPECT_SHAPE(q2, 2, 1, 3, 4);
 
-    kiln_tensor *col = kiln_reshape(kiln_arange(test_dev, KILN_F32, 0, 3, 1), KILN_SHAPE(3, 1));
+    kiln_tensor *ar = kiln_arange(test_dev, KILN_F32, 0, 3, 1);
+    kiln_tensor *col = kiln_reshape(ar, KILN_SHAPE(3, 1));
+    kiln_tensor_release(ar); /* col keeps the storage */
     kiln_tensor *e = kiln_expand(col, KILN_SHAPE(2, -1, 4));
     EXPECT_SHAPE(e, 2, 3, 4);
     assert_int_equal(kiln_tensor_strides(e)[0], 0);
@@ -136,7 +138,9 @@ static void test_views_share_storage(void **state)
 static void test_reshape_noncontiguous_copies(void **state)
 {
     (void)state;
-    kiln_tensor *x = kiln_reshape(kiln_arange(test_dev, KILN_F32, 0, 6, 1), KILN_SHAPE(2, 3));
+    kiln_tensor *ar = kiln_arange(test_dev, KILN_F32, 0, 6, 1);
+    kiln_tensor *x = kiln_reshape(ar, KILN_SHAPE(2, 3));
+    kiln_tensor_release(ar);
     kiln_tensor *t = kiln_transpose(x, 0, 1);            /* [3, 2]: 0 3 1 4 2 5 */
     kiln_tensor *flat = kiln_reshape(t, KILN_SHAPE(-1)); /* cannot be a view */
     assert_false(kiln_tensor_shares_storage(flat, x));
