@@ -163,7 +163,7 @@ static void fill_row(void *argp, char *const *p, const int64_t *s, int64_t n)
     const fill_job *j = argp;
     char *o = p[0];
     size_t es = kiln__cpu_esize(j->dt);
-    unsigned char pat[8];
+    _Alignas(8) unsigned char pat[8];
     if (j->is_int)
         kiln__cpu_sti(pat, j->dt, j->v.i);
     else

@@ -168,7 +168,7 @@ typedef struct pad_job {
     const kiln_tdesc *out, *in;
     const int64_t *pads;
     kiln_pad_mode mode;
-    unsigned char fill[8];
+    _Alignas(8) unsigned char fill[8];
 } pad_job;
 
 /* Input coordinate for output coordinate o along a dim of input size n, or -1. */
