@@ -507,6 +507,9 @@ static const bshape bshapes[] = {
     {3, {6, 9, 10}, 3, {6, 9, 10}, V_T, V_STEP},
     {3, {6, 9, 10}, 3, {6, 9, 10}, V_FLIP, V_EXPAND},
     {3, {4, 5, 6}, 2, {5, 6}, V_PERM, V_NARROW},
+    {2, {517, 613}, 2, {517, 613}, V_NONE, V_NONE},
+    {2, {517, 613}, 1, {613}, V_T, V_NONE},
+    {3, {3, 301, 259}, 3, {3, 1, 259}, V_NONE, V_STEP},
 };
 
 static void binary_case(int op, kiln_dtype da, kiln_dtype db, const bshape *s, conf_gen g)
@@ -577,6 +580,10 @@ void conf_cases_elementwise(void)
         unary_case(op, KILN_F32, KILN_SHAPE(3, 4, 5), G_UNI, V_PERM);
         unary_case(op, KILN_F32, KILN_SHAPE(3, 4, 1023), G_UNI, V_NONE);
         unary_case(op, KILN_F32, KILN_SHAPE(17, 19), G_SPECIAL, V_NONE);
+        /* big enough for a backend's threaded and vectorized paths, with odd tails */
+        unary_case(op, KILN_F32, KILN_SHAPE(517, 613), G_UNI, V_NONE);
+        unary_case(op, KILN_F32, KILN_SHAPE(613, 517), G_UNI, V_T);
+        unary_case(op, KILN_F16, KILN_SHAPE(301, 259), G_UNI, V_NONE);
         for (int i = 1; i < 4; i++) {
             unary_case(op, float_dt[i], KILN_SHAPE(5, 7, 11), G_UNI, V_NONE);
             unary_case(op, float_dt[i], KILN_SHAPE(9, 10), G_UNI, V_T);

@@ -407,11 +407,18 @@ static bool is_unsupported(const char *msg)
            contains_ci(msg, "enotsup") || contains_ci(msg, "not implemented");
 }
 
+#define GUARD_N 1024
+#define GUARD_VALUE 1515870810.0 /* 0x5a5a5a5a */
+
 static void run_on(const conf_case *c, kiln_device *dev, const prepared *prep, result *r)
 {
     memset(r, 0, sizeof *r);
     kiln_scope_begin();
     kiln_tensor *base[CONF_MAX_IN] = {0}, *in[CONF_MAX_IN] = {0}, *out[CONF_MAX_OUT] = {0};
+    /* Guard tensors allocated around the inputs: an op that writes past its buffers
+     * into a neighbouring allocation of the device's pool shows up here. */
+    kiln_tensor *guard[2];
+    guard[0] = kiln_full(dev, KILN_I32, KILN_SHAPE(GUARD_N), GUARD_VALUE);
     for (int k = 0; k < c->nin; k++) {
         in[k] = present(&c->in[k], &prep[k], dev, &base[k]);
         if (!in[k]) {
@@ -421,6 +428,7 @@ static void run_on(const conf_case *c, kiln_device *dev, const prepared *prep, r
             return;
         }
     }
+    guard[1] = kiln_full(dev, KILN_I32, KILN_SHAPE(GUARD_N), GUARD_VALUE);
     kiln_error_clear();
     int nout = c->build(c, dev, in, out);
     if (c->expect_error) {
@@ -456,6 +464,20 @@ static void run_on(const conf_case *c, kiln_device *dev, const prepared *prep, r
             r->status = 1;
             snprintf(r->msg, sizeof r->msg, "downloading output %d failed: %s", i, kiln_error());
         }
+    }
+    for (int g = 0; g < 2 && r->status == 0; g++) {
+        int32_t back[GUARD_N];
+        if (!guard[g] || kiln_to_data(guard[g], back, sizeof back) < 0) {
+            r->status = 1;
+            snprintf(r->msg, sizeof r->msg, "guard tensor %d unavailable: %s", g, kiln_error());
+            break;
+        }
+        for (int i = 0; i < GUARD_N; i++)
+            if (back[i] != (int32_t)GUARD_VALUE) {
+                r->status = 1;
+                snprintf(r->msg, sizeof r->msg, "guard tensor %d element %d overwritten (%d)", g, i, back[i]);
+                break;
+            }
     }
     /* Sentinel: inputs (their whole base storage) must come back as uploaded. */
     for (int k = 0; k < c->nin && r->status == 0; k++) {
