@@ -116,8 +116,6 @@ static void unary_f32(int op, float *restrict o, const float *restrict x, int64_
             ULOOP(v * v);
         } else if (a == 1.0f) {
             ULOOP(v);
-        } else if (a == 0.5f) {
-            ULOOP(sqrtf(v));
         } else {
             ULOOP(powf(v, a));
         }
@@ -266,9 +264,11 @@ static void softmax_row_f32(float *restrict o, const float *restrict x, int64_t 
         sum += e;
     }
     if (want_log) {
-        float c = (float)((double)mx + log(sum));
+        /* (x - max) is exact for the elements that matter; subtracting max + log(sum)
+         * in one step would cancel badly when |max| is large */
+        float ls = (float)log(sum);
         for (i = 0; i < n; i++)
-            o[i] = x[i] - c;
+            o[i] = (x[i] - mx) - ls;
     } else {
         float inv = (float)(1.0 / sum);
         for (i = 0; i < n; i++)

@@ -55,10 +55,9 @@ static void sm_lines(void *argp, int64_t b, int64_t e)
         double s = 0;
         for (int64_t i = 0; i < n; i++)
             s += exp(kiln__cpu_ld(p + i * ist, in->dtype) - mx);
-        double c = mx + log(s);
         for (int64_t i = 0; i < n; i++) {
             double v = kiln__cpu_ld(p + i * ist, in->dtype);
-            kiln__cpu_st(q + i * ost, out->dtype, j->want_log ? v - c : exp(v - mx) / s);
+            kiln__cpu_st(q + i * ost, out->dtype, j->want_log ? (v - mx) - log(s) : exp(v - mx) / s);
         }
     }
 }
