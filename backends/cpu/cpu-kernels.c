@@ -161,9 +161,52 @@ static void unary_f32(int op, float *restrict o, const float *restrict x, int64_
     }                                                                                 \
     break
 
+#if USE_AVX2
+/* Outputs far larger than the caches are written with streaming stores: a normal store
+ * first reads the line it writes (read-for-ownership), so a + b -> o moves four bytes
+ * per three touched; streaming cuts a memory-bound op's traffic by a quarter. Only for
+ * runs of 8 MiB and more, where the result would not stay in cache anyway. */
+#define STREAM_MIN ((int64_t)1 << 21)
+#define SLOOP(VEXPR, SEXPR)                                                        \
+    do {                                                                           \
+        int64_t i = 0;                                                             \
+        for (; i < n && ((uintptr_t)(o + i) & 31); i++) {                         \
+            float x = a[i], y = b[i];                                              \
+            o[i] = (SEXPR);                                                        \
+        }                                                                          \
+        for (; i + 8 <= n; i += 8) {                                               \
+            __m256 x = _mm256_loadu_ps(a + i), y = _mm256_loadu_ps(b + i);         \
+            _mm256_stream_ps(o + i, (VEXPR));                                      \
+        }                                                                          \
+        for (; i < n; i++) {                                                       \
+            float x = a[i], y = b[i];                                              \
+            o[i] = (SEXPR);                                                        \
+        }                                                                          \
+        _mm_sfence();                                                              \
+    } while (0)
+
+static bool binary_stream(int op, float *restrict o, const float *restrict a,
+                          const float *restrict b, int64_t n)
+{
+    if (n < STREAM_MIN)
+        return false;
+    switch ((kiln_binary_op)op) {
+    case KILN_BINARY_ADD: SLOOP(_mm256_add_ps(x, y), x + y); return true;
+    case KILN_BINARY_SUB: SLOOP(_mm256_sub_ps(x, y), x - y); return true;
+    case KILN_BINARY_MUL: SLOOP(_mm256_mul_ps(x, y), x * y); return true;
+    case KILN_BINARY_DIV: SLOOP(_mm256_div_ps(x, y), x / y); return true;
+    default: return false;
+    }
+}
+#endif
+
 static void binary_f32(int op, float *restrict o, const float *restrict a, int64_t sa,
                        const float *restrict b, int64_t sb, int64_t n)
 {
+#if USE_AVX2
+    if (sa && sb && binary_stream(op, o, a, b, n))
+        return;
+#endif
     switch ((kiln_binary_op)op) {
     case KILN_BINARY_ADD: BLOOP(x + y);
     case KILN_BINARY_SUB: BLOOP(x - y);
