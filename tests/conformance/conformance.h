@@ -78,6 +78,7 @@ typedef struct conf_case {
     conf_tol tol;
     double tol_a, tol_b;
     const char *expect_error; /* bad-input case: the build must fail with this in the message */
+    bool expect_mismatch;     /* harness self-test: a planted fault the comparison must catch */
 } conf_case;
 
 /* Register a case (copied). */
@@ -111,5 +112,6 @@ void conf_cases_index(void);
 void conf_cases_linalg(void);
 void conf_cases_nn(void);
 void conf_cases_errors(void);
+void conf_cases_selftest(void);
 
 #endif /* KILN_CONFORMANCE_H */

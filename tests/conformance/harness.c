@@ -7,6 +7,9 @@
  *   conformance -o OP[,OP..]    only these op families
  *   conformance -b BACKEND      only this target backend ("ref" compares ref with itself)
  *   conformance -v              print every case
+ *   conformance --self-test     plant faults on the target devices (a wrong value, a NaN, a
+ *                               write into an input, a wrong shape or dtype) and check that
+ *                               every one is caught
  *
  * Inputs are drawn on the host from a fixed seed, uploaded byte for byte to each
  * device, and downloaded again after the op: an input that changed (a write through a
@@ -648,11 +651,13 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-    bool list = false;
+    bool list = false, self_test = false;
     const char *ops = NULL, *backend = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--list") == 0 || strcmp(argv[i], "-l") == 0)
             list = true;
+        else if (strcmp(argv[i], "--self-test") == 0)
+            self_test = true;
         else if (strcmp(argv[i], "-v") == 0)
             g_verbose = true;
         else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc)
@@ -691,14 +696,18 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    conf_cases_create();
-    conf_cases_shape();
-    conf_cases_elementwise();
-    conf_cases_reduce();
-    conf_cases_index();
-    conf_cases_linalg();
-    conf_cases_nn();
-    conf_cases_errors();
+    if (self_test) {
+        conf_cases_selftest();
+    } else {
+        conf_cases_create();
+        conf_cases_shape();
+        conf_cases_elementwise();
+        conf_cases_reduce();
+        conf_cases_index();
+        conf_cases_linalg();
+        conf_cases_nn();
+        conf_cases_errors();
+    }
 
     int passed = 0, failed = 0, skipped = 0, ran_cases = 0;
     for (int ci = 0; ci < g_ncases; ci++) {
@@ -761,6 +770,17 @@ int main(int argc, char **argv)
                     st = compare(c, &ref, &got, why, sizeof why) ? ST_PASS : ST_FAIL;
                 }
                 result_free(&got);
+                if (c->expect_mismatch) {
+                    if (st == ST_FAIL) {
+                        st = ST_PASS;
+                        char tmp[700];
+                        snprintf(tmp, sizeof tmp, "caught: %s", why);
+                        snprintf(why, sizeof why, "%s", tmp);
+                    } else if (st == ST_PASS) {
+                        st = ST_FAIL;
+                        snprintf(why, sizeof why, "the planted fault went unnoticed");
+                    }
+                }
             }
             row->count[1 + t][st]++;
             if (st == ST_PASS)
