@@ -49,6 +49,30 @@ static inline __m256 kv_exp2(__m256 hi, __m256 lo)
     return _mm256_blendv_ps(y, _mm256_add_ps(hi, lo), nan);
 }
 
+/* exp(hi + lo) for hi + lo known to lie in [-102, 0] (erfc's exponent): no clamping
+ * or NaN handling needed, which matters inside gelu's inner loop. */
+static inline __m256 kv_exp2_neg(__m256 hi, __m256 lo)
+{
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(_mm256_add_ps(hi, lo), V8(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, V8(0.693359375f), hi);
+    r = _mm256_fnmadd_ps(n, V8(-2.12194440e-4f), r);
+    r = _mm256_add_ps(r, lo);
+    __m256 p = V8(1.9875691500E-4f);
+    p = _mm256_fmadd_ps(p, r, V8(1.3981999507E-3f));
+    p = _mm256_fmadd_ps(p, r, V8(8.3334519073E-3f));
+    p = _mm256_fmadd_ps(p, r, V8(4.1665795894E-2f));
+    p = _mm256_fmadd_ps(p, r, V8(1.6666665459E-1f));
+    p = _mm256_fmadd_ps(p, r, V8(5.0000001201E-1f));
+    __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), V8(1.0f));
+    __m256i ni = _mm256_cvtps_epi32(n);
+    __m256i n1 = _mm256_srai_epi32(ni, 1);
+    __m256i n2 = _mm256_sub_epi32(ni, n1);
+    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
+}
+
 static inline __m256 kv_exp(__m256 x)
 {
     return kv_exp2(x, _mm256_setzero_ps());
@@ -98,7 +122,7 @@ static inline __m256 kv_erfc_pos(__m256 u)
     __m256 z2err = _mm256_fmsub_ps(u, u, z2); /* u*u - z2 exactly */
     __m256 hi = _mm256_sub_ps(_mm256_setzero_ps(), z2);
     __m256 lo = _mm256_sub_ps(p, z2err);
-    return _mm256_mul_ps(t, kv_exp2(hi, lo));
+    return _mm256_mul_ps(t, kv_exp2_neg(hi, lo));
 }
 
 /* erf(z) * 1 for |z| < 0.5 by its Taylor series (7 terms, < 1e-9 relative). */
@@ -132,12 +156,18 @@ static inline __m256 kv_gelu(__m256 x)
     __m256 z = _mm256_mul_ps(x, V8(0.70710678118654752f));
     __m256 u = kv_abs(z);
     __m256 hx = _mm256_mul_ps(x, V8(0.5f));
-    __m256 small = _mm256_fmadd_ps(hx, kv_erf_small(z), hx);
-    __m256 h = _mm256_mul_ps(hx, kv_erfc_pos(u));
-    __m256 pos = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ);
-    __m256 big = _mm256_blendv_ps(h, _mm256_sub_ps(x, h), pos);
     __m256 is_small = _mm256_cmp_ps(u, V8(0.5f), _CMP_LT_OQ);
-    __m256 r = _mm256_blendv_ps(big, small, is_small);
+    int m = _mm256_movemask_ps(is_small);
+    __m256 r;
+    if (m == 0xff) { /* every lane near zero: the series alone */
+        r = _mm256_fmadd_ps(hx, kv_erf_small(z), hx);
+    } else {
+        __m256 h = _mm256_mul_ps(hx, kv_erfc_pos(u));
+        __m256 pos = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ);
+        r = _mm256_blendv_ps(h, _mm256_sub_ps(x, h), pos);
+        if (m)
+            r = _mm256_blendv_ps(r, _mm256_fmadd_ps(hx, kv_erf_small(z), hx), is_small);
+    }
     /* +inf stays +inf; -inf gives NaN as 0.5·x·(1 + erf) does; NaN stays NaN */
     r = _mm256_blendv_ps(r, x, _mm256_cmp_ps(x, V8(10.0f), _CMP_GT_OQ));
     __m256 bad = _mm256_or_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q),
