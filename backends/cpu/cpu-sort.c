@@ -81,7 +81,7 @@ static void sort_range(void *argp, int64_t b, int64_t e)
     struct kiln_buffer *h;
     skey *keys = kiln__cpu_scratch_get(j->ctx, 2 * (size_t)n * sizeof(skey), &h);
     if (!keys) {
-        j->failed = 1;
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED); /* several threads may fail */
         return;
     }
     int64_t ies = (int64_t)kiln__cpu_esize(in->dtype), ist = in->strides[dim];
