@@ -2,7 +2,8 @@
  * tests/conformance/torch-reference.c — checks kiln on "ref" and "cpu" against
  * PyTorch's answers stored in tests/fixtures/torch_reference.{json,bin} (written by
  * tests/fixtures/gen_torch_reference.py; the format is described there). torch is
- * not needed to run this test.
+ * not needed to run this test. A case the fixture marks "known_deviation" is printed
+ * (with "NOW MATCHES" once kiln agrees) but does not count.
  *
  *   torch-reference PATH/torch_reference.json [-v]
  */
@@ -18,6 +19,7 @@
 static unsigned char *g_blob;
 static size_t g_blob_len;
 static bool g_verbose;
+static const char *g_fail = "FAIL"; /* "  .." while checking a known deviation */
 
 static char *read_file(const char *path, size_t *len)
 {
@@ -96,8 +98,49 @@ static int one(kiln_tensor **out, kiln_tensor *t)
     return t ? 1 : -1;
 }
 
+static int run_unary(const char *fn, const cJSON *p, kiln_tensor *x, kiln_tensor **out)
+{
+    const cJSON *args = cJSON_GetObjectItem(p, "args");
+    double a0 = cJSON_GetArraySize(args) > 0 ? cJSON_GetArrayItem(args, 0)->valuedouble : 0;
+    double a1 = cJSON_GetArraySize(args) > 1 ? cJSON_GetArrayItem(args, 1)->valuedouble : 0;
+    static const struct {
+        const char *name;
+        kiln_tensor *(*fn)(kiln_tensor *);
+    } plain[] = {{"sign", kiln_sign},   {"relu", kiln_relu},   {"round", kiln_round},
+                 {"rsqrt", kiln_rsqrt}, {"log1p", kiln_log1p}, {"sqrt", kiln_sqrt}};
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
+        if (strcmp(fn, plain[i].name) == 0)
+            return one(out, plain[i].fn(x));
+    if (strcmp(fn, "pow_scalar") == 0)
+        return one(out, kiln_pow_scalar(x, a0));
+    if (strcmp(fn, "clamp") == 0)
+        return one(out, kiln_clamp(x, a0, a1));
+    fprintf(stderr, "torch-reference: unknown unary %s in the fixture\n", fn);
+    return -2;
+}
+
+static int run_binary(const char *fn, kiln_tensor *a, kiln_tensor *b, kiln_tensor **out)
+{
+    if (strcmp(fn, "maximum") == 0)
+        return one(out, kiln_maximum(a, b));
+    if (strcmp(fn, "minimum") == 0)
+        return one(out, kiln_minimum(a, b));
+    if (strcmp(fn, "remainder") == 0)
+        return one(out, kiln_remainder(a, b));
+    if (strcmp(fn, "div") == 0)
+        return one(out, kiln_div(a, b));
+    fprintf(stderr, "torch-reference: unknown binary %s in the fixture\n", fn);
+    return -2;
+}
+
 static int run_op(const char *op, const cJSON *p, kiln_tensor **in, int nin, kiln_tensor **out)
 {
+    const cJSON *fnj = cJSON_GetObjectItem(p, "fn");
+    const char *fn = cJSON_IsString(fnj) ? fnj->valuestring : "";
+    if (strcmp(op, "unary") == 0)
+        return run_unary(fn, p, in[0], out);
+    if (strcmp(op, "binary") == 0)
+        return run_binary(fn, in[0], in[1], out);
     int64_t a[8] = {0}, b[8] = {0}, c[8] = {0}, d[8] = {0};
     if (strcmp(op, "gelu") == 0)
         return one(out, kiln_gelu(in[0], pnum(p, "tanh", 0) != 0));
@@ -240,7 +283,7 @@ static bool check(const char *name, const char *dev, int o, kiln_tensor *t, cons
 {
     if (kiln_tensor_ndim(t) != r->ndim || memcmp(kiln_tensor_shape(t), r->shape, (size_t)r->ndim * 8) != 0) {
         char buf[128];
-        printf("FAIL %-26s %-4s output %d: shape %s differs from torch's\n", name, dev, o,
+        printf("%s %-26s %-4s output %d: shape %s differs from torch's\n", g_fail, name, dev, o,
                kiln_tensor_describe(t, buf, sizeof buf));
         return false;
     }
@@ -249,7 +292,7 @@ static bool check(const char *name, const char *dev, int o, kiln_tensor *t, cons
     void *got = malloc(nb ? nb : 1);
     bool ok = c && kiln_to_data(c, got, nb) == 0;
     if (!ok)
-        printf("FAIL %-26s %-4s output %d: download failed: %s\n", name, dev, o, kiln_error());
+        printf("%s %-26s %-4s output %d: download failed: %s\n", g_fail, name, dev, o, kiln_error());
     double worst = 0;
     int64_t wi = -1;
     for (int64_t i = 0; ok && i < r->numel; i++) {
@@ -257,7 +300,7 @@ static bool check(const char *name, const char *dev, int o, kiln_tensor *t, cons
             int64_t g = ((int64_t *)got)[i], e;
             memcpy(&e, (const char *)r->data + i * 8, 8);
             if (g != e) {
-                printf("FAIL %-26s %-4s output %d element %lld: %lld, torch %lld\n", name, dev, o,
+                printf("%s %-26s %-4s output %d element %lld: %lld, torch %lld\n", g_fail, name, dev, o,
                        (long long)i, (long long)g, (long long)e);
                 ok = false;
             }
@@ -265,17 +308,19 @@ static bool check(const char *name, const char *dev, int o, kiln_tensor *t, cons
         }
         float g = ((float *)got)[i], e;
         memcpy(&e, (const char *)r->data + i * 4, 4);
-        double excess = fabs((double)g - e) - (rtol * fabs((double)e) + atol);
-        if (isnan(g) != isnan(e) || excess > worst) {
-            worst = isnan(g) != isnan(e) ? INFINITY : excess;
+        bool special = isnan(g) || isnan(e) || isinf(g) || isinf(e);
+        double excess = special ? ((isnan(g) && isnan(e)) || g == e ? 0 : INFINITY)
+                                : fabs((double)g - e) - (rtol * fabs((double)e) + atol);
+        if (excess > worst) {
+            worst = excess;
             wi = i;
         }
     }
     if (ok && wi >= 0) {
         float g = ((float *)got)[wi], e;
         memcpy(&e, (const char *)r->data + wi * 4, 4);
-        printf("FAIL %-26s %-4s output %d element %lld: %.9g, torch %.9g (tolerance %.2g*|torch| + %.2g)\n",
-               name, dev, o, (long long)wi, g, e, rtol, atol);
+        printf("%s %-26s %-4s output %d element %lld: %.9g, torch %.9g (tolerance %.2g*|torch| + %.2g)\n",
+               g_fail, name, dev, o, (long long)wi, g, e, rtol, atol);
         ok = false;
     }
     free(got);
@@ -308,7 +353,7 @@ int main(int argc, char **argv)
     }
 
     static const char *devices[] = {"ref", "cpu"};
-    int passed = 0, failed = 0;
+    int passed = 0, failed = 0, known_n = 0;
     const cJSON *cases = cJSON_GetObjectItem(root, "cases");
     for (int di = 0; di < 2; di++) {
         kiln_device *dev = kiln_device_open(devices[di]);
@@ -324,6 +369,7 @@ int main(int argc, char **argv)
             const char *op = cJSON_GetObjectItem(cs, "op")->valuestring;
             const cJSON *params = cJSON_GetObjectItem(cs, "params");
             double rtol = pnum(cs, "rtol", 1e-5), atol = pnum(cs, "atol", 1e-6);
+            g_fail = cJSON_IsString(cJSON_GetObjectItem(cs, "known_deviation")) ? "  .." : "FAIL";
             kiln_scope_begin();
             kiln_tensor *in[8] = {0}, *out[8] = {0};
             int nin = 0;
@@ -340,7 +386,7 @@ int main(int argc, char **argv)
                                            (size_t)r.numel * kiln_dtype_size(r.dt));
             }
             if (!ok) {
-                printf("FAIL %-26s %-4s: malformed fixture\n", name, devices[di]);
+                printf("%s %-26s %-4s: malformed fixture\n", g_fail, name, devices[di]);
             } else {
                 kiln_error_clear();
                 int nout = run_op(op, params, in, nin, out);
@@ -348,7 +394,7 @@ int main(int argc, char **argv)
                 cJSON_ArrayForEach(j, cJSON_GetObjectItem(cs, "outputs"))
                     no++;
                 if (nout < 0 || nout != no) {
-                    printf("FAIL %-26s %-4s: %s\n", name, devices[di],
+                    printf("%s %-26s %-4s: %s\n", g_fail, name, devices[di],
                            nout < 0 ? kiln_error() : "wrong number of outputs");
                     ok = false;
                 } else {
@@ -363,7 +409,12 @@ int main(int argc, char **argv)
                 }
             }
             kiln_scope_end();
-            if (ok) {
+            const cJSON *known = cJSON_GetObjectItem(cs, "known_deviation");
+            if (cJSON_IsString(known)) {
+                known_n++;
+                printf("%s %-26s %-4s known deviation from PyTorch: %s\n", ok ? "NOW MATCHES" : "known",
+                       name, devices[di], known->valuestring);
+            } else if (ok) {
                 passed++;
                 if (g_verbose)
                     printf("ok   %-26s %s\n", name, devices[di]);
@@ -373,6 +424,8 @@ int main(int argc, char **argv)
         }
         kiln_device_close(dev);
     }
+    if (known_n)
+        printf("%d known deviation(s) from PyTorch listed above (not counted)\n", known_n);
     printf("torch-reference: %d passed, %d failed\n", passed, failed);
     cJSON_Delete(root);
     free(text);
