@@ -15,17 +15,30 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "common/philox.h"
 #include "cpu-impl.h"
 
 /* ------------------------------------------------------------------ life cycle */
 
+#if defined(__x86_64__)
+/* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know the
+ * "f16c" name, and every AVX2 part has it anyway, so one cpuid keeps both compilers happy. */
+static bool cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+#endif
+
 static const kiln__cpu_kernels *pick_kernels(void)
 {
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c())
         return &kiln__cpu_kernels_avx2;
 #endif
     return &kiln__cpu_kernels_base;
