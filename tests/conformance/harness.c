@@ -407,7 +407,8 @@ static bool contains_ci(const char *hay, const char *needle)
 static bool is_unsupported(const char *msg)
 {
     return contains_ci(msg, "unsupported") || contains_ci(msg, "not supported") ||
-           contains_ci(msg, "enotsup") || contains_ci(msg, "not implemented");
+           contains_ci(msg, "enotsup") || contains_ci(msg, "not implemented") ||
+           contains_ci(msg, "not defined for");
 }
 
 #define GUARD_N 1024
