@@ -112,6 +112,7 @@ void conf_cases_index(void);
 void conf_cases_linalg(void);
 void conf_cases_nn(void);
 void conf_cases_errors(void);
+void conf_cases_threads(void);
 void conf_cases_selftest(void);
 
 #endif /* KILN_CONFORMANCE_H */

@@ -708,6 +708,7 @@ int main(int argc, char **argv)
         conf_cases_linalg();
         conf_cases_nn();
         conf_cases_errors();
+        conf_cases_threads();
     }
 
     int passed = 0, failed = 0, skipped = 0, ran_cases = 0;
