@@ -9,6 +9,8 @@
 #define KILN_KILN_H
 
 #include "kiln/tensor.h"
+#include "kiln/autodiff.h"
+#include "kiln/record.h"
 
 #ifdef __cplusplus
 extern "C" {
