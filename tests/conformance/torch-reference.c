@@ -327,6 +327,91 @@ static bool check(const char *name, const char *dev, int o, kiln_tensor *t, cons
     return ok;
 }
 
+/* The dtype an op gives for inputs of dtype a (and b): -1 with a message when it fails. */
+static int rule_dtype(kiln_device *dev, const char *op, kiln_dtype a, int b)
+{
+    if (strcmp(op, "promote") == 0)
+        return (int)kiln_promote_types(a, (kiln_dtype)b);
+    kiln_scope_begin();
+    kiln_tensor *x = kiln_ones(dev, a, KILN_SHAPE(3)), *y = b >= 0 ? kiln_ones(dev, (kiln_dtype)b, KILN_SHAPE(3)) : NULL;
+    kiln_tensor *r = NULL;
+    static const struct {
+        const char *name;
+        kiln_tensor *(*fn)(kiln_tensor *, kiln_tensor *);
+    } bin[] = {{"add", kiln_add}, {"mul", kiln_mul}, {"div", kiln_div}, {"maximum", kiln_maximum},
+               {"eq", kiln_eq},   {"lt", kiln_lt},   {"logical_and", kiln_logical_and}};
+    static const struct {
+        const char *name;
+        kiln_tensor *(*fn)(kiln_tensor *);
+    } un[] = {{"neg", kiln_neg},         {"abs", kiln_abs},     {"exp", kiln_exp},
+              {"sqrt", kiln_sqrt},       {"sigmoid", kiln_sigmoid}, {"relu", kiln_relu},
+              {"floor", kiln_floor},     {"sign", kiln_sign},   {"isnan", kiln_isnan},
+              {"logical_not", kiln_logical_not}};
+    for (size_t i = 0; i < sizeof bin / sizeof bin[0]; i++)
+        if (strcmp(op, bin[i].name) == 0)
+            r = bin[i].fn(x, y);
+    for (size_t i = 0; i < sizeof un / sizeof un[0]; i++)
+        if (strcmp(op, un[i].name) == 0)
+            r = un[i].fn(x);
+    if (strcmp(op, "sum") == 0)
+        r = kiln_sum(x, KILN_ALL_DIMS, false);
+    else if (strcmp(op, "prod") == 0)
+        r = kiln_prod(x, KILN_ALL_DIMS, false);
+    else if (strcmp(op, "mean") == 0)
+        r = kiln_mean(x, KILN_ALL_DIMS, false);
+    else if (strcmp(op, "any") == 0)
+        r = kiln_any(x, KILN_ALL_DIMS, false);
+    else if (strcmp(op, "cumsum") == 0)
+        r = kiln_cumsum(x, 0);
+    else if (strcmp(op, "argmax") == 0)
+        r = kiln_argmax(x, 0, false);
+    else if (strcmp(op, "softmax") == 0)
+        r = kiln_softmax(x, 0);
+    else if (strcmp(op, "add_scalar_2.5") == 0)
+        r = kiln_add_scalar(x, 2.5);
+    else if (strcmp(op, "add_scalar_2") == 0)
+        r = kiln_add_scalar(x, 2);
+    else if (strcmp(op, "mul_scalar_2.5") == 0)
+        r = kiln_mul_scalar(x, 2.5);
+    int dt = r ? (int)kiln_tensor_dtype(r) : -1;
+    kiln_scope_end();
+    return dt;
+}
+
+/* Check kiln's result dtypes against PyTorch's; returns the number of mismatches. */
+static int check_dtype_rules(const cJSON *rules, kiln_device *dev, const char *dn, int *checked, int *known_n)
+{
+    int bad = 0;
+    const cJSON *r;
+    cJSON_ArrayForEach(r, rules)
+    {
+        const char *op = cJSON_GetObjectItem(r, "op")->valuestring;
+        const cJSON *bj = cJSON_GetObjectItem(r, "b");
+        int a = kiln_dtype_from_name(cJSON_GetObjectItem(r, "a")->valuestring);
+        int b = cJSON_IsString(bj) ? kiln_dtype_from_name(bj->valuestring) : -1;
+        int want = kiln_dtype_from_name(cJSON_GetObjectItem(r, "result")->valuestring);
+        if (a < 0 || want < 0 || (cJSON_IsString(bj) && b < 0))
+            continue;
+        kiln_error_clear();
+        int got = rule_dtype(dev, op, (kiln_dtype)a, b);
+        (*checked)++;
+        const cJSON *known = cJSON_GetObjectItem(r, "known_deviation");
+        if (cJSON_IsString(known)) {
+            (*checked)--;
+            (*known_n)++;
+            printf("%s dtype %-16s %-4s %s: known deviation from PyTorch: %s\n", got == want ? "NOW MATCHES" : "known",
+                   op, dn, kiln_dtype_name((kiln_dtype)a), known->valuestring);
+        } else if (got != want) {
+            bad++;
+            printf("FAIL dtype %-16s %-4s %s%s%s: kiln %s, torch %s%s%s\n", op, dn, kiln_dtype_name((kiln_dtype)a),
+                   b >= 0 ? " with " : "", b >= 0 ? kiln_dtype_name((kiln_dtype)b) : "",
+                   got < 0 ? "fails" : kiln_dtype_name((kiln_dtype)got), kiln_dtype_name((kiln_dtype)want),
+                   got < 0 ? ": " : "", got < 0 ? kiln_error() : "");
+        }
+    }
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -422,6 +507,10 @@ int main(int argc, char **argv)
                 failed++;
             }
         }
+        int checked = 0, bad = check_dtype_rules(cJSON_GetObjectItem(root, "dtype_rules"), dev, devices[di], &checked,
+                                    &known_n);
+        failed += bad;
+        passed += checked - bad;
         kiln_device_close(dev);
     }
     if (known_n)
