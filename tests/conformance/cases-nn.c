@@ -73,6 +73,8 @@ void conf_cases_linalg(void)
     mm_case(KILN_F32, KILN_SHAPE(3, 0), V_NONE, KILN_SHAPE(0, 4), V_NONE, "K = 0");
     mm_case(KILN_F32, KILN_SHAPE(0, 5), V_NONE, KILN_SHAPE(5, 4), V_NONE, "M = 0");
     mm_case(KILN_F32, KILN_SHAPE(1, 300), V_NONE, KILN_SHAPE(300, 70), V_NONE, "row vector");
+    mm_case(KILN_F32, KILN_SHAPE(257, 300), V_NONE, KILN_SHAPE(300, 129), V_NONE, "large odd");
+    mm_case(KILN_F32, KILN_SHAPE(6, 65, 130), V_T, KILN_SHAPE(130, 67), V_NONE, "large batched");
     for (int i = 1; i < 4; i++) {
         mm_case(float_dt[i], KILN_SHAPE(33, 47), V_NONE, KILN_SHAPE(47, 29), V_NONE, "odd");
         mm_case(float_dt[i], KILN_SHAPE(2, 1, 9, 8), V_T, KILN_SHAPE(3, 8, 5), V_NONE, "broadcast, a transposed");
@@ -417,6 +419,7 @@ void conf_cases_nn(void)
         conv_case(2, dt, KILN_SHAPE(2, 3, 9, 11), KILN_SHAPE(4, 3, 3, 3), true, 3, 1, 2, 1, 0, V_STEP, false);
         conv_case(2, dt, KILN_SHAPE(2, 8, 16, 16), KILN_SHAPE(16, 8, 3, 3), true, 1, 1, 1, 1, 0, V_NONE, false);
         conv_case(2, dt, KILN_SHAPE(1, 2, 3, 3), KILN_SHAPE(3, 2, 3, 3), true, 1, 0, 1, 1, 0, V_NONE, false);
+        conv_case(2, dt, KILN_SHAPE(2, 32, 28, 28), KILN_SHAPE(32, 32, 3, 3), true, 1, 1, 1, 1, 0, V_NONE, false);
         conv_asym_case();
         conv_case(1, dt, KILN_SHAPE(2, 4, 20), KILN_SHAPE(6, 2, 3), true, 1, 1, 1, 2, 0, V_NONE, false);
         conv_case(1, dt, KILN_SHAPE(2, 4, 20), KILN_SHAPE(6, 4, 3), false, 1, 3, 3, 1, 0, V_FLIP, false);
@@ -445,6 +448,8 @@ void conf_cases_nn(void)
         pool_case(1, dt, KILN_SHAPE(2, 3, 11, 13), V_T, 2, 2, 1, 1, true, true, false, G_UNI);
         pool_case(1, dt, KILN_SHAPE(2, 3, 10, 12), V_NONE, 2, 0, 0, 0, false, true, true, G_SPECIAL);
         pool_case(1, dt, KILN_SHAPE(4, 32, 32), V_NONE, 2, 0, 0, 0, false, true, true, G_UNI);
+        pool_case(1, dt, KILN_SHAPE(2, 16, 64, 66), V_NONE, 2, 0, 0, 0, false, true, false, G_UNI);
+        pool_case(3, dt, KILN_SHAPE(2, 16, 64, 66), V_NONE, 2, 0, 0, 0, false, true, false, G_UNI);
         pool_case(0, dt, KILN_SHAPE(2, 3, 17), V_NONE, 3, 2, 1, 0, false, true, true, G_UNI);
         pool_case(0, dt, KILN_SHAPE(2, 3, 17), V_NONE, 3, 2, 0, 0, true, true, true, G_UNI);
         pool_case(0, dt, KILN_SHAPE(2, 3, 17), V_STEP, 2, 0, 0, 2, false, true, false, G_UNI);
@@ -489,6 +494,8 @@ void conf_cases_nn(void)
         softmax_case(log, KILN_F32, KILN_SHAPE(5, 7, 11), 0, V_NONE, G_UNI, -5, 5);
         softmax_case(log, KILN_F32, KILN_SHAPE(5, 7, 11), 1, V_NONE, G_UNI, -5, 5);
         softmax_case(log, KILN_F32, KILN_SHAPE(16, 1000), -1, V_NONE, G_UNI, -5, 5);
+        softmax_case(log, KILN_F32, KILN_SHAPE(256, 2049), -1, V_NONE, G_UNI, -8, 8);
+        softmax_case(log, KILN_F32, KILN_SHAPE(64, 33, 40), 1, V_NONE, G_UNI, -8, 8);
         softmax_case(log, KILN_F32, KILN_SHAPE(8, 100), -1, V_NONE, G_UNI, 500, 1000);
         softmax_case(log, KILN_F32, KILN_SHAPE(8, 100), -1, V_NONE, G_UNI, -1000, -500);
         softmax_case(log, KILN_F32, KILN_SHAPE(9, 10), -1, V_T, G_UNI, -5, 5);
@@ -509,6 +516,7 @@ void conf_cases_nn(void)
         layer_norm_case(dt, KILN_SHAPE(4, 7, 33), 1, false, V_NONE, -3, 5);
         layer_norm_case(dt, KILN_SHAPE(4, 7, 33), 1, true, V_T, -3, 5);
         layer_norm_case(dt, KILN_SHAPE(64, 1024), 1, true, V_NONE, -3, 5);
+        layer_norm_case(dt, KILN_SHAPE(512, 1023), 1, true, V_NONE, -3, 5);
         layer_norm_case(dt, KILN_SHAPE(8, 256), 1, true, V_NONE, 1000, 1001);
         layer_norm_case(dt, KILN_SHAPE(5, 1), 1, true, V_NONE, -3, 5);
     }

@@ -166,6 +166,9 @@ void conf_cases_reduce(void)
                 reduce_case(op, KILN_F32, KILN_SHAPE(5, 7, 11), V_NONE, dsets[s], keep, param, G_UNI);
         reduce_case(op, KILN_F32, KILN_SHAPE(64, 333), V_NONE, (rdims){1, {1}}, false, param, G_UNI);
         reduce_case(op, KILN_F32, KILN_SHAPE(333, 64), V_NONE, (rdims){1, {0}}, false, param, G_UNI);
+        reduce_case(op, KILN_F32, KILN_SHAPE(1000, 513), V_NONE, (rdims){1, {1}}, false, param, G_UNI);
+        reduce_case(op, KILN_F32, KILN_SHAPE(1000, 513), V_NONE, (rdims){1, {0}}, true, param, G_UNI);
+        reduce_case(op, KILN_F32, KILN_SHAPE(513, 1000), V_T, (rdims){0, {0}}, false, param, G_UNI);
         reduce_case(op, KILN_F32, KILN_SHAPE(6, 9, 10), V_T, (rdims){1, {-1}}, true, param, G_UNI);
         reduce_case(op, KILN_F32, KILN_SHAPE(6, 9, 10), V_STEP, (rdims){2, {0, -1}}, false, param, G_UNI);
         reduce_case(op, KILN_F32, KILN_SHAPE(6, 9, 10), V_FLIP, (rdims){1, {1}}, false, param, G_UNI);
@@ -235,6 +238,9 @@ void conf_cases_reduce(void)
     arg_case("cumsum", 2, KILN_F32, KILN_SHAPE(5, 7, 11), V_NONE, 0, 0, 0, G_UNI, -3, 3);
     arg_case("cumsum", 2, KILN_F32, KILN_SHAPE(5, 7, 11), V_NONE, -1, 0, 0, G_UNI, -3, 3);
     arg_case("cumsum", 2, KILN_F32, KILN_SHAPE(4, 1000), V_NONE, 1, 0, 0, G_UNI, -3, 3);
+    arg_case("cumsum", 2, KILN_F32, KILN_SHAPE(300, 517), V_NONE, 0, 0, 0, G_UNI, -3, 3);
+    arg_case("argmax", 0, KILN_F32, KILN_SHAPE(300, 517), V_NONE, 0, 0, 0, G_UNI, -3, 3);
+    arg_case("sort", 3, KILN_F32, KILN_SHAPE(64, 1031), V_NONE, 1, 0, 0, G_INT, -100, 100);
     arg_case("cumsum", 2, KILN_F32, KILN_SHAPE(9, 10), V_T, 1, 0, 0, G_UNI, -3, 3);
     arg_case("cumsum", 2, KILN_F32, KILN_SHAPE(9, 10), V_FLIP, 0, 0, 0, G_UNI, -3, 3);
     arg_case("cumsum", 2, KILN_F32, KILN_SHAPE(0, 3), V_NONE, 0, 0, 0, G_UNI, -3, 3);
