@@ -5,6 +5,34 @@
 #define KILN_STORAGE_IMPL_H
 
 #include <stddef.h>
+#include <sys/types.h>
+
+/**
+ * The system calls that make files durable, behind a replaceable table so that tests can
+ * inject I/O faults the way SQLite does: fail the 1st, 2nd, 3rd ... write/fsync/rename and
+ * check that each failure is a clean error that leaves no temporary files behind and the
+ * previous good state intact. Production code never changes the table.
+ */
+typedef struct kiln__io_ops {
+    ssize_t (*write)(int fd, const void *buf, size_t n);
+    int (*fsync)(int fd);
+    int (*rename)(const char *from, const char *to);
+} kiln__io_ops;
+
+/** The table every storage module calls through (initialized to the plain system calls). */
+extern kiln__io_ops kiln__io;
+
+/**
+ * Test hook: count every call made through kiln__io and make call number nth (1-based)
+ * fail with EIO; with persistent, that call and every later one fail. nth = 0 restores the
+ * plain system calls. Not thread-safe: for single-threaded tests only.
+ */
+void kiln__io_fault_set(long nth, int persistent);
+/** Calls counted since the last kiln__io_fault_set (to know when a sweep is complete). */
+long kiln__io_fault_calls(void);
+
+/** Remove a folder and everything under it (no symlinks followed). 0 or KILN_EIO. */
+int kiln__remove_tree(const char *path);
 
 /**
  * A file being written under a temporary name beside its destination. Commit makes it
@@ -27,5 +55,14 @@ int kiln__atomic_commit(kiln__atomic_file *f);
 void kiln__atomic_abort(kiln__atomic_file *f);
 /** fsync the folder that holds path (so a rename or create in it is durable). */
 int kiln__fsync_parent(const char *path);
+/** fsync a folder itself (after creating or renaming entries inside it). */
+int kiln__fsync_dir(const char *dir);
+/**
+ * Write a whole small file atomically (atomic_open + write + commit). 0 or a negative code;
+ * on failure the destination is untouched and no temporary file remains.
+ */
+int kiln__write_file_atomic(const char *path, const void *buf, size_t n);
+/** Read a whole file (at most max bytes) into a NUL-terminated malloc'd buffer. */
+int kiln__read_file(const char *path, size_t max, char **out, size_t *len);
 
 #endif /* KILN_STORAGE_IMPL_H */

@@ -1,0 +1,780 @@
+/*
+ * storage/checkpoint.c — training checkpoints that survive a crash at any instant.
+ *
+ * A checkpoint is a folder <root>/step-<9+ digits>/ (format in kiln/record.h). The write
+ * protocol is what makes "the last good checkpoint is always loadable" true:
+ *   1. mkdtemp <root>/.tmp-step-N-XXXXXX; every file is written through the atomic-file
+ *      helpers (temp name, fsync, rename, fsync of the folder);
+ *   2. MANIFEST goes last: a first line "kiln-checkpoint 1 <xxh3 of the rest>" and a JSON
+ *      body listing each file's size and XXH3-64, so a torn or flipped manifest is caught;
+ *   3. the folder is renamed to step-N and the root fsynced.
+ * Readers only consider step-* folders whose manifest verifies and whose files match it,
+ * so a crash before step 3 leaves a .tmp- folder that is reported and never chosen, and
+ * a crash after it leaves a complete checkpoint. Removal renames to .trash- first, so a
+ * half-deleted folder is never mistaken for a checkpoint either.
+ */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "backend.h"
+#include "error-impl.h"
+#include "kiln/record.h"
+#include "storage-impl.h"
+
+#define MANIFEST "MANIFEST"
+#define MANIFEST_MAGIC "kiln-checkpoint 1 "
+#define MANIFEST_MAX (1u << 20)
+#define SMALL_JSON_MAX (64u << 20)
+
+struct kiln_ckpt {
+    char *path;
+    int64_t step, epoch;
+    kiln_record *model, *optim;
+    char *scheduler, *metrics_history;
+    int rng_n;
+    kiln_generator *rng;
+    cJSON *metrics; /* latest values from the manifest */
+};
+
+/* The files a complete checkpoint holds besides the manifest. */
+static const char *const ckpt_files[] = {"model.kiln", "optimizer.kiln", "trainer.json", "metrics.json"};
+#define CKPT_NFILES (int)(sizeof ckpt_files / sizeof ckpt_files[0])
+
+static char *path_join(const char *a, const char *b)
+{
+    size_t len = strlen(a) + strlen(b) + 2;
+    char *p = malloc(len);
+    if (p)
+        snprintf(p, len, "%s/%s", a, b);
+    return p;
+}
+
+static int mkdir_p(const char *path)
+{
+    char *copy = strdup(path);
+    if (!copy)
+        return kiln__error_set("create '%s': out of memory", path), KILN_ENOMEM;
+    for (char *p = copy + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(copy, 0755) != 0 && errno != EEXIST) {
+                kiln__error_set("create folder '%s': %s", copy, strerror(errno));
+                free(copy);
+                return KILN_EIO;
+            }
+            *p = c;
+            if (c == '\0')
+                break;
+        }
+    }
+    free(copy);
+    return 0;
+}
+
+/* XXH3-64 and size of a file, streamed. */
+static int hash_file(const char *path, uint64_t *hash, uint64_t *size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return kiln__error_set("%s: %s", path, strerror(errno)), KILN_EIO;
+    XXH3_state_t *st = XXH3_createState();
+    unsigned char *buf = malloc(1 << 20);
+    if (!st || !buf) {
+        XXH3_freeState(st);
+        free(buf);
+        close(fd);
+        return kiln__error_set("%s: out of memory", path), KILN_ENOMEM;
+    }
+    XXH3_64bits_reset(st);
+    uint64_t total = 0;
+    int rc = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf, 1 << 20);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            rc = kiln__error_set("read '%s': %s", path, strerror(errno));
+            rc = KILN_EIO;
+            break;
+        }
+        if (r == 0)
+            break;
+        XXH3_64bits_update(st, buf, (size_t)r);
+        total += (uint64_t)r;
+    }
+    *hash = XXH3_64bits_digest(st);
+    *size = total;
+    XXH3_freeState(st);
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+static int write_json_file(const char *dir, const char *name, cJSON *json)
+{
+    char *text = cJSON_Print(json);
+    char *path = path_join(dir, name);
+    int rc;
+    if (!text || !path)
+        rc = (kiln__error_set("checkpoint: out of memory writing %s", name), KILN_ENOMEM);
+    else
+        rc = kiln__write_file_atomic(path, text, strlen(text));
+    free(text);
+    free(path);
+    return rc;
+}
+
+/* Parse caller JSON, falling back to dflt when NULL; NULL plus a message when invalid. */
+static cJSON *parse_or(const char *text, const char *dflt, const char *what)
+{
+    cJSON *j = cJSON_Parse(text ? text : dflt);
+    if (!j)
+        kiln__error_set("checkpoint save: %s is not valid JSON", what);
+    return j;
+}
+
+static int write_manifest(const char *dir, const kiln_ckpt_state *s)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON *files = cJSON_AddObjectToObject(root, "files");
+    cJSON *metrics = cJSON_AddObjectToObject(root, "metrics");
+    char created[32];
+    time_t now = time(NULL);
+    struct tm tmv;
+    strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tmv));
+    cJSON_AddNumberToObject(root, "format", 1);
+    cJSON_AddNumberToObject(root, "step", (double)s->step);
+    cJSON_AddNumberToObject(root, "epoch", (double)s->epoch);
+    cJSON_AddStringToObject(root, "created", created);
+    int rc = 0;
+    for (int i = 0; i < s->metric_n; i++)
+        cJSON_AddNumberToObject(metrics, s->metric_names[i], s->metric_values[i]);
+    for (int i = 0; i < CKPT_NFILES && rc == 0; i++) {
+        char *p = path_join(dir, ckpt_files[i]);
+        uint64_t h = 0, size = 0;
+        rc = p ? hash_file(p, &h, &size) : KILN_ENOMEM;
+        free(p);
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016" PRIx64, h);
+        cJSON *e = cJSON_AddObjectToObject(files, ckpt_files[i]);
+        cJSON_AddNumberToObject(e, "size", (double)size);
+        cJSON_AddStringToObject(e, "xxh3", hex);
+    }
+    char *body = rc == 0 ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (rc != 0)
+        return rc;
+    if (!body)
+        return kiln__error_set("checkpoint: out of memory for the manifest"), KILN_ENOMEM;
+    size_t blen = strlen(body);
+    size_t len = sizeof MANIFEST_MAGIC + 17 + blen + 1;
+    char *text = malloc(len);
+    char *path = path_join(dir, MANIFEST);
+    if (!text || !path)
+        rc = (kiln__error_set("checkpoint: out of memory for the manifest"), KILN_ENOMEM);
+    else {
+        int n = snprintf(text, len, "%s%016" PRIx64 "\n%s", MANIFEST_MAGIC, (uint64_t)XXH3_64bits(body, blen), body);
+        rc = kiln__write_file_atomic(path, text, (size_t)n);
+    }
+    free(body);
+    free(text);
+    free(path);
+    return rc;
+}
+
+/* Write every file of the checkpoint into the (temporary) folder dir. */
+static int write_contents(const char *dir, const kiln_ckpt_state *s)
+{
+    char *p = path_join(dir, "model.kiln");
+    int rc = p ? kiln_record_save(p, s->model_n, s->model_names, s->model_tensors, s->model_config,
+                                  s->record_flags)
+               : KILN_ENOMEM;
+    free(p);
+    if (rc != 0)
+        return rc;
+    p = path_join(dir, "optimizer.kiln");
+    rc = p ? kiln_record_save(p, s->optim_n, s->optim_names, s->optim_tensors, s->optim_config, s->record_flags)
+           : KILN_ENOMEM;
+    free(p);
+    if (rc != 0)
+        return rc;
+
+    cJSON *trainer = cJSON_CreateObject();
+    cJSON *sched = parse_or(s->scheduler_json, "{}", "the scheduler state");
+    if (!sched) {
+        cJSON_Delete(trainer);
+        return KILN_EINVAL;
+    }
+    cJSON_AddNumberToObject(trainer, "format", 1);
+    cJSON_AddNumberToObject(trainer, "step", (double)s->step);
+    cJSON_AddNumberToObject(trainer, "epoch", (double)s->epoch);
+    cJSON *rng = cJSON_AddArrayToObject(trainer, "rng");
+    for (int i = 0; i < s->rng_n; i++) {
+        /* u64 as decimal strings: JSON numbers lose bits above 2^53. */
+        char seed[24], offset[24];
+        snprintf(seed, sizeof seed, "%" PRIu64, s->rng[i].seed);
+        snprintf(offset, sizeof offset, "%" PRIu64, s->rng[i].offset);
+        cJSON *g = cJSON_CreateObject();
+        cJSON_AddStringToObject(g, "seed", seed);
+        cJSON_AddStringToObject(g, "offset", offset);
+        cJSON_AddItemToArray(rng, g);
+    }
+    cJSON_AddItemToObject(trainer, "scheduler", sched);
+    rc = write_json_file(dir, "trainer.json", trainer);
+    cJSON_Delete(trainer);
+    if (rc != 0)
+        return rc;
+    cJSON *hist = parse_or(s->metrics_json, "[]", "the metric history");
+    if (!hist)
+        return KILN_EINVAL;
+    rc = write_json_file(dir, "metrics.json", hist);
+    cJSON_Delete(hist);
+    if (rc != 0)
+        return rc;
+    return write_manifest(dir, s);
+}
+
+/* Move a folder out of sight (.trash-*) and delete it; the rename makes it vanish atomically. */
+static int discard_dir(const char *root, const char *path)
+{
+    char *trash = path_join(root, ".trash-XXXXXX");
+    if (!trash)
+        return KILN_ENOMEM;
+    int rc = 0;
+    if (!mkdtemp(trash)) {
+        rc = (kiln__error_set("checkpoint: create '%s': %s", trash, strerror(errno)), KILN_EIO);
+    } else if (kiln__io.rename(path, trash) != 0) {
+        rc = (kiln__error_set("checkpoint: rename '%s': %s", path, strerror(errno)), KILN_EIO);
+        rmdir(trash);
+    } else {
+        rc = kiln__fsync_dir(root);
+        int rrc = kiln__remove_tree(trash);
+        if (rc == 0)
+            rc = rrc;
+    }
+    free(trash);
+    return rc;
+}
+
+static bool is_json_or_null(const char *text)
+{
+    if (!text)
+        return true;
+    cJSON *j = cJSON_Parse(text);
+    cJSON_Delete(j);
+    return j != NULL;
+}
+
+int kiln_ckpt_save(const char *root, const kiln_ckpt_state *s, char *path_out, size_t len)
+{
+    if (!root || !s || s->step < 0 || s->model_n < 0 || s->optim_n < 0 || s->rng_n < 0 || s->metric_n < 0 ||
+        (s->rng_n > 0 && !s->rng) || (s->metric_n > 0 && (!s->metric_names || !s->metric_values)))
+        return kiln__error_set("checkpoint save: invalid arguments"), KILN_EINVAL;
+    for (int i = 0; i < s->metric_n; i++)
+        if (!s->metric_names[i] || !s->metric_names[i][0])
+            return kiln__error_set("checkpoint save: metric %d has no name", i), KILN_EINVAL;
+    if (!is_json_or_null(s->scheduler_json) || !is_json_or_null(s->metrics_json))
+        return kiln__error_set("checkpoint save: scheduler or metric history is not valid JSON"), KILN_EINVAL;
+    int rc = mkdir_p(root);
+    if (rc != 0)
+        return rc;
+    char name[48], tmpname[64];
+    snprintf(name, sizeof name, "step-%09" PRId64, s->step);
+    snprintf(tmpname, sizeof tmpname, ".tmp-%s-XXXXXX", name);
+    char *tmp = path_join(root, tmpname);
+    char *final = path_join(root, name);
+    if (!tmp || !final) {
+        free(tmp);
+        free(final);
+        return kiln__error_set("checkpoint save: out of memory"), KILN_ENOMEM;
+    }
+    if (!mkdtemp(tmp)) {
+        rc = (kiln__error_set("checkpoint save: create '%s': %s", tmp, strerror(errno)), KILN_EIO);
+        goto out;
+    }
+    rc = write_contents(tmp, s);
+    if (rc == 0)
+        rc = kiln__fsync_dir(tmp);
+    struct stat sb;
+    char *trash = NULL;
+    if (rc == 0 && lstat(final, &sb) == 0) {
+        /* Same step saved again (a resumed job re-reaching it): move the old one aside
+         * (rename over an empty mkdtemp folder), and put it back if the new one fails. */
+        trash = path_join(root, ".trash-XXXXXX");
+        if (!trash || !mkdtemp(trash))
+            rc = (kiln__error_set("checkpoint save: cannot create a folder in '%s'", root), KILN_EIO);
+        else if (kiln__io.rename(final, trash) != 0) {
+            rc = (kiln__error_set("checkpoint save: rename '%s': %s", final, strerror(errno)), KILN_EIO);
+            rmdir(trash);
+            free(trash);
+            trash = NULL;
+        }
+    }
+    if (rc == 0 && kiln__io.rename(tmp, final) != 0)
+        rc = (kiln__error_set("checkpoint save: rename '%s' to '%s': %s", tmp, final, strerror(errno)), KILN_EIO);
+    else if (rc == 0 && (rc = kiln__fsync_dir(root)) != 0) {
+        /* Not known to be durable: undo the rename so the caller's error is the truth. */
+        (void)rename(final, tmp);
+    }
+    if (rc != 0) {
+        (void)kiln__remove_tree(tmp);
+        if (trash && rename(trash, final) != 0)
+            (void)kiln__remove_tree(trash);
+    } else if (trash) {
+        (void)kiln__remove_tree(trash);
+    }
+    free(trash);
+    if (rc == 0 && path_out && len)
+        snprintf(path_out, len, "%s", final);
+out:
+    free(tmp);
+    free(final);
+    return rc;
+}
+
+/* --------------------------------------------------------------------- reading */
+
+void kiln_ckpt_close(kiln_ckpt *ck)
+{
+    if (!ck)
+        return;
+    kiln_record_close(ck->model);
+    kiln_record_close(ck->optim);
+    free(ck->path);
+    free(ck->scheduler);
+    free(ck->metrics_history);
+    free(ck->rng);
+    cJSON_Delete(ck->metrics);
+    free(ck);
+}
+
+static bool json_i64(const cJSON *j, int64_t *out)
+{
+    if (!cJSON_IsNumber(j) || j->valuedouble < 0 || j->valuedouble > 9007199254740992.0 ||
+        j->valuedouble != (double)(int64_t)j->valuedouble)
+        return false;
+    *out = (int64_t)j->valuedouble;
+    return true;
+}
+
+/* Read and check MANIFEST: the checksum line, the JSON, the step. Returns the JSON body. */
+static cJSON *read_manifest(const char *dir)
+{
+    char *p = path_join(dir, MANIFEST);
+    char *text = NULL;
+    size_t len = 0;
+    int rc = p ? kiln__read_file(p, MANIFEST_MAX, &text, &len) : KILN_ENOMEM;
+    free(p);
+    if (rc != 0) {
+        if (rc == KILN_EIO && access(dir, F_OK) == 0)
+            kiln__error_set("no readable manifest (the save did not finish)");
+        return NULL;
+    }
+    size_t mlen = strlen(MANIFEST_MAGIC);
+    cJSON *json = NULL;
+    if (len < mlen + 17 || memcmp(text, MANIFEST_MAGIC, mlen) != 0 || text[mlen + 16] != '\n') {
+        kiln__error_set("manifest: bad first line");
+    } else {
+        char hex[17];
+        memcpy(hex, text + mlen, 16);
+        hex[16] = '\0';
+        const char *body = text + mlen + 17;
+        size_t blen = len - mlen - 17;
+        char want[17];
+        snprintf(want, sizeof want, "%016" PRIx64, (uint64_t)XXH3_64bits(body, blen));
+        if (strcmp(hex, want) != 0)
+            kiln__error_set("manifest: checksum mismatch (damaged manifest)");
+        else if (!(json = cJSON_Parse(body)))
+            kiln__error_set("manifest: not valid JSON");
+    }
+    free(text);
+    if (!json)
+        return NULL;
+    int64_t step, epoch;
+    if (!json_i64(cJSON_GetObjectItemCaseSensitive(json, "step"), &step) ||
+        !json_i64(cJSON_GetObjectItemCaseSensitive(json, "epoch"), &epoch) ||
+        !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(json, "files"))) {
+        kiln__error_set("manifest: missing step, epoch or files");
+        cJSON_Delete(json);
+        return NULL;
+    }
+    return json;
+}
+
+/* Every listed file exists with the recorded size and hash; every required file is listed. */
+static int verify_files(const char *dir, const cJSON *manifest)
+{
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(manifest, "files");
+    for (int i = 0; i < CKPT_NFILES; i++)
+        if (!cJSON_GetObjectItemCaseSensitive(files, ckpt_files[i]))
+            return kiln__error_set("manifest does not list %s", ckpt_files[i]), KILN_EINVAL;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, files) {
+        const char *name = e->string;
+        if (!name || !name[0] || strchr(name, '/') || strcmp(name, "..") == 0 || strcmp(name, ".") == 0)
+            return kiln__error_set("manifest names a file outside the folder"), KILN_EINVAL;
+        int64_t size;
+        const cJSON *hx = cJSON_GetObjectItemCaseSensitive(e, "xxh3");
+        if (!json_i64(cJSON_GetObjectItemCaseSensitive(e, "size"), &size) || !cJSON_IsString(hx))
+            return kiln__error_set("manifest entry %s is malformed", name), KILN_EINVAL;
+        char *p = path_join(dir, name);
+        uint64_t h, got;
+        int rc = p ? hash_file(p, &h, &got) : KILN_ENOMEM;
+        free(p);
+        if (rc != 0)
+            return kiln__error_set("%s is missing or unreadable", name), KILN_EIO;
+        if ((int64_t)got != size)
+            return kiln__error_set("%s has %" PRIu64 " bytes, the manifest says %" PRId64 " (truncated?)", name,
+                                   got, size), KILN_EINVAL;
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016" PRIx64, h);
+        if (strcmp(hex, hx->valuestring) != 0)
+            return kiln__error_set("%s checksum mismatch (damaged file)", name), KILN_EINVAL;
+    }
+    return 0;
+}
+
+static int load_trainer(kiln_ckpt *ck)
+{
+    char *p = path_join(ck->path, "trainer.json");
+    char *text = NULL;
+    int rc = p ? kiln__read_file(p, SMALL_JSON_MAX, &text, NULL) : KILN_ENOMEM;
+    free(p);
+    if (rc != 0)
+        return rc;
+    cJSON *t = cJSON_Parse(text);
+    free(text);
+    if (!t)
+        return kiln__error_set("trainer.json is not valid JSON"), KILN_EINVAL;
+    const cJSON *rng = cJSON_GetObjectItemCaseSensitive(t, "rng");
+    const cJSON *sched = cJSON_GetObjectItemCaseSensitive(t, "scheduler");
+    int64_t step;
+    if (!cJSON_IsArray(rng) || !sched || !json_i64(cJSON_GetObjectItemCaseSensitive(t, "step"), &step) ||
+        step != ck->step) {
+        cJSON_Delete(t);
+        return kiln__error_set("trainer.json is malformed or disagrees with the manifest"), KILN_EINVAL;
+    }
+    ck->rng_n = cJSON_GetArraySize(rng);
+    ck->rng = calloc((size_t)ck->rng_n + 1, sizeof *ck->rng);
+    ck->scheduler = cJSON_PrintUnformatted(sched);
+    rc = ck->rng && ck->scheduler ? 0 : KILN_ENOMEM;
+    for (int i = 0; i < ck->rng_n && rc == 0; i++) {
+        const cJSON *g = cJSON_GetArrayItem(rng, i);
+        const cJSON *seed = cJSON_GetObjectItemCaseSensitive(g, "seed");
+        const cJSON *off = cJSON_GetObjectItemCaseSensitive(g, "offset");
+        if (!cJSON_IsString(seed) || !cJSON_IsString(off))
+            rc = KILN_EINVAL;
+        else {
+            ck->rng[i].seed = strtoull(seed->valuestring, NULL, 10);
+            ck->rng[i].offset = strtoull(off->valuestring, NULL, 10);
+        }
+    }
+    cJSON_Delete(t);
+    if (rc != 0)
+        kiln__error_set("trainer.json: malformed rng state");
+    return rc;
+}
+
+/* The step encoded in a folder name ("step-000001200"), or -1. */
+static int64_t name_step(const char *name, const char *prefix)
+{
+    size_t pl = strlen(prefix);
+    if (strncmp(name, prefix, pl) != 0)
+        return -1;
+    const char *d = name + pl;
+    int64_t v = 0;
+    int digits = 0;
+    for (; *d >= '0' && *d <= '9' && digits < 18; d++, digits++)
+        v = v * 10 + (*d - '0');
+    return digits > 0 && (*d == '\0' || *d == '-') ? v : -1;
+}
+
+kiln_ckpt *kiln_ckpt_open(const char *dir)
+{
+    if (!dir)
+        return kiln__error_set("checkpoint open: NULL folder"), NULL;
+    kiln_ckpt *ck = calloc(1, sizeof *ck);
+    if (!ck || !(ck->path = strdup(dir))) {
+        free(ck);
+        return kiln__error_set("checkpoint open: out of memory"), NULL;
+    }
+    cJSON *man = read_manifest(dir);
+    if (!man)
+        goto fail;
+    json_i64(cJSON_GetObjectItemCaseSensitive(man, "step"), &ck->step);
+    json_i64(cJSON_GetObjectItemCaseSensitive(man, "epoch"), &ck->epoch);
+    const char *base = strrchr(dir, '/');
+    base = base ? base + 1 : dir;
+    int64_t ns = name_step(base, "step-");
+    if (ns >= 0 && ns != ck->step) {
+        kiln__error_set("manifest step %" PRId64 " does not match the folder name", ck->step);
+        goto fail_man;
+    }
+    if (verify_files(dir, man) != 0)
+        goto fail_man;
+    ck->metrics = cJSON_DetachItemFromObjectCaseSensitive(man, "metrics");
+    cJSON_Delete(man);
+    man = NULL;
+    char *p = path_join(dir, "model.kiln");
+    ck->model = p ? kiln_record_open(p) : NULL;
+    free(p);
+    p = ck->model ? path_join(dir, "optimizer.kiln") : NULL;
+    ck->optim = p ? kiln_record_open(p) : NULL;
+    free(p);
+    if (!ck->model || !ck->optim || load_trainer(ck) != 0)
+        goto fail;
+    p = path_join(dir, "metrics.json");
+    int rc = p ? kiln__read_file(p, SMALL_JSON_MAX, &ck->metrics_history, NULL) : KILN_ENOMEM;
+    free(p);
+    if (rc != 0)
+        goto fail;
+    return ck;
+fail_man:
+    cJSON_Delete(man);
+fail:;
+    /* Prefix the reason with the folder so a caller's log line stands alone. */
+    char why[KILN_ERROR_MAX];
+    snprintf(why, sizeof why, "%s", kiln_error());
+    kiln__error_set("checkpoint %s: %s", dir, why);
+    kiln_ckpt_close(ck);
+    return NULL;
+}
+
+const char *kiln_ckpt_path(const kiln_ckpt *ck) { return ck ? ck->path : NULL; }
+int64_t kiln_ckpt_step(const kiln_ckpt *ck) { return ck ? ck->step : -1; }
+int64_t kiln_ckpt_epoch(const kiln_ckpt *ck) { return ck ? ck->epoch : -1; }
+const kiln_record *kiln_ckpt_model(const kiln_ckpt *ck) { return ck ? ck->model : NULL; }
+const kiln_record *kiln_ckpt_optimizer(const kiln_ckpt *ck) { return ck ? ck->optim : NULL; }
+const char *kiln_ckpt_scheduler(const kiln_ckpt *ck) { return ck ? ck->scheduler : NULL; }
+const char *kiln_ckpt_metrics_history(const kiln_ckpt *ck) { return ck ? ck->metrics_history : NULL; }
+
+int kiln_ckpt_rng(const kiln_ckpt *ck, kiln_generator *out, int max)
+{
+    if (!ck)
+        return 0;
+    for (int i = 0; i < ck->rng_n && i < max && out; i++)
+        out[i] = ck->rng[i];
+    return ck->rng_n;
+}
+
+int kiln_ckpt_metric(const kiln_ckpt *ck, const char *name, double *value)
+{
+    const cJSON *m = ck && name ? cJSON_GetObjectItemCaseSensitive(ck->metrics, name) : NULL;
+    if (!cJSON_IsNumber(m))
+        return -1;
+    if (value)
+        *value = m->valuedouble;
+    return 0;
+}
+
+/* --------------------------------------------------------------------- listing */
+
+void kiln_ckpt_list_free(kiln_ckpt_info *list, int n)
+{
+    for (int i = 0; list && i < n; i++) {
+        free(list[i].path);
+        free(list[i].why);
+    }
+    free(list);
+}
+
+static int info_cmp(const void *a, const void *b)
+{
+    const kiln_ckpt_info *x = a, *y = b;
+    if (x->step != y->step)
+        return x->step < y->step ? -1 : 1;
+    if (x->valid != y->valid) /* at equal steps, a finished one sorts after the debris */
+        return x->valid ? 1 : -1;
+    return strcmp(x->path, y->path);
+}
+
+static void info_fill(kiln_ckpt_info *e, const char *name, bool verify, const char *metric)
+{
+    int64_t tmp_step = name_step(name, ".tmp-step-");
+    if (tmp_step >= 0 || strncmp(name, ".trash-", 7) == 0) {
+        e->step = tmp_step;
+        e->why = strdup(tmp_step >= 0 ? "partial: temporary folder of a save that did not finish"
+                                      : "partial: a removal that did not finish");
+        return;
+    }
+    e->step = name_step(name, "step-");
+    cJSON *man = read_manifest(e->path);
+    if (man) {
+        json_i64(cJSON_GetObjectItemCaseSensitive(man, "step"), &e->step);
+        json_i64(cJSON_GetObjectItemCaseSensitive(man, "epoch"), &e->epoch);
+        const cJSON *m = metric ? cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(man, "metrics"),
+                                                                   metric)
+                                : NULL;
+        if (cJSON_IsNumber(m)) {
+            e->has_metric = true;
+            e->metric = m->valuedouble;
+        }
+        if (e->step != name_step(name, "step-"))
+            kiln__error_set("manifest step does not match the folder name");
+        else if (!verify || verify_files(e->path, man) == 0)
+            e->valid = true;
+        cJSON_Delete(man);
+    }
+    if (!e->valid)
+        e->why = strdup(kiln_error());
+}
+
+int kiln_ckpt_list(const char *root, bool verify, const char *metric, kiln_ckpt_info **out, int *n)
+{
+    *out = NULL;
+    *n = 0;
+    DIR *d = opendir(root);
+    if (!d) {
+        if (errno == ENOENT)
+            return 0; /* no checkpoints yet */
+        return kiln__error_set("checkpoint list '%s': %s", root, strerror(errno)), KILN_EIO;
+    }
+    kiln_ckpt_info *list = NULL;
+    int count = 0, cap = 0, rc = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        const char *name = de->d_name;
+        if (strncmp(name, "step-", 5) != 0 && strncmp(name, ".tmp-step-", 10) != 0 && strncmp(name, ".trash-", 7) != 0)
+            continue;
+        if (count == cap) {
+            cap = cap ? cap * 2 : 16;
+            kiln_ckpt_info *next = realloc(list, (size_t)cap * sizeof *list);
+            if (!next) {
+                rc = KILN_ENOMEM;
+                break;
+            }
+            list = next;
+        }
+        kiln_ckpt_info *e = &list[count];
+        memset(e, 0, sizeof *e);
+        e->step = -1;
+        if (!(e->path = path_join(root, name))) {
+            rc = KILN_ENOMEM;
+            break;
+        }
+        count++;
+        info_fill(e, name, verify, metric);
+    }
+    closedir(d);
+    if (rc != 0) {
+        kiln_ckpt_list_free(list, count);
+        return kiln__error_set("checkpoint list '%s': out of memory", root), rc;
+    }
+    if (count > 1)
+        qsort(list, (size_t)count, sizeof *list, info_cmp);
+    *out = list;
+    *n = count;
+    return 0;
+}
+
+kiln_ckpt *kiln_ckpt_open_latest(const char *root, kiln_ckpt_skip_fn skip, void *user)
+{
+    kiln_ckpt_info *list;
+    int n;
+    if (!root || kiln_ckpt_list(root, false, NULL, &list, &n) != 0)
+        return root ? NULL : (kiln__error_set("checkpoint: NULL root"), NULL);
+    kiln_ckpt *ck = NULL;
+    for (int i = n - 1; i >= 0 && !ck; i--) {
+        if (!list[i].valid) {
+            if (skip)
+                skip(list[i].path, list[i].why ? list[i].why : "invalid", user);
+            continue;
+        }
+        ck = kiln_ckpt_open(list[i].path);
+        if (!ck && skip)
+            skip(list[i].path, kiln_error(), user);
+    }
+    kiln_ckpt_list_free(list, n);
+    if (!ck)
+        kiln__error_set("checkpoint: no usable checkpoint under '%s'", root);
+    return ck;
+}
+
+/* --------------------------------------------------------------------- retention */
+
+typedef struct rank {
+    int index;
+    double metric;
+} rank;
+
+static int rank_cmp_min(const void *a, const void *b)
+{
+    double x = ((const rank *)a)->metric, y = ((const rank *)b)->metric;
+    return x < y ? -1 : x > y ? 1 : 0;
+}
+
+static int rank_cmp_max(const void *a, const void *b)
+{
+    return rank_cmp_min(b, a);
+}
+
+int kiln_ckpt_retain(const char *root, const kiln_ckpt_retention *policy, int *removed)
+{
+    if (removed)
+        *removed = 0;
+    if (!root || !policy || policy->keep_last < 0 || policy->keep_best < 0)
+        return kiln__error_set("checkpoint retain: invalid arguments"), KILN_EINVAL;
+    kiln_ckpt_info *list;
+    int n;
+    int rc = kiln_ckpt_list(root, policy->remove_damaged, policy->best_metric, &list, &n);
+    if (rc != 0)
+        return rc;
+    bool *keep = calloc((size_t)n + 1, sizeof *keep);
+    rank *ranks = calloc((size_t)n + 1, sizeof *ranks);
+    if (!keep || !ranks) {
+        free(keep);
+        free(ranks);
+        kiln_ckpt_list_free(list, n);
+        return kiln__error_set("checkpoint retain: out of memory"), KILN_ENOMEM;
+    }
+    /* The newest valid checkpoint is always kept, whatever the policy: it is what a
+     * resumed job starts from. */
+    int kept_last = 0, newest = -1, nranks = 0;
+    for (int i = n - 1; i >= 0; i--) {
+        if (!list[i].valid)
+            continue;
+        if (newest < 0)
+            newest = i;
+        if (kept_last < policy->keep_last) {
+            keep[i] = true;
+            kept_last++;
+        }
+        if (list[i].has_metric)
+            ranks[nranks++] = (rank){i, list[i].metric};
+    }
+    if (newest >= 0)
+        keep[newest] = true;
+    if (policy->best_metric) {
+        int want = policy->keep_best > 0 ? policy->keep_best : 1;
+        qsort(ranks, (size_t)nranks, sizeof *ranks, policy->best_max ? rank_cmp_max : rank_cmp_min);
+        for (int r = 0; r < nranks && r < want; r++)
+            keep[ranks[r].index] = true;
+    }
+    int count = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (keep[i] || (!list[i].valid && !policy->remove_damaged))
+            continue;
+        const char *base = strrchr(list[i].path, '/') + 1;
+        /* Debris (.tmp-, .trash-) is already out of sight: delete it directly. */
+        rc = base[0] == '.' ? kiln__remove_tree(list[i].path) : discard_dir(root, list[i].path);
+        if (rc == 0)
+            count++;
+    }
+    if (removed)
+        *removed = count;
+    free(keep);
+    free(ranks);
+    kiln_ckpt_list_free(list, n);
+    return rc;
+}
