@@ -708,15 +708,21 @@ typedef struct rank {
     double metric;
 } rank;
 
+/* Ties go to the newer checkpoint (higher index), so the choice does not depend on qsort. */
 static int rank_cmp_min(const void *a, const void *b)
 {
-    double x = ((const rank *)a)->metric, y = ((const rank *)b)->metric;
-    return x < y ? -1 : x > y ? 1 : 0;
+    const rank *x = a, *y = b;
+    if (x->metric != y->metric)
+        return x->metric < y->metric ? -1 : 1;
+    return y->index - x->index;
 }
 
 static int rank_cmp_max(const void *a, const void *b)
 {
-    return rank_cmp_min(b, a);
+    const rank *x = a, *y = b;
+    if (x->metric != y->metric)
+        return x->metric > y->metric ? -1 : 1;
+    return y->index - x->index;
 }
 
 int kiln_ckpt_retain(const char *root, const kiln_ckpt_retention *policy, int *removed)
