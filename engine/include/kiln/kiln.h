@@ -10,6 +10,7 @@
 
 #include "kiln/tensor.h"
 #include "kiln/autodiff.h"
+#include "kiln/nn.h"
 #include "kiln/record.h"
 
 #ifdef __cplusplus
