@@ -16,7 +16,7 @@ fi
 
 build_packages="
   ca-certificates gcc libc6-dev pkg-config meson ninja-build
-  libuv1-dev libcjson-dev libopenblas-dev libzstd-dev libsqlite3-dev libxxhash-dev node-llhttp
+  libuv1-dev libcjson-dev libopenblas-dev libzstd-dev libsqlite3-dev libxxhash-dev libzip-dev node-llhttp
 "
 test_packages="
   libcmocka-dev python3 python3-venv curl wrk nginx-light clang libclang-rt-14-dev
