@@ -34,14 +34,26 @@ static bool cpu_has_f16c(void)
 }
 #endif
 
+/* The widest table this CPU runs. KILN_CPU_KERNELS=base|avx2 caps the choice, so the
+ * narrower tables can be tested and timed on a machine that has the wider ones. */
 static const kiln__cpu_kernels *pick_kernels(void)
 {
+    const char *cap = getenv("KILN_CPU_KERNELS");
+    if (cap && strcmp(cap, "base") == 0)
+        return &kiln__cpu_kernels_base;
 #if defined(__x86_64__)
+    bool allow512 = !(cap && strcmp(cap, "avx2") == 0);
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c())
-        return &kiln__cpu_kernels_avx2;
-#endif
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !cpu_has_f16c())
+        return &kiln__cpu_kernels_base;
+    /* both compilers' __builtin_cpu_supports also check that the OS saves zmm state */
+    if (allow512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+        return &kiln__cpu_kernels_avx512;
+    return &kiln__cpu_kernels_avx2;
+#else
     return &kiln__cpu_kernels_base;
+#endif
 }
 
 static void *cpu_open(int index)

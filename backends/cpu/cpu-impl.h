@@ -60,8 +60,9 @@ void kiln__cpu_pool_run(kiln__cpu_pool *pool, int njobs, kiln__cpu_job_fn fn, vo
 
 /* ------------------------------------------------------------------ kernels */
 
-/* The hot f32 kernels exist twice: a portable build and an AVX2+FMA+F16C build; open
- * picks one table with __builtin_cpu_supports. Strides sa/sb of binary are 0 or 1. */
+/* The hot f32 kernels exist three times: a portable build, an AVX2+FMA+F16C build and
+ * (x86-64) an AVX-512 build; open picks one table with __builtin_cpu_supports. Strides
+ * sa/sb of binary are 0 or 1. */
 typedef struct kiln__cpu_kernels {
     const char *name;
     void (*unary_f32)(int op, float *o, const float *x, int64_t n, float alpha, float beta);
@@ -74,11 +75,17 @@ typedef struct kiln__cpu_kernels {
                                double eps, double *mean, double *rstd);
     /* 2x2 stride-2 max pool over one output row: reads two input rows of width 2*ow. */
     void (*maxpool2x2_row_f32)(float *o, const float *r0, const float *r1, int64_t ow);
+    /* Direct stride-1 convolution tile (cpu-conv.c): tile[8][48] = for output channels
+     * j < 8 and positions q < nq of the padded grid, sum over c < C and k < nk of
+     * wpack[(c·nk + k)·8 + j] · x[c·cstride + offs[k] + q]. NULL in tables without it. */
+    void (*conv_tile_f32)(float *tile, const float *x, int64_t cstride, int64_t C,
+                          const int64_t *offs, int64_t nk, const float *wpack, int nq);
 } kiln__cpu_kernels;
 
 extern const kiln__cpu_kernels kiln__cpu_kernels_base;
 #if defined(__x86_64__)
 extern const kiln__cpu_kernels kiln__cpu_kernels_avx2;
+extern const kiln__cpu_kernels kiln__cpu_kernels_avx512;
 #endif
 
 /* ------------------------------------------------------------------ context */

@@ -1,12 +1,15 @@
 /*
  * backends/cpu/cpu-kernels.c — the hot f32 kernels, compiled twice.
  *
- * meson builds this file once for any x86-64 (or other) CPU and once with
- * -mavx2 -mfma -mf16c; the device picks a table at open with __builtin_cpu_supports,
- * so the library still runs on older CPUs. The portable build relies on libm and the
- * compiler's auto-vectorizer; the AVX2 build adds hand-vectorized transcendental
- * functions (cpu-math.h) for the ops that dominate networks — exp, tanh, erf, gelu,
- * sigmoid, silu — and F16C conversions.
+ * meson builds this file once for any x86-64 (or other) CPU, once with
+ * -mavx2 -mfma -mf16c and, on x86-64, once more with AVX-512 (F/DQ/BW/VL) on top; the
+ * device picks a table at open with __builtin_cpu_supports, so the library still runs
+ * on older CPUs. The portable build relies on libm and the compiler's auto-vectorizer;
+ * the AVX2 build adds hand-vectorized transcendental functions (cpu-math.h) for the ops
+ * that dominate networks — exp, tanh, erf, gelu, sigmoid, silu — and F16C conversions.
+ * The AVX-512 build keeps every AVX2 path and replaces the heavy ones (those
+ * transcendentals, softmax and layer-norm rows) with 16-wide forms (cpu-math512.h), and
+ * adds the direct stride-1 convolution tile kernel (conv_tile_f32), which only it has.
  *
  * Each kernel switches on the op once, outside its loop, and runs a loop over plain
  * restrict pointers that the compiler can vectorize. Results follow PyTorch: NaN
@@ -18,13 +21,23 @@
 
 #include "cpu-impl.h"
 
-#if defined(KILN_CPU_AVX2) && defined(__AVX2__) && defined(__FMA__)
+#if defined(KILN_CPU_AVX512) && defined(__AVX512F__) && defined(__AVX512DQ__) && \
+    defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX2__) && defined(__FMA__)
 #define USE_AVX2 1
+#define USE_AVX512 1
+#include "cpu-math.h"
+#include "cpu-math512.h"
+#define KTABLE kiln__cpu_kernels_avx512
+#define KNAME "avx512"
+#elif defined(KILN_CPU_AVX2) && defined(__AVX2__) && defined(__FMA__)
+#define USE_AVX2 1
+#define USE_AVX512 0
 #include "cpu-math.h"
 #define KTABLE kiln__cpu_kernels_avx2
 #define KNAME "avx2"
 #else
 #define USE_AVX2 0
+#define USE_AVX512 0
 #define KTABLE kiln__cpu_kernels_base
 #define KNAME "base"
 #endif
@@ -80,6 +93,21 @@ static inline float s_softplus(float x, float beta, float thr)
 static inline __m256 kv_silu(__m256 x) { return _mm256_mul_ps(x, kv_sigmoid(x)); }
 #endif
 
+#if USE_AVX512
+/* The 16-wide form: the tail is one masked load and store (masked-off lanes read as 0,
+ * which every function maps to something finite, and are never written). */
+#define ZLOOP(FN)                                                                   \
+    do {                                                                            \
+        int64_t i = 0;                                                              \
+        for (; i + 16 <= n; i += 16)                                                \
+            _mm512_storeu_ps(o + i, FN(_mm512_loadu_ps(x + i)));                    \
+        if (i < n) {                                                                \
+            __mmask16 m = (__mmask16)((1u << (n - i)) - 1);                         \
+            _mm512_mask_storeu_ps(o + i, m, FN(_mm512_maskz_loadu_ps(m, x + i)));   \
+        }                                                                           \
+    } while (0)
+#endif
+
 #define ULOOP(EXPR)                               \
     for (int64_t i = 0; i < n; i++) {             \
         float v = x[i];                           \
@@ -121,7 +149,15 @@ static void unary_f32(int op, float *restrict o, const float *restrict x, int64_
         }
     case KILN_UNARY_ADD_SCALAR: ULOOP(v + a);
     case KILN_UNARY_MUL_SCALAR: ULOOP(v * a);
-#if USE_AVX2
+#if USE_AVX512
+    case KILN_UNARY_EXP: ZLOOP(kz_exp); break;
+    case KILN_UNARY_TANH: ZLOOP(kz_tanh); break;
+    case KILN_UNARY_SIGMOID: ZLOOP(kz_sigmoid); break;
+    case KILN_UNARY_GELU: ZLOOP(kz_gelu); break;
+    case KILN_UNARY_GELU_TANH: ZLOOP(kz_gelu_tanh); break;
+    case KILN_UNARY_SILU: ZLOOP(kz_silu); break;
+    case KILN_UNARY_ERF: ZLOOP(kz_erf); break;
+#elif USE_AVX2
     case KILN_UNARY_EXP: VLOOP(kv_exp); break;
     case KILN_UNARY_TANH: VLOOP(kv_tanh); break;
     case KILN_UNARY_SIGMOID: VLOOP(kv_sigmoid); break;
@@ -259,8 +295,153 @@ static void f32_to_f16(uint16_t *restrict o, const float *restrict x, int64_t n)
 
 /* ------------------------------------------------------------------ softmax row */
 
+#if USE_AVX512
+static inline __mmask16 tail_mask(int64_t left)
+{
+    return (__mmask16)((1u << left) - 1);
+}
+
+/* Sums of 16-lane f32 accumulators are moved into a double every SUM_BLOCK elements:
+ * within a block each lane adds at most 64 terms, so the f32 rounding stays near 1e-7
+ * of the block's magnitude, and the double total keeps long rows exact to that level.
+ * That is what lets the row loops stay in f32 instead of widening every element. */
+#define SUM_BLOCK 1024
+
+/* Three passes over a row that sits in L1: max; exp(x - max) stored and summed; scale.
+ * No separate NaN scan: a NaN (or an infinity minus itself) makes its exp NaN, the sum
+ * NaN, and so every output NaN, as PyTorch gives. */
+static void softmax_row_512(float *restrict o, const float *restrict x, int64_t n, bool want_log)
+{
+    __m512 m0 = V16(-INFINITY), m1 = m0, m2 = m0, m3 = m0;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        m0 = _mm512_max_ps(m0, _mm512_loadu_ps(x + i));
+        m1 = _mm512_max_ps(m1, _mm512_loadu_ps(x + i + 16));
+        m2 = _mm512_max_ps(m2, _mm512_loadu_ps(x + i + 32));
+        m3 = _mm512_max_ps(m3, _mm512_loadu_ps(x + i + 48));
+    }
+    for (; i + 16 <= n; i += 16)
+        m0 = _mm512_max_ps(m0, _mm512_loadu_ps(x + i));
+    if (i < n)
+        m1 = _mm512_mask_max_ps(m1, tail_mask(n - i), m1, _mm512_maskz_loadu_ps(tail_mask(n - i), x + i));
+    float mx = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3)));
+    __m512 vmx = _mm512_set1_ps(mx);
+    double sum = 0;
+    for (i = 0; i < n;) {
+        int64_t end = n - i > SUM_BLOCK ? i + SUM_BLOCK : n;
+        __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+        for (; i + 32 <= end; i += 32) {
+            __m512 e0 = kz_exp(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmx));
+            __m512 e1 = kz_exp(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), vmx));
+            if (!want_log) {
+                _mm512_storeu_ps(o + i, e0);
+                _mm512_storeu_ps(o + i + 16, e1);
+            }
+            s0 = _mm512_add_ps(s0, e0);
+            s1 = _mm512_add_ps(s1, e1);
+        }
+        for (; i < end; i += 16) {
+            __mmask16 m = end - i >= 16 ? (__mmask16)0xffff : tail_mask(end - i);
+            __m512 e = kz_exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmx));
+            if (!want_log)
+                _mm512_mask_storeu_ps(o + i, m, e);
+            s0 = _mm512_mask_add_ps(s0, m, s0, e);
+        }
+        sum += (double)_mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    }
+    if (want_log) {
+        /* (x - max) is exact for the elements that matter; subtracting max + log(sum)
+         * in one step would cancel badly when |max| is large */
+        __m512 ls = _mm512_set1_ps((float)log(sum));
+        for (i = 0; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(o + i, _mm512_sub_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmx), ls));
+        if (i < n)
+            _mm512_mask_storeu_ps(o + i, tail_mask(n - i),
+                                  _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail_mask(n - i), x + i), vmx), ls));
+    } else {
+        __m512 inv = _mm512_set1_ps((float)(1.0 / sum));
+        for (i = 0; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(o + i, _mm512_mul_ps(_mm512_loadu_ps(o + i), inv));
+        if (i < n)
+            _mm512_mask_storeu_ps(o + i, tail_mask(n - i),
+                                  _mm512_mul_ps(_mm512_maskz_loadu_ps(tail_mask(n - i), o + i), inv));
+    }
+}
+
+/* Layer norm in three passes over an L1-resident row. The mean is summed in f32 blocks
+ * as softmax's sum is; the variance sums squared deviations from the f32 mean (a second
+ * pass, not E[x²] - mean², which cancels when |mean| >> std). */
+static void layer_norm_row_512(float *restrict o, const float *restrict x, int64_t n,
+                               const float *restrict w, const float *restrict b, double eps,
+                               double *mean_out, double *rstd_out)
+{
+    double sum = 0, sq = 0;
+    int64_t i;
+    /* sum x - x[0]: the f32 partial sums then carry the spread of the row, not its
+     * offset, which matters when |mean| is large next to the deviation */
+    float pivot = n ? x[0] : 0.0f;
+    __m512 vp = _mm512_set1_ps(pivot);
+    for (i = 0; i < n;) {
+        int64_t end = n - i > SUM_BLOCK ? i + SUM_BLOCK : n;
+        __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+        for (; i + 32 <= end; i += 32) {
+            s0 = _mm512_add_ps(s0, _mm512_sub_ps(_mm512_loadu_ps(x + i), vp));
+            s1 = _mm512_add_ps(s1, _mm512_sub_ps(_mm512_loadu_ps(x + i + 16), vp));
+        }
+        for (; i < end; i += 16) {
+            __mmask16 m = end - i >= 16 ? (__mmask16)0xffff : tail_mask(end - i);
+            s0 = _mm512_add_ps(s0, _mm512_maskz_sub_ps(m, _mm512_maskz_loadu_ps(m, x + i), vp));
+        }
+        sum += (double)_mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    }
+    double mean = n ? (double)pivot + sum / (double)n : 0.0;
+    float fm = (float)mean;
+    __m512 vm = _mm512_set1_ps(fm);
+    for (i = 0; i < n;) {
+        int64_t end = n - i > SUM_BLOCK ? i + SUM_BLOCK : n;
+        __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+        for (; i + 32 <= end; i += 32) {
+            __m512 d0 = _mm512_sub_ps(_mm512_loadu_ps(x + i), vm);
+            __m512 d1 = _mm512_sub_ps(_mm512_loadu_ps(x + i + 16), vm);
+            s0 = _mm512_fmadd_ps(d0, d0, s0);
+            s1 = _mm512_fmadd_ps(d1, d1, s1);
+        }
+        for (; i < end; i += 16) {
+            __mmask16 m = end - i >= 16 ? (__mmask16)0xffff : tail_mask(end - i);
+            __m512 d = _mm512_maskz_sub_ps(m, _mm512_maskz_loadu_ps(m, x + i), vm);
+            s0 = _mm512_fmadd_ps(d, d, s0);
+        }
+        sq += (double)_mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    }
+    /* the deviations were taken from fm, not mean: correct the second moment for it */
+    double dm = mean - (double)fm;
+    double var = n ? sq / (double)n - dm * dm : 0.0;
+    if (var < 0)
+        var = 0;
+    double rstd = 1.0 / sqrt(var + eps);
+    if (mean_out)
+        *mean_out = mean;
+    if (rstd_out)
+        *rstd_out = rstd;
+    __m512 vr = _mm512_set1_ps((float)rstd);
+    for (i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : tail_mask(n - i);
+        __m512 v = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vm), vr);
+        if (w)
+            v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w + i));
+        if (b)
+            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, b + i));
+        _mm512_mask_storeu_ps(o + i, m, v);
+    }
+}
+#endif
+
 static void softmax_row_f32(float *restrict o, const float *restrict x, int64_t n, bool want_log)
 {
+#if USE_AVX512
+    softmax_row_512(o, x, n, want_log);
+    return;
+#endif
     float mx = -INFINITY;
     bool nan = false;
     int64_t i = 0;
@@ -325,6 +506,10 @@ static void layer_norm_row_f32(float *restrict o, const float *restrict x, int64
                                const float *restrict w, const float *restrict b, double eps,
                                double *mean_out, double *rstd_out)
 {
+#if USE_AVX512
+    layer_norm_row_512(o, x, n, w, b, eps, mean_out, rstd_out);
+    return;
+#endif
     double sum = 0, sq = 0;
     int64_t i = 0;
 #if USE_AVX2
@@ -411,6 +596,58 @@ static void maxpool2x2_row_f32(float *restrict o, const float *restrict r0,
     }
 }
 
+
+/* ------------------------------------------------------------------ direct convolution tile */
+
+#if USE_AVX512
+/* One tile of a stride-1 convolution computed straight from a zero-padded image, with
+ * no column matrix: 8 output channels × 48 consecutive positions q of the padded grid
+ * (rows of Wp, of which the last Wp - OW are discarded by the caller). For kernel offset
+ * k the input of position q is x[c·cstride + q + offs[k]], a contiguous run of q, so
+ * each (c, k) step is three vector loads, eight broadcast weights and 24 FMAs into
+ * accumulators that stay in registers for the whole reduction — the shape of a GEMM
+ * micro-kernel, with the im2col folded into the addressing. Lanes beyond nq are masked
+ * off on load and come out as zeros. */
+#define CT_FMA(j)                                                                     \
+    do {                                                                              \
+        __m512 wj = _mm512_set1_ps(wk[j]);                                            \
+        a##j##0 = _mm512_fmadd_ps(wj, v0, a##j##0);                                   \
+        a##j##1 = _mm512_fmadd_ps(wj, v1, a##j##1);                                   \
+        a##j##2 = _mm512_fmadd_ps(wj, v2, a##j##2);                                   \
+    } while (0)
+#define CT_DECL(j) __m512 a##j##0 = _mm512_setzero_ps(), a##j##1 = a##j##0, a##j##2 = a##j##0
+#define CT_STORE(j)                                                                   \
+    do {                                                                              \
+        _mm512_storeu_ps(tile + (j) * 48, a##j##0);                                   \
+        _mm512_storeu_ps(tile + (j) * 48 + 16, a##j##1);                              \
+        _mm512_storeu_ps(tile + (j) * 48 + 32, a##j##2);                              \
+    } while (0)
+
+static void conv_tile_f32(float *restrict tile, const float *restrict x, int64_t cstride, int64_t C,
+                          const int64_t *restrict offs, int64_t nk, const float *restrict wpack, int nq)
+{
+    __mmask16 m0 = nq >= 16 ? (__mmask16)0xffff : tail_mask(nq);
+    __mmask16 m1 = nq >= 32 ? (__mmask16)0xffff : nq > 16 ? tail_mask(nq - 16) : 0;
+    __mmask16 m2 = nq >= 48 ? (__mmask16)0xffff : nq > 32 ? tail_mask(nq - 32) : 0;
+    CT_DECL(0); CT_DECL(1); CT_DECL(2); CT_DECL(3);
+    CT_DECL(4); CT_DECL(5); CT_DECL(6); CT_DECL(7);
+    const float *wk = wpack;
+    for (int64_t c = 0; c < C; c++) {
+        const float *xc = x + c * cstride;
+        for (int64_t k = 0; k < nk; k++, wk += 8) {
+            const float *p = xc + offs[k];
+            __m512 v0 = _mm512_maskz_loadu_ps(m0, p);
+            __m512 v1 = _mm512_maskz_loadu_ps(m1, p + 16);
+            __m512 v2 = _mm512_maskz_loadu_ps(m2, p + 32);
+            CT_FMA(0); CT_FMA(1); CT_FMA(2); CT_FMA(3);
+            CT_FMA(4); CT_FMA(5); CT_FMA(6); CT_FMA(7);
+        }
+    }
+    CT_STORE(0); CT_STORE(1); CT_STORE(2); CT_STORE(3);
+    CT_STORE(4); CT_STORE(5); CT_STORE(6); CT_STORE(7);
+}
+#endif
+
 const kiln__cpu_kernels KTABLE = {
     .name = KNAME,
     .unary_f32 = unary_f32,
@@ -420,4 +657,7 @@ const kiln__cpu_kernels KTABLE = {
     .softmax_row_f32 = softmax_row_f32,
     .layer_norm_row_f32 = layer_norm_row_f32,
     .maxpool2x2_row_f32 = maxpool2x2_row_f32,
+#if USE_AVX512
+    .conv_tile_f32 = conv_tile_f32,
+#endif
 };
