@@ -132,7 +132,16 @@ static void unary_f64(int op, double *restrict o, const double *restrict x, int6
     case KILN_UNARY_CEIL: DLOOP(ceil(v));
     case KILN_UNARY_ROUND: DLOOP(nearbyint(v));
     case KILN_UNARY_CLAMP: DLOOP(v != v ? v : (v < a ? (a > b ? b : a) : (v > b ? b : v)));
-    case KILN_UNARY_POW_SCALAR: DLOOP(a == 2.0 ? v * v : pow(v, a));
+    /* x ** 0.5 and x ** -0.5 are sqrt and rsqrt, as PyTorch dispatches them (they
+     * differ from pow at -inf and -0) */
+    case KILN_UNARY_POW_SCALAR:
+        if (a == 0.5) {
+            DLOOP(sqrt(v));
+        } else if (a == -0.5) {
+            DLOOP(1.0 / sqrt(v));
+        } else {
+            DLOOP(a == 2.0 ? v * v : pow(v, a));
+        }
     case KILN_UNARY_ADD_SCALAR: DLOOP(v + a);
     case KILN_UNARY_MUL_SCALAR: DLOOP(v * a);
     case KILN_UNARY_ISNAN: DLOOP(v != v);

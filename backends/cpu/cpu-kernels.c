@@ -144,6 +144,10 @@ static void unary_f32(int op, float *restrict o, const float *restrict x, int64_
             ULOOP(v * v);
         } else if (a == 1.0f) {
             ULOOP(v);
+        } else if (a == 0.5f) { /* as PyTorch: sqrt and rsqrt, not pow (-inf, -0 differ) */
+            ULOOP(sqrtf(v));
+        } else if (a == -0.5f) {
+            ULOOP((float)(1.0 / sqrt((double)v)));
         } else {
             ULOOP(powf(v, a));
         }

@@ -63,7 +63,14 @@ static double unary_f(kiln_unary_op op, double x, double alpha, double beta)
             return x;
         x = x < alpha ? alpha : x;
         return x > beta ? beta : x; /* lo > hi gives hi, as torch.clamp */
-    case KILN_UNARY_POW_SCALAR: return pow(x, alpha);
+    case KILN_UNARY_POW_SCALAR:
+        /* PyTorch computes x ** 0.5 as sqrt and x ** -0.5 as rsqrt, which differ from
+         * pow at -inf and -0 (pow(-inf, 0.5) is +inf, sqrt(-inf) NaN) */
+        if (alpha == 0.5)
+            return sqrt(x);
+        if (alpha == -0.5)
+            return 1.0 / sqrt(x);
+        return pow(x, alpha);
     case KILN_UNARY_ADD_SCALAR: return x + alpha;
     case KILN_UNARY_MUL_SCALAR: return x * alpha;
     default: return NAN;
@@ -138,7 +145,9 @@ int kiln__ref_unary(void *ctx, kiln_unary_op op, const kiln_tdesc *out, const ki
                      op == KILN_UNARY_LOGICAL_NOT;
     bool out_float = ref_is_float(out->dtype);
     bool in_float = ref_is_float(in->dtype);
-    if (!predicate && !out_float &&
+    /* sign of a bool tensor is the identity with a bool result, as in PyTorch */
+    bool bool_sign = op == KILN_UNARY_SIGN && in->dtype == KILN_BOOL && out->dtype == KILN_BOOL;
+    if (!predicate && !out_float && !bool_sign &&
         (out->dtype == KILN_BOOL || in_float || !unary_has_int(op, alpha)))
         return ref_fail(KILN_ENOTSUP, "ref unary: op %d is not supported from %s to %s", (int)op,
                         kiln__ref_dtype_name(in->dtype), kiln__ref_dtype_name(out->dtype));
