@@ -1,14 +1,23 @@
 /*
- * storage/jobstore.c — opening kiln.db and migrating its schema.
+ * storage/jobstore.c — kiln.db: opening, migrating its schema, and the job API.
  *
  * Migrations are an append-only list of SQL scripts: script i brings the schema from version i
  * to i + 1. Never edit a released script; add a new one. Each runs in an IMMEDIATE transaction
  * together with its schema_version update, so a crash leaves the file at one version or the next.
+ *
+ * Every write is one IMMEDIATE transaction (taking the write lock up front, so a busy store
+ * waits in busy_timeout instead of failing half-way). WAL with synchronous=NORMAL: a process
+ * crash loses nothing that was committed; a power cut may lose the last commits but never
+ * corrupts the file. Reads use the same connection (one thread per store).
  */
+#include <math.h>
+#include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <sqlite3.h>
 
@@ -23,6 +32,48 @@ static const char *const migrations[] = {
     /* 1: a place for facts about the store itself. Jobs tables arrive with the jobs API. */
     "CREATE TABLE kiln_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
     "INSERT INTO kiln_meta (key, value) VALUES ('created_at', strftime('%Y-%m-%dT%H:%M:%fZ', 'now'));",
+    /* 2: jobs, their events and metrics, the checkpoint index, the model registry. Times are
+     * Unix milliseconds; JSON columns are checked with json_valid so bad text never lands. */
+    "CREATE TABLE jobs ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  spec TEXT NOT NULL CHECK (json_valid(spec)),"
+    "  state TEXT NOT NULL CHECK (state IN ('queued','running','succeeded','failed','cancelled')),"
+    "  owner TEXT NOT NULL DEFAULT '',"
+    "  error TEXT,"
+    "  progress REAL NOT NULL DEFAULT 0,"
+    "  created_ms INTEGER NOT NULL,"
+    "  started_ms INTEGER,"
+    "  finished_ms INTEGER);"
+    "CREATE INDEX jobs_by_state ON jobs (state, id);"
+    "CREATE TABLE job_events ("
+    "  job_id INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,"
+    "  seq INTEGER NOT NULL,"
+    "  time_ms INTEGER NOT NULL,"
+    "  type TEXT NOT NULL,"
+    "  payload TEXT NOT NULL CHECK (json_valid(payload)),"
+    "  PRIMARY KEY (job_id, seq)) WITHOUT ROWID;"
+    "CREATE TABLE job_metrics ("
+    "  job_id INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,"
+    "  step INTEGER NOT NULL,"
+    "  epoch INTEGER NOT NULL,"
+    "  name TEXT NOT NULL,"
+    "  value REAL NOT NULL);"
+    "CREATE INDEX job_metrics_by_job ON job_metrics (job_id, name, step);"
+    "CREATE TABLE checkpoints ("
+    "  id INTEGER PRIMARY KEY,"
+    "  job_id INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,"
+    "  path TEXT NOT NULL UNIQUE,"
+    "  step INTEGER NOT NULL,"
+    "  metric REAL,"
+    "  created_ms INTEGER NOT NULL);"
+    "CREATE INDEX checkpoints_by_job ON checkpoints (job_id, step);"
+    "CREATE TABLE model_registry ("
+    "  name TEXT NOT NULL,"
+    "  version INTEGER NOT NULL CHECK (version > 0),"
+    "  source_job INTEGER REFERENCES jobs (id) ON DELETE SET NULL,"
+    "  metrics TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metrics)),"
+    "  created_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (name, version));",
 };
 
 int kiln_jobstore_latest_version(void)
@@ -30,10 +81,22 @@ int kiln_jobstore_latest_version(void)
     return (int)(sizeof migrations / sizeof migrations[0]);
 }
 
+static int seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
 static int fail(sqlite3 *db, const char *what, char *err, size_t errlen)
 {
-    snprintf(err, errlen, "%s: %s", what, db ? sqlite3_errmsg(db) : "out of memory");
-    return -1;
+    return seterr(err, errlen, "%s: %s", what, db ? sqlite3_errmsg(db) : "out of memory");
 }
 
 static int exec(sqlite3 *db, const char *sql, const char *what, char *err, size_t errlen)
@@ -41,7 +104,7 @@ static int exec(sqlite3 *db, const char *sql, const char *what, char *err, size_
     char *msg = NULL;
     if (sqlite3_exec(db, sql, NULL, NULL, &msg) == SQLITE_OK)
         return 0;
-    snprintf(err, errlen, "%s: %s", what, msg ? msg : sqlite3_errmsg(db));
+    seterr(err, errlen, "%s: %s", what, msg ? msg : sqlite3_errmsg(db));
     sqlite3_free(msg);
     return -1;
 }
@@ -141,4 +204,429 @@ void kiln_jobstore_close(struct kiln_jobstore *js)
         return;
     sqlite3_close(js->db);
     free(js);
+}
+
+/* ------------------------------------------------------------------------ the job API */
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int begin(struct kiln_jobstore *js, const char *what, char *err, size_t errlen)
+{
+    return exec(js->db, "BEGIN IMMEDIATE", what, err, errlen);
+}
+
+/* Commit when rc is 0, else roll back; returns rc (or -1 when the commit fails). */
+static int finish(struct kiln_jobstore *js, int rc, const char *what, char *err, size_t errlen)
+{
+    if (rc == 0 && exec(js->db, "COMMIT", what, err, errlen) == 0)
+        return 0;
+    sqlite3_exec(js->db, "ROLLBACK", NULL, NULL, NULL);
+    return rc != 0 ? rc : -1;
+}
+
+static sqlite3_stmt *prepare(struct kiln_jobstore *js, const char *sql, const char *what, char *err, size_t errlen)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(js->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        fail(js->db, what, err, errlen);
+        return NULL;
+    }
+    return st;
+}
+
+/* Step a statement that returns no rows; 0 or -1. */
+static int run(struct kiln_jobstore *js, sqlite3_stmt *st, const char *what, char *err, size_t errlen)
+{
+    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : fail(js->db, what, err, errlen);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static bool valid_state(const char *s)
+{
+    static const char *const states[] = {KILN_JOB_QUEUED, KILN_JOB_RUNNING, KILN_JOB_SUCCEEDED, KILN_JOB_FAILED,
+                                         KILN_JOB_CANCELLED};
+    for (size_t i = 0; s && i < sizeof states / sizeof states[0]; i++)
+        if (strcmp(s, states[i]) == 0)
+            return true;
+    return false;
+}
+
+static bool final_state(const char *s)
+{
+    return strcmp(s, KILN_JOB_SUCCEEDED) == 0 || strcmp(s, KILN_JOB_FAILED) == 0 ||
+           strcmp(s, KILN_JOB_CANCELLED) == 0;
+}
+
+static char *col_dup(sqlite3_stmt *st, int i)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    return t ? strdup((const char *)t) : NULL;
+}
+
+int kiln_jobstore_job_create(struct kiln_jobstore *js, const char *spec, const char *owner, int64_t *id,
+                             char *err, size_t errlen)
+{
+    if (!js || !spec || !id)
+        return seterr(err, errlen, "job create: invalid arguments");
+    if (begin(js, "job create", err, errlen) != 0)
+        return -1;
+    sqlite3_stmt *st = prepare(js, "INSERT INTO jobs (spec, state, owner, created_ms) VALUES (?, 'queued', ?, ?)",
+                               "job create", err, errlen);
+    int rc = -1;
+    if (st) {
+        sqlite3_bind_text(st, 1, spec, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 2, owner ? owner : "", -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 3, now_ms());
+        int s = sqlite3_step(st);
+        if (s == SQLITE_DONE) {
+            *id = sqlite3_last_insert_rowid(js->db);
+            rc = 0;
+        } else if (s == SQLITE_CONSTRAINT) {
+            seterr(err, errlen, "job create: the spec is not valid JSON");
+        } else {
+            fail(js->db, "job create", err, errlen);
+        }
+        sqlite3_finalize(st);
+    }
+    return finish(js, rc, "job create", err, errlen);
+}
+
+#define JOB_COLUMNS "id, spec, state, owner, error, progress, created_ms, started_ms, finished_ms"
+
+static int job_from_row(sqlite3_stmt *st, struct kiln_job *j)
+{
+    memset(j, 0, sizeof *j);
+    j->id = sqlite3_column_int64(st, 0);
+    j->spec = col_dup(st, 1);
+    j->state = col_dup(st, 2);
+    j->owner = col_dup(st, 3);
+    j->error = col_dup(st, 4);
+    j->progress = sqlite3_column_double(st, 5);
+    j->created_ms = sqlite3_column_int64(st, 6);
+    j->started_ms = sqlite3_column_int64(st, 7);
+    j->finished_ms = sqlite3_column_int64(st, 8);
+    if (!j->spec || !j->state || !j->owner) {
+        kiln_jobstore_job_clear(j);
+        return -1;
+    }
+    return 0;
+}
+
+void kiln_jobstore_job_clear(struct kiln_job *j)
+{
+    if (!j)
+        return;
+    free(j->spec);
+    free(j->state);
+    free(j->owner);
+    free(j->error);
+    memset(j, 0, sizeof *j);
+}
+
+void kiln_jobstore_job_list_free(struct kiln_job *jobs, int n)
+{
+    for (int i = 0; jobs && i < n; i++)
+        kiln_jobstore_job_clear(&jobs[i]);
+    free(jobs);
+}
+
+int kiln_jobstore_job_get(struct kiln_jobstore *js, int64_t id, struct kiln_job *out, char *err, size_t errlen)
+{
+    if (!js || !out)
+        return seterr(err, errlen, "job get: invalid arguments");
+    memset(out, 0, sizeof *out);
+    sqlite3_stmt *st = prepare(js, "SELECT " JOB_COLUMNS " FROM jobs WHERE id = ?", "job get", err, errlen);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, id);
+    int s = sqlite3_step(st), rc;
+    if (s == SQLITE_ROW)
+        rc = job_from_row(st, out) == 0 ? 0 : seterr(err, errlen, "job get: out of memory");
+    else if (s == SQLITE_DONE)
+        rc = (seterr(err, errlen, "job %lld not found", (long long)id), KILN_JOBSTORE_NOT_FOUND);
+    else
+        rc = fail(js->db, "job get", err, errlen);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int kiln_jobstore_job_list(struct kiln_jobstore *js, const char *state, int64_t after_id, int limit,
+                           struct kiln_job **out, int *n, char *err, size_t errlen)
+{
+    if (!js || !out || !n || limit < 1 || limit > 1000 || (state && !valid_state(state)))
+        return seterr(err, errlen, "job list: invalid arguments (limit 1..1000, a known state)");
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = prepare(js,
+                               "SELECT " JOB_COLUMNS " FROM jobs WHERE id > ?1 AND (?2 IS NULL OR state = ?2) "
+                               "ORDER BY id LIMIT ?3",
+                               "job list", err, errlen);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, after_id);
+    if (state)
+        sqlite3_bind_text(st, 2, state, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 3, limit);
+    struct kiln_job *jobs = calloc((size_t)limit, sizeof *jobs);
+    int count = 0, rc = jobs ? 0 : seterr(err, errlen, "job list: out of memory"), s = SQLITE_DONE;
+    while (rc == 0 && (s = sqlite3_step(st)) == SQLITE_ROW) {
+        if (job_from_row(st, &jobs[count]) != 0)
+            rc = seterr(err, errlen, "job list: out of memory");
+        else
+            count++;
+    }
+    if (rc == 0 && s != SQLITE_DONE)
+        rc = fail(js->db, "job list", err, errlen);
+    sqlite3_finalize(st);
+    if (rc != 0) {
+        kiln_jobstore_job_list_free(jobs, count);
+        return rc;
+    }
+    *out = jobs;
+    *n = count;
+    return 0;
+}
+
+/* Read a job's state inside the current transaction: 0, NOT_FOUND or -1. */
+static int current_state(struct kiln_jobstore *js, int64_t id, char *state, size_t len, char *err, size_t errlen)
+{
+    sqlite3_stmt *st = prepare(js, "SELECT state FROM jobs WHERE id = ?", "job state", err, errlen);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, id);
+    int s = sqlite3_step(st), rc;
+    if (s == SQLITE_ROW) {
+        snprintf(state, len, "%s", (const char *)sqlite3_column_text(st, 0));
+        rc = 0;
+    } else if (s == SQLITE_DONE) {
+        rc = (seterr(err, errlen, "job %lld not found", (long long)id), KILN_JOBSTORE_NOT_FOUND);
+    } else {
+        rc = fail(js->db, "job state", err, errlen);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int kiln_jobstore_job_set_state(struct kiln_jobstore *js, int64_t id, const char *state, const char *error,
+                                char *err, size_t errlen)
+{
+    if (!js || !valid_state(state))
+        return seterr(err, errlen, "job %lld: unknown state '%s'", (long long)id, state ? state : "(null)");
+    if (begin(js, "job set state", err, errlen) != 0)
+        return -1;
+    char cur[32];
+    int rc = current_state(js, id, cur, sizeof cur, err, errlen);
+    if (rc == 0 && final_state(cur) && strcmp(cur, state) != 0)
+        rc = seterr(err, errlen, "job %lld is %s, which is final: cannot become %s", (long long)id, cur, state);
+    if (rc == 0 && strcmp(state, KILN_JOB_QUEUED) == 0 && strcmp(cur, KILN_JOB_QUEUED) != 0)
+        rc = seterr(err, errlen, "job %lld is %s: cannot go back to queued", (long long)id, cur);
+    if (rc == 0) {
+        sqlite3_stmt *st = prepare(js,
+                                   "UPDATE jobs SET state = ?2, error = ?3, "
+                                   "started_ms = CASE WHEN ?2 = 'running' AND started_ms IS NULL THEN ?4 "
+                                   "ELSE started_ms END, "
+                                   "finished_ms = CASE WHEN ?5 AND finished_ms IS NULL THEN ?4 ELSE finished_ms END, "
+                                   "progress = CASE WHEN ?2 = 'succeeded' THEN 1 ELSE progress END "
+                                   "WHERE id = ?1",
+                                   "job set state", err, errlen);
+        if (!st)
+            rc = -1;
+        else {
+            sqlite3_bind_int64(st, 1, id);
+            sqlite3_bind_text(st, 2, state, -1, SQLITE_TRANSIENT);
+            if (error)
+                sqlite3_bind_text(st, 3, error, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_int64(st, 4, now_ms());
+            sqlite3_bind_int(st, 5, final_state(state));
+            rc = run(js, st, "job set state", err, errlen);
+        }
+    }
+    return finish(js, rc, "job set state", err, errlen);
+}
+
+int kiln_jobstore_job_set_progress(struct kiln_jobstore *js, int64_t id, double progress, char *err,
+                                   size_t errlen)
+{
+    if (!js || !(progress >= 0.0 && progress <= 1.0))
+        return seterr(err, errlen, "job %lld: progress must be within 0..1", (long long)id);
+    sqlite3_stmt *st = prepare(js, "UPDATE jobs SET progress = ? WHERE id = ?", "job progress", err, errlen);
+    if (!st)
+        return -1;
+    sqlite3_bind_double(st, 1, progress);
+    sqlite3_bind_int64(st, 2, id);
+    /* A single statement is its own transaction. */
+    int rc = run(js, st, "job progress", err, errlen);
+    if (rc == 0 && sqlite3_changes(js->db) == 0)
+        rc = (seterr(err, errlen, "job %lld not found", (long long)id), KILN_JOBSTORE_NOT_FOUND);
+    return rc;
+}
+
+int kiln_jobstore_event_append(struct kiln_jobstore *js, int64_t job_id, const char *type, const char *payload,
+                               int64_t *seq, char *err, size_t errlen)
+{
+    if (!js || !type || !type[0])
+        return seterr(err, errlen, "event append: invalid arguments");
+    if (begin(js, "event append", err, errlen) != 0)
+        return -1;
+    char cur[32];
+    int rc = current_state(js, job_id, cur, sizeof cur, err, errlen);
+    sqlite3_stmt *st = NULL;
+    if (rc == 0)
+        st = prepare(js,
+                     "INSERT INTO job_events (job_id, seq, time_ms, type, payload) "
+                     "SELECT ?1, coalesce(max(seq), 0) + 1, ?2, ?3, ?4 FROM job_events WHERE job_id = ?1 "
+                     "RETURNING seq",
+                     "event append", err, errlen);
+    if (rc == 0 && !st)
+        rc = -1;
+    if (rc == 0) {
+        sqlite3_bind_int64(st, 1, job_id);
+        sqlite3_bind_int64(st, 2, now_ms());
+        sqlite3_bind_text(st, 3, type, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 4, payload ? payload : "{}", -1, SQLITE_TRANSIENT);
+        int s = sqlite3_step(st);
+        if (s == SQLITE_ROW) {
+            if (seq)
+                *seq = sqlite3_column_int64(st, 0);
+            s = sqlite3_step(st);
+        }
+        if (s == SQLITE_CONSTRAINT)
+            rc = seterr(err, errlen, "event append: the payload is not valid JSON");
+        else if (s != SQLITE_DONE)
+            rc = fail(js->db, "event append", err, errlen);
+    }
+    sqlite3_finalize(st);
+    return finish(js, rc, "event append", err, errlen);
+}
+
+void kiln_jobstore_events_free(struct kiln_job_event *events, int n)
+{
+    for (int i = 0; events && i < n; i++) {
+        free(events[i].type);
+        free(events[i].payload);
+    }
+    free(events);
+}
+
+int kiln_jobstore_events_since(struct kiln_jobstore *js, int64_t job_id, int64_t after_seq, int limit,
+                               struct kiln_job_event **out, int *n, char *err, size_t errlen)
+{
+    if (!js || !out || !n || limit < 1 || limit > 10000)
+        return seterr(err, errlen, "events since: invalid arguments (limit 1..10000)");
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = prepare(js,
+                               "SELECT job_id, seq, time_ms, type, payload FROM job_events "
+                               "WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                               "events since", err, errlen);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, after_seq);
+    sqlite3_bind_int(st, 3, limit);
+    struct kiln_job_event *ev = calloc((size_t)limit, sizeof *ev);
+    int count = 0, rc = ev ? 0 : seterr(err, errlen, "events since: out of memory"), s = SQLITE_DONE;
+    while (rc == 0 && (s = sqlite3_step(st)) == SQLITE_ROW) {
+        struct kiln_job_event *e = &ev[count++];
+        e->job_id = sqlite3_column_int64(st, 0);
+        e->seq = sqlite3_column_int64(st, 1);
+        e->time_ms = sqlite3_column_int64(st, 2);
+        e->type = col_dup(st, 3);
+        e->payload = col_dup(st, 4);
+        if (!e->type || !e->payload)
+            rc = seterr(err, errlen, "events since: out of memory");
+    }
+    if (rc == 0 && s != SQLITE_DONE)
+        rc = fail(js->db, "events since", err, errlen);
+    sqlite3_finalize(st);
+    if (rc != 0) {
+        kiln_jobstore_events_free(ev, count);
+        return rc;
+    }
+    *out = ev;
+    *n = count;
+    return 0;
+}
+
+int kiln_jobstore_metrics_append(struct kiln_jobstore *js, int64_t job_id, int n, const struct kiln_job_metric *m,
+                                 char *err, size_t errlen)
+{
+    if (!js || n < 0 || (n > 0 && !m))
+        return seterr(err, errlen, "metrics append: invalid arguments");
+    for (int i = 0; i < n; i++)
+        if (!m[i].name || !m[i].name[0] || !isfinite(m[i].value))
+            return seterr(err, errlen, "metrics append: point %d needs a name and a finite value", i);
+    if (begin(js, "metrics append", err, errlen) != 0)
+        return -1;
+    char cur[32];
+    int rc = current_state(js, job_id, cur, sizeof cur, err, errlen);
+    sqlite3_stmt *st = rc == 0 ? prepare(js,
+                                         "INSERT INTO job_metrics (job_id, step, epoch, name, value) "
+                                         "VALUES (?, ?, ?, ?, ?)",
+                                         "metrics append", err, errlen)
+                               : NULL;
+    if (rc == 0 && !st)
+        rc = -1;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, job_id);
+        sqlite3_bind_int64(st, 2, m[i].step);
+        sqlite3_bind_int64(st, 3, m[i].epoch);
+        sqlite3_bind_text(st, 4, m[i].name, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_double(st, 5, m[i].value);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            rc = fail(js->db, "metrics append", err, errlen);
+    }
+    sqlite3_finalize(st);
+    return finish(js, rc, "metrics append", err, errlen);
+}
+
+int kiln_jobstore_checkpoint_add(struct kiln_jobstore *js, int64_t job_id, const char *path, int64_t step,
+                                 double metric, char *err, size_t errlen)
+{
+    if (!js || !path || !path[0] || step < 0)
+        return seterr(err, errlen, "checkpoint add: invalid arguments");
+    sqlite3_stmt *st = prepare(js,
+                               "INSERT INTO checkpoints (job_id, path, step, metric, created_ms) "
+                               "VALUES (?, ?, ?, ?, ?) ON CONFLICT (path) DO UPDATE SET "
+                               "job_id = excluded.job_id, step = excluded.step, metric = excluded.metric, "
+                               "created_ms = excluded.created_ms",
+                               "checkpoint add", err, errlen);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_text(st, 2, path, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 3, step);
+    if (isnan(metric))
+        sqlite3_bind_null(st, 4);
+    else
+        sqlite3_bind_double(st, 4, metric);
+    sqlite3_bind_int64(st, 5, now_ms());
+    return run(js, st, "checkpoint add", err, errlen);
+}
+
+int kiln_jobstore_model_register(struct kiln_jobstore *js, const char *name, int64_t version, int64_t source_job,
+                                 const char *metrics, char *err, size_t errlen)
+{
+    if (!js || !name || !name[0] || version < 1)
+        return seterr(err, errlen, "model register: invalid arguments (a name and a version >= 1)");
+    sqlite3_stmt *st = prepare(js,
+                               "INSERT INTO model_registry (name, version, source_job, metrics, created_ms) "
+                               "VALUES (?, ?, ?, ?, ?)",
+                               "model register", err, errlen);
+    if (!st)
+        return -1;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, version);
+    if (source_job > 0)
+        sqlite3_bind_int64(st, 3, source_job);
+    sqlite3_bind_text(st, 4, metrics ? metrics : "{}", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 5, now_ms());
+    return run(js, st, "model register", err, errlen);
 }

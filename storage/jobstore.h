@@ -1,19 +1,31 @@
 /*
  * storage/jobstore.h — the job store: <data_dir>/kiln.db, an SQLite database in WAL mode that
- * will hold jobs, job events and the model registry. Opening it applies any migrations the file
- * has not seen yet, each in its own transaction, and records the result in schema_version.
+ * holds jobs, job events, job metrics, the checkpoint index and the model registry. Opening it
+ * applies any migrations the file has not seen yet, each in its own transaction, and records
+ * the result in schema_version. Every write below is one transaction: after a crash (SIGKILL
+ * at any instant) the file passes integrity_check and holds every write that returned 0.
  *
- * Thread affinity: one thread uses a store at a time (the daemon's storage thread, later).
+ * Thread affinity: one thread uses a store at a time (the daemon's storage thread).
+ * Errors: functions return 0, or -1 with a message in err (KILN_JOBSTORE_NOT_FOUND where
+ * said); err may be NULL when the caller does not want the text.
  *
  *     struct kiln_jobstore *js;
  *     char err[256];
  *     if (kiln_jobstore_open(&js, "var/kiln.db", err, sizeof err) != 0) fail(err);
+ *     int64_t id, seq;
+ *     kiln_jobstore_job_create(js, "{\"model\":\"mlp\"}", "alice", &id, err, sizeof err);
+ *     kiln_jobstore_job_set_state(js, id, "running", NULL, err, sizeof err);
+ *     kiln_jobstore_event_append(js, id, "epoch", "{\"epoch\":1}", &seq, err, sizeof err);
+ *     struct kiln_job *jobs; int n;
+ *     kiln_jobstore_job_list(js, "running", 0, 50, &jobs, &n, err, sizeof err);  // page 1
+ *     kiln_jobstore_job_list_free(jobs, n);
  *     kiln_jobstore_close(js);
  */
 #ifndef KILN_STORAGE_JOBSTORE_H
 #define KILN_STORAGE_JOBSTORE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct kiln_jobstore;
 
@@ -23,5 +35,76 @@ int kiln_jobstore_schema_version(const struct kiln_jobstore *js);
 /* The newest schema version this build knows. */
 int kiln_jobstore_latest_version(void);
 void kiln_jobstore_close(struct kiln_jobstore *js);
+
+/* Returned by get/update calls when the job id does not exist. */
+#define KILN_JOBSTORE_NOT_FOUND 1
+
+/* Job states. "queued" -> "running" -> one of the three final states ("cancelled" also from
+ * "queued"). A final state is never left. */
+#define KILN_JOB_QUEUED "queued"
+#define KILN_JOB_RUNNING "running"
+#define KILN_JOB_SUCCEEDED "succeeded"
+#define KILN_JOB_FAILED "failed"
+#define KILN_JOB_CANCELLED "cancelled"
+
+/* A job row; strings are malloc'd (free with kiln_jobstore_job_clear). Times: Unix ms, 0 = not yet. */
+struct kiln_job {
+    int64_t id;
+    char *spec;      /* JSON as submitted */
+    char *state;
+    char *owner;
+    char *error;     /* NULL unless set with the state */
+    double progress; /* 0..1 */
+    int64_t created_ms, started_ms, finished_ms;
+};
+
+struct kiln_job_event {
+    int64_t job_id, seq, time_ms;
+    char *type;
+    char *payload;   /* JSON */
+};
+
+struct kiln_job_metric {
+    int64_t step, epoch;
+    const char *name;
+    double value;
+};
+
+/* spec must be valid JSON; owner may be NULL. The new job is queued; *id receives its id. */
+int kiln_jobstore_job_create(struct kiln_jobstore *js, const char *spec, const char *owner, int64_t *id,
+                             char *err, size_t errlen);
+int kiln_jobstore_job_get(struct kiln_jobstore *js, int64_t id, struct kiln_job *out, char *err, size_t errlen);
+/*
+ * Jobs with id > after_id (0 for the first page), oldest first, at most limit (1..1000); state
+ * NULL for any. The next page starts after the last id returned (keyset pagination, stable
+ * while jobs are added).
+ */
+int kiln_jobstore_job_list(struct kiln_jobstore *js, const char *state, int64_t after_id, int limit,
+                           struct kiln_job **out, int *n, char *err, size_t errlen);
+/* Move a job to state (error: a message kept with it, or NULL). Sets started/finished times. */
+int kiln_jobstore_job_set_state(struct kiln_jobstore *js, int64_t id, const char *state, const char *error,
+                                char *err, size_t errlen);
+int kiln_jobstore_job_set_progress(struct kiln_jobstore *js, int64_t id, double progress, char *err,
+                                   size_t errlen);
+void kiln_jobstore_job_clear(struct kiln_job *job);
+void kiln_jobstore_job_list_free(struct kiln_job *jobs, int n);
+
+/* Append an event (payload JSON) with the job's next sequence number (from 1), returned in *seq. */
+int kiln_jobstore_event_append(struct kiln_jobstore *js, int64_t job_id, const char *type, const char *payload,
+                               int64_t *seq, char *err, size_t errlen);
+/* Events with seq > after_seq, in order, at most limit (1..10000). */
+int kiln_jobstore_events_since(struct kiln_jobstore *js, int64_t job_id, int64_t after_seq, int limit,
+                               struct kiln_job_event **out, int *n, char *err, size_t errlen);
+void kiln_jobstore_events_free(struct kiln_job_event *events, int n);
+
+/* Append n metric points in one transaction. */
+int kiln_jobstore_metrics_append(struct kiln_jobstore *js, int64_t job_id, int n, const struct kiln_job_metric *m,
+                                 char *err, size_t errlen);
+/* Index a checkpoint folder written for a job (metric: NAN when none). Re-adding a path updates it. */
+int kiln_jobstore_checkpoint_add(struct kiln_jobstore *js, int64_t job_id, const char *path, int64_t step,
+                                 double metric, char *err, size_t errlen);
+/* Record a model version in the registry (source_job 0 when not from a job; metrics JSON or NULL). */
+int kiln_jobstore_model_register(struct kiln_jobstore *js, const char *name, int64_t version, int64_t source_job,
+                                 const char *metrics, char *err, size_t errlen);
 
 #endif /* KILN_STORAGE_JOBSTORE_H */
