@@ -343,7 +343,17 @@ static int pt_replace_all(kiln_torch_file *pt, const regex_t *re, const char *re
     out->overflow = false;
     size_t pos = 0, len = strlen(in);
     regmatch_t m[10];
-    while (pos <= len && regexec(re, in + pos, 10, m, pos > 0 ? REG_NOTBOL : 0) == 0) {
+    bool after_match = false;
+    while (pos <= len && !out->overflow && regexec(re, in + pos, 10, m, pos > 0 ? REG_NOTBOL : 0) == 0) {
+        /* An empty match right after a match is not a new one (".*" on "abc" gives one
+         * replacement, as Rust's regex and Perl do): keep one character and go on. */
+        if (after_match && m[0].rm_eo == 0) {
+            if (pos < len)
+                pt_buf_put(out, in + pos, 1);
+            pos++;
+            after_match = false;
+            continue;
+        }
         pt_buf_put(out, in + pos, (size_t)m[0].rm_so);
         for (const char *r = repl; *r; r++) {
             if (r[0] == '\\' && r[1] >= '0' && r[1] <= '9') {
@@ -359,14 +369,13 @@ static int pt_replace_all(kiln_torch_file *pt, const regex_t *re, const char *re
             }
         }
         size_t end = pos + (size_t)m[0].rm_eo;
-        if (m[0].rm_eo == m[0].rm_so) { /* an empty match: keep one character and move on */
+        after_match = m[0].rm_eo != m[0].rm_so;
+        if (!after_match) { /* an empty match: keep one character and move on */
             if (end < len)
                 pt_buf_put(out, in + end, 1);
             end++;
         }
         pos = end;
-        if (out->overflow)
-            break;
     }
     if (pos < len)
         pt_buf_put(out, in + pos, len - pos);

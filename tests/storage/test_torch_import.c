@@ -1,0 +1,353 @@
+/*
+ * tests/storage/test_torch_import.c — the PyTorch (.pt) reader against files written by
+ * torch.save (tests/fixtures/gen_torch_files.py) and against hostile pickles and archives.
+ *
+ * Every tensor read from a fixture is compared bit for bit with the same tensor written
+ * by PyTorch's safetensors beside it, so dtype handling, strides, offsets and shared
+ * storages are checked against what PyTorch itself held.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kiln/kiln.h"
+#include "kiln/record.h"
+#include "pickle-impl.h"
+
+#define FIX(name) KILN_FIXTURES "/torch/" name
+
+static kiln_device *dev;
+
+static int setup(void **state)
+{
+    (void)state;
+    dev = kiln_device_open("ref");
+    return dev ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    kiln_device_close(dev);
+    return 0;
+}
+
+/* Every tensor of the reference must load from pt under the same name, bit-identical. */
+static void compare_with_reference(kiln_torch_file *pt, const char *ref_path)
+{
+    kiln_safetensors *ref = kiln_safetensors_open(ref_path);
+    assert_non_null(ref);
+    assert_int_equal(kiln_torch_count(pt), kiln_safetensors_count(ref));
+    for (int i = 0; i < kiln_safetensors_count(ref); i++) {
+        const char *name = kiln_safetensors_name(ref, i);
+        kiln_tensor *a = kiln_torch_load(pt, name, dev);
+        if (!a)
+            fail_msg("%s: %s", name, kiln_error());
+        kiln_tensor *b = kiln_safetensors_load(ref, name, dev);
+        assert_non_null(b);
+        char da[200], db[200];
+        kiln_tensor_describe(a, da, sizeof da);
+        kiln_tensor_describe(b, db, sizeof db);
+        if (strcmp(da, db) != 0)
+            fail_msg("%s: kiln read %s, PyTorch held %s", name, da, db);
+        assert_true(kiln_tensor_is_contiguous(a));
+        size_t n = (size_t)kiln_tensor_numel(a) * kiln_dtype_size(kiln_tensor_dtype(a));
+        unsigned char *x = malloc(n + 1), *y = malloc(n + 1);
+        assert_int_equal(kiln_to_data(a, x, n), 0);
+        assert_int_equal(kiln_to_data(b, y, n), 0);
+        if (memcmp(x, y, n) != 0)
+            fail_msg("%s (%s): bytes differ from PyTorch's", name, da);
+        free(x);
+        free(y);
+        kiln_tensor_release(a);
+        kiln_tensor_release(b);
+    }
+    kiln_safetensors_close(ref);
+}
+
+static void test_small_cnn(void **state)
+{
+    (void)state;
+    kiln_torch_file *pt = kiln_torch_open(FIX("small_cnn.pt"), NULL);
+    if (!pt)
+        fail_msg("%s", kiln_error());
+    compare_with_reference(pt, FIX("small_cnn.safetensors"));
+    /* file order is the module's order */
+    assert_string_equal(kiln_torch_name(pt, 0), "conv1.weight");
+    int i = kiln_torch_find(pt, "bn1.num_batches_tracked"), dtype, ndim;
+    int64_t shape[KILN_MAX_DIMS];
+    assert_true(i >= 0);
+    assert_int_equal(kiln_torch_info(pt, i, &dtype, &ndim, shape), 0);
+    assert_int_equal(dtype, KILN_I64);
+    assert_int_equal(ndim, 0);
+    i = kiln_torch_find(pt, "conv1.weight");
+    assert_int_equal(kiln_torch_info(pt, i, &dtype, &ndim, shape), 0);
+    assert_int_equal(dtype, KILN_F32);
+    assert_int_equal(ndim, 4);
+    assert_int_equal(shape[0], 8);
+    assert_int_equal(shape[1], 3);
+    assert_string_equal(kiln_torch_storage_type(pt, i), "FloatStorage");
+    assert_int_equal(kiln_torch_other_count(pt), 0);
+    assert_null(kiln_torch_load(pt, "no.such.tensor", dev));
+    assert_non_null(strstr(kiln_error(), "no tensor named 'no.such.tensor'"));
+    kiln_torch_close(pt);
+}
+
+static void test_dtypes_views_and_shared_storage(void **state)
+{
+    (void)state;
+    kiln_torch_file *pt = kiln_torch_open(FIX("dtypes.pt"), NULL);
+    if (!pt)
+        fail_msg("%s", kiln_error());
+    compare_with_reference(pt, FIX("dtypes.safetensors"));
+    static const struct {
+        const char *name;
+        int dtype;
+    } want[] = {{"f32", KILN_F32}, {"f64", KILN_F64}, {"f16", KILN_F16}, {"bf16", KILN_BF16},
+                {"i64", KILN_I64}, {"i32", KILN_I32}, {"u8", KILN_U8},   {"bool", KILN_BOOL}};
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+        int dtype, ndim;
+        int64_t shape[KILN_MAX_DIMS];
+        assert_int_equal(kiln_torch_info(pt, kiln_torch_find(pt, want[k].name), &dtype, &ndim, shape), 0);
+        assert_int_equal(dtype, want[k].dtype);
+    }
+    int dtype, ndim;
+    int64_t shape[KILN_MAX_DIMS];
+    assert_int_equal(kiln_torch_info(pt, kiln_torch_find(pt, "transposed"), &dtype, &ndim, shape), 0);
+    assert_int_equal(ndim, 2);
+    assert_int_equal(shape[0], 7);
+    assert_int_equal(shape[1], 5);
+    /* shared.b = arange(24)[6:].view(6, 3)[::2]: rows start at 6, 12, 18 */
+    kiln_tensor *b = kiln_torch_load(pt, "shared.b", dev);
+    float v[9];
+    assert_int_equal(kiln_to_data(b, v, sizeof v), 0);
+    assert_true(v[0] == 6.0f && v[1] == 7.0f && v[3] == 12.0f && v[8] == 20.0f);
+    kiln_tensor_release(b);
+    kiln_torch_close(pt);
+}
+
+static void test_checkpoint_nesting_and_other_values(void **state)
+{
+    (void)state;
+    kiln_torch_file *pt = kiln_torch_open(FIX("checkpoint.pt"), NULL);
+    if (!pt)
+        fail_msg("%s", kiln_error());
+    compare_with_reference(pt, FIX("checkpoint.safetensors"));
+    assert_true(kiln_torch_find(pt, "model.conv1.weight") >= 0);
+    assert_true(kiln_torch_find(pt, "optimizer.state.0.momentum_buffer") >= 0);
+    static const struct {
+        const char *name, *value;
+    } want[] = {{"epoch", "3"},
+                {"lr", "0.5"},
+                {"note", "'warm start'"},
+                {"optimizer.param_groups.0.momentum", "0.90000000000000002"},
+                {"optimizer.param_groups.0.nesterov", "False"},
+                {"optimizer.param_groups.0.params.1", "1"}};
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+        int found = 0;
+        for (int i = 0; i < kiln_torch_other_count(pt); i++)
+            if (strcmp(kiln_torch_other_name(pt, i), want[k].name) == 0) {
+                assert_string_equal(kiln_torch_other_value(pt, i), want[k].value);
+                found = 1;
+            }
+        if (!found)
+            fail_msg("no value named %s", want[k].name);
+    }
+    kiln_torch_close(pt);
+}
+
+static void test_rename_and_skip_rules(void **state)
+{
+    (void)state;
+    const char *from[] = {"^model\\.", "^(conv[0-9])\\.(weight|bias)$", "bn"};
+    const char *to[] = {"", "\\2_of_\\1", "norm"};
+    const char *skip[] = {"^optimizer\\.", "num_batches_tracked$"};
+    kiln_torch_options o = {.n_renames = 3, .rename_patterns = from, .rename_replacements = to,
+                            .n_skips = 2, .skip_patterns = skip};
+    kiln_torch_file *pt = kiln_torch_open(FIX("checkpoint.pt"), &o);
+    if (!pt)
+        fail_msg("%s", kiln_error());
+    /* 10 model tensors minus num_batches_tracked; optimizer state skipped */
+    assert_int_equal(kiln_torch_count(pt), 9);
+    int i = kiln_torch_find(pt, "weight_of_conv1");
+    assert_true(i >= 0);
+    assert_string_equal(kiln_torch_source_name(pt, i), "model.conv1.weight");
+    assert_true(kiln_torch_find(pt, "norm1.running_mean") >= 0);
+    assert_true(kiln_torch_find(pt, "fc.bias") >= 0);
+    assert_int_equal(kiln_torch_find(pt, "model.fc.bias"), -1);
+    kiln_tensor *w = kiln_torch_load(pt, "weight_of_conv1", dev);
+    assert_non_null(w);
+    assert_int_equal(kiln_tensor_dim(w, 0), 8);
+    kiln_tensor_release(w);
+    /* non-tensor leaves are renamed and skipped too */
+    assert_int_equal(kiln_torch_other_count(pt), 3); /* epoch, lr, note */
+    kiln_torch_close(pt);
+
+    /* two names renamed onto one is an error naming both */
+    const char *all[] = {".*"}, *one[] = {"x"};
+    kiln_torch_options clash = {.n_renames = 1, .rename_patterns = all, .rename_replacements = one};
+    assert_null(kiln_torch_open(FIX("small_cnn.pt"), &clash));
+    assert_non_null(strstr(kiln_error(), "both end up named 'x'"));
+
+    const char *bad[] = {"(unclosed"};
+    kiln_torch_options badre = {.n_skips = 1, .skip_patterns = bad};
+    assert_null(kiln_torch_open(FIX("small_cnn.pt"), &badre));
+    assert_non_null(strstr(kiln_error(), "is not a valid regex"));
+
+    /* an empty-matching pattern inserts between characters and terminates */
+    const char *empty[] = {"x*"}, *dash[] = {"-"};
+    kiln_torch_options ins = {.n_renames = 1, .rename_patterns = empty, .rename_replacements = dash};
+    pt = kiln_torch_open(FIX("small_cnn.pt"), &ins);
+    assert_non_null(pt);
+    assert_true(kiln_torch_find(pt, "-f-c-.-b-i-a-s-") >= 0);
+    kiln_torch_close(pt);
+}
+
+static void test_refused_files(void **state)
+{
+    (void)state;
+    assert_null(kiln_torch_open(FIX("malicious.pt"), NULL));
+    assert_non_null(strstr(kiln_error(), "pickle: global 'posix.system' is not allowed in a weights file"));
+    assert_null(kiln_torch_open(FIX("legacy.pt"), NULL));
+    assert_non_null(strstr(kiln_error(), "legacy (pre-1.6, non-zip)"));
+    assert_null(kiln_torch_open(FIX("bigendian.pt"), NULL));
+    assert_non_null(strstr(kiln_error(), "big-endian"));
+    assert_null(kiln_torch_open(FIX("small_cnn.safetensors"), NULL));
+    assert_non_null(strstr(kiln_error(), "not a zip archive"));
+    assert_null(kiln_torch_open(FIX("no-such-file.pt"), NULL));
+    assert_non_null(strstr(kiln_error(), "no-such-file.pt"));
+}
+
+/* ------------------------------------------------------------- the unpickler alone */
+
+static void expect_pickle_reject(const char *bytes, size_t len, const char *needle)
+{
+    kiln_error_clear();
+    kiln__pickle *p = kiln__pickle_load(bytes, len, "test", NULL);
+    if (p)
+        fail_msg("accepted a pickle that should fail with '%s'", needle);
+    if (!strstr(kiln_error(), needle))
+        fail_msg("message '%s' lacks '%s'", kiln_error(), needle);
+}
+
+#define REJECT(lit, needle) expect_pickle_reject(lit, sizeof(lit) - 1, needle)
+
+static void test_pickle_hostile(void **state)
+{
+    (void)state;
+    /* the classic: os.system via GLOBAL + REDUCE, protocol 0 */
+    REJECT("cos\nsystem\n(S'echo pwned'\ntR.", "pickle: global 'os.system' is not allowed in a weights file");
+    /* builtins.eval via protocol 4 STACK_GLOBAL */
+    REJECT("\x80\x04\x8c\x08" "builtins\x8c\x04" "eval\x93\x8c\x01x\x85R.",
+           "global 'builtins.eval' is not allowed");
+    REJECT("\x80\x02" "ctorch\nload\n.", "global 'torch.load' is not allowed");
+    REJECT("\x80\x02" "ctorch\nUntypedStorage\n.", "not allowed");
+    REJECT("\x80\x06.", "protocol 6");
+    REJECT("", "no STOP");
+    REJECT("\x80\x02]", "no STOP");
+    REJECT(".", "stack underflow");
+    REJECT("(.", "stack underflow"); /* a MARK hides what is below it */
+    REJECT("h\x05.", "memo index 5 was never stored");
+    REJECT("X\xff\xff\xff\x7f", "exceeds");
+    REJECT("X\x10\x00\x00\x00" "abc", "truncated");
+    REJECT("\x8a\x09" "123456789.", "does not fit 64 bits");
+    REJECT("K\x01K\x02K\x03s.", "SETITEM on something that is not a dict");
+    REJECT("}(K\x01u.", "odd number");
+    REJECT("\x80\x02" "ccollections\nOrderedDict\nK\x01R.", "not a tuple");
+    REJECT("\x80\x02" "ctorch\nFloatStorage\n)R.", "cannot be called");
+    REJECT("\xff", "opcode 0xff is not supported");
+    REJECT("i__main__\nX\n.", "opcode 'i'");
+    /* a persistent id that is not torch's storage tuple */
+    REJECT("X\x01\x00\x00\x00" "aQ.", "5-tuple");
+    /* a tensor whose view leaves its storage: 4 floats, offset 2, size (3,) */
+#define STORAGE4 "(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x00" "0X\x03\x00\x00\x00" "cpuK\x04tQ"
+#define REBUILD "\x80\x02" "ctorch._utils\n_rebuild_tensor_v2\n("
+    REJECT(REBUILD STORAGE4 "K\x02K\x03\x85K\x01\x85\x89}tR.", "reaches element 4 of storage '0', which holds 4");
+    REJECT(REBUILD STORAGE4 "K\x00K\x03K\x03\x86K\x00K\x00\x86\x89}tR.", "overlapping views");
+    REJECT(REBUILD STORAGE4 "J\xff\xff\xff\xffK\x01\x85K\x01\x85\x89}tR.", "negative");
+    REJECT(REBUILD STORAGE4 "K\x00K\x02\x85)\x89}tR.", "equal length");
+    /* the same view inside its storage is fine */
+    const char ok[] = REBUILD STORAGE4 "K\x01K\x03\x85K\x01\x85\x89}tR.";
+    kiln__pickle *p = kiln__pickle_load(ok, sizeof ok - 1, "test", NULL);
+    if (!p)
+        fail_msg("%s", kiln_error());
+    const kiln__pk_value *root = kiln__pickle_root(p);
+    assert_int_equal(root->kind, KILN__PK_TENSOR);
+    assert_int_equal(root->u.tensor->offset, 1);
+    assert_int_equal(root->u.tensor->size[0], 3);
+    kiln__pickle_free(p);
+
+    /* limits: deep MARK nesting, long stacks, many values */
+    char *deep = malloc(10000);
+    memset(deep, '(', 10000);
+    expect_pickle_reject(deep, 10000, "MARKs nested deeper");
+    memset(deep, 'N', 10000);
+    kiln__pickle_limits lim = {.max_objects = 100};
+    kiln_error_clear();
+    assert_null(kiln__pickle_load(deep, 10000, "test", &lim));
+    assert_non_null(strstr(kiln_error(), "more than 100 values"));
+    free(deep);
+    /* a self-containing list: loads (it is data), flattening must bound its depth */
+    const char cyc[] = "]q\x00h\x00" "a.";
+    p = kiln__pickle_load(cyc, sizeof cyc - 1, "test", NULL);
+    assert_non_null(p);
+    kiln__pickle_free(p);
+}
+
+/* Flip bytes and cut the file short all over a real .pt: every variant must either open
+ * and load cleanly or be refused with a message; the sanitizer build catches the rest. */
+static void test_mutated_archives(void **state)
+{
+    (void)state;
+    FILE *f = fopen(FIX("dtypes.pt"), "rb");
+    assert_non_null(f);
+    static unsigned char buf[1 << 16];
+    size_t len = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    assert_true(len > 1000 && len < sizeof buf);
+    unsigned char *copy = malloc(len);
+    int opened = 0, refused = 0;
+    for (size_t at = 0; at < len; at += 3) {
+        for (int variant = 0; variant < 2; variant++) {
+            memcpy(copy, buf, len);
+            size_t n = len;
+            if (variant == 0)
+                copy[at] ^= 0x5a;
+            else
+                n = at;
+            kiln_torch_file *pt = kiln_torch_open_memory(copy, n, NULL);
+            if (!pt) {
+                assert_true(kiln_error()[0] != 0);
+                refused++;
+                continue;
+            }
+            opened++;
+            for (int i = 0; i < kiln_torch_count(pt); i++)
+                kiln_tensor_release(kiln_torch_load(pt, kiln_torch_name(pt, i), dev));
+            kiln_torch_close(pt);
+        }
+    }
+    assert_true(opened > 0 && refused > 0);
+    free(copy);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_small_cnn),
+        cmocka_unit_test(test_dtypes_views_and_shared_storage),
+        cmocka_unit_test(test_checkpoint_nesting_and_other_values),
+        cmocka_unit_test(test_rename_and_skip_rules),
+        cmocka_unit_test(test_refused_files),
+        cmocka_unit_test(test_pickle_hostile),
+        cmocka_unit_test(test_mutated_archives),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
