@@ -1,6 +1,8 @@
 /*
  * tests/unit/test_jobstore.c — the SQLite job store: created in WAL mode, migrated to the latest
- * schema once, reopened without re-running migrations, and a file from a newer build refused.
+ * schema once, reopened without re-running migrations, a file from a newer build refused, a
+ * version-1 file migrated forward with its data kept, and the job API (create, get, list with
+ * state filter and pagination, state changes, events since a sequence number, metrics).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -99,12 +101,157 @@ static void test_unopenable_path(void **state)
     assert_non_null(strstr(err, "/nonexistent/folder/kiln.db"));
 }
 
+static struct kiln_jobstore *open_store(void)
+{
+    struct kiln_jobstore *js;
+    char err[256];
+    if (kiln_jobstore_open(&js, db, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    return js;
+}
+
+static void test_migrate_from_v1(void **state)
+{
+    (void)state;
+    /* A file exactly as the first release left it. */
+    sqlite3 *h;
+    assert_int_equal(sqlite3_open(db, &h), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(h,
+                                  "PRAGMA journal_mode=WAL;"
+                                  "CREATE TABLE schema_version (version INTEGER NOT NULL);"
+                                  "INSERT INTO schema_version VALUES (1);"
+                                  "CREATE TABLE kiln_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+                                  "INSERT INTO kiln_meta VALUES ('created_at', 'then');",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(h);
+    struct kiln_jobstore *js = open_store();
+    assert_int_equal(kiln_jobstore_schema_version(js), kiln_jobstore_latest_version());
+    assert_true(kiln_jobstore_latest_version() >= 2);
+    kiln_jobstore_close(js);
+    assert_int_equal(query_int("SELECT count(*) FROM kiln_meta WHERE value = 'then'"), 1);
+    assert_int_equal(query_int("SELECT count(*) FROM sqlite_master WHERE name IN "
+                               "('jobs', 'job_events', 'job_metrics', 'checkpoints', 'model_registry')"), 5);
+    assert_int_equal(query_int("SELECT version FROM schema_version"), kiln_jobstore_latest_version());
+}
+
+static void test_job_crud(void **state)
+{
+    (void)state;
+    struct kiln_jobstore *js = open_store();
+    char err[256];
+    int64_t id;
+    assert_int_equal(kiln_jobstore_job_create(js, "{\"model\": \"mlp\"}", "alice", &id, err, sizeof err), 0);
+    assert_int_equal(kiln_jobstore_job_create(js, "{not json", "alice", &id, err, sizeof err), -1);
+    assert_non_null(strstr(err, "JSON"));
+    struct kiln_job j;
+    assert_int_equal(kiln_jobstore_job_get(js, 1, &j, err, sizeof err), 0);
+    assert_string_equal(j.state, "queued");
+    assert_string_equal(j.owner, "alice");
+    assert_non_null(strstr(j.spec, "mlp"));
+    assert_true(j.created_ms > 0 && j.started_ms == 0 && j.finished_ms == 0);
+    kiln_jobstore_job_clear(&j);
+    assert_int_equal(kiln_jobstore_job_get(js, 99, &j, err, sizeof err), KILN_JOBSTORE_NOT_FOUND);
+
+    assert_int_equal(kiln_jobstore_job_set_state(js, 1, "running", NULL, err, sizeof err), 0);
+    assert_int_equal(kiln_jobstore_job_set_progress(js, 1, 0.5, err, sizeof err), 0);
+    assert_int_equal(kiln_jobstore_job_set_progress(js, 1, 1.5, err, sizeof err), -1);
+    assert_int_equal(kiln_jobstore_job_set_state(js, 1, "bogus", NULL, err, sizeof err), -1);
+    assert_int_equal(kiln_jobstore_job_set_state(js, 1, "failed", "out of memory", err, sizeof err), 0);
+    assert_int_equal(kiln_jobstore_job_set_state(js, 1, "running", NULL, err, sizeof err), -1);
+    assert_non_null(strstr(err, "final"));
+    assert_int_equal(kiln_jobstore_job_set_state(js, 42, "running", NULL, err, sizeof err), KILN_JOBSTORE_NOT_FOUND);
+    assert_int_equal(kiln_jobstore_job_get(js, 1, &j, err, sizeof err), 0);
+    assert_string_equal(j.state, "failed");
+    assert_string_equal(j.error, "out of memory");
+    assert_true(j.started_ms > 0 && j.finished_ms >= j.started_ms);
+    assert_true(j.progress == 0.5);
+    kiln_jobstore_job_clear(&j);
+
+    /* Events: numbered per job from 1, read back after a sequence number. */
+    int64_t seq;
+    for (int i = 0; i < 5; i++) {
+        char payload[32];
+        snprintf(payload, sizeof payload, "{\"i\": %d}", i);
+        assert_int_equal(kiln_jobstore_event_append(js, 1, "log", payload, &seq, err, sizeof err), 0);
+        assert_int_equal(seq, i + 1);
+    }
+    assert_int_equal(kiln_jobstore_event_append(js, 1, "log", "[", &seq, err, sizeof err), -1);
+    assert_int_equal(kiln_jobstore_event_append(js, 7, "log", "{}", &seq, err, sizeof err), KILN_JOBSTORE_NOT_FOUND);
+    struct kiln_job_event *ev;
+    int n;
+    assert_int_equal(kiln_jobstore_events_since(js, 1, 3, 100, &ev, &n, err, sizeof err), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(ev[0].seq, 4);
+    assert_string_equal(ev[1].payload, "{\"i\": 4}");
+    kiln_jobstore_events_free(ev, n);
+
+    struct kiln_job_metric m[2] = {{.step = 10, .epoch = 1, .name = "loss", .value = 0.25},
+                                   {.step = 10, .epoch = 1, .name = "acc", .value = 0.9}};
+    assert_int_equal(kiln_jobstore_metrics_append(js, 1, 2, m, err, sizeof err), 0);
+    assert_int_equal(kiln_jobstore_checkpoint_add(js, 1, "checkpoints/1/step-000000010", 10, 0.25, err, sizeof err), 0);
+    assert_int_equal(kiln_jobstore_model_register(js, "mlp", 1, 1, "{\"acc\": 0.9}", err, sizeof err), 0);
+    assert_int_equal(kiln_jobstore_model_register(js, "mlp", 1, 1, NULL, err, sizeof err), -1);
+    kiln_jobstore_close(js);
+    assert_int_equal(query_int("SELECT count(*) FROM job_metrics WHERE job_id = 1 AND step = 10"), 2);
+    assert_int_equal(query_int("SELECT count(*) FROM checkpoints WHERE job_id = 1"), 1);
+    assert_int_equal(query_int("SELECT source_job FROM model_registry WHERE name = 'mlp'"), 1);
+}
+
+static void test_job_list_pagination(void **state)
+{
+    (void)state;
+    struct kiln_jobstore *js = open_store();
+    char err[256];
+    for (int i = 0; i < 25; i++) {
+        int64_t id;
+        assert_int_equal(kiln_jobstore_job_create(js, "{}", NULL, &id, err, sizeof err), 0);
+        if (i % 3 == 0)
+            assert_int_equal(kiln_jobstore_job_set_state(js, id, "running", NULL, err, sizeof err), 0);
+    }
+    /* Pages of 10 over everything: 10, 10, 5, then empty; ids strictly increasing. */
+    int64_t after = 0, last = 0;
+    int pages = 0, total = 0;
+    for (;;) {
+        struct kiln_job *jobs;
+        int n;
+        assert_int_equal(kiln_jobstore_job_list(js, NULL, after, 10, &jobs, &n, err, sizeof err), 0);
+        if (n == 0) {
+            kiln_jobstore_job_list_free(jobs, n);
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            assert_true(jobs[i].id > last);
+            last = jobs[i].id;
+        }
+        after = jobs[n - 1].id;
+        total += n;
+        pages++;
+        kiln_jobstore_job_list_free(jobs, n);
+    }
+    assert_int_equal(pages, 3);
+    assert_int_equal(total, 25);
+    struct kiln_job *jobs;
+    int n;
+    assert_int_equal(kiln_jobstore_job_list(js, "running", 0, 100, &jobs, &n, err, sizeof err), 0);
+    assert_int_equal(n, 9);
+    for (int i = 0; i < n; i++)
+        assert_string_equal(jobs[i].state, "running");
+    kiln_jobstore_job_list_free(jobs, n);
+    assert_int_equal(kiln_jobstore_job_list(js, "nope", 0, 10, &jobs, &n, err, sizeof err), -1);
+    assert_int_equal(kiln_jobstore_job_list(js, NULL, 0, 0, &jobs, &n, err, sizeof err), -1);
+    kiln_jobstore_close(js);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_create_and_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unopenable_path, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_migrate_from_v1, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_job_crud, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_job_list_pagination, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
