@@ -111,7 +111,7 @@ static double *host_f64(kiln_tensor *t)
 static double worst_rel; /* the largest |got - want| / (|want| + atol/rtol) seen, for the log */
 
 /* Every element within rtol * |want| + atol (NaN matches NaN); names the worst one. */
-static void expect_close(kiln_tensor *got, kiln_tensor *want, double rtol, double atol, const char *what)
+__attribute__((unused)) static void expect_close(kiln_tensor *got, kiln_tensor *want, double rtol, double atol, const char *what)
 {
     if (!got)
         fail_msg("%s: NULL: %s", what, kiln_error());
