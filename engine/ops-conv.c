@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "autograd-impl.h"
 #include "tensor-impl.h"
 
 /* x as a batched tensor: a view with a leading 1 when it lacks the batch dim. */
@@ -159,11 +160,14 @@ static kiln_tensor *conv_impl(kiln_tensor *x0, kiln_tensor *w, kiln_tensor *bias
         }
     }
 done:
+    out = unbatch(out, unb);
+    if (out && (kiln__ad_want(x0) || kiln__ad_want(w) || kiln__ad_want(bias)))
+        out = kiln__grad_conv(out, x0, w, bias, &p, cx, cw, false, op);
     kiln_tensor_release(cx);
     kiln_tensor_release(cw);
     kiln_tensor_release(cbias);
     kiln_tensor_release(x);
-    return unbatch(out, unb);
+    return out;
 }
 
 #define CONV(fn, NS)                                                                         \
@@ -250,10 +254,13 @@ static kiln_tensor *conv_transpose_impl(kiln_tensor *x0, kiln_tensor *w, kiln_te
         }
     }
 done:
+    out = unbatch(out, unb);
+    if (out && (kiln__ad_want(x0) || kiln__ad_want(w) || kiln__ad_want(bias)))
+        out = kiln__grad_conv(out, x0, w, bias, &p, cx, cw, true, op);
     kiln_tensor_release(cx);
     kiln_tensor_release(cw);
     kiln_tensor_release(x);
-    return unbatch(out, unb);
+    return out;
 }
 
 kiln_tensor *kiln_conv_transpose1d(kiln_tensor *x, kiln_tensor *weight, kiln_tensor *bias,
@@ -328,9 +335,12 @@ static kiln_tensor *pool_impl(kiln_tensor *x0, const kiln_pool_opts *o, int ns, 
             return NULL;
         }
     }
+    /* Max pooling keeps its indices for backward even when the caller wants none. */
+    bool record = kiln__ad_want(x0);
+    bool want_ix = indices || (record && kind == KILN_POOL_MAX);
     kiln_tensor *out = kiln__alloc(kiln__dev(x), x->dtype, ns + 2, oshape, op);
-    kiln_tensor *ix = out && indices ? kiln__alloc(kiln__dev(x), KILN_I64, ns + 2, oshape, op) : NULL;
-    int rc = out && (!indices || ix) ? 0 : -1;
+    kiln_tensor *ix = out && want_ix ? kiln__alloc(kiln__dev(x), KILN_I64, ns + 2, oshape, op) : NULL;
+    int rc = out && (!want_ix || ix) ? 0 : -1;
     if (rc == 0 && kiln__numel(out) > 0) {
         const kiln_backend_iface *be = kiln__be(x);
         if (!be->pool) {
@@ -350,9 +360,18 @@ static kiln_tensor *pool_impl(kiln_tensor *x0, const kiln_pool_opts *o, int ns, 
         kiln_tensor_release(ix);
         return NULL;
     }
+    out = unbatch(out, unb);
+    if (out && record)
+        out = kiln__grad_pool(out, x0, &p, ix, op);
+    if (!out) {
+        kiln_tensor_release(ix);
+        return NULL;
+    }
     if (indices)
         *indices = kiln__ret(unbatch(ix, unb));
-    return unbatch(out, unb);
+    else
+        kiln_tensor_release(ix);
+    return out;
 }
 
 kiln_tensor *kiln_max_pool1d(kiln_tensor *x, const kiln_pool_opts *opts, kiln_tensor **indices)
@@ -419,7 +438,10 @@ static kiln_tensor *adaptive_impl(kiln_tensor *x0, int ns, const int64_t *osz, c
         kiln_tensor_release(out);
         return NULL;
     }
-    return unbatch(out, unb);
+    out = unbatch(out, unb);
+    if (out && kiln__ad_want(x0))
+        out = kiln__grad_adaptive(out, x0, ns, op);
+    return out;
 }
 
 kiln_tensor *kiln_adaptive_avg_pool1d(kiln_tensor *x, int64_t out_l)
@@ -470,5 +492,7 @@ kiln_tensor *kiln_interpolate(kiln_tensor *x, int64_t out_h, int64_t out_w, kiln
         kiln_tensor_release(out);
         return NULL;
     }
+    if (kiln__ad_want(x))
+        out = kiln__grad_interpolate(out, x, mode, align_corners);
     return kiln__ret(out);
 }

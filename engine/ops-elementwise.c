@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "autograd-impl.h"
 #include "tensor-impl.h"
 
 void kiln__bcast_desc(const kiln_tensor *t, int ndim, const int64_t *shape, kiln_tdesc *d)
@@ -135,8 +136,17 @@ kiln_tensor *kiln__unary(kiln_unary_op op, kiln_tensor *t, double alpha, double 
     return out;
 }
 
+/* The public form: compute, then record when the input asks for gradients. */
+static kiln_tensor *unary_pub(kiln_unary_op op, kiln_tensor *t, double alpha, double beta)
+{
+    kiln_tensor *out = kiln__unary(op, t, alpha, beta);
+    if (out && kiln__ad_want(t))
+        out = kiln__grad_unary(out, op, t, alpha, beta);
+    return out;
+}
+
 #define UNARY0(fn, OP) \
-    kiln_tensor *kiln_##fn(kiln_tensor *t) { return t ? kiln__ret(kiln__unary(OP, t, 0, 0)) : NULL; }
+    kiln_tensor *kiln_##fn(kiln_tensor *t) { return t ? kiln__ret(unary_pub(OP, t, 0, 0)) : NULL; }
 
 UNARY0(neg, KILN_UNARY_NEG)
 UNARY0(abs, KILN_UNARY_ABS)
@@ -165,19 +175,19 @@ UNARY0(logical_not, KILN_UNARY_LOGICAL_NOT)
 
 kiln_tensor *kiln_leaky_relu(kiln_tensor *t, double negative_slope)
 {
-    return t ? kiln__ret(kiln__unary(KILN_UNARY_LEAKY_RELU, t, negative_slope, 0)) : NULL;
+    return t ? kiln__ret(unary_pub(KILN_UNARY_LEAKY_RELU, t, negative_slope, 0)) : NULL;
 }
 
 kiln_tensor *kiln_elu(kiln_tensor *t, double alpha)
 {
-    return t ? kiln__ret(kiln__unary(KILN_UNARY_ELU, t, alpha, 0)) : NULL;
+    return t ? kiln__ret(unary_pub(KILN_UNARY_ELU, t, alpha, 0)) : NULL;
 }
 
 kiln_tensor *kiln_gelu(kiln_tensor *t, bool tanh_approx)
 {
     if (!t)
         return NULL;
-    return kiln__ret(kiln__unary(tanh_approx ? KILN_UNARY_GELU_TANH : KILN_UNARY_GELU, t, 0, 0));
+    return kiln__ret(unary_pub(tanh_approx ? KILN_UNARY_GELU_TANH : KILN_UNARY_GELU, t, 0, 0));
 }
 
 kiln_tensor *kiln_softplus(kiln_tensor *t, double beta, double threshold)
@@ -188,7 +198,7 @@ kiln_tensor *kiln_softplus(kiln_tensor *t, double beta, double threshold)
         kiln__error_set("softplus: beta %g must be nonzero", beta);
         return NULL;
     }
-    return kiln__ret(kiln__unary(KILN_UNARY_SOFTPLUS, t, beta, threshold));
+    return kiln__ret(unary_pub(KILN_UNARY_SOFTPLUS, t, beta, threshold));
 }
 
 kiln_tensor *kiln_clamp(kiln_tensor *t, double lo, double hi)
@@ -199,22 +209,22 @@ kiln_tensor *kiln_clamp(kiln_tensor *t, double lo, double hi)
         kiln__error_set("clamp: lo %g is above hi %g", lo, hi);
         return NULL;
     }
-    return kiln__ret(kiln__unary(KILN_UNARY_CLAMP, t, lo, hi));
+    return kiln__ret(unary_pub(KILN_UNARY_CLAMP, t, lo, hi));
 }
 
 kiln_tensor *kiln_pow_scalar(kiln_tensor *t, double exponent)
 {
-    return t ? kiln__ret(kiln__unary(KILN_UNARY_POW_SCALAR, t, exponent, 0)) : NULL;
+    return t ? kiln__ret(unary_pub(KILN_UNARY_POW_SCALAR, t, exponent, 0)) : NULL;
 }
 
 kiln_tensor *kiln_add_scalar(kiln_tensor *a, double s)
 {
-    return a ? kiln__ret(kiln__unary(KILN_UNARY_ADD_SCALAR, a, s, 0)) : NULL;
+    return a ? kiln__ret(unary_pub(KILN_UNARY_ADD_SCALAR, a, s, 0)) : NULL;
 }
 
 kiln_tensor *kiln_mul_scalar(kiln_tensor *a, double s)
 {
-    return a ? kiln__ret(kiln__unary(KILN_UNARY_MUL_SCALAR, a, s, 0)) : NULL;
+    return a ? kiln__ret(unary_pub(KILN_UNARY_MUL_SCALAR, a, s, 0)) : NULL;
 }
 
 /* ----------------------------------------------------------------------- binary */
@@ -269,10 +279,18 @@ kiln_tensor *kiln__binary(kiln_binary_op op, kiln_tensor *a, kiln_tensor *b)
     return out;
 }
 
+static kiln_tensor *binary_pub(kiln_binary_op op, kiln_tensor *a, kiln_tensor *b)
+{
+    kiln_tensor *out = kiln__binary(op, a, b);
+    if (out && (kiln__ad_want(a) || kiln__ad_want(b)))
+        out = kiln__grad_binary(out, op, a, b);
+    return out;
+}
+
 #define BINARY(fn, OP)                                                      \
     kiln_tensor *kiln_##fn(kiln_tensor *a, kiln_tensor *b)                  \
     {                                                                       \
-        return (a && b) ? kiln__ret(kiln__binary(OP, a, b)) : NULL;         \
+        return (a && b) ? kiln__ret(binary_pub(OP, a, b)) : NULL;           \
     }
 
 BINARY(add, KILN_BINARY_ADD)
@@ -343,7 +361,10 @@ kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor *b)
     int n2 = kiln__broadcast_shape(cond->ndim, cond->shape, n1, s1, s2, "where", NULL, NULL);
     if (n2 < 0)
         return NULL;
-    return kiln__ret(where_impl(cond, a, b, n2, s2, "where"));
+    kiln_tensor *out = where_impl(cond, a, b, n2, s2, "where");
+    if (out && (kiln__ad_want(a) || kiln__ad_want(b)))
+        out = kiln__grad_where(out, cond, a, b);
+    return kiln__ret(out);
 }
 
 kiln_tensor *kiln_masked_fill(kiln_tensor *t, kiln_tensor *mask, double value)
@@ -368,6 +389,8 @@ kiln_tensor *kiln_masked_fill(kiln_tensor *t, kiln_tensor *mask, double value)
         return NULL;
     kiln_tensor *out = where_impl(mask, fill, t, t->ndim, t->shape, "masked_fill");
     kiln_tensor_release(fill);
+    if (out && kiln__ad_want(t))
+        out = kiln__grad_masked_fill(out, t, mask);
     return kiln__ret(out);
 }
 
@@ -394,6 +417,8 @@ static kiln_tensor *tri_impl(kiln_tensor *t, int64_t diagonal, bool lower, const
     if (mask && zero)
         out = where_impl(mask, t, zero, t->ndim, t->shape, op);
     kiln_scope_end();
+    if (out && kiln__ad_want(t))
+        out = kiln__grad_tri(out, t, diagonal, lower);
     return kiln__ret(out);
 }
 

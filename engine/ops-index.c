@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "autograd-impl.h"
 #include "tensor-impl.h"
 
 /* The index as i64, after checking its dtype, device and value range. */
@@ -71,6 +72,8 @@ kiln_tensor *kiln_gather(kiln_tensor *t, int dim, kiln_tensor *index)
         kiln_tensor_release(out);
         return NULL;
     }
+    if (kiln__ad_want(t))
+        out = kiln__grad_gather(out, t, dim, index);
     return kiln__ret(out);
 }
 
@@ -123,14 +126,20 @@ kiln_tensor *kiln_scatter(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tens
 {
     if (!t || !index || !src)
         return NULL;
-    return kiln__ret(scatter_impl(t, dim, index, src, false, "scatter"));
+    kiln_tensor *out = scatter_impl(t, dim, index, src, false, "scatter");
+    if (out && (kiln__ad_want(t) || kiln__ad_want(src)))
+        out = kiln__grad_scatter(out, t, dim, index, src, false);
+    return kiln__ret(out);
 }
 
 kiln_tensor *kiln_scatter_add(kiln_tensor *t, int dim, kiln_tensor *index, kiln_tensor *src)
 {
     if (!t || !index || !src)
         return NULL;
-    return kiln__ret(scatter_impl(t, dim, index, src, true, "scatter_add"));
+    kiln_tensor *out = scatter_impl(t, dim, index, src, true, "scatter_add");
+    if (out && (kiln__ad_want(t) || kiln__ad_want(src)))
+        out = kiln__grad_scatter(out, t, dim, index, src, true);
+    return kiln__ret(out);
 }
 
 static kiln_tensor *index_select_impl(kiln_tensor *t, int dim, kiln_tensor *index, const char *op)
@@ -181,7 +190,10 @@ kiln_tensor *kiln_index_select(kiln_tensor *t, int dim, kiln_tensor *index)
 {
     if (!t || !index)
         return NULL;
-    return kiln__ret(index_select_impl(t, dim, index, "index_select"));
+    kiln_tensor *out = index_select_impl(t, dim, index, "index_select");
+    if (out && kiln__ad_want(t))
+        out = kiln__grad_index_select(out, t, dim, index);
+    return kiln__ret(out);
 }
 
 kiln_tensor *kiln_slice_assign(kiln_tensor *t, int dim, int64_t start, int64_t end, int64_t step,
@@ -202,6 +214,8 @@ kiln_tensor *kiln_slice_assign(kiln_tensor *t, int dim, int64_t start, int64_t e
         kiln_tensor_release(out);
         return NULL;
     }
+    if (kiln__ad_want(t) || kiln__ad_want(src))
+        out = kiln__grad_slice_assign(out, t, dim, start, end, step, src);
     return kiln__ret(out);
 }
 
@@ -280,5 +294,7 @@ kiln_tensor *kiln_embedding(kiln_tensor *weight, kiln_tensor *indices)
     shape[indices->ndim] = weight->shape[1];
     kiln_tensor *out = kiln__reshape(rows, indices->ndim + 1, shape, op);
     kiln_tensor_release(rows);
+    if (out && kiln__ad_want(weight))
+        out = kiln__grad_embedding(out, weight, indices);
     return kiln__ret(out);
 }

@@ -10,20 +10,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd-impl.h"
 #include "tensor-impl.h"
 
 kiln_tensor *kiln_contiguous(kiln_tensor *t)
 {
     if (!t)
         return NULL;
-    return kiln__ret(kiln__contiguous(t, "contiguous"));
+    kiln_tensor *out = kiln__contiguous(t, "contiguous");
+    if (out && kiln__ad_want(t))
+        out = kiln__grad_identity(out, t, "contiguous");
+    return kiln__ret(out);
 }
 
 kiln_tensor *kiln_clone(kiln_tensor *t)
 {
     if (!t)
         return NULL;
-    return kiln__ret(kiln__copy_as(t, t->dtype, "clone"));
+    kiln_tensor *out = kiln__copy_as(t, t->dtype, "clone");
+    if (out && kiln__ad_want(t))
+        out = kiln__grad_identity(out, t, "clone");
+    return kiln__ret(out);
 }
 
 kiln_tensor *kiln_cast(kiln_tensor *t, kiln_dtype dt)
@@ -34,7 +41,10 @@ kiln_tensor *kiln_cast(kiln_tensor *t, kiln_dtype dt)
         kiln__error_set("cast: invalid dtype %d", (int)dt);
         return NULL;
     }
-    return kiln__ret(kiln__cast(t, dt, "cast"));
+    kiln_tensor *out = kiln__cast(t, dt, "cast");
+    if (out && kiln__ad_want(t))
+        out = kiln__grad_identity(out, t, "cast");
+    return kiln__ret(out);
 }
 
 kiln_tensor *kiln_to_device(kiln_tensor *t, kiln_device *dev)
@@ -62,6 +72,8 @@ kiln_tensor *kiln_to_device(kiln_tensor *t, kiln_device *dev)
         }
     }
     free(host);
+    if (out && kiln__ad_want(t))
+        out = kiln__grad_to_device(out, t);
     return kiln__ret(out);
 }
 
@@ -129,7 +141,10 @@ static kiln_tensor *cat_impl(kiln_tensor *const *ts, int n, int dim, const char 
 
 kiln_tensor *kiln_cat(kiln_tensor *const *ts, int n, int dim)
 {
-    return kiln__ret(cat_impl(ts, n, dim, "cat"));
+    kiln_tensor *out = cat_impl(ts, n, dim, "cat");
+    if (out && kiln__ad_want_n(n, ts))
+        out = kiln__grad_cat(out, ts, n, kiln__wrap_dim(dim, out->ndim, "cat"), false);
+    return kiln__ret(out);
 }
 
 kiln_tensor *kiln_stack(kiln_tensor *const *ts, int n, int dim)
@@ -190,6 +205,8 @@ kiln_tensor *kiln_stack(kiln_tensor *const *ts, int n, int dim)
     for (int i = 0; i < made; i++)
         kiln_tensor_release(views[i]);
     free(views);
+    if (out && kiln__ad_want_n(n, ts))
+        out = kiln__grad_cat(out, ts, n, d, true);
     return kiln__ret(out);
 }
 
@@ -247,6 +264,8 @@ kiln_tensor *kiln_repeat(kiln_tensor *t, int ndim, const int64_t *repeats)
         kiln_tensor_release(x);
         x = c;
     }
+    if (x && kiln__ad_want(t))
+        x = kiln__grad_repeat(x, t, ndim, repeats);
     return kiln__ret(x);
 }
 
@@ -279,6 +298,8 @@ kiln_tensor *kiln_flip(kiln_tensor *t, int ndims, const int *dims)
     kiln_tensor *v = kiln__view(t, t->ndim, t->shape, st, offset);
     kiln_tensor *out = v ? kiln__copy_as(v, t->dtype, "flip") : NULL;
     kiln_tensor_release(v);
+    if (out && kiln__ad_want(t))
+        out = kiln__grad_flip(out, t, ndims, dims);
     return kiln__ret(out);
 }
 
@@ -371,5 +392,7 @@ kiln_tensor *kiln_pad(kiln_tensor *t, int npads, const int64_t *pads, kiln_pad_m
         kiln_tensor_release(out);
         return NULL;
     }
+    if (kiln__ad_want(t))
+        out = kiln__grad_pad(out, t, npads, pads, mode);
     return kiln__ret(out);
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "autograd-impl.h"
 #include "tensor-impl.h"
 
 static kiln_tensor *matmul_impl(kiln_tensor *a, kiln_tensor *b, const char *op)
@@ -124,7 +125,10 @@ kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b)
 {
     if (!a || !b)
         return NULL;
-    return kiln__ret(matmul_impl(a, b, "matmul"));
+    kiln_tensor *out = matmul_impl(a, b, "matmul");
+    if (out && (kiln__ad_want(a) || kiln__ad_want(b)))
+        out = kiln__grad_matmul(out, a, b);
+    return kiln__ret(out);
 }
 
 kiln_tensor *kiln_linear(kiln_tensor *x, kiln_tensor *weight, kiln_tensor *bias)
@@ -152,5 +156,7 @@ kiln_tensor *kiln_linear(kiln_tensor *x, kiln_tensor *weight, kiln_tensor *bias)
         kiln_tensor_release(y);
         y = z;
     }
+    if (y && (kiln__ad_want(x) || kiln__ad_want(weight) || kiln__ad_want(bias)))
+        y = kiln__grad_linear(y, x, weight, bias);
     return kiln__ret(y);
 }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "autograd-impl.h"
 #include "tensor-impl.h"
 
 /* Close the private scope of a composite and hand r to the caller's scope. */
@@ -44,6 +45,8 @@ static kiln_tensor *softmax_impl(kiln_tensor *t, int dim, bool log, const char *
             kiln_tensor_release(out);
             return NULL;
         }
+        if (kiln__ad_want(t))
+            out = kiln__grad_softmax(out, t, d, log);
         return kiln__ret(out);
     }
     kiln_scope_begin();
@@ -140,6 +143,8 @@ kiln_tensor *kiln_layer_norm(kiln_tensor *x, int nnorm, kiln_tensor *weight, kil
             kiln_tensor_release(out);
             return NULL;
         }
+        if (kiln__ad_want(x) || kiln__ad_want(weight) || kiln__ad_want(bias))
+            out = kiln__grad_layer_norm(out, x, nnorm, weight, bias, eps);
         return kiln__ret(out);
     }
     int dims[KILN_MAX_DIMS];
@@ -218,13 +223,17 @@ kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean, kiln_ten
         mean = kiln_mean(cx, nd, dims, true);
         var = kiln_var(cx, nd, dims, 0, true);
         if (training && running_mean && mean && var) {
-            /* running = (1 - m) running + m batch, with the unbiased batch variance. */
+            /* running = (1 - m) running + m batch, with the unbiased batch variance.
+             * Bookkeeping, not part of the result: nothing to record. */
+            kiln_no_grad_begin();
             kiln_tensor *bm = kiln_reshape(mean, KILN_SHAPE(C));
             kiln_tensor *bv = kiln_mul_scalar(kiln_reshape(var, KILN_SHAPE(C)), (double)per / (double)(per - 1));
             kiln_tensor *nm = kiln_add(kiln_mul_scalar(running_mean, 1 - momentum), kiln_mul_scalar(bm, momentum));
             kiln_tensor *nv = kiln_add(kiln_mul_scalar(running_var, 1 - momentum), kiln_mul_scalar(bv, momentum));
-            if (!nm || !nv || kiln__copy_into(running_mean, nm, op) < 0 ||
-                kiln__copy_into(running_var, nv, op) < 0) {
+            int urc = (!nm || !nv || kiln__copy_into(running_mean, nm, op) < 0 ||
+                       kiln__copy_into(running_var, nv, op) < 0) ? -1 : 0;
+            kiln_no_grad_end();
+            if (urc < 0) {
                 kiln_scope_end();
                 return NULL;
             }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "autograd-impl.h"
 #include "tensor-impl.h"
 
 /* Reduced-dims bit mask from the caller's list; ndims == 0 means every dim. */
@@ -131,10 +132,20 @@ static kiln_tensor *reduce_impl(kiln_reduce_op op, kiln_tensor *t, int ndims, co
     return keepdim ? out : drop_dims(out, mask);
 }
 
+/* The public form: compute, then record when the input asks for gradients. */
+static kiln_tensor *reduce_pub(kiln_reduce_op op, kiln_tensor *t, int ndims, const int *dims,
+                               bool keepdim, double param)
+{
+    kiln_tensor *out = reduce_impl(op, t, ndims, dims, keepdim, param);
+    if (out && kiln__ad_want(t))
+        out = kiln__grad_reduce(out, op, t, ndims, dims, keepdim, param);
+    return out;
+}
+
 #define REDUCE(fn, OP)                                                                  \
     kiln_tensor *kiln_##fn(kiln_tensor *t, int ndims, const int *dims, bool keepdim)    \
     {                                                                                   \
-        return t ? kiln__ret(reduce_impl(OP, t, ndims, dims, keepdim, 0)) : NULL;       \
+        return t ? kiln__ret(reduce_pub(OP, t, ndims, dims, keepdim, 0)) : NULL;        \
     }
 
 REDUCE(sum, KILN_REDUCE_SUM)
@@ -148,12 +159,12 @@ REDUCE(all, KILN_REDUCE_ALL)
 
 kiln_tensor *kiln_var(kiln_tensor *t, int ndims, const int *dims, double correction, bool keepdim)
 {
-    return t ? kiln__ret(reduce_impl(KILN_REDUCE_VAR, t, ndims, dims, keepdim, correction)) : NULL;
+    return t ? kiln__ret(reduce_pub(KILN_REDUCE_VAR, t, ndims, dims, keepdim, correction)) : NULL;
 }
 
 kiln_tensor *kiln_std(kiln_tensor *t, int ndims, const int *dims, double correction, bool keepdim)
 {
-    return t ? kiln__ret(reduce_impl(KILN_REDUCE_STD, t, ndims, dims, keepdim, correction)) : NULL;
+    return t ? kiln__ret(reduce_pub(KILN_REDUCE_STD, t, ndims, dims, keepdim, correction)) : NULL;
 }
 
 kiln_tensor *kiln_norm(kiln_tensor *t, double p, int ndims, const int *dims, bool keepdim)
@@ -164,7 +175,7 @@ kiln_tensor *kiln_norm(kiln_tensor *t, double p, int ndims, const int *dims, boo
         kiln__error_set("norm: p %g must be non-negative", p);
         return NULL;
     }
-    return kiln__ret(reduce_impl(KILN_REDUCE_NORM, t, ndims, dims, keepdim, p));
+    return kiln__ret(reduce_pub(KILN_REDUCE_NORM, t, ndims, dims, keepdim, p));
 }
 
 /* ------------------------------------------------------------- arg-reductions */
@@ -228,8 +239,12 @@ kiln_tensor *kiln_cumsum(kiln_tensor *t, int dim)
     if (d < 0)
         return NULL;
     kiln_dtype dt = kiln_dtype_is_float(t->dtype) ? t->dtype : KILN_I64;
-    if (t->ndim == 0)
-        return kiln__ret(kiln__copy_as(t, dt, "cumsum"));
+    if (t->ndim == 0) {
+        kiln_tensor *c = kiln__copy_as(t, dt, "cumsum");
+        if (c && kiln__ad_want(t))
+            c = kiln__grad_cumsum(c, t, d);
+        return kiln__ret(c);
+    }
     kiln_tensor *in = kiln__cast(t, dt, "cumsum");
     kiln_tensor *out = in ? kiln__alloc(kiln__dev(t), dt, t->ndim, t->shape, "cumsum") : NULL;
     int rc = out ? 0 : -1;
@@ -249,6 +264,8 @@ kiln_tensor *kiln_cumsum(kiln_tensor *t, int dim)
         kiln_tensor_release(out);
         return NULL;
     }
+    if (kiln__ad_want(t))
+        out = kiln__grad_cumsum(out, t, d);
     return kiln__ret(out);
 }
 
@@ -309,6 +326,10 @@ int kiln_sort(kiln_tensor *t, int dim, bool descending, kiln_tensor **values, ki
     kiln_tensor *v, *ix;
     if (sort_impl(t, dim, descending, &v, &ix, "sort") < 0)
         return -1;
+    if (kiln__ad_want(t) && !(v = kiln__grad_sort(v, t, kiln__wrap_dim(dim, t->ndim, "sort"), ix, "sort"))) {
+        kiln_tensor_release(ix);
+        return -1;
+    }
     if (indices)
         *indices = kiln__ret(ix);
     else
@@ -350,6 +371,10 @@ int kiln_topk(kiln_tensor *t, int64_t k, int dim, bool largest, kiln_tensor **va
     kiln_tensor *v, *ix;
     if (sort_impl(t, dim, largest, &v, &ix, "topk") < 0)
         return -1;
+    if (kiln__ad_want(t) && t->ndim == 0 && !(v = kiln__grad_sort(v, t, 0, ix, "topk"))) {
+        kiln_tensor_release(ix);
+        return -1;
+    }
     if (t->ndim == 0) {
         *values = kiln__ret(v);
         if (indices)
@@ -366,6 +391,10 @@ int kiln_topk(kiln_tensor *t, int64_t k, int dim, bool largest, kiln_tensor **va
     kiln_tensor_release(ix);
     kiln_tensor_release(nv);
     kiln_tensor_release(nx);
+    if (cx && kiln__ad_want(t) && !(cv = kiln__grad_sort(cv, t, d, cx, "topk"))) {
+        kiln_tensor_release(cx);
+        return -1;
+    }
     if (!cx) {
         kiln_tensor_release(cv);
         return -1;

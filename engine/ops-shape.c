@@ -10,7 +10,16 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "autograd-impl.h"
 #include "tensor-impl.h"
+
+/* Record a reshaping view (reshape, flatten, squeeze, ...) when t asks for gradients. */
+static kiln_tensor *shaped(kiln_tensor *out, kiln_tensor *t, const char *name)
+{
+    if (out && kiln__ad_want(t))
+        out = kiln__grad_reshape(out, t, name);
+    return out;
+}
 
 /* ------------------------------------------------------------------ broadcasting */
 
@@ -80,7 +89,10 @@ kiln_tensor *kiln_expand(kiln_tensor *t, int ndim, const int64_t *shape)
 {
     if (!t)
         return NULL;
-    return kiln__ret(kiln__expand(t, ndim, shape, "expand"));
+    kiln_tensor *out = kiln__expand(t, ndim, shape, "expand");
+    if (out && kiln__ad_want(t))
+        out = kiln__grad_expand(out, t);
+    return kiln__ret(out);
 }
 
 /* ----------------------------------------------------------------------- reshape */
@@ -171,7 +183,7 @@ kiln_tensor *kiln_reshape(kiln_tensor *t, int ndim, const int64_t *shape)
 {
     if (!t)
         return NULL;
-    return kiln__ret(kiln__reshape(t, ndim, shape, "reshape"));
+    return kiln__ret(shaped(kiln__reshape(t, ndim, shape, "reshape"), t, "reshape"));
 }
 
 kiln_tensor *kiln_flatten(kiln_tensor *t, int start_dim, int end_dim)
@@ -180,7 +192,7 @@ kiln_tensor *kiln_flatten(kiln_tensor *t, int start_dim, int end_dim)
         return NULL;
     if (t->ndim == 0) {
         int64_t one = 1;
-        return kiln__ret(kiln__reshape(t, 1, &one, "flatten"));
+        return kiln__ret(shaped(kiln__reshape(t, 1, &one, "flatten"), t, "flatten"));
     }
     int s = kiln__wrap_dim(start_dim, t->ndim, "flatten");
     int e = kiln__wrap_dim(end_dim, t->ndim, "flatten");
@@ -200,7 +212,7 @@ kiln_tensor *kiln_flatten(kiln_tensor *t, int start_dim, int end_dim)
     sh[n++] = m;
     for (int i = e + 1; i < t->ndim; i++)
         sh[n++] = t->shape[i];
-    return kiln__ret(kiln__reshape(t, n, sh, "flatten"));
+    return kiln__ret(shaped(kiln__reshape(t, n, sh, "flatten"), t, "flatten"));
 }
 
 kiln_tensor *kiln_unflatten(kiln_tensor *t, int dim, int nsizes, const int64_t *sizes)
@@ -240,7 +252,7 @@ kiln_tensor *kiln_unflatten(kiln_tensor *t, int dim, int nsizes, const int64_t *
     }
     for (int i = d + 1; i < t->ndim; i++)
         sh[n++] = t->shape[i];
-    return kiln__ret(kiln__reshape(t, n, sh, "unflatten"));
+    return kiln__ret(shaped(kiln__reshape(t, n, sh, "unflatten"), t, "unflatten"));
 bad:
     kiln__error_set("unflatten: sizes do not multiply to %lld (dim %d)", (long long)size, dim);
     return NULL;
@@ -263,7 +275,7 @@ kiln_tensor *kiln_squeeze(kiln_tensor *t, int dim)
         sh[n] = t->shape[i];
         st[n++] = t->strides[i];
     }
-    return kiln__ret(kiln__view(t, n, sh, st, t->offset));
+    return kiln__ret(shaped(kiln__view(t, n, sh, st, t->offset), t, "squeeze"));
 }
 
 kiln_tensor *kiln_squeeze_all(kiln_tensor *t)
@@ -278,7 +290,7 @@ kiln_tensor *kiln_squeeze_all(kiln_tensor *t)
         sh[n] = t->shape[i];
         st[n++] = t->strides[i];
     }
-    return kiln__ret(kiln__view(t, n, sh, st, t->offset));
+    return kiln__ret(shaped(kiln__view(t, n, sh, st, t->offset), t, "squeeze_all"));
 }
 
 kiln_tensor *kiln_unsqueeze(kiln_tensor *t, int dim)
@@ -304,7 +316,7 @@ kiln_tensor *kiln_unsqueeze(kiln_tensor *t, int dim)
             st[n++] = t->strides[i];
         }
     }
-    return kiln__ret(kiln__view(t, n, sh, st, t->offset));
+    return kiln__ret(shaped(kiln__view(t, n, sh, st, t->offset), t, "unsqueeze"));
 }
 
 /* ------------------------------------------------------------------- permuting */
@@ -331,7 +343,10 @@ kiln_tensor *kiln_permute(kiln_tensor *t, int ndim, const int *order)
         sh[i] = t->shape[d];
         st[i] = t->strides[d];
     }
-    return kiln__ret(kiln__view(t, ndim, sh, st, t->offset));
+    kiln_tensor *out = kiln__view(t, ndim, sh, st, t->offset);
+    if (out && kiln__ad_want(t))
+        out = kiln__grad_permute(out, t, ndim, order);
+    return kiln__ret(out);
 }
 
 kiln_tensor *kiln_transpose(kiln_tensor *t, int d0, int d1)
@@ -351,7 +366,14 @@ kiln_tensor *kiln_transpose(kiln_tensor *t, int d0, int d1)
         sh[b] = t->shape[a];
         st[b] = t->strides[a];
     }
-    return kiln__ret(kiln__view(t, t->ndim, sh, st, t->offset));
+    kiln_tensor *out = kiln__view(t, t->ndim, sh, st, t->offset);
+    if (out && kiln__ad_want(t)) {
+        int order[KILN_MAX_DIMS];
+        for (int i = 0; i < t->ndim; i++)
+            order[i] = i == a ? b : i == b ? a : i;
+        out = kiln__grad_permute(out, t, t->ndim, order);
+    }
+    return kiln__ret(out);
 }
 
 /* ------------------------------------------------------------ slicing, splitting */
@@ -404,7 +426,10 @@ kiln_tensor *kiln_slice(kiln_tensor *t, int dim, int64_t start, int64_t end, int
 {
     if (!t)
         return NULL;
-    return kiln__ret(kiln__slice(t, dim, start, end, step, "slice"));
+    kiln_tensor *out = kiln__slice(t, dim, start, end, step, "slice");
+    if (out && kiln__ad_want(t))
+        out = kiln__grad_slice(out, t, dim, start, end, step, "slice");
+    return kiln__ret(out);
 }
 
 kiln_tensor *kiln__narrow(kiln_tensor *t, int dim, int64_t start, int64_t length, const char *op)
@@ -435,7 +460,13 @@ kiln_tensor *kiln_narrow(kiln_tensor *t, int dim, int64_t start, int64_t length)
 {
     if (!t)
         return NULL;
-    return kiln__ret(kiln__narrow(t, dim, start, length, "narrow"));
+    kiln_tensor *out = kiln__narrow(t, dim, start, length, "narrow");
+    if (out && kiln__ad_want(t)) {
+        int64_t size = t->shape[kiln__wrap_dim(dim, t->ndim, "narrow")];
+        int64_t s0 = start < 0 ? start + size : start;
+        out = kiln__grad_slice(out, t, dim, s0, s0 + length, 1, "narrow");
+    }
+    return kiln__ret(out);
 }
 
 static int split_impl(kiln_tensor *t, int64_t split_size, int dim, kiln_tensor **out, int max_out,
@@ -462,6 +493,8 @@ static int split_impl(kiln_tensor *t, int64_t split_size, int dim, kiln_tensor *
         int64_t start = i * split_size;
         int64_t len = size - start < split_size ? size - start : split_size;
         out[i] = kiln__narrow(t, d, start, len, op);
+        if (out[i] && kiln__ad_want(t))
+            out[i] = kiln__grad_slice(out[i], t, d, start, start + len, 1, op);
         if (!out[i]) {
             for (int64_t j = 0; j < i; j++) {
                 kiln_tensor_release(out[j]);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd-impl.h"
 #include "tensor-impl.h"
 
 /* ------------------------------------------------------------------------ dtypes */
@@ -319,6 +320,9 @@ static void tensor_drop(kiln_tensor *t)
 {
     if (atomic_fetch_sub(&t->refcount, 1) != 1)
         return;
+    /* The tape hangs off the tensors that require grad: their death frees it. */
+    if (t->autograd)
+        kiln__ad_free_meta(t);
     storage_release(t->storage);
     free(t);
 }

@@ -1,0 +1,274 @@
+/*
+ * engine/grad-elementwise.c — recording hooks and backward functions of the unary,
+ * binary and selection ops (where, masked_fill, tril, triu).
+ *
+ * Formulas follow PyTorch's derivatives: floor/ceil/round/sign have a zero gradient,
+ * clamp passes the gradient where lo <= x <= hi, maximum/minimum split it evenly on
+ * ties, pow's exponent gradient is zero where the base is 0 and the exponent is
+ * non-negative. Binary gradients are computed at the output's (broadcast) shape and
+ * summed back to each operand's shape; the engine casts them to the operand's dtype.
+ */
+#include <math.h>
+
+#include "autograd-impl.h"
+
+#define SQRT_2_OVER_PI 0.79788456080286535588
+#define TWO_OVER_SQRT_PI 1.12837916709551257390
+#define INV_SQRT_2PI 0.39894228040143267794
+
+/* 1 where pred holds, else 0, in t's dtype. */
+static kiln_tensor *as_mask(kiln_tensor *pred, const kiln_tensor *t)
+{
+    return kiln_cast(pred, t->dtype);
+}
+
+/* ------------------------------------------------------------------------- unary */
+
+static kiln_tensor *unary_derivative(kiln_unary_op op, kiln_tensor *x, kiln_tensor *y, double alpha,
+                                     double beta)
+{
+    kiln_tensor *zero = kiln__const_like(x, 0);
+    switch (op) {
+    case KILN_UNARY_ABS: return kiln_sign(x);
+    case KILN_UNARY_EXP: return y;
+    case KILN_UNARY_LOG: return kiln_reciprocal(x);
+    case KILN_UNARY_LOG1P: return kiln_reciprocal(kiln_add_scalar(x, 1));
+    case KILN_UNARY_EXPM1: return kiln_add_scalar(y, 1);
+    case KILN_UNARY_SQRT: return kiln_mul_scalar(kiln_reciprocal(y), 0.5);
+    case KILN_UNARY_RSQRT: return kiln_mul_scalar(kiln_pow_scalar(y, 3), -0.5);
+    case KILN_UNARY_SQUARE: return kiln_mul_scalar(x, 2);
+    case KILN_UNARY_RECIPROCAL: return kiln_neg(kiln_square(y));
+    case KILN_UNARY_SIN: return kiln_cos(x);
+    case KILN_UNARY_COS: return kiln_neg(kiln_sin(x));
+    case KILN_UNARY_TANH: return kiln_add_scalar(kiln_neg(kiln_square(y)), 1);
+    case KILN_UNARY_SIGMOID: return kiln_mul(y, kiln_add_scalar(kiln_neg(y), 1));
+    case KILN_UNARY_RELU: return as_mask(kiln_gt(x, zero), x);
+    case KILN_UNARY_LEAKY_RELU:
+        return kiln_where(kiln_gt(x, zero), kiln__const_like(x, 1), kiln__const_like(x, alpha));
+    case KILN_UNARY_ELU:
+        return kiln_where(kiln_gt(x, zero), kiln__const_like(x, 1), kiln_add_scalar(y, alpha));
+    case KILN_UNARY_GELU: {
+        /* Phi(x) + x phi(x) */
+        kiln_tensor *cdf = kiln_mul_scalar(kiln_add_scalar(kiln_erf(kiln_mul_scalar(x, M_SQRT1_2)), 1), 0.5);
+        kiln_tensor *pdf = kiln_mul_scalar(kiln_exp(kiln_mul_scalar(kiln_square(x), -0.5)), INV_SQRT_2PI);
+        return kiln_add(cdf, kiln_mul(x, pdf));
+    }
+    case KILN_UNARY_GELU_TANH: {
+        const double c = 0.044715;
+        kiln_tensor *x2 = kiln_square(x);
+        kiln_tensor *u = kiln_mul_scalar(kiln_mul(x, kiln_add_scalar(kiln_mul_scalar(x2, c), 1)), SQRT_2_OVER_PI);
+        kiln_tensor *t = kiln_tanh(u);
+        kiln_tensor *du = kiln_mul_scalar(kiln_add_scalar(kiln_mul_scalar(x2, 3 * c), 1), SQRT_2_OVER_PI);
+        kiln_tensor *left = kiln_mul_scalar(kiln_add_scalar(t, 1), 0.5);
+        kiln_tensor *sech2 = kiln_add_scalar(kiln_neg(kiln_square(t)), 1);
+        return kiln_add(left, kiln_mul(kiln_mul_scalar(x, 0.5), kiln_mul(sech2, du)));
+    }
+    case KILN_UNARY_SILU: {
+        kiln_tensor *s = kiln_sigmoid(x);
+        return kiln_mul(s, kiln_add_scalar(kiln_mul(x, kiln_add_scalar(kiln_neg(s), 1)), 1));
+    }
+    case KILN_UNARY_SOFTPLUS: {
+        /* linear above the threshold, sigmoid(beta x) below it */
+        kiln_tensor *bx = kiln_mul_scalar(x, alpha);
+        return kiln_where(kiln_gt(bx, kiln__const_like(x, beta)), kiln__const_like(x, 1), kiln_sigmoid(bx));
+    }
+    case KILN_UNARY_ERF:
+        return kiln_mul_scalar(kiln_exp(kiln_neg(kiln_square(x))), TWO_OVER_SQRT_PI);
+    case KILN_UNARY_CLAMP:
+        return as_mask(kiln_logical_and(kiln_ge(x, kiln__const_like(x, alpha)), kiln_le(x, kiln__const_like(x, beta))), x);
+    case KILN_UNARY_POW_SCALAR:
+        if (alpha == 0)
+            return kiln_zeros_like(x);
+        return kiln_mul_scalar(kiln_pow_scalar(x, alpha - 1), alpha);
+    default:
+        return NULL;
+    }
+}
+
+static int unary_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
+{
+    kiln_unary_op op = (kiln_unary_op)n->iv[0];
+    kiln_tensor *x = n->saved[0], *y = n->saved[1];
+    switch (op) {
+    case KILN_UNARY_NEG: gin[0] = kiln_neg(g); break;
+    case KILN_UNARY_SIGN: case KILN_UNARY_FLOOR: case KILN_UNARY_CEIL: case KILN_UNARY_ROUND:
+        gin[0] = kiln_zeros_like(g);
+        break;
+    case KILN_UNARY_ADD_SCALAR: gin[0] = g; break;
+    case KILN_UNARY_MUL_SCALAR: gin[0] = kiln_mul_scalar(g, n->dv[0]); break;
+    default:
+        gin[0] = kiln_mul(g, unary_derivative(op, x, y, n->dv[0], n->dv[1]));
+        break;
+    }
+    return gin[0] ? 0 : -1;
+}
+
+kiln_tensor *kiln__grad_unary(kiln_tensor *out, kiln_unary_op op, kiln_tensor *t, double alpha, double beta)
+{
+    bool failed;
+    kiln__node *n = kiln__ad_record(out, kiln__unary_name(op), unary_backward, 1, &t, &failed);
+    if (n) {
+        n->iv[0] = op;
+        n->dv[0] = alpha;
+        n->dv[1] = beta;
+        /* The input has the output's dtype for every recordable op (floating in, same
+         * floating out), so both can be saved as they are. */
+        failed = kiln__ad_save(n, 0, t) < 0 || kiln__ad_save(n, 1, out) < 0;
+        if (failed)
+            kiln__error_set("%s: out of memory saving for backward", kiln__unary_name(op));
+    }
+    return kiln__ad_fail(out, failed);
+}
+
+/* ------------------------------------------------------------------------ binary */
+
+static int binary_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
+{
+    kiln_binary_op op = (kiln_binary_op)n->iv[0];
+    kiln_tensor *a = n->saved[0], *b = n->saved[1], *y = n->saved[2];
+    kiln_tensor *ga = NULL, *gb = NULL;
+    bool na = kiln__ad_needs(n, 0), nb = kiln__ad_needs(n, 1);
+    switch (op) {
+    case KILN_BINARY_ADD:
+        ga = g;
+        gb = g;
+        break;
+    case KILN_BINARY_SUB:
+        ga = g;
+        gb = nb ? kiln_neg(g) : NULL;
+        break;
+    case KILN_BINARY_MUL:
+        ga = na ? kiln_mul(g, b) : NULL;
+        gb = nb ? kiln_mul(g, a) : NULL;
+        break;
+    case KILN_BINARY_DIV:
+        ga = na ? kiln_div(g, b) : NULL;
+        gb = nb ? kiln_neg(kiln_div(kiln_mul(g, y), b)) : NULL;
+        break;
+    case KILN_BINARY_REMAINDER:
+        ga = g;
+        gb = nb ? kiln_neg(kiln_mul(g, kiln_floor(kiln_div(a, b)))) : NULL;
+        break;
+    case KILN_BINARY_POW: {
+        kiln_tensor *zero = kiln__const_like(g, 0);
+        if (na) {
+            /* b * a^(b-1), taken as 0 where b == 0 */
+            kiln_tensor *d = kiln_mul(b, kiln_pow(a, kiln_add_scalar(b, -1)));
+            ga = kiln_mul(g, kiln_where(kiln_eq(b, zero), zero, d));
+        }
+        if (nb) {
+            /* y log a, taken as 0 where a == 0 and b >= 0 */
+            kiln_tensor *d = kiln_mul(y, kiln_log(a));
+            kiln_tensor *skip = kiln_logical_and(kiln_eq(a, zero), kiln_ge(b, zero));
+            gb = kiln_mul(g, kiln_where(skip, zero, d));
+        }
+        break;
+    }
+    case KILN_BINARY_MAXIMUM: case KILN_BINARY_MINIMUM: {
+        bool mx = op == KILN_BINARY_MAXIMUM;
+        kiln_tensor *half = kiln_mul_scalar(g, 0.5);
+        kiln_tensor *zero = kiln__const_like(g, 0);
+        kiln_tensor *tie = kiln_eq(a, b);
+        if (na) {
+            kiln_tensor *win = mx ? kiln_gt(a, b) : kiln_lt(a, b);
+            ga = kiln_where(tie, half, kiln_where(win, g, zero));
+        }
+        if (nb) {
+            kiln_tensor *win = mx ? kiln_gt(b, a) : kiln_lt(b, a);
+            gb = kiln_where(tie, half, kiln_where(win, g, zero));
+        }
+        break;
+    }
+    default:
+        return kiln__error_set("backward: op '%s' has no backward", n->name);
+    }
+    if (na) {
+        gin[0] = kiln__sum_to(ga, n->edges[0].ndim, n->edges[0].shape);
+        if (!gin[0])
+            return -1;
+    }
+    if (nb) {
+        gin[1] = kiln__sum_to(gb, n->edges[1].ndim, n->edges[1].shape);
+        if (!gin[1])
+            return -1;
+    }
+    return 0;
+}
+
+kiln_tensor *kiln__grad_binary(kiln_tensor *out, kiln_binary_op op, kiln_tensor *a, kiln_tensor *b)
+{
+    bool failed;
+    kiln_tensor *ins[2] = {a, b};
+    kiln__node *n = kiln__ad_record(out, kiln__binary_name(op), binary_backward, 2, ins, &failed);
+    if (n) {
+        n->iv[0] = op;
+        /* Operands are saved in the dtype the op computed in, so the backward's own
+         * arithmetic sees no mixed dtypes. */
+        kiln_tensor *ca = kiln__cast(a, out->dtype, n->name);
+        kiln_tensor *cb = ca ? kiln__cast(b, out->dtype, n->name) : NULL;
+        failed = !cb || kiln__ad_save(n, 0, ca) < 0 || kiln__ad_save(n, 1, cb) < 0 || kiln__ad_save(n, 2, out) < 0;
+        kiln_tensor_release(ca);
+        kiln_tensor_release(cb);
+    }
+    return kiln__ad_fail(out, failed);
+}
+
+/* ---------------------------------------------------------------------- selection */
+
+static int where_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
+{
+    kiln_tensor *cond = n->saved[0];
+    kiln_tensor *zero = kiln__const_like(g, 0);
+    for (int i = 1; i <= 2; i++) {
+        if (!kiln__ad_needs(n, i))
+            continue;
+        kiln_tensor *gi = i == 1 ? kiln_where(cond, g, zero) : kiln_where(cond, zero, g);
+        gin[i] = kiln__sum_to(gi, n->edges[i].ndim, n->edges[i].shape);
+        if (!gin[i])
+            return -1;
+    }
+    return 0;
+}
+
+kiln_tensor *kiln__grad_where(kiln_tensor *out, kiln_tensor *cond, kiln_tensor *a, kiln_tensor *b)
+{
+    bool failed;
+    kiln_tensor *ins[3] = {cond, a, b};
+    kiln__node *n = kiln__ad_record(out, "where", where_backward, 3, ins, &failed);
+    if (n)
+        failed = kiln__ad_save(n, 0, cond) < 0;
+    return kiln__ad_fail(out, failed);
+}
+
+static int masked_fill_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
+{
+    gin[0] = kiln_where(n->saved[0], kiln__const_like(g, 0), g);
+    return gin[0] ? 0 : -1;
+}
+
+kiln_tensor *kiln__grad_masked_fill(kiln_tensor *out, kiln_tensor *t, kiln_tensor *mask)
+{
+    bool failed;
+    kiln_tensor *ins[2] = {t, mask};
+    kiln__node *n = kiln__ad_record(out, "masked_fill", masked_fill_backward, 2, ins, &failed);
+    if (n)
+        failed = kiln__ad_save(n, 0, mask) < 0;
+    return kiln__ad_fail(out, failed);
+}
+
+static int tri_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
+{
+    gin[0] = n->iv[1] ? kiln_tril(g, n->iv[0]) : kiln_triu(g, n->iv[0]);
+    return gin[0] ? 0 : -1;
+}
+
+kiln_tensor *kiln__grad_tri(kiln_tensor *out, kiln_tensor *t, int64_t diagonal, bool lower)
+{
+    bool failed;
+    kiln__node *n = kiln__ad_record(out, lower ? "tril" : "triu", tri_backward, 1, &t, &failed);
+    if (n) {
+        n->iv[0] = diagonal;
+        n->iv[1] = lower;
+    }
+    return kiln__ad_fail(out, failed);
+}
