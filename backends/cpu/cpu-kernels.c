@@ -44,6 +44,7 @@
 
 /* ------------------------------------------------------------------ scalar forms */
 
+#if !USE_AVX2 /* the vector builds have their own gelu */
 static inline float s_gelu(float x)
 {
     double v = x;
@@ -56,6 +57,7 @@ static inline float s_gelu_tanh(float x)
     double u = 0.79788456080286535588 * (v + 0.044715 * v * v * v);
     return (float)(0.5 * v * (1.0 + tanh(u)));
 }
+#endif
 
 static inline float s_remainder(float a, float b)
 {
@@ -90,7 +92,9 @@ static inline float s_softplus(float x, float beta, float thr)
         }                                                                    \
     } while (0)
 
+#if !USE_AVX512
 static inline __m256 kv_silu(__m256 x) { return _mm256_mul_ps(x, kv_sigmoid(x)); }
+#endif
 #endif
 
 #if USE_AVX512
