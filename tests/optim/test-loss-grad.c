@@ -41,8 +41,48 @@ static void test_loss_gradients(void **state)
     assert_true(n >= 50);
 }
 
+/* kiln_optim_step reads kiln_grad(); clipping through the optimizer goes back into the
+ * gradients with kiln_set_grad. Both must equal the explicit-gradient path. */
+static void test_optim_autograd_path(void **state)
+{
+    (void)state;
+    kiln_generator gen = kiln_generator_make(3);
+    kiln_scope_begin();
+    kiln_tensor *x = kiln_rand_normal(dev, KILN_F32, KILN_SHAPE(8, 3), 0, 1, &gen);
+    kiln_tensor *y = kiln_rand_normal(dev, KILN_F32, KILN_SHAPE(8, 2), 0, 1, &gen);
+    kiln_tensor *w0 = kiln_rand_normal(dev, KILN_F32, KILN_SHAPE(2, 3), 0, 1, &gen);
+    kiln_tensor *wa = kiln_clone(w0), *wb = kiln_clone(w0);
+    assert_non_null(kiln_requires_grad(wa, true));
+    kiln_optim_config cfg = kiln_optim_config_default(KILN_OPTIM_ADAM);
+    cfg.lr = 0.1;
+    kiln_optim *oa = kiln_optim_create(&cfg, 1, &wa, NULL);
+    kiln_optim *ob = kiln_optim_create(&cfg, 1, &wb, NULL);
+    for (int s = 0; s < 5; s++) {
+        kiln_scope_begin();
+        kiln_tensor *loss = kiln_loss_mse(kiln_linear(x, wa, NULL), y, KILN_REDUCTION_MEAN);
+        assert_int_equal(kiln_backward(loss, NULL), 0);
+        kiln_tensor *g = kiln_clone(kiln_grad(wa));
+        double n1 = kiln_optim_clip_grad_norm(oa, 0.5, 2);
+        double n2 = kiln_grads_clip_norm(1, &g, 0.5, 2);
+        assert_true(n1 > 0 && fabs(n1 - n2) <= 1e-6 * n2);
+        expect_close(kiln_grad(wa), g, 1e-6, 1e-7, "clipped through the optimizer");
+        assert_int_equal(kiln_optim_step(oa), 1);
+        assert_int_equal(kiln_optim_step_grads(ob, &g), 1);
+        kiln_optim_zero_grad(oa);
+        assert_null(kiln_grad(wa));
+        expect_close(wa, wb, 1e-6, 1e-7, "kiln_optim_step");
+        kiln_scope_end();
+    }
+    assert_false(kiln_tensor_has_grad_fn(wa)); /* updates are not recorded */
+    kiln_optim_free(oa);
+    kiln_optim_free(ob);
+    kiln_requires_grad(wa, false);
+    kiln_scope_end();
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_loss_gradients),
+    cmocka_unit_test(test_optim_autograd_path),
 };
 
 FIXTURE_MAIN(tests)

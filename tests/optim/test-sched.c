@@ -83,6 +83,7 @@ static void test_schedulers_match_pytorch(void **state)
         kiln_sched *s = kiln_sched_create(&cfg, opt);
         if (!s)
             fail_msg("%s: %s", name, kiln_error());
+        kiln_scope_begin(); /* holds the fixture tensors */
         double *lr = host_f64(ref_tensor("sched.%s.lr", name));
         bool mom = jnum(c, "momentum", 0) != 0;
         double *m = mom ? host_f64(ref_tensor("sched.%s.momentum", name)) : NULL;
@@ -93,6 +94,7 @@ static void test_schedulers_match_pytorch(void **state)
                 check_value(name, "momentum", t, kiln_optim_get_config(opt).momentum, m[t]);
             kiln_sched_step(s);
         }
+        kiln_scope_end();
         free(lr);
         free(m);
         kiln_sched_free(s);
