@@ -355,8 +355,12 @@ static kiln__pk_value *pk_collect(pk_state *s, kiln__pk_kind kind, size_t from)
 
 static int pk_memo_put(pk_state *s, uint64_t idx)
 {
-    if (idx >= s->lim.max_memo)
-        return pk_fail(s, "memo index %" PRIu64 " exceeds the limit of %zu", idx, s->lim.max_memo);
+    /* A pickler numbers memo slots 0, 1, 2, ... one per distinct object, so an index past
+     * the number of values made so far is malformed; refusing it keeps the memo's size
+     * proportional to the input instead of to a number the file picks. */
+    if (idx >= s->lim.max_memo || idx > s->nobjects)
+        return pk_fail(s, "memo index %" PRIu64 " is beyond the %zu values made so far (limit %zu)", idx,
+                       s->nobjects, s->lim.max_memo);
     kiln__pk_value *top = pk_top(s);
     if (!top)
         return -1;

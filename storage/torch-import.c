@@ -438,12 +438,10 @@ static int pt_rules_compile(kiln_torch_file *pt, const kiln_torch_options *o, pt
     return 0;
 }
 
-static const pt_list *pt_sort_list; /* qsort has no context argument; only used under pt_sort_lock */
-static pthread_mutex_t pt_sort_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static int pt_cmp_order(const void *a, const void *b)
+static int pt_cmp_order(const void *a, const void *b, void *list)
 {
-    return strcmp(pt_sort_list->e[*(const int *)a].name, pt_sort_list->e[*(const int *)b].name);
+    const pt_list *l = list;
+    return strcmp(l->e[*(const int *)a].name, l->e[*(const int *)b].name);
 }
 
 /* Skip, then rename. Names are computed for every entry first and the list compacted
@@ -494,11 +492,7 @@ static int pt_index(kiln_torch_file *pt, pt_list *l, const char *kind)
         return kiln__error_set("torch %s: out of memory", pt->label);
     for (int i = 0; i < l->n; i++)
         l->order[i] = i;
-    pthread_mutex_lock(&pt_sort_lock);
-    pt_sort_list = l;
-    qsort(l->order, (size_t)l->n, sizeof *l->order, pt_cmp_order);
-    pt_sort_list = NULL;
-    pthread_mutex_unlock(&pt_sort_lock);
+    qsort_r(l->order, (size_t)l->n, sizeof *l->order, pt_cmp_order, l);
     for (int i = 1; i < l->n; i++) {
         const pt_entry *x = &l->e[l->order[i - 1]], *y = &l->e[l->order[i]];
         if (strcmp(x->name, y->name) == 0)

@@ -255,6 +255,7 @@ static void test_pickle_hostile(void **state)
     REJECT(".", "stack underflow");
     REJECT("(.", "stack underflow"); /* a MARK hides what is below it */
     REJECT("h\x05.", "memo index 5 was never stored");
+    REJECT("Nr\xff\xff\x3f\x00.", "is beyond the 1 values made so far");
     REJECT("X\xff\xff\xff\x7f", "exceeds");
     REJECT("X\x10\x00\x00\x00" "abc", "truncated");
     REJECT("\x8a\x09" "123456789.", "does not fit 64 bits");
