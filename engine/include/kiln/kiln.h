@@ -11,6 +11,8 @@
 #include "kiln/tensor.h"
 #include "kiln/autodiff.h"
 #include "kiln/nn.h"
+#include "kiln/loss.h"
+#include "kiln/optim.h"
 #include "kiln/record.h"
 
 #ifdef __cplusplus
