@@ -303,11 +303,13 @@ static kiln_tensor *own_copy(kiln_tensor *g)
     return kiln__copy_as(g, g->dtype, "backward");
 }
 
-/* slot += g (out of place); g is borrowed. */
-static int accumulate(kiln_tensor **slot, kiln_tensor *g)
+/* slot += g (out of place); g is borrowed. A gradient that ends up in a .grad (keep)
+ * must not alias anything else; one in flight between nodes may, since no op writes in
+ * place, and sharing it saves a copy per view op on the way. */
+static int accumulate(kiln_tensor **slot, kiln_tensor *g, bool keep)
 {
     if (!*slot) {
-        *slot = own_copy(g);
+        *slot = keep ? own_copy(g) : kiln_tensor_retain(g);
         return *slot ? 0 : -1;
     }
     kiln_tensor *s = kiln__binary(KILN_BINARY_ADD, *slot, g);
@@ -331,7 +333,7 @@ static bool same_shape(int an, const int64_t *as, int bn, const int64_t *bs)
 /* Run one node's backward and route its input gradients. */
 static int run_node(kiln__node *n, kiln_tensor *gout, bool retain_graph, nodevec *ready)
 {
-    if (n->retain_meta && accumulate(&n->retain_meta->grad, gout) < 0)
+    if (n->retain_meta && accumulate(&n->retain_meta->grad, gout, true) < 0)
         return -1;
     if (n->freed)
         return kiln__error_set("backward: the graph behind %s was already freed by an earlier backward; "
@@ -376,9 +378,9 @@ static int run_node(kiln__node *n, kiln_tensor *gout, bool retain_graph, nodevec
             }
         }
         if (e->node)
-            rc = accumulate(&e->node->acc, g);
+            rc = accumulate(&e->node->acc, g, false);
         else if (e->leaf && e->leaf->autograd)
-            rc = accumulate(&meta_of(e->leaf)->grad, g);
+            rc = accumulate(&meta_of(e->leaf)->grad, g, true);
     }
     for (int i = 0; i < n->nin; i++)
         kiln_tensor_release(gin[i]);
@@ -501,7 +503,7 @@ int kiln_backward_retain(kiln_tensor *output, kiln_tensor *grad_output, bool ret
     kiln__meta *m = meta_of(output);
     int rc;
     if (!m->node) {
-        rc = accumulate(&m->grad, g0);
+        rc = accumulate(&m->grad, g0, true);
         kiln_tensor_release(g0);
     } else {
         rc = backward_pass(m->node, g0, retain_graph);
