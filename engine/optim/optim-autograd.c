@@ -1,13 +1,15 @@
 /*
- * engine/optim/optim-autograd.c — the optimizer entry points that read and write the
- * parameters' autodiff gradients (kiln_grad / kiln_set_grad / kiln_zero_grad). The
+ * engine/optim/optim-autograd.c — the optimizer entry points tied to other engine
+ * areas: those that read and write the parameters' autodiff gradients (kiln_grad /
+ * kiln_set_grad / kiln_zero_grad), and the constructor from an nn module tree. The
  * arithmetic lives in optim.c and clip.c, which take gradients explicitly; this file
- * only fetches them.
+ * only fetches them, so optim.c stays usable with any parameter list.
  */
 #include <stdlib.h>
 
 #include "error-impl.h"
 #include "kiln/autodiff.h"
+#include "kiln/nn.h"
 #include "optim-impl.h"
 #include "tensor-impl.h"
 
@@ -80,4 +82,34 @@ double kiln_optim_clip_grad_norm(kiln_optim *opt, double max_norm, double norm_t
 int kiln_optim_clip_grad_value(kiln_optim *opt, double clip)
 {
     return clip_and_set(opt, false, clip, 0, NULL);
+}
+
+kiln_optim *kiln_optim_create_module(const kiln_optim_config *cfg, kiln_module *m)
+{
+    if (!m) {
+        kiln__error_set("optim_create: module is NULL");
+        return NULL;
+    }
+    int n = kiln_module_parameters(m, NULL, 0);
+    if (n < 0)
+        return NULL;
+    kiln_named_tensor *nt = calloc(n ? (size_t)n : 1, sizeof *nt);
+    kiln_tensor **ps = calloc(n ? (size_t)n : 1, sizeof *ps);
+    const char **names = calloc(n ? (size_t)n : 1, sizeof *names);
+    kiln_optim *opt = NULL;
+    if (!nt || !ps || !names) {
+        kiln__error_set("optim_create: out of memory");
+    } else if (kiln_module_parameters(m, nt, n) == n) {
+        for (int i = 0; i < n; i++) {
+            ps[i] = nt[i].tensor;
+            names[i] = nt[i].name;
+        }
+        opt = kiln_optim_create(cfg, n, ps, names); /* copies the names */
+    } else {
+        kiln__error_set("optim_create: the module's parameter list changed while being read");
+    }
+    free(nt);
+    free(ps);
+    free(names);
+    return opt;
 }

@@ -4,6 +4,7 @@
  * torch.autograd's: backward of the sum of the loss (so reduction none is covered too).
  */
 #include "kiln/autodiff.h"
+#include "kiln/nn.h"
 #include "loss-cases.h"
 
 #define RTOL 1e-4
@@ -80,7 +81,30 @@ static void test_optim_autograd_path(void **state)
     kiln_scope_end();
 }
 
+/* The constructor from an nn module takes its parameters under their dotted names. */
+static void test_optim_from_module(void **state)
+{
+    (void)state;
+    kiln_generator gen = kiln_generator_make(5);
+    kiln_linear_config lc = kiln_linear_config_default();
+    lc.in_features = 3;
+    lc.out_features = 2;
+    kiln_module *fc = kiln_linear_init(&lc, dev, &gen);
+    assert_non_null(fc);
+    kiln_optim_config cfg = kiln_optim_config_default(KILN_OPTIM_SGD);
+    kiln_optim *opt = kiln_optim_create_module(&cfg, fc);
+    if (!opt)
+        fail_msg("%s", kiln_error());
+    assert_int_equal(kiln_optim_param_count(opt), 2);
+    assert_string_equal(kiln_optim_param_name(opt, 0), "weight");
+    assert_string_equal(kiln_optim_param_name(opt, 1), "bias");
+    kiln_optim_free(opt);
+    kiln_module_free(fc);
+    assert_null(kiln_optim_create_module(&cfg, NULL));
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_optim_from_module),
     cmocka_unit_test(test_loss_gradients),
     cmocka_unit_test(test_optim_autograd_path),
 };

@@ -99,6 +99,12 @@ typedef struct kiln_optim kiln_optim;
  */
 kiln_optim *kiln_optim_create(const kiln_optim_config *cfg, int n, kiln_tensor *const *params,
                               const char *const *names);
+typedef struct kiln_module kiln_module; /* kiln/nn.h */
+/** An optimizer over every parameter of a module tree (kiln_module_parameters: frozen
+ *  ones included, as model.parameters(); they get no gradient and are skipped), keyed
+ *  by their dotted names. The optimizer holds the tensors listed now: create it after
+ *  any kiln_module_to_device or other map that replaces them. */
+kiln_optim *kiln_optim_create_module(const kiln_optim_config *cfg, kiln_module *m);
 void kiln_optim_free(kiln_optim *opt);
 
 /**
