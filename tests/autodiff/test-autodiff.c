@@ -176,9 +176,15 @@ static void test_retain_graph(void **state)
     (void)state;
     kiln_scope_begin();
     kiln_tensor *x = kiln_requires_grad(vec(2, (double[]){1, 2}), true);
-    kiln_tensor *loss = kiln_sum(kiln_exp(kiln_mul(x, x)), KILN_ALL_DIMS, false);
+    kiln_tensor *e = kiln_exp(kiln_mul(x, x));
+    kiln_tensor *loss = kiln_sum(e, KILN_ALL_DIMS, false);
+    kiln__node *en = ((kiln__meta *)e->autograd)->node;
     assert_int_equal(kiln_backward_retain(loss, NULL, true), 0);
+    assert_non_null(en->saved[0]);       /* kept for the next pass */
     assert_int_equal(kiln_backward_retain(loss, NULL, false), 0);
+    assert_null(en->saved[0]);           /* released as soon as the node ran */
+    assert_null(en->saved[1]);
+    assert_true(en->freed);
     EXPECT(kiln_grad(x), 2 * 2 * exp(1), 2 * 4 * exp(4));
     /* the graph was freed by the second pass */
     assert_int_not_equal(kiln_backward(loss, NULL), 0);
