@@ -240,9 +240,25 @@ static void dconv_tiles(void *argp, int64_t b, int64_t e)
     const dconv *d = argp;
     float tile[DT_O * DT_Q] __attribute__((aligned(64)));
     int64_t nq_all = d->OH * d->Wp;
+    /* the runs of a tile that are real outputs (grid columns below OW), found once per
+     * tile and reused for its 8 channels: [offset in tile, offset in plane, length] */
+    int64_t seg[DT_Q][3];
     for (int64_t t = b; t < e; t++) {
         int64_t n = t / d->ntile, q0 = (t % d->ntile) * DT_Q;
         int nq = (int)(nq_all - q0 < DT_Q ? nq_all - q0 : DT_Q);
+        int nseg = 0;
+        for (int64_t q = q0, qe = q0 + nq; q < qe;) {
+            int64_t oh = q / d->Wp, ow = q - oh * d->Wp;
+            int64_t run = d->Wp - ow < qe - q ? d->Wp - ow : qe - q;
+            int64_t valid = ow < d->OW ? (d->OW - ow < run ? d->OW - ow : run) : 0;
+            if (valid > 0) {
+                seg[nseg][0] = q - q0;
+                seg[nseg][1] = oh * d->OW + ow;
+                seg[nseg][2] = valid;
+                nseg++;
+            }
+            q += run;
+        }
         const float *xq = d->xp + n * d->Ci * d->cs + q0;
         for (int64_t ob = 0; ob < d->nob; ob++) {
             d->k->conv_tile_f32(tile, xq, d->cs, d->Ci, d->offs, d->nk, d->wpack + ob * d->Ci * d->nk * DT_O, nq);
@@ -252,17 +268,11 @@ static void dconv_tiles(void *argp, int64_t b, int64_t e)
                 float bv = d->bias ? d->bias[o] : 0.0f;
                 float *plane = d->out + (n * d->Co + o) * d->OH * d->OW;
                 const float *src = tile + j * DT_Q;
-                /* copy the row segments of the grid that are real outputs */
-                int64_t q = q0, qe = q0 + nq;
-                while (q < qe) {
-                    int64_t oh = q / d->Wp, ow = q - oh * d->Wp;
-                    int64_t run = d->Wp - ow < qe - q ? d->Wp - ow : qe - q;
-                    int64_t valid = ow < d->OW ? (d->OW - ow < run ? d->OW - ow : run) : 0;
-                    float *dst = plane + oh * d->OW + ow;
-                    const float *s2 = src + (q - q0);
-                    for (int64_t i = 0; i < valid; i++)
+                for (int s = 0; s < nseg; s++) {
+                    float *restrict dst = plane + seg[s][1];
+                    const float *restrict s2 = src + seg[s][0];
+                    for (int64_t i = 0; i < seg[s][2]; i++)
                         dst[i] = s2[i] + bv;
-                    q += run;
                 }
             }
         }
@@ -428,17 +438,30 @@ int kiln__cpu_conv_backward_input(void *vctx, const kiln_conv_params *p, const k
     ops[1].p = kiln__cpu_materialize(ctx, w, ct, &ops[1].h);
     out_buffer(ctx, grad_x, ct, &ops[2]);
     int64_t rows = g.Cg * g.ksz;
-    if (!g.direct)
+    bool tiled = dconv_ok(ctx, &g, dbl) && g.pad[1] <= g.dil[1] * (g.k[1] - 1) &&
+                 g.pad[2] <= g.dil[2] * (g.k[2] - 1);
+    bool need_col = !g.direct && !tiled;
+    if (need_col)
         ops[3].p = kiln__cpu_scratch_get(ctx, (size_t)(rows * g.osz) * es, &ops[3].h);
-    if (!ops[0].p || !ops[1].p || !ops[2].p || (!g.direct && !ops[3].p)) {
+    if (!ops[0].p || !ops[1].p || !ops[2].p || (need_col && !ops[3].p)) {
         release(ctx, ops, 4);
         return kiln__cpu_enomem("conv_backward_input");
     }
     char *gop = ops[0].p, *wp = ops[1].p, *gx = ops[2].p, *col = ops[3].p;
     size_t gx_bytes = (size_t)(g.N * g.C * g.isz) * es;
-    if (!g.direct || g.Og == 0 || g.osz == 0)
+    if (tiled) {
+        /* stride 1: the input gradient is the output gradient padded by dil·(k-1) - pad,
+         * convolved with the kernel flipped in space and with in/out channels swapped */
+        int64_t ph = g.dil[1] * (g.k[1] - 1) - g.pad[1], pw = g.dil[2] * (g.k[2] - 1) - g.pad[2];
+        const float *wflip = (const float *)wp + (g.k[1] - 1) * g.k[2] + (g.k[2] - 1);
+        if (!dconv_run(ctx, g.N, g.O, g.C, g.out[1], g.out[2], ph, pw, g.k[1], g.k[2], g.dil[1], g.dil[2],
+                       (const float *)gop, wflip, g.ksz, g.C * g.ksz, -g.k[2], -1, NULL, (float *)gx)) {
+            release(ctx, ops, 4);
+            return kiln__cpu_enomem("conv_backward_input");
+        }
+    } else if (!g.direct || g.Og == 0 || g.osz == 0)
         memset(gx, 0, gx_bytes);
-    if (g.Og > 0 && g.osz > 0 && rows > 0) {
+    if (!tiled && g.Og > 0 && g.osz > 0 && rows > 0) {
         for (int64_t n = 0; n < g.N; n++) {
             for (int64_t gi = 0; gi < g.G; gi++) {
                 char *img = gx + ((n * g.C + gi * g.Cg) * g.isz) * (int64_t)es;
