@@ -14,6 +14,7 @@
 #include "kiln/loss.h"
 #include "kiln/optim.h"
 #include "kiln/record.h"
+#include "kiln/repository.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,0 +1,115 @@
+/*
+ * kiln/repository.h — the model repository: <data_dir>/models/<name>/<version>/.
+ *
+ *     kiln_repository *repo = kiln_repository_open("var/models");
+ *     for (int i = 0; i < kiln_repository_count(repo); i++) {
+ *         const kiln_model_info *m = kiln_repository_model(repo, i);
+ *         if (!m->valid) { log("%s: %s", m->name, m->why); continue; }
+ *         for (int v = 0; v < m->nversions; v++)
+ *             if (m->versions[v].served) load(m->versions[v].path, &m->versions[v].config);
+ *     }
+ *     int64_t v;
+ *     kiln_repository_add_version(repo, "resnet", "/incoming/resnet", 0, &v); // next version
+ *     kiln_repository_close(repo);
+ *
+ * Layout: a folder per model (name: [A-Za-z0-9_.-], at most 128 characters, no leading dot,
+ * no ".."), in it a folder per version (a positive integer without leading zeros) holding
+ * model.kiln (a kiln record; its config is the model's JSON spec) or model.onnx, and
+ * config.json. A config.json directly in the model folder applies to every version that
+ * has none of its own. docs/storage.md has the config.json reference.
+ *
+ * Scanning never stops at a bad model: each model and version says whether it is valid
+ * and why not. Every path is resolved with realpath and must stay under the repository
+ * root, so a symlink cannot lead outside it. Adding a version copies the files into a
+ * temporary folder, validates it, fsyncs and renames it into place.
+ */
+#ifndef KILN_REPOSITORY_H
+#define KILN_REPOSITORY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kiln/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_MODEL_NAME_MAX 128
+
+/** One input or output: name, KServe datatype ("FP32", "INT64", ...), shape (-1 = dynamic). */
+typedef struct kiln_model_tensor_spec {
+    char *name;
+    char *datatype;
+    int ndim;
+    int64_t shape[KILN_MAX_DIMS];
+} kiln_model_tensor_spec;
+
+typedef enum kiln_version_policy {
+    KILN_VERSION_LATEST = 0, /* the latest_n highest valid versions (default 1) */
+    KILN_VERSION_ALL,
+    KILN_VERSION_SPECIFIC,   /* the listed versions that are valid */
+} kiln_version_policy;
+
+typedef struct kiln_model_config {
+    int ninputs, noutputs;
+    kiln_model_tensor_spec *inputs, *outputs;
+    int max_batch_size;               /* 0: the model does not batch */
+    int64_t max_queue_delay_us;       /* dynamic batching: longest wait to fill a batch */
+    int npreferred;
+    int64_t preferred_batch_sizes[16];
+    char *device;                     /* "cpu" by default */
+    int instance_count;               /* >= 1 */
+    kiln_version_policy policy;
+    int latest_n;
+    int nspecific;
+    int64_t *specific;
+} kiln_model_config;
+
+typedef struct kiln_model_version {
+    int64_t version;
+    char *path;           /* resolved folder */
+    const char *format;   /* "kiln" or "onnx"; NULL when invalid */
+    bool valid;
+    char *why;            /* reason when not valid */
+    bool served;          /* chosen by the version policy */
+    kiln_model_config config;
+} kiln_model_version;
+
+typedef struct kiln_model_info {
+    char *name;
+    char *path;
+    bool valid;           /* at least one valid version and a valid policy */
+    char *why;
+    kiln_version_policy policy;
+    int nversions;        /* every version folder found, ascending */
+    kiln_model_version *versions;
+} kiln_model_info;
+
+typedef struct kiln_repository kiln_repository;
+
+/** Open (creating the folder when missing) and scan. NULL plus kiln_error() on failure. */
+kiln_repository *kiln_repository_open(const char *root);
+void kiln_repository_close(kiln_repository *repo);
+/** Re-read the folder. 0, or negative when the root itself cannot be read. */
+int kiln_repository_scan(kiln_repository *repo);
+int kiln_repository_count(const kiln_repository *repo);
+/** Models in name order; valid until the next scan, add or remove. */
+const kiln_model_info *kiln_repository_model(const kiln_repository *repo, int i);
+const kiln_model_info *kiln_repository_find(const kiln_repository *repo, const char *name);
+/** True for a name that may come from outside ([A-Za-z0-9_.-], no leading dot, no ".."). */
+bool kiln_repository_name_valid(const char *name);
+/**
+ * Copy the regular files of src_dir into a new version of name (version 0: one above the
+ * highest present), atomically. *out_version (may be NULL) receives it. The new version
+ * must validate. 0, or a negative code plus kiln_error(); nothing is left on failure.
+ */
+int kiln_repository_add_version(kiln_repository *repo, const char *name, const char *src_dir, int64_t version,
+                                int64_t *out_version);
+/** Remove one version (renamed out of sight first, then deleted). 0 or negative. */
+int kiln_repository_remove_version(kiln_repository *repo, const char *name, int64_t version);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_REPOSITORY_H */

@@ -1,0 +1,663 @@
+/*
+ * storage/repository.c — the model repository: scanning, validating, versions in and out.
+ *
+ * Everything here treats the folder as untrusted: names are checked before they are joined
+ * into paths, every folder and model file is resolved with realpath and must stay under the
+ * resolved root (a symlink may point inside the repository, never outside), and a broken
+ * model is recorded with its reason instead of ending the scan. Adding a version writes a
+ * .tmp-add-* folder, validates it as a version, fsyncs it and renames it into place, so a
+ * reader never sees half a version.
+ */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "error-impl.h"
+#include "kiln/record.h"
+#include "kiln/repository.h"
+#include "storage-impl.h"
+
+#define CONFIG_MAX (1u << 20)
+
+struct kiln_repository {
+    char *root; /* resolved */
+    int count;
+    kiln_model_info *models;
+};
+
+static const char *const datatypes[] = {"BOOL", "UINT8", "INT32", "INT64", "FP16", "BF16", "FP32", "FP64"};
+
+bool kiln_repository_name_valid(const char *name)
+{
+    size_t len = name ? strlen(name) : 0;
+    if (len == 0 || len > KILN_MODEL_NAME_MAX || name[0] == '.' || strstr(name, ".."))
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+              c == '-'))
+            return false;
+    }
+    return true;
+}
+
+/* A version folder name: a positive integer, no sign, no leading zero, at most 18 digits. */
+static int64_t parse_version(const char *s)
+{
+    size_t len = strlen(s);
+    if (len == 0 || len > 18 || s[0] == '0')
+        return -1;
+    int64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v;
+}
+
+static char *join(const char *a, const char *b)
+{
+    size_t len = strlen(a) + strlen(b) + 2;
+    char *p = malloc(len);
+    if (p)
+        snprintf(p, len, "%s/%s", a, b);
+    return p;
+}
+
+/* realpath(path) when it lies under root (or is root); NULL otherwise, with why set. */
+static char *confined(const kiln_repository *repo, const char *path, const char **why)
+{
+    char *real = realpath(path, NULL);
+    if (!real) {
+        *why = "cannot be resolved";
+        return NULL;
+    }
+    size_t rl = strlen(repo->root);
+    if (strncmp(real, repo->root, rl) != 0 || (real[rl] != '/' && real[rl] != '\0')) {
+        free(real);
+        *why = "resolves outside the repository (symlink escape)";
+        return NULL;
+    }
+    return real;
+}
+
+static void config_free(kiln_model_config *c)
+{
+    for (int i = 0; i < c->ninputs; i++) {
+        free(c->inputs[i].name);
+        free(c->inputs[i].datatype);
+    }
+    for (int i = 0; i < c->noutputs; i++) {
+        free(c->outputs[i].name);
+        free(c->outputs[i].datatype);
+    }
+    free(c->inputs);
+    free(c->outputs);
+    free(c->device);
+    free(c->specific);
+    memset(c, 0, sizeof *c);
+}
+
+static bool json_int(const cJSON *j, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (!cJSON_IsNumber(j) || j->valuedouble != (double)(int64_t)j->valuedouble || j->valuedouble < (double)lo ||
+        j->valuedouble > (double)hi)
+        return false;
+    *out = (int64_t)j->valuedouble;
+    return true;
+}
+
+static int parse_tensors(const cJSON *arr, const char *key, kiln_model_tensor_spec **out, int *n, char *why,
+                         size_t wl)
+{
+    if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) == 0)
+        return snprintf(why, wl, "config.json: '%s' must be a non-empty array", key), -1;
+    int count = cJSON_GetArraySize(arr);
+    *out = calloc((size_t)count, sizeof **out);
+    if (!*out)
+        return snprintf(why, wl, "out of memory"), -1;
+    *n = count;
+    for (int i = 0; i < count; i++) {
+        const cJSON *t = cJSON_GetArrayItem(arr, i);
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "datatype");
+        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
+        if (!cJSON_IsString(name) || !name->valuestring[0] || !cJSON_IsString(dt) || !cJSON_IsArray(shape) ||
+            cJSON_GetArraySize(shape) > KILN_MAX_DIMS)
+            return snprintf(why, wl, "config.json: %s[%d] needs a name, a datatype and a shape of at most %d dims",
+                            key, i, KILN_MAX_DIMS), -1;
+        bool known = false;
+        for (size_t k = 0; k < sizeof datatypes / sizeof datatypes[0]; k++)
+            known |= strcmp(dt->valuestring, datatypes[k]) == 0;
+        if (!known)
+            return snprintf(why, wl, "config.json: %s '%.64s' has unknown datatype '%.16s'", key,
+                            name->valuestring, dt->valuestring), -1;
+        kiln_model_tensor_spec *s = &(*out)[i];
+        s->ndim = cJSON_GetArraySize(shape);
+        for (int d = 0; d < s->ndim; d++)
+            if (!json_int(cJSON_GetArrayItem(shape, d), -1, INT64_C(1) << 40, &s->shape[d]) || s->shape[d] == 0)
+                return snprintf(why, wl, "config.json: %s '%.64s' shape[%d] must be -1 or positive", key,
+                                name->valuestring, d), -1;
+        s->name = strdup(name->valuestring);
+        s->datatype = strdup(dt->valuestring);
+        if (!s->name || !s->datatype)
+            return snprintf(why, wl, "out of memory"), -1;
+    }
+    return 0;
+}
+
+/* Parse and check config.json text into c; why receives the reason on failure. */
+static int parse_config(const char *text, kiln_model_config *c, char *why, size_t wl)
+{
+    memset(c, 0, sizeof *c);
+    cJSON *j = cJSON_Parse(text);
+    int rc = -1;
+    int64_t v;
+    if (!cJSON_IsObject(j)) {
+        snprintf(why, wl, "config.json: not a JSON object");
+        goto out;
+    }
+    if (parse_tensors(cJSON_GetObjectItemCaseSensitive(j, "inputs"), "inputs", &c->inputs, &c->ninputs, why, wl) ||
+        parse_tensors(cJSON_GetObjectItemCaseSensitive(j, "outputs"), "outputs", &c->outputs, &c->noutputs, why, wl))
+        goto out;
+    const cJSON *mb = cJSON_GetObjectItemCaseSensitive(j, "max_batch_size");
+    if (mb && !json_int(mb, 0, 1 << 20, &v)) {
+        snprintf(why, wl, "config.json: max_batch_size must be an integer >= 0");
+        goto out;
+    }
+    c->max_batch_size = mb ? (int)v : 0;
+    const cJSON *db = cJSON_GetObjectItemCaseSensitive(j, "dynamic_batching");
+    if (db) {
+        const cJSON *delay = cJSON_GetObjectItemCaseSensitive(db, "max_queue_delay_us");
+        const cJSON *pref = cJSON_GetObjectItemCaseSensitive(db, "preferred_batch_sizes");
+        if (!cJSON_IsObject(db) || (delay && !json_int(delay, 0, INT64_C(3600000000), &c->max_queue_delay_us)) ||
+            (pref && (!cJSON_IsArray(pref) || cJSON_GetArraySize(pref) > 16))) {
+            snprintf(why, wl, "config.json: dynamic_batching needs max_queue_delay_us >= 0 and at most 16 "
+                              "preferred_batch_sizes");
+            goto out;
+        }
+        for (int i = 0; pref && i < cJSON_GetArraySize(pref); i++) {
+            if (!json_int(cJSON_GetArrayItem(pref, i), 1, c->max_batch_size, &c->preferred_batch_sizes[i])) {
+                snprintf(why, wl, "config.json: preferred batch size %d must be within 1..max_batch_size (%d)", i,
+                         c->max_batch_size);
+                goto out;
+            }
+            c->npreferred++;
+        }
+    }
+    const cJSON *dev = cJSON_GetObjectItemCaseSensitive(j, "device");
+    if (dev && (!cJSON_IsString(dev) || !dev->valuestring[0])) {
+        snprintf(why, wl, "config.json: device must be a string such as \"cpu\" or \"cuda:0\"");
+        goto out;
+    }
+    c->device = strdup(dev ? dev->valuestring : "cpu");
+    const cJSON *ic = cJSON_GetObjectItemCaseSensitive(j, "instance_count");
+    if (ic && !json_int(ic, 1, 1024, &v)) {
+        snprintf(why, wl, "config.json: instance_count must be within 1..1024");
+        goto out;
+    }
+    c->instance_count = ic ? (int)v : 1;
+    c->policy = KILN_VERSION_LATEST;
+    c->latest_n = 1;
+    const cJSON *vp = cJSON_GetObjectItemCaseSensitive(j, "version_policy");
+    if (vp) {
+        const cJSON *latest = cJSON_GetObjectItemCaseSensitive(vp, "latest");
+        const cJSON *all = cJSON_GetObjectItemCaseSensitive(vp, "all");
+        const cJSON *spec = cJSON_GetObjectItemCaseSensitive(vp, "specific");
+        if (latest && json_int(cJSON_GetObjectItemCaseSensitive(latest, "num_versions"), 1, 1 << 20, &v)) {
+            c->latest_n = (int)v;
+        } else if (all) {
+            c->policy = KILN_VERSION_ALL;
+        } else if (spec && cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(spec, "versions"))) {
+            const cJSON *vs = cJSON_GetObjectItemCaseSensitive(spec, "versions");
+            c->policy = KILN_VERSION_SPECIFIC;
+            c->nspecific = cJSON_GetArraySize(vs);
+            c->specific = calloc((size_t)c->nspecific + 1, sizeof *c->specific);
+            for (int i = 0; c->specific && i < c->nspecific; i++)
+                if (!json_int(cJSON_GetArrayItem(vs, i), 1, INT64_MAX / 2, &c->specific[i])) {
+                    snprintf(why, wl, "config.json: specific versions must be positive integers");
+                    goto out;
+                }
+        } else {
+            snprintf(why, wl, "config.json: version_policy must be {\"latest\": {\"num_versions\": N}}, "
+                              "{\"all\": {}} or {\"specific\": {\"versions\": [...]}}");
+            goto out;
+        }
+    }
+    rc = c->device ? 0 : (snprintf(why, wl, "out of memory"), -1);
+out:
+    cJSON_Delete(j);
+    if (rc != 0)
+        config_free(c);
+    return rc;
+}
+
+/* Validate one version folder (real path already confined); fills v. */
+static void check_version(const kiln_repository *repo, kiln_model_version *v, const char *model_config)
+{
+    char why[512] = "";
+    const char *cwhy = NULL;
+    char *kiln_path = join(v->path, "model.kiln"), *onnx_path = join(v->path, "model.onnx");
+    char *cfg_path = join(v->path, "config.json");
+    struct stat sb;
+    char *real = NULL, *text = NULL;
+    if (!kiln_path || !onnx_path || !cfg_path) {
+        snprintf(why, sizeof why, "out of memory");
+    } else if (lstat(kiln_path, &sb) == 0) {
+        if (!(real = confined(repo, kiln_path, &cwhy)))
+            snprintf(why, sizeof why, "model.kiln %s", cwhy);
+        else {
+            kiln_record *rec = kiln_record_open(real);
+            if (!rec)
+                snprintf(why, sizeof why, "model.kiln: %s", kiln_error());
+            kiln_record_close(rec);
+            v->format = "kiln";
+        }
+    } else if (lstat(onnx_path, &sb) == 0) {
+        if (!(real = confined(repo, onnx_path, &cwhy)))
+            snprintf(why, sizeof why, "model.onnx %s", cwhy);
+        else if (stat(real, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size == 0)
+            snprintf(why, sizeof why, "model.onnx is empty or not a regular file");
+        v->format = "onnx";
+    } else {
+        snprintf(why, sizeof why, "no model.kiln or model.onnx");
+    }
+    free(real);
+    real = NULL;
+    if (!why[0]) {
+        if (lstat(cfg_path, &sb) == 0) {
+            if (!(real = confined(repo, cfg_path, &cwhy)))
+                snprintf(why, sizeof why, "config.json %s", cwhy);
+            else if (kiln__read_file(real, CONFIG_MAX, &text, NULL) != 0)
+                snprintf(why, sizeof why, "config.json: %s", kiln_error());
+        } else if (!model_config) {
+            snprintf(why, sizeof why, "no config.json in the version or the model folder");
+        }
+        if (!why[0])
+            parse_config(text ? text : model_config, &v->config, why, sizeof why);
+    }
+    free(real);
+    free(text);
+    free(kiln_path);
+    free(onnx_path);
+    free(cfg_path);
+    v->valid = !why[0];
+    if (!v->valid) {
+        v->format = NULL;
+        v->why = strdup(why);
+    }
+}
+
+static void model_free(kiln_model_info *m)
+{
+    for (int i = 0; i < m->nversions; i++) {
+        free(m->versions[i].path);
+        free(m->versions[i].why);
+        config_free(&m->versions[i].config);
+    }
+    free(m->versions);
+    free(m->name);
+    free(m->path);
+    free(m->why);
+    memset(m, 0, sizeof *m);
+}
+
+static int version_cmp(const void *a, const void *b)
+{
+    int64_t x = ((const kiln_model_version *)a)->version, y = ((const kiln_model_version *)b)->version;
+    return x < y ? -1 : x > y;
+}
+
+static void set_why(kiln_model_info *m, const char *why)
+{
+    m->valid = false;
+    free(m->why);
+    m->why = strdup(why);
+}
+
+static void scan_model(const kiln_repository *repo, kiln_model_info *m)
+{
+    const char *cwhy;
+    if (!kiln_repository_name_valid(m->name)) {
+        set_why(m, "invalid model name (allowed: A-Z a-z 0-9 _ . -, no leading dot, no '..')");
+        return;
+    }
+    char *joined = join(repo->root, m->name);
+    cwhy = "out of memory";
+    m->path = joined ? confined(repo, joined, &cwhy) : NULL;
+    free(joined);
+    if (!m->path) {
+        set_why(m, cwhy);
+        return;
+    }
+    struct stat sb;
+    if (stat(m->path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        {
+        set_why(m, "not a folder");
+        return;
+    }
+    char *model_config = NULL;
+    char *cfg = join(m->path, "config.json");
+    if (cfg && lstat(cfg, &sb) == 0) {
+        char *real = confined(repo, cfg, &cwhy);
+        if (!real || kiln__read_file(real, CONFIG_MAX, &model_config, NULL) != 0) {
+            free(real);
+            free(cfg);
+            set_why(m, "config.json in the model folder cannot be read or escapes the repository");
+            return;
+        }
+        free(real);
+    }
+    free(cfg);
+    DIR *d = opendir(m->path);
+    struct dirent *de;
+    int cap = 0;
+    while (d && (de = readdir(d)) != NULL) {
+        int64_t ver = parse_version(de->d_name);
+        if (ver < 0)
+            continue; /* config.json, .tmp-add-*, notes: not versions */
+        if (m->nversions == cap) {
+            cap = cap ? cap * 2 : 8;
+            kiln_model_version *next = realloc(m->versions, (size_t)cap * sizeof *next);
+            if (!next)
+                break;
+            m->versions = next;
+        }
+        kiln_model_version *v = &m->versions[m->nversions++];
+        memset(v, 0, sizeof *v);
+        v->version = ver;
+        char *p = join(m->path, de->d_name);
+        cwhy = "out of memory";
+        v->path = p ? confined(repo, p, &cwhy) : NULL;
+        free(p);
+        if (!v->path) {
+            v->why = strdup(cwhy);
+            continue;
+        }
+        if (stat(v->path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+            v->why = strdup("not a folder");
+            continue;
+        }
+        check_version(repo, v, model_config);
+    }
+    if (d)
+        closedir(d);
+    free(model_config);
+    if (m->nversions > 1)
+        qsort(m->versions, (size_t)m->nversions, sizeof *m->versions, version_cmp);
+    /* The policy comes from the newest valid version's config (the model-level one when it has none). */
+    const kiln_model_config *pc = NULL;
+    for (int i = m->nversions - 1; i >= 0 && !pc; i--)
+        if (m->versions[i].valid)
+            pc = &m->versions[i].config;
+    if (!pc)
+        {
+        set_why(m, m->nversions ? "no valid version" : "no version folders");
+        return;
+    }
+    m->policy = pc->policy;
+    int served = 0;
+    for (int i = m->nversions - 1; i >= 0; i--) {
+        kiln_model_version *v = &m->versions[i];
+        if (!v->valid)
+            continue;
+        if (pc->policy == KILN_VERSION_ALL)
+            v->served = true;
+        else if (pc->policy == KILN_VERSION_LATEST)
+            v->served = served < pc->latest_n;
+        else
+            for (int k = 0; k < pc->nspecific; k++)
+                v->served |= pc->specific[k] == v->version;
+        served += v->served;
+    }
+    if (served == 0)
+        {
+        set_why(m, "the version policy selects no valid version");
+        return;
+    }
+    m->valid = true;
+}
+
+static void models_free(kiln_repository *repo)
+{
+    for (int i = 0; i < repo->count; i++)
+        model_free(&repo->models[i]);
+    free(repo->models);
+    repo->models = NULL;
+    repo->count = 0;
+}
+
+static int model_cmp(const void *a, const void *b)
+{
+    return strcmp(((const kiln_model_info *)a)->name, ((const kiln_model_info *)b)->name);
+}
+
+int kiln_repository_scan(kiln_repository *repo)
+{
+    models_free(repo);
+    DIR *d = opendir(repo->root);
+    if (!d)
+        return kiln__error_set("repository '%s': %s", repo->root, strerror(errno)), KILN_EIO;
+    struct dirent *de;
+    int cap = 0;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue; /* ".", "..", and hidden work folders are never models */
+        if (repo->count == cap) {
+            cap = cap ? cap * 2 : 16;
+            kiln_model_info *next = realloc(repo->models, (size_t)cap * sizeof *next);
+            if (!next)
+                break;
+            repo->models = next;
+        }
+        kiln_model_info *m = &repo->models[repo->count++];
+        memset(m, 0, sizeof *m);
+        m->name = strdup(de->d_name);
+        if (m->name)
+            scan_model(repo, m);
+        else
+            repo->count--;
+    }
+    closedir(d);
+    if (repo->count > 1)
+        qsort(repo->models, (size_t)repo->count, sizeof *repo->models, model_cmp);
+    return 0;
+}
+
+kiln_repository *kiln_repository_open(const char *root)
+{
+    if (!root)
+        return kiln__error_set("repository: NULL root"), NULL;
+    if (mkdir(root, 0755) != 0 && errno != EEXIST)
+        return kiln__error_set("repository '%s': %s", root, strerror(errno)), NULL;
+    kiln_repository *repo = calloc(1, sizeof *repo);
+    if (!repo || !(repo->root = realpath(root, NULL))) {
+        free(repo);
+        return kiln__error_set("repository '%s': cannot resolve the folder", root), NULL;
+    }
+    if (kiln_repository_scan(repo) != 0) {
+        kiln_repository_close(repo);
+        return NULL;
+    }
+    return repo;
+}
+
+void kiln_repository_close(kiln_repository *repo)
+{
+    if (!repo)
+        return;
+    models_free(repo);
+    free(repo->root);
+    free(repo);
+}
+
+int kiln_repository_count(const kiln_repository *repo)
+{
+    return repo ? repo->count : 0;
+}
+
+const kiln_model_info *kiln_repository_model(const kiln_repository *repo, int i)
+{
+    return repo && i >= 0 && i < repo->count ? &repo->models[i] : NULL;
+}
+
+const kiln_model_info *kiln_repository_find(const kiln_repository *repo, const char *name)
+{
+    for (int i = 0; repo && name && i < repo->count; i++)
+        if (strcmp(repo->models[i].name, name) == 0)
+            return &repo->models[i];
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ add / remove */
+
+static int copy_files(const char *src, const char *dst)
+{
+    DIR *d = opendir(src);
+    if (!d)
+        return kiln__error_set("add version: open '%s': %s", src, strerror(errno)), KILN_EIO;
+    int rc = 0;
+    struct dirent *de;
+    while (rc == 0 && (de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        char *from = join(src, de->d_name), *to = join(dst, de->d_name);
+        struct stat sb;
+        char *buf = NULL;
+        size_t len = 0;
+        if (!from || !to)
+            rc = KILN_ENOMEM;
+        else if (lstat(from, &sb) != 0 || !S_ISREG(sb.st_mode))
+            rc = (kiln__error_set("add version: '%s' is not a regular file (no folders or symlinks)", from),
+                  KILN_EINVAL);
+        else if ((rc = kiln__read_file(from, (size_t)1 << 40, &buf, &len)) == 0)
+            rc = kiln__write_file_atomic(to, buf, len);
+        free(buf);
+        free(from);
+        free(to);
+    }
+    closedir(d);
+    return rc;
+}
+
+int kiln_repository_add_version(kiln_repository *repo, const char *name, const char *src_dir, int64_t version,
+                                int64_t *out_version)
+{
+    if (!repo || !src_dir || !kiln_repository_name_valid(name) || version < 0)
+        return kiln__error_set("add version: invalid model name '%s' or version", name ? name : "(null)"),
+               KILN_EINVAL;
+    char *mdir = join(repo->root, name);
+    if (!mdir)
+        return KILN_ENOMEM;
+    if (mkdir(mdir, 0755) == 0)
+        (void)kiln__fsync_dir(repo->root);
+    const char *cwhy;
+    char *real = confined(repo, mdir, &cwhy);
+    free(mdir);
+    if (!real)
+        return kiln__error_set("add version: model folder of '%s' %s", name, cwhy), KILN_EINVAL;
+    if (version == 0) {
+        DIR *d = opendir(real);
+        struct dirent *de;
+        while (d && (de = readdir(d)) != NULL) {
+            int64_t v = parse_version(de->d_name);
+            if (v > version)
+                version = v;
+        }
+        if (d)
+            closedir(d);
+        version++;
+    }
+    char vname[24];
+    snprintf(vname, sizeof vname, "%" PRId64, version);
+    char *final = join(real, vname), *tmp = join(real, ".tmp-add-XXXXXX");
+    int rc = 0;
+    struct stat sb;
+    if (!final || !tmp)
+        rc = KILN_ENOMEM;
+    else if (lstat(final, &sb) == 0)
+        rc = (kiln__error_set("add version: %s version %" PRId64 " already exists", name, version), KILN_EINVAL);
+    else if (!mkdtemp(tmp)) {
+        rc = (kiln__error_set("add version: %s", strerror(errno)), KILN_EIO);
+        free(tmp);
+        tmp = NULL;
+    }
+    if (rc == 0)
+        rc = copy_files(src_dir, tmp);
+    if (rc == 0) {
+        /* Validate the candidate exactly as a scan would, with the model-level config. */
+        char *mcfg_path = join(real, "config.json"), *mcfg = NULL;
+        if (mcfg_path && lstat(mcfg_path, &sb) == 0)
+            (void)kiln__read_file(mcfg_path, CONFIG_MAX, &mcfg, NULL);
+        kiln_model_version v = {.version = version, .path = tmp};
+        check_version(repo, &v, mcfg);
+        if (!v.valid)
+            rc = (kiln__error_set("add version: %s version %" PRId64 " is invalid: %s", name, version, v.why),
+                  KILN_EINVAL);
+        free(v.why);
+        config_free(&v.config);
+        free(mcfg);
+        free(mcfg_path);
+    }
+    if (rc == 0)
+        rc = kiln__fsync_dir(tmp);
+    if (rc == 0 && kiln__io.rename(tmp, final) != 0)
+        rc = (kiln__error_set("add version: rename into '%s': %s", final, strerror(errno)), KILN_EIO);
+    if (rc == 0)
+        rc = kiln__fsync_dir(real);
+    if (rc != 0 && tmp)
+        (void)kiln__remove_tree(tmp);
+    if (rc == 0 && out_version)
+        *out_version = version;
+    free(tmp);
+    free(final);
+    free(real);
+    return rc == 0 ? kiln_repository_scan(repo) : rc;
+}
+
+int kiln_repository_remove_version(kiln_repository *repo, const char *name, int64_t version)
+{
+    if (!repo || !kiln_repository_name_valid(name) || version < 1)
+        return kiln__error_set("remove version: invalid model name or version"), KILN_EINVAL;
+    char vname[24];
+    snprintf(vname, sizeof vname, "%s/%" PRId64, name, version);
+    char *path = join(repo->root, vname);
+    const char *cwhy = "";
+    char *real = path ? confined(repo, path, &cwhy) : NULL;
+    free(path);
+    if (!real)
+        return kiln__error_set("remove version: %s %s", vname, cwhy), KILN_EINVAL;
+    char *parent = strdup(real);
+    char *slash = parent ? strrchr(parent, '/') : NULL;
+    int rc = 0;
+    if (!slash)
+        rc = KILN_ENOMEM;
+    else {
+        *slash = '\0';
+        char *trash = join(parent, ".trash-XXXXXX");
+        if (!trash || !mkdtemp(trash))
+            rc = (kiln__error_set("remove version: cannot create a folder beside '%s'", real), KILN_EIO);
+        else if (kiln__io.rename(real, trash) != 0) {
+            rc = (kiln__error_set("remove version: rename '%s': %s", real, strerror(errno)), KILN_EIO);
+            rmdir(trash);
+        } else {
+            rc = kiln__fsync_dir(parent);
+            int r2 = kiln__remove_tree(trash);
+            if (rc == 0)
+                rc = r2;
+        }
+        free(trash);
+    }
+    free(parent);
+    free(real);
+    return rc == 0 ? kiln_repository_scan(repo) : rc;
+}

@@ -1,0 +1,244 @@
+/*
+ * tests/storage/test_repository.c — the model repository: a scan over valid and invalid
+ * models (each invalid one with its reason, the scan never stopping), names from outside
+ * ("../x", "a/../../b", a leading dot), a symlink pointing outside the root, version
+ * policies (latest N, all, specific), and adding/removing versions atomically.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "kiln/kiln.h"
+#include "kiln/repository.h"
+#include "storage-impl.h"
+
+static char base[64], root[96], outside[96];
+static kiln_device *dev;
+
+static const char *config_text(const char *policy)
+{
+    static char buf[1024];
+    snprintf(buf, sizeof buf,
+             "{\"inputs\": [{\"name\": \"x\", \"datatype\": \"FP32\", \"shape\": [-1, 4]}],"
+             " \"outputs\": [{\"name\": \"y\", \"datatype\": \"FP32\", \"shape\": [-1, 2]}],"
+             " \"max_batch_size\": 8, \"dynamic_batching\": {\"max_queue_delay_us\": 500,"
+             " \"preferred_batch_sizes\": [4, 8]}, \"device\": \"cpu\", \"instance_count\": 2%s%s}",
+             policy ? ", \"version_policy\": " : "", policy ? policy : "");
+    return buf;
+}
+
+static void write_text(const char *path, const char *text)
+{
+    assert_int_equal(kiln__write_file_atomic(path, text, strlen(text)), 0);
+}
+
+/* models/<name>/<version>/ with a kiln record and (optionally) config.json. */
+static void make_version(const char *name, const char *version, const char *config)
+{
+    char p[256];
+    snprintf(p, sizeof p, "%s/%s", root, name);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/%s/%s", root, name, version);
+    assert_int_equal(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/%s/%s/model.kiln", root, name, version);
+    kiln_tensor *w = kiln_zeros(dev, KILN_F32, KILN_SHAPE(2, 4));
+    const char *names[] = {"fc.weight"};
+    assert_int_equal(kiln_record_save(p, 1, names, &w, "{\"kind\": \"linear\"}", 0), 0);
+    kiln_tensor_release(w);
+    if (config) {
+        snprintf(p, sizeof p, "%s/%s/%s/config.json", root, name, version);
+        write_text(p, config);
+    }
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    dev = kiln_device_open("cpu");
+    snprintf(base, sizeof base, "/tmp/kiln-repo-XXXXXX");
+    if (!mkdtemp(base))
+        return -1;
+    snprintf(root, sizeof root, "%s/models", base);
+    snprintf(outside, sizeof outside, "%s/outside", base);
+    mkdir(root, 0755);
+    mkdir(outside, 0755);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    kiln__remove_tree(base);
+    kiln_device_close(dev);
+    return 0;
+}
+
+static void test_scan_valid_and_invalid(void **state)
+{
+    (void)state;
+    make_version("good", "1", config_text(NULL));
+    make_version("good", "2", config_text(NULL));
+    make_version("noconfig", "1", NULL);
+    make_version("badconfig", "1", "{\"inputs\": [], \"outputs\": []}");
+    make_version("badtype", "1",
+                 "{\"inputs\": [{\"name\": \"x\", \"datatype\": \"FP31\", \"shape\": [1]}],"
+                 " \"outputs\": [{\"name\": \"y\", \"datatype\": \"FP32\", \"shape\": [1]}]}");
+    char p[256];
+    snprintf(p, sizeof p, "%s/empty", root);
+    mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/good/007", root); /* not a version name: ignored */
+    mkdir(p, 0755);
+    /* A model folder that is a symlink to somewhere outside the root. */
+    snprintf(p, sizeof p, "%s/escape", root);
+    assert_int_equal(symlink(outside, p), 0);
+    /* A version whose model file links outside. */
+    make_version("sneaky", "1", config_text(NULL));
+    snprintf(p, sizeof p, "%s/sneaky/1/model.kiln", root);
+    unlink(p);
+    char target[256];
+    snprintf(target, sizeof target, "%s/secret", outside);
+    write_text(target, "secret");
+    assert_int_equal(symlink(target, p), 0);
+
+    kiln_repository *repo = kiln_repository_open(root);
+    assert_non_null(repo);
+    assert_int_equal(kiln_repository_count(repo), 7);
+    const kiln_model_info *m = kiln_repository_find(repo, "good");
+    assert_true(m->valid);
+    assert_int_equal(m->nversions, 2);
+    assert_true(!m->versions[0].served && m->versions[1].served); /* latest 1 by default */
+    const kiln_model_config *c = &m->versions[1].config;
+    assert_string_equal(m->versions[1].format, "kiln");
+    assert_int_equal(c->max_batch_size, 8);
+    assert_int_equal(c->max_queue_delay_us, 500);
+    assert_int_equal(c->npreferred, 2);
+    assert_int_equal(c->instance_count, 2);
+    assert_string_equal(c->device, "cpu");
+    assert_int_equal(c->inputs[0].shape[0], -1);
+    assert_string_equal(c->outputs[0].datatype, "FP32");
+
+    struct { const char *name, *why; } bad[] = {
+        {"noconfig", "config.json"}, {"badconfig", "non-empty"}, {"badtype", "FP31"},
+        {"empty", "no version"}, {"escape", "outside"}, {"sneaky", "outside"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        m = kiln_repository_find(repo, bad[i].name);
+        assert_non_null(m);
+        assert_false(m->valid);
+        const char *why = m->why;
+        if (m->nversions > 0 && m->versions[0].why)
+            why = m->versions[0].why;
+        if (!strstr(why, bad[i].why) && !strstr(m->why, bad[i].why))
+            fail_msg("%s: reason '%s' / '%s' lacks '%s'", bad[i].name, m->why, why, bad[i].why);
+    }
+    kiln_repository_close(repo);
+}
+
+static void test_names_from_outside(void **state)
+{
+    (void)state;
+    const char *bad[] = {"../x", "a/../../b", "..", ".hidden", "", "a/b", "x\n", "a..b"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_false(kiln_repository_name_valid(bad[i]));
+    char longname[200];
+    memset(longname, 'a', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    assert_false(kiln_repository_name_valid(longname));
+    assert_true(kiln_repository_name_valid("resnet-50_v1.2"));
+
+    kiln_repository *repo = kiln_repository_open(root);
+    char src[128];
+    snprintf(src, sizeof src, "%s/src", base);
+    mkdir(src, 0755);
+    assert_int_not_equal(kiln_repository_add_version(repo, "../x", src, 0, NULL), 0);
+    assert_int_not_equal(kiln_repository_add_version(repo, "a/../../b", src, 0, NULL), 0);
+    assert_int_not_equal(kiln_repository_remove_version(repo, "../outside", 1), 0);
+    assert_int_not_equal(kiln_repository_remove_version(repo, "good", 0), 0);
+    /* Nothing was created outside the root. */
+    char p[256];
+    snprintf(p, sizeof p, "%s/x", base);
+    assert_int_not_equal(access(p, F_OK), 0);
+    kiln_repository_close(repo);
+}
+
+static void test_version_policies(void **state)
+{
+    (void)state;
+    const char *policies[] = {"{\"latest\": {\"num_versions\": 2}}", "{\"all\": {}}",
+                              "{\"specific\": {\"versions\": [1, 3, 9]}}"};
+    const bool want[3][3] = {{false, true, true}, {true, true, true}, {true, false, true}};
+    for (int k = 0; k < 3; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "m%d", k);
+        for (int v = 1; v <= 3; v++) {
+            char vs[8];
+            snprintf(vs, sizeof vs, "%d", v);
+            make_version(name, vs, config_text(policies[k]));
+        }
+    }
+    kiln_repository *repo = kiln_repository_open(root);
+    for (int k = 0; k < 3; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "m%d", k);
+        const kiln_model_info *m = kiln_repository_find(repo, name);
+        assert_true(m->valid);
+        for (int v = 0; v < 3; v++)
+            if (m->versions[v].served != want[k][v])
+                fail_msg("%s version %d served %d", name, v + 1, m->versions[v].served);
+    }
+    kiln_repository_close(repo);
+}
+
+static void test_add_and_remove(void **state)
+{
+    (void)state;
+    char src[128], p[256];
+    snprintf(src, sizeof src, "%s/src", base);
+    mkdir(src, 0755);
+    snprintf(p, sizeof p, "%s/model.onnx", src);
+    write_text(p, "\x08\x07onnx-bytes");
+    kiln_repository *repo = kiln_repository_open(root);
+    /* Without a config the candidate is invalid: refused, nothing left behind. */
+    assert_int_not_equal(kiln_repository_add_version(repo, "net", src, 0, NULL), 0);
+    assert_non_null(strstr(kiln_error(), "config.json"));
+    const kiln_model_info *m = kiln_repository_find(repo, "net");
+    assert_true(m == NULL || m->nversions == 0);
+    snprintf(p, sizeof p, "%s/config.json", src);
+    write_text(p, config_text(NULL));
+    int64_t v;
+    assert_int_equal(kiln_repository_add_version(repo, "net", src, 0, &v), 0);
+    assert_int_equal(v, 1);
+    assert_int_equal(kiln_repository_add_version(repo, "net", src, 0, &v), 0);
+    assert_int_equal(v, 2);
+    assert_int_not_equal(kiln_repository_add_version(repo, "net", src, 2, NULL), 0); /* exists */
+    m = kiln_repository_find(repo, "net");
+    assert_true(m->valid);
+    assert_int_equal(m->nversions, 2);
+    assert_string_equal(m->versions[1].format, "onnx");
+    assert_int_equal(kiln_repository_remove_version(repo, "net", 2), 0);
+    m = kiln_repository_find(repo, "net");
+    assert_int_equal(m->nversions, 1);
+    assert_true(m->versions[0].served);
+    assert_int_not_equal(kiln_repository_remove_version(repo, "net", 2), 0);
+    kiln_repository_close(repo);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_scan_valid_and_invalid, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_names_from_outside, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_version_policies, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_add_and_remove, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
