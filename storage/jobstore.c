@@ -416,8 +416,11 @@ static int current_state(struct kiln_jobstore *js, int64_t id, char *state, size
 int kiln_jobstore_job_set_state(struct kiln_jobstore *js, int64_t id, const char *state, const char *error,
                                 char *err, size_t errlen)
 {
+    /* NULL is answered on its own so the compiler can see state is non-NULL below */
+    if (!state)
+        return seterr(err, errlen, "job %lld: no state given", (long long)id);
     if (!js || !valid_state(state))
-        return seterr(err, errlen, "job %lld: unknown state '%s'", (long long)id, state ? state : "(null)");
+        return seterr(err, errlen, "job %lld: unknown state '%s'", (long long)id, state);
     if (begin(js, "job set state", err, errlen) != 0)
         return -1;
     char cur[32];
