@@ -196,19 +196,21 @@ static void bias_range(void *argp, int64_t b, int64_t e)
  * layer spent as much time writing the column matrix and in OpenBLAS packing it again
  * as in the multiply itself; here the input is copied once into a zero-padded image
  * (so a kernel offset is just an address offset on the padded grid), the weights are
- * packed into blocks of 8 output channels, and the tile kernel reads both straight from
- * cache. Tiles of positions are spread over the pool. The same routine computes the
+ * packed into blocks of the tile's output channels (8 for AVX-512, 4 for AVX2), and the
+ * tile kernel reads both straight from cache. Tiles of positions are spread over the
+ * pool. The same routine computes the
  * input gradient, which for stride 1 is a convolution of the padded output gradient
  * with the flipped, channel-transposed kernel. */
 
-#define DT_Q 48 /* positions per tile */
-#define DT_O 8  /* output channels per tile */
+#define DT_QMAX 48 /* the largest tile a kernel table may ask for (positions, channels) */
+#define DT_OMAX 8
 
 typedef struct dconv {
     int64_t N, Ci, Co;               /* batch, input and output channels */
     int64_t H, W, ph, pw;            /* input size and the padding added on each side */
     int64_t Hp, Wp, OH, OW, cs;      /* padded input, output, padded plane size */
     int64_t nk, nob, ntile;
+    int64_t to, tq;                  /* the table's tile: channels, positions */
     const float *x;                  /* [N, Ci, H, W] */
     float *xp;                       /* [N, Ci, Hp, Wp] + slack */
     const float *wpack;              /* [nob, Ci, nk, 8] */
@@ -238,14 +240,15 @@ static void dconv_pad(void *argp, int64_t b, int64_t e)
 static void dconv_tiles(void *argp, int64_t b, int64_t e)
 {
     const dconv *d = argp;
-    float tile[DT_O * DT_Q] __attribute__((aligned(64)));
+    float tile[DT_OMAX * DT_QMAX] __attribute__((aligned(64)));
+    const int64_t TO = d->to, TQ = d->tq;
     int64_t nq_all = d->OH * d->Wp;
     /* the runs of a tile that are real outputs (grid columns below OW), found once per
      * tile and reused for its 8 channels: [offset in tile, offset in plane, length] */
-    int64_t seg[DT_Q][3];
+    int64_t seg[DT_QMAX][3];
     for (int64_t t = b; t < e; t++) {
-        int64_t n = t / d->ntile, q0 = (t % d->ntile) * DT_Q;
-        int nq = (int)(nq_all - q0 < DT_Q ? nq_all - q0 : DT_Q);
+        int64_t n = t / d->ntile, q0 = (t % d->ntile) * TQ;
+        int nq = (int)(nq_all - q0 < TQ ? nq_all - q0 : TQ);
         int nseg = 0;
         for (int64_t q = q0, qe = q0 + nq; q < qe;) {
             int64_t oh = q / d->Wp, ow = q - oh * d->Wp;
@@ -261,13 +264,13 @@ static void dconv_tiles(void *argp, int64_t b, int64_t e)
         }
         const float *xq = d->xp + n * d->Ci * d->cs + q0;
         for (int64_t ob = 0; ob < d->nob; ob++) {
-            d->k->conv_tile_f32(tile, xq, d->cs, d->Ci, d->offs, d->nk, d->wpack + ob * d->Ci * d->nk * DT_O, nq);
-            int64_t jn = d->Co - ob * DT_O < DT_O ? d->Co - ob * DT_O : DT_O;
+            d->k->conv_tile_f32(tile, xq, d->cs, d->Ci, d->offs, d->nk, d->wpack + ob * d->Ci * d->nk * TO, nq);
+            int64_t jn = d->Co - ob * TO < TO ? d->Co - ob * TO : TO;
             for (int64_t j = 0; j < jn; j++) {
-                int64_t o = ob * DT_O + j;
+                int64_t o = ob * TO + j;
                 float bv = d->bias ? d->bias[o] : 0.0f;
                 float *plane = d->out + (n * d->Co + o) * d->OH * d->OW;
-                const float *src = tile + j * DT_Q;
+                const float *src = tile + j * TQ;
                 for (int s = 0; s < nseg; s++) {
                     float *restrict dst = plane + seg[s][1];
                     const float *restrict s2 = src + seg[s][0];
@@ -294,32 +297,34 @@ static bool dconv_run(kiln__cpu_ctx *ctx, int64_t N, int64_t Ci, int64_t Co, int
     d.OH = d.Hp - dh * (KH - 1), d.OW = d.Wp - dw * (KW - 1);
     d.cs = d.Hp * d.Wp;
     d.nk = KH * KW;
-    d.nob = (Co + DT_O - 1) / DT_O;
-    d.ntile = (d.OH * d.Wp + DT_Q - 1) / DT_Q;
+    const int64_t TO = ctx->k->conv_tile_o, TQ = ctx->k->conv_tile_q;
+    d.to = TO, d.tq = TQ;
+    d.nob = (Co + TO - 1) / TO;
+    d.ntile = (d.OH * d.Wp + TQ - 1) / TQ;
     d.x = x, d.bias = bias, d.out = out, d.k = ctx->k;
     struct kiln_buffer *h[3] = {0};
     /* slack: the discarded grid columns of the last rows read up to Wp past the image */
-    d.xp = kiln__cpu_scratch_get(ctx, (size_t)(N * Ci * d.cs + d.Wp + DT_Q) * sizeof(float), &h[0]);
-    float *wp = kiln__cpu_scratch_get(ctx, (size_t)(d.nob * Ci * d.nk * DT_O) * sizeof(float), &h[1]);
+    d.xp = kiln__cpu_scratch_get(ctx, (size_t)(N * Ci * d.cs + d.Wp + TQ) * sizeof(float), &h[0]);
+    float *wp = kiln__cpu_scratch_get(ctx, (size_t)(d.nob * Ci * d.nk * TO) * sizeof(float), &h[1]);
     int64_t *offs = kiln__cpu_scratch_get(ctx, (size_t)d.nk * sizeof(int64_t), &h[2]);
     if (!d.xp || !wp || !offs) {
         for (int i = 0; i < 3; i++)
             kiln__cpu_scratch_put(ctx, h[i]);
         return false;
     }
-    memset(d.xp + N * Ci * d.cs, 0, (size_t)(d.Wp + DT_Q) * sizeof(float));
+    memset(d.xp + N * Ci * d.cs, 0, (size_t)(d.Wp + TQ) * sizeof(float));
     for (int64_t kh = 0; kh < KH; kh++)
         for (int64_t kw = 0; kw < KW; kw++)
             offs[kh * KW + kw] = kh * dh * d.Wp + kw * dw;
     for (int64_t ob = 0; ob < d.nob; ob++)
         for (int64_t c = 0; c < Ci; c++)
             for (int64_t kk = 0; kk < d.nk; kk++)
-                for (int64_t j = 0; j < DT_O; j++) {
-                    int64_t a = ob * DT_O + j;
+                for (int64_t j = 0; j < TO; j++) {
+                    int64_t a = ob * TO + j;
                     float v = 0.0f;
                     if (a < Co)
                         v = w[a * sa + c * sc + (kk / KW) * skh + (kk % KW) * skw];
-                    wp[((ob * Ci + c) * d.nk + kk) * DT_O + j] = v;
+                    wp[((ob * Ci + c) * d.nk + kk) * TO + j] = v;
                 }
     d.wpack = wp;
     d.offs = offs;

@@ -75,11 +75,14 @@ typedef struct kiln__cpu_kernels {
                                double eps, double *mean, double *rstd);
     /* 2x2 stride-2 max pool over one output row: reads two input rows of width 2*ow. */
     void (*maxpool2x2_row_f32)(float *o, const float *r0, const float *r1, int64_t ow);
-    /* Direct stride-1 convolution tile (cpu-conv.c): tile[8][48] = for output channels
-     * j < 8 and positions q < nq of the padded grid, sum over c < C and k < nk of
-     * wpack[(c·nk + k)·8 + j] · x[c·cstride + offs[k] + q]. NULL in tables without it. */
+    /* Direct stride-1 convolution tile (cpu-conv.c): with TO = conv_tile_o and TQ =
+     * conv_tile_q, tile[TO][TQ] = for output channels j < TO and positions q < nq <= TQ
+     * of the padded grid, the sum over c < C and k < nk of
+     * wpack[(c·nk + k)·TO + j] · x[c·cstride + offs[k] + q]. NULL in tables without it;
+     * TO <= 8 and TQ <= 48 always. */
     void (*conv_tile_f32)(float *tile, const float *x, int64_t cstride, int64_t C,
                           const int64_t *offs, int64_t nk, const float *wpack, int nq);
+    int conv_tile_o, conv_tile_q;
 } kiln__cpu_kernels;
 
 extern const kiln__cpu_kernels kiln__cpu_kernels_base;

@@ -9,7 +9,8 @@
  * that dominate networks — exp, tanh, erf, gelu, sigmoid, silu — and F16C conversions.
  * The AVX-512 build keeps every AVX2 path and replaces the heavy ones (those
  * transcendentals, softmax and layer-norm rows) with 16-wide forms (cpu-math512.h), and
- * adds the direct stride-1 convolution tile kernel (conv_tile_f32), which only it has.
+ * adds the direct stride-1 convolution tile kernel (conv_tile_f32) at 8 channels × 48
+ * positions; the AVX2 build has a 4 × 24 one, the portable build none.
  *
  * Each kernel switches on the op once, outside its loop, and runs a loop over plain
  * restrict pointers that the compiler can vectorize. Results follow PyTorch: NaN
@@ -664,6 +665,51 @@ static void conv_tile_f32(float *restrict tile, const float *restrict x, int64_t
 }
 #endif
 
+#if USE_AVX2 && !USE_AVX512
+/* The AVX2 form of the same tile: 16 ymm registers hold 4 channels × 24 positions
+ * (12 accumulators, 3 input vectors, 1 broadcast). */
+#define C8_FMA(j)                                                                     \
+    do {                                                                              \
+        __m256 wj = _mm256_broadcast_ss(wk + (j));                                    \
+        a##j##0 = _mm256_fmadd_ps(wj, v0, a##j##0);                                   \
+        a##j##1 = _mm256_fmadd_ps(wj, v1, a##j##1);                                   \
+        a##j##2 = _mm256_fmadd_ps(wj, v2, a##j##2);                                   \
+    } while (0)
+#define C8_DECL(j) __m256 a##j##0 = _mm256_setzero_ps(), a##j##1 = a##j##0, a##j##2 = a##j##0
+#define C8_STORE(j)                                                                   \
+    do {                                                                              \
+        _mm256_storeu_ps(tile + (j) * 24, a##j##0);                                   \
+        _mm256_storeu_ps(tile + (j) * 24 + 8, a##j##1);                               \
+        _mm256_storeu_ps(tile + (j) * 24 + 16, a##j##2);                              \
+    } while (0)
+
+static inline __m256i lane_mask8(int left)
+{
+    /* lanes below left have their sign bit set, which is what maskload reads */
+    __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(left), idx);
+}
+
+static void conv_tile_f32(float *restrict tile, const float *restrict x, int64_t cstride, int64_t C,
+                          const int64_t *restrict offs, int64_t nk, const float *restrict wpack, int nq)
+{
+    __m256i m0 = lane_mask8(nq), m1 = lane_mask8(nq - 8), m2 = lane_mask8(nq - 16);
+    C8_DECL(0); C8_DECL(1); C8_DECL(2); C8_DECL(3);
+    const float *wk = wpack;
+    for (int64_t c = 0; c < C; c++) {
+        const float *xc = x + c * cstride;
+        for (int64_t k = 0; k < nk; k++, wk += 4) {
+            const float *p = xc + offs[k];
+            __m256 v0 = _mm256_maskload_ps(p, m0);
+            __m256 v1 = _mm256_maskload_ps(p + 8, m1);
+            __m256 v2 = _mm256_maskload_ps(p + 16, m2);
+            C8_FMA(0); C8_FMA(1); C8_FMA(2); C8_FMA(3);
+        }
+    }
+    C8_STORE(0); C8_STORE(1); C8_STORE(2); C8_STORE(3);
+}
+#endif
+
 const kiln__cpu_kernels KTABLE = {
     .name = KNAME,
     .unary_f32 = unary_f32,
@@ -675,5 +721,11 @@ const kiln__cpu_kernels KTABLE = {
     .maxpool2x2_row_f32 = maxpool2x2_row_f32,
 #if USE_AVX512
     .conv_tile_f32 = conv_tile_f32,
+    .conv_tile_o = 8,
+    .conv_tile_q = 48,
+#elif USE_AVX2
+    .conv_tile_f32 = conv_tile_f32,
+    .conv_tile_o = 4,
+    .conv_tile_q = 24,
 #endif
 };
