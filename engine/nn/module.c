@@ -895,3 +895,14 @@ const char *kiln__desc_str(const kiln_tensor *t, char *buf, size_t len)
         kiln_tensor_describe(t, buf, len);
     return buf;
 }
+
+int kiln__module_replace(kiln_module *m, const char *name, kiln_tensor *t)
+{
+    if (!t)
+        return -1;
+    for (int i = 0; i < m->nentries; i++)
+        if (!strcmp(m->entries[i].name, name))
+            return replace_entry(&m->entries[i], t);
+    kiln_tensor_release(t);
+    return kiln__error_set("%s: no tensor named \"%s\"", m->cls->type, name);
+}

@@ -78,8 +78,12 @@ typedef struct kiln__layer_type {
 
 /* One descriptor per layer, defined by KILN__LAYER in the layer's file. */
 #define KILN__LAYER_LIST(X)                                                                       \
-    X(linear) X(embedding) X(dropout) X(flatten) X(relu) X(silu) X(sigmoid) X(tanh) X(identity)    \
-    X(leaky_relu) X(gelu) X(softmax) X(prelu) X(swiglu)
+    X(linear) X(conv1d) X(conv2d) X(conv_transpose1d) X(conv_transpose2d) X(batch_norm1d)          \
+    X(batch_norm2d) X(layer_norm) X(rms_norm) X(group_norm) X(embedding) X(dropout) X(max_pool1d)   \
+    X(max_pool2d) X(avg_pool1d) X(avg_pool2d) X(adaptive_avg_pool1d) X(adaptive_avg_pool2d)         \
+    X(flatten) X(relu) X(silu) X(sigmoid) X(tanh) X(identity) X(leaky_relu) X(gelu) X(softmax)      \
+    X(prelu) X(swiglu) X(mha) X(transformer_encoder_layer) X(transformer_decoder_layer)             \
+    X(positional_encoding) X(rotary) X(lstm) X(gru)
 #define KILN__LAYER_EXTERN(L) extern const kiln__layer_type kiln__layer_##L;
 KILN__LAYER_LIST(KILN__LAYER_EXTERN)
 
@@ -134,6 +138,8 @@ int kiln__module_set_config(kiln_module *m, const kiln__layer_type *lt, const vo
 kiln_module *kiln__module_make(const kiln_module_class *cls, size_t self_size, const kiln__layer_type *lt,
                                const void *config, kiln_generator *gen);
 
+/** Replace m's own parameter or buffer name with t (taking the reference). */
+int kiln__module_replace(kiln_module *m, const char *name, kiln_tensor *t);
 /** "Linear 'path'" prefix for messages, written into buf. */
 const char *kiln__module_label(kiln_module *m, char *buf, size_t len);
 /** Set an error prefixed with the module's label; returns -1. */
