@@ -89,10 +89,23 @@ typedef struct col_job {
                     }                                                                        \
                     const T *src = plane + (id * g->in[1] + ih) * g->in[2];                  \
                     int64_t w0 = kw * g->dil[2] - g->pad[2], sw = g->st[2];                  \
-                    for (int64_t ow = 0; ow < g->out[2]; ow++) {                             \
-                        int64_t iw = ow * sw + w0;                                           \
-                        dst[ow] = (iw >= 0 && iw < g->in[2]) ? src[iw] : (T)0;               \
-                    }                                                                        \
+                    /* [lo, hi): the outputs whose input column is inside the image; the  \
+                     * edges are zeros and the middle a plain (strided) copy */            \
+                    int64_t lo = w0 >= 0 ? 0 : (-w0 + sw - 1) / sw;                          \
+                    int64_t hi = g->in[2] - w0 <= 0 ? 0 : (g->in[2] - w0 + sw - 1) / sw;     \
+                    if (hi > g->out[2])                                                      \
+                        hi = g->out[2];                                                      \
+                    if (lo > hi)                                                             \
+                        lo = hi;                                                             \
+                    for (int64_t ow = 0; ow < lo; ow++)                                      \
+                        dst[ow] = (T)0;                                                      \
+                    if (sw == 1 && hi > lo)                                                  \
+                        memcpy(dst + lo, src + lo + w0, (size_t)(hi - lo) * sizeof(T));      \
+                    else if (sw != 1)                                                        \
+                        for (int64_t ow = lo; ow < hi; ow++)                                 \
+                            dst[ow] = src[ow * sw + w0];                                     \
+                    for (int64_t ow = hi; ow < g->out[2]; ow++)                              \
+                        dst[ow] = (T)0;                                                      \
                 }                                                                            \
             }                                                                                \
         }                                                                                    \
