@@ -224,6 +224,7 @@ typedef struct dconv {
     int64_t Hp, Wp, OH, OW, cs;      /* padded input, output, padded plane size */
     int64_t nk, nob, ntile;
     int64_t to, tq;                  /* the table's tile: channels, positions */
+    int64_t nobg;                    /* jobs per tile: groups of channel blocks */
     const float *x;                  /* [N, Ci, H, W] */
     float *xp;                       /* [N, Ci, Hp, Wp] + slack */
     const float *wpack;              /* [nob, Ci, nk, 8] */
@@ -259,7 +260,9 @@ static void dconv_tiles(void *argp, int64_t b, int64_t e)
     /* the runs of a tile that are real outputs (grid columns below OW), found once per
      * tile and reused for its 8 channels: [offset in tile, offset in plane, length] */
     int64_t seg[DT_QMAX][3];
-    for (int64_t t = b; t < e; t++) {
+    for (int64_t jt = b; jt < e; jt++) {
+        int64_t t = jt / d->nobg, g = jt % d->nobg;
+        int64_t ob0 = d->nob * g / d->nobg, ob1 = d->nob * (g + 1) / d->nobg;
         int64_t n = t / d->ntile, q0 = (t % d->ntile) * TQ;
         int nq = (int)(nq_all - q0 < TQ ? nq_all - q0 : TQ);
         int nseg = 0;
@@ -276,7 +279,7 @@ static void dconv_tiles(void *argp, int64_t b, int64_t e)
             q += run;
         }
         const float *xq = d->xp + n * d->Ci * d->cs + q0;
-        for (int64_t ob = 0; ob < d->nob; ob++) {
+        for (int64_t ob = ob0; ob < ob1; ob++) {
             d->k->conv_tile_f32(tile, xq, d->cs, d->Ci, d->offs, d->nk, d->wpack + ob * d->Ci * d->nk * TO, nq);
             int64_t jn = d->Co - ob * TO < TO ? d->Co - ob * TO : TO;
             for (int64_t j = 0; j < jn; j++) {
@@ -342,7 +345,16 @@ static bool dconv_run(kiln__cpu_ctx *ctx, int64_t N, int64_t Ci, int64_t Co, int
     d.wpack = wp;
     d.offs = offs;
     kiln__cpu_parallel_for(ctx, N * Ci, 1 + 65536 / (d.cs + 1), dconv_pad, &d);
-    kiln__cpu_parallel_for(ctx, N * d.ntile, 1, dconv_tiles, &d);
+    /* jobs are tiles of positions, each over all channel blocks (the input of a tile then
+     * stays in L1 across them); when there are too few tiles to keep every thread busy
+     * (small images, batch 1), the channel blocks are split across jobs as well */
+    d.nobg = 1;
+    if (N * d.ntile < 4 * (int64_t)ctx->nthreads) {
+        d.nobg = 4 * (int64_t)ctx->nthreads;
+        if (d.nobg > d.nob)
+            d.nobg = d.nob;
+    }
+    kiln__cpu_parallel_for(ctx, N * d.ntile * d.nobg, 1, dconv_tiles, &d);
     for (int i = 0; i < 3; i++)
         kiln__cpu_scratch_put(ctx, h[i]);
     return true;
