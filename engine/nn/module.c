@@ -22,29 +22,14 @@ static char *dup_str(const char *s)
     return d;
 }
 
-/* Autodiff is developed beside nn: until its symbols are linked into libkiln the
- * references stay weak and parameters are plain tensors (forward passes still work). */
-#pragma weak kiln_requires_grad
-#pragma weak kiln_tensor_requires_grad
-#pragma weak kiln_no_grad_begin
-#pragma weak kiln_no_grad_end
-
-static void grad_off(void)
-{
-    if (kiln_no_grad_begin)
-        kiln_no_grad_begin();
-}
-
-static void grad_on(void)
-{
-    if (kiln_no_grad_end)
-        kiln_no_grad_end();
-}
+/* Loading and moving parameters are not part of any graph. */
+static void grad_off(void) { kiln_no_grad_begin(); }
+static void grad_on(void) { kiln_no_grad_end(); }
 
 /* Parameters are leaves that accumulate gradients; frozen ones are plain tensors. */
 static int set_trainable(kiln_tensor *t, bool on)
 {
-    if (!kiln_dtype_is_float(kiln_tensor_dtype(t)) || !kiln_requires_grad || !kiln_tensor_requires_grad)
+    if (!kiln_dtype_is_float(kiln_tensor_dtype(t)))
         return 0;
     if (kiln_tensor_requires_grad(t) == on)
         return 0;
