@@ -9,11 +9,16 @@
  * socket layer can send a whole batch in one write.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "http_conn.h"
 #include "responses.h"
+
+/* Input stashed while a response is pending; past this, reading stops until it is answered. */
+#define STASH_MAX (1u << 20)
 
 /* Request bodies larger than this are not kept between requests, so one big upload does not pin memory. */
 #define BODY_KEEP_CAP (256u * 1024u)
@@ -53,6 +58,9 @@ static int on_message_begin(llhttp_t *p)
     c->header_bytes = 0;
     c->body_bytes = 0;
     c->url.len = 0;
+    memset(&c->headers, 0, sizeof c->headers);
+    c->header_name.len = 0;
+    c->header_in_value = false;
     if (c->body.cap > BODY_KEEP_CAP)
         kiln_buf_free(&c->body);
     c->body.len = 0;
@@ -71,11 +79,60 @@ static int on_url(llhttp_t *p, const char *at, size_t n)
     return 0;
 }
 
-static int on_header_span(llhttp_t *p, const char *at, size_t n)
+/* The headers handlers read; any other header is counted and skipped. */
+static const struct {
+    const char *name;
+    size_t offset, size;
+} kept_headers[] = {
+    {"authorization", offsetof(struct kiln_http_headers, authorization), KILN_HTTP_AUTH_MAX},
+    {"content-type", offsetof(struct kiln_http_headers, content_type), KILN_HTTP_SHORT_HEADER_MAX},
+    {"x-request-id", offsetof(struct kiln_http_headers, request_id), KILN_HTTP_SHORT_HEADER_MAX},
+    {"inference-header-content-length", offsetof(struct kiln_http_headers, inference_header_length), 32},
+};
+#define NKEPT (sizeof kept_headers / sizeof kept_headers[0])
+
+static int on_header_field(llhttp_t *p, const char *at, size_t n)
 {
-    (void)at;
+    struct kiln_http_conn *c = conn_of(p);
     /* +2 stands for the ": " or CRLF around each span, so many empty headers still add up. */
-    return count_header_bytes(conn_of(p), n + 2);
+    if (count_header_bytes(c, n + 2) != 0)
+        return -1;
+    if (c->header_in_value) {
+        c->header_in_value = false;
+        c->header_name.len = 0;
+    }
+    /* Names longer than any kept one need not be stored: they match nothing. */
+    if (c->header_name.len + n <= 40 && kiln_buf_append(&c->header_name, at, n) != 0) {
+        c->failed = true;
+        return -1;
+    }
+    if (c->header_name.len + n > 40)
+        c->header_name.len = 41;
+    return 0;
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t n)
+{
+    struct kiln_http_conn *c = conn_of(p);
+    if (count_header_bytes(c, n + 2) != 0)
+        return -1;
+    if (!c->header_in_value) {
+        c->header_in_value = true;
+        c->header_slot = NKEPT;
+        for (size_t i = 0; i < NKEPT && c->header_name.len <= 40; i++)
+            if (strlen(kept_headers[i].name) == c->header_name.len &&
+                strncasecmp(kept_headers[i].name, c->header_name.data, c->header_name.len) == 0)
+                c->header_slot = i;
+    }
+    if (c->header_slot == NKEPT)
+        return 0;
+    char *dst = (char *)&c->headers + kept_headers[c->header_slot].offset;
+    size_t have = strlen(dst);
+    if (have + n >= kept_headers[c->header_slot].size)
+        return reject(c, 431, "a request header value is longer than kilnd accepts");
+    memcpy(dst + have, at, n);
+    dst[have + n] = '\0';
+    return 0;
 }
 
 static int on_headers_complete(llhttp_t *p)
@@ -116,6 +173,8 @@ static int dispatch(struct kiln_http_conn *c, bool keep_alive)
         .body = c->body.data,
         .body_len = c->body.len,
         .keep_alive = keep_alive,
+        .headers = &c->headers,
+        .conn = c,
     };
     const char *q = c->url.len ? memchr(c->url.data, '?', c->url.len) : NULL;
     if (q) {
@@ -130,7 +189,12 @@ static int dispatch(struct kiln_http_conn *c, bool keep_alive)
     int status;
     switch (kiln_router_match(r, req.method, req.path, req.path_len, &idx)) {
     case KILN_ROUTE_FOUND:
+        c->route = idx;
         status = r->routes[idx].handler(c->svc->ctx, &req, &c->out);
+        if (status == KILN_HTTP_DEFERRED && c->pending)
+            return 0; /* counted and observed when it finishes */
+        if (status == KILN_HTTP_DEFERRED)
+            status = kiln_resp_error(&c->out, 500, "handler deferred without a pending response", keep_alive, NULL);
         break;
     case KILN_ROUTE_METHOD_NOT_ALLOWED: {
         char allow[96], hdr[128], msg[64];
@@ -164,6 +228,8 @@ static int on_message_complete(llhttp_t *p)
         return -1;
     }
     c->started_ns = 0;
+    if (c->pending)
+        return HPE_PAUSED; /* nothing more is parsed until the pending response is out */
     if (!keep_alive) {
         c->closing = true;
         return HPE_PAUSED; /* whatever follows on this connection is not read */
@@ -174,8 +240,8 @@ static int on_message_complete(llhttp_t *p)
 static const llhttp_settings_t settings = {
     .on_message_begin = on_message_begin,
     .on_url = on_url,
-    .on_header_field = on_header_span,
-    .on_header_value = on_header_span,
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
     .on_headers_complete = on_headers_complete,
     .on_body = on_body,
     .on_message_complete = on_message_complete,
@@ -191,6 +257,14 @@ void kiln_http_conn_init(struct kiln_http_conn *c, const struct kiln_http_servic
 
 void kiln_http_conn_free(struct kiln_http_conn *c)
 {
+    if (c->pending) {
+        /* The job still runs or waits somewhere; it finds the connection gone. */
+        c->pending->conn = NULL;
+        atomic_store(&c->pending->cancelled, true);
+        c->pending = NULL;
+    }
+    kiln_buf_free(&c->stash);
+    kiln_buf_free(&c->header_name);
     kiln_buf_free(&c->url);
     kiln_buf_free(&c->body);
     kiln_buf_free(&c->out);
@@ -213,9 +287,22 @@ void kiln_http_conn_feed(struct kiln_http_conn *c, const char *data, size_t len)
 {
     if (c->closing || len == 0)
         return;
+    if (c->pending) {
+        if (kiln_buf_append(&c->stash, data, len) != 0)
+            c->failed = true;
+        return;
+    }
     llhttp_errno_t e = llhttp_execute(&c->parser, data, len);
     if (e == HPE_OK)
         return;
+    if (e == HPE_PAUSED && c->pending) {
+        /* Keep what follows the deferred request for when its response is out. */
+        const char *pos = llhttp_get_error_pos(&c->parser);
+        size_t used = pos && pos >= data && pos <= data + len ? (size_t)(pos - data) : len;
+        if (kiln_buf_append(&c->stash, data + used, len - used) != 0)
+            c->failed = true;
+        return;
+    }
     if (e == HPE_PAUSED || e == HPE_PAUSED_UPGRADE) {
         /* Paused by on_message_complete to close, or an Upgrade this server does not speak. */
         c->closing = true;
@@ -232,6 +319,8 @@ void kiln_http_conn_feed(struct kiln_http_conn *c, const char *data, size_t len)
 
 void kiln_http_conn_eof(struct kiln_http_conn *c)
 {
+    if (c->pending) /* the client left before its answer: drop the job if it has not run */
+        atomic_store(&c->pending->cancelled, true);
     if (c->closing)
         return;
     if (c->in_message)
@@ -251,6 +340,71 @@ void kiln_http_conn_timeout(struct kiln_http_conn *c)
 void kiln_http_conn_drain(struct kiln_http_conn *c)
 {
     c->draining = true;
-    if (!c->in_message)
+    if (!c->in_message && !c->pending)
         c->closing = true;
+}
+
+bool kiln_http_conn_wants_input(const struct kiln_http_conn *c)
+{
+    return !c->pending || c->stash.len < STASH_MAX;
+}
+
+struct kiln_http_pending *kiln_http_defer(const struct kiln_request *req)
+{
+    struct kiln_http_conn *c = req->conn;
+    if (!c || c->pending)
+        return NULL;
+    struct kiln_http_pending *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->conn = c;
+    atomic_init(&p->cancelled, false);
+    p->route = c->route;
+    p->started_ns = c->started_ns;
+    p->keep_alive = req->keep_alive;
+    c->pending = p;
+    return p;
+}
+
+struct kiln_buf *kiln_http_pending_out(struct kiln_http_pending *p)
+{
+    return p->conn ? &p->conn->out : NULL;
+}
+
+bool kiln_http_pending_keep_alive(const struct kiln_http_pending *p)
+{
+    return p->keep_alive && p->conn && !p->conn->draining;
+}
+
+void kiln_http_pending_finish(struct kiln_http_pending *p, int status)
+{
+    struct kiln_http_conn *c = p->conn;
+    bool keep_alive = kiln_http_pending_keep_alive(p);
+    size_t route = p->route;
+    uint64_t started = p->started_ns;
+    free(p);
+    if (!c)
+        return;
+    c->pending = NULL;
+    if (status < 0) {
+        c->failed = true;
+    } else {
+        c->responses++;
+        const struct kiln_http_service *s = c->svc;
+        if (s->observe)
+            s->observe(s->observe_ctx, route, status, started ? now_ns() - started : 0);
+    }
+    if (!keep_alive || c->failed) {
+        c->closing = true;
+    } else {
+        /* Parse what arrived meanwhile; it may defer again and stash the rest anew. */
+        llhttp_resume(&c->parser);
+        struct kiln_buf in = c->stash;
+        c->stash = (struct kiln_buf){0};
+        if (in.len)
+            kiln_http_conn_feed(c, in.data, in.len);
+        kiln_buf_free(&in);
+    }
+    if (c->wake)
+        c->wake(c->wake_ud);
 }

@@ -15,6 +15,7 @@
 #ifndef KILN_API_HTTP_CONN_H
 #define KILN_API_HTTP_CONN_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -35,6 +36,22 @@ struct kiln_http_service {
     void *observe_ctx;
 };
 
+/*
+ * A response that a handler promised to produce later (an inference that went to a worker).
+ * While one is outstanding the connection parses no further request: bytes that arrive are
+ * stashed (bounded), so pipelined requests are still answered in order. The connection may
+ * close first (peer gone, drain deadline): conn then becomes NULL and cancelled is set, which
+ * a worker reads to drop the job before it runs. Whoever completes the job calls
+ * kiln_http_pending_finish exactly once, on the loop thread, which frees it.
+ */
+struct kiln_http_pending {
+    struct kiln_http_conn *conn;    /* loop thread only */
+    atomic_bool cancelled;          /* read by any thread */
+    size_t route;
+    uint64_t started_ns;
+    bool keep_alive;
+};
+
 struct kiln_http_conn {
     llhttp_t parser;
     const struct kiln_http_service *svc;
@@ -51,6 +68,16 @@ struct kiln_http_conn {
     bool closing;                   /* no more input is read; close once out is written */
     bool draining;                  /* finish the current request, then close */
     bool failed;                    /* out of memory: close without a response */
+    struct kiln_http_headers headers;   /* of the current request */
+    size_t header_slot;             /* which headers field the value being parsed goes to */
+    bool header_in_value;
+    struct kiln_buf header_name;
+    size_t route;                   /* route of the request being dispatched */
+    struct kiln_http_pending *pending;
+    struct kiln_buf stash;          /* input that arrived while a response was pending */
+    /* Called after a pending response was finished, so the socket layer can send it. */
+    void (*wake)(void *ud);
+    void *wake_ud;
 };
 
 void kiln_http_conn_init(struct kiln_http_conn *c, const struct kiln_http_service *svc);
@@ -67,5 +94,21 @@ void kiln_http_conn_timeout(struct kiln_http_conn *c);
 
 /* Daemon shutdown: an idle connection closes now, a busy one after its current response. */
 void kiln_http_conn_drain(struct kiln_http_conn *c);
+
+/* True while a pending response is outstanding and the stash still has room for more input. */
+bool kiln_http_conn_wants_input(const struct kiln_http_conn *c);
+
+/*
+ * From a route handler: the response comes later. The handler then returns KILN_HTTP_DEFERRED.
+ * Returns NULL when out of memory (the handler answers 500 instead).
+ */
+struct kiln_http_pending *kiln_http_defer(const struct kiln_request *req);
+
+/* Where the late response goes (append one whole response), or NULL when the client is gone. */
+struct kiln_buf *kiln_http_pending_out(struct kiln_http_pending *p);
+/* Whether the late response may say keep-alive (false once the daemon is draining). */
+bool kiln_http_pending_keep_alive(const struct kiln_http_pending *p);
+/* The late response is in place (status, or -1 when none could be written); frees p. */
+void kiln_http_pending_finish(struct kiln_http_pending *p, int status);
 
 #endif /* KILN_API_HTTP_CONN_H */

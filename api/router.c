@@ -29,7 +29,10 @@ enum kiln_route_result kiln_router_match(const struct kiln_router *r, unsigned m
 {
     for (size_t i = 0; i < r->count; i++) {
         const struct kiln_route *rt = &r->routes[i];
-        if (strlen(rt->path) != len || memcmp(rt->path, path, len) != 0)
+        size_t n = strlen(rt->path);
+        bool prefix = n > 0 && rt->path[n - 1] == '*';
+        if (prefix ? (len < n - 1 || memcmp(rt->path, path, n - 1) != 0)
+                   : (n != len || memcmp(rt->path, path, len) != 0))
             continue;
         *index = i;
         return (rt->methods & method) ? KILN_ROUTE_FOUND : KILN_ROUTE_METHOD_NOT_ALLOWED;

@@ -2,7 +2,8 @@
  * api/router.h — the request as handlers see it, and a small table-driven router.
  *
  * A route table is static data: a path, the methods it takes and a handler. Matching is exact
- * on the path (the query string is split off first); a path that exists under other methods
+ * on the path (the query string is split off first), except that a path ending in '*' matches
+ * every path with that prefix (the handler parses the rest); a path that exists under other methods
  * answers 405 with an Allow header built from the table.
  *
  *     static const struct kiln_route routes[] = {
@@ -30,6 +31,24 @@ enum kiln_http_method {
     KILN_HTTP_OPTIONS = 1u << 6,
 };
 
+/*
+ * The request headers handlers use, kept with bounded sizes (a longer value is refused with
+ * 431 before anything is sized by it). Each value is NUL-terminated; "" when absent.
+ */
+#define KILN_HTTP_AUTH_MAX 512
+#define KILN_HTTP_SHORT_HEADER_MAX 128
+struct kiln_http_headers {
+    char authorization[KILN_HTTP_AUTH_MAX];
+    char content_type[KILN_HTTP_SHORT_HEADER_MAX];
+    char request_id[KILN_HTTP_SHORT_HEADER_MAX];
+    char inference_header_length[32];   /* Inference-Header-Content-Length */
+};
+
+struct kiln_http_conn;
+
+/* A handler's return value when it will answer later through kiln_http_defer. */
+#define KILN_HTTP_DEFERRED 0
+
 struct kiln_request {
     unsigned method;            /* one enum kiln_http_method bit */
     const char *path;           /* not NUL-terminated */
@@ -39,11 +58,14 @@ struct kiln_request {
     const char *body;
     size_t body_len;
     bool keep_alive;            /* the response must say "Connection: close" when false */
+    const struct kiln_http_headers *headers;
+    struct kiln_http_conn *conn;    /* for kiln_http_defer */
 };
 
 /*
  * A handler appends one complete response (status line, headers, body) to out and returns its
- * status code, or -1 when it ran out of memory (the connection is then closed).
+ * status code, or -1 when it ran out of memory (the connection is then closed), or
+ * KILN_HTTP_DEFERRED after kiln_http_defer when the response comes later.
  */
 typedef int (*kiln_route_handler)(void *ctx, const struct kiln_request *req, struct kiln_buf *out);
 

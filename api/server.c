@@ -332,7 +332,7 @@ static void after_input(struct conn *c)
     if (c->closed || c->lingering)
         return;
     bool backlog = c->writing && c->http.out.len + c->wbuf.len > BACKLOG_HIGH;
-    bool want_read = !c->http.closing && !c->peer_eof && !backlog;
+    bool want_read = !c->http.closing && !c->peer_eof && !backlog && kiln_http_conn_wants_input(&c->http);
     if (want_read && !c->reading) {
         if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
             conn_close(c);
@@ -344,7 +344,8 @@ static void after_input(struct conn *c)
         c->reading = false;
     }
     if (c->http.closing) {
-        if (!c->writing && c->http.out.len == 0) {
+        /* A pending response keeps the connection until it is written, unless the peer left. */
+        if (!c->writing && c->http.out.len == 0 && (!c->http.pending || c->peer_eof)) {
             conn_finish(c);
         } else if (!c->close_armed) {
             c->close_armed = true;
@@ -363,10 +364,20 @@ static void on_timer(uv_timer_t *t)
         conn_close(c);
         return;
     }
+    if (c->http.pending) {
+        /* The scheduler bounds a pending request's time; the idle clock waits for it. */
+        uv_timer_start(&c->timer, on_timer, s_idle(c), 0);
+        return;
+    }
     if (c->http.in_message)
         slog(c->srv, KILN_LOG_DEBUG, "request timed out; closing connection");
     kiln_http_conn_timeout(&c->http);
     after_input(c);
+}
+
+static void wake_conn(void *ud)
+{
+    after_input(ud);
 }
 
 static void on_connection(uv_stream_t *listener, int status)
@@ -392,6 +403,8 @@ static void on_connection(uv_stream_t *listener, int status)
         s->conns->prev = c;
     s->conns = c;
     kiln_http_conn_init(&c->http, &s->opts.service);
+    c->http.wake = wake_conn;
+    c->http.wake_ud = c;
     int rc = uv_accept(listener, (uv_stream_t *)&c->tcp);
     if (rc == 0)
         rc = uv_tcp_nodelay(&c->tcp, 1);

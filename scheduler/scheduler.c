@@ -1,0 +1,634 @@
+/*
+ * scheduler/scheduler.c — worker threads, per-model queues, the dynamic batcher and the
+ * completion path back to the I/O loop.
+ *
+ * One mutex guards every queue, instance list and control list. That is deliberate: the work
+ * done under it is a few pointer moves per request, and a run takes far longer than any
+ * contention could, so finer locks would buy nothing and cost clarity. Each worker sleeps on its
+ * own condition variable, with a timeout when a batch is waiting to fill.
+ *
+ * A worker first runs control tasks (load or free an instance: these touch the device, so they
+ * run on the thread that owns it), then looks for a model whose queue is ready:
+ *   - the model does not batch: one request, at once;
+ *   - the rows queued (the compatible prefix of the queue) reach max_batch_size, or the next
+ *     request cannot join (other trailing dims, too many rows): run what can go;
+ *   - a preferred batch size can be formed exactly: the largest such;
+ *   - the oldest request has waited max_queue_delay_us (or no delay is set): run what there is.
+ * Requests whose client left or whose deadline passed are dropped as they are taken.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sched-impl.h"
+
+const char *kiln_sched_outcome_to_str(enum kiln_sched_outcome o)
+{
+    switch (o) {
+    case KILN_SCHED_OK: return "success";
+    case KILN_SCHED_FAILED: return "failed";
+    case KILN_SCHED_TIMEOUT: return "timeout";
+    case KILN_SCHED_CANCELLED: return "cancelled";
+    case KILN_SCHED_SHUTDOWN: return "shutdown";
+    }
+    return "?";
+}
+
+/* ---- completions: workers -> loop ---------------------------------------------------------- */
+
+static void post_done(struct kiln_sched *s, struct kiln_sched_request *r)
+{
+    r->next = NULL;
+    pthread_mutex_lock(&s->done_mu);
+    if (s->done_tail)
+        s->done_tail->next = r;
+    else
+        s->done_head = r;
+    s->done_tail = r;
+    pthread_mutex_unlock(&s->done_mu);
+    if (s->async_open)
+        uv_async_send(&s->async);
+}
+
+static void drain_done(struct kiln_sched *s)
+{
+    pthread_mutex_lock(&s->done_mu);
+    struct kiln_sched_request *r = s->done_head;
+    s->done_head = s->done_tail = NULL;
+    pthread_mutex_unlock(&s->done_mu);
+    while (r) {
+        struct kiln_sched_request *next = r->next;
+        r->done(r);
+        r = next;
+    }
+}
+
+static void on_async(uv_async_t *h)
+{
+    drain_done(h->data);
+}
+
+/* ---- control tasks --------------------------------------------------------------------------- */
+
+static int post_ctl(struct kiln__sched_worker *w, void (*fn)(struct kiln__sched_worker *, void *), void *arg)
+{
+    struct kiln__sched_ctl *c = calloc(1, sizeof *c);
+    if (!c)
+        return -1;
+    c->fn = fn;
+    c->arg = arg;
+    if (w->ctl_tail)
+        w->ctl_tail->next = c;
+    else
+        w->ctl_head = c;
+    w->ctl_tail = c;
+    pthread_cond_signal(&w->cv);
+    return 0;
+}
+
+static void free_model_struct(struct kiln_sched_model *m)
+{
+    kiln__sched_config_free(&m->cfg);
+    free(m->inst);
+    free(m->name);
+    free(m->path);
+    free(m);
+}
+
+/* Under the lock: forget the model and take its instances off their workers' lists. */
+static void unlink_model(struct kiln_sched *s, struct kiln_sched_model *m)
+{
+    if (m->prev)
+        m->prev->next = m->next;
+    else if (s->models == m)
+        s->models = m->next;
+    if (m->next)
+        m->next->prev = m->prev;
+    m->prev = m->next = NULL;
+    for (int i = 0; i < m->ninst; i++) {
+        struct kiln__sched_instance *in = &m->inst[i];
+        if (!in->linked)
+            continue;
+        struct kiln__sched_worker *w = in->worker;
+        for (struct kiln__sched_instance **pp = &w->insts; *pp; pp = &(*pp)->wnext) {
+            if (*pp == in) {
+                *pp = in->wnext;
+                break;
+            }
+        }
+        if (w->rr == in)
+            w->rr = NULL;
+        in->linked = false;
+    }
+}
+
+static void ctl_free_instance(struct kiln__sched_worker *w, void *arg)
+{
+    (void)w;
+    struct kiln__sched_instance *in = arg;
+    struct kiln_sched_model *m = in->model;
+    kiln_module_free(in->module);
+    in->module = NULL;
+    if (atomic_fetch_sub(&m->pending, 1) == 1)
+        free_model_struct(m);
+}
+
+static void load_finished(struct kiln_sched_request *r)
+{
+    struct kiln_sched_model *m = r->ud;
+    bool ok = m->why[0] == '\0';
+    m->load_done(m->load_ud, ok ? m : NULL, ok ? NULL : m->why);
+    if (!ok)
+        kiln_sched_model_release(m);
+}
+
+static void ctl_load_instance(struct kiln__sched_worker *w, void *arg)
+{
+    struct kiln__sched_instance *in = arg;
+    struct kiln_sched_model *m = in->model;
+    struct kiln_sched *s = w->sched;
+    char why[256] = "";
+    kiln_module *mod = NULL;
+    int rc = kiln__sched_build(m, w->dev, &mod, why, sizeof why);
+    pthread_mutex_lock(&s->mu);
+    if (rc == 0) {
+        in->module = mod;
+        in->linked = true;
+        in->wnext = w->insts;
+        w->insts = in;
+    } else if (m->why[0] == '\0') {
+        snprintf(m->why, sizeof m->why, "%s", why);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (atomic_fetch_sub(&m->pending, 1) == 1) {
+        m->load_req.done = load_finished;
+        m->load_req.ud = m;
+        post_done(s, &m->load_req);
+    }
+}
+
+/* ---- batching ---------------------------------------------------------------------------------- */
+
+static int64_t rows_of(const struct kiln_sched_model *m, const struct kiln_sched_request *r)
+{
+    return m->cfg.max_batch_size > 0 && r->ninputs > 0 && r->inputs[0].ndim > 0 ? r->inputs[0].shape[0] : 1;
+}
+
+/* Whether b can share a run with a: same inputs, same dims past the batch dim. */
+static bool compatible(const struct kiln_sched_request *a, const struct kiln_sched_request *b)
+{
+    if (a->ninputs != b->ninputs)
+        return false;
+    for (int i = 0; i < a->ninputs; i++) {
+        const struct kiln_sched_tensor *x = &a->inputs[i], *y = &b->inputs[i];
+        if (x->dtype != y->dtype || x->ndim != y->ndim)
+            return false;
+        for (int d = 1; d < x->ndim; d++)
+            if (x->shape[d] != y->shape[d])
+                return false;
+    }
+    return true;
+}
+
+/*
+ * Under the lock: how many requests from the head of m's queue should run now (0: not yet; then
+ * *wake_ns says when to look again, 0 for never).
+ */
+static int batch_ready(const struct kiln_sched_model *m, uint64_t now, uint64_t *wake_ns)
+{
+    const struct kiln_sched_request *h = m->head;
+    if (!h)
+        return 0;
+    const kiln_model_config *c = &m->cfg;
+    if (c->max_batch_size <= 0)
+        return 1;
+    int64_t rows = 0, best_pref = 0;
+    int n = 0, n_pref = 0;
+    bool blocked = false;
+    for (const struct kiln_sched_request *r = h; r; r = r->next) {
+        int64_t b = rows_of(m, r);
+        if ((r != h && !compatible(h, r)) || rows + b > c->max_batch_size) {
+            blocked = true;
+            break;
+        }
+        rows += b;
+        n++;
+        for (int p = 0; p < c->npreferred; p++)
+            if (c->preferred_batch_sizes[p] == rows && rows > best_pref) {
+                best_pref = rows;
+                n_pref = n;
+            }
+    }
+    if (n == 0)
+        return 1; /* the head alone exceeds the batch limit: let the run report it */
+    if (blocked || rows >= c->max_batch_size)
+        return n;
+    if (n_pref && best_pref == rows)
+        return n;
+    uint64_t due = h->enqueued_ns + (uint64_t)c->max_queue_delay_us * 1000u;
+    if (c->max_queue_delay_us <= 0 || now >= due)
+        return n;
+    if (n_pref)
+        return n_pref; /* a preferred size is at hand; waiting would only hold it back */
+    *wake_ns = due;
+    return 0;
+}
+
+static uint64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static unsigned batch_bucket(int64_t rows)
+{
+    unsigned b = 0;
+    while (b + 1 < KILN_SCHED_BATCH_BUCKETS && (1ll << b) < rows)
+        b++;
+    return b;
+}
+
+/* Takes n requests off m's queue, runs the live ones on in, and posts every one back. */
+static void run_batch(struct kiln__sched_worker *w, struct kiln__sched_instance *in, int n)
+{
+    struct kiln_sched *s = w->sched;
+    struct kiln_sched_model *m = in->model;
+    struct kiln_sched_request *taken[256];
+    if (n > 256)
+        n = 256;
+    for (int i = 0; i < n; i++) {
+        taken[i] = m->head;
+        m->head = m->head->next;
+        m->queued--;
+    }
+    if (!m->head)
+        m->tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+
+    uint64_t now = uv_hrtime();
+    int live = 0;
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) {
+        struct kiln_sched_request *r = taken[i];
+        r->started_ns = now;
+        if (r->cancelled && atomic_load(r->cancelled)) {
+            r->outcome = KILN_SCHED_CANCELLED;
+        } else if (r->deadline_ns && now > r->deadline_ns) {
+            r->outcome = KILN_SCHED_TIMEOUT;
+            snprintf(r->error, sizeof r->error, "request timed out after waiting %.1f ms in the queue",
+                     (double)(now - r->enqueued_ns) / 1e6);
+        } else {
+            taken[live++] = r;
+            rows += rows_of(m, r);
+            continue;
+        }
+        r->finished_ns = now;
+        post_done(s, r);
+    }
+    if (live > 0)
+        kiln__sched_run(m, in->module, w->dev, taken, live, rows);
+    uint64_t end = uv_hrtime();
+
+    pthread_mutex_lock(&s->mu);
+    struct kiln_sched_stats *st = &m->stats;
+    if (live > 0) {
+        st->execution_count++;
+        st->compute_ns += end - now;
+        st->batch_hist[batch_bucket(rows)]++;
+        st->last_inference_ms = wall_ms();
+    }
+    for (int i = 0; i < live; i++) {
+        struct kiln_sched_request *r = taken[i];
+        r->finished_ns = end;
+        r->batch_size = (int)rows;
+        st->queue_ns += now - r->enqueued_ns;
+        if (r->outcome == KILN_SCHED_OK) {
+            st->success_count++;
+            st->inference_count += (uint64_t)rows_of(m, r);
+            st->success_ns += end - r->enqueued_ns;
+        } else {
+            st->fail_count++;
+            st->fail_ns += end - r->enqueued_ns;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < live; i++)
+        post_done(s, taken[i]);
+    pthread_mutex_lock(&s->mu);
+}
+
+static void *worker_main(void *arg)
+{
+    struct kiln__sched_worker *w = arg;
+    struct kiln_sched *s = w->sched;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        if (w->ctl_head) {
+            struct kiln__sched_ctl *c = w->ctl_head;
+            w->ctl_head = c->next;
+            if (!w->ctl_head)
+                w->ctl_tail = NULL;
+            pthread_mutex_unlock(&s->mu);
+            c->fn(w, c->arg);
+            free(c);
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
+        if (s->stopping)
+            break;
+        uint64_t now = uv_hrtime(), wake = 0;
+        struct kiln__sched_instance *pick = NULL;
+        int n = 0;
+        /* Round robin over this worker's instances, so one busy model cannot starve another. */
+        struct kiln__sched_instance *start = w->rr && w->rr->linked ? w->rr : w->insts;
+        for (struct kiln__sched_instance *in = start; in && !pick;) {
+            uint64_t due = 0;
+            n = batch_ready(in->model, now, &due);
+            if (n > 0)
+                pick = in;
+            else if (due && (!wake || due < wake))
+                wake = due;
+            in = in->wnext ? in->wnext : w->insts;
+            if (in == start)
+                break;
+        }
+        if (pick) {
+            w->rr = pick->wnext;
+            run_batch(w, pick, n);
+            continue;
+        }
+        if (wake) {
+            /* uv_hrtime is CLOCK_MONOTONIC; the condition variable is set to the same clock. */
+            struct timespec ts = {.tv_sec = (time_t)(wake / 1000000000u), .tv_nsec = (long)(wake % 1000000000u)};
+            pthread_cond_timedwait(&w->cv, &s->mu, &ts);
+        } else {
+            pthread_cond_wait(&w->cv, &s->mu);
+        }
+    }
+    /* Stopping: the instances die with the thread that owns their device. */
+    for (struct kiln__sched_instance *in = w->insts; in; in = in->wnext) {
+        kiln_module_free(in->module);
+        in->module = NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---- public ---------------------------------------------------------------------------------- */
+
+int kiln_sched_new(struct kiln_sched **out, const struct kiln_sched_options *o, char *err, size_t errlen)
+{
+    struct kiln_sched *s = calloc(1, sizeof *s);
+    int per = o->workers_per_device > 0 ? o->workers_per_device : 1;
+    if (!s || o->ndevices == 0) {
+        snprintf(err, errlen, s ? "no devices configured" : "out of memory");
+        free(s);
+        return -1;
+    }
+    s->opts = *o;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->done_mu, NULL);
+    uv_async_init(o->loop, &s->async, on_async);
+    s->async.data = s;
+    s->async_open = true;
+    *out = s;
+    s->workers = calloc(o->ndevices * (size_t)per, sizeof *s->workers);
+    if (!s->workers) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t d = 0; d < o->ndevices; d++) {
+        kiln_device *dev = kiln_device_open(o->devices[d]);
+        if (!dev) {
+            snprintf(err, errlen, "device '%s': %s", o->devices[d], kiln_error());
+            return -1;
+        }
+        for (int k = 0; k < per; k++) {
+            struct kiln__sched_worker *w = &s->workers[s->nworkers++];
+            w->sched = s;
+            w->dev = k == 0 ? dev : kiln_device_open(o->devices[d]);
+            w->spec = strdup(o->devices[d]);
+            pthread_condattr_t ca;
+            pthread_condattr_init(&ca);
+            pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+            pthread_cond_init(&w->cv, &ca);
+            pthread_condattr_destroy(&ca);
+            if (!w->spec || pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+                snprintf(err, errlen, "cannot start a worker thread for '%s'", o->devices[d]);
+                return -1;
+            }
+            w->started = true;
+        }
+    }
+    return 0;
+}
+
+void kiln_sched_stop(struct kiln_sched *s)
+{
+    if (!s || s->stopped)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    for (size_t i = 0; i < s->nworkers; i++)
+        pthread_cond_signal(&s->workers[i].cv);
+    pthread_mutex_unlock(&s->mu);
+    for (size_t i = 0; i < s->nworkers; i++)
+        if (s->workers[i].started)
+            pthread_join(s->workers[i].thread, NULL);
+    s->stopped = true;
+    /* Everything still queued gets its answer now, on this (the loop's) thread. */
+    for (struct kiln_sched_model *m = s->models; m; m = m->next) {
+        while (m->head) {
+            struct kiln_sched_request *r = m->head;
+            m->head = r->next;
+            r->outcome = KILN_SCHED_SHUTDOWN;
+            snprintf(r->error, sizeof r->error, "the server is shutting down");
+            post_done(s, r);
+        }
+        m->tail = NULL;
+        m->queued = 0;
+    }
+    drain_done(s);
+}
+
+void kiln_sched_close(struct kiln_sched *s)
+{
+    if (s && s->async_open && !uv_is_closing((uv_handle_t *)&s->async))
+        uv_close((uv_handle_t *)&s->async, NULL);
+}
+
+void kiln_sched_free(struct kiln_sched *s)
+{
+    if (!s)
+        return;
+    kiln_sched_stop(s);
+    for (size_t i = 0; i < s->nworkers; i++) {
+        struct kiln__sched_worker *w = &s->workers[i];
+        while (w->ctl_head) {
+            struct kiln__sched_ctl *c = w->ctl_head;
+            w->ctl_head = c->next;
+            free(c);
+        }
+        if (w->dev)
+            kiln_device_close(w->dev);
+        free(w->spec);
+        pthread_cond_destroy(&w->cv);
+    }
+    free(s->workers);
+    pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->done_mu);
+    free(s);
+}
+
+int kiln_sched_model_load(struct kiln_sched *s, const char *name, const kiln_model_version *v,
+                          void (*done)(void *ud, struct kiln_sched_model *m, const char *why), void *ud)
+{
+    const char *dev = v->config.device ? v->config.device : "cpu";
+    int count = v->config.instance_count > 0 ? v->config.instance_count : 1;
+    size_t nw = 0;
+    for (size_t i = 0; i < s->nworkers; i++)
+        nw += strcmp(s->workers[i].spec, dev) == 0;
+    if (nw == 0 || s->stopping)
+        return -2; /* the device is not one this daemon drives */
+    struct kiln_sched_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return -1;
+    m->sched = s;
+    m->name = strdup(name);
+    m->path = strdup(v->path);
+    m->version = v->version;
+    m->inst = calloc((size_t)count, sizeof *m->inst);
+    m->ninst = count;
+    atomic_init(&m->refs, 1);
+    atomic_init(&m->pending, count);
+    m->load_done = done;
+    m->load_ud = ud;
+    if (!m->name || !m->path || !m->inst || kiln__sched_config_copy(&m->cfg, &v->config) != 0) {
+        free_model_struct(m);
+        return -1;
+    }
+    pthread_mutex_lock(&s->mu);
+    m->next = s->models;
+    if (s->models)
+        s->models->prev = m;
+    s->models = m;
+    size_t k = 0;
+    for (size_t i = 0; i < s->nworkers && k < (size_t)count; i = (i + 1) % s->nworkers) {
+        if (strcmp(s->workers[i].spec, dev) != 0)
+            continue;
+        m->inst[k].model = m;
+        m->inst[k].worker = &s->workers[i];
+        if (post_ctl(&s->workers[i], ctl_load_instance, &m->inst[k]) != 0) {
+            /* Count the instance as failed so the completion still fires once. */
+            snprintf(m->why, sizeof m->why, "out of memory");
+            atomic_fetch_sub(&m->pending, 1);
+        }
+        k++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+struct kiln_sched_model *kiln_sched_model_retain(struct kiln_sched_model *m)
+{
+    atomic_fetch_add(&m->refs, 1);
+    return m;
+}
+
+void kiln_sched_model_release(struct kiln_sched_model *m)
+{
+    if (!m || atomic_fetch_sub(&m->refs, 1) != 1)
+        return;
+    struct kiln_sched *s = m->sched;
+    pthread_mutex_lock(&s->mu);
+    unlink_model(s, m);
+    if (s->stopped) {
+        /* The workers are gone (or going, and free their instances themselves). */
+        pthread_mutex_unlock(&s->mu);
+        free_model_struct(m);
+        return;
+    }
+    atomic_store(&m->pending, m->ninst);
+    int direct = 0;
+    for (int i = 0; i < m->ninst; i++) {
+        if (!m->inst[i].worker || post_ctl(m->inst[i].worker, ctl_free_instance, &m->inst[i]) != 0)
+            direct++;
+    }
+    bool last = direct > 0 && atomic_fetch_sub(&m->pending, direct) == direct;
+    pthread_mutex_unlock(&s->mu);
+    if (last)
+        free_model_struct(m);
+}
+
+const char *kiln_sched_model_name(const struct kiln_sched_model *m)
+{
+    return m->name;
+}
+
+int64_t kiln_sched_model_version(const struct kiln_sched_model *m)
+{
+    return m->version;
+}
+
+const kiln_model_config *kiln_sched_model_config(const struct kiln_sched_model *m)
+{
+    return &m->cfg;
+}
+
+size_t kiln_sched_model_queued(const struct kiln_sched_model *m)
+{
+    pthread_mutex_lock(&m->sched->mu);
+    size_t n = m->queued;
+    pthread_mutex_unlock(&m->sched->mu);
+    return n;
+}
+
+void kiln_sched_model_stats(const struct kiln_sched_model *m, struct kiln_sched_stats *out)
+{
+    pthread_mutex_lock(&m->sched->mu);
+    *out = m->stats;
+    pthread_mutex_unlock(&m->sched->mu);
+}
+
+int kiln_sched_submit(struct kiln_sched *s, struct kiln_sched_request *r)
+{
+    struct kiln_sched_model *m = r->model;
+    r->next = NULL;
+    r->outcome = KILN_SCHED_OK;
+    r->error[0] = '\0';
+    r->noutputs = 0;
+    r->enqueued_ns = uv_hrtime();
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping || m->queued >= s->opts.max_queue) {
+        pthread_mutex_unlock(&s->mu);
+        return -1;
+    }
+    if (m->tail)
+        m->tail->next = r;
+    else
+        m->head = r;
+    m->tail = r;
+    m->queued++;
+    /* Wake every worker holding an instance of this model; the first free one takes it. */
+    for (int i = 0; i < m->ninst; i++)
+        if (m->inst[i].linked)
+            pthread_cond_signal(&m->inst[i].worker->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void kiln_sched_request_clear(struct kiln_sched_request *r)
+{
+    for (int i = 0; i < r->ninputs; i++) {
+        free(r->inputs[i].data);
+        r->inputs[i].data = NULL;
+    }
+    for (int i = 0; i < r->noutputs; i++) {
+        free(r->outputs[i].data);
+        r->outputs[i].data = NULL;
+    }
+    r->ninputs = r->noutputs = 0;
+}

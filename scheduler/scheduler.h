@@ -1,0 +1,127 @@
+/*
+ * scheduler/scheduler.h — where inference work runs: one or more worker threads per device,
+ * each the only thread that touches its device; model versions loaded as instances on those
+ * workers; a dynamic batcher per model that gathers queued requests into one run.
+ *
+ * The I/O loop never waits on any of it. A request is submitted with host buffers and a done
+ * callback; a worker gathers a batch (up to max_batch_size, aiming for a preferred size, waiting
+ * at most max_queue_delay_us for one to fill), concatenates the inputs along dim 0, runs the
+ * model once, splits the outputs and posts every request back to the loop through one
+ * uv_async_t, whose callback drains the whole completion queue (sends coalesce).
+ *
+ *     struct kiln_sched *s;
+ *     kiln_sched_new(&s, &(struct kiln_sched_options){.loop = loop, .devices = devs, ...}, err, n);
+ *     kiln_sched_model_load(s, "mnist", &version_info, on_loaded, ud);   // done on the loop
+ *     req->model = kiln_sched_model_retain(m); ... kiln_sched_submit(s, req);
+ *     kiln_sched_stop(s);   // joins the workers; queued requests complete as KILN_SCHED_SHUTDOWN
+ *     kiln_sched_free(s);   // after the loop has delivered the last completions
+ *
+ * Thread affinity: submit, load, release and the stats/queue readers are called on the loop
+ * thread; done callbacks run there too. Model instances live and die on their worker.
+ */
+#ifndef KILN_SCHEDULER_H
+#define KILN_SCHEDULER_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "kiln/repository.h"
+#include "kiln/tensor.h"
+
+#define KILN_SCHED_MAX_IO 16
+#define KILN_SCHED_BATCH_BUCKETS 8  /* batch-size histogram: 1, 2, 4, ... 64, more */
+
+struct kiln_sched;
+struct kiln_sched_model;
+
+struct kiln_sched_options {
+    uv_loop_t *loop;
+    const char *const *devices;     /* device specs the workers open */
+    size_t ndevices;
+    int workers_per_device;         /* >= 1 */
+    size_t max_queue;               /* per model; a full queue refuses submissions */
+};
+
+/* A host tensor: row-major bytes in dtype. */
+struct kiln_sched_tensor {
+    kiln_dtype dtype;
+    int ndim;
+    int64_t shape[KILN_MAX_DIMS];
+    void *data;                     /* malloc'd, owned by the request */
+    size_t nbytes;
+};
+
+enum kiln_sched_outcome {
+    KILN_SCHED_OK = 0,
+    KILN_SCHED_FAILED,              /* the model refused the input or failed; error says why */
+    KILN_SCHED_TIMEOUT,             /* its deadline passed before it ran */
+    KILN_SCHED_CANCELLED,           /* the client left before it ran */
+    KILN_SCHED_SHUTDOWN,            /* the scheduler stopped before it ran */
+};
+
+const char *kiln_sched_outcome_to_str(enum kiln_sched_outcome o);
+
+struct kiln_sched_request {
+    struct kiln_sched_model *model;     /* a reference; released by the caller after done */
+    int ninputs;                        /* in the model's input order */
+    struct kiln_sched_tensor inputs[KILN_SCHED_MAX_IO];
+    int noutputs;                       /* filled by the worker, in the model's output order */
+    struct kiln_sched_tensor outputs[KILN_SCHED_MAX_IO];
+    const atomic_bool *cancelled;       /* may be NULL */
+    uint64_t deadline_ns;               /* uv_hrtime() clock; 0 for none */
+    void (*done)(struct kiln_sched_request *r);
+    void *ud;
+    /* results, valid in done */
+    enum kiln_sched_outcome outcome;
+    char error[256];
+    uint64_t enqueued_ns, started_ns, finished_ns;
+    int batch_size;                     /* requests' rows in the run it was part of */
+    struct kiln_sched_request *next;    /* the scheduler's */
+};
+
+/* What a model's statistics extension reports; times in nanoseconds. */
+struct kiln_sched_stats {
+    uint64_t success_count, fail_count, inference_count, execution_count;
+    uint64_t success_ns, fail_ns, queue_ns, compute_ns;
+    uint64_t last_inference_ms;         /* wall clock, ms since the epoch */
+    uint64_t batch_hist[KILN_SCHED_BATCH_BUCKETS];
+};
+
+int kiln_sched_new(struct kiln_sched **out, const struct kiln_sched_options *o, char *err, size_t errlen);
+/* Stops the workers: requests still queued complete as KILN_SCHED_SHUTDOWN (delivered by the loop). */
+void kiln_sched_stop(struct kiln_sched *s);
+/* After stop and after the loop ran the last callbacks; closes the async handle first (run the loop). */
+void kiln_sched_close(struct kiln_sched *s);
+void kiln_sched_free(struct kiln_sched *s);
+
+/*
+ * Loads version v of name on the device its config names, instance_count times. done runs on
+ * the loop with the model (one reference, the caller's) or NULL and a reason.
+ */
+int kiln_sched_model_load(struct kiln_sched *s, const char *name, const kiln_model_version *v,
+                          void (*done)(void *ud, struct kiln_sched_model *m, const char *why), void *ud);
+
+struct kiln_sched_model *kiln_sched_model_retain(struct kiln_sched_model *m);
+/* The last reference frees the instances on their workers. */
+void kiln_sched_model_release(struct kiln_sched_model *m);
+
+const char *kiln_sched_model_name(const struct kiln_sched_model *m);
+int64_t kiln_sched_model_version(const struct kiln_sched_model *m);
+const kiln_model_config *kiln_sched_model_config(const struct kiln_sched_model *m);
+size_t kiln_sched_model_queued(const struct kiln_sched_model *m);
+void kiln_sched_model_stats(const struct kiln_sched_model *m, struct kiln_sched_stats *out);
+
+/*
+ * Queues r. 0, or -1 when the model's queue is full (answer 503; done will not run).
+ * Every input's dim 0 is its batch when the model batches (max_batch_size > 0).
+ */
+int kiln_sched_submit(struct kiln_sched *s, struct kiln_sched_request *r);
+
+/* Frees the input and output buffers a request holds. */
+void kiln_sched_request_clear(struct kiln_sched_request *r);
+
+#endif /* KILN_SCHEDULER_H */
