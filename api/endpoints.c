@@ -9,6 +9,7 @@
 
 #include "endpoints.h"
 #include "responses.h"
+#include "serving.h"
 
 static int copy_static(const struct kiln_buf pair[2], const struct kiln_request *req, struct kiln_buf *out)
 {
@@ -44,11 +45,29 @@ static int handle_metrics(void *ctx, const struct kiln_request *req, struct kiln
                             api->scratch.len, req->keep_alive, NULL);
 }
 
+static int handle_models(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+{
+    struct kiln_api *api = ctx;
+    if (!api->serving)
+        return kiln_resp_error(out, 503, "model serving is not available", req->keep_alive, NULL);
+    return kiln_serving_handle_models(api->serving, req, out);
+}
+
+static int handle_repository(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+{
+    struct kiln_api *api = ctx;
+    if (!api->serving)
+        return kiln_resp_error(out, 503, "model serving is not available", req->keep_alive, NULL);
+    return kiln_serving_handle_repository(api->serving, req, out);
+}
+
 static const struct kiln_route routes[] = {
     {"/v2/health/live", KILN_HTTP_GET, handle_live},
     {"/v2/health/ready", KILN_HTTP_GET, handle_ready},
     {"/v2", KILN_HTTP_GET, handle_meta},
     {"/metrics", KILN_HTTP_GET, handle_metrics},
+    {"/v2/models/*", KILN_HTTP_GET | KILN_HTTP_POST, handle_models},
+    {"/v2/repository/*", KILN_HTTP_POST, handle_repository},
 };
 
 static int render_pair(struct kiln_buf pair[2], int status, const char *ctype, const char *body)

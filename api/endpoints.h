@@ -22,6 +22,7 @@ struct kiln_api {
     struct kiln_buf ready[2];       /* 200 or 503, per the current state */
     struct kiln_buf meta[2];
     struct kiln_buf scratch;        /* /metrics is rendered here, reusing its capacity */
+    struct kiln_serving *serving;   /* borrowed; NULL until the model endpoints are up */
 };
 
 /* extensions is the NULL-terminated list advertised by GET /v2. Starts not ready ("starting"). */

@@ -190,8 +190,11 @@ static int dispatch(struct kiln_http_conn *c, bool keep_alive)
     switch (kiln_router_match(r, req.method, req.path, req.path_len, &idx)) {
     case KILN_ROUTE_FOUND:
         c->route = idx;
+        c->dispatching = true;
+        c->finished_inline = false;
         status = r->routes[idx].handler(c->svc->ctx, &req, &c->out);
-        if (status == KILN_HTTP_DEFERRED && c->pending)
+        c->dispatching = false;
+        if (status == KILN_HTTP_DEFERRED && (c->pending || c->finished_inline))
             return 0; /* counted and observed when it finishes */
         if (status == KILN_HTTP_DEFERRED)
             status = kiln_resp_error(&c->out, 500, "handler deferred without a pending response", keep_alive, NULL);
@@ -393,6 +396,12 @@ void kiln_http_pending_finish(struct kiln_http_pending *p, int status)
         const struct kiln_http_service *s = c->svc;
         if (s->observe)
             s->observe(s->observe_ctx, route, status, started ? now_ns() - started : 0);
+    }
+    if (c->dispatching) {
+        /* Finished before its handler returned: the parser is still inside its callback,
+         * which carries on by itself. */
+        c->finished_inline = true;
+        return;
     }
     if (!keep_alive || c->failed) {
         c->closing = true;

@@ -74,6 +74,8 @@ struct kiln_http_conn {
     struct kiln_buf header_name;
     size_t route;                   /* route of the request being dispatched */
     struct kiln_http_pending *pending;
+    bool dispatching;               /* inside a route handler */
+    bool finished_inline;           /* a deferred response was finished before the handler returned */
     struct kiln_buf stash;          /* input that arrived while a response was pending */
     /* Called after a pending response was finished, so the socket layer can send it. */
     void (*wake)(void *ud);

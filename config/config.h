@@ -42,6 +42,10 @@ struct kiln_config_limits {
     int64_t max_body_bytes;
     int64_t idle_timeout_ms;
     int64_t request_timeout_ms;
+    int64_t max_tensor_elements;
+    int64_t max_string_bytes;
+    int64_t max_queue_depth;
+    int64_t infer_timeout_ms;
 };
 
 struct kiln_config {

@@ -22,7 +22,7 @@ static const char *const log_formats[] = {"text", "json", NULL};
 
 const struct kiln__config_key kiln__config_keys[] = {
     {"host", KILN__CT_STRING, OFF(host), 1, 255, NULL, "127.0.0.1", "KILN_HOST", "--host",
-     "Address to listen on. Binding anything but loopback will require api_tokens in a later release."},
+     "Address to listen on. Anything but loopback (127.0.0.0/8, ::1, localhost) requires api_tokens; kilnd refuses to start without them."},
     {"port", KILN__CT_INT, OFF(port), 0, 65535, NULL, "8080", "KILN_PORT", "--port",
      "TCP port. 0 picks a free port; the chosen port is logged first and written to <data_dir>/kilnd.port."},
     {"data_dir", KILN__CT_STRING, OFF(data_dir), 1, 4096, NULL, "./var", "KILN_DATA_DIR", "--data-dir",
@@ -30,7 +30,7 @@ const struct kiln__config_key kiln__config_keys[] = {
     {"devices", KILN__CT_STRLIST, OFF(devices), 1, 64, NULL, "cpu", "KILN_DEVICES", "--devices",
      "Devices to open, e.g. [\"cpu\", \"cuda:0\"]. Comma-separated in the environment and on the command line."},
     {"worker_threads", KILN__CT_INT, OFF(worker_threads), 0, 1024, NULL, "0", "KILN_WORKER_THREADS",
-     "--worker-threads", "Worker threads per device; 0 means one per CPU core."},
+     "--worker-threads", "Inference worker threads per device, each with its own model instances; 0 means one."},
     {"limits.max_header_bytes", KILN__CT_INT, OFF(limits.max_header_bytes), 256, 1 * MIB, NULL, "8192",
      "KILN_MAX_HEADER_BYTES", "--max-header-bytes",
      "Largest request line plus header block; larger requests get 431 and the connection closes."},
@@ -43,6 +43,18 @@ const struct kiln__config_key kiln__config_keys[] = {
     {"limits.request_timeout_ms", KILN__CT_INT, OFF(limits.request_timeout_ms), 10, 86400000, NULL, "30000",
      "KILN_REQUEST_TIMEOUT_MS", "--request-timeout-ms",
      "A request must arrive completely within this long of its first byte, or it gets 408 and the connection closes."},
+    {"limits.max_tensor_elements", KILN__CT_INT, OFF(limits.max_tensor_elements), 1, 1LL << 34, NULL, "16777216",
+     "KILN_MAX_TENSOR_ELEMENTS", "--max-tensor-elements",
+     "Most elements one inference input may have; checked before anything is allocated (413)."},
+    {"limits.max_string_bytes", KILN__CT_INT, OFF(limits.max_string_bytes), 1, 65536, NULL, "128",
+     "KILN_MAX_STRING_BYTES", "--max-string-bytes",
+     "Longest string a request may carry where a string is expected (the inference request id)."},
+    {"limits.max_queue_depth", KILN__CT_INT, OFF(limits.max_queue_depth), 1, 1000000, NULL, "256",
+     "KILN_MAX_QUEUE_DEPTH", "--max-queue-depth",
+     "Requests a model's queue may hold; past it, inference answers 503 with Retry-After."},
+    {"limits.infer_timeout_ms", KILN__CT_INT, OFF(limits.infer_timeout_ms), 1, 3600000, NULL, "10000",
+     "KILN_INFER_TIMEOUT_MS", "--infer-timeout-ms",
+     "An inference request that has not started running this long after it arrived gets 503."},
     {"drain_timeout_ms", KILN__CT_INT, OFF(drain_timeout_ms), 0, 3600000, NULL, "10000",
      "KILN_DRAIN_TIMEOUT_MS", "--drain-timeout-ms",
      "On SIGTERM/SIGINT, how long in-flight requests may take before the remaining connections are cut."},
@@ -53,7 +65,9 @@ const struct kiln__config_key kiln__config_keys[] = {
     {"log_file", KILN__CT_STRING, OFF(log_file), 0, 4096, NULL, "", "KILN_LOG_FILE", "--log-file",
      "Append the log to this file (reopened on SIGHUP, for log rotation); empty means stderr."},
     {"api_tokens", KILN__CT_STRLIST, OFF(api_tokens), 0, 1024, NULL, "", "KILN_API_TOKENS", NULL,
-     "Bearer tokens accepted by the API. Read and stored; enforcement arrives in a later release. "
+     "Bearer tokens the API accepts, each \"admin:TOKEN\" (load/unload plus everything read allows) or "
+     "\"read:TOKEN\" (inference, model metadata, statistics, repository index); a bare \"TOKEN\" has the read scope. "
+     "When any are set, the model endpoints require \"Authorization: Bearer TOKEN\"; health probes, /v2 and /metrics stay open. "
      "Kept off the command line so tokens do not show in the process list."},
 };
 

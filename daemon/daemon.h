@@ -4,6 +4,7 @@
  * one process (each on its own loop).
  *
  * States: starting -> ready -> draining -> stopped. /v2/health/ready answers 200 only in ready.
+ * Inference runs on the scheduler's workers (scheduler/); the model table is api/serving.c.
  *
  *     struct kiln_daemon d;
  *     if (kiln_daemon_init(&d, &cfg) == 0)   // takes ownership of cfg
@@ -22,7 +23,9 @@
 #include "jobstore.h"
 #include "log.h"
 #include "metrics.h"
+#include "scheduler.h"
 #include "server.h"
+#include "serving.h"
 
 enum kiln_daemon_state {
     KILN_DAEMON_STARTING,
@@ -41,6 +44,8 @@ struct kiln_daemon {
     struct kiln_api api;
     struct kiln_server *server;
     struct kiln_jobstore *jobs;
+    struct kiln_sched *sched;
+    struct kiln_serving *serving;
     char *port_file;
     enum kiln_daemon_state state;
     uint64_t started_ns;

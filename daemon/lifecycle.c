@@ -17,7 +17,7 @@
 
 #include "daemon.h"
 
-static const char *const api_extensions[] = {NULL};
+static const char *const api_extensions[] = {"model_repository", "statistics", "binary_tensor_data", NULL};
 
 const char *kiln_daemon_state_to_str(enum kiln_daemon_state s)
 {
@@ -150,6 +150,8 @@ static void begin_drain(struct kiln_daemon *d, const char *why)
     kiln_log_write(&d->log, KILN_LOG_INFO, "%s received; draining (up to %lld ms)", why,
                    (long long)d->cfg.drain_timeout_ms);
     set_state(d, KILN_DAEMON_DRAINING);
+    if (d->serving)
+        kiln_serving_set_accepting(d->serving, false);
     /* Still catching signals (a second one cuts the drain short), but no longer keeping the
      * loop alive: the loop ends when the last connection has gone. */
     uv_unref((uv_handle_t *)&d->sig_term);
@@ -186,6 +188,51 @@ static int start_handles(struct kiln_daemon *d)
     if (rc == 0)
         rc = uv_signal_start(&d->sig_hup, on_signal, SIGHUP);
     return rc;
+}
+
+/* The scheduler's workers and the model table; models load in the background. */
+static int start_serving(struct kiln_daemon *d)
+{
+    char err[512];
+    struct kiln_sched_options so = {
+        .loop = &d->loop,
+        .devices = (const char *const *)d->cfg.devices.items,
+        .ndevices = d->cfg.devices.count,
+        .workers_per_device = (int)d->cfg.worker_threads,
+        .max_queue = (size_t)d->cfg.limits.max_queue_depth,
+    };
+    if (kiln_sched_new(&d->sched, &so, err, sizeof err) != 0) {
+        kiln_log_write(&d->log, KILN_LOG_ERROR, "scheduler: %s", err);
+        return -1;
+    }
+    size_t n = strlen(d->cfg.data_dir) + 16;
+    char *root = malloc(n);
+    if (!root)
+        return -1;
+    snprintf(root, n, "%s/models", d->cfg.data_dir);
+    struct kiln_serving_options vo = {
+        .loop = &d->loop,
+        .models_root = root,
+        .sched = d->sched,
+        .metrics = d->metrics,
+        .tokens = &d->cfg.api_tokens,
+        .max_tensor_elements = d->cfg.limits.max_tensor_elements,
+        .max_string_bytes = d->cfg.limits.max_string_bytes,
+        .infer_timeout_ms = d->cfg.limits.infer_timeout_ms,
+        .log = kiln_log_sink,
+        .log_ud = &d->log,
+    };
+    d->serving = kiln_serving_new(&vo, err, sizeof err);
+    free(root);
+    if (!d->serving) {
+        kiln_log_write(&d->log, KILN_LOG_ERROR, "%s", err);
+        return -1;
+    }
+    d->api.serving = d->serving;
+    if (d->cfg.api_tokens.count)
+        kiln_log_write(&d->log, KILN_LOG_INFO, "%zu api token(s) loaded; the model endpoints require one",
+                       d->cfg.api_tokens.count);
+    return 0;
 }
 
 int kiln_daemon_init(struct kiln_daemon *d, struct kiln_config *cfg)
@@ -228,6 +275,12 @@ int kiln_daemon_init(struct kiln_daemon *d, struct kiln_config *cfg)
     kiln_metric_set(info_series, 1);
     d->api_ready = true;
 
+    if (!kiln_serving_host_is_loopback(d->cfg.host) && d->cfg.api_tokens.count == 0) {
+        kiln_log_write(&d->log, KILN_LOG_ERROR,
+                       "refusing to listen on %s without api_tokens: set KILN_API_TOKENS (\"admin:TOKEN\" or "
+                       "\"read:TOKEN\" entries) or listen on 127.0.0.1", d->cfg.host);
+        return -1;
+    }
     if (mkdir_p(d->cfg.data_dir, err, sizeof err) != 0) {
         kiln_log_write(&d->log, KILN_LOG_ERROR, "%s", err);
         return -1;
@@ -279,9 +332,8 @@ int kiln_daemon_init(struct kiln_daemon *d, struct kiln_config *cfg)
         return -1;
     }
     kiln_log_write(&d->log, KILN_LOG_DEBUG, "job store at schema version %d", kiln_jobstore_schema_version(d->jobs));
-    if (d->cfg.api_tokens.count)
-        kiln_log_write(&d->log, KILN_LOG_INFO, "%zu api token(s) loaded; enforcement is not active yet",
-                       d->cfg.api_tokens.count);
+    if (start_serving(d) != 0)
+        return -1;
     set_state(d, KILN_DAEMON_READY);
     return 0;
 }
@@ -304,11 +356,19 @@ void kiln_daemon_free(struct kiln_daemon *d)
             kiln_server_close_all(d->server);
         }
         close_daemon_handles(d);
+        /* Queued inference gets its answer (or is dropped with its connection) before the
+         * model table goes; then the scheduler's async handle closes with the rest. */
+        kiln_sched_stop(d->sched);
+        kiln_serving_free(d->serving);
+        d->serving = NULL;
+        d->api.serving = NULL;
+        kiln_sched_close(d->sched);
         uv_run(&d->loop, UV_RUN_DEFAULT);
         if (uv_loop_close(&d->loop) != 0)
             kiln_log_write(&d->log, KILN_LOG_WARN, "event loop closed with handles still open");
     }
     kiln_server_free(d->server);
+    kiln_sched_free(d->sched);
     kiln_jobstore_close(d->jobs);
     if (d->port_file) {
         unlink(d->port_file);

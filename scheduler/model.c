@@ -24,7 +24,7 @@ static const struct {
     {"INT64", KILN_I64}, {"INT32", KILN_I32}, {"UINT8", KILN_U8}, {"BOOL", KILN_BOOL},
 };
 
-int kiln__sched_dtype_of(const char *datatype)
+int kiln_sched_dtype_of(const char *datatype)
 {
     for (size_t i = 0; datatype && i < sizeof datatypes / sizeof datatypes[0]; i++)
         if (strcmp(datatypes[i].name, datatype) == 0)
@@ -203,7 +203,7 @@ void kiln__sched_run(struct kiln_sched_model *m, kiln_module *module, kiln_devic
     kiln_tensor *parts[256];
     const char *failed = NULL;
     for (int i = 0; i < c->ninputs && !failed; i++) {
-        int want = kiln__sched_dtype_of(c->inputs[i].datatype);
+        int want = kiln_sched_dtype_of(c->inputs[i].datatype);
         for (int k = 0; k < n && !failed; k++) {
             const struct kiln_sched_tensor *t = &reqs[k]->inputs[i];
             parts[k] = kiln_from_data(dev, t->dtype, t->ndim, t->shape, t->data, t->nbytes);
@@ -228,7 +228,7 @@ void kiln__sched_run(struct kiln_sched_model *m, kiln_module *module, kiln_devic
         return;
     }
     for (int o = 0; o < c->noutputs && !failed; o++) {
-        int want = kiln__sched_dtype_of(c->outputs[o].datatype);
+        int want = kiln_sched_dtype_of(c->outputs[o].datatype);
         if (want >= 0 && kiln_tensor_dtype(out[o]) != (kiln_dtype)want)
             out[o] = kiln_cast(out[o], (kiln_dtype)want);
         if (!out[o] || (batched && (kiln_tensor_ndim(out[o]) < 1 || kiln_tensor_dim(out[o], 0) != rows))) {

@@ -84,6 +84,5 @@ void kiln__sched_run(struct kiln_sched_model *m, kiln_module *module, kiln_devic
 
 int kiln__sched_config_copy(kiln_model_config *dst, const kiln_model_config *src);
 void kiln__sched_config_free(kiln_model_config *c);
-int kiln__sched_dtype_of(const char *datatype);
 
 #endif /* KILN_SCHED_IMPL_H */

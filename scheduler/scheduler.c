@@ -394,6 +394,8 @@ int kiln_sched_new(struct kiln_sched **out, const struct kiln_sched_options *o, 
     uv_async_init(o->loop, &s->async, on_async);
     s->async.data = s;
     s->async_open = true;
+    /* Completions only matter while something else (a connection) waits for them. */
+    uv_unref((uv_handle_t *)&s->async);
     *out = s;
     s->workers = calloc(o->ndevices * (size_t)per, sizeof *s->workers);
     if (!s->workers) {

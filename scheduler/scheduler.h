@@ -121,6 +121,9 @@ void kiln_sched_model_stats(const struct kiln_sched_model *m, struct kiln_sched_
  */
 int kiln_sched_submit(struct kiln_sched *s, struct kiln_sched_request *r);
 
+/* The kiln dtype of a KServe datatype name ("FP32" -> KILN_F32), or -1. */
+int kiln_sched_dtype_of(const char *datatype);
+
 /* Frees the input and output buffers a request holds. */
 void kiln_sched_request_clear(struct kiln_sched_request *r);
 

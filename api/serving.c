@@ -1,0 +1,818 @@
+/*
+ * api/serving.c — the served-model table and the KServe v2 model, repository and statistics
+ * endpoints, with bearer-token scopes and per-model metrics.
+ *
+ * A model name maps to the versions currently loaded, each a scheduler model reference. Loading
+ * (at start, or POST .../load) rescans the repository and builds every served version on its
+ * device's worker; only when all have finished is the table entry swapped, and the replaced
+ * versions are released — requests already holding them run to the end. Inference decodes the
+ * body here, on the loop, then defers its response until the worker's completion arrives.
+ */
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "http_conn.h"
+#include "responses.h"
+#include "serving.h"
+
+#define MAX_VERSIONS 16
+
+enum scope { SCOPE_NONE = 0, SCOPE_READ = 1, SCOPE_ADMIN = 2 };
+
+struct entry {
+    char name[KILN_MODEL_NAME_MAX + 1];
+    int nv;
+    struct kiln_sched_model *v[MAX_VERSIONS];   /* ascending versions */
+    bool loading;
+    char why[256];                              /* the last load's failure, for the index */
+    struct entry *next;
+};
+
+struct kiln_serving {
+    struct kiln_serving_options o;
+    kiln_repository *repo;
+    struct entry *entries;
+    bool accepting;
+    uint64_t next_id;
+    int ntokens;
+    char **token;
+    enum scope *token_scope;
+    struct kiln_metric_family *f_requests, *f_queue, *f_compute, *f_batch, *f_depth, *f_inflight;
+    double inflight_total;
+};
+
+struct infer_job {
+    struct kiln_sched_request r;
+    struct kiln_serving *sv;
+    struct kiln_http_pending *pending;
+    char id[256];
+    char req_id[KILN_HTTP_SHORT_HEADER_MAX];
+    bool want_output[KILN_SCHED_MAX_IO], want_binary[KILN_SCHED_MAX_IO];
+};
+
+struct load_op {
+    struct kiln_serving *sv;
+    char name[KILN_MODEL_NAME_MAX + 1];
+    struct kiln_http_pending *pending;
+    int remaining, n;
+    struct kiln_sched_model *got[MAX_VERSIONS];
+    char why[256];
+    char req_id[KILN_HTTP_SHORT_HEADER_MAX];
+};
+
+static const double seconds_buckets[] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                         0.01,    0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5};
+static const double batch_buckets[] = {1, 2, 4, 8, 16, 32, 64, 128};
+
+static void vlog(struct kiln_serving *sv, enum kiln_log_level l, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void vlog(struct kiln_serving *sv, enum kiln_log_level l, const char *fmt, ...)
+{
+    if (!sv->o.log)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    sv->o.log(sv->o.log_ud, l, msg);
+}
+
+/* ---- metrics ------------------------------------------------------------------------------- */
+
+static struct kiln_metric_series *series(struct kiln_metric_family *f, const char *model, const char *extra)
+{
+    return f ? kiln_metrics_series(f, (const char *const[]){model, extra, NULL}) : NULL;
+}
+
+static void count_outcome(struct kiln_serving *sv, const char *model, const char *outcome)
+{
+    struct kiln_metric_series *s = series(sv->f_requests, model, outcome);
+    if (s)
+        kiln_metric_add(s, 1);
+}
+
+static double process_rss(void *ctx)
+{
+    (void)ctx;
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, rss = 0;
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &rss) != 2)
+            rss = 0;
+        fclose(f);
+    }
+    return (double)rss * (double)sysconf(_SC_PAGESIZE);
+}
+
+static int register_metrics(struct kiln_serving *sv)
+{
+    struct kiln_metrics *m = sv->o.metrics;
+    const char *const model[] = {"model", NULL};
+    sv->f_requests = kiln_metrics_family(m, "kiln_inference_requests_total",
+                                         "Inference requests by model and outcome (success, failed, rejected, "
+                                         "timeout, cancelled, shutdown).",
+                                         KILN_METRIC_COUNTER, (const char *const[]){"model", "outcome", NULL}, NULL, 0);
+    sv->f_queue = kiln_metrics_family(m, "kiln_inference_queue_seconds", "Time requests waited in the model's queue.",
+                                      KILN_METRIC_HISTOGRAM, model, seconds_buckets,
+                                      sizeof seconds_buckets / sizeof seconds_buckets[0]);
+    sv->f_compute = kiln_metrics_family(m, "kiln_inference_compute_seconds",
+                                        "Time the run a request was part of took.", KILN_METRIC_HISTOGRAM, model,
+                                        seconds_buckets, sizeof seconds_buckets / sizeof seconds_buckets[0]);
+    sv->f_batch = kiln_metrics_family(m, "kiln_inference_batch_size", "Rows in the run each request was part of.",
+                                      KILN_METRIC_HISTOGRAM, model, batch_buckets,
+                                      sizeof batch_buckets / sizeof batch_buckets[0]);
+    sv->f_depth = kiln_metrics_family(m, "kiln_inference_queue_depth", "Requests waiting in a model's queue.",
+                                      KILN_METRIC_GAUGE, model, NULL, 0);
+    sv->f_inflight = kiln_metrics_family(m, "kiln_inference_in_flight",
+                                         "Inference requests accepted and not yet answered.", KILN_METRIC_GAUGE,
+                                         model, NULL, 0);
+    if (!sv->f_requests || !sv->f_queue || !sv->f_compute || !sv->f_batch || !sv->f_depth || !sv->f_inflight)
+        return -1;
+    return kiln_metrics_gauge_fn(m, "kiln_process_resident_memory_bytes", "Resident set size of kilnd.",
+                                 process_rss, sv);
+}
+
+static void set_gauges(struct kiln_serving *sv, struct kiln_sched_model *m, double inflight_delta)
+{
+    const char *name = kiln_sched_model_name(m);
+    struct kiln_metric_series *d = kiln_metrics_series(sv->f_depth, (const char *const[]){name, NULL});
+    struct kiln_metric_series *f = kiln_metrics_series(sv->f_inflight, (const char *const[]){name, NULL});
+    if (d)
+        kiln_metric_set(d, (double)kiln_sched_model_queued(m));
+    if (f)
+        kiln_metric_add(f, inflight_delta);
+}
+
+/* ---- auth ---------------------------------------------------------------------------------- */
+
+bool kiln_serving_host_is_loopback(const char *host)
+{
+    return strcmp(host, "localhost") == 0 || strcmp(host, "::1") == 0 || strncmp(host, "127.", 4) == 0;
+}
+
+static bool same_secret(const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    unsigned char diff = na != nb;
+    for (size_t i = 0; i < na; i++)
+        diff |= (unsigned char)(a[i] ^ b[i % (nb ? nb : 1)]);
+    return diff == 0; /* time independent of where the first difference is */
+}
+
+/* 0 when allowed; otherwise the 401/403 response is appended and its status returned. */
+static int authorize(struct kiln_serving *sv, const struct kiln_request *req, enum scope need, struct kiln_buf *out)
+{
+    if (sv->ntokens == 0)
+        return 0;
+    const char *h = req->headers ? req->headers->authorization : "";
+    if (strncasecmp(h, "Bearer ", 7) != 0)
+        return kiln_resp_error(out, 401, "a bearer token is required", req->keep_alive,
+                               "WWW-Authenticate: Bearer\r\n");
+    const char *tok = h + 7;
+    enum scope have = SCOPE_NONE;
+    for (int i = 0; i < sv->ntokens; i++)
+        if (same_secret(tok, sv->token[i]) && sv->token_scope[i] > have)
+            have = sv->token_scope[i];
+    if (have == SCOPE_NONE)
+        return kiln_resp_error(out, 401, "invalid bearer token", req->keep_alive,
+                               "WWW-Authenticate: Bearer error=\"invalid_token\"\r\n");
+    if (have < need)
+        return kiln_resp_error(out, 403, "this token lacks the admin scope", req->keep_alive, NULL);
+    return 0;
+}
+
+/* ---- request ids -------------------------------------------------------------------------- */
+
+static void request_id(struct kiln_serving *sv, const struct kiln_request *req, char *out, size_t n)
+{
+    const char *given = req->headers ? req->headers->request_id : "";
+    bool ok = given[0] != '\0';
+    for (const char *p = given; *p && ok; p++)
+        ok = isalnum((unsigned char)*p) || strchr("-_.:", *p);
+    if (ok)
+        snprintf(out, n, "%s", given);
+    else
+        snprintf(out, n, "kiln-%d-%llu", (int)getpid(), (unsigned long long)++sv->next_id);
+}
+
+static int error_with_id(struct kiln_buf *out, int status, const char *msg, bool keep_alive, const char *rid,
+                         const char *more)
+{
+    char hdr[512];
+    snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\n%s", rid, more ? more : "");
+    return kiln_resp_error(out, status, msg, keep_alive, hdr);
+}
+
+/* ---- the model table ----------------------------------------------------------------------- */
+
+static struct entry *find_entry(struct kiln_serving *sv, const char *name)
+{
+    for (struct entry *e = sv->entries; e; e = e->next)
+        if (strcmp(e->name, name) == 0)
+            return e;
+    return NULL;
+}
+
+static struct entry *get_entry(struct kiln_serving *sv, const char *name)
+{
+    struct entry *e = find_entry(sv, name);
+    if (e)
+        return e;
+    e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->next = sv->entries;
+    sv->entries = e;
+    return e;
+}
+
+static void drop_versions(struct entry *e)
+{
+    for (int i = 0; i < e->nv; i++)
+        kiln_sched_model_release(e->v[i]);
+    e->nv = 0;
+}
+
+static void load_answer(struct load_op *op, int status, const char *msg)
+{
+    if (!op->pending)
+        return;
+    struct kiln_buf *out = kiln_http_pending_out(op->pending);
+    bool ka = kiln_http_pending_keep_alive(op->pending);
+    int rc = status;
+    if (out) {
+        char hdr[256];
+        snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\n", op->req_id);
+        rc = status == 200 ? kiln_resp_append(out, 200, "application/json", "{}", 2, ka, hdr)
+                           : kiln_resp_error(out, status, msg, ka, hdr);
+    }
+    kiln_http_pending_finish(op->pending, rc);
+}
+
+static void version_loaded(void *ud, struct kiln_sched_model *m, const char *why)
+{
+    struct load_op *op = ud;
+    if (m) {
+        /* Keep ascending order by version. */
+        int i = op->n++;
+        while (i > 0 && kiln_sched_model_version(op->got[i - 1]) > kiln_sched_model_version(m)) {
+            op->got[i] = op->got[i - 1];
+            i--;
+        }
+        op->got[i] = m;
+    } else if (why && !op->why[0]) {
+        snprintf(op->why, sizeof op->why, "%s", why);
+    }
+    if (--op->remaining > 0)
+        return;
+    struct kiln_serving *sv = op->sv;
+    struct entry *e = get_entry(sv, op->name);
+    if (!e || op->why[0]) {
+        for (int i = 0; i < op->n; i++)
+            kiln_sched_model_release(op->got[i]);
+        if (e) {
+            e->loading = false;
+            snprintf(e->why, sizeof e->why, "%s", op->why[0] ? op->why : "out of memory");
+        }
+        vlog(sv, KILN_LOG_WARN, "model %s failed to load: %s", op->name, op->why);
+        load_answer(op, 400, op->why[0] ? op->why : "out of memory");
+    } else {
+        drop_versions(e); /* requests holding the old versions keep them alive */
+        for (int i = 0; i < op->n; i++)
+            e->v[i] = op->got[i];
+        e->nv = op->n;
+        e->loading = false;
+        e->why[0] = '\0';
+        vlog(sv, KILN_LOG_INFO, "model %s loaded (%d version%s)", op->name, op->n, op->n == 1 ? "" : "s");
+        load_answer(op, 200, NULL);
+    }
+    free(op);
+}
+
+/* Starts loading every served version of name. 0, or an HTTP status with why filled. */
+static int start_load(struct kiln_serving *sv, const char *name, struct kiln_http_pending *p, const char *rid,
+                      char *why, size_t n)
+{
+    const kiln_model_info *info = kiln_repository_find(sv->repo, name);
+    if (!info) {
+        snprintf(why, n, "no model '%s' in the repository", name);
+        return 404;
+    }
+    if (!info->valid) {
+        snprintf(why, n, "model '%s' is not valid: %s", name, info->why ? info->why : "?");
+        struct entry *e = get_entry(sv, name);
+        if (e)
+            snprintf(e->why, sizeof e->why, "%s", why);
+        return 400;
+    }
+    struct load_op *op = calloc(1, sizeof *op);
+    struct entry *e = get_entry(sv, name);
+    if (!op || !e) {
+        free(op);
+        snprintf(why, n, "out of memory");
+        return 500;
+    }
+    op->sv = sv;
+    op->pending = p;
+    snprintf(op->name, sizeof op->name, "%s", name);
+    snprintf(op->req_id, sizeof op->req_id, "%s", rid ? rid : "");
+    op->remaining = 1; /* held until every load is started, so completions cannot finish it early */
+    for (int i = 0; i < info->nversions && op->remaining <= MAX_VERSIONS; i++) {
+        const kiln_model_version *v = &info->versions[i];
+        if (!v->served)
+            continue;
+        op->remaining++;
+        int rc = kiln_sched_model_load(sv->o.sched, name, v, version_loaded, op);
+        if (rc != 0) {
+            op->remaining--;
+            if (!op->why[0])
+                snprintf(op->why, sizeof op->why, rc == -2 ? "device '%s' is not one of the configured devices"
+                                                           : "out of memory (%s)",
+                         v->config.device ? v->config.device : "cpu");
+        }
+    }
+    e->loading = true;
+    version_loaded(op, NULL, NULL); /* drop the hold; with nothing started this finishes now */
+    return 0;
+}
+
+struct kiln_serving *kiln_serving_new(const struct kiln_serving_options *o, char *err, size_t errlen)
+{
+    struct kiln_serving *sv = calloc(1, sizeof *sv);
+    if (!sv) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    sv->o = *o;
+    sv->accepting = true;
+    size_t nt = o->tokens ? o->tokens->count : 0;
+    sv->token = calloc(nt + 1, sizeof *sv->token);
+    sv->token_scope = calloc(nt + 1, sizeof *sv->token_scope);
+    if (!sv->token || !sv->token_scope || register_metrics(sv) != 0) {
+        snprintf(err, errlen, "out of memory");
+        kiln_serving_free(sv);
+        return NULL;
+    }
+    for (size_t i = 0; i < nt; i++) {
+        const char *t = o->tokens->items[i];
+        enum scope sc = SCOPE_READ;
+        if (strncmp(t, "admin:", 6) == 0) {
+            sc = SCOPE_ADMIN;
+            t += 6;
+        } else if (strncmp(t, "read:", 5) == 0) {
+            t += 5;
+        }
+        if (!*t) {
+            snprintf(err, errlen, "api_tokens: entry %zu has an empty token", i + 1);
+            kiln_serving_free(sv);
+            return NULL;
+        }
+        sv->token[sv->ntokens] = strdup(t);
+        sv->token_scope[sv->ntokens++] = sc;
+    }
+    sv->repo = kiln_repository_open(o->models_root);
+    if (!sv->repo) {
+        snprintf(err, errlen, "model repository %s: %s", o->models_root, kiln_error());
+        kiln_serving_free(sv);
+        return NULL;
+    }
+    for (int i = 0; i < kiln_repository_count(sv->repo); i++) {
+        const kiln_model_info *m = kiln_repository_model(sv->repo, i);
+        char why[256];
+        if (start_load(sv, m->name, NULL, NULL, why, sizeof why) != 0)
+            vlog(sv, KILN_LOG_WARN, "model %s not loaded: %s", m->name, why);
+    }
+    return sv;
+}
+
+void kiln_serving_free(struct kiln_serving *sv)
+{
+    if (!sv)
+        return;
+    for (struct entry *e = sv->entries, *next; e; e = next) {
+        next = e->next;
+        drop_versions(e);
+        free(e);
+    }
+    for (int i = 0; i < sv->ntokens; i++)
+        free(sv->token[i]);
+    free(sv->token);
+    free(sv->token_scope);
+    kiln_repository_close(sv->repo);
+    free(sv);
+}
+
+void kiln_serving_set_accepting(struct kiln_serving *sv, bool accepting)
+{
+    sv->accepting = accepting;
+}
+
+/* ---- path parsing ------------------------------------------------------------------------- */
+
+struct model_path {
+    char name[KILN_MODEL_NAME_MAX + 1];
+    int64_t version;        /* 0: latest */
+    const char *action;     /* "", "ready", "infer", "stats" */
+};
+
+/* "/v2/models/<name>[/versions/<v>][/<action>]". 0, or an HTTP status with msg. */
+static int parse_model_path(const struct kiln_request *req, size_t prefix, struct model_path *mp, char *msg,
+                            size_t n)
+{
+    char path[512];
+    size_t len = req->path_len - prefix;
+    if (len == 0 || len >= sizeof path) {
+        snprintf(msg, n, "malformed model path");
+        return len == 0 ? 404 : 414;
+    }
+    memcpy(path, req->path + prefix, len);
+    path[len] = '\0';
+    char *parts[5];
+    int np = 0;
+    for (char *save = NULL, *t = strtok_r(path, "/", &save); t; t = strtok_r(NULL, "/", &save)) {
+        if (np == 4) {
+            snprintf(msg, n, "malformed model path");
+            return 404;
+        }
+        parts[np++] = t;
+    }
+    if (np == 0 || !kiln_repository_name_valid(parts[0])) {
+        snprintf(msg, n, "invalid model name");
+        return 400;
+    }
+    snprintf(mp->name, sizeof mp->name, "%s", parts[0]);
+    mp->version = 0;
+    int k = 1;
+    if (np >= 3 && strcmp(parts[1], "versions") == 0) {
+        char *end;
+        long long v = strtoll(parts[2], &end, 10);
+        if (*end || v <= 0) {
+            snprintf(msg, n, "invalid model version '%.32s'", parts[2]);
+            return 400;
+        }
+        mp->version = v;
+        k = 3;
+    }
+    static const char *const actions[] = {"ready", "infer", "stats", "load", "unload"};
+    mp->action = "";
+    if (k < np) {
+        mp->action = NULL;
+        for (size_t i = 0; i < sizeof actions / sizeof actions[0]; i++)
+            if (strcmp(parts[k], actions[i]) == 0)
+                mp->action = actions[i];
+        if (!mp->action || k + 1 != np) {
+            snprintf(msg, n, "no route for this model path");
+            return 404;
+        }
+    }
+    return 0;
+}
+
+static struct kiln_sched_model *resolve(struct kiln_serving *sv, const struct model_path *mp, int *status,
+                                        char *msg, size_t n)
+{
+    struct entry *e = find_entry(sv, mp->name);
+    if (!e || (e->nv == 0 && !e->loading && !kiln_repository_find(sv->repo, mp->name))) {
+        snprintf(msg, n, "unknown model '%s'", mp->name);
+        *status = 404;
+        return NULL;
+    }
+    if (e->nv == 0) {
+        snprintf(msg, n, "model '%.128s' is not ready%s%.160s", mp->name, e->why[0] ? ": " : "", e->why);
+        *status = e->loading || e->why[0] ? 503 : 404;
+        return NULL;
+    }
+    if (!mp->version)
+        return e->v[e->nv - 1];
+    for (int i = 0; i < e->nv; i++)
+        if (kiln_sched_model_version(e->v[i]) == mp->version)
+            return e->v[i];
+    snprintf(msg, n, "model '%s' has no loaded version %lld", mp->name, (long long)mp->version);
+    *status = 404;
+    return NULL;
+}
+
+/* ---- model endpoints ------------------------------------------------------------------------ */
+
+static int put_specs(struct kiln_buf *b, const char *key, const kiln_model_tensor_spec *sp, int n)
+{
+    int rc = kiln_buf_printf(b, ",\"%s\":[", key);
+    for (int i = 0; i < n; i++) {
+        rc |= kiln_buf_puts(b, i ? ",{\"name\":\"" : "{\"name\":\"");
+        rc |= kiln_buf_json_escape(b, sp[i].name, strlen(sp[i].name));
+        rc |= kiln_buf_printf(b, "\",\"datatype\":\"%s\",\"shape\":[", sp[i].datatype);
+        for (int d = 0; d < sp[i].ndim; d++)
+            rc |= kiln_buf_printf(b, "%s%lld", d ? "," : "", (long long)sp[i].shape[d]);
+        rc |= kiln_buf_puts(b, "]}");
+    }
+    return rc | kiln_buf_puts(b, "]");
+}
+
+static int send_json(struct kiln_buf *out, struct kiln_buf *body, int rc, const struct kiln_request *req,
+                     const char *rid)
+{
+    char hdr[256];
+    snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\n", rid);
+    int status = rc == 0 ? kiln_resp_append(out, 200, "application/json", body->data, body->len, req->keep_alive, hdr)
+                         : kiln_resp_error(out, 500, "out of memory", req->keep_alive, hdr);
+    kiln_buf_free(body);
+    return status;
+}
+
+static int put_stats(struct kiln_buf *b, struct kiln_sched_model *m)
+{
+    struct kiln_sched_stats st;
+    kiln_sched_model_stats(m, &st);
+    int rc = kiln_buf_puts(b, "{\"name\":\"");
+    rc |= kiln_buf_json_escape(b, kiln_sched_model_name(m), strlen(kiln_sched_model_name(m)));
+    rc |= kiln_buf_printf(b,
+                          "\",\"version\":\"%lld\",\"last_inference\":%llu,\"inference_count\":%llu,"
+                          "\"execution_count\":%llu,\"inference_stats\":{"
+                          "\"success\":{\"count\":%llu,\"ns\":%llu},\"fail\":{\"count\":%llu,\"ns\":%llu},"
+                          "\"queue\":{\"count\":%llu,\"ns\":%llu},\"compute_infer\":{\"count\":%llu,\"ns\":%llu}},"
+                          "\"batch_stats\":[",
+                          (long long)kiln_sched_model_version(m), (unsigned long long)st.last_inference_ms,
+                          (unsigned long long)st.inference_count, (unsigned long long)st.execution_count,
+                          (unsigned long long)st.success_count, (unsigned long long)st.success_ns,
+                          (unsigned long long)st.fail_count, (unsigned long long)st.fail_ns,
+                          (unsigned long long)(st.success_count + st.fail_count), (unsigned long long)st.queue_ns,
+                          (unsigned long long)st.execution_count, (unsigned long long)st.compute_ns);
+    bool first = true;
+    for (int i = 0; i < KILN_SCHED_BATCH_BUCKETS; i++) {
+        if (!st.batch_hist[i])
+            continue;
+        /* Runs are counted in power-of-two buckets; batch_size is the bucket's upper bound. */
+        rc |= kiln_buf_printf(b, "%s{\"batch_size\":%d,\"compute_infer\":{\"count\":%llu}}", first ? "" : ",",
+                              1 << i, (unsigned long long)st.batch_hist[i]);
+        first = false;
+    }
+    return rc | kiln_buf_puts(b, "]}");
+}
+
+static void infer_done(struct kiln_sched_request *r)
+{
+    struct infer_job *j = (struct infer_job *)r;
+    struct kiln_serving *sv = j->sv;
+    struct kiln_sched_model *m = r->model;
+    const char *name = kiln_sched_model_name(m);
+    sv->inflight_total--;
+    set_gauges(sv, m, -1);
+    count_outcome(sv, name, kiln_sched_outcome_to_str(r->outcome));
+    if (r->outcome == KILN_SCHED_OK || r->outcome == KILN_SCHED_FAILED) {
+        struct kiln_metric_series *q = kiln_metrics_series(sv->f_queue, (const char *const[]){name, NULL});
+        struct kiln_metric_series *c = kiln_metrics_series(sv->f_compute, (const char *const[]){name, NULL});
+        struct kiln_metric_series *b = kiln_metrics_series(sv->f_batch, (const char *const[]){name, NULL});
+        if (q)
+            kiln_metric_observe(q, (double)(r->started_ns - r->enqueued_ns) / 1e9);
+        if (c)
+            kiln_metric_observe(c, (double)(r->finished_ns - r->started_ns) / 1e9);
+        if (b)
+            kiln_metric_observe(b, r->batch_size);
+    }
+    struct kiln_buf *out = kiln_http_pending_out(j->pending);
+    int status = -1;
+    if (out) {
+        bool ka = kiln_http_pending_keep_alive(j->pending);
+        char hdr[256];
+        snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\n", j->req_id);
+        switch (r->outcome) {
+        case KILN_SCHED_OK:
+            status = kiln__infer_encode(out, name, kiln_sched_model_version(m), kiln_sched_model_config(m), r,
+                                        j->want_output, j->want_binary, j->id, ka, hdr);
+            break;
+        case KILN_SCHED_FAILED:
+            status = kiln_resp_error(out, 400, r->error, ka, hdr);
+            break;
+        default:
+            snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\nRetry-After: 1\r\n", j->req_id);
+            status = kiln_resp_error(out, 503, r->error[0] ? r->error : kiln_sched_outcome_to_str(r->outcome), ka,
+                                     hdr);
+        }
+    }
+    kiln_http_pending_finish(j->pending, status);
+    kiln_sched_request_clear(r);
+    kiln_sched_model_release(m);
+    free(j);
+}
+
+static int handle_infer(struct kiln_serving *sv, struct kiln_sched_model *m, const struct kiln_request *req,
+                        struct kiln_buf *out, const char *rid)
+{
+    const char *name = kiln_sched_model_name(m);
+    if (!sv->accepting) {
+        count_outcome(sv, name, "rejected");
+        return error_with_id(out, 503, "the server is draining", req->keep_alive, rid, "Retry-After: 1\r\n");
+    }
+    struct infer_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return error_with_id(out, 500, "out of memory", req->keep_alive, rid, NULL);
+    j->sv = sv;
+    snprintf(j->req_id, sizeof j->req_id, "%s", rid);
+    struct kiln__infer_ctx ic = {sv, sv->o.max_tensor_elements, sv->o.max_string_bytes};
+    char msg[256];
+    int st = kiln__infer_decode(&ic, kiln_sched_model_config(m), req, &j->r, j->want_output, j->want_binary, j->id,
+                                sizeof j->id, msg, sizeof msg);
+    if (st != 0) {
+        free(j);
+        count_outcome(sv, name, "rejected");
+        return error_with_id(out, st, msg, req->keep_alive, rid, NULL);
+    }
+    j->pending = kiln_http_defer(req);
+    if (!j->pending) {
+        kiln_sched_request_clear(&j->r);
+        free(j);
+        return error_with_id(out, 500, "out of memory", req->keep_alive, rid, NULL);
+    }
+    j->r.model = kiln_sched_model_retain(m);
+    j->r.cancelled = &j->pending->cancelled;
+    j->r.deadline_ns = uv_hrtime() + (uint64_t)sv->o.infer_timeout_ms * 1000000u;
+    j->r.done = infer_done;
+    if (kiln_sched_submit(sv->o.sched, &j->r) != 0) {
+        kiln_sched_model_release(m);
+        kiln_sched_request_clear(&j->r);
+        struct kiln_http_pending *p = j->pending;
+        free(j);
+        count_outcome(sv, name, "rejected");
+        int rc = error_with_id(out, 503, "the model's queue is full; retry later", req->keep_alive, rid,
+                               "Retry-After: 1\r\n");
+        kiln_http_pending_finish(p, rc);
+        return KILN_HTTP_DEFERRED;
+    }
+    sv->inflight_total++;
+    set_gauges(sv, m, 1);
+    return KILN_HTTP_DEFERRED;
+}
+
+static int all_stats(struct kiln_serving *sv, const struct kiln_request *req, struct kiln_buf *out, const char *rid)
+{
+    struct kiln_buf b = {0};
+    int rc = kiln_buf_puts(&b, "{\"model_stats\":[");
+    bool first = true;
+    for (struct entry *e = sv->entries; e; e = e->next)
+        for (int i = 0; i < e->nv; i++) {
+            rc |= first ? 0 : kiln_buf_puts(&b, ",");
+            first = false;
+            rc |= put_stats(&b, e->v[i]);
+        }
+    rc |= kiln_buf_puts(&b, "]}");
+    return send_json(out, &b, rc, req, rid);
+}
+
+int kiln_serving_handle_models(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+{
+    struct kiln_serving *sv = ctx;
+    char rid[KILN_HTTP_SHORT_HEADER_MAX], msg[320];
+    request_id(sv, req, rid, sizeof rid);
+    int st = authorize(sv, req, SCOPE_READ, out);
+    if (st != 0)
+        return st;
+    static const char prefix[] = "/v2/models/";
+    if (req->path_len == sizeof prefix - 1 + 5 && memcmp(req->path + sizeof prefix - 1, "stats", 5) == 0)
+        return req->method == KILN_HTTP_GET ? all_stats(sv, req, out, rid)
+                                            : error_with_id(out, 405, "use GET", req->keep_alive, rid, "Allow: GET\r\n");
+    struct model_path mp;
+    st = parse_model_path(req, sizeof prefix - 1, &mp, msg, sizeof msg);
+    if (st == 0 && (strcmp(mp.action, "load") == 0 || strcmp(mp.action, "unload") == 0)) {
+        snprintf(msg, sizeof msg, "no route for this model path");
+        st = 404;
+    }
+    if (st != 0)
+        return error_with_id(out, st, msg, req->keep_alive, rid, NULL);
+    bool is_infer = strcmp(mp.action, "infer") == 0;
+    unsigned want = is_infer ? KILN_HTTP_POST : KILN_HTTP_GET;
+    if (!(req->method & want))
+        return error_with_id(out, 405, is_infer ? "use POST" : "use GET", req->keep_alive, rid,
+                             is_infer ? "Allow: POST\r\n" : "Allow: GET\r\n");
+    struct kiln_sched_model *m = resolve(sv, &mp, &st, msg, sizeof msg);
+    if (strcmp(mp.action, "ready") == 0) {
+        if (!m && st == 404)
+            return error_with_id(out, 404, msg, req->keep_alive, rid, NULL);
+        char hdr[256];
+        snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\n", rid);
+        return m && sv->accepting ? kiln_resp_append(out, 200, NULL, "", 0, req->keep_alive, hdr)
+                                  : kiln_resp_error(out, 503, m ? "the server is draining" : msg, req->keep_alive, hdr);
+    }
+    if (!m)
+        return error_with_id(out, st, msg, req->keep_alive, rid, st == 503 ? "Retry-After: 1\r\n" : NULL);
+    if (is_infer)
+        return handle_infer(sv, m, req, out, rid);
+    struct kiln_buf b = {0};
+    int rc = 0;
+    if (strcmp(mp.action, "stats") == 0) {
+        rc |= kiln_buf_puts(&b, "{\"model_stats\":[");
+        struct entry *e = find_entry(sv, mp.name);
+        for (int i = 0; e && i < e->nv; i++) {
+            if (mp.version && kiln_sched_model_version(e->v[i]) != mp.version)
+                continue;
+            rc |= b.len > 16 ? kiln_buf_puts(&b, ",") : 0;
+            rc |= put_stats(&b, e->v[i]);
+        }
+        rc |= kiln_buf_puts(&b, "]}");
+        return send_json(out, &b, rc, req, rid);
+    }
+    const kiln_model_config *c = kiln_sched_model_config(m);
+    struct entry *e = find_entry(sv, mp.name);
+    rc |= kiln_buf_puts(&b, "{\"name\":\"");
+    rc |= kiln_buf_json_escape(&b, mp.name, strlen(mp.name));
+    rc |= kiln_buf_puts(&b, "\",\"versions\":[");
+    for (int i = 0; e && i < e->nv; i++)
+        rc |= kiln_buf_printf(&b, "%s\"%lld\"", i ? "," : "", (long long)kiln_sched_model_version(e->v[i]));
+    rc |= kiln_buf_puts(&b, "],\"platform\":\"kiln\"");
+    rc |= put_specs(&b, "inputs", c->inputs, c->ninputs);
+    rc |= put_specs(&b, "outputs", c->outputs, c->noutputs);
+    rc |= kiln_buf_printf(&b, ",\"max_batch_size\":%d}", c->max_batch_size);
+    return send_json(out, &b, rc, req, rid);
+}
+
+/* ---- repository extension ------------------------------------------------------------------ */
+
+static int repo_index(struct kiln_serving *sv, const struct kiln_request *req, struct kiln_buf *out, const char *rid)
+{
+    kiln_repository_scan(sv->repo);
+    struct kiln_buf b = {0};
+    int rc = kiln_buf_puts(&b, "[");
+    bool first = true;
+    for (int i = 0; i < kiln_repository_count(sv->repo); i++) {
+        const kiln_model_info *info = kiln_repository_model(sv->repo, i);
+        struct entry *e = find_entry(sv, info->name);
+        for (int k = 0; k < info->nversions || (k == 0 && info->nversions == 0); k++) {
+            const kiln_model_version *v = info->nversions ? &info->versions[k] : NULL;
+            bool ready = false;
+            for (int j = 0; e && v && j < e->nv; j++)
+                ready |= kiln_sched_model_version(e->v[j]) == v->version;
+            const char *state = ready ? "READY" : e && e->loading ? "LOADING" : "UNAVAILABLE";
+            const char *why = ready ? "" : v && !v->valid && v->why ? v->why : !info->valid && info->why ? info->why
+                                  : e && e->why[0] ? e->why : v && !v->served ? "not selected by the version policy"
+                                                                                : "not loaded";
+            rc |= kiln_buf_puts(&b, first ? "{\"name\":\"" : ",{\"name\":\"");
+            first = false;
+            rc |= kiln_buf_json_escape(&b, info->name, strlen(info->name));
+            if (v)
+                rc |= kiln_buf_printf(&b, "\",\"version\":\"%lld", (long long)v->version);
+            rc |= kiln_buf_printf(&b, "\",\"state\":\"%s\",\"reason\":\"", state);
+            rc |= kiln_buf_json_escape(&b, why, strlen(why));
+            rc |= kiln_buf_puts(&b, "\"}");
+        }
+    }
+    rc |= kiln_buf_puts(&b, "]");
+    return send_json(out, &b, rc, req, rid);
+}
+
+int kiln_serving_handle_repository(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+{
+    struct kiln_serving *sv = ctx;
+    char rid[KILN_HTTP_SHORT_HEADER_MAX], msg[320];
+    request_id(sv, req, rid, sizeof rid);
+    static const char index_path[] = "/v2/repository/index";
+    if (req->path_len == sizeof index_path - 1 && memcmp(req->path, index_path, req->path_len) == 0) {
+        int st = authorize(sv, req, SCOPE_READ, out);
+        return st ? st : repo_index(sv, req, out, rid);
+    }
+    int st = authorize(sv, req, SCOPE_ADMIN, out);
+    if (st != 0)
+        return st;
+    static const char prefix[] = "/v2/repository/models/";
+    struct model_path mp;
+    if (req->path_len <= sizeof prefix - 1 || memcmp(req->path, prefix, sizeof prefix - 1) != 0)
+        return error_with_id(out, 404, "no route for this repository path", req->keep_alive, rid, NULL);
+    st = parse_model_path(req, sizeof prefix - 1, &mp, msg, sizeof msg);
+    if (st == 0 && mp.version) {
+        snprintf(msg, sizeof msg, "load and unload apply to a whole model");
+        st = 400;
+    } else if (st == 0 && strcmp(mp.action, "load") != 0 && strcmp(mp.action, "unload") != 0) {
+        snprintf(msg, sizeof msg, "no route for this repository path");
+        st = 404;
+    }
+    if (st != 0)
+        return error_with_id(out, st, msg, req->keep_alive, rid, NULL);
+    if (strcmp(mp.action, "unload") == 0) {
+        struct entry *e = find_entry(sv, mp.name);
+        if (!e || (e->nv == 0 && !e->loading)) {
+            snprintf(msg, sizeof msg, "model '%s' is not loaded", mp.name);
+            return error_with_id(out, 404, msg, req->keep_alive, rid, NULL);
+        }
+        drop_versions(e); /* in-flight requests keep their references until answered */
+        snprintf(e->why, sizeof e->why, "unloaded");
+        vlog(sv, KILN_LOG_INFO, "model %s unloaded", mp.name);
+        char hdr[256];
+        snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\n", rid);
+        return kiln_resp_append(out, 200, "application/json", "{}", 2, req->keep_alive, hdr);
+    }
+    if (kiln_repository_scan(sv->repo) != 0)
+        return error_with_id(out, 500, "cannot read the model repository", req->keep_alive, rid, NULL);
+    struct kiln_http_pending *p = kiln_http_defer(req);
+    if (!p)
+        return error_with_id(out, 500, "out of memory", req->keep_alive, rid, NULL);
+    st = start_load(sv, mp.name, p, rid, msg, sizeof msg);
+    if (st != 0) {
+        struct kiln_buf *o = kiln_http_pending_out(p);
+        kiln_http_pending_finish(p, error_with_id(o, st, msg, kiln_http_pending_keep_alive(p), rid, NULL));
+    }
+    return KILN_HTTP_DEFERRED;
+}

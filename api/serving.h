@@ -1,0 +1,77 @@
+/*
+ * api/serving.h — the KServe v2 model endpoints: model metadata, readiness, inference (JSON and
+ * binary tensor data), the model repository extension (index, load, unload), the statistics
+ * extension, bearer-token scopes and the per-model metrics.
+ *
+ * It keeps the table of served models (name -> loaded versions, each a reference-counted
+ * scheduler model), so a load that swaps versions never pulls a model out from under a request:
+ * the request holds its own reference until its answer is written.
+ *
+ * Thread affinity: everything here runs on the I/O loop thread.
+ */
+#ifndef KILN_API_SERVING_H
+#define KILN_API_SERVING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "buf.h"
+#include "config.h"
+#include "metrics.h"
+#include "router.h"
+#include "scheduler.h"
+
+struct kiln_serving_options {
+    uv_loop_t *loop;
+    const char *models_root;            /* <data_dir>/models */
+    struct kiln_sched *sched;           /* borrowed */
+    struct kiln_metrics *metrics;       /* borrowed */
+    const struct kiln_strlist *tokens;  /* "admin:T", "read:T" or "T" (read) */
+    int64_t max_tensor_elements;
+    int64_t max_string_bytes;
+    int64_t infer_timeout_ms;
+    void (*log)(void *ud, enum kiln_log_level level, const char *msg);
+    void *log_ud;
+};
+
+struct kiln_serving;
+
+/* Opens the repository and starts loading every served version. NULL with err on failure. */
+struct kiln_serving *kiln_serving_new(const struct kiln_serving_options *o, char *err, size_t errlen);
+/* Releases every model (call after kiln_sched_stop delivered the last completions). */
+void kiln_serving_free(struct kiln_serving *sv);
+/* Not ready while draining: infer answers 503. */
+void kiln_serving_set_accepting(struct kiln_serving *sv, bool accepting);
+
+/* Route handlers: ctx is the struct kiln_serving. */
+int kiln_serving_handle_models(void *ctx, const struct kiln_request *req, struct kiln_buf *out);
+int kiln_serving_handle_repository(void *ctx, const struct kiln_request *req, struct kiln_buf *out);
+
+/* True for the addresses that need no tokens (127.0.0.0/8, ::1, localhost). */
+bool kiln_serving_host_is_loopback(const char *host);
+
+/* ---- between serving.c and infer.c ---- */
+struct kiln__infer_ctx {
+    struct kiln_serving *sv;
+    int64_t max_tensor_elements;
+    int64_t max_string_bytes;
+};
+
+/*
+ * Decodes a KServe v2 infer request (JSON, or a JSON header plus binary tensor data) for model
+ * config c into r's inputs; fills want_binary[o] / want_output[o] for each model output and the
+ * request "id" into id (bounded). Returns 0, or an HTTP status with msg filled.
+ */
+int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config *c, const struct kiln_request *req,
+                       struct kiln_sched_request *r, bool *want_output, bool *want_binary, char *id, size_t idlen,
+                       char *msg, size_t msglen);
+
+/* Appends the whole HTTP response for a finished request. Returns the status, or -1. */
+int kiln__infer_encode(struct kiln_buf *out, const char *model, int64_t version, const kiln_model_config *c,
+                       const struct kiln_sched_request *r, const bool *want_output, const bool *want_binary,
+                       const char *id, bool keep_alive, const char *extra_headers);
+
+#endif /* KILN_API_SERVING_H */
