@@ -15,6 +15,7 @@
 #include "kiln/optim.h"
 #include "kiln/record.h"
 #include "kiln/repository.h"
+#include "kiln/onnx.h"
 
 #ifdef __cplusplus
 extern "C" {

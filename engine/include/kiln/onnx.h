@@ -1,0 +1,107 @@
+/*
+ * kiln/onnx.h — load an ONNX model file and run it (or train through it) on any device.
+ *
+ *     kiln_device *dev = kiln_device_open("cpu");
+ *     kiln_onnx_model *m = kiln_onnx_load("model.onnx", dev, NULL);
+ *     if (!m) { fprintf(stderr, "%s\n", kiln_error()); return 1; }
+ *     const char *in_names[] = {"input"};
+ *     kiln_tensor *in[] = {x};
+ *     kiln_tensor *out[1];
+ *     if (kiln_onnx_run(m, 1, in_names, in, 1, out) != 0) ...   // out[0] is owned by the caller
+ *     kiln_tensor_release(out[0]);
+ *     kiln_onnx_free(m);
+ *
+ * The file is untrusted input: the protobuf decoder checks every length against the bytes
+ * left, bounds nesting and counts, and refuses external data that points outside the
+ * model's folder. Loading orders the graph topologically (a cycle is an error naming a
+ * node on it), folds constant subgraphs (shape arithmetic), and refuses an operator kiln
+ * does not implement with its op type and node name. docs/onnx.md lists the operators.
+ *
+ * Running plans nothing new per call: the node order and the last use of every value are
+ * computed once at load, and each intermediate is released right after its last reader.
+ * Graph outputs are returned as references owned by the caller (never scoped).
+ *
+ * Training: kiln_onnx_set_trainable marks the floating initializers as autodiff leaves;
+ * run the model with grad mode on, take a loss and call kiln_backward. Load with
+ * fold_batchnorm = false when the exact initializers must stay addressable by name.
+ *
+ * Threads: a model may be run from one thread at a time.
+ */
+#ifndef KILN_ONNX_H
+#define KILN_ONNX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kiln_onnx_model kiln_onnx_model;
+
+/** Load options; NULL means the defaults (kiln_onnx_options_default). */
+typedef struct kiln_onnx_options {
+    /** Fold BatchNormalization that follows a Conv into the Conv's weight and bias. */
+    bool fold_batchnorm;
+    /** The largest model file accepted, in bytes (0: 2 GiB). */
+    size_t max_file_bytes;
+} kiln_onnx_options;
+
+kiln_onnx_options kiln_onnx_options_default(void);
+
+/** Load and plan a model from a file; external data files are looked up beside it. */
+kiln_onnx_model *kiln_onnx_load(const char *path, kiln_device *dev, const kiln_onnx_options *opts);
+/** Load from bytes in memory (copied as needed; external data is refused). */
+kiln_onnx_model *kiln_onnx_load_memory(const void *data, size_t len, kiln_device *dev,
+                                       const kiln_onnx_options *opts);
+void kiln_onnx_free(kiln_onnx_model *m);
+
+/** The opset of the default ("ai.onnx") domain the model was exported with. */
+int64_t kiln_onnx_opset(const kiln_onnx_model *m);
+/** Number of graph nodes after constant folding and fusion. */
+int kiln_onnx_node_count(const kiln_onnx_model *m);
+
+/** Graph inputs that the caller feeds (initializers excluded). */
+int kiln_onnx_input_count(const kiln_onnx_model *m);
+const char *kiln_onnx_input_name(const kiln_onnx_model *m, int i);
+/**
+ * Declared shape of input i: rank in *ndim, dims in shape (KILN_MAX_DIMS entries); a
+ * symbolic or unknown dim is -1. Returns the kiln dtype, or -1 when i is out of range.
+ */
+int kiln_onnx_input_info(const kiln_onnx_model *m, int i, int *ndim, int64_t *shape);
+int kiln_onnx_output_count(const kiln_onnx_model *m);
+const char *kiln_onnx_output_name(const kiln_onnx_model *m, int i);
+
+/**
+ * Run the graph. Inputs are matched by name (every graph input must be given; a tensor on
+ * another device is copied over). out receives noutputs new references, in graph-output
+ * order. On error returns -1 and the message names the node (op type and name).
+ */
+int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_names,
+                  kiln_tensor *const *inputs, int noutputs, kiln_tensor **out);
+
+/**
+ * Shape inference by a dry run: runs the graph on zero-filled inputs of the declared
+ * shapes, with every symbolic dim set to sym_value (>= 1), and writes the output shapes.
+ * Returns 0, or -1 with a message naming the first node that failed (op type and name).
+ */
+int kiln_onnx_infer_shapes(kiln_onnx_model *m, int64_t sym_value, int noutputs, int *ndims,
+                           int64_t (*shapes)[KILN_MAX_DIMS]);
+
+/** Number of initializers (weights) the model holds, and the i-th name and tensor
+ *  (borrowed: valid until kiln_onnx_free). */
+int kiln_onnx_param_count(const kiln_onnx_model *m);
+const char *kiln_onnx_param_name(const kiln_onnx_model *m, int i);
+kiln_tensor *kiln_onnx_param(const kiln_onnx_model *m, int i);
+/** Mark (or unmark) every floating initializer as requiring gradients. 0 or -1. */
+int kiln_onnx_set_trainable(kiln_onnx_model *m, bool on);
+/** Save every floating initializer (the weights) to a safetensors file. 0 or negative. */
+int kiln_onnx_save_params(const kiln_onnx_model *m, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_ONNX_H */

@@ -1,0 +1,143 @@
+/*
+ * onnx-impl.h — what the ONNX loader's files share: the decoded protobuf messages
+ * (plain structs owning their memory), the planned model, and the operator table.
+ *
+ * The decoder (onnx-proto.c) turns bytes into kiln__onnx_pmodel and never touches a
+ * device; the loader (onnx-load.c) turns that into a kiln_onnx_model with tensors,
+ * a node order and liveness; the executor (onnx-run.c) walks it; the onnx-ops-*.c files
+ * map each ONNX operator onto kiln tensor ops.
+ */
+#ifndef KILN_ONNX_IMPL_H
+#define KILN_ONNX_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/onnx.h"
+#include "kiln/tensor.h"
+
+/* ONNX TensorProto.DataType values (onnx.proto). */
+enum {
+    KILN__ONNX_FLOAT = 1, KILN__ONNX_UINT8 = 2, KILN__ONNX_INT8 = 3, KILN__ONNX_UINT16 = 4,
+    KILN__ONNX_INT16 = 5, KILN__ONNX_INT32 = 6, KILN__ONNX_INT64 = 7, KILN__ONNX_STRING = 8,
+    KILN__ONNX_BOOL = 9, KILN__ONNX_FLOAT16 = 10, KILN__ONNX_DOUBLE = 11, KILN__ONNX_UINT32 = 12,
+    KILN__ONNX_UINT64 = 13, KILN__ONNX_BFLOAT16 = 16,
+};
+
+/* AttributeProto.AttributeType values. */
+enum {
+    KILN__ONNX_ATTR_FLOAT = 1, KILN__ONNX_ATTR_INT = 2, KILN__ONNX_ATTR_STRING = 3,
+    KILN__ONNX_ATTR_TENSOR = 4, KILN__ONNX_ATTR_GRAPH = 5, KILN__ONNX_ATTR_FLOATS = 6,
+    KILN__ONNX_ATTR_INTS = 7, KILN__ONNX_ATTR_STRINGS = 8,
+};
+
+/* A decoded TensorProto: data already converted to the kiln dtype, row-major. */
+typedef struct kiln__onnx_ptensor {
+    char *name;
+    int onnx_type;
+    int kdtype;              /* kiln_dtype, or -1 when ONNX's type has no kiln form */
+    int ndim;
+    int64_t dims[KILN_MAX_DIMS];
+    int64_t numel;
+    void *data;              /* numel * kiln dtype size bytes; NULL when external */
+    size_t nbytes;
+    bool external;
+    char *ext_location;
+    int64_t ext_offset, ext_length; /* length -1: to the end of the tensor's bytes */
+} kiln__onnx_ptensor;
+
+typedef struct kiln__onnx_attr {
+    char *name;
+    int type;
+    double f;
+    int64_t i;
+    char *s;                 /* NUL-terminated copy of the bytes */
+    size_t slen;
+    kiln__onnx_ptensor *t;
+    int nfloats, nints, nstrings;
+    double *floats;
+    int64_t *ints;
+    char **strings;
+} kiln__onnx_attr;
+
+typedef struct kiln__onnx_pnode {
+    char *name, *op_type, *domain;
+    int ninputs, noutputs, nattrs;
+    char **inputs, **outputs;
+    kiln__onnx_attr *attrs;
+} kiln__onnx_pnode;
+
+typedef struct kiln__onnx_pvalue {
+    char *name;
+    int elem_type;           /* ONNX type; 0 when not given */
+    int ndim;                /* -1 when the shape is not given */
+    int64_t dims[KILN_MAX_DIMS]; /* -1 for symbolic/unknown */
+} kiln__onnx_pvalue;
+
+typedef struct kiln__onnx_pmodel {
+    int64_t ir_version;
+    int64_t opset;           /* default domain; 0 when absent */
+    int nnodes, ninits, ninputs, noutputs;
+    kiln__onnx_pnode *nodes;
+    kiln__onnx_ptensor *inits;
+    kiln__onnx_pvalue *inputs, *outputs;
+} kiln__onnx_pmodel;
+
+/* Decode a ModelProto; returns NULL plus a message on malformed input. */
+kiln__onnx_pmodel *kiln__onnx_decode(const uint8_t *buf, size_t len);
+void kiln__onnx_pmodel_free(kiln__onnx_pmodel *pm);
+void kiln__onnx_ptensor_clear(kiln__onnx_ptensor *t);
+
+/* ----------------------------------------------------------------- operators */
+
+/* What an operator sees of its node. */
+typedef struct kiln__onnx_node {
+    const char *name, *op_type;
+    int64_t opset;
+    int nattrs;
+    const kiln__onnx_attr *attrs;
+    kiln_device *dev;
+} kiln__onnx_node;
+
+/*
+ * An operator: in[i] is NULL for an absent optional input; writes nout new references
+ * (absent outputs may be left NULL). Returns 0, or -1 with a message set.
+ */
+typedef int (*kiln__onnx_op_fn)(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
+                                kiln_tensor **out);
+
+typedef struct kiln__onnx_op {
+    const char *op_type;
+    kiln__onnx_op_fn fn;
+} kiln__onnx_op;
+
+/* Each operator file exports its table, terminated by {NULL, NULL}. */
+extern const kiln__onnx_op kiln__onnx_ops_elementwise[];
+extern const kiln__onnx_op kiln__onnx_ops_shape[];
+extern const kiln__onnx_op kiln__onnx_ops_nn[];
+extern const kiln__onnx_op kiln__onnx_ops_rnn[];
+
+kiln__onnx_op_fn kiln__onnx_find_op(const char *op_type);
+
+/* Attribute helpers (onnx-attr.c). */
+const kiln__onnx_attr *kiln__onnx_attr_get(const kiln__onnx_node *n, const char *name);
+int64_t kiln__onnx_attr_int(const kiln__onnx_node *n, const char *name, int64_t dflt);
+double kiln__onnx_attr_float(const kiln__onnx_node *n, const char *name, double dflt);
+const char *kiln__onnx_attr_str(const kiln__onnx_node *n, const char *name, const char *dflt);
+/* Copies up to max ints; returns the count, or -1 when absent. */
+int kiln__onnx_attr_ints(const kiln__onnx_node *n, const char *name, int64_t *out, int max);
+/* Reads a small integer tensor (any integer or float dtype) into out; returns the
+ * element count, or -1 with a message when it holds more than max. */
+int kiln__onnx_read_ints(const kiln__onnx_node *n, kiln_tensor *t, int64_t *out, int max);
+/* Reads a one-element tensor as double. */
+int kiln__onnx_read_scalar(const kiln__onnx_node *n, kiln_tensor *t, double *out);
+/* Normalizes a possibly negative axis against rank; -1 with a message when out of range. */
+int kiln__onnx_axis(const kiln__onnx_node *n, int64_t axis, int rank, int *out);
+int kiln__onnx_fail(const kiln__onnx_node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* kiln dtype for an ONNX type (-1 when none). */
+int kiln__onnx_kdtype(int onnx_type);
+/* A tensor from a decoded TensorProto on dev. */
+kiln_tensor *kiln__onnx_ptensor_to_tensor(const kiln__onnx_ptensor *pt, kiln_device *dev);
+
+#endif /* KILN_ONNX_IMPL_H */

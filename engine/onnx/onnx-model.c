@@ -1,0 +1,634 @@
+/*
+ * onnx-model.c — from decoded messages to a planned model, and running it.
+ *
+ * Load: name every value (initializers, graph inputs, node outputs) with an integer id;
+ * order the nodes topologically (Kahn's algorithm; a cycle is reported with a node on
+ * it); look every operator up (an unknown one fails the load, naming op type and node);
+ * fold nodes whose inputs are all small constants — the shape arithmetic exporters emit
+ * (Shape -> Gather -> Unsqueeze -> Concat -> Reshape) — by running them once on the
+ * model's device; fold BatchNormalization into the Conv before it; and record for every
+ * value the last node that reads it.
+ *
+ * Run: walk the plan; each node runs inside its own scope so the temporaries an operator
+ * makes go back at once, and each intermediate is released right after its last reader,
+ * so memory stays bounded by the widest cut of the graph rather than its length.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error-impl.h"
+#include "kiln/autodiff.h"
+#include "kiln/record.h"
+#include "onnx-impl.h"
+
+/* Constants up to this many elements are folded; bigger ones (weights) stay graph inputs
+ * of their nodes so that training can reach them. */
+#define FOLD_MAX_NUMEL 4096
+
+typedef struct mnode {
+    kiln__onnx_node info;
+    kiln__onnx_op_fn fn;
+    int nin, nout;
+    int *in, *out;           /* value ids; -1 for an absent optional one */
+    bool dead;               /* folded away */
+} mnode;
+
+struct kiln_onnx_model {
+    kiln_device *dev;
+    kiln__onnx_pmodel *pm;
+    int nvalues, vcap;
+    char **vnames;           /* borrowed from pm, or owned when in vowned */
+    bool *vowned;
+    kiln_tensor **consts;    /* owned; NULL for non-constants */
+    int *last_use;
+    int nnodes;
+    mnode *nodes;            /* topological order */
+    int ninputs, *input_vals;
+    kiln__onnx_pvalue **input_info;
+    int noutputs, *output_vals;
+    int nparams, *param_vals;
+    int live_nodes;
+};
+
+kiln_onnx_options kiln_onnx_options_default(void) {
+    return (kiln_onnx_options){.fold_batchnorm = true, .max_file_bytes = 0};
+}
+
+/* ------------------------------------------------------------- value names */
+
+static int add_value(kiln_onnx_model *m, char *name, bool owned) {
+    if (m->nvalues == m->vcap) {
+        int nc = m->vcap ? m->vcap * 2 : 64;
+        char **a = realloc(m->vnames, (size_t)nc * sizeof *a);
+        if (a) m->vnames = a;
+        bool *o = realloc(m->vowned, (size_t)nc * sizeof *o);
+        if (o) m->vowned = o;
+        kiln_tensor **c = realloc(m->consts, (size_t)nc * sizeof *c);
+        if (c) m->consts = c;
+        if (!a || !o || !c) return kiln__error_set("onnx: out of memory");
+        m->vcap = nc;
+    }
+    m->vnames[m->nvalues] = name;
+    m->vowned[m->nvalues] = owned;
+    m->consts[m->nvalues] = NULL;
+    return m->nvalues++;
+}
+
+/* Value names are looked up through a hash table while the graph is wired. */
+typedef struct vmap {
+    int cap;
+    int *slot;
+} vmap;
+
+static uint64_t hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    while (*s) h = (h ^ (uint8_t)*s++) * 1099511628211ull;
+    return h;
+}
+
+static int vmap_find(const vmap *vm, const kiln_onnx_model *m, const char *name) {
+    for (uint64_t i = hash(name) & (uint64_t)(vm->cap - 1);; i = (i + 1) & (uint64_t)(vm->cap - 1)) {
+        int v = vm->slot[i];
+        if (v < 0 || !strcmp(m->vnames[v], name)) return v;
+    }
+}
+
+static void vmap_put(vmap *vm, const kiln_onnx_model *m, int v) {
+    uint64_t i = hash(m->vnames[v]) & (uint64_t)(vm->cap - 1);
+    while (vm->slot[i] >= 0) i = (i + 1) & (uint64_t)(vm->cap - 1);
+    vm->slot[i] = v;
+}
+
+/* --------------------------------------------------------------- planning */
+
+static int node_fail(const mnode *n, const char *what) {
+    char msg[KILN_ERROR_MAX];
+    snprintf(msg, sizeof msg, "%s", kiln_error());
+    return kiln__error_set("onnx: node '%s' (%s) %s: %s", n->info.name, n->info.op_type, what, msg);
+}
+
+/* Run node k on the values in vals; outputs go to vals (new references). */
+static int run_node(kiln_onnx_model *m, const mnode *n, kiln_tensor **vals) {
+    kiln_tensor *in[64], *out[16] = {0};
+    int nin = n->nin < 64 ? n->nin : 64, nout = n->nout < 16 ? n->nout : 16;
+    for (int i = 0; i < nin; i++) in[i] = n->in[i] >= 0 ? vals[n->in[i]] : NULL;
+    kiln_scope_begin();
+    int rc = n->fn(&n->info, nin, in, nout, out);
+    for (int i = 0; i < nout; i++) {
+        if (rc == 0 && n->out[i] >= 0 && !out[i] && i == 0) rc = -1;
+        if (out[i]) kiln_keep(out[i]);
+    }
+    kiln_scope_end();
+    if (rc != 0) {
+        for (int i = 0; i < nout; i++) kiln_tensor_release(out[i]);
+        return node_fail(n, "failed");
+    }
+    for (int i = 0; i < nout; i++) {
+        if (n->out[i] >= 0 && !vals[n->out[i]]) vals[n->out[i]] = out[i];
+        else kiln_tensor_release(out[i]);
+    }
+    return 0;
+}
+
+static bool foldable(const kiln_onnx_model *m, const mnode *n) {
+    if (!strcmp(n->info.op_type, "Constant")) return true;
+    if (n->nin == 0) return !strcmp(n->info.op_type, "Range");
+    if (!strcmp(n->info.op_type, "RandomNormal") || !strcmp(n->info.op_type, "Dropout")) return false;
+    for (int i = 0; i < n->nin; i++) {
+        int v = n->in[i];
+        if (v < 0) continue;
+        if (!m->consts[v]) return false;
+        bool shape_only = !strcmp(n->info.op_type, "Shape") || !strcmp(n->info.op_type, "Size");
+        if (!shape_only && kiln_tensor_numel(m->consts[v]) > FOLD_MAX_NUMEL) return false;
+    }
+    return true;
+}
+
+static int fold_constants(kiln_onnx_model *m) {
+    for (int k = 0; k < m->nnodes; k++) {
+        mnode *n = &m->nodes[k];
+        if (!foldable(m, n)) continue;
+        kiln_no_grad_begin();
+        int rc = run_node(m, n, m->consts);
+        kiln_no_grad_end();
+        if (rc) return -1;
+        n->dead = true;
+    }
+    return 0;
+}
+
+/* Conv followed by BatchNormalization (inference form) becomes one Conv:
+ * W' = W * g/sqrt(var+eps) per output channel, b' = (b - mean) * g/sqrt(var+eps) + beta. */
+static int fold_batchnorm(kiln_onnx_model *m, const int *readers) {
+    for (int k = 0; k < m->nnodes; k++) {
+        mnode *bn = &m->nodes[k];
+        if (bn->dead || strcmp(bn->info.op_type, "BatchNormalization") || bn->nin < 5 || bn->nout != 1) continue;
+        int x = bn->in[0];
+        if (x < 0 || readers[x] != 1) continue;
+        mnode *cv = NULL;
+        for (int j = 0; j < k; j++)
+            if (!m->nodes[j].dead && !strcmp(m->nodes[j].info.op_type, "Conv") && m->nodes[j].out[0] == x)
+                cv = &m->nodes[j];
+        if (!cv || cv->nin < 2 || cv->in[1] < 0 || !m->consts[cv->in[1]]) continue;
+        bool ok = true;
+        for (int i = 1; i < 5; i++) ok = ok && bn->in[i] >= 0 && m->consts[bn->in[i]];
+        if (cv->nin >= 3 && cv->in[2] >= 0 && !m->consts[cv->in[2]]) ok = false;
+        if (!ok) continue;
+        double eps = kiln__onnx_attr_float(&bn->info, "epsilon", 1e-5);
+        kiln_tensor *w = m->consts[cv->in[1]];
+        int64_t oc = kiln_tensor_dim(w, 0);
+        int64_t bshape[KILN_MAX_DIMS] = {oc};
+        for (int d = 1; d < kiln_tensor_ndim(w); d++) bshape[d] = 1;
+        kiln_no_grad_begin();
+        kiln_scope_begin();
+        kiln_tensor *s = kiln_mul(m->consts[bn->in[1]],
+                                  kiln_rsqrt(kiln_add_scalar(m->consts[bn->in[4]], eps)));
+        kiln_tensor *nw = kiln_mul(w, kiln_reshape(s, kiln_tensor_ndim(w), bshape));
+        kiln_tensor *b0 = cv->nin >= 3 && cv->in[2] >= 0 ? m->consts[cv->in[2]] : kiln_zeros_like(s);
+        kiln_tensor *nb = kiln_add(kiln_mul(kiln_sub(b0, m->consts[bn->in[3]]), s), m->consts[bn->in[2]]);
+        nw = kiln_keep(kiln_contiguous(nw));
+        nb = kiln_keep(kiln_contiguous(nb));
+        kiln_scope_end();
+        kiln_no_grad_end();
+        if (!nw || !nb) { kiln_tensor_release(nw); kiln_tensor_release(nb); return -1; }
+        char nm[2][256];
+        snprintf(nm[0], sizeof nm[0], "%s.folded_weight", cv->info.name);
+        snprintf(nm[1], sizeof nm[1], "%s.folded_bias", cv->info.name);
+        int ids[2];
+        for (int i = 0; i < 2; i++) {
+            char *c = strdup(nm[i]);
+            ids[i] = c ? add_value(m, c, true) : kiln__error_set("onnx: out of memory");
+            if (ids[i] < 0) { free(c); kiln_tensor_release(nw); kiln_tensor_release(nb); return -1; }
+            m->consts[ids[i]] = i == 0 ? nw : nb;
+        }
+        if (cv->nin < 3) {
+            int *ni = realloc(cv->in, 3 * sizeof *ni);
+            if (!ni) return kiln__error_set("onnx: out of memory");
+            cv->in = ni;
+            cv->nin = 3;
+        }
+        cv->in[1] = ids[0];
+        cv->in[2] = ids[1];
+        cv->out[0] = bn->out[0];
+        bn->dead = true;
+    }
+    return 0;
+}
+
+static int plan(kiln_onnx_model *m, const kiln_onnx_options *o) {
+    kiln__onnx_pmodel *pm = m->pm;
+    int total = pm->ninits + pm->ninputs;
+    for (int i = 0; i < pm->nnodes; i++) total += pm->nodes[i].noutputs;
+    vmap vm = {1, NULL};
+    while (vm.cap < 2 * total + 2) vm.cap *= 2;
+    vm.slot = malloc((size_t)vm.cap * sizeof *vm.slot);
+    int *producer = NULL, *indeg = NULL, *order = NULL, *readers = NULL, **users = NULL, *nusers = NULL;
+    int rc = -1;
+    if (!vm.slot) { kiln__error_set("onnx: out of memory"); goto out; }
+    for (int i = 0; i < vm.cap; i++) vm.slot[i] = -1;
+
+    for (int i = 0; i < pm->ninits; i++) {
+        kiln__onnx_ptensor *pt = &pm->inits[i];
+        if (vmap_find(&vm, m, pt->name) >= 0) { kiln__error_set("onnx: initializer '%s' given twice", pt->name); goto out; }
+        if (pt->external) { kiln__error_set("onnx: initializer '%s': external data not loaded", pt->name); goto out; }
+        int v = add_value(m, pt->name, false);
+        if (v < 0) goto out;
+        vmap_put(&vm, m, v);
+        m->consts[v] = kiln__onnx_ptensor_to_tensor(pt, m->dev);
+        if (!m->consts[v]) goto out;
+        free(pt->data);       /* the device copy is the only one kept */
+        pt->data = NULL;
+    }
+    m->nparams = m->nvalues;
+    m->param_vals = malloc((size_t)(m->nparams + 1) * sizeof *m->param_vals);
+    m->input_vals = malloc((size_t)(pm->ninputs + 1) * sizeof *m->input_vals);
+    m->input_info = malloc((size_t)(pm->ninputs + 1) * sizeof *m->input_info);
+    m->output_vals = malloc((size_t)(pm->noutputs + 1) * sizeof *m->output_vals);
+    m->nodes = calloc((size_t)pm->nnodes + 1, sizeof *m->nodes);
+    if (!m->param_vals || !m->input_vals || !m->input_info || !m->output_vals || !m->nodes) {
+        kiln__error_set("onnx: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < m->nparams; i++) m->param_vals[i] = i;
+    for (int i = 0; i < pm->ninputs; i++) {
+        if (vmap_find(&vm, m, pm->inputs[i].name) >= 0) continue;   /* an initializer listed as input */
+        int v = add_value(m, pm->inputs[i].name, false);
+        if (v < 0) goto out;
+        vmap_put(&vm, m, v);
+        m->input_info[m->ninputs] = &pm->inputs[i];
+        m->input_vals[m->ninputs++] = v;
+    }
+    int first_node_value = m->nvalues;
+    /* Node outputs: each value has exactly one producer (SSA). */
+    producer = malloc(((size_t)total + 1) * sizeof *producer);
+    if (!producer) { kiln__error_set("onnx: out of memory"); goto out; }
+    for (int k = 0; k < pm->nnodes; k++) {
+        kiln__onnx_pnode *pn = &pm->nodes[k];
+        for (int j = 0; j < pn->noutputs; j++) {
+            if (!*pn->outputs[j]) continue;
+            if (vmap_find(&vm, m, pn->outputs[j]) >= 0) {
+                kiln__error_set("onnx: value '%s' is produced twice (node '%s')", pn->outputs[j], pn->name);
+                goto out;
+            }
+            int v = add_value(m, pn->outputs[j], false);
+            if (v < 0) goto out;
+            vmap_put(&vm, m, v);
+            producer[v - first_node_value] = k;
+        }
+    }
+    /* Kahn's algorithm over node indices. */
+    indeg = calloc((size_t)pm->nnodes + 1, sizeof *indeg);
+    nusers = calloc((size_t)pm->nnodes + 1, sizeof *nusers);
+    users = calloc((size_t)pm->nnodes + 1, sizeof *users);
+    order = malloc(((size_t)pm->nnodes + 1) * sizeof *order);
+    if (!indeg || !nusers || !users || !order) { kiln__error_set("onnx: out of memory"); goto out; }
+    for (int k = 0; k < pm->nnodes; k++) {
+        kiln__onnx_pnode *pn = &pm->nodes[k];
+        for (int j = 0; j < pn->ninputs; j++) {
+            if (!*pn->inputs[j]) continue;
+            int v = vmap_find(&vm, m, pn->inputs[j]);
+            if (v < 0) {
+                kiln__error_set("onnx: node '%s' (%s) reads '%s', which nothing produces", pn->name, pn->op_type,
+                                pn->inputs[j]);
+                goto out;
+            }
+            if (v < first_node_value) continue;
+            int p = producer[v - first_node_value];
+            int *u = realloc(users[p], (size_t)(nusers[p] + 1) * sizeof *u);
+            if (!u) { kiln__error_set("onnx: out of memory"); goto out; }
+            users[p] = u;
+            u[nusers[p]++] = k;
+            indeg[k]++;
+        }
+    }
+    int head = 0, tail = 0;
+    for (int k = 0; k < pm->nnodes; k++)
+        if (!indeg[k]) order[tail++] = k;
+    while (head < tail) {
+        int k = order[head++];
+        for (int j = 0; j < nusers[k]; j++)
+            if (--indeg[users[k][j]] == 0) order[tail++] = users[k][j];
+    }
+    if (tail < pm->nnodes) {
+        for (int k = 0; k < pm->nnodes; k++)
+            if (indeg[k]) {
+                kiln__error_set("onnx: the graph has a cycle through node '%s' (%s)", pm->nodes[k].name,
+                                pm->nodes[k].op_type);
+                goto out;
+            }
+    }
+    /* Operators, in topological order so the first unsupported one is reported. */
+    for (int t = 0; t < pm->nnodes; t++) {
+        kiln__onnx_pnode *pn = &pm->nodes[order[t]];
+        mnode *n = &m->nodes[t];
+        n->info = (kiln__onnx_node){.name = pn->name, .op_type = pn->op_type, .opset = pm->opset,
+                                    .nattrs = pn->nattrs, .attrs = pn->attrs, .dev = m->dev};
+        m->nnodes = t + 1;
+        bool std_domain = !pn->domain || !*pn->domain || !strcmp(pn->domain, "ai.onnx");
+        n->fn = std_domain ? kiln__onnx_find_op(pn->op_type) : NULL;
+        if (!n->fn) {
+            kiln__error_set("onnx: unsupported operator '%s%s%s' (node '%s')", std_domain ? "" : pn->domain,
+                            std_domain ? "" : ".", pn->op_type, pn->name);
+            goto out;
+        }
+        if (pn->ninputs > 64 || pn->noutputs > 16) {
+            kiln__error_set("onnx: node '%s' (%s) has too many inputs or outputs", pn->name, pn->op_type);
+            goto out;
+        }
+        n->nin = pn->ninputs;
+        n->nout = pn->noutputs;
+        n->in = malloc(((size_t)n->nin + 1) * sizeof *n->in);
+        n->out = malloc(((size_t)n->nout + 1) * sizeof *n->out);
+        if (!n->in || !n->out) { kiln__error_set("onnx: out of memory"); goto out; }
+        for (int j = 0; j < n->nin; j++) n->in[j] = *pn->inputs[j] ? vmap_find(&vm, m, pn->inputs[j]) : -1;
+        for (int j = 0; j < n->nout; j++) n->out[j] = *pn->outputs[j] ? vmap_find(&vm, m, pn->outputs[j]) : -1;
+    }
+    for (int i = 0; i < pm->noutputs; i++) {
+        int v = vmap_find(&vm, m, pm->outputs[i].name);
+        if (v < 0) { kiln__error_set("onnx: graph output '%s' is never produced", pm->outputs[i].name); goto out; }
+        m->output_vals[m->noutputs++] = v;
+    }
+    if (fold_constants(m)) goto out;
+    readers = calloc((size_t)m->nvalues + 1, sizeof *readers);
+    if (!readers) { kiln__error_set("onnx: out of memory"); goto out; }
+    for (int k = 0; k < m->nnodes; k++)
+        for (int j = 0; !m->nodes[k].dead && j < m->nodes[k].nin; j++)
+            if (m->nodes[k].in[j] >= 0) readers[m->nodes[k].in[j]]++;
+    for (int i = 0; i < m->noutputs; i++) readers[m->output_vals[i]] += 2;
+    if (o->fold_batchnorm && fold_batchnorm(m, readers)) goto out;
+    m->last_use = malloc(((size_t)m->nvalues + 1) * sizeof *m->last_use);
+    if (!m->last_use) { kiln__error_set("onnx: out of memory"); goto out; }
+    for (int v = 0; v < m->nvalues; v++) m->last_use[v] = -1;
+    m->live_nodes = 0;
+    for (int k = 0; k < m->nnodes; k++) {
+        if (m->nodes[k].dead) continue;
+        m->live_nodes++;
+        for (int j = 0; j < m->nodes[k].nin; j++)
+            if (m->nodes[k].in[j] >= 0) m->last_use[m->nodes[k].in[j]] = k;
+    }
+    for (int i = 0; i < m->noutputs; i++) m->last_use[m->output_vals[i]] = m->nnodes;
+    rc = 0;
+out:
+    if (users)
+        for (int k = 0; k < pm->nnodes; k++) free(users[k]);
+    free(users); free(nusers); free(indeg); free(order); free(producer); free(readers); free(vm.slot);
+    return rc;
+}
+
+/* --------------------------------------------------------------- loading */
+
+/* External data must stay inside the model's folder: a relative path without "..". */
+static int load_external(kiln__onnx_pmodel *pm, const char *model_path) {
+    for (int i = 0; i < pm->ninits; i++) {
+        kiln__onnx_ptensor *t = &pm->inits[i];
+        if (!t->external) continue;
+        if (!model_path) return kiln__error_set("onnx: tensor '%s' uses external data, which a model loaded "
+                                                "from memory cannot have", t->name);
+        const char *loc = t->ext_location;
+        if (!*loc || loc[0] == '/' || strstr(loc, "..") || strchr(loc, '\\'))
+            return kiln__error_set("onnx: tensor '%s': external data path '%s' leaves the model's folder",
+                                   t->name, loc);
+        const char *slash = strrchr(model_path, '/');
+        size_t dl = slash ? (size_t)(slash - model_path + 1) : 0;
+        size_t pl = dl + strlen(loc) + 1;
+        char *path = malloc(pl);
+        if (!path) return kiln__error_set("onnx: out of memory");
+        memcpy(path, model_path, dl);
+        strcpy(path + dl, loc);
+        FILE *f = fopen(path, "rb");
+        free(path);
+        if (!f) return kiln__error_set("onnx: tensor '%s': cannot open external data '%s'", t->name, loc);
+        int64_t want = (int64_t)t->nbytes;
+        if (t->ext_length >= 0 && t->ext_length != want) {
+            fclose(f);
+            return kiln__error_set("onnx: tensor '%s': external length %lld, but its dims need %lld bytes", t->name,
+                                   (long long)t->ext_length, (long long)want);
+        }
+        size_t esz = kiln_dtype_size((kiln_dtype)t->kdtype);
+        bool same = (t->onnx_type == KILN__ONNX_FLOAT || t->onnx_type == KILN__ONNX_DOUBLE ||
+                     t->onnx_type == KILN__ONNX_INT64 || t->onnx_type == KILN__ONNX_INT32 ||
+                     t->onnx_type == KILN__ONNX_FLOAT16 || t->onnx_type == KILN__ONNX_BFLOAT16 ||
+                     t->onnx_type == KILN__ONNX_UINT8 || t->onnx_type == KILN__ONNX_BOOL);
+        if (!same || esz == 0) { fclose(f); return kiln__error_set("onnx: tensor '%s': external data of this type is not supported", t->name); }
+        t->data = malloc(t->nbytes ? t->nbytes : 1);
+        if (!t->data) { fclose(f); return kiln__error_set("onnx: out of memory"); }
+        int ok = fseeko(f, (off_t)t->ext_offset, SEEK_SET) == 0 && fread(t->data, 1, t->nbytes, f) == t->nbytes;
+        fclose(f);
+        if (!ok) return kiln__error_set("onnx: tensor '%s': external data '%s' is too short", t->name, loc);
+        t->external = false;
+    }
+    return 0;
+}
+
+static kiln_onnx_model *load_bytes(const uint8_t *buf, size_t len, const char *path, kiln_device *dev,
+                                   const kiln_onnx_options *opts) {
+    kiln_onnx_options o = opts ? *opts : kiln_onnx_options_default();
+    if (!dev) { kiln__error_set("onnx: no device"); return NULL; }
+    kiln__onnx_pmodel *pm = kiln__onnx_decode(buf, len);
+    if (!pm) return NULL;
+    if (load_external(pm, path)) { kiln__onnx_pmodel_free(pm); return NULL; }
+    if (pm->opset != 0 && (pm->opset < 7 || pm->opset > 23)) {
+        kiln__error_set("onnx: opset %lld is outside what kiln supports (7..23)", (long long)pm->opset);
+        kiln__onnx_pmodel_free(pm);
+        return NULL;
+    }
+    kiln_onnx_model *m = calloc(1, sizeof *m);
+    if (!m) { kiln__onnx_pmodel_free(pm); kiln__error_set("onnx: out of memory"); return NULL; }
+    m->pm = pm;
+    m->dev = dev;
+    if (plan(m, &o)) { kiln_onnx_free(m); return NULL; }
+    return m;
+}
+
+kiln_onnx_model *kiln_onnx_load_memory(const void *data, size_t len, kiln_device *dev,
+                                       const kiln_onnx_options *opts) {
+    if (!data && len) { kiln__error_set("onnx: NULL data"); return NULL; }
+    return load_bytes(data, len, NULL, dev, opts);
+}
+
+kiln_onnx_model *kiln_onnx_load(const char *path, kiln_device *dev, const kiln_onnx_options *opts) {
+    size_t max = opts && opts->max_file_bytes ? opts->max_file_bytes : ((size_t)2 << 30);
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    if (!f) { kiln__error_set("onnx: cannot open '%s'", path ? path : "(null)"); return NULL; }
+    uint8_t *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 1 << 16;
+            uint8_t *b = realloc(buf, cap);
+            if (!b) { free(buf); fclose(f); kiln__error_set("onnx: out of memory reading '%s'", path); return NULL; }
+            buf = b;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n > max) { free(buf); fclose(f); kiln__error_set("onnx: '%s' is larger than %zu bytes", path, max); return NULL; }
+        if (got == 0) break;
+    }
+    fclose(f);
+    kiln_onnx_model *m = load_bytes(buf, n, path, dev, opts);
+    free(buf);
+    return m;
+}
+
+void kiln_onnx_free(kiln_onnx_model *m) {
+    if (!m) return;
+    for (int v = 0; v < m->nvalues; v++) {
+        kiln_tensor_release(m->consts[v]);
+        if (m->vowned[v]) free(m->vnames[v]);
+    }
+    for (int k = 0; k < m->nnodes; k++) { free(m->nodes[k].in); free(m->nodes[k].out); }
+    free(m->nodes); free(m->vnames); free(m->vowned); free(m->consts); free(m->last_use);
+    free(m->input_vals); free(m->input_info); free(m->output_vals); free(m->param_vals);
+    kiln__onnx_pmodel_free(m->pm);
+    free(m);
+}
+
+/* --------------------------------------------------------------- running */
+
+int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_names, kiln_tensor *const *inputs,
+                  int noutputs, kiln_tensor **out) {
+    if (!m || (ninputs && (!input_names || !inputs)) || (noutputs && !out))
+        return kiln__error_set("onnx: run: NULL argument");
+    if (noutputs > m->noutputs)
+        return kiln__error_set("onnx: run: %d outputs asked, the graph has %d", noutputs, m->noutputs);
+    for (int i = 0; i < noutputs; i++) out[i] = NULL;
+    kiln_tensor **vals = calloc((size_t)m->nvalues + 1, sizeof *vals);
+    if (!vals) return kiln__error_set("onnx: out of memory");
+    int rc = -1;
+    for (int i = 0; i < m->ninputs; i++) {
+        const char *name = m->vnames[m->input_vals[i]];
+        kiln_tensor *t = NULL;
+        for (int j = 0; j < ninputs; j++)
+            if (input_names[j] && !strcmp(input_names[j], name)) t = inputs[j];
+        if (!t) { kiln__error_set("onnx: run: input '%s' not given", name); goto out; }
+        vals[m->input_vals[i]] = kiln_tensor_device(t) == m->dev ? kiln_tensor_retain(t) : kiln_to_device(t, m->dev);
+        if (kiln_tensor_device(t) != m->dev && vals[m->input_vals[i]]) kiln_keep(vals[m->input_vals[i]]);
+        if (!vals[m->input_vals[i]]) goto out;
+    }
+    for (int k = 0; k < m->nnodes; k++) {
+        const mnode *n = &m->nodes[k];
+        if (n->dead) continue;
+        kiln_tensor *cin[64];
+        /* constants are borrowed into the value array for the call only */
+        for (int j = 0; j < n->nin && j < 64; j++) {
+            int v = n->in[j];
+            cin[j] = v >= 0 && m->consts[v] ? m->consts[v] : NULL;
+            if (cin[j] && !vals[v]) vals[v] = cin[j];
+            else cin[j] = NULL;
+        }
+        int r = run_node(m, n, vals);
+        for (int j = 0; j < n->nin && j < 64; j++)
+            if (cin[j]) vals[n->in[j]] = NULL;
+        if (r) goto out;
+        for (int j = 0; j < n->nin; j++) {
+            int v = n->in[j];
+            if (v >= 0 && m->last_use[v] == k && !m->consts[v]) {
+                kiln_tensor_release(vals[v]);
+                vals[v] = NULL;
+            }
+        }
+    }
+    for (int i = 0; i < noutputs; i++) {
+        int v = m->output_vals[i];
+        kiln_tensor *t = vals[v] ? vals[v] : m->consts[v];
+        if (!t) { kiln__error_set("onnx: output '%s' was not computed", m->vnames[v]); goto out; }
+        out[i] = kiln_tensor_retain(t);
+    }
+    rc = 0;
+out:
+    for (int v = 0; v < m->nvalues; v++)
+        if (!m->consts[v]) kiln_tensor_release(vals[v]);
+    free(vals);
+    if (rc)
+        for (int i = 0; i < noutputs; i++) { kiln_tensor_release(out[i]); out[i] = NULL; }
+    return rc;
+}
+
+int kiln_onnx_infer_shapes(kiln_onnx_model *m, int64_t sym_value, int noutputs, int *ndims,
+                           int64_t (*shapes)[KILN_MAX_DIMS]) {
+    if (!m || sym_value < 1 || noutputs > m->noutputs) return kiln__error_set("onnx: infer_shapes: bad arguments");
+    kiln_tensor **ins = calloc((size_t)m->ninputs + 1, sizeof *ins);
+    const char **names = calloc((size_t)m->ninputs + 1, sizeof *names);
+    kiln_tensor **outs = calloc((size_t)m->noutputs + 1, sizeof *outs);
+    int rc = -1;
+    if (!ins || !names || !outs) { kiln__error_set("onnx: out of memory"); goto out; }
+    for (int i = 0; i < m->ninputs; i++) {
+        const kiln__onnx_pvalue *pv = m->input_info[i];
+        int64_t shape[KILN_MAX_DIMS];
+        int nd = pv->ndim < 0 ? 0 : pv->ndim;
+        for (int d = 0; d < nd; d++) shape[d] = pv->dims[d] < 0 ? sym_value : pv->dims[d];
+        int kdt = kiln__onnx_kdtype(pv->elem_type ? pv->elem_type : KILN__ONNX_FLOAT);
+        names[i] = pv->name;
+        ins[i] = kiln_zeros(m->dev, kdt < 0 ? KILN_F32 : (kiln_dtype)kdt, nd, shape);
+        if (ins[i] && kiln_tensor_numel(ins[i]) >= 0) kiln_keep(ins[i]);
+        if (!ins[i]) goto out;
+    }
+    kiln_no_grad_begin();
+    rc = kiln_onnx_run(m, m->ninputs, names, ins, m->noutputs, outs);
+    kiln_no_grad_end();
+    for (int i = 0; rc == 0 && i < noutputs; i++) {
+        ndims[i] = kiln_tensor_ndim(outs[i]);
+        memcpy(shapes[i], kiln_tensor_shape(outs[i]), (size_t)ndims[i] * sizeof(int64_t));
+    }
+out:
+    for (int i = 0; ins && i < m->ninputs; i++) kiln_tensor_release(ins[i]);
+    for (int i = 0; outs && i < m->noutputs; i++) kiln_tensor_release(outs[i]);
+    free(ins); free(names); free(outs);
+    return rc;
+}
+
+/* --------------------------------------------------------------- queries */
+
+int64_t kiln_onnx_opset(const kiln_onnx_model *m) { return m ? m->pm->opset : -1; }
+int kiln_onnx_node_count(const kiln_onnx_model *m) { return m ? m->live_nodes : -1; }
+int kiln_onnx_input_count(const kiln_onnx_model *m) { return m ? m->ninputs : -1; }
+const char *kiln_onnx_input_name(const kiln_onnx_model *m, int i) {
+    return m && i >= 0 && i < m->ninputs ? m->vnames[m->input_vals[i]] : NULL;
+}
+int kiln_onnx_input_info(const kiln_onnx_model *m, int i, int *ndim, int64_t *shape) {
+    if (!m || i < 0 || i >= m->ninputs) return -1;
+    const kiln__onnx_pvalue *pv = m->input_info[i];
+    if (ndim) *ndim = pv->ndim;
+    for (int d = 0; shape && d < pv->ndim; d++) shape[d] = pv->dims[d];
+    int k = kiln__onnx_kdtype(pv->elem_type);
+    return k < 0 ? KILN_F32 : k;
+}
+int kiln_onnx_output_count(const kiln_onnx_model *m) { return m ? m->noutputs : -1; }
+const char *kiln_onnx_output_name(const kiln_onnx_model *m, int i) {
+    return m && i >= 0 && i < m->noutputs ? m->vnames[m->output_vals[i]] : NULL;
+}
+int kiln_onnx_param_count(const kiln_onnx_model *m) { return m ? m->nparams : -1; }
+const char *kiln_onnx_param_name(const kiln_onnx_model *m, int i) {
+    return m && i >= 0 && i < m->nparams ? m->vnames[m->param_vals[i]] : NULL;
+}
+kiln_tensor *kiln_onnx_param(const kiln_onnx_model *m, int i) {
+    return m && i >= 0 && i < m->nparams ? m->consts[m->param_vals[i]] : NULL;
+}
+
+int kiln_onnx_set_trainable(kiln_onnx_model *m, bool on) {
+    if (!m) return kiln__error_set("onnx: NULL model");
+    for (int i = 0; i < m->nparams; i++) {
+        kiln_tensor *t = m->consts[m->param_vals[i]];
+        if (t && kiln_dtype_is_float(kiln_tensor_dtype(t)) && !kiln_requires_grad(t, on)) return -1;
+    }
+    return 0;
+}
+
+int kiln_onnx_save_params(const kiln_onnx_model *m, const char *path) {
+    if (!m || !path) return kiln__error_set("onnx: save_params: NULL argument");
+    const char **names = malloc(((size_t)m->nparams + 1) * sizeof *names);
+    kiln_tensor **ts = malloc(((size_t)m->nparams + 1) * sizeof *ts);
+    int n = 0, rc;
+    if (!names || !ts) { free(names); free(ts); return kiln__error_set("onnx: out of memory"); }
+    for (int i = 0; i < m->nparams; i++) {
+        kiln_tensor *t = m->consts[m->param_vals[i]];
+        if (!t || !kiln_dtype_is_float(kiln_tensor_dtype(t)) || !*m->vnames[m->param_vals[i]]) continue;
+        names[n] = m->vnames[m->param_vals[i]];
+        ts[n++] = t;
+    }
+    rc = kiln_safetensors_save(path, n, names, ts, 0, NULL, NULL);
+    free(names);
+    free(ts);
+    return rc;
+}

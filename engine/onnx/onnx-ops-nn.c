@@ -1,0 +1,383 @@
+/*
+ * onnx-ops-nn.c — ONNX's network operators: convolutions, Gemm/MatMul, the
+ * normalizations, pooling, softmax, reductions, arg/top-k and Resize, on kiln's nn
+ * primitives. ONNX allows asymmetric padding (pads = begin..., end...) and auto_pad;
+ * kiln's convolution and pooling pad symmetrically, so an asymmetric pad is applied
+ * first with kiln_pad (with -inf for max pooling) and the op then runs unpadded.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "onnx-impl.h"
+
+#define NEED(k) do { if (nin < (k) || !in[(k) - 1]) return kiln__onnx_fail(n, "needs %d inputs", (k)); } while (0)
+#define MAXI 64
+
+static int ok(kiln_tensor **out) { return out[0] ? 0 : -1; }
+
+typedef struct window {
+    int nsp;                              /* spatial dims */
+    int64_t k[3], s[3], d[3], lo[3], hi[3];
+} window;
+
+/* kernel, strides, dilations, pads / auto_pad for a spatial op on x. */
+static int get_window(const kiln__onnx_node *n, kiln_tensor *x, const int64_t *kshape, window *w) {
+    int r = kiln_tensor_ndim(x);
+    w->nsp = r - 2;
+    if (w->nsp < 1 || w->nsp > 3) return kiln__onnx_fail(n, "%d spatial dims not supported", w->nsp);
+    int64_t v[MAXI];
+    for (int i = 0; i < w->nsp; i++) { w->k[i] = kshape[i]; w->s[i] = 1; w->d[i] = 1; w->lo[i] = w->hi[i] = 0; }
+    int c = kiln__onnx_attr_ints(n, "strides", v, MAXI);
+    for (int i = 0; i < c && i < w->nsp; i++) w->s[i] = v[i];
+    c = kiln__onnx_attr_ints(n, "dilations", v, MAXI);
+    for (int i = 0; i < c && i < w->nsp; i++) w->d[i] = v[i];
+    const char *ap = kiln__onnx_attr_str(n, "auto_pad", "NOTSET");
+    if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) {
+        for (int i = 0; i < w->nsp; i++) {
+            int64_t in = kiln_tensor_dim(x, 2 + i), o = (in + w->s[i] - 1) / w->s[i];
+            int64_t tot = (o - 1) * w->s[i] + (w->k[i] - 1) * w->d[i] + 1 - in;
+            if (tot < 0) tot = 0;
+            w->lo[i] = !strcmp(ap, "SAME_UPPER") ? tot / 2 : tot - tot / 2;
+            w->hi[i] = tot - w->lo[i];
+        }
+    } else if (!strcmp(ap, "NOTSET")) {
+        c = kiln__onnx_attr_ints(n, "pads", v, MAXI);
+        if (c >= 0 && c != 2 * w->nsp) return kiln__onnx_fail(n, "pads has %d entries", c);
+        for (int i = 0; c > 0 && i < w->nsp; i++) { w->lo[i] = v[i]; w->hi[i] = v[i + w->nsp]; }
+    } else if (strcmp(ap, "VALID")) {
+        return kiln__onnx_fail(n, "auto_pad '%s' not supported", ap);
+    }
+    for (int i = 0; i < w->nsp; i++)
+        if (w->s[i] < 1 || w->d[i] < 1 || w->k[i] < 1 || w->lo[i] < 0 || w->hi[i] < 0)
+            return kiln__onnx_fail(n, "invalid kernel, stride, dilation or pad");
+    return 0;
+}
+
+static bool symmetric(const window *w) {
+    for (int i = 0; i < w->nsp; i++)
+        if (w->lo[i] != w->hi[i]) return false;
+    return true;
+}
+
+/* Apply the window's pads explicitly (value fills). */
+static kiln_tensor *pad_explicit(kiln_tensor *x, const window *w, double value) {
+    int64_t p[6];
+    for (int i = 0; i < w->nsp; i++) {
+        p[2 * (w->nsp - 1 - i)] = w->lo[i];
+        p[2 * (w->nsp - 1 - i) + 1] = w->hi[i];
+    }
+    return kiln_pad(x, 2 * w->nsp, p, KILN_PAD_CONSTANT, value);
+}
+
+static int op_conv(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    NEED(2);
+    kiln_tensor *x = in[0], *wt = in[1], *b = nin > 2 ? in[2] : NULL;
+    window w;
+    int64_t ks[3];
+    for (int i = 0; i < kiln_tensor_ndim(wt) - 2 && i < 3; i++) ks[i] = kiln_tensor_dim(wt, 2 + i);
+    if (kiln_tensor_ndim(wt) != kiln_tensor_ndim(x)) return kiln__onnx_fail(n, "weight rank differs from input rank");
+    if (get_window(n, x, ks, &w)) return -1;
+    kiln_conv_opts o = {.groups = kiln__onnx_attr_int(n, "group", 1)};
+    if (!symmetric(&w)) x = pad_explicit(x, &w, 0.0);
+    for (int i = 0; i < w.nsp; i++) {
+        o.stride[i] = w.s[i];
+        o.dilation[i] = w.d[i];
+        o.padding[i] = symmetric(&w) ? w.lo[i] : 0;
+    }
+    out[0] = w.nsp == 1 ? kiln_conv1d(x, wt, b, &o) : w.nsp == 2 ? kiln_conv2d(x, wt, b, &o) : kiln_conv3d(x, wt, b, &o);
+    return ok(out);
+}
+
+static int op_conv_transpose(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    NEED(2);
+    kiln_tensor *x = in[0], *wt = in[1], *b = nin > 2 ? in[2] : NULL;
+    window w;
+    int64_t ks[3], op[MAXI] = {0};
+    for (int i = 0; i < kiln_tensor_ndim(wt) - 2 && i < 3; i++) ks[i] = kiln_tensor_dim(wt, 2 + i);
+    if (get_window(n, x, ks, &w)) return -1;
+    if (w.nsp > 2) return kiln__onnx_fail(n, "3-D transposed convolution not supported");
+    if (!symmetric(&w) || kiln__onnx_attr_get(n, "output_shape"))
+        return kiln__onnx_fail(n, "asymmetric pads and output_shape not supported");
+    kiln__onnx_attr_ints(n, "output_padding", op, MAXI);
+    kiln_conv_opts o = {.groups = kiln__onnx_attr_int(n, "group", 1)};
+    for (int i = 0; i < w.nsp; i++) {
+        o.stride[i] = w.s[i];
+        o.dilation[i] = w.d[i];
+        o.padding[i] = w.lo[i];
+        o.output_padding[i] = op[i];
+    }
+    out[0] = w.nsp == 1 ? kiln_conv_transpose1d(x, wt, b, &o) : kiln_conv_transpose2d(x, wt, b, &o);
+    return ok(out);
+}
+
+static int op_gemm(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    NEED(2);
+    kiln_tensor *a = in[0], *b = in[1], *c = nin > 2 ? in[2] : NULL;
+    double alpha = kiln__onnx_attr_float(n, "alpha", 1.0), beta = kiln__onnx_attr_float(n, "beta", 1.0);
+    bool ta = kiln__onnx_attr_int(n, "transA", 0), tb = kiln__onnx_attr_int(n, "transB", 0);
+    if (kiln_tensor_ndim(a) != 2 || kiln_tensor_ndim(b) != 2) return kiln__onnx_fail(n, "A and B must be 2-D");
+    if (ta) a = kiln_transpose(a, 0, 1);
+    kiln_tensor *y;
+    if (tb && alpha == 1.0 && (!c || (beta == 1.0 && kiln_tensor_ndim(c) == 1)) && !ta)
+        y = kiln_linear(a, b, c);                 /* the common Linear layer: x Wᵀ + b */
+    else {
+        y = kiln_matmul(a, tb ? kiln_transpose(b, 0, 1) : b);
+        if (alpha != 1.0) y = kiln_mul_scalar(y, alpha);
+        if (c) y = kiln_add(y, beta == 1.0 ? c : kiln_mul_scalar(c, beta));
+    }
+    out[0] = kiln_tensor_retain(y);
+    return ok(out);
+}
+
+static int op_matmul(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    NEED(2);
+    out[0] = kiln_matmul(in[0], in[1]);
+    return ok(out);
+}
+
+static int op_batch_norm(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    NEED(5);
+    if (kiln__onnx_attr_int(n, "training_mode", 0)) return kiln__onnx_fail(n, "training_mode=1 not supported");
+    out[0] = kiln_batch_norm(in[0], in[3], in[4], in[1], in[2], false, 0.1,
+                             kiln__onnx_attr_float(n, "epsilon", 1e-5));
+    return ok(out);
+}
+
+static int op_layer_norm(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    NEED(1);
+    int r = kiln_tensor_ndim(in[0]), a;
+    if (kiln__onnx_axis(n, kiln__onnx_attr_int(n, "axis", -1), r, &a)) return -1;
+    kiln_tensor *y = kiln_layer_norm(in[0], r - a, NULL, NULL, kiln__onnx_attr_float(n, "epsilon", 1e-5));
+    /* scale and bias broadcast (NumPy rules), which kiln_mul/add already do */
+    if (nin > 1 && in[1]) y = kiln_mul(y, in[1]);
+    if (nin > 2 && in[2]) y = kiln_add(y, in[2]);
+    out[0] = kiln_tensor_retain(y);
+    return ok(out);
+}
+
+static int op_instance_norm(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    NEED(3);
+    out[0] = kiln_group_norm(in[0], kiln_tensor_dim(in[0], 1), in[1], in[2], kiln__onnx_attr_float(n, "epsilon", 1e-5));
+    return ok(out);
+}
+
+static int op_group_norm(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    NEED(3);
+    int64_t g = kiln__onnx_attr_int(n, "num_groups", 0), c = kiln_tensor_dim(in[0], 1);
+    if (g < 1 || kiln_tensor_numel(in[1]) != c)
+        return kiln__onnx_fail(n, "per-channel scale and a positive num_groups are required");
+    out[0] = kiln_group_norm(in[0], g, in[1], in[2], kiln__onnx_attr_float(n, "epsilon", 1e-5));
+    return ok(out);
+}
+
+static int pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, kiln_tensor **out, bool max) {
+    NEED(1);
+    int64_t ks[MAXI];
+    int c = kiln__onnx_attr_ints(n, "kernel_shape", ks, MAXI);
+    kiln_tensor *x = in[0];
+    window w;
+    if (c != kiln_tensor_ndim(x) - 2) return kiln__onnx_fail(n, "kernel_shape does not match the input");
+    if (get_window(n, x, ks, &w)) return -1;
+    if (w.nsp > 2) return kiln__onnx_fail(n, "3-D pooling not supported");
+    bool cip = kiln__onnx_attr_int(n, "count_include_pad", 0) != 0;
+    kiln_pool_opts o = {.ceil_mode = kiln__onnx_attr_int(n, "ceil_mode", 0) != 0, .count_include_pad = cip};
+    bool sym = symmetric(&w);
+    if (!sym) {
+        if (!max && !cip) return kiln__onnx_fail(n, "asymmetric pads without count_include_pad not supported");
+        x = pad_explicit(x, &w, max ? -INFINITY : 0.0);
+    }
+    for (int i = 0; i < w.nsp; i++) {
+        o.kernel[i] = w.k[i];
+        o.stride[i] = w.s[i];
+        o.dilation[i] = w.d[i];
+        o.padding[i] = sym ? w.lo[i] : 0;
+    }
+    if (!max && (w.d[0] != 1 || (w.nsp > 1 && w.d[1] != 1))) return kiln__onnx_fail(n, "dilated average pooling");
+    if (max) out[0] = w.nsp == 1 ? kiln_max_pool1d(x, &o, NULL) : kiln_max_pool2d(x, &o, NULL);
+    else out[0] = w.nsp == 1 ? kiln_avg_pool1d(x, &o) : kiln_avg_pool2d(x, &o);
+    return ok(out);
+}
+static int op_max_pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    if (nout > 1) return kiln__onnx_fail(n, "the Indices output is not supported");
+    return pool(n, nin, in, out, true);
+}
+static int op_avg_pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    return pool(n, nin, in, out, false);
+}
+
+static int global_pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, kiln_tensor **out, bool max) {
+    NEED(1);
+    int r = kiln_tensor_ndim(in[0]), dims[KILN_MAX_DIMS];
+    if (r < 3) return kiln__onnx_fail(n, "input needs spatial dims");
+    for (int i = 2; i < r; i++) dims[i - 2] = i;
+    out[0] = max ? kiln_max(in[0], r - 2, dims, true) : kiln_mean(in[0], r - 2, dims, true);
+    return ok(out);
+}
+static int op_gap(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    return global_pool(n, nin, in, out, false);
+}
+static int op_gmp(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    return global_pool(n, nin, in, out, true);
+}
+
+/* Before opset 13, Softmax flattened the input to 2-D at axis (default 1). */
+static int softmax_like(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, kiln_tensor **out, bool log) {
+    NEED(1);
+    int r = kiln_tensor_ndim(in[0]), a;
+    if (kiln__onnx_axis(n, kiln__onnx_attr_int(n, "axis", n->opset < 13 ? 1 : -1), r, &a)) return -1;
+    kiln_tensor *x = in[0];
+    if (n->opset < 13 && a != r - 1) {
+        int64_t p = 1, q = 1;
+        for (int i = 0; i < r; i++) *(i < a ? &p : &q) *= kiln_tensor_dim(x, i);
+        kiln_tensor *y = kiln_reshape(x, 2, (const int64_t[]){p, q});
+        y = log ? kiln_log_softmax(y, 1) : kiln_softmax(y, 1);
+        out[0] = kiln_reshape(y, r, kiln_tensor_shape(x));
+        return ok(out);
+    }
+    out[0] = log ? kiln_log_softmax(x, a) : kiln_softmax(x, a);
+    return ok(out);
+}
+static int op_softmax(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    return softmax_like(n, nin, in, out, false);
+}
+static int op_log_softmax(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    return softmax_like(n, nin, in, out, true);
+}
+
+typedef kiln_tensor *(*reduce_fn)(kiln_tensor *, int, const int *, bool);
+
+/* axes: attribute, or the second input (ReduceSum from opset 13, the others from 18). */
+static int reduce(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, kiln_tensor **out, reduce_fn f) {
+    NEED(1);
+    int64_t ax[MAXI];
+    int r = kiln_tensor_ndim(in[0]);
+    int k = nin > 1 && in[1] ? kiln__onnx_read_ints(n, in[1], ax, MAXI) : kiln__onnx_attr_ints(n, "axes", ax, MAXI);
+    bool keep = kiln__onnx_attr_int(n, "keepdims", 1) != 0;
+    if (k <= 0 && kiln__onnx_attr_int(n, "noop_with_empty_axes", 0)) {
+        out[0] = kiln_tensor_retain(in[0]);
+        return ok(out);
+    }
+    int dims[KILN_MAX_DIMS];
+    if (k > KILN_MAX_DIMS) return kiln__onnx_fail(n, "too many axes");
+    for (int i = 0; i < k; i++)
+        if (kiln__onnx_axis(n, ax[i], r, &dims[i])) return -1;
+    if (k <= 0) {
+        k = r;
+        for (int i = 0; i < r; i++) dims[i] = i;
+    }
+    out[0] = r == 0 ? kiln_tensor_retain(in[0]) : f(in[0], k, dims, keep);
+    return ok(out);
+}
+static int op_reduce_mean(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    return reduce(n, nin, in, out, kiln_mean);
+}
+static int op_reduce_sum(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    return reduce(n, nin, in, out, kiln_sum);
+}
+static int op_reduce_max(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    return reduce(n, nin, in, out, kiln_max);
+}
+static int op_reduce_min(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    return reduce(n, nin, in, out, kiln_min);
+}
+static int op_reduce_prod(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    return reduce(n, nin, in, out, kiln_prod);
+}
+
+static int arg(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, kiln_tensor **out, bool max) {
+    NEED(1);
+    int a;
+    if (kiln__onnx_attr_int(n, "select_last_index", 0)) return kiln__onnx_fail(n, "select_last_index not supported");
+    if (kiln__onnx_axis(n, kiln__onnx_attr_int(n, "axis", 0), kiln_tensor_ndim(in[0]), &a)) return -1;
+    bool keep = kiln__onnx_attr_int(n, "keepdims", 1) != 0;
+    out[0] = max ? kiln_argmax(in[0], a, keep) : kiln_argmin(in[0], a, keep);
+    return ok(out);
+}
+static int op_argmax(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    return arg(n, nin, in, out, true);
+}
+static int op_argmin(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    return arg(n, nin, in, out, false);
+}
+
+static int op_topk(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    NEED(2);
+    int64_t k;
+    int a;
+    if (kiln__onnx_read_ints(n, in[1], &k, 1) != 1) return -1;
+    if (kiln__onnx_axis(n, kiln__onnx_attr_int(n, "axis", -1), kiln_tensor_ndim(in[0]), &a)) return -1;
+    kiln_tensor *idx = NULL;
+    if (kiln_topk(in[0], k, a, kiln__onnx_attr_int(n, "largest", 1) != 0, &out[0], &idx) != 0) return -1;
+    if (nout > 1) out[1] = idx;
+    else kiln_tensor_release(idx);
+    return ok(out);
+}
+
+static int op_cumsum(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    NEED(2);
+    int64_t ax;
+    int a;
+    if (kiln__onnx_read_ints(n, in[1], &ax, 1) != 1) return -1;
+    if (kiln__onnx_axis(n, ax, kiln_tensor_ndim(in[0]), &a)) return -1;
+    kiln_tensor *x = in[0];
+    bool rev = kiln__onnx_attr_int(n, "reverse", 0) != 0;
+    if (rev) x = kiln_flip(x, 1, (const int[]){a});
+    kiln_tensor *y = kiln_cumsum(x, a);
+    if (kiln__onnx_attr_int(n, "exclusive", 0)) y = kiln_sub(y, x);
+    if (rev) y = kiln_flip(y, 1, (const int[]){a});
+    out[0] = kiln_tensor_retain(y);
+    return ok(out);
+}
+
+/* Resize for [N, C, H, W]: nearest (asymmetric, floor) and linear (half_pixel or
+ * align_corners), the forms PyTorch's Upsample/interpolate export. */
+static int op_resize(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    NEED(1);
+    kiln_tensor *x = in[0];
+    if (kiln_tensor_ndim(x) != 4) return kiln__onnx_fail(n, "only 4-D input is supported");
+    int64_t oh, ow, sz[MAXI];
+    int64_t h = kiln_tensor_dim(x, 2), w = kiln_tensor_dim(x, 3);
+    kiln_tensor *scales = n->opset >= 11 ? (nin > 2 ? in[2] : NULL) : (nin > 1 ? in[1] : NULL);
+    kiln_tensor *sizes = n->opset >= 11 && nin > 3 ? in[3] : NULL;
+    if (sizes && kiln_tensor_numel(sizes) > 0) {
+        if (kiln__onnx_read_ints(n, sizes, sz, 4) != 4) return kiln__onnx_fail(n, "sizes must have 4 entries");
+        oh = sz[2];
+        ow = sz[3];
+    } else if (scales && kiln_tensor_numel(scales) == 4) {
+        float sc[4];
+        kiln_tensor *s32 = kiln_cast(scales, KILN_F32);
+        if (!s32 || kiln_to_data(s32, sc, sizeof sc)) return -1;
+        oh = (int64_t)floor((double)h * sc[2]);
+        ow = (int64_t)floor((double)w * sc[3]);
+    } else {
+        return kiln__onnx_fail(n, "needs scales or sizes");
+    }
+    const char *mode = kiln__onnx_attr_str(n, "mode", "nearest");
+    const char *ct = kiln__onnx_attr_str(n, "coordinate_transformation_mode", "half_pixel");
+    if (!strcmp(mode, "nearest")) {
+        const char *nm = kiln__onnx_attr_str(n, "nearest_mode", "round_prefer_floor");
+        if (strcmp(ct, "asymmetric") || strcmp(nm, "floor"))
+            return kiln__onnx_fail(n, "nearest supports coordinate_transformation_mode=asymmetric, nearest_mode=floor");
+        out[0] = kiln_interpolate(x, oh, ow, KILN_INTERP_NEAREST, false);
+    } else if (!strcmp(mode, "linear")) {
+        bool ac = !strcmp(ct, "align_corners");
+        if (!ac && strcmp(ct, "half_pixel") && strcmp(ct, "pytorch_half_pixel"))
+            return kiln__onnx_fail(n, "linear supports half_pixel, pytorch_half_pixel and align_corners");
+        out[0] = kiln_interpolate(x, oh, ow, KILN_INTERP_BILINEAR, ac);
+    } else {
+        return kiln__onnx_fail(n, "mode '%s' not supported", mode);
+    }
+    return ok(out);
+}
+
+const kiln__onnx_op kiln__onnx_ops_nn[] = {
+    {"Conv", op_conv}, {"ConvTranspose", op_conv_transpose}, {"Gemm", op_gemm}, {"MatMul", op_matmul},
+    {"BatchNormalization", op_batch_norm}, {"LayerNormalization", op_layer_norm},
+    {"InstanceNormalization", op_instance_norm}, {"GroupNormalization", op_group_norm},
+    {"MaxPool", op_max_pool}, {"AveragePool", op_avg_pool}, {"GlobalAveragePool", op_gap},
+    {"GlobalMaxPool", op_gmp}, {"Softmax", op_softmax}, {"LogSoftmax", op_log_softmax},
+    {"ReduceMean", op_reduce_mean}, {"ReduceSum", op_reduce_sum}, {"ReduceMax", op_reduce_max},
+    {"ReduceMin", op_reduce_min}, {"ReduceProd", op_reduce_prod}, {"ArgMax", op_argmax},
+    {"ArgMin", op_argmin}, {"TopK", op_topk}, {"CumSum", op_cumsum}, {"Resize", op_resize},
+    {NULL, NULL},
+};
