@@ -102,12 +102,14 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n)
         c->header_name.len = 0;
     }
     /* Names longer than any kept one need not be stored: they match nothing. */
-    if (c->header_name.len + n <= 40 && kiln_buf_append(&c->header_name, at, n) != 0) {
+    if (c->header_name.len + n > 40) {
+        c->header_name.len = 41;
+        return 0;
+    }
+    if (kiln_buf_append(&c->header_name, at, n) != 0) {
         c->failed = true;
         return -1;
     }
-    if (c->header_name.len + n > 40)
-        c->header_name.len = 41;
     return 0;
 }
 

@@ -1,0 +1,353 @@
+#!/usr/bin/env python3
+"""Black-box tests of kilnd serving a model: KServe v2 JSON and binary inference (stdlib HTTP, and
+tritonclient when KILN_TEST_PYTHON's environment has it), batching, the repository extension,
+statistics, metrics, auth scopes, bad input, backpressure and SIGTERM drain.
+
+Usage: test_serving.py KILND FIXTURE_DIR
+"""
+import http.client
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+KILND, FIX = sys.argv[1], sys.argv[2]
+TMP = tempfile.mkdtemp(prefix="kilnd-serving-")
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+EXPECTED = json.load(open(os.path.join(FIX, "expected.json")))
+FAILURES = []
+
+
+def check(cond, what):
+    if not cond:
+        FAILURES.append(what)
+        print("FAIL:", what, flush=True)
+
+
+class Daemon:
+    def __init__(self, name, *args, env=None, expect_fail=False):
+        self.data = os.path.join(TMP, name)
+        os.makedirs(os.path.join(self.data, "models"), exist_ok=True)
+        shutil.copytree(os.path.join(FIX, "mnist_mlp"), os.path.join(self.data, "models", "mnist_mlp"))
+        e = dict(ENV)
+        e.update(env or {})
+        self.log = os.path.join(TMP, name + ".log")
+        self.proc = subprocess.Popen([KILND, "--port", "0", "--data-dir", self.data, *args],
+                                     stdout=subprocess.DEVNULL, stderr=open(self.log, "wb"), env=e)
+        if expect_fail:
+            return
+        portfile = os.path.join(self.data, "kilnd.port")
+        deadline = time.time() + 15
+        while not os.path.exists(portfile):
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("kilnd did not start: " + open(self.log).read())
+            time.sleep(0.01)
+        self.port = int(open(portfile).read())
+        while time.time() < deadline:
+            st, _, _ = self.req("GET", "/v2/models/mnist_mlp/ready", headers=self.auth())
+            if st == 200:
+                break
+            time.sleep(0.02)
+
+    def auth(self):
+        return {}
+
+    def req(self, method, path, body=None, headers=None, timeout=20):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+        c.request(method, path, body=body, headers=headers or {})
+        r = c.getresponse()
+        data = r.read()
+        hdrs = {k.lower(): v for k, v in r.getheaders()}
+        c.close()
+        return r.status, hdrs, data
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = -9
+        check(rc == 0, "kilnd exits 0 after SIGTERM (rc %s)" % rc + "  (log: %s)" % open(self.log).read()[-2000:])
+
+
+def infer_body(rows, **extra):
+    b = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [len(rows), 784], "data": rows}]}
+    b.update(extra)
+    return b
+
+
+def close(a, b, tol=1e-4):
+    return len(a) == len(b) and all(abs(x - y) <= tol * (1 + abs(y)) for x, y in zip(a, b))
+
+
+def flat(rows):
+    return [v for r in rows for v in r]
+
+
+def test_basic(d):
+    st, h, body = d.req("GET", "/v2")
+    ext = json.loads(body)["extensions"]
+    check(st == 200 and "model_repository" in ext and "statistics" in ext and "binary_tensor_data" in ext,
+          "GET /v2 lists the extensions")
+    st, _, body = d.req("GET", "/v2/models/mnist_mlp")
+    meta = json.loads(body)
+    check(st == 200 and meta["versions"] == ["1"] and meta["inputs"][0] ==
+          {"name": "input", "datatype": "FP32", "shape": [-1, 784]}, "model metadata")
+    st, _, _ = d.req("GET", "/v2/models/mnist_mlp/versions/1")
+    check(st == 200, "versioned metadata")
+    st, _, _ = d.req("GET", "/v2/models/mnist_mlp/versions/7")
+    check(st == 404, "unknown version is 404")
+    st, h, body = d.req("POST", "/v2/models/mnist_mlp/infer", infer_body(EXPECTED["input"], id="req-1"),
+                        headers={"X-Request-Id": "abc-123"})
+    r = json.loads(body)
+    check(st == 200 and r["id"] == "req-1" and r["outputs"][0]["shape"] == [4, 10], "JSON inference")
+    check(close(r["outputs"][0]["data"], flat(EXPECTED["logits"])), "JSON inference matches numpy")
+    check(h.get("x-request-id") == "abc-123", "X-Request-Id echoed")
+    # nested data is the same as flat
+    b = infer_body(EXPECTED["input"][:1])
+    b["inputs"][0]["data"] = flat(EXPECTED["input"][:1])
+    st, h, body = d.req("POST", "/v2/models/mnist_mlp/infer", b)
+    check(st == 200 and close(json.loads(body)["outputs"][0]["data"], EXPECTED["logits"][0]), "flat data")
+    check(h.get("x-request-id", "").startswith("kiln-"), "X-Request-Id generated")
+
+
+def test_binary(d):
+    rows = EXPECTED["input"][:2]
+    raw = struct.pack("<%df" % (2 * 784), *flat(rows))
+    hdr = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 784],
+                                  "parameters": {"binary_data_size": len(raw)}}],
+                      "outputs": [{"name": "logits", "parameters": {"binary_data": True}}]}).encode()
+    st, h, body = d.req("POST", "/v2/models/mnist_mlp/infer", hdr + raw,
+                        headers={"Inference-Header-Content-Length": str(len(hdr)),
+                                 "Content-Type": "application/octet-stream"})
+    check(st == 200 and "inference-header-content-length" in h, "binary inference answers with a header length")
+    if st == 200:
+        n = int(h["inference-header-content-length"])
+        meta = json.loads(body[:n])
+        vals = struct.unpack("<20f", body[n:])
+        check(meta["outputs"][0]["parameters"]["binary_data_size"] == 80 and
+              close(vals, flat(EXPECTED["logits"][:2])), "binary output matches numpy")
+
+
+def test_tritonclient(d):
+    py = os.environ.get("KILN_TEST_PYTHON")
+    if not py or subprocess.run([py, "-c", "import tritonclient.http, numpy"], capture_output=True).returncode:
+        print("SKIP: tritonclient not installed (tests/run installs it into .venv-tests)")
+        return
+    script = r'''
+import json, sys, numpy as np, tritonclient.http as th
+port, fix = sys.argv[1], sys.argv[2]
+e = json.load(open(fix + "/expected.json"))
+c = th.InferenceServerClient("127.0.0.1:" + port)
+assert c.is_server_live() and c.is_model_ready("mnist_mlp")
+x = np.array(e["input"], dtype=np.float32)
+want = np.array(e["logits"], dtype=np.float32)
+for binary in (False, True):
+    i = th.InferInput("input", list(x.shape), "FP32")
+    i.set_data_from_numpy(x, binary_data=binary)
+    o = th.InferRequestedOutput("logits", binary_data=binary)
+    r = c.infer("mnist_mlp", [i], outputs=[o])
+    assert np.allclose(r.as_numpy("logits"), want, atol=1e-4), binary
+print("tritonclient ok")
+'''
+    r = subprocess.run([py, "-c", script, str(d.port), FIX], capture_output=True, text=True)
+    check(r.returncode == 0, "tritonclient JSON and binary inference: " + r.stdout + r.stderr[-1500:])
+
+
+def test_bad_input(d):
+    cases = [
+        ("malformed JSON", b"{not json", 400),
+        ("wrong shape", infer_body([[0.0] * 783]), 400),
+        ("data/shape mismatch", {"inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 784],
+                                             "data": [0.0] * 784}]}, 400),
+        ("wrong datatype", {"inputs": [{"name": "input", "datatype": "INT64", "shape": [1, 784],
+                                        "data": [0] * 784}]}, 400),
+        ("unknown datatype", {"inputs": [{"name": "input", "datatype": "FP8", "shape": [1, 784], "data": []}]}, 400),
+        ("unknown input", {"inputs": [{"name": "nope", "datatype": "FP32", "shape": [1, 784], "data": []}]}, 400),
+        ("string data", {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 784],
+                                     "data": ["a"] * 784}]}, 400),
+        ("batch over max_batch_size", {"inputs": [{"name": "input", "datatype": "FP32", "shape": [65, 784],
+                                                   "data": [0.0] * (65 * 784)}]}, 400),
+        ("too many elements", {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1000000, 784],
+                                           "data": []}]}, 413),
+        ("unknown output", dict(infer_body([[0.0] * 784]), outputs=[{"name": "zzz"}]), 400),
+        ("inputs not an array", {"inputs": 3}, 400),
+    ]
+    for what, body, want in cases:
+        st, h, data = d.req("POST", "/v2/models/mnist_mlp/infer", body)
+        ok = st == want and h.get("content-type") == "application/json" and "error" in json.loads(data)
+        check(ok, "bad input %s -> %d (got %d %s)" % (what, want, st, data[:200]))
+    st, _, _ = d.req("POST", "/v2/models/nosuch/infer", infer_body([[0.0] * 784]))
+    check(st == 404, "unknown model is 404")
+    st, _, _ = d.req("GET", "/v2/models/..%2f/ready")
+    check(st in (400, 404), "invalid model name refused")
+    st, _, _ = d.req("POST", "/v2/models/mnist_mlp/infer", b"x" * 100,
+                     headers={"Inference-Header-Content-Length": "1000"})
+    check(st == 400, "header length beyond the body is 400")
+    st, _, _ = d.req("GET", "/v2/models/mnist_mlp/ready")
+    check(st == 200, "still serving after bad input")
+
+
+def test_batching(d):
+    rows = EXPECTED["input"]
+    results, errors = {}, []
+
+    def one(i):
+        try:
+            st, _, body = d.req("POST", "/v2/models/mnist_mlp/infer", infer_body([rows[i % 4]]))
+            results[i] = (st, json.loads(body))
+        except Exception as ex:  # noqa: BLE001
+            errors.append(ex)
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(32)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    ok = not errors and all(results[i][0] == 200 and close(results[i][1]["outputs"][0]["data"],
+                                                           EXPECTED["logits"][i % 4]) for i in range(32))
+    check(ok, "32 concurrent requests answered with unbatched results (%s)" % errors[:1])
+    st, _, body = d.req("GET", "/v2/models/mnist_mlp/stats")
+    s = json.loads(body)["model_stats"][0]
+    check(s["execution_count"] < s["inference_count"], "concurrent requests were batched: %s" % s)
+    st, _, body = d.req("GET", "/metrics")
+    text = body.decode()
+    for name in ("kiln_inference_requests_total{model=\"mnist_mlp\",outcome=\"success\"}",
+                 "kiln_inference_batch_size_bucket", "kiln_inference_queue_seconds", "kiln_inference_compute_seconds",
+                 "kiln_inference_queue_depth", "kiln_inference_in_flight", "kiln_process_resident_memory_bytes"):
+        check(name in text, "/metrics has " + name)
+
+
+def test_repository(d):
+    st, _, body = d.req("POST", "/v2/repository/index")
+    idx = json.loads(body)
+    check(st == 200 and idx[0]["name"] == "mnist_mlp" and idx[0]["state"] == "READY", "repository index")
+    st, _, _ = d.req("POST", "/v2/repository/models/mnist_mlp/unload")
+    check(st == 200, "unload")
+    st, _, _ = d.req("POST", "/v2/models/mnist_mlp/infer", infer_body([[0.0] * 784]))
+    check(st in (404, 503), "unloaded model does not answer")
+    # a second version appears; load swaps to it
+    src = os.path.join(d.data, "models", "mnist_mlp")
+    shutil.copytree(os.path.join(src, "1"), os.path.join(src, "2"))
+    st, _, body = d.req("POST", "/v2/repository/models/mnist_mlp/load")
+    check(st == 200, "load: %s" % body)
+    st, _, body = d.req("GET", "/v2/models/mnist_mlp")
+    check(json.loads(body).get("versions") == ["2"], "load serves the new version: %s" % body)
+    st, _, _ = d.req("POST", "/v2/repository/models/nosuch/load")
+    check(st == 404, "loading an unknown model is 404")
+    os.makedirs(os.path.join(d.data, "models", "broken", "1"))
+    open(os.path.join(d.data, "models", "broken", "1", "model.kiln"), "w").write("junk")
+    st, _, body = d.req("POST", "/v2/repository/models/broken/load")
+    check(st == 400 and "error" in json.loads(body), "a broken model's load is 400 with a reason")
+    st, _, body = d.req("POST", "/v2/repository/index")
+    check(any(e["name"] == "broken" and e["state"] != "READY" and e["reason"] for e in json.loads(body)),
+          "the index says why a model is not served")
+    st, _, _ = d.req("GET", "/v2/models/mnist_mlp/ready")
+    check(st == 200, "serving continues after a failed load")
+
+
+def test_queue_full():
+    # A long batching delay keeps the first request queued, so the next finds the queue full.
+    d = Daemon("queue", env={"KILN_MAX_QUEUE_DEPTH": "1"})
+    cfg = os.path.join(d.data, "models", "mnist_mlp", "1", "config.json")
+    c = json.load(open(cfg))
+    c["dynamic_batching"] = {"max_queue_delay_us": 400000}
+    json.dump(c, open(cfg, "w"))
+    check(d.req("POST", "/v2/repository/models/mnist_mlp/load")[0] == 200, "reload with a long queue delay")
+    body = json.dumps(infer_body([[0.5] * 784]))
+    statuses = []
+
+    def one():
+        st, h, _ = d.req("POST", "/v2/models/mnist_mlp/infer", body)
+        statuses.append((st, h.get("retry-after")))
+    ts = [threading.Thread(target=one) for _ in range(24)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    check(any(s == 503 and ra for s, ra in statuses), "a full queue answers 503 with Retry-After")
+    check(all(s in (200, 503) for s, _ in statuses), "queue full: only 200 or 503 (%s)" % statuses)
+    d.stop()
+
+
+def test_auth():
+    p = subprocess.run([KILND, "--port", "0", "--host", "0.0.0.0", "--data-dir", os.path.join(TMP, "noauth")],
+                       capture_output=True, text=True, env=ENV, timeout=20)
+    check(p.returncode != 0 and "api_tokens" in p.stderr, "binding beyond loopback without tokens is refused")
+    d = Daemon("auth", env={"KILN_API_TOKENS": "admin:adm1n,read:r3ad"})
+    st, h, _ = d.req("GET", "/v2/models/mnist_mlp")
+    check(st == 401 and "www-authenticate" in h, "no token is 401")
+    st, _, _ = d.req("GET", "/v2/models/mnist_mlp", headers={"Authorization": "Bearer wrong"})
+    check(st == 401, "a wrong token is 401")
+    st, _, _ = d.req("POST", "/v2/models/mnist_mlp/infer", infer_body([[0.0] * 784]),
+                     headers={"Authorization": "Bearer r3ad"})
+    check(st == 200, "read token may infer")
+    st, _, _ = d.req("POST", "/v2/repository/models/mnist_mlp/unload", headers={"Authorization": "Bearer r3ad"})
+    check(st == 403, "read token may not unload")
+    st, _, _ = d.req("POST", "/v2/repository/models/mnist_mlp/load", headers={"Authorization": "Bearer adm1n"})
+    check(st == 200, "admin token may load")
+    st, _, _ = d.req("GET", "/v2/health/ready")
+    check(st == 200, "health probes need no token")
+    d.stop()
+
+
+def test_drain():
+    d = Daemon("drain", env={"KILN_DRAIN_TIMEOUT_MS": "5000"})
+    body = json.dumps(infer_body([[0.25] * 784] * 64))
+    out = []
+
+    def one():
+        try:
+            st, _, _ = d.req("POST", "/v2/models/mnist_mlp/infer", body)
+            out.append(st)
+        except Exception as ex:  # noqa: BLE001
+            out.append(repr(ex))
+    ts = [threading.Thread(target=one) for _ in range(8)]
+    for t in ts:
+        t.start()
+    time.sleep(0.05)
+    d.proc.send_signal(signal.SIGTERM)
+    for t in ts:
+        t.join()
+    try:
+        rc = d.proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        d.proc.kill()
+        rc = -9
+    check(rc == 0, "kilnd exits 0 after a drain with requests in flight (rc %s)" % rc)
+    check(all(s in (200, 503) or "Connection" in str(s) for s in out) and 200 in out,
+          "SIGTERM drain answers in-flight requests: %s" % out)
+
+
+def main():
+    d = Daemon("main")
+    try:
+        test_basic(d)
+        test_binary(d)
+        test_tritonclient(d)
+        test_bad_input(d)
+        test_batching(d)
+        test_repository(d)
+    finally:
+        d.stop()
+    test_queue_full()
+    test_auth()
+    test_drain()
+    shutil.rmtree(TMP, ignore_errors=True)
+    if FAILURES:
+        print("%d failure(s)" % len(FAILURES))
+        return 1
+    print("serving: all checks passed")
+    return 0
+
+
+sys.exit(main())
