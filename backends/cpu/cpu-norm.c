@@ -4,8 +4,10 @@
  * Both are row operations. The common case — f32, normalizing along a contiguous last
  * dim — runs the row kernels of the kernel table (three passes over a row that stays in
  * cache: max, exp-and-sum, scale; or sum, squared deviations, affine), threaded over
- * rows. Sums accumulate in double, so a long row keeps full f32 precision. Other layouts
- * and dtypes take a strided path that computes each line in double.
+ * rows. Sums keep full f32 precision on long rows: the AVX2 and portable rows accumulate
+ * in double, the AVX-512 rows in f32 vectors that are folded into a double every 1024
+ * elements. Other layouts and dtypes take a strided path that computes each line in
+ * double.
  */
 #include <stdlib.h>
 
