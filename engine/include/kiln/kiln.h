@@ -15,6 +15,8 @@
 #include "kiln/optim.h"
 #include "kiln/record.h"
 #include "kiln/repository.h"
+#include "kiln/data.h"
+#include "kiln/train.h"
 #include "kiln/onnx.h"
 
 #ifdef __cplusplus

@@ -1,0 +1,259 @@
+/*
+ * engine/train/learner-ckpt.c — writing the learner's state through the storage
+ * module's checkpoints (kiln_ckpt_*) and reading it back for an exact resume.
+ *
+ * What a resume needs besides the weights: the model's buffers (BatchNorm statistics),
+ * the optimizer's moments and step counts, the scheduler's step, the generator, the
+ * epoch, the next batch of a partly done epoch with that epoch's partial sums, and the
+ * metric history (from which keep-best and early stopping are recomputed). The position
+ * and history travel in the checkpoint's metrics.json as
+ *   {"history": [...], "batch": 312, "partial": {"loss": .., "n": .., "correct": ..}}.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error-impl.h"
+#include "kiln/record.h"
+#include "kiln/autodiff.h"
+#include "learner-impl.h"
+#include "tensor-impl.h"
+
+static char *position_json(const kiln_learner *L)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddItemToObject(o, "history", cJSON_Duplicate(L->history, true));
+    cJSON_AddNumberToObject(o, "batch", (double)L->batch_pos);
+    cJSON *p = cJSON_AddObjectToObject(o, "partial");
+    /* %.17g round-trips a double, so the resumed epoch's mean loss is the same number */
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.17g", L->part_loss);
+    cJSON_AddItemToObject(p, "loss", cJSON_CreateRaw(buf));
+    cJSON_AddNumberToObject(p, "n", (double)L->part_n);
+    cJSON_AddNumberToObject(p, "correct", (double)L->part_correct);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+int kiln__learner_save(kiln_learner *L, bool at_epoch_end)
+{
+    int n = kiln_module_state_dict(L->model, NULL, 0);
+    kiln_named_tensor *sd = calloc((size_t)n + 1, sizeof *sd);
+    const char **names = calloc((size_t)n + 1, sizeof *names);
+    kiln_tensor **ts = calloc((size_t)n + 1, sizeof *ts);
+    kiln_optim_state os = {0};
+    char *sched = L->sched ? kiln_sched_state_export(L->sched) : NULL;
+    char *pos = position_json(L);
+    int rc = -1;
+    if (!sd || !names || !ts || !pos || (L->sched && !sched)) {
+        kiln__error_set("checkpoint: out of memory");
+        goto done;
+    }
+    kiln_module_state_dict(L->model, sd, n);
+    for (int i = 0; i < n; i++) {
+        names[i] = sd[i].name;
+        ts[i] = sd[i].tensor;
+    }
+    if (kiln_optim_state_export(L->opt, &os) < 0)
+        goto done;
+    kiln_ckpt_state s = {
+        .step = L->step,
+        .epoch = L->epoch,
+        .model_n = n,
+        .model_names = names,
+        .model_tensors = ts,
+        .optim_n = os.n,
+        .optim_names = (const char *const *)os.names,
+        .optim_tensors = os.tensors,
+        .optim_config = os.json,
+        .scheduler_json = sched,
+        .rng_n = 1,
+        .rng = &L->rng,
+        .metrics_json = pos,
+        .metric_n = at_epoch_end ? L->nm : 0,
+        .metric_names = L->mnames,
+        .metric_values = L->mvals,
+    };
+    char path[4200];
+    if (kiln_ckpt_save(L->ckpt_dir, &s, path, sizeof path) < 0)
+        goto done;
+    snprintf(L->last_ckpt, sizeof L->last_ckpt, "%s", path);
+    kiln_ckpt_retention keep = {.keep_last = L->cfg.keep_last, .best_metric = L->best_metric,
+                                .best_max = L->cfg.best_max, .keep_best = L->best_metric ? 1 : 0};
+    if (kiln_ckpt_retain(L->ckpt_dir, &keep, NULL) < 0)
+        goto done;
+    kiln_train_event ev = {.kind = KILN_EVENT_CHECKPOINT, .epoch = L->epoch, .step = L->step,
+                           .batch = L->batch_pos, .batches = kiln_loader_batches(L->train), .path = path};
+    kiln__learner_emit(L, &ev);
+    rc = 0;
+done:
+    kiln_optim_state_free(&os);
+    free(sched);
+    free(pos);
+    free(sd);
+    free(names);
+    free(ts);
+    return rc;
+}
+
+/* Load every tensor of a record (all of them, by name) onto dev. */
+static int load_all(const kiln_record *rec, kiln_device *dev, int *n_out, char ***names_out, kiln_tensor ***ts_out)
+{
+    const kiln_safetensors *st = kiln_record_tensors(rec);
+    int n = kiln_safetensors_count(st);
+    char **names = calloc((size_t)n + 1, sizeof *names);
+    kiln_tensor **ts = calloc((size_t)n + 1, sizeof *ts);
+    int rc = names && ts ? 0 : kiln__error_set("resume: out of memory");
+    for (int i = 0; rc == 0 && i < n; i++) {
+        names[i] = strdup(kiln_safetensors_name(st, i));
+        ts[i] = names[i] ? kiln_safetensors_load(st, names[i], dev) : NULL;
+        if (!ts[i])
+            rc = -1;
+    }
+    if (rc != 0) {
+        for (int i = 0; names && ts && i < n; i++) {
+            free(names[i]);
+            kiln_tensor_release(ts[i]);
+        }
+        free(names);
+        free(ts);
+        return -1;
+    }
+    *n_out = n;
+    *names_out = names;
+    *ts_out = ts;
+    return 0;
+}
+
+/* Copy the checkpoint's values into the model's own tensors. kiln_module_load_state_dict
+ * would replace the tensor objects, leaving the optimizer updating the old ones; writing
+ * in place keeps every holder of a parameter (the optimizer above all) in step. */
+static int load_model_in_place(kiln_module *m, int n, char **names, kiln_tensor **ts)
+{
+    int nm = kiln_module_state_dict(m, NULL, 0);
+    kiln_named_tensor *sd = calloc((size_t)nm + 1, sizeof *sd);
+    if (!sd)
+        return kiln__error_set("out of memory");
+    kiln_module_state_dict(m, sd, nm);
+    int rc = nm == n ? 0 : kiln__error_set("the checkpoint holds %d model tensors, the model has %d", n, nm);
+    kiln_no_grad_begin();
+    for (int i = 0; rc == 0 && i < nm; i++) {
+        int k = -1;
+        for (int j = 0; j < n && k < 0; j++)
+            if (strcmp(names[j], sd[i].name) == 0)
+                k = j;
+        if (k < 0) {
+            rc = kiln__error_set("model tensor '%s' is not in the checkpoint", sd[i].name);
+            break;
+        }
+        kiln_tensor *dst = sd[i].tensor, *src = ts[k];
+        bool same = kiln_tensor_ndim(src) == kiln_tensor_ndim(dst);
+        for (int d = 0; same && d < kiln_tensor_ndim(dst); d++)
+            same = kiln_tensor_dim(src, d) == kiln_tensor_dim(dst, d);
+        if (!same) {
+            char a[96], b[96];
+            rc = kiln__error_set("'%s': checkpoint %s, model %s", sd[i].name, kiln_tensor_describe(src, a, sizeof a),
+                                 kiln_tensor_describe(dst, b, sizeof b));
+            break;
+        }
+        kiln_tensor *conv = kiln_keep(kiln_cast(src, kiln_tensor_dtype(dst)));
+        rc = conv ? kiln__copy_into(dst, conv, "learner_resume") : -1;
+        kiln_tensor_release(conv);
+    }
+    kiln_no_grad_end();
+    free(sd);
+    return rc < 0 ? -1 : 0;
+}
+
+static void free_all(int n, char **names, kiln_tensor **ts)
+{
+    for (int i = 0; i < n; i++) {
+        free(names[i]);
+        kiln_tensor_release(ts[i]);
+    }
+    free(names);
+    free(ts);
+}
+
+int kiln_learner_resume(kiln_learner *L, const char *path)
+{
+    if (!L || !path)
+        return kiln__error_set("learner_resume: NULL argument");
+    kiln_ckpt *ck = kiln_ckpt_open(path);
+    if (!ck) {
+        char first[KILN_ERROR_MAX];
+        snprintf(first, sizeof first, "%s", kiln_error());
+        ck = kiln_ckpt_open_latest(path, NULL, NULL);
+        if (!ck)
+            return kiln__error_set("learner_resume: %s is neither a usable checkpoint (%s) nor a root with one (%s)",
+                                   path, first, kiln_error());
+    }
+    int rc = -1, mn = 0, on = 0;
+    char **mnames = NULL, **onames = NULL;
+    kiln_tensor **mts = NULL, **ots = NULL;
+    cJSON *pos = NULL;
+    /* the model's device: that of its first tensor */
+    kiln_named_tensor first;
+    kiln_device *dev = kiln_module_state_dict(L->model, &first, 1) > 0 ? kiln_tensor_device(first.tensor) : NULL;
+    if (!dev) {
+        kiln__error_set("learner_resume: the model has no tensors");
+        goto done;
+    }
+    if (load_all(kiln_ckpt_model(ck), dev, &mn, &mnames, &mts) < 0 ||
+        load_model_in_place(L->model, mn, mnames, mts) < 0)
+        goto fail;
+    if (load_all(kiln_ckpt_optimizer(ck), dev, &on, &onames, &ots) < 0 ||
+        kiln_optim_state_import(L->opt, on, (const char *const *)onames, ots,
+                                kiln_record_config(kiln_ckpt_optimizer(ck))) < 0)
+        goto fail;
+    if (L->sched) {
+        const char *sj = kiln_ckpt_scheduler(ck);
+        if (sj && strcmp(sj, "{}") != 0 && kiln_sched_state_import(L->sched, sj) < 0)
+            goto fail;
+    }
+    if (kiln_ckpt_rng(ck, &L->rng, 1) < 1) {
+        kiln__error_set("no generator state");
+        goto fail;
+    }
+    pos = cJSON_Parse(kiln_ckpt_metrics_history(ck));
+    const cJSON *hist = cJSON_GetObjectItemCaseSensitive(pos, "history");
+    const cJSON *part = cJSON_GetObjectItemCaseSensitive(pos, "partial");
+    if (!cJSON_IsArray(hist) || !cJSON_IsObject(part)) {
+        kiln__error_set("metrics.json lacks the learner's history and position");
+        goto fail;
+    }
+    cJSON_Delete(L->history);
+    L->history = cJSON_Duplicate(hist, true);
+    L->epoch = kiln_ckpt_epoch(ck);
+    L->step = kiln_ckpt_step(ck);
+    L->batch_pos = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(pos, "batch"));
+    L->part_loss = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(part, "loss"));
+    L->part_n = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(part, "n"));
+    L->part_correct = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(part, "correct"));
+    if (!isfinite(L->part_loss))
+        L->part_loss = 0;
+    L->has_best = L->es_has = false;
+    L->es_bad = 0;
+    L->best_ckpt[0] = 0;
+    const cJSON *ep;
+    cJSON_ArrayForEach(ep, L->history) kiln__learner_track(L, ep);
+    snprintf(L->last_ckpt, sizeof L->last_ckpt, "%s", kiln_ckpt_path(ck));
+    rc = 0;
+    goto done;
+fail:;
+    char msg[KILN_ERROR_MAX];
+    snprintf(msg, sizeof msg, "%s", kiln_error());
+    kiln__error_set("learner_resume: %s: %s", kiln_ckpt_path(ck), msg);
+done:
+    cJSON_Delete(pos);
+    if (mnames)
+        free_all(mn, mnames, mts);
+    if (onames)
+        free_all(on, onames, ots);
+    kiln_ckpt_close(ck);
+    return rc;
+}
