@@ -407,8 +407,28 @@ static bool scope_remove(kiln_tensor *t)
     return false;
 }
 
+/* An op that has nothing to do (a cast to the same dtype, contiguous of a contiguous
+ * tensor, to_device onto the same device) computes its result as its input with one
+ * more reference. Handing that same object back would leave two owners — the caller's
+ * earlier reference and this result, possibly held by a scope — of one object, and no
+ * way to tell which one a later kiln_tensor_release gives back. So the public result
+ * is always an object of its own: a view over the same storage, linked to the input
+ * in the autodiff graph like any other op's output. */
+static kiln_tensor *own_object(kiln_tensor *t)
+{
+    if (atomic_load(&t->refcount) <= 1)
+        return t;
+    kiln_tensor *v = kiln__view(t, t->ndim, t->shape, t->strides, t->offset);
+    if (v && kiln__ad_want(t))
+        v = kiln__grad_identity(v, t, "alias");
+    tensor_drop(t);
+    return v;
+}
+
 kiln_tensor *kiln__ret(kiln_tensor *t)
 {
+    if (t)
+        t = own_object(t);
     if (!t || scopes.nmarks == 0)
         return t;
     if (scopes.n == scopes.cap) {

@@ -152,8 +152,9 @@ static void test_reshape_noncontiguous_copies(void **state)
     kiln_tensor *c = kiln_contiguous(t);
     assert_false(kiln_tensor_shares_storage(c, x));
     EXPECT_F32(c, 0, 0, 3, 1, 4, 2, 5);
-    kiln_tensor *c2 = kiln_contiguous(c); /* already contiguous: the same tensor */
-    assert_ptr_equal(c2, c);
+    kiln_tensor *c2 = kiln_contiguous(c); /* already contiguous: a view, no copy */
+    assert_ptr_not_equal(c2, c);
+    assert_true(kiln_tensor_shares_storage(c2, c));
     /* Wrong counts name the op and both shapes. */
     assert_null(kiln_reshape(x, KILN_SHAPE(4, 2)));
     expect_error("reshape: cannot reshape f32[2, 3] into [4, 2]");
@@ -162,6 +163,32 @@ static void test_reshape_noncontiguous_copies(void **state)
     kiln_tensor *all[] = {x, t, flat, v, c, c2};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         kiln_tensor_release(all[i]);
+}
+
+/* An object owned outside the scope (a module's buffer, say) passed through ops that
+ * have nothing to do: releasing their results early, inside the scope, must not take
+ * the owner's reference (this used to free the buffer at scope end). */
+static void test_no_op_results_have_their_own_owner(void **state)
+{
+    (void)state;
+    kiln_device *dev = kiln_device_open("ref");
+    kiln_tensor *owned = kiln_arange(dev, KILN_F32, 0, 6, 1); /* outside any scope */
+    kiln_scope_begin();
+    kiln_tensor *same_dtype = kiln_cast(owned, KILN_F32);
+    kiln_tensor *same_device = kiln_to_device(owned, dev);
+    kiln_tensor *already = kiln_contiguous(owned);
+    assert_ptr_not_equal(same_dtype, owned);
+    assert_ptr_not_equal(same_device, owned);
+    assert_ptr_not_equal(already, owned);
+    assert_true(kiln_tensor_shares_storage(same_dtype, owned));
+    kiln_tensor_release(same_dtype);
+    kiln_tensor_release(same_device);
+    kiln_scope_end(); /* releases `already`; `owned` keeps its one reference */
+    float v[6];
+    assert_int_equal(kiln_to_data(owned, v, sizeof v), 0);
+    assert_true(v[0] == 0.0f && v[5] == 5.0f);
+    kiln_tensor_release(owned);
+    kiln_device_close(dev);
 }
 
 static void test_scopes(void **state)
@@ -178,8 +205,9 @@ static void test_scopes(void **state)
     kept = kiln_keep(kiln_sum(b, KILN_ALL_DIMS, false)); /* 6 */
     kiln_tensor *d = kiln_neg(b);
     kiln_tensor_release(d); /* a release of a scope-held tensor is tolerated */
-    kiln_tensor *e = kiln_contiguous(b); /* same tensor, second scope entry */
-    assert_ptr_equal(e, b);
+    kiln_tensor *e = kiln_contiguous(b); /* a view of b's storage: an object of its own */
+    assert_ptr_not_equal(e, b);
+    assert_true(kiln_tensor_shares_storage(e, b));
     kiln_scope_end();
     /* a, b, c, d, e are gone (ASan reports a leak or double free otherwise). */
     assert_near(kiln_item(kept), 6.0, 0);
@@ -368,6 +396,7 @@ int main(void)
         cmocka_unit_test(test_views_share_storage),
         cmocka_unit_test(test_reshape_noncontiguous_copies),
         cmocka_unit_test(test_scopes),
+        cmocka_unit_test(test_no_op_results_have_their_own_owner),
         cmocka_unit_test(test_null_propagation),
         cmocka_unit_test(test_broadcast_errors_and_dims),
         cmocka_unit_test(test_size_limits),

@@ -14,7 +14,9 @@
  *     kiln_tensor_release(y);
  *     kiln_device_close(dev);
  *
- * Ownership: every function that returns a kiln_tensor * returns a new reference.
+ * Ownership: every function that returns a kiln_tensor * returns a new reference to a
+ * new object — never its input object again, even when the op has nothing to do (a cast
+ * to the same dtype gives a view of the same storage), so each object has one owner.
  * Outside a scope the caller owns it and calls kiln_tensor_release(). While a scope is
  * open on the calling thread, the innermost scope takes that reference and releases it
  * at kiln_scope_end(), unless kiln_keep() hands it to the caller first.
@@ -223,7 +225,7 @@ typedef enum kiln_pad_mode {
 kiln_tensor *kiln_pad(kiln_tensor *t, int npads, const int64_t *pads, kiln_pad_mode mode, double value);
 kiln_tensor *kiln_tril(kiln_tensor *t, int64_t diagonal);
 kiln_tensor *kiln_triu(kiln_tensor *t, int64_t diagonal);
-/** t itself (one more reference) when already contiguous, else a contiguous copy. */
+/** A view sharing t's storage when t is already contiguous, else a contiguous copy. */
 kiln_tensor *kiln_contiguous(kiln_tensor *t);
 /** A copy (always a new storage). */
 kiln_tensor *kiln_clone(kiln_tensor *t);
