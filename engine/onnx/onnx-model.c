@@ -117,7 +117,7 @@ static int run_node(kiln_onnx_model *m, const mnode *n, kiln_tensor **vals) {
     int rc = n->fn(&n->info, nin, in, nout, out);
     for (int i = 0; i < nout; i++) {
         if (rc == 0 && n->out[i] >= 0 && !out[i] && i == 0) rc = -1;
-        if (out[i]) kiln_keep(out[i]);
+        if (out[i]) kiln_tensor_retain(out[i]); /* operators return scoped or borrowed refs */
     }
     kiln_scope_end();
     if (rc != 0) {

@@ -36,7 +36,7 @@ UNARY(op_cos, kiln_cos(x))
 UNARY(op_sign, kiln_sign(x))
 UNARY(op_not, kiln_logical_not(x))
 UNARY(op_softplus, kiln_softplus(x, 1.0, 20.0))
-UNARY(op_identity, kiln_tensor_retain(x))
+UNARY(op_identity, (x))
 UNARY(op_leaky_relu, kiln_leaky_relu(x, kiln__onnx_attr_float(n, "alpha", 0.01)))
 UNARY(op_elu, kiln_elu(x, kiln__onnx_attr_float(n, "alpha", 1.0)))
 UNARY(op_gelu, kiln_gelu(x, !strcmp(kiln__onnx_attr_str(n, "approximate", "none"), "tanh")))
@@ -100,7 +100,7 @@ static int variadic(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, k
     kiln_tensor *acc = in[0];
     for (int i = 1; i < nin; i++)
         if (in[i]) acc = f(acc, in[i]);
-    out[0] = nin == 1 ? kiln_tensor_retain(acc) : acc;
+    out[0] = nin == 1 ? (acc) : acc;
     return out[0] ? 0 : -1;
 }
 static int op_max(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
@@ -114,9 +114,7 @@ static int op_sum(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int
 }
 static int op_mean(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
     if (variadic(n, nin, in, out, kiln_add)) return -1;
-    kiln_tensor *s = out[0];
-    out[0] = kiln_mul_scalar(s, 1.0 / nin);
-    kiln_tensor_release(s);
+    out[0] = kiln_mul_scalar(out[0], 1.0 / nin);
     return out[0] ? 0 : -1;
 }
 

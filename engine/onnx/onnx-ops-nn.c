@@ -125,7 +125,7 @@ static int op_gemm(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, in
         if (alpha != 1.0) y = kiln_mul_scalar(y, alpha);
         if (c) y = kiln_add(y, beta == 1.0 ? c : kiln_mul_scalar(c, beta));
     }
-    out[0] = kiln_tensor_retain(y);
+    out[0] = (y);
     return ok(out);
 }
 
@@ -151,7 +151,7 @@ static int op_layer_norm(const kiln__onnx_node *n, int nin, kiln_tensor *const *
     /* scale and bias broadcast (NumPy rules), which kiln_mul/add already do */
     if (nin > 1 && in[1]) y = kiln_mul(y, in[1]);
     if (nin > 2 && in[2]) y = kiln_add(y, in[2]);
-    out[0] = kiln_tensor_retain(y);
+    out[0] = (y);
     return ok(out);
 }
 
@@ -254,7 +254,7 @@ static int reduce(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, kil
     int k = nin > 1 && in[1] ? kiln__onnx_read_ints(n, in[1], ax, MAXI) : kiln__onnx_attr_ints(n, "axes", ax, MAXI);
     bool keep = kiln__onnx_attr_int(n, "keepdims", 1) != 0;
     if (k <= 0 && kiln__onnx_attr_int(n, "noop_with_empty_axes", 0)) {
-        out[0] = kiln_tensor_retain(in[0]);
+        out[0] = (in[0]);
         return ok(out);
     }
     int dims[KILN_MAX_DIMS];
@@ -265,7 +265,7 @@ static int reduce(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, kil
         k = r;
         for (int i = 0; i < r; i++) dims[i] = i;
     }
-    out[0] = r == 0 ? kiln_tensor_retain(in[0]) : f(in[0], k, dims, keep);
+    out[0] = r == 0 ? (in[0]) : f(in[0], k, dims, keep);
     return ok(out);
 }
 static int op_reduce_mean(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
@@ -309,7 +309,7 @@ static int op_topk(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, in
     kiln_tensor *idx = NULL;
     if (kiln_topk(in[0], k, a, kiln__onnx_attr_int(n, "largest", 1) != 0, &out[0], &idx) != 0) return -1;
     if (nout > 1) out[1] = idx;
-    else kiln_tensor_release(idx);
+    (void)idx; /* scoped: released with the node's scope */
     return ok(out);
 }
 
@@ -325,7 +325,7 @@ static int op_cumsum(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, 
     kiln_tensor *y = kiln_cumsum(x, a);
     if (kiln__onnx_attr_int(n, "exclusive", 0)) y = kiln_sub(y, x);
     if (rev) y = kiln_flip(y, 1, (const int[]){a});
-    out[0] = kiln_tensor_retain(y);
+    out[0] = (y);
     return ok(out);
 }
 

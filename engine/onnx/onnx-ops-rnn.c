@@ -107,9 +107,9 @@ static int run_dirs(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, i
         cs[d] = c;
     }
     free(steps);
-    out[0] = kiln_tensor_retain(kiln_stack(ys, ndir, 1));
-    if (nout > 1) out[1] = kiln_tensor_retain(kiln_stack(hs, ndir, 0));
-    if (lstm && nout > 2) out[2] = kiln_tensor_retain(kiln_stack(cs, ndir, 0));
+    out[0] = (kiln_stack(ys, ndir, 1));
+    if (nout > 1) out[1] = (kiln_stack(hs, ndir, 0));
+    if (lstm && nout > 2) out[2] = (kiln_stack(cs, ndir, 0));
     if (!out[0] || (nout > 1 && !out[1]) || (lstm && nout > 2 && !out[2])) return -1;
     return 0;
 }

@@ -216,7 +216,7 @@ static int op_slice(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, i
             }
         }
     }
-    out[0] = t == in[0] ? kiln_tensor_retain(t) : kiln_contiguous(t);
+    out[0] = t == in[0] ? (t) : kiln_contiguous(t);
     return ok(out);
 }
 
@@ -337,7 +337,7 @@ static int op_constant_of_shape(const kiln__onnx_node *n, int nin, kiln_tensor *
         if (!c) return -1;
         dt = kiln_tensor_dtype(c);
         v = kiln_item(c);
-        kiln_tensor_release(c);
+        /* c is scoped: released with the node's scope */
     }
     out[0] = kiln_full(n->dev, dt, k, s, v);
     return ok(out);
@@ -358,7 +358,7 @@ static int op_constant(const kiln__onnx_node *n, int nin, kiln_tensor *const *in
 
 static int op_dropout(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
     NEED(1);
-    out[0] = kiln_tensor_retain(in[0]);
+    out[0] = (in[0]);
     if (nout > 1) out[1] = kiln_ones(n->dev, KILN_BOOL, kiln_tensor_ndim(in[0]), kiln_tensor_shape(in[0]));
     return ok(out);
 }
