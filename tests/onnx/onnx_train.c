@@ -28,10 +28,15 @@ int main(int argc, char **argv) {
             names[n++] = kiln_onnx_param_name(m, i);
         }
     kiln_generator g = kiln_generator_make(7);
+    /* inputs are made in a scope so the temporaries of the label chain go back */
+    kiln_scope_begin();
     kiln_tensor *x = kiln_keep(kiln_rand_normal(dev, KILN_F32, KILN_SHAPE(32, 1, 28, 28), 0, 1, &g));
     /* label = which of 10 horizontal bands holds the largest mean: learnable from pixels */
-    kiln_tensor *y = kiln_keep(kiln_argmax(kiln_mean(kiln_reshape(kiln_narrow(kiln_reshape(x, KILN_SHAPE(32, 784)), 1, 0, 780), KILN_SHAPE(32, 10, 78)), KILN_DIMS(2), false)
-                                           , 1, false));
+    kiln_tensor *y = kiln_keep(kiln_argmax(
+        kiln_mean(kiln_reshape(kiln_narrow(kiln_reshape(x, KILN_SHAPE(32, 784)), 1, 0, 780), KILN_SHAPE(32, 10, 78)),
+                  KILN_DIMS(2), false),
+        1, false));
+    kiln_scope_end();
     (void)y;
     kiln_optim_config cfg = kiln_optim_config_default(KILN_OPTIM_ADAM);
     cfg.lr = 3e-3;
