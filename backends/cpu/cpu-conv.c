@@ -298,6 +298,15 @@ static void dconv_tiles(void *argp, int64_t b, int64_t e)
     }
 }
 
+static void dconv_images(void *argp, int64_t b, int64_t e)
+{
+    const dconv *d = argp;
+    for (int64_t n = b; n < e; n++) {
+        dconv_pad(argp, n * d->Ci, (n + 1) * d->Ci);
+        dconv_tiles(argp, n * d->ntile, (n + 1) * d->ntile);
+    }
+}
+
 /* Run the direct path: x [N, Ci, H, W] padded by (ph, pw), kernel KH×KW with dilation
  * (dh, dw); weight element (output channel a, input channel c, kh, kw) is at
  * w[a·sa + c·sc + kh·skh + kw·skw] (negative strides flip). Returns false when scratch
@@ -344,6 +353,15 @@ static bool dconv_run(kiln__cpu_ctx *ctx, int64_t N, int64_t Ci, int64_t Co, int
                 }
     d.wpack = wp;
     d.offs = offs;
+    if (N % ctx->nthreads == 0 || N >= 4 * (int64_t)ctx->nthreads) {
+        /* whole images per job: each thread pads an image and then runs its tiles while
+         * the padded copy is still in its L2 */
+        d.nobg = 1;
+        kiln__cpu_parallel_for(ctx, N, 1, dconv_images, &d);
+        for (int i = 0; i < 3; i++)
+            kiln__cpu_scratch_put(ctx, h[i]);
+        return true;
+    }
     kiln__cpu_parallel_for(ctx, N * Ci, 1 + 65536 / (d.cs + 1), dconv_pad, &d);
     /* jobs are tiles of positions, each over all channel blocks (the input of a tile then
      * stays in L1 across them); when there are too few tiles to keep every thread busy
