@@ -129,9 +129,26 @@ static int op_gemm(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, in
     return ok(out);
 }
 
+/* A stack of matrices times one matrix (x [..., M, K] @ W [K, N], a weight) is one GEMM
+ * of (batch*M) rows, not batch GEMMs of M rows: each BLAS call packs all of W, so the
+ * batched form packs the weight batch times over. Exporters write Linear layers of
+ * sequence-first models this way with M = 1 (x [seq, 1, d] after a Transpose), where the
+ * packing outweighed the arithmetic several times over. Reshaping x copies only when its
+ * batch dims cannot be merged as a view, and an activation is far smaller than a weight. */
 static int op_matmul(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
     NEED(2);
-    out[0] = kiln_matmul(in[0], in[1]);
+    kiln_tensor *a = in[0], *b = in[1];
+    int ra = kiln_tensor_ndim(a);
+    if (ra >= 3 && kiln_tensor_ndim(b) == 2) {
+        int64_t k = kiln_tensor_dim(a, ra - 1), rows = 1, shape[KILN_MAX_DIMS];
+        for (int d = 0; d < ra - 1; d++) { shape[d] = kiln_tensor_dim(a, d); rows *= shape[d]; }
+        shape[ra - 1] = kiln_tensor_dim(b, 1);
+        int64_t flat[2] = {rows, k};
+        kiln_tensor *y = kiln_matmul(kiln_reshape(a, 2, flat), b);
+        out[0] = y ? kiln_reshape(y, ra, shape) : NULL;
+        return ok(out);
+    }
+    out[0] = kiln_matmul(a, b);
     return ok(out);
 }
 
@@ -147,10 +164,25 @@ static int op_layer_norm(const kiln__onnx_node *n, int nin, kiln_tensor *const *
     NEED(1);
     int r = kiln_tensor_ndim(in[0]), a;
     if (kiln__onnx_axis(n, kiln__onnx_attr_int(n, "axis", -1), r, &a)) return -1;
-    kiln_tensor *y = kiln_layer_norm(in[0], r - a, NULL, NULL, kiln__onnx_attr_float(n, "epsilon", 1e-5));
-    /* scale and bias broadcast (NumPy rules), which kiln_mul/add already do */
-    if (nin > 1 && in[1]) y = kiln_mul(y, in[1]);
-    if (nin > 2 && in[2]) y = kiln_add(y, in[2]);
+    double eps = kiln__onnx_attr_float(n, "epsilon", 1e-5);
+    kiln_tensor *sc = nin > 1 ? in[1] : NULL, *bi = nin > 2 ? in[2] : NULL;
+    /* The usual case — scale and bias of exactly the normalized shape — goes to the
+     * engine's layer norm in one pass; other broadcastable forms are applied after. */
+    bool direct = true;
+    for (int i = 0; i < 2; i++) {
+        kiln_tensor *p = i ? bi : sc;
+        if (!p) continue;
+        direct = direct && kiln_tensor_ndim(p) == r - a;
+        for (int d = 0; direct && d < r - a; d++) direct = kiln_tensor_dim(p, d) == kiln_tensor_dim(in[0], a + d);
+    }
+    kiln_tensor *y;
+    if (direct) {
+        y = kiln_layer_norm(in[0], r - a, sc, bi, eps);
+    } else {
+        y = kiln_layer_norm(in[0], r - a, NULL, NULL, eps);
+        if (sc) y = kiln_mul(y, sc);
+        if (bi) y = kiln_add(y, bi);
+    }
     out[0] = (y);
     return ok(out);
 }
