@@ -9,6 +9,7 @@
 
 #include "endpoints.h"
 #include "responses.h"
+#include "jobs.h"
 #include "serving.h"
 
 static int copy_static(const struct kiln_buf pair[2], const struct kiln_request *req, struct kiln_buf *out)
@@ -61,6 +62,14 @@ static int handle_repository(void *ctx, const struct kiln_request *req, struct k
     return kiln_serving_handle_repository(api->serving, req, out);
 }
 
+static int handle_jobs(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+{
+    struct kiln_api *api = ctx;
+    if (!api->jobs)
+        return kiln_resp_error(out, 503, "training jobs are not available", req->keep_alive, NULL);
+    return kiln_jobs_handle(api->jobs, req, out);
+}
+
 static const struct kiln_route routes[] = {
     {"/v2/health/live", KILN_HTTP_GET, handle_live},
     {"/v2/health/ready", KILN_HTTP_GET, handle_ready},
@@ -68,6 +77,8 @@ static const struct kiln_route routes[] = {
     {"/metrics", KILN_HTTP_GET, handle_metrics},
     {"/v2/models/*", KILN_HTTP_GET | KILN_HTTP_POST, handle_models},
     {"/v2/repository/*", KILN_HTTP_POST, handle_repository},
+    {"/v1/jobs", KILN_HTTP_GET | KILN_HTTP_POST, handle_jobs},
+    {"/v1/jobs/*", KILN_HTTP_GET | KILN_HTTP_POST | KILN_HTTP_DELETE, handle_jobs},
 };
 
 static int render_pair(struct kiln_buf pair[2], int status, const char *ctype, const char *body)

@@ -88,6 +88,7 @@ static const struct {
     {"content-type", offsetof(struct kiln_http_headers, content_type), KILN_HTTP_SHORT_HEADER_MAX},
     {"x-request-id", offsetof(struct kiln_http_headers, request_id), KILN_HTTP_SHORT_HEADER_MAX},
     {"inference-header-content-length", offsetof(struct kiln_http_headers, inference_header_length), 32},
+    {"last-event-id", offsetof(struct kiln_http_headers, last_event_id), 32},
 };
 #define NKEPT (sizeof kept_headers / sizeof kept_headers[0])
 

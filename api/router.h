@@ -42,6 +42,7 @@ struct kiln_http_headers {
     char content_type[KILN_HTTP_SHORT_HEADER_MAX];
     char request_id[KILN_HTTP_SHORT_HEADER_MAX];
     char inference_header_length[32];   /* Inference-Header-Content-Length */
+    char last_event_id[32];             /* Last-Event-ID (server-sent events) */
 };
 
 struct kiln_http_conn;

@@ -1,7 +1,9 @@
 /*
  * clients/kiln.c — the kiln command-line client. A small blocking HTTP/1.1 client (one request
  * per connection, Connection: close) is all it needs to ask a kilnd about its health, metadata
- * and metrics. The address comes from --url, else KILN_URL, else http://127.0.0.1:8080.
+ * and metrics; clients/jobs.c adds training jobs, models and prediction on top of it. The
+ * address comes from --url, else KILN_URL, else http://127.0.0.1:8080; the bearer token from
+ * --token, else KILN_TOKEN.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -15,22 +17,11 @@
 
 #include <cjson/cJSON.h>
 
+#include "cli.h"
+
 #define DEFAULT_URL "http://127.0.0.1:8080"
 #define TIMEOUT_MS 10000
 #define MAX_RESPONSE (64u << 20)
-
-struct url {
-    char host[256];
-    char port[8];
-    char base[256];   /* path prefix, without a trailing slash */
-};
-
-struct response {
-    int status;
-    char *raw;        /* the whole response, NUL-terminated */
-    const char *body;
-    size_t body_len;
-};
 
 static int parse_url(const char *text, struct url *u)
 {
@@ -73,7 +64,7 @@ bad:
     return -1;
 }
 
-static int connect_to(const struct url *u, const char *shown)
+int kiln_cli_connect(const struct url *u, const char *shown)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
     int rc = getaddrinfo(u->host, u->port, &hints, &res);
@@ -111,28 +102,54 @@ static int wait_fd(int fd, short events)
     return rc > 0 ? 0 : -1;
 }
 
-/* Reads until the peer closes (we asked for Connection: close). */
-static int request(const struct url *u, const char *shown, const char *path, struct response *r)
+int kiln_cli_send_all(int fd, const char *p, size_t n, const char *shown)
 {
-    memset(r, 0, sizeof *r);
-    int fd = connect_to(u, shown);
-    if (fd < 0)
-        return -1;
-    char req[1024];
-    int n = snprintf(req, sizeof req,
-                     "GET %s%s HTTP/1.1\r\nHost: %s:%s\r\nUser-Agent: kiln/%s\r\nAccept: */*\r\nConnection: close\r\n\r\n",
-                     u->base, path, u->host, u->port, KILN_VERSION);
-    for (int off = 0; off < n;) {
-        ssize_t w = send(fd, req + off, (size_t)(n - off), MSG_NOSIGNAL);
+    for (size_t off = 0; off < n;) {
+        ssize_t w = send(fd, p + off, n - off, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0) {
             fprintf(stderr, "kiln: sending to %s failed: %s\n", shown, strerror(errno));
-            close(fd);
             return -1;
         }
-        off += (int)w;
+        off += (size_t)w;
     }
+    return 0;
+}
+
+/* Connects and sends one request (headers, then body); returns the socket or -1. */
+int kiln_cli_send_request(const struct kiln_client *cl, const char *method, const char *path, const char *body,
+                          size_t body_len, const char *extra_headers)
+{
+    int fd = kiln_cli_connect(&cl->u, cl->shown);
+    if (fd < 0)
+        return -1;
+    char auth[600] = "";
+    if (cl->token && cl->token[0])
+        snprintf(auth, sizeof auth, "Authorization: Bearer %.500s\r\n", cl->token);
+    char req[2048];
+    int n = snprintf(req, sizeof req,
+                     "%s %s%s HTTP/1.1\r\nHost: %s:%s\r\nUser-Agent: kiln/%s\r\nAccept: */*\r\n%s%s"
+                     "Content-Length: %zu\r\n%sConnection: close\r\n\r\n",
+                     method, cl->u.base, path, cl->u.host, cl->u.port, KILN_VERSION, auth,
+                     body ? "Content-Type: application/json\r\n" : "", body_len, extra_headers ? extra_headers : "");
+    if (n < 0 || n >= (int)sizeof req || kiln_cli_send_all(fd, req, (size_t)n, cl->shown) != 0 ||
+        (body_len && kiln_cli_send_all(fd, body, body_len, cl->shown) != 0)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Reads until the peer closes (we asked for Connection: close). */
+int kiln_cli_request(const struct kiln_client *cl, const char *method, const char *path, const char *body,
+                     size_t body_len, struct response *r)
+{
+    memset(r, 0, sizeof *r);
+    const char *shown = cl->shown;
+    int fd = kiln_cli_send_request(cl, method, path, body, body_len, NULL);
+    if (fd < 0)
+        return -1;
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
     for (;;) {
@@ -181,8 +198,14 @@ fail:
     return -1;
 }
 
+static int request(const struct url *u, const char *shown, const char *path, struct response *r)
+{
+    struct kiln_client cl = {*u, shown, getenv("KILN_TOKEN")};
+    return kiln_cli_request(&cl, "GET", path, NULL, 0, r);
+}
+
 /* The "error" field of a JSON error body, or the body itself. */
-static void print_error(const char *what, const struct response *r)
+void kiln_cli_print_error(const char *what, const struct response *r)
 {
     cJSON *j = cJSON_ParseWithLength(r->body, r->body_len);
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
@@ -203,7 +226,7 @@ static int cmd_health(const struct url *u, const char *shown)
     }
     printf("live:  %s\nready: %s\n", live.status == 200 ? "yes" : "no", ready.status == 200 ? "yes" : "no");
     if (ready.status != 200)
-        print_error("ready", &ready);
+        kiln_cli_print_error("ready", &ready);
     int code = live.status == 200 && ready.status == 200 ? 0 : 1;
     free(live.raw);
     free(ready.raw);
@@ -217,7 +240,7 @@ static int cmd_get(const struct url *u, const char *shown, const char *path, boo
         return 2;
     int code = 0;
     if (r.status != 200) {
-        print_error(path, &r);
+        kiln_cli_print_error(path, &r);
         code = 1;
     } else if (json) {
         cJSON *j = cJSON_ParseWithLength(r.body, r.body_len);
@@ -257,18 +280,26 @@ static void usage(FILE *out)
             "  health     is kilnd live and ready? (exit 0 when both)\n"
             "  server     server metadata (KServe v2 GET /v2)\n"
             "  metrics    Prometheus metrics (GET /metrics)\n"
-            "  version    client and server versions\n\n"
+            "  version    client and server versions\n"
+            "%s\n"
             "Options:\n"
             "  --url URL  kilnd address (default: $KILN_URL, else %s)\n"
+            "  --token T  bearer token (default: $KILN_TOKEN)\n"
             "  --help     this text\n\n"
             "Exit status: 0 success, 1 the server answered with an error, 2 it could not be reached.\n",
-            DEFAULT_URL);
+            kiln_cli_jobs_usage, DEFAULT_URL);
 }
 
 int main(int argc, char **argv)
 {
     const char *url = getenv("KILN_URL");
+    const char *token = getenv("KILN_TOKEN");
     const char *cmd = NULL;
+    /* Options may come anywhere; what is not ours goes to the command, in order. */
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    int nrest = 0;
+    if (!rest)
+        return 2;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
@@ -277,28 +308,53 @@ int main(int argc, char **argv)
             url = argv[++i];
         } else if (strncmp(argv[i], "--url=", 6) == 0) {
             url = argv[i] + 6;
-        } else if (argv[i][0] == '-' || cmd) {
+        } else if (strcmp(argv[i], "--token") == 0 && i + 1 < argc) {
+            token = argv[++i];
+        } else if (strncmp(argv[i], "--token=", 8) == 0) {
+            token = argv[i] + 8;
+        } else if (!cmd && argv[i][0] != '-') {
+            cmd = argv[i];
+        } else if (cmd) {
+            rest[nrest++] = argv[i];
+        } else {
             fprintf(stderr, "kiln: unexpected argument '%s'\n\n", argv[i]);
             usage(stderr);
+            free(rest);
             return 2;
-        } else {
-            cmd = argv[i];
         }
     }
     if (!cmd) {
         usage(stderr);
+        free(rest);
         return 2;
     }
     if (!url || !url[0])
         url = DEFAULT_URL;
     struct url u;
-    if (strcmp(cmd, "version") != 0 && strcmp(cmd, "health") && strcmp(cmd, "server") && strcmp(cmd, "metrics")) {
+    bool basic = !strcmp(cmd, "version") || !strcmp(cmd, "health") || !strcmp(cmd, "server") || !strcmp(cmd, "metrics");
+    if (!basic && !kiln_cli_jobs_known(cmd)) {
         fprintf(stderr, "kiln: unknown command '%s'\n\n", cmd);
         usage(stderr);
+        free(rest);
         return 2;
     }
-    if (parse_url(url, &u) != 0)
+    if (basic && nrest) {
+        fprintf(stderr, "kiln: unexpected argument '%s'\n\n", rest[0]);
+        usage(stderr);
+        free(rest);
         return 2;
+    }
+    if (parse_url(url, &u) != 0) {
+        free(rest);
+        return 2;
+    }
+    if (!basic) {
+        struct kiln_client cl = {u, url, token};
+        int rc = kiln_cli_jobs_main(&cl, cmd, nrest, rest);
+        free(rest);
+        return rc;
+    }
+    free(rest);
     if (strcmp(cmd, "health") == 0)
         return cmd_health(&u, url);
     if (strcmp(cmd, "server") == 0)

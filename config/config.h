@@ -60,6 +60,7 @@ struct kiln_config {
     int64_t log_format;         /* enum kiln_log_format */
     char *log_file;             /* "" means stderr */
     struct kiln_strlist api_tokens;
+    struct kiln_strlist data_roots;   /* jobs.data_roots */
     char *config_file;          /* the --config path, or NULL */
 };
 

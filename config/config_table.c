@@ -69,6 +69,10 @@ const struct kiln__config_key kiln__config_keys[] = {
      "\"read:TOKEN\" (inference, model metadata, statistics, repository index); a bare \"TOKEN\" has the read scope. "
      "When any are set, the model endpoints require \"Authorization: Bearer TOKEN\"; health probes, /v2 and /metrics stay open. "
      "Kept off the command line so tokens do not show in the process list."},
+    {"jobs.data_roots", KILN__CT_STRLIST, OFF(data_roots), 0, 64, NULL, "/usr/share/datasets", "KILN_DATA_ROOTS",
+     "--data-roots",
+     "Folders a training job's data paths may lie under (data_dir is always allowed); a path that resolves "
+     "elsewhere, through symlinks included, is refused with 400."},
 };
 
 const size_t kiln__config_key_count = sizeof kiln__config_keys / sizeof kiln__config_keys[0];

@@ -20,6 +20,7 @@
 
 #include "config.h"
 #include "endpoints.h"
+#include "jobs.h"
 #include "jobstore.h"
 #include "log.h"
 #include "metrics.h"
@@ -46,6 +47,7 @@ struct kiln_daemon {
     struct kiln_jobstore *jobs;
     struct kiln_sched *sched;
     struct kiln_serving *serving;
+    struct kiln_jobs *training;
     char *port_file;
     enum kiln_daemon_state state;
     uint64_t started_ns;

@@ -152,6 +152,7 @@ static void begin_drain(struct kiln_daemon *d, const char *why)
     set_state(d, KILN_DAEMON_DRAINING);
     if (d->serving)
         kiln_serving_set_accepting(d->serving, false);
+    kiln_jobs_drain(d->training);
     /* Still catching signals (a second one cuts the drain short), but no longer keeping the
      * loop alive: the loop ends when the last connection has gone. */
     uv_unref((uv_handle_t *)&d->sig_term);
@@ -334,6 +335,22 @@ int kiln_daemon_init(struct kiln_daemon *d, struct kiln_config *cfg)
     kiln_log_write(&d->log, KILN_LOG_DEBUG, "job store at schema version %d", kiln_jobstore_schema_version(d->jobs));
     if (start_serving(d) != 0)
         return -1;
+    struct kiln_jobs_options jo = {
+        .loop = &d->loop,
+        .store = d->jobs,
+        .data_dir = d->cfg.data_dir,
+        .data_roots = &d->cfg.data_roots,
+        .tokens = &d->cfg.api_tokens,
+        .serving = d->serving,
+        .log = kiln_log_sink,
+        .log_ud = &d->log,
+    };
+    d->training = kiln_jobs_new(&jo, err, sizeof err);
+    if (!d->training) {
+        kiln_log_write(&d->log, KILN_LOG_ERROR, "%s", err);
+        return -1;
+    }
+    d->api.jobs = d->training;
     set_state(d, KILN_DAEMON_READY);
     return 0;
 }
@@ -356,6 +373,9 @@ void kiln_daemon_free(struct kiln_daemon *d)
             kiln_server_close_all(d->server);
         }
         close_daemon_handles(d);
+        /* A running job stops before its next step and stays running in the store. */
+        kiln_jobs_stop(d->training);
+        d->api.jobs = NULL;
         /* Queued inference gets its answer (or is dropped with its connection) before the
          * model table goes; then the scheduler's async handle closes with the rest. */
         kiln_sched_stop(d->sched);
@@ -369,6 +389,7 @@ void kiln_daemon_free(struct kiln_daemon *d)
     }
     kiln_server_free(d->server);
     kiln_sched_free(d->sched);
+    kiln_jobs_free(d->training);
     kiln_jobstore_close(d->jobs);
     if (d->port_file) {
         unlink(d->port_file);

@@ -453,6 +453,23 @@ int kiln_jobstore_job_set_state(struct kiln_jobstore *js, int64_t id, const char
     return finish(js, rc, "job set state", err, errlen);
 }
 
+int kiln_jobstore_job_requeue(struct kiln_jobstore *js, int64_t id, char *err, size_t errlen)
+{
+    if (!js)
+        return seterr(err, errlen, "job %lld: no store", (long long)id);
+    /* Only a running job goes back: the process that ran it is gone, and its checkpoints say
+     * where to continue. started_ms keeps the first start. */
+    sqlite3_stmt *st = prepare(js, "UPDATE jobs SET state = 'queued' WHERE id = ? AND state = 'running'",
+                               "job requeue", err, errlen);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, id);
+    int rc = run(js, st, "job requeue", err, errlen);
+    if (rc == 0 && sqlite3_changes(js->db) == 0)
+        rc = (seterr(err, errlen, "job %lld is not running", (long long)id), KILN_JOBSTORE_NOT_FOUND);
+    return rc;
+}
+
 int kiln_jobstore_job_set_progress(struct kiln_jobstore *js, int64_t id, double progress, char *err,
                                    size_t errlen)
 {

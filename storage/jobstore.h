@@ -84,6 +84,9 @@ int kiln_jobstore_job_list(struct kiln_jobstore *js, const char *state, int64_t 
 /* Move a job to state (error: a message kept with it, or NULL). Sets started/finished times. */
 int kiln_jobstore_job_set_state(struct kiln_jobstore *js, int64_t id, const char *state, const char *error,
                                 char *err, size_t errlen);
+/* A job that was running when its process died goes back to queued (only from running;
+ * KILN_JOBSTORE_NOT_FOUND when the job is missing or in another state). */
+int kiln_jobstore_job_requeue(struct kiln_jobstore *js, int64_t id, char *err, size_t errlen);
 int kiln_jobstore_job_set_progress(struct kiln_jobstore *js, int64_t id, double progress, char *err,
                                    size_t errlen);
 void kiln_jobstore_job_clear(struct kiln_job *job);

@@ -1,0 +1,47 @@
+/*
+ * clients/cli.h — what the kiln CLI's files share: the parsed server address, a blocking
+ * one-request-per-connection HTTP client, and the job and model commands (clients/jobs.c).
+ */
+#ifndef KILN_CLIENTS_CLI_H
+#define KILN_CLIENTS_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct url {
+    char host[256];
+    char port[8];
+    char base[256];   /* path prefix, without a trailing slash */
+};
+
+struct response {
+    int status;
+    char *raw;        /* the whole response, NUL-terminated */
+    const char *body;
+    size_t body_len;
+};
+
+struct kiln_client {
+    struct url u;
+    const char *shown;    /* the URL as the user gave it, for messages */
+    const char *token;    /* bearer token or NULL */
+};
+
+/* A connected socket, or -1 after printing why (the daemon is unreachable). */
+int kiln_cli_connect(const struct url *u, const char *shown);
+int kiln_cli_send_all(int fd, const char *p, size_t n, const char *shown);
+/* Connect and send one request; the socket (the answer is read by the caller), or -1. */
+int kiln_cli_send_request(const struct kiln_client *cl, const char *method, const char *path, const char *body,
+                          size_t body_len, const char *extra_headers);
+/* One whole request and response; 0, or -1 after printing why. free(r->raw) afterwards. */
+int kiln_cli_request(const struct kiln_client *cl, const char *method, const char *path, const char *body,
+                     size_t body_len, struct response *r);
+/* "kiln: WHAT: HTTP 404: no job 7" from a JSON error body. */
+void kiln_cli_print_error(const char *what, const struct response *r);
+
+extern const char kiln_cli_jobs_usage[];
+bool kiln_cli_jobs_known(const char *cmd);
+/* Runs a job or model command with its arguments; the process exit status. */
+int kiln_cli_jobs_main(const struct kiln_client *cl, const char *cmd, int argc, char **argv);
+
+#endif /* KILN_CLIENTS_CLI_H */

@@ -1,0 +1,101 @@
+/*
+ * scheduler/trainer.h — training jobs: the job spec (parsed and checked on the loop thread,
+ * without touching a device) and the run of one job (on the daemon's training thread), which
+ * builds the model, data sets, optimizer and Learner from the spec, resumes from a checkpoint
+ * when one exists, trains, and adds the trained model to the repository.
+ *
+ *     struct kiln_jobspec s;
+ *     char problems[2048];
+ *     if (kiln_jobspec_parse(text, &env, &s, problems, sizeof problems) != 0) -> 400 problems
+ *     ...on the training thread:
+ *     struct kiln_trainer_result res;
+ *     kiln_trainer_run(&s, &run, &res);    // hooks get every event; res says how it ended
+ *     kiln_jobspec_free(&s);
+ *
+ * docs/jobs.md is the reference of the spec's fields.
+ */
+#ifndef KILN_SCHEDULER_TRAINER_H
+#define KILN_SCHEDULER_TRAINER_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/optim.h"
+
+/* Where a spec's paths may point: every data path must resolve (realpath) under a root. */
+struct kiln_jobspec_env {
+    const char *const *roots;
+    size_t nroots;
+};
+
+struct kiln_jobspec {
+    char *model_json;                 /* the model's JSON graph spec */
+    char *data_type;                  /* "fashion_mnist", "idx" or "csv" */
+    char *train_a, *train_b;          /* idx: images, labels; csv: file, NULL; fashion_mnist: dir */
+    char *valid_a, *valid_b;          /* a separate validation set (NULL: none or split) */
+    char *label_column;               /* csv */
+    bool normalize;                   /* fashion_mnist: its mean and std */
+    int64_t limit, valid_limit;       /* use the first N items (0: all) */
+    double valid_split;               /* 0: no split */
+    double label_smoothing;
+    kiln_optim_config optim;
+    bool has_sched, sched_per_step;
+    kiln_sched_config sched;
+    int64_t epochs, batch_size;
+    char *device;
+    uint64_t seed;
+    int workers;
+    int64_t ckpt_every_epochs, ckpt_every_steps;
+    int keep_last;
+    char *best_metric;
+    bool best_max;
+    char *early_metric;
+    bool early_max;
+    int patience;
+    double min_delta;
+    char *register_as;                /* repository model name, or NULL */
+    int max_batch_size;               /* for the served model's config.json */
+    int64_t resume_from_job;          /* continue from that job's checkpoints (0: none) */
+};
+
+/*
+ * Parse and check a job spec. On failure returns -1 and writes every problem found, each
+ * "field: what is wrong", separated by "\n", into problems.
+ */
+int kiln_jobspec_parse(const char *json, const struct kiln_jobspec_env *env, struct kiln_jobspec *out,
+                       char *problems, size_t len);
+void kiln_jobspec_free(struct kiln_jobspec *s);
+
+/* What a run reports while it goes: type is "step", "epoch", "checkpoint" or "log". */
+struct kiln_trainer_hooks {
+    void *ud;
+    void (*event)(void *ud, const char *type, const char *json);
+    void (*progress)(void *ud, double fraction);
+    void (*checkpoint)(void *ud, const char *path, int64_t step);
+};
+
+struct kiln_trainer_run {
+    const struct kiln_jobspec *spec;
+    const char *checkpoint_dir;       /* this job's checkpoints (created) */
+    const char *resume_dir;           /* resume from its newest good checkpoint, or NULL */
+    const char *models_root;          /* the repository */
+    const char *scratch_dir;          /* where the model version is staged */
+    atomic_bool *cancel;              /* set by another thread: stop before the next step */
+    struct kiln_trainer_hooks hooks;
+};
+
+struct kiln_trainer_result {
+    char stop_reason[32];             /* "completed", "early_stopping", "cancelled", "error" */
+    char error[512];
+    int64_t version;                  /* the repository version added (0: none) */
+    char *metrics_json;               /* {"valid_accuracy":..., ...} of the last epoch; free() */
+    bool resumed;
+    int64_t resumed_step;
+};
+
+/* 0 when training ended (completed, early stopping, cancelled), -1 with res->error otherwise. */
+int kiln_trainer_run(const struct kiln_trainer_run *run, struct kiln_trainer_result *res);
+
+#endif /* KILN_SCHEDULER_TRAINER_H */
