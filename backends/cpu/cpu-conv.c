@@ -307,6 +307,32 @@ static void dconv_images(void *argp, int64_t b, int64_t e)
     }
 }
 
+/* Hand [0, n) out in up to 8 jobs per thread rather than one equal share each: the pool
+ * gives jobs to whichever thread is free, so a thread that loses its core for a while
+ * (a shared machine, another process) does not hold the others back at the end. */
+typedef struct dconv_jobs {
+    kiln__cpu_range_fn fn;
+    void *arg;
+    int64_t n;
+} dconv_jobs;
+
+static void dconv_job(void *argp, int job, int njobs)
+{
+    const dconv_jobs *j = argp;
+    int64_t b = j->n * job / njobs, e = j->n * (job + 1) / njobs;
+    if (e > b)
+        j->fn(j->arg, b, e);
+}
+
+static void dconv_job_run(kiln__cpu_ctx *ctx, int64_t n, kiln__cpu_range_fn fn, void *arg)
+{
+    int64_t njobs = 8 * (int64_t)ctx->nthreads;
+    if (njobs > n)
+        njobs = n;
+    dconv_jobs j = {fn, arg, n};
+    kiln__cpu_pool_run(ctx->pool, (int)njobs, dconv_job, &j);
+}
+
 /* Run the direct path: x [N, Ci, H, W] padded by (ph, pw), kernel KH×KW with dilation
  * (dh, dw); weight element (output channel a, input channel c, kh, kw) is at
  * w[a·sa + c·sc + kh·skh + kw·skw] (negative strides flip). Returns false when scratch
@@ -357,7 +383,7 @@ static bool dconv_run(kiln__cpu_ctx *ctx, int64_t N, int64_t Ci, int64_t Co, int
         /* whole images per job: each thread pads an image and then runs its tiles while
          * the padded copy is still in its L2 */
         d.nobg = 1;
-        kiln__cpu_parallel_for(ctx, N, 1, dconv_images, &d);
+        dconv_job_run(ctx, N, dconv_images, &d);
         for (int i = 0; i < 3; i++)
             kiln__cpu_scratch_put(ctx, h[i]);
         return true;
@@ -372,7 +398,7 @@ static bool dconv_run(kiln__cpu_ctx *ctx, int64_t N, int64_t Ci, int64_t Co, int
         if (d.nobg > d.nob)
             d.nobg = d.nob;
     }
-    kiln__cpu_parallel_for(ctx, N * d.ntile * d.nobg, 1, dconv_tiles, &d);
+    dconv_job_run(ctx, N * d.ntile * d.nobg, dconv_tiles, &d);
     for (int i = 0; i < 3; i++)
         kiln__cpu_scratch_put(ctx, h[i]);
     return true;
