@@ -723,7 +723,8 @@ int kiln_serving_handle_models(void *ctx, const struct kiln_request *req, struct
     rc |= kiln_buf_puts(&b, "\",\"versions\":[");
     for (int i = 0; e && i < e->nv; i++)
         rc |= kiln_buf_printf(&b, "%s\"%lld\"", i ? "," : "", (long long)kiln_sched_model_version(e->v[i]));
-    rc |= kiln_buf_puts(&b, "],\"platform\":\"kiln\"");
+    /* The format it was loaded from ("kiln" or "onnx"): kilnd runs both itself. */
+    rc |= kiln_buf_printf(&b, "],\"platform\":\"%s\"", kiln_sched_model_format(m));
     rc |= put_specs(&b, "inputs", c->inputs, c->ninputs);
     rc |= put_specs(&b, "outputs", c->outputs, c->noutputs);
     rc |= kiln_buf_printf(&b, ",\"max_batch_size\":%d}", c->max_batch_size);

@@ -4,9 +4,13 @@
  *
  * Formats: "kiln" — model.kiln, a kiln record whose config is the model's JSON spec
  * (kiln_model_from_json) and whose tensors are its state dict, loaded strictly by name.
- * "onnx" versions are recognised by the repository; their runtime (kiln/onnx.h) is not part
- * of libkiln yet, so building one fails with a reason the repository index shows. Adding it
- * means one more branch in kiln__sched_build that yields a kiln_module (or a run function).
+ * "onnx" — model.onnx through kiln_onnx_load, run with kiln_onnx_run. config.json may leave out
+ * the inputs and outputs of an ONNX model: the graph declares its inputs (a symbolic dim is -1),
+ * and the outputs' datatypes and shapes come from two dry runs at load with the symbolic dims set
+ * to 1 and then 2 (a dim that follows them is reported as -1). An ONNX model batches — requests
+ * concatenated along dim 0 — only when every graph input has a symbolic dim 0; otherwise
+ * max_batch_size is forced to 0 and requests run one at a time, whatever config.json says, since
+ * a concatenated batch could not be fed to a fixed-size input.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +34,14 @@ int kiln_sched_dtype_of(const char *datatype)
         if (strcmp(datatypes[i].name, datatype) == 0)
             return (int)datatypes[i].dtype;
     return -1;
+}
+
+static const char *datatype_of(kiln_dtype dt)
+{
+    for (size_t i = 0; i < sizeof datatypes / sizeof datatypes[0]; i++)
+        if (datatypes[i].dtype == dt)
+            return datatypes[i].name;
+    return NULL;
 }
 
 static int copy_specs(kiln_model_tensor_spec **dst, const kiln_model_tensor_spec *src, int n)
@@ -134,28 +146,188 @@ static int build_kiln(struct kiln_sched_model *m, kiln_device *dev, kiln_module 
     return 0;
 }
 
-int kiln__sched_build(struct kiln_sched_model *m, kiln_device *dev, kiln_module **out, char *why, size_t n)
+/* Graph inputs and outputs as specs (names borrowed from g); outputs by dry runs. 0 or -1. */
+static int describe_onnx(kiln_onnx_model *g, kiln_device *dev, bool want_outputs, kiln_model_tensor_spec *ins,
+                         kiln_model_tensor_spec *outs, bool *batchable, char *why, size_t n)
 {
-    if (m->cfg.ninputs > KILN_SCHED_MAX_IO || m->cfg.noutputs > KILN_SCHED_MAX_IO) {
-        snprintf(why, n, "more than %d inputs or outputs", KILN_SCHED_MAX_IO);
-        return -1;
+    int gin = kiln_onnx_input_count(g), gout = kiln_onnx_output_count(g);
+    bool symbolic = false;
+    *batchable = gin > 0;
+    for (int i = 0; i < gin; i++) {
+        kiln_model_tensor_spec *sp = &ins[i];
+        int dt = kiln_onnx_input_info(g, i, &sp->ndim, sp->shape);
+        sp->name = (char *)kiln_onnx_input_name(g, i);
+        sp->datatype = dt < 0 ? NULL : (char *)datatype_of((kiln_dtype)dt);
+        if (sp->ndim < 0 || !sp->datatype) {
+            snprintf(why, n, "model.onnx input '%.64s' has %s; list the inputs in config.json", sp->name,
+                     sp->ndim < 0 ? "no declared rank" : "a datatype kilnd does not serve");
+            return -1;
+        }
+        for (int d = 0; d < sp->ndim; d++)
+            symbolic |= sp->shape[d] < 0;
+        *batchable &= sp->ndim >= 1 && sp->shape[0] < 0;
     }
+    if (!want_outputs)
+        return 0;
+    const char *names[KILN_SCHED_MAX_IO];
+    kiln_tensor *in[KILN_SCHED_MAX_IO] = {0}, *out[KILN_SCHED_MAX_IO] = {0};
+    int rc = 0;
+    for (int pass = 0; rc == 0 && pass < (symbolic ? 2 : 1); pass++) {
+        kiln_no_grad_begin();
+        kiln_scope_begin();
+        for (int i = 0; i < gin && rc == 0; i++) {
+            int64_t shape[KILN_MAX_DIMS];
+            for (int d = 0; d < ins[i].ndim; d++)
+                shape[d] = ins[i].shape[d] < 0 ? pass + 1 : ins[i].shape[d];
+            names[i] = ins[i].name;
+            in[i] = kiln_zeros(dev, (kiln_dtype)kiln_sched_dtype_of(ins[i].datatype), ins[i].ndim, shape);
+            rc = in[i] ? 0 : -1;
+        }
+        if (rc == 0)
+            rc = kiln_onnx_run(g, gin, names, in, gout, out);
+        for (int o = 0; rc == 0 && o < gout; o++) {
+            kiln_model_tensor_spec *sp = &outs[o];
+            int nd = kiln_tensor_ndim(out[o]);
+            const int64_t *shape = kiln_tensor_shape(out[o]);
+            if (pass == 0) {
+                sp->name = (char *)kiln_onnx_output_name(g, o);
+                sp->datatype = (char *)datatype_of(kiln_tensor_dtype(out[o]));
+                sp->ndim = nd;
+                memcpy(sp->shape, shape, (size_t)nd * sizeof shape[0]);
+                if (!sp->datatype) {
+                    snprintf(why, n, "model.onnx output '%.64s' has a datatype kilnd does not serve", sp->name);
+                    rc = -2;
+                }
+            } else if (nd != sp->ndim) {
+                sp->ndim = -1;
+            } else {
+                for (int d = 0; d < nd; d++)
+                    if (shape[d] != sp->shape[d])
+                        sp->shape[d] = -1;
+            }
+        }
+        for (int o = 0; o < gout; o++) {
+            kiln_tensor_release(out[o]);
+            out[o] = NULL;
+        }
+        kiln_scope_end();
+        kiln_no_grad_end();
+    }
+    for (int o = 0; rc == 0 && o < gout; o++)
+        if (outs[o].ndim < 0) {
+            snprintf(why, n, "model.onnx output '%.64s' changes rank with the input size; list the outputs in "
+                             "config.json", outs[o].name);
+            rc = -2;
+        }
+    if (rc == -1)
+        snprintf(why, n, "model.onnx dry run on zeros (to learn its outputs; or list them in config.json): %s",
+                 kiln_error());
+    kiln_error_clear();
+    return rc == 0 ? 0 : -1;
+}
+
+static int build_onnx(struct kiln_sched_model *m, kiln_device *dev, struct kiln__sched_exec *e, char *why, size_t n)
+{
     size_t len = strlen(m->path) + 16;
     char *file = malloc(len);
     if (!file) {
         snprintf(why, n, "out of memory");
         return -1;
     }
-    snprintf(file, len, "%s/model.kiln", m->path);
-    FILE *f = fopen(file, "rb");
+    snprintf(file, len, "%s/model.onnx", m->path);
+    kiln_onnx_model *g = kiln_onnx_load(file, dev, NULL);
     free(file);
-    if (f) {
-        fclose(f);
-        return build_kiln(m, dev, out, why, n);
+    if (!g) {
+        snprintf(why, n, "model.onnx: %s", kiln_error());
+        kiln_error_clear();
+        return -1;
     }
-    snprintf(why, n, "no model.kiln in version %lld (ONNX models are not served by this build yet)",
-             (long long)m->version);
-    return -1;
+    int gin = kiln_onnx_input_count(g), gout = kiln_onnx_output_count(g);
+    if (gin > KILN_SCHED_MAX_IO || gout > KILN_SCHED_MAX_IO || gout < 1) {
+        snprintf(why, n, "model.onnx has %d inputs and %d outputs; kilnd serves 1..%d outputs and at most %d inputs",
+                 gin, gout, KILN_SCHED_MAX_IO, KILN_SCHED_MAX_IO);
+        kiln_onnx_free(g);
+        return -1;
+    }
+    /* Another instance of the same version may be filling cfg on its own worker right now. */
+    pthread_mutex_lock(&m->sched->mu);
+    bool need_out = m->cfg.noutputs == 0;
+    pthread_mutex_unlock(&m->sched->mu);
+    kiln_model_tensor_spec ins[KILN_SCHED_MAX_IO] = {0}, outs[KILN_SCHED_MAX_IO] = {0};
+    bool batchable = false;
+    int rc = describe_onnx(g, dev, need_out, ins, outs, &batchable, why, n);
+
+    pthread_mutex_lock(&m->sched->mu);
+    kiln_model_config *c = &m->cfg;
+    if (rc == 0 && c->ninputs == 0) {
+        kiln_model_tensor_spec *copy = NULL;
+        rc = copy_specs(&copy, ins, gin);
+        free(c->inputs); /* the empty array config_copy made */
+        c->inputs = copy; /* free skips the zeroed entries a failed copy leaves */
+        c->ninputs = rc == 0 ? gin : 0;
+    }
+    if (rc == 0 && c->noutputs == 0 && need_out) {
+        kiln_model_tensor_spec *copy = NULL;
+        rc = copy_specs(&copy, outs, gout);
+        free(c->outputs);
+        c->outputs = copy;
+        c->noutputs = rc == 0 ? gout : 0;
+    }
+    if (rc != 0 && !why[0])
+        snprintf(why, n, "out of memory");
+    /* config.json may name a subset of the outputs, in any order; the inputs must all be there. */
+    if (rc == 0 && c->ninputs != gin) {
+        snprintf(why, n, "config.json lists %d inputs; model.onnx takes %d", c->ninputs, gin);
+        rc = -1;
+    }
+    for (int i = 0; rc == 0 && i < c->ninputs; i++) {
+        bool found = false;
+        for (int k = 0; k < gin; k++)
+            found |= strcmp(kiln_onnx_input_name(g, k), c->inputs[i].name) == 0;
+        if (!found) {
+            snprintf(why, n, "config.json input '%.64s' is not an input of model.onnx", c->inputs[i].name);
+            rc = -1;
+        }
+    }
+    e->onnx_nout = gout;
+    for (int o = 0; rc == 0 && o < c->noutputs; o++) {
+        e->onnx_out[o] = -1;
+        for (int k = 0; k < gout; k++)
+            if (strcmp(kiln_onnx_output_name(g, k), c->outputs[o].name) == 0)
+                e->onnx_out[o] = k;
+        if (e->onnx_out[o] < 0) {
+            snprintf(why, n, "config.json output '%.64s' is not an output of model.onnx", c->outputs[o].name);
+            rc = -1;
+        }
+    }
+    if (rc == 0 && !batchable)
+        c->max_batch_size = 0;
+    pthread_mutex_unlock(&m->sched->mu);
+    if (rc != 0) {
+        kiln_onnx_free(g);
+        return -1;
+    }
+    e->onnx = g;
+    return 0;
+}
+
+int kiln__sched_build(struct kiln_sched_model *m, kiln_device *dev, struct kiln__sched_exec *out, char *why,
+                      size_t n)
+{
+    if (m->cfg.ninputs > KILN_SCHED_MAX_IO || m->cfg.noutputs > KILN_SCHED_MAX_IO) {
+        snprintf(why, n, "more than %d inputs or outputs", KILN_SCHED_MAX_IO);
+        return -1;
+    }
+    if (m->format && strcmp(m->format, "onnx") == 0)
+        return build_onnx(m, dev, out, why, n);
+    return build_kiln(m, dev, &out->module, why, n);
+}
+
+void kiln__sched_unbuild(struct kiln__sched_exec *e)
+{
+    kiln_module_free(e->module);
+    kiln_onnx_free(e->onnx);
+    memset(e, 0, sizeof *e);
 }
 
 static void fail_all(struct kiln_sched_request **reqs, int n, const char *fmt, const char *detail)
@@ -174,7 +346,8 @@ static void fail_all(struct kiln_sched_request **reqs, int n, const char *fmt, c
 /* Copies rows [off, off+len) of t (or all of t when !batched) into r's output o. */
 static int take_output(struct kiln_sched_request *r, int o, kiln_tensor *t, bool batched, int64_t off, int64_t len)
 {
-    kiln_tensor *v = batched ? kiln_narrow(t, 0, off, len) : kiln_tensor_retain(t);
+    /* The narrow view is scoped (the run's scope frees it); the whole tensor is used as it is. */
+    kiln_tensor *v = batched ? kiln_narrow(t, 0, off, len) : t;
     if (!v)
         return -1;
     struct kiln_sched_tensor *dst = &r->outputs[o];
@@ -188,7 +361,32 @@ static int take_output(struct kiln_sched_request *r, int o, kiln_tensor *t, bool
     return rc;
 }
 
-void kiln__sched_run(struct kiln_sched_model *m, kiln_module *module, kiln_device *dev,
+/* Runs the instance on in (the configured inputs, in order): out gets the configured outputs, and
+ * owned the references the caller must release (ONNX outputs are not scoped). Outputs or -1. */
+static int forward(const kiln_model_config *c, struct kiln__sched_exec *e, kiln_tensor **in, kiln_tensor **out,
+                   kiln_tensor **owned)
+{
+    if (e->module)
+        return kiln_module_forward_n(e->module, c->ninputs, in, KILN_SCHED_MAX_IO, out);
+    const char *names[KILN_SCHED_MAX_IO];
+    for (int i = 0; i < c->ninputs; i++)
+        names[i] = c->inputs[i].name;
+    if (kiln_onnx_run(e->onnx, c->ninputs, names, in, e->onnx_nout, owned) != 0)
+        return -1;
+    for (int o = 0; o < c->noutputs; o++)
+        out[o] = owned[e->onnx_out[o]];
+    return c->noutputs;
+}
+
+static void release_all(kiln_tensor **ts, int n)
+{
+    for (int i = 0; i < n; i++) {
+        kiln_tensor_release(ts[i]);
+        ts[i] = NULL;
+    }
+}
+
+void kiln__sched_run(struct kiln_sched_model *m, struct kiln__sched_exec *e, kiln_device *dev,
                      struct kiln_sched_request **reqs, int n, int64_t rows)
 {
     const kiln_model_config *c = &m->cfg;
@@ -200,6 +398,7 @@ void kiln__sched_run(struct kiln_sched_model *m, kiln_module *module, kiln_devic
     kiln_no_grad_begin();
     kiln_scope_begin();
     kiln_tensor *in[KILN_SCHED_MAX_IO] = {0};
+    kiln_tensor *owned[KILN_SCHED_MAX_IO] = {0};
     kiln_tensor *parts[256];
     const char *failed = NULL;
     for (int i = 0; i < c->ninputs && !failed; i++) {
@@ -218,12 +417,13 @@ void kiln__sched_run(struct kiln_sched_model *m, kiln_module *module, kiln_devic
             failed = "input";
     }
     kiln_tensor *out[KILN_SCHED_MAX_IO] = {0};
-    int nout = failed ? -1 : kiln_module_forward_n(module, c->ninputs, in, KILN_SCHED_MAX_IO, out);
+    int nout = failed ? -1 : forward(c, e, in, out, owned);
     if (!failed && nout < 0)
         failed = "model";
     if (!failed && nout < c->noutputs) {
         kiln_scope_end();
         kiln_no_grad_end();
+        release_all(owned, KILN_SCHED_MAX_IO);
         fail_all(reqs, n, "the model produced fewer outputs than config.json declares%s", "");
         return;
     }
@@ -248,6 +448,7 @@ void kiln__sched_run(struct kiln_sched_model *m, kiln_module *module, kiln_devic
         snprintf(msg, sizeof msg, "%s", kiln_error()[0] ? kiln_error() : "outputs do not split along the batch");
         kiln_scope_end();
         kiln_no_grad_end();
+        release_all(owned, KILN_SCHED_MAX_IO);
         for (int i = 0; i < n; i++) {
             reqs[i]->outcome = KILN_SCHED_FAILED;
             snprintf(reqs[i]->error, sizeof reqs[i]->error, "%s failed: %s", failed, msg);
@@ -262,4 +463,5 @@ void kiln__sched_run(struct kiln_sched_model *m, kiln_module *module, kiln_devic
     }
     kiln_scope_end();
     kiln_no_grad_end();
+    release_all(owned, KILN_SCHED_MAX_IO);
 }

@@ -8,14 +8,26 @@
 #include <pthread.h>
 
 #include "kiln/nn.h"
+#include "kiln/onnx.h"
 #include "scheduler.h"
 
 struct kiln__sched_worker;
 
+/*
+ * What one instance runs: a kiln module or an ONNX graph, exactly one of them. The ONNX graph's
+ * outputs come back in graph order, so onnx_out maps each configured output to its graph index.
+ */
+struct kiln__sched_exec {
+    kiln_module *module;
+    kiln_onnx_model *onnx;
+    int onnx_nout;                      /* graph outputs kiln_onnx_run returns */
+    int onnx_out[KILN_SCHED_MAX_IO];
+};
+
 struct kiln__sched_instance {
     struct kiln_sched_model *model;
     struct kiln__sched_worker *worker;
-    kiln_module *module;                /* touched only on worker's thread */
+    struct kiln__sched_exec exec;       /* touched only on worker's thread */
     bool linked;                        /* in worker->insts (under the scheduler lock) */
     struct kiln__sched_instance *wnext;
 };
@@ -25,7 +37,12 @@ struct kiln_sched_model {
     char *name;
     int64_t version;
     char *path;
-    kiln_model_config cfg;              /* a deep copy */
+    const char *format;                 /* "kiln" or "onnx" (the repository's static strings) */
+    /*
+     * A deep copy of config.json. An ONNX version's build fills inputs and outputs it does not
+     * list (under the lock, before the load completes), so readers on the loop see it complete.
+     */
+    kiln_model_config cfg;
     atomic_int refs;
     atomic_int pending;                 /* instance loads or frees still to finish */
     int ninst;
@@ -72,14 +89,17 @@ struct kiln_sched {
     struct kiln_sched_request *done_head, *done_tail;
 };
 
-/* Builds one instance's module on the calling (worker) thread. 0, or -1 with why filled. */
-int kiln__sched_build(struct kiln_sched_model *m, kiln_device *dev, kiln_module **out, char *why, size_t n);
+/* Builds one instance on the calling (worker) thread. 0, or -1 with why filled. */
+int kiln__sched_build(struct kiln_sched_model *m, kiln_device *dev, struct kiln__sched_exec *out, char *why,
+                      size_t n);
+/* Frees what kiln__sched_build made (on the same thread); safe on an empty exec. */
+void kiln__sched_unbuild(struct kiln__sched_exec *e);
 
 /*
  * Runs n requests (rows rows in all) through module as one batch: inputs concatenated along dim 0
  * when the model batches, outputs split back. Fills each request's outputs, or its outcome/error.
  */
-void kiln__sched_run(struct kiln_sched_model *m, kiln_module *module, kiln_device *dev,
+void kiln__sched_run(struct kiln_sched_model *m, struct kiln__sched_exec *e, kiln_device *dev,
                      struct kiln_sched_request **reqs, int n, int64_t rows);
 
 int kiln__sched_config_copy(kiln_model_config *dst, const kiln_model_config *src);

@@ -129,8 +129,7 @@ static void ctl_free_instance(struct kiln__sched_worker *w, void *arg)
     (void)w;
     struct kiln__sched_instance *in = arg;
     struct kiln_sched_model *m = in->model;
-    kiln_module_free(in->module);
-    in->module = NULL;
+    kiln__sched_unbuild(&in->exec);
     if (atomic_fetch_sub(&m->pending, 1) == 1)
         free_model_struct(m);
 }
@@ -150,11 +149,11 @@ static void ctl_load_instance(struct kiln__sched_worker *w, void *arg)
     struct kiln_sched_model *m = in->model;
     struct kiln_sched *s = w->sched;
     char why[256] = "";
-    kiln_module *mod = NULL;
-    int rc = kiln__sched_build(m, w->dev, &mod, why, sizeof why);
+    struct kiln__sched_exec ex = {0};
+    int rc = kiln__sched_build(m, w->dev, &ex, why, sizeof why);
     pthread_mutex_lock(&s->mu);
     if (rc == 0) {
-        in->module = mod;
+        in->exec = ex;
         in->linked = true;
         in->wnext = w->insts;
         w->insts = in;
@@ -289,7 +288,7 @@ static void run_batch(struct kiln__sched_worker *w, struct kiln__sched_instance 
         post_done(s, r);
     }
     if (live > 0)
-        kiln__sched_run(m, in->module, w->dev, taken, live, rows);
+        kiln__sched_run(m, &in->exec, w->dev, taken, live, rows);
     uint64_t end = uv_hrtime();
 
     pthread_mutex_lock(&s->mu);
@@ -369,10 +368,8 @@ static void *worker_main(void *arg)
         }
     }
     /* Stopping: the instances die with the thread that owns their device. */
-    for (struct kiln__sched_instance *in = w->insts; in; in = in->wnext) {
-        kiln_module_free(in->module);
-        in->module = NULL;
-    }
+    for (struct kiln__sched_instance *in = w->insts; in; in = in->wnext)
+        kiln__sched_unbuild(&in->exec);
     pthread_mutex_unlock(&s->mu);
     return NULL;
 }
@@ -502,6 +499,7 @@ int kiln_sched_model_load(struct kiln_sched *s, const char *name, const kiln_mod
     m->name = strdup(name);
     m->path = strdup(v->path);
     m->version = v->version;
+    m->format = v->format ? v->format : "kiln";
     m->inst = calloc((size_t)count, sizeof *m->inst);
     m->ninst = count;
     atomic_init(&m->refs, 1);
@@ -578,6 +576,11 @@ int64_t kiln_sched_model_version(const struct kiln_sched_model *m)
 const kiln_model_config *kiln_sched_model_config(const struct kiln_sched_model *m)
 {
     return &m->cfg;
+}
+
+const char *kiln_sched_model_format(const struct kiln_sched_model *m)
+{
+    return m->format;
 }
 
 size_t kiln_sched_model_queued(const struct kiln_sched_model *m)

@@ -111,7 +111,10 @@ void kiln_sched_model_release(struct kiln_sched_model *m);
 
 const char *kiln_sched_model_name(const struct kiln_sched_model *m);
 int64_t kiln_sched_model_version(const struct kiln_sched_model *m);
+/* For an ONNX version, inputs and outputs config.json leaves out are the graph's own (read at load). */
 const kiln_model_config *kiln_sched_model_config(const struct kiln_sched_model *m);
+/* "kiln" (model.kiln) or "onnx" (model.onnx). */
+const char *kiln_sched_model_format(const struct kiln_sched_model *m);
 size_t kiln_sched_model_queued(const struct kiln_sched_model *m);
 void kiln_sched_model_stats(const struct kiln_sched_model *m, struct kiln_sched_stats *out);
 

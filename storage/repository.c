@@ -116,9 +116,11 @@ static bool json_int(const cJSON *j, int64_t lo, int64_t hi, int64_t *out)
     return true;
 }
 
-static int parse_tensors(const cJSON *arr, const char *key, kiln_model_tensor_spec **out, int *n, char *why,
-                         size_t wl)
+static int parse_tensors(const cJSON *arr, const char *key, kiln_model_tensor_spec **out, int *n, bool optional,
+                         char *why, size_t wl)
 {
+    if (!arr && optional)
+        return 0;
     if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) == 0)
         return snprintf(why, wl, "config.json: '%s' must be a non-empty array", key), -1;
     int count = cJSON_GetArraySize(arr);
@@ -155,8 +157,11 @@ static int parse_tensors(const cJSON *arr, const char *key, kiln_model_tensor_sp
     return 0;
 }
 
-/* Parse and check config.json text into c; why receives the reason on failure. */
-static int parse_config(const char *text, kiln_model_config *c, char *why, size_t wl)
+/*
+ * Parse and check config.json text into c; why receives the reason on failure. io_optional: the
+ * inputs and outputs may be left out (an ONNX graph declares its own; the server reads them at load).
+ */
+static int parse_config(const char *text, kiln_model_config *c, bool io_optional, char *why, size_t wl)
 {
     memset(c, 0, sizeof *c);
     cJSON *j = cJSON_Parse(text);
@@ -166,8 +171,10 @@ static int parse_config(const char *text, kiln_model_config *c, char *why, size_
         snprintf(why, wl, "config.json: not a JSON object");
         goto out;
     }
-    if (parse_tensors(cJSON_GetObjectItemCaseSensitive(j, "inputs"), "inputs", &c->inputs, &c->ninputs, why, wl) ||
-        parse_tensors(cJSON_GetObjectItemCaseSensitive(j, "outputs"), "outputs", &c->outputs, &c->noutputs, why, wl))
+    if (parse_tensors(cJSON_GetObjectItemCaseSensitive(j, "inputs"), "inputs", &c->inputs, &c->ninputs, io_optional,
+                      why, wl) ||
+        parse_tensors(cJSON_GetObjectItemCaseSensitive(j, "outputs"), "outputs", &c->outputs, &c->noutputs,
+                      io_optional, why, wl))
         goto out;
     const cJSON *mb = cJSON_GetObjectItemCaseSensitive(j, "max_batch_size");
     if (mb && !json_int(mb, 0, 1 << 20, &v)) {
@@ -279,11 +286,13 @@ static void check_version(const kiln_repository *repo, kiln_model_version *v, co
                 snprintf(why, sizeof why, "config.json %s", cwhy);
             else if (kiln__read_file(real, CONFIG_MAX, &text, NULL) != 0)
                 snprintf(why, sizeof why, "config.json: %s", kiln_error());
-        } else if (!model_config) {
+        } else if (!model_config && strcmp(v->format, "onnx") != 0) {
             snprintf(why, sizeof why, "no config.json in the version or the model folder");
         }
+        /* An ONNX model needs no config.json at all: the defaults, and the graph's inputs and outputs. */
+        bool onnx = strcmp(v->format, "onnx") == 0;
         if (!why[0])
-            parse_config(text ? text : model_config, &v->config, why, sizeof why);
+            parse_config(text ? text : model_config ? model_config : "{}", &v->config, onnx, why, sizeof why);
     }
     free(real);
     free(text);

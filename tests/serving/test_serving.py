@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Black-box tests of kilnd serving a model: KServe v2 JSON and binary inference (stdlib HTTP, and
 tritonclient when KILN_TEST_PYTHON's environment has it), batching, the repository extension,
-statistics, metrics, auth scopes, bad input, backpressure and SIGTERM drain.
+statistics, metrics, auth scopes, bad input, backpressure and SIGTERM drain; an ONNX model
+(tests/fixtures/onnx/cnn.onnx, reference outputs from ONNX Runtime) served with and without a
+config.json.
 
 Usage: test_serving.py KILND FIXTURE_DIR
 """
@@ -162,6 +164,100 @@ print("tritonclient ok")
 '''
     r = subprocess.run([py, "-c", script, str(d.port), FIX], capture_output=True, text=True)
     check(r.returncode == 0, "tritonclient JSON and binary inference: " + r.stdout + r.stderr[-1500:])
+
+
+def read_safetensors(path):
+    """name -> (shape, flat list of floats); F32 only, which is all the ONNX fixtures hold. The format
+    is an 8-byte header length, a JSON header and the raw bytes, so the stdlib suffices."""
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    out = {}
+    for k, v in json.loads(raw[8:8 + n]).items():
+        if k == "__metadata__":
+            continue
+        a, b = v["data_offsets"]
+        out[k] = (v["shape"], list(struct.unpack("<%df" % ((b - a) // 4), raw[8 + n + a:8 + n + b])))
+    return out
+
+
+def test_onnx(d):
+    onnx_dir = os.path.join(os.path.dirname(os.path.abspath(FIX)), "onnx")
+    ref = {b: read_safetensors(os.path.join(onnx_dir, "cnn.b%d.io.safetensors" % b)) for b in (1, 3)}
+    # "cnn": no config.json at all; "cnn_batched": a config.json with batching and nothing else.
+    for name, cfg in (("cnn", None), ("cnn_batched", {"max_batch_size": 8,
+                                                      "dynamic_batching": {"max_queue_delay_us": 2000}})):
+        vdir = os.path.join(d.data, "models", name, "1")
+        os.makedirs(vdir)
+        shutil.copy(os.path.join(onnx_dir, "cnn.onnx"), os.path.join(vdir, "model.onnx"))
+        if cfg:
+            json.dump(cfg, open(os.path.join(vdir, "config.json"), "w"))
+        st, _, body = d.req("POST", "/v2/repository/models/%s/load" % name)
+        check(st == 200, "load ONNX model %s: %s" % (name, body))
+        st, _, body = d.req("GET", "/v2/models/" + name)
+        meta = json.loads(body)
+        check(st == 200 and meta["platform"] == "onnx" and
+              meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 1, 28, 28]}] and
+              meta["outputs"] == [{"name": "logits", "datatype": "FP32", "shape": [-1, 10]}] and
+              meta["max_batch_size"] == (cfg or {}).get("max_batch_size", 0),
+              "ONNX metadata from the graph: %s" % body)
+        for b in (1, 3):
+            xs, x = ref[b]["in.x"]
+            ys, y = ref[b]["out.logits"]
+            st, _, body = d.req("POST", "/v2/models/%s/infer" % name,
+                                {"inputs": [{"name": "x", "datatype": "FP32", "shape": xs, "data": x}]})
+            out = json.loads(body)["outputs"][0] if st == 200 else {}
+            check(st == 200 and out.get("shape") == ys and close(out["data"], y),
+                  "ONNX %s JSON inference b%d matches ONNX Runtime (%d %s)" % (name, b, st, body[:200]))
+    # Concurrent single rows batch together and still come back each with its own row.
+    xs, x = ref[3]["in.x"]
+    _, y = ref[3]["out.logits"]
+    per = len(x) // 3
+    results = {}
+
+    def one(i):
+        k = i % 3
+        body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1, 28, 28], "data": x[k * per:(k + 1) * per]}]}
+        st, _, data = d.req("POST", "/v2/models/cnn_batched/infer", body)
+        results[i] = st == 200 and close(json.loads(data)["outputs"][0]["data"], y[k * 10:(k + 1) * 10])
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(24)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    check(len(results) == 24 and all(results.values()), "24 concurrent ONNX requests each get their own row")
+    st, _, body = d.req("GET", "/v2/models/cnn_batched/stats")
+    s = json.loads(body)["model_stats"][0]
+    check(s["execution_count"] < s["inference_count"], "concurrent ONNX requests were batched: %s" % s)
+    py = os.environ.get("KILN_TEST_PYTHON")
+    if py and subprocess.run([py, "-c", "import tritonclient.http, numpy"], capture_output=True).returncode == 0:
+        script = r'''
+import json, sys, numpy as np, tritonclient.http as th
+port, x, y = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+c = th.InferenceServerClient("127.0.0.1:" + port)
+x = np.array(x, dtype=np.float32).reshape(3, 1, 28, 28)
+want = np.array(y, dtype=np.float32).reshape(3, 10)
+for binary in (False, True):
+    i = th.InferInput("x", list(x.shape), "FP32")
+    i.set_data_from_numpy(x, binary_data=binary)
+    r = c.infer("cnn_batched", [i], outputs=[th.InferRequestedOutput("logits", binary_data=binary)])
+    assert np.allclose(r.as_numpy("logits"), want, rtol=1e-4, atol=1e-5), binary
+print("tritonclient onnx ok")
+'''
+        r = subprocess.run([py, "-c", script, str(d.port), json.dumps(x), json.dumps(y)], capture_output=True,
+                           text=True)
+        check(r.returncode == 0, "tritonclient against the ONNX model: " + r.stdout + r.stderr[-1500:])
+    st, _, body = d.req("POST", "/v2/models/cnn/infer",
+                        {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1, 27, 28], "data": [0.0] * 756}]})
+    check(st == 400, "an ONNX input of the wrong shape is 400: %s" % body[:200])
+    # A graph kilnd cannot load leaves a reason in the index and the server running.
+    vdir = os.path.join(d.data, "models", "bad_onnx", "1")
+    os.makedirs(vdir)
+    open(os.path.join(vdir, "model.onnx"), "wb").write(b"\x08\x07garbage")
+    st, _, body = d.req("POST", "/v2/repository/models/bad_onnx/load")
+    check(st == 400 and "model.onnx" in json.loads(body).get("error", ""), "a broken ONNX load says why: %s" % body)
+    for name in ("cnn", "cnn_batched", "bad_onnx"):
+        shutil.rmtree(os.path.join(d.data, "models", name))
+        d.req("POST", "/v2/repository/models/%s/unload" % name)
 
 
 def test_bad_input(d):
@@ -334,6 +430,7 @@ def main():
         test_basic(d)
         test_binary(d)
         test_tritonclient(d)
+        test_onnx(d)
         test_bad_input(d)
         test_batching(d)
         test_repository(d)
