@@ -52,6 +52,7 @@ struct kiln_config {
     char *host;
     int64_t port;
     char *data_dir;
+    char *example_models;       /* "" means none */
     struct kiln_strlist devices;
     int64_t worker_threads;
     struct kiln_config_limits limits;

@@ -27,6 +27,10 @@ const struct kiln__config_key kiln__config_keys[] = {
      "TCP port. 0 picks a free port; the chosen port is logged first and written to <data_dir>/kilnd.port."},
     {"data_dir", KILN__CT_STRING, OFF(data_dir), 1, 4096, NULL, "./var", "KILN_DATA_DIR", "--data-dir",
      "Folder for the job store (kiln.db), models and checkpoints; created when missing."},
+    {"example_models", KILN__CT_STRING, OFF(example_models), 0, 4096, NULL, "", "KILN_EXAMPLE_MODELS",
+     "--example-models",
+     "Folder of example models (<name>/<version>/ folders) copied into <data_dir>/models at start when that "
+     "repository holds no model yet; empty means none. The README's run command passes examples/models."},
     {"devices", KILN__CT_STRLIST, OFF(devices), 1, 64, NULL, "cpu", "KILN_DEVICES", "--devices",
      "Devices to open, e.g. [\"cpu\", \"cuda:0\"]. Comma-separated in the environment and on the command line."},
     {"worker_threads", KILN__CT_INT, OFF(worker_threads), 0, 1024, NULL, "0", "KILN_WORKER_THREADS",

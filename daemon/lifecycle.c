@@ -7,6 +7,7 @@
  * busy ones finish; after drain_timeout_ms whatever remains is cut. A second signal cuts at once.
  * SIGHUP reopens the log file. Shutdown closes every handle so the loop ends with nothing leaked.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -191,6 +192,62 @@ static int start_handles(struct kiln_daemon *d)
     return rc;
 }
 
+/*
+ * --example-models: copies every <name>/<version>/ folder of dir into the repository at root when
+ * the repository holds no model, so a first start has something to serve. Only an empty repository
+ * is seeded — a user's own models are never mixed with examples. Each version goes through
+ * kiln_repository_add_version, which validates it and renames it into place atomically. A failure
+ * is logged and the start goes on: examples are a convenience, not something to refuse to run over.
+ */
+static void seed_examples(struct kiln_daemon *d, const char *root, const char *dir)
+{
+    kiln_repository *repo = kiln_repository_open(root);
+    if (!repo) {
+        kiln_log_write(&d->log, KILN_LOG_WARN, "example models: %s: %s", root, kiln_error());
+        return;
+    }
+    DIR *top = kiln_repository_count(repo) == 0 ? opendir(dir) : NULL;
+    if (!top && kiln_repository_count(repo) == 0)
+        kiln_log_write(&d->log, KILN_LOG_WARN, "example models: cannot open %s: %s", dir, strerror(errno));
+    struct dirent *me;
+    while (top && (me = readdir(top))) {
+        if (!kiln_repository_name_valid(me->d_name))
+            continue;
+        size_t n = strlen(dir) + strlen(me->d_name) + 2;
+        char *mdir = malloc(n);
+        DIR *vd = NULL;
+        if (mdir) {
+            snprintf(mdir, n, "%s/%s", dir, me->d_name);
+            vd = opendir(mdir);
+        }
+        struct dirent *ve;
+        while (vd && (ve = readdir(vd))) {
+            char *end;
+            long long v = strtoll(ve->d_name, &end, 10);
+            if (ve->d_name[0] < '1' || ve->d_name[0] > '9' || *end || v <= 0)
+                continue;
+            size_t vn = strlen(mdir) + strlen(ve->d_name) + 2;
+            char *vdir = malloc(vn);
+            if (!vdir)
+                break;
+            snprintf(vdir, vn, "%s/%s", mdir, ve->d_name);
+            if (kiln_repository_add_version(repo, me->d_name, vdir, v, NULL) == 0)
+                kiln_log_write(&d->log, KILN_LOG_INFO, "example model %s version %lld copied into %s", me->d_name,
+                               v, root);
+            else
+                kiln_log_write(&d->log, KILN_LOG_WARN, "example model %s version %lld: %s", me->d_name, v,
+                               kiln_error());
+            free(vdir);
+        }
+        if (vd)
+            closedir(vd);
+        free(mdir);
+    }
+    if (top)
+        closedir(top);
+    kiln_repository_close(repo);
+}
+
 /* The scheduler's workers and the model table; models load in the background. */
 static int start_serving(struct kiln_daemon *d)
 {
@@ -211,6 +268,8 @@ static int start_serving(struct kiln_daemon *d)
     if (!root)
         return -1;
     snprintf(root, n, "%s/models", d->cfg.data_dir);
+    if (d->cfg.example_models && d->cfg.example_models[0])
+        seed_examples(d, root, d->cfg.example_models);
     struct kiln_serving_options vo = {
         .loop = &d->loop,
         .models_root = root,
