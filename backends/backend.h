@@ -273,6 +273,13 @@ typedef struct kiln_backend_iface {
     int (*layer_norm)(void *ctx, const kiln_tdesc *out, const kiln_tdesc *mean, const kiln_tdesc *rstd,
                       const kiln_tdesc *x, const kiln_tdesc *weight, const kiln_tdesc *bias,
                       int64_t inner, double eps);
+
+    /* --- zero-copy (optional, host-memory backends only). */
+    /** A buffer over memory the caller owns (a mapped file, say), used in place.
+     *  buffer_free on it calls release(release_ud) instead of freeing or pooling the
+     *  memory. ptr is aligned to 64 bytes and writable (copy-on-write mappings are). */
+    kiln_buffer *(*buffer_wrap_host)(void *ctx, void *ptr, size_t nbytes, void (*release)(void *),
+                                     void *release_ud);
 } kiln_backend_iface;
 
 /** Registration: each backend exports one of these, listed in engine/device.c. */

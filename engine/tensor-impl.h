@@ -66,6 +66,13 @@ void kiln__device_release(kiln_device *dev);
  *  error messages. Not registered in any scope. */
 kiln_tensor *kiln__alloc(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
                          const char *op);
+/** True when dev's backend can use host memory in place (buffer_wrap_host). */
+bool kiln__can_wrap_host(const kiln_device *dev);
+/** A contiguous tensor over ptr (64-byte aligned, writable, numel × dtype size bytes)
+ *  without copying; release(release_ud) runs when its storage dies. On failure release
+ *  is not called: the caller still owns the memory. Not registered in any scope. */
+kiln_tensor *kiln__alloc_wrapped(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape, void *ptr,
+                                 void (*release)(void *), void *release_ud, const char *op);
 /** A new view of base's storage. */
 kiln_tensor *kiln__view(const kiln_tensor *base, int ndim, const int64_t *shape,
                         const int64_t *strides, int64_t offset);

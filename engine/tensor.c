@@ -201,8 +201,10 @@ int kiln__missing(const kiln_device *dev, const char *op, const char *entry)
 
 /* --------------------------------------------------------------- construction */
 
-kiln_tensor *kiln__alloc(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
-                         const char *op)
+/* The one place storages are made. wrap_ptr NULL: a fresh backend buffer; otherwise a
+ * buffer over the caller's host memory (see kiln__alloc_wrapped). */
+static kiln_tensor *alloc_impl(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
+                               const char *op, void *wrap_ptr, void (*release)(void *), void *release_ud)
 {
     char sh[160];
     if (!dev) {
@@ -242,7 +244,8 @@ kiln_tensor *kiln__alloc(kiln_device *dev, kiln_dtype dt, int ndim, const int64_
     }
     /* Empty tensors still get a (tiny) buffer so backends never see a NULL handle. */
     kiln_error_clear();
-    st->buf = dev->be->buffer_alloc(dev->ctx, nbytes ? nbytes : 1);
+    st->buf = wrap_ptr ? dev->be->buffer_wrap_host(dev->ctx, wrap_ptr, nbytes, release, release_ud)
+                       : dev->be->buffer_alloc(dev->ctx, nbytes ? nbytes : 1);
     if (!st->buf) {
         char why[KILN_ERROR_MAX];
         snprintf(why, sizeof why, "%s", kiln_error()[0] ? kiln_error() : "out of device memory");
@@ -267,6 +270,27 @@ kiln_tensor *kiln__alloc(kiln_device *dev, kiln_dtype dt, int ndim, const int64_
     kiln__contig_strides(ndim, t->shape, t->strides);
     t->offset = 0;
     return t;
+}
+
+kiln_tensor *kiln__alloc(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
+                         const char *op)
+{
+    return alloc_impl(dev, dt, ndim, shape, op, NULL, NULL, NULL);
+}
+
+bool kiln__can_wrap_host(const kiln_device *dev)
+{
+    return dev && dev->be->buffer_wrap_host;
+}
+
+kiln_tensor *kiln__alloc_wrapped(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape, void *ptr,
+                                 void (*release)(void *), void *release_ud, const char *op)
+{
+    if (!kiln__can_wrap_host(dev) || !ptr) {
+        kiln__error_set("%s: device cannot use host memory in place", op);
+        return NULL;
+    }
+    return alloc_impl(dev, dt, ndim, shape, op, ptr, release, release_ud);
 }
 
 kiln_tensor *kiln__view(const kiln_tensor *base, int ndim, const int64_t *shape,

@@ -25,6 +25,7 @@
 #include "error-impl.h"
 #include "kiln/record.h"
 #include "storage-impl.h"
+#include "tensor-impl.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "safetensors data is little-endian; a big-endian host needs byte swapping here");
@@ -40,9 +41,12 @@ typedef struct st_entry {
     int64_t shape[KILN_MAX_DIMS];
     uint64_t begin;     /* absolute offsets into the data area */
     uint64_t end;
+    bool lent;          /* already handed out in place; later loads copy */
 } st_entry;
 
 struct kiln_safetensors {
+    atomic_int refs;            /* the handle, plus one per tensor using the mapping */
+    atomic_int lent_count;
     const unsigned char *bytes; /* whole file */
     size_t len;
     bool mapped;
@@ -91,14 +95,26 @@ static void st_free_contents(kiln_safetensors *st)
     free(st->label);
 }
 
-void kiln_safetensors_close(kiln_safetensors *st)
+static void st_unref(void *arg)
 {
-    if (!st)
+    kiln_safetensors *st = arg;
+    if (atomic_fetch_sub(&st->refs, 1) != 1)
         return;
     if (st->mapped && st->len > 0)
         munmap((void *)st->bytes, st->len);
     st_free_contents(st);
     free(st);
+}
+
+void kiln_safetensors_close(kiln_safetensors *st)
+{
+    if (st)
+        st_unref(st);
+}
+
+int kiln_safetensors_zero_copy_count(const kiln_safetensors *st)
+{
+    return st ? atomic_load(&((kiln_safetensors *)st)->lent_count) : 0;
 }
 
 /* An integer from JSON: a number that is integral, non-negative and exactly
@@ -316,6 +332,7 @@ kiln_safetensors *kiln_safetensors_open_memory(const void *data, size_t len)
         kiln__error_set("safetensors: out of memory");
         return NULL;
     }
+    atomic_init(&st->refs, 1);
     st->bytes = data;
     st->len = data ? len : 0;
     if (st_parse(st) != 0) {
@@ -337,6 +354,7 @@ kiln_safetensors *kiln_safetensors_open(const char *path)
         kiln__error_set("safetensors %s: out of memory", path);
         return NULL;
     }
+    atomic_init(&st->refs, 1);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0) {
@@ -349,7 +367,9 @@ kiln_safetensors *kiln_safetensors_open(const char *path)
     }
     st->len = (size_t)sb.st_size;
     if (st->len > 0) {
-        void *m = mmap(NULL, st->len, PROT_READ, MAP_PRIVATE, fd, 0);
+        /* Private and writable: tensors lent in place may be updated (an optimizer step),
+         * which copies the touched pages and never reaches the file. */
+        void *m = mmap(NULL, st->len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
             kiln__error_set("safetensors %s: mmap: %s", path, strerror(errno));
             st->len = 0;
@@ -426,6 +446,24 @@ kiln_tensor *kiln_safetensors_load(const kiln_safetensors *st, const char *name,
     }
     const unsigned char *src = st->data + e->begin;
     size_t n = (size_t)(e->end - e->begin);
+    /* Zero copy: a mapped file's bytes become the tensor's storage when the device keeps
+     * tensors in host memory and the data is aligned as its buffers are. Each entry is
+     * lent once, so two loads never alias; bools are excluded because their bytes must
+     * be normalized first. */
+    kiln_safetensors *mst = (kiln_safetensors *)st;
+    if (st->mapped && e->dtype != KILN_BOOL && n > 0 && (uintptr_t)src % 64 == 0 && !e->lent &&
+        kiln__can_wrap_host(dev)) {
+        atomic_fetch_add(&mst->refs, 1);
+        kiln_tensor *t = kiln__alloc_wrapped(dev, (kiln_dtype)e->dtype, e->ndim, e->shape, (void *)src,
+                                             st_unref, mst, "safetensors load");
+        if (t) {
+            ((st_entry *)e)->lent = true;
+            atomic_fetch_add(&mst->lent_count, 1);
+            return kiln__ret(t);
+        }
+        atomic_fetch_sub(&mst->refs, 1); /* not lent after all: copy below */
+        kiln_error_clear();
+    }
     if (e->dtype != KILN_BOOL)
         return kiln_from_data(dev, (kiln_dtype)e->dtype, e->ndim, e->shape, src, n);
     /* A bool byte other than 0 or 1 is undefined behaviour once read as _Bool, and a file
@@ -530,10 +568,10 @@ int kiln_safetensors_save(const char *path, int n, const char *const *names, kil
     if (!header)
         return kiln__error_set("safetensors save %s: out of memory building the header", path),
                KILN_ENOMEM;
-    /* Pad the header with spaces to a multiple of 8 so the data area starts aligned, as
-     * the reference writer does (lets readers map tensors without copying). */
+    /* Pad the header with spaces (JSON whitespace) so the data area starts 64-byte
+     * aligned in the file: readers that map it can then use tensors in place. */
     size_t hlen = strlen(header);
-    size_t padded = (hlen + 7) & ~(size_t)7;
+    size_t padded = ((hlen + 8 + 63) & ~(size_t)63) - 8;
     int rc = 0;
     kiln__atomic_file f;
     unsigned char *buf = NULL;
@@ -542,7 +580,8 @@ int kiln_safetensors_save(const char *path, int n, const char *const *names, kil
         return rc;
     }
     uint64_t hlen64 = padded;
-    static const char spaces[8] = "        ";
+    char spaces[64];
+    memset(spaces, ' ', sizeof spaces);
     rc = kiln__atomic_write(&f, &hlen64, 8);
     if (rc == 0)
         rc = kiln__atomic_write(&f, header, hlen);

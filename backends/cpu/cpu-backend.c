@@ -122,7 +122,29 @@ static kiln_buffer *cpu_buffer_alloc(void *ctx, size_t nbytes)
 
 static void cpu_buffer_free(void *ctx, kiln_buffer *b)
 {
+    if (b && b->release) {
+        b->release(b->release_ud);
+        free(b);
+        return;
+    }
     kiln__cpu_buffer_put(ctx, b);
+}
+
+static kiln_buffer *cpu_buffer_wrap_host(void *ctx, void *ptr, size_t nbytes, void (*release)(void *),
+                                         void *release_ud)
+{
+    kiln_buffer *b = calloc(1, sizeof *b);
+    if (!b) {
+        kiln__error_set("cpu: out of memory wrapping %zu bytes", nbytes);
+        return NULL;
+    }
+    b->data = ptr;
+    b->nbytes = nbytes;
+    b->cap = nbytes;
+    b->cls = -1;
+    b->release = release;
+    b->release_ud = release_ud;
+    return b;
 }
 
 typedef struct memcpy_job {
@@ -425,6 +447,7 @@ static const kiln_backend_iface cpu_iface = {
     .buffer_upload = cpu_buffer_upload,
     .buffer_download = cpu_buffer_download,
     .buffer_host_ptr = cpu_buffer_host_ptr,
+    .buffer_wrap_host = cpu_buffer_wrap_host,
     .sync = cpu_sync,
     .fill = kiln__cpu_fill,
     .arange = kiln__cpu_arange,

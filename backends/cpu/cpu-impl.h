@@ -32,6 +32,10 @@ struct kiln_buffer {
     int cls;             /* size-class index, -1 when too large to cache */
     bool mapped;         /* came from mmap rather than aligned_alloc */
     struct kiln_buffer *next; /* free-list link while cached */
+    /* Set for buffer_wrap_host buffers: the memory is the caller's (a mapped file), is
+     * never pooled, and goes back through release(release_ud). */
+    void (*release)(void *);
+    void *release_ud;
 };
 
 #define KILN_CPU_NCLASSES 160

@@ -81,7 +81,7 @@ static void ref_caps(void *ctx, kiln_backend_caps *out)
 
 static kiln_buffer *ref_buffer_alloc(void *ctx, size_t nbytes)
 {
-    kiln_buffer *b = malloc(sizeof *b);
+    kiln_buffer *b = calloc(1, sizeof *b); /* release stays NULL: memory of our own */
     if (!b) {
         kiln__ref_enomem("buffer_alloc");
         return NULL;
@@ -101,8 +101,26 @@ static void ref_buffer_free(void *ctx, kiln_buffer *buf)
 {
     if (!buf)
         return;
-    free(buf->data);
+    if (buf->release)
+        buf->release(buf->release_ud);
+    else
+        free(buf->data);
     free(buf);
+}
+
+static kiln_buffer *ref_buffer_wrap_host(void *ctx, void *ptr, size_t nbytes, void (*release)(void *),
+                                         void *release_ud)
+{
+    kiln_buffer *b = calloc(1, sizeof *b);
+    if (!b) {
+        kiln__ref_enomem("buffer_wrap_host");
+        return NULL;
+    }
+    b->data = ptr;
+    b->nbytes = nbytes;
+    b->release = release;
+    b->release_ud = release_ud;
+    return b;
 }
 
 static int ref_buffer_upload(void *ctx, kiln_buffer *dst, size_t dst_offset, const void *src,
@@ -149,6 +167,7 @@ static const kiln_backend_iface ref_iface = {
     .buffer_upload = ref_buffer_upload,
     .buffer_download = ref_buffer_download,
     .buffer_host_ptr = ref_buffer_host_ptr,
+    .buffer_wrap_host = ref_buffer_wrap_host,
     .sync = ref_sync,
     .fill = kiln__ref_fill,
     .arange = kiln__ref_arange,

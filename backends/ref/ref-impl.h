@@ -34,6 +34,10 @@
 struct kiln_buffer {
     size_t nbytes;
     unsigned char *data;
+    /* Set for buffer_wrap_host buffers: data belongs to the caller, who gets it back
+     * through release(release_ud) when the buffer is freed. */
+    void (*release)(void *);
+    void *release_ud;
 };
 
 /** The context open() returns. ref keeps no state; the struct exists for the contract. */

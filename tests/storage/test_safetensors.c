@@ -344,6 +344,49 @@ static void test_reads_file_written_by_torch(void **state)
     kiln_device_close(dev);
 }
 
+/* Tensors from a mapped file are used in place (once per entry), stay valid after the
+ * handle closes, and a second load of the same entry is an independent copy. */
+static void test_zero_copy_load(void **state)
+{
+    (void)state;
+    const char *devs[] = {"ref", "cpu"};
+    for (int d = 0; d < 2; d++) {
+        kiln_device *dev = kiln_device_open(devs[d]);
+        assert_non_null(dev);
+        kiln_tensor *w = kiln_arange(dev, KILN_F32, 0, 48, 1);   /* 192 bytes */
+        kiln_tensor *b = kiln_arange(dev, KILN_F64, 0, 4, 0.5);  /* 8 values, 64 bytes */
+        kiln_tensor *ts[] = {w, b};
+        const char *names[] = {"w", "b"};
+        char *path = temp_path(d ? "zc-cpu.safetensors" : "zc-ref.safetensors");
+        assert_int_equal(kiln_safetensors_save(path, 2, names, ts, 0, NULL, NULL), 0);
+        kiln_safetensors *st = kiln_safetensors_open(path);
+        assert_non_null(st);
+        kiln_tensor *w1 = kiln_safetensors_load(st, "w", dev);
+        kiln_tensor *b1 = kiln_safetensors_load(st, "b", dev);
+        assert_int_equal(kiln_safetensors_zero_copy_count(st), 2);
+        kiln_tensor *w2 = kiln_safetensors_load(st, "w", dev); /* second load: a copy */
+        assert_int_equal(kiln_safetensors_zero_copy_count(st), 2);
+        assert_false(kiln_tensor_shares_storage(w1, w2));
+        kiln_safetensors_close(st); /* the lent tensors keep the mapping alive */
+        float wv[48];
+        double bv[8];
+        assert_int_equal(kiln_to_data(w1, wv, sizeof wv), 0);
+        assert_int_equal(kiln_to_data(b1, bv, sizeof bv), 0);
+        assert_true(wv[0] == 0.0f && wv[47] == 47.0f && bv[7] == 3.5);
+        kiln_scope_begin(); /* compute on it */
+        assert_true(kiln_item(kiln_sum(kiln_add(w1, w2), KILN_ALL_DIMS, false)) == 2 * (47.0 * 48 / 2));
+        kiln_scope_end();
+        kiln_tensor_release(w1);
+        kiln_tensor_release(w2);
+        kiln_tensor_release(b1); /* last user: the mapping goes (ASan checks the order) */
+        kiln_tensor_release(w);
+        kiln_tensor_release(b);
+        unlink(path);
+        free(path);
+        kiln_device_close(dev);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -355,6 +398,7 @@ int main(void)
         cmocka_unit_test(test_load_bool_and_unsupported),
         cmocka_unit_test(test_failed_save_keeps_old_file),
         cmocka_unit_test(test_reads_file_written_by_torch),
+        cmocka_unit_test(test_zero_copy_load),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,7 +6,7 @@
  *     kiln_safetensors *st = kiln_safetensors_open("model.safetensors");
  *     if (!st) { fprintf(stderr, "%s\n", kiln_error()); return 1; }
  *     kiln_tensor *w = kiln_safetensors_load(st, "fc.weight", dev);
- *     kiln_safetensors_close(st);   // loaded tensors own their data; closing is safe
+ *     kiln_safetensors_close(st);   // loaded tensors keep what they need; closing is safe
  *
  *     kiln_tensor *ts[] = {w, b};
  *     const char *names[] = {"fc.weight", "fc.bias"};
@@ -62,8 +62,17 @@ int kiln_safetensors_find(const kiln_safetensors *st, const char *name);
 int kiln_safetensors_info(const kiln_safetensors *st, int i, int *dtype, int *ndim, int64_t *shape);
 /** The file's dtype string of tensor i ("F32", "I16", ...). */
 const char *kiln_safetensors_dtype_string(const kiln_safetensors *st, int i);
-/** A copy of the named tensor on dev. NULL plus a message when absent or not loadable. */
+/**
+ * The named tensor on dev. NULL plus a message when absent or not loadable. The first
+ * load of an entry from a file opened by path, onto a host-memory device (cpu, ref),
+ * uses the mapped bytes in place when they are 64-byte aligned (kiln's writer aligns
+ * the data area): no copy, and pages are read only when touched. The mapping is
+ * private: writing to the tensor never changes the file, and the tensor stays valid
+ * after kiln_safetensors_close. Any other load is a copy, so two loads never alias.
+ */
 kiln_tensor *kiln_safetensors_load(const kiln_safetensors *st, const char *name, kiln_device *dev);
+/** How many tensors this handle has lent without a copy so far. */
+int kiln_safetensors_zero_copy_count(const kiln_safetensors *st);
 /** The __metadata__ value for key, or NULL. */
 const char *kiln_safetensors_metadata(const kiln_safetensors *st, const char *key);
 /** Number of __metadata__ entries, and the i-th key. */
