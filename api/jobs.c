@@ -82,6 +82,11 @@ struct kiln_jobs {
     pthread_mutex_t store_mu;        /* the job store */
     pthread_mutex_t mu;              /* the fields below */
     pthread_cond_t cv;
+    /* Bumped (under mu) whenever a job is queued. The trainer reads the store with mu
+     * released, so it sleeps only if no job was queued since it started looking;
+     * without this a submit landing in that window was a lost wake-up and the job
+     * stayed queued forever. */
+    uint64_t queued_seq;
     bool stopping;
     int64_t current;                 /* the job being trained, 0 when none */
     atomic_bool cancel;              /* the current job: stop before its next step */
@@ -361,13 +366,15 @@ static void *trainer_main(void *ud)
     struct kiln_jobs *j = ud;
     pthread_mutex_lock(&j->mu);
     while (!j->stopping) {
+        uint64_t seen = j->queued_seq;
         pthread_mutex_unlock(&j->mu);
         int64_t id = next_queued(j);
         pthread_mutex_lock(&j->mu);
         if (j->stopping)
             break;
         if (!id) {
-            pthread_cond_wait(&j->cv, &j->mu);
+            while (!j->stopping && j->queued_seq == seen)
+                pthread_cond_wait(&j->cv, &j->mu);
             continue;
         }
         j->current = id;
@@ -663,9 +670,16 @@ static cJSON *job_summary(const struct kiln_job *job)
 static int handle_submit(struct kiln_jobs *j, const struct kiln_request *req, struct kiln_buf *out)
 {
     char problems[4096];
-    char *body = strndup(req->body ? req->body : "", req->body_len);
+    /* The request body is a byte range, not a C string: copy it whole and terminate it
+     * (strndup would read past the range looking for a NUL, and stop early at one). */
+    if (req->body_len && memchr(req->body, '\0', req->body_len))
+        return errorf(out, req, 400, "job spec: the body contains a NUL byte");
+    char *body = malloc(req->body_len + 1);
     if (!body)
         return errorf(out, req, 500, "out of memory");
+    if (req->body_len)
+        memcpy(body, req->body, req->body_len);
+    body[req->body_len] = '\0';
     struct kiln_jobspec spec;
     struct kiln_jobspec_env env = spec_env(j);
     if (kiln_jobspec_parse(body, &env, &spec, problems, sizeof problems) != 0) {
@@ -698,6 +712,7 @@ static int handle_submit(struct kiln_jobs *j, const struct kiln_request *req, st
         return errorf(out, req, 500, "job store: %s", err);
     emit_state(j, id, KILN_JOB_QUEUED, NULL, NULL, NULL);
     pthread_mutex_lock(&j->mu);
+    j->queued_seq++;
     pthread_cond_signal(&j->cv);
     pthread_mutex_unlock(&j->mu);
     jlog(j, KILN_LOG_INFO, "job %lld queued", (long long)id);
@@ -882,6 +897,7 @@ static int handle_resume(struct kiln_jobs *j, int64_t id, const struct kiln_requ
         return errorf(out, req, 500, "job store: %s", text ? err : "out of memory");
     emit_state(j, nid, KILN_JOB_QUEUED, NULL, NULL, NULL);
     pthread_mutex_lock(&j->mu);
+    j->queued_seq++;
     pthread_cond_signal(&j->cv);
     pthread_mutex_unlock(&j->mu);
     cJSON *o = cJSON_CreateObject();

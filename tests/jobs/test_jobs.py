@@ -206,6 +206,9 @@ def test_bad_specs(d):
               "bad spec -> 400 naming %s: %s %s" % (field, st, j))
     st, j = d.req("POST", "/v1/jobs", "{not json")
     check(st == 400 and "body" in j["error"], "invalid JSON -> 400")
+    # a body is bytes, not a C string: a NUL inside must be refused, never read past
+    st, j = d.req("POST", "/v1/jobs", json.dumps(spec("x")).encode() + b"\x00 trailing")
+    check(st == 400 and "NUL" in j.get("error", ""), "NUL byte in the body -> 400: %s %s" % (st, j))
     st, j = d.req("POST", "/v1/jobs", spec("x", epochs=0, optimizer={"kind": "adamx"}))
     check(st == 400 and len(j.get("problems", [])) == 2, "every problem is listed: %s" % j)
     st, j = d.req("GET", "/v1/jobs/9999")
