@@ -401,7 +401,13 @@ static void load_poll(uv_timer_t *t)
             pp = &l->next;
             continue;
         }
-        int status = l->conn.out.len > 12 ? atoi(l->conn.out.data + 9) : 0;
+        /* "HTTP/1.1 NNN ...": read the three digits from the byte buffer itself (it is
+         * not NUL-terminated, so no string function may run off its end) */
+        int status = 0;
+        const char *o = l->conn.out.data;
+        if (l->conn.out.len > 12)
+            for (int k = 9; k < 12 && o[k] >= '0' && o[k] <= '9'; k++)
+                status = status * 10 + (o[k] - '0');
         if (status == 200)
             jlog(j, KILN_LOG_INFO, "trained model %s loaded", l->name);
         else
