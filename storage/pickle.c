@@ -787,7 +787,11 @@ static int pk_step(pk_state *s)
         if (!(l1 = pk_line(s, &ln)))
             return -1;
         char buf[24];
-        if (ln == 0 || ln >= sizeof buf || strspn(l1, "0123456789") < ln)
+        /* the line is a slice of the input, not a C string: check it byte by byte */
+        bool digits = ln > 0 && ln < sizeof buf;
+        for (size_t k = 0; digits && k < ln; k++)
+            digits = l1[k] >= '0' && l1[k] <= '9';
+        if (!digits)
             return pk_fail(s, "malformed memo index");
         memcpy(buf, l1, ln);
         buf[ln] = 0;
