@@ -255,6 +255,11 @@ static void test_pickle_hostile(void **state)
     REJECT(".", "stack underflow");
     REJECT("(.", "stack underflow"); /* a MARK hides what is below it */
     REJECT("h\x05.", "memo index 5 was never stored");
+    /* text memo opcodes (protocol 0): the index line is checked byte by byte */
+    REJECT("Np1x\n.", "malformed memo index");
+    REJECT("Np\n.", "malformed memo index");
+    REJECT("Ng123456789012345678901234\n.", "malformed memo index");
+    REJECT("Ng7\n.", "memo index 7 was never stored");
     REJECT("Nr\xff\xff\x3f\x00.", "is beyond the 1 values made so far");
     REJECT("X\xff\xff\xff\x7f", "exceeds");
     REJECT("X\x10\x00\x00\x00" "abc", "truncated");
