@@ -17,11 +17,11 @@ fi
 build_packages="
   ca-certificates gcc libc6-dev pkg-config meson ninja-build
   libuv1-dev libcjson-dev libopenblas-dev libzstd-dev libsqlite3-dev libxxhash-dev libzip-dev node-llhttp
-  zlib1g-dev libspng-dev libjpeg62-turbo-dev
+  zlib1g-dev libspng-dev libjpeg62-turbo-dev libwslay-dev libncurses-dev
 "
 test_packages="
   libcmocka-dev python3 python3-venv curl wrk nginx-light clang libclang-rt-14-dev
-  mesa-vulkan-drivers libvulkan-dev glslang-tools sqlite3 libjemalloc2 dataset-fashion-mnist
+  mesa-vulkan-drivers libvulkan-dev glslang-tools sqlite3 libjemalloc2 dataset-fashion-mnist tmux
 "
 
 packages="$build_packages"
