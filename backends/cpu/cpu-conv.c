@@ -10,6 +10,12 @@
  * with unit stride and no padding needs no columns at all: the image already is the
  * matrix. Everything is handled as 3-D (missing leading spatial dims have size 1).
  *
+ * f32 forward convolutions mostly avoid the lowering: one group runs on the direct path
+ * (a register-tiled kernel over a padded image, any stride through stride phases, below)
+ * and one input channel per group on the depthwise path; what remains (f64, grouped
+ * convolutions with several channels per group, 3-D, 1x1 kernels on small images) goes
+ * through im2col and OpenBLAS.
+ *
  * im2col/col2im are threaded over column rows (resp. channels, so no two threads add
  * into the same plane) on our pool; the GEMMs run on OpenBLAS's threads while the pool
  * sleeps. The column buffer comes from the buffer pool, so repeated layers reuse it.
@@ -202,32 +208,48 @@ static void bias_range(void *argp, int64_t b, int64_t e)
 }
 
 
-/* ------------------------------------------------------------------ direct stride-1 path */
+/* ------------------------------------------------------------------ direct path */
 
-/* A stride-1 2-D (or 1-D) convolution in f32 on a CPU whose kernel table has
+/* An f32 2-D (or 1-D) convolution with one group on a CPU whose kernel table has
  * conv_tile_f32 runs without im2col. Profiles of the GEMM lowering on a 3x3, 64-channel
  * layer spent as much time writing the column matrix and in OpenBLAS packing it again
  * as in the multiply itself; here the input is copied once into a zero-padded image
  * (so a kernel offset is just an address offset on the padded grid), the weights are
  * packed into blocks of the tile's output channels (8 for AVX-512, 4 for AVX2), and the
  * tile kernel reads both straight from cache. Tiles of positions are spread over the
- * pool. The same routine computes the
- * input gradient, which for stride 1 is a convolution of the padded output gradient
- * with the flipped, channel-transposed kernel. */
+ * pool.
+ *
+ * Stride s > 1 keeps every kernel offset a plain address offset by splitting the padded
+ * image into its s·s phases (rows ≡ a, columns ≡ b mod s), each a dense plane of
+ * ceil(Hp/s) × ceil(Wp/s): output (oh, ow) reads tap (kh, kw) from phase
+ * (kh·dh mod s, kw·dw mod s) at (oh + kh·dh div s, ow + kw·dw div s), so the tile runs
+ * over a grid of ceil(Wp/s) columns exactly as in the stride-1 case, with no wasted
+ * multiplies. A 1x1 kernel with stride 1 and no padding reads the input in place: the
+ * tile is then a GEMM micro-kernel on the NCHW image, and the convolution never leaves
+ * our pool for OpenBLAS's threads (whose waiting between calls costs the pool's cores
+ * when the two alternate layer by layer, as in a ResNet).
+ *
+ * The same routine computes the input gradient, which for stride 1 is a convolution of
+ * the padded output gradient with the flipped, channel-transposed kernel. */
 
 #define DT_QMAX 48 /* the largest tile a kernel table may ask for (positions, channels) */
 #define DT_OMAX 8
 
 typedef struct dconv {
     int64_t N, Ci, Co;               /* batch, input and output channels */
-    int64_t H, W, ph, pw;            /* input size and the padding added on each side */
-    int64_t Hp, Wp, OH, OW, cs;      /* padded input, output, padded plane size */
+    int64_t H, W, ph, pw, s;         /* input size, the padding on each side, stride */
+    int64_t Hg, Wg, OH, OW, pp, cs;  /* phase plane and output size, phase plane and channel size */
     int64_t nk, nob, ntile;
     int64_t to, tq;                  /* the table's tile: channels, positions */
     int64_t nobg;                    /* jobs per tile: groups of channel blocks */
+    bool inplace;                    /* xp is x itself (1x1, stride 1, no padding) */
+    bool rows;                       /* weights read in place as [Co, Ci·nk] rows */
+    bool wmajor;                     /* jobs walk channel blocks outside, tiles inside */
     const float *x;                  /* [N, Ci, H, W] */
-    float *xp;                       /* [N, Ci, Hp, Wp] + slack */
-    const float *wpack;              /* [nob, Ci, nk, 8] */
+    float *xp;                       /* [N, Ci, s·s, Hg, Wg] + slack */
+    const float *w;                  /* the weights as given, for packing */
+    int64_t sa, sc, skh, skw, KW;
+    float *wpack;                    /* [nob, Ci, nk, TO]; with rows, the last block's [TO, Ci·nk] */
     const int64_t *offs;             /* [nk] */
     const float *bias;               /* [Co] or NULL */
     float *out;                      /* [N, Co, OH, OW] */
@@ -237,18 +259,73 @@ typedef struct dconv {
 static void dconv_pad(void *argp, int64_t b, int64_t e)
 {
     const dconv *d = argp;
+    if (d->inplace)
+        return;
+    const int64_t s = d->s, Wp = d->W + 2 * d->pw;
     for (int64_t pl = b; pl < e; pl++) {
         const float *src = d->x + pl * d->H * d->W;
         float *dst = d->xp + pl * d->cs;
-        memset(dst, 0, (size_t)(d->ph * d->Wp) * sizeof(float));
-        for (int64_t h = 0; h < d->H; h++) {
-            float *row = dst + (d->ph + h) * d->Wp;
-            memset(row, 0, (size_t)d->pw * sizeof(float));
-            memcpy(row + d->pw, src + h * d->W, (size_t)d->W * sizeof(float));
-            memset(row + d->pw + d->W, 0, (size_t)(d->Wp - d->pw - d->W) * sizeof(float));
+        if (s == 1) {
+            memset(dst, 0, (size_t)(d->ph * Wp) * sizeof(float));
+            for (int64_t h = 0; h < d->H; h++) {
+                float *row = dst + (d->ph + h) * Wp;
+                memset(row, 0, (size_t)d->pw * sizeof(float));
+                memcpy(row + d->pw, src + h * d->W, (size_t)d->W * sizeof(float));
+                memset(row + d->pw + d->W, 0, (size_t)(Wp - d->pw - d->W) * sizeof(float));
+            }
+            memset(dst + (d->ph + d->H) * Wp, 0, (size_t)((d->Hg - d->ph - d->H) * Wp) * sizeof(float));
+            continue;
         }
-        memset(dst + (d->ph + d->H) * d->Wp, 0, (size_t)((d->Hp - d->ph - d->H) * d->Wp) * sizeof(float));
+        for (int64_t a = 0; a < s; a++)
+            for (int64_t bb = 0; bb < s; bb++) {
+                float *ph = dst + (a * s + bb) * d->pp;
+                /* columns j of this phase whose input column s·j + bb - pw is inside */
+                int64_t w0 = bb - d->pw;
+                int64_t lo = w0 >= 0 ? 0 : (-w0 + s - 1) / s;
+                int64_t hi = d->W - w0 <= 0 ? 0 : (d->W - w0 + s - 1) / s;
+                if (hi > d->Wg)
+                    hi = d->Wg;
+                if (lo > hi)
+                    lo = hi;
+                for (int64_t i = 0; i < d->Hg; i++) {
+                    float *row = ph + i * d->Wg;
+                    int64_t h = s * i + a - d->ph;
+                    if (h < 0 || h >= d->H) {
+                        memset(row, 0, (size_t)d->Wg * sizeof(float));
+                        continue;
+                    }
+                    const float *in = src + h * d->W + w0;
+                    for (int64_t j = 0; j < lo; j++)
+                        row[j] = 0.0f;
+                    for (int64_t j = lo; j < hi; j++)
+                        row[j] = in[s * j];
+                    for (int64_t j = hi; j < d->Wg; j++)
+                        row[j] = 0.0f;
+                }
+            }
     }
+}
+
+/* Pack output-channel blocks [b, e) of the weights; reads each block's rows in order. */
+static void dconv_pack(void *argp, int64_t b, int64_t e)
+{
+    const dconv *d = argp;
+    const int64_t TO = d->to, nk = d->nk, KW = d->KW;
+    for (int64_t ob = b; ob < e; ob++)
+        for (int64_t c = 0; c < d->Ci; c++) {
+            float *dst = d->wpack + (ob * d->Ci + c) * nk * TO;
+            for (int64_t j = 0; j < TO; j++) {
+                int64_t a = ob * TO + j;
+                if (a >= d->Co) {
+                    for (int64_t kk = 0; kk < nk; kk++)
+                        dst[kk * TO + j] = 0.0f;
+                    continue;
+                }
+                const float *src = d->w + a * d->sa + c * d->sc;
+                for (int64_t kk = 0; kk < nk; kk++)
+                    dst[kk * TO + j] = src[(kk / KW) * d->skh + (kk % KW) * d->skw];
+            }
+        }
 }
 
 static void dconv_tiles(void *argp, int64_t b, int64_t e)
@@ -256,19 +333,20 @@ static void dconv_tiles(void *argp, int64_t b, int64_t e)
     const dconv *d = argp;
     float tile[DT_OMAX * DT_QMAX] __attribute__((aligned(64)));
     const int64_t TO = d->to, TQ = d->tq;
-    int64_t nq_all = d->OH * d->Wp;
+    int64_t nq_all = d->OH * d->Wg;
     /* the runs of a tile that are real outputs (grid columns below OW), found once per
      * tile and reused for its 8 channels: [offset in tile, offset in plane, length] */
     int64_t seg[DT_QMAX][3];
+    const int64_t ntall = d->N * d->ntile, wrs = d->Ci * d->nk, nfull = d->Co / TO;
     for (int64_t jt = b; jt < e; jt++) {
-        int64_t t = jt / d->nobg, g = jt % d->nobg;
+        int64_t t = d->wmajor ? jt % ntall : jt / d->nobg, g = d->wmajor ? jt / ntall : jt % d->nobg;
         int64_t ob0 = d->nob * g / d->nobg, ob1 = d->nob * (g + 1) / d->nobg;
         int64_t n = t / d->ntile, q0 = (t % d->ntile) * TQ;
         int nq = (int)(nq_all - q0 < TQ ? nq_all - q0 : TQ);
         int nseg = 0;
         for (int64_t q = q0, qe = q0 + nq; q < qe;) {
-            int64_t oh = q / d->Wp, ow = q - oh * d->Wp;
-            int64_t run = d->Wp - ow < qe - q ? d->Wp - ow : qe - q;
+            int64_t oh = q / d->Wg, ow = q - oh * d->Wg;
+            int64_t run = d->Wg - ow < qe - q ? d->Wg - ow : qe - q;
             int64_t valid = ow < d->OW ? (d->OW - ow < run ? d->OW - ow : run) : 0;
             if (valid > 0) {
                 seg[nseg][0] = q - q0;
@@ -278,9 +356,13 @@ static void dconv_tiles(void *argp, int64_t b, int64_t e)
             }
             q += run;
         }
-        const float *xq = d->xp + n * d->Ci * d->cs + q0;
+        const float *xq = (d->inplace ? d->x : d->xp) + n * d->Ci * d->cs + q0;
         for (int64_t ob = ob0; ob < ob1; ob++) {
-            d->k->conv_tile_f32(tile, xq, d->cs, d->Ci, d->offs, d->nk, d->wpack + ob * d->Ci * d->nk * TO, nq);
+            if (!d->rows)
+                d->k->conv_tile_f32(tile, xq, d->cs, d->Ci, d->offs, d->nk, d->wpack + ob * wrs * TO, nq);
+            else
+                d->k->conv_tile_rows_f32(tile, xq, d->cs, d->Ci, d->offs, d->nk,
+                                         ob < nfull ? d->w + ob * TO * wrs : d->wpack, wrs, nq);
             int64_t jn = d->Co - ob * TO < TO ? d->Co - ob * TO : TO;
             for (int64_t j = 0; j < jn; j++) {
                 int64_t o = ob * TO + j;
@@ -334,51 +416,65 @@ static void dconv_job_run(kiln__cpu_ctx *ctx, int64_t n, kiln__cpu_range_fn fn, 
 }
 
 /* Run the direct path: x [N, Ci, H, W] padded by (ph, pw), kernel KH×KW with dilation
- * (dh, dw); weight element (output channel a, input channel c, kh, kw) is at
- * w[a·sa + c·sc + kh·skh + kw·skw] (negative strides flip). Returns false when scratch
- * memory is short, so the caller can fall back. */
+ * (dh, dw) and stride s in both dims; weight element (output channel a, input channel c,
+ * kh, kw) is at w[a·sa + c·sc + kh·skh + kw·skw] (negative strides flip). Returns false
+ * when scratch memory is short, so the caller can fall back. */
 static bool dconv_run(kiln__cpu_ctx *ctx, int64_t N, int64_t Ci, int64_t Co, int64_t H, int64_t W,
-                      int64_t ph, int64_t pw, int64_t KH, int64_t KW, int64_t dh, int64_t dw,
+                      int64_t ph, int64_t pw, int64_t KH, int64_t KW, int64_t dh, int64_t dw, int64_t s,
                       const float *x, const float *w, int64_t sa, int64_t sc, int64_t skh, int64_t skw,
                       const float *bias, float *out)
 {
     dconv d = {0};
-    d.N = N, d.Ci = Ci, d.Co = Co, d.H = H, d.W = W, d.ph = ph, d.pw = pw;
-    d.Hp = H + 2 * ph, d.Wp = W + 2 * pw;
-    d.OH = d.Hp - dh * (KH - 1), d.OW = d.Wp - dw * (KW - 1);
-    d.cs = d.Hp * d.Wp;
+    d.N = N, d.Ci = Ci, d.Co = Co, d.H = H, d.W = W, d.ph = ph, d.pw = pw, d.s = s;
+    int64_t Hp = H + 2 * ph, Wp = W + 2 * pw;
+    d.Hg = (Hp + s - 1) / s, d.Wg = (Wp + s - 1) / s;
+    d.OH = (Hp - dh * (KH - 1) - 1) / s + 1, d.OW = (Wp - dw * (KW - 1) - 1) / s + 1;
+    d.pp = d.Hg * d.Wg;
+    d.cs = s * s * d.pp;
     d.nk = KH * KW;
+    d.inplace = KH == 1 && KW == 1 && ph == 0 && pw == 0 && s == 1;
     const int64_t TO = ctx->k->conv_tile_o, TQ = ctx->k->conv_tile_q;
     d.to = TO, d.tq = TQ;
     d.nob = (Co + TO - 1) / TO;
-    d.ntile = (d.OH * d.Wp + TQ - 1) / TQ;
+    d.ntile = (d.OH * d.Wg + TQ - 1) / TQ;
     d.x = x, d.bias = bias, d.out = out, d.k = ctx->k;
+    d.w = w, d.sa = sa, d.sc = sc, d.skh = skh, d.skw = skw, d.KW = KW;
     struct kiln_buffer *h[3] = {0};
-    /* slack: the discarded grid columns of the last rows read up to Wp past the image */
-    d.xp = kiln__cpu_scratch_get(ctx, (size_t)(N * Ci * d.cs + d.Wp + TQ) * sizeof(float), &h[0]);
-    float *wp = kiln__cpu_scratch_get(ctx, (size_t)(d.nob * Ci * d.nk * TO) * sizeof(float), &h[1]);
+    /* slack: the discarded grid columns of the last rows read up to Wg past the image */
+    if (!d.inplace)
+        d.xp = kiln__cpu_scratch_get(ctx, (size_t)(N * Ci * d.cs + d.Wg + TQ) * sizeof(float), &h[0]);
+    /* weights laid out as [Co, Ci, KH, KW] are read in place when there are few positions
+     * per weight (at batch 1 the packing pass cost up to as much as the multiplies, and in
+     * a whole model it is one more trip over every weight through memory); with many
+     * (a batch of large images) the packed copy's single stream wins, by ~14% at 3x3
+     * 64 -> 64 on 8 x 56x56. Only a last, partial block of channels is copied then,
+     * padded with zero rows. */
+    d.rows = ctx->k->conv_tile_rows_f32 && skw == 1 && skh == KW && sc == d.nk && sa == Ci * d.nk &&
+             N * d.OH * d.OW < 8192;
+    size_t wpn = d.rows ? (size_t)(TO * Ci * d.nk) : (size_t)(d.nob * Ci * d.nk * TO);
+    float *wp = kiln__cpu_scratch_get(ctx, wpn * sizeof(float), &h[1]);
     int64_t *offs = kiln__cpu_scratch_get(ctx, (size_t)d.nk * sizeof(int64_t), &h[2]);
-    if (!d.xp || !wp || !offs) {
+    if ((!d.inplace && !d.xp) || !wp || !offs) {
         for (int i = 0; i < 3; i++)
             kiln__cpu_scratch_put(ctx, h[i]);
         return false;
     }
-    memset(d.xp + N * Ci * d.cs, 0, (size_t)(d.Wp + TQ) * sizeof(float));
+    if (!d.inplace)
+        memset(d.xp + N * Ci * d.cs, 0, (size_t)(d.Wg + TQ) * sizeof(float));
     for (int64_t kh = 0; kh < KH; kh++)
-        for (int64_t kw = 0; kw < KW; kw++)
-            offs[kh * KW + kw] = kh * dh * d.Wp + kw * dw;
-    for (int64_t ob = 0; ob < d.nob; ob++)
-        for (int64_t c = 0; c < Ci; c++)
-            for (int64_t kk = 0; kk < d.nk; kk++)
-                for (int64_t j = 0; j < TO; j++) {
-                    int64_t a = ob * TO + j;
-                    float v = 0.0f;
-                    if (a < Co)
-                        v = w[a * sa + c * sc + (kk / KW) * skh + (kk % KW) * skw];
-                    wp[((ob * Ci + c) * d.nk + kk) * TO + j] = v;
-                }
+        for (int64_t kw = 0; kw < KW; kw++) {
+            int64_t rh = kh * dh, rw = kw * dw;
+            offs[kh * KW + kw] = ((rh % s) * s + rw % s) * d.pp + (rh / s) * d.Wg + rw / s;
+        }
     d.wpack = wp;
     d.offs = offs;
+    if (!d.rows) {
+        kiln__cpu_parallel_for(ctx, d.nob, 1 + 16384 / (Ci * d.nk * TO + 1), dconv_pack, &d);
+    } else if (Co % TO) {
+        int64_t full = Co / TO * TO, wrs = Ci * d.nk;
+        memcpy(wp, w + full * wrs, (size_t)((Co - full) * wrs) * sizeof(float));
+        memset(wp + (Co - full) * wrs, 0, (size_t)((full + TO - Co) * wrs) * sizeof(float));
+    }
     if (N % ctx->nthreads == 0 || N >= 4 * (int64_t)ctx->nthreads) {
         /* whole images per job: each thread pads an image and then runs its tiles while
          * the padded copy is still in its L2 */
@@ -388,12 +484,19 @@ static bool dconv_run(kiln__cpu_ctx *ctx, int64_t N, int64_t Ci, int64_t Co, int
             kiln__cpu_scratch_put(ctx, h[i]);
         return true;
     }
-    kiln__cpu_parallel_for(ctx, N * Ci, 1 + 65536 / (d.cs + 1), dconv_pad, &d);
+    if (!d.inplace)
+        kiln__cpu_parallel_for(ctx, N * Ci, 1 + 65536 / (d.cs + 1), dconv_pad, &d);
     /* jobs are tiles of positions, each over all channel blocks (the input of a tile then
      * stays in L1 across them); when there are too few tiles to keep every thread busy
      * (small images, batch 1), the channel blocks are split across jobs as well */
     d.nobg = 1;
-    if (N * d.ntile < 4 * (int64_t)ctx->nthreads) {
+    if (Co * Ci * d.nk > N * Ci * d.cs) {
+        /* more weights than input (deep layers on small images): each job keeps one block
+         * of channels' weights in cache across a run of tiles, rather than streaming all
+         * the weights past every tile */
+        d.wmajor = true;
+        d.nobg = d.nob;
+    } else if (N * d.ntile < 4 * (int64_t)ctx->nthreads) {
         d.nobg = 4 * (int64_t)ctx->nthreads;
         if (d.nobg > d.nob)
             d.nobg = d.nob;
@@ -405,17 +508,116 @@ static bool dconv_run(kiln__cpu_ctx *ctx, int64_t N, int64_t Ci, int64_t Co, int
 }
 
 /* Whether the direct path applies: f32, a table with the tile kernel, one group, 1-D
- * or 2-D, stride 1, and not a 1x1 kernel without padding (which is a plain GEMM). */
+ * or 2-D, the same stride in both dims, and an output of the usual size. */
 static bool dconv_ok(const kiln__cpu_ctx *ctx, const geom *g, bool dbl)
 {
-    if (dbl || !ctx->k->conv_tile_f32 || g->G != 1 || g->direct)
+    if (dbl || !ctx->k->conv_tile_f32 || g->G != 1)
         return false;
-    if (g->k[0] != 1 || g->in[0] != 1 || g->pad[0] != 0)
+    /* a 1x1 kernel on a small image would leave most of a tile's positions empty; the
+     * GEMM lowering is the better fit there */
+    if (g->ksz == 1 && g->osz < 2 * ctx->k->conv_tile_q)
+        return false;
+    if (g->k[0] != 1 || g->in[0] != 1 || g->pad[0] != 0 || g->st[0] != 1)
+        return false;
+    /* a 1-D convolution has a unit stride in its missing height dim */
+    if (g->st[1] != g->st[2] && !(g->in[1] == 1 && g->k[1] == 1 && g->pad[1] == 0))
         return false;
     for (int i = 1; i < 3; i++)
-        if (g->st[i] != 1 || g->out[i] != g->in[i] + 2 * g->pad[i] - g->dil[i] * (g->k[i] - 1))
+        if (g->out[i] != (g->in[i] + 2 * g->pad[i] - g->dil[i] * (g->k[i] - 1) - 1) / g->st[i] + 1)
             return false;
-    return g->st[0] == 1 && g->osz > 0 && g->C > 0 && g->O > 0;
+    return g->osz > 0 && g->C > 0 && g->O > 0;
+}
+
+/* ------------------------------------------------------------------ depthwise path */
+
+/* Groups = input channels (each output plane sees one input plane): the GEMM lowering ran
+ * one im2col and one tiny GEMM per channel, a pool region and a BLAS call each, which
+ * made MobileNet-style layers cost several times their arithmetic. Here each job pads one
+ * input plane into its own scratch, split into stride phases as in the direct path, and
+ * the table's dwconv_plane_f32 computes that channel's output planes from it. */
+typedef struct dwconv {
+    dconv d;                 /* geometry of one plane: N = Ci = 1 */
+    int64_t planes, m;       /* input planes (batch × channels), outputs per input plane */
+    int64_t C, slot;         /* input channels; floats of scratch per job */
+    const float *x, *w, *bias;
+    float *out, *scratch;
+} dwconv;
+
+static void dwconv_job(void *argp, int job, int njobs)
+{
+    const dwconv *dw = argp;
+    dconv d = dw->d;
+    float *xg = dw->scratch + job * dw->slot;
+    const int64_t osz = d.OH * d.OW;
+    for (int64_t pl = dw->planes * job / njobs, pe = dw->planes * (job + 1) / njobs; pl < pe; pl++) {
+        d.x = dw->x + pl * d.H * d.W;
+        d.xp = xg;
+        dconv_pad(&d, 0, 1);
+        int64_t n = pl / dw->C, c = pl % dw->C;
+        for (int64_t j = 0; j < dw->m; j++) {
+            int64_t o = c * dw->m + j;
+            d.k->dwconv_plane_f32(dw->out + (n * dw->C * dw->m + o) * osz, xg, d.Wg, d.OH, d.OW, d.offs,
+                                  dw->w + o * d.nk, d.nk, dw->bias ? dw->bias[o] : 0.0f);
+        }
+    }
+}
+
+/* Whether the depthwise path applies: f32, one input channel per group, 1-D or 2-D, the
+ * same stride in both dims, and an output of the usual size. */
+static bool dwconv_ok(const kiln__cpu_ctx *ctx, const geom *g, bool dbl)
+{
+    if (dbl || !ctx->k->dwconv_plane_f32 || g->G < 2 || g->Cg != 1)
+        return false;
+    if (g->k[0] != 1 || g->in[0] != 1 || g->pad[0] != 0 || g->st[0] != 1)
+        return false;
+    if (g->st[1] != g->st[2] && !(g->in[1] == 1 && g->k[1] == 1 && g->pad[1] == 0))
+        return false;
+    for (int i = 1; i < 3; i++)
+        if (g->out[i] != (g->in[i] + 2 * g->pad[i] - g->dil[i] * (g->k[i] - 1) - 1) / g->st[i] + 1)
+            return false;
+    return g->osz > 0 && g->isz > 0;
+}
+
+static bool dwconv_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const float *w, const float *bias,
+                       float *out)
+{
+    dwconv dw = {0};
+    dconv *d = &dw.d;
+    const int64_t s = g->st[2], KH = g->k[1], KW = g->k[2];
+    d->N = 1, d->Ci = 1, d->H = g->in[1], d->W = g->in[2], d->ph = g->pad[1], d->pw = g->pad[2], d->s = s;
+    int64_t Hp = d->H + 2 * d->ph, Wp = d->W + 2 * d->pw;
+    d->Hg = (Hp + s - 1) / s, d->Wg = (Wp + s - 1) / s;
+    d->OH = g->out[1], d->OW = g->out[2];
+    d->pp = d->Hg * d->Wg;
+    d->cs = s * s * d->pp;
+    d->nk = KH * KW;
+    d->k = ctx->k;
+    dw.planes = g->N * g->C, dw.m = g->Og, dw.C = g->C;
+    dw.slot = (d->cs + d->Wg + 16 + 15) / 16 * 16; /* slack: reads run up to Wg past the phases */
+    dw.x = x, dw.w = w, dw.bias = bias, dw.out = out;
+    int64_t njobs = 8 * (int64_t)ctx->nthreads;
+    if (njobs > dw.planes)
+        njobs = dw.planes;
+    struct kiln_buffer *h[2] = {0};
+    dw.scratch = kiln__cpu_scratch_get(ctx, (size_t)(njobs * dw.slot) * sizeof(float), &h[0]);
+    int64_t *offs = kiln__cpu_scratch_get(ctx, (size_t)d->nk * sizeof(int64_t), &h[1]);
+    if (!dw.scratch || !offs) {
+        kiln__cpu_scratch_put(ctx, h[0]);
+        kiln__cpu_scratch_put(ctx, h[1]);
+        return false;
+    }
+    for (int64_t j = 0; j < njobs; j++)
+        memset(dw.scratch + j * dw.slot + d->cs, 0, (size_t)(dw.slot - d->cs) * sizeof(float));
+    for (int64_t kh = 0; kh < KH; kh++)
+        for (int64_t kw = 0; kw < KW; kw++) {
+            int64_t rh = kh * g->dil[1], rw = kw * g->dil[2];
+            offs[kh * KW + kw] = ((rh % s) * s + rw % s) * d->pp + (rh / s) * d->Wg + rw / s;
+        }
+    d->offs = offs;
+    kiln__cpu_pool_run(ctx->pool, (int)njobs, dwconv_job, &dw);
+    kiln__cpu_scratch_put(ctx, h[0]);
+    kiln__cpu_scratch_put(ctx, h[1]);
+    return true;
 }
 
 /* Contiguous f32/f64 views of the operands; outputs get scratch when they need it. */
@@ -454,8 +656,9 @@ int kiln__cpu_conv(void *vctx, const kiln_conv_params *p, const kiln_tdesc *out,
         ops[2].p = kiln__cpu_materialize(ctx, bias, ct, &ops[2].h);
     out_buffer(ctx, out, ct, &ops[3]);
     int64_t rows = g.Cg * g.ksz;
-    bool tiled = dconv_ok(ctx, &g, dbl);
-    bool need_col = !g.direct && !tiled;
+    bool depthwise = dwconv_ok(ctx, &g, dbl);
+    bool tiled = !depthwise && dconv_ok(ctx, &g, dbl);
+    bool need_col = !g.direct && !tiled && !depthwise;
     if (need_col)
         ops[4].p = kiln__cpu_scratch_get(ctx, (size_t)(rows * g.osz) * es, &ops[4].h);
     if (!ops[0].p || !ops[1].p || (bias && !ops[2].p) || !ops[3].p || (need_col && !ops[4].p)) {
@@ -463,9 +666,14 @@ int kiln__cpu_conv(void *vctx, const kiln_conv_params *p, const kiln_tdesc *out,
         return kiln__cpu_enomem("conv");
     }
     char *xp = ops[0].p, *wp = ops[1].p, *op = ops[3].p, *col = ops[4].p;
-    if (tiled) {
+    if (depthwise) {
+        if (!dwconv_run(ctx, &g, (const float *)xp, (const float *)wp, bias ? ops[2].p : NULL, (float *)op)) {
+            release(ctx, ops, 5);
+            return kiln__cpu_enomem("conv");
+        }
+    } else if (tiled) {
         if (!dconv_run(ctx, g.N, g.C, g.O, g.in[1], g.in[2], g.pad[1], g.pad[2], g.k[1], g.k[2], g.dil[1],
-                       g.dil[2], (const float *)xp, (const float *)wp, g.C * g.ksz, g.ksz, g.k[2], 1,
+                       g.dil[2], g.st[2], (const float *)xp, (const float *)wp, g.C * g.ksz, g.ksz, g.k[2], 1,
                        bias ? ops[2].p : NULL, (float *)op)) {
             release(ctx, ops, 5);
             return kiln__cpu_enomem("conv");
@@ -512,7 +720,8 @@ int kiln__cpu_conv_backward_input(void *vctx, const kiln_conv_params *p, const k
     ops[1].p = kiln__cpu_materialize(ctx, w, ct, &ops[1].h);
     out_buffer(ctx, grad_x, ct, &ops[2]);
     int64_t rows = g.Cg * g.ksz;
-    bool tiled = dconv_ok(ctx, &g, dbl) && g.pad[1] <= g.dil[1] * (g.k[1] - 1) &&
+    bool tiled = dconv_ok(ctx, &g, dbl) && !g.direct && g.st[1] == 1 && g.st[2] == 1 &&
+                 g.pad[1] <= g.dil[1] * (g.k[1] - 1) &&
                  g.pad[2] <= g.dil[2] * (g.k[2] - 1);
     bool need_col = !g.direct && !tiled;
     if (need_col)
@@ -528,7 +737,7 @@ int kiln__cpu_conv_backward_input(void *vctx, const kiln_conv_params *p, const k
          * convolved with the kernel flipped in space and with in/out channels swapped */
         int64_t ph = g.dil[1] * (g.k[1] - 1) - g.pad[1], pw = g.dil[2] * (g.k[2] - 1) - g.pad[2];
         const float *wflip = (const float *)wp + (g.k[1] - 1) * g.k[2] + (g.k[2] - 1);
-        if (!dconv_run(ctx, g.N, g.O, g.C, g.out[1], g.out[2], ph, pw, g.k[1], g.k[2], g.dil[1], g.dil[2],
+        if (!dconv_run(ctx, g.N, g.O, g.C, g.out[1], g.out[2], ph, pw, g.k[1], g.k[2], g.dil[1], g.dil[2], 1,
                        (const float *)gop, wflip, g.ksz, g.C * g.ksz, -g.k[2], -1, NULL, (float *)gx)) {
             release(ctx, ops, 4);
             return kiln__cpu_enomem("conv_backward_input");

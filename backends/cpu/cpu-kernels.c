@@ -663,6 +663,44 @@ static void conv_tile_f32(float *restrict tile, const float *restrict x, int64_t
     CT_STORE(0); CT_STORE(1); CT_STORE(2); CT_STORE(3);
     CT_STORE(4); CT_STORE(5); CT_STORE(6); CT_STORE(7);
 }
+
+/* The same tile with the weights read in place: channel j's (c, k) weight is
+ * w[j·wrs + c·nk + k], the layout of an [O, C, KH, KW] tensor, so a forward convolution
+ * needs no packed copy (which for a whole model means one pass less over every weight
+ * per inference). Eight row streams instead of one; the broadcasts are loads either way. */
+#define CR_FMA(j)                                                                     \
+    do {                                                                              \
+        __m512 wj = _mm512_set1_ps(r##j[i]);                                          \
+        a##j##0 = _mm512_fmadd_ps(wj, v0, a##j##0);                                   \
+        a##j##1 = _mm512_fmadd_ps(wj, v1, a##j##1);                                   \
+        a##j##2 = _mm512_fmadd_ps(wj, v2, a##j##2);                                   \
+    } while (0)
+
+static void conv_tile_rows_f32(float *restrict tile, const float *restrict x, int64_t cstride, int64_t C,
+                               const int64_t *restrict offs, int64_t nk, const float *restrict w,
+                               int64_t wrs, int nq)
+{
+    __mmask16 m0 = nq >= 16 ? (__mmask16)0xffff : tail_mask(nq);
+    __mmask16 m1 = nq >= 32 ? (__mmask16)0xffff : nq > 16 ? tail_mask(nq - 16) : 0;
+    __mmask16 m2 = nq >= 48 ? (__mmask16)0xffff : nq > 32 ? tail_mask(nq - 32) : 0;
+    CT_DECL(0); CT_DECL(1); CT_DECL(2); CT_DECL(3);
+    CT_DECL(4); CT_DECL(5); CT_DECL(6); CT_DECL(7);
+    const float *r0 = w, *r1 = w + wrs, *r2 = w + 2 * wrs, *r3 = w + 3 * wrs;
+    const float *r4 = w + 4 * wrs, *r5 = w + 5 * wrs, *r6 = w + 6 * wrs, *r7 = w + 7 * wrs;
+    for (int64_t c = 0, i = 0; c < C; c++) {
+        const float *xc = x + c * cstride;
+        for (int64_t k = 0; k < nk; k++, i++) {
+            const float *p = xc + offs[k];
+            __m512 v0 = _mm512_maskz_loadu_ps(m0, p);
+            __m512 v1 = _mm512_maskz_loadu_ps(m1, p + 16);
+            __m512 v2 = _mm512_maskz_loadu_ps(m2, p + 32);
+            CR_FMA(0); CR_FMA(1); CR_FMA(2); CR_FMA(3);
+            CR_FMA(4); CR_FMA(5); CR_FMA(6); CR_FMA(7);
+        }
+    }
+    CT_STORE(0); CT_STORE(1); CT_STORE(2); CT_STORE(3);
+    CT_STORE(4); CT_STORE(5); CT_STORE(6); CT_STORE(7);
+}
 #endif
 
 #if USE_AVX2 && !USE_AVX512
@@ -708,7 +746,96 @@ static void conv_tile_f32(float *restrict tile, const float *restrict x, int64_t
     }
     C8_STORE(0); C8_STORE(1); C8_STORE(2); C8_STORE(3);
 }
+
+/* Weights read in place, as in the AVX-512 conv_tile_rows_f32. */
+#define C8R_FMA(j)                                                                    \
+    do {                                                                              \
+        __m256 wj = _mm256_broadcast_ss(r##j + i);                                    \
+        a##j##0 = _mm256_fmadd_ps(wj, v0, a##j##0);                                   \
+        a##j##1 = _mm256_fmadd_ps(wj, v1, a##j##1);                                   \
+        a##j##2 = _mm256_fmadd_ps(wj, v2, a##j##2);                                   \
+    } while (0)
+
+static void conv_tile_rows_f32(float *restrict tile, const float *restrict x, int64_t cstride, int64_t C,
+                               const int64_t *restrict offs, int64_t nk, const float *restrict w,
+                               int64_t wrs, int nq)
+{
+    __m256i m0 = lane_mask8(nq), m1 = lane_mask8(nq - 8), m2 = lane_mask8(nq - 16);
+    C8_DECL(0); C8_DECL(1); C8_DECL(2); C8_DECL(3);
+    const float *r0 = w, *r1 = w + wrs, *r2 = w + 2 * wrs, *r3 = w + 3 * wrs;
+    for (int64_t c = 0, i = 0; c < C; c++) {
+        const float *xc = x + c * cstride;
+        for (int64_t k = 0; k < nk; k++, i++) {
+            const float *p = xc + offs[k];
+            __m256 v0 = _mm256_maskload_ps(p, m0);
+            __m256 v1 = _mm256_maskload_ps(p + 8, m1);
+            __m256 v2 = _mm256_maskload_ps(p + 16, m2);
+            C8R_FMA(0); C8R_FMA(1); C8R_FMA(2); C8R_FMA(3);
+        }
+    }
+    C8_STORE(0); C8_STORE(1); C8_STORE(2); C8_STORE(3);
+}
 #endif
+
+/* ------------------------------------------------------------------ depthwise convolution */
+
+/* One output plane of a depthwise convolution from its input plane, zero-padded and split
+ * into stride phases (cpu-conv.c): out[oh·OW + ow] = bias + sum over k < nk of
+ * w[k] · xg[offs[k] + oh·Wg + ow]. Each tap is then a multiply-add of two contiguous runs
+ * over the whole grid of OH rows of Wg (the Wg - OW discarded columns included, so the
+ * vectors stay long even on a 7x7 plane); the grid is walked in chunks whose sums stay in
+ * L1, and the real columns copied out. Plain C: each table's build vectorizes it for its
+ * own ISA. */
+#define DW_CHUNK 512
+
+static void dwconv_plane_f32(float *restrict out, const float *restrict xg, int64_t Wg, int64_t OH,
+                             int64_t OW, const int64_t *restrict offs, const float *restrict w,
+                             int64_t nk, float bias)
+{
+    float acc[DW_CHUNK] __attribute__((aligned(64)));
+    const int64_t nq = OH * Wg;
+    for (int64_t q0 = 0; q0 < nq; q0 += DW_CHUNK) {
+        const int64_t n = nq - q0 < DW_CHUNK ? nq - q0 : DW_CHUNK;
+        for (int64_t i = 0; i < n; i++)
+            acc[i] = bias;
+        for (int64_t k = 0; k < nk; k++) {
+            const float *restrict src = xg + offs[k] + q0;
+            const float wk = w[k];
+#if USE_AVX512
+            /* explicit vectors with a masked tail: compilers fell back to scalar code
+             * for the short runs of small planes */
+            __m512 vw = _mm512_set1_ps(wk);
+            int64_t i = 0;
+            for (; i + 16 <= n; i += 16)
+                _mm512_store_ps(acc + i, _mm512_fmadd_ps(vw, _mm512_loadu_ps(src + i), _mm512_load_ps(acc + i)));
+            if (i < n) {
+                __mmask16 m = tail_mask(n - i);
+                _mm512_mask_store_ps(acc + i, m, _mm512_fmadd_ps(vw, _mm512_maskz_loadu_ps(m, src + i),
+                                                                 _mm512_maskz_load_ps(m, acc + i)));
+            }
+#elif USE_AVX2
+            __m256 vw = _mm256_set1_ps(wk);
+            int64_t i = 0;
+            for (; i + 8 <= n; i += 8)
+                _mm256_store_ps(acc + i, _mm256_fmadd_ps(vw, _mm256_loadu_ps(src + i), _mm256_load_ps(acc + i)));
+            for (; i < n; i++)
+                acc[i] += wk * src[i];
+#else
+            for (int64_t i = 0; i < n; i++)
+                acc[i] += wk * src[i];
+#endif
+        }
+        for (int64_t q = q0, qe = q0 + n; q < qe;) {
+            int64_t oh = q / Wg, ow = q - oh * Wg;
+            int64_t run = Wg - ow < qe - q ? Wg - ow : qe - q;
+            if (ow < OW) {
+                int64_t valid = OW - ow < run ? OW - ow : run;
+                memcpy(out + oh * OW + ow, acc + (q - q0), (size_t)valid * sizeof(float));
+            }
+            q += run;
+        }
+    }
+}
 
 const kiln__cpu_kernels KTABLE = {
     .name = KNAME,
@@ -719,12 +846,15 @@ const kiln__cpu_kernels KTABLE = {
     .softmax_row_f32 = softmax_row_f32,
     .layer_norm_row_f32 = layer_norm_row_f32,
     .maxpool2x2_row_f32 = maxpool2x2_row_f32,
+    .dwconv_plane_f32 = dwconv_plane_f32,
 #if USE_AVX512
     .conv_tile_f32 = conv_tile_f32,
+    .conv_tile_rows_f32 = conv_tile_rows_f32,
     .conv_tile_o = 8,
     .conv_tile_q = 48,
 #elif USE_AVX2
     .conv_tile_f32 = conv_tile_f32,
+    .conv_tile_rows_f32 = conv_tile_rows_f32,
     .conv_tile_o = 4,
     .conv_tile_q = 24,
 #endif

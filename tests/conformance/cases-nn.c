@@ -421,6 +421,27 @@ void conf_cases_nn(void)
         conv_case(2, dt, KILN_SHAPE(1, 2, 3, 3), KILN_SHAPE(3, 2, 3, 3), true, 1, 0, 1, 1, 0, V_NONE, false);
         conv_case(2, dt, KILN_SHAPE(2, 32, 28, 28), KILN_SHAPE(32, 32, 3, 3), true, 1, 1, 1, 1, 0, V_NONE, false);
         conv_asym_case();
+        /* the cpu backend's direct paths: a 1x1 kernel read in place (odd channel counts,
+         * a partial last block of output channels), strided kernels on stride phases, a
+         * 7x7 stride-2 stem, dilation with stride, enough positions for packed weights,
+         * a strided 1-D convolution, non-contiguous inputs */
+        conv_case(2, dt, KILN_SHAPE(2, 13, 12, 10), KILN_SHAPE(11, 13, 1, 1), true, 1, 0, 1, 1, 0, V_NONE, false);
+        conv_case(2, dt, KILN_SHAPE(1, 16, 24, 24), KILN_SHAPE(20, 16, 1, 1), false, 2, 0, 1, 1, 0, V_NONE, false);
+        conv_case(2, dt, KILN_SHAPE(2, 5, 17, 19), KILN_SHAPE(9, 5, 3, 3), true, 2, 1, 1, 1, 0, V_NONE, false);
+        conv_case(2, dt, KILN_SHAPE(2, 5, 17, 19), KILN_SHAPE(9, 5, 3, 3), true, 2, 1, 1, 1, 0, V_STEP, false);
+        conv_case(2, dt, KILN_SHAPE(1, 3, 30, 30), KILN_SHAPE(10, 3, 7, 7), true, 2, 3, 1, 1, 0, V_NONE, false);
+        conv_case(2, dt, KILN_SHAPE(1, 4, 21, 21), KILN_SHAPE(6, 4, 3, 3), true, 2, 2, 2, 1, 0, V_NONE, false);
+        conv_case(2, dt, KILN_SHAPE(1, 4, 22, 20), KILN_SHAPE(12, 4, 5, 5), true, 3, 2, 1, 1, 0, V_T, false);
+        conv_case(2, dt, KILN_SHAPE(2, 3, 64, 64), KILN_SHAPE(5, 3, 3, 3), true, 1, 1, 1, 1, 0, V_NONE, false);
+        conv_case(1, dt, KILN_SHAPE(2, 4, 200), KILN_SHAPE(6, 4, 5), true, 2, 2, 1, 1, 0, V_NONE, false);
+        /* depthwise: groups = channels, strides, 5x5, a channel multiplier, dilation, 1-D,
+         * non-contiguous inputs */
+        conv_case(2, dt, KILN_SHAPE(2, 7, 13, 11), KILN_SHAPE(7, 1, 5, 5), true, 2, 2, 1, 7, 0, V_NONE, false);
+        conv_case(2, dt, KILN_SHAPE(1, 5, 9, 9), KILN_SHAPE(10, 1, 3, 3), true, 1, 1, 1, 5, 0, V_NONE, false);
+        conv_case(2, dt, KILN_SHAPE(1, 6, 10, 10), KILN_SHAPE(6, 1, 3, 3), false, 1, 2, 2, 6, 0, V_NONE, false);
+        conv_case(2, dt, KILN_SHAPE(2, 8, 9, 9), KILN_SHAPE(8, 1, 3, 3), true, 2, 1, 1, 8, 0, V_STEP, false);
+        conv_case(2, dt, KILN_SHAPE(1, 9, 40, 37), KILN_SHAPE(9, 1, 3, 3), true, 1, 0, 1, 9, 0, V_T, false);
+        conv_case(1, dt, KILN_SHAPE(2, 6, 30), KILN_SHAPE(6, 1, 3), true, 2, 1, 1, 6, 0, V_NONE, false);
         conv_case(1, dt, KILN_SHAPE(2, 4, 20), KILN_SHAPE(6, 2, 3), true, 1, 1, 1, 2, 0, V_NONE, false);
         conv_case(1, dt, KILN_SHAPE(2, 4, 20), KILN_SHAPE(6, 4, 3), false, 1, 3, 3, 1, 0, V_FLIP, false);
         conv_case(1, dt, KILN_SHAPE(3, 5, 1), KILN_SHAPE(2, 5, 1), true, 1, 0, 1, 1, 0, V_NONE, false);
