@@ -144,6 +144,7 @@ static double max_err(const kiln_tensor *t, const float *ref, size_t n)
 typedef struct kstep {
     int op;
     kiln_tensor *a, *b, *c;
+    const kiln_conv_opts *conv; /* K_CONV2D: stride, padding, groups */
     kiln_tensor *last; /* kept result of the final step, for checking */
     bool keep;
 } kstep;
@@ -161,11 +162,7 @@ static void kiln_step(void *p)
     case K_GELU: y = kiln_gelu(k->a, false); break;
     case K_SOFTMAX: y = kiln_softmax(k->a, -1); break;
     case K_LAYER_NORM: y = kiln_layer_norm(k->a, 1, k->b, k->c, 1e-5); break;
-    case K_CONV2D: {
-        kiln_conv_opts o = {.padding = {1, 1}};
-        y = kiln_conv2d(k->a, k->b, k->c, &o);
-        break;
-    }
+    case K_CONV2D: y = kiln_conv2d(k->a, k->b, k->c, k->conv); break;
     case K_MAXPOOL2D: {
         kiln_pool_opts o = {.kernel = {2, 2}};
         y = kiln_max_pool2d(k->a, &o, NULL);
@@ -306,22 +303,59 @@ static void group_norm(void)
     free(b);
 }
 
+/* The 3x3 64-channel batch-8 layer, then the convolutions of ResNet-50 and
+ * MobileNetV3-small at batch 1 (the shapes an ONNX model runs one request at a time);
+ * torch_ops.py lists the same table. */
+typedef struct conv_shape {
+    const char *name;
+    int64_t n, c, o, h, w, k, stride, pad, groups;
+} conv_shape;
+
+static const conv_shape conv_shapes[] = {
+    {"conv2d_f32_3x3_b8_64to64_56x56", 8, 64, 64, 56, 56, 3, 1, 1, 1},
+    {"conv2d_f32_1x1_b1_64to256_56x56", 1, 64, 256, 56, 56, 1, 1, 0, 1},
+    {"conv2d_f32_1x1_b1_256to64_56x56", 1, 256, 64, 56, 56, 1, 1, 0, 1},
+    {"conv2d_f32_1x1_s2_b1_256to512_56x56", 1, 256, 512, 56, 56, 1, 2, 0, 1},
+    {"conv2d_f32_1x1_b1_1024to256_14x14", 1, 1024, 256, 14, 14, 1, 1, 0, 1},
+    {"conv2d_f32_3x3_b1_64to64_56x56", 1, 64, 64, 56, 56, 3, 1, 1, 1},
+    {"conv2d_f32_3x3_b1_128to128_28x28", 1, 128, 128, 28, 28, 3, 1, 1, 1},
+    {"conv2d_f32_3x3_s2_b1_128to128_56x56", 1, 128, 128, 56, 56, 3, 2, 1, 1},
+    {"conv2d_f32_3x3_b1_256to256_14x14", 1, 256, 256, 14, 14, 3, 1, 1, 1},
+    {"conv2d_f32_7x7_s2_b1_3to64_224x224", 1, 3, 64, 224, 224, 7, 2, 3, 1},
+    {"conv2d_f32_3x3_s2_b1_3to16_224x224", 1, 3, 16, 224, 224, 3, 2, 1, 1},
+    {"conv2d_f32_dw3x3_s2_b1_16_112x112", 1, 16, 16, 112, 112, 3, 2, 1, 16},
+    {"conv2d_f32_dw3x3_b1_88_28x28", 1, 88, 88, 28, 28, 3, 1, 1, 88},
+    {"conv2d_f32_dw5x5_s2_b1_96_28x28", 1, 96, 96, 28, 28, 5, 2, 2, 96},
+    {"conv2d_f32_dw5x5_b1_240_14x14", 1, 240, 240, 14, 14, 5, 1, 2, 240},
+    {"conv2d_f32_dw5x5_b1_576_7x7", 1, 576, 576, 7, 7, 5, 1, 2, 576},
+};
+
 static void group_conv2d(void)
 {
-    float *x = host_random((size_t)8 * 64 * 56 * 56, 8, -1, 1), *w = host_random((size_t)64 * 64 * 9, 9, -0.1f, 0.1f),
-          *b = host_random(64, 10, -1, 1);
-    kiln_tensor *kx = upload(x, KILN_SHAPE(8, 64, 56, 56)), *kw = upload(w, KILN_SHAPE(64, 64, 3, 3)),
-                *kb = upload(b, KILN_SHAPE(64));
-    double km, pm;
-    kstep k = {.op = K_CONV2D, .a = kx, .b = kw, .c = kb};
-    measure(kiln_step, &k, NULL, NULL, &km, &pm);
-    emit("conv2d_f32_3x3_b8_64to64_56x56", km, 0, NULL);
-    kiln_tensor_release(kx);
-    kiln_tensor_release(kw);
-    kiln_tensor_release(kb);
-    free(x);
-    free(w);
-    free(b);
+    /* KILN_BENCH_FILTER=substring runs only the shapes whose name contains it (profiling) */
+    const char *only = getenv("KILN_BENCH_FILTER");
+    for (size_t i = 0; i < sizeof conv_shapes / sizeof conv_shapes[0]; i++) {
+        const conv_shape *cs = &conv_shapes[i];
+        if (only && !strstr(cs->name, only))
+            continue;
+        int64_t cg = cs->c / cs->groups;
+        float *x = host_random((size_t)(cs->n * cs->c * cs->h * cs->w), 8, -1, 1),
+              *w = host_random((size_t)(cs->o * cg * cs->k * cs->k), 9, -0.1f, 0.1f),
+              *b = host_random((size_t)cs->o, 10, -1, 1);
+        kiln_tensor *kx = upload(x, KILN_SHAPE(cs->n, cs->c, cs->h, cs->w)),
+                    *kw = upload(w, KILN_SHAPE(cs->o, cg, cs->k, cs->k)), *kb = upload(b, KILN_SHAPE(cs->o));
+        kiln_conv_opts o = {.stride = {cs->stride, cs->stride}, .padding = {cs->pad, cs->pad}, .groups = cs->groups};
+        double km, pm;
+        kstep k = {.op = K_CONV2D, .a = kx, .b = kw, .c = kb, .conv = &o};
+        measure(kiln_step, &k, NULL, NULL, &km, &pm);
+        emit(cs->name, km, 0, NULL);
+        kiln_tensor_release(kx);
+        kiln_tensor_release(kw);
+        kiln_tensor_release(kb);
+        free(x);
+        free(w);
+        free(b);
+    }
 }
 
 static void group_max_pool2d(void)

@@ -17,6 +17,28 @@ import torch
 import torch.nn.functional as F
 
 
+# name, batch, in and out channels, height, width, kernel, stride, padding, groups: the
+# table in engine-ops.c
+CONV_SHAPES = [
+    ('conv2d_f32_3x3_b8_64to64_56x56', 8, 64, 64, 56, 56, 3, 1, 1, 1),
+    ('conv2d_f32_1x1_b1_64to256_56x56', 1, 64, 256, 56, 56, 1, 1, 0, 1),
+    ('conv2d_f32_1x1_b1_256to64_56x56', 1, 256, 64, 56, 56, 1, 1, 0, 1),
+    ('conv2d_f32_1x1_s2_b1_256to512_56x56', 1, 256, 512, 56, 56, 1, 2, 0, 1),
+    ('conv2d_f32_1x1_b1_1024to256_14x14', 1, 1024, 256, 14, 14, 1, 1, 0, 1),
+    ('conv2d_f32_3x3_b1_64to64_56x56', 1, 64, 64, 56, 56, 3, 1, 1, 1),
+    ('conv2d_f32_3x3_b1_128to128_28x28', 1, 128, 128, 28, 28, 3, 1, 1, 1),
+    ('conv2d_f32_3x3_s2_b1_128to128_56x56', 1, 128, 128, 56, 56, 3, 2, 1, 1),
+    ('conv2d_f32_3x3_b1_256to256_14x14', 1, 256, 256, 14, 14, 3, 1, 1, 1),
+    ('conv2d_f32_7x7_s2_b1_3to64_224x224', 1, 3, 64, 224, 224, 7, 2, 3, 1),
+    ('conv2d_f32_3x3_s2_b1_3to16_224x224', 1, 3, 16, 224, 224, 3, 2, 1, 1),
+    ('conv2d_f32_dw3x3_s2_b1_16_112x112', 1, 16, 16, 112, 112, 3, 2, 1, 16),
+    ('conv2d_f32_dw3x3_b1_88_28x28', 1, 88, 88, 28, 28, 3, 1, 1, 88),
+    ('conv2d_f32_dw5x5_s2_b1_96_28x28', 1, 96, 96, 28, 28, 5, 2, 2, 96),
+    ('conv2d_f32_dw5x5_b1_240_14x14', 1, 240, 240, 14, 14, 5, 1, 2, 240),
+    ('conv2d_f32_dw5x5_b1_576_7x7', 1, 576, 576, 7, 7, 5, 1, 2, 576),
+]
+
+
 def measure(fn):
     budget = float(os.environ.get('KILN_BENCH_SECONDS', '1.5'))
     t0 = time.perf_counter()
@@ -57,8 +79,9 @@ def main():
             emit('softmax_f32_4096x1024', measure(lambda: torch.softmax(x, -1)))
             emit('layer_norm_f32_4096x1024', measure(lambda: F.layer_norm(x, (1024,), w, b, 1e-5)))
         elif group == 'conv2d':
-            x, w, b = rand(8, 64, 56, 56), rand(64, 64, 3, 3, lo=-0.1, hi=0.1), rand(64)
-            emit('conv2d_f32_3x3_b8_64to64_56x56', measure(lambda: F.conv2d(x, w, b, padding=1)))
+            for name, n, c, o, h, w_, k, stride, pad, groups in CONV_SHAPES:
+                x, w, b = rand(n, c, h, w_), rand(o, c // groups, k, k, lo=-0.1, hi=0.1), rand(o)
+                emit(name, measure(lambda: F.conv2d(x, w, b, stride=stride, padding=pad, groups=groups)))
         elif group == 'max_pool2d':
             x = rand(2, 32, 512, 512)
             emit('max_pool2d_f32_2x2_2x32x512x512', measure(lambda: F.max_pool2d(x, 2)))
