@@ -74,6 +74,8 @@ struct kiln__sched_worker {
     struct kiln__sched_ctl *ctl_head, *ctl_tail;
     struct kiln__sched_instance *insts;
     struct kiln__sched_instance *rr;    /* where the next search for work starts */
+    struct kiln_sched_task *task_head, *task_tail;  /* kiln_sched_task_submit's queue */
+    bool task_turn;                     /* a task goes before the next batch */
 };
 
 struct kiln_sched {

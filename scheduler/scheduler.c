@@ -354,8 +354,21 @@ static void *worker_main(void *arg)
             if (in == start)
                 break;
         }
+        if (w->task_head && (!pick || w->task_turn)) {
+            struct kiln_sched_task *t = w->task_head;
+            w->task_head = t->next;
+            if (!w->task_head)
+                w->task_tail = NULL;
+            w->task_turn = false;
+            pthread_mutex_unlock(&s->mu);
+            t->run(t, w->dev);
+            post_done(s, &t->carrier);
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
         if (pick) {
             w->rr = pick->wnext;
+            w->task_turn = true;
             run_batch(w, pick, n);
             continue;
         }
@@ -439,6 +452,16 @@ void kiln_sched_stop(struct kiln_sched *s)
             pthread_join(s->workers[i].thread, NULL);
     s->stopped = true;
     /* Everything still queued gets its answer now, on this (the loop's) thread. */
+    for (size_t i = 0; i < s->nworkers; i++) {
+        struct kiln__sched_worker *w = &s->workers[i];
+        while (w->task_head) {
+            struct kiln_sched_task *t = w->task_head;
+            w->task_head = t->next;
+            t->shutdown = true;
+            post_done(s, &t->carrier);
+        }
+        w->task_tail = NULL;
+    }
     for (struct kiln_sched_model *m = s->models; m; m = m->next) {
         while (m->head) {
             struct kiln_sched_request *r = m->head;
@@ -621,6 +644,49 @@ int kiln_sched_submit(struct kiln_sched *s, struct kiln_sched_request *r)
     for (int i = 0; i < m->ninst; i++)
         if (m->inst[i].linked)
             pthread_cond_signal(&m->inst[i].worker->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+static void task_finished(struct kiln_sched_request *r)
+{
+    struct kiln_sched_task *t = r->ud;
+    t->done(t);
+}
+
+int kiln_sched_worker_for(struct kiln_sched *s, const char *device, unsigned hint)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->nworkers; i++)
+        n += strcmp(s->workers[i].spec, device) == 0;
+    if (n == 0)
+        return -1;
+    size_t k = hint % n;
+    for (size_t i = 0; i < s->nworkers; i++)
+        if (strcmp(s->workers[i].spec, device) == 0 && k-- == 0)
+            return (int)i;
+    return -1;
+}
+
+int kiln_sched_task_submit(struct kiln_sched *s, int worker, struct kiln_sched_task *t)
+{
+    if (worker < 0 || (size_t)worker >= s->nworkers)
+        return -1;
+    struct kiln__sched_worker *w = &s->workers[worker];
+    t->next = NULL;
+    t->shutdown = false;
+    t->carrier = (struct kiln_sched_request){.done = task_finished, .ud = t};
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        return -1;
+    }
+    if (w->task_tail)
+        w->task_tail->next = t;
+    else
+        w->task_head = t;
+    w->task_tail = t;
+    pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&s->mu);
     return 0;
 }

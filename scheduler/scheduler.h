@@ -130,4 +130,26 @@ int kiln_sched_dtype_of(const char *datatype);
 /* Frees the input and output buffers a request holds. */
 void kiln_sched_request_clear(struct kiln_sched_request *r);
 
+/*
+ * Generic work for a device's worker (remote tensor sessions use it): run is called on the worker
+ * thread that owns the device, then done on the loop thread. A worker alternates between queued
+ * tasks and ready inference batches, so neither can starve the other. Buffers a task allocates
+ * belong to that worker's device: a client whose state lives on a device keeps using the worker
+ * that kiln_sched_worker_for gave it.
+ */
+struct kiln_sched_task {
+    void (*run)(struct kiln_sched_task *t, kiln_device *dev);   /* worker thread */
+    void (*done)(struct kiln_sched_task *t);                    /* loop thread, exactly once */
+    void *ud;
+    bool shutdown;                      /* in done: the scheduler stopped before run was called */
+    /* the scheduler's */
+    struct kiln_sched_task *next;
+    struct kiln_sched_request carrier;  /* takes the completion through the loop's async queue */
+};
+
+/* A worker driving device spec (the hint spreads clients over several), or -1 when none does. */
+int kiln_sched_worker_for(struct kiln_sched *s, const char *device, unsigned hint);
+/* Queues t on worker; 0, or -1 when the scheduler is stopping (done will not run). */
+int kiln_sched_task_submit(struct kiln_sched *s, int worker, struct kiln_sched_task *t);
+
 #endif /* KILN_SCHEDULER_H */
