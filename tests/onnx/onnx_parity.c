@@ -8,6 +8,10 @@
  * "out.<name>" there, which ONNX Runtime computed (tests/fixtures/gen_onnx_models.py).
  * The error is max|kiln - ort| / max|ort| per output and must stay under 1e-4. Exits 77
  * (skip) when DEVICE cannot be opened.
+ *
+ * A MODEL written "!MODEL=TEXT[|TEXT...]" is a graph kiln must refuse: loading or running
+ * it has to fail, and the error message has to contain every TEXT (typically the node's
+ * name and what was wrong with its inputs).
  */
 #include <math.h>
 #include <stdio.h>
@@ -42,7 +46,48 @@ static double compare(kiln_tensor *got, kiln_tensor *want) {
     return err;
 }
 
+/* Load and run DIR/MODEL.onnx on the inputs of DIR/MODEL.io.safetensors expecting an
+ * error that mentions each '|'-separated part of want. */
+static int expect_failure(const char *dir, kiln_device *dev, const char *spec) {
+    char model[256], want[512], path[1024], key[300];
+    snprintf(model, sizeof model, "%s", spec + 1);
+    char *eq = strchr(model, '=');
+    if (!eq) { printf("FAIL %s: no expected text\n", spec); return 1; }
+    *eq = 0;
+    snprintf(want, sizeof want, "%s", eq + 1);
+    snprintf(path, sizeof path, "%s/%s.onnx", dir, model);
+    char err[1024] = "";
+    kiln_onnx_model *m = kiln_onnx_load(path, dev, NULL);
+    kiln_tensor *ins[16] = {0}, *outs[16] = {0};
+    if (!m) {
+        snprintf(err, sizeof err, "%s", kiln_error());
+    } else {
+        snprintf(path, sizeof path, "%s/%s.io.safetensors", dir, model);
+        kiln_safetensors *st = kiln_safetensors_open(path);
+        int nin = kiln_onnx_input_count(m), nout = kiln_onnx_output_count(m);
+        const char *names[16];
+        for (int i = 0; st && i < nin && i < 16; i++) {
+            names[i] = kiln_onnx_input_name(m, i);
+            snprintf(key, sizeof key, "in.%s", names[i]);
+            ins[i] = kiln_safetensors_load(st, key, dev);
+        }
+        if (!st) printf("FAIL %s: %s\n", spec, kiln_error());
+        else if (kiln_onnx_run(m, nin, names, ins, nout < 16 ? nout : 16, outs) == 0) err[0] = 0;
+        else snprintf(err, sizeof err, "%s", kiln_error());
+        kiln_safetensors_close(st);
+        kiln_onnx_free(m);
+        if (!st) return 1;
+    }
+    for (int i = 0; i < 16; i++) { kiln_tensor_release(ins[i]); kiln_tensor_release(outs[i]); }
+    if (!err[0]) { printf("FAIL %s: ran without an error\n", model); return 1; }
+    for (char *part = strtok(want, "|"); part; part = strtok(NULL, "|"))
+        if (!strstr(err, part)) { printf("FAIL %s: error \"%s\" does not mention \"%s\"\n", model, err, part); return 1; }
+    printf("ok   %s refused: %s\n", model, err);
+    return 0;
+}
+
 static int run_one(const char *dir, kiln_device *dev, const char *spec) {
+    if (spec[0] == '!') return expect_failure(dir, dev, spec);
     char model[256], io[256], path[1024];
     snprintf(model, sizeof model, "%s", spec);
     char *colon = strchr(model, ':');
