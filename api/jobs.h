@@ -3,7 +3,7 @@
  * follow a job's events as server-sent events.
  *
  * Jobs live in the job store (kiln.db). One training thread takes queued jobs in id order and
- * runs each through scheduler/trainer.c; it writes state changes, step and epoch metrics and
+ * runs each through scheduler/trainer-run.c; it writes state changes, step and epoch metrics and
  * checkpoints to the store and pokes the loop through a uv_async, and the loop pushes new
  * events to the event streams. The store is the single source of truth, so a stream resumed
  * with Last-Event-ID, a GET after a restart and a live stream all read the same rows.

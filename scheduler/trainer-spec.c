@@ -1,17 +1,11 @@
 /*
- * scheduler/trainer.c — a training job from its JSON spec to a served model version.
+ * scheduler/trainer-spec.c — a job spec from JSON to struct kiln_jobspec, every problem found.
  *
  * Parsing runs on the loop thread, so it only reads JSON and the file system: it never builds
  * the model (that allocates device memory and can take long for a large graph). A model spec
  * that is well-formed JSON but does not build fails the job when it starts, with the engine's
  * message naming the node. Every problem the parser can see is reported at once, so a user
  * fixes a spec in one round trip rather than one field per submit.
- *
- * The run happens on the daemon's training thread. Cancellation is a flag the Learner's
- * subscriber reads after each step, which is the granularity the Learner offers
- * (kiln_learner_cancel stops before the next step). Resuming uses the Learner's exact resume:
- * the loaders' order is a function of (seed, epoch), so a job restarted after a crash repeats
- * the batches it lost and ends with the model an uninterrupted run would have produced.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -26,14 +20,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "kiln/data.h"
-#include "kiln/loss.h"
 #include "kiln/nn.h"
-#include "kiln/record.h"
 #include "kiln/repository.h"
-#include "kiln/train.h"
-#include "trainer.h"
-
+#include "trainer-impl.h"
 #define FASHION_DIR "/usr/share/datasets/fashion-mnist"
 
 /* The two models of examples/fashion_mnist.c, so a spec can name one instead of spelling it. */
@@ -63,7 +52,7 @@ static const char FASHION_CNN[] =
     "],\"outputs\":[\"fc2\"]}";
 
 /* Metric names the Learner produces; checkpoint keep-best and early stopping must use one. */
-static const char *const known_metrics[] = {
+const char *const kiln__trainer_metrics[] = {
     "train_loss", "train_accuracy", "valid_loss", "valid_accuracy", "valid_top5_accuracy", "valid_precision",
     "valid_recall", "valid_f1", "lr", "items_per_sec", "epoch_seconds", NULL};
 
@@ -168,8 +157,8 @@ static void unknown_keys(struct problems *p, const cJSON *obj, const char *prefi
 
 static bool known_metric(const char *name)
 {
-    for (int i = 0; known_metrics[i]; i++)
-        if (strcmp(known_metrics[i], name) == 0)
+    for (int i = 0; kiln__trainer_metrics[i]; i++)
+        if (strcmp(kiln__trainer_metrics[i], name) == 0)
             return true;
     return false;
 }
@@ -516,366 +505,4 @@ void kiln_jobspec_free(struct kiln_jobspec *s)
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
         free(strs[i]);
     memset(s, 0, sizeof *s);
-}
-
-/* ---- the run ------------------------------------------------------------------------------- */
-
-struct run_ctx {
-    const struct kiln_trainer_run *run;
-    kiln_learner *L;
-    uint64_t last_step_ns;
-};
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void logf_(const struct kiln_trainer_run *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void logf_(const struct kiln_trainer_run *run, const char *fmt, ...)
-{
-    if (!run->hooks.event)
-        return;
-    char msg[640];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "message", msg);
-    char *text = cJSON_PrintUnformatted(o);
-    if (text)
-        run->hooks.event(run->hooks.ud, "log", text);
-    cJSON_free(text);
-    cJSON_Delete(o);
-}
-
-static void on_event(void *ud, const kiln_train_event *ev)
-{
-    struct run_ctx *c = ud;
-    const struct kiln_trainer_hooks *h = &c->run->hooks;
-    if (atomic_load(c->run->cancel))
-        kiln_learner_cancel(c->L);
-    switch (ev->kind) {
-    case KILN_EVENT_STEP: {
-        double total = (double)(c->run->spec->epochs * ev->batches);
-        if (h->progress && total > 0)
-            h->progress(h->ud, ((double)(ev->epoch - 1) * (double)ev->batches + (double)ev->batch + 1) / total);
-        /* Every step is too many rows for the store on a fast model: at most five a second,
-         * plus each epoch's last step. */
-        uint64_t t = now_ns();
-        if (h->event && (t - c->last_step_ns > 200000000u || ev->batch + 1 == ev->batches)) {
-            c->last_step_ns = t;
-            h->event(h->ud, "step", ev->json);
-        }
-        break;
-    }
-    case KILN_EVENT_EPOCH:
-        if (h->event)
-            h->event(h->ud, "epoch", ev->json);
-        break;
-    case KILN_EVENT_CHECKPOINT:
-        if (h->event)
-            h->event(h->ud, "checkpoint", ev->json);
-        if (h->checkpoint && ev->path)
-            h->checkpoint(h->ud, ev->path, ev->step);
-        break;
-    case KILN_EVENT_DONE:
-        break;
-    }
-}
-
-static kiln_dataset *open_set(const struct kiln_jobspec *s, const char *a, const char *b, const char *fashion_prefix,
-                              int64_t limit)
-{
-    kiln_dataset *ds = NULL;
-    if (strcmp(s->data_type, "fashion_mnist") == 0) {
-        char im[PATH_MAX + 64], lb[PATH_MAX + 64];
-        snprintf(im, sizeof im, "%s/%s-images-idx3-ubyte.gz", a, fashion_prefix);
-        snprintf(lb, sizeof lb, "%s/%s-labels-idx1-ubyte.gz", a, fashion_prefix);
-        kiln_dataset *raw = kiln_dataset_idx(im, lb);
-        ds = raw && s->normalize ? kiln_dataset_normalize(raw, 1, (const float[]){0.2860f}, (const float[]){0.3530f})
-                                 : (raw ? kiln_dataset_retain(raw) : NULL);
-        kiln_dataset_free(raw);
-    } else if (strcmp(s->data_type, "idx") == 0) {
-        ds = kiln_dataset_idx(a, b);
-    } else {
-        ds = kiln_dataset_csv(a, s->label_column, 0, NULL);
-    }
-    if (ds && limit > 0 && limit < kiln_dataset_length(ds)) {
-        kiln_dataset *sub = kiln_dataset_range(ds, 0, limit);
-        kiln_dataset_free(ds);
-        ds = sub;
-    }
-    return ds;
-}
-
-static int write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return -1;
-    int rc = fputs(text, f) < 0 ? -1 : 0;
-    if (fclose(f) != 0)
-        rc = -1;
-    return rc;
-}
-
-/* The served model's config.json: one input shaped like an item, one output of class logits. */
-static char *serving_config(const struct kiln_jobspec *s, const kiln_dataset_info *info)
-{
-    cJSON *spec = cJSON_Parse(s->model_json);
-    const cJSON *in = cJSON_GetArrayItem(get(spec, "inputs"), 0), *out = cJSON_GetArrayItem(get(spec, "outputs"), 0);
-    cJSON *c = cJSON_CreateObject();
-    cJSON *ins = cJSON_AddArrayToObject(c, "inputs"), *outs = cJSON_AddArrayToObject(c, "outputs");
-    cJSON *i0 = cJSON_CreateObject(), *o0 = cJSON_CreateObject();
-    cJSON_AddStringToObject(i0, "name", cJSON_IsString(in) ? in->valuestring : "x");
-    cJSON_AddStringToObject(i0, "datatype", "FP32");
-    cJSON *shape = cJSON_AddArrayToObject(i0, "shape");
-    cJSON_AddItemToArray(shape, cJSON_CreateNumber(-1));
-    for (int d = 0; d < info->ndim; d++)
-        cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)info->shape[d]));
-    cJSON_AddStringToObject(o0, "name", cJSON_IsString(out) ? out->valuestring : "logits");
-    cJSON_AddStringToObject(o0, "datatype", "FP32");
-    shape = cJSON_AddArrayToObject(o0, "shape");
-    cJSON_AddItemToArray(shape, cJSON_CreateNumber(-1));
-    cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)info->num_classes));
-    cJSON_AddItemToArray(ins, i0);
-    cJSON_AddItemToArray(outs, o0);
-    cJSON_AddNumberToObject(c, "max_batch_size", s->max_batch_size);
-    cJSON_AddStringToObject(c, "device", s->device);
-    char *text = cJSON_Print(c);
-    cJSON_Delete(c);
-    cJSON_Delete(spec);
-    return text;
-}
-
-/* model.kiln (the spec as the record's config, the state dict as its tensors) and config.json
- * staged in scratch, then added to the repository as its next version. */
-static int register_model(const struct kiln_trainer_run *run, kiln_module *model, const kiln_dataset_info *info,
-                          struct kiln_trainer_result *res)
-{
-    const struct kiln_jobspec *s = run->spec;
-    mkdir(run->scratch_dir, 0755);
-    char kpath[PATH_MAX], cpath[PATH_MAX];
-    snprintf(kpath, sizeof kpath, "%s/model.kiln", run->scratch_dir);
-    snprintf(cpath, sizeof cpath, "%s/config.json", run->scratch_dir);
-    int n = kiln_module_state_dict(model, NULL, 0);
-    kiln_named_tensor *nt = calloc((size_t)(n > 0 ? n : 1), sizeof *nt);
-    const char **names = calloc((size_t)(n > 0 ? n : 1), sizeof *names);
-    kiln_tensor **ts = calloc((size_t)(n > 0 ? n : 1), sizeof *ts);
-    int rc = nt && names && ts ? 0 : -1;
-    if (rc == 0) {
-        kiln_module_state_dict(model, nt, n);
-        for (int i = 0; i < n; i++) {
-            names[i] = nt[i].name;
-            ts[i] = nt[i].tensor;
-        }
-        rc = kiln_record_save(kpath, n, names, ts, s->model_json, 0);
-    }
-    free(nt);
-    free(names);
-    free(ts);
-    if (rc != 0) {
-        snprintf(res->error, sizeof res->error, "saving the model: %s", kiln_error());
-        return -1;
-    }
-    char *cfg = serving_config(s, info);
-    if (!cfg || write_text(cpath, cfg) != 0) {
-        free(cfg);
-        snprintf(res->error, sizeof res->error, "writing %.300s: %.100s", cpath, strerror(errno));
-        return -1;
-    }
-    free(cfg);
-    kiln_repository *repo = kiln_repository_open(run->models_root);
-    int64_t version = 0;
-    rc = repo ? kiln_repository_add_version(repo, s->register_as, run->scratch_dir, 0, &version) : -1;
-    if (rc != 0)
-        snprintf(res->error, sizeof res->error, "adding the model to the repository: %s", kiln_error());
-    kiln_repository_close(repo);
-    unlink(kpath);
-    unlink(cpath);
-    rmdir(run->scratch_dir);
-    res->version = rc == 0 ? version : 0;
-    return rc == 0 ? 0 : -1;
-}
-
-static char *final_metrics(kiln_learner *L)
-{
-    cJSON *o = cJSON_CreateObject();
-    for (int i = 0; known_metrics[i]; i++) {
-        double v = kiln_learner_metric(L, known_metrics[i]);
-        if (isfinite(v))
-            cJSON_AddNumberToObject(o, known_metrics[i], v);
-    }
-    cJSON_AddNumberToObject(o, "epochs", (double)kiln_learner_epoch(L));
-    cJSON_AddNumberToObject(o, "steps", (double)kiln_learner_step(L));
-    char *text = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    char *copy = text ? strdup(text) : NULL;
-    cJSON_free(text);
-    return copy;
-}
-
-static kiln_tensor *smoothed_ce(void *ud, kiln_tensor *output, kiln_tensor *target)
-{
-    kiln_loss_ce_opts o = kiln_loss_ce_opts_default();
-    o.label_smoothing = *(const double *)ud;
-    return kiln_loss_cross_entropy(output, target, &o);
-}
-
-int kiln_trainer_run(const struct kiln_trainer_run *run, struct kiln_trainer_result *res)
-{
-    const struct kiln_jobspec *s = run->spec;
-    memset(res, 0, sizeof *res);
-    snprintf(res->stop_reason, sizeof res->stop_reason, "error");
-    kiln_device *dev = kiln_device_open(s->device);
-    kiln_dataset *train = NULL, *valid = NULL;
-    kiln_module *model = NULL;
-    kiln_optim *opt = NULL;
-    kiln_sched *sched = NULL;
-    kiln_loader *tl = NULL, *vl = NULL;
-    kiln_learner *L = NULL;
-    int rc = -1;
-    if (!dev) {
-        snprintf(res->error, sizeof res->error, "device: %s", kiln_error());
-        goto out;
-    }
-    logf_(run, "loading %s data", s->data_type);
-    train = open_set(s, s->train_a, s->train_b, "train", s->limit);
-    if (train && strcmp(s->data_type, "fashion_mnist") == 0)
-        valid = open_set(s, s->train_a, NULL, "t10k", s->valid_limit);
-    else if (train && s->valid_a)
-        valid = open_set(s, s->valid_a, s->valid_b, NULL, s->valid_limit);
-    if (!train || (!valid && (s->valid_a || strcmp(s->data_type, "fashion_mnist") == 0))) {
-        snprintf(res->error, sizeof res->error, "data: %s", kiln_error());
-        goto out;
-    }
-    if (s->valid_split > 0) {
-        kiln_dataset *tr = NULL, *va = NULL;
-        if (kiln_dataset_split(train, s->valid_split, s->seed, &tr, &va) != 0) {
-            snprintf(res->error, sizeof res->error, "data.valid_split: %s", kiln_error());
-            goto out;
-        }
-        kiln_dataset_free(train);
-        train = tr;
-        valid = va;
-    }
-    kiln_dataset_info info = kiln_dataset_get_info(train);
-    if (info.num_classes <= 0) {
-        snprintf(res->error, sizeof res->error, "data: the training set has no class labels");
-        goto out;
-    }
-    kiln_generator gen = kiln_generator_make(s->seed);
-    model = kiln_model_from_json(s->model_json, dev, &gen);
-    if (!model) {
-        snprintf(res->error, sizeof res->error, "model: %s", kiln_error());
-        goto out;
-    }
-    opt = kiln_optim_create_module(&s->optim, model);
-    kiln_loader_config lc = kiln_loader_config_default();
-    lc.batch_size = s->batch_size;
-    lc.seed = s->seed;
-    lc.workers = s->workers;
-    tl = opt ? kiln_loader_create(train, &lc, dev) : NULL;
-    lc.shuffle = false;
-    lc.batch_size = s->batch_size > 256 ? s->batch_size : 256;
-    vl = tl && valid ? kiln_loader_create(valid, &lc, dev) : NULL;
-    if (!tl || (valid && !vl)) {
-        snprintf(res->error, sizeof res->error, "%s", kiln_error());
-        goto out;
-    }
-    if (s->has_sched) {
-        kiln_sched_config sc = s->sched;
-        if (sc.kind == KILN_SCHED_COSINE && sc.t_max <= 0)
-            sc.t_max = s->sched_per_step ? s->epochs * kiln_loader_batches(tl) : s->epochs;
-        sched = kiln_sched_create(&sc, opt);
-        if (!sched) {
-            snprintf(res->error, sizeof res->error, "scheduler: %s", kiln_error());
-            goto out;
-        }
-    }
-    mkdir(run->checkpoint_dir, 0755);
-    kiln_learner_config cfg = kiln_learner_config_default();
-    cfg.epochs = s->epochs;
-    cfg.num_classes = info.num_classes;
-    cfg.sched_per_step = s->sched_per_step;
-    cfg.checkpoint_dir = run->checkpoint_dir;
-    cfg.checkpoint_every_epochs = s->ckpt_every_epochs;
-    cfg.checkpoint_every_steps = s->ckpt_every_steps;
-    cfg.keep_last = s->keep_last;
-    cfg.best_metric = s->best_metric;
-    cfg.best_max = s->best_max;
-    cfg.early_stop_metric = s->early_metric;
-    cfg.early_stop_max = s->early_max;
-    cfg.patience = s->patience;
-    cfg.min_delta = s->min_delta;
-    cfg.seed = s->seed;
-    L = kiln_learner_create(&cfg, model, opt, sched, tl, vl);
-    if (!L) {
-        snprintf(res->error, sizeof res->error, "%s", kiln_error());
-        goto out;
-    }
-    double smoothing = s->label_smoothing;
-    if (smoothing > 0)
-        kiln_learner_set_loss(L, smoothed_ce, &smoothing);
-    struct run_ctx ctx = {run, L, 0};
-    kiln_learner_subscribe(L, on_event, &ctx);
-    if (run->resume_dir) {
-        kiln_ckpt *ck = kiln_ckpt_open_latest(run->resume_dir, NULL, NULL);
-        if (ck) {
-            int64_t step = kiln_ckpt_step(ck);
-            char path[PATH_MAX];
-            snprintf(path, sizeof path, "%s", kiln_ckpt_path(ck));
-            kiln_ckpt_close(ck);
-            if (kiln_learner_resume(L, path) != 0) {
-                snprintf(res->error, sizeof res->error, "resuming from %.200s: %.250s", path, kiln_error());
-                goto out;
-            }
-            res->resumed = true;
-            res->resumed_step = step;
-            logf_(run, "resumed from checkpoint at step %lld (epoch %lld)", (long long)step,
-                  (long long)kiln_learner_epoch(L));
-        } else {
-            logf_(run, "no usable checkpoint in %s; starting from the beginning", run->resume_dir);
-        }
-    }
-    if (atomic_load(run->cancel)) {
-        snprintf(res->stop_reason, sizeof res->stop_reason, "cancelled");
-        rc = 0;
-        goto out;
-    }
-    logf_(run, "training %lld parameters on %lld items (%lld validation), %lld batches per epoch on %s",
-          (long long)kiln_module_parameter_count(model, true), (long long)kiln_dataset_length(train),
-          (long long)(valid ? kiln_dataset_length(valid) : 0), (long long)kiln_loader_batches(tl),
-          kiln_device_name(dev));
-    if (kiln_learner_fit(L) != 0) {
-        snprintf(res->error, sizeof res->error, "%s", kiln_error());
-        goto out;
-    }
-    snprintf(res->stop_reason, sizeof res->stop_reason, "%s", kiln_learner_stop_reason(L));
-    res->metrics_json = final_metrics(L);
-    rc = 0;
-    if (strcmp(res->stop_reason, "cancelled") != 0 && s->register_as) {
-        kiln_module_train(model, false);
-        rc = register_model(run, model, &info, res);
-        if (rc == 0)
-            logf_(run, "model registered as %s version %lld", s->register_as, (long long)res->version);
-    }
-out:
-    if (rc != 0)
-        snprintf(res->stop_reason, sizeof res->stop_reason, "error");
-    kiln_learner_free(L);
-    kiln_sched_free(sched);
-    kiln_loader_free(vl);
-    kiln_loader_free(tl);
-    kiln_optim_free(opt);
-    kiln_module_free(model);
-    kiln_dataset_free(train);
-    kiln_dataset_free(valid);
-    if (dev)
-        kiln_device_close(dev);
-    return rc;
 }

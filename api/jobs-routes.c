@@ -1,0 +1,420 @@
+/*
+ * api/jobs-routes.c — the /v1/jobs routes: the bearer-token check, submit (the spec is checked
+ * whole before it is stored), list, get, cancel, resume, and the dispatch by path and method.
+ */
+#include <ctype.h>
+#include <stdatomic.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "jobs-impl.h"
+
+/* ---- HTTP ---------------------------------------------------------------------------------- */
+
+static bool same_secret(const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    unsigned char diff = na != nb;
+    for (size_t i = 0; i < na; i++)
+        diff |= (unsigned char)(a[i] ^ b[i % (nb ? nb : 1)]);
+    return diff == 0;
+}
+
+/* Jobs need the admin scope once tokens are configured. 0, or the status of the answer given. */
+static int authorize(struct kiln_jobs *j, const struct kiln_request *req, struct kiln_buf *out)
+{
+    if (!j->auth)
+        return 0;
+    const char *h = req->headers ? req->headers->authorization : "";
+    if (strncasecmp(h, "Bearer ", 7) != 0)
+        return kiln_resp_error(out, 401, "a bearer token is required", req->keep_alive, "WWW-Authenticate: Bearer\r\n");
+    bool known = false, admin = false;
+    for (size_t i = 0; i < j->o.tokens->count; i++) {
+        const char *t = j->o.tokens->items[i];
+        bool is_admin = strncmp(t, "admin:", 6) == 0;
+        const char *secret = is_admin ? t + 6 : strncmp(t, "read:", 5) == 0 ? t + 5 : t;
+        if (same_secret(h + 7, secret)) {
+            known = true;
+            admin |= is_admin;
+        }
+    }
+    if (!known)
+        return kiln_resp_error(out, 401, "invalid bearer token", req->keep_alive,
+                               "WWW-Authenticate: Bearer error=\"invalid_token\"\r\n");
+    if (!admin)
+        return kiln_resp_error(out, 403, "training jobs need a token with the admin scope", req->keep_alive, NULL);
+    return 0;
+}
+
+int kiln__jobs_send_json(struct kiln_buf *out, int status, cJSON *o, const struct kiln_request *req)
+{
+    char *text = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (!text)
+        return kiln_resp_error(out, 500, "out of memory", req->keep_alive, NULL);
+    int rc = kiln_resp_append(out, status, "application/json", text, strlen(text), req->keep_alive, NULL);
+    cJSON_free(text);
+    return rc;
+}
+
+int kiln__jobs_errorf(struct kiln_buf *out, const struct kiln_request *req, int status, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return kiln_resp_error(out, status, msg, req->keep_alive, NULL);
+}
+
+/* A query parameter's value (bounded copy); false when absent. */
+bool kiln__jobs_query_param(const struct kiln_request *req, const char *key, char *val, size_t len)
+{
+    size_t kl = strlen(key);
+    const char *q = req->query, *end = q ? q + req->query_len : NULL;
+    while (q && q < end) {
+        const char *amp = memchr(q, '&', (size_t)(end - q));
+        const char *stop = amp ? amp : end;
+        if ((size_t)(stop - q) > kl && memcmp(q, key, kl) == 0 && q[kl] == '=') {
+            size_t vl = (size_t)(stop - q - (ptrdiff_t)kl - 1);
+            if (vl >= len)
+                vl = len - 1;
+            memcpy(val, q + kl + 1, vl);
+            val[vl] = '\0';
+            return true;
+        }
+        q = amp ? amp + 1 : end;
+    }
+    return false;
+}
+
+bool kiln__jobs_parse_i64(const char *s, int64_t *v)
+{
+    if (!*s)
+        return false;
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (*end || errno || x < 0)
+        return false;
+    *v = x;
+    return true;
+}
+
+static cJSON *job_summary(const struct kiln_job *job)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)job->id);
+    cJSON_AddStringToObject(o, "state", job->state);
+    cJSON_AddNumberToObject(o, "progress", job->progress);
+    cJSON *spec = cJSON_Parse(job->spec);
+    const cJSON *reg = cJSON_GetObjectItemCaseSensitive(spec, "register_as");
+    if (cJSON_IsString(reg))
+        cJSON_AddStringToObject(o, "register_as", reg->valuestring);
+    cJSON_Delete(spec);
+    if (job->error)
+        cJSON_AddStringToObject(o, "error", job->error);
+    cJSON_AddNumberToObject(o, "created_ms", (double)job->created_ms);
+    if (job->started_ms)
+        cJSON_AddNumberToObject(o, "started_ms", (double)job->started_ms);
+    if (job->finished_ms)
+        cJSON_AddNumberToObject(o, "finished_ms", (double)job->finished_ms);
+    return o;
+}
+
+static int handle_submit(struct kiln_jobs *j, const struct kiln_request *req, struct kiln_buf *out)
+{
+    char problems[4096];
+    /* The request body is a byte range, not a C string: copy it whole and terminate it
+     * (strndup would read past the range looking for a NUL, and stop early at one). */
+    if (req->body_len && memchr(req->body, '\0', req->body_len))
+        return kiln__jobs_errorf(out, req, 400, "job spec: the body contains a NUL byte");
+    char *body = malloc(req->body_len + 1);
+    if (!body)
+        return kiln__jobs_errorf(out, req, 500, "out of memory");
+    if (req->body_len)
+        memcpy(body, req->body, req->body_len);
+    body[req->body_len] = '\0';
+    struct kiln_jobspec spec;
+    struct kiln_jobspec_env env = kiln__jobs_spec_env(j);
+    if (kiln_jobspec_parse(body, &env, &spec, problems, sizeof problems) != 0) {
+        free(body);
+        cJSON *o = cJSON_CreateObject();
+        cJSON *list = cJSON_AddArrayToObject(o, "problems");
+        char first[600] = "";
+        for (char *line = problems, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+            nl = strchr(line, '\n');
+            if (nl)
+                *nl = '\0';
+            if (!first[0])
+                snprintf(first, sizeof first, "%.500s", line);
+            cJSON_AddItemToArray(list, cJSON_CreateString(line));
+        }
+        int np = cJSON_GetArraySize(list);
+        char msg[700];
+        snprintf(msg, sizeof msg, "invalid job spec: %s%s", first, np > 1 ? " (and more, see problems)" : "");
+        cJSON_AddStringToObject(o, "error", msg);
+        return kiln__jobs_send_json(out, 400, o, req);
+    }
+    kiln_jobspec_free(&spec);
+    int64_t id = 0;
+    char err[256];
+    kiln__jobs_store_lock(j);
+    int rc = kiln_jobstore_job_create(j->o.store, body, NULL, &id, err, sizeof err);
+    kiln__jobs_store_unlock(j);
+    free(body);
+    if (rc != 0)
+        return kiln__jobs_errorf(out, req, 500, "job store: %s", err);
+    kiln__jobs_emit_state(j, id, KILN_JOB_QUEUED, NULL, NULL, NULL);
+    pthread_mutex_lock(&j->mu);
+    j->queued_seq++;
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    kiln__jobs_log(j, KILN_LOG_INFO, "job %lld queued", (long long)id);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)id);
+    cJSON_AddStringToObject(o, "state", KILN_JOB_QUEUED);
+    return kiln__jobs_send_json(out, 201, o, req);
+}
+
+static int handle_list(struct kiln_jobs *j, const struct kiln_request *req, struct kiln_buf *out)
+{
+    char state[32] = "", num[32];
+    int64_t after = 0, limit = 50;
+    if (kiln__jobs_query_param(req, "state", state, sizeof state) && strcmp(state, KILN_JOB_QUEUED) &&
+        strcmp(state, KILN_JOB_RUNNING) && !kiln__jobs_final_state(state))
+        return kiln__jobs_errorf(out, req, 400, "state: must be queued, running, succeeded, failed or cancelled");
+    if (kiln__jobs_query_param(req, "after", num, sizeof num) && !kiln__jobs_parse_i64(num, &after))
+        return kiln__jobs_errorf(out, req, 400, "after: must be a job id");
+    if (kiln__jobs_query_param(req, "limit", num, sizeof num) && (!kiln__jobs_parse_i64(num, &limit) || limit < 1 || limit > 1000))
+        return kiln__jobs_errorf(out, req, 400, "limit: must be within 1..1000");
+    struct kiln_job *jobs = NULL;
+    int n = 0;
+    char err[256];
+    kiln__jobs_store_lock(j);
+    int rc = kiln_jobstore_job_list(j->o.store, state[0] ? state : NULL, after, (int)limit, &jobs, &n, err, sizeof err);
+    kiln__jobs_store_unlock(j);
+    if (rc != 0)
+        return kiln__jobs_errorf(out, req, 500, "job store: %s", err);
+    cJSON *o = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(o, "jobs");
+    for (int i = 0; i < n; i++)
+        cJSON_AddItemToArray(arr, job_summary(&jobs[i]));
+    if (n == limit)
+        cJSON_AddNumberToObject(o, "next_after", (double)jobs[n - 1].id);
+    else
+        cJSON_AddNullToObject(o, "next_after");
+    kiln_jobstore_job_list_free(jobs, n);
+    return kiln__jobs_send_json(out, 200, o, req);
+}
+
+int kiln__jobs_get_job(struct kiln_jobs *j, int64_t id, struct kiln_job *job, const struct kiln_request *req,
+                   struct kiln_buf *out)
+{
+    char err[256];
+    kiln__jobs_store_lock(j);
+    int rc = kiln_jobstore_job_get(j->o.store, id, job, err, sizeof err);
+    kiln__jobs_store_unlock(j);
+    if (rc == KILN_JOBSTORE_NOT_FOUND)
+        return kiln__jobs_errorf(out, req, 404, "no job %lld", (long long)id);
+    if (rc != 0)
+        return kiln__jobs_errorf(out, req, 500, "job store: %s", err);
+    return 0;
+}
+
+static int handle_get(struct kiln_jobs *j, int64_t id, const struct kiln_request *req, struct kiln_buf *out)
+{
+    struct kiln_job job;
+    int st = kiln__jobs_get_job(j, id, &job, req, out);
+    if (st)
+        return st;
+    cJSON *o = job_summary(&job);
+    cJSON *spec = cJSON_Parse(job.spec);
+    if (spec)
+        cJSON_AddItemToObject(o, "spec", spec);
+    /* The latest step and epoch metrics and the registered model come from the events. */
+    struct kiln_job_event *ev = NULL;
+    int n = 0;
+    cJSON *step = NULL, *epoch = NULL, *model = NULL, *logs = cJSON_CreateArray();
+    for (int64_t after = 0;;) {
+        kiln__jobs_store_lock(j);
+        int rc = kiln_jobstore_events_since(j->o.store, id, after, 2000, &ev, &n, NULL, 0);
+        kiln__jobs_store_unlock(j);
+        if (rc != 0)
+            break;
+        for (int i = 0; i < n; i++) {
+            cJSON **slot = !strcmp(ev[i].type, "step") ? &step : !strcmp(ev[i].type, "epoch") ? &epoch
+                         : !strcmp(ev[i].type, "model") ? &model : NULL;
+            if (slot) {
+                cJSON_Delete(*slot);
+                *slot = cJSON_Parse(ev[i].payload);
+            } else if (!strcmp(ev[i].type, "log")) {
+                cJSON *l = cJSON_Parse(ev[i].payload);
+                const cJSON *m = cJSON_GetObjectItemCaseSensitive(l, "message");
+                if (cJSON_IsString(m))
+                    cJSON_AddItemToArray(logs, cJSON_CreateString(m->valuestring));
+                cJSON_Delete(l);
+                if (cJSON_GetArraySize(logs) > 20)
+                    cJSON_DeleteItemFromArray(logs, 0);
+            }
+            after = ev[i].seq;
+        }
+        kiln_jobstore_events_free(ev, n);
+        if (n < 2000)
+            break;
+    }
+    cJSON_AddItemToObject(o, "latest_step", step ? step : cJSON_CreateNull());
+    cJSON_AddItemToObject(o, "latest_epoch", epoch ? epoch : cJSON_CreateNull());
+    cJSON_AddItemToObject(o, "model", model ? model : cJSON_CreateNull());
+    cJSON_AddItemToObject(o, "logs", logs);
+    cJSON *cks = cJSON_AddArrayToObject(o, "checkpoints");
+    char *dir = kiln__jobs_path(j->data_dir, "checkpoints/job-%lld", (long long)id);
+    kiln_ckpt_info *list = NULL;
+    int nl = 0;
+    if (kiln__jobs_dir_exists(dir) && kiln_ckpt_list(dir, false, NULL, &list, &nl) == 0) {
+        for (int i = 0; i < nl; i++) {
+            if (!list[i].valid)
+                continue;
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddNumberToObject(c, "step", (double)list[i].step);
+            cJSON_AddNumberToObject(c, "epoch", (double)list[i].epoch);
+            cJSON_AddStringToObject(c, "path", list[i].path);
+            cJSON_AddItemToArray(cks, c);
+        }
+        kiln_ckpt_list_free(list, nl);
+    }
+    free(dir);
+    kiln_jobstore_job_clear(&job);
+    return kiln__jobs_send_json(out, 200, o, req);
+}
+
+static int handle_cancel(struct kiln_jobs *j, int64_t id, const struct kiln_request *req, struct kiln_buf *out)
+{
+    struct kiln_job job;
+    int st = kiln__jobs_get_job(j, id, &job, req, out);
+    if (st)
+        return st;
+    char state[32];
+    snprintf(state, sizeof state, "%s", job.state);
+    kiln_jobstore_job_clear(&job);
+    if (kiln__jobs_final_state(state))
+        return kiln__jobs_errorf(out, req, 409, "job %lld is already %s", (long long)id, state);
+    pthread_mutex_lock(&j->mu);
+    bool running = j->current == id;
+    if (running)
+        atomic_store(&j->cancel, true);
+    pthread_mutex_unlock(&j->mu);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)id);
+    if (running) {
+        /* The Learner stops before its next step; the state turns cancelled then. */
+        cJSON_AddStringToObject(o, "state", "cancelling");
+        return kiln__jobs_send_json(out, 202, o, req);
+    }
+    /* Queued (a job the thread has not taken yet, or just finished: the store decides). */
+    if (kiln__jobs_set_state(j, id, KILN_JOB_CANCELLED, NULL) != 0) {
+        cJSON_Delete(o);
+        return kiln__jobs_errorf(out, req, 409, "job %lld could not be cancelled; it may have just finished", (long long)id);
+    }
+    kiln__jobs_emit_state(j, id, KILN_JOB_CANCELLED, NULL, NULL, NULL);
+    cJSON_AddStringToObject(o, "state", KILN_JOB_CANCELLED);
+    return kiln__jobs_send_json(out, 200, o, req);
+}
+
+static int handle_resume(struct kiln_jobs *j, int64_t id, const struct kiln_request *req, struct kiln_buf *out)
+{
+    struct kiln_job job;
+    int st = kiln__jobs_get_job(j, id, &job, req, out);
+    if (st)
+        return st;
+    if (strcmp(job.state, KILN_JOB_FAILED) != 0 && strcmp(job.state, KILN_JOB_CANCELLED) != 0) {
+        st = kiln__jobs_errorf(out, req, 409, "job %lld is %s; only failed or cancelled jobs resume", (long long)id, job.state);
+        kiln_jobstore_job_clear(&job);
+        return st;
+    }
+    /* A final state is never left, so the continuation is a new job carrying the old one's
+     * spec and starting from its newest checkpoint. */
+    cJSON *spec = cJSON_Parse(job.spec);
+    kiln_jobstore_job_clear(&job);
+    if (!spec)
+        return kiln__jobs_errorf(out, req, 500, "job %lld has an unreadable spec", (long long)id);
+    cJSON_DeleteItemFromObjectCaseSensitive(spec, "resume_from_job");
+    cJSON_AddNumberToObject(spec, "resume_from_job", (double)id);
+    char *text = cJSON_PrintUnformatted(spec);
+    cJSON_Delete(spec);
+    int64_t nid = 0;
+    char err[256];
+    kiln__jobs_store_lock(j);
+    int rc = text ? kiln_jobstore_job_create(j->o.store, text, NULL, &nid, err, sizeof err) : -1;
+    kiln__jobs_store_unlock(j);
+    cJSON_free(text);
+    if (rc != 0)
+        return kiln__jobs_errorf(out, req, 500, "job store: %s", text ? err : "out of memory");
+    kiln__jobs_emit_state(j, nid, KILN_JOB_QUEUED, NULL, NULL, NULL);
+    pthread_mutex_lock(&j->mu);
+    j->queued_seq++;
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)nid);
+    cJSON_AddNumberToObject(o, "resumes", (double)id);
+    cJSON_AddStringToObject(o, "state", KILN_JOB_QUEUED);
+    return kiln__jobs_send_json(out, 201, o, req);
+}
+int kiln_jobs_handle(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+{
+    struct kiln_jobs *j = ctx;
+    int st = authorize(j, req, out);
+    if (st)
+        return st;
+    static const char base[] = "/v1/jobs";
+    size_t bl = sizeof base - 1;
+    const char *rest = req->path + bl;
+    size_t rl = req->path_len - bl;
+    if (rl == 0 || (rl == 1 && rest[0] == '/')) {
+        if (req->method == KILN_HTTP_POST)
+            return handle_submit(j, req, out);
+        if (req->method == KILN_HTTP_GET)
+            return handle_list(j, req, out);
+        return kiln__jobs_errorf(out, req, 405, "/v1/jobs takes GET and POST");
+    }
+    /* /v1/jobs/{id}[/events|/resume] */
+    char tail[64];
+    if (rl >= sizeof tail || rest[0] != '/')
+        return kiln__jobs_errorf(out, req, 404, "no such job path");
+    memcpy(tail, rest + 1, rl - 1);
+    tail[rl - 1] = '\0';
+    char *slash = strchr(tail, '/');
+    const char *action = "";
+    if (slash) {
+        *slash = '\0';
+        action = slash + 1;
+    }
+    int64_t id;
+    if (!kiln__jobs_parse_i64(tail, &id) || id < 1)
+        return kiln__jobs_errorf(out, req, 404, "'%s' is not a job id", tail);
+    if (!action[0]) {
+        if (req->method == KILN_HTTP_GET)
+            return handle_get(j, id, req, out);
+        if (req->method == KILN_HTTP_DELETE)
+            return handle_cancel(j, id, req, out);
+        return kiln__jobs_errorf(out, req, 405, "/v1/jobs/{id} takes GET and DELETE");
+    }
+    if (!strcmp(action, "events"))
+        return req->method == KILN_HTTP_GET ? kiln__jobs_handle_events(j, id, req, out)
+                                            : kiln__jobs_errorf(out, req, 405, "events take GET");
+    if (!strcmp(action, "resume"))
+        return req->method == KILN_HTTP_POST ? handle_resume(j, id, req, out)
+                                             : kiln__jobs_errorf(out, req, 405, "resume takes POST");
+    return kiln__jobs_errorf(out, req, 404, "no such job path");
+}

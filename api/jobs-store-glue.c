@@ -1,0 +1,110 @@
+/*
+ * api/jobs-store-glue.c — what the loop and the training thread share: the job store behind
+ * its lock, events (appended, then the loop is poked to push them to the streams), state
+ * changes, the log, and the paths under the data directory.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "jobs-impl.h"
+
+void kiln__jobs_log(struct kiln_jobs *j, enum kiln_log_level l, const char *fmt, ...)
+{
+    if (!j->o.log)
+        return;
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    j->o.log(j->o.log_ud, l, msg);
+}
+
+/* ---- the store, shared --------------------------------------------------------------------- */
+
+void kiln__jobs_store_lock(struct kiln_jobs *j)
+{
+    pthread_mutex_lock(&j->store_mu);
+}
+
+void kiln__jobs_store_unlock(struct kiln_jobs *j)
+{
+    pthread_mutex_unlock(&j->store_mu);
+}
+
+/* Append an event and tell the loop; from either thread. */
+void kiln__jobs_emit(struct kiln_jobs *j, int64_t id, const char *type, const char *payload)
+{
+    char err[256];
+    kiln__jobs_store_lock(j);
+    int rc = kiln_jobstore_event_append(j->o.store, id, type, payload, NULL, err, sizeof err);
+    kiln__jobs_store_unlock(j);
+    if (rc != 0)
+        kiln__jobs_log(j, KILN_LOG_WARN, "job %lld: event not stored: %s", (long long)id, err);
+    uv_async_send(&j->async);
+}
+
+void kiln__jobs_emit_state(struct kiln_jobs *j, int64_t id, const char *state, const char *error, const char *extra_key,
+                       const char *extra_json)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "state", state);
+    if (error)
+        cJSON_AddStringToObject(o, "error", error);
+    if (extra_key && extra_json) {
+        cJSON *x = cJSON_Parse(extra_json);
+        if (x)
+            cJSON_AddItemToObject(o, extra_key, x);
+    }
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (text)
+        kiln__jobs_emit(j, id, "state", text);
+    cJSON_free(text);
+}
+
+int kiln__jobs_set_state(struct kiln_jobs *j, int64_t id, const char *state, const char *error)
+{
+    char err[256];
+    kiln__jobs_store_lock(j);
+    int rc = kiln_jobstore_job_set_state(j->o.store, id, state, error, err, sizeof err);
+    kiln__jobs_store_unlock(j);
+    if (rc != 0)
+        kiln__jobs_log(j, KILN_LOG_WARN, "job %lld: %s", (long long)id, err);
+    return rc;
+}
+
+char *kiln__jobs_path(const char *a, const char *fmt, ...)
+{
+    char tail[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tail, sizeof tail, fmt, ap);
+    va_end(ap);
+    size_t n = strlen(a) + strlen(tail) + 2;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s/%s", a, tail);
+    return s;
+}
+
+bool kiln__jobs_dir_exists(const char *p)
+{
+    struct stat st;
+    return p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+struct kiln_jobspec_env kiln__jobs_spec_env(struct kiln_jobs *j)
+{
+    return (struct kiln_jobspec_env){j->roots, j->nroots};
+}

@@ -1,0 +1,280 @@
+/*
+ * api/jobs-train.c — the training thread: it takes queued jobs oldest first, runs each through
+ * scheduler/trainer (resuming from a checkpoint when there is one), records how it ended, and
+ * hands a registered model to the loop, which loads it through the serving module's repository
+ * endpoint (see api/jobs.c for why that path).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "jobs-impl.h"
+
+/* ---- the training thread ------------------------------------------------------------------- */
+
+struct job_run {
+    struct kiln_jobs *j;
+    int64_t id;
+    uint64_t last_progress_ns;
+};
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void hook_event(void *ud, const char *type, const char *json)
+{
+    struct job_run *r = ud;
+    kiln__jobs_emit(r->j, r->id, type, json);
+}
+
+static void hook_progress(void *ud, double f)
+{
+    struct job_run *r = ud;
+    uint64_t t = mono_ns();
+    if (t - r->last_progress_ns < 500000000u && f < 1.0)
+        return;
+    r->last_progress_ns = t;
+    kiln__jobs_store_lock(r->j);
+    kiln_jobstore_job_set_progress(r->j->o.store, r->id, f < 0 ? 0 : f > 1 ? 1 : f, NULL, 0);
+    kiln__jobs_store_unlock(r->j);
+}
+
+static void hook_checkpoint(void *ud, const char *path, int64_t step)
+{
+    struct job_run *r = ud;
+    kiln__jobs_store_lock(r->j);
+    kiln_jobstore_checkpoint_add(r->j->o.store, r->id, path, step, NAN, NULL, 0);
+    kiln__jobs_store_unlock(r->j);
+}
+
+static void run_job(struct kiln_jobs *j, int64_t id)
+{
+    struct kiln_job job;
+    char err[256], problems[2048];
+    kiln__jobs_store_lock(j);
+    int rc = kiln_jobstore_job_get(j->o.store, id, &job, err, sizeof err);
+    kiln__jobs_store_unlock(j);
+    if (rc != 0) {
+        kiln__jobs_log(j, KILN_LOG_ERROR, "job %lld: %s", (long long)id, err);
+        return;
+    }
+    bool restarted = job.started_ms != 0;
+    struct kiln_jobspec spec;
+    struct kiln_jobspec_env env = kiln__jobs_spec_env(j);
+    if (kiln_jobspec_parse(job.spec, &env, &spec, problems, sizeof problems) != 0) {
+        /* Checked at submission; a data file removed since makes it fail here. */
+        for (char *c = problems; *c; c++)
+            if (*c == '\n')
+                *c = ';';
+        if (kiln__jobs_set_state(j, id, KILN_JOB_RUNNING, NULL) == 0 && kiln__jobs_set_state(j, id, KILN_JOB_FAILED, problems) == 0)
+            kiln__jobs_emit_state(j, id, KILN_JOB_FAILED, problems, NULL, NULL);
+        kiln_jobstore_job_clear(&job);
+        return;
+    }
+    if (kiln__jobs_set_state(j, id, KILN_JOB_RUNNING, NULL) != 0) {
+        kiln_jobspec_free(&spec);
+        kiln_jobstore_job_clear(&job);
+        return;
+    }
+    kiln__jobs_emit_state(j, id, KILN_JOB_RUNNING, NULL, NULL, NULL);
+    kiln__jobs_log(j, KILN_LOG_INFO, "job %lld %s", (long long)id, restarted ? "resumes after a restart" : "starts");
+    char *ckpt = kiln__jobs_path(j->data_dir, "checkpoints/job-%lld", (long long)id);
+    char *from = spec.resume_from_job > 0 ? kiln__jobs_path(j->data_dir, "checkpoints/job-%lld", (long long)spec.resume_from_job)
+                                          : NULL;
+    char *scratch = kiln__jobs_path(j->data_dir, "tmp/job-%lld-model", (long long)id);
+    char *models = kiln__jobs_path(j->data_dir, "%s", "models");
+    char *tmp = kiln__jobs_path(j->data_dir, "%s", "tmp");
+    char *cks = kiln__jobs_path(j->data_dir, "%s", "checkpoints");
+    if (tmp)
+        mkdir(tmp, 0755);
+    if (cks)
+        mkdir(cks, 0755);
+    /* Our own checkpoints win over the ones of the job this one continues. */
+    const char *resume = NULL;
+    if (ckpt && kiln__jobs_dir_exists(ckpt)) {
+        kiln_ckpt *ck = kiln_ckpt_open_latest(ckpt, NULL, NULL);
+        if (ck)
+            resume = ckpt;
+        kiln_ckpt_close(ck);
+    }
+    if (!resume && from && kiln__jobs_dir_exists(from))
+        resume = from;
+    struct job_run jr = {j, id, 0};
+    struct kiln_trainer_run run = {
+        .spec = &spec,
+        .checkpoint_dir = ckpt,
+        .resume_dir = resume,
+        .models_root = models,
+        .scratch_dir = scratch,
+        .cancel = &j->cancel,
+        .hooks = {&jr, hook_event, hook_progress, hook_checkpoint},
+    };
+    struct kiln_trainer_result res;
+    if (!ckpt || !scratch || !models) {
+        memset(&res, 0, sizeof res);
+        snprintf(res.error, sizeof res.error, "out of memory");
+        rc = -1;
+    } else {
+        rc = kiln_trainer_run(&run, &res);
+    }
+    pthread_mutex_lock(&j->mu);
+    bool stopping = j->stopping;
+    pthread_mutex_unlock(&j->mu);
+    if (rc != 0) {
+        kiln__jobs_log(j, KILN_LOG_WARN, "job %lld failed: %s", (long long)id, res.error);
+        if (kiln__jobs_set_state(j, id, KILN_JOB_FAILED, res.error) == 0)
+            kiln__jobs_emit_state(j, id, KILN_JOB_FAILED, res.error, NULL, NULL);
+    } else if (strcmp(res.stop_reason, "cancelled") == 0) {
+        if (stopping) {
+            /* kilnd is shutting down, not the user cancelling: the job stays running in the
+             * store and the next kilnd picks it up from its checkpoint. */
+            kiln__jobs_log(j, KILN_LOG_INFO, "job %lld interrupted by shutdown; it resumes on the next start", (long long)id);
+        } else if (kiln__jobs_set_state(j, id, KILN_JOB_CANCELLED, NULL) == 0) {
+            kiln__jobs_emit_state(j, id, KILN_JOB_CANCELLED, NULL, NULL, NULL);
+            kiln__jobs_log(j, KILN_LOG_INFO, "job %lld cancelled", (long long)id);
+        }
+    } else {
+        if (res.version > 0) {
+            char e2[256];
+            kiln__jobs_store_lock(j);
+            if (kiln_jobstore_model_register(j->o.store, spec.register_as, res.version, id, res.metrics_json, e2,
+                                             sizeof e2) != 0)
+                kiln__jobs_log(j, KILN_LOG_WARN, "job %lld: model registry: %s", (long long)id, e2);
+            kiln__jobs_store_unlock(j);
+            char model[KILN_MODEL_NAME_MAX + 64];
+            snprintf(model, sizeof model, "{\"name\":\"%s\",\"version\":%lld}", spec.register_as,
+                     (long long)res.version);
+            kiln__jobs_emit(j, id, "model", model);
+            pthread_mutex_lock(&j->mu);
+            if (j->nto_load < (int)(sizeof j->to_load / sizeof j->to_load[0]))
+                j->to_load[j->nto_load++] = strdup(spec.register_as);
+            pthread_mutex_unlock(&j->mu);
+        }
+        if (kiln__jobs_set_state(j, id, KILN_JOB_SUCCEEDED, NULL) == 0)
+            kiln__jobs_emit_state(j, id, KILN_JOB_SUCCEEDED, NULL, "metrics", res.metrics_json);
+        kiln__jobs_log(j, KILN_LOG_INFO, "job %lld succeeded (%s)", (long long)id, res.stop_reason);
+    }
+    uv_async_send(&j->async);
+    free(res.metrics_json);
+    free(ckpt);
+    free(from);
+    free(scratch);
+    free(models);
+    free(tmp);
+    free(cks);
+    kiln_jobspec_free(&spec);
+    kiln_jobstore_job_clear(&job);
+}
+
+static int64_t next_queued(struct kiln_jobs *j)
+{
+    struct kiln_job *jobs = NULL;
+    int n = 0;
+    kiln__jobs_store_lock(j);
+    int rc = kiln_jobstore_job_list(j->o.store, KILN_JOB_QUEUED, 0, 1, &jobs, &n, NULL, 0);
+    kiln__jobs_store_unlock(j);
+    int64_t id = rc == 0 && n > 0 ? jobs[0].id : 0;
+    kiln_jobstore_job_list_free(jobs, n);
+    return id;
+}
+
+void *kiln__jobs_trainer_main(void *ud)
+{
+    struct kiln_jobs *j = ud;
+    pthread_mutex_lock(&j->mu);
+    while (!j->stopping) {
+        uint64_t seen = j->queued_seq;
+        pthread_mutex_unlock(&j->mu);
+        int64_t id = next_queued(j);
+        pthread_mutex_lock(&j->mu);
+        if (j->stopping)
+            break;
+        if (!id) {
+            while (!j->stopping && j->queued_seq == seen)
+                pthread_cond_wait(&j->cv, &j->mu);
+            continue;
+        }
+        j->current = id;
+        atomic_store(&j->cancel, false);
+        pthread_mutex_unlock(&j->mu);
+        run_job(j, id);
+        pthread_mutex_lock(&j->mu);
+        j->current = 0;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return NULL;
+}
+
+/* ---- loading trained models ---------------------------------------------------------------- */
+
+static void load_poll(uv_timer_t *t)
+{
+    struct kiln_jobs *j = t->data;
+    bool busy = false;
+    for (struct kiln__jobs_load **pp = &j->loads; *pp;) {
+        struct kiln__jobs_load *l = *pp;
+        if (l->conn.pending) {
+            busy = true;
+            pp = &l->next;
+            continue;
+        }
+        /* "HTTP/1.1 NNN ...": read the three digits from the byte buffer itself (it is
+         * not NUL-terminated, so no string function may run off its end) */
+        int status = 0;
+        const char *o = l->conn.out.data;
+        if (l->conn.out.len > 12)
+            for (int k = 9; k < 12 && o[k] >= '0' && o[k] <= '9'; k++)
+                status = status * 10 + (o[k] - '0');
+        if (status == 200)
+            kiln__jobs_log(j, KILN_LOG_INFO, "trained model %s loaded", l->name);
+        else
+            kiln__jobs_log(j, KILN_LOG_WARN, "trained model %s did not load (HTTP %d): %.*s", l->name, status,
+                 (int)(l->conn.out.len < 400 ? l->conn.out.len : 400), l->conn.out.data ? l->conn.out.data : "");
+        *pp = l->next;
+        kiln_http_conn_free(&l->conn);
+        free(l);
+    }
+    if (!busy)
+        uv_timer_stop(t);
+}
+
+void kiln__jobs_load_model(struct kiln_jobs *j, const char *name)
+{
+    if (!j->o.serving)
+        return;
+    struct kiln__jobs_load *l = calloc(1, sizeof *l);
+    if (!l)
+        return;
+    l->conn.svc = &j->load_svc;
+    snprintf(l->name, sizeof l->name, "%s", name);
+    snprintf(l->path, sizeof l->path, "/v2/repository/models/%s/load", name);
+    if (j->auth)
+        snprintf(l->headers.authorization, sizeof l->headers.authorization, "Bearer %s", j->admin_token);
+    struct kiln_request req = {
+        .method = KILN_HTTP_POST,
+        .path = l->path,
+        .path_len = strlen(l->path),
+        .body = "",
+        .keep_alive = false,
+        .headers = &l->headers,
+        .conn = &l->conn,
+    };
+    kiln_serving_handle_repository(j->o.serving, &req, &l->conn.out);
+    l->next = j->loads;
+    j->loads = l;
+    if (!uv_is_active((uv_handle_t *)&j->load_timer))
+        uv_timer_start(&j->load_timer, load_poll, LOAD_POLL_MS, LOAD_POLL_MS);
+}

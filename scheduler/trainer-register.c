@@ -1,0 +1,115 @@
+/*
+ * scheduler/trainer-register.c — a trained model into the repository as its next version:
+ * model.kiln (the spec as the record's config, the state dict as its tensors) and a config.json
+ * the serving scheduler reads, staged in a scratch folder and added in one step.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "kiln/data.h"
+#include "kiln/loss.h"
+#include "kiln/nn.h"
+#include "kiln/record.h"
+#include "kiln/repository.h"
+#include "kiln/train.h"
+#include "trainer-impl.h"
+
+static int write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    int rc = fputs(text, f) < 0 ? -1 : 0;
+    if (fclose(f) != 0)
+        rc = -1;
+    return rc;
+}
+
+/* The served model's config.json: one input shaped like an item, one output of class logits. */
+static char *serving_config(const struct kiln_jobspec *s, const kiln_dataset_info *info)
+{
+    cJSON *spec = cJSON_Parse(s->model_json);
+    const cJSON *in = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(spec, "inputs"), 0), *out = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(spec, "outputs"), 0);
+    cJSON *c = cJSON_CreateObject();
+    cJSON *ins = cJSON_AddArrayToObject(c, "inputs"), *outs = cJSON_AddArrayToObject(c, "outputs");
+    cJSON *i0 = cJSON_CreateObject(), *o0 = cJSON_CreateObject();
+    cJSON_AddStringToObject(i0, "name", cJSON_IsString(in) ? in->valuestring : "x");
+    cJSON_AddStringToObject(i0, "datatype", "FP32");
+    cJSON *shape = cJSON_AddArrayToObject(i0, "shape");
+    cJSON_AddItemToArray(shape, cJSON_CreateNumber(-1));
+    for (int d = 0; d < info->ndim; d++)
+        cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)info->shape[d]));
+    cJSON_AddStringToObject(o0, "name", cJSON_IsString(out) ? out->valuestring : "logits");
+    cJSON_AddStringToObject(o0, "datatype", "FP32");
+    shape = cJSON_AddArrayToObject(o0, "shape");
+    cJSON_AddItemToArray(shape, cJSON_CreateNumber(-1));
+    cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)info->num_classes));
+    cJSON_AddItemToArray(ins, i0);
+    cJSON_AddItemToArray(outs, o0);
+    cJSON_AddNumberToObject(c, "max_batch_size", s->max_batch_size);
+    cJSON_AddStringToObject(c, "device", s->device);
+    char *text = cJSON_Print(c);
+    cJSON_Delete(c);
+    cJSON_Delete(spec);
+    return text;
+}
+
+/* model.kiln (the spec as the record's config, the state dict as its tensors) and config.json
+ * staged in scratch, then added to the repository as its next version. */
+int kiln__trainer_register(const struct kiln_trainer_run *run, kiln_module *model, const kiln_dataset_info *info,
+                          struct kiln_trainer_result *res)
+{
+    const struct kiln_jobspec *s = run->spec;
+    mkdir(run->scratch_dir, 0755);
+    char kpath[PATH_MAX], cpath[PATH_MAX];
+    snprintf(kpath, sizeof kpath, "%s/model.kiln", run->scratch_dir);
+    snprintf(cpath, sizeof cpath, "%s/config.json", run->scratch_dir);
+    int n = kiln_module_state_dict(model, NULL, 0);
+    kiln_named_tensor *nt = calloc((size_t)(n > 0 ? n : 1), sizeof *nt);
+    const char **names = calloc((size_t)(n > 0 ? n : 1), sizeof *names);
+    kiln_tensor **ts = calloc((size_t)(n > 0 ? n : 1), sizeof *ts);
+    int rc = nt && names && ts ? 0 : -1;
+    if (rc == 0) {
+        kiln_module_state_dict(model, nt, n);
+        for (int i = 0; i < n; i++) {
+            names[i] = nt[i].name;
+            ts[i] = nt[i].tensor;
+        }
+        rc = kiln_record_save(kpath, n, names, ts, s->model_json, 0);
+    }
+    free(nt);
+    free(names);
+    free(ts);
+    if (rc != 0) {
+        snprintf(res->error, sizeof res->error, "saving the model: %s", kiln_error());
+        return -1;
+    }
+    char *cfg = serving_config(s, info);
+    if (!cfg || write_text(cpath, cfg) != 0) {
+        free(cfg);
+        snprintf(res->error, sizeof res->error, "writing %.300s: %.100s", cpath, strerror(errno));
+        return -1;
+    }
+    free(cfg);
+    kiln_repository *repo = kiln_repository_open(run->models_root);
+    int64_t version = 0;
+    rc = repo ? kiln_repository_add_version(repo, s->register_as, run->scratch_dir, 0, &version) : -1;
+    if (rc != 0)
+        snprintf(res->error, sizeof res->error, "adding the model to the repository: %s", kiln_error());
+    kiln_repository_close(repo);
+    unlink(kpath);
+    unlink(cpath);
+    rmdir(run->scratch_dir);
+    res->version = rc == 0 ? version : 0;
+    return rc == 0 ? 0 : -1;
+}

@@ -1,0 +1,302 @@
+/*
+ * scheduler/trainer-run.c — one training job on the daemon's training thread: data sets,
+ * model, optimizer and Learner built from the spec, resume, fit, and the result registered.
+ *
+ * Cancellation is a flag the Learner's subscriber reads after each step, which is the
+ * granularity the Learner offers (kiln_learner_cancel stops before the next step). Resuming
+ * uses the Learner's exact resume: the loaders' order is a function of (seed, epoch), so a job
+ * restarted after a crash repeats the batches it lost and ends with the model an uninterrupted
+ * run would have produced.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "kiln/data.h"
+#include "kiln/loss.h"
+#include "kiln/nn.h"
+#include "kiln/record.h"
+#include "kiln/repository.h"
+#include "kiln/train.h"
+#include "trainer-impl.h"
+
+/* ---- the run ------------------------------------------------------------------------------- */
+
+struct run_ctx {
+    const struct kiln_trainer_run *run;
+    kiln_learner *L;
+    uint64_t last_step_ns;
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void logf_(const struct kiln_trainer_run *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(const struct kiln_trainer_run *run, const char *fmt, ...)
+{
+    if (!run->hooks.event)
+        return;
+    char msg[640];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "message", msg);
+    char *text = cJSON_PrintUnformatted(o);
+    if (text)
+        run->hooks.event(run->hooks.ud, "log", text);
+    cJSON_free(text);
+    cJSON_Delete(o);
+}
+
+static void on_event(void *ud, const kiln_train_event *ev)
+{
+    struct run_ctx *c = ud;
+    const struct kiln_trainer_hooks *h = &c->run->hooks;
+    if (atomic_load(c->run->cancel))
+        kiln_learner_cancel(c->L);
+    switch (ev->kind) {
+    case KILN_EVENT_STEP: {
+        double total = (double)(c->run->spec->epochs * ev->batches);
+        if (h->progress && total > 0)
+            h->progress(h->ud, ((double)(ev->epoch - 1) * (double)ev->batches + (double)ev->batch + 1) / total);
+        /* Every step is too many rows for the store on a fast model: at most five a second,
+         * plus each epoch's last step. */
+        uint64_t t = now_ns();
+        if (h->event && (t - c->last_step_ns > 200000000u || ev->batch + 1 == ev->batches)) {
+            c->last_step_ns = t;
+            h->event(h->ud, "step", ev->json);
+        }
+        break;
+    }
+    case KILN_EVENT_EPOCH:
+        if (h->event)
+            h->event(h->ud, "epoch", ev->json);
+        break;
+    case KILN_EVENT_CHECKPOINT:
+        if (h->event)
+            h->event(h->ud, "checkpoint", ev->json);
+        if (h->checkpoint && ev->path)
+            h->checkpoint(h->ud, ev->path, ev->step);
+        break;
+    case KILN_EVENT_DONE:
+        break;
+    }
+}
+
+static kiln_dataset *open_set(const struct kiln_jobspec *s, const char *a, const char *b, const char *fashion_prefix,
+                              int64_t limit)
+{
+    kiln_dataset *ds = NULL;
+    if (strcmp(s->data_type, "fashion_mnist") == 0) {
+        char im[PATH_MAX + 64], lb[PATH_MAX + 64];
+        snprintf(im, sizeof im, "%s/%s-images-idx3-ubyte.gz", a, fashion_prefix);
+        snprintf(lb, sizeof lb, "%s/%s-labels-idx1-ubyte.gz", a, fashion_prefix);
+        kiln_dataset *raw = kiln_dataset_idx(im, lb);
+        ds = raw && s->normalize ? kiln_dataset_normalize(raw, 1, (const float[]){0.2860f}, (const float[]){0.3530f})
+                                 : (raw ? kiln_dataset_retain(raw) : NULL);
+        kiln_dataset_free(raw);
+    } else if (strcmp(s->data_type, "idx") == 0) {
+        ds = kiln_dataset_idx(a, b);
+    } else {
+        ds = kiln_dataset_csv(a, s->label_column, 0, NULL);
+    }
+    if (ds && limit > 0 && limit < kiln_dataset_length(ds)) {
+        kiln_dataset *sub = kiln_dataset_range(ds, 0, limit);
+        kiln_dataset_free(ds);
+        ds = sub;
+    }
+    return ds;
+}
+
+static char *final_metrics(kiln_learner *L)
+{
+    cJSON *o = cJSON_CreateObject();
+    for (int i = 0; kiln__trainer_metrics[i]; i++) {
+        double v = kiln_learner_metric(L, kiln__trainer_metrics[i]);
+        if (isfinite(v))
+            cJSON_AddNumberToObject(o, kiln__trainer_metrics[i], v);
+    }
+    cJSON_AddNumberToObject(o, "epochs", (double)kiln_learner_epoch(L));
+    cJSON_AddNumberToObject(o, "steps", (double)kiln_learner_step(L));
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    char *copy = text ? strdup(text) : NULL;
+    cJSON_free(text);
+    return copy;
+}
+
+static kiln_tensor *smoothed_ce(void *ud, kiln_tensor *output, kiln_tensor *target)
+{
+    kiln_loss_ce_opts o = kiln_loss_ce_opts_default();
+    o.label_smoothing = *(const double *)ud;
+    return kiln_loss_cross_entropy(output, target, &o);
+}
+
+int kiln_trainer_run(const struct kiln_trainer_run *run, struct kiln_trainer_result *res)
+{
+    const struct kiln_jobspec *s = run->spec;
+    memset(res, 0, sizeof *res);
+    snprintf(res->stop_reason, sizeof res->stop_reason, "error");
+    kiln_device *dev = kiln_device_open(s->device);
+    kiln_dataset *train = NULL, *valid = NULL;
+    kiln_module *model = NULL;
+    kiln_optim *opt = NULL;
+    kiln_sched *sched = NULL;
+    kiln_loader *tl = NULL, *vl = NULL;
+    kiln_learner *L = NULL;
+    int rc = -1;
+    if (!dev) {
+        snprintf(res->error, sizeof res->error, "device: %s", kiln_error());
+        goto out;
+    }
+    logf_(run, "loading %s data", s->data_type);
+    train = open_set(s, s->train_a, s->train_b, "train", s->limit);
+    if (train && strcmp(s->data_type, "fashion_mnist") == 0)
+        valid = open_set(s, s->train_a, NULL, "t10k", s->valid_limit);
+    else if (train && s->valid_a)
+        valid = open_set(s, s->valid_a, s->valid_b, NULL, s->valid_limit);
+    if (!train || (!valid && (s->valid_a || strcmp(s->data_type, "fashion_mnist") == 0))) {
+        snprintf(res->error, sizeof res->error, "data: %s", kiln_error());
+        goto out;
+    }
+    if (s->valid_split > 0) {
+        kiln_dataset *tr = NULL, *va = NULL;
+        if (kiln_dataset_split(train, s->valid_split, s->seed, &tr, &va) != 0) {
+            snprintf(res->error, sizeof res->error, "data.valid_split: %s", kiln_error());
+            goto out;
+        }
+        kiln_dataset_free(train);
+        train = tr;
+        valid = va;
+    }
+    kiln_dataset_info info = kiln_dataset_get_info(train);
+    if (info.num_classes <= 0) {
+        snprintf(res->error, sizeof res->error, "data: the training set has no class labels");
+        goto out;
+    }
+    kiln_generator gen = kiln_generator_make(s->seed);
+    model = kiln_model_from_json(s->model_json, dev, &gen);
+    if (!model) {
+        snprintf(res->error, sizeof res->error, "model: %s", kiln_error());
+        goto out;
+    }
+    opt = kiln_optim_create_module(&s->optim, model);
+    kiln_loader_config lc = kiln_loader_config_default();
+    lc.batch_size = s->batch_size;
+    lc.seed = s->seed;
+    lc.workers = s->workers;
+    tl = opt ? kiln_loader_create(train, &lc, dev) : NULL;
+    lc.shuffle = false;
+    lc.batch_size = s->batch_size > 256 ? s->batch_size : 256;
+    vl = tl && valid ? kiln_loader_create(valid, &lc, dev) : NULL;
+    if (!tl || (valid && !vl)) {
+        snprintf(res->error, sizeof res->error, "%s", kiln_error());
+        goto out;
+    }
+    if (s->has_sched) {
+        kiln_sched_config sc = s->sched;
+        if (sc.kind == KILN_SCHED_COSINE && sc.t_max <= 0)
+            sc.t_max = s->sched_per_step ? s->epochs * kiln_loader_batches(tl) : s->epochs;
+        sched = kiln_sched_create(&sc, opt);
+        if (!sched) {
+            snprintf(res->error, sizeof res->error, "scheduler: %s", kiln_error());
+            goto out;
+        }
+    }
+    mkdir(run->checkpoint_dir, 0755);
+    kiln_learner_config cfg = kiln_learner_config_default();
+    cfg.epochs = s->epochs;
+    cfg.num_classes = info.num_classes;
+    cfg.sched_per_step = s->sched_per_step;
+    cfg.checkpoint_dir = run->checkpoint_dir;
+    cfg.checkpoint_every_epochs = s->ckpt_every_epochs;
+    cfg.checkpoint_every_steps = s->ckpt_every_steps;
+    cfg.keep_last = s->keep_last;
+    cfg.best_metric = s->best_metric;
+    cfg.best_max = s->best_max;
+    cfg.early_stop_metric = s->early_metric;
+    cfg.early_stop_max = s->early_max;
+    cfg.patience = s->patience;
+    cfg.min_delta = s->min_delta;
+    cfg.seed = s->seed;
+    L = kiln_learner_create(&cfg, model, opt, sched, tl, vl);
+    if (!L) {
+        snprintf(res->error, sizeof res->error, "%s", kiln_error());
+        goto out;
+    }
+    double smoothing = s->label_smoothing;
+    if (smoothing > 0)
+        kiln_learner_set_loss(L, smoothed_ce, &smoothing);
+    struct run_ctx ctx = {run, L, 0};
+    kiln_learner_subscribe(L, on_event, &ctx);
+    if (run->resume_dir) {
+        kiln_ckpt *ck = kiln_ckpt_open_latest(run->resume_dir, NULL, NULL);
+        if (ck) {
+            int64_t step = kiln_ckpt_step(ck);
+            char path[PATH_MAX];
+            snprintf(path, sizeof path, "%s", kiln_ckpt_path(ck));
+            kiln_ckpt_close(ck);
+            if (kiln_learner_resume(L, path) != 0) {
+                snprintf(res->error, sizeof res->error, "resuming from %.200s: %.250s", path, kiln_error());
+                goto out;
+            }
+            res->resumed = true;
+            res->resumed_step = step;
+            logf_(run, "resumed from checkpoint at step %lld (epoch %lld)", (long long)step,
+                  (long long)kiln_learner_epoch(L));
+        } else {
+            logf_(run, "no usable checkpoint in %s; starting from the beginning", run->resume_dir);
+        }
+    }
+    if (atomic_load(run->cancel)) {
+        snprintf(res->stop_reason, sizeof res->stop_reason, "cancelled");
+        rc = 0;
+        goto out;
+    }
+    logf_(run, "training %lld parameters on %lld items (%lld validation), %lld batches per epoch on %s",
+          (long long)kiln_module_parameter_count(model, true), (long long)kiln_dataset_length(train),
+          (long long)(valid ? kiln_dataset_length(valid) : 0), (long long)kiln_loader_batches(tl),
+          kiln_device_name(dev));
+    if (kiln_learner_fit(L) != 0) {
+        snprintf(res->error, sizeof res->error, "%s", kiln_error());
+        goto out;
+    }
+    snprintf(res->stop_reason, sizeof res->stop_reason, "%s", kiln_learner_stop_reason(L));
+    res->metrics_json = final_metrics(L);
+    rc = 0;
+    if (strcmp(res->stop_reason, "cancelled") != 0 && s->register_as) {
+        kiln_module_train(model, false);
+        rc = kiln__trainer_register(run, model, &info, res);
+        if (rc == 0)
+            logf_(run, "model registered as %s version %lld", s->register_as, (long long)res->version);
+    }
+out:
+    if (rc != 0)
+        snprintf(res->stop_reason, sizeof res->stop_reason, "error");
+    kiln_learner_free(L);
+    kiln_sched_free(sched);
+    kiln_loader_free(vl);
+    kiln_loader_free(tl);
+    kiln_optim_free(opt);
+    kiln_module_free(model);
+    kiln_dataset_free(train);
+    kiln_dataset_free(valid);
+    if (dev)
+        kiln_device_close(dev);
+    return rc;
+}
