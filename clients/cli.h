@@ -25,11 +25,12 @@ struct kiln_client {
     struct url u;
     const char *shown;    /* the URL as the user gave it, for messages */
     const char *token;    /* bearer token or NULL */
+    bool quiet;           /* say nothing on stderr (the dashboard owns the terminal) */
 };
 
 /* A connected socket, or -1 after printing why (the daemon is unreachable). */
-int kiln_cli_connect(const struct url *u, const char *shown);
-int kiln_cli_send_all(int fd, const char *p, size_t n, const char *shown);
+int kiln_cli_connect(const struct kiln_client *cl);
+int kiln_cli_send_all(const struct kiln_client *cl, int fd, const char *p, size_t n);
 /* Connect and send one request; the socket (the answer is read by the caller), or -1. */
 int kiln_cli_send_request(const struct kiln_client *cl, const char *method, const char *path, const char *body,
                           size_t body_len, const char *extra_headers);
@@ -43,5 +44,13 @@ extern const char kiln_cli_jobs_usage[];
 bool kiln_cli_jobs_known(const char *cmd);
 /* Runs a job or model command with its arguments; the process exit status. */
 int kiln_cli_jobs_main(const struct kiln_client *cl, const char *cmd, int argc, char **argv);
+
+/* kiln watch ID [--plain] [--exit-on-end]: the dashboard on a terminal, plain lines otherwise
+ * (clients/watch.c); the process exit status. */
+int kiln_cli_watch_main(const struct kiln_client *cl, int argc, char **argv);
+/* Follows job ID: the dashboard when DASHBOARD, else plain lines; the process exit status. */
+int kiln_cli_watch(const struct kiln_client *cl, long long id, bool dashboard, bool exit_on_end);
+/* Whether stdin and stdout are a terminal the dashboard can draw on. */
+bool kiln_cli_is_tty(void);
 
 #endif /* KILN_CLIENTS_CLI_H */

@@ -1,38 +1,33 @@
 /*
  * clients/jobs.c — the kiln CLI's training and model commands: train submit, jobs, job, cancel,
- * watch, models, predict.
- *
- * watch follows GET /v1/jobs/{id}/events (server-sent events) and prints one plain line per
- * event. When the connection drops before the job is over (kilnd restarted, a proxy cut it) it
- * reconnects with Last-Event-ID, so no event is printed twice or lost; kilnd keeps every event
- * in its job store, which is what makes that possible.
+ * resume, models, load, unload, predict (watch is clients/watch.c).
  */
 #include <errno.h>
 #include <math.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "cli.h"
 
 const char kiln_cli_jobs_usage[] =
-    "  train submit SPEC.json [--watch]   submit a training job (docs/jobs.md); --watch follows it\n"
+    "  train submit SPEC.json [--watch] [--plain]\n"
+    "                                     submit a training job (docs/jobs.md); --watch follows it\n"
     "  jobs [--state S]                   list jobs (S: queued, running, succeeded, failed, cancelled)\n"
     "  job ID                             one job: state, progress, latest metrics, checkpoints, error\n"
     "  cancel ID                          cancel a queued or running job\n"
     "  resume ID                          continue a failed or cancelled job from its checkpoint\n"
-    "  watch ID                           follow a job's progress until it ends\n"
+    "  watch ID [--plain] [--exit-on-end] follow a job: a live dashboard on a terminal (q quits),\n"
+    "                                     one line per event otherwise or with --plain\n"
     "  models                             the model repository and what is loaded\n"
-    "  predict MODEL --json JSON          run inference: a KServe v2 request body, or a nested array\n"
-    "                                     of numbers for a model with one input\n";
+    "  load MODEL / unload MODEL          load a repository model for serving, or unload it\n"
+    "  predict MODEL --json JSON | --file FILE\n"
+    "                                     run inference: a KServe v2 request body, or a nested array\n"
+    "                                     of numbers for a model with one input (FILE: the same JSON)\n";
 
-static const char *const commands[] = {"train", "jobs", "job", "cancel", "resume", "watch", "models", "predict", NULL};
+static const char *const commands[] = {"train", "jobs", "job", "cancel", "resume", "watch", "models", "load", "unload", "predict", NULL};
 
 bool kiln_cli_jobs_known(const char *cmd)
 {
@@ -94,213 +89,6 @@ static char *read_file(const char *path, size_t *len)
     return buf;
 }
 
-/* ---- watch ------------------------------------------------------------------------------ */
-
-struct watch {
-    long long id;
-    double epochs;           /* from the spec: the events carry the epoch, not the total */
-    bool done;
-    int exit_code;
-    char last_id[32];
-};
-
-static void print_event(struct watch *w, const char *type, const char *data)
-{
-    cJSON *o = cJSON_Parse(data);
-    if (!o)
-        return;
-    if (!strcmp(type, "state")) {
-        const char *st = str_of(o, "state");
-        const char *err = str_of(o, "error");
-        printf("job %lld: %s%s%s\n", w->id, st ? st : "?", err ? ": " : "", err ? err : "");
-        if (st && (!strcmp(st, "succeeded") || !strcmp(st, "failed") || !strcmp(st, "cancelled"))) {
-            w->done = true;
-            w->exit_code = strcmp(st, "succeeded") == 0 ? 0 : 1;
-            const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "metrics");
-            if (m && isfinite(num_of(m, "valid_accuracy")))
-                printf("job %lld: final valid_accuracy %.4f valid_loss %.4f train_loss %.4f\n", w->id,
-                       num_of(m, "valid_accuracy"), num_of(m, "valid_loss"), num_of(m, "train_loss"));
-        }
-    } else if (!strcmp(type, "log")) {
-        printf("job %lld: %s\n", w->id, str_of(o, "message") ? str_of(o, "message") : "");
-    } else if (!strcmp(type, "step")) {
-        printf("epoch %.0f/%.0f  batch %.0f/%.0f  step %.0f  loss %.4f  acc %.3f  lr %.3g  %.0f items/s\n",
-               num_of(o, "epoch"), w->epochs, num_of(o, "batch") + 1, num_of(o, "batches"), num_of(o, "step"),
-               num_of(o, "loss"), num_of(o, "accuracy"), num_of(o, "lr"), num_of(o, "items_per_sec"));
-    } else if (!strcmp(type, "epoch")) {
-        printf("epoch %.0f/%.0f done  train_loss %.4f  train_acc %.3f  valid_loss %.4f  valid_acc %.3f  %.2fs\n",
-               num_of(o, "epoch"), w->epochs, num_of(o, "train_loss"), num_of(o, "train_accuracy"),
-               num_of(o, "valid_loss"), num_of(o, "valid_accuracy"), num_of(o, "epoch_seconds"));
-    } else if (!strcmp(type, "checkpoint")) {
-        printf("checkpoint at step %.0f\n", num_of(o, "step"));
-    } else if (!strcmp(type, "model")) {
-        printf("model %s version %.0f registered; serving at /v2/models/%s/infer\n", str_of(o, "name"),
-               num_of(o, "version"), str_of(o, "name"));
-    }
-    fflush(stdout);
-    cJSON_Delete(o);
-}
-
-static volatile sig_atomic_t interrupted;
-
-static void on_sigint(int sig)
-{
-    (void)sig;
-    interrupted = 1;
-}
-
-/* One connection's worth of the stream. 0 when it ended (job over or connection closed),
- * -1 when it could not be opened or kilnd refused it (printed), -2 when interrupted. */
-static int stream_once(const struct kiln_client *cl, struct watch *w)
-{
-    char path[64], hdr[64] = "";
-    snprintf(path, sizeof path, "/v1/jobs/%lld/events", w->id);
-    if (w->last_id[0])
-        snprintf(hdr, sizeof hdr, "Last-Event-ID: %s\r\n", w->last_id);
-    int fd = kiln_cli_send_request(cl, "GET", path, NULL, 0, hdr);
-    if (fd < 0)
-        return -1;
-    char buf[8192];
-    size_t len = 0;
-    bool headers = true;
-    char type[64] = "message";
-    char *data = NULL;
-    size_t dlen = 0;
-    int rc = 0;
-    for (;;) {
-        if (interrupted) {
-            rc = -2;
-            break;
-        }
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        int pr = poll(&p, 1, 500);
-        if (pr < 0 && errno == EINTR)
-            continue;
-        if (pr == 0)
-            continue;
-        ssize_t got = recv(fd, buf + len, sizeof buf - len - 1, 0);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0)
-            break;
-        len += (size_t)got;
-        buf[len] = '\0';
-        if (headers) {
-            char *end = strstr(buf, "\r\n\r\n");
-            if (!end) {
-                if (len + 1 >= sizeof buf) {
-                    rc = -1;
-                    break;
-                }
-                continue;
-            }
-            int status = strncmp(buf, "HTTP/1.", 7) == 0 ? atoi(buf + 9) : 0;
-            if (status != 200) {
-                /* An error answer: read the rest and show it. */
-                size_t cap = len + 4096;
-                char *all = malloc(cap);
-                if (all) {
-                    memcpy(all, buf, len);
-                    size_t n = len;
-                    ssize_t g;
-                    while (n + 1 < cap && (g = recv(fd, all + n, cap - n - 1, 0)) > 0)
-                        n += (size_t)g;
-                    all[n] = '\0';
-                    char *e = strstr(all, "\r\n\r\n");
-                    struct response r = {status, all, e ? e + 4 : all + n, e ? n - (size_t)(e + 4 - all) : 0};
-                    kiln_cli_print_error("watch", &r);
-                    free(all);
-                }
-                rc = -1;
-                break;
-            }
-            size_t skip = (size_t)(end + 4 - buf);
-            memmove(buf, buf + skip, len - skip + 1);
-            len -= skip;
-            headers = false;
-        }
-        char *line;
-        while ((line = memchr(buf, '\n', len))) {
-            *line = '\0';
-            size_t ll = (size_t)(line - buf);
-            if (ll && buf[ll - 1] == '\r')
-                buf[ll - 1] = '\0';
-            if (buf[0] == '\0') {
-                if (data)
-                    print_event(w, type, data);
-                free(data);
-                data = NULL;
-                dlen = 0;
-                snprintf(type, sizeof type, "message");
-            } else if (!strncmp(buf, "id: ", 4)) {
-                snprintf(w->last_id, sizeof w->last_id, "%.30s", buf + 4);
-            } else if (!strncmp(buf, "event: ", 7)) {
-                snprintf(type, sizeof type, "%.60s", buf + 7);
-            } else if (!strncmp(buf, "data: ", 6)) {
-                size_t n = strlen(buf + 6);
-                char *g = realloc(data, dlen + n + 2);
-                if (g) {
-                    data = g;
-                    if (dlen)
-                        data[dlen++] = '\n';
-                    memcpy(data + dlen, buf + 6, n + 1);
-                    dlen += n;
-                }
-            }
-            size_t used = ll + 1;
-            memmove(buf, buf + used, len - used + 1);
-            len -= used;
-        }
-        if (len + 1 >= sizeof buf) /* a line longer than the buffer: not from kilnd */
-            len = 0;
-        if (w->done)
-            break;
-    }
-    free(data);
-    close(fd);
-    return rc;
-}
-
-static int watch_job(const struct kiln_client *cl, long long id)
-{
-    char path[48];
-    snprintf(path, sizeof path, "/v1/jobs/%lld", id);
-    struct response r;
-    if (kiln_cli_request(cl, "GET", path, NULL, 0, &r) != 0)
-        return 2;
-    if (r.status != 200) {
-        kiln_cli_print_error("watch", &r);
-        free(r.raw);
-        return 1;
-    }
-    cJSON *j = parse_body(&r);
-    struct watch w = {.id = id, .epochs = 1};
-    double e = num_of(cJSON_GetObjectItemCaseSensitive(j, "spec"), "epochs");
-    if (isfinite(e))
-        w.epochs = e;
-    cJSON_Delete(j);
-    free(r.raw);
-    struct sigaction sa = {.sa_handler = on_sigint};
-    sigaction(SIGINT, &sa, NULL);
-    int failures = 0;
-    while (!w.done) {
-        int rc = stream_once(cl, &w);
-        if (rc == -2) {
-            fprintf(stderr, "kiln: stopped watching; job %lld goes on (kiln cancel %lld stops it)\n", id, id);
-            return 130;
-        }
-        if (w.done)
-            break;
-        /* The connection ended before the job: kilnd restarted or drained. Reconnect. */
-        if (rc == -1 && ++failures > 30)
-            return 2;
-        if (rc == 0)
-            failures = 0;
-        usleep(rc == 0 ? 100000 : 1000000);
-    }
-    return w.exit_code;
-}
-
 /* ---- the other commands -------------------------------------------------------------------- */
 
 static int simple(const struct kiln_client *cl, const char *method, const char *path, const char *what,
@@ -323,10 +111,12 @@ static int simple(const struct kiln_client *cl, const char *method, const char *
 static int cmd_submit(const struct kiln_client *cl, int argc, char **argv)
 {
     const char *file = NULL;
-    bool watch = false;
+    bool watch = false, plain = false;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--watch"))
             watch = true;
+        else if (!strcmp(argv[i], "--plain"))
+            plain = true;
         else if (!file && (argv[i][0] != '-' || !strcmp(argv[i], "-")))
             file = argv[i];
         else {
@@ -363,7 +153,7 @@ static int cmd_submit(const struct kiln_client *cl, int argc, char **argv)
     free(r.raw);
     printf("job %lld queued\n", id);
     fflush(stdout);
-    return watch ? watch_job(cl, id) : 0;
+    return watch ? kiln_cli_watch(cl, id, kiln_cli_is_tty() && !plain, false) : 0;
 }
 
 static void print_progress_bar(double f)
@@ -463,6 +253,30 @@ static int cmd_models(const struct kiln_client *cl)
     return 0;
 }
 
+/* POST /v2/repository/models/NAME/load or .../unload (the KServe repository extension). */
+static int cmd_load(const struct kiln_client *cl, const char *cmd, int argc, char **argv)
+{
+    if (argc != 1 || strspn(argv[0], "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") !=
+                         strlen(argv[0]) || !argv[0][0] || strlen(argv[0]) > 128) {
+        fprintf(stderr, "kiln: usage: kiln %s MODEL\n", cmd);
+        return 2;
+    }
+    char path[200];
+    snprintf(path, sizeof path, "/v2/repository/models/%s/%s", argv[0], cmd);
+    struct response r;
+    if (kiln_cli_request(cl, "POST", path, "{}", 2, &r) != 0)
+        return 2;
+    int rc = 0;
+    if (r.status != 200) {
+        kiln_cli_print_error(cmd, &r);
+        rc = 1;
+    } else {
+        printf("model %s %s\n", argv[0], !strcmp(cmd, "load") ? "loaded" : "unloaded");
+    }
+    free(r.raw);
+    return rc;
+}
+
 /* Shape of a nested array of numbers; false when ragged or not numbers. */
 static bool nested_shape(const cJSON *a, int depth, long long *shape, int *ndim, cJSON *flat)
 {
@@ -487,10 +301,12 @@ static bool nested_shape(const cJSON *a, int depth, long long *shape, int *ndim,
 
 static int cmd_predict(const struct kiln_client *cl, int argc, char **argv)
 {
-    const char *model = NULL, *json = NULL;
+    const char *model = NULL, *json = NULL, *file = NULL;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--json") && i + 1 < argc)
+        if (!strcmp(argv[i], "--json") && i + 1 < argc && !json && !file)
             json = argv[++i];
+        else if (!strcmp(argv[i], "--file") && i + 1 < argc && !json && !file)
+            file = argv[++i];
         else if (!model && argv[i][0] != '-')
             model = argv[i];
         else {
@@ -498,14 +314,19 @@ static int cmd_predict(const struct kiln_client *cl, int argc, char **argv)
             return 2;
         }
     }
-    if (!model || !json || strspn(model, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") !=
+    if (!model || (!json && !file) || strspn(model, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") !=
                                strlen(model) || strlen(model) > 128) {
-        fprintf(stderr, "kiln: usage: kiln predict MODEL --json '{\"inputs\": [...]}' | '[[...]]'\n");
+        fprintf(stderr, "kiln: usage: kiln predict MODEL --json '{\"inputs\": [...]}' | '[[...]]' | --file FILE\n");
         return 2;
     }
-    cJSON *in = cJSON_Parse(json);
+    size_t flen = 0;
+    char *ftext = file ? read_file(file, &flen) : NULL;
+    if (file && !ftext)
+        return 2;
+    cJSON *in = file ? cJSON_ParseWithLength(ftext, flen) : cJSON_Parse(json);
+    free(ftext);
     if (!in) {
-        fprintf(stderr, "kiln: predict: --json is not valid JSON\n");
+        fprintf(stderr, "kiln: predict: %s%s is not valid JSON\n", file ? file : "--json", file ? "" : " value");
         return 2;
     }
     char path[200];
@@ -606,6 +427,10 @@ int kiln_cli_jobs_main(const struct kiln_client *cl, const char *cmd, int argc, 
         return argc ? (fprintf(stderr, "kiln: models takes no arguments\n"), 2) : cmd_models(cl);
     if (!strcmp(cmd, "predict"))
         return cmd_predict(cl, argc, argv);
+    if (!strcmp(cmd, "watch"))
+        return kiln_cli_watch_main(cl, argc, argv);
+    if (!strcmp(cmd, "load") || !strcmp(cmd, "unload"))
+        return cmd_load(cl, cmd, argc, argv);
     /* job, cancel, resume, watch: one job id */
     if (argc != 1 || !valid_id(argv[0])) {
         fprintf(stderr, "kiln: usage: kiln %s JOB_ID\n", cmd);
@@ -613,8 +438,6 @@ int kiln_cli_jobs_main(const struct kiln_client *cl, const char *cmd, int argc, 
     }
     if (!strcmp(cmd, "job"))
         return cmd_job(cl, argv[0]);
-    if (!strcmp(cmd, "watch"))
-        return watch_job(cl, atoll(argv[0]));
     char path[64];
     if (!strcmp(cmd, "cancel")) {
         snprintf(path, sizeof path, "/v1/jobs/%s", argv[0]);

@@ -1,9 +1,10 @@
 /*
  * clients/kiln.c — the kiln command-line client. A small blocking HTTP/1.1 client (one request
  * per connection, Connection: close) is all it needs to ask a kilnd about its health, metadata
- * and metrics; clients/jobs.c adds training jobs, models and prediction on top of it. The
- * address comes from --url, else KILN_URL, else http://127.0.0.1:8080; the bearer token from
- * --token, else KILN_TOKEN.
+ * and metrics; clients/jobs.c adds training jobs, models and prediction on top of it,
+ * clients/watch.c and clients/dashboard.c follow a job. The address and the bearer token come
+ * from --url/--token, else KILN_URL/KILN_TOKEN, else the config file, else
+ * http://127.0.0.1:8080 and no token.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -64,12 +65,15 @@ bad:
     return -1;
 }
 
-int kiln_cli_connect(const struct url *u, const char *shown)
+int kiln_cli_connect(const struct kiln_client *cl)
 {
+    const struct url *u = &cl->u;
+    const char *shown = cl->shown;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
     int rc = getaddrinfo(u->host, u->port, &hints, &res);
     if (rc != 0) {
-        fprintf(stderr, "kiln: cannot resolve %s: %s\n", u->host, gai_strerror(rc));
+        if (!cl->quiet)
+            fprintf(stderr, "kiln: cannot resolve %s: %s\n", u->host, gai_strerror(rc));
         return -1;
     }
     int fd = -1, err = 0;
@@ -86,7 +90,7 @@ int kiln_cli_connect(const struct url *u, const char *shown)
         }
     }
     freeaddrinfo(res);
-    if (fd < 0)
+    if (fd < 0 && !cl->quiet)
         fprintf(stderr, "kiln: cannot reach kilnd at %s: %s (is kilnd running? set --url or KILN_URL)\n", shown,
                 strerror(err));
     return fd;
@@ -102,14 +106,15 @@ static int wait_fd(int fd, short events)
     return rc > 0 ? 0 : -1;
 }
 
-int kiln_cli_send_all(int fd, const char *p, size_t n, const char *shown)
+int kiln_cli_send_all(const struct kiln_client *cl, int fd, const char *p, size_t n)
 {
     for (size_t off = 0; off < n;) {
         ssize_t w = send(fd, p + off, n - off, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0) {
-            fprintf(stderr, "kiln: sending to %s failed: %s\n", shown, strerror(errno));
+            if (!cl->quiet)
+                fprintf(stderr, "kiln: sending to %s failed: %s\n", cl->shown, strerror(errno));
             return -1;
         }
         off += (size_t)w;
@@ -121,7 +126,7 @@ int kiln_cli_send_all(int fd, const char *p, size_t n, const char *shown)
 int kiln_cli_send_request(const struct kiln_client *cl, const char *method, const char *path, const char *body,
                           size_t body_len, const char *extra_headers)
 {
-    int fd = kiln_cli_connect(&cl->u, cl->shown);
+    int fd = kiln_cli_connect(cl);
     if (fd < 0)
         return -1;
     char auth[600] = "";
@@ -133,8 +138,8 @@ int kiln_cli_send_request(const struct kiln_client *cl, const char *method, cons
                      "Content-Length: %zu\r\n%sConnection: close\r\n\r\n",
                      method, cl->u.base, path, cl->u.host, cl->u.port, KILN_VERSION, auth,
                      body ? "Content-Type: application/json\r\n" : "", body_len, extra_headers ? extra_headers : "");
-    if (n < 0 || n >= (int)sizeof req || kiln_cli_send_all(fd, req, (size_t)n, cl->shown) != 0 ||
-        (body_len && kiln_cli_send_all(fd, body, body_len, cl->shown) != 0)) {
+    if (n < 0 || n >= (int)sizeof req || kiln_cli_send_all(cl, fd, req, (size_t)n) != 0 ||
+        (body_len && kiln_cli_send_all(cl, fd, body, body_len) != 0)) {
         close(fd);
         return -1;
     }
@@ -198,10 +203,9 @@ fail:
     return -1;
 }
 
-static int request(const struct url *u, const char *shown, const char *path, struct response *r)
+static int request(const struct kiln_client *cl, const char *path, struct response *r)
 {
-    struct kiln_client cl = {*u, shown, getenv("KILN_TOKEN")};
-    return kiln_cli_request(&cl, "GET", path, NULL, 0, r);
+    return kiln_cli_request(cl, "GET", path, NULL, 0, r);
 }
 
 /* The "error" field of a JSON error body, or the body itself. */
@@ -214,12 +218,12 @@ void kiln_cli_print_error(const char *what, const struct response *r)
     cJSON_Delete(j);
 }
 
-static int cmd_health(const struct url *u, const char *shown)
+static int cmd_health(const struct kiln_client *cl)
 {
     struct response live, ready;
-    if (request(u, shown, "/v2/health/live", &live) != 0)
+    if (request(cl, "/v2/health/live", &live) != 0)
         return 2;
-    int rc = request(u, shown, "/v2/health/ready", &ready);
+    int rc = request(cl, "/v2/health/ready", &ready);
     if (rc != 0) {
         free(live.raw);
         return 2;
@@ -233,10 +237,10 @@ static int cmd_health(const struct url *u, const char *shown)
     return code;
 }
 
-static int cmd_get(const struct url *u, const char *shown, const char *path, bool json)
+static int cmd_get(const struct kiln_client *cl, const char *path, bool json)
 {
     struct response r;
-    if (request(u, shown, path, &r) != 0)
+    if (request(cl, path, &r) != 0)
         return 2;
     int code = 0;
     if (r.status != 200) {
@@ -258,24 +262,64 @@ static int cmd_get(const struct url *u, const char *shown, const char *path, boo
     return code;
 }
 
-static int cmd_version(const struct url *u, const char *shown)
+static int cmd_version(const struct kiln_client *cl)
 {
     printf("kiln client %s\n", KILN_VERSION);
     struct response r;
-    if (request(u, shown, "/v2", &r) != 0)
+    if (request(cl, "/v2", &r) != 0)
         return 2;
     cJSON *j = cJSON_ParseWithLength(r.body, r.body_len);
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "version");
-    printf("kilnd server %s (%s)\n", cJSON_IsString(v) ? v->valuestring : "unknown", shown);
+    printf("kilnd server %s (%s)\n", cJSON_IsString(v) ? v->valuestring : "unknown", cl->shown);
     cJSON_Delete(j);
     free(r.raw);
+    return 0;
+}
+
+/* The CLI's config file: $KILN_CONFIG, else $XDG_CONFIG_HOME/kiln/cli.json, else
+ * ~/.config/kiln/cli.json; {"url": "...", "token": "..."}. A missing file is not an error; a
+ * file that is there but unreadable or not such an object is (the user meant something by it). */
+static int read_config(char **url, char **token)
+{
+    char path[4096];
+    const char *explicit = getenv("KILN_CONFIG"), *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+    if (explicit && explicit[0])
+        snprintf(path, sizeof path, "%s", explicit);
+    else if (xdg && xdg[0])
+        snprintf(path, sizeof path, "%s/kiln/cli.json", xdg);
+    else if (home && home[0])
+        snprintf(path, sizeof path, "%s/.config/kiln/cli.json", home);
+    else
+        return 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (errno == ENOENT && !(explicit && explicit[0]))
+            return 0;
+        fprintf(stderr, "kiln: cannot open config file %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    char text[16384];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    bool big = n == sizeof text - 1 && fgetc(f) != EOF;
+    fclose(f);
+    cJSON *j = big ? NULL : cJSON_ParseWithLength(text, n);
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(j, "url"), *t = cJSON_GetObjectItemCaseSensitive(j, "token");
+    if (!cJSON_IsObject(j) || (u && !cJSON_IsString(u)) || (t && !cJSON_IsString(t))) {
+        fprintf(stderr, "kiln: config file %s: expected a JSON object {\"url\": \"http://...\", \"token\": \"...\"}\n",
+                path);
+        cJSON_Delete(j);
+        return -1;
+    }
+    *url = u ? strdup(u->valuestring) : NULL;
+    *token = t ? strdup(t->valuestring) : NULL;
+    cJSON_Delete(j);
     return 0;
 }
 
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: kiln [--url URL] COMMAND\n\n"
+            "usage: kiln [--url URL] [--token T] COMMAND [ARGS]\n\n"
             "Commands:\n"
             "  health     is kilnd live and ready? (exit 0 when both)\n"
             "  server     server metadata (KServe v2 GET /v2)\n"
@@ -283,23 +327,21 @@ static void usage(FILE *out)
             "  version    client and server versions\n"
             "%s\n"
             "Options:\n"
-            "  --url URL  kilnd address (default: $KILN_URL, else %s)\n"
-            "  --token T  bearer token (default: $KILN_TOKEN)\n"
+            "  --url URL  kilnd address\n"
+            "  --token T  bearer token\n"
             "  --help     this text\n\n"
+            "The address and token come from the flags, else $KILN_URL and $KILN_TOKEN, else the config\n"
+            "file ($KILN_CONFIG, else $XDG_CONFIG_HOME/kiln/cli.json or ~/.config/kiln/cli.json:\n"
+            "{\"url\": \"http://host:port\", \"token\": \"...\"}); the address defaults to %s.\n\n"
             "Exit status: 0 success, 1 the server answered with an error, 2 it could not be reached.\n",
             kiln_cli_jobs_usage, DEFAULT_URL);
 }
 
-int main(int argc, char **argv)
+static int run(int argc, char **argv, char **rest)
 {
-    const char *url = getenv("KILN_URL");
-    const char *token = getenv("KILN_TOKEN");
-    const char *cmd = NULL;
-    /* Options may come anywhere; what is not ours goes to the command, in order. */
-    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    const char *url = NULL, *token = NULL, *cmd = NULL;
     int nrest = 0;
-    if (!rest)
-        return 2;
+    /* Options may come anywhere; what is not ours goes to the command, in order. */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
@@ -319,47 +361,63 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr, "kiln: unexpected argument '%s'\n\n", argv[i]);
             usage(stderr);
-            free(rest);
             return 2;
         }
     }
     if (!cmd) {
         usage(stderr);
-        free(rest);
         return 2;
     }
-    if (!url || !url[0])
-        url = DEFAULT_URL;
-    struct url u;
     bool basic = !strcmp(cmd, "version") || !strcmp(cmd, "health") || !strcmp(cmd, "server") || !strcmp(cmd, "metrics");
     if (!basic && !kiln_cli_jobs_known(cmd)) {
         fprintf(stderr, "kiln: unknown command '%s'\n\n", cmd);
         usage(stderr);
-        free(rest);
         return 2;
     }
     if (basic && nrest) {
         fprintf(stderr, "kiln: unexpected argument '%s'\n\n", rest[0]);
         usage(stderr);
-        free(rest);
         return 2;
     }
-    if (parse_url(url, &u) != 0) {
-        free(rest);
+    /* Flags, then the environment, then the config file (read only when something is missing). */
+    if (!url || !url[0])
+        url = getenv("KILN_URL");
+    if (!token || !token[0])
+        token = getenv("KILN_TOKEN");
+    char *cfg_url = NULL, *cfg_token = NULL;
+    if ((!url || !url[0] || !token || !token[0]) && read_config(&cfg_url, &cfg_token) != 0)
         return 2;
-    }
-    if (!basic) {
-        struct kiln_client cl = {u, url, token};
-        int rc = kiln_cli_jobs_main(&cl, cmd, nrest, rest);
-        free(rest);
-        return rc;
-    }
+    if (!url || !url[0])
+        url = cfg_url;
+    if (!token || !token[0])
+        token = cfg_token;
+    if (!url || !url[0])
+        url = DEFAULT_URL;
+    struct kiln_client cl = {.shown = url, .token = token};
+    int rc = 2;
+    if (parse_url(url, &cl.u) != 0)
+        rc = 2;
+    else if (!basic)
+        rc = kiln_cli_jobs_main(&cl, cmd, nrest, rest);
+    else if (strcmp(cmd, "health") == 0)
+        rc = cmd_health(&cl);
+    else if (strcmp(cmd, "server") == 0)
+        rc = cmd_get(&cl, "/v2", true);
+    else if (strcmp(cmd, "metrics") == 0)
+        rc = cmd_get(&cl, "/metrics", false);
+    else
+        rc = cmd_version(&cl);
+    free(cfg_url);
+    free(cfg_token);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    if (!rest)
+        return 2;
+    int rc = run(argc, argv, rest);
     free(rest);
-    if (strcmp(cmd, "health") == 0)
-        return cmd_health(&u, url);
-    if (strcmp(cmd, "server") == 0)
-        return cmd_get(&u, url, "/v2", true);
-    if (strcmp(cmd, "metrics") == 0)
-        return cmd_get(&u, url, "/metrics", false);
-    return cmd_version(&u, url);
+    return rc;
 }
