@@ -513,9 +513,12 @@ static bool dconv_ok(const kiln__cpu_ctx *ctx, const geom *g, bool dbl)
 {
     if (dbl || !ctx->k->conv_tile_f32 || g->G != 1)
         return false;
-    /* a 1x1 kernel on a small image would leave most of a tile's positions empty; the
-     * GEMM lowering is the better fit there */
-    if (g->ksz == 1 && g->osz < 2 * ctx->k->conv_tile_q)
+    /* a 1x1 kernel on an image smaller than one tile (the 1x1 maps of squeeze-excitation
+     * blocks, fully connected layers written as convolutions) would leave most of the
+     * tile's positions empty; the GEMM lowering is the better fit there. From 7x7 up the
+     * tile wins in a whole model even at half occupancy, as it keeps the layer on our
+     * pool rather than waking OpenBLAS's threads between our layers. */
+    if (g->ksz == 1 && g->osz < ctx->k->conv_tile_q)
         return false;
     if (g->k[0] != 1 || g->in[0] != 1 || g->pad[0] != 0 || g->st[0] != 1)
         return false;
