@@ -6,17 +6,22 @@
  * before anything is allocated from it: the shape's element count (overflow-checked) against
  * limits.max_tensor_elements, the batch dim against max_batch_size, the data's element count
  * against the shape, binary_data_size against what the shape needs and what the body holds.
- * JSON "data" may be flat or nested (row-major); BOOL takes true/false, integers must be exact
- * and in range for their datatype. FP16 and BF16 values arrive as JSON numbers and are sent on
- * as f32; the worker casts them to the model's dtype.
+ * JSON "data" may be flat, or nested exactly as the shape says (row-major either way); BOOL
+ * takes true/false, integers must be whole numbers in range for their datatype, floats must be
+ * finite in their datatype. FP16 and BF16 values arrive as JSON numbers and are sent on as f32;
+ * the worker casts them to the model's dtype.
+ *
+ * The JSON is read with the in-place scanner of jscan.h, in two passes and no tree: the first
+ * checks the whole document and notes where the members it needs start; the second converts
+ * each "data" array straight into its tensor buffer. A tree of one node per number used to cost
+ * more than the model's run.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
-
+#include "jscan.h"
 #include "responses.h"
 #include "serving.h"
 
@@ -27,78 +32,11 @@
         goto done;                                \
     } while (0)
 
-struct walk {
-    void *dst;
-    kiln_dtype dt;
-    int64_t n, cap;
-    const char *bad;
+/* Where an input object's members start (NULL: absent; the first of a repeated key counts). */
+struct in_desc {
+    bool is_object;
+    const char *name, *datatype, *shape, *data, *params;
 };
-
-static int store(struct walk *w, const cJSON *v)
-{
-    if (w->n >= w->cap) {
-        w->bad = "more data elements than the shape holds";
-        return -1;
-    }
-    double d;
-    if (w->dt == KILN_BOOL) {
-        if (!cJSON_IsBool(v)) {
-            w->bad = "BOOL data must be true or false";
-            return -1;
-        }
-        ((uint8_t *)w->dst)[w->n++] = cJSON_IsTrue(v) ? 1 : 0;
-        return 0;
-    }
-    if (!cJSON_IsNumber(v)) {
-        w->bad = "data elements must be numbers";
-        return -1;
-    }
-    d = v->valuedouble;
-    switch (w->dt) {
-    case KILN_F32: ((float *)w->dst)[w->n] = (float)d; break;
-    case KILN_F64: ((double *)w->dst)[w->n] = d; break;
-    case KILN_I64:
-        if (d != floor(d) || d < -9223372036854775808.0 || d >= 9223372036854775808.0) {
-            w->bad = "INT64 data must be integers in range";
-            return -1;
-        }
-        ((int64_t *)w->dst)[w->n] = (int64_t)d;
-        break;
-    case KILN_I32:
-        if (d != floor(d) || d < -2147483648.0 || d > 2147483647.0) {
-            w->bad = "INT32 data must be integers in range";
-            return -1;
-        }
-        ((int32_t *)w->dst)[w->n] = (int32_t)d;
-        break;
-    case KILN_U8:
-        if (d != floor(d) || d < 0 || d > 255) {
-            w->bad = "UINT8 data must be integers in 0..255";
-            return -1;
-        }
-        ((uint8_t *)w->dst)[w->n] = (uint8_t)d;
-        break;
-    default:
-        w->bad = "unsupported datatype";
-        return -1;
-    }
-    w->n++;
-    return 0;
-}
-
-/* Flattens nested arrays row-major; depth is bounded by cJSON's own nesting limit. */
-static int walk_data(struct walk *w, const cJSON *v)
-{
-    if (cJSON_IsArray(v)) {
-        const cJSON *it;
-        cJSON_ArrayForEach(it, v) {
-            if (walk_data(w, it) != 0)
-                return -1;
-        }
-        return 0;
-    }
-    return store(w, v);
-}
 
 static int find_spec(const kiln_model_tensor_spec *specs, int n, const char *name)
 {
@@ -127,10 +65,265 @@ static bool known_datatype(const char *dt)
     return wire_size(dt) != 0 || strcmp(dt, "BYTES") == 0;
 }
 
-static const cJSON *param(const cJSON *obj, const char *key)
+/* ---- reading the already validated document ---------------------------------------------- */
+
+static void scan_at(struct kiln_jscan *s, const char *at, const char *end)
 {
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(obj, "parameters");
-    return cJSON_IsObject(p) ? cJSON_GetObjectItemCaseSensitive(p, key) : NULL;
+    kiln_jscan_init(s, at, (size_t)(end - at));
+}
+
+/*
+ * The string value at `at` into out: its length, -1 when it is not a string (or holds a NUL,
+ * which no name can), -2 when longer than cap - 1.
+ */
+static long string_at(const char *at, const char *end, char *out, size_t cap)
+{
+    struct kiln_jscan s;
+    out[0] = '\0';
+    if (!at)
+        return -1;
+    scan_at(&s, at, end);
+    if (kiln_jscan_peek(&s) != KILN_J_STRING)
+        return -1;
+    long n = kiln_jscan_string(&s, out, cap);
+    return n >= 0 && strlen(out) != (size_t)n ? -1 : n;
+}
+
+static enum kiln_jtype type_at(const char *at, const char *end)
+{
+    struct kiln_jscan s;
+    if (!at)
+        return KILN_J_NONE;
+    scan_at(&s, at, end);
+    return kiln_jscan_peek(&s);
+}
+
+/* Where the value of key starts in the object at `at` (the first if repeated), or NULL. */
+static const char *member_at(const char *at, const char *end, const char *key)
+{
+    struct kiln_jscan s;
+    char k[64];
+    int r;
+    if (type_at(at, end) != KILN_J_OBJECT)
+        return NULL;
+    scan_at(&s, at, end);
+    kiln_jscan_object_begin(&s);
+    for (int i = 0; (r = kiln_jscan_member(&s, i, k, sizeof k)) > 0; i++) {
+        if (strcmp(k, key) == 0) {
+            kiln_jscan_peek(&s);
+            return s.p;
+        }
+        if (kiln_jscan_skip(&s) != 0)
+            return NULL;
+    }
+    return NULL;
+}
+
+/*
+ * The first pass: checks the whole document's syntax and notes where the members the decoder
+ * needs start, without converting anything. The second pass reads from those places.
+ */
+struct doc {
+    const char *id, *inputs, *outputs, *params;
+    int ninputs;                                    /* in the request, may exceed KILN_SCHED_MAX_IO */
+    struct in_desc in[KILN_SCHED_MAX_IO];
+};
+
+static void note(struct kiln_jscan *s, const char **slot)
+{
+    kiln_jscan_peek(s);
+    if (!*slot)
+        *slot = s->p;
+}
+
+static int walk_input(struct kiln_jscan *s, struct in_desc *d)
+{
+    char key[16];
+    int r;
+    if (kiln_jscan_peek(s) != KILN_J_OBJECT)
+        return kiln_jscan_skip(s);
+    d->is_object = true;
+    kiln_jscan_object_begin(s);
+    for (int i = 0; (r = kiln_jscan_member(s, i, key, sizeof key)) > 0; i++) {
+        const char **slot = strcmp(key, "name") == 0       ? &d->name
+                            : strcmp(key, "datatype") == 0 ? &d->datatype
+                            : strcmp(key, "shape") == 0    ? &d->shape
+                            : strcmp(key, "data") == 0     ? &d->data
+                            : strcmp(key, "parameters") == 0 ? &d->params
+                                                             : NULL;
+        if (slot)
+            note(s, slot);
+        if (kiln_jscan_skip(s) != 0)
+            return -1;
+    }
+    return r;
+}
+
+static int walk_doc(struct kiln_jscan *s, struct doc *doc)
+{
+    char key[16];
+    int r;
+    kiln_jscan_object_begin(s);
+    for (int i = 0; (r = kiln_jscan_member(s, i, key, sizeof key)) > 0; i++) {
+        if (strcmp(key, "inputs") == 0 && !doc->inputs) {
+            note(s, &doc->inputs);
+            if (kiln_jscan_peek(s) != KILN_J_ARRAY) {
+                if (kiln_jscan_skip(s) != 0)
+                    return -1;
+                continue;
+            }
+            kiln_jscan_array_begin(s);
+            for (int k = 0; (r = kiln_jscan_element(s, k)) > 0; k++, doc->ninputs++) {
+                struct in_desc scratch = {0};
+                if (walk_input(s, doc->ninputs < KILN_SCHED_MAX_IO ? &doc->in[doc->ninputs] : &scratch) != 0)
+                    return -1;
+            }
+            if (r < 0)
+                return -1;
+            continue;
+        }
+        const char **slot = strcmp(key, "id") == 0           ? &doc->id
+                            : strcmp(key, "outputs") == 0    ? &doc->outputs
+                            : strcmp(key, "parameters") == 0 ? &doc->params
+                                                             : NULL;
+        if (slot)
+            note(s, slot);
+        if (kiln_jscan_skip(s) != 0)
+            return -1;
+    }
+    return r < 0 ? -1 : kiln_jscan_finish(s);
+}
+
+/* ---- tensor data -------------------------------------------------------------------------- */
+
+struct dec {
+    struct kiln_jscan s;
+    kiln_dtype dt;
+    bool fp16;                  /* FP16 sent on as f32: its range is checked here */
+    void *dst;
+    int64_t n, cap;
+    const int64_t *shape;
+    int ndim;
+    bool nested;
+    const char *bad;
+};
+
+static int put_elem(struct dec *d)
+{
+    const char *p = d->s.p, *end = d->s.end;
+    long len = 0;
+    size_t ilen = 0;
+    int64_t iv = 0;
+    if (d->n >= d->cap) {
+        d->bad = "more data elements than the shape holds";
+        return -1;
+    }
+    switch (d->dt) {
+    case KILN_BOOL:
+        if (end - p >= 4 && memcmp(p, "true", 4) == 0) {
+            ((uint8_t *)d->dst)[d->n] = 1;
+            len = 4;
+        } else if (end - p >= 5 && memcmp(p, "false", 5) == 0) {
+            ((uint8_t *)d->dst)[d->n] = 0;
+            len = 5;
+        } else {
+            d->bad = "BOOL data must be true or false";
+            return -1;
+        }
+        break;
+    case KILN_F32: {
+        float f;
+        len = kiln_json_to_f32(p, end, &f);
+        if (len > 0 && (isinf(f) || (d->fp16 && fabsf(f) >= 65520.0f))) {
+            d->bad = d->fp16 ? "FP16 data must be finite and within +-65504"
+                             : "FP32 data must be finite and within the FP32 range";
+            return -1;
+        }
+        ((float *)d->dst)[d->n] = f;
+        break;
+    }
+    case KILN_F64: {
+        double v;
+        len = kiln_json_to_f64(p, end, &v);
+        if (len > 0 && isinf(v)) {
+            d->bad = "FP64 data must be finite and within the FP64 range";
+            return -1;
+        }
+        ((double *)d->dst)[d->n] = v;
+        break;
+    }
+    case KILN_I64:
+        len = kiln_json_to_int(p, end, INT64_MIN, INT64_MAX, &iv, &ilen);
+        if (len == -2)
+            d->bad = "INT64 data must be integers in range";
+        else
+            ((int64_t *)d->dst)[d->n] = iv;
+        break;
+    case KILN_I32:
+        len = kiln_json_to_int(p, end, INT32_MIN, INT32_MAX, &iv, &ilen);
+        if (len == -2)
+            d->bad = "INT32 data must be integers in range";
+        else
+            ((int32_t *)d->dst)[d->n] = (int32_t)iv;
+        break;
+    case KILN_U8:
+        len = kiln_json_to_int(p, end, 0, 255, &iv, &ilen);
+        if (len == -2)
+            d->bad = "UINT8 data must be integers in 0..255";
+        else
+            ((uint8_t *)d->dst)[d->n] = (uint8_t)iv;
+        break;
+    default:
+        d->bad = "unsupported datatype";
+        return -1;
+    }
+    if (len <= 0) {
+        if (!d->bad)
+            d->bad = len == -1 ? "out of memory" : "data elements must be numbers";
+        return -1;
+    }
+    d->s.p += len;
+    d->n++;
+    return 0;
+}
+
+/*
+ * Data is flat, or nested exactly as the shape says (each level's length equal to its dim),
+ * row-major either way.
+ */
+static int walk_data(struct dec *d, int level)
+{
+    int r;
+    int64_t count = 0;
+    kiln_jscan_array_begin(&d->s);
+    for (; (r = kiln_jscan_element(&d->s, count > 0)) > 0; count++) {
+        if (kiln_jscan_peek(&d->s) == KILN_J_ARRAY) {
+            if (level == 0 && count == 0)
+                d->nested = true;
+            if (!d->nested || level + 1 >= d->ndim) {
+                d->bad = "nested data must follow the shape (or be flat)";
+                return -1;
+            }
+            if (walk_data(d, level + 1) != 0)
+                return -1;
+        } else {
+            if (d->nested && level != d->ndim - 1) {
+                d->bad = "nested data must follow the shape (or be flat)";
+                return -1;
+            }
+            if (put_elem(d) != 0)
+                return -1;
+        }
+    }
+    if (r < 0) {
+        d->bad = "malformed data";
+        return -1;
+    }
+    if (d->nested && count != d->shape[level]) {
+        d->bad = "nested data must follow the shape (or be flat)";
+        return -1;
+    }
+    return 0;
 }
 
 int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config *c, const struct kiln_request *req,
@@ -138,7 +331,6 @@ int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config
                        char *msg, size_t msglen)
 {
     int rc = 0;
-    cJSON *root = NULL;
     size_t json_len = req->body_len;
     const char *ihcl = req->headers ? req->headers->inference_header_length : "";
     if (ihcl[0]) {
@@ -150,62 +342,75 @@ int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config
         }
         json_len = (size_t)v;
     }
+    const char *body = req->body ? req->body : "";
+    const char *jend = body + (req->body ? json_len : 0);
     const char *bin = req->body ? req->body + json_len : NULL;
     size_t bin_len = req->body_len - json_len, bin_used = 0;
-    root = cJSON_ParseWithLength(req->body ? req->body : "", json_len);
-    if (!root || !cJSON_IsObject(root))
+    struct doc doc = {0};
+    struct kiln_jscan s;
+    kiln_jscan_init(&s, body, (size_t)(jend - body));
+    if (kiln_jscan_peek(&s) != KILN_J_OBJECT)
         FAIL(400, "request body is not a JSON object");
-    const cJSON *jid = cJSON_GetObjectItemCaseSensitive(root, "id");
-    if (jid) {
-        if (!cJSON_IsString(jid) || strlen(jid->valuestring) > (size_t)ic->max_string_bytes ||
-            strlen(jid->valuestring) >= idlen)
+    if (walk_doc(&s, &doc) != 0)
+        FAIL(400, "request body is not valid JSON: %s at byte %zu", s.err ? s.err : "?", s.err_at);
+    if (doc.id) {
+        long n = string_at(doc.id, jend, id, idlen);
+        if (n < 0 || n > ic->max_string_bytes) {
+            id[0] = '\0';
             FAIL(400, "\"id\" must be a string of at most %lld bytes", (long long)ic->max_string_bytes);
-        snprintf(id, idlen, "%s", jid->valuestring);
+        }
     }
-    const cJSON *inputs = cJSON_GetObjectItemCaseSensitive(root, "inputs");
-    if (!cJSON_IsArray(inputs))
+    if (type_at(doc.inputs, jend) != KILN_J_ARRAY)
         FAIL(400, "\"inputs\" must be an array");
-    if (cJSON_GetArraySize(inputs) != c->ninputs)
-        FAIL(400, "the model takes %d input(s), the request has %d", c->ninputs, cJSON_GetArraySize(inputs));
+    if (doc.ninputs != c->ninputs)
+        FAIL(400, "the model takes %d input(s), the request has %d", c->ninputs, doc.ninputs);
     r->ninputs = c->ninputs;
     int64_t batch = -1;
-    const cJSON *in;
-    cJSON_ArrayForEach(in, inputs) {
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(in, "name");
-        const cJSON *dtj = cJSON_GetObjectItemCaseSensitive(in, "datatype");
-        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(in, "shape");
-        if (!cJSON_IsString(name) || !cJSON_IsString(dtj) || !cJSON_IsArray(shape))
+    for (int i = 0; i < doc.ninputs; i++) {
+        const struct in_desc *in = &doc.in[i];
+        char name[KILN_MODEL_NAME_MAX + 1], dtname[16];
+        long nl = in->is_object ? string_at(in->name, jend, name, sizeof name) : -1;
+        long dl = in->is_object ? string_at(in->datatype, jend, dtname, sizeof dtname) : -1;
+        if (nl == -1 || dl == -1 || type_at(in->shape, jend) != KILN_J_ARRAY)
             FAIL(400, "each input needs \"name\", \"datatype\" and \"shape\"");
-        int k = find_spec(c->inputs, c->ninputs, name->valuestring);
+        int k = nl < 0 ? -1 : find_spec(c->inputs, c->ninputs, name);
         if (k < 0)
-            FAIL(400, "unknown input '%.64s'", name->valuestring);
+            FAIL(400, "unknown input '%.64s'", name);
         if (r->inputs[k].data)
-            FAIL(400, "input '%.64s' given twice", name->valuestring);
+            FAIL(400, "input '%.64s' given twice", name);
         const kiln_model_tensor_spec *sp = &c->inputs[k];
-        if (!known_datatype(dtj->valuestring))
-            FAIL(400, "unknown datatype '%.32s'", dtj->valuestring);
-        if (strcmp(dtj->valuestring, sp->datatype) != 0)
-            FAIL(400, "input '%s' has datatype %.32s; the model expects %s", sp->name, dtj->valuestring, sp->datatype);
-        int nd = cJSON_GetArraySize(shape);
-        if (nd != sp->ndim)
-            FAIL(400, "input '%s' has %d dims; the model expects %d", sp->name, nd, sp->ndim);
+        if (dl < 0 || !known_datatype(dtname))
+            FAIL(400, "unknown datatype '%.32s'", dtname);
+        if (strcmp(dtname, sp->datatype) != 0)
+            FAIL(400, "input '%s' has datatype %.32s; the model expects %s", sp->name, dtname, sp->datatype);
         struct kiln_sched_tensor *t = &r->inputs[k];
-        t->ndim = nd;
+        int nd = 0, sr;
         int64_t numel = 1;
-        for (int d = 0; d < nd; d++) {
-            const cJSON *e = cJSON_GetArrayItem(shape, d);
-            if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble != floor(e->valuedouble) ||
-                e->valuedouble > (double)ic->max_tensor_elements)
+        struct kiln_jscan ss;
+        scan_at(&ss, in->shape, jend);
+        kiln_jscan_array_begin(&ss);
+        for (; (sr = kiln_jscan_element(&ss, nd)) > 0; nd++) {
+            int64_t v;
+            size_t vlen;
+            kiln_jscan_peek(&ss);
+            long len = kiln_json_to_int(ss.p, ss.end, 0, ic->max_tensor_elements, &v, &vlen);
+            if (len <= 0)
                 FAIL(400, "input '%s': shape entries must be non-negative integers", sp->name);
-            t->shape[d] = (int64_t)e->valuedouble;
-            if (sp->shape[d] >= 0 && sp->shape[d] != t->shape[d])
-                FAIL(400, "input '%s': dim %d is %lld; the model expects %lld", sp->name, d, (long long)t->shape[d],
-                     (long long)sp->shape[d]);
-            numel *= t->shape[d];
+            ss.p += len;
+            if (nd >= sp->ndim)
+                continue; /* counted, and refused below */
+            t->shape[nd] = v;
+            if (sp->shape[nd] >= 0 && sp->shape[nd] != v)
+                FAIL(400, "input '%s': dim %d is %lld; the model expects %lld", sp->name, nd, (long long)v,
+                     (long long)sp->shape[nd]);
+            numel *= v;
             if (numel > ic->max_tensor_elements)
                 FAIL(413, "input '%s' has more than limits.max_tensor_elements (%lld) elements", sp->name,
                      (long long)ic->max_tensor_elements);
         }
+        if (nd != sp->ndim)
+            FAIL(400, "input '%s' has %d dims; the model expects %d", sp->name, nd, sp->ndim);
+        t->ndim = nd;
         if (c->max_batch_size > 0) {
             if (nd < 1 || t->shape[0] < 1 || t->shape[0] > c->max_batch_size)
                 FAIL(400, "input '%s': batch dim must be 1..%d", sp->name, c->max_batch_size);
@@ -217,11 +422,12 @@ int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config
         if (want < 0)
             FAIL(400, "datatype %s is not supported", sp->datatype);
         bool half = want == KILN_F16 || want == KILN_BF16;
-        const cJSON *bsize = param(in, "binary_data_size");
+        const char *bsize = member_at(in->params, jend, "binary_data_size");
         size_t esize = wire_size(sp->datatype);
         if (bsize) {
-            size_t need = (size_t)numel * esize;
-            if (!cJSON_IsNumber(bsize) || bsize->valuedouble != (double)need)
+            size_t need = (size_t)numel * esize, blen;
+            int64_t got;
+            if (kiln_json_to_int(bsize, jend, 0, INT64_MAX, &got, &blen) <= 0 || (uint64_t)got != need)
                 FAIL(400, "input '%s': binary_data_size must be %zu for its shape and datatype", sp->name, need);
             if (need > bin_len - bin_used)
                 FAIL(400, "input '%s': the body holds fewer binary bytes than binary_data_size", sp->name);
@@ -234,50 +440,56 @@ int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config
             bin_used += need;
             continue;
         }
-        const cJSON *data = cJSON_GetObjectItemCaseSensitive(in, "data");
-        if (!data)
+        if (!in->data)
             FAIL(400, "input '%s' has neither \"data\" nor binary_data_size", sp->name);
+        if (type_at(in->data, jend) != KILN_J_ARRAY)
+            FAIL(400, "input '%s': \"data\" must be an array", sp->name);
         t->dtype = half ? KILN_F32 : (kiln_dtype)want;
         t->nbytes = (size_t)numel * kiln_dtype_size(t->dtype);
         t->data = malloc(t->nbytes ? t->nbytes : 1);
         if (!t->data)
             FAIL(500, "out of memory");
-        struct walk w = {.dst = t->data, .dt = t->dtype, .cap = numel};
-        if (walk_data(&w, data) != 0)
-            FAIL(400, "input '%s': %s", sp->name, w.bad);
-        if (w.n != numel)
+        struct dec d = {.dt = t->dtype, .fp16 = want == KILN_F16, .dst = t->data, .cap = numel,
+                        .shape = t->shape, .ndim = nd};
+        scan_at(&d.s, in->data, jend);
+        if (walk_data(&d, 0) != 0)
+            FAIL(400, "input '%s': %s", sp->name, d.bad);
+        if (d.n != numel)
             FAIL(400, "input '%s': shape holds %lld elements but data has %lld", sp->name, (long long)numel,
-                 (long long)w.n);
+                 (long long)d.n);
     }
     if (bin_used != bin_len)
         FAIL(400, "the body has %zu binary bytes no input claims", bin_len - bin_used);
 
-    const cJSON *bdo = param(root, "binary_data_output");
-    bool all_binary = cJSON_IsTrue(bdo);
-    const cJSON *outs = cJSON_GetObjectItemCaseSensitive(root, "outputs");
+    bool all_binary = type_at(member_at(doc.params, jend, "binary_data_output"), jend) == KILN_J_TRUE;
     for (int o = 0; o < c->noutputs; o++) {
-        want_output[o] = !outs;
+        want_output[o] = !doc.outputs;
         want_binary[o] = all_binary;
     }
-    if (outs) {
-        if (!cJSON_IsArray(outs))
+    if (doc.outputs) {
+        if (type_at(doc.outputs, jend) != KILN_J_ARRAY)
             FAIL(400, "\"outputs\" must be an array");
-        const cJSON *ro;
-        cJSON_ArrayForEach(ro, outs) {
-            const cJSON *name = cJSON_GetObjectItemCaseSensitive(ro, "name");
-            if (!cJSON_IsString(name))
+        struct kiln_jscan os;
+        int orr;
+        scan_at(&os, doc.outputs, jend);
+        kiln_jscan_array_begin(&os);
+        for (int i = 0; (orr = kiln_jscan_element(&os, i)) > 0; i++) {
+            kiln_jscan_peek(&os);
+            const char *ro = os.p;
+            char name[KILN_MODEL_NAME_MAX + 1];
+            if (string_at(member_at(ro, jend, "name"), jend, name, sizeof name) == -1)
                 FAIL(400, "each requested output needs a \"name\"");
-            int k = find_spec(c->outputs, c->noutputs, name->valuestring);
+            int k = find_spec(c->outputs, c->noutputs, name);
             if (k < 0)
-                FAIL(400, "unknown output '%.64s'", name->valuestring);
+                FAIL(400, "unknown output '%.64s'", name);
             want_output[k] = true;
-            const cJSON *b = param(ro, "binary_data");
-            if (b)
-                want_binary[k] = cJSON_IsTrue(b);
+            enum kiln_jtype b = type_at(member_at(member_at(ro, jend, "parameters"), jend, "binary_data"), jend);
+            if (b != KILN_J_NONE)
+                want_binary[k] = b == KILN_J_TRUE;
+            kiln_jscan_skip(&os);
         }
     }
 done:
-    cJSON_Delete(root);
     if (rc != 0)
         kiln_sched_request_clear(r);
     return rc;

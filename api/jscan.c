@@ -1,0 +1,546 @@
+/*
+ * api/jscan.c — the strict in-place JSON scanner and exact number conversion (see jscan.h).
+ */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jscan.h"
+
+void kiln_jscan_init(struct kiln_jscan *s, const char *p, size_t len)
+{
+    s->start = s->p = p ? p : "";
+    s->end = s->p + (p ? len : 0);
+    s->depth = 0;
+    s->err = NULL;
+    s->err_at = 0;
+}
+
+int kiln_jscan_fail(struct kiln_jscan *s, const char *why)
+{
+    if (!s->err) {
+        s->err = why;
+        s->err_at = (size_t)(s->p - s->start);
+    }
+    s->p = s->end; /* nothing after the first error is read */
+    return -1;
+}
+
+static void ws(struct kiln_jscan *s)
+{
+    const char *p = s->p;
+    while (p < s->end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+        p++;
+    s->p = p;
+}
+
+enum kiln_jtype kiln_jscan_peek(struct kiln_jscan *s)
+{
+    ws(s);
+    if (s->err || s->p >= s->end)
+        return KILN_J_NONE;
+    switch (*s->p) {
+    case '{': return KILN_J_OBJECT;
+    case '[': return KILN_J_ARRAY;
+    case '"': return KILN_J_STRING;
+    case 't': return KILN_J_TRUE;
+    case 'f': return KILN_J_FALSE;
+    case 'n': return KILN_J_NULL;
+    case '-': return KILN_J_NUMBER;
+    default: return *s->p >= '0' && *s->p <= '9' ? KILN_J_NUMBER : KILN_J_NONE;
+    }
+}
+
+int kiln_jscan_finish(struct kiln_jscan *s)
+{
+    ws(s);
+    if (s->err)
+        return -1;
+    return s->p == s->end ? 0 : kiln_jscan_fail(s, "unexpected bytes after the JSON value");
+}
+
+/* ---- numbers ------------------------------------------------------------------------------- */
+
+struct num {
+    bool neg, integer, many;    /* many: more than 19 significant digits */
+    int nd;                     /* significant digits in m */
+    uint64_t m;
+    int64_t e10;                /* value = m * 10^e10 (when !many) */
+};
+
+static inline bool is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* Lexes one JSON number: its length, or 0 when none starts at p. */
+static size_t lex_number(const char *p, const char *end, struct num *n)
+{
+    const char *q = p;
+    int64_t frac = 0, exp = 0;
+    n->neg = n->many = false;
+    n->integer = true;
+    n->nd = 0;
+    n->m = 0;
+    if (q < end && *q == '-') {
+        n->neg = true;
+        q++;
+    }
+    if (q >= end || !is_digit(*q))
+        return 0;
+    if (*q == '0') {
+        q++;
+    } else {
+        for (; q < end && is_digit(*q); q++) {
+            if (n->nd < 19) {
+                n->m = n->m * 10 + (uint64_t)(*q - '0');
+                n->nd++;
+            } else {
+                n->many = true;
+            }
+        }
+    }
+    if (q < end && *q == '.') {
+        q++;
+        if (q >= end || !is_digit(*q))
+            return 0;
+        n->integer = false;
+        for (; q < end && is_digit(*q); q++) {
+            if (n->nd == 0 && *q == '0') {
+                frac++; /* a leading zero only moves the point */
+            } else if (n->nd < 19) {
+                n->m = n->m * 10 + (uint64_t)(*q - '0');
+                n->nd++;
+                frac++;
+            } else {
+                n->many = true;
+            }
+        }
+    }
+    if (q < end && (*q == 'e' || *q == 'E')) {
+        bool eneg = false;
+        q++;
+        if (q < end && (*q == '+' || *q == '-'))
+            eneg = *q++ == '-';
+        if (q >= end || !is_digit(*q))
+            return 0;
+        n->integer = false;
+        for (; q < end && is_digit(*q); q++)
+            if (exp < 100000000)
+                exp = exp * 10 + (*q - '0'); /* far beyond any finite double; saturating is exact enough */
+        if (eneg)
+            exp = -exp;
+    }
+    n->e10 = exp - frac;
+    return (size_t)(q - p);
+}
+
+/* strtof / strtod need a terminated string; the token is copied (on the stack when short). */
+static int slow_convert(const char *p, size_t len, bool single, double *d, float *f)
+{
+    char small[128], *buf = small;
+    if (len >= sizeof small && !(buf = malloc(len + 1)))
+        return -1;
+    memcpy(buf, p, len);
+    buf[len] = '\0';
+    if (single)
+        *f = strtof(buf, NULL);
+    else
+        *d = strtod(buf, NULL);
+    if (buf != small)
+        free(buf);
+    return 0;
+}
+
+#if LDBL_MANT_DIG >= 64
+/* 10^0 .. 10^27: 5^27 < 2^64, so each is exact in a 64-bit significand. */
+static const long double p10[] = {
+    1e0L,  1e1L,  1e2L,  1e3L,  1e4L,  1e5L,  1e6L,  1e7L,  1e8L,  1e9L,  1e10L, 1e11L, 1e12L, 1e13L,
+    1e14L, 1e15L, 1e16L, 1e17L, 1e18L, 1e19L, 1e20L, 1e21L, 1e22L, 1e23L, 1e24L, 1e25L, 1e26L, 1e27L,
+};
+
+/*
+ * m and 10^|e10| are exact, so one multiply or divide gives the decimal value correctly rounded
+ * to long double. Rounding that again to a narrower type is correct unless the long double is
+ * exactly a midpoint of the narrower type (every such midpoint lies on the long double grid, so
+ * the value and its long double are never on opposite sides of one).
+ */
+static bool scaled(const struct num *n, long double *v)
+{
+    if (n->many || n->e10 < -27 || n->e10 > 27)
+        return false;
+    long double m = (long double)n->m;
+    *v = n->e10 >= 0 ? m * p10[n->e10] : m / p10[-n->e10];
+    return true;
+}
+#endif
+
+long kiln_json_to_f32(const char *p, const char *end, float *out)
+{
+    struct num n;
+    size_t len = lex_number(p, end, &n);
+    if (!len)
+        return 0;
+    if (!n.many && n.m == 0) {
+        *out = n.neg ? -0.0f : 0.0f;
+        return (long)len;
+    }
+#if LDBL_MANT_DIG >= 64
+    long double v;
+    if (scaled(&n, &v)) {
+        float f = (float)v;
+        bool ok = !isinf(f);
+        if (ok && (long double)f != v) {
+            float g = nextafterf(f, v > (long double)f ? INFINITY : -INFINITY);
+            ok = ((long double)f + (long double)g) / 2 != v;
+        }
+        if (ok) {
+            *out = n.neg ? -f : f;
+            return (long)len;
+        }
+    }
+#endif
+    double unused;
+    return slow_convert(p, len, true, &unused, out) == 0 ? (long)len : -1;
+}
+
+long kiln_json_to_f64(const char *p, const char *end, double *out)
+{
+    struct num n;
+    size_t len = lex_number(p, end, &n);
+    if (!len)
+        return 0;
+    if (!n.many && n.m == 0) {
+        *out = n.neg ? -0.0 : 0.0;
+        return (long)len;
+    }
+#if LDBL_MANT_DIG >= 64
+    long double v;
+    if (scaled(&n, &v)) {
+        double d = (double)v;
+        bool ok = true;
+        if ((long double)d != v) {
+            double g = nextafter(d, v > (long double)d ? INFINITY : -INFINITY);
+            ok = ((long double)d + (long double)g) / 2 != v;
+        }
+        if (ok) {
+            *out = n.neg ? -d : d;
+            return (long)len;
+        }
+    }
+#endif
+    float unused;
+    return slow_convert(p, len, false, out, &unused) == 0 ? (long)len : -1;
+}
+
+long kiln_json_to_int(const char *p, const char *end, int64_t lo, int64_t hi, int64_t *out, size_t *lenp)
+{
+    struct num n;
+    size_t len = lex_number(p, end, &n);
+    if (!len)
+        return 0;
+    *lenp = len;
+    int64_t v;
+    if (!n.many) {
+        uint64_t m = n.m;
+        int64_t e = n.e10;
+        if (m != 0) {
+            for (; e < 0; e++) { /* "12.50e1": trailing zeros of m absorb a negative exponent */
+                if (m % 10)
+                    return -2;
+                m /= 10;
+            }
+            for (; e > 0; e--) {
+                if (m > UINT64_MAX / 10)
+                    return -2;
+                m *= 10;
+            }
+        }
+        if (n.neg) {
+            if (m > (uint64_t)INT64_MAX + 1)
+                return -2;
+            v = m == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)m;
+        } else {
+            if (m > (uint64_t)INT64_MAX)
+                return -2;
+            v = (int64_t)m;
+        }
+    } else {
+        /* Over 19 significant digits: only a whole number with trailing zeros can qualify. */
+        double d;
+        float unused;
+        if (slow_convert(p, len, false, &d, &unused) != 0)
+            return -1;
+        if (d != floor(d) || !(d >= (double)lo && d < (double)hi + 1.0))
+            return -2;
+        v = (int64_t)d;
+    }
+    if (v < lo || v > hi)
+        return -2;
+    *out = v;
+    return (long)len;
+}
+
+int kiln_jscan_f64(struct kiln_jscan *s, double *out)
+{
+    ws(s);
+    if (s->err)
+        return -1;
+    long len = kiln_json_to_f64(s->p, s->end, out);
+    if (len <= 0)
+        return kiln_jscan_fail(s, len < 0 ? "out of memory" : "invalid number");
+    s->p += len;
+    return 0;
+}
+
+/* ---- strings ------------------------------------------------------------------------------- */
+
+static int hex4(const char *p, const char *end, unsigned *v)
+{
+    if (end - p < 4)
+        return -1;
+    *v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        unsigned d = c >= '0' && c <= '9' ? (unsigned)(c - '0')
+                     : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+                     : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10)
+                                            : 16u;
+        if (d > 15)
+            return -1;
+        *v = *v << 4 | d;
+    }
+    return 0;
+}
+
+long kiln_jscan_string(struct kiln_jscan *s, char *out, size_t cap)
+{
+    ws(s);
+    if (s->err)
+        return -1;
+    if (s->p >= s->end || *s->p != '"')
+        return kiln_jscan_fail(s, "expected a string");
+    const char *p = s->p + 1, *end = s->end;
+    size_t n = 0;
+    bool over = false;
+    for (;;) {
+        if (p >= end) {
+            s->p = p;
+            return kiln_jscan_fail(s, "unterminated string");
+        }
+        unsigned char c = (unsigned char)*p;
+        char enc[4];
+        size_t k = 1;
+        if (c == '"') {
+            p++;
+            break;
+        }
+        if (c < 0x20) {
+            s->p = p;
+            return kiln_jscan_fail(s, "control character inside a string");
+        }
+        if (c != '\\') {
+            enc[0] = (char)c;
+            p++;
+        } else {
+            if (end - p < 2) {
+                s->p = p;
+                return kiln_jscan_fail(s, "unterminated string");
+            }
+            char e = p[1];
+            p += 2;
+            switch (e) {
+            case '"': enc[0] = '"'; break;
+            case '\\': enc[0] = '\\'; break;
+            case '/': enc[0] = '/'; break;
+            case 'b': enc[0] = '\b'; break;
+            case 'f': enc[0] = '\f'; break;
+            case 'n': enc[0] = '\n'; break;
+            case 'r': enc[0] = '\r'; break;
+            case 't': enc[0] = '\t'; break;
+            case 'u': {
+                unsigned cp, lo;
+                if (hex4(p, end, &cp) != 0) {
+                    s->p = p;
+                    return kiln_jscan_fail(s, "bad \\u escape");
+                }
+                p += 4;
+                if (cp >= 0xDC00 && cp <= 0xDFFF) {
+                    s->p = p;
+                    return kiln_jscan_fail(s, "unpaired surrogate escape");
+                }
+                if (cp >= 0xD800 && cp <= 0xDBFF) {
+                    if (end - p < 6 || p[0] != '\\' || p[1] != 'u' || hex4(p + 2, end, &lo) != 0 || lo < 0xDC00 ||
+                        lo > 0xDFFF) {
+                        s->p = p;
+                        return kiln_jscan_fail(s, "unpaired surrogate escape");
+                    }
+                    p += 6;
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                }
+                if (cp < 0x80) {
+                    enc[0] = (char)cp;
+                } else if (cp < 0x800) {
+                    enc[0] = (char)(0xC0 | cp >> 6);
+                    enc[1] = (char)(0x80 | (cp & 0x3F));
+                    k = 2;
+                } else if (cp < 0x10000) {
+                    enc[0] = (char)(0xE0 | cp >> 12);
+                    enc[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+                    enc[2] = (char)(0x80 | (cp & 0x3F));
+                    k = 3;
+                } else {
+                    enc[0] = (char)(0xF0 | cp >> 18);
+                    enc[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+                    enc[2] = (char)(0x80 | (cp >> 6 & 0x3F));
+                    enc[3] = (char)(0x80 | (cp & 0x3F));
+                    k = 4;
+                }
+                break;
+            }
+            default:
+                s->p = p - 1;
+                return kiln_jscan_fail(s, "bad escape in a string");
+            }
+        }
+        if (!over && out && n + k < cap)
+            memcpy(out + n, enc, k);
+        else
+            over = true;
+        if (!over)
+            n += k;
+    }
+    s->p = p;
+    if (!out)
+        return 0;
+    if (over && cap) {
+        /* Valid but too long: keep whole UTF-8 characters of the prefix only. */
+        size_t t = n;
+        while (t > 0 && ((unsigned char)out[t - 1] & 0xC0) == 0x80)
+            t--;
+        if (t > 0 && (unsigned char)out[t - 1] >= 0xC0) {
+            unsigned char lead = (unsigned char)out[t - 1];
+            size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+            if (n - (t - 1) < need)
+                n = t - 1;
+        }
+    }
+    if (cap)
+        out[n] = '\0';
+    return over ? -2 : (long)n;
+}
+
+/* ---- containers ---------------------------------------------------------------------------- */
+
+static int open_bracket(struct kiln_jscan *s, char c, const char *what)
+{
+    ws(s);
+    if (s->err)
+        return -1;
+    if (s->p >= s->end || *s->p != c)
+        return kiln_jscan_fail(s, what);
+    if (s->depth >= KILN_JSCAN_MAX_DEPTH)
+        return kiln_jscan_fail(s, "nested too deeply");
+    s->depth++;
+    s->p++;
+    return 0;
+}
+
+int kiln_jscan_object_begin(struct kiln_jscan *s)
+{
+    return open_bracket(s, '{', "expected an object");
+}
+
+int kiln_jscan_array_begin(struct kiln_jscan *s)
+{
+    return open_bracket(s, '[', "expected an array");
+}
+
+int kiln_jscan_member(struct kiln_jscan *s, int i, char *key, size_t cap)
+{
+    ws(s);
+    if (s->err)
+        return -1;
+    if (s->p < s->end && *s->p == '}' && i >= 0) {
+        s->p++;
+        s->depth--;
+        return 0;
+    }
+    if (i > 0) {
+        if (s->p >= s->end || *s->p != ',')
+            return kiln_jscan_fail(s, "expected ',' or '}'");
+        s->p++;
+        ws(s);
+    }
+    if (s->p >= s->end || *s->p != '"')
+        return kiln_jscan_fail(s, "expected a string key");
+    if (kiln_jscan_string(s, key, cap) == -1)
+        return -1;
+    ws(s);
+    if (s->p >= s->end || *s->p != ':')
+        return kiln_jscan_fail(s, "expected ':'");
+    s->p++;
+    return 1;
+}
+
+int kiln_jscan_element(struct kiln_jscan *s, int i)
+{
+    ws(s);
+    if (s->err)
+        return -1;
+    if (s->p < s->end && *s->p == ']') {
+        s->p++;
+        s->depth--;
+        return 0;
+    }
+    if (i > 0) {
+        if (s->p >= s->end || *s->p != ',')
+            return kiln_jscan_fail(s, "expected ',' or ']'");
+        s->p++;
+    }
+    return 1;
+}
+
+static int literal(struct kiln_jscan *s, const char *word, size_t n)
+{
+    if ((size_t)(s->end - s->p) < n || memcmp(s->p, word, n) != 0)
+        return kiln_jscan_fail(s, "expected a value");
+    s->p += n;
+    return 0;
+}
+
+int kiln_jscan_skip(struct kiln_jscan *s)
+{
+    int r, i;
+    switch (kiln_jscan_peek(s)) {
+    case KILN_J_OBJECT:
+        if (kiln_jscan_object_begin(s) != 0)
+            return -1;
+        for (i = 0; (r = kiln_jscan_member(s, i, NULL, 0)) > 0; i++)
+            if (kiln_jscan_skip(s) != 0)
+                return -1;
+        return r;
+    case KILN_J_ARRAY:
+        if (kiln_jscan_array_begin(s) != 0)
+            return -1;
+        for (i = 0; (r = kiln_jscan_element(s, i)) > 0; i++)
+            if (kiln_jscan_skip(s) != 0)
+                return -1;
+        return r;
+    case KILN_J_STRING:
+        return kiln_jscan_string(s, NULL, 0) == -1 ? -1 : 0;
+    case KILN_J_NUMBER: {
+        struct num n;
+        size_t len = lex_number(s->p, s->end, &n);
+        if (!len)
+            return kiln_jscan_fail(s, "invalid number");
+        s->p += len;
+        return 0;
+    }
+    case KILN_J_TRUE: return literal(s, "true", 4);
+    case KILN_J_FALSE: return literal(s, "false", 5);
+    case KILN_J_NULL: return literal(s, "null", 4);
+    default: return kiln_jscan_fail(s, "expected a value");
+    }
+}
