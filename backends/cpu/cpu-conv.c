@@ -357,13 +357,21 @@ static void dconv_tiles(void *argp, int64_t b, int64_t e)
             q += run;
         }
         const float *xq = (d->inplace ? d->x : d->xp) + n * d->Ci * d->cs + q0;
+        const int64_t osz = d->OH * d->OW;
         for (int64_t ob = ob0; ob < ob1; ob++) {
+            int64_t jn = d->Co - ob * TO < TO ? d->Co - ob * TO : TO;
+            const float *wb = ob < nfull ? d->w + ob * TO * wrs : d->wpack;
+            if (d->rows && d->Wg == d->OW) {
+                /* every grid position is an output: the kernel stores them in place */
+                d->k->conv_tile_rows_f32(d->out + (n * d->Co + ob * TO) * osz + q0, osz,
+                                         d->bias ? d->bias + ob * TO : NULL, (int)jn, xq, d->cs, d->Ci,
+                                         d->offs, d->nk, wb, wrs, nq);
+                continue;
+            }
             if (!d->rows)
                 d->k->conv_tile_f32(tile, xq, d->cs, d->Ci, d->offs, d->nk, d->wpack + ob * wrs * TO, nq);
             else
-                d->k->conv_tile_rows_f32(tile, xq, d->cs, d->Ci, d->offs, d->nk,
-                                         ob < nfull ? d->w + ob * TO * wrs : d->wpack, wrs, nq);
-            int64_t jn = d->Co - ob * TO < TO ? d->Co - ob * TO : TO;
+                d->k->conv_tile_rows_f32(tile, TQ, NULL, (int)TO, xq, d->cs, d->Ci, d->offs, d->nk, wb, wrs, nq);
             for (int64_t j = 0; j < jn; j++) {
                 int64_t o = ob * TO + j;
                 float bv = d->bias ? d->bias[o] : 0.0f;

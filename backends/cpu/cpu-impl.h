@@ -86,10 +86,13 @@ typedef struct kiln__cpu_kernels {
      * TO <= 8 and TQ <= 48 always. */
     void (*conv_tile_f32)(float *tile, const float *x, int64_t cstride, int64_t C,
                           const int64_t *offs, int64_t nk, const float *wpack, int nq);
-    /* The same tile with channel j's weights read in place from w + j·wrs, (c, k) at
-     * c·nk + k: an [O, C, KH, KW] tensor needs no packing. Present with conv_tile_f32. */
-    void (*conv_tile_rows_f32)(float *tile, const float *x, int64_t cstride, int64_t C,
-                               const int64_t *offs, int64_t nk, const float *w, int64_t wrs, int nq);
+    /* The same sums with channel j's weights read in place from w + j·wrs, (c, k) at
+     * c·nk + k (an [O, C, KH, KW] tensor needs no packing), and rows j < nrows stored
+     * at out + j·ostride, plus bias[j] when bias is not NULL, in their first nq lanes
+     * only. Present with conv_tile_f32. */
+    void (*conv_tile_rows_f32)(float *out, int64_t ostride, const float *bias, int nrows, const float *x,
+                               int64_t cstride, int64_t C, const int64_t *offs, int64_t nk, const float *w,
+                               int64_t wrs, int nq);
     int conv_tile_o, conv_tile_q;
     /* One output plane of a depthwise convolution (cpu-conv.c): out[oh·OW + ow] = bias +
      * sum over k < nk of w[k] · xg[offs[k] + oh·Wg + ow], xg readable up to

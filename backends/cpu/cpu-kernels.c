@@ -667,7 +667,11 @@ static void conv_tile_f32(float *restrict tile, const float *restrict x, int64_t
 /* The same tile with the weights read in place: channel j's (c, k) weight is
  * w[j·wrs + c·nk + k], the layout of an [O, C, KH, KW] tensor, so a forward convolution
  * needs no packed copy (which for a whole model means one pass less over every weight
- * per inference). Eight row streams instead of one; the broadcasts are loads either way. */
+ * per inference). Eight row streams instead of one; the broadcasts are loads either way.
+ * Rows j < nrows are stored, plus bias[j] when bias is given, at out + j·ostride, only
+ * their first nq lanes: straight into the output planes when the tile's positions are
+ * consecutive outputs, which saves the round trip through a tile buffer (a quarter of
+ * the time of a 1x1 layer with 64 input channels). */
 #define CR_FMA(j)                                                                     \
     do {                                                                              \
         __m512 wj = _mm512_set1_ps(r##j[i]);                                          \
@@ -675,8 +679,19 @@ static void conv_tile_f32(float *restrict tile, const float *restrict x, int64_t
         a##j##1 = _mm512_fmadd_ps(wj, v1, a##j##1);                                   \
         a##j##2 = _mm512_fmadd_ps(wj, v2, a##j##2);                                   \
     } while (0)
+#define CR_STORE(j)                                                                   \
+    do {                                                                              \
+        if ((j) < nrows) {                                                            \
+            __m512 bj = bias ? _mm512_set1_ps(bias[j]) : _mm512_setzero_ps();         \
+            float *o = out + (j) * ostride;                                           \
+            _mm512_mask_storeu_ps(o, m0, _mm512_add_ps(a##j##0, bj));                 \
+            _mm512_mask_storeu_ps(o + 16, m1, _mm512_add_ps(a##j##1, bj));            \
+            _mm512_mask_storeu_ps(o + 32, m2, _mm512_add_ps(a##j##2, bj));            \
+        }                                                                             \
+    } while (0)
 
-static void conv_tile_rows_f32(float *restrict tile, const float *restrict x, int64_t cstride, int64_t C,
+static void conv_tile_rows_f32(float *restrict out, int64_t ostride, const float *restrict bias, int nrows,
+                               const float *restrict x, int64_t cstride, int64_t C,
                                const int64_t *restrict offs, int64_t nk, const float *restrict w,
                                int64_t wrs, int nq)
 {
@@ -698,8 +713,8 @@ static void conv_tile_rows_f32(float *restrict tile, const float *restrict x, in
             CR_FMA(4); CR_FMA(5); CR_FMA(6); CR_FMA(7);
         }
     }
-    CT_STORE(0); CT_STORE(1); CT_STORE(2); CT_STORE(3);
-    CT_STORE(4); CT_STORE(5); CT_STORE(6); CT_STORE(7);
+    CR_STORE(0); CR_STORE(1); CR_STORE(2); CR_STORE(3);
+    CR_STORE(4); CR_STORE(5); CR_STORE(6); CR_STORE(7);
 }
 #endif
 
@@ -747,7 +762,8 @@ static void conv_tile_f32(float *restrict tile, const float *restrict x, int64_t
     C8_STORE(0); C8_STORE(1); C8_STORE(2); C8_STORE(3);
 }
 
-/* Weights read in place, as in the AVX-512 conv_tile_rows_f32. */
+/* Weights read in place and rows stored straight to out, as in the AVX-512
+ * conv_tile_rows_f32. */
 #define C8R_FMA(j)                                                                    \
     do {                                                                              \
         __m256 wj = _mm256_broadcast_ss(r##j + i);                                    \
@@ -755,8 +771,19 @@ static void conv_tile_f32(float *restrict tile, const float *restrict x, int64_t
         a##j##1 = _mm256_fmadd_ps(wj, v1, a##j##1);                                   \
         a##j##2 = _mm256_fmadd_ps(wj, v2, a##j##2);                                   \
     } while (0)
+#define C8R_STORE(j)                                                                  \
+    do {                                                                              \
+        if ((j) < nrows) {                                                            \
+            __m256 bj = bias ? _mm256_set1_ps(bias[j]) : _mm256_setzero_ps();         \
+            float *o = out + (j) * ostride;                                           \
+            _mm256_maskstore_ps(o, m0, _mm256_add_ps(a##j##0, bj));                   \
+            _mm256_maskstore_ps(o + 8, m1, _mm256_add_ps(a##j##1, bj));               \
+            _mm256_maskstore_ps(o + 16, m2, _mm256_add_ps(a##j##2, bj));              \
+        }                                                                             \
+    } while (0)
 
-static void conv_tile_rows_f32(float *restrict tile, const float *restrict x, int64_t cstride, int64_t C,
+static void conv_tile_rows_f32(float *restrict out, int64_t ostride, const float *restrict bias, int nrows,
+                               const float *restrict x, int64_t cstride, int64_t C,
                                const int64_t *restrict offs, int64_t nk, const float *restrict w,
                                int64_t wrs, int nq)
 {
@@ -773,7 +800,7 @@ static void conv_tile_rows_f32(float *restrict tile, const float *restrict x, in
             C8R_FMA(0); C8R_FMA(1); C8R_FMA(2); C8R_FMA(3);
         }
     }
-    C8_STORE(0); C8_STORE(1); C8_STORE(2); C8_STORE(3);
+    C8R_STORE(0); C8R_STORE(1); C8R_STORE(2); C8R_STORE(3);
 }
 #endif
 

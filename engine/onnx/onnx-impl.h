@@ -121,6 +121,23 @@ extern const kiln__onnx_op kiln__onnx_ops_index[];
 
 kiln__onnx_op_fn kiln__onnx_find_op(const char *op_type);
 
+/* The executor's in-place path (onnx-inplace.c). */
+enum {
+    KILN__ONNX_IP_NONE = 0, KILN__ONNX_IP_RELU, KILN__ONNX_IP_LEAKY_RELU, KILN__ONNX_IP_HARD_SIGMOID,
+    KILN__ONNX_IP_HARD_SWISH, KILN__ONNX_IP_CLIP, KILN__ONNX_IP_SIGMOID,
+    KILN__ONNX_IP_ADD, KILN__ONNX_IP_SUB, KILN__ONNX_IP_MUL, KILN__ONNX_IP_DIV, /* binary from ADD on */
+};
+/* The in-place kind of an operator, KILN__ONNX_IP_NONE when it has none. */
+int kiln__onnx_inplace_kind(const char *op_type);
+/*
+ * Computes node n over the input it may overwrite: dies[i] says in[i] is read by no later
+ * node. Returns 1 with *consumed = the index of the input that now holds the result (the
+ * caller moves that reference to the output), 0 when the node must run its operator
+ * instead, -1 with a message on error.
+ */
+int kiln__onnx_inplace(const kiln__onnx_node *n, int kind, int nin, kiln_tensor *const *in, const bool *dies,
+                       int *consumed);
+
 /* Attribute helpers (onnx-attr.c). */
 const kiln__onnx_attr *kiln__onnx_attr_get(const kiln__onnx_node *n, const char *name);
 int64_t kiln__onnx_attr_int(const kiln__onnx_node *n, const char *name, int64_t dflt);

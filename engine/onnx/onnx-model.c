@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "error-impl.h"
 #include "kiln/autodiff.h"
@@ -32,6 +33,7 @@ typedef struct mnode {
     int nin, nout;
     int *in, *out;           /* value ids; -1 for an absent optional one */
     bool dead;               /* folded away */
+    int inplace;             /* KILN__ONNX_IP_* kind: may overwrite a dying input */
 } mnode;
 
 struct kiln_onnx_model {
@@ -49,7 +51,39 @@ struct kiln_onnx_model {
     int noutputs, *output_vals;
     int nparams, *param_vals;
     int live_nodes;
+    /* KILN_ONNX_PROFILE set at load: time spent in each node over all runs, printed by
+     * kiln_onnx_free per op type (a tool for finding where a model's time goes). */
+    double *prof_ms;
+    int prof_runs;
 };
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void print_profile(const kiln_onnx_model *m) {
+    double total = 0;
+    for (int k = 0; k < m->nnodes; k++) total += m->prof_ms[k];
+    fprintf(stderr, "onnx profile: %d runs, %.3f ms a run in nodes\n", m->prof_runs,
+            m->prof_runs ? total / m->prof_runs : 0.0);
+    bool *done = calloc((size_t)m->nnodes + 1, sizeof *done);
+    for (int k = 0; done && k < m->nnodes; k++) {
+        if (done[k] || m->nodes[k].dead) continue;
+        double t = 0;
+        int cnt = 0;
+        for (int j = k; j < m->nnodes; j++)
+            if (!done[j] && !m->nodes[j].dead && !strcmp(m->nodes[j].info.op_type, m->nodes[k].info.op_type)) {
+                done[j] = true;
+                t += m->prof_ms[j];
+                cnt++;
+            }
+        fprintf(stderr, "onnx profile: %-22s %4d nodes %9.3f ms a run %5.1f%%\n", m->nodes[k].info.op_type, cnt,
+                m->prof_runs ? t / m->prof_runs : 0.0, total > 0 ? 100.0 * t / total : 0.0);
+    }
+    free(done);
+}
 
 kiln_onnx_options kiln_onnx_options_default(void) {
     return (kiln_onnx_options){.fold_batchnorm = true, .max_file_bytes = 0};
@@ -338,6 +372,7 @@ static int plan(kiln_onnx_model *m, const kiln_onnx_options *o) {
         }
         n->nin = pn->ninputs;
         n->nout = pn->noutputs;
+        n->inplace = pn->noutputs == 1 ? kiln__onnx_inplace_kind(pn->op_type) : KILN__ONNX_IP_NONE;
         n->in = malloc(((size_t)n->nin + 1) * sizeof *n->in);
         n->out = malloc(((size_t)n->nout + 1) * sizeof *n->out);
         if (!n->in || !n->out) { kiln__error_set("onnx: out of memory"); goto out; }
@@ -438,6 +473,8 @@ static kiln_onnx_model *load_bytes(const uint8_t *buf, size_t len, const char *p
     m->pm = pm;
     m->dev = dev;
     if (plan(m, &o)) { kiln_onnx_free(m); return NULL; }
+    const char *prof = getenv("KILN_ONNX_PROFILE");
+    if (prof && *prof && strcmp(prof, "0")) m->prof_ms = calloc((size_t)m->nnodes + 1, sizeof *m->prof_ms);
     return m;
 }
 
@@ -473,6 +510,8 @@ kiln_onnx_model *kiln_onnx_load(const char *path, kiln_device *dev, const kiln_o
 
 void kiln_onnx_free(kiln_onnx_model *m) {
     if (!m) return;
+    if (m->prof_ms) print_profile(m);
+    free(m->prof_ms);
     for (int v = 0; v < m->nvalues; v++) {
         kiln_tensor_release(m->consts[v]);
         if (m->vowned[v]) free(m->vnames[v]);
@@ -517,7 +556,29 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
             if (cin[j] && !vals[v]) vals[v] = cin[j];
             else cin[j] = NULL;
         }
-        int r = run_node(m, n, vals);
+        double t0 = m->prof_ms ? now_ms() : 0;
+        int r = 0, used = -1;
+        if (n->inplace && n->out[0] >= 0 && !vals[n->out[0]] && n->nin <= 64) {
+            /* an input read by no later node may take the result (onnx-inplace.c) */
+            kiln_tensor *in[64];
+            bool dies[64];
+            for (int j = 0; j < n->nin; j++) {
+                int v = n->in[j];
+                in[j] = v >= 0 ? vals[v] : NULL;
+                dies[j] = v >= 0 && m->last_use[v] == k && !m->consts[v] && vals[v];
+                for (int i = 0; i < j; i++)
+                    if (n->in[i] == v) dies[i] = dies[j] = false;
+            }
+            r = kiln__onnx_inplace(&n->info, n->inplace, n->nin, in, dies, &used);
+            if (r < 0) r = node_fail(n, "failed");
+            else if (r == 1) {
+                vals[n->out[0]] = vals[n->in[used]];
+                vals[n->in[used]] = NULL;
+                r = 0;
+            }
+        }
+        if (used < 0 && r == 0) r = run_node(m, n, vals);
+        if (m->prof_ms) m->prof_ms[k] += now_ms() - t0;
         for (int j = 0; j < n->nin && j < 64; j++)
             if (cin[j]) vals[n->in[j]] = NULL;
         if (r) goto out;
@@ -535,6 +596,7 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
         if (!t) { kiln__error_set("onnx: output '%s' was not computed", m->vnames[v]); goto out; }
         out[i] = kiln_tensor_retain(t);
     }
+    m->prof_runs++;
     rc = 0;
 out:
     for (int v = 0; v < m->nvalues; v++)
