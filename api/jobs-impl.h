@@ -48,6 +48,7 @@ struct kiln__jobs_load {
 struct kiln_jobs {
     struct kiln_jobs_options o;
     char *data_dir;
+    char *models_dir;                /* data_dir/models: the repository fine-tuning reads */
     const char **roots;
     size_t nroots;
     char admin_token[256];           /* for in-process loads when tokens are on */

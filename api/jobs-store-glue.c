@@ -106,5 +106,5 @@ bool kiln__jobs_dir_exists(const char *p)
 
 struct kiln_jobspec_env kiln__jobs_spec_env(struct kiln_jobs *j)
 {
-    return (struct kiln_jobspec_env){j->roots, j->nroots};
+    return (struct kiln_jobspec_env){j->roots, j->nroots, j->models_dir};
 }

@@ -58,6 +58,14 @@ struct kiln_jobs *kiln_jobs_new(const struct kiln_jobs_options *o, char *err, si
         free(j);
         return NULL;
     }
+    j->models_dir = kiln__jobs_path(j->data_dir, "%s", "models");
+    if (!j->models_dir) {
+        snprintf(err, errlen, "out of memory");
+        free(j->data_dir);
+        free(j->roots);
+        free(j);
+        return NULL;
+    }
     j->roots[j->nroots++] = j->data_dir;
     for (size_t i = 0; i < nr; i++)
         if (o->data_roots->items[i][0])
@@ -151,6 +159,7 @@ void kiln_jobs_free(struct kiln_jobs *j)
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j->roots);
+    free(j->models_dir);
     free(j->data_dir);
     free(j);
 }

@@ -3,6 +3,7 @@
  *   trainer-spec.c      the job spec: parsing and checking (loop thread)
  *   trainer-run.c       a job's run on the training thread
  *   trainer-register.c  the trained model into the repository
+ *   trainer-onnx.c      fine-tuning an ONNX graph and writing it back
  */
 #ifndef KILN_SCHEDULER_TRAINER_IMPL_H
 #define KILN_SCHEDULER_TRAINER_IMPL_H
@@ -18,5 +19,12 @@ extern const char *const kiln__trainer_metrics[];
  * or res->error and returns -1. */
 int kiln__trainer_register(const struct kiln_trainer_run *run, kiln_module *model, const kiln_dataset_info *info,
                            struct kiln_trainer_result *res);
+
+/* trainer-onnx.c: the ONNX file at path as a module whose parameters are the graph's floating
+ * initializers (fine-tuning); NULL with err filled. */
+kiln_module *kiln__trainer_onnx_module(const char *path, kiln_device *dev, char *err, size_t errlen);
+/* Writes dst: the ONNX file src with the float initializers holding model's trained values.
+ * model comes from kiln__trainer_onnx_module. 0, or -1 with err filled. */
+int kiln__trainer_onnx_write(kiln_module *model, const char *src, const char *dst, char *err, size_t errlen);
 
 #endif /* KILN_SCHEDULER_TRAINER_IMPL_H */

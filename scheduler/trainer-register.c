@@ -64,16 +64,21 @@ static char *serving_config(const struct kiln_jobspec *s, const kiln_dataset_inf
     return text;
 }
 
-/* model.kiln (the spec as the record's config, the state dict as its tensors) and config.json
- * staged in scratch, then added to the repository as its next version. */
-int kiln__trainer_register(const struct kiln_trainer_run *run, kiln_module *model, const kiln_dataset_info *info,
-                          struct kiln_trainer_result *res)
+/* The config.json of a fine-tuned ONNX graph: the serving loader reads the inputs and outputs
+ * from the graph itself, so only what the job decides is written. */
+static char *onnx_config(const struct kiln_jobspec *s)
 {
-    const struct kiln_jobspec *s = run->spec;
-    mkdir(run->scratch_dir, 0755);
-    char kpath[PATH_MAX], cpath[PATH_MAX];
-    snprintf(kpath, sizeof kpath, "%s/model.kiln", run->scratch_dir);
-    snprintf(cpath, sizeof cpath, "%s/config.json", run->scratch_dir);
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "max_batch_size", s->max_batch_size);
+    cJSON_AddStringToObject(c, "device", s->device);
+    char *text = cJSON_Print(c);
+    cJSON_Delete(c);
+    return text;
+}
+
+/* model.kiln: the spec as the record's config, the state dict as its tensors. */
+static int save_kiln(const char *path, kiln_module *model, const struct kiln_jobspec *s, char *err, size_t errlen)
+{
     int n = kiln_module_state_dict(model, NULL, 0);
     kiln_named_tensor *nt = calloc((size_t)(n > 0 ? n : 1), sizeof *nt);
     const char **names = calloc((size_t)(n > 0 ? n : 1), sizeof *names);
@@ -85,29 +90,43 @@ int kiln__trainer_register(const struct kiln_trainer_run *run, kiln_module *mode
             names[i] = nt[i].name;
             ts[i] = nt[i].tensor;
         }
-        rc = kiln_record_save(kpath, n, names, ts, s->model_json, 0);
+        rc = kiln_record_save(path, n, names, ts, s->model_json, 0);
     }
     free(nt);
     free(names);
     free(ts);
-    if (rc != 0) {
-        snprintf(res->error, sizeof res->error, "saving the model: %s", kiln_error());
-        return -1;
-    }
-    char *cfg = serving_config(s, info);
-    if (!cfg || write_text(cpath, cfg) != 0) {
-        free(cfg);
+    if (rc != 0)
+        snprintf(err, errlen, "saving the model: %s", kiln_error());
+    return rc;
+}
+
+/* model.kiln (or, for a fine-tuned ONNX graph, model.onnx) and config.json staged in scratch,
+ * then added to the repository as its next version. */
+int kiln__trainer_register(const struct kiln_trainer_run *run, kiln_module *model, const kiln_dataset_info *info,
+                          struct kiln_trainer_result *res)
+{
+    const struct kiln_jobspec *s = run->spec;
+    mkdir(run->scratch_dir, 0755);
+    char mpath[PATH_MAX], cpath[PATH_MAX];
+    snprintf(mpath, sizeof mpath, "%s/%s", run->scratch_dir, s->model_onnx ? "model.onnx" : "model.kiln");
+    snprintf(cpath, sizeof cpath, "%s/config.json", run->scratch_dir);
+    int rc = s->model_onnx ? kiln__trainer_onnx_write(model, s->model_onnx, mpath, res->error, sizeof res->error)
+                           : save_kiln(mpath, model, s, res->error, sizeof res->error);
+    char *cfg = rc == 0 ? (s->model_onnx ? onnx_config(s) : serving_config(s, info)) : NULL;
+    if (rc == 0 && (!cfg || write_text(cpath, cfg) != 0)) {
         snprintf(res->error, sizeof res->error, "writing %.300s: %.100s", cpath, strerror(errno));
-        return -1;
+        rc = -1;
     }
     free(cfg);
-    kiln_repository *repo = kiln_repository_open(run->models_root);
     int64_t version = 0;
-    rc = repo ? kiln_repository_add_version(repo, s->register_as, run->scratch_dir, 0, &version) : -1;
-    if (rc != 0)
-        snprintf(res->error, sizeof res->error, "adding the model to the repository: %s", kiln_error());
-    kiln_repository_close(repo);
-    unlink(kpath);
+    if (rc == 0) {
+        kiln_repository *repo = kiln_repository_open(run->models_root);
+        rc = repo ? kiln_repository_add_version(repo, s->register_as, run->scratch_dir, 0, &version) : -1;
+        if (rc != 0)
+            snprintf(res->error, sizeof res->error, "adding the model to the repository: %s", kiln_error());
+        kiln_repository_close(repo);
+    }
+    unlink(mpath);
     unlink(cpath);
     rmdir(run->scratch_dir);
     res->version = rc == 0 ? version : 0;

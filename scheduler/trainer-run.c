@@ -140,6 +140,34 @@ static char *final_metrics(kiln_learner *L)
     return copy;
 }
 
+/* A repository version's weights (every tensor of its record) into model, strictly. */
+static int load_weights(kiln_module *model, const char *path, kiln_device *dev)
+{
+    kiln_record *rec = kiln_record_open(path);
+    if (!rec)
+        return -1;
+    const kiln_safetensors *st = kiln_record_tensors(rec);
+    int n = kiln_safetensors_count(st), rc = -1;
+    const char **names = calloc((size_t)n + 1, sizeof *names);
+    kiln_tensor **ts = calloc((size_t)n + 1, sizeof *ts);
+    if (names && ts) {
+        rc = 0;
+        for (int i = 0; i < n && rc == 0; i++) {
+            names[i] = kiln_safetensors_name(st, i);
+            ts[i] = kiln_safetensors_load(st, names[i], dev);
+            rc = ts[i] ? 0 : -1;
+        }
+        if (rc == 0)
+            rc = kiln_module_load_state_dict(model, n, names, ts, true, NULL);
+    }
+    for (int i = 0; ts && i < n; i++)
+        kiln_tensor_release(ts[i]);
+    free(names);
+    free(ts);
+    kiln_record_close(rec);
+    return rc;
+}
+
 static kiln_tensor *smoothed_ce(void *ud, kiln_tensor *output, kiln_tensor *target)
 {
     kiln_loss_ce_opts o = kiln_loss_ce_opts_default();
@@ -190,11 +218,29 @@ int kiln_trainer_run(const struct kiln_trainer_run *run, struct kiln_trainer_res
         goto out;
     }
     kiln_generator gen = kiln_generator_make(s->seed);
-    model = kiln_model_from_json(s->model_json, dev, &gen);
-    if (!model) {
-        snprintf(res->error, sizeof res->error, "model: %s", kiln_error());
-        goto out;
+    if (s->model_onnx) {
+        char why[400];
+        model = kiln__trainer_onnx_module(s->model_onnx, dev, why, sizeof why);
+        if (!model) {
+            snprintf(res->error, sizeof res->error, "model: %s", why);
+            goto out;
+        }
+    } else {
+        model = kiln_model_from_json(s->model_json, dev, &gen);
+        if (!model) {
+            snprintf(res->error, sizeof res->error, "model: %s", kiln_error());
+            goto out;
+        }
+        if (s->init_weights && load_weights(model, s->init_weights, dev) != 0) {
+            snprintf(res->error, sizeof res->error, "model: the weights of %.40s version %lld: %.300s", s->base_model,
+                     (long long)s->base_version, kiln_error());
+            goto out;
+        }
     }
+    if (s->base_model)
+        logf_(run, "fine-tuning %s version %lld", s->base_model, (long long)s->base_version);
+    else if (s->model_onnx)
+        logf_(run, "fine-tuning the ONNX graph %s", s->model_onnx);
     opt = kiln_optim_create_module(&s->optim, model);
     kiln_loader_config lc = kiln_loader_config_default();
     lc.batch_size = s->batch_size;

@@ -21,6 +21,7 @@
 #include <cjson/cJSON.h>
 
 #include "kiln/nn.h"
+#include "kiln/record.h"
 #include "kiln/repository.h"
 #include "trainer-impl.h"
 #define FASHION_DIR "/usr/share/datasets/fashion-mnist"
@@ -208,11 +209,80 @@ static char *confined_path(struct problems *p, const char *field, const char *pa
     return NULL;
 }
 
-static void parse_model(struct problems *p, const cJSON *root, struct kiln_jobspec *s)
+static char *path_in(const char *dir, const char *file)
+{
+    size_t n = strlen(dir) + strlen(file) + 2;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s/%s", dir, file);
+    return s;
+}
+
+/* {"repository": name, "version": N}: a version of a served model is the starting point. */
+static void parse_base_model(struct problems *p, const cJSON *m, const struct kiln_jobspec_env *env,
+                             struct kiln_jobspec *s)
+{
+    static const char *const keys[] = {"repository", "version", NULL};
+    unknown_keys(p, m, "model.", keys);
+    const cJSON *name = get(m, "repository");
+    int64_t want = 0;
+    integer(p, m, "version", "model.version", 1, INT64_MAX / 2, &want);
+    if (!cJSON_IsString(name) || !kiln_repository_name_valid(name->valuestring)) {
+        problem(p, "model.repository", "must be a model name of [A-Za-z0-9_.-] without a leading dot");
+        return;
+    }
+    kiln_repository *repo = env->models_root ? kiln_repository_open(env->models_root) : NULL;
+    const kiln_model_info *info = repo ? kiln_repository_find(repo, name->valuestring) : NULL;
+    const kiln_model_version *v = NULL;
+    for (int i = 0; info && i < info->nversions; i++)
+        if (info->versions[i].valid && (want ? info->versions[i].version == want : true))
+            v = &info->versions[i]; /* ascending: the last valid one is the newest */
+    if (!info)
+        problem(p, "model.repository", "no model '%s' in the repository", name->valuestring);
+    else if (!v && want)
+        problem(p, "model.version", "'%s' has no valid version %lld", name->valuestring, (long long)want);
+    else if (!v)
+        problem(p, "model.repository", "'%s' has no valid version", name->valuestring);
+    if (v) {
+        s->base_model = strdup(name->valuestring);
+        s->base_version = v->version;
+        if (strcmp(v->format, "onnx") == 0) {
+            s->model_onnx = path_in(v->path, "model.onnx");
+        } else {
+            /* A kiln version's record carries the model's JSON spec as its config. */
+            s->init_weights = path_in(v->path, "model.kiln");
+            kiln_record *rec = s->init_weights ? kiln_record_open(s->init_weights) : NULL;
+            const char *spec = rec ? kiln_record_config(rec) : NULL;
+            if (!spec || !*spec)
+                problem(p, "model.repository", "%s version %lld: model.kiln holds no model spec: %s",
+                        name->valuestring, (long long)v->version, rec ? "empty config" : kiln_error());
+            else
+                s->model_json = strdup(spec);
+            kiln_record_close(rec);
+        }
+    }
+    kiln_repository_close(repo);
+}
+
+static void parse_model(struct problems *p, const cJSON *root, const struct kiln_jobspec_env *env,
+                        struct kiln_jobspec *s)
 {
     const cJSON *m = get(root, "model");
     if (!m) {
-        problem(p, "model", "is required (a JSON graph spec, or \"fashion_mlp\" / \"fashion_cnn\")");
+        problem(p, "model", "is required (a JSON graph spec, \"fashion_mlp\" / \"fashion_cnn\", {\"onnx\": path} "
+                            "or {\"repository\": name})");
+        return;
+    }
+    if (cJSON_IsObject(m) && get(m, "onnx")) {
+        static const char *const keys[] = {"onnx", NULL};
+        unknown_keys(p, m, "model.", keys);
+        char *raw = string(p, m, "onnx", "model.onnx", true);
+        s->model_onnx = confined_path(p, "model.onnx", raw, env, false);
+        free(raw);
+        return;
+    }
+    if (cJSON_IsObject(m) && get(m, "repository")) {
+        parse_base_model(p, m, env, s);
         return;
     }
     if (cJSON_IsString(m)) {
@@ -451,7 +521,7 @@ int kiln_jobspec_parse(const char *json, const struct kiln_jobspec_env *env, str
                                        "device", "seed", "workers", "metrics", "checkpoint", "early_stopping",
                                        "register_as", "max_batch_size", "resume_from_job", NULL};
     unknown_keys(&p, root, "", keys);
-    parse_model(&p, root, s);
+    parse_model(&p, root, env, s);
     parse_data(&p, root, env, s);
     parse_loss(&p, root, s);
     parse_optimizer(&p, root, s);
@@ -500,7 +570,7 @@ int kiln_jobspec_parse(const char *json, const struct kiln_jobspec_env *env, str
 
 void kiln_jobspec_free(struct kiln_jobspec *s)
 {
-    char *const strs[] = {s->model_json, s->data_type, s->train_a, s->train_b, s->valid_a, s->valid_b,
+    char *const strs[] = {s->model_json, s->model_onnx, s->init_weights, s->base_model, s->data_type, s->train_a, s->train_b, s->valid_a, s->valid_b,
                           s->label_column, s->device, s->best_metric, s->early_metric, s->register_as};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
         free(strs[i]);

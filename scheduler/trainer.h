@@ -28,10 +28,15 @@
 struct kiln_jobspec_env {
     const char *const *roots;
     size_t nroots;
+    const char *models_root;          /* the repository, for a model to fine-tune (NULL: none) */
 };
 
 struct kiln_jobspec {
-    char *model_json;                 /* the model's JSON graph spec */
+    char *model_json;                 /* the model's JSON graph spec (NULL for an ONNX model) */
+    char *model_onnx;                 /* fine-tuning: the ONNX file trained through (real path) */
+    char *init_weights;               /* fine-tuning a kiln model: its model.kiln (the start) */
+    char *base_model;                 /* fine-tuning a repository model: its name, and version */
+    int64_t base_version;
     char *data_type;                  /* "fashion_mnist", "idx" or "csv" */
     char *train_a, *train_b;          /* idx: images, labels; csv: file, NULL; fashion_mnist: dir */
     char *valid_a, *valid_b;          /* a separate validation set (NULL: none or split) */
