@@ -89,6 +89,10 @@ static const struct {
     {"x-request-id", offsetof(struct kiln_http_headers, request_id), KILN_HTTP_SHORT_HEADER_MAX},
     {"inference-header-content-length", offsetof(struct kiln_http_headers, inference_header_length), 32},
     {"last-event-id", offsetof(struct kiln_http_headers, last_event_id), 32},
+    {"upgrade", offsetof(struct kiln_http_headers, upgrade), 32},
+    {"connection", offsetof(struct kiln_http_headers, connection), KILN_HTTP_SHORT_HEADER_MAX},
+    {"sec-websocket-key", offsetof(struct kiln_http_headers, ws_key), 64},
+    {"sec-websocket-version", offsetof(struct kiln_http_headers, ws_version), 16},
 };
 #define NKEPT (sizeof kept_headers / sizeof kept_headers[0])
 
@@ -234,6 +238,8 @@ static int on_message_complete(llhttp_t *p)
         return -1;
     }
     c->started_ns = 0;
+    if (c->up_ops)
+        return 0; /* llhttp stops with HPE_PAUSED_UPGRADE; feed hands the rest over */
     if (c->pending)
         return HPE_PAUSED; /* nothing more is parsed until the pending response is out */
     if (!keep_alive) {
@@ -263,6 +269,11 @@ void kiln_http_conn_init(struct kiln_http_conn *c, const struct kiln_http_servic
 
 void kiln_http_conn_free(struct kiln_http_conn *c)
 {
+    if (c->up_ops) {
+        const struct kiln_http_upgrade_ops *ops = c->up_ops;
+        c->up_ops = NULL;
+        ops->detach(c->up_ud);
+    }
     if (c->pending) {
         /* The job still runs or waits somewhere; it finds the connection gone. */
         c->pending->conn = NULL;
@@ -293,12 +304,26 @@ void kiln_http_conn_feed(struct kiln_http_conn *c, const char *data, size_t len)
 {
     if (c->closing || len == 0)
         return;
+    if (c->upgraded) {
+        if (c->up_ops)
+            c->up_ops->feed(c->up_ud, data, len);
+        return;
+    }
     if (c->pending) {
         if (kiln_buf_append(&c->stash, data, len) != 0)
             c->failed = true;
         return;
     }
     llhttp_errno_t e = llhttp_execute(&c->parser, data, len);
+    if (c->up_ops && (e == HPE_OK || e == HPE_PAUSED_UPGRADE)) {
+        /* The 101 is in out; whatever followed the request already belongs to the new protocol. */
+        const char *pos = e == HPE_PAUSED_UPGRADE ? llhttp_get_error_pos(&c->parser) : NULL;
+        size_t used = pos && pos >= data && pos <= data + len ? (size_t)(pos - data) : len;
+        c->upgraded = true;
+        if (used < len)
+            c->up_ops->feed(c->up_ud, data + used, len - used);
+        return;
+    }
     if (e == HPE_OK)
         return;
     if (e == HPE_PAUSED && c->pending) {
@@ -325,6 +350,12 @@ void kiln_http_conn_feed(struct kiln_http_conn *c, const char *data, size_t len)
 
 void kiln_http_conn_eof(struct kiln_http_conn *c)
 {
+    if (c->upgraded) {
+        if (c->up_ops)
+            c->up_ops->eof(c->up_ud);
+        c->closing = true;
+        return;
+    }
     if (c->pending) /* the client left before its answer: drop the job if it has not run */
         atomic_store(&c->pending->cancelled, true);
     if (c->closing)
@@ -348,6 +379,16 @@ void kiln_http_conn_drain(struct kiln_http_conn *c)
     c->draining = true;
     if (!c->in_message && !c->pending)
         c->closing = true;
+}
+
+int kiln_http_upgrade(const struct kiln_request *req, const struct kiln_http_upgrade_ops *ops, void *ud)
+{
+    struct kiln_http_conn *c = req->conn;
+    if (!c || c->pending || c->up_ops)
+        return -1;
+    c->up_ops = ops;
+    c->up_ud = ud;
+    return 0;
 }
 
 bool kiln_http_conn_wants_input(const struct kiln_http_conn *c)

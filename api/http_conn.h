@@ -52,6 +52,17 @@ struct kiln_http_pending {
     bool keep_alive;
 };
 
+/*
+ * A protocol that takes a connection over after its handler answered 101 (the WebSocket at
+ * /v1/tensor). From then on every byte read goes to feed; the protocol writes into conn->out,
+ * sets conn->closing when it is done, and calls conn->wake after output it produced outside feed.
+ */
+struct kiln_http_upgrade_ops {
+    void (*feed)(void *ud, const char *data, size_t len);
+    void (*eof)(void *ud);          /* the peer closed its side; the connection closes */
+    void (*detach)(void *ud);       /* the connection is being freed: never touch it again */
+};
+
 struct kiln_http_conn {
     llhttp_t parser;
     const struct kiln_http_service *svc;
@@ -77,6 +88,9 @@ struct kiln_http_conn {
     bool dispatching;               /* inside a route handler */
     bool finished_inline;           /* a deferred response was finished before the handler returned */
     struct kiln_buf stash;          /* input that arrived while a response was pending */
+    const struct kiln_http_upgrade_ops *up_ops;     /* set by kiln_http_upgrade */
+    void *up_ud;
+    bool upgraded;                  /* the 101 went out: input goes to up_ops */
     /* Called after a pending response was finished, so the socket layer can send it. */
     void (*wake)(void *ud);
     void *wake_ud;
@@ -105,6 +119,12 @@ bool kiln_http_conn_wants_input(const struct kiln_http_conn *c);
  * Returns NULL when out of memory (the handler answers 500 instead).
  */
 struct kiln_http_pending *kiln_http_defer(const struct kiln_request *req);
+
+/*
+ * From a route handler that appends a 101 response: once the request is complete the connection
+ * belongs to ops (ud is theirs). 0, or -1 when the connection cannot switch (a response pending).
+ */
+int kiln_http_upgrade(const struct kiln_request *req, const struct kiln_http_upgrade_ops *ops, void *ud);
 
 /* Where the late response goes (append one whole response), or NULL when the client is gone. */
 struct kiln_buf *kiln_http_pending_out(struct kiln_http_pending *p);

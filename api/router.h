@@ -43,6 +43,11 @@ struct kiln_http_headers {
     char request_id[KILN_HTTP_SHORT_HEADER_MAX];
     char inference_header_length[32];   /* Inference-Header-Content-Length */
     char last_event_id[32];             /* Last-Event-ID (server-sent events) */
+    /* A WebSocket handshake (GET /v1/tensor) */
+    char upgrade[32];
+    char connection[KILN_HTTP_SHORT_HEADER_MAX];
+    char ws_key[64];                    /* Sec-WebSocket-Key */
+    char ws_version[16];                /* Sec-WebSocket-Version */
 };
 
 struct kiln_http_conn;

@@ -307,6 +307,11 @@ static uint64_t s_idle(const struct conn *c)
 static void update_timer(struct conn *c)
 {
     struct kiln_server *s = c->srv;
+    if (c->http.upgraded) {
+        /* A WebSocket is idle only when nothing moved either way for idle_timeout_ms. */
+        uv_timer_start(&c->timer, on_timer, s->opts.idle_timeout_ms, 0);
+        return;
+    }
     if (c->http.in_message) {
         if (!c->timer_is_request) {
             c->timer_is_request = true;

@@ -48,6 +48,15 @@ struct kiln_config_limits {
     int64_t infer_timeout_ms;
 };
 
+/* The remote tensor endpoint (/v1/tensor): per-daemon and per-session limits. */
+struct kiln_config_remote {
+    int64_t max_sessions;
+    int64_t max_message_bytes;
+    int64_t max_live_bytes;
+    int64_t max_ids;
+    int64_t max_queued_ops;
+};
+
 struct kiln_config {
     char *host;
     int64_t port;
@@ -56,6 +65,7 @@ struct kiln_config {
     struct kiln_strlist devices;
     int64_t worker_threads;
     struct kiln_config_limits limits;
+    struct kiln_config_remote remote;
     int64_t drain_timeout_ms;
     int64_t log_level;          /* enum kiln_log_level */
     int64_t log_format;         /* enum kiln_log_format */

@@ -59,6 +59,23 @@ const struct kiln__config_key kiln__config_keys[] = {
     {"limits.infer_timeout_ms", KILN__CT_INT, OFF(limits.infer_timeout_ms), 1, 3600000, NULL, "10000",
      "KILN_INFER_TIMEOUT_MS", "--infer-timeout-ms",
      "An inference request that has not started running this long after it arrived gets 503."},
+    {"remote.max_sessions", KILN__CT_INT, OFF(remote.max_sessions), 0, 100000, NULL, "64", "KILN_REMOTE_MAX_SESSIONS",
+     "--remote-max-sessions",
+     "Remote tensor sessions (WebSocket connections to /v1/tensor) open at once; past it the upgrade gets 503. "
+     "0 turns the endpoint off."},
+    {"remote.max_message_bytes", KILN__CT_INT, OFF(remote.max_message_bytes), 1024, 1024 * MIB, NULL, "67108864",
+     "KILN_REMOTE_MAX_MESSAGE_BYTES", "--remote-max-message-bytes",
+     "Largest WebSocket message a remote session may send (after reassembling fragments); a larger one closes "
+     "the session with 1009, checked from the frame header before its payload is buffered."},
+    {"remote.max_live_bytes", KILN__CT_INT, OFF(remote.max_live_bytes), 0, 1LL << 40, NULL, "1073741824",
+     "KILN_REMOTE_MAX_LIVE_BYTES", "--remote-max-live-bytes",
+     "Device memory one remote session may hold in live tensors; a create past it gets an error message."},
+    {"remote.max_ids", KILN__CT_INT, OFF(remote.max_ids), 1, 1LL << 24, NULL, "65536", "KILN_REMOTE_MAX_IDS",
+     "--remote-max-ids", "Tensor ids one remote session may hold live at once."},
+    {"remote.max_queued_ops", KILN__CT_INT, OFF(remote.max_queued_ops), 1, 1LL << 20, NULL, "4096",
+     "KILN_REMOTE_MAX_QUEUED_OPS", "--remote-max-queued-ops",
+     "Messages one remote session may have waiting for its device worker; past it a message gets an error "
+     "instead of being queued."},
     {"drain_timeout_ms", KILN__CT_INT, OFF(drain_timeout_ms), 0, 3600000, NULL, "10000",
      "KILN_DRAIN_TIMEOUT_MS", "--drain-timeout-ms",
      "On SIGTERM/SIGINT, how long in-flight requests may take before the remaining connections are cut."},

@@ -1,0 +1,353 @@
+/*
+ * api/ws.c — WebSocket connections on top of http_conn, with wslay doing the framing.
+ *
+ * wslay's event API is fed from memory: feed points it at the bytes just read and runs
+ * wslay_event_recv, whose receive callback hands those bytes out and then says "would block";
+ * its send callback appends frames to the connection's output buffer, which the socket layer
+ * writes. Nothing here ever waits. A connection is finished once wslay wants neither to read
+ * (close received, a protocol error, or our own close) nor to write (the close frame is out);
+ * the socket layer then shuts it down.
+ *
+ * The handshake's Sec-WebSocket-Accept is base64(SHA-1(key + GUID)) (RFC 6455 section 4.2.2);
+ * SHA-1 is written out here from FIPS 180-4 rather than pulling a crypto library in for 20 bytes
+ * of handshake.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <wslay/wslay.h>
+
+#include "responses.h"
+#include "ws.h"
+
+struct kiln_ws {
+    wslay_event_context_ptr ctx;
+    struct kiln_http_conn *conn;    /* NULL once the connection is gone */
+    const struct kiln_ws_handler *h;
+    void *ud;
+    const char *in;                 /* during feed: bytes not yet given to wslay */
+    size_t in_len;
+    bool in_feed;
+    bool gone_sent;
+};
+
+/* ---- handshake ------------------------------------------------------------------------------ */
+
+static uint32_t rol(uint32_t x, int n)
+{
+    return (x << n) | (x >> (32 - n));
+}
+
+static void sha1_block(uint32_t h[5], const uint8_t *p)
+{
+    uint32_t w[80];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (int i = 16; i < 80; i++)
+        w[i] = rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
+    for (int i = 0; i < 80; i++) {
+        uint32_t f, k;
+        if (i < 20) {
+            f = (b & c) | (~b & d);
+            k = 0x5A827999u;
+        } else if (i < 40) {
+            f = b ^ c ^ d;
+            k = 0x6ED9EBA1u;
+        } else if (i < 60) {
+            f = (b & c) | (b & d) | (c & d);
+            k = 0x8F1BBCDCu;
+        } else {
+            f = b ^ c ^ d;
+            k = 0xCA62C1D6u;
+        }
+        uint32_t t = rol(a, 5) + f + e + k + w[i];
+        e = d;
+        d = c;
+        c = rol(b, 30);
+        b = a;
+        a = t;
+    }
+    h[0] += a;
+    h[1] += b;
+    h[2] += c;
+    h[3] += d;
+    h[4] += e;
+}
+
+/* SHA-1 of a short message (the handshake's key + GUID: at most a few hundred bytes). */
+static void sha1(const uint8_t *msg, size_t len, uint8_t out[20])
+{
+    uint32_t h[5] = {0x67452301u, 0xEFCDAB89u, 0x98BADCFEu, 0x10325476u, 0xC3D2E1F0u};
+    uint8_t block[64];
+    size_t off = 0;
+    for (; off + 64 <= len; off += 64)
+        sha1_block(h, msg + off);
+    size_t rest = len - off;
+    memset(block, 0, sizeof block);
+    memcpy(block, msg + off, rest);
+    block[rest] = 0x80;
+    if (rest >= 56) {
+        sha1_block(h, block);
+        memset(block, 0, sizeof block);
+    }
+    uint64_t bits = (uint64_t)len * 8u;
+    for (int i = 0; i < 8; i++)
+        block[63 - i] = (uint8_t)(bits >> (8 * i));
+    sha1_block(h, block);
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < 4; j++)
+            out[4 * i + j] = (uint8_t)(h[i] >> (24 - 8 * j));
+}
+
+static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+void kiln_ws_accept_key(const char *key, char out[29])
+{
+    static const char guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+    uint8_t buf[128 + sizeof guid];
+    size_t n = strnlen(key, 128);
+    memcpy(buf, key, n);
+    memcpy(buf + n, guid, sizeof guid - 1);
+    uint8_t d[20];
+    sha1(buf, n + sizeof guid - 1, d);
+    size_t o = 0;
+    for (int i = 0; i < 20; i += 3) {
+        uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < 20 ? (uint32_t)d[i + 1] << 8 : 0) | (i + 2 < 20 ? d[i + 2] : 0);
+        out[o++] = b64[(v >> 18) & 63];
+        out[o++] = b64[(v >> 12) & 63];
+        out[o++] = i + 1 < 20 ? b64[(v >> 6) & 63] : '=';
+        out[o++] = i + 2 < 20 ? b64[v & 63] : '=';
+    }
+    out[o] = '\0';
+}
+
+/* Whether the comma-separated header value list holds token (case-insensitive). */
+static bool has_token(const char *list, const char *token)
+{
+    size_t tn = strlen(token);
+    for (const char *p = list; *p;) {
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        const char *end = p;
+        while (*end && *end != ',')
+            end++;
+        const char *e = end;
+        while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        if ((size_t)(e - p) == tn && strncasecmp(p, token, tn) == 0)
+            return true;
+        p = end;
+    }
+    return false;
+}
+
+/* A key is base64 of 16 bytes: 22 characters of the alphabet and "==". */
+static bool key_valid(const char *k)
+{
+    if (strlen(k) != 24 || strcmp(k + 22, "==") != 0)
+        return false;
+    for (int i = 0; i < 22; i++)
+        if (!strchr(b64, k[i]) || k[i] == '\0')
+            return false;
+    return true;
+}
+
+int kiln_ws_handshake(const struct kiln_request *req, struct kiln_buf *out)
+{
+    const struct kiln_http_headers *h = req->headers;
+    if (!h || strcasecmp(h->upgrade, "websocket") != 0 || !has_token(h->connection, "upgrade"))
+        return kiln_resp_error(out, 400, "/v1/tensor is a WebSocket: send Upgrade: websocket and Connection: Upgrade",
+                               req->keep_alive, NULL);
+    if (strcmp(h->ws_version, "13") != 0)
+        return kiln_resp_error(out, 426, "unsupported Sec-WebSocket-Version; kilnd speaks 13", req->keep_alive,
+                               "Sec-WebSocket-Version: 13\r\n");
+    if (!key_valid(h->ws_key))
+        return kiln_resp_error(out, 400, "Sec-WebSocket-Key must be 16 bytes in base64", req->keep_alive, NULL);
+    char accept[29];
+    kiln_ws_accept_key(h->ws_key, accept);
+    if (kiln_buf_printf(out,
+                        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                        "Sec-WebSocket-Accept: %s\r\n\r\n",
+                        accept) != 0)
+        return -1;
+    return 101;
+}
+
+/* ---- framing -------------------------------------------------------------------------------- */
+
+static ssize_t recv_cb(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, int flags, void *user)
+{
+    (void)flags;
+    struct kiln_ws *ws = user;
+    if (ws->in_len == 0) {
+        wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
+        return -1;
+    }
+    size_t n = len < ws->in_len ? len : ws->in_len;
+    memcpy(buf, ws->in, n);
+    ws->in += n;
+    ws->in_len -= n;
+    return (ssize_t)n;
+}
+
+static ssize_t send_cb(wslay_event_context_ptr ctx, const uint8_t *data, size_t len, int flags, void *user)
+{
+    (void)flags;
+    struct kiln_ws *ws = user;
+    if (!ws->conn || kiln_buf_append(&ws->conn->out, data, len) != 0) {
+        wslay_event_set_error(ctx, WSLAY_ERR_CALLBACK_FAILURE);
+        return -1;
+    }
+    return (ssize_t)len;
+}
+
+static void on_msg(wslay_event_context_ptr ctx, const struct wslay_event_on_msg_recv_arg *arg, void *user)
+{
+    struct kiln_ws *ws = user;
+    if (!ws->conn || !wslay_event_get_read_enabled(ctx))
+        return;
+    if (arg->opcode == WSLAY_BINARY_FRAME)
+        ws->h->on_message(ws->ud, arg->msg, arg->msg_length);
+    else if (arg->opcode == WSLAY_TEXT_FRAME)
+        kiln_ws_close(ws, KILN_WS_UNSUPPORTED_DATA, "text frames are not accepted: send binary messages");
+    /* ping, pong and close are wslay's own business */
+}
+
+static const struct wslay_event_callbacks callbacks = {
+    .recv_callback = recv_cb,
+    .send_callback = send_cb,
+    .on_msg_recv_callback = on_msg,
+};
+
+/* Writes what wslay queued and decides whether the connection is finished. */
+static void pump(struct kiln_ws *ws)
+{
+    if (!ws->conn)
+        return;
+    if (wslay_event_want_write(ws->ctx) && wslay_event_send(ws->ctx) != 0) {
+        ws->conn->failed = true; /* out of memory: close without ceremony */
+        return;
+    }
+    if (!wslay_event_want_read(ws->ctx) && !wslay_event_want_write(ws->ctx))
+        ws->conn->closing = true;
+}
+
+static void up_feed(void *ud, const char *data, size_t len)
+{
+    struct kiln_ws *ws = ud;
+    ws->in = data;
+    ws->in_len = len;
+    ws->in_feed = true;
+    int rc = wslay_event_recv(ws->ctx);
+    ws->in_feed = false;
+    ws->in_len = 0;
+    if (rc != 0 && ws->conn) {
+        ws->conn->failed = true;
+        return;
+    }
+    pump(ws);
+}
+
+static void gone(struct kiln_ws *ws)
+{
+    ws->conn = NULL;
+    if (!ws->gone_sent) {
+        ws->gone_sent = true;
+        ws->h->on_gone(ws->ud);
+    }
+}
+
+static void up_eof(void *ud)
+{
+    (void)ud; /* the connection closes; detach follows */
+}
+
+static void up_detach(void *ud)
+{
+    gone(ud);
+}
+
+static const struct kiln_http_upgrade_ops upgrade_ops = {
+    .feed = up_feed,
+    .eof = up_eof,
+    .detach = up_detach,
+};
+
+struct kiln_ws *kiln_ws_new(const struct kiln_request *req, uint64_t max_message_bytes,
+                            const struct kiln_ws_handler *h, void *ud)
+{
+    struct kiln_ws *ws = calloc(1, sizeof *ws);
+    if (!ws)
+        return NULL;
+    if (wslay_event_context_server_init(&ws->ctx, &callbacks, ws) != 0) {
+        free(ws);
+        return NULL;
+    }
+    wslay_event_config_set_max_recv_msg_length(ws->ctx, max_message_bytes);
+    ws->h = h;
+    ws->ud = ud;
+    ws->conn = req->conn;
+    if (kiln_http_upgrade(req, &upgrade_ops, ws) != 0) {
+        wslay_event_context_free(ws->ctx);
+        free(ws);
+        return NULL;
+    }
+    return ws;
+}
+
+int kiln_ws_send(struct kiln_ws *ws, const void *msg, size_t len)
+{
+    if (!kiln_ws_open(ws))
+        return -1;
+    struct wslay_event_msg m = {.opcode = WSLAY_BINARY_FRAME, .msg = msg, .msg_length = len};
+    if (wslay_event_queue_msg(ws->ctx, &m) != 0)
+        return -1;
+    if (!ws->in_feed) {
+        pump(ws);
+        if (ws->conn && ws->conn->wake)
+            ws->conn->wake(ws->conn->wake_ud);
+    }
+    return 0;
+}
+
+void kiln_ws_close(struct kiln_ws *ws, uint16_t code, const char *reason)
+{
+    if (!ws->conn || !wslay_event_get_write_enabled(ws->ctx))
+        return;
+    size_t n = reason ? strlen(reason) : 0;
+    if (n > 122)
+        n = 122;
+    if (wslay_event_get_read_enabled(ws->ctx))
+        wslay_event_shutdown_read(ws->ctx);
+    if (!wslay_event_get_close_sent(ws->ctx))
+        wslay_event_queue_close(ws->ctx, code, (const uint8_t *)reason, n);
+    if (!ws->in_feed) {
+        pump(ws);
+        if (ws->conn && ws->conn->wake)
+            ws->conn->wake(ws->conn->wake_ud);
+    }
+}
+
+bool kiln_ws_open(const struct kiln_ws *ws)
+{
+    return ws && ws->conn && !ws->conn->closing && wslay_event_get_write_enabled(ws->ctx) &&
+           !wslay_event_get_close_sent(ws->ctx);
+}
+
+void kiln_ws_free(struct kiln_ws *ws)
+{
+    if (!ws)
+        return;
+    if (ws->conn) {
+        /* The connection outlives us: it must not call back into freed memory. */
+        ws->conn->up_ops = NULL;
+        ws->conn->closing = true;
+        if (ws->conn->wake)
+            ws->conn->wake(ws->conn->wake_ud);
+    }
+    wslay_event_context_free(ws->ctx);
+    free(ws);
+}
