@@ -1,5 +1,6 @@
 /*
- * api/endpoints.c — handlers for the health probes, server metadata and metrics.
+ * api/endpoints.c — handlers for the health probes, server metadata and metrics, and the routes
+ * into the model, job and remote tensor services.
  *
  * KServe v2 says a health endpoint answers with its status code alone (200 true, other false),
  * so the 200s carry an empty body; the 503 is an error and carries the usual JSON body.
@@ -11,6 +12,7 @@
 #include "responses.h"
 #include "jobs.h"
 #include "serving.h"
+#include "tensor.h"
 
 static int copy_static(const struct kiln_buf pair[2], const struct kiln_request *req, struct kiln_buf *out)
 {
@@ -70,6 +72,14 @@ static int handle_jobs(void *ctx, const struct kiln_request *req, struct kiln_bu
     return kiln_jobs_handle(api->jobs, req, out);
 }
 
+static int handle_tensor(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+{
+    struct kiln_api *api = ctx;
+    if (!api->tensor)
+        return kiln_resp_error(out, 503, "remote tensor sessions are not available", req->keep_alive, NULL);
+    return kiln_tensor_handle(api->tensor, req, out);
+}
+
 static const struct kiln_route routes[] = {
     {"/v2/health/live", KILN_HTTP_GET, handle_live},
     {"/v2/health/ready", KILN_HTTP_GET, handle_ready},
@@ -79,6 +89,7 @@ static const struct kiln_route routes[] = {
     {"/v2/repository/*", KILN_HTTP_POST, handle_repository},
     {"/v1/jobs", KILN_HTTP_GET | KILN_HTTP_POST, handle_jobs},
     {"/v1/jobs/*", KILN_HTTP_GET | KILN_HTTP_POST | KILN_HTTP_DELETE, handle_jobs},
+    {"/v1/tensor", KILN_HTTP_GET, handle_tensor},
 };
 
 static int render_pair(struct kiln_buf pair[2], int status, const char *ctype, const char *body)

@@ -24,6 +24,7 @@ struct kiln_api {
     struct kiln_buf scratch;        /* /metrics is rendered here, reusing its capacity */
     struct kiln_serving *serving;   /* borrowed; NULL until the model endpoints are up */
     struct kiln_jobs *jobs;         /* borrowed; NULL until the job endpoints are up */
+    struct kiln_tensor_service *tensor; /* borrowed; NULL until /v1/tensor is up */
 };
 
 /* extensions is the NULL-terminated list advertised by GET /v2. Starts not ready ("starting"). */

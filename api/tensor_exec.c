@@ -143,6 +143,15 @@ uint64_t kiln__tstate_ids(const struct kiln__tstate *st)
     return st->count;
 }
 
+uint32_t kiln__tstate_dtype_mask(const kiln_device *dev)
+{
+    uint32_t mask = 0;
+    for (int d = 0; d < KILN_DTYPE_COUNT; d++)
+        if (dev->caps.dtype[d])
+            mask |= 1u << d;
+    return mask;
+}
+
 /* ---- replies ------------------------------------------------------------------------------ */
 
 struct ctx {
@@ -190,6 +199,9 @@ static int resolve(struct ctx *c, int k, kiln_tdesc *d, const kiln_tdesc **slot)
     struct entry *e = find(c->st, w->id);
     if (!e)
         return reply_error(c, KILN_WIRE_ERR_BAD_ID, "unknown id %" PRIu64, w->id);
+    if ((unsigned)w->dtype >= KILN_DTYPE_COUNT || !c->dev->caps.dtype[w->dtype])
+        return reply_error(c, KILN_WIRE_ERR_NOT_SUPPORTED, "operand %d: %s does not compute %s", k,
+                           c->dev->be->name, kiln_dtype_name(w->dtype));
     size_t es = kiln_wire_dtype_size(w->dtype);
     int64_t lo, hi;
     bool empty;
@@ -365,6 +377,11 @@ static int do_download(struct ctx *c)
     struct entry *e = byte_range(c, x.id, x.offset, x.length);
     if (!e)
         return -1;
+    if (c->st->lim.max_data_bytes && x.length > c->st->lim.max_data_bytes)
+        return reply_error(c, KILN_WIRE_ERR_QUOTA,
+                           "DOWNLOAD of %" PRIu64 " bytes: one DATA message carries at most %" PRIu64
+                           " (remote.max_message_bytes less the header); read it in pieces", x.length,
+                           c->st->lim.max_data_bytes);
     uint8_t *tmp = malloc(x.length ? (size_t)x.length : 1);
     if (!tmp)
         return reply_error(c, KILN_WIRE_ERR_DEVICE, "out of memory reading %" PRIu64 " bytes", x.length);

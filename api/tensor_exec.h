@@ -25,6 +25,7 @@
 struct kiln__tstate_limits {
     uint64_t max_live_bytes;
     uint64_t max_ids;
+    uint64_t max_data_bytes;    /* the longest DOWNLOAD (one DATA reply); 0: no limit */
 };
 
 struct kiln__tstate;
@@ -44,6 +45,8 @@ int kiln__tstate_exec(struct kiln__tstate *st, kiln_device *dev, const uint8_t *
 void kiln__tstate_free(struct kiln__tstate *st);
 
 uint64_t kiln__tstate_live_bytes(const struct kiln__tstate *st);
+/* Bit d set: dev stores and computes kiln_dtype d (the WELCOME's dtype mask). */
+uint32_t kiln__tstate_dtype_mask(const kiln_device *dev);
 uint64_t kiln__tstate_ids(const struct kiln__tstate *st);
 
 #endif /* KILN_API_TENSOR_EXEC_H */

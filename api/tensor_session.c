@@ -6,7 +6,14 @@
  * session is on its worker, everything pending leaves as one task (a pipelined client gets many
  * ops per hop); the worker runs them in order and collects the replies, which the done callback
  * sends. So at most one task per session is ever in flight, and the session's device state
- * (api/tensor_exec.c) is touched by its worker only — never by two threads at once.
+ * (api/tensor_exec.c) is touched by its worker only — never by two threads at once. A hop stops
+ * once its replies pass remote.max_message_bytes and leaves the rest for the next one, so a
+ * queue of large DOWNLOADs never piles up all its DATA in memory at once.
+ *
+ * The loop checks each WebSocket message's framing before queueing any of it (a violation gets
+ * an ERROR and closes the session) and admits its protocol messages against the queue limits;
+ * messages past a limit are answered with QUOTA in their place in the sequence, so replies always
+ * go out in the order of the messages they answer.
  *
  * Teardown: when the connection goes, the session stops taking input; its pending messages are
  * dropped; if a task is in flight the session waits for it, then sends one last task that frees
@@ -28,9 +35,12 @@
 
 enum scope { SCOPE_NONE = 0, SCOPE_READ = 1, SCOPE_ADMIN = 2 };
 
+/* One WebSocket message's worth of protocol messages waiting for the worker. */
 struct pmsg {
     struct pmsg *next;
     size_t len;
+    size_t off;                     /* bytes the worker already ran */
+    bool refused;                   /* headers only: each gets a QUOTA error */
     uint8_t data[];
 };
 
@@ -39,21 +49,27 @@ struct session {
     struct kiln_ws *ws;
     struct session *prev, *next;
     int worker;                     /* -1 until the hello named a device */
-    bool hello_done;
+    uint16_t version;               /* negotiated; 0 before the HELLO */
+    uint64_t hello_seq;
+    bool hello_sent;                /* the HELLO went to the worker */
+    bool hello_done;                /* the WELCOME went out: messages may flow */
     bool gone;                      /* the connection is gone */
     bool freeing;                   /* the last task (free everything) is out */
+    bool fatal;                     /* out of memory on the worker: closing */
     struct kiln__tstate *state;     /* its worker's, between hops */
+    uint64_t live_bytes, ids;       /* the state's figures after the last hop (for /metrics) */
     /* messages waiting for the next hop */
     struct pmsg *head, *tail;
-    size_t queued;                  /* pending + in flight */
+    size_t queued;                  /* protocol messages pending + in flight */
     uint64_t queued_bytes;
+    uint64_t refused_bytes;         /* headers of refused messages waiting for their errors */
     /* the hop in flight */
     bool busy;
     struct kiln_sched_task task;
     struct pmsg *batch;
-    size_t batch_n;
-    uint64_t batch_bytes;
-    struct kiln_buf replies;
+    size_t ran;                     /* what the hop ran, for the loop to account */
+    uint64_t ran_bytes, ran_refused;
+    kiln_wire_buf replies;
 };
 
 struct kiln_tensor_service {
@@ -115,27 +131,57 @@ static int authorize(struct kiln_tensor_service *ts, const struct kiln_request *
 
 /* ---- replies --------------------------------------------------------------------------------- */
 
-static void send_error(struct session *s, uint64_t seq, int code, const char *msg)
+static uint32_t rd32(const uint8_t *p)
 {
-    struct kiln_buf b = {0};
-    if (kiln_wire_encode_error(&b, seq, code, msg) == 0)
-        kiln_ws_send(s->ws, b.data, b.len);
-    kiln_buf_free(&b);
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t rd64(const uint8_t *p)
+{
+    return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32;
+}
+
+static uint16_t rd16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+/* An ERROR from the loop itself (protocol violations, before the session has a device state). */
+static void send_error(struct session *s, uint64_t seq, uint16_t failed_type, kiln_wire_err code, const char *text)
+{
+    kiln_wire_buf b = {0};
+    kiln_wire_msg m = {.h = {.version = s->version ? s->version : KILN_WIRE_VERSION_MAX, .type = KILN_WIRE_ERROR,
+                             .seq = seq}};
+    size_t n = strlen(text);
+    m.u.error.code = (uint32_t)code;
+    m.u.error.failed_type = failed_type;
+    m.u.error.text_len = (uint16_t)(n > KILN_WIRE_TEXT_MAX ? KILN_WIRE_TEXT_MAX : n);
+    m.u.error.text = (const uint8_t *)text;
+    char why[96];
+    if (kiln_wire_encode(&b, &m, why, sizeof why) == 0)
+        kiln_ws_send(s->ws, b.p, b.len);
+    kiln_wire_buf_free(&b);
     if (s->svc->m_errors)
         kiln_metric_add(s->svc->m_errors, 1);
 }
 
-/* Sends each length-prefixed reply a hop collected. */
-static void send_replies(struct session *s, const struct kiln_buf *r)
+/* A protocol violation: say why, then close. Nothing of the offending WebSocket message runs. */
+static void violation(struct session *s, uint64_t seq, uint16_t type, const char *why)
+{
+    send_error(s, seq, type, KILN_WIRE_ERR_PROTOCOL, why);
+    kiln_ws_close(s->ws, KILN_WS_PROTOCOL_ERROR, why);
+}
+
+/* Sends each protocol message a hop collected as its own WebSocket message. */
+static void send_replies(struct session *s, const kiln_wire_buf *r)
 {
     size_t off = 0;
-    while (off + 4 <= r->len) {
-        const uint8_t *p = (const uint8_t *)r->data + off;
-        size_t n = (size_t)p[0] | (size_t)p[1] << 8 | (size_t)p[2] << 16 | (size_t)p[3] << 24;
-        if (n > r->len - off - 4)
+    while (r->len - off >= KILN_WIRE_HEADER_SIZE) {
+        size_t n = KILN_WIRE_HEADER_SIZE + (size_t)rd32(r->p + off + 20);
+        if (n > r->len - off)
             break;
-        kiln_ws_send(s->ws, p + 4, n);
-        off += 4 + n;
+        kiln_ws_send(s->ws, r->p + off, n);
+        off += n;
     }
 }
 
@@ -162,23 +208,92 @@ static void session_unlink_free(struct session *s)
     ts->nsessions--;
     free_msgs(s->head);
     free_msgs(s->batch);
-    kiln_buf_free(&s->replies);
+    kiln_wire_buf_free(&s->replies);
     kiln_ws_free(s->ws);
     free(s);
 }
 
+/* Worker: the session's device state, and the WELCOME that describes the device. */
+static void run_hello(struct kiln_sched_task *t, kiln_device *dev)
+{
+    struct session *s = t->ud;
+    struct kiln_tensor_service *ts = s->svc;
+    uint64_t maxmsg = (uint64_t)ts->o.limits.max_message_bytes;
+    struct kiln__tstate_limits lim = {
+        .max_live_bytes = (uint64_t)ts->o.limits.max_live_bytes,
+        .max_ids = (uint64_t)ts->o.limits.max_ids,
+        .max_data_bytes = maxmsg - KILN_WIRE_HEADER_SIZE,
+    };
+    s->state = kiln__tstate_new(&lim, s->version);
+    if (!s->state) {
+        s->fatal = true;
+        return;
+    }
+    kiln_wire_msg m = {.h = {.version = s->version, .type = KILN_WIRE_WELCOME, .seq = s->hello_seq}};
+    m.u.welcome.version = s->version;
+    m.u.welcome.dtype_mask = kiln__tstate_dtype_mask(dev);
+    m.u.welcome.max_message_bytes = maxmsg;
+    m.u.welcome.max_live_bytes = (uint64_t)ts->o.limits.max_live_bytes;
+    m.u.welcome.max_ids = (uint32_t)ts->o.limits.max_ids;
+    m.u.welcome.max_queued_ops = (uint32_t)ts->o.limits.max_queued_ops;
+    for (size_t i = 0; i < ts->o.devices->count && m.u.welcome.ndevices < KILN_WIRE_MAX_DEVICES; i++) {
+        const char *name = ts->o.devices->items[i];
+        if (strlen(name) <= KILN_WIRE_NAME_MAX)
+            strcpy(m.u.welcome.devices[m.u.welcome.ndevices++], name);
+    }
+    char why[96];
+    if (kiln_wire_encode(&s->replies, &m, why, sizeof why) != 0)
+        s->fatal = true;
+}
+
+/*
+ * Worker: runs the batch's messages in order, one protocol message at a time, until the replies
+ * collected pass the hop's budget; what is left goes back to the queue for the next hop.
+ */
 static void run_batch(struct kiln_sched_task *t, kiln_device *dev)
 {
     struct session *s = t->ud;
-    for (struct pmsg *m = s->batch; m; m = m->next)
-        if (kiln__tstate_exec(s->state, dev, m->data, m->len, &s->replies) != 0)
-            break; /* out of memory for replies: the rest would go unanswered too */
+    size_t budget = (size_t)s->svc->o.limits.max_message_bytes;
+    for (struct pmsg *m = s->batch; m && !s->fatal; m = m->next) {
+        while (m->off < m->len) {
+            if (s->replies.len >= budget)
+                return;
+            const uint8_t *h = m->data + m->off;
+            if (m->refused) {
+                /* Only the header was kept: answer it in its place in the sequence. */
+                kiln_wire_msg r = {.h = {.version = s->version, .type = KILN_WIRE_ERROR, .seq = rd64(h + 12)}};
+                static const char text[] = "not queued: the session has remote.max_queued_ops messages (or "
+                                           "their bytes) waiting; sync before sending more";
+                r.u.error.code = KILN_WIRE_ERR_QUOTA;
+                r.u.error.failed_type = rd16(h + 6);
+                r.u.error.text_len = (uint16_t)(sizeof text - 1);
+                r.u.error.text = (const uint8_t *)text;
+                char why[96];
+                if (kiln_wire_encode(&s->replies, &r, why, sizeof why) != 0) {
+                    s->fatal = true;
+                    return;
+                }
+                m->off += KILN_WIRE_HEADER_SIZE;
+                s->ran_refused += KILN_WIRE_HEADER_SIZE;
+                continue;
+            }
+            size_t n = KILN_WIRE_HEADER_SIZE + (size_t)rd32(h + 20); /* checked on the loop */
+            if (kiln__tstate_exec(s->state, dev, h, n, &s->replies) != 0) {
+                s->fatal = true; /* out of memory for the replies */
+                return;
+            }
+            m->off += n;
+            s->ran++;
+            s->ran_bytes += n;
+        }
+    }
 }
 
 static void run_free(struct kiln_sched_task *t, kiln_device *dev)
 {
+    (void)dev;
     struct session *s = t->ud;
-    kiln__tstate_free(s->state, dev);
+    kiln__tstate_free(s->state);
     s->state = NULL;
 }
 
@@ -189,7 +304,7 @@ static void free_done(struct kiln_sched_task *t)
     struct session *s = t->ud;
     if (s->state) {
         /* The scheduler stopped first: its workers are joined, so this thread may free. */
-        kiln__tstate_free(s->state, NULL);
+        kiln__tstate_free(s->state);
         s->state = NULL;
     }
     session_unlink_free(s);
@@ -203,6 +318,7 @@ static void teardown(struct session *s)
     s->freeing = true;
     free_msgs(s->head);
     s->head = s->tail = NULL;
+    s->live_bytes = 0;
     if (!s->state) {
         session_unlink_free(s);
         return;
@@ -212,51 +328,79 @@ static void teardown(struct session *s)
         free_done(&s->task);
 }
 
+static void hop_finished(struct session *s, bool shutdown)
+{
+    s->busy = false;
+    if (s->state) {
+        /* The worker is done with the state until the next hop: its figures are safe to read. */
+        s->live_bytes = kiln__tstate_live_bytes(s->state);
+        s->ids = kiln__tstate_ids(s->state);
+    }
+    if (shutdown && !s->gone)
+        kiln_ws_close(s->ws, KILN_WS_GOING_AWAY, "the server is shutting down");
+    else if (!s->gone)
+        send_replies(s, &s->replies);
+    s->replies.len = 0;
+    if (s->fatal && !s->gone)
+        kiln_ws_close(s->ws, KILN_WS_INTERNAL_ERROR, "out of memory running the session");
+}
+
+static void hello_done(struct kiln_sched_task *t)
+{
+    struct session *s = t->ud;
+    hop_finished(s, t->shutdown);
+    if (s->gone) {
+        teardown(s);
+        return;
+    }
+    if (!t->shutdown && !s->fatal)
+        s->hello_done = true;
+}
+
 static void batch_done(struct kiln_sched_task *t)
 {
     struct session *s = t->ud;
-    s->busy = false;
-    if (t->shutdown && !s->gone) {
-        /* The daemon is stopping: say so and end the session. */
-        kiln_ws_close(s->ws, KILN_WS_GOING_AWAY, "the server is shutting down");
-    } else if (!s->gone) {
-        send_replies(s, &s->replies);
+    hop_finished(s, t->shutdown);
+    /* Whatever the hop did not reach goes back in front of what arrived meanwhile. */
+    while (s->batch && s->batch->off >= s->batch->len) {
+        struct pmsg *m = s->batch;
+        s->batch = m->next;
+        free(m);
     }
-    s->replies.len = 0;
-    free_msgs(s->batch);
-    s->batch = NULL;
-    s->queued -= s->batch_n;
-    s->queued_bytes -= s->batch_bytes;
-    s->batch_n = 0;
-    s->batch_bytes = 0;
-    if (s->gone || t->shutdown) {
-        if (s->gone)
-            teardown(s);
+    if (s->batch) {
+        struct pmsg *last = s->batch;
+        while (last->next)
+            last = last->next;
+        last->next = s->head;
+        if (!s->head)
+            s->tail = last;
+        s->head = s->batch;
+        s->batch = NULL;
+    }
+    s->queued -= s->ran;
+    s->queued_bytes -= s->ran_bytes;
+    s->refused_bytes -= s->ran_refused;
+    s->ran = s->ran_bytes = s->ran_refused = 0;
+    if (s->gone) {
+        teardown(s);
         return;
     }
+    if (t->shutdown || s->fatal)
+        return;
     kick(s);
 }
 
 static void kick(struct session *s)
 {
-    if (s->busy || s->gone || !s->head)
+    if (s->busy || s->gone || s->fatal || !s->head)
         return;
     s->batch = s->head;
     s->head = s->tail = NULL;
-    s->batch_n = 0;
-    s->batch_bytes = 0;
-    for (struct pmsg *m = s->batch; m; m = m->next) {
-        s->batch_n++;
-        s->batch_bytes += m->len;
-    }
+    s->ran = s->ran_bytes = s->ran_refused = 0;
     s->task = (struct kiln_sched_task){.run = run_batch, .done = batch_done, .ud = s};
     s->busy = true;
     if (kiln_sched_task_submit(s->svc->o.sched, s->worker, &s->task) != 0) {
         s->busy = false;
-        free_msgs(s->batch);
-        s->batch = NULL;
-        s->queued -= s->batch_n;
-        s->queued_bytes -= s->batch_bytes;
         kiln_ws_close(s->ws, KILN_WS_GOING_AWAY, "the server is shutting down");
     }
 }
@@ -271,105 +415,169 @@ static bool device_allowed(struct kiln_tensor_service *ts, const char *dev)
     return false;
 }
 
+/* The first WebSocket message: exactly one HELLO. The WELCOME comes from the device's worker. */
 static void on_hello(struct session *s, const uint8_t *msg, size_t len)
 {
     struct kiln_tensor_service *ts = s->svc;
-    struct kiln_wire_hello h;
-    char why[160];
-    if (kiln_wire_decode_hello(msg, len, &h, why, sizeof why) != 0) {
-        kiln_ws_close(s->ws, KILN_WS_PROTOCOL_ERROR, why);
+    kiln_wire_msg m;
+    size_t used;
+    char why[200];
+    int rc = kiln_wire_decode(msg, len, 0, &m, &used, why, sizeof why);
+    if (rc == KILN_WIRE_EFRAME) {
+        violation(s, 0, 0, why);
         return;
     }
-    if (!kiln_wire_version_supported(&h)) {
-        char m[160];
-        snprintf(m, sizeof m, "unsupported protocol version: kilnd speaks %u", (unsigned)KILN_WIRE_VERSION);
-        send_error(s, 0, KILN_WIRE_E_VERSION, m);
-        kiln_ws_close(s->ws, KILN_WS_POLICY_VIOLATION, "unsupported protocol version");
+    if (m.h.type != KILN_WIRE_HELLO) {
+        violation(s, m.h.seq, m.h.type, "the first message must be a HELLO");
         return;
     }
-    if (!device_allowed(ts, h.device) ||
-        (s->worker = kiln_sched_worker_for(ts->o.sched, h.device, ts->next_hint++)) < 0) {
-        char m[200];
-        snprintf(m, sizeof m, "device '%.64s' is not one this server drives", h.device);
-        send_error(s, 0, KILN_WIRE_E_DEVICE, m);
+    if (rc != 0) {
+        violation(s, m.h.seq, m.h.type, why);
+        return;
+    }
+    if (used != len) {
+        violation(s, m.h.seq, m.h.type, "a HELLO travels alone in its WebSocket message; wait for the WELCOME");
+        return;
+    }
+    uint16_t lo = m.u.hello.min_version > KILN_WIRE_VERSION_MIN ? m.u.hello.min_version : KILN_WIRE_VERSION_MIN;
+    uint16_t hi = m.u.hello.max_version < KILN_WIRE_VERSION_MAX ? m.u.hello.max_version : KILN_WIRE_VERSION_MAX;
+    if (lo > hi) {
+        snprintf(why, sizeof why, "no common protocol version: the client speaks %u..%u, kilnd %u..%u",
+                 (unsigned)m.u.hello.min_version, (unsigned)m.u.hello.max_version, (unsigned)KILN_WIRE_VERSION_MIN,
+                 (unsigned)KILN_WIRE_VERSION_MAX);
+        send_error(s, m.h.seq, KILN_WIRE_HELLO, KILN_WIRE_ERR_VERSION, why);
+        kiln_ws_close(s->ws, KILN_WS_POLICY_VIOLATION, "no common protocol version");
+        return;
+    }
+    s->version = hi;
+    if (!device_allowed(ts, m.u.hello.device) ||
+        (s->worker = kiln_sched_worker_for(ts->o.sched, m.u.hello.device, ts->next_hint++)) < 0) {
+        snprintf(why, sizeof why, "device '%s' is not one this server drives (see the devices setting)",
+                 m.u.hello.device);
+        send_error(s, m.h.seq, KILN_WIRE_HELLO, KILN_WIRE_ERR_VERSION, why);
         kiln_ws_close(s->ws, KILN_WS_POLICY_VIOLATION, "unknown device");
         return;
     }
-    struct kiln__tstate_limits lim = {
-        .max_live_bytes = (uint64_t)ts->o.limits.max_live_bytes,
-        .max_ids = (uint64_t)ts->o.limits.max_ids,
-    };
-    s->state = kiln__tstate_new(&lim);
-    if (!s->state) {
-        kiln_ws_close(s->ws, KILN_WS_INTERNAL_ERROR, "out of memory");
-        return;
+    s->hello_seq = m.h.seq;
+    s->hello_sent = true;
+    s->task = (struct kiln_sched_task){.run = run_hello, .done = hello_done, .ud = s};
+    s->busy = true;
+    if (kiln_sched_task_submit(ts->o.sched, s->worker, &s->task) != 0) {
+        s->busy = false;
+        kiln_ws_close(s->ws, KILN_WS_GOING_AWAY, "the server is shutting down");
     }
-    struct kiln_buf b = {0};
-    struct kiln_wire_limits wl = {
-        .max_message_bytes = (uint64_t)ts->o.limits.max_message_bytes,
-        .max_live_bytes = (uint64_t)ts->o.limits.max_live_bytes,
-        .max_ids = (uint64_t)ts->o.limits.max_ids,
-        .max_queued_ops = (uint64_t)ts->o.limits.max_queued_ops,
-    };
-    if (kiln_wire_encode_welcome(&b, h.device, &wl) != 0 || kiln_ws_send(s->ws, b.data, b.len) != 0) {
-        kiln_buf_free(&b);
-        kiln_ws_close(s->ws, KILN_WS_INTERNAL_ERROR, "out of memory");
-        return;
-    }
-    kiln_buf_free(&b);
-    s->hello_done = true;
+}
+
+static struct pmsg *new_pmsg(const uint8_t *data, size_t len, bool refused)
+{
+    struct pmsg *m = malloc(sizeof *m + len);
+    if (!m)
+        return NULL;
+    m->next = NULL;
+    m->len = len;
+    m->off = 0;
+    m->refused = refused;
+    if (data && len)
+        memcpy(m->data, data, len);
+    return m;
+}
+
+static void enqueue(struct session *s, struct pmsg *m)
+{
+    if (s->tail)
+        s->tail->next = m;
+    else
+        s->head = m;
+    s->tail = m;
 }
 
 static void on_message(void *ud, const uint8_t *msg, size_t len)
 {
     struct session *s = ud;
     struct kiln_tensor_service *ts = s->svc;
+    if (s->gone || s->freeing || s->fatal)
+        return;
     if (ts->m_messages)
         kiln_metric_add(ts->m_messages, 1);
-    struct kiln_wire_header h;
-    char why[160];
-    if (kiln_wire_decode_header(msg, len, &h, why, sizeof why) != 0) {
-        kiln_ws_close(s->ws, KILN_WS_PROTOCOL_ERROR, why);
-        return;
-    }
-    if (!s->hello_done) {
-        if (h.type != KILN_WIRE_HELLO) {
-            kiln_ws_close(s->ws, KILN_WS_PROTOCOL_ERROR, "the first message must be a hello");
-            return;
-        }
+    if (!s->hello_sent) {
         on_hello(s, msg, len);
         return;
     }
-    if (h.type == KILN_WIRE_HELLO) {
-        kiln_ws_close(s->ws, KILN_WS_PROTOCOL_ERROR, "hello sent twice");
+    if (!s->hello_done) {
+        violation(s, 0, 0, "wait for the WELCOME before sending more");
         return;
     }
+    /*
+     * Framing first, for the whole WebSocket message: a header that does not hold, a type a
+     * client may not send, or a payload running past the message closes the session and
+     * nothing of it runs. Payloads are decoded (and their errors answered) on the worker.
+     */
+    size_t off = 0, count = 0;
+    while (off < len) {
+        kiln_wire_msg m;
+        size_t used;
+        char why[200];
+        int rc = kiln_wire_decode(msg + off, len - off, s->version, &m, &used, why, sizeof why);
+        if (rc == KILN_WIRE_EFRAME) {
+            violation(s, m.h.seq, m.h.type, why);
+            return;
+        }
+        if (m.h.type == KILN_WIRE_HELLO || m.h.type >= KILN_WIRE_WELCOME) {
+            snprintf(why, sizeof why, "a client may not send %s after the handshake", kiln_wire_type_name(m.h.type));
+            violation(s, m.h.seq, m.h.type, why);
+            return;
+        }
+        off += used;
+        count++;
+    }
+    /*
+     * Admission: messages are queued in order while the session stays within its queue limits;
+     * from the first one that does not fit, the rest of this WebSocket message is refused. A
+     * refused message keeps only its header, so its QUOTA error goes out in sequence order.
+     */
     uint64_t byte_cap = (uint64_t)ts->o.limits.max_live_bytes > (uint64_t)ts->o.limits.max_message_bytes
                             ? (uint64_t)ts->o.limits.max_live_bytes
                             : (uint64_t)ts->o.limits.max_message_bytes;
-    if (s->queued >= (size_t)ts->o.limits.max_queued_ops) {
-        send_error(s, h.seq, KILN_WIRE_E_QUOTA, "too many queued ops: the session exceeds remote.max_queued_ops");
+    size_t admitted = 0, nadmit = 0;
+    while (admitted < len) {
+        size_t n = KILN_WIRE_HEADER_SIZE + (size_t)rd32(msg + admitted + 20);
+        if (s->queued + nadmit >= (size_t)ts->o.limits.max_queued_ops || s->queued_bytes + admitted + n > byte_cap)
+            break;
+        admitted += n;
+        nadmit++;
+    }
+    size_t nrefused = count - nadmit;
+    if (nrefused && s->refused_bytes + nrefused * KILN_WIRE_HEADER_SIZE > byte_cap) {
+        /* A client that ignores its QUOTA errors this long is not going to stop. */
+        send_error(s, 0, 0, KILN_WIRE_ERR_QUOTA, "the session keeps sending past its queue limits");
+        kiln_ws_close(s->ws, KILN_WS_POLICY_VIOLATION, "queue limits ignored");
         return;
     }
-    if (s->queued_bytes + len > byte_cap) {
-        send_error(s, h.seq, KILN_WIRE_E_QUOTA, "too much queued data: wait for earlier work (sync) first");
-        return;
+    if (admitted) {
+        struct pmsg *m = new_pmsg(msg, admitted, false);
+        if (!m) {
+            kiln_ws_close(s->ws, KILN_WS_INTERNAL_ERROR, "out of memory queueing messages");
+            return;
+        }
+        enqueue(s, m);
+        s->queued += nadmit;
+        s->queued_bytes += admitted;
     }
-    struct pmsg *m = malloc(sizeof *m + len);
-    if (!m) {
-        send_error(s, h.seq, KILN_WIRE_E_NOMEM, "out of memory queueing the message");
-        return;
+    if (nrefused) {
+        struct pmsg *m = new_pmsg(NULL, nrefused * KILN_WIRE_HEADER_SIZE, true);
+        if (!m) {
+            kiln_ws_close(s->ws, KILN_WS_INTERNAL_ERROR, "out of memory queueing messages");
+            return;
+        }
+        for (size_t o = admitted, k = 0; o < len; k++) {
+            memcpy(m->data + k * KILN_WIRE_HEADER_SIZE, msg + o, KILN_WIRE_HEADER_SIZE);
+            o += KILN_WIRE_HEADER_SIZE + (size_t)rd32(msg + o + 20);
+        }
+        enqueue(s, m);
+        s->refused_bytes += nrefused * KILN_WIRE_HEADER_SIZE;
+        if (ts->m_errors)
+            kiln_metric_add(ts->m_errors, (double)nrefused);
     }
-    m->next = NULL;
-    m->len = len;
-    memcpy(m->data, msg, len);
-    if (s->tail)
-        s->tail->next = m;
-    else
-        s->head = m;
-    s->tail = m;
-    s->queued++;
-    s->queued_bytes += len;
     kick(s);
 }
 
@@ -431,6 +639,23 @@ static double open_sessions(void *ctx)
     return (double)((struct kiln_tensor_service *)ctx)->nsessions;
 }
 
+/* As of each session's last completed hop; a closed session counts 0 at once. */
+static double live_bytes(void *ctx)
+{
+    double n = 0;
+    for (const struct session *s = ((struct kiln_tensor_service *)ctx)->sessions; s; s = s->next)
+        n += (double)s->live_bytes;
+    return n;
+}
+
+static double live_ids(void *ctx)
+{
+    double n = 0;
+    for (const struct session *s = ((struct kiln_tensor_service *)ctx)->sessions; s; s = s->next)
+        n += s->freeing ? 0 : (double)s->ids;
+    return n;
+}
+
 static struct kiln_metric_series *counter(struct kiln_metrics *m, const char *name, const char *help)
 {
     struct kiln_metric_family *f = kiln_metrics_family(m, name, help, KILN_METRIC_COUNTER, NULL, NULL, 0);
@@ -476,7 +701,12 @@ struct kiln_tensor_service *kiln_tensor_new(const struct kiln_tensor_options *o,
         ts->m_errors = counter(o->metrics, "kiln_remote_errors_total",
                                "Error messages the loop sent to remote tensor sessions (quota, protocol).");
         if (kiln_metrics_gauge_fn(o->metrics, "kiln_remote_sessions", "Remote tensor sessions open.", open_sessions,
-                                  ts) != 0) {
+                                  ts) != 0 ||
+            kiln_metrics_gauge_fn(o->metrics, "kiln_remote_live_bytes",
+                                  "Bytes of device memory remote tensor sessions hold in live tensors.", live_bytes,
+                                  ts) != 0 ||
+            kiln_metrics_gauge_fn(o->metrics, "kiln_remote_live_ids", "Tensor ids remote tensor sessions hold.",
+                                  live_ids, ts) != 0) {
             snprintf(err, errlen, "out of memory");
             kiln_tensor_free(ts);
             return NULL;
@@ -493,8 +723,7 @@ void kiln_tensor_free(struct kiln_tensor_service *ts)
     /* Connections are closed by now; a session still listed waited on a task that never came back. */
     while (ts->sessions) {
         struct session *s = ts->sessions;
-        if (s->state)
-            kiln__tstate_free(s->state, NULL);
+        kiln__tstate_free(s->state);
         s->state = NULL;
         session_unlink_free(s);
     }
@@ -507,8 +736,15 @@ void kiln_tensor_free(struct kiln_tensor_service *ts)
 
 void kiln_tensor_set_accepting(struct kiln_tensor_service *ts, bool accepting)
 {
-    if (ts)
-        ts->accepting = accepting;
+    if (!ts)
+        return;
+    ts->accepting = accepting;
+    if (accepting)
+        return;
+    /* Draining: sessions have no request boundary to finish at; tell each one why it ends. */
+    for (struct session *s = ts->sessions; s; s = s->next)
+        if (!s->gone)
+            kiln_ws_close(s->ws, KILN_WS_GOING_AWAY, "the server is shutting down");
 }
 
 size_t kiln_tensor_sessions(const struct kiln_tensor_service *ts)

@@ -27,6 +27,7 @@
 #include "scheduler.h"
 #include "server.h"
 #include "serving.h"
+#include "tensor.h"
 
 enum kiln_daemon_state {
     KILN_DAEMON_STARTING,
@@ -48,6 +49,7 @@ struct kiln_daemon {
     struct kiln_sched *sched;
     struct kiln_serving *serving;
     struct kiln_jobs *training;
+    struct kiln_tensor_service *tensor;
     char *port_file;
     enum kiln_daemon_state state;
     uint64_t started_ns;

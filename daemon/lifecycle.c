@@ -153,6 +153,7 @@ static void begin_drain(struct kiln_daemon *d, const char *why)
     set_state(d, KILN_DAEMON_DRAINING);
     if (d->serving)
         kiln_serving_set_accepting(d->serving, false);
+    kiln_tensor_set_accepting(d->tensor, false);
     kiln_jobs_drain(d->training);
     /* Still catching signals (a second one cuts the drain short), but no longer keeping the
      * loop alive: the loop ends when the last connection has gone. */
@@ -410,6 +411,21 @@ int kiln_daemon_init(struct kiln_daemon *d, struct kiln_config *cfg)
         return -1;
     }
     d->api.jobs = d->training;
+    struct kiln_tensor_options to = {
+        .sched = d->sched,
+        .metrics = d->metrics,
+        .tokens = &d->cfg.api_tokens,
+        .devices = &d->cfg.devices,
+        .limits = d->cfg.remote,
+        .log = kiln_log_sink,
+        .log_ud = &d->log,
+    };
+    d->tensor = kiln_tensor_new(&to, err, sizeof err);
+    if (!d->tensor) {
+        kiln_log_write(&d->log, KILN_LOG_ERROR, "remote tensors: %s", err);
+        return -1;
+    }
+    d->api.tensor = d->tensor;
     set_state(d, KILN_DAEMON_READY);
     return 0;
 }
@@ -447,6 +463,10 @@ void kiln_daemon_free(struct kiln_daemon *d)
             kiln_log_write(&d->log, KILN_LOG_WARN, "event loop closed with handles still open");
     }
     kiln_server_free(d->server);
+    /* After the connections (a session outlives its connection until its device memory is
+     * freed) and before the devices close. */
+    d->api.tensor = NULL;
+    kiln_tensor_free(d->tensor);
     kiln_sched_free(d->sched);
     kiln_jobs_free(d->training);
     kiln_jobstore_close(d->jobs);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "wire.h"
 
 /* ---- little-endian access */
