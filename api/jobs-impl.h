@@ -3,6 +3,7 @@
  *   jobs.c             life cycle (requeue after a restart, the thread, the loop handles)
  *   jobs-routes.c      the /v1/jobs routes
  *   jobs-events.c      server-sent event streams
+ *   jobs-history.c     GET .../metrics and .../logs: pages of a job's stored events
  *   jobs-train.c       the training thread and loading trained models
  *   jobs-store-glue.c  the store under its lock, events, states, paths, the log
  */
@@ -105,6 +106,10 @@ void kiln__jobs_stream_end(struct kiln_jobs *j, struct kiln__jobs_stream *s);
 void kiln__jobs_on_async(uv_async_t *a);
 void kiln__jobs_on_ping(uv_timer_t *t);
 int kiln__jobs_handle_events(struct kiln_jobs *j, int64_t id, const struct kiln_request *req, struct kiln_buf *out);
+
+/* jobs-history.c (loop thread) */
+int kiln__jobs_handle_metrics(struct kiln_jobs *j, int64_t id, const struct kiln_request *req, struct kiln_buf *out);
+int kiln__jobs_handle_logs(struct kiln_jobs *j, int64_t id, const struct kiln_request *req, struct kiln_buf *out);
 
 /* jobs-routes.c */
 int kiln__jobs_errorf(struct kiln_buf *out, const struct kiln_request *req, int status, const char *fmt, ...)

@@ -1,6 +1,7 @@
 /*
  * api/jobs-routes.c — the /v1/jobs routes: the bearer-token check, submit (the spec is checked
- * whole before it is stored), list, get, cancel, resume, and the dispatch by path and method.
+ * whole before it is stored), list, get, cancel, resume, and the dispatch by path and method
+ * (events in jobs-events.c, metrics and logs in jobs-history.c).
  */
 #include <ctype.h>
 #include <stdatomic.h>
@@ -371,6 +372,7 @@ static int handle_resume(struct kiln_jobs *j, int64_t id, const struct kiln_requ
     cJSON_AddStringToObject(o, "state", KILN_JOB_QUEUED);
     return kiln__jobs_send_json(out, 201, o, req);
 }
+
 int kiln_jobs_handle(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
 {
     struct kiln_jobs *j = ctx;
@@ -388,7 +390,7 @@ int kiln_jobs_handle(void *ctx, const struct kiln_request *req, struct kiln_buf 
             return handle_list(j, req, out);
         return kiln__jobs_errorf(out, req, 405, "/v1/jobs takes GET and POST");
     }
-    /* /v1/jobs/{id}[/events|/resume] */
+    /* /v1/jobs/{id}[/events|/metrics|/logs|/resume] */
     char tail[64];
     if (rl >= sizeof tail || rest[0] != '/')
         return kiln__jobs_errorf(out, req, 404, "no such job path");
@@ -413,6 +415,12 @@ int kiln_jobs_handle(void *ctx, const struct kiln_request *req, struct kiln_buf 
     if (!strcmp(action, "events"))
         return req->method == KILN_HTTP_GET ? kiln__jobs_handle_events(j, id, req, out)
                                             : kiln__jobs_errorf(out, req, 405, "events take GET");
+    if (!strcmp(action, "metrics"))
+        return req->method == KILN_HTTP_GET ? kiln__jobs_handle_metrics(j, id, req, out)
+                                            : kiln__jobs_errorf(out, req, 405, "metrics take GET");
+    if (!strcmp(action, "logs"))
+        return req->method == KILN_HTTP_GET ? kiln__jobs_handle_logs(j, id, req, out)
+                                            : kiln__jobs_errorf(out, req, 405, "logs take GET");
     if (!strcmp(action, "resume"))
         return req->method == KILN_HTTP_POST ? handle_resume(j, id, req, out)
                                              : kiln__jobs_errorf(out, req, 405, "resume takes POST");

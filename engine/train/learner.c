@@ -157,11 +157,12 @@ void kiln__learner_emit(kiln_learner *L, kiln_train_event *ev)
                        : ev->kind == KILN_EVENT_EPOCH ? "epoch"
                        : ev->kind == KILN_EVENT_CHECKPOINT ? "checkpoint"
                                                            : "done",
-                       (long long)ev->epoch, (long long)ev->epochs, (long long)ev->batch, (long long)ev->batches,
+                       (long long)ev->epoch, (long long)L->cfg.epochs, (long long)ev->batch, (long long)ev->batches,
                        (long long)ev->step);
     for (int i = 0; i < ev->n && off < (int)sizeof json - 100; i++)
-        off += snprintf(json + off, sizeof json - (size_t)off, isfinite(ev->values[i]) ? ",\"%s\":%.17g" : ",\"%s\":null",
-                        ev->names[i], ev->values[i]);
+        if (strcmp(ev->names[i], "epoch") != 0) /* already a fixed member; a name appears once */
+            off += snprintf(json + off, sizeof json - (size_t)off, isfinite(ev->values[i]) ? ",\"%s\":%.17g" : ",\"%s\":null",
+                            ev->names[i], ev->values[i]);
     if (ev->path && off < (int)sizeof json - 100) {
         cJSON *s = cJSON_CreateString(ev->path);
         char *q = s ? cJSON_PrintUnformatted(s) : NULL;

@@ -188,6 +188,54 @@ def test_submit_stream_serve(d):
     return jid
 
 
+def test_history(d, jid):
+    """GET .../metrics and .../logs: the same rows the event stream carried, in pages."""
+    events = read_sse(d, jid)
+    st, m = d.req("GET", "/v1/jobs/%d/metrics" % jid)
+    epochs = [e for e in events if e[1] == "epoch"]
+    check(st == 200 and m["id"] == jid and m["kind"] == "epoch" and m["state"] == "succeeded"
+          and [r["event_id"] for r in m["metrics"]] == [e[0] for e in epochs],
+          "metrics: one row per epoch event, in order: %s" % [r.get("event_id") for r in m.get("metrics", [])])
+    check(all(r["epoch"] == e[2]["epoch"] and r["valid_accuracy"] == e[2]["valid_accuracy"]
+              and r["train_loss"] == e[2]["train_loss"] and r["time_ms"] > 0 for r, e in zip(m["metrics"], epochs)),
+          "metrics rows carry the epoch's values")
+    check(m["next_after"] == events[-1][0] and m["more"] is False, "next_after is the last event: %s" % m["next_after"])
+    steps = [e for e in events if e[1] == "step"]
+    st, m = d.req("GET", "/v1/jobs/%d/metrics?kind=step" % jid)
+    check(st == 200 and [r["step"] for r in m["metrics"]] == [e[2]["step"] for e in steps]
+          and all(r["loss"] == e[2]["loss"] for r, e in zip(m["metrics"], steps)),
+          "kind=step: the step rows with their losses (%d)" % len(steps))
+    # Pages of one row follow each other with next_after until more is false.
+    rows, after, pages = [], 0, 0
+    while pages < 100:
+        st, p = d.req("GET", "/v1/jobs/%d/metrics?kind=step&limit=1&after=%d" % (jid, after))
+        rows += p["metrics"]
+        after = p["next_after"]
+        pages += 1
+        if not p["more"]:
+            break
+    check([r["event_id"] for r in rows] == [e[0] for e in steps] and pages == len(steps),
+          "limit=1 pages through every step row once (%d pages)" % pages)
+    logs = [e for e in events if e[1] == "log"]
+    st, lg = d.req("GET", "/v1/jobs/%d/logs" % jid)
+    check(st == 200 and [(r["event_id"], r["message"]) for r in lg["logs"]] == [(e[0], e[2]["message"]) for e in logs]
+          and any(r["message"].startswith("training ") for r in lg["logs"]),
+          "logs: every log line with its event id: %s" % [r["message"] for r in lg.get("logs", [])])
+    st, lg2 = d.req("GET", "/v1/jobs/%d/logs?after=%d" % (jid, logs[0][0]))
+    check(st == 200 and [r["event_id"] for r in lg2["logs"]] == [e[0] for e in logs[1:]], "logs?after= gives the later lines")
+    st, lg3 = d.req("GET", "/v1/jobs/%d/logs?after=%d" % (jid, lg["next_after"]))
+    check(st == 200 and lg3["logs"] == [] and lg3["next_after"] == lg["next_after"], "nothing after next_after")
+    for path, want in (("/v1/jobs/9999/metrics", 404), ("/v1/jobs/9999/logs", 404),
+                       ("/v1/jobs/%d/metrics?kind=batch" % jid, 400), ("/v1/jobs/%d/metrics?limit=0" % jid, 400),
+                       ("/v1/jobs/%d/logs?limit=10001" % jid, 400), ("/v1/jobs/%d/logs?after=-1" % jid, 400),
+                       ("/v1/jobs/%d/logs?after=x" % jid, 400)):
+        st, j = d.req("GET", path)
+        check(st == want and isinstance(j, dict) and j.get("error"), "GET %s -> %d with a JSON error: %s" % (path, want, j))
+    for method, path in (("POST", "/v1/jobs/%d/metrics" % jid), ("DELETE", "/v1/jobs/%d/logs" % jid)):
+        st, j = d.req(method, path)
+        check(st == 405 and "GET" in j.get("error", ""), "%s %s -> 405" % (method, path))
+
+
 def test_bad_specs(d):
     cases = [
         ({"data": {"type": "csv", "train": os.path.join(DATA, "train.csv")}}, "model"),
@@ -291,7 +339,8 @@ def main():
     write_csv(os.path.join(DATA, "big.csv"), 6000, 2)
     d = Daemon("main")
     try:
-        test_submit_stream_serve(d)
+        jid = test_submit_stream_serve(d)
+        test_history(d, jid)
         test_bad_specs(d)
         test_cancel(d)
         test_cli(d)
