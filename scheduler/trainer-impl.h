@@ -23,6 +23,9 @@ int kiln__trainer_register(const struct kiln_trainer_run *run, kiln_module *mode
 /* trainer-onnx.c: the ONNX file at path as a module whose parameters are the graph's floating
  * initializers (fine-tuning); NULL with err filled. */
 kiln_module *kiln__trainer_onnx_module(const char *path, kiln_device *dev, char *err, size_t errlen);
+/* A cheap look at the file a spec names: 0 when it reads as an ONNX ModelProto, else -1 with
+ * why filled (a phrase to put after the path). */
+int kiln__trainer_onnx_check(const char *path, char *why, size_t len);
 /* Writes dst: the ONNX file src with the float initializers holding model's trained values.
  * model comes from kiln__trainer_onnx_module. 0, or -1 with err filled. */
 int kiln__trainer_onnx_write(kiln_module *model, const char *src, const char *dst, char *err, size_t errlen);

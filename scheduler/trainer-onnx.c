@@ -15,7 +15,10 @@
  * public (a key varint, then a varint, 8 or 4 bytes, or a length and that many bytes).
  */
 #include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +28,8 @@
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "ONNX raw_data is little-endian; this writer copies host floats as they are"
 #endif
+
+#define MODEL_GRAPH_FIELD 7 /* ModelProto.graph */
 
 struct onnx_mod {
     kiln_onnx_model *g;
@@ -119,6 +124,77 @@ kiln_module *kiln__trainer_onnx_module(const char *path, kiln_device *dev, char 
         return NULL;
     }
     return m;
+}
+
+/* ---- checking a spec's file ---------------------------------------------------------------- */
+
+static bool file_varint(FILE *f, uint64_t *v)
+{
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        int b = getc(f);
+        if (b == EOF)
+            return false;
+        *v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80))
+            return true;
+    }
+    return false;
+}
+
+/*
+ * A submitted job gets its answer on the loop thread, so the check is the ModelProto's top level
+ * only: every field well formed, the last one ending at the end of the file, an ir_version
+ * (field 1, a varint) and a graph (field 7, bytes). Large fields are skipped with a seek, so a
+ * big model costs a few reads; whatever this lets through still fails the run with the loader's
+ * message.
+ */
+int kiln__trainer_onnx_check(const char *path, char *why, size_t len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(why, len, "%s", strerror(errno));
+        return -1;
+    }
+    bool ir = false, graph = false, ok = true;
+    off_t size = 0;
+    if (fseeko(f, 0, SEEK_END) != 0 || (size = ftello(f)) < 0 || fseeko(f, 0, SEEK_SET) != 0)
+        ok = false;
+    while (ok) {
+        off_t at = ftello(f);
+        if (at == size)
+            break;
+        uint64_t key, v;
+        if (at < 0 || !file_varint(f, &key) || key >> 3 == 0 || key >> 3 > 536870911u) {
+            ok = false;
+            break;
+        }
+        unsigned num = (unsigned)(key >> 3), wire = (unsigned)(key & 7);
+        off_t skip = 0;
+        if (wire == 0) {
+            ok = file_varint(f, &v);
+        } else if (wire == 1 || wire == 5) {
+            skip = wire == 1 ? 8 : 4;
+        } else if (wire == 2) {
+            ok = file_varint(f, &v) && (at = ftello(f)) >= 0 && v <= (uint64_t)(size - at);
+            skip = ok ? (off_t)v : 0;
+        } else {
+            ok = false;
+        }
+        if (ok && skip) {
+            at = ftello(f);
+            ok = at >= 0 && skip <= size - at && fseeko(f, skip, SEEK_CUR) == 0;
+        }
+        ir |= ok && num == 1 && wire == 0;
+        graph |= ok && num == MODEL_GRAPH_FIELD && wire == 2 && skip > 0;
+    }
+    fclose(f);
+    if (!ok || !ir || !graph) {
+        snprintf(why, len, "%s", !ok ? "is not an ONNX model (not a well-formed protobuf ModelProto)"
+                                      : "is not an ONNX model (no ir_version and graph)");
+        return -1;
+    }
+    return 0;
 }
 
 /* ---- the file written back ------------------------------------------------------------------ */

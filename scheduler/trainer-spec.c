@@ -248,6 +248,10 @@ static void parse_base_model(struct problems *p, const cJSON *m, const struct ki
         s->base_version = v->version;
         if (strcmp(v->format, "onnx") == 0) {
             s->model_onnx = path_in(v->path, "model.onnx");
+            char why[128];
+            if (s->model_onnx && kiln__trainer_onnx_check(s->model_onnx, why, sizeof why) != 0)
+                problem(p, "model.repository", "%s version %lld: model.onnx %s", name->valuestring,
+                        (long long)v->version, why);
         } else {
             /* A kiln version's record carries the model's JSON spec as its config. */
             s->init_weights = path_in(v->path, "model.kiln");
@@ -278,6 +282,9 @@ static void parse_model(struct problems *p, const cJSON *root, const struct kiln
         unknown_keys(p, m, "model.", keys);
         char *raw = string(p, m, "onnx", "model.onnx", true);
         s->model_onnx = confined_path(p, "model.onnx", raw, env, false);
+        char why[128];
+        if (s->model_onnx && kiln__trainer_onnx_check(s->model_onnx, why, sizeof why) != 0)
+            problem(p, "model.onnx", "%s %s", raw, why);
         free(raw);
         return;
     }
