@@ -474,6 +474,13 @@ static int do_op(struct ctx *c)
     for (int k = 0; k < op->ntd; k++)
         if (resolve(c, k, &d[k], &t[k]) != 0)
             return -1;
+    /* A view inside its buffer can still name endless work through zero strides; no real operand
+     * has more elements than the session may hold bytes. */
+    for (int k = 0; k < op->ntd; k++)
+        if (t[k] && (uint64_t)numel(t[k]) > c->st->lim.max_live_bytes)
+            return reply_error(c, KILN_WIRE_ERR_QUOTA,
+                               "%s: operand %d has %" PRId64 " elements, more than the session's %" PRIu64
+                               " (remote.max_live_bytes)", pi->name, k, numel(t[k]), c->st->lim.max_live_bytes);
     const kiln_backend_iface *be = c->dev->be;
     void *x = c->dev->ctx;
     int rc = KILN_ENOTSUP;

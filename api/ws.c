@@ -322,6 +322,12 @@ void kiln_ws_close(struct kiln_ws *ws, uint16_t code, const char *reason)
         n = 122;
     if (wslay_event_get_read_enabled(ws->ctx))
         wslay_event_shutdown_read(ws->ctx);
+    /* wslay sends control frames before queued messages: write what is queued (an ERROR saying
+     * why) first, or the close would overtake it and the message would be dropped. */
+    if (wslay_event_want_write(ws->ctx) && wslay_event_send(ws->ctx) != 0) {
+        ws->conn->failed = true;
+        return;
+    }
     if (!wslay_event_get_close_sent(ws->ctx))
         wslay_event_queue_close(ws->ctx, code, (const uint8_t *)reason, n);
     if (!ws->in_feed) {
