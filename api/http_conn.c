@@ -287,6 +287,31 @@ void kiln_http_conn_free(struct kiln_http_conn *c)
     kiln_buf_free(&c->out);
 }
 
+/*
+ * Whether the parser stopped (at err) inside an upper-case method token that is followed by one
+ * space and an origin-form target: a real request with a method the parser does not know
+ * (QUERY, say). On true, *path and *path_len are the target without its query.
+ */
+static bool unknown_method_request(const char *data, size_t len, const char *err, const char **path,
+                                   size_t *path_len)
+{
+    if (!err || err < data || err >= data + len)
+        return false;
+    const char *p = err, *start = err, *end = data + len;
+    while (start > data && start[-1] >= 'A' && start[-1] <= 'Z')
+        start--;
+    while (p < end && ((*p >= 'A' && *p <= 'Z') || *p == '-' || *p == '_'))
+        p++;
+    if (p == start || p + 1 >= end || *p != ' ' || p[1] != '/')
+        return false;
+    const char *t = p + 1, *q = t;
+    while (q < end && *q != ' ' && *q != '?' && *q != '\r' && *q != '\n')
+        q++;
+    *path = t;
+    *path_len = (size_t)(q - t);
+    return true;
+}
+
 static void fail_with(struct kiln_http_conn *c, int status, const char *msg)
 {
     c->closing = true;
@@ -344,6 +369,38 @@ void kiln_http_conn_feed(struct kiln_http_conn *c, const char *data, size_t len)
         return;
     }
     char msg[160];
+    const char *upath;
+    size_t upath_len;
+    if (e == HPE_INVALID_METHOD && !c->failed &&
+        unknown_method_request(data, len, llhttp_get_error_pos(&c->parser), &upath, &upath_len)) {
+        /* A request line whose method the parser does not know: answered as for any other method
+         * the path does not take (405 with its Allow list, 404 for no such path), so a client
+         * learns what it may send. The parser cannot go on, so the connection closes after it.
+         * Garbage (a TLS hello, a bare word) stays a 400 below. */
+        size_t idx = 0;
+        const struct kiln_router *r = &c->svc->router;
+        int st;
+        c->closing = true;
+        if (kiln_router_match(r, KILN_HTTP_OTHER, upath, upath_len, &idx) == KILN_ROUTE_METHOD_NOT_ALLOWED) {
+            char allow[96], hdr[128];
+            kiln_router_allow(r, idx, allow, sizeof allow);
+            snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);
+            st = kiln_resp_error(&c->out, 405, "method not allowed (not one this server knows)", false, hdr);
+            if (st > 0) {
+                c->responses++;
+                observe(c, idx, st);
+            }
+        } else {
+            st = kiln_resp_error(&c->out, 404, "no route for this path", false, NULL);
+            if (st > 0) {
+                c->responses++;
+                observe(c, r->count, st);
+            }
+        }
+        if (st < 0)
+            c->failed = true;
+        return;
+    }
     snprintf(msg, sizeof msg, "malformed HTTP request: %s", llhttp_get_error_reason(&c->parser));
     fail_with(c, 400, msg);
 }

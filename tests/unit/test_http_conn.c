@@ -286,6 +286,37 @@ static void test_not_found_and_method(void **state)
     assert_false(f->conn.closing);
 }
 
+/* A request line with a method the parser does not know is a 405 with the path's Allow list
+ * (404 for no such path), not a 400; the connection closes after it. */
+static void test_unknown_method(void **state)
+{
+    struct {
+        const char *req;
+        int status;
+        const char *allow;
+    } cases[] = {
+        {"QUERY /v2 HTTP/1.1\r\nHost: t\r\n\r\n", 405, "\r\nAllow: GET\r\n"},
+        {"BREW /coffee?x=1 HTTP/1.1\r\n\r\n", 404, NULL},
+        {"GET /v2 HTTP/1.1\r\n\r\nQUERY /v2/health/live HTTP/1.1\r\n\r\n", 405, "\r\nAllow: GET\r\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct fixture *f = *state;
+        kiln_http_conn_free(&f->conn);
+        kiln_http_conn_init(&f->conn, &f->svc);
+        feed(f, cases[i].req);
+        char *r = take(f);
+        char want[16];
+        snprintf(want, sizeof want, "HTTP/1.1 %d ", cases[i].status);
+        char *last = strstr(r, want);
+        if (!last)
+            fail_msg("case %zu: %.80s", i, r);
+        expect_json_error(last, cases[i].status);
+        if (cases[i].allow)
+            assert_non_null(strstr(last, cases[i].allow));
+        assert_true(f->conn.closing);
+    }
+}
+
 static void test_connection_close(void **state)
 {
     struct fixture *f = *state;
@@ -416,7 +447,7 @@ int main(void)
         T(test_byte_at_a_time),      T(test_chunked_body_accepted),   T(test_body_kept_for_handlers),
         T(test_content_length_over_limit), T(test_chunked_over_limit), T(test_header_over_limit),
         T(test_header_over_limit_dripped), T(test_long_url_is_431),   T(test_malformed),
-        T(test_not_found_and_method), T(test_connection_close),       T(test_http10),
+        T(test_not_found_and_method), T(test_unknown_method), T(test_connection_close),       T(test_http10),
         T(test_timeouts),            T(test_eof),                     T(test_drain),
         T(test_metrics_endpoint),    T(test_random_bytes),
     };
