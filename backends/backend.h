@@ -175,6 +175,10 @@ typedef struct kiln_backend_iface {
 
     /* --- life cycle: ctx is what open returned. */
     void *(*open)(int index);               /* NULL + message when absent */
+    /** Optional: open from the whole spec (remote://host:port/device), for backends whose
+     *  devices are named by more than an index. engine/device.c calls it instead of open
+     *  when set. NULL + message on failure. */
+    void *(*open_spec)(const char *spec);
     void (*close)(void *ctx);
     void (*caps)(void *ctx, kiln_backend_caps *out);
 
@@ -285,6 +289,7 @@ typedef struct kiln_backend_iface {
 /** Registration: each backend exports one of these, listed in engine/device.c. */
 const kiln_backend_iface *kiln_backend_ref(void);
 const kiln_backend_iface *kiln_backend_cpu(void);
+const kiln_backend_iface *kiln_backend_remote(void);
 
 #ifdef __cplusplus
 }

@@ -172,7 +172,7 @@ kiln_device *kiln_device_open(const char *spec)
         return NULL;
     }
     kiln_error_clear();
-    void *ctx = be->open ? be->open(index) : NULL;
+    void *ctx = be->open_spec ? be->open_spec(canon) : be->open ? be->open(index) : NULL;
     if (!ctx) {
         char why[KILN_ERROR_MAX];
         snprintf(why, sizeof why, "%s", kiln_error()[0] ? kiln_error() : "the backend reported no reason");

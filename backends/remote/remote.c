@@ -1,0 +1,1146 @@
+/*
+ * backends/remote/remote.c — the "remote" backend: a device that lives in a kilnd, driven over
+ * the remote tensor protocol (backends/remote/wire.h, docs/remote-protocol.md).
+ *
+ * kiln_device_open("remote://host:port/cpu") connects, says HELLO for the server's device "cpu"
+ * and gets WELCOME with the negotiated version, the dtypes the device computes and the session's
+ * limits. From then on every buffer is a client-chosen id, and buffer_alloc/upload/free and every
+ * primitive are encoded into an outgoing batch without waiting: the protocol runs messages in
+ * order, so nothing needs an answer until the program reads data back. The batch goes out as one
+ * WebSocket message when it is large, and at buffer_download and sync, the only calls that wait.
+ *
+ * Errors the server reports for pipelined messages arrive later, carrying the failed message's
+ * sequence number; the first is kept and the next download or sync fails with its text and the
+ * op's name (after which the session goes on). A lost connection makes every later call fail with
+ * the reason; every wait is bounded by KILN_REMOTE_TIMEOUT_MS (default 30000).
+ *
+ * Flow control: the server queues a bounded number of messages and bytes per session
+ * (max_queued_ops, max_message_bytes in WELCOME), so a batch sent because it grew large ends in a
+ * SYNC whose answer tells how far the server has got, and the client waits for answers before it
+ * would have more than half the queue outstanding. Freed buffers are kept in a small pool by exact
+ * size and their ids reused, which saves an ALLOC and a RELEASE per temporary of a training step.
+ *
+ * One device may be used from several threads: a mutex guards the connection and the batch.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "error-impl.h"
+#include "remote-impl.h"
+#include "wire.h"
+
+struct kiln_buffer {
+    uint64_t id;
+    size_t nbytes;
+    struct kiln_buffer *next;       /* in a pool bucket */
+};
+
+#define NAME_RING 1024              /* what each recent seq was, for error messages */
+#define FLUSH_RING 256              /* batches sent and not yet answered */
+#define POOL_BUCKETS 256
+
+/* A DOWNLOAD waiting for its DATA. */
+struct pend {
+    uint64_t seq;
+    uint8_t *dst;
+    size_t n;
+    bool done;
+};
+
+typedef struct rdev {
+    pthread_mutex_t mu;
+    struct kiln__rconn *conn;
+    char spec[256];
+    char device[KILN_WIRE_NAME_MAX + 1];
+    int timeout_ms;
+    /* WELCOME */
+    uint16_t version;
+    uint32_t dtype_mask;
+    uint64_t max_message_bytes, max_live_bytes;
+    uint32_t max_ids, max_queued_ops;
+    bool welcomed;
+    /* derived limits */
+    size_t flush_bytes, chunk_bytes, rel_max;
+    uint64_t window_msgs, flush_msgs;
+    /* the batch being built */
+    kiln_wire_buf batch;
+    uint64_t batch_msgs;
+    bool batch_answered;            /* its last message gets an answer (DOWNLOAD, SYNC) */
+    uint64_t seq;                   /* last seq given to a message */
+    uint64_t next_id;
+    uint64_t *rel;                  /* ids to release with the next RELEASE */
+    size_t nrel;
+    /* what is on the wire */
+    uint64_t sent_seq, acked_seq;
+    uint64_t bytes_sent, bytes_acked;
+    struct { uint64_t last_seq, end_bytes; } ring[FLUSH_RING];
+    size_t ring_head, ring_n;
+    /* waits */
+    struct pend *pend;
+    size_t npend, pend_cap;
+    uint64_t sync_seq;
+    bool sync_done;
+    bool wait_failed;
+    char wait_err[KILN_ERROR_MAX];
+    /* the first error of a pipelined message, reported by the next download or sync */
+    bool deferred;
+    char deferred_err[KILN_ERROR_MAX];
+    struct { uint64_t seq; const char *what; uint64_t id; } names[NAME_RING];
+    /* ids whose ALLOC the server refused: never released nor pooled (usually none) */
+    uint64_t *failed_ids;
+    size_t nfailed, failed_cap;
+    /* a lost connection or a broken protocol: every later call fails */
+    bool dead;
+    char dead_why[KILN_ERROR_MAX];
+    /* freed buffers kept for reuse, by exact size */
+    struct kiln_buffer *pool[POOL_BUCKETS];
+    uint64_t pool_bytes, pool_count, pool_max_bytes, pool_max_count;
+} rdev;
+
+/* ---- errors --------------------------------------------------------------------------------------- */
+
+static int die(rdev *d, const char *why)
+{
+    if (!d->dead) {
+        d->dead = true;
+        snprintf(d->dead_why, sizeof d->dead_why, "%.120s: connection lost: %.360s", d->spec, why);
+    }
+    return KILN_EIO;
+}
+
+/* The error of a call on a dead device. Call without holding the lock (the message is copied). */
+static int dead_error(const char *what, const char *why)
+{
+    kiln__error_set("%s: %s", what, why);
+    return KILN_EIO;
+}
+
+static const char *name_of(const rdev *d, uint64_t seq)
+{
+    const char *w = d->names[seq % NAME_RING].seq == seq ? d->names[seq % NAME_RING].what : NULL;
+    return w ? w : "message";
+}
+
+/* ---- replies -------------------------------------------------------------------------------------- */
+
+static void acked(rdev *d, uint64_t seq)
+{
+    if (seq <= d->acked_seq || seq > d->sent_seq)
+        return;
+    d->acked_seq = seq;
+    while (d->ring_n && d->ring[d->ring_head].last_seq <= seq) {
+        d->bytes_acked = d->ring[d->ring_head].end_bytes;
+        d->ring_head = (d->ring_head + 1) % FLUSH_RING;
+        d->ring_n--;
+    }
+}
+
+static struct pend *pend_of(rdev *d, uint64_t seq)
+{
+    for (size_t i = 0; i < d->npend; i++)
+        if (d->pend[i].seq == seq)
+            return &d->pend[i];
+    return NULL;
+}
+
+static void on_error_reply(rdev *d, const kiln_wire_msg *m)
+{
+    char text[KILN_WIRE_TEXT_MAX + 1];
+    size_t n = m->u.error.text_len;
+    memcpy(text, m->u.error.text, n);
+    text[n] = '\0';
+    uint64_t seq = m->h.seq;
+    if (!d->welcomed) {
+        /* refused at HELLO: no version in common, or no such device */
+        d->wait_failed = true;
+        if (m->u.error.code == KILN_WIRE_ERR_VERSION && strstr(text, "version"))
+            snprintf(d->wait_err, sizeof d->wait_err, "the server refused the session: %.380s (this client speaks "
+                     "protocol versions %d..%d)", text, KILN_WIRE_VERSION_MIN, KILN_WIRE_VERSION_MAX);
+        else
+            snprintf(d->wait_err, sizeof d->wait_err, "the server refused the session: %.440s", text);
+        return;
+    }
+    struct pend *p = seq ? pend_of(d, seq) : NULL;
+    if (p || (seq && seq == d->sync_seq)) {
+        d->wait_failed = true;
+        snprintf(d->wait_err, sizeof d->wait_err, "%.120s: %s failed on the server (%s): %.300s", d->spec,
+                 p ? "download" : "sync", kiln_wire_err_name(m->u.error.code), text);
+        if (p)
+            p->done = true;
+        else
+            d->sync_done = true;
+        return;
+    }
+    if (m->u.error.failed_type == KILN_WIRE_ALLOC && d->names[seq % NAME_RING].seq == seq &&
+        d->names[seq % NAME_RING].id) {
+        if (d->nfailed == d->failed_cap) {
+            size_t nc = d->failed_cap ? 2 * d->failed_cap : 16;
+            uint64_t *nf = realloc(d->failed_ids, nc * sizeof *nf);
+            if (nf)
+                d->failed_ids = nf, d->failed_cap = nc;
+        }
+        if (d->nfailed < d->failed_cap)
+            d->failed_ids[d->nfailed++] = d->names[seq % NAME_RING].id;
+    }
+    if (!d->deferred) {
+        d->deferred = true;
+        snprintf(d->deferred_err, sizeof d->deferred_err, "%.120s: %s (message %" PRIu64 ") failed on the server (%s): %.280s",
+                 d->spec, name_of(d, seq), seq, kiln_wire_err_name(m->u.error.code), text);
+    }
+}
+
+static void on_message(void *ud, const uint8_t *p, size_t n)
+{
+    rdev *d = ud;
+    size_t off = 0;
+    while (off < n && !d->dead) {
+        kiln_wire_msg m;
+        size_t used = 0;
+        char why[256];
+        int rc = kiln_wire_decode(p + off, n - off, d->welcomed ? d->version : 0, &m, &used, why, sizeof why);
+        if (rc != 0) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "the server sent a malformed message: %s", why);
+            die(d, msg);
+            return;
+        }
+        off += used;
+        switch (m.h.type) {
+        case KILN_WIRE_WELCOME:
+            if (d->welcomed) {
+                die(d, "the server sent WELCOME twice");
+                return;
+            }
+            d->version = m.u.welcome.version;
+            d->dtype_mask = m.u.welcome.dtype_mask;
+            d->max_message_bytes = m.u.welcome.max_message_bytes;
+            d->max_live_bytes = m.u.welcome.max_live_bytes;
+            d->max_ids = m.u.welcome.max_ids;
+            d->max_queued_ops = m.u.welcome.max_queued_ops;
+            d->welcomed = true;
+            break;
+        case KILN_WIRE_DATA: {
+            struct pend *q = pend_of(d, m.h.seq);
+            if (!q || q->done) {
+                die(d, "the server sent DATA nobody asked for");
+                return;
+            }
+            if (m.u.data.length != q->n) {
+                d->wait_failed = true;
+                snprintf(d->wait_err, sizeof d->wait_err, "%s: download of %zu bytes answered with %" PRIu64,
+                         d->spec, q->n, m.u.data.length);
+            } else if (q->n) {
+                memcpy(q->dst, m.u.data.data, q->n);
+            }
+            q->done = true;
+            acked(d, m.h.seq);
+            break;
+        }
+        case KILN_WIRE_SYNC_DONE:
+            if (m.h.seq == d->sync_seq)
+                d->sync_done = true;
+            acked(d, m.h.seq);
+            break;
+        case KILN_WIRE_ERROR:
+            on_error_reply(d, &m);
+            acked(d, m.h.seq);
+            break;
+        default: {
+            char msg[96];
+            snprintf(msg, sizeof msg, "the server sent %s, which only a client sends", kiln_wire_type_name(m.h.type));
+            die(d, msg);
+            return;
+        }
+        }
+    }
+}
+
+/* Reads answers until pred(d) holds. 0, or KILN_EIO with the device dead. */
+static int wait_until(rdev *d, bool (*pred)(const rdev *))
+{
+    while (!pred(d)) {
+        if (d->dead)
+            return KILN_EIO;
+        char why[KILN_ERROR_MAX - 64];
+        if (kiln__rconn_pump(d->conn, 1, why, sizeof why) != 0)
+            return die(d, why);
+    }
+    return d->dead ? KILN_EIO : 0;
+}
+
+/* ---- sending -------------------------------------------------------------------------------------- */
+
+/* Appends m to the batch with the next seq. 0, or a negative code with the error set. */
+static int append(rdev *d, kiln_wire_msg *m, const char *what)
+{
+    m->h.version = d->version;
+    m->h.seq = d->seq + 1;
+    char why[256];
+    if (kiln_wire_encode(&d->batch, m, why, sizeof why) != 0) {
+        kiln__error_set("%s: %s: %s", d->spec, what, why);
+        return KILN_ENOMEM;
+    }
+    d->seq++;
+    d->batch_msgs++;
+    d->names[d->seq % NAME_RING].seq = d->seq;
+    d->names[d->seq % NAME_RING].what = what;
+    d->names[d->seq % NAME_RING].id = m->h.type == KILN_WIRE_ALLOC ? m->u.alloc.id : 0;
+    d->batch_answered = m->h.type == KILN_WIRE_DOWNLOAD || m->h.type == KILN_WIRE_SYNC;
+    return 0;
+}
+
+static int append_release(rdev *d)
+{
+    if (!d->nrel)
+        return 0;
+    uint8_t ids[8 * 512];
+    for (size_t i = 0; i < d->nrel; i++)
+        for (int b = 0; b < 8; b++)
+            ids[8 * i + (size_t)b] = (uint8_t)(d->rel[i] >> (8 * b)); /* little-endian on the wire */
+    kiln_wire_msg m = {.h = {.type = KILN_WIRE_RELEASE}};
+    m.u.release.count = (uint32_t)d->nrel;
+    m.u.release.ids = ids;
+    int rc = append(d, &m, "release");
+    if (rc == 0)
+        d->nrel = 0;
+    return rc;
+}
+
+static bool window_ok(const rdev *d)
+{
+    uint64_t out_msgs = d->sent_seq - d->acked_seq, out_bytes = d->bytes_sent - d->bytes_acked;
+    if (out_msgs == 0)
+        return true;
+    return out_msgs + d->batch_msgs <= d->window_msgs && out_bytes + d->batch.len <= d->max_message_bytes &&
+           d->ring_n < FLUSH_RING;
+}
+
+/*
+ * Sends the batch as one WebSocket message. A batch whose last message gets no answer is given a
+ * SYNC, so that the answer says when the server is through it (flow control).
+ */
+static int flush(rdev *d)
+{
+    if (d->dead)
+        return KILN_EIO;
+    int rc = append_release(d);
+    if (rc != 0)
+        return rc;
+    if (!d->batch_msgs)
+        return 0;
+    if (!d->batch_answered) {
+        kiln_wire_msg s = {.h = {.type = KILN_WIRE_SYNC}};
+        if ((rc = append(d, &s, "sync")) != 0)
+            return rc;
+    }
+    if ((rc = wait_until(d, window_ok)) != 0)
+        return rc;
+    char why[KILN_ERROR_MAX - 64];
+    if (kiln__rconn_send(d->conn, d->batch.p, d->batch.len, why, sizeof why) != 0)
+        return die(d, why);
+    d->bytes_sent += d->batch.len;
+    d->sent_seq = d->seq;
+    size_t slot = (d->ring_head + d->ring_n) % FLUSH_RING;
+    d->ring[slot].last_seq = d->seq;
+    d->ring[slot].end_bytes = d->bytes_sent;
+    d->ring_n++;
+    d->batch.len = 0;
+    d->batch_msgs = 0;
+    d->batch_answered = false;
+    return 0;
+}
+
+/* After appending: send when the batch has grown large. */
+static int maybe_flush(rdev *d)
+{
+    if (d->batch.len < d->flush_bytes && d->batch_msgs < d->flush_msgs)
+        return 0;
+    int rc = flush(d);
+    if (rc == 0 && d->ring_n > 1) {
+        /* take answers that are already here, without waiting, so the window stays open */
+        char why[KILN_ERROR_MAX - 64];
+        if (kiln__rconn_pump(d->conn, 0, why, sizeof why) != 0)
+            rc = die(d, why);
+    }
+    return rc;
+}
+
+/* The pending error of a pipelined message, if any: reported once. */
+static int take_deferred(rdev *d, char *out, size_t outlen)
+{
+    if (!d->deferred)
+        return 0;
+    d->deferred = false;
+    snprintf(out, outlen, "%s", d->deferred_err);
+    return KILN_EDEVICE;
+}
+
+/* ---- life cycle ----------------------------------------------------------------------------------- */
+
+static bool is_welcomed(const rdev *d)
+{
+    return d->welcomed || d->wait_failed;
+}
+
+static void free_dev(rdev *d)
+{
+    kiln__rconn_close(d->conn);
+    for (int b = 0; b < POOL_BUCKETS; b++) {
+        while (d->pool[b]) {
+            struct kiln_buffer *x = d->pool[b];
+            d->pool[b] = x->next;
+            free(x);
+        }
+    }
+    kiln_wire_buf_free(&d->batch);
+    free(d->rel);
+    free(d->pend);
+    free(d->failed_ids);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+}
+
+static void *remote_open_spec(const char *spec)
+{
+    /* remote://host:port/device, already checked by engine/device.c */
+    const char *host = spec + strlen("remote://");
+    const char *colon = strchr(host, ':'), *slash = colon ? strchr(colon, '/') : NULL;
+    if (strncmp(spec, "remote://", 9) != 0 || !colon || !slash || slash[1] == '\0') {
+        kiln__error_set("malformed remote spec '%s' (expected remote://host:port/device)", spec);
+        return NULL;
+    }
+    char hostname[256];
+    size_t hl = (size_t)(colon - host);
+    int port = atoi(colon + 1);
+    if (hl == 0 || hl >= sizeof hostname || strlen(slash + 1) > KILN_WIRE_NAME_MAX || port < 1 || port > 65535) {
+        kiln__error_set("bad host, port or device name in '%s'", spec);
+        return NULL;
+    }
+    memcpy(hostname, host, hl);
+    hostname[hl] = '\0';
+    rdev *d = calloc(1, sizeof *d);
+    if (!d) {
+        kiln__error_set("out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&d->mu, NULL);
+    snprintf(d->spec, sizeof d->spec, "%s", spec);
+    snprintf(d->device, sizeof d->device, "%s", slash + 1);
+    const char *to = getenv("KILN_REMOTE_TIMEOUT_MS");
+    d->timeout_ms = to && atoi(to) > 0 ? atoi(to) : 30000;
+    const char *token = getenv("KILN_REMOTE_TOKEN");
+    if (!token || !*token)
+        token = getenv("KILN_TOKEN");
+    char why[KILN_ERROR_MAX - 64] = "out of memory";
+    d->conn = kiln__rconn_open(hostname, port, token, d->timeout_ms, on_message, d, why, sizeof why);
+    if (!d->conn) {
+        free_dev(d);
+        kiln__error_set("%s", why);
+        return NULL;
+    }
+    /* HELLO alone, then WELCOME (or the ERROR saying why not) */
+    kiln_wire_msg h = {.h = {.type = KILN_WIRE_HELLO}};
+    h.u.hello.min_version = KILN_WIRE_VERSION_MIN;
+    h.u.hello.max_version = KILN_WIRE_VERSION_MAX;
+    snprintf(h.u.hello.device, sizeof h.u.hello.device, "%s", d->device);
+    d->version = KILN_WIRE_VERSION_MAX;
+    if (append(d, &h, "hello") != 0 || kiln__rconn_send(d->conn, d->batch.p, d->batch.len, why, sizeof why) != 0) {
+        free_dev(d);
+        kiln__error_set("%s", why);
+        return NULL;
+    }
+    d->batch.len = 0;
+    d->batch_msgs = 0;
+    d->sent_seq = d->acked_seq = d->seq;
+    if (wait_until(d, is_welcomed) != 0 || d->wait_failed) {
+        if (d->wait_failed) {
+            /* the server closes after refusing; its ERROR is the better explanation */
+            kiln__error_set("%s", d->wait_err);
+        } else {
+            const char *w = d->dead_why + strlen(d->spec);
+            kiln__error_set("no WELCOME from the server%s", w);
+        }
+        free_dev(d);
+        return NULL;
+    }
+    /* Limits from WELCOME: batches well inside a message, half the queue outstanding. */
+    uint64_t mm = d->max_message_bytes ? d->max_message_bytes : 1024;
+    d->max_message_bytes = mm;
+    d->flush_bytes = (size_t)(mm / 4 < 512 * 1024 ? mm / 4 : 512 * 1024);
+    d->chunk_bytes = (size_t)(mm / 4 < 8u * 1024 * 1024 ? mm / 4 : 8u * 1024 * 1024);
+    if (d->chunk_bytes < 64)
+        d->chunk_bytes = 64;
+    d->rel_max = (size_t)(mm / 64 < 512 ? mm / 64 : 512);
+    if (d->rel_max < 1)
+        d->rel_max = 1;
+    d->window_msgs = d->max_queued_ops / 2 ? d->max_queued_ops / 2 : 1;
+    d->flush_msgs = d->window_msgs / 2 ? d->window_msgs / 2 : 1;
+    d->pool_max_bytes = d->max_live_bytes / 8 < (256u << 20) ? d->max_live_bytes / 8 : (256u << 20);
+    d->pool_max_count = d->max_ids / 8 < 4096 ? d->max_ids / 8 : 4096;
+    d->rel = malloc(d->rel_max * sizeof *d->rel);
+    if (!d->rel) {
+        free_dev(d);
+        kiln__error_set("out of memory");
+        return NULL;
+    }
+    return d;
+}
+
+static void *remote_open(int index)
+{
+    kiln__error_set("remote devices are opened by spec: remote://host:port/device");
+    return NULL;
+}
+
+static void remote_close(void *ctx)
+{
+    free_dev(ctx);
+}
+
+static void remote_caps(void *ctx, kiln_backend_caps *out)
+{
+    rdev *d = ctx;
+    memset(out, 0, sizeof *out);
+    for (int t = 0; t < KILN_DTYPE_COUNT; t++)
+        out->dtype[t] = (d->dtype_mask >> t) & 1u;
+    out->host_memory = false;
+    out->async = true;
+}
+
+/* ---- buffers -------------------------------------------------------------------------------------- */
+
+static size_t bucket_of(size_t nbytes)
+{
+    return (size_t)((nbytes * 0x9E3779B97F4A7C15ull) >> 56) % POOL_BUCKETS;
+}
+
+static kiln_buffer *remote_buffer_alloc(void *ctx, size_t nbytes)
+{
+    rdev *d = ctx;
+    char why[KILN_ERROR_MAX];
+    pthread_mutex_lock(&d->mu);
+    if (d->dead) {
+        snprintf(why, sizeof why, "%s", d->dead_why);
+        pthread_mutex_unlock(&d->mu);
+        dead_error("buffer_alloc", why);
+        return NULL;
+    }
+    struct kiln_buffer **pp = &d->pool[bucket_of(nbytes)];
+    for (; *pp; pp = &(*pp)->next) {
+        if ((*pp)->nbytes == nbytes) {
+            struct kiln_buffer *b = *pp;
+            *pp = b->next;
+            d->pool_bytes -= nbytes;
+            d->pool_count--;
+            pthread_mutex_unlock(&d->mu);
+            return b;
+        }
+    }
+    struct kiln_buffer *b = malloc(sizeof *b);
+    int rc = KILN_ENOMEM;
+    if (b) {
+        b->id = ++d->next_id;
+        b->nbytes = nbytes;
+        kiln_wire_msg m = {.h = {.type = KILN_WIRE_ALLOC}};
+        m.u.alloc.id = b->id;
+        m.u.alloc.nbytes = nbytes;
+        rc = append(d, &m, "alloc");
+        if (rc == 0)
+            rc = maybe_flush(d);
+    }
+    if (rc != 0) {
+        free(b);
+        b = NULL;
+        if (d->dead)
+            snprintf(why, sizeof why, "%s", d->dead_why);
+    }
+    bool dead = d->dead;
+    pthread_mutex_unlock(&d->mu);
+    if (!b && dead)
+        dead_error("buffer_alloc", why);
+    else if (!b)
+        kiln__error_set("buffer_alloc: out of memory");
+    return b;
+}
+
+static void remote_buffer_free(void *ctx, kiln_buffer *b)
+{
+    rdev *d = ctx;
+    if (!b)
+        return;
+    pthread_mutex_lock(&d->mu);
+    bool refused = false;
+    for (size_t i = 0; i < d->nfailed && !refused; i++) {
+        if (d->failed_ids[i] == b->id) {
+            d->failed_ids[i] = d->failed_ids[--d->nfailed];
+            refused = true;
+        }
+    }
+    if (d->dead || refused) {
+        free(b);
+    } else if (d->pool_count < d->pool_max_count && b->nbytes <= d->pool_max_bytes - d->pool_bytes) {
+        size_t k = bucket_of(b->nbytes);
+        b->next = d->pool[k];
+        d->pool[k] = b;
+        d->pool_bytes += b->nbytes;
+        d->pool_count++;
+    } else {
+        /* A failure here surfaces at the next call that can report it; should the list stay
+         * full (out of memory), the id is simply left to the session's end. */
+        if (d->nrel == d->rel_max && append_release(d) == 0)
+            (void)maybe_flush(d);
+        if (d->nrel < d->rel_max)
+            d->rel[d->nrel++] = b->id;
+        free(b);
+    }
+    pthread_mutex_unlock(&d->mu);
+}
+
+static int remote_buffer_upload(void *ctx, kiln_buffer *dst, size_t off, const void *src, size_t n)
+{
+    rdev *d = ctx;
+    int rc = 0;
+    pthread_mutex_lock(&d->mu);
+    const uint8_t *p = src;
+    for (size_t done = 0; rc == 0 && !d->dead && (done < n || n == 0);) {
+        size_t k = n - done < d->chunk_bytes ? n - done : d->chunk_bytes;
+        /* a large piece starts a batch of its own rather than making one too big */
+        if (d->batch.len && d->batch.len + k > d->flush_bytes && (rc = flush(d)) != 0)
+            break;
+        kiln_wire_msg m = {.h = {.type = KILN_WIRE_UPLOAD}};
+        m.u.upload.id = dst->id;
+        m.u.upload.offset = off + done;
+        m.u.upload.length = k;
+        m.u.upload.data = p + done;
+        if ((rc = append(d, &m, "upload")) == 0)
+            rc = maybe_flush(d);
+        done += k;
+        if (n == 0)
+            break;
+    }
+    char why[KILN_ERROR_MAX];
+    bool dead = d->dead;
+    if (dead)
+        snprintf(why, sizeof why, "%s", d->dead_why);
+    pthread_mutex_unlock(&d->mu);
+    return dead ? dead_error("buffer_upload", why) : rc;
+}
+
+static bool downloads_done(const rdev *d)
+{
+    for (size_t i = 0; i < d->npend; i++)
+        if (!d->pend[i].done)
+            return false;
+    return true;
+}
+
+static int remote_buffer_download(void *ctx, kiln_buffer *src, size_t off, void *dst, size_t n)
+{
+    rdev *d = ctx;
+    char why[KILN_ERROR_MAX];
+    int rc = 0;
+    pthread_mutex_lock(&d->mu);
+    size_t chunks = n ? (n + d->chunk_bytes - 1) / d->chunk_bytes : 1;
+    if (d->dead) {
+        rc = KILN_EIO;
+    } else if (chunks > d->pend_cap) {
+        struct pend *np = realloc(d->pend, chunks * sizeof *np);
+        if (!np)
+            rc = KILN_ENOMEM;
+        else
+            d->pend = np, d->pend_cap = chunks;
+    }
+    d->npend = 0;
+    d->wait_failed = false;
+    if (rc == 0)
+        rc = append_release(d);
+    /* one DOWNLOAD per chunk, all in flight at once, each answered by its DATA */
+    for (size_t c = 0; rc == 0 && c < chunks; c++) {
+        size_t o = c * d->chunk_bytes, k = n - o < d->chunk_bytes ? n - o : d->chunk_bytes;
+        if (n == 0)
+            o = k = 0;
+        kiln_wire_msg m = {.h = {.type = KILN_WIRE_DOWNLOAD}};
+        m.u.download.id = src->id;
+        m.u.download.offset = off + o;
+        m.u.download.length = k;
+        if ((rc = append(d, &m, "download")) != 0)
+            break;
+        d->pend[d->npend++] = (struct pend){.seq = d->seq, .dst = (uint8_t *)dst + o, .n = k};
+    }
+    if (rc == 0)
+        rc = flush(d);
+    if (rc == 0)
+        rc = wait_until(d, downloads_done);
+    d->npend = 0;
+    if (d->dead) {
+        snprintf(why, sizeof why, "%s", d->dead_why);
+        rc = KILN_EIO;
+    } else if (rc == 0 && (rc = take_deferred(d, why, sizeof why)) != 0) {
+        /* an earlier op failed: what was read may be garbage */
+    } else if (rc == 0 && d->wait_failed) {
+        snprintf(why, sizeof why, "%s", d->wait_err);
+        rc = KILN_EDEVICE;
+    } else if (rc != 0) {
+        snprintf(why, sizeof why, "%s: out of memory", d->spec);
+    }
+    d->wait_failed = false;
+    pthread_mutex_unlock(&d->mu);
+    if (rc != 0)
+        kiln__error_set("buffer_download: %s", why);
+    return rc;
+}
+
+static bool sync_finished(const rdev *d)
+{
+    return d->sync_done;
+}
+
+static int remote_sync(void *ctx)
+{
+    rdev *d = ctx;
+    char why[KILN_ERROR_MAX];
+    int rc = 0;
+    pthread_mutex_lock(&d->mu);
+    d->wait_failed = false;
+    d->sync_done = false;
+    if (d->dead) {
+        rc = KILN_EIO;
+    } else {
+        rc = append_release(d);
+        kiln_wire_msg m = {.h = {.type = KILN_WIRE_SYNC}};
+        if (rc == 0 && (rc = append(d, &m, "sync")) == 0) {
+            d->sync_seq = d->seq;
+            if ((rc = flush(d)) == 0)
+                rc = wait_until(d, sync_finished);
+        }
+    }
+    d->sync_seq = 0;
+    if (d->dead) {
+        snprintf(why, sizeof why, "%s", d->dead_why);
+        rc = KILN_EIO;
+    } else if (rc == 0 && (rc = take_deferred(d, why, sizeof why)) != 0) {
+    } else if (rc == 0 && d->wait_failed) {
+        snprintf(why, sizeof why, "%s", d->wait_err);
+        rc = KILN_EDEVICE;
+    } else if (rc != 0) {
+        snprintf(why, sizeof why, "%s: out of memory", d->spec);
+    }
+    d->wait_failed = false;
+    pthread_mutex_unlock(&d->mu);
+    if (rc != 0)
+        kiln__error_set("sync: %s", why);
+    return rc;
+}
+
+/* ---- primitives ----------------------------------------------------------------------------------- */
+
+static void td(kiln_wire_op *op, const kiln_tdesc *t)
+{
+    kiln_wire_td *w = &op->td[op->ntd++];
+    if (!t || !t->buf) {
+        memset(w, 0, sizeof *w);
+        return;
+    }
+    w->id = t->buf->id;
+    w->offset = t->offset;
+    w->dtype = t->dtype;
+    w->ndim = t->ndim;
+    for (int i = 0; i < t->ndim; i++) {
+        w->shape[i] = t->shape[i];
+        w->strides[i] = t->strides[i];
+    }
+}
+
+static void fparam(kiln_wire_op *op, double v)
+{
+    op->f[op->nf++] = v;
+}
+
+static void iparam(kiln_wire_op *op, int64_t v)
+{
+    op->i[op->ni++] = v;
+}
+
+/* Queues one OP. The op's own errors come back later; only a dead connection fails here. */
+static int submit(rdev *d, kiln_wire_msg *m)
+{
+    const kiln_wire_prim_info *pi = kiln_wire_prim_lookup(m->u.op.prim);
+    char why[KILN_ERROR_MAX];
+    pthread_mutex_lock(&d->mu);
+    int rc = d->dead ? KILN_EIO : append(d, m, pi ? pi->name : "op");
+    if (rc == 0)
+        rc = maybe_flush(d);
+    bool dead = d->dead;
+    if (dead)
+        snprintf(why, sizeof why, "%s", d->dead_why);
+    pthread_mutex_unlock(&d->mu);
+    return dead ? dead_error(pi ? pi->name : "op", why) : rc;
+}
+
+#define OP_BEGIN(primv, subv)                                                                                      \
+    kiln_wire_msg m_ = {.h = {.type = KILN_WIRE_OP}};                                                              \
+    kiln_wire_op *op = &m_.u.op;                                                                                   \
+    op->prim = (primv);                                                                                            \
+    op->sub = (uint32_t)(subv)
+#define OP_END(ctx) return submit((rdev *)(ctx), &m_)
+
+static int remote_fill(void *ctx, const kiln_tdesc *out, double value)
+{
+    OP_BEGIN(KILN_WIRE_P_FILL, 0);
+    td(op, out);
+    fparam(op, value);
+    OP_END(ctx);
+}
+
+static int remote_arange(void *ctx, const kiln_tdesc *out, double start, double step)
+{
+    OP_BEGIN(KILN_WIRE_P_ARANGE, 0);
+    td(op, out);
+    fparam(op, start);
+    fparam(op, step);
+    OP_END(ctx);
+}
+
+static int remote_copy(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in)
+{
+    OP_BEGIN(KILN_WIRE_P_COPY, 0);
+    td(op, out);
+    td(op, in);
+    OP_END(ctx);
+}
+
+static int remote_rng(void *ctx, kiln_rng_kind kind, const kiln_tdesc *out, uint64_t seed, uint64_t offset, double p0,
+                      double p1)
+{
+    OP_BEGIN(KILN_WIRE_P_RNG, kind);
+    td(op, out);
+    iparam(op, (int64_t)seed);
+    iparam(op, (int64_t)offset);
+    fparam(op, p0);
+    fparam(op, p1);
+    OP_END(ctx);
+}
+
+static int remote_unary(void *ctx, kiln_unary_op u, const kiln_tdesc *out, const kiln_tdesc *in, double alpha,
+                        double beta)
+{
+    OP_BEGIN(KILN_WIRE_P_UNARY, u);
+    td(op, out);
+    td(op, in);
+    fparam(op, alpha);
+    fparam(op, beta);
+    OP_END(ctx);
+}
+
+static int remote_binary(void *ctx, kiln_binary_op b, const kiln_tdesc *out, const kiln_tdesc *a,
+                         const kiln_tdesc *bb)
+{
+    OP_BEGIN(KILN_WIRE_P_BINARY, b);
+    td(op, out);
+    td(op, a);
+    td(op, bb);
+    OP_END(ctx);
+}
+
+static int remote_where(void *ctx, const kiln_tdesc *out, const kiln_tdesc *cond, const kiln_tdesc *a,
+                        const kiln_tdesc *b)
+{
+    OP_BEGIN(KILN_WIRE_P_WHERE, 0);
+    td(op, out);
+    td(op, cond);
+    td(op, a);
+    td(op, b);
+    OP_END(ctx);
+}
+
+static int remote_reduce(void *ctx, kiln_reduce_op r, const kiln_tdesc *out, const kiln_tdesc *in, uint32_t mask,
+                         double param)
+{
+    OP_BEGIN(KILN_WIRE_P_REDUCE, r);
+    td(op, out);
+    td(op, in);
+    iparam(op, mask);
+    fparam(op, param);
+    OP_END(ctx);
+}
+
+static int remote_arg_reduce(void *ctx, bool is_max, const kiln_tdesc *out, const kiln_tdesc *in, int dim)
+{
+    OP_BEGIN(KILN_WIRE_P_ARG_REDUCE, 0);
+    op->flags = is_max ? KILN_WIRE_OPF_IS_MAX : 0;
+    td(op, out);
+    td(op, in);
+    iparam(op, dim);
+    OP_END(ctx);
+}
+
+static int remote_cumsum(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in, int dim)
+{
+    OP_BEGIN(KILN_WIRE_P_CUMSUM, 0);
+    td(op, out);
+    td(op, in);
+    iparam(op, dim);
+    OP_END(ctx);
+}
+
+static int remote_sort(void *ctx, const kiln_tdesc *values, const kiln_tdesc *indices, const kiln_tdesc *in, int dim,
+                       bool descending)
+{
+    OP_BEGIN(KILN_WIRE_P_SORT, 0);
+    op->flags = descending ? KILN_WIRE_OPF_DESCENDING : 0;
+    td(op, values);
+    td(op, indices);
+    td(op, in);
+    iparam(op, dim);
+    OP_END(ctx);
+}
+
+/* gather, index_select: out, in, index; scatter, index_add: out, index, src. */
+static int index_op(void *ctx, kiln_wire_prim prim, uint32_t flags, const kiln_tdesc *t0, const kiln_tdesc *t1,
+                    const kiln_tdesc *t2, int dim)
+{
+    OP_BEGIN(prim, 0);
+    op->flags = flags;
+    td(op, t0);
+    td(op, t1);
+    td(op, t2);
+    iparam(op, dim);
+    OP_END(ctx);
+}
+
+static int remote_gather(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in, int dim, const kiln_tdesc *index)
+{
+    return index_op(ctx, KILN_WIRE_P_GATHER, 0, out, in, index, dim);
+}
+
+static int remote_scatter(void *ctx, const kiln_tdesc *out, int dim, const kiln_tdesc *index, const kiln_tdesc *src,
+                          bool accumulate)
+{
+    return index_op(ctx, KILN_WIRE_P_SCATTER, accumulate ? KILN_WIRE_OPF_ACCUMULATE : 0, out, index, src, dim);
+}
+
+static int remote_index_select(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in, int dim,
+                               const kiln_tdesc *index)
+{
+    return index_op(ctx, KILN_WIRE_P_INDEX_SELECT, 0, out, in, index, dim);
+}
+
+static int remote_index_add(void *ctx, const kiln_tdesc *out, int dim, const kiln_tdesc *index,
+                            const kiln_tdesc *src)
+{
+    return index_op(ctx, KILN_WIRE_P_INDEX_ADD, 0, out, index, src, dim);
+}
+
+static int remote_matmul(void *ctx, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b)
+{
+    OP_BEGIN(KILN_WIRE_P_MATMUL, 0);
+    td(op, out);
+    td(op, a);
+    td(op, b);
+    OP_END(ctx);
+}
+
+/* conv geometry: nspatial, stride[3], padding[3], dilation[3], groups */
+static void conv_geom(kiln_wire_op *op, const kiln_conv_params *p)
+{
+    iparam(op, p->nspatial);
+    for (int k = 0; k < 3; k++)
+        iparam(op, p->stride[k]);
+    for (int k = 0; k < 3; k++)
+        iparam(op, p->padding[k]);
+    for (int k = 0; k < 3; k++)
+        iparam(op, p->dilation[k]);
+    iparam(op, p->groups);
+}
+
+static int conv_op(void *ctx, kiln_wire_prim prim, const kiln_conv_params *p, const kiln_tdesc *t0,
+                   const kiln_tdesc *t1, const kiln_tdesc *t2, const kiln_tdesc *t3, bool four)
+{
+    OP_BEGIN(prim, 0);
+    td(op, t0);
+    td(op, t1);
+    td(op, t2);
+    if (four)
+        td(op, t3);
+    conv_geom(op, p);
+    OP_END(ctx);
+}
+
+static int remote_conv(void *ctx, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
+                       const kiln_tdesc *w, const kiln_tdesc *bias)
+{
+    return conv_op(ctx, KILN_WIRE_P_CONV, p, out, x, w, bias, true);
+}
+
+static int remote_conv_backward_input(void *ctx, const kiln_conv_params *p, const kiln_tdesc *grad_x,
+                                      const kiln_tdesc *grad_out, const kiln_tdesc *w)
+{
+    return conv_op(ctx, KILN_WIRE_P_CONV_BWD_INPUT, p, grad_x, grad_out, w, NULL, false);
+}
+
+static int remote_conv_backward_weight(void *ctx, const kiln_conv_params *p, const kiln_tdesc *grad_w,
+                                       const kiln_tdesc *x, const kiln_tdesc *grad_out)
+{
+    return conv_op(ctx, KILN_WIRE_P_CONV_BWD_WEIGHT, p, grad_w, x, grad_out, NULL, false);
+}
+
+/* pool geometry: nspatial, kernel[3], stride[3], padding[3], dilation[3]; kind in sub */
+static int pool_op(void *ctx, kiln_wire_prim prim, const kiln_pool_params *p, const kiln_tdesc *t0,
+                   const kiln_tdesc *t1, const kiln_tdesc *t2)
+{
+    OP_BEGIN(prim, p->kind);
+    op->flags = p->count_include_pad ? KILN_WIRE_OPF_COUNT_PAD : 0;
+    td(op, t0);
+    td(op, t1);
+    td(op, t2);
+    iparam(op, p->nspatial);
+    for (int k = 0; k < 3; k++)
+        iparam(op, p->kernel[k]);
+    for (int k = 0; k < 3; k++)
+        iparam(op, p->stride[k]);
+    for (int k = 0; k < 3; k++)
+        iparam(op, p->padding[k]);
+    for (int k = 0; k < 3; k++)
+        iparam(op, p->dilation[k]);
+    OP_END(ctx);
+}
+
+static int remote_pool(void *ctx, const kiln_pool_params *p, const kiln_tdesc *out, const kiln_tdesc *indices,
+                       const kiln_tdesc *x)
+{
+    return pool_op(ctx, KILN_WIRE_P_POOL, p, out, indices, x);
+}
+
+static int remote_pool_backward(void *ctx, const kiln_pool_params *p, const kiln_tdesc *grad_x,
+                                const kiln_tdesc *grad_out, const kiln_tdesc *indices)
+{
+    return pool_op(ctx, KILN_WIRE_P_POOL_BWD, p, grad_x, grad_out, indices);
+}
+
+static int remote_adaptive_avg_pool(void *ctx, int nspatial, const kiln_tdesc *out, const kiln_tdesc *x)
+{
+    OP_BEGIN(KILN_WIRE_P_ADAPTIVE_AVG_POOL, 0);
+    td(op, out);
+    td(op, x);
+    iparam(op, nspatial);
+    OP_END(ctx);
+}
+
+static int remote_adaptive_avg_pool_backward(void *ctx, int nspatial, const kiln_tdesc *grad_x,
+                                             const kiln_tdesc *grad_out)
+{
+    OP_BEGIN(KILN_WIRE_P_ADAPTIVE_AVG_POOL_BWD, 0);
+    td(op, grad_x);
+    td(op, grad_out);
+    iparam(op, nspatial);
+    OP_END(ctx);
+}
+
+static int remote_interpolate(void *ctx, kiln_interp_mode mode, bool align_corners, const kiln_tdesc *out,
+                              const kiln_tdesc *x)
+{
+    OP_BEGIN(KILN_WIRE_P_INTERPOLATE, mode);
+    op->flags = align_corners ? KILN_WIRE_OPF_ALIGN_CORNERS : 0;
+    td(op, out);
+    td(op, x);
+    OP_END(ctx);
+}
+
+static int remote_interpolate_backward(void *ctx, kiln_interp_mode mode, bool align_corners,
+                                       const kiln_tdesc *grad_x, const kiln_tdesc *grad_out)
+{
+    OP_BEGIN(KILN_WIRE_P_INTERPOLATE_BWD, mode);
+    op->flags = align_corners ? KILN_WIRE_OPF_ALIGN_CORNERS : 0;
+    td(op, grad_x);
+    td(op, grad_out);
+    OP_END(ctx);
+}
+
+static int remote_pad(void *ctx, kiln_pad_mode mode, const kiln_tdesc *out, const kiln_tdesc *in,
+                      const int64_t *pads, double value)
+{
+    OP_BEGIN(KILN_WIRE_P_PAD, mode);
+    td(op, out);
+    td(op, in);
+    fparam(op, value);
+    for (int k = 0; k < 2 * out->ndim; k++)
+        iparam(op, pads[k]);
+    OP_END(ctx);
+}
+
+static int remote_softmax(void *ctx, bool log, const kiln_tdesc *out, const kiln_tdesc *in, int dim)
+{
+    OP_BEGIN(KILN_WIRE_P_SOFTMAX, 0);
+    op->flags = log ? KILN_WIRE_OPF_LOG : 0;
+    td(op, out);
+    td(op, in);
+    iparam(op, dim);
+    OP_END(ctx);
+}
+
+static int remote_layer_norm(void *ctx, const kiln_tdesc *out, const kiln_tdesc *mean, const kiln_tdesc *rstd,
+                             const kiln_tdesc *x, const kiln_tdesc *weight, const kiln_tdesc *bias, int64_t inner,
+                             double eps)
+{
+    OP_BEGIN(KILN_WIRE_P_LAYER_NORM, 0);
+    td(op, out);
+    td(op, mean);
+    td(op, rstd);
+    td(op, x);
+    td(op, weight);
+    td(op, bias);
+    iparam(op, inner);
+    fparam(op, eps);
+    OP_END(ctx);
+}
+
+static const kiln_backend_iface remote_iface = {
+    .name = "remote",
+    .open = remote_open,
+    .open_spec = remote_open_spec,
+    .close = remote_close,
+    .caps = remote_caps,
+    .buffer_alloc = remote_buffer_alloc,
+    .buffer_free = remote_buffer_free,
+    .buffer_upload = remote_buffer_upload,
+    .buffer_download = remote_buffer_download,
+    .sync = remote_sync,
+    .fill = remote_fill,
+    .arange = remote_arange,
+    .copy = remote_copy,
+    .rng = remote_rng,
+    .unary = remote_unary,
+    .binary = remote_binary,
+    .where = remote_where,
+    .reduce = remote_reduce,
+    .arg_reduce = remote_arg_reduce,
+    .cumsum = remote_cumsum,
+    .sort = remote_sort,
+    .gather = remote_gather,
+    .scatter = remote_scatter,
+    .index_select = remote_index_select,
+    .index_add = remote_index_add,
+    .matmul = remote_matmul,
+    .conv = remote_conv,
+    .conv_backward_input = remote_conv_backward_input,
+    .conv_backward_weight = remote_conv_backward_weight,
+    .pool = remote_pool,
+    .pool_backward = remote_pool_backward,
+    .adaptive_avg_pool = remote_adaptive_avg_pool,
+    .adaptive_avg_pool_backward = remote_adaptive_avg_pool_backward,
+    .interpolate = remote_interpolate,
+    .interpolate_backward = remote_interpolate_backward,
+    .pad = remote_pad,
+    .softmax = remote_softmax,
+    .layer_norm = remote_layer_norm,
+};
+
+const kiln_backend_iface *kiln_backend_remote(void)
+{
+    return &remote_iface;
+}
