@@ -452,8 +452,17 @@ static void on_hello(struct session *s, const uint8_t *msg, size_t len)
     s->version = hi;
     if (!device_allowed(ts, m.u.hello.device) ||
         (s->worker = kiln_sched_worker_for(ts->o.sched, m.u.hello.device, ts->next_hint++)) < 0) {
-        snprintf(why, sizeof why, "device '%s' is not one this server drives (see the devices setting)",
-                 m.u.hello.device);
+        /* name the devices it does drive, so the client's error says what to ask for */
+        char list[64] = "";
+        size_t used_l = 0;
+        for (size_t i = 0; i < ts->o.devices->count && used_l < sizeof list; i++) {
+            int n = snprintf(list + used_l, sizeof list - used_l, "%s%s", i ? ", " : "", ts->o.devices->items[i]);
+            if (n < 0)
+                break;
+            used_l += (size_t)n;
+        }
+        snprintf(why, sizeof why, "device '%s' is not one this server drives (it drives: %.60s)", m.u.hello.device,
+                 list);
         send_error(s, m.h.seq, KILN_WIRE_HELLO, KILN_WIRE_ERR_VERSION, why);
         kiln_ws_close(s->ws, KILN_WS_POLICY_VIOLATION, "unknown device");
         return;

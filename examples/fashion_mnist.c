@@ -5,11 +5,14 @@
  *     fashion_mnist mlp 10                  # MLP 784-256-128-10, Adam
  *     fashion_mnist cnn 8 --workers 2       # 2 conv + batch norm + 2 fc
  *     fashion_mnist cnn 8 --resume          # continue from out/checkpoints
+ *     fashion_mnist mlp 1 --device remote://127.0.0.1:8080/cpu   # train inside a kilnd
  *
  * Options: --data DIR (the IDX files; default $KILN_FASHION_MNIST or Debian's
  * dataset-fashion-mnist location), --out DIR (default fashion-out), --batch N (64),
  * --lr X (1e-3), --subset N (first N training images), --workers N (2), --device SPEC,
- * --resume, --json (one JSON line with the results on stdout at the end).
+ * --resume, --json (one JSON line with the results on stdout at the end), --test-subset N (first N
+ * test images), --print-losses (each step's training loss on stdout, all 17 digits, so two runs
+ * can be compared exactly: a remote run's losses equal a local run's).
  *
  * The test set is the validation set, so "valid_accuracy" is the test accuracy.
  */
@@ -48,6 +51,16 @@ static const char CNN[] =
     "{\"name\": \"fc2\", \"layer\": \"Linear\", \"config\": {\"in_features\": 128, \"out_features\": 10}, \"inputs\": [\"a3\"]}"
     "], \"outputs\": [\"fc2\"]}";
 
+/* --print-losses: one line per training step. */
+static void print_loss(void *ud, const kiln_train_event *ev)
+{
+    if (ev->kind != KILN_EVENT_STEP)
+        return;
+    for (int i = 0; i < ev->n; i++)
+        if (strcmp(ev->names[i], "loss") == 0)
+            printf("step %lld loss %.17g\n", (long long)ev->step, ev->values[i]);
+}
+
 static kiln_dataset *load(const char *dir, const char *prefix, int64_t subset)
 {
     char im[4096], lb[4096];
@@ -74,16 +87,20 @@ int main(int argc, char **argv)
     const char *env = getenv("KILN_FASHION_MNIST");
     const char *data = env ? env : "/usr/share/datasets/fashion-mnist";
     const char *out = "fashion-out", *devspec = "cpu";
-    int64_t batch = 64, subset = 0;
+    int64_t batch = 64, subset = 0, test_subset = 0;
     int workers = 2;
     double lr = 1e-3;
-    bool resume = false, json = false;
+    bool resume = false, json = false, print_losses = false;
     for (int i = 3; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--resume"))
             resume = true;
         else if (!strcmp(a, "--json"))
             json = true;
+        else if (!strcmp(a, "--print-losses"))
+            print_losses = true;
+        else if (v && !strcmp(a, "--test-subset") && ++i)
+            test_subset = atoll(v);
         else if (v && !strcmp(a, "--data") && ++i)
             data = v;
         else if (v && !strcmp(a, "--out") && ++i)
@@ -100,7 +117,8 @@ int main(int argc, char **argv)
             devspec = v;
         else {
             fprintf(stderr, "usage: %s mlp|cnn [epochs] [--data DIR] [--out DIR] [--batch N] [--lr X] "
-                            "[--subset N] [--workers N] [--device SPEC] [--resume] [--json]\n", argv[0]);
+                            "[--subset N] [--test-subset N] [--workers N] [--device SPEC] [--resume] [--json] "
+                            "[--print-losses]\n", argv[0]);
             return 2;
         }
     }
@@ -112,7 +130,7 @@ int main(int argc, char **argv)
         epochs = 1;
     kiln_device *dev = kiln_device_open(devspec);
     kiln_dataset *train = dev ? load(data, "train", subset) : NULL;
-    kiln_dataset *test = train ? load(data, "t10k", 0) : NULL;
+    kiln_dataset *test = train ? load(data, "t10k", test_subset) : NULL;
     if (!test) {
         fprintf(stderr, "fashion_mnist: %s\n", kiln_error());
         return 1;
@@ -151,6 +169,8 @@ int main(int argc, char **argv)
     cfg.progress = stderr;
     kiln_learner *L = kiln_learner_create(&cfg, model, opt, sched, tl, vl);
     int rc = L ? 0 : -1;
+    if (rc == 0 && print_losses)
+        rc = kiln_learner_subscribe(L, print_loss, NULL);
     fprintf(stderr, "%s: %lld parameters, %lld training / %lld test images, batch %lld, %d workers, %s\n", kind,
             (long long)kiln_module_parameter_count(model, true), (long long)kiln_dataset_length(train),
             (long long)kiln_dataset_length(test), (long long)batch, workers, kiln_device_name(dev));
