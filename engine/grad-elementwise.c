@@ -96,6 +96,10 @@ static int unary_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
         break;
     case KILN_UNARY_ADD_SCALAR: gin[0] = g; break;
     case KILN_UNARY_MUL_SCALAR: gin[0] = kiln_mul_scalar(g, n->dv[0]); break;
+    case KILN_UNARY_RELU:
+        /* a select rather than g * cast(mask): two passes instead of three, no f32 mask */
+        gin[0] = kiln_where(kiln_gt(x, kiln__const_like(x, 0)), g, kiln__const_like(g, 0));
+        break;
     default:
         gin[0] = kiln_mul(g, unary_derivative(op, x, y, n->dv[0], n->dv[1]));
         break;

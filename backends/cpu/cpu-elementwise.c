@@ -384,6 +384,28 @@ typedef struct binary_job {
     kiln_dtype od, id;
 } binary_job;
 
+/* f32 comparisons into bool (the masks of relu, clamp and max-pool gradients), any
+ * input strides: one compare per element instead of the generic path's conversion of
+ * both operands to double and back. NaN compares false except under NE, as in C. */
+#define CMP_LOOP(OPR)                                                                  \
+    for (int64_t i = 0; i < n; i++)                                                    \
+        o[i] = a[i * sa] OPR b[i * sb];                                                \
+    return true
+
+static bool compare_f32(int op, uint8_t *restrict o, const float *restrict a, int64_t sa,
+                        const float *restrict b, int64_t sb, int64_t n)
+{
+    switch (op) {
+    case KILN_BINARY_EQ: CMP_LOOP(==);
+    case KILN_BINARY_NE: CMP_LOOP(!=);
+    case KILN_BINARY_LT: CMP_LOOP(<);
+    case KILN_BINARY_LE: CMP_LOOP(<=);
+    case KILN_BINARY_GT: CMP_LOOP(>);
+    case KILN_BINARY_GE: CMP_LOOP(>=);
+    default: return false;
+    }
+}
+
 static void binary_row(void *argp, char *const *p, const int64_t *s, int64_t n)
 {
     const binary_job *j = argp;
@@ -393,6 +415,9 @@ static void binary_row(void *argp, char *const *p, const int64_t *s, int64_t n)
                               (const float *)p[2], s[2], n);
         return;
     }
+    if (j->id == KILN_F32 && j->od == KILN_BOOL && s[0] == 1 &&
+        compare_f32(j->op, (uint8_t *)p[0], (const float *)p[1], s[1], (const float *)p[2], s[2], n))
+        return;
     size_t oes = kiln__cpu_esize(j->od), ies = kiln__cpu_esize(j->id);
     for (int64_t done = 0; done < n; done += BLOCK) {
         int64_t m = n - done < BLOCK ? n - done : BLOCK;
@@ -458,6 +483,28 @@ static void where_row(void *argp, char *const *p, const int64_t *s, int64_t n)
         const uint32_t *a = (const uint32_t *)p[2], *b = (const uint32_t *)p[3];
         for (int64_t i = 0; i < n; i++)
             o[i] = c[i] ? a[i] : b[i];
+        return;
+    }
+    if (j->es == 4 && s[0] == 1 && s[1] == 1 && s[2] == 1 && s[3] == 0) {
+        /* a gradient mask: select a tensor or a broadcast constant. Masks are close to
+         * random, so the select is arithmetic (vectorized) rather than a branch. */
+        uint32_t *o = (uint32_t *)p[0];
+        const uint32_t *a = (const uint32_t *)p[2], bv = *(const uint32_t *)p[3];
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t m = 0u - (uint32_t)(c[i] != 0);
+            o[i] = (a[i] & m) | (bv & ~m);
+        }
+        return;
+    }
+    if (j->es == 4 && s[0] == 1) {
+        /* other broadcasts, with the cond strided */
+        uint32_t *o = (uint32_t *)p[0];
+        const uint32_t *a = (const uint32_t *)p[2], *b = (const uint32_t *)p[3];
+        int64_t sc = s[1], sa = s[2], sb = s[3];
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t m = 0u - (uint32_t)(c[i * sc] != 0);
+            o[i] = (a[i * sa] & m) | (b[i * sb] & ~m);
+        }
         return;
     }
     int64_t es = (int64_t)j->es;

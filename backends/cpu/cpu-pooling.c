@@ -143,6 +143,7 @@ typedef struct mp2_job {
     const float *x;
     float *y;
     const kiln__cpu_kernels *k;
+    int64_t *idx; /* flat in-plane indices, for the training variant */
 } mp2_job;
 
 static void mp2_rows(void *argp, int64_t r0, int64_t r1)
@@ -154,6 +155,54 @@ static void mp2_rows(void *argp, int64_t r0, int64_t r1)
         int64_t pl = r / OH, oh = r % OH;
         const float *r0p = j->x + pl * g->isz + 2 * oh * W;
         j->k->maxpool2x2_row_f32(j->y + pl * g->osz + oh * OW, r0p, r0p + W, OW);
+    }
+}
+
+/* The same 2x2 stride-2 window when training asks for indices, with the generic loop's
+ * rule: the first maximum wins, a NaN wins and a later NaN replaces it. Which of the four
+ * wins is unpredictable on real activations, so the common (NaN-free) case is written
+ * without branches: the max, then the first position equal to it. */
+static inline void mp2_take(float v, int64_t i, float *best, int64_t *bi)
+{
+    if (v > *best || v != v) {
+        if (*best == *best || v != v) {
+            *best = v;
+            *bi = i;
+        }
+    }
+}
+
+static void mp2_rows_idx(void *argp, int64_t r0, int64_t r1)
+{
+    const mp2_job *j = argp;
+    const pgeom *g = j->g;
+    int64_t OH = g->out[1], OW = g->out[2], W = g->in[2];
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t pl = r / OH, oh = r % OH;
+        const float *a = j->x + pl * g->isz + 2 * oh * W, *b = a + W;
+        float *y = j->y + pl * g->osz + oh * OW;
+        int64_t *ix = j->idx + pl * g->osz + oh * OW;
+        int64_t base = 2 * oh * W;
+        for (int64_t ow = 0; ow < OW; ow++) {
+            float v[4] = {a[2 * ow], a[2 * ow + 1], b[2 * ow], b[2 * ow + 1]};
+            float sum = (v[0] + v[1]) + (v[2] + v[3]);
+            if (__builtin_expect(sum != sum, 0)) { /* a NaN (or inf - inf): the exact rule */
+                float best = v[0];
+                int64_t bi = base + 2 * ow;
+                mp2_take(v[1], base + 2 * ow + 1, &best, &bi);
+                mp2_take(v[2], base + 2 * ow + W, &best, &bi);
+                mp2_take(v[3], base + 2 * ow + W + 1, &best, &bi);
+                y[ow] = best;
+                ix[ow] = bi;
+                continue;
+            }
+            float m01 = v[1] > v[0] ? v[1] : v[0], m23 = v[3] > v[2] ? v[3] : v[2];
+            float m = m23 > m01 ? m23 : m01;
+            int n0 = v[0] != m, n1 = v[1] != m, n2 = v[2] != m;
+            int k = n0 * (1 + n1 * (1 + n2));
+            y[ow] = v[k]; /* v[k] == m; taken from v so a +0/-0 tie keeps the first's sign */
+            ix[ow] = base + 2 * ow + (k & 1) + (k >> 1) * W;
+        }
     }
 }
 
@@ -181,13 +230,14 @@ int kiln__cpu_pooling(void *vctx, const kiln_pool_params *p, const kiln_tdesc *o
         kiln__cpu_scratch_put(ctx, hi);
         return kiln__cpu_enomem("pool");
     }
-    bool fast2x2 = p->kind == KILN_POOL_MAX && !indices && ct == KILN_F32 && p->nspatial >= 2 &&
+    bool fast2x2 = p->kind == KILN_POOL_MAX && ct == KILN_F32 && p->nspatial >= 2 &&
                    g.k[0] == 1 && g.st[0] == 1 && g.pad[0] == 0 &&
                    g.k[1] == 2 && g.k[2] == 2 && g.st[1] == 2 && g.st[2] == 2 &&
                    g.pad[1] == 0 && g.pad[2] == 0 && g.dil[1] == 1 && g.dil[2] == 1 &&
-                   g.in[0] == g.out[0] && 2 * g.out[1] <= g.in[1] && 2 * g.out[2] <= g.in[2];
+                   g.in[0] == g.out[0] && 2 * g.out[1] <= g.in[1] && 2 * g.out[2] <= g.in[2] &&
+                   (!indices || g.out[0] == 1); /* indices are flat over a whole 3-D plane */
     if (fast2x2) {
-        mp2_job j = {&g, xp, yp, ctx->k};
+        mp2_job j = {&g, xp, yp, ctx->k, ip};
         int64_t rows = g.planes * g.out[0] * g.out[1];
         if (g.out[0] != 1) {
             /* 3-D input with unit depth kernel: treat depth slices as planes */
@@ -195,7 +245,7 @@ int kiln__cpu_pooling(void *vctx, const kiln_pool_params *p, const kiln_tdesc *o
             g.isz /= g.in[0];
             g.osz /= g.out[0];
         }
-        kiln__cpu_parallel_for(ctx, rows, 1 + 8192 / (g.out[2] + 1), mp2_rows, &j);
+        kiln__cpu_parallel_for(ctx, rows, 1 + 8192 / (g.out[2] + 1), ip ? mp2_rows_idx : mp2_rows, &j);
     } else {
         pool_job j = {&g, p, xp, yp, ip, ct == KILN_F64, ctx};
         kiln__cpu_parallel_for(ctx, g.planes, 1 + 16384 / (g.osz * 4 + 1),

@@ -337,12 +337,188 @@ static void out_range(void *argp, int64_t b, int64_t e)
         reduce_one(j, i, false);
 }
 
+/* ------------------------------------------------------------------ f32 fast path */
+
+/* The reductions training runs every step — a bias gradient (sum over the rows of a
+ * [rows, features] matrix), batch-norm statistics (sum/mean/var over N, H, W of an NCHW
+ * tensor) — reduce a contiguous f32 tensor whose kept dims form one block: in canonical
+ * form it is [A, K, B] with the K outputs in the middle. The generic walk above visits
+ * each output's elements with stride K*B, one load at a time through the dtype switch;
+ * here a B == 1 reduction adds whole rows into a row of double accumulators (unit
+ * stride, vectorized), and a B > 1 one sums contiguous runs of B with eight independent
+ * lanes. Accumulation stays in double as everywhere else in this file. */
+typedef struct fplan {
+    const float *x;
+    char *out;
+    kiln_dtype od;
+    kiln_reduce_op op;
+    double param;
+    int64_t A, K, B;
+} fplan;
+
+enum { FCHUNK = 256 };
+
+static double run_sum(const float *x, int64_t n)
+{
+    double l[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int q = 0; q < 8; q++)
+            l[q] += x[i + q];
+    double s = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    for (; i < n; i++)
+        s += x[i];
+    return s;
+}
+
+static double run_dev(const float *x, int64_t n, double c)
+{
+    double l[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int q = 0; q < 8; q++) {
+            double d = x[i + q] - c;
+            l[q] += d * d;
+        }
+    double s = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    for (; i < n; i++) {
+        double d = x[i] - c;
+        s += d * d;
+    }
+    return s;
+}
+
+static void fast_store(const fplan *f, int64_t k, double sum, double dev)
+{
+    double n = (double)(f->A * f->B), r;
+    switch (f->op) {
+    case KILN_REDUCE_MEAN: r = sum / n; break;
+    case KILN_REDUCE_VAR: case KILN_REDUCE_STD: {
+        double den = n - f->param;
+        r = dev / (den < 0 ? 0 : den);
+        if (f->op == KILN_REDUCE_STD)
+            r = sqrt(r);
+        break;
+    }
+    default: r = sum; break;
+    }
+    kiln__cpu_st(f->out + k * (int64_t)kiln__cpu_esize(f->od), f->od, r);
+}
+
+static bool fast_two_pass(const fplan *f)
+{
+    return f->op == KILN_REDUCE_VAR || f->op == KILN_REDUCE_STD;
+}
+
+/* Outputs [k0, k1) in chunks of FCHUNK. */
+static void fast_range(void *argp, int64_t k0, int64_t k1)
+{
+    const fplan *f = argp;
+    double s[FCHUNK], d[FCHUNK], c[FCHUNK];
+    double n = (double)(f->A * f->B);
+    for (int64_t kb = k0; kb < k1; kb += FCHUNK) {
+        int64_t m = k1 - kb < FCHUNK ? k1 - kb : FCHUNK;
+        for (int64_t i = 0; i < m; i++)
+            s[i] = d[i] = 0;
+        if (f->B == 1) {
+            for (int64_t a = 0; a < f->A; a++) {
+                const float *row = f->x + a * f->K + kb;
+                for (int64_t i = 0; i < m; i++)
+                    s[i] += row[i];
+            }
+            if (fast_two_pass(f)) {
+                for (int64_t i = 0; i < m; i++)
+                    c[i] = s[i] / n;
+                for (int64_t a = 0; a < f->A; a++) {
+                    const float *row = f->x + a * f->K + kb;
+                    for (int64_t i = 0; i < m; i++) {
+                        double v = row[i] - c[i];
+                        d[i] += v * v;
+                    }
+                }
+            }
+        } else {
+            for (int64_t i = 0; i < m; i++) {
+                if (!fast_two_pass(f)) {
+                    for (int64_t a = 0; a < f->A; a++)
+                        s[i] += run_sum(f->x + (a * f->K + kb + i) * f->B, f->B);
+                    continue;
+                }
+                /* Variance in one trip through memory: each run's two passes (sum, then
+                 * squared deviations from the run's mean) hit cache, and the runs are
+                 * merged with the pairwise update (Chan et al.), which does not cancel. */
+                double cnt = 0, mean = 0, m2 = 0, nb = (double)f->B;
+                for (int64_t a = 0; a < f->A; a++) {
+                    const float *run = f->x + (a * f->K + kb + i) * f->B;
+                    double rs = run_sum(run, f->B);
+                    double rm = rs / nb, rd = run_dev(run, f->B, rm);
+                    double tot = cnt + nb, delta = rm - mean;
+                    mean += delta * nb / tot;
+                    m2 += rd + delta * delta * cnt * nb / tot;
+                    cnt = tot;
+                    s[i] += rs;
+                }
+                d[i] = m2;
+            }
+        }
+        for (int64_t i = 0; i < m; i++)
+            fast_store(f, kb + i, s[i], d[i]);
+    }
+}
+
+/* Takes the reduction when it fits the [A, K, B] form; false leaves it to the walk. */
+static bool reduce_fast_f32(kiln__cpu_ctx *ctx, kiln_reduce_op op, const kiln_tdesc *out,
+                            const kiln_tdesc *in, uint32_t mask, double param)
+{
+    if (in->dtype != KILN_F32 || (out->dtype != KILN_F32 && out->dtype != KILN_F64) ||
+        (op != KILN_REDUCE_SUM && op != KILN_REDUCE_MEAN && op != KILN_REDUCE_VAR &&
+         op != KILN_REDUCE_STD) ||
+        !kiln__cpu_contig(in))
+        return false;
+    /* Dims of size 1 are neither; the kept ones must form one block, contiguous in out. */
+    int64_t A = 1, K = 1, B = 1, ostride = 1;
+    int state = 0; /* 0: leading reduced, 1: kept block, 2: trailing reduced */
+    for (int d = in->ndim - 1; d >= 0; d--) {
+        if (in->shape[d] == 1)
+            continue;
+        bool red = (mask >> d) & 1u;
+        if (red) {
+            if (state == 0)
+                B *= in->shape[d];
+            else {
+                state = 2;
+                A *= in->shape[d];
+            }
+        } else {
+            if (state == 2)
+                return false;
+            state = 1;
+            if (out->strides[d] != ostride)
+                return false;
+            ostride *= in->shape[d];
+            K *= in->shape[d];
+        }
+    }
+    int64_t total = A * K * B;
+    if (total == 0 || A * B == 1 || K < ctx->nthreads)
+        return false;
+    fplan f = {kiln__cpu_ptr(in), kiln__cpu_ptr(out), out->dtype, op, param, A, K, B};
+    int64_t per = A * B * (fast_two_pass(&f) ? 2 : 1);
+    int64_t grain = per >= 16384 ? 1 : 16384 / per;
+    if (B == 1 && grain < 16)
+        grain = 16; /* rows of at least 16 accumulators keep the row loop vectorized */
+    kiln__cpu_parallel_for(ctx, K, grain, fast_range, &f);
+    return true;
+}
+
 int kiln__cpu_reduce(void *vctx, kiln_reduce_op op, const kiln_tdesc *out, const kiln_tdesc *in,
                      uint32_t mask, double param)
 {
     kiln__cpu_ctx *ctx = vctx;
     if ((unsigned)op >= KILN_REDUCE_COUNT)
         return kiln__error_set("cpu reduce: unknown op %d", (int)op), KILN_EINVAL;
+    if (reduce_fast_f32(ctx, op, out, in, mask, param))
+        return 0;
     rplan pl;
     memset(&pl, 0, sizeof pl);
     pl.in = in;

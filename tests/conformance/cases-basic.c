@@ -671,6 +671,14 @@ void conf_cases_elementwise(void)
         conf_push(&c, "value %g", c.d[0]);
     }
     {
+        /* the relu-gradient form: a strided mask selecting a tensor or a broadcast zero */
+        conf_case c = conf_make("where", KILN_F32, b_where);
+        conf_in(&c, KILN_BOOL, KILN_SHAPE(13, 40), G_BOOL, 0, 1, V_STEP);
+        conf_in(&c, -1, KILN_SHAPE(13, 40), G_SPECIAL, -9, 9, V_NONE);
+        conf_in(&c, -1, KILN_SHAPE(1), G_UNI, -9, 9, V_NONE);
+        conf_push(&c, "broadcast scalar operand");
+    }
+    {
         conf_case c = conf_make("masked_fill", KILN_F32, b_where);
         c.p[0] = 1;
         c.d[0] = -INFINITY;

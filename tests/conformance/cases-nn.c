@@ -469,6 +469,9 @@ void conf_cases_nn(void)
         pool_case(1, dt, KILN_SHAPE(2, 3, 11, 13), V_T, 2, 2, 1, 1, true, true, false, G_UNI);
         pool_case(1, dt, KILN_SHAPE(2, 3, 10, 12), V_NONE, 2, 0, 0, 0, false, true, true, G_SPECIAL);
         pool_case(1, dt, KILN_SHAPE(4, 32, 32), V_NONE, 2, 0, 0, 0, false, true, true, G_UNI);
+        /* the cpu 2x2 training path: ties (first maximum's index wins), a strided view */
+        pool_case(1, dt, KILN_SHAPE(3, 5, 8, 9), V_NONE, 2, 0, 0, 0, false, true, true, G_INT);
+        pool_case(1, dt, KILN_SHAPE(3, 5, 8, 9), V_STEP, 2, 0, 0, 0, false, true, true, G_UNI);
         pool_case(1, dt, KILN_SHAPE(2, 16, 64, 66), V_NONE, 2, 0, 0, 0, false, true, false, G_UNI);
         pool_case(3, dt, KILN_SHAPE(2, 16, 64, 66), V_NONE, 2, 0, 0, 0, false, true, false, G_UNI);
         pool_case(0, dt, KILN_SHAPE(2, 3, 17), V_NONE, 3, 2, 1, 0, false, true, true, G_UNI);

@@ -196,6 +196,22 @@ void conf_cases_reduce(void)
             reduce_case(op, KILN_BOOL, KILN_SHAPE(5, 3, 2), V_T, (rdims){0, {0}}, false, param, G_BOOL);
         }
     }
+    /* The cpu backend's [A, K, B] f32 path (kept dims one block in the middle): batch-norm
+     * statistics over N, H, W; bias gradients over rows; a unit dim inside the kept block;
+     * runs shorter and longer than its 8 lanes and chunks of 256 outputs; NaN/Inf. */
+    static const int ak_ops[] = {R_SUM, R_MEAN, R_VAR, R_STD};
+    for (int i = 0; i < 4; i++) {
+        int op = ak_ops[i];
+        double param = op == R_VAR || op == R_STD ? 1 : 0;
+        reduce_case(op, KILN_F32, KILN_SHAPE(8, 13, 5, 7), V_NONE, (rdims){3, {0, 2, 3}}, true, param, G_UNI);
+        reduce_case(op, KILN_F32, KILN_SHAPE(3, 33, 1, 3), V_NONE, (rdims){2, {0, 3}}, false, param, G_UNI);
+        reduce_case(op, KILN_F32, KILN_SHAPE(2, 9, 1, 4, 19), V_NONE, (rdims){2, {0, 4}}, false, param, G_UNI);
+        reduce_case(op, KILN_F32, KILN_SHAPE(37, 600), V_NONE, (rdims){1, {0}}, false, param, G_UNI);
+        reduce_case(op, KILN_F32, KILN_SHAPE(4, 5, 3), V_NONE, (rdims){2, {0, 1}}, true, param, G_UNI);
+        reduce_case(op, KILN_F32, KILN_SHAPE(7, 3, 9), V_NONE, (rdims){2, {0, 2}}, false, param, G_SPECIAL);
+        reduce_case(op, KILN_F32, KILN_SHAPE(9, 40), V_NONE, (rdims){1, {0}}, false, param, G_SPECIAL);
+    }
+    reduce_case(R_VAR, KILN_F32, KILN_SHAPE(6, 12, 4, 4), V_NONE, (rdims){3, {0, 2, 3}}, false, 0, G_UNI);
     /* var/std corrections and norm orders */
     static const double corr[] = {0, 2};
     for (int i = 0; i < 2; i++) {
