@@ -3,6 +3,11 @@
  * scheduler/trainer (resuming from a checkpoint when there is one), records how it ended, and
  * hands a registered model to the loop, which loads it through the serving module's repository
  * endpoint (see api/jobs.c for why that path).
+ *
+ * Inference preempts training: a job holds a training slot on its device for its whole run and
+ * goes through the scheduler's training gate before every step (scheduler.h). The trainer calls
+ * the progress hook once after every step, so that hook is where one step's turn ends and the
+ * next one's begins; the first turn is taken before the run starts.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -25,6 +30,7 @@ struct job_run {
     struct kiln_jobs *j;
     int64_t id;
     uint64_t last_progress_ns;
+    struct kiln_sched_training gate;
 };
 
 static uint64_t mono_ns(void)
@@ -43,6 +49,10 @@ static void hook_event(void *ud, const char *type, const char *json)
 static void hook_progress(void *ud, double f)
 {
     struct job_run *r = ud;
+    /* Between two steps: give the device to inference if any is waiting for it. A cancelled
+     * wait needs nothing more here; the trainer sees the same flag before the next step. */
+    kiln_sched_training_release(&r->gate);
+    kiln_sched_training_acquire(&r->gate);
     uint64_t t = mono_ns();
     if (t - r->last_progress_ns < 500000000u && f < 1.0)
         return;
@@ -112,7 +122,7 @@ static void run_job(struct kiln_jobs *j, int64_t id)
     }
     if (!resume && from && kiln__jobs_dir_exists(from))
         resume = from;
-    struct job_run jr = {j, id, 0};
+    struct job_run jr = {j, id, 0, {0}};
     struct kiln_trainer_run run = {
         .spec = &spec,
         .checkpoint_dir = ckpt,
@@ -127,8 +137,20 @@ static void run_job(struct kiln_jobs *j, int64_t id)
         memset(&res, 0, sizeof res);
         snprintf(res.error, sizeof res.error, "out of memory");
         rc = -1;
+    } else if (kiln_sched_training_begin(j->o.sched, spec.device, &j->cancel, &jr.gate) != 0) {
+        /* Cancelled (or shutting down) while another job held the device. */
+        memset(&res, 0, sizeof res);
+        snprintf(res.stop_reason, sizeof res.stop_reason, "cancelled");
+        rc = 0;
     } else {
+        kiln_sched_training_acquire(&jr.gate);
         rc = kiln_trainer_run(&run, &res);
+        kiln_sched_training_end(&jr.gate);
+        if (jr.gate.yields)
+            kiln__jobs_log(j, KILN_LOG_INFO, "job %lld yielded to inference before %llu steps (%llu ran after "
+                           "training.max_wait_ms), waiting %.3f s in all", (long long)id,
+                           (unsigned long long)jr.gate.yields, (unsigned long long)jr.gate.forced,
+                           (double)jr.gate.wait_ns / 1e9);
     }
     pthread_mutex_lock(&j->mu);
     bool stopping = j->stopping;

@@ -24,6 +24,7 @@
 #include "router.h"
 
 struct kiln_serving;
+struct kiln_sched;
 
 struct kiln_jobs_options {
     uv_loop_t *loop;
@@ -32,6 +33,7 @@ struct kiln_jobs_options {
     const struct kiln_strlist *data_roots;
     const struct kiln_strlist *tokens;    /* as kiln_serving_options: "admin:T", "read:T", "T" */
     struct kiln_serving *serving;         /* finished models are loaded through it; may be NULL */
+    struct kiln_sched *sched;             /* steps take turns with its inference; NULL: ungated */
     void (*log)(void *ud, enum kiln_log_level level, const char *msg);
     void *log_ud;
 };

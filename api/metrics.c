@@ -121,15 +121,27 @@ struct kiln_metric_family *kiln_metrics_family(struct kiln_metrics *m, const cha
     return f;
 }
 
-int kiln_metrics_gauge_fn(struct kiln_metrics *m, const char *name, const char *help,
-                          double (*fn)(void *ctx), void *ctx)
+static int sampled(struct kiln_metrics *m, const char *name, const char *help, enum kiln_metric_type type,
+                   double (*fn)(void *ctx), void *ctx)
 {
-    struct kiln_metric_family *f = kiln_metrics_family(m, name, help, KILN_METRIC_GAUGE, NULL, NULL, 0);
+    struct kiln_metric_family *f = kiln_metrics_family(m, name, help, type, NULL, NULL, 0);
     if (!f)
         return -1;
     f->fn = fn;
     f->fn_ctx = ctx;
     return 0;
+}
+
+int kiln_metrics_gauge_fn(struct kiln_metrics *m, const char *name, const char *help,
+                          double (*fn)(void *ctx), void *ctx)
+{
+    return sampled(m, name, help, KILN_METRIC_GAUGE, fn, ctx);
+}
+
+int kiln_metrics_counter_fn(struct kiln_metrics *m, const char *name, const char *help,
+                            double (*fn)(void *ctx), void *ctx)
+{
+    return sampled(m, name, help, KILN_METRIC_COUNTER, fn, ctx);
 }
 
 struct kiln_metric_series *kiln_metrics_series(struct kiln_metric_family *f,

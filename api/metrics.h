@@ -44,6 +44,9 @@ struct kiln_metric_family *kiln_metrics_family(struct kiln_metrics *m, const cha
 /* A gauge sampled when rendering, e.g. uptime. */
 int kiln_metrics_gauge_fn(struct kiln_metrics *m, const char *name, const char *help,
                           double (*fn)(void *ctx), void *ctx);
+/* A counter kept by another thread (fn must read it safely), sampled when rendering. */
+int kiln_metrics_counter_fn(struct kiln_metrics *m, const char *name, const char *help,
+                            double (*fn)(void *ctx), void *ctx);
 
 /* Finds or creates the series with these label values (same count as the family's names). */
 struct kiln_metric_series *kiln_metrics_series(struct kiln_metric_family *f,

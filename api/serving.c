@@ -109,6 +109,35 @@ static double process_rss(void *ctx)
     return (double)rss * (double)sysconf(_SC_PAGESIZE);
 }
 
+/* The training gate's totals (scheduler.h), sampled when /metrics renders. */
+static double training_stat(struct kiln_serving *sv, int which)
+{
+    struct kiln_sched_training_stats t;
+    kiln_sched_training_stats(sv->o.sched, &t);
+    return which == 0 ? (double)t.yields : which == 1 ? (double)t.wait_ns / 1e9 : which == 2 ? (double)t.forced
+                                                                                               : (double)t.steps;
+}
+static double training_yields(void *ctx) { return training_stat(ctx, 0); }
+static double training_wait(void *ctx) { return training_stat(ctx, 1); }
+static double training_forced(void *ctx) { return training_stat(ctx, 2); }
+static double training_steps(void *ctx) { return training_stat(ctx, 3); }
+
+static int register_training_metrics(struct kiln_serving *sv)
+{
+    struct kiln_metrics *m = sv->o.metrics;
+    int rc = kiln_metrics_counter_fn(m, "kiln_training_steps_total",
+                                     "Training steps that went through the device's training gate.", training_steps, sv);
+    rc |= kiln_metrics_counter_fn(m, "kiln_training_yields_total",
+                                  "Training steps that waited because inference was queued or running on the device.",
+                                  training_yields, sv);
+    rc |= kiln_metrics_counter_fn(m, "kiln_training_forced_steps_total",
+                                  "Training steps that ran with inference still pending, after training.max_wait_ms.",
+                                  training_forced, sv);
+    rc |= kiln_metrics_counter_fn(m, "kiln_training_wait_seconds_total",
+                                  "Time training steps spent waiting for inference to drain.", training_wait, sv);
+    return rc;
+}
+
 static int register_metrics(struct kiln_serving *sv)
 {
     struct kiln_metrics *m = sv->o.metrics;
@@ -131,7 +160,8 @@ static int register_metrics(struct kiln_serving *sv)
     sv->f_inflight = kiln_metrics_family(m, "kiln_inference_in_flight",
                                          "Inference requests accepted and not yet answered.", KILN_METRIC_GAUGE,
                                          model, NULL, 0);
-    if (!sv->f_requests || !sv->f_queue || !sv->f_compute || !sv->f_batch || !sv->f_depth || !sv->f_inflight)
+    if (!sv->f_requests || !sv->f_queue || !sv->f_compute || !sv->f_batch || !sv->f_depth || !sv->f_inflight ||
+        register_training_metrics(sv) != 0)
         return -1;
     return kiln_metrics_gauge_fn(m, "kiln_process_resident_memory_bytes", "Resident set size of kilnd.",
                                  process_rss, sv);

@@ -57,6 +57,12 @@ struct kiln_config_remote {
     int64_t max_queued_ops;
 };
 
+/* Training beside inference on a shared device (the scheduler's training gate). */
+struct kiln_config_training {
+    int64_t max_wait_ms;
+    int64_t max_jobs_per_device;
+};
+
 struct kiln_config {
     char *host;
     int64_t port;
@@ -66,6 +72,7 @@ struct kiln_config {
     int64_t worker_threads;
     struct kiln_config_limits limits;
     struct kiln_config_remote remote;
+    struct kiln_config_training training;
     int64_t drain_timeout_ms;
     int64_t log_level;          /* enum kiln_log_level */
     int64_t log_format;         /* enum kiln_log_format */

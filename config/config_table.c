@@ -76,6 +76,15 @@ const struct kiln__config_key kiln__config_keys[] = {
      "KILN_REMOTE_MAX_QUEUED_OPS", "--remote-max-queued-ops",
      "Messages one remote session may have waiting for its device worker; past it a message gets an error "
      "instead of being queued."},
+    {"training.max_wait_ms", KILN__CT_INT, OFF(training.max_wait_ms), 0, 60000, NULL, "100",
+     "KILN_TRAINING_MAX_WAIT_MS", "--training-max-wait-ms",
+     "Inference preempts training between training steps: a step waits while the device has inference queued or "
+     "running, but never longer than this, so training still makes a step at least this often (plus the step's "
+     "own time) under constant load. 0 lets training run without waiting."},
+    {"training.max_jobs_per_device", KILN__CT_INT, OFF(training.max_jobs_per_device), 1, 64, NULL, "1",
+     "KILN_TRAINING_MAX_JOBS_PER_DEVICE", "--training-max-jobs-per-device",
+     "Training jobs that may hold one device at once; another waits for a slot. kilnd runs its jobs one at a time "
+     "on one training thread, so today a value above 1 changes nothing."},
     {"drain_timeout_ms", KILN__CT_INT, OFF(drain_timeout_ms), 0, 3600000, NULL, "10000",
      "KILN_DRAIN_TIMEOUT_MS", "--drain-timeout-ms",
      "On SIGTERM/SIGINT, how long in-flight requests may take before the remaining connections are cut."},

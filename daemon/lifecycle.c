@@ -259,6 +259,8 @@ static int start_serving(struct kiln_daemon *d)
         .ndevices = d->cfg.devices.count,
         .workers_per_device = (int)d->cfg.worker_threads,
         .max_queue = (size_t)d->cfg.limits.max_queue_depth,
+        .training_max_wait_ms = d->cfg.training.max_wait_ms,
+        .training_max_jobs = (int)d->cfg.training.max_jobs_per_device,
     };
     if (kiln_sched_new(&d->sched, &so, err, sizeof err) != 0) {
         kiln_log_write(&d->log, KILN_LOG_ERROR, "scheduler: %s", err);
@@ -402,6 +404,7 @@ int kiln_daemon_init(struct kiln_daemon *d, struct kiln_config *cfg)
         .data_roots = &d->cfg.data_roots,
         .tokens = &d->cfg.api_tokens,
         .serving = d->serving,
+        .sched = d->sched,
         .log = kiln_log_sink,
         .log_ud = &d->log,
     };

@@ -1,6 +1,7 @@
 /*
  * scheduler/sched-impl.h — the scheduler's structs, shared by scheduler.c (workers, queues,
- * batching) and model.c (building an instance from a repository version, running a batch).
+ * batching), model.c (building an instance from a repository version, running a batch) and
+ * sched-gate.c (training's turn on a device).
  */
 #ifndef KILN_SCHED_IMPL_H
 #define KILN_SCHED_IMPL_H
@@ -43,6 +44,7 @@ struct kiln_sched_model {
      * list (under the lock, before the load completes), so readers on the loop see it complete.
      */
     kiln_model_config cfg;
+    struct kiln__sched_gate *gate;      /* the gate of the device its instances run on */
     atomic_int refs;
     atomic_int pending;                 /* instance loads or frees still to finish */
     int ninst;
@@ -64,8 +66,22 @@ struct kiln__sched_ctl {
     struct kiln__sched_ctl *next;
 };
 
+/*
+ * One device spec's training gate. Workers that drive the same spec share it. Every field is
+ * under the scheduler lock.
+ */
+struct kiln__sched_gate {
+    char *spec;
+    pthread_cond_t cv;                  /* trainers wait here; workers broadcast when they go idle */
+    int jobs;                           /* training jobs holding a slot */
+    int waiting;                        /* trainers blocked in begin or acquire */
+    struct kiln_sched_training_stats stats;
+};
+
 struct kiln__sched_worker {
     struct kiln_sched *sched;
+    struct kiln__sched_gate *gate;      /* its device spec's */
+    bool running;                       /* a batch or a task is running on it (under the lock) */
     pthread_t thread;
     pthread_cond_t cv;
     kiln_device *dev;
@@ -83,6 +99,8 @@ struct kiln_sched {
     pthread_mutex_t mu;                 /* queues, instance lists, control lists, stats */
     struct kiln__sched_worker *workers;
     size_t nworkers;
+    struct kiln__sched_gate *gates;     /* one per distinct device spec */
+    size_t ngates;
     bool stopping, stopped;
     struct kiln_sched_model *models;
     uv_async_t async;
@@ -103,6 +121,9 @@ void kiln__sched_unbuild(struct kiln__sched_exec *e);
  */
 void kiln__sched_run(struct kiln_sched_model *m, struct kiln__sched_exec *e, kiln_device *dev,
                      struct kiln_sched_request **reqs, int n, int64_t rows);
+
+/* sched-gate.c: the gate of device spec, or NULL when no worker drives it. */
+struct kiln__sched_gate *kiln__sched_gate_for(struct kiln_sched *s, const char *spec);
 
 int kiln__sched_config_copy(kiln_model_config *dst, const kiln_model_config *src);
 void kiln__sched_config_free(kiln_model_config *c);

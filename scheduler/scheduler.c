@@ -15,6 +15,10 @@
  *   - a preferred batch size can be formed exactly: the largest such;
  *   - the oldest request has waited max_queue_delay_us (or no delay is set): run what there is.
  * Requests whose client left or whose deadline passed are dropped as they are taken.
+ *
+ * Training does not run here: a job's thread asks the device's training gate (sched-gate.c) for
+ * the device around each step, and the gate reads the queues and the workers' running flags
+ * kept below. A worker that finishes a run or goes to sleep wakes the trainers waiting on it.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -360,18 +364,25 @@ static void *worker_main(void *arg)
             if (!w->task_head)
                 w->task_tail = NULL;
             w->task_turn = false;
+            w->running = true;
             pthread_mutex_unlock(&s->mu);
             t->run(t, w->dev);
             post_done(s, &t->carrier);
             pthread_mutex_lock(&s->mu);
+            w->running = false;
             continue;
         }
         if (pick) {
             w->rr = pick->wnext;
             w->task_turn = true;
+            w->running = true;
             run_batch(w, pick, n);
+            w->running = false;
             continue;
         }
+        /* Nothing to run now: a trainer waiting for this device may find it free. */
+        if (w->gate->waiting)
+            pthread_cond_broadcast(&w->gate->cv);
         if (wake) {
             /* uv_hrtime is CLOCK_MONOTONIC; the condition variable is set to the same clock. */
             struct timespec ts = {.tv_sec = (time_t)(wake / 1000000000u), .tv_nsec = (long)(wake % 1000000000u)};
@@ -408,7 +419,8 @@ int kiln_sched_new(struct kiln_sched **out, const struct kiln_sched_options *o, 
     uv_unref((uv_handle_t *)&s->async);
     *out = s;
     s->workers = calloc(o->ndevices * (size_t)per, sizeof *s->workers);
-    if (!s->workers) {
+    s->gates = calloc(o->ndevices, sizeof *s->gates);
+    if (!s->workers || !s->gates) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -418,9 +430,26 @@ int kiln_sched_new(struct kiln_sched **out, const struct kiln_sched_options *o, 
             snprintf(err, errlen, "device '%s': %s", o->devices[d], kiln_error());
             return -1;
         }
+        struct kiln__sched_gate *gate = kiln__sched_gate_for(s, o->devices[d]);
+        if (!gate) {
+            gate = &s->gates[s->ngates];
+            gate->spec = strdup(o->devices[d]);
+            if (!gate->spec) {
+                kiln_device_close(dev);
+                snprintf(err, errlen, "out of memory");
+                return -1;
+            }
+            pthread_condattr_t ca;
+            pthread_condattr_init(&ca);
+            pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+            pthread_cond_init(&gate->cv, &ca);
+            pthread_condattr_destroy(&ca);
+            s->ngates++;
+        }
         for (int k = 0; k < per; k++) {
             struct kiln__sched_worker *w = &s->workers[s->nworkers++];
             w->sched = s;
+            w->gate = gate;
             w->dev = k == 0 ? dev : kiln_device_open(o->devices[d]);
             w->spec = strdup(o->devices[d]);
             pthread_condattr_t ca;
@@ -446,6 +475,8 @@ void kiln_sched_stop(struct kiln_sched *s)
     s->stopping = true;
     for (size_t i = 0; i < s->nworkers; i++)
         pthread_cond_signal(&s->workers[i].cv);
+    for (size_t i = 0; i < s->ngates; i++)
+        pthread_cond_broadcast(&s->gates[i].cv);
     pthread_mutex_unlock(&s->mu);
     for (size_t i = 0; i < s->nworkers; i++)
         if (s->workers[i].started)
@@ -500,6 +531,11 @@ void kiln_sched_free(struct kiln_sched *s)
         pthread_cond_destroy(&w->cv);
     }
     free(s->workers);
+    for (size_t i = 0; i < s->ngates; i++) {
+        free(s->gates[i].spec);
+        pthread_cond_destroy(&s->gates[i].cv);
+    }
+    free(s->gates);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->done_mu);
     free(s);
@@ -529,6 +565,7 @@ int kiln_sched_model_load(struct kiln_sched *s, const char *name, const kiln_mod
     atomic_init(&m->pending, count);
     m->load_done = done;
     m->load_ud = ud;
+    m->gate = kiln__sched_gate_for(s, dev);
     if (!m->name || !m->path || !m->inst || kiln__sched_config_copy(&m->cfg, &v->config) != 0) {
         free_model_struct(m);
         return -1;

@@ -44,6 +44,11 @@ struct kiln_sched_options {
     size_t ndevices;
     int workers_per_device;         /* >= 1 */
     size_t max_queue;               /* per model; a full queue refuses submissions */
+    /* The training gate (kiln_sched_training_*): the longest a training step waits for a
+     * device's inference to drain before it runs anyway (0: training never waits), and how many
+     * training jobs may hold one device at once (0 means 1). */
+    int64_t training_max_wait_ms;
+    int training_max_jobs;
 };
 
 /* A host tensor: row-major bytes in dtype. */
@@ -151,5 +156,65 @@ struct kiln_sched_task {
 int kiln_sched_worker_for(struct kiln_sched *s, const char *device, unsigned hint);
 /* Queues t on worker; 0, or -1 when the scheduler is stopping (done will not run). */
 int kiln_sched_task_submit(struct kiln_sched *s, int worker, struct kiln_sched_task *t);
+
+/*
+ * The training gate: inference preempts training on a shared device between training steps.
+ *
+ * A training job does not run on the device's workers (a step is a long chain of ops with its
+ * own memory scope); it runs on its own thread and asks the scheduler for the device around
+ * every step:
+ *
+ *     struct kiln_sched_training t;
+ *     if (kiln_sched_training_begin(s, "cpu", &cancel, &t) == 0) {   // a job slot on the device
+ *         for each step:
+ *             kiln_sched_training_acquire(&t);   // waits while inference is pending
+ *             ...the step...
+ *             kiln_sched_training_release(&t);
+ *         kiln_sched_training_end(&t);
+ *     }
+ *
+ * acquire waits while the device has inference work: requests queued for a model whose
+ * instances live on it, a batch running on one of its workers, or a task queued or running
+ * there. Inference itself never waits for training; it shares the device with at most the one
+ * step that was already in flight when it arrived. So that training cannot starve under constant
+ * load, acquire gives up waiting after training_max_wait_ms and lets the step run anyway (a
+ * "forced" step). A set cancel flag or a stopping scheduler ends any wait at once (the caller
+ * should then stop training; the flag is polled, so a canceller need not call anything here).
+ *
+ * begin admits at most training_max_jobs jobs per device, waiting for a slot otherwise. A device
+ * spec no worker drives is not gated: begin and acquire return 0 at once.
+ *
+ * Thread affinity: begin, acquire, release and end on the training job's thread; stats and wake
+ * from any thread.
+ */
+struct kiln_sched_training {
+    struct kiln_sched *sched;
+    int dev;                            /* index of the gated device, -1 when not gated */
+    const atomic_bool *cancel;          /* may be NULL */
+    bool holding;                       /* between acquire and release */
+    uint64_t yields, forced, wait_ns;   /* this job's (see kiln_sched_training_stats) */
+};
+
+/* Totals over every device since the scheduler started. */
+struct kiln_sched_training_stats {
+    uint64_t steps;                     /* acquires that let a step run */
+    uint64_t yields;                    /* acquires that found inference pending and waited */
+    uint64_t forced;                    /* of those, the ones that ran because the wait bound passed */
+    uint64_t wait_ns;                   /* time training spent waiting for inference */
+    int jobs;                           /* training jobs holding a device now */
+    int waiting;                        /* trainers blocked in begin or acquire now */
+};
+
+/* 0 with a job slot held; 1 when cancel was set or the scheduler stopped while waiting (no slot). */
+int kiln_sched_training_begin(struct kiln_sched *s, const char *device, const atomic_bool *cancel,
+                              struct kiln_sched_training *t);
+/* Before a step: 0 go; 1 when cancel was set or the scheduler stopped (the step should not run). */
+int kiln_sched_training_acquire(struct kiln_sched_training *t);
+void kiln_sched_training_release(struct kiln_sched_training *t);
+/* Gives the job slot back (releasing a step still held). */
+void kiln_sched_training_end(struct kiln_sched_training *t);
+/* Wakes every waiting trainer so it rechecks its cancel flag now rather than at its next poll. */
+void kiln_sched_training_wake(struct kiln_sched *s);
+void kiln_sched_training_stats(struct kiln_sched *s, struct kiln_sched_training_stats *out);
 
 #endif /* KILN_SCHEDULER_H */

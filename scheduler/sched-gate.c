@@ -1,0 +1,191 @@
+/*
+ * scheduler/sched-gate.c — the training gate: how a training job, running on its own thread,
+ * takes turns with inference on a device (the contract is in scheduler.h).
+ *
+ * The gate holds no device and no queue of its own. Whether a device is busy is read, under the
+ * scheduler lock, from what the workers already keep: the queues of the models whose instances
+ * live on it, each worker's running flag and its task queue. That keeps the inference path free
+ * of any new bookkeeping: a worker only broadcasts the gate's condition variable when it runs out
+ * of work while a trainer waits.
+ *
+ * Waits are timed: the starvation bound ends them, and so does a cancel flag, which the job's
+ * canceller sets without knowing about the gate, so a waiter looks at it at least every
+ * POLL_NS. A sleep that slice long costs nothing next to a training step.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sched-impl.h"
+
+#define POLL_NS 10000000ull   /* 10 ms */
+
+struct kiln__sched_gate *kiln__sched_gate_for(struct kiln_sched *s, const char *spec)
+{
+    for (size_t i = 0; i < s->ngates; i++)
+        if (strcmp(s->gates[i].spec, spec) == 0)
+            return &s->gates[i];
+    return NULL;
+}
+
+/* Under the lock: inference work queued or running on g's device. */
+static bool gate_busy(const struct kiln_sched *s, const struct kiln__sched_gate *g)
+{
+    for (size_t i = 0; i < s->nworkers; i++) {
+        const struct kiln__sched_worker *w = &s->workers[i];
+        if (w->gate == g && (w->running || w->task_head))
+            return true;
+    }
+    for (const struct kiln_sched_model *m = s->models; m; m = m->next)
+        if (m->gate == g && m->queued > 0)
+            return true;
+    return false;
+}
+
+static bool cancelled(const struct kiln_sched_training *t)
+{
+    return t->cancel && atomic_load(t->cancel);
+}
+
+/* Under the lock: sleeps on g until woken, the next poll, or until (0: no limit). */
+static void gate_wait(struct kiln_sched *s, struct kiln__sched_gate *g, uint64_t until)
+{
+    uint64_t wake = uv_hrtime() + POLL_NS;
+    if (until && until < wake)
+        wake = until;
+    struct timespec ts = {.tv_sec = (time_t)(wake / 1000000000u), .tv_nsec = (long)(wake % 1000000000u)};
+    g->waiting++;
+    pthread_cond_timedwait(&g->cv, &s->mu, &ts);
+    g->waiting--;
+}
+
+static int max_jobs(const struct kiln_sched *s)
+{
+    return s->opts.training_max_jobs > 0 ? s->opts.training_max_jobs : 1;
+}
+
+int kiln_sched_training_begin(struct kiln_sched *s, const char *device, const atomic_bool *cancel,
+                              struct kiln_sched_training *t)
+{
+    memset(t, 0, sizeof *t);
+    t->sched = s;
+    t->cancel = cancel;
+    t->dev = -1;
+    if (!s || !device)
+        return 0;
+    pthread_mutex_lock(&s->mu);
+    struct kiln__sched_gate *g = kiln__sched_gate_for(s, device);
+    if (!g) {
+        pthread_mutex_unlock(&s->mu);
+        return 0;
+    }
+    while (g->jobs >= max_jobs(s)) {
+        if (s->stopping || cancelled(t)) {
+            pthread_mutex_unlock(&s->mu);
+            return 1;
+        }
+        gate_wait(s, g, 0);
+    }
+    g->jobs++;
+    g->stats.jobs = g->jobs;
+    t->dev = (int)(g - s->gates);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+int kiln_sched_training_acquire(struct kiln_sched_training *t)
+{
+    if (cancelled(t))
+        return 1;
+    if (t->dev < 0) {
+        t->holding = true;
+        return 0;
+    }
+    struct kiln_sched *s = t->sched;
+    struct kiln__sched_gate *g = &s->gates[t->dev];
+    pthread_mutex_lock(&s->mu);
+    int64_t bound_ms = s->opts.training_max_wait_ms;
+    int rc = 0;
+    if (bound_ms > 0 && !s->stopping && gate_busy(s, g)) {
+        uint64_t start = uv_hrtime(), until = start + (uint64_t)bound_ms * 1000000u;
+        bool forced = false;
+        for (;;) {
+            if (s->stopping || cancelled(t)) {
+                rc = 1;
+                break;
+            }
+            if (!gate_busy(s, g))
+                break;
+            if (uv_hrtime() >= until) {
+                forced = true;
+                break;
+            }
+            gate_wait(s, g, until);
+        }
+        uint64_t waited = uv_hrtime() - start;
+        g->stats.yields++;
+        g->stats.forced += forced;
+        g->stats.wait_ns += waited;
+        t->yields++;
+        t->forced += forced;
+        t->wait_ns += waited;
+    } else if (s->stopping) {
+        rc = 0; /* the workers are gone: nothing to yield to */
+    }
+    if (rc == 0) {
+        g->stats.steps++;
+        t->holding = true;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void kiln_sched_training_release(struct kiln_sched_training *t)
+{
+    t->holding = false;
+}
+
+void kiln_sched_training_end(struct kiln_sched_training *t)
+{
+    kiln_sched_training_release(t);
+    if (t->dev < 0)
+        return;
+    struct kiln_sched *s = t->sched;
+    struct kiln__sched_gate *g = &s->gates[t->dev];
+    pthread_mutex_lock(&s->mu);
+    g->jobs--;
+    g->stats.jobs = g->jobs;
+    /* A job waiting for the slot takes it now. */
+    if (g->waiting)
+        pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&s->mu);
+    t->dev = -1;
+}
+
+void kiln_sched_training_wake(struct kiln_sched *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < s->ngates; i++)
+        pthread_cond_broadcast(&s->gates[i].cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void kiln_sched_training_stats(struct kiln_sched *s, struct kiln_sched_training_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < s->ngates; i++) {
+        const struct kiln_sched_training_stats *g = &s->gates[i].stats;
+        out->steps += g->steps;
+        out->yields += g->yields;
+        out->forced += g->forced;
+        out->wait_ns += g->wait_ns;
+        out->jobs += g->jobs;
+        out->waiting += s->gates[i].waiting;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
