@@ -509,7 +509,8 @@ static bool is_float(kiln_dtype dt)
 
 /* Convolution / pooling geometry: sizes from the spatial dims of x and out agree. */
 static int check_geom(const char *name, int ns, const int64_t *kernel, const int64_t *stride, const int64_t *pad,
-                      const int64_t *dil, const kiln_wire_td *x, const kiln_wire_td *out, char *why, size_t wl)
+                      const int64_t *dil, const kiln_wire_td *x, const kiln_wire_td *out, bool allow_ceil, char *why,
+                      size_t wl)
 {
     for (int s = 0; s < ns; s++) {
         CHECK(stride[s] >= 1 && stride[s] <= (1 << 20) && dil[s] >= 1 && dil[s] <= (1 << 20) && pad[s] >= 0 &&
@@ -518,7 +519,12 @@ static int check_geom(const char *name, int ns, const int64_t *kernel, const int
         int64_t in = x->shape[2 + s];
         int64_t span = dil[s] * (kernel[s] - 1) + 1;
         int64_t o = in + 2 * pad[s] >= span ? (in + 2 * pad[s] - span) / stride[s] + 1 : 0;
-        CHECK(in + 2 * pad[s] >= span && out->shape[2 + s] == o,
+        /* Pooling's ceil_mode (resolved into the output's size by the front end) may add one
+         * window, when it starts inside the input or its left padding (PyTorch's rule). */
+        int64_t oc = in + 2 * pad[s] >= span ? (in + 2 * pad[s] - span + stride[s] - 1) / stride[s] + 1 : 0;
+        if (oc > o && (oc - 1) * stride[s] >= in + pad[s])
+            oc--;
+        CHECK(in + 2 * pad[s] >= span && (out->shape[2 + s] == o || (allow_ceil && out->shape[2 + s] == oc)),
               "%s: output size %lld in spatial dim %d, expected %lld", name, (long long)out->shape[2 + s], s,
               (long long)o);
     }
@@ -540,7 +546,7 @@ static int check_conv(const kiln_wire_op *op, const kiln_wire_td *out, const kil
           "%s: groups %lld do not divide the channels", name, (long long)groups);
     CHECK(out->shape[0] == x->shape[0] && out->shape[1] == w->shape[0], "%s: batch or channel mismatch", name);
     CHECK(out->dtype == x->dtype && w->dtype == x->dtype, "%s: operands must share a dtype", name);
-    return check_geom(name, ns, &w->shape[2], stride, pad, dil, x, out, why, wl);
+    return check_geom(name, ns, &w->shape[2], stride, pad, dil, x, out, false, why, wl);
 }
 
 static int check_pool(const kiln_wire_op *op, const kiln_wire_td *out, const kiln_wire_td *idx,
@@ -560,7 +566,7 @@ static int check_pool(const kiln_wire_op *op, const kiln_wire_td *out, const kil
     }
     for (int s = 0; s < ns; s++)
         CHECK(2 * op->i[7 + s] <= op->i[1 + s], "%s: padding more than half the kernel", name);
-    return check_geom(name, ns, &op->i[1], &op->i[4], &op->i[7], &op->i[10], x, out, why, wl);
+    return check_geom(name, ns, &op->i[1], &op->i[4], &op->i[7], &op->i[10], x, out, true, why, wl);
 }
 
 int kiln_wire_op_check_shapes(const kiln_wire_op *op, char *why, size_t wl)

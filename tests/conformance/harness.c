@@ -647,7 +647,7 @@ static bool in_list(const char *list, const char *name)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: conformance [--list] [-o OP[,OP...]] [-b BACKEND] [-v]\n");
+    fprintf(stderr, "usage: conformance [--list] [-o OP[,OP...]] [-b BACKEND|remote://host:port/device] [-v]\n");
 }
 
 int main(int argc, char **argv)
@@ -688,6 +688,14 @@ int main(int argc, char **argv)
             continue;
         }
         if (g_ntargets < 8)
+            g_targets[g_ntargets++] = d;
+    }
+    /* a remote device is named by its whole spec: -b remote://host:port/cpu */
+    if (backend && strncmp(backend, "remote://", 9) == 0) {
+        kiln_device *d = kiln_device_open(backend);
+        if (!d)
+            printf("backend %s: does not open here (%s); not tested\n", backend, kiln_error());
+        else
             g_targets[g_ntargets++] = d;
     }
     if (backend && strcmp(backend, "ref") == 0) /* ref against itself: a determinism check */
