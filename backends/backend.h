@@ -163,6 +163,19 @@ typedef struct kiln_pool_params {
     bool count_include_pad;
 } kiln_pool_params;
 
+/** The scalars of one fused Adam/AdamW step (torch.optim's _single_tensor_adam), per
+ *  element, with g = -grad when maximize:
+ *      decoupled: p *= param_scale             (AdamW: 1 - lr * weight_decay)
+ *      else:      g += weight_decay * p        (Adam's L2 term; weight_decay may be 0)
+ *      m += (1 - beta1) * (g - m);  v = beta2 * v + (1 - beta2) * g * g
+ *      s = amsgrad ? (vmax = max(vmax, v)) : v
+ *      p -= step_size * m / (sqrt(s) * inv_bc2_sqrt + eps)
+ *  where step_size = lr / (1 - beta1^t) and inv_bc2_sqrt = 1 / sqrt(1 - beta2^t). */
+typedef struct kiln_adam_params {
+    double beta1, beta2, eps, weight_decay, param_scale, step_size, inv_bc2_sqrt;
+    bool decoupled, amsgrad, maximize;
+} kiln_adam_params;
+
 /** What a backend can do, for the router and the conformance suite. */
 typedef struct kiln_backend_caps {
     bool dtype[KILN_DTYPE_COUNT];   /* dtypes it stores and computes */
@@ -284,7 +297,17 @@ typedef struct kiln_backend_iface {
      *  memory. ptr is aligned to 64 bytes and writable (copy-on-write mappings are). */
     kiln_buffer *(*buffer_wrap_host)(void *ctx, void *ptr, size_t nbytes, void (*release)(void *),
                                      void *release_ud);
+
+    /* --- fused optimizer updates (optional: the front end composes them from the
+     * elementwise primitives when NULL, as it does for the remote backend). */
+    /** One Adam/AdamW step in place, elementwise over contiguous tensors of one float
+     *  dtype and shape: param, grad (read only), exp_avg, exp_avg_sq, and max_exp_avg_sq
+     *  when p->amsgrad (else NULL). See kiln_adam_params for the arithmetic. */
+    int (*adam_step)(void *ctx, const kiln_adam_params *p, const kiln_tdesc *param,
+                     const kiln_tdesc *grad, const kiln_tdesc *exp_avg, const kiln_tdesc *exp_avg_sq,
+                     const kiln_tdesc *max_exp_avg_sq);
 } kiln_backend_iface;
+
 
 /** Registration: each backend exports one of these, listed in engine/device.c. */
 const kiln_backend_iface *kiln_backend_ref(void);

@@ -477,6 +477,7 @@ static const kiln_backend_iface cpu_iface = {
     .pad = kiln__cpu_pad,
     .softmax = kiln__cpu_softmax,
     .layer_norm = kiln__cpu_layer_norm,
+    .adam_step = kiln__cpu_adam_step,
 };
 
 const kiln_backend_iface *kiln_backend_cpu(void)

@@ -349,6 +349,9 @@ int kiln__cpu_interpolate_backward(void *ctx, kiln_interp_mode mode, bool align_
                                    const kiln_tdesc *grad_x, const kiln_tdesc *grad_out);
 int kiln__cpu_pad(void *ctx, kiln_pad_mode mode, const kiln_tdesc *out, const kiln_tdesc *in,
                   const int64_t *pads, double value);
+int kiln__cpu_adam_step(void *ctx, const kiln_adam_params *p, const kiln_tdesc *param,
+                        const kiln_tdesc *grad, const kiln_tdesc *exp_avg, const kiln_tdesc *exp_avg_sq,
+                        const kiln_tdesc *max_exp_avg_sq);
 int kiln__cpu_softmax(void *ctx, bool want_log, const kiln_tdesc *out, const kiln_tdesc *in, int dim);
 int kiln__cpu_layer_norm(void *ctx, const kiln_tdesc *out, const kiln_tdesc *mean,
                          const kiln_tdesc *rstd, const kiln_tdesc *x, const kiln_tdesc *weight,

@@ -197,6 +197,7 @@ static const kiln_backend_iface ref_iface = {
     .pad = kiln__ref_pad,
     .softmax = kiln__ref_softmax,
     .layer_norm = kiln__ref_layer_norm,
+    .adam_step = kiln__ref_adam_step,
 };
 
 const kiln_backend_iface *kiln_backend_ref(void)

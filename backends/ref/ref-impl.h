@@ -268,6 +268,9 @@ int kiln__ref_index_add(void *ctx, const kiln_tdesc *out, int dim, const kiln_td
 int kiln__ref_pad(void *ctx, kiln_pad_mode mode, const kiln_tdesc *out, const kiln_tdesc *in,
                   const int64_t *pads, double value);
 
+int kiln__ref_adam_step(void *ctx, const kiln_adam_params *p, const kiln_tdesc *param,
+                        const kiln_tdesc *grad, const kiln_tdesc *exp_avg, const kiln_tdesc *exp_avg_sq,
+                        const kiln_tdesc *max_exp_avg_sq);
 int kiln__ref_matmul(void *ctx, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b);
 int kiln__ref_conv(void *ctx, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
                    const kiln_tdesc *w, const kiln_tdesc *bias);

@@ -274,6 +274,84 @@ static void adam_update(const kiln_optim_config *c, const kiln__optim_pstate *ps
     u->param = axpy(p, -c->lr / bc1, kiln_div(m, denom));
 }
 
+/* The fused path: when the parameter's backend has adam_step and every operand is a
+ * contiguous f32/f64 tensor of the parameter's dtype, the step runs as one in-place pass
+ * (param, exp_avg, exp_avg_sq and max_exp_avg_sq) instead of the composition above. The
+ * state tensors are the optimizer's own (export and import copy them), so updating them
+ * in place is invisible outside; a slot shared anyway keeps the composed path. */
+static bool plain_contig(const kiln_tensor *t, const kiln_tensor *like)
+{
+    if (!t || t->dtype != like->dtype || t->ndim != like->ndim ||
+        memcmp(t->shape, like->shape, sizeof(int64_t) * (size_t)t->ndim))
+        return false;
+    int64_t st[KILN_MAX_DIMS];
+    kiln__contig_strides(t->ndim, t->shape, st);
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] != 1 && t->strides[d] != st[d])
+            return false;
+    return true;
+}
+
+static bool sole_owner(const kiln_tensor *t)
+{
+    return !t || (atomic_load(&t->refcount) == 1 && atomic_load(&t->storage->refcount) == 1);
+}
+
+static bool adam_fusable(const kiln_optim_config *c, const kiln__optim_pstate *ps, const kiln_tensor *g)
+{
+    const kiln_tensor *p = ps->param;
+    if (!kiln__be(p)->adam_step || (p->dtype != KILN_F32 && p->dtype != KILN_F64) || !plain_contig(p, p) ||
+        !plain_contig(g, p) || kiln__dev(g) != kiln__dev(p))
+        return false;
+    int ns = c->amsgrad ? 3 : 2;
+    for (int s = 0; s < ns; s++)
+        if (ps->slot[s] && (!plain_contig(ps->slot[s], p) || !sole_owner(ps->slot[s])))
+            return false;
+    return true;
+}
+
+/* Creates missing state (zeros, as the composition starts from) outside the scope. */
+static int adam_fused_prepare(const kiln_optim_config *c, kiln__optim_pstate *ps)
+{
+    int ns = c->amsgrad ? 3 : 2;
+    for (int s = 0; s < ns; s++) {
+        if (ps->slot[s])
+            continue;
+        kiln_tensor *z = kiln_zeros_like(ps->param);
+        if (!z)
+            return -1;
+        kiln_keep(z);
+        ps->slot[s] = z;
+    }
+    return 0;
+}
+
+static int adam_fused_run(const kiln_optim_config *c, kiln__optim_pstate *ps, kiln_tensor *g, int64_t step)
+{
+    kiln_adam_params ap = {
+        .beta1 = c->beta1,
+        .beta2 = c->beta2,
+        .eps = c->eps,
+        .weight_decay = c->weight_decay,
+        .param_scale = 1 - c->lr * c->weight_decay,
+        .step_size = c->lr / (1 - pow(c->beta1, (double)step)),
+        .inv_bc2_sqrt = 1 / sqrt(1 - pow(c->beta2, (double)step)),
+        .decoupled = c->kind == KILN_OPTIM_ADAMW,
+        .amsgrad = c->amsgrad,
+        .maximize = c->maximize,
+    };
+    kiln_tdesc pd, gd, md, vd, xd;
+    kiln__desc(ps->param, &pd);
+    kiln__desc(g, &gd);
+    kiln__desc(ps->slot[0], &md);
+    kiln__desc(ps->slot[1], &vd);
+    if (c->amsgrad)
+        kiln__desc(ps->slot[2], &xd);
+    int rc = kiln__be(ps->param)->adam_step(kiln__ctx(ps->param), &ap, &pd, &gd, &md, &vd,
+                                            c->amsgrad ? &xd : NULL);
+    return rc < 0 ? -1 : 0;
+}
+
 /* torch.optim.RMSprop, _single_tensor_rmsprop. */
 static void rmsprop_update(const kiln_optim_config *c, const kiln__optim_pstate *ps, kiln_tensor *g, update *u)
 {
@@ -358,9 +436,11 @@ static int step_scoped(kiln_optim *opt, kiln_tensor *const *grads)
      * accumulate_steps-th call, then update with their mean. */
     kiln_tensor **g = calloc(n ? (size_t)n : 1, sizeof *g);
     update *u = calloc(n ? (size_t)n : 1, sizeof *u);
-    if (!g || !u) {
+    bool *fused = calloc(n ? (size_t)n : 1, sizeof *fused);
+    if (!g || !u || !fused) {
         free(g);
         free(u);
+        free(fused);
         return kiln__error_set("optim_step: out of memory");
     }
     int rc = 0;
@@ -381,9 +461,16 @@ static int step_scoped(kiln_optim *opt, kiln_tensor *const *grads)
             continue;
         if (gi->dtype != opt->p[i].param->dtype)
             gi = kiln_cast(gi, opt->p[i].param->dtype);
+        int64_t step = opt->p[i].step + 1;
+        if ((c->kind == KILN_OPTIM_ADAM || c->kind == KILN_OPTIM_ADAMW) && gi &&
+            adam_fusable(c, &opt->p[i], gi)) {
+            /* run at commit time with the others, so a failure before it changes nothing */
+            fused[i] = true;
+            g[i] = gi;
+            continue;
+        }
         if (c->maximize)
             gi = kiln_neg(gi);
-        int64_t step = opt->p[i].step + 1;
         switch (c->kind) {
         case KILN_OPTIM_SGD:
             sgd_update(c, &opt->p[i], gi, &u[i]);
@@ -415,10 +502,21 @@ static int step_scoped(kiln_optim *opt, kiln_tensor *const *grads)
         opt->accum_count++;
         free(g);
         free(u);
+        free(fused);
         return 0;
     }
-    /* Commit: the parameters in place, then the state. */
+    /* Commit: the parameters in place (fused steps update their state with them), then
+     * the state. Missing fused state is made first, so running out of memory there still
+     * leaves every parameter as it was. */
+    for (int i = 0; i < n && rc == 0; i++)
+        if (fused[i] && adam_fused_prepare(c, &opt->p[i]) < 0)
+            rc = -1;
     for (int i = 0; i < n && rc == 0; i++) {
+        if (fused[i]) {
+            if (adam_fused_run(c, &opt->p[i], g[i], opt->p[i].step + 1) < 0)
+                rc = -1;
+            continue;
+        }
         if (!u[i].param)
             continue;
         if (kiln__optim_write(opt->p[i].param, u[i].param, "optim_step") < 0)
@@ -428,7 +526,7 @@ static int step_scoped(kiln_optim *opt, kiln_tensor *const *grads)
         for (int i = 0; i < n; i++) {
             kiln_tensor_release(opt->p[i].accum);
             opt->p[i].accum = NULL;
-            if (!u[i].param)
+            if (!u[i].param && !fused[i])
                 continue;
             for (int s = 0; s < KILN_OPTIM_SLOTS; s++)
                 swap_in(&opt->p[i].slot[s], u[i].slot[s]);
@@ -439,6 +537,7 @@ static int step_scoped(kiln_optim *opt, kiln_tensor *const *grads)
     }
     free(g);
     free(u);
+    free(fused);
     return rc < 0 ? -1 : 1;
 }
 

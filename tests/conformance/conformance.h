@@ -108,6 +108,7 @@ void conf_cases_create(void);
 void conf_cases_shape(void);
 void conf_cases_elementwise(void);
 void conf_cases_reduce(void);
+void conf_cases_optim(void);
 void conf_cases_index(void);
 void conf_cases_linalg(void);
 void conf_cases_nn(void);

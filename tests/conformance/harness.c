@@ -715,6 +715,7 @@ int main(int argc, char **argv)
         conf_cases_index();
         conf_cases_linalg();
         conf_cases_nn();
+        conf_cases_optim();
         conf_cases_errors();
         conf_cases_threads();
     }
