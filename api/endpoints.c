@@ -80,16 +80,82 @@ static int handle_tensor(void *ctx, const struct kiln_request *req, struct kiln_
     return kiln_tensor_handle(api->tensor, req, out);
 }
 
+/* ---- the methods each path under a prefix route takes (router.h: methods_at) ---- */
+
+/* Splits rest on '/' into at most max segments; the count, or -1 for an empty segment or too many. */
+static int split_path(const char *rest, size_t len, const char **seg, size_t *seglen, int max)
+{
+    int n = 0;
+    size_t i = 0;
+    while (i < len) {
+        size_t j = i;
+        while (j < len && rest[j] != '/')
+            j++;
+        if (j == i || n == max)
+            return -1;
+        seg[n] = rest + i;
+        seglen[n++] = j - i;
+        i = j + 1;
+        if (j < len && i == len)
+            return -1; /* a trailing slash */
+    }
+    return n;
+}
+
+static bool seg_is(const char *seg, size_t len, const char *word)
+{
+    return strlen(word) == len && memcmp(seg, word, len) == 0;
+}
+
+/* /v2/models/stats, /v2/models/{name}[/versions/{v}][/ready|/infer|/stats] */
+static unsigned models_methods(const char *rest, size_t len)
+{
+    const char *seg[4];
+    size_t sl[4];
+    int n = split_path(rest, len, seg, sl, 4);
+    if (n < 1)
+        return 0;
+    int k = 1;
+    if (n >= 3 && seg_is(seg[1], sl[1], "versions"))
+        k = 3;
+    if (n == k)
+        return KILN_HTTP_GET;
+    if (n != k + 1)
+        return 0;
+    if (seg_is(seg[k], sl[k], "infer"))
+        return KILN_HTTP_POST;
+    if (seg_is(seg[k], sl[k], "ready") || seg_is(seg[k], sl[k], "stats"))
+        return KILN_HTTP_GET;
+    return 0;
+}
+
+/* /v1/jobs/{id}[/events|/metrics|/logs|/resume] */
+static unsigned jobs_methods(const char *rest, size_t len)
+{
+    const char *seg[2];
+    size_t sl[2];
+    int n = split_path(rest, len, seg, sl, 2);
+    if (n == 1)
+        return KILN_HTTP_GET | KILN_HTTP_DELETE;
+    if (n != 2)
+        return 0;
+    if (seg_is(seg[1], sl[1], "resume"))
+        return KILN_HTTP_POST;
+    if (seg_is(seg[1], sl[1], "events") || seg_is(seg[1], sl[1], "metrics") || seg_is(seg[1], sl[1], "logs"))
+        return KILN_HTTP_GET;
+    return 0;
+}
+
 static const struct kiln_route routes[] = {
-    {"/v2/health/live", KILN_HTTP_GET, handle_live},
-    {"/v2/health/ready", KILN_HTTP_GET, handle_ready},
-    {"/v2", KILN_HTTP_GET, handle_meta},
-    {"/metrics", KILN_HTTP_GET, handle_metrics},
-    {"/v2/models/*", KILN_HTTP_GET | KILN_HTTP_POST, handle_models},
-    {"/v2/repository/*", KILN_HTTP_POST, handle_repository},
-    {"/v1/jobs", KILN_HTTP_GET | KILN_HTTP_POST, handle_jobs},
-    {"/v1/jobs/*", KILN_HTTP_GET | KILN_HTTP_POST | KILN_HTTP_DELETE, handle_jobs},
-    {"/v1/tensor", KILN_HTTP_GET, handle_tensor},
+    {"/v2/health/live", KILN_HTTP_GET, handle_live, NULL},
+    {"/v2/health/ready", KILN_HTTP_GET, handle_ready, NULL},
+    {"/v2", KILN_HTTP_GET, handle_meta, NULL},
+    {"/metrics", KILN_HTTP_GET, handle_metrics, NULL},
+    {"/v2/models/*", KILN_HTTP_GET | KILN_HTTP_POST, handle_models, models_methods},
+    {"/v2/repository/*", KILN_HTTP_POST, handle_repository, NULL},
+    {"/v1/jobs", KILN_HTTP_GET | KILN_HTTP_POST, handle_jobs, NULL},
+    {"/v1/jobs/*", KILN_HTTP_GET | KILN_HTTP_POST | KILN_HTTP_DELETE, handle_jobs, jobs_methods},
+    {"/v1/tensor", KILN_HTTP_GET, handle_tensor, NULL},
 };
 
 static int render_pair(struct kiln_buf pair[2], int status, const char *ctype, const char *body)

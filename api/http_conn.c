@@ -208,7 +208,7 @@ static int dispatch(struct kiln_http_conn *c, bool keep_alive)
         break;
     case KILN_ROUTE_METHOD_NOT_ALLOWED: {
         char allow[96], hdr[128], msg[64];
-        kiln_router_allow(r, idx, allow, sizeof allow);
+        kiln_router_allow(r, idx, req.path, req.path_len, allow, sizeof allow);
         snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);
         snprintf(msg, sizeof msg, "method %s not allowed", mname);
         status = kiln_resp_error(&c->out, 405, msg, keep_alive, hdr);
@@ -383,7 +383,7 @@ void kiln_http_conn_feed(struct kiln_http_conn *c, const char *data, size_t len)
         c->closing = true;
         if (kiln_router_match(r, KILN_HTTP_OTHER, upath, upath_len, &idx) == KILN_ROUTE_METHOD_NOT_ALLOWED) {
             char allow[96], hdr[128];
-            kiln_router_allow(r, idx, allow, sizeof allow);
+            kiln_router_allow(r, idx, upath, upath_len, allow, sizeof allow);
             snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);
             st = kiln_resp_error(&c->out, 405, "method not allowed (not one this server knows)", false, hdr);
             if (st > 0) {

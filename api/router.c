@@ -35,19 +35,35 @@ enum kiln_route_result kiln_router_match(const struct kiln_router *r, unsigned m
                    : (n != len || memcmp(rt->path, path, len) != 0))
             continue;
         *index = i;
-        return (rt->methods & method) ? KILN_ROUTE_FOUND : KILN_ROUTE_METHOD_NOT_ALLOWED;
+        return (kiln_router_methods(r, i, path, len) & method) ? KILN_ROUTE_FOUND : KILN_ROUTE_METHOD_NOT_ALLOWED;
     }
     *index = r->count;
     return KILN_ROUTE_NOT_FOUND;
 }
 
-void kiln_router_allow(const struct kiln_router *r, size_t index, char *buf, size_t len)
+unsigned kiln_router_methods(const struct kiln_router *r, size_t index, const char *path, size_t path_len)
+{
+    if (index >= r->count)
+        return 0;
+    const struct kiln_route *rt = &r->routes[index];
+    size_t n = strlen(rt->path);
+    if (rt->methods_at && n > 0 && rt->path[n - 1] == '*' && path_len >= n - 1) {
+        unsigned m = rt->methods_at(path + n - 1, path_len - (n - 1));
+        if (m)
+            return m & rt->methods;
+    }
+    return rt->methods;
+}
+
+void kiln_router_allow(const struct kiln_router *r, size_t index, const char *path, size_t path_len, char *buf,
+                       size_t len)
 {
     size_t used = 0;
     buf[0] = '\0';
     if (index >= r->count)
         return;
+    unsigned methods = kiln_router_methods(r, index, path, path_len);
     for (size_t i = 0; i < sizeof method_names / sizeof method_names[0] && used < len; i++)
-        if (r->routes[index].methods & method_names[i].bit)
+        if (methods & method_names[i].bit)
             used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", method_names[i].name);
 }

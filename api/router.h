@@ -79,6 +79,13 @@ struct kiln_route {
     const char *path;
     unsigned methods;
     kiln_route_handler handler;
+    /*
+     * Optional, prefix routes only: the methods one path under the prefix takes (rest is the path
+     * after the prefix), so a wrong method gets 405 with that path's own Allow list rather than
+     * the union over every path the handler serves. 0 means "not a shape this knows": the route's
+     * methods apply and the handler answers (its own 400 or 404).
+     */
+    unsigned (*methods_at)(const char *rest, size_t len);
 };
 
 struct kiln_router {
@@ -99,8 +106,12 @@ enum kiln_route_result {
 enum kiln_route_result kiln_router_match(const struct kiln_router *r, unsigned method,
                                          const char *path, size_t len, size_t *index);
 
-/* "GET, POST" for the methods of routes[index]. */
-void kiln_router_allow(const struct kiln_router *r, size_t index, char *buf, size_t len);
+/* The methods routes[index] takes at path (its methods_at when it has one). */
+unsigned kiln_router_methods(const struct kiln_router *r, size_t index, const char *path, size_t path_len);
+
+/* "GET, POST" for the methods routes[index] takes at path. */
+void kiln_router_allow(const struct kiln_router *r, size_t index, const char *path, size_t path_len, char *buf,
+                       size_t len);
 
 unsigned kiln_http_method_from_name(const char *name, size_t len);
 

@@ -18,9 +18,9 @@ static int h(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
 }
 
 static const struct kiln_route routes[] = {
-    {"/v2", KILN_HTTP_GET, h},
-    {"/v2/health/live", KILN_HTTP_GET, h},
-    {"/v1/jobs", KILN_HTTP_GET | KILN_HTTP_POST, h},
+    {"/v2", KILN_HTTP_GET, h, NULL},
+    {"/v2/health/live", KILN_HTTP_GET, h, NULL},
+    {"/v1/jobs", KILN_HTTP_GET | KILN_HTTP_POST, h, NULL},
 };
 static const struct kiln_router router = {routes, 3};
 
@@ -60,14 +60,53 @@ static void test_method_not_allowed_and_allow(void **state)
     size_t idx;
     char allow[64];
     assert_int_equal(match(KILN_HTTP_POST, "/v2", &idx), KILN_ROUTE_METHOD_NOT_ALLOWED);
-    kiln_router_allow(&router, idx, allow, sizeof allow);
+    kiln_router_allow(&router, idx, "/v2", 3, allow, sizeof allow);
     assert_string_equal(allow, "GET");
     assert_int_equal(match(KILN_HTTP_DELETE, "/v1/jobs", &idx), KILN_ROUTE_METHOD_NOT_ALLOWED);
-    kiln_router_allow(&router, idx, allow, sizeof allow);
+    kiln_router_allow(&router, idx, "/v1/jobs", 8, allow, sizeof allow);
     assert_string_equal(allow, "GET, POST");
     assert_int_equal(match(KILN_HTTP_OTHER, "/v2", &idx), KILN_ROUTE_METHOD_NOT_ALLOWED);
-    kiln_router_allow(&router, router.count, allow, sizeof allow);
+    kiln_router_allow(&router, router.count, "/x", 2, allow, sizeof allow);
     assert_string_equal(allow, "");
+}
+
+/* A prefix route with methods_at: each path under it has its own methods and Allow list; a
+ * shape methods_at does not know falls back to the route's methods. */
+static unsigned items_methods(const char *rest, size_t len)
+{
+    if (len > 4 && memcmp(rest + len - 4, "/run", 4) == 0)
+        return KILN_HTTP_POST;
+    return memchr(rest, '/', len) ? 0 : KILN_HTTP_GET | KILN_HTTP_DELETE;
+}
+
+static const struct kiln_route prefix_routes[] = {
+    {"/items/*", KILN_HTTP_GET | KILN_HTTP_POST | KILN_HTTP_DELETE, h, items_methods},
+};
+static const struct kiln_router prefix_router = {prefix_routes, 1};
+
+static void test_methods_at(void **state)
+{
+    (void)state;
+    size_t idx;
+    char allow[64];
+    struct {
+        unsigned method;
+        const char *path;
+        enum kiln_route_result want;
+        const char *allow;
+    } cases[] = {
+        {KILN_HTTP_GET, "/items/a", KILN_ROUTE_FOUND, "GET, DELETE"},
+        {KILN_HTTP_POST, "/items/a", KILN_ROUTE_METHOD_NOT_ALLOWED, "GET, DELETE"},
+        {KILN_HTTP_POST, "/items/a/run", KILN_ROUTE_FOUND, "POST"},
+        {KILN_HTTP_GET, "/items/a/run", KILN_ROUTE_METHOD_NOT_ALLOWED, "POST"},
+        {KILN_HTTP_POST, "/items/a/b", KILN_ROUTE_FOUND, "GET, POST, DELETE"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = strlen(cases[i].path);
+        assert_int_equal(kiln_router_match(&prefix_router, cases[i].method, cases[i].path, n, &idx), cases[i].want);
+        kiln_router_allow(&prefix_router, idx, cases[i].path, n, allow, sizeof allow);
+        assert_string_equal(allow, cases[i].allow);
+    }
 }
 
 static void test_method_names(void **state)
@@ -86,6 +125,7 @@ int main(void)
         cmocka_unit_test(test_found),
         cmocka_unit_test(test_not_found_is_exact),
         cmocka_unit_test(test_method_not_allowed_and_allow),
+        cmocka_unit_test(test_methods_at),
         cmocka_unit_test(test_method_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
