@@ -8,6 +8,7 @@
  * connection closes. Pipelined requests are answered in order, each appended whole to out, so the
  * socket layer can send a whole batch in one write.
  */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,8 +167,34 @@ static int on_body(llhttp_t *p, const char *at, size_t n)
 static void observe(struct kiln_http_conn *c, size_t route, int status)
 {
     const struct kiln_http_service *s = c->svc;
+    uint64_t elapsed = c->started_ns ? now_ns() - c->started_ns : 0;
     if (s->observe)
-        s->observe(s->observe_ctx, route, status, c->started_ns ? now_ns() - c->started_ns : 0);
+        s->observe(s->observe_ctx, route, status, elapsed);
+    if (s->access) {
+        bool parsed = c->url.len > 0;
+        struct kiln_http_access a = {
+            .method = parsed ? llhttp_method_name((llhttp_method_t)llhttp_get_method(&c->parser)) : "-",
+            .target = parsed ? c->url.data : "-",
+            .target_len = parsed ? c->url.len : 1,
+            .status = status,
+            .elapsed_ns = elapsed,
+            .bytes_in = c->body.len,
+            .request_id = c->headers.request_id[0] ? c->headers.request_id : "-",
+            .peer = c->peer[0] ? c->peer : "-",
+        };
+        s->access(s->access_ctx, &a);
+    }
+}
+
+/* The characters a request id may hold (the same rule the handlers apply when echoing one). */
+static bool request_id_usable(const char *id)
+{
+    if (!id[0])
+        return false;
+    for (const char *p = id; *p; p++)
+        if (!isalnum((unsigned char)*p) && !strchr("-_.:", *p))
+            return false;
+    return true;
 }
 
 static int dispatch(struct kiln_http_conn *c, bool keep_alive)
@@ -191,6 +218,10 @@ static int dispatch(struct kiln_http_conn *c, bool keep_alive)
     }
     const char *mname = llhttp_method_name((llhttp_method_t)llhttp_get_method(&c->parser));
     req.method = kiln_http_method_from_name(mname, strlen(mname));
+    c->requests++;
+    if (c->svc->access && !request_id_usable(c->headers.request_id))
+        snprintf(c->headers.request_id, sizeof c->headers.request_id, "kiln-%d-%llu-%llu", c->svc->pid,
+                 (unsigned long long)c->conn_id, (unsigned long long)c->requests);
 
     size_t idx;
     int status;

@@ -25,6 +25,18 @@
 #include "buf.h"
 #include "router.h"
 
+/* One line of the access log: what was asked, what was answered, for whom. */
+struct kiln_http_access {
+    const char *method;             /* "GET"; "-" when the request line did not parse */
+    const char *target;             /* the request target as sent, query included */
+    size_t target_len;
+    int status;
+    uint64_t elapsed_ns;            /* from the first byte of the request to the response */
+    uint64_t bytes_in;              /* the request body, after de-chunking */
+    const char *request_id;         /* X-Request-Id as given, or the one generated for it */
+    const char *peer;               /* "ip:port" of the client */
+};
+
 /* What every connection of one server shares; read-only once connections exist. */
 struct kiln_http_service {
     struct kiln_router router;
@@ -34,6 +46,14 @@ struct kiln_http_service {
     /* Called once per response, errors included; route == router.count when none matched. */
     void (*observe)(void *ctx, size_t route, int status, uint64_t elapsed_ns);
     void *observe_ctx;
+    /*
+     * Optional access log, called once per response after observe. When set, a request without a
+     * usable X-Request-Id gets one generated before its handler runs (so the id a handler echoes
+     * and the logged id are the same): "kiln-<pid>-<connection>-<n>".
+     */
+    void (*access)(void *ctx, const struct kiln_http_access *a);
+    void *access_ctx;
+    int pid;                        /* for generated request ids */
 };
 
 /*
@@ -88,6 +108,9 @@ struct kiln_http_conn {
     bool dispatching;               /* inside a route handler */
     bool finished_inline;           /* a deferred response was finished before the handler returned */
     struct kiln_buf stash;          /* input that arrived while a response was pending */
+    char peer[64];                  /* "ip:port", set by the socket layer (access log) */
+    uint64_t conn_id;               /* set by the socket layer; generated request ids use it */
+    uint64_t requests;              /* requests dispatched on this connection */
     const struct kiln_http_upgrade_ops *up_ops;     /* set by kiln_http_upgrade */
     void *up_ud;
     bool upgraded;                  /* the 101 went out: input goes to up_ops */

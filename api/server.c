@@ -13,6 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
 
 #include "server.h"
 
@@ -59,6 +62,7 @@ struct kiln_server {
     struct kiln_server_options opts;
     struct conn *conns;
     size_t nconns;
+    uint64_t accepted;              /* connections ever accepted: their ids */
     int port;
     bool draining;
     void (*drained)(void *ud);
@@ -385,6 +389,26 @@ static void wake_conn(void *ud)
     after_input(ud);
 }
 
+/* "ip:port" of a connection's peer, for the access log; "-" when it cannot be read. */
+static void peer_name(uv_tcp_t *tcp, char *out, size_t n)
+{
+    struct sockaddr_storage sa;
+    int len = (int)sizeof sa;
+    char ip[INET6_ADDRSTRLEN] = "";
+    snprintf(out, n, "-");
+    if (uv_tcp_getpeername(tcp, (struct sockaddr *)&sa, &len) != 0)
+        return;
+    if (sa.ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)&sa;
+        uv_ip4_name(a, ip, sizeof ip);
+        snprintf(out, n, "%s:%d", ip, ntohs(a->sin_port));
+    } else if (sa.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&sa;
+        uv_ip6_name(a, ip, sizeof ip);
+        snprintf(out, n, "[%s]:%d", ip, ntohs(a->sin6_port));
+    }
+}
+
 static void on_connection(uv_stream_t *listener, int status)
 {
     struct kiln_server *s = listener->data;
@@ -410,7 +434,10 @@ static void on_connection(uv_stream_t *listener, int status)
     kiln_http_conn_init(&c->http, &s->opts.service);
     c->http.wake = wake_conn;
     c->http.wake_ud = c;
+    c->http.conn_id = ++s->accepted;
     int rc = uv_accept(listener, (uv_stream_t *)&c->tcp);
+    if (rc == 0 && s->opts.service.access)
+        peer_name(&c->tcp, c->http.peer, sizeof c->http.peer);
     if (rc == 0)
         rc = uv_tcp_nodelay(&c->tcp, 1);
     if (rc == 0)
@@ -435,6 +462,7 @@ int kiln_server_new(struct kiln_server **out, uv_loop_t *loop, const struct kiln
     s->opts = *opts;
     s->opts.service.observe = observe;
     s->opts.service.observe_ctx = s;
+    s->opts.service.pid = (int)getpid();
     if (register_metrics(s) != 0) {
         free(s->rm);
         free(s);

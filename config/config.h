@@ -76,6 +76,7 @@ struct kiln_config {
     int64_t drain_timeout_ms;
     int64_t log_level;          /* enum kiln_log_level */
     int64_t log_format;         /* enum kiln_log_format */
+    int64_t log_access;         /* 0 off, 1 on: one line per HTTP response */
     char *log_file;             /* "" means stderr */
     struct kiln_strlist api_tokens;
     struct kiln_strlist data_roots;   /* jobs.data_roots */

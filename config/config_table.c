@@ -15,6 +15,7 @@
 
 static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
 static const char *const log_formats[] = {"text", "json", NULL};
+static const char *const off_on[] = {"off", "on", NULL};
 
 #define OFF(field) offsetof(struct kiln_config, field)
 #define KIB 1024LL
@@ -92,6 +93,10 @@ const struct kiln__config_key kiln__config_keys[] = {
      "Least severe level written to the log."},
     {"log_format", KILN__CT_ENUM, OFF(log_format), 0, 0, log_formats, "text", "KILN_LOG_FORMAT", "--log-format",
      "text: one human-readable line per event; json: one JSON object per line."},
+    {"log_access", KILN__CT_ENUM, OFF(log_access), 0, 0, off_on, "off", "KILN_LOG_ACCESS", "--log-access",
+     "on: an access log line per HTTP response (method, target, status, duration, request body bytes, request id, "
+     "client address) at level info, in log_format; a request without a usable X-Request-Id gets a generated one, "
+     "which the inference endpoints echo."},
     {"log_file", KILN__CT_STRING, OFF(log_file), 0, 4096, NULL, "", "KILN_LOG_FILE", "--log-file",
      "Append the log to this file (reopened on SIGHUP, for log rotation); empty means stderr."},
     {"api_tokens", KILN__CT_STRLIST, OFF(api_tokens), 0, 1024, NULL, "", "KILN_API_TOKENS", NULL,

@@ -359,6 +359,8 @@ int kiln_daemon_init(struct kiln_daemon *d, struct kiln_config *cfg)
             .ctx = &d->api,
             .max_header_bytes = (size_t)d->cfg.limits.max_header_bytes,
             .max_body_bytes = (uint64_t)d->cfg.limits.max_body_bytes,
+            .access = d->cfg.log_access ? kiln_log_access : NULL,
+            .access_ctx = &d->log,
         },
         .metrics = d->metrics,
         .log = kiln_log_sink,

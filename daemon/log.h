@@ -34,4 +34,13 @@ void kiln_log_write(struct kiln_log *log, enum kiln_log_level level, const char 
 /* Adapter with the server's log callback signature; ud is the struct kiln_log. */
 void kiln_log_sink(void *ud, enum kiln_log_level level, const char *msg);
 
+/*
+ * The access log (api/http_conn.h's access callback; ud is the struct kiln_log): one info line
+ * per response. Text: `access GET /v2 200 0.123ms in=0 id=kiln-1-2-3 peer=127.0.0.1:5000`
+ * (target with control characters and spaces escaped); JSON: msg "access" plus method, target,
+ * status, ms, bytes_in, request_id and peer fields.
+ */
+struct kiln_http_access;
+void kiln_log_access(void *ud, const struct kiln_http_access *a);
+
 #endif /* KILN_DAEMON_LOG_H */

@@ -299,6 +299,57 @@ def test_drain_deadline(d_args):
     stuck.close()
 
 
+def test_access_log():
+    """log_access on: one line per response, in text and in JSON, with the request id that the
+    model endpoints echo (given or generated) and the client's address."""
+    for fmt in ("text", "json"):
+        d = Daemon("access-" + fmt, "--log-access", "on", "--log-format", fmt)
+        try:
+            st, h, _ = request(d.port, "GET", "/v2/models/nosuch", headers="X-Request-Id: given-id.1\r\n")
+            check(st == 404 and h.get("x-request-id") == "given-id.1", "%s: a given request id is echoed" % fmt)
+            st, h, _ = request(d.port, "GET", "/v2/models/nosuch?x=a%20b")
+            generated = h.get("x-request-id", "")
+            check(st == 404 and generated.startswith("kiln-"), "%s: a request id is generated (%r)" % (fmt, generated))
+            st, h, _ = request(d.port, "GET", "/v2/models/other", headers="X-Request-Id: bad id\r\n")
+            replaced = h.get("x-request-id", "")
+            check(replaced.startswith("kiln-") and replaced != generated, "%s: an unusable id is replaced" % fmt)
+            request(d.port, "POST", "/v2/health/live", body=b"abc")
+        finally:
+            d.stop()
+        lines = [l for l in open(d.log).read().splitlines() if "access" in l]
+        if fmt == "json":
+            recs = []
+            for l in lines:
+                try:
+                    recs.append(json.loads(l))
+                except ValueError:
+                    check(False, "json: an access line that does not parse: %r" % l)
+            recs = [r for r in recs if r.get("msg") == "access"]
+            byid = {r["request_id"]: r for r in recs}
+            r = byid.get("given-id.1", {})
+            check(r.get("method") == "GET" and r.get("target") == "/v2/models/nosuch" and r.get("status") == 404
+                  and r.get("peer", "").startswith("127.0.0.1:") and isinstance(r.get("ms"), float),
+                  "json: the line of the given id has method, target, status, ms and peer: %r" % r)
+            check(byid.get(generated, {}).get("target") == "/v2/models/nosuch?x=a%20b",
+                  "json: the generated id is the one logged: %r" % byid.get(generated))
+            post = [r for r in recs if r.get("method") == "POST"]
+            check(len(post) == 1 and post[0]["status"] == 405 and post[0]["bytes_in"] == 3,
+                  "json: the refused POST is logged with its 3 body bytes: %r" % post)
+        else:
+            check(any(" access GET /v2/models/nosuch 404 " in l and " id=given-id.1 " in l and " peer=127.0.0.1:" in l
+                      for l in lines), "text: the line of the given id: %r" % lines)
+            check(any(" id=%s " % generated in l and "/v2/models/nosuch?x=a%2520b" in l for l in lines),
+                  "text: the generated id is the one logged (the target with % escaped as %25)")
+            check(any(" access POST /v2/health/live 405 " in l and " in=3 " in l for l in lines),
+                  "text: the refused POST with its body bytes: %r" % lines)
+    d = Daemon("access-off")
+    try:
+        request(d.port, "GET", "/v2")
+    finally:
+        d.stop()
+    check(not any(" access " in l for l in open(d.log).read().splitlines()), "no access lines by default")
+
+
 def run_check(*args, env=None):
     return subprocess.run([KILND, "--check-config", *args], capture_output=True, text=True, env=dict(ENV, **(env or {})))
 
@@ -380,6 +431,7 @@ def main():
     test_sighup(args)
     test_drain(args)
     test_drain_deadline(args)
+    test_access_log()
     test_config()
     if FAILURES:
         print("%d failure(s)" % len(FAILURES))
