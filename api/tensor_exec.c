@@ -226,7 +226,9 @@ static int resolve(struct ctx *c, int k, kiln_tdesc *d, const kiln_tdesc **slot)
     d->ndim = w->ndim;
     for (int i = 0; i < w->ndim; i++) {
         d->shape[i] = w->shape[i];
-        d->strides[i] = w->strides[i];
+        /* A stride of a size-1 dim (or of an empty view) addresses nothing, so the span check
+         * does not bound it; backends still step by it once past the end. Zero it. */
+        d->strides[i] = empty || w->shape[i] == 1 ? 0 : w->strides[i];
     }
     *slot = d;
     return 0;

@@ -482,7 +482,9 @@ static bool contiguous(const kiln_wire_td *t)
     for (int d = t->ndim - 1; d >= 0; d--) {
         if (t->shape[d] != 1 && t->strides[d] != s)
             return false;
-        s *= t->shape[d];
+        /* An empty view's trailing dims may multiply past int64: not contiguous then. */
+        if (__builtin_mul_overflow(s, t->shape[d], &s))
+            return false;
     }
     return true;
 }
@@ -517,6 +519,7 @@ static int check_geom(const char *name, int ns, const int64_t *kernel, const int
                   pad[s] <= (1 << 20) && kernel[s] >= 1 && kernel[s] <= (1 << 20),
               "%s: stride, dilation, padding or kernel out of range in spatial dim %d", name, s);
         int64_t in = x->shape[2 + s];
+        CHECK(in <= (INT64_C(1) << 40), "%s: spatial dim %d of %lld is too large", name, s, (long long)in);
         int64_t span = dil[s] * (kernel[s] - 1) + 1;
         int64_t o = in + 2 * pad[s] >= span ? (in + 2 * pad[s] - span) / stride[s] + 1 : 0;
         /* Pooling's ceil_mode (resolved into the output's size by the front end) may add one
@@ -542,7 +545,7 @@ static int check_conv(const kiln_wire_op *op, const kiln_wire_td *out, const kil
     CHECK(x->ndim == ns + 2 && w->ndim == ns + 2 && out->ndim == ns + 2, "%s: operands must have %d dims", name,
           ns + 2);
     CHECK(groups >= 1 && x->shape[1] % groups == 0 && w->shape[0] % groups == 0 &&
-              w->shape[1] * groups == x->shape[1],
+              w->shape[1] == x->shape[1] / groups, /* divided, not multiplied: sizes are untrusted */
           "%s: groups %lld do not divide the channels", name, (long long)groups);
     CHECK(out->shape[0] == x->shape[0] && out->shape[1] == w->shape[0], "%s: batch or channel mismatch", name);
     CHECK(out->dtype == x->dtype && w->dtype == x->dtype, "%s: operands must share a dtype", name);
@@ -564,9 +567,12 @@ static int check_pool(const kiln_wire_op *op, const kiln_wire_td *out, const kil
         CHECK(idx->dtype == KILN_I64 && same_shape(idx, out), "%s: indices must be i64 of the output's shape",
               name);
     }
+    /* The geometry first: it bounds kernel and padding, so doubling the padding cannot overflow. */
+    if (check_geom(name, ns, &op->i[1], &op->i[4], &op->i[7], &op->i[10], x, out, true, why, wl) < 0)
+        return -1;
     for (int s = 0; s < ns; s++)
         CHECK(2 * op->i[7 + s] <= op->i[1 + s], "%s: padding more than half the kernel", name);
-    return check_geom(name, ns, &op->i[1], &op->i[4], &op->i[7], &op->i[10], x, out, true, why, wl);
+    return 0;
 }
 
 int kiln_wire_op_check_shapes(const kiln_wire_op *op, char *why, size_t wl)
@@ -726,6 +732,7 @@ int kiln_wire_op_check_shapes(const kiln_wire_op *op, char *why, size_t wl)
         CHECK(t[0].ndim == t[1].ndim, "pad: ranks differ");
         for (int d = 0; d < t[0].ndim; d++) {
             int64_t lo = op->i[2 * d], hi = op->i[2 * d + 1], sz;
+            CHECK(t[1].shape[d] <= (INT64_C(1) << 60), "pad: dim %d of the input is too large", d);
             CHECK(lo >= -t[1].shape[d] && hi >= -t[1].shape[d] && lo <= (1LL << 40) && hi <= (1LL << 40),
                   "pad: padding of dim %d out of range", d);
             sz = t[1].shape[d] + lo + hi;
