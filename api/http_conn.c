@@ -238,10 +238,10 @@ static int dispatch(struct kiln_http_conn *c, bool keep_alive)
             status = kiln_resp_error(&c->out, 500, "handler deferred without a pending response", keep_alive, NULL);
         break;
     case KILN_ROUTE_METHOD_NOT_ALLOWED: {
-        char allow[96], hdr[128], msg[64];
+        char allow[96], hdr[128], msg[160];
         kiln_router_allow(r, idx, req.path, req.path_len, allow, sizeof allow);
         snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);
-        snprintf(msg, sizeof msg, "method %s not allowed", mname);
+        snprintf(msg, sizeof msg, "method %s not allowed here; use %s", mname, allow);
         status = kiln_resp_error(&c->out, 405, msg, keep_alive, hdr);
         break;
     }
@@ -416,7 +416,9 @@ void kiln_http_conn_feed(struct kiln_http_conn *c, const char *data, size_t len)
             char allow[96], hdr[128];
             kiln_router_allow(r, idx, upath, upath_len, allow, sizeof allow);
             snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);
-            st = kiln_resp_error(&c->out, 405, "method not allowed (not one this server knows)", false, hdr);
+            char why[160];
+            snprintf(why, sizeof why, "method not allowed here (not one this server knows); use %s", allow);
+            st = kiln_resp_error(&c->out, 405, why, false, hdr);
             if (st > 0) {
                 c->responses++;
                 observe(c, idx, st);
