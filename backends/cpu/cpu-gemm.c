@@ -88,6 +88,20 @@ static int matmul_float(kiln__cpu_ctx *ctx, const kiln_tdesc *out, const kiln_td
         kiln__cpu_scratch_put(ctx, hb);
         return kiln__cpu_enomem("matmul");
     }
+    if (nbatch > 1 && a_ok && b_ok && !ta) {
+        /* A linear layer on [batch, seq, features] (and its input gradient) multiplies
+         * every batch by the same B. When A's batches are stacked rows (batch stride
+         * M * lda), that is one GEMM of nbatch * M rows: B is packed once instead of per
+         * batch, and OpenBLAS gets a size it threads well. */
+        bool fold = true;
+        for (int64_t bi = 0; bi < nbatch && fold; bi++)
+            fold = batch_offset(out, b, bi) == batch_offset(out, b, 0) &&
+                   batch_offset(out, a, bi) == bi * M * lda;
+        if (fold) {
+            M *= nbatch;
+            nbatch = 1;
+        }
+    }
     char *ob = kiln__cpu_ptr(out);
     for (int64_t bi = 0; bi < nbatch; bi++) {
         const char *ap = (const char *)kiln__cpu_ptr(a) + batch_offset(out, a, bi) * (int64_t)es;

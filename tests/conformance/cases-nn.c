@@ -75,6 +75,12 @@ void conf_cases_linalg(void)
     mm_case(KILN_F32, KILN_SHAPE(1, 300), V_NONE, KILN_SHAPE(300, 70), V_NONE, "row vector");
     mm_case(KILN_F32, KILN_SHAPE(257, 300), V_NONE, KILN_SHAPE(300, 129), V_NONE, "large odd");
     mm_case(KILN_F32, KILN_SHAPE(6, 65, 130), V_T, KILN_SHAPE(130, 67), V_NONE, "large batched");
+    /* cpu folds batches of stacked rows times one B into a single GEMM */
+    mm_case(KILN_F32, KILN_SHAPE(2, 3, 9, 8), V_NONE, KILN_SHAPE(8, 5), V_T, "4-D x 2-D, folded");
+    mm_case(KILN_F32, KILN_SHAPE(4, 1, 8), V_NONE, KILN_SHAPE(8, 6), V_NONE, "one row per batch, folded");
+    mm_case(KILN_F32, KILN_SHAPE(3, 9, 8), V_STEP, KILN_SHAPE(8, 5), V_NONE, "strided batches, not folded");
+    mm_case(KILN_F32, KILN_SHAPE(3, 9, 8), V_NONE, KILN_SHAPE(1, 8, 5), V_EXPAND, "B expanded over batches");
+    mm_case(KILN_F64, KILN_SHAPE(5, 7, 11), V_NONE, KILN_SHAPE(11, 3), V_NONE, "3-D x 2-D, folded");
     for (int i = 1; i < 4; i++) {
         mm_case(float_dt[i], KILN_SHAPE(33, 47), V_NONE, KILN_SHAPE(47, 29), V_NONE, "odd");
         mm_case(float_dt[i], KILN_SHAPE(2, 1, 9, 8), V_T, KILN_SHAPE(3, 8, 5), V_NONE, "broadcast, a transposed");
