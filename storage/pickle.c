@@ -418,7 +418,9 @@ static kiln__pk_value *pk_global(pk_state *s, const char *module, size_t mlen, c
 
 static const char *pk_global_name(int g, char *buf, size_t len)
 {
-    if (g >= PK_G_STORAGE)
+    if (g < 0)
+        snprintf(buf, len, "(no global)");
+    else if (g >= PK_G_STORAGE)
         snprintf(buf, len, "torch.%s", pk_storages[g - PK_G_STORAGE].name);
     else
         snprintf(buf, len, "%s.%s", pk_globals[g].module, pk_globals[g].name);

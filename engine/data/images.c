@@ -164,7 +164,8 @@ static int list_dir(const char *dir, bool folders, char ***out)
         if (e->d_name[0] == '.')
             continue;
         char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= sizeof path)
+            continue; /* longer than any path the system can open */
         DIR *sub = folders ? opendir(path) : NULL;
         bool ok = folders ? sub != NULL : is_image(e->d_name);
         if (sub)

@@ -65,7 +65,7 @@ static int set_field(const kiln__layer_type *lt, const kiln__field *f, const cJS
     case KILN__F_SHAPE: {
         int64_t *arr = (int64_t *)(base + f->off);
         if (cJSON_IsNumber(v)) {
-            int64_t x;
+            int64_t x = 0; /* set by get_int on success; GCC -O3 cannot see that */
             if (get_int(lt, f->name, v, &x) < 0)
                 return -1;
             int n = f->kind == KILN__F_SHAPE ? 1 : f->n;

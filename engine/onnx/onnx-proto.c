@@ -49,7 +49,7 @@ static int rd_fixed(rd *r, int n, uint64_t *v) {
 
 /* A length-delimited field: checks the claimed length against what is left. */
 static int rd_bytes(rd *r, const uint8_t **b, size_t *n) {
-    uint64_t len;
+    uint64_t len = 0; /* rd_varint sets it on success; -O3 cannot tell */
     if (rd_varint(r, &len)) return -1;
     if (len > (uint64_t)(r->end - r->p)) return bad("length past the end of its message");
     *b = r->p;
