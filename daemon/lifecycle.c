@@ -472,7 +472,7 @@ void kiln_daemon_free(struct kiln_daemon *d)
      * freed) and before the devices close. */
     d->api.tensor = NULL;
     kiln_tensor_free(d->tensor);
-    kiln_sched_free(d->sched);
+    kiln_sched_destroy(d->sched);
     kiln_jobs_free(d->training);
     kiln_jobstore_close(d->jobs);
     if (d->port_file) {

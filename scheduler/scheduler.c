@@ -513,7 +513,7 @@ void kiln_sched_close(struct kiln_sched *s)
         uv_close((uv_handle_t *)&s->async, NULL);
 }
 
-void kiln_sched_free(struct kiln_sched *s)
+void kiln_sched_destroy(struct kiln_sched *s)
 {
     if (!s)
         return;

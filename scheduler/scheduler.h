@@ -14,7 +14,7 @@
  *     kiln_sched_model_load(s, "mnist", &version_info, on_loaded, ud);   // done on the loop
  *     req->model = kiln_sched_model_retain(m); ... kiln_sched_submit(s, req);
  *     kiln_sched_stop(s);   // joins the workers; queued requests complete as KILN_SCHED_SHUTDOWN
- *     kiln_sched_free(s);   // after the loop has delivered the last completions
+ *     kiln_sched_destroy(s);   // after the loop has delivered the last completions
  *
  * Thread affinity: submit, load, release and the stats/queue readers are called on the loop
  * thread; done callbacks run there too. Model instances live and die on their worker.
@@ -101,7 +101,9 @@ int kiln_sched_new(struct kiln_sched **out, const struct kiln_sched_options *o, 
 void kiln_sched_stop(struct kiln_sched *s);
 /* After stop and after the loop ran the last callbacks; closes the async handle first (run the loop). */
 void kiln_sched_close(struct kiln_sched *s);
-void kiln_sched_free(struct kiln_sched *s);
+/* Not kiln_sched_free: libkiln exports that name for the learning-rate scheduler (kiln/optim.h),
+ * and a definition in kilnd would take its place for every caller in the process. */
+void kiln_sched_destroy(struct kiln_sched *s);
 
 /*
  * Loads version v of name on the device its config names, instance_count times. done runs on

@@ -293,7 +293,8 @@ def test_onnx_file(d, valid):
 # ---- (b) a repository model ----------------------------------------------------------------------
 
 def test_repository_kiln(d):
-    fresh, fresh_steps, _ = d.run_job(csv_spec(MLP, 1, 0.01, "scratch"))
+    # (with a learning-rate scheduler: its free once resolved to kilnd's request scheduler's)
+    fresh, fresh_steps, _ = d.run_job(dict(csv_spec(MLP, 1, 0.01, "scratch"), scheduler={"kind": "cosine"}), timeout=60)
     base, base_steps, base_epochs = d.run_job(csv_spec(MLP, 4, 0.01, "base"))
     check(fresh["state"] == "succeeded" and base["state"] == "succeeded", "the base jobs succeed")
     x = [2, 0, 0, 0, 0, 2, 0, 0, 0, 0, 2, 0]

@@ -155,7 +155,7 @@ static void fixture_close(struct fixture *f)
     kiln_sched_close(f->s);
     uv_close((uv_handle_t *)&f->tick, NULL);
     uv_run(&f->loop, UV_RUN_DEFAULT);
-    kiln_sched_free(f->s);
+    kiln_sched_destroy(f->s);
     assert_int_equal(uv_loop_close(&f->loop), 0);
 }
 
