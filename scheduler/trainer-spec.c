@@ -451,6 +451,8 @@ static void parse_scheduler(struct problems *p, const cJSON *root, struct kiln_j
     }
     s->has_sched = true;
     s->sched = kiln_sched_config_default(kinds[found].kind);
+    if (kinds[found].kind == KILN_SCHED_COSINE)
+        s->sched.t_max = 0; /* unless given: the whole run, which only the run knows (trainer-run.c) */
     const cJSON *per = get(o, "per");
     if (per && !(cJSON_IsString(per) && (!strcmp(per->valuestring, "step") || !strcmp(per->valuestring, "epoch"))))
         problem(p, "scheduler.per", "must be \"step\" or \"epoch\"");

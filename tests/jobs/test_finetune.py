@@ -297,6 +297,9 @@ def test_repository_kiln(d):
     fresh, fresh_steps, _ = d.run_job(dict(csv_spec(MLP, 1, 0.01, "scratch"), scheduler={"kind": "cosine"}), timeout=60)
     base, base_steps, base_epochs = d.run_job(csv_spec(MLP, 4, 0.01, "base"))
     check(fresh["state"] == "succeeded" and base["state"] == "succeeded", "the base jobs succeed")
+    lrs = [r["lr"] for r in fresh_steps]
+    check(len(lrs) >= 2 and abs(lrs[0] - 0.01) < 1e-3 and lrs[-1] < 1e-4 and lrs == sorted(lrs, reverse=True),
+          "cosine without t_max anneals over the whole run: lr %s" % lrs)
     x = [2, 0, 0, 0, 0, 2, 0, 0, 0, 0, 2, 0]
     v1 = d.infer("base", x, [3, 4], 1) if d.wait_ready("base", 1) else []
     tuned, steps, epochs = d.run_job(csv_spec({"repository": "base", "version": 1}, 1, 0.001, "base"))
