@@ -384,6 +384,8 @@ def main():
         test_bad_specs(d)
     finally:
         d.stop()
+    # a sanitizer's report (a leak at exit included) makes kilnd exit non-zero
+    check(d.proc.returncode == 0, "kilnd exits 0 after SIGTERM (%s); log %s" % (d.proc.returncode, d.log))
     if FAILURES:
         print("\n%d failure(s); logs in %s" % (len(FAILURES), TMP))
         for f in FAILURES:

@@ -346,6 +346,8 @@ def main():
         test_cli(d)
     finally:
         d.stop()
+    # a sanitizer's report (a leak at exit included) makes kilnd exit non-zero
+    check(d.proc.returncode == 0, "kilnd exits 0 after SIGTERM (%s); log %s" % (d.proc.returncode, d.log))
     test_resume_after_sigkill()
     if FAILURES:
         print("\n%d failure(s); logs in %s" % (len(FAILURES), TMP))
