@@ -3,13 +3,15 @@
  * buffers, and the data-movement entries (fill, arange, copy, rng).
  *
  * Threads and OpenBLAS. The device owns one pool of worker threads sized to the online
- * cores (KILN_CPU_THREADS overrides). OpenBLAS keeps its own threads; rather than make
- * it single-threaded (GEMM is where most of the time goes and it scales well) we give it
- * all the cores too and never overlap the two: our kernels call BLAS from the calling
- * thread outside any parallel region, so while BLAS runs our workers sleep on their
- * condition variable, and while our region runs BLAS is idle. The pthreads build of
- * OpenBLAS yields while it waits for work, so its threads give way to ours between
- * calls. openblas_set_num_threads is process-wide; every cpu device sets the same value.
+ * cores (KILN_CPU_THREADS overrides). OpenBLAS runs single-threaded and our pool splits
+ * the GEMMs into blocks (cpu-gemm.c): the pthreads build of OpenBLAS keeps its own
+ * threads spinning on sched_yield for a while after every call, and in a training step,
+ * where GEMMs alternate with elementwise ops on our pool, that spinning took a large
+ * share of the cores from our workers (more so on a machine shared with other work).
+ * KILN_CPU_BLAS=openblas gives OpenBLAS the cores instead (the earlier arrangement:
+ * BLAS called outside any parallel region, its threads and ours never overlapping).
+ * openblas_set_num_threads is process-wide; every cpu device sets the same value unless
+ * that variable differs between opens.
  */
 #include <cblas.h>
 #include <stdlib.h>
@@ -87,7 +89,9 @@ static void *cpu_open(int index)
     ctx->nthreads = kiln__cpu_pool_size(ctx->pool);
     kiln__cpu_alloc_init(&ctx->alloc);
     ctx->k = pick_kernels();
-    openblas_set_num_threads(ctx->nthreads);
+    const char *blas = getenv("KILN_CPU_BLAS");
+    ctx->blas_own_threads = blas && strcmp(blas, "openblas") == 0;
+    openblas_set_num_threads(ctx->blas_own_threads ? ctx->nthreads : 1);
     return ctx;
 }
 

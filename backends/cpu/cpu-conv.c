@@ -17,8 +17,8 @@
  * through im2col and OpenBLAS.
  *
  * im2col/col2im are threaded over column rows (resp. channels, so no two threads add
- * into the same plane) on our pool; the GEMMs run on OpenBLAS's threads while the pool
- * sleeps. The column buffer comes from the buffer pool, so repeated layers reuse it.
+ * into the same plane) on our pool, and so are the GEMMs (kiln__cpu_gemm, in blocks).
+ * The column buffer comes from the buffer pool, so repeated layers reuse it.
  */
 #include <cblas.h>
 #include <stdlib.h>
@@ -167,20 +167,6 @@ static void col2im(kiln__cpu_ctx *ctx, const geom *g, void *col, void *img, bool
     col_job j = {g, col, img, dbl};
     kiln__cpu_parallel_for(ctx, g->Cg, 1 + 32768 / (g->ksz * g->osz + 1),
                            dbl ? col2im_ch_double : col2im_ch_float, &j);
-}
-
-/* C[M,N] = alpha op(A) op(B) + beta C, row-major, in f32 or f64 */
-static void gemm(bool dbl, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A,
-                 int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc)
-{
-    if (dbl)
-        cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                    (blasint)M, (blasint)N, (blasint)K, 1.0, A, (blasint)lda, B, (blasint)ldb, beta,
-                    C, (blasint)ldc);
-    else
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                    (blasint)M, (blasint)N, (blasint)K, 1.0f, A, (blasint)lda, B, (blasint)ldb,
-                    (float)beta, C, (blasint)ldc);
 }
 
 typedef struct bias_job {
@@ -703,7 +689,7 @@ int kiln__cpu_conv(void *vctx, const kiln_conv_params *p, const kiln_tdesc *out,
                 if (rows == 0)
                     memset(dst, 0, (size_t)(g.Og * g.osz) * es);
                 else
-                    gemm(dbl, false, false, g.Og, g.osz, rows, wg, rows, B, g.osz, 0.0, dst, g.osz);
+                    kiln__cpu_gemm(ctx, dbl, false, false, g.Og, g.osz, rows, wg, rows, B, g.osz, 0.0, dst, g.osz);
             }
         }
         if (bias) {
@@ -762,9 +748,9 @@ int kiln__cpu_conv_backward_input(void *vctx, const kiln_conv_params *p, const k
                 const char *go = gop + ((n * g.O + gi * g.Og) * g.osz) * (int64_t)es;
                 const char *wg = wp + (gi * g.Og * rows) * (int64_t)es;
                 if (g.direct) {
-                    gemm(dbl, true, false, rows, g.osz, g.Og, wg, rows, go, g.osz, 0.0, img, g.osz);
+                    kiln__cpu_gemm(ctx, dbl, true, false, rows, g.osz, g.Og, wg, rows, go, g.osz, 0.0, img, g.osz);
                 } else {
-                    gemm(dbl, true, false, rows, g.osz, g.Og, wg, rows, go, g.osz, 0.0, col, g.osz);
+                    kiln__cpu_gemm(ctx, dbl, true, false, rows, g.osz, g.Og, wg, rows, go, g.osz, 0.0, col, g.osz);
                     col2im(ctx, &g, col, img, dbl);
                 }
             }
@@ -809,7 +795,7 @@ int kiln__cpu_conv_backward_weight(void *vctx, const kiln_conv_params *p, const 
                     im2col(ctx, &g, col, img, dbl);
                     B = col;
                 }
-                gemm(dbl, false, true, g.Og, rows, g.osz, go, g.osz, B, g.osz, 1.0, wg, rows);
+                kiln__cpu_gemm(ctx, dbl, false, true, g.Og, rows, g.osz, go, g.osz, B, g.osz, 1.0, wg, rows);
             }
         }
     }

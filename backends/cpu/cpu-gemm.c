@@ -1,5 +1,5 @@
 /*
- * backends/cpu/cpu-gemm.c — matmul on OpenBLAS.
+ * backends/cpu/cpu-gemm.c — matmul on OpenBLAS, threaded by our pool.
  *
  * Plain GEMM runs at the same ~93% of peak in every library, so the work here is not
  * to copy: when the last two dims of an operand are contiguous in either order (a
@@ -8,9 +8,15 @@
  * the original memory. Only operands that fit neither order (negative or two non-unit
  * strides) are copied to contiguous scratch first, one batch at a time.
  *
+ * Threads: OpenBLAS runs single-threaded and our pool splits each large product into
+ * blocks of rows (or columns), one BLAS call per worker; a batch of small products is
+ * spread over the pool a batch per call. OpenBLAS's own threads wait for work by
+ * spinning on sched_yield between calls, which on a busy machine (or between the
+ * elementwise ops of a training step) takes cores from our workers; with one set of
+ * threads nothing competes. KILN_CPU_BLAS=openblas restores OpenBLAS's threading.
+ *
  * f16/bf16 convert to f32 and use sgemm (PyTorch CPU accumulates half types in f32 as
  * well); integer dtypes use a straightforward i-k-j loop in int64 with wrap-around.
- * BLAS is called from the calling thread while our pool sleeps (see cpu-backend.c).
  */
 #include <cblas.h>
 #include <stdlib.h>
@@ -49,6 +55,89 @@ static int64_t batch_offset(const kiln_tdesc *shape_of, const kiln_tdesc *d, int
             off += idx * d->strides[di];
     }
     return off;
+}
+
+/* ------------------------------------------------------------------ threaded GEMM */
+
+typedef struct gemm_job {
+    bool dbl, ta, tb, split_rows;
+    int64_t M, N, K, lda, ldb, ldc, chunk;
+    const char *A, *B;
+    char *C;
+    double beta;
+} gemm_job;
+
+static void blas_call(bool dbl, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A,
+                      int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc)
+{
+    if (dbl)
+        cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    (blasint)M, (blasint)N, (blasint)K, 1.0, A, (blasint)lda, B, (blasint)ldb, beta,
+                    C, (blasint)ldc);
+    else
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    (blasint)M, (blasint)N, (blasint)K, 1.0f, A, (blasint)lda, B, (blasint)ldb,
+                    (float)beta, C, (blasint)ldc);
+}
+
+static void gemm_block(void *argp, int job, int njobs)
+{
+    const gemm_job *j = argp;
+    int64_t es = j->dbl ? 8 : 4, total = j->split_rows ? j->M : j->N;
+    int64_t lo = job * j->chunk, hi = lo + j->chunk < total ? lo + j->chunk : total;
+    if (lo >= hi)
+        return;
+    if (j->split_rows) /* rows of C are rows of op(A): row r of A, or column r when A^T */
+        blas_call(j->dbl, j->ta, j->tb, hi - lo, j->N, j->K, j->A + (j->ta ? lo : lo * j->lda) * es, j->lda,
+                  j->B, j->ldb, j->beta, j->C + lo * j->ldc * es, j->ldc);
+    else /* columns of C are columns of op(B): column c of B, or row c when B^T */
+        blas_call(j->dbl, j->ta, j->tb, j->M, hi - lo, j->K, j->A, j->lda,
+                  j->B + (j->tb ? lo * j->ldb : lo) * es, j->ldb, j->beta, j->C + lo * es, j->ldc);
+}
+
+/* Below this many multiply-adds a product is not worth waking the pool for. */
+#define GEMM_SPLIT_MIN (1 << 20)
+
+void kiln__cpu_gemm(kiln__cpu_ctx *ctx, bool dbl, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                    const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C,
+                    int64_t ldc)
+{
+    int T = ctx->nthreads;
+    if (ctx->blas_own_threads || T <= 1 || (double)M * (double)N * (double)K < GEMM_SPLIT_MIN) {
+        blas_call(dbl, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    gemm_job j = {dbl, ta, tb, M >= N, M, N, K, lda, ldb, ldc, 0, A, B, C, beta};
+    int64_t total = j.split_rows ? M : N;
+    /* whole register tiles per block (16 rows / columns), at most one block per worker */
+    int64_t chunk = (total + T - 1) / T;
+    chunk = (chunk + 15) / 16 * 16;
+    j.chunk = chunk;
+    int nb = (int)((total + chunk - 1) / chunk);
+    if (nb <= 1) {
+        blas_call(dbl, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    kiln__cpu_pool_run(ctx->pool, nb, gemm_block, &j);
+}
+
+/* A batch of small products, a range of batches per worker (operands already laid out). */
+typedef struct batch_job {
+    const kiln_tdesc *out, *a, *b;
+    bool dbl, ta, tb;
+    int64_t M, N, K, lda, ldb;
+} batch_job;
+
+static void batch_range(void *argp, int64_t b0, int64_t b1)
+{
+    const batch_job *j = argp;
+    int64_t es = j->dbl ? 8 : 4;
+    for (int64_t bi = b0; bi < b1; bi++) {
+        const char *ap = (const char *)kiln__cpu_ptr(j->a) + batch_offset(j->out, j->a, bi) * es;
+        const char *bp = (const char *)kiln__cpu_ptr(j->b) + batch_offset(j->out, j->b, bi) * es;
+        char *op = (char *)kiln__cpu_ptr(j->out) + bi * j->M * j->N * es;
+        blas_call(j->dbl, j->ta, j->tb, j->M, j->N, j->K, ap, j->lda, bp, j->ldb, 0.0, op, j->N);
+    }
 }
 
 static int matmul_float(kiln__cpu_ctx *ctx, const kiln_tdesc *out, const kiln_tdesc *a,
@@ -102,6 +191,15 @@ static int matmul_float(kiln__cpu_ctx *ctx, const kiln_tdesc *out, const kiln_td
             nbatch = 1;
         }
     }
+    if (nbatch > 1 && a_ok && b_ok && !ctx->blas_own_threads && ctx->nthreads > 1 &&
+        (double)M * (double)N * (double)K < GEMM_SPLIT_MIN) {
+        /* attention's per-head products: too small to split, so split the batch */
+        batch_job bj = {out, a, b, dbl, ta, tb, M, N, K, lda, ldb};
+        double per = (double)M * (double)N * (double)K;
+        int64_t grain = per >= 65536 ? 1 : (int64_t)(65536 / (per + 1)) + 1;
+        kiln__cpu_parallel_for(ctx, nbatch, grain, batch_range, &bj);
+        return 0;
+    }
     char *ob = kiln__cpu_ptr(out);
     for (int64_t bi = 0; bi < nbatch; bi++) {
         const char *ap = (const char *)kiln__cpu_ptr(a) + batch_offset(out, a, bi) * (int64_t)es;
@@ -128,14 +226,7 @@ static int matmul_float(kiln__cpu_ctx *ctx, const kiln_tdesc *out, const kiln_td
             bp = bbuf;
         }
         char *op = ob + bi * M * N * (int64_t)es;
-        if (dbl)
-            cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                        (blasint)M, (blasint)N, (blasint)K, 1.0, (const double *)ap, (blasint)lda,
-                        (const double *)bp, (blasint)ldb, 0.0, (double *)op, (blasint)N);
-        else
-            cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                        (blasint)M, (blasint)N, (blasint)K, 1.0f, (const float *)ap, (blasint)lda,
-                        (const float *)bp, (blasint)ldb, 0.0f, (float *)op, (blasint)N);
+        kiln__cpu_gemm(ctx, dbl, ta, tb, M, N, K, ap, lda, bp, ldb, 0.0, op, N);
     }
     kiln__cpu_scratch_put(ctx, ha);
     kiln__cpu_scratch_put(ctx, hb);

@@ -114,7 +114,15 @@ typedef struct kiln__cpu_ctx {
     kiln__cpu_alloc alloc;
     const kiln__cpu_kernels *k;
     int nthreads;
+    bool blas_own_threads;   /* KILN_CPU_BLAS=openblas: OpenBLAS threads each call itself */
 } kiln__cpu_ctx;
+
+/** C[M,N] = op(A) op(B) + beta C, row-major, f32 (dbl false) or f64 (cpu-gemm.c): large
+ *  products split over the pool in blocks of rows or columns, one single-threaded BLAS
+ *  call per block; small ones run on the calling thread. */
+void kiln__cpu_gemm(kiln__cpu_ctx *ctx, bool dbl, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                    const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C,
+                    int64_t ldc);
 
 /* Buffers (cpu-alloc.c). */
 void kiln__cpu_alloc_init(kiln__cpu_alloc *a);
