@@ -180,5 +180,7 @@ kiln_tensor *kiln__grad_interpolate(kiln_tensor *out, kiln_tensor *x, kiln_inter
 kiln_tensor *kiln__grad_softmax(kiln_tensor *out, kiln_tensor *t, int dim, bool log);
 kiln_tensor *kiln__grad_layer_norm(kiln_tensor *out, kiln_tensor *x, int nnorm, kiln_tensor *weight,
                                    kiln_tensor *bias, double eps);
+kiln_tensor *kiln__grad_batch_norm(kiln_tensor *out, kiln_tensor *x, kiln_tensor *weight, kiln_tensor *bias,
+                                   double eps);
 
 #endif /* KILN_AUTOGRAD_IMPL_H */

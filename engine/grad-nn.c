@@ -309,6 +309,75 @@ static int layer_norm_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
     return 0;
 }
 
+/* Batch norm with batch statistics, as one node: the composition (mean, var, sub, mul,
+ * mul, add) records six nodes whose backward passes each walk the whole activation,
+ * with a broadcast reduction for every per-channel operand. The closed form needs the
+ * centred input, two per-channel sums and one output expression:
+ *     gx = rstd w (g - sum(g)/N - xc rstd^2 sum(g xc)/N),  gw = rstd sum(g xc),  gb = sum(g)
+ * with sums over every dim but 1. Mean and rstd are recomputed from the saved input with
+ * differentiable ops, as layer_norm does, so a second backward sees through them. */
+static int batch_norm_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
+{
+    kiln_tensor *x = n->saved[0], *w = n->saved[1];
+    double eps = n->dv[0];
+    int64_t C = x->shape[1];
+    if (kiln__numel(x) == 0) {
+        for (int i = 0; i < 3; i++)
+            if (kiln__ad_needs(n, i))
+                gin[i] = kiln_zeros(kiln__dev(g), g->dtype, n->edges[i].ndim, n->edges[i].shape);
+        return 0;
+    }
+    int dims[KILN_MAX_DIMS], nd = 0;
+    int64_t cshape[KILN_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) {
+        cshape[i] = i == 1 ? C : 1;
+        if (i != 1)
+            dims[nd++] = i;
+    }
+    double count = (double)(kiln__numel(x) / C);
+    kiln_tensor *mean = kiln_mean(x, nd, dims, true);
+    kiln_tensor *rstd = kiln_rsqrt(kiln_add_scalar(kiln_var(x, nd, dims, 0, true), eps));
+    kiln_tensor *xc = kiln_sub(x, mean);
+    kiln_tensor *sum_g = kiln_sum(g, nd, dims, true);
+    kiln_tensor *sum_gxc = kiln_sum(kiln_mul(g, xc), nd, dims, true);
+    if (kiln__ad_needs(n, 0)) {
+        kiln_tensor *k1 = w ? kiln_mul(rstd, kiln_reshape(w, x->ndim, cshape)) : rstd;
+        kiln_tensor *k2 = kiln_mul_scalar(sum_g, 1.0 / count);
+        kiln_tensor *k3 = kiln_mul_scalar(kiln_mul(sum_gxc, kiln_square(rstd)), 1.0 / count);
+        gin[0] = kiln_mul(kiln_sub(kiln_sub(g, k2), kiln_mul(xc, k3)), k1);
+        if (!gin[0])
+            return -1;
+    }
+    if (kiln__ad_needs(n, 1)) {
+        gin[1] = kiln_reshape(kiln_mul(sum_gxc, rstd), n->edges[1].ndim, n->edges[1].shape);
+        if (!gin[1])
+            return -1;
+    }
+    if (kiln__ad_needs(n, 2)) {
+        gin[2] = kiln_reshape(sum_g, n->edges[2].ndim, n->edges[2].shape);
+        if (!gin[2])
+            return -1;
+    }
+    return 0;
+}
+
+kiln_tensor *kiln__grad_batch_norm(kiln_tensor *out, kiln_tensor *x, kiln_tensor *weight, kiln_tensor *bias,
+                                   double eps)
+{
+    bool failed;
+    kiln_tensor *ins[3] = {x, weight, bias};
+    kiln__node *n = kiln__ad_record(out, "batch_norm", batch_norm_backward, 3, ins, &failed);
+    if (n) {
+        n->dv[0] = eps;
+        kiln_tensor *cx = kiln__cast(x, out->dtype, n->name);
+        kiln_tensor *cw = weight && cx ? kiln__cast(weight, out->dtype, n->name) : NULL;
+        failed = !cx || (weight && !cw) || kiln__ad_save(n, 0, cx) < 0 || (cw && kiln__ad_save(n, 1, cw) < 0);
+        kiln_tensor_release(cx);
+        kiln_tensor_release(cw);
+    }
+    return kiln__ad_fail(out, failed);
+}
+
 kiln_tensor *kiln__grad_layer_norm(kiln_tensor *out, kiln_tensor *x, int nnorm, kiln_tensor *weight,
                                    kiln_tensor *bias, double eps)
 {

@@ -216,7 +216,12 @@ kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean, kiln_ten
     for (int i = 0; i < x->ndim; i++)
         if (i != 1)
             dims[nd++] = i;
+    /* With batch statistics the result is recorded as one batch_norm node (closed-form
+     * backward, grad-nn.c) rather than as its composition. */
+    bool one_node = use_batch && (kiln__ad_want(x) || kiln__ad_want(weight) || kiln__ad_want(bias));
     kiln_scope_begin();
+    if (one_node)
+        kiln_no_grad_begin();
     kiln_tensor *cx = kiln_cast(x, dt);
     kiln_tensor *mean, *var;
     if (use_batch) {
@@ -234,6 +239,8 @@ kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean, kiln_ten
                        kiln__copy_into(running_var, nv, op) < 0) ? -1 : 0;
             kiln_no_grad_end();
             if (urc < 0) {
+                if (one_node)
+                    kiln_no_grad_end();
                 kiln_scope_end();
                 return NULL;
             }
@@ -242,11 +249,19 @@ kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean, kiln_ten
         mean = per_channel(running_mean, x->ndim, dt);
         var = per_channel(running_var, x->ndim, dt);
     }
-    kiln_tensor *y = kiln_mul(kiln_sub(cx, mean), kiln_rsqrt(kiln_add_scalar(var, eps)));
+    /* (x - mean) (rstd w) + b: the per-channel factors combine first, three passes over
+     * the activation instead of four */
+    kiln_tensor *scale = kiln_rsqrt(kiln_add_scalar(var, eps));
     if (weight)
-        y = kiln_mul(y, per_channel(weight, x->ndim, dt));
+        scale = kiln_mul(scale, per_channel(weight, x->ndim, dt));
+    kiln_tensor *y = kiln_mul(kiln_sub(cx, mean), scale);
     if (bias)
         y = kiln_add(y, per_channel(bias, x->ndim, dt));
+    if (one_node) {
+        kiln_no_grad_end();
+        if (y)
+            y = kiln__grad_batch_norm(y, x, weight, bias, eps);
+    }
     return finish(y);
 }
 

@@ -141,6 +141,18 @@ static kiln_tensor *f_batch_norm(kiln_device *dev, kiln_tensor **in, const void 
     return kiln_batch_norm(in[0], rm, rv, in[1], in[2], training, 0.1, 1e-5);
 }
 
+/* NCHW with no running statistics and no affine parameters (the one-node backward's
+ * other branches), and the input reached through a strided view. */
+static kiln_tensor *f_batch_norm_plain(kiln_device *dev, kiln_tensor **in, const void *ud)
+{
+    return kiln_batch_norm(kiln_transpose(in[0], 2, 3), NULL, NULL, NULL, NULL, true, 0.1, 1e-3);
+}
+
+static kiln_tensor *f_batch_norm_weight(kiln_device *dev, kiln_tensor **in, const void *ud)
+{
+    return kiln_batch_norm(in[0], NULL, NULL, in[1], NULL, true, 0.1, 1e-5);
+}
+
 static kiln_tensor *f_group_norm(kiln_device *dev, kiln_tensor **in, const void *ud)
 {
     (void)dev;
@@ -179,6 +191,8 @@ static void test_norms_and_attention(void **state)
     static const bool train = true, eval = false;
     GRADCHECK("batch_norm train", f_batch_norm, &train, GC_IN(4, 3, 2), GC_IN(3), GC_IN(3));
     GRADCHECK("batch_norm eval", f_batch_norm, &eval, GC_IN(4, 3, 2), GC_IN(3), GC_IN(3));
+    GRADCHECK("batch_norm train NCHW plain", f_batch_norm_plain, NULL, GC_IN(3, 2, 4, 3));
+    GRADCHECK("batch_norm train weight only", f_batch_norm_weight, NULL, GC_IN(2, 3, 2, 2), GC_IN(3));
     GRADCHECK("group_norm", f_group_norm, NULL, GC_IN(2, 4, 3), GC_IN(4), GC_IN(4));
     GRADCHECK("dropout", f_dropout, NULL, GC_IN(3, 5));
     static const int causal = 0, masked = 1;
