@@ -61,6 +61,7 @@ struct kiln_config_remote {
 struct kiln_config_training {
     int64_t max_wait_ms;
     int64_t max_jobs_per_device;
+    int64_t nice;
 };
 
 struct kiln_config {

@@ -86,6 +86,9 @@ const struct kiln__config_key kiln__config_keys[] = {
      "KILN_TRAINING_MAX_JOBS_PER_DEVICE", "--training-max-jobs-per-device",
      "Training jobs that may hold one device at once; another waits for a slot. kilnd runs its jobs one at a time "
      "on one training thread, so today a value above 1 changes nothing."},
+    {"training.nice", KILN__CT_INT, OFF(training.nice), 0, 19, NULL, "10", "KILN_TRAINING_NICE", "--training-nice",
+     "CPU priority (nice value) a training job's thread and the data-loader threads it starts run at, so that a "
+     "step in flight gives the cores to inference's threads first; 0 leaves them at kilnd's own."},
     {"drain_timeout_ms", KILN__CT_INT, OFF(drain_timeout_ms), 0, 3600000, NULL, "10000",
      "KILN_DRAIN_TIMEOUT_MS", "--drain-timeout-ms",
      "On SIGTERM/SIGINT, how long in-flight requests may take before the remaining connections are cut."},

@@ -261,6 +261,7 @@ static int start_serving(struct kiln_daemon *d)
         .max_queue = (size_t)d->cfg.limits.max_queue_depth,
         .training_max_wait_ms = d->cfg.training.max_wait_ms,
         .training_max_jobs = (int)d->cfg.training.max_jobs_per_device,
+        .training_nice = (int)d->cfg.training.nice,
     };
     if (kiln_sched_new(&d->sched, &so, err, sizeof err) != 0) {
         kiln_log_write(&d->log, KILN_LOG_ERROR, "scheduler: %s", err);

@@ -12,9 +12,12 @@
  * canceller sets without knowing about the gate, so a waiter looks at it at least every
  * POLL_NS. A sleep that slice long costs nothing next to a training step.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "sched-impl.h"
 
@@ -64,6 +67,18 @@ static int max_jobs(const struct kiln_sched *s)
     return s->opts.training_max_jobs > 0 ? s->opts.training_max_jobs : 1;
 }
 
+/* The calling thread at nice n or lower priority (Linux: a thread's own nice value). */
+static void lower_priority(int n)
+{
+    if (n <= 0)
+        return;
+    id_t tid = (id_t)gettid();
+    errno = 0;
+    int cur = getpriority(PRIO_PROCESS, tid);
+    if (errno == 0 && cur < n)
+        setpriority(PRIO_PROCESS, tid, n); /* best effort: a failure leaves the thread as it was */
+}
+
 int kiln_sched_training_begin(struct kiln_sched *s, const char *device, const atomic_bool *cancel,
                               struct kiln_sched_training *t)
 {
@@ -73,6 +88,7 @@ int kiln_sched_training_begin(struct kiln_sched *s, const char *device, const at
     t->dev = -1;
     if (!s || !device)
         return 0;
+    lower_priority(s->opts.training_nice);
     pthread_mutex_lock(&s->mu);
     struct kiln__sched_gate *g = kiln__sched_gate_for(s, device);
     if (!g) {

@@ -49,6 +49,7 @@ struct kiln_sched_options {
      * training jobs may hold one device at once (0 means 1). */
     int64_t training_max_wait_ms;
     int training_max_jobs;
+    int training_nice;              /* CPU priority a training job's thread drops to (0: unchanged) */
 };
 
 /* A host tensor: row-major bytes in dtype. */
@@ -185,6 +186,12 @@ int kiln_sched_task_submit(struct kiln_sched *s, int worker, struct kiln_sched_t
  *
  * begin admits at most training_max_jobs jobs per device, waiting for a slot otherwise. A device
  * spec no worker drives is not gated: begin and acquire return 0 at once.
+ *
+ * Most of an inference request's time is not on the device but on the I/O loop (HTTP, JSON), and
+ * a step in flight competes with it for the cores. So begin also lowers the calling thread's CPU
+ * priority to nice training_nice (never raising it back: the thread is the job's; threads it
+ * starts afterwards, such as data loaders, inherit it). Threads shared with inference (the cpu
+ * backend's pool workers, OpenBLAS's) keep theirs.
  *
  * Thread affinity: begin, acquire, release and end on the training job's thread; stats and wake
  * from any thread.

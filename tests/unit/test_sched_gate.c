@@ -20,6 +20,7 @@
 
 #include <cmocka.h>
 #include <pthread.h>
+#include <sys/resource.h>
 
 #include "scheduler.h"
 
@@ -119,6 +120,8 @@ static void on_loaded(void *ud, struct kiln_sched_model *m, const char *why)
     f->loaded = true;
 }
 
+static int fixture_nice; /* training_nice of the next fixture */
+
 static void fixture_open(struct fixture *f, int64_t max_wait_ms, int max_jobs)
 {
     memset(f, 0, sizeof *f);
@@ -133,6 +136,7 @@ static void fixture_open(struct fixture *f, int64_t max_wait_ms, int max_jobs)
         .max_queue = 16,
         .training_max_wait_ms = max_wait_ms,
         .training_max_jobs = max_jobs,
+        .training_nice = fixture_nice,
     };
     char err[256];
     assert_int_equal(kiln_sched_new(&f->s, &o, err, sizeof err), 0);
@@ -390,31 +394,43 @@ struct joiner {
     struct kiln_sched_training t;
     const atomic_bool *cancel;
     int rc;
+    int nice_before, nice_after;        /* the joining thread's own nice value */
     pthread_t thread;
 };
 
 static void *join_main(void *arg)
 {
     struct joiner *j = arg;
+    j->nice_before = getpriority(PRIO_PROCESS, (id_t)gettid());
     j->rc = kiln_sched_training_begin(j->s, "cpu", j->cancel, &j->t);
+    j->nice_after = getpriority(PRIO_PROCESS, (id_t)gettid());
     return NULL;
 }
 
 /* training_max_jobs 1: a second job waits for the first to end; a device no worker drives is
- * not gated at all. */
+ * not gated at all. With training_nice 7, a job's thread runs at nice 7 once it began (asked on
+ * threads of their own, so the test's thread keeps its priority). */
 static void test_one_job_per_device(void **state)
 {
     (void)state;
     struct fixture f;
+    fixture_nice = 7;
     fixture_open(&f, 600000, 1);
+    fixture_nice = 0;
     struct kiln_sched_training first;
-    assert_int_equal(kiln_sched_training_begin(f.s, "cpu", NULL, &first), 0);
+    struct joiner j0 = {.s = f.s};
+    assert_int_equal(pthread_create(&j0.thread, NULL, join_main, &j0), 0);
+    pthread_join(j0.thread, NULL);
+    assert_int_equal(j0.rc, 0);
+    first = j0.t;
     struct joiner j = {.s = f.s};
     assert_int_equal(pthread_create(&j.thread, NULL, join_main, &j), 0);
     wait_for_waiters(f.s, 1);
     kiln_sched_training_end(&first);
     pthread_join(j.thread, NULL);
     assert_int_equal(j.rc, 0);
+    assert_int_equal(j.nice_before, 0);
+    assert_int_equal(j.nice_after, 7);
     struct kiln_sched_training_stats st;
     kiln_sched_training_stats(f.s, &st);
     assert_int_equal(st.jobs, 1);
