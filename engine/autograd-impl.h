@@ -181,6 +181,6 @@ kiln_tensor *kiln__grad_softmax(kiln_tensor *out, kiln_tensor *t, int dim, bool 
 kiln_tensor *kiln__grad_layer_norm(kiln_tensor *out, kiln_tensor *x, int nnorm, kiln_tensor *weight,
                                    kiln_tensor *bias, double eps);
 kiln_tensor *kiln__grad_batch_norm(kiln_tensor *out, kiln_tensor *x, kiln_tensor *weight, kiln_tensor *bias,
-                                   double eps);
+                                   kiln_tensor *mean, kiln_tensor *rstd);
 
 #endif /* KILN_AUTOGRAD_IMPL_H */

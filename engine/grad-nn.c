@@ -314,12 +314,12 @@ static int layer_norm_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
  * with a broadcast reduction for every per-channel operand. The closed form needs the
  * centred input, two per-channel sums and one output expression:
  *     gx = rstd w (g - sum(g)/N - xc rstd^2 sum(g xc)/N),  gw = rstd sum(g xc),  gb = sum(g)
- * with sums over every dim but 1. Mean and rstd are recomputed from the saved input with
- * differentiable ops, as layer_norm does, so a second backward sees through them. */
+ * with sums over every dim but 1. The forward's batch mean and rstd ([1, C, 1, ...]) are
+ * saved with the input: backward runs once over a graph (there is no create_graph), so
+ * nothing needs to differentiate through them again. */
 static int batch_norm_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
 {
-    kiln_tensor *x = n->saved[0], *w = n->saved[1];
-    double eps = n->dv[0];
+    kiln_tensor *x = n->saved[0], *w = n->saved[1], *mean = n->saved[2], *rstd = n->saved[3];
     int64_t C = x->shape[1];
     if (kiln__numel(x) == 0) {
         for (int i = 0; i < 3; i++)
@@ -335,8 +335,6 @@ static int batch_norm_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
             dims[nd++] = i;
     }
     double count = (double)(kiln__numel(x) / C);
-    kiln_tensor *mean = kiln_mean(x, nd, dims, true);
-    kiln_tensor *rstd = kiln_rsqrt(kiln_add_scalar(kiln_var(x, nd, dims, 0, true), eps));
     kiln_tensor *xc = kiln_sub(x, mean);
     kiln_tensor *sum_g = kiln_sum(g, nd, dims, true);
     kiln_tensor *sum_gxc = kiln_sum(kiln_mul(g, xc), nd, dims, true);
@@ -362,16 +360,16 @@ static int batch_norm_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
 }
 
 kiln_tensor *kiln__grad_batch_norm(kiln_tensor *out, kiln_tensor *x, kiln_tensor *weight, kiln_tensor *bias,
-                                   double eps)
+                                   kiln_tensor *mean, kiln_tensor *rstd)
 {
     bool failed;
     kiln_tensor *ins[3] = {x, weight, bias};
     kiln__node *n = kiln__ad_record(out, "batch_norm", batch_norm_backward, 3, ins, &failed);
     if (n) {
-        n->dv[0] = eps;
         kiln_tensor *cx = kiln__cast(x, out->dtype, n->name);
         kiln_tensor *cw = weight && cx ? kiln__cast(weight, out->dtype, n->name) : NULL;
-        failed = !cx || (weight && !cw) || kiln__ad_save(n, 0, cx) < 0 || (cw && kiln__ad_save(n, 1, cw) < 0);
+        failed = !cx || (weight && !cw) || kiln__ad_save(n, 0, cx) < 0 || (cw && kiln__ad_save(n, 1, cw) < 0) ||
+                 kiln__ad_save(n, 2, mean) < 0 || kiln__ad_save(n, 3, rstd) < 0;
         kiln_tensor_release(cx);
         kiln_tensor_release(cw);
     }

@@ -251,16 +251,16 @@ kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean, kiln_ten
     }
     /* (x - mean) (rstd w) + b: the per-channel factors combine first, three passes over
      * the activation instead of four */
-    kiln_tensor *scale = kiln_rsqrt(kiln_add_scalar(var, eps));
+    kiln_tensor *rstd = kiln_rsqrt(kiln_add_scalar(var, eps)), *scale = rstd;
     if (weight)
-        scale = kiln_mul(scale, per_channel(weight, x->ndim, dt));
+        scale = kiln_mul(rstd, per_channel(weight, x->ndim, dt));
     kiln_tensor *y = kiln_mul(kiln_sub(cx, mean), scale);
     if (bias)
         y = kiln_add(y, per_channel(bias, x->ndim, dt));
     if (one_node) {
         kiln_no_grad_end();
-        if (y)
-            y = kiln__grad_batch_norm(y, x, weight, bias, eps);
+        if (y && mean && rstd)
+            y = kiln__grad_batch_norm(y, x, weight, bias, mean, rstd);
     }
     return finish(y);
 }
