@@ -165,6 +165,8 @@ def test_inference(kc, d):
             (lambda: c.model_metadata("nosuch"), 404, "nosuch"),
             (lambda: c.job(999999), 404, "no job 999999"),
             (lambda: c.metrics(999999), 404, "no job"),
+            (lambda: list(c.events(999999)), 404, "no job"),
+            (lambda: c.logs(999999), 404, "no job"),
             (lambda: c.load("../x"), 400, "")):
         try:
             call()

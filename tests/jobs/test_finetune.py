@@ -363,6 +363,11 @@ def test_bad_specs(d):
         ({"repository": "base", "version": "1"}, "model.version", ""),
         ({"repository": "base", "extra": 1}, "model.extra", "unknown field"),
     ]
+    # Accepted, but the graph's input does not fit CSV rows: the job fails naming the node.
+    job, _, _ = d.run_job({"model": {"onnx": os.path.join(DATA, "cnn.onnx")}, "epochs": 1,
+                           "data": {"type": "csv", "train": os.path.join(DATA, "train.csv")}})
+    check(job["state"] == "failed" and "Conv" in (job.get("error") or ""),
+          "an ONNX graph that does not fit the data fails the job with the node named: %s" % job.get("error"))
     for model, field, words in cases:
         st, j = d.req("POST", "/v1/jobs", dict(base, model=model))
         err = j.get("error", "") if isinstance(j, dict) else ""

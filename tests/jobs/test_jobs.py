@@ -306,7 +306,11 @@ def test_resume_after_sigkill():
     events = read_sse(d2, jid)
     states = [e[2]["state"] for e in events if e[1] == "state"]
     check(states[-1] == "succeeded" and "queued" in states[1:], "events show the requeue: %s" % states)
-    st, _ = d2.req("GET", "/v2/models/resumed/ready")
+    # The model loads after the job's final state, on the loop: wait for it.
+    deadline, st = time.time() + 10, 0
+    while st != 200 and time.time() < deadline:
+        st, _ = d2.req("GET", "/v2/models/resumed/ready")
+        time.sleep(0.05)
     check(st == 200, "the resumed job's model is served")
     d2.stop()
 
