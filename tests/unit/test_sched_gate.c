@@ -429,8 +429,8 @@ static void test_one_job_per_device(void **state)
     kiln_sched_training_end(&first);
     pthread_join(j.thread, NULL);
     assert_int_equal(j.rc, 0);
-    assert_int_equal(j.nice_before, 0);
-    assert_int_equal(j.nice_after, 7);
+    /* Lowered to 7, or left alone when the test already runs at a lower priority. */
+    assert_int_equal(j.nice_after, j.nice_before < 7 ? 7 : j.nice_before);
     struct kiln_sched_training_stats st;
     kiln_sched_training_stats(f.s, &st);
     assert_int_equal(st.jobs, 1);
