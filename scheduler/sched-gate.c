@@ -146,7 +146,7 @@ int kiln_sched_training_acquire(struct kiln_sched_training *t)
         t->forced += forced;
         t->wait_ns += waited;
     } else if (s->stopping) {
-        rc = 0; /* the workers are gone: nothing to yield to */
+        rc = 1; /* as in the wait: a stopping scheduler means the daemon is going down */
     }
     if (rc == 0) {
         g->stats.steps++;

@@ -384,6 +384,7 @@ static void test_cancel_and_stop_wake_a_trainer(void **state)
     blocker_release(&b);
     pthread_join(st.thread, NULL);
     assert_true(b.done); /* stop delivered the task's completion */
+    assert_int_equal(kiln_sched_training_acquire(&t), 1); /* stopped: no more steps */
     kiln_sched_training_end(&t);
     fixture_close(&f);
     blocker_destroy(&b);
