@@ -99,6 +99,11 @@ typedef struct kiln__cpu_kernels {
      * max(offs) + OH·Wg (the caller pads it). In every table. */
     void (*dwconv_plane_f32)(float *out, const float *xg, int64_t Wg, int64_t OH, int64_t OW,
                              const int64_t *offs, const float *w, int64_t nk, float bias);
+    /* The sum of a contiguous run, and the sum of its squared deviations from c, both in
+     * double over eight lanes in a fixed order, so every table gives the same bits
+     * (cpu-reduce.c's f32 path). In every table. */
+    double (*sum_run_f32)(const float *x, int64_t n);
+    double (*sqdev_run_f32)(const float *x, int64_t n, double c);
 } kiln__cpu_kernels;
 
 extern const kiln__cpu_kernels kiln__cpu_kernels_base;

@@ -864,6 +864,38 @@ static void dwconv_plane_f32(float *restrict out, const float *restrict xg, int6
     }
 }
 
+/* Eight double lanes, combined pairwise at the end: the order is fixed by the source,
+ * so the wider tables only convert and add more lanes per instruction. */
+static double sum_run_f32(const float *restrict x, int64_t n)
+{
+    double l[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int q = 0; q < 8; q++)
+            l[q] += x[i + q];
+    double s = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    for (; i < n; i++)
+        s += x[i];
+    return s;
+}
+
+static double sqdev_run_f32(const float *restrict x, int64_t n, double c)
+{
+    double l[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int q = 0; q < 8; q++) {
+            double d = x[i + q] - c;
+            l[q] += d * d;
+        }
+    double s = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    for (; i < n; i++) {
+        double d = x[i] - c;
+        s += d * d;
+    }
+    return s;
+}
+
 const kiln__cpu_kernels KTABLE = {
     .name = KNAME,
     .unary_f32 = unary_f32,
@@ -874,6 +906,8 @@ const kiln__cpu_kernels KTABLE = {
     .layer_norm_row_f32 = layer_norm_row_f32,
     .maxpool2x2_row_f32 = maxpool2x2_row_f32,
     .dwconv_plane_f32 = dwconv_plane_f32,
+    .sum_run_f32 = sum_run_f32,
+    .sqdev_run_f32 = sqdev_run_f32,
 #if USE_AVX512
     .conv_tile_f32 = conv_tile_f32,
     .conv_tile_rows_f32 = conv_tile_rows_f32,

@@ -348,6 +348,7 @@ static void out_range(void *argp, int64_t b, int64_t e)
  * stride, vectorized), and a B > 1 one sums contiguous runs of B with eight independent
  * lanes. Accumulation stays in double as everywhere else in this file. */
 typedef struct fplan {
+    const kiln__cpu_kernels *k; /* sum_run_f32 / sqdev_run_f32, vectorized per table */
     const float *x;
     char *out;
     kiln_dtype od;
@@ -357,36 +358,6 @@ typedef struct fplan {
 } fplan;
 
 enum { FCHUNK = 256 };
-
-static double run_sum(const float *x, int64_t n)
-{
-    double l[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int q = 0; q < 8; q++)
-            l[q] += x[i + q];
-    double s = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
-    for (; i < n; i++)
-        s += x[i];
-    return s;
-}
-
-static double run_dev(const float *x, int64_t n, double c)
-{
-    double l[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int q = 0; q < 8; q++) {
-            double d = x[i + q] - c;
-            l[q] += d * d;
-        }
-    double s = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
-    for (; i < n; i++) {
-        double d = x[i] - c;
-        s += d * d;
-    }
-    return s;
-}
 
 static void fast_store(const fplan *f, int64_t k, double sum, double dev)
 {
@@ -441,7 +412,7 @@ static void fast_range(void *argp, int64_t k0, int64_t k1)
             for (int64_t i = 0; i < m; i++) {
                 if (!fast_two_pass(f)) {
                     for (int64_t a = 0; a < f->A; a++)
-                        s[i] += run_sum(f->x + (a * f->K + kb + i) * f->B, f->B);
+                        s[i] += f->k->sum_run_f32(f->x + (a * f->K + kb + i) * f->B, f->B);
                     continue;
                 }
                 /* Variance in one trip through memory: each run's two passes (sum, then
@@ -450,8 +421,8 @@ static void fast_range(void *argp, int64_t k0, int64_t k1)
                 double cnt = 0, mean = 0, m2 = 0, nb = (double)f->B;
                 for (int64_t a = 0; a < f->A; a++) {
                     const float *run = f->x + (a * f->K + kb + i) * f->B;
-                    double rs = run_sum(run, f->B);
-                    double rm = rs / nb, rd = run_dev(run, f->B, rm);
+                    double rs = f->k->sum_run_f32(run, f->B);
+                    double rm = rs / nb, rd = f->k->sqdev_run_f32(run, f->B, rm);
                     double tot = cnt + nb, delta = rm - mean;
                     mean += delta * nb / tot;
                     m2 += rd + delta * delta * cnt * nb / tot;
@@ -502,7 +473,7 @@ static bool reduce_fast_f32(kiln__cpu_ctx *ctx, kiln_reduce_op op, const kiln_td
     int64_t total = A * K * B;
     if (total == 0 || A * B == 1 || K < ctx->nthreads)
         return false;
-    fplan f = {kiln__cpu_ptr(in), kiln__cpu_ptr(out), out->dtype, op, param, A, K, B};
+    fplan f = {ctx->k, kiln__cpu_ptr(in), kiln__cpu_ptr(out), out->dtype, op, param, A, K, B};
     int64_t per = A * B * (fast_two_pass(&f) ? 2 : 1);
     int64_t grain = per >= 16384 ? 1 : 16384 / per;
     if (B == 1 && grain < 16)
