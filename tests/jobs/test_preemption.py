@@ -64,7 +64,7 @@ SPEC = {
     "data": {"type": "csv", "train": os.path.join(DATA, "train.csv"), "label_column": "label"},
     "loss": "cross_entropy",
     "optimizer": {"kind": "adam", "lr": 0.01},
-    "epochs": 40,
+    "epochs": 100,
     "batch_size": 8,
     "seed": 5,
     "register_as": "preempted",
