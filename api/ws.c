@@ -12,12 +12,15 @@
  * SHA-1 is written out here from FIPS 180-4 rather than pulling a crypto library in for 20 bytes
  * of handshake.
  */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include <wslay/wslay.h>
+
+#include "ws-key.h"
 
 #include "responses.h"
 #include "ws.h"
@@ -35,96 +38,11 @@ struct kiln_ws {
 
 /* ---- handshake ------------------------------------------------------------------------------ */
 
-static uint32_t rol(uint32_t x, int n)
-{
-    return (x << n) | (x >> (32 - n));
-}
-
-static void sha1_block(uint32_t h[5], const uint8_t *p)
-{
-    uint32_t w[80];
-    for (int i = 0; i < 16; i++)
-        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
-    for (int i = 16; i < 80; i++)
-        w[i] = rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
-    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
-    for (int i = 0; i < 80; i++) {
-        uint32_t f, k;
-        if (i < 20) {
-            f = (b & c) | (~b & d);
-            k = 0x5A827999u;
-        } else if (i < 40) {
-            f = b ^ c ^ d;
-            k = 0x6ED9EBA1u;
-        } else if (i < 60) {
-            f = (b & c) | (b & d) | (c & d);
-            k = 0x8F1BBCDCu;
-        } else {
-            f = b ^ c ^ d;
-            k = 0xCA62C1D6u;
-        }
-        uint32_t t = rol(a, 5) + f + e + k + w[i];
-        e = d;
-        d = c;
-        c = rol(b, 30);
-        b = a;
-        a = t;
-    }
-    h[0] += a;
-    h[1] += b;
-    h[2] += c;
-    h[3] += d;
-    h[4] += e;
-}
-
-/* SHA-1 of a short message (the handshake's key + GUID: at most a few hundred bytes). */
-static void sha1(const uint8_t *msg, size_t len, uint8_t out[20])
-{
-    uint32_t h[5] = {0x67452301u, 0xEFCDAB89u, 0x98BADCFEu, 0x10325476u, 0xC3D2E1F0u};
-    uint8_t block[64];
-    size_t off = 0;
-    for (; off + 64 <= len; off += 64)
-        sha1_block(h, msg + off);
-    size_t rest = len - off;
-    memset(block, 0, sizeof block);
-    memcpy(block, msg + off, rest);
-    block[rest] = 0x80;
-    if (rest >= 56) {
-        sha1_block(h, block);
-        memset(block, 0, sizeof block);
-    }
-    uint64_t bits = (uint64_t)len * 8u;
-    for (int i = 0; i < 8; i++)
-        block[63 - i] = (uint8_t)(bits >> (8 * i));
-    sha1_block(h, block);
-    for (int i = 0; i < 5; i++)
-        for (int j = 0; j < 4; j++)
-            out[4 * i + j] = (uint8_t)(h[i] >> (24 - 8 * j));
-}
-
-static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 void kiln_ws_accept_key(const char *key, char out[29])
 {
-    static const char guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
-    uint8_t buf[128 + sizeof guid];
-    size_t n = strnlen(key, 128);
-    memcpy(buf, key, n);
-    memcpy(buf + n, guid, sizeof guid - 1);
-    uint8_t d[20];
-    sha1(buf, n + sizeof guid - 1, d);
-    size_t o = 0;
-    for (int i = 0; i < 20; i += 3) {
-        uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < 20 ? (uint32_t)d[i + 1] << 8 : 0) | (i + 2 < 20 ? d[i + 2] : 0);
-        out[o++] = b64[(v >> 18) & 63];
-        out[o++] = b64[(v >> 12) & 63];
-        out[o++] = i + 1 < 20 ? b64[(v >> 6) & 63] : '=';
-        out[o++] = i + 2 < 20 ? b64[v & 63] : '=';
-    }
-    out[o] = '\0';
+    kiln__ws_accept_key(key, out);
 }
 
-/* Whether the comma-separated header value list holds token (case-insensitive). */
 static bool has_token(const char *list, const char *token)
 {
     size_t tn = strlen(token);
@@ -150,7 +68,7 @@ static bool key_valid(const char *k)
     if (strlen(k) != 24 || strcmp(k + 22, "==") != 0)
         return false;
     for (int i = 0; i < 22; i++)
-        if (!strchr(b64, k[i]) || k[i] == '\0')
+        if (!isalnum((unsigned char)k[i]) && k[i] != '+' && k[i] != '/')
             return false;
     return true;
 }

@@ -40,7 +40,5 @@ int kiln__rconn_pump(struct kiln__rconn *c, int wait, char *why, size_t why_len)
 /** Sends a close frame where possible and frees everything. NULL is fine. */
 void kiln__rconn_close(struct kiln__rconn *c);
 
-/** SHA-1 of msg (FIPS 180-4), for the handshake's Sec-WebSocket-Accept check. */
-void kiln__rconn_sha1(const uint8_t *msg, size_t len, uint8_t out[20]);
 
 #endif /* KILN_REMOTE_IMPL_H */

@@ -16,6 +16,7 @@
 
 #include "backend.h"
 #include "wire.h"
+#include "ws-key.h"
 
 static void put64(uint8_t *p, uint64_t v)
 {
@@ -637,6 +638,38 @@ static void test_check_shapes(void **state)
     assert_int_equal(shapes(&pd), -1);
 }
 
+
+/* The handshake's key arithmetic shared by kilnd and the remote backend: RFC 6455's own example,
+ * RFC 4648's base64 vectors, and keys long enough to need SHA-1's second padding block (values
+ * from Python's hashlib). */
+static void test_ws_keys(void **state)
+{
+    (void)state;
+    char out[29], b[16];
+    kiln__ws_accept_key("dGhlIHNhbXBsZSBub25jZQ==", out);
+    assert_string_equal(out, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+    static const struct { const char *in, *want; } b64[] = {
+        {"", ""}, {"f", "Zg=="}, {"fo", "Zm8="}, {"foo", "Zm9v"}, {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="},
+        {"foobar", "Zm9vYmFy"},
+    };
+    for (size_t i = 0; i < sizeof b64 / sizeof b64[0]; i++) {
+        kiln__ws_base64((const uint8_t *)b64[i].in, strlen(b64[i].in), b);
+        assert_string_equal(b, b64[i].want);
+    }
+    char key[129];
+    static const struct { char c; size_t n; const char *want; } longer[] = {
+        {'x', 20, "7jD6MP55bPPoLSNhT1mD/AE8sjc="},
+        {'y', 60, "+4lZb90Dd+3LXf1PleMtM41cYs0="},
+        {'z', 128, "8j8HGxGGxF+PGUZMZU3IKcO4+Sc="},
+    };
+    for (size_t i = 0; i < sizeof longer / sizeof longer[0]; i++) {
+        memset(key, longer[i].c, longer[i].n);
+        key[longer[i].n] = '\0';
+        kiln__ws_accept_key(key, out);
+        assert_string_equal(out, longer[i].want);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -647,6 +680,7 @@ int main(void)
         cmocka_unit_test(test_bad_payloads),
         cmocka_unit_test(test_td_span),
         cmocka_unit_test(test_check_shapes),
+        cmocka_unit_test(test_ws_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
