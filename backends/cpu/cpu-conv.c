@@ -762,6 +762,85 @@ int kiln__cpu_conv_backward_input(void *vctx, const kiln_conv_params *p, const k
     return 0;
 }
 
+/* The weight gradient over a range of images into one accumulator, for the
+ * image-parallel path below: each job has its own columns and its own partial sum. */
+typedef struct bw_job {
+    kiln__cpu_ctx *ctx;
+    const geom *g;
+    bool dbl;
+    int64_t es, rows;
+    const char *xp, *gop;
+    char **part, **col;
+} bw_job;
+
+static void bw_images(void *argp, int job, int njobs)
+{
+    const bw_job *j = argp;
+    const geom *g = j->g;
+    int64_t es = j->es, n0 = g->N * job / njobs, n1 = g->N * (job + 1) / njobs;
+    char *acc = j->part[job];
+    memset(acc, 0, (size_t)(g->O * j->rows * es));
+    for (int64_t n = n0; n < n1; n++)
+        for (int64_t gi = 0; gi < g->G; gi++) {
+            const char *img = j->xp + ((n * g->C + gi * g->Cg) * g->isz) * es;
+            const char *go = j->gop + ((n * g->O + gi * g->Og) * g->osz) * es;
+            const void *B = img;
+            if (!g->direct) {
+                im2col(j->ctx, g, j->col[job], (void *)img, j->dbl); /* nested: runs inline */
+                B = j->col[job];
+            }
+            kiln__cpu_gemm(j->ctx, j->dbl, false, true, g->Og, j->rows, g->osz, go, g->osz, B, g->osz, 1.0,
+                           acc + (gi * g->Og * j->rows) * es, j->rows);
+        }
+}
+
+/* With at least as many images as threads, each thread takes a share of the batch (its
+ * own columns, its own partial gradient; the partials are added in job order) instead
+ * of every image's small GEMM being split across the pool: a first layer's per-image
+ * product ([32, 784] x [784, 9]) is too small to split at all and ran on one thread.
+ * Returns false (nothing done) when there are too few images or no scratch. */
+static bool bw_by_images(kiln__cpu_ctx *ctx, const geom *g, bool dbl, int64_t rows, const char *xp,
+                         const char *gop, char *gw)
+{
+    int T = ctx->nthreads < 16 ? ctx->nthreads : 16;
+    if (T < 2 || g->N < T)
+        return false;
+    int64_t es = dbl ? 8 : 4;
+    struct kiln_buffer *hp[16] = {0}, *hc[16] = {0};
+    char *part[16] = {0}, *col[16] = {0};
+    bool ok = true;
+    part[0] = gw;
+    for (int t = 0; t < T && ok; t++) {
+        if (t > 0)
+            ok = (part[t] = kiln__cpu_scratch_get(ctx, (size_t)(g->O * rows * es), &hp[t])) != NULL;
+        if (ok && !g->direct)
+            ok = (col[t] = kiln__cpu_scratch_get(ctx, (size_t)(rows * g->osz * es), &hc[t])) != NULL;
+    }
+    if (ok) {
+        bw_job j = {ctx, g, dbl, es, rows, xp, gop, part, col};
+        kiln__cpu_pool_run(ctx->pool, T, bw_images, &j);
+        int64_t n = g->O * rows;
+        for (int t = 1; t < T; t++) {
+            if (dbl) {
+                double *d = (double *)gw;
+                const double *q = (const double *)part[t];
+                for (int64_t i = 0; i < n; i++)
+                    d[i] += q[i];
+            } else {
+                float *d = (float *)gw;
+                const float *q = (const float *)part[t];
+                for (int64_t i = 0; i < n; i++)
+                    d[i] += q[i];
+            }
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        kiln__cpu_scratch_put(ctx, hp[t]);
+        kiln__cpu_scratch_put(ctx, hc[t]);
+    }
+    return ok;
+}
+
 int kiln__cpu_conv_backward_weight(void *vctx, const kiln_conv_params *p, const kiln_tdesc *grad_w,
                                    const kiln_tdesc *x, const kiln_tdesc *grad_out)
 {
@@ -784,7 +863,7 @@ int kiln__cpu_conv_backward_weight(void *vctx, const kiln_conv_params *p, const 
     }
     char *xp = ops[0].p, *gop = ops[1].p, *gw = ops[2].p, *col = ops[3].p;
     memset(gw, 0, (size_t)(g.O * rows) * es);
-    if (g.osz > 0 && rows > 0 && g.Og > 0) {
+    if (g.osz > 0 && rows > 0 && g.Og > 0 && !bw_by_images(ctx, &g, dbl, rows, xp, gop, gw)) {
         for (int64_t n = 0; n < g.N; n++) {
             for (int64_t gi = 0; gi < g.G; gi++) {
                 char *img = xp + ((n * g.C + gi * g.Cg) * g.isz) * (int64_t)es;

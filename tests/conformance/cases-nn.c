@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "conformance.h"
+#include "kiln/autodiff.h"
 
 static int one(kiln_tensor **out, kiln_tensor *t)
 {
@@ -127,6 +128,52 @@ static int b_conv(const conf_case *c, kiln_device *dev, kiln_tensor **in, kiln_t
     case 5: return one(out, kiln_conv_transpose2d(in[0], in[1], bias, op));
     }
     return -1;
+}
+
+/* Gradients of a convolution (the cpu backend's conv_backward_input and
+ * conv_backward_weight, including its image-parallel weight gradient): loss =
+ * sum(y^2) / 2, so the upstream gradient is y itself; outputs dx, dw (and db). */
+static int b_conv_grad(const conf_case *c, kiln_device *dev, kiln_tensor **in, kiln_tensor **out)
+{
+    kiln_conv_opts o = conv_opts(c);
+    kiln_tensor *x = kiln_requires_grad(kiln_clone(in[0]), true);
+    kiln_tensor *w = kiln_requires_grad(kiln_clone(in[1]), true);
+    kiln_tensor *b = c->p[1] ? kiln_requires_grad(kiln_clone(in[2]), true) : NULL;
+    if (!x || !w || (c->p[1] && !b))
+        return -1;
+    kiln_tensor *y = c->p[0] == 1 ? kiln_conv1d(x, w, b, &o) : kiln_conv2d(x, w, b, &o);
+    kiln_tensor *loss = y ? kiln_mul_scalar(kiln_sum(kiln_square(y), 0, NULL, false), 0.5) : NULL;
+    if (!loss || kiln_backward(loss, NULL) < 0)
+        return -1;
+    out[0] = kiln_grad(x);
+    out[1] = kiln_grad(w);
+    if (b)
+        out[2] = kiln_grad(b);
+    for (int i = 0; i < (b ? 3 : 2); i++)
+        if (!out[i])
+            return -1;
+    return b ? 3 : 2;
+}
+
+static void conv_grad_case(int kind, kiln_dtype dt, int nx, const int64_t *x, int nw, const int64_t *w,
+                           bool bias, int64_t stride, int64_t pad, int64_t dil, int64_t groups, conf_view vx)
+{
+    conf_case c = conf_make(kind == 1 ? "conv1d_grad" : "conv2d_grad", dt, b_conv_grad);
+    c.p[0] = kind;
+    c.p[1] = bias;
+    for (int i = 0; i < 3; i++) {
+        c.p[2 + i] = stride;
+        c.p[5 + i] = pad;
+        c.p[8 + i] = dil;
+    }
+    c.p[11] = groups;
+    conf_in(&c, -1, nx, x, G_UNI, -2, 2, vx);
+    conf_in(&c, -1, nw, w, G_UNI, -1, 1, V_NONE);
+    if (bias)
+        conf_in(&c, -1, KILN_SHAPE(w[0]), G_UNI, -1, 1, V_NONE);
+    c.tol = TOL_NMSE;
+    conf_push(&c, "stride %lld pad %lld dil %lld groups %lld%s", (long long)stride, (long long)pad,
+              (long long)dil, (long long)groups, bias ? ", bias" : "");
 }
 
 /* kind: 1-3 conv{1,2,3}d, 4-5 conv_transpose{1,2}d. geo: stride, padding, dilation, groups,
@@ -460,6 +507,22 @@ void conf_cases_nn(void)
         conv_case(5, dt, KILN_SHAPE(2, 4, 5, 6), KILN_SHAPE(4, 3, 3, 3), false, 1, 0, 1, 1, 0, V_NONE, true);
         conv_case(5, dt, KILN_SHAPE(2, 4, 5, 6), KILN_SHAPE(4, 2, 3, 3), true, 2, 1, 2, 2, 1, V_NONE, false);
         conv_case(5, dt, KILN_SHAPE(1, 4, 5, 6), KILN_SHAPE(4, 3, 2, 2), true, 2, 0, 1, 1, 0, V_T, false);
+    }
+
+    /* convolution gradients: the Fashion-MNIST layers (batch above the thread count, so the
+     * weight gradient splits by image), one image (split per GEMM), odd sizes, stride,
+     * padding, dilation, groups, depthwise, 1x1, a strided input, f64 */
+    for (int i = 0; i < 2; i++) {
+        kiln_dtype dt = float_dt[i];
+        conv_grad_case(2, dt, KILN_SHAPE(8, 1, 28, 28), KILN_SHAPE(32, 1, 3, 3), true, 1, 1, 1, 1, V_NONE);
+        conv_grad_case(2, dt, KILN_SHAPE(5, 32, 14, 14), KILN_SHAPE(64, 32, 3, 3), true, 1, 1, 1, 1, V_NONE);
+        conv_grad_case(2, dt, KILN_SHAPE(1, 3, 9, 11), KILN_SHAPE(4, 3, 3, 3), true, 1, 0, 1, 1, V_NONE);
+        conv_grad_case(2, dt, KILN_SHAPE(3, 3, 9, 11), KILN_SHAPE(4, 3, 3, 3), false, 2, 1, 1, 1, V_NONE);
+        conv_grad_case(2, dt, KILN_SHAPE(3, 3, 10, 9), KILN_SHAPE(5, 3, 3, 2), true, 1, 2, 2, 1, V_STEP);
+        conv_grad_case(2, dt, KILN_SHAPE(4, 4, 8, 7), KILN_SHAPE(6, 2, 3, 3), true, 1, 1, 1, 2, V_NONE);
+        conv_grad_case(2, dt, KILN_SHAPE(3, 6, 7, 7), KILN_SHAPE(6, 1, 3, 3), true, 2, 1, 1, 6, V_T);
+        conv_grad_case(2, dt, KILN_SHAPE(3, 16, 5, 6), KILN_SHAPE(8, 16, 1, 1), false, 1, 0, 1, 1, V_NONE);
+        conv_grad_case(1, dt, KILN_SHAPE(5, 4, 17), KILN_SHAPE(6, 4, 5), true, 2, 2, 1, 1, V_NONE);
     }
 
     /* pooling */
