@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "kiln/tensor.h"
@@ -53,9 +54,31 @@ static double median(double *v, int n)
 typedef void (*step_fn)(void *ctx);
 
 /* Time kiln (and the peer when given), alternating; medians into *kiln_ms, *peer_ms. */
+/*
+ * OpenBLAS threads for the peer's steps (0: leave as is). Opening kiln's cpu device sets OpenBLAS
+ * to one thread process-wide, because kiln's own pool splits its GEMMs; the sgemm peer runs at its
+ * best, a thread per core, so measure() switches before each peer step and gives kiln its setting
+ * back after, both outside the timed interval.
+ */
+static int g_peer_blas_threads;
+
+static void peer_blas_enter(int *saved)
+{
+    *saved = openblas_get_num_threads();
+    if (g_peer_blas_threads > 0)
+        openblas_set_num_threads(g_peer_blas_threads);
+}
+
+static void peer_blas_leave(int saved)
+{
+    if (g_peer_blas_threads > 0)
+        openblas_set_num_threads(saved);
+}
+
 static void measure(step_fn kiln_step, void *kctx, step_fn peer_step, void *pctx, double *kiln_ms,
                     double *peer_ms)
 {
+    int saved = 0;
     double budget = 1.5;
     const char *env = getenv("KILN_BENCH_SECONDS");
     if (env && atof(env) > 0)
@@ -64,8 +87,11 @@ static void measure(step_fn kiln_step, void *kctx, step_fn peer_step, void *pctx
     double t0 = now_ms();
     for (int i = 0; i < 2; i++) {
         kiln_step(kctx);
-        if (peer_step)
+        if (peer_step) {
+            peer_blas_enter(&saved);
             peer_step(pctx);
+            peer_blas_leave(saved);
+        }
     }
     double per = (now_ms() - t0) / 2;
     int reps = (int)(budget * 1e3 / (per > 1e-3 ? per : 1e-3));
@@ -76,9 +102,11 @@ static void measure(step_fn kiln_step, void *kctx, step_fn peer_step, void *pctx
         kiln_step(kctx);
         kt[r] = now_ms() - s;
         if (peer_step) {
+            peer_blas_enter(&saved);
             s = now_ms();
             peer_step(pctx);
             pt[r] = now_ms() - s;
+            peer_blas_leave(saved);
         }
     }
     *kiln_ms = median(kt, reps);
@@ -217,6 +245,7 @@ static void loop_step(void *p)
 
 static void group_matmul(void)
 {
+    g_peer_blas_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     static const int sizes[] = {256, 512, 1024, 2048};
     for (int si = 0; si < 5; si++) {
         int batch = si < 4 ? 1 : 8, n = si < 4 ? sizes[si] : 512;
