@@ -1,6 +1,7 @@
 #!/bin/sh
 # bench/lib/venv.sh — make (or reuse) .venv-bench at the repository root: a Python with the
-# peers that engine benchmarks compare kiln against (torch CPU build, numpy, onnxruntime).
+# peers that engine benchmarks compare kiln against (torch CPU build, numpy, onnxruntime), and what
+# exports the benchmark models (torchvision, onnx).
 # bench/run calls it only for entries that ask for it; progress goes to stderr and the last
 # line on stdout is the path of the venv's python.
 #
@@ -16,7 +17,7 @@ base=${KILN_BENCH_PYTHON_BASE:-python3}
 say() { echo "venv.sh: $*" >&2; }
 
 have_all() {
-    [ -x "$py" ] && "$py" -c 'import torch, numpy, onnxruntime' >/dev/null 2>&1
+    [ -x "$py" ] && "$py" -c 'import torch, torchvision, numpy, onnx, onnxruntime' >/dev/null 2>&1
 }
 
 if have_all; then
@@ -38,11 +39,14 @@ if ! "$py" -c 'import torch' >/dev/null 2>&1; then
         "$py" -m pip install -q torch >&2
     fi
 fi
-say "installing numpy and onnxruntime"
-"$py" -m pip install -q numpy onnxruntime >&2
+say "installing torchvision (the ResNet exports), numpy, onnx and onnxruntime"
+# torchvision from the index torch came from, so pip picks the build that matches it
+"$py" -m pip install -q torchvision --index-url https://download.pytorch.org/whl/cpu >&2 ||
+    "$py" -m pip install -q torchvision >&2
+"$py" -m pip install -q numpy onnx onnxruntime safetensors >&2
 
 if ! have_all; then
-    say "torch, numpy or onnxruntime still cannot be imported from $py"
+    say "torch, torchvision, numpy, onnx or onnxruntime still cannot be imported from $py"
     exit 1
 fi
 echo "$py"
