@@ -639,6 +639,28 @@ static bool downloads_done(const rdev *d)
     return true;
 }
 
+/*
+ * How a wait for the server (a download or a sync) ended, in order of what matters most: the
+ * connection is gone; an earlier pipelined op failed (reported now, at the first wait after it);
+ * the awaited reply itself was an error; or rc is a local failure (out of memory). 0 or a KILN_E*
+ * code with why filled. Called with d->mu held; clears the per-wait error.
+ */
+static int wait_outcome(rdev *d, int rc, char *why, size_t wl)
+{
+    if (d->dead) {
+        snprintf(why, wl, "%s", d->dead_why);
+        rc = KILN_EIO;
+    } else if (rc == 0 && (rc = take_deferred(d, why, wl)) != 0) {
+    } else if (rc == 0 && d->wait_failed) {
+        snprintf(why, wl, "%s", d->wait_err);
+        rc = KILN_EDEVICE;
+    } else if (rc != 0) {
+        snprintf(why, wl, "%s: out of memory", d->spec);
+    }
+    d->wait_failed = false;
+    return rc;
+}
+
 static int remote_buffer_download(void *ctx, kiln_buffer *src, size_t off, void *dst, size_t n)
 {
     rdev *d = ctx;
@@ -677,18 +699,7 @@ static int remote_buffer_download(void *ctx, kiln_buffer *src, size_t off, void 
     if (rc == 0)
         rc = wait_until(d, downloads_done);
     d->npend = 0;
-    if (d->dead) {
-        snprintf(why, sizeof why, "%s", d->dead_why);
-        rc = KILN_EIO;
-    } else if (rc == 0 && (rc = take_deferred(d, why, sizeof why)) != 0) {
-        /* an earlier op failed: what was read may be garbage */
-    } else if (rc == 0 && d->wait_failed) {
-        snprintf(why, sizeof why, "%s", d->wait_err);
-        rc = KILN_EDEVICE;
-    } else if (rc != 0) {
-        snprintf(why, sizeof why, "%s: out of memory", d->spec);
-    }
-    d->wait_failed = false;
+    rc = wait_outcome(d, rc, why, sizeof why); /* an earlier op's failure: what was read may be garbage */
     pthread_mutex_unlock(&d->mu);
     if (rc != 0)
         kiln__error_set("buffer_download: %s", why);
@@ -720,17 +731,7 @@ static int remote_sync(void *ctx)
         }
     }
     d->sync_seq = 0;
-    if (d->dead) {
-        snprintf(why, sizeof why, "%s", d->dead_why);
-        rc = KILN_EIO;
-    } else if (rc == 0 && (rc = take_deferred(d, why, sizeof why)) != 0) {
-    } else if (rc == 0 && d->wait_failed) {
-        snprintf(why, sizeof why, "%s", d->wait_err);
-        rc = KILN_EDEVICE;
-    } else if (rc != 0) {
-        snprintf(why, sizeof why, "%s: out of memory", d->spec);
-    }
-    d->wait_failed = false;
+    rc = wait_outcome(d, rc, why, sizeof why);
     pthread_mutex_unlock(&d->mu);
     if (rc != 0)
         kiln__error_set("sync: %s", why);
