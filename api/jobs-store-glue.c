@@ -16,18 +16,15 @@
 
 #include <cjson/cJSON.h>
 
+#include "logf.h"
 #include "jobs-impl.h"
 
 void kiln__jobs_log(struct kiln_jobs *j, enum kiln_log_level l, const char *fmt, ...)
 {
-    if (!j->o.log)
-        return;
-    char msg[768];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    kiln_api_logv(j->o.log, j->o.log_ud, l, fmt, ap);
     va_end(ap);
-    j->o.log(j->o.log_ud, l, msg);
 }
 
 /* ---- the store, shared --------------------------------------------------------------------- */

@@ -17,6 +17,7 @@
 
 #include <arpa/inet.h>
 
+#include "logf.h"
 #include "server.h"
 
 #define READ_BUF_SIZE (64u * 1024u)
@@ -78,14 +79,12 @@ static void slog(struct kiln_server *s, enum kiln_log_level level, const char *f
 
 static void slog(struct kiln_server *s, enum kiln_log_level level, const char *fmt, ...)
 {
-    if (!s->opts.log || level > s->opts.log_level)
+    if (level > s->opts.log_level) /* skip the formatting of lines nobody keeps (per-connection debug) */
         return;
-    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    kiln_api_logv(s->opts.log, s->opts.log_ud, level, fmt, ap);
     va_end(ap);
-    s->opts.log(s->opts.log_ud, level, msg);
 }
 
 /* ---- metrics ----------------------------------------------------------------------------- */

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "logf.h"
 #include "http_conn.h"
 #include "responses.h"
 #include "serving.h"
@@ -68,19 +69,7 @@ static const double seconds_buckets[] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001
                                          0.01,    0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5};
 static const double batch_buckets[] = {1, 2, 4, 8, 16, 32, 64, 128};
 
-static void vlog(struct kiln_serving *sv, enum kiln_log_level l, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void vlog(struct kiln_serving *sv, enum kiln_log_level l, const char *fmt, ...)
-{
-    if (!sv->o.log)
-        return;
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    sv->o.log(sv->o.log_ud, l, msg);
-}
+#define vlog(sv, level, ...) kiln_api_logf((sv)->o.log, (sv)->o.log_ud, (level), __VA_ARGS__)
 
 /* ---- metrics ------------------------------------------------------------------------------- */
 

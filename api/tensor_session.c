@@ -27,6 +27,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "logf.h"
 #include "responses.h"
 #include "tensor.h"
 #include "tensor_exec.h"
@@ -84,20 +85,7 @@ struct kiln_tensor_service {
     struct kiln_metric_series *m_opened, *m_refused, *m_messages, *m_errors;
 };
 
-static void tlog(struct kiln_tensor_service *ts, enum kiln_log_level level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void tlog(struct kiln_tensor_service *ts, enum kiln_log_level level, const char *fmt, ...)
-{
-    if (!ts->o.log)
-        return;
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    ts->o.log(ts->o.log_ud, level, msg);
-}
+#define tlog(ts, level, ...) kiln_api_logf((ts)->o.log, (ts)->o.log_ud, (level), __VA_ARGS__)
 
 /* ---- auth ------------------------------------------------------------------------------------ */
 
