@@ -176,62 +176,60 @@ static bool scaled(const struct num *n, long double *v)
 }
 #endif
 
-long kiln_json_to_f32(const char *p, const char *end, float *out)
+/*
+ * The number lexed from [p, p + len) as a float (single) or a double, correctly rounded: exactly
+ * from the long double when that rounding is safe, else through strtof / strtod. The length, or
+ * -1 when the fallback cannot copy the token.
+ */
+static long convert(const char *p, size_t len, const struct num *n, bool single, float *f, double *d)
 {
-    struct num n;
-    size_t len = lex_number(p, end, &n);
-    if (!len)
-        return 0;
-    if (!n.many && n.m == 0) {
-        *out = n.neg ? -0.0f : 0.0f;
+    if (!n->many && n->m == 0) {
+        if (single)
+            *f = n->neg ? -0.0f : 0.0f;
+        else
+            *d = n->neg ? -0.0 : 0.0;
         return (long)len;
     }
 #if LDBL_MANT_DIG >= 64
     long double v;
-    if (scaled(&n, &v)) {
-        float f = (float)v;
-        bool ok = !isinf(f);
-        if (ok && (long double)f != v) {
-            float g = nextafterf(f, v > (long double)f ? INFINITY : -INFINITY);
-            ok = ((long double)f + (long double)g) / 2 != v;
+    if (scaled(n, &v)) {
+        /* r: v rounded to the target type (in long double); g: its neighbour on v's side */
+        long double r, g;
+        if (single) {
+            float x = (float)v;
+            r = x;
+            g = nextafterf(x, v > r ? INFINITY : -INFINITY);
+        } else {
+            double x = (double)v;
+            r = x;
+            g = nextafter(x, v > r ? INFINITY : -INFINITY);
         }
-        if (ok) {
-            *out = n.neg ? -f : f;
+        if (!isinf(r) && (r == v || (r + g) / 2 != v)) {
+            if (single)
+                *f = n->neg ? -(float)r : (float)r;
+            else
+                *d = n->neg ? -(double)r : (double)r;
             return (long)len;
         }
     }
 #endif
+    return slow_convert(p, len, single, d, f) == 0 ? (long)len : -1;
+}
+
+long kiln_json_to_f32(const char *p, const char *end, float *out)
+{
+    struct num n;
+    size_t len = lex_number(p, end, &n);
     double unused;
-    return slow_convert(p, len, true, &unused, out) == 0 ? (long)len : -1;
+    return len ? convert(p, len, &n, true, out, &unused) : 0;
 }
 
 long kiln_json_to_f64(const char *p, const char *end, double *out)
 {
     struct num n;
     size_t len = lex_number(p, end, &n);
-    if (!len)
-        return 0;
-    if (!n.many && n.m == 0) {
-        *out = n.neg ? -0.0 : 0.0;
-        return (long)len;
-    }
-#if LDBL_MANT_DIG >= 64
-    long double v;
-    if (scaled(&n, &v)) {
-        double d = (double)v;
-        bool ok = true;
-        if ((long double)d != v) {
-            double g = nextafter(d, v > (long double)d ? INFINITY : -INFINITY);
-            ok = ((long double)d + (long double)g) / 2 != v;
-        }
-        if (ok) {
-            *out = n.neg ? -d : d;
-            return (long)len;
-        }
-    }
-#endif
     float unused;
-    return slow_convert(p, len, false, out, &unused) == 0 ? (long)len : -1;
+    return len ? convert(p, len, &n, false, &unused, out) : 0;
 }
 
 long kiln_json_to_int(const char *p, const char *end, int64_t lo, int64_t hi, int64_t *out, size_t *lenp)
