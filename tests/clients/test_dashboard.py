@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import kilnd_harness as H  # noqa: E402
 
 if not shutil.which("tmux"):

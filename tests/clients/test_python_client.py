@@ -19,8 +19,9 @@ import subprocess
 import sys
 import time
 
-import kilnd_harness as H
-from kilnd_harness import check
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import kilnd_harness as H  # noqa: E402
+from kilnd_harness import check  # noqa: E402
 
 KILND, CLIENT_SRC, FIX = sys.argv[1], sys.argv[2], sys.argv[3]
 

@@ -10,29 +10,20 @@ field. The data is generated here; every job takes a second or two.
 
 Usage: test_finetune.py KILND ONNX_FIXTURES_DIR
 """
-import http.client
 import json
 import math
 import os
 import random
 import shutil
 import struct
-import subprocess
 import sys
-import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import kilnd_harness as H  # noqa: E402
+from kilnd_harness import DATA, TMP, check  # noqa: E402
+
 KILND, FIX = sys.argv[1], sys.argv[2]
-TMP = tempfile.mkdtemp(prefix="kilnd-finetune-")
-DATA = os.path.join(TMP, "data")
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
-FAILURES = []
-
-
-def check(cond, what):
-    if not cond:
-        FAILURES.append(what)
-    print("ok:" if cond else "FAIL:", what, flush=True)
 
 
 # ---- data ---------------------------------------------------------------------------------------
@@ -55,17 +46,6 @@ def write_idx(prefix, n, seed):
     with open(os.path.join(DATA, prefix + "-labels.idx"), "wb") as f:
         f.write(struct.pack(">II", 0x801, n) + labels)
     return [[b / 255.0 for b in imgs[i * 784:(i + 1) * 784]] for i in range(n)], list(labels)
-
-
-def write_csv(path, n, seed):
-    """Three separable classes in four features."""
-    rnd = random.Random(seed)
-    with open(path, "w") as f:
-        f.write("a,b,c,d,label\n")
-        for _ in range(n):
-            c = rnd.randrange(3)
-            x = [rnd.gauss(2.0 if k == c else 0.0, 0.5) for k in range(4)]
-            f.write(",".join("%.4f" % v for v in x) + ",%d\n" % c)
 
 
 def read_safetensors(path):
@@ -139,32 +119,14 @@ def onnx_parts(path):
 
 # ---- kilnd --------------------------------------------------------------------------------------
 
-class Daemon:
+class Daemon(H.Daemon):
+    """The harness's kilnd, with the fine-tuning tests' job and model helpers."""
+
     def __init__(self, name):
-        self.data = os.path.join(TMP, name)
-        os.makedirs(self.data)
-        self.log = os.path.join(TMP, name + ".log")
-        portfile = os.path.join(self.data, "kilnd.port")
-        self.proc = subprocess.Popen([KILND, "--port", "0", "--data-dir", self.data, "--data-roots", DATA],
-                                     stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"), env=ENV)
-        deadline = time.time() + 20
-        while not os.path.exists(portfile):
-            if self.proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError("kilnd did not start: " + open(self.log).read())
-            time.sleep(0.01)
-        time.sleep(0.05)
-        self.port = int(open(portfile).read())
+        super().__init__(KILND, name)
 
     def req(self, method, path, body=None, timeout=60):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        c.request(method, path, body=None if body is None else json.dumps(body))
-        r = c.getresponse()
-        raw = r.read()
-        c.close()
-        try:
-            return r.status, json.loads(raw)
-        except ValueError:
-            return r.status, raw
+        return super().req(method, path, body, timeout=timeout)
 
     def run_job(self, spec, timeout=120):
         """Submit, wait for the end, and return (job, step rows, epoch rows)."""
@@ -198,15 +160,6 @@ class Daemon:
         if st != 200:
             raise RuntimeError("infer %s: %s %s" % (name, st, r))
         return r["outputs"][0]["data"]
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def idx_data():
@@ -376,10 +329,8 @@ def test_bad_specs(d):
 
 
 def main():
-    os.makedirs(DATA)
     write_idx("train", 256, 1)
     valid = write_idx("valid", 64, 2)
-    write_csv(os.path.join(DATA, "train.csv"), 600, 1)
     shutil.copy(os.path.join(FIX, "cnn.onnx"), os.path.join(DATA, "cnn.onnx"))
     d = Daemon("main")
     try:
@@ -391,12 +342,12 @@ def main():
         d.stop()
     # a sanitizer's report (a leak at exit included) makes kilnd exit non-zero
     check(d.proc.returncode == 0, "kilnd exits 0 after SIGTERM (%s); log %s" % (d.proc.returncode, d.log))
-    if FAILURES:
-        print("\n%d failure(s); logs in %s" % (len(FAILURES), TMP))
-        for f in FAILURES:
+    if H.FAILURES:
+        print("\n%d failure(s); logs in %s" % (len(H.FAILURES), TMP))
+        for f in H.FAILURES:
             print("  -", f)
         sys.exit(1)
-    shutil.rmtree(TMP, ignore_errors=True)
+    H.cleanup()
     print("all fine-tuning tests passed")
 
 

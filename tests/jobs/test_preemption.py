@@ -13,42 +13,19 @@ Usage: test_preemption.py KILND FIXTURES_SERVING
 import http.client
 import json
 import os
-import random
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import kilnd_harness as H  # noqa: E402
+from kilnd_harness import DATA, TMP, check  # noqa: E402
+
 KILND, FIX = sys.argv[1], sys.argv[2]
-TMP = tempfile.mkdtemp(prefix="kilnd-preempt-")
-DATA = os.path.join(TMP, "data")
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
-FAILURES = []
 EXPECTED = json.load(open(os.path.join(FIX, "expected.json")))
 BODY = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 784],
                                "data": EXPECTED["input"][0]}]})
-
-
-def check(cond, what):
-    if not cond:
-        FAILURES.append(what)
-        print("FAIL:", what, flush=True)
-    else:
-        print("ok:", what, flush=True)
-
-
-def write_csv(path, n, seed):
-    """Three separable classes in four features."""
-    rnd = random.Random(seed)
-    with open(path, "w") as f:
-        f.write("a,b,c,d,label\n")
-        for _ in range(n):
-            c = rnd.randrange(3)
-            x = [rnd.gauss(2.0 if k == c else 0.0, 0.5) for k in range(4)]
-            f.write(",".join("%.4f" % v for v in x) + ",%d\n" % c)
 
 
 SPEC = {
@@ -71,37 +48,19 @@ SPEC = {
 }
 
 
-class Daemon:
+class Daemon(H.Daemon):
+    """The harness's kilnd with the serving fixture's MLP in its repository, ready to answer."""
+
     def __init__(self, name, *flags):
-        self.data = os.path.join(TMP, name)
-        os.makedirs(os.path.join(self.data, "models"), exist_ok=True)
-        shutil.copytree(os.path.join(FIX, "mnist_mlp"), os.path.join(self.data, "models", "mnist_mlp"))
-        self.log = os.path.join(TMP, name + ".log")
-        portfile = os.path.join(self.data, "kilnd.port")
-        self.proc = subprocess.Popen([KILND, "--port", "0", "--data-dir", self.data, "--data-roots", DATA] + list(flags),
-                                     stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"), env=ENV)
-        deadline = time.time() + 20
-        while not os.path.exists(portfile):
-            if self.proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError("kilnd did not start: " + open(self.log).read())
-            time.sleep(0.01)
-        self.port = int(open(portfile).read())
+        models = os.path.join(TMP, name, "models")
+        os.makedirs(models, exist_ok=True)
+        shutil.copytree(os.path.join(FIX, "mnist_mlp"), os.path.join(models, "mnist_mlp"))
+        super().__init__(KILND, name, fresh=False, extra=flags)
         deadline = time.time() + 20
         while self.req("GET", "/v2/models/mnist_mlp/ready")[0] != 200:
             if time.time() > deadline:
                 raise RuntimeError("the model did not load: " + open(self.log).read())
             time.sleep(0.02)
-
-    def req(self, method, path, body=None, timeout=30):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        c.request(method, path, body=body if body is None or isinstance(body, str) else json.dumps(body))
-        r = c.getresponse()
-        raw = r.read()
-        c.close()
-        try:
-            return r.status, json.loads(raw)
-        except ValueError:
-            return r.status, raw
 
     def metric(self, name):
         st, text = self.req("GET", "/metrics")
@@ -114,9 +73,7 @@ class Daemon:
         return self.req("GET", "/v1/jobs/%d" % jid)[1]["state"]
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=30)
+        super().stop()
         # A sanitizer report at exit (a leak included) makes the exit status non-zero.
         check(self.proc.returncode == 0, "kilnd exited 0 after SIGTERM (%s)" % self.proc.returncode)
 
@@ -184,8 +141,7 @@ def wait_final(d, jid):
 
 
 def main():
-    os.makedirs(DATA)
-    write_csv(os.path.join(DATA, "train.csv"), 2000, 1)
+    H.write_csv(os.path.join(DATA, "train.csv"), 2000, 1)
 
     # The gate on, with a short bound so that training still moves under this constant load.
     d = Daemon("gated", "--training-max-wait-ms", "20")
@@ -229,8 +185,8 @@ if __name__ == "__main__":
     try:
         main()
     finally:
-        shutil.rmtree(TMP, ignore_errors=True)
-    if FAILURES:
-        print("%d check(s) failed" % len(FAILURES))
+        H.cleanup()
+    if H.FAILURES:
+        print("%d check(s) failed" % len(H.FAILURES))
         sys.exit(1)
     print("all preemption checks passed")

@@ -1,6 +1,7 @@
-"""What the clients tests share: a real kilnd on a free port with its data dir in a temporary
-folder, a small synthetic CSV data set (three separable classes in four features, so a job
-trains in a second and needs no download), job specs, and pass/fail bookkeeping."""
+"""What the Python tests that drive a real kilnd share (tests/clients, tests/jobs): kilnd on a free
+port with its data dir in a temporary folder, a small synthetic CSV data set (three separable
+classes in four features, so a job trains in a second and needs no download), job specs, and
+pass/fail bookkeeping. A test puts this folder on sys.path and imports it."""
 import http.client
 import json
 import os
