@@ -48,62 +48,32 @@ bool kiln__jobs_final_state(const char *s)
     return s && (!strcmp(s, KILN_JOB_SUCCEEDED) || !strcmp(s, KILN_JOB_FAILED) || !strcmp(s, KILN_JOB_CANCELLED));
 }
 
-/* A "state" event that moves its job to a final state. */
-static bool final_state_event(const struct kiln_job_event *ev)
-{
-    if (strcmp(ev->type, "state") != 0)
-        return false;
-    cJSON *o = cJSON_Parse(ev->payload);
-    const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "state");
-    bool final = cJSON_IsString(st) && kiln__jobs_final_state(st->valuestring);
-    cJSON_Delete(o);
-    return final;
-}
-
-/* A job that died between its final state and that state's event never gets the event; its
- * streams end this long after it finished all the same. */
-#define FINAL_EVENT_GRACE_MS 2000
-
 /*
- * Append the events of job id after *last_seq in SSE form; true when the job is over and every
- * one of its events is in out. Over means final in the store and its final "state" event
- * written: the training thread sets the state first and appends the event just after, so a
- * stream that ended on the state alone lost that last event. The state is read in the same
- * locked section as the last events, after them, so an event appended later is seen by the
- * next call (the append pokes the loop).
+ * Append the events of job id after *last_seq in SSE form; true when the job is final and
+ * every one of its events is in out. The state is read in the same locked section as the last
+ * events, after them, so an event appended later is seen by the next call; a job's state and
+ * its "state" event are stored in one transaction (kiln__jobs_transition), so a job read final
+ * here has its final event among those read.
  */
 static bool append_events(struct kiln_jobs *j, int64_t id, int64_t *last_seq, struct kiln_buf *out)
 {
-    bool final = false, last_is_final = false, seen_last = false;
+    bool final = false;
     for (;;) {
-        struct kiln_job_event *ev = NULL, *prev = NULL;
-        int n = 0, np = 0;
+        struct kiln_job_event *ev = NULL;
+        int n = 0;
         struct kiln_job job;
         kiln__jobs_store_lock(j);
         int rc = kiln_jobstore_events_since(j->o.store, id, *last_seq, 500, &ev, &n, NULL, 0);
         int grc = n < 500 ? kiln_jobstore_job_get(j->o.store, id, &job, NULL, 0) : 1;
-        /* Nothing new: the newest event is the one the stream sent last. */
-        if (rc == 0 && n == 0 && !seen_last && *last_seq > 0 &&
-            kiln_jobstore_events_since(j->o.store, id, *last_seq - 1, 1, &prev, &np, NULL, 0) == 0 && np == 1)
-            last_is_final = final_state_event(&prev[0]);
         kiln__jobs_store_unlock(j);
-        kiln_jobstore_events_free(prev, np);
         for (int i = 0; rc == 0 && i < n; i++) {
             kiln_buf_printf(out, "id: %lld\nevent: %s\ndata: %s\n\n", (long long)ev[i].seq, ev[i].type,
                             ev[i].payload);
             *last_seq = ev[i].seq;
         }
-        if (rc == 0 && n > 0) {
-            last_is_final = final_state_event(&ev[n - 1]);
-            seen_last = true;
-        }
         kiln_jobstore_events_free(ev, n);
         if (grc == 0) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            int64_t now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-            final = kiln__jobs_final_state(job.state) &&
-                    (last_is_final || (job.finished_ms && now_ms - job.finished_ms > FINAL_EVENT_GRACE_MS));
+            final = kiln__jobs_final_state(job.state);
             kiln_jobstore_job_clear(&job);
         }
         if (rc != 0 || n < 500)

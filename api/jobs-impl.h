@@ -89,6 +89,11 @@ void kiln__jobs_emit(struct kiln_jobs *j, int64_t id, const char *type, const ch
 void kiln__jobs_emit_state(struct kiln_jobs *j, int64_t id, const char *state, const char *error,
                            const char *extra_key, const char *extra_json);
 int kiln__jobs_set_state(struct kiln_jobs *j, int64_t id, const char *state, const char *error);
+/* kiln__jobs_set_state and its "state" event (as kiln__jobs_emit_state makes it) in one store
+ * transaction, so an event stream that sees the job final has its final event; tells the loop.
+ * 0, or -1 (logged) with neither stored. */
+int kiln__jobs_transition(struct kiln_jobs *j, int64_t id, const char *state, const char *error, const char *extra_key,
+                          const char *extra_json);
 /* a + "/" + the formatted tail, malloc'd (NULL when out of memory) */
 char *kiln__jobs_path(const char *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 bool kiln__jobs_dir_exists(const char *p);

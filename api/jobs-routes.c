@@ -323,11 +323,10 @@ static int handle_cancel(struct kiln_jobs *j, int64_t id, const struct kiln_requ
         return kiln__jobs_send_json(out, 202, o, req);
     }
     /* Queued (a job the thread has not taken yet, or just finished: the store decides). */
-    if (kiln__jobs_set_state(j, id, KILN_JOB_CANCELLED, NULL) != 0) {
+    if (kiln__jobs_transition(j, id, KILN_JOB_CANCELLED, NULL, NULL, NULL) != 0) {
         cJSON_Delete(o);
         return kiln__jobs_errorf(out, req, 409, "job %lld could not be cancelled; it may have just finished", (long long)id);
     }
-    kiln__jobs_emit_state(j, id, KILN_JOB_CANCELLED, NULL, NULL, NULL);
     cJSON_AddStringToObject(o, "state", KILN_JOB_CANCELLED);
     return kiln__jobs_send_json(out, 200, o, req);
 }

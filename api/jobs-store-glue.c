@@ -51,8 +51,8 @@ void kiln__jobs_emit(struct kiln_jobs *j, int64_t id, const char *type, const ch
     uv_async_send(&j->async);
 }
 
-void kiln__jobs_emit_state(struct kiln_jobs *j, int64_t id, const char *state, const char *error, const char *extra_key,
-                       const char *extra_json)
+/* The payload of a "state" event (cJSON_free it); NULL when out of memory. */
+static char *state_payload(const char *state, const char *error, const char *extra_key, const char *extra_json)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "state", state);
@@ -65,9 +65,36 @@ void kiln__jobs_emit_state(struct kiln_jobs *j, int64_t id, const char *state, c
     }
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
+    return text;
+}
+
+void kiln__jobs_emit_state(struct kiln_jobs *j, int64_t id, const char *state, const char *error, const char *extra_key,
+                       const char *extra_json)
+{
+    char *text = state_payload(state, error, extra_key, extra_json);
     if (text)
         kiln__jobs_emit(j, id, "state", text);
     cJSON_free(text);
+}
+
+int kiln__jobs_transition(struct kiln_jobs *j, int64_t id, const char *state, const char *error, const char *extra_key,
+                          const char *extra_json)
+{
+    char err[256];
+    char *text = state_payload(state, error, extra_key, extra_json);
+    if (!text) {
+        kiln__jobs_log(j, KILN_LOG_WARN, "job %lld: out of memory moving it to %s", (long long)id, state);
+        return -1;
+    }
+    kiln__jobs_store_lock(j);
+    int rc = kiln_jobstore_job_transition(j->o.store, id, state, error, text, NULL, err, sizeof err);
+    kiln__jobs_store_unlock(j);
+    cJSON_free(text);
+    if (rc != 0)
+        kiln__jobs_log(j, KILN_LOG_WARN, "job %lld: %s", (long long)id, err);
+    else
+        uv_async_send(&j->async);
+    return rc;
 }
 
 int kiln__jobs_set_state(struct kiln_jobs *j, int64_t id, const char *state, const char *error)

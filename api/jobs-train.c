@@ -89,17 +89,16 @@ static void run_job(struct kiln_jobs *j, int64_t id)
         for (char *c = problems; *c; c++)
             if (*c == '\n')
                 *c = ';';
-        if (kiln__jobs_set_state(j, id, KILN_JOB_RUNNING, NULL) == 0 && kiln__jobs_set_state(j, id, KILN_JOB_FAILED, problems) == 0)
-            kiln__jobs_emit_state(j, id, KILN_JOB_FAILED, problems, NULL, NULL);
+        if (kiln__jobs_set_state(j, id, KILN_JOB_RUNNING, NULL) == 0)
+            kiln__jobs_transition(j, id, KILN_JOB_FAILED, problems, NULL, NULL);
         kiln_jobstore_job_clear(&job);
         return;
     }
-    if (kiln__jobs_set_state(j, id, KILN_JOB_RUNNING, NULL) != 0) {
+    if (kiln__jobs_transition(j, id, KILN_JOB_RUNNING, NULL, NULL, NULL) != 0) {
         kiln_jobspec_free(&spec);
         kiln_jobstore_job_clear(&job);
         return;
     }
-    kiln__jobs_emit_state(j, id, KILN_JOB_RUNNING, NULL, NULL, NULL);
     kiln__jobs_log(j, KILN_LOG_INFO, "job %lld %s", (long long)id, restarted ? "resumes after a restart" : "starts");
     char *ckpt = kiln__jobs_path(j->data_dir, "checkpoints/job-%lld", (long long)id);
     char *from = spec.resume_from_job > 0 ? kiln__jobs_path(j->data_dir, "checkpoints/job-%lld", (long long)spec.resume_from_job)
@@ -157,15 +156,13 @@ static void run_job(struct kiln_jobs *j, int64_t id)
     pthread_mutex_unlock(&j->mu);
     if (rc != 0) {
         kiln__jobs_log(j, KILN_LOG_WARN, "job %lld failed: %s", (long long)id, res.error);
-        if (kiln__jobs_set_state(j, id, KILN_JOB_FAILED, res.error) == 0)
-            kiln__jobs_emit_state(j, id, KILN_JOB_FAILED, res.error, NULL, NULL);
+        kiln__jobs_transition(j, id, KILN_JOB_FAILED, res.error, NULL, NULL);
     } else if (strcmp(res.stop_reason, "cancelled") == 0) {
         if (stopping) {
             /* kilnd is shutting down, not the user cancelling: the job stays running in the
              * store and the next kilnd picks it up from its checkpoint. */
             kiln__jobs_log(j, KILN_LOG_INFO, "job %lld interrupted by shutdown; it resumes on the next start", (long long)id);
-        } else if (kiln__jobs_set_state(j, id, KILN_JOB_CANCELLED, NULL) == 0) {
-            kiln__jobs_emit_state(j, id, KILN_JOB_CANCELLED, NULL, NULL, NULL);
+        } else if (kiln__jobs_transition(j, id, KILN_JOB_CANCELLED, NULL, NULL, NULL) == 0) {
             kiln__jobs_log(j, KILN_LOG_INFO, "job %lld cancelled", (long long)id);
         }
     } else {
@@ -185,8 +182,7 @@ static void run_job(struct kiln_jobs *j, int64_t id)
                 j->to_load[j->nto_load++] = strdup(spec.register_as);
             pthread_mutex_unlock(&j->mu);
         }
-        if (kiln__jobs_set_state(j, id, KILN_JOB_SUCCEEDED, NULL) == 0)
-            kiln__jobs_emit_state(j, id, KILN_JOB_SUCCEEDED, NULL, "metrics", res.metrics_json);
+        kiln__jobs_transition(j, id, KILN_JOB_SUCCEEDED, NULL, "metrics", res.metrics_json);
         kiln__jobs_log(j, KILN_LOG_INFO, "job %lld succeeded (%s)", (long long)id, res.stop_reason);
     }
     uv_async_send(&j->async);

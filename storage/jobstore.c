@@ -413,16 +413,10 @@ static int current_state(struct kiln_jobstore *js, int64_t id, char *state, size
     return rc;
 }
 
-int kiln_jobstore_job_set_state(struct kiln_jobstore *js, int64_t id, const char *state, const char *error,
-                                char *err, size_t errlen)
+/* The state change of kiln_jobstore_job_set_state, inside a transaction the caller holds. */
+static int set_state_in(struct kiln_jobstore *js, int64_t id, const char *state, const char *error, char *err,
+                        size_t errlen)
 {
-    /* NULL is answered on its own so the compiler can see state is non-NULL below */
-    if (!state)
-        return seterr(err, errlen, "job %lld: no state given", (long long)id);
-    if (!js || !valid_state(state))
-        return seterr(err, errlen, "job %lld: unknown state '%s'", (long long)id, state);
-    if (begin(js, "job set state", err, errlen) != 0)
-        return -1;
     char cur[32];
     int rc = current_state(js, id, cur, sizeof cur, err, errlen);
     if (rc == 0 && final_state(cur) && strcmp(cur, state) != 0)
@@ -450,7 +444,25 @@ int kiln_jobstore_job_set_state(struct kiln_jobstore *js, int64_t id, const char
             rc = run(js, st, "job set state", err, errlen);
         }
     }
-    return finish(js, rc, "job set state", err, errlen);
+    return rc;
+}
+
+static int check_state_arg(const struct kiln_jobstore *js, int64_t id, const char *state, char *err, size_t errlen)
+{
+    /* NULL is answered on its own so the compiler can see state is non-NULL below */
+    if (!state)
+        return seterr(err, errlen, "job %lld: no state given", (long long)id);
+    if (!js || !valid_state(state))
+        return seterr(err, errlen, "job %lld: unknown state '%s'", (long long)id, state);
+    return 0;
+}
+
+int kiln_jobstore_job_set_state(struct kiln_jobstore *js, int64_t id, const char *state, const char *error,
+                                char *err, size_t errlen)
+{
+    if (check_state_arg(js, id, state, err, errlen) != 0 || begin(js, "job set state", err, errlen) != 0)
+        return -1;
+    return finish(js, set_state_in(js, id, state, error, err, errlen), "job set state", err, errlen);
 }
 
 int kiln_jobstore_job_requeue(struct kiln_jobstore *js, int64_t id, char *err, size_t errlen)
@@ -487,13 +499,10 @@ int kiln_jobstore_job_set_progress(struct kiln_jobstore *js, int64_t id, double 
     return rc;
 }
 
-int kiln_jobstore_event_append(struct kiln_jobstore *js, int64_t job_id, const char *type, const char *payload,
-                               int64_t *seq, char *err, size_t errlen)
+/* The insert of kiln_jobstore_event_append, inside a transaction the caller holds. */
+static int append_event_in(struct kiln_jobstore *js, int64_t job_id, const char *type, const char *payload,
+                           int64_t *seq, char *err, size_t errlen)
 {
-    if (!js || !type || !type[0])
-        return seterr(err, errlen, "event append: invalid arguments");
-    if (begin(js, "event append", err, errlen) != 0)
-        return -1;
     char cur[32];
     int rc = current_state(js, job_id, cur, sizeof cur, err, errlen);
     sqlite3_stmt *st = NULL;
@@ -522,7 +531,28 @@ int kiln_jobstore_event_append(struct kiln_jobstore *js, int64_t job_id, const c
             rc = fail(js->db, "event append", err, errlen);
     }
     sqlite3_finalize(st);
-    return finish(js, rc, "event append", err, errlen);
+    return rc;
+}
+
+int kiln_jobstore_event_append(struct kiln_jobstore *js, int64_t job_id, const char *type, const char *payload,
+                               int64_t *seq, char *err, size_t errlen)
+{
+    if (!js || !type || !type[0])
+        return seterr(err, errlen, "event append: invalid arguments");
+    if (begin(js, "event append", err, errlen) != 0)
+        return -1;
+    return finish(js, append_event_in(js, job_id, type, payload, seq, err, errlen), "event append", err, errlen);
+}
+
+int kiln_jobstore_job_transition(struct kiln_jobstore *js, int64_t id, const char *state, const char *error,
+                                 const char *payload, int64_t *seq, char *err, size_t errlen)
+{
+    if (check_state_arg(js, id, state, err, errlen) != 0 || begin(js, "job transition", err, errlen) != 0)
+        return -1;
+    int rc = set_state_in(js, id, state, error, err, errlen);
+    if (rc == 0)
+        rc = append_event_in(js, id, "state", payload, seq, err, errlen);
+    return finish(js, rc, "job transition", err, errlen);
 }
 
 void kiln_jobstore_events_free(struct kiln_job_event *events, int n)

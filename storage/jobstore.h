@@ -84,6 +84,13 @@ int kiln_jobstore_job_list(struct kiln_jobstore *js, const char *state, int64_t 
 /* Move a job to state (error: a message kept with it, or NULL). Sets started/finished times. */
 int kiln_jobstore_job_set_state(struct kiln_jobstore *js, int64_t id, const char *state, const char *error,
                                 char *err, size_t errlen);
+/*
+ * kiln_jobstore_job_set_state and the append of its "state" event (payload JSON; its seq in *seq
+ * when seq is not NULL) in one transaction: a reader sees both or neither, so a job that reads
+ * final has its final event stored, whatever instant the process dies at.
+ */
+int kiln_jobstore_job_transition(struct kiln_jobstore *js, int64_t id, const char *state, const char *error,
+                                 const char *payload, int64_t *seq, char *err, size_t errlen);
 /* A job that was running when its process died goes back to queued (only from running;
  * KILN_JOBSTORE_NOT_FOUND when the job is missing or in another state). */
 int kiln_jobstore_job_requeue(struct kiln_jobstore *js, int64_t id, char *err, size_t errlen);

@@ -198,6 +198,41 @@ static void test_job_crud(void **state)
     assert_int_equal(query_int("SELECT source_job FROM model_registry WHERE name = 'mlp'"), 1);
 }
 
+/* A state and its "state" event go in together or not at all: a stream that reads a job final
+ * finds its final event stored. */
+static void test_job_transition(void **state)
+{
+    (void)state;
+    struct kiln_jobstore *js = open_store();
+    char err[256];
+    int64_t id, seq = 0;
+    assert_int_equal(kiln_jobstore_job_create(js, "{}", NULL, &id, err, sizeof err), 0);
+    assert_int_equal(kiln_jobstore_job_transition(js, id, KILN_JOB_RUNNING, NULL, "{\"state\":\"running\"}", &seq,
+                                                  err, sizeof err), 0);
+    assert_int_equal(seq, 1);
+    assert_int_equal(kiln_jobstore_job_transition(js, id, KILN_JOB_SUCCEEDED, NULL, "{\"state\":\"succeeded\"}", &seq,
+                                                  err, sizeof err), 0);
+    assert_int_equal(seq, 2);
+    struct kiln_job j;
+    assert_int_equal(kiln_jobstore_job_get(js, id, &j, err, sizeof err), 0);
+    assert_string_equal(j.state, KILN_JOB_SUCCEEDED);
+    kiln_jobstore_job_clear(&j);
+    /* refused (a final state does not change): no event either */
+    assert_int_equal(kiln_jobstore_job_transition(js, id, KILN_JOB_FAILED, "late", "{\"state\":\"failed\"}", NULL,
+                                                  err, sizeof err), -1);
+    assert_non_null(strstr(err, "final"));
+    /* an event that cannot be stored (not JSON) takes its state change back with it */
+    assert_int_equal(kiln_jobstore_job_create(js, "{}", NULL, &id, err, sizeof err), 0);
+    assert_int_equal(kiln_jobstore_job_transition(js, id, KILN_JOB_RUNNING, NULL, "{not json", NULL, err, sizeof err),
+                     -1);
+    assert_int_equal(kiln_jobstore_job_get(js, id, &j, err, sizeof err), 0);
+    assert_string_equal(j.state, KILN_JOB_QUEUED);
+    kiln_jobstore_job_clear(&j);
+    kiln_jobstore_close(js);
+    assert_int_equal(query_int("SELECT count(*) FROM job_events"), 2);
+    assert_int_equal(query_int("SELECT count(*) FROM job_events WHERE payload LIKE '%failed%'"), 0);
+}
+
 static void test_job_list_pagination(void **state)
 {
     (void)state;
@@ -251,6 +286,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unopenable_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_migrate_from_v1, setup, teardown),
         cmocka_unit_test_setup_teardown(test_job_crud, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_job_transition, setup, teardown),
         cmocka_unit_test_setup_teardown(test_job_list_pagination, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
