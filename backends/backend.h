@@ -176,6 +176,34 @@ typedef struct kiln_adam_params {
     bool decoupled, amsgrad, maximize;
 } kiln_adam_params;
 
+/** The activation of a fused epilogue (kiln_epilogue). Each matches the engine's own op
+ *  to the bit where the op is one pass (relu, leaky_relu, clamp, sigmoid) and composes
+ *  in the same order where it is not (hard_sigmoid: clamp(x·alpha + beta, 0, 1) with a
+ *  rounding after the multiply and after the add; hard_swish: x · hard_sigmoid(x) with
+ *  alpha 1/6, beta 1/2). NaN propagates through every one. */
+typedef enum kiln_epilogue_act {
+    KILN_EPI_NONE = 0,
+    KILN_EPI_RELU,
+    KILN_EPI_LEAKY_RELU,    /* alpha = negative slope */
+    KILN_EPI_CLAMP,         /* alpha = lo, beta = hi */
+    KILN_EPI_HARD_SIGMOID,  /* alpha, beta */
+    KILN_EPI_HARD_SWISH,
+    KILN_EPI_SIGMOID,
+    KILN_EPI_COUNT
+} kiln_epilogue_act;
+
+/** What a producer does to each output element before it stores it:
+ *  out = act(out + bias[last index] + residual), any of the three optional. bias is
+ *  contiguous with out's last dim as its length (the epilogue entry only; a convolution
+ *  takes its per-channel bias separately); residual is contiguous with out's shape. Both
+ *  have out's dtype. */
+typedef struct kiln_epilogue {
+    kiln_epilogue_act act;
+    double alpha, beta;
+    const kiln_tdesc *bias;
+    const kiln_tdesc *residual;
+} kiln_epilogue;
+
 /** What a backend can do, for the router and the conformance suite. */
 typedef struct kiln_backend_caps {
     bool dtype[KILN_DTYPE_COUNT];   /* dtypes it stores and computes */
@@ -262,6 +290,23 @@ typedef struct kiln_backend_iface {
     /** grad_w [O, C/g, K...] = conv's weight gradient. */
     int (*conv_backward_weight)(void *ctx, const kiln_conv_params *p, const kiln_tdesc *grad_w,
                                 const kiln_tdesc *x, const kiln_tdesc *grad_out);
+
+    /** Optional: conv followed by ep (its residual only; ep->bias unused), applied where
+     *  each output element is produced so the result is written once. The front end
+     *  calls it for f32 outputs with nothing requiring grad; NULL makes it run conv and
+     *  then the epilogue entry (or composed ops). */
+    int (*conv_fused)(void *ctx, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
+                      const kiln_tdesc *w, const kiln_tdesc *wpacked, const kiln_tdesc *bias,
+                      const kiln_epilogue *ep);
+    /** Optional: how many f32 elements w's pre-packed form takes, 0 when the backend has
+     *  none for it or would not use it for a convolution of geometry p over inputs shaped
+     *  like x; and writing it into packed (contiguous, that long). A graph executor packs
+     *  a constant weight once and hands the copy to conv_fused as wpacked (optional
+     *  there: a backend may pick a path that reads w instead). */
+    int64_t (*conv_pack_size)(void *ctx, const kiln_conv_params *p, const kiln_tdesc *x, const kiln_tdesc *w);
+    int (*conv_pack)(void *ctx, const kiln_tdesc *packed, const kiln_tdesc *w);
+    /** Optional: out = act(out + bias + residual) in place; out contiguous. */
+    int (*epilogue)(void *ctx, const kiln_tdesc *out, const kiln_epilogue *ep);
 
     /* --- pooling. indices (i64, out's shape) optional, max only: flat index within the
      *     input plane, as PyTorch returns. */

@@ -135,6 +135,23 @@ int kiln__read_f64(kiln_tensor *t, double *out, int64_t n, const char *op);
 uint64_t kiln__gen_take(kiln_generator *gen, uint64_t n, uint64_t *seed);
 
 /* Elementwise internals used by composite ops (ops-elementwise.c). */
+/* Fused producers (ops-fused.c), for graph executors. Called like the public ops (the
+ * result belongs to the innermost scope). kiln__conv_fused = act(conv(x, w, bias) +
+ * residual), one pass when the backend can (reading wpacked, w's kiln__conv_pack form, when
+ * given and the backend's chosen path uses it); kiln__epilogue = act(y + bias + residual),
+ * in place and returning y itself when y is a plain f32 result nobody shares, else as
+ * separate ops; kiln__act_apply = the activation alone, as separate ops (t itself for
+ * KILN_EPI_NONE). residual, bias may be NULL. */
+kiln_tensor *kiln__conv_fused(kiln_tensor *x, kiln_tensor *w, kiln_tensor *wpacked, kiln_tensor *bias,
+                              const kiln_conv_opts *opts, int nspatial, kiln_tensor *residual,
+                              kiln_epilogue_act act, double alpha, double beta);
+/* w's pre-packed form for kiln__conv_fused (wpacked), or NULL without a message when the
+ * device has none for it or would not use it for a convolution (opts) over inputs shaped
+ * like x. Valid until w changes. */
+kiln_tensor *kiln__conv_pack(kiln_tensor *w, kiln_tensor *x, const kiln_conv_opts *opts, int nspatial);
+kiln_tensor *kiln__epilogue(kiln_tensor *y, kiln_tensor *bias, kiln_tensor *residual, kiln_epilogue_act act,
+                            double alpha, double beta);
+kiln_tensor *kiln__act_apply(kiln_tensor *t, kiln_epilogue_act act, double alpha, double beta);
 kiln_tensor *kiln__unary(kiln_unary_op op, kiln_tensor *t, double alpha, double beta);
 kiln_tensor *kiln__binary(kiln_binary_op op, kiln_tensor *a, kiln_tensor *b);
 

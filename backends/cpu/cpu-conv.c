@@ -169,6 +169,14 @@ static void col2im(kiln__cpu_ctx *ctx, const geom *g, void *col, void *img, bool
                            dbl ? col2im_ch_double : col2im_ch_float, &j);
 }
 
+/* A fused epilogue as the kernels apply it: res has the output's layout [N, O, S'...]
+ * (contiguous f32) or is NULL; act is a kiln_epilogue_act. NULL when there is none. */
+typedef struct conv_ep {
+    const float *res;
+    int act;
+    float a, b;
+} conv_ep;
+
 typedef struct bias_job {
     void *out;
     const void *bias;
@@ -239,6 +247,7 @@ typedef struct dconv {
     const int64_t *offs;             /* [nk] */
     const float *bias;               /* [Co] or NULL */
     float *out;                      /* [N, Co, OH, OW] */
+    const conv_ep *ep;               /* applied to each run of outputs as it is stored */
     const kiln__cpu_kernels *k;
 } dconv;
 
@@ -352,6 +361,13 @@ static void dconv_tiles(void *argp, int64_t b, int64_t e)
                 d->k->conv_tile_rows_f32(d->out + (n * d->Co + ob * TO) * osz + q0, osz,
                                          d->bias ? d->bias + ob * TO : NULL, (int)jn, xq, d->cs, d->Ci,
                                          d->offs, d->nk, wb, wrs, nq);
+                if (d->ep)
+                    /* the rows just stored are still in L1 */
+                    for (int64_t j = 0; j < jn; j++) {
+                        int64_t at = (n * d->Co + ob * TO + j) * osz + q0;
+                        d->k->epilogue_f32(d->out + at, d->ep->res ? d->ep->res + at : NULL, NULL, nq,
+                                           d->ep->act, d->ep->a, d->ep->b);
+                    }
                 continue;
             }
             if (!d->rows)
@@ -368,6 +384,10 @@ static void dconv_tiles(void *argp, int64_t b, int64_t e)
                     const float *restrict s2 = src + seg[s][0];
                     for (int64_t i = 0; i < seg[s][2]; i++)
                         dst[i] = s2[i] + bv;
+                    if (d->ep) {
+                        const float *r = d->ep->res ? d->ep->res + (dst - d->out) : NULL;
+                        d->k->epilogue_f32(dst, r, NULL, seg[s][2], d->ep->act, d->ep->a, d->ep->b);
+                    }
                 }
             }
         }
@@ -416,7 +436,7 @@ static void dconv_job_run(kiln__cpu_ctx *ctx, int64_t n, kiln__cpu_range_fn fn, 
 static bool dconv_run(kiln__cpu_ctx *ctx, int64_t N, int64_t Ci, int64_t Co, int64_t H, int64_t W,
                       int64_t ph, int64_t pw, int64_t KH, int64_t KW, int64_t dh, int64_t dw, int64_t s,
                       const float *x, const float *w, int64_t sa, int64_t sc, int64_t skh, int64_t skw,
-                      const float *bias, float *out)
+                      const float *bias, float *out, const conv_ep *ep)
 {
     dconv d = {0};
     d.N = N, d.Ci = Ci, d.Co = Co, d.H = H, d.W = W, d.ph = ph, d.pw = pw, d.s = s;
@@ -431,7 +451,7 @@ static bool dconv_run(kiln__cpu_ctx *ctx, int64_t N, int64_t Ci, int64_t Co, int
     d.to = TO, d.tq = TQ;
     d.nob = (Co + TO - 1) / TO;
     d.ntile = (d.OH * d.Wg + TQ - 1) / TQ;
-    d.x = x, d.bias = bias, d.out = out, d.k = ctx->k;
+    d.x = x, d.bias = bias, d.out = out, d.ep = ep, d.k = ctx->k;
     d.w = w, d.sa = sa, d.sc = sc, d.skh = skh, d.skw = skw, d.KW = KW;
     struct kiln_buffer *h[3] = {0};
     /* slack: the discarded grid columns of the last rows read up to Wg past the image */
@@ -538,6 +558,7 @@ typedef struct dwconv {
     int64_t C, slot;         /* input channels; floats of scratch per job */
     const float *x, *w, *bias;
     float *out, *scratch;
+    const conv_ep *ep;
 } dwconv;
 
 static void dwconv_job(void *argp, int job, int njobs)
@@ -553,8 +574,12 @@ static void dwconv_job(void *argp, int job, int njobs)
         int64_t n = pl / dw->C, c = pl % dw->C;
         for (int64_t j = 0; j < dw->m; j++) {
             int64_t o = c * dw->m + j;
-            d.k->dwconv_plane_f32(dw->out + (n * dw->C * dw->m + o) * osz, xg, d.Wg, d.OH, d.OW, d.offs,
-                                  dw->w + o * d.nk, d.nk, dw->bias ? dw->bias[o] : 0.0f);
+            int64_t at = (n * dw->C * dw->m + o) * osz;
+            d.k->dwconv_plane_f32(dw->out + at, xg, d.Wg, d.OH, d.OW, d.offs, dw->w + o * d.nk, d.nk,
+                                  dw->bias ? dw->bias[o] : 0.0f);
+            if (dw->ep)
+                d.k->epilogue_f32(dw->out + at, dw->ep->res ? dw->ep->res + at : NULL, NULL, osz, dw->ep->act,
+                                  dw->ep->a, dw->ep->b);
         }
     }
 }
@@ -576,7 +601,7 @@ static bool dwconv_ok(const kiln__cpu_ctx *ctx, const geom *g, bool dbl)
 }
 
 static bool dwconv_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const float *w, const float *bias,
-                       float *out)
+                       float *out, const conv_ep *ep)
 {
     dwconv dw = {0};
     dconv *d = &dw.d;
@@ -591,7 +616,7 @@ static bool dwconv_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const 
     d->k = ctx->k;
     dw.planes = g->N * g->C, dw.m = g->Og, dw.C = g->C;
     dw.slot = (d->cs + d->Wg + 16 + 15) / 16 * 16; /* slack: reads run up to Wg past the phases */
-    dw.x = x, dw.w = w, dw.bias = bias, dw.out = out;
+    dw.x = x, dw.w = w, dw.bias = bias, dw.out = out, dw.ep = ep;
     int64_t njobs = 8 * (int64_t)ctx->nthreads;
     if (njobs > dw.planes)
         njobs = dw.planes;
@@ -617,6 +642,166 @@ static bool dwconv_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const 
     return true;
 }
 
+/* ------------------------------------------------------------------ packed path */
+
+/* The position tile of the direct path is 48 consecutive grid positions, which fits the
+ * large maps of a network's first stages but not its last: a 7x7 map is 63 grid positions
+ * (two columns of padding per row), two tiles of which 49 lanes do work, and a 14x14 one
+ * wastes a fifth. With weights pre-packed by output channel ([Co/32][Ci][nk][32], one
+ * packing per model, not per call), the table's cvconv_tile_f32 puts 32 output channels in
+ * the vector lanes and broadcasts 14 positions chosen freely: the real outputs in raster
+ * order, nothing of the padding grid, so only the last tile of a map is partly empty.
+ * Positions map to the padded (and stride-phased) grid exactly as in the direct path. */
+#define CV_NP 14
+#define CV_NO 32
+#define CV_MAX_POS 1024 /* maps above this many outputs keep the direct path */
+
+typedef struct cvconv {
+    dconv d;                 /* geometry and the padded input */
+    const float *wpack;
+    int64_t nob, ntile, osz; /* channel blocks, tiles per image, outputs per plane */
+    const int64_t *pin;      /* [ntile · CV_NP] grid offset of each output position */
+} cvconv;
+
+static void cvconv_tiles(void *argp, int64_t b, int64_t e)
+{
+    const cvconv *cv = argp;
+    const dconv *d = &cv->d;
+    float tile[CV_NP * CV_NO] __attribute__((aligned(64)));
+    const int64_t per_block = d->N * cv->ntile, wblk = d->Ci * d->nk * CV_NO;
+    for (int64_t jt = b; jt < e; jt++) {
+        int64_t ob = jt / per_block, r = jt % per_block, n = r / cv->ntile, t = r % cv->ntile;
+        const float *xq = (d->inplace ? d->x : d->xp) + n * d->Ci * d->cs;
+        d->k->cvconv_tile_f32(tile, xq, d->cs, d->Ci, d->offs, d->nk, cv->pin + t * CV_NP, cv->wpack + ob * wblk);
+        int64_t q0 = t * CV_NP, nq = cv->osz - q0 < CV_NP ? cv->osz - q0 : CV_NP;
+        int64_t jn = d->Co - ob * CV_NO < CV_NO ? d->Co - ob * CV_NO : CV_NO;
+        for (int64_t j = 0; j < jn; j++) {
+            int64_t o = ob * CV_NO + j, at = (n * d->Co + o) * cv->osz + q0;
+            float bv = d->bias ? d->bias[o] : 0.0f, *dst = d->out + at;
+            for (int64_t i = 0; i < nq; i++)
+                dst[i] = tile[i * CV_NO + j] + bv;
+            if (d->ep)
+                d->k->epilogue_f32(dst, d->ep->res ? d->ep->res + at : NULL, NULL, nq, d->ep->act, d->ep->a,
+                                   d->ep->b);
+        }
+    }
+}
+
+static bool cvconv_ok(const kiln__cpu_ctx *ctx, const geom *g, bool dbl, const kiln_tdesc *wpacked)
+{
+    if (!wpacked || dbl || !ctx->k->cvconv_tile_f32 || g->G != 1 || g->osz > CV_MAX_POS)
+        return false;
+    if (wpacked->dtype != KILN_F32 || !kiln__cpu_contig(wpacked) ||
+        kiln__cpu_numel(wpacked) != (g->O + CV_NO - 1) / CV_NO * CV_NO * g->C * g->ksz)
+        return false;
+    if (g->k[0] != 1 || g->in[0] != 1 || g->pad[0] != 0 || g->st[0] != 1 || g->st[1] != g->st[2])
+        return false;
+    for (int i = 1; i < 3; i++)
+        if (g->out[i] != (g->in[i] + 2 * g->pad[i] - g->dil[i] * (g->k[i] - 1) - 1) / g->st[i] + 1)
+            return false;
+    return g->osz > 0 && g->C > 0 && g->O > 0;
+}
+
+static bool cvconv_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const float *wpack, const float *bias,
+                       float *out, const conv_ep *ep)
+{
+    cvconv cv = {0};
+    dconv *d = &cv.d;
+    const int64_t s = g->st[2], KH = g->k[1], KW = g->k[2];
+    d->N = g->N, d->Ci = g->C, d->Co = g->O, d->H = g->in[1], d->W = g->in[2];
+    d->ph = g->pad[1], d->pw = g->pad[2], d->s = s;
+    int64_t Hp = d->H + 2 * d->ph, Wp = d->W + 2 * d->pw;
+    d->Hg = (Hp + s - 1) / s, d->Wg = (Wp + s - 1) / s;
+    d->OH = g->out[1], d->OW = g->out[2];
+    d->pp = d->Hg * d->Wg;
+    d->cs = s * s * d->pp;
+    d->nk = KH * KW;
+    d->inplace = KH == 1 && KW == 1 && d->ph == 0 && d->pw == 0 && s == 1;
+    d->x = x, d->bias = bias, d->out = out, d->ep = ep, d->k = ctx->k;
+    cv.wpack = wpack;
+    cv.osz = d->OH * d->OW;
+    cv.nob = (d->Co + CV_NO - 1) / CV_NO;
+    cv.ntile = (cv.osz + CV_NP - 1) / CV_NP;
+    struct kiln_buffer *h[3] = {0};
+    if (!d->inplace)
+        d->xp = kiln__cpu_scratch_get(ctx, (size_t)(d->N * d->Ci * d->cs) * sizeof(float), &h[0]);
+    int64_t *offs = kiln__cpu_scratch_get(ctx, (size_t)d->nk * sizeof(int64_t), &h[1]);
+    int64_t *pin = kiln__cpu_scratch_get(ctx, (size_t)(cv.ntile * CV_NP) * sizeof(int64_t), &h[2]);
+    if ((!d->inplace && !d->xp) || !offs || !pin) {
+        for (int i = 0; i < 3; i++)
+            kiln__cpu_scratch_put(ctx, h[i]);
+        return false;
+    }
+    for (int64_t kh = 0; kh < KH; kh++)
+        for (int64_t kw = 0; kw < KW; kw++) {
+            int64_t rh = kh * g->dil[1], rw = kw * g->dil[2];
+            offs[kh * KW + kw] = ((rh % s) * s + rw % s) * d->pp + (rh / s) * d->Wg + rw / s;
+        }
+    /* the last tile's unused lanes repeat the last position: computed, never stored */
+    for (int64_t q = 0; q < cv.ntile * CV_NP; q++) {
+        int64_t qq = q < cv.osz ? q : cv.osz - 1;
+        pin[q] = (qq / d->OW) * d->Wg + qq % d->OW;
+    }
+    d->offs = offs;
+    cv.pin = pin;
+    if (!d->inplace)
+        kiln__cpu_parallel_for(ctx, d->N * d->Ci, 1 + 65536 / (d->cs + 1), dconv_pad, d);
+    /* channel blocks outermost: a job's run of tiles reuses one block's weights */
+    dconv_job_run(ctx, cv.nob * d->N * cv.ntile, cvconv_tiles, &cv);
+    for (int i = 0; i < 3; i++)
+        kiln__cpu_scratch_put(ctx, h[i]);
+    return true;
+}
+
+static void cv_pack_blocks(void *argp, int64_t b, int64_t e)
+{
+    const kiln_tdesc *const *io = argp;
+    const kiln_tdesc *pk = io[0], *w = io[1];
+    float *dst = kiln__cpu_ptr(pk);
+    const float *src = kiln__cpu_ptr(w);
+    int64_t O = w->shape[0], C = w->shape[1], nk = w->shape[2] * w->shape[3];
+    for (int64_t ob = b; ob < e; ob++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t k = 0; k < nk; k++) {
+                float *o = dst + ((ob * C + c) * nk + k) * CV_NO;
+                for (int64_t j = 0; j < CV_NO; j++) {
+                    int64_t a = ob * CV_NO + j;
+                    o[j] = a < O ? src[(a * C + c) * nk + k] : 0.0f;
+                }
+            }
+}
+
+int64_t kiln__cpu_conv_pack_size(void *vctx, const kiln_conv_params *p, const kiln_tdesc *x, const kiln_tdesc *w)
+{
+    kiln__cpu_ctx *ctx = vctx;
+    if (!ctx->k->cvconv_tile_f32 || w->dtype != KILN_F32 || w->ndim != 4 || x->ndim != 4 || p->nspatial != 2 ||
+        p->groups != 1)
+        return 0;
+    int64_t osz = 1;
+    for (int i = 0; i < 2; i++) {
+        int64_t span = p->dilation[i] * (w->shape[2 + i] - 1) + 1, padded = x->shape[2 + i] + 2 * p->padding[i];
+        osz *= padded >= span ? (padded - span) / p->stride[i] + 1 : 0;
+    }
+    if (osz == 0 || osz > CV_MAX_POS) /* the direct path serves large maps without packing */
+        return 0;
+    return (w->shape[0] + CV_NO - 1) / CV_NO * CV_NO * w->shape[1] * w->shape[2] * w->shape[3];
+}
+
+int kiln__cpu_conv_pack(void *vctx, const kiln_tdesc *packed, const kiln_tdesc *w)
+{
+    kiln__cpu_ctx *ctx = vctx;
+    int64_t n = w->dtype == KILN_F32 && w->ndim == 4
+                    ? (w->shape[0] + CV_NO - 1) / CV_NO * CV_NO * w->shape[1] * w->shape[2] * w->shape[3]
+                    : 0;
+    if (n == 0 || !ctx->k->cvconv_tile_f32 || packed->dtype != KILN_F32 || !kiln__cpu_contig(packed) || kiln__cpu_numel(packed) != n ||
+        !kiln__cpu_contig(w))
+        return kiln__error_set("conv_pack: a contiguous f32 [O, C, KH, KW] weight and a buffer of its packed "
+                               "size are needed"), KILN_EINVAL;
+    const kiln_tdesc *io[2] = {packed, w};
+    kiln__cpu_parallel_for(ctx, (w->shape[0] + CV_NO - 1) / CV_NO, 1, cv_pack_blocks, io);
+    return 0;
+}
+
 /* Contiguous f32/f64 views of the operands; outputs get scratch when they need it. */
 typedef struct opnd {
     void *p;
@@ -637,10 +822,24 @@ static void release(kiln__cpu_ctx *ctx, opnd *ops, int n)
         kiln__cpu_scratch_put(ctx, ops[i].h);
 }
 
-int kiln__cpu_conv(void *vctx, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
-                   const kiln_tdesc *w, const kiln_tdesc *bias)
+typedef struct ep_job {
+    const kiln__cpu_kernels *k;
+    float *out;
+    const conv_ep *ep;
+    int64_t osz;
+} ep_job;
+
+static void ep_planes(void *argp, int64_t b, int64_t e)
 {
-    kiln__cpu_ctx *ctx = vctx;
+    const ep_job *j = argp;
+    for (int64_t r = b; r < e; r++)
+        j->k->epilogue_f32(j->out + r * j->osz, j->ep->res ? j->ep->res + r * j->osz : NULL, NULL, j->osz,
+                           j->ep->act, j->ep->a, j->ep->b);
+}
+
+static int conv_run(kiln__cpu_ctx *ctx, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
+                    const kiln_tdesc *w, const kiln_tdesc *wpacked, const kiln_tdesc *bias, const conv_ep *ep)
+{
     geom g;
     geom_init(&g, p, x, w, out);
     kiln_dtype ct = kiln__cpu_fdt(out->dtype);
@@ -653,9 +852,10 @@ int kiln__cpu_conv(void *vctx, const kiln_conv_params *p, const kiln_tdesc *out,
         ops[2].p = kiln__cpu_materialize(ctx, bias, ct, &ops[2].h);
     out_buffer(ctx, out, ct, &ops[3]);
     int64_t rows = g.Cg * g.ksz;
-    bool depthwise = dwconv_ok(ctx, &g, dbl);
-    bool tiled = !depthwise && dconv_ok(ctx, &g, dbl);
-    bool need_col = !g.direct && !tiled && !depthwise;
+    bool packed = cvconv_ok(ctx, &g, dbl, wpacked);
+    bool depthwise = !packed && dwconv_ok(ctx, &g, dbl);
+    bool tiled = !packed && !depthwise && dconv_ok(ctx, &g, dbl);
+    bool need_col = !g.direct && !tiled && !depthwise && !packed;
     if (need_col)
         ops[4].p = kiln__cpu_scratch_get(ctx, (size_t)(rows * g.osz) * es, &ops[4].h);
     if (!ops[0].p || !ops[1].p || (bias && !ops[2].p) || !ops[3].p || (need_col && !ops[4].p)) {
@@ -663,15 +863,20 @@ int kiln__cpu_conv(void *vctx, const kiln_conv_params *p, const kiln_tdesc *out,
         return kiln__cpu_enomem("conv");
     }
     char *xp = ops[0].p, *wp = ops[1].p, *op = ops[3].p, *col = ops[4].p;
-    if (depthwise) {
-        if (!dwconv_run(ctx, &g, (const float *)xp, (const float *)wp, bias ? ops[2].p : NULL, (float *)op)) {
+    if (packed) {
+        if (!cvconv_run(ctx, &g, (const float *)xp, kiln__cpu_ptr(wpacked), bias ? ops[2].p : NULL, (float *)op, ep)) {
+            release(ctx, ops, 5);
+            return kiln__cpu_enomem("conv");
+        }
+    } else if (depthwise) {
+        if (!dwconv_run(ctx, &g, (const float *)xp, (const float *)wp, bias ? ops[2].p : NULL, (float *)op, ep)) {
             release(ctx, ops, 5);
             return kiln__cpu_enomem("conv");
         }
     } else if (tiled) {
         if (!dconv_run(ctx, g.N, g.C, g.O, g.in[1], g.in[2], g.pad[1], g.pad[2], g.k[1], g.k[2], g.dil[1],
                        g.dil[2], g.st[2], (const float *)xp, (const float *)wp, g.C * g.ksz, g.ksz, g.k[2], 1,
-                       bias ? ops[2].p : NULL, (float *)op)) {
+                       bias ? ops[2].p : NULL, (float *)op, ep)) {
             release(ctx, ops, 5);
             return kiln__cpu_enomem("conv");
         }
@@ -696,10 +901,81 @@ int kiln__cpu_conv(void *vctx, const kiln_conv_params *p, const kiln_tdesc *out,
             bias_job bj = {op, ops[2].p, g.O, g.osz, dbl};
             kiln__cpu_parallel_for(ctx, g.N * g.O, 1 + 16384 / g.osz, bias_range, &bj);
         }
+        if (ep) {
+            /* the GEMM path's epilogue is one more pass: only f32 gets here with one */
+            ep_job ej = {ctx->k, (float *)op, ep, g.osz};
+            kiln__cpu_parallel_for(ctx, g.N * g.O, 1 + 16384 / g.osz, ep_planes, &ej);
+        }
     }
     if (ops[3].h)
         kiln__cpu_writeback(ctx, out, ops[3].p, ct);
     release(ctx, ops, 5);
+    return 0;
+}
+
+int kiln__cpu_conv(void *vctx, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
+                   const kiln_tdesc *w, const kiln_tdesc *bias)
+{
+    return conv_run(vctx, p, out, x, w, NULL, bias, NULL);
+}
+
+int kiln__cpu_conv_fused(void *vctx, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
+                         const kiln_tdesc *w, const kiln_tdesc *wpacked, const kiln_tdesc *bias,
+                         const kiln_epilogue *ep)
+{
+    kiln__cpu_ctx *ctx = vctx;
+    if (out->dtype != KILN_F32)
+        return kiln__error_set("conv_fused: f32 only, got %s", kiln_dtype_name(out->dtype)), KILN_ENOTSUP;
+    conv_ep e = {NULL, ep ? (int)ep->act : KILN_EPI_NONE, ep ? (float)ep->alpha : 0.0f, ep ? (float)ep->beta : 0.0f};
+    struct kiln_buffer *rh = NULL;
+    if (ep && ep->residual) {
+        e.res = kiln__cpu_materialize(ctx, ep->residual, KILN_F32, &rh);
+        if (!e.res)
+            return kiln__cpu_enomem("conv_fused");
+    }
+    int rc = conv_run(ctx, p, out, x, w, wpacked, bias, e.res || e.act != KILN_EPI_NONE ? &e : NULL);
+    kiln__cpu_scratch_put(ctx, rh);
+    return rc;
+}
+
+typedef struct epi_rows {
+    const kiln__cpu_kernels *k;
+    float *out;
+    const float *bias, *res;
+    const kiln_epilogue *ep;
+    int64_t n;
+} epi_rows;
+
+static void epi_rows_run(void *argp, int64_t b, int64_t e)
+{
+    const epi_rows *j = argp;
+    for (int64_t r = b; r < e; r++)
+        j->k->epilogue_f32(j->out + r * j->n, j->res ? j->res + r * j->n : NULL, j->bias, j->n, (int)j->ep->act,
+                           (float)j->ep->alpha, (float)j->ep->beta);
+}
+
+int kiln__cpu_epilogue(void *vctx, const kiln_tdesc *out, const kiln_epilogue *ep)
+{
+    kiln__cpu_ctx *ctx = vctx;
+    if (out->dtype != KILN_F32 || !kiln__cpu_contig(out))
+        return kiln__error_set("epilogue: a contiguous f32 output only"), KILN_ENOTSUP;
+    int64_t numel = kiln__cpu_numel(out), n = out->ndim ? out->shape[out->ndim - 1] : 1;
+    if (numel == 0 || n == 0)
+        return 0;
+    struct kiln_buffer *h[2] = {0};
+    epi_rows j = {ctx->k, kiln__cpu_ptr(out), NULL, NULL, ep, n};
+    if (ep->bias)
+        j.bias = kiln__cpu_materialize(ctx, ep->bias, KILN_F32, &h[0]);
+    if (ep->residual)
+        j.res = kiln__cpu_materialize(ctx, ep->residual, KILN_F32, &h[1]);
+    if ((ep->bias && !j.bias) || (ep->residual && !j.res)) {
+        kiln__cpu_scratch_put(ctx, h[0]);
+        kiln__cpu_scratch_put(ctx, h[1]);
+        return kiln__cpu_enomem("epilogue");
+    }
+    kiln__cpu_parallel_for(ctx, numel / n, 1 + 16384 / n, epi_rows_run, &j);
+    kiln__cpu_scratch_put(ctx, h[0]);
+    kiln__cpu_scratch_put(ctx, h[1]);
     return 0;
 }
 
@@ -735,7 +1011,7 @@ int kiln__cpu_conv_backward_input(void *vctx, const kiln_conv_params *p, const k
         int64_t ph = g.dil[1] * (g.k[1] - 1) - g.pad[1], pw = g.dil[2] * (g.k[2] - 1) - g.pad[2];
         const float *wflip = (const float *)wp + (g.k[1] - 1) * g.k[2] + (g.k[2] - 1);
         if (!dconv_run(ctx, g.N, g.O, g.C, g.out[1], g.out[2], ph, pw, g.k[1], g.k[2], g.dil[1], g.dil[2], 1,
-                       (const float *)gop, wflip, g.ksz, g.C * g.ksz, -g.k[2], -1, NULL, (float *)gx)) {
+                       (const float *)gop, wflip, g.ksz, g.C * g.ksz, -g.k[2], -1, NULL, (float *)gx, NULL)) {
             release(ctx, ops, 4);
             return kiln__cpu_enomem("conv_backward_input");
         }

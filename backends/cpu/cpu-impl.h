@@ -94,6 +94,19 @@ typedef struct kiln__cpu_kernels {
                                int64_t cstride, int64_t C, const int64_t *offs, int64_t nk, const float *w,
                                int64_t wrs, int nq);
     int conv_tile_o, conv_tile_q;
+    /* The channel-vectorized tile (cpu-conv.c, packed path): for CV_NP = 14 positions
+     * whose input offsets are pos[i] and 32 output channels, tile[i·32 + j] = the sum over
+     * c < C and k < nk of wpack[(c·nk + k)·32 + j] · x[c·cstride + offs[k] + pos[i]].
+     * Output channels sit in the vector lanes and positions are broadcast, so any set of
+     * positions (the real outputs of a 7x7 map, nothing of the padded grid) fills the
+     * tile. NULL in tables without it. */
+    void (*cvconv_tile_f32)(float *tile, const float *x, int64_t cstride, int64_t C, const int64_t *offs,
+                            int64_t nk, const int64_t *pos, const float *wpack);
+    /* A fused epilogue over n consecutive outputs (kiln_epilogue): o[i] = act(o[i] +
+     * bias[i] + res[i]), bias and res optional, act a kiln_epilogue_act with its alpha
+     * and beta. In every table. */
+    void (*epilogue_f32)(float *o, const float *res, const float *bias, int64_t n, int act, float alpha,
+                         float beta);
     /* One output plane of a depthwise convolution (cpu-conv.c): out[oh·OW + ow] = bias +
      * sum over k < nk of w[k] · xg[offs[k] + oh·Wg + ow], xg readable up to
      * max(offs) + OH·Wg (the caller pads it). In every table. */
@@ -343,6 +356,12 @@ int kiln__cpu_index_select(void *ctx, const kiln_tdesc *out, const kiln_tdesc *i
 int kiln__cpu_index_add(void *ctx, const kiln_tdesc *out, int dim, const kiln_tdesc *index,
                         const kiln_tdesc *src);
 int kiln__cpu_matmul(void *ctx, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b);
+int kiln__cpu_conv_fused(void *ctx, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
+                         const kiln_tdesc *w, const kiln_tdesc *wpacked, const kiln_tdesc *bias,
+                         const kiln_epilogue *ep);
+int64_t kiln__cpu_conv_pack_size(void *ctx, const kiln_conv_params *p, const kiln_tdesc *x, const kiln_tdesc *w);
+int kiln__cpu_conv_pack(void *ctx, const kiln_tdesc *packed, const kiln_tdesc *w);
+int kiln__cpu_epilogue(void *ctx, const kiln_tdesc *out, const kiln_epilogue *ep);
 int kiln__cpu_conv(void *ctx, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
                    const kiln_tdesc *w, const kiln_tdesc *bias);
 int kiln__cpu_conv_backward_input(void *ctx, const kiln_conv_params *p, const kiln_tdesc *grad_x,

@@ -718,6 +718,44 @@ static void conv_tile_rows_f32(float *restrict out, int64_t ostride, const float
 }
 #endif
 
+#if USE_AVX512
+/* cvconv_tile_f32 (see cpu-impl.h): 14 positions × 2 vectors of 16 channels = 28
+ * accumulators, the two weight vectors and one broadcast in the remaining registers.
+ * Per (c, k): two aligned weight loads and 14 broadcasts feed 28 FMAs. */
+#define CV_FMA(i)                                                                     \
+    do {                                                                              \
+        __m512 xb = _mm512_set1_ps(p[pos[i]]);                                        \
+        c##i##0 = _mm512_fmadd_ps(w0, xb, c##i##0);                                   \
+        c##i##1 = _mm512_fmadd_ps(w1, xb, c##i##1);                                   \
+    } while (0)
+#define CV_DECL(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = c##i##0
+#define CV_STORE(i)                                                                   \
+    do {                                                                              \
+        _mm512_storeu_ps(tile + (i) * 32, c##i##0);                                   \
+        _mm512_storeu_ps(tile + (i) * 32 + 16, c##i##1);                              \
+    } while (0)
+
+static void cvconv_tile_f32(float *restrict tile, const float *restrict x, int64_t cstride, int64_t C,
+                            const int64_t *restrict offs, int64_t nk, const int64_t *restrict pos,
+                            const float *restrict wpack)
+{
+    CV_DECL(0); CV_DECL(1); CV_DECL(2); CV_DECL(3); CV_DECL(4); CV_DECL(5); CV_DECL(6);
+    CV_DECL(7); CV_DECL(8); CV_DECL(9); CV_DECL(10); CV_DECL(11); CV_DECL(12); CV_DECL(13);
+    const float *wk = wpack;
+    for (int64_t c = 0; c < C; c++) {
+        const float *xc = x + c * cstride;
+        for (int64_t k = 0; k < nk; k++, wk += 32) {
+            const float *p = xc + offs[k];
+            __m512 w0 = _mm512_load_ps(wk), w1 = _mm512_load_ps(wk + 16);
+            CV_FMA(0); CV_FMA(1); CV_FMA(2); CV_FMA(3); CV_FMA(4); CV_FMA(5); CV_FMA(6);
+            CV_FMA(7); CV_FMA(8); CV_FMA(9); CV_FMA(10); CV_FMA(11); CV_FMA(12); CV_FMA(13);
+        }
+    }
+    CV_STORE(0); CV_STORE(1); CV_STORE(2); CV_STORE(3); CV_STORE(4); CV_STORE(5); CV_STORE(6);
+    CV_STORE(7); CV_STORE(8); CV_STORE(9); CV_STORE(10); CV_STORE(11); CV_STORE(12); CV_STORE(13);
+}
+#endif
+
 #if USE_AVX2 && !USE_AVX512
 /* The AVX2 form of the same tile: 16 ymm registers hold 4 channels × 24 positions
  * (12 accumulators, 3 input vectors, 1 broadcast). */
@@ -864,6 +902,68 @@ static void dwconv_plane_f32(float *restrict out, const float *restrict xg, int6
     }
 }
 
+/* ------------------------------------------------------------------ fused epilogue */
+
+/* Written as ternaries over restrict runs so each table's build vectorizes it for its
+ * ISA; the rounding steps are those of the engine's separate ops (an add, then the
+ * activation, hard_sigmoid's multiply and add rounded apart), so a fused graph gives the
+ * bits the unfused one does. Sigmoid goes through the table's own vectorized unary in
+ * chunks, via a copy, since unary_f32 must not see its output alias its input. */
+static void epilogue_f32(float *restrict o, const float *restrict res, const float *restrict bias, int64_t n,
+                         int act, float a, float b)
+{
+    if (bias)
+        for (int64_t i = 0; i < n; i++)
+            o[i] = o[i] + bias[i];
+    if (res)
+        for (int64_t i = 0; i < n; i++)
+            o[i] = o[i] + res[i];
+    switch ((kiln_epilogue_act)act) {
+    case KILN_EPI_RELU:
+        for (int64_t i = 0; i < n; i++)
+            o[i] = o[i] < 0 ? 0.0f : o[i];
+        break;
+    case KILN_EPI_LEAKY_RELU:
+        for (int64_t i = 0; i < n; i++)
+            o[i] = o[i] < 0 ? o[i] * a : o[i];
+        break;
+    case KILN_EPI_CLAMP: {
+        const float lo = a > b ? b : a;
+        for (int64_t i = 0; i < n; i++) {
+            float v = o[i];
+            o[i] = v != v ? v : (v < a ? lo : (v > b ? b : v));
+        }
+        break;
+    }
+    case KILN_EPI_HARD_SIGMOID:
+        for (int64_t i = 0; i < n; i++) {
+            float t = o[i] * a;
+            t = t + b;
+            o[i] = t != t ? t : (t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t));
+        }
+        break;
+    case KILN_EPI_HARD_SWISH:
+        for (int64_t i = 0; i < n; i++) {
+            float v = o[i], t = v * (1.0f / 6.0f);
+            t = t + 0.5f;
+            t = t != t ? t : (t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t));
+            o[i] = v * t;
+        }
+        break;
+    case KILN_EPI_SIGMOID: {
+        float tmp[256] __attribute__((aligned(64)));
+        for (int64_t i = 0; i < n; i += 256) {
+            int64_t m = n - i < 256 ? n - i : 256;
+            memcpy(tmp, o + i, (size_t)m * sizeof(float));
+            unary_f32(KILN_UNARY_SIGMOID, o + i, tmp, m, 0.0f, 0.0f);
+        }
+        break;
+    }
+    default:
+        break;
+    }
+}
+
 /* Eight double lanes, combined pairwise at the end: the order is fixed by the source,
  * so the wider tables only convert and add more lanes per instruction. */
 static double sum_run_f32(const float *restrict x, int64_t n)
@@ -906,6 +1006,7 @@ const kiln__cpu_kernels KTABLE = {
     .layer_norm_row_f32 = layer_norm_row_f32,
     .maxpool2x2_row_f32 = maxpool2x2_row_f32,
     .dwconv_plane_f32 = dwconv_plane_f32,
+    .epilogue_f32 = epilogue_f32,
     .sum_run_f32 = sum_run_f32,
     .sqdev_run_f32 = sqdev_run_f32,
 #if USE_AVX512
@@ -913,6 +1014,7 @@ const kiln__cpu_kernels KTABLE = {
     .conv_tile_rows_f32 = conv_tile_rows_f32,
     .conv_tile_o = 8,
     .conv_tile_q = 48,
+    .cvconv_tile_f32 = cvconv_tile_f32,
 #elif USE_AVX2
     .conv_tile_f32 = conv_tile_f32,
     .conv_tile_rows_f32 = conv_tile_rows_f32,

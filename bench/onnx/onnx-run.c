@@ -66,7 +66,12 @@ int main(int argc, char **argv) {
     if (runs < 1) runs = 1;
     kiln_device *dev = kiln_device_open("cpu");
     if (!dev) { fprintf(stderr, "onnx-run: %s\n", kiln_error()); return 1; }
-    kiln_onnx_model *m = kiln_onnx_load(argv[1], dev, NULL);
+    /* KILN_BENCH_FUSE=0 turns the load-time epilogue fusion off, to measure what it buys */
+    kiln_onnx_options opts = kiln_onnx_options_default();
+    const char *fuse = getenv("KILN_BENCH_FUSE");
+    if (fuse && !strcmp(fuse, "0"))
+        opts.fuse_epilogues = false;
+    kiln_onnx_model *m = kiln_onnx_load(argv[1], dev, &opts);
     kiln_safetensors *st = m ? kiln_safetensors_open(argv[2]) : NULL;
     if (!m || !st) { fprintf(stderr, "onnx-run: %s\n", kiln_error()); return 1; }
     int nin = kiln_onnx_input_count(m), nout = kiln_onnx_output_count(m);

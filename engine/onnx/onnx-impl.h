@@ -98,7 +98,22 @@ typedef struct kiln__onnx_node {
     int nattrs;
     const kiln__onnx_attr *attrs;
     kiln_device *dev;
+    /* What the load-time fusion pass folded into this node (onnx-model.c): an
+     * activation (a kiln_epilogue_act, with its alpha and beta) applied to the result,
+     * and the positions in the node's inputs of a residual to add before it and of a
+     * bias over the last dim (MatMul); -1 when absent. */
+    int fuse_act;
+    double fuse_alpha, fuse_beta;
+    int fuse_residual, fuse_bias;
+    /* A Conv's pre-packed weight, made at its first run without grad (onnx-ops-nn.c) and
+     * dropped by kiln_onnx_set_trainable; NULL for other nodes. */
+    struct kiln__onnx_pack *pack;
 } kiln__onnx_node;
+
+typedef struct kiln__onnx_pack {
+    kiln_tensor *t;          /* owned; NULL when not made (yet) */
+    bool tried;              /* made, or found not to be worth making */
+} kiln__onnx_pack;
 
 /*
  * An operator: in[i] is NULL for an absent optional input; writes nout new references

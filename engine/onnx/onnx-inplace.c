@@ -159,7 +159,6 @@ int kiln__onnx_inplace(const kiln__onnx_node *n, int kind, int nin, kiln_tensor 
         return 0;
     }
     kiln_tensor *t = in[0];
-    if (getenv("DBG_IP")) fprintf(stderr, "ip %s dies %d rc %d sc %d st %d rg %d ag %p contig %d host %p\n", n->op_type, dies[0], atomic_load(&t->refcount), atomic_load(&t->scope_refs), atomic_load(&t->storage->refcount), t->requires_grad, t->autograd, contiguous(t), (void*)host_f32(t));
     if (!dies[0] || !writable(t) || needs_grad(t)) return 0;
     float a = 0, b = 0;
     if (kind == KILN__ONNX_IP_LEAKY_RELU) a = (float)kiln__onnx_attr_float(n, "alpha", 0.01);

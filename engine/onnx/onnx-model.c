@@ -13,6 +13,7 @@
  * makes go back at once, and each intermediate is released right after its last reader,
  * so memory stays bounded by the widest cut of the graph rather than its length.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@
 #include "kiln/autodiff.h"
 #include "kiln/record.h"
 #include "onnx-impl.h"
+#include "tensor-impl.h"
 
 /* Constants up to this many elements are folded; bigger ones (weights) stay graph inputs
  * of their nodes so that training can reach them. */
@@ -33,6 +35,8 @@ typedef struct mnode {
     int nin, nout;
     int *in, *out;           /* value ids; -1 for an absent optional one */
     bool dead;               /* folded away */
+    char label[48];          /* op type plus what was fused into it, for the profile */
+    kiln__onnx_pack pack;    /* Conv: its pre-packed weight */
     int inplace;             /* KILN__ONNX_IP_* kind: may overwrite a dying input */
 } mnode;
 
@@ -74,19 +78,19 @@ static void print_profile(const kiln_onnx_model *m) {
         double t = 0;
         int cnt = 0;
         for (int j = k; j < m->nnodes; j++)
-            if (!done[j] && !m->nodes[j].dead && !strcmp(m->nodes[j].info.op_type, m->nodes[k].info.op_type)) {
+            if (!done[j] && !m->nodes[j].dead && !strcmp(m->nodes[j].label, m->nodes[k].label)) {
                 done[j] = true;
                 t += m->prof_ms[j];
                 cnt++;
             }
-        fprintf(stderr, "onnx profile: %-22s %4d nodes %9.3f ms a run %5.1f%%\n", m->nodes[k].info.op_type, cnt,
+        fprintf(stderr, "onnx profile: %-22s %4d nodes %9.3f ms a run %5.1f%%\n", m->nodes[k].label, cnt,
                 m->prof_runs ? t / m->prof_runs : 0.0, total > 0 ? 100.0 * t / total : 0.0);
     }
     free(done);
 }
 
 kiln_onnx_options kiln_onnx_options_default(void) {
-    return (kiln_onnx_options){.fold_batchnorm = true, .max_file_bytes = 0};
+    return (kiln_onnx_options){.fold_batchnorm = true, .fuse_epilogues = true, .max_file_bytes = 0};
 }
 
 /* ------------------------------------------------------------- value names */
@@ -250,6 +254,129 @@ static int fold_batchnorm(kiln_onnx_model *m, const int *readers) {
     return 0;
 }
 
+/* The activation an epilogue can apply for node n, with its parameters; KILN_EPI_NONE
+ * when n is not one (or a Clip whose bounds are not constants). */
+static int epilogue_act(const kiln_onnx_model *m, const mnode *n, double *alpha, double *beta) {
+    const char *op = n->info.op_type;
+    *alpha = *beta = 0;
+    if (n->nout != 1 || n->nin < 1) return KILN_EPI_NONE;
+    if (!strcmp(op, "Relu")) return KILN_EPI_RELU;
+    if (!strcmp(op, "Sigmoid")) return KILN_EPI_SIGMOID;
+    if (!strcmp(op, "HardSwish")) return KILN_EPI_HARD_SWISH;
+    if (!strcmp(op, "LeakyRelu")) {
+        *alpha = kiln__onnx_attr_float(&n->info, "alpha", 0.01);
+        return KILN_EPI_LEAKY_RELU;
+    }
+    if (!strcmp(op, "HardSigmoid")) {
+        *alpha = kiln__onnx_attr_float(&n->info, "alpha", 0.2);
+        *beta = kiln__onnx_attr_float(&n->info, "beta", 0.5);
+        return KILN_EPI_HARD_SIGMOID;
+    }
+    if (!strcmp(op, "Clip")) {
+        double lo = -INFINITY, hi = INFINITY;
+        if (n->info.opset < 11) {
+            lo = kiln__onnx_attr_float(&n->info, "min", -INFINITY);
+            hi = kiln__onnx_attr_float(&n->info, "max", INFINITY);
+        } else {
+            for (int i = 1; i < n->nin && i < 3; i++) {
+                int v = n->in[i];
+                if (v < 0) continue;
+                double d;
+                if (!m->consts[v] || kiln_tensor_numel(m->consts[v]) != 1 ||
+                    kiln__onnx_read_scalar(&n->info, m->consts[v], &d))
+                    return KILN_EPI_NONE;
+                if (i == 1) lo = d;
+                else hi = d;
+            }
+        }
+        *alpha = lo;
+        *beta = hi;
+        return KILN_EPI_CLAMP;
+    }
+    return KILN_EPI_NONE;
+}
+
+static int append_input(mnode *n, int v) {
+    int *ni = realloc(n->in, (size_t)(n->nin + 2) * sizeof *ni);
+    if (!ni) return kiln__error_set("onnx: out of memory");
+    n->in = ni;
+    n->in[n->nin] = v;
+    return n->nin++;
+}
+
+/*
+ * Conv, MatMul and Gemm absorb the chain after them: an Add whose other operand is
+ * ready by the time the producer runs (a residual computed earlier, or a constant bias
+ * of a MatMul), then an activation. Only links whose input is read by that link alone
+ * (not by another node, not a graph output) are taken, so no value a later node needs
+ * disappears. The absorbed nodes are marked dead and the producer takes over their
+ * output value; the producer's operator reads the fuse_* fields (onnx-ops-nn.c).
+ */
+static int fuse_epilogues(kiln_onnx_model *m) {
+    int rc = -1;
+    int *readers = calloc((size_t)m->nvalues + 1, sizeof *readers);
+    int *reader = calloc((size_t)m->nvalues + 1, sizeof *reader);
+    int *producer = malloc(((size_t)m->nvalues + 1) * sizeof *producer);
+    if (!readers || !reader || !producer) { kiln__error_set("onnx: out of memory"); goto out; }
+    for (int v = 0; v < m->nvalues; v++) producer[v] = -1;
+    for (int k = 0; k < m->nnodes; k++) {
+        const mnode *n = &m->nodes[k];
+        if (n->dead) continue;
+        for (int j = 0; j < n->nin; j++)
+            if (n->in[j] >= 0) {
+                readers[n->in[j]]++;
+                reader[n->in[j]] = k;
+            }
+        for (int j = 0; j < n->nout; j++)
+            if (n->out[j] >= 0) producer[n->out[j]] = k;
+    }
+    for (int i = 0; i < m->noutputs; i++) readers[m->output_vals[i]] += 2;
+    for (int k = 0; k < m->nnodes; k++) {
+        mnode *c = &m->nodes[k];
+        const char *op = c->info.op_type;
+        bool conv = !strcmp(op, "Conv"), matmul = !strcmp(op, "MatMul"), gemm = !strcmp(op, "Gemm");
+        if (c->dead || (!conv && !matmul && !gemm) || c->nout != 1 || c->out[0] < 0) continue;
+        char label[48];
+        snprintf(label, sizeof label, "%s", op);
+        int v = c->out[0];
+        mnode *r = readers[v] == 1 ? &m->nodes[reader[v]] : NULL;
+        if (r && !r->dead && (conv || matmul) && !strcmp(r->info.op_type, "Add") && r->nin == 2 && r->nout == 1 &&
+            r->out[0] >= 0 && r->in[0] != r->in[1]) {
+            int u = r->in[0] == v ? r->in[1] : r->in[0];
+            bool is_bias = matmul && u >= 0 && m->consts[u] && kiln_tensor_ndim(m->consts[u]) == 1;
+            bool ready = u >= 0 && (m->consts[u] || producer[u] < k);
+            if (ready && (conv || is_bias || matmul)) {
+                int at = append_input(c, u);
+                if (at < 0) goto out;
+                if (is_bias) c->info.fuse_bias = at;
+                else c->info.fuse_residual = at;
+                c->out[0] = v = r->out[0];
+                r->dead = true;
+                snprintf(label, sizeof label, "%s+Add", op);
+            }
+        }
+        r = readers[v] == 1 ? &m->nodes[reader[v]] : NULL;
+        double a, b;
+        int act = r && !r->dead && r->out[0] >= 0 && r->in[0] == v ? epilogue_act(m, r, &a, &b) : KILN_EPI_NONE;
+        if (act != KILN_EPI_NONE) {
+            c->info.fuse_act = act;
+            c->info.fuse_alpha = a;
+            c->info.fuse_beta = b;
+            c->out[0] = r->out[0];
+            r->dead = true;
+            size_t len = strlen(label);
+            snprintf(label + len, sizeof label - len, "+%s", r->info.op_type);
+        }
+        snprintf(c->label, sizeof c->label, "%s", label);
+    }
+    rc = 0;
+out:
+    free(readers);
+    free(reader);
+    free(producer);
+    return rc;
+}
+
 static int plan(kiln_onnx_model *m, const kiln_onnx_options *o) {
     kiln__onnx_pmodel *pm = m->pm;
     int total = pm->ninits + pm->ninputs;
@@ -357,7 +484,8 @@ static int plan(kiln_onnx_model *m, const kiln_onnx_options *o) {
         kiln__onnx_pnode *pn = &pm->nodes[order[t]];
         mnode *n = &m->nodes[t];
         n->info = (kiln__onnx_node){.name = pn->name, .op_type = pn->op_type, .opset = pm->opset,
-                                    .nattrs = pn->nattrs, .attrs = pn->attrs, .dev = m->dev};
+                                    .nattrs = pn->nattrs, .attrs = pn->attrs, .dev = m->dev,
+                                    .fuse_residual = -1, .fuse_bias = -1};
         m->nnodes = t + 1;
         bool std_domain = !pn->domain || !*pn->domain || !strcmp(pn->domain, "ai.onnx");
         n->fn = std_domain ? kiln__onnx_find_op(pn->op_type) : NULL;
@@ -370,6 +498,8 @@ static int plan(kiln_onnx_model *m, const kiln_onnx_options *o) {
             kiln__error_set("onnx: node '%s' (%s) has too many inputs or outputs", pn->name, pn->op_type);
             goto out;
         }
+        snprintf(n->label, sizeof n->label, "%s", pn->op_type);
+        if (o->fuse_epilogues && !strcmp(pn->op_type, "Conv")) n->info.pack = &n->pack;
         n->nin = pn->ninputs;
         n->nout = pn->noutputs;
         n->inplace = pn->noutputs == 1 ? kiln__onnx_inplace_kind(pn->op_type) : KILN__ONNX_IP_NONE;
@@ -392,6 +522,7 @@ static int plan(kiln_onnx_model *m, const kiln_onnx_options *o) {
             if (m->nodes[k].in[j] >= 0) readers[m->nodes[k].in[j]]++;
     for (int i = 0; i < m->noutputs; i++) readers[m->output_vals[i]] += 2;
     if (o->fold_batchnorm && fold_batchnorm(m, readers)) goto out;
+    if (o->fuse_epilogues && fuse_epilogues(m)) goto out;
     m->last_use = malloc(((size_t)m->nvalues + 1) * sizeof *m->last_use);
     if (!m->last_use) { kiln__error_set("onnx: out of memory"); goto out; }
     for (int v = 0; v < m->nvalues; v++) m->last_use[v] = -1;
@@ -516,7 +647,11 @@ void kiln_onnx_free(kiln_onnx_model *m) {
         kiln_tensor_release(m->consts[v]);
         if (m->vowned[v]) free(m->vnames[v]);
     }
-    for (int k = 0; k < m->nnodes; k++) { free(m->nodes[k].in); free(m->nodes[k].out); }
+    for (int k = 0; k < m->nnodes; k++) {
+        free(m->nodes[k].in);
+        free(m->nodes[k].out);
+        kiln_tensor_release(m->nodes[k].pack.t);
+    }
     free(m->nodes); free(m->vnames); free(m->vowned); free(m->consts); free(m->last_use);
     free(m->input_vals); free(m->input_info); free(m->output_vals); free(m->param_vals);
     kiln__onnx_pmodel_free(m->pm);
@@ -670,6 +805,12 @@ kiln_tensor *kiln_onnx_param(const kiln_onnx_model *m, int i) {
 
 int kiln_onnx_set_trainable(kiln_onnx_model *m, bool on) {
     if (!m) return kiln__error_set("onnx: NULL model");
+    /* packed weights are copies: training changes the originals, so they are made again
+     * at the next run that can use them */
+    for (int k = 0; k < m->nnodes; k++) {
+        kiln_tensor_release(m->nodes[k].pack.t);
+        m->nodes[k].pack = (kiln__onnx_pack){NULL, false};
+    }
     for (int i = 0; i < m->nparams; i++) {
         kiln_tensor *t = m->consts[m->param_vals[i]];
         if (t && kiln_dtype_is_float(kiln_tensor_dtype(t)) && !kiln_requires_grad(t, on)) return -1;

@@ -8,7 +8,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "kiln/autodiff.h"
 #include "onnx-impl.h"
+#include "tensor-impl.h"
 
 #define NEED(k) do { if (nin < (k) || !in[(k) - 1]) return kiln__onnx_fail(n, "needs %d inputs", (k)); } while (0)
 #define MAXI 64
@@ -84,7 +86,24 @@ static int op_conv(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, in
         o.dilation[i] = w.d[i];
         o.padding[i] = symmetric(&w) ? w.lo[i] : 0;
     }
-    out[0] = w.nsp == 1 ? kiln_conv1d(x, wt, b, &o) : w.nsp == 2 ? kiln_conv2d(x, wt, b, &o) : kiln_conv3d(x, wt, b, &o);
+    kiln_tensor *res = n->fuse_residual >= 0 && n->fuse_residual < nin ? in[n->fuse_residual] : NULL;
+    kiln_tensor *pk = NULL;
+    /* a frozen weight is packed once, at the first run, for the geometry it then has;
+     * a trainable one is read as it is (it changes under the optimizer) */
+    if (n->pack && !kiln_tensor_requires_grad(wt)) {
+        if (!n->pack->tried) {
+            kiln_no_grad_begin();
+            n->pack->t = kiln_keep(kiln__conv_pack(wt, x, &o, w.nsp));
+            kiln_no_grad_end();
+            n->pack->tried = true;
+        }
+        pk = n->pack->t;
+    }
+    if (n->fuse_act != KILN_EPI_NONE || res || pk)
+        out[0] = kiln__conv_fused(x, wt, pk, b, &o, w.nsp, res, (kiln_epilogue_act)n->fuse_act, n->fuse_alpha,
+                                  n->fuse_beta);
+    else
+        out[0] = w.nsp == 1 ? kiln_conv1d(x, wt, b, &o) : w.nsp == 2 ? kiln_conv2d(x, wt, b, &o) : kiln_conv3d(x, wt, b, &o);
     return ok(out);
 }
 
@@ -125,6 +144,7 @@ static int op_gemm(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, in
         if (alpha != 1.0) y = kiln_mul_scalar(y, alpha);
         if (c) y = kiln_add(y, beta == 1.0 ? c : kiln_mul_scalar(c, beta));
     }
+    if (n->fuse_act != KILN_EPI_NONE) y = kiln__epilogue(y, NULL, NULL, (kiln_epilogue_act)n->fuse_act, n->fuse_alpha, n->fuse_beta);
     out[0] = (y);
     return ok(out);
 }
@@ -138,17 +158,31 @@ static int op_gemm(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, in
 static int op_matmul(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
     NEED(2);
     kiln_tensor *a = in[0], *b = in[1];
+    kiln_tensor *bias = n->fuse_bias >= 0 && n->fuse_bias < nin ? in[n->fuse_bias] : NULL;
+    kiln_tensor *res = n->fuse_residual >= 0 && n->fuse_residual < nin ? in[n->fuse_residual] : NULL;
+    bool fused = bias || res || n->fuse_act != KILN_EPI_NONE;
+    kiln_epilogue_act act = (kiln_epilogue_act)n->fuse_act;
     int ra = kiln_tensor_ndim(a);
     if (ra >= 3 && kiln_tensor_ndim(b) == 2) {
         int64_t k = kiln_tensor_dim(a, ra - 1), rows = 1, shape[KILN_MAX_DIMS];
         for (int d = 0; d < ra - 1; d++) { shape[d] = kiln_tensor_dim(a, d); rows *= shape[d]; }
         shape[ra - 1] = kiln_tensor_dim(b, 1);
-        int64_t flat[2] = {rows, k};
+        int64_t flat[2] = {rows, k}, oflat[2] = {rows, shape[ra - 1]};
         kiln_tensor *y = kiln_matmul(kiln_reshape(a, 2, flat), b);
-        out[0] = y ? kiln_reshape(y, ra, shape) : NULL;
+        /* the epilogue runs on the flat result, which nobody else holds yet; a residual
+         * of the full shape is flattened alike (a bias broadcasts over rows either way) */
+        bool res_flat = res && kiln_tensor_ndim(res) == ra;
+        for (int d = 0; res_flat && d < ra; d++) res_flat = kiln_tensor_dim(res, d) == shape[d];
+        if (y && fused && (!res || res_flat))
+            y = kiln__epilogue(y, bias, res ? kiln_reshape(res, 2, oflat) : NULL, act, n->fuse_alpha, n->fuse_beta);
+        else if (y && fused)
+            y = kiln__epilogue(kiln_reshape(y, ra, shape), bias, res, act, n->fuse_alpha, n->fuse_beta);
+        out[0] = y && kiln_tensor_ndim(y) != ra ? kiln_reshape(y, ra, shape) : y;
         return ok(out);
     }
-    out[0] = kiln_matmul(a, b);
+    kiln_tensor *y = kiln_matmul(a, b);
+    if (y && fused) y = kiln__epilogue(y, bias, res, act, n->fuse_alpha, n->fuse_beta);
+    out[0] = y;
     return ok(out);
 }
 

@@ -46,6 +46,12 @@ typedef struct kiln_onnx_model kiln_onnx_model;
 typedef struct kiln_onnx_options {
     /** Fold BatchNormalization that follows a Conv into the Conv's weight and bias. */
     bool fold_batchnorm;
+    /** Fold the Add (a residual, or a bias after MatMul) and the activation (Relu,
+     *  LeakyRelu, Clip, HardSigmoid, HardSwish, Sigmoid) that follow a Conv, MatMul or
+     *  Gemm into that node, so the result is written once. The arithmetic is unchanged
+     *  (bit for bit), and training through the graph still works: a fused node runs as
+     *  the separate ops whenever autodiff must record. */
+    bool fuse_epilogues;
     /** The largest model file accepted, in bytes (0: 2 GiB). */
     size_t max_file_bytes;
 } kiln_onnx_options;
