@@ -648,7 +648,7 @@ static bool dwconv_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const 
  * large maps of a network's first stages but not its last: a 7x7 map is 63 grid positions
  * (two columns of padding per row), two tiles of which 49 lanes do work, and a 14x14 one
  * wastes a fifth. With weights pre-packed by output channel ([Co/32][Ci][nk][32], one
- * packing per model, not per call), the table's cvconv_tile_f32 puts 32 output channels in
+ * packing per model, not per call), the table's cvconv_f32 puts 32 output channels in
  * the vector lanes and broadcasts 14 positions chosen freely: the real outputs in raster
  * order, nothing of the padding grid, so only the last tile of a map is partly empty.
  * Positions map to the padded (and stride-phased) grid exactly as in the direct path. */
@@ -667,29 +667,23 @@ static void cvconv_tiles(void *argp, int64_t b, int64_t e)
 {
     const cvconv *cv = argp;
     const dconv *d = &cv->d;
-    float tile[CV_NP * CV_NO] __attribute__((aligned(64)));
     const int64_t per_block = d->N * cv->ntile, wblk = d->Ci * d->nk * CV_NO;
+    const conv_ep none = {NULL, KILN_EPI_NONE, 0.0f, 0.0f}, *ep = d->ep ? d->ep : &none;
     for (int64_t jt = b; jt < e; jt++) {
         int64_t ob = jt / per_block, r = jt % per_block, n = r / cv->ntile, t = r % cv->ntile;
         const float *xq = (d->inplace ? d->x : d->xp) + n * d->Ci * d->cs;
-        d->k->cvconv_tile_f32(tile, xq, d->cs, d->Ci, d->offs, d->nk, cv->pin + t * CV_NP, cv->wpack + ob * wblk);
         int64_t q0 = t * CV_NP, nq = cv->osz - q0 < CV_NP ? cv->osz - q0 : CV_NP;
         int64_t jn = d->Co - ob * CV_NO < CV_NO ? d->Co - ob * CV_NO : CV_NO;
-        for (int64_t j = 0; j < jn; j++) {
-            int64_t o = ob * CV_NO + j, at = (n * d->Co + o) * cv->osz + q0;
-            float bv = d->bias ? d->bias[o] : 0.0f, *dst = d->out + at;
-            for (int64_t i = 0; i < nq; i++)
-                dst[i] = tile[i * CV_NO + j] + bv;
-            if (d->ep)
-                d->k->epilogue_f32(dst, d->ep->res ? d->ep->res + at : NULL, NULL, nq, d->ep->act, d->ep->a,
-                                   d->ep->b);
-        }
+        int64_t at = (n * d->Co + ob * CV_NO) * cv->osz + q0;
+        d->k->cvconv_f32(d->out + at, ep->res ? ep->res + at : NULL, cv->osz, (int)nq, (int)jn,
+                         d->bias ? d->bias + ob * CV_NO : NULL, ep->act, ep->a, ep->b, xq, d->cs, d->Ci, d->offs,
+                         d->nk, cv->pin + t * CV_NP, cv->wpack + ob * wblk);
     }
 }
 
 static bool cvconv_ok(const kiln__cpu_ctx *ctx, const geom *g, bool dbl, const kiln_tdesc *wpacked)
 {
-    if (!wpacked || dbl || !ctx->k->cvconv_tile_f32 || g->G != 1 || g->osz > CV_MAX_POS)
+    if (!wpacked || dbl || !ctx->k->cvconv_f32 || g->G != 1 || g->osz > CV_MAX_POS)
         return false;
     if (wpacked->dtype != KILN_F32 || !kiln__cpu_contig(wpacked) ||
         kiln__cpu_numel(wpacked) != (g->O + CV_NO - 1) / CV_NO * CV_NO * g->C * g->ksz)
@@ -774,7 +768,7 @@ static void cv_pack_blocks(void *argp, int64_t b, int64_t e)
 int64_t kiln__cpu_conv_pack_size(void *vctx, const kiln_conv_params *p, const kiln_tdesc *x, const kiln_tdesc *w)
 {
     kiln__cpu_ctx *ctx = vctx;
-    if (!ctx->k->cvconv_tile_f32 || w->dtype != KILN_F32 || w->ndim != 4 || x->ndim != 4 || p->nspatial != 2 ||
+    if (!ctx->k->cvconv_f32 || w->dtype != KILN_F32 || w->ndim != 4 || x->ndim != 4 || p->nspatial != 2 ||
         p->groups != 1)
         return 0;
     int64_t osz = 1;
@@ -793,7 +787,7 @@ int kiln__cpu_conv_pack(void *vctx, const kiln_tdesc *packed, const kiln_tdesc *
     int64_t n = w->dtype == KILN_F32 && w->ndim == 4
                     ? (w->shape[0] + CV_NO - 1) / CV_NO * CV_NO * w->shape[1] * w->shape[2] * w->shape[3]
                     : 0;
-    if (n == 0 || !ctx->k->cvconv_tile_f32 || packed->dtype != KILN_F32 || !kiln__cpu_contig(packed) || kiln__cpu_numel(packed) != n ||
+    if (n == 0 || !ctx->k->cvconv_f32 || packed->dtype != KILN_F32 || !kiln__cpu_contig(packed) || kiln__cpu_numel(packed) != n ||
         !kiln__cpu_contig(w))
         return kiln__error_set("conv_pack: a contiguous f32 [O, C, KH, KW] weight and a buffer of its packed "
                                "size are needed"), KILN_EINVAL;

@@ -95,13 +95,16 @@ typedef struct kiln__cpu_kernels {
                                int64_t wrs, int nq);
     int conv_tile_o, conv_tile_q;
     /* The channel-vectorized tile (cpu-conv.c, packed path): for CV_NP = 14 positions
-     * whose input offsets are pos[i] and 32 output channels, tile[i·32 + j] = the sum over
-     * c < C and k < nk of wpack[(c·nk + k)·32 + j] · x[c·cstride + offs[k] + pos[i]].
-     * Output channels sit in the vector lanes and positions are broadcast, so any set of
+     * whose input offsets are pos[i] and 32 output channels, the sum over c < C and
+     * k < nk of wpack[(c·nk + k)·32 + j] · x[c·cstride + offs[k] + pos[i]]. Output
+     * channels sit in the vector lanes and positions are broadcast, so any set of
      * positions (the real outputs of a 7x7 map, nothing of the padded grid) fills the
-     * tile. NULL in tables without it. */
-    void (*cvconv_tile_f32)(float *tile, const float *x, int64_t cstride, int64_t C, const int64_t *offs,
-                            int64_t nk, const int64_t *pos, const float *wpack);
+     * tile. Channel j < jn, position i < nq is stored at out[j·ostride + i] as
+     * act(sum + bias[j] + res[j·ostride + i]) (bias, res optional; act as epilogue_f32).
+     * NULL in tables without it. */
+    void (*cvconv_f32)(float *out, const float *res, int64_t ostride, int nq, int jn, const float *bias, int act,
+                       float a, float b, const float *x, int64_t cstride, int64_t C, const int64_t *offs,
+                       int64_t nk, const int64_t *pos, const float *wpack);
     /* A fused epilogue over n consecutive outputs (kiln_epilogue): o[i] = act(o[i] +
      * bias[i] + res[i]), bias and res optional, act a kiln_epilogue_act with its alpha
      * and beta. In every table. */

@@ -59,6 +59,7 @@ struct kiln_onnx_model {
      * kiln_onnx_free per op type (a tool for finding where a model's time goes). */
     double *prof_ms;
     int prof_runs;
+    bool prof_nodes;
 };
 
 static double now_ms(void) {
@@ -87,6 +88,12 @@ static void print_profile(const kiln_onnx_model *m) {
                 m->prof_runs ? t / m->prof_runs : 0.0, total > 0 ? 100.0 * t / total : 0.0);
     }
     free(done);
+    if (!m->prof_nodes) return;
+    /* KILN_ONNX_PROFILE=nodes: every node too, in run order */
+    for (int k = 0; k < m->nnodes; k++)
+        if (!m->nodes[k].dead)
+            fprintf(stderr, "onnx profile: node %-40s %-22s %9.3f ms a run\n", m->nodes[k].info.name, m->nodes[k].label,
+                    m->prof_runs ? m->prof_ms[k] / m->prof_runs : 0.0);
 }
 
 kiln_onnx_options kiln_onnx_options_default(void) {
@@ -606,6 +613,7 @@ static kiln_onnx_model *load_bytes(const uint8_t *buf, size_t len, const char *p
     if (plan(m, &o)) { kiln_onnx_free(m); return NULL; }
     const char *prof = getenv("KILN_ONNX_PROFILE");
     if (prof && *prof && strcmp(prof, "0")) m->prof_ms = calloc((size_t)m->nnodes + 1, sizeof *m->prof_ms);
+    m->prof_nodes = prof && !strcmp(prof, "nodes");
     return m;
 }
 
