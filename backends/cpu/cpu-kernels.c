@@ -954,52 +954,61 @@ static void dwconv_plane_f32(float *restrict out, const float *restrict xg, int6
 /* ------------------------------------------------------------------ fused epilogue */
 
 /* Written as ternaries over restrict runs so each table's build vectorizes it for its
- * ISA; the rounding steps are those of the engine's separate ops (an add, then the
- * activation, hard_sigmoid's multiply and add rounded apart), so a fused graph gives the
- * bits the unfused one does. Sigmoid goes through the table's own vectorized unary in
- * chunks, via a copy, since unary_f32 must not see its output alias its input. */
+ * ISA; the rounding steps are those of the engine's separate ops (bias, then residual,
+ * then the activation, hard_sigmoid's multiply and add rounded apart), so a fused graph
+ * gives the bits the unfused one does. One loop per (activation, operands) case: for the
+ * short runs the convolution tiles hand over (14 to 48 outputs), separate passes cost
+ * more in loop overhead than in arithmetic. Sigmoid goes through the table's own
+ * vectorized unary in chunks, via a copy, since unary_f32 must not see its output alias
+ * its input. */
+#define EPI_LOOP(EXPR)                                                                \
+    do {                                                                              \
+        if (res && bias)                                                              \
+            for (int64_t i = 0; i < n; i++) {                                         \
+                float v = (o[i] + bias[i]) + res[i];                                  \
+                o[i] = (EXPR);                                                        \
+            }                                                                         \
+        else if (res)                                                                 \
+            for (int64_t i = 0; i < n; i++) {                                         \
+                float v = o[i] + res[i];                                              \
+                o[i] = (EXPR);                                                        \
+            }                                                                         \
+        else if (bias)                                                                \
+            for (int64_t i = 0; i < n; i++) {                                         \
+                float v = o[i] + bias[i];                                             \
+                o[i] = (EXPR);                                                        \
+            }                                                                         \
+        else                                                                          \
+            for (int64_t i = 0; i < n; i++) {                                         \
+                float v = o[i];                                                       \
+                o[i] = (EXPR);                                                        \
+            }                                                                         \
+    } while (0)
+
+static inline float epi_clamp01(float t) { return t != t ? t : (t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t)); }
+
 static void epilogue_f32(float *restrict o, const float *restrict res, const float *restrict bias, int64_t n,
                          int act, float a, float b)
 {
-    if (bias)
-        for (int64_t i = 0; i < n; i++)
-            o[i] = o[i] + bias[i];
-    if (res)
-        for (int64_t i = 0; i < n; i++)
-            o[i] = o[i] + res[i];
+    const float lo = a > b ? b : a;
     switch ((kiln_epilogue_act)act) {
     case KILN_EPI_RELU:
-        for (int64_t i = 0; i < n; i++)
-            o[i] = o[i] < 0 ? 0.0f : o[i];
+        EPI_LOOP(v < 0 ? 0.0f : v);
         break;
     case KILN_EPI_LEAKY_RELU:
-        for (int64_t i = 0; i < n; i++)
-            o[i] = o[i] < 0 ? o[i] * a : o[i];
+        EPI_LOOP(v < 0 ? v * a : v);
         break;
-    case KILN_EPI_CLAMP: {
-        const float lo = a > b ? b : a;
-        for (int64_t i = 0; i < n; i++) {
-            float v = o[i];
-            o[i] = v != v ? v : (v < a ? lo : (v > b ? b : v));
-        }
+    case KILN_EPI_CLAMP:
+        EPI_LOOP(v != v ? v : (v < a ? lo : (v > b ? b : v)));
         break;
-    }
     case KILN_EPI_HARD_SIGMOID:
-        for (int64_t i = 0; i < n; i++) {
-            float t = o[i] * a;
-            t = t + b;
-            o[i] = t != t ? t : (t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t));
-        }
+        EPI_LOOP(epi_clamp01((v * a) + b));
         break;
     case KILN_EPI_HARD_SWISH:
-        for (int64_t i = 0; i < n; i++) {
-            float v = o[i], t = v * (1.0f / 6.0f);
-            t = t + 0.5f;
-            t = t != t ? t : (t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t));
-            o[i] = v * t;
-        }
+        EPI_LOOP(v * epi_clamp01((v * (1.0f / 6.0f)) + 0.5f));
         break;
     case KILN_EPI_SIGMOID: {
+        EPI_LOOP(v);
         float tmp[256] __attribute__((aligned(64)));
         for (int64_t i = 0; i < n; i += 256) {
             int64_t m = n - i < 256 ? n - i : 256;
@@ -1009,6 +1018,7 @@ static void epilogue_f32(float *restrict o, const float *restrict res, const flo
         break;
     }
     default:
+        EPI_LOOP(v);
         break;
     }
 }
