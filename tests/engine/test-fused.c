@@ -1,0 +1,928 @@
+/*
+ * tests/engine/test-fused.c — the fused producers of engine/ops-fused.c on the cpu device:
+ * kiln__conv_fused (with and without a kiln__conv_pack weight), kiln__epilogue and the
+ * fallbacks they take for anything the one-pass path does not serve.
+ *
+ * The fused ops promise the unfused ops' arithmetic, so every result is held against two
+ * things: the composed public ops on the ref device (an independent implementation, within
+ * a tolerance that grows with the reduction), and the composed public ops on cpu, which
+ * share the kernels and so must agree to the bit wherever the fused call takes the same
+ * convolution path (the packed tile sums in the direct tile's order, so there too).
+ */
+#include "test-util.h"
+
+#include <float.h>
+
+#include "kiln/autodiff.h"
+#include "tensor-impl.h"
+
+static kiln_device *cpu_dev;
+
+static int group_setup(void **state)
+{
+    if (test_group_setup(state))
+        return -1;
+    cpu_dev = kiln_device_open("cpu");
+    if (!cpu_dev)
+        fprintf(stderr, "cannot open cpu: %s\n", kiln_error());
+    return cpu_dev ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    kiln_device_close(cpu_dev);
+    cpu_dev = NULL;
+    return test_group_teardown(state);
+}
+
+/* ------------------------------------------------------------------ host data */
+
+/* A private generator, so that the data (and where the NaNs land) does not depend on
+ * the engine's own random ops, which are under test elsewhere. */
+static uint64_t rng_state;
+
+static float urand(void)
+{
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((double)(rng_state >> 40) / (double)(1ULL << 24) * 2.0 - 1.0);
+}
+
+static float *host_rand(int64_t n, float scale)
+{
+    float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    assert_non_null(v);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = urand() * scale;
+    return v;
+}
+
+static kiln_tensor *mk(kiln_device *dev, int ndim, const int64_t *shape, const float *data)
+{
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++)
+        n *= shape[d];
+    kiln_tensor *t = kiln_from_data(dev, KILN_F32, ndim, shape, data, (size_t)n * sizeof(float));
+    if (!t)
+        fail_msg("from_data: %s", kiln_error());
+    return t;
+}
+
+/* t's values as f32, row-major; the caller frees them. */
+static float *host_of(kiln_tensor *t)
+{
+    if (!t)
+        fail_msg("result is NULL: %s", kiln_error());
+    int64_t n = kiln_tensor_numel(t);
+    float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    assert_non_null(v);
+    kiln_tensor *c = kiln_tensor_dtype(t) == KILN_F32 ? t : kiln_cast(t, KILN_F32);
+    assert_non_null(c);
+    assert_int_equal(kiln_to_data(c, v, (size_t)n * sizeof *v), 0);
+    return v;
+}
+
+static void expect_dims(kiln_tensor *t, int ndim, const int64_t *shape)
+{
+    if (!t)
+        fail_msg("result is NULL: %s", kiln_error());
+    assert_int_equal(kiln_tensor_ndim(t), ndim);
+    for (int d = 0; d < ndim; d++)
+        assert_int_equal(kiln_tensor_dim(t, d), shape[d]);
+}
+
+/* ------------------------------------------------------------------ comparisons */
+
+static bool same_bits(float a, float b)
+{
+    /* NaN payloads are not part of the contract; everything else, -0 included, is */
+    if (isnan(a) || isnan(b))
+        return isnan(a) && isnan(b);
+    uint32_t ua, ub;
+    memcpy(&ua, &a, 4);
+    memcpy(&ub, &b, 4);
+    return ua == ub;
+}
+
+static void expect_bitwise(const char *what, const char *label, const float *got, const float *want, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!same_bits(got[i], want[i]))
+            fail_msg("%s: %s: element %lld: got %.9g (%a), want %.9g (%a)", label, what, (long long)i,
+                     (double)got[i], (double)got[i], (double)want[i], (double)want[i]);
+}
+
+/* got against want where mag[i] bounds the magnitude of every term that went into
+ * element i (so the rounding error of a k-term f32 sum stays under k·eps·mag[i]; random
+ * data keeps it near sqrt(k)·eps·mag[i]). Non-finite values must match exactly in kind:
+ * NaN where want is NaN, the same infinity where it is infinite. */
+static double expect_close(const char *what, const char *label, const float *got, const float *want,
+                           const float *mag, int64_t n, int64_t k, double rel)
+{
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double g = got[i], w = want[i];
+        if (isnan(w) || isnan(g)) {
+            if (!(isnan(w) && isnan(g)))
+                fail_msg("%s: %s: element %lld: got %.9g, want %.9g", label, what, (long long)i, g, w);
+            continue;
+        }
+        if (isinf(w) || isinf(g)) {
+            if (g != w)
+                fail_msg("%s: %s: element %lld: got %.9g, want %.9g", label, what, (long long)i, g, w);
+            continue;
+        }
+        /* a term that was infinite before a saturating activation (relu, clamp, sigmoid)
+         * leaves a magnitude bound of inf: the activation's own value must come out */
+        double m = mag && isfinite(mag[i]) ? mag[i] : 0;
+        double tol = rel * (1 + fabs(w)) + (mag ? FLT_EPSILON * sqrt((double)k) * m : 0);
+        if (mag && !isfinite(mag[i]))
+            tol = 1e-6;
+        double err = fabs(g - w);
+        if (!(err <= tol))
+            fail_msg("%s: %s: element %lld: got %.9g, want %.9g (error %.3g, tolerance %.3g)", label, what,
+                     (long long)i, g, w, err, tol);
+        if (tol > 0 && err / tol > worst)
+            worst = err / tol;
+    }
+    return worst;
+}
+
+/* ------------------------------------------------------------------ activations */
+
+typedef struct act_case {
+    const char *name;
+    kiln_epilogue_act act;
+    double alpha, beta;
+} act_case;
+
+static const act_case acts[] = {
+    {"none", KILN_EPI_NONE, 0, 0},
+    {"relu", KILN_EPI_RELU, 0, 0},
+    {"leaky_relu(0.1)", KILN_EPI_LEAKY_RELU, 0.1, 0},
+    {"clip(-1,6)", KILN_EPI_CLAMP, -1, 6},
+    {"clip(0.1,0.3)", KILN_EPI_CLAMP, 0.1, 0.3},  /* bounds that are not floats */
+    {"clip(-inf,inf)", KILN_EPI_CLAMP, -INFINITY, INFINITY},
+    {"hard_sigmoid(0.2,0.5)", KILN_EPI_HARD_SIGMOID, 0.2, 0.5},
+    {"hard_sigmoid(1/6,0.5)", KILN_EPI_HARD_SIGMOID, 1.0 / 6.0, 0.5},
+    {"hard_swish", KILN_EPI_HARD_SWISH, 0, 0},
+    {"sigmoid", KILN_EPI_SIGMOID, 0, 0},
+};
+#define NACTS ((int)(sizeof acts / sizeof acts[0]))
+
+/* The activation composed from the public ops, step for step as kiln__act_apply composes
+ * it, written out here so the reference does not lean on the code under test. */
+static kiln_tensor *compose_act(kiln_tensor *t, const act_case *a)
+{
+    switch (a->act) {
+    case KILN_EPI_NONE:
+        return t;
+    case KILN_EPI_RELU:
+        return kiln_relu(t);
+    case KILN_EPI_LEAKY_RELU:
+        return kiln_leaky_relu(t, a->alpha);
+    case KILN_EPI_CLAMP:
+        return kiln_clamp(t, a->alpha, a->beta);
+    case KILN_EPI_HARD_SIGMOID:
+        return kiln_clamp(kiln_add_scalar(kiln_mul_scalar(t, a->alpha), a->beta), 0, 1);
+    case KILN_EPI_HARD_SWISH:
+        return kiln_mul(t, kiln_clamp(kiln_add_scalar(kiln_mul_scalar(t, 1.0 / 6.0), 0.5), 0, 1));
+    case KILN_EPI_SIGMOID:
+        return kiln_sigmoid(t);
+    default:
+        fail_msg("no such activation %d", (int)a->act);
+        return NULL;
+    }
+}
+
+/* ------------------------------------------------------------------ convolutions */
+
+typedef struct conv_case {
+    const char *name;
+    int64_t N, C, H, W, O, K, stride, pad, dil, groups;
+} conv_case;
+
+static const conv_case convs[] = {
+    /* the output maps of a network's last stages, the packed path's target */
+    {"1x1 16->32 7x7", 1, 16, 7, 7, 32, 1, 1, 0, 1, 1},
+    {"3x3 p1 70->45 14x14 b3", 3, 70, 14, 14, 45, 3, 1, 1, 1, 1},
+    {"3x3 s2 p1 16->64 14x14->7x7", 1, 16, 14, 14, 64, 3, 2, 1, 1, 1},
+    {"5x5 p2 3->8 13x11 b3", 3, 3, 13, 11, 8, 5, 1, 2, 1, 1},
+    {"3x3 d2 p2 16->45 13x11", 1, 16, 13, 11, 45, 3, 1, 2, 2, 1},
+    {"3x3 s2 p1 3->45 26x22->13x11", 1, 3, 26, 22, 45, 3, 2, 1, 1, 1},
+    {"1x1 s2 16->32 14x14->7x7 b3", 3, 16, 14, 14, 32, 1, 2, 0, 1, 1},
+    {"1x1 16->64 14x14", 1, 16, 14, 14, 64, 1, 1, 0, 1, 1},
+    {"3x3 p1 70->64 7x7 b3", 3, 70, 7, 7, 64, 3, 1, 1, 1, 1},
+    {"3x3 1->45 16x16->14x14", 1, 1, 16, 16, 45, 3, 1, 0, 1, 1},
+    {"5x5 s2 p2 16->32 14x14->7x7", 1, 16, 14, 14, 32, 5, 2, 2, 1, 1},
+    /* 1x1 maps: squeeze-excitation and classifier convolutions */
+    {"1x1 70->64 1x1 b3", 3, 70, 1, 1, 64, 1, 1, 0, 1, 1},
+    {"3x3 16->45 3x3->1x1", 1, 16, 3, 3, 45, 3, 1, 0, 1, 1},
+    {"1x1 p1 3->8 1x1->3x3", 1, 3, 1, 1, 8, 1, 1, 1, 1, 1},
+    /* above the packed path's 1024 positions: the direct path serves them */
+    {"3x3 p1 3->32 40x40", 1, 3, 40, 40, 32, 3, 1, 1, 1, 1},
+    {"5x5 s2 p1 1->8 81x81->40x40", 1, 1, 81, 81, 8, 5, 2, 1, 1, 1},
+    {"1x1 16->45 40x40 b3", 3, 16, 40, 40, 45, 1, 1, 0, 1, 1},
+    /* depthwise and grouped */
+    {"dw 3x3 p1 32 14x14 b3", 3, 32, 14, 14, 32, 3, 1, 1, 1, 32},
+    {"dw 5x5 s2 p2 16->32 14x14->7x7", 1, 16, 14, 14, 32, 5, 2, 2, 1, 16},
+    {"dw 3x3 d2 p2 8 13x11", 1, 8, 13, 11, 8, 3, 1, 2, 2, 8},
+    {"g4 3x3 p1 16->32 7x7", 1, 16, 7, 7, 32, 3, 1, 1, 1, 4},
+    {"g2 1x1 70->8 13x11 b3", 3, 70, 13, 11, 8, 1, 1, 0, 1, 2},
+};
+#define NCONVS ((int)(sizeof convs / sizeof convs[0]))
+
+static int64_t out_dim(int64_t in, const conv_case *c)
+{
+    return (in + 2 * c->pad - c->dil * (c->K - 1) - 1) / c->stride + 1;
+}
+
+static kiln_conv_opts opts_of(const conv_case *c)
+{
+    kiln_conv_opts o = {0};
+    for (int i = 0; i < 2; i++) {
+        o.stride[i] = c->stride;
+        o.padding[i] = c->pad;
+        o.dilation[i] = c->dil;
+    }
+    o.groups = c->groups;
+    return o;
+}
+
+/* Whether plain kiln_conv2d on cpu takes the direct tile path (backends/cpu/cpu-conv.c,
+ * dconv_ok), the one the packed tile matches bit for bit. A 1x1 kernel over fewer
+ * positions than one 48-wide tile goes to the GEMM lowering instead. */
+static bool unfused_is_tiled(const conv_case *c, int64_t osz)
+{
+    return c->groups == 1 && !(c->K == 1 && osz < 48);
+}
+
+typedef struct conv_data {
+    int64_t xshape[4], wshape[4], oshape[4], bshape[1];
+    int64_t xn, wn, on, k;
+    float *x, *w, *b, *r;
+} conv_data;
+
+static void conv_data_make(conv_data *d, const conv_case *c, bool specials)
+{
+    int64_t OH = out_dim(c->H, c), OW = out_dim(c->W, c);
+    int64_t xs[4] = {c->N, c->C, c->H, c->W}, ws[4] = {c->O, c->C / c->groups, c->K, c->K};
+    int64_t os[4] = {c->N, c->O, OH, OW};
+    memcpy(d->xshape, xs, sizeof xs);
+    memcpy(d->wshape, ws, sizeof ws);
+    memcpy(d->oshape, os, sizeof os);
+    d->bshape[0] = c->O;
+    d->xn = c->N * c->C * c->H * c->W;
+    d->wn = ws[0] * ws[1] * ws[2] * ws[3];
+    d->on = c->N * c->O * OH * OW;
+    d->k = ws[1] * ws[2] * ws[3];
+    d->x = host_rand(d->xn, 1.0f);
+    /* outputs of about unit size, so every activation's bends are crossed */
+    d->w = host_rand(d->wn, (float)(1.7 / sqrt((double)d->k)));
+    d->b = host_rand(c->O, 0.5f);
+    d->r = host_rand(d->on, 1.0f);
+    if (specials) {
+        /* spread over the batch and channels, some in the padding-adjacent border */
+        d->x[0] = NAN;
+        d->x[d->xn / 3] = INFINITY;
+        d->x[d->xn / 2 + 1] = -INFINITY;
+        d->x[d->xn - 1] = INFINITY;
+        d->r[1] = NAN;
+        d->r[d->on / 4] = INFINITY;
+        d->r[d->on / 2] = -INFINITY;
+        d->r[d->on - 2] = NAN;
+    }
+}
+
+static void conv_data_free(conv_data *d)
+{
+    free(d->x);
+    free(d->w);
+    free(d->b);
+    free(d->r);
+}
+
+static float *host_abs(const float *v, int64_t n)
+{
+    float *a = malloc((size_t)(n ? n : 1) * sizeof *a);
+    assert_non_null(a);
+    for (int64_t i = 0; i < n; i++)
+        a[i] = fabsf(v[i]);
+    return a;
+}
+
+static double worst_ref_ratio;
+
+/* One geometry: every activation, with and without a residual and a bias, fused with and
+ * without the pack, against the ref composition and the cpu composition. */
+static void check_conv_case(const conv_case *c, bool specials)
+{
+    conv_data d;
+    conv_data_make(&d, c, specials);
+    kiln_conv_opts o = opts_of(c);
+    int64_t osz = d.oshape[2] * d.oshape[3];
+    float *ax = host_abs(d.x, d.xn), *aw = host_abs(d.w, d.wn), *ab = host_abs(d.b, c->O),
+          *ar = host_abs(d.r, d.on);
+
+    kiln_scope_begin();
+    kiln_tensor *xr = mk(test_dev, 4, d.xshape, d.x), *wr = mk(test_dev, 4, d.wshape, d.w);
+    kiln_tensor *br = mk(test_dev, 1, d.bshape, d.b), *rr = mk(test_dev, 4, d.oshape, d.r);
+    kiln_tensor *xc = mk(cpu_dev, 4, d.xshape, d.x), *wc = mk(cpu_dev, 4, d.wshape, d.w);
+    kiln_tensor *bc = mk(cpu_dev, 1, d.bshape, d.b), *rc = mk(cpu_dev, 4, d.oshape, d.r);
+    kiln_tensor *pk = kiln__conv_pack(wc, xc, &o, 2);
+    /* the packed path's own limits: plain 2-D convolutions, up to 1024 output positions */
+    if (c->groups != 1 || osz > 1024)
+        assert_null(pk);
+    else
+        assert_non_null(pk);
+    /* the ref device has no packed form */
+    assert_null(kiln__conv_pack(wr, xr, &o, 2));
+
+    for (int withb = 0; withb < 2; withb++) {
+        kiln_scope_begin();
+        /* the magnitude of the terms of each output: conv(|x|, |w|) + |b| + |r| */
+        kiln_tensor *mconv = kiln_conv2d(mk(test_dev, 4, d.xshape, ax), mk(test_dev, 4, d.wshape, aw),
+                                         withb ? mk(test_dev, 1, d.bshape, ab) : NULL, &o);
+        kiln_tensor *mres = kiln_add(mconv, mk(test_dev, 4, d.oshape, ar));
+        float *mag_nores = host_of(mconv), *mag_res = host_of(mres);
+        kiln_tensor *yref = kiln_conv2d(xr, wr, withb ? br : NULL, &o);
+        kiln_tensor *yrefr = kiln_add(yref, rr);
+        kiln_tensor *ycpu = kiln_conv2d(xc, wc, withb ? bc : NULL, &o);
+        kiln_tensor *ycpur = kiln_add(ycpu, rc);
+        for (int withr = 0; withr < 2; withr++)
+            for (int ai = 0; ai < NACTS; ai++) {
+                const act_case *a = &acts[ai];
+                char label[200];
+                snprintf(label, sizeof label, "%s%s, %s%s%s", c->name, specials ? " (NaN/inf)" : "",
+                         withb ? "bias, " : "", withr ? "residual, " : "", a->name);
+                kiln_scope_begin();
+                kiln_tensor *want = compose_act(withr ? yrefr : yref, a);
+                kiln_tensor *unf = compose_act(withr ? ycpur : ycpu, a);
+                kiln_tensor *fp = kiln__conv_fused(xc, wc, pk, withb ? bc : NULL, &o, 2, withr ? rc : NULL, a->act,
+                                                   a->alpha, a->beta);
+                kiln_tensor *fn = kiln__conv_fused(xc, wc, NULL, withb ? bc : NULL, &o, 2, withr ? rc : NULL,
+                                                   a->act, a->alpha, a->beta);
+                expect_dims(fp, 4, d.oshape);
+                expect_dims(fn, 4, d.oshape);
+                assert_int_equal(kiln_tensor_dtype(fp), KILN_F32);
+                float *hw = host_of(want), *hu = host_of(unf), *hp = host_of(fp), *hn = host_of(fn);
+                const float *mag = withr ? mag_res : mag_nores;
+                double wr1 = expect_close("fused+pack vs ref", label, hp, hw, mag, d.on, d.k, 1e-5);
+                double wr2 = expect_close("fused vs ref", label, hn, hw, mag, d.on, d.k, 1e-5);
+                worst_ref_ratio = fmax(worst_ref_ratio, fmax(wr1, wr2));
+                /* without a pack the fused call takes the unfused call's path and applies
+                 * the same roundings: the bits must agree */
+                expect_bitwise("fused vs unfused cpu", label, hn, hu, d.on);
+                if (!pk || unfused_is_tiled(c, osz)) {
+                    expect_bitwise("fused+pack vs unfused cpu", label, hp, hu, d.on);
+                } else {
+                    /* packed tile against the GEMM lowering: different summation order */
+                    expect_close("fused+pack vs unfused cpu", label, hp, hu, mag, d.on, 1, 1e-6);
+                    expect_close("fused+pack vs fused", label, hp, hn, mag, d.on, 1, 1e-6);
+                }
+                free(hw);
+                free(hu);
+                free(hp);
+                free(hn);
+                kiln_scope_end();
+            }
+        free(mag_nores);
+        free(mag_res);
+        kiln_scope_end();
+    }
+    kiln_scope_end();
+    free(ax);
+    free(aw);
+    free(ab);
+    free(ar);
+    conv_data_free(&d);
+}
+
+static void test_conv_fused_geometries(void **state)
+{
+    (void)state;
+    rng_state = 1;
+    for (int i = 0; i < NCONVS; i++)
+        check_conv_case(&convs[i], false);
+    /* how close the tolerance came to being used up, to see the margin in the log */
+    printf("conv_fused vs ref: worst error / tolerance %.3g\n", worst_ref_ratio);
+}
+
+static void test_conv_fused_nan_inf(void **state)
+{
+    (void)state;
+    rng_state = 2;
+    for (int i = 0; i < NCONVS; i++)
+        check_conv_case(&convs[i], true);
+}
+
+/* A pack is a copy of the weight at the time it was made: a second weight of the same
+ * shape gets its own, and the fused call reads the pack it is handed. */
+static void test_conv_pack_is_per_weight(void **state)
+{
+    (void)state;
+    rng_state = 3;
+    const conv_case *c = &convs[2];
+    conv_data d1, d2;
+    conv_data_make(&d1, c, false);
+    conv_data_make(&d2, c, false);
+    kiln_conv_opts o = opts_of(c);
+    kiln_scope_begin();
+    kiln_tensor *x = mk(cpu_dev, 4, d1.xshape, d1.x);
+    kiln_tensor *w1 = mk(cpu_dev, 4, d1.wshape, d1.w), *w2 = mk(cpu_dev, 4, d2.wshape, d2.w);
+    kiln_tensor *p1 = kiln__conv_pack(w1, x, &o, 2), *p2 = kiln__conv_pack(w2, x, &o, 2);
+    assert_non_null(p1);
+    assert_non_null(p2);
+    float *f1 = host_of(kiln__conv_fused(x, w1, p1, NULL, &o, 2, NULL, KILN_EPI_RELU, 0, 0));
+    float *f2 = host_of(kiln__conv_fused(x, w2, p2, NULL, &o, 2, NULL, KILN_EPI_RELU, 0, 0));
+    float *u1 = host_of(kiln_relu(kiln_conv2d(x, w1, NULL, &o)));
+    float *u2 = host_of(kiln_relu(kiln_conv2d(x, w2, NULL, &o)));
+    expect_bitwise("w1", c->name, f1, u1, d1.on);
+    expect_bitwise("w2", c->name, f2, u2, d1.on);
+    /* a pack made over a small map still serves a batch of three (its size depends on
+     * the weight alone) */
+    int64_t xs3[4] = {3, c->C, c->H, c->W};
+    float *x3 = host_rand(3 * d1.xn, 1.0f);
+    kiln_tensor *xb = mk(cpu_dev, 4, xs3, x3);
+    kiln_tensor *fb = kiln__conv_fused(xb, w1, p1, NULL, &o, 2, NULL, KILN_EPI_SIGMOID, 0, 0);
+    float *hf = host_of(fb), *hu = host_of(kiln_sigmoid(kiln_conv2d(xb, w1, NULL, &o)));
+    expect_bitwise("batch 3 with a batch-1 pack", c->name, hf, hu, 3 * d1.on);
+    free(x3);
+    free(hf);
+    free(hu);
+    free(f1);
+    free(f2);
+    free(u1);
+    free(u2);
+    kiln_scope_end();
+    conv_data_free(&d1);
+    conv_data_free(&d2);
+}
+
+/* ------------------------------------------------------------------ epilogue */
+
+static void check_epilogue(int64_t M, int64_t K, int64_t N)
+{
+    int64_t as[2] = {M, K}, bs[2] = {K, N}, ys[2] = {M, N}, vs[1] = {N};
+    float *ha = host_rand(M * K, 1.0f), *hb = host_rand(K * N, (float)(1.7 / sqrt((double)K)));
+    float *hbias = host_rand(N, 0.5f), *hr = host_rand(M * N, 1.0f);
+    hr[3] = NAN;
+    hr[M * N / 2] = INFINITY;
+    hbias[N - 1] = -INFINITY;
+    float *aa = host_abs(ha, M * K), *ab = host_abs(hb, K * N), *abias = host_abs(hbias, N), *ar = host_abs(hr, M * N);
+    kiln_scope_begin();
+    kiln_tensor *ar_ = mk(test_dev, 2, as, ha), *br_ = mk(test_dev, 2, bs, hb);
+    kiln_tensor *biasr = mk(test_dev, 1, vs, hbias), *rr = mk(test_dev, 2, ys, hr);
+    kiln_tensor *ac = mk(cpu_dev, 2, as, ha), *bc = mk(cpu_dev, 2, bs, hb);
+    kiln_tensor *biasc = mk(cpu_dev, 1, vs, hbias), *rc = mk(cpu_dev, 2, ys, hr);
+    kiln_tensor *mm = kiln_matmul(mk(test_dev, 2, as, aa), mk(test_dev, 2, bs, ab));
+    kiln_tensor *mbias = mk(test_dev, 1, vs, abias), *mres = mk(test_dev, 2, ys, ar);
+    for (int withb = 0; withb < 2; withb++)
+        for (int withr = 0; withr < 2; withr++)
+            for (int ai = 0; ai < NACTS; ai++) {
+                const act_case *a = &acts[ai];
+                char label[160];
+                snprintf(label, sizeof label, "matmul %lldx%lldx%lld, %s%s%s", (long long)M, (long long)K,
+                         (long long)N, withb ? "bias, " : "", withr ? "residual, " : "", a->name);
+                kiln_scope_begin();
+                kiln_tensor *yr = kiln_matmul(ar_, br_);
+                if (withb)
+                    yr = kiln_add(yr, biasr);
+                if (withr)
+                    yr = kiln_add(yr, rr);
+                kiln_tensor *want = compose_act(yr, a);
+                kiln_tensor *yu = kiln_matmul(ac, bc);
+                if (withb)
+                    yu = kiln_add(yu, biasc);
+                if (withr)
+                    yu = kiln_add(yu, rc);
+                kiln_tensor *unf = compose_act(yu, a);
+                kiln_tensor *y = kiln_matmul(ac, bc);
+                kiln_tensor *got = kiln__epilogue(y, withb ? biasc : NULL, withr ? rc : NULL, a->act, a->alpha,
+                                                  a->beta);
+                /* a fresh matmul result nobody else holds is written in place */
+                assert_ptr_equal(got, y);
+                expect_dims(got, 2, ys);
+                float *hw = host_of(want), *hu = host_of(unf), *hg = host_of(got);
+                kiln_tensor *mt = mm;
+                if (withb)
+                    mt = kiln_add(mt, mbias);
+                if (withr)
+                    mt = kiln_add(mt, mres);
+                float *m = host_of(mt);
+                expect_close("epilogue vs ref", label, hg, hw, m, M * N, K, 1e-5);
+                expect_bitwise("epilogue vs unfused cpu", label, hg, hu, M * N);
+                free(m);
+                free(hw);
+                free(hu);
+                free(hg);
+                kiln_scope_end();
+            }
+    kiln_scope_end();
+    free(ha);
+    free(hb);
+    free(hbias);
+    free(hr);
+    free(aa);
+    free(ab);
+    free(abias);
+    free(ar);
+}
+
+static void test_epilogue_matmul(void **state)
+{
+    (void)state;
+    rng_state = 4;
+    check_epilogue(5, 7, 3);
+    check_epilogue(33, 64, 45);
+    check_epilogue(1, 300, 1000); /* rows longer than the sigmoid's 256-element chunks */
+    check_epilogue(64, 16, 257);
+}
+
+/* y shared with a view: the epilogue must leave the view's values alone (it takes the
+ * separate ops and returns a new tensor). A residual that is y itself likewise. */
+static void test_epilogue_shared(void **state)
+{
+    (void)state;
+    rng_state = 5;
+    int64_t as[2] = {6, 5}, bs[2] = {5, 8}, vs[1] = {8};
+    float *ha = host_rand(30, 1.0f), *hb = host_rand(40, 1.0f), *hbias = host_rand(8, 1.0f);
+    kiln_scope_begin();
+    kiln_tensor *a = mk(cpu_dev, 2, as, ha), *b = mk(cpu_dev, 2, bs, hb), *bias = mk(cpu_dev, 1, vs, hbias);
+
+    kiln_tensor *y = kiln_matmul(a, b);
+    kiln_tensor *view = kiln_reshape(y, KILN_SHAPE(48)); /* holds y's storage too */
+    float *before = host_of(y);
+    kiln_tensor *z = kiln__epilogue(y, bias, NULL, KILN_EPI_RELU, 0, 0);
+    assert_non_null(z);
+    assert_ptr_not_equal(z, y);
+    float *after = host_of(view), *hz = host_of(z), *want = host_of(kiln_relu(kiln_add(kiln_matmul(a, b), bias)));
+    expect_bitwise("view of y after epilogue", "shared y", after, before, 48);
+    expect_bitwise("epilogue on shared y", "shared y", hz, want, 48);
+
+    kiln_tensor *y2 = kiln_matmul(a, b);
+    float *h2 = host_of(y2);
+    kiln_tensor *z2 = kiln__epilogue(y2, NULL, y2, KILN_EPI_NONE, 0, 0);
+    float *hz2 = host_of(z2);
+    for (int i = 0; i < 48; i++)
+        assert_true(same_bits(hz2[i], h2[i] + h2[i]));
+
+    free(ha);
+    free(hb);
+    free(hbias);
+    free(before);
+    free(after);
+    free(hz);
+    free(want);
+    free(h2);
+    free(hz2);
+    kiln_scope_end();
+}
+
+/* Bias or residual shapes and dtypes the in-place path does not take: the separate ops
+ * broadcast and promote as kiln_add does. */
+static void test_epilogue_fallbacks(void **state)
+{
+    (void)state;
+    rng_state = 6;
+    int64_t as[2] = {4, 3}, bs[2] = {3, 6};
+    float *ha = host_rand(12, 1.0f), *hb = host_rand(18, 1.0f), *hv = host_rand(24, 1.0f);
+    kiln_scope_begin();
+    kiln_tensor *a = mk(cpu_dev, 2, as, ha), *b = mk(cpu_dev, 2, bs, hb);
+    kiln_tensor *col = mk(cpu_dev, KILN_SHAPE(4, 1), hv);     /* broadcast over columns */
+    kiln_tensor *row2 = mk(cpu_dev, KILN_SHAPE(1, 6), hv);    /* a bias that is not 1-D */
+    kiln_tensor *r64 = kiln_cast(mk(cpu_dev, KILN_SHAPE(4, 6), hv), KILN_F64);
+
+    kiln_tensor *z = kiln__epilogue(kiln_matmul(a, b), NULL, col, KILN_EPI_LEAKY_RELU, 0.1, 0);
+    float *hz = host_of(z), *hw = host_of(kiln_leaky_relu(kiln_add(kiln_matmul(a, b), col), 0.1));
+    expect_dims(z, KILN_SHAPE(4, 6));
+    expect_bitwise("residual [4,1]", "epilogue fallback", hz, hw, 24);
+    free(hz);
+    free(hw);
+
+    z = kiln__epilogue(kiln_matmul(a, b), row2, NULL, KILN_EPI_HARD_SWISH, 0, 0);
+    hz = host_of(z);
+    hw = host_of(compose_act(kiln_add(kiln_matmul(a, b), row2), &acts[8]));
+    expect_bitwise("bias [1,6]", "epilogue fallback", hz, hw, 24);
+    free(hz);
+    free(hw);
+
+    z = kiln__epilogue(kiln_matmul(a, b), NULL, r64, KILN_EPI_SIGMOID, 0, 0);
+    assert_non_null(z);
+    assert_int_equal(kiln_tensor_dtype(z), KILN_F64);
+    double gz[24], gw[24];
+    assert_int_equal(kiln_to_data(z, gz, sizeof gz), 0);
+    assert_int_equal(kiln_to_data(kiln_sigmoid(kiln_add(kiln_matmul(a, b), r64)), gw, sizeof gw), 0);
+    for (int i = 0; i < 24; i++)
+        assert_true(gz[i] == gw[i]);
+
+    /* shapes that do not broadcast: an error, as from kiln_add */
+    kiln_error_clear();
+    assert_null(kiln__epilogue(kiln_matmul(a, b), NULL, mk(cpu_dev, KILN_SHAPE(5), hv), KILN_EPI_RELU, 0, 0));
+    assert_true(kiln_error()[0] != 0);
+    assert_null(kiln__epilogue(NULL, NULL, NULL, KILN_EPI_RELU, 0, 0));
+    kiln_scope_end();
+    free(ha);
+    free(hb);
+    free(hv);
+}
+
+/* ------------------------------------------------------------------ conv fallbacks */
+
+static void test_conv_fused_fallbacks(void **state)
+{
+    (void)state;
+    rng_state = 7;
+    const conv_case *c = &convs[2]; /* [1,16,14,14] -> [1,64,7,7] */
+    conv_data d;
+    conv_data_make(&d, c, false);
+    kiln_conv_opts o = opts_of(c);
+    kiln_scope_begin();
+    kiln_tensor *x = mk(cpu_dev, 4, d.xshape, d.x), *w = mk(cpu_dev, 4, d.wshape, d.w);
+    kiln_tensor *b = mk(cpu_dev, 1, d.bshape, d.b);
+    kiln_tensor *pk = kiln__conv_pack(w, x, &o, 2);
+    assert_non_null(pk);
+    kiln_tensor *y = kiln_conv2d(x, w, b, &o);
+    const act_case *clip = &acts[3];
+
+    /* residual [O,1,1]: broadcast */
+    kiln_tensor *rb = mk(cpu_dev, KILN_SHAPE(c->O, 1, 1), d.r);
+    float *hg = host_of(kiln__conv_fused(x, w, pk, b, &o, 2, rb, clip->act, clip->alpha, clip->beta));
+    float *hw = host_of(compose_act(kiln_add(y, rb), clip));
+    expect_bitwise("residual [O,1,1]", "conv fallback", hg, hw, d.on);
+    free(hg);
+    free(hw);
+
+    /* residual with a batch of 3 over an output of batch 1: broadcast the other way */
+    int64_t r3[4] = {3, c->O, d.oshape[2], d.oshape[3]};
+    float *hr3 = host_rand(3 * d.on, 1.0f);
+    kiln_tensor *rbig = mk(cpu_dev, 4, r3, hr3);
+    kiln_tensor *g = kiln__conv_fused(x, w, pk, b, &o, 2, rbig, KILN_EPI_RELU, 0, 0);
+    expect_dims(g, 4, r3);
+    hg = host_of(g);
+    hw = host_of(kiln_relu(kiln_add(y, rbig)));
+    expect_bitwise("residual of batch 3", "conv fallback", hg, hw, 3 * d.on);
+    free(hg);
+    free(hw);
+    free(hr3);
+
+    /* residual f64: the result is promoted */
+    kiln_tensor *r64 = kiln_cast(mk(cpu_dev, 4, d.oshape, d.r), KILN_F64);
+    g = kiln__conv_fused(x, w, pk, b, &o, 2, r64, KILN_EPI_HARD_SIGMOID, 0.2, 0.5);
+    assert_non_null(g);
+    assert_int_equal(kiln_tensor_dtype(g), KILN_F64);
+    hg = host_of(g);
+    hw = host_of(compose_act(kiln_add(y, r64), &acts[6]));
+    expect_bitwise("residual f64", "conv fallback", hg, hw, d.on);
+    free(hg);
+    free(hw);
+
+    /* residual f16 and i32: promoted to the f32 output */
+    kiln_tensor *r16 = kiln_cast(mk(cpu_dev, 4, d.oshape, d.r), KILN_F16);
+    g = kiln__conv_fused(x, w, pk, b, &o, 2, r16, KILN_EPI_SIGMOID, 0, 0);
+    assert_int_equal(kiln_tensor_dtype(g), KILN_F32);
+    hg = host_of(g);
+    hw = host_of(kiln_sigmoid(kiln_add(y, r16)));
+    expect_bitwise("residual f16", "conv fallback", hg, hw, d.on);
+    free(hg);
+    free(hw);
+    kiln_tensor *ri = kiln_cast(kiln_mul_scalar(mk(cpu_dev, 4, d.oshape, d.r), 4), KILN_I32);
+    g = kiln__conv_fused(x, w, pk, b, &o, 2, ri, KILN_EPI_NONE, 0, 0);
+    assert_int_equal(kiln_tensor_dtype(g), KILN_F32);
+    hg = host_of(g);
+    hw = host_of(kiln_add(y, ri));
+    expect_bitwise("residual i32", "conv fallback", hg, hw, d.on);
+    free(hg);
+    free(hw);
+
+    /* a residual of the right shape that is a strided view: the one-pass path reads it
+     * through its strides */
+    int64_t ts[4] = {c->N, c->O, d.oshape[3], d.oshape[2]};
+    kiln_tensor *rt = kiln_transpose(mk(cpu_dev, 4, ts, d.r), 2, 3);
+    assert_false(kiln_tensor_is_contiguous(rt));
+    hg = host_of(kiln__conv_fused(x, w, pk, b, &o, 2, rt, KILN_EPI_LEAKY_RELU, 0.1, 0));
+    hw = host_of(kiln_leaky_relu(kiln_add(y, rt), 0.1));
+    expect_bitwise("transposed residual", "conv fallback", hg, hw, d.on);
+    free(hg);
+    free(hw);
+
+    /* a strided input and weight */
+    kiln_tensor *xt = kiln_transpose(kiln_contiguous(kiln_transpose(x, 2, 3)), 2, 3);
+    kiln_tensor *wt = kiln_transpose(kiln_contiguous(kiln_transpose(w, 0, 1)), 0, 1);
+    assert_false(kiln_tensor_is_contiguous(xt));
+    assert_false(kiln_tensor_is_contiguous(wt));
+    hg = host_of(kiln__conv_fused(xt, wt, NULL, b, &o, 2, NULL, KILN_EPI_RELU, 0, 0));
+    hw = host_of(kiln_relu(y));
+    expect_bitwise("strided x and w", "conv fallback", hg, hw, d.on);
+    free(hg);
+    free(hw);
+
+    /* an f64 input: the separate ops, in f64 */
+    kiln_tensor *x64 = kiln_cast(x, KILN_F64), *w64 = kiln_cast(w, KILN_F64), *b64 = kiln_cast(b, KILN_F64);
+    g = kiln__conv_fused(x64, w64, pk, b64, &o, 2, NULL, KILN_EPI_RELU, 0, 0);
+    assert_non_null(g);
+    assert_int_equal(kiln_tensor_dtype(g), KILN_F64);
+    double *g64 = malloc((size_t)d.on * sizeof *g64), *w64h = malloc((size_t)d.on * sizeof *w64h);
+    assert_int_equal(kiln_to_data(g, g64, (size_t)d.on * sizeof *g64), 0);
+    assert_int_equal(kiln_to_data(kiln_relu(kiln_conv2d(x64, w64, b64, &o)), w64h, (size_t)d.on * sizeof *w64h), 0);
+    for (int64_t i = 0; i < d.on; i++)
+        assert_true(g64[i] == w64h[i]);
+    free(g64);
+    free(w64h);
+
+    /* geometry and shape faults: errors from the separate ops, never a crash */
+    kiln_error_clear();
+    assert_null(kiln__conv_fused(x, w, pk, b, &o, 2, mk(cpu_dev, KILN_SHAPE(5), d.r), KILN_EPI_RELU, 0, 0));
+    assert_true(kiln_error()[0] != 0);
+    kiln_error_clear();
+    assert_null(kiln__conv_fused(x, w, pk, mk(cpu_dev, KILN_SHAPE(3), d.b), &o, 2, NULL, KILN_EPI_RELU, 0, 0));
+    assert_true(kiln_error()[0] != 0);
+    kiln_error_clear();
+    kiln_tensor *wbad = mk(cpu_dev, KILN_SHAPE(c->O, 3, 3, 3), d.w);
+    assert_null(kiln__conv_fused(x, wbad, NULL, NULL, &o, 2, NULL, KILN_EPI_RELU, 0, 0));
+    assert_true(kiln_error()[0] != 0);
+    kiln_error_clear();
+    kiln_conv_opts big = o;
+    big.padding[0] = big.padding[1] = 0;
+    kiln_tensor *tiny = mk(cpu_dev, KILN_SHAPE(1, c->C, 2, 2), d.x);
+    assert_null(kiln__conv_fused(tiny, w, NULL, NULL, &big, 2, NULL, KILN_EPI_SIGMOID, 0, 0));
+    assert_true(kiln_error()[0] != 0);
+    kiln_error_clear();
+    kiln_tensor *xref = mk(test_dev, 4, d.oshape, d.r);
+    assert_null(kiln__conv_fused(x, w, pk, b, &o, 2, xref, KILN_EPI_RELU, 0, 0)); /* residual on ref */
+    assert_true(kiln_error()[0] != 0);
+    assert_null(kiln__conv_fused(NULL, w, pk, b, &o, 2, NULL, KILN_EPI_RELU, 0, 0));
+    assert_null(kiln__conv_pack(NULL, x, &o, 2));
+    /* a pack of another weight's size is not read */
+    kiln_tensor *w32 = mk(cpu_dev, KILN_SHAPE(32, c->C, 3, 3), d.w);
+    kiln_tensor *pk32 = kiln__conv_pack(w32, x, &o, 2);
+    assert_non_null(pk32);
+    hg = host_of(kiln__conv_fused(x, w, pk32, b, &o, 2, NULL, KILN_EPI_RELU, 0, 0));
+    hw = host_of(kiln_relu(y));
+    expect_bitwise("pack of a smaller weight", "conv fallback", hg, hw, d.on);
+    free(hg);
+    free(hw);
+
+    /* on the ref device (no fused entry) the call is exactly the composed ops */
+    kiln_tensor *xr = mk(test_dev, 4, d.xshape, d.x), *wr = mk(test_dev, 4, d.wshape, d.w);
+    kiln_tensor *br = mk(test_dev, 1, d.bshape, d.b), *rr = mk(test_dev, 4, d.oshape, d.r);
+    for (int ai = 0; ai < NACTS; ai++) {
+        hg = host_of(kiln__conv_fused(xr, wr, NULL, br, &o, 2, rr, acts[ai].act, acts[ai].alpha, acts[ai].beta));
+        hw = host_of(compose_act(kiln_add(kiln_conv2d(xr, wr, br, &o), rr), &acts[ai]));
+        expect_bitwise("on ref", acts[ai].name, hg, hw, d.on);
+        free(hg);
+        free(hw);
+    }
+    kiln_scope_end();
+    conv_data_free(&d);
+}
+
+/* 1-D and 3-D convolutions go through kiln__conv_fused too (the onnx Conv of any rank). */
+static void test_conv_fused_1d_3d(void **state)
+{
+    (void)state;
+    rng_state = 8;
+    float *hx = host_rand(3 * 8 * 30, 1.0f), *hw = host_rand(16 * 8 * 3, 0.3f), *hr = host_rand(3 * 16 * 30, 1.0f);
+    kiln_scope_begin();
+    kiln_conv_opts o = {.padding = {1, 1, 1}};
+    kiln_tensor *x = mk(cpu_dev, KILN_SHAPE(3, 8, 30), hx), *w = mk(cpu_dev, KILN_SHAPE(16, 8, 3), hw);
+    kiln_tensor *r = mk(cpu_dev, KILN_SHAPE(3, 16, 30), hr);
+    assert_null(kiln__conv_pack(w, x, &o, 1));
+    float *hg = host_of(kiln__conv_fused(x, w, NULL, NULL, &o, 1, r, KILN_EPI_HARD_SWISH, 0, 0));
+    float *hu = host_of(compose_act(kiln_add(kiln_conv1d(x, w, NULL, &o), r), &acts[8]));
+    expect_bitwise("conv1d", "hard_swish", hg, hu, 3 * 16 * 30);
+    free(hg);
+    free(hu);
+    kiln_tensor *x3 = mk(cpu_dev, KILN_SHAPE(1, 8, 3, 5, 6), hx);
+    kiln_tensor *w3 = mk(cpu_dev, KILN_SHAPE(2, 8, 3, 1, 3), hw);
+    kiln_tensor *r3 = mk(cpu_dev, KILN_SHAPE(1, 2, 3, 7, 6), hr);
+    hg = host_of(kiln__conv_fused(x3, w3, NULL, NULL, &o, 3, r3, KILN_EPI_CLAMP, -0.5, 0.5));
+    hu = host_of(kiln_clamp(kiln_add(kiln_conv3d(x3, w3, NULL, &o), r3), -0.5, 0.5));
+    expect_bitwise("conv3d", "clip", hg, hu, 2 * 3 * 7 * 6);
+    free(hg);
+    free(hu);
+    kiln_scope_end();
+    free(hx);
+    free(hw);
+    free(hr);
+}
+
+/* ------------------------------------------------------------------ autograd */
+
+/* Anything that requires grad takes the separate ops, so gradients flow as through the
+ * composed ops: same loss, same gradients, to the bit. A pack handed along is ignored
+ * (it may be stale: the weight is being trained). */
+static void check_grad(const act_case *a, bool grad_x, bool grad_res)
+{
+    rng_state = 9;
+    const conv_case *c = &convs[0]; /* 1x1 16->32 7x7, a packed-path shape */
+    conv_data d;
+    conv_data_make(&d, c, false);
+    kiln_conv_opts o = opts_of(c);
+    float *stale = host_rand(d.wn, 1.0f);
+    float *g_out = host_rand(d.on, 1.0f);
+    float *grads[2][4] = {{0}};
+    float loss[2];
+    kiln_scope_begin();
+    kiln_tensor *xs = mk(cpu_dev, 4, d.xshape, d.x);
+    kiln_tensor *pk = kiln__conv_pack(mk(cpu_dev, 4, d.wshape, stale), xs, &o, 2);
+    assert_non_null(pk);
+    kiln_tensor *go = mk(cpu_dev, 4, d.oshape, g_out);
+    for (int fused = 0; fused < 2; fused++) {
+        kiln_scope_begin();
+        kiln_tensor *x = mk(cpu_dev, 4, d.xshape, d.x), *w = mk(cpu_dev, 4, d.wshape, d.w);
+        kiln_tensor *b = mk(cpu_dev, 1, d.bshape, d.b), *r = mk(cpu_dev, 4, d.oshape, d.r);
+        assert_non_null(kiln_requires_grad(w, true));
+        assert_non_null(kiln_requires_grad(b, true));
+        if (grad_x)
+            assert_non_null(kiln_requires_grad(x, true));
+        if (grad_res)
+            assert_non_null(kiln_requires_grad(r, true));
+        kiln_tensor *y = fused ? kiln__conv_fused(x, w, pk, b, &o, 2, r, a->act, a->alpha, a->beta)
+                               : compose_act(kiln_add(kiln_conv2d(x, w, b, &o), r), a);
+        assert_non_null(y);
+        assert_true(kiln_tensor_requires_grad(y));
+        kiln_tensor *l = kiln_sum(kiln_mul(y, go), KILN_ALL_DIMS, false);
+        loss[fused] = (float)kiln_item(l);
+        assert_int_equal(kiln_backward(l, NULL), 0);
+        kiln_tensor *leaves[4] = {w, b, x, r};
+        for (int i = 0; i < 4; i++) {
+            kiln_tensor *g = kiln_grad(leaves[i]);
+            if (i == 2 && !grad_x)
+                assert_null(g);
+            else if (i == 3 && !grad_res)
+                assert_null(g);
+            else
+                grads[fused][i] = host_of(g);
+        }
+        kiln_scope_end();
+    }
+    char label[120];
+    snprintf(label, sizeof label, "%s%s%s", a->name, grad_x ? ", x requires grad" : "",
+             grad_res ? ", residual requires grad" : "");
+    assert_true(same_bits(loss[0], loss[1]));
+    int64_t n[4] = {d.wn, c->O, d.xn, d.on};
+    const char *names[4] = {"grad w", "grad b", "grad x", "grad residual"};
+    for (int i = 0; i < 4; i++)
+        if (grads[0][i]) {
+            expect_bitwise(names[i], label, grads[1][i], grads[0][i], n[i]);
+            free(grads[0][i]);
+            free(grads[1][i]);
+        }
+    kiln_scope_end();
+    free(stale);
+    free(g_out);
+    conv_data_free(&d);
+}
+
+static void test_conv_fused_autograd(void **state)
+{
+    (void)state;
+    for (int ai = 0; ai < NACTS; ai++)
+        check_grad(&acts[ai], ai % 2 == 0, ai % 3 == 0);
+}
+
+/* Under no_grad a trainable weight is just data: the one-pass path may run, and gives
+ * the unfused bits. */
+static void test_conv_fused_no_grad(void **state)
+{
+    (void)state;
+    rng_state = 10;
+    const conv_case *c = &convs[1];
+    conv_data d;
+    conv_data_make(&d, c, false);
+    kiln_conv_opts o = opts_of(c);
+    kiln_scope_begin();
+    kiln_tensor *x = mk(cpu_dev, 4, d.xshape, d.x), *w = mk(cpu_dev, 4, d.wshape, d.w);
+    kiln_tensor *r = mk(cpu_dev, 4, d.oshape, d.r);
+    assert_non_null(kiln_requires_grad(w, true));
+    kiln_no_grad_begin();
+    kiln_tensor *pk = kiln__conv_pack(w, x, &o, 2);
+    kiln_tensor *y = kiln__conv_fused(x, w, pk, NULL, &o, 2, r, KILN_EPI_RELU, 0, 0);
+    kiln_tensor *u = kiln_relu(kiln_add(kiln_conv2d(x, w, NULL, &o), r));
+    kiln_no_grad_end();
+    assert_non_null(pk);
+    assert_false(kiln_tensor_requires_grad(y));
+    float *hy = host_of(y), *hu = host_of(u);
+    expect_bitwise("no_grad", c->name, hy, hu, d.on);
+    free(hy);
+    free(hu);
+    kiln_scope_end();
+    conv_data_free(&d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_conv_fused_geometries),
+        cmocka_unit_test(test_conv_fused_nan_inf),
+        cmocka_unit_test(test_conv_pack_is_per_weight),
+        cmocka_unit_test(test_conv_fused_fallbacks),
+        cmocka_unit_test(test_conv_fused_1d_3d),
+        cmocka_unit_test(test_conv_fused_autograd),
+        cmocka_unit_test(test_conv_fused_no_grad),
+        cmocka_unit_test(test_epilogue_matmul),
+        cmocka_unit_test(test_epilogue_shared),
+        cmocka_unit_test(test_epilogue_fallbacks),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
