@@ -499,6 +499,8 @@ struct kiln_http_pending *kiln_http_defer(const struct kiln_request *req)
     p->route = c->route;
     p->started_ns = c->started_ns;
     p->keep_alive = req->keep_alive;
+    p->body = c->body;
+    c->body = (struct kiln_buf){0};
     c->pending = p;
     return p;
 }
@@ -519,9 +521,16 @@ void kiln_http_pending_finish(struct kiln_http_pending *p, int status)
     bool keep_alive = kiln_http_pending_keep_alive(p);
     size_t route = p->route;
     uint64_t started = p->started_ns;
+    struct kiln_buf body = p->body;
     free(p);
-    if (!c)
+    if (!c) {
+        kiln_buf_free(&body);
         return;
+    }
+    if (!c->body.data)
+        c->body = body; /* its capacity serves the connection's next request */
+    else
+        kiln_buf_free(&body);
     c->pending = NULL;
     if (status < 0) {
         c->failed = true;

@@ -67,6 +67,12 @@ struct kiln_http_service {
 struct kiln_http_pending {
     struct kiln_http_conn *conn;    /* loop thread only */
     atomic_bool cancelled;          /* read by any thread */
+    /*
+     * The request's body, moved here from the connection by kiln_http_defer (the connection gets
+     * it back, for reuse, when the response is finished). req->body keeps pointing at it, and it
+     * outlives the connection, so a worker may read it until kiln_http_pending_finish.
+     */
+    struct kiln_buf body;
     size_t route;
     uint64_t started_ns;
     bool keep_alive;

@@ -15,6 +15,15 @@
  * checks the whole document and notes where the members it needs start; the second converts
  * each "data" array straight into its tensor buffer. A tree of one node per number used to cost
  * more than the model's run.
+ *
+ * Served by kilnd, the two passes are split between threads (kiln__infer_data): the I/O loop
+ * runs the first with the inputs' "data" arrays skipped by their brackets alone, checks the rest
+ * and queues the request; the worker that runs it checks and converts those arrays. Number
+ * parsing was most of the loop's time, and one loop thread was kilnd's limit on small requests.
+ * Errors stay what one thread would answer: a syntax error anywhere wins over any other error,
+ * so every failure path with unchecked arrays (on the loop or the worker) first runs the strict
+ * pass over the whole document (check_syntax), which also finds the same first error; and an
+ * error the loop finds after some inputs first converts those, whose bad data came first.
  */
 #include <math.h>
 #include <stdio.h>
@@ -127,6 +136,9 @@ struct doc {
     const char *id, *inputs, *outputs, *params;
     int ninputs;                                    /* in the request, may exceed KILN_SCHED_MAX_IO */
     struct in_desc in[KILN_SCHED_MAX_IO];
+    bool lax;                                       /* the inputs' "data" arrays are skipped unchecked */
+    int nlax;
+    const char *lax_at[KILN_SCHED_MAX_IO];          /* those arrays */
 };
 
 static void note(struct kiln_jscan *s, const char **slot)
@@ -136,7 +148,8 @@ static void note(struct kiln_jscan *s, const char **slot)
         *slot = s->p;
 }
 
-static int walk_input(struct kiln_jscan *s, struct in_desc *d)
+/* doc is NULL for an input past KILN_SCHED_MAX_IO (the request is refused; only its syntax counts). */
+static int walk_input(struct kiln_jscan *s, struct in_desc *d, struct doc *doc)
 {
     char key[16];
     int r;
@@ -145,6 +158,13 @@ static int walk_input(struct kiln_jscan *s, struct in_desc *d)
     d->is_object = true;
     kiln_jscan_object_begin(s);
     for (int i = 0; (r = kiln_jscan_member(s, i, key, sizeof key)) > 0; i++) {
+        if (doc && doc->lax && !d->data && strcmp(key, "data") == 0 && kiln_jscan_peek(s) == KILN_J_ARRAY) {
+            note(s, &d->data);
+            doc->lax_at[doc->nlax++] = d->data; /* at most one per input */
+            if (kiln_jscan_skip_lax(s) != 0)
+                return -1;
+            continue;
+        }
         const char **slot = strcmp(key, "name") == 0       ? &d->name
                             : strcmp(key, "datatype") == 0 ? &d->datatype
                             : strcmp(key, "shape") == 0    ? &d->shape
@@ -175,7 +195,8 @@ static int walk_doc(struct kiln_jscan *s, struct doc *doc)
             kiln_jscan_array_begin(s);
             for (int k = 0; (r = kiln_jscan_element(s, k)) > 0; k++, doc->ninputs++) {
                 struct in_desc scratch = {0};
-                if (walk_input(s, doc->ninputs < KILN_SCHED_MAX_IO ? &doc->in[doc->ninputs] : &scratch) != 0)
+                bool kept = doc->ninputs < KILN_SCHED_MAX_IO;
+                if (walk_input(s, kept ? &doc->in[doc->ninputs] : &scratch, kept ? doc : NULL) != 0)
                     return -1;
             }
             if (r < 0)
@@ -192,6 +213,22 @@ static int walk_doc(struct kiln_jscan *s, struct doc *doc)
             return -1;
     }
     return r < 0 ? -1 : kiln_jscan_finish(s);
+}
+
+/* The strict first pass over the whole document: 0 when it is valid JSON, else 400 with msg. */
+static int check_syntax(const char *body, const char *jend, char *msg, size_t msglen)
+{
+    struct doc doc = {0};
+    struct kiln_jscan s;
+    kiln_jscan_init(&s, body, (size_t)(jend - body));
+    if (kiln_jscan_peek(&s) != KILN_J_OBJECT) {
+        snprintf(msg, msglen, "request body is not a JSON object");
+        return 400;
+    }
+    if (walk_doc(&s, &doc) == 0)
+        return 0;
+    snprintf(msg, msglen, "request body is not valid JSON: %s at byte %zu", s.err ? s.err : "?", s.err_at);
+    return 400;
 }
 
 /* ---- tensor data -------------------------------------------------------------------------- */
@@ -326,9 +363,61 @@ static int walk_data(struct dec *d, int level)
     return 0;
 }
 
+/* Fills input f->input of r: copies its binary data, or checks and converts its "data" array. */
+static int fill_one(const struct kiln__infer_data *dd, int i, const kiln_model_config *c, struct kiln_sched_request *r,
+                    char *msg, size_t msglen)
+{
+    int k = dd->fill[i].input;
+    struct kiln_sched_tensor *t = &r->inputs[k];
+    const char *name = c->inputs[k].name;
+    if (!dd->fill[i].json) {
+        memcpy(t->data, dd->fill[i].bin, t->nbytes);
+        return 0;
+    }
+    int64_t numel = 1;
+    for (int d = 0; d < t->ndim; d++)
+        numel *= t->shape[d];
+    struct dec d = {.dt = t->dtype, .fp16 = dd->fill[i].fp16, .dst = t->data, .cap = numel, .shape = t->shape,
+                    .ndim = t->ndim};
+    scan_at(&d.s, dd->fill[i].json, dd->jend);
+    if (walk_data(&d, 0) != 0) {
+        snprintf(msg, msglen, "input '%s': %s", name, d.bad);
+        return 400;
+    }
+    if (d.n != numel) {
+        snprintf(msg, msglen, "input '%s': shape holds %lld elements but data has %lld", name, (long long)numel,
+                 (long long)d.n);
+        return 400;
+    }
+    return 0;
+}
+
+int kiln__infer_fill(const struct kiln__infer_data *dd, const kiln_model_config *c, struct kiln_sched_request *r,
+                     char *msg, size_t msglen)
+{
+    for (int i = 0; i < dd->n; i++) {
+        int st = fill_one(dd, i, c, r, msg, msglen);
+        if (st != 0)
+            return dd->nlax && check_syntax(dd->body, dd->jend, msg, msglen) ? 400 : st;
+    }
+    /* A converted array was checked as it was read; one nobody reads (an input that has binary
+     * data too) is checked here, at the depth it sits at in the document. */
+    for (int j = 0; j < dd->nlax; j++) {
+        bool converted = false;
+        for (int i = 0; i < dd->n && !converted; i++)
+            converted = dd->fill[i].json == dd->lax[j];
+        struct kiln_jscan s;
+        scan_at(&s, dd->lax[j], dd->jend);
+        s.depth = 3; /* the body's object, "inputs", the input's object */
+        if (!converted && kiln_jscan_skip(&s) != 0 && check_syntax(dd->body, dd->jend, msg, msglen) != 0)
+            return 400;
+    }
+    return 0;
+}
+
 int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config *c, const struct kiln_request *req,
                        struct kiln_sched_request *r, bool *want_output, bool *want_binary, char *id, size_t idlen,
-                       char *msg, size_t msglen)
+                       struct kiln__infer_data *dd, char *msg, size_t msglen)
 {
     int rc = 0;
     size_t json_len = req->body_len;
@@ -346,13 +435,24 @@ int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config
     const char *jend = body + (req->body ? json_len : 0);
     const char *bin = req->body ? req->body + json_len : NULL;
     size_t bin_len = req->body_len - json_len, bin_used = 0;
-    struct doc doc = {0};
+    struct doc doc = {.lax = dd != NULL};
+    /* Filled here when the caller leaves it to no one. */
+    struct kiln__infer_data now = {.body = body, .jend = jend};
+    struct kiln__infer_data *fill = dd ? dd : &now;
+    *fill = (struct kiln__infer_data){.body = body, .jend = jend};
+    bool unchecked = false;     /* arrays were skipped unchecked, so a syntax error may still hide */
     struct kiln_jscan s;
     kiln_jscan_init(&s, body, (size_t)(jend - body));
     if (kiln_jscan_peek(&s) != KILN_J_OBJECT)
         FAIL(400, "request body is not a JSON object");
-    if (walk_doc(&s, &doc) != 0)
+    if (walk_doc(&s, &doc) != 0) {
+        if (doc.lax && check_syntax(body, jend, msg, msglen) != 0) {
+            rc = 400;
+            goto done;
+        }
         FAIL(400, "request body is not valid JSON: %s at byte %zu", s.err ? s.err : "?", s.err_at);
+    }
+    unchecked = doc.nlax > 0;
     if (doc.id) {
         long n = string_at(doc.id, jend, id, idlen);
         if (n < 0 || n > ic->max_string_bytes) {
@@ -424,6 +524,7 @@ int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config
         bool half = want == KILN_F16 || want == KILN_BF16;
         const char *bsize = member_at(in->params, jend, "binary_data_size");
         size_t esize = wire_size(sp->datatype);
+        int f = fill->n;
         if (bsize) {
             size_t need = (size_t)numel * esize, blen;
             int64_t got;
@@ -436,7 +537,10 @@ int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config
             t->data = malloc(need ? need : 1);
             if (!t->data)
                 FAIL(500, "out of memory");
-            memcpy(t->data, bin + bin_used, need);
+            fill->fill[f].input = k;
+            fill->fill[f].json = NULL;
+            fill->fill[f].bin = bin + bin_used;
+            fill->n++;
             bin_used += need;
             continue;
         }
@@ -449,14 +553,13 @@ int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config
         t->data = malloc(t->nbytes ? t->nbytes : 1);
         if (!t->data)
             FAIL(500, "out of memory");
-        struct dec d = {.dt = t->dtype, .fp16 = want == KILN_F16, .dst = t->data, .cap = numel,
-                        .shape = t->shape, .ndim = nd};
-        scan_at(&d.s, in->data, jend);
-        if (walk_data(&d, 0) != 0)
-            FAIL(400, "input '%s': %s", sp->name, d.bad);
-        if (d.n != numel)
-            FAIL(400, "input '%s': shape holds %lld elements but data has %lld", sp->name, (long long)numel,
-                 (long long)d.n);
+        fill->fill[f].input = k;
+        fill->fill[f].json = in->data;
+        fill->fill[f].bin = NULL;
+        fill->fill[f].fp16 = want == KILN_F16;
+        fill->n++;
+        if (!dd && (rc = fill_one(fill, f, c, r, msg, msglen)) != 0)
+            goto done; /* in document order, before the next input's checks, as ever */
     }
     if (bin_used != bin_len)
         FAIL(400, "the body has %zu binary bytes no input claims", bin_len - bin_used);
@@ -489,7 +592,28 @@ int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config
             kiln_jscan_skip(&os);
         }
     }
+    if (dd) {
+        dd->nlax = doc.nlax;
+        memcpy(dd->lax, doc.lax_at, sizeof dd->lax);
+    } else {
+        for (int i = 0; i < now.n && rc == 0; i++)
+            if (!now.fill[i].json)
+                rc = fill_one(&now, i, c, r, msg, msglen); /* binary copies; the arrays were filled above */
+    }
 done:
+    if (rc != 0 && unchecked && check_syntax(body, jend, msg, msglen) != 0) {
+        rc = 400;
+    } else if (rc != 0 && dd) {
+        /* One thread would have converted the inputs before this one, and refused bad data
+         * there first: so does this (only ever on the way to an error). */
+        for (int i = 0; i < dd->n; i++) {
+            int st = dd->fill[i].json ? fill_one(dd, i, c, r, msg, msglen) : 0;
+            if (st != 0) {
+                rc = st;
+                break;
+            }
+        }
+    }
     if (rc != 0)
         kiln_sched_request_clear(r);
     return rc;

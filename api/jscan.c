@@ -8,6 +8,10 @@
 
 #include "jscan.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 void kiln_jscan_init(struct kiln_jscan *s, const char *p, size_t len)
 {
     s->start = s->p = p ? p : "";
@@ -541,4 +545,58 @@ int kiln_jscan_skip(struct kiln_jscan *s)
     case KILN_J_NULL: return literal(s, "null", 4);
     default: return kiln_jscan_fail(s, "expected a value");
     }
+}
+
+/* ---- the lax skip -------------------------------------------------------------------------- */
+
+/* The first of [ ] { } " at or after p, or end. */
+static const char *next_structural(const char *p, const char *end)
+{
+#if defined(__SSE2__)
+    /* 16 bytes a step: '{' and '}' differ from '[' and ']' only in bit 5, so clearing it folds
+     * the four brackets onto two compares. */
+    const __m128i fold = _mm_set1_epi8((char)0xDF), open = _mm_set1_epi8('['), close = _mm_set1_epi8(']'),
+                  quote = _mm_set1_epi8('"');
+    for (; end - p >= 16; p += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+        __m128i f = _mm_and_si128(v, fold);
+        __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(f, open), _mm_cmpeq_epi8(f, close)),
+                                   _mm_cmpeq_epi8(v, quote));
+        unsigned mask = (unsigned)_mm_movemask_epi8(hit);
+        if (mask)
+            return p + __builtin_ctz(mask);
+    }
+#endif
+    for (; p < end; p++)
+        if (*p == '[' || *p == ']' || *p == '{' || *p == '}' || *p == '"')
+            return p;
+    return end;
+}
+
+int kiln_jscan_skip_lax(struct kiln_jscan *s)
+{
+    ws(s);
+    if (s->err)
+        return -1;
+    if (s->p >= s->end || (*s->p != '[' && *s->p != '{'))
+        return kiln_jscan_fail(s, "expected an array or an object");
+    const char *p = s->p + 1, *end = s->end;
+    size_t depth = 1;
+    while ((p = next_structural(p, end)) < end) {
+        char c = *p++;
+        if (c == '"') {
+            while (p < end && *p != '"')
+                p += *p == '\\' && end - p >= 2 ? 2 : 1; /* an escape may hide a quote */
+            if (p >= end)
+                break;
+            p++;
+        } else if (c == '[' || c == '{') {
+            depth++;
+        } else if (--depth == 0) {
+            s->p = p;
+            return 0;
+        }
+    }
+    s->p = end;
+    return kiln_jscan_fail(s, "unterminated array or object");
 }

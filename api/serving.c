@@ -5,8 +5,10 @@
  * A model name maps to the versions currently loaded, each a scheduler model reference. Loading
  * (at start, or POST .../load) rescans the repository and builds every served version on its
  * device's worker; only when all have finished is the table entry swapped, and the replaced
- * versions are released — requests already holding them run to the end. Inference decodes the
- * body here, on the loop, then defers its response until the worker's completion arrives.
+ * versions are released — requests already holding them run to the end. Inference checks the
+ * body here, on the loop, and queues it; the worker that runs it first converts its tensor data
+ * (infer_prepare: number parsing costs more than the rest of a small request, and the loop is a
+ * single thread), then the response waits until the worker's completion arrives.
  */
 #include <ctype.h>
 #include <stdarg.h>
@@ -53,6 +55,8 @@ struct infer_job {
     char id[256];
     char req_id[KILN_HTTP_SHORT_HEADER_MAX];
     bool want_output[KILN_SCHED_MAX_IO], want_binary[KILN_SCHED_MAX_IO];
+    struct kiln__infer_data data;   /* the inputs' filling, left to the worker */
+    bool refused;                   /* the worker found the data bad: a 400, counted as rejected */
 };
 
 struct load_op {
@@ -574,6 +578,16 @@ static int put_stats(struct kiln_buf *b, struct kiln_sched_model *m)
     return rc | kiln_buf_puts(b, "]}");
 }
 
+/* Worker thread: the request's tensor data into its input buffers, before it joins a run. */
+static int infer_prepare(struct kiln_sched_request *r)
+{
+    struct infer_job *j = (struct infer_job *)r;
+    if (kiln__infer_fill(&j->data, kiln_sched_model_config(r->model), r, r->error, sizeof r->error) == 0)
+        return 0;
+    j->refused = true;
+    return -1;
+}
+
 static void infer_done(struct kiln_sched_request *r)
 {
     struct infer_job *j = (struct infer_job *)r;
@@ -582,8 +596,9 @@ static void infer_done(struct kiln_sched_request *r)
     const char *name = kiln_sched_model_name(m);
     sv->inflight_total--;
     set_gauges(sv, m, -1);
-    count_outcome(sv, name, kiln_sched_outcome_to_str(r->outcome));
-    if (r->outcome == KILN_SCHED_OK || r->outcome == KILN_SCHED_FAILED) {
+    /* Data refused by the worker is what the loop used to refuse before queueing: "rejected". */
+    count_outcome(sv, name, j->refused ? "rejected" : kiln_sched_outcome_to_str(r->outcome));
+    if (!j->refused && (r->outcome == KILN_SCHED_OK || r->outcome == KILN_SCHED_FAILED)) {
         struct kiln_metric_series *q = kiln_metrics_series(sv->f_queue, (const char *const[]){name, NULL});
         struct kiln_metric_series *c = kiln_metrics_series(sv->f_compute, (const char *const[]){name, NULL});
         struct kiln_metric_series *b = kiln_metrics_series(sv->f_batch, (const char *const[]){name, NULL});
@@ -636,7 +651,7 @@ static int handle_infer(struct kiln_serving *sv, struct kiln_sched_model *m, con
     struct kiln__infer_ctx ic = {sv, sv->o.max_tensor_elements, sv->o.max_string_bytes};
     char msg[256];
     int st = kiln__infer_decode(&ic, kiln_sched_model_config(m), req, &j->r, j->want_output, j->want_binary, j->id,
-                                sizeof j->id, msg, sizeof msg);
+                                sizeof j->id, &j->data, msg, sizeof msg);
     if (st != 0) {
         free(j);
         count_outcome(sv, name, "rejected");
@@ -652,6 +667,7 @@ static int handle_infer(struct kiln_serving *sv, struct kiln_sched_model *m, con
     j->r.cancelled = &j->pending->cancelled;
     j->r.deadline_ns = uv_hrtime() + (uint64_t)sv->o.infer_timeout_ms * 1000000u;
     j->r.done = infer_done;
+    j->r.prepare = infer_prepare;
     if (kiln_sched_submit(sv->o.sched, &j->r) != 0) {
         kiln_sched_model_release(m);
         kiln_sched_request_clear(&j->r);

@@ -7,7 +7,8 @@
  * scheduler model), so a load that swaps versions never pulls a model out from under a request:
  * the request holds its own reference until its answer is written.
  *
- * Thread affinity: everything here runs on the I/O loop thread.
+ * Thread affinity: everything here runs on the I/O loop thread, except kiln__infer_fill, which
+ * the inference workers run.
  */
 #ifndef KILN_API_SERVING_H
 #define KILN_API_SERVING_H
@@ -61,13 +62,40 @@ struct kiln__infer_ctx {
 };
 
 /*
+ * What the loop leaves to a worker: filling the input buffers. The JSON "data" arrays were only
+ * skipped (kiln_jscan_skip_lax) on the loop; the worker checks and converts them, and copies
+ * binary tensor data. The pointers are into the request body, which the pending response keeps
+ * alive until the answer is written.
+ */
+struct kiln__infer_data {
+    const char *body, *jend;            /* the request's JSON */
+    int n;                              /* inputs to fill, in document order */
+    struct {
+        int input;                      /* r->inputs[input] */
+        const char *json;               /* its "data" array, or NULL for binary data: */
+        const char *bin;                /* r->inputs[input].nbytes bytes to copy */
+        bool fp16;                      /* FP16 sent on as f32: its range is checked */
+    } fill[KILN_SCHED_MAX_IO];
+    int nlax;                           /* the arrays skipped unchecked, the converted ones included */
+    const char *lax[KILN_SCHED_MAX_IO];
+};
+
+/*
  * Decodes a KServe v2 infer request (JSON, or a JSON header plus binary tensor data) for model
  * config c into r's inputs; fills want_binary[o] / want_output[o] for each model output and the
  * request "id" into id (bounded). Returns 0, or an HTTP status with msg filled.
+ *
+ * With dd NULL it does the whole job. Otherwise it does everything but filling the input buffers
+ * (which it allocates and sizes) and describes that in dd for kiln__infer_fill, to be run later,
+ * on another thread. The status and message either returns are those a decode of the whole
+ * request in one go would have returned.
  */
 int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config *c, const struct kiln_request *req,
                        struct kiln_sched_request *r, bool *want_output, bool *want_binary, char *id, size_t idlen,
-                       char *msg, size_t msglen);
+                       struct kiln__infer_data *dd, char *msg, size_t msglen);
+/* Fills r's input buffers as dd says (any thread). 0, or 400 with msg filled. */
+int kiln__infer_fill(const struct kiln__infer_data *dd, const kiln_model_config *c, struct kiln_sched_request *r,
+                     char *msg, size_t msglen);
 
 /* Appends the whole HTTP response for a finished request. Returns the status, or -1. */
 int kiln__infer_encode(struct kiln_buf *out, const char *model, int64_t version, const kiln_model_config *c,

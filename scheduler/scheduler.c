@@ -283,12 +283,14 @@ static void run_batch(struct kiln__sched_worker *w, struct kiln__sched_instance 
             r->outcome = KILN_SCHED_TIMEOUT;
             snprintf(r->error, sizeof r->error, "request timed out after waiting %.1f ms in the queue",
                      (double)(now - r->enqueued_ns) / 1e6);
+        } else if (r->prepare && r->prepare(r) != 0) {
+            r->outcome = KILN_SCHED_FAILED;
         } else {
             taken[live++] = r;
             rows += rows_of(m, r);
             continue;
         }
-        r->finished_ns = now;
+        r->finished_ns = uv_hrtime();
         post_done(s, r);
     }
     if (live > 0)

@@ -80,6 +80,14 @@ struct kiln_sched_request {
     const atomic_bool *cancelled;       /* may be NULL */
     uint64_t deadline_ns;               /* uv_hrtime() clock; 0 for none */
     void (*done)(struct kiln_sched_request *r);
+    /*
+     * Optional: runs on the worker that took the request, outside the scheduler's lock, before
+     * the request joins its run. It finishes what the loop left to the workers (the API decodes
+     * JSON tensor data there, so that every core parses). The inputs' dtypes, shapes and buffers
+     * must already be set at submit: the batcher groups by them. 0, or -1 with error filled: the
+     * request then completes as KILN_SCHED_FAILED without running.
+     */
+    int (*prepare)(struct kiln_sched_request *r);
     void *ud;
     /* results, valid in done */
     enum kiln_sched_outcome outcome;

@@ -4,7 +4,8 @@
  * Any byte string must be scanned without reading out of bounds, and every number token the
  * scanner converts must equal the C library's conversion bit for bit (a differential check:
  * strtof / strtod on a terminated copy are the reference). Strings decode into buffers of every
- * small size without overrunning them.
+ * small size without overrunning them. The lax skip the I/O loop uses ends where the strict
+ * skip does on every valid array or object.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -47,8 +48,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *p = (const char *)data;
     struct kiln_jscan s;
     kiln_jscan_init(&s, p, size);
-    (void)kiln_jscan_skip(&s);
+    int strict = kiln_jscan_skip(&s);
+    const char *strict_end = s.p;
     (void)kiln_jscan_finish(&s);
+    /* The lax skip ends where the strict one does on a valid array or object (so it fails only
+     * on invalid ones). */
+    kiln_jscan_init(&s, p, size);
+    enum kiln_jtype t = kiln_jscan_peek(&s);
+    int lax = kiln_jscan_skip_lax(&s);
+    if ((t == KILN_J_ARRAY || t == KILN_J_OBJECT) && strict == 0 && (lax != 0 || s.p != strict_end))
+        abort();
     kiln_jscan_init(&s, p, size);
     walk(&s, 0);
 

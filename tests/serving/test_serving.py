@@ -294,6 +294,86 @@ def test_bad_input(d):
     check(st == 200, "still serving after bad input")
 
 
+def test_bad_data(d):
+    """The "data" arrays are checked and converted on the worker, the rest of the body on the loop;
+    the answers must be those of one strict pass over the whole body: a syntax error anywhere wins
+    (at the byte it is at), then errors in document order."""
+    row = ",".join(["0.5"] * 784)
+
+    def body(data, name="input", outputs=""):
+        return ('{"inputs":[{"name":"%s","datatype":"FP32","shape":[1,784],"data":%s}]%s}'
+                % (name, data, outputs)).encode()
+    syntax_at = body("[" + row + ",]").index(b",]") + 1  # the ']' where a value should be
+    cut = body("[" + row)[:-2]  # the array ends with the input's '}'
+    cases = [
+        ("a trailing comma in data", body("[" + row + ",]"),
+         "request body is not valid JSON: expected a value at byte %d" % syntax_at),
+        ("a syntax error in data beats an unknown input", body("[" + row + ",]", name="nope"),
+         "request body is not valid JSON: expected a value at byte %d" % (syntax_at - 1)),
+        ("data nested past the depth limit", body("[" + "[" * 62 + "]" * 62 + "]"),
+         "request body is not valid JSON: nested too deeply at byte 129"),
+        ("an unterminated data array", cut, "request body is not valid JSON: expected ',' or ']' at byte %d" % (len(cut) - 1)),
+        ("a float out of range", body("[" + row.replace("0.5", "1e39", 1) + "]"),
+         "input 'input': FP32 data must be finite and within the FP32 range"),
+        ("a string holding a bracket", body("[" + row.replace("0.5", '"]"', 1) + "]"),
+         "input 'input': data elements must be numbers"),
+        ("bad data beats a later unknown output",
+         body("[" + row.replace("0.5", '"a"', 1) + "]", outputs=',"outputs":[{"name":"zzz"}]'),
+         "input 'input': data elements must be numbers"),
+        ("too few elements", body("[" + ",".join(["0.5"] * 783) + "]"),
+         "input 'input': shape holds 784 elements but data has 783"),
+        ("too many elements", body("[" + row + ",0.5]"), "input 'input': more data elements than the shape holds"),
+    ]
+    for what, b, want in cases:
+        st, h, data = d.req("POST", "/v2/models/mnist_mlp/infer", b)
+        got = json.loads(data).get("error") if h.get("content-type") == "application/json" else data[:200]
+        check(st == 400 and got == want, "bad data, %s -> 400 %r (got %d %r)" % (what, want, st, got))
+    # binary tensor data beside a "data" array nobody converts: the array's syntax still counts
+    hdr = b'{"inputs":[{"name":"input","datatype":"FP32","shape":[1,784],"parameters":{"binary_data_size":3136},"data":[1,]}]}'
+    st, _, data = d.req("POST", "/v2/models/mnist_mlp/infer", hdr + bytes(3136),
+                        headers={"Inference-Header-Content-Length": str(len(hdr))})
+    check(st == 400 and json.loads(data).get("error") == "request body is not valid JSON: expected a value at byte 110",
+          "a malformed data array beside binary data is 400 (got %d %s)" % (st, data[:200]))
+
+    # Good and bad requests batched together: the bad ones are refused, the rest answered right.
+    _, _, before = d.req("GET", "/metrics")
+    rows = EXPECTED["input"]
+    results, errors = {}, []
+
+    def one(i):
+        try:
+            if i % 3 == 2:
+                b = body("[" + row.replace("0.5", "null", 1) + "]")
+            else:
+                b = json.dumps(infer_body([rows[i % 4]]))
+            st, _, data = d.req("POST", "/v2/models/mnist_mlp/infer", b)
+            results[i] = (st, json.loads(data))
+        except Exception as ex:  # noqa: BLE001
+            errors.append(ex)
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(48)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    ok = not errors and len(results) == 48
+    for i, (st, j) in sorted(results.items()):
+        if i % 3 == 2:
+            ok = ok and st == 400 and j.get("error") == "input 'input': data elements must be numbers"
+        else:
+            ok = ok and st == 200 and close(j["outputs"][0]["data"], EXPECTED["logits"][i % 4])
+    check(ok, "good and bad requests at once: bad ones 400, good ones right (%s)" % (errors[:1] or
+          [r for r in results.items() if (r[0] % 3 == 2) != (r[1][0] == 400)][:1]))
+    _, _, after = d.req("GET", "/metrics")
+
+    def rejected(text):
+        for line in text.decode().splitlines():
+            if line.startswith('kiln_inference_requests_total{model="mnist_mlp",outcome="rejected"}'):
+                return float(line.split()[-1])
+        return 0.0
+    check(rejected(after) - rejected(before) == 16,
+          "data refused on the worker counts as rejected (%s -> %s)" % (rejected(before), rejected(after)))
+
+
 def test_batching(d):
     rows = EXPECTED["input"]
     results, errors = {}, []
@@ -432,6 +512,7 @@ def main():
         test_tritonclient(d)
         test_onnx(d)
         test_bad_input(d)
+        test_bad_data(d)
         test_batching(d)
         test_repository(d)
     finally:

@@ -263,6 +263,65 @@ static void strings_and_containers(void **state)
     assert_int_equal(kiln_jscan_finish(&s), -1);
 }
 
+/* Where kiln_jscan_skip_lax ends (-1: it failed) and where the strict skip ends (-1: invalid). */
+static void lax_and_strict(const char *doc, size_t n, long *lax, long *strict)
+{
+    struct kiln_jscan s;
+    kiln_jscan_init(&s, doc, n);
+    *lax = kiln_jscan_skip_lax(&s) == 0 ? (long)(s.p - doc) : -1;
+    kiln_jscan_init(&s, doc, n);
+    *strict = kiln_jscan_skip(&s) == 0 ? (long)(s.p - doc) : -1;
+}
+
+static void lax_skip(void **state)
+{
+    (void)state;
+    /* valid values: the lax skip ends where the strict one does, whatever follows */
+    static const char *const good[] = {
+        "[]", "{}", " [1, 2.5e3, -0] tail", "[[[]],[{}]] ,", "{\"a]\":\"}[\",\"b\":[\"\\\"]\"]}x",
+        "[\"\\\\\"]]", "[\"\\\\\\\"]\"] ]", "{\"k\":{\"k\":{\"k\":[true,false,null]}}}}}",
+    };
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        long lax, strict;
+        lax_and_strict(good[i], strlen(good[i]), &lax, &strict);
+        if (strict < 0 || lax != strict)
+            fail_msg("'%s': lax skip ends at %ld, strict at %ld", good[i], lax, strict);
+    }
+    /* what it does not check it lets through; what it follows must be whole */
+    static const char *const loose[] = {"[1,,]", "[01]", "[}", "{1:2}", "[nonsense]"};
+    for (size_t i = 0; i < sizeof loose / sizeof *loose; i++) {
+        long lax, strict;
+        lax_and_strict(loose[i], strlen(loose[i]), &lax, &strict);
+        assert_int_equal(lax, (long)strlen(loose[i]));
+        assert_int_equal(strict, -1);
+    }
+    static const char *const cut[] = {"", "1", "\"[]\"", "[", "[[]", "[\"]", "[\"\\\"]", "[\"\\", "{\"a\":[1}"};
+    for (size_t i = 0; i < sizeof cut / sizeof *cut; i++) {
+        struct kiln_jscan s;
+        kiln_jscan_init(&s, cut[i], strlen(cut[i]));
+        if (kiln_jscan_skip_lax(&s) != -1 || !s.err)
+            fail_msg("'%s': the lax skip should fail", cut[i]);
+    }
+    /* A long array, so the 16-byte steps run, with a bracket or quote at every offset of a step. */
+    for (int at = 0; at < 40; at++) {
+        char doc[128];
+        int n = 0;
+        doc[n++] = '[';
+        for (int k = 0; k < at; k++)
+            doc[n++] = k % 3 == 2 ? '\n' : ' ';
+        const char *inner = at % 3 == 0 ? "[1]" : at % 3 == 1 ? "{\"}\":\"]\"}" : "\"[\"";
+        memcpy(doc + n, inner, strlen(inner));
+        n += (int)strlen(inner);
+        doc[n++] = ']';
+        memcpy(doc + n, " ,]]]]]]]]]]]]]]]]]]", 20);
+        n += 20;
+        long lax, strict;
+        lax_and_strict(doc, (size_t)n, &lax, &strict);
+        if (strict < 0 || lax != strict)
+            fail_msg("'%.*s': lax skip ends at %ld, strict at %ld", n, doc, lax, strict);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -273,6 +332,7 @@ int main(void)
         cmocka_unit_test(integers),
         cmocka_unit_test(grammar),
         cmocka_unit_test(strings_and_containers),
+        cmocka_unit_test(lax_skip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
