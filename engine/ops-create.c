@@ -26,6 +26,7 @@ int kiln__copy_into(kiln_tensor *out, kiln_tensor *in, const char *op)
     if (!be->copy)
         return kiln__missing(kiln__dev(out), op, "copy");
     int rc = be->copy(kiln__ctx(out), &od, &id);
+    atomic_fetch_add(&out->storage->version, 1u);
     return rc < 0 ? rc : 0;
 }
 
@@ -65,6 +66,7 @@ int kiln__fill(kiln_tensor *t, double value, const char *op)
     kiln_tdesc d;
     kiln__desc(t, &d);
     int rc = be->fill(kiln__ctx(t), &d, value);
+    atomic_fetch_add(&t->storage->version, 1u);
     return rc < 0 ? rc : 0;
 }
 

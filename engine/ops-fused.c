@@ -79,7 +79,9 @@ kiln_tensor *kiln__epilogue(kiln_tensor *y, kiln_tensor *bias, kiln_tensor *resi
         return NULL;
     const kiln_backend_iface *be = kiln__be(y);
     int64_t last = y->ndim ? y->shape[y->ndim - 1] : 1;
-    bool fast = be->epilogue && epilogue_in_place_ok(y) && !kiln__ad_want(bias) && !kiln__ad_want(residual);
+    /* a clamp with lo above hi is kiln_clamp's error to report, so it takes the ops */
+    bool fast = be->epilogue && epilogue_in_place_ok(y) && !kiln__ad_want(bias) && !kiln__ad_want(residual) &&
+                !(act == KILN_EPI_CLAMP && alpha > beta);
     if (fast && bias)
         fast = bias->dtype == KILN_F32 && bias->ndim == 1 && bias->shape[0] == last && kiln__dev(bias) == kiln__dev(y);
     if (fast && residual)
@@ -160,7 +162,7 @@ kiln_tensor *kiln__conv_fused(kiln_tensor *x, kiln_tensor *w, kiln_tensor *wpack
     bool fast = be->conv_fused && x->dtype == KILN_F32 && w->dtype == KILN_F32 && (!bias || bias->dtype == KILN_F32) &&
                 x->ndim == nspatial + 2 && w->ndim == nspatial + 2 && !kiln__ad_want(x) && !kiln__ad_want(w) &&
                 !kiln__ad_want(bias) && !kiln__ad_want(residual) && kiln__dev(w) == kiln__dev(x) &&
-                (!bias || kiln__dev(bias) == kiln__dev(x));
+                (!bias || kiln__dev(bias) == kiln__dev(x)) && !(act == KILN_EPI_CLAMP && alpha > beta);
     if (act == KILN_EPI_NONE && !residual && !wpacked) /* nothing to fuse: the plain op */
         return nspatial == 1 ? kiln_conv1d(x, w, bias, opts) : nspatial == 2 ? kiln_conv2d(x, w, bias, opts)
                                                                              : kiln_conv3d(x, w, bias, opts);

@@ -38,6 +38,9 @@ typedef struct kiln_storage {
     kiln_device *dev;                  /* one device reference per storage */
     kiln_buffer *buf;
     size_t nbytes;
+    /* Bumped by every engine write into existing memory (kiln__copy_into, kiln__fill, the
+     * fused optimizer step), so a derived copy (a packed weight) can tell it is stale. */
+    atomic_uint version;
 } kiln_storage;
 
 struct kiln_tensor {

@@ -113,6 +113,8 @@ typedef struct kiln__onnx_node {
 typedef struct kiln__onnx_pack {
     kiln_tensor *t;          /* owned; NULL when not made (yet) */
     bool tried;              /* made, or found not to be worth making */
+    const void *storage;     /* the weight's storage and its write version when made: */
+    unsigned version;        /* an optimizer step or copy into the weight makes it stale */
 } kiln__onnx_pack;
 
 /*

@@ -175,6 +175,7 @@ int kiln__onnx_inplace(const kiln__onnx_node *n, int kind, int nin, kiln_tensor 
             if (nin > 1 && in[1] && kiln__onnx_read_scalar(n, in[1], &lo)) return -1;
             if (nin > 2 && in[2] && kiln__onnx_read_scalar(n, in[2], &hi)) return -1;
         }
+        if (lo > hi) return 0;   /* the operator reports it, as kiln_clamp does */
         a = (float)lo;
         b = (float)hi;
     }

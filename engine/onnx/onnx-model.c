@@ -296,6 +296,7 @@ static int epilogue_act(const kiln_onnx_model *m, const mnode *n, double *alpha,
                 else hi = d;
             }
         }
+        if (lo > hi) return KILN_EPI_NONE;   /* kiln_clamp refuses it: keep its error */
         *alpha = lo;
         *beta = hi;
         return KILN_EPI_CLAMP;
@@ -817,7 +818,7 @@ int kiln_onnx_set_trainable(kiln_onnx_model *m, bool on) {
      * at the next run that can use them */
     for (int k = 0; k < m->nnodes; k++) {
         kiln_tensor_release(m->nodes[k].pack.t);
-        m->nodes[k].pack = (kiln__onnx_pack){NULL, false};
+        m->nodes[k].pack = (kiln__onnx_pack){0};
     }
     for (int i = 0; i < m->nparams; i++) {
         kiln_tensor *t = m->consts[m->param_vals[i]];

@@ -91,11 +91,18 @@ static int op_conv(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, in
     /* a frozen weight is packed once, at the first run, for the geometry it then has;
      * a trainable one is read as it is (it changes under the optimizer) */
     if (n->pack && !kiln_tensor_requires_grad(wt)) {
+        unsigned version = atomic_load(&wt->storage->version);
+        if (n->pack->tried && (n->pack->storage != wt->storage || n->pack->version != version)) {
+            kiln_tensor_release(n->pack->t);
+            *n->pack = (kiln__onnx_pack){0};
+        }
         if (!n->pack->tried) {
             kiln_no_grad_begin();
             n->pack->t = kiln_keep(kiln__conv_pack(wt, x, &o, w.nsp));
             kiln_no_grad_end();
             n->pack->tried = true;
+            n->pack->storage = wt->storage;
+            n->pack->version = version;
         }
         pk = n->pack->t;
     }

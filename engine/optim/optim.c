@@ -349,6 +349,7 @@ static int adam_fused_run(const kiln_optim_config *c, kiln__optim_pstate *ps, ki
         kiln__desc(ps->slot[2], &xd);
     int rc = kiln__be(ps->param)->adam_step(kiln__ctx(ps->param), &ap, &pd, &gd, &md, &vd,
                                             c->amsgrad ? &xd : NULL);
+    atomic_fetch_add(&ps->param->storage->version, 1u);
     return rc < 0 ? -1 : 0;
 }
 

@@ -910,6 +910,30 @@ static void test_conv_fused_no_grad(void **state)
     conv_data_free(&d);
 }
 
+/* A clamp with lo above hi is kiln_clamp's error on every path: the one-pass path must not
+ * quietly answer hi where the fallback refuses. */
+static void test_clip_lo_above_hi(void **state)
+{
+    (void)state;
+    rng_state = 11;
+    const conv_case *c = &convs[0]; /* 1x1 16->32 7x7 */
+    conv_data d;
+    conv_data_make(&d, c, false);
+    kiln_conv_opts o = opts_of(c);
+    kiln_scope_begin();
+    kiln_tensor *x = mk(cpu_dev, 4, d.xshape, d.x), *w = mk(cpu_dev, 4, d.wshape, d.w);
+    kiln_tensor *r = mk(cpu_dev, 4, d.oshape, d.r), *rb = mk(cpu_dev, KILN_SHAPE(c->O, 1, 1), d.r);
+    assert_null(kiln_clamp(kiln_add(kiln_conv2d(x, w, NULL, &o), r), 6, -1));
+    assert_null(kiln__conv_fused(x, w, NULL, NULL, &o, 2, rb, KILN_EPI_CLAMP, 6, -1));
+    assert_null(kiln__conv_fused(x, w, NULL, NULL, &o, 2, r, KILN_EPI_CLAMP, 6, -1));
+    assert_non_null(strstr(kiln_error(), "clamp"));
+    kiln_tensor *y = kiln_matmul(mk(cpu_dev, KILN_SHAPE(4, 16), d.x), mk(cpu_dev, KILN_SHAPE(16, 8), d.w));
+    assert_non_null(y);
+    assert_null(kiln__epilogue(y, NULL, NULL, KILN_EPI_CLAMP, 6, -1));
+    kiln_scope_end();
+    conv_data_free(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -919,6 +943,7 @@ int main(void)
         cmocka_unit_test(test_conv_fused_fallbacks),
         cmocka_unit_test(test_conv_fused_1d_3d),
         cmocka_unit_test(test_conv_fused_autograd),
+        cmocka_unit_test(test_clip_lo_above_hi),
         cmocka_unit_test(test_conv_fused_no_grad),
         cmocka_unit_test(test_epilogue_matmul),
         cmocka_unit_test(test_epilogue_shared),
