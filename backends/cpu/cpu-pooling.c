@@ -3,13 +3,14 @@
  * adaptive average pooling with backward.
  *
  * Pooling is memory-bound: each input element is read once and the output is a
- * fraction of the input, so the kernels make a single pass and are threaded over the
- * N·C planes (and output rows, for the 2x2 fast path, so two planes still feed two
- * threads). Max pooling with no indices requested never computes them. Semantics follow
- * PyTorch: a NaN in a window wins (and its index is reported), indices are flat within
- * the input plane, average pooling with count_include_pad divides by the window clipped
- * to the padded input (so ceil-mode overhang does not count), without it by the number
- * of real elements.
+ * fraction of the input, so the kernels make a single pass. f32 runs a vectorized path
+ * for any geometry, threaded over output rows so that two planes still feed two threads
+ * (the 2x2 stride-2 max pool has a kernel of its own); f64 runs the generic per-output
+ * loop, threaded over the N·C planes. Max pooling with no indices requested never
+ * computes them. Semantics follow PyTorch: a NaN in a window wins (and its index is
+ * reported), indices are flat within the input plane, average pooling with
+ * count_include_pad divides by the window clipped to the padded input (so ceil-mode
+ * overhang does not count), without it by the number of real elements.
  *
  * Everything runs in f32 (or f64 for f64 tensors) on contiguous planes; other dtypes and
  * strided views go through a converted contiguous copy.
@@ -70,6 +71,8 @@ static inline void win(const pgeom *g, int a, int64_t o, int64_t *start, int64_t
     *cnt_pad = c;
 }
 
+/* The generic loop: any geometry, one output at a time; f64 only, as f32 takes the row
+ * path below. */
 #define POOL_PLANES(T)                                                                         \
     static void pool_planes_##T(void *argp, int64_t p0, int64_t p1)                            \
     {                                                                                          \
@@ -135,8 +138,357 @@ static inline void win(const pgeom *g, int a, int64_t o, int64_t *start, int64_t
         }                                                                                      \
     }
 
-POOL_PLANES(float)
 POOL_PLANES(double)
+
+/* ------------------------------------------------------------------ f32 by output rows */
+
+/* Every f32 geometry the 2x2 kernel does not take runs here. The generic loop above spends
+ * ~20 ns an output on window arithmetic and on branches that mispredict on every unsorted
+ * compare (3.9 ms for ResNet-50's 3x3 stride-2 max pool); here an output row is computed
+ * in blocks of PROW_VEC-multiple outputs, and each tap of the window updates the whole
+ * block at once: a contiguous load and a select, which the compiler vectorizes. Each
+ * window row is first copied into a local segment with the padding (and whatever lies
+ * past the input) filled in, so border outputs need no special case, and a block may
+ * run past the row's last output into fill, so no loop has a scalar remainder; with
+ * stride 2 the copy splits even from odd columns, because loading every other element
+ * makes the vectorizer leave the last vector of each loop to scalar code (its loads
+ * would reach one element past the last one read), which costs more than the rest.
+ *
+ * The results keep the generic loop's bits, because the taps are visited in its order
+ * (depth, height, width) with its rule: a max starts at -inf, which anything but -inf
+ * itself replaces (-inf has one encoding), so -inf fill never wins; a NaN replaces
+ * anything (so the last NaN wins, payload included); a tie keeps the first (so +0 and
+ * -0 keep the first's sign); the index starts at the window's first element inside the
+ * input, which the generic loop takes unconditionally. An average adds the same doubles
+ * in the same order to +0, and adding the +0 fill changes nothing, as the sum can never
+ * be -0. */
+
+#define PROW_VEC 16    /* a multiple of every vector width, in floats */
+#define PROW_BLOCK 256 /* outputs at most in a block, a multiple of PROW_VEC */
+#define PROW_SEG 1024  /* floats in the padded copy of one window row's segment */
+#define PROW_GROUP 4   /* window rows copied before the first is read */
+
+enum { PROW_MAX, PROW_MAX_IDX, PROW_AVG };
+
+typedef struct prow_job {
+    const pgeom *g;
+    const float *x;
+    float *y;
+    int64_t *idx;
+    int mode;
+    int64_t block; /* outputs per block; 0 when even PROW_VEC do not fit PROW_SEG */
+    /* per output column, rounded up to PROW_VEC entries: max with indices, the column of
+     * the first tap inside the input (-1 when none); avg, the taps inside [-pad, W + pad)
+     * and inside [0, W), which give its share of the divisor */
+    const int64_t *wfirst, *wpad, *wval;
+    bool cip;
+} prow_job;
+
+/* An output row's window rows: taps a in [alo, ahi) of depth and b in [blo, bhi) of height
+ * fall inside the input; dc and hc count the taps inside the padding too. */
+typedef struct prow_win {
+    int64_t ds, dc, hs, hc, alo, ahi, blo, bhi;
+} prow_win;
+
+#define POOL_INLINE static inline __attribute__((always_inline))
+
+/* Taps i of a window starting at start (step dil) that land in [0, in): [*lo, *hi). */
+static inline void inside(int64_t start, int64_t k, int64_t dil, int64_t in, int64_t *lo, int64_t *hi)
+{
+    int64_t l = start < 0 ? (-start + dil - 1) / dil : 0;
+    int64_t h = start > in - 1 ? 0 : (in - 1 - start) / dil + 1;
+    if (h > k)
+        h = k;
+    *lo = l < h ? l : h;
+    *hi = h;
+}
+
+static void prow_win_init(const pgeom *g, int64_t od, int64_t oh, prow_win *w)
+{
+    win(g, 0, od, &w->ds, &w->dc);
+    win(g, 1, oh, &w->hs, &w->hc);
+    inside(w->ds, g->k[0], g->dil[0], g->in[0], &w->alo, &w->ahi);
+    inside(w->hs, g->k[1], g->dil[1], g->in[1], &w->blo, &w->bhi);
+}
+
+/* The generic rule for one output, for geometries too wide for the segment. */
+static void prow_one(const prow_job *j, const prow_win *w, const float *x, float *y, int64_t *ix, int64_t ow)
+{
+    const pgeom *g = j->g;
+    int64_t ws, wc, clo, chi;
+    win(g, 2, ow, &ws, &wc);
+    inside(ws, g->k[2], g->dil[2], g->in[2], &clo, &chi);
+    float best = -INFINITY;
+    int64_t bi = -1;
+    double acc = 0;
+    for (int64_t a = w->alo; a < w->ahi; a++)
+        for (int64_t b = w->blo; b < w->bhi; b++) {
+            int64_t off = ((w->ds + a * g->dil[0]) * g->in[1] + w->hs + b * g->dil[1]) * g->in[2] + ws;
+            for (int64_t c = clo; c < chi; c++) {
+                int64_t i = off + c * g->dil[2];
+                float v = x[i];
+                if (j->mode == PROW_AVG) {
+                    acc += v;
+                } else if (bi < 0 || v > best || v != v) {
+                    best = v;
+                    bi = i;
+                }
+            }
+        }
+    if (j->mode != PROW_AVG) {
+        y[ow] = best;
+        if (ix)
+            ix[ow] = bi < 0 ? 0 : bi;
+    } else {
+        int64_t div = j->cip ? w->dc * w->hc * wc : (w->ahi - w->alo) * (w->bhi - w->blo) * (chi - clo);
+        y[ow] = (float)(div ? acc / (double)div : NAN);
+    }
+}
+
+/* One tap over n outputs: the element of output i is src[i * ls], its flat index
+ * base + i * is. Instantiated for ls 1 (plain loads) and any ls. */
+POOL_INLINE void prow_tap_s(int mode, float *restrict m, int64_t *restrict ib, double *restrict acc,
+                            const float *restrict src, int64_t n, int64_t ls, int64_t base, int64_t is)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float v = src[i * ls];
+        if (mode == PROW_AVG) {
+            /* a NaN sum keeps its payload, as the generic loop's acc += v does (x86 gives
+             * the first operand's NaN when both are NaN), whichever operand order the
+             * vectorizer picks */
+            double a = acc[i];
+            acc[i] = a != a ? a : a + (double)v;
+        } else {
+            float a = m[i];
+            bool t = (v > a) | (v != v);
+            m[i] = t ? v : a;
+            if (mode == PROW_MAX_IDX)
+                ib[i] = t ? base + i * is : ib[i];
+        }
+    }
+}
+
+POOL_INLINE void prow_tap(int mode, float *m, int64_t *ib, double *acc, const float *src, int64_t n, int64_t ls,
+                          int64_t base, int64_t is)
+{
+    if (ls == 1)
+        prow_tap_s(mode, m, ib, acc, src, n, 1, base, is);
+    else
+        prow_tap_s(mode, m, ib, acc, src, n, ls, base, is);
+}
+
+/* seg[e] = row[start + e] for e < len, fill where that lies outside [0, W). */
+POOL_INLINE void prow_copy(float *restrict seg, const float *restrict row, int64_t start, int64_t len, int64_t W,
+                           float fill)
+{
+    int64_t lo = start < 0 ? (-start < len ? -start : len) : 0;
+    int64_t hi = W - start < len ? (W - start > lo ? W - start : lo) : len;
+    for (int64_t e = 0; e < lo; e++)
+        seg[e] = fill;
+    memcpy(seg + lo, row + start + lo, (size_t)(hi - lo) * sizeof *seg);
+    for (int64_t e = hi; e < len; e++)
+        seg[e] = fill;
+}
+
+/* The same for stride 2, split: ev[i] = element 2i, od[i] = element 2i + 1, i < cnt. */
+POOL_INLINE void prow_split(float *restrict ev, float *restrict od, const float *restrict row, int64_t start,
+                            int64_t cnt, int64_t W, float fill)
+{
+    /* pairs wholly inside the row: start + 2i >= 0 and start + 2i + 1 <= W - 1 */
+    int64_t lo = start < 0 ? (-start + 1) / 2 : 0, hi = W - 1 - start > 0 ? (W - 1 - start) / 2 : 0;
+    if (hi > cnt)
+        hi = cnt;
+    if (lo > hi)
+        lo = hi;
+    for (int64_t i = 0; i < lo; i++) {
+        int64_t e = start + 2 * i;
+        ev[i] = e >= 0 && e < W ? row[e] : fill;
+        od[i] = e + 1 >= 0 && e + 1 < W ? row[e + 1] : fill;
+    }
+    const float *p = row + start;
+    for (int64_t i = lo; i < hi; i++) {
+        ev[i] = p[2 * i];
+        od[i] = p[2 * i + 1];
+    }
+    for (int64_t i = hi; i < cnt; i++) {
+        int64_t e = start + 2 * i;
+        ev[i] = e >= 0 && e < W ? row[e] : fill;
+        od[i] = e + 1 >= 0 && e + 1 < W ? row[e + 1] : fill;
+    }
+}
+
+/* Outputs [from, from + n) of one output row, n a multiple of PROW_VEC, of which the first
+ * nout exist. The window rows' segments are copied PROW_GROUP at a time before any is
+ * read, so that the taps' vector loads seldom wait on the copy's stores (narrower or
+ * differently aligned, so not forwarded) still in flight: a few percent. */
+POOL_INLINE void prow_block(int mode, const prow_job *j, const prow_win *w, const float *x, float *y, int64_t *ix,
+                            int64_t from, int64_t n, int64_t nout)
+{
+    const pgeom *g = j->g;
+    int64_t H = g->in[1], W = g->in[2], s = g->st[2], dw = g->dil[2], span = (g->k[2] - 1) * dw;
+    int64_t start = from * s - g->pad[2]; /* input column of output from's first tap */
+    float fill = mode == PROW_AVG ? 0.0f : -INFINITY;
+    _Alignas(64) float m[PROW_BLOCK];
+    _Alignas(64) int64_t ib[mode == PROW_MAX_IDX ? PROW_BLOCK : 1];
+    _Alignas(64) double acc[mode == PROW_AVG ? PROW_BLOCK : 1];
+    _Alignas(64) float seg[PROW_GROUP][PROW_SEG];
+    int64_t rowoff[PROW_GROUP];
+    if (mode == PROW_AVG) {
+        for (int64_t i = 0; i < n; i++)
+            acc[i] = 0;
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            m[i] = -INFINITY;
+    }
+    if (mode == PROW_MAX_IDX) {
+        bool any = w->alo < w->ahi && w->blo < w->bhi;
+        int64_t row0 = ((w->ds + w->alo * g->dil[0]) * H + w->hs + w->blo * g->dil[1]) * W;
+        for (int64_t i = 0; i < n; i++)
+            ib[i] = any && j->wfirst[from + i] >= 0 ? row0 + j->wfirst[from + i] : 0;
+    }
+    int64_t nrows = (w->ahi - w->alo) * (w->bhi - w->blo), a = w->alo, b = w->blo;
+    for (int64_t t0 = 0; t0 < nrows; t0 += PROW_GROUP) {
+        int64_t gn = nrows - t0 < PROW_GROUP ? nrows - t0 : PROW_GROUP;
+        for (int64_t t = 0; t < gn; t++) {
+            rowoff[t] = ((w->ds + a * g->dil[0]) * H + w->hs + b * g->dil[1]) * W;
+            if (++b == w->bhi) {
+                b = w->blo;
+                a++;
+            }
+            if (s == 2)
+                prow_split(seg[t], seg[t] + PROW_SEG / 2, x + rowoff[t], start, n + span / 2, W, fill);
+            else
+                prow_copy(seg[t], x + rowoff[t], start, (n - 1) * s + span + 1, W, fill);
+        }
+        for (int64_t t = 0; t < gn; t++)
+            for (int64_t c = 0, q = 0; c < g->k[2]; c++, q += dw) {
+                if (s == 2)
+                    prow_tap(mode, m, ib, acc, seg[t] + (q & 1) * (PROW_SEG / 2) + q / 2, n, 1,
+                             rowoff[t] + start + q, 2);
+                else
+                    prow_tap(mode, m, ib, acc, seg[t] + q, n, s, rowoff[t] + start + q, s);
+            }
+    }
+    if (mode == PROW_AVG) {
+        int64_t dh = j->cip ? w->dc * w->hc : (w->ahi - w->alo) * (w->bhi - w->blo);
+        const int64_t *wn = j->cip ? j->wpad : j->wval;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t div = dh * wn[from + i];
+            m[i] = (float)(div ? acc[i] / (double)div : NAN);
+        }
+    }
+    memcpy(y + from, m, (size_t)nout * sizeof *m);
+    if (mode == PROW_MAX_IDX)
+        memcpy(ix + from, ib, (size_t)nout * sizeof *ib);
+}
+
+POOL_INLINE void prow_rows_mode(int mode, const prow_job *j, int64_t r0, int64_t r1)
+{
+    const pgeom *g = j->g;
+    int64_t OD = g->out[0], OH = g->out[1], OW = g->out[2];
+    int64_t pl = r0 / (OD * OH), od = r0 / OH % OD, oh = r0 % OH;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = j->x + pl * g->isz;
+        int64_t yo = pl * g->osz + (od * OH + oh) * OW;
+        float *y = j->y + yo;
+        int64_t *ix = mode == PROW_MAX_IDX ? j->idx + yo : NULL;
+        prow_win w;
+        prow_win_init(g, od, oh, &w);
+        if (j->block) {
+            for (int64_t from = 0; from < OW; from += j->block) {
+                int64_t nout = OW - from < j->block ? OW - from : j->block;
+                int64_t n = (nout + PROW_VEC - 1) / PROW_VEC * PROW_VEC;
+                prow_block(mode, j, &w, x, y, ix, from, n, nout);
+            }
+        } else {
+            for (int64_t ow = 0; ow < OW; ow++)
+                prow_one(j, &w, x, y, ix, ow);
+        }
+        if (++oh == OH) {
+            oh = 0;
+            if (++od == OD) {
+                od = 0;
+                pl++;
+            }
+        }
+    }
+}
+
+POOL_INLINE void prow_rows(const prow_job *j, int64_t r0, int64_t r1)
+{
+    if (j->mode == PROW_MAX)
+        prow_rows_mode(PROW_MAX, j, r0, r1);
+    else if (j->mode == PROW_MAX_IDX)
+        prow_rows_mode(PROW_MAX_IDX, j, r0, r1);
+    else
+        prow_rows_mode(PROW_AVG, j, r0, r1);
+}
+
+static void prow_rows_base(void *argp, int64_t r0, int64_t r1) { prow_rows(argp, r0, r1); }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2,fma"))) static void prow_rows_avx2(void *argp, int64_t r0, int64_t r1)
+{
+    prow_rows(argp, r0, r1);
+}
+
+__attribute__((target("avx512f,avx512vl,avx512bw,avx512dq"))) static void prow_rows_avx512(void *argp, int64_t r0,
+                                                                                         int64_t r1)
+{
+    prow_rows(argp, r0, r1);
+}
+#endif
+
+static kiln__cpu_range_fn prow_pick(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
+        return prow_rows_avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return prow_rows_avx2;
+#endif
+    return prow_rows_base;
+}
+
+static int pool_rows_f32(kiln__cpu_ctx *ctx, const pgeom *g, const kiln_pool_params *p, const float *x, float *y,
+                         int64_t *idx)
+{
+    prow_job j = {g, x, y, idx, p->kind != KILN_POOL_MAX ? PROW_AVG : idx ? PROW_MAX_IDX : PROW_MAX,
+                  PROW_BLOCK, NULL, NULL, NULL, p->count_include_pad};
+    int64_t s = g->st[2], span = (g->k[2] - 1) * g->dil[2];
+    for (; j.block >= PROW_VEC; j.block /= 2) {
+        int64_t need = s == 2 ? 2 * (j.block + span / 2) : (j.block - 1) * s + span + 1;
+        if (need <= PROW_SEG)
+            break;
+    }
+    if (j.block < PROW_VEC)
+        j.block = 0;
+    int64_t OW = g->out[2], owr = (OW + PROW_VEC - 1) / PROW_VEC * PROW_VEC;
+    struct kiln_buffer *h = NULL;
+    if (j.block && j.mode != PROW_MAX) {
+        int64_t *cols = kiln__cpu_scratch_get(ctx, (size_t)owr * 2 * sizeof *cols, &h);
+        if (!cols)
+            return kiln__cpu_enomem("pool");
+        for (int64_t ow = 0; ow < owr; ow++) {
+            int64_t ws, wc, clo, chi;
+            win(g, 2, ow, &ws, &wc);
+            inside(ws, g->k[2], g->dil[2], g->in[2], &clo, &chi);
+            if (j.mode == PROW_MAX_IDX) {
+                cols[ow] = ow < OW && clo < chi ? ws + clo * g->dil[2] : -1;
+            } else {
+                cols[ow] = ow < OW ? wc : 1;
+                cols[owr + ow] = ow < OW ? chi - clo : 1;
+            }
+        }
+        j.wfirst = j.wpad = cols;
+        j.wval = cols + owr;
+    }
+    int64_t rows = g->planes * g->out[0] * g->out[1];
+    kiln__cpu_parallel_for(ctx, rows, 1 + 16384 / (OW * g->k[0] * g->k[1] * g->k[2] + 1), prow_pick(), &j);
+    kiln__cpu_scratch_put(ctx, h);
+    return 0;
+}
 
 typedef struct mp2_job {
     const pgeom *g;
@@ -230,6 +582,7 @@ int kiln__cpu_pooling(void *vctx, const kiln_pool_params *p, const kiln_tdesc *o
         kiln__cpu_scratch_put(ctx, hi);
         return kiln__cpu_enomem("pool");
     }
+    int rc = 0;
     bool fast2x2 = p->kind == KILN_POOL_MAX && ct == KILN_F32 && p->nspatial >= 2 &&
                    g.k[0] == 1 && g.st[0] == 1 && g.pad[0] == 0 &&
                    g.k[1] == 2 && g.k[2] == 2 && g.st[1] == 2 && g.st[2] == 2 &&
@@ -246,19 +599,20 @@ int kiln__cpu_pooling(void *vctx, const kiln_pool_params *p, const kiln_tdesc *o
             g.osz /= g.out[0];
         }
         kiln__cpu_parallel_for(ctx, rows, 1 + 8192 / (g.out[2] + 1), ip ? mp2_rows_idx : mp2_rows, &j);
+    } else if (ct == KILN_F32) {
+        rc = pool_rows_f32(ctx, &g, p, xp, yp, ip);
     } else {
         pool_job j = {&g, p, xp, yp, ip, ct == KILN_F64, ctx};
-        kiln__cpu_parallel_for(ctx, g.planes, 1 + 16384 / (g.osz * 4 + 1),
-                               ct == KILN_F64 ? pool_planes_double : pool_planes_float, &j);
+        kiln__cpu_parallel_for(ctx, g.planes, 1 + 16384 / (g.osz * 4 + 1), pool_planes_double, &j);
     }
-    if (hy)
+    if (hy && !rc)
         kiln__cpu_writeback(ctx, out, yp, ct);
-    if (hi)
+    if (hi && !rc)
         kiln__cpu_writeback(ctx, indices, ip, KILN_I64);
     kiln__cpu_scratch_put(ctx, hx);
     kiln__cpu_scratch_put(ctx, hy);
     kiln__cpu_scratch_put(ctx, hi);
-    return 0;
+    return rc;
 }
 
 /* ------------------------------------------------------------------ pool backward */

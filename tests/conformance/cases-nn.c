@@ -237,16 +237,16 @@ static int b_pool(const conf_case *c, kiln_device *dev, kiln_tensor **in, kiln_t
     }
     o.ceil_mode = c->p[14] != 0;
     o.count_include_pad = c->p[15] != 0;
-    kiln_tensor *idx = NULL;
+    kiln_tensor *idx = NULL, *x = c->d[0] != 0 ? kiln_log(in[0]) : in[0];
     switch (c->p[0]) {
     case 0:
-        out[0] = kiln_max_pool1d(in[0], &o, c->p[1] ? &idx : NULL);
+        out[0] = kiln_max_pool1d(x, &o, c->p[1] ? &idx : NULL);
         break;
     case 1:
-        out[0] = kiln_max_pool2d(in[0], &o, c->p[1] ? &idx : NULL);
+        out[0] = kiln_max_pool2d(x, &o, c->p[1] ? &idx : NULL);
         break;
-    case 2: return one(out, kiln_avg_pool1d(in[0], &o));
-    case 3: return one(out, kiln_avg_pool2d(in[0], &o));
+    case 2: return one(out, kiln_avg_pool1d(x, &o));
+    case 3: return one(out, kiln_avg_pool2d(x, &o));
     case 4: return one(out, kiln_adaptive_avg_pool1d(in[0], c->p[2]));
     case 5: return one(out, kiln_adaptive_avg_pool2d(in[0], c->p[2], c->p[3]));
     case 6: return one(out, kiln_interpolate(in[0], c->p[2], c->p[3], (kiln_interp_mode)c->p[4], c->p[5] != 0));
@@ -279,6 +279,35 @@ static void pool_case(int kind, kiln_dtype dt, int nx, const int64_t *x, conf_vi
     conf_push(&c, "k %lld s %lld pad %lld dil %lld%s%s%s%s", (long long)k, (long long)s, (long long)pad,
               (long long)dil, ceil ? " ceil_mode" : "", kind >= 2 ? (cip ? " count_include_pad" : " exclude_pad") : "",
               with_idx ? " indices" : "", g == G_SPECIAL ? " NaN/Inf" : "");
+}
+
+/* Max (kind 0, 1) or average (2, 3) pooling over 1 or 2 spatial dims with window k, stride
+ * s and padding pad per dim, the input drawn by g in [lo, hi); with log_in the input goes
+ * through log first, so G_INT's 0 and 1 become -inf and 0. */
+static void pool_case_hw(int kind, kiln_dtype dt, int nx, const int64_t *x, conf_view v, const int64_t *k,
+                         const int64_t *s, const int64_t *pad, int64_t dil, bool ceil, bool cip, bool with_idx,
+                         conf_gen g, double lo, double hi, bool log_in)
+{
+    static const char *names[] = {"max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d"};
+    conf_case c = conf_make(names[kind], dt, b_pool);
+    c.p[0] = kind;
+    c.p[1] = with_idx;
+    for (int i = 0; i < 2; i++) {
+        c.p[2 + i] = k[i];
+        c.p[5 + i] = s[i];
+        c.p[8 + i] = pad[i];
+        c.p[11 + i] = dil;
+    }
+    c.p[14] = ceil;
+    c.p[15] = cip;
+    c.d[0] = log_in;
+    conf_in(&c, -1, nx, x, g, lo, hi, v);
+    c.tol = kind <= 1 ? TOL_EXACT : TOL_DEFAULT;
+    conf_push(&c, "k %lldx%lld s %lldx%lld pad %lldx%lld dil %lld%s%s%s%s%s", (long long)k[0], (long long)k[1],
+              (long long)s[0], (long long)s[1], (long long)pad[0], (long long)pad[1], (long long)dil,
+              ceil ? " ceil_mode" : "", kind >= 2 ? (cip ? " count_include_pad" : " exclude_pad") : "",
+              with_idx ? " indices" : "", g == G_SPECIAL ? " NaN/Inf" : g == G_INT ? " ties" : "",
+              log_in ? " log(input)" : "");
 }
 
 static void adaptive_case(int kind, kiln_dtype dt, int nx, const int64_t *x, int64_t oh, int64_t ow,
@@ -553,6 +582,47 @@ void conf_cases_nn(void)
         pool_case(3, dt, KILN_SHAPE(2, 3, 11, 13), V_FLIP, 2, 2, 0, 0, false, true, false, G_UNI);
         pool_case(2, dt, KILN_SHAPE(2, 3, 17), V_NONE, 3, 2, 1, 0, false, true, false, G_UNI);
         pool_case(2, dt, KILN_SHAPE(2, 3, 17), V_NONE, 4, 3, 2, 0, true, false, false, G_UNI);
+        /* the cpu f32 row path: ResNet's 3x3 stride-2 pad-1 max pool on odd and even
+         * sizes and on rows wider than one block of outputs, ties (the first maximum's
+         * index), NaN/Inf, windows of -inf only (padding never wins; the index is the
+         * window's first element inside the input), 2x2 with padding, kernels larger than
+         * the stride, strides 1 and 3, dilation, ceil_mode, a non-square window, a strided
+         * view, and average pooling, which takes the same path */
+        pool_case(1, dt, KILN_SHAPE(2, 5, 15, 17), V_NONE, 3, 2, 1, 0, false, true, true, G_UNI);
+        pool_case(1, dt, KILN_SHAPE(1, 4, 16, 18), V_NONE, 3, 2, 1, 0, false, true, false, G_UNI);
+        pool_case(1, dt, KILN_SHAPE(1, 3, 9, 600), V_NONE, 3, 2, 1, 0, false, true, true, G_UNI);
+        pool_case(1, dt, KILN_SHAPE(1, 3, 9, 600), V_NONE, 3, 2, 1, 0, false, true, false, G_UNI);
+        pool_case(1, dt, KILN_SHAPE(2, 3, 13, 40), V_NONE, 3, 2, 1, 0, false, true, true, G_INT);
+        pool_case(1, dt, KILN_SHAPE(2, 3, 13, 40), V_NONE, 3, 2, 1, 0, false, true, true, G_SPECIAL);
+        pool_case(1, dt, KILN_SHAPE(2, 3, 13, 40), V_NONE, 3, 2, 1, 0, false, true, false, G_SPECIAL);
+        {
+            static const int64_t k33[2] = {3, 3}, s22[2] = {2, 2}, p11[2] = {1, 1};
+            static const int64_t k32[2] = {3, 2}, s21[2] = {2, 1}, p10[2] = {1, 0};
+            pool_case_hw(1, dt, KILN_SHAPE(2, 3, 12, 37), V_NONE, k33, s22, p11, 1, false, true, true, G_INT, 0, 1,
+                         true);
+            pool_case_hw(1, dt, KILN_SHAPE(2, 3, 12, 37), V_NONE, k33, s22, p11, 1, false, true, false, G_INT, 0, 1,
+                         true);
+            pool_case_hw(1, dt, KILN_SHAPE(2, 3, 12, 37), V_NONE, k33, s22, p11, 1, true, true, true, G_INT, 0, 2,
+                         true);
+            pool_case_hw(1, dt, KILN_SHAPE(2, 3, 15, 41), V_NONE, k32, s21, p10, 1, false, true, true, G_UNI, -5, 5,
+                         false);
+            pool_case_hw(3, dt, KILN_SHAPE(2, 3, 15, 41), V_NONE, k32, s21, p10, 1, true, false, false, G_UNI, -5,
+                         5, false);
+        }
+        pool_case(1, dt, KILN_SHAPE(2, 3, 15, 17), V_NONE, 2, 2, 1, 0, false, true, true, G_UNI);
+        pool_case(1, dt, KILN_SHAPE(2, 3, 15, 41), V_NONE, 5, 2, 2, 0, false, true, true, G_UNI);
+        pool_case(1, dt, KILN_SHAPE(2, 3, 15, 41), V_NONE, 3, 1, 1, 0, false, true, true, G_UNI);
+        pool_case(1, dt, KILN_SHAPE(2, 3, 15, 50), V_NONE, 3, 3, 1, 0, false, true, true, G_UNI);
+        pool_case(1, dt, KILN_SHAPE(2, 3, 15, 41), V_NONE, 3, 2, 1, 2, false, true, true, G_UNI);
+        pool_case(1, dt, KILN_SHAPE(2, 3, 16, 42), V_NONE, 3, 2, 1, 0, true, true, true, G_UNI);
+        pool_case(1, dt, KILN_SHAPE(2, 3, 16, 42), V_NONE, 3, 2, 0, 0, true, true, true, G_UNI);
+        pool_case(1, dt, KILN_SHAPE(2, 3, 15, 41), V_STEP, 3, 2, 1, 0, false, true, true, G_UNI);
+        pool_case(0, dt, KILN_SHAPE(2, 3, 700), V_NONE, 3, 2, 1, 0, false, true, true, G_UNI);
+        pool_case(3, dt, KILN_SHAPE(2, 3, 15, 41), V_NONE, 3, 2, 1, 0, false, true, false, G_UNI);
+        pool_case(3, dt, KILN_SHAPE(2, 3, 15, 41), V_NONE, 3, 2, 1, 0, false, false, false, G_UNI);
+        pool_case(3, dt, KILN_SHAPE(2, 3, 16, 42), V_NONE, 3, 2, 1, 0, true, false, false, G_UNI);
+        pool_case(3, dt, KILN_SHAPE(1, 3, 9, 600), V_NONE, 3, 1, 1, 0, false, true, false, G_UNI);
+        pool_case(3, dt, KILN_SHAPE(2, 3, 13, 40), V_NONE, 3, 2, 1, 0, false, true, false, G_SPECIAL);
     }
     for (int i = 0; i < 4; i++) {
         kiln_dtype dt = float_dt[i];
