@@ -180,10 +180,48 @@ static bool scaled(const struct num *n, long double *v)
 }
 #endif
 
+#if FLT_EVAL_METHOD == 0
+/* 10^0 .. 10^22: 5^22 < 2^53, so each is exact in a double. */
+static const double p10d[] = {
+    1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+};
+
 /*
- * The number lexed from [p, p + len) as a float (single) or a double, correctly rounded: exactly
- * from the long double when that rounding is safe, else through strtof / strtod. The length, or
- * -1 when the fallback cannot copy the token.
+ * Clinger's fast path: when m <= 2^53 and |e10| <= 22, m and 10^|e10| are exact doubles, so one
+ * IEEE multiply or divide (evaluated in double: FLT_EVAL_METHOD 0) rounds the decimal value
+ * once, correctly. Most numbers a client sends (a few significant digits, a small exponent) take
+ * it; it costs a fraction of the long double path.
+ */
+static bool fast_double(const struct num *n, double *v)
+{
+    if (n->many || n->m > (uint64_t)1 << 53 || n->e10 < -22 || n->e10 > 22)
+        return false;
+    double m = (double)n->m;
+    *v = n->e10 >= 0 ? m * p10d[n->e10] : m / p10d[-n->e10];
+    return true;
+}
+
+/*
+ * Whether rounding the correctly rounded double v to float could differ from rounding the
+ * decimal itself: only when v is exactly a midpoint between two floats (the decimal may lie on
+ * either side of it, or on it). A float midpoint has 25 significant bits, so the double's low 29
+ * mantissa bits read 1 followed by 28 zeros. That holds for normal floats only; fast_double's
+ * nonzero values lie in [1e-22, 2^53 * 1e22], far inside the normal float range.
+ */
+static bool float_midpoint(double v)
+{
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    return (bits & 0x1FFFFFFFu) == 0x10000000u;
+}
+#endif
+
+/*
+ * The number lexed from [p, p + len) as a float (single) or a double, correctly rounded: by
+ * Clinger's fast path in double when it applies, else exactly from the long double when that
+ * rounding is safe, else through strtof / strtod. The length, or -1 when the fallback cannot
+ * copy the token.
  */
 static long convert(const char *p, size_t len, const struct num *n, bool single, float *f, double *d)
 {
@@ -194,6 +232,20 @@ static long convert(const char *p, size_t len, const struct num *n, bool single,
             *d = n->neg ? -0.0 : 0.0;
         return (long)len;
     }
+#if FLT_EVAL_METHOD == 0
+    double dv;
+    if (fast_double(n, &dv)) {
+        if (!single) {
+            *d = n->neg ? -dv : dv;
+            return (long)len;
+        }
+        if (!float_midpoint(dv)) {
+            float x = (float)dv;
+            *f = n->neg ? -x : x;
+            return (long)len;
+        }
+    }
+#endif
 #if LDBL_MANT_DIG >= 64
     long double v;
     if (scaled(n, &v)) {

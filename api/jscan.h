@@ -9,11 +9,14 @@
  * bounded by KILN_JSCAN_MAX_DEPTH. The first error stops the scanner: err says what was wrong and
  * err_at where.
  *
- * Numbers convert exactly as strtof / strtod would (round to nearest, ties to even), bit for bit:
- * a mantissa of at most 19 significant digits with a decimal exponent of at most 27 is scaled in
- * long double, which holds both exactly and rounds once; the result is then rounded to float or
- * double, which gives the correctly rounded answer unless the long double landed exactly on a
- * rounding midpoint of the narrower type — those, and every other number, go to strtof / strtod.
+ * Numbers convert exactly as strtof / strtod would (round to nearest, ties to even), bit for bit.
+ * A mantissa m <= 2^53 with a decimal exponent of at most 22 takes Clinger's fast path: one
+ * multiply or divide in double, correctly rounded; for a float, that double is rounded again,
+ * which is right unless it is exactly a float rounding midpoint. Those, and a mantissa of at most
+ * 19 significant digits with a decimal exponent of at most 27, are scaled in long double, which
+ * holds both exactly and rounds once; the result is then rounded to float or double, which gives
+ * the correctly rounded answer unless the long double landed exactly on a rounding midpoint of
+ * the narrower type — those, and every other number, go to strtof / strtod.
  */
 #ifndef KILN_API_JSCAN_H
 #define KILN_API_JSCAN_H

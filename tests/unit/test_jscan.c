@@ -2,8 +2,8 @@
  * tests/unit/test_jscan.c — the in-place JSON scanner that decodes inference bodies.
  *
  * Its claims are checked, not assumed: numbers convert bit for bit as strtof / strtod do
- * (hand-picked hard cases near rounding midpoints, subnormals and overflow, then a few hundred
- * thousand random decimal tokens); the grammar is RFC 8259's exactly (every lenient extension
+ * (hand-picked hard cases near rounding midpoints, subnormals and overflow, the edges of the
+ * fast path, then a few hundred thousand random decimal tokens); the grammar is RFC 8259's exactly (every lenient extension
  * of common parsers is refused); strings unescape to the right UTF-8; whole-number parsing is
  * exact at the int64 limits.
  */
@@ -120,6 +120,68 @@ static void numbers_near_midpoints(void **state)
             snprintf(tok, sizeof tok, "%.17g", v);
             check_number(tok);
             snprintf(tok, sizeof tok, "%.9g", v);
+            check_number(tok);
+        }
+    }
+}
+
+/*
+ * The edges of Clinger's fast path (m <= 2^53, |decimal exponent| <= 22, then double -> float):
+ * its bounds on both sides, signed zeros, subnormals beside it, and the double-rounding traps.
+ */
+static void numbers_fast_path_edges(void **state)
+{
+    (void)state;
+    static const char *const cases[] = {
+        /* the mantissa bound: 2^53 takes the fast path, 2^53 + 1 does not */
+        "9007199254740991", "9007199254740992", "9007199254740993", "-9007199254740992", "9007199254740992e22",
+        "9007199254740993e22", "9007199254740992e-22", "9007199254740993e-22", "9007199254740992e-23",
+        "9007199254740992e23", "900719925474099.2", "900719925474099.3e1",
+        /* the exponent bound, also reached through the point or leading zeros */
+        "1e22", "1e23", "-1e22", "1e-22", "1e-23", "17e22", "17e23", "123456789e-22", "123456789e-23",
+        "0.0000000000000000000001", "0.00000000000000000000001", "10000000000000000000000", "1000000000000000000000.0",
+        "4.5e-21", "4.5e-24", "3.4028234e38", "3.4028235e38",
+        /* signed zeros */
+        "0", "-0", "-0.0", "-0e22", "-0.000e-23", "0e-400", "-0e400",
+        /* subnormal floats and doubles (never the fast path, but right beside it) */
+        "1e-45", "1.4e-45", "7e-46", "1e-40", "1.17549421e-38", "1e-320", "4.9e-324", "2.5e-324", "2.4e-324",
+        /* float midpoints that are exact doubles: the fast path must step aside, ties go to even */
+        "16777217", "16777219", "-16777217", "33554434", "33554438", "1677721.7e1", "8388608.5", "8388609.5",
+        "4194304.25", "4194304.75", "562949986975744", "0.5000000298023223876953125",
+        /* decimals whose correctly rounded double is a float midpoint although they are not: a
+         * naive double -> float would round these the wrong way */
+        "5365846864879131e-17", "8622707333415746e-18", "8622707333415747e-18", "8758797912597656e-13",
+        "5021415252685547e-13", "3267909772694111e-17", "7517229532822967e-18", "3434441947937012e-14",
+        "3104258632659912e-14", "8613262474536896e-16", "5376469612121582e-14", "4630693674087524e-15",
+        "-5365846864879131e-17", "-3267909772694111e-17",
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        check_number(cases[i]);
+
+    char tok[96];
+    /* Every float midpoint (2a+1) * 2^j for a few a, written out exactly: integers up to 2^53
+     * and fractions whose mantissas straddle 2^53. */
+    uint64_t s = 777;
+    for (int it = 0; it < 400; it++) {
+        uint64_t a = ((uint64_t)1 << 23) + rng_next(&s) % ((uint64_t)1 << 23);
+        for (int j = -14; j <= 29; j++) {
+            double mid = ldexp((double)(2 * a + 1), j - 1); /* the midpoint above a * 2^j */
+            snprintf(tok, sizeof tok, "%.*f", j < 1 ? 1 - j : 0, mid);
+            check_number(tok);
+            snprintf(tok, sizeof tok, "%.17g", nextafter(mid, INFINITY));
+            check_number(tok);
+            snprintf(tok, sizeof tok, "%.17g", nextafter(mid, -INFINITY));
+            check_number(tok);
+        }
+    }
+    /* Mantissas around 2^53 and random 16-digit ones, with exponents across the bound. */
+    for (int e = -24; e <= 24; e++) {
+        for (int64_t dm = -3; dm <= 3; dm++) {
+            snprintf(tok, sizeof tok, "%llde%d", (long long)(((int64_t)1 << 53) + dm), e);
+            check_number(tok);
+        }
+        for (int it = 0; it < 200; it++) {
+            snprintf(tok, sizeof tok, "%llue%d", (unsigned long long)(rng_next(&s) % ((uint64_t)1 << 53)), e);
             check_number(tok);
         }
     }
@@ -328,6 +390,7 @@ int main(void)
         cmocka_unit_test(numbers_hard_cases),
         cmocka_unit_test(numbers_random),
         cmocka_unit_test(numbers_near_midpoints),
+        cmocka_unit_test(numbers_fast_path_edges),
         cmocka_unit_test(numbers_not_json),
         cmocka_unit_test(integers),
         cmocka_unit_test(grammar),
