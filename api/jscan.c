@@ -78,6 +78,44 @@ static inline bool is_digit(char c)
     return c >= '0' && c <= '9';
 }
 
+/*
+ * Eight ASCII digits at p as their value, or -1 when the eight bytes are not all digits. A
+ * float printed as a double has 17 significant digits, and m = 10 m + d per digit is a chain of
+ * dependent multiplies; this takes three for eight digits. Bytes load little-endian, so the
+ * first digit is the lowest byte.
+ */
+static inline int64_t eight_digits(const char *p)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+    /* every high nibble 3 (0x30-0x3f), and no low nibble above 9 (adding 6 would carry into it) */
+    if ((v & 0xF0F0F0F0F0F0F0F0u) != 0x3030303030303030u ||
+        ((v + 0x0606060606060606u) & 0xF0F0F0F0F0F0F0F0u) != 0x3030303030303030u)
+        return -1;
+    v -= 0x3030303030303030u;
+    v = (v * 10 + (v >> 8)) & 0x00FF00FF00FF00FFu;   /* 16-bit lanes of two digits, 0..99 */
+    v = (v * 100 + (v >> 16)) & 0x0000FFFF0000FFFFu; /* 32-bit lanes of four, 0..9999 */
+    return (int64_t)((v & 0xFFFFFFFFu) * 10000 + (v >> 32));
+#else
+    (void)p;
+    return -1;
+#endif
+}
+
+/* Eight more significant digits at q, when they are there and m has room for them. */
+static inline bool take_eight(const char *q, const char *end, struct num *n)
+{
+    if (n->nd > 11 || end - q < 8)
+        return false;
+    int64_t c = eight_digits(q);
+    if (c < 0)
+        return false;
+    n->m = n->m * 100000000u + (uint64_t)c;
+    n->nd += 8;
+    return true;
+}
+
 /* Lexes one JSON number: its length, or 0 when none starts at p. */
 static size_t lex_number(const char *p, const char *end, struct num *n)
 {
@@ -96,13 +134,20 @@ static size_t lex_number(const char *p, const char *end, struct num *n)
     if (*q == '0') {
         q++;
     } else {
-        for (; q < end && is_digit(*q); q++) {
+        for (;;) {
+            if (take_eight(q, end, n)) {
+                q += 8;
+                continue;
+            }
+            if (q >= end || !is_digit(*q))
+                break;
             if (n->nd < 19) {
                 n->m = n->m * 10 + (uint64_t)(*q - '0');
                 n->nd++;
             } else {
                 n->many = true;
             }
+            q++;
         }
     }
     if (q < end && *q == '.') {
@@ -110,7 +155,15 @@ static size_t lex_number(const char *p, const char *end, struct num *n)
         if (q >= end || !is_digit(*q))
             return 0;
         n->integer = false;
-        for (; q < end && is_digit(*q); q++) {
+        for (;;) {
+            /* past any leading zeros, every digit is significant */
+            if ((n->nd > 0 || (q < end && *q != '0')) && take_eight(q, end, n)) {
+                frac += 8;
+                q += 8;
+                continue;
+            }
+            if (q >= end || !is_digit(*q))
+                break;
             if (n->nd == 0 && *q == '0') {
                 frac++; /* a leading zero only moves the point */
             } else if (n->nd < 19) {
@@ -120,6 +173,7 @@ static size_t lex_number(const char *p, const char *end, struct num *n)
             } else {
                 n->many = true;
             }
+            q++;
         }
     }
     if (q < end && (*q == 'e' || *q == 'E')) {
@@ -203,17 +257,30 @@ static bool fast_double(const struct num *n, double *v)
 }
 
 /*
- * Whether rounding the correctly rounded double v to float could differ from rounding the
- * decimal itself: only when v is exactly a midpoint between two floats (the decimal may lie on
- * either side of it, or on it). A float midpoint has 25 significant bits, so the double's low 29
- * mantissa bits read 1 followed by 28 zeros. That holds for normal floats only; fast_double's
- * nonzero values lie in [1e-22, 2^53 * 1e22], far inside the normal float range.
+ * For a float the double only has to land on the right side of every float rounding midpoint,
+ * so a mantissa past 2^53 (up to 19 digits: the "17 significant digits" of a float printed as a
+ * double, which is what most JSON encoders send) works too. Rounding m to double and then the
+ * product or quotient puts v within (2u + u^2)|x| of the decimal value x (u = 2^-53), under 2 of
+ * v's ulps (under 3 even if the integer conversion truncated). A float midpoint has 25 significant
+ * bits, so in a double it reads as low 29 mantissa bits 1 followed by 28 zeros; when v is more
+ * than 4 ulps from that pattern, no midpoint lies between v and x (the nearest one across a
+ * binade boundary is 2^27 ulps away), and rounding v to float rounds x. With m <= 2^53, v is x
+ * correctly rounded, and only v exactly on a midpoint is unsafe. Both hold for normal floats only:
+ * the nonzero values here lie in [1e-22, 1e41], and the overflow threshold is itself a midpoint.
  */
-static bool float_midpoint(double v)
+static bool fast_float(const struct num *n, float *f)
 {
+    if (n->many || n->e10 < -22 || n->e10 > 22)
+        return false;
+    double v = (double)n->m;
+    v = n->e10 >= 0 ? v * p10d[n->e10] : v / p10d[-n->e10];
     uint64_t bits;
     memcpy(&bits, &v, sizeof bits);
-    return (bits & 0x1FFFFFFFu) == 0x10000000u;
+    uint64_t off = (bits & 0x1FFFFFFFu) - 0x10000000u + 4u; /* wraps when far below the midpoint */
+    if (n->m <= (uint64_t)1 << 53 ? (bits & 0x1FFFFFFFu) == 0x10000000u : off <= 8u)
+        return false;
+    *f = (float)v;
+    return true;
 }
 #endif
 
@@ -233,15 +300,16 @@ static long convert(const char *p, size_t len, const struct num *n, bool single,
         return (long)len;
     }
 #if FLT_EVAL_METHOD == 0
-    double dv;
-    if (fast_double(n, &dv)) {
-        if (!single) {
-            *d = n->neg ? -dv : dv;
+    if (single) {
+        float x;
+        if (fast_float(n, &x)) {
+            *f = n->neg ? -x : x;
             return (long)len;
         }
-        if (!float_midpoint(dv)) {
-            float x = (float)dv;
-            *f = n->neg ? -x : x;
+    } else {
+        double x;
+        if (fast_double(n, &x)) {
+            *d = n->neg ? -x : x;
             return (long)len;
         }
     }

@@ -126,8 +126,9 @@ static void numbers_near_midpoints(void **state)
 }
 
 /*
- * The edges of Clinger's fast path (m <= 2^53, |decimal exponent| <= 22, then double -> float):
- * its bounds on both sides, signed zeros, subnormals beside it, and the double-rounding traps.
+ * The edges of the fast paths (Clinger's: m <= 2^53, |decimal exponent| <= 22, then double ->
+ * float; and FP32's past 2^53): their bounds on both sides, signed zeros, subnormals beside them,
+ * and the double-rounding traps.
  */
 static void numbers_fast_path_edges(void **state)
 {
@@ -174,6 +175,20 @@ static void numbers_fast_path_edges(void **state)
             check_number(tok);
         }
     }
+    /* 17 to 19 digits a few double ulps either side of a float midpoint: the FP32 path past 2^53
+     * rounds in double twice and must step aside within its error bound of the midpoint. */
+    for (int it = 0; it < 3000; it++) {
+        double lg = -20 + (double)(rng_next(&s) % 5600) / 100; /* 1e-20 .. 1e36 */
+        float a = (float)pow(10, lg);
+        double mid = ((double)a + (double)nextafterf(a, INFINITY)) / 2, v = mid;
+        for (int k = 0; k < 8; k++)
+            v = nextafter(v, -INFINITY);
+        for (int k = -8; k <= 8; k++, v = nextafter(v, INFINITY))
+            for (int digits = 17; digits <= 19; digits++) {
+                snprintf(tok, sizeof tok, "%.*g", digits, v);
+                check_number(tok);
+            }
+    }
     /* Mantissas around 2^53 and random 16-digit ones, with exponents across the bound. */
     for (int e = -24; e <= 24; e++) {
         for (int64_t dm = -3; dm <= 3; dm++) {
@@ -185,6 +200,53 @@ static void numbers_fast_path_edges(void **state)
             check_number(tok);
         }
     }
+}
+
+/* Digit runs read eight bytes at a time: a run cut at every offset by each byte that borders a
+ * digit (':' and '/' neighbour '9' and '0'; 0xb0-0xb9 and 0x30-0x39 differ in the top bit),
+ * with the buffer going on after it, must end where a byte-at-a-time read ends. */
+static void numbers_digit_runs(void **state)
+{
+    (void)state;
+    static const char stops[] = {':', '/', ',', ']', ' ', '.', 'e', '\0', (char)0xb5, (char)0xba, '\x7f'};
+    static const char *const heads[] = {"", "0.", "0.000", "-", "-0.0", "12.", "1234567890.0"};
+    char buf[96], tok[96];
+    for (size_t h = 0; h < sizeof heads / sizeof *heads; h++)
+        for (int run = 1; run <= 26; run++)
+            for (size_t k = 0; k < sizeof stops; k++) {
+                size_t n = strlen(heads[h]);
+                memcpy(buf, heads[h], n);
+                for (int i = 0; i < run; i++)
+                    buf[n++] = (char)('1' + (i * 7 + run) % 9);
+                size_t toklen = n;
+                buf[n++] = stops[k];
+                memcpy(buf + n, "12345678901234567890", 20); /* more digits past the stop */
+                n += 20;
+                if (stops[k] == '.' || stops[k] == 'e')
+                    toklen = 0; /* "1.1234..." or "1e1234...": the token runs on; only compare lengths below */
+                float f;
+                double d;
+                long lf = kiln_json_to_f32(buf, buf + n, &f), ld = kiln_json_to_f64(buf, buf + n, &d);
+                if (toklen == 0) {
+                    assert_int_equal(lf, ld);
+                    continue;
+                }
+                memcpy(tok, buf, toklen);
+                tok[toklen] = '\0';
+                if (lf != (long)toklen || ld != (long)toklen)
+                    fail_msg("'%s' then 0x%02x: lengths %ld, %ld", tok, (unsigned char)stops[k], lf, ld);
+                check_number(tok);
+                float fref = strtof(tok, NULL);
+                double dref = strtod(tok, NULL);
+                assert_memory_equal(&f, &fref, sizeof f);
+                assert_memory_equal(&d, &dref, sizeof d);
+                int64_t v;
+                size_t vlen;
+                if (h == 0 && run <= 18) {
+                    assert_int_equal(kiln_json_to_int(buf, buf + n, INT64_MIN, INT64_MAX, &v, &vlen), (long)toklen);
+                    assert_true((double)v == dref);
+                }
+            }
 }
 
 static void numbers_not_json(void **state)
@@ -391,6 +453,7 @@ int main(void)
         cmocka_unit_test(numbers_random),
         cmocka_unit_test(numbers_near_midpoints),
         cmocka_unit_test(numbers_fast_path_edges),
+        cmocka_unit_test(numbers_digit_runs),
         cmocka_unit_test(numbers_not_json),
         cmocka_unit_test(integers),
         cmocka_unit_test(grammar),
