@@ -669,55 +669,53 @@ static int put_values(struct kiln_buf *b, const struct kiln_sched_tensor *t)
     return rc;
 }
 
-int kiln__infer_encode(struct kiln_buf *out, const char *model, int64_t version, const kiln_model_config *c,
-                       const struct kiln_sched_request *r, const bool *want_output, const bool *want_binary,
-                       const char *id, bool keep_alive, const char *extra_headers)
+int kiln__infer_body(struct kiln_buf *j, const char *model, int64_t version, const kiln_model_config *c,
+                     const struct kiln_sched_request *r, const bool *want_output, const bool *want_binary,
+                     const char *id, size_t *json_len)
 {
-    struct kiln_buf j = {0};
-    int rc = kiln_buf_puts(&j, "{\"model_name\":\"");
-    rc |= kiln_buf_json_escape(&j, model, strlen(model));
-    rc |= kiln_buf_printf(&j, "\",\"model_version\":\"%lld\"", (long long)version);
+    int rc = kiln_buf_puts(j, "{\"model_name\":\"");
+    rc |= kiln_buf_json_escape(j, model, strlen(model));
+    rc |= kiln_buf_printf(j, "\",\"model_version\":\"%lld\"", (long long)version);
     if (id[0]) {
-        rc |= kiln_buf_puts(&j, ",\"id\":\"");
-        rc |= kiln_buf_json_escape(&j, id, strlen(id));
-        rc |= kiln_buf_puts(&j, "\"");
+        rc |= kiln_buf_puts(j, ",\"id\":\"");
+        rc |= kiln_buf_json_escape(j, id, strlen(id));
+        rc |= kiln_buf_puts(j, "\"");
     }
-    rc |= kiln_buf_puts(&j, ",\"outputs\":[");
-    size_t bin_total = 0;
+    rc |= kiln_buf_puts(j, ",\"outputs\":[");
     bool first = true;
     for (int o = 0; o < c->noutputs && o < r->noutputs && rc == 0; o++) {
         if (!want_output[o])
             continue;
         const struct kiln_sched_tensor *t = &r->outputs[o];
-        rc |= kiln_buf_printf(&j, "%s{\"name\":\"", first ? "" : ",");
+        rc |= kiln_buf_printf(j, "%s{\"name\":\"", first ? "" : ",");
         first = false;
-        rc |= kiln_buf_json_escape(&j, c->outputs[o].name, strlen(c->outputs[o].name));
-        rc |= kiln_buf_printf(&j, "\",\"datatype\":\"%s\",\"shape\":[", c->outputs[o].datatype);
+        rc |= kiln_buf_json_escape(j, c->outputs[o].name, strlen(c->outputs[o].name));
+        rc |= kiln_buf_printf(j, "\",\"datatype\":\"%s\",\"shape\":[", c->outputs[o].datatype);
         for (int d = 0; d < t->ndim; d++)
-            rc |= kiln_buf_printf(&j, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+            rc |= kiln_buf_printf(j, "%s%lld", d ? "," : "", (long long)t->shape[d]);
         if (want_binary[o]) {
-            rc |= kiln_buf_printf(&j, "],\"parameters\":{\"binary_data_size\":%zu}}", t->nbytes);
-            bin_total += t->nbytes;
+            rc |= kiln_buf_printf(j, "],\"parameters\":{\"binary_data_size\":%zu}}", t->nbytes);
         } else {
-            rc |= kiln_buf_puts(&j, "],\"data\":[");
-            rc |= put_values(&j, t);
-            rc |= kiln_buf_puts(&j, "]}");
+            rc |= kiln_buf_puts(j, "],\"data\":[");
+            rc |= put_values(j, t);
+            rc |= kiln_buf_puts(j, "]}");
         }
     }
-    rc |= kiln_buf_puts(&j, "]}");
-    size_t json_len = j.len;
+    rc |= kiln_buf_puts(j, "]}");
+    *json_len = j->len;
     for (int o = 0; o < c->noutputs && o < r->noutputs && rc == 0; o++)
         if (want_output[o] && want_binary[o])
-            rc |= kiln_buf_append(&j, r->outputs[o].data, r->outputs[o].nbytes);
-    int status = -1;
-    if (rc == 0) {
-        char hdr[512];
-        if (bin_total)
-            snprintf(hdr, sizeof hdr, "Inference-Header-Content-Length: %zu\r\n%s", json_len,
-                     extra_headers ? extra_headers : "");
-        status = kiln_resp_append(out, 200, bin_total ? "application/octet-stream" : "application/json", j.data,
-                                  j.len, keep_alive, bin_total ? hdr : extra_headers);
-    }
-    kiln_buf_free(&j);
-    return status;
+            rc |= kiln_buf_append(j, r->outputs[o].data, r->outputs[o].nbytes);
+    return rc ? -1 : 0;
+}
+
+int kiln__infer_respond(struct kiln_buf *out, const struct kiln_buf *body, size_t json_len, bool keep_alive,
+                        const char *extra_headers)
+{
+    if (json_len == body->len)
+        return kiln_resp_append(out, 200, "application/json", body->data, body->len, keep_alive, extra_headers);
+    char hdr[512];
+    snprintf(hdr, sizeof hdr, "Inference-Header-Content-Length: %zu\r\n%s", json_len,
+             extra_headers ? extra_headers : "");
+    return kiln_resp_append(out, 200, "application/octet-stream", body->data, body->len, keep_alive, hdr);
 }

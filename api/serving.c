@@ -8,7 +8,8 @@
  * versions are released — requests already holding them run to the end. Inference checks the
  * body here, on the loop, and queues it; the worker that runs it first converts its tensor data
  * (infer_prepare: number parsing costs more than the rest of a small request, and the loop is a
- * single thread), then the response waits until the worker's completion arrives.
+ * single thread) and afterwards encodes the response body (infer_finish); the loop sends it when
+ * the worker's completion arrives.
  */
 #include <ctype.h>
 #include <stdarg.h>
@@ -41,6 +42,7 @@ struct kiln_serving {
     struct entry *entries;
     bool accepting;
     uint64_t next_id;
+    int pid;                        /* for generated request ids (getpid is a system call) */
     int ntokens;
     char **token;
     enum scope *token_scope;
@@ -57,6 +59,9 @@ struct infer_job {
     bool want_output[KILN_SCHED_MAX_IO], want_binary[KILN_SCHED_MAX_IO];
     struct kiln__infer_data data;   /* the inputs' filling, left to the worker */
     bool refused;                   /* the worker found the data bad: a 400, counted as rejected */
+    struct kiln_buf body;           /* the response body, encoded by the worker */
+    size_t body_json_len;
+    bool encoded;                   /* body is complete */
 };
 
 struct load_op {
@@ -220,7 +225,7 @@ static void request_id(struct kiln_serving *sv, const struct kiln_request *req, 
     if (ok)
         snprintf(out, n, "%s", given);
     else
-        snprintf(out, n, "kiln-%d-%llu", (int)getpid(), (unsigned long long)++sv->next_id);
+        snprintf(out, n, "kiln-%d-%llu", sv->pid, (unsigned long long)++sv->next_id);
 }
 
 static int error_with_id(struct kiln_buf *out, int status, const char *msg, bool keep_alive, const char *rid,
@@ -374,6 +379,7 @@ struct kiln_serving *kiln_serving_new(const struct kiln_serving_options *o, char
     }
     sv->o = *o;
     sv->accepting = true;
+    sv->pid = (int)getpid();
     size_t nt = o->tokens ? o->tokens->count : 0;
     sv->token = calloc(nt + 1, sizeof *sv->token);
     sv->token_scope = calloc(nt + 1, sizeof *sv->token_scope);
@@ -588,6 +594,18 @@ static int infer_prepare(struct kiln_sched_request *r)
     return -1;
 }
 
+/* Worker thread, after the run: the response body, so that the loop only wraps and sends it. */
+static void infer_finish(struct kiln_sched_request *r)
+{
+    struct infer_job *j = (struct infer_job *)r;
+    struct kiln_sched_model *m = r->model;
+    if (r->outcome != KILN_SCHED_OK)
+        return;
+    j->encoded = kiln__infer_body(&j->body, kiln_sched_model_name(m), kiln_sched_model_version(m),
+                                  kiln_sched_model_config(m), r, j->want_output, j->want_binary, j->id,
+                                  &j->body_json_len) == 0;
+}
+
 static void infer_done(struct kiln_sched_request *r)
 {
     struct infer_job *j = (struct infer_job *)r;
@@ -617,8 +635,7 @@ static void infer_done(struct kiln_sched_request *r)
         snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\n", j->req_id);
         switch (r->outcome) {
         case KILN_SCHED_OK:
-            status = kiln__infer_encode(out, name, kiln_sched_model_version(m), kiln_sched_model_config(m), r,
-                                        j->want_output, j->want_binary, j->id, ka, hdr);
+            status = j->encoded ? kiln__infer_respond(out, &j->body, j->body_json_len, ka, hdr) : -1;
             break;
         case KILN_SCHED_FAILED:
             status = kiln_resp_error(out, 400, r->error, ka, hdr);
@@ -632,6 +649,7 @@ static void infer_done(struct kiln_sched_request *r)
     kiln_http_pending_finish(j->pending, status);
     kiln_sched_request_clear(r);
     kiln_sched_model_release(m);
+    kiln_buf_free(&j->body);
     free(j);
 }
 
@@ -668,6 +686,7 @@ static int handle_infer(struct kiln_serving *sv, struct kiln_sched_model *m, con
     j->r.deadline_ns = uv_hrtime() + (uint64_t)sv->o.infer_timeout_ms * 1000000u;
     j->r.done = infer_done;
     j->r.prepare = infer_prepare;
+    j->r.finish = infer_finish;
     if (kiln_sched_submit(sv->o.sched, &j->r) != 0) {
         kiln_sched_model_release(m);
         kiln_sched_request_clear(&j->r);

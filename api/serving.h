@@ -7,8 +7,8 @@
  * scheduler model), so a load that swaps versions never pulls a model out from under a request:
  * the request holds its own reference until its answer is written.
  *
- * Thread affinity: everything here runs on the I/O loop thread, except kiln__infer_fill, which
- * the inference workers run.
+ * Thread affinity: everything here runs on the I/O loop thread, except kiln__infer_fill and
+ * kiln__infer_body, which the inference workers run.
  */
 #ifndef KILN_API_SERVING_H
 #define KILN_API_SERVING_H
@@ -97,9 +97,15 @@ int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config
 int kiln__infer_fill(const struct kiln__infer_data *dd, const kiln_model_config *c, struct kiln_sched_request *r,
                      char *msg, size_t msglen);
 
-/* Appends the whole HTTP response for a finished request. Returns the status, or -1. */
-int kiln__infer_encode(struct kiln_buf *out, const char *model, int64_t version, const kiln_model_config *c,
-                       const struct kiln_sched_request *r, const bool *want_output, const bool *want_binary,
-                       const char *id, bool keep_alive, const char *extra_headers);
+/*
+ * The response body of a finished request into j (any thread): its JSON, then the binary
+ * outputs; *json_len is the JSON's length. 0, or -1 when out of memory.
+ */
+int kiln__infer_body(struct kiln_buf *j, const char *model, int64_t version, const kiln_model_config *c,
+                     const struct kiln_sched_request *r, const bool *want_output, const bool *want_binary,
+                     const char *id, size_t *json_len);
+/* Appends the whole HTTP response around a body from kiln__infer_body. The status, or -1. */
+int kiln__infer_respond(struct kiln_buf *out, const struct kiln_buf *body, size_t json_len, bool keep_alive,
+                        const char *extra_headers);
 
 #endif /* KILN_API_SERVING_H */

@@ -42,18 +42,27 @@ const char *kiln_sched_outcome_to_str(enum kiln_sched_outcome o)
 
 /* ---- completions: workers -> loop ---------------------------------------------------------- */
 
-static void post_done(struct kiln_sched *s, struct kiln_sched_request *r)
+/* Queues n finished requests for the loop at once: one lock and at most one wake-up for all. */
+static void post_done_n(struct kiln_sched *s, struct kiln_sched_request **rs, int n)
 {
-    r->next = NULL;
+    if (n <= 0)
+        return;
+    for (int i = 0; i < n; i++)
+        rs[i]->next = i + 1 < n ? rs[i + 1] : NULL;
     pthread_mutex_lock(&s->done_mu);
     if (s->done_tail)
-        s->done_tail->next = r;
+        s->done_tail->next = rs[0];
     else
-        s->done_head = r;
-    s->done_tail = r;
+        s->done_head = rs[0];
+    s->done_tail = rs[n - 1];
     pthread_mutex_unlock(&s->done_mu);
     if (s->async_open)
         uv_async_send(&s->async);
+}
+
+static void post_done(struct kiln_sched *s, struct kiln_sched_request *r)
+{
+    post_done_n(s, &r, 1);
 }
 
 static void drain_done(struct kiln_sched *s)
@@ -272,8 +281,9 @@ static void run_batch(struct kiln__sched_worker *w, struct kiln__sched_instance 
     pthread_mutex_unlock(&s->mu);
 
     uint64_t now = uv_hrtime();
-    int live = 0;
+    int live = 0, dropped = 0;
     int64_t rows = 0;
+    struct kiln_sched_request *drop[256];
     for (int i = 0; i < n; i++) {
         struct kiln_sched_request *r = taken[i];
         r->started_ns = now;
@@ -291,11 +301,15 @@ static void run_batch(struct kiln__sched_worker *w, struct kiln__sched_instance 
             continue;
         }
         r->finished_ns = uv_hrtime();
-        post_done(s, r);
+        drop[dropped++] = r;
     }
+    post_done_n(s, drop, dropped); /* before the run: their answers need not wait for it */
     if (live > 0)
         kiln__sched_run(m, &in->exec, w->dev, taken, live, rows);
     uint64_t end = uv_hrtime();
+    for (int i = 0; i < live; i++)
+        if (taken[i]->finish)
+            taken[i]->finish(taken[i]);
 
     pthread_mutex_lock(&s->mu);
     struct kiln_sched_stats *st = &m->stats;
@@ -320,8 +334,7 @@ static void run_batch(struct kiln__sched_worker *w, struct kiln__sched_instance 
         }
     }
     pthread_mutex_unlock(&s->mu);
-    for (int i = 0; i < live; i++)
-        post_done(s, taken[i]);
+    post_done_n(s, taken, live);
     pthread_mutex_lock(&s->mu);
 }
 

@@ -7,7 +7,8 @@
  * callback; a worker gathers a batch (up to max_batch_size, aiming for a preferred size, waiting
  * at most max_queue_delay_us for one to fill), concatenates the inputs along dim 0, runs the
  * model once, splits the outputs and posts every request back to the loop through one
- * uv_async_t, whose callback drains the whole completion queue (sends coalesce).
+ * uv_async_t, whose callback drains the whole completion queue (a run's requests are posted
+ * together, and sends coalesce).
  *
  *     struct kiln_sched *s;
  *     kiln_sched_new(&s, &(struct kiln_sched_options){.loop = loop, .devices = devs, ...}, err, n);
@@ -88,6 +89,12 @@ struct kiln_sched_request {
      * request then completes as KILN_SCHED_FAILED without running.
      */
     int (*prepare)(struct kiln_sched_request *r);
+    /*
+     * Optional: runs on the worker after the run (whatever its outcome), outside the lock, before
+     * the request is posted back: work on the results that need not wait for the loop (the API
+     * encodes the response body there).
+     */
+    void (*finish)(struct kiln_sched_request *r);
     void *ud;
     /* results, valid in done */
     enum kiln_sched_outcome outcome;
