@@ -1,7 +1,8 @@
 /*
  * tests/unit/test_http_conn.c — the HTTP connection logic driven directly, without a socket:
  * keep-alive, pipelining, chunked bodies, size limits (431/413), malformed input (400), unknown
- * routes and methods (404/405), timeouts (408), drain, and random bytes that must never crash.
+ * routes and methods (404/405), timeouts (408), drain, random bytes that must never crash, and
+ * the body of a deferred request outliving its connection.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 
 #include "endpoints.h"
 #include "http_conn.h"
+#include "responses.h"
 
 struct fixture {
     struct kiln_metrics *metrics;
@@ -439,6 +441,49 @@ static void test_random_bytes(void **state)
     }
 }
 
+/* A handler that answers later, as inference does, keeping what a worker would keep. */
+static struct kiln_http_pending *deferred;
+static const char *deferred_body;
+
+static int defer_handler(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+{
+    (void)ctx, (void)out;
+    deferred = kiln_http_defer(req);
+    deferred_body = req->body;
+    return KILN_HTTP_DEFERRED;
+}
+
+/* The body of a deferred request stays readable until its response is finished, even when the
+ * connection goes first (a worker may still be reading it), and then goes back to the connection. */
+static void test_deferred_body_outlives_connection(void **state)
+{
+    (void)state;
+    static const struct kiln_route routes[] = {{"/later", KILN_HTTP_POST, defer_handler, NULL}};
+    struct kiln_http_service svc = {.router = {routes, 1}, .max_header_bytes = 1024, .max_body_bytes = 100};
+    for (int gone = 0; gone <= 1; gone++) {
+        struct kiln_http_conn c;
+        kiln_http_conn_init(&c, &svc);
+        const char *req = "POST /later HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello";
+        kiln_http_conn_feed(&c, req, strlen(req));
+        assert_non_null(deferred);
+        assert_memory_equal(deferred_body, "hello", 5);
+        if (gone) {
+            kiln_http_conn_free(&c); /* the client left */
+            assert_memory_equal(deferred_body, "hello", 5);
+            assert_null(kiln_http_pending_out(deferred));
+            kiln_http_pending_finish(deferred, -1);
+        } else {
+            struct kiln_buf *out = kiln_http_pending_out(deferred);
+            assert_non_null(out);
+            kiln_http_pending_finish(deferred, kiln_resp_append(out, 200, NULL, "", 0, true, NULL));
+            assert_ptr_equal(c.body.data, deferred_body); /* its capacity is reused */
+            assert_int_equal(c.body.len, 5);
+            kiln_http_conn_free(&c);
+        }
+        deferred = NULL;
+    }
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -450,6 +495,7 @@ int main(void)
         T(test_not_found_and_method), T(test_unknown_method), T(test_connection_close),       T(test_http10),
         T(test_timeouts),            T(test_eof),                     T(test_drain),
         T(test_metrics_endpoint),    T(test_random_bytes),
+        cmocka_unit_test(test_deferred_body_outlives_connection),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
