@@ -158,15 +158,16 @@ kiln_tensor *kiln__conv_fused(kiln_tensor *x, kiln_tensor *w, kiln_tensor *wpack
 {
     if (!x || !w)
         return NULL;
+    if (act == KILN_EPI_NONE && !residual && !wpacked) /* nothing to fuse: the plain op */
+        return nspatial == 1 ? kiln_conv1d(x, w, bias, opts) : nspatial == 2 ? kiln_conv2d(x, w, bias, opts)
+                                                                             : kiln_conv3d(x, w, bias, opts);
     const kiln_backend_iface *be = kiln__be(x);
     bool fast = be->conv_fused && x->dtype == KILN_F32 && w->dtype == KILN_F32 && (!bias || bias->dtype == KILN_F32) &&
                 x->ndim == nspatial + 2 && w->ndim == nspatial + 2 && !kiln__ad_want(x) && !kiln__ad_want(w) &&
                 !kiln__ad_want(bias) && !kiln__ad_want(residual) && kiln__dev(w) == kiln__dev(x) &&
                 (!bias || kiln__dev(bias) == kiln__dev(x)) && !(act == KILN_EPI_CLAMP && alpha > beta);
-    if (act == KILN_EPI_NONE && !residual && !wpacked) /* nothing to fuse: the plain op */
-        return nspatial == 1 ? kiln_conv1d(x, w, bias, opts) : nspatial == 2 ? kiln_conv2d(x, w, bias, opts)
-                                                                             : kiln_conv3d(x, w, bias, opts);
-    kiln_conv_params p = {.nspatial = nspatial, .groups = opts && opts->groups ? opts->groups : 1};
+    kiln_conv_params p;
+    conv_params(opts, nspatial, &p);
     int64_t oshape[KILN_MAX_DIMS] = {0};
     if (fast) {
         /* the geometry conv itself checks; anything unusual takes the separate ops, which
@@ -177,9 +178,6 @@ kiln_tensor *kiln__conv_fused(kiln_tensor *x, kiln_tensor *w, kiln_tensor *wpack
         oshape[0] = x->shape[0];
         oshape[1] = O;
         for (int i = 0; fast && i < nspatial; i++) {
-            p.stride[i] = opts && opts->stride[i] ? opts->stride[i] : 1;
-            p.padding[i] = opts ? opts->padding[i] : 0;
-            p.dilation[i] = opts && opts->dilation[i] ? opts->dilation[i] : 1;
             int64_t span = p.dilation[i] * (w->shape[2 + i] - 1) + 1, padded = x->shape[2 + i] + 2 * p.padding[i];
             fast = p.stride[i] >= 1 && p.padding[i] >= 0 && p.dilation[i] >= 1 && padded >= span;
             oshape[2 + i] = fast ? (padded - span) / p.stride[i] + 1 : 0;

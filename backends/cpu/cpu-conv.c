@@ -251,6 +251,32 @@ typedef struct dconv {
     const kiln__cpu_kernels *k;
 } dconv;
 
+/* The stride-phased padded grid of an H x W input (padding ph, pw, stride s) under a
+ * KH x KW kernel with dilation (dh, dw): grid and output sizes, plane and channel sizes.
+ * Shared by the direct, depthwise and packed paths. */
+static void dconv_grid(dconv *d, int64_t H, int64_t W, int64_t ph, int64_t pw, int64_t s, int64_t KH, int64_t KW,
+                       int64_t dh, int64_t dw)
+{
+    d->H = H, d->W = W, d->ph = ph, d->pw = pw, d->s = s;
+    int64_t Hp = H + 2 * ph, Wp = W + 2 * pw;
+    d->Hg = (Hp + s - 1) / s, d->Wg = (Wp + s - 1) / s;
+    d->OH = (Hp - dh * (KH - 1) - 1) / s + 1, d->OW = (Wp - dw * (KW - 1) - 1) / s + 1;
+    d->pp = d->Hg * d->Wg;
+    d->cs = s * s * d->pp;
+    d->nk = KH * KW;
+}
+
+/* offs[kh·KW + kw]: where tap (kh, kw) reads, relative to its output's grid position. */
+static void dconv_offsets(const dconv *d, int64_t *offs, int64_t KH, int64_t KW, int64_t dh, int64_t dw)
+{
+    const int64_t s = d->s;
+    for (int64_t kh = 0; kh < KH; kh++)
+        for (int64_t kw = 0; kw < KW; kw++) {
+            int64_t rh = kh * dh, rw = kw * dw;
+            offs[kh * KW + kw] = ((rh % s) * s + rw % s) * d->pp + (rh / s) * d->Wg + rw / s;
+        }
+}
+
 static void dconv_pad(void *argp, int64_t b, int64_t e)
 {
     const dconv *d = argp;
@@ -439,13 +465,8 @@ static bool dconv_run(kiln__cpu_ctx *ctx, int64_t N, int64_t Ci, int64_t Co, int
                       const float *bias, float *out, const conv_ep *ep)
 {
     dconv d = {0};
-    d.N = N, d.Ci = Ci, d.Co = Co, d.H = H, d.W = W, d.ph = ph, d.pw = pw, d.s = s;
-    int64_t Hp = H + 2 * ph, Wp = W + 2 * pw;
-    d.Hg = (Hp + s - 1) / s, d.Wg = (Wp + s - 1) / s;
-    d.OH = (Hp - dh * (KH - 1) - 1) / s + 1, d.OW = (Wp - dw * (KW - 1) - 1) / s + 1;
-    d.pp = d.Hg * d.Wg;
-    d.cs = s * s * d.pp;
-    d.nk = KH * KW;
+    d.N = N, d.Ci = Ci, d.Co = Co;
+    dconv_grid(&d, H, W, ph, pw, s, KH, KW, dh, dw);
     d.inplace = KH == 1 && KW == 1 && ph == 0 && pw == 0 && s == 1;
     const int64_t TO = ctx->k->conv_tile_o, TQ = ctx->k->conv_tile_q;
     d.to = TO, d.tq = TQ;
@@ -475,11 +496,7 @@ static bool dconv_run(kiln__cpu_ctx *ctx, int64_t N, int64_t Ci, int64_t Co, int
     }
     if (!d.inplace)
         memset(d.xp + N * Ci * d.cs, 0, (size_t)(d.Wg + TQ) * sizeof(float));
-    for (int64_t kh = 0; kh < KH; kh++)
-        for (int64_t kw = 0; kw < KW; kw++) {
-            int64_t rh = kh * dh, rw = kw * dw;
-            offs[kh * KW + kw] = ((rh % s) * s + rw % s) * d.pp + (rh / s) * d.Wg + rw / s;
-        }
+    dconv_offsets(&d, offs, KH, KW, dh, dw);
     d.wpack = wp;
     d.offs = offs;
     if (!d.rows) {
@@ -605,14 +622,9 @@ static bool dwconv_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const 
 {
     dwconv dw = {0};
     dconv *d = &dw.d;
-    const int64_t s = g->st[2], KH = g->k[1], KW = g->k[2];
-    d->N = 1, d->Ci = 1, d->H = g->in[1], d->W = g->in[2], d->ph = g->pad[1], d->pw = g->pad[2], d->s = s;
-    int64_t Hp = d->H + 2 * d->ph, Wp = d->W + 2 * d->pw;
-    d->Hg = (Hp + s - 1) / s, d->Wg = (Wp + s - 1) / s;
-    d->OH = g->out[1], d->OW = g->out[2];
-    d->pp = d->Hg * d->Wg;
-    d->cs = s * s * d->pp;
-    d->nk = KH * KW;
+    d->N = 1, d->Ci = 1;
+    /* dwconv_ok checked that the output size is the one this grid gives */
+    dconv_grid(d, g->in[1], g->in[2], g->pad[1], g->pad[2], g->st[2], g->k[1], g->k[2], g->dil[1], g->dil[2]);
     d->k = ctx->k;
     dw.planes = g->N * g->C, dw.m = g->Og, dw.C = g->C;
     dw.slot = (d->cs + d->Wg + 16 + 15) / 16 * 16; /* slack: reads run up to Wg past the phases */
@@ -630,11 +642,7 @@ static bool dwconv_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const 
     }
     for (int64_t j = 0; j < njobs; j++)
         memset(dw.scratch + j * dw.slot + d->cs, 0, (size_t)(dw.slot - d->cs) * sizeof(float));
-    for (int64_t kh = 0; kh < KH; kh++)
-        for (int64_t kw = 0; kw < KW; kw++) {
-            int64_t rh = kh * g->dil[1], rw = kw * g->dil[2];
-            offs[kh * KW + kw] = ((rh % s) * s + rw % s) * d->pp + (rh / s) * d->Wg + rw / s;
-        }
+    dconv_offsets(d, offs, g->k[1], g->k[2], g->dil[1], g->dil[2]);
     d->offs = offs;
     kiln__cpu_pool_run(ctx->pool, (int)njobs, dwconv_job, &dw);
     kiln__cpu_scratch_put(ctx, h[0]);
@@ -701,16 +709,10 @@ static bool cvconv_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const 
 {
     cvconv cv = {0};
     dconv *d = &cv.d;
-    const int64_t s = g->st[2], KH = g->k[1], KW = g->k[2];
-    d->N = g->N, d->Ci = g->C, d->Co = g->O, d->H = g->in[1], d->W = g->in[2];
-    d->ph = g->pad[1], d->pw = g->pad[2], d->s = s;
-    int64_t Hp = d->H + 2 * d->ph, Wp = d->W + 2 * d->pw;
-    d->Hg = (Hp + s - 1) / s, d->Wg = (Wp + s - 1) / s;
-    d->OH = g->out[1], d->OW = g->out[2];
-    d->pp = d->Hg * d->Wg;
-    d->cs = s * s * d->pp;
-    d->nk = KH * KW;
-    d->inplace = KH == 1 && KW == 1 && d->ph == 0 && d->pw == 0 && s == 1;
+    d->N = g->N, d->Ci = g->C, d->Co = g->O;
+    /* cvconv_ok checked that the output size is the one this grid gives */
+    dconv_grid(d, g->in[1], g->in[2], g->pad[1], g->pad[2], g->st[2], g->k[1], g->k[2], g->dil[1], g->dil[2]);
+    d->inplace = d->nk == 1 && d->ph == 0 && d->pw == 0 && d->s == 1;
     d->x = x, d->bias = bias, d->out = out, d->ep = ep, d->k = ctx->k;
     cv.wpack = wpack;
     cv.osz = d->OH * d->OW;
@@ -726,11 +728,7 @@ static bool cvconv_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const 
             kiln__cpu_scratch_put(ctx, h[i]);
         return false;
     }
-    for (int64_t kh = 0; kh < KH; kh++)
-        for (int64_t kw = 0; kw < KW; kw++) {
-            int64_t rh = kh * g->dil[1], rw = kw * g->dil[2];
-            offs[kh * KW + kw] = ((rh % s) * s + rw % s) * d->pp + (rh / s) * d->Wg + rw / s;
-        }
+    dconv_offsets(d, offs, g->k[1], g->k[2], g->dil[1], g->dil[2]);
     /* the last tile's unused lanes repeat the last position: computed, never stored */
     for (int64_t q = 0; q < cv.ntile * CV_NP; q++) {
         int64_t qq = q < cv.osz ? q : cv.osz - 1;
@@ -816,19 +814,22 @@ static void release(kiln__cpu_ctx *ctx, opnd *ops, int n)
         kiln__cpu_scratch_put(ctx, ops[i].h);
 }
 
-typedef struct ep_job {
+/* The epilogue over rows of n outputs, as a pass of its own: the GEMM lowering's planes
+ * and the epilogue entry's rows. res follows the rows; bias (n long) is the same for each. */
+typedef struct ep_rows {
     const kiln__cpu_kernels *k;
     float *out;
-    const conv_ep *ep;
-    int64_t osz;
-} ep_job;
+    const float *res, *bias;
+    int act;
+    float a, b;
+    int64_t n;
+} ep_rows;
 
-static void ep_planes(void *argp, int64_t b, int64_t e)
+static void ep_rows_run(void *argp, int64_t b, int64_t e)
 {
-    const ep_job *j = argp;
+    const ep_rows *j = argp;
     for (int64_t r = b; r < e; r++)
-        j->k->epilogue_f32(j->out + r * j->osz, j->ep->res ? j->ep->res + r * j->osz : NULL, NULL, j->osz,
-                           j->ep->act, j->ep->a, j->ep->b);
+        j->k->epilogue_f32(j->out + r * j->n, j->res ? j->res + r * j->n : NULL, j->bias, j->n, j->act, j->a, j->b);
 }
 
 static int conv_run(kiln__cpu_ctx *ctx, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
@@ -897,8 +898,8 @@ static int conv_run(kiln__cpu_ctx *ctx, const kiln_conv_params *p, const kiln_td
         }
         if (ep) {
             /* the GEMM path's epilogue is one more pass: only f32 gets here with one */
-            ep_job ej = {ctx->k, (float *)op, ep, g.osz};
-            kiln__cpu_parallel_for(ctx, g.N * g.O, 1 + 16384 / g.osz, ep_planes, &ej);
+            ep_rows ej = {ctx->k, (float *)op, ep->res, NULL, ep->act, ep->a, ep->b, g.osz};
+            kiln__cpu_parallel_for(ctx, g.N * g.O, 1 + 16384 / g.osz, ep_rows_run, &ej);
         }
     }
     if (ops[3].h)
@@ -932,22 +933,6 @@ int kiln__cpu_conv_fused(void *vctx, const kiln_conv_params *p, const kiln_tdesc
     return rc;
 }
 
-typedef struct epi_rows {
-    const kiln__cpu_kernels *k;
-    float *out;
-    const float *bias, *res;
-    const kiln_epilogue *ep;
-    int64_t n;
-} epi_rows;
-
-static void epi_rows_run(void *argp, int64_t b, int64_t e)
-{
-    const epi_rows *j = argp;
-    for (int64_t r = b; r < e; r++)
-        j->k->epilogue_f32(j->out + r * j->n, j->res ? j->res + r * j->n : NULL, j->bias, j->n, (int)j->ep->act,
-                           (float)j->ep->alpha, (float)j->ep->beta);
-}
-
 int kiln__cpu_epilogue(void *vctx, const kiln_tdesc *out, const kiln_epilogue *ep)
 {
     kiln__cpu_ctx *ctx = vctx;
@@ -957,7 +942,7 @@ int kiln__cpu_epilogue(void *vctx, const kiln_tdesc *out, const kiln_epilogue *e
     if (numel == 0 || n == 0)
         return 0;
     struct kiln_buffer *h[2] = {0};
-    epi_rows j = {ctx->k, kiln__cpu_ptr(out), NULL, NULL, ep, n};
+    ep_rows j = {ctx->k, kiln__cpu_ptr(out), NULL, NULL, (int)ep->act, (float)ep->alpha, (float)ep->beta, n};
     if (ep->bias)
         j.bias = kiln__cpu_materialize(ctx, ep->bias, KILN_F32, &h[0]);
     if (ep->residual)
@@ -967,7 +952,7 @@ int kiln__cpu_epilogue(void *vctx, const kiln_tdesc *out, const kiln_epilogue *e
         kiln__cpu_scratch_put(ctx, h[1]);
         return kiln__cpu_enomem("epilogue");
     }
-    kiln__cpu_parallel_for(ctx, numel / n, 1 + 16384 / n, epi_rows_run, &j);
+    kiln__cpu_parallel_for(ctx, numel / n, 1 + 16384 / n, ep_rows_run, &j);
     kiln__cpu_scratch_put(ctx, h[0]);
     kiln__cpu_scratch_put(ctx, h[1]);
     return 0;

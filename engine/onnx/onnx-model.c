@@ -353,7 +353,7 @@ static int fuse_epilogues(kiln_onnx_model *m) {
             int u = r->in[0] == v ? r->in[1] : r->in[0];
             bool is_bias = matmul && u >= 0 && m->consts[u] && kiln_tensor_ndim(m->consts[u]) == 1;
             bool ready = u >= 0 && (m->consts[u] || producer[u] < k);
-            if (ready && (conv || is_bias || matmul)) {
+            if (ready) {
                 int at = append_input(c, u);
                 if (at < 0) goto out;
                 if (is_bias) c->info.fuse_bias = at;
