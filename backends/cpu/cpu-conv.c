@@ -568,11 +568,16 @@ static bool dconv_ok(const kiln__cpu_ctx *ctx, const geom *g, bool dbl)
  * one im2col and one tiny GEMM per channel, a pool region and a BLAS call each, which
  * made MobileNet-style layers cost several times their arithmetic. Here each job pads one
  * input plane into its own scratch, split into stride phases as in the direct path, and
- * the table's dwconv_plane_f32 computes that channel's output planes from it. */
+ * the table's dwconv_plane_f32 computes that channel's output planes from it, epilogue
+ * included. At stride 1 a table with dwconv_s1_f32 reads the unpadded plane instead: the
+ * padding copy cost more than the arithmetic on the small planes of a network's last
+ * stages (a 7x7 plane padded to 11x11 is 33 library calls for 49 outputs). */
 typedef struct dwconv {
     dconv d;                 /* geometry of one plane: N = Ci = 1 */
     int64_t planes, m;       /* input planes (batch × channels), outputs per input plane */
     int64_t C, slot;         /* input channels; floats of scratch per job */
+    int64_t KH, KW, dh, dw;  /* for the unpadded stride-1 kernel */
+    bool s1;                 /* use it: no padded copy at all */
     const float *x, *w, *bias;
     float *out, *scratch;
     const conv_ep *ep;
@@ -582,21 +587,28 @@ static void dwconv_job(void *argp, int job, int njobs)
 {
     const dwconv *dw = argp;
     dconv d = dw->d;
-    float *xg = dw->scratch + job * dw->slot;
+    float *xg = dw->scratch ? dw->scratch + job * dw->slot : NULL;
     const int64_t osz = d.OH * d.OW;
+    const conv_ep none = {NULL, KILN_EPI_NONE, 0.0f, 0.0f}, *ep = dw->ep ? dw->ep : &none;
     for (int64_t pl = dw->planes * job / njobs, pe = dw->planes * (job + 1) / njobs; pl < pe; pl++) {
-        d.x = dw->x + pl * d.H * d.W;
-        d.xp = xg;
-        dconv_pad(&d, 0, 1);
+        const float *xpl = dw->x + pl * d.H * d.W;
+        if (!dw->s1) {
+            d.x = xpl;
+            d.xp = xg;
+            dconv_pad(&d, 0, 1);
+        }
         int64_t n = pl / dw->C, c = pl % dw->C;
         for (int64_t j = 0; j < dw->m; j++) {
             int64_t o = c * dw->m + j;
             int64_t at = (n * dw->C * dw->m + o) * osz;
-            d.k->dwconv_plane_f32(dw->out + at, xg, d.Wg, d.OH, d.OW, d.offs, dw->w + o * d.nk, d.nk,
-                                  dw->bias ? dw->bias[o] : 0.0f);
-            if (dw->ep)
-                d.k->epilogue_f32(dw->out + at, dw->ep->res ? dw->ep->res + at : NULL, NULL, osz, dw->ep->act,
-                                  dw->ep->a, dw->ep->b);
+            float bias = dw->bias ? dw->bias[o] : 0.0f;
+            const float *res = ep->res ? ep->res + at : NULL;
+            if (dw->s1)
+                d.k->dwconv_s1_f32(dw->out + at, res, xpl, d.H, d.W, d.OH, d.OW, dw->KH, dw->KW, d.ph, d.pw, dw->dh,
+                                   dw->dw, dw->w + o * d.nk, bias, ep->act, ep->a, ep->b);
+            else
+                d.k->dwconv_plane_f32(dw->out + at, res, xg, d.Wg, d.OH, d.OW, d.offs, dw->w + o * d.nk, d.nk, bias,
+                                      ep->act, ep->a, ep->b);
         }
     }
 }
@@ -627,11 +639,17 @@ static bool dwconv_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const 
     dconv_grid(d, g->in[1], g->in[2], g->pad[1], g->pad[2], g->st[2], g->k[1], g->k[2], g->dil[1], g->dil[2]);
     d->k = ctx->k;
     dw.planes = g->N * g->C, dw.m = g->Og, dw.C = g->C;
+    dw.KH = g->k[1], dw.KW = g->k[2], dw.dh = g->dil[1], dw.dw = g->dil[2];
+    dw.s1 = ctx->k->dwconv_s1_f32 && g->st[2] == 1 && g->k[2] <= ctx->k->dwconv_s1_maxk;
     dw.slot = (d->cs + d->Wg + 16 + 15) / 16 * 16; /* slack: reads run up to Wg past the phases */
     dw.x = x, dw.w = w, dw.bias = bias, dw.out = out, dw.ep = ep;
     int64_t njobs = 8 * (int64_t)ctx->nthreads;
     if (njobs > dw.planes)
         njobs = dw.planes;
+    if (dw.s1) {
+        kiln__cpu_pool_run(ctx->pool, (int)njobs, dwconv_job, &dw);
+        return true;
+    }
     struct kiln_buffer *h[2] = {0};
     dw.scratch = kiln__cpu_scratch_get(ctx, (size_t)(njobs * dw.slot) * sizeof(float), &h[0]);
     int64_t *offs = kiln__cpu_scratch_get(ctx, (size_t)d->nk * sizeof(int64_t), &h[1]);

@@ -70,6 +70,29 @@ typedef struct gemm_job {
 static void blas_call(bool dbl, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A,
                       int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc)
 {
+    /* One row (or column) of C is a matrix-vector product. sgemm would pack the whole
+     * matrix into its panel format first, a copy as large as the read itself: for a
+     * classifier at batch 1 that copy was most of the layer's time. */
+    if (M == 1 && N > 1 && K > 0) { /* C[1, N] = op(B)^T applied to A's one row */
+        int64_t incx = ta ? lda : 1;
+        if (dbl)
+            cblas_dgemv(CblasRowMajor, tb ? CblasNoTrans : CblasTrans, (blasint)(tb ? N : K), (blasint)(tb ? K : N),
+                        1.0, B, (blasint)ldb, A, (blasint)incx, beta, C, 1);
+        else
+            cblas_sgemv(CblasRowMajor, tb ? CblasNoTrans : CblasTrans, (blasint)(tb ? N : K), (blasint)(tb ? K : N),
+                        1.0f, B, (blasint)ldb, A, (blasint)incx, (float)beta, C, 1);
+        return;
+    }
+    if (N == 1 && M > 1 && K > 0) { /* C[M, 1] = op(A) times B's one column */
+        int64_t incx = tb ? 1 : ldb;
+        if (dbl)
+            cblas_dgemv(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, (blasint)(ta ? K : M), (blasint)(ta ? M : K),
+                        1.0, A, (blasint)lda, B, (blasint)incx, beta, C, (blasint)ldc);
+        else
+            cblas_sgemv(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, (blasint)(ta ? K : M), (blasint)(ta ? M : K),
+                        1.0f, A, (blasint)lda, B, (blasint)incx, (float)beta, C, (blasint)ldc);
+        return;
+    }
     if (dbl)
         cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                     (blasint)M, (blasint)N, (blasint)K, 1.0, A, (blasint)lda, B, (blasint)ldb, beta,

@@ -110,11 +110,22 @@ typedef struct kiln__cpu_kernels {
      * and beta. In every table. */
     void (*epilogue_f32)(float *o, const float *res, const float *bias, int64_t n, int act, float alpha,
                          float beta);
-    /* One output plane of a depthwise convolution (cpu-conv.c): out[oh·OW + ow] = bias +
-     * sum over k < nk of w[k] · xg[offs[k] + oh·Wg + ow], xg readable up to
-     * max(offs) + OH·Wg (the caller pads it). In every table. */
-    void (*dwconv_plane_f32)(float *out, const float *xg, int64_t Wg, int64_t OH, int64_t OW,
-                             const int64_t *offs, const float *w, int64_t nk, float bias);
+    /* One output plane of a depthwise convolution (cpu-conv.c): out[oh·OW + ow] =
+     * act(bias + sum over k < nk of w[k] · xg[offs[k] + oh·Wg + ow] + res[oh·OW + ow]),
+     * the taps added in k order with one rounding each, res optional, act as
+     * epilogue_f32; xg readable up to max(offs) + OH·Wg (the caller pads it). In every
+     * table. */
+    void (*dwconv_plane_f32)(float *out, const float *res, const float *xg, int64_t Wg, int64_t OH, int64_t OW,
+                             const int64_t *offs, const float *w, int64_t nk, float bias, int act, float a,
+                             float b);
+    /* The same plane for stride 1, read from the unpadded H x W input x with padding
+     * (ph, pw) and dilation (dh, dw), the taps in (kh, kw) order: the bits
+     * dwconv_plane_f32 gives on the padded grid. KW <= dwconv_s1_maxk; NULL in tables
+     * without it. */
+    void (*dwconv_s1_f32)(float *out, const float *res, const float *x, int64_t H, int64_t W, int64_t OH,
+                          int64_t OW, int64_t KH, int64_t KW, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
+                          const float *w, float bias, int act, float a, float b);
+    int64_t dwconv_s1_maxk;
     /* The sum of a contiguous run, and the sum of its squared deviations from c, both in
      * double over eight lanes in a fixed order, so every table gives the same bits
      * (cpu-reduce.c's f32 path). In every table. */

@@ -893,18 +893,128 @@ static void conv_tile_rows_f32(float *restrict out, int64_t ostride, const float
 
 /* ------------------------------------------------------------------ depthwise convolution */
 
+static void epilogue_f32(float *restrict o, const float *restrict res, const float *restrict bias, int64_t n,
+                         int act, float a, float b);
+
 /* One output plane of a depthwise convolution from its input plane, zero-padded and split
- * into stride phases (cpu-conv.c): out[oh·OW + ow] = bias + sum over k < nk of
- * w[k] · xg[offs[k] + oh·Wg + ow]. Each tap is then a multiply-add of two contiguous runs
- * over the whole grid of OH rows of Wg (the Wg - OW discarded columns included, so the
- * vectors stay long even on a 7x7 plane); the grid is walked in chunks whose sums stay in
- * L1, and the real columns copied out. Plain C: each table's build vectorizes it for its
+ * into stride phases (cpu-conv.c): out[oh·OW + ow] = act(bias + sum over k < nk of
+ * w[k] · xg[offs[k] + oh·Wg + ow] + res[oh·OW + ow]). The taps are added in k order, one
+ * rounding each, the same order the other forms of this kernel use, so every path gives
+ * the same bits. */
+#if USE_AVX512
+/* R output rows of one 16-column chunk in registers: the sums never leave them, and the
+ * epilogue is applied on the way out. Masked loads stop at the chunk's real columns.
+ * Inlined with R a constant, so the accumulator array becomes R registers. */
+static inline __attribute__((always_inline)) void dw_rows512(float *restrict out, const float *restrict res,
+                                                             const float *restrict src, int64_t sstride,
+                                                             int64_t ostride, const int64_t *restrict offs,
+                                                             const float *restrict w, int64_t nk, __m512 vb,
+                                                             __mmask16 m, int act, float a, float b, const int R)
+{
+    __m512 acc[8];
+    for (int r = 0; r < R; r++)
+        acc[r] = vb;
+    for (int64_t k = 0; k < nk; k++) {
+        const __m512 vw = _mm512_set1_ps(w[k]);
+        const float *p = src + offs[k];
+        for (int r = 0; r < R; r++)
+            acc[r] = _mm512_fmadd_ps(vw, _mm512_maskz_loadu_ps(m, p + r * sstride), acc[r]);
+    }
+    for (int r = 0; r < R; r++) {
+        __m512 v = acc[r];
+        if (res)
+            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, res + r * ostride));
+        _mm512_mask_storeu_ps(out + r * ostride, m, epi_act512(v, act, a, b));
+    }
+}
+
+static void dwconv_plane_f32(float *restrict out, const float *restrict res, const float *restrict xg,
+                             int64_t Wg, int64_t OH, int64_t OW, const int64_t *restrict offs,
+                             const float *restrict w, int64_t nk, float bias, int act, float a, float b)
+{
+    const __m512 vb = _mm512_set1_ps(bias);
+    for (int64_t c0 = 0; c0 < OW; c0 += 16) {
+        const __mmask16 m = tail_mask(OW - c0 < 16 ? OW - c0 : 16);
+        const float *rs = res ? res + c0 : NULL;
+        int64_t oh = 0;
+        for (; oh + 4 <= OH; oh += 4)
+            dw_rows512(out + oh * OW + c0, rs ? rs + oh * OW : NULL, xg + oh * Wg + c0, Wg, OW, offs, w, nk, vb, m,
+                       act, a, b, 4);
+        for (; oh < OH; oh++)
+            dw_rows512(out + oh * OW + c0, rs ? rs + oh * OW : NULL, xg + oh * Wg + c0, Wg, OW, offs, w, nk, vb, m,
+                       act, a, b, 1);
+    }
+}
+
+/* The stride-1 form straight from the unpadded H x W plane x: a tap's row outside the
+ * plane reads a zero vector and its columns outside the plane are masked to zero, which
+ * is what the padded grid would have held, so the sums (and their bits) are the padded
+ * path's; the padding copy, a pass over every plane, is gone. */
+#define DW_MAXK 16
+
+static void dwconv_s1_f32(float *restrict out, const float *restrict res, const float *restrict x, int64_t H,
+                          int64_t W, int64_t OH, int64_t OW, int64_t KH, int64_t KW, int64_t ph, int64_t pw,
+                          int64_t dh, int64_t dwl, const float *restrict w, float bias, int act, float a, float b)
+{
+    const __m512 vb = _mm512_set1_ps(bias), zero = _mm512_setzero_ps();
+    __mmask16 cm[DW_MAXK];
+    for (int64_t c0 = 0; c0 < OW; c0 += 16) {
+        const int64_t nv = OW - c0 < 16 ? OW - c0 : 16;
+        /* the lanes of tap column kw that fall inside the plane: input columns iw0 + l */
+        for (int64_t kw = 0; kw < KW; kw++) {
+            int64_t iw0 = c0 + kw * dwl - pw, lo = iw0 < 0 ? -iw0 : 0, hi = W - iw0 < nv ? W - iw0 : nv;
+            cm[kw] = hi > lo ? (__mmask16)(tail_mask(hi) & ~tail_mask(lo)) : 0;
+        }
+        const __mmask16 om = tail_mask(nv);
+        for (int64_t oh = 0; oh < OH; oh += 4) {
+            const int R = OH - oh < 4 ? (int)(OH - oh) : 4;
+            __m512 acc0 = vb, acc1 = vb, acc2 = vb, acc3 = vb;
+            for (int64_t kh = 0; kh < KH; kh++) {
+                const int64_t ih0 = oh + kh * dh - ph;
+                const float *row0 = x + ih0 * W + c0 - pw;
+                for (int64_t kw = 0; kw < KW; kw++) {
+                    const __m512 vw = _mm512_set1_ps(w[kh * KW + kw]);
+                    const __mmask16 mk = cm[kw];
+                    const float *p = row0 + kw * dwl;
+                    /* rows outside the plane are zeros: the same multiply-add, of zero */
+#define DW_TAP(r)                                                                                   \
+    do {                                                                                            \
+        int64_t ih = ih0 + (r);                                                                     \
+        __m512 v = ih >= 0 && ih < H ? _mm512_maskz_loadu_ps(mk, p + (r) * W) : zero;              \
+        acc##r = _mm512_fmadd_ps(vw, v, acc##r);                                                    \
+    } while (0)
+                    DW_TAP(0);
+                    if (R > 1)
+                        DW_TAP(1);
+                    if (R > 2)
+                        DW_TAP(2);
+                    if (R > 3)
+                        DW_TAP(3);
+#undef DW_TAP
+                }
+            }
+            __m512 accs[4] = {acc0, acc1, acc2, acc3};
+            for (int r = 0; r < R; r++) {
+                int64_t at = (oh + r) * OW + c0;
+                __m512 v = accs[r];
+                if (res)
+                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(om, res + at));
+                _mm512_mask_storeu_ps(out + at, om, epi_act512(v, act, a, b));
+            }
+        }
+    }
+}
+#else
+/* Each tap is a multiply-add of two contiguous runs over the whole grid of OH rows of Wg
+ * (the Wg - OW discarded columns included, so the vectors stay long even on a 7x7 plane);
+ * the grid is walked in chunks whose sums stay in L1, the real columns copied out, and
+ * the epilogue applied to the plane. Plain C: each table's build vectorizes it for its
  * own ISA. */
 #define DW_CHUNK 512
 
-static void dwconv_plane_f32(float *restrict out, const float *restrict xg, int64_t Wg, int64_t OH,
-                             int64_t OW, const int64_t *restrict offs, const float *restrict w,
-                             int64_t nk, float bias)
+static void dwconv_plane_f32(float *restrict out, const float *restrict res, const float *restrict xg,
+                             int64_t Wg, int64_t OH, int64_t OW, const int64_t *restrict offs,
+                             const float *restrict w, int64_t nk, float bias, int act, float a, float b)
 {
     float acc[DW_CHUNK] __attribute__((aligned(64)));
     const int64_t nq = OH * Wg;
@@ -915,19 +1025,7 @@ static void dwconv_plane_f32(float *restrict out, const float *restrict xg, int6
         for (int64_t k = 0; k < nk; k++) {
             const float *restrict src = xg + offs[k] + q0;
             const float wk = w[k];
-#if USE_AVX512
-            /* explicit vectors with a masked tail: compilers fell back to scalar code
-             * for the short runs of small planes */
-            __m512 vw = _mm512_set1_ps(wk);
-            int64_t i = 0;
-            for (; i + 16 <= n; i += 16)
-                _mm512_store_ps(acc + i, _mm512_fmadd_ps(vw, _mm512_loadu_ps(src + i), _mm512_load_ps(acc + i)));
-            if (i < n) {
-                __mmask16 m = tail_mask(n - i);
-                _mm512_mask_store_ps(acc + i, m, _mm512_fmadd_ps(vw, _mm512_maskz_loadu_ps(m, src + i),
-                                                                 _mm512_maskz_load_ps(m, acc + i)));
-            }
-#elif USE_AVX2
+#if USE_AVX2
             __m256 vw = _mm256_set1_ps(wk);
             int64_t i = 0;
             for (; i + 8 <= n; i += 8)
@@ -949,7 +1047,10 @@ static void dwconv_plane_f32(float *restrict out, const float *restrict xg, int6
             q += run;
         }
     }
+    if (res || act != KILN_EPI_NONE)
+        epilogue_f32(out, res, NULL, OH * OW, act, a, b);
 }
+#endif
 
 /* ------------------------------------------------------------------ fused epilogue */
 
@@ -1065,6 +1166,10 @@ const kiln__cpu_kernels KTABLE = {
     .layer_norm_row_f32 = layer_norm_row_f32,
     .maxpool2x2_row_f32 = maxpool2x2_row_f32,
     .dwconv_plane_f32 = dwconv_plane_f32,
+#if USE_AVX512
+    .dwconv_s1_f32 = dwconv_s1_f32,
+    .dwconv_s1_maxk = DW_MAXK,
+#endif
     .epilogue_f32 = epilogue_f32,
     .sum_run_f32 = sum_run_f32,
     .sqdev_run_f32 = sqdev_run_f32,

@@ -2,10 +2,16 @@
  * backends/cpu/cpu-pool.c — the cpu backend's thread pool and its parallel-for.
  *
  * One pool per device context, created in open and joined in close, so the library
- * never runs threads nobody asked for. Workers sleep on a condition variable between
- * parallel regions (passive waiting): on a machine with as many threads as cores, a
- * worker that spins after a region steals the core from whoever runs next — OpenBLAS's
- * threads in particular, which made mixed workloads 2-4x slower in earlier measurements.
+ * never runs threads nobody asked for. Between parallel regions a worker first polls for
+ * a short while (KILN_CPU_SPIN_US, default 50 µs) and then sleeps on a condition
+ * variable. Sleeping at once made every region pay a futex wake-up and a context switch
+ * on both sides (the caller also slept until the last worker checked out): a network of
+ * many small layers, such as MobileNetV3 at about 150 regions a run, spent over a
+ * quarter of its time in the scheduler. Spinning without bound is no better: on a machine
+ * with as many threads as cores, a worker that spins after a region steals the core from
+ * whoever runs next (OpenBLAS's own threads when KILN_CPU_BLAS=openblas, the daemon's
+ * I/O loop), which made mixed workloads 2-4x slower in earlier measurements. The bound
+ * covers the executor's bookkeeping between two layers, not idle time between requests.
  *
  * A region hands out its jobs through a shared counter, so a slow worker delays only its
  * own job. The caller's thread takes part, so a pool of n threads starts n - 1 workers.
@@ -13,7 +19,9 @@
  * or a nested call from inside a job runs its jobs inline rather than waiting, which can
  * neither deadlock nor oversubscribe the cores.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "cpu-impl.h"
 
@@ -24,25 +32,83 @@ struct kiln__cpu_pool {
     pthread_cond_t wake;      /* workers wait here for a new generation */
     pthread_cond_t done;      /* the caller waits here for active == 0 */
     pthread_mutex_t region;   /* held by the thread running a parallel region */
-    uint64_t generation;
-    bool stop;
-    int active;               /* workers still inside the current region */
-    /* the current region */
+    int64_t spin_ns;          /* how long a waiting thread polls before it sleeps */
+    /* written under mu; also read without it by polling threads */
+    _Atomic uint64_t generation;
+    _Atomic bool stop;
+    _Atomic int active;       /* workers still inside the current region */
+    /* the current region: written under mu before generation moves */
     kiln__cpu_job_fn fn;
     void *arg;
     int njobs;
-    int next;                 /* next job to hand out, under mu */
+    _Atomic int next;         /* next job to hand out */
 };
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Poll until generation differs from seen (or stop is set), for at most spin_ns; true if it did.
+ * The clock is read every 64 polls, so it costs little next to the pauses. */
+static bool spin_for_generation(kiln__cpu_pool *p, uint64_t seen)
+{
+    if (p->spin_ns <= 0)
+        return false;
+    int64_t until = 0;
+    for (unsigned i = 0;; i++) {
+        if (atomic_load_explicit(&p->generation, memory_order_acquire) != seen ||
+            atomic_load_explicit(&p->stop, memory_order_relaxed))
+            return true;
+        if ((i & 63) == 0) {
+            int64_t t = mono_ns();
+            if (!until)
+                until = t + p->spin_ns;
+            else if (t >= until)
+                return false;
+        }
+        cpu_relax();
+    }
+}
+
+/* The caller's side: poll until the workers have checked out, for at most spin_ns. */
+static bool spin_for_done(kiln__cpu_pool *p)
+{
+    int64_t until = 0;
+    for (unsigned i = 0;; i++) {
+        if (atomic_load_explicit(&p->active, memory_order_acquire) == 0)
+            return true;
+        if (p->spin_ns <= 0)
+            return false;
+        if ((i & 63) == 0) {
+            int64_t t = mono_ns();
+            if (!until)
+                until = t + p->spin_ns;
+            else if (t >= until)
+                return false;
+        }
+        cpu_relax();
+    }
+}
 
 /* Set on pool workers so that a job which itself asks for parallelism runs inline. */
 static _Thread_local bool in_worker;
 
-static int take_job(kiln__cpu_pool *p)
+static int take_job(kiln__cpu_pool *p, int njobs)
 {
-    pthread_mutex_lock(&p->mu);
-    int j = p->next < p->njobs ? p->next++ : -1;
-    pthread_mutex_unlock(&p->mu);
-    return j;
+    int j = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
+    return j < njobs ? j : -1;
 }
 
 static void *worker_main(void *argp)
@@ -50,24 +116,31 @@ static void *worker_main(void *argp)
     kiln__cpu_pool *p = argp;
     in_worker = true;
     uint64_t seen = 0;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
+        /* the polling phase; the region's fields were written before generation moved
+         * (release), so the acquire load that sees the move also sees them */
+        spin_for_generation(p, seen);
+        pthread_mutex_lock(&p->mu);
         while (!p->stop && p->generation == seen)
             pthread_cond_wait(&p->wake, &p->mu);
-        if (p->stop)
+        if (p->stop) {
+            pthread_mutex_unlock(&p->mu);
             break;
+        }
         seen = p->generation;
         kiln__cpu_job_fn fn = p->fn;
         void *arg = p->arg;
         int njobs = p->njobs;
         pthread_mutex_unlock(&p->mu);
-        for (int j; (j = take_job(p)) >= 0;)
+        for (int j; (j = take_job(p, njobs)) >= 0;)
             fn(arg, j, njobs);
+        /* under mu, so that a caller between its check of active and its wait cannot
+         * miss the signal */
         pthread_mutex_lock(&p->mu);
-        if (--p->active == 0)
+        if (atomic_fetch_sub_explicit(&p->active, 1, memory_order_acq_rel) == 1)
             pthread_cond_signal(&p->done);
+        pthread_mutex_unlock(&p->mu);
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -79,6 +152,12 @@ kiln__cpu_pool *kiln__cpu_pool_create(int nthreads)
     if (!p)
         return NULL;
     p->nthreads = nthreads;
+    p->spin_ns = 50 * 1000;
+    const char *env = getenv("KILN_CPU_SPIN_US");
+    if (env && *env) {
+        long v = strtol(env, NULL, 10);
+        p->spin_ns = v < 0 ? 0 : v > 100000 ? 100000 * 1000LL : v * 1000LL;
+    }
     pthread_mutex_init(&p->mu, NULL);
     pthread_mutex_init(&p->region, NULL);
     pthread_cond_init(&p->wake, NULL);
@@ -105,7 +184,7 @@ void kiln__cpu_pool_destroy(kiln__cpu_pool *p)
     if (!p)
         return;
     pthread_mutex_lock(&p->mu);
-    p->stop = true;
+    atomic_store(&p->stop, true);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->nthreads - 1; i++)
@@ -136,24 +215,27 @@ void kiln__cpu_pool_run(kiln__cpu_pool *p, int njobs, kiln__cpu_job_fn fn, void 
     p->fn = fn;
     p->arg = arg;
     p->njobs = njobs;
-    p->next = 0;
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
     /* Every worker wakes for a generation and must check out, even if it finds no job
      * left; counting all of them keeps the bookkeeping simple. */
-    p->active = p->nthreads - 1;
-    p->generation++;
+    atomic_store_explicit(&p->active, p->nthreads - 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+    /* no system call when every worker is still polling */
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
 
     bool was = in_worker;
     in_worker = true; /* nested regions from the caller's own jobs run inline */
-    for (int j; (j = take_job(p)) >= 0;)
+    for (int j; (j = take_job(p, njobs)) >= 0;)
         fn(arg, j, njobs);
     in_worker = was;
 
-    pthread_mutex_lock(&p->mu);
-    while (p->active > 0)
-        pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    if (!spin_for_done(p)) {
+        pthread_mutex_lock(&p->mu);
+        while (atomic_load_explicit(&p->active, memory_order_acquire) > 0)
+            pthread_cond_wait(&p->done, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+    }
     pthread_mutex_unlock(&p->region);
 }
 
