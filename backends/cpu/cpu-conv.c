@@ -297,6 +297,21 @@ static void dconv_pad(void *argp, int64_t b, int64_t e)
             memset(dst + (d->ph + d->H) * Wp, 0, (size_t)((d->Hg - d->ph - d->H) * Wp) * sizeof(float));
             continue;
         }
+        if (s == 2 && d->k->pad_row_s2_f32) {
+            for (int64_t a = 0; a < 2; a++) {
+                float *p0 = dst + (a * 2) * d->pp, *p1 = p0 + d->pp;
+                for (int64_t i = 0; i < d->Hg; i++) {
+                    int64_t h = 2 * i + a - d->ph;
+                    if (h < 0 || h >= d->H) {
+                        memset(p0 + i * d->Wg, 0, (size_t)d->Wg * sizeof(float));
+                        memset(p1 + i * d->Wg, 0, (size_t)d->Wg * sizeof(float));
+                    } else {
+                        d->k->pad_row_s2_f32(p0 + i * d->Wg, p1 + i * d->Wg, src + h * d->W, d->W, d->pw, d->Wg);
+                    }
+                }
+            }
+            continue;
+        }
         for (int64_t a = 0; a < s; a++)
             for (int64_t bb = 0; bb < s; bb++) {
                 float *ph = dst + (a * s + bb) * d->pp;
@@ -358,6 +373,7 @@ static void dconv_tiles(void *argp, int64_t b, int64_t e)
     /* the runs of a tile that are real outputs (grid columns below OW), found once per
      * tile and reused for its 8 channels: [offset in tile, offset in plane, length] */
     int64_t seg[DT_QMAX][3];
+    const conv_ep none = {NULL, KILN_EPI_NONE, 0.0f, 0.0f}, *ep = d->ep ? d->ep : &none;
     const int64_t ntall = d->N * d->ntile, wrs = d->Ci * d->nk, nfull = d->Co / TO;
     for (int64_t jt = b; jt < e; jt++) {
         int64_t t = d->wmajor ? jt % ntall : jt / d->nobg, g = d->wmajor ? jt / ntall : jt % d->nobg;
@@ -384,36 +400,26 @@ static void dconv_tiles(void *argp, int64_t b, int64_t e)
             const float *wb = ob < nfull ? d->w + ob * TO * wrs : d->wpack;
             if (d->rows && d->Wg == d->OW) {
                 /* every grid position is an output: the kernel stores them in place */
-                d->k->conv_tile_rows_f32(d->out + (n * d->Co + ob * TO) * osz + q0, osz,
-                                         d->bias ? d->bias + ob * TO : NULL, (int)jn, xq, d->cs, d->Ci,
-                                         d->offs, d->nk, wb, wrs, nq);
-                if (d->ep)
-                    /* the rows just stored are still in L1 */
-                    for (int64_t j = 0; j < jn; j++) {
-                        int64_t at = (n * d->Co + ob * TO + j) * osz + q0;
-                        d->k->epilogue_f32(d->out + at, d->ep->res ? d->ep->res + at : NULL, NULL, nq,
-                                           d->ep->act, d->ep->a, d->ep->b);
-                    }
+                int64_t at = (n * d->Co + ob * TO) * osz + q0;
+                d->k->conv_tile_rows_f32(d->out + at, osz, d->bias ? d->bias + ob * TO : NULL, (int)jn, xq, d->cs,
+                                         d->Ci, d->offs, d->nk, wb, wrs, nq, ep->res ? ep->res + at : NULL, ep->act,
+                                         ep->a, ep->b);
                 continue;
             }
             if (!d->rows)
                 d->k->conv_tile_f32(tile, xq, d->cs, d->Ci, d->offs, d->nk, d->wpack + ob * wrs * TO, nq);
             else
-                d->k->conv_tile_rows_f32(tile, TQ, NULL, (int)TO, xq, d->cs, d->Ci, d->offs, d->nk, wb, wrs, nq);
+                d->k->conv_tile_rows_f32(tile, TQ, NULL, (int)TO, xq, d->cs, d->Ci, d->offs, d->nk, wb, wrs, nq, NULL,
+                                         KILN_EPI_NONE, 0.0f, 0.0f);
             for (int64_t j = 0; j < jn; j++) {
                 int64_t o = ob * TO + j;
                 float bv = d->bias ? d->bias[o] : 0.0f;
                 float *plane = d->out + (n * d->Co + o) * d->OH * d->OW;
                 const float *src = tile + j * TQ;
                 for (int s = 0; s < nseg; s++) {
-                    float *restrict dst = plane + seg[s][1];
-                    const float *restrict s2 = src + seg[s][0];
-                    for (int64_t i = 0; i < seg[s][2]; i++)
-                        dst[i] = s2[i] + bv;
-                    if (d->ep) {
-                        const float *r = d->ep->res ? d->ep->res + (dst - d->out) : NULL;
-                        d->k->epilogue_f32(dst, r, NULL, seg[s][2], d->ep->act, d->ep->a, d->ep->b);
-                    }
+                    float *dst = plane + seg[s][1];
+                    d->k->bias_act_f32(dst, src + seg[s][0], seg[s][2], bv, ep->res ? ep->res + (dst - d->out) : NULL,
+                                       ep->act, ep->a, ep->b);
                 }
             }
         }

@@ -89,10 +89,11 @@ typedef struct kiln__cpu_kernels {
     /* The same sums with channel j's weights read in place from w + j·wrs, (c, k) at
      * c·nk + k (an [O, C, KH, KW] tensor needs no packing), and rows j < nrows stored
      * at out + j·ostride, plus bias[j] when bias is not NULL, in their first nq lanes
-     * only. Present with conv_tile_f32. */
+     * only, then res[j·ostride + i] added (res optional) and the activation act (a
+     * kiln_epilogue_act, as epilogue_f32) applied. Present with conv_tile_f32. */
     void (*conv_tile_rows_f32)(float *out, int64_t ostride, const float *bias, int nrows, const float *x,
                                int64_t cstride, int64_t C, const int64_t *offs, int64_t nk, const float *w,
-                               int64_t wrs, int nq);
+                               int64_t wrs, int nq, const float *res, int act, float alpha, float beta);
     int conv_tile_o, conv_tile_q;
     /* The channel-vectorized tile (cpu-conv.c, packed path): for CV_NP = 14 positions
      * whose input offsets are pos[i] and 32 output channels, the sum over c < C and
@@ -110,6 +111,10 @@ typedef struct kiln__cpu_kernels {
      * and beta. In every table. */
     void (*epilogue_f32)(float *o, const float *res, const float *bias, int64_t n, int act, float alpha,
                          float beta);
+    /* A tile's run into its plane in one pass: o[i] = act((src[i] + bias) + res[i]), res
+     * optional, with the roundings of a bias add followed by epilogue_f32. In every table. */
+    void (*bias_act_f32)(float *o, const float *src, int64_t n, float bias, const float *res, int act, float alpha,
+                         float beta);
     /* One output plane of a depthwise convolution (cpu-conv.c): out[oh·OW + ow] =
      * act(bias + sum over k < nk of w[k] · xg[offs[k] + oh·Wg + ow] + res[oh·OW + ow]),
      * the taps added in k order with one rounding each, res optional, act as
@@ -126,6 +131,10 @@ typedef struct kiln__cpu_kernels {
                           int64_t OW, int64_t KH, int64_t KW, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
                           const float *w, float bias, int act, float a, float b);
     int64_t dwconv_s1_maxk;
+    /* One input row of W floats into the two column phases of a stride-2 padded grid
+     * (cpu-conv.c): ph0[j] = X(2j - pw), ph1[j] = X(2j + 1 - pw) for j < Wg, X(w) =
+     * src[w] for 0 <= w < W and 0 elsewhere. NULL in tables without it. */
+    void (*pad_row_s2_f32)(float *ph0, float *ph1, const float *src, int64_t W, int64_t pw, int64_t Wg);
     /* The sum of a contiguous run, and the sum of its squared deviations from c, both in
      * double over eight lanes in a fixed order, so every table gives the same bits
      * (cpu-reduce.c's f32 path). In every table. */

@@ -616,6 +616,13 @@ static void maxpool2x2_row_f32(float *restrict o, const float *restrict r0,
 
 /* ------------------------------------------------------------------ direct convolution tile */
 
+/* defined with the fused epilogue below; the convolution tiles apply it as they store */
+static void epilogue_f32(float *restrict o, const float *restrict res, const float *restrict bias, int64_t n,
+                         int act, float a, float b);
+#if USE_AVX512
+static inline __m512 epi_act512(__m512 v, int act, float a, float b);
+#endif
+
 #if USE_AVX512
 /* One tile of a stride-1 convolution computed straight from a zero-padded image, with
  * no column matrix: 8 output channels × 48 consecutive positions q of the padded grid
@@ -684,16 +691,29 @@ static void conv_tile_f32(float *restrict tile, const float *restrict x, int64_t
         if ((j) < nrows) {                                                            \
             __m512 bj = bias ? _mm512_set1_ps(bias[j]) : _mm512_setzero_ps();         \
             float *o = out + (j) * ostride;                                           \
-            _mm512_mask_storeu_ps(o, m0, _mm512_add_ps(a##j##0, bj));                 \
-            _mm512_mask_storeu_ps(o + 16, m1, _mm512_add_ps(a##j##1, bj));            \
-            _mm512_mask_storeu_ps(o + 32, m2, _mm512_add_ps(a##j##2, bj));            \
+            __m512 s0 = _mm512_add_ps(a##j##0, bj), s1 = _mm512_add_ps(a##j##1, bj);  \
+            __m512 s2 = _mm512_add_ps(a##j##2, bj);                                   \
+            if (res) {                                                                \
+                const float *rr = res + (j) * ostride;                                \
+                s0 = _mm512_add_ps(s0, _mm512_maskz_loadu_ps(m0, rr));                \
+                s1 = _mm512_add_ps(s1, _mm512_maskz_loadu_ps(m1, rr + 16));           \
+                s2 = _mm512_add_ps(s2, _mm512_maskz_loadu_ps(m2, rr + 32));           \
+            }                                                                         \
+            if (act != KILN_EPI_NONE) {                                               \
+                s0 = epi_act512(s0, act, ea, eb);                                     \
+                s1 = epi_act512(s1, act, ea, eb);                                     \
+                s2 = epi_act512(s2, act, ea, eb);                                     \
+            }                                                                         \
+            _mm512_mask_storeu_ps(o, m0, s0);                                         \
+            _mm512_mask_storeu_ps(o + 16, m1, s1);                                    \
+            _mm512_mask_storeu_ps(o + 32, m2, s2);                                    \
         }                                                                             \
     } while (0)
 
 static void conv_tile_rows_f32(float *restrict out, int64_t ostride, const float *restrict bias, int nrows,
                                const float *restrict x, int64_t cstride, int64_t C,
                                const int64_t *restrict offs, int64_t nk, const float *restrict w,
-                               int64_t wrs, int nq)
+                               int64_t wrs, int nq, const float *restrict res, int act, float ea, float eb)
 {
     __mmask16 m0 = nq >= 16 ? (__mmask16)0xffff : tail_mask(nq);
     __mmask16 m1 = nq >= 32 ? (__mmask16)0xffff : nq > 16 ? tail_mask(nq - 16) : 0;
@@ -872,7 +892,7 @@ static void conv_tile_f32(float *restrict tile, const float *restrict x, int64_t
 static void conv_tile_rows_f32(float *restrict out, int64_t ostride, const float *restrict bias, int nrows,
                                const float *restrict x, int64_t cstride, int64_t C,
                                const int64_t *restrict offs, int64_t nk, const float *restrict w,
-                               int64_t wrs, int nq)
+                               int64_t wrs, int nq, const float *restrict res, int act, float ea, float eb)
 {
     __m256i m0 = lane_mask8(nq), m1 = lane_mask8(nq - 8), m2 = lane_mask8(nq - 16);
     C8_DECL(0); C8_DECL(1); C8_DECL(2); C8_DECL(3);
@@ -888,13 +908,35 @@ static void conv_tile_rows_f32(float *restrict out, int64_t ostride, const float
         }
     }
     C8R_STORE(0); C8R_STORE(1); C8R_STORE(2); C8R_STORE(3);
+    if (res || act != KILN_EPI_NONE)
+        for (int j = 0; j < nrows && j < 4; j++)
+            epilogue_f32(out + j * ostride, res ? res + j * ostride : NULL, NULL, nq, act, ea, eb);
 }
 #endif
 
-/* ------------------------------------------------------------------ depthwise convolution */
+/* A run of a tile into its output plane: o[i] = act((src[i] + bias) + res[i]), res
+ * optional, the roundings of the separate bias add and epilogue_f32, in one pass. */
+static void bias_act_f32(float *restrict o, const float *restrict src, int64_t n, float bias,
+                         const float *restrict res, int act, float a, float b)
+{
+#if USE_AVX512
+    const __m512 vb = _mm512_set1_ps(bias);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n - i < 16 ? n - i : 16);
+        __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, src + i), vb);
+        if (res)
+            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, res + i));
+        _mm512_mask_storeu_ps(o + i, m, epi_act512(v, act, a, b));
+    }
+#else
+    for (int64_t i = 0; i < n; i++)
+        o[i] = src[i] + bias;
+    if (res || act != KILN_EPI_NONE)
+        epilogue_f32(o, res, NULL, n, act, a, b);
+#endif
+}
 
-static void epilogue_f32(float *restrict o, const float *restrict res, const float *restrict bias, int64_t n,
-                         int act, float a, float b);
+/* ------------------------------------------------------------------ depthwise convolution */
 
 /* One output plane of a depthwise convolution from its input plane, zero-padded and split
  * into stride phases (cpu-conv.c): out[oh·OW + ow] = act(bias + sum over k < nk of
@@ -943,6 +985,28 @@ static void dwconv_plane_f32(float *restrict out, const float *restrict res, con
         for (; oh < OH; oh++)
             dw_rows512(out + oh * OW + c0, rs ? rs + oh * OW : NULL, xg + oh * Wg + c0, Wg, OW, offs, w, nk, vb, m,
                        act, a, b, 1);
+    }
+}
+
+/* One input row into the two column phases of a stride-2 grid: ph0[j] = X(2j - pw),
+ * ph1[j] = X(2j + 1 - pw) for j < Wg, X(w) = src[w] inside 0..W-1 and 0 outside. Two
+ * masked loads and two lane permutations per 16 outputs of each phase, where the plain
+ * loop moved one float at a time. */
+static void pad_row_s2_f32(float *restrict ph0, float *restrict ph1, const float *restrict src, int64_t W,
+                           int64_t pw, int64_t Wg)
+{
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+    for (int64_t j = 0; j < Wg; j += 16) {
+        const int64_t w0 = 2 * j - pw;
+        /* lanes l of the 32 inputs w0 + l that lie inside the row */
+        int64_t lo = w0 < 0 ? -w0 : 0, hi = W - w0 < 32 ? W - w0 : 32;
+        uint32_t in = hi > lo ? (uint32_t)(((hi >= 32 ? ~0ull : (1ull << hi) - 1)) & ~((1ull << lo) - 1)) : 0;
+        __m512 a = _mm512_maskz_loadu_ps((__mmask16)in, src + w0);
+        __m512 b = _mm512_maskz_loadu_ps((__mmask16)(in >> 16), src + w0 + 16);
+        const __mmask16 m = tail_mask(Wg - j < 16 ? Wg - j : 16);
+        _mm512_mask_storeu_ps(ph0 + j, m, _mm512_permutex2var_ps(a, ev, b));
+        _mm512_mask_storeu_ps(ph1 + j, m, _mm512_permutex2var_ps(a, od, b));
     }
 }
 
@@ -1169,8 +1233,10 @@ const kiln__cpu_kernels KTABLE = {
 #if USE_AVX512
     .dwconv_s1_f32 = dwconv_s1_f32,
     .dwconv_s1_maxk = DW_MAXK,
+    .pad_row_s2_f32 = pad_row_s2_f32,
 #endif
     .epilogue_f32 = epilogue_f32,
+    .bias_act_f32 = bias_act_f32,
     .sum_run_f32 = sum_run_f32,
     .sqdev_run_f32 = sqdev_run_f32,
 #if USE_AVX512
