@@ -699,10 +699,10 @@ static void cvconv_tiles(void *argp, int64_t b, int64_t e)
 {
     const cvconv *cv = argp;
     const dconv *d = &cv->d;
-    const int64_t per_block = d->N * cv->ntile, wblk = d->Ci * d->nk * CV_NO;
+    const int64_t per_image = cv->nob * cv->ntile, wblk = d->Ci * d->nk * CV_NO;
     const conv_ep none = {NULL, KILN_EPI_NONE, 0.0f, 0.0f}, *ep = d->ep ? d->ep : &none;
     for (int64_t jt = b; jt < e; jt++) {
-        int64_t ob = jt / per_block, r = jt % per_block, n = r / cv->ntile, t = r % cv->ntile;
+        int64_t n = jt / per_image, r = jt % per_image, ob = r / cv->ntile, t = r % cv->ntile;
         const float *xq = (d->inplace ? d->x : d->xp) + n * d->Ci * d->cs;
         int64_t q0 = t * CV_NP, nq = cv->osz - q0 < CV_NP ? cv->osz - q0 : CV_NP;
         int64_t jn = d->Co - ob * CV_NO < CV_NO ? d->Co - ob * CV_NO : CV_NO;
@@ -762,7 +762,11 @@ static bool cvconv_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const 
     cv.pin = pin;
     if (!d->inplace)
         kiln__cpu_parallel_for(ctx, d->N * d->Ci, 1 + 65536 / (d->cs + 1), dconv_pad, d);
-    /* channel blocks outermost: a job's run of tiles reuses one block's weights */
+    /* images outermost, then channel blocks: a job's run of tiles reuses one block's
+     * weights, and the blocks of one image re-read that image's input while it is still
+     * in the shared cache. Blocks outside images made a batch of 8 stream the whole
+     * batch's input (12.8 MB at 512 x 28x28) from memory once per block: up to 1.65x
+     * the per-image time of batch 1. */
     dconv_job_run(ctx, cv.nob * d->N * cv.ntile, cvconv_tiles, &cv);
     for (int i = 0; i < 3; i++)
         kiln__cpu_scratch_put(ctx, h[i]);

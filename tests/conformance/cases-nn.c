@@ -74,6 +74,16 @@ void conf_cases_linalg(void)
     mm_case(KILN_F32, KILN_SHAPE(3, 0), V_NONE, KILN_SHAPE(0, 4), V_NONE, "K = 0");
     mm_case(KILN_F32, KILN_SHAPE(0, 5), V_NONE, KILN_SHAPE(5, 4), V_NONE, "M = 0");
     mm_case(KILN_F32, KILN_SHAPE(1, 300), V_NONE, KILN_SHAPE(300, 70), V_NONE, "row vector");
+    /* one row or one column of C goes to gemv on cpu: every operand layout, and a B wide
+     * enough to be split across threads */
+    mm_case(KILN_F32, KILN_SHAPE(1, 300), V_T, KILN_SHAPE(300, 70), V_T, "row vector, both transposed");
+    mm_case(KILN_F32, KILN_SHAPE(1, 300), V_NONE, KILN_SHAPE(300, 70), V_T, "row vector, b transposed");
+    mm_case(KILN_F32, KILN_SHAPE(70, 300), V_NONE, KILN_SHAPE(300, 1), V_NONE, "column vector");
+    mm_case(KILN_F32, KILN_SHAPE(70, 300), V_T, KILN_SHAPE(300, 1), V_T, "column vector, both transposed");
+    mm_case(KILN_F32, KILN_SHAPE(1, 640), V_NONE, KILN_SHAPE(640, 520), V_T, "row vector, wide b");
+    mm_case(KILN_F32, KILN_SHAPE(2, 1, 640), V_NONE, KILN_SHAPE(640, 520), V_NONE, "row vectors, wide b");
+    mm_case(KILN_F64, KILN_SHAPE(1, 300), V_T, KILN_SHAPE(300, 70), V_NONE, "row vector, a transposed");
+    mm_case(KILN_F64, KILN_SHAPE(70, 300), V_NONE, KILN_SHAPE(300, 1), V_T, "column vector, b transposed");
     mm_case(KILN_F32, KILN_SHAPE(257, 300), V_NONE, KILN_SHAPE(300, 129), V_NONE, "large odd");
     mm_case(KILN_F32, KILN_SHAPE(6, 65, 130), V_T, KILN_SHAPE(130, 67), V_NONE, "large batched");
     /* cpu folds batches of stacked rows times one B into a single GEMM */
@@ -96,6 +106,7 @@ void conf_cases_linalg(void)
     }
     linear_case(KILN_F32, KILN_SHAPE(2, 5, 13), 9, true, V_T);
     linear_case(KILN_F32, KILN_SHAPE(13), 9, true, V_NONE);
+    linear_case(KILN_F32, KILN_SHAPE(1, 1024), 1000, true, V_NONE); /* a classifier at batch 1 */
     linear_case(KILN_F32, KILN_SHAPE(64, 256), 128, true, V_NONE);
 }
 
