@@ -156,6 +156,7 @@ typedef struct kiln__cpu_ctx {
     const kiln__cpu_kernels *k;
     int nthreads;
     bool blas_own_threads;   /* KILN_CPU_BLAS=openblas: OpenBLAS threads each call itself */
+    int conv_path;           /* KILN_CPU_CONV: 0 auto (cpu-conv.c cv_preferred), 1 packed, 2 direct */
 } kiln__cpu_ctx;
 
 /** C[M,N] = op(A) op(B) + beta C, row-major, f32 (dbl false) or f64 (cpu-gemm.c): large

@@ -20,6 +20,9 @@ static kiln_device *cpu_dev;
 
 static int group_setup(void **state)
 {
+    /* the packed tile on every layer it can serve, not only where the cpu backend's cost
+     * model would pick it: these tests are about its results */
+    setenv("KILN_CPU_CONV", "packed", 1);
     if (test_group_setup(state))
         return -1;
     cpu_dev = kiln_device_open("cpu");
