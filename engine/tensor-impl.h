@@ -41,6 +41,10 @@ typedef struct kiln_storage {
     /* Bumped by every engine write into existing memory (kiln__copy_into, kiln__fill, the
      * fused optimizer step), so a derived copy (a packed weight) can tell it is stale. */
     atomic_uint version;
+    /* The allocation hook that saw this storage made (its tag, 0 for none) and the
+     * number it gave it: the hook hears of the storage's death while it is installed. */
+    uint64_t hook_tag;
+    uint32_t hook_seq;
 } kiln_storage;
 
 struct kiln_tensor {
@@ -102,6 +106,28 @@ int kiln__missing(const kiln_device *dev, const char *op, const char *entry);
 static inline kiln_device *kiln__dev(const kiln_tensor *t) { return t->storage->dev; }
 static inline const kiln_backend_iface *kiln__be(const kiln_tensor *t) { return t->storage->dev->be; }
 static inline void *kiln__ctx(const kiln_tensor *t) { return t->storage->dev->ctx; }
+
+/* ------------------------------------------------ allocation hook (tensor.c) */
+
+/*
+ * A per-thread observer of storage allocations, for an executor that plans its memory
+ * (engine/onnx/onnx-arena.c). While installed on a thread, every fresh storage that
+ * thread makes on dev (host memory wrapped by kiln__alloc_wrapped excepted) first asks
+ * alloc(h, nbytes, &seq): a buffer it returns is used as the storage's buffer (it must
+ * come from dev's buffer_wrap_host), NULL means a regular buffer_alloc. When freed is set
+ * the storage remembers (tag, seq), and its death on this thread while h is still
+ * installed calls freed(h, seq). tag must be nonzero and never reused, so a storage
+ * from an earlier hook dying under a later one is not mistaken for its own.
+ */
+typedef struct kiln__alloc_hook kiln__alloc_hook;
+struct kiln__alloc_hook {
+    const kiln_device *dev;
+    uint64_t tag;
+    kiln_buffer *(*alloc)(kiln__alloc_hook *h, size_t nbytes, uint32_t *seq);
+    void (*freed)(kiln__alloc_hook *h, uint32_t seq);
+};
+/** Install h (NULL: none) on the calling thread; returns the hook it replaces. */
+kiln__alloc_hook *kiln__alloc_hook_swap(kiln__alloc_hook *h);
 
 /* ------------------------------------------------------- shared internal ops */
 

@@ -201,6 +201,20 @@ int kiln__missing(const kiln_device *dev, const char *op, const char *entry)
 
 /* --------------------------------------------------------------- construction */
 
+/* The allocation hook (tensor-impl.h). Per-thread state is what the engine otherwise
+ * avoids; it is acceptable here because the one user installs it around a single call
+ * (kiln_onnx_run) on the thread that makes every allocation it wants to see, and removes
+ * it before returning, so no other thread and no other call can observe it. Unset, it
+ * costs one thread-local load per allocation and one field test per storage death. */
+static _Thread_local kiln__alloc_hook *alloc_hook;
+
+kiln__alloc_hook *kiln__alloc_hook_swap(kiln__alloc_hook *h)
+{
+    kiln__alloc_hook *old = alloc_hook;
+    alloc_hook = h;
+    return old;
+}
+
 /* The one place storages are made. wrap_ptr NULL: a fresh backend buffer; otherwise a
  * buffer over the caller's host memory (see kiln__alloc_wrapped). */
 static kiln_tensor *alloc_impl(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
@@ -244,8 +258,18 @@ static kiln_tensor *alloc_impl(kiln_device *dev, kiln_dtype dt, int ndim, const 
     }
     /* Empty tensors still get a (tiny) buffer so backends never see a NULL handle. */
     kiln_error_clear();
-    st->buf = wrap_ptr ? dev->be->buffer_wrap_host(dev->ctx, wrap_ptr, nbytes, release, release_ud)
-                       : dev->be->buffer_alloc(dev->ctx, nbytes ? nbytes : 1);
+    kiln__alloc_hook *hook = wrap_ptr ? NULL : alloc_hook;
+    if (hook && hook->dev == dev) {
+        uint32_t seq = 0;
+        st->buf = hook->alloc(hook, nbytes ? nbytes : 1, &seq);
+        if (hook->freed) {
+            st->hook_tag = hook->tag;
+            st->hook_seq = seq;
+        }
+    }
+    if (!st->buf)
+        st->buf = wrap_ptr ? dev->be->buffer_wrap_host(dev->ctx, wrap_ptr, nbytes, release, release_ud)
+                           : dev->be->buffer_alloc(dev->ctx, nbytes ? nbytes : 1);
     if (!st->buf) {
         char why[KILN_ERROR_MAX];
         snprintf(why, sizeof why, "%s", kiln_error()[0] ? kiln_error() : "out of device memory");
@@ -334,6 +358,8 @@ static void storage_release(kiln_storage *st)
 {
     if (atomic_fetch_sub(&st->refcount, 1) != 1)
         return;
+    if (st->hook_tag && alloc_hook && alloc_hook->tag == st->hook_tag && alloc_hook->freed)
+        alloc_hook->freed(alloc_hook, st->hook_seq);
     kiln_device *dev = st->dev;
     dev->be->buffer_free(dev->ctx, st->buf);
     free(st);

@@ -3,8 +3,9 @@
  * (plain structs owning their memory), the planned model, and the operator table.
  *
  * The decoder (onnx-proto.c) turns bytes into kiln__onnx_pmodel and never touches a
- * device; the loader (onnx-load.c) turns that into a kiln_onnx_model with tensors,
- * a node order and liveness; the executor (onnx-run.c) walks it; the onnx-ops-*.c files
+ * device; the loader (onnx-model.c) turns that into a kiln_onnx_model with tensors,
+ * a node order and liveness; the executor (onnx-model.c, with onnx-inplace.c and the
+ * activation arena of onnx-arena.c) walks it; the onnx-ops-*.c files
  * map each ONNX operator onto kiln tensor ops.
  */
 #ifndef KILN_ONNX_IMPL_H
@@ -154,6 +155,26 @@ int kiln__onnx_inplace_kind(const char *op_type);
  */
 int kiln__onnx_inplace(const kiln__onnx_node *n, int kind, int nin, kiln_tensor *const *in, const bool *dies,
                        int *consumed);
+
+/* The planned activation arena (onnx-arena.c): a model's plans per input signature and
+ * its block of memory. */
+typedef struct kiln__onnx_arenas kiln__onnx_arenas;
+typedef struct kiln__onnx_arena_run kiln__onnx_arena_run;
+/* NULL with a message when out of memory. */
+kiln__onnx_arenas *kiln__onnx_arenas_new(bool enabled);
+void kiln__onnx_arenas_free(kiln__onnx_arenas *a);
+int kiln__onnx_arenas_stats(kiln__onnx_arenas *a, kiln_onnx_arena_stats *out);
+/* Called by a run on dev with its n inputs (in the model's input order), asking for nout
+ * outputs, before it
+ * allocates anything: records or follows the signature's plan until kiln__onnx_arena_end,
+ * on this thread. NULL (and nothing to end) when the run goes without the arena: grad
+ * mode on, disabled, a device that is not host memory, another run holding it. */
+kiln__onnx_arena_run *kiln__onnx_arena_begin(kiln__onnx_arenas *a, kiln_device *dev, int n,
+                                             kiln_tensor *const *in, int nout);
+/* After the run has released every intermediate; ok: the run succeeded, and out holds
+ * its nout results (a recording tells an allocation made for a result, made every run,
+ * from one something kept, made once). */
+void kiln__onnx_arena_end(kiln__onnx_arena_run *r, bool ok, int nout, kiln_tensor *const *out);
 
 /* Attribute helpers (onnx-attr.c). */
 const kiln__onnx_attr *kiln__onnx_attr_get(const kiln__onnx_node *n, const char *name);

@@ -60,6 +60,7 @@ struct kiln_onnx_model {
     double *prof_ms;
     int prof_runs;
     bool prof_nodes;
+    kiln__onnx_arenas *arenas;   /* the planned activation arena (onnx-arena.c) */
 };
 
 static double now_ms(void) {
@@ -97,7 +98,8 @@ static void print_profile(const kiln_onnx_model *m) {
 }
 
 kiln_onnx_options kiln_onnx_options_default(void) {
-    return (kiln_onnx_options){.fold_batchnorm = true, .fuse_epilogues = true, .max_file_bytes = 0};
+    return (kiln_onnx_options){.fold_batchnorm = true, .fuse_epilogues = true, .max_file_bytes = 0,
+                                 .arena = true};
 }
 
 /* ------------------------------------------------------------- value names */
@@ -612,6 +614,10 @@ static kiln_onnx_model *load_bytes(const uint8_t *buf, size_t len, const char *p
     m->pm = pm;
     m->dev = dev;
     if (plan(m, &o)) { kiln_onnx_free(m); return NULL; }
+    const char *arena = getenv("KILN_ONNX_ARENA");
+    if (arena && *arena) o.arena = strcmp(arena, "0") != 0;
+    m->arenas = kiln__onnx_arenas_new(o.arena);
+    if (!m->arenas) { kiln_onnx_free(m); return NULL; }
     const char *prof = getenv("KILN_ONNX_PROFILE");
     if (prof && *prof && strcmp(prof, "0")) m->prof_ms = calloc((size_t)m->nnodes + 1, sizeof *m->prof_ms);
     m->prof_nodes = prof && !strcmp(prof, "nodes");
@@ -664,7 +670,13 @@ void kiln_onnx_free(kiln_onnx_model *m) {
     free(m->nodes); free(m->vnames); free(m->vowned); free(m->consts); free(m->last_use);
     free(m->input_vals); free(m->input_info); free(m->output_vals); free(m->param_vals);
     kiln__onnx_pmodel_free(m->pm);
+    kiln__onnx_arenas_free(m->arenas);
     free(m);
+}
+
+int kiln_onnx_arena_stats_get(kiln_onnx_model *m, kiln_onnx_arena_stats *out) {
+    if (!m || !out) return kiln__error_set("onnx: arena_stats_get: NULL argument");
+    return kiln__onnx_arenas_stats(m->arenas, out);
 }
 
 /* --------------------------------------------------------------- running */
@@ -677,14 +689,20 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
         return kiln__error_set("onnx: run: %d outputs asked, the graph has %d", noutputs, m->noutputs);
     for (int i = 0; i < noutputs; i++) out[i] = NULL;
     kiln_tensor **vals = calloc((size_t)m->nvalues + 1, sizeof *vals);
-    if (!vals) return kiln__error_set("onnx: out of memory");
+    kiln_tensor **given = calloc((size_t)m->ninputs + 1, sizeof *given);
+    kiln__onnx_arena_run *arena = NULL;
     int rc = -1;
+    if (!vals || !given) { kiln__error_set("onnx: out of memory"); goto out; }
     for (int i = 0; i < m->ninputs; i++) {
         const char *name = m->vnames[m->input_vals[i]];
-        kiln_tensor *t = NULL;
         for (int j = 0; j < ninputs; j++)
-            if (input_names[j] && !strcmp(input_names[j], name)) t = inputs[j];
-        if (!t) { kiln__error_set("onnx: run: input '%s' not given", name); goto out; }
+            if (input_names[j] && !strcmp(input_names[j], name)) given[i] = inputs[j];
+        if (!given[i]) { kiln__error_set("onnx: run: input '%s' not given", name); goto out; }
+    }
+    /* from here every allocation on the device is recorded or placed by a plan */
+    arena = kiln__onnx_arena_begin(m->arenas, m->dev, m->ninputs, given, noutputs);
+    for (int i = 0; i < m->ninputs; i++) {
+        kiln_tensor *t = given[i];
         vals[m->input_vals[i]] = kiln_tensor_device(t) == m->dev ? kiln_tensor_retain(t) : kiln_to_device(t, m->dev);
         if (kiln_tensor_device(t) != m->dev && vals[m->input_vals[i]]) kiln_keep(vals[m->input_vals[i]]);
         if (!vals[m->input_vals[i]]) goto out;
@@ -743,11 +761,13 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
     m->prof_runs++;
     rc = 0;
 out:
-    for (int v = 0; v < m->nvalues; v++)
+    for (int v = 0; vals && v < m->nvalues; v++)
         if (!m->consts[v]) kiln_tensor_release(vals[v]);
-    free(vals);
     if (rc)
         for (int i = 0; i < noutputs; i++) { kiln_tensor_release(out[i]); out[i] = NULL; }
+    kiln__onnx_arena_end(arena, rc == 0, noutputs, out);
+    free(vals);
+    free(given);
     return rc;
 }
 

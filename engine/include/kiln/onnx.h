@@ -25,7 +25,8 @@
  * run the model with grad mode on, take a loss and call kiln_backward. Load with
  * fold_batchnorm = false when the exact initializers must stay addressable by name.
  *
- * Threads: a model may be run from one thread at a time.
+ * Threads: a model may be run from one thread at a time. (The activation arena itself
+ * is taken by one run at a time; a run that finds it taken runs without it.)
  */
 #ifndef KILN_ONNX_H
 #define KILN_ONNX_H
@@ -57,6 +58,14 @@ typedef struct kiln_onnx_options {
     bool fuse_epilogues;
     /** The largest model file accepted, in bytes (0: 2 GiB). */
     size_t max_file_bytes;
+    /** Planned activation arena: the first run without grad of an input signature
+     *  (the dtypes and shapes of all inputs) records its intermediate allocations, and
+     *  later runs of that signature without grad place them at planned offsets in one
+     *  block of host memory, lifetimes that overlap never sharing bytes. Only on devices
+     *  whose buffers are host memory; never while autodiff records. Outputs are the
+     *  caller's own memory as without it. KILN_ONNX_ARENA=0 or 1 in the environment at
+     *  load overrides this. See docs/onnx.md. */
+    bool arena;
 } kiln_onnx_options;
 
 kiln_onnx_options kiln_onnx_options_default(void);
@@ -99,6 +108,23 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
  */
 int kiln_onnx_infer_shapes(kiln_onnx_model *m, int64_t sym_value, int noutputs, int *ndims,
                            int64_t (*shapes)[KILN_MAX_DIMS]);
+
+/** What the activation arena (kiln_onnx_options.arena) has done for a model. */
+typedef struct kiln_onnx_arena_stats {
+    bool enabled;            /* the option, after KILN_ONNX_ARENA */
+    int plans;               /* input signatures with a plan now (at most 4, least recently used dropped) */
+    uint64_t recorded;       /* runs that recorded a plan */
+    uint64_t replayed;       /* runs that placed their intermediates by a plan to the end */
+    uint64_t dropped;        /* runs that found their plan did not fit and dropped it */
+    /* The plan the latest run recorded or followed: */
+    int allocs;              /* allocations it places (those outliving the run excluded) */
+    size_t planned_bytes;    /* its arena size */
+    size_t alloc_bytes;      /* the sum of those allocations' sizes (64-byte rounded) */
+    size_t reserved_bytes;   /* arena memory the model holds now */
+} kiln_onnx_arena_stats;
+
+/** Fill *out for m. 0, or -1 with a message on NULL arguments. */
+int kiln_onnx_arena_stats_get(kiln_onnx_model *m, kiln_onnx_arena_stats *out);
 
 /** Number of initializers (weights) the model holds, and the i-th name and tensor
  *  (borrowed: valid until kiln_onnx_free). */
