@@ -342,6 +342,12 @@ typedef struct kiln_backend_iface {
      *  memory. ptr is aligned to 64 bytes and writable (copy-on-write mappings are). */
     kiln_buffer *(*buffer_wrap_host)(void *ctx, void *ptr, size_t nbytes, void (*release)(void *),
                                      void *release_ud);
+    /** Hand buffers the backend keeps for reuse (freed by the engine, not in use) back to
+     *  the system, largest first, until at least `bytes` are released or none are left;
+     *  returns the bytes released. For a caller that has taken a workload's memory over
+     *  itself (the ONNX executor's activation arena), so that the same memory is not
+     *  held twice. Optional. */
+    size_t (*buffer_trim)(void *ctx, size_t bytes);
 
     /* --- fused optimizer updates (optional: the front end composes them from the
      * elementwise primitives when NULL, as it does for the remote backend). */

@@ -146,6 +146,31 @@ void kiln__cpu_buffer_put(kiln__cpu_ctx *ctx, struct kiln_buffer *b)
         release_block(b);
 }
 
+size_t kiln__cpu_alloc_trim(kiln__cpu_ctx *ctx, size_t bytes)
+{
+    kiln__cpu_alloc *a = &ctx->alloc;
+    struct kiln_buffer *out = NULL;
+    size_t released = 0;
+    pthread_mutex_lock(&a->mu);
+    for (int c = KILN_CPU_NCLASSES - 1; c >= 0 && released < bytes; c--)
+        while (a->free_list[c] && released < bytes) {
+            struct kiln_buffer *b = a->free_list[c];
+            a->free_list[c] = b->next;
+            a->cached_bytes -= b->cap;
+            released += b->cap;
+            b->next = out;
+            out = b;
+        }
+    pthread_mutex_unlock(&a->mu);
+    /* the system calls outside the lock */
+    while (out) {
+        struct kiln_buffer *next = out->next;
+        release_block(out);
+        out = next;
+    }
+    return released;
+}
+
 void *kiln__cpu_scratch_get(kiln__cpu_ctx *ctx, size_t nbytes, struct kiln_buffer **handle)
 {
     struct kiln_buffer *b = kiln__cpu_buffer_get(ctx, nbytes ? nbytes : 1);

@@ -137,6 +137,11 @@ static void cpu_buffer_free(void *ctx, kiln_buffer *b)
     kiln__cpu_buffer_put(ctx, b);
 }
 
+static size_t cpu_buffer_trim(void *ctx, size_t bytes)
+{
+    return kiln__cpu_alloc_trim(ctx, bytes);
+}
+
 static kiln_buffer *cpu_buffer_wrap_host(void *ctx, void *ptr, size_t nbytes, void (*release)(void *),
                                          void *release_ud)
 {
@@ -455,6 +460,7 @@ static const kiln_backend_iface cpu_iface = {
     .buffer_download = cpu_buffer_download,
     .buffer_host_ptr = cpu_buffer_host_ptr,
     .buffer_wrap_host = cpu_buffer_wrap_host,
+    .buffer_trim = cpu_buffer_trim,
     .sync = cpu_sync,
     .fill = kiln__cpu_fill,
     .arange = kiln__cpu_arange,

@@ -171,6 +171,8 @@ void kiln__cpu_alloc_init(kiln__cpu_alloc *a);
 void kiln__cpu_alloc_fini(kiln__cpu_alloc *a);
 struct kiln_buffer *kiln__cpu_buffer_get(kiln__cpu_ctx *ctx, size_t nbytes);
 void kiln__cpu_buffer_put(kiln__cpu_ctx *ctx, struct kiln_buffer *b);
+/** Release parked buffers, largest first, until at least bytes are gone; returns how many. */
+size_t kiln__cpu_alloc_trim(kiln__cpu_ctx *ctx, size_t bytes);
 /** Scratch memory from the pool (64-byte aligned); release with kiln__cpu_scratch_put. */
 void *kiln__cpu_scratch_get(kiln__cpu_ctx *ctx, size_t nbytes, struct kiln_buffer **handle);
 void kiln__cpu_scratch_put(kiln__cpu_ctx *ctx, struct kiln_buffer *handle);

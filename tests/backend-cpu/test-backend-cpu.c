@@ -290,6 +290,58 @@ static bool run2(int rc, int rr, const char *what)
 
 #include "cases.inc"
 
+/* buffer_trim hands parked buffers back, largest first, and the pool still serves
+ * allocations afterwards; ref parks nothing, so it releases nothing. */
+static void trim_case(void)
+{
+    const size_t sizes[3] = {3u << 20, 1u << 20, 4096};
+    kiln_buffer *bufs[3];
+    for (int i = 0; i < 3; i++) {
+        bufs[i] = B[0]->buffer_alloc(CTX[0], sizes[i]);
+        checks++;
+        if (!bufs[i]) {
+            failures++;
+            fprintf(stderr, "FAIL trim: cannot allocate %zu bytes\n", sizes[i]);
+            return;
+        }
+    }
+    B[0]->buffer_trim(CTX[0], SIZE_MAX); /* start from an empty pool */
+    for (int i = 0; i < 3; i++)
+        B[0]->buffer_free(CTX[0], bufs[i]);
+    /* one byte asks for at least one buffer, the largest: 3 MiB rounds to its class */
+    size_t got = B[0]->buffer_trim(CTX[0], 1);
+    checks++;
+    if (got < sizes[0] || got >= sizes[0] + sizes[1]) {
+        failures++;
+        fprintf(stderr, "FAIL trim: asked for 1 byte, released %zu (want the 3 MiB buffer alone)\n", got);
+    }
+    size_t rest = B[0]->buffer_trim(CTX[0], SIZE_MAX);
+    checks++;
+    if (rest < sizes[1] + sizes[2]) {
+        failures++;
+        fprintf(stderr, "FAIL trim: the rest released %zu bytes, want at least %zu\n", rest, sizes[1] + sizes[2]);
+    }
+    checks++;
+    if (B[0]->buffer_trim(CTX[0], SIZE_MAX) != 0) {
+        failures++;
+        fprintf(stderr, "FAIL trim: an empty pool released something\n");
+    }
+    kiln_buffer *again = B[0]->buffer_alloc(CTX[0], sizes[0]);
+    checks++;
+    if (!again || !B[0]->buffer_host_ptr(CTX[0], again)) {
+        failures++;
+        fprintf(stderr, "FAIL trim: no allocation after trimming\n");
+    } else {
+        memset(B[0]->buffer_host_ptr(CTX[0], again), 1, sizes[0]);
+    }
+    B[0]->buffer_free(CTX[0], again);
+    checks++;
+    if (B[1]->buffer_trim(CTX[1], SIZE_MAX) != 0) {
+        failures++;
+        fprintf(stderr, "FAIL trim: ref released memory it never parks\n");
+    }
+}
+
 int main(void)
 {
     B[0] = kiln_backend_cpu();
@@ -302,6 +354,7 @@ int main(void)
         }
     }
     run_all();
+    trim_case();
     for (int b = 0; b < 2; b++)
         B[b]->close(CTX[b]);
     printf("backend-cpu: %d checks, %d failures, %d skipped (ref declined)\n", checks, failures,
