@@ -91,7 +91,9 @@ static void *cpu_open(int index)
     ctx->k = pick_kernels();
     /* which convolution tile serves the layers both can: for tests and measurements */
     const char *conv = getenv("KILN_CPU_CONV");
-    ctx->conv_path = conv && !strcmp(conv, "packed") ? 1 : conv && !strcmp(conv, "direct") ? 2 : 0;
+    ctx->conv_path = conv && !strcmp(conv, "packed")   ? KILN__CPU_CONV_PACKED
+                     : conv && !strcmp(conv, "direct") ? KILN__CPU_CONV_DIRECT
+                                                       : KILN__CPU_CONV_AUTO;
     const char *blas = getenv("KILN_CPU_BLAS");
     ctx->blas_own_threads = blas && strcmp(blas, "openblas") == 0;
     openblas_set_num_threads(ctx->blas_own_threads ? ctx->nthreads : 1);

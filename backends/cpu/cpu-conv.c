@@ -177,6 +177,9 @@ typedef struct conv_ep {
     float a, b;
 } conv_ep;
 
+/* the epilogue of a call that has none, so the tile loops need not test for NULL */
+static const conv_ep no_ep = {NULL, KILN_EPI_NONE, 0.0f, 0.0f};
+
 typedef struct bias_job {
     void *out;
     const void *bias;
@@ -373,7 +376,7 @@ static void dconv_tiles(void *argp, int64_t b, int64_t e)
     /* the runs of a tile that are real outputs (grid columns below OW), found once per
      * tile and reused for its 8 channels: [offset in tile, offset in plane, length] */
     int64_t seg[DT_QMAX][3];
-    const conv_ep none = {NULL, KILN_EPI_NONE, 0.0f, 0.0f}, *ep = d->ep ? d->ep : &none;
+    const conv_ep *ep = d->ep ? d->ep : &no_ep;
     const int64_t ntall = d->N * d->ntile, wrs = d->Ci * d->nk, nfull = d->Co / TO;
     for (int64_t jt = b; jt < e; jt++) {
         int64_t t = d->wmajor ? jt % ntall : jt / d->nobg, g = d->wmajor ? jt / ntall : jt % d->nobg;
@@ -595,7 +598,7 @@ static void dwconv_job(void *argp, int job, int njobs)
     dconv d = dw->d;
     float *xg = dw->scratch ? dw->scratch + job * dw->slot : NULL;
     const int64_t osz = d.OH * d.OW;
-    const conv_ep none = {NULL, KILN_EPI_NONE, 0.0f, 0.0f}, *ep = dw->ep ? dw->ep : &none;
+    const conv_ep *ep = dw->ep ? dw->ep : &no_ep;
     for (int64_t pl = dw->planes * job / njobs, pe = dw->planes * (job + 1) / njobs; pl < pe; pl++) {
         const float *xpl = dw->x + pl * d.H * d.W;
         if (!dw->s1) {
@@ -703,16 +706,17 @@ static bool dwconv_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const 
 #define CV_STORE_COST 33
 
 static bool cv_preferred(const kiln__cpu_ctx *ctx, int64_t Ci, int64_t Co, int64_t nk, int64_t OH, int64_t OW,
-                         int64_t Wg)
+                         int64_t W, int64_t pw, int64_t s)
 {
     const kiln__cpu_kernels *k = ctx->k;
-    if (ctx->conv_path == 1)
+    if (ctx->conv_path == KILN__CPU_CONV_PACKED)
         return true;
     const int64_t TO = k->conv_tile_o, TQ = k->conv_tile_q, K = Ci * nk, osz = OH * OW;
     if (!k->conv_tile_f32 || TO <= 0 || TQ <= 0 || (nk == 1 && osz < TQ)) /* no direct path there */
         return true;
-    if (ctx->conv_path == 2)
+    if (ctx->conv_path == KILN__CPU_CONV_DIRECT)
         return false;
+    const int64_t Wg = (W + 2 * pw + s - 1) / s; /* the direct tile's grid row, as dconv_grid */
     double direct = (double)((Co + TO - 1) / TO * TO) * (double)((OH * Wg + TQ - 1) / TQ * TQ) * (double)K;
     double packed = (double)((Co + CV_NO - 1) / CV_NO * CV_NO) * (double)((osz + CV_NP - 1) / CV_NP * CV_NP) *
                     (double)(K + CV_STORE_COST);
@@ -731,7 +735,7 @@ static void cvconv_tiles(void *argp, int64_t b, int64_t e)
     const cvconv *cv = argp;
     const dconv *d = &cv->d;
     const int64_t per_image = cv->nob * cv->ntile, wblk = d->Ci * d->nk * CV_NO;
-    const conv_ep none = {NULL, KILN_EPI_NONE, 0.0f, 0.0f}, *ep = d->ep ? d->ep : &none;
+    const conv_ep *ep = d->ep ? d->ep : &no_ep;
     for (int64_t jt = b; jt < e; jt++) {
         int64_t n = jt / per_image, r = jt % per_image, ob = r / cv->ntile, t = r % cv->ntile;
         const float *xq = (d->inplace ? d->x : d->xp) + n * d->Ci * d->cs;
@@ -757,8 +761,7 @@ static bool cvconv_ok(const kiln__cpu_ctx *ctx, const geom *g, bool dbl, const k
         if (g->out[i] != (g->in[i] + 2 * g->pad[i] - g->dil[i] * (g->k[i] - 1) - 1) / g->st[i] + 1)
             return false;
     return g->osz > 0 && g->C > 0 && g->O > 0 &&
-           cv_preferred(ctx, g->C, g->O, g->ksz, g->out[1], g->out[2],
-                        (g->in[2] + 2 * g->pad[2] + g->st[2] - 1) / g->st[2]);
+           cv_preferred(ctx, g->C, g->O, g->ksz, g->out[1], g->out[2], g->in[2], g->pad[2], g->st[2]);
 }
 
 static bool cvconv_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const float *wpack, const float *bias,
@@ -840,8 +843,8 @@ int64_t kiln__cpu_conv_pack_size(void *vctx, const kiln_conv_params *p, const ki
         return 0;
     /* nor is a pack made for a layer the direct tile serves better */
     if (p->stride[0] == p->stride[1] && p->stride[1] > 0 &&
-        !cv_preferred(ctx, w->shape[1], w->shape[0], w->shape[2] * w->shape[3], od[0], od[1],
-                      (x->shape[3] + 2 * p->padding[1] + p->stride[1] - 1) / p->stride[1]))
+        !cv_preferred(ctx, w->shape[1], w->shape[0], w->shape[2] * w->shape[3], od[0], od[1], x->shape[3],
+                      p->padding[1], p->stride[1]))
         return 0;
     return (w->shape[0] + CV_NO - 1) / CV_NO * CV_NO * w->shape[1] * w->shape[2] * w->shape[3];
 }

@@ -40,6 +40,14 @@ struct kiln_buffer {
 
 #define KILN_CPU_NCLASSES 160
 
+/* Which convolution tile serves the layers both can (KILN_CPU_CONV): the cost model of
+ * cpu-conv.c (cv_preferred), or always one of them, for tests and measurements. */
+typedef enum kiln__cpu_conv_path {
+    KILN__CPU_CONV_AUTO,
+    KILN__CPU_CONV_PACKED,
+    KILN__CPU_CONV_DIRECT,
+} kiln__cpu_conv_path;
+
 typedef struct kiln__cpu_alloc {
     pthread_mutex_t mu;
     struct kiln_buffer *free_list[KILN_CPU_NCLASSES];
@@ -156,7 +164,7 @@ typedef struct kiln__cpu_ctx {
     const kiln__cpu_kernels *k;
     int nthreads;
     bool blas_own_threads;   /* KILN_CPU_BLAS=openblas: OpenBLAS threads each call itself */
-    int conv_path;           /* KILN_CPU_CONV: 0 auto (cpu-conv.c cv_preferred), 1 packed, 2 direct */
+    int conv_path;           /* KILN_CPU_CONV: a kiln__cpu_conv_path */
 } kiln__cpu_ctx;
 
 /** C[M,N] = op(A) op(B) + beta C, row-major, f32 (dbl false) or f64 (cpu-gemm.c): large

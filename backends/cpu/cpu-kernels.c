@@ -621,6 +621,15 @@ static void epilogue_f32(float *restrict o, const float *restrict res, const flo
                          int act, float a, float b);
 #if USE_AVX512
 static inline __m512 epi_act512(__m512 v, int act, float a, float b);
+
+/* The last steps of every fused store: v + res (res optional), the activation, and a
+ * masked store of the lanes in m. */
+static inline void epi_store512(float *o, const float *res, __mmask16 m, __m512 v, int act, float a, float b)
+{
+    if (res)
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, res));
+    _mm512_mask_storeu_ps(o, m, epi_act512(v, act, a, b));
+}
 #endif
 
 #if USE_AVX512
@@ -818,9 +827,7 @@ static void cvconv_f32(float *restrict out, const float *restrict res, int64_t o
         __m512 v = _mm512_i32gather_ps(idx, tile + j, 4);
         if (bias)
             v = _mm512_add_ps(v, _mm512_set1_ps(bias[j]));
-        if (res)
-            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, res + j * ostride));
-        _mm512_mask_storeu_ps(out + j * ostride, m, epi_act512(v, act, a, b));
+        epi_store512(out + j * ostride, res ? res + j * ostride : NULL, m, v, act, a, b);
     }
 }
 #endif
@@ -923,10 +930,7 @@ static void bias_act_f32(float *restrict o, const float *restrict src, int64_t n
     const __m512 vb = _mm512_set1_ps(bias);
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 m = tail_mask(n - i < 16 ? n - i : 16);
-        __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, src + i), vb);
-        if (res)
-            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, res + i));
-        _mm512_mask_storeu_ps(o + i, m, epi_act512(v, act, a, b));
+        epi_store512(o + i, res ? res + i : NULL, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, src + i), vb), act, a, b);
     }
 #else
     for (int64_t i = 0; i < n; i++)
@@ -962,12 +966,8 @@ static inline __attribute__((always_inline)) void dw_rows512(float *restrict out
         for (int r = 0; r < R; r++)
             acc[r] = _mm512_fmadd_ps(vw, _mm512_maskz_loadu_ps(m, p + r * sstride), acc[r]);
     }
-    for (int r = 0; r < R; r++) {
-        __m512 v = acc[r];
-        if (res)
-            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, res + r * ostride));
-        _mm512_mask_storeu_ps(out + r * ostride, m, epi_act512(v, act, a, b));
-    }
+    for (int r = 0; r < R; r++)
+        epi_store512(out + r * ostride, res ? res + r * ostride : NULL, m, acc[r], act, a, b);
 }
 
 static void dwconv_plane_f32(float *restrict out, const float *restrict res, const float *restrict xg,
@@ -1060,10 +1060,7 @@ static void dwconv_s1_f32(float *restrict out, const float *restrict res, const 
             __m512 accs[4] = {acc0, acc1, acc2, acc3};
             for (int r = 0; r < R; r++) {
                 int64_t at = (oh + r) * OW + c0;
-                __m512 v = accs[r];
-                if (res)
-                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(om, res + at));
-                _mm512_mask_storeu_ps(out + at, om, epi_act512(v, act, a, b));
+                epi_store512(out + at, res ? res + at : NULL, om, accs[r], act, a, b);
             }
         }
     }

@@ -80,26 +80,35 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Poll until generation differs from seen (or stop is set), for at most spin_ns; true if it did.
- * The clock is read every 64 polls, so it costs little next to the pauses. */
+/* One poll of a bounded wait: false once spin_ns has passed since the wait's first poll
+ * (*until starts at 0). The clock is read every 64 polls, so it costs little next to the
+ * pauses. */
+static bool spin_on(const kiln__cpu_pool *p, unsigned i, int64_t *until)
+{
+    if ((i & 63) == 0) {
+        int64_t t = mono_ns();
+        if (!*until)
+            *until = t + p->spin_ns;
+        else if (t >= *until)
+            return false;
+    }
+    cpu_relax();
+    return true;
+}
+
+/* A worker's side: poll until generation differs from seen (or stop is set), for at most
+ * spin_ns; true if it did. */
 static bool spin_for_generation(kiln__cpu_pool *p, uint64_t seen)
 {
-    if (p->spin_ns <= 0)
-        return false;
     int64_t until = 0;
-    for (unsigned i = 0;; i++) {
+    for (unsigned i = 0; p->spin_ns > 0; i++) {
         if (atomic_load_explicit(&p->generation, memory_order_acquire) != seen ||
             atomic_load_explicit(&p->stop, memory_order_relaxed))
             return true;
-        if ((i & 63) == 0) {
-            int64_t t = mono_ns();
-            if (!until)
-                until = t + p->spin_ns;
-            else if (t >= until)
-                return false;
-        }
-        cpu_relax();
+        if (!spin_on(p, i, &until))
+            break;
     }
+    return false;
 }
 
 /* The caller's side: poll until the workers have checked out, for at most spin_ns. */
@@ -109,16 +118,8 @@ static bool spin_for_done(kiln__cpu_pool *p)
     for (unsigned i = 0;; i++) {
         if (atomic_load_explicit(&p->active, memory_order_acquire) == 0)
             return true;
-        if (p->spin_ns <= 0)
+        if (p->spin_ns <= 0 || !spin_on(p, i, &until))
             return false;
-        if ((i & 63) == 0) {
-            int64_t t = mono_ns();
-            if (!until)
-                until = t + p->spin_ns;
-            else if (t >= until)
-                return false;
-        }
-        cpu_relax();
     }
 }
 
