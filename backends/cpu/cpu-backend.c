@@ -80,7 +80,36 @@ static void *cpu_open(int index)
         n = 1;
     if (n > 256)
         n = 256;
-    ctx->pool = kiln__cpu_pool_create((int)n);
+    /* the tuning variables this backend added later are checked, not guessed at: a typo
+     * would otherwise measure the default while the user believes otherwise */
+    long spin_us = 50;
+    const char *spin = getenv("KILN_CPU_SPIN_US");
+    if (spin && *spin) {
+        char *end;
+        spin_us = strtol(spin, &end, 10);
+        if (*end || spin_us < 0 || spin_us > 100000) {
+            free(ctx);
+            kiln__error_set("cpu: KILN_CPU_SPIN_US must be a whole number of microseconds from 0 to 100000, "
+                            "got '%s'", spin);
+            return NULL;
+        }
+    }
+    /* which convolution tile serves the layers both can: for tests and measurements */
+    const char *conv = getenv("KILN_CPU_CONV");
+    kiln__cpu_conv_path conv_path = KILN__CPU_CONV_AUTO;
+    if (conv && *conv) {
+        if (!strcmp(conv, "packed"))
+            conv_path = KILN__CPU_CONV_PACKED;
+        else if (!strcmp(conv, "direct"))
+            conv_path = KILN__CPU_CONV_DIRECT;
+        else if (strcmp(conv, "auto")) {
+            free(ctx);
+            kiln__error_set("cpu: KILN_CPU_CONV must be auto, packed or direct, got '%s'", conv);
+            return NULL;
+        }
+    }
+    ctx->conv_path = conv_path;
+    ctx->pool = kiln__cpu_pool_create((int)n, (int64_t)spin_us * 1000);
     if (!ctx->pool) {
         free(ctx);
         kiln__error_set("cpu: cannot start the thread pool");
@@ -89,11 +118,6 @@ static void *cpu_open(int index)
     ctx->nthreads = kiln__cpu_pool_size(ctx->pool);
     kiln__cpu_alloc_init(&ctx->alloc);
     ctx->k = pick_kernels();
-    /* which convolution tile serves the layers both can: for tests and measurements */
-    const char *conv = getenv("KILN_CPU_CONV");
-    ctx->conv_path = conv && !strcmp(conv, "packed")   ? KILN__CPU_CONV_PACKED
-                     : conv && !strcmp(conv, "direct") ? KILN__CPU_CONV_DIRECT
-                                                       : KILN__CPU_CONV_AUTO;
     const char *blas = getenv("KILN_CPU_BLAS");
     ctx->blas_own_threads = blas && strcmp(blas, "openblas") == 0;
     openblas_set_num_threads(ctx->blas_own_threads ? ctx->nthreads : 1);

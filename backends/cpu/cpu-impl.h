@@ -64,7 +64,8 @@ typedef void (*kiln__cpu_job_fn)(void *arg, int job, int njobs);
 /** A range task: process elements [begin, end). */
 typedef void (*kiln__cpu_range_fn)(void *arg, int64_t begin, int64_t end);
 
-kiln__cpu_pool *kiln__cpu_pool_create(int nthreads);
+/** A pool of nthreads (the caller included) whose idle threads poll spin_ns before sleeping. */
+kiln__cpu_pool *kiln__cpu_pool_create(int nthreads, int64_t spin_ns);
 void kiln__cpu_pool_destroy(kiln__cpu_pool *pool);
 int kiln__cpu_pool_size(const kiln__cpu_pool *pool);
 /** Run fn for job = 0..njobs-1 across the pool; returns when all are done. */

@@ -175,7 +175,7 @@ static void *worker_main(void *argp)
     return NULL;
 }
 
-kiln__cpu_pool *kiln__cpu_pool_create(int nthreads)
+kiln__cpu_pool *kiln__cpu_pool_create(int nthreads, int64_t spin_ns)
 {
     if (nthreads < 1)
         nthreads = 1;
@@ -183,12 +183,7 @@ kiln__cpu_pool *kiln__cpu_pool_create(int nthreads)
     if (!p)
         return NULL;
     p->nthreads = nthreads;
-    p->spin_ns = 50 * 1000;
-    const char *env = getenv("KILN_CPU_SPIN_US");
-    if (env && *env) {
-        long v = strtol(env, NULL, 10);
-        p->spin_ns = v < 0 ? 0 : v > 100000 ? 100000 * 1000LL : v * 1000LL;
-    }
+    p->spin_ns = spin_ns > 0 ? spin_ns : 0;
     pthread_mutex_init(&p->mu, NULL);
     pthread_mutex_init(&p->region, NULL);
     pthread_cond_init(&p->wake, NULL);

@@ -342,6 +342,45 @@ static void trim_case(void)
     }
 }
 
+/* The tuning variables read at open: a bad value refuses the open with a message naming
+ * the variable and the value, and good ones open a working device. */
+static void env_case(void)
+{
+    static const struct {
+        const char *var, *value;
+        bool ok;
+    } cases[] = {
+        {"KILN_CPU_CONV", "packd", false}, {"KILN_CPU_CONV", "direct", true}, {"KILN_CPU_CONV", "auto", true},
+        {"KILN_CPU_SPIN_US", "fast", false}, {"KILN_CPU_SPIN_US", "-1", false},
+        {"KILN_CPU_SPIN_US", "100001", false}, {"KILN_CPU_SPIN_US", "50us", false},
+        {"KILN_CPU_SPIN_US", "0", true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        setenv(cases[i].var, cases[i].value, 1);
+        kiln_error_clear();
+        void *ctx = B[0]->open(0);
+        checks++;
+        if (cases[i].ok != (ctx != NULL) ||
+            (!ctx && (!strstr(kiln_error(), cases[i].var) || !strstr(kiln_error(), cases[i].value)))) {
+            failures++;
+            fprintf(stderr, "FAIL env %s=%s: open %s (%s)\n", cases[i].var, cases[i].value,
+                    ctx ? "succeeded" : "failed", kiln_error());
+        }
+        if (ctx) {
+            /* the device serves allocations */
+            kiln_buffer *b = B[0]->buffer_alloc(ctx, 1 << 20);
+            checks++;
+            if (!b) {
+                failures++;
+                fprintf(stderr, "FAIL env %s=%s: no buffer\n", cases[i].var, cases[i].value);
+            }
+            B[0]->buffer_free(ctx, b);
+            B[0]->close(ctx);
+        }
+        unsetenv(cases[i].var);
+    }
+}
+
 int main(void)
 {
     B[0] = kiln_backend_cpu();
@@ -355,6 +394,7 @@ int main(void)
     }
     run_all();
     trim_case();
+    env_case();
     for (int b = 0; b < 2; b++)
         B[b]->close(CTX[b]);
     printf("backend-cpu: %d checks, %d failures, %d skipped (ref declined)\n", checks, failures,
