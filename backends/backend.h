@@ -247,7 +247,9 @@ typedef struct kiln_backend_iface {
     /* --- elementwise */
     int (*unary)(void *ctx, kiln_unary_op op, const kiln_tdesc *out, const kiln_tdesc *in,
                  double alpha, double beta);
-    /** a and b have out's shape (broadcast by strides) and the same dtype. */
+    /** a and b have out's shape (broadcast by strides) and the same dtype. out may be
+     *  the very same view as a or b (same buffer, offset, strides and dtype: an in-place
+     *  update, which the ONNX executor uses); no other overlap is allowed. */
     int (*binary)(void *ctx, kiln_binary_op op, const kiln_tdesc *out, const kiln_tdesc *a,
                   const kiln_tdesc *b);
     /** out = cond ? a : b; cond is bool, a and b share out's dtype; all out's shape. */

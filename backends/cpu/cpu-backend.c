@@ -109,6 +109,18 @@ static void *cpu_open(int index)
         }
     }
     ctx->conv_path = conv_path;
+    /* which depthwise kernel: for tests and measurements */
+    const char *dwp = getenv("KILN_CPU_DEPTHWISE");
+    ctx->dw_path = KILN__CPU_DW_AUTO;
+    if (dwp && *dwp) {
+        if (!strcmp(dwp, "planes"))
+            ctx->dw_path = KILN__CPU_DW_PLANES;
+        else if (strcmp(dwp, "auto")) {
+            free(ctx);
+            kiln__error_set("cpu: KILN_CPU_DEPTHWISE must be auto or planes, got '%s'", dwp);
+            return NULL;
+        }
+    }
     ctx->pool = kiln__cpu_pool_create((int)n, (int64_t)spin_us * 1000);
     if (!ctx->pool) {
         free(ctx);

@@ -280,44 +280,49 @@ static void dconv_offsets(const dconv *d, int64_t *offs, int64_t KH, int64_t KW,
         }
 }
 
+/* Rows [b, e) of the padded, stride-phased input, counted over planes × Hg: row i of
+ * plane pl is row i of each of its s·s phases. By rows rather than by planes, so a
+ * network's first layer (three input planes at batch 1) pads on every thread. */
 static void dconv_pad(void *argp, int64_t b, int64_t e)
 {
     const dconv *d = argp;
     if (d->inplace)
         return;
-    const int64_t s = d->s, Wp = d->W + 2 * d->pw;
-    for (int64_t pl = b; pl < e; pl++) {
+    const int64_t s = d->s;
+    for (int64_t u = b; u < e; u++) {
+        const int64_t pl = u / d->Hg, i = u % d->Hg;
         const float *src = d->x + pl * d->H * d->W;
         float *dst = d->xp + pl * d->cs;
-        if (s == 1) {
-            memset(dst, 0, (size_t)(d->ph * Wp) * sizeof(float));
-            for (int64_t h = 0; h < d->H; h++) {
-                float *row = dst + (d->ph + h) * Wp;
+        for (int64_t a = 0; a < s; a++) {
+            const int64_t h = s * i + a - d->ph;
+            const bool inside = h >= 0 && h < d->H;
+            if (s == 1) {
+                float *row = dst + i * d->Wg;
+                if (!inside) {
+                    memset(row, 0, (size_t)d->Wg * sizeof(float));
+                    continue;
+                }
                 memset(row, 0, (size_t)d->pw * sizeof(float));
                 memcpy(row + d->pw, src + h * d->W, (size_t)d->W * sizeof(float));
-                memset(row + d->pw + d->W, 0, (size_t)(Wp - d->pw - d->W) * sizeof(float));
+                memset(row + d->pw + d->W, 0, (size_t)(d->Wg - d->pw - d->W) * sizeof(float));
+                continue;
             }
-            memset(dst + (d->ph + d->H) * Wp, 0, (size_t)((d->Hg - d->ph - d->H) * Wp) * sizeof(float));
-            continue;
-        }
-        if (s == 2 && d->k->pad_row_s2_f32) {
-            for (int64_t a = 0; a < 2; a++) {
-                float *p0 = dst + (a * 2) * d->pp, *p1 = p0 + d->pp;
-                for (int64_t i = 0; i < d->Hg; i++) {
-                    int64_t h = 2 * i + a - d->ph;
-                    if (h < 0 || h >= d->H) {
-                        memset(p0 + i * d->Wg, 0, (size_t)d->Wg * sizeof(float));
-                        memset(p1 + i * d->Wg, 0, (size_t)d->Wg * sizeof(float));
-                    } else {
-                        d->k->pad_row_s2_f32(p0 + i * d->Wg, p1 + i * d->Wg, src + h * d->W, d->W, d->pw, d->Wg);
-                    }
+            if (s == 2 && d->k->pad_row_s2_f32) {
+                float *p0 = dst + (a * 2) * d->pp + i * d->Wg, *p1 = p0 + d->pp;
+                if (!inside) {
+                    memset(p0, 0, (size_t)d->Wg * sizeof(float));
+                    memset(p1, 0, (size_t)d->Wg * sizeof(float));
+                } else {
+                    d->k->pad_row_s2_f32(p0, p1, src + h * d->W, d->W, d->pw, d->Wg);
                 }
+                continue;
             }
-            continue;
-        }
-        for (int64_t a = 0; a < s; a++)
             for (int64_t bb = 0; bb < s; bb++) {
-                float *ph = dst + (a * s + bb) * d->pp;
+                float *row = dst + (a * s + bb) * d->pp + i * d->Wg;
+                if (!inside) {
+                    memset(row, 0, (size_t)d->Wg * sizeof(float));
+                    continue;
+                }
                 /* columns j of this phase whose input column s·j + bb - pw is inside */
                 int64_t w0 = bb - d->pw;
                 int64_t lo = w0 >= 0 ? 0 : (-w0 + s - 1) / s;
@@ -326,23 +331,22 @@ static void dconv_pad(void *argp, int64_t b, int64_t e)
                     hi = d->Wg;
                 if (lo > hi)
                     lo = hi;
-                for (int64_t i = 0; i < d->Hg; i++) {
-                    float *row = ph + i * d->Wg;
-                    int64_t h = s * i + a - d->ph;
-                    if (h < 0 || h >= d->H) {
-                        memset(row, 0, (size_t)d->Wg * sizeof(float));
-                        continue;
-                    }
-                    const float *in = src + h * d->W + w0;
-                    for (int64_t j = 0; j < lo; j++)
-                        row[j] = 0.0f;
-                    for (int64_t j = lo; j < hi; j++)
-                        row[j] = in[s * j];
-                    for (int64_t j = hi; j < d->Wg; j++)
-                        row[j] = 0.0f;
-                }
+                const float *in = src + h * d->W + w0;
+                for (int64_t j = 0; j < lo; j++)
+                    row[j] = 0.0f;
+                for (int64_t j = lo; j < hi; j++)
+                    row[j] = in[s * j];
+                for (int64_t j = hi; j < d->Wg; j++)
+                    row[j] = 0.0f;
             }
+        }
     }
+}
+
+/* How many padded rows a job pads at least: about 16K floats written. */
+static int64_t dconv_pad_grain(const dconv *d)
+{
+    return 1 + 16384 / (d->s * d->s * d->Wg + 1);
 }
 
 /* Pack output-channel blocks [b, e) of the weights; reads each block's rows in order. */
@@ -433,7 +437,7 @@ static void dconv_images(void *argp, int64_t b, int64_t e)
 {
     const dconv *d = argp;
     for (int64_t n = b; n < e; n++) {
-        dconv_pad(argp, n * d->Ci, (n + 1) * d->Ci);
+        dconv_pad(argp, n * d->Ci * d->Hg, (n + 1) * d->Ci * d->Hg);
         dconv_tiles(argp, n * d->ntile, (n + 1) * d->ntile);
     }
 }
@@ -525,7 +529,7 @@ static bool dconv_run(kiln__cpu_ctx *ctx, int64_t N, int64_t Ci, int64_t Co, int
         return true;
     }
     if (!d.inplace)
-        kiln__cpu_parallel_for(ctx, N * Ci, 1 + 65536 / (d.cs + 1), dconv_pad, &d);
+        kiln__cpu_parallel_for(ctx, N * Ci * d.Hg, dconv_pad_grain(&d), dconv_pad, &d);
     /* jobs are tiles of positions, each over all channel blocks (the input of a tile then
      * stays in L1 across them); when there are too few tiles to keep every thread busy
      * (small images, batch 1), the channel blocks are split across jobs as well */
@@ -604,7 +608,7 @@ static void dwconv_job(void *argp, int job, int njobs)
         if (!dw->s1) {
             d.x = xpl;
             d.xp = xg;
-            dconv_pad(&d, 0, 1);
+            dconv_pad(&d, 0, d.Hg);
         }
         int64_t n = pl / dw->C, c = pl % dw->C;
         for (int64_t j = 0; j < dw->m; j++) {
@@ -638,9 +642,92 @@ static bool dwconv_ok(const kiln__cpu_ctx *ctx, const geom *g, bool dbl)
     return g->osz > 0 && g->isz > 0;
 }
 
+/* Channels in the vector lanes (the table's dwconv_c16_f32): a unit of work is one block
+ * of 16 channels of one image and one band of output rows, whose input rows are
+ * transposed into the job's scratch. Per plane, a 7x7 map fills a 16-lane vector with 7
+ * outputs and its borders cost branches and masks; with the channels in the lanes every
+ * lane works whatever the map's size. Bands keep the transposed rows within L2 on large
+ * maps and give the pool work when there are few blocks. */
+#define DW16_BAND_BYTES (96 * 1024)
+
+typedef struct dw16_run {
+    kiln__cpu_dw16 p; /* the geometry and whole tensors; each unit moves the pointers */
+    const kiln__cpu_kernels *k;
+    int64_t C, blocks, bands, bh, units, slot;
+    float *scratch;
+} dw16_run;
+
+static void dw16_job(void *argp, int job, int njobs)
+{
+    const dw16_run *r = argp;
+    kiln__cpu_dw16 p = r->p;
+    p.scratch = r->scratch + kiln__cpu_pool_slot() * r->slot;
+    const int64_t isz = p.H * p.W, osz = p.OH * p.OW;
+    for (int64_t u = r->units * job / njobs, ue = r->units * (job + 1) / njobs; u < ue; u++) {
+        const int64_t band = u % r->bands, c0 = u / r->bands % r->blocks * 16, n = u / r->bands / r->blocks;
+        const int64_t plane = n * r->C + c0;
+        p.nc = r->C - c0 < 16 ? (int)(r->C - c0) : 16;
+        p.x = r->p.x + plane * isz;
+        p.out = r->p.out + plane * osz;
+        p.res = r->p.res ? r->p.res + plane * osz : NULL;
+        p.w = r->p.w + c0 * p.KH * p.KW;
+        p.bias = r->p.bias ? r->p.bias + c0 : NULL;
+        const int64_t oh0 = band * r->bh, oh1 = oh0 + r->bh < p.OH ? oh0 + r->bh : p.OH;
+        r->k->dwconv_c16_f32(&p, oh0, oh1);
+    }
+}
+
+/* Whether the channel-lane kernel serves this depthwise layer: one output per input
+ * channel and at least half a vector of channels (fewer would leave most lanes idle,
+ * where the per-plane kernels fill theirs with positions). */
+static bool dw16_ok(const kiln__cpu_ctx *ctx, const geom *g)
+{
+    return ctx->k->dwconv_c16_f32 && ctx->dw_path == KILN__CPU_DW_AUTO && g->Og == 1 && g->C >= 8;
+}
+
+static bool dw16_conv(kiln__cpu_ctx *ctx, const geom *g, const float *x, const float *w, const float *bias,
+                      float *out, const conv_ep *ep)
+{
+    dw16_run r = {0};
+    kiln__cpu_dw16 *p = &r.p;
+    p->x = x, p->out = out, p->res = ep->res, p->w = w, p->bias = bias;
+    p->act = ep->act, p->a = ep->a, p->b = ep->b;
+    p->H = g->in[1], p->W = g->in[2], p->OH = g->out[1], p->OW = g->out[2];
+    p->KH = g->k[1], p->KW = g->k[2], p->sh = g->st[1], p->sw = g->st[2];
+    p->ph = g->pad[1], p->pw = g->pad[2], p->dh = g->dil[1], p->dw = g->dil[2];
+    p->xstride = g->isz, p->ostride = g->osz;
+    r.k = ctx->k;
+    r.C = g->C;
+    r.blocks = (g->C + 15) / 16;
+    /* the tallest band whose transposed rows fit the budget, then bands of equal height */
+    int64_t bh = p->OH;
+    while (bh > 1 && kiln__cpu_dw16_scratch(p, bh) * (int64_t)sizeof(float) > DW16_BAND_BYTES)
+        bh = (bh + 1) / 2;
+    r.bands = (p->OH + bh - 1) / bh;
+    /* enough units for every thread to get a share even with one block */
+    while (g->N * r.blocks * r.bands < 4 * ctx->nthreads && r.bands < p->OH)
+        r.bands = r.bands * 2 < p->OH ? r.bands * 2 : p->OH;
+    r.bh = (p->OH + r.bands - 1) / r.bands;
+    r.bands = (p->OH + r.bh - 1) / r.bh;
+    r.units = g->N * r.blocks * r.bands;
+    r.slot = kiln__cpu_dw16_scratch(p, r.bh);
+    /* a scratch slot per thread, not per job: a slot per job put several hundred KB of
+     * scratch beside the layer's input and output in L2 */
+    int64_t njobs = 8 * (int64_t)ctx->nthreads < r.units ? 8 * (int64_t)ctx->nthreads : r.units;
+    struct kiln_buffer *h;
+    r.scratch = kiln__cpu_scratch_get(ctx, (size_t)(ctx->nthreads * r.slot) * sizeof(float), &h);
+    if (!r.scratch)
+        return false;
+    kiln__cpu_pool_run(ctx->pool, (int)njobs, dw16_job, &r);
+    kiln__cpu_scratch_put(ctx, h);
+    return true;
+}
+
 static bool dwconv_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const float *w, const float *bias,
                        float *out, const conv_ep *ep)
 {
+    if (dw16_ok(ctx, g))
+        return dw16_conv(ctx, g, x, w, bias, out, ep ? ep : &no_ep);
     dwconv dw = {0};
     dconv *d = &dw.d;
     d->N = 1, d->Ci = 1;
@@ -797,7 +884,7 @@ static bool cvconv_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const 
     d->offs = offs;
     cv.pin = pin;
     if (!d->inplace)
-        kiln__cpu_parallel_for(ctx, d->N * d->Ci, 1 + 65536 / (d->cs + 1), dconv_pad, d);
+        kiln__cpu_parallel_for(ctx, d->N * d->Ci * d->Hg, dconv_pad_grain(d), dconv_pad, d);
     /* images outermost, then channel blocks: a job's run of tiles reuses one block's
      * weights, and the blocks of one image re-read that image's input while it is still
      * in the shared cache. Blocks outside images made a batch of 8 stream the whole

@@ -446,6 +446,41 @@ static void binary_row(void *argp, char *const *p, const int64_t *s, int64_t n)
     }
 }
 
+/* f32 rows with one operand constant along each row: a per-channel scale or shift of an
+ * NCHW map ([N, C, H, W] by [N or 1, C, 1, 1], a squeeze-excitation block's Mul). One
+ * kernel call per row, without the general walk's index arithmetic and carries for every
+ * 49-element row of a 7x7 map. */
+typedef struct bcast_rows {
+    kiln__cpu_ctx *ctx;
+    int op;
+    float *o;
+    const float *a, *b;
+    int64_t n, so, sa, sb, ia, ib; /* row length; outer strides; inner strides (0 or 1) */
+} bcast_rows;
+
+static void bcast_rows_range(void *argp, int64_t r0, int64_t r1)
+{
+    const bcast_rows *r = argp;
+    for (int64_t i = r0; i < r1; i++)
+        r->ctx->k->binary_f32(r->op, r->o + i * r->so, r->a + i * r->sa, r->ia, r->b + i * r->sb, r->ib, r->n);
+}
+
+static bool binary_bcast_rows(kiln__cpu_ctx *ctx, int op, const kiln__cpu_iter *it)
+{
+    if (it->ndim != 2 || it->stride[0][1] != 1)
+        return false;
+    const int64_t ia = it->stride[1][1], ib = it->stride[2][1];
+    if ((ia != 0 && ia != 1) || (ib != 0 && ib != 1) || ia == ib)
+        return false;
+    bcast_rows r = {ctx, op, (float *)it->base[0], (const float *)it->base[1], (const float *)it->base[2],
+                    it->shape[1], it->stride[0][0], it->stride[1][0], it->stride[2][0], ia, ib};
+    /* the general walk's grain: splitting MobileNetV3's 28K-element maps over two
+     * threads made those Muls slower (region start-up, lines moving between cores) */
+    int64_t grain = 16384 / r.n > 0 ? 16384 / r.n : 1;
+    kiln__cpu_parallel_for(ctx, it->shape[0], grain, bcast_rows_range, &r);
+    return true;
+}
+
 int kiln__cpu_binary(void *vctx, kiln_binary_op op, const kiln_tdesc *out, const kiln_tdesc *a,
                      const kiln_tdesc *b)
 {
@@ -463,6 +498,9 @@ int kiln__cpu_binary(void *vctx, kiln_binary_op op, const kiln_tdesc *out, const
     kiln__cpu_iter it;
     const kiln_tdesc *ops[3] = {out, a, b};
     kiln__cpu_iter_init(&it, 3, ops);
+    if (j.ct == CT_F32 && out->dtype == KILN_F32 && a->dtype == KILN_F32 && op <= KILN_BINARY_MINIMUM &&
+        binary_bcast_rows(vctx, op, &it))
+        return 0;
     bool heavy = op == KILN_BINARY_POW || op == KILN_BINARY_REMAINDER;
     kiln__cpu_iter_run(vctx, &it, heavy ? 2048 : 16384, binary_row, &j);
     return 0;

@@ -48,6 +48,47 @@ typedef enum kiln__cpu_conv_path {
     KILN__CPU_CONV_DIRECT,
 } kiln__cpu_conv_path;
 
+/* Which depthwise kernel serves one-channel-per-group convolutions (KILN_CPU_DEPTHWISE):
+ * channels in the vector lanes where the table has it and the layer suits it, or always
+ * the per-plane kernels, for tests and measurements. */
+typedef enum kiln__cpu_dw_path {
+    KILN__CPU_DW_AUTO,
+    KILN__CPU_DW_PLANES,
+} kiln__cpu_dw_path;
+
+/* One call of dwconv_c16_f32: a block of nc <= 16 channels of one image of a depthwise
+ * convolution (one input channel and one output channel per group), 2-D, any stride,
+ * padding and dilation. */
+typedef struct kiln__cpu_dw16 {
+    const float *x;         /* the block's first input plane (H x W); planes xstride apart */
+    float *out;             /* the block's first output plane (OH x OW); planes ostride apart */
+    const float *res;       /* residual laid out as out, or NULL */
+    int64_t xstride, ostride;
+    int64_t H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw;
+    const float *w;         /* [nc][KH·KW]: the block's weights */
+    const float *bias;      /* nc, or NULL */
+    int nc, act;            /* act: a kiln_epilogue_act, as epilogue_f32 */
+    float a, b;
+    float *scratch;         /* kiln__cpu_dw16_scratch(this, rows) floats, 64-byte aligned */
+} kiln__cpu_dw16;
+
+/* The transposed band's row pitch in positions: the Wp columns the outputs read plus
+ * DW16_OVER·sw, what the last position group of a row may read past them (its unused
+ * lanes are computed and never stored). */
+#define KILN__DW16_OVER 7
+static inline int64_t kiln__cpu_dw16_pitch(const kiln__cpu_dw16 *p)
+{
+    return (p->OW - 1) * p->sw + (p->KW - 1) * p->dw + 1 + KILN__DW16_OVER * p->sw;
+}
+
+/** Floats of scratch dwconv_c16_f32 needs for bands of up to rows output rows: the
+ *  band's input rows, channels innermost, then the block's weights, taps outermost. */
+static inline int64_t kiln__cpu_dw16_scratch(const kiln__cpu_dw16 *p, int64_t rows)
+{
+    int64_t band = (rows - 1) * p->sh + (p->KH - 1) * p->dh + 1;
+    return (band * kiln__cpu_dw16_pitch(p) + p->KH * p->KW) * 16;
+}
+
 typedef struct kiln__cpu_alloc {
     pthread_mutex_t mu;
     struct kiln_buffer *free_list[KILN_CPU_NCLASSES];
@@ -63,6 +104,12 @@ typedef struct kiln__cpu_pool kiln__cpu_pool;
 typedef void (*kiln__cpu_job_fn)(void *arg, int job, int njobs);
 /** A range task: process elements [begin, end). */
 typedef void (*kiln__cpu_range_fn)(void *arg, int64_t begin, int64_t end);
+
+/** Inside a job of kiln__cpu_pool_run: the slot, below the pool's size, of the thread
+ *  running it among the threads running that region. Jobs that run at the same time have
+ *  different slots, so a region can give each thread its own scratch while keeping more
+ *  jobs than threads for balance. */
+int kiln__cpu_pool_slot(void);
 
 /** A pool of nthreads (the caller included) whose idle threads poll spin_ns before sleeping. */
 kiln__cpu_pool *kiln__cpu_pool_create(int nthreads, int64_t spin_ns);
@@ -140,6 +187,13 @@ typedef struct kiln__cpu_kernels {
                           int64_t OW, int64_t KH, int64_t KW, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
                           const float *w, float bias, int act, float a, float b);
     int64_t dwconv_s1_maxk;
+    /* Output rows [oh0, oh1) of a block of channels (kiln__cpu_dw16): out[c][oh][ow] =
+     * act(bias[c] + sum over (kh, kw) in that order of w[c][kh·KW + kw] · X(c, oh·sh +
+     * kh·dh - ph, ow·sw + kw·dw - pw) + res[c][oh][ow]), X zero outside the plane: the
+     * bits of dwconv_plane_f32. The input rows the band reads are transposed into the
+     * scratch with the channels innermost, so each multiply-add serves 16 channels of
+     * one position, whatever the plane's width. NULL in tables without it. */
+    void (*dwconv_c16_f32)(const kiln__cpu_dw16 *p, int64_t oh0, int64_t oh1);
     /* One input row of W floats into the two column phases of a stride-2 padded grid
      * (cpu-conv.c): ph0[j] = X(2j - pw), ph1[j] = X(2j + 1 - pw) for j < Wg, X(w) =
      * src[w] for 0 <= w < W and 0 elsewhere. NULL in tables without it. */
@@ -166,6 +220,7 @@ typedef struct kiln__cpu_ctx {
     int nthreads;
     bool blas_own_threads;   /* KILN_CPU_BLAS=openblas: OpenBLAS threads each call itself */
     int conv_path;           /* KILN_CPU_CONV: a kiln__cpu_conv_path */
+    int dw_path;             /* KILN_CPU_DEPTHWISE: a kiln__cpu_dw_path */
 } kiln__cpu_ctx;
 
 /** C[M,N] = op(A) op(B) + beta C, row-major, f32 (dbl false) or f64 (cpu-gemm.c): large

@@ -232,8 +232,8 @@ static void unary_f32(int op, float *restrict o, const float *restrict x, int64_
         _mm_sfence();                                                              \
     } while (0)
 
-static bool binary_stream(int op, float *restrict o, const float *restrict a,
-                          const float *restrict b, int64_t n)
+static bool binary_stream(int op, float *o, const float *a,
+                          const float *b, int64_t n)
 {
     if (n < STREAM_MIN)
         return false;
@@ -247,8 +247,9 @@ static bool binary_stream(int op, float *restrict o, const float *restrict a,
 }
 #endif
 
-static void binary_f32(int op, float *restrict o, const float *restrict a, int64_t sa,
-                       const float *restrict b, int64_t sb, int64_t n)
+/* o may be a or b exactly (backend.h): no restrict, and the vectorizer's overlap checks
+ * accept a distance of zero, so an in-place update keeps the vector loops. */
+static void binary_f32(int op, float *o, const float *a, int64_t sa, const float *b, int64_t sb, int64_t n)
 {
 #if USE_AVX2
     if (sa && sb && binary_stream(op, o, a, b, n))
@@ -310,6 +311,34 @@ static void f32_to_f16(uint16_t *restrict o, const float *restrict x, int64_t n)
 static inline __mmask16 tail_mask(int64_t left)
 {
     return (__mmask16)((1u << left) - 1);
+}
+
+/* r[0..15] transposed in registers: lane j of r[i] becomes lane i of r[j]. Four rounds of
+ * pairwise shuffles: pairs of rows within 128-bit blocks, then 4x4 blocks within each
+ * block, then the 128-bit blocks themselves in two steps. */
+static inline __attribute__((always_inline)) void tr16x16(__m512 r[16])
+{
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    /* u[4g + j]: block b holds rows 4g..4g+3 of column 4b + j */
+    for (int g = 0; g < 16; g += 4) {
+        u[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
+        u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
+        u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+        u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+    }
+    for (int j = 0; j < 4; j++) {
+        __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88), w0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);
+        __m512 v1 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
+        __m512 w1 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
+        r[j] = _mm512_shuffle_f32x4(v0, v1, 0x88);
+        r[8 + j] = _mm512_shuffle_f32x4(v0, v1, 0xDD);
+        r[4 + j] = _mm512_shuffle_f32x4(w0, w1, 0x88);
+        r[12 + j] = _mm512_shuffle_f32x4(w0, w1, 0xDD);
+    }
 }
 
 /* Sums of 16-lane f32 accumulators are moved into a double every SUM_BLOCK elements:
@@ -751,21 +780,10 @@ static void conv_tile_rows_f32(float *restrict out, int64_t ostride, const float
 /* cvconv_f32 (see cpu-impl.h): 14 positions × 2 vectors of 16 channels = 28
  * accumulators, the two weight vectors and one broadcast in the remaining registers.
  * Per (c, k): two aligned weight loads and 14 broadcasts feed 28 FMAs. The tile then
- * leaves transposed, one output channel's run of positions per gathered vector, with the
- * bias, residual and activation applied on the way: done per element after the fact,
- * that store cost a third of a 1x1 layer with 128 input channels. */
-#define CV_FMA(i)                                                                     \
-    do {                                                                              \
-        __m512 xb = _mm512_set1_ps(p[pos[i]]);                                        \
-        c##i##0 = _mm512_fmadd_ps(w0, xb, c##i##0);                                   \
-        c##i##1 = _mm512_fmadd_ps(w1, xb, c##i##1);                                   \
-    } while (0)
-#define CV_DECL(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = c##i##0
-#define CV_STORE(i)                                                                   \
-    do {                                                                              \
-        _mm512_store_ps(tile + (i) * 32, c##i##0);                                    \
-        _mm512_store_ps(tile + (i) * 32 + 16, c##i##1);                               \
-    } while (0)
+ * leaves transposed, one output channel's run of positions per vector, with the bias,
+ * residual and activation applied on the way: done per element after the fact, that
+ * store cost a third of a 1x1 layer with 128 input channels. */
+#define CV_TILE_NP 14
 
 /* The activations of epilogue_f32 on 16 lanes, with the same comparisons (NaN fails
  * every one and passes through) and the same rounding steps. */
@@ -800,35 +818,68 @@ static inline __m512 epi_act512(__m512 v, int act, float a, float b)
     }
 }
 
-static void cvconv_f32(float *restrict out, const float *restrict res, int64_t ostride, int nq, int jn,
-                       const float *restrict bias, int act, float a, float b, const float *restrict x,
-                       int64_t cstride, int64_t C, const int64_t *restrict offs, int64_t nk,
-                       const int64_t *restrict pos, const float *restrict wpack)
+/* One tile of NP (a constant after inlining) positions: the 14-position tile of a large
+ * map, and narrower ones for a map's last partial tile and for 1x1 maps (squeeze-
+ * excitation layers), which would otherwise compute 14 positions to keep one. The sums
+ * leave the registers through two 16x16 transposes, a channel's positions becoming one
+ * vector: the gather per channel this replaced cost about as much as 33 multiply-adds
+ * per output on this machine's cores. */
+static inline __attribute__((always_inline)) void cv_tile(float *restrict out, const float *restrict res,
+                                                          int64_t ostride, int nq, int jn,
+                                                          const float *restrict bias, int act, float a, float b,
+                                                          const float *restrict x, int64_t cstride, int64_t C,
+                                                          const int64_t *restrict offs, int64_t nk,
+                                                          const int64_t *restrict pos, const float *restrict wpack,
+                                                          const int NP)
 {
-    float tile[14 * 32] __attribute__((aligned(64)));
-    CV_DECL(0); CV_DECL(1); CV_DECL(2); CV_DECL(3); CV_DECL(4); CV_DECL(5); CV_DECL(6);
-    CV_DECL(7); CV_DECL(8); CV_DECL(9); CV_DECL(10); CV_DECL(11); CV_DECL(12); CV_DECL(13);
+    __m512 c0[CV_TILE_NP], c1[CV_TILE_NP];
+    for (int i = 0; i < NP; i++)
+        c0[i] = c1[i] = _mm512_setzero_ps();
     const float *wk = wpack;
     for (int64_t c = 0; c < C; c++) {
         const float *xc = x + c * cstride;
         for (int64_t k = 0; k < nk; k++, wk += 32) {
             const float *p = xc + offs[k];
-            __m512 w0 = _mm512_load_ps(wk), w1 = _mm512_load_ps(wk + 16);
-            CV_FMA(0); CV_FMA(1); CV_FMA(2); CV_FMA(3); CV_FMA(4); CV_FMA(5); CV_FMA(6);
-            CV_FMA(7); CV_FMA(8); CV_FMA(9); CV_FMA(10); CV_FMA(11); CV_FMA(12); CV_FMA(13);
+            const __m512 w0 = _mm512_load_ps(wk), w1 = _mm512_load_ps(wk + 16);
+            for (int i = 0; i < NP; i++) {
+                const __m512 xb = _mm512_set1_ps(p[pos[i]]);
+                c0[i] = _mm512_fmadd_ps(w0, xb, c0[i]);
+                c1[i] = _mm512_fmadd_ps(w1, xb, c1[i]);
+            }
         }
     }
-    CV_STORE(0); CV_STORE(1); CV_STORE(2); CV_STORE(3); CV_STORE(4); CV_STORE(5); CV_STORE(6);
-    CV_STORE(7); CV_STORE(8); CV_STORE(9); CV_STORE(10); CV_STORE(11); CV_STORE(12); CV_STORE(13);
     const __mmask16 m = tail_mask(nq);
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 13, 13),
-                                           _mm512_set1_epi32(32));
-    for (int j = 0; j < jn; j++) {
-        __m512 v = _mm512_i32gather_ps(idx, tile + j, 4);
-        if (bias)
-            v = _mm512_add_ps(v, _mm512_set1_ps(bias[j]));
-        epi_store512(out + j * ostride, res ? res + j * ostride : NULL, m, v, act, a, b);
+    for (int h = 0; h < 2; h++) {
+        __m512 t[16];
+        for (int i = 0; i < 16; i++)
+            t[i] = i < NP ? (h ? c1[i] : c0[i]) : _mm512_setzero_ps();
+        tr16x16(t);
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) {
+            const int ch = h * 16 + j;
+            if (ch >= jn)
+                break;
+            __m512 v = t[j];
+            if (bias)
+                v = _mm512_add_ps(v, _mm512_set1_ps(bias[ch]));
+            epi_store512(out + ch * ostride, res ? res + ch * ostride : NULL, m, v, act, a, b);
+        }
     }
+}
+
+static void cvconv_f32(float *restrict out, const float *restrict res, int64_t ostride, int nq, int jn,
+                       const float *restrict bias, int act, float a, float b, const float *restrict x,
+                       int64_t cstride, int64_t C, const int64_t *restrict offs, int64_t nk,
+                       const int64_t *restrict pos, const float *restrict wpack)
+{
+    if (nq <= 1)
+        cv_tile(out, res, ostride, nq, jn, bias, act, a, b, x, cstride, C, offs, nk, pos, wpack, 1);
+    else if (nq <= 4)
+        cv_tile(out, res, ostride, nq, jn, bias, act, a, b, x, cstride, C, offs, nk, pos, wpack, 4);
+    else if (nq <= 7)
+        cv_tile(out, res, ostride, nq, jn, bias, act, a, b, x, cstride, C, offs, nk, pos, wpack, 7);
+    else
+        cv_tile(out, res, ostride, nq, jn, bias, act, a, b, x, cstride, C, offs, nk, pos, wpack, CV_TILE_NP);
 }
 #endif
 
@@ -1065,6 +1116,121 @@ static void dwconv_s1_f32(float *restrict out, const float *restrict res, const 
         }
     }
 }
+
+/* ------------------------------------------------------------------ depthwise, channels in lanes */
+
+/* R positions of one output row, ow0.., for the 16 channels in the lanes: bias, then the
+ * taps in (kh, kw) order, then transposed back so each channel's R outputs are one
+ * vector, and stored (nv <= R of them) through the epilogue. Inlined with R constant. */
+static inline __attribute__((always_inline)) void dw16_group(const kiln__cpu_dw16 *p, const float *src,
+                                                             int64_t pitch, const float *wt, __m512 vb,
+                                                             int64_t at, int nv, const int R, const int S)
+{
+    __m512 acc[16];
+    for (int j = 0; j < R; j++)
+        acc[j] = vb;
+    /* S: the column stride when it is a constant (1 or 2), so the R loads of a tap are
+     * immediate offsets from one register; 0 reads it from p */
+    const int64_t step = (S ? S : p->sw) * 16;
+    for (int64_t kh = 0; kh < p->KH; kh++) {
+        const float *row = src + kh * p->dh * pitch * 16;
+        for (int64_t kw = 0; kw < p->KW; kw++, wt += 16) {
+            const __m512 vw = _mm512_load_ps(wt);
+            const float *q = row + kw * p->dw * 16;
+            for (int j = 0; j < R; j++)
+                acc[j] = _mm512_fmadd_ps(vw, _mm512_loadu_ps(q + j * step), acc[j]);
+        }
+    }
+    for (int j = R; j < 16; j++)
+        acc[j] = _mm512_setzero_ps();
+    tr16x16(acc);
+    const __mmask16 m = tail_mask(nv);
+    for (int c = 0; c < p->nc; c++) {
+        const int64_t o = c * p->ostride + at;
+        epi_store512(p->out + o, p->res ? p->res + o : NULL, m, acc[c], p->act, p->a, p->b);
+    }
+}
+
+static void dwconv_c16_f32(const kiln__cpu_dw16 *p, int64_t oh0, int64_t oh1)
+{
+    const int64_t nk = p->KH * p->KW, pitch = kiln__cpu_dw16_pitch(p);
+    const int64_t band = (oh1 - oh0 - 1) * p->sh + (p->KH - 1) * p->dh + 1;
+    const int64_t Wp = pitch - KILN__DW16_OVER * p->sw; /* columns the outputs read */
+    float *T = p->scratch, *wt = T + band * pitch * 16;
+    const __mmask16 cm = tail_mask(p->nc);
+    const __m512 zero = _mm512_setzero_ps();
+    /* weights, taps outermost: wt[k][c] = w[c][k], 16 taps of the 16 channels at a time
+     * (a gather per tap cost an eighth of the kernel's time) */
+    for (int64_t k0 = 0; k0 < nk; k0 += 16) {
+        const int nv = nk - k0 < 16 ? (int)(nk - k0) : 16;
+        __m512 r[16];
+        for (int c = 0; c < 16; c++)
+            r[c] = c < p->nc ? _mm512_maskz_loadu_ps(tail_mask(nv), p->w + c * nk + k0) : zero;
+        tr16x16(r);
+        for (int j = 0; j < nv; j++)
+            _mm512_store_ps(wt + (k0 + j) * 16, r[j]);
+    }
+    const __m512 vb = p->bias ? _mm512_maskz_loadu_ps(cm, p->bias) : zero;
+
+    /* the band's input rows, position-major with the 16 channels innermost; columns and
+     * rows outside the plane are zeros, as is the overrun past Wp */
+    const int64_t c_lo = p->pw < Wp ? p->pw : Wp;                 /* left padding columns */
+    int64_t ncol = p->W < Wp - c_lo ? p->W : Wp - c_lo;           /* input columns inside */
+    if (ncol < 0)
+        ncol = 0;
+    for (int64_t t = 0; t < band; t++) {
+        float *dst = T + t * pitch * 16;
+        const int64_t ih = oh0 * p->sh - p->ph + t;
+        if (ih < 0 || ih >= p->H) {
+            for (int64_t i = 0; i < pitch; i++)
+                _mm512_store_ps(dst + i * 16, zero);
+            continue;
+        }
+        for (int64_t i = 0; i < c_lo; i++)
+            _mm512_store_ps(dst + i * 16, zero);
+        for (int64_t i = c_lo + ncol; i < pitch; i++)
+            _mm512_store_ps(dst + i * 16, zero);
+        const float *src = p->x + ih * p->W;
+        for (int64_t i0 = 0; i0 < ncol; i0 += 16) {
+            const int nv = ncol - i0 < 16 ? (int)(ncol - i0) : 16;
+            const __mmask16 m = tail_mask(nv);
+            __m512 r[16];
+            for (int c = 0; c < 16; c++)
+                r[c] = c < p->nc ? _mm512_maskz_loadu_ps(m, src + c * p->xstride + i0) : zero;
+            tr16x16(r);
+            for (int j = 0; j < nv; j++)
+                _mm512_store_ps(dst + (c_lo + i0 + j) * 16, r[j]);
+        }
+    }
+
+    for (int64_t oh = oh0; oh < oh1; oh++) {
+        const float *row = T + (oh - oh0) * p->sh * pitch * 16;
+        for (int64_t ow0 = 0; ow0 < p->OW;) {
+            const int64_t left = p->OW - ow0;
+            const int nv = left < 16 ? (int)left : 16;
+            const float *src = row + ow0 * p->sw * 16;
+            const int64_t at = oh * p->OW + ow0;
+            const int R = left > 8 ? 16 : left > 4 ? 8 : 4;
+#define DW16_GROUPS(S)                                                                              \
+    do {                                                                                            \
+        if (R == 16)                                                                                \
+            dw16_group(p, src, pitch, wt, vb, at, nv, 16, S);                                       \
+        else if (R == 8)                                                                            \
+            dw16_group(p, src, pitch, wt, vb, at, nv, 8, S);                                        \
+        else                                                                                        \
+            dw16_group(p, src, pitch, wt, vb, at, nv, 4, S);                                        \
+    } while (0)
+            if (p->sw == 1)
+                DW16_GROUPS(1);
+            else if (p->sw == 2)
+                DW16_GROUPS(2);
+            else
+                DW16_GROUPS(0);
+#undef DW16_GROUPS
+            ow0 += nv;
+        }
+    }
+}
 #else
 /* Each tap is a multiply-add of two contiguous runs over the whole grid of OH rows of Wg
  * (the Wg - OW discarded columns included, so the vectors stay long even on a 7x7 plane);
@@ -1231,6 +1397,7 @@ const kiln__cpu_kernels KTABLE = {
     .dwconv_s1_f32 = dwconv_s1_f32,
     .dwconv_s1_maxk = DW_MAXK,
     .pad_row_s2_f32 = pad_row_s2_f32,
+    .dwconv_c16_f32 = dwconv_c16_f32,
 #endif
     .epilogue_f32 = epilogue_f32,
     .bias_act_f32 = bias_act_f32,

@@ -125,6 +125,15 @@ static bool spin_for_done(kiln__cpu_pool *p)
 
 /* Set on pool workers so that a job which itself asks for parallelism runs inline. */
 static _Thread_local bool in_worker;
+/* The slot of the thread running the current job among the threads running its region
+ * (kiln__cpu_pool_slot): its lane in a region, 0 for a region run inline, where it is
+ * the only one. */
+static _Thread_local int pool_slot;
+
+int kiln__cpu_pool_slot(void)
+{
+    return pool_slot;
+}
 
 static int take_job(kiln__cpu_pool *p, int self)
 {
@@ -146,6 +155,7 @@ static void *worker_main(void *argp)
     kiln__cpu_pool *p = wa->p;
     const int self = wa->lane;
     in_worker = true;
+    pool_slot = self;
     uint64_t seen = 0;
     for (;;) {
         /* the polling phase; the region's fields were written before generation moved
@@ -250,8 +260,13 @@ void kiln__cpu_pool_run(kiln__cpu_pool *p, int njobs, kiln__cpu_job_fn fn, void 
     if (njobs <= 0)
         return;
     if (!p || p->nthreads == 1 || njobs == 1 || in_worker || pthread_mutex_trylock(&p->region) != 0) {
+        /* the only thread running these jobs: slot 0 of this region, whatever lane it
+         * holds in an enclosing one (restored for that one's remaining jobs) */
+        int outer = pool_slot;
+        pool_slot = 0;
         for (int j = 0; j < njobs; j++)
             fn(arg, j, njobs);
+        pool_slot = outer;
         return;
     }
     pthread_mutex_lock(&p->mu);
@@ -272,6 +287,7 @@ void kiln__cpu_pool_run(kiln__cpu_pool *p, int njobs, kiln__cpu_job_fn fn, void 
 
     bool was = in_worker;
     in_worker = true; /* nested regions from the caller's own jobs run inline */
+    pool_slot = 0;
     for (int j; (j = take_job(p, 0)) >= 0;)
         fn(arg, j, njobs);
     in_worker = was;

@@ -90,50 +90,26 @@ static void unary(int kind, float *x, int64_t n, float a, float b) {
     }
 }
 
-/* o[i] = l[i] op r[i] over n elements; r advances by rs (0 or 1). o may alias l or r. */
-static void binary_row(int kind, float *o, const float *l, int64_t ls, const float *r, int64_t rs, int64_t n) {
-#define ROW(EXPR)                                                                                          \
-    do {                                                                                                   \
-        if (ls == 1 && rs == 1) for (int64_t i = 0; i < n; i++) { float a = l[i], b = r[i]; o[i] = (EXPR); } \
-        else if (ls == 1) for (int64_t i = 0; i < n; i++) { float a = l[i], b = r[0]; o[i] = (EXPR); }     \
-        else if (rs == 1) for (int64_t i = 0; i < n; i++) { float a = l[0], b = r[i]; o[i] = (EXPR); }     \
-        else for (int64_t i = 0; i < n; i++) { float a = l[0], b = r[0]; o[i] = (EXPR); }                  \
-    } while (0)
-    switch (kind) {
-    case KILN__ONNX_IP_ADD: ROW(a + b); break;
-    case KILN__ONNX_IP_SUB: ROW(a - b); break;
-    case KILN__ONNX_IP_MUL: ROW(a * b); break;
-    case KILN__ONNX_IP_DIV: ROW(a / b); break;
-    default: break;
-    }
-#undef ROW
-}
-
 /* t (writable, the full output shape) = t op other, or other op t when t is on the right;
- * other broadcasts into t's shape through its strides. */
+ * other broadcasts into t's shape through its strides. The device's own binary op does
+ * the work with t as both an operand and the output (backend.h allows exactly that
+ * overlap), so the update is vectorized and split over the device's threads: the host
+ * loop this replaced ran a squeeze-excitation block's channel scale on the executor's
+ * thread alone, reading a map the other cores had just written. */
 static int binary(int kind, kiln_tensor *t, bool t_left, kiln_tensor *other) {
-    float *x = host_f32(t), *y = host_f32(other);
-    if (!y || kiln__dev(other) != kiln__dev(t)) return 0;
-    kiln_tdesc d;
-    kiln__bcast_desc(other, t->ndim, t->shape, &d);
-    int nd = t->ndim;
-    int64_t inner = nd ? t->shape[nd - 1] : 1, ys = nd ? d.strides[nd - 1] : 0;
-    if (ys != 0 && ys != 1) return 0;
-    int64_t outer = inner ? kiln__numel(t) / inner : 0, idx[KILN_MAX_DIMS] = {0}, yoff = 0;
-    for (int64_t o = 0; o < outer; o++) {
-        float *row = x + o * inner;
-        const float *yr = y + yoff;
-        if (t_left) binary_row(kind, row, row, 1, yr, ys, inner);
-        else binary_row(kind, row, yr, ys, row, 1, inner);
-        /* odometer over the outer dims, tracking other's offset */
-        for (int dd = nd - 2; dd >= 0; dd--) {
-            yoff += d.strides[dd];
-            if (++idx[dd] < t->shape[dd]) break;
-            yoff -= d.strides[dd] * t->shape[dd];
-            idx[dd] = 0;
-        }
-    }
-    return 1;
+    static const kiln_binary_op ops[] = {
+        [KILN__ONNX_IP_ADD] = KILN_BINARY_ADD, [KILN__ONNX_IP_SUB] = KILN_BINARY_SUB,
+        [KILN__ONNX_IP_MUL] = KILN_BINARY_MUL, [KILN__ONNX_IP_DIV] = KILN_BINARY_DIV,
+    };
+    const kiln_backend_iface *be = kiln__be(t);
+    if (kiln__dev(other) != kiln__dev(t) || !be->binary) return 0;
+    kiln_tdesc td, od;
+    kiln__desc(t, &td);
+    kiln__bcast_desc(other, t->ndim, t->shape, &od);
+    if (kiln__numel(t) == 0) return 1;
+    int rc = t_left ? be->binary(kiln__ctx(t), ops[kind], &td, &td, &od)
+                    : be->binary(kiln__ctx(t), ops[kind], &td, &od, &td);
+    return rc < 0 ? -1 : 1;
 }
 
 int kiln__onnx_inplace(const kiln__onnx_node *n, int kind, int nin, kiln_tensor *const *in, const bool *dies,
@@ -151,7 +127,9 @@ int kiln__onnx_inplace(const kiln__onnx_node *n, int kind, int nin, kiln_tensor 
                 full = full && (od == td || od == 1);
             }
             if (!full) continue;
-            if (binary(kind, t, side == 0, o)) {
+            int rc = binary(kind, t, side == 0, o);
+            if (rc < 0) return -1;
+            if (rc) {
                 *consumed = side;
                 return 1;
             }

@@ -354,6 +354,8 @@ static void env_case(void)
         {"KILN_CPU_SPIN_US", "fast", false}, {"KILN_CPU_SPIN_US", "-1", false},
         {"KILN_CPU_SPIN_US", "100001", false}, {"KILN_CPU_SPIN_US", "50us", false},
         {"KILN_CPU_SPIN_US", "0", true},
+        {"KILN_CPU_DEPTHWISE", "plane", false}, {"KILN_CPU_DEPTHWISE", "planes", true},
+        {"KILN_CPU_DEPTHWISE", "auto", true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         setenv(cases[i].var, cases[i].value, 1);

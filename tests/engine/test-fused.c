@@ -233,6 +233,16 @@ static const conv_case convs[] = {
     {"dw 5x5 p2 24 37x35 b2", 2, 24, 37, 35, 24, 5, 1, 2, 1, 24},
     {"dw 7x7 p3 8->16 9x40", 1, 8, 9, 40, 16, 7, 1, 3, 1, 8},
     {"dw 3x3 s2 p1 16 34x33", 1, 16, 34, 33, 16, 3, 2, 1, 1, 16},
+    /* the channel-lane kernel: a partial last block of channels, rows of 3, 9, 14 and 60
+     * outputs (each width of its position groups), strides 2 and 3, dilation with
+     * stride, padding wider than the kernel, and a map tall enough to be cut in bands */
+    {"dw 3x3 p1 20 9x9 b2", 2, 20, 9, 9, 20, 3, 1, 1, 1, 20},
+    {"dw 3x3 p1 8 6x3", 1, 8, 6, 3, 8, 3, 1, 1, 1, 8},
+    {"dw 5x5 s2 p2 40 28x28", 1, 40, 28, 28, 40, 5, 2, 2, 1, 40},
+    {"dw 3x3 s3 p1 24 23x19", 1, 24, 23, 19, 24, 3, 3, 1, 1, 24},
+    {"dw 3x3 s2 d2 p2 16 21x17", 1, 16, 21, 17, 16, 3, 2, 2, 2, 16},
+    {"dw 3x3 p4 8 5x5", 1, 8, 5, 5, 8, 3, 1, 4, 1, 8},
+    {"dw 3x3 p1 16 100x60", 1, 16, 100, 60, 16, 3, 1, 1, 1, 16},
     {"g4 3x3 p1 16->32 7x7", 1, 16, 7, 7, 32, 3, 1, 1, 1, 4},
     {"g2 1x1 70->8 13x11 b3", 3, 70, 13, 11, 8, 1, 1, 0, 1, 2},
 };
@@ -412,6 +422,77 @@ static void test_conv_fused_geometries(void **state)
         check_conv_case(&convs[i], false);
     /* how close the tolerance came to being used up, to see the margin in the log */
     printf("conv_fused vs ref: worst error / tolerance %.3g\n", worst_ref_ratio);
+}
+
+/* Every bias, residual and activation combination of one depthwise case on cpu_dev,
+ * copied to the host in a fixed order. */
+static float **dw_outputs(const conv_case *c, const conv_data *d)
+{
+    kiln_conv_opts o = opts_of(c);
+    float **outs = calloc(4 * NACTS, sizeof *outs);
+    assert_non_null(outs);
+    kiln_scope_begin();
+    kiln_tensor *x = mk(cpu_dev, 4, d->xshape, d->x), *w = mk(cpu_dev, 4, d->wshape, d->w);
+    kiln_tensor *b = mk(cpu_dev, 1, d->bshape, d->b), *r = mk(cpu_dev, 4, d->oshape, d->r);
+    for (int i = 0; i < 4 * NACTS; i++) {
+        const act_case *a = &acts[i % NACTS];
+        bool withb = i / NACTS % 2, withr = i / NACTS / 2;
+        kiln_tensor *y = kiln__conv_fused(x, w, NULL, withb ? b : NULL, &o, 2, withr ? r : NULL, a->act, a->alpha,
+                                          a->beta);
+        outs[i] = host_of(y);
+    }
+    kiln_scope_end();
+    return outs;
+}
+
+static void cpu_dev_reopen(const char *depthwise)
+{
+    kiln_device_close(cpu_dev);
+    if (depthwise)
+        setenv("KILN_CPU_DEPTHWISE", depthwise, 1);
+    else
+        unsetenv("KILN_CPU_DEPTHWISE");
+    cpu_dev = kiln_device_open("cpu");
+    unsetenv("KILN_CPU_DEPTHWISE");
+    if (!cpu_dev)
+        fail_msg("cannot reopen cpu: %s", kiln_error());
+}
+
+/* The cpu backend's two depthwise kernels, channels in the lanes (the default where it
+ * applies) and per plane (KILN_CPU_DEPTHWISE=planes), add the same terms in the same
+ * order: their outputs agree bit for bit on every depthwise geometry, NaN and infinity
+ * included. The device is reopened between the two, since the choice is read at open. */
+static void test_conv_depthwise_kernels_agree(void **state)
+{
+    (void)state;
+    rng_state = 3;
+    int compared = 0;
+    for (int ci = 0; ci < NCONVS; ci++) {
+        const conv_case *c = &convs[ci];
+        if (c->groups != c->C || c->O != c->C)
+            continue;
+        for (int specials = 0; specials < 2; specials++) {
+            conv_data d;
+            conv_data_make(&d, c, specials);
+            float **lanes = dw_outputs(c, &d);
+            cpu_dev_reopen("planes");
+            float **planes = dw_outputs(c, &d);
+            cpu_dev_reopen(NULL);
+            for (int i = 0; i < 4 * NACTS; i++) {
+                char label[200];
+                snprintf(label, sizeof label, "%s%s, %s%s%s", c->name, specials ? " (NaN/inf)" : "",
+                         i / NACTS % 2 ? "bias, " : "", i / NACTS / 2 ? "residual, " : "", acts[i % NACTS].name);
+                expect_bitwise("channel lanes vs per-plane depthwise", label, lanes[i], planes[i], d.on);
+                free(lanes[i]);
+                free(planes[i]);
+                compared++;
+            }
+            free(lanes);
+            free(planes);
+            conv_data_free(&d);
+        }
+    }
+    assert_true(compared >= 10 * 4 * NACTS);
 }
 
 static void test_conv_fused_nan_inf(void **state)
@@ -946,6 +1027,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_fused_geometries),
         cmocka_unit_test(test_conv_fused_nan_inf),
+        cmocka_unit_test(test_conv_depthwise_kernels_agree),
         cmocka_unit_test(test_conv_pack_is_per_weight),
         cmocka_unit_test(test_conv_fused_fallbacks),
         cmocka_unit_test(test_conv_fused_1d_3d),
