@@ -822,8 +822,8 @@ static inline __m512 epi_act512(__m512 v, int act, float a, float b)
  * map, and narrower ones for a map's last partial tile and for 1x1 maps (squeeze-
  * excitation layers), which would otherwise compute 14 positions to keep one. The sums
  * leave the registers through two 16x16 transposes, a channel's positions becoming one
- * vector: the gather per channel this replaced cost about as much as 33 multiply-adds
- * per output on this machine's cores. */
+ * vector, where a 16-lane gather per channel read them back from a tile buffer (gathers
+ * are slow on AMD's cores). */
 static inline __attribute__((always_inline)) void cv_tile(float *restrict out, const float *restrict res,
                                                           int64_t ostride, int nq, int jn,
                                                           const float *restrict bias, int act, float a, float b,
