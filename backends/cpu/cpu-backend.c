@@ -14,7 +14,9 @@
  * that variable differs between opens.
  */
 #include <cblas.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #if defined(__x86_64__)
@@ -58,6 +60,28 @@ static const kiln__cpu_kernels *pick_kernels(void)
 #endif
 }
 
+/* *out = the index of the environment variable var's value among choices (0, the first,
+ * when it is unset or empty); -1 with a message naming the variable, the choices and the
+ * value when it is none of them. */
+static int env_choice(const char *var, const char *const *choices, int n, int *out)
+{
+    const char *v = getenv(var);
+    *out = 0;
+    if (!v || !*v)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(v, choices[i])) {
+            *out = i;
+            return 0;
+        }
+    char list[128] = "";
+    for (int i = 0; i < n; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i == 0 ? "" : i == n - 1 ? " or " : ", ",
+                 choices[i]);
+    kiln__error_set("cpu: %s must be %s, got '%s'", var, list, v);
+    return -1;
+}
+
 static void *cpu_open(int index)
 {
     if (index != 0) {
@@ -94,32 +118,15 @@ static void *cpu_open(int index)
             return NULL;
         }
     }
-    /* which convolution tile serves the layers both can: for tests and measurements */
-    const char *conv = getenv("KILN_CPU_CONV");
-    kiln__cpu_conv_path conv_path = KILN__CPU_CONV_AUTO;
-    if (conv && *conv) {
-        if (!strcmp(conv, "packed"))
-            conv_path = KILN__CPU_CONV_PACKED;
-        else if (!strcmp(conv, "direct"))
-            conv_path = KILN__CPU_CONV_DIRECT;
-        else if (strcmp(conv, "auto")) {
-            free(ctx);
-            kiln__error_set("cpu: KILN_CPU_CONV must be auto, packed or direct, got '%s'", conv);
-            return NULL;
-        }
-    }
-    ctx->conv_path = conv_path;
-    /* which depthwise kernel: for tests and measurements */
-    const char *dwp = getenv("KILN_CPU_DEPTHWISE");
-    ctx->dw_path = KILN__CPU_DW_AUTO;
-    if (dwp && *dwp) {
-        if (!strcmp(dwp, "planes"))
-            ctx->dw_path = KILN__CPU_DW_PLANES;
-        else if (strcmp(dwp, "auto")) {
-            free(ctx);
-            kiln__error_set("cpu: KILN_CPU_DEPTHWISE must be auto or planes, got '%s'", dwp);
-            return NULL;
-        }
+    /* which convolution tile serves the layers both can, and which depthwise kernel: for
+     * tests and measurements */
+    static const char *const conv_paths[] = {[KILN__CPU_CONV_AUTO] = "auto", [KILN__CPU_CONV_PACKED] = "packed",
+                                             [KILN__CPU_CONV_DIRECT] = "direct"};
+    static const char *const dw_paths[] = {[KILN__CPU_DW_AUTO] = "auto", [KILN__CPU_DW_PLANES] = "planes"};
+    if (env_choice("KILN_CPU_CONV", conv_paths, (int)(sizeof conv_paths / sizeof *conv_paths), &ctx->conv_path) ||
+        env_choice("KILN_CPU_DEPTHWISE", dw_paths, (int)(sizeof dw_paths / sizeof *dw_paths), &ctx->dw_path)) {
+        free(ctx);
+        return NULL;
     }
     ctx->pool = kiln__cpu_pool_create((int)n, (int64_t)spin_us * 1000);
     if (!ctx->pool) {

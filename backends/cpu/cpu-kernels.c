@@ -729,22 +729,10 @@ static void conv_tile_f32(float *restrict tile, const float *restrict x, int64_t
         if ((j) < nrows) {                                                            \
             __m512 bj = bias ? _mm512_set1_ps(bias[j]) : _mm512_setzero_ps();         \
             float *o = out + (j) * ostride;                                           \
-            __m512 s0 = _mm512_add_ps(a##j##0, bj), s1 = _mm512_add_ps(a##j##1, bj);  \
-            __m512 s2 = _mm512_add_ps(a##j##2, bj);                                   \
-            if (res) {                                                                \
-                const float *rr = res + (j) * ostride;                                \
-                s0 = _mm512_add_ps(s0, _mm512_maskz_loadu_ps(m0, rr));                \
-                s1 = _mm512_add_ps(s1, _mm512_maskz_loadu_ps(m1, rr + 16));           \
-                s2 = _mm512_add_ps(s2, _mm512_maskz_loadu_ps(m2, rr + 32));           \
-            }                                                                         \
-            if (act != KILN_EPI_NONE) {                                               \
-                s0 = epi_act512(s0, act, ea, eb);                                     \
-                s1 = epi_act512(s1, act, ea, eb);                                     \
-                s2 = epi_act512(s2, act, ea, eb);                                     \
-            }                                                                         \
-            _mm512_mask_storeu_ps(o, m0, s0);                                         \
-            _mm512_mask_storeu_ps(o + 16, m1, s1);                                    \
-            _mm512_mask_storeu_ps(o + 32, m2, s2);                                    \
+            const float *rr = res ? res + (j) * ostride : NULL;                       \
+            epi_store512(o, rr, m0, _mm512_add_ps(a##j##0, bj), act, ea, eb);         \
+            epi_store512(o + 16, rr ? rr + 16 : NULL, m1, _mm512_add_ps(a##j##1, bj), act, ea, eb); \
+            epi_store512(o + 32, rr ? rr + 32 : NULL, m2, _mm512_add_ps(a##j##2, bj), act, ea, eb); \
         }                                                                             \
     } while (0)
 
@@ -1151,6 +1139,22 @@ static inline __attribute__((always_inline)) void dw16_group(const kiln__cpu_dw1
     }
 }
 
+/* dst[i·16 + c] = src[c·stride + i] for i < n, c < nc, and 0 for nc <= c < 16: rows of
+ * nc channels interleaved into positions of 16 lanes, 16x16 in registers at a time. */
+static void dw16_interleave(float *dst, const float *src, int64_t n, int64_t stride, int nc)
+{
+    for (int64_t i0 = 0; i0 < n; i0 += 16) {
+        const int nv = n - i0 < 16 ? (int)(n - i0) : 16;
+        const __mmask16 m = tail_mask(nv);
+        __m512 r[16];
+        for (int c = 0; c < 16; c++)
+            r[c] = c < nc ? _mm512_maskz_loadu_ps(m, src + c * stride + i0) : _mm512_setzero_ps();
+        tr16x16(r);
+        for (int j = 0; j < nv; j++)
+            _mm512_store_ps(dst + (i0 + j) * 16, r[j]);
+    }
+}
+
 static void dwconv_c16_f32(const kiln__cpu_dw16 *p, int64_t oh0, int64_t oh1)
 {
     const int64_t nk = p->KH * p->KW, pitch = kiln__cpu_dw16_pitch(p);
@@ -1159,17 +1163,9 @@ static void dwconv_c16_f32(const kiln__cpu_dw16 *p, int64_t oh0, int64_t oh1)
     float *T = p->scratch, *wt = T + band * pitch * 16;
     const __mmask16 cm = tail_mask(p->nc);
     const __m512 zero = _mm512_setzero_ps();
-    /* weights, taps outermost: wt[k][c] = w[c][k], 16 taps of the 16 channels at a time
-     * (a gather per tap cost an eighth of the kernel's time) */
-    for (int64_t k0 = 0; k0 < nk; k0 += 16) {
-        const int nv = nk - k0 < 16 ? (int)(nk - k0) : 16;
-        __m512 r[16];
-        for (int c = 0; c < 16; c++)
-            r[c] = c < p->nc ? _mm512_maskz_loadu_ps(tail_mask(nv), p->w + c * nk + k0) : zero;
-        tr16x16(r);
-        for (int j = 0; j < nv; j++)
-            _mm512_store_ps(wt + (k0 + j) * 16, r[j]);
-    }
+    /* weights, taps outermost: wt[k][c] = w[c][k] (a gather per tap cost an eighth of the
+     * kernel's time) */
+    dw16_interleave(wt, p->w, nk, nk, p->nc);
     const __m512 vb = p->bias ? _mm512_maskz_loadu_ps(cm, p->bias) : zero;
 
     /* the band's input rows, position-major with the 16 channels innermost; columns and
@@ -1190,17 +1186,7 @@ static void dwconv_c16_f32(const kiln__cpu_dw16 *p, int64_t oh0, int64_t oh1)
             _mm512_store_ps(dst + i * 16, zero);
         for (int64_t i = c_lo + ncol; i < pitch; i++)
             _mm512_store_ps(dst + i * 16, zero);
-        const float *src = p->x + ih * p->W;
-        for (int64_t i0 = 0; i0 < ncol; i0 += 16) {
-            const int nv = ncol - i0 < 16 ? (int)(ncol - i0) : 16;
-            const __mmask16 m = tail_mask(nv);
-            __m512 r[16];
-            for (int c = 0; c < 16; c++)
-                r[c] = c < p->nc ? _mm512_maskz_loadu_ps(m, src + c * p->xstride + i0) : zero;
-            tr16x16(r);
-            for (int j = 0; j < nv; j++)
-                _mm512_store_ps(dst + (c_lo + i0 + j) * 16, r[j]);
-        }
+        dw16_interleave(dst + c_lo * 16, p->x + ih * p->W, ncol, p->xstride, p->nc);
     }
 
     for (int64_t oh = oh0; oh < oh1; oh++) {

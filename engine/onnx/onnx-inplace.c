@@ -6,8 +6,9 @@
  * MatMul, the residual Add of a ResNet block: each reads a value nobody reads again. Run
  * as engine ops they allocate a fresh output and (HardSwish, HardSigmoid) take up to four
  * passes and four allocations through the backend's dispatch. Here the executor writes the
- * result over its dying input instead, in one pass on the host, with no allocation and no
- * dispatch: the activation becomes the producer's epilogue in all but name, and the buffer
+ * result over its dying input instead, with no allocation: activations in one pass on the
+ * host, arithmetic through one call of the device's binary op with the dying input as its
+ * output. The activation becomes the producer's epilogue in all but name, and the buffer
  * is handed on to the next op.
  *
  * Only when it is safe: an f32 contiguous tensor in host memory that the executor holds
