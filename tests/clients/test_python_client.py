@@ -25,6 +25,27 @@ from kilnd_harness import check  # noqa: E402
 
 KILND, CLIENT_SRC, FIX = sys.argv[1], sys.argv[2], sys.argv[3]
 
+# The suite's interpreter (KILN_TEST_PYTHON, made by tests/run with numpy in it) runs this file
+# when there is one, so the numpy paths are exercised, not skipped; by hand, without it, they
+# are skipped with a line that says so.
+TEST_PYTHON = os.environ.get("KILN_TEST_PYTHON", "")
+if TEST_PYTHON and os.access(TEST_PYTHON, os.X_OK) and \
+        os.path.abspath(sys.executable) != os.path.abspath(TEST_PYTHON) and not os.environ.get("KILN_REEXEC"):
+    os.environ["KILN_REEXEC"] = "1"
+    os.execv(TEST_PYTHON, [TEST_PYTHON] + sys.argv)
+REQUIRE_NUMPY = bool(TEST_PYTHON)
+
+
+def numpy_or_skip(what):
+    """numpy, or None after a skip line; a failure instead when the suite's interpreter lacks it."""
+    try:
+        import numpy
+        return numpy
+    except ImportError:
+        check(not REQUIRE_NUMPY, "%s: numpy is importable from KILN_TEST_PYTHON (%s)" % (what, TEST_PYTHON))
+        print("skip: numpy is not installed; %s not tried" % what, flush=True)
+        return None
+
 
 def install_client():
     """pip install a copy of clients/python into H.TMP/site; returns the folder to import from.
@@ -45,6 +66,28 @@ def install_client():
     dist = sorted(os.listdir(site)) if os.path.isdir(site) else []
     check(dist == ["kiln_client", "kiln_client-0.1.0.dist-info"], "installed as kiln-client 0.1.0: %s" % dist)
     return site
+
+
+def test_documented_install():
+    """The README's route on Debian 12, where PEP 668 forbids pip in the system Python: a virtual
+    environment, then `pip install ./clients/python` in it, run from a folder holding a copy of the
+    client as the README's command expects; the package imports from elsewhere afterwards."""
+    system_python = shutil.which("python3") or sys.executable
+    work = os.path.join(H.TMP, "user")
+    shutil.copytree(CLIENT_SRC, os.path.join(work, "clients", "python"),
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    venv = os.path.join(H.TMP, "kiln-venv")
+    p = subprocess.run([system_python, "-m", "venv", venv], capture_output=True, text=True)
+    check(p.returncode == 0, "python3 -m venv makes the environment: %s" % p.stderr[-800:])
+    p = subprocess.run([os.path.join(venv, "bin", "pip"), "install", "./clients/python"], cwd=work,
+                       capture_output=True, text=True,
+                       env=dict(H.ENV, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1"))
+    check(p.returncode == 0, "pip install ./clients/python in the venv, offline: %s" % p.stderr[-1500:])
+    p = subprocess.run([os.path.join(venv, "bin", "python"), "-c",
+                        "import kiln_client, os; print(os.path.dirname(kiln_client.__file__))"],
+                       cwd=H.TMP, capture_output=True, text=True)
+    check(p.returncode == 0 and p.stdout.strip().startswith(venv),
+          "kiln_client imports from the venv: %s %s" % (p.stdout.strip(), p.stderr[-500:]))
 
 
 def close(a, b, tol=1e-4):
@@ -106,13 +149,22 @@ def test_codec(kc):
         check(False, "non-UTF-8 BYTES cannot go as JSON")
     except ValueError as e:
         check("binary=True" in str(e), "non-UTF-8 BYTES as JSON: %s" % e)
-    try:
-        import numpy as np
+    np = numpy_or_skip("the codec's numpy paths")
+    if np is not None:
         a = np.arange(6, dtype=np.int16).reshape(2, 3)
         t = T("x", a)
         check(t.datatype == "INT16" and t.shape == [2, 3] and (t.numpy() == a).all(), "numpy arrays in and out")
-    except ImportError:
-        print("skip: numpy is not installed; the numpy paths are not tried", flush=True)
+        for dt, name in ((np.float32, "FP32"), (np.float64, "FP64"), (np.uint8, "UINT8"), (np.int64, "INT64"),
+                         (np.bool_, "BOOL"), (np.float16, "FP16")):
+            a = (np.arange(12).reshape(3, 4) % 5).astype(dt)
+            t = T("x", a)
+            check(t.datatype == name, "a numpy %s array is %s: %s" % (np.dtype(dt).name, name, t.datatype))
+            for binary in (False, True):
+                wire = (T.from_binary("x", name, t.shape, t.to_binary()) if binary
+                        else T.from_json({"name": "x", "datatype": name, "shape": t.shape, "data": t.json_data()}))
+                back = wire.numpy()
+                check(back.dtype == a.dtype and back.shape == a.shape and (back == a).all(),
+                      "numpy %s round trip (binary=%s)" % (name, binary))
 
 
 def test_inference(kc, d):
@@ -149,15 +201,15 @@ def test_inference(kc, d):
             out = c.infer("cnn", t, binary=binary).output()
             check(out.shape == ys and close(out.data, yv), "ONNX model, batch %d, binary=%s: ONNX Runtime's logits"
                   % (b, binary))
-    try:
-        import numpy as np
+    np = numpy_or_skip("numpy inputs and outputs of infer()")
+    if np is not None:
         xs, xv = ref[3]["in.x"]
         a = np.array(xv, dtype=np.float64).reshape(xs)   # cast to the model's FP32 by the client
-        out = c.infer("cnn", a, binary=True).output().numpy()
-        check(out.dtype == np.float32 and out.shape == (3, 10) and close(out.reshape(-1).tolist(), ref[3]["out.logits"][1]),
-              "a numpy input and output")
-    except ImportError:
-        pass
+        for binary in (False, True):
+            out = c.infer("cnn", a, binary=binary).output().numpy()
+            check(out.dtype == np.float32 and out.shape == (3, 10)
+                  and close(out.reshape(-1).tolist(), ref[3]["out.logits"][1]),
+                  "a numpy input and output (binary=%s)" % binary)
     # Errors are KilnError with kilnd's status and message.
     for call, status, words in (
             (lambda: c.infer("nosuch", [[1.0]]), 404, "nosuch"),
@@ -312,6 +364,7 @@ def main():
     import kiln_client as kc
     check(os.path.dirname(kc.__file__) == os.path.join(site, "kiln_client"), "the installed copy is the one tested")
     test_codec(kc)
+    test_documented_install()
     daemons = [H.Daemon(KILND, "main")]
     d = daemons[0]
     try:
