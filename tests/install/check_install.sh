@@ -94,6 +94,9 @@ PY
 flags=$(PKG_CONFIG_PATH="$stage$libdir/pkgconfig" \
         pkg-config --define-variable=prefix="$stage$prefix" --cflags --libs kiln) || fail "pkg-config cannot read the installed kiln.pc"
 echo "pkg-config --cflags --libs kiln: $flags"
+# A sanitizer build's libkiln needs its runtime in the program too, as any user of that build would.
+sanitize=$(opt b_sanitize)
+[ "$sanitize" != none ] && flags="$flags -fsanitize=$sanitize"
 # shellcheck disable=SC2086 # the flags are several words
 cc -std=c17 -Wall -Wextra -Werror "$stage/prog.c" $flags -o "$stage/prog" ||
     fail "the README's C example does not compile against the installed headers and kiln.pc"
