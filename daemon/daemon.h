@@ -24,6 +24,7 @@
 #include "jobstore.h"
 #include "log.h"
 #include "metrics.h"
+#include "notify.h"
 #include "scheduler.h"
 #include "server.h"
 #include "serving.h"
@@ -51,6 +52,7 @@ struct kiln_daemon {
     struct kiln_jobs *training;
     struct kiln_tensor_service *tensor;
     char *port_file;
+    struct kiln_notify notify; /* a service manager's NOTIFY_SOCKET, inert without one */
     enum kiln_daemon_state state;
     uint64_t started_ns;
     int exit_code;

@@ -10,6 +10,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,58 @@ static void set_state(struct kiln_daemon *d, enum kiln_daemon_state s)
     if (d->api_ready && kiln_api_set_ready(&d->api, s == KILN_DAEMON_READY, kiln_daemon_state_to_str(s)) != 0)
         kiln_log_write(&d->log, KILN_LOG_ERROR, "out of memory updating readiness");
     kiln_log_write(&d->log, KILN_LOG_INFO, "state %s", kiln_daemon_state_to_str(s));
+    /* A service manager learns the same transitions: READY=1 once /v2/health/ready says 200. */
+    char status[320];
+    int rc = 0;
+    if (s == KILN_DAEMON_READY) {
+        snprintf(status, sizeof status, "ready on %s:%d", d->cfg.host, d->server ? kiln_server_port(d->server) : 0);
+        rc = kiln_notify_status(&d->notify, "READY=1", status);
+    } else if (s == KILN_DAEMON_DRAINING) {
+        rc = kiln_notify_status(&d->notify, "STOPPING=1", "draining");
+    }
+    if (rc != 0)
+        kiln_log_write(&d->log, KILN_LOG_WARN, "NOTIFY_SOCKET: cannot notify the service manager: %s", strerror(-rc));
+}
+
+/* "uid 1000 (kiln), gid 0 (root)": who kilnd runs as, for messages about permissions. */
+static void describe_user(char *out, size_t outlen)
+{
+    uid_t uid = geteuid();
+    gid_t gid = getegid();
+    struct passwd *pw = getpwuid(uid);
+    struct group *gr = getgrgid(gid);
+    snprintf(out, outlen, "uid %ld (%s), gid %ld (%s)", (long)uid, pw ? pw->pw_name : "no passwd entry", (long)gid,
+             gr ? gr->gr_name : "no group entry");
+}
+
+/* The data folder must take new files before kilnd binds: a folder mounted read-only or owned by
+ * another user would otherwise fail later, after "listening", with a bare EACCES. The probe is a
+ * real create and unlink, so read-only mounts, ACLs and SELinux labels count, not only mode bits. */
+static int check_writable(const char *dir, char *err, size_t errlen)
+{
+    size_t n = strlen(dir) + 48;
+    char *probe = malloc(n);
+    if (!probe) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    snprintf(probe, n, "%s/.kilnd-write-probe-%ld", dir, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int saved = errno;
+    if (fd >= 0) {
+        close(fd);
+        unlink(probe);
+    }
+    free(probe);
+    if (fd >= 0)
+        return 0;
+    char who[160];
+    describe_user(who, sizeof who);
+    snprintf(err, errlen,
+             "data_dir %s is not writable by kilnd, running as %s: %s. Make it writable by that user or group "
+             "(chown, or chmod g+w for a group-0 folder under an arbitrary uid), or choose another data_dir",
+             dir, who, strerror(saved));
+    return -1;
 }
 
 static int mkdir_p(const char *path, char *err, size_t errlen)
@@ -52,8 +106,11 @@ static int mkdir_p(const char *path, char *err, size_t errlen)
         if (*p != '/' && !end)
             continue;
         *p = '\0';
-        if (mkdir(copy, 0755) != 0 && errno != EEXIST) {
-            snprintf(err, errlen, "data_dir: cannot create %s: %s", copy, strerror(errno));
+        if (mkdir(copy, 0775) != 0 && errno != EEXIST) {
+            int saved = errno;
+            char who[160];
+            describe_user(who, sizeof who);
+            snprintf(err, errlen, "data_dir: cannot create %s as %s: %s", copy, who, strerror(saved));
             rc = -1;
         }
         if (end)
@@ -123,6 +180,7 @@ static void close_daemon_handles(struct kiln_daemon *d)
     close_handle((uv_handle_t *)&d->sig_int);
     close_handle((uv_handle_t *)&d->sig_hup);
     close_handle((uv_handle_t *)&d->drain_timer);
+    kiln_notify_close(&d->notify, NULL);
 }
 
 static void on_drained(void *ud)
@@ -303,6 +361,7 @@ int kiln_daemon_init(struct kiln_daemon *d, struct kiln_config *cfg)
 {
     char err[512];
     memset(d, 0, sizeof *d);
+    d->notify.fd = -1;
     d->cfg = *cfg;
     memset(cfg, 0, sizeof *cfg);
     d->started_ns = uv_hrtime();
@@ -321,6 +380,16 @@ int kiln_daemon_init(struct kiln_daemon *d, struct kiln_config *cfg)
         return -1;
     }
     d->loop_ready = true;
+    if (kiln_notify_open(&d->notify, &d->loop, getenv("NOTIFY_SOCKET"), getenv("WATCHDOG_USEC"),
+                         getenv("WATCHDOG_PID"), err, sizeof err) != 0) {
+        kiln_log_write(&d->log, KILN_LOG_ERROR, "%s", err);
+        return -1;
+    }
+    if (d->notify.timer_ready) {
+        uv_unref((uv_handle_t *)&d->notify.timer); /* the pings never keep a draining loop alive */
+        kiln_log_write(&d->log, KILN_LOG_INFO, "service manager watchdog: pinging every %llu ms",
+                       (unsigned long long)(d->notify.watchdog_usec / 2000));
+    }
 
     d->metrics = kiln_metrics_new();
     if (!d->metrics || kiln_metrics_gauge_fn(d->metrics, "kiln_process_uptime_seconds",
@@ -345,7 +414,7 @@ int kiln_daemon_init(struct kiln_daemon *d, struct kiln_config *cfg)
                        "\"read:TOKEN\" entries) or listen on 127.0.0.1", d->cfg.host);
         return -1;
     }
-    if (mkdir_p(d->cfg.data_dir, err, sizeof err) != 0) {
+    if (mkdir_p(d->cfg.data_dir, err, sizeof err) != 0 || check_writable(d->cfg.data_dir, err, sizeof err) != 0) {
         kiln_log_write(&d->log, KILN_LOG_ERROR, "%s", err);
         return -1;
     }

@@ -22,6 +22,7 @@ build_packages="
 test_packages="
   libcmocka-dev python3 python3-venv curl wrk nginx-light clang libclang-rt-14-dev
   mesa-vulkan-drivers libvulkan-dev glslang-tools sqlite3 libjemalloc2 dataset-fashion-mnist tmux
+  systemd util-linux
 "
 
 packages="$build_packages"
