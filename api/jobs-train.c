@@ -104,7 +104,7 @@ static void run_job(struct kiln_jobs *j, int64_t id)
     char *from = spec.resume_from_job > 0 ? kiln__jobs_path(j->data_dir, "checkpoints/job-%lld", (long long)spec.resume_from_job)
                                           : NULL;
     char *scratch = kiln__jobs_path(j->data_dir, "tmp/job-%lld-model", (long long)id);
-    char *models = kiln__jobs_path(j->data_dir, "%s", "models");
+    char *models = strdup(j->models_dir); /* the model repository, maybe outside data_dir */
     char *tmp = kiln__jobs_path(j->data_dir, "%s", "tmp");
     char *cks = kiln__jobs_path(j->data_dir, "%s", "checkpoints");
     if (tmp)

@@ -58,7 +58,7 @@ struct kiln_jobs *kiln_jobs_new(const struct kiln_jobs_options *o, char *err, si
         free(j);
         return NULL;
     }
-    j->models_dir = kiln__jobs_path(j->data_dir, "%s", "models");
+    j->models_dir = o->models_dir ? strdup(o->models_dir) : kiln__jobs_path(j->data_dir, "%s", "models");
     if (!j->models_dir) {
         snprintf(err, errlen, "out of memory");
         free(j->data_dir);

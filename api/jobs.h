@@ -29,7 +29,8 @@ struct kiln_sched;
 struct kiln_jobs_options {
     uv_loop_t *loop;
     struct kiln_jobstore *store;          /* borrowed; from now on used only through this module */
-    const char *data_dir;                 /* checkpoints/, models/ and tmp/ live under it */
+    const char *data_dir;                 /* checkpoints/ and tmp/ live under it */
+    const char *models_dir;               /* the model repository jobs register into; NULL: <data_dir>/models */
     const struct kiln_strlist *data_roots;
     const struct kiln_strlist *tokens;    /* as kiln_serving_options: "admin:T", "read:T", "T" */
     struct kiln_serving *serving;         /* finished models are loaded through it; may be NULL */

@@ -69,6 +69,7 @@ struct kiln_config {
     int64_t port;
     char *data_dir;
     char *example_models;       /* "" means none */
+    char *model_repository;     /* "" means <data_dir>/models; may be read-only */
     struct kiln_strlist devices;
     int64_t worker_threads;
     struct kiln_config_limits limits;

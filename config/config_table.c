@@ -28,6 +28,12 @@ const struct kiln__config_key kiln__config_keys[] = {
      "TCP port. 0 picks a free port; the chosen port is logged first and written to <data_dir>/kilnd.port."},
     {"data_dir", KILN__CT_STRING, OFF(data_dir), 1, 4096, NULL, "./var", "KILN_DATA_DIR", "--data-dir",
      "Folder for the job store (kiln.db), models and checkpoints; created when missing."},
+    {"model_repository", KILN__CT_STRING, OFF(model_repository), 0, 4096, NULL, "", "KILN_MODEL_REPOSITORY",
+     "--model-repository",
+     "Folder of models (<name>/<version>/ folders) to serve, as Triton and KServe mount one (e.g. /mnt/models); "
+     "empty means <data_dir>/models. It may be read-only: kilnd only reads it, and training jobs that register "
+     "a model then fail with a message saying so. Writable state (job store, checkpoints, port file) stays in "
+     "data_dir."},
     {"example_models", KILN__CT_STRING, OFF(example_models), 0, 4096, NULL, "", "KILN_EXAMPLE_MODELS",
      "--example-models",
      "Folder of example models (<name>/<version>/ folders) copied into <data_dir>/models at start when that "

@@ -307,6 +307,18 @@ static void seed_examples(struct kiln_daemon *d, const char *root, const char *d
     kiln_repository_close(repo);
 }
 
+/* model_repository, or <data_dir>/models when it is empty. The caller frees it. */
+static char *models_root(const struct kiln_daemon *d)
+{
+    if (d->cfg.model_repository && d->cfg.model_repository[0])
+        return strdup(d->cfg.model_repository);
+    size_t n = strlen(d->cfg.data_dir) + 16;
+    char *root = malloc(n);
+    if (root)
+        snprintf(root, n, "%s/models", d->cfg.data_dir);
+    return root;
+}
+
 /* The scheduler's workers and the model table; models load in the background. */
 static int start_serving(struct kiln_daemon *d)
 {
@@ -325,11 +337,12 @@ static int start_serving(struct kiln_daemon *d)
         kiln_log_write(&d->log, KILN_LOG_ERROR, "scheduler: %s", err);
         return -1;
     }
-    size_t n = strlen(d->cfg.data_dir) + 16;
-    char *root = malloc(n);
+    char *root = models_root(d);
     if (!root)
         return -1;
-    snprintf(root, n, "%s/models", d->cfg.data_dir);
+    if (access(root, F_OK) == 0 && access(root, W_OK) != 0)
+        kiln_log_write(&d->log, KILN_LOG_INFO, "model repository %s is read-only here: serving only, jobs "
+                       "cannot register models into it", root);
     if (d->cfg.example_models && d->cfg.example_models[0])
         seed_examples(d, root, d->cfg.example_models);
     struct kiln_serving_options vo = {
@@ -469,10 +482,14 @@ int kiln_daemon_init(struct kiln_daemon *d, struct kiln_config *cfg)
     kiln_log_write(&d->log, KILN_LOG_DEBUG, "job store at schema version %d", kiln_jobstore_schema_version(d->jobs));
     if (start_serving(d) != 0)
         return -1;
+    char *models = models_root(d);
+    if (!models)
+        return -1;
     struct kiln_jobs_options jo = {
         .loop = &d->loop,
         .store = d->jobs,
         .data_dir = d->cfg.data_dir,
+        .models_dir = models,
         .data_roots = &d->cfg.data_roots,
         .tokens = &d->cfg.api_tokens,
         .serving = d->serving,
@@ -481,6 +498,7 @@ int kiln_daemon_init(struct kiln_daemon *d, struct kiln_config *cfg)
         .log_ud = &d->log,
     };
     d->training = kiln_jobs_new(&jo, err, sizeof err);
+    free(models);
     if (!d->training) {
         kiln_log_write(&d->log, KILN_LOG_ERROR, "%s", err);
         return -1;
