@@ -100,17 +100,7 @@ static bool stream_pump(struct kiln_jobs *j, struct kiln__jobs_stream *s)
 void kiln__jobs_on_async(uv_async_t *a)
 {
     struct kiln_jobs *j = a->data;
-    char *names[16];
-    int n;
-    pthread_mutex_lock(&j->mu);
-    n = j->nto_load;
-    memcpy(names, j->to_load, sizeof names);
-    j->nto_load = 0;
-    pthread_mutex_unlock(&j->mu);
-    for (int i = 0; i < n; i++) {
-        kiln__jobs_load_model(j, names[i]);
-        free(names[i]);
-    }
+    kiln__jobs_take_finishes(j);
     for (struct kiln__jobs_stream *s = j->streams, *next; s; s = next) {
         next = s->next;
         stream_pump(j, s);

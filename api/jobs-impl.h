@@ -4,7 +4,8 @@
  *   jobs-routes.c      the /v1/jobs routes
  *   jobs-events.c      server-sent event streams
  *   jobs-history.c     GET .../metrics and .../logs: pages of a job's stored events
- *   jobs-train.c       the training thread and loading trained models
+ *   jobs-train.c       the training thread
+ *   jobs-finish.c      a registered model loaded for serving, then the job succeeded (loop)
  *   jobs-store-glue.c  the store under its lock, events, states, paths, the log
  */
 #ifndef KILN_API_JOBS_IMPL_H
@@ -27,7 +28,6 @@
 
 #define STREAM_OUT_MAX (4u << 20)   /* a client this far behind is dropped; it can reconnect */
 #define PING_MS 15000
-#define LOAD_POLL_MS 50
 
 struct kiln__jobs_stream {
     struct kiln_jobs *j;
@@ -37,13 +37,19 @@ struct kiln__jobs_stream {
     struct kiln__jobs_stream *next;
 };
 
-struct kiln__jobs_load {
-    struct kiln_http_conn conn;      /* a connection of our own for the in-process request */
-    struct kiln_http_headers headers;
-    char path[KILN_MODEL_NAME_MAX + 64];
+/*
+ * A job whose training added a model version, handed from the training thread to the loop
+ * (jobs-finish.c): the loop loads the version for serving and only then records the job
+ * succeeded, or removes the version and records it failed. Owned by the loop once posted.
+ */
+struct kiln__jobs_finish {
+    struct kiln_jobs *j;
+    int64_t id;
     char name[KILN_MODEL_NAME_MAX + 1];
-    bool done;
-    struct kiln__jobs_load *next;
+    int64_t version;
+    char *metrics_json;              /* the final metrics (may be NULL) */
+    char stop_reason[32];
+    struct kiln__jobs_finish *next;
 };
 
 struct kiln_jobs {
@@ -52,15 +58,13 @@ struct kiln_jobs {
     char *models_dir;                /* data_dir/models: the repository fine-tuning reads */
     const char **roots;
     size_t nroots;
-    char admin_token[256];           /* for in-process loads when tokens are on */
     bool auth;
     /* loop thread */
     uv_async_t async;
-    uv_timer_t ping, load_timer;
+    uv_timer_t ping;
     bool handles_open;
     struct kiln__jobs_stream *streams;
-    struct kiln__jobs_load *loads;
-    struct kiln_http_service load_svc;
+    struct kiln__jobs_finish *loading;  /* handed to serving, waiting for their load to end */
     /* shared */
     pthread_mutex_t store_mu;        /* the job store */
     pthread_mutex_t mu;              /* the fields below */
@@ -73,8 +77,9 @@ struct kiln_jobs {
     bool stopping;
     int64_t current;                 /* the job being trained, 0 when none */
     atomic_bool cancel;              /* the current job: stop before its next step */
-    char *to_load[16];               /* models registered, waiting for the loop to load them */
-    int nto_load;
+    struct kiln__jobs_finish *to_finish; /* posted by the training thread, not yet taken */
+    int64_t finishing;               /* the job whose model is being loaded (0: none) */
+    int64_t finished;                /* the last job the loop finished (the trainer waits for it) */
     pthread_t thread;
     bool thread_started;
 };
@@ -88,6 +93,8 @@ void kiln__jobs_emit(struct kiln_jobs *j, int64_t id, const char *type, const ch
 /* A "state" event; extra_json (when given) goes in under extra_key. */
 void kiln__jobs_emit_state(struct kiln_jobs *j, int64_t id, const char *state, const char *error,
                            const char *extra_key, const char *extra_json);
+/* The payload of a "state" event (cJSON_free it); NULL when out of memory. */
+char *kiln__jobs_state_payload(const char *state, const char *error, const char *extra_key, const char *extra_json);
 int kiln__jobs_set_state(struct kiln_jobs *j, int64_t id, const char *state, const char *error);
 /* kiln__jobs_set_state and its "state" event (as kiln__jobs_emit_state makes it) in one store
  * transaction, so an event stream that sees the job final has its final event; tells the loop.
@@ -101,8 +108,19 @@ struct kiln_jobspec_env kiln__jobs_spec_env(struct kiln_jobs *j);
 
 /* jobs-train.c */
 void *kiln__jobs_trainer_main(void *ud);
-/* On the loop: load a newly registered model for serving. */
-void kiln__jobs_load_model(struct kiln_jobs *j, const char *name);
+
+/* jobs-finish.c */
+/* The source a job writes into its model version's source.json (kiln_repository_find_source). */
+void kiln__jobs_source(const struct kiln_job *job, char *out, size_t len);
+/* Records job id succeeded with the version it added, in one store transaction (either thread:
+ * the loop once the version answers, or the training thread when nothing serves). 0, or -1
+ * (logged) with the job left running. */
+int kiln__jobs_succeed(struct kiln_jobs *j, int64_t id, const char *name, int64_t version, const char *metrics_json,
+                       const char *stop_reason);
+/* On the loop: take the finishes the training thread posted and start loading their models. */
+void kiln__jobs_take_finishes(struct kiln_jobs *j);
+/* After kiln_jobs_stop: free what is still posted or loading. */
+void kiln__jobs_finishes_free(struct kiln_jobs *j);
 
 /* jobs-events.c (loop thread) */
 /* succeeded, failed or cancelled: a state a job never leaves */

@@ -311,10 +311,14 @@ static int handle_cancel(struct kiln_jobs *j, int64_t id, const struct kiln_requ
     if (kiln__jobs_final_state(state))
         return kiln__jobs_errorf(out, req, 409, "job %lld is already %s", (long long)id, state);
     pthread_mutex_lock(&j->mu);
-    bool running = j->current == id;
+    bool finishing = j->finishing == id;
+    bool running = j->current == id && !finishing;
     if (running)
         atomic_store(&j->cancel, true);
     pthread_mutex_unlock(&j->mu);
+    if (finishing)
+        return kiln__jobs_errorf(out, req, 409, "job %lld has finished training; its model is being loaded for serving",
+                                 (long long)id);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)id);
     if (running) {

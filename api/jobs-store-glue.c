@@ -51,8 +51,7 @@ void kiln__jobs_emit(struct kiln_jobs *j, int64_t id, const char *type, const ch
     uv_async_send(&j->async);
 }
 
-/* The payload of a "state" event (cJSON_free it); NULL when out of memory. */
-static char *state_payload(const char *state, const char *error, const char *extra_key, const char *extra_json)
+char *kiln__jobs_state_payload(const char *state, const char *error, const char *extra_key, const char *extra_json)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "state", state);
@@ -71,7 +70,7 @@ static char *state_payload(const char *state, const char *error, const char *ext
 void kiln__jobs_emit_state(struct kiln_jobs *j, int64_t id, const char *state, const char *error, const char *extra_key,
                        const char *extra_json)
 {
-    char *text = state_payload(state, error, extra_key, extra_json);
+    char *text = kiln__jobs_state_payload(state, error, extra_key, extra_json);
     if (text)
         kiln__jobs_emit(j, id, "state", text);
     cJSON_free(text);
@@ -81,7 +80,7 @@ int kiln__jobs_transition(struct kiln_jobs *j, int64_t id, const char *state, co
                           const char *extra_json)
 {
     char err[256];
-    char *text = state_payload(state, error, extra_key, extra_json);
+    char *text = kiln__jobs_state_payload(state, error, extra_key, extra_json);
     if (!text) {
         kiln__jobs_log(j, KILN_LOG_WARN, "job %lld: out of memory moving it to %s", (long long)id, state);
         return -1;

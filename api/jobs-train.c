@@ -1,8 +1,10 @@
 /*
  * api/jobs-train.c — the training thread: it takes queued jobs oldest first, runs each through
- * scheduler/trainer (resuming from a checkpoint when there is one), records how it ended, and
- * hands a registered model to the loop, which loads it through the serving module's repository
- * endpoint (see api/jobs.c for why that path).
+ * scheduler/trainer (resuming from a checkpoint when there is one), and records how it ended; a
+ * job that added a model version is handed to the loop, which records it succeeded once the
+ * version answers (jobs-finish.c), and the thread waits for that before the next job. A job
+ * requeued by a restart after its version was written is not trained again: its version is
+ * found by its source.json and handed on the same way.
  *
  * Inference preempts training: a job holds a training slot on its device for its whole run and
  * goes through the scheduler's training gate before every step (scheduler.h). The trainer calls
@@ -23,6 +25,7 @@
 #include <cjson/cJSON.h>
 
 #include "jobs-impl.h"
+#include "kiln/repository.h"
 
 /* ---- the training thread ------------------------------------------------------------------- */
 
@@ -70,6 +73,72 @@ static void hook_checkpoint(void *ud, const char *path, int64_t step)
     kiln__jobs_store_unlock(r->j);
 }
 
+/*
+ * The version a previous run of this job added before kilnd stopped, found by the source.json it
+ * wrote (0: none); fills res as that run had (its final metrics are in the file).
+ */
+static int64_t version_written_before(struct kiln_jobs *j, const char *name, const char *source,
+                                      struct kiln_trainer_result *res)
+{
+    kiln_repository *repo = kiln_repository_open(j->models_dir);
+    char *text = NULL;
+    int64_t v = repo ? kiln_repository_find_source(repo, name, source, &text) : 0;
+    kiln_repository_close(repo);
+    if (v <= 0) {
+        free(text);
+        return 0;
+    }
+    cJSON *o = cJSON_Parse(text);
+    char *metrics = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(o, "metrics"));
+    res->metrics_json = metrics ? strdup(metrics) : NULL;
+    cJSON_free(metrics);
+    cJSON_Delete(o);
+    free(text);
+    res->version = v;
+    snprintf(res->stop_reason, sizeof res->stop_reason, "completed");
+    return v;
+}
+
+/*
+ * A job that added version res->version of name: the loop loads it and records the job succeeded
+ * (or failed), and this thread waits for that, so that the next job starts after this one is
+ * final. Without serving, nothing needs loading and the job is recorded here.
+ */
+static void finish_registered(struct kiln_jobs *j, int64_t id, const char *name, struct kiln_trainer_result *res)
+{
+    kiln__jobs_log(j, KILN_LOG_INFO, "job %lld: loading %s version %lld for serving", (long long)id, name,
+                   (long long)res->version);
+    if (!j->o.serving) {
+        kiln__jobs_succeed(j, id, name, res->version, res->metrics_json, res->stop_reason);
+        return;
+    }
+    struct kiln__jobs_finish *f = calloc(1, sizeof *f);
+    if (!f) {
+        /* Stays running: the next start finds the version by its source.json. */
+        kiln__jobs_log(j, KILN_LOG_ERROR, "job %lld: out of memory handing its model to the loop", (long long)id);
+        return;
+    }
+    *f = (struct kiln__jobs_finish){.j = j, .id = id, .version = res->version, .metrics_json = res->metrics_json};
+    res->metrics_json = NULL;
+    snprintf(f->name, sizeof f->name, "%s", name);
+    snprintf(f->stop_reason, sizeof f->stop_reason, "%s", res->stop_reason);
+    pthread_mutex_lock(&j->mu);
+    j->finishing = id;
+    j->finished = 0;
+    struct kiln__jobs_finish **tail = &j->to_finish;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = f;
+    pthread_mutex_unlock(&j->mu);
+    uv_async_send(&j->async);
+    pthread_mutex_lock(&j->mu);
+    /* Stopping: the job stays running in the store and the next start finishes it. */
+    while (!j->stopping && j->finished != id)
+        pthread_cond_wait(&j->cv, &j->mu);
+    j->finishing = 0;
+    pthread_mutex_unlock(&j->mu);
+}
+
 static void run_job(struct kiln_jobs *j, int64_t id)
 {
     struct kiln_job job;
@@ -99,7 +168,16 @@ static void run_job(struct kiln_jobs *j, int64_t id)
         kiln_jobstore_job_clear(&job);
         return;
     }
-    kiln__jobs_log(j, KILN_LOG_INFO, "job %lld %s", (long long)id, restarted ? "resumes after a restart" : "starts");
+    char source[96];
+    kiln__jobs_source(&job, source, sizeof source);
+    struct kiln_trainer_result res;
+    memset(&res, 0, sizeof res);
+    bool written = restarted && spec.register_as && version_written_before(j, spec.register_as, source, &res) > 0;
+    if (written)
+        kiln__jobs_log(j, KILN_LOG_INFO, "job %lld resumes after a restart: it had written %s version %lld, which "
+                       "is loaded instead of training again", (long long)id, spec.register_as, (long long)res.version);
+    else
+        kiln__jobs_log(j, KILN_LOG_INFO, "job %lld %s", (long long)id, restarted ? "resumes after a restart" : "starts");
     char *ckpt = kiln__jobs_path(j->data_dir, "checkpoints/job-%lld", (long long)id);
     char *from = spec.resume_from_job > 0 ? kiln__jobs_path(j->data_dir, "checkpoints/job-%lld", (long long)spec.resume_from_job)
                                           : NULL;
@@ -128,17 +206,17 @@ static void run_job(struct kiln_jobs *j, int64_t id)
         .resume_dir = resume,
         .models_root = models,
         .scratch_dir = scratch,
+        .source = source,
         .cancel = &j->cancel,
         .hooks = {&jr, hook_event, hook_progress, hook_checkpoint},
     };
-    struct kiln_trainer_result res;
-    if (!ckpt || !scratch || !models) {
-        memset(&res, 0, sizeof res);
+    if (written) {
+        rc = 0;
+    } else if (!ckpt || !scratch || !models) {
         snprintf(res.error, sizeof res.error, "out of memory");
         rc = -1;
     } else if (kiln_sched_training_begin(j->o.sched, spec.device, &j->cancel, &jr.gate) != 0) {
         /* Cancelled (or shutting down) while another job held the device. */
-        memset(&res, 0, sizeof res);
         snprintf(res.stop_reason, sizeof res.stop_reason, "cancelled");
         rc = 0;
     } else {
@@ -165,24 +243,9 @@ static void run_job(struct kiln_jobs *j, int64_t id)
         } else if (kiln__jobs_transition(j, id, KILN_JOB_CANCELLED, NULL, NULL, NULL) == 0) {
             kiln__jobs_log(j, KILN_LOG_INFO, "job %lld cancelled", (long long)id);
         }
-    } else {
-        if (res.version > 0) {
-            char e2[256];
-            kiln__jobs_store_lock(j);
-            if (kiln_jobstore_model_register(j->o.store, spec.register_as, res.version, id, res.metrics_json, e2,
-                                             sizeof e2) != 0)
-                kiln__jobs_log(j, KILN_LOG_WARN, "job %lld: model registry: %s", (long long)id, e2);
-            kiln__jobs_store_unlock(j);
-            char model[KILN_MODEL_NAME_MAX + 64];
-            snprintf(model, sizeof model, "{\"name\":\"%s\",\"version\":%lld}", spec.register_as,
-                     (long long)res.version);
-            kiln__jobs_emit(j, id, "model", model);
-            pthread_mutex_lock(&j->mu);
-            if (j->nto_load < (int)(sizeof j->to_load / sizeof j->to_load[0]))
-                j->to_load[j->nto_load++] = strdup(spec.register_as);
-            pthread_mutex_unlock(&j->mu);
-        }
-        kiln__jobs_transition(j, id, KILN_JOB_SUCCEEDED, NULL, "metrics", res.metrics_json);
+    } else if (res.version > 0) {
+        finish_registered(j, id, spec.register_as, &res);
+    } else if (kiln__jobs_transition(j, id, KILN_JOB_SUCCEEDED, NULL, "metrics", res.metrics_json) == 0) {
         kiln__jobs_log(j, KILN_LOG_INFO, "job %lld succeeded (%s)", (long long)id, res.stop_reason);
     }
     uv_async_send(&j->async);
@@ -234,65 +297,4 @@ void *kiln__jobs_trainer_main(void *ud)
     }
     pthread_mutex_unlock(&j->mu);
     return NULL;
-}
-
-/* ---- loading trained models ---------------------------------------------------------------- */
-
-static void load_poll(uv_timer_t *t)
-{
-    struct kiln_jobs *j = t->data;
-    bool busy = false;
-    for (struct kiln__jobs_load **pp = &j->loads; *pp;) {
-        struct kiln__jobs_load *l = *pp;
-        if (l->conn.pending) {
-            busy = true;
-            pp = &l->next;
-            continue;
-        }
-        /* "HTTP/1.1 NNN ...": read the three digits from the byte buffer itself (it is
-         * not NUL-terminated, so no string function may run off its end) */
-        int status = 0;
-        const char *o = l->conn.out.data;
-        if (l->conn.out.len > 12)
-            for (int k = 9; k < 12 && o[k] >= '0' && o[k] <= '9'; k++)
-                status = status * 10 + (o[k] - '0');
-        if (status == 200)
-            kiln__jobs_log(j, KILN_LOG_INFO, "trained model %s loaded", l->name);
-        else
-            kiln__jobs_log(j, KILN_LOG_WARN, "trained model %s did not load (HTTP %d): %.*s", l->name, status,
-                 (int)(l->conn.out.len < 400 ? l->conn.out.len : 400), l->conn.out.data ? l->conn.out.data : "");
-        *pp = l->next;
-        kiln_http_conn_free(&l->conn);
-        free(l);
-    }
-    if (!busy)
-        uv_timer_stop(t);
-}
-
-void kiln__jobs_load_model(struct kiln_jobs *j, const char *name)
-{
-    if (!j->o.serving)
-        return;
-    struct kiln__jobs_load *l = calloc(1, sizeof *l);
-    if (!l)
-        return;
-    l->conn.svc = &j->load_svc;
-    snprintf(l->name, sizeof l->name, "%s", name);
-    snprintf(l->path, sizeof l->path, "/v2/repository/models/%s/load", name);
-    if (j->auth)
-        snprintf(l->headers.authorization, sizeof l->headers.authorization, "Bearer %s", j->admin_token);
-    struct kiln_request req = {
-        .method = KILN_HTTP_POST,
-        .path = l->path,
-        .path_len = strlen(l->path),
-        .body = "",
-        .keep_alive = false,
-        .headers = &l->headers,
-        .conn = &l->conn,
-    };
-    kiln_serving_handle_repository(j->o.serving, &req, &l->conn.out);
-    l->next = j->loads;
-    j->loads = l;
-    if (!uv_is_active((uv_handle_t *)&j->load_timer))
-        uv_timer_start(&j->load_timer, load_poll, LOAD_POLL_MS, LOAD_POLL_MS);
 }

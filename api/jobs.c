@@ -16,10 +16,10 @@
  * appends the rows after the stream's last id to the connection's output and wakes it. A
  * stream ends once its job is final and every event is out.
  *
- * A finished model is loaded through the serving module's repository endpoint, called in
- * process with a connection of our own: that is the one load path serving has (rescan, build
- * every served version on its worker, swap), so a trained model is served exactly like one
- * loaded with POST /v2/repository/models/<name>/load.
+ * A job that trained a model ends on the loop: its version is loaded through kiln_serving_load,
+ * the one load path serving has (rescan, build every served version on its worker, swap), also
+ * behind POST /v2/repository/models/<name>/load, and the job is recorded succeeded in the same
+ * loop callback that swapped the model table (jobs-finish.c), so "succeeded" means servable.
  *
  * This file holds the life cycle; jobs-impl.h says where the rest lives.
  */
@@ -70,24 +70,18 @@ struct kiln_jobs *kiln_jobs_new(const struct kiln_jobs_options *o, char *err, si
     for (size_t i = 0; i < nr; i++)
         if (o->data_roots->items[i][0])
             j->roots[j->nroots++] = o->data_roots->items[i];
-    for (size_t i = 0; o->tokens && i < o->tokens->count; i++) {
-        j->auth = true;
-        if (!j->admin_token[0] && strncmp(o->tokens->items[i], "admin:", 6) == 0)
-            snprintf(j->admin_token, sizeof j->admin_token, "%s", o->tokens->items[i] + 6);
-    }
+    j->auth = o->tokens && o->tokens->count > 0;
     pthread_mutex_init(&j->store_mu, NULL);
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     atomic_init(&j->cancel, false);
     uv_async_init(o->loop, &j->async, kiln__jobs_on_async);
     uv_timer_init(o->loop, &j->ping);
-    uv_timer_init(o->loop, &j->load_timer);
-    j->async.data = j->ping.data = j->load_timer.data = j;
+    j->async.data = j->ping.data = j;
     j->handles_open = true;
     /* None of these keep the loop alive: it ends when the server's connections have gone. */
     uv_unref((uv_handle_t *)&j->async);
     uv_unref((uv_handle_t *)&j->ping);
-    uv_unref((uv_handle_t *)&j->load_timer);
     uv_timer_start(&j->ping, kiln__jobs_on_ping, PING_MS, PING_MS);
 
     /* Jobs a previous process was running go back to the queue; they resume from their
@@ -138,7 +132,6 @@ void kiln_jobs_stop(struct kiln_jobs *j)
     if (j->handles_open) {
         uv_close((uv_handle_t *)&j->async, NULL);
         uv_close((uv_handle_t *)&j->ping, NULL);
-        uv_close((uv_handle_t *)&j->load_timer, NULL);
         j->handles_open = false;
     }
 }
@@ -147,14 +140,7 @@ void kiln_jobs_free(struct kiln_jobs *j)
 {
     if (!j)
         return;
-    while (j->loads) {
-        struct kiln__jobs_load *l = j->loads;
-        j->loads = l->next;
-        kiln_http_conn_free(&l->conn);
-        free(l);
-    }
-    for (int i = 0; i < j->nto_load; i++)
-        free(j->to_load[i]);
+    kiln__jobs_finishes_free(j);
     pthread_mutex_destroy(&j->store_mu);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);

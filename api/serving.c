@@ -67,10 +67,17 @@ struct infer_job {
 struct load_op {
     struct kiln_serving *sv;
     char name[KILN_MODEL_NAME_MAX + 1];
-    struct kiln_http_pending *pending;
+    int64_t need_version;           /* fail unless this version is among those loaded (0: any) */
+    kiln_serving_load_done done;    /* NULL: nobody waits (the loads at start) */
+    void *done_ud;
     int remaining, n;
     struct kiln_sched_model *got[MAX_VERSIONS];
     char why[256];
+};
+
+/* POST .../load's deferred answer: the done callback of its kiln_serving_load. */
+struct load_reply {
+    struct kiln_http_pending *pending;
     char req_id[KILN_HTTP_SHORT_HEADER_MAX];
 };
 
@@ -267,20 +274,35 @@ static void drop_versions(struct entry *e)
     e->nv = 0;
 }
 
-static void load_answer(struct load_op *op, int status, const char *msg)
+static void load_reply_send(void *ud, int status, const char *msg)
 {
-    if (!op->pending)
-        return;
-    struct kiln_buf *out = kiln_http_pending_out(op->pending);
-    bool ka = kiln_http_pending_keep_alive(op->pending);
+    struct load_reply *r = ud;
+    struct kiln_buf *out = kiln_http_pending_out(r->pending);
+    bool ka = kiln_http_pending_keep_alive(r->pending);
     int rc = status;
     if (out) {
         char hdr[256];
-        snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\n", op->req_id);
+        snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\n", r->req_id);
         rc = status == 200 ? kiln_resp_append(out, 200, "application/json", "{}", 2, ka, hdr)
                            : kiln_resp_error(out, status, msg, ka, hdr);
     }
-    kiln_http_pending_finish(op->pending, rc);
+    kiln_http_pending_finish(r->pending, rc);
+    free(r);
+}
+
+static void load_answer(struct load_op *op, int status, const char *msg)
+{
+    if (op->done)
+        op->done(op->done_ud, status, msg);
+}
+
+/* Whether the versions loaded include the one the caller needs served. */
+static bool has_needed_version(const struct load_op *op)
+{
+    for (int i = 0; i < op->n; i++)
+        if (kiln_sched_model_version(op->got[i]) == op->need_version)
+            return true;
+    return op->need_version == 0;
 }
 
 static void version_loaded(void *ud, struct kiln_sched_model *m, const char *why)
@@ -300,6 +322,9 @@ static void version_loaded(void *ud, struct kiln_sched_model *m, const char *why
     if (--op->remaining > 0)
         return;
     struct kiln_serving *sv = op->sv;
+    if (!op->why[0] && !has_needed_version(op))
+        snprintf(op->why, sizeof op->why, "version %lld is not among the versions its version policy serves",
+                 (long long)op->need_version);
     struct entry *e = get_entry(sv, op->name);
     if (!e || op->why[0]) {
         for (int i = 0; i < op->n; i++)
@@ -323,9 +348,10 @@ static void version_loaded(void *ud, struct kiln_sched_model *m, const char *why
     free(op);
 }
 
-/* Starts loading every served version of name. 0, or an HTTP status with why filled. */
-static int start_load(struct kiln_serving *sv, const char *name, struct kiln_http_pending *p, const char *rid,
-                      char *why, size_t n)
+/* Starts loading every served version of name (see kiln_serving_load). 0, or an HTTP status with
+ * why filled and done never called. */
+static int start_load(struct kiln_serving *sv, const char *name, int64_t need_version, kiln_serving_load_done done,
+                      void *done_ud, char *why, size_t n)
 {
     const kiln_model_info *info = kiln_repository_find(sv->repo, name);
     if (!info) {
@@ -347,9 +373,10 @@ static int start_load(struct kiln_serving *sv, const char *name, struct kiln_htt
         return 500;
     }
     op->sv = sv;
-    op->pending = p;
+    op->need_version = need_version;
+    op->done = done;
+    op->done_ud = done_ud;
     snprintf(op->name, sizeof op->name, "%s", name);
-    snprintf(op->req_id, sizeof op->req_id, "%s", rid ? rid : "");
     op->remaining = 1; /* held until every load is started, so completions cannot finish it early */
     for (int i = 0; i < info->nversions && op->remaining <= MAX_VERSIONS; i++) {
         const kiln_model_version *v = &info->versions[i];
@@ -414,10 +441,20 @@ struct kiln_serving *kiln_serving_new(const struct kiln_serving_options *o, char
     for (int i = 0; i < kiln_repository_count(sv->repo); i++) {
         const kiln_model_info *m = kiln_repository_model(sv->repo, i);
         char why[256];
-        if (start_load(sv, m->name, NULL, NULL, why, sizeof why) != 0)
+        if (start_load(sv, m->name, 0, NULL, NULL, why, sizeof why) != 0)
             vlog(sv, KILN_LOG_WARN, "model %s not loaded: %s", m->name, why);
     }
     return sv;
+}
+
+int kiln_serving_load(struct kiln_serving *sv, const char *name, int64_t need_version, kiln_serving_load_done done,
+                      void *ud, char *why, size_t whylen)
+{
+    if (kiln_repository_scan(sv->repo) != 0) {
+        snprintf(why, whylen, "cannot read the model repository");
+        return 500;
+    }
+    return start_load(sv, name, need_version, done, ud, why, whylen);
 }
 
 void kiln_serving_free(struct kiln_serving *sv)
@@ -859,15 +896,19 @@ int kiln_serving_handle_repository(void *ctx, const struct kiln_request *req, st
         snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\n", rid);
         return kiln_resp_append(out, 200, "application/json", "{}", 2, req->keep_alive, hdr);
     }
-    if (kiln_repository_scan(sv->repo) != 0)
-        return error_with_id(out, 500, "cannot read the model repository", req->keep_alive, rid, NULL);
-    struct kiln_http_pending *p = kiln_http_defer(req);
-    if (!p)
+    struct load_reply *r = calloc(1, sizeof *r);
+    struct kiln_http_pending *p = r ? kiln_http_defer(req) : NULL;
+    if (!p) {
+        free(r);
         return error_with_id(out, 500, "out of memory", req->keep_alive, rid, NULL);
-    st = start_load(sv, mp.name, p, rid, msg, sizeof msg);
+    }
+    r->pending = p;
+    snprintf(r->req_id, sizeof r->req_id, "%s", rid);
+    st = kiln_serving_load(sv, mp.name, 0, load_reply_send, r, msg, sizeof msg);
     if (st != 0) {
         struct kiln_buf *o = kiln_http_pending_out(p);
         kiln_http_pending_finish(p, error_with_id(o, st, msg, kiln_http_pending_keep_alive(p), rid, NULL));
+        free(r);
     }
     return KILN_HTTP_DEFERRED;
 }

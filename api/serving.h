@@ -47,6 +47,20 @@ void kiln_serving_free(struct kiln_serving *sv);
 /* Not ready while draining: infer answers 503. */
 void kiln_serving_set_accepting(struct kiln_serving *sv, bool accepting);
 
+/*
+ * The one way a model gets (re)loaded, used by POST /v2/repository/models/<name>/load and by a
+ * training job that added a version: rescan the repository, build every version the model's
+ * policy serves on its device's worker and, once all have finished, swap the model table's entry
+ * (requests already holding the old versions finish on them). done then runs on the loop, once:
+ * status 200 and why NULL when the entry now answers with the new versions, or 400 and the reason
+ * (the entry keeps serving what it served before). With need_version > 0 the load also fails,
+ * without a swap, unless that version is among those loaded. Returns 0, or an HTTP status (404
+ * unknown model, 400 invalid model, 500) with why filled, and then done is never called.
+ */
+typedef void (*kiln_serving_load_done)(void *ud, int status, const char *why);
+int kiln_serving_load(struct kiln_serving *sv, const char *name, int64_t need_version, kiln_serving_load_done done,
+                      void *ud, char *why, size_t whylen);
+
 /* Route handlers: ctx is the struct kiln_serving. */
 int kiln_serving_handle_models(void *ctx, const struct kiln_request *req, struct kiln_buf *out);
 int kiln_serving_handle_repository(void *ctx, const struct kiln_request *req, struct kiln_buf *out);

@@ -1,7 +1,8 @@
 /*
  * scheduler/trainer-register.c — a trained model into the repository as its next version:
- * model.kiln (the spec as the record's config, the state dict as its tensors) and a config.json
- * the serving scheduler reads, staged in a scratch folder and added in one step.
+ * model.kiln (the spec as the record's config, the state dict as its tensors), a config.json
+ * the serving scheduler reads and a source.json naming the run, staged in a scratch folder and
+ * added in one step.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -100,8 +101,20 @@ static int save_kiln(const char *path, kiln_module *model, const struct kiln_job
     return rc;
 }
 
-/* model.kiln (or, for a fine-tuned ONNX graph, model.onnx) and config.json staged in scratch,
- * then added to the repository as its next version. */
+/* source.json: who made the version and the metrics it ended with (kiln/repository.h). */
+static char *source_json(const char *source, const char *metrics_json)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "source", source);
+    cJSON *m = metrics_json ? cJSON_Parse(metrics_json) : NULL;
+    cJSON_AddItemToObject(o, "metrics", m ? m : cJSON_CreateObject());
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return text;
+}
+
+/* model.kiln (or, for a fine-tuned ONNX graph, model.onnx), config.json and source.json staged
+ * in scratch, then added to the repository as its next version. */
 int kiln__trainer_register(const struct kiln_trainer_run *run, kiln_module *model, const kiln_dataset_info *info,
                           struct kiln_trainer_result *res)
 {
@@ -118,6 +131,16 @@ int kiln__trainer_register(const struct kiln_trainer_run *run, kiln_module *mode
         rc = -1;
     }
     free(cfg);
+    char spath[PATH_MAX];
+    snprintf(spath, sizeof spath, "%s/" KILN_REPOSITORY_SOURCE_FILE, run->scratch_dir);
+    if (rc == 0 && run->source) {
+        char *src = source_json(run->source, res->metrics_json);
+        if (!src || write_text(spath, src) != 0) {
+            snprintf(res->error, sizeof res->error, "writing %.300s: %.100s", spath, src ? strerror(errno) : "out of memory");
+            rc = -1;
+        }
+        cJSON_free(src);
+    }
     int64_t version = 0;
     if (rc == 0) {
         kiln_repository *repo = kiln_repository_open(run->models_root);
@@ -128,6 +151,7 @@ int kiln__trainer_register(const struct kiln_trainer_run *run, kiln_module *mode
     }
     unlink(mpath);
     unlink(cpath);
+    unlink(spath);
     rmdir(run->scratch_dir);
     res->version = rc == 0 ? version : 0;
     return rc == 0 ? 0 : -1;

@@ -87,6 +87,10 @@ struct kiln_trainer_run {
     const char *resume_dir;           /* resume from its newest good checkpoint, or NULL */
     const char *models_root;          /* the repository */
     const char *scratch_dir;          /* where the model version is staged */
+    const char *source;               /* what runs it (e.g. "kilnd job 7 ..."), written into the
+                                       * version's source.json with the final metrics, so a
+                                       * restarted run finds the version it already added
+                                       * (kiln_repository_find_source); NULL: none */
     atomic_bool *cancel;              /* set by another thread: stop before the next step */
     struct kiln_trainer_hooks hooks;
 };

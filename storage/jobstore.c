@@ -661,14 +661,17 @@ int kiln_jobstore_checkpoint_add(struct kiln_jobstore *js, int64_t job_id, const
     return run(js, st, "checkpoint add", err, errlen);
 }
 
-int kiln_jobstore_model_register(struct kiln_jobstore *js, const char *name, int64_t version, int64_t source_job,
-                                 const char *metrics, char *err, size_t errlen)
+/* The registry row; replace: a row already there for (name, version) is replaced, not refused. */
+static int model_register_in(struct kiln_jobstore *js, const char *name, int64_t version, int64_t source_job,
+                             const char *metrics, bool replace, char *err, size_t errlen)
 {
     if (!js || !name || !name[0] || version < 1)
         return seterr(err, errlen, "model register: invalid arguments (a name and a version >= 1)");
     sqlite3_stmt *st = prepare(js,
-                               "INSERT INTO model_registry (name, version, source_job, metrics, created_ms) "
-                               "VALUES (?, ?, ?, ?, ?)",
+                               replace ? "INSERT OR REPLACE INTO model_registry (name, version, source_job, metrics, "
+                                         "created_ms) VALUES (?, ?, ?, ?, ?)"
+                                       : "INSERT INTO model_registry (name, version, source_job, metrics, created_ms) "
+                                         "VALUES (?, ?, ?, ?, ?)",
                                "model register", err, errlen);
     if (!st)
         return -1;
@@ -679,4 +682,26 @@ int kiln_jobstore_model_register(struct kiln_jobstore *js, const char *name, int
     sqlite3_bind_text(st, 4, metrics ? metrics : "{}", -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 5, now_ms());
     return run(js, st, "model register", err, errlen);
+}
+
+int kiln_jobstore_model_register(struct kiln_jobstore *js, const char *name, int64_t version, int64_t source_job,
+                                 const char *metrics, char *err, size_t errlen)
+{
+    return model_register_in(js, name, version, source_job, metrics, false, err, errlen);
+}
+
+int kiln_jobstore_job_succeed_with_model(struct kiln_jobstore *js, int64_t id, const char *name, int64_t version,
+                                         const char *metrics, const char *model_payload, const char *state_payload,
+                                         char *err, size_t errlen)
+{
+    if (!js || begin(js, "job succeed", err, errlen) != 0)
+        return js ? -1 : seterr(err, errlen, "job %lld: no store", (long long)id);
+    int rc = model_register_in(js, name, version, id, metrics, true, err, errlen);
+    if (rc == 0)
+        rc = append_event_in(js, id, "model", model_payload, NULL, err, errlen);
+    if (rc == 0)
+        rc = set_state_in(js, id, KILN_JOB_SUCCEEDED, NULL, err, errlen);
+    if (rc == 0)
+        rc = append_event_in(js, id, "state", state_payload, NULL, err, errlen);
+    return finish(js, rc, "job succeed", err, errlen);
 }

@@ -91,6 +91,15 @@ int kiln_jobstore_job_set_state(struct kiln_jobstore *js, int64_t id, const char
  */
 int kiln_jobstore_job_transition(struct kiln_jobstore *js, int64_t id, const char *state, const char *error,
                                  const char *payload, int64_t *seq, char *err, size_t errlen);
+/*
+ * A job that produced a model version becomes succeeded in one transaction: the registry row for
+ * (name, version) from source_job id with metrics (JSON or NULL; replacing the row an earlier try
+ * of the same job left), a "model" event (model_payload), the state and its "state" event
+ * (state_payload). A reader sees the job succeeded only with its model recorded.
+ */
+int kiln_jobstore_job_succeed_with_model(struct kiln_jobstore *js, int64_t id, const char *name, int64_t version,
+                                         const char *metrics, const char *model_payload, const char *state_payload,
+                                         char *err, size_t errlen);
 /* A job that was running when its process died goes back to queued (only from running;
  * KILN_JOBSTORE_NOT_FOUND when the job is missing or in another state). */
 int kiln_jobstore_job_requeue(struct kiln_jobstore *js, int64_t id, char *err, size_t errlen);

@@ -670,3 +670,43 @@ int kiln_repository_remove_version(kiln_repository *repo, const char *name, int6
     free(real);
     return rc == 0 ? kiln_repository_scan(repo) : rc;
 }
+
+/* ------------------------------------------------------------------ provenance */
+
+/* True when the version folder's source.json (confined, bounded) names source; its text in *json. */
+static bool version_from(const kiln_repository *repo, const kiln_model_version *v, const char *source, char **json)
+{
+    char *path = join(v->path, KILN_REPOSITORY_SOURCE_FILE), *real = NULL, *text = NULL;
+    const char *cwhy;
+    struct stat sb;
+    bool match = false;
+    if (path && lstat(path, &sb) == 0 && (real = confined(repo, path, &cwhy)) != NULL &&
+        kiln__read_file(real, CONFIG_MAX, &text, NULL) == 0) {
+        cJSON *j = cJSON_Parse(text);
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "source");
+        match = cJSON_IsString(s) && strcmp(s->valuestring, source) == 0;
+        cJSON_Delete(j);
+    }
+    if (match && json) {
+        *json = text;
+        text = NULL;
+    }
+    free(text);
+    free(real);
+    free(path);
+    return match;
+}
+
+int64_t kiln_repository_find_source(const kiln_repository *repo, const char *name, const char *source, char **json)
+{
+    if (json)
+        *json = NULL;
+    if (!repo || !source || !kiln_repository_name_valid(name))
+        return kiln__error_set("find source: invalid model name '%s' or no source", name ? name : "(null)"),
+               KILN_EINVAL;
+    const kiln_model_info *m = kiln_repository_find(repo, name);
+    for (int i = m ? m->nversions - 1 : -1; i >= 0; i--)
+        if (m->versions[i].path && version_from(repo, &m->versions[i], source, json))
+            return m->versions[i].version;
+    return 0;
+}

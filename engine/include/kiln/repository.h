@@ -21,7 +21,9 @@
  * Scanning never stops at a bad model: each model and version says whether it is valid
  * and why not. Every path is resolved with realpath and must stay under the repository
  * root, so a symlink cannot lead outside it. Adding a version copies the files into a
- * temporary folder, validates it, fsyncs and renames it into place.
+ * temporary folder, validates it, fsyncs and renames it into place. A version may carry a
+ * source.json naming what produced it (a training job writes one); kiln_repository_find_source
+ * looks a version up by it.
  */
 #ifndef KILN_REPOSITORY_H
 #define KILN_REPOSITORY_H
@@ -108,6 +110,17 @@ int kiln_repository_add_version(kiln_repository *repo, const char *name, const c
                                 int64_t *out_version);
 /** Remove one version (renamed out of sight first, then deleted). 0 or negative. */
 int kiln_repository_remove_version(kiln_repository *repo, const char *name, int64_t version);
+
+/** The file a version may carry to say what made it: {"source": "<who>", ...} (any other keys). */
+#define KILN_REPOSITORY_SOURCE_FILE "source.json"
+/**
+ * The highest version of name (as of the last scan) whose source.json has "source" equal to
+ * source: how a producer that wrote a version and then stopped finds it again instead of adding
+ * another. *json (may be NULL) receives that file's text (malloc'd, the caller frees it).
+ * Returns the version, 0 when no version says so, or a negative code plus kiln_error().
+ * Unreadable or malformed source.json files are passed over (they say nothing).
+ */
+int64_t kiln_repository_find_source(const kiln_repository *repo, const char *name, const char *source, char **json);
 
 #ifdef __cplusplus
 }

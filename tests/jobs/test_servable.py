@@ -1,0 +1,271 @@
+#!/usr/bin/env python3
+""""succeeded" means servable: the moment a client sees a training job succeeded (its event
+stream, GET /v1/jobs/{id}, the kiln CLI's --watch, the Python client), /v2/models/{name}/ready is
+200 and the job's version answers inference and metadata, with no waiting. Many short jobs
+alternate new names with one name that gets a new version each time, so the swap is checked too:
+the answer must carry the new version number and the outputs the new version's weights (read from
+its model.kiln here) give. Then the failure paths: a version that cannot be served fails its job
+with the reason and is removed, the old version keeps answering; a name the repository cannot
+take fails the job. Last, the state a crash between "weights written" and "succeeded recorded"
+leaves: the restarted daemon finishes the job from the written version without training again.
+
+Usage: test_servable.py KILND KILN_CLI PYTHON_CLIENT_DIR
+"""
+import http.client
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import kilnd_harness as H  # noqa: E402
+
+KILND, CLI, CLIENT_DIR = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.path.insert(0, CLIENT_DIR)
+import kiln_client as kc  # noqa: E402
+
+ITERATIONS = 24
+check = H.check
+PROTOTYPES = [[2, 0, 0, 0], [0, 2, 0, 0], [0, 0, 2, 0], [0.5, -1, 1.5, 0.25]]
+
+
+def short_spec(name, seed, **extra):
+    """One epoch over 120 rows: a job of a fraction of a second."""
+    s = H.spec(name, epochs=1, seed=seed, **extra)
+    s["data"]["limit"] = 120
+    s.pop("checkpoint")
+    return s
+
+
+def read_weights(path):
+    """model.kiln is a safetensors file: name -> (shape, flat f32 values)."""
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    out = {}
+    for k, v in json.loads(raw[8:8 + n]).items():
+        if k != "__metadata__":
+            a, b = v["data_offsets"]
+            out[k] = (v["shape"], struct.unpack("<%df" % ((b - a) // 4), raw[8 + n + a:8 + n + b]))
+    return out
+
+
+def linear(w, x):
+    (out_f, in_f), wv = w[0]
+    bv = w[1][1]
+    return [sum(wv[o * in_f + i] * x[i] for i in range(in_f)) + bv[o] for o in range(out_f)]
+
+
+def expected_logits(d, name, version):
+    """The MLP's forward pass on PROTOTYPES with the weights of that version, flattened."""
+    wts = read_weights(os.path.join(d.data, "models", name, str(version), "model.kiln"))
+    out = []
+    for x in PROTOTYPES:
+        h = [max(0.0, v) for v in linear((wts["fc1.weight"], wts["fc1.bias"]), x)]
+        out += linear((wts["fc2.weight"], wts["fc2.bias"]), h)
+    return out
+
+
+def infer_body():
+    return {"inputs": [{"name": "x", "datatype": "FP32", "shape": [len(PROTOTYPES), 4],
+                        "data": [v for row in PROTOTYPES for v in row]}]}
+
+
+def serves(d, name, version, how):
+    """Right now: ready is 200, metadata lists exactly that version, and inference answers from it
+    with the outputs its weights give. Returns the list of problems (empty when it serves)."""
+    bad = []
+    st, _ = d.req("GET", "/v2/models/%s/ready" % name)
+    if st != 200:
+        bad.append("ready %s" % st)
+    st, r = d.req("POST", "/v2/models/%s/infer" % name, infer_body())
+    if st != 200 or r.get("model_version") != str(version):
+        bad.append("infer %s model_version %s" % (st, r.get("model_version") if isinstance(r, dict) else r))
+    else:
+        want = expected_logits(d, name, version)
+        got = r["outputs"][0]["data"]
+        if len(got) != len(want) or any(not math.isclose(g, w, rel_tol=1e-4, abs_tol=1e-5) for g, w in zip(got, want)):
+            bad.append("outputs %s are not version %d's %s" % (got, version, want))
+    st, m = d.req("GET", "/v2/models/%s" % name)
+    if st != 200 or m.get("versions") != [str(version)]:
+        bad.append("metadata %s %s" % (st, m))
+    if bad:
+        print("  %s: %s version %d: %s" % (how, name, version, "; ".join(bad)), flush=True)
+    return bad
+
+
+def follow_stream(d, jid):
+    """Reads the job's event stream; at its final state event (before reading further) returns
+    (final state payload, model event payload or None)."""
+    c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=60)
+    c.request("GET", "/v1/jobs/%d/events" % jid)
+    r = c.getresponse()
+    cur, model = {}, None
+    try:
+        while True:
+            raw = r.fp.readline()
+            if not raw:
+                return None, model
+            line = raw.decode().rstrip("\r\n")
+            if line:
+                if not line.startswith(":"):
+                    k, _, v = line.partition(": ")
+                    cur[k] = v
+                continue
+            if "data" in cur:
+                data = json.loads(cur["data"])
+                if cur.get("event") == "model":
+                    model = data
+                if cur.get("event") == "state" and data.get("state") in ("succeeded", "failed", "cancelled"):
+                    return data, model
+            cur = {}
+    finally:
+        c.close()
+
+
+def test_many_jobs(d):
+    """ITERATIONS short jobs, even ones under new names, odd ones as the next version of 'swap'."""
+    passed, swap_version = 0, 0
+    client = kc.Client(d.url)
+    for i in range(ITERATIONS):
+        name = "swap" if i % 2 else "fresh%d" % i
+        st, j = d.req("POST", "/v1/jobs", short_spec(name, seed=100 + i))
+        jid = j["id"]
+        how = ("python client" if i % 6 == 3 else "event stream")
+        if how == "python client":
+            job = client.wait(jid, timeout=120)
+            state = job["state"]
+            model = job.get("model")
+        else:
+            final, model = follow_stream(d, jid)
+            state = final and final["state"]
+        want_version = swap_version + 1 if name == "swap" else 1
+        ok = state == "succeeded" and model == {"name": name, "version": want_version}
+        bad = serves(d, name, want_version, how) if ok else ["state %s model %s" % (state, model)]
+        st, job = d.req("GET", "/v1/jobs/%d" % jid)
+        ok = ok and not bad and job["state"] == "succeeded" and job["model"] == model
+        if name == "swap" and ok:
+            swap_version = want_version
+        passed += ok
+        if not ok:
+            check(False, "job %d (%s, %s) is servable when it reads succeeded: %s" % (jid, name, how, bad))
+    check(passed == ITERATIONS, "%d/%d jobs: ready, the new version's number and outputs right after succeeded"
+          % (passed, ITERATIONS))
+    check(swap_version == ITERATIONS // 2, "'swap' went through %d versions, each served when its job succeeded"
+          % swap_version)
+    # The python client's own inference sees the swapped version too.
+    r = client.infer("swap", PROTOTYPES)
+    check(r.model_version == str(swap_version), "python client infer answers from version %s" % r.model_version)
+    # Only the newest version is kept loaded; the older ones are still on disk.
+    st, idx = d.req("POST", "/v2/repository/index")
+    ready = sorted(int(m["version"]) for m in idx if m["name"] == "swap" and m["state"] == "READY")
+    check(ready == [swap_version], "the index shows only the newest 'swap' version ready: %s" % ready)
+    return swap_version
+
+
+def test_cli(d, swap_version):
+    path = os.path.join(H.TMP, "servable-spec.json")
+    ok = 0
+    for k in range(2):
+        json.dump(short_spec("swap", seed=300 + k), open(path, "w"))
+        p = subprocess.run([CLI, "train", "submit", path, "--watch"], capture_output=True, text=True,
+                           env=dict(H.ENV, KILN_URL=d.url), timeout=120)
+        swap_version += 1
+        bad = serves(d, "swap", swap_version, "cli")
+        ok += p.returncode == 0 and "succeeded" in p.stdout and not bad
+    check(ok == 2, "kiln train submit --watch: the new version answers as soon as it exits (%d/2)" % ok)
+    return swap_version
+
+
+def test_unservable(d, swap_version):
+    """Trains fine on the ref backend, but kilnd serves only on cpu: the version cannot load."""
+    st, j = d.req("POST", "/v1/jobs", short_spec("swap", seed=7, device="ref"))
+    final, model = follow_stream(d, j["id"])
+    err = (final or {}).get("error", "")
+    check(final and final["state"] == "failed" and "does not load for serving" in err and "ref" in err
+          and model is None, "a version that cannot be served fails its job with the reason: %s" % final)
+    st, job = d.req("GET", "/v1/jobs/%d" % j["id"])
+    check(job["state"] == "failed" and job["error"] == err and job["model"] is None, "GET says failed, same error")
+    bad = serves(d, "swap", swap_version, "after a failed job")
+    check(not bad, "the previous version %d still answers: %s" % (swap_version, bad))
+    versions = sorted(int(v) for v in os.listdir(os.path.join(d.data, "models", "swap")) if v.isdigit())
+    check(versions[-1] == swap_version, "the failed job's version was removed from the repository: %s" % versions[-3:])
+    # Under a new name: the model folder goes too, and the name is not served.
+    st, j = d.req("POST", "/v1/jobs", short_spec("refonly", seed=8, device="ref"))
+    final, _ = follow_stream(d, j["id"])
+    st, _ = d.req("GET", "/v2/models/refonly/ready")
+    check(final and final["state"] == "failed" and not os.path.exists(os.path.join(d.data, "models", "refonly"))
+          and st != 200, "a new name whose version cannot be served: failed, nothing left (ready %s)" % st)
+    # A name the repository cannot take: its folder is a file.
+    open(os.path.join(d.data, "models", "taken"), "w").write("not a model folder\n")
+    st, j = d.req("POST", "/v1/jobs", short_spec("taken", seed=9))
+    final, _ = follow_stream(d, j["id"])
+    check(final and final["state"] == "failed" and "repository" in final.get("error", ""),
+          "a name the repository cannot take fails the job: %s" % final)
+
+
+def test_crash_after_weights_written():
+    """The state a crash between "weights written" and "succeeded recorded" leaves: the job is
+    running in the store and its version, with the source.json naming it, is in the repository.
+    Made here by killing a long job and putting that version in place; the restart must finish
+    the job from it: no training, no second version, served, succeeded with the file's metrics."""
+    d = H.Daemon(KILND, "crash")
+    st, j = d.req("POST", "/v1/jobs", H.spec("crashed", epochs=400))
+    jid = j["id"]
+    job = d.wait_state(jid, ["running"])
+    d.proc.kill()
+    d.proc.wait()
+    # A version trained elsewhere stands in for the one the job wrote.
+    src = H.Daemon(KILND, "crash-src")
+    st, j2 = src.req("POST", "/v1/jobs", short_spec("crashed", seed=5))
+    src.wait_state(j2["id"], ["succeeded"])
+    src.stop()
+    vdir = os.path.join(d.data, "models", "crashed", "1")
+    os.makedirs(vdir)
+    for f in ("model.kiln", "config.json"):
+        with open(os.path.join(src.data, "models", "crashed", "1", f), "rb") as a, open(os.path.join(vdir, f), "wb") as b:
+            b.write(a.read())
+    metrics = {"valid_accuracy": 0.5, "epochs": 7}
+    json.dump({"source": "kilnd job %d created %d" % (jid, job["created_ms"]), "metrics": metrics},
+              open(os.path.join(vdir, "source.json"), "w"))
+    d2 = H.Daemon(KILND, "crash", fresh=False)
+    try:
+        job = d2.wait_state(jid, ["succeeded", "failed", "cancelled"], timeout=60)
+        check(job["state"] == "succeeded" and job["model"] == {"name": "crashed", "version": 1},
+              "after the restart the job succeeds with the version it had written: %s %s" % (job["state"], job["model"]))
+        bad = serves(d2, "crashed", 1, "after restart")
+        check(not bad, "the recovered version is served: %s" % bad)
+        check(sorted(os.listdir(os.path.join(d2.data, "models", "crashed"))) == ["1"], "no second version was added")
+        st, raw = d2.req("GET", "/v1/jobs/%d/events" % jid)
+        events = [(b.split("\nevent: ")[1].split("\n")[0], json.loads(b.split("\ndata: ")[1]))
+                  for b in raw.decode().split("\n\n") if "\ndata: " in b]
+        restart = [k for k, (t, e) in enumerate(events) if e == {"state": "queued", "reason": "kilnd restarted"}]
+        after = events[restart[-1] + 1:] if restart else []
+        check([t for t, _ in after] == ["state", "model", "state"] and after[-1][1] == {"state": "succeeded", "metrics": metrics},
+              "after the restart: running, model, succeeded with the metrics the version was written with, and no "
+              "training in between: %s" % after)
+        check("had written crashed version 1, which is loaded instead of training again" in open(d2.log).read(),
+              "kilnd's log says why it did not train again")
+    finally:
+        d2.stop()
+    check(d2.proc.returncode == 0, "kilnd exits 0 after SIGTERM (%s)" % d2.proc.returncode)
+
+
+def main():
+    d = H.Daemon(KILND, "main")
+    try:
+        v = test_many_jobs(d)
+        v = test_cli(d, v)
+        test_unservable(d, v)
+    finally:
+        d.stop()
+    check(d.proc.returncode == 0, "kilnd exits 0 after SIGTERM (%s); log %s" % (d.proc.returncode, d.log))
+    test_crash_after_weights_written()
+    H.finish()
+    H.cleanup()
+
+
+if __name__ == "__main__":
+    main()
