@@ -32,6 +32,9 @@ struct entry {
     int nv;
     struct kiln_sched_model *v[MAX_VERSIONS];   /* ascending versions */
     bool loading;
+    /* Loads of one name may overlap (a job's and a POST .../load): the one started last wins, so
+     * an older load finishing late never swaps back what a newer one put in. */
+    uint64_t loads_started, newest_applied;
     char why[256];                              /* the last load's failure, for the index */
     struct entry *next;
 };
@@ -70,6 +73,7 @@ struct load_op {
     int64_t need_version;           /* fail unless this version is among those loaded (0: any) */
     kiln_serving_load_done done;    /* NULL: nobody waits (the loads at start) */
     void *done_ud;
+    uint64_t seq;                   /* the entry's loads_started when this one began */
     int remaining, n;
     struct kiln_sched_model *got[MAX_VERSIONS];
     char why[256];
@@ -335,7 +339,12 @@ static void version_loaded(void *ud, struct kiln_sched_model *m, const char *why
         }
         vlog(sv, KILN_LOG_WARN, "model %s failed to load: %s", op->name, op->why);
         load_answer(op, 400, op->why[0] ? op->why : "out of memory");
+    } else if (op->seq < e->newest_applied) {
+        for (int i = 0; i < op->n; i++)
+            kiln_sched_model_release(op->got[i]);
+        load_answer(op, 200, NULL); /* a newer load's swap already holds what the repository has */
     } else {
+        e->newest_applied = op->seq;
         drop_versions(e); /* requests holding the old versions keep them alive */
         for (int i = 0; i < op->n; i++)
             e->v[i] = op->got[i];
@@ -373,6 +382,7 @@ static int start_load(struct kiln_serving *sv, const char *name, int64_t need_ve
         return 500;
     }
     op->sv = sv;
+    op->seq = ++e->loads_started;
     op->need_version = need_version;
     op->done = done;
     op->done_ud = done_ud;

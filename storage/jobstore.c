@@ -696,7 +696,12 @@ int kiln_jobstore_job_succeed_with_model(struct kiln_jobstore *js, int64_t id, c
 {
     if (!js || begin(js, "job succeed", err, errlen) != 0)
         return js ? -1 : seterr(err, errlen, "job %lld: no store", (long long)id);
-    int rc = model_register_in(js, name, version, id, metrics, true, err, errlen);
+    char cur[32];
+    int rc = current_state(js, id, cur, sizeof cur, err, errlen);
+    if (rc == 0 && final_state(cur))
+        rc = seterr(err, errlen, "job %lld is %s, which is final: it cannot succeed with a model", (long long)id, cur);
+    if (rc == 0)
+        rc = model_register_in(js, name, version, id, metrics, true, err, errlen);
     if (rc == 0)
         rc = append_event_in(js, id, "model", model_payload, NULL, err, errlen);
     if (rc == 0)

@@ -95,7 +95,8 @@ int kiln_jobstore_job_transition(struct kiln_jobstore *js, int64_t id, const cha
  * A job that produced a model version becomes succeeded in one transaction: the registry row for
  * (name, version) from source_job id with metrics (JSON or NULL; replacing the row an earlier try
  * of the same job left), a "model" event (model_payload), the state and its "state" event
- * (state_payload). A reader sees the job succeeded only with its model recorded.
+ * (state_payload). A reader sees the job succeeded only with its model recorded. A job already
+ * in a final state is refused (-1), a missing one is KILN_JOBSTORE_NOT_FOUND.
  */
 int kiln_jobstore_job_succeed_with_model(struct kiln_jobstore *js, int64_t id, const char *name, int64_t version,
                                          const char *metrics, const char *model_payload, const char *state_payload,

@@ -2,7 +2,8 @@
  * tests/storage/test_repository.c — the model repository: a scan over valid and invalid
  * models (each invalid one with its reason, the scan never stopping), names from outside
  * ("../x", "a/../../b", a leading dot), a symlink pointing outside the root, version
- * policies (latest N, all, specific), and adding/removing versions atomically.
+ * policies (latest N, all, specific), adding/removing versions atomically, and finding a
+ * version by the source its source.json names.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -234,6 +235,53 @@ static void test_add_and_remove(void **state)
     kiln_repository_close(repo);
 }
 
+/* source.json: the version a producer added is found again by its source, never another's. */
+static void test_find_source(void **state)
+{
+    (void)state;
+    char src[128], p[256];
+    snprintf(src, sizeof src, "%s/src", base);
+    mkdir(src, 0755);
+    snprintf(p, sizeof p, "%s/model.onnx", src);
+    write_text(p, "\x08\x07onnx-bytes");
+    kiln_repository *repo = kiln_repository_open(root);
+    snprintf(p, sizeof p, "%s/" KILN_REPOSITORY_SOURCE_FILE, src);
+    const char *sources[] = {"job 1", "job 2", NULL};
+    for (int i = 0; i < 3; i++) {
+        if (sources[i]) {
+            char text[128];
+            snprintf(text, sizeof text, "{\"source\": \"%s\", \"metrics\": {\"acc\": 0.%d}}", sources[i], i + 1);
+            write_text(p, text);
+        } else {
+            unlink(p);
+        }
+        assert_int_equal(kiln_repository_add_version(repo, "net", src, 0, NULL), 0);
+    }
+    char *json = NULL;
+    assert_int_equal(kiln_repository_find_source(repo, "net", "job 2", &json), 2);
+    assert_non_null(strstr(json, "0.2"));
+    free(json);
+    assert_int_equal(kiln_repository_find_source(repo, "net", "job 1", NULL), 1);
+    assert_int_equal(kiln_repository_find_source(repo, "net", "job 3", &json), 0);
+    assert_null(json);
+    assert_int_equal(kiln_repository_find_source(repo, "missing", "job 1", NULL), 0);
+    assert_true(kiln_repository_find_source(repo, "../net", "job 1", NULL) < 0);
+    assert_true(kiln_repository_find_source(repo, "net", NULL, NULL) < 0);
+    /* a malformed file says nothing */
+    snprintf(p, sizeof p, "%s/net/3/" KILN_REPOSITORY_SOURCE_FILE, root);
+    write_text(p, "{\"source\": ");
+    assert_int_equal(kiln_repository_scan(repo), 0);
+    assert_int_equal(kiln_repository_find_source(repo, "net", "job 2", NULL), 2);
+    /* a symlink out of the repository is not followed */
+    char out[160];
+    snprintf(out, sizeof out, "%s/source.json", outside);
+    write_text(out, "{\"source\": \"job 9\"}");
+    unlink(p);
+    assert_int_equal(symlink(out, p), 0);
+    assert_int_equal(kiln_repository_find_source(repo, "net", "job 9", NULL), 0);
+    kiln_repository_close(repo);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -241,6 +289,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_names_from_outside, setup, teardown),
         cmocka_unit_test_setup_teardown(test_version_policies, setup, teardown),
         cmocka_unit_test_setup_teardown(test_add_and_remove, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_find_source, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -233,6 +233,52 @@ static void test_job_transition(void **state)
     assert_int_equal(query_int("SELECT count(*) FROM job_events WHERE payload LIKE '%failed%'"), 0);
 }
 
+/* A job that produced a model: registry row, "model" event, state and "state" event in one
+ * transaction; a second try of the same job replaces its row; a refused step takes all back. */
+static void test_job_succeed_with_model(void **state)
+{
+    (void)state;
+    struct kiln_jobstore *js = open_store();
+    char err[256];
+    int64_t id, other;
+    assert_int_equal(kiln_jobstore_job_create(js, "{}", NULL, &id, err, sizeof err), 0);
+    assert_int_equal(kiln_jobstore_job_create(js, "{}", NULL, &other, err, sizeof err), 0);
+    assert_int_equal(kiln_jobstore_job_set_state(js, id, KILN_JOB_RUNNING, NULL, err, sizeof err), 0);
+    /* an earlier try of the job left its row (a crash before the state was written) */
+    assert_int_equal(kiln_jobstore_model_register(js, "mlp", 3, id, "{\"acc\": 0.1}", err, sizeof err), 0);
+    /* a bad state payload refuses the whole step */
+    assert_int_equal(kiln_jobstore_job_succeed_with_model(js, id, "mlp", 3, "{\"acc\": 0.9}",
+                                                          "{\"name\":\"mlp\",\"version\":3}", "{nope", err,
+                                                          sizeof err), -1);
+    struct kiln_job j;
+    assert_int_equal(kiln_jobstore_job_get(js, id, &j, err, sizeof err), 0);
+    assert_string_equal(j.state, KILN_JOB_RUNNING);
+    kiln_jobstore_job_clear(&j);
+    assert_int_equal(kiln_jobstore_job_succeed_with_model(js, id, "mlp", 3, "{\"acc\": 0.9}",
+                                                          "{\"name\":\"mlp\",\"version\":3}",
+                                                          "{\"state\":\"succeeded\"}", err, sizeof err), 0);
+    assert_int_equal(kiln_jobstore_job_get(js, id, &j, err, sizeof err), 0);
+    assert_string_equal(j.state, KILN_JOB_SUCCEEDED);
+    assert_true(j.progress == 1 && j.finished_ms > 0);
+    kiln_jobstore_job_clear(&j);
+    struct kiln_job_event *ev;
+    int n;
+    assert_int_equal(kiln_jobstore_events_since(js, id, 0, 100, &ev, &n, err, sizeof err), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(ev[0].type, "model");
+    assert_string_equal(ev[1].type, "state");
+    assert_true(ev[0].seq < ev[1].seq);
+    kiln_jobstore_events_free(ev, n);
+    /* a final job does not succeed again; a missing one is not found */
+    assert_int_equal(kiln_jobstore_job_succeed_with_model(js, id, "mlp", 4, NULL, "{}", "{}", err, sizeof err), -1);
+    assert_non_null(strstr(err, "final"));
+    assert_int_not_equal(kiln_jobstore_job_succeed_with_model(js, 99, "mlp", 5, NULL, "{}", "{}", err, sizeof err), 0);
+    kiln_jobstore_close(js);
+    assert_int_equal(query_int("SELECT count(*) FROM model_registry"), 1);
+    assert_int_equal(query_int("SELECT json_extract(metrics, '$.acc') * 10 FROM model_registry WHERE version = 3"), 9);
+    assert_int_equal(query_int("SELECT count(*) FROM job_events"), 2);
+}
+
 static void test_job_list_pagination(void **state)
 {
     (void)state;
@@ -287,6 +333,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_migrate_from_v1, setup, teardown),
         cmocka_unit_test_setup_teardown(test_job_crud, setup, teardown),
         cmocka_unit_test_setup_teardown(test_job_transition, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_job_succeed_with_model, setup, teardown),
         cmocka_unit_test_setup_teardown(test_job_list_pagination, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
