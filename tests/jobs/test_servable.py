@@ -7,7 +7,8 @@ the answer must carry the new version number and the outputs the new version's w
 its model.kiln here) give. Then the failure paths: a version that cannot be served fails its job
 with the reason and is removed, the old version keeps answering; a name the repository cannot
 take fails the job. Last, the state a crash between "weights written" and "succeeded recorded"
-leaves: the restarted daemon finishes the job from the written version without training again.
+leaves: the restarted daemon finishes the job from the written version without training again,
+both from that state made on disk and after real kills the moment the version appears.
 
 Usage: test_servable.py KILND KILN_CLI PYTHON_CLIENT_DIR
 """
@@ -253,6 +254,37 @@ def test_crash_after_weights_written():
     check(d2.proc.returncode == 0, "kilnd exits 0 after SIGTERM (%s)" % d2.proc.returncode)
 
 
+def test_kill_when_version_appears(kills=10):
+    """A real SIGKILL in that window: the test watches for the version folder's rename and kills
+    kilnd the moment it sees it, when the job is loading its model or recording its success. Any
+    instant is allowed to land anywhere; what must hold after the restart is the same: the job
+    succeeded, exactly one version, served, and the job's "model" event names it."""
+    landed, ok = 0, 0
+    for k in range(kills):
+        d = H.Daemon(KILND, "kill%d" % k)
+        st, j = d.req("POST", "/v1/jobs", short_spec("killed", seed=40 + k))
+        vdir = os.path.join(d.data, "models", "killed", "1")
+        deadline = time.time() + 60
+        while not os.path.isdir(vdir) and time.time() < deadline and d.proc.poll() is None:
+            pass
+        d.proc.kill()
+        d.proc.wait()
+        d2 = H.Daemon(KILND, "kill%d" % k, fresh=False)
+        try:
+            job = d2.wait_state(j["id"], ["succeeded", "failed", "cancelled"], timeout=60)
+            bad = serves(d2, "killed", 1, "after a kill") if job["state"] == "succeeded" else [job["state"]]
+            versions = sorted(os.listdir(os.path.join(d2.data, "models", "killed")))
+            good = not bad and job["model"] == {"name": "killed", "version": 1} and versions == ["1"]
+            if not good:
+                print("  kill %d: %s %s versions %s" % (k, bad, job.get("model"), versions), flush=True)
+            ok += good
+            landed += "had written killed version 1" in open(d2.log).read()
+        finally:
+            d2.stop()
+    check(ok == kills, "killed as the version appeared, restarted: succeeded with one served version (%d/%d; %d "
+          "restarts found the job unfinished with its version written)" % (ok, kills, landed))
+
+
 def main():
     d = H.Daemon(KILND, "main")
     try:
@@ -263,6 +295,7 @@ def main():
         d.stop()
     check(d.proc.returncode == 0, "kilnd exits 0 after SIGTERM (%s); log %s" % (d.proc.returncode, d.log))
     test_crash_after_weights_written()
+    test_kill_when_version_appears()
     H.finish()
     H.cleanup()
 
