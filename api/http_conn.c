@@ -197,25 +197,50 @@ static bool request_id_usable(const char *id)
     return true;
 }
 
+/*
+ * The request target as path and query. An absolute-form target ("http://host:8000/v2?x=1",
+ * RFC 9112 section 3.2.2) must be accepted by a server, which then ignores its authority; its
+ * path is the one routed ("/" when it has none). Origin-form targets pass through unchanged.
+ */
+static void origin_form(const char *url, size_t len, struct kiln_request *req)
+{
+    req->path = len ? url : "";
+    req->path_len = len;
+    if (!len)
+        return;
+    size_t at = 0; /* where the path (or the query of a path-less target) starts */
+    if (len > 7 && strncasecmp(url, "http://", 7) == 0)
+        at = 7;
+    else if (len > 8 && strncasecmp(url, "https://", 8) == 0)
+        at = 8;
+    if (at) {
+        while (at < len && url[at] != '/' && url[at] != '?')
+            at++; /* the authority */
+        bool has_path = at < len && url[at] == '/';
+        req->path = has_path ? url + at : "/";
+        req->path_len = has_path ? len - at : 1;
+    }
+    const char *q = memchr(url + at, '?', len - at);
+    if (q) {
+        if (req->path == url + at) /* not the "/" of a path-less absolute target */
+            req->path_len = (size_t)(q - req->path);
+        req->query = q + 1;
+        req->query_len = (size_t)(url + len - q - 1);
+    }
+}
+
 static int dispatch(struct kiln_http_conn *c, bool keep_alive)
 {
     const struct kiln_router *r = &c->svc->router;
     struct kiln_request req = {
         .method = KILN_HTTP_OTHER,
-        .path = c->url.data ? c->url.data : "",
-        .path_len = c->url.len,
         .body = c->body.data,
         .body_len = c->body.len,
         .keep_alive = keep_alive,
         .headers = &c->headers,
         .conn = c,
     };
-    const char *q = c->url.len ? memchr(c->url.data, '?', c->url.len) : NULL;
-    if (q) {
-        req.path_len = (size_t)(q - c->url.data);
-        req.query = q + 1;
-        req.query_len = c->url.len - req.path_len - 1;
-    }
+    origin_form(c->url.data, c->url.len, &req);
     const char *mname = llhttp_method_name((llhttp_method_t)llhttp_get_method(&c->parser));
     req.method = kiln_http_method_from_name(mname, strlen(mname));
     c->requests++;

@@ -18,6 +18,7 @@
 #include <cjson/cJSON.h>
 #include <uv.h>
 
+#include "auth.h"
 #include "http_conn.h"
 #include "jobs.h"
 #include "kiln/record.h"
@@ -53,7 +54,7 @@ struct kiln_jobs {
     const char **roots;
     size_t nroots;
     char admin_token[256];           /* for in-process loads when tokens are on */
-    bool auth;
+    struct kiln_auth *auth;          /* the bearer-token rules (auth.h) */
     /* loop thread */
     uv_async_t async;
     uv_timer_t ping, load_timer;

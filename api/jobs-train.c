@@ -279,7 +279,7 @@ void kiln__jobs_load_model(struct kiln_jobs *j, const char *name)
     l->conn.svc = &j->load_svc;
     snprintf(l->name, sizeof l->name, "%s", name);
     snprintf(l->path, sizeof l->path, "/v2/repository/models/%s/load", name);
-    if (j->auth)
+    if (kiln_auth_enabled(j->auth))
         snprintf(l->headers.authorization, sizeof l->headers.authorization, "Bearer %s", j->admin_token);
     struct kiln_request req = {
         .method = KILN_HTTP_POST,

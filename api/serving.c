@@ -18,14 +18,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "logf.h"
 #include "http_conn.h"
 #include "responses.h"
 #include "serving.h"
 
 #define MAX_VERSIONS 16
-
-enum scope { SCOPE_NONE = 0, SCOPE_READ = 1, SCOPE_ADMIN = 2 };
 
 struct entry {
     char name[KILN_MODEL_NAME_MAX + 1];
@@ -43,9 +42,7 @@ struct kiln_serving {
     bool accepting;
     uint64_t next_id;
     int pid;                        /* for generated request ids (getpid is a system call) */
-    int ntokens;
-    char **token;
-    enum scope *token_scope;
+    struct kiln_auth *auth;
     struct kiln_metric_family *f_requests, *f_queue, *f_compute, *f_batch, *f_depth, *f_inflight;
     double inflight_total;
 };
@@ -178,40 +175,11 @@ static void set_gauges(struct kiln_serving *sv, struct kiln_sched_model *m, doub
 
 /* ---- auth ---------------------------------------------------------------------------------- */
 
-bool kiln_serving_host_is_loopback(const char *host)
-{
-    return strcmp(host, "localhost") == 0 || strcmp(host, "::1") == 0 || strncmp(host, "127.", 4) == 0;
-}
-
-static bool same_secret(const char *a, const char *b)
-{
-    size_t na = strlen(a), nb = strlen(b);
-    unsigned char diff = na != nb;
-    for (size_t i = 0; i < na; i++)
-        diff |= (unsigned char)(a[i] ^ b[i % (nb ? nb : 1)]);
-    return diff == 0; /* time independent of where the first difference is */
-}
-
 /* 0 when allowed; otherwise the 401/403 response is appended and its status returned. */
-static int authorize(struct kiln_serving *sv, const struct kiln_request *req, enum scope need, struct kiln_buf *out)
+static int authorize(struct kiln_serving *sv, const struct kiln_request *req, enum kiln_auth_scope need,
+                     struct kiln_buf *out)
 {
-    if (sv->ntokens == 0)
-        return 0;
-    const char *h = req->headers ? req->headers->authorization : "";
-    if (strncasecmp(h, "Bearer ", 7) != 0)
-        return kiln_resp_error(out, 401, "a bearer token is required", req->keep_alive,
-                               "WWW-Authenticate: Bearer\r\n");
-    const char *tok = h + 7;
-    enum scope have = SCOPE_NONE;
-    for (int i = 0; i < sv->ntokens; i++)
-        if (same_secret(tok, sv->token[i]) && sv->token_scope[i] > have)
-            have = sv->token_scope[i];
-    if (have == SCOPE_NONE)
-        return kiln_resp_error(out, 401, "invalid bearer token", req->keep_alive,
-                               "WWW-Authenticate: Bearer error=\"invalid_token\"\r\n");
-    if (have < need)
-        return kiln_resp_error(out, 403, "this token lacks the admin scope", req->keep_alive, NULL);
-    return 0;
+    return kiln_auth_require(sv->auth, req, need, "this token lacks the admin scope", out);
 }
 
 /* ---- request ids -------------------------------------------------------------------------- */
@@ -380,30 +348,12 @@ struct kiln_serving *kiln_serving_new(const struct kiln_serving_options *o, char
     sv->o = *o;
     sv->accepting = true;
     sv->pid = (int)getpid();
-    size_t nt = o->tokens ? o->tokens->count : 0;
-    sv->token = calloc(nt + 1, sizeof *sv->token);
-    sv->token_scope = calloc(nt + 1, sizeof *sv->token_scope);
-    if (!sv->token || !sv->token_scope || register_metrics(sv) != 0) {
+    sv->auth = kiln_auth_new(o->tokens, err, errlen);
+    if (!sv->auth)
+        goto fail;
+    if (register_metrics(sv) != 0) {
         snprintf(err, errlen, "out of memory");
-        kiln_serving_free(sv);
-        return NULL;
-    }
-    for (size_t i = 0; i < nt; i++) {
-        const char *t = o->tokens->items[i];
-        enum scope sc = SCOPE_READ;
-        if (strncmp(t, "admin:", 6) == 0) {
-            sc = SCOPE_ADMIN;
-            t += 6;
-        } else if (strncmp(t, "read:", 5) == 0) {
-            t += 5;
-        }
-        if (!*t) {
-            snprintf(err, errlen, "api_tokens: entry %zu has an empty token", i + 1);
-            kiln_serving_free(sv);
-            return NULL;
-        }
-        sv->token[sv->ntokens] = strdup(t);
-        sv->token_scope[sv->ntokens++] = sc;
+        goto fail;
     }
     sv->repo = kiln_repository_open(o->models_root);
     if (!sv->repo) {
@@ -418,6 +368,9 @@ struct kiln_serving *kiln_serving_new(const struct kiln_serving_options *o, char
             vlog(sv, KILN_LOG_WARN, "model %s not loaded: %s", m->name, why);
     }
     return sv;
+fail:
+    kiln_serving_free(sv);
+    return NULL;
 }
 
 void kiln_serving_free(struct kiln_serving *sv)
@@ -429,10 +382,7 @@ void kiln_serving_free(struct kiln_serving *sv)
         drop_versions(e);
         free(e);
     }
-    for (int i = 0; i < sv->ntokens; i++)
-        free(sv->token[i]);
-    free(sv->token);
-    free(sv->token_scope);
+    kiln_auth_free(sv->auth);
     kiln_repository_close(sv->repo);
     free(sv);
 }
@@ -723,7 +673,7 @@ int kiln_serving_handle_models(void *ctx, const struct kiln_request *req, struct
     struct kiln_serving *sv = ctx;
     char rid[KILN_HTTP_SHORT_HEADER_MAX], msg[320];
     request_id(sv, req, rid, sizeof rid);
-    int st = authorize(sv, req, SCOPE_READ, out);
+    int st = authorize(sv, req, KILN_AUTH_READ, out);
     if (st != 0)
         return st;
     static const char prefix[] = "/v2/models/";
@@ -826,10 +776,10 @@ int kiln_serving_handle_repository(void *ctx, const struct kiln_request *req, st
     request_id(sv, req, rid, sizeof rid);
     static const char index_path[] = "/v2/repository/index";
     if (req->path_len == sizeof index_path - 1 && memcmp(req->path, index_path, req->path_len) == 0) {
-        int st = authorize(sv, req, SCOPE_READ, out);
+        int st = authorize(sv, req, KILN_AUTH_READ, out);
         return st ? st : repo_index(sv, req, out, rid);
     }
-    int st = authorize(sv, req, SCOPE_ADMIN, out);
+    int st = authorize(sv, req, KILN_AUTH_ADMIN, out);
     if (st != 0)
         return st;
     static const char prefix[] = "/v2/repository/models/";

@@ -51,9 +51,6 @@ void kiln_serving_set_accepting(struct kiln_serving *sv, bool accepting);
 int kiln_serving_handle_models(void *ctx, const struct kiln_request *req, struct kiln_buf *out);
 int kiln_serving_handle_repository(void *ctx, const struct kiln_request *req, struct kiln_buf *out);
 
-/* True for the addresses that need no tokens (127.0.0.0/8, ::1, localhost). */
-bool kiln_serving_host_is_loopback(const char *host);
-
 /* ---- between serving.c and infer.c ---- */
 struct kiln__infer_ctx {
     struct kiln_serving *sv;
