@@ -15,6 +15,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "http_codec.h"
 #include "http_conn.h"
 #include "responses.h"
 
@@ -90,6 +91,8 @@ static const struct {
     {"x-request-id", offsetof(struct kiln_http_headers, request_id), KILN_HTTP_SHORT_HEADER_MAX},
     {"inference-header-content-length", offsetof(struct kiln_http_headers, inference_header_length), 32},
     {"last-event-id", offsetof(struct kiln_http_headers, last_event_id), 32},
+    {"content-encoding", offsetof(struct kiln_http_headers, content_encoding), 32},
+    {"accept-encoding", offsetof(struct kiln_http_headers, accept_encoding), 256},
     {"upgrade", offsetof(struct kiln_http_headers, upgrade), 32},
     {"connection", offsetof(struct kiln_http_headers, connection), KILN_HTTP_SHORT_HEADER_MAX},
     {"sec-websocket-key", offsetof(struct kiln_http_headers, ws_key), 64},
@@ -148,6 +151,8 @@ static int on_headers_complete(llhttp_t *p)
     struct kiln_http_conn *c = conn_of(p);
     if ((p->flags & F_CONTENT_LENGTH) && p->content_length > c->svc->max_body_bytes)
         return reject(c, 413, "request body exceeds max_body_bytes");
+    if (kiln_http_coding_of(c->headers.content_encoding) == KILN_CODING_UNKNOWN)
+        return reject(c, 415, "unsupported Content-Encoding: kilnd takes gzip, deflate or identity");
     return 0;
 }
 
@@ -251,7 +256,8 @@ static int dispatch(struct kiln_http_conn *c, bool keep_alive)
     size_t idx;
     int status;
     switch (kiln_router_match(r, req.method, req.path, req.path_len, &idx)) {
-    case KILN_ROUTE_FOUND:
+    case KILN_ROUTE_FOUND: {
+        size_t mark = c->out.len;
         c->route = idx;
         c->dispatching = true;
         c->finished_inline = false;
@@ -261,7 +267,11 @@ static int dispatch(struct kiln_http_conn *c, bool keep_alive)
             return 0; /* counted and observed when it finishes */
         if (status == KILN_HTTP_DEFERRED)
             status = kiln_resp_error(&c->out, 500, "handler deferred without a pending response", keep_alive, NULL);
+        else if (status > 0 &&
+                 kiln_http_compress_response(&c->out, mark, kiln_http_coding_accepted(c->headers.accept_encoding)) != 0)
+            status = -1;
         break;
+    }
     case KILN_ROUTE_METHOD_NOT_ALLOWED: {
         char allow[96], hdr[128], msg[160];
         kiln_router_allow(r, idx, req.path, req.path_len, allow, sizeof allow);
@@ -284,12 +294,38 @@ static int dispatch(struct kiln_http_conn *c, bool keep_alive)
     return 0;
 }
 
+/*
+ * A gzip or deflate body is inflated before any handler sees it, within max_body_bytes. 0 to go
+ * on with the request, 1 when it was answered with an error instead, -1 when out of memory.
+ */
+static int decode_body(struct kiln_http_conn *c, bool keep_alive)
+{
+    enum kiln_http_coding coding = kiln_http_coding_of(c->headers.content_encoding);
+    if (coding == KILN_CODING_IDENTITY)
+        return 0;
+    struct kiln_buf coded = c->body;
+    c->body = (struct kiln_buf){0};
+    const char *why = "out of memory";
+    int st = kiln_http_inflate(coding, coded.data ? coded.data : "", coded.len, c->svc->max_body_bytes, &c->body,
+                               &why);
+    kiln_buf_free(&coded);
+    if (st == 0)
+        return 0;
+    if (st < 0 || (st = kiln_resp_error(&c->out, st, why, keep_alive, NULL)) < 0)
+        return -1;
+    c->requests++;
+    c->responses++;
+    observe(c, c->svc->router.count, st);
+    return 1;
+}
+
 static int on_message_complete(llhttp_t *p)
 {
     struct kiln_http_conn *c = conn_of(p);
     bool keep_alive = llhttp_should_keep_alive(p) && !c->draining;
     c->in_message = false;
-    if (dispatch(c, keep_alive) != 0) {
+    int decoded = decode_body(c, keep_alive);
+    if (decoded < 0 || (decoded == 0 && dispatch(c, keep_alive) != 0)) {
         c->failed = true;
         return -1;
     }
@@ -524,6 +560,7 @@ struct kiln_http_pending *kiln_http_defer(const struct kiln_request *req)
     p->route = c->route;
     p->started_ns = c->started_ns;
     p->keep_alive = req->keep_alive;
+    p->coding = kiln_http_coding_accepted(c->headers.accept_encoding);
     p->body = c->body;
     c->body = (struct kiln_buf){0};
     c->pending = p;
@@ -532,7 +569,11 @@ struct kiln_http_pending *kiln_http_defer(const struct kiln_request *req)
 
 struct kiln_buf *kiln_http_pending_out(struct kiln_http_pending *p)
 {
-    return p->conn ? &p->conn->out : NULL;
+    if (!p->conn)
+        return NULL;
+    p->mark = p->conn->out.len; /* the response starts here, for compressing it at finish */
+    p->marked = true;
+    return &p->conn->out;
 }
 
 bool kiln_http_pending_keep_alive(const struct kiln_http_pending *p)
@@ -547,6 +588,8 @@ void kiln_http_pending_finish(struct kiln_http_pending *p, int status)
     size_t route = p->route;
     uint64_t started = p->started_ns;
     struct kiln_buf body = p->body;
+    if (c && status > 0 && p->marked && kiln_http_compress_response(&c->out, p->mark, p->coding) != 0)
+        status = -1;
     free(p);
     if (!c) {
         kiln_buf_free(&body);
