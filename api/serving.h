@@ -105,4 +105,14 @@ int kiln__infer_body(struct kiln_buf *j, const char *model, int64_t version, con
 int kiln__infer_respond(struct kiln_buf *out, const struct kiln_buf *body, size_t json_len, bool keep_alive,
                         const char *extra_headers);
 
+/* ,"<key>":[...] for a list of tensor specs, as the metadata endpoint shows them (model_json.c). */
+int kiln__serving_specs_json(struct kiln_buf *b, const char *key, const kiln_model_tensor_spec *sp, int n);
+/* One version's statistics as Triton's statistics extension shows them (model_json.c). */
+int kiln__serving_stats_json(struct kiln_buf *b, struct kiln_sched_model *m);
+/*
+ * A model's configuration as Triton's model-configuration JSON (model_json.c), from the
+ * config the scheduler runs it with; format is "kiln" or "onnx". 0, or -1 when out of memory.
+ */
+int kiln__serving_config_json(struct kiln_buf *b, const char *name, const char *format, const kiln_model_config *c);
+
 #endif /* KILN_API_SERVING_H */
