@@ -7,6 +7,10 @@
  * the status and returns -1, which stops the parser; feed then answers with that status and the
  * connection closes. Pipelined requests are answered in order, each appended whole to out, so the
  * socket layer can send a whole batch in one write.
+ *
+ * Content codings (http_codec.c) sit at the two ends: a gzip or deflate body is inflated, within
+ * the body limit, before its handler runs, and a response is compressed after its handler (or,
+ * for a deferred one, kiln_http_pending_finish) wrote it, when the request's Accept-Encoding asks.
  */
 #include <ctype.h>
 #include <stdio.h>
