@@ -124,7 +124,7 @@ static unsigned models_methods(const char *rest, size_t len)
         return 0;
     if (seg_is(seg[k], sl[k], "infer"))
         return KILN_HTTP_POST;
-    if (seg_is(seg[k], sl[k], "ready") || seg_is(seg[k], sl[k], "stats"))
+    if (seg_is(seg[k], sl[k], "ready") || seg_is(seg[k], sl[k], "stats") || seg_is(seg[k], sl[k], "config"))
         return KILN_HTTP_GET;
     return 0;
 }
@@ -146,6 +146,31 @@ static unsigned jobs_methods(const char *rest, size_t len)
     return 0;
 }
 
+/*
+ * Triton extensions tritonclient can call that kilnd does not implement: a 501 that says so and
+ * what to do instead, rather than a bare 404 a client could take for a wrong URL.
+ */
+static int handle_not_implemented(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+{
+    (void)ctx;
+    static const struct {
+        const char *prefix, *msg;
+    } what[] = {
+        {"/v2/logging", "kilnd does not implement Triton's logging extension: the log is set by log_level, "
+                        "log_format and log_file in its configuration"},
+        {"/v2/trace", "kilnd does not implement Triton's trace extension: per-request timings are in the "
+                      "statistics extension and /metrics"},
+        {"/v2/systemsharedmemory", "kilnd does not implement the shared-memory extensions: send tensors in "
+                                   "the request body (JSON or binary tensor data)"},
+        {"/v2/cudasharedmemory", "kilnd does not implement the shared-memory extensions: send tensors in the "
+                                 "request body (JSON or binary tensor data)"},
+    };
+    for (size_t i = 0; i < sizeof what / sizeof what[0]; i++)
+        if (req->path_len >= strlen(what[i].prefix) && memcmp(req->path, what[i].prefix, strlen(what[i].prefix)) == 0)
+            return kiln_resp_error(out, 501, what[i].msg, req->keep_alive, NULL);
+    return kiln_resp_error(out, 501, "not implemented", req->keep_alive, NULL);
+}
+
 static const struct kiln_route routes[] = {
     {"/v2/health/live", KILN_HTTP_GET, handle_live, NULL},
     {"/v2/health/ready", KILN_HTTP_GET, handle_ready, NULL},
@@ -156,6 +181,10 @@ static const struct kiln_route routes[] = {
     {"/v1/jobs", KILN_HTTP_GET | KILN_HTTP_POST, handle_jobs, NULL},
     {"/v1/jobs/*", KILN_HTTP_GET | KILN_HTTP_POST | KILN_HTTP_DELETE, handle_jobs, jobs_methods},
     {"/v1/tensor", KILN_HTTP_GET, handle_tensor, NULL},
+    {"/v2/logging", KILN_HTTP_GET | KILN_HTTP_POST, handle_not_implemented, NULL},
+    {"/v2/trace/setting", KILN_HTTP_GET | KILN_HTTP_POST, handle_not_implemented, NULL},
+    {"/v2/systemsharedmemory/*", KILN_HTTP_GET | KILN_HTTP_POST, handle_not_implemented, NULL},
+    {"/v2/cudasharedmemory/*", KILN_HTTP_GET | KILN_HTTP_POST, handle_not_implemented, NULL},
 };
 
 static int render_pair(struct kiln_buf pair[2], int status, const char *ctype, const char *body)

@@ -7,6 +7,10 @@
  * the status and returns -1, which stops the parser; feed then answers with that status and the
  * connection closes. Pipelined requests are answered in order, each appended whole to out, so the
  * socket layer can send a whole batch in one write.
+ *
+ * Content codings (http_codec.c) sit at the two ends: a gzip or deflate body is inflated, within
+ * the body limit, before its handler runs, and a response is compressed after its handler (or,
+ * for a deferred one, kiln_http_pending_finish) wrote it, when the request's Accept-Encoding asks.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -15,6 +19,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "http_codec.h"
 #include "http_conn.h"
 #include "responses.h"
 
@@ -90,6 +95,8 @@ static const struct {
     {"x-request-id", offsetof(struct kiln_http_headers, request_id), KILN_HTTP_SHORT_HEADER_MAX},
     {"inference-header-content-length", offsetof(struct kiln_http_headers, inference_header_length), 32},
     {"last-event-id", offsetof(struct kiln_http_headers, last_event_id), 32},
+    {"content-encoding", offsetof(struct kiln_http_headers, content_encoding), 32},
+    {"accept-encoding", offsetof(struct kiln_http_headers, accept_encoding), 256},
     {"upgrade", offsetof(struct kiln_http_headers, upgrade), 32},
     {"connection", offsetof(struct kiln_http_headers, connection), KILN_HTTP_SHORT_HEADER_MAX},
     {"sec-websocket-key", offsetof(struct kiln_http_headers, ws_key), 64},
@@ -148,6 +155,8 @@ static int on_headers_complete(llhttp_t *p)
     struct kiln_http_conn *c = conn_of(p);
     if ((p->flags & F_CONTENT_LENGTH) && p->content_length > c->svc->max_body_bytes)
         return reject(c, 413, "request body exceeds max_body_bytes");
+    if (kiln_http_coding_of(c->headers.content_encoding) == KILN_CODING_UNKNOWN)
+        return reject(c, 415, "unsupported Content-Encoding: kilnd takes gzip, deflate or identity");
     return 0;
 }
 
@@ -197,25 +206,50 @@ static bool request_id_usable(const char *id)
     return true;
 }
 
+/*
+ * The request target as path and query. An absolute-form target ("http://host:8000/v2?x=1",
+ * RFC 9112 section 3.2.2) must be accepted by a server, which then ignores its authority; its
+ * path is the one routed ("/" when it has none). Origin-form targets pass through unchanged.
+ */
+static void origin_form(const char *url, size_t len, struct kiln_request *req)
+{
+    req->path = len ? url : "";
+    req->path_len = len;
+    if (!len)
+        return;
+    size_t at = 0; /* where the path (or the query of a path-less target) starts */
+    if (len > 7 && strncasecmp(url, "http://", 7) == 0)
+        at = 7;
+    else if (len > 8 && strncasecmp(url, "https://", 8) == 0)
+        at = 8;
+    if (at) {
+        while (at < len && url[at] != '/' && url[at] != '?')
+            at++; /* the authority */
+        bool has_path = at < len && url[at] == '/';
+        req->path = has_path ? url + at : "/";
+        req->path_len = has_path ? len - at : 1;
+    }
+    const char *q = memchr(url + at, '?', len - at);
+    if (q) {
+        if (req->path == url + at) /* not the "/" of a path-less absolute target */
+            req->path_len = (size_t)(q - req->path);
+        req->query = q + 1;
+        req->query_len = (size_t)(url + len - q - 1);
+    }
+}
+
 static int dispatch(struct kiln_http_conn *c, bool keep_alive)
 {
     const struct kiln_router *r = &c->svc->router;
     struct kiln_request req = {
         .method = KILN_HTTP_OTHER,
-        .path = c->url.data ? c->url.data : "",
-        .path_len = c->url.len,
         .body = c->body.data,
         .body_len = c->body.len,
         .keep_alive = keep_alive,
         .headers = &c->headers,
         .conn = c,
     };
-    const char *q = c->url.len ? memchr(c->url.data, '?', c->url.len) : NULL;
-    if (q) {
-        req.path_len = (size_t)(q - c->url.data);
-        req.query = q + 1;
-        req.query_len = c->url.len - req.path_len - 1;
-    }
+    origin_form(c->url.data, c->url.len, &req);
     const char *mname = llhttp_method_name((llhttp_method_t)llhttp_get_method(&c->parser));
     req.method = kiln_http_method_from_name(mname, strlen(mname));
     c->requests++;
@@ -226,7 +260,8 @@ static int dispatch(struct kiln_http_conn *c, bool keep_alive)
     size_t idx;
     int status;
     switch (kiln_router_match(r, req.method, req.path, req.path_len, &idx)) {
-    case KILN_ROUTE_FOUND:
+    case KILN_ROUTE_FOUND: {
+        size_t mark = c->out.len;
         c->route = idx;
         c->dispatching = true;
         c->finished_inline = false;
@@ -236,7 +271,11 @@ static int dispatch(struct kiln_http_conn *c, bool keep_alive)
             return 0; /* counted and observed when it finishes */
         if (status == KILN_HTTP_DEFERRED)
             status = kiln_resp_error(&c->out, 500, "handler deferred without a pending response", keep_alive, NULL);
+        else if (status > 0 &&
+                 kiln_http_compress_response(&c->out, mark, kiln_http_coding_accepted(c->headers.accept_encoding)) != 0)
+            status = -1;
         break;
+    }
     case KILN_ROUTE_METHOD_NOT_ALLOWED: {
         char allow[96], hdr[128], msg[160];
         kiln_router_allow(r, idx, req.path, req.path_len, allow, sizeof allow);
@@ -259,12 +298,38 @@ static int dispatch(struct kiln_http_conn *c, bool keep_alive)
     return 0;
 }
 
+/*
+ * A gzip or deflate body is inflated before any handler sees it, within max_body_bytes. 0 to go
+ * on with the request, 1 when it was answered with an error instead, -1 when out of memory.
+ */
+static int decode_body(struct kiln_http_conn *c, bool keep_alive)
+{
+    enum kiln_http_coding coding = kiln_http_coding_of(c->headers.content_encoding);
+    if (coding == KILN_CODING_IDENTITY)
+        return 0;
+    struct kiln_buf coded = c->body;
+    c->body = (struct kiln_buf){0};
+    const char *why = "out of memory";
+    int st = kiln_http_inflate(coding, coded.data ? coded.data : "", coded.len, c->svc->max_body_bytes, &c->body,
+                               &why);
+    kiln_buf_free(&coded);
+    if (st == 0)
+        return 0;
+    if (st < 0 || (st = kiln_resp_error(&c->out, st, why, keep_alive, NULL)) < 0)
+        return -1;
+    c->requests++;
+    c->responses++;
+    observe(c, c->svc->router.count, st);
+    return 1;
+}
+
 static int on_message_complete(llhttp_t *p)
 {
     struct kiln_http_conn *c = conn_of(p);
     bool keep_alive = llhttp_should_keep_alive(p) && !c->draining;
     c->in_message = false;
-    if (dispatch(c, keep_alive) != 0) {
+    int decoded = decode_body(c, keep_alive);
+    if (decoded < 0 || (decoded == 0 && dispatch(c, keep_alive) != 0)) {
         c->failed = true;
         return -1;
     }
@@ -499,6 +564,7 @@ struct kiln_http_pending *kiln_http_defer(const struct kiln_request *req)
     p->route = c->route;
     p->started_ns = c->started_ns;
     p->keep_alive = req->keep_alive;
+    p->coding = kiln_http_coding_accepted(c->headers.accept_encoding);
     p->body = c->body;
     c->body = (struct kiln_buf){0};
     c->pending = p;
@@ -507,7 +573,11 @@ struct kiln_http_pending *kiln_http_defer(const struct kiln_request *req)
 
 struct kiln_buf *kiln_http_pending_out(struct kiln_http_pending *p)
 {
-    return p->conn ? &p->conn->out : NULL;
+    if (!p->conn)
+        return NULL;
+    p->mark = p->conn->out.len; /* the response starts here, for compressing it at finish */
+    p->marked = true;
+    return &p->conn->out;
 }
 
 bool kiln_http_pending_keep_alive(const struct kiln_http_pending *p)
@@ -522,6 +592,8 @@ void kiln_http_pending_finish(struct kiln_http_pending *p, int status)
     size_t route = p->route;
     uint64_t started = p->started_ns;
     struct kiln_buf body = p->body;
+    if (c && status > 0 && p->marked && kiln_http_compress_response(&c->out, p->mark, p->coding) != 0)
+        status = -1;
     free(p);
     if (!c) {
         kiln_buf_free(&body);

@@ -76,6 +76,9 @@ struct kiln_http_pending {
     size_t route;
     uint64_t started_ns;
     bool keep_alive;
+    int coding;                     /* enum kiln_http_coding the response is compressed with */
+    size_t mark;                    /* where the response begins in conn->out (set by kiln_http_pending_out) */
+    bool marked;
 };
 
 /*

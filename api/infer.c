@@ -108,6 +108,13 @@ static enum kiln_jtype type_at(const char *at, const char *end)
 }
 
 /* Where the value of key starts in the object at `at` (the first if repeated), or NULL. */
+/* Whether the number at p is a whole number too large for a shape: beyond limit, or beyond 64 bits. */
+static bool dim_too_large(const char *p, const char *end, int64_t limit)
+{
+    double d;
+    return kiln_json_to_f64(p, end, &d) > 0 && d == floor(d) && d > (double)limit;
+}
+
 static const char *member_at(const char *at, const char *end, const char *key)
 {
     struct kiln_jscan s;
@@ -493,9 +500,12 @@ int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config
             int64_t v;
             size_t vlen;
             kiln_jscan_peek(&ss);
-            long len = kiln_json_to_int(ss.p, ss.end, 0, ic->max_tensor_elements, &v, &vlen);
-            if (len <= 0)
+            long len = kiln_json_to_int(ss.p, ss.end, 0, INT64_MAX, &v, &vlen);
+            if (len <= 0 && !dim_too_large(ss.p, ss.end, ic->max_tensor_elements))
                 FAIL(400, "input '%s': shape entries must be non-negative integers", sp->name);
+            if (len <= 0 || v > ic->max_tensor_elements)
+                FAIL(413, "input '%s': dim %d is larger than limits.max_tensor_elements (%lld)", sp->name, nd,
+                     (long long)ic->max_tensor_elements);
             ss.p += len;
             if (nd >= sp->ndim)
                 continue; /* counted, and refused below */
@@ -503,8 +513,8 @@ int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config
             if (sp->shape[nd] >= 0 && sp->shape[nd] != v)
                 FAIL(400, "input '%s': dim %d is %lld; the model expects %lld", sp->name, nd, (long long)v,
                      (long long)sp->shape[nd]);
-            numel *= v;
-            if (numel > ic->max_tensor_elements)
+            /* both factors are at most the limit, yet their product may not fit in 64 bits */
+            if (__builtin_mul_overflow(numel, v, &numel) || numel > ic->max_tensor_elements)
                 FAIL(413, "input '%s' has more than limits.max_tensor_elements (%lld) elements", sp->name,
                      (long long)ic->max_tensor_elements);
         }

@@ -19,6 +19,7 @@
 #include <cjson/cJSON.h>
 #include <uv.h>
 
+#include "auth.h"
 #include "http_conn.h"
 #include "jobs.h"
 #include "kiln/record.h"
@@ -58,7 +59,7 @@ struct kiln_jobs {
     char *models_dir;                /* data_dir/models: the repository fine-tuning reads */
     const char **roots;
     size_t nroots;
-    bool auth;
+    struct kiln_auth *auth;          /* the bearer-token rules (auth.h) */
     /* loop thread */
     uv_async_t async;
     uv_timer_t ping;

@@ -22,39 +22,10 @@
 
 /* ---- HTTP ---------------------------------------------------------------------------------- */
 
-static bool same_secret(const char *a, const char *b)
-{
-    size_t na = strlen(a), nb = strlen(b);
-    unsigned char diff = na != nb;
-    for (size_t i = 0; i < na; i++)
-        diff |= (unsigned char)(a[i] ^ b[i % (nb ? nb : 1)]);
-    return diff == 0;
-}
-
 /* Jobs need the admin scope once tokens are configured. 0, or the status of the answer given. */
 static int authorize(struct kiln_jobs *j, const struct kiln_request *req, struct kiln_buf *out)
 {
-    if (!j->auth)
-        return 0;
-    const char *h = req->headers ? req->headers->authorization : "";
-    if (strncasecmp(h, "Bearer ", 7) != 0)
-        return kiln_resp_error(out, 401, "a bearer token is required", req->keep_alive, "WWW-Authenticate: Bearer\r\n");
-    bool known = false, admin = false;
-    for (size_t i = 0; i < j->o.tokens->count; i++) {
-        const char *t = j->o.tokens->items[i];
-        bool is_admin = strncmp(t, "admin:", 6) == 0;
-        const char *secret = is_admin ? t + 6 : strncmp(t, "read:", 5) == 0 ? t + 5 : t;
-        if (same_secret(h + 7, secret)) {
-            known = true;
-            admin |= is_admin;
-        }
-    }
-    if (!known)
-        return kiln_resp_error(out, 401, "invalid bearer token", req->keep_alive,
-                               "WWW-Authenticate: Bearer error=\"invalid_token\"\r\n");
-    if (!admin)
-        return kiln_resp_error(out, 403, "training jobs need a token with the admin scope", req->keep_alive, NULL);
-    return 0;
+    return kiln_auth_require(j->auth, req, KILN_AUTH_ADMIN, "training jobs need a token with the admin scope", out);
 }
 
 int kiln__jobs_send_json(struct kiln_buf *out, int status, cJSON *o, const struct kiln_request *req)

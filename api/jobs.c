@@ -59,8 +59,11 @@ struct kiln_jobs *kiln_jobs_new(const struct kiln_jobs_options *o, char *err, si
         return NULL;
     }
     j->models_dir = o->models_dir ? strdup(o->models_dir) : kiln__jobs_path(j->data_dir, "%s", "models");
-    if (!j->models_dir) {
-        snprintf(err, errlen, "out of memory");
+    j->auth = j->models_dir ? kiln_auth_new(o->tokens, err, errlen) : NULL;
+    if (!j->auth) {
+        if (!j->models_dir)
+            snprintf(err, errlen, "out of memory");
+        free(j->models_dir);
         free(j->data_dir);
         free(j->roots);
         free(j);
@@ -70,7 +73,6 @@ struct kiln_jobs *kiln_jobs_new(const struct kiln_jobs_options *o, char *err, si
     for (size_t i = 0; i < nr; i++)
         if (o->data_roots->items[i][0])
             j->roots[j->nroots++] = o->data_roots->items[i];
-    j->auth = o->tokens && o->tokens->count > 0;
     pthread_mutex_init(&j->store_mu, NULL);
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
@@ -147,5 +149,6 @@ void kiln_jobs_free(struct kiln_jobs *j)
     free(j->roots);
     free(j->models_dir);
     free(j->data_dir);
+    kiln_auth_free(j->auth);
     free(j);
 }

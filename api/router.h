@@ -43,6 +43,8 @@ struct kiln_http_headers {
     char request_id[KILN_HTTP_SHORT_HEADER_MAX];
     char inference_header_length[32];   /* Inference-Header-Content-Length */
     char last_event_id[32];             /* Last-Event-ID (server-sent events) */
+    char content_encoding[32];          /* the request body's coding (gzip, deflate) */
+    char accept_encoding[256];          /* the codings the client takes for the response */
     /* A WebSocket handshake (GET /v1/tensor) */
     char upgrade[32];
     char connection[KILN_HTTP_SHORT_HEADER_MAX];

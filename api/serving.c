@@ -18,14 +18,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
+#include "auth.h"
 #include "logf.h"
 #include "http_conn.h"
 #include "responses.h"
 #include "serving.h"
 
 #define MAX_VERSIONS 16
-
-enum scope { SCOPE_NONE = 0, SCOPE_READ = 1, SCOPE_ADMIN = 2 };
 
 struct entry {
     char name[KILN_MODEL_NAME_MAX + 1];
@@ -46,9 +47,7 @@ struct kiln_serving {
     bool accepting;
     uint64_t next_id;
     int pid;                        /* for generated request ids (getpid is a system call) */
-    int ntokens;
-    char **token;
-    enum scope *token_scope;
+    struct kiln_auth *auth;
     struct kiln_metric_family *f_requests, *f_queue, *f_compute, *f_batch, *f_depth, *f_inflight;
     double inflight_total;
 };
@@ -189,40 +188,11 @@ static void set_gauges(struct kiln_serving *sv, struct kiln_sched_model *m, doub
 
 /* ---- auth ---------------------------------------------------------------------------------- */
 
-bool kiln_serving_host_is_loopback(const char *host)
-{
-    return strcmp(host, "localhost") == 0 || strcmp(host, "::1") == 0 || strncmp(host, "127.", 4) == 0;
-}
-
-static bool same_secret(const char *a, const char *b)
-{
-    size_t na = strlen(a), nb = strlen(b);
-    unsigned char diff = na != nb;
-    for (size_t i = 0; i < na; i++)
-        diff |= (unsigned char)(a[i] ^ b[i % (nb ? nb : 1)]);
-    return diff == 0; /* time independent of where the first difference is */
-}
-
 /* 0 when allowed; otherwise the 401/403 response is appended and its status returned. */
-static int authorize(struct kiln_serving *sv, const struct kiln_request *req, enum scope need, struct kiln_buf *out)
+static int authorize(struct kiln_serving *sv, const struct kiln_request *req, enum kiln_auth_scope need,
+                     struct kiln_buf *out)
 {
-    if (sv->ntokens == 0)
-        return 0;
-    const char *h = req->headers ? req->headers->authorization : "";
-    if (strncasecmp(h, "Bearer ", 7) != 0)
-        return kiln_resp_error(out, 401, "a bearer token is required", req->keep_alive,
-                               "WWW-Authenticate: Bearer\r\n");
-    const char *tok = h + 7;
-    enum scope have = SCOPE_NONE;
-    for (int i = 0; i < sv->ntokens; i++)
-        if (same_secret(tok, sv->token[i]) && sv->token_scope[i] > have)
-            have = sv->token_scope[i];
-    if (have == SCOPE_NONE)
-        return kiln_resp_error(out, 401, "invalid bearer token", req->keep_alive,
-                               "WWW-Authenticate: Bearer error=\"invalid_token\"\r\n");
-    if (have < need)
-        return kiln_resp_error(out, 403, "this token lacks the admin scope", req->keep_alive, NULL);
-    return 0;
+    return kiln_auth_require(sv->auth, req, need, "this token lacks the admin scope", out);
 }
 
 /* ---- request ids -------------------------------------------------------------------------- */
@@ -417,30 +387,12 @@ struct kiln_serving *kiln_serving_new(const struct kiln_serving_options *o, char
     sv->o = *o;
     sv->accepting = true;
     sv->pid = (int)getpid();
-    size_t nt = o->tokens ? o->tokens->count : 0;
-    sv->token = calloc(nt + 1, sizeof *sv->token);
-    sv->token_scope = calloc(nt + 1, sizeof *sv->token_scope);
-    if (!sv->token || !sv->token_scope || register_metrics(sv) != 0) {
+    sv->auth = kiln_auth_new(o->tokens, err, errlen);
+    if (!sv->auth)
+        goto fail;
+    if (register_metrics(sv) != 0) {
         snprintf(err, errlen, "out of memory");
-        kiln_serving_free(sv);
-        return NULL;
-    }
-    for (size_t i = 0; i < nt; i++) {
-        const char *t = o->tokens->items[i];
-        enum scope sc = SCOPE_READ;
-        if (strncmp(t, "admin:", 6) == 0) {
-            sc = SCOPE_ADMIN;
-            t += 6;
-        } else if (strncmp(t, "read:", 5) == 0) {
-            t += 5;
-        }
-        if (!*t) {
-            snprintf(err, errlen, "api_tokens: entry %zu has an empty token", i + 1);
-            kiln_serving_free(sv);
-            return NULL;
-        }
-        sv->token[sv->ntokens] = strdup(t);
-        sv->token_scope[sv->ntokens++] = sc;
+        goto fail;
     }
     sv->repo = kiln_repository_open(o->models_root);
     if (!sv->repo) {
@@ -455,6 +407,9 @@ struct kiln_serving *kiln_serving_new(const struct kiln_serving_options *o, char
             vlog(sv, KILN_LOG_WARN, "model %s not loaded: %s", m->name, why);
     }
     return sv;
+fail:
+    kiln_serving_free(sv);
+    return NULL;
 }
 
 int kiln_serving_load(struct kiln_serving *sv, const char *name, int64_t need_version, kiln_serving_load_done done,
@@ -476,10 +431,7 @@ void kiln_serving_free(struct kiln_serving *sv)
         drop_versions(e);
         free(e);
     }
-    for (int i = 0; i < sv->ntokens; i++)
-        free(sv->token[i]);
-    free(sv->token);
-    free(sv->token_scope);
+    kiln_auth_free(sv->auth);
     kiln_repository_close(sv->repo);
     free(sv);
 }
@@ -494,7 +446,7 @@ void kiln_serving_set_accepting(struct kiln_serving *sv, bool accepting)
 struct model_path {
     char name[KILN_MODEL_NAME_MAX + 1];
     int64_t version;        /* 0: latest */
-    const char *action;     /* "", "ready", "infer", "stats" */
+    const char *action;     /* "", "ready", "infer", "stats", "config" */
 };
 
 /* "/v2/models/<name>[/versions/<v>][/<action>]". 0, or an HTTP status with msg. */
@@ -535,8 +487,13 @@ static int parse_model_path(const struct kiln_request *req, size_t prefix, struc
         mp->version = v;
         k = 3;
     }
-    static const char *const actions[] = {"ready", "infer", "stats", "load", "unload"};
+    static const char *const actions[] = {"ready", "infer", "stats", "config", "load", "unload"};
     mp->action = "";
+    if (k + 2 == np && strcmp(parts[k], "trace") == 0 && strcmp(parts[k + 1], "setting") == 0) {
+        snprintf(msg, n, "kilnd does not implement Triton's trace extension: per-request timings are in the "
+                         "statistics extension and /metrics");
+        return 501;
+    }
     if (k < np) {
         mp->action = NULL;
         for (size_t i = 0; i < sizeof actions / sizeof actions[0]; i++)
@@ -576,20 +533,6 @@ static struct kiln_sched_model *resolve(struct kiln_serving *sv, const struct mo
 
 /* ---- model endpoints ------------------------------------------------------------------------ */
 
-static int put_specs(struct kiln_buf *b, const char *key, const kiln_model_tensor_spec *sp, int n)
-{
-    int rc = kiln_buf_printf(b, ",\"%s\":[", key);
-    for (int i = 0; i < n; i++) {
-        rc |= kiln_buf_puts(b, i ? ",{\"name\":\"" : "{\"name\":\"");
-        rc |= kiln_buf_json_escape(b, sp[i].name, strlen(sp[i].name));
-        rc |= kiln_buf_printf(b, "\",\"datatype\":\"%s\",\"shape\":[", sp[i].datatype);
-        for (int d = 0; d < sp[i].ndim; d++)
-            rc |= kiln_buf_printf(b, "%s%lld", d ? "," : "", (long long)sp[i].shape[d]);
-        rc |= kiln_buf_puts(b, "]}");
-    }
-    return rc | kiln_buf_puts(b, "]");
-}
-
 static int send_json(struct kiln_buf *out, struct kiln_buf *body, int rc, const struct kiln_request *req,
                      const char *rid)
 {
@@ -599,36 +542,6 @@ static int send_json(struct kiln_buf *out, struct kiln_buf *body, int rc, const 
                          : kiln_resp_error(out, 500, "out of memory", req->keep_alive, hdr);
     kiln_buf_free(body);
     return status;
-}
-
-static int put_stats(struct kiln_buf *b, struct kiln_sched_model *m)
-{
-    struct kiln_sched_stats st;
-    kiln_sched_model_stats(m, &st);
-    int rc = kiln_buf_puts(b, "{\"name\":\"");
-    rc |= kiln_buf_json_escape(b, kiln_sched_model_name(m), strlen(kiln_sched_model_name(m)));
-    rc |= kiln_buf_printf(b,
-                          "\",\"version\":\"%lld\",\"last_inference\":%llu,\"inference_count\":%llu,"
-                          "\"execution_count\":%llu,\"inference_stats\":{"
-                          "\"success\":{\"count\":%llu,\"ns\":%llu},\"fail\":{\"count\":%llu,\"ns\":%llu},"
-                          "\"queue\":{\"count\":%llu,\"ns\":%llu},\"compute_infer\":{\"count\":%llu,\"ns\":%llu}},"
-                          "\"batch_stats\":[",
-                          (long long)kiln_sched_model_version(m), (unsigned long long)st.last_inference_ms,
-                          (unsigned long long)st.inference_count, (unsigned long long)st.execution_count,
-                          (unsigned long long)st.success_count, (unsigned long long)st.success_ns,
-                          (unsigned long long)st.fail_count, (unsigned long long)st.fail_ns,
-                          (unsigned long long)(st.success_count + st.fail_count), (unsigned long long)st.queue_ns,
-                          (unsigned long long)st.execution_count, (unsigned long long)st.compute_ns);
-    bool first = true;
-    for (int i = 0; i < KILN_SCHED_BATCH_BUCKETS; i++) {
-        if (!st.batch_hist[i])
-            continue;
-        /* Runs are counted in power-of-two buckets; batch_size is the bucket's upper bound. */
-        rc |= kiln_buf_printf(b, "%s{\"batch_size\":%d,\"compute_infer\":{\"count\":%llu}}", first ? "" : ",",
-                              1 << i, (unsigned long long)st.batch_hist[i]);
-        first = false;
-    }
-    return rc | kiln_buf_puts(b, "]}");
 }
 
 /* Worker thread: the request's tensor data into its input buffers, before it joins a run. */
@@ -759,7 +672,7 @@ static int all_stats(struct kiln_serving *sv, const struct kiln_request *req, st
         for (int i = 0; i < e->nv; i++) {
             rc |= first ? 0 : kiln_buf_puts(&b, ",");
             first = false;
-            rc |= put_stats(&b, e->v[i]);
+            rc |= kiln__serving_stats_json(&b, e->v[i]);
         }
     rc |= kiln_buf_puts(&b, "]}");
     return send_json(out, &b, rc, req, rid);
@@ -770,7 +683,7 @@ int kiln_serving_handle_models(void *ctx, const struct kiln_request *req, struct
     struct kiln_serving *sv = ctx;
     char rid[KILN_HTTP_SHORT_HEADER_MAX], msg[320];
     request_id(sv, req, rid, sizeof rid);
-    int st = authorize(sv, req, SCOPE_READ, out);
+    int st = authorize(sv, req, KILN_AUTH_READ, out);
     if (st != 0)
         return st;
     static const char prefix[] = "/v2/models/";
@@ -812,12 +725,16 @@ int kiln_serving_handle_models(void *ctx, const struct kiln_request *req, struct
             if (mp.version && kiln_sched_model_version(e->v[i]) != mp.version)
                 continue;
             rc |= b.len > 16 ? kiln_buf_puts(&b, ",") : 0;
-            rc |= put_stats(&b, e->v[i]);
+            rc |= kiln__serving_stats_json(&b, e->v[i]);
         }
         rc |= kiln_buf_puts(&b, "]}");
         return send_json(out, &b, rc, req, rid);
     }
     const kiln_model_config *c = kiln_sched_model_config(m);
+    if (strcmp(mp.action, "config") == 0) {
+        rc |= kiln__serving_config_json(&b, mp.name, kiln_sched_model_format(m), c);
+        return send_json(out, &b, rc, req, rid);
+    }
     struct entry *e = find_entry(sv, mp.name);
     rc |= kiln_buf_puts(&b, "{\"name\":\"");
     rc |= kiln_buf_json_escape(&b, mp.name, strlen(mp.name));
@@ -826,8 +743,8 @@ int kiln_serving_handle_models(void *ctx, const struct kiln_request *req, struct
         rc |= kiln_buf_printf(&b, "%s\"%lld\"", i ? "," : "", (long long)kiln_sched_model_version(e->v[i]));
     /* The format it was loaded from ("kiln" or "onnx"): kilnd runs both itself. */
     rc |= kiln_buf_printf(&b, "],\"platform\":\"%s\"", kiln_sched_model_format(m));
-    rc |= put_specs(&b, "inputs", c->inputs, c->ninputs);
-    rc |= put_specs(&b, "outputs", c->outputs, c->noutputs);
+    rc |= kiln__serving_specs_json(&b, "inputs", c->inputs, c->ninputs);
+    rc |= kiln__serving_specs_json(&b, "outputs", c->outputs, c->noutputs);
     rc |= kiln_buf_printf(&b, ",\"max_batch_size\":%d}", c->max_batch_size);
     return send_json(out, &b, rc, req, rid);
 }
@@ -836,6 +753,18 @@ int kiln_serving_handle_models(void *ctx, const struct kiln_request *req, struct
 
 static int repo_index(struct kiln_serving *sv, const struct kiln_request *req, struct kiln_buf *out, const char *rid)
 {
+    /* The body is empty or {"ready": bool}: with true, only the versions ready to serve. */
+    bool only_ready = false;
+    if (req->body_len) {
+        cJSON *j = cJSON_ParseWithLength(req->body, req->body_len);
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "ready");
+        bool ok = cJSON_IsObject(j) && (!r || cJSON_IsBool(r));
+        only_ready = ok && cJSON_IsTrue(r);
+        cJSON_Delete(j);
+        if (!ok)
+            return error_with_id(out, 400, "the index request body is {\"ready\": true|false} or empty",
+                                 req->keep_alive, rid, NULL);
+    }
     kiln_repository_scan(sv->repo);
     struct kiln_buf b = {0};
     int rc = kiln_buf_puts(&b, "[");
@@ -848,6 +777,8 @@ static int repo_index(struct kiln_serving *sv, const struct kiln_request *req, s
             bool ready = false;
             for (int j = 0; e && v && j < e->nv; j++)
                 ready |= kiln_sched_model_version(e->v[j]) == v->version;
+            if (only_ready && !ready)
+                continue;
             const char *state = ready ? "READY" : e && e->loading ? "LOADING" : "UNAVAILABLE";
             const char *why = ready ? "" : v && !v->valid && v->why ? v->why : !info->valid && info->why ? info->why
                                   : e && e->why[0] ? e->why : v && !v->served ? "not selected by the version policy"
@@ -866,6 +797,32 @@ static int repo_index(struct kiln_serving *sv, const struct kiln_request *req, s
     return send_json(out, &b, rc, req, rid);
 }
 
+/*
+ * A load request's body: empty, or {"parameters": {...}}. Triton lets "config" (a whole model
+ * configuration) and "file:<path>" (model files) ride along; kilnd loads only what the repository
+ * folder holds, so those are refused (501) rather than silently ignored. 0, or a status with msg.
+ */
+static int load_overrides(const struct kiln_request *req, char *msg, size_t n)
+{
+    if (req->body_len == 0)
+        return 0;
+    cJSON *j = cJSON_ParseWithLength(req->body, req->body_len);
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(j, "parameters");
+    int st = 0;
+    if (!cJSON_IsObject(j) || (params && !cJSON_IsObject(params))) {
+        snprintf(msg, n, "the load request body is a JSON object with an optional \"parameters\" object");
+        st = 400;
+    }
+    for (const cJSON *p = params ? params->child : NULL; p && st == 0; p = p->next)
+        if (strcmp(p->string, "config") == 0 || strncmp(p->string, "file:", 5) == 0) {
+            snprintf(msg, n, "kilnd does not take a model configuration or files with a load request: put "
+                             "config.json and the model file in the model's repository folder, then load");
+            st = 501;
+        }
+    cJSON_Delete(j);
+    return st;
+}
+
 int kiln_serving_handle_repository(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
 {
     struct kiln_serving *sv = ctx;
@@ -873,10 +830,10 @@ int kiln_serving_handle_repository(void *ctx, const struct kiln_request *req, st
     request_id(sv, req, rid, sizeof rid);
     static const char index_path[] = "/v2/repository/index";
     if (req->path_len == sizeof index_path - 1 && memcmp(req->path, index_path, req->path_len) == 0) {
-        int st = authorize(sv, req, SCOPE_READ, out);
+        int st = authorize(sv, req, KILN_AUTH_READ, out);
         return st ? st : repo_index(sv, req, out, rid);
     }
-    int st = authorize(sv, req, SCOPE_ADMIN, out);
+    int st = authorize(sv, req, KILN_AUTH_ADMIN, out);
     if (st != 0)
         return st;
     static const char prefix[] = "/v2/repository/models/";
@@ -906,6 +863,9 @@ int kiln_serving_handle_repository(void *ctx, const struct kiln_request *req, st
         snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\n", rid);
         return kiln_resp_append(out, 200, "application/json", "{}", 2, req->keep_alive, hdr);
     }
+    st = load_overrides(req, msg, sizeof msg);
+    if (st != 0)
+        return error_with_id(out, st, msg, req->keep_alive, rid, NULL);
     struct load_reply *r = calloc(1, sizeof *r);
     struct kiln_http_pending *p = r ? kiln_http_defer(req) : NULL;
     if (!p) {

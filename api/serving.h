@@ -65,9 +65,6 @@ int kiln_serving_load(struct kiln_serving *sv, const char *name, int64_t need_ve
 int kiln_serving_handle_models(void *ctx, const struct kiln_request *req, struct kiln_buf *out);
 int kiln_serving_handle_repository(void *ctx, const struct kiln_request *req, struct kiln_buf *out);
 
-/* True for the addresses that need no tokens (127.0.0.0/8, ::1, localhost). */
-bool kiln_serving_host_is_loopback(const char *host);
-
 /* ---- between serving.c and infer.c ---- */
 struct kiln__infer_ctx {
     struct kiln_serving *sv;
@@ -121,5 +118,15 @@ int kiln__infer_body(struct kiln_buf *j, const char *model, int64_t version, con
 /* Appends the whole HTTP response around a body from kiln__infer_body. The status, or -1. */
 int kiln__infer_respond(struct kiln_buf *out, const struct kiln_buf *body, size_t json_len, bool keep_alive,
                         const char *extra_headers);
+
+/* ,"<key>":[...] for a list of tensor specs, as the metadata endpoint shows them (model_json.c). */
+int kiln__serving_specs_json(struct kiln_buf *b, const char *key, const kiln_model_tensor_spec *sp, int n);
+/* One version's statistics as Triton's statistics extension shows them (model_json.c). */
+int kiln__serving_stats_json(struct kiln_buf *b, struct kiln_sched_model *m);
+/*
+ * A model's configuration as Triton's model-configuration JSON (model_json.c), from the
+ * config the scheduler runs it with; format is "kiln" or "onnx". 0, or -1 when out of memory.
+ */
+int kiln__serving_config_json(struct kiln_buf *b, const char *name, const char *format, const kiln_model_config *c);
 
 #endif /* KILN_API_SERVING_H */

@@ -27,14 +27,13 @@
 #include <string.h>
 #include <strings.h>
 
+#include "auth.h"
 #include "logf.h"
 #include "responses.h"
 #include "tensor.h"
 #include "tensor_exec.h"
 #include "wire.h"
 #include "ws.h"
-
-enum scope { SCOPE_NONE = 0, SCOPE_READ = 1, SCOPE_ADMIN = 2 };
 
 /* One WebSocket message's worth of protocol messages waiting for the worker. */
 struct pmsg {
@@ -75,9 +74,7 @@ struct session {
 
 struct kiln_tensor_service {
     struct kiln_tensor_options o;
-    int ntokens;
-    char **token;
-    enum scope *token_scope;
+    struct kiln_auth *auth;
     bool accepting;
     struct session *sessions;
     size_t nsessions;
@@ -86,36 +83,6 @@ struct kiln_tensor_service {
 };
 
 #define tlog(ts, level, ...) kiln_api_logf((ts)->o.log, (ts)->o.log_ud, (level), __VA_ARGS__)
-
-/* ---- auth ------------------------------------------------------------------------------------ */
-
-static bool same_secret(const char *a, const char *b)
-{
-    size_t na = strlen(a), nb = strlen(b);
-    unsigned char diff = na != nb;
-    for (size_t i = 0; i < na; i++)
-        diff |= (unsigned char)(a[i] ^ b[i % (nb ? nb : 1)]);
-    return diff == 0; /* time independent of where the first difference is */
-}
-
-/* Remote work needs the read scope, as inference does. 0, or the status of the answer given. */
-static int authorize(struct kiln_tensor_service *ts, const struct kiln_request *req, struct kiln_buf *out)
-{
-    if (ts->ntokens == 0)
-        return 0;
-    const char *h = req->headers ? req->headers->authorization : "";
-    if (strncasecmp(h, "Bearer ", 7) != 0)
-        return kiln_resp_error(out, 401, "a bearer token is required", req->keep_alive,
-                               "WWW-Authenticate: Bearer\r\n");
-    enum scope have = SCOPE_NONE;
-    for (int i = 0; i < ts->ntokens; i++)
-        if (same_secret(h + 7, ts->token[i]) && ts->token_scope[i] > have)
-            have = ts->token_scope[i];
-    if (have < SCOPE_READ)
-        return kiln_resp_error(out, 401, "invalid bearer token", req->keep_alive,
-                               "WWW-Authenticate: Bearer error=\"invalid_token\"\r\n");
-    return 0;
-}
 
 /* ---- replies --------------------------------------------------------------------------------- */
 
@@ -594,7 +561,8 @@ static const struct kiln_ws_handler ws_handler = {
 int kiln_tensor_handle(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
 {
     struct kiln_tensor_service *ts = ctx;
-    int st = authorize(ts, req, out);
+    /* Remote work needs the read scope, as inference does. */
+    int st = kiln_auth_require(ts->auth, req, KILN_AUTH_READ, NULL, out);
     if (st != 0)
         return st;
     if (!ts->accepting)
@@ -662,33 +630,16 @@ static struct kiln_metric_series *counter(struct kiln_metrics *m, const char *na
 struct kiln_tensor_service *kiln_tensor_new(const struct kiln_tensor_options *o, char *err, size_t errlen)
 {
     struct kiln_tensor_service *ts = calloc(1, sizeof *ts);
-    size_t nt = o->tokens ? o->tokens->count : 0;
-    if (ts) {
-        ts->o = *o;
-        ts->accepting = true;
-        ts->token = calloc(nt + 1, sizeof *ts->token);
-        ts->token_scope = calloc(nt + 1, sizeof *ts->token_scope);
-    }
-    if (!ts || !ts->token || !ts->token_scope) {
+    if (!ts) {
         snprintf(err, errlen, "out of memory");
-        kiln_tensor_free(ts);
         return NULL;
     }
-    for (size_t i = 0; i < nt; i++) {
-        const char *t = o->tokens->items[i];
-        enum scope sc = SCOPE_READ;
-        if (strncmp(t, "admin:", 6) == 0) {
-            sc = SCOPE_ADMIN;
-            t += 6;
-        } else if (strncmp(t, "read:", 5) == 0) {
-            t += 5;
-        }
-        if (!*t || !(ts->token[ts->ntokens] = strdup(t))) {
-            snprintf(err, errlen, *t ? "out of memory" : "api_tokens: entry %zu has an empty token", i + 1);
-            kiln_tensor_free(ts);
-            return NULL;
-        }
-        ts->token_scope[ts->ntokens++] = sc;
+    ts->o = *o;
+    ts->accepting = true;
+    ts->auth = kiln_auth_new(o->tokens, err, errlen);
+    if (!ts->auth) {
+        kiln_tensor_free(ts);
+        return NULL;
     }
     if (o->metrics) {
         ts->m_opened = counter(o->metrics, "kiln_remote_sessions_opened_total", "Remote tensor sessions opened.");
@@ -724,10 +675,7 @@ void kiln_tensor_free(struct kiln_tensor_service *ts)
         s->state = NULL;
         session_unlink_free(s);
     }
-    for (int i = 0; i < ts->ntokens; i++)
-        free(ts->token[i]);
-    free(ts->token);
-    free(ts->token_scope);
+    kiln_auth_free(ts->auth);
     free(ts);
 }
 

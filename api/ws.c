@@ -25,8 +25,24 @@
 #include "responses.h"
 #include "ws.h"
 
+/*
+ * The frame headers in the byte stream, followed beside wslay. wslay checks a frame's declared
+ * length against the message limit only once some of its payload has arrived, so a peer could
+ * announce a huge frame and leave the connection waiting; this sees the length in the header and
+ * closes with 1009 at once.
+ */
+struct frame_watch {
+    uint8_t hdr[14];                /* the header being read (2 to 14 bytes) */
+    size_t have, need;
+    uint64_t payload_left;          /* payload bytes of the current frame still to pass */
+    uint64_t msg_bytes;             /* declared so far for the data message being reassembled */
+    bool refused;                   /* a frame was refused: nothing more is looked at */
+};
+
 struct kiln_ws {
     wslay_event_context_ptr ctx;
+    uint64_t max_message_bytes;
+    struct frame_watch watch;
     struct kiln_http_conn *conn;    /* NULL once the connection is gone */
     const struct kiln_ws_handler *h;
     void *ud;
@@ -153,13 +169,71 @@ static void pump(struct kiln_ws *ws)
         ws->conn->closing = true;
 }
 
+/* A complete header: true when its frame would take the message past max. */
+static bool frame_too_big(struct frame_watch *w, uint64_t max)
+{
+    const uint8_t *h = w->hdr;
+    uint64_t len = h[1] & 0x7f;
+    if (len == 126)
+        len = (uint64_t)h[2] << 8 | h[3];
+    else if (len == 127)
+        for (int i = 2; i < 10; i++)
+            len = (i == 2 ? 0 : len << 8) | h[i];
+    w->payload_left = len;
+    unsigned opcode = h[0] & 0x0f;
+    if (opcode >= 8)
+        return false; /* control frames: at most 125 bytes, which wslay checks */
+    if (opcode != 0)
+        w->msg_bytes = 0; /* a new message; 0 continues the current one */
+    if (len > max - w->msg_bytes)
+        return true;
+    w->msg_bytes = h[0] & 0x80 ? 0 : w->msg_bytes + len;
+    return false;
+}
+
+/*
+ * Follows the frames in data. Returns how many bytes precede a frame whose header declares more
+ * than max (the header may have begun in an earlier call: then 0), or len when none does.
+ */
+static size_t watch_frames(struct frame_watch *w, const uint8_t *data, size_t len, uint64_t max)
+{
+    size_t i = 0, start = 0;
+    while (i < len && !w->refused) {
+        if (w->payload_left) {
+            size_t skip = w->payload_left < len - i ? (size_t)w->payload_left : len - i;
+            i += skip;
+            w->payload_left -= skip;
+            continue;
+        }
+        if (w->have == 0) {
+            start = i;
+            w->need = 2;
+        }
+        w->hdr[w->have++] = data[i++];
+        if (w->have == 2)
+            w->need = 2 + ((w->hdr[1] & 0x7f) == 126 ? 2 : (w->hdr[1] & 0x7f) == 127 ? 8 : 0) +
+                      (w->hdr[1] & 0x80 ? 4 : 0);
+        if (w->have < w->need)
+            continue;
+        w->have = 0;
+        if (frame_too_big(w, max)) {
+            w->refused = true;
+            return start;
+        }
+    }
+    return len;
+}
+
 static void up_feed(void *ud, const char *data, size_t len)
 {
     struct kiln_ws *ws = ud;
+    size_t ok = ws->watch.refused ? len : watch_frames(&ws->watch, (const uint8_t *)data, len, ws->max_message_bytes);
     ws->in = data;
-    ws->in_len = len;
+    ws->in_len = ok;
     ws->in_feed = true;
     int rc = wslay_event_recv(ws->ctx);
+    if (rc == 0 && ok < len)
+        kiln_ws_close(ws, KILN_WS_TOO_BIG, "message larger than the session allows");
     ws->in_feed = false;
     ws->in_len = 0;
     if (rc != 0 && ws->conn) {
@@ -205,6 +279,7 @@ struct kiln_ws *kiln_ws_new(const struct kiln_request *req, uint64_t max_message
         return NULL;
     }
     wslay_event_config_set_max_recv_msg_length(ws->ctx, max_message_bytes);
+    ws->max_message_bytes = max_message_bytes;
     ws->h = h;
     ws->ud = ud;
     ws->conn = req->conn;

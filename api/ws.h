@@ -3,9 +3,11 @@
  *
  * kiln_ws_handshake checks an upgrade request and appends the 101 answer; kiln_ws_new then takes
  * the connection over (kiln_http_upgrade). wslay does the framing: masking, fragmented messages
- * reassembled, ping answered with pong, the close handshake, and the message size limit, which it
- * checks against each frame's declared length before buffering its payload. Only complete binary
- * messages reach the handler; a text frame closes the connection with 1003.
+ * reassembled, ping answered with pong, the close handshake, and the message size limit. wslay
+ * applies that limit only once a frame's payload starts to arrive, so ws.c also reads each frame
+ * header's declared length as it comes: a frame that would take its message past the limit is
+ * closed with 1009 at its header. Only complete binary messages reach the handler; a text frame
+ * closes the connection with 1003.
  *
  * Lifetime: the connection may go away at any time (peer gone, daemon stopping); the handler's
  * gone callback then runs once and kiln_ws_send quietly fails from there on. Whoever owns the

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "daemon.h"
 
 static const char *const api_extensions[] = {"model_repository", "statistics", "binary_tensor_data", NULL};
@@ -421,7 +422,7 @@ int kiln_daemon_init(struct kiln_daemon *d, struct kiln_config *cfg)
     kiln_metric_set(info_series, 1);
     d->api_ready = true;
 
-    if (!kiln_serving_host_is_loopback(d->cfg.host) && d->cfg.api_tokens.count == 0) {
+    if (!kiln_auth_listen_allowed(d->cfg.host, d->cfg.api_tokens.count)) {
         kiln_log_write(&d->log, KILN_LOG_ERROR,
                        "refusing to listen on %s without api_tokens: set KILN_API_TOKENS (\"admin:TOKEN\" or "
                        "\"read:TOKEN\" entries) or listen on 127.0.0.1", d->cfg.host);

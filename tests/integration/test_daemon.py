@@ -235,6 +235,58 @@ def test_malformed(d):
     check(request(d.port, "GET", "/v2/health/live")[0] == 200, "still serving after junk input")
 
 
+def ws_close_code(sock, within=5.0):
+    """Reads server frames until a close frame; returns its status code, or None (EOF, timeout)."""
+    sock.settimeout(within)
+    buf = b""
+    try:
+        while True:
+            while len(buf) >= 2:
+                n, at = buf[1] & 0x7F, 2
+                if n == 126:
+                    n, at = int.from_bytes(buf[2:4], "big"), 4
+                elif n == 127:
+                    n, at = int.from_bytes(buf[2:10], "big"), 10
+                if len(buf) < at + n:
+                    break
+                if buf[0] & 0x0F == 8:
+                    return int.from_bytes(buf[at:at + 2], "big") if n >= 2 else None
+                buf = buf[at + n:]
+            chunk = sock.recv(65536)
+            if not chunk:
+                return None
+            buf += chunk
+    except (socket.timeout, ConnectionResetError):
+        return None
+
+
+def test_websocket_frame_too_big(d):
+    """A frame whose header declares more than a message may hold is refused with 1009 at the
+    header: the server does not wait for a payload that would never be accepted."""
+    with connect(d.port) as s:
+        s.sendall(b"GET /v1/tensor HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                  b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        r = read_response(s)
+        check(r and r[0] == 101, "WebSocket handshake on /v1/tensor (got %r)" % (r[:3] if r else None,))
+        if r and r[0] == 101:
+            # FIN + binary, masked, 64-bit length 2^40, the mask; no payload follows
+            s.sendall(bytes([0x82, 0xFF]) + (1 << 40).to_bytes(8, "big") + b"\x01\x02\x03\x04")
+            code = ws_close_code(s)
+            check(code == 1009, "a frame header declaring 2^40 bytes is closed with 1009 (got %s)" % code)
+    # the same split across writes, after a small complete frame, with a 16-bit length
+    with connect(d.port) as s:
+        s.sendall(b"GET /v1/tensor HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                  b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        r = read_response(s)
+        if r and r[0] == 101:
+            s.sendall(bytes([0x89, 0x80]) + b"\x00\x00\x00\x00" + bytes([0x02, 0xFF]))  # a ping, then a header
+            time.sleep(0.05)
+            s.sendall((1 << 62).to_bytes(8, "big") + b"\x00\x00\x00\x00")
+            code = ws_close_code(s)
+            check(code == 1009, "a first-fragment header split across writes is closed with 1009 (got %s)" % code)
+    check(request(d.port, "GET", "/v2/health/live")[0] == 200, "still serving after oversized frames")
+
+
 def test_timeouts(d):
     with connect(d.port) as s:
         s.sendall(b"GET /v2 HTTP/1.1\r\nHost: slow")
@@ -423,6 +475,7 @@ def main():
         test_chunked(d)
         test_limits(d)
         test_malformed(d)
+        test_websocket_frame_too_big(d)
         test_timeouts(d)
     finally:
         rc = d.stop()

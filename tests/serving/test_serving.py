@@ -276,6 +276,10 @@ def test_bad_input(d):
                                                    "data": [0.0] * (65 * 784)}]}, 400),
         ("too many elements", {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1000000, 784],
                                            "data": []}]}, 413),
+        ("a dim past limits.max_tensor_elements", {"inputs": [{"name": "input", "datatype": "FP32",
+                                                                "shape": [1, 16777217], "data": []}]}, 413),
+        ("a dim past 64 bits", {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 1e30], "data": []}]},
+         413),
         ("unknown output", dict(infer_body([[0.0] * 784]), outputs=[{"name": "zzz"}]), 400),
         ("inputs not an array", {"inputs": 3}, 400),
     ]

@@ -120,6 +120,28 @@ static void test_keep_alive(void **state)
     assert_int_equal(f->observed[200], 2);
 }
 
+/* RFC 9112 section 3.2.2: a server accepts the absolute form and routes its path (and query). */
+static void test_absolute_form(void **state)
+{
+    struct fixture *f = *state;
+    feed(f, "GET http://localhost:8000/v2 HTTP/1.1\r\nHost: localhost:8000\r\n\r\n");
+    char *r = take(f);
+    expect_status(r, 200);
+    assert_non_null(strstr(r, "\"name\":\"kiln\""));
+    feed(f, "GET HTTP://example.com/v2/health/live?verbose=1 HTTP/1.1\r\nHost: example.com\r\n\r\n");
+    expect_status(take(f), 200);
+    /* no path at all is "/", which kilnd does not serve: a 404 naming "/" */
+    feed(f, "GET http://example.com?x=1 HTTP/1.1\r\nHost: example.com\r\n\r\n");
+    r = take(f);
+    expect_json_error(r, 404);
+    assert_non_null(strstr(r, "no route for /\""));
+    feed(f, "GET http://example.com/nope HTTP/1.1\r\n\r\n");
+    r = take(f);
+    expect_json_error(r, 404);
+    assert_non_null(strstr(r, "no route for /nope\""));
+    assert_false(f->conn.closing);
+}
+
 static void test_readiness_follows_state(void **state)
 {
     struct fixture *f = *state;
@@ -488,7 +510,7 @@ int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
     const struct CMUnitTest tests[] = {
-        T(test_keep_alive),          T(test_readiness_follows_state), T(test_pipelined_burst),
+        T(test_keep_alive),          T(test_absolute_form),           T(test_readiness_follows_state), T(test_pipelined_burst),
         T(test_byte_at_a_time),      T(test_chunked_body_accepted),   T(test_body_kept_for_handlers),
         T(test_content_length_over_limit), T(test_chunked_over_limit), T(test_header_over_limit),
         T(test_header_over_limit_dripped), T(test_long_url_is_431),   T(test_malformed),

@@ -1,0 +1,151 @@
+/*
+ * api/model_json.c — a served model as the JSON the KServe v2 and Triton endpoints return: its
+ * tensor specs (metadata), its statistics, and its configuration in the shape of Triton's model
+ * configuration JSON (GET /v2/models/<name>[/versions/<v>]/config, which tritonclient's
+ * get_model_config reads), rendered from what kilnd actually runs, not from config.json as
+ * written: the scheduler's effective config (max_batch_size forced to 0 for a model that cannot
+ * batch, say).
+ *
+ * The values that name software are kiln's own: backend "kiln", platform the format the model was
+ * loaded from ("kiln" or "onnx", as the metadata endpoint says), since kilnd runs both itself.
+ * As in Triton, dims leave the batch dim out when max_batch_size > 0, and dynamic_batching is
+ * present exactly when requests are batched (kilnd batches whenever max_batch_size > 0).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serving.h"
+
+/* Triton's data_type for a KServe datatype: "TYPE_" + the name, except BYTES, which is TYPE_STRING. */
+static const char *triton_type(const char *datatype, char *buf, size_t n)
+{
+    snprintf(buf, n, "TYPE_%s", strcmp(datatype, "BYTES") == 0 ? "STRING" : datatype);
+    return buf;
+}
+
+static int put_tensors(struct kiln_buf *b, const char *key, const kiln_model_tensor_spec *sp, int n, bool batched,
+                       bool input)
+{
+    int rc = kiln_buf_printf(b, ",\"%s\":[", key);
+    for (int i = 0; i < n; i++) {
+        char type[32];
+        rc |= kiln_buf_puts(b, i ? ",{\"name\":\"" : "{\"name\":\"");
+        rc |= kiln_buf_json_escape(b, sp[i].name, strlen(sp[i].name));
+        rc |= kiln_buf_printf(b, "\",\"data_type\":\"%s\",%s\"dims\":[",
+                              triton_type(sp[i].datatype, type, sizeof type), input ? "\"format\":\"FORMAT_NONE\"," : "");
+        for (int d = batched ? 1 : 0; d < sp[i].ndim; d++)
+            rc |= kiln_buf_printf(b, "%s%lld", d > (batched ? 1 : 0) ? "," : "", (long long)sp[i].shape[d]);
+        rc |= kiln_buf_puts(b, input ? "],\"is_shape_tensor\":false,\"allow_ragged_batch\":false,\"optional\":false}"
+                                     : "],\"label_filename\":\"\",\"is_shape_tensor\":false}");
+    }
+    return rc | kiln_buf_puts(b, "]");
+}
+
+static int put_version_policy(struct kiln_buf *b, const kiln_model_config *c)
+{
+    switch (c->policy) {
+    case KILN_VERSION_ALL:
+        return kiln_buf_puts(b, ",\"version_policy\":{\"all\":{}}");
+    case KILN_VERSION_SPECIFIC: {
+        int rc = kiln_buf_puts(b, ",\"version_policy\":{\"specific\":{\"versions\":[");
+        for (int i = 0; i < c->nspecific; i++)
+            rc |= kiln_buf_printf(b, "%s%lld", i ? "," : "", (long long)c->specific[i]);
+        return rc | kiln_buf_puts(b, "]}}");
+    }
+    default:
+        return kiln_buf_printf(b, ",\"version_policy\":{\"latest\":{\"num_versions\":%d}}",
+                               c->latest_n > 0 ? c->latest_n : 1);
+    }
+}
+
+/* KIND_CPU for the cpu device; KIND_GPU with its index for cuda:N, hip:N, vulkan:N. */
+static int put_instance_group(struct kiln_buf *b, const char *name, const kiln_model_config *c)
+{
+    const char *dev = c->device && c->device[0] ? c->device : "cpu";
+    const char *colon = strchr(dev, ':');
+    bool cpu = strncmp(dev, "cpu", 3) == 0;
+    int rc = kiln_buf_puts(b, ",\"instance_group\":[{\"name\":\"");
+    rc |= kiln_buf_json_escape(b, name, strlen(name));
+    rc |= kiln_buf_printf(b, "_0\",\"kind\":\"%s\",\"count\":%d,\"gpus\":[", cpu ? "KIND_CPU" : "KIND_GPU",
+                          c->instance_count > 0 ? c->instance_count : 1);
+    if (!cpu)
+        rc |= kiln_buf_printf(b, "%d", colon ? atoi(colon + 1) : 0);
+    return rc | kiln_buf_puts(b, "]}]");
+}
+
+int kiln__serving_config_json(struct kiln_buf *b, const char *name, const char *format, const kiln_model_config *c)
+{
+    bool batched = c->max_batch_size > 0;
+    int rc = kiln_buf_puts(b, "{\"name\":\"");
+    rc |= kiln_buf_json_escape(b, name, strlen(name));
+    rc |= kiln_buf_printf(b, "\",\"platform\":\"%s\",\"backend\":\"kiln\"", format);
+    rc |= put_version_policy(b, c);
+    rc |= kiln_buf_printf(b, ",\"max_batch_size\":%d", batched ? c->max_batch_size : 0);
+    rc |= put_tensors(b, "input", c->inputs, c->ninputs, batched, true);
+    rc |= put_tensors(b, "output", c->outputs, c->noutputs, batched, false);
+    if (batched) {
+        rc |= kiln_buf_puts(b, ",\"dynamic_batching\":{\"preferred_batch_size\":[");
+        for (int i = 0; i < c->npreferred; i++)
+            rc |= kiln_buf_printf(b, "%s%lld", i ? "," : "", (long long)c->preferred_batch_sizes[i]);
+        rc |= kiln_buf_printf(b, "],\"max_queue_delay_microseconds\":%lld,\"preserve_ordering\":false}",
+                              (long long)c->max_queue_delay_us);
+    }
+    rc |= put_instance_group(b, name, c);
+    rc |= kiln_buf_printf(b, ",\"default_model_filename\":\"model.%s\"}", format);
+    return rc;
+}
+
+/* ---- metadata and statistics ---- */
+
+int kiln__serving_specs_json(struct kiln_buf *b, const char *key, const kiln_model_tensor_spec *sp, int n)
+{
+    int rc = kiln_buf_printf(b, ",\"%s\":[", key);
+    for (int i = 0; i < n; i++) {
+        rc |= kiln_buf_puts(b, i ? ",{\"name\":\"" : "{\"name\":\"");
+        rc |= kiln_buf_json_escape(b, sp[i].name, strlen(sp[i].name));
+        rc |= kiln_buf_printf(b, "\",\"datatype\":\"%s\",\"shape\":[", sp[i].datatype);
+        for (int d = 0; d < sp[i].ndim; d++)
+            rc |= kiln_buf_printf(b, "%s%lld", d ? "," : "", (long long)sp[i].shape[d]);
+        rc |= kiln_buf_puts(b, "]}");
+    }
+    return rc | kiln_buf_puts(b, "]");
+}
+
+/*
+ * Triton's statistics for one version. kilnd times a run as a whole: compute_infer holds it, and
+ * compute_input/compute_output count the same runs with their time included there (ns 0). No
+ * response cache exists, so cache_hit and cache_miss are 0.
+ */
+int kiln__serving_stats_json(struct kiln_buf *b, struct kiln_sched_model *m)
+{
+    struct kiln_sched_stats st;
+    kiln_sched_model_stats(m, &st);
+    int rc = kiln_buf_puts(b, "{\"name\":\"");
+    rc |= kiln_buf_json_escape(b, kiln_sched_model_name(m), strlen(kiln_sched_model_name(m)));
+    rc |= kiln_buf_printf(b,
+                          "\",\"version\":\"%lld\",\"last_inference\":%llu,\"inference_count\":%llu,"
+                          "\"execution_count\":%llu,\"inference_stats\":{"
+                          "\"success\":{\"count\":%llu,\"ns\":%llu},\"fail\":{\"count\":%llu,\"ns\":%llu},"
+                          "\"queue\":{\"count\":%llu,\"ns\":%llu},\"compute_input\":{\"count\":%llu,\"ns\":0},"
+                          "\"compute_infer\":{\"count\":%llu,\"ns\":%llu},\"compute_output\":{\"count\":%llu,\"ns\":0},"
+                          "\"cache_hit\":{\"count\":0,\"ns\":0},\"cache_miss\":{\"count\":0,\"ns\":0}},"
+                          "\"batch_stats\":[",
+                          (long long)kiln_sched_model_version(m), (unsigned long long)st.last_inference_ms,
+                          (unsigned long long)st.inference_count, (unsigned long long)st.execution_count,
+                          (unsigned long long)st.success_count, (unsigned long long)st.success_ns,
+                          (unsigned long long)st.fail_count, (unsigned long long)st.fail_ns,
+                          (unsigned long long)(st.success_count + st.fail_count), (unsigned long long)st.queue_ns,
+                          (unsigned long long)st.execution_count, (unsigned long long)st.execution_count,
+                          (unsigned long long)st.compute_ns, (unsigned long long)st.execution_count);
+    bool first = true;
+    for (int i = 0; i < KILN_SCHED_BATCH_BUCKETS; i++) {
+        if (!st.batch_hist[i])
+            continue;
+        /* Runs are counted in power-of-two buckets; batch_size is the bucket's upper bound. */
+        rc |= kiln_buf_printf(b, "%s{\"batch_size\":%d,\"compute_infer\":{\"count\":%llu}}", first ? "" : ",",
+                              1 << i, (unsigned long long)st.batch_hist[i]);
+        first = false;
+    }
+    return rc | kiln_buf_puts(b, "]}");
+}
