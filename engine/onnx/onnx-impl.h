@@ -102,7 +102,9 @@ typedef struct kiln__onnx_node {
     /* What the load-time fusion pass folded into this node (onnx-model.c): an
      * activation (a kiln_epilogue_act, with its alpha and beta) applied to the result,
      * and the positions in the node's inputs of a residual to add before it and of a
-     * bias over the last dim (MatMul); -1 when absent. */
+     * bias over the last dim (MatMul); -1 when absent. Those operands come after the
+     * node's own inputs: the operator's nin counts only its own, so an optional input
+     * it lacks (a Conv's bias) stays absent, and it reads these at their positions. */
     int fuse_act;
     double fuse_alpha, fuse_beta;
     int fuse_residual, fuse_bias;

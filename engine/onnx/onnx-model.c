@@ -34,6 +34,9 @@ typedef struct mnode {
     kiln__onnx_op_fn fn;
     int nin, nout;
     int *in, *out;           /* value ids; -1 for an absent optional one */
+    int nin_op;              /* the inputs the operator is told of: the node's own, which
+                              * the epilogue fusion's operands follow in `in` (so a Conv
+                              * without a bias never reads a residual as its bias) */
     bool dead;               /* folded away */
     char label[48];          /* op type plus what was fused into it, for the profile */
     kiln__onnx_pack pack;    /* Conv: its pre-packed weight */
@@ -161,7 +164,7 @@ static int run_node(kiln_onnx_model *m, const mnode *n, kiln_tensor **vals) {
     int nin = n->nin < 64 ? n->nin : 64, nout = n->nout < 16 ? n->nout : 16;
     for (int i = 0; i < nin; i++) in[i] = n->in[i] >= 0 ? vals[n->in[i]] : NULL;
     kiln_scope_begin();
-    int rc = n->fn(&n->info, nin, in, nout, out);
+    int rc = n->fn(&n->info, n->nin_op < nin ? n->nin_op : nin, in, nout, out);
     for (int i = 0; i < nout; i++) {
         if (rc == 0 && n->out[i] >= 0 && !out[i] && i == 0) rc = -1;
         if (out[i]) kiln_tensor_retain(out[i]); /* operators return scoped or borrowed refs */
@@ -253,7 +256,7 @@ static int fold_batchnorm(kiln_onnx_model *m, const int *readers) {
             int *ni = realloc(cv->in, 3 * sizeof *ni);
             if (!ni) return kiln__error_set("onnx: out of memory");
             cv->in = ni;
-            cv->nin = 3;
+            cv->nin = cv->nin_op = 3;
         }
         cv->in[1] = ids[0];
         cv->in[2] = ids[1];
@@ -510,7 +513,7 @@ static int plan(kiln_onnx_model *m, const kiln_onnx_options *o) {
         }
         snprintf(n->label, sizeof n->label, "%s", pn->op_type);
         if (o->fuse_epilogues && !strcmp(pn->op_type, "Conv")) n->info.pack = &n->pack;
-        n->nin = pn->ninputs;
+        n->nin = n->nin_op = pn->ninputs;
         n->nout = pn->noutputs;
         n->inplace = pn->noutputs == 1 ? kiln__onnx_inplace_kind(pn->op_type) : KILN__ONNX_IP_NONE;
         n->in = malloc(((size_t)n->nin + 1) * sizeof *n->in);

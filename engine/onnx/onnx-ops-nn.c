@@ -86,7 +86,7 @@ static int op_conv(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, in
         o.dilation[i] = w.d[i];
         o.padding[i] = symmetric(&w) ? w.lo[i] : 0;
     }
-    kiln_tensor *res = n->fuse_residual >= 0 && n->fuse_residual < nin ? in[n->fuse_residual] : NULL;
+    kiln_tensor *res = n->fuse_residual >= 0 ? in[n->fuse_residual] : NULL;
     kiln_tensor *pk = NULL;
     /* a frozen weight is packed once, at the first run, for the geometry it then has;
      * a trainable one is read as it is (it changes under the optimizer) */
@@ -165,8 +165,8 @@ static int op_gemm(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, in
 static int op_matmul(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
     NEED(2);
     kiln_tensor *a = in[0], *b = in[1];
-    kiln_tensor *bias = n->fuse_bias >= 0 && n->fuse_bias < nin ? in[n->fuse_bias] : NULL;
-    kiln_tensor *res = n->fuse_residual >= 0 && n->fuse_residual < nin ? in[n->fuse_residual] : NULL;
+    kiln_tensor *bias = n->fuse_bias >= 0 ? in[n->fuse_bias] : NULL;
+    kiln_tensor *res = n->fuse_residual >= 0 ? in[n->fuse_residual] : NULL;
     bool fused = bias || res || n->fuse_act != KILN_EPI_NONE;
     kiln_epilogue_act act = (kiln_epilogue_act)n->fuse_act;
     int ra = kiln_tensor_ndim(a);
