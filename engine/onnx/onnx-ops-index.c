@@ -1,9 +1,12 @@
 /*
- * onnx-ops-index.c — ONNX's index-driven operators: ScatterND, NonZero and Einsum.
+ * onnx-ops-index.c — ONNX's index-driven operators: ScatterND, GatherND, NonZero and
+ * Einsum.
  *
- * ScatterND and NonZero have data-dependent behaviour, so their indices are read to the
- * host, where every index is checked against its dim before anything is written (an
- * out-of-range index fails the node, naming it, instead of writing out of bounds).
+ * ScatterND, GatherND and NonZero have data-dependent behaviour, so their indices are read
+ * to the host, where every index is checked against its dim before anything is read or
+ * written (an out-of-range index fails the node, naming it, instead of reaching outside
+ * the data). GatherND then picks rows of the data with kiln_index_select, so gradients
+ * flow through it.
  * ScatterND without a reduction, or with "add", then runs as kiln_scatter /
  * kiln_scatter_add over the rows of the data, so gradients flow through it; "mul", "max"
  * and "min" have no engine op and are computed on the host (inference only).
@@ -116,6 +119,72 @@ static int op_scatter_nd(const kiln__onnx_node *n, int nin, kiln_tensor *const *
     kiln_tensor *y = kiln_from_data(n->dev, KILN_F64, r, kiln_tensor_shape(data), dv, (size_t)total * sizeof *dv);
     free(dv); free(uv); free(rowidx);
     out[0] = y ? kiln_cast(y, kiln_tensor_dtype(data)) : NULL;
+    return out[0] ? 0 : -1;
+}
+
+/* ----------------------------------------------------------------- GatherND */
+
+/* data [batch..., K dims..., row...], indices [batch..., n..., k]: the output is
+ * [batch..., n..., row...], each index tuple naming one row within its batch. With the
+ * data seen as rows [B * K, R], every tuple becomes one row number (b * K + its place in
+ * the K dims), checked on the host, and the rows are picked in one index_select. */
+static int op_gather_nd(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
+    NEED(2);
+    kiln_tensor *data = in[0], *idx = in[1];
+    if (kiln_dtype_is_float(kiln_tensor_dtype(idx)) || kiln_tensor_dtype(idx) == KILN_BOOL)
+        return kiln__onnx_fail(n, "indices must be integers");
+    int r = kiln_tensor_ndim(data), q = kiln_tensor_ndim(idx);
+    int64_t b = kiln__onnx_attr_int(n, "batch_dims", 0);
+    if (q < 1 || r < 1) return kiln__onnx_fail(n, "data and indices must have rank >= 1");
+    int64_t k = kiln_tensor_dim(idx, q - 1);
+    if (b < 0 || b >= q || b >= r) return kiln__onnx_fail(n, "batch_dims %lld out of range", (long long)b);
+    if (k < 1 || k > r - b)
+        return kiln__onnx_fail(n, "index depth %lld must be in 1..%lld (data rank %d, batch_dims %lld)", (long long)k,
+                               (long long)(r - b), r, (long long)b);
+    int64_t nb = 1, kk = 1, row = 1, per = 1, shape[KILN_MAX_DIMS];
+    int ro = 0;
+    for (int i = 0; i < b; i++) {
+        if (kiln_tensor_dim(idx, i) != kiln_tensor_dim(data, i))
+            return kiln__onnx_fail(n, "indices dim %d is %lld, data has %lld (a batch dim)", i,
+                                   (long long)kiln_tensor_dim(idx, i), (long long)kiln_tensor_dim(data, i));
+        nb *= kiln_tensor_dim(data, i);
+    }
+    for (int i = 0; i < q - 1; i++) {
+        shape[ro++] = kiln_tensor_dim(idx, i);
+        if (i >= b) per *= kiln_tensor_dim(idx, i);
+    }
+    for (int i = (int)b; i < r; i++) {
+        if (i < b + k) { kk *= kiln_tensor_dim(data, i); continue; }
+        row *= kiln_tensor_dim(data, i);
+        if (ro >= KILN_MAX_DIMS) return kiln__onnx_fail(n, "output rank exceeds %d", KILN_MAX_DIMS);
+        shape[ro++] = kiln_tensor_dim(data, i);
+    }
+    int64_t total = nb * per;
+    int64_t *iv = host_i64(idx, total * k), *rowidx = malloc((size_t)(total > 0 ? total : 1) * sizeof *rowidx);
+    if (!iv || !rowidx) {
+        free(iv); free(rowidx);
+        return iv ? kiln__onnx_fail(n, "out of memory") : -1;
+    }
+    int rc = 0;
+    for (int64_t t = 0; t < total && !rc; t++) {
+        int64_t at = 0;
+        for (int j = 0; j < k; j++) {
+            int64_t d = kiln_tensor_dim(data, (int)b + j), v = iv[t * k + j];
+            if (v < -d || v >= d) {
+                rc = kiln__onnx_fail(n, "index %lld out of range for data dim %lld of size %lld (tuple %lld)",
+                                     (long long)v, (long long)(b + j), (long long)d, (long long)t);
+                break;
+            }
+            at = at * d + (v < 0 ? v + d : v);
+        }
+        rowidx[t] = (t / (per > 0 ? per : 1)) * kk + at;
+    }
+    free(iv);
+    if (rc) { free(rowidx); return -1; }
+    kiln_tensor *ri = kiln_from_data(n->dev, KILN_I64, 1, &total, rowidx, (size_t)total * sizeof *rowidx);
+    free(rowidx);
+    kiln_tensor *rows = kiln_index_select(kiln_reshape(data, 2, (const int64_t[]){nb * kk, row}), 0, ri);
+    out[0] = rows ? kiln_reshape(rows, ro, shape) : NULL;
     return out[0] ? 0 : -1;
 }
 
@@ -430,6 +499,6 @@ static int op_einsum(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, 
 }
 
 const kiln__onnx_op kiln__onnx_ops_index[] = {
-    {"ScatterND", op_scatter_nd}, {"NonZero", op_nonzero}, {"Einsum", op_einsum},
+    {"ScatterND", op_scatter_nd}, {"GatherND", op_gather_nd}, {"NonZero", op_nonzero}, {"Einsum", op_einsum},
     {NULL, NULL},
 };
