@@ -452,6 +452,7 @@ int kiln__cpu_conv_fused(void *ctx, const kiln_conv_params *p, const kiln_tdesc 
 int64_t kiln__cpu_conv_pack_size(void *ctx, const kiln_conv_params *p, const kiln_tdesc *x, const kiln_tdesc *w);
 int kiln__cpu_conv_pack(void *ctx, const kiln_tdesc *packed, const kiln_tdesc *w);
 int kiln__cpu_epilogue(void *ctx, const kiln_tdesc *out, const kiln_epilogue *ep);
+int kiln__cpu_rnn(void *ctx, const kiln_rnn_params *p, const kiln_rnn_operands *o);
 int kiln__cpu_conv(void *ctx, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
                    const kiln_tdesc *w, const kiln_tdesc *bias);
 int kiln__cpu_conv_backward_input(void *ctx, const kiln_conv_params *p, const kiln_tdesc *grad_x,

@@ -1,0 +1,220 @@
+/*
+ * backends/cpu/cpu-rnn.c — one LSTM or GRU layer in one call (the rnn entry of
+ * backends/backend.h), for inference.
+ *
+ * Composed from tensor ops, a layer of T steps costs a dozen ops a step, each allocating
+ * its result and most of them too small to be worth a thread: for a 64-unit GRU that
+ * bookkeeping was nearly all the time. Here:
+ *  - the input projections of every step and both directions are one GEMM up front,
+ *    [T·B, I] x [D·G·H, I]ᵀ, onto rows already holding the biases that do not meet the
+ *    recurrence;
+ *  - each step is one product of the hidden state with Rᵀ (two for a GRU whose reset gate
+ *    applies before the product) into per-thread scratch, then the gate arithmetic row by
+ *    row, sigmoid and tanh through the device's vector kernels; the scratch is taken once
+ *    per call, never per step;
+ *  - the directions run at the same time, and when threads are left over the batch rows
+ *    are split between them as well (rows never interact); a single job runs on the
+ *    calling thread, so its per-step products can use the whole pool instead.
+ * The arithmetic is ONNX's (onnx.ai LSTM and GRU), gate for gate, in f32.
+ */
+#include <stdlib.h>
+
+#include "cpu-impl.h"
+
+typedef struct rnn_job {
+    kiln__cpu_ctx *ctx;
+    const kiln_rnn_params *p;
+    int G, nbc;                 /* gates; batch chunks per direction */
+    int64_t bchunk;             /* rows per chunk */
+    const float *xw;            /* [T·B, D·G·H]: input projections plus biases */
+    const float *r, *rbn;       /* [D, G·H, H]; GRU linear_before_reset: Rbh per direction, [D, H] */
+    const float *peep, *h0, *c0;
+    float *y, *yh, *yc;
+    float *scratch;             /* per job: job_floats */
+    int64_t job_floats;
+} rnn_job;
+
+static inline void clip_run(float *v, int64_t n, float clip)
+{
+    if (clip > 0)
+        for (int64_t i = 0; i < n; i++)
+            v[i] = v[i] > clip ? clip : v[i] < -clip ? -clip : v[i];
+}
+
+/* One LSTM row: g holds h·Rᵀ for this row, x its input projection with both biases. */
+static void lstm_row(const kiln__cpu_kernels *k, float *g, const float *x, float *h, float *c, const float *peep,
+                     float *tmp, int64_t H, float clip)
+{
+    int64_t G = 4 * H;
+    for (int64_t j = 0; j < G; j++)
+        g[j] += x[j];
+    if (peep)
+        for (int64_t j = 0; j < H; j++) {
+            g[j] += peep[j] * c[j];              /* i */
+            g[2 * H + j] += peep[2 * H + j] * c[j]; /* f */
+        }
+    clip_run(g, G, clip);
+    k->unary_f32(KILN_UNARY_SIGMOID, g, g, peep ? H : 3 * H, 0, 0);
+    if (peep)
+        k->unary_f32(KILN_UNARY_SIGMOID, g + 2 * H, g + 2 * H, H, 0, 0);
+    k->unary_f32(KILN_UNARY_TANH, g + 3 * H, g + 3 * H, H, 0, 0);
+    for (int64_t j = 0; j < H; j++)
+        c[j] = g[2 * H + j] * c[j] + g[j] * g[3 * H + j];
+    if (peep) {
+        for (int64_t j = 0; j < H; j++)
+            g[H + j] += peep[H + j] * c[j];     /* o sees the new cell */
+        clip_run(g + H, H, clip);
+        k->unary_f32(KILN_UNARY_SIGMOID, g + H, g + H, H, 0, 0);
+    }
+    k->unary_f32(KILN_UNARY_TANH, tmp, c, H, 0, 0);
+    for (int64_t j = 0; j < H; j++)
+        h[j] = g[H + j] * tmp[j];
+}
+
+/* The z and r gates of a GRU row: g[0, 2H) += x, clipped, sigmoid. */
+static void gru_zr(const kiln__cpu_kernels *k, float *g, const float *x, int64_t H, float clip)
+{
+    for (int64_t j = 0; j < 2 * H; j++)
+        g[j] += x[j];
+    clip_run(g, 2 * H, clip);
+    k->unary_f32(KILN_UNARY_SIGMOID, g, g, 2 * H, 0, 0);
+}
+
+/* h = (1 - z) n + z h, written as n + z (h - n); n = tanh(pre), pre in g[2H, 3H). */
+static void gru_finish(const kiln__cpu_kernels *k, float *g, float *h, int64_t H, float clip)
+{
+    float *n = g + 2 * H;
+    clip_run(n, H, clip);
+    k->unary_f32(KILN_UNARY_TANH, n, n, H, 0, 0);
+    for (int64_t j = 0; j < H; j++)
+        h[j] = n[j] + g[j] * (h[j] - n[j]);
+}
+
+static void rnn_job_run(void *argp, int job, int njobs)
+{
+    (void)njobs;
+    const rnn_job *J = argp;
+    const kiln_rnn_params *p = J->p;
+    const kiln__cpu_kernels *k = J->ctx->k;
+    int d = job / J->nbc, G = J->G, D = p->ndir;
+    int64_t T = p->steps, B = p->batch, H = p->hidden, GH = G * H;
+    int64_t b0 = (job % J->nbc) * J->bchunk, b1 = b0 + J->bchunk < B ? b0 + J->bchunk : B, bn = b1 - b0;
+    if (bn <= 0)
+        return;
+    bool lstm = p->cell == KILN_RNN_LSTM, lbr = p->linear_before_reset;
+    bool reverse = D == 2 ? d == 1 : p->reverse;
+    float clip = (float)p->clip;
+    float *h = J->scratch + job * J->job_floats, *c = h + bn * H, *g = c + bn * H, *tmp = g + bn * GH;
+    const float *R = J->r + d * GH * H, *peep = J->peep ? J->peep + d * 3 * H : NULL;
+    const float *rbn = J->rbn ? J->rbn + d * H : NULL;
+    for (int64_t b = 0; b < bn; b++) {
+        int64_t src = (d * B + b0 + b) * H;
+        for (int64_t j = 0; j < H; j++) {
+            h[b * H + j] = J->h0 ? J->h0[src + j] : 0.0f;
+            c[b * H + j] = J->c0 ? J->c0[src + j] : 0.0f;
+        }
+    }
+    for (int64_t s = 0; s < T; s++) {
+        int64_t t = reverse ? T - 1 - s : s;
+        /* rows past their length keep their state and give zeros; their products are
+         * computed with the others and dropped */
+        if (lstm || lbr) {
+            kiln__cpu_gemm(J->ctx, false, false, true, bn, GH, H, h, H, R, H, 0.0, g, GH);
+        } else {
+            kiln__cpu_gemm(J->ctx, false, false, true, bn, 2 * H, H, h, H, R, H, 0.0, g, GH);
+            for (int64_t b = 0; b < bn; b++) {
+                gru_zr(k, g + b * GH, J->xw + ((t * B + b0 + b) * D + d) * GH, H, clip);
+                for (int64_t j = 0; j < H; j++) /* r ⊙ h, then its product with Rh */
+                    tmp[b * H + j] = g[b * GH + H + j] * h[b * H + j];
+            }
+            kiln__cpu_gemm(J->ctx, false, false, true, bn, H, H, tmp, H, R + 2 * H * H, H, 0.0, g + 2 * H, GH);
+        }
+        for (int64_t b = 0; b < bn; b++) {
+            float *yrow = J->y + ((t * D + d) * B + b0 + b) * H;
+            if (p->seq_lens && t >= p->seq_lens[b0 + b]) {
+                memset(yrow, 0, (size_t)H * sizeof *yrow);
+                continue;
+            }
+            const float *x = J->xw + ((t * B + b0 + b) * D + d) * GH;
+            float *gb = g + b * GH, *hb = h + b * H;
+            if (lstm) {
+                lstm_row(k, gb, x, hb, c + b * H, peep, tmp + b * H, H, clip);
+            } else if (lbr) {
+                gru_zr(k, gb, x, H, clip);
+                for (int64_t j = 0; j < H; j++)
+                    gb[2 * H + j] = x[2 * H + j] + gb[H + j] * (gb[2 * H + j] + (rbn ? rbn[j] : 0.0f));
+                gru_finish(k, gb, hb, H, clip);
+            } else {
+                for (int64_t j = 0; j < H; j++)
+                    gb[2 * H + j] += x[2 * H + j];
+                gru_finish(k, gb, hb, H, clip);
+            }
+            memcpy(yrow, hb, (size_t)H * sizeof *yrow);
+        }
+    }
+    memcpy(J->yh + (d * B + b0) * H, h, (size_t)(bn * H) * sizeof *h);
+    if (J->yc)
+        memcpy(J->yc + (d * B + b0) * H, c, (size_t)(bn * H) * sizeof *c);
+}
+
+/* xw rows = the biases that do not meet the recurrence: Wb + Rb for every gate, but for
+ * a GRU with linear_before_reset only Wbh on its h gate (Rbh goes inside r's product). */
+static void fill_input_bias(float *xw, const float *bias, int64_t rows, int D, int64_t GH, int64_t H, bool lbr,
+                            float *rbn)
+{
+    float *row0 = xw;
+    for (int d = 0; d < D; d++) {
+        const float *wb = bias + d * 2 * GH, *rb = wb + GH;
+        for (int64_t j = 0; j < GH; j++)
+            row0[d * GH + j] = wb[j] + (lbr && j >= 2 * H ? 0.0f : rb[j]);
+        if (lbr)
+            memcpy(rbn + d * H, rb + 2 * H, (size_t)H * sizeof *rbn);
+    }
+    for (int64_t i = 1; i < rows; i++)
+        memcpy(xw + i * D * GH, row0, (size_t)(D * GH) * sizeof *xw);
+}
+
+int kiln__cpu_rnn(void *vctx, const kiln_rnn_params *p, const kiln_rnn_operands *o)
+{
+    kiln__cpu_ctx *ctx = vctx;
+    int G = p->cell == KILN_RNN_LSTM ? 4 : 3, D = p->ndir;
+    int64_t T = p->steps, B = p->batch, In = p->input, H = p->hidden, GH = G * H;
+    bool lbr = p->cell == KILN_RNN_GRU && p->linear_before_reset;
+    /* directions first; spare threads split the batch rows */
+    int nbc = ctx->nthreads / D;
+    if (nbc < 1)
+        nbc = 1;
+    if (nbc > B)
+        nbc = (int)B;
+    int64_t bchunk = (B + nbc - 1) / nbc;
+    nbc = (int)((B + bchunk - 1) / bchunk);
+    int njobs = D * nbc;
+    int64_t job_floats = (2 * bchunk * H + bchunk * GH + bchunk * H + 15) / 16 * 16;
+    size_t nxw = (size_t)(T * B * D * GH);
+    size_t total = nxw + (size_t)(D * H) + (size_t)(njobs * job_floats);
+    struct kiln_buffer *hd = NULL;
+    float *xw = kiln__cpu_scratch_get(ctx, total * sizeof(float), &hd);
+    if (!xw)
+        return kiln__cpu_enomem("rnn");
+    float *rbn = xw + nxw, *scratch = rbn + D * H;
+    double beta = 0.0;
+    if (o->bias) {
+        fill_input_bias(xw, kiln__cpu_ptr(o->bias), T * B, D, GH, H, lbr, rbn);
+        beta = 1.0;
+    }
+    kiln__cpu_gemm(ctx, false, false, true, T * B, D * GH, In, kiln__cpu_ptr(o->x), In, kiln__cpu_ptr(o->w), In, beta, xw,
+                   D * GH);
+    rnn_job J = {
+        .ctx = ctx, .p = p, .G = G, .nbc = nbc, .bchunk = bchunk, .xw = xw, .r = kiln__cpu_ptr(o->r),
+        .rbn = lbr && o->bias ? rbn : NULL,
+        .peep = o->peep ? kiln__cpu_ptr(o->peep) : NULL, .h0 = o->h0 ? kiln__cpu_ptr(o->h0) : NULL,
+        .c0 = o->c0 ? kiln__cpu_ptr(o->c0) : NULL, .y = kiln__cpu_ptr(o->y), .yh = kiln__cpu_ptr(o->yh),
+        .yc = o->yc ? kiln__cpu_ptr(o->yc) : NULL, .scratch = scratch, .job_floats = job_floats,
+    };
+    if (njobs == 1) /* on this thread, so each step's product may use the pool */
+        rnn_job_run(&J, 0, 1);
+    else
+        kiln__cpu_pool_run(ctx->pool, njobs, rnn_job_run, &J);
+    kiln__cpu_scratch_put(ctx, hd);
+    return 0;
+}
