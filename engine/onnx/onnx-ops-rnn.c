@@ -145,9 +145,11 @@ static int check_layer(const kiln__onnx_node *n, int nin, kiln_tensor *const *in
                                (long long)kiln__onnx_attr_int(n, "hidden_size", 0), (long long)H);
     if (H < 1 || !shape_is(R, 3, (const int64_t[]){ndir, G, H}))
         return kiln__onnx_fail(n, "R must have shape [%d, %lld, %lld]", ndir, (long long)G, (long long)H);
-    if (!shape_is(W, 3, (const int64_t[]){ndir, G, In}))
-        return kiln__onnx_fail(n, "W must have shape [%d, %lld, %lld] for X of width %lld", ndir, (long long)G,
-                               (long long)In, (long long)In);
+    if (kiln_tensor_dim(W, 0) != ndir || kiln_tensor_dim(W, 1) != G)
+        return kiln__onnx_fail(n, "W must have shape [%d, %lld, input size]", ndir, (long long)G);
+    if (kiln_tensor_dim(W, 2) != In)
+        return kiln__onnx_fail(n, "X has %lld input features but W takes %lld", (long long)In,
+                               (long long)kiln_tensor_dim(W, 2));
     if (T > MAX_T)
         return kiln__onnx_fail(n, "sequence too long (%lld steps)", (long long)T);
     kiln_tensor *Bias = opt(nin, in, IN_B), *S = opt(nin, in, IN_SEQ), *H0 = opt(nin, in, IN_H0);
