@@ -26,7 +26,10 @@ typedef struct rnn_job {
     const kiln_rnn_params *p;
     int G, nbc;                 /* gates; batch chunks per direction */
     int64_t bchunk;             /* rows per chunk */
-    const float *xw;            /* [T·B, D·G·H]: input projections plus biases */
+    float *xw;                  /* [T·B, D·G·H]: input projections plus biases */
+    const float *x, *w, *bias;  /* the operands */
+    bool project_in_job;        /* each job makes its direction's xw first */
+    bool use_dot;               /* the step's product over Rᵀ in job scratch (cpu-rnn-dot.c) */
     const float *r, *rbn;       /* [D, G·H, H]; GRU linear_before_reset: Rbh per direction, [D, H] */
     const float *peep, *h0, *c0;
     float *y, *yh, *yc;
@@ -90,6 +93,44 @@ static void gru_finish(const kiln__cpu_kernels *k, float *g, float *h, int64_t H
         h[j] = n[j] + g[j] * (h[j] - n[j]);
 }
 
+/* Rows [r0, r1) of direction d's input projections: x·W_dᵀ plus the biases that do not
+ * meet the recurrence (Wb + Rb for every gate, but for a GRU with linear_before_reset only
+ * Wbh on its h gate: Rbh goes inside r's product). */
+static void project(const rnn_job *J, int d, int64_t r0, int64_t r1)
+{
+    const kiln_rnn_params *p = J->p;
+    int64_t GH = J->G * p->hidden, ld = p->ndir * GH, H = p->hidden;
+    float *xw = J->xw + r0 * ld + d * GH;
+    double beta = 0.0;
+    if (r1 <= r0)
+        return;
+    if (J->bias) {
+        const float *wb = J->bias + d * 2 * GH, *rb = wb + GH;
+        bool lbr = p->cell == KILN_RNN_GRU && p->linear_before_reset;
+        for (int64_t j = 0; j < GH; j++)
+            xw[j] = wb[j] + (lbr && j >= 2 * H ? 0.0f : rb[j]);
+        for (int64_t i = 1; i < r1 - r0; i++)
+            memcpy(xw + i * ld, xw, (size_t)GH * sizeof *xw);
+        beta = 1.0;
+    }
+    kiln__cpu_gemm(J->ctx, false, false, true, r1 - r0, GH, p->input, J->x + r0 * p->input, p->input,
+                   J->w + d * GH * p->input, p->input, beta, xw, ld);
+}
+
+/* g[b][j] = h[b] · R[c0 + j] for b < bn, j < N (g rows ldg apart): with the vector
+ * kernel over Rᵀ (RT, made once per layer) for a few rows, else BLAS, where R's reuse
+ * across rows pays for its packing inside the GEMM. */
+#define RNN_DOT_MAX_ROWS 4
+static void recur(const rnn_job *J, const float *R, const float *RT, int64_t c0, int64_t N, const float *h,
+                  int64_t bn, float *g, int64_t ldg)
+{
+    int64_t H = J->p->hidden;
+    if (RT)
+        kiln__cpu_rnn_dot(J->ctx, RT + c0, J->G * H, N, H, h, bn, g, ldg);
+    else
+        kiln__cpu_gemm(J->ctx, false, false, true, bn, N, H, h, H, R + c0 * H, H, 0.0, g, ldg);
+}
+
 static void rnn_job_run(void *argp, int job, int njobs)
 {
     (void)njobs;
@@ -99,6 +140,8 @@ static void rnn_job_run(void *argp, int job, int njobs)
     int d = job / J->nbc, G = J->G, D = p->ndir;
     int64_t T = p->steps, B = p->batch, H = p->hidden, GH = G * H;
     int64_t b0 = (job % J->nbc) * J->bchunk, b1 = b0 + J->bchunk < B ? b0 + J->bchunk : B, bn = b1 - b0;
+    if (J->project_in_job)
+        project(J, d, 0, T * B);
     if (bn <= 0)
         return;
     bool lstm = p->cell == KILN_RNN_LSTM, lbr = p->linear_before_reset;
@@ -107,6 +150,9 @@ static void rnn_job_run(void *argp, int job, int njobs)
     float *h = J->scratch + job * J->job_floats, *c = h + bn * H, *g = c + bn * H, *tmp = g + bn * GH;
     const float *R = J->r + d * GH * H, *peep = J->peep ? J->peep + d * 3 * H : NULL;
     const float *rbn = J->rbn ? J->rbn + d * H : NULL;
+    float *RT = J->use_dot ? tmp + bn * H : NULL;
+    if (RT)
+        kiln__cpu_rnn_pack(R, GH, H, RT);
     for (int64_t b = 0; b < bn; b++) {
         int64_t src = (d * B + b0 + b) * H;
         for (int64_t j = 0; j < H; j++) {
@@ -119,15 +165,15 @@ static void rnn_job_run(void *argp, int job, int njobs)
         /* rows past their length keep their state and give zeros; their products are
          * computed with the others and dropped */
         if (lstm || lbr) {
-            kiln__cpu_gemm(J->ctx, false, false, true, bn, GH, H, h, H, R, H, 0.0, g, GH);
+            recur(J, R, RT, 0, GH, h, bn, g, GH);
         } else {
-            kiln__cpu_gemm(J->ctx, false, false, true, bn, 2 * H, H, h, H, R, H, 0.0, g, GH);
+            recur(J, R, RT, 0, 2 * H, h, bn, g, GH);
             for (int64_t b = 0; b < bn; b++) {
                 gru_zr(k, g + b * GH, J->xw + ((t * B + b0 + b) * D + d) * GH, H, clip);
                 for (int64_t j = 0; j < H; j++) /* r ⊙ h, then its product with Rh */
                     tmp[b * H + j] = g[b * GH + H + j] * h[b * H + j];
             }
-            kiln__cpu_gemm(J->ctx, false, false, true, bn, H, H, tmp, H, R + 2 * H * H, H, 0.0, g + 2 * H, GH);
+            recur(J, R, RT, 2 * H, H, tmp, bn, g + 2 * H, GH);
         }
         for (int64_t b = 0; b < bn; b++) {
             float *yrow = J->y + ((t * D + d) * B + b0 + b) * H;
@@ -157,22 +203,12 @@ static void rnn_job_run(void *argp, int job, int njobs)
         memcpy(J->yc + (d * B + b0) * H, c, (size_t)(bn * H) * sizeof *c);
 }
 
-/* xw rows = the biases that do not meet the recurrence: Wb + Rb for every gate, but for
- * a GRU with linear_before_reset only Wbh on its h gate (Rbh goes inside r's product). */
-static void fill_input_bias(float *xw, const float *bias, int64_t rows, int D, int64_t GH, int64_t H, bool lbr,
-                            float *rbn)
-{
-    float *row0 = xw;
-    for (int d = 0; d < D; d++) {
-        const float *wb = bias + d * 2 * GH, *rb = wb + GH;
-        for (int64_t j = 0; j < GH; j++)
-            row0[d * GH + j] = wb[j] + (lbr && j >= 2 * H ? 0.0f : rb[j]);
-        if (lbr)
-            memcpy(rbn + d * H, rb + 2 * H, (size_t)H * sizeof *rbn);
-    }
-    for (int64_t i = 1; i < rows; i++)
-        memcpy(xw + i * D * GH, row0, (size_t)(D * GH) * sizeof *xw);
-}
+/* Below this many multiply-adds per direction the projections are not split by rows. */
+#define RNN_SPLIT_MIN (1 << 17)
+
+/* Multiply-adds per direction (projections and recurrence) from which the directions and
+ * batch rows are spread over the pool: about 0.1 ms of work on one core. */
+#define RNN_PARALLEL_MIN (4.0 * 1024 * 1024)
 
 int kiln__cpu_rnn(void *vctx, const kiln_rnn_params *p, const kiln_rnn_operands *o)
 {
@@ -180,8 +216,12 @@ int kiln__cpu_rnn(void *vctx, const kiln_rnn_params *p, const kiln_rnn_operands 
     int G = p->cell == KILN_RNN_LSTM ? 4 : 3, D = p->ndir;
     int64_t T = p->steps, B = p->batch, In = p->input, H = p->hidden, GH = G * H;
     bool lbr = p->cell == KILN_RNN_GRU && p->linear_before_reset;
-    /* directions first; spare threads split the batch rows */
-    int nbc = ctx->nthreads / D;
+    /* Directions side by side, spare threads over batch rows, when each direction has
+     * enough work to pay for waking the pool: below that a region costs more than it
+     * saves (a worker that is slow to arrive, on a busy machine, holds the whole layer). */
+    double work = (double)(T * B) * (double)GH * (double)(H + In);
+    int nbc = work >= RNN_PARALLEL_MIN && ctx->nthreads > 1 ? ctx->nthreads / D : 1;
+    bool parallel = nbc >= 1 && work >= RNN_PARALLEL_MIN && ctx->nthreads > 1;
     if (nbc < 1)
         nbc = 1;
     if (nbc > B)
@@ -189,7 +229,8 @@ int kiln__cpu_rnn(void *vctx, const kiln_rnn_params *p, const kiln_rnn_operands 
     int64_t bchunk = (B + nbc - 1) / nbc;
     nbc = (int)((B + bchunk - 1) / bchunk);
     int njobs = D * nbc;
-    int64_t job_floats = (2 * bchunk * H + bchunk * GH + bchunk * H + 15) / 16 * 16;
+    bool use_dot = bchunk <= RNN_DOT_MAX_ROWS && kiln__cpu_rnn_dot_ok(ctx);
+    int64_t job_floats = (2 * bchunk * H + bchunk * GH + bchunk * H + (use_dot ? GH * H : 0) + 15) / 16 * 16;
     size_t nxw = (size_t)(T * B * D * GH);
     size_t total = nxw + (size_t)(D * H) + (size_t)(njobs * job_floats);
     struct kiln_buffer *hd = NULL;
@@ -197,24 +238,30 @@ int kiln__cpu_rnn(void *vctx, const kiln_rnn_params *p, const kiln_rnn_operands 
     if (!xw)
         return kiln__cpu_enomem("rnn");
     float *rbn = xw + nxw, *scratch = rbn + D * H;
-    double beta = 0.0;
-    if (o->bias) {
-        fill_input_bias(xw, kiln__cpu_ptr(o->bias), T * B, D, GH, H, lbr, rbn);
-        beta = 1.0;
-    }
-    kiln__cpu_gemm(ctx, false, false, true, T * B, D * GH, In, kiln__cpu_ptr(o->x), In, kiln__cpu_ptr(o->w), In, beta, xw,
-                   D * GH);
+    const float *bias = o->bias ? kiln__cpu_ptr(o->bias) : NULL;
+    if (lbr && bias)
+        for (int d = 0; d < D; d++)
+            memcpy(rbn + d * H, bias + d * 2 * GH + GH + 2 * H, (size_t)H * sizeof *rbn);
     rnn_job J = {
-        .ctx = ctx, .p = p, .G = G, .nbc = nbc, .bchunk = bchunk, .xw = xw, .r = kiln__cpu_ptr(o->r),
-        .rbn = lbr && o->bias ? rbn : NULL,
+        .ctx = ctx, .p = p, .G = G, .nbc = nbc, .bchunk = bchunk, .xw = xw, .x = kiln__cpu_ptr(o->x),
+        .w = kiln__cpu_ptr(o->w), .bias = bias, .r = kiln__cpu_ptr(o->r), .rbn = lbr && bias ? rbn : NULL,
         .peep = o->peep ? kiln__cpu_ptr(o->peep) : NULL, .h0 = o->h0 ? kiln__cpu_ptr(o->h0) : NULL,
         .c0 = o->c0 ? kiln__cpu_ptr(o->c0) : NULL, .y = kiln__cpu_ptr(o->y), .yh = kiln__cpu_ptr(o->yh),
-        .yc = o->yc ? kiln__cpu_ptr(o->yc) : NULL, .scratch = scratch, .job_floats = job_floats,
+        .yc = o->yc ? kiln__cpu_ptr(o->yc) : NULL, .scratch = scratch, .job_floats = job_floats, .use_dot = use_dot,
     };
-    if (njobs == 1) /* on this thread, so each step's product may use the pool */
-        rnn_job_run(&J, 0, 1);
-    else
+    /* With one job per direction running side by side, each makes its own projections
+     * (the directions' GEMMs overlap for free); otherwise they come first, each GEMM
+     * split over the pool when large. A single job, or jobs run in turn, stay on this
+     * thread, so each step's product may use the pool instead. */
+    J.project_in_job = parallel && D > 1 && nbc == 1;
+    if (!J.project_in_job)
+        for (int d = 0; d < D; d++)
+            project(&J, d, 0, T * B);
+    if (parallel && njobs > 1)
         kiln__cpu_pool_run(ctx->pool, njobs, rnn_job_run, &J);
+    else
+        for (int j = 0; j < njobs; j++)
+            rnn_job_run(&J, j, njobs);
     kiln__cpu_scratch_put(ctx, hd);
     return 0;
 }
