@@ -93,28 +93,48 @@ static void gru_finish(const kiln__cpu_kernels *k, float *g, float *h, int64_t H
         h[j] = n[j] + g[j] * (h[j] - n[j]);
 }
 
+/* Wᵀ up to this many floats (L2-resident) takes the vector projection kernel where the
+ * device has one; larger ones go to BLAS, which blocks for the caches. */
+#define RNN_PROJECT_MAX_FLOATS (128 * 1024)
+
 /* Rows [r0, r1) of direction d's input projections: x·W_dᵀ plus the biases that do not
  * meet the recurrence (Wb + Rb for every gate, but for a GRU with linear_before_reset only
  * Wbh on its h gate: Rbh goes inside r's product). */
 static void project(const rnn_job *J, int d, int64_t r0, int64_t r1)
 {
     const kiln_rnn_params *p = J->p;
-    int64_t GH = J->G * p->hidden, ld = p->ndir * GH, H = p->hidden;
+    int64_t GH = J->G * p->hidden, ld = p->ndir * GH, H = p->hidden, In = p->input;
     float *xw = J->xw + r0 * ld + d * GH;
-    double beta = 0.0;
+    const float *W = J->w + d * GH * In, *x = J->x + r0 * In;
+    bool lbr = p->cell == KILN_RNN_GRU && p->linear_before_reset;
     if (r1 <= r0)
         return;
+    if (GH * In <= RNN_PROJECT_MAX_FLOATS && kiln__cpu_rnn_project_ok(J->ctx)) {
+        struct kiln_buffer *hd = NULL;
+        float *wt = kiln__cpu_scratch_get(J->ctx, (size_t)(GH * In + GH) * sizeof(float), &hd);
+        if (wt) {
+            float *init = wt + GH * In;
+            if (J->bias) {
+                const float *wb = J->bias + d * 2 * GH, *rb = wb + GH;
+                for (int64_t j = 0; j < GH; j++)
+                    init[j] = wb[j] + (lbr && j >= 2 * H ? 0.0f : rb[j]);
+            }
+            kiln__cpu_rnn_pack(J->ctx, W, GH, In, wt);
+            kiln__cpu_rnn_project(J->ctx, wt, GH, In, x, r1 - r0, xw, ld, J->bias ? init : NULL);
+            kiln__cpu_scratch_put(J->ctx, hd);
+            return;
+        }
+    }
+    double beta = 0.0;
     if (J->bias) {
         const float *wb = J->bias + d * 2 * GH, *rb = wb + GH;
-        bool lbr = p->cell == KILN_RNN_GRU && p->linear_before_reset;
         for (int64_t j = 0; j < GH; j++)
             xw[j] = wb[j] + (lbr && j >= 2 * H ? 0.0f : rb[j]);
         for (int64_t i = 1; i < r1 - r0; i++)
             memcpy(xw + i * ld, xw, (size_t)GH * sizeof *xw);
         beta = 1.0;
     }
-    kiln__cpu_gemm(J->ctx, false, false, true, r1 - r0, GH, p->input, J->x + r0 * p->input, p->input,
-                   J->w + d * GH * p->input, p->input, beta, xw, ld);
+    kiln__cpu_gemm(J->ctx, false, false, true, r1 - r0, GH, In, x, In, W, In, beta, xw, ld);
 }
 
 /* g[b][j] = h[b] · R[c0 + j] for b < bn, j < N (g rows ldg apart): with the vector
@@ -152,7 +172,7 @@ static void rnn_job_run(void *argp, int job, int njobs)
     const float *rbn = J->rbn ? J->rbn + d * H : NULL;
     float *RT = J->use_dot ? tmp + bn * H : NULL;
     if (RT)
-        kiln__cpu_rnn_pack(R, GH, H, RT);
+        kiln__cpu_rnn_pack(J->ctx, R, GH, H, RT);
     for (int64_t b = 0; b < bn; b++) {
         int64_t src = (d * B + b0 + b) * H;
         for (int64_t j = 0; j < H; j++) {
