@@ -454,9 +454,9 @@ int kiln__cpu_conv_pack(void *ctx, const kiln_tdesc *packed, const kiln_tdesc *w
 int kiln__cpu_epilogue(void *ctx, const kiln_tdesc *out, const kiln_epilogue *ep);
 int kiln__cpu_rnn(void *ctx, const kiln_rnn_params *p, const kiln_rnn_operands *o);
 /** The recurrent product of a fused LSTM/GRU step (cpu-rnn-dot.c): whether the device's
- *  kernel table has it; Rᵀ of R [N, H] into RT [H, N]; and g[b·ldg + j] = the sum over
+ *  kernel table has it for that many rows; Rᵀ of R [N, H] into RT [H, N]; and g[b·ldg + j] = the sum over
  *  k < H of h[b·H + k] · RT[k·ldr + j], b < bn, j < N (only when _ok said yes). */
-bool kiln__cpu_rnn_dot_ok(const kiln__cpu_ctx *ctx);
+bool kiln__cpu_rnn_dot_ok(const kiln__cpu_ctx *ctx, int64_t rows);
 void kiln__cpu_rnn_pack(const kiln__cpu_ctx *ctx, const float *R, int64_t N, int64_t H, float *RT);
 /** out[m·ldo + j] = init[j] (0 when NULL) + the sum over k < K of x[m·K + k] · WT[k·N + j],
  *  m < M, j < N: a layer's input projections over Wᵀ, only where _project_ok says the

@@ -77,10 +77,12 @@ __attribute__((target("avx512f"))) static void bcast4_avx512(const float *RT, in
                                                              const float *h, int64_t ldh, int64_t bn, float *g,
                                                              int64_t ldg, const float *init)
 {
-    int64_t b = 0;
-    for (; b + 4 <= bn; b += 4) {
-        const float *h0 = h + b * ldh, *h1 = h0 + ldh, *h2 = h1 + ldh, *h3 = h2 + ldh;
-        for (int64_t j0 = 0; j0 < N; j0 += 64) {
+    int64_t b4 = bn - bn % 4;
+    /* column blocks outside, rows inside: a block of Rᵀ (H x 64) stays in L2 while every
+     * row passes over it, so Rᵀ streams from memory once per call however many rows */
+    for (int64_t j0 = 0; j0 < N; j0 += 64) {
+        for (int64_t b = 0; b < b4; b += 4) {
+            const float *h0 = h + b * ldh, *h1 = h0 + ldh, *h2 = h1 + ldh, *h3 = h2 + ldh;
             int64_t nj = N - j0;
             __mmask16 m0 = nj >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nj) - 1);
             __mmask16 m1 = nj >= 32 ? (__mmask16)0xFFFF : nj > 16 ? (__mmask16)((1u << (nj - 16)) - 1) : 0;
@@ -126,7 +128,7 @@ __attribute__((target("avx512f"))) static void bcast4_avx512(const float *RT, in
             _mm512_mask_storeu_ps(o + 32, m2, a32), _mm512_mask_storeu_ps(o + 48, m3, a33);
         }
     }
-    for (; b < bn; b++) { /* the last rows one at a time */
+    for (int64_t b = b4; b < bn; b++) { /* the last rows one at a time */
         bcast_avx512(RT, ldr, N, H, h + b * ldh, 1, g + b * ldg, ldg);
         if (init)
             for (int64_t j = 0; j < N; j++)
@@ -196,12 +198,13 @@ __attribute__((target("avx2,fma"))) static void bcast_avx2(const float *RT, int6
 }
 #endif
 
-bool kiln__cpu_rnn_dot_ok(const kiln__cpu_ctx *ctx)
+bool kiln__cpu_rnn_dot_ok(const kiln__cpu_ctx *ctx, int64_t rows)
 {
 #if defined(__x86_64__)
-    return ctx->k == &kiln__cpu_kernels_avx512 || ctx->k == &kiln__cpu_kernels_avx2;
+    /* AVX2 has the one-row kernel only: from a few rows on, OpenBLAS's own does better */
+    return ctx->k == &kiln__cpu_kernels_avx512 || (ctx->k == &kiln__cpu_kernels_avx2 && rows <= 4);
 #else
-    (void)ctx;
+    (void)ctx, (void)rows;
     return false;
 #endif
 }
@@ -210,7 +213,7 @@ void kiln__cpu_rnn_pack(const kiln__cpu_ctx *ctx, const float *R, int64_t N, int
 {
     int64_t j8 = 0, k8 = 0;
 #if defined(__x86_64__)
-    if (kiln__cpu_rnn_dot_ok(ctx)) { /* whole 8x8 blocks with vectors, the edges below */
+    if (kiln__cpu_rnn_dot_ok(ctx, 1)) { /* whole 8x8 blocks with vectors, the edges below */
         j8 = N - N % 8, k8 = H - H % 8;
         for (int64_t j0 = 0; j0 < j8; j0 += 8)
             for (int64_t k0 = 0; k0 < k8; k0 += 8)
@@ -247,7 +250,9 @@ void kiln__cpu_rnn_dot(const kiln__cpu_ctx *ctx, const float *RT, int64_t ldr, i
                        int64_t bn, float *g, int64_t ldg)
 {
 #if defined(__x86_64__)
-    if (ctx->k == &kiln__cpu_kernels_avx512)
+    if (ctx->k == &kiln__cpu_kernels_avx512 && bn >= 4)
+        bcast4_avx512(RT, ldr, N, H, h, H, bn, g, ldg, NULL);
+    else if (ctx->k == &kiln__cpu_kernels_avx512)
         bcast_avx512(RT, ldr, N, H, h, bn, g, ldg);
     else
         bcast_avx2(RT, ldr, N, H, h, bn, g, ldg);

@@ -93,10 +93,6 @@ static void gru_finish(const kiln__cpu_kernels *k, float *g, float *h, int64_t H
         h[j] = n[j] + g[j] * (h[j] - n[j]);
 }
 
-/* Wᵀ up to this many floats (L2-resident) takes the vector projection kernel where the
- * device has one; larger ones go to BLAS, which blocks for the caches. */
-#define RNN_PROJECT_MAX_FLOATS (128 * 1024)
-
 /* Rows [r0, r1) of direction d's input projections: x·W_dᵀ plus the biases that do not
  * meet the recurrence (Wb + Rb for every gate, but for a GRU with linear_before_reset only
  * Wbh on its h gate: Rbh goes inside r's product). */
@@ -109,7 +105,7 @@ static void project(const rnn_job *J, int d, int64_t r0, int64_t r1)
     bool lbr = p->cell == KILN_RNN_GRU && p->linear_before_reset;
     if (r1 <= r0)
         return;
-    if (GH * In <= RNN_PROJECT_MAX_FLOATS && kiln__cpu_rnn_project_ok(J->ctx)) {
+    if (kiln__cpu_rnn_project_ok(J->ctx)) { /* the vector kernel where it beats BLAS */
         struct kiln_buffer *hd = NULL;
         float *wt = kiln__cpu_scratch_get(J->ctx, (size_t)(GH * In + GH) * sizeof(float), &hd);
         if (wt) {
@@ -138,9 +134,9 @@ static void project(const rnn_job *J, int d, int64_t r0, int64_t r1)
 }
 
 /* g[b][j] = h[b] · R[c0 + j] for b < bn, j < N (g rows ldg apart): with the vector
- * kernel over Rᵀ (RT, made once per layer) for a few rows, else BLAS, where R's reuse
- * across rows pays for its packing inside the GEMM. */
-#define RNN_DOT_MAX_ROWS 4
+ * kernels over Rᵀ (RT, made once per layer) where the device has them for this many rows,
+ * else BLAS. (sgemm packs R again at every call: 4 MB a step for a 512-unit LSTM, which
+ * took more time than the arithmetic.) */
 static void recur(const rnn_job *J, const float *R, const float *RT, int64_t c0, int64_t N, const float *h,
                   int64_t bn, float *g, int64_t ldg)
 {
@@ -249,7 +245,7 @@ int kiln__cpu_rnn(void *vctx, const kiln_rnn_params *p, const kiln_rnn_operands 
     int64_t bchunk = (B + nbc - 1) / nbc;
     nbc = (int)((B + bchunk - 1) / bchunk);
     int njobs = D * nbc;
-    bool use_dot = bchunk <= RNN_DOT_MAX_ROWS && kiln__cpu_rnn_dot_ok(ctx);
+    bool use_dot = kiln__cpu_rnn_dot_ok(ctx, bchunk);
     int64_t job_floats = (2 * bchunk * H + bchunk * GH + bchunk * H + (use_dot ? GH * H : 0) + 15) / 16 * 16;
     size_t nxw = (size_t)(T * B * D * GH);
     size_t total = nxw + (size_t)(D * H) + (size_t)(njobs * job_floats);
