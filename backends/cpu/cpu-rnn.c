@@ -5,16 +5,17 @@
  * Composed from tensor ops, a layer of T steps costs a dozen ops a step, each allocating
  * its result and most of them too small to be worth a thread: for a 64-unit GRU that
  * bookkeeping was nearly all the time. Here:
- *  - the input projections of every step and both directions are one GEMM up front,
- *    [T·B, I] x [D·G·H, I]ᵀ, onto rows already holding the biases that do not meet the
- *    recurrence;
+ *  - the input projections of every step are made up front, x·Wᵀ for all T·B rows of a
+ *    direction at once, starting from the biases that do not meet the recurrence (the
+ *    vector kernels of cpu-rnn-dot.c over Wᵀ on AVX-512, sgemm elsewhere);
  *  - each step is one product of the hidden state with Rᵀ (two for a GRU whose reset gate
- *    applies before the product) into per-thread scratch, then the gate arithmetic row by
- *    row, sigmoid and tanh through the device's vector kernels; the scratch is taken once
- *    per call, never per step;
- *  - the directions run at the same time, and when threads are left over the batch rows
- *    are split between them as well (rows never interact); a single job runs on the
- *    calling thread, so its per-step products can use the whole pool instead.
+ *    applies before the product), over Rᵀ made once per call where the device has the
+ *    kernel (cpu-rnn-dot.c), into per-job scratch, then the gate arithmetic row by row,
+ *    sigmoid and tanh through the device's vector kernels; the scratch is taken once per
+ *    call, never per step;
+ *  - a large layer runs its directions at the same time, and spreads its batch rows over
+ *    threads left over (rows never interact); a small one stays on the calling thread,
+ *    where a parallel region would cost more than the layer.
  * The arithmetic is ONNX's (onnx.ai LSTM and GRU), gate for gate, in f32.
  */
 #include <stdlib.h>
@@ -93,44 +94,60 @@ static void gru_finish(const kiln__cpu_kernels *k, float *g, float *h, int64_t H
         h[j] = n[j] + g[j] * (h[j] - n[j]);
 }
 
-/* Rows [r0, r1) of direction d's input projections: x·W_dᵀ plus the biases that do not
- * meet the recurrence (Wb + Rb for every gate, but for a GRU with linear_before_reset only
- * Wbh on its h gate: Rbh goes inside r's product). */
+/* Direction d's biases that do not meet the recurrence, into row: Wb + Rb for every gate,
+ * but for a GRU with linear_before_reset only Wbh on its h gate (Rbh goes inside r's
+ * product). */
+static void fold_bias(const rnn_job *J, int d, float *row)
+{
+    const kiln_rnn_params *p = J->p;
+    int64_t GH = J->G * p->hidden, H = p->hidden;
+    const float *wb = J->bias + d * 2 * GH, *rb = wb + GH;
+    bool lbr = p->cell == KILN_RNN_GRU && p->linear_before_reset;
+    for (int64_t j = 0; j < GH; j++)
+        row[j] = wb[j] + (lbr && j >= 2 * H ? 0.0f : rb[j]);
+}
+
+/* Rows [r0, r1) of direction d's input projections: x·W_dᵀ plus the folded biases, with
+ * the vector kernel over Wᵀ where the device has one that beats BLAS, else sgemm onto rows
+ * holding the biases. */
 static void project(const rnn_job *J, int d, int64_t r0, int64_t r1)
 {
     const kiln_rnn_params *p = J->p;
-    int64_t GH = J->G * p->hidden, ld = p->ndir * GH, H = p->hidden, In = p->input;
+    int64_t GH = J->G * p->hidden, ld = p->ndir * GH, In = p->input;
     float *xw = J->xw + r0 * ld + d * GH;
     const float *W = J->w + d * GH * In, *x = J->x + r0 * In;
-    bool lbr = p->cell == KILN_RNN_GRU && p->linear_before_reset;
     if (r1 <= r0)
         return;
-    if (kiln__cpu_rnn_project_ok(J->ctx)) { /* the vector kernel where it beats BLAS */
+    if (kiln__cpu_rnn_project_ok(J->ctx)) {
         struct kiln_buffer *hd = NULL;
         float *wt = kiln__cpu_scratch_get(J->ctx, (size_t)(GH * In + GH) * sizeof(float), &hd);
         if (wt) {
-            float *init = wt + GH * In;
-            if (J->bias) {
-                const float *wb = J->bias + d * 2 * GH, *rb = wb + GH;
-                for (int64_t j = 0; j < GH; j++)
-                    init[j] = wb[j] + (lbr && j >= 2 * H ? 0.0f : rb[j]);
-            }
+            float *init = J->bias ? wt + GH * In : NULL;
+            if (init)
+                fold_bias(J, d, init);
             kiln__cpu_rnn_pack(J->ctx, W, GH, In, wt);
-            kiln__cpu_rnn_project(J->ctx, wt, GH, In, x, r1 - r0, xw, ld, J->bias ? init : NULL);
+            kiln__cpu_rnn_project(J->ctx, wt, GH, In, x, r1 - r0, xw, ld, init);
             kiln__cpu_scratch_put(J->ctx, hd);
             return;
         }
     }
     double beta = 0.0;
     if (J->bias) {
-        const float *wb = J->bias + d * 2 * GH, *rb = wb + GH;
-        for (int64_t j = 0; j < GH; j++)
-            xw[j] = wb[j] + (lbr && j >= 2 * H ? 0.0f : rb[j]);
+        fold_bias(J, d, xw);
         for (int64_t i = 1; i < r1 - r0; i++)
             memcpy(xw + i * ld, xw, (size_t)GH * sizeof *xw);
         beta = 1.0;
     }
     kiln__cpu_gemm(J->ctx, false, false, true, r1 - r0, GH, In, x, In, W, In, beta, xw, ld);
+}
+
+/* The projections up front, split over the pool: blocks of rows of one direction each. */
+static void project_job(void *argp, int job, int njobs)
+{
+    const rnn_job *J = argp;
+    int per = njobs / J->p->ndir, d = job / per, k = job % per;
+    int64_t rows = J->p->steps * J->p->batch, chunk = (rows + per - 1) / per;
+    project(J, d, k * chunk, (k + 1) * chunk < rows ? (k + 1) * chunk : rows);
 }
 
 /* g[b][j] = h[b] · R[c0 + j] for b < bn, j < N (g rows ldg apart): with the vector
@@ -266,11 +283,13 @@ int kiln__cpu_rnn(void *vctx, const kiln_rnn_params *p, const kiln_rnn_operands 
         .yc = o->yc ? kiln__cpu_ptr(o->yc) : NULL, .scratch = scratch, .job_floats = job_floats, .use_dot = use_dot,
     };
     /* With one job per direction running side by side, each makes its own projections
-     * (the directions' GEMMs overlap for free); otherwise they come first, each GEMM
-     * split over the pool when large. A single job, or jobs run in turn, stay on this
-     * thread, so each step's product may use the pool instead. */
+     * (the directions' products overlap for free); otherwise they come first, split by
+     * rows over the pool when the layer is large. A single job, or jobs run in turn, stay
+     * on this thread, so each step's product may use the pool instead. */
     J.project_in_job = parallel && D > 1 && nbc == 1;
-    if (!J.project_in_job)
+    if (!J.project_in_job && parallel)
+        kiln__cpu_pool_run(ctx->pool, D * ctx->nthreads, project_job, &J);
+    else if (!J.project_in_job)
         for (int d = 0; d < D; d++)
             project(&J, d, 0, T * B);
     if (parallel && njobs > 1)

@@ -5,7 +5,9 @@
  *
  *     onnx_rnn DIR MODEL...
  *
- * Each DIR/MODEL.onnx is run on the inputs of DIR/MODEL.io.safetensors three ways: on cpu
+ * Each DIR/MODEL.onnx is run on the inputs of DIR/MODEL.io.safetensors (normal draws of the
+ * declared shapes when there is no such file: layers large enough to run their directions
+ * and batch rows on several threads, too large to commit with outputs) three ways: on cpu
  * without grad (the fused entry takes every layer), on cpu with its weights trainable and
  * grad mode on (the layers are unrolled into tensor ops, which record gradients), and on
  * the ref device (no entry: the composed ops, accumulating in double). Every output of
@@ -59,50 +61,96 @@ static double rel_diff(kiln_tensor *a, kiln_tensor *b) {
     return err;
 }
 
-/* Runs DIR/MODEL.onnx on dev (trainable: weights as autodiff leaves, grad mode on), with
- * X widened by one column when widen; 0 with the outputs in out, -1 with kiln_error(). */
-static int run_model(const char *dir, const char *model, kiln_device *dev, bool trainable, bool widen, outputs *out) {
+typedef struct inputs {
+    int n;
+    char buf[MAXT][128];     /* the names, kept past the model they came from */
+    const char *names[MAXT];
+    kiln_tensor *t[MAXT];
+} inputs;
+
+static void inputs_clear(inputs *in) {
+    for (int i = 0; i < MAXT; i++) kiln_tensor_release(in->t[i]);
+    memset(in, 0, sizeof *in);
+}
+
+/* m's inputs on dev: the "in.<name>" tensors of DIR/MODEL.io.safetensors, or, for a model
+ * without that file (one too large to commit with its outputs), normal draws of the
+ * declared shapes. 0, or -1 with kiln_error(). */
+static int load_inputs(const char *dir, const char *model, kiln_onnx_model *m, kiln_device *dev, inputs *in) {
     char path[1024], key[300];
+    snprintf(path, sizeof path, "%s/%s.io.safetensors", dir, model);
+    FILE *f = fopen(path, "rb");
+    kiln_safetensors *st = NULL;
+    if (f) {
+        fclose(f);
+        if (!(st = kiln_safetensors_open(path))) return -1;
+    }
+    int rc = 0;
+    in->n = kiln_onnx_input_count(m);
+    if (in->n > MAXT) rc = -1;
+    for (int i = 0; !rc && i < in->n; i++) {
+        snprintf(in->buf[i], sizeof in->buf[i], "%s", kiln_onnx_input_name(m, i));
+        in->names[i] = in->buf[i];
+        snprintf(key, sizeof key, "in.%s", in->names[i]);
+        int ndim = 0;
+        int64_t shape[KILN_MAX_DIMS];
+        if (st) in->t[i] = kiln_safetensors_load(st, key, dev);
+        else if (kiln_onnx_input_info(m, i, &ndim, shape) == KILN_F32)
+            in->t[i] = kiln_rand_normal(dev, KILN_F32, ndim, shape, 0.0, 1.0, NULL);
+        if (!in->t[i]) rc = -1;
+    }
+    kiln_safetensors_close(st);
+    return rc;
+}
+
+/* Runs DIR/MODEL.onnx on dev (trainable: weights as autodiff leaves, grad mode on) with in,
+ * its first input widened by one column when widen; 0 with the outputs in out, -1 with
+ * kiln_error(). */
+static int run_model(const char *dir, const char *model, kiln_device *dev, bool trainable, bool widen,
+                     const inputs *in, outputs *out) {
+    char path[1024];
     snprintf(path, sizeof path, "%s/%s.onnx", dir, model);
     kiln_onnx_model *m = kiln_onnx_load(path, dev, NULL);
-    snprintf(path, sizeof path, "%s/%s.io.safetensors", dir, model);
-    kiln_safetensors *st = m ? kiln_safetensors_open(path) : NULL;
-    if (!m || !st) { kiln_onnx_free(m); return -1; }
-    int nin = kiln_onnx_input_count(m), rc = 0;
+    if (!m) return -1;
     out->n = kiln_onnx_output_count(m);
-    kiln_tensor *ins[MAXT] = {0};
-    const char *names[MAXT];
-    if (nin > MAXT || out->n > MAXT) rc = -1;
-    for (int i = 0; !rc && i < nin; i++) {
-        names[i] = kiln_onnx_input_name(m, i);
-        snprintf(key, sizeof key, "in.%s", names[i]);
-        if (!(ins[i] = kiln_safetensors_load(st, key, dev))) rc = -1;
-        if (!rc && widen && i == 0) { /* one more column of input features */
-            kiln_tensor *parts[2] = {ins[0], kiln_narrow(ins[0], -1, 0, 1)};
-            kiln_tensor *w = kiln_cat(parts, 2, -1);
-            kiln_tensor_release(parts[1]);
-            kiln_tensor_release(ins[0]);
-            ins[0] = w;
-            if (!w) rc = -1;
-        }
+    int rc = out->n > MAXT ? -1 : 0;
+    kiln_tensor *feed[MAXT] = {0};
+    for (int i = 0; i < in->n; i++) feed[i] = in->t[i];
+    kiln_tensor *wide = NULL;
+    if (!rc && widen) { /* one more column of input features */
+        kiln_tensor *parts[2] = {in->t[0], kiln_narrow(in->t[0], -1, 0, 1)};
+        wide = kiln_cat(parts, 2, -1);
+        kiln_tensor_release(parts[1]);
+        feed[0] = wide;
+        if (!wide) rc = -1;
     }
     if (!rc && trainable && kiln_onnx_set_trainable(m, true)) rc = -1;
     if (!rc) {
         if (!trainable) kiln_no_grad_begin();
-        rc = kiln_onnx_run(m, nin, names, ins, out->n, out->t) ? -1 : 0;
+        rc = kiln_onnx_run(m, in->n, in->names, feed, out->n, out->t) ? -1 : 0;
         if (!trainable) kiln_no_grad_end();
     }
-    for (int i = 0; i < MAXT; i++) kiln_tensor_release(ins[i]);
-    kiln_safetensors_close(st);
+    kiln_tensor_release(wide);
+    kiln_onnx_free(m);
+    return rc;
+}
+
+/* The model's inputs on cpu, for every run of it. */
+static int model_inputs(const char *dir, const char *model, kiln_device *cpu, inputs *in) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.onnx", dir, model);
+    kiln_onnx_model *m = kiln_onnx_load(path, cpu, NULL);
+    int rc = m ? load_inputs(dir, model, m, cpu, in) : -1;
     kiln_onnx_free(m);
     return rc;
 }
 
 static int check_model(const char *dir, const char *model, kiln_device *cpu, kiln_device *ref) {
     outputs fast = {0}, comp = {0}, oracle = {0};
+    inputs in = {0};
     int fails = 0;
-    if (run_model(dir, model, cpu, false, false, &fast) || run_model(dir, model, cpu, true, false, &comp) ||
-        run_model(dir, model, ref, false, false, &oracle)) {
+    if (model_inputs(dir, model, cpu, &in) || run_model(dir, model, cpu, false, false, &in, &fast) ||
+        run_model(dir, model, cpu, true, false, &in, &comp) || run_model(dir, model, ref, false, false, &in, &oracle)) {
         printf("FAIL %s: %s\n", model, kiln_error());
         fails = 1;
     }
@@ -115,14 +163,20 @@ static int check_model(const char *dir, const char *model, kiln_device *cpu, kil
     outputs_clear(&fast);
     outputs_clear(&comp);
     outputs_clear(&oracle);
+    inputs_clear(&in);
     return fails;
 }
 
 /* X one column too wide: a clear refusal, and the same model runs again afterwards. */
 static int check_bad_width(const char *dir, const char *model, kiln_device *cpu) {
     outputs o = {0};
+    inputs in = {0};
     int fails = 0;
-    if (!run_model(dir, model, cpu, false, true, &o)) {
+    if (model_inputs(dir, model, cpu, &in)) {
+        printf("FAIL %s: %s\n", model, kiln_error());
+        return 1;
+    }
+    if (!run_model(dir, model, cpu, false, true, &in, &o)) {
         printf("FAIL %s: an X one column too wide ran\n", model);
         fails = 1;
     } else if (!strstr(kiln_error(), "node '") || !strstr(kiln_error(), "input features")) {
@@ -132,11 +186,12 @@ static int check_bad_width(const char *dir, const char *model, kiln_device *cpu)
         printf("ok   %s refuses a wide X: %s\n", model, kiln_error());
     }
     outputs_clear(&o);
-    if (run_model(dir, model, cpu, false, false, &o)) {
+    if (run_model(dir, model, cpu, false, false, &in, &o)) {
         printf("FAIL %s after the refusal: %s\n", model, kiln_error());
         fails++;
     }
     outputs_clear(&o);
+    inputs_clear(&in);
     return fails;
 }
 
