@@ -22,6 +22,12 @@
 
 #include "cpu-impl.h"
 
+/* Multiply-adds per direction (projections and recurrence) from which the directions and
+ * batch rows are spread over the pool: about 0.1 ms of work on one core. */
+#define RNN_PARALLEL_MIN (4.0 * 1024 * 1024)
+/* ...and those of one step's product from which a lone direction splits it by columns. */
+#define RNN_STEP_SPLIT_MIN (1024.0 * 1024)
+
 typedef struct rnn_job {
     kiln__cpu_ctx *ctx;
     const kiln_rnn_params *p;
@@ -31,6 +37,7 @@ typedef struct rnn_job {
     const float *x, *w, *bias;  /* the operands */
     bool project_in_job;        /* each job makes its direction's xw first */
     bool use_dot;               /* the step's product over Rᵀ in job scratch (cpu-rnn-dot.c) */
+    bool split_cols;            /* one job on the calling thread: its products may use the pool */
     const float *r, *rbn;       /* [D, G·H, H]; GRU linear_before_reset: Rbh per direction, [D, H] */
     const float *peep, *h0, *c0;
     float *y, *yh, *yc;
@@ -154,14 +161,39 @@ static void project_job(void *argp, int job, int njobs)
  * kernels over Rᵀ (RT, made once per layer) where the device has them for this many rows,
  * else BLAS. (sgemm packs R again at every call: 4 MB a step for a 512-unit LSTM, which
  * took more time than the arithmetic.) */
+typedef struct cols_job {
+    const rnn_job *J;
+    const float *RT, *h;
+    int64_t N, bn, ldg, chunk;
+    float *g;
+} cols_job;
+
+static void cols_run(void *argp, int job, int njobs)
+{
+    (void)njobs;
+    const cols_job *c = argp;
+    int64_t H = c->J->p->hidden, j0 = job * c->chunk, n = c->N - j0 < c->chunk ? c->N - j0 : c->chunk;
+    if (n > 0)
+        kiln__cpu_rnn_dot(c->J->ctx, c->RT + j0, c->J->G * H, n, H, c->h, c->bn, c->g + j0, c->ldg);
+}
+
 static void recur(const rnn_job *J, const float *R, const float *RT, int64_t c0, int64_t N, const float *h,
                   int64_t bn, float *g, int64_t ldg)
 {
     int64_t H = J->p->hidden;
-    if (RT)
+    int T = J->ctx->nthreads;
+    if (RT && J->split_cols && T > 1 && (double)bn * (double)N * (double)H >= RNN_STEP_SPLIT_MIN) {
+        /* one layer alone on the pool: each thread takes a share of the columns, so it
+         * streams only its share of Rᵀ (splitting the batch rows instead had each thread
+         * stream all of it, and a large Rᵀ comes from memory every step) */
+        int64_t chunk = ((N + T - 1) / T + 63) / 64 * 64;
+        cols_job c = {J, RT + c0, h, N, bn, ldg, chunk, g};
+        kiln__cpu_pool_run(J->ctx->pool, (int)((N + chunk - 1) / chunk), cols_run, &c);
+    } else if (RT) {
         kiln__cpu_rnn_dot(J->ctx, RT + c0, J->G * H, N, H, h, bn, g, ldg);
-    else
+    } else {
         kiln__cpu_gemm(J->ctx, false, false, true, bn, N, H, h, H, R + c0 * H, H, 0.0, g, ldg);
+    }
 }
 
 static void rnn_job_run(void *argp, int job, int njobs)
@@ -239,10 +271,6 @@ static void rnn_job_run(void *argp, int job, int njobs)
 /* Below this many multiply-adds per direction the projections are not split by rows. */
 #define RNN_SPLIT_MIN (1 << 17)
 
-/* Multiply-adds per direction (projections and recurrence) from which the directions and
- * batch rows are spread over the pool: about 0.1 ms of work on one core. */
-#define RNN_PARALLEL_MIN (4.0 * 1024 * 1024)
-
 int kiln__cpu_rnn(void *vctx, const kiln_rnn_params *p, const kiln_rnn_operands *o)
 {
     kiln__cpu_ctx *ctx = vctx;
@@ -253,7 +281,8 @@ int kiln__cpu_rnn(void *vctx, const kiln_rnn_params *p, const kiln_rnn_operands 
      * enough work to pay for waking the pool: below that a region costs more than it
      * saves (a worker that is slow to arrive, on a busy machine, holds the whole layer). */
     double work = (double)(T * B) * (double)GH * (double)(H + In);
-    int nbc = work >= RNN_PARALLEL_MIN && ctx->nthreads > 1 ? ctx->nthreads / D : 1;
+    /* one direction keeps its rows together and splits each step's product by columns */
+    int nbc = work >= RNN_PARALLEL_MIN && ctx->nthreads > 1 && D > 1 ? ctx->nthreads / D : 1;
     bool parallel = nbc >= 1 && work >= RNN_PARALLEL_MIN && ctx->nthreads > 1;
     if (nbc < 1)
         nbc = 1;
@@ -281,6 +310,7 @@ int kiln__cpu_rnn(void *vctx, const kiln_rnn_params *p, const kiln_rnn_operands 
         .peep = o->peep ? kiln__cpu_ptr(o->peep) : NULL, .h0 = o->h0 ? kiln__cpu_ptr(o->h0) : NULL,
         .c0 = o->c0 ? kiln__cpu_ptr(o->c0) : NULL, .y = kiln__cpu_ptr(o->y), .yh = kiln__cpu_ptr(o->yh),
         .yc = o->yc ? kiln__cpu_ptr(o->yc) : NULL, .scratch = scratch, .job_floats = job_floats, .use_dot = use_dot,
+        .split_cols = parallel && njobs == 1,
     };
     /* With one job per direction running side by side, each makes its own projections
      * (the directions' products overlap for free); otherwise they come first, split by
