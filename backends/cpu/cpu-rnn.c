@@ -26,7 +26,7 @@
  * batch rows are spread over the pool: about 0.1 ms of work on one core. */
 #define RNN_PARALLEL_MIN (4.0 * 1024 * 1024)
 /* ...and those of one step's product from which a lone direction splits it by columns. */
-#define RNN_STEP_SPLIT_MIN (1024.0 * 1024)
+#define RNN_STEP_SPLIT_MIN (256.0 * 1024)
 
 typedef struct rnn_job {
     kiln__cpu_ctx *ctx;
