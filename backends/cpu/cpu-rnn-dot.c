@@ -215,8 +215,10 @@ void kiln__cpu_rnn_pack(const kiln__cpu_ctx *ctx, const float *R, int64_t N, int
 #if defined(__x86_64__)
     if (kiln__cpu_rnn_dot_ok(ctx, 1)) { /* whole 8x8 blocks with vectors, the edges below */
         j8 = N - N % 8, k8 = H - H % 8;
-        for (int64_t j0 = 0; j0 < j8; j0 += 8)
-            for (int64_t k0 = 0; k0 < k8; k0 += 8)
+        /* along Rᵀ's rows, so each of its cache lines is written whole while it is hot
+         * (down its columns, every line was written an eighth at a time) */
+        for (int64_t k0 = 0; k0 < k8; k0 += 8)
+            for (int64_t j0 = 0; j0 < j8; j0 += 8)
                 transpose8_avx2(R + j0 * H + k0, H, RT + k0 * N + j0, N);
     }
 #else
