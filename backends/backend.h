@@ -204,6 +204,39 @@ typedef struct kiln_epilogue {
     const kiln_tdesc *residual;
 } kiln_epilogue;
 
+/** The cell of a fused recurrent layer (kiln_rnn_params). */
+typedef enum kiln_rnn_cell {
+    KILN_RNN_LSTM = 0,      /* gates i, o, f, c (ONNX order); peepholes optional */
+    KILN_RNN_GRU,           /* gates z, r, h */
+    KILN_RNN_CELL_COUNT
+} kiln_rnn_cell;
+
+/** One recurrent layer as ONNX defines LSTM and GRU, with the default activations
+ *  (sigmoid for the gates, tanh elsewhere), resolved by the front end: directions 1 or 2
+ *  (the second runs from the last step to the first), T >= 1 steps of B >= 1 rows of I
+ *  inputs, H hidden units. seq_lens (host memory, B values in [0, T], optional) ends row
+ *  b after seq_lens[b] steps: its later Y rows are zero and its final state is the one
+ *  after its last step (a reverse direction starts at step seq_lens[b] - 1). clip > 0
+ *  clamps every gate's pre-activation to [-clip, clip]. */
+typedef struct kiln_rnn_params {
+    kiln_rnn_cell cell;
+    int ndir;
+    bool reverse;              /* ndir 1: run from the last step to the first */
+    bool linear_before_reset;  /* GRU: r multiplies (h·Rhᵀ + Rbh) rather than h */
+    double clip;               /* 0: none */
+    int64_t steps, batch, input, hidden; /* T, B, I, H */
+    const int64_t *seq_lens;
+} kiln_rnn_params;
+
+/** The operands of a fused recurrent layer, every one f32 and contiguous, G = 4 (LSTM)
+ *  or 3 (GRU), D = ndir: x [T, B, I], w [D, G·H, I], r [D, G·H, H], and optional (NULL)
+ *  bias [D, 2·G·H] (Wb then Rb), h0 and c0 [D, B, H] (zeros when absent), peep [D, 3·H]
+ *  (LSTM: i, o, f); outputs y [T, D, B, H], yh [D, B, H], yc [D, B, H] (LSTM only). */
+typedef struct kiln_rnn_operands {
+    const kiln_tdesc *x, *w, *r, *bias, *h0, *c0, *peep;
+    const kiln_tdesc *y, *yh, *yc;
+} kiln_rnn_operands;
+
 /** What a backend can do, for the router and the conformance suite. */
 typedef struct kiln_backend_caps {
     bool dtype[KILN_DTYPE_COUNT];   /* dtypes it stores and computes */
@@ -359,6 +392,11 @@ typedef struct kiln_backend_iface {
     int (*adam_step)(void *ctx, const kiln_adam_params *p, const kiln_tdesc *param,
                      const kiln_tdesc *grad, const kiln_tdesc *exp_avg, const kiln_tdesc *exp_avg_sq,
                      const kiln_tdesc *max_exp_avg_sq);
+
+    /** Optional: one LSTM/GRU layer (kiln_rnn_params, kiln_rnn_operands) in one call, for
+     *  inference: the front end calls it when nothing requires grad and composes the layer
+     *  from matmuls and elementwise ops otherwise, or when NULL. */
+    int (*rnn)(void *ctx, const kiln_rnn_params *p, const kiln_rnn_operands *o);
 } kiln_backend_iface;
 
 

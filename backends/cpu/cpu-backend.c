@@ -528,6 +528,7 @@ static const kiln_backend_iface cpu_iface = {
     .conv_pack_size = kiln__cpu_conv_pack_size,
     .conv_pack = kiln__cpu_conv_pack,
     .epilogue = kiln__cpu_epilogue,
+    .rnn = kiln__cpu_rnn,
     .conv_backward_input = kiln__cpu_conv_backward_input,
     .conv_backward_weight = kiln__cpu_conv_backward_weight,
     .pool = kiln__cpu_pooling,

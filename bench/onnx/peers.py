@@ -4,7 +4,8 @@ PyTorch eager, at each one's best settings, and print one JSON line {"ms" (media
 outputs stored when the model was generated)}.
 
 ONNX Runtime: CPU execution provider, intra_op_num_threads = cores, inter-op 1, graph
-optimizations ORT_ENABLE_ALL, sequential execution. PyTorch: the model rebuilt from
+optimizations ORT_ENABLE_ALL, sequential execution
+(KILN_BENCH_THREADS, when set, replaces the core count). PyTorch: the model rebuilt from
 tests/fixtures/gen_onnx_models.py with the exported weights (NAME.pt),
 torch.set_num_threads(cores), inference_mode; OMP_WAIT_POLICY=PASSIVE comes from the
 driver's environment. Both warm up twice, as kiln's runner does.
@@ -20,7 +21,7 @@ import numpy as np
 
 side, d, name = sys.argv[1:4]
 runs = int(sys.argv[4]) if len(sys.argv) > 4 else 10
-threads = os.cpu_count() or 1
+threads = int(os.environ.get("KILN_BENCH_THREADS", 0)) or os.cpu_count() or 1
 
 
 def load_io():

@@ -101,7 +101,7 @@ static void test_life_cycle(void)
     CHECK(caps.host_memory && !caps.async);
     /* Every entry is filled: ref is the oracle, nothing may be left to composition. The
      * exceptions: open_spec (only backends addressed by a whole spec, remote://..., have
-     * one) and the fused fast paths (conv_fused, epilogue, conv_pack_size, conv_pack),
+     * one) and the fused fast paths (conv_fused, epilogue, conv_pack_size, conv_pack, rnn),
      * whose meaning is defined as the composed ops: ref computing them by composition is
      * what makes it the oracle for the backends that fuse. */
     const void *const *slots = (const void *const *)&R->open;
@@ -109,11 +109,13 @@ static void test_life_cycle(void)
     size_t spec_slot = (offsetof(kiln_backend_iface, open_spec) - offsetof(kiln_backend_iface, open)) / sizeof(void *);
     CHECK(R->open_spec == NULL);
     CHECK(R->conv_fused == NULL && R->epilogue == NULL && R->conv_pack_size == NULL && R->conv_pack == NULL);
+    CHECK(R->rnn == NULL);
     const size_t fused_slots[] = {
         (offsetof(kiln_backend_iface, conv_fused) - offsetof(kiln_backend_iface, open)) / sizeof(void *),
         (offsetof(kiln_backend_iface, epilogue) - offsetof(kiln_backend_iface, open)) / sizeof(void *),
         (offsetof(kiln_backend_iface, conv_pack_size) - offsetof(kiln_backend_iface, open)) / sizeof(void *),
         (offsetof(kiln_backend_iface, conv_pack) - offsetof(kiln_backend_iface, open)) / sizeof(void *),
+        (offsetof(kiln_backend_iface, rnn) - offsetof(kiln_backend_iface, open)) / sizeof(void *),
     };
     for (size_t i = 0; i < nslots; i++) {
         bool fused = false;
