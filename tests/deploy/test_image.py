@@ -212,6 +212,9 @@ def main():
     try:
         run_block("image-build", blocks, names, env, log=os.path.join(TMP, "build.log"))
         inspect_image(env)
+        # Each source change leaves a build stage of about 550 MB behind; keep the last hour's
+        # (the cache of the next run) and drop older ones, so repeated runs do not fill the disk.
+        podman(env, "image", "prune", "-f", "--filter", "label=io.kiln.stage=build", "--filter", "until=1h")
 
         run_block("image-tokens", blocks, names, env)
         run_block("image-run", blocks, names, env)
