@@ -24,10 +24,23 @@ test_packages="
   mesa-vulkan-drivers libvulkan-dev glslang-tools sqlite3 libjemalloc2 dataset-fashion-mnist tmux
   systemd util-linux
 "
+# The deploy suite builds and runs the container image with podman (buildah builds, runc runs
+# where crun cannot, debootstrap makes the base image from Debian's mirror when no container
+# registry is reachable), renders the Kubernetes manifests with kubectl's kustomize and
+# parses deploy/compose.yaml with podman-compose.
+container_packages="
+  podman buildah runc crun conmon containernetworking-plugins iptables slirp4netns
+  fuse-overlayfs uidmap debootstrap podman-compose
+"
 
 packages="$build_packages"
 if [ "${KILN_DEPS_MINIMAL:-0}" != 1 ]; then
-    packages="$packages $test_packages"
+    packages="$packages $test_packages $container_packages"
+    # Debian's kubectl (kubernetes-client) only where no kubectl is installed: another
+    # kubectl package owns the same file.
+    if ! command -v kubectl >/dev/null 2>&1; then
+        packages="$packages kubernetes-client"
+    fi
 fi
 
 missing=""
