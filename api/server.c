@@ -471,7 +471,7 @@ int kiln_server_new(struct kiln_server **out, uv_loop_t *loop, const struct kiln
     return 0;
 }
 
-static int resolve(uv_loop_t *loop, const char *host, int port, struct sockaddr_storage *addr)
+int kiln__server_resolve(uv_loop_t *loop, const char *host, int port, struct sockaddr_storage *addr)
 {
     if (uv_ip4_addr(host, port, (struct sockaddr_in *)addr) == 0)
         return 0;
@@ -494,7 +494,7 @@ static int resolve(uv_loop_t *loop, const char *host, int port, struct sockaddr_
 int kiln_server_listen(struct kiln_server *s, char *err, size_t errlen)
 {
     struct sockaddr_storage addr;
-    int rc = resolve(s->loop, s->opts.host, s->opts.port, &addr);
+    int rc = kiln__server_resolve(s->loop, s->opts.host, s->opts.port, &addr);
     if (rc != 0) {
         snprintf(err, errlen, "cannot resolve host '%s': %s", s->opts.host, uv_strerror(rc));
         return rc;

@@ -54,4 +54,8 @@ void kiln_server_close_all(struct kiln_server *srv);
 /* Frees the server; its handles must have closed (run the loop after drain). */
 void kiln_server_free(struct kiln_server *srv);
 
+struct sockaddr_storage;
+/* host (an address or a name) and port into addr, for a listener; 0 or a libuv error. */
+int kiln__server_resolve(uv_loop_t *loop, const char *host, int port, struct sockaddr_storage *addr);
+
 #endif /* KILN_API_SERVER_H */

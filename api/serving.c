@@ -566,17 +566,15 @@ static void infer_finish(struct kiln_sched_request *r)
                                   &j->body_json_len) == 0;
 }
 
-static void infer_done(struct kiln_sched_request *r)
+void kiln__serving_account_done(struct kiln_serving *sv, const struct kiln_sched_request *r, bool refused)
 {
-    struct infer_job *j = (struct infer_job *)r;
-    struct kiln_serving *sv = j->sv;
     struct kiln_sched_model *m = r->model;
     const char *name = kiln_sched_model_name(m);
     sv->inflight_total--;
     set_gauges(sv, m, -1);
     /* Data refused by the worker is what the loop used to refuse before queueing: "rejected". */
-    count_outcome(sv, name, j->refused ? "rejected" : kiln_sched_outcome_to_str(r->outcome));
-    if (!j->refused && (r->outcome == KILN_SCHED_OK || r->outcome == KILN_SCHED_FAILED)) {
+    count_outcome(sv, name, refused ? "rejected" : kiln_sched_outcome_to_str(r->outcome));
+    if (!refused && (r->outcome == KILN_SCHED_OK || r->outcome == KILN_SCHED_FAILED)) {
         struct kiln_metric_series *q = kiln_metrics_series(sv->f_queue, (const char *const[]){name, NULL});
         struct kiln_metric_series *c = kiln_metrics_series(sv->f_compute, (const char *const[]){name, NULL});
         struct kiln_metric_series *b = kiln_metrics_series(sv->f_batch, (const char *const[]){name, NULL});
@@ -587,6 +585,14 @@ static void infer_done(struct kiln_sched_request *r)
         if (b)
             kiln_metric_observe(b, r->batch_size);
     }
+}
+
+static void infer_done(struct kiln_sched_request *r)
+{
+    struct infer_job *j = (struct infer_job *)r;
+    struct kiln_serving *sv = j->sv;
+    struct kiln_sched_model *m = r->model;
+    kiln__serving_account_done(sv, r, j->refused);
     struct kiln_buf *out = kiln_http_pending_out(j->pending);
     int status = -1;
     if (out) {
@@ -611,6 +617,22 @@ static void infer_done(struct kiln_sched_request *r)
     kiln_sched_model_release(m);
     kiln_buf_free(&j->body);
     free(j);
+}
+
+int kiln__serving_submit(struct kiln_serving *sv, struct kiln_sched_request *r)
+{
+    if (kiln_sched_submit(sv->o.sched, r) != 0) {
+        count_outcome(sv, kiln_sched_model_name(r->model), "rejected");
+        return -1;
+    }
+    sv->inflight_total++;
+    set_gauges(sv, r->model, 1);
+    return 0;
+}
+
+void kiln__serving_count_rejected(struct kiln_serving *sv, const char *model)
+{
+    count_outcome(sv, model, "rejected");
 }
 
 static int handle_infer(struct kiln_serving *sv, struct kiln_sched_model *m, const struct kiln_request *req,
@@ -647,19 +669,16 @@ static int handle_infer(struct kiln_serving *sv, struct kiln_sched_model *m, con
     j->r.done = infer_done;
     j->r.prepare = infer_prepare;
     j->r.finish = infer_finish;
-    if (kiln_sched_submit(sv->o.sched, &j->r) != 0) {
+    if (kiln__serving_submit(sv, &j->r) != 0) {
         kiln_sched_model_release(m);
         kiln_sched_request_clear(&j->r);
         struct kiln_http_pending *p = j->pending;
         free(j);
-        count_outcome(sv, name, "rejected");
         int rc = error_with_id(out, 503, "the model's queue is full; retry later", req->keep_alive, rid,
                                "Retry-After: 1\r\n");
         kiln_http_pending_finish(p, rc);
         return KILN_HTTP_DEFERRED;
     }
-    sv->inflight_total++;
-    set_gauges(sv, m, 1);
     return KILN_HTTP_DEFERRED;
 }
 
@@ -751,24 +770,30 @@ int kiln_serving_handle_models(void *ctx, const struct kiln_request *req, struct
 
 /* ---- repository extension ------------------------------------------------------------------ */
 
-static int repo_index(struct kiln_serving *sv, const struct kiln_request *req, struct kiln_buf *out, const char *rid)
+struct index_json {
+    struct kiln_buf b;
+    int rc;
+    bool first;
+};
+
+static void index_row_json(void *ud, const char *name, int64_t version, const char *state, const char *why)
 {
-    /* The body is empty or {"ready": bool}: with true, only the versions ready to serve. */
-    bool only_ready = false;
-    if (req->body_len) {
-        cJSON *j = cJSON_ParseWithLength(req->body, req->body_len);
-        const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "ready");
-        bool ok = cJSON_IsObject(j) && (!r || cJSON_IsBool(r));
-        only_ready = ok && cJSON_IsTrue(r);
-        cJSON_Delete(j);
-        if (!ok)
-            return error_with_id(out, 400, "the index request body is {\"ready\": true|false} or empty",
-                                 req->keep_alive, rid, NULL);
-    }
+    struct index_json *ij = ud;
+    ij->rc |= kiln_buf_puts(&ij->b, ij->first ? "{\"name\":\"" : ",{\"name\":\"");
+    ij->first = false;
+    ij->rc |= kiln_buf_json_escape(&ij->b, name, strlen(name));
+    if (version > 0)
+        ij->rc |= kiln_buf_printf(&ij->b, "\",\"version\":\"%lld", (long long)version);
+    ij->rc |= kiln_buf_printf(&ij->b, "\",\"state\":\"%s\",\"reason\":\"", state);
+    ij->rc |= kiln_buf_json_escape(&ij->b, why, strlen(why));
+    ij->rc |= kiln_buf_puts(&ij->b, "\"}");
+}
+
+void kiln_serving_index(struct kiln_serving *sv, bool only_ready,
+                        void (*row)(void *ud, const char *name, int64_t version, const char *state, const char *why),
+                        void *ud)
+{
     kiln_repository_scan(sv->repo);
-    struct kiln_buf b = {0};
-    int rc = kiln_buf_puts(&b, "[");
-    bool first = true;
     for (int i = 0; i < kiln_repository_count(sv->repo); i++) {
         const kiln_model_info *info = kiln_repository_model(sv->repo, i);
         struct entry *e = find_entry(sv, info->name);
@@ -783,16 +808,30 @@ static int repo_index(struct kiln_serving *sv, const struct kiln_request *req, s
             const char *why = ready ? "" : v && !v->valid && v->why ? v->why : !info->valid && info->why ? info->why
                                   : e && e->why[0] ? e->why : v && !v->served ? "not selected by the version policy"
                                                                                 : "not loaded";
-            rc |= kiln_buf_puts(&b, first ? "{\"name\":\"" : ",{\"name\":\"");
-            first = false;
-            rc |= kiln_buf_json_escape(&b, info->name, strlen(info->name));
-            if (v)
-                rc |= kiln_buf_printf(&b, "\",\"version\":\"%lld", (long long)v->version);
-            rc |= kiln_buf_printf(&b, "\",\"state\":\"%s\",\"reason\":\"", state);
-            rc |= kiln_buf_json_escape(&b, why, strlen(why));
-            rc |= kiln_buf_puts(&b, "\"}");
+            row(ud, info->name, v ? v->version : 0, state, why);
         }
     }
+}
+
+static int repo_index(struct kiln_serving *sv, const struct kiln_request *req, struct kiln_buf *out, const char *rid)
+{
+    /* The body is empty or {"ready": bool}: with true, only the versions ready to serve. */
+    bool only_ready = false;
+    if (req->body_len) {
+        cJSON *j = cJSON_ParseWithLength(req->body, req->body_len);
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "ready");
+        bool ok = cJSON_IsObject(j) && (!r || cJSON_IsBool(r));
+        only_ready = ok && cJSON_IsTrue(r);
+        cJSON_Delete(j);
+        if (!ok)
+            return error_with_id(out, 400, "the index request body is {\"ready\": true|false} or empty",
+                                 req->keep_alive, rid, NULL);
+    }
+    struct index_json ij = {.first = true};
+    ij.rc = kiln_buf_puts(&ij.b, "[");
+    kiln_serving_index(sv, only_ready, index_row_json, &ij);
+    struct kiln_buf b = ij.b;
+    int rc = ij.rc;
     rc |= kiln_buf_puts(&b, "]");
     return send_json(out, &b, rc, req, rid);
 }
@@ -851,14 +890,8 @@ int kiln_serving_handle_repository(void *ctx, const struct kiln_request *req, st
     if (st != 0)
         return error_with_id(out, st, msg, req->keep_alive, rid, NULL);
     if (strcmp(mp.action, "unload") == 0) {
-        struct entry *e = find_entry(sv, mp.name);
-        if (!e || (e->nv == 0 && !e->loading)) {
-            snprintf(msg, sizeof msg, "model '%s' is not loaded", mp.name);
+        if (kiln_serving_unload(sv, mp.name, msg, sizeof msg) != 0)
             return error_with_id(out, 404, msg, req->keep_alive, rid, NULL);
-        }
-        drop_versions(e); /* in-flight requests keep their references until answered */
-        snprintf(e->why, sizeof e->why, "unloaded");
-        vlog(sv, KILN_LOG_INFO, "model %s unloaded", mp.name);
         char hdr[256];
         snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\n", rid);
         return kiln_resp_append(out, 200, "application/json", "{}", 2, req->keep_alive, hdr);
@@ -881,4 +914,56 @@ int kiln_serving_handle_repository(void *ctx, const struct kiln_request *req, st
         free(r);
     }
     return KILN_HTTP_DEFERRED;
+}
+
+/* ---- for the other protocols (gRPC): the same table, rules and accounting ------------------ */
+
+int kiln_serving_unload(struct kiln_serving *sv, const char *name, char *msg, size_t n)
+{
+    struct entry *e = find_entry(sv, name);
+    if (!e || (e->nv == 0 && !e->loading)) {
+        snprintf(msg, n, "model '%s' is not loaded", name);
+        return 404;
+    }
+    drop_versions(e); /* in-flight requests keep their references until answered */
+    snprintf(e->why, sizeof e->why, "unloaded");
+    vlog(sv, KILN_LOG_INFO, "model %s unloaded", name);
+    return 0;
+}
+
+struct kiln_sched_model *kiln_serving_model(struct kiln_serving *sv, const char *name, int64_t version, int *status,
+                                            char *msg, size_t n)
+{
+    struct model_path mp = {.version = version, .action = ""};
+    if (!kiln_repository_name_valid(name)) {
+        snprintf(msg, n, "invalid model name");
+        *status = 400;
+        return NULL;
+    }
+    snprintf(mp.name, sizeof mp.name, "%s", name);
+    return resolve(sv, &mp, status, msg, n);
+}
+
+int kiln_serving_versions(struct kiln_serving *sv, const char *name, struct kiln_sched_model **out, int max)
+{
+    struct entry *e = find_entry(sv, name);
+    int k = 0;
+    for (int i = 0; e && i < e->nv && k < max; i++)
+        out[k++] = e->v[i];
+    return k;
+}
+
+bool kiln_serving_accepting(const struct kiln_serving *sv)
+{
+    return sv->accepting;
+}
+
+const struct kiln_auth *kiln_serving_auth(const struct kiln_serving *sv)
+{
+    return sv->auth;
+}
+
+const struct kiln_serving_options *kiln_serving_limits(const struct kiln_serving *sv)
+{
+    return &sv->o;
 }

@@ -65,6 +65,33 @@ int kiln_serving_load(struct kiln_serving *sv, const char *name, int64_t need_ve
 int kiln_serving_handle_models(void *ctx, const struct kiln_request *req, struct kiln_buf *out);
 int kiln_serving_handle_repository(void *ctx, const struct kiln_request *req, struct kiln_buf *out);
 
+/*
+ * For other protocols over the same table (the gRPC service): the same lookups, rules, loads
+ * and accounting as the HTTP endpoints. Statuses are HTTP's (the caller maps them).
+ */
+struct kiln_auth;
+/* The loaded version (0: the latest) of name, borrowed; NULL with *status 400/404/503 and msg. */
+struct kiln_sched_model *kiln_serving_model(struct kiln_serving *sv, const char *name, int64_t version, int *status,
+                                            char *msg, size_t n);
+/* The loaded versions of name, ascending, borrowed (at most max); their count. */
+int kiln_serving_versions(struct kiln_serving *sv, const char *name, struct kiln_sched_model **out, int max);
+bool kiln_serving_accepting(const struct kiln_serving *sv);
+const struct kiln_auth *kiln_serving_auth(const struct kiln_serving *sv);
+/* The options it was made with (limits, scheduler, log). */
+const struct kiln_serving_options *kiln_serving_limits(const struct kiln_serving *sv);
+/* Every repository model version as the index shows it (version 0: the model has none). */
+void kiln_serving_index(struct kiln_serving *sv, bool only_ready,
+                        void (*row)(void *ud, const char *name, int64_t version, const char *state, const char *why),
+                        void *ud);
+/* 0, or 404 with msg when name is not loaded. */
+int kiln_serving_unload(struct kiln_serving *sv, const char *name, char *msg, size_t n);
+/* Queues r (model retained by the caller) with the HTTP path's accounting; -1 when the queue is full (counted rejected). */
+int kiln__serving_submit(struct kiln_serving *sv, struct kiln_sched_request *r);
+/* In r's done callback, before anything else: the metrics of its outcome (refused: its data was bad). */
+void kiln__serving_account_done(struct kiln_serving *sv, const struct kiln_sched_request *r, bool refused);
+/* A request refused before it was queued. */
+void kiln__serving_count_rejected(struct kiln_serving *sv, const char *model);
+
 /* ---- between serving.c and infer.c ---- */
 struct kiln__infer_ctx {
     struct kiln_serving *sv;

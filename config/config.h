@@ -67,6 +67,7 @@ struct kiln_config_training {
 struct kiln_config {
     char *host;
     int64_t port;
+    int64_t grpc_port;          /* -1: no gRPC service */
     char *data_dir;
     char *example_models;       /* "" means none */
     char *model_repository;     /* "" means <data_dir>/models; may be read-only */

@@ -26,6 +26,9 @@ const struct kiln__config_key kiln__config_keys[] = {
      "Address to listen on. Anything but loopback (127.0.0.0/8, ::1, localhost) requires api_tokens; kilnd refuses to start without them."},
     {"port", KILN__CT_INT, OFF(port), 0, 65535, NULL, "8080", "KILN_PORT", "--port",
      "TCP port. 0 picks a free port; the chosen port is logged first and written to <data_dir>/kilnd.port."},
+    {"grpc_port", KILN__CT_INT, OFF(grpc_port), -1, 65535, NULL, "-1", "KILN_GRPC_PORT", "--grpc-port",
+     "TCP port for the KServe v2 gRPC service (on host, beside HTTP). -1 turns it off; 0 picks a free port, "
+     "which is logged and written to <data_dir>/kilnd.grpc_port."},
     {"data_dir", KILN__CT_STRING, OFF(data_dir), 1, 4096, NULL, "./var", "KILN_DATA_DIR", "--data-dir",
      "Folder for the job store (kiln.db), models and checkpoints; created when missing."},
     {"model_repository", KILN__CT_STRING, OFF(model_repository), 0, 4096, NULL, "", "KILN_MODEL_REPOSITORY",

@@ -20,6 +20,7 @@
 
 #include "config.h"
 #include "endpoints.h"
+#include "grpc.h"
 #include "jobs.h"
 #include "jobstore.h"
 #include "log.h"
@@ -46,6 +47,8 @@ struct kiln_daemon {
     struct kiln_metrics *metrics;
     struct kiln_api api;
     struct kiln_server *server;
+    struct kiln_grpc *grpc;        /* NULL unless grpc_port is set */
+    char *grpc_port_file;
     struct kiln_jobstore *jobs;
     struct kiln_sched *sched;
     struct kiln_serving *serving;

@@ -128,17 +128,18 @@ static int mkdir_p(const char *path, char *err, size_t errlen)
 }
 
 /* Written under a temporary name and renamed, so a reader never sees a half-written port. */
-static int write_port_file(struct kiln_daemon *d, int port)
+static int write_port_file(struct kiln_daemon *d, const char *name, int port, char **path)
 {
-    size_t n = strlen(d->cfg.data_dir) + 32;
+    size_t n = strlen(d->cfg.data_dir) + 48;
     char *tmp = malloc(n);
-    d->port_file = malloc(n);
-    if (!tmp || !d->port_file) {
+    char **port_file = path;
+    *port_file = malloc(n);
+    if (!tmp || !*port_file) {
         free(tmp);
         return -1;
     }
-    snprintf(d->port_file, n, "%s/kilnd.port", d->cfg.data_dir);
-    snprintf(tmp, n, "%s/kilnd.port.tmp", d->cfg.data_dir);
+    snprintf(*port_file, n, "%s/%s", d->cfg.data_dir, name);
+    snprintf(tmp, n, "%s/%s.tmp", d->cfg.data_dir, name);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     int rc = -1;
     if (fd >= 0) {
@@ -148,13 +149,13 @@ static int write_port_file(struct kiln_daemon *d, int port)
         if (close(fd) != 0)
             rc = -1;
         if (rc == 0)
-            rc = rename(tmp, d->port_file);
+            rc = rename(tmp, *port_file);
     }
     if (rc != 0) {
-        kiln_log_write(&d->log, KILN_LOG_ERROR, "cannot write %s: %s", d->port_file, strerror(errno));
+        kiln_log_write(&d->log, KILN_LOG_ERROR, "cannot write %s: %s", *port_file, strerror(errno));
         unlink(tmp);
-        free(d->port_file);
-        d->port_file = NULL;
+        free(*port_file);
+        *port_file = NULL;
     }
     free(tmp);
     return rc;
@@ -188,6 +189,8 @@ static void on_drained(void *ud)
 {
     struct kiln_daemon *d = ud;
     kiln_log_write(&d->log, KILN_LOG_INFO, "all connections closed");
+    if (d->grpc)
+        kiln_grpc_close_all(d->grpc);
     /* The signal handles are unreferenced by now; with the timer gone the loop ends. */
     close_handle((uv_handle_t *)&d->drain_timer);
 }
@@ -198,6 +201,8 @@ static void on_drain_deadline(uv_timer_t *t)
     kiln_log_write(&d->log, KILN_LOG_WARN, "drain_timeout_ms passed with %zu connection(s) open; closing them",
                    kiln_server_connections(d->server));
     kiln_server_close_all(d->server);
+    if (d->grpc)
+        kiln_grpc_close_all(d->grpc);
 }
 
 static void begin_drain(struct kiln_daemon *d, const char *why)
@@ -205,6 +210,8 @@ static void begin_drain(struct kiln_daemon *d, const char *why)
     if (d->state == KILN_DAEMON_DRAINING) {
         kiln_log_write(&d->log, KILN_LOG_WARN, "%s again while draining; closing connections now", why);
         kiln_server_close_all(d->server);
+        if (d->grpc)
+            kiln_grpc_close_all(d->grpc);
         return;
     }
     kiln_log_write(&d->log, KILN_LOG_INFO, "%s received; draining (up to %lld ms)", why,
@@ -220,6 +227,8 @@ static void begin_drain(struct kiln_daemon *d, const char *why)
     uv_unref((uv_handle_t *)&d->sig_int);
     uv_unref((uv_handle_t *)&d->sig_hup);
     uv_timer_start(&d->drain_timer, on_drain_deadline, (uint64_t)d->cfg.drain_timeout_ms, 0);
+    if (d->grpc)
+        kiln_grpc_drain(d->grpc);
     kiln_server_drain(d->server, on_drained, d);
 }
 
@@ -371,6 +380,37 @@ static int start_serving(struct kiln_daemon *d)
     return 0;
 }
 
+/* The gRPC service (grpc_port >= 0) on the same loop, serving the same model table. */
+static int start_grpc(struct kiln_daemon *d)
+{
+    if (d->cfg.grpc_port < 0)
+        return 0;
+    char err[512];
+    struct kiln_grpc_options go = {
+        .host = d->cfg.host,
+        .port = (int)d->cfg.grpc_port,
+        .serving = d->serving,
+        .max_message_bytes = (uint64_t)d->cfg.limits.max_body_bytes,
+        .max_concurrent_streams = 100,
+        .max_header_bytes = (size_t)d->cfg.limits.max_header_bytes,
+        .idle_timeout_ms = (uint64_t)d->cfg.limits.idle_timeout_ms,
+        .extensions = api_extensions,
+        .log = kiln_log_sink,
+        .log_ud = &d->log,
+    };
+    if (kiln_grpc_new(&d->grpc, &d->loop, &go) != 0) {
+        kiln_log_write(&d->log, KILN_LOG_ERROR, "out of memory");
+        return -1;
+    }
+    if (kiln_grpc_listen(d->grpc, err, sizeof err) != 0) {
+        kiln_log_write(&d->log, KILN_LOG_ERROR, "%s", err);
+        return -1;
+    }
+    int port = kiln_grpc_port(d->grpc);
+    kiln_log_write(&d->log, KILN_LOG_INFO, "gRPC listening on %s:%d grpc_port=%d", d->cfg.host, port, port);
+    return write_port_file(d, "kilnd.grpc_port", port, &d->grpc_port_file);
+}
+
 int kiln_daemon_init(struct kiln_daemon *d, struct kiln_config *cfg)
 {
     char err[512];
@@ -466,7 +506,7 @@ int kiln_daemon_init(struct kiln_daemon *d, struct kiln_config *cfg)
     int port = kiln_server_port(d->server);
     kiln_log_write(&d->log, KILN_LOG_INFO, "kilnd %s listening on %s:%d port=%d pid=%d data_dir=%s", KILN_VERSION,
                    d->cfg.host, port, port, (int)getpid(), d->cfg.data_dir);
-    if (write_port_file(d, port) != 0)
+    if (write_port_file(d, "kilnd.port", port, &d->port_file) != 0)
         return -1;
 
     size_t n = strlen(d->cfg.data_dir) + 16;
@@ -520,6 +560,8 @@ int kiln_daemon_init(struct kiln_daemon *d, struct kiln_config *cfg)
         return -1;
     }
     d->api.tensor = d->tensor;
+    if (start_grpc(d) != 0)
+        return -1;
     set_state(d, KILN_DAEMON_READY);
     return 0;
 }
@@ -541,6 +583,8 @@ void kiln_daemon_free(struct kiln_daemon *d)
             kiln_server_drain(d->server, NULL, NULL);
             kiln_server_close_all(d->server);
         }
+        if (d->grpc)
+            kiln_grpc_close_all(d->grpc);
         close_daemon_handles(d);
         /* A running job stops before its next step and stays running in the store. */
         kiln_jobs_stop(d->training);
@@ -557,6 +601,12 @@ void kiln_daemon_free(struct kiln_daemon *d)
             kiln_log_write(&d->log, KILN_LOG_WARN, "event loop closed with handles still open");
     }
     kiln_server_free(d->server);
+    if (d->grpc)
+        kiln_grpc_free(d->grpc);
+    if (d->grpc_port_file) {
+        unlink(d->grpc_port_file);
+        free(d->grpc_port_file);
+    }
     /* After the connections (a session outlives its connection until its device memory is
      * freed) and before the devices close. */
     d->api.tensor = NULL;

@@ -1,0 +1,130 @@
+/*
+ * api/grpc/grpc-impl.h — what the gRPC service's files share: the connection and stream
+ * structs (grpc_server.c owns them), the method dispatch (grpc_methods.c) and inference
+ * (grpc_infer.c).
+ *
+ * A stream is one call. Its request bytes are gathered message by message (the 5-byte gRPC
+ * prefix is read first and its length checked against the limit before anything is kept);
+ * each complete message goes to kiln__grpc_dispatch. Answers are queued on the stream with
+ * kiln__grpc_reply (framed messages) and end with kiln__grpc_finish (the status trailers).
+ * When nghttp2 closes a stream (RST_STREAM, or its connection goes) every request it has queued
+ * is marked cancelled and detached, so a completion that arrives later is only counted and freed.
+ */
+#ifndef KILN_API_GRPC_IMPL_H
+#define KILN_API_GRPC_IMPL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <nghttp2/nghttp2.h>
+#include <protobuf-c/protobuf-c.h>
+
+#include "buf.h"
+#include "grpc.h"
+
+/* gRPC status codes (grpc/doc/statuscodes.md). */
+enum grpc_code {
+    GRPC_OK = 0,
+    GRPC_CANCELLED = 1,
+    GRPC_UNKNOWN = 2,
+    GRPC_INVALID_ARGUMENT = 3,
+    GRPC_DEADLINE_EXCEEDED = 4,
+    GRPC_NOT_FOUND = 5,
+    GRPC_PERMISSION_DENIED = 7,
+    GRPC_RESOURCE_EXHAUSTED = 8,
+    GRPC_FAILED_PRECONDITION = 9,
+    GRPC_UNIMPLEMENTED = 12,
+    GRPC_INTERNAL = 13,
+    GRPC_UNAVAILABLE = 14,
+    GRPC_UNAUTHENTICATED = 16,
+};
+
+struct kiln_grpc {
+    struct kiln_grpc_options o;
+    uv_loop_t *loop;
+    uv_tcp_t listener;
+    bool listener_open, draining;
+    int port;
+    struct kiln_grpc_conn *conns;
+};
+
+struct grpc_job;
+
+/* A model load in progress for a call; s is cleared when the call goes first. */
+struct grpc_load {
+    struct grpc_stream *s;
+};
+
+struct grpc_stream {
+    struct kiln_grpc_conn *conn;
+    int32_t id;
+    char path[96];
+    char authorization[512];
+    bool grpc_content_type, compressed_ok;
+    uint64_t deadline_ns;           /* from grpc-timeout; 0: none */
+    uint64_t opened_ns;
+    size_t header_bytes;
+    bool header_overflow;
+    /* the request side */
+    struct kiln_buf in;             /* the message being gathered, prefix included */
+    uint64_t need;                  /* its whole length once the prefix is read; 0 before */
+    int messages;                   /* complete messages so far */
+    bool client_done;               /* END_STREAM received */
+    bool streaming;                 /* ModelStreamInfer */
+    /* the response side */
+    bool headers_sent, finished, trailers_sent;
+    struct kiln_buf out;
+    size_t out_off;
+    int code;
+    char message[320];
+    struct grpc_job *jobs, *jobs_tail;  /* queued inference, in request order */
+    struct grpc_load *load;             /* RepositoryModelLoad waiting for its load */
+    struct grpc_stream *prev, *next;
+};
+
+struct kiln_grpc_conn {
+    struct kiln_grpc *g;
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    bool detached;                  /* no socket (the fuzzer) */
+    bool closing, in_recv;
+    int handles_open;               /* while closing: the handles whose close is still to come */
+    nghttp2_session *session;
+    struct grpc_stream *streams;
+    uint64_t last_active_ns;
+    size_t unsent;                  /* bytes handed to uv_write and not yet written */
+    char rbuf[65536];
+    struct kiln_grpc_conn *prev, *next;
+};
+
+/* ---- grpc_server.c ---- */
+/* Queues one framed message m on s (sending response headers first). 0, or -1 out of memory. */
+int kiln__grpc_reply(struct grpc_stream *s, const ProtobufCMessage *m);
+/* Queues framed bytes (prefix included) already packed. */
+int kiln__grpc_reply_raw(struct grpc_stream *s, const void *framed, size_t n);
+/* Ends the call with code and message (after what was queued). */
+void kiln__grpc_finish(struct grpc_stream *s, enum grpc_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Sends what the session has queued, unless called from inside nghttp2 (the read path sends after). */
+void kiln__grpc_flush(struct kiln_grpc_conn *c);
+/* The gRPC status an HTTP status from the serving layer means. */
+enum grpc_code kiln__grpc_code_of_http(int status);
+/* Frames a message: the 5-byte prefix then the packed bytes, appended to b. 0 or -1. */
+int kiln__grpc_frame(struct kiln_buf *b, const ProtobufCMessage *m);
+
+/* ---- grpc_methods.c ---- */
+/* One complete request message (s->in, prefix included) for the method s->path names. */
+void kiln__grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len);
+/* Whether path names a method that streams requests (each message dispatched as it comes). */
+bool kiln__grpc_is_streaming(const char *path);
+
+/* ---- grpc_infer.c ---- */
+/* ModelInfer / one ModelStreamInfer message: decode, queue; the answer comes later. */
+void kiln__grpc_infer(struct grpc_stream *s, const uint8_t *msg, size_t len);
+/* The stream is going away: its queued requests are cancelled and forgotten. */
+void kiln__grpc_detach_jobs(struct grpc_stream *s);
+/* For a streaming call whose client finished: ends it once no request is pending. */
+void kiln__grpc_stream_maybe_end(struct grpc_stream *s);
+
+#endif /* KILN_API_GRPC_IMPL_H */

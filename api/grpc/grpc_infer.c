@@ -1,0 +1,407 @@
+/*
+ * api/grpc/grpc_infer.c — ModelInfer and ModelStreamInfer: a ModelInferRequest into the same
+ * struct kiln_sched_request the HTTP decoder makes, queued through the same accounting
+ * (kiln__serving_submit) to the same scheduler; the finished request back into a
+ * ModelInferResponse, packed on the worker (as the HTTP body is) and sent by the loop.
+ *
+ * The checks are the HTTP decoder's (api/infer.c), made on the decoded message: the input count
+ * and names, the datatype against the model's, each dim against the model's shape and
+ * limits.max_tensor_elements (overflow-checked) before anything is allocated from it, the batch
+ * dim against max_batch_size and across inputs, and the data's size: raw_input_contents must be
+ * exactly the shape's bytes, typed contents exactly its element count. Outputs travel in
+ * raw_output_contents, as Triton sends them.
+ *
+ * A stream's requests are answered in the order they came, each carrying its id: a request that
+ * finishes early waits on its stream until those before it have been sent.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grpc_service.pb-c.h"
+#include "grpc-impl.h"
+
+struct grpc_job {
+    struct kiln_sched_request r;    /* first: the scheduler hands this pointer back */
+    struct kiln_serving *sv;
+    struct grpc_stream *s;          /* NULL once the call has gone */
+    struct grpc_job *next;
+    atomic_bool cancelled;
+    bool streaming, queued, done, client_deadline, encoded;
+    bool want_output[KILN_SCHED_MAX_IO];
+    char *id;
+    int64_t version;
+    struct kiln_buf resp;           /* the framed response, packed by the worker */
+    enum grpc_code code;
+    char msg[320];
+};
+
+#define FAIL(status, ...)                         \
+    do {                                          \
+        snprintf(msg, msglen, __VA_ARGS__);       \
+        rc = (status);                            \
+        goto done;                                \
+    } while (0)
+
+static int find_spec(const kiln_model_tensor_spec *specs, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(specs[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+/* Copies typed contents into t (dtype and element count set). 0, or -1 with why. */
+static int copy_typed(struct kiln_sched_tensor *t, const Inference__InferTensorContents *c, int64_t numel,
+                      const char **why)
+{
+    size_t n = (size_t)numel, have;
+    switch (t->dtype) {
+    case KILN_F32: have = c->n_fp32_contents; break;
+    case KILN_F64: have = c->n_fp64_contents; break;
+    case KILN_I64: have = c->n_int64_contents; break;
+    case KILN_I32: have = c->n_int_contents; break;
+    case KILN_U8: have = c->n_uint_contents; break;
+    case KILN_BOOL: have = c->n_bool_contents; break;
+    default:
+        *why = "this datatype has no typed contents field: send it in raw_input_contents";
+        return -1;
+    }
+    if (have != n) {
+        *why = "the contents hold a different number of elements than the shape";
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        switch (t->dtype) {
+        case KILN_F32: ((float *)t->data)[i] = c->fp32_contents[i]; break;
+        case KILN_F64: ((double *)t->data)[i] = c->fp64_contents[i]; break;
+        case KILN_I64: ((int64_t *)t->data)[i] = c->int64_contents[i]; break;
+        case KILN_I32: ((int32_t *)t->data)[i] = c->int_contents[i]; break;
+        case KILN_BOOL: ((uint8_t *)t->data)[i] = c->bool_contents[i] ? 1 : 0; break;
+        default:
+            if (c->uint_contents[i] > 255) {
+                *why = "UINT8 contents must be in 0..255";
+                return -1;
+            }
+            ((uint8_t *)t->data)[i] = (uint8_t)c->uint_contents[i];
+        }
+    }
+    return 0;
+}
+
+/* q into r for model config c; fills want_output. 0, or an HTTP status with msg (r cleared). */
+static int decode(const struct kiln_serving_options *lim, const kiln_model_config *c,
+                  const Inference__ModelInferRequest *q, struct kiln_sched_request *r, bool *want_output, char *msg,
+                  size_t msglen)
+{
+    int rc = 0;
+    bool raw = q->n_raw_input_contents > 0;
+    if (q->n_inputs != (size_t)c->ninputs)
+        FAIL(400, "the model takes %d input(s), the request has %zu", c->ninputs, q->n_inputs);
+    if (raw && q->n_raw_input_contents != q->n_inputs)
+        FAIL(400, "raw_input_contents has %zu entries for %zu inputs", q->n_raw_input_contents, q->n_inputs);
+    r->ninputs = c->ninputs;
+    int64_t batch = -1;
+    for (size_t i = 0; i < q->n_inputs; i++) {
+        const Inference__ModelInferRequest__InferInputTensor *in = q->inputs[i];
+        int k = find_spec(c->inputs, c->ninputs, in->name);
+        if (k < 0)
+            FAIL(400, "unknown input '%.64s'", in->name);
+        if (r->inputs[k].data)
+            FAIL(400, "input '%.64s' given twice", in->name);
+        const kiln_model_tensor_spec *sp = &c->inputs[k];
+        if (strcmp(in->datatype, sp->datatype) != 0)
+            FAIL(400, "input '%s' has datatype %.32s; the model expects %s", sp->name, in->datatype, sp->datatype);
+        int want = kiln_sched_dtype_of(sp->datatype);
+        if (want < 0)
+            FAIL(400, "datatype %s is not supported", sp->datatype);
+        if (in->n_shape != (size_t)sp->ndim)
+            FAIL(400, "input '%s' has %zu dims; the model expects %d", sp->name, in->n_shape, sp->ndim);
+        struct kiln_sched_tensor *t = &r->inputs[k];
+        int64_t numel = 1;
+        for (int d = 0; d < sp->ndim; d++) {
+            int64_t v = in->shape[d];
+            if (v < 0)
+                FAIL(400, "input '%s': shape entries must be non-negative integers", sp->name);
+            if (v > lim->max_tensor_elements)
+                FAIL(413, "input '%s': dim %d is larger than limits.max_tensor_elements (%lld)", sp->name, d,
+                     (long long)lim->max_tensor_elements);
+            if (sp->shape[d] >= 0 && sp->shape[d] != v)
+                FAIL(400, "input '%s': dim %d is %lld; the model expects %lld", sp->name, d, (long long)v,
+                     (long long)sp->shape[d]);
+            if (__builtin_mul_overflow(numel, v, &numel) || numel > lim->max_tensor_elements)
+                FAIL(413, "input '%s' has more than limits.max_tensor_elements (%lld) elements", sp->name,
+                     (long long)lim->max_tensor_elements);
+            t->shape[d] = v;
+        }
+        t->ndim = sp->ndim;
+        if (c->max_batch_size > 0) {
+            if (t->ndim < 1 || t->shape[0] < 1 || t->shape[0] > c->max_batch_size)
+                FAIL(400, "input '%s': batch dim must be 1..%d", sp->name, c->max_batch_size);
+            if (batch >= 0 && t->shape[0] != batch)
+                FAIL(400, "inputs disagree on the batch size");
+            batch = t->shape[0];
+        }
+        t->dtype = (kiln_dtype)want;
+        t->nbytes = (size_t)numel * kiln_dtype_size(t->dtype);
+        if (raw) {
+            if (in->contents)
+                FAIL(400, "input '%s' has contents beside raw_input_contents", sp->name);
+            if (q->raw_input_contents[i].len != t->nbytes)
+                FAIL(400, "input '%s': raw_input_contents holds %zu bytes; its shape and datatype need %zu",
+                     sp->name, q->raw_input_contents[i].len, t->nbytes);
+        } else if (!in->contents) {
+            FAIL(400, "input '%s' has neither contents nor raw_input_contents", sp->name);
+        }
+        t->data = malloc(t->nbytes ? t->nbytes : 1);
+        if (!t->data)
+            FAIL(500, "out of memory");
+        const char *why = NULL;
+        if (raw)
+            memcpy(t->data, q->raw_input_contents[i].data, t->nbytes);
+        else if (copy_typed(t, in->contents, numel, &why) != 0)
+            FAIL(400, "input '%s': %s", sp->name, why);
+    }
+    for (int o = 0; o < c->noutputs; o++)
+        want_output[o] = q->n_outputs == 0;
+    for (size_t i = 0; i < q->n_outputs; i++) {
+        int k = find_spec(c->outputs, c->noutputs, q->outputs[i]->name);
+        if (k < 0)
+            FAIL(400, "unknown output '%.64s'", q->outputs[i]->name);
+        want_output[k] = true;
+    }
+done:
+    if (rc != 0)
+        kiln_sched_request_clear(r);
+    return rc;
+}
+
+/* ---- the answer, packed on the worker --------------------------------------------------------- */
+
+static void finish_on_worker(struct kiln_sched_request *r)
+{
+    struct grpc_job *j = (struct grpc_job *)r;
+    if (r->outcome != KILN_SCHED_OK)
+        return;
+    const kiln_model_config *c = kiln_sched_model_config(r->model);
+    char version[24];
+    snprintf(version, sizeof version, "%lld", (long long)kiln_sched_model_version(r->model));
+    Inference__ModelInferResponse res = INFERENCE__MODEL_INFER_RESPONSE__INIT;
+    Inference__ModelInferResponse__InferOutputTensor out[KILN_SCHED_MAX_IO], *outp[KILN_SCHED_MAX_IO];
+    ProtobufCBinaryData raw[KILN_SCHED_MAX_IO];
+    res.model_name = (char *)kiln_sched_model_name(r->model);
+    res.model_version = version;
+    res.id = j->id ? j->id : "";
+    size_t n = 0;
+    for (int o = 0; o < c->noutputs && o < r->noutputs; o++) {
+        if (!j->want_output[o])
+            continue;
+        inference__model_infer_response__infer_output_tensor__init(&out[n]);
+        out[n].name = c->outputs[o].name;
+        out[n].datatype = c->outputs[o].datatype;
+        out[n].n_shape = (size_t)r->outputs[o].ndim;
+        out[n].shape = (int64_t *)r->outputs[o].shape;
+        raw[n].len = r->outputs[o].nbytes;
+        raw[n].data = r->outputs[o].data;
+        outp[n] = &out[n];
+        n++;
+    }
+    res.n_outputs = n;
+    res.outputs = outp;
+    res.n_raw_output_contents = n;
+    res.raw_output_contents = raw;
+    if (j->streaming) {
+        Inference__ModelStreamInferResponse sr = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
+        sr.infer_response = &res;
+        j->encoded = kiln__grpc_frame(&j->resp, &sr.base) == 0;
+    } else {
+        j->encoded = kiln__grpc_frame(&j->resp, &res.base) == 0;
+    }
+}
+
+/* ---- completion and delivery, in request order -------------------------------------------------- */
+
+static void job_free(struct grpc_job *j)
+{
+    kiln_buf_free(&j->resp);
+    free(j->id);
+    free(j);
+}
+
+/* A streaming call's error: a ModelStreamInferResponse carrying it, the stream going on. */
+static void stream_error(struct grpc_stream *s, const char *msg)
+{
+    Inference__ModelStreamInferResponse sr = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
+    sr.error_message = (char *)msg;
+    if (kiln__grpc_reply(s, &sr.base) != 0)
+        kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
+}
+
+static void deliver(struct grpc_stream *s)
+{
+    while (s->jobs && s->jobs->done) {
+        struct grpc_job *j = s->jobs;
+        s->jobs = j->next;
+        if (!s->jobs)
+            s->jobs_tail = NULL;
+        if (!j->streaming) {
+            if (j->code == GRPC_OK && kiln__grpc_reply_raw(s, j->resp.data, j->resp.len) == 0)
+                kiln__grpc_finish(s, GRPC_OK, "%s", "");
+            else
+                kiln__grpc_finish(s, j->code == GRPC_OK ? GRPC_RESOURCE_EXHAUSTED : j->code, "%s",
+                                  j->code == GRPC_OK ? "out of memory for the response" : j->msg);
+        } else if (j->code == GRPC_OK) {
+            if (kiln__grpc_reply_raw(s, j->resp.data, j->resp.len) != 0)
+                kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
+        } else {
+            stream_error(s, j->msg);
+        }
+        job_free(j);
+    }
+    if (s->streaming)
+        kiln__grpc_stream_maybe_end(s);
+}
+
+static void job_done(struct kiln_sched_request *r)
+{
+    struct grpc_job *j = (struct grpc_job *)r;
+    kiln__serving_account_done(j->sv, r, false);
+    switch (r->outcome) {
+    case KILN_SCHED_OK:
+        j->code = j->encoded ? GRPC_OK : GRPC_RESOURCE_EXHAUSTED;
+        snprintf(j->msg, sizeof j->msg, "%s", j->encoded ? "" : "out of memory for the response");
+        break;
+    case KILN_SCHED_FAILED:
+        j->code = GRPC_INVALID_ARGUMENT;
+        snprintf(j->msg, sizeof j->msg, "%s", r->error);
+        break;
+    case KILN_SCHED_TIMEOUT:
+        j->code = j->client_deadline ? GRPC_DEADLINE_EXCEEDED : GRPC_UNAVAILABLE;
+        snprintf(j->msg, sizeof j->msg, "%s", r->error[0] ? r->error : "timed out in the queue");
+        break;
+    case KILN_SCHED_CANCELLED:
+        j->code = GRPC_CANCELLED;
+        snprintf(j->msg, sizeof j->msg, "cancelled before it ran");
+        break;
+    default:
+        j->code = GRPC_UNAVAILABLE;
+        snprintf(j->msg, sizeof j->msg, "%s", kiln_sched_outcome_to_str(r->outcome));
+    }
+    struct kiln_sched_model *m = r->model;
+    kiln_sched_request_clear(r);
+    kiln_sched_model_release(m);
+    j->done = true;
+    struct grpc_stream *s = j->s;
+    if (!s) {
+        job_free(j);
+        return;
+    }
+    deliver(s);
+    kiln__grpc_flush(s->conn);
+}
+
+void kiln__grpc_detach_jobs(struct grpc_stream *s)
+{
+    for (struct grpc_job *j = s->jobs, *next; j; j = next) {
+        next = j->next;
+        if (j->done) {
+            job_free(j);
+        } else {
+            atomic_store(&j->cancelled, true);
+            j->s = NULL;
+        }
+    }
+    s->jobs = s->jobs_tail = NULL;
+}
+
+void kiln__grpc_stream_maybe_end(struct grpc_stream *s)
+{
+    if (s->client_done && !s->jobs)
+        kiln__grpc_finish(s, GRPC_OK, "%s", "");
+}
+
+/* ---- queueing ------------------------------------------------------------------------------- */
+
+static void refuse(struct grpc_job *j, enum grpc_code code, const char *msg)
+{
+    j->code = code;
+    snprintf(j->msg, sizeof j->msg, "%s", msg);
+    j->done = true;
+}
+
+void kiln__grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len)
+{
+    struct kiln_serving *sv = s->conn->g->o.serving;
+    struct grpc_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    j->sv = sv;
+    j->s = s;
+    j->streaming = s->streaming;
+    if (s->jobs_tail)
+        s->jobs_tail->next = j;
+    else
+        s->jobs = j;
+    s->jobs_tail = j;
+
+    char msg[320];
+    Inference__ModelInferRequest *q = inference__model_infer_request__unpack(NULL, len, data);
+    struct kiln_sched_model *m = NULL;
+    int64_t version = 0;
+    if (!q) {
+        refuse(j, GRPC_INVALID_ARGUMENT, "malformed ModelInferRequest message");
+        goto out;
+    }
+    j->id = strdup(q->id ? q->id : "");
+    if (!j->id) {
+        refuse(j, GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    if (q->model_version && q->model_version[0]) {
+        char *end;
+        long long v = strtoll(q->model_version, &end, 10);
+        if (*end || v <= 0) {
+            refuse(j, GRPC_INVALID_ARGUMENT, "invalid model version");
+            goto out;
+        }
+        version = v;
+    }
+    int status = 0;
+    m = kiln_serving_model(sv, q->model_name, version, &status, msg, sizeof msg);
+    if (!m) {
+        refuse(j, kiln__grpc_code_of_http(status), msg);
+        goto out;
+    }
+    const char *name = kiln_sched_model_name(m);
+    const struct kiln_serving_options *lim = kiln_serving_limits(sv);
+    if (!kiln_serving_accepting(sv)) {
+        kiln__serving_count_rejected(sv, name);
+        refuse(j, GRPC_UNAVAILABLE, "the server is draining");
+        goto out;
+    }
+    if ((status = decode(lim, kiln_sched_model_config(m), q, &j->r, j->want_output, msg, sizeof msg)) != 0) {
+        kiln__serving_count_rejected(sv, name);
+        refuse(j, kiln__grpc_code_of_http(status), msg);
+        goto out;
+    }
+    uint64_t now = uv_hrtime(), server_deadline = now + (uint64_t)lim->infer_timeout_ms * 1000000u;
+    j->client_deadline = s->deadline_ns && s->deadline_ns < server_deadline;
+    j->r.model = kiln_sched_model_retain(m);
+    j->r.cancelled = &j->cancelled;
+    j->r.deadline_ns = j->client_deadline ? s->deadline_ns : server_deadline;
+    j->r.done = job_done;
+    j->r.finish = finish_on_worker;
+    if (kiln__serving_submit(sv, &j->r) != 0) {
+        kiln_sched_model_release(m);
+        kiln_sched_request_clear(&j->r);
+        refuse(j, GRPC_UNAVAILABLE, "the model's queue is full; retry later");
+        goto out;
+    }
+    j->queued = true;
+out:
+    if (q)
+        inference__model_infer_request__free_unpacked(q, NULL);
+    deliver(s);
+}

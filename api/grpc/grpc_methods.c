@@ -1,0 +1,587 @@
+/*
+ * api/grpc/grpc_methods.c — the methods of inference.GRPCInferenceService other than inference:
+ * health, metadata, model configuration, statistics and the model repository, answered from
+ * the same model table (api/serving.h) and under the same token scopes as the HTTP endpoints.
+ *
+ * Each request message is unpacked by protobuf-c (its size was checked against the limit when
+ * its prefix arrived), answered with one message or a status, and freed. Methods kilnd does not
+ * implement (shared memory, trace, logging) answer UNIMPLEMENTED, saying so.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grpc_service.pb-c.h"
+#include "auth.h"
+#include "grpc-impl.h"
+
+#define SERVICE "/inference.GRPCInferenceService/"
+#define MAX_VERSIONS 16
+
+/* 0 when the call may go on with scope need; otherwise it is finished with the status. */
+static int authorize(struct grpc_stream *s, enum kiln_auth_scope need)
+{
+    struct kiln_serving *sv = s->conn->g->o.serving;
+    const struct kiln_auth *a = sv ? kiln_serving_auth(sv) : NULL;
+    if (!a || !kiln_auth_enabled(a))
+        return 0;
+    if (!s->authorization[0]) {
+        kiln__grpc_finish(s, GRPC_UNAUTHENTICATED, "this call needs \"authorization: Bearer <token>\" metadata");
+        return -1;
+    }
+    enum kiln_auth_scope got = kiln_auth_scope_of(a, s->authorization);
+    if (got == KILN_AUTH_NONE) {
+        kiln__grpc_finish(s, GRPC_UNAUTHENTICATED, "invalid bearer token");
+        return -1;
+    }
+    if (got < need) {
+        kiln__grpc_finish(s, GRPC_PERMISSION_DENIED, "this token lacks the admin scope");
+        return -1;
+    }
+    return 0;
+}
+
+/* A request's model_version: "" is the latest (0); otherwise a positive integer. -1 when malformed. */
+static int64_t parse_version(const char *v)
+{
+    if (!v || !v[0])
+        return 0;
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    return *end || x <= 0 ? -1 : x;
+}
+
+static void reply_or_fail(struct grpc_stream *s, const ProtobufCMessage *m)
+{
+    if (kiln__grpc_reply(s, m) != 0)
+        kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
+    else
+        kiln__grpc_finish(s, GRPC_OK, "%s", "");
+}
+
+/* The model a request names, or NULL with the call finished. */
+static struct kiln_sched_model *model_for(struct grpc_stream *s, const char *name, const char *version)
+{
+    struct kiln_serving *sv = s->conn->g->o.serving;
+    int64_t v = parse_version(version);
+    if (v < 0) {
+        kiln__grpc_finish(s, GRPC_INVALID_ARGUMENT, "invalid model version '%.32s'", version);
+        return NULL;
+    }
+    int status = 0;
+    char msg[320];
+    struct kiln_sched_model *m = kiln_serving_model(sv, name ? name : "", v, &status, msg, sizeof msg);
+    if (!m)
+        kiln__grpc_finish(s, kiln__grpc_code_of_http(status), "%s", msg);
+    return m;
+}
+
+/* ---- health and metadata ---------------------------------------------------------------- */
+
+static void server_live(struct grpc_stream *s)
+{
+    Inference__ServerLiveResponse r = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
+    r.live = 1;
+    reply_or_fail(s, &r.base);
+}
+
+static void server_ready(struct grpc_stream *s)
+{
+    struct kiln_serving *sv = s->conn->g->o.serving;
+    Inference__ServerReadyResponse r = INFERENCE__SERVER_READY_RESPONSE__INIT;
+    r.ready = sv && kiln_serving_accepting(sv) && !s->conn->g->draining;
+    reply_or_fail(s, &r.base);
+}
+
+static void model_ready(struct grpc_stream *s, const Inference__ModelReadyRequest *q)
+{
+    struct kiln_serving *sv = s->conn->g->o.serving;
+    int64_t v = parse_version(q->version);
+    int status = 0;
+    char msg[320];
+    Inference__ModelReadyResponse r = INFERENCE__MODEL_READY_RESPONSE__INIT;
+    r.ready = v >= 0 && kiln_serving_model(sv, q->name, v, &status, msg, sizeof msg) && kiln_serving_accepting(sv);
+    reply_or_fail(s, &r.base);
+}
+
+static void server_metadata(struct grpc_stream *s)
+{
+    const char *const *ext = s->conn->g->o.extensions;
+    size_t n = 0;
+    while (ext && ext[n])
+        n++;
+    Inference__ServerMetadataResponse r = INFERENCE__SERVER_METADATA_RESPONSE__INIT;
+    r.name = "kiln";
+    r.version = KILN_VERSION;
+    r.n_extensions = n;
+    r.extensions = (char **)ext;
+    reply_or_fail(s, &r.base);
+}
+
+static Inference__ModelMetadataResponse__TensorMetadata *tensor_meta(const kiln_model_tensor_spec *sp, int n)
+{
+    Inference__ModelMetadataResponse__TensorMetadata *t = calloc((size_t)n + 1, sizeof *t);
+    for (int i = 0; t && i < n; i++) {
+        inference__model_metadata_response__tensor_metadata__init(&t[i]);
+        t[i].name = sp[i].name;
+        t[i].datatype = sp[i].datatype;
+        t[i].n_shape = (size_t)sp[i].ndim;
+        t[i].shape = (int64_t *)sp[i].shape;
+    }
+    return t;
+}
+
+/* An array of pointers to n consecutive elements of size each, from base (for repeated fields). */
+static void **pointers_to(void *base, size_t size, size_t n)
+{
+    void **p = calloc(n + 1, sizeof *p);
+    for (size_t i = 0; p && i < n; i++)
+        p[i] = (char *)base + i * size;
+    return p;
+}
+
+static void model_metadata(struct grpc_stream *s, const Inference__ModelMetadataRequest *q)
+{
+    struct kiln_sched_model *m = model_for(s, q->name, q->version);
+    if (!m)
+        return;
+    struct kiln_sched_model *vs[MAX_VERSIONS];
+    int nv = kiln_serving_versions(s->conn->g->o.serving, q->name, vs, MAX_VERSIONS);
+    char vtext[MAX_VERSIONS][24];
+    char *vptr[MAX_VERSIONS];
+    for (int i = 0; i < nv; i++) {
+        snprintf(vtext[i], sizeof vtext[i], "%lld", (long long)kiln_sched_model_version(vs[i]));
+        vptr[i] = vtext[i];
+    }
+    const kiln_model_config *c = kiln_sched_model_config(m);
+    Inference__ModelMetadataResponse r = INFERENCE__MODEL_METADATA_RESPONSE__INIT;
+    r.name = q->name;
+    r.n_versions = (size_t)nv;
+    r.versions = vptr;
+    r.platform = (char *)kiln_sched_model_format(m);
+    Inference__ModelMetadataResponse__TensorMetadata *in = tensor_meta(c->inputs, c->ninputs);
+    Inference__ModelMetadataResponse__TensorMetadata *out = tensor_meta(c->outputs, c->noutputs);
+    r.n_inputs = (size_t)c->ninputs;
+    r.inputs = (void *)pointers_to(in, sizeof *in, r.n_inputs);
+    r.n_outputs = (size_t)c->noutputs;
+    r.outputs = (void *)pointers_to(out, sizeof *out, r.n_outputs);
+    if (in && out && r.inputs && r.outputs)
+        reply_or_fail(s, &r.base);
+    else
+        kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
+    free(in);
+    free(out);
+    free(r.inputs);
+    free(r.outputs);
+}
+
+/* ---- configuration and statistics ----------------------------------------------------------- */
+
+static Inference__DataType data_type_of(const char *datatype)
+{
+    char name[40];
+    snprintf(name, sizeof name, "TYPE_%s", datatype);
+    const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value_by_name(&inference__data_type__descriptor, name);
+    return v ? (Inference__DataType)v->value : INFERENCE__DATA_TYPE__TYPE_INVALID;
+}
+
+static void model_config(struct grpc_stream *s, const Inference__ModelConfigRequest *q)
+{
+    struct kiln_sched_model *m = model_for(s, q->name, q->version);
+    if (!m)
+        return;
+    const kiln_model_config *c = kiln_sched_model_config(m);
+    bool batched = c->max_batch_size > 0;
+    int skip = batched ? 1 : 0; /* Triton's dims leave the batch dim out when the model batches */
+    char filename[32];
+    snprintf(filename, sizeof filename, "model.%s", kiln_sched_model_format(m));
+    Inference__ModelConfig mc = INFERENCE__MODEL_CONFIG__INIT;
+    mc.name = q->name;
+    mc.platform = (char *)kiln_sched_model_format(m);
+    mc.backend = "kiln";
+    mc.max_batch_size = batched ? c->max_batch_size : 0;
+    mc.default_model_filename = filename;
+    Inference__ModelInput *in = calloc((size_t)c->ninputs + 1, sizeof *in);
+    Inference__ModelOutput *out = calloc((size_t)c->noutputs + 1, sizeof *out);
+    for (int i = 0; in && i < c->ninputs; i++) {
+        inference__model_input__init(&in[i]);
+        in[i].name = c->inputs[i].name;
+        in[i].data_type = data_type_of(c->inputs[i].datatype);
+        in[i].n_dims = (size_t)(c->inputs[i].ndim > skip ? c->inputs[i].ndim - skip : 0);
+        in[i].dims = (int64_t *)c->inputs[i].shape + skip;
+    }
+    for (int i = 0; out && i < c->noutputs; i++) {
+        inference__model_output__init(&out[i]);
+        out[i].name = c->outputs[i].name;
+        out[i].data_type = data_type_of(c->outputs[i].datatype);
+        out[i].n_dims = (size_t)(c->outputs[i].ndim > skip ? c->outputs[i].ndim - skip : 0);
+        out[i].dims = (int64_t *)c->outputs[i].shape + skip;
+    }
+    mc.n_input = (size_t)c->ninputs;
+    mc.input = (void *)pointers_to(in, sizeof *in, mc.n_input);
+    mc.n_output = (size_t)c->noutputs;
+    mc.output = (void *)pointers_to(out, sizeof *out, mc.n_output);
+    Inference__ModelDynamicBatching db = INFERENCE__MODEL_DYNAMIC_BATCHING__INIT;
+    int32_t preferred[16];
+    if (batched) {
+        for (int i = 0; i < c->npreferred && i < 16; i++)
+            preferred[i] = (int32_t)c->preferred_batch_sizes[i];
+        db.n_preferred_batch_size = (size_t)(c->npreferred < 16 ? c->npreferred : 16);
+        db.preferred_batch_size = preferred;
+        db.max_queue_delay_microseconds = (uint64_t)c->max_queue_delay_us;
+        mc.scheduling_choice_case = INFERENCE__MODEL_CONFIG__SCHEDULING_CHOICE_DYNAMIC_BATCHING;
+        mc.dynamic_batching = &db;
+    }
+    Inference__ModelConfigResponse r = INFERENCE__MODEL_CONFIG_RESPONSE__INIT;
+    r.config = &mc;
+    if (in && out && mc.input && mc.output)
+        reply_or_fail(s, &r.base);
+    else
+        kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
+    free(in);
+    free(out);
+    free(mc.input);
+    free(mc.output);
+}
+
+/* One version's statistics, as model_json.c's kiln__serving_stats_json shows them over HTTP. */
+struct stats_msg {
+    Inference__ModelStatistics ms;
+    Inference__InferStatistics is;
+    Inference__StatisticDuration d[8];
+    Inference__InferBatchStatistics b[KILN_SCHED_BATCH_BUCKETS];
+    Inference__StatisticDuration bd[KILN_SCHED_BATCH_BUCKETS][3];
+    Inference__InferBatchStatistics *bp[KILN_SCHED_BATCH_BUCKETS];
+    char version[24];
+};
+
+static void fill_stats(struct stats_msg *x, struct kiln_sched_model *m)
+{
+    struct kiln_sched_stats st;
+    kiln_sched_model_stats(m, &st);
+    inference__model_statistics__init(&x->ms);
+    inference__infer_statistics__init(&x->is);
+    for (int i = 0; i < 8; i++)
+        inference__statistic_duration__init(&x->d[i]);
+    snprintf(x->version, sizeof x->version, "%lld", (long long)kiln_sched_model_version(m));
+    x->ms.name = (char *)kiln_sched_model_name(m);
+    x->ms.version = x->version;
+    x->ms.last_inference = st.last_inference_ms;
+    x->ms.inference_count = st.inference_count;
+    x->ms.execution_count = st.execution_count;
+    x->d[0] = (Inference__StatisticDuration){x->d[0].base, st.success_count, st.success_ns};
+    x->d[1] = (Inference__StatisticDuration){x->d[1].base, st.fail_count, st.fail_ns};
+    x->d[2] = (Inference__StatisticDuration){x->d[2].base, st.success_count + st.fail_count, st.queue_ns};
+    x->d[3] = (Inference__StatisticDuration){x->d[3].base, st.execution_count, 0};
+    x->d[4] = (Inference__StatisticDuration){x->d[4].base, st.execution_count, st.compute_ns};
+    x->d[5] = (Inference__StatisticDuration){x->d[5].base, st.execution_count, 0};
+    x->is.success = &x->d[0];
+    x->is.fail = &x->d[1];
+    x->is.queue = &x->d[2];
+    x->is.compute_input = &x->d[3];
+    x->is.compute_infer = &x->d[4];
+    x->is.compute_output = &x->d[5];
+    x->is.cache_hit = &x->d[6];
+    x->is.cache_miss = &x->d[7];
+    x->ms.inference_stats = &x->is;
+    size_t nb = 0;
+    for (int i = 0; i < KILN_SCHED_BATCH_BUCKETS; i++) {
+        if (!st.batch_hist[i])
+            continue;
+        /* Runs are counted in power-of-two buckets; batch_size is the bucket's upper bound. */
+        Inference__InferBatchStatistics *b = &x->b[nb];
+        inference__infer_batch_statistics__init(b);
+        for (int k = 0; k < 3; k++)
+            inference__statistic_duration__init(&x->bd[nb][k]);
+        x->bd[nb][1].count = st.batch_hist[i];
+        b->batch_size = 1u << i;
+        b->compute_input = &x->bd[nb][0];
+        b->compute_infer = &x->bd[nb][1];
+        b->compute_output = &x->bd[nb][2];
+        x->bp[nb++] = b;
+    }
+    x->ms.n_batch_stats = nb;
+    x->ms.batch_stats = x->bp;
+}
+
+struct model_list {
+    struct kiln_sched_model **m;
+    size_t n, cap;
+    bool oom;
+};
+
+static void add_model(struct model_list *t, struct kiln_sched_model *m)
+{
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 8;
+        struct kiln_sched_model **r = realloc(t->m, cap * sizeof *r);
+        if (!r) {
+            t->oom = true;
+            return;
+        }
+        t->m = r;
+        t->cap = cap;
+    }
+    t->m[t->n++] = m;
+}
+
+struct ready_walk {
+    struct model_list *t;
+    struct kiln_serving *sv;
+};
+
+static void add_ready(void *ud, const char *name, int64_t version, const char *state, const char *why)
+{
+    (void)why;
+    struct ready_walk *w = ud;
+    int status;
+    char msg[64];
+    struct kiln_sched_model *m = strcmp(state, "READY") == 0 ? kiln_serving_model(w->sv, name, version, &status, msg,
+                                                                                   sizeof msg)
+                                                               : NULL;
+    if (m)
+        add_model(w->t, m);
+}
+
+static void model_statistics(struct grpc_stream *s, const Inference__ModelStatisticsRequest *q)
+{
+    struct kiln_serving *sv = s->conn->g->o.serving;
+    struct model_list t = {0};
+    if (q->name && q->name[0]) {
+        if (!model_for(s, q->name, q->version))
+            return;
+        int64_t want = parse_version(q->version);
+        struct kiln_sched_model *vs[MAX_VERSIONS];
+        int nv = kiln_serving_versions(sv, q->name, vs, MAX_VERSIONS);
+        for (int i = 0; i < nv; i++)
+            if (!want || kiln_sched_model_version(vs[i]) == want)
+                add_model(&t, vs[i]);
+    } else {
+        struct ready_walk w = {&t, sv};
+        kiln_serving_index(sv, true, add_ready, &w);
+    }
+    struct stats_msg *rows = calloc(t.n + 1, sizeof *rows);
+    Inference__ModelStatistics **ptrs = calloc(t.n + 1, sizeof *ptrs);
+    for (size_t i = 0; rows && ptrs && i < t.n; i++) {
+        fill_stats(&rows[i], t.m[i]);
+        ptrs[i] = &rows[i].ms;
+    }
+    Inference__ModelStatisticsResponse r = INFERENCE__MODEL_STATISTICS_RESPONSE__INIT;
+    r.n_model_stats = t.n;
+    r.model_stats = ptrs;
+    if (!t.oom && rows && ptrs)
+        reply_or_fail(s, &r.base);
+    else
+        kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
+    free(t.m);
+    free(rows);
+    free(ptrs);
+}
+
+/* ---- the model repository ------------------------------------------------------------------- */
+
+struct index_rows {
+    Inference__RepositoryIndexResponse__ModelIndex *rows;
+    size_t n, cap;
+    struct kiln_buf text;           /* the rows' strings, NUL-separated; offsets until the end */
+    bool oom;
+};
+
+static size_t keep_text(struct index_rows *t, const char *s)
+{
+    size_t at = t->text.len;
+    if (kiln_buf_append(&t->text, s, strlen(s) + 1) != 0)
+        t->oom = true;
+    return at;
+}
+
+static void index_row(void *ud, const char *name, int64_t version, const char *state, const char *why)
+{
+    struct index_rows *t = ud;
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 16;
+        void *r = realloc(t->rows, cap * sizeof *t->rows);
+        if (!r) {
+            t->oom = true;
+            return;
+        }
+        t->rows = r;
+        t->cap = cap;
+    }
+    Inference__RepositoryIndexResponse__ModelIndex *row = &t->rows[t->n++];
+    inference__repository_index_response__model_index__init(row);
+    char v[24] = "";
+    if (version > 0)
+        snprintf(v, sizeof v, "%lld", (long long)version);
+    /* offsets now; pointers once the text has stopped moving */
+    row->name = (char *)(uintptr_t)keep_text(t, name);
+    row->version = (char *)(uintptr_t)keep_text(t, v);
+    row->state = (char *)(uintptr_t)keep_text(t, state);
+    row->reason = (char *)(uintptr_t)keep_text(t, why);
+}
+
+static void repository_index(struct grpc_stream *s, const Inference__RepositoryIndexRequest *q)
+{
+    struct index_rows t = {0};
+    kiln_serving_index(s->conn->g->o.serving, q->ready, index_row, &t);
+    Inference__RepositoryIndexResponse__ModelIndex **ptrs = calloc(t.n + 1, sizeof *ptrs);
+    for (size_t i = 0; ptrs && !t.oom && i < t.n; i++) {
+        Inference__RepositoryIndexResponse__ModelIndex *row = &t.rows[i];
+        row->name = t.text.data + (uintptr_t)row->name;
+        row->version = t.text.data + (uintptr_t)row->version;
+        row->state = t.text.data + (uintptr_t)row->state;
+        row->reason = t.text.data + (uintptr_t)row->reason;
+        ptrs[i] = row;
+    }
+    Inference__RepositoryIndexResponse r = INFERENCE__REPOSITORY_INDEX_RESPONSE__INIT;
+    r.n_models = t.n;
+    r.models = ptrs;
+    if (ptrs && !t.oom)
+        reply_or_fail(s, &r.base);
+    else
+        kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
+    free(ptrs);
+    free(t.rows);
+    kiln_buf_free(&t.text);
+}
+
+static void load_done(void *ud, int status, const char *msg)
+{
+    struct grpc_load *ld = ud;
+    struct grpc_stream *s = ld->s;
+    free(ld);
+    if (!s)
+        return; /* the client left; the load went on */
+    s->load = NULL;
+    if (status == 200) {
+        Inference__RepositoryModelLoadResponse r = INFERENCE__REPOSITORY_MODEL_LOAD_RESPONSE__INIT;
+        reply_or_fail(s, &r.base);
+    } else {
+        kiln__grpc_finish(s, kiln__grpc_code_of_http(status), "%s", msg ? msg : "load failed");
+    }
+    kiln__grpc_flush(s->conn);
+}
+
+static void model_load(struct grpc_stream *s, const Inference__RepositoryModelLoadRequest *q)
+{
+    /* As over HTTP: a configuration or files sent with the load are refused, not ignored. */
+    for (size_t i = 0; i < q->n_parameters; i++) {
+        const char *k = q->parameters[i]->key ? q->parameters[i]->key : "";
+        if (strcmp(k, "config") == 0 || strncmp(k, "file:", 5) == 0) {
+            kiln__grpc_finish(s, GRPC_UNIMPLEMENTED,
+                              "kilnd does not take a model configuration or files with a load request: put "
+                              "config.json and the model file in the model's repository folder, then load");
+            return;
+        }
+    }
+    struct grpc_load *ld = calloc(1, sizeof *ld);
+    if (!ld) {
+        kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    ld->s = s;
+    s->load = ld;
+    char msg[320];
+    int st = kiln_serving_load(s->conn->g->o.serving, q->model_name ? q->model_name : "", 0, load_done, ld, msg,
+                               sizeof msg);
+    if (st != 0) {
+        s->load = NULL;
+        free(ld);
+        kiln__grpc_finish(s, kiln__grpc_code_of_http(st), "%s", msg);
+    }
+}
+
+static void model_unload(struct grpc_stream *s, const Inference__RepositoryModelUnloadRequest *q)
+{
+    char msg[320];
+    int st = kiln_serving_unload(s->conn->g->o.serving, q->model_name ? q->model_name : "", msg, sizeof msg);
+    if (st != 0) {
+        kiln__grpc_finish(s, kiln__grpc_code_of_http(st), "%s", msg);
+        return;
+    }
+    Inference__RepositoryModelUnloadResponse r = INFERENCE__REPOSITORY_MODEL_UNLOAD_RESPONSE__INIT;
+    reply_or_fail(s, &r.base);
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------- */
+
+enum method {
+    M_LIVE, M_READY, M_MODEL_READY, M_SERVER_META, M_MODEL_META, M_INFER, M_STREAM_INFER, M_CONFIG, M_STATS,
+    M_INDEX, M_LOAD, M_UNLOAD, M_COUNT
+};
+
+static const struct {
+    const char *name;
+    const ProtobufCMessageDescriptor *request;
+    enum kiln_auth_scope scope;
+} methods[M_COUNT] = {
+    [M_LIVE] = {"ServerLive", &inference__server_live_request__descriptor, KILN_AUTH_NONE},
+    [M_READY] = {"ServerReady", &inference__server_ready_request__descriptor, KILN_AUTH_NONE},
+    [M_MODEL_READY] = {"ModelReady", &inference__model_ready_request__descriptor, KILN_AUTH_READ},
+    [M_SERVER_META] = {"ServerMetadata", &inference__server_metadata_request__descriptor, KILN_AUTH_READ},
+    [M_MODEL_META] = {"ModelMetadata", &inference__model_metadata_request__descriptor, KILN_AUTH_READ},
+    [M_INFER] = {"ModelInfer", NULL, KILN_AUTH_READ},
+    [M_STREAM_INFER] = {"ModelStreamInfer", NULL, KILN_AUTH_READ},
+    [M_CONFIG] = {"ModelConfig", &inference__model_config_request__descriptor, KILN_AUTH_READ},
+    [M_STATS] = {"ModelStatistics", &inference__model_statistics_request__descriptor, KILN_AUTH_READ},
+    [M_INDEX] = {"RepositoryIndex", &inference__repository_index_request__descriptor, KILN_AUTH_READ},
+    [M_LOAD] = {"RepositoryModelLoad", &inference__repository_model_load_request__descriptor, KILN_AUTH_ADMIN},
+    [M_UNLOAD] = {"RepositoryModelUnload", &inference__repository_model_unload_request__descriptor, KILN_AUTH_ADMIN},
+};
+
+static int method_of(const char *path)
+{
+    if (strncmp(path, SERVICE, sizeof SERVICE - 1) != 0)
+        return -1;
+    for (int i = 0; i < M_COUNT; i++)
+        if (strcmp(path + sizeof SERVICE - 1, methods[i].name) == 0)
+            return i;
+    return -1;
+}
+
+bool kiln__grpc_is_streaming(const char *path)
+{
+    return method_of(path) == M_STREAM_INFER;
+}
+
+void kiln__grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len)
+{
+    int m = method_of(s->path);
+    if (m < 0) {
+        bool ours = strncmp(s->path, SERVICE, sizeof SERVICE - 1) == 0;
+        kiln__grpc_finish(s, GRPC_UNIMPLEMENTED, ours ? "kilnd does not implement %s (shared memory, trace and "
+                                                        "logging are not served over gRPC)"
+                                                      : "unknown service or method %s",
+                          s->path);
+        return;
+    }
+    if ((methods[m].scope != KILN_AUTH_NONE || m == M_READY) && !s->conn->g->o.serving) {
+        kiln__grpc_finish(s, GRPC_UNAVAILABLE, "no model table is being served");
+        return;
+    }
+    if (methods[m].scope != KILN_AUTH_NONE && authorize(s, methods[m].scope) != 0)
+        return;
+    if (m == M_INFER || m == M_STREAM_INFER) {
+        kiln__grpc_infer(s, msg, len);
+        return;
+    }
+    ProtobufCMessage *q = protobuf_c_message_unpack(methods[m].request, NULL, len, msg);
+    if (!q) {
+        kiln__grpc_finish(s, GRPC_INVALID_ARGUMENT, "malformed %s request message", methods[m].name);
+        return;
+    }
+    switch ((enum method)m) {
+    case M_LIVE: server_live(s); break;
+    case M_READY: server_ready(s); break;
+    case M_MODEL_READY: model_ready(s, (const Inference__ModelReadyRequest *)q); break;
+    case M_SERVER_META: server_metadata(s); break;
+    case M_MODEL_META: model_metadata(s, (const Inference__ModelMetadataRequest *)q); break;
+    case M_CONFIG: model_config(s, (const Inference__ModelConfigRequest *)q); break;
+    case M_STATS: model_statistics(s, (const Inference__ModelStatisticsRequest *)q); break;
+    case M_INDEX: repository_index(s, (const Inference__RepositoryIndexRequest *)q); break;
+    case M_LOAD: model_load(s, (const Inference__RepositoryModelLoadRequest *)q); break;
+    case M_UNLOAD: model_unload(s, (const Inference__RepositoryModelUnloadRequest *)q); break;
+    default: kiln__grpc_finish(s, GRPC_INTERNAL, "unreachable method"); break;
+    }
+    protobuf_c_message_free_unpacked(q, NULL);
+}

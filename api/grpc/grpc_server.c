@@ -1,0 +1,713 @@
+/*
+ * api/grpc/grpc_server.c — the gRPC service's transport: a listener on the daemon's loop, one
+ * nghttp2 server session per connection, gRPC message framing and the status trailers.
+ *
+ * Limits, all checked before anything is kept: SETTINGS_MAX_CONCURRENT_STREAMS per connection
+ * (nghttp2 refuses streams past it), a header block per stream (max_header_bytes: the stream is
+ * reset), a message's length prefix against max_message_bytes (RESOURCE_EXHAUSTED before its
+ * body is buffered), a request must arrive within its grpc-timeout, and a connection with no
+ * stream for idle_timeout_ms is sent GOAWAY and closed. nghttp2 answers PINGs (keepalive) and
+ * does HTTP/2 flow control; the windows are opened wider than the 64 KiB default so that one
+ * round trip carries a whole tensor.
+ *
+ * Sending: nghttp2's frames are gathered with nghttp2_session_mem_send and written in one
+ * uv_write per pass (never from inside an nghttp2 callback: the read path sends after it).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grpc-impl.h"
+#include "logf.h"
+#include "server.h"
+
+#define WINDOW_BYTES (1 << 20)          /* per stream */
+#define CONN_WINDOW_BYTES (16 << 20)    /* per connection */
+
+#define glog(g, level, ...) kiln_api_logf((g)->o.log, (g)->o.log_ud, (level), __VA_ARGS__)
+
+struct write_req {
+    uv_write_t req;
+    struct kiln_grpc_conn *c;
+    size_t len;
+    char data[];
+};
+
+static void conn_close(struct kiln_grpc_conn *c);
+
+enum grpc_code kiln__grpc_code_of_http(int status)
+{
+    switch (status) {
+    case 400: return GRPC_INVALID_ARGUMENT;
+    case 401: return GRPC_UNAUTHENTICATED;
+    case 403: return GRPC_PERMISSION_DENIED;
+    case 404: return GRPC_NOT_FOUND;
+    case 408: return GRPC_DEADLINE_EXCEEDED;
+    case 413: return GRPC_RESOURCE_EXHAUSTED;
+    case 501: return GRPC_UNIMPLEMENTED;
+    case 503: return GRPC_UNAVAILABLE;
+    default: return status >= 200 && status < 300 ? GRPC_OK : GRPC_INTERNAL;
+    }
+}
+
+/* ---- sending -------------------------------------------------------------------------------- */
+
+static void on_written(uv_write_t *req, int status)
+{
+    struct write_req *w = (struct write_req *)req;
+    struct kiln_grpc_conn *c = w->c;
+    c->unsent -= w->len;
+    free(w);
+    if (status != 0)
+        conn_close(c);
+}
+
+void kiln__grpc_flush(struct kiln_grpc_conn *c)
+{
+    if (c->in_recv || c->closing)
+        return;
+    struct kiln_buf b = {0};
+    for (;;) {
+        const uint8_t *p;
+        ssize_t n = nghttp2_session_mem_send(c->session, &p);
+        if (n < 0) {
+            kiln_buf_free(&b);
+            conn_close(c);
+            return;
+        }
+        if (n == 0)
+            break;
+        if (kiln_buf_append(&b, p, (size_t)n) != 0) {
+            kiln_buf_free(&b);
+            conn_close(c);
+            return;
+        }
+    }
+    if (b.len && !c->detached) {
+        struct write_req *w = malloc(sizeof *w + b.len);
+        if (!w) {
+            kiln_buf_free(&b);
+            conn_close(c);
+            return;
+        }
+        w->c = c;
+        w->len = b.len;
+        memcpy(w->data, b.data, b.len);
+        uv_buf_t ub = uv_buf_init(w->data, (unsigned)b.len);
+        if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &ub, 1, on_written) != 0) {
+            free(w);
+            kiln_buf_free(&b);
+            conn_close(c);
+            return;
+        }
+        c->unsent += b.len;
+    }
+    kiln_buf_free(&b);
+    if (!nghttp2_session_want_read(c->session) && !nghttp2_session_want_write(c->session))
+        conn_close(c);
+}
+
+static ssize_t read_out(nghttp2_session *session, int32_t id, uint8_t *buf, size_t length, uint32_t *flags,
+                        nghttp2_data_source *source, void *user_data);
+
+static int send_headers(struct grpc_stream *s)
+{
+    static const nghttp2_nv nva[] = {
+        {(uint8_t *)":status", (uint8_t *)"200", 7, 3, NGHTTP2_NV_FLAG_NONE},
+        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, NGHTTP2_NV_FLAG_NONE},
+    };
+    nghttp2_data_provider prd = {.source.ptr = s, .read_callback = read_out};
+    s->headers_sent = true;
+    return nghttp2_submit_response(s->conn->session, s->id, nva, 2, &prd) == 0 ? 0 : -1;
+}
+
+/* grpc-message is percent-encoded: bytes outside printable ASCII, and '%' itself. */
+static void percent_encode(const char *in, char *out, size_t cap)
+{
+    size_t k = 0;
+    for (const unsigned char *p = (const unsigned char *)in; *p && k + 4 < cap; p++) {
+        if (*p < 0x20 || *p > 0x7e || *p == '%')
+            k += (size_t)snprintf(out + k, cap - k, "%%%02X", *p);
+        else
+            out[k++] = (char)*p;
+    }
+    out[k] = '\0';
+}
+
+static int submit_status(struct grpc_stream *s, bool trailers_only)
+{
+    char code[16], msg[800];
+    snprintf(code, sizeof code, "%d", s->code);
+    percent_encode(s->message, msg, sizeof msg);
+    nghttp2_nv nva[4];
+    size_t n = 0;
+#define NV(name, value) nva[n++] = (nghttp2_nv){(uint8_t *)(name), (uint8_t *)(value), strlen(name), strlen(value), 0}
+    if (trailers_only) {
+        NV(":status", "200");
+        NV("content-type", "application/grpc");
+    }
+    NV("grpc-status", code);
+    if (msg[0])
+        NV("grpc-message", msg);
+#undef NV
+    s->trailers_sent = true;
+    if (trailers_only)
+        return nghttp2_submit_response(s->conn->session, s->id, nva, n, NULL);
+    return nghttp2_submit_trailer(s->conn->session, s->id, nva, n);
+}
+
+static ssize_t read_out(nghttp2_session *session, int32_t id, uint8_t *buf, size_t length, uint32_t *flags,
+                        nghttp2_data_source *source, void *user_data)
+{
+    struct grpc_stream *s = source->ptr;
+    size_t left = s->out.len - s->out_off;
+    if (left) {
+        size_t n = left < length ? left : length;
+        memcpy(buf, s->out.data + s->out_off, n);
+        s->out_off += n;
+        if (s->out_off == s->out.len)
+            s->out.len = s->out_off = 0;
+        return (ssize_t)n;
+    }
+    if (!s->finished)
+        return NGHTTP2_ERR_DEFERRED;
+    *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+    if (submit_status(s, false) != 0)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    return 0;
+}
+
+int kiln__grpc_frame(struct kiln_buf *b, const ProtobufCMessage *m)
+{
+    size_t n = protobuf_c_message_get_packed_size(m);
+    if (n > UINT32_MAX || kiln_buf_reserve(b, 5 + n) != 0)
+        return -1;
+    uint8_t *p = (uint8_t *)b->data + b->len;
+    p[0] = 0;
+    p[1] = (uint8_t)(n >> 24);
+    p[2] = (uint8_t)(n >> 16);
+    p[3] = (uint8_t)(n >> 8);
+    p[4] = (uint8_t)n;
+    protobuf_c_message_pack(m, p + 5);
+    b->len += 5 + n;
+    return 0;
+}
+
+static int queued(struct grpc_stream *s)
+{
+    if (!s->headers_sent)
+        return send_headers(s);
+    return nghttp2_session_resume_data(s->conn->session, s->id) == 0 || s->finished ? 0 : 0;
+}
+
+int kiln__grpc_reply(struct grpc_stream *s, const ProtobufCMessage *m)
+{
+    if (s->finished || kiln__grpc_frame(&s->out, m) != 0)
+        return -1;
+    return queued(s);
+}
+
+int kiln__grpc_reply_raw(struct grpc_stream *s, const void *framed, size_t n)
+{
+    if (s->finished || kiln_buf_append(&s->out, framed, n) != 0)
+        return -1;
+    return queued(s);
+}
+
+void kiln__grpc_finish(struct grpc_stream *s, enum grpc_code code, const char *fmt, ...)
+{
+    if (s->finished)
+        return;
+    s->finished = true;
+    s->code = (int)code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->message, sizeof s->message, fmt, ap);
+    va_end(ap);
+    if (!s->headers_sent) {
+        s->headers_sent = true;
+        if (submit_status(s, true) != 0)
+            nghttp2_submit_rst_stream(s->conn->session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
+    } else {
+        nghttp2_session_resume_data(s->conn->session, s->id);
+    }
+}
+
+/* ---- receiving ------------------------------------------------------------------------------ */
+
+static struct grpc_stream *stream_of(struct kiln_grpc_conn *c, int32_t id)
+{
+    return nghttp2_session_get_stream_user_data(c->session, id);
+}
+
+static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
+{
+    struct kiln_grpc_conn *c = user_data;
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    struct grpc_stream *s = calloc(1, sizeof *s);
+    if (!s)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    s->conn = c;
+    s->id = frame->hd.stream_id;
+    s->opened_ns = uv_hrtime();
+    s->next = c->streams;
+    if (c->streams)
+        c->streams->prev = s;
+    c->streams = s;
+    nghttp2_session_set_stream_user_data(session, s->id, s);
+    return 0;
+}
+
+/* "<digits><unit>" with at most 8 digits (the gRPC spec's grpc-timeout); 0 when malformed. */
+static uint64_t parse_timeout_ns(const uint8_t *v, size_t n)
+{
+    if (n < 2 || n > 9)
+        return 0;
+    uint64_t x = 0;
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return 0;
+        x = x * 10 + (uint64_t)(v[i] - '0');
+    }
+    static const struct {
+        char unit;
+        uint64_t ns;
+    } units[] = {{'H', 3600000000000ull}, {'M', 60000000000ull}, {'S', 1000000000ull},
+                 {'m', 1000000ull},       {'u', 1000ull},        {'n', 1ull}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (v[n - 1] == units[i].unit)
+            return x ? x * units[i].ns : 1;
+    return 0;
+}
+
+static bool header_is(const uint8_t *name, size_t n, const char *want)
+{
+    return n == strlen(want) && memcmp(name, want, n) == 0;
+}
+
+static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name, size_t namelen,
+                     const uint8_t *value, size_t valuelen, uint8_t flags, void *user_data)
+{
+    struct kiln_grpc_conn *c = user_data;
+    struct grpc_stream *s = stream_of(c, frame->hd.stream_id);
+    if (!s || frame->hd.type != NGHTTP2_HEADERS)
+        return 0;
+    if (frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0; /* trailers from the client carry nothing gRPC uses */
+    s->header_bytes += namelen + valuelen + 32;
+    if (s->header_bytes > c->g->o.max_header_bytes) {
+        s->header_overflow = true;
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* the stream is reset */
+    }
+    if (header_is(name, namelen, ":path")) {
+        if (valuelen < sizeof s->path) {
+            memcpy(s->path, value, valuelen);
+            s->path[valuelen] = '\0';
+        }
+    } else if (header_is(name, namelen, "content-type")) {
+        s->grpc_content_type = valuelen >= 16 && memcmp(value, "application/grpc", 16) == 0;
+    } else if (header_is(name, namelen, "authorization")) {
+        if (valuelen < sizeof s->authorization) {
+            memcpy(s->authorization, value, valuelen);
+            s->authorization[valuelen] = '\0';
+        }
+    } else if (header_is(name, namelen, "grpc-timeout")) {
+        uint64_t ns = parse_timeout_ns(value, valuelen);
+        if (ns)
+            s->deadline_ns = s->opened_ns + ns;
+    } else if (header_is(name, namelen, "grpc-encoding")) {
+        s->compressed_ok = valuelen == 8 && memcmp(value, "identity", 8) == 0;
+    }
+    return 0;
+}
+
+/* Takes what arrived for s: gathers messages, checks each prefix, dispatches each whole one. */
+static int take_data(struct grpc_stream *s, const uint8_t *data, size_t len)
+{
+    struct kiln_grpc *g = s->conn->g;
+    while (len && !s->finished) {
+        if (!s->streaming && s->messages > 0) {
+            kiln__grpc_finish(s, GRPC_INVALID_ARGUMENT, "a unary call carries one request message");
+            return 0;
+        }
+        if (!s->need) {
+            size_t want = 5 - s->in.len, n = len < want ? len : want;
+            if (kiln_buf_append(&s->in, data, n) != 0)
+                return -1;
+            data += n;
+            len -= n;
+            if (s->in.len < 5)
+                return 0;
+            const uint8_t *p = (const uint8_t *)s->in.data;
+            uint64_t body = (uint64_t)p[1] << 24 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 8 | p[4];
+            if (p[0] != 0) {
+                kiln__grpc_finish(s, GRPC_UNIMPLEMENTED, "compressed messages are not accepted: send them "
+                                                         "with grpc-encoding identity");
+                return 0;
+            }
+            if (body > g->o.max_message_bytes) {
+                kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED,
+                                  "message of %llu bytes is larger than limits.max_body_bytes (%llu)",
+                                  (unsigned long long)body, (unsigned long long)g->o.max_message_bytes);
+                return 0;
+            }
+            s->need = 5 + body;
+            if (kiln_buf_reserve(&s->in, (size_t)body) != 0)
+                return -1;
+        }
+        size_t want = (size_t)(s->need - s->in.len), n = len < want ? len : want;
+        if (kiln_buf_append(&s->in, data, n) != 0)
+            return -1;
+        data += n;
+        len -= n;
+        if (s->in.len == s->need) {
+            s->messages++;
+            s->need = 0;
+            if (s->streaming)
+                kiln__grpc_dispatch(s, (const uint8_t *)s->in.data + 5, s->in.len - 5);
+            s->in.len = s->streaming ? 0 : s->in.len;
+        }
+    }
+    return 0;
+}
+
+static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
+                         void *user_data)
+{
+    struct kiln_grpc_conn *c = user_data;
+    struct grpc_stream *s = stream_of(c, id);
+    if (!s)
+        return 0;
+    if (take_data(s, data, len) != 0)
+        kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the request");
+    return 0;
+}
+
+/* The request headers are complete: refuse now what cannot be served. */
+static void check_call(struct grpc_stream *s)
+{
+    if (!s->grpc_content_type)
+        kiln__grpc_finish(s, GRPC_INVALID_ARGUMENT, "content-type must be application/grpc");
+    s->streaming = kiln__grpc_is_streaming(s->path);
+}
+
+static void end_of_request(struct grpc_stream *s)
+{
+    s->client_done = true;
+    if (s->finished)
+        return;
+    if (s->need || (s->in.len && (s->streaming || s->messages == 0))) {
+        kiln__grpc_finish(s, GRPC_INVALID_ARGUMENT, "the request ended inside a message");
+        return;
+    }
+    if (s->streaming) {
+        kiln__grpc_stream_maybe_end(s);
+        return;
+    }
+    if (s->messages != 1) {
+        kiln__grpc_finish(s, GRPC_INVALID_ARGUMENT, "a unary call carries one request message");
+        return;
+    }
+    kiln__grpc_dispatch(s, (const uint8_t *)s->in.data + 5, s->in.len - 5);
+}
+
+static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
+{
+    struct kiln_grpc_conn *c = user_data;
+    struct grpc_stream *s = stream_of(c, frame->hd.stream_id);
+    if (!s)
+        return 0;
+    if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST)
+        check_call(s);
+    if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
+        (frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        end_of_request(s);
+    return 0;
+}
+
+static void stream_free(struct kiln_grpc_conn *c, struct grpc_stream *s)
+{
+    kiln__grpc_detach_jobs(s);
+    if (s->load)
+        s->load->s = NULL;
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        c->streams = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    kiln_buf_free(&s->in);
+    kiln_buf_free(&s->out);
+    free(s);
+}
+
+static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t error_code, void *user_data)
+{
+    struct kiln_grpc_conn *c = user_data;
+    struct grpc_stream *s = stream_of(c, id);
+    if (s) {
+        nghttp2_session_set_stream_user_data(session, id, NULL);
+        stream_free(c, s);
+    }
+    c->last_active_ns = uv_hrtime();
+    return 0;
+}
+
+/* ---- connections ------------------------------------------------------------------------------ */
+
+static void conn_handle_closed(uv_handle_t *h)
+{
+    struct kiln_grpc_conn *c = h->data;
+    if (--c->handles_open == 0)
+        free(c);
+}
+
+static void conn_release(struct kiln_grpc_conn *c)
+{
+    while (c->streams)
+        stream_free(c, c->streams);
+    nghttp2_session_del(c->session);
+    c->session = NULL;
+    struct kiln_grpc *g = c->g;
+    if (c->prev)
+        c->prev->next = c->next;
+    else if (g->conns == c)
+        g->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+}
+
+static void conn_close(struct kiln_grpc_conn *c)
+{
+    if (c->closing)
+        return;
+    c->closing = true;
+    if (c->detached)
+        return; /* kiln_grpc_conn_free releases it */
+    conn_release(c);
+    c->handles_open = 2;
+    uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
+    uv_close((uv_handle_t *)&c->timer, conn_handle_closed);
+}
+
+static int session_new(struct kiln_grpc_conn *c)
+{
+    nghttp2_session_callbacks *cb;
+    nghttp2_option *opt;
+    if (nghttp2_session_callbacks_new(&cb) != 0)
+        return -1;
+    if (nghttp2_option_new(&opt) != 0) {
+        nghttp2_session_callbacks_del(cb);
+        return -1;
+    }
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+    nghttp2_option_set_max_settings(opt, 64);
+    int rc = nghttp2_session_server_new2(&c->session, cb, c, opt);
+    nghttp2_session_callbacks_del(cb);
+    nghttp2_option_del(opt);
+    if (rc != 0)
+        return -1;
+    nghttp2_settings_entry iv[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, c->g->o.max_concurrent_streams},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, WINDOW_BYTES},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)c->g->o.max_header_bytes},
+    };
+    if (nghttp2_submit_settings(c->session, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]) != 0 ||
+        nghttp2_session_set_local_window_size(c->session, NGHTTP2_FLAG_NONE, 0, CONN_WINDOW_BYTES) != 0)
+        return -1;
+    return 0;
+}
+
+int kiln_grpc_conn_feed(struct kiln_grpc_conn *c, const uint8_t *data, size_t len)
+{
+    if (c->closing)
+        return -1;
+    c->in_recv = true;
+    ssize_t n = nghttp2_session_mem_recv(c->session, data, len);
+    c->in_recv = false;
+    c->last_active_ns = uv_hrtime();
+    if (n < 0) {
+        conn_close(c);
+        return -1;
+    }
+    kiln__grpc_flush(c);
+    return c->closing ? -1 : 0;
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct kiln_grpc_conn *c = h->data;
+    *buf = uv_buf_init(c->rbuf, sizeof c->rbuf);
+}
+
+static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
+{
+    struct kiln_grpc_conn *c = st->data;
+    if (n < 0) {
+        conn_close(c);
+        return;
+    }
+    if (n > 0)
+        kiln_grpc_conn_feed(c, (const uint8_t *)buf->base, (size_t)n);
+}
+
+/* Every second: requests that did not arrive in time, and connections idle too long. */
+static void on_tick(uv_timer_t *t)
+{
+    struct kiln_grpc_conn *c = t->data;
+    uint64_t now = uv_hrtime();
+    for (struct grpc_stream *s = c->streams; s; s = s->next)
+        if (!s->client_done && !s->finished && s->deadline_ns && now > s->deadline_ns)
+            kiln__grpc_finish(s, GRPC_DEADLINE_EXCEEDED, "the deadline passed before the request arrived");
+    if (!c->streams && now - c->last_active_ns > c->g->o.idle_timeout_ms * 1000000u) {
+        nghttp2_session_terminate_session(c->session, NGHTTP2_NO_ERROR);
+    }
+    kiln__grpc_flush(c);
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    struct kiln_grpc *g = server->data;
+    if (status != 0 || g->draining)
+        return;
+    struct kiln_grpc_conn *c = calloc(1, sizeof *c);
+    if (!c)
+        return;
+    c->g = g;
+    uv_tcp_init(g->loop, &c->tcp);
+    uv_timer_init(g->loop, &c->timer);
+    c->tcp.data = c->timer.data = c;
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 || session_new(c) != 0) {
+        if (c->session)
+            nghttp2_session_del(c->session);
+        c->session = NULL;
+        c->handles_open = 2;
+        uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
+        uv_close((uv_handle_t *)&c->timer, conn_handle_closed);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    c->next = g->conns;
+    if (g->conns)
+        g->conns->prev = c;
+    g->conns = c;
+    c->last_active_ns = uv_hrtime();
+    uv_timer_start(&c->timer, on_tick, 1000, 1000);
+    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    kiln__grpc_flush(c);
+}
+
+/* ---- the service ------------------------------------------------------------------------------ */
+
+int kiln_grpc_new(struct kiln_grpc **out, uv_loop_t *loop, const struct kiln_grpc_options *o)
+{
+    struct kiln_grpc *g = calloc(1, sizeof *g);
+    if (!g)
+        return -1;
+    g->o = *o;
+    g->loop = loop;
+    if (!g->o.max_concurrent_streams)
+        g->o.max_concurrent_streams = 100;
+    if (!g->o.max_header_bytes)
+        g->o.max_header_bytes = 8192;
+    if (!g->o.idle_timeout_ms)
+        g->o.idle_timeout_ms = 60000;
+    *out = g;
+    return 0;
+}
+
+int kiln_grpc_listen(struct kiln_grpc *g, char *err, size_t errlen)
+{
+    struct sockaddr_storage addr;
+    int rc = kiln__server_resolve(g->loop, g->o.host, g->o.port, &addr);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot resolve host '%s': %s", g->o.host, uv_strerror(rc));
+        return rc;
+    }
+    uv_tcp_init(g->loop, &g->listener);
+    g->listener.data = g;
+    g->listener_open = true;
+    rc = uv_tcp_bind(&g->listener, (const struct sockaddr *)&addr, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&g->listener, 511, on_connection);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot listen for gRPC on %s:%d: %s", g->o.host, g->o.port, uv_strerror(rc));
+        return rc;
+    }
+    struct sockaddr_storage bound;
+    int len = sizeof bound;
+    uv_tcp_getsockname(&g->listener, (struct sockaddr *)&bound, &len);
+    g->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                : ((struct sockaddr_in *)&bound)->sin_port);
+    return 0;
+}
+
+int kiln_grpc_port(const struct kiln_grpc *g)
+{
+    return g->port;
+}
+
+static void close_listener(struct kiln_grpc *g)
+{
+    if (g->listener_open && !uv_is_closing((uv_handle_t *)&g->listener))
+        uv_close((uv_handle_t *)&g->listener, NULL);
+}
+
+void kiln_grpc_drain(struct kiln_grpc *g)
+{
+    g->draining = true;
+    close_listener(g);
+    for (struct kiln_grpc_conn *c = g->conns; c; c = c->next) {
+        nghttp2_submit_shutdown_notice(c->session);
+        nghttp2_submit_goaway(c->session, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(c->session),
+                              NGHTTP2_NO_ERROR, NULL, 0);
+    }
+    for (struct kiln_grpc_conn *c = g->conns, *next; c; c = next) {
+        next = c->next;
+        kiln__grpc_flush(c);
+    }
+}
+
+void kiln_grpc_close_all(struct kiln_grpc *g)
+{
+    g->draining = true;
+    close_listener(g);
+    while (g->conns)
+        conn_close(g->conns);
+}
+
+void kiln_grpc_free(struct kiln_grpc *g)
+{
+    free(g);
+}
+
+struct kiln_grpc_conn *kiln_grpc_conn_detached(struct kiln_grpc *g)
+{
+    struct kiln_grpc_conn *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->g = g;
+    c->detached = true;
+    if (session_new(c) != 0) {
+        if (c->session)
+            nghttp2_session_del(c->session);
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void kiln_grpc_conn_free(struct kiln_grpc_conn *c)
+{
+    if (!c)
+        return;
+    conn_release(c);
+    free(c);
+}
