@@ -232,6 +232,39 @@ static void model_config(struct grpc_stream *s, const Inference__ModelConfigRequ
         mc.scheduling_choice_case = INFERENCE__MODEL_CONFIG__SCHEDULING_CHOICE_DYNAMIC_BATCHING;
         mc.dynamic_batching = &db;
     }
+    /* The version policy and instance group, as model_json.c shows them over HTTP. */
+    Inference__ModelVersionPolicy vp = INFERENCE__MODEL_VERSION_POLICY__INIT;
+    Inference__ModelVersionPolicy__Latest latest = INFERENCE__MODEL_VERSION_POLICY__LATEST__INIT;
+    Inference__ModelVersionPolicy__All all = INFERENCE__MODEL_VERSION_POLICY__ALL__INIT;
+    Inference__ModelVersionPolicy__Specific specific = INFERENCE__MODEL_VERSION_POLICY__SPECIFIC__INIT;
+    if (c->policy == KILN_VERSION_ALL) {
+        vp.policy_choice_case = INFERENCE__MODEL_VERSION_POLICY__POLICY_CHOICE_ALL;
+        vp.all = &all;
+    } else if (c->policy == KILN_VERSION_SPECIFIC) {
+        specific.n_versions = (size_t)c->nspecific;
+        specific.versions = c->specific;
+        vp.policy_choice_case = INFERENCE__MODEL_VERSION_POLICY__POLICY_CHOICE_SPECIFIC;
+        vp.specific = &specific;
+    } else {
+        latest.num_versions = (uint32_t)(c->latest_n > 0 ? c->latest_n : 1);
+        vp.policy_choice_case = INFERENCE__MODEL_VERSION_POLICY__POLICY_CHOICE_LATEST;
+        vp.latest = &latest;
+    }
+    mc.version_policy = &vp;
+    const char *dev = c->device && c->device[0] ? c->device : "cpu";
+    const char *colon = strchr(dev, ':');
+    bool cpu = strncmp(dev, "cpu", 3) == 0;
+    char group_name[KILN_MODEL_NAME_MAX + 8];
+    snprintf(group_name, sizeof group_name, "%s_0", q->name);
+    int32_t gpu = colon ? atoi(colon + 1) : 0;
+    Inference__ModelInstanceGroup ig = INFERENCE__MODEL_INSTANCE_GROUP__INIT, *igp = &ig;
+    ig.name = group_name;
+    ig.kind = cpu ? INFERENCE__MODEL_INSTANCE_GROUP__KIND__KIND_CPU : INFERENCE__MODEL_INSTANCE_GROUP__KIND__KIND_GPU;
+    ig.count = c->instance_count > 0 ? c->instance_count : 1;
+    ig.n_gpus = cpu ? 0 : 1;
+    ig.gpus = &gpu;
+    mc.n_instance_group = 1;
+    mc.instance_group = &igp;
     Inference__ModelConfigResponse r = INFERENCE__MODEL_CONFIG_RESPONSE__INIT;
     r.config = &mc;
     if (in && out && mc.input && mc.output)

@@ -1,0 +1,571 @@
+#!/usr/bin/env python3
+"""The gRPC service (grpc_port) against a real kilnd: tritonclient.grpc, unmodified, calls every
+method kilnd implements and its answers are compared with the HTTP endpoints' for the same
+inputs; every datatype kilnd serves goes through ModelInfer (raw and typed contents); errors
+(unknown model, bad and missing tokens, a read token loading, an oversized message, a deadline)
+carry the right status; ModelStreamInfer keeps 64 requests in flight and answers them in order;
+and hostile HTTP/2 (a stream that never ends, a SETTINGS flood, a header block over the limit,
+a length prefix past the body, too many streams) leaves the daemon serving.
+
+Usage: test_grpc.py KILND FIXTURES   (FIXTURES is tests/fixtures)
+
+Runs under KILN_TEST_PYTHON, the environment with tritonclient[grpc], hpack and numpy; without
+them the test is skipped (exit 77) and says so.
+"""
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+KILND, FIX = sys.argv[1], sys.argv[2]
+
+if os.environ.get("KILN_GRPC_INNER") != "1":
+    py = os.environ.get("KILN_TEST_PYTHON")
+    if not py:
+        print("SKIP: KILN_TEST_PYTHON is not set (tests/run sets it to the venv with tritonclient)")
+        sys.exit(77)
+    if subprocess.run([py, "-c", "import tritonclient.grpc, numpy, hpack"], capture_output=True).returncode:
+        print("SKIP: tritonclient[grpc], hpack or numpy is not installed in KILN_TEST_PYTHON (%s)" % py)
+        sys.exit(77)
+    env = dict(os.environ, KILN_GRPC_INNER="1")
+    sys.exit(subprocess.run([py, os.path.abspath(__file__), KILND, FIX], env=env).returncode)
+
+import grpc  # noqa: E402
+import hpack  # noqa: E402
+import numpy as np  # noqa: E402
+import tritonclient.grpc as tg  # noqa: E402
+from tritonclient.grpc import service_pb2, service_pb2_grpc  # noqa: E402
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+FAILURES = []
+ADMIN, READ = "adm1n-secret", "r3ad-secret"
+AUTH = {"authorization": "Bearer " + ADMIN}
+TMP = tempfile.mkdtemp(prefix="kilnd-grpc-")
+EXPECTED = json.load(open(os.path.join(FIX, "serving", "expected.json")))
+X = np.array(EXPECTED["input"], dtype=np.float32)
+WANT = np.array(EXPECTED["logits"], dtype=np.float32)
+MAX_BODY = 262144
+# name, numpy type, KServe datatype (tests/fixtures/grpc/dtypes.onnx: x + x, Not(x) for BOOL)
+TYPES = [("f32", np.float32, "FP32"), ("f64", np.float64, "FP64"), ("f16", np.float16, "FP16"),
+         ("i64", np.int64, "INT64"), ("i32", np.int32, "INT32"), ("u8", np.uint8, "UINT8"), ("b", np.bool_, "BOOL")]
+
+
+def check(cond, what):
+    if not cond:
+        FAILURES.append(what)
+        print("FAIL:", what, flush=True)
+    else:
+        print("ok:", what, flush=True)
+
+
+def fails_with(fn, code, text, what):
+    """fn() must raise InferenceServerException with gRPC status code and text in its message."""
+    try:
+        fn()
+    except InferenceServerException as e:
+        ok = e.status() == "StatusCode." + code and text in (e.message() or "")
+        check(ok, "%s: expected %s '%s', got %s %r" % (what, code, text, e.status(), e.message()))
+        return
+    check(False, "%s: expected %s, got success" % (what, code))
+
+
+class Daemon:
+    def __init__(self):
+        self.data = os.path.join(TMP, "data")
+        models = os.path.join(self.data, "models")
+        os.makedirs(os.path.join(models, "dtypes", "1"))
+        shutil.copytree(os.path.join(FIX, "serving", "mnist_mlp"), os.path.join(models, "mnist_mlp"))
+        shutil.copy(os.path.join(FIX, "grpc", "dtypes.onnx"), os.path.join(models, "dtypes", "1", "model.onnx"))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+        env["KILN_API_TOKENS"] = "admin:%s,read:%s" % (ADMIN, READ)
+        self.log = os.path.join(TMP, "kilnd.log")
+        self.proc = subprocess.Popen([KILND, "--port", "0", "--grpc-port", "0", "--data-dir", self.data,
+                                      "--max-body-bytes", str(MAX_BODY)],
+                                     stdout=subprocess.DEVNULL, stderr=open(self.log, "wb"), env=env)
+        ports = [os.path.join(self.data, f) for f in ("kilnd.port", "kilnd.grpc_port")]
+        deadline = time.time() + 20
+        while not all(os.path.exists(p) for p in ports):
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("kilnd did not start: " + open(self.log).read())
+            time.sleep(0.01)
+        self.port = int(open(ports[0]).read())
+        self.grpc_port = int(open(ports[1]).read())
+        self.target = "127.0.0.1:%d" % self.grpc_port
+
+    def http(self, method, path, body=None):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        c.request(method, path, body=None if body is None else json.dumps(body),
+                  headers={"Authorization": "Bearer " + ADMIN, "Content-Type": "application/json"})
+        r = c.getresponse()
+        raw = r.read()
+        c.close()
+        return r.status, json.loads(raw) if raw[:1] in (b"{", b"[") else raw
+
+    def metric(self, name):
+        _, text = self.http("GET", "/metrics")
+        for line in text.decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[-1])
+        return 0.0
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = -9
+        check(rc == 0, "kilnd exits 0 after SIGTERM (rc %s)" % rc)
+
+
+def wait_ready(c, name):
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        if c.is_model_ready(name, headers=AUTH):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def dtype_inputs(rows=2):
+    xs = {}
+    for n, t, _ in TYPES:
+        k = np.arange(rows * 3).reshape(rows, 3)
+        xs[n] = (k % 2 == 0) if t == np.bool_ else (k % 100).astype(t)
+    return xs
+
+
+def grpc_inputs(xs):
+    ins = []
+    for n, _, dt in TYPES:
+        i = tg.InferInput("in_" + n, list(xs[n].shape), dt)
+        i.set_data_from_numpy(xs[n])
+        ins.append(i)
+    return ins
+
+
+def http_infer(d, model, inputs):
+    """inputs: [(name, datatype, array)] -> {output name: array} from HTTP's JSON answer."""
+    body = {"inputs": [{"name": n, "datatype": dt, "shape": list(a.shape), "data": a.flatten().tolist()}
+                       for n, dt, a in inputs]}
+    st, r = d.http("POST", "/v2/models/%s/infer" % model, body)
+    if st != 200:
+        return {"error": r}
+    return {o["name"]: np.array(o["data"]).reshape(o["shape"]) for o in r["outputs"]}
+
+
+# ---- the methods, compared with HTTP ----------------------------------------------------------------
+
+def test_health_and_metadata(d, c):
+    check(c.is_server_live() is True, "ServerLive")
+    check(c.is_server_ready() is True, "ServerReady")
+    check(c.is_model_ready("mnist_mlp", headers=AUTH) is True, "ModelReady")
+    check(c.is_model_ready("mnist_mlp", "1", headers=AUTH) is True, "ModelReady, version 1")
+    check(c.is_model_ready("mnist_mlp", "7", headers=AUTH) is False, "ModelReady, a version that does not exist")
+    check(c.is_model_ready("nosuch", headers=AUTH) is False, "ModelReady, a model that does not exist")
+    meta = c.get_server_metadata(headers=AUTH, as_json=True)
+    _, hmeta = d.http("GET", "/v2")
+    check(meta["name"] == hmeta["name"] == "kiln" and meta["version"] == hmeta["version"] and
+          meta["extensions"] == hmeta["extensions"], "ServerMetadata equals GET /v2: %s / %s" % (meta, hmeta))
+    for model in ("mnist_mlp", "dtypes"):
+        m = c.get_model_metadata(model, headers=AUTH, as_json=True)
+        _, hm = d.http("GET", "/v2/models/" + model)
+        for k in ("inputs", "outputs"):
+            for t in m[k]:
+                t["shape"] = [int(x) for x in t["shape"]]
+        check(m["name"] == hm["name"] and m["versions"] == hm["versions"] and m["platform"] == hm["platform"] and
+              m["inputs"] == hm["inputs"] and m["outputs"] == hm["outputs"],
+              "ModelMetadata of %s equals HTTP's: %s / %s" % (model, m, hm))
+    fails_with(lambda: c.get_model_metadata("nosuch", headers=AUTH), "NOT_FOUND", "unknown model 'nosuch'",
+               "ModelMetadata of an unknown model")
+    fails_with(lambda: c.get_model_metadata("mnist_mlp", "9", headers=AUTH), "NOT_FOUND", "no loaded version 9",
+               "ModelMetadata of a version that is not loaded")
+
+
+def test_model_config(d, c):
+    for model in ("mnist_mlp", "dtypes"):
+        g = c.get_model_config(model, headers=AUTH, as_json=True)["config"]
+        _, h = d.http("GET", "/v2/models/%s/config" % model)
+        tensors = lambda ts: [(t["name"], t["data_type"], [int(x) for x in t.get("dims", [])]) for t in ts]
+        same = (g["name"] == h["name"] and g["platform"] == h["platform"] and g["backend"] == h["backend"] and
+                int(g.get("max_batch_size", 0)) == h["max_batch_size"] and
+                tensors(g["input"]) == tensors(h["input"]) and tensors(g["output"]) == tensors(h["output"]) and
+                g["default_model_filename"] == h["default_model_filename"] and
+                g["instance_group"][0]["kind"] == h["instance_group"][0]["kind"] and
+                g["instance_group"][0]["count"] == h["instance_group"][0]["count"])
+        if "dynamic_batching" in h:
+            gd, hd = g.get("dynamic_batching", {}), h["dynamic_batching"]
+            same = same and gd.get("preferred_batch_size") == hd["preferred_batch_size"] and \
+                int(gd.get("max_queue_delay_microseconds", 0)) == hd["max_queue_delay_microseconds"]
+        else:
+            same = same and "dynamic_batching" not in g
+        hl = h["version_policy"].get("latest")
+        same = same and (hl is None or g["version_policy"]["latest"]["num_versions"] == hl["num_versions"])
+        check(same, "ModelConfig of %s equals HTTP's: %s / %s" % (model, g, h))
+
+
+def test_infer(d, c):
+    i = tg.InferInput("input", list(X.shape), "FP32")
+    i.set_data_from_numpy(X)
+    r = c.infer("mnist_mlp", [i], request_id="req-7", headers=AUTH)
+    got = r.as_numpy("logits")
+    http_out = http_infer(d, "mnist_mlp", [("input", "FP32", X)])
+    check(got is not None and got.shape == WANT.shape and np.allclose(got, WANT, atol=1e-4) and
+          np.array_equal(got, http_out["logits"].astype(np.float32)),
+          "ModelInfer on mnist_mlp: the reference logits, and exactly HTTP's")
+    check(r.get_response().id == "req-7" and r.get_response().model_version == "1", "ModelInfer echoes the id")
+
+    xs = dtype_inputs()
+    r = c.infer("dtypes", grpc_inputs(xs), headers=AUTH)
+    hout = http_infer(d, "dtypes", [("in_" + n, dt, xs[n]) for n, _, dt in TYPES])
+    for n, t, dt in TYPES:
+        got = r.as_numpy("out_" + n)
+        want = np.logical_not(xs[n]) if t == np.bool_ else (xs[n] + xs[n]).astype(t)
+        check(got is not None and got.dtype == np.dtype(t) and np.array_equal(got, want) and
+              np.array_equal(got, hout["out_" + n].astype(t)),
+              "ModelInfer %s: the right values and datatype, equal to HTTP's (%s)" % (dt, got))
+
+    # Requested outputs: only the ones named come back.
+    r = c.infer("dtypes", grpc_inputs(xs), outputs=[tg.InferRequestedOutput("out_i64")], headers=AUTH)
+    names = [o.name for o in r.get_response().outputs]
+    check(names == ["out_i64"] and np.array_equal(r.as_numpy("out_i64"), xs["i64"] * 2),
+          "ModelInfer with a requested output returns that one only: %s" % names)
+
+    # Typed contents (what tritonclient does not send): through the generated stub.
+    with grpc.insecure_channel(d.target) as ch:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(ch)
+        q = service_pb2.ModelInferRequest(model_name="dtypes", id="typed")
+        fields = {"f32": "fp32_contents", "f64": "fp64_contents", "i64": "int64_contents", "i32": "int_contents",
+                  "u8": "uint_contents", "b": "bool_contents"}
+        for n, t, dt in TYPES:
+            tin = q.inputs.add(name="in_" + n, datatype=dt, shape=[2, 3])
+            if n in fields:
+                getattr(tin.contents, fields[n]).extend(xs[n].flatten().tolist())
+        try:
+            stub.ModelInfer(q, metadata=[("authorization", "Bearer " + ADMIN)])
+            check(False, "typed contents without FP16's: refused (FP16 has no typed field)")
+        except grpc.RpcError as e:
+            check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "in_f16" in e.details(),
+                  "FP16 in typed contents is refused, naming the input: %s" % e.details())
+        q2 = service_pb2.ModelInferRequest(model_name="mnist_mlp", id="typed")
+        tin = q2.inputs.add(name="input", datatype="FP32", shape=list(X.shape))
+        tin.contents.fp32_contents.extend(X.flatten().tolist())
+        res = stub.ModelInfer(q2, metadata=[("authorization", "Bearer " + ADMIN)])
+        got = np.frombuffer(res.raw_output_contents[0], dtype=np.float32).reshape(WANT.shape)
+        check(res.id == "typed" and np.allclose(got, WANT, atol=1e-4), "ModelInfer with typed FP32 contents")
+        q3 = service_pb2.ModelInferRequest(model_name="dtypes")
+        for n, t, dt in TYPES:
+            tin = q3.inputs.add(name="in_" + n, datatype=dt, shape=[2, 3])
+            q3.raw_input_contents.append(xs[n].tobytes()[:-1] if n == "i32" else xs[n].tobytes())
+        try:
+            stub.ModelInfer(q3, metadata=[("authorization", "Bearer " + ADMIN)])
+            check(False, "raw contents one byte short: refused")
+        except grpc.RpcError as e:
+            check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "in_i32" in e.details(),
+                  "raw contents one byte short are refused, naming the input: %s" % e.details())
+
+
+def test_infer_errors(d, c):
+    i = tg.InferInput("input", list(X.shape), "FP32")
+    i.set_data_from_numpy(X)
+    fails_with(lambda: c.infer("nosuch", [i], headers=AUTH), "NOT_FOUND", "unknown model 'nosuch'", "unknown model")
+    bad = tg.InferInput("input", list(X.shape), "INT64")
+    bad.set_data_from_numpy(X.astype(np.int64))
+    fails_with(lambda: c.infer("mnist_mlp", [bad], headers=AUTH), "INVALID_ARGUMENT", "the model expects FP32",
+               "wrong datatype")
+    wrong = tg.InferInput("nope", list(X.shape), "FP32")
+    wrong.set_data_from_numpy(X)
+    fails_with(lambda: c.infer("mnist_mlp", [wrong], headers=AUTH), "INVALID_ARGUMENT", "unknown input 'nope'",
+               "unknown input")
+    # Over the body limit: refused from the length prefix, before the message is kept.
+    xs = dtype_inputs(rows=30000)
+    fails_with(lambda: c.infer("dtypes", grpc_inputs(xs), headers=AUTH), "RESOURCE_EXHAUSTED",
+               "larger than limits.max_body_bytes", "an oversized message")
+    # Auth: no token, a wrong one, a read token loading.
+    fails_with(lambda: c.infer("mnist_mlp", [i]), "UNAUTHENTICATED", "authorization", "no token")
+    fails_with(lambda: c.infer("mnist_mlp", [i], headers={"authorization": "Bearer wrong"}), "UNAUTHENTICATED",
+               "invalid bearer token", "a wrong token")
+    fails_with(lambda: c.get_model_metadata("mnist_mlp", headers={"authorization": "Basic " + ADMIN}),
+               "UNAUTHENTICATED", "invalid bearer token", "another scheme")
+    read = {"authorization": "Bearer " + READ}
+    check(c.get_model_metadata("mnist_mlp", headers=read, as_json=True)["name"] == "mnist_mlp",
+          "a read token reads metadata")
+    fails_with(lambda: c.load_model("mnist_mlp", headers=read), "PERMISSION_DENIED", "admin scope",
+               "a read token may not load")
+    fails_with(lambda: c.unload_model("mnist_mlp", headers=read), "PERMISSION_DENIED", "admin scope",
+               "a read token may not unload")
+    # A deadline the client gives up on.
+    fails_with(lambda: c.infer("mnist_mlp", [i], headers=AUTH, client_timeout=1e-6), "DEADLINE_EXCEEDED", "",
+               "a deadline that expires")
+    check(c.is_server_live(), "the daemon serves after the errors")
+
+
+def test_stats_and_repository(d, c):
+    g = c.get_inference_statistics("mnist_mlp", headers=AUTH, as_json=True)["model_stats"]
+    _, h = d.http("GET", "/v2/models/mnist_mlp/stats")
+    h = h["model_stats"]
+    check(len(g) == len(h) == 1 and g[0]["name"] == h[0]["name"] and g[0]["version"] == h[0]["version"] and
+          int(g[0]["inference_count"]) == h[0]["inference_count"] > 0 and
+          int(g[0]["execution_count"]) == h[0]["execution_count"] and
+          int(g[0]["inference_stats"]["success"]["count"]) == h[0]["inference_stats"]["success"]["count"],
+          "ModelStatistics equals HTTP's: %s / %s" % (g, h))
+    every = c.get_inference_statistics(headers=AUTH, as_json=True)["model_stats"]
+    check(sorted(s["name"] for s in every) == ["dtypes", "mnist_mlp"], "ModelStatistics of every model")
+    fails_with(lambda: c.get_inference_statistics("nosuch", headers=AUTH), "NOT_FOUND", "unknown model",
+               "statistics of an unknown model")
+
+    idx = c.get_model_repository_index(headers=AUTH, as_json=True)["models"]
+    _, hidx = d.http("POST", "/v2/repository/index", {})
+    key = lambda rows: sorted((r["name"], r.get("version", ""), r["state"]) for r in rows)
+    check(key(idx) == key(hidx) and len(idx) == 2, "RepositoryIndex equals HTTP's: %s" % idx)
+
+    c.unload_model("dtypes", headers=AUTH)
+    check(c.is_model_ready("dtypes", headers=AUTH) is False, "RepositoryModelUnload: not ready after")
+    idx = c.get_model_repository_index(headers=AUTH, as_json=True)["models"]
+    check([r["state"] for r in idx if r["name"] == "dtypes"] == ["UNAVAILABLE"], "the index shows it unloaded")
+    fails_with(lambda: c.unload_model("dtypes", headers=AUTH), "NOT_FOUND", "is not loaded", "unloading it again")
+    c.load_model("dtypes", headers=AUTH)
+    check(c.is_model_ready("dtypes", headers=AUTH) is True, "RepositoryModelLoad: ready when it answers")
+    fails_with(lambda: c.load_model("nosuch", headers=AUTH), "NOT_FOUND", "no model 'nosuch'", "loading an unknown model")
+    fails_with(lambda: c.load_model("dtypes", headers=AUTH, config="{}"), "UNIMPLEMENTED", "configuration",
+               "loading with a configuration")
+
+
+def test_stream(d, c):
+    results = []
+    done = threading.Event()
+
+    def cb(result, error):
+        results.append((result, error))
+        if len(results) == 66:
+            done.set()
+
+    c.start_stream(callback=cb, headers=AUTH)
+    i = tg.InferInput("input", list(X.shape), "FP32")
+    i.set_data_from_numpy(X)
+    for k in range(66):
+        if k == 40:
+            c.async_stream_infer("nosuch", [i], request_id="r40")
+        elif k == 41:
+            bad = tg.InferInput("input", [1, 5], "FP32")
+            bad.set_data_from_numpy(np.zeros((1, 5), np.float32))
+            c.async_stream_infer("mnist_mlp", [bad], request_id="r41")
+        else:
+            c.async_stream_infer("mnist_mlp", [i], request_id="r%d" % k)
+    done.wait(30)
+    c.stop_stream()
+    check(len(results) == 66, "ModelStreamInfer: 66 answers for 66 requests (%d)" % len(results))
+    ids = [r.get_response().id if r else None for r, e in results]
+    ok_ids = ["r%d" % k for k in range(66) if k not in (40, 41)]
+    check([x for x in ids if x] == ok_ids, "ModelStreamInfer answers in request order with their ids")
+    check(all(np.allclose(r.as_numpy("logits"), WANT, atol=1e-4) for r, e in results if r),
+          "ModelStreamInfer results equal the reference")
+    errs = [(k, str(e)) for k, (r, e) in enumerate(results) if e]
+    check(len(errs) == 2 and errs[0][0] == 40 and "unknown model" in errs[0][1] and errs[1][0] == 41 and
+          "784" in errs[1][1], "ModelStreamInfer errors arrive in place and the stream goes on: %s" % errs)
+
+
+# ---- hostile HTTP/2, by hand ----------------------------------------------------------------------
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE = 0, 1, 3, 4, 6, 7, 8
+
+
+def frame(ftype, flags, sid, payload=b""):
+    return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + struct.pack(">I", sid) + payload
+
+
+def message(body):
+    return b"\0" + struct.pack(">I", len(body)) + body
+
+
+class H2:
+    def __init__(self, d):
+        self.s = socket.create_connection(("127.0.0.1", d.grpc_port), timeout=5)
+        self.enc, self.dec = hpack.Encoder(), hpack.Decoder()
+        self.buf = b""
+        self.frames = []        # (type, flags, stream, payload)
+        self.headers = {}       # stream -> [(name, value)]
+        self.closed = False
+        self.s.sendall(PREFACE + frame(SETTINGS, 0, 0))
+
+    def send(self, data):
+        try:
+            self.s.sendall(data)
+        except OSError:
+            self.closed = True
+
+    def request(self, sid, path, extra=(), end=True):
+        hdr = [(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "kiln"),
+               ("content-type", "application/grpc"), ("te", "trailers"), ("authorization", "Bearer " + ADMIN)]
+        return frame(HEADERS, 0x4 | (0x1 if end else 0), sid, self.enc.encode(hdr + list(extra)))
+
+    def read_until(self, pred, timeout=5.0):
+        deadline = time.time() + timeout
+        while not pred() and not self.closed and time.time() < deadline:
+            try:
+                self.s.settimeout(max(0.05, deadline - time.time()))
+                chunk = self.s.recv(65536)
+            except socket.timeout:
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.closed = True
+                break
+            self.buf += chunk
+            while len(self.buf) >= 9:
+                n = int.from_bytes(self.buf[:3], "big")
+                if len(self.buf) < 9 + n:
+                    break
+                ftype, flags = self.buf[3], self.buf[4]
+                sid = int.from_bytes(self.buf[5:9], "big") & 0x7FFFFFFF
+                payload = self.buf[9:9 + n]
+                self.buf = self.buf[9 + n:]
+                self.frames.append((ftype, flags, sid, payload))
+                if ftype == HEADERS:
+                    self.headers.setdefault(sid, []).extend(self.dec.decode(payload))
+                if ftype == SETTINGS and not flags & 1:
+                    self.send(frame(SETTINGS, 1, 0))
+        return pred()
+
+    def status(self, sid):
+        for k, v in self.headers.get(sid, []):
+            if k == "grpc-status":
+                return int(v)
+        return None
+
+    def message_of(self, sid):
+        return dict(self.headers.get(sid, [])).get("grpc-message", "")
+
+    def has(self, ftype, sid=None):
+        return any(f[0] == ftype and (sid is None or f[2] == sid) for f in self.frames)
+
+    def close(self):
+        self.s.close()
+
+
+def infer_body():
+    q = service_pb2.ModelInferRequest(model_name="mnist_mlp")
+    q.inputs.add(name="input", datatype="FP32", shape=list(X.shape))
+    q.raw_input_contents.append(X.tobytes())
+    return q.SerializeToString()
+
+
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+
+
+def test_raw(d, c):
+    # A whole call by hand first, to show the client here speaks what kilnd expects.
+    h = H2(d)
+    h.send(h.request(1, INFER, end=False) + frame(DATA, 1, 1, message(infer_body())))
+    check(h.read_until(lambda: h.status(1) is not None) and h.status(1) == 0, "a hand-made ModelInfer call: status 0")
+
+    # The server's own deadline: grpc-timeout 1n has passed before the request can run.
+    before = d.metric('kiln_inference_requests_total{model="mnist_mlp",outcome="timeout"}')
+    h.send(h.request(3, INFER, [("grpc-timeout", "1n")], end=False) + frame(DATA, 1, 3, message(infer_body())))
+    h.read_until(lambda: h.status(3) is not None)
+    after = d.metric('kiln_inference_requests_total{model="mnist_mlp",outcome="timeout"}')
+    check(h.status(3) == 4 and after == before + 1,
+          "grpc-timeout that passes in the queue: DEADLINE_EXCEEDED, counted as a timeout (%s, %s -> %s)"
+          % (h.status(3), before, after))
+
+    # A length prefix past the body: the call ends inside a message.
+    h.send(h.request(5, INFER, end=False) + frame(DATA, 1, 5, b"\0" + struct.pack(">I", 1000) + b"x" * 10))
+    h.read_until(lambda: h.status(5) is not None)
+    check(h.status(5) == 3 and "inside a message" in h.message_of(5),
+          "a length prefix past the body: INVALID_ARGUMENT (%s %r)" % (h.status(5), h.message_of(5)))
+
+    # A length prefix past the limit: refused at once, the body never sent.
+    h.send(h.request(7, INFER, end=False) + frame(DATA, 0, 7, b"\0" + struct.pack(">I", 1 << 31)))
+    h.read_until(lambda: h.status(7) is not None)
+    check(h.status(7) == 8 and "max_body_bytes" in h.message_of(7),
+          "a length prefix past the limit: RESOURCE_EXHAUSTED before the body (%s)" % h.status(7))
+
+    # A stream that never ends, with a grpc-timeout: answered DEADLINE_EXCEEDED when it passes.
+    h.send(h.request(9, INFER, [("grpc-timeout", "300m")], end=False) + frame(DATA, 0, 9, b"\0\0\0"))
+    h.read_until(lambda: h.status(9) is not None, timeout=4)
+    check(h.status(9) == 4, "a request that never ends: DEADLINE_EXCEEDED after its grpc-timeout (%s)" % h.status(9))
+
+    # An unknown method and a PING (keepalive) on the same connection.
+    h.send(h.request(11, "/inference.GRPCInferenceService/SystemSharedMemoryStatus", end=False) +
+           frame(DATA, 1, 11, message(b"")) + frame(PING, 0, 0, b"12345678"))
+    h.read_until(lambda: h.status(11) is not None and h.has(PING))
+    check(h.status(11) == 12, "an unimplemented method: UNIMPLEMENTED (%s)" % h.status(11))
+    check(any(f[0] == PING and f[1] & 1 and f[3] == b"12345678" for f in h.frames), "a PING is answered")
+    h.close()
+
+    # A stream that never ends and no deadline: holds only its own stream; others are served.
+    h = H2(d)
+    h.send(h.request(1, INFER, end=False) + frame(DATA, 0, 1, b"\0\0\0\0\x10abc"))
+    check(c.is_server_live() and c.is_model_ready("mnist_mlp", headers=AUTH),
+          "a stream that never ends does not stop other calls")
+    h.close()
+
+    # Too many concurrent streams: past SETTINGS_MAX_CONCURRENT_STREAMS they are refused.
+    h = H2(d)
+    h.read_until(lambda: h.has(SETTINGS), timeout=2)
+    h.send(b"".join(h.request(1 + 2 * k, INFER, end=False) for k in range(150)))
+    h.read_until(lambda: h.has(RST_STREAM) or h.has(GOAWAY), timeout=3)
+    check(h.has(RST_STREAM) or h.has(GOAWAY), "streams past the concurrency cap are refused")
+    h.close()
+
+    # A header block over the limit: the stream (or the connection) is refused.
+    h = H2(d)
+    h.send(h.request(1, INFER, [("x-filler", "v" * 20000)]))
+    h.read_until(lambda: h.has(RST_STREAM, 1) or h.has(GOAWAY) or h.status(1) is not None, timeout=3)
+    check((h.has(RST_STREAM, 1) or h.has(GOAWAY) or h.closed) and h.status(1) in (None, 8),
+          "a header block over the limit is refused")
+    h.close()
+
+    # A SETTINGS flood: kilnd keeps up or drops the connection; either way it keeps serving.
+    h = H2(d)
+    h.send(frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 65535)) * 20000)
+    h.read_until(lambda: False, timeout=1)
+    h.close()
+    # Garbage instead of the preface.
+    s = socket.create_connection(("127.0.0.1", d.grpc_port), timeout=5)
+    s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + os.urandom(4096))
+    s.close()
+    i = tg.InferInput("input", list(X.shape), "FP32")
+    i.set_data_from_numpy(X)
+    r = c.infer("mnist_mlp", [i], headers=AUTH)
+    check(np.allclose(r.as_numpy("logits"), WANT, atol=1e-4), "after the hostile connections kilnd still infers")
+
+
+def main():
+    d = Daemon()
+    try:
+        c = tg.InferenceServerClient(d.target)
+        check(wait_ready(c, "mnist_mlp") and wait_ready(c, "dtypes"), "both models load")
+        test_health_and_metadata(d, c)
+        test_model_config(d, c)
+        test_infer(d, c)
+        test_infer_errors(d, c)
+        test_stats_and_repository(d, c)
+        test_stream(d, c)
+        test_raw(d, c)
+        c.close()
+    finally:
+        d.stop()
+        if FAILURES:
+            print(open(d.log).read()[-4000:])
+        shutil.rmtree(TMP, ignore_errors=True)
+    if FAILURES:
+        print("%d check(s) failed:" % len(FAILURES))
+        for f in FAILURES:
+            print("  " + f)
+        sys.exit(1)
+    print("all checks passed")
+
+
+if __name__ == "__main__":
+    main()
