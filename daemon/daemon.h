@@ -49,6 +49,7 @@ struct kiln_daemon {
     struct kiln_server *server;
     struct kiln_grpc *grpc;        /* NULL unless grpc_port is set */
     char *grpc_port_file;
+    int drains_pending;            /* listeners whose connections are still draining */
     struct kiln_jobstore *jobs;
     struct kiln_sched *sched;
     struct kiln_serving *serving;

@@ -188,9 +188,9 @@ static void close_daemon_handles(struct kiln_daemon *d)
 static void on_drained(void *ud)
 {
     struct kiln_daemon *d = ud;
+    if (--d->drains_pending > 0)
+        return; /* the other listener (HTTP or gRPC) still has connections */
     kiln_log_write(&d->log, KILN_LOG_INFO, "all connections closed");
-    if (d->grpc)
-        kiln_grpc_close_all(d->grpc);
     /* The signal handles are unreferenced by now; with the timer gone the loop ends. */
     close_handle((uv_handle_t *)&d->drain_timer);
 }
@@ -199,7 +199,7 @@ static void on_drain_deadline(uv_timer_t *t)
 {
     struct kiln_daemon *d = t->data;
     kiln_log_write(&d->log, KILN_LOG_WARN, "drain_timeout_ms passed with %zu connection(s) open; closing them",
-                   kiln_server_connections(d->server));
+                   kiln_server_connections(d->server) + (d->grpc ? kiln_grpc_connections(d->grpc) : 0));
     kiln_server_close_all(d->server);
     if (d->grpc)
         kiln_grpc_close_all(d->grpc);
@@ -227,8 +227,9 @@ static void begin_drain(struct kiln_daemon *d, const char *why)
     uv_unref((uv_handle_t *)&d->sig_int);
     uv_unref((uv_handle_t *)&d->sig_hup);
     uv_timer_start(&d->drain_timer, on_drain_deadline, (uint64_t)d->cfg.drain_timeout_ms, 0);
+    d->drains_pending = d->grpc ? 2 : 1;
     if (d->grpc)
-        kiln_grpc_drain(d->grpc);
+        kiln_grpc_drain(d->grpc, on_drained, d);
     kiln_server_drain(d->server, on_drained, d);
 }
 

@@ -18,6 +18,7 @@ build_packages="
   ca-certificates gcc libc6-dev pkg-config meson ninja-build
   libuv1-dev libcjson-dev libopenblas-dev libzstd-dev libsqlite3-dev libxxhash-dev libzip-dev node-llhttp
   zlib1g-dev libspng-dev libjpeg62-turbo-dev libwslay-dev libncurses-dev
+  libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler
 "
 test_packages="
   libcmocka-dev python3 python3-venv curl wrk nginx-light clang libclang-rt-14-dev

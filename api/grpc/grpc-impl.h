@@ -47,6 +47,8 @@ struct kiln_grpc {
     bool listener_open, draining;
     int port;
     struct kiln_grpc_conn *conns;
+    void (*drain_done)(void *ud);   /* once draining and every connection has closed */
+    void *drain_ud;
 };
 
 struct grpc_job;
@@ -88,7 +90,7 @@ struct kiln_grpc_conn {
     uv_tcp_t tcp;
     uv_timer_t timer;
     bool detached;                  /* no socket (the fuzzer) */
-    bool closing, in_recv;
+    bool closing, in_recv, read_paused;
     int handles_open;               /* while closing: the handles whose close is still to come */
     nghttp2_session *session;
     struct grpc_stream *streams;

@@ -12,7 +12,7 @@
  *     kiln_grpc_new(&g, loop, &opts);            // opts.serving: the model table
  *     kiln_grpc_listen(g, err, sizeof err);      // then kiln_grpc_port(g)
  *     ... uv_run ...
- *     kiln_grpc_close_all(g);                    // at the end of the drain
+ *     kiln_grpc_drain(g, on_drained, ud);        // on SIGTERM; close_all at the deadline
  *     kiln_grpc_free(g);                         // after the loop delivered the closes
  */
 #ifndef KILN_API_GRPC_H
@@ -45,8 +45,13 @@ int kiln_grpc_new(struct kiln_grpc **out, uv_loop_t *loop, const struct kiln_grp
 /* Binds and listens; on failure writes the reason to err and returns a negative libuv code. */
 int kiln_grpc_listen(struct kiln_grpc *g, char *err, size_t errlen);
 int kiln_grpc_port(const struct kiln_grpc *g);
-/* Stops accepting and sends GOAWAY on every connection: streams open now finish. */
-void kiln_grpc_drain(struct kiln_grpc *g);
+/*
+ * Stops accepting and sends GOAWAY on every connection: streams open now finish, and each
+ * connection closes when its last one has. done (may be NULL) runs once every one has closed.
+ */
+void kiln_grpc_drain(struct kiln_grpc *g, void (*done)(void *ud), void *ud);
+/* Open connections. */
+size_t kiln_grpc_connections(const struct kiln_grpc *g);
 /* Closes the listener and every connection now (their queued requests are cancelled). */
 void kiln_grpc_close_all(struct kiln_grpc *g);
 /* Frees the service; close_all first and run the loop so the handles have closed. */

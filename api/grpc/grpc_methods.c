@@ -588,19 +588,23 @@ void kiln__grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len)
                           s->path);
         return;
     }
-    if ((methods[m].scope != KILN_AUTH_NONE || m == M_READY) && !s->conn->g->o.serving) {
-        kiln__grpc_finish(s, GRPC_UNAVAILABLE, "no model table is being served");
-        return;
-    }
     if (methods[m].scope != KILN_AUTH_NONE && authorize(s, methods[m].scope) != 0)
         return;
-    if (m == M_INFER || m == M_STREAM_INFER) {
+    const ProtobufCMessageDescriptor *desc = methods[m].request ? methods[m].request
+                                                                : &inference__model_infer_request__descriptor;
+    if ((m == M_INFER || m == M_STREAM_INFER) && s->conn->g->o.serving) {
         kiln__grpc_infer(s, msg, len);
         return;
     }
-    ProtobufCMessage *q = protobuf_c_message_unpack(methods[m].request, NULL, len, msg);
+    ProtobufCMessage *q = protobuf_c_message_unpack(desc, NULL, len, msg);
     if (!q) {
         kiln__grpc_finish(s, GRPC_INVALID_ARGUMENT, "malformed %s request message", methods[m].name);
+        return;
+    }
+    if ((methods[m].scope != KILN_AUTH_NONE || m == M_READY) && !s->conn->g->o.serving) {
+        /* no model table (the fuzzer's service): the message was still decoded */
+        kiln__grpc_finish(s, GRPC_UNAVAILABLE, "no model table is being served");
+        protobuf_c_message_free_unpacked(q, NULL);
         return;
     }
     switch ((enum method)m) {

@@ -24,6 +24,7 @@
 
 #define WINDOW_BYTES (1 << 20)          /* per stream */
 #define CONN_WINDOW_BYTES (16 << 20)    /* per connection */
+#define UNSENT_HIGH (8u << 20)          /* bytes written and not yet taken: stop reading past it */
 
 #define glog(g, level, ...) kiln_api_logf((g)->o.log, (g)->o.log_ud, (level), __VA_ARGS__)
 
@@ -53,14 +54,21 @@ enum grpc_code kiln__grpc_code_of_http(int status)
 
 /* ---- sending -------------------------------------------------------------------------------- */
 
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
+
 static void on_written(uv_write_t *req, int status)
 {
     struct write_req *w = (struct write_req *)req;
     struct kiln_grpc_conn *c = w->c;
     c->unsent -= w->len;
     free(w);
-    if (status != 0)
+    if (status != 0) {
         conn_close(c);
+    } else if (c->read_paused && !c->closing && c->unsent < UNSENT_HIGH / 2) {
+        c->read_paused = false;
+        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    }
 }
 
 void kiln__grpc_flush(struct kiln_grpc_conn *c)
@@ -102,6 +110,12 @@ void kiln__grpc_flush(struct kiln_grpc_conn *c)
             return;
         }
         c->unsent += b.len;
+        /* A client that sends but does not read (answers, PING and SETTINGS acks pile up) is
+         * not read from until it has taken most of what is waiting. */
+        if (c->unsent > UNSENT_HIGH && !c->read_paused) {
+            c->read_paused = true;
+            uv_read_stop((uv_stream_t *)&c->tcp);
+        }
     }
     kiln_buf_free(&b);
     if (!nghttp2_session_want_read(c->session) && !nghttp2_session_want_write(c->session))
@@ -194,11 +208,13 @@ int kiln__grpc_frame(struct kiln_buf *b, const ProtobufCMessage *m)
     return 0;
 }
 
+/* Something was queued on s: the response starts, or its deferred data source is woken. */
 static int queued(struct grpc_stream *s)
 {
     if (!s->headers_sent)
         return send_headers(s);
-    return nghttp2_session_resume_data(s->conn->session, s->id) == 0 || s->finished ? 0 : 0;
+    nghttp2_session_resume_data(s->conn->session, s->id); /* an error only means it was not deferred */
+    return 0;
 }
 
 int kiln__grpc_reply(struct grpc_stream *s, const ProtobufCMessage *m)
@@ -457,11 +473,23 @@ static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t error_
 
 /* ---- connections ------------------------------------------------------------------------------ */
 
+static void maybe_drained(struct kiln_grpc *g)
+{
+    if (g->draining && !g->conns && g->drain_done) {
+        void (*done)(void *) = g->drain_done;
+        g->drain_done = NULL;
+        done(g->drain_ud);
+    }
+}
+
 static void conn_handle_closed(uv_handle_t *h)
 {
     struct kiln_grpc_conn *c = h->data;
-    if (--c->handles_open == 0)
+    if (--c->handles_open == 0) {
+        struct kiln_grpc *g = c->g;
         free(c);
+        maybe_drained(g);
+    }
 }
 
 static void conn_release(struct kiln_grpc_conn *c)
@@ -654,15 +682,25 @@ int kiln_grpc_port(const struct kiln_grpc *g)
     return g->port;
 }
 
+size_t kiln_grpc_connections(const struct kiln_grpc *g)
+{
+    size_t n = 0;
+    for (const struct kiln_grpc_conn *c = g->conns; c; c = c->next)
+        n++;
+    return n;
+}
+
 static void close_listener(struct kiln_grpc *g)
 {
     if (g->listener_open && !uv_is_closing((uv_handle_t *)&g->listener))
         uv_close((uv_handle_t *)&g->listener, NULL);
 }
 
-void kiln_grpc_drain(struct kiln_grpc *g)
+void kiln_grpc_drain(struct kiln_grpc *g, void (*done)(void *ud), void *ud)
 {
     g->draining = true;
+    g->drain_done = done;
+    g->drain_ud = ud;
     close_listener(g);
     for (struct kiln_grpc_conn *c = g->conns; c; c = c->next) {
         nghttp2_submit_shutdown_notice(c->session);
@@ -673,6 +711,7 @@ void kiln_grpc_drain(struct kiln_grpc *g)
         next = c->next;
         kiln__grpc_flush(c);
     }
+    maybe_drained(g);
 }
 
 void kiln_grpc_close_all(struct kiln_grpc *g)
