@@ -32,7 +32,7 @@ struct write_req {
     uv_write_t req;
     struct kiln_grpc_conn *c;
     size_t len;
-    char data[];
+    char *data;                     /* the gathered frames, owned */
 };
 
 static void conn_close(struct kiln_grpc_conn *c);
@@ -62,6 +62,7 @@ static void on_written(uv_write_t *req, int status)
     struct write_req *w = (struct write_req *)req;
     struct kiln_grpc_conn *c = w->c;
     c->unsent -= w->len;
+    free(w->data);
     free(w);
     if (status != 0) {
         conn_close(c);
@@ -93,7 +94,7 @@ void kiln__grpc_flush(struct kiln_grpc_conn *c)
         }
     }
     if (b.len && !c->detached) {
-        struct write_req *w = malloc(sizeof *w + b.len);
+        struct write_req *w = malloc(sizeof *w);
         if (!w) {
             kiln_buf_free(&b);
             conn_close(c);
@@ -101,15 +102,16 @@ void kiln__grpc_flush(struct kiln_grpc_conn *c)
         }
         w->c = c;
         w->len = b.len;
-        memcpy(w->data, b.data, b.len);
-        uv_buf_t ub = uv_buf_init(w->data, (unsigned)b.len);
+        w->data = b.data; /* the write owns the frames now */
+        b = (struct kiln_buf){0};
+        uv_buf_t ub = uv_buf_init(w->data, (unsigned)w->len);
         if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &ub, 1, on_written) != 0) {
+            free(w->data);
             free(w);
-            kiln_buf_free(&b);
             conn_close(c);
             return;
         }
-        c->unsent += b.len;
+        c->unsent += w->len;
         /* A client that sends but does not read (answers, PING and SETTINGS acks pile up) is
          * not read from until it has taken most of what is waiting. */
         if (c->unsent > UNSENT_HIGH && !c->read_paused) {
@@ -182,6 +184,12 @@ static ssize_t read_out(nghttp2_session *session, int32_t id, uint8_t *buf, size
         s->out_off += n;
         if (s->out_off == s->out.len)
             s->out.len = s->out_off = 0;
+        if (!s->out.len && s->finished) {
+            /* the last of it: the trailers follow this frame */
+            *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+            if (submit_status(s, false) != 0)
+                return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+        }
         return (ssize_t)n;
     }
     if (!s->finished)
