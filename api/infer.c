@@ -47,7 +47,7 @@ struct in_desc {
     const char *name, *datatype, *shape, *data, *params;
 };
 
-static int find_spec(const kiln_model_tensor_spec *specs, int n, const char *name)
+int kiln__infer_find_spec(const kiln_model_tensor_spec *specs, int n, const char *name)
 {
     for (int i = 0; i < n; i++)
         if (strcmp(specs[i].name, name) == 0)
@@ -480,7 +480,7 @@ int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config
         long dl = in->is_object ? string_at(in->datatype, jend, dtname, sizeof dtname) : -1;
         if (nl == -1 || dl == -1 || type_at(in->shape, jend) != KILN_J_ARRAY)
             FAIL(400, "each input needs \"name\", \"datatype\" and \"shape\"");
-        int k = nl < 0 ? -1 : find_spec(c->inputs, c->ninputs, name);
+        int k = nl < 0 ? -1 : kiln__infer_find_spec(c->inputs, c->ninputs, name);
         if (k < 0)
             FAIL(400, "unknown input '%.64s'", name);
         if (r->inputs[k].data)
@@ -592,7 +592,7 @@ int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config
             char name[KILN_MODEL_NAME_MAX + 1];
             if (string_at(member_at(ro, jend, "name"), jend, name, sizeof name) == -1)
                 FAIL(400, "each requested output needs a \"name\"");
-            int k = find_spec(c->outputs, c->noutputs, name);
+            int k = kiln__infer_find_spec(c->outputs, c->noutputs, name);
             if (k < 0)
                 FAIL(400, "unknown output '%.64s'", name);
             want_output[k] = true;

@@ -471,7 +471,7 @@ int kiln_server_new(struct kiln_server **out, uv_loop_t *loop, const struct kiln
     return 0;
 }
 
-int kiln__server_resolve(uv_loop_t *loop, const char *host, int port, struct sockaddr_storage *addr)
+static int resolve(uv_loop_t *loop, const char *host, int port, struct sockaddr_storage *addr)
 {
     if (uv_ip4_addr(host, port, (struct sockaddr_in *)addr) == 0)
         return 0;
@@ -491,30 +491,38 @@ int kiln__server_resolve(uv_loop_t *loop, const char *host, int port, struct soc
     return 0;
 }
 
-int kiln_server_listen(struct kiln_server *s, char *err, size_t errlen)
+int kiln__server_bind(uv_loop_t *loop, uv_tcp_t *listener, const char *host, int port, uv_connection_cb on_conn,
+                      bool *opened, int *bound_port, char *err, size_t errlen)
 {
     struct sockaddr_storage addr;
-    int rc = kiln__server_resolve(s->loop, s->opts.host, s->opts.port, &addr);
+    int rc = resolve(loop, host, port, &addr);
     if (rc != 0) {
-        snprintf(err, errlen, "cannot resolve host '%s': %s", s->opts.host, uv_strerror(rc));
+        snprintf(err, errlen, "cannot resolve host '%s': %s", host, uv_strerror(rc));
         return rc;
     }
-    uv_tcp_init(s->loop, &s->listener);
-    s->listener.data = s;
-    s->listener_open = true;
-    rc = uv_tcp_bind(&s->listener, (const struct sockaddr *)&addr, 0);
+    uv_tcp_init(loop, listener);
+    *opened = true;
+    rc = uv_tcp_bind(listener, (const struct sockaddr *)&addr, 0);
     if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&s->listener, 511, on_connection);
+        rc = uv_listen((uv_stream_t *)listener, 511, on_conn);
     if (rc != 0) {
-        snprintf(err, errlen, "cannot listen on %s:%d: %s", s->opts.host, s->opts.port, uv_strerror(rc));
+        snprintf(err, errlen, "cannot listen on %s:%d: %s", host, port, uv_strerror(rc));
         return rc;
     }
     struct sockaddr_storage bound;
     int len = sizeof bound;
-    uv_tcp_getsockname(&s->listener, (struct sockaddr *)&bound, &len);
-    s->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
-                                                : ((struct sockaddr_in *)&bound)->sin_port);
+    uv_tcp_getsockname(listener, (struct sockaddr *)&bound, &len);
+    *bound_port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                    : ((struct sockaddr_in *)&bound)->sin_port);
     return 0;
+}
+
+int kiln_server_listen(struct kiln_server *s, char *err, size_t errlen)
+{
+    int rc = kiln__server_bind(s->loop, &s->listener, s->opts.host, s->opts.port, on_connection,
+                               &s->listener_open, &s->port, err, errlen);
+    s->listener.data = s; /* no connection is accepted before the loop runs again */
+    return rc;
 }
 
 int kiln_server_port(const struct kiln_server *s)

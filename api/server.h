@@ -15,6 +15,7 @@
 #ifndef KILN_API_SERVER_H
 #define KILN_API_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,8 +55,12 @@ void kiln_server_close_all(struct kiln_server *srv);
 /* Frees the server; its handles must have closed (run the loop after drain). */
 void kiln_server_free(struct kiln_server *srv);
 
-struct sockaddr_storage;
-/* host (an address or a name) and port into addr, for a listener; 0 or a libuv error. */
-int kiln__server_resolve(uv_loop_t *loop, const char *host, int port, struct sockaddr_storage *addr);
+/*
+ * Resolves host, opens listener on it (*opened is set once the handle needs closing) and
+ * listens with on_conn; *bound_port is the port it got (port 0 picks one). 0, or a libuv error
+ * with err filled. Also the gRPC service's (api/grpc).
+ */
+int kiln__server_bind(uv_loop_t *loop, uv_tcp_t *listener, const char *host, int port, uv_connection_cb on_conn,
+                      bool *opened, int *bound_port, char *err, size_t errlen);
 
 #endif /* KILN_API_SERVER_H */

@@ -131,6 +131,8 @@ struct kiln__infer_data {
 int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config *c, const struct kiln_request *req,
                        struct kiln_sched_request *r, bool *want_output, bool *want_binary, char *id, size_t idlen,
                        struct kiln__infer_data *dd, char *msg, size_t msglen);
+/* The index of the spec named name in specs[0..n), or -1. */
+int kiln__infer_find_spec(const kiln_model_tensor_spec *specs, int n, const char *name);
 /* Fills r's input buffers as dd says (any thread). 0, or 400 with msg filled. */
 int kiln__infer_fill(const struct kiln__infer_data *dd, const kiln_model_config *c, struct kiln_sched_request *r,
                      char *msg, size_t msglen);

@@ -43,14 +43,6 @@ struct grpc_job {
         goto done;                                \
     } while (0)
 
-static int find_spec(const kiln_model_tensor_spec *specs, int n, const char *name)
-{
-    for (int i = 0; i < n; i++)
-        if (strcmp(specs[i].name, name) == 0)
-            return i;
-    return -1;
-}
-
 /* Copies typed contents into t (dtype and element count set). 0, or -1 with why. */
 static int copy_typed(struct kiln_sched_tensor *t, const Inference__InferTensorContents *c, int64_t numel,
                       const char **why)
@@ -104,7 +96,7 @@ static int decode(const struct kiln_serving_options *lim, const kiln_model_confi
     int64_t batch = -1;
     for (size_t i = 0; i < q->n_inputs; i++) {
         const Inference__ModelInferRequest__InferInputTensor *in = q->inputs[i];
-        int k = find_spec(c->inputs, c->ninputs, in->name);
+        int k = kiln__infer_find_spec(c->inputs, c->ninputs, in->name);
         if (k < 0)
             FAIL(400, "unknown input '%.64s'", in->name);
         if (r->inputs[k].data)
@@ -165,7 +157,7 @@ static int decode(const struct kiln_serving_options *lim, const kiln_model_confi
     for (int o = 0; o < c->noutputs; o++)
         want_output[o] = q->n_outputs == 0;
     for (size_t i = 0; i < q->n_outputs; i++) {
-        int k = find_spec(c->outputs, c->noutputs, q->outputs[i]->name);
+        int k = kiln__infer_find_spec(c->outputs, c->noutputs, q->outputs[i]->name);
         if (k < 0)
             FAIL(400, "unknown output '%.64s'", q->outputs[i]->name);
         want_output[k] = true;

@@ -661,28 +661,13 @@ int kiln_grpc_new(struct kiln_grpc **out, uv_loop_t *loop, const struct kiln_grp
 
 int kiln_grpc_listen(struct kiln_grpc *g, char *err, size_t errlen)
 {
-    struct sockaddr_storage addr;
-    int rc = kiln__server_resolve(g->loop, g->o.host, g->o.port, &addr);
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot resolve host '%s': %s", g->o.host, uv_strerror(rc));
-        return rc;
-    }
-    uv_tcp_init(g->loop, &g->listener);
-    g->listener.data = g;
-    g->listener_open = true;
-    rc = uv_tcp_bind(&g->listener, (const struct sockaddr *)&addr, 0);
-    if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&g->listener, 511, on_connection);
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot listen for gRPC on %s:%d: %s", g->o.host, g->o.port, uv_strerror(rc));
-        return rc;
-    }
-    struct sockaddr_storage bound;
-    int len = sizeof bound;
-    uv_tcp_getsockname(&g->listener, (struct sockaddr *)&bound, &len);
-    g->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
-                                                : ((struct sockaddr_in *)&bound)->sin_port);
-    return 0;
+    char why[384];
+    int rc = kiln__server_bind(g->loop, &g->listener, g->o.host, g->o.port, on_connection, &g->listener_open,
+                               &g->port, why, sizeof why);
+    g->listener.data = g; /* no connection is accepted before the loop runs again */
+    if (rc != 0)
+        snprintf(err, errlen, "gRPC: %s", why);
+    return rc;
 }
 
 int kiln_grpc_port(const struct kiln_grpc *g)
