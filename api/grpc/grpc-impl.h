@@ -103,8 +103,8 @@ struct kiln_grpc_conn {
 /* ---- grpc_server.c ---- */
 /* Queues one framed message m on s (sending response headers first). 0, or -1 out of memory. */
 int kiln__grpc_reply(struct grpc_stream *s, const ProtobufCMessage *m);
-/* Queues framed bytes (prefix included) already packed. */
-int kiln__grpc_reply_raw(struct grpc_stream *s, const void *framed, size_t n);
+/* Queues framed messages already packed (prefix included); the buffer may be taken over (left empty). */
+int kiln__grpc_reply_buf(struct grpc_stream *s, struct kiln_buf *framed);
 /* Ends the call with code and message (after what was queued). */
 void kiln__grpc_finish(struct grpc_stream *s, enum grpc_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

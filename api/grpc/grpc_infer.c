@@ -237,13 +237,13 @@ static void deliver(struct grpc_stream *s)
         if (!s->jobs)
             s->jobs_tail = NULL;
         if (!j->streaming) {
-            if (j->code == GRPC_OK && kiln__grpc_reply_raw(s, j->resp.data, j->resp.len) == 0)
+            if (j->code == GRPC_OK && kiln__grpc_reply_buf(s, &j->resp) == 0)
                 kiln__grpc_finish(s, GRPC_OK, "%s", "");
             else
                 kiln__grpc_finish(s, j->code == GRPC_OK ? GRPC_RESOURCE_EXHAUSTED : j->code, "%s",
                                   j->code == GRPC_OK ? "out of memory for the response" : j->msg);
         } else if (j->code == GRPC_OK) {
-            if (kiln__grpc_reply_raw(s, j->resp.data, j->resp.len) != 0)
+            if (kiln__grpc_reply_buf(s, &j->resp) != 0)
                 kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
         } else {
             stream_error(s, j->msg);

@@ -232,10 +232,19 @@ int kiln__grpc_reply(struct grpc_stream *s, const ProtobufCMessage *m)
     return queued(s);
 }
 
-int kiln__grpc_reply_raw(struct grpc_stream *s, const void *framed, size_t n)
+int kiln__grpc_reply_buf(struct grpc_stream *s, struct kiln_buf *framed)
 {
-    if (s->finished || kiln_buf_append(&s->out, framed, n) != 0)
+    if (s->finished)
         return -1;
+    if (s->out.len == s->out_off) {
+        /* nothing waiting: the stream takes the buffer as it is */
+        kiln_buf_free(&s->out);
+        s->out = *framed;
+        s->out_off = 0;
+        *framed = (struct kiln_buf){0};
+    } else if (kiln_buf_append(&s->out, framed->data, framed->len) != 0) {
+        return -1;
+    }
     return queued(s);
 }
 
