@@ -78,17 +78,17 @@ def fails_with(fn, code, text, what):
 
 
 class Daemon:
-    def __init__(self):
-        self.data = os.path.join(TMP, "data")
+    def __init__(self, name="data", extra=()):
+        self.data = os.path.join(TMP, name)
         models = os.path.join(self.data, "models")
         os.makedirs(os.path.join(models, "dtypes", "1"))
         shutil.copytree(os.path.join(FIX, "serving", "mnist_mlp"), os.path.join(models, "mnist_mlp"))
         shutil.copy(os.path.join(FIX, "grpc", "dtypes.onnx"), os.path.join(models, "dtypes", "1", "model.onnx"))
         env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
         env["KILN_API_TOKENS"] = "admin:%s,read:%s" % (ADMIN, READ)
-        self.log = os.path.join(TMP, "kilnd.log")
+        self.log = os.path.join(TMP, name + ".log")
         self.proc = subprocess.Popen([KILND, "--port", "0", "--grpc-port", "0", "--data-dir", self.data,
-                                      "--max-body-bytes", str(MAX_BODY)],
+                                      "--max-body-bytes", str(MAX_BODY)] + list(extra),
                                      stdout=subprocess.DEVNULL, stderr=open(self.log, "wb"), env=env)
         ports = [os.path.join(self.data, f) for f in ("kilnd.port", "kilnd.grpc_port")]
         deadline = time.time() + 20
@@ -495,11 +495,25 @@ def test_raw(d, c):
     h.read_until(lambda: h.status(9) is not None, timeout=4)
     check(h.status(9) == 4, "a request that never ends: DEADLINE_EXCEEDED after its grpc-timeout (%s)" % h.status(9))
 
+    # A call reset by the client (RST_STREAM, CANCEL) while its request waits in the queue (the
+    # fixture's model waits 3 ms to fill a batch): dropped unrun, and nothing is sent for it.
+    before = d.metric('kiln_inference_requests_total{model="mnist_mlp",outcome="cancelled"}')
+    h.send(h.request(13, INFER, end=False) + frame(DATA, 1, 13, message(infer_body())) +
+           frame(RST_STREAM, 0, 13, struct.pack(">I", 8)))
+    deadline = time.time() + 5
+    while time.time() < deadline and \
+            d.metric('kiln_inference_requests_total{model="mnist_mlp",outcome="cancelled"}') < before + 1:
+        time.sleep(0.05)
+    after = d.metric('kiln_inference_requests_total{model="mnist_mlp",outcome="cancelled"}')
+    h.read_until(lambda: False, timeout=0.2)
+    check(after == before + 1 and h.status(13) is None,
+          "RST_STREAM cancels the queued request (cancelled %s -> %s, answer %s)" % (before, after, h.status(13)))
+
     # An unknown method and a PING (keepalive) on the same connection.
-    h.send(h.request(11, "/inference.GRPCInferenceService/SystemSharedMemoryStatus", end=False) +
-           frame(DATA, 1, 11, message(b"")) + frame(PING, 0, 0, b"12345678"))
-    h.read_until(lambda: h.status(11) is not None and h.has(PING))
-    check(h.status(11) == 12, "an unimplemented method: UNIMPLEMENTED (%s)" % h.status(11))
+    h.send(h.request(15, "/inference.GRPCInferenceService/SystemSharedMemoryStatus", end=False) +
+           frame(DATA, 1, 15, message(b"")) + frame(PING, 0, 0, b"12345678"))
+    h.read_until(lambda: h.status(15) is not None and h.has(PING))
+    check(h.status(15) == 12, "an unimplemented method: UNIMPLEMENTED (%s)" % h.status(15))
     check(any(f[0] == PING and f[1] & 1 and f[3] == b"12345678" for f in h.frames), "a PING is answered")
     h.close()
 
@@ -541,6 +555,26 @@ def test_raw(d, c):
     check(np.allclose(r.as_numpy("logits"), WANT, atol=1e-4), "after the hostile connections kilnd still infers")
 
 
+def test_backpressure():
+    """A queue of depth 1: requests past it are UNAVAILABLE at once, counted as rejected."""
+    d = Daemon("small", ["--max-queue-depth", "1"])
+    try:
+        c = tg.InferenceServerClient(d.target)
+        check(wait_ready(c, "mnist_mlp"), "the small daemon loads its model")
+        h = H2(d)
+        h.send(b"".join(h.request(1 + 2 * k, INFER, end=False) + frame(DATA, 1, 1 + 2 * k, message(infer_body()))
+                        for k in range(8)))
+        h.read_until(lambda: all(h.status(1 + 2 * k) is not None for k in range(8)))
+        codes = [h.status(1 + 2 * k) for k in range(8)]
+        check(codes[0] == 0 and codes.count(14) >= 6 and set(codes) <= {0, 14} and
+              "queue is full" in h.message_of(3),
+              "past the queue's depth: UNAVAILABLE, the queued one answered (%s)" % codes)
+        h.close()
+        c.close()
+    finally:
+        d.stop()
+
+
 def main():
     d = Daemon()
     try:
@@ -554,6 +588,7 @@ def main():
         test_stream(d, c)
         test_raw(d, c)
         c.close()
+        test_backpressure()
     finally:
         d.stop()
         if FAILURES:
