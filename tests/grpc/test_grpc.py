@@ -557,7 +557,7 @@ def test_raw(d, c):
 
 def test_backpressure():
     """A queue of depth 1: requests past it are UNAVAILABLE at once, counted as rejected."""
-    d = Daemon("small", ["--max-queue-depth", "1"])
+    d = Daemon("small", ["--max-queue-depth", "1", "--drain-timeout-ms", "1000"])
     try:
         c = tg.InferenceServerClient(d.target)
         check(wait_ready(c, "mnist_mlp"), "the small daemon loads its model")
@@ -572,8 +572,26 @@ def test_backpressure():
               "past the queue's depth: UNAVAILABLE, the queued one answered (%s)" % codes)
         h.close()
         c.close()
+        # SIGTERM with a call that never ends: GOAWAY at once, the connection cut at the drain
+        # deadline, and kilnd exits 0 (d.stop checks).
+        h = H2(d)
+        h.send(h.request(1, INFER, end=False) + frame(DATA, 0, 1, b"\0\0\0"))
+        h.read_until(lambda: h.has(SETTINGS), timeout=2)
+        t0 = time.time()
+        d.proc.send_signal(signal.SIGTERM)
+        h.read_until(lambda: h.has(GOAWAY), timeout=3)
+        check(h.has(GOAWAY), "SIGTERM sends GOAWAY on an open gRPC connection")
+        h.read_until(lambda: False, timeout=5)
+        check(h.closed and time.time() - t0 < 5, "the connection is cut at the drain deadline")
+        h.close()
+        try:
+            rc = d.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            rc = None
+        check(rc == 0, "kilnd exits 0 after draining with a gRPC call open (rc %s)" % rc)
     finally:
-        d.stop()
+        if d.proc.poll() is None:
+            d.stop()
 
 
 def main():
