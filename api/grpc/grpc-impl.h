@@ -63,7 +63,9 @@ struct grpc_stream {
     int32_t id;
     char path[96];
     char authorization[512];
-    bool grpc_content_type, compressed_ok;
+    bool grpc_content_type;
+    int coding;                     /* grpc-encoding: enum kiln_http_coding (identity when absent) */
+    char coding_name[24];
     uint64_t deadline_ns;           /* from grpc-timeout; 0: none */
     uint64_t opened_ns;
     size_t header_bytes;

@@ -5,13 +5,14 @@
  * Limits, all checked before anything is kept: SETTINGS_MAX_CONCURRENT_STREAMS per connection
  * (nghttp2 refuses streams past it), a header block per stream (max_header_bytes: the stream is
  * reset), a message's length prefix against max_message_bytes (RESOURCE_EXHAUSTED before its
- * body is buffered), a request must arrive within its grpc-timeout, and a connection with no
- * stream for idle_timeout_ms is sent GOAWAY and closed. nghttp2 answers PINGs (keepalive) and
- * does HTTP/2 flow control; the windows are opened wider than the 64 KiB default so that one
- * round trip carries a whole tensor.
+ * body is buffered; a gzip or deflate message again as it inflates), a request must arrive
+ * within its grpc-timeout, and a connection with no stream for idle_timeout_ms is sent GOAWAY
+ * and closed. nghttp2 answers PINGs (keepalive) and does HTTP/2 flow control; the windows are
+ * opened wider than the 64 KiB default so that one round trip carries a whole tensor.
  *
- * Sending: nghttp2's frames are gathered with nghttp2_session_mem_send and written in one
- * uv_write per pass (never from inside an nghttp2 callback: the read path sends after it).
+ * Sending: nghttp2's frames are gathered with nghttp2_session_mem_send and written in one pass,
+ * straight to the socket when nothing is waiting (uv_try_write), the rest through uv_write;
+ * never from inside an nghttp2 callback (the read path sends after it).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #include "grpc-impl.h"
+#include "http_codec.h"
 #include "logf.h"
 #include "server.h"
 
@@ -149,10 +151,11 @@ static int send_headers(struct grpc_stream *s)
     static const nghttp2_nv nva[] = {
         {(uint8_t *)":status", (uint8_t *)"200", 7, 3, NGHTTP2_NV_FLAG_NONE},
         {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, NGHTTP2_NV_FLAG_NONE},
+        {(uint8_t *)"grpc-accept-encoding", (uint8_t *)"identity,deflate,gzip", 20, 21, NGHTTP2_NV_FLAG_NONE},
     };
     nghttp2_data_provider prd = {.source.ptr = s, .read_callback = read_out};
     s->headers_sent = true;
-    return nghttp2_submit_response(s->conn->session, s->id, nva, 2, &prd) == 0 ? 0 : -1;
+    return nghttp2_submit_response(s->conn->session, s->id, nva, 3, &prd) == 0 ? 0 : -1;
 }
 
 /* grpc-message is percent-encoded: bytes outside printable ASCII, and '%' itself. */
@@ -368,9 +371,38 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
         if (ns)
             s->deadline_ns = s->opened_ns + ns;
     } else if (header_is(name, namelen, "grpc-encoding")) {
-        s->compressed_ok = valuelen == 8 && memcmp(value, "identity", 8) == 0;
+        size_t n = valuelen < sizeof s->coding_name - 1 ? valuelen : sizeof s->coding_name - 1;
+        memcpy(s->coding_name, value, n);
+        s->coding_name[n] = '\0';
+        s->coding = valuelen < sizeof s->coding_name ? (int)kiln_http_coding_of(s->coding_name) : KILN_CODING_UNKNOWN;
     }
     return 0;
+}
+
+/*
+ * The whole message in s->in to its method, inflated first when its flag says it is compressed
+ * (the inflated size held to the same limit: nothing larger is allocated).
+ */
+static void dispatch_message(struct grpc_stream *s)
+{
+    const uint8_t *p = (const uint8_t *)s->in.data;
+    if (p[0] == 0) {
+        kiln__grpc_dispatch(s, p + 5, s->in.len - 5);
+        return;
+    }
+    struct kiln_buf plain = {0};
+    const char *why = "";
+    int st = kiln_http_inflate((enum kiln_http_coding)s->coding, (const char *)p + 5, s->in.len - 5,
+                               s->conn->g->o.max_message_bytes, &plain, &why);
+    if (st == 0)
+        kiln__grpc_dispatch(s, (const uint8_t *)(plain.data ? plain.data : ""), plain.len);
+    else if (st == 413)
+        kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "inflated message is larger than limits.max_body_bytes (%llu)",
+                          (unsigned long long)s->conn->g->o.max_message_bytes);
+    else
+        kiln__grpc_finish(s, st == 400 ? GRPC_INVALID_ARGUMENT : GRPC_RESOURCE_EXHAUSTED, "%s message: %s",
+                          s->coding_name, st == 400 ? why : "out of memory");
+    kiln_buf_free(&plain);
 }
 
 /* Takes what arrived for s: gathers messages, checks each prefix, dispatches each whole one. */
@@ -392,9 +424,13 @@ static int take_data(struct grpc_stream *s, const uint8_t *data, size_t len)
                 return 0;
             const uint8_t *p = (const uint8_t *)s->in.data;
             uint64_t body = (uint64_t)p[1] << 24 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 8 | p[4];
-            if (p[0] != 0) {
-                kiln__grpc_finish(s, GRPC_UNIMPLEMENTED, "compressed messages are not accepted: send them "
-                                                         "with grpc-encoding identity");
+            if (p[0] > 1 || (p[0] == 1 && s->coding == KILN_CODING_IDENTITY)) {
+                kiln__grpc_finish(s, GRPC_INTERNAL, "a message marked compressed without a grpc-encoding");
+                return 0;
+            }
+            if (p[0] == 1 && s->coding == KILN_CODING_UNKNOWN) {
+                kiln__grpc_finish(s, GRPC_UNIMPLEMENTED, "grpc-encoding '%.24s' is not supported: use gzip, deflate "
+                                                         "or identity", s->coding_name);
                 return 0;
             }
             if (body > g->o.max_message_bytes) {
@@ -416,7 +452,7 @@ static int take_data(struct grpc_stream *s, const uint8_t *data, size_t len)
             s->messages++;
             s->need = 0;
             if (s->streaming)
-                kiln__grpc_dispatch(s, (const uint8_t *)s->in.data + 5, s->in.len - 5);
+                dispatch_message(s);
             s->in.len = s->streaming ? 0 : s->in.len;
         }
     }
@@ -460,7 +496,7 @@ static void end_of_request(struct grpc_stream *s)
         kiln__grpc_finish(s, GRPC_INVALID_ARGUMENT, "a unary call carries one request message");
         return;
     }
-    kiln__grpc_dispatch(s, (const uint8_t *)s->in.data + 5, s->in.len - 5);
+    dispatch_message(s);
 }
 
 static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)

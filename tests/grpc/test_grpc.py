@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 
 KILND, FIX = sys.argv[1], sys.argv[2]
 
@@ -232,6 +233,13 @@ def test_infer(d, c):
         check(got is not None and got.dtype == np.dtype(t) and np.array_equal(got, want) and
               np.array_equal(got, hout["out_" + n].astype(t)),
               "ModelInfer %s: the right values and datatype, equal to HTTP's (%s)" % (dt, got))
+
+    # Compressed requests (gRPC message compression, grpc-encoding): inflated within the limit.
+    for algo in ("gzip", "deflate"):
+        i = tg.InferInput("input", list(X.shape), "FP32")
+        i.set_data_from_numpy(X)
+        r = c.infer("mnist_mlp", [i], headers=AUTH, compression_algorithm=algo)
+        check(np.allclose(r.as_numpy("logits"), WANT, atol=1e-4), "ModelInfer with %s request compression" % algo)
 
     # Requested outputs: only the ones named come back.
     r = c.infer("dtypes", grpc_inputs(xs), outputs=[tg.InferRequestedOutput("out_i64")], headers=AUTH)
@@ -483,6 +491,23 @@ def test_raw(d, c):
     h.read_until(lambda: h.status(5) is not None)
     check(h.status(5) == 3 and "inside a message" in h.message_of(5),
           "a length prefix past the body: INVALID_ARGUMENT (%s %r)" % (h.status(5), h.message_of(5)))
+
+    # Compression the call did not announce, one kilnd does not know, and a small gzip message that
+    # inflates past the limit.
+    comp = zlib.compressobj(wbits=31)
+    bomb = comp.compress(b"\0" * (MAX_BODY * 4)) + comp.flush()
+    z = H2(d)
+    z.send(z.request(1, INFER, end=False) + frame(DATA, 1, 1, b"\1" + struct.pack(">I", 3) + b"abc") +
+           z.request(3, INFER, [("grpc-encoding", "snappy")], end=False) +
+           frame(DATA, 1, 3, b"\1" + struct.pack(">I", 3) + b"abc") +
+           z.request(5, INFER, [("grpc-encoding", "gzip")], end=False) +
+           frame(DATA, 1, 5, b"\1" + struct.pack(">I", len(bomb)) + bomb))
+    z.read_until(lambda: all(z.status(k) is not None for k in (1, 3, 5)))
+    check(z.status(1) == 13 and z.status(3) == 12 and "snappy" in z.message_of(3) and
+          z.status(5) == 8 and "inflated" in z.message_of(5),
+          "compression: unannounced INTERNAL, unknown UNIMPLEMENTED, past the limit once inflated "
+          "RESOURCE_EXHAUSTED (%s %s %s, %d compressed bytes)" % (z.status(1), z.status(3), z.status(5), len(bomb)))
+    z.close()
 
     # A length prefix past the limit: refused at once, the body never sent.
     h.send(h.request(7, INFER, end=False) + frame(DATA, 0, 7, b"\0" + struct.pack(">I", 1 << 31)))
