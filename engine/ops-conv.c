@@ -143,8 +143,8 @@ static kiln_tensor *conv_impl(kiln_tensor *x0, kiln_tensor *w, kiln_tensor *bias
                 out = add_channel_bias(out, cbias, ns, op);
                 rc = out ? 0 : -1;
             }
-        } else if (!be->conv) {
-            rc = kiln__missing(kiln__dev(x), op, "conv");
+        } else if (!kiln__supports(kiln__dev(x), KILN_ENTRY_CONV, -1, out->dtype, NULL)) {
+            rc = kiln__unsupported(kiln__dev(x), op, KILN_ENTRY_CONV, -1, out->dtype);
         } else {
             kiln_tdesc od, xd, wd, bd;
             kiln__desc(out, &od);
@@ -343,8 +343,8 @@ static kiln_tensor *pool_impl(kiln_tensor *x0, const kiln_pool_opts *o, int ns, 
     int rc = out && (!want_ix || ix) ? 0 : -1;
     if (rc == 0 && kiln__numel(out) > 0) {
         const kiln_backend_iface *be = kiln__be(x);
-        if (!be->pool) {
-            rc = kiln__missing(kiln__dev(x), op, "pool");
+        if (!kiln__supports(kiln__dev(x), KILN_ENTRY_POOL, (int)kind, x->dtype, NULL)) {
+            rc = kiln__unsupported(kiln__dev(x), op, KILN_ENTRY_POOL, (int)kind, x->dtype);
         } else {
             kiln_tdesc od, xd, id;
             kiln__desc(out, &od);

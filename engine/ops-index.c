@@ -24,7 +24,7 @@ static kiln_tensor *prepare_index(kiln_tensor *index, const kiln_tensor *t, int6
     if (kiln__same_device(t, index, op) < 0)
         return NULL;
     kiln_tensor *ix = kiln__cast(index, KILN_I64, op);
-    if (ix && kiln__check_index(ix, size, op) < 0) {
+    if (ix && kiln__check_range(ix, 0, size, op, "index") < 0) {
         kiln_tensor_release(ix);
         return NULL;
     }
@@ -252,7 +252,7 @@ kiln_tensor *kiln_one_hot(kiln_tensor *index, int64_t num_classes, kiln_dtype dt
             num_classes = (int64_t)v + 1;
         }
     }
-    if (kiln__check_index(ix, num_classes, op) < 0) {
+    if (kiln__check_range(ix, 0, num_classes, op, "index") < 0) {
         kiln_tensor_release(ix);
         return NULL;
     }

@@ -115,8 +115,8 @@ static kiln_tensor *reduce_impl(kiln_reduce_op op, kiln_tensor *t, int ndims, co
                                                                           : kiln__cast(t, odt, name);
         if (!in) {
             rc = -1;
-        } else if (!be->reduce) {
-            rc = kiln__missing(kiln__dev(t), name, "reduce");
+        } else if (!kiln__supports(kiln__dev(t), KILN_ENTRY_REDUCE, (int)op, in->dtype, NULL)) {
+            rc = kiln__unsupported(kiln__dev(t), name, KILN_ENTRY_REDUCE, (int)op, in->dtype);
         } else {
             kiln_tdesc od, id;
             kiln__desc(out, &od);
