@@ -4,7 +4,8 @@
  *
  *  - decorators compose: counting:cpu and counting:ref compute what cpu and ref do;
  *  - one training step of the MLP and of the CNN of examples/fashion_mnist.c (same
- *    specs) reads the device once: the loss (index and target checks run on the device);
+ *    specs) reads the device once: the loss (index and target checks run on the device),
+ *    and clipping by the global norm of all gradients reads once more, not once per tensor;
  *  - capabilities: a device told to refuse an entry or a dtype (hide=) either takes the
  *    documented fallback (softmax composed, same values) or fails with a message naming
  *    the op, the dtype and the device, and never crashes;
@@ -93,13 +94,19 @@ static double train_step(kiln_device *dev, kiln_module *m, kiln_optim *opt, int6
     kiln_tensor *yt = kiln_from_data(dev, KILN_I64, 1, (int64_t[]){batch}, y, (size_t)batch * 8);
     kiln_tensor *loss = kiln_loss_cross_entropy(kiln_module_forward(m, xt), yt, NULL);
     int rc = loss ? kiln_backward(loss, NULL) : -1;
+    /* clipping by the global norm of every parameter's gradient: one read for all */
+    kiln_device_counters pre = counters(dev);
+    double norm = rc == 0 ? kiln_optim_clip_grad_norm(opt, 1e6, 2.0) : -1;
+    kiln_device_counters post = counters(dev);
+    CHECK(norm > 0 && post.downloads - pre.downloads == 1, "clip_grad_norm: norm %g, %llu reads", norm,
+          (unsigned long long)(post.downloads - pre.downloads));
     if (rc == 0)
         rc = kiln_optim_step(opt) < 0 ? -1 : 0;
     kiln_optim_zero_grad(opt);
     double v = rc == 0 ? kiln_item(loss) : NAN;
     kiln_scope_end();
     kiln_device_counters after = counters(dev);
-    *reads = after.downloads - before.downloads;
+    *reads = after.downloads - before.downloads - (post.downloads - pre.downloads);
     *calls = after.calls - before.calls;
     free(x);
     free(y);
