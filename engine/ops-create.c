@@ -105,7 +105,10 @@ static int download(kiln_tensor *t, void *out, size_t nbytes, const char *op)
     const kiln_backend_iface *be = kiln__be(c);
     size_t esz = kiln_dtype_size(c->dtype);
     kiln__queue_touch(c->storage);
-    int rc = be->buffer_download(kiln__ctx(c), c->storage->buf, (size_t)c->offset * esz, out, nbytes);
+    /* range checks parked on this queue are read first: a violation is this read's error */
+    int rc = kiln__checks_run(kiln__queue_cur(kiln__dev(c)));
+    if (rc == 0)
+        rc = be->buffer_download(kiln__ctx(c), c->storage->buf, (size_t)c->offset * esz, out, nbytes);
     kiln_tensor_release(c);
     return rc < 0 ? rc : 0;
 }
@@ -153,6 +156,8 @@ int kiln__check_range(kiln_tensor *index, int64_t lo, int64_t hi, const char *op
         kiln__desc(index, &id);
         return be->index_check(kiln__ctx(index), &id, lo, hi, op, noun) < 0 ? -1 : 0;
     }
+    if (dev->caps.async)
+        return kiln__check_defer(index, lo, hi, op, noun);   /* read with the next read */
     if (!be->reduce)
         return kiln__missing(dev, op, "reduce");
     /* Two reductions and two one-element reads: a wait the device entry avoids. */

@@ -93,6 +93,7 @@ static void queue_unref(kiln_queue *q)
         }
     pthread_mutex_unlock(&dev->queue_lock);
     bool is_default = q->is_default;
+    kiln__checks_drop(q);
     free(q);
     if (!is_default)
         kiln__device_release(dev);
@@ -175,9 +176,12 @@ int kiln_queue_sync(kiln_queue *q)
 {
     if (!q)
         return kiln__error_set("kiln_queue_sync: queue is NULL");
-    if (!q->dev->be->sync)
-        return 0;
-    int rc = q->dev->be->sync(q->ctx);
+    int rc = q->dev->be->sync ? q->dev->be->sync(q->ctx) : 0;
+    /* the device's own error comes first; the checks parked before it go with it */
+    if (rc == 0)
+        rc = kiln__checks_run(q);
+    else
+        kiln__checks_drop(q);
     return rc < 0 ? rc : 0;
 }
 
@@ -196,10 +200,12 @@ int kiln_device_sync(kiln_device *dev)
 {
     if (!dev)
         return kiln__error_set("kiln_device_sync: device is NULL");
-    if (!dev->be->sync)
-        return 0;
     if (!dev->multi_queue) {
-        int rc = dev->be->sync(dev->ctx);
+        int rc = dev->be->sync ? dev->be->sync(dev->ctx) : 0;
+        if (rc == 0)
+            rc = kiln__checks_run(dev->default_q);
+        else
+            kiln__checks_drop(dev->default_q);
         return rc < 0 ? rc : 0;
     }
     /* every queue; the list is copied (with references) so that no lock is held while
@@ -213,7 +219,11 @@ int kiln_device_sync(kiln_device *dev)
     }
     pthread_mutex_unlock(&dev->queue_lock);
     for (int i = 0; i < n; i++) {
-        int r = dev->be->sync(qs[i]->ctx);
+        int r = dev->be->sync ? dev->be->sync(qs[i]->ctx) : 0;
+        if (r == 0)
+            r = kiln__checks_run(qs[i]);
+        else
+            kiln__checks_drop(qs[i]);
         if (r < 0 && rc == 0)
             rc = r;
     }

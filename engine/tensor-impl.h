@@ -94,6 +94,7 @@ struct kiln_queue {
     atomic_int refcount;               /* the opener's, plus one per storage that names it */
     bool is_default;                   /* dev->default_q: holds no device reference */
     struct kiln_queue *next;           /* dev->queues */
+    struct pending_check *checks;      /* range checks waiting for the next read (queue-checks.c) */
 };
 /** Make dev's default queue (device.c calls it once the backend opened). */
 int kiln__queue_init_device(kiln_device *dev);
@@ -116,6 +117,13 @@ static inline void kiln__queue_touch(kiln_storage *st)
     if (st->dev->track)
         kiln__queue_touch_slow(st);
 }
+/** Park a range check of index on the current queue: its extremes are computed on the
+ *  device now and read at the next read or sync of the queue (queue-checks.c). */
+int kiln__check_defer(kiln_tensor *index, int64_t lo, int64_t hi, const char *op, const char *noun);
+/** Read q's parked checks (one read for all); -1 with the first violation's message. */
+int kiln__checks_run(struct kiln_queue *q);
+/** Forget q's parked checks (the queue is going). */
+void kiln__checks_drop(struct kiln_queue *q);
 /** Free st's buffer, ordered after every queue that used it. */
 void kiln__queue_free_buffer(kiln_storage *st);
 

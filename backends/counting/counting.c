@@ -12,7 +12,11 @@
  *
  * Option hide=ENTRY,ENTRY,DTYPE... (e.g. "counting:ref?hide=softmax,matmul,f16") makes the
  * device refuse those entries and dtypes in supports(), for tests of the engine's
- * fallbacks and of its "does not support" errors. Other options go to the inner device.
+ * fallbacks and of its "does not support" errors. Option async=1 makes it report
+ * caps.async, so the engine treats it as an asynchronous device (range checks without an
+ * index_check entry wait for the next read); the inner kernels still run as they are, so
+ * over ref or cpu it suits checks whose index reaches no kernel unchecked (one_hot). Other
+ * options go to the inner device.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -26,6 +30,7 @@ typedef struct cdev {
     void *ictx;
     bool hide_entry[KILN_ENTRY_COUNT];
     bool hide_dtype[KILN_DTYPE_COUNT];
+    bool async;
     _Atomic uint64_t calls[KILN_ENTRY_COUNT];
     _Atomic uint64_t uploads, upload_bytes, downloads, download_bytes, syncs, peer_copies, peer_copy_bytes;
     _Atomic uint64_t allocs, frees, events_recorded, event_waits, event_syncs;
@@ -77,10 +82,13 @@ static void *counting_open_opts(const char *spec, int index, kiln_device_opts *o
     }
     const char *src = NULL;
     const char *hide = kiln__device_opts_take(o, "hide", &src);
-    if (parse_hide(d, hide, src) < 0) {
+    static const char *const no_yes[] = {"0", "1"};
+    int async = 0;
+    if (parse_hide(d, hide, src) < 0 || kiln__device_opt_choice(o, "counting", "async", no_yes, 2, &async) < 0) {
         free(d);
         return NULL;
     }
+    d->async = async == 1;
     /* the rest of the options are the inner device's */
     kiln_device_opts inner = {0};
     for (int i = 0; i < o->n; i++)
@@ -113,6 +121,7 @@ static void counting_caps(void *ctx, kiln_backend_caps *out)
         d->in->caps(d->ictx, out);
     for (int t = 0; t < KILN_DTYPE_COUNT; t++)
         out->dtype[t] = out->dtype[t] && !d->hide_dtype[t];
+    out->async = out->async || d->async;
 }
 
 /* ----------------------------------------------------------- queues and events */
