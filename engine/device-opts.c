@@ -115,8 +115,58 @@ int kiln__device_opts_parse(const char *text, const char *source, kiln_device_op
     return 0;
 }
 
+/* Defaults a program set (kiln_device_defaults_set: kilnd's device_options), applied over
+ * the environment and under a spec's options. Process-wide by nature (they describe how
+ * the process wants its devices), so guarded by a lock and copied out at each open. */
+#define DEFAULTS_MAX 8
+static pthread_mutex_t defaults_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    char backend[32];
+    char options[256];
+} defaults[DEFAULTS_MAX];
+
+int kiln_device_defaults_set(const char *backend, const char *options)
+{
+    if (!backend || !*backend || strlen(backend) >= sizeof defaults[0].backend)
+        return kiln__error_set("kiln_device_defaults_set: bad backend name");
+    if (options && strlen(options) >= sizeof defaults[0].options)
+        return kiln__error_set("kiln_device_defaults_set: options for %s too long", backend);
+    kiln_device_opts check = {0};
+    if (kiln__device_opts_parse(options, "device_options", &check) < 0)
+        return -1;
+    pthread_mutex_lock(&defaults_lock);
+    int slot = -1;
+    for (int i = 0; i < DEFAULTS_MAX && slot < 0; i++)
+        if (!strcmp(defaults[i].backend, backend))
+            slot = i;
+    for (int i = 0; i < DEFAULTS_MAX && slot < 0; i++)
+        if (!defaults[i].backend[0])
+            slot = i;
+    if (slot >= 0) {
+        snprintf(defaults[slot].backend, sizeof defaults[slot].backend, "%s", options && *options ? backend : "");
+        snprintf(defaults[slot].options, sizeof defaults[slot].options, "%s", options ? options : "");
+    }
+    pthread_mutex_unlock(&defaults_lock);
+    return slot >= 0 ? 0 : kiln__error_set("kiln_device_defaults_set: more than %d backends", DEFAULTS_MAX);
+}
+
 int kiln__device_opts_env(const char *backend, kiln_device_opts *o)
 {
+    char given[sizeof defaults[0].options] = "";
+    pthread_mutex_lock(&defaults_lock);
+    for (int i = 0; i < DEFAULTS_MAX; i++)
+        if (!strcmp(defaults[i].backend, backend))
+            snprintf(given, sizeof given, "%s", defaults[i].options);
+    pthread_mutex_unlock(&defaults_lock);
+    if (given[0]) {
+        kiln_device_opts d = {0};
+        if (kiln__device_opts_parse(given, "device_options", &d) < 0)
+            return -1;
+        for (int i = 0; i < d.n; i++)
+            if (put(o, d.kv[i].key, strlen(d.kv[i].key), d.kv[i].value, strlen(d.kv[i].value), "device_options",
+                    false) < 0)
+                return -1;
+    }
     for (size_t i = 0; i < sizeof env_table / sizeof *env_table; i++) {
         const env_row *r = &env_table[i];
         if (strcmp(r->backend, backend))

@@ -260,6 +260,19 @@ static void options(void)
     kiln_device *o = kiln_device_open("cpu?conv=auto&threads=1");
     CHECK(o != NULL, "the spec wins over the environment");
     kiln_device_close(o);
+    /* a program's defaults (kilnd's device_options) beat the environment, lose to the spec */
+    CHECK(kiln_device_defaults_set("cpu", "threads=zero") == 0, "set defaults");
+    setenv("KILN_CPU_THREADS", "1", 1);
+    kiln_device *p = kiln_device_open("cpu?conv=direct");
+    CHECK(p == NULL && strstr(kiln_error(), "device_options") && strstr(kiln_error(), "zero"), "program defaults");
+    p = kiln_device_open("cpu?conv=direct&threads=1");
+    CHECK(p != NULL, "the spec wins over the program's defaults");
+    kiln_device_close(p);
+    CHECK(kiln_device_defaults_set("cpu", "threads") < 0 && strstr(kiln_error(), "no value"), "malformed defaults");
+    CHECK(kiln_device_defaults_set("cpu", NULL) == 0, "clear defaults");
+    p = kiln_device_open("cpu?conv=direct");
+    CHECK(p != NULL, "cleared: the environment's threads=1 serves");
+    kiln_device_close(p);
     unsetenv("KILN_CPU_THREADS");
 }
 

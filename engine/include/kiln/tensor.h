@@ -107,6 +107,11 @@ kiln_device *kiln_device_open(const char *spec);
 /** kiln_device_open(spec) with options given apart: "key=value&key=value" (or NULL),
  *  applied over those in spec. For a program (kilnd) that keeps them in its config. */
 kiln_device *kiln_device_open_opts(const char *spec, const char *options);
+/** Options every later open of backend's devices starts from ("threads=2&conv=direct";
+ *  NULL or "" clears them): over the environment's defaults, under a spec's own options.
+ *  Checked when a device opens. For a program that keeps them in its config (kilnd's
+ *  device_options). -1 with a message when the text is malformed. */
+int kiln_device_defaults_set(const char *backend, const char *options);
 /** Drop a reference taken by kiln_device_open. Tensors keep their device alive. */
 void kiln_device_close(kiln_device *dev);
 /** The canonical spec ("cpu", "cuda:0", "cpu?threads=2", ...). */
