@@ -104,6 +104,10 @@ int kiln__queue_init_device(kiln_device *dev)
     pthread_mutex_init(&dev->queue_lock, NULL);
     dev->multi_queue = dev->be->queue_open != NULL;
     dev->track = dev->multi_queue && dev->be->event_wait && dev->be->event_record;
+    _Static_assert(KILN_ENTRY_COUNT <= 64, "kiln_device.entries holds one bit per entry");
+    for (int e = 0; e < KILN_ENTRY_COUNT; e++)
+        if (kiln__iface_has(dev->be, (kiln_entry)e))
+            dev->entries |= 1ull << e;
     dev->default_q = queue_new(dev, true);
     if (!dev->default_q) {
         pthread_mutex_destroy(&dev->queue_lock);
@@ -324,11 +328,9 @@ static void order_after(kiln_device *dev, kiln_queue *waiter, kiln_queue *on)
         dev->be->event_free(on->ctx, ev);
 }
 
-void kiln__queue_adopt(kiln_storage *st)
+void kiln__queue_adopt_slow(kiln_storage *st)
 {
     kiln_device *dev = st->dev;
-    if (!dev->track)
-        return;
     kiln_queue *q = kiln__queue_cur(dev);
     atomic_fetch_add(&q->refcount, 1);
     st->home = q;

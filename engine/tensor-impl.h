@@ -40,6 +40,7 @@ struct kiln_device {
     struct kiln_queue *default_q;
     bool multi_queue;                  /* be->queue_open set */
     bool track;
+    uint64_t entries;                  /* bit e: the backend fills entry e (kiln__supports' fast path) */
     pthread_mutex_t queue_lock;        /* the queue list and every storage's users */
     struct kiln_queue *queues;         /* open queues, default_q included */
 };
@@ -108,7 +109,12 @@ static inline void *kiln__qctx(const kiln_device *dev)
     return dev->multi_queue ? kiln__queue_cur(dev)->ctx : dev->ctx;
 }
 /** A new storage on dev: its home queue (tracked devices). */
-void kiln__queue_adopt(kiln_storage *st);
+void kiln__queue_adopt_slow(kiln_storage *st);
+static inline void kiln__queue_adopt(kiln_storage *st)
+{
+    if (st->dev->track)
+        kiln__queue_adopt_slow(st);
+}
 /** Before st is used on this thread's queue: order that use after every other queue's
  *  (tracked devices; a no-op otherwise). */
 void kiln__queue_touch_slow(kiln_storage *st);
@@ -164,8 +170,16 @@ int kiln__same_device(const kiln_tensor *a, const kiln_tensor *b, const char *op
  *  dtype and the device. */
 int kiln__missing(const kiln_device *dev, const char *op, const char *entry);
 int kiln__unsupported(const kiln_device *dev, const char *op, kiln_entry entry, int subop, kiln_dtype dt);
-/** Whether dev may be given entry (non-NULL, dtype in caps, supports() agrees). */
-bool kiln__supports(const kiln_device *dev, kiln_entry entry, int subop, kiln_dtype dt, const void *params);
+/** Whether dev may be given entry (non-NULL, dtype in caps, supports() agrees). Inline
+ *  for the common case (no supports entry): a bit test and a dtype test per op. */
+bool kiln__supports_slow(const kiln_device *dev, kiln_entry entry, int subop, kiln_dtype dt, const void *params);
+static inline bool kiln__supports(const kiln_device *dev, kiln_entry entry, int subop, kiln_dtype dt,
+                                  const void *params)
+{
+    if (!dev->be->supports && (unsigned)entry < KILN_ENTRY_COUNT && (unsigned)dt < KILN_DTYPE_COUNT)
+        return ((dev->entries >> entry) & 1u) && dev->caps.dtype[dt];
+    return kiln__supports_slow(dev, entry, subop, dt, params);
+}
 /** 0 when supported, else kiln__unsupported's error. */
 int kiln__require(const kiln_device *dev, const char *op, kiln_entry entry, int subop, kiln_dtype dt,
                   const void *params);

@@ -230,7 +230,7 @@ bool kiln__iface_has(const kiln_backend_iface *be, kiln_entry e)
     return *slot != NULL;
 }
 
-bool kiln__supports(const kiln_device *dev, kiln_entry entry, int subop, kiln_dtype dt, const void *params)
+bool kiln__supports_slow(const kiln_device *dev, kiln_entry entry, int subop, kiln_dtype dt, const void *params)
 {
     if (!kiln__iface_has(dev->be, entry))
         return false;
@@ -422,7 +422,10 @@ static void storage_release(kiln_storage *st)
     if (st->hook_tag && alloc_hook && alloc_hook->tag == st->hook_tag && alloc_hook->freed)
         alloc_hook->freed(alloc_hook, st->hook_seq);
     kiln_device *dev = st->dev;
-    kiln__queue_free_buffer(st);
+    if (dev->track)
+        kiln__queue_free_buffer(st);   /* ordered after every queue that used it */
+    else
+        dev->be->buffer_free(kiln__qctx(dev), st->buf);
     free(st);
     kiln__device_release(dev);
 }
