@@ -146,8 +146,10 @@ kiln_queue *kiln_queue_open(kiln_device *dev)
 
 kiln_queue *kiln_queue_use(kiln_device *dev, kiln_queue *q)
 {
-    if (!dev || (q && q->dev != dev))
+    if (!dev || (q && q->dev != dev)) {
+        kiln__error_set("kiln_queue_use: %s", !dev ? "device is NULL" : "the queue belongs to another device");
         return NULL;
+    }
     kiln_queue *prev = NULL;
     int slot = -1, empty = -1;
     for (int i = 0; i < BINDINGS; i++) {

@@ -322,12 +322,40 @@ static void queues(void)
     CHECK(kiln_queue_current(dev) != mine, "back to the default queue");
     kiln_queue_close(mine);
 
+    /* bad calls: errors, no crash */
+    kiln_device *other = kiln_device_open("ref");
+    kiln_queue *oq = other ? kiln_queue_open(other) : NULL;
+    kiln_error_clear();
+    CHECK(oq && kiln_queue_use(dev, oq) == NULL && strstr(kiln_error(), "another device") &&
+              kiln_queue_current(dev) != oq,
+          "a queue of another device");
+    CHECK(kiln_queue_sync(NULL) < 0 && kiln_event_record(NULL) == NULL && kiln_event_sync(NULL) < 0 &&
+              kiln_event_query(NULL) < 0 && kiln_event_wait(NULL, NULL) < 0 && kiln_queue_open(NULL) == NULL &&
+              kiln_host_alloc(NULL, 8) == NULL,
+          "NULL arguments");
+    kiln_queue_close(NULL);
+    kiln_event_free(NULL);
+    kiln_queue_close(oq);
+    kiln_device_close(other);
+
     /* across devices: through host memory, values intact */
     kiln_device *ref = kiln_device_open("ref");
     kiln_tensor *a = kiln_arange(dev, KILN_F32, 0, 10, 1);
     kiln_tensor *b = a ? kiln_to_device(a, ref) : NULL;
     float v[10] = {0};
     CHECK(b && kiln_to_data(b, v, sizeof v) == 0 && v[9] == 9.0f && v[3] == 3.0f, "to_device");
+    /* two devices of one backend without device-to-device copies: the fallback, counted */
+    kiln_device *dst = kiln_device_open("counting:cpu?threads=1");
+    kiln_device_counters d0 = dst ? counters(dst) : (kiln_device_counters){0};
+    kiln_tensor *c = dst && a ? kiln_to_device(a, dst) : NULL;
+    kiln_device_counters d1 = dst ? counters(dst) : (kiln_device_counters){0};
+    float w[10] = {0};
+    CHECK(c && kiln_to_data(c, w, sizeof w) == 0 && w[9] == 9.0f && d1.peer_copies == d0.peer_copies &&
+              d1.uploads == d0.uploads + 1,
+          "to_device between two counting:cpu devices: %llu peer copies, %llu uploads",
+          (unsigned long long)(d1.peer_copies - d0.peer_copies), (unsigned long long)(d1.uploads - d0.uploads));
+    kiln_tensor_release(c);
+    kiln_device_close(dst);
     void *p = kiln_host_alloc(dev, 100);
     CHECK(p && ((uintptr_t)p & 63) == 0, "host_alloc is aligned");
     kiln_host_free(dev, p);

@@ -158,7 +158,8 @@ kiln_queue *kiln_queue_open(kiln_device *dev);
  *  is a no-op. */
 void kiln_queue_close(kiln_queue *q);
 /** Make q the calling thread's current queue for q's device (NULL for dev: back to the
- *  default queue). Returns the queue it replaces (NULL for the default). */
+ *  default queue). Returns the queue it replaces (NULL for the default). A queue of
+ *  another device changes nothing and sets an error. */
 kiln_queue *kiln_queue_use(kiln_device *dev, kiln_queue *q);
 /** The calling thread's current queue for dev. */
 kiln_queue *kiln_queue_current(kiln_device *dev);
