@@ -23,8 +23,8 @@ int kiln__copy_into(kiln_tensor *out, kiln_tensor *in, const char *op)
     kiln__desc(out, &od);
     kiln__desc(in, &id);
     const kiln_backend_iface *be = kiln__be(out);
-    if (!be->copy)
-        return kiln__missing(kiln__dev(out), op, "copy");
+    if (!kiln__supports(kiln__dev(out), KILN_ENTRY_COPY, -1, out->dtype, NULL))
+        return kiln__unsupported(kiln__dev(out), op, KILN_ENTRY_COPY, -1, out->dtype);
     int rc = be->copy(kiln__ctx(out), &od, &id);
     atomic_fetch_add(&out->storage->version, 1u);
     return rc < 0 ? rc : 0;
@@ -61,8 +61,8 @@ int kiln__fill(kiln_tensor *t, double value, const char *op)
     if (kiln__numel(t) == 0)
         return 0;
     const kiln_backend_iface *be = kiln__be(t);
-    if (!be->fill)
-        return kiln__missing(kiln__dev(t), op, "fill");
+    if (!kiln__supports(kiln__dev(t), KILN_ENTRY_FILL, -1, t->dtype, NULL))
+        return kiln__unsupported(kiln__dev(t), op, KILN_ENTRY_FILL, -1, t->dtype);
     kiln_tdesc d;
     kiln__desc(t, &d);
     int rc = be->fill(kiln__ctx(t), &d, value);
@@ -158,8 +158,8 @@ int kiln__check_range(kiln_tensor *index, int64_t lo, int64_t hi, const char *op
     }
     if (dev->caps.async)
         return kiln__check_defer(index, lo, hi, op, noun);   /* read with the next read */
-    if (!be->reduce)
-        return kiln__missing(dev, op, "reduce");
+    if (!kiln__supports(dev, KILN_ENTRY_REDUCE, -1, index->dtype, NULL))
+        return kiln__unsupported(dev, op, KILN_ENTRY_REDUCE, -1, index->dtype);
     /* Two reductions and two one-element reads: a wait the device entry avoids. */
     int64_t ones[KILN_MAX_DIMS];
     for (int i = 0; i < index->ndim; i++)
@@ -223,8 +223,8 @@ static int run_arange(kiln_tensor *t, double start, double step, const char *op)
     if (kiln__numel(t) == 0)
         return 0;
     const kiln_backend_iface *be = kiln__be(t);
-    if (!be->arange)
-        return kiln__missing(kiln__dev(t), op, "arange");
+    if (!kiln__supports(kiln__dev(t), KILN_ENTRY_ARANGE, -1, t->dtype, NULL))
+        return kiln__unsupported(kiln__dev(t), op, KILN_ENTRY_ARANGE, -1, t->dtype);
     kiln_tdesc d;
     kiln__desc(t, &d);
     int rc = be->arange(kiln__ctx(t), &d, start, step);
@@ -419,8 +419,8 @@ static kiln_tensor *rng_impl(kiln_device *dev, kiln_dtype dt, int ndim, const in
     int64_t n = kiln__numel(t);
     if (n == 0)
         return kiln__ret(t);
-    if (!dev->be->rng) {
-        kiln__missing(dev, op, "rng");
+    if (!kiln__supports(dev, KILN_ENTRY_RNG, -1, dt, NULL)) {
+        kiln__unsupported(dev, op, KILN_ENTRY_RNG, -1, dt);
         kiln_tensor_release(t);
         return NULL;
     }

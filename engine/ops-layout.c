@@ -374,7 +374,7 @@ kiln_tensor *kiln_pad(kiln_tensor *t, int npads, const int64_t *pads, kiln_pad_m
                 rc = kiln__copy_into(dst, src, "pad");
             kiln_tensor_release(dst);
         } else {
-            rc = kiln__missing(kiln__dev(t), "pad", "pad");
+            rc = kiln__unsupported(kiln__dev(t), "pad", KILN_ENTRY_PAD, (int)mode, t->dtype);
         }
     }
     kiln_tensor_release(src);

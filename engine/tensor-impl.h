@@ -166,9 +166,8 @@ char *kiln__shape_str(int ndim, const int64_t *shape, char *buf, size_t len);
 int kiln__wrap_dim(int dim, int ndim, const char *op);
 /** Error unless a and b live on the same device. */
 int kiln__same_device(const kiln_tensor *a, const kiln_tensor *b, const char *op);
-/** Error when the backend lacks an entry the op needs: names the op, the entry, the
- *  dtype and the device. */
-int kiln__missing(const kiln_device *dev, const char *op, const char *entry);
+/** The error of an op whose device lacks the entry it needs (a NULL slot, a dtype
+ *  outside caps, or supports() saying no): names the op, entry, sub-op, dtype and device. */
 int kiln__unsupported(const kiln_device *dev, const char *op, kiln_entry entry, int subop, kiln_dtype dt);
 /** Whether dev may be given entry (non-NULL, dtype in caps, supports() agrees). Inline
  *  for the common case (no supports entry): a bit test and a dtype test per op. */

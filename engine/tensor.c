@@ -195,12 +195,6 @@ int kiln__same_device(const kiln_tensor *a, const kiln_tensor *b, const char *op
                            kiln__dev(b)->spec);
 }
 
-int kiln__missing(const kiln_device *dev, const char *op, const char *entry)
-{
-    return kiln__error_set("%s: device '%s' (backend %s) does not implement %s", op, dev->spec, dev->be->name,
-                           entry);
-}
-
 /* Where each entry sits in the interface, to test it for NULL. */
 #define ENTRY(e, f) [e] = offsetof(kiln_backend_iface, f)
 static const size_t entry_offset[KILN_ENTRY_COUNT] = {

@@ -216,8 +216,27 @@ static void limited(void)
     kiln_tensor *h = kiln_cast(m, KILN_F16);
     kiln_tensor *e = h ? kiln_exp(h) : NULL;
     CHECK(e == NULL && strstr(kiln_error(), "f16"), "f16 on a device without it");
-    /* NULL entries of the inner backend (ref has no conv_fused): the engine composes */
+    /* entries without a fallback, refused through supports(): each names op and device */
+    kiln_device *lim2 = kiln_device_open("counting:cpu?hide=gather,pool,conv_backward_weight,sort");
+    kiln_tensor *src = lim2 ? kiln_from_data(lim2, KILN_F32, 2, (int64_t[]){3, 4}, x, sizeof x) : NULL;
+    int64_t ix[2] = {0, 1};
+    kiln_tensor *it = src ? kiln_from_data(lim2, KILN_I64, 2, (int64_t[]){1, 2}, ix, sizeof ix) : NULL;
+    CHECK(it && kiln_gather(src, 1, it) == NULL && strstr(kiln_error(), "gather") &&
+              strstr(kiln_error(), "counting:cpu"),
+          "gather refused");
+    kiln_tensor *sv = NULL, *si = NULL;
+    CHECK(src && kiln_sort(src, 1, false, &sv, &si) < 0 && strstr(kiln_error(), "sort"), "sort refused");
+    kiln_tensor *img = lim2 ? kiln_ones(lim2, KILN_F32, 4, (int64_t[]){1, 1, 4, 4}) : NULL;
+    kiln_tensor *wt = lim2 ? kiln_ones(lim2, KILN_F32, 4, (int64_t[]){1, 1, 3, 3}) : NULL;
+    kiln_requires_grad(wt, true);
+    kiln_tensor *y = img && wt ? kiln_conv2d(img, wt, NULL, NULL) : NULL;
+    CHECK(y != NULL, "conv forward is there");
+    CHECK(y && kiln_backward(kiln_sum(y, KILN_ALL_DIMS, false), NULL) < 0 &&
+              strstr(kiln_error(), "conv_backward_weight") && strstr(kiln_error(), "f32"),
+          "conv's weight gradient refused, by name");
     kiln_scope_end();
+    kiln_device_close(lim2);
+    kiln_scope_begin();
 out:
     kiln_device_close(full);
     kiln_device_close(lim);
