@@ -183,7 +183,7 @@ int kiln__device_opts_check_used(const char *backend, const kiln_device_opts *o)
 {
     for (int i = 0; i < o->n; i++)
         if (!o->kv[i].used)
-            return kiln__error_set("kiln_device_open: unknown option '%s' for backend %s (from %s)", o->kv[i].key,
+            return kiln__error_set("unknown option '%s' for backend %s (from %s)", o->kv[i].key,
                                    backend, o->kv[i].source);
     return 0;
 }
