@@ -128,7 +128,7 @@ void kiln__tstate_free(struct kiln__tstate *st)
         return;
     for (size_t i = 0; i < st->cap; i++)
         if (st->tab[i].id && st->dev)
-            st->dev->be->buffer_free(st->dev->ctx, st->tab[i].buf);
+            st->dev->be->buffer_free(kiln__qctx(st->dev), st->tab[i].buf);
     free(st->tab);
     free(st);
 }
@@ -266,15 +266,15 @@ static int check_index_values(struct ctx *c, const kiln_tdesc *idx, int64_t boun
     const int64_t *base = NULL;
     int64_t *copy = NULL;
     if (c->dev->caps.host_memory && be->buffer_host_ptr) {
-        if (be->sync(c->dev->ctx) != 0)
+        if (be->sync(kiln__qctx(c->dev)) != 0)
             return reply_error(c, KILN_WIRE_ERR_DEVICE, "%s: %s", what, kiln_error());
-        base = (const int64_t *)be->buffer_host_ptr(c->dev->ctx, idx->buf) + lo;
+        base = (const int64_t *)be->buffer_host_ptr(kiln__qctx(c->dev), idx->buf) + lo;
     } else {
         size_t count = (size_t)(hi - lo + 1);
         copy = malloc(count * sizeof *copy);
         if (!copy)
             return reply_error(c, KILN_WIRE_ERR_DEVICE, "%s: out of memory reading the index", what);
-        if (be->buffer_download(c->dev->ctx, idx->buf, (size_t)lo * 8u, copy, count * 8u) != 0) {
+        if (be->buffer_download(kiln__qctx(c->dev), idx->buf, (size_t)lo * 8u, copy, count * 8u) != 0) {
             free(copy);
             return reply_error(c, KILN_WIRE_ERR_DEVICE, "%s: %s", what, kiln_error());
         }
@@ -320,19 +320,19 @@ static int do_alloc(struct ctx *c)
                            " live bytes (remote.max_live_bytes; %" PRIu64 " in use)",
                            nbytes, st->lim.max_live_bytes, st->live_bytes);
     const kiln_backend_iface *be = c->dev->be;
-    kiln_buffer *b = be->buffer_alloc(c->dev->ctx, nbytes ? (size_t)nbytes : 1);
+    kiln_buffer *b = be->buffer_alloc(kiln__qctx(c->dev), nbytes ? (size_t)nbytes : 1);
     if (!b)
         return reply_error(c, KILN_WIRE_ERR_DEVICE, "cannot allocate %" PRIu64 " bytes: %s", nbytes, kiln_error());
     int rc;
     if (c->m->u.alloc.has_data) {
-        rc = nbytes ? be->buffer_upload(c->dev->ctx, b, 0, c->m->u.alloc.data, (size_t)nbytes) : 0;
+        rc = nbytes ? be->buffer_upload(kiln__qctx(c->dev), b, 0, c->m->u.alloc.data, (size_t)nbytes) : 0;
     } else {
         /* New buffers read as zeros, as a client's freshly allocated memory would not otherwise. */
         kiln_tdesc z = {.buf = b, .dtype = KILN_U8, .ndim = 1, .shape = {(int64_t)nbytes}, .strides = {1}};
-        rc = nbytes ? be->fill(c->dev->ctx, &z, 0.0) : 0;
+        rc = nbytes ? be->fill(kiln__qctx(c->dev), &z, 0.0) : 0;
     }
     if (rc != 0 || insert(st, id, b, nbytes) != 0) {
-        be->buffer_free(c->dev->ctx, b);
+        be->buffer_free(kiln__qctx(c->dev), b);
         return reply_error(c, KILN_WIRE_ERR_DEVICE, "allocating id %" PRIu64 ": %s", id,
                            rc ? kiln_error() : "out of memory");
     }
@@ -368,7 +368,7 @@ static int do_upload(struct ctx *c)
     struct entry *e = byte_range(c, x.id, x.offset, x.length);
     if (!e)
         return -1;
-    if (x.length && c->dev->be->buffer_upload(c->dev->ctx, e->buf, (size_t)x.offset, x.data, (size_t)x.length) != 0)
+    if (x.length && c->dev->be->buffer_upload(kiln__qctx(c->dev), e->buf, (size_t)x.offset, x.data, (size_t)x.length) != 0)
         return reply_error(c, KILN_WIRE_ERR_DEVICE, "upload into id %" PRIu64 ": %s", x.id, kiln_error());
     return 0;
 }
@@ -387,7 +387,7 @@ static int do_download(struct ctx *c)
     uint8_t *tmp = malloc(x.length ? (size_t)x.length : 1);
     if (!tmp)
         return reply_error(c, KILN_WIRE_ERR_DEVICE, "out of memory reading %" PRIu64 " bytes", x.length);
-    if (x.length && c->dev->be->buffer_download(c->dev->ctx, e->buf, (size_t)x.offset, tmp, (size_t)x.length) != 0) {
+    if (x.length && c->dev->be->buffer_download(kiln__qctx(c->dev), e->buf, (size_t)x.offset, tmp, (size_t)x.length) != 0) {
         free(tmp);
         return reply_error(c, KILN_WIRE_ERR_DEVICE, "download from id %" PRIu64 ": %s", x.id, kiln_error());
     }
@@ -412,7 +412,7 @@ static int do_release(struct ctx *c)
                 rc = reply_error(c, KILN_WIRE_ERR_BAD_ID, "release of unknown id %" PRIu64, id);
             continue;
         }
-        c->dev->be->buffer_free(c->dev->ctx, e->buf);
+        c->dev->be->buffer_free(kiln__qctx(c->dev), e->buf);
         erase(c->st, e);
     }
     return rc;
@@ -420,7 +420,7 @@ static int do_release(struct ctx *c)
 
 static int do_sync(struct ctx *c)
 {
-    if (c->dev->be->sync(c->dev->ctx) != 0)
+    if (c->dev->be->sync(kiln__qctx(c->dev)) != 0)
         return reply_error(c, KILN_WIRE_ERR_DEVICE, "sync: %s", kiln_error());
     kiln_wire_msg r = {.h = {.version = c->st->version, .type = KILN_WIRE_SYNC_DONE, .seq = c->m->h.seq}};
     char why[128];
@@ -484,7 +484,7 @@ static int do_op(struct ctx *c)
                                "%s: operand %d has %" PRId64 " elements, more than the session's %" PRIu64
                                " (remote.max_live_bytes)", pi->name, k, numel(t[k]), c->st->lim.max_live_bytes);
     const kiln_backend_iface *be = c->dev->be;
-    void *x = c->dev->ctx;
+    void *x = kiln__qctx(c->dev);
     int rc = KILN_ENOTSUP;
     switch ((kiln_wire_prim)op->prim) {
     case KILN_WIRE_P_FILL:

@@ -11,13 +11,37 @@
  *
  * Device memory is opaque: a kiln_buffer is whatever the backend says it is, and the
  * front end does no pointer arithmetic on it (offsets travel in the descriptor).
- * Work may be queued: buffer_download and sync are the only calls that must wait for
- * earlier work to finish. A primitive returns 0, or a negative KILN_E* code after
- * setting the thread's error message (kiln__error_set in engine/error-impl.h).
+ * A primitive returns 0, or a negative KILN_E* code after setting the thread's error
+ * message (kiln__error_set in engine/error-impl.h).
+ *
+ * Queues. Work is submitted to a queue (a stream): every entry other than open,
+ * open_spec, open_opts, close, caps and queue_open receives a queue context `q`, which
+ * is what queue_open returned, or the device context itself for a backend without
+ * queue_open (it then has one queue, and every engine queue of the device shares it).
+ * Work on one queue runs in submission order; work on two queues is unordered unless an
+ * event orders it (event_record on one, event_wait on the other). The engine gives each
+ * thread that drives a device its own queue (kiln_queue_use in kiln/tensor.h) and keeps
+ * the rules below, so a backend never has to order queues on its own:
+ *  - a primitive, upload or copy may return before its work is done; buffer_download
+ *    (which waits for the work queued before it on q, then reads), sync (waits for q),
+ *    event_sync and a host_alloc'd staging read are the only calls that wait;
+ *  - a storage is used on another queue than the one that made it only after the engine
+ *    recorded an event on every queue that used it and made the new queue wait for it;
+ *  - buffer_free(q, buf) is ordered on q: the backend may hand buf out again to work
+ *    queued on q after the free, and to other queues once the work queued on q before
+ *    the free has finished (record an event at free time, as a stream-ordered allocator
+ *    does); the engine frees on a queue that has waited for every other user;
+ *  - an error found while the work runs (a device-side index check, a kernel fault) is
+ *    kept and returned, with the op's name, by the next sync or buffer_download on q.
+ * A backend whose entries all finish before returning (caps.async false: ref, cpu) may
+ * leave the queue and event entries NULL; the engine then treats every event as complete
+ * at record. docs/architecture.md ("Backend interface") is the author's guide.
  *
  * A backend fills one kiln_backend_iface with designated initializers and exports one
  * registration function. Entries marked optional may be NULL; the front end then
- * composes the op from other primitives.
+ * composes the op from other primitives (the documented fallbacks) or fails with a
+ * message naming the op, dtype and device. A required entry left NULL is reported the
+ * same way, never called.
  */
 #ifndef KILN_BACKEND_H
 #define KILN_BACKEND_H
@@ -237,6 +261,117 @@ typedef struct kiln_rnn_operands {
     const kiln_tdesc *y, *yh, *yc;
 } kiln_rnn_operands;
 
+/** The primitive entries, one per kiln_backend_iface op slot: what a capability query
+ *  (supports) names and what the counting decorator counts. Names in engine/ops-names.c. */
+typedef enum kiln_entry {
+    KILN_ENTRY_FILL = 0,
+    KILN_ENTRY_ARANGE,
+    KILN_ENTRY_COPY,
+    KILN_ENTRY_RNG,
+    KILN_ENTRY_UNARY,
+    KILN_ENTRY_BINARY,
+    KILN_ENTRY_WHERE,
+    KILN_ENTRY_REDUCE,
+    KILN_ENTRY_ARG_REDUCE,
+    KILN_ENTRY_CUMSUM,
+    KILN_ENTRY_SORT,
+    KILN_ENTRY_GATHER,
+    KILN_ENTRY_SCATTER,
+    KILN_ENTRY_INDEX_SELECT,
+    KILN_ENTRY_INDEX_ADD,
+    KILN_ENTRY_MATMUL,
+    KILN_ENTRY_CONV,
+    KILN_ENTRY_CONV_BACKWARD_INPUT,
+    KILN_ENTRY_CONV_BACKWARD_WEIGHT,
+    KILN_ENTRY_CONV_FUSED,
+    KILN_ENTRY_CONV_PACK,
+    KILN_ENTRY_EPILOGUE,
+    KILN_ENTRY_POOL,
+    KILN_ENTRY_POOL_BACKWARD,
+    KILN_ENTRY_ADAPTIVE_AVG_POOL,
+    KILN_ENTRY_ADAPTIVE_AVG_POOL_BACKWARD,
+    KILN_ENTRY_INTERPOLATE,
+    KILN_ENTRY_INTERPOLATE_BACKWARD,
+    KILN_ENTRY_PAD,
+    KILN_ENTRY_SOFTMAX,
+    KILN_ENTRY_LAYER_NORM,
+    KILN_ENTRY_ADAM_STEP,
+    KILN_ENTRY_INDEX_CHECK,
+    KILN_ENTRY_RNN,
+    KILN_ENTRY_COUNT
+} kiln_entry;
+
+/** One capability question: may the engine call `entry` with sub-op `op` (a
+ *  kiln_unary_op, kiln_binary_op, kiln_reduce_op, kiln_rng_kind, kiln_pool_kind,
+ *  kiln_interp_mode or kiln_pad_mode value; -1 for entries without one) on dtype `dtype`
+ *  (the output's, or for index and reduction entries the data input's), with `params`
+ *  (a kiln_conv_params or kiln_pool_params for those entries, else NULL)? */
+typedef struct kiln_op_query {
+    kiln_entry entry;
+    int op;
+    kiln_dtype dtype;
+    const void *params;
+} kiln_op_query;
+
+/** Options for one device, as the engine resolved them: each key once, the spec's
+ *  ?key=value pairs over the environment's defaults (docs/configuration.md). `source`
+ *  says where a value came from ("KILN_CPU_THREADS" or "spec"), for messages. A backend
+ *  consumes the keys it knows and marks them used; the engine refuses the open, naming
+ *  the key, when one is left unused. */
+#define KILN_DEVICE_OPTS_MAX 16
+typedef struct kiln_device_opts {
+    int n;
+    struct {
+        char key[32];
+        char value[96];
+        const char *source;
+        bool used;
+    } kv[KILN_DEVICE_OPTS_MAX];
+} kiln_device_opts;
+
+typedef struct kiln_backend_iface kiln_backend_iface;
+
+/** The value of option key (marked used; *source says where it came from), or NULL. */
+const char *kiln__device_opts_take(kiln_device_opts *o, const char *key, const char **source);
+/** Option key as a whole number in [lo, hi] into *out: 1 when given, 0 when absent (out
+ *  untouched), -1 with "<backend>: option <key> (from <source>) must be ..." otherwise. */
+int kiln__device_opt_long(kiln_device_opts *o, const char *backend, const char *key, long lo, long hi, long *out);
+/** Option key as the index of one of n choices, with the same returns. */
+int kiln__device_opt_choice(kiln_device_opts *o, const char *backend, const char *key, const char *const *choices,
+                            int n, int *out);
+/** Parse "k=v&k=v" into o (later keys replace earlier); source names it in messages. */
+int kiln__device_opts_parse(const char *text, const char *source, kiln_device_opts *o);
+/** Add the environment's defaults for backend's options that o does not set. */
+int kiln__device_opts_env(const char *backend, kiln_device_opts *o);
+/** The environment's value for an option of backend (NULL: unset); *var names it. */
+const char *kiln__option_env(const char *backend, const char *key, const char **var);
+/** A decorator's inner device: open the backend that spec names (its own options in o,
+ *  completed from the environment), returning its context and interface. Every key
+ *  of o must be used by the inner backend (or taken by the decorator before). */
+void *kiln__backend_open(const char *spec, kiln_device_opts *o, const kiln_backend_iface **be);
+
+/** The message of an index_check violation, set as the error (returns KILN_EINVAL):
+ *  "<op>: <noun> <v> is out of bounds for size <hi>" (lo 0), else "... out of range
+ *  [lo, hi)": "gather: index 7 is out of bounds for size 3". */
+int kiln__index_error(const char *op, const char *noun, int64_t v, int64_t lo, int64_t hi);
+
+/** The entry's name ("matmul"), and whether interface be fills its slot (engine). */
+const char *kiln__entry_name(kiln_entry e);
+bool kiln__iface_has(const kiln_backend_iface *be, kiln_entry e);
+
+/** Counts a decorator keeps (backends/counting): per entry, and the traffic. */
+typedef struct kiln_backend_counters {
+    uint64_t calls[KILN_ENTRY_COUNT];
+    uint64_t uploads, upload_bytes;
+    uint64_t downloads, download_bytes;   /* host reads: each one waits for the device */
+    uint64_t syncs, peer_copies, peer_copy_bytes;
+    uint64_t allocs, frees;
+    uint64_t events_recorded, event_waits, event_syncs;
+} kiln_backend_counters;
+
+/** An event: one point in one queue's work. Opaque to everyone but its backend. */
+typedef struct kiln_backend_event kiln_backend_event;
+
 /** What a backend can do, for the router and the conformance suite. */
 typedef struct kiln_backend_caps {
     bool dtype[KILN_DTYPE_COUNT];   /* dtypes it stores and computes */
@@ -253,17 +388,69 @@ typedef struct kiln_backend_iface {
      *  devices are named by more than an index. engine/device.c calls it instead of open
      *  when set. NULL + message on failure. */
     void *(*open_spec)(const char *spec);
+    /** Optional: open with options (kiln_device_opts: mark each key used). Called instead
+     *  of open_spec and open when set; spec is the canonical spec without its options. A
+     *  bad value is refused with a message naming the option, its source and the value. */
+    void *(*open_opts)(const char *spec, int index, kiln_device_opts *opts);
     void (*close)(void *ctx);
     void (*caps)(void *ctx, kiln_backend_caps *out);
 
-    /* --- buffers (pooled inside the backend: size classes, reuse before malloc) */
+    /* --- queues and events (optional as a group: see the file comment). */
+    /** A new queue of the device ctx; its context is what the work entries receive.
+     *  NULL + message when the device has no more. */
+    void *(*queue_open)(void *ctx);
+    /** Called after sync(q) returned; q is not used again. */
+    void (*queue_close)(void *q);
+    /** Mark the current end of q's work. NULL + message on failure. */
+    kiln_backend_event *(*event_record)(void *q);
+    /** Work queued on q after this call runs after ev's work finished; the host does not
+     *  wait. NULL entry: the device runs all its queues in one order (the remote session),
+     *  so the order is already implied. */
+    int (*event_wait)(void *q, kiln_backend_event *ev);
+    /** The host waits until ev's work finished; reports the errors sync would. q is the
+     *  queue ev was recorded on. */
+    int (*event_sync)(void *q, kiln_backend_event *ev);
+    /** 1 when ev's work finished, 0 while it runs, negative on a device error. */
+    int (*event_query)(void *q, kiln_backend_event *ev);
+    void (*event_free)(void *q, kiln_backend_event *ev);
+
+    /** Optional: what the device supports beyond non-NULL entries and caps.dtype. NULL:
+     *  every non-NULL entry takes every dtype caps.dtype lists, with any parameters. */
+    bool (*supports)(void *q, const kiln_op_query *query);
+
+    /* --- buffers (pooled inside the backend: size classes, reuse before malloc). Every
+     *     entry from here on receives a queue context (see the file comment). */
     kiln_buffer *(*buffer_alloc)(void *ctx, size_t nbytes);
+    /** Ordered on the queue: see "buffer_free(q, buf)" in the file comment. */
     void (*buffer_free)(void *ctx, kiln_buffer *buf);
+    /** Copy n bytes of host memory src into dst, queued on q. The caller may reuse or free
+     *  src as soon as this returns: the backend copies it (or stages it) before returning.
+     *  The one exception is src inside memory that this device's host_alloc returned: the
+     *  backend may read it until the work queued before the next event recorded on q has
+     *  finished, so the caller keeps that memory unchanged until then (event_sync). */
     int (*buffer_upload)(void *ctx, kiln_buffer *dst, size_t dst_offset, const void *src, size_t n);
+    /** Wait for the work queued on q before this call, then copy n bytes into host dst
+     *  (the caller's, written before return). Reports errors kept from earlier work. */
     int (*buffer_download)(void *ctx, kiln_buffer *src, size_t src_offset, void *dst, size_t n);
     /** Optional: the host address of a host-memory buffer (zero-copy paths). */
     void *(*buffer_host_ptr)(void *ctx, kiln_buffer *buf);
+    /** Wait for the work queued on q (this queue only), reporting a kept error. */
     int (*sync)(void *ctx);
+    /** Optional: host memory the device reads and writes without an extra staging copy
+     *  (pinned, page-locked), 64-byte aligned; NULL + message on failure. The engine
+     *  stages uploads and cross-device copies through it. NULL entry: aligned_alloc. */
+    void *(*host_alloc)(void *ctx, size_t nbytes);
+    /** Frees what host_alloc returned (its work finished: the caller synced). */
+    void (*host_free)(void *ctx, void *ptr);
+    /** Optional: copy n bytes from src (a buffer of src_q's device, another device of the
+     *  same backend) into dst, device to device, queued on q after the work queued on
+     *  src_q so far (the backend orders the two queues itself). KILN_ENOTSUP without a
+     *  message when the two devices cannot (no peer access): the engine then downloads
+     *  into host_alloc memory and uploads. */
+    int (*buffer_copy_peer)(void *ctx, kiln_buffer *dst, size_t dst_offset, void *src_q, kiln_buffer *src,
+                            size_t src_offset, size_t n);
+    /** Optional: this device's counters (a decorator's; see kiln_device_counters). */
+    int (*counters)(void *ctx, kiln_backend_counters *out);
 
     /* --- data movement and creation */
     /** out[i] = value (cast to out's dtype). */
@@ -300,7 +487,18 @@ typedef struct kiln_backend_iface {
     int (*sort)(void *ctx, const kiln_tdesc *values, const kiln_tdesc *indices, const kiln_tdesc *in,
                 int dim, bool descending);
 
-    /* --- indexing. index is i64 and already checked to be in range. */
+    /** Optional: check on the device that every value of the integer tensor index lies
+     *  in [lo, hi). An async backend keeps a violation and reports it from the next sync
+     *  or buffer_download on q (a device-side assert); one that finishes at submission
+     *  may return it at once. The message is kiln__index_error's; op and noun are static
+     *  strings ("gather", "index"), so an async backend may keep the pointers. NULL: the engine reads the index's extremes to the host instead
+     *  (one wait per indexing op). */
+    int (*index_check)(void *ctx, const kiln_tdesc *index, int64_t lo, int64_t hi, const char *op,
+                       const char *noun);
+
+    /* --- indexing. index is i64; index_check has run on it (so it may still be out of
+     *     range on an async device: a kernel must not read or write outside its buffers,
+     *     whatever the index holds: clamp or skip, the error comes from the check). */
     int (*gather)(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in, int dim,
                   const kiln_tdesc *index);
     /** out already holds a copy of the destination; write (or add) src at index. */
@@ -395,7 +593,8 @@ typedef struct kiln_backend_iface {
 
     /** Optional: one LSTM/GRU layer (kiln_rnn_params, kiln_rnn_operands) in one call, for
      *  inference: the front end calls it when nothing requires grad and composes the layer
-     *  from matmuls and elementwise ops otherwise, or when NULL. */
+     *  from matmuls and elementwise ops otherwise, or when NULL. p->seq_lens is host memory
+     *  the caller owns only during the call: an async backend copies it before returning. */
     int (*rnn)(void *ctx, const kiln_rnn_params *p, const kiln_rnn_operands *o);
 } kiln_backend_iface;
 
@@ -404,6 +603,7 @@ typedef struct kiln_backend_iface {
 const kiln_backend_iface *kiln_backend_ref(void);
 const kiln_backend_iface *kiln_backend_cpu(void);
 const kiln_backend_iface *kiln_backend_remote(void);
+const kiln_backend_iface *kiln_backend_counting(void);
 
 #ifdef __cplusplus
 }

@@ -341,6 +341,30 @@ void kiln_config_print_help(FILE *out, const char *prog)
     }
 }
 
+/* The device options (libkiln's engine/device-opts.c keeps the variables): devices in the
+ * devices list take them in their spec, so kilnd passes them through unchanged. */
+static const char device_options_doc[] =
+    "\n## Device options\n\n"
+    "Each entry of `devices` (and a training job's `device`) is a device spec, which may carry options "
+    "after a `?`: `\"cpu?threads=2&conv=direct\"`, `\"remote://10.0.0.5:8080/cpu?timeout_ms=5000\"`. "
+    "The environment variables below set their defaults (read when a device opens); an option in the spec "
+    "wins. An unknown option, or a bad value, refuses the open with a message naming the option, where the "
+    "value came from and the value. `counting:SPEC` wraps a device in the counting decorator (it takes "
+    "`hide=ENTRY,DTYPE,...` and hands the other options to SPEC's device).\n\n"
+    "| backend | option | environment | values | default |\n|---|---|---|---|---|\n"
+    "| cpu | `threads` | `KILN_CPU_THREADS` | 1..256 | online cores |\n"
+    "| cpu | `spin_us` | `KILN_CPU_SPIN_US` | 0..100000 (microseconds a worker polls before sleeping) | 50 |\n"
+    "| cpu | `conv` | `KILN_CPU_CONV` | auto, packed, direct (convolution tile) | auto |\n"
+    "| cpu | `depthwise` | `KILN_CPU_DEPTHWISE` | auto, planes (depthwise kernel) | auto |\n"
+    "| cpu | `blas` | `KILN_CPU_BLAS` | kiln (our pool splits GEMMs), openblas (OpenBLAS's threads) | kiln |\n"
+    "| cpu | `kernels` | `KILN_CPU_KERNELS` | auto, base, avx2 (cap on the SIMD tables) | auto |\n"
+    "| cpu | `pool_mb` | `KILN_CPU_POOL_MB` | 0..16777216 (MiB of freed buffers kept for reuse) | 2048 |\n"
+    "| remote | `timeout_ms` | `KILN_REMOTE_TIMEOUT_MS` | 1..86400000 (bound on every wait) | 30000 |\n"
+    "| remote | `token` | `KILN_REMOTE_TOKEN`, then `KILN_TOKEN` | bearer token | none |\n"
+    "| counting | `hide` | — | entries and dtypes the device refuses | none |\n\n"
+    "Two engine settings are read from the same table: `KILN_ONNX_ARENA` (0 or 1: the default of "
+    "`kiln_onnx_options.arena`) and `KILN_ONNX_PROFILE` (1: time per op type, `nodes`: per node).\n";
+
 void kiln_config_print_doc(FILE *out)
 {
     fprintf(out,
@@ -378,4 +402,5 @@ void kiln_config_print_doc(FILE *out)
             "  \"data_dir\": \"/var/lib/kiln\",\n  \"devices\": [\"cpu\"],\n"
             "  \"limits\": {\"max_body_bytes\": 67108864, \"request_timeout_ms\": 30000},\n"
             "  \"log_format\": \"json\"\n}\n```\n");
+    fputs(device_options_doc, out);
 }

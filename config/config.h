@@ -72,6 +72,7 @@ struct kiln_config {
     char *example_models;       /* "" means none */
     char *model_repository;     /* "" means <data_dir>/models; may be read-only */
     struct kiln_strlist devices;
+    struct kiln_strlist device_options;   /* "BACKEND:k=v&k=v", given to kiln_device_defaults_set */
     int64_t worker_threads;
     struct kiln_config_limits limits;
     struct kiln_config_remote remote;

@@ -43,6 +43,11 @@ const struct kiln__config_key kiln__config_keys[] = {
      "repository holds no model yet; empty means none. The README's run command passes examples/models."},
     {"devices", KILN__CT_STRLIST, OFF(devices), 1, 64, NULL, "cpu", "KILN_DEVICES", "--devices",
      "Devices to open, e.g. [\"cpu\", \"cuda:0\"]. Comma-separated in the environment and on the command line."},
+    {"device_options", KILN__CT_STRLIST, OFF(device_options), 0, 8, NULL, "", "KILN_DEVICE_OPTIONS",
+     "--device-options",
+     "Options for every device of a backend, each \"BACKEND:key=value&key=value\", e.g. \"cpu:threads=2&conv=direct\" "
+     "(the device options are listed below). They override the backend's environment variables; a device spec's own "
+     "options (\"cpu?threads=4\") override them. An unknown option or bad value stops the start, naming it."},
     {"worker_threads", KILN__CT_INT, OFF(worker_threads), 0, 1024, NULL, "0", "KILN_WORKER_THREADS",
      "--worker-threads", "Inference worker threads per device, each with its own model instances; 0 means one."},
     {"limits.max_header_bytes", KILN__CT_INT, OFF(limits.max_header_bytes), 256, 1 * MIB, NULL, "8192",

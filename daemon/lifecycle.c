@@ -334,6 +334,22 @@ static char *models_root(const struct kiln_daemon *d)
 static int start_serving(struct kiln_daemon *d)
 {
     char err[512];
+    /* device_options: the backends' defaults, set before any device opens (and checked
+     * when one does, so a bad value stops the start with its name) */
+    for (size_t i = 0; i < d->cfg.device_options.count; i++) {
+        const char *e = d->cfg.device_options.items[i], *colon = strchr(e, ':');
+        char backend[32];
+        if (!colon || colon == e || (size_t)(colon - e) >= sizeof backend) {
+            kiln_log_write(&d->log, KILN_LOG_ERROR, "device_options: '%s' is not BACKEND:key=value", e);
+            return -1;
+        }
+        memcpy(backend, e, (size_t)(colon - e));
+        backend[colon - e] = '\0';
+        if (kiln_device_defaults_set(backend, colon + 1) != 0) {
+            kiln_log_write(&d->log, KILN_LOG_ERROR, "device_options: %s", kiln_error());
+            return -1;
+        }
+    }
     struct kiln_sched_options so = {
         .loop = &d->loop,
         .devices = (const char *const *)d->cfg.devices.items,

@@ -638,8 +638,8 @@ kiln_tensor *kiln__index_add_dim(kiln_tensor *src, int d, int64_t size, kiln_ten
     kiln_tensor *out = cix ? kiln__alloc(kiln__dev(src), src->dtype, src->ndim, shape, "index_add") : NULL;
     int rc = out ? kiln__fill(out, 0, "index_add") : -1;
     if (rc == 0 && kiln__numel(src) > 0) {
-        if (!be->index_add) {
-            rc = kiln__missing(kiln__dev(src), "index_add", "index_add");
+        if (!kiln__supports(kiln__dev(src), KILN_ENTRY_INDEX_ADD, -1, src->dtype, NULL)) {
+            rc = kiln__unsupported(kiln__dev(src), "index_add", KILN_ENTRY_INDEX_ADD, -1, src->dtype);
         } else {
             kiln_tdesc od, xd, sd;
             kiln__desc(out, &od);

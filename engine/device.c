@@ -7,6 +7,10 @@
  * why closing a device while tensors live is safe: the backend is closed when the last
  * reference of either kind goes.
  *
+ * A spec may carry options ("cpu?threads=2", engine/device-opts.c) and may name a
+ * decorator around another spec ("counting:cpu"); the canonical spec, options sorted,
+ * is the registry's key.
+ *
  * Backends are found through their registration functions. They are referenced weakly
  * so that a build leaving a backend out still links and reports the backend as absent
  * with a clear message instead of failing at link time.
@@ -26,6 +30,7 @@ const kiln_backend_iface *kiln_backend_cuda(void) __attribute__((weak));
 const kiln_backend_iface *kiln_backend_vulkan(void) __attribute__((weak));
 const kiln_backend_iface *kiln_backend_hip(void) __attribute__((weak));
 const kiln_backend_iface *kiln_backend_remote(void) __attribute__((weak));
+const kiln_backend_iface *kiln_backend_counting(void) __attribute__((weak));
 
 typedef const kiln_backend_iface *(*backend_getter)(void);
 
@@ -137,32 +142,131 @@ static int parse_spec(const char *spec, size_t *slot, int *index, char *canon, s
     return kiln__error_set("kiln_device_open: unknown device spec '%s' (%s)", spec, usage);
 }
 
+/* The backend slot "counting:INNER" names (the decorator), after INNER's spec checked. */
+#define COUNTING_SLOT NBACKENDS
+
+static const kiln_backend_iface *backend_of(size_t slot)
+{
+    if (slot == COUNTING_SLOT)
+        return kiln_backend_counting ? kiln_backend_counting() : NULL;
+    backend_getter g = getter_of(slot);
+    return g ? g() : NULL;
+}
+
+static const char *backend_name_of(size_t slot)
+{
+    return slot == COUNTING_SLOT ? "counting" : known_backends[slot].name;
+}
+
+/* spec (without options) into its slot, index and canonical spelling; "counting:" wraps
+ * any other spec. */
+static int parse_any(const char *spec, size_t *slot, int *index, char *canon, size_t canon_len)
+{
+    if (strncmp(spec, "counting:", 9) == 0) {
+        size_t inner_slot;
+        char inner[KILN_SPEC_MAX];
+        if (parse_spec(spec + 9, &inner_slot, index, inner, sizeof inner) < 0)
+            return -1;
+        *slot = COUNTING_SLOT;
+        if ((size_t)snprintf(canon, canon_len, "counting:%s", inner) >= canon_len)
+            return kiln__error_set("kiln_device_open: spec too long");
+        return 0;
+    }
+    return parse_spec(spec, slot, index, canon, canon_len);
+}
+
+/* Open backend be on spec/index with opts; checks that every option was used. */
+static void *open_backend(const kiln_backend_iface *be, const char *name, const char *canon, int index,
+                          kiln_device_opts *opts)
+{
+    if (kiln__device_opts_env(name, opts) < 0)
+        return NULL;
+    void *ctx = NULL;
+    if (be->open_opts) {
+        ctx = be->open_opts(canon, index, opts);
+    } else {
+        /* a backend without options: anything given is unknown to it */
+        if (kiln__device_opts_check_used(name, opts) < 0)
+            return NULL;
+        ctx = be->open_spec ? be->open_spec(canon) : be->open ? be->open(index) : NULL;
+    }
+    if (ctx && kiln__device_opts_check_used(name, opts) < 0) {
+        char why[KILN_ERROR_MAX];
+        snprintf(why, sizeof why, "%s", kiln_error());
+        if (be->close)
+            be->close(ctx);
+        kiln__error_set("%s", why);
+        return NULL;
+    }
+    return ctx;
+}
+
+void *kiln__backend_open(const char *spec, kiln_device_opts *o, const kiln_backend_iface **out_be)
+{
+    size_t slot = 0;
+    int index = 0;
+    char canon[KILN_SPEC_MAX];
+    if (parse_any(spec, &slot, &index, canon, sizeof canon) < 0)
+        return NULL;
+    const kiln_backend_iface *be = backend_of(slot);
+    if (!be) {
+        kiln__error_set("backend '%s' is not compiled into this build (compiled: %s)", backend_name_of(slot),
+                        kiln_backends_compiled());
+        return NULL;
+    }
+    *out_be = be;
+    return open_backend(be, backend_name_of(slot), canon, index, o);
+}
+
 kiln_device *kiln_device_open(const char *spec)
+{
+    return kiln_device_open_opts(spec, NULL);
+}
+
+kiln_device *kiln_device_open_opts(const char *spec, const char *options)
 {
     if (!spec) {
         kiln__error_set("kiln_device_open: spec is NULL");
         return NULL;
     }
+    /* spec?k=v&k=v: the query is the device's options (applied over the environment) */
+    char base[KILN_SPEC_MAX];
+    const char *q = strchr(spec, '?');
+    size_t blen = q ? (size_t)(q - spec) : strlen(spec);
+    if (blen >= sizeof base) {
+        kiln__error_set("kiln_device_open: spec too long");
+        return NULL;
+    }
+    memcpy(base, spec, blen);
+    base[blen] = '\0';
+    kiln_device_opts opts = {0};
+    if (kiln__device_opts_parse(q ? q + 1 : NULL, "spec", &opts) < 0 ||
+        kiln__device_opts_parse(options, "options", &opts) < 0)
+        return NULL;
     size_t slot = 0;
     int index = 0;
-    char canon[KILN_SPEC_MAX];
-    if (parse_spec(spec, &slot, &index, canon, sizeof canon) < 0)
+    char canon[KILN_SPEC_MAX], key[KILN_SPEC_MAX], optstr[KILN_SPEC_MAX];
+    if (parse_any(base, &slot, &index, canon, sizeof canon) < 0)
         return NULL;
+    kiln__device_opts_canon(&opts, optstr, sizeof optstr);
+    if ((size_t)snprintf(key, sizeof key, "%s%s%s", canon, optstr[0] ? "?" : "", optstr) >= sizeof key) {
+        kiln__error_set("kiln_device_open: spec too long");
+        return NULL;
+    }
 
     pthread_mutex_lock(&registry_lock);
     for (kiln_device *d = registry; d; d = d->next) {
-        if (strcmp(d->spec, canon) == 0) {
+        if (strcmp(d->spec, key) == 0) {
             d->refcount++;
             pthread_mutex_unlock(&registry_lock);
             return d;
         }
     }
-    backend_getter g = getter_of(slot);
-    const kiln_backend_iface *be = g ? g() : NULL;
+    const kiln_backend_iface *be = backend_of(slot);
     if (!be) {
         pthread_mutex_unlock(&registry_lock);
         kiln__error_set("kiln_device_open: backend '%s' is not compiled into this build (compiled: %s)",
-                        known_backends[slot].name, kiln_backends_compiled());
+                        backend_name_of(slot), kiln_backends_compiled());
         return NULL;
     }
     kiln_device *dev = calloc(1, sizeof *dev);
@@ -172,21 +276,31 @@ kiln_device *kiln_device_open(const char *spec)
         return NULL;
     }
     kiln_error_clear();
-    void *ctx = be->open_spec ? be->open_spec(canon) : be->open ? be->open(index) : NULL;
+    void *ctx = open_backend(be, backend_name_of(slot), canon, index, &opts);
     if (!ctx) {
         char why[KILN_ERROR_MAX];
         snprintf(why, sizeof why, "%s", kiln_error()[0] ? kiln_error() : "the backend reported no reason");
         pthread_mutex_unlock(&registry_lock);
         free(dev);
-        kiln__error_set("kiln_device_open: cannot open '%s': %s", canon, why);
+        kiln__error_set("kiln_device_open: cannot open '%s': %s", key, why);
         return NULL;
     }
-    snprintf(dev->spec, sizeof dev->spec, "%s", canon);
+    snprintf(dev->spec, sizeof dev->spec, "%s", key);
     dev->be = be;
     dev->ctx = ctx;
     dev->refcount = 1;
     if (be->caps)
         be->caps(ctx, &dev->caps);
+    if (kiln__queue_init_device(dev) < 0) {
+        char why[KILN_ERROR_MAX];
+        snprintf(why, sizeof why, "%s", kiln_error());
+        pthread_mutex_unlock(&registry_lock);
+        if (be->close)
+            be->close(ctx);
+        free(dev);
+        kiln__error_set("kiln_device_open: cannot open '%s': %s", key, why);
+        return NULL;
+    }
     dev->next = registry;
     registry = dev;
     pthread_mutex_unlock(&registry_lock);
@@ -216,6 +330,7 @@ void kiln__device_release(kiln_device *dev)
         }
     }
     pthread_mutex_unlock(&registry_lock);
+    kiln__queue_fini_device(dev);
     if (dev->be->close)
         dev->be->close(dev->ctx);
     free(dev);
@@ -231,12 +346,32 @@ const char *kiln_device_name(const kiln_device *dev)
     return dev ? dev->spec : "";
 }
 
-int kiln_device_sync(kiln_device *dev)
+int kiln_device_counters_get(kiln_device *dev, kiln_device_counters *out, const char *entry, uint64_t *calls_of)
 {
-    if (!dev)
-        return kiln__error_set("kiln_device_sync: device is NULL");
-    if (!dev->be->sync)
-        return 0;
-    int rc = dev->be->sync(dev->ctx);
-    return rc < 0 ? rc : 0;
+    if (!dev || !out)
+        return kiln__error_set("kiln_device_counters_get: device or output is NULL");
+    if (!dev->be->counters)
+        return kiln__error_set("kiln_device_counters_get: device '%s' keeps no counters (open \"counting:%s\")",
+                               dev->spec, dev->spec);
+    kiln_backend_counters c;
+    memset(&c, 0, sizeof c);
+    int rc = dev->be->counters(dev->ctx, &c);
+    if (rc < 0)
+        return rc;
+    memset(out, 0, sizeof *out);
+    for (int e = 0; e < KILN_ENTRY_COUNT; e++)
+        out->calls += c.calls[e];
+    out->uploads = c.uploads;
+    out->upload_bytes = c.upload_bytes;
+    out->downloads = c.downloads;
+    out->download_bytes = c.download_bytes;
+    out->syncs = c.syncs;
+    out->peer_copies = c.peer_copies;
+    out->events_recorded = c.events_recorded;
+    out->event_waits = c.event_waits;
+    if (calls_of) {
+        int e = kiln__entry_by_name(entry);
+        *calls_of = e >= 0 ? c.calls[e] : 0;
+    }
+    return 0;
 }

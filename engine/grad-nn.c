@@ -38,17 +38,22 @@ static kiln_tensor *run_conv_entry(nn_entry e, const kiln_conv_params *p, int nd
     kiln__desc(a, &ad);
     kiln__desc(b, &bd);
     int rc;
+    kiln_entry entry = e == NN_CONV              ? KILN_ENTRY_CONV
+                       : e == NN_CONV_GRAD_INPUT ? KILN_ENTRY_CONV_BACKWARD_INPUT
+                                                 : KILN_ENTRY_CONV_BACKWARD_WEIGHT;
+    if (!kiln__supports(kiln__dev(a), entry, -1, out->dtype, p)) {
+        kiln__unsupported(kiln__dev(a), op, entry, -1, out->dtype);
+        return NULL;
+    }
     switch (e) {
     case NN_CONV:
-        rc = be->conv ? be->conv(kiln__ctx(a), p, &od, &ad, &bd, NULL) : kiln__missing(kiln__dev(a), op, "conv");
+        rc = be->conv(kiln__ctx(a), p, &od, &ad, &bd, NULL);
         break;
     case NN_CONV_GRAD_INPUT:
-        rc = be->conv_backward_input ? be->conv_backward_input(kiln__ctx(a), p, &od, &ad, &bd)
-                                     : kiln__missing(kiln__dev(a), op, "conv_backward_input");
+        rc = be->conv_backward_input(kiln__ctx(a), p, &od, &ad, &bd);
         break;
     default:
-        rc = be->conv_backward_weight ? be->conv_backward_weight(kiln__ctx(a), p, &od, &ad, &bd)
-                                      : kiln__missing(kiln__dev(a), op, "conv_backward_weight");
+        rc = be->conv_backward_weight(kiln__ctx(a), p, &od, &ad, &bd);
         break;
     }
     return rc < 0 ? NULL : out;
@@ -143,8 +148,8 @@ static int pool_backward(kiln__node *n, kiln_tensor *g0, kiln_tensor **gin)
         return -1;
     if (kiln__numel(gc) > 0) {
         const kiln_backend_iface *be = kiln__be(gx);
-        if (!be->pool_backward)
-            return kiln__missing(kiln__dev(gx), n->name, "pool_backward");
+        if (!kiln__supports(kiln__dev(gx), KILN_ENTRY_POOL_BACKWARD, -1, gx->dtype, NULL))
+            return kiln__unsupported(kiln__dev(gx), n->name, KILN_ENTRY_POOL_BACKWARD, -1, gx->dtype);
         kiln_tdesc xd, gd, id;
         kiln__desc(gx, &xd);
         kiln__desc(gc, &gd);
@@ -186,8 +191,8 @@ static int adaptive_backward(kiln__node *n, kiln_tensor *g0, kiln_tensor **gin)
         return -1;
     if (kiln__numel(gx) > 0 && kiln__numel(gc) > 0) {
         const kiln_backend_iface *be = kiln__be(gx);
-        if (!be->adaptive_avg_pool_backward)
-            return kiln__missing(kiln__dev(gx), n->name, "adaptive_avg_pool_backward");
+        if (!kiln__supports(kiln__dev(gx), KILN_ENTRY_ADAPTIVE_AVG_POOL_BACKWARD, -1, gx->dtype, NULL))
+            return kiln__unsupported(kiln__dev(gx), n->name, KILN_ENTRY_ADAPTIVE_AVG_POOL_BACKWARD, -1, gx->dtype);
         kiln_tdesc xd, gd;
         kiln__desc(gx, &xd);
         kiln__desc(gc, &gd);
@@ -217,8 +222,8 @@ static int interpolate_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin
         return -1;
     if (kiln__numel(gx) > 0 && kiln__numel(gc) > 0) {
         const kiln_backend_iface *be = kiln__be(gx);
-        if (!be->interpolate_backward)
-            return kiln__missing(kiln__dev(gx), n->name, "interpolate_backward");
+        if (!kiln__supports(kiln__dev(gx), KILN_ENTRY_INTERPOLATE_BACKWARD, -1, gx->dtype, NULL))
+            return kiln__unsupported(kiln__dev(gx), n->name, KILN_ENTRY_INTERPOLATE_BACKWARD, -1, gx->dtype);
         kiln_tdesc xd, gd;
         kiln__desc(gx, &xd);
         kiln__desc(gc, &gd);

@@ -143,8 +143,8 @@ static kiln_tensor *conv_impl(kiln_tensor *x0, kiln_tensor *w, kiln_tensor *bias
                 out = add_channel_bias(out, cbias, ns, op);
                 rc = out ? 0 : -1;
             }
-        } else if (!be->conv) {
-            rc = kiln__missing(kiln__dev(x), op, "conv");
+        } else if (!kiln__supports(kiln__dev(x), KILN_ENTRY_CONV, -1, out->dtype, NULL)) {
+            rc = kiln__unsupported(kiln__dev(x), op, KILN_ENTRY_CONV, -1, out->dtype);
         } else {
             kiln_tdesc od, xd, wd, bd;
             kiln__desc(out, &od);
@@ -234,8 +234,8 @@ static kiln_tensor *conv_transpose_impl(kiln_tensor *x0, kiln_tensor *w, kiln_te
         const kiln_backend_iface *be = kiln__be(x);
         int rc = kiln__fill(out, 0, op);
         if (rc == 0 && Cin > 0 && kiln__numel(x) > 0) {
-            if (!be->conv_backward_input) {
-                rc = kiln__missing(kiln__dev(x), op, "conv_backward_input");
+            if (!kiln__supports(kiln__dev(x), KILN_ENTRY_CONV_BACKWARD_INPUT, -1, x->dtype, NULL)) {
+                rc = kiln__unsupported(kiln__dev(x), op, KILN_ENTRY_CONV_BACKWARD_INPUT, -1, x->dtype);
             } else {
                 kiln_tdesc od, xd, wd;
                 kiln__desc(out, &od);
@@ -343,8 +343,8 @@ static kiln_tensor *pool_impl(kiln_tensor *x0, const kiln_pool_opts *o, int ns, 
     int rc = out && (!want_ix || ix) ? 0 : -1;
     if (rc == 0 && kiln__numel(out) > 0) {
         const kiln_backend_iface *be = kiln__be(x);
-        if (!be->pool) {
-            rc = kiln__missing(kiln__dev(x), op, "pool");
+        if (!kiln__supports(kiln__dev(x), KILN_ENTRY_POOL, (int)kind, x->dtype, NULL)) {
+            rc = kiln__unsupported(kiln__dev(x), op, KILN_ENTRY_POOL, (int)kind, x->dtype);
         } else {
             kiln_tdesc od, xd, id;
             kiln__desc(out, &od);
@@ -429,8 +429,9 @@ static kiln_tensor *adaptive_impl(kiln_tensor *x0, int ns, const int64_t *osz, c
         kiln_tdesc od, xd;
         kiln__desc(out, &od);
         kiln__desc(cx, &xd);
-        rc = be->adaptive_avg_pool ? be->adaptive_avg_pool(kiln__ctx(x), ns, &od, &xd)
-                                   : kiln__missing(kiln__dev(x), op, "adaptive_avg_pool");
+        rc = kiln__supports(kiln__dev(x), KILN_ENTRY_ADAPTIVE_AVG_POOL, -1, cx->dtype, NULL)
+                 ? be->adaptive_avg_pool(kiln__ctx(x), ns, &od, &xd)
+                 : kiln__unsupported(kiln__dev(x), op, KILN_ENTRY_ADAPTIVE_AVG_POOL, -1, cx->dtype);
     }
     kiln_tensor_release(cx);
     kiln_tensor_release(x);
@@ -483,8 +484,9 @@ kiln_tensor *kiln_interpolate(kiln_tensor *x, int64_t out_h, int64_t out_w, kiln
             kiln_tdesc od, xd;
             kiln__desc(out, &od);
             kiln__desc(cx, &xd);
-            rc = be->interpolate ? be->interpolate(kiln__ctx(x), mode, align_corners, &od, &xd)
-                                 : kiln__missing(kiln__dev(x), op, "interpolate");
+            rc = kiln__supports(kiln__dev(x), KILN_ENTRY_INTERPOLATE, (int)mode, cx->dtype, NULL)
+                     ? be->interpolate(kiln__ctx(x), mode, align_corners, &od, &xd)
+                     : kiln__unsupported(kiln__dev(x), op, KILN_ENTRY_INTERPOLATE, (int)mode, cx->dtype);
         }
     }
     kiln_tensor_release(cx);

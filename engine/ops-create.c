@@ -23,8 +23,8 @@ int kiln__copy_into(kiln_tensor *out, kiln_tensor *in, const char *op)
     kiln__desc(out, &od);
     kiln__desc(in, &id);
     const kiln_backend_iface *be = kiln__be(out);
-    if (!be->copy)
-        return kiln__missing(kiln__dev(out), op, "copy");
+    if (!kiln__supports(kiln__dev(out), KILN_ENTRY_COPY, -1, out->dtype, NULL))
+        return kiln__unsupported(kiln__dev(out), op, KILN_ENTRY_COPY, -1, out->dtype);
     int rc = be->copy(kiln__ctx(out), &od, &id);
     atomic_fetch_add(&out->storage->version, 1u);
     return rc < 0 ? rc : 0;
@@ -61,8 +61,8 @@ int kiln__fill(kiln_tensor *t, double value, const char *op)
     if (kiln__numel(t) == 0)
         return 0;
     const kiln_backend_iface *be = kiln__be(t);
-    if (!be->fill)
-        return kiln__missing(kiln__dev(t), op, "fill");
+    if (!kiln__supports(kiln__dev(t), KILN_ENTRY_FILL, -1, t->dtype, NULL))
+        return kiln__unsupported(kiln__dev(t), op, KILN_ENTRY_FILL, -1, t->dtype);
     kiln_tdesc d;
     kiln__desc(t, &d);
     int rc = be->fill(kiln__ctx(t), &d, value);
@@ -104,7 +104,11 @@ static int download(kiln_tensor *t, void *out, size_t nbytes, const char *op)
         return -1;
     const kiln_backend_iface *be = kiln__be(c);
     size_t esz = kiln_dtype_size(c->dtype);
-    int rc = be->buffer_download(kiln__ctx(c), c->storage->buf, (size_t)c->offset * esz, out, nbytes);
+    kiln__queue_touch(c->storage);
+    /* range checks parked on this queue are read first: a violation is this read's error */
+    int rc = kiln__checks_run(kiln__queue_cur(kiln__dev(c)));
+    if (rc == 0)
+        rc = be->buffer_download(kiln__ctx(c), c->storage->buf, (size_t)c->offset * esz, out, nbytes);
     kiln_tensor_release(c);
     return rc < 0 ? rc : 0;
 }
@@ -129,22 +133,41 @@ int kiln__read_f64(kiln_tensor *t, double *out, int64_t n, const char *op)
     return 0;
 }
 
-int kiln__check_index(kiln_tensor *index, int64_t size, const char *op)
+int kiln__index_error(const char *op, const char *noun, int64_t v, int64_t lo, int64_t hi)
+{
+    if (lo == 0)
+        kiln__error_set("%s: %s %lld is out of bounds for size %lld", op, noun, (long long)v, (long long)hi);
+    else
+        kiln__error_set("%s: %s %lld is out of range [%lld, %lld)", op, noun, (long long)v, (long long)lo,
+                        (long long)hi);
+    return KILN_EINVAL;
+}
+
+int kiln__check_range(kiln_tensor *index, int64_t lo, int64_t hi, const char *op, const char *noun)
 {
     int64_t n = kiln__numel(index);
     if (n == 0)
         return 0;
-    const kiln_backend_iface *be = kiln__be(index);
-    if (!be->reduce)
-        return kiln__missing(kiln__dev(index), op, "reduce");
-    /* Two reductions and two one-element reads: the only wait an indexing op adds. */
+    kiln_device *dev = kiln__dev(index);
+    const kiln_backend_iface *be = dev->be;
+    if (kiln__supports(dev, KILN_ENTRY_INDEX_CHECK, -1, index->dtype, NULL)) {
+        /* on the device: no wait here; an async device reports at its next sync */
+        kiln_tdesc id;
+        kiln__desc(index, &id);
+        return be->index_check(kiln__ctx(index), &id, lo, hi, op, noun) < 0 ? -1 : 0;
+    }
+    if (dev->caps.async)
+        return kiln__check_defer(index, lo, hi, op, noun);   /* read with the next read */
+    if (!kiln__supports(dev, KILN_ENTRY_REDUCE, -1, index->dtype, NULL))
+        return kiln__unsupported(dev, op, KILN_ENTRY_REDUCE, -1, index->dtype);
+    /* Two reductions and two one-element reads: a wait the device entry avoids. */
     int64_t ones[KILN_MAX_DIMS];
     for (int i = 0; i < index->ndim; i++)
         ones[i] = 1;
     uint32_t mask = index->ndim ? (uint32_t)((1u << index->ndim) - 1) : 0;
-    double lo = 0, hi = 0;
+    double v[2] = {0, 0};
     for (int k = 0; k < 2; k++) {
-        kiln_tensor *r = kiln__alloc(kiln__dev(index), index->dtype, index->ndim, ones, op);
+        kiln_tensor *r = kiln__alloc(dev, index->dtype, index->ndim, ones, op);
         if (!r)
             return -1;
         kiln_tdesc od, id;
@@ -152,14 +175,13 @@ int kiln__check_index(kiln_tensor *index, int64_t size, const char *op)
         kiln__desc(index, &id);
         int rc = be->reduce(kiln__ctx(index), k ? KILN_REDUCE_MAX : KILN_REDUCE_MIN, &od, &id, mask, 0);
         if (rc >= 0)
-            rc = kiln__read_f64(r, k ? &hi : &lo, 1, op);
+            rc = kiln__read_f64(r, &v[k], 1, op);
         kiln_tensor_release(r);
         if (rc < 0)
             return -1;
     }
-    if (lo < 0 || hi >= (double)size)
-        return kiln__error_set("%s: index %lld is out of bounds for size %lld", op,
-                               (long long)(lo < 0 ? lo : hi), (long long)size);
+    if (v[0] < (double)lo || v[1] >= (double)hi)
+        return kiln__index_error(op, noun, (int64_t)(v[0] < (double)lo ? v[0] : v[1]), lo, hi);
     return 0;
 }
 
@@ -201,8 +223,8 @@ static int run_arange(kiln_tensor *t, double start, double step, const char *op)
     if (kiln__numel(t) == 0)
         return 0;
     const kiln_backend_iface *be = kiln__be(t);
-    if (!be->arange)
-        return kiln__missing(kiln__dev(t), op, "arange");
+    if (!kiln__supports(kiln__dev(t), KILN_ENTRY_ARANGE, -1, t->dtype, NULL))
+        return kiln__unsupported(kiln__dev(t), op, KILN_ENTRY_ARANGE, -1, t->dtype);
     kiln_tdesc d;
     kiln__desc(t, &d);
     int rc = be->arange(kiln__ctx(t), &d, start, step);
@@ -305,7 +327,7 @@ kiln_tensor *kiln_from_data(kiln_device *dev, kiln_dtype dt, int ndim, const int
         return NULL;
     }
     if (want) {
-        int rc = dev->be->buffer_upload(dev->ctx, t->storage->buf, 0, data, want);
+        int rc = dev->be->buffer_upload(kiln__qctx(dev), t->storage->buf, 0, data, want);
         if (rc < 0) {
             kiln_tensor_release(t);
             return NULL;
@@ -397,8 +419,8 @@ static kiln_tensor *rng_impl(kiln_device *dev, kiln_dtype dt, int ndim, const in
     int64_t n = kiln__numel(t);
     if (n == 0)
         return kiln__ret(t);
-    if (!dev->be->rng) {
-        kiln__missing(dev, op, "rng");
+    if (!kiln__supports(dev, KILN_ENTRY_RNG, -1, dt, NULL)) {
+        kiln__unsupported(dev, op, KILN_ENTRY_RNG, -1, dt);
         kiln_tensor_release(t);
         return NULL;
     }
@@ -406,7 +428,7 @@ static kiln_tensor *rng_impl(kiln_device *dev, kiln_dtype dt, int ndim, const in
     uint64_t off = kiln__gen_take(gen, (uint64_t)n, &seed);
     kiln_tdesc d;
     kiln__desc(t, &d);
-    if (dev->be->rng(dev->ctx, kind, &d, seed, off, p0, p1) < 0) {
+    if (dev->be->rng(kiln__qctx(dev), kind, &d, seed, off, p0, p1) < 0) {
         kiln_tensor_release(t);
         return NULL;
     }
@@ -454,4 +476,40 @@ kiln_tensor *kiln_rand_int(kiln_device *dev, kiln_dtype dt, int ndim, const int6
         return NULL;
     }
     return rng_impl(dev, dt, ndim, shape, KILN_RNG_INT, (double)low, (double)high, gen, "rand_int");
+}
+
+/* Device to device when the backend can (buffer_copy_peer), else through host memory
+ * the destination can upload from without staging. */
+int kiln__copy_across(kiln_tensor *out, kiln_tensor *t, const char *op)
+{
+    kiln_device *dst = kiln__dev(out), *srcdev = kiln__dev(t);
+    size_t nbytes = (size_t)kiln__numel(t) * kiln_dtype_size(t->dtype);
+    if (nbytes == 0)
+        return 0;
+    kiln_tensor *c = kiln__contiguous(t, op);
+    if (!c)
+        return -1;
+    int rc = KILN_ENOTSUP;
+    if (dst->be == srcdev->be && dst->be->buffer_copy_peer) {
+        kiln__queue_touch(c->storage);
+        kiln__queue_touch(out->storage);
+        rc = dst->be->buffer_copy_peer(kiln__qctx(dst), out->storage->buf, 0, kiln__qctx(srcdev), c->storage->buf,
+                                       (size_t)c->offset * kiln_dtype_size(c->dtype), nbytes);
+        if (rc < 0 && rc != KILN_ENOTSUP) {
+            kiln_tensor_release(c);
+            return rc;
+        }
+    }
+    if (rc == KILN_ENOTSUP) {
+        void *host = kiln_host_alloc(dst, nbytes);
+        rc = host ? download(c, host, nbytes, op) : -1;
+        if (rc == 0)
+            rc = dst->be->buffer_upload(kiln__qctx(dst), out->storage->buf, 0, host, nbytes);
+        /* an upload from host_alloc memory may read it until the queue passes it */
+        if (rc == 0 && dst->be->host_alloc && dst->be->sync)
+            rc = dst->be->sync(kiln__qctx(dst));
+        kiln_host_free(dst, host);
+    }
+    kiln_tensor_release(c);
+    return rc < 0 ? -1 : 0;
 }

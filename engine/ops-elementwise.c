@@ -119,8 +119,8 @@ kiln_tensor *kiln__unary(kiln_unary_op op, kiln_tensor *t, double alpha, double 
     int rc = out ? 0 : -1;
     if (rc == 0 && kiln__numel(out) > 0) {
         const kiln_backend_iface *be = kiln__be(t);
-        if (!be->unary) {
-            rc = kiln__missing(kiln__dev(t), name, "unary");
+        if (!kiln__supports(kiln__dev(t), KILN_ENTRY_UNARY, (int)op, cdt, NULL)) {
+            rc = kiln__unsupported(kiln__dev(t), name, KILN_ENTRY_UNARY, (int)op, cdt);
         } else {
             kiln_tdesc od, id;
             kiln__desc(out, &od);
@@ -260,8 +260,8 @@ kiln_tensor *kiln__binary(kiln_binary_op op, kiln_tensor *a, kiln_tensor *b)
     int rc = out ? 0 : -1;
     if (rc == 0 && kiln__numel(out) > 0) {
         const kiln_backend_iface *be = kiln__be(a);
-        if (!be->binary) {
-            rc = kiln__missing(kiln__dev(a), name, "binary");
+        if (!kiln__supports(kiln__dev(a), KILN_ENTRY_BINARY, (int)op, cdt, NULL)) {
+            rc = kiln__unsupported(kiln__dev(a), name, KILN_ENTRY_BINARY, (int)op, cdt);
         } else {
             kiln_tdesc od, ad, bd;
             kiln__desc(out, &od);
@@ -330,8 +330,8 @@ static kiln_tensor *where_impl(kiln_tensor *cond, kiln_tensor *a, kiln_tensor *b
     int rc = out ? 0 : -1;
     if (rc == 0 && kiln__numel(out) > 0) {
         const kiln_backend_iface *be = kiln__be(a);
-        if (!be->where) {
-            rc = kiln__missing(kiln__dev(a), op, "where");
+        if (!kiln__supports(kiln__dev(a), KILN_ENTRY_WHERE, -1, dt, NULL)) {
+            rc = kiln__unsupported(kiln__dev(a), op, KILN_ENTRY_WHERE, -1, dt);
         } else {
             kiln_tdesc od, cd, ad, bd;
             kiln__desc(out, &od);

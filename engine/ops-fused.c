@@ -80,7 +80,7 @@ kiln_tensor *kiln__epilogue(kiln_tensor *y, kiln_tensor *bias, kiln_tensor *resi
     const kiln_backend_iface *be = kiln__be(y);
     int64_t last = y->ndim ? y->shape[y->ndim - 1] : 1;
     /* a clamp with lo above hi is kiln_clamp's error to report, so it takes the ops */
-    bool fast = be->epilogue && epilogue_in_place_ok(y) && !kiln__ad_want(bias) && !kiln__ad_want(residual) &&
+    bool fast = kiln__supports(kiln__dev(y), KILN_ENTRY_EPILOGUE, -1, y->dtype, NULL) && epilogue_in_place_ok(y) && !kiln__ad_want(bias) && !kiln__ad_want(residual) &&
                 !(act == KILN_EPI_CLAMP && alpha > beta);
     if (fast && bias)
         fast = bias->dtype == KILN_F32 && bias->ndim == 1 && bias->shape[0] == last && kiln__dev(bias) == kiln__dev(y);
@@ -128,7 +128,8 @@ kiln_tensor *kiln__conv_pack(kiln_tensor *w, kiln_tensor *x, const kiln_conv_opt
     if (!w || !x)
         return NULL;
     const kiln_backend_iface *be = kiln__be(w);
-    if (!be->conv_pack_size || !be->conv_pack || w->dtype != KILN_F32 || kiln__dev(x) != kiln__dev(w))
+    if (!be->conv_pack_size || !kiln__supports(kiln__dev(w), KILN_ENTRY_CONV_PACK, -1, w->dtype, NULL) ||
+        w->dtype != KILN_F32 || kiln__dev(x) != kiln__dev(w))
         return NULL;
     kiln_conv_params p;
     conv_params(opts, nspatial, &p);
@@ -162,7 +163,7 @@ kiln_tensor *kiln__conv_fused(kiln_tensor *x, kiln_tensor *w, kiln_tensor *wpack
         return nspatial == 1 ? kiln_conv1d(x, w, bias, opts) : nspatial == 2 ? kiln_conv2d(x, w, bias, opts)
                                                                              : kiln_conv3d(x, w, bias, opts);
     const kiln_backend_iface *be = kiln__be(x);
-    bool fast = be->conv_fused && x->dtype == KILN_F32 && w->dtype == KILN_F32 && (!bias || bias->dtype == KILN_F32) &&
+    bool fast = kiln__supports(kiln__dev(x), KILN_ENTRY_CONV_FUSED, -1, x->dtype, NULL) && x->dtype == KILN_F32 && w->dtype == KILN_F32 && (!bias || bias->dtype == KILN_F32) &&
                 x->ndim == nspatial + 2 && w->ndim == nspatial + 2 && !kiln__ad_want(x) && !kiln__ad_want(w) &&
                 !kiln__ad_want(bias) && !kiln__ad_want(residual) && kiln__dev(w) == kiln__dev(x) &&
                 (!bias || kiln__dev(bias) == kiln__dev(x)) && !(act == KILN_EPI_CLAMP && alpha > beta);

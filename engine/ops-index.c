@@ -24,16 +24,18 @@ static kiln_tensor *prepare_index(kiln_tensor *index, const kiln_tensor *t, int6
     if (kiln__same_device(t, index, op) < 0)
         return NULL;
     kiln_tensor *ix = kiln__cast(index, KILN_I64, op);
-    if (ix && kiln__check_index(ix, size, op) < 0) {
+    if (ix && kiln__check_range(ix, 0, size, op, "index") < 0) {
         kiln_tensor_release(ix);
         return NULL;
     }
     return ix;
 }
 
-static int run_or_missing(int rc_if_present, bool present, kiln_tensor *t, const char *op, const char *entry)
+/* 0 when t's device takes entry on t's dtype, else the error naming op, dtype and device. */
+static int unsupported(kiln_tensor *t, const char *op, kiln_entry entry)
 {
-    return present ? rc_if_present : kiln__missing(kiln__dev(t), op, entry);
+    return kiln__supports(kiln__dev(t), entry, -1, t->dtype, NULL) ? 0
+                                                                   : kiln__unsupported(kiln__dev(t), op, entry, -1, t->dtype);
 }
 
 kiln_tensor *kiln_gather(kiln_tensor *t, int dim, kiln_tensor *index)
@@ -64,8 +66,9 @@ kiln_tensor *kiln_gather(kiln_tensor *t, int dim, kiln_tensor *index)
         kiln__desc(out, &od);
         kiln__desc(t, &id);
         kiln__desc(ix, &xd);
-        rc = run_or_missing(be->gather ? be->gather(kiln__ctx(t), &od, &id, d, &xd) : 0, be->gather, t, op,
-                            "gather");
+        rc = unsupported(t, op, KILN_ENTRY_GATHER);
+        if (rc == 0)
+            rc = be->gather(kiln__ctx(t), &od, &id, d, &xd);
     }
     kiln_tensor_release(ix);
     if (rc < 0) {
@@ -109,8 +112,9 @@ static kiln_tensor *scatter_impl(kiln_tensor *t, int dim, kiln_tensor *index, ki
         kiln__desc(out, &od);
         kiln__desc(ix, &xd);
         kiln__desc(vs, &sd);
-        rc = run_or_missing(be->scatter ? be->scatter(kiln__ctx(t), &od, d, &xd, &sd, accumulate) : 0,
-                            be->scatter, t, op, "scatter");
+        rc = unsupported(t, op, KILN_ENTRY_SCATTER);
+        if (rc == 0)
+            rc = be->scatter(kiln__ctx(t), &od, d, &xd, &sd, accumulate);
     }
     kiln_tensor_release(ix);
     kiln_tensor_release(cs);
@@ -175,8 +179,9 @@ static kiln_tensor *index_select_impl(kiln_tensor *t, int dim, kiln_tensor *inde
         kiln__desc(out, &od);
         kiln__desc(t, &id);
         kiln__desc(ix1, &xd);
-        rc = run_or_missing(be->index_select ? be->index_select(kiln__ctx(t), &od, &id, d, &xd) : 0,
-                            be->index_select, t, op, "index_select");
+        rc = unsupported(t, op, KILN_ENTRY_INDEX_SELECT);
+        if (rc == 0)
+            rc = be->index_select(kiln__ctx(t), &od, &id, d, &xd);
     }
     kiln_tensor_release(ix1);
     if (rc < 0) {
@@ -252,7 +257,7 @@ kiln_tensor *kiln_one_hot(kiln_tensor *index, int64_t num_classes, kiln_dtype dt
             num_classes = (int64_t)v + 1;
         }
     }
-    if (kiln__check_index(ix, num_classes, op) < 0) {
+    if (kiln__check_range(ix, 0, num_classes, op, "index") < 0) {
         kiln_tensor_release(ix);
         return NULL;
     }

@@ -57,21 +57,11 @@ kiln_tensor *kiln_to_device(kiln_tensor *t, kiln_device *dev)
     }
     if (kiln__dev(t) == dev)
         return kiln__ret(kiln_tensor_retain(t));
-    size_t nbytes = (size_t)kiln__numel(t) * kiln_dtype_size(t->dtype);
-    void *host = malloc(nbytes ? nbytes : 1);
-    if (!host) {
-        kiln__error_set("to_device: out of host memory for %zu bytes", nbytes);
-        return NULL;
+    kiln_tensor *out = kiln__alloc(dev, t->dtype, t->ndim, t->shape, "to_device");
+    if (out && kiln__copy_across(out, t, "to_device") < 0) {
+        kiln_tensor_release(out);
+        out = NULL;
     }
-    kiln_tensor *out = NULL;
-    if (kiln_to_data(t, host, nbytes) == 0) {
-        out = kiln__alloc(dev, t->dtype, t->ndim, t->shape, "to_device");
-        if (out && nbytes && dev->be->buffer_upload(dev->ctx, out->storage->buf, 0, host, nbytes) < 0) {
-            kiln_tensor_release(out);
-            out = NULL;
-        }
-    }
-    free(host);
     if (out && kiln__ad_want(t))
         out = kiln__grad_to_device(out, t);
     return kiln__ret(out);
@@ -366,7 +356,7 @@ kiln_tensor *kiln_pad(kiln_tensor *t, int npads, const int64_t *pads, kiln_pad_m
     int rc = out ? 0 : -1;
     if (rc == 0 && kiln__numel(out) > 0) {
         const kiln_backend_iface *be = kiln__be(t);
-        if (be->pad) {
+        if (kiln__supports(kiln__dev(t), KILN_ENTRY_PAD, (int)mode, t->dtype, NULL)) {
             kiln_tdesc od, id;
             kiln__desc(out, &od);
             kiln__desc(src, &id);
@@ -384,7 +374,7 @@ kiln_tensor *kiln_pad(kiln_tensor *t, int npads, const int64_t *pads, kiln_pad_m
                 rc = kiln__copy_into(dst, src, "pad");
             kiln_tensor_release(dst);
         } else {
-            rc = kiln__missing(kiln__dev(t), "pad", "pad");
+            rc = kiln__unsupported(kiln__dev(t), "pad", KILN_ENTRY_PAD, (int)mode, t->dtype);
         }
     }
     kiln_tensor_release(src);

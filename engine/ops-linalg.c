@@ -81,8 +81,8 @@ static kiln_tensor *matmul_impl(kiln_tensor *a, kiln_tensor *b, const char *op)
             rc = kiln__fill(out, 0, op);
         } else {
             const kiln_backend_iface *be = kiln__be(a);
-            if (!be->matmul) {
-                rc = kiln__missing(kiln__dev(a), op, "matmul");
+            if (!kiln__supports(kiln__dev(a), KILN_ENTRY_MATMUL, -1, dt, NULL)) {
+                rc = kiln__unsupported(kiln__dev(a), op, KILN_ENTRY_MATMUL, -1, dt);
             } else {
                 int64_t ashape[KILN_MAX_DIMS], bshape[KILN_MAX_DIMS];
                 memcpy(ashape, batch, sizeof(int64_t) * (size_t)nb);

@@ -5,6 +5,8 @@
  * Each table is guarded by a static assert on its enum's COUNT, so adding an op breaks
  * the build here until its name is added.
  */
+#include <string.h>
+
 #include "tensor-impl.h"
 
 static const char *const unary_names[] = {
@@ -122,4 +124,73 @@ const char *kiln__rng_name(kiln_rng_kind k)
 const char *kiln__pool_name(kiln_pool_kind k)
 {
     return (unsigned)k < KILN_POOL_COUNT ? pool_names[k] : "pool?";
+}
+
+static const char *const entry_names[] = {
+    [KILN_ENTRY_FILL] = "fill",
+    [KILN_ENTRY_ARANGE] = "arange",
+    [KILN_ENTRY_COPY] = "copy",
+    [KILN_ENTRY_RNG] = "rng",
+    [KILN_ENTRY_UNARY] = "unary",
+    [KILN_ENTRY_BINARY] = "binary",
+    [KILN_ENTRY_WHERE] = "where",
+    [KILN_ENTRY_REDUCE] = "reduce",
+    [KILN_ENTRY_ARG_REDUCE] = "arg_reduce",
+    [KILN_ENTRY_CUMSUM] = "cumsum",
+    [KILN_ENTRY_SORT] = "sort",
+    [KILN_ENTRY_GATHER] = "gather",
+    [KILN_ENTRY_SCATTER] = "scatter",
+    [KILN_ENTRY_INDEX_SELECT] = "index_select",
+    [KILN_ENTRY_INDEX_ADD] = "index_add",
+    [KILN_ENTRY_MATMUL] = "matmul",
+    [KILN_ENTRY_CONV] = "conv",
+    [KILN_ENTRY_CONV_BACKWARD_INPUT] = "conv_backward_input",
+    [KILN_ENTRY_CONV_BACKWARD_WEIGHT] = "conv_backward_weight",
+    [KILN_ENTRY_CONV_FUSED] = "conv_fused",
+    [KILN_ENTRY_CONV_PACK] = "conv_pack",
+    [KILN_ENTRY_EPILOGUE] = "epilogue",
+    [KILN_ENTRY_POOL] = "pool",
+    [KILN_ENTRY_POOL_BACKWARD] = "pool_backward",
+    [KILN_ENTRY_ADAPTIVE_AVG_POOL] = "adaptive_avg_pool",
+    [KILN_ENTRY_ADAPTIVE_AVG_POOL_BACKWARD] = "adaptive_avg_pool_backward",
+    [KILN_ENTRY_INTERPOLATE] = "interpolate",
+    [KILN_ENTRY_INTERPOLATE_BACKWARD] = "interpolate_backward",
+    [KILN_ENTRY_PAD] = "pad",
+    [KILN_ENTRY_SOFTMAX] = "softmax",
+    [KILN_ENTRY_LAYER_NORM] = "layer_norm",
+    [KILN_ENTRY_ADAM_STEP] = "adam_step",
+    [KILN_ENTRY_INDEX_CHECK] = "index_check",
+    [KILN_ENTRY_RNN] = "rnn",
+};
+_Static_assert(KILN_ENTRY_COUNT == 34, "add the new entry to entry_names");
+_Static_assert(sizeof entry_names / sizeof entry_names[0] == KILN_ENTRY_COUNT, "entry_names size");
+
+const char *kiln__entry_name(kiln_entry e)
+{
+    return (unsigned)e < KILN_ENTRY_COUNT ? entry_names[e] : "?";
+}
+
+const char *kiln__entry_subop_name(kiln_entry e, int subop)
+{
+    if (subop < 0)
+        return NULL;
+    switch (e) {
+    case KILN_ENTRY_UNARY: return subop < KILN_UNARY_COUNT ? kiln__unary_name((kiln_unary_op)subop) : NULL;
+    case KILN_ENTRY_BINARY: return subop < KILN_BINARY_COUNT ? kiln__binary_name((kiln_binary_op)subop) : NULL;
+    case KILN_ENTRY_REDUCE: return subop < KILN_REDUCE_COUNT ? kiln__reduce_name((kiln_reduce_op)subop) : NULL;
+    case KILN_ENTRY_RNG: return subop < KILN_RNG_COUNT ? kiln__rng_name((kiln_rng_kind)subop) : NULL;
+    case KILN_ENTRY_POOL:
+    case KILN_ENTRY_POOL_BACKWARD: return subop < KILN_POOL_COUNT ? kiln__pool_name((kiln_pool_kind)subop) : NULL;
+    case KILN_ENTRY_RNN: return subop == KILN_RNN_LSTM ? "lstm" : subop == KILN_RNN_GRU ? "gru" : NULL;
+    default: return NULL;
+    }
+}
+
+/* kiln_device_counters_get's entry lookup */
+int kiln__entry_by_name(const char *name)
+{
+    for (int i = 0; name && i < KILN_ENTRY_COUNT; i++)
+        if (!strcmp(entry_names[i], name))
+            return i;
+    return -1;
 }

@@ -30,7 +30,8 @@ static kiln_tensor *softmax_impl(kiln_tensor *t, int dim, bool log, const char *
         return NULL;
     kiln_dtype dt = kiln_dtype_is_float(t->dtype) ? t->dtype : KILN_F32;
     const kiln_backend_iface *be = kiln__be(t);
-    if (be->softmax && t->ndim > 0) {
+    /* fallback when the device lacks it: composed from exp, sums and logs below */
+    if (kiln__supports(kiln__dev(t), KILN_ENTRY_SOFTMAX, -1, dt, NULL) && t->ndim > 0) {
         kiln_tensor *in = kiln__cast(t, dt, op);
         kiln_tensor *out = in ? kiln__alloc(kiln__dev(t), dt, t->ndim, t->shape, op) : NULL;
         int rc = out ? 0 : -1;
@@ -104,7 +105,8 @@ kiln_tensor *kiln_layer_norm(kiln_tensor *x, int nnorm, kiln_tensor *weight, kil
     for (int i = 0; i < nnorm; i++)
         inner *= nshape[i];
     const kiln_backend_iface *be = kiln__be(x);
-    if (be->layer_norm) {
+    /* fallback when the device lacks it: composed from means and elementwise ops */
+    if (kiln__supports(kiln__dev(x), KILN_ENTRY_LAYER_NORM, -1, dt, NULL)) {
         kiln_tensor *cx = kiln__cast(x, dt, op);
         kiln_tensor *in = cx ? kiln__contiguous(cx, op) : NULL;
         kiln_tensor *w = NULL, *b = NULL, *out = NULL;

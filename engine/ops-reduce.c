@@ -115,8 +115,8 @@ static kiln_tensor *reduce_impl(kiln_reduce_op op, kiln_tensor *t, int ndims, co
                                                                           : kiln__cast(t, odt, name);
         if (!in) {
             rc = -1;
-        } else if (!be->reduce) {
-            rc = kiln__missing(kiln__dev(t), name, "reduce");
+        } else if (!kiln__supports(kiln__dev(t), KILN_ENTRY_REDUCE, (int)op, in->dtype, NULL)) {
+            rc = kiln__unsupported(kiln__dev(t), name, KILN_ENTRY_REDUCE, (int)op, in->dtype);
         } else {
             kiln_tdesc od, id;
             kiln__desc(out, &od);
@@ -205,8 +205,8 @@ static kiln_tensor *arg_impl(kiln_tensor *t, int dim, bool keepdim, bool is_max)
     int rc = 0;
     if (kiln__numel(out) > 0) {
         const kiln_backend_iface *be = kiln__be(t);
-        if (!be->arg_reduce) {
-            rc = kiln__missing(kiln__dev(t), name, "arg_reduce");
+        if (!kiln__supports(kiln__dev(t), KILN_ENTRY_ARG_REDUCE, -1, t->dtype, NULL)) {
+            rc = kiln__unsupported(kiln__dev(t), name, KILN_ENTRY_ARG_REDUCE, -1, t->dtype);
         } else {
             kiln_tdesc od, id;
             kiln__desc(out, &od);
@@ -250,8 +250,8 @@ kiln_tensor *kiln_cumsum(kiln_tensor *t, int dim)
     int rc = out ? 0 : -1;
     if (rc == 0 && kiln__numel(out) > 0) {
         const kiln_backend_iface *be = kiln__be(t);
-        if (!be->cumsum) {
-            rc = kiln__missing(kiln__dev(t), "cumsum", "cumsum");
+        if (!kiln__supports(kiln__dev(t), KILN_ENTRY_CUMSUM, -1, t->dtype, NULL)) {
+            rc = kiln__unsupported(kiln__dev(t), "cumsum", KILN_ENTRY_CUMSUM, -1, t->dtype);
         } else {
             kiln_tdesc od, id;
             kiln__desc(out, &od);
@@ -293,8 +293,8 @@ static int sort_impl(kiln_tensor *t, int dim, bool descending, kiln_tensor **val
     int rc = ix ? 0 : -1;
     if (rc == 0 && kiln__numel(v) > 0) {
         const kiln_backend_iface *be = kiln__be(t);
-        if (!be->sort) {
-            rc = kiln__missing(kiln__dev(t), name, "sort");
+        if (!kiln__supports(kiln__dev(t), KILN_ENTRY_SORT, -1, t->dtype, NULL)) {
+            rc = kiln__unsupported(kiln__dev(t), name, KILN_ENTRY_SORT, -1, t->dtype);
         } else {
             kiln_tdesc vd, xd, id;
             kiln__desc(v, &vd);

@@ -29,7 +29,7 @@ int kiln__rnn(const kiln_rnn_params *p, kiln_tensor *x, kiln_tensor *w, kiln_ten
     const kiln_backend_iface *be = dev->be;
     bool lstm = p->cell == KILN_RNN_LSTM;
     kiln_tensor *ins[7] = {x, w, r, bias, h0, lstm ? c0 : NULL, lstm ? peep : NULL};
-    if (!be->rnn || p->steps < 1 || p->batch < 1 || p->hidden < 1 || p->input < 1 || (p->ndir != 1 && p->ndir != 2))
+    if (!kiln__supports(dev, KILN_ENTRY_RNN, (int)p->cell, KILN_F32, p) || p->steps < 1 || p->batch < 1 || p->hidden < 1 || p->input < 1 || (p->ndir != 1 && p->ndir != 2))
         return 0;
     for (int i = 0; i < 7; i++)
         if (!usable(ins[i], dev))
@@ -64,7 +64,7 @@ int kiln__rnn(const kiln_rnn_params *p, kiln_tensor *x, kiln_tensor *w, kiln_ten
             .c0 = c[5] ? &d[5] : NULL, .peep = c[6] ? &d[6] : NULL,
             .y = &od[0], .yh = &od[1], .yc = out[2] ? &od[2] : cell ? &cd : NULL,
         };
-        if (ok && be->rnn(dev->ctx, p, &o) < 0)
+        if (ok && be->rnn(kiln__qctx(dev), p, &o) < 0)
             ok = false;
         kiln_tensor_release(cell);
     }

@@ -14,6 +14,7 @@
 #ifndef KILN_TENSOR_IMPL_H
 #define KILN_TENSOR_IMPL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -22,7 +23,8 @@
 #include "error-impl.h"
 #include "kiln/tensor.h"
 
-#define KILN_SPEC_MAX 128
+#define KILN_SPEC_MAX 256
+#define KILN__QUEUE_USERS 4
 
 struct kiln_device {
     char spec[KILN_SPEC_MAX];          /* canonical spec: "cpu", "cuda:0" */
@@ -31,6 +33,16 @@ struct kiln_device {
     int refcount;                      /* guarded by the registry mutex */
     kiln_backend_caps caps;
     struct kiln_device *next;          /* registry list */
+    /* Queues (queue.c). default_q serves threads that chose none; its ctx is ctx itself
+     * for a backend without queue_open. track: the backend orders queues only through
+     * events (queue_open and event_wait set), so the engine orders each storage's uses
+     * across queues (kiln__queue_touch). */
+    struct kiln_queue *default_q;
+    bool multi_queue;                  /* be->queue_open set */
+    bool track;
+    uint64_t entries;                  /* bit e: the backend fills entry e (kiln__supports' fast path) */
+    pthread_mutex_t queue_lock;        /* the queue list and every storage's users */
+    struct kiln_queue *queues;         /* open queues, default_q included */
 };
 
 typedef struct kiln_storage {
@@ -45,6 +57,11 @@ typedef struct kiln_storage {
      * number it gave it: the hook hears of the storage's death while it is installed. */
     uint64_t hook_tag;
     uint32_t hook_seq;
+    /* Tracked devices only (kiln_device.track): the queue that made the storage (its
+     * frees are ordered there) and the other queues that used it since, each holding a
+     * queue reference; guarded by the device's queue_lock. */
+    struct kiln_queue *home;
+    struct kiln_queue *users[KILN__QUEUE_USERS];
 } kiln_storage;
 
 struct kiln_tensor {
@@ -66,6 +83,55 @@ struct kiln_tensor {
 /* ------------------------------------------------------------- devices (device.c) */
 void kiln__device_retain(kiln_device *dev);
 void kiln__device_release(kiln_device *dev);
+/** -1 with a message naming the first option the backend left unused (device-opts.c). */
+int kiln__device_opts_check_used(const char *backend, const kiln_device_opts *opts);
+/** The options as "k=v&k=v", sorted by key (how a spec with options is canonical). */
+void kiln__device_opts_canon(const kiln_device_opts *o, char *buf, size_t len);
+
+/* -------------------------------------------------------------- queues (queue.c) */
+struct kiln_queue {
+    kiln_device *dev;
+    void *ctx;                         /* the backend's queue context (dev->ctx without queues) */
+    atomic_int refcount;               /* the opener's, plus one per storage that names it */
+    bool is_default;                   /* dev->default_q: holds no device reference */
+    struct kiln_queue *next;           /* dev->queues */
+    struct pending_check *checks;      /* range checks waiting for the next read (queue-checks.c) */
+};
+/** Make dev's default queue (device.c calls it once the backend opened). */
+int kiln__queue_init_device(kiln_device *dev);
+/** Close every queue of dev (its last reference went). */
+void kiln__queue_fini_device(kiln_device *dev);
+/** The calling thread's current queue for dev. */
+struct kiln_queue *kiln__queue_cur(const kiln_device *dev);
+/** The backend context work for dev is submitted with on this thread. */
+static inline void *kiln__qctx(const kiln_device *dev)
+{
+    return dev->multi_queue ? kiln__queue_cur(dev)->ctx : dev->ctx;
+}
+/** A new storage on dev: its home queue (tracked devices). */
+void kiln__queue_adopt_slow(kiln_storage *st);
+static inline void kiln__queue_adopt(kiln_storage *st)
+{
+    if (st->dev->track)
+        kiln__queue_adopt_slow(st);
+}
+/** Before st is used on this thread's queue: order that use after every other queue's
+ *  (tracked devices; a no-op otherwise). */
+void kiln__queue_touch_slow(kiln_storage *st);
+static inline void kiln__queue_touch(kiln_storage *st)
+{
+    if (st->dev->track)
+        kiln__queue_touch_slow(st);
+}
+/** Park a range check of index on the current queue: its extremes are computed on the
+ *  device now and read at the next read or sync of the queue (queue-checks.c). */
+int kiln__check_defer(kiln_tensor *index, int64_t lo, int64_t hi, const char *op, const char *noun);
+/** Read q's parked checks (one read for all); -1 with the first violation's message. */
+int kiln__checks_run(struct kiln_queue *q);
+/** Forget q's parked checks (the queue is going). */
+void kiln__checks_drop(struct kiln_queue *q);
+/** Free st's buffer, ordered after every queue that used it. */
+void kiln__queue_free_buffer(kiln_storage *st);
 
 /* -------------------------------------------------------- tensors (tensor.c) */
 
@@ -100,12 +166,27 @@ char *kiln__shape_str(int ndim, const int64_t *shape, char *buf, size_t len);
 int kiln__wrap_dim(int dim, int ndim, const char *op);
 /** Error unless a and b live on the same device. */
 int kiln__same_device(const kiln_tensor *a, const kiln_tensor *b, const char *op);
-/** Error when the backend lacks an entry the op needs. */
-int kiln__missing(const kiln_device *dev, const char *op, const char *entry);
+/** The error of an op whose device lacks the entry it needs (a NULL slot, a dtype
+ *  outside caps, or supports() saying no): names the op, entry, sub-op, dtype and device. */
+int kiln__unsupported(const kiln_device *dev, const char *op, kiln_entry entry, int subop, kiln_dtype dt);
+/** Whether dev may be given entry (non-NULL, dtype in caps, supports() agrees). Inline
+ *  for the common case (no supports entry): a bit test and a dtype test per op. */
+bool kiln__supports_slow(const kiln_device *dev, kiln_entry entry, int subop, kiln_dtype dt, const void *params);
+static inline bool kiln__supports(const kiln_device *dev, kiln_entry entry, int subop, kiln_dtype dt,
+                                  const void *params)
+{
+    if (!dev->be->supports && (unsigned)entry < KILN_ENTRY_COUNT && (unsigned)dt < KILN_DTYPE_COUNT)
+        return ((dev->entries >> entry) & 1u) && dev->caps.dtype[dt];
+    return kiln__supports_slow(dev, entry, subop, dt, params);
+}
+/** 0 when supported, else kiln__unsupported's error. */
+int kiln__require(const kiln_device *dev, const char *op, kiln_entry entry, int subop, kiln_dtype dt,
+                  const void *params);
 
 static inline kiln_device *kiln__dev(const kiln_tensor *t) { return t->storage->dev; }
 static inline const kiln_backend_iface *kiln__be(const kiln_tensor *t) { return t->storage->dev->be; }
-static inline void *kiln__ctx(const kiln_tensor *t) { return t->storage->dev->ctx; }
+/** The queue context work on t's device goes to from this thread. */
+static inline void *kiln__ctx(const kiln_tensor *t) { return kiln__qctx(t->storage->dev); }
 
 /* ------------------------------------------------ allocation hook (tensor.c) */
 
@@ -156,8 +237,13 @@ kiln_tensor *kiln__narrow(kiln_tensor *t, int dim, int64_t start, int64_t length
 void kiln__bcast_desc(const kiln_tensor *t, int ndim, const int64_t *shape, kiln_tdesc *d);
 /** A 0-d tensor holding value on dev. */
 kiln_tensor *kiln__scalar(kiln_device *dev, kiln_dtype dt, double value, const char *op);
-/** Check that every value of an integer index tensor lies in [0, size). */
-int kiln__check_index(kiln_tensor *index, int64_t size, const char *op);
+/** Check that every value of an integer index tensor lies in [lo, hi): on the device
+ *  through index_check when the backend has it (an async device reports a violation at
+ *  its next sync), else by reading the extremes. op and noun ("gather", "index") are
+ *  static strings naming the caller and the thing checked in the message. */
+int kiln__check_range(kiln_tensor *index, int64_t lo, int64_t hi, const char *op, const char *noun);
+/** Copy t into out (same shape and dtype, out contiguous and fresh) across devices. */
+int kiln__copy_across(kiln_tensor *out, kiln_tensor *t, const char *op);
 /** Read the whole tensor to host as doubles (for small internal reads). */
 int kiln__read_f64(kiln_tensor *t, double *out, int64_t n, const char *op);
 /** Draw from gen (or the process default when NULL); returns the offset to use. */
@@ -190,5 +276,8 @@ const char *kiln__binary_name(kiln_binary_op op);
 const char *kiln__reduce_name(kiln_reduce_op op);
 const char *kiln__rng_name(kiln_rng_kind k);
 const char *kiln__pool_name(kiln_pool_kind k);
+int kiln__entry_by_name(const char *name);
+/** The name of an entry's sub-op (unary "exp", reduce "sum"...), NULL when it has none. */
+const char *kiln__entry_subop_name(kiln_entry e, int subop);
 
 #endif /* KILN_TENSOR_IMPL_H */

@@ -8,6 +8,7 @@
  * tensor) becomes a hole, so marks never move.
  */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,9 +195,61 @@ int kiln__same_device(const kiln_tensor *a, const kiln_tensor *b, const char *op
                            kiln__dev(b)->spec);
 }
 
-int kiln__missing(const kiln_device *dev, const char *op, const char *entry)
+/* Where each entry sits in the interface, to test it for NULL. */
+#define ENTRY(e, f) [e] = offsetof(kiln_backend_iface, f)
+static const size_t entry_offset[KILN_ENTRY_COUNT] = {
+    ENTRY(KILN_ENTRY_FILL, fill), ENTRY(KILN_ENTRY_ARANGE, arange), ENTRY(KILN_ENTRY_COPY, copy),
+    ENTRY(KILN_ENTRY_RNG, rng), ENTRY(KILN_ENTRY_UNARY, unary), ENTRY(KILN_ENTRY_BINARY, binary),
+    ENTRY(KILN_ENTRY_WHERE, where), ENTRY(KILN_ENTRY_REDUCE, reduce), ENTRY(KILN_ENTRY_ARG_REDUCE, arg_reduce),
+    ENTRY(KILN_ENTRY_CUMSUM, cumsum), ENTRY(KILN_ENTRY_SORT, sort), ENTRY(KILN_ENTRY_GATHER, gather),
+    ENTRY(KILN_ENTRY_SCATTER, scatter), ENTRY(KILN_ENTRY_INDEX_SELECT, index_select),
+    ENTRY(KILN_ENTRY_INDEX_ADD, index_add), ENTRY(KILN_ENTRY_MATMUL, matmul), ENTRY(KILN_ENTRY_CONV, conv),
+    ENTRY(KILN_ENTRY_CONV_BACKWARD_INPUT, conv_backward_input),
+    ENTRY(KILN_ENTRY_CONV_BACKWARD_WEIGHT, conv_backward_weight), ENTRY(KILN_ENTRY_CONV_FUSED, conv_fused),
+    ENTRY(KILN_ENTRY_CONV_PACK, conv_pack), ENTRY(KILN_ENTRY_EPILOGUE, epilogue), ENTRY(KILN_ENTRY_POOL, pool),
+    ENTRY(KILN_ENTRY_POOL_BACKWARD, pool_backward), ENTRY(KILN_ENTRY_ADAPTIVE_AVG_POOL, adaptive_avg_pool),
+    ENTRY(KILN_ENTRY_ADAPTIVE_AVG_POOL_BACKWARD, adaptive_avg_pool_backward),
+    ENTRY(KILN_ENTRY_INTERPOLATE, interpolate), ENTRY(KILN_ENTRY_INTERPOLATE_BACKWARD, interpolate_backward),
+    ENTRY(KILN_ENTRY_PAD, pad), ENTRY(KILN_ENTRY_SOFTMAX, softmax), ENTRY(KILN_ENTRY_LAYER_NORM, layer_norm),
+    ENTRY(KILN_ENTRY_ADAM_STEP, adam_step), ENTRY(KILN_ENTRY_INDEX_CHECK, index_check), ENTRY(KILN_ENTRY_RNN, rnn),
+};
+#undef ENTRY
+_Static_assert(KILN_ENTRY_COUNT == 34, "a new kiln_entry needs its slot in entry_offset");
+
+bool kiln__iface_has(const kiln_backend_iface *be, kiln_entry e)
 {
-    return kiln__error_set("%s: backend '%s' does not implement %s", op, dev->be->name, entry);
+    if ((unsigned)e >= KILN_ENTRY_COUNT)
+        return false;
+    void *const *slot = (void *const *)((const char *)be + entry_offset[e]);
+    return *slot != NULL;
+}
+
+bool kiln__supports_slow(const kiln_device *dev, kiln_entry entry, int subop, kiln_dtype dt, const void *params)
+{
+    if (!kiln__iface_has(dev->be, entry))
+        return false;
+    if ((unsigned)dt < KILN_DTYPE_COUNT && !dev->caps.dtype[dt])
+        return false;
+    if (!dev->be->supports)
+        return true;
+    kiln_op_query q = {.entry = entry, .op = subop, .dtype = dt, .params = params};
+    return dev->be->supports(kiln__qctx(dev), &q);
+}
+
+int kiln__unsupported(const kiln_device *dev, const char *op, kiln_entry entry, int subop, kiln_dtype dt)
+{
+    char sub[48] = "";
+    const char *subname = kiln__entry_subop_name(entry, subop);
+    if (subname)
+        snprintf(sub, sizeof sub, " (%s)", subname);
+    return kiln__error_set("%s: device '%s' (backend %s) does not support %s%s on %s", op, dev->spec,
+                           dev->be->name, kiln__entry_name(entry), sub, kiln_dtype_name(dt));
+}
+
+int kiln__require(const kiln_device *dev, const char *op, kiln_entry entry, int subop, kiln_dtype dt,
+                  const void *params)
+{
+    return kiln__supports(dev, entry, subop, dt, params) ? 0 : kiln__unsupported(dev, op, entry, subop, dt);
 }
 
 /* --------------------------------------------------------------- construction */
@@ -268,8 +321,8 @@ static kiln_tensor *alloc_impl(kiln_device *dev, kiln_dtype dt, int ndim, const 
         }
     }
     if (!st->buf)
-        st->buf = wrap_ptr ? dev->be->buffer_wrap_host(dev->ctx, wrap_ptr, nbytes, release, release_ud)
-                           : dev->be->buffer_alloc(dev->ctx, nbytes ? nbytes : 1);
+        st->buf = wrap_ptr ? dev->be->buffer_wrap_host(kiln__qctx(dev), wrap_ptr, nbytes, release, release_ud)
+                           : dev->be->buffer_alloc(kiln__qctx(dev), nbytes ? nbytes : 1);
     if (!st->buf) {
         char why[KILN_ERROR_MAX];
         snprintf(why, sizeof why, "%s", kiln_error()[0] ? kiln_error() : "out of device memory");
@@ -283,6 +336,7 @@ static kiln_tensor *alloc_impl(kiln_device *dev, kiln_dtype dt, int ndim, const 
     st->dev = dev;
     st->nbytes = nbytes;
     kiln__device_retain(dev);
+    kiln__queue_adopt(st);
 
     atomic_init(&t->refcount, 1);
     atomic_init(&t->scope_refs, 0);
@@ -342,6 +396,7 @@ kiln_tensor *kiln__view(const kiln_tensor *base, int ndim, const int64_t *shape,
 void kiln__desc(const kiln_tensor *t, kiln_tdesc *d)
 {
     memset(d, 0, sizeof *d);
+    kiln__queue_touch(t->storage);
     d->buf = t->storage->buf;
     d->offset = t->offset;
     d->dtype = t->dtype;
@@ -361,7 +416,10 @@ static void storage_release(kiln_storage *st)
     if (st->hook_tag && alloc_hook && alloc_hook->tag == st->hook_tag && alloc_hook->freed)
         alloc_hook->freed(alloc_hook, st->hook_seq);
     kiln_device *dev = st->dev;
-    dev->be->buffer_free(dev->ctx, st->buf);
+    if (dev->track)
+        kiln__queue_free_buffer(st);   /* ordered after every queue that used it */
+    else
+        dev->be->buffer_free(kiln__qctx(dev), st->buf);
     free(st);
     kiln__device_release(dev);
 }

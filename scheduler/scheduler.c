@@ -342,6 +342,12 @@ static void *worker_main(void *arg)
 {
     struct kiln__sched_worker *w = arg;
     struct kiln_sched *s = w->sched;
+    /* this thread's own queue on its device: its batches and tasks overlap other workers'
+     * and a trainer's on an async device (on cpu it is the device itself); without one
+     * (out of queues) the device's default queue serves */
+    kiln_queue *q = kiln_queue_open(w->dev);
+    if (q)
+        kiln_queue_use(w->dev, q);
     pthread_mutex_lock(&s->mu);
     for (;;) {
         if (w->ctl_head) {
@@ -410,6 +416,7 @@ static void *worker_main(void *arg)
     for (struct kiln__sched_instance *in = w->insts; in; in = in->wnext)
         kiln__sched_unbuild(&in->exec);
     pthread_mutex_unlock(&s->mu);
+    kiln_queue_close(q);
     return NULL;
 }
 

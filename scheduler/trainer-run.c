@@ -181,6 +181,11 @@ int kiln_trainer_run(const struct kiln_trainer_run *run, struct kiln_trainer_res
     memset(res, 0, sizeof *res);
     snprintf(res->stop_reason, sizeof res->stop_reason, "error");
     kiln_device *dev = kiln_device_open(s->device);
+    /* the training thread's own queue: its steps overlap inference on an async device
+     * (the gate still decides who goes first between steps) */
+    kiln_queue *queue = dev ? kiln_queue_open(dev) : NULL;
+    if (queue)
+        kiln_queue_use(dev, queue);
     kiln_dataset *train = NULL, *valid = NULL;
     kiln_module *model = NULL;
     kiln_optim *opt = NULL;
@@ -342,6 +347,7 @@ out:
     kiln_module_free(model);
     kiln_dataset_free(train);
     kiln_dataset_free(valid);
+    kiln_queue_close(queue);
     if (dev)
         kiln_device_close(dev);
     return rc;

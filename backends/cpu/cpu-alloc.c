@@ -10,7 +10,7 @@
  *
  * Classes: 64-byte steps up to 4 KiB, then four steps per power of two (2^k, 1.25·2^k,
  * 1.5·2^k, 1.75·2^k), so rounding wastes at most a quarter. The parked total is
- * bounded (KILN_CPU_POOL_MB, default 2048 MiB); a buffer that would pass the bound goes
+ * bounded (the pool_mb option, KILN_CPU_POOL_MB, default 2048 MiB); a buffer that would pass the bound goes
  * back to the system. Blocks of 2 MiB and more are mmapped with MADV_HUGEPAGE, which
  * cuts their first-touch faults 512-fold where transparent huge pages are on request.
  * MAP_POPULATE is not used: it faults the block in on one thread up front, which costs
@@ -41,18 +41,11 @@ static int size_class(size_t n, size_t *cap)
     return cls < KILN_CPU_NCLASSES ? cls : -1;
 }
 
-void kiln__cpu_alloc_init(kiln__cpu_alloc *a)
+void kiln__cpu_alloc_init(kiln__cpu_alloc *a, size_t max_cached_bytes)
 {
     memset(a, 0, sizeof *a);
     pthread_mutex_init(&a->mu, NULL);
-    size_t mb = 2048;
-    const char *env = getenv("KILN_CPU_POOL_MB");
-    if (env && *env) {
-        long v = strtol(env, NULL, 10);
-        if (v >= 0)
-            mb = (size_t)v;
-    }
-    a->max_cached_bytes = mb << 20;
+    a->max_cached_bytes = max_cached_bytes;
 }
 
 static void release_block(struct kiln_buffer *b)

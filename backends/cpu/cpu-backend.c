@@ -3,15 +3,15 @@
  * buffers, and the data-movement entries (fill, arange, copy, rng).
  *
  * Threads and OpenBLAS. The device owns one pool of worker threads sized to the online
- * cores (KILN_CPU_THREADS overrides). OpenBLAS runs single-threaded and our pool splits
+ * cores (the threads option overrides). OpenBLAS runs single-threaded and our pool splits
  * the GEMMs into blocks (cpu-gemm.c): the pthreads build of OpenBLAS keeps its own
  * threads spinning on sched_yield for a while after every call, and in a training step,
  * where GEMMs alternate with elementwise ops on our pool, that spinning took a large
  * share of the cores from our workers (more so on a machine shared with other work).
- * KILN_CPU_BLAS=openblas gives OpenBLAS the cores instead (the earlier arrangement:
+ * blas=openblas gives OpenBLAS the cores instead (the earlier arrangement:
  * BLAS called outside any parallel region, its threads and ours never overlapping).
  * openblas_set_num_threads is process-wide; every cpu device sets the same value unless
- * that variable differs between opens.
+ * that option differs between opens.
  */
 #include <cblas.h>
 #include <stdio.h>
@@ -38,15 +38,14 @@ static bool cpu_has_f16c(void)
 }
 #endif
 
-/* The widest table this CPU runs. KILN_CPU_KERNELS=base|avx2 caps the choice, so the
- * narrower tables can be tested and timed on a machine that has the wider ones. */
-static const kiln__cpu_kernels *pick_kernels(void)
+/* The widest table this CPU runs. The kernels option (base|avx2) caps the choice, so
+ * the narrower tables can be tested and timed on a machine that has the wider ones. */
+static const kiln__cpu_kernels *pick_kernels(int cap)
 {
-    const char *cap = getenv("KILN_CPU_KERNELS");
-    if (cap && strcmp(cap, "base") == 0)
+    if (cap == 1)
         return &kiln__cpu_kernels_base;
 #if defined(__x86_64__)
-    bool allow512 = !(cap && strcmp(cap, "avx2") == 0);
+    bool allow512 = cap != 2;
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !cpu_has_f16c())
         return &kiln__cpu_kernels_base;
@@ -60,74 +59,45 @@ static const kiln__cpu_kernels *pick_kernels(void)
 #endif
 }
 
-/* *out = the index of the environment variable var's value among choices (0, the first,
- * when it is unset or empty); -1 with a message naming the variable, the choices and the
- * value when it is none of them. */
-static int env_choice(const char *var, const char *const *choices, int n, int *out)
-{
-    const char *v = getenv(var);
-    *out = 0;
-    if (!v || !*v)
-        return 0;
-    for (int i = 0; i < n; i++)
-        if (!strcmp(v, choices[i])) {
-            *out = i;
-            return 0;
-        }
-    char list[128] = "";
-    for (int i = 0; i < n; i++)
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i == 0 ? "" : i == n - 1 ? " or " : ", ",
-                 choices[i]);
-    kiln__error_set("cpu: %s must be %s, got '%s'", var, list, v);
-    return -1;
-}
+#define NCHOICES(a) ((int)(sizeof a / sizeof *a))
 
-static void *cpu_open(int index)
+/* The options (docs/configuration.md; defaults from KILN_CPU_* through the engine's one
+ * table): each is checked, not guessed at, since a typo would otherwise measure the
+ * default while the user believes otherwise. */
+static void *cpu_open_opts(const char *spec, int index, kiln_device_opts *o)
 {
     if (index != 0) {
         kiln__error_set("cpu: no device %d (there is one host device, cpu:0)", index);
         return NULL;
     }
-    kiln__cpu_ctx *ctx = calloc(1, sizeof *ctx);
-    if (!ctx) {
-        kiln__error_set("cpu: out of memory opening the device");
-        return NULL;
-    }
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    const char *env = getenv("KILN_CPU_THREADS");
-    if (env && *env) {
-        long v = strtol(env, NULL, 10);
-        if (v > 0)
-            n = v;
-    }
-    if (n < 1)
-        n = 1;
-    if (n > 256)
-        n = 256;
-    /* the tuning variables this backend added later are checked, not guessed at: a typo
-     * would otherwise measure the default while the user believes otherwise */
-    long spin_us = 50;
-    const char *spin = getenv("KILN_CPU_SPIN_US");
-    if (spin && *spin) {
-        char *end;
-        spin_us = strtol(spin, &end, 10);
-        if (*end || spin_us < 0 || spin_us > 100000) {
-            free(ctx);
-            kiln__error_set("cpu: KILN_CPU_SPIN_US must be a whole number of microseconds from 0 to 100000, "
-                            "got '%s'", spin);
-            return NULL;
-        }
-    }
+    long n = sysconf(_SC_NPROCESSORS_ONLN), spin_us = 50, pool_mb = 2048;
+    int kernels = 0, blas = 0, conv = KILN__CPU_CONV_AUTO, dw = KILN__CPU_DW_AUTO;
+    static const char *const kernel_caps[] = {"auto", "base", "avx2"};
+    static const char *const blas_modes[] = {"kiln", "openblas"};
     /* which convolution tile serves the layers both can, and which depthwise kernel: for
      * tests and measurements */
     static const char *const conv_paths[] = {[KILN__CPU_CONV_AUTO] = "auto", [KILN__CPU_CONV_PACKED] = "packed",
                                              [KILN__CPU_CONV_DIRECT] = "direct"};
     static const char *const dw_paths[] = {[KILN__CPU_DW_AUTO] = "auto", [KILN__CPU_DW_PLANES] = "planes"};
-    if (env_choice("KILN_CPU_CONV", conv_paths, (int)(sizeof conv_paths / sizeof *conv_paths), &ctx->conv_path) ||
-        env_choice("KILN_CPU_DEPTHWISE", dw_paths, (int)(sizeof dw_paths / sizeof *dw_paths), &ctx->dw_path)) {
-        free(ctx);
+    if (kiln__device_opt_long(o, "cpu", "threads", 1, 256, &n) < 0 ||
+        kiln__device_opt_long(o, "cpu", "spin_us", 0, 100000, &spin_us) < 0 ||
+        kiln__device_opt_long(o, "cpu", "pool_mb", 0, 1L << 24, &pool_mb) < 0 ||
+        kiln__device_opt_choice(o, "cpu", "kernels", kernel_caps, NCHOICES(kernel_caps), &kernels) < 0 ||
+        kiln__device_opt_choice(o, "cpu", "blas", blas_modes, NCHOICES(blas_modes), &blas) < 0 ||
+        kiln__device_opt_choice(o, "cpu", "conv", conv_paths, NCHOICES(conv_paths), &conv) < 0 ||
+        kiln__device_opt_choice(o, "cpu", "depthwise", dw_paths, NCHOICES(dw_paths), &dw) < 0)
+        return NULL;
+    if (n < 1)
+        n = 1;
+    if (n > 256)
+        n = 256;
+    kiln__cpu_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        kiln__error_set("cpu: out of memory opening the device");
         return NULL;
     }
+    ctx->conv_path = conv;
+    ctx->dw_path = dw;
     ctx->pool = kiln__cpu_pool_create((int)n, (int64_t)spin_us * 1000);
     if (!ctx->pool) {
         free(ctx);
@@ -135,12 +105,21 @@ static void *cpu_open(int index)
         return NULL;
     }
     ctx->nthreads = kiln__cpu_pool_size(ctx->pool);
-    kiln__cpu_alloc_init(&ctx->alloc);
-    ctx->k = pick_kernels();
-    const char *blas = getenv("KILN_CPU_BLAS");
-    ctx->blas_own_threads = blas && strcmp(blas, "openblas") == 0;
+    kiln__cpu_alloc_init(&ctx->alloc, (size_t)pool_mb << 20);
+    ctx->k = pick_kernels(kernels);
+    ctx->blas_own_threads = blas == 1;
     openblas_set_num_threads(ctx->blas_own_threads ? ctx->nthreads : 1);
     return ctx;
+}
+
+/* Opening by index alone (tests that drive the table directly): the environment's
+ * defaults, as kiln_device_open("cpu") would give. */
+static void *cpu_open(int index)
+{
+    kiln_device_opts o = {0};
+    if (kiln__device_opts_env("cpu", &o) < 0)
+        return NULL;
+    return cpu_open_opts("cpu", index, &o);
 }
 
 static void cpu_close(void *vctx)
@@ -497,6 +476,7 @@ int kiln__cpu_rng(void *vctx, kiln_rng_kind kind, const kiln_tdesc *out, uint64_
 static const kiln_backend_iface cpu_iface = {
     .name = "cpu",
     .open = cpu_open,
+    .open_opts = cpu_open_opts,
     .close = cpu_close,
     .caps = cpu_caps,
     .buffer_alloc = cpu_buffer_alloc,
@@ -521,6 +501,7 @@ static const kiln_backend_iface cpu_iface = {
     .gather = kiln__cpu_gather,
     .scatter = kiln__cpu_scatter,
     .index_select = kiln__cpu_index_select,
+    .index_check = kiln__cpu_index_check,
     .index_add = kiln__cpu_index_add,
     .matmul = kiln__cpu_matmul,
     .conv = kiln__cpu_conv,

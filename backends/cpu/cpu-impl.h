@@ -231,7 +231,7 @@ void kiln__cpu_gemm(kiln__cpu_ctx *ctx, bool dbl, bool ta, bool tb, int64_t M, i
                     int64_t ldc);
 
 /* Buffers (cpu-alloc.c). */
-void kiln__cpu_alloc_init(kiln__cpu_alloc *a);
+void kiln__cpu_alloc_init(kiln__cpu_alloc *a, size_t max_cached_bytes);
 void kiln__cpu_alloc_fini(kiln__cpu_alloc *a);
 struct kiln_buffer *kiln__cpu_buffer_get(kiln__cpu_ctx *ctx, size_t nbytes);
 void kiln__cpu_buffer_put(kiln__cpu_ctx *ctx, struct kiln_buffer *b);
@@ -441,6 +441,8 @@ int kiln__cpu_gather(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in, int
                      const kiln_tdesc *index);
 int kiln__cpu_scatter(void *ctx, const kiln_tdesc *out, int dim, const kiln_tdesc *index,
                       const kiln_tdesc *src, bool accumulate);
+int kiln__cpu_index_check(void *ctx, const kiln_tdesc *index, int64_t lo, int64_t hi, const char *op,
+                          const char *noun);
 int kiln__cpu_index_select(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in, int dim,
                            const kiln_tdesc *index);
 int kiln__cpu_index_add(void *ctx, const kiln_tdesc *out, int dim, const kiln_tdesc *index,

@@ -235,3 +235,29 @@ int kiln__cpu_index_add(void *vctx, const kiln_tdesc *out, int dim, const kiln_t
     kiln__cpu_parallel_for(vctx, kiln__cpu_nlines(src, dim), 1 + 16384 / n, iadd_range, &j);
     return 0;
 }
+
+/* The range check of an index where it lives. The cpu backend finishes its work at
+ * submission, so a violation is reported at once rather than at the next sync. */
+int kiln__cpu_index_check(void *ctx, const kiln_tdesc *index, int64_t lo, int64_t hi, const char *op,
+                          const char *noun)
+{
+    int64_t n = 1, idx[KILN_MAX_DIMS] = {0};
+    for (int d = 0; d < index->ndim; d++)
+        n *= index->shape[d];
+    const char *base = kiln__cpu_ptr(index);
+    size_t es = kiln__cpu_esize(index->dtype);
+    int64_t off = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = kiln__cpu_ldi(base + off * (int64_t)es, index->dtype);
+        if (v < lo || v >= hi)
+            return kiln__index_error(op, noun, v, lo, hi);
+        for (int d = index->ndim - 1; d >= 0; d--) {
+            off += index->strides[d];
+            if (++idx[d] < index->shape[d])
+                break;
+            off -= index->strides[d] * index->shape[d];
+            idx[d] = 0;
+        }
+    }
+    return 0;
+}

@@ -193,6 +193,7 @@ static const kiln_backend_iface ref_iface = {
     .gather = kiln__ref_gather,
     .scatter = kiln__ref_scatter,
     .index_select = kiln__ref_index_select,
+    .index_check = kiln__ref_index_check,
     .index_add = kiln__ref_index_add,
     .matmul = kiln__ref_matmul,
     .conv = kiln__ref_conv,

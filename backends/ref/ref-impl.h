@@ -261,6 +261,8 @@ int kiln__ref_gather(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in, int
                      const kiln_tdesc *index);
 int kiln__ref_scatter(void *ctx, const kiln_tdesc *out, int dim, const kiln_tdesc *index,
                       const kiln_tdesc *src, bool accumulate);
+int kiln__ref_index_check(void *ctx, const kiln_tdesc *index, int64_t lo, int64_t hi, const char *op,
+                          const char *noun);
 int kiln__ref_index_select(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in, int dim,
                            const kiln_tdesc *index);
 int kiln__ref_index_add(void *ctx, const kiln_tdesc *out, int dim, const kiln_tdesc *index,

@@ -147,3 +147,19 @@ int kiln__ref_pad(void *ctx, kiln_pad_mode mode, const kiln_tdesc *out, const ki
     }
     return 0;
 }
+
+/* The range check of an index, done where the index lives. ref finishes its work at
+ * submission, so the violation is reported at once rather than at the next sync. */
+int kiln__ref_index_check(void *ctx, const kiln_tdesc *index, int64_t lo, int64_t hi, const char *op,
+                          const char *noun)
+{
+    ref_iter it;
+    int64_t n = ref_iter_init(&it, index->ndim, index->shape);
+    ref_iter_add_t(&it, index);
+    for (int64_t i = 0; i < n; i++, ref_iter_next(&it)) {
+        int64_t v = ref_geti(index->dtype, ref_data(index), it.off[0]);
+        if (v < lo || v >= hi)
+            return kiln__index_error(op, noun, v, lo, hi);
+    }
+    return 0;
+}

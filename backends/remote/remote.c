@@ -12,7 +12,8 @@
  * Errors the server reports for pipelined messages arrive later, carrying the failed message's
  * sequence number; the first is kept and the next download or sync fails with its text and the
  * op's name (after which the session goes on). A lost connection makes every later call fail with
- * the reason; every wait is bounded by KILN_REMOTE_TIMEOUT_MS (default 30000).
+ * the reason; every wait is bounded by the timeout_ms option (KILN_REMOTE_TIMEOUT_MS, default
+ * 30000). Queues: all of a device's queues are its one session (see "queues and events").
  *
  * Flow control: the server queues a bounded number of messages and bytes per session
  * (max_queued_ops, max_message_bytes in WELCOME), so a batch sent because it grew large ends in a
@@ -405,8 +406,9 @@ static void free_dev(rdev *d)
     free(d);
 }
 
-static void *remote_open_spec(const char *spec)
+static void *remote_open_opts(const char *spec, int index, kiln_device_opts *o)
 {
+    (void)index;
     /* remote://host:port/device, already checked by engine/device.c */
     const char *host = spec + strlen("remote://");
     const char *colon = strchr(host, ':'), *slash = colon ? strchr(colon, '/') : NULL;
@@ -431,11 +433,15 @@ static void *remote_open_spec(const char *spec)
     pthread_mutex_init(&d->mu, NULL);
     snprintf(d->spec, sizeof d->spec, "%s", spec);
     snprintf(d->device, sizeof d->device, "%s", slash + 1);
-    const char *to = getenv("KILN_REMOTE_TIMEOUT_MS");
-    d->timeout_ms = to && atoi(to) > 0 ? atoi(to) : 30000;
-    const char *token = getenv("KILN_REMOTE_TOKEN");
-    if (!token || !*token)
-        token = getenv("KILN_TOKEN");
+    /* options (docs/configuration.md; defaults from KILN_REMOTE_TIMEOUT_MS and
+     * KILN_REMOTE_TOKEN or KILN_TOKEN through the engine's one table) */
+    long timeout_ms = 30000;
+    if (kiln__device_opt_long(o, "remote", "timeout_ms", 1, 86400000L, &timeout_ms) < 0) {
+        free_dev(d);
+        return NULL;
+    }
+    d->timeout_ms = (int)timeout_ms;
+    const char *token = kiln__device_opts_take(o, "token", NULL);
     char why[KILN_ERROR_MAX - 64] = "out of memory";
     d->conn = kiln__rconn_open(hostname, port, token, d->timeout_ms, on_message, d, why, sizeof why);
     if (!d->conn) {
@@ -736,6 +742,59 @@ static int remote_sync(void *ctx)
     if (rc != 0)
         kiln__error_set("sync: %s", why);
     return rc;
+}
+
+/* ---- queues and events ---------------------------------------------------------------------------- */
+/*
+ * A remote device runs every message of its session in order, so all its queues are the session
+ * itself: queue_open hands back the device context, and no event_wait is needed (the interface's
+ * "one order for all queues"). An event is the sequence number of the last message appended so
+ * far; it has finished once the server answered that message or a later one.
+ */
+struct kiln_backend_event {
+    uint64_t seq;
+};
+
+static void *remote_queue_open(void *ctx)
+{
+    return ctx;
+}
+
+static kiln_backend_event *remote_event_record(void *ctx)
+{
+    rdev *d = ctx;
+    kiln_backend_event *e = malloc(sizeof *e);
+    if (!e) {
+        kiln__error_set("event_record: out of memory");
+        return NULL;
+    }
+    pthread_mutex_lock(&d->mu);
+    e->seq = d->seq;
+    pthread_mutex_unlock(&d->mu);
+    return e;
+}
+
+static int remote_event_query(void *ctx, kiln_backend_event *e)
+{
+    rdev *d = ctx;
+    pthread_mutex_lock(&d->mu);
+    int done = d->dead ? KILN_EIO : d->acked_seq >= e->seq;
+    pthread_mutex_unlock(&d->mu);
+    if (done < 0)
+        kiln__error_set("event_query: %s", d->dead_why);
+    return done;
+}
+
+static int remote_event_sync(void *ctx, kiln_backend_event *e)
+{
+    /* a SYNC answers for everything before it: one round trip unless already answered */
+    int done = remote_event_query(ctx, e);
+    return done == 1 ? 0 : remote_sync(ctx);
+}
+
+static void remote_event_free(void *ctx, kiln_backend_event *e)
+{
+    free(e);
 }
 
 /* ---- primitives ----------------------------------------------------------------------------------- */
@@ -1103,7 +1162,7 @@ static int remote_layer_norm(void *ctx, const kiln_tdesc *out, const kiln_tdesc 
 static const kiln_backend_iface remote_iface = {
     .name = "remote",
     .open = remote_open,
-    .open_spec = remote_open_spec,
+    .open_opts = remote_open_opts,
     .close = remote_close,
     .caps = remote_caps,
     .buffer_alloc = remote_buffer_alloc,
@@ -1111,6 +1170,11 @@ static const kiln_backend_iface remote_iface = {
     .buffer_upload = remote_buffer_upload,
     .buffer_download = remote_buffer_download,
     .sync = remote_sync,
+    .queue_open = remote_queue_open,
+    .event_record = remote_event_record,
+    .event_sync = remote_event_sync,
+    .event_query = remote_event_query,
+    .event_free = remote_event_free,
     .fill = remote_fill,
     .arange = remote_arange,
     .copy = remote_copy,

@@ -234,7 +234,7 @@ static kiln_buffer *replay_alloc(kiln__alloc_hook *h, size_t nbytes, uint32_t *s
     arena_slot *s = &b->slots[i];
     atomic_store_explicit(&s->live, true, memory_order_relaxed);
     atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
-    kiln_buffer *buf = r->dev->be->buffer_wrap_host(r->dev->ctx, b->base + lo, nbytes, slot_release, s);
+    kiln_buffer *buf = r->dev->be->buffer_wrap_host(kiln__qctx(r->dev), b->base + lo, nbytes, slot_release, s);
     if (!buf) {
         /* the model still holds the block, so this is never its last reference */
         atomic_store_explicit(&s->live, false, memory_order_relaxed);
@@ -379,7 +379,7 @@ static arena_block *block_for(kiln__onnx_arenas *a, const plan *p, kiln_device *
     if (!nb) return NULL;
     block_release(b);
     a->block = nb;
-    if (dev->be->buffer_trim) dev->be->buffer_trim(dev->ctx, SIZE_MAX);
+    if (dev->be->buffer_trim) dev->be->buffer_trim(kiln__qctx(dev), SIZE_MAX);
     return nb;
 }
 

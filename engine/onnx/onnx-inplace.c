@@ -42,7 +42,7 @@ int kiln__onnx_inplace_kind(const char *op_type) {
 static float *host_f32(const kiln_tensor *t) {
     const kiln_device *dev = kiln__dev(t);
     if (!dev->caps.host_memory || !dev->be->buffer_host_ptr || t->dtype != KILN_F32) return NULL;
-    char *p = dev->be->buffer_host_ptr(dev->ctx, t->storage->buf);
+    char *p = dev->be->buffer_host_ptr(kiln__qctx(dev), t->storage->buf);
     return p ? (float *)(void *)p + t->offset : NULL;
 }
 

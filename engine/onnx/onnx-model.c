@@ -617,11 +617,12 @@ static kiln_onnx_model *load_bytes(const uint8_t *buf, size_t len, const char *p
     m->pm = pm;
     m->dev = dev;
     if (plan(m, &o)) { kiln_onnx_free(m); return NULL; }
-    const char *arena = getenv("KILN_ONNX_ARENA");
+    /* the environment's defaults, read through the engine's one table (device-opts.c) */
+    const char *arena = kiln__option_env("onnx", "arena", NULL);
     if (arena && *arena) o.arena = strcmp(arena, "0") != 0;
     m->arenas = kiln__onnx_arenas_new(o.arena);
     if (!m->arenas) { kiln_onnx_free(m); return NULL; }
-    const char *prof = getenv("KILN_ONNX_PROFILE");
+    const char *prof = kiln__option_env("onnx", "profile", NULL);
     if (prof && *prof && strcmp(prof, "0")) m->prof_ms = calloc((size_t)m->nnodes + 1, sizeof *m->prof_ms);
     m->prof_nodes = prof && !strcmp(prof, "nodes");
     return m;

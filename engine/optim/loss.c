@@ -107,17 +107,9 @@ static int class_targets(const char *loss, kiln_tensor *logp, kiln_tensor *targe
     kiln_tensor *s = kiln_where(ignored, scalar_like(t, 0), t);
     if (!s)
         return -1;
-    if (kiln_tensor_numel(s) > 0) {
-        double lo = kiln_item(kiln_min(s, KILN_ALL_DIMS, false));
-        double hi = kiln_item(kiln_max(s, KILN_ALL_DIMS, false));
-        if (isnan(lo) || isnan(hi))
-            return -1;
-        if (lo < 0 || hi >= (double)c) {
-            char x[128];
-            return kiln__error_set("%s: target class %lld out of range [0, %lld) for input %s", loss,
-                                   (long long)(lo < 0 ? lo : hi), (long long)c, kiln__describe(logp, x, sizeof x));
-        }
-    }
+    /* on the device where it can (no wait; an async device reports at its next sync) */
+    if (kiln__check_range(s, 0, c, loss, "target class") < 0)
+        return -1;
     *safe = s;
     *validf = kiln_cast(kiln_logical_not(ignored), logp->dtype);
     return *validf ? 0 : -1;

@@ -300,7 +300,7 @@ static bool sole_owner(const kiln_tensor *t)
 static bool adam_fusable(const kiln_optim_config *c, const kiln__optim_pstate *ps, const kiln_tensor *g)
 {
     const kiln_tensor *p = ps->param;
-    if (!kiln__be(p)->adam_step || (p->dtype != KILN_F32 && p->dtype != KILN_F64) || !plain_contig(p, p) ||
+    if (!kiln__supports(kiln__dev(p), KILN_ENTRY_ADAM_STEP, -1, p->dtype, NULL) || (p->dtype != KILN_F32 && p->dtype != KILN_F64) || !plain_contig(p, p) ||
         !plain_contig(g, p) || kiln__dev(g) != kiln__dev(p))
         return false;
     int ns = c->amsgrad ? 3 : 2;

@@ -252,11 +252,27 @@ static int train_step(kiln_learner *L, kiln_batch *b, bool update, double *loss_
     kiln_tensor *scaled = L->cfg.grad_accum > 1 ? kiln_mul_scalar(loss, 1.0 / L->cfg.grad_accum) : loss;
     if (!scaled)
         return -1;
-    double lv = kiln_item(loss);
     if (kiln_backward(scaled, NULL) < 0)
         return -1;
-    if (L->cfg.num_classes > 0 && classify(L, out, b->y, b->n, correct, NULL, NULL) < 0)
+    /* The loss and, for a classifier, the batch's correct count (argmax against the labels,
+     * on the device) come back in one read: the step's only wait for the host. */
+    kiln_tensor *parts[2] = {kiln_cast(loss, KILN_F64), NULL};
+    int nparts = 1;
+    if (L->cfg.num_classes > 0) {
+        int64_t C = L->cfg.num_classes;
+        if (kiln_tensor_ndim(out) != 2 || kiln_tensor_dim(out, 1) != C || kiln_tensor_dim(out, 0) != b->n)
+            return kiln__error_set("learner: classification output has %d dims, expected [%lld, %lld]",
+                                   kiln_tensor_ndim(out), (long long)b->n, (long long)C);
+        kiln_tensor *hits = kiln_eq(kiln_argmax(out, 1, false), kiln_cast(b->y, KILN_I64));
+        parts[nparts++] = kiln_sum(kiln_cast(hits, KILN_F64), KILN_ALL_DIMS, false);
+    }
+    double got[2] = {NAN, 0};
+    kiln_tensor *packed = kiln_stack(parts, nparts, 0);
+    if (!packed || kiln_to_data(packed, got, (size_t)nparts * sizeof *got) < 0)
         return -1;
+    double lv = got[0];
+    if (nparts == 2)
+        *correct += (int64_t)got[1];
     if (update) {
         if (kiln_optim_step(L->opt) < 0)
             return -1;

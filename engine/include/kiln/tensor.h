@@ -95,17 +95,92 @@ typedef struct kiln_device kiln_device;
 
 /**
  * Open a device by spec: "cpu", "ref", "cuda:0", "vulkan:0", "hip:0",
- * "remote://host:port/cpu". Opening the same spec twice gives the same handle with
- * one more reference. Returns NULL with a message when the spec is malformed or the
- * backend is not compiled in or not present.
+ * "remote://host:port/cpu", "counting:SPEC" (a decorator that counts what SPEC's device
+ * is asked to do), each optionally followed by options: "cpu?threads=2&conv=direct".
+ * The options of every backend and the environment variables that set their defaults
+ * are listed in docs/configuration.md; an unknown option or a bad value refuses the
+ * open with a message naming it. Opening the same spec (options included) twice gives
+ * the same handle with one more reference. Returns NULL with a message when the spec
+ * is malformed or the backend is not compiled in or not present.
  */
 kiln_device *kiln_device_open(const char *spec);
+/** kiln_device_open(spec) with options given apart: "key=value&key=value" (or NULL),
+ *  applied over those in spec. For a program (kilnd) that keeps them in its config. */
+kiln_device *kiln_device_open_opts(const char *spec, const char *options);
+/** Options every later open of backend's devices starts from ("threads=2&conv=direct";
+ *  NULL or "" clears them): over the environment's defaults, under a spec's own options.
+ *  Checked when a device opens. For a program that keeps them in its config (kilnd's
+ *  device_options). -1 with a message when the text is malformed. */
+int kiln_device_defaults_set(const char *backend, const char *options);
 /** Drop a reference taken by kiln_device_open. Tensors keep their device alive. */
 void kiln_device_close(kiln_device *dev);
-/** The canonical spec ("cpu", "cuda:0", ...). */
+/** The canonical spec ("cpu", "cuda:0", "cpu?threads=2", ...). */
 const char *kiln_device_name(const kiln_device *dev);
-/** Wait until all work queued on the device has finished. 0 or negative on error. */
+/** Wait until all work queued on the device, on every queue, has finished; reports an
+ *  error that work found (a device-side index check names its op). 0 or negative. */
 int kiln_device_sync(kiln_device *dev);
+
+/** What a counting device ("counting:cpu") has been asked to do since it opened; see
+ *  kiln_device_counters. Fields are cumulative. */
+typedef struct kiln_device_counters {
+    uint64_t calls;              /* primitive entries called, all kinds */
+    uint64_t uploads, upload_bytes;
+    uint64_t downloads, download_bytes; /* host reads: each waits for the device */
+    uint64_t syncs;
+    uint64_t peer_copies;
+    uint64_t events_recorded, event_waits;
+} kiln_device_counters;
+/** Fill *out from a device that keeps counters (the counting decorator); -1 with a
+ *  message for one that does not. calls_of, when not NULL, receives the count of the
+ *  primitive entry named entry ("matmul", "unary", ...; 0 for an unknown name). */
+int kiln_device_counters_get(kiln_device *dev, kiln_device_counters *out, const char *entry, uint64_t *calls_of);
+
+/* ------------------------------------------------------------------ queues, events */
+
+/**
+ * A queue (a stream) of one device: work submitted to it runs in order; work on two
+ * queues is ordered only by events. Each thread has a current queue per device (the
+ * device's default queue until kiln_queue_use), and every op, upload and download that
+ * thread makes on the device goes to it. The engine orders a tensor's uses across
+ * queues by itself (a tensor made on one queue and read on another waits for its
+ * producer), so queues change only what may overlap, never a result. On ref and cpu
+ * work finishes when it is submitted; their queues and events are complete at once.
+ * Thread affinity: a queue is used by one thread at a time.
+ */
+typedef struct kiln_queue kiln_queue;
+typedef struct kiln_event kiln_event;
+
+/** A new queue on dev; NULL with a message on failure. */
+kiln_queue *kiln_queue_open(kiln_device *dev);
+/** Wait for q's work, make the default queue current again on the calling thread if q
+ *  was current there (close a queue on the thread that uses it), and drop q. Tensors
+ *  made on q stay valid: the backend queue lives until the last of them is freed. NULL
+ *  is a no-op. */
+void kiln_queue_close(kiln_queue *q);
+/** Make q the calling thread's current queue for q's device (NULL for dev: back to the
+ *  default queue). Returns the queue it replaces (NULL for the default). A queue of
+ *  another device changes nothing and sets an error. */
+kiln_queue *kiln_queue_use(kiln_device *dev, kiln_queue *q);
+/** The calling thread's current queue for dev. */
+kiln_queue *kiln_queue_current(kiln_device *dev);
+/** Wait for the work queued on q (q only), reporting an error it found. */
+int kiln_queue_sync(kiln_queue *q);
+/** Mark the current end of q's work; NULL with a message on failure. */
+kiln_event *kiln_event_record(kiln_queue *q);
+/** Work submitted to q after this call runs after ev's work; the host does not wait. */
+int kiln_event_wait(kiln_queue *q, kiln_event *ev);
+/** The host waits for ev's work; reports an error it found. */
+int kiln_event_sync(kiln_event *ev);
+/** 1 when ev's work finished, 0 while it runs, negative on error. */
+int kiln_event_query(kiln_event *ev);
+void kiln_event_free(kiln_event *ev);
+
+/** Host memory dev can copy from and to without staging (pinned where the backend has
+ *  it, else plain aligned memory), 64-byte aligned; free with kiln_host_free on the same
+ *  device. An upload from it may be read until the queue passes it: keep it unchanged
+ *  until an event recorded after the upload completes (kiln_event_sync). */
+void *kiln_host_alloc(kiln_device *dev, size_t nbytes);
+void kiln_host_free(kiln_device *dev, void *ptr);
 /** Space-separated names of the backends compiled into this build. */
 const char *kiln_backends_compiled(void);
 

@@ -1,0 +1,121 @@
+/*
+ * engine/queue-checks.c — range checks that wait for the next read, for asynchronous
+ * devices whose backend has no index_check entry (the remote one).
+ *
+ * Reading an index's extremes to the host before every gather costs a round trip per
+ * indexing op, which is what an asynchronous device exists to avoid. Instead the
+ * extremes are computed on the device (a min and a max, stacked as f64: a few queued ops,
+ * no wait) and the pair is parked on the queue, with the op's name and the bounds. The
+ * next read from that queue (a download, kiln_queue_sync, kiln_device_sync) first reads
+ * every parked pair at once — one extra read, however many checks — and fails with the
+ * first violation's message, as a GPU framework's device-side assert does. The work that
+ * used the bad index has run by then: such a device must not go out of its buffers
+ * whatever an index holds (the remote server checks indices itself before its kernels).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor-impl.h"
+
+typedef struct pending_check {
+    kiln_tensor *extremes;   /* f64 [2]: min, max */
+    const char *op, *noun;
+    int64_t lo, hi;
+    struct pending_check *next;
+} pending_check;
+
+/* Parked checks, per queue; guarded by one lock (checks are rare next to ops, and the
+ * default queue may be shared by several threads). */
+static pthread_mutex_t checks_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int kiln__check_defer(kiln_tensor *index, int64_t lo, int64_t hi, const char *op, const char *noun)
+{
+    kiln_device *dev = kiln__dev(index);
+    pending_check *c = calloc(1, sizeof *c);
+    if (!c)
+        return kiln__error_set("%s: out of memory", op);
+    kiln_scope_begin();
+    kiln_tensor *pair[2] = {kiln_cast(kiln_min(index, KILN_ALL_DIMS, false), KILN_F64),
+                            kiln_cast(kiln_max(index, KILN_ALL_DIMS, false), KILN_F64)};
+    c->extremes = pair[0] && pair[1] ? kiln_keep(kiln_stack(pair, 2, 0)) : NULL;
+    kiln_scope_end();
+    if (!c->extremes) {
+        free(c);
+        return -1;
+    }
+    c->op = op;
+    c->noun = noun;
+    c->lo = lo;
+    c->hi = hi;
+    kiln_queue *q = kiln__queue_cur(dev);
+    pthread_mutex_lock(&checks_lock);
+    c->next = q->checks;
+    q->checks = c;
+    pthread_mutex_unlock(&checks_lock);
+    return 0;
+}
+
+static pending_check *take(kiln_queue *q)
+{
+    pthread_mutex_lock(&checks_lock);
+    pending_check *c = q->checks;
+    q->checks = NULL;
+    pthread_mutex_unlock(&checks_lock);
+    return c;
+}
+
+static void drop(pending_check *c)
+{
+    while (c) {
+        pending_check *next = c->next;
+        kiln_tensor_release(c->extremes);
+        free(c);
+        c = next;
+    }
+}
+
+int kiln__checks_run(kiln_queue *q)
+{
+    if (!q->checks)
+        return 0;
+    pending_check *list = take(q);
+    /* oldest first, so the first violation reported is the first one made */
+    pending_check *rev = NULL;
+    int n = 0;
+    while (list) {
+        pending_check *next = list->next;
+        list->next = rev;
+        rev = list;
+        list = next;
+        n++;
+    }
+    kiln_tensor **parts = calloc((size_t)n, sizeof *parts);
+    double *v = calloc((size_t)n * 2, sizeof *v);
+    int rc = parts && v ? 0 : kiln__error_set("sync: out of memory");
+    int k = 0;
+    for (pending_check *c = rev; c; c = c->next)
+        if (parts)
+            parts[k++] = c->extremes;
+    if (rc == 0) {
+        kiln_scope_begin();
+        kiln_tensor *all = kiln_cat(parts, n, 0);
+        rc = all ? kiln_to_data(all, v, (size_t)n * 2 * sizeof *v) : -1;
+        kiln_scope_end();
+    }
+    k = 0;
+    for (pending_check *c = rev; rc == 0 && c; c = c->next, k++) {
+        if (v[2 * k] < (double)c->lo)
+            rc = kiln__index_error(c->op, c->noun, (int64_t)v[2 * k], c->lo, c->hi);
+        else if (v[2 * k + 1] >= (double)c->hi)
+            rc = kiln__index_error(c->op, c->noun, (int64_t)v[2 * k + 1], c->lo, c->hi);
+    }
+    free(parts);
+    free(v);
+    drop(rev);
+    return rc < 0 ? -1 : 0;
+}
+
+void kiln__checks_drop(kiln_queue *q)
+{
+    drop(take(q));
+}
