@@ -33,6 +33,8 @@
 extern "C" {
 #endif
 
+KILN_API_BEGIN
+
 /** Make t a leaf that accumulates gradients (on = true) or stop that. Returns t
  *  (no new reference); NULL plus an error for a non-floating dtype or a non-leaf. */
 kiln_tensor *kiln_requires_grad(kiln_tensor *t, bool on);
@@ -74,6 +76,8 @@ bool kiln_grad_enabled(void);
  */
 typedef kiln_tensor *(*kiln_checkpoint_fn)(void *ud, int n, kiln_tensor *const *inputs);
 kiln_tensor *kiln_checkpoint(kiln_checkpoint_fn fn, void *ud, int n, kiln_tensor *const *inputs);
+
+KILN_API_END
 
 #ifdef __cplusplus
 }

@@ -50,6 +50,8 @@
 extern "C" {
 #endif
 
+KILN_API_BEGIN
+
 typedef struct kiln_dataset kiln_dataset;
 
 /** What a data set's items look like. */
@@ -195,6 +197,8 @@ void kiln_loader_free(kiln_loader *ld);
 
 /** The permutation the loader uses for (seed, epoch): out[n], a pure function of both. */
 void kiln_data_permutation(uint64_t seed, int64_t epoch, int64_t n, int64_t *out);
+
+KILN_API_END
 
 #ifdef __cplusplus
 }

@@ -23,8 +23,12 @@
 extern "C" {
 #endif
 
+KILN_API_BEGIN
+
 /** The library version, "MAJOR.MINOR.PATCH". */
 const char *kiln_version(void);
+
+KILN_API_END
 
 #ifdef __cplusplus
 }

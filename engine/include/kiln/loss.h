@@ -37,6 +37,8 @@
 extern "C" {
 #endif
 
+KILN_API_BEGIN
+
 typedef enum kiln_reduction {
     KILN_REDUCTION_MEAN = 0,
     KILN_REDUCTION_SUM,
@@ -102,6 +104,8 @@ kiln_tensor *kiln_loss_kl_div(kiln_tensor *input, kiln_tensor *target, kiln_redu
  */
 kiln_tensor *kiln_loss_cosine_embedding(kiln_tensor *x1, kiln_tensor *x2, kiln_tensor *y, double margin,
                                         kiln_reduction reduction);
+
+KILN_API_END
 
 #ifdef __cplusplus
 }

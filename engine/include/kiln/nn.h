@@ -63,6 +63,8 @@
 extern "C" {
 #endif
 
+KILN_API_BEGIN
+
 /* ========================================================================= modules */
 
 typedef struct kiln_module kiln_module;
@@ -527,6 +529,8 @@ kiln_module *kiln_residual_new(kiln_module *body, kiln_module *shortcut);
 kiln_module *kiln_model_from_json(const char *json, kiln_device *dev, kiln_generator *gen);
 /** The same, reading the spec from a file. */
 kiln_module *kiln_model_from_json_file(const char *path, kiln_device *dev, kiln_generator *gen);
+
+KILN_API_END
 
 #ifdef __cplusplus
 }

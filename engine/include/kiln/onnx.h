@@ -41,6 +41,8 @@
 extern "C" {
 #endif
 
+KILN_API_BEGIN
+
 typedef struct kiln_onnx_model kiln_onnx_model;
 
 /** Load options; NULL means the defaults (kiln_onnx_options_default). */
@@ -135,6 +137,8 @@ kiln_tensor *kiln_onnx_param(const kiln_onnx_model *m, int i);
 int kiln_onnx_set_trainable(kiln_onnx_model *m, bool on);
 /** Save every floating initializer (the weights) to a safetensors file. 0 or negative. */
 int kiln_onnx_save_params(const kiln_onnx_model *m, const char *path);
+
+KILN_API_END
 
 #ifdef __cplusplus
 }

@@ -50,6 +50,8 @@
 extern "C" {
 #endif
 
+KILN_API_BEGIN
+
 /* ------------------------------------------------------------------- optimizers */
 
 typedef enum kiln_optim_kind {
@@ -245,6 +247,8 @@ int64_t kiln_sched_last_step(const kiln_sched *s);
 char *kiln_sched_state_export(const kiln_sched *s);
 /** Restore the step (and base lr) and re-apply the lr to the optimizer. */
 int kiln_sched_state_import(kiln_sched *s, const char *json);
+
+KILN_API_END
 
 #ifdef __cplusplus
 }

@@ -37,6 +37,8 @@
 extern "C" {
 #endif
 
+KILN_API_BEGIN
+
 /** An opened, validated safetensors file (memory-mapped when opened from a path). */
 typedef struct kiln_safetensors kiln_safetensors;
 
@@ -360,6 +362,8 @@ kiln_tensor *kiln_torch_load(const kiln_torch_file *pt, const char *name, kiln_d
 int kiln_torch_other_count(const kiln_torch_file *pt);
 const char *kiln_torch_other_name(const kiln_torch_file *pt, int i);
 const char *kiln_torch_other_value(const kiln_torch_file *pt, int i);
+
+KILN_API_END
 
 #ifdef __cplusplus
 }

@@ -37,6 +37,8 @@
 extern "C" {
 #endif
 
+KILN_API_BEGIN
+
 #define KILN_MODEL_NAME_MAX 128
 
 /** One input or output: name, KServe datatype ("FP32", "INT64", ...), shape (-1 = dynamic). */
@@ -121,6 +123,8 @@ int kiln_repository_remove_version(kiln_repository *repo, const char *name, int6
  * Unreadable or malformed source.json files are passed over (they say nothing).
  */
 int64_t kiln_repository_find_source(const kiln_repository *repo, const char *name, const char *source, char **json);
+
+KILN_API_END
 
 #ifdef __cplusplus
 }

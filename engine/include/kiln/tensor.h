@@ -44,9 +44,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kiln/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+KILN_API_BEGIN
 
 /** The most dimensions a tensor may have. */
 #define KILN_MAX_DIMS 8
@@ -489,6 +493,8 @@ kiln_tensor *kiln_dropout(kiln_tensor *x, double p, bool training, kiln_generato
  */
 kiln_tensor *kiln_scaled_dot_product_attention(kiln_tensor *q, kiln_tensor *k, kiln_tensor *v,
                                                kiln_tensor *mask, bool causal, double scale);
+
+KILN_API_END
 
 #ifdef __cplusplus
 }

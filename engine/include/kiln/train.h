@@ -51,6 +51,8 @@
 extern "C" {
 #endif
 
+KILN_API_BEGIN
+
 /* ------------------------------------------------------------------- metrics */
 
 /** A confusion matrix: counts[label * classes + prediction]. */
@@ -175,6 +177,8 @@ char *kiln_learner_report_json(const kiln_learner *L);
 /** Write the report atomically. 0 or -1. */
 int kiln_learner_write_report(const kiln_learner *L, const char *path);
 void kiln_learner_free(kiln_learner *L);
+
+KILN_API_END
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,5 @@
 /*
- * backends/common/philox.h — the Philox4x32-10 counter-based generator (Salmon et al.,
+ * common/philox.h — the Philox4x32-10 counter-based generator (Salmon et al.,
  * "Parallel random numbers: as easy as 1, 2, 3", SC'11) and the transforms kiln uses to
  * turn its output into uniform, normal, Bernoulli and integer draws.
  *

@@ -1,5 +1,5 @@
 /*
- * backends/common/half.h — f16 and bf16 conversions shared by every host-side backend,
+ * common/half.h — f16 and bf16 conversions shared by every host-side backend and reader,
  * so that all of them round the same way (to nearest, ties to even, NaN kept quiet).
  */
 #ifndef KILN_HALF_H

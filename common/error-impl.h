@@ -1,5 +1,5 @@
 /*
- * engine/error-impl.h — how libkiln code records an error for kiln_error().
+ * common/error-impl.h — how libkiln code records an error for kiln_error().
  *
  * The message is per thread, so concurrent callers never see each other's errors.
  * Write it as "op: what went wrong (shapes, dtypes)", e.g.
