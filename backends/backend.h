@@ -56,12 +56,7 @@
 extern "C" {
 #endif
 
-/* Error codes returned by primitives and internal calls. */
-#define KILN_EINVAL   (-1)  /* an argument the caller should not have sent */
-#define KILN_ENOMEM   (-2)  /* allocation failed */
-#define KILN_ENOTSUP  (-3)  /* the backend does not do this op/dtype */
-#define KILN_EDEVICE  (-4)  /* the device failed */
-#define KILN_EIO      (-5)  /* a file or socket failed */
+/* Error codes (KILN_EINVAL, ...) are the public ones of kiln/tensor.h. */
 
 /** A backend's allocation. Opaque to everyone but its backend. */
 typedef struct kiln_buffer kiln_buffer;

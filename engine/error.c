@@ -5,6 +5,7 @@
  * fail, not even when the error being reported is an allocation failure.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "error-impl.h"
 #include "kiln/tensor.h"
@@ -13,7 +14,11 @@ static _Thread_local char error_message[KILN_ERROR_MAX];
 
 int kiln__error_vset(const char *fmt, va_list ap)
 {
-    vsnprintf(error_message, sizeof error_message, fmt, ap);
+    /* Formatted aside first, so a message may quote the previous one (an argument that is
+     * kiln_error() itself) without the source and destination overlapping. */
+    char message[KILN_ERROR_MAX];
+    vsnprintf(message, sizeof message, fmt, ap);
+    memcpy(error_message, message, sizeof message);
     return -1;
 }
 

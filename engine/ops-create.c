@@ -308,6 +308,16 @@ kiln_tensor *kiln_eye(kiln_device *dev, kiln_dtype dt, int64_t n, int64_t m)
     return kiln__ret(t);
 }
 
+kiln_tensor *kiln_from_host_memory(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape, void *data,
+                                   void (*release)(void *), void *release_ud)
+{
+    if (data && (uintptr_t)data % 64 != 0) {
+        kiln__error_set("from_host_memory: data at %p is not 64-byte aligned", data);
+        return NULL;
+    }
+    return kiln__ret(kiln__alloc_wrapped(dev, dt, ndim, shape, data, release, release_ud, "from_host_memory"));
+}
+
 kiln_tensor *kiln_from_data(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
                             const void *data, size_t nbytes)
 {

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "error-impl.h"
-#include "backend.h"
+#include "kiln/tensor.h"
 #include "storage-impl.h"
 
 static ssize_t sys_write(int fd, const void *buf, size_t n)

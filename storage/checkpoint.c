@@ -26,7 +26,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "backend.h"
 #include "error-impl.h"
 #include "kiln/record.h"
 #include "storage-impl.h"

@@ -24,7 +24,6 @@
 #include <unistd.h>
 #include <zstd.h>
 
-#include "backend.h"
 #include "error-impl.h"
 #include "kiln/record.h"
 #include "storage-impl.h"

@@ -19,7 +19,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend.h"
 #include "error-impl.h"
 #include "kiln/record.h"
 #include "kiln/repository.h"

@@ -14,6 +14,8 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,11 +23,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend.h"
 #include "error-impl.h"
 #include "kiln/record.h"
 #include "storage-impl.h"
-#include "tensor-impl.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "safetensors data is little-endian; a big-endian host needs byte swapping here");
@@ -451,15 +451,14 @@ kiln_tensor *kiln_safetensors_load(const kiln_safetensors *st, const char *name,
      * lent once, so two loads never alias; bools are excluded because their bytes must
      * be normalized first. */
     kiln_safetensors *mst = (kiln_safetensors *)st;
-    if (st->mapped && e->dtype != KILN_BOOL && n > 0 && (uintptr_t)src % 64 == 0 && !e->lent &&
-        kiln__can_wrap_host(dev)) {
+    if (st->mapped && e->dtype != KILN_BOOL && n > 0 && (uintptr_t)src % 64 == 0 && !e->lent) {
         atomic_fetch_add(&mst->refs, 1);
-        kiln_tensor *t = kiln__alloc_wrapped(dev, (kiln_dtype)e->dtype, e->ndim, e->shape, (void *)src,
-                                             st_unref, mst, "safetensors load");
+        kiln_tensor *t = kiln_from_host_memory(dev, (kiln_dtype)e->dtype, e->ndim, e->shape, (void *)src,
+                                               st_unref, mst);
         if (t) {
             ((st_entry *)e)->lent = true;
             atomic_fetch_add(&mst->lent_count, 1);
-            return kiln__ret(t);
+            return t;
         }
         atomic_fetch_sub(&mst->refs, 1); /* not lent after all: copy below */
         kiln_error_clear();

@@ -1,5 +1,9 @@
 /*
- * storage/storage-impl.h — helpers shared by the storage modules (not public).
+ * storage/storage-impl.h — storage's file helpers, internal to libkiln (not installed).
+ *
+ * The storage modules share them, and the engine writes and reads its own files (training
+ * reports, JSON model specs) through them rather than with stdio, so every file libkiln
+ * writes is crash-safe the same way and fault injection reaches all of them.
  */
 #ifndef KILN_STORAGE_IMPL_H
 #define KILN_STORAGE_IMPL_H

@@ -11,6 +11,10 @@
 #include <string.h>
 
 #include "nn-impl.h"
+#include "storage-impl.h"
+
+/* A JSON spec is a few kilobytes; this bounds what a wrong path can make us read. */
+#define MODEL_SPEC_MAX_BYTES ((size_t)64 << 20)
 
 typedef enum op_kind {
     OP_LAYER = -1,
@@ -546,35 +550,15 @@ kiln_module *kiln_model_from_json(const char *json, kiln_device *dev, kiln_gener
 
 kiln_module *kiln_model_from_json_file(const char *path, kiln_device *dev, kiln_generator *gen)
 {
-    FILE *f = path ? fopen(path, "rb") : NULL;
-    if (!f) {
-        kiln__error_set("model spec: cannot open %s", path ? path : "(null)");
-        return NULL;
-    }
     char *buf = NULL;
-    size_t len = 0, cap = 0, n;
-    char chunk[4096];
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (len + n + 1 > cap) {
-            cap = (len + n + 1) * 2;
-            char *b = realloc(buf, cap);
-            if (!b) {
-                free(buf);
-                fclose(f);
-                kiln__error_set("model spec: out of memory reading %s", path);
-                return NULL;
-            }
-            buf = b;
-        }
-        memcpy(buf + len, chunk, n);
-        len += n;
-    }
-    fclose(f);
-    if (!buf) {
-        kiln__error_set("model spec: %s is empty", path);
+    if (!path) {
+        kiln__error_set("model spec: path is NULL");
         return NULL;
     }
-    buf[len] = 0;
+    if (kiln__read_file(path, MODEL_SPEC_MAX_BYTES, &buf, NULL) < 0) {
+        kiln__error_set("model spec: cannot read %s: %s", path, kiln_error());
+        return NULL;
+    }
     kiln_module *m = kiln_model_from_json(buf, dev, gen);
     free(buf);
     return m;

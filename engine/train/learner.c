@@ -18,6 +18,7 @@
 #include "kiln/autodiff.h"
 #include "kiln/loss.h"
 #include "learner-impl.h"
+#include "storage-impl.h"
 
 static double now_s(void)
 {
@@ -613,20 +614,17 @@ int kiln_learner_write_report(const kiln_learner *L, const char *path)
     char *s = kiln_learner_report_json(L);
     if (!s)
         return -1;
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    int rc = f ? 0 : kiln__error_set("learner_write_report: %s: cannot create", tmp);
-    if (f) {
-        if (fputs(s, f) < 0 || fputc('\n', f) < 0 || fflush(f) != 0)
-            rc = kiln__error_set("learner_write_report: %s: write failed", tmp);
-        if (fclose(f) != 0 && rc == 0)
-            rc = kiln__error_set("learner_write_report: %s: close failed", tmp);
-        if (rc == 0 && rename(tmp, path) != 0)
-            rc = kiln__error_set("learner_write_report: cannot rename %s to %s", tmp, path);
-        if (rc != 0)
-            remove(tmp);
+    size_t n = strlen(s);
+    char *text = realloc(s, n + 2);
+    if (!text) {
+        free(s);
+        return kiln__error_set("learner_write_report: out of memory");
     }
-    free(s);
+    text[n] = '\n';
+    text[n + 1] = 0;
+    int rc = kiln__write_file_atomic(path, text, n + 1);
+    if (rc < 0)
+        kiln__error_set("learner_write_report: %s", kiln_error());
+    free(text);
     return rc;
 }

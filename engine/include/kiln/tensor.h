@@ -93,6 +93,13 @@ const char *kiln_error(void);
 /** Clear the calling thread's error message. */
 void kiln_error_clear(void);
 
+/* Negative codes returned by the int-returning calls (with the message set as above). */
+#define KILN_EINVAL   (-1)  /* an argument the caller should not have sent */
+#define KILN_ENOMEM   (-2)  /* allocation failed */
+#define KILN_ENOTSUP  (-3)  /* the backend does not do this op/dtype */
+#define KILN_EDEVICE  (-4)  /* the device failed */
+#define KILN_EIO      (-5)  /* a file or socket failed */
+
 /* ------------------------------------------------------------------------ devices */
 
 typedef struct kiln_device kiln_device;
@@ -238,6 +245,16 @@ kiln_tensor *kiln_eye(kiln_device *dev, kiln_dtype dt, int64_t n, int64_t m);
  */
 kiln_tensor *kiln_from_data(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
                             const void *data, size_t nbytes);
+/**
+ * A contiguous tensor whose storage is the caller's host memory, used in place: no copy.
+ * data must be 64-byte aligned, writable and hold numel * dtype size bytes. When the
+ * tensor's storage dies, release(release_ud) runs (release may be NULL). Only devices that
+ * keep tensors in host memory can do this (cpu and ref); elsewhere, or for misaligned data,
+ * NULL and an error, and release is not called: the caller still owns the memory and may
+ * fall back to kiln_from_data. Writes through the tensor (an optimizer step) change data.
+ */
+kiln_tensor *kiln_from_host_memory(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape, void *data,
+                                   void (*release)(void *), void *release_ud);
 /** Copy t (any layout) into host memory, row-major; nbytes must be numel * dtype size. */
 int kiln_to_data(const kiln_tensor *t, void *out, size_t nbytes);
 /** Read a one-element tensor as double; NAN and an error otherwise. */
