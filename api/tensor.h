@@ -7,7 +7,7 @@
  * header (a malformed one closes the connection) and queues the message on the session. A session
  * lives on one device worker of the scheduler (kiln_sched_task_submit): everything it queued since
  * its last hop runs there as one task, in order, against the session's own id table
- * (api/tensor_exec.h), and the replies (reads, syncs, errors) come back through the loop. A
+ * (backends/remote/remote-exec.h), and the replies (reads, syncs, errors) come back through the loop. A
  * disconnect frees everything the session held, on its worker, once the task in flight is done.
  *
  * Thread affinity: everything here runs on the I/O loop thread.

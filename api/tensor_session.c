@@ -6,7 +6,7 @@
  * session is on its worker, everything pending leaves as one task (a pipelined client gets many
  * ops per hop); the worker runs them in order and collects the replies, which the done callback
  * sends. So at most one task per session is ever in flight, and the session's device state
- * (api/tensor_exec.c) is touched by its worker only — never by two threads at once. A hop stops
+ * (backends/remote/remote-exec.c) is touched by its worker only — never by two threads at once. A hop stops
  * once its replies pass remote.max_message_bytes and leaves the rest for the next one, so a
  * queue of large DOWNLOADs never piles up all its DATA in memory at once.
  *
@@ -31,7 +31,7 @@
 #include "logf.h"
 #include "responses.h"
 #include "tensor.h"
-#include "tensor_exec.h"
+#include "remote-exec.h"
 #include "wire.h"
 #include "ws.h"
 

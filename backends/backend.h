@@ -600,6 +600,13 @@ const kiln_backend_iface *kiln_backend_cpu(void);
 const kiln_backend_iface *kiln_backend_remote(void);
 const kiln_backend_iface *kiln_backend_counting(void);
 
+/** An open device's backend, the context work for it is submitted with on the calling
+ *  thread (its current queue), and its capabilities, for libkiln code outside the engine
+ *  that drives a device through this interface itself (backends/remote/remote-exec.c). */
+const kiln_backend_iface *kiln__device_iface(const kiln_device *dev);
+void *kiln__device_ctx(const kiln_device *dev);
+const kiln_backend_caps *kiln__device_caps(const kiln_device *dev);
+
 #ifdef __cplusplus
 }
 #endif

@@ -356,6 +356,21 @@ kiln_tensor *kiln__alloc(kiln_device *dev, kiln_dtype dt, int ndim, const int64_
     return alloc_impl(dev, dt, ndim, shape, op, NULL, NULL, NULL);
 }
 
+const kiln_backend_iface *kiln__device_iface(const kiln_device *dev)
+{
+    return dev->be;
+}
+
+void *kiln__device_ctx(const kiln_device *dev)
+{
+    return kiln__qctx(dev);
+}
+
+const kiln_backend_caps *kiln__device_caps(const kiln_device *dev)
+{
+    return &dev->caps;
+}
+
 bool kiln__can_wrap_host(const kiln_device *dev)
 {
     return dev && dev->be->buffer_wrap_host;

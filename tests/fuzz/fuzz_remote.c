@@ -1,7 +1,7 @@
 /*
  * tests/fuzz/fuzz_remote.c — libFuzzer target for the remote tensor protocol's server side:
  * arbitrary bytes, as one WebSocket message of an established session, go through the decoder
- * and every check of api/tensor_exec.c onto the ref device.
+ * and every check of backends/remote/remote-exec.c onto the ref device.
  *
  * Each input runs in a fresh session that already holds a few buffers (f32 data, i64 indices
  * with values in and out of range), so ops, views and index checks get real ids to work on;
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "kiln/kiln.h"
-#include "tensor_exec.h"
+#include "remote-exec.h"
 #include "wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,6 +1,6 @@
 /*
- * api/tensor_exec.c — a remote session's buffers on its device, and the checks that stand
- * between untrusted messages and the backend interface.
+ * backends/remote/remote-exec.c — a remote session's buffers on its device, and the checks that
+ * stand between untrusted messages and the backend interface.
  *
  * Ids are the client's choice (any non-zero 64-bit value), kept in an open-addressing table owned
  * by the session, so one session can neither name nor guess another's buffers: an id it did not
@@ -20,8 +20,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "tensor-impl.h"
-#include "tensor_exec.h"
+#include "remote-exec.h"
 
 struct entry {
     uint64_t id;                    /* 0: empty slot */
@@ -128,7 +127,7 @@ void kiln__tstate_free(struct kiln__tstate *st)
         return;
     for (size_t i = 0; i < st->cap; i++)
         if (st->tab[i].id && st->dev)
-            st->dev->be->buffer_free(kiln__qctx(st->dev), st->tab[i].buf);
+            kiln__device_iface(st->dev)->buffer_free(kiln__device_ctx(st->dev), st->tab[i].buf);
     free(st->tab);
     free(st);
 }
@@ -147,7 +146,7 @@ uint32_t kiln__tstate_dtype_mask(const kiln_device *dev)
 {
     uint32_t mask = 0;
     for (int d = 0; d < KILN_DTYPE_COUNT; d++)
-        if (dev->caps.dtype[d])
+        if (kiln__device_caps(dev)->dtype[d])
             mask |= 1u << d;
     return mask;
 }
@@ -199,9 +198,9 @@ static int resolve(struct ctx *c, int k, kiln_tdesc *d, const kiln_tdesc **slot)
     struct entry *e = find(c->st, w->id);
     if (!e)
         return reply_error(c, KILN_WIRE_ERR_BAD_ID, "unknown id %" PRIu64, w->id);
-    if ((unsigned)w->dtype >= KILN_DTYPE_COUNT || !c->dev->caps.dtype[w->dtype])
+    if ((unsigned)w->dtype >= KILN_DTYPE_COUNT || !kiln__device_caps(c->dev)->dtype[w->dtype])
         return reply_error(c, KILN_WIRE_ERR_NOT_SUPPORTED, "operand %d: %s does not compute %s", k,
-                           c->dev->be->name, kiln_dtype_name(w->dtype));
+                           kiln__device_iface(c->dev)->name, kiln_dtype_name(w->dtype));
     size_t es = kiln_wire_dtype_size(w->dtype);
     int64_t lo, hi;
     bool empty;
@@ -262,19 +261,19 @@ static int check_index_values(struct ctx *c, const kiln_tdesc *idx, int64_t boun
         else
             hi += ext;
     }
-    const kiln_backend_iface *be = c->dev->be;
+    const kiln_backend_iface *be = kiln__device_iface(c->dev);
     const int64_t *base = NULL;
     int64_t *copy = NULL;
-    if (c->dev->caps.host_memory && be->buffer_host_ptr) {
-        if (be->sync(kiln__qctx(c->dev)) != 0)
+    if (kiln__device_caps(c->dev)->host_memory && be->buffer_host_ptr) {
+        if (be->sync(kiln__device_ctx(c->dev)) != 0)
             return reply_error(c, KILN_WIRE_ERR_DEVICE, "%s: %s", what, kiln_error());
-        base = (const int64_t *)be->buffer_host_ptr(kiln__qctx(c->dev), idx->buf) + lo;
+        base = (const int64_t *)be->buffer_host_ptr(kiln__device_ctx(c->dev), idx->buf) + lo;
     } else {
         size_t count = (size_t)(hi - lo + 1);
         copy = malloc(count * sizeof *copy);
         if (!copy)
             return reply_error(c, KILN_WIRE_ERR_DEVICE, "%s: out of memory reading the index", what);
-        if (be->buffer_download(kiln__qctx(c->dev), idx->buf, (size_t)lo * 8u, copy, count * 8u) != 0) {
+        if (be->buffer_download(kiln__device_ctx(c->dev), idx->buf, (size_t)lo * 8u, copy, count * 8u) != 0) {
             free(copy);
             return reply_error(c, KILN_WIRE_ERR_DEVICE, "%s: %s", what, kiln_error());
         }
@@ -319,20 +318,20 @@ static int do_alloc(struct ctx *c)
                            "allocating %" PRIu64 " bytes would take the session past %" PRIu64
                            " live bytes (remote.max_live_bytes; %" PRIu64 " in use)",
                            nbytes, st->lim.max_live_bytes, st->live_bytes);
-    const kiln_backend_iface *be = c->dev->be;
-    kiln_buffer *b = be->buffer_alloc(kiln__qctx(c->dev), nbytes ? (size_t)nbytes : 1);
+    const kiln_backend_iface *be = kiln__device_iface(c->dev);
+    kiln_buffer *b = be->buffer_alloc(kiln__device_ctx(c->dev), nbytes ? (size_t)nbytes : 1);
     if (!b)
         return reply_error(c, KILN_WIRE_ERR_DEVICE, "cannot allocate %" PRIu64 " bytes: %s", nbytes, kiln_error());
     int rc;
     if (c->m->u.alloc.has_data) {
-        rc = nbytes ? be->buffer_upload(kiln__qctx(c->dev), b, 0, c->m->u.alloc.data, (size_t)nbytes) : 0;
+        rc = nbytes ? be->buffer_upload(kiln__device_ctx(c->dev), b, 0, c->m->u.alloc.data, (size_t)nbytes) : 0;
     } else {
         /* New buffers read as zeros, as a client's freshly allocated memory would not otherwise. */
         kiln_tdesc z = {.buf = b, .dtype = KILN_U8, .ndim = 1, .shape = {(int64_t)nbytes}, .strides = {1}};
-        rc = nbytes ? be->fill(kiln__qctx(c->dev), &z, 0.0) : 0;
+        rc = nbytes ? be->fill(kiln__device_ctx(c->dev), &z, 0.0) : 0;
     }
     if (rc != 0 || insert(st, id, b, nbytes) != 0) {
-        be->buffer_free(kiln__qctx(c->dev), b);
+        be->buffer_free(kiln__device_ctx(c->dev), b);
         return reply_error(c, KILN_WIRE_ERR_DEVICE, "allocating id %" PRIu64 ": %s", id,
                            rc ? kiln_error() : "out of memory");
     }
@@ -368,7 +367,8 @@ static int do_upload(struct ctx *c)
     struct entry *e = byte_range(c, x.id, x.offset, x.length);
     if (!e)
         return -1;
-    if (x.length && c->dev->be->buffer_upload(kiln__qctx(c->dev), e->buf, (size_t)x.offset, x.data, (size_t)x.length) != 0)
+    if (x.length && kiln__device_iface(c->dev)->buffer_upload(kiln__device_ctx(c->dev), e->buf, (size_t)x.offset,
+                                                              x.data, (size_t)x.length) != 0)
         return reply_error(c, KILN_WIRE_ERR_DEVICE, "upload into id %" PRIu64 ": %s", x.id, kiln_error());
     return 0;
 }
@@ -387,7 +387,8 @@ static int do_download(struct ctx *c)
     uint8_t *tmp = malloc(x.length ? (size_t)x.length : 1);
     if (!tmp)
         return reply_error(c, KILN_WIRE_ERR_DEVICE, "out of memory reading %" PRIu64 " bytes", x.length);
-    if (x.length && c->dev->be->buffer_download(kiln__qctx(c->dev), e->buf, (size_t)x.offset, tmp, (size_t)x.length) != 0) {
+    if (x.length && kiln__device_iface(c->dev)->buffer_download(kiln__device_ctx(c->dev), e->buf,
+                                                                (size_t)x.offset, tmp, (size_t)x.length) != 0) {
         free(tmp);
         return reply_error(c, KILN_WIRE_ERR_DEVICE, "download from id %" PRIu64 ": %s", x.id, kiln_error());
     }
@@ -412,7 +413,7 @@ static int do_release(struct ctx *c)
                 rc = reply_error(c, KILN_WIRE_ERR_BAD_ID, "release of unknown id %" PRIu64, id);
             continue;
         }
-        c->dev->be->buffer_free(kiln__qctx(c->dev), e->buf);
+        kiln__device_iface(c->dev)->buffer_free(kiln__device_ctx(c->dev), e->buf);
         erase(c->st, e);
     }
     return rc;
@@ -420,7 +421,7 @@ static int do_release(struct ctx *c)
 
 static int do_sync(struct ctx *c)
 {
-    if (c->dev->be->sync(kiln__qctx(c->dev)) != 0)
+    if (kiln__device_iface(c->dev)->sync(kiln__device_ctx(c->dev)) != 0)
         return reply_error(c, KILN_WIRE_ERR_DEVICE, "sync: %s", kiln_error());
     kiln_wire_msg r = {.h = {.version = c->st->version, .type = KILN_WIRE_SYNC_DONE, .seq = c->m->h.seq}};
     char why[128];
@@ -483,8 +484,8 @@ static int do_op(struct ctx *c)
             return reply_error(c, KILN_WIRE_ERR_QUOTA,
                                "%s: operand %d has %" PRId64 " elements, more than the session's %" PRIu64
                                " (remote.max_live_bytes)", pi->name, k, numel(t[k]), c->st->lim.max_live_bytes);
-    const kiln_backend_iface *be = c->dev->be;
-    void *x = kiln__qctx(c->dev);
+    const kiln_backend_iface *be = kiln__device_iface(c->dev);
+    void *x = kiln__device_ctx(c->dev);
     int rc = KILN_ENOTSUP;
     switch ((kiln_wire_prim)op->prim) {
     case KILN_WIRE_P_FILL:

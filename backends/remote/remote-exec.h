@@ -1,7 +1,10 @@
 /*
- * api/tensor_exec.h — what a remote tensor session owns on its device, and running its messages
- * against it. No socket and no loop: a session's device worker calls it, and so does the fuzz
- * target (tests/fuzz/fuzz_remote.c) with arbitrary bytes.
+ * backends/remote/remote-exec.h — the server side of the remote tensor protocol: what a remote
+ * tensor session owns on its device, and running its messages against it. Internal to libkiln
+ * (kiln__ names, not exported by the shared library) and documented here for kilnd, whose
+ * api/tensor_session.c keeps only the WebSocket transport and calls this from a session's
+ * device worker; so does the fuzz target (tests/fuzz/fuzz_remote.c) with arbitrary bytes. The
+ * remote backend (remote.c) is the client side; both speak wire.h.
  *
  * Every id, dtype, shape, stride, offset and length in a message is checked against the
  * session's own table before the backend sees it: the backend interface (backends/backend.h)
@@ -13,8 +16,8 @@
  *
  * Thread affinity: a state is used by one thread at a time (its device's worker).
  */
-#ifndef KILN_API_TENSOR_EXEC_H
-#define KILN_API_TENSOR_EXEC_H
+#ifndef KILN_REMOTE_EXEC_H
+#define KILN_REMOTE_EXEC_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -49,4 +52,4 @@ uint64_t kiln__tstate_live_bytes(const struct kiln__tstate *st);
 uint32_t kiln__tstate_dtype_mask(const kiln_device *dev);
 uint64_t kiln__tstate_ids(const struct kiln__tstate *st);
 
-#endif /* KILN_API_TENSOR_EXEC_H */
+#endif /* KILN_REMOTE_EXEC_H */
