@@ -30,7 +30,7 @@
 #include <cjson/cJSON.h>
 
 #include "jobs-impl.h"
-#include "kiln/repository.h"
+#include "repository.h"
 
 void kiln__jobs_source(const struct kiln_job *job, char *out, size_t len)
 {

@@ -25,7 +25,7 @@
 #include <cjson/cJSON.h>
 
 #include "jobs-impl.h"
-#include "kiln/repository.h"
+#include "repository.h"
 
 /* ---- the training thread ------------------------------------------------------------------- */
 

@@ -30,7 +30,7 @@
 
 #include <uv.h>
 
-#include "kiln/repository.h"
+#include "repository.h"
 #include "kiln/tensor.h"
 
 #define KILN_SCHED_MAX_IO 16

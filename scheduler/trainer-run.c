@@ -25,7 +25,7 @@
 #include "kiln/loss.h"
 #include "kiln/nn.h"
 #include "kiln/record.h"
-#include "kiln/repository.h"
+#include "repository.h"
 #include "kiln/train.h"
 #include "trainer-impl.h"
 

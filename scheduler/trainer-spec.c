@@ -22,7 +22,7 @@
 
 #include "kiln/nn.h"
 #include "kiln/record.h"
-#include "kiln/repository.h"
+#include "repository.h"
 #include "trainer-impl.h"
 #define FASHION_DIR "/usr/share/datasets/fashion-mnist"
 

@@ -19,7 +19,7 @@
 #include <cmocka.h>
 
 #include "kiln/kiln.h"
-#include "kiln/repository.h"
+#include "repository.h"
 #include "storage-impl.h"
 
 static char base[64], root[96], outside[96];

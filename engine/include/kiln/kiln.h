@@ -14,7 +14,6 @@
 #include "kiln/loss.h"
 #include "kiln/optim.h"
 #include "kiln/record.h"
-#include "kiln/repository.h"
 #include "kiln/data.h"
 #include "kiln/train.h"
 #include "kiln/onnx.h"

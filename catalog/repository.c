@@ -1,5 +1,5 @@
 /*
- * storage/repository.c — the model repository: scanning, validating, versions in and out.
+ * catalog/repository.c — kilnd's model repository: scanning, validating, versions in and out.
  *
  * Everything here treats the folder as untrusted: names are checked before they are joined
  * into paths, every folder and model file is resolved with realpath and must stay under the
@@ -21,7 +21,7 @@
 
 #include "error-impl.h"
 #include "kiln/record.h"
-#include "kiln/repository.h"
+#include "repository.h"
 #include "storage-impl.h"
 
 #define CONFIG_MAX (1u << 20)

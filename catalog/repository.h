@@ -1,5 +1,5 @@
 /*
- * kiln/repository.h — the model repository: <data_dir>/models/<name>/<version>/.
+ * catalog/repository.h — kilnd's model repository: <data_dir>/models/<name>/<version>/.
  *
  *     kiln_repository *repo = kiln_repository_open("var/models");
  *     for (int i = 0; i < kiln_repository_count(repo); i++) {
@@ -25,8 +25,8 @@
  * source.json naming what produced it (a training job writes one); kiln_repository_find_source
  * looks a version up by it.
  */
-#ifndef KILN_REPOSITORY_H
-#define KILN_REPOSITORY_H
+#ifndef KILN_CATALOG_REPOSITORY_H
+#define KILN_CATALOG_REPOSITORY_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -36,8 +36,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-KILN_API_BEGIN
 
 #define KILN_MODEL_NAME_MAX 128
 
@@ -124,9 +122,7 @@ int kiln_repository_remove_version(kiln_repository *repo, const char *name, int6
  */
 int64_t kiln_repository_find_source(const kiln_repository *repo, const char *name, const char *source, char **json);
 
-KILN_API_END
-
 #ifdef __cplusplus
 }
 #endif
-#endif /* KILN_REPOSITORY_H */
+#endif /* KILN_CATALOG_REPOSITORY_H */

@@ -1,5 +1,5 @@
 /*
- * storage/jobstore.h — the job store: <data_dir>/kiln.db, an SQLite database in WAL mode that
+ * catalog/jobstore.h — kilnd's job store: <data_dir>/kiln.db, an SQLite database in WAL mode that
  * holds jobs, job events, job metrics, the checkpoint index and the model registry. Opening it
  * applies any migrations the file has not seen yet, each in its own transaction, and records
  * the result in schema_version. Every write below is one transaction: after a crash (SIGKILL

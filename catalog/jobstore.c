@@ -1,5 +1,5 @@
 /*
- * storage/jobstore.c — kiln.db: opening, migrating its schema, and the job API.
+ * catalog/jobstore.c — kilnd's kiln.db: opening, migrating its schema, and the job API.
  *
  * Migrations are an append-only list of SQL scripts: script i brings the schema from version i
  * to i + 1. Never edit a released script; add a new one. Each runs in an IMMEDIATE transaction
