@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/half.h"
 #include "jscan.h"
 #include "responses.h"
 #include "serving.h"
@@ -629,27 +630,6 @@ done:
     return rc;
 }
 
-static float half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31, man = h & 1023;
-    float f;
-    if (exp == 0)
-        f = ldexpf((float)man, -24);
-    else if (exp == 31)
-        f = man ? NAN : INFINITY;
-    else
-        f = ldexpf((float)(man | 1024), (int)exp - 25);
-    return sign ? -f : f;
-}
-
-static float bf16_to_float(uint16_t h)
-{
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
 static int put_number(struct kiln_buf *b, double v, int digits)
 {
     if (!isfinite(v))
@@ -667,8 +647,8 @@ static int put_values(struct kiln_buf *b, const struct kiln_sched_tensor *t)
         switch (t->dtype) {
         case KILN_F32: rc |= put_number(b, ((const float *)t->data)[i], 9); break;
         case KILN_F64: rc |= put_number(b, ((const double *)t->data)[i], 17); break;
-        case KILN_F16: rc |= put_number(b, half_to_float(((const uint16_t *)t->data)[i]), 5); break;
-        case KILN_BF16: rc |= put_number(b, bf16_to_float(((const uint16_t *)t->data)[i]), 4); break;
+        case KILN_F16: rc |= put_number(b, kiln_f16_to_f32(((const uint16_t *)t->data)[i]), 5); break;
+        case KILN_BF16: rc |= put_number(b, kiln_bf16_to_f32(((const uint16_t *)t->data)[i]), 4); break;
         case KILN_I64: rc |= kiln_buf_printf(b, "%lld", (long long)((const int64_t *)t->data)[i]); break;
         case KILN_I32: rc |= kiln_buf_printf(b, "%d", ((const int32_t *)t->data)[i]); break;
         case KILN_U8: rc |= kiln_buf_printf(b, "%u", ((const uint8_t *)t->data)[i]); break;

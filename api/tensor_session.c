@@ -28,6 +28,7 @@
 #include <strings.h>
 
 #include "auth.h"
+#include "common/bytes.h"
 #include "logf.h"
 #include "responses.h"
 #include "tensor.h"
@@ -86,21 +87,6 @@ struct kiln_tensor_service {
 
 /* ---- replies --------------------------------------------------------------------------------- */
 
-static uint32_t rd32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t rd64(const uint8_t *p)
-{
-    return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32;
-}
-
-static uint16_t rd16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | p[1] << 8);
-}
-
 /* An ERROR from the loop itself (protocol violations, before the session has a device state). */
 static void send_error(struct session *s, uint64_t seq, uint16_t failed_type, kiln_wire_err code, const char *text)
 {
@@ -132,7 +118,7 @@ static void send_replies(struct session *s, const kiln_wire_buf *r)
 {
     size_t off = 0;
     while (r->len - off >= KILN_WIRE_HEADER_SIZE) {
-        size_t n = KILN_WIRE_HEADER_SIZE + (size_t)rd32(r->p + off + 20);
+        size_t n = KILN_WIRE_HEADER_SIZE + (size_t)kiln_le32(r->p + off + 20);
         if (n > r->len - off)
             break;
         kiln_ws_send(s->ws, r->p + off, n);
@@ -216,11 +202,11 @@ static void run_batch(struct kiln_sched_task *t, kiln_device *dev)
             const uint8_t *h = m->data + m->off;
             if (m->refused) {
                 /* Only the header was kept: answer it in its place in the sequence. */
-                kiln_wire_msg r = {.h = {.version = s->version, .type = KILN_WIRE_ERROR, .seq = rd64(h + 12)}};
+                kiln_wire_msg r = {.h = {.version = s->version, .type = KILN_WIRE_ERROR, .seq = kiln_le64(h + 12)}};
                 static const char text[] = "not queued: the session has remote.max_queued_ops messages (or "
                                            "their bytes) waiting; sync before sending more";
                 r.u.error.code = KILN_WIRE_ERR_QUOTA;
-                r.u.error.failed_type = rd16(h + 6);
+                r.u.error.failed_type = kiln_le16(h + 6);
                 r.u.error.text_len = (uint16_t)(sizeof text - 1);
                 r.u.error.text = (const uint8_t *)text;
                 char why[96];
@@ -232,7 +218,7 @@ static void run_batch(struct kiln_sched_task *t, kiln_device *dev)
                 s->ran_refused += KILN_WIRE_HEADER_SIZE;
                 continue;
             }
-            size_t n = KILN_WIRE_HEADER_SIZE + (size_t)rd32(h + 20); /* checked on the loop */
+            size_t n = KILN_WIRE_HEADER_SIZE + (size_t)kiln_le32(h + 20); /* checked on the loop */
             if (kiln__tstate_exec(s->state, dev, h, n, &s->replies) != 0) {
                 s->fatal = true; /* out of memory for the replies */
                 return;
@@ -504,7 +490,7 @@ static void on_message(void *ud, const uint8_t *msg, size_t len)
                             : (uint64_t)ts->o.limits.max_message_bytes;
     size_t admitted = 0, nadmit = 0;
     while (admitted < len) {
-        size_t n = KILN_WIRE_HEADER_SIZE + (size_t)rd32(msg + admitted + 20);
+        size_t n = KILN_WIRE_HEADER_SIZE + (size_t)kiln_le32(msg + admitted + 20);
         if (s->queued + nadmit >= (size_t)ts->o.limits.max_queued_ops || s->queued_bytes + admitted + n > byte_cap)
             break;
         admitted += n;
@@ -535,7 +521,7 @@ static void on_message(void *ud, const uint8_t *msg, size_t len)
         }
         for (size_t o = admitted, k = 0; o < len; k++) {
             memcpy(m->data + k * KILN_WIRE_HEADER_SIZE, msg + o, KILN_WIRE_HEADER_SIZE);
-            o += KILN_WIRE_HEADER_SIZE + (size_t)rd32(msg + o + 20);
+            o += KILN_WIRE_HEADER_SIZE + (size_t)kiln_le32(msg + o + 20);
         }
         enqueue(s, m);
         s->refused_bytes += nrefused * KILN_WIRE_HEADER_SIZE;

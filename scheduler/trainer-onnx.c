@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bytes.h"
 #include "kiln/onnx.h"
 #include "trainer-impl.h"
 
@@ -247,14 +248,7 @@ static void put_bytes_field(struct obuf *o, unsigned field, const void *p, size_
 
 static bool get_varint(const unsigned char **p, const unsigned char *end, uint64_t *v)
 {
-    *v = 0;
-    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
-        unsigned char b = *(*p)++;
-        *v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80))
-            return true;
-    }
-    return false;
+    return kiln_varint_read(p, end, v) == KILN_VARINT_OK;
 }
 
 /* One field: its number and wire type, its value (for type 2: the payload) and its end. */

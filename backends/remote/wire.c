@@ -12,28 +12,14 @@
 #include <string.h>
 
 #include "backend.h"
+#include "common/bytes.h"
 #include "wire.h"
 
 /* ---- little-endian access */
 
-static uint16_t get16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
-
 static double getf64(const uint8_t *p)
 {
-    uint64_t u = get64(p);
+    uint64_t u = kiln_le64(p);
     double d;
     memcpy(&d, &u, sizeof d);
     return d;
@@ -194,7 +180,7 @@ static int decode_op(const uint8_t *p, uint32_t len, kiln_wire_op *op, char *why
     if (len < OP_FIXED)
         return fail(KILN_WIRE_EMSG, why, wl, "OP: payload of %u bytes is shorter than its fixed part", len);
     memset(op, 0, sizeof *op);
-    uint16_t prim = get16(p);
+    uint16_t prim = kiln_le16(p);
     const kiln_wire_prim_info *info = kiln_wire_prim_lookup(prim);
     if (!info)
         return fail(KILN_WIRE_EMSG, why, wl, "OP: unknown primitive %u", prim);
@@ -220,7 +206,7 @@ static int decode_op(const uint8_t *p, uint32_t len, kiln_wire_op *op, char *why
     for (unsigned k = 0; k < nf; k++, pos += 8)
         op->f[k] = getf64(p + pos);
     for (unsigned k = 0; k < ni; k++, pos += 8)
-        op->i[k] = (int64_t)get64(p + pos);
+        op->i[k] = (int64_t)kiln_le64(p + pos);
     op->ntd = (int)ntd;
     op->nf = (int)nf;
     op->ni = (int)ni;
@@ -228,8 +214,8 @@ static int decode_op(const uint8_t *p, uint32_t len, kiln_wire_op *op, char *why
         kiln_wire_td *td = &op->td[k];
         if (len - pos < TD_FIXED)
             return fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u runs past the payload", info->name, k);
-        td->id = get64(p + pos);
-        td->offset = (int64_t)get64(p + pos + 8);
+        td->id = kiln_le64(p + pos);
+        td->offset = (int64_t)kiln_le64(p + pos + 8);
         uint8_t dt = p[pos + 16], nd = p[pos + 17];
         if (!zeros(p + pos + 18, 6))
             return fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: reserved bytes are not 0", info->name, k);
@@ -253,8 +239,8 @@ static int decode_op(const uint8_t *p, uint32_t len, kiln_wire_op *op, char *why
         if (len - pos < 16u * nd)
             return fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: dims run past the payload", info->name, k);
         for (unsigned d = 0; d < nd; d++) {
-            td->shape[d] = (int64_t)get64(p + pos + 8 * d);
-            td->strides[d] = (int64_t)get64(p + pos + 8 * (nd + d));
+            td->shape[d] = (int64_t)kiln_le64(p + pos + 8 * d);
+            td->strides[d] = (int64_t)kiln_le64(p + pos + 8 * (nd + d));
             if (td->shape[d] < 0)
                 return fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: negative size in dim %u", info->name, k,
                             d);
@@ -278,12 +264,12 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
         return fail(KILN_WIRE_EFRAME, why, wl, "message of %zu bytes is shorter than the %d-byte header", n,
                     KILN_WIRE_HEADER_SIZE);
     kiln_wire_header *h = &out->h;
-    h->magic = get32(p);
-    h->version = get16(p + 4);
-    h->type = get16(p + 6);
-    h->flags = get32(p + 8);
-    h->seq = get64(p + 12);
-    h->length = get32(p + 20);
+    h->magic = kiln_le32(p);
+    h->version = kiln_le16(p + 4);
+    h->type = kiln_le16(p + 6);
+    h->flags = kiln_le32(p + 8);
+    h->seq = kiln_le64(p + 12);
+    h->length = kiln_le32(p + 20);
     if (h->magic != KILN_WIRE_MAGIC)
         return fail(KILN_WIRE_EFRAME, why, wl, "bad magic 0x%08x", h->magic);
     if (version ? h->version != version
@@ -307,8 +293,8 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
     case KILN_WIRE_HELLO: {
         if (len < 5 || len != 5u + q[4])
             return fail(KILN_WIRE_EMSG, why, wl, "HELLO: payload length %u does not match its name", len);
-        out->u.hello.min_version = get16(q);
-        out->u.hello.max_version = get16(q + 2);
+        out->u.hello.min_version = kiln_le16(q);
+        out->u.hello.max_version = kiln_le16(q + 2);
         if (out->u.hello.min_version == 0 || out->u.hello.min_version > out->u.hello.max_version)
             return fail(KILN_WIRE_EMSG, why, wl, "HELLO: bad version range %u..%u", out->u.hello.min_version,
                         out->u.hello.max_version);
@@ -320,8 +306,8 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
     case KILN_WIRE_ALLOC: {
         if (len < 24)
             return fail(KILN_WIRE_EMSG, why, wl, "ALLOC: payload of %u bytes, expected at least 24", len);
-        out->u.alloc.id = get64(q);
-        out->u.alloc.nbytes = get64(q + 8);
+        out->u.alloc.id = kiln_le64(q);
+        out->u.alloc.nbytes = kiln_le64(q + 8);
         uint8_t mode = q[16];
         if (mode > 1 || !zeros(q + 17, 7))
             return fail(KILN_WIRE_EMSG, why, wl, "ALLOC: bad mode %u or reserved bytes set", mode);
@@ -339,7 +325,7 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
     case KILN_WIRE_DOWNLOAD: {
         if (len < 24)
             return fail(KILN_WIRE_EMSG, why, wl, "%s: payload of %u bytes, expected at least 24", tn, len);
-        uint64_t id = get64(q), off = get64(q + 8), cnt = get64(q + 16);
+        uint64_t id = kiln_le64(q), off = kiln_le64(q + 8), cnt = kiln_le64(q + 16);
         if (id == 0)
             return fail(KILN_WIRE_EMSG, why, wl, "%s: id 0 is reserved", tn);
         if (off > UINT64_MAX - cnt)
@@ -364,12 +350,12 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
     case KILN_WIRE_OP:
         return decode_op(q, len, &out->u.op, why, wl);
     case KILN_WIRE_RELEASE: {
-        if (len < 8 || get32(q + 4) || (len - 8u) % 8u || (len - 8u) / 8u != get32(q))
+        if (len < 8 || kiln_le32(q + 4) || (len - 8u) % 8u || (len - 8u) / 8u != kiln_le32(q))
             return fail(KILN_WIRE_EMSG, why, wl, "RELEASE: payload of %u bytes does not hold its count", len);
-        out->u.release.count = get32(q);
+        out->u.release.count = kiln_le32(q);
         out->u.release.ids = q + 8;
         for (uint32_t i = 0; i < out->u.release.count; i++)
-            if (get64(q + 8 + 8 * (size_t)i) == 0)
+            if (kiln_le64(q + 8 + 8 * (size_t)i) == 0)
                 return fail(KILN_WIRE_EMSG, why, wl, "RELEASE: id 0 is reserved");
         return 0;
     }
@@ -381,14 +367,14 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
     case KILN_WIRE_WELCOME: {
         if (len < 40)
             return fail(KILN_WIRE_EMSG, why, wl, "WELCOME: payload of %u bytes, expected at least 40", len);
-        out->u.welcome.version = get16(q);
-        out->u.welcome.dtype_mask = get32(q + 4);
-        out->u.welcome.max_message_bytes = get64(q + 8);
-        out->u.welcome.max_live_bytes = get64(q + 16);
-        out->u.welcome.max_ids = get32(q + 24);
-        out->u.welcome.max_queued_ops = get32(q + 28);
+        out->u.welcome.version = kiln_le16(q);
+        out->u.welcome.dtype_mask = kiln_le32(q + 4);
+        out->u.welcome.max_message_bytes = kiln_le64(q + 8);
+        out->u.welcome.max_live_bytes = kiln_le64(q + 16);
+        out->u.welcome.max_ids = kiln_le32(q + 24);
+        out->u.welcome.max_queued_ops = kiln_le32(q + 28);
         unsigned nd = q[32];
-        if (get16(q + 2) || !zeros(q + 33, 7))
+        if (kiln_le16(q + 2) || !zeros(q + 33, 7))
             return fail(KILN_WIRE_EMSG, why, wl, "WELCOME: reserved bytes set");
         if (out->u.welcome.version < KILN_WIRE_VERSION_MIN || out->u.welcome.version > KILN_WIRE_VERSION_MAX)
             return fail(KILN_WIRE_EMSG, why, wl, "WELCOME: version %u not spoken here", out->u.welcome.version);
@@ -414,11 +400,11 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
         out->u.data.data = q;
         return 0;
     case KILN_WIRE_ERROR: {
-        if (len < 8 || len != 8u + get16(q + 6))
+        if (len < 8 || len != 8u + kiln_le16(q + 6))
             return fail(KILN_WIRE_EMSG, why, wl, "ERROR: payload length %u does not match its text", len);
-        out->u.error.code = get32(q);
-        out->u.error.failed_type = get16(q + 4);
-        out->u.error.text_len = get16(q + 6);
+        out->u.error.code = kiln_le32(q);
+        out->u.error.failed_type = kiln_le16(q + 4);
+        out->u.error.text_len = kiln_le16(q + 6);
         out->u.error.text = q + 8;
         if (out->u.error.code == 0 || out->u.error.code >= KILN_WIRE_ERR_COUNT)
             return fail(KILN_WIRE_EMSG, why, wl, "ERROR: unknown code %u", out->u.error.code);
@@ -434,7 +420,7 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
 
 uint64_t kiln_wire_release_id(const kiln_wire_msg *m, uint32_t i)
 {
-    return get64(m->u.release.ids + 8 * (size_t)i);
+    return kiln_le64(m->u.release.ids + 8 * (size_t)i);
 }
 
 /* ---- views and shapes */

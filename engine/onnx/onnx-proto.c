@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bytes.h"
 #include "error-impl.h"
 #include "onnx-impl.h"
 
@@ -28,14 +29,11 @@ typedef struct rd {
 static int bad(const char *what) { return kiln__error_set("onnx: malformed model: %s", what); }
 
 static int rd_varint(rd *r, uint64_t *v) {
-    uint64_t x = 0;
-    for (int s = 0; s < 70; s += 7) {
-        if (r->p >= r->end) return bad("truncated varint");
-        uint8_t b = *r->p++;
-        x |= (uint64_t)(b & 0x7f) << s;
-        if (!(b & 0x80)) { *v = x; return 0; }
+    switch (kiln_varint_read(&r->p, r->end, v)) {
+    case KILN_VARINT_OK: return 0;
+    case KILN_VARINT_TRUNCATED: return bad("truncated varint");
+    default: return bad("varint longer than 10 bytes");
     }
-    return bad("varint longer than 10 bytes");
 }
 
 static int rd_fixed(rd *r, int n, uint64_t *v) {
