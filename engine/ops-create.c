@@ -311,6 +311,10 @@ kiln_tensor *kiln_eye(kiln_device *dev, kiln_dtype dt, int64_t n, int64_t m)
 kiln_tensor *kiln_from_host_memory(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape, void *data,
                                    void (*release)(void *), void *release_ud)
 {
+    if (!dev) {
+        kiln__error_set("from_host_memory: device is NULL");
+        return NULL;
+    }
     if (data && (uintptr_t)data % 64 != 0) {
         kiln__error_set("from_host_memory: data at %p is not 64-byte aligned", data);
         return NULL;

@@ -387,6 +387,48 @@ static void test_refcounts_across_views(void **state)
     kiln_tensor_release(t);
 }
 
+static int host_memory_releases;
+
+static void count_host_release(void *ud)
+{
+    host_memory_releases++;
+    free(ud);
+}
+
+static void test_from_host_memory(void **state)
+{
+    (void)state;
+    /* ref keeps tensors in host memory: the caller's floats are the tensor's storage. */
+    float *data = aligned_alloc(64, 64);
+    assert_non_null(data);
+    for (int i = 0; i < 6; i++)
+        data[i] = (float)i;
+    host_memory_releases = 0;
+    kiln_tensor *t = kiln_from_host_memory(test_dev, KILN_F32, KILN_SHAPE(2, 3), data, count_host_release, data);
+    assert_non_null(t);
+    data[4] = 40.0f; /* no copy was made: the tensor sees the write */
+    EXPECT_F32(t, 0, 0, 1, 2, 3, 40, 5);
+    kiln_tensor *v = kiln_narrow(t, 1, 1, 2);
+    kiln_tensor_release(t);
+    assert_int_equal(host_memory_releases, 0); /* the view still holds the storage */
+    kiln_tensor_release(v);
+    assert_int_equal(host_memory_releases, 1);
+
+    /* Refusals leave the memory with the caller and name what was wrong. */
+    char *raw = aligned_alloc(64, 128);
+    assert_non_null(raw);
+    assert_null(kiln_from_host_memory(test_dev, KILN_F32, KILN_SHAPE(2), raw + 4, count_host_release, NULL));
+    assert_non_null(strstr(kiln_error(), "not 64-byte aligned"));
+    assert_null(kiln_from_host_memory(NULL, KILN_F32, KILN_SHAPE(2), raw, count_host_release, NULL));
+    assert_non_null(strstr(kiln_error(), "device is NULL"));
+    assert_null(kiln_from_host_memory(test_dev, KILN_F32, KILN_SHAPE(-2), raw, count_host_release, NULL));
+    assert_non_null(strstr(kiln_error(), "negative size"));
+    assert_null(kiln_from_host_memory(test_dev, KILN_F32, KILN_SHAPE(2), NULL, count_host_release, NULL));
+    assert_non_null(strstr(kiln_error(), "host memory"));
+    assert_int_equal(host_memory_releases, 1);
+    free(raw);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -403,6 +445,7 @@ int main(void)
         cmocka_unit_test(test_describe),
         cmocka_unit_test(test_rng_determinism),
         cmocka_unit_test(test_refcounts_across_views),
+        cmocka_unit_test(test_from_host_memory),
     };
     return cmocka_run_group_tests(tests, test_group_setup, test_group_teardown);
 }
