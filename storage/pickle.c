@@ -13,6 +13,8 @@
  * the remaining bytes and the limits before allocating, and the number of values, the
  * stack, the marks and the memo are bounded (kiln__pickle_limits), so memory use is
  * linear in the input and capped. Errors read "pickle: <problem> (<source>, byte N)".
+ * The machine is here; the globals a weights file may name, and what calling them builds,
+ * are in pickle-torch.c.
  */
 #include <inttypes.h>
 #include <limits.h>
@@ -23,6 +25,7 @@
 
 #include "error-impl.h"
 #include "pickle-impl.h"
+#include "pickle-vm.h"
 
 /* Opcode bytes, from the pickle protocol definition (protocols 0-5). */
 enum {
@@ -42,67 +45,9 @@ enum {
     OP_FRAME = 0x95, OP_BYTEARRAY8 = 0x96,
 };
 
-/* The allowed globals. Storage classes follow PK_G_STORAGE, one per pk_storages row. */
-enum {
-    PK_G_ORDERED_DICT,
-    PK_G_REBUILD_TENSOR,
-    PK_G_REBUILD_TENSOR_V2,
-    PK_G_REBUILD_PARAMETER,
-    PK_G_REBUILD_PARAMETER_WITH_STATE,
-    PK_G_STORAGE,
-};
 
-static const struct {
-    const char *module, *name;
-} pk_globals[] = {
-    [PK_G_ORDERED_DICT] = {"collections", "OrderedDict"},
-    [PK_G_REBUILD_TENSOR] = {"torch._utils", "_rebuild_tensor"},
-    [PK_G_REBUILD_TENSOR_V2] = {"torch._utils", "_rebuild_tensor_v2"},
-    [PK_G_REBUILD_PARAMETER] = {"torch._utils", "_rebuild_parameter"},
-    [PK_G_REBUILD_PARAMETER_WITH_STATE] = {"torch._utils", "_rebuild_parameter_with_state"},
-};
 
-/* torch's typed storage classes. The ones kiln cannot compute in still resolve, so that
- * a file holding, say, an int16 buffer opens and only loading that tensor fails with a
- * precise message (as the safetensors reader does for I16). */
-static const struct {
-    const char *name;
-    int dtype;
-    size_t size;
-} pk_storages[] = {
-    {"FloatStorage", KILN_F32, 4},    {"DoubleStorage", KILN_F64, 8}, {"HalfStorage", KILN_F16, 2},
-    {"BFloat16Storage", KILN_BF16, 2}, {"LongStorage", KILN_I64, 8},  {"IntStorage", KILN_I32, 4},
-    {"ByteStorage", KILN_U8, 1},      {"BoolStorage", KILN_BOOL, 1},  {"CharStorage", -1, 1},
-    {"ShortStorage", -1, 2},          {"ComplexFloatStorage", -1, 8}, {"ComplexDoubleStorage", -1, 16},
-};
-#define PK_NSTORAGES (sizeof pk_storages / sizeof pk_storages[0])
-
-typedef struct pk_obj {
-    struct pk_obj *next;
-    kiln__pk_value v;
-} pk_obj;
-
-struct kiln__pickle {
-    pk_obj *objects; /* every value, for freeing */
-    const kiln__pk_value *root;
-};
-
-typedef struct pk_state {
-    const unsigned char *p;
-    size_t len, pos, op_pos;
-    const char *label;
-    kiln__pickle_limits lim;
-    kiln__pickle *out;
-    size_t nobjects;
-    kiln__pk_value **stack;
-    size_t sp, stack_cap;
-    size_t *marks;
-    size_t nmarks, marks_cap;
-    kiln__pk_value **memo;
-    size_t memo_cap, memo_count; /* slots allocated; slots filled (what MEMOIZE numbers by) */
-} pk_state;
-
-__attribute__((format(printf, 2, 3))) static int pk_fail(pk_state *s, const char *fmt, ...)
+int kiln__pk_fail(pk_state *s, const char *fmt, ...)
 {
     char msg[320];
     va_list ap;
@@ -112,9 +57,9 @@ __attribute__((format(printf, 2, 3))) static int pk_fail(pk_state *s, const char
     return kiln__error_set("pickle: %s (%s, byte %zu)", msg, s->label, s->op_pos);
 }
 
-static int pk_oom(pk_state *s)
+int kiln__pk_oom(pk_state *s)
 {
-    return pk_fail(s, "out of memory");
+    return kiln__pk_fail(s, "out of memory");
 }
 
 /* Grow *arr (of elem-sized items, capacity *cap) to hold at least need items. */
@@ -126,24 +71,24 @@ static int pk_reserve(pk_state *s, void **arr, size_t *cap, size_t need, size_t 
     while (ncap < need)
         ncap *= 2;
     if (ncap > SIZE_MAX / elem)
-        return pk_oom(s);
+        return kiln__pk_oom(s);
     void *n = realloc(*arr, ncap * elem);
     if (!n)
-        return pk_oom(s);
+        return kiln__pk_oom(s);
     *arr = n;
     *cap = ncap;
     return 0;
 }
 
-static kiln__pk_value *pk_new(pk_state *s, kiln__pk_kind kind)
+kiln__pk_value *kiln__pk_new(pk_state *s, kiln__pk_kind kind)
 {
     if (s->nobjects >= s->lim.max_objects) {
-        pk_fail(s, "more than %zu values", s->lim.max_objects);
+        kiln__pk_fail(s, "more than %zu values", s->lim.max_objects);
         return NULL;
     }
     pk_obj *o = calloc(1, sizeof *o);
     if (!o) {
-        pk_oom(s);
+        kiln__pk_oom(s);
         return NULL;
     }
     o->next = s->out->objects;
@@ -158,7 +103,7 @@ static int pk_push(pk_state *s, kiln__pk_value *v)
     if (!v)
         return -1;
     if (s->sp >= s->lim.max_stack)
-        return pk_fail(s, "stack deeper than %zu", s->lim.max_stack);
+        return kiln__pk_fail(s, "stack deeper than %zu", s->lim.max_stack);
     if (pk_reserve(s, (void **)&s->stack, &s->stack_cap, s->sp + 1, sizeof *s->stack) < 0)
         return -1;
     s->stack[s->sp++] = v;
@@ -174,7 +119,7 @@ static size_t pk_base(const pk_state *s)
 static kiln__pk_value *pk_pop(pk_state *s)
 {
     if (s->sp <= pk_base(s)) {
-        pk_fail(s, "stack underflow");
+        kiln__pk_fail(s, "stack underflow");
         return NULL;
     }
     return s->stack[--s->sp];
@@ -183,7 +128,7 @@ static kiln__pk_value *pk_pop(pk_state *s)
 static kiln__pk_value *pk_top(pk_state *s)
 {
     if (s->sp <= pk_base(s)) {
-        pk_fail(s, "stack underflow");
+        kiln__pk_fail(s, "stack underflow");
         return NULL;
     }
     return s->stack[s->sp - 1];
@@ -192,7 +137,7 @@ static kiln__pk_value *pk_top(pk_state *s)
 static int pk_pop_mark(pk_state *s, size_t *mark)
 {
     if (!s->nmarks)
-        return pk_fail(s, "no MARK to close");
+        return kiln__pk_fail(s, "no MARK to close");
     *mark = s->marks[--s->nmarks];
     return 0;
 }
@@ -200,7 +145,7 @@ static int pk_pop_mark(pk_state *s, size_t *mark)
 static const unsigned char *pk_take(pk_state *s, size_t n)
 {
     if (n > s->len - s->pos) {
-        pk_fail(s, "truncated: needs %zu more bytes, %zu left", n, s->len - s->pos);
+        kiln__pk_fail(s, "truncated: needs %zu more bytes, %zu left", n, s->len - s->pos);
         return NULL;
     }
     const unsigned char *r = s->p + s->pos;
@@ -226,7 +171,7 @@ static const char *pk_line(pk_state *s, size_t *n)
     size_t max = s->len - s->pos < 4096 ? s->len - s->pos : 4096;
     const unsigned char *nl = memchr(s->p + s->pos, '\n', max);
     if (!nl) {
-        pk_fail(s, "missing newline in a text argument");
+        kiln__pk_fail(s, "missing newline in a text argument");
         return NULL;
     }
     const char *r = (const char *)s->p + s->pos;
@@ -238,18 +183,18 @@ static const char *pk_line(pk_state *s, size_t *n)
 static kiln__pk_value *pk_string(pk_state *s, kiln__pk_kind kind, size_t n)
 {
     if (n > s->lim.max_string) {
-        pk_fail(s, "string of %zu bytes exceeds the %zu-byte limit", n, s->lim.max_string);
+        kiln__pk_fail(s, "string of %zu bytes exceeds the %zu-byte limit", n, s->lim.max_string);
         return NULL;
     }
     const unsigned char *b = pk_take(s, n);
     if (!b)
         return NULL;
-    kiln__pk_value *v = pk_new(s, kind);
+    kiln__pk_value *v = kiln__pk_new(s, kind);
     if (!v)
         return NULL;
     char *c = malloc(n + 1);
     if (!c) {
-        pk_oom(s);
+        kiln__pk_oom(s);
         return NULL;
     }
     memcpy(c, b, n);
@@ -261,7 +206,7 @@ static kiln__pk_value *pk_string(pk_state *s, kiln__pk_kind kind, size_t n)
 
 static kiln__pk_value *pk_int(pk_state *s, int64_t i)
 {
-    kiln__pk_value *v = pk_new(s, KILN__PK_INT);
+    kiln__pk_value *v = kiln__pk_new(s, KILN__PK_INT);
     if (v)
         v->u.i = i;
     return v;
@@ -271,7 +216,7 @@ static kiln__pk_value *pk_int(pk_state *s, int64_t i)
 static kiln__pk_value *pk_long(pk_state *s, uint64_t n)
 {
     if (n > 8) {
-        pk_fail(s, "integer of %" PRIu64 " bytes does not fit 64 bits", n);
+        kiln__pk_fail(s, "integer of %" PRIu64 " bytes does not fit 64 bits", n);
         return NULL;
     }
     const unsigned char *b = pk_take(s, (size_t)n);
@@ -295,7 +240,7 @@ static kiln__pk_value *pk_text_int(pk_state *s, bool is_long)
     if (!l)
         return NULL;
     if (!is_long && n == 2 && (memcmp(l, "01", 2) == 0 || memcmp(l, "00", 2) == 0)) {
-        kiln__pk_value *v = pk_new(s, KILN__PK_BOOL);
+        kiln__pk_value *v = kiln__pk_new(s, KILN__PK_BOOL);
         if (v)
             v->u.b = l[1] == '1';
         return v;
@@ -304,7 +249,7 @@ static kiln__pk_value *pk_text_int(pk_state *s, bool is_long)
         n--;
     char buf[32];
     if (n == 0 || n >= sizeof buf) {
-        pk_fail(s, "malformed text integer");
+        kiln__pk_fail(s, "malformed text integer");
         return NULL;
     }
     memcpy(buf, l, n);
@@ -312,7 +257,7 @@ static kiln__pk_value *pk_text_int(pk_state *s, bool is_long)
     char *end;
     long long v = strtoll(buf, &end, 10);
     if (*end || (v == LLONG_MAX || v == LLONG_MIN)) {
-        pk_fail(s, "malformed or out-of-range text integer");
+        kiln__pk_fail(s, "malformed or out-of-range text integer");
         return NULL;
     }
     return pk_int(s, v);
@@ -326,7 +271,7 @@ static int pk_seq_add(pk_state *s, kiln__pk_value *seq, kiln__pk_value *item)
     return 0;
 }
 
-static int pk_dict_add(pk_state *s, kiln__pk_value *d, kiln__pk_value *k, kiln__pk_value *v)
+int kiln__pk_dict_add(pk_state *s, kiln__pk_value *d, kiln__pk_value *k, kiln__pk_value *v)
 {
     size_t cap = d->u.dict.cap;
     if (pk_reserve(s, (void **)&d->u.dict.keys, &cap, d->u.dict.n + 1, sizeof k) < 0)
@@ -343,7 +288,7 @@ static int pk_dict_add(pk_state *s, kiln__pk_value *d, kiln__pk_value *k, kiln__
 /* Collect stack[from..sp) into a new tuple or list and drop them from the stack. */
 static kiln__pk_value *pk_collect(pk_state *s, kiln__pk_kind kind, size_t from)
 {
-    kiln__pk_value *t = pk_new(s, kind);
+    kiln__pk_value *t = kiln__pk_new(s, kind);
     if (!t)
         return NULL;
     for (size_t i = from; i < s->sp; i++)
@@ -359,7 +304,7 @@ static int pk_memo_put(pk_state *s, uint64_t idx)
      * the number of values made so far is malformed; refusing it keeps the memo's size
      * proportional to the input instead of to a number the file picks. */
     if (idx >= s->lim.max_memo || idx > s->nobjects)
-        return pk_fail(s, "memo index %" PRIu64 " is beyond the %zu values made so far (limit %zu)", idx,
+        return kiln__pk_fail(s, "memo index %" PRIu64 " is beyond the %zu values made so far (limit %zu)", idx,
                        s->nobjects, s->lim.max_memo);
     kiln__pk_value *top = pk_top(s);
     if (!top)
@@ -377,227 +322,15 @@ static int pk_memo_put(pk_state *s, uint64_t idx)
 static int pk_memo_get(pk_state *s, uint64_t idx)
 {
     if (idx >= s->memo_cap || !s->memo[idx])
-        return pk_fail(s, "memo index %" PRIu64 " was never stored", idx);
+        return kiln__pk_fail(s, "memo index %" PRIu64 " was never stored", idx);
     return pk_push(s, s->memo[idx]);
 }
 
-static bool pk_is_str(const kiln__pk_value *v)
+bool kiln__pk_is_str(const kiln__pk_value *v)
 {
     return v && v->kind == KILN__PK_STR;
 }
 
-static kiln__pk_value *pk_global(pk_state *s, const char *module, size_t mlen, const char *name, size_t nlen)
-{
-    int which = -1;
-    for (int g = 0; g < PK_G_STORAGE; g++)
-        if (strlen(pk_globals[g].module) == mlen && memcmp(pk_globals[g].module, module, mlen) == 0 &&
-            strlen(pk_globals[g].name) == nlen && memcmp(pk_globals[g].name, name, nlen) == 0)
-            which = g;
-    if (mlen == 5 && memcmp(module, "torch", 5) == 0)
-        for (size_t k = 0; k < PK_NSTORAGES; k++)
-            if (strlen(pk_storages[k].name) == nlen && memcmp(pk_storages[k].name, name, nlen) == 0)
-                which = PK_G_STORAGE + (int)k;
-    if (which < 0) {
-        /* Print at most 100 bytes of each part, with anything unprintable as '?'. */
-        char m[101], n[101];
-        size_t i;
-        for (i = 0; i < mlen && i < 100; i++)
-            m[i] = module[i] >= 0x20 && module[i] < 0x7f ? module[i] : '?';
-        m[i] = 0;
-        for (i = 0; i < nlen && i < 100; i++)
-            n[i] = name[i] >= 0x20 && name[i] < 0x7f ? name[i] : '?';
-        n[i] = 0;
-        pk_fail(s, "global '%s.%s' is not allowed in a weights file", m, n);
-        return NULL;
-    }
-    kiln__pk_value *v = pk_new(s, KILN__PK_GLOBAL);
-    if (v)
-        v->u.global = which;
-    return v;
-}
-
-static const char *pk_global_name(int g, char *buf, size_t len)
-{
-    if (g < 0)
-        snprintf(buf, len, "(no global)");
-    else if (g >= PK_G_STORAGE)
-        snprintf(buf, len, "torch.%s", pk_storages[g - PK_G_STORAGE].name);
-    else
-        snprintf(buf, len, "%s.%s", pk_globals[g].module, pk_globals[g].name);
-    return buf;
-}
-
-/* BINPERSID: ('storage', <torch.XStorage>, key, location, numel) as torch.save writes it. */
-static kiln__pk_value *pk_persistent(pk_state *s, const kiln__pk_value *pid)
-{
-    if (!pid || pid->kind != KILN__PK_TUPLE || pid->u.seq.n != 5) {
-        pk_fail(s, "persistent id is not a 5-tuple ('storage', type, key, location, numel)");
-        return NULL;
-    }
-    kiln__pk_value *const *it = pid->u.seq.items;
-    if (!pk_is_str(it[0]) || strcmp(it[0]->u.str.s, "storage") != 0) {
-        pk_fail(s, "persistent id does not name a storage");
-        return NULL;
-    }
-    if (it[1]->kind != KILN__PK_GLOBAL || it[1]->u.global < PK_G_STORAGE) {
-        pk_fail(s, "persistent id's storage type is not a torch storage class");
-        return NULL;
-    }
-    const kiln__pk_value *key = it[2];
-    if (!pk_is_str(key) || key->u.str.len == 0 || key->u.str.len > 255 ||
-        strlen(key->u.str.s) != key->u.str.len || strchr(key->u.str.s, '/')) {
-        pk_fail(s, "storage key must be a non-empty string of at most 255 bytes without '/'");
-        return NULL;
-    }
-    if (it[4]->kind != KILN__PK_INT || it[4]->u.i < 0) {
-        pk_fail(s, "storage '%s' has no valid element count", key->u.str.s);
-        return NULL;
-    }
-    size_t k = (size_t)(it[1]->u.global - PK_G_STORAGE);
-    uint64_t numel = (uint64_t)it[4]->u.i, bytes;
-    if (__builtin_mul_overflow(numel, (uint64_t)pk_storages[k].size, &bytes) || bytes > (UINT64_C(1) << 62)) {
-        pk_fail(s, "storage '%s' claims %" PRIu64 " elements, too many", key->u.str.s, numel);
-        return NULL;
-    }
-    kiln__pk_value *v = pk_new(s, KILN__PK_STORAGE);
-    if (!v)
-        return NULL;
-    v->u.storage.key = key->u.str.s;
-    v->u.storage.type_name = pk_storages[k].name;
-    v->u.storage.dtype = pk_storages[k].dtype;
-    v->u.storage.elem_size = pk_storages[k].size;
-    v->u.storage.numel = numel;
-    return v;
-}
-
-static int pk_int_tuple(const kiln__pk_value *v, int64_t *out, int *n)
-{
-    if (!v || (v->kind != KILN__PK_TUPLE && v->kind != KILN__PK_LIST) || v->u.seq.n > KILN_MAX_DIMS)
-        return -1;
-    for (size_t i = 0; i < v->u.seq.n; i++) {
-        const kiln__pk_value *e = v->u.seq.items[i];
-        if (e->kind != KILN__PK_INT || e->u.i < 0)
-            return -1;
-        out[i] = e->u.i;
-    }
-    *n = (int)v->u.seq.n;
-    return 0;
-}
-
-/* _rebuild_tensor(_v2)(storage, offset, size, stride, ...): a view, checked against the
- * storage's claimed element count here and against the record's real size on open. */
-static kiln__pk_value *pk_tensor(pk_state *s, kiln__pk_value *const *a)
-{
-    const kiln__pk_value *st = a[0];
-    if (st->kind != KILN__PK_STORAGE) {
-        pk_fail(s, "tensor rebuilt from something that is not a storage");
-        return NULL;
-    }
-    if (a[1]->kind != KILN__PK_INT || a[1]->u.i < 0) {
-        pk_fail(s, "tensor on storage '%s' has a negative or non-integer offset", st->u.storage.key);
-        return NULL;
-    }
-    kiln__pk_tensor t = {.storage = st, .offset = (uint64_t)a[1]->u.i};
-    int nsize = -1, nstride = -2;
-    if (pk_int_tuple(a[2], t.size, &nsize) < 0 || pk_int_tuple(a[3], t.stride, &nstride) < 0 ||
-        nsize != nstride) {
-        pk_fail(s, "tensor on storage '%s' needs size and stride tuples of equal length (at most %d) "
-                   "of non-negative integers", st->u.storage.key, KILN_MAX_DIMS);
-        return NULL;
-    }
-    t.ndim = nsize;
-    /* numel, and the last element the view touches: offset + sum((size - 1) * stride). */
-    uint64_t numel = 1, last = t.offset;
-    for (int d = 0; d < t.ndim; d++)
-        if (__builtin_mul_overflow(numel, (uint64_t)t.size[d], &numel))
-            numel = UINT64_MAX;
-    if (numel > 0) {
-        for (int d = 0; d < t.ndim; d++) {
-            uint64_t step;
-            if (__builtin_mul_overflow((uint64_t)(t.size[d] - 1), (uint64_t)t.stride[d], &step) ||
-                __builtin_add_overflow(last, step, &last))
-                last = UINT64_MAX;
-        }
-        if (last >= st->u.storage.numel) {
-            pk_fail(s, "tensor view reaches element %" PRIu64 " of storage '%s', which holds %" PRIu64,
-                    last, st->u.storage.key, st->u.storage.numel);
-            return NULL;
-        }
-        /* kiln loads a contiguous copy; a view with more elements than its storage (an
-         * expand()ed tensor) would multiply memory on load, so it is refused. */
-        if (numel > st->u.storage.numel) {
-            pk_fail(s, "tensor view of storage '%s' has %" PRIu64 " elements but the storage only %" PRIu64
-                       " (overlapping views are not loaded)", st->u.storage.key, numel, st->u.storage.numel);
-            return NULL;
-        }
-    }
-    kiln__pk_value *v = pk_new(s, KILN__PK_TENSOR);
-    if (!v)
-        return NULL;
-    v->u.tensor = malloc(sizeof t);
-    if (!v->u.tensor) {
-        pk_oom(s);
-        return NULL;
-    }
-    *v->u.tensor = t;
-    return v;
-}
-
-static kiln__pk_value *pk_reduce(pk_state *s, const kiln__pk_value *fn, const kiln__pk_value *args)
-{
-    char gname[96];
-    if (fn->kind != KILN__PK_GLOBAL) {
-        pk_fail(s, "REDUCE of a value that is not a callable");
-        return NULL;
-    }
-    if (args->kind != KILN__PK_TUPLE) {
-        pk_fail(s, "REDUCE arguments for %s are not a tuple", pk_global_name(fn->u.global, gname, sizeof gname));
-        return NULL;
-    }
-    size_t n = args->u.seq.n;
-    kiln__pk_value *const *a = args->u.seq.items;
-    switch (fn->u.global) {
-    case PK_G_ORDERED_DICT: {
-        kiln__pk_value *d = pk_new(s, KILN__PK_DICT);
-        if (!d || n == 0)
-            return d;
-        /* OrderedDict([(k, v), ...]) */
-        if (n == 1 && (a[0]->kind == KILN__PK_LIST || a[0]->kind == KILN__PK_TUPLE)) {
-            for (size_t i = 0; i < a[0]->u.seq.n; i++) {
-                const kiln__pk_value *kv = a[0]->u.seq.items[i];
-                if ((kv->kind != KILN__PK_TUPLE && kv->kind != KILN__PK_LIST) || kv->u.seq.n != 2) {
-                    pk_fail(s, "OrderedDict argument is not a sequence of pairs");
-                    return NULL;
-                }
-                if (pk_dict_add(s, d, kv->u.seq.items[0], kv->u.seq.items[1]) < 0)
-                    return NULL;
-            }
-            return d;
-        }
-        pk_fail(s, "OrderedDict called with unsupported arguments");
-        return NULL;
-    }
-    case PK_G_REBUILD_TENSOR:
-    case PK_G_REBUILD_TENSOR_V2:
-        if ((fn->u.global == PK_G_REBUILD_TENSOR && n != 4) ||
-            (fn->u.global == PK_G_REBUILD_TENSOR_V2 && n != 6 && n != 7)) {
-            pk_fail(s, "%s called with %zu arguments", pk_global_name(fn->u.global, gname, sizeof gname), n);
-            return NULL;
-        }
-        return pk_tensor(s, a);
-    case PK_G_REBUILD_PARAMETER:
-    case PK_G_REBUILD_PARAMETER_WITH_STATE:
-        /* (data, requires_grad, backward_hooks[, state]): the parameter is its data. */
-        if (n != (fn->u.global == PK_G_REBUILD_PARAMETER ? 3u : 4u) || a[0]->kind != KILN__PK_TENSOR) {
-            pk_fail(s, "%s called with unsupported arguments", pk_global_name(fn->u.global, gname, sizeof gname));
-            return NULL;
-        }
-        return a[0];
-    default:
-        pk_fail(s, "%s cannot be called in a weights file", pk_global_name(fn->u.global, gname, sizeof gname));
-        return NULL;
-    }
-}
 
 /* One opcode. Returns 1 at STOP, 0 to continue, -1 on error. */
 static int pk_step(pk_state *s)
@@ -605,7 +338,7 @@ static int pk_step(pk_state *s)
     s->op_pos = s->pos;
     const unsigned char *opb = pk_take(s, 1);
     if (!opb)
-        return pk_fail(s, "no STOP opcode before the end of the data");
+        return kiln__pk_fail(s, "no STOP opcode before the end of the data");
     int op = *opb;
     uint64_t n;
     size_t mark = 0, ln, ln2;
@@ -616,7 +349,7 @@ static int pk_step(pk_state *s)
         if (pk_uint(s, 1, &n) < 0)
             return -1;
         if (n > 5)
-            return pk_fail(s, "pickle protocol %" PRIu64 " is newer than 5", n);
+            return kiln__pk_fail(s, "pickle protocol %" PRIu64 " is newer than 5", n);
         return 0;
     case OP_FRAME: /* frames only batch reads; the whole pickle is already in memory */
         return pk_uint(s, 8, &n);
@@ -627,7 +360,7 @@ static int pk_step(pk_state *s)
         return 1;
     case OP_MARK:
         if (s->nmarks >= s->lim.max_marks)
-            return pk_fail(s, "MARKs nested deeper than %zu", s->lim.max_marks);
+            return kiln__pk_fail(s, "MARKs nested deeper than %zu", s->lim.max_marks);
         if (pk_reserve(s, (void **)&s->marks, &s->marks_cap, s->nmarks + 1, sizeof *s->marks) < 0)
             return -1;
         s->marks[s->nmarks++] = s->sp;
@@ -646,10 +379,10 @@ static int pk_step(pk_state *s)
     case OP_DUP:
         return (v = pk_top(s)) ? pk_push(s, v) : -1;
     case OP_NONE:
-        return pk_push(s, pk_new(s, KILN__PK_NONE));
+        return pk_push(s, kiln__pk_new(s, KILN__PK_NONE));
     case OP_NEWTRUE:
     case OP_NEWFALSE:
-        if (!(v = pk_new(s, KILN__PK_BOOL)))
+        if (!(v = kiln__pk_new(s, KILN__PK_BOOL)))
             return -1;
         v->u.b = op == OP_NEWTRUE;
         return pk_push(s, v);
@@ -677,7 +410,7 @@ static int pk_step(pk_state *s)
         uint64_t u = 0;
         for (int i = 0; i < 8; i++)
             u = u << 8 | b[i]; /* big-endian on the wire */
-        if (!(v = pk_new(s, KILN__PK_FLOAT)))
+        if (!(v = kiln__pk_new(s, KILN__PK_FLOAT)))
             return -1;
         memcpy(&v->u.f, &u, sizeof u);
         return pk_push(s, v);
@@ -694,7 +427,7 @@ static int pk_step(pk_state *s)
         if (pk_uint(s, 4, &n) < 0)
             return -1;
         if (op == OP_BINSTRING && n > INT32_MAX)
-            return pk_fail(s, "negative string length");
+            return kiln__pk_fail(s, "negative string length");
         return pk_push(s, pk_string(s, op == OP_BINBYTES ? KILN__PK_BYTES : KILN__PK_STR, (size_t)n));
     case OP_BINUNICODE8:
     case OP_BINBYTES8:
@@ -702,21 +435,21 @@ static int pk_step(pk_state *s)
         if (pk_uint(s, 8, &n) < 0)
             return -1;
         if (n > s->lim.max_string)
-            return pk_fail(s, "string of %" PRIu64 " bytes exceeds the %zu-byte limit", n, s->lim.max_string);
+            return kiln__pk_fail(s, "string of %" PRIu64 " bytes exceeds the %zu-byte limit", n, s->lim.max_string);
         return pk_push(s, pk_string(s, op == OP_BINUNICODE8 ? KILN__PK_STR : KILN__PK_BYTES, (size_t)n));
     case OP_EMPTY_DICT:
-        return pk_push(s, pk_new(s, KILN__PK_DICT));
+        return pk_push(s, kiln__pk_new(s, KILN__PK_DICT));
     case OP_EMPTY_LIST:
     case OP_EMPTY_SET: /* a set is kept as a list: nothing in a weights file needs set semantics */
-        return pk_push(s, pk_new(s, KILN__PK_LIST));
+        return pk_push(s, kiln__pk_new(s, KILN__PK_LIST));
     case OP_EMPTY_TUPLE:
-        return pk_push(s, pk_new(s, KILN__PK_TUPLE));
+        return pk_push(s, kiln__pk_new(s, KILN__PK_TUPLE));
     case OP_TUPLE1:
     case OP_TUPLE2:
     case OP_TUPLE3: {
         size_t k = (size_t)(op - OP_TUPLE1 + 1);
         if (s->sp < pk_base(s) + k)
-            return pk_fail(s, "stack underflow");
+            return kiln__pk_fail(s, "stack underflow");
         return pk_push(s, pk_collect(s, KILN__PK_TUPLE, s->sp - k));
     }
     case OP_TUPLE:
@@ -729,11 +462,11 @@ static int pk_step(pk_state *s)
         if (pk_pop_mark(s, &mark) < 0)
             return -1;
         if ((s->sp - mark) % 2)
-            return pk_fail(s, "DICT with an odd number of items");
-        if (!(v = pk_new(s, KILN__PK_DICT)))
+            return kiln__pk_fail(s, "DICT with an odd number of items");
+        if (!(v = kiln__pk_new(s, KILN__PK_DICT)))
             return -1;
         for (size_t i = mark; i < s->sp; i += 2)
-            if (pk_dict_add(s, v, s->stack[i], s->stack[i + 1]) < 0)
+            if (kiln__pk_dict_add(s, v, s->stack[i], s->stack[i + 1]) < 0)
                 return -1;
         s->sp = mark;
         return pk_push(s, v);
@@ -741,14 +474,14 @@ static int pk_step(pk_state *s)
         if (!(w = pk_pop(s)) || !(v = pk_top(s)))
             return -1;
         if (v->kind != KILN__PK_LIST)
-            return pk_fail(s, "APPEND to something that is not a list");
+            return kiln__pk_fail(s, "APPEND to something that is not a list");
         return pk_seq_add(s, v, w);
     case OP_APPENDS:
     case OP_ADDITEMS:
         if (pk_pop_mark(s, &mark) < 0)
             return -1;
         if (mark == 0 || mark <= pk_base(s) || s->stack[mark - 1]->kind != KILN__PK_LIST)
-            return pk_fail(s, "APPENDS to something that is not a list");
+            return kiln__pk_fail(s, "APPENDS to something that is not a list");
         for (size_t i = mark; i < s->sp; i++)
             if (pk_seq_add(s, s->stack[mark - 1], s->stack[i]) < 0)
                 return -1;
@@ -758,17 +491,17 @@ static int pk_step(pk_state *s)
         if (!(w = pk_pop(s)) || !(x = pk_pop(s)) || !(v = pk_top(s)))
             return -1;
         if (v->kind != KILN__PK_DICT)
-            return pk_fail(s, "SETITEM on something that is not a dict");
-        return pk_dict_add(s, v, x, w);
+            return kiln__pk_fail(s, "SETITEM on something that is not a dict");
+        return kiln__pk_dict_add(s, v, x, w);
     case OP_SETITEMS:
         if (pk_pop_mark(s, &mark) < 0)
             return -1;
         if (mark == 0 || mark <= pk_base(s) || s->stack[mark - 1]->kind != KILN__PK_DICT)
-            return pk_fail(s, "SETITEMS on something that is not a dict");
+            return kiln__pk_fail(s, "SETITEMS on something that is not a dict");
         if ((s->sp - mark) % 2)
-            return pk_fail(s, "SETITEMS with an odd number of items");
+            return kiln__pk_fail(s, "SETITEMS with an odd number of items");
         for (size_t i = mark; i < s->sp; i += 2)
-            if (pk_dict_add(s, s->stack[mark - 1], s->stack[i], s->stack[i + 1]) < 0)
+            if (kiln__pk_dict_add(s, s->stack[mark - 1], s->stack[i], s->stack[i + 1]) < 0)
                 return -1;
         s->sp = mark;
         return 0;
@@ -794,7 +527,7 @@ static int pk_step(pk_state *s)
         for (size_t k = 0; digits && k < ln; k++)
             digits = l1[k] >= '0' && l1[k] <= '9';
         if (!digits)
-            return pk_fail(s, "malformed memo index");
+            return kiln__pk_fail(s, "malformed memo index");
         memcpy(buf, l1, ln);
         buf[ln] = 0;
         n = strtoull(buf, NULL, 10);
@@ -803,36 +536,36 @@ static int pk_step(pk_state *s)
     case OP_GLOBAL:
         if (!(l1 = pk_line(s, &ln)) || !(l2 = pk_line(s, &ln2)))
             return -1;
-        return pk_push(s, pk_global(s, l1, ln, l2, ln2));
+        return pk_push(s, kiln__pk_global(s, l1, ln, l2, ln2));
     case OP_STACK_GLOBAL:
         if (!(w = pk_pop(s)) || !(v = pk_pop(s)))
             return -1;
-        if (!pk_is_str(v) || !pk_is_str(w))
-            return pk_fail(s, "STACK_GLOBAL needs two strings");
-        return pk_push(s, pk_global(s, v->u.str.s, v->u.str.len, w->u.str.s, w->u.str.len));
+        if (!kiln__pk_is_str(v) || !kiln__pk_is_str(w))
+            return kiln__pk_fail(s, "STACK_GLOBAL needs two strings");
+        return pk_push(s, kiln__pk_global(s, v->u.str.s, v->u.str.len, w->u.str.s, w->u.str.len));
     case OP_REDUCE:
     case OP_NEWOBJ:
         if (!(w = pk_pop(s)) || !(v = pk_pop(s)))
             return -1;
         if (op == OP_NEWOBJ && !(v->kind == KILN__PK_GLOBAL && v->u.global == PK_G_ORDERED_DICT))
-            return pk_fail(s, "NEWOBJ is only supported for OrderedDict");
-        return pk_push(s, pk_reduce(s, v, w));
+            return kiln__pk_fail(s, "NEWOBJ is only supported for OrderedDict");
+        return pk_push(s, kiln__pk_reduce(s, v, w));
     case OP_BUILD:
         /* Instance state: an OrderedDict's attributes (a state_dict's _metadata) or a
          * parameter's; neither carries weights, so the state is dropped. */
         if (!(w = pk_pop(s)) || !(v = pk_top(s)))
             return -1;
         if (v->kind != KILN__PK_DICT && v->kind != KILN__PK_TENSOR)
-            return pk_fail(s, "BUILD on something that is neither a dict nor a tensor");
+            return kiln__pk_fail(s, "BUILD on something that is neither a dict nor a tensor");
         return 0;
     case OP_BINPERSID:
         if (!(w = pk_pop(s)))
             return -1;
-        return pk_push(s, pk_persistent(s, w));
+        return pk_push(s, kiln__pk_persistent(s, w));
     default:
         if (op >= 0x20 && op < 0x7f)
-            return pk_fail(s, "opcode '%c' (0x%02x) is not supported in a weights file", op, op);
-        return pk_fail(s, "opcode 0x%02x is not supported in a weights file", op);
+            return kiln__pk_fail(s, "opcode '%c' (0x%02x) is not supported in a weights file", op, op);
+        return kiln__pk_fail(s, "opcode 0x%02x is not supported in a weights file", op);
     }
 }
 
@@ -955,7 +688,7 @@ void kiln__pk_describe(const kiln__pk_value *v, char *buf, size_t len)
         break;
     case KILN__PK_GLOBAL: {
         char g[96];
-        snprintf(buf, len, "<%s>", pk_global_name(v->u.global, g, sizeof g));
+        snprintf(buf, len, "<%s>", kiln__pk_global_name(v->u.global, g, sizeof g));
         break;
     }
     case KILN__PK_STORAGE:

@@ -1,5 +1,6 @@
 /*
- * backends/remote/wire.c — encoder and strict decoder of the remote tensor protocol.
+ * backends/remote/wire.c — encoder and strict decoder of the remote tensor protocol (the shape
+ * checks of a decoded op are in wire-check.c).
  *
  * Everything is read and written byte by byte in little-endian order, so the code neither
  * depends on the host's byte order nor on the alignment of the input. The decoder never
@@ -43,9 +44,7 @@ static void put64(uint8_t *p, uint64_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static int fail(int rc, char *why, size_t why_len, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static int fail(int rc, char *why, size_t why_len, const char *fmt, ...)
+int kiln__wire_fail(int rc, char *why, size_t why_len, const char *fmt, ...)
 {
     if (why && why_len) {
         va_list ap;
@@ -178,31 +177,31 @@ static bool zeros(const uint8_t *p, size_t n)
 static int decode_op(const uint8_t *p, uint32_t len, kiln_wire_op *op, char *why, size_t wl)
 {
     if (len < OP_FIXED)
-        return fail(KILN_WIRE_EMSG, why, wl, "OP: payload of %u bytes is shorter than its fixed part", len);
+        return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP: payload of %u bytes is shorter than its fixed part", len);
     memset(op, 0, sizeof *op);
     uint16_t prim = kiln_le16(p);
     const kiln_wire_prim_info *info = kiln_wire_prim_lookup(prim);
     if (!info)
-        return fail(KILN_WIRE_EMSG, why, wl, "OP: unknown primitive %u", prim);
+        return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP: unknown primitive %u", prim);
     op->prim = (kiln_wire_prim)prim;
     op->sub = p[2];
     op->flags = p[3];
     unsigned ntd = p[4], nf = p[5], ni = p[6];
     if (p[7])
-        return fail(KILN_WIRE_EMSG, why, wl, "OP %s: reserved byte is not 0", info->name);
+        return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: reserved byte is not 0", info->name);
     if (op->sub >= info->nsub)
-        return fail(KILN_WIRE_EMSG, why, wl, "OP %s: sub-op %u out of range (< %u)", info->name, op->sub,
+        return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: sub-op %u out of range (< %u)", info->name, op->sub,
                     info->nsub);
     if (op->flags & ~info->flags)
-        return fail(KILN_WIRE_EMSG, why, wl, "OP %s: flags 0x%x not allowed", info->name, op->flags);
+        return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: flags 0x%x not allowed", info->name, op->flags);
     if ((int)ntd != info->ntd || (int)nf != info->nf || (info->ni >= 0 && (int)ni != info->ni) ||
         ni > KILN_WIRE_MAX_I)
-        return fail(KILN_WIRE_EMSG, why, wl, "OP %s: takes %d operands, %d floats, %d ints; got %u, %u, %u",
+        return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: takes %d operands, %d floats, %d ints; got %u, %u, %u",
                     info->name, info->ntd, info->nf, info->ni, ntd, nf, ni);
     size_t pos = OP_FIXED;
     size_t need = pos + 8u * nf + 8u * ni;
     if (need > len)
-        return fail(KILN_WIRE_EMSG, why, wl, "OP %s: parameters run past the payload", info->name);
+        return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: parameters run past the payload", info->name);
     for (unsigned k = 0; k < nf; k++, pos += 8)
         op->f[k] = getf64(p + pos);
     for (unsigned k = 0; k < ni; k++, pos += 8)
@@ -213,45 +212,45 @@ static int decode_op(const uint8_t *p, uint32_t len, kiln_wire_op *op, char *why
     for (unsigned k = 0; k < ntd; k++) {
         kiln_wire_td *td = &op->td[k];
         if (len - pos < TD_FIXED)
-            return fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u runs past the payload", info->name, k);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u runs past the payload", info->name, k);
         td->id = kiln_le64(p + pos);
         td->offset = (int64_t)kiln_le64(p + pos + 8);
         uint8_t dt = p[pos + 16], nd = p[pos + 17];
         if (!zeros(p + pos + 18, 6))
-            return fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: reserved bytes are not 0", info->name, k);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: reserved bytes are not 0", info->name, k);
         pos += TD_FIXED;
         if (td->id == 0) {
             if (!(info->optional & OPT(k)))
-                return fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u is required (id 0)", info->name, k);
+                return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u is required (id 0)", info->name, k);
             if (td->offset || dt || nd)
-                return fail(KILN_WIRE_EMSG, why, wl, "OP %s: absent operand %u has fields set", info->name, k);
+                return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: absent operand %u has fields set", info->name, k);
             continue;
         }
         if (dt >= KILN_DTYPE_COUNT)
-            return fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: unknown dtype %u", info->name, k, dt);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: unknown dtype %u", info->name, k, dt);
         if (nd > KILN_MAX_DIMS)
-            return fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: ndim %u > %d", info->name, k, nd,
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: ndim %u > %d", info->name, k, nd,
                         KILN_MAX_DIMS);
         if (td->offset < 0)
-            return fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: negative offset", info->name, k);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: negative offset", info->name, k);
         td->dtype = (kiln_dtype)dt;
         td->ndim = nd;
         if (len - pos < 16u * nd)
-            return fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: dims run past the payload", info->name, k);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: dims run past the payload", info->name, k);
         for (unsigned d = 0; d < nd; d++) {
             td->shape[d] = (int64_t)kiln_le64(p + pos + 8 * d);
             td->strides[d] = (int64_t)kiln_le64(p + pos + 8 * (nd + d));
             if (td->shape[d] < 0)
-                return fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: negative size in dim %u", info->name, k,
+                return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: negative size in dim %u", info->name, k,
                             d);
         }
         pos += 16u * nd;
     }
     if (pos != len)
-        return fail(KILN_WIRE_EMSG, why, wl, "OP %s: %zu bytes left over after the operands", info->name,
+        return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: %zu bytes left over after the operands", info->name,
                     (size_t)len - pos);
     if (info->ni < 0 && (op->td[0].id == 0 || (int)ni != 2 * op->td[0].ndim))
-        return fail(KILN_WIRE_EMSG, why, wl, "OP %s: takes 2 ints per dim of operand 0, got %u", info->name, ni);
+        return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: takes 2 ints per dim of operand 0, got %u", info->name, ni);
     return 0;
 }
 
@@ -261,7 +260,7 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
     *consumed = 0;
     memset(out, 0, sizeof *out);
     if (n < KILN_WIRE_HEADER_SIZE)
-        return fail(KILN_WIRE_EFRAME, why, wl, "message of %zu bytes is shorter than the %d-byte header", n,
+        return kiln__wire_fail(KILN_WIRE_EFRAME, why, wl, "message of %zu bytes is shorter than the %d-byte header", n,
                     KILN_WIRE_HEADER_SIZE);
     kiln_wire_header *h = &out->h;
     h->magic = kiln_le32(p);
@@ -271,18 +270,18 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
     h->seq = kiln_le64(p + 12);
     h->length = kiln_le32(p + 20);
     if (h->magic != KILN_WIRE_MAGIC)
-        return fail(KILN_WIRE_EFRAME, why, wl, "bad magic 0x%08x", h->magic);
+        return kiln__wire_fail(KILN_WIRE_EFRAME, why, wl, "bad magic 0x%08x", h->magic);
     if (version ? h->version != version
                 : (h->version < KILN_WIRE_VERSION_MIN || h->version > KILN_WIRE_VERSION_MAX) &&
                       h->type != KILN_WIRE_HELLO)
-        return fail(KILN_WIRE_EFRAME, why, wl, "header version %u (expected %u)", h->version,
+        return kiln__wire_fail(KILN_WIRE_EFRAME, why, wl, "header version %u (expected %u)", h->version,
                     version ? version : KILN_WIRE_VERSION_MAX);
     if (h->flags)
-        return fail(KILN_WIRE_EFRAME, why, wl, "reserved header flags 0x%x set", h->flags);
+        return kiln__wire_fail(KILN_WIRE_EFRAME, why, wl, "reserved header flags 0x%x set", h->flags);
     if (!known_type(h->type))
-        return fail(KILN_WIRE_EFRAME, why, wl, "unknown message type 0x%x", h->type);
+        return kiln__wire_fail(KILN_WIRE_EFRAME, why, wl, "unknown message type 0x%x", h->type);
     if (h->length > n - KILN_WIRE_HEADER_SIZE)
-        return fail(KILN_WIRE_EFRAME, why, wl, "%s payload of %u bytes runs past the %zu left in the frame",
+        return kiln__wire_fail(KILN_WIRE_EFRAME, why, wl, "%s payload of %u bytes runs past the %zu left in the frame",
                     kiln_wire_type_name(h->type), h->length, n - KILN_WIRE_HEADER_SIZE);
     *consumed = KILN_WIRE_HEADER_SIZE + (size_t)h->length;
     const uint8_t *q = p + KILN_WIRE_HEADER_SIZE;
@@ -292,31 +291,31 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
     switch (h->type) {
     case KILN_WIRE_HELLO: {
         if (len < 5 || len != 5u + q[4])
-            return fail(KILN_WIRE_EMSG, why, wl, "HELLO: payload length %u does not match its name", len);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "HELLO: payload length %u does not match its name", len);
         out->u.hello.min_version = kiln_le16(q);
         out->u.hello.max_version = kiln_le16(q + 2);
         if (out->u.hello.min_version == 0 || out->u.hello.min_version > out->u.hello.max_version)
-            return fail(KILN_WIRE_EMSG, why, wl, "HELLO: bad version range %u..%u", out->u.hello.min_version,
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "HELLO: bad version range %u..%u", out->u.hello.min_version,
                         out->u.hello.max_version);
         if (!name_ok(q + 5, q[4]))
-            return fail(KILN_WIRE_EMSG, why, wl, "HELLO: bad device name");
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "HELLO: bad device name");
         memcpy(out->u.hello.device, q + 5, q[4]);
         return 0;
     }
     case KILN_WIRE_ALLOC: {
         if (len < 24)
-            return fail(KILN_WIRE_EMSG, why, wl, "ALLOC: payload of %u bytes, expected at least 24", len);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "ALLOC: payload of %u bytes, expected at least 24", len);
         out->u.alloc.id = kiln_le64(q);
         out->u.alloc.nbytes = kiln_le64(q + 8);
         uint8_t mode = q[16];
         if (mode > 1 || !zeros(q + 17, 7))
-            return fail(KILN_WIRE_EMSG, why, wl, "ALLOC: bad mode %u or reserved bytes set", mode);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "ALLOC: bad mode %u or reserved bytes set", mode);
         if (out->u.alloc.id == 0)
-            return fail(KILN_WIRE_EMSG, why, wl, "ALLOC: id 0 is reserved");
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "ALLOC: id 0 is reserved");
         out->u.alloc.has_data = mode == 1;
         uint64_t want = 24 + (mode ? out->u.alloc.nbytes : 0);
         if (len != want)
-            return fail(KILN_WIRE_EMSG, why, wl, "ALLOC: payload of %u bytes, expected %llu", len,
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "ALLOC: payload of %u bytes, expected %llu", len,
                         (unsigned long long)want);
         out->u.alloc.data = mode ? q + 24 : NULL;
         return 0;
@@ -324,21 +323,21 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
     case KILN_WIRE_UPLOAD:
     case KILN_WIRE_DOWNLOAD: {
         if (len < 24)
-            return fail(KILN_WIRE_EMSG, why, wl, "%s: payload of %u bytes, expected at least 24", tn, len);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "%s: payload of %u bytes, expected at least 24", tn, len);
         uint64_t id = kiln_le64(q), off = kiln_le64(q + 8), cnt = kiln_le64(q + 16);
         if (id == 0)
-            return fail(KILN_WIRE_EMSG, why, wl, "%s: id 0 is reserved", tn);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "%s: id 0 is reserved", tn);
         if (off > UINT64_MAX - cnt)
-            return fail(KILN_WIRE_EMSG, why, wl, "%s: offset + length overflows", tn);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "%s: offset + length overflows", tn);
         if (h->type == KILN_WIRE_DOWNLOAD) {
             if (len != 24)
-                return fail(KILN_WIRE_EMSG, why, wl, "DOWNLOAD: payload of %u bytes, expected 24", len);
+                return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "DOWNLOAD: payload of %u bytes, expected 24", len);
             out->u.download.id = id;
             out->u.download.offset = off;
             out->u.download.length = cnt;
         } else {
             if (len - 24u != cnt)
-                return fail(KILN_WIRE_EMSG, why, wl, "UPLOAD: %llu data bytes announced, %u sent",
+                return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "UPLOAD: %llu data bytes announced, %u sent",
                             (unsigned long long)cnt, len - 24u);
             out->u.upload.id = id;
             out->u.upload.offset = off;
@@ -351,22 +350,22 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
         return decode_op(q, len, &out->u.op, why, wl);
     case KILN_WIRE_RELEASE: {
         if (len < 8 || kiln_le32(q + 4) || (len - 8u) % 8u || (len - 8u) / 8u != kiln_le32(q))
-            return fail(KILN_WIRE_EMSG, why, wl, "RELEASE: payload of %u bytes does not hold its count", len);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "RELEASE: payload of %u bytes does not hold its count", len);
         out->u.release.count = kiln_le32(q);
         out->u.release.ids = q + 8;
         for (uint32_t i = 0; i < out->u.release.count; i++)
             if (kiln_le64(q + 8 + 8 * (size_t)i) == 0)
-                return fail(KILN_WIRE_EMSG, why, wl, "RELEASE: id 0 is reserved");
+                return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "RELEASE: id 0 is reserved");
         return 0;
     }
     case KILN_WIRE_SYNC:
     case KILN_WIRE_SYNC_DONE:
         if (len)
-            return fail(KILN_WIRE_EMSG, why, wl, "%s: payload must be empty, got %u bytes", tn, len);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "%s: payload must be empty, got %u bytes", tn, len);
         return 0;
     case KILN_WIRE_WELCOME: {
         if (len < 40)
-            return fail(KILN_WIRE_EMSG, why, wl, "WELCOME: payload of %u bytes, expected at least 40", len);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "WELCOME: payload of %u bytes, expected at least 40", len);
         out->u.welcome.version = kiln_le16(q);
         out->u.welcome.dtype_mask = kiln_le32(q + 4);
         out->u.welcome.max_message_bytes = kiln_le64(q + 8);
@@ -375,23 +374,23 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
         out->u.welcome.max_queued_ops = kiln_le32(q + 28);
         unsigned nd = q[32];
         if (kiln_le16(q + 2) || !zeros(q + 33, 7))
-            return fail(KILN_WIRE_EMSG, why, wl, "WELCOME: reserved bytes set");
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "WELCOME: reserved bytes set");
         if (out->u.welcome.version < KILN_WIRE_VERSION_MIN || out->u.welcome.version > KILN_WIRE_VERSION_MAX)
-            return fail(KILN_WIRE_EMSG, why, wl, "WELCOME: version %u not spoken here", out->u.welcome.version);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "WELCOME: version %u not spoken here", out->u.welcome.version);
         if (out->u.welcome.dtype_mask >> KILN_DTYPE_COUNT)
-            return fail(KILN_WIRE_EMSG, why, wl, "WELCOME: unknown dtypes in mask 0x%x",
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "WELCOME: unknown dtypes in mask 0x%x",
                         out->u.welcome.dtype_mask);
         if (nd > KILN_WIRE_MAX_DEVICES)
-            return fail(KILN_WIRE_EMSG, why, wl, "WELCOME: %u devices (at most %d)", nd, KILN_WIRE_MAX_DEVICES);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "WELCOME: %u devices (at most %d)", nd, KILN_WIRE_MAX_DEVICES);
         size_t pos = 40;
         for (unsigned k = 0; k < nd; k++) {
             if (pos >= len || len - pos - 1 < q[pos] || !name_ok(q + pos + 1, q[pos]))
-                return fail(KILN_WIRE_EMSG, why, wl, "WELCOME: device name %u malformed", k);
+                return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "WELCOME: device name %u malformed", k);
             memcpy(out->u.welcome.devices[k], q + pos + 1, q[pos]);
             pos += 1u + q[pos];
         }
         if (pos != len)
-            return fail(KILN_WIRE_EMSG, why, wl, "WELCOME: %zu bytes left over", (size_t)len - pos);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "WELCOME: %zu bytes left over", (size_t)len - pos);
         out->u.welcome.ndevices = (int)nd;
         return 0;
     }
@@ -401,357 +400,26 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
         return 0;
     case KILN_WIRE_ERROR: {
         if (len < 8 || len != 8u + kiln_le16(q + 6))
-            return fail(KILN_WIRE_EMSG, why, wl, "ERROR: payload length %u does not match its text", len);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "ERROR: payload length %u does not match its text", len);
         out->u.error.code = kiln_le32(q);
         out->u.error.failed_type = kiln_le16(q + 4);
         out->u.error.text_len = kiln_le16(q + 6);
         out->u.error.text = q + 8;
         if (out->u.error.code == 0 || out->u.error.code >= KILN_WIRE_ERR_COUNT)
-            return fail(KILN_WIRE_EMSG, why, wl, "ERROR: unknown code %u", out->u.error.code);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "ERROR: unknown code %u", out->u.error.code);
         if (out->u.error.text_len > KILN_WIRE_TEXT_MAX)
-            return fail(KILN_WIRE_EMSG, why, wl, "ERROR: text of %u bytes (at most %d)", out->u.error.text_len,
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "ERROR: text of %u bytes (at most %d)", out->u.error.text_len,
                         KILN_WIRE_TEXT_MAX);
         return 0;
     }
     default:
-        return fail(KILN_WIRE_EFRAME, why, wl, "unknown message type 0x%x", h->type);
+        return kiln__wire_fail(KILN_WIRE_EFRAME, why, wl, "unknown message type 0x%x", h->type);
     }
 }
 
 uint64_t kiln_wire_release_id(const kiln_wire_msg *m, uint32_t i)
 {
     return kiln_le64(m->u.release.ids + 8 * (size_t)i);
-}
-
-/* ---- views and shapes */
-
-int kiln_wire_td_span(const kiln_wire_td *td, int64_t *lo, int64_t *hi, bool *empty)
-{
-    *empty = false;
-    int64_t l = td->offset, h = td->offset;
-    for (int d = 0; d < td->ndim; d++) {
-        if (td->shape[d] == 0) {
-            *empty = true;
-            *lo = *hi = td->offset;
-            return 0;
-        }
-    }
-    for (int d = 0; d < td->ndim; d++) {
-        int64_t ext;
-        if (__builtin_mul_overflow(td->shape[d] - 1, td->strides[d], &ext))
-            return -1;
-        if (ext < 0) {
-            if (__builtin_add_overflow(l, ext, &l))
-                return -1;
-        } else if (__builtin_add_overflow(h, ext, &h)) {
-            return -1;
-        }
-    }
-    *lo = l;
-    *hi = h;
-    return 0;
-}
-
-static bool same_shape(const kiln_wire_td *a, const kiln_wire_td *b)
-{
-    if (a->ndim != b->ndim)
-        return false;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->shape[d] != b->shape[d])
-            return false;
-    return true;
-}
-
-static bool contiguous(const kiln_wire_td *t)
-{
-    int64_t s = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        if (t->shape[d] != 1 && t->strides[d] != s)
-            return false;
-        /* An empty view's trailing dims may multiply past int64: not contiguous then. */
-        if (__builtin_mul_overflow(s, t->shape[d], &s))
-            return false;
-    }
-    return true;
-}
-
-static int64_t numel(const kiln_wire_td *t)
-{
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
-        if (__builtin_mul_overflow(n, t->shape[d], &n))
-            return -1;
-    return n;
-}
-
-static bool is_float(kiln_dtype dt)
-{
-    return dt == KILN_F32 || dt == KILN_F64 || dt == KILN_F16 || dt == KILN_BF16;
-}
-
-#define CHECK(cond, ...)                                   \
-    do {                                                   \
-        if (!(cond))                                       \
-            return fail(-1, why, wl, __VA_ARGS__);         \
-    } while (0)
-
-/* Convolution / pooling geometry: sizes from the spatial dims of x and out agree. */
-static int check_geom(const char *name, int ns, const int64_t *kernel, const int64_t *stride, const int64_t *pad,
-                      const int64_t *dil, const kiln_wire_td *x, const kiln_wire_td *out, bool allow_ceil, char *why,
-                      size_t wl)
-{
-    for (int s = 0; s < ns; s++) {
-        CHECK(stride[s] >= 1 && stride[s] <= (1 << 20) && dil[s] >= 1 && dil[s] <= (1 << 20) && pad[s] >= 0 &&
-                  pad[s] <= (1 << 20) && kernel[s] >= 1 && kernel[s] <= (1 << 20),
-              "%s: stride, dilation, padding or kernel out of range in spatial dim %d", name, s);
-        int64_t in = x->shape[2 + s];
-        CHECK(in <= (INT64_C(1) << 40), "%s: spatial dim %d of %lld is too large", name, s, (long long)in);
-        int64_t span = dil[s] * (kernel[s] - 1) + 1;
-        int64_t o = in + 2 * pad[s] >= span ? (in + 2 * pad[s] - span) / stride[s] + 1 : 0;
-        /* Pooling's ceil_mode (resolved into the output's size by the front end) may add one
-         * window, when it starts inside the input or its left padding (PyTorch's rule). */
-        int64_t oc = in + 2 * pad[s] >= span ? (in + 2 * pad[s] - span + stride[s] - 1) / stride[s] + 1 : 0;
-        if (oc > o && (oc - 1) * stride[s] >= in + pad[s])
-            oc--;
-        CHECK(in + 2 * pad[s] >= span && (out->shape[2 + s] == o || (allow_ceil && out->shape[2 + s] == oc)),
-              "%s: output size %lld in spatial dim %d, expected %lld", name, (long long)out->shape[2 + s], s,
-              (long long)o);
-    }
-    return 0;
-}
-
-static int check_conv(const kiln_wire_op *op, const kiln_wire_td *out, const kiln_wire_td *x,
-                      const kiln_wire_td *w, char *why, size_t wl)
-{
-    const char *name = prims[op->prim].name;
-    int ns = (int)op->i[0];
-    CHECK(ns >= 1 && ns <= 3, "%s: nspatial %d not in 1..3", name, ns);
-    const int64_t *stride = &op->i[1], *pad = &op->i[4], *dil = &op->i[7];
-    int64_t groups = op->i[10];
-    CHECK(x->ndim == ns + 2 && w->ndim == ns + 2 && out->ndim == ns + 2, "%s: operands must have %d dims", name,
-          ns + 2);
-    CHECK(groups >= 1 && x->shape[1] % groups == 0 && w->shape[0] % groups == 0 &&
-              w->shape[1] == x->shape[1] / groups, /* divided, not multiplied: sizes are untrusted */
-          "%s: groups %lld do not divide the channels", name, (long long)groups);
-    CHECK(out->shape[0] == x->shape[0] && out->shape[1] == w->shape[0], "%s: batch or channel mismatch", name);
-    CHECK(out->dtype == x->dtype && w->dtype == x->dtype, "%s: operands must share a dtype", name);
-    return check_geom(name, ns, &w->shape[2], stride, pad, dil, x, out, false, why, wl);
-}
-
-static int check_pool(const kiln_wire_op *op, const kiln_wire_td *out, const kiln_wire_td *idx,
-                      const kiln_wire_td *x, char *why, size_t wl)
-{
-    const char *name = prims[op->prim].name;
-    int ns = (int)op->i[0];
-    CHECK(ns >= 1 && ns <= 3, "%s: nspatial %d not in 1..3", name, ns);
-    CHECK(x->ndim == ns + 2 && out->ndim == ns + 2, "%s: operands must have %d dims", name,
-          ns + 2);
-    CHECK(out->shape[0] == x->shape[0] && out->shape[1] == x->shape[1], "%s: batch or channel mismatch", name);
-    CHECK(out->dtype == x->dtype, "%s: operands must share a dtype", name);
-    if (idx->id) {
-        CHECK(op->sub == KILN_POOL_MAX, "%s: indices only with max pooling", name);
-        CHECK(idx->dtype == KILN_I64 && same_shape(idx, out), "%s: indices must be i64 of the output's shape",
-              name);
-    }
-    /* The geometry first: it bounds kernel and padding, so doubling the padding cannot overflow. */
-    if (check_geom(name, ns, &op->i[1], &op->i[4], &op->i[7], &op->i[10], x, out, true, why, wl) < 0)
-        return -1;
-    for (int s = 0; s < ns; s++)
-        CHECK(2 * op->i[7 + s] <= op->i[1 + s], "%s: padding more than half the kernel", name);
-    return 0;
-}
-
-int kiln_wire_op_check_shapes(const kiln_wire_op *op, char *why, size_t wl)
-{
-    const kiln_wire_prim_info *info = kiln_wire_prim_lookup(op->prim);
-    CHECK(info && op->ntd == info->ntd, "unknown primitive %d", (int)op->prim);
-    const kiln_wire_td *t = op->td;
-    for (int k = 0; k < op->ntd; k++)
-        CHECK(t[k].id == 0 || numel(&t[k]) >= 0, "%s: operand %d has too many elements", info->name, k);
-    const char *name = info->name;
-    switch (op->prim) {
-    case KILN_WIRE_P_FILL:
-        return 0;
-    case KILN_WIRE_P_ARANGE:
-    case KILN_WIRE_P_RNG:
-        CHECK(contiguous(&t[0]), "%s: output must be contiguous", name);
-        return 0;
-    case KILN_WIRE_P_COPY:
-        CHECK(same_shape(&t[0], &t[1]), "copy: shapes differ");
-        return 0;
-    case KILN_WIRE_P_UNARY:
-        CHECK(same_shape(&t[0], &t[1]), "unary: shapes differ");
-        return 0;
-    case KILN_WIRE_P_BINARY: {
-        CHECK(same_shape(&t[0], &t[1]) && same_shape(&t[0], &t[2]), "binary: shapes differ");
-        CHECK(t[1].dtype == t[2].dtype, "binary: a and b must share a dtype");
-        return 0;
-    }
-    case KILN_WIRE_P_WHERE:
-        CHECK(same_shape(&t[0], &t[1]) && same_shape(&t[0], &t[2]) && same_shape(&t[0], &t[3]),
-              "where: shapes differ");
-        CHECK(t[1].dtype == KILN_BOOL && t[2].dtype == t[0].dtype && t[3].dtype == t[0].dtype,
-              "where: cond must be bool, a and b the output's dtype");
-        return 0;
-    case KILN_WIRE_P_REDUCE: {
-        CHECK(t[0].ndim == t[1].ndim, "reduce: output must keep the input's rank");
-        CHECK(op->i[0] >= 0 && (op->i[0] >> t[1].ndim) == 0, "reduce: mask names dims the input lacks");
-        for (int d = 0; d < t[1].ndim; d++)
-            CHECK(t[0].shape[d] == (((op->i[0] >> d) & 1) ? 1 : t[1].shape[d]), "reduce: output size in dim %d",
-                  d);
-        CHECK(contiguous(&t[0]), "reduce: output must be contiguous");
-        return 0;
-    }
-    case KILN_WIRE_P_ARG_REDUCE:
-    case KILN_WIRE_P_CUMSUM:
-    case KILN_WIRE_P_SOFTMAX: {
-        int64_t dim = op->i[0];
-        CHECK(dim >= 0 && dim < t[1].ndim, "%s: dim %lld out of range", name, (long long)dim);
-        CHECK(t[0].ndim == t[1].ndim, "%s: ranks differ", name);
-        for (int d = 0; d < t[1].ndim; d++)
-            CHECK(t[0].shape[d] == (op->prim == KILN_WIRE_P_ARG_REDUCE && d == dim ? 1 : t[1].shape[d]),
-                  "%s: output size in dim %d", name, d);
-        if (op->prim == KILN_WIRE_P_ARG_REDUCE)
-            CHECK(t[0].dtype == KILN_I64, "arg_reduce: output must be i64");
-        if (op->prim == KILN_WIRE_P_SOFTMAX)
-            CHECK(is_float(t[0].dtype) && is_float(t[1].dtype), "softmax: operands must be floating point");
-        CHECK(contiguous(&t[0]), "%s: output must be contiguous", name);
-        return 0;
-    }
-    case KILN_WIRE_P_SORT: {
-        int64_t dim = op->i[0];
-        CHECK(dim >= 0 && dim < t[2].ndim, "sort: dim out of range");
-        CHECK(same_shape(&t[0], &t[2]) && same_shape(&t[1], &t[2]), "sort: shapes differ");
-        CHECK(t[1].dtype == KILN_I64 && t[0].dtype == t[2].dtype, "sort: indices must be i64");
-        CHECK(contiguous(&t[0]) && contiguous(&t[1]), "sort: outputs must be contiguous");
-        return 0;
-    }
-    case KILN_WIRE_P_GATHER:
-    case KILN_WIRE_P_SCATTER:
-    case KILN_WIRE_P_INDEX_SELECT:
-    case KILN_WIRE_P_INDEX_ADD: {
-        /* gather/index_select: out, in, index. scatter/index_add: out, index, src. */
-        bool fwd = op->prim == KILN_WIRE_P_GATHER || op->prim == KILN_WIRE_P_INDEX_SELECT;
-        const kiln_wire_td *out = &t[0], *data = fwd ? &t[1] : &t[2], *index = fwd ? &t[2] : &t[1];
-        int64_t dim = op->i[0];
-        CHECK(dim >= 0 && dim < out->ndim && out->ndim == data->ndim, "%s: dim or ranks out of range", name);
-        CHECK(index->dtype == KILN_I64 && out->dtype == data->dtype, "%s: index must be i64, data the output's dtype",
-              name);
-        CHECK(contiguous(out), "%s: output must be contiguous", name);
-        if (op->prim == KILN_WIRE_P_INDEX_SELECT || op->prim == KILN_WIRE_P_INDEX_ADD) {
-            /* out[.., idx[i], ..] along dim; index is 1-d with as many entries as the indexed side */
-            const kiln_wire_td *indexed = op->prim == KILN_WIRE_P_INDEX_SELECT ? out : data;
-            CHECK(index->ndim == 1 && index->shape[0] == indexed->shape[dim], "%s: index length", name);
-            for (int d = 0; d < out->ndim; d++)
-                CHECK(d == dim || out->shape[d] == data->shape[d], "%s: size in dim %d", name, d);
-        } else {
-            /* gather: index has out's shape; scatter: index has src's shape; other dims fit. */
-            const kiln_wire_td *small = fwd ? out : data, *big = fwd ? data : out;
-            CHECK(same_shape(index, small), "%s: index must have the %s's shape", name, fwd ? "output" : "source");
-            for (int d = 0; d < out->ndim; d++)
-                CHECK(d == dim || small->shape[d] <= big->shape[d], "%s: size in dim %d", name, d);
-        }
-        return 0;
-    }
-    case KILN_WIRE_P_MATMUL: {
-        const kiln_wire_td *o = &t[0], *a = &t[1], *b = &t[2];
-        int nd = o->ndim;
-        CHECK(nd >= 2 && a->ndim == nd && b->ndim == nd, "matmul: operands need the same rank >= 2");
-        for (int d = 0; d < nd - 2; d++)
-            CHECK(a->shape[d] == o->shape[d] && b->shape[d] == o->shape[d], "matmul: batch dim %d", d);
-        CHECK(a->shape[nd - 2] == o->shape[nd - 2] && b->shape[nd - 1] == o->shape[nd - 1] &&
-                  a->shape[nd - 1] == b->shape[nd - 2],
-              "matmul: inner sizes do not agree");
-        CHECK(a->dtype == b->dtype && a->dtype == o->dtype, "matmul: operands must share a dtype");
-        CHECK(contiguous(o), "matmul: output must be contiguous");
-        return 0;
-    }
-    case KILN_WIRE_P_CONV:
-        if (check_conv(op, &t[0], &t[1], &t[2], why, wl) < 0)
-            return -1;
-        if (t[3].id)
-            CHECK(t[3].ndim == 1 && t[3].shape[0] == t[2].shape[0] && t[3].dtype == t[0].dtype,
-                  "conv: bias must be [O] of the output's dtype");
-        CHECK(contiguous(&t[0]), "conv: output must be contiguous");
-        return 0;
-    case KILN_WIRE_P_CONV_BWD_INPUT: /* grad_x, grad_out, w */
-        if (check_conv(op, &t[1], &t[0], &t[2], why, wl) < 0)
-            return -1;
-        CHECK(contiguous(&t[0]), "%s: output must be contiguous", name);
-        return 0;
-    case KILN_WIRE_P_CONV_BWD_WEIGHT: /* grad_w, x, grad_out */
-        if (check_conv(op, &t[2], &t[1], &t[0], why, wl) < 0)
-            return -1;
-        CHECK(contiguous(&t[0]), "%s: output must be contiguous", name);
-        return 0;
-    case KILN_WIRE_P_POOL: /* out, indices, x */
-        if (check_pool(op, &t[0], &t[1], &t[2], why, wl) < 0)
-            return -1;
-        CHECK(contiguous(&t[0]), "pool: output must be contiguous");
-        return 0;
-    case KILN_WIRE_P_POOL_BWD: /* grad_x, grad_out, indices */
-        if (check_pool(op, &t[1], &t[2], &t[0], why, wl) < 0)
-            return -1;
-        CHECK(op->sub != KILN_POOL_MAX || t[2].id, "pool_backward: max pooling needs indices");
-        CHECK(contiguous(&t[0]), "pool_backward: output must be contiguous");
-        return 0;
-    case KILN_WIRE_P_ADAPTIVE_AVG_POOL:
-    case KILN_WIRE_P_ADAPTIVE_AVG_POOL_BWD:
-    case KILN_WIRE_P_INTERPOLATE:
-    case KILN_WIRE_P_INTERPOLATE_BWD: {
-        int ns = op->prim == KILN_WIRE_P_INTERPOLATE || op->prim == KILN_WIRE_P_INTERPOLATE_BWD ? 2 : (int)op->i[0];
-        CHECK(ns >= 1 && ns <= 3, "%s: nspatial %d not in 1..3", name, ns);
-        CHECK(t[0].ndim == t[1].ndim && t[0].ndim >= ns, "%s: ranks", name);
-        /* the input side is read at positions derived from the output's: it must not be empty
-         * when the output is not */
-        const kiln_wire_td *src = op->prim == KILN_WIRE_P_ADAPTIVE_AVG_POOL || op->prim == KILN_WIRE_P_INTERPOLATE
-                                      ? &t[1] : &t[0];
-        const kiln_wire_td *dst = src == &t[1] ? &t[0] : &t[1];
-        CHECK(numel(dst) == 0 || numel(src) > 0, "%s: empty input for a non-empty output", name);
-        for (int d = 0; d < t[0].ndim - ns; d++)
-            CHECK(t[0].shape[d] == t[1].shape[d], "%s: leading dim %d differs", name, d);
-        CHECK(t[0].dtype == t[1].dtype && is_float(t[0].dtype), "%s: operands must share a floating dtype", name);
-        CHECK(contiguous(&t[0]), "%s: output must be contiguous", name);
-        return 0;
-    }
-    case KILN_WIRE_P_PAD: {
-        CHECK(t[0].ndim == t[1].ndim, "pad: ranks differ");
-        for (int d = 0; d < t[0].ndim; d++) {
-            int64_t lo = op->i[2 * d], hi = op->i[2 * d + 1], sz;
-            CHECK(t[1].shape[d] <= (INT64_C(1) << 60), "pad: dim %d of the input is too large", d);
-            CHECK(lo >= -t[1].shape[d] && hi >= -t[1].shape[d] && lo <= (1LL << 40) && hi <= (1LL << 40),
-                  "pad: padding of dim %d out of range", d);
-            sz = t[1].shape[d] + lo + hi;
-            CHECK(sz == t[0].shape[d], "pad: output size in dim %d", d);
-            if (op->sub != KILN_PAD_CONSTANT)
-                CHECK(t[1].shape[d] > 0 && lo >= 0 && hi >= 0 &&
-                          (op->sub != KILN_PAD_REFLECT || (lo < t[1].shape[d] && hi < t[1].shape[d])),
-                      "pad: reflect/replicate padding of dim %d too large for the input", d);
-        }
-        CHECK(t[0].dtype == t[1].dtype, "pad: dtypes differ");
-        CHECK(contiguous(&t[0]), "pad: output must be contiguous");
-        return 0;
-    }
-    case KILN_WIRE_P_LAYER_NORM: { /* out, mean, rstd, x, weight, bias */
-        int64_t inner = op->i[0], n = numel(&t[3]);
-        CHECK(same_shape(&t[0], &t[3]) && t[0].dtype == t[3].dtype && is_float(t[0].dtype),
-              "layer_norm: output must match x");
-        CHECK(inner >= 1 && n % inner == 0, "layer_norm: inner %lld does not divide x", (long long)inner);
-        for (int k = 1; k <= 2; k++)
-            if (t[k].id)
-                CHECK((t[k].dtype == KILN_F32 || t[k].dtype == KILN_F64) && numel(&t[k]) == n / inner &&
-                          contiguous(&t[k]),
-                      "layer_norm: mean/rstd must be f32/f64 with one entry per row");
-        for (int k = 4; k <= 5; k++)
-            if (t[k].id)
-                CHECK(numel(&t[k]) == inner && t[k].dtype == t[3].dtype,
-                      "layer_norm: weight/bias must have `inner` entries of x's dtype");
-        CHECK(contiguous(&t[0]) && contiguous(&t[3]), "layer_norm: x and out must be contiguous");
-        return 0;
-    }
-    default:
-        return fail(-1, why, wl, "unknown primitive %d", (int)op->prim);
-    }
 }
 
 /* ---- encoding */
@@ -809,7 +477,7 @@ static size_t payload_size(const kiln_wire_msg *m, char *why, size_t wl, bool *o
     }
     default:
         *ok = false;
-        fail(-1, why, wl, "cannot encode message type 0x%x", m->h.type);
+        kiln__wire_fail(-1, why, wl, "cannot encode message type 0x%x", m->h.type);
         return 0;
     }
 }
@@ -821,20 +489,20 @@ int kiln_wire_encode(kiln_wire_buf *b, const kiln_wire_msg *m, char *why, size_t
     if (!ok)
         return -1;
     if (len > UINT32_MAX)
-        return fail(-1, why, wl, "%s payload of %zu bytes is too large", kiln_wire_type_name(m->h.type), len);
+        return kiln__wire_fail(-1, why, wl, "%s payload of %zu bytes is too large", kiln_wire_type_name(m->h.type), len);
     if (m->h.type == KILN_WIRE_OP) {
         const kiln_wire_op *op = &m->u.op;
         if (op->ntd < 0 || op->ntd > KILN_WIRE_MAX_TD || op->nf < 0 || op->nf > KILN_WIRE_MAX_F || op->ni < 0 ||
             op->ni > KILN_WIRE_MAX_I || op->sub > 255 || op->flags > 255 || (unsigned)op->prim > 0xffff)
-            return fail(-1, why, wl, "OP does not fit the protocol");
+            return kiln__wire_fail(-1, why, wl, "OP does not fit the protocol");
         for (int k = 0; k < op->ntd; k++)
             if (op->td[k].ndim < 0 || op->td[k].ndim > KILN_MAX_DIMS)
-                return fail(-1, why, wl, "OP operand %d: ndim %d", k, op->td[k].ndim);
+                return kiln__wire_fail(-1, why, wl, "OP operand %d: ndim %d", k, op->td[k].ndim);
     }
     if (m->h.type == KILN_WIRE_WELCOME && (m->u.welcome.ndevices < 0 || m->u.welcome.ndevices > KILN_WIRE_MAX_DEVICES))
-        return fail(-1, why, wl, "WELCOME: %d devices", m->u.welcome.ndevices);
+        return kiln__wire_fail(-1, why, wl, "WELCOME: %d devices", m->u.welcome.ndevices);
     if (kiln_wire_buf_reserve(b, KILN_WIRE_HEADER_SIZE + len) < 0)
-        return fail(-1, why, wl, "out of memory encoding %s", kiln_wire_type_name(m->h.type));
+        return kiln__wire_fail(-1, why, wl, "out of memory encoding %s", kiln_wire_type_name(m->h.type));
     uint8_t *p = b->p + b->len;
     put32(p, KILN_WIRE_MAGIC);
     put16(p + 4, m->h.version);

@@ -222,6 +222,9 @@ void kiln_wire_buf_free(kiln_wire_buf *b);
 const char *kiln_wire_type_name(uint16_t type);
 const char *kiln_wire_err_name(uint32_t code);
 
+/* Internal to wire.c and wire-check.c: format why (when given) and return rc. */
+int kiln__wire_fail(int rc, char *why, size_t why_len, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,251 @@
+/*
+ * storage/pickle-torch.c — what the restricted unpickler (pickle.c) lets a weights file call:
+ * the fixed table of globals a state_dict needs (OrderedDict, torch's tensor and parameter
+ * rebuilders, the typed storage classes), persistent ids naming storages, and REDUCE of
+ * those globals building plain values. Anything else is refused before it runs.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error-impl.h"
+#include "pickle-vm.h"
+
+static const struct {
+    const char *module, *name;
+} pk_globals[] = {
+    [PK_G_ORDERED_DICT] = {"collections", "OrderedDict"},
+    [PK_G_REBUILD_TENSOR] = {"torch._utils", "_rebuild_tensor"},
+    [PK_G_REBUILD_TENSOR_V2] = {"torch._utils", "_rebuild_tensor_v2"},
+    [PK_G_REBUILD_PARAMETER] = {"torch._utils", "_rebuild_parameter"},
+    [PK_G_REBUILD_PARAMETER_WITH_STATE] = {"torch._utils", "_rebuild_parameter_with_state"},
+};
+
+/* torch's typed storage classes. The ones kiln cannot compute in still resolve, so that
+ * a file holding, say, an int16 buffer opens and only loading that tensor fails with a
+ * precise message (as the safetensors reader does for I16). */
+static const struct {
+    const char *name;
+    int dtype;
+    size_t size;
+} pk_storages[] = {
+    {"FloatStorage", KILN_F32, 4},    {"DoubleStorage", KILN_F64, 8}, {"HalfStorage", KILN_F16, 2},
+    {"BFloat16Storage", KILN_BF16, 2}, {"LongStorage", KILN_I64, 8},  {"IntStorage", KILN_I32, 4},
+    {"ByteStorage", KILN_U8, 1},      {"BoolStorage", KILN_BOOL, 1},  {"CharStorage", -1, 1},
+    {"ShortStorage", -1, 2},          {"ComplexFloatStorage", -1, 8}, {"ComplexDoubleStorage", -1, 16},
+};
+#define PK_NSTORAGES (sizeof pk_storages / sizeof pk_storages[0])
+
+kiln__pk_value *kiln__pk_global(pk_state *s, const char *module, size_t mlen, const char *name, size_t nlen)
+{
+    int which = -1;
+    for (int g = 0; g < PK_G_STORAGE; g++)
+        if (strlen(pk_globals[g].module) == mlen && memcmp(pk_globals[g].module, module, mlen) == 0 &&
+            strlen(pk_globals[g].name) == nlen && memcmp(pk_globals[g].name, name, nlen) == 0)
+            which = g;
+    if (mlen == 5 && memcmp(module, "torch", 5) == 0)
+        for (size_t k = 0; k < PK_NSTORAGES; k++)
+            if (strlen(pk_storages[k].name) == nlen && memcmp(pk_storages[k].name, name, nlen) == 0)
+                which = PK_G_STORAGE + (int)k;
+    if (which < 0) {
+        /* Print at most 100 bytes of each part, with anything unprintable as '?'. */
+        char m[101], n[101];
+        size_t i;
+        for (i = 0; i < mlen && i < 100; i++)
+            m[i] = module[i] >= 0x20 && module[i] < 0x7f ? module[i] : '?';
+        m[i] = 0;
+        for (i = 0; i < nlen && i < 100; i++)
+            n[i] = name[i] >= 0x20 && name[i] < 0x7f ? name[i] : '?';
+        n[i] = 0;
+        kiln__pk_fail(s, "global '%s.%s' is not allowed in a weights file", m, n);
+        return NULL;
+    }
+    kiln__pk_value *v = kiln__pk_new(s, KILN__PK_GLOBAL);
+    if (v)
+        v->u.global = which;
+    return v;
+}
+
+const char *kiln__pk_global_name(int g, char *buf, size_t len)
+{
+    if (g < 0)
+        snprintf(buf, len, "(no global)");
+    else if (g >= PK_G_STORAGE)
+        snprintf(buf, len, "torch.%s", pk_storages[g - PK_G_STORAGE].name);
+    else
+        snprintf(buf, len, "%s.%s", pk_globals[g].module, pk_globals[g].name);
+    return buf;
+}
+
+/* BINPERSID: ('storage', <torch.XStorage>, key, location, numel) as torch.save writes it. */
+kiln__pk_value *kiln__pk_persistent(pk_state *s, const kiln__pk_value *pid)
+{
+    if (!pid || pid->kind != KILN__PK_TUPLE || pid->u.seq.n != 5) {
+        kiln__pk_fail(s, "persistent id is not a 5-tuple ('storage', type, key, location, numel)");
+        return NULL;
+    }
+    kiln__pk_value *const *it = pid->u.seq.items;
+    if (!kiln__pk_is_str(it[0]) || strcmp(it[0]->u.str.s, "storage") != 0) {
+        kiln__pk_fail(s, "persistent id does not name a storage");
+        return NULL;
+    }
+    if (it[1]->kind != KILN__PK_GLOBAL || it[1]->u.global < PK_G_STORAGE) {
+        kiln__pk_fail(s, "persistent id's storage type is not a torch storage class");
+        return NULL;
+    }
+    const kiln__pk_value *key = it[2];
+    if (!kiln__pk_is_str(key) || key->u.str.len == 0 || key->u.str.len > 255 ||
+        strlen(key->u.str.s) != key->u.str.len || strchr(key->u.str.s, '/')) {
+        kiln__pk_fail(s, "storage key must be a non-empty string of at most 255 bytes without '/'");
+        return NULL;
+    }
+    if (it[4]->kind != KILN__PK_INT || it[4]->u.i < 0) {
+        kiln__pk_fail(s, "storage '%s' has no valid element count", key->u.str.s);
+        return NULL;
+    }
+    size_t k = (size_t)(it[1]->u.global - PK_G_STORAGE);
+    uint64_t numel = (uint64_t)it[4]->u.i, bytes;
+    if (__builtin_mul_overflow(numel, (uint64_t)pk_storages[k].size, &bytes) || bytes > (UINT64_C(1) << 62)) {
+        kiln__pk_fail(s, "storage '%s' claims %" PRIu64 " elements, too many", key->u.str.s, numel);
+        return NULL;
+    }
+    kiln__pk_value *v = kiln__pk_new(s, KILN__PK_STORAGE);
+    if (!v)
+        return NULL;
+    v->u.storage.key = key->u.str.s;
+    v->u.storage.type_name = pk_storages[k].name;
+    v->u.storage.dtype = pk_storages[k].dtype;
+    v->u.storage.elem_size = pk_storages[k].size;
+    v->u.storage.numel = numel;
+    return v;
+}
+
+static int pk_int_tuple(const kiln__pk_value *v, int64_t *out, int *n)
+{
+    if (!v || (v->kind != KILN__PK_TUPLE && v->kind != KILN__PK_LIST) || v->u.seq.n > KILN_MAX_DIMS)
+        return -1;
+    for (size_t i = 0; i < v->u.seq.n; i++) {
+        const kiln__pk_value *e = v->u.seq.items[i];
+        if (e->kind != KILN__PK_INT || e->u.i < 0)
+            return -1;
+        out[i] = e->u.i;
+    }
+    *n = (int)v->u.seq.n;
+    return 0;
+}
+
+/* _rebuild_tensor(_v2)(storage, offset, size, stride, ...): a view, checked against the
+ * storage's claimed element count here and against the record's real size on open. */
+static kiln__pk_value *pk_tensor(pk_state *s, kiln__pk_value *const *a)
+{
+    const kiln__pk_value *st = a[0];
+    if (st->kind != KILN__PK_STORAGE) {
+        kiln__pk_fail(s, "tensor rebuilt from something that is not a storage");
+        return NULL;
+    }
+    if (a[1]->kind != KILN__PK_INT || a[1]->u.i < 0) {
+        kiln__pk_fail(s, "tensor on storage '%s' has a negative or non-integer offset", st->u.storage.key);
+        return NULL;
+    }
+    kiln__pk_tensor t = {.storage = st, .offset = (uint64_t)a[1]->u.i};
+    int nsize = -1, nstride = -2;
+    if (pk_int_tuple(a[2], t.size, &nsize) < 0 || pk_int_tuple(a[3], t.stride, &nstride) < 0 ||
+        nsize != nstride) {
+        kiln__pk_fail(s, "tensor on storage '%s' needs size and stride tuples of equal length (at most %d) "
+                   "of non-negative integers", st->u.storage.key, KILN_MAX_DIMS);
+        return NULL;
+    }
+    t.ndim = nsize;
+    /* numel, and the last element the view touches: offset + sum((size - 1) * stride). */
+    uint64_t numel = 1, last = t.offset;
+    for (int d = 0; d < t.ndim; d++)
+        if (__builtin_mul_overflow(numel, (uint64_t)t.size[d], &numel))
+            numel = UINT64_MAX;
+    if (numel > 0) {
+        for (int d = 0; d < t.ndim; d++) {
+            uint64_t step;
+            if (__builtin_mul_overflow((uint64_t)(t.size[d] - 1), (uint64_t)t.stride[d], &step) ||
+                __builtin_add_overflow(last, step, &last))
+                last = UINT64_MAX;
+        }
+        if (last >= st->u.storage.numel) {
+            kiln__pk_fail(s, "tensor view reaches element %" PRIu64 " of storage '%s', which holds %" PRIu64,
+                    last, st->u.storage.key, st->u.storage.numel);
+            return NULL;
+        }
+        /* kiln loads a contiguous copy; a view with more elements than its storage (an
+         * expand()ed tensor) would multiply memory on load, so it is refused. */
+        if (numel > st->u.storage.numel) {
+            kiln__pk_fail(s, "tensor view of storage '%s' has %" PRIu64 " elements but the storage only %" PRIu64
+                       " (overlapping views are not loaded)", st->u.storage.key, numel, st->u.storage.numel);
+            return NULL;
+        }
+    }
+    kiln__pk_value *v = kiln__pk_new(s, KILN__PK_TENSOR);
+    if (!v)
+        return NULL;
+    v->u.tensor = malloc(sizeof t);
+    if (!v->u.tensor) {
+        kiln__pk_oom(s);
+        return NULL;
+    }
+    *v->u.tensor = t;
+    return v;
+}
+
+kiln__pk_value *kiln__pk_reduce(pk_state *s, const kiln__pk_value *fn, const kiln__pk_value *args)
+{
+    char gname[96];
+    if (fn->kind != KILN__PK_GLOBAL) {
+        kiln__pk_fail(s, "REDUCE of a value that is not a callable");
+        return NULL;
+    }
+    if (args->kind != KILN__PK_TUPLE) {
+        kiln__pk_fail(s, "REDUCE arguments for %s are not a tuple", kiln__pk_global_name(fn->u.global, gname, sizeof gname));
+        return NULL;
+    }
+    size_t n = args->u.seq.n;
+    kiln__pk_value *const *a = args->u.seq.items;
+    switch (fn->u.global) {
+    case PK_G_ORDERED_DICT: {
+        kiln__pk_value *d = kiln__pk_new(s, KILN__PK_DICT);
+        if (!d || n == 0)
+            return d;
+        /* OrderedDict([(k, v), ...]) */
+        if (n == 1 && (a[0]->kind == KILN__PK_LIST || a[0]->kind == KILN__PK_TUPLE)) {
+            for (size_t i = 0; i < a[0]->u.seq.n; i++) {
+                const kiln__pk_value *kv = a[0]->u.seq.items[i];
+                if ((kv->kind != KILN__PK_TUPLE && kv->kind != KILN__PK_LIST) || kv->u.seq.n != 2) {
+                    kiln__pk_fail(s, "OrderedDict argument is not a sequence of pairs");
+                    return NULL;
+                }
+                if (kiln__pk_dict_add(s, d, kv->u.seq.items[0], kv->u.seq.items[1]) < 0)
+                    return NULL;
+            }
+            return d;
+        }
+        kiln__pk_fail(s, "OrderedDict called with unsupported arguments");
+        return NULL;
+    }
+    case PK_G_REBUILD_TENSOR:
+    case PK_G_REBUILD_TENSOR_V2:
+        if ((fn->u.global == PK_G_REBUILD_TENSOR && n != 4) ||
+            (fn->u.global == PK_G_REBUILD_TENSOR_V2 && n != 6 && n != 7)) {
+            kiln__pk_fail(s, "%s called with %zu arguments", kiln__pk_global_name(fn->u.global, gname, sizeof gname), n);
+            return NULL;
+        }
+        return pk_tensor(s, a);
+    case PK_G_REBUILD_PARAMETER:
+    case PK_G_REBUILD_PARAMETER_WITH_STATE:
+        /* (data, requires_grad, backward_hooks[, state]): the parameter is its data. */
+        if (n != (fn->u.global == PK_G_REBUILD_PARAMETER ? 3u : 4u) || a[0]->kind != KILN__PK_TENSOR) {
+            kiln__pk_fail(s, "%s called with unsupported arguments", kiln__pk_global_name(fn->u.global, gname, sizeof gname));
+            return NULL;
+        }
+        return a[0];
+    default:
+        kiln__pk_fail(s, "%s cannot be called in a weights file", kiln__pk_global_name(fn->u.global, gname, sizeof gname));
+        return NULL;
+    }
+}
