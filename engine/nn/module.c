@@ -1,8 +1,9 @@
 /*
  * engine/nn/module.c — the module tree: named parameters, buffers and children, the
  * listing and mapping walks (optimizers, checkpoints and device moves all go through
- * them), train/eval and freeze propagation, state dict import, and the forward wrapper
- * that runs a layer inside its own scope and names the layer in any error.
+ * them), train/eval and freeze propagation, and the forward wrapper that runs a layer
+ * inside its own scope and names the layer in any error. State dicts in and out of a
+ * module are in module-state.c.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -285,9 +286,6 @@ kiln_tensor *kiln_module_lookup(kiln_module *m, const char *dotted)
 
 /* ------------------------------------------------------------------------- walks */
 
-/* Depth-first over entries, calling fn with the full name built in a growing buffer. */
-typedef int (*entry_fn)(void *ud, const char *name, kiln__entry *e);
-
 typedef struct walk {
     char *buf;
     size_t len, cap;
@@ -311,7 +309,7 @@ static int walk_push(walk *w, const char *part)
     return 0;
 }
 
-static int walk_entries(kiln_module *m, walk *w, entry_fn fn, void *ud)
+static int walk_entries(kiln_module *m, walk *w, kiln__entry_fn fn, void *ud)
 {
     size_t base = w->len;
     for (int i = 0; i < m->nentries; i++) {
@@ -335,7 +333,7 @@ static int walk_entries(kiln_module *m, walk *w, entry_fn fn, void *ud)
     return 0;
 }
 
-static int walk_all(kiln_module *m, entry_fn fn, void *ud)
+int kiln__module_walk_all(kiln_module *m, kiln__entry_fn fn, void *ud)
 {
     walk w = {0};
     if (walk_push(&w, "") < 0)
@@ -384,7 +382,7 @@ static int list_entries(kiln_module *m, kiln_named_tensor *out, int max, int wan
             return kiln__error_set("kiln_module_parameters: out of memory");
     }
     list_ctx c = {.root = m, .out = out, .max = out ? max : 0, .want = want};
-    int rc = walk_all(m, list_one, &c);
+    int rc = kiln__module_walk_all(m, list_one, &c);
     if (rc < 0 || c.oom)
         return kiln__error_set("kiln_module_parameters: out of memory");
     return c.n;
@@ -405,11 +403,11 @@ int kiln_module_state_dict(kiln_module *m, kiln_named_tensor *out, int max)
     if (!m->names)
         return kiln__error_set("kiln_module_state_dict: out of memory");
     list_ctx c = {.root = m, .out = out, .max = max, .want = 1};
-    if (walk_all(m, list_one, &c) < 0 || c.oom)
+    if (kiln__module_walk_all(m, list_one, &c) < 0 || c.oom)
         return kiln__error_set("kiln_module_state_dict: out of memory");
     list_ctx b = {.root = m, .out = out + (c.n < max ? c.n : max), .max = max - (c.n < max ? c.n : max),
                   .want = 2};
-    if (walk_all(m, list_one, &b) < 0 || b.oom)
+    if (kiln__module_walk_all(m, list_one, &b) < 0 || b.oom)
         return kiln__error_set("kiln_module_state_dict: out of memory");
     return c.n + b.n;
 }
@@ -430,11 +428,11 @@ int kiln_module_visit(kiln_module *m, kiln_module_visit_fn fn, void *ud)
     if (!m || !fn)
         return kiln__error_set("kiln_module_visit: no module or function");
     visit_ctx c = {fn, ud};
-    return walk_all(m, visit_one, &c);
+    return kiln__module_walk_all(m, visit_one, &c);
 }
 
 /* A replacement keeps the slot's role: parameters stay trainable unless frozen. */
-static int replace_entry(kiln__entry *e, kiln_tensor *t)
+int kiln__module_replace_entry(kiln__entry *e, kiln_tensor *t)
 {
     if (!e->buffer && set_trainable(t, !e->frozen) < 0) {
         kiln_tensor_release(t);
@@ -456,7 +454,7 @@ static int map_one(void *ud, const char *name, kiln__entry *e)
     kiln_tensor *t = c->fn(c->ud, name, e->t, e->buffer);
     if (!t)
         return -1;
-    return replace_entry(e, t) < 0 ? -1 : 0;
+    return kiln__module_replace_entry(e, t) < 0 ? -1 : 0;
 }
 
 int kiln_module_map(kiln_module *m, kiln_module_map_fn fn, void *ud)
@@ -464,7 +462,7 @@ int kiln_module_map(kiln_module *m, kiln_module_map_fn fn, void *ud)
     if (!m || !fn)
         return kiln__error_set("kiln_module_map: no module or function");
     map_ctx c = {fn, ud};
-    return walk_all(m, map_one, &c) ? -1 : 0;
+    return kiln__module_walk_all(m, map_one, &c) ? -1 : 0;
 }
 
 static kiln_tensor *to_device_one(void *ud, const char *name, kiln_tensor *t, bool is_buffer)
@@ -538,181 +536,6 @@ int kiln_module_freeze(kiln_module *m, bool frozen)
         if (kiln_module_freeze(m->children[i].m, frozen) < 0)
             return -1;
     return 0;
-}
-
-/* -------------------------------------------------------------- state dict import */
-
-static void report_add(kiln_load_report *r, const char *section, const char *name, bool *first)
-{
-    size_t len = strlen(r->text);
-    if (len + 8 >= sizeof r->text)
-        return;
-    if (*first) {
-        snprintf(r->text + len, sizeof r->text - len, "%s%s: %s", len ? "; " : "", section, name);
-        *first = false;
-    } else {
-        snprintf(r->text + len, sizeof r->text - len, ", %s", name);
-    }
-}
-
-typedef struct load_ctx {
-    int n;
-    const char *const *names;
-    kiln_tensor *const *tensors;
-    bool *used;
-    kiln_load_report *rep;
-    bool first;
-    int pass;               /* 0 check, 1 apply */
-    const char *bad_name;   /* shape mismatch found in pass 0 */
-    char bad_msg[200];
-} load_ctx;
-
-static int find_name(const load_ctx *c, const char *name)
-{
-    for (int i = 0; i < c->n; i++)
-        if (c->names[i] && !strcmp(c->names[i], name))
-            return i;
-    return -1;
-}
-
-static int load_one(void *ud, const char *name, kiln__entry *e)
-{
-    load_ctx *c = ud;
-    int i = find_name(c, name);
-    if (c->pass == 0) {
-        if (i < 0) {
-            c->rep->missing++;
-            report_add(c->rep, "missing", name, &c->first);
-            return 0;
-        }
-        c->used[i] = true;
-        kiln_tensor *src = c->tensors[i];
-        bool same = src && kiln_tensor_ndim(src) == kiln_tensor_ndim(e->t);
-        for (int d = 0; same && d < kiln_tensor_ndim(src); d++)
-            same = kiln_tensor_shape(src)[d] == kiln_tensor_shape(e->t)[d];
-        if (!same) {
-            char a[96], b[96];
-            kiln_tensor_describe(src, a, sizeof a);
-            kiln_tensor_describe(e->t, b, sizeof b);
-            kiln__error_set("load_state_dict: \"%s\": source %s does not match the module's %s", name,
-                            src ? a : "NULL", b);
-            return 1;
-        }
-        return 0;
-    }
-    if (i < 0)
-        return 0;
-    kiln_tensor *t = kiln_keep(kiln_cast(c->tensors[i], kiln_tensor_dtype(e->t)));
-    kiln_tensor *r = t ? kiln_keep(kiln_to_device(t, kiln_tensor_device(e->t))) : NULL;
-    kiln_tensor_release(t);
-    if (r && kiln_tensor_shares_storage(r, c->tensors[i])) {
-        /* The module must own its own storage: the source may be changed later. */
-        kiln_tensor *cl = kiln_keep(kiln_clone(r));
-        kiln_tensor_release(r);
-        r = cl;
-    }
-    if (!r)
-        return kiln__error_set("load_state_dict: \"%s\": %s", name, kiln_error()) ? 1 : 1;
-    return replace_entry(e, r) < 0 ? 1 : 0;
-}
-
-int kiln_module_load_state_dict(kiln_module *m, int n, const char *const *names, kiln_tensor *const *tensors,
-                                bool strict, kiln_load_report *report)
-{
-    if (!m || n < 0 || (n > 0 && (!names || !tensors)))
-        return kiln__error_set("load_state_dict: no module or bad arguments");
-    kiln_load_report local;
-    kiln_load_report *rep = report ? report : &local;
-    memset(rep, 0, sizeof *rep);
-    load_ctx c = {.n = n, .names = names, .tensors = tensors, .rep = rep, .first = true};
-    c.used = calloc((size_t)n + 1, sizeof *c.used);
-    if (!c.used)
-        return kiln__error_set("load_state_dict: out of memory");
-    int rc = walk_all(m, load_one, &c);
-    if (rc) {
-        free(c.used);
-        return -1;
-    }
-    c.first = true;
-    for (int i = 0; i < n; i++)
-        if (!c.used[i]) {
-            rep->unexpected++;
-            report_add(rep, "unexpected", names[i] ? names[i] : "(null)", &c.first);
-        }
-    free(c.used);
-    if (strict && (rep->missing || rep->unexpected))
-        return kiln__error_set("load_state_dict (strict): %d missing and %d unexpected keys: %s", rep->missing,
-                               rep->unexpected, rep->text);
-    c.pass = 1;
-    grad_off();
-    rc = walk_all(m, load_one, &c);
-    grad_on();
-    return rc ? -1 : 0;
-}
-
-int kiln_module_load_safetensors(kiln_module *m, const char *path, bool strict, kiln_load_report *report)
-{
-    if (!m)
-        return kiln__error_set("load_safetensors: no module");
-    kiln_safetensors *st = kiln_safetensors_open(path);
-    if (!st)
-        return -1;
-    int n = kiln_safetensors_count(st);
-    const char **names = calloc((size_t)n + 1, sizeof *names);
-    kiln_tensor **ts = calloc((size_t)n + 1, sizeof *ts);
-    int rc = -1;
-    if (!names || !ts) {
-        kiln__error_set("load_safetensors: out of memory");
-        goto out;
-    }
-    /* Load on the device of the first module tensor; import moves them anyway. */
-    kiln_named_tensor first;
-    kiln_device *dev = NULL;
-    if (kiln_module_state_dict(m, &first, 1) > 0)
-        dev = kiln_tensor_device(first.tensor);
-    if (!dev) {
-        rc = kiln_module_load_state_dict(m, 0, NULL, NULL, strict, report);
-        goto out;
-    }
-    for (int i = 0; i < n; i++) {
-        names[i] = kiln_safetensors_name(st, i);
-        ts[i] = kiln_keep(kiln_safetensors_load(st, names[i], dev));
-        if (!ts[i])
-            goto out;
-    }
-    rc = kiln_module_load_state_dict(m, n, names, ts, strict, report);
-out:
-    if (ts)
-        for (int i = 0; i < n; i++)
-            kiln_tensor_release(ts[i]);
-    free(ts);
-    free(names);
-    kiln_safetensors_close(st);
-    return rc;
-}
-
-int kiln_module_save_safetensors(kiln_module *m, const char *path)
-{
-    int n = kiln_module_state_dict(m, NULL, 0);
-    if (n < 0)
-        return -1;
-    kiln_named_tensor *nt = calloc((size_t)n + 1, sizeof *nt);
-    const char **names = calloc((size_t)n + 1, sizeof *names);
-    kiln_tensor **ts = calloc((size_t)n + 1, sizeof *ts);
-    int rc = -1;
-    if (!nt || !names || !ts) {
-        kiln__error_set("save_safetensors: out of memory");
-    } else if (kiln_module_state_dict(m, nt, n) == n) {
-        for (int i = 0; i < n; i++) {
-            names[i] = nt[i].name;
-            ts[i] = nt[i].tensor;
-        }
-        rc = kiln_safetensors_save(path, n, names, ts, 0, NULL, NULL);
-    }
-    free(nt);
-    free(names);
-    free(ts);
-    return rc;
 }
 
 /* ----------------------------------------------------------------------- forward */
@@ -887,7 +710,7 @@ int kiln__module_replace(kiln_module *m, const char *name, kiln_tensor *t)
         return -1;
     for (int i = 0; i < m->nentries; i++)
         if (!strcmp(m->entries[i].name, name))
-            return replace_entry(&m->entries[i], t);
+            return kiln__module_replace_entry(&m->entries[i], t);
     kiln_tensor_release(t);
     return kiln__error_set("%s: no tensor named \"%s\"", m->cls->type, name);
 }

@@ -171,4 +171,12 @@ kiln_tensor *kiln__default_bias(kiln_device *dev, int64_t n, double fan_in, kiln
 /** A generator for a module: gen, or a fixed seed 0 one when gen is NULL. */
 kiln_generator *kiln__gen_or_default(kiln_generator *gen, kiln_generator *fallback);
 
+/* module.c's walk, shared with module-state.c: depth-first over the entries of m and its
+ * children, calling fn with each entry's full dotted name; stops at the first nonzero. */
+typedef int (*kiln__entry_fn)(void *ud, const char *name, kiln__entry *e);
+int kiln__module_walk_all(kiln_module *m, kiln__entry_fn fn, void *ud);
+/* Put t (a reference the call takes) in e's slot, keeping the slot's role: parameters stay
+ * trainable unless frozen. 0, or -1 with the error set. */
+int kiln__module_replace_entry(kiln__entry *e, kiln_tensor *t);
+
 #endif /* KILN_NN_IMPL_H */

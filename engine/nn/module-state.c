@@ -1,0 +1,186 @@
+/*
+ * engine/nn/module-state.c — a module's state dict in and out: loading named tensors
+ * (strict or lenient, with a report of what was missing, unexpected or mismatched), and
+ * a module's weights read from and written to safetensors.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/autodiff.h"
+#include "kiln/record.h"
+#include "nn-impl.h"
+#include "tensor-impl.h"
+
+static void report_add(kiln_load_report *r, const char *section, const char *name, bool *first)
+{
+    size_t len = strlen(r->text);
+    if (len + 8 >= sizeof r->text)
+        return;
+    if (*first) {
+        snprintf(r->text + len, sizeof r->text - len, "%s%s: %s", len ? "; " : "", section, name);
+        *first = false;
+    } else {
+        snprintf(r->text + len, sizeof r->text - len, ", %s", name);
+    }
+}
+
+typedef struct load_ctx {
+    int n;
+    const char *const *names;
+    kiln_tensor *const *tensors;
+    bool *used;
+    kiln_load_report *rep;
+    bool first;
+    int pass;               /* 0 check, 1 apply */
+    const char *bad_name;   /* shape mismatch found in pass 0 */
+    char bad_msg[200];
+} load_ctx;
+
+static int find_name(const load_ctx *c, const char *name)
+{
+    for (int i = 0; i < c->n; i++)
+        if (c->names[i] && !strcmp(c->names[i], name))
+            return i;
+    return -1;
+}
+
+static int load_one(void *ud, const char *name, kiln__entry *e)
+{
+    load_ctx *c = ud;
+    int i = find_name(c, name);
+    if (c->pass == 0) {
+        if (i < 0) {
+            c->rep->missing++;
+            report_add(c->rep, "missing", name, &c->first);
+            return 0;
+        }
+        c->used[i] = true;
+        kiln_tensor *src = c->tensors[i];
+        bool same = src && kiln_tensor_ndim(src) == kiln_tensor_ndim(e->t);
+        for (int d = 0; same && d < kiln_tensor_ndim(src); d++)
+            same = kiln_tensor_shape(src)[d] == kiln_tensor_shape(e->t)[d];
+        if (!same) {
+            char a[96], b[96];
+            kiln_tensor_describe(src, a, sizeof a);
+            kiln_tensor_describe(e->t, b, sizeof b);
+            kiln__error_set("load_state_dict: \"%s\": source %s does not match the module's %s", name,
+                            src ? a : "NULL", b);
+            return 1;
+        }
+        return 0;
+    }
+    if (i < 0)
+        return 0;
+    kiln_tensor *t = kiln_keep(kiln_cast(c->tensors[i], kiln_tensor_dtype(e->t)));
+    kiln_tensor *r = t ? kiln_keep(kiln_to_device(t, kiln_tensor_device(e->t))) : NULL;
+    kiln_tensor_release(t);
+    if (r && kiln_tensor_shares_storage(r, c->tensors[i])) {
+        /* The module must own its own storage: the source may be changed later. */
+        kiln_tensor *cl = kiln_keep(kiln_clone(r));
+        kiln_tensor_release(r);
+        r = cl;
+    }
+    if (!r)
+        return kiln__error_set("load_state_dict: \"%s\": %s", name, kiln_error()) ? 1 : 1;
+    return kiln__module_replace_entry(e, r) < 0 ? 1 : 0;
+}
+
+int kiln_module_load_state_dict(kiln_module *m, int n, const char *const *names, kiln_tensor *const *tensors,
+                                bool strict, kiln_load_report *report)
+{
+    if (!m || n < 0 || (n > 0 && (!names || !tensors)))
+        return kiln__error_set("load_state_dict: no module or bad arguments");
+    kiln_load_report local;
+    kiln_load_report *rep = report ? report : &local;
+    memset(rep, 0, sizeof *rep);
+    load_ctx c = {.n = n, .names = names, .tensors = tensors, .rep = rep, .first = true};
+    c.used = calloc((size_t)n + 1, sizeof *c.used);
+    if (!c.used)
+        return kiln__error_set("load_state_dict: out of memory");
+    int rc = kiln__module_walk_all(m, load_one, &c);
+    if (rc) {
+        free(c.used);
+        return -1;
+    }
+    c.first = true;
+    for (int i = 0; i < n; i++)
+        if (!c.used[i]) {
+            rep->unexpected++;
+            report_add(rep, "unexpected", names[i] ? names[i] : "(null)", &c.first);
+        }
+    free(c.used);
+    if (strict && (rep->missing || rep->unexpected))
+        return kiln__error_set("load_state_dict (strict): %d missing and %d unexpected keys: %s", rep->missing,
+                               rep->unexpected, rep->text);
+    c.pass = 1;
+    kiln_no_grad_begin();
+    rc = kiln__module_walk_all(m, load_one, &c);
+    kiln_no_grad_end();
+    return rc ? -1 : 0;
+}
+
+int kiln_module_load_safetensors(kiln_module *m, const char *path, bool strict, kiln_load_report *report)
+{
+    if (!m)
+        return kiln__error_set("load_safetensors: no module");
+    kiln_safetensors *st = kiln_safetensors_open(path);
+    if (!st)
+        return -1;
+    int n = kiln_safetensors_count(st);
+    const char **names = calloc((size_t)n + 1, sizeof *names);
+    kiln_tensor **ts = calloc((size_t)n + 1, sizeof *ts);
+    int rc = -1;
+    if (!names || !ts) {
+        kiln__error_set("load_safetensors: out of memory");
+        goto out;
+    }
+    /* Load on the device of the first module tensor; import moves them anyway. */
+    kiln_named_tensor first;
+    kiln_device *dev = NULL;
+    if (kiln_module_state_dict(m, &first, 1) > 0)
+        dev = kiln_tensor_device(first.tensor);
+    if (!dev) {
+        rc = kiln_module_load_state_dict(m, 0, NULL, NULL, strict, report);
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        names[i] = kiln_safetensors_name(st, i);
+        ts[i] = kiln_keep(kiln_safetensors_load(st, names[i], dev));
+        if (!ts[i])
+            goto out;
+    }
+    rc = kiln_module_load_state_dict(m, n, names, ts, strict, report);
+out:
+    if (ts)
+        for (int i = 0; i < n; i++)
+            kiln_tensor_release(ts[i]);
+    free(ts);
+    free(names);
+    kiln_safetensors_close(st);
+    return rc;
+}
+
+int kiln_module_save_safetensors(kiln_module *m, const char *path)
+{
+    int n = kiln_module_state_dict(m, NULL, 0);
+    if (n < 0)
+        return -1;
+    kiln_named_tensor *nt = calloc((size_t)n + 1, sizeof *nt);
+    const char **names = calloc((size_t)n + 1, sizeof *names);
+    kiln_tensor **ts = calloc((size_t)n + 1, sizeof *ts);
+    int rc = -1;
+    if (!nt || !names || !ts) {
+        kiln__error_set("save_safetensors: out of memory");
+    } else if (kiln_module_state_dict(m, nt, n) == n) {
+        for (int i = 0; i < n; i++) {
+            names[i] = nt[i].name;
+            ts[i] = nt[i].tensor;
+        }
+        rc = kiln_safetensors_save(path, n, names, ts, 0, NULL, NULL);
+    }
+    free(nt);
+    free(names);
+    free(ts);
+    return rc;
+}
