@@ -2,10 +2,10 @@
  * backends/cpu/cpu-conv.c — convolution forward and both backward passes, for 1 to 3
  * spatial dims, with stride, padding, dilation and groups.
  *
- * The classic lowering: im2col unrolls each receptive field of one image into a column,
+ * The classic lowering: kiln__cpu_conv_im2col unrolls each receptive field of one image into a column,
  * so the convolution becomes one GEMM per image and group, [O/g, C/g·k] × [C/g·k, S'],
  * which OpenBLAS runs near peak. The input gradient is the transposed GEMM followed by
- * col2im (scatter-add back into the image); the weight gradient is a GEMM of the output
+ * kiln__cpu_conv_col2im (scatter-add back into the image); the weight gradient is a GEMM of the output
  * gradient with the columns, accumulated over the batch with beta = 1. A 1x1 kernel
  * with unit stride and no padding needs no columns at all: the image already is the
  * matrix. Everything is handled as 3-D (missing leading spatial dims have size 1).
@@ -14,26 +14,26 @@
  * (a register-tiled kernel over a padded image, any stride through stride phases, below)
  * and one input channel per group on the depthwise path; what remains (f64, grouped
  * convolutions with several channels per group, 3-D, 1x1 kernels on small images) goes
- * through im2col and OpenBLAS.
+ * through kiln__cpu_conv_im2col and OpenBLAS.
  *
- * im2col/col2im are threaded over column rows (resp. channels, so no two threads add
+ * kiln__cpu_conv_im2col/kiln__cpu_conv_col2im are threaded over column rows (resp. channels, so no two threads add
  * into the same plane) on our pool, and so are the GEMMs (kiln__cpu_gemm, in blocks).
  * The column buffer comes from the buffer pool, so repeated layers reuse it.
+ *
+ * This file has the geometry, the lowering, the direct and packed paths and the forward
+ * entry points; the depthwise path is in cpu-conv-depthwise.c and both backward passes in
+ * cpu-conv-backward.c (what they share: cpu-conv-impl.h).
  */
 #include <cblas.h>
 #include <stdlib.h>
 
 #include "cpu-impl.h"
+#include "cpu-conv-impl.h"
 
-typedef struct geom {
-    int64_t N, C, O, G, Cg, Og;
-    int64_t in[3], out[3], k[3], st[3], pad[3], dil[3];
-    int64_t isz, osz, ksz; /* products */
-    bool direct;           /* 1x1, stride 1, no padding */
-} geom;
+const conv_ep kiln__cpu_conv_no_ep = {NULL, KILN_EPI_NONE, 0.0f, 0.0f};
 
-static void geom_init(geom *g, const kiln_conv_params *p, const kiln_tdesc *x, const kiln_tdesc *w,
-                      const kiln_tdesc *y)
+void kiln__cpu_conv_geom_init(geom *g, const kiln_conv_params *p, const kiln_tdesc *x, const kiln_tdesc *w,
+                              const kiln_tdesc *y)
 {
     int ns = p->nspatial;
     g->N = x->shape[0];
@@ -154,7 +154,7 @@ IM2COL_ROW(double)
 COL2IM_CH(float)
 COL2IM_CH(double)
 
-static void im2col(kiln__cpu_ctx *ctx, const geom *g, void *col, void *img, bool dbl)
+void kiln__cpu_conv_im2col(kiln__cpu_ctx *ctx, const geom *g, void *col, void *img, bool dbl)
 {
     col_job j = {g, col, img, dbl};
     int64_t rows = g->Cg * g->ksz;
@@ -162,23 +162,12 @@ static void im2col(kiln__cpu_ctx *ctx, const geom *g, void *col, void *img, bool
                            dbl ? im2col_rows_double : im2col_rows_float, &j);
 }
 
-static void col2im(kiln__cpu_ctx *ctx, const geom *g, void *col, void *img, bool dbl)
+void kiln__cpu_conv_col2im(kiln__cpu_ctx *ctx, const geom *g, void *col, void *img, bool dbl)
 {
     col_job j = {g, col, img, dbl};
     kiln__cpu_parallel_for(ctx, g->Cg, 1 + 32768 / (g->ksz * g->osz + 1),
                            dbl ? col2im_ch_double : col2im_ch_float, &j);
 }
-
-/* A fused epilogue as the kernels apply it: res has the output's layout [N, O, S'...]
- * (contiguous f32) or is NULL; act is a kiln_epilogue_act. NULL when there is none. */
-typedef struct conv_ep {
-    const float *res;
-    int act;
-    float a, b;
-} conv_ep;
-
-/* the epilogue of a call that has none, so the tile loops need not test for NULL */
-static const conv_ep no_ep = {NULL, KILN_EPI_NONE, 0.0f, 0.0f};
 
 typedef struct bias_job {
     void *out;
@@ -208,7 +197,7 @@ static void bias_range(void *argp, int64_t b, int64_t e)
 /* ------------------------------------------------------------------ direct path */
 
 /* An f32 2-D (or 1-D) convolution with one group on a CPU whose kernel table has
- * conv_tile_f32 runs without im2col. Profiles of the GEMM lowering on a 3x3, 64-channel
+ * conv_tile_f32 runs without kiln__cpu_conv_im2col. Profiles of the GEMM lowering on a 3x3, 64-channel
  * layer spent as much time writing the column matrix and in OpenBLAS packing it again
  * as in the multiply itself; here the input is copied once into a zero-padded image
  * (so a kernel offset is just an address offset on the padded grid), the weights are
@@ -229,36 +218,11 @@ static void bias_range(void *argp, int64_t b, int64_t e)
  * The same routine computes the input gradient, which for stride 1 is a convolution of
  * the padded output gradient with the flipped, channel-transposed kernel. */
 
-#define DT_QMAX 48 /* the largest tile a kernel table may ask for (positions, channels) */
-#define DT_OMAX 8
-
-typedef struct dconv {
-    int64_t N, Ci, Co;               /* batch, input and output channels */
-    int64_t H, W, ph, pw, s;         /* input size, the padding on each side, stride */
-    int64_t Hg, Wg, OH, OW, pp, cs;  /* phase plane and output size, phase plane and channel size */
-    int64_t nk, nob, ntile;
-    int64_t to, tq;                  /* the table's tile: channels, positions */
-    int64_t nobg;                    /* jobs per tile: groups of channel blocks */
-    bool inplace;                    /* xp is x itself (1x1, stride 1, no padding) */
-    bool rows;                       /* weights read in place as [Co, Ci·nk] rows */
-    bool wmajor;                     /* jobs walk channel blocks outside, tiles inside */
-    const float *x;                  /* [N, Ci, H, W] */
-    float *xp;                       /* [N, Ci, s·s, Hg, Wg] + slack */
-    const float *w;                  /* the weights as given, for packing */
-    int64_t sa, sc, skh, skw, KW;
-    float *wpack;                    /* [nob, Ci, nk, TO]; with rows, the last block's [TO, Ci·nk] */
-    const int64_t *offs;             /* [nk] */
-    const float *bias;               /* [Co] or NULL */
-    float *out;                      /* [N, Co, OH, OW] */
-    const conv_ep *ep;               /* applied to each run of outputs as it is stored */
-    const kiln__cpu_kernels *k;
-} dconv;
-
 /* The stride-phased padded grid of an H x W input (padding ph, pw, stride s) under a
  * KH x KW kernel with dilation (dh, dw): grid and output sizes, plane and channel sizes.
  * Shared by the direct, depthwise and packed paths. */
-static void dconv_grid(dconv *d, int64_t H, int64_t W, int64_t ph, int64_t pw, int64_t s, int64_t KH, int64_t KW,
-                       int64_t dh, int64_t dw)
+void kiln__cpu_conv_direct_grid(dconv *d, int64_t H, int64_t W, int64_t ph, int64_t pw, int64_t s, int64_t KH,
+                                int64_t KW, int64_t dh, int64_t dw)
 {
     d->H = H, d->W = W, d->ph = ph, d->pw = pw, d->s = s;
     int64_t Hp = H + 2 * ph, Wp = W + 2 * pw;
@@ -270,7 +234,7 @@ static void dconv_grid(dconv *d, int64_t H, int64_t W, int64_t ph, int64_t pw, i
 }
 
 /* offs[kh·KW + kw]: where tap (kh, kw) reads, relative to its output's grid position. */
-static void dconv_offsets(const dconv *d, int64_t *offs, int64_t KH, int64_t KW, int64_t dh, int64_t dw)
+void kiln__cpu_conv_direct_offsets(const dconv *d, int64_t *offs, int64_t KH, int64_t KW, int64_t dh, int64_t dw)
 {
     const int64_t s = d->s;
     for (int64_t kh = 0; kh < KH; kh++)
@@ -283,7 +247,7 @@ static void dconv_offsets(const dconv *d, int64_t *offs, int64_t KH, int64_t KW,
 /* Rows [b, e) of the padded, stride-phased input, counted over planes × Hg: row i of
  * plane pl is row i of each of its s·s phases. By rows rather than by planes, so a
  * network's first layer (three input planes at batch 1) pads on every thread. */
-static void dconv_pad(void *argp, int64_t b, int64_t e)
+void kiln__cpu_conv_direct_pad(void *argp, int64_t b, int64_t e)
 {
     const dconv *d = argp;
     if (d->inplace)
@@ -344,7 +308,7 @@ static void dconv_pad(void *argp, int64_t b, int64_t e)
 }
 
 /* How many padded rows a job pads at least: about 16K floats written. */
-static int64_t dconv_pad_grain(const dconv *d)
+int64_t kiln__cpu_conv_direct_pad_grain(const dconv *d)
 {
     return 1 + 16384 / (d->s * d->s * d->Wg + 1);
 }
@@ -380,7 +344,7 @@ static void dconv_tiles(void *argp, int64_t b, int64_t e)
     /* the runs of a tile that are real outputs (grid columns below OW), found once per
      * tile and reused for its 8 channels: [offset in tile, offset in plane, length] */
     int64_t seg[DT_QMAX][3];
-    const conv_ep *ep = d->ep ? d->ep : &no_ep;
+    const conv_ep *ep = d->ep ? d->ep : &kiln__cpu_conv_no_ep;
     const int64_t ntall = d->N * d->ntile, wrs = d->Ci * d->nk, nfull = d->Co / TO;
     for (int64_t jt = b; jt < e; jt++) {
         int64_t t = d->wmajor ? jt % ntall : jt / d->nobg, g = d->wmajor ? jt / ntall : jt % d->nobg;
@@ -437,7 +401,7 @@ static void dconv_images(void *argp, int64_t b, int64_t e)
 {
     const dconv *d = argp;
     for (int64_t n = b; n < e; n++) {
-        dconv_pad(argp, n * d->Ci * d->Hg, (n + 1) * d->Ci * d->Hg);
+        kiln__cpu_conv_direct_pad(argp, n * d->Ci * d->Hg, (n + 1) * d->Ci * d->Hg);
         dconv_tiles(argp, n * d->ntile, (n + 1) * d->ntile);
     }
 }
@@ -459,7 +423,7 @@ static void dconv_job(void *argp, int job, int njobs)
         j->fn(j->arg, b, e);
 }
 
-static void dconv_job_run(kiln__cpu_ctx *ctx, int64_t n, kiln__cpu_range_fn fn, void *arg)
+void kiln__cpu_conv_direct_job_run(kiln__cpu_ctx *ctx, int64_t n, kiln__cpu_range_fn fn, void *arg)
 {
     int64_t njobs = 8 * (int64_t)ctx->nthreads;
     if (njobs > n)
@@ -472,14 +436,14 @@ static void dconv_job_run(kiln__cpu_ctx *ctx, int64_t n, kiln__cpu_range_fn fn, 
  * (dh, dw) and stride s in both dims; weight element (output channel a, input channel c,
  * kh, kw) is at w[a·sa + c·sc + kh·skh + kw·skw] (negative strides flip). Returns false
  * when scratch memory is short, so the caller can fall back. */
-static bool dconv_run(kiln__cpu_ctx *ctx, int64_t N, int64_t Ci, int64_t Co, int64_t H, int64_t W,
-                      int64_t ph, int64_t pw, int64_t KH, int64_t KW, int64_t dh, int64_t dw, int64_t s,
-                      const float *x, const float *w, int64_t sa, int64_t sc, int64_t skh, int64_t skw,
-                      const float *bias, float *out, const conv_ep *ep)
+bool kiln__cpu_conv_direct_run(kiln__cpu_ctx *ctx, int64_t N, int64_t Ci, int64_t Co, int64_t H, int64_t W,
+                               int64_t ph, int64_t pw, int64_t KH, int64_t KW, int64_t dh, int64_t dw, int64_t s,
+                               const float *x, const float *w, int64_t sa, int64_t sc, int64_t skh, int64_t skw,
+                               const float *bias, float *out, const conv_ep *ep)
 {
     dconv d = {0};
     d.N = N, d.Ci = Ci, d.Co = Co;
-    dconv_grid(&d, H, W, ph, pw, s, KH, KW, dh, dw);
+    kiln__cpu_conv_direct_grid(&d, H, W, ph, pw, s, KH, KW, dh, dw);
     d.inplace = KH == 1 && KW == 1 && ph == 0 && pw == 0 && s == 1;
     const int64_t TO = ctx->k->conv_tile_o, TQ = ctx->k->conv_tile_q;
     d.to = TO, d.tq = TQ;
@@ -509,7 +473,7 @@ static bool dconv_run(kiln__cpu_ctx *ctx, int64_t N, int64_t Ci, int64_t Co, int
     }
     if (!d.inplace)
         memset(d.xp + N * Ci * d.cs, 0, (size_t)(d.Wg + TQ) * sizeof(float));
-    dconv_offsets(&d, offs, KH, KW, dh, dw);
+    kiln__cpu_conv_direct_offsets(&d, offs, KH, KW, dh, dw);
     d.wpack = wp;
     d.offs = offs;
     if (!d.rows) {
@@ -523,13 +487,13 @@ static bool dconv_run(kiln__cpu_ctx *ctx, int64_t N, int64_t Ci, int64_t Co, int
         /* whole images per job: each thread pads an image and then runs its tiles while
          * the padded copy is still in its L2 */
         d.nobg = 1;
-        dconv_job_run(ctx, N, dconv_images, &d);
+        kiln__cpu_conv_direct_job_run(ctx, N, dconv_images, &d);
         for (int i = 0; i < 3; i++)
             kiln__cpu_scratch_put(ctx, h[i]);
         return true;
     }
     if (!d.inplace)
-        kiln__cpu_parallel_for(ctx, N * Ci * d.Hg, dconv_pad_grain(&d), dconv_pad, &d);
+        kiln__cpu_parallel_for(ctx, N * Ci * d.Hg, kiln__cpu_conv_direct_pad_grain(&d), kiln__cpu_conv_direct_pad, &d);
     /* jobs are tiles of positions, each over all channel blocks (the input of a tile then
      * stays in L1 across them); when there are too few tiles to keep every thread busy
      * (small images, batch 1), the channel blocks are split across jobs as well */
@@ -545,7 +509,7 @@ static bool dconv_run(kiln__cpu_ctx *ctx, int64_t N, int64_t Ci, int64_t Co, int
         if (d.nobg > d.nob)
             d.nobg = d.nob;
     }
-    dconv_job_run(ctx, N * d.ntile * d.nobg, dconv_tiles, &d);
+    kiln__cpu_conv_direct_job_run(ctx, N * d.ntile * d.nobg, dconv_tiles, &d);
     for (int i = 0; i < 3; i++)
         kiln__cpu_scratch_put(ctx, h[i]);
     return true;
@@ -553,7 +517,7 @@ static bool dconv_run(kiln__cpu_ctx *ctx, int64_t N, int64_t Ci, int64_t Co, int
 
 /* Whether the direct path applies: f32, a table with the tile kernel, one group, 1-D
  * or 2-D, the same stride in both dims, and an output of the usual size. */
-static bool dconv_ok(const kiln__cpu_ctx *ctx, const geom *g, bool dbl)
+bool kiln__cpu_conv_direct_ok(const kiln__cpu_ctx *ctx, const geom *g, bool dbl)
 {
     if (dbl || !ctx->k->conv_tile_f32 || g->G != 1)
         return false;
@@ -573,195 +537,6 @@ static bool dconv_ok(const kiln__cpu_ctx *ctx, const geom *g, bool dbl)
         if (g->out[i] != (g->in[i] + 2 * g->pad[i] - g->dil[i] * (g->k[i] - 1) - 1) / g->st[i] + 1)
             return false;
     return g->osz > 0 && g->C > 0 && g->O > 0;
-}
-
-/* ------------------------------------------------------------------ depthwise path */
-
-/* Groups = input channels (each output plane sees one input plane): the GEMM lowering ran
- * one im2col and one tiny GEMM per channel, a pool region and a BLAS call each, which
- * made MobileNet-style layers cost several times their arithmetic. Here each job pads one
- * input plane into its own scratch, split into stride phases as in the direct path, and
- * the table's dwconv_plane_f32 computes that channel's output planes from it, epilogue
- * included. At stride 1 a table with dwconv_s1_f32 reads the unpadded plane instead: the
- * padding copy cost more than the arithmetic on the small planes of a network's last
- * stages (a 7x7 plane padded to 11x11 is 33 library calls for 49 outputs). */
-typedef struct dwconv {
-    dconv d;                 /* geometry of one plane: N = Ci = 1 */
-    int64_t planes, m;       /* input planes (batch × channels), outputs per input plane */
-    int64_t C, slot;         /* input channels; floats of scratch per job */
-    int64_t KH, KW, dh, dw;  /* for the unpadded stride-1 kernel */
-    bool s1;                 /* use it: no padded copy at all */
-    const float *x, *w, *bias;
-    float *out, *scratch;
-    const conv_ep *ep;
-} dwconv;
-
-static void dwconv_job(void *argp, int job, int njobs)
-{
-    const dwconv *dw = argp;
-    dconv d = dw->d;
-    float *xg = dw->scratch ? dw->scratch + job * dw->slot : NULL;
-    const int64_t osz = d.OH * d.OW;
-    const conv_ep *ep = dw->ep ? dw->ep : &no_ep;
-    for (int64_t pl = dw->planes * job / njobs, pe = dw->planes * (job + 1) / njobs; pl < pe; pl++) {
-        const float *xpl = dw->x + pl * d.H * d.W;
-        if (!dw->s1) {
-            d.x = xpl;
-            d.xp = xg;
-            dconv_pad(&d, 0, d.Hg);
-        }
-        int64_t n = pl / dw->C, c = pl % dw->C;
-        for (int64_t j = 0; j < dw->m; j++) {
-            int64_t o = c * dw->m + j;
-            int64_t at = (n * dw->C * dw->m + o) * osz;
-            float bias = dw->bias ? dw->bias[o] : 0.0f;
-            const float *res = ep->res ? ep->res + at : NULL;
-            if (dw->s1)
-                d.k->dwconv_s1_f32(dw->out + at, res, xpl, d.H, d.W, d.OH, d.OW, dw->KH, dw->KW, d.ph, d.pw, dw->dh,
-                                   dw->dw, dw->w + o * d.nk, bias, ep->act, ep->a, ep->b);
-            else
-                d.k->dwconv_plane_f32(dw->out + at, res, xg, d.Wg, d.OH, d.OW, d.offs, dw->w + o * d.nk, d.nk, bias,
-                                      ep->act, ep->a, ep->b);
-        }
-    }
-}
-
-/* Whether the depthwise path applies: f32, one input channel per group, 1-D or 2-D, the
- * same stride in both dims, and an output of the usual size. */
-static bool dwconv_ok(const kiln__cpu_ctx *ctx, const geom *g, bool dbl)
-{
-    if (dbl || !ctx->k->dwconv_plane_f32 || g->G < 2 || g->Cg != 1)
-        return false;
-    if (g->k[0] != 1 || g->in[0] != 1 || g->pad[0] != 0 || g->st[0] != 1)
-        return false;
-    if (g->st[1] != g->st[2] && !(g->in[1] == 1 && g->k[1] == 1 && g->pad[1] == 0))
-        return false;
-    for (int i = 1; i < 3; i++)
-        if (g->out[i] != (g->in[i] + 2 * g->pad[i] - g->dil[i] * (g->k[i] - 1) - 1) / g->st[i] + 1)
-            return false;
-    return g->osz > 0 && g->isz > 0;
-}
-
-/* Channels in the vector lanes (the table's dwconv_c16_f32): a unit of work is one block
- * of 16 channels of one image and one band of output rows, whose input rows are
- * transposed into the job's scratch. Per plane, a 7x7 map fills a 16-lane vector with 7
- * outputs and its borders cost branches and masks; with the channels in the lanes every
- * lane works whatever the map's size. Bands keep the transposed rows within L2 on large
- * maps and give the pool work when there are few blocks. */
-#define DW16_BAND_BYTES (96 * 1024)
-
-typedef struct dw16_run {
-    kiln__cpu_dw16 p; /* the geometry and whole tensors; each unit moves the pointers */
-    const kiln__cpu_kernels *k;
-    int64_t C, blocks, bands, bh, units, slot;
-    float *scratch;
-} dw16_run;
-
-static void dw16_job(void *argp, int job, int njobs)
-{
-    const dw16_run *r = argp;
-    kiln__cpu_dw16 p = r->p;
-    p.scratch = r->scratch + kiln__cpu_pool_slot() * r->slot;
-    const int64_t isz = p.H * p.W, osz = p.OH * p.OW;
-    for (int64_t u = r->units * job / njobs, ue = r->units * (job + 1) / njobs; u < ue; u++) {
-        const int64_t band = u % r->bands, c0 = u / r->bands % r->blocks * 16, n = u / r->bands / r->blocks;
-        const int64_t plane = n * r->C + c0;
-        p.nc = r->C - c0 < 16 ? (int)(r->C - c0) : 16;
-        p.x = r->p.x + plane * isz;
-        p.out = r->p.out + plane * osz;
-        p.res = r->p.res ? r->p.res + plane * osz : NULL;
-        p.w = r->p.w + c0 * p.KH * p.KW;
-        p.bias = r->p.bias ? r->p.bias + c0 : NULL;
-        const int64_t oh0 = band * r->bh, oh1 = oh0 + r->bh < p.OH ? oh0 + r->bh : p.OH;
-        r->k->dwconv_c16_f32(&p, oh0, oh1);
-    }
-}
-
-/* Whether the channel-lane kernel serves this depthwise layer: one output per input
- * channel and at least half a vector of channels (fewer would leave most lanes idle,
- * where the per-plane kernels fill theirs with positions). */
-static bool dw16_ok(const kiln__cpu_ctx *ctx, const geom *g)
-{
-    return ctx->k->dwconv_c16_f32 && ctx->dw_path == KILN__CPU_DW_AUTO && g->Og == 1 && g->C >= 8;
-}
-
-static bool dw16_conv(kiln__cpu_ctx *ctx, const geom *g, const float *x, const float *w, const float *bias,
-                      float *out, const conv_ep *ep)
-{
-    dw16_run r = {0};
-    kiln__cpu_dw16 *p = &r.p;
-    p->x = x, p->out = out, p->res = ep->res, p->w = w, p->bias = bias;
-    p->act = ep->act, p->a = ep->a, p->b = ep->b;
-    p->H = g->in[1], p->W = g->in[2], p->OH = g->out[1], p->OW = g->out[2];
-    p->KH = g->k[1], p->KW = g->k[2], p->sh = g->st[1], p->sw = g->st[2];
-    p->ph = g->pad[1], p->pw = g->pad[2], p->dh = g->dil[1], p->dw = g->dil[2];
-    p->xstride = g->isz, p->ostride = g->osz;
-    r.k = ctx->k;
-    r.C = g->C;
-    r.blocks = (g->C + 15) / 16;
-    /* the tallest band whose transposed rows fit the budget, then bands of equal height */
-    int64_t bh = p->OH;
-    while (bh > 1 && kiln__cpu_dw16_scratch(p, bh) * (int64_t)sizeof(float) > DW16_BAND_BYTES)
-        bh = (bh + 1) / 2;
-    r.bands = (p->OH + bh - 1) / bh;
-    /* enough units for every thread to get a share even with one block */
-    while (g->N * r.blocks * r.bands < 4 * ctx->nthreads && r.bands < p->OH)
-        r.bands = r.bands * 2 < p->OH ? r.bands * 2 : p->OH;
-    r.bh = (p->OH + r.bands - 1) / r.bands;
-    r.bands = (p->OH + r.bh - 1) / r.bh;
-    r.units = g->N * r.blocks * r.bands;
-    r.slot = kiln__cpu_dw16_scratch(p, r.bh);
-    /* a scratch slot per thread, not per job: a slot per job put several hundred KB of
-     * scratch beside the layer's input and output in L2 */
-    int64_t njobs = 8 * (int64_t)ctx->nthreads < r.units ? 8 * (int64_t)ctx->nthreads : r.units;
-    struct kiln_buffer *h;
-    r.scratch = kiln__cpu_scratch_get(ctx, (size_t)(ctx->nthreads * r.slot) * sizeof(float), &h);
-    if (!r.scratch)
-        return false;
-    kiln__cpu_pool_run(ctx->pool, (int)njobs, dw16_job, &r);
-    kiln__cpu_scratch_put(ctx, h);
-    return true;
-}
-
-static bool dwconv_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const float *w, const float *bias,
-                       float *out, const conv_ep *ep)
-{
-    if (dw16_ok(ctx, g))
-        return dw16_conv(ctx, g, x, w, bias, out, ep ? ep : &no_ep);
-    dwconv dw = {0};
-    dconv *d = &dw.d;
-    d->N = 1, d->Ci = 1;
-    /* dwconv_ok checked that the output size is the one this grid gives */
-    dconv_grid(d, g->in[1], g->in[2], g->pad[1], g->pad[2], g->st[2], g->k[1], g->k[2], g->dil[1], g->dil[2]);
-    d->k = ctx->k;
-    dw.planes = g->N * g->C, dw.m = g->Og, dw.C = g->C;
-    dw.KH = g->k[1], dw.KW = g->k[2], dw.dh = g->dil[1], dw.dw = g->dil[2];
-    dw.s1 = ctx->k->dwconv_s1_f32 && g->st[2] == 1 && g->k[2] <= ctx->k->dwconv_s1_maxk;
-    dw.slot = (d->cs + d->Wg + 16 + 15) / 16 * 16; /* slack: reads run up to Wg past the phases */
-    dw.x = x, dw.w = w, dw.bias = bias, dw.out = out, dw.ep = ep;
-    int64_t njobs = 8 * (int64_t)ctx->nthreads;
-    if (njobs > dw.planes)
-        njobs = dw.planes;
-    if (dw.s1) {
-        kiln__cpu_pool_run(ctx->pool, (int)njobs, dwconv_job, &dw);
-        return true;
-    }
-    struct kiln_buffer *h[2] = {0};
-    dw.scratch = kiln__cpu_scratch_get(ctx, (size_t)(njobs * dw.slot) * sizeof(float), &h[0]);
-    int64_t *offs = kiln__cpu_scratch_get(ctx, (size_t)d->nk * sizeof(int64_t), &h[1]);
-    if (!dw.scratch || !offs) {
-        kiln__cpu_scratch_put(ctx, h[0]);
-        kiln__cpu_scratch_put(ctx, h[1]);
-        return false;
-    }
-    for (int64_t j = 0; j < njobs; j++)
-        memset(dw.scratch + j * dw.slot + d->cs, 0, (size_t)(dw.slot - d->cs) * sizeof(float));
-    dconv_offsets(d, offs, g->k[1], g->k[2], g->dil[1], g->dil[2]);
-    d->offs = offs;
-    kiln__cpu_pool_run(ctx->pool, (int)njobs, dwconv_job, &dw);
-    kiln__cpu_scratch_put(ctx, h[0]);
-    kiln__cpu_scratch_put(ctx, h[1]);
-    return true;
 }
 
 /* ------------------------------------------------------------------ packed path */
@@ -803,7 +578,7 @@ static bool cv_preferred(const kiln__cpu_ctx *ctx, int64_t Ci, int64_t Co, int64
         return true;
     if (ctx->conv_path == KILN__CPU_CONV_DIRECT)
         return false;
-    const int64_t Wg = (W + 2 * pw + s - 1) / s; /* the direct tile's grid row, as dconv_grid */
+    const int64_t Wg = (W + 2 * pw + s - 1) / s; /* the direct tile's grid row, as kiln__cpu_conv_direct_grid */
     double direct = (double)((Co + TO - 1) / TO * TO) * (double)((OH * Wg + TQ - 1) / TQ * TQ) * (double)K;
     double packed = (double)((Co + CV_NO - 1) / CV_NO * CV_NO) * (double)((osz + CV_NP - 1) / CV_NP * CV_NP) *
                     (double)(K + CV_STORE_COST);
@@ -822,7 +597,7 @@ static void cvconv_tiles(void *argp, int64_t b, int64_t e)
     const cvconv *cv = argp;
     const dconv *d = &cv->d;
     const int64_t per_image = cv->nob * cv->ntile, wblk = d->Ci * d->nk * CV_NO;
-    const conv_ep *ep = d->ep ? d->ep : &no_ep;
+    const conv_ep *ep = d->ep ? d->ep : &kiln__cpu_conv_no_ep;
     for (int64_t jt = b; jt < e; jt++) {
         int64_t n = jt / per_image, r = jt % per_image, ob = r / cv->ntile, t = r % cv->ntile;
         const float *xq = (d->inplace ? d->x : d->xp) + n * d->Ci * d->cs;
@@ -858,7 +633,8 @@ static bool cvconv_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const 
     dconv *d = &cv.d;
     d->N = g->N, d->Ci = g->C, d->Co = g->O;
     /* cvconv_ok checked that the output size is the one this grid gives */
-    dconv_grid(d, g->in[1], g->in[2], g->pad[1], g->pad[2], g->st[2], g->k[1], g->k[2], g->dil[1], g->dil[2]);
+    kiln__cpu_conv_direct_grid(d, g->in[1], g->in[2], g->pad[1], g->pad[2], g->st[2], g->k[1], g->k[2], g->dil[1],
+                               g->dil[2]);
     d->inplace = d->nk == 1 && d->ph == 0 && d->pw == 0 && d->s == 1;
     d->x = x, d->bias = bias, d->out = out, d->ep = ep, d->k = ctx->k;
     cv.wpack = wpack;
@@ -875,7 +651,7 @@ static bool cvconv_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const 
             kiln__cpu_scratch_put(ctx, h[i]);
         return false;
     }
-    dconv_offsets(d, offs, g->k[1], g->k[2], g->dil[1], g->dil[2]);
+    kiln__cpu_conv_direct_offsets(d, offs, g->k[1], g->k[2], g->dil[1], g->dil[2]);
     /* the last tile's unused lanes repeat the last position: computed, never stored */
     for (int64_t q = 0; q < cv.ntile * CV_NP; q++) {
         int64_t qq = q < cv.osz ? q : cv.osz - 1;
@@ -884,13 +660,14 @@ static bool cvconv_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const 
     d->offs = offs;
     cv.pin = pin;
     if (!d->inplace)
-        kiln__cpu_parallel_for(ctx, d->N * d->Ci * d->Hg, dconv_pad_grain(d), dconv_pad, d);
+        kiln__cpu_parallel_for(ctx, d->N * d->Ci * d->Hg, kiln__cpu_conv_direct_pad_grain(d), kiln__cpu_conv_direct_pad,
+                               d);
     /* images outermost, then channel blocks: a job's run of tiles reuses one block's
      * weights, and the blocks of one image re-read that image's input while it is still
      * in the shared cache. Blocks outside images made a batch of 8 stream the whole
      * batch's input (12.8 MB at 512 x 28x28) from memory once per block: up to 1.65x
      * the per-image time of batch 1. */
-    dconv_job_run(ctx, cv.nob * d->N * cv.ntile, cvconv_tiles, &cv);
+    kiln__cpu_conv_direct_job_run(ctx, cv.nob * d->N * cv.ntile, cvconv_tiles, &cv);
     for (int i = 0; i < 3; i++)
         kiln__cpu_scratch_put(ctx, h[i]);
     return true;
@@ -952,12 +729,7 @@ int kiln__cpu_conv_pack(void *vctx, const kiln_tdesc *packed, const kiln_tdesc *
 }
 
 /* Contiguous f32/f64 views of the operands; outputs get scratch when they need it. */
-typedef struct opnd {
-    void *p;
-    struct kiln_buffer *h;
-} opnd;
-
-static void *out_buffer(kiln__cpu_ctx *ctx, const kiln_tdesc *d, kiln_dtype ct, opnd *o)
+void *kiln__cpu_conv_out_buffer(kiln__cpu_ctx *ctx, const kiln_tdesc *d, kiln_dtype ct, opnd *o)
 {
     o->h = NULL;
     if (d->dtype == ct && kiln__cpu_contig(d))
@@ -965,7 +737,7 @@ static void *out_buffer(kiln__cpu_ctx *ctx, const kiln_tdesc *d, kiln_dtype ct, 
     return o->p = kiln__cpu_scratch_get(ctx, (size_t)kiln__cpu_numel(d) * kiln__cpu_esize(ct), &o->h);
 }
 
-static void release(kiln__cpu_ctx *ctx, opnd *ops, int n)
+void kiln__cpu_conv_release(kiln__cpu_ctx *ctx, opnd *ops, int n)
 {
     for (int i = 0; i < n; i++)
         kiln__cpu_scratch_put(ctx, ops[i].h);
@@ -993,7 +765,7 @@ static int conv_run(kiln__cpu_ctx *ctx, const kiln_conv_params *p, const kiln_td
                     const kiln_tdesc *w, const kiln_tdesc *wpacked, const kiln_tdesc *bias, const conv_ep *ep)
 {
     geom g;
-    geom_init(&g, p, x, w, out);
+    kiln__cpu_conv_geom_init(&g, p, x, w, out);
     kiln_dtype ct = kiln__cpu_fdt(out->dtype);
     bool dbl = ct == KILN_F64;
     size_t es = kiln__cpu_esize(ct);
@@ -1002,34 +774,35 @@ static int conv_run(kiln__cpu_ctx *ctx, const kiln_conv_params *p, const kiln_td
     ops[1].p = kiln__cpu_materialize(ctx, w, ct, &ops[1].h);
     if (bias)
         ops[2].p = kiln__cpu_materialize(ctx, bias, ct, &ops[2].h);
-    out_buffer(ctx, out, ct, &ops[3]);
+    kiln__cpu_conv_out_buffer(ctx, out, ct, &ops[3]);
     int64_t rows = g.Cg * g.ksz;
     bool packed = cvconv_ok(ctx, &g, dbl, wpacked);
-    bool depthwise = !packed && dwconv_ok(ctx, &g, dbl);
-    bool tiled = !packed && !depthwise && dconv_ok(ctx, &g, dbl);
+    bool depthwise = !packed && kiln__cpu_conv_depthwise_ok(ctx, &g, dbl);
+    bool tiled = !packed && !depthwise && kiln__cpu_conv_direct_ok(ctx, &g, dbl);
     bool need_col = !g.direct && !tiled && !depthwise && !packed;
     if (need_col)
         ops[4].p = kiln__cpu_scratch_get(ctx, (size_t)(rows * g.osz) * es, &ops[4].h);
     if (!ops[0].p || !ops[1].p || (bias && !ops[2].p) || !ops[3].p || (need_col && !ops[4].p)) {
-        release(ctx, ops, 5);
+        kiln__cpu_conv_release(ctx, ops, 5);
         return kiln__cpu_enomem("conv");
     }
     char *xp = ops[0].p, *wp = ops[1].p, *op = ops[3].p, *col = ops[4].p;
     if (packed) {
         if (!cvconv_run(ctx, &g, (const float *)xp, kiln__cpu_ptr(wpacked), bias ? ops[2].p : NULL, (float *)op, ep)) {
-            release(ctx, ops, 5);
+            kiln__cpu_conv_release(ctx, ops, 5);
             return kiln__cpu_enomem("conv");
         }
     } else if (depthwise) {
-        if (!dwconv_run(ctx, &g, (const float *)xp, (const float *)wp, bias ? ops[2].p : NULL, (float *)op, ep)) {
-            release(ctx, ops, 5);
+        if (!kiln__cpu_conv_depthwise_run(ctx, &g, (const float *)xp, (const float *)wp, bias ? ops[2].p : NULL,
+                                          (float *)op, ep)) {
+            kiln__cpu_conv_release(ctx, ops, 5);
             return kiln__cpu_enomem("conv");
         }
     } else if (tiled) {
-        if (!dconv_run(ctx, g.N, g.C, g.O, g.in[1], g.in[2], g.pad[1], g.pad[2], g.k[1], g.k[2], g.dil[1],
-                       g.dil[2], g.st[2], (const float *)xp, (const float *)wp, g.C * g.ksz, g.ksz, g.k[2], 1,
-                       bias ? ops[2].p : NULL, (float *)op, ep)) {
-            release(ctx, ops, 5);
+        if (!kiln__cpu_conv_direct_run(ctx, g.N, g.C, g.O, g.in[1], g.in[2], g.pad[1], g.pad[2], g.k[1], g.k[2],
+                                       g.dil[1], g.dil[2], g.st[2], (const float *)xp, (const float *)wp, g.C * g.ksz,
+                                       g.ksz, g.k[2], 1, bias ? ops[2].p : NULL, (float *)op, ep)) {
+            kiln__cpu_conv_release(ctx, ops, 5);
             return kiln__cpu_enomem("conv");
         }
     } else if (g.osz > 0 && g.Og > 0) {
@@ -1040,7 +813,7 @@ static int conv_run(kiln__cpu_ctx *ctx, const kiln_conv_params *p, const kiln_td
                 const char *wg = wp + (gi * g.Og * rows) * (int64_t)es;
                 const void *B = img;
                 if (!g.direct) {
-                    im2col(ctx, &g, col, img, dbl);
+                    kiln__cpu_conv_im2col(ctx, &g, col, img, dbl);
                     B = col;
                 }
                 if (rows == 0)
@@ -1061,7 +834,7 @@ static int conv_run(kiln__cpu_ctx *ctx, const kiln_conv_params *p, const kiln_td
     }
     if (ops[3].h)
         kiln__cpu_writeback(ctx, out, ops[3].p, ct);
-    release(ctx, ops, 5);
+    kiln__cpu_conv_release(ctx, ops, 5);
     return 0;
 }
 
@@ -1112,186 +885,5 @@ int kiln__cpu_epilogue(void *vctx, const kiln_tdesc *out, const kiln_epilogue *e
     kiln__cpu_parallel_for(ctx, numel / n, 1 + 16384 / n, ep_rows_run, &j);
     kiln__cpu_scratch_put(ctx, h[0]);
     kiln__cpu_scratch_put(ctx, h[1]);
-    return 0;
-}
-
-int kiln__cpu_conv_backward_input(void *vctx, const kiln_conv_params *p, const kiln_tdesc *grad_x,
-                                  const kiln_tdesc *grad_out, const kiln_tdesc *w)
-{
-    kiln__cpu_ctx *ctx = vctx;
-    geom g;
-    geom_init(&g, p, grad_x, w, grad_out);
-    kiln_dtype ct = kiln__cpu_fdt(grad_x->dtype);
-    bool dbl = ct == KILN_F64;
-    size_t es = kiln__cpu_esize(ct);
-    opnd ops[4] = {{0}};
-    ops[0].p = kiln__cpu_materialize(ctx, grad_out, ct, &ops[0].h);
-    ops[1].p = kiln__cpu_materialize(ctx, w, ct, &ops[1].h);
-    out_buffer(ctx, grad_x, ct, &ops[2]);
-    int64_t rows = g.Cg * g.ksz;
-    bool tiled = dconv_ok(ctx, &g, dbl) && !g.direct && g.st[1] == 1 && g.st[2] == 1 &&
-                 g.pad[1] <= g.dil[1] * (g.k[1] - 1) &&
-                 g.pad[2] <= g.dil[2] * (g.k[2] - 1);
-    bool need_col = !g.direct && !tiled;
-    if (need_col)
-        ops[3].p = kiln__cpu_scratch_get(ctx, (size_t)(rows * g.osz) * es, &ops[3].h);
-    if (!ops[0].p || !ops[1].p || !ops[2].p || (need_col && !ops[3].p)) {
-        release(ctx, ops, 4);
-        return kiln__cpu_enomem("conv_backward_input");
-    }
-    char *gop = ops[0].p, *wp = ops[1].p, *gx = ops[2].p, *col = ops[3].p;
-    size_t gx_bytes = (size_t)(g.N * g.C * g.isz) * es;
-    if (tiled) {
-        /* stride 1: the input gradient is the output gradient padded by dil·(k-1) - pad,
-         * convolved with the kernel flipped in space and with in/out channels swapped */
-        int64_t ph = g.dil[1] * (g.k[1] - 1) - g.pad[1], pw = g.dil[2] * (g.k[2] - 1) - g.pad[2];
-        const float *wflip = (const float *)wp + (g.k[1] - 1) * g.k[2] + (g.k[2] - 1);
-        if (!dconv_run(ctx, g.N, g.O, g.C, g.out[1], g.out[2], ph, pw, g.k[1], g.k[2], g.dil[1], g.dil[2], 1,
-                       (const float *)gop, wflip, g.ksz, g.C * g.ksz, -g.k[2], -1, NULL, (float *)gx, NULL)) {
-            release(ctx, ops, 4);
-            return kiln__cpu_enomem("conv_backward_input");
-        }
-    } else if (!g.direct || g.Og == 0 || g.osz == 0)
-        memset(gx, 0, gx_bytes);
-    if (!tiled && g.Og > 0 && g.osz > 0 && rows > 0) {
-        for (int64_t n = 0; n < g.N; n++) {
-            for (int64_t gi = 0; gi < g.G; gi++) {
-                char *img = gx + ((n * g.C + gi * g.Cg) * g.isz) * (int64_t)es;
-                const char *go = gop + ((n * g.O + gi * g.Og) * g.osz) * (int64_t)es;
-                const char *wg = wp + (gi * g.Og * rows) * (int64_t)es;
-                if (g.direct) {
-                    kiln__cpu_gemm(ctx, dbl, true, false, rows, g.osz, g.Og, wg, rows, go, g.osz, 0.0, img, g.osz);
-                } else {
-                    kiln__cpu_gemm(ctx, dbl, true, false, rows, g.osz, g.Og, wg, rows, go, g.osz, 0.0, col, g.osz);
-                    col2im(ctx, &g, col, img, dbl);
-                }
-            }
-        }
-    }
-    if (ops[2].h)
-        kiln__cpu_writeback(ctx, grad_x, ops[2].p, ct);
-    release(ctx, ops, 4);
-    return 0;
-}
-
-/* The weight gradient over a range of images into one accumulator, for the
- * image-parallel path below: each job has its own columns and its own partial sum. */
-typedef struct bw_job {
-    kiln__cpu_ctx *ctx;
-    const geom *g;
-    bool dbl;
-    int64_t es, rows;
-    const char *xp, *gop;
-    char **part, **col;
-} bw_job;
-
-static void bw_images(void *argp, int job, int njobs)
-{
-    const bw_job *j = argp;
-    const geom *g = j->g;
-    int64_t es = j->es, n0 = g->N * job / njobs, n1 = g->N * (job + 1) / njobs;
-    char *acc = j->part[job];
-    memset(acc, 0, (size_t)(g->O * j->rows * es));
-    for (int64_t n = n0; n < n1; n++)
-        for (int64_t gi = 0; gi < g->G; gi++) {
-            const char *img = j->xp + ((n * g->C + gi * g->Cg) * g->isz) * es;
-            const char *go = j->gop + ((n * g->O + gi * g->Og) * g->osz) * es;
-            const void *B = img;
-            if (!g->direct) {
-                im2col(j->ctx, g, j->col[job], (void *)img, j->dbl); /* nested: runs inline */
-                B = j->col[job];
-            }
-            kiln__cpu_gemm(j->ctx, j->dbl, false, true, g->Og, j->rows, g->osz, go, g->osz, B, g->osz, 1.0,
-                           acc + (gi * g->Og * j->rows) * es, j->rows);
-        }
-}
-
-/* With at least as many images as threads, each thread takes a share of the batch (its
- * own columns, its own partial gradient; the partials are added in job order) instead
- * of every image's small GEMM being split across the pool: a first layer's per-image
- * product ([32, 784] x [784, 9]) is too small to split at all and ran on one thread.
- * Returns false (nothing done) when there are too few images or no scratch. */
-static bool bw_by_images(kiln__cpu_ctx *ctx, const geom *g, bool dbl, int64_t rows, const char *xp,
-                         const char *gop, char *gw)
-{
-    int T = ctx->nthreads < 16 ? ctx->nthreads : 16;
-    if (T < 2 || g->N < T)
-        return false;
-    int64_t es = dbl ? 8 : 4;
-    struct kiln_buffer *hp[16] = {0}, *hc[16] = {0};
-    char *part[16] = {0}, *col[16] = {0};
-    bool ok = true;
-    part[0] = gw;
-    for (int t = 0; t < T && ok; t++) {
-        if (t > 0)
-            ok = (part[t] = kiln__cpu_scratch_get(ctx, (size_t)(g->O * rows * es), &hp[t])) != NULL;
-        if (ok && !g->direct)
-            ok = (col[t] = kiln__cpu_scratch_get(ctx, (size_t)(rows * g->osz * es), &hc[t])) != NULL;
-    }
-    if (ok) {
-        bw_job j = {ctx, g, dbl, es, rows, xp, gop, part, col};
-        kiln__cpu_pool_run(ctx->pool, T, bw_images, &j);
-        int64_t n = g->O * rows;
-        for (int t = 1; t < T; t++) {
-            if (dbl) {
-                double *d = (double *)gw;
-                const double *q = (const double *)part[t];
-                for (int64_t i = 0; i < n; i++)
-                    d[i] += q[i];
-            } else {
-                float *d = (float *)gw;
-                const float *q = (const float *)part[t];
-                for (int64_t i = 0; i < n; i++)
-                    d[i] += q[i];
-            }
-        }
-    }
-    for (int t = 0; t < T; t++) {
-        kiln__cpu_scratch_put(ctx, hp[t]);
-        kiln__cpu_scratch_put(ctx, hc[t]);
-    }
-    return ok;
-}
-
-int kiln__cpu_conv_backward_weight(void *vctx, const kiln_conv_params *p, const kiln_tdesc *grad_w,
-                                   const kiln_tdesc *x, const kiln_tdesc *grad_out)
-{
-    kiln__cpu_ctx *ctx = vctx;
-    geom g;
-    geom_init(&g, p, x, grad_w, grad_out);
-    kiln_dtype ct = kiln__cpu_fdt(grad_w->dtype);
-    bool dbl = ct == KILN_F64;
-    size_t es = kiln__cpu_esize(ct);
-    opnd ops[4] = {{0}};
-    ops[0].p = kiln__cpu_materialize(ctx, x, ct, &ops[0].h);
-    ops[1].p = kiln__cpu_materialize(ctx, grad_out, ct, &ops[1].h);
-    out_buffer(ctx, grad_w, ct, &ops[2]);
-    int64_t rows = g.Cg * g.ksz;
-    if (!g.direct)
-        ops[3].p = kiln__cpu_scratch_get(ctx, (size_t)(rows * g.osz) * es, &ops[3].h);
-    if (!ops[0].p || !ops[1].p || !ops[2].p || (!g.direct && !ops[3].p)) {
-        release(ctx, ops, 4);
-        return kiln__cpu_enomem("conv_backward_weight");
-    }
-    char *xp = ops[0].p, *gop = ops[1].p, *gw = ops[2].p, *col = ops[3].p;
-    memset(gw, 0, (size_t)(g.O * rows) * es);
-    if (g.osz > 0 && rows > 0 && g.Og > 0 && !bw_by_images(ctx, &g, dbl, rows, xp, gop, gw)) {
-        for (int64_t n = 0; n < g.N; n++) {
-            for (int64_t gi = 0; gi < g.G; gi++) {
-                char *img = xp + ((n * g.C + gi * g.Cg) * g.isz) * (int64_t)es;
-                const char *go = gop + ((n * g.O + gi * g.Og) * g.osz) * (int64_t)es;
-                char *wg = gw + (gi * g.Og * rows) * (int64_t)es;
-                const void *B = img;
-                if (!g.direct) {
-                    im2col(ctx, &g, col, img, dbl);
-                    B = col;
-                }
-                kiln__cpu_gemm(ctx, dbl, false, true, g.Og, rows, g.osz, go, g.osz, B, g.osz, 1.0, wg, rows);
-            }
-        }
-    }
-    if (ops[2].h)
-        kiln__cpu_writeback(ctx, grad_w, ops[2].p, ct);
-    release(ctx, ops, 4);
     return 0;
 }
