@@ -21,7 +21,7 @@ build_packages="
   libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler
 "
 test_packages="
-  libcmocka-dev python3 python3-venv curl wrk nghttp2-client nginx-light clang libclang-rt-14-dev
+  libcmocka-dev python3 python3-venv curl wrk nghttp2-client nginx-light clang clang-format libclang-rt-14-dev
   mesa-vulkan-drivers libvulkan-dev glslang-tools sqlite3 libjemalloc2 dataset-fashion-mnist tmux
   systemd util-linux
 "
