@@ -5,7 +5,8 @@
  * the result in schema_version. Every write below is one transaction: after a crash (SIGKILL
  * at any instant) the file passes integrity_check and holds every write that returned 0.
  *
- * Thread affinity: one thread uses a store at a time (the daemon's storage thread).
+ * Thread affinity: one thread uses a store at a time (kilnd's jobs service serializes its calls
+ * under one mutex, store_mu in api/jobs-impl.h).
  * Errors: functions return 0, or -1 with a message in err (KILN_JOBSTORE_NOT_FOUND where
  * said); err may be NULL when the caller does not want the text.
  *
