@@ -4,7 +4,7 @@
 #   - libkiln, kiln.pc, the headers, kilnd and kiln land under the configured prefix in folders
 #     the dynamic linker (ld.so.conf) and pkg-config (its default search path) look in, when the
 #     prefix is the default /usr/local;
-#   - the staged kilnd starts (it finds libkiln through its run path, with no LD_LIBRARY_PATH)
+#   - the staged kilnd starts with no LD_LIBRARY_PATH (it links libkiln's internals statically)
 #     and answers /v2/health/live;
 #   - the README's C example, cut out of README.md, compiles with the staged kiln.pc and headers
 #     alone and prints a softmax row that sums to 1.
@@ -54,13 +54,15 @@ if [ "$prefix" = /usr/local ]; then
     echo "ok: $libdir is searched by ld.so and $libdir/pkgconfig by pkg-config"
 fi
 
-# The staged kilnd starts on its own: no LD_LIBRARY_PATH, its run path finds the staged libkiln.
-# (ldd names the file it would load: it must be the staged one, not a system-wide copy.)
+# The staged kilnd starts on its own, with no LD_LIBRARY_PATH. It links libkiln's internals
+# statically (libkiln_internal.a: it uses more than the shared library exports), so it must not
+# load a libkiln.so at all; should it ever, ldd must name the staged one, not a system-wide copy.
 loaded=$(env -u LD_LIBRARY_PATH ldd "$stage$bindir/kilnd" | awk '$1 ~ /^libkiln\.so/ {print $3}')
 [ -n "$loaded" ] && loaded=$(realpath "$loaded")
 case "$loaded" in
+    "") echo "ok: the staged kilnd carries libkiln statically and loads no libkiln.so" ;;
     "$stage$libdir"/*) echo "ok: the staged kilnd loads $loaded" ;;
-    *) fail "the staged kilnd would load libkiln from '${loaded:-nowhere}', not from $stage$libdir" ;;
+    *) fail "the staged kilnd would load libkiln from '$loaded', not from $stage$libdir" ;;
 esac
 data="$stage/var"
 env -u LD_LIBRARY_PATH "$stage$bindir/kilnd" --port 0 --data-dir "$data" >"$stage/kilnd.log" 2>&1 &
