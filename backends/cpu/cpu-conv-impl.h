@@ -2,7 +2,7 @@
  * backends/cpu/cpu-conv-impl.h — what the convolution files share: the geometry of a call,
  * the fused epilogue as the kernels apply it, the direct path's stride-phased grid (which the
  * depthwise and packed paths reuse), and the helpers cpu-conv.c lends to
- * cpu-conv-depthwise.c and cpu-conv-backward.c.
+ * cpu-conv-packed.c, cpu-conv-depthwise.c and cpu-conv-backward.c.
  */
 #ifndef KILN_CPU_CONV_IMPL_H
 #define KILN_CPU_CONV_IMPL_H
@@ -79,6 +79,11 @@ bool kiln__cpu_conv_direct_run(kiln__cpu_ctx *ctx, int64_t N, int64_t Ci, int64_
                                const float *bias, float *out, const conv_ep *ep);
 void *kiln__cpu_conv_out_buffer(kiln__cpu_ctx *ctx, const kiln_tdesc *d, kiln_dtype ct, opnd *o);
 void kiln__cpu_conv_release(kiln__cpu_ctx *ctx, opnd *ops, int n);
+
+/* cpu-conv-packed.c */
+bool kiln__cpu_conv_packed_ok(const kiln__cpu_ctx *ctx, const geom *g, bool dbl, const kiln_tdesc *wpacked);
+bool kiln__cpu_conv_packed_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const float *wpack,
+                               const float *bias, float *out, const conv_ep *ep);
 
 /* cpu-conv-depthwise.c */
 bool kiln__cpu_conv_depthwise_ok(const kiln__cpu_ctx *ctx, const geom *g, bool dbl);
