@@ -1,6 +1,6 @@
 /*
  * api/auth.c — bearer-token checking for every endpoint that needs it (auth.h has the rules).
- * Serving, training jobs and the remote tensor endpoint each hold a struct kiln_auth made from
+ * Serving, training jobs and the remote tensor endpoint each hold a struct kd_auth made from
  * the same configured list, so a rule changed here changes for all three.
  */
 #include <arpa/inet.h>
@@ -12,37 +12,37 @@
 #include "auth.h"
 #include "responses.h"
 
-struct kiln_auth {
+struct kd_auth {
     size_t n;
     char **secret;
-    enum kiln_auth_scope *scope;
+    enum kd_auth_scope *scope;
 };
 
-struct kiln_auth *kiln_auth_new(const struct kiln_strlist *tokens, char *err, size_t errlen)
+struct kd_auth *kd_auth_new(const struct kd_strlist *tokens, char *err, size_t errlen)
 {
     size_t nt = tokens ? tokens->count : 0;
-    struct kiln_auth *a = calloc(1, sizeof *a);
+    struct kd_auth *a = calloc(1, sizeof *a);
     if (a) {
         a->secret = calloc(nt + 1, sizeof *a->secret);
         a->scope = calloc(nt + 1, sizeof *a->scope);
     }
     if (!a || !a->secret || !a->scope) {
         snprintf(err, errlen, "out of memory");
-        kiln_auth_free(a);
+        kd_auth_free(a);
         return NULL;
     }
     for (size_t i = 0; i < nt; i++) {
         const char *t = tokens->items[i];
-        enum kiln_auth_scope sc = KILN_AUTH_READ;
+        enum kd_auth_scope sc = KD_AUTH_READ;
         if (strncmp(t, "admin:", 6) == 0) {
-            sc = KILN_AUTH_ADMIN;
+            sc = KD_AUTH_ADMIN;
             t += 6;
         } else if (strncmp(t, "read:", 5) == 0) {
             t += 5;
         }
         if (!*t || !(a->secret[a->n] = strdup(t))) {
             snprintf(err, errlen, *t ? "out of memory" : "api_tokens: entry %zu has an empty token", i + 1);
-            kiln_auth_free(a);
+            kd_auth_free(a);
             return NULL;
         }
         a->scope[a->n++] = sc;
@@ -50,7 +50,7 @@ struct kiln_auth *kiln_auth_new(const struct kiln_strlist *tokens, char *err, si
     return a;
 }
 
-void kiln_auth_free(struct kiln_auth *a)
+void kd_auth_free(struct kd_auth *a)
 {
     if (!a)
         return;
@@ -61,20 +61,20 @@ void kiln_auth_free(struct kiln_auth *a)
     free(a);
 }
 
-bool kiln_auth_enabled(const struct kiln_auth *a)
+bool kd_auth_enabled(const struct kd_auth *a)
 {
     return a && a->n > 0;
 }
 
-const char *kiln_auth_admin_secret(const struct kiln_auth *a)
+const char *kd_auth_admin_secret(const struct kd_auth *a)
 {
     for (size_t i = 0; a && i < a->n; i++)
-        if (a->scope[i] == KILN_AUTH_ADMIN)
+        if (a->scope[i] == KD_AUTH_ADMIN)
             return a->secret[i];
     return NULL;
 }
 
-bool kiln_auth_same_secret(const char *a, const char *b)
+bool kd_auth_same_secret(const char *a, const char *b)
 {
     size_t na = strlen(a), nb = strlen(b);
     unsigned char diff = na != nb;
@@ -96,38 +96,38 @@ static const char *bearer_secret(const char *h)
     return h;
 }
 
-enum kiln_auth_scope kiln_auth_scope_of(const struct kiln_auth *a, const char *authorization)
+enum kd_auth_scope kd_auth_scope_of(const struct kd_auth *a, const char *authorization)
 {
     const char *tok = bearer_secret(authorization);
-    enum kiln_auth_scope have = KILN_AUTH_NONE;
+    enum kd_auth_scope have = KD_AUTH_NONE;
     if (!tok || !a)
         return have;
     for (size_t i = 0; i < a->n; i++) /* no early exit: each secret costs the same */
-        if (kiln_auth_same_secret(tok, a->secret[i]) && a->scope[i] > have)
+        if (kd_auth_same_secret(tok, a->secret[i]) && a->scope[i] > have)
             have = a->scope[i];
     return have;
 }
 
-int kiln_auth_require(const struct kiln_auth *a, const struct kiln_request *req, enum kiln_auth_scope need,
-                      const char *forbidden, struct kiln_buf *out)
+int kd_auth_require(const struct kd_auth *a, const struct kd_request *req, enum kd_auth_scope need,
+                    const char *forbidden, struct kd_buf *out)
 {
-    if (!kiln_auth_enabled(a))
+    if (!kd_auth_enabled(a))
         return 0;
     const char *h = req->headers ? req->headers->authorization : "";
     if (!bearer_secret(h))
-        return kiln_resp_error(out, 401, "a bearer token is required", req->keep_alive,
-                               "WWW-Authenticate: Bearer\r\n");
-    enum kiln_auth_scope have = kiln_auth_scope_of(a, h);
-    if (have == KILN_AUTH_NONE)
-        return kiln_resp_error(out, 401, "invalid bearer token", req->keep_alive,
-                               "WWW-Authenticate: Bearer error=\"invalid_token\"\r\n");
+        return kd_resp_error(out, 401, "a bearer token is required", req->keep_alive,
+                             "WWW-Authenticate: Bearer\r\n");
+    enum kd_auth_scope have = kd_auth_scope_of(a, h);
+    if (have == KD_AUTH_NONE)
+        return kd_resp_error(out, 401, "invalid bearer token", req->keep_alive,
+                             "WWW-Authenticate: Bearer error=\"invalid_token\"\r\n");
     if (have < need)
-        return kiln_resp_error(out, 403, forbidden ? forbidden : "this token lacks the scope this needs",
-                               req->keep_alive, "WWW-Authenticate: Bearer error=\"insufficient_scope\"\r\n");
+        return kd_resp_error(out, 403, forbidden ? forbidden : "this token lacks the scope this needs",
+                             req->keep_alive, "WWW-Authenticate: Bearer error=\"insufficient_scope\"\r\n");
     return 0;
 }
 
-bool kiln_auth_host_is_loopback(const char *host)
+bool kd_auth_host_is_loopback(const char *host)
 {
     if (strcmp(host, "localhost") == 0)
         return true;
@@ -141,7 +141,7 @@ bool kiln_auth_host_is_loopback(const char *host)
     return memcmp(addr, loop6, 16) == 0 || (memcmp(addr, mapped, 12) == 0 && addr[12] == 127);
 }
 
-bool kiln_auth_listen_allowed(const char *host, size_t ntokens)
+bool kd_auth_listen_allowed(const char *host, size_t ntokens)
 {
-    return ntokens > 0 || kiln_auth_host_is_loopback(host);
+    return ntokens > 0 || kd_auth_host_is_loopback(host);
 }

@@ -4,21 +4,21 @@
  * Tokens come from the configuration (api_tokens) as "admin:SECRET", "read:SECRET" or a bare
  * "SECRET" (read). The admin scope includes read. Rules:
  *   - no tokens configured: every request is allowed (kilnd then refuses to listen beyond
- *     loopback, see kiln_auth_listen_allowed);
+ *     loopback, see kd_auth_listen_allowed);
  *   - otherwise the request needs "Authorization: Bearer SECRET" (the scheme name in any case):
  *     none, or another scheme, is 401 with WWW-Authenticate: Bearer; an unknown secret is 401
  *     with error="invalid_token"; a known secret without the scope asked for is 403.
  * Secrets are compared in time that does not depend on where they differ, and every configured
  * token is compared on every request.
  *
- *     struct kiln_auth *a = kiln_auth_new(&cfg.api_tokens, err, sizeof err);
- *     int st = kiln_auth_require(a, req, KILN_AUTH_ADMIN, "loading needs the admin scope", out);
+ *     struct kd_auth *a = kd_auth_new(&cfg.api_tokens, err, sizeof err);
+ *     int st = kd_auth_require(a, req, KD_AUTH_ADMIN, "loading needs the admin scope", out);
  *     if (st != 0) return st;     // the 401/403 is in out
  *
  * Thread affinity: read-only once made; any thread.
  */
-#ifndef KILN_API_AUTH_H
-#define KILN_API_AUTH_H
+#ifndef KD_API_AUTH_H
+#define KD_API_AUTH_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -27,41 +27,41 @@
 #include "config.h"
 #include "router.h"
 
-enum kiln_auth_scope {
-    KILN_AUTH_NONE = 0,     /* no token, or an unknown one */
-    KILN_AUTH_READ = 1,     /* metadata, inference, statistics, remote tensor sessions */
-    KILN_AUTH_ADMIN = 2,    /* also model load and unload, training jobs */
+enum kd_auth_scope {
+    KD_AUTH_NONE = 0,     /* no token, or an unknown one */
+    KD_AUTH_READ = 1,     /* metadata, inference, statistics, remote tensor sessions */
+    KD_AUTH_ADMIN = 2,    /* also model load and unload, training jobs */
 };
 
-struct kiln_auth;
+struct kd_auth;
 
 /* Parses the configured tokens (tokens may be NULL: none). NULL with err filled for an empty secret or no memory. */
-struct kiln_auth *kiln_auth_new(const struct kiln_strlist *tokens, char *err, size_t errlen);
-void kiln_auth_free(struct kiln_auth *a);
+struct kd_auth *kd_auth_new(const struct kd_strlist *tokens, char *err, size_t errlen);
+void kd_auth_free(struct kd_auth *a);
 
 /* Whether any token is configured (then every request must carry one). */
-bool kiln_auth_enabled(const struct kiln_auth *a);
+bool kd_auth_enabled(const struct kd_auth *a);
 
 /* The first admin token's secret (for requests kilnd makes to itself), or NULL. */
-const char *kiln_auth_admin_secret(const struct kiln_auth *a);
+const char *kd_auth_admin_secret(const struct kd_auth *a);
 
-/* The scope an Authorization header value grants (KILN_AUTH_NONE for a missing, malformed or unknown one). */
-enum kiln_auth_scope kiln_auth_scope_of(const struct kiln_auth *a, const char *authorization);
+/* The scope an Authorization header value grants (KD_AUTH_NONE for a missing, malformed or unknown one). */
+enum kd_auth_scope kd_auth_scope_of(const struct kd_auth *a, const char *authorization);
 
 /*
  * 0 when req may go on with scope need; otherwise the 401 or 403 JSON error is appended to out
  * (forbidden is the 403's message) and its status returned, or -1 when out of memory.
  */
-int kiln_auth_require(const struct kiln_auth *a, const struct kiln_request *req, enum kiln_auth_scope need,
-                      const char *forbidden, struct kiln_buf *out);
+int kd_auth_require(const struct kd_auth *a, const struct kd_request *req, enum kd_auth_scope need,
+                    const char *forbidden, struct kd_buf *out);
 
 /* a == b, in time that depends on the length of a only. */
-bool kiln_auth_same_secret(const char *a, const char *b);
+bool kd_auth_same_secret(const char *a, const char *b);
 
 /* True for loopback listen addresses: "localhost", 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104. */
-bool kiln_auth_host_is_loopback(const char *host);
+bool kd_auth_host_is_loopback(const char *host);
 
 /* Whether kilnd may listen on host with ntokens tokens: beyond loopback only with tokens. */
-bool kiln_auth_listen_allowed(const char *host, size_t ntokens);
+bool kd_auth_listen_allowed(const char *host, size_t ntokens);
 
-#endif /* KILN_API_AUTH_H */
+#endif /* KD_API_AUTH_H */

@@ -10,7 +10,7 @@
 
 #include "buf.h"
 
-int kiln_buf_reserve(struct kiln_buf *b, size_t extra)
+int kd_buf_reserve(struct kd_buf *b, size_t extra)
 {
     if (b->cap - b->len >= extra)
         return 0;
@@ -27,9 +27,9 @@ int kiln_buf_reserve(struct kiln_buf *b, size_t extra)
     return 0;
 }
 
-int kiln_buf_append(struct kiln_buf *b, const void *p, size_t n)
+int kd_buf_append(struct kd_buf *b, const void *p, size_t n)
 {
-    if (kiln_buf_reserve(b, n) != 0)
+    if (kd_buf_reserve(b, n) != 0)
         return -1;
     if (n)
         memcpy(b->data + b->len, p, n);
@@ -37,12 +37,12 @@ int kiln_buf_append(struct kiln_buf *b, const void *p, size_t n)
     return 0;
 }
 
-int kiln_buf_puts(struct kiln_buf *b, const char *s)
+int kd_buf_puts(struct kd_buf *b, const char *s)
 {
-    return kiln_buf_append(b, s, strlen(s));
+    return kd_buf_append(b, s, strlen(s));
 }
 
-int kiln_buf_printf(struct kiln_buf *b, const char *fmt, ...)
+int kd_buf_printf(struct kd_buf *b, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -52,7 +52,7 @@ int kiln_buf_printf(struct kiln_buf *b, const char *fmt, ...)
     if (n < 0)
         return -1;
     if ((size_t)n >= room) {
-        if (kiln_buf_reserve(b, (size_t)n + 1) != 0)
+        if (kd_buf_reserve(b, (size_t)n + 1) != 0)
             return -1;
         va_start(ap, fmt);
         vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
@@ -62,10 +62,10 @@ int kiln_buf_printf(struct kiln_buf *b, const char *fmt, ...)
     return 0;
 }
 
-int kiln_buf_json_escape(struct kiln_buf *b, const char *s, size_t n)
+int kd_buf_json_escape(struct kd_buf *b, const char *s, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
-    if (kiln_buf_reserve(b, n) != 0)
+    if (kd_buf_reserve(b, n) != 0)
         return -1;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -82,13 +82,13 @@ int kiln_buf_json_escape(struct kiln_buf *b, const char *s, size_t n)
             len = 6;
         }
         /* Bytes >= 0x80 pass through: callers only hand in text they produced or validated. */
-        if (len ? kiln_buf_append(b, esc, len) : kiln_buf_append(b, &s[i], 1))
+        if (len ? kd_buf_append(b, esc, len) : kd_buf_append(b, &s[i], 1))
             return -1;
     }
     return 0;
 }
 
-void kiln_buf_free(struct kiln_buf *b)
+void kd_buf_free(struct kd_buf *b)
 {
     free(b->data);
     b->data = NULL;

@@ -14,70 +14,70 @@
 #include "serving.h"
 #include "tensor.h"
 
-static int copy_static(const struct kiln_buf pair[2], const struct kiln_request *req, struct kiln_buf *out)
+static int copy_static(const struct kd_buf pair[2], const struct kd_request *req, struct kd_buf *out)
 {
-    const struct kiln_buf *b = &pair[req->keep_alive ? 1 : 0];
-    if (kiln_buf_append(out, b->data, b->len) != 0)
+    const struct kd_buf *b = &pair[req->keep_alive ? 1 : 0];
+    if (kd_buf_append(out, b->data, b->len) != 0)
         return -1;
     /* The status code sits at a fixed offset: "HTTP/1.1 NNN". */
     return (b->data[9] - '0') * 100 + (b->data[10] - '0') * 10 + (b->data[11] - '0');
 }
 
-static int handle_live(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+static int handle_live(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
-    return copy_static(((struct kiln_api *)ctx)->live, req, out);
+    return copy_static(((struct kd_api *)ctx)->live, req, out);
 }
 
-static int handle_ready(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+static int handle_ready(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
-    return copy_static(((struct kiln_api *)ctx)->ready, req, out);
+    return copy_static(((struct kd_api *)ctx)->ready, req, out);
 }
 
-static int handle_meta(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+static int handle_meta(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
-    return copy_static(((struct kiln_api *)ctx)->meta, req, out);
+    return copy_static(((struct kd_api *)ctx)->meta, req, out);
 }
 
-static int handle_metrics(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+static int handle_metrics(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
-    struct kiln_api *api = ctx;
+    struct kd_api *api = ctx;
     api->scratch.len = 0;
-    if (kiln_metrics_render(api->metrics, &api->scratch) != 0)
-        return kiln_resp_error(out, 500, "out of memory rendering metrics", req->keep_alive, NULL);
-    return kiln_resp_append(out, 200, "text/plain; version=0.0.4; charset=utf-8", api->scratch.data,
-                            api->scratch.len, req->keep_alive, NULL);
+    if (kd_metrics_render(api->metrics, &api->scratch) != 0)
+        return kd_resp_error(out, 500, "out of memory rendering metrics", req->keep_alive, NULL);
+    return kd_resp_append(out, 200, "text/plain; version=0.0.4; charset=utf-8", api->scratch.data,
+                          api->scratch.len, req->keep_alive, NULL);
 }
 
-static int handle_models(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+static int handle_models(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
-    struct kiln_api *api = ctx;
+    struct kd_api *api = ctx;
     if (!api->serving)
-        return kiln_resp_error(out, 503, "model serving is not available", req->keep_alive, NULL);
-    return kiln_serving_handle_models(api->serving, req, out);
+        return kd_resp_error(out, 503, "model serving is not available", req->keep_alive, NULL);
+    return kd_serving_handle_models(api->serving, req, out);
 }
 
-static int handle_repository(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+static int handle_repository(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
-    struct kiln_api *api = ctx;
+    struct kd_api *api = ctx;
     if (!api->serving)
-        return kiln_resp_error(out, 503, "model serving is not available", req->keep_alive, NULL);
-    return kiln_serving_handle_repository(api->serving, req, out);
+        return kd_resp_error(out, 503, "model serving is not available", req->keep_alive, NULL);
+    return kd_serving_handle_repository(api->serving, req, out);
 }
 
-static int handle_jobs(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+static int handle_jobs(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
-    struct kiln_api *api = ctx;
+    struct kd_api *api = ctx;
     if (!api->jobs)
-        return kiln_resp_error(out, 503, "training jobs are not available", req->keep_alive, NULL);
-    return kiln_jobs_handle(api->jobs, req, out);
+        return kd_resp_error(out, 503, "training jobs are not available", req->keep_alive, NULL);
+    return kd_jobs_handle(api->jobs, req, out);
 }
 
-static int handle_tensor(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+static int handle_tensor(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
-    struct kiln_api *api = ctx;
+    struct kd_api *api = ctx;
     if (!api->tensor)
-        return kiln_resp_error(out, 503, "remote tensor sessions are not available", req->keep_alive, NULL);
-    return kiln_tensor_handle(api->tensor, req, out);
+        return kd_resp_error(out, 503, "remote tensor sessions are not available", req->keep_alive, NULL);
+    return kd_tensor_service_handle(api->tensor, req, out);
 }
 
 /* ---- the methods each path under a prefix route takes (router.h: methods_at) ---- */
@@ -119,13 +119,13 @@ static unsigned models_methods(const char *rest, size_t len)
     if (n >= 3 && seg_is(seg[1], sl[1], "versions"))
         k = 3;
     if (n == k)
-        return KILN_HTTP_GET;
+        return KD_HTTP_GET;
     if (n != k + 1)
         return 0;
     if (seg_is(seg[k], sl[k], "infer"))
-        return KILN_HTTP_POST;
+        return KD_HTTP_POST;
     if (seg_is(seg[k], sl[k], "ready") || seg_is(seg[k], sl[k], "stats") || seg_is(seg[k], sl[k], "config"))
-        return KILN_HTTP_GET;
+        return KD_HTTP_GET;
     return 0;
 }
 
@@ -136,13 +136,13 @@ static unsigned jobs_methods(const char *rest, size_t len)
     size_t sl[2];
     int n = split_path(rest, len, seg, sl, 2);
     if (n == 1)
-        return KILN_HTTP_GET | KILN_HTTP_DELETE;
+        return KD_HTTP_GET | KD_HTTP_DELETE;
     if (n != 2)
         return 0;
     if (seg_is(seg[1], sl[1], "resume"))
-        return KILN_HTTP_POST;
+        return KD_HTTP_POST;
     if (seg_is(seg[1], sl[1], "events") || seg_is(seg[1], sl[1], "metrics") || seg_is(seg[1], sl[1], "logs"))
-        return KILN_HTTP_GET;
+        return KD_HTTP_GET;
     return 0;
 }
 
@@ -150,7 +150,7 @@ static unsigned jobs_methods(const char *rest, size_t len)
  * Triton extensions tritonclient can call that kilnd does not implement: a 501 that says so and
  * what to do instead, rather than a bare 404 a client could take for a wrong URL.
  */
-static int handle_not_implemented(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+static int handle_not_implemented(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
     (void)ctx;
     static const struct {
@@ -167,78 +167,78 @@ static int handle_not_implemented(void *ctx, const struct kiln_request *req, str
     };
     for (size_t i = 0; i < sizeof what / sizeof what[0]; i++)
         if (req->path_len >= strlen(what[i].prefix) && memcmp(req->path, what[i].prefix, strlen(what[i].prefix)) == 0)
-            return kiln_resp_error(out, 501, what[i].msg, req->keep_alive, NULL);
-    return kiln_resp_error(out, 501, "not implemented", req->keep_alive, NULL);
+            return kd_resp_error(out, 501, what[i].msg, req->keep_alive, NULL);
+    return kd_resp_error(out, 501, "not implemented", req->keep_alive, NULL);
 }
 
-static const struct kiln_route routes[] = {
-    {"/v2/health/live", KILN_HTTP_GET, handle_live, NULL},
-    {"/v2/health/ready", KILN_HTTP_GET, handle_ready, NULL},
-    {"/v2", KILN_HTTP_GET, handle_meta, NULL},
-    {"/metrics", KILN_HTTP_GET, handle_metrics, NULL},
-    {"/v2/models/*", KILN_HTTP_GET | KILN_HTTP_POST, handle_models, models_methods},
-    {"/v2/repository/*", KILN_HTTP_POST, handle_repository, NULL},
-    {"/v1/jobs", KILN_HTTP_GET | KILN_HTTP_POST, handle_jobs, NULL},
-    {"/v1/jobs/*", KILN_HTTP_GET | KILN_HTTP_POST | KILN_HTTP_DELETE, handle_jobs, jobs_methods},
-    {"/v1/tensor", KILN_HTTP_GET, handle_tensor, NULL},
-    {"/v2/logging", KILN_HTTP_GET | KILN_HTTP_POST, handle_not_implemented, NULL},
-    {"/v2/trace/setting", KILN_HTTP_GET | KILN_HTTP_POST, handle_not_implemented, NULL},
-    {"/v2/systemsharedmemory/*", KILN_HTTP_GET | KILN_HTTP_POST, handle_not_implemented, NULL},
-    {"/v2/cudasharedmemory/*", KILN_HTTP_GET | KILN_HTTP_POST, handle_not_implemented, NULL},
+static const struct kd_route routes[] = {
+    {"/v2/health/live", KD_HTTP_GET, handle_live, NULL},
+    {"/v2/health/ready", KD_HTTP_GET, handle_ready, NULL},
+    {"/v2", KD_HTTP_GET, handle_meta, NULL},
+    {"/metrics", KD_HTTP_GET, handle_metrics, NULL},
+    {"/v2/models/*", KD_HTTP_GET | KD_HTTP_POST, handle_models, models_methods},
+    {"/v2/repository/*", KD_HTTP_POST, handle_repository, NULL},
+    {"/v1/jobs", KD_HTTP_GET | KD_HTTP_POST, handle_jobs, NULL},
+    {"/v1/jobs/*", KD_HTTP_GET | KD_HTTP_POST | KD_HTTP_DELETE, handle_jobs, jobs_methods},
+    {"/v1/tensor", KD_HTTP_GET, handle_tensor, NULL},
+    {"/v2/logging", KD_HTTP_GET | KD_HTTP_POST, handle_not_implemented, NULL},
+    {"/v2/trace/setting", KD_HTTP_GET | KD_HTTP_POST, handle_not_implemented, NULL},
+    {"/v2/systemsharedmemory/*", KD_HTTP_GET | KD_HTTP_POST, handle_not_implemented, NULL},
+    {"/v2/cudasharedmemory/*", KD_HTTP_GET | KD_HTTP_POST, handle_not_implemented, NULL},
 };
 
-static int render_pair(struct kiln_buf pair[2], int status, const char *ctype, const char *body)
+static int render_pair(struct kd_buf pair[2], int status, const char *ctype, const char *body)
 {
     for (int ka = 0; ka < 2; ka++) {
         pair[ka].len = 0;
-        int rc = status >= 400 ? kiln_resp_error(&pair[ka], status, body, ka, NULL)
-                               : kiln_resp_append(&pair[ka], status, ctype, body, strlen(body), ka, NULL);
+        int rc = status >= 400 ? kd_resp_error(&pair[ka], status, body, ka, NULL)
+                               : kd_resp_append(&pair[ka], status, ctype, body, strlen(body), ka, NULL);
         if (rc < 0)
             return -1;
     }
     return 0;
 }
 
-int kiln_api_set_ready(struct kiln_api *api, bool ready, const char *state)
+int kd_api_set_ready(struct kd_api *api, bool ready, const char *state)
 {
     char msg[96];
     snprintf(msg, sizeof msg, "not ready: %s", state);
     return ready ? render_pair(api->ready, 200, NULL, "") : render_pair(api->ready, 503, NULL, msg);
 }
 
-int kiln_api_init(struct kiln_api *api, struct kiln_metrics *metrics, const char *const *extensions)
+int kd_api_init(struct kd_api *api, struct kd_metrics *metrics, const char *const *extensions)
 {
     memset(api, 0, sizeof *api);
     api->metrics = metrics;
     api->router.routes = routes;
     api->router.count = sizeof routes / sizeof routes[0];
 
-    struct kiln_buf meta = {0};
-    int rc = kiln_buf_printf(&meta, "{\"name\":\"kiln\",\"version\":\"%s\",\"extensions\":[", KILN_VERSION);
+    struct kd_buf meta = {0};
+    int rc = kd_buf_printf(&meta, "{\"name\":\"kiln\",\"version\":\"%s\",\"extensions\":[", KILN_VERSION);
     for (size_t i = 0; extensions && extensions[i] && rc == 0; i++) {
-        rc |= kiln_buf_puts(&meta, i ? ",\"" : "\"");
-        rc |= kiln_buf_json_escape(&meta, extensions[i], strlen(extensions[i]));
-        rc |= kiln_buf_puts(&meta, "\"");
+        rc |= kd_buf_puts(&meta, i ? ",\"" : "\"");
+        rc |= kd_buf_json_escape(&meta, extensions[i], strlen(extensions[i]));
+        rc |= kd_buf_puts(&meta, "\"");
     }
-    rc |= kiln_buf_append(&meta, "]}", 3); /* with the NUL, so render_pair can strlen it */
+    rc |= kd_buf_append(&meta, "]}", 3); /* with the NUL, so render_pair can strlen it */
     if (rc == 0)
         rc = render_pair(api->meta, 200, "application/json", meta.data);
-    kiln_buf_free(&meta);
+    kd_buf_free(&meta);
     if (rc == 0)
         rc = render_pair(api->live, 200, NULL, "");
     if (rc == 0)
-        rc = kiln_api_set_ready(api, false, "starting");
+        rc = kd_api_set_ready(api, false, "starting");
     if (rc != 0)
-        kiln_api_free(api);
+        kd_api_free(api);
     return rc;
 }
 
-void kiln_api_free(struct kiln_api *api)
+void kd_api_free(struct kd_api *api)
 {
     for (int i = 0; i < 2; i++) {
-        kiln_buf_free(&api->live[i]);
-        kiln_buf_free(&api->ready[i]);
-        kiln_buf_free(&api->meta[i]);
+        kd_buf_free(&api->live[i]);
+        kd_buf_free(&api->ready[i]);
+        kd_buf_free(&api->meta[i]);
     }
-    kiln_buf_free(&api->scratch);
+    kd_buf_free(&api->scratch);
 }

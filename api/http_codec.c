@@ -16,9 +16,9 @@
 #include "http_codec.h"
 
 /* windowBits for zlib: 15 is the zlib format (HTTP "deflate"), +16 the gzip format. */
-static int window_bits(enum kiln_http_coding c)
+static int window_bits(enum kd_http_coding c)
 {
-    return c == KILN_CODING_GZIP ? 15 + 16 : 15;
+    return c == KD_CODING_GZIP ? 15 + 16 : 15;
 }
 
 /* Whether [p, p+n) is token, case-insensitively. */
@@ -27,7 +27,7 @@ static bool token_is(const char *p, size_t n, const char *token)
     return n == strlen(token) && strncasecmp(p, token, n) == 0;
 }
 
-enum kiln_http_coding kiln_http_coding_of(const char *v)
+enum kd_http_coding kd_http_coding_of(const char *v)
 {
     while (*v == ' ' || *v == '\t')
         v++;
@@ -35,12 +35,12 @@ enum kiln_http_coding kiln_http_coding_of(const char *v)
     while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
         n--;
     if (n == 0 || token_is(v, n, "identity"))
-        return KILN_CODING_IDENTITY;
+        return KD_CODING_IDENTITY;
     if (token_is(v, n, "gzip") || token_is(v, n, "x-gzip"))
-        return KILN_CODING_GZIP;
+        return KD_CODING_GZIP;
     if (token_is(v, n, "deflate"))
-        return KILN_CODING_DEFLATE;
-    return KILN_CODING_UNKNOWN; /* another coding, or several stacked ("gzip, gzip") */
+        return KD_CODING_DEFLATE;
+    return KD_CODING_UNKNOWN; /* another coding, or several stacked ("gzip, gzip") */
 }
 
 /* The q value of one Accept-Encoding element's parameters ("q=0.5"); 1 when absent, -1 when malformed. */
@@ -63,7 +63,7 @@ static double q_value(const char *p, const char *end)
     return 1;
 }
 
-enum kiln_http_coding kiln_http_coding_accepted(const char *v)
+enum kd_http_coding kd_http_coding_accepted(const char *v)
 {
     double q_gzip = -1, q_deflate = -1, q_any = -1;
     for (const char *p = v; *p;) {
@@ -90,17 +90,17 @@ enum kiln_http_coding kiln_http_coding_accepted(const char *v)
     if (q_deflate < 0)
         q_deflate = q_any;
     if (q_gzip > 0 && q_gzip >= q_deflate)
-        return KILN_CODING_GZIP;
-    return q_deflate > 0 ? KILN_CODING_DEFLATE : KILN_CODING_IDENTITY;
+        return KD_CODING_GZIP;
+    return q_deflate > 0 ? KD_CODING_DEFLATE : KD_CODING_IDENTITY;
 }
 
-const char *kiln_http_coding_name(enum kiln_http_coding c)
+const char *kd_http_coding_name(enum kd_http_coding c)
 {
-    return c == KILN_CODING_GZIP ? "gzip" : c == KILN_CODING_DEFLATE ? "deflate" : "identity";
+    return c == KD_CODING_GZIP ? "gzip" : c == KD_CODING_DEFLATE ? "deflate" : "identity";
 }
 
-int kiln_http_inflate(enum kiln_http_coding c, const char *in, size_t n, uint64_t max, struct kiln_buf *out,
-                      const char **why)
+int kd_http_inflate(enum kd_http_coding c, const char *in, size_t n, uint64_t max, struct kd_buf *out,
+                    const char **why)
 {
     out->len = 0;
     z_stream z;
@@ -192,9 +192,9 @@ static const char *header_value(const char *h, const char *end, const char *name
     return NULL;
 }
 
-int kiln_http_compress_response(struct kiln_buf *out, size_t start, enum kiln_http_coding c)
+int kd_http_compress_response(struct kd_buf *out, size_t start, enum kd_http_coding c)
 {
-    if ((c != KILN_CODING_GZIP && c != KILN_CODING_DEFLATE) || out->len <= start)
+    if ((c != KD_CODING_GZIP && c != KD_CODING_DEFLATE) || out->len <= start)
         return 0;
     const char *r = out->data + start, *end = out->data + out->len;
     if (end - r < 12 || memcmp(r, "HTTP/1.1 2", 10) != 0)
@@ -221,9 +221,9 @@ int kiln_http_compress_response(struct kiln_buf *out, size_t start, enum kiln_ht
     memset(&z, 0, sizeof z);
     if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, window_bits(c), 8, Z_DEFAULT_STRATEGY) != Z_OK)
         return -1;
-    struct kiln_buf packed = {0};
+    struct kd_buf packed = {0};
     uLong bound = deflateBound(&z, (uLong)body_len);
-    if (kiln_buf_reserve(&packed, (size_t)bound) != 0) {
+    if (kd_buf_reserve(&packed, (size_t)bound) != 0) {
         deflateEnd(&z);
         return -1;
     }
@@ -235,26 +235,26 @@ int kiln_http_compress_response(struct kiln_buf *out, size_t start, enum kiln_ht
     packed.len = (size_t)z.total_out;
     deflateEnd(&z);
     if (zr != Z_STREAM_END) {
-        kiln_buf_free(&packed);
+        kd_buf_free(&packed);
         return -1;
     }
 
     /* The new response: the headers up to Content-Length's value, the new length, the rest of the
      * headers, the coding headers, the blank line and the compressed body. */
-    struct kiln_buf nr = {0};
+    struct kd_buf nr = {0};
     size_t head_to_cl = (size_t)(cl - r);
     const char *after_cl = cl + cl_len;
-    int rc = kiln_buf_append(&nr, r, head_to_cl);
-    rc |= kiln_buf_printf(&nr, "%zu", packed.len);
-    rc |= kiln_buf_append(&nr, after_cl, (size_t)(hend - after_cl));
-    rc |= kiln_buf_printf(&nr, "Content-Encoding: %s\r\nVary: Accept-Encoding\r\n\r\n", kiln_http_coding_name(c));
-    rc |= kiln_buf_append(&nr, packed.data, packed.len);
-    kiln_buf_free(&packed);
+    int rc = kd_buf_append(&nr, r, head_to_cl);
+    rc |= kd_buf_printf(&nr, "%zu", packed.len);
+    rc |= kd_buf_append(&nr, after_cl, (size_t)(hend - after_cl));
+    rc |= kd_buf_printf(&nr, "Content-Encoding: %s\r\nVary: Accept-Encoding\r\n\r\n", kd_http_coding_name(c));
+    rc |= kd_buf_append(&nr, packed.data, packed.len);
+    kd_buf_free(&packed);
     /* Room first, so that a failure leaves the original response whole. */
-    if (rc == 0 && (rc = kiln_buf_reserve(out, nr.len)) == 0) {
+    if (rc == 0 && (rc = kd_buf_reserve(out, nr.len)) == 0) {
         memcpy(out->data + start, nr.data, nr.len);
         out->len = start + nr.len;
     }
-    kiln_buf_free(&nr);
+    kd_buf_free(&nr);
     return rc == 0 ? 0 : -1;
 }

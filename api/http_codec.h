@@ -5,32 +5,32 @@
  *
  * Thread affinity: none; every call works on the buffers it is given.
  */
-#ifndef KILN_API_HTTP_CODEC_H
-#define KILN_API_HTTP_CODEC_H
+#ifndef KD_API_HTTP_CODEC_H
+#define KD_API_HTTP_CODEC_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "buf.h"
 
-enum kiln_http_coding {
-    KILN_CODING_IDENTITY = 0,
-    KILN_CODING_GZIP,
-    KILN_CODING_DEFLATE,
-    KILN_CODING_UNKNOWN,    /* a Content-Encoding kilnd cannot decode: 415 */
+enum kd_http_coding {
+    KD_CODING_IDENTITY = 0,
+    KD_CODING_GZIP,
+    KD_CODING_DEFLATE,
+    KD_CODING_UNKNOWN,    /* a Content-Encoding kilnd cannot decode: 415 */
 };
 
 /* The coding a Content-Encoding value names ("" and "identity" are identity). */
-enum kiln_http_coding kiln_http_coding_of(const char *content_encoding);
+enum kd_http_coding kd_http_coding_of(const char *content_encoding);
 
 /*
  * The coding to answer with for an Accept-Encoding value: gzip or deflate when acceptable (q > 0,
  * explicitly or through "*"), gzip preferred at equal q; identity otherwise.
  */
-enum kiln_http_coding kiln_http_coding_accepted(const char *accept_encoding);
+enum kd_http_coding kd_http_coding_accepted(const char *accept_encoding);
 
 /* "gzip", "deflate" or "identity". */
-const char *kiln_http_coding_name(enum kiln_http_coding c);
+const char *kd_http_coding_name(enum kd_http_coding c);
 
 /*
  * Inflates in (coded with c) into out, which is emptied first. Refuses, with why filled, as soon
@@ -38,8 +38,8 @@ const char *kiln_http_coding_name(enum kiln_http_coding c);
  * stream that is corrupt, truncated or followed by other bytes (400). 0, 400, 413, or -1 when out
  * of memory.
  */
-int kiln_http_inflate(enum kiln_http_coding c, const char *in, size_t n, uint64_t max, struct kiln_buf *out,
-                      const char **why);
+int kd_http_inflate(enum kd_http_coding c, const char *in, size_t n, uint64_t max, struct kd_buf *out,
+                    const char **why);
 
 /*
  * Compresses, with c, the body of the one whole response at out->data + start (as responses.c
@@ -48,6 +48,6 @@ int kiln_http_inflate(enum kiln_http_coding c, const char *in, size_t n, uint64_
  * readable by any client), has an empty body, no Content-Length, or a Content-Encoding already.
  * 0, or -1 when out of memory (the response is then unchanged).
  */
-int kiln_http_compress_response(struct kiln_buf *out, size_t start, enum kiln_http_coding c);
+int kd_http_compress_response(struct kd_buf *out, size_t start, enum kd_http_coding c);
 
-#endif /* KILN_API_HTTP_CODEC_H */
+#endif /* KD_API_HTTP_CODEC_H */

@@ -10,7 +10,7 @@
  *
  * Content codings (http_codec.c) sit at the two ends: a gzip or deflate body is inflated, within
  * the body limit, before its handler runs, and a response is compressed after its handler (or,
- * for a deferred one, kiln_http_pending_finish) wrote it, when the request's Accept-Encoding asks.
+ * for a deferred one, kd_http_pending_finish) wrote it, when the request's Accept-Encoding asks.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -36,19 +36,19 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static struct kiln_http_conn *conn_of(llhttp_t *p)
+static struct kd_http_conn *conn_of(llhttp_t *p)
 {
     return p->data;
 }
 
-static int reject(struct kiln_http_conn *c, int status, const char *msg)
+static int reject(struct kd_http_conn *c, int status, const char *msg)
 {
     c->reject_status = status;
     c->reject_msg = msg;
     return -1;
 }
 
-static int count_header_bytes(struct kiln_http_conn *c, size_t n)
+static int count_header_bytes(struct kd_http_conn *c, size_t n)
 {
     c->header_bytes += n;
     if (c->header_bytes > c->svc->max_header_bytes)
@@ -58,7 +58,7 @@ static int count_header_bytes(struct kiln_http_conn *c, size_t n)
 
 static int on_message_begin(llhttp_t *p)
 {
-    struct kiln_http_conn *c = conn_of(p);
+    struct kd_http_conn *c = conn_of(p);
     c->in_message = true;
     c->started_ns = now_ns();
     c->header_bytes = 0;
@@ -68,17 +68,17 @@ static int on_message_begin(llhttp_t *p)
     c->header_name.len = 0;
     c->header_in_value = false;
     if (c->body.cap > BODY_KEEP_CAP)
-        kiln_buf_free(&c->body);
+        kd_buf_free(&c->body);
     c->body.len = 0;
     return 0;
 }
 
 static int on_url(llhttp_t *p, const char *at, size_t n)
 {
-    struct kiln_http_conn *c = conn_of(p);
+    struct kd_http_conn *c = conn_of(p);
     if (count_header_bytes(c, n) != 0)
         return -1;
-    if (kiln_buf_append(&c->url, at, n) != 0) {
+    if (kd_buf_append(&c->url, at, n) != 0) {
         c->failed = true;
         return -1;
     }
@@ -90,23 +90,23 @@ static const struct {
     const char *name;
     size_t offset, size;
 } kept_headers[] = {
-    {"authorization", offsetof(struct kiln_http_headers, authorization), KILN_HTTP_AUTH_MAX},
-    {"content-type", offsetof(struct kiln_http_headers, content_type), KILN_HTTP_SHORT_HEADER_MAX},
-    {"x-request-id", offsetof(struct kiln_http_headers, request_id), KILN_HTTP_SHORT_HEADER_MAX},
-    {"inference-header-content-length", offsetof(struct kiln_http_headers, inference_header_length), 32},
-    {"last-event-id", offsetof(struct kiln_http_headers, last_event_id), 32},
-    {"content-encoding", offsetof(struct kiln_http_headers, content_encoding), 32},
-    {"accept-encoding", offsetof(struct kiln_http_headers, accept_encoding), 256},
-    {"upgrade", offsetof(struct kiln_http_headers, upgrade), 32},
-    {"connection", offsetof(struct kiln_http_headers, connection), KILN_HTTP_SHORT_HEADER_MAX},
-    {"sec-websocket-key", offsetof(struct kiln_http_headers, ws_key), 64},
-    {"sec-websocket-version", offsetof(struct kiln_http_headers, ws_version), 16},
+    {"authorization", offsetof(struct kd_http_headers, authorization), KD_HTTP_AUTH_MAX},
+    {"content-type", offsetof(struct kd_http_headers, content_type), KD_HTTP_SHORT_HEADER_MAX},
+    {"x-request-id", offsetof(struct kd_http_headers, request_id), KD_HTTP_SHORT_HEADER_MAX},
+    {"inference-header-content-length", offsetof(struct kd_http_headers, inference_header_length), 32},
+    {"last-event-id", offsetof(struct kd_http_headers, last_event_id), 32},
+    {"content-encoding", offsetof(struct kd_http_headers, content_encoding), 32},
+    {"accept-encoding", offsetof(struct kd_http_headers, accept_encoding), 256},
+    {"upgrade", offsetof(struct kd_http_headers, upgrade), 32},
+    {"connection", offsetof(struct kd_http_headers, connection), KD_HTTP_SHORT_HEADER_MAX},
+    {"sec-websocket-key", offsetof(struct kd_http_headers, ws_key), 64},
+    {"sec-websocket-version", offsetof(struct kd_http_headers, ws_version), 16},
 };
 #define NKEPT (sizeof kept_headers / sizeof kept_headers[0])
 
 static int on_header_field(llhttp_t *p, const char *at, size_t n)
 {
-    struct kiln_http_conn *c = conn_of(p);
+    struct kd_http_conn *c = conn_of(p);
     /* +2 stands for the ": " or CRLF around each span, so many empty headers still add up. */
     if (count_header_bytes(c, n + 2) != 0)
         return -1;
@@ -119,7 +119,7 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n)
         c->header_name.len = 41;
         return 0;
     }
-    if (kiln_buf_append(&c->header_name, at, n) != 0) {
+    if (kd_buf_append(&c->header_name, at, n) != 0) {
         c->failed = true;
         return -1;
     }
@@ -128,7 +128,7 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n)
 
 static int on_header_value(llhttp_t *p, const char *at, size_t n)
 {
-    struct kiln_http_conn *c = conn_of(p);
+    struct kd_http_conn *c = conn_of(p);
     if (count_header_bytes(c, n + 2) != 0)
         return -1;
     if (!c->header_in_value) {
@@ -152,36 +152,36 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n)
 
 static int on_headers_complete(llhttp_t *p)
 {
-    struct kiln_http_conn *c = conn_of(p);
+    struct kd_http_conn *c = conn_of(p);
     if ((p->flags & F_CONTENT_LENGTH) && p->content_length > c->svc->max_body_bytes)
         return reject(c, 413, "request body exceeds max_body_bytes");
-    if (kiln_http_coding_of(c->headers.content_encoding) == KILN_CODING_UNKNOWN)
+    if (kd_http_coding_of(c->headers.content_encoding) == KD_CODING_UNKNOWN)
         return reject(c, 415, "unsupported Content-Encoding: kilnd takes gzip, deflate or identity");
     return 0;
 }
 
 static int on_body(llhttp_t *p, const char *at, size_t n)
 {
-    struct kiln_http_conn *c = conn_of(p);
+    struct kd_http_conn *c = conn_of(p);
     c->body_bytes += n;
     if (c->body_bytes > c->svc->max_body_bytes)
         return reject(c, 413, "request body exceeds max_body_bytes");
-    if (kiln_buf_append(&c->body, at, n) != 0) {
+    if (kd_buf_append(&c->body, at, n) != 0) {
         c->failed = true;
         return -1;
     }
     return 0;
 }
 
-static void observe(struct kiln_http_conn *c, size_t route, int status)
+static void observe(struct kd_http_conn *c, size_t route, int status)
 {
-    const struct kiln_http_service *s = c->svc;
+    const struct kd_http_service *s = c->svc;
     uint64_t elapsed = c->started_ns ? now_ns() - c->started_ns : 0;
     if (s->observe)
         s->observe(s->observe_ctx, route, status, elapsed);
     if (s->access) {
         bool parsed = c->url.len > 0;
-        struct kiln_http_access a = {
+        struct kd_http_access a = {
             .method = parsed ? llhttp_method_name((llhttp_method_t)llhttp_get_method(&c->parser)) : "-",
             .target = parsed ? c->url.data : "-",
             .target_len = parsed ? c->url.len : 1,
@@ -211,7 +211,7 @@ static bool request_id_usable(const char *id)
  * RFC 9112 section 3.2.2) must be accepted by a server, which then ignores its authority; its
  * path is the one routed ("/" when it has none). Origin-form targets pass through unchanged.
  */
-static void origin_form(const char *url, size_t len, struct kiln_request *req)
+static void origin_form(const char *url, size_t len, struct kd_request *req)
 {
     req->path = len ? url : "";
     req->path_len = len;
@@ -238,11 +238,11 @@ static void origin_form(const char *url, size_t len, struct kiln_request *req)
     }
 }
 
-static int dispatch(struct kiln_http_conn *c, bool keep_alive)
+static int dispatch(struct kd_http_conn *c, bool keep_alive)
 {
-    const struct kiln_router *r = &c->svc->router;
-    struct kiln_request req = {
-        .method = KILN_HTTP_OTHER,
+    const struct kd_router *r = &c->svc->router;
+    struct kd_request req = {
+        .method = KD_HTTP_OTHER,
         .body = c->body.data,
         .body_len = c->body.len,
         .keep_alive = keep_alive,
@@ -251,7 +251,7 @@ static int dispatch(struct kiln_http_conn *c, bool keep_alive)
     };
     origin_form(c->url.data, c->url.len, &req);
     const char *mname = llhttp_method_name((llhttp_method_t)llhttp_get_method(&c->parser));
-    req.method = kiln_http_method_from_name(mname, strlen(mname));
+    req.method = kd_http_method_from_name(mname, strlen(mname));
     c->requests++;
     if (c->svc->access && !request_id_usable(c->headers.request_id))
         snprintf(c->headers.request_id, sizeof c->headers.request_id, "kiln-%d-%llu-%llu", c->svc->pid,
@@ -259,35 +259,35 @@ static int dispatch(struct kiln_http_conn *c, bool keep_alive)
 
     size_t idx;
     int status;
-    switch (kiln_router_match(r, req.method, req.path, req.path_len, &idx)) {
-    case KILN_ROUTE_FOUND: {
+    switch (kd_router_match(r, req.method, req.path, req.path_len, &idx)) {
+    case KD_ROUTE_FOUND: {
         size_t mark = c->out.len;
         c->route = idx;
         c->dispatching = true;
         c->finished_inline = false;
         status = r->routes[idx].handler(c->svc->ctx, &req, &c->out);
         c->dispatching = false;
-        if (status == KILN_HTTP_DEFERRED && (c->pending || c->finished_inline))
+        if (status == KD_HTTP_DEFERRED && (c->pending || c->finished_inline))
             return 0; /* counted and observed when it finishes */
-        if (status == KILN_HTTP_DEFERRED)
-            status = kiln_resp_error(&c->out, 500, "handler deferred without a pending response", keep_alive, NULL);
+        if (status == KD_HTTP_DEFERRED)
+            status = kd_resp_error(&c->out, 500, "handler deferred without a pending response", keep_alive, NULL);
         else if (status > 0 &&
-                 kiln_http_compress_response(&c->out, mark, kiln_http_coding_accepted(c->headers.accept_encoding)) != 0)
+                 kd_http_compress_response(&c->out, mark, kd_http_coding_accepted(c->headers.accept_encoding)) != 0)
             status = -1;
         break;
     }
-    case KILN_ROUTE_METHOD_NOT_ALLOWED: {
+    case KD_ROUTE_METHOD_NOT_ALLOWED: {
         char allow[96], hdr[128], msg[160];
-        kiln_router_allow(r, idx, req.path, req.path_len, allow, sizeof allow);
+        kd_router_allow(r, idx, req.path, req.path_len, allow, sizeof allow);
         snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);
         snprintf(msg, sizeof msg, "method %s not allowed here; use %s", mname, allow);
-        status = kiln_resp_error(&c->out, 405, msg, keep_alive, hdr);
+        status = kd_resp_error(&c->out, 405, msg, keep_alive, hdr);
         break;
     }
     default: {
         char msg[256];
         snprintf(msg, sizeof msg, "no route for %.*s", (int)(req.path_len > 200 ? 200 : req.path_len), req.path);
-        status = kiln_resp_error(&c->out, 404, msg, keep_alive, NULL);
+        status = kd_resp_error(&c->out, 404, msg, keep_alive, NULL);
         break;
     }
     }
@@ -302,20 +302,20 @@ static int dispatch(struct kiln_http_conn *c, bool keep_alive)
  * A gzip or deflate body is inflated before any handler sees it, within max_body_bytes. 0 to go
  * on with the request, 1 when it was answered with an error instead, -1 when out of memory.
  */
-static int decode_body(struct kiln_http_conn *c, bool keep_alive)
+static int decode_body(struct kd_http_conn *c, bool keep_alive)
 {
-    enum kiln_http_coding coding = kiln_http_coding_of(c->headers.content_encoding);
-    if (coding == KILN_CODING_IDENTITY)
+    enum kd_http_coding coding = kd_http_coding_of(c->headers.content_encoding);
+    if (coding == KD_CODING_IDENTITY)
         return 0;
-    struct kiln_buf coded = c->body;
-    c->body = (struct kiln_buf){0};
+    struct kd_buf coded = c->body;
+    c->body = (struct kd_buf){0};
     const char *why = "out of memory";
-    int st = kiln_http_inflate(coding, coded.data ? coded.data : "", coded.len, c->svc->max_body_bytes, &c->body,
-                               &why);
-    kiln_buf_free(&coded);
+    int st = kd_http_inflate(coding, coded.data ? coded.data : "", coded.len, c->svc->max_body_bytes, &c->body,
+                             &why);
+    kd_buf_free(&coded);
     if (st == 0)
         return 0;
-    if (st < 0 || (st = kiln_resp_error(&c->out, st, why, keep_alive, NULL)) < 0)
+    if (st < 0 || (st = kd_resp_error(&c->out, st, why, keep_alive, NULL)) < 0)
         return -1;
     c->requests++;
     c->responses++;
@@ -325,7 +325,7 @@ static int decode_body(struct kiln_http_conn *c, bool keep_alive)
 
 static int on_message_complete(llhttp_t *p)
 {
-    struct kiln_http_conn *c = conn_of(p);
+    struct kd_http_conn *c = conn_of(p);
     bool keep_alive = llhttp_should_keep_alive(p) && !c->draining;
     c->in_message = false;
     int decoded = decode_body(c, keep_alive);
@@ -355,7 +355,7 @@ static const llhttp_settings_t settings = {
     .on_message_complete = on_message_complete,
 };
 
-void kiln_http_conn_init(struct kiln_http_conn *c, const struct kiln_http_service *svc)
+void kd_http_conn_init(struct kd_http_conn *c, const struct kd_http_service *svc)
 {
     memset(c, 0, sizeof *c);
     c->svc = svc;
@@ -363,10 +363,10 @@ void kiln_http_conn_init(struct kiln_http_conn *c, const struct kiln_http_servic
     c->parser.data = c;
 }
 
-void kiln_http_conn_free(struct kiln_http_conn *c)
+void kd_http_conn_free(struct kd_http_conn *c)
 {
     if (c->up_ops) {
-        const struct kiln_http_upgrade_ops *ops = c->up_ops;
+        const struct kd_http_upgrade_ops *ops = c->up_ops;
         c->up_ops = NULL;
         ops->detach(c->up_ud);
     }
@@ -376,11 +376,11 @@ void kiln_http_conn_free(struct kiln_http_conn *c)
         atomic_store(&c->pending->cancelled, true);
         c->pending = NULL;
     }
-    kiln_buf_free(&c->stash);
-    kiln_buf_free(&c->header_name);
-    kiln_buf_free(&c->url);
-    kiln_buf_free(&c->body);
-    kiln_buf_free(&c->out);
+    kd_buf_free(&c->stash);
+    kd_buf_free(&c->header_name);
+    kd_buf_free(&c->url);
+    kd_buf_free(&c->body);
+    kd_buf_free(&c->out);
 }
 
 /*
@@ -408,12 +408,12 @@ static bool unknown_method_request(const char *data, size_t len, const char *err
     return true;
 }
 
-static void fail_with(struct kiln_http_conn *c, int status, const char *msg)
+static void fail_with(struct kd_http_conn *c, int status, const char *msg)
 {
     c->closing = true;
     if (c->failed)
         return;
-    if (kiln_resp_error(&c->out, status, msg, false, NULL) < 0) {
+    if (kd_resp_error(&c->out, status, msg, false, NULL) < 0) {
         c->failed = true;
         return;
     }
@@ -421,7 +421,7 @@ static void fail_with(struct kiln_http_conn *c, int status, const char *msg)
     observe(c, c->svc->router.count, status);
 }
 
-void kiln_http_conn_feed(struct kiln_http_conn *c, const char *data, size_t len)
+void kd_http_conn_feed(struct kd_http_conn *c, const char *data, size_t len)
 {
     if (c->closing || len == 0)
         return;
@@ -431,7 +431,7 @@ void kiln_http_conn_feed(struct kiln_http_conn *c, const char *data, size_t len)
         return;
     }
     if (c->pending) {
-        if (kiln_buf_append(&c->stash, data, len) != 0)
+        if (kd_buf_append(&c->stash, data, len) != 0)
             c->failed = true;
         return;
     }
@@ -451,7 +451,7 @@ void kiln_http_conn_feed(struct kiln_http_conn *c, const char *data, size_t len)
         /* Keep what follows the deferred request for when its response is out. */
         const char *pos = llhttp_get_error_pos(&c->parser);
         size_t used = pos && pos >= data && pos <= data + len ? (size_t)(pos - data) : len;
-        if (kiln_buf_append(&c->stash, data + used, len - used) != 0)
+        if (kd_buf_append(&c->stash, data + used, len - used) != 0)
             c->failed = true;
         return;
     }
@@ -474,22 +474,22 @@ void kiln_http_conn_feed(struct kiln_http_conn *c, const char *data, size_t len)
          * learns what it may send. The parser cannot go on, so the connection closes after it.
          * Garbage (a TLS hello, a bare word) stays a 400 below. */
         size_t idx = 0;
-        const struct kiln_router *r = &c->svc->router;
+        const struct kd_router *r = &c->svc->router;
         int st;
         c->closing = true;
-        if (kiln_router_match(r, KILN_HTTP_OTHER, upath, upath_len, &idx) == KILN_ROUTE_METHOD_NOT_ALLOWED) {
+        if (kd_router_match(r, KD_HTTP_OTHER, upath, upath_len, &idx) == KD_ROUTE_METHOD_NOT_ALLOWED) {
             char allow[96], hdr[128];
-            kiln_router_allow(r, idx, upath, upath_len, allow, sizeof allow);
+            kd_router_allow(r, idx, upath, upath_len, allow, sizeof allow);
             snprintf(hdr, sizeof hdr, "Allow: %s\r\n", allow);
             char why[160];
             snprintf(why, sizeof why, "method not allowed here (not one this server knows); use %s", allow);
-            st = kiln_resp_error(&c->out, 405, why, false, hdr);
+            st = kd_resp_error(&c->out, 405, why, false, hdr);
             if (st > 0) {
                 c->responses++;
                 observe(c, idx, st);
             }
         } else {
-            st = kiln_resp_error(&c->out, 404, "no route for this path", false, NULL);
+            st = kd_resp_error(&c->out, 404, "no route for this path", false, NULL);
             if (st > 0) {
                 c->responses++;
                 observe(c, r->count, st);
@@ -503,7 +503,7 @@ void kiln_http_conn_feed(struct kiln_http_conn *c, const char *data, size_t len)
     fail_with(c, 400, msg);
 }
 
-void kiln_http_conn_eof(struct kiln_http_conn *c)
+void kd_http_conn_eof(struct kd_http_conn *c)
 {
     if (c->upgraded) {
         if (c->up_ops)
@@ -520,7 +520,7 @@ void kiln_http_conn_eof(struct kiln_http_conn *c)
     c->closing = true;
 }
 
-void kiln_http_conn_timeout(struct kiln_http_conn *c)
+void kd_http_conn_timeout(struct kd_http_conn *c)
 {
     if (c->closing)
         return;
@@ -529,16 +529,16 @@ void kiln_http_conn_timeout(struct kiln_http_conn *c)
     c->closing = true;
 }
 
-void kiln_http_conn_drain(struct kiln_http_conn *c)
+void kd_http_conn_drain(struct kd_http_conn *c)
 {
     c->draining = true;
     if (!c->in_message && !c->pending)
         c->closing = true;
 }
 
-int kiln_http_upgrade(const struct kiln_request *req, const struct kiln_http_upgrade_ops *ops, void *ud)
+int kd_http_upgrade(const struct kd_request *req, const struct kd_http_upgrade_ops *ops, void *ud)
 {
-    struct kiln_http_conn *c = req->conn;
+    struct kd_http_conn *c = req->conn;
     if (!c || c->pending || c->up_ops)
         return -1;
     c->up_ops = ops;
@@ -546,17 +546,17 @@ int kiln_http_upgrade(const struct kiln_request *req, const struct kiln_http_upg
     return 0;
 }
 
-bool kiln_http_conn_wants_input(const struct kiln_http_conn *c)
+bool kd_http_conn_wants_input(const struct kd_http_conn *c)
 {
     return !c->pending || c->stash.len < STASH_MAX;
 }
 
-struct kiln_http_pending *kiln_http_defer(const struct kiln_request *req)
+struct kd_http_pending *kd_http_defer(const struct kd_request *req)
 {
-    struct kiln_http_conn *c = req->conn;
+    struct kd_http_conn *c = req->conn;
     if (!c || c->pending)
         return NULL;
-    struct kiln_http_pending *p = calloc(1, sizeof *p);
+    struct kd_http_pending *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
     p->conn = c;
@@ -564,14 +564,14 @@ struct kiln_http_pending *kiln_http_defer(const struct kiln_request *req)
     p->route = c->route;
     p->started_ns = c->started_ns;
     p->keep_alive = req->keep_alive;
-    p->coding = kiln_http_coding_accepted(c->headers.accept_encoding);
+    p->coding = kd_http_coding_accepted(c->headers.accept_encoding);
     p->body = c->body;
-    c->body = (struct kiln_buf){0};
+    c->body = (struct kd_buf){0};
     c->pending = p;
     return p;
 }
 
-struct kiln_buf *kiln_http_pending_out(struct kiln_http_pending *p)
+struct kd_buf *kd_http_pending_out(struct kd_http_pending *p)
 {
     if (!p->conn)
         return NULL;
@@ -580,35 +580,35 @@ struct kiln_buf *kiln_http_pending_out(struct kiln_http_pending *p)
     return &p->conn->out;
 }
 
-bool kiln_http_pending_keep_alive(const struct kiln_http_pending *p)
+bool kd_http_pending_keep_alive(const struct kd_http_pending *p)
 {
     return p->keep_alive && p->conn && !p->conn->draining;
 }
 
-void kiln_http_pending_finish(struct kiln_http_pending *p, int status)
+void kd_http_pending_finish(struct kd_http_pending *p, int status)
 {
-    struct kiln_http_conn *c = p->conn;
-    bool keep_alive = kiln_http_pending_keep_alive(p);
+    struct kd_http_conn *c = p->conn;
+    bool keep_alive = kd_http_pending_keep_alive(p);
     size_t route = p->route;
     uint64_t started = p->started_ns;
-    struct kiln_buf body = p->body;
-    if (c && status > 0 && p->marked && kiln_http_compress_response(&c->out, p->mark, p->coding) != 0)
+    struct kd_buf body = p->body;
+    if (c && status > 0 && p->marked && kd_http_compress_response(&c->out, p->mark, p->coding) != 0)
         status = -1;
     free(p);
     if (!c) {
-        kiln_buf_free(&body);
+        kd_buf_free(&body);
         return;
     }
     if (!c->body.data)
         c->body = body; /* its capacity serves the connection's next request */
     else
-        kiln_buf_free(&body);
+        kd_buf_free(&body);
     c->pending = NULL;
     if (status < 0) {
         c->failed = true;
     } else {
         c->responses++;
-        const struct kiln_http_service *s = c->svc;
+        const struct kd_http_service *s = c->svc;
         if (s->observe)
             s->observe(s->observe_ctx, route, status, started ? now_ns() - started : 0);
     }
@@ -623,11 +623,11 @@ void kiln_http_pending_finish(struct kiln_http_pending *p, int status)
     } else {
         /* Parse what arrived meanwhile; it may defer again and stash the rest anew. */
         llhttp_resume(&c->parser);
-        struct kiln_buf in = c->stash;
-        c->stash = (struct kiln_buf){0};
+        struct kd_buf in = c->stash;
+        c->stash = (struct kd_buf){0};
         if (in.len)
-            kiln_http_conn_feed(c, in.data, in.len);
-        kiln_buf_free(&in);
+            kd_http_conn_feed(c, in.data, in.len);
+        kd_buf_free(&in);
     }
     if (c->wake)
         c->wake(c->wake_ud);

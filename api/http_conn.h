@@ -1,19 +1,19 @@
 /*
  * api/http_conn.h — one HTTP/1.1 connection's protocol logic, without a socket.
  *
- * Bytes go in through kiln_http_conn_feed; complete responses come out appended to conn->out.
+ * Bytes go in through kd_http_conn_feed; complete responses come out appended to conn->out.
  * The socket layer (server.c) only moves bytes and runs the timers, so the parser, the limits,
  * pipelining and every error response can be driven directly by unit tests.
  *
- *     struct kiln_http_conn c;
- *     kiln_http_conn_init(&c, &service);
- *     kiln_http_conn_feed(&c, "GET /v2 HTTP/1.1\r\n\r\n", 20);
+ *     struct kd_http_conn c;
+ *     kd_http_conn_init(&c, &service);
+ *     kd_http_conn_feed(&c, "GET /v2 HTTP/1.1\r\n\r\n", 20);
  *     write(fd, c.out.data, c.out.len); c.out.len = 0;
  *     if (c.closing) ... close once out is written ...
- *     kiln_http_conn_free(&c);
+ *     kd_http_conn_free(&c);
  */
-#ifndef KILN_API_HTTP_CONN_H
-#define KILN_API_HTTP_CONN_H
+#ifndef KD_API_HTTP_CONN_H
+#define KD_API_HTTP_CONN_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -26,7 +26,7 @@
 #include "router.h"
 
 /* One line of the access log: what was asked, what was answered, for whom. */
-struct kiln_http_access {
+struct kd_http_access {
     const char *method;             /* "GET"; "-" when the request line did not parse */
     const char *target;             /* the request target as sent, query included */
     size_t target_len;
@@ -38,8 +38,8 @@ struct kiln_http_access {
 };
 
 /* What every connection of one server shares; read-only once connections exist. */
-struct kiln_http_service {
-    struct kiln_router router;
+struct kd_http_service {
+    struct kd_router router;
     void *ctx;                      /* handed to every route handler */
     size_t max_header_bytes;        /* request line + headers */
     uint64_t max_body_bytes;        /* after de-chunking */
@@ -51,7 +51,7 @@ struct kiln_http_service {
      * usable X-Request-Id gets one generated before its handler runs (so the id a handler echoes
      * and the logged id are the same): "kiln-<pid>-<connection>-<n>".
      */
-    void (*access)(void *ctx, const struct kiln_http_access *a);
+    void (*access)(void *ctx, const struct kd_http_access *a);
     void *access_ctx;
     int pid;                        /* for generated request ids */
 };
@@ -62,22 +62,22 @@ struct kiln_http_service {
  * stashed (bounded), so pipelined requests are still answered in order. The connection may
  * close first (peer gone, drain deadline): conn then becomes NULL and cancelled is set, which
  * a worker reads to drop the job before it runs. Whoever completes the job calls
- * kiln_http_pending_finish exactly once, on the loop thread, which frees it.
+ * kd_http_pending_finish exactly once, on the loop thread, which frees it.
  */
-struct kiln_http_pending {
-    struct kiln_http_conn *conn;    /* loop thread only */
+struct kd_http_pending {
+    struct kd_http_conn *conn;    /* loop thread only */
     atomic_bool cancelled;          /* read by any thread */
     /*
-     * The request's body, moved here from the connection by kiln_http_defer (the connection gets
+     * The request's body, moved here from the connection by kd_http_defer (the connection gets
      * it back, for reuse, when the response is finished). req->body keeps pointing at it, and it
-     * outlives the connection, so a worker may read it until kiln_http_pending_finish.
+     * outlives the connection, so a worker may read it until kd_http_pending_finish.
      */
-    struct kiln_buf body;
+    struct kd_buf body;
     size_t route;
     uint64_t started_ns;
     bool keep_alive;
-    int coding;                     /* enum kiln_http_coding the response is compressed with */
-    size_t mark;                    /* where the response begins in conn->out (set by kiln_http_pending_out) */
+    int coding;                     /* enum kd_http_coding the response is compressed with */
+    size_t mark;                    /* where the response begins in conn->out (set by kd_http_pending_out) */
     bool marked;
 };
 
@@ -86,18 +86,18 @@ struct kiln_http_pending {
  * /v1/tensor). From then on every byte read goes to feed; the protocol writes into conn->out,
  * sets conn->closing when it is done, and calls conn->wake after output it produced outside feed.
  */
-struct kiln_http_upgrade_ops {
+struct kd_http_upgrade_ops {
     void (*feed)(void *ud, const char *data, size_t len);
     void (*eof)(void *ud);          /* the peer closed its side; the connection closes */
     void (*detach)(void *ud);       /* the connection is being freed: never touch it again */
 };
 
-struct kiln_http_conn {
+struct kd_http_conn {
     llhttp_t parser;
-    const struct kiln_http_service *svc;
-    struct kiln_buf url;
-    struct kiln_buf body;
-    struct kiln_buf out;            /* responses not yet handed to the socket */
+    const struct kd_http_service *svc;
+    struct kd_buf url;
+    struct kd_buf body;
+    struct kd_buf out;            /* responses not yet handed to the socket */
     size_t header_bytes;
     uint64_t body_bytes;
     uint64_t started_ns;            /* first byte of the current request */
@@ -108,19 +108,19 @@ struct kiln_http_conn {
     bool closing;                   /* no more input is read; close once out is written */
     bool draining;                  /* finish the current request, then close */
     bool failed;                    /* out of memory: close without a response */
-    struct kiln_http_headers headers;   /* of the current request */
+    struct kd_http_headers headers;   /* of the current request */
     size_t header_slot;             /* which headers field the value being parsed goes to */
     bool header_in_value;
-    struct kiln_buf header_name;
+    struct kd_buf header_name;
     size_t route;                   /* route of the request being dispatched */
-    struct kiln_http_pending *pending;
+    struct kd_http_pending *pending;
     bool dispatching;               /* inside a route handler */
     bool finished_inline;           /* a deferred response was finished before the handler returned */
-    struct kiln_buf stash;          /* input that arrived while a response was pending */
+    struct kd_buf stash;          /* input that arrived while a response was pending */
     char peer[64];                  /* "ip:port", set by the socket layer (access log) */
     uint64_t conn_id;               /* set by the socket layer; generated request ids use it */
     uint64_t requests;              /* requests dispatched on this connection */
-    const struct kiln_http_upgrade_ops *up_ops;     /* set by kiln_http_upgrade */
+    const struct kd_http_upgrade_ops *up_ops;     /* set by kd_http_upgrade */
     void *up_ud;
     bool upgraded;                  /* the 101 went out: input goes to up_ops */
     /* Called after a pending response was finished, so the socket layer can send it. */
@@ -128,41 +128,41 @@ struct kiln_http_conn {
     void *wake_ud;
 };
 
-void kiln_http_conn_init(struct kiln_http_conn *c, const struct kiln_http_service *svc);
-void kiln_http_conn_free(struct kiln_http_conn *c);
+void kd_http_conn_init(struct kd_http_conn *c, const struct kd_http_service *svc);
+void kd_http_conn_free(struct kd_http_conn *c);
 
 /* Parses bytes, answering each complete request into c->out. Ignored once c->closing is set. */
-void kiln_http_conn_feed(struct kiln_http_conn *c, const char *data, size_t len);
+void kd_http_conn_feed(struct kd_http_conn *c, const char *data, size_t len);
 
 /* The peer closed its side: a request cut short gets 400; the connection closes. */
-void kiln_http_conn_eof(struct kiln_http_conn *c);
+void kd_http_conn_eof(struct kd_http_conn *c);
 
 /* The timer fired: a started request gets 408; the connection closes either way. */
-void kiln_http_conn_timeout(struct kiln_http_conn *c);
+void kd_http_conn_timeout(struct kd_http_conn *c);
 
 /* Daemon shutdown: an idle connection closes now, a busy one after its current response. */
-void kiln_http_conn_drain(struct kiln_http_conn *c);
+void kd_http_conn_drain(struct kd_http_conn *c);
 
 /* True while a pending response is outstanding and the stash still has room for more input. */
-bool kiln_http_conn_wants_input(const struct kiln_http_conn *c);
+bool kd_http_conn_wants_input(const struct kd_http_conn *c);
 
 /*
- * From a route handler: the response comes later. The handler then returns KILN_HTTP_DEFERRED.
+ * From a route handler: the response comes later. The handler then returns KD_HTTP_DEFERRED.
  * Returns NULL when out of memory (the handler answers 500 instead).
  */
-struct kiln_http_pending *kiln_http_defer(const struct kiln_request *req);
+struct kd_http_pending *kd_http_defer(const struct kd_request *req);
 
 /*
  * From a route handler that appends a 101 response: once the request is complete the connection
  * belongs to ops (ud is theirs). 0, or -1 when the connection cannot switch (a response pending).
  */
-int kiln_http_upgrade(const struct kiln_request *req, const struct kiln_http_upgrade_ops *ops, void *ud);
+int kd_http_upgrade(const struct kd_request *req, const struct kd_http_upgrade_ops *ops, void *ud);
 
 /* Where the late response goes (append one whole response), or NULL when the client is gone. */
-struct kiln_buf *kiln_http_pending_out(struct kiln_http_pending *p);
+struct kd_buf *kd_http_pending_out(struct kd_http_pending *p);
 /* Whether the late response may say keep-alive (false once the daemon is draining). */
-bool kiln_http_pending_keep_alive(const struct kiln_http_pending *p);
+bool kd_http_pending_keep_alive(const struct kd_http_pending *p);
 /* The late response is in place (status, or -1 when none could be written); frees p. */
-void kiln_http_pending_finish(struct kiln_http_pending *p, int status);
+void kd_http_pending_finish(struct kd_http_pending *p, int status);
 
-#endif /* KILN_API_HTTP_CONN_H */
+#endif /* KD_API_HTTP_CONN_H */

@@ -16,7 +16,7 @@
  * each "data" array straight into its tensor buffer. A tree of one node per number used to cost
  * more than the model's run.
  *
- * Served by kilnd, the two passes are split between threads (kiln__infer_data): the I/O loop
+ * Served by kilnd, the two passes are split between threads (kd_infer_data): the I/O loop
  * runs the first with the inputs' "data" arrays skipped by their brackets alone, checks the rest
  * and queues the request; the worker that runs it checks and converts those arrays. Number
  * parsing was most of the loop's time, and one loop thread was kilnd's limit on small requests.
@@ -48,7 +48,7 @@ struct in_desc {
     const char *name, *datatype, *shape, *data, *params;
 };
 
-int kiln__infer_find_spec(const kiln_model_tensor_spec *specs, int n, const char *name)
+int kd_infer_find_spec(const kd_model_tensor_spec *specs, int n, const char *name)
 {
     for (int i = 0; i < n; i++)
         if (strcmp(specs[i].name, name) == 0)
@@ -77,9 +77,9 @@ static bool known_datatype(const char *dt)
 
 /* ---- reading the already validated document ---------------------------------------------- */
 
-static void scan_at(struct kiln_jscan *s, const char *at, const char *end)
+static void scan_at(struct kd_jscan *s, const char *at, const char *end)
 {
-    kiln_jscan_init(s, at, (size_t)(end - at));
+    kd_jscan_init(s, at, (size_t)(end - at));
 }
 
 /*
@@ -88,24 +88,24 @@ static void scan_at(struct kiln_jscan *s, const char *at, const char *end)
  */
 static long string_at(const char *at, const char *end, char *out, size_t cap)
 {
-    struct kiln_jscan s;
+    struct kd_jscan s;
     out[0] = '\0';
     if (!at)
         return -1;
     scan_at(&s, at, end);
-    if (kiln_jscan_peek(&s) != KILN_J_STRING)
+    if (kd_jscan_peek(&s) != KD_J_STRING)
         return -1;
-    long n = kiln_jscan_string(&s, out, cap);
+    long n = kd_jscan_string(&s, out, cap);
     return n >= 0 && strlen(out) != (size_t)n ? -1 : n;
 }
 
-static enum kiln_jtype type_at(const char *at, const char *end)
+static enum kd_jtype type_at(const char *at, const char *end)
 {
-    struct kiln_jscan s;
+    struct kd_jscan s;
     if (!at)
-        return KILN_J_NONE;
+        return KD_J_NONE;
     scan_at(&s, at, end);
-    return kiln_jscan_peek(&s);
+    return kd_jscan_peek(&s);
 }
 
 /* Where the value of key starts in the object at `at` (the first if repeated), or NULL. */
@@ -113,24 +113,24 @@ static enum kiln_jtype type_at(const char *at, const char *end)
 static bool dim_too_large(const char *p, const char *end, int64_t limit)
 {
     double d;
-    return kiln_json_to_f64(p, end, &d) > 0 && d == floor(d) && d > (double)limit;
+    return kd_json_to_f64(p, end, &d) > 0 && d == floor(d) && d > (double)limit;
 }
 
 static const char *member_at(const char *at, const char *end, const char *key)
 {
-    struct kiln_jscan s;
+    struct kd_jscan s;
     char k[64];
     int r;
-    if (type_at(at, end) != KILN_J_OBJECT)
+    if (type_at(at, end) != KD_J_OBJECT)
         return NULL;
     scan_at(&s, at, end);
-    kiln_jscan_object_begin(&s);
-    for (int i = 0; (r = kiln_jscan_member(&s, i, k, sizeof k)) > 0; i++) {
+    kd_jscan_object_begin(&s);
+    for (int i = 0; (r = kd_jscan_member(&s, i, k, sizeof k)) > 0; i++) {
         if (strcmp(k, key) == 0) {
-            kiln_jscan_peek(&s);
+            kd_jscan_peek(&s);
             return s.p;
         }
-        if (kiln_jscan_skip(&s) != 0)
+        if (kd_jscan_skip(&s) != 0)
             return NULL;
     }
     return NULL;
@@ -142,34 +142,34 @@ static const char *member_at(const char *at, const char *end, const char *key)
  */
 struct doc {
     const char *id, *inputs, *outputs, *params;
-    int ninputs;                                    /* in the request, may exceed KILN_SCHED_MAX_IO */
-    struct in_desc in[KILN_SCHED_MAX_IO];
+    int ninputs;                                    /* in the request, may exceed KD_SCHED_MAX_IO */
+    struct in_desc in[KD_SCHED_MAX_IO];
     bool lax;                                       /* the inputs' "data" arrays are skipped unchecked */
     int nlax;
-    const char *lax_at[KILN_SCHED_MAX_IO];          /* those arrays */
+    const char *lax_at[KD_SCHED_MAX_IO];          /* those arrays */
 };
 
-static void note(struct kiln_jscan *s, const char **slot)
+static void note(struct kd_jscan *s, const char **slot)
 {
-    kiln_jscan_peek(s);
+    kd_jscan_peek(s);
     if (!*slot)
         *slot = s->p;
 }
 
-/* doc is NULL for an input past KILN_SCHED_MAX_IO (the request is refused; only its syntax counts). */
-static int walk_input(struct kiln_jscan *s, struct in_desc *d, struct doc *doc)
+/* doc is NULL for an input past KD_SCHED_MAX_IO (the request is refused; only its syntax counts). */
+static int walk_input(struct kd_jscan *s, struct in_desc *d, struct doc *doc)
 {
     char key[16];
     int r;
-    if (kiln_jscan_peek(s) != KILN_J_OBJECT)
-        return kiln_jscan_skip(s);
+    if (kd_jscan_peek(s) != KD_J_OBJECT)
+        return kd_jscan_skip(s);
     d->is_object = true;
-    kiln_jscan_object_begin(s);
-    for (int i = 0; (r = kiln_jscan_member(s, i, key, sizeof key)) > 0; i++) {
-        if (doc && doc->lax && !d->data && strcmp(key, "data") == 0 && kiln_jscan_peek(s) == KILN_J_ARRAY) {
+    kd_jscan_object_begin(s);
+    for (int i = 0; (r = kd_jscan_member(s, i, key, sizeof key)) > 0; i++) {
+        if (doc && doc->lax && !d->data && strcmp(key, "data") == 0 && kd_jscan_peek(s) == KD_J_ARRAY) {
             note(s, &d->data);
             doc->lax_at[doc->nlax++] = d->data; /* at most one per input */
-            if (kiln_jscan_skip_lax(s) != 0)
+            if (kd_jscan_skip_lax(s) != 0)
                 return -1;
             continue;
         }
@@ -181,29 +181,29 @@ static int walk_input(struct kiln_jscan *s, struct in_desc *d, struct doc *doc)
                                                              : NULL;
         if (slot)
             note(s, slot);
-        if (kiln_jscan_skip(s) != 0)
+        if (kd_jscan_skip(s) != 0)
             return -1;
     }
     return r;
 }
 
-static int walk_doc(struct kiln_jscan *s, struct doc *doc)
+static int walk_doc(struct kd_jscan *s, struct doc *doc)
 {
     char key[16];
     int r;
-    kiln_jscan_object_begin(s);
-    for (int i = 0; (r = kiln_jscan_member(s, i, key, sizeof key)) > 0; i++) {
+    kd_jscan_object_begin(s);
+    for (int i = 0; (r = kd_jscan_member(s, i, key, sizeof key)) > 0; i++) {
         if (strcmp(key, "inputs") == 0 && !doc->inputs) {
             note(s, &doc->inputs);
-            if (kiln_jscan_peek(s) != KILN_J_ARRAY) {
-                if (kiln_jscan_skip(s) != 0)
+            if (kd_jscan_peek(s) != KD_J_ARRAY) {
+                if (kd_jscan_skip(s) != 0)
                     return -1;
                 continue;
             }
-            kiln_jscan_array_begin(s);
-            for (int k = 0; (r = kiln_jscan_element(s, k)) > 0; k++, doc->ninputs++) {
+            kd_jscan_array_begin(s);
+            for (int k = 0; (r = kd_jscan_element(s, k)) > 0; k++, doc->ninputs++) {
                 struct in_desc scratch = {0};
-                bool kept = doc->ninputs < KILN_SCHED_MAX_IO;
+                bool kept = doc->ninputs < KD_SCHED_MAX_IO;
                 if (walk_input(s, kept ? &doc->in[doc->ninputs] : &scratch, kept ? doc : NULL) != 0)
                     return -1;
             }
@@ -217,19 +217,19 @@ static int walk_doc(struct kiln_jscan *s, struct doc *doc)
                                                              : NULL;
         if (slot)
             note(s, slot);
-        if (kiln_jscan_skip(s) != 0)
+        if (kd_jscan_skip(s) != 0)
             return -1;
     }
-    return r < 0 ? -1 : kiln_jscan_finish(s);
+    return r < 0 ? -1 : kd_jscan_finish(s);
 }
 
 /* The strict first pass over the whole document: 0 when it is valid JSON, else 400 with msg. */
 static int check_syntax(const char *body, const char *jend, char *msg, size_t msglen)
 {
     struct doc doc = {0};
-    struct kiln_jscan s;
-    kiln_jscan_init(&s, body, (size_t)(jend - body));
-    if (kiln_jscan_peek(&s) != KILN_J_OBJECT) {
+    struct kd_jscan s;
+    kd_jscan_init(&s, body, (size_t)(jend - body));
+    if (kd_jscan_peek(&s) != KD_J_OBJECT) {
         snprintf(msg, msglen, "request body is not a JSON object");
         return 400;
     }
@@ -242,7 +242,7 @@ static int check_syntax(const char *body, const char *jend, char *msg, size_t ms
 /* ---- tensor data -------------------------------------------------------------------------- */
 
 struct dec {
-    struct kiln_jscan s;
+    struct kd_jscan s;
     kiln_dtype dt;
     bool fp16;                  /* FP16 sent on as f32: its range is checked here */
     void *dst;
@@ -278,7 +278,7 @@ static int put_elem(struct dec *d)
         break;
     case KILN_F32: {
         float f;
-        len = kiln_json_to_f32(p, end, &f);
+        len = kd_json_to_f32(p, end, &f);
         if (len > 0 && (isinf(f) || (d->fp16 && fabsf(f) >= 65520.0f))) {
             d->bad = d->fp16 ? "FP16 data must be finite and within +-65504"
                              : "FP32 data must be finite and within the FP32 range";
@@ -289,7 +289,7 @@ static int put_elem(struct dec *d)
     }
     case KILN_F64: {
         double v;
-        len = kiln_json_to_f64(p, end, &v);
+        len = kd_json_to_f64(p, end, &v);
         if (len > 0 && isinf(v)) {
             d->bad = "FP64 data must be finite and within the FP64 range";
             return -1;
@@ -298,21 +298,21 @@ static int put_elem(struct dec *d)
         break;
     }
     case KILN_I64:
-        len = kiln_json_to_int(p, end, INT64_MIN, INT64_MAX, &iv, &ilen);
+        len = kd_json_to_int(p, end, INT64_MIN, INT64_MAX, &iv, &ilen);
         if (len == -2)
             d->bad = "INT64 data must be integers in range";
         else
             ((int64_t *)d->dst)[d->n] = iv;
         break;
     case KILN_I32:
-        len = kiln_json_to_int(p, end, INT32_MIN, INT32_MAX, &iv, &ilen);
+        len = kd_json_to_int(p, end, INT32_MIN, INT32_MAX, &iv, &ilen);
         if (len == -2)
             d->bad = "INT32 data must be integers in range";
         else
             ((int32_t *)d->dst)[d->n] = (int32_t)iv;
         break;
     case KILN_U8:
-        len = kiln_json_to_int(p, end, 0, 255, &iv, &ilen);
+        len = kd_json_to_int(p, end, 0, 255, &iv, &ilen);
         if (len == -2)
             d->bad = "UINT8 data must be integers in 0..255";
         else
@@ -340,9 +340,9 @@ static int walk_data(struct dec *d, int level)
 {
     int r;
     int64_t count = 0;
-    kiln_jscan_array_begin(&d->s);
-    for (; (r = kiln_jscan_element(&d->s, count > 0)) > 0; count++) {
-        if (kiln_jscan_peek(&d->s) == KILN_J_ARRAY) {
+    kd_jscan_array_begin(&d->s);
+    for (; (r = kd_jscan_element(&d->s, count > 0)) > 0; count++) {
+        if (kd_jscan_peek(&d->s) == KD_J_ARRAY) {
             if (level == 0 && count == 0)
                 d->nested = true;
             if (!d->nested || level + 1 >= d->ndim) {
@@ -372,11 +372,11 @@ static int walk_data(struct dec *d, int level)
 }
 
 /* Fills input f->input of r: copies its binary data, or checks and converts its "data" array. */
-static int fill_one(const struct kiln__infer_data *dd, int i, const kiln_model_config *c, struct kiln_sched_request *r,
+static int fill_one(const struct kd_infer_data *dd, int i, const kd_model_config *c, struct kd_sched_request *r,
                     char *msg, size_t msglen)
 {
     int k = dd->fill[i].input;
-    struct kiln_sched_tensor *t = &r->inputs[k];
+    struct kd_sched_tensor *t = &r->inputs[k];
     const char *name = c->inputs[k].name;
     if (!dd->fill[i].json) {
         memcpy(t->data, dd->fill[i].bin, t->nbytes);
@@ -400,8 +400,8 @@ static int fill_one(const struct kiln__infer_data *dd, int i, const kiln_model_c
     return 0;
 }
 
-int kiln__infer_fill(const struct kiln__infer_data *dd, const kiln_model_config *c, struct kiln_sched_request *r,
-                     char *msg, size_t msglen)
+int kd_infer_fill(const struct kd_infer_data *dd, const kd_model_config *c, struct kd_sched_request *r,
+                  char *msg, size_t msglen)
 {
     for (int i = 0; i < dd->n; i++) {
         int st = fill_one(dd, i, c, r, msg, msglen);
@@ -414,18 +414,18 @@ int kiln__infer_fill(const struct kiln__infer_data *dd, const kiln_model_config 
         bool converted = false;
         for (int i = 0; i < dd->n && !converted; i++)
             converted = dd->fill[i].json == dd->lax[j];
-        struct kiln_jscan s;
+        struct kd_jscan s;
         scan_at(&s, dd->lax[j], dd->jend);
         s.depth = 3; /* the body's object, "inputs", the input's object */
-        if (!converted && kiln_jscan_skip(&s) != 0 && check_syntax(dd->body, dd->jend, msg, msglen) != 0)
+        if (!converted && kd_jscan_skip(&s) != 0 && check_syntax(dd->body, dd->jend, msg, msglen) != 0)
             return 400;
     }
     return 0;
 }
 
-int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config *c, const struct kiln_request *req,
-                       struct kiln_sched_request *r, bool *want_output, bool *want_binary, char *id, size_t idlen,
-                       struct kiln__infer_data *dd, char *msg, size_t msglen)
+int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, const struct kd_request *req,
+                    struct kd_sched_request *r, bool *want_output, bool *want_binary, char *id, size_t idlen,
+                    struct kd_infer_data *dd, char *msg, size_t msglen)
 {
     int rc = 0;
     size_t json_len = req->body_len;
@@ -445,13 +445,13 @@ int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config
     size_t bin_len = req->body_len - json_len, bin_used = 0;
     struct doc doc = {.lax = dd != NULL};
     /* Filled here when the caller leaves it to no one. */
-    struct kiln__infer_data now = {.body = body, .jend = jend};
-    struct kiln__infer_data *fill = dd ? dd : &now;
-    *fill = (struct kiln__infer_data){.body = body, .jend = jend};
+    struct kd_infer_data now = {.body = body, .jend = jend};
+    struct kd_infer_data *fill = dd ? dd : &now;
+    *fill = (struct kd_infer_data){.body = body, .jend = jend};
     bool unchecked = false;     /* arrays were skipped unchecked, so a syntax error may still hide */
-    struct kiln_jscan s;
-    kiln_jscan_init(&s, body, (size_t)(jend - body));
-    if (kiln_jscan_peek(&s) != KILN_J_OBJECT)
+    struct kd_jscan s;
+    kd_jscan_init(&s, body, (size_t)(jend - body));
+    if (kd_jscan_peek(&s) != KD_J_OBJECT)
         FAIL(400, "request body is not a JSON object");
     if (walk_doc(&s, &doc) != 0) {
         if (doc.lax && check_syntax(body, jend, msg, msglen) != 0) {
@@ -468,7 +468,7 @@ int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config
             FAIL(400, "\"id\" must be a string of at most %lld bytes", (long long)ic->max_string_bytes);
         }
     }
-    if (type_at(doc.inputs, jend) != KILN_J_ARRAY)
+    if (type_at(doc.inputs, jend) != KD_J_ARRAY)
         FAIL(400, "\"inputs\" must be an array");
     if (doc.ninputs != c->ninputs)
         FAIL(400, "the model takes %d input(s), the request has %d", c->ninputs, doc.ninputs);
@@ -476,32 +476,32 @@ int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config
     int64_t batch = -1;
     for (int i = 0; i < doc.ninputs; i++) {
         const struct in_desc *in = &doc.in[i];
-        char name[KILN_MODEL_NAME_MAX + 1], dtname[16];
+        char name[KD_MODEL_NAME_MAX + 1], dtname[16];
         long nl = in->is_object ? string_at(in->name, jend, name, sizeof name) : -1;
         long dl = in->is_object ? string_at(in->datatype, jend, dtname, sizeof dtname) : -1;
-        if (nl == -1 || dl == -1 || type_at(in->shape, jend) != KILN_J_ARRAY)
+        if (nl == -1 || dl == -1 || type_at(in->shape, jend) != KD_J_ARRAY)
             FAIL(400, "each input needs \"name\", \"datatype\" and \"shape\"");
-        int k = nl < 0 ? -1 : kiln__infer_find_spec(c->inputs, c->ninputs, name);
+        int k = nl < 0 ? -1 : kd_infer_find_spec(c->inputs, c->ninputs, name);
         if (k < 0)
             FAIL(400, "unknown input '%.64s'", name);
         if (r->inputs[k].data)
             FAIL(400, "input '%.64s' given twice", name);
-        const kiln_model_tensor_spec *sp = &c->inputs[k];
+        const kd_model_tensor_spec *sp = &c->inputs[k];
         if (dl < 0 || !known_datatype(dtname))
             FAIL(400, "unknown datatype '%.32s'", dtname);
         if (strcmp(dtname, sp->datatype) != 0)
             FAIL(400, "input '%s' has datatype %.32s; the model expects %s", sp->name, dtname, sp->datatype);
-        struct kiln_sched_tensor *t = &r->inputs[k];
+        struct kd_sched_tensor *t = &r->inputs[k];
         int nd = 0, sr;
         int64_t numel = 1;
-        struct kiln_jscan ss;
+        struct kd_jscan ss;
         scan_at(&ss, in->shape, jend);
-        kiln_jscan_array_begin(&ss);
-        for (; (sr = kiln_jscan_element(&ss, nd)) > 0; nd++) {
+        kd_jscan_array_begin(&ss);
+        for (; (sr = kd_jscan_element(&ss, nd)) > 0; nd++) {
             int64_t v;
             size_t vlen;
-            kiln_jscan_peek(&ss);
-            long len = kiln_json_to_int(ss.p, ss.end, 0, INT64_MAX, &v, &vlen);
+            kd_jscan_peek(&ss);
+            long len = kd_json_to_int(ss.p, ss.end, 0, INT64_MAX, &v, &vlen);
             if (len <= 0 && !dim_too_large(ss.p, ss.end, ic->max_tensor_elements))
                 FAIL(400, "input '%s': shape entries must be non-negative integers", sp->name);
             if (len <= 0 || v > ic->max_tensor_elements)
@@ -529,7 +529,7 @@ int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config
                 FAIL(400, "inputs disagree on the batch size");
             batch = t->shape[0];
         }
-        int want = kiln_sched_dtype_of(sp->datatype);
+        int want = kd_sched_dtype_of(sp->datatype);
         if (want < 0)
             FAIL(400, "datatype %s is not supported", sp->datatype);
         bool half = want == KILN_F16 || want == KILN_BF16;
@@ -539,7 +539,7 @@ int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config
         if (bsize) {
             size_t need = (size_t)numel * esize, blen;
             int64_t got;
-            if (kiln_json_to_int(bsize, jend, 0, INT64_MAX, &got, &blen) <= 0 || (uint64_t)got != need)
+            if (kd_json_to_int(bsize, jend, 0, INT64_MAX, &got, &blen) <= 0 || (uint64_t)got != need)
                 FAIL(400, "input '%s': binary_data_size must be %zu for its shape and datatype", sp->name, need);
             if (need > bin_len - bin_used)
                 FAIL(400, "input '%s': the body holds fewer binary bytes than binary_data_size", sp->name);
@@ -557,7 +557,7 @@ int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config
         }
         if (!in->data)
             FAIL(400, "input '%s' has neither \"data\" nor binary_data_size", sp->name);
-        if (type_at(in->data, jend) != KILN_J_ARRAY)
+        if (type_at(in->data, jend) != KD_J_ARRAY)
             FAIL(400, "input '%s': \"data\" must be an array", sp->name);
         t->dtype = half ? KILN_F32 : (kiln_dtype)want;
         t->nbytes = (size_t)numel * kiln_dtype_size(t->dtype);
@@ -575,32 +575,32 @@ int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config
     if (bin_used != bin_len)
         FAIL(400, "the body has %zu binary bytes no input claims", bin_len - bin_used);
 
-    bool all_binary = type_at(member_at(doc.params, jend, "binary_data_output"), jend) == KILN_J_TRUE;
+    bool all_binary = type_at(member_at(doc.params, jend, "binary_data_output"), jend) == KD_J_TRUE;
     for (int o = 0; o < c->noutputs; o++) {
         want_output[o] = !doc.outputs;
         want_binary[o] = all_binary;
     }
     if (doc.outputs) {
-        if (type_at(doc.outputs, jend) != KILN_J_ARRAY)
+        if (type_at(doc.outputs, jend) != KD_J_ARRAY)
             FAIL(400, "\"outputs\" must be an array");
-        struct kiln_jscan os;
+        struct kd_jscan os;
         int orr;
         scan_at(&os, doc.outputs, jend);
-        kiln_jscan_array_begin(&os);
-        for (int i = 0; (orr = kiln_jscan_element(&os, i)) > 0; i++) {
-            kiln_jscan_peek(&os);
+        kd_jscan_array_begin(&os);
+        for (int i = 0; (orr = kd_jscan_element(&os, i)) > 0; i++) {
+            kd_jscan_peek(&os);
             const char *ro = os.p;
-            char name[KILN_MODEL_NAME_MAX + 1];
+            char name[KD_MODEL_NAME_MAX + 1];
             if (string_at(member_at(ro, jend, "name"), jend, name, sizeof name) == -1)
                 FAIL(400, "each requested output needs a \"name\"");
-            int k = kiln__infer_find_spec(c->outputs, c->noutputs, name);
+            int k = kd_infer_find_spec(c->outputs, c->noutputs, name);
             if (k < 0)
                 FAIL(400, "unknown output '%.64s'", name);
             want_output[k] = true;
-            enum kiln_jtype b = type_at(member_at(member_at(ro, jend, "parameters"), jend, "binary_data"), jend);
-            if (b != KILN_J_NONE)
-                want_binary[k] = b == KILN_J_TRUE;
-            kiln_jscan_skip(&os);
+            enum kd_jtype b = type_at(member_at(member_at(ro, jend, "parameters"), jend, "binary_data"), jend);
+            if (b != KD_J_NONE)
+                want_binary[k] = b == KD_J_TRUE;
+            kd_jscan_skip(&os);
         }
     }
     if (dd) {
@@ -626,86 +626,86 @@ done:
         }
     }
     if (rc != 0)
-        kiln_sched_request_clear(r);
+        kd_sched_request_clear(r);
     return rc;
 }
 
-static int put_number(struct kiln_buf *b, double v, int digits)
+static int put_number(struct kd_buf *b, double v, int digits)
 {
     if (!isfinite(v))
-        return kiln_buf_puts(b, "null"); /* JSON has no NaN or infinity */
-    return kiln_buf_printf(b, "%.*g", digits, v);
+        return kd_buf_puts(b, "null"); /* JSON has no NaN or infinity */
+    return kd_buf_printf(b, "%.*g", digits, v);
 }
 
-static int put_values(struct kiln_buf *b, const struct kiln_sched_tensor *t)
+static int put_values(struct kd_buf *b, const struct kd_sched_tensor *t)
 {
     int64_t n = (int64_t)(t->nbytes / (kiln_dtype_size(t->dtype) ? kiln_dtype_size(t->dtype) : 1));
-    int rc = kiln_buf_reserve(b, (size_t)n * 8);
+    int rc = kd_buf_reserve(b, (size_t)n * 8);
     for (int64_t i = 0; i < n && rc == 0; i++) {
         if (i)
-            rc = kiln_buf_append(b, ",", 1);
+            rc = kd_buf_append(b, ",", 1);
         switch (t->dtype) {
         case KILN_F32: rc |= put_number(b, ((const float *)t->data)[i], 9); break;
         case KILN_F64: rc |= put_number(b, ((const double *)t->data)[i], 17); break;
         case KILN_F16: rc |= put_number(b, kiln_f16_to_f32(((const uint16_t *)t->data)[i]), 5); break;
         case KILN_BF16: rc |= put_number(b, kiln_bf16_to_f32(((const uint16_t *)t->data)[i]), 4); break;
-        case KILN_I64: rc |= kiln_buf_printf(b, "%lld", (long long)((const int64_t *)t->data)[i]); break;
-        case KILN_I32: rc |= kiln_buf_printf(b, "%d", ((const int32_t *)t->data)[i]); break;
-        case KILN_U8: rc |= kiln_buf_printf(b, "%u", ((const uint8_t *)t->data)[i]); break;
-        case KILN_BOOL: rc |= kiln_buf_puts(b, ((const uint8_t *)t->data)[i] ? "true" : "false"); break;
+        case KILN_I64: rc |= kd_buf_printf(b, "%lld", (long long)((const int64_t *)t->data)[i]); break;
+        case KILN_I32: rc |= kd_buf_printf(b, "%d", ((const int32_t *)t->data)[i]); break;
+        case KILN_U8: rc |= kd_buf_printf(b, "%u", ((const uint8_t *)t->data)[i]); break;
+        case KILN_BOOL: rc |= kd_buf_puts(b, ((const uint8_t *)t->data)[i] ? "true" : "false"); break;
         default: rc = -1;
         }
     }
     return rc;
 }
 
-int kiln__infer_body(struct kiln_buf *j, const char *model, int64_t version, const kiln_model_config *c,
-                     const struct kiln_sched_request *r, const bool *want_output, const bool *want_binary,
-                     const char *id, size_t *json_len)
+int kd_infer_body(struct kd_buf *j, const char *model, int64_t version, const kd_model_config *c,
+                  const struct kd_sched_request *r, const bool *want_output, const bool *want_binary,
+                  const char *id, size_t *json_len)
 {
-    int rc = kiln_buf_puts(j, "{\"model_name\":\"");
-    rc |= kiln_buf_json_escape(j, model, strlen(model));
-    rc |= kiln_buf_printf(j, "\",\"model_version\":\"%lld\"", (long long)version);
+    int rc = kd_buf_puts(j, "{\"model_name\":\"");
+    rc |= kd_buf_json_escape(j, model, strlen(model));
+    rc |= kd_buf_printf(j, "\",\"model_version\":\"%lld\"", (long long)version);
     if (id[0]) {
-        rc |= kiln_buf_puts(j, ",\"id\":\"");
-        rc |= kiln_buf_json_escape(j, id, strlen(id));
-        rc |= kiln_buf_puts(j, "\"");
+        rc |= kd_buf_puts(j, ",\"id\":\"");
+        rc |= kd_buf_json_escape(j, id, strlen(id));
+        rc |= kd_buf_puts(j, "\"");
     }
-    rc |= kiln_buf_puts(j, ",\"outputs\":[");
+    rc |= kd_buf_puts(j, ",\"outputs\":[");
     bool first = true;
     for (int o = 0; o < c->noutputs && o < r->noutputs && rc == 0; o++) {
         if (!want_output[o])
             continue;
-        const struct kiln_sched_tensor *t = &r->outputs[o];
-        rc |= kiln_buf_printf(j, "%s{\"name\":\"", first ? "" : ",");
+        const struct kd_sched_tensor *t = &r->outputs[o];
+        rc |= kd_buf_printf(j, "%s{\"name\":\"", first ? "" : ",");
         first = false;
-        rc |= kiln_buf_json_escape(j, c->outputs[o].name, strlen(c->outputs[o].name));
-        rc |= kiln_buf_printf(j, "\",\"datatype\":\"%s\",\"shape\":[", c->outputs[o].datatype);
+        rc |= kd_buf_json_escape(j, c->outputs[o].name, strlen(c->outputs[o].name));
+        rc |= kd_buf_printf(j, "\",\"datatype\":\"%s\",\"shape\":[", c->outputs[o].datatype);
         for (int d = 0; d < t->ndim; d++)
-            rc |= kiln_buf_printf(j, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+            rc |= kd_buf_printf(j, "%s%lld", d ? "," : "", (long long)t->shape[d]);
         if (want_binary[o]) {
-            rc |= kiln_buf_printf(j, "],\"parameters\":{\"binary_data_size\":%zu}}", t->nbytes);
+            rc |= kd_buf_printf(j, "],\"parameters\":{\"binary_data_size\":%zu}}", t->nbytes);
         } else {
-            rc |= kiln_buf_puts(j, "],\"data\":[");
+            rc |= kd_buf_puts(j, "],\"data\":[");
             rc |= put_values(j, t);
-            rc |= kiln_buf_puts(j, "]}");
+            rc |= kd_buf_puts(j, "]}");
         }
     }
-    rc |= kiln_buf_puts(j, "]}");
+    rc |= kd_buf_puts(j, "]}");
     *json_len = j->len;
     for (int o = 0; o < c->noutputs && o < r->noutputs && rc == 0; o++)
         if (want_output[o] && want_binary[o])
-            rc |= kiln_buf_append(j, r->outputs[o].data, r->outputs[o].nbytes);
+            rc |= kd_buf_append(j, r->outputs[o].data, r->outputs[o].nbytes);
     return rc ? -1 : 0;
 }
 
-int kiln__infer_respond(struct kiln_buf *out, const struct kiln_buf *body, size_t json_len, bool keep_alive,
-                        const char *extra_headers)
+int kd_infer_respond(struct kd_buf *out, const struct kd_buf *body, size_t json_len, bool keep_alive,
+                     const char *extra_headers)
 {
     if (json_len == body->len)
-        return kiln_resp_append(out, 200, "application/json", body->data, body->len, keep_alive, extra_headers);
+        return kd_resp_append(out, 200, "application/json", body->data, body->len, keep_alive, extra_headers);
     char hdr[512];
     snprintf(hdr, sizeof hdr, "Inference-Header-Content-Length: %zu\r\n%s", json_len,
              extra_headers ? extra_headers : "");
-    return kiln_resp_append(out, 200, "application/octet-stream", body->data, body->len, keep_alive, hdr);
+    return kd_resp_append(out, 200, "application/octet-stream", body->data, body->len, keep_alive, hdr);
 }

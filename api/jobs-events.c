@@ -24,18 +24,18 @@
 
 /* ---- event streams ------------------------------------------------------------------------- */
 
-void kiln__jobs_stream_end(struct kiln_jobs *j, struct kiln__jobs_stream *s)
+void kd_jobs_stream_end(struct kd_jobs *j, struct kd_jobs_stream *s)
 {
-    for (struct kiln__jobs_stream **pp = &j->streams; *pp; pp = &(*pp)->next)
+    for (struct kd_jobs_stream **pp = &j->streams; *pp; pp = &(*pp)->next)
         if (*pp == s) {
             *pp = s->next;
             break;
         }
-    kiln_http_pending_finish(s->p, 200);
+    kd_http_pending_finish(s->p, 200);
     free(s);
 }
 
-static void stream_wake(struct kiln_http_pending *p)
+static void stream_wake(struct kd_http_pending *p)
 {
     /* The socket layer sends what sits in the connection's output when woken; a pending
      * response that has not finished is exactly what a stream is. */
@@ -43,38 +43,38 @@ static void stream_wake(struct kiln_http_pending *p)
         p->conn->wake(p->conn->wake_ud);
 }
 
-bool kiln__jobs_final_state(const char *s)
+bool kd_jobs_final_state(const char *s)
 {
-    return s && (!strcmp(s, KILN_JOB_SUCCEEDED) || !strcmp(s, KILN_JOB_FAILED) || !strcmp(s, KILN_JOB_CANCELLED));
+    return s && (!strcmp(s, KD_JOB_SUCCEEDED) || !strcmp(s, KD_JOB_FAILED) || !strcmp(s, KD_JOB_CANCELLED));
 }
 
 /*
  * Append the events of job id after *last_seq in SSE form; true when the job is final and
  * every one of its events is in out. The state is read in the same locked section as the last
  * events, after them, so an event appended later is seen by the next call; a job's state and
- * its "state" event are stored in one transaction (kiln__jobs_transition), so a job read final
+ * its "state" event are stored in one transaction (kd_jobs_transition), so a job read final
  * here has its final event among those read.
  */
-static bool append_events(struct kiln_jobs *j, int64_t id, int64_t *last_seq, struct kiln_buf *out)
+static bool append_events(struct kd_jobs *j, int64_t id, int64_t *last_seq, struct kd_buf *out)
 {
     bool final = false;
     for (;;) {
-        struct kiln_job_event *ev = NULL;
+        struct kd_job_event *ev = NULL;
         int n = 0;
-        struct kiln_job job;
-        kiln__jobs_store_lock(j);
-        int rc = kiln_jobstore_events_since(j->o.store, id, *last_seq, 500, &ev, &n, NULL, 0);
-        int grc = n < 500 ? kiln_jobstore_job_get(j->o.store, id, &job, NULL, 0) : 1;
-        kiln__jobs_store_unlock(j);
+        struct kd_job job;
+        kd_jobs_store_lock(j);
+        int rc = kd_jobstore_events_since(j->o.store, id, *last_seq, 500, &ev, &n, NULL, 0);
+        int grc = n < 500 ? kd_jobstore_job_get(j->o.store, id, &job, NULL, 0) : 1;
+        kd_jobs_store_unlock(j);
         for (int i = 0; rc == 0 && i < n; i++) {
-            kiln_buf_printf(out, "id: %lld\nevent: %s\ndata: %s\n\n", (long long)ev[i].seq, ev[i].type,
-                            ev[i].payload);
+            kd_buf_printf(out, "id: %lld\nevent: %s\ndata: %s\n\n", (long long)ev[i].seq, ev[i].type,
+                          ev[i].payload);
             *last_seq = ev[i].seq;
         }
-        kiln_jobstore_events_free(ev, n);
+        kd_jobstore_events_free(ev, n);
         if (grc == 0) {
-            final = kiln__jobs_final_state(job.state);
-            kiln_jobstore_job_clear(&job);
+            final = kd_jobs_final_state(job.state);
+            kd_jobstore_job_clear(&job);
         }
         if (rc != 0 || n < 500)
             return final;
@@ -82,88 +82,88 @@ static bool append_events(struct kiln_jobs *j, int64_t id, int64_t *last_seq, st
 }
 
 /* Send what the stream has not seen; end it when its job is over. Returns false when ended. */
-static bool stream_pump(struct kiln_jobs *j, struct kiln__jobs_stream *s)
+static bool stream_pump(struct kd_jobs *j, struct kd_jobs_stream *s)
 {
-    struct kiln_buf *out = kiln_http_pending_out(s->p);
+    struct kd_buf *out = kd_http_pending_out(s->p);
     if (!out || out->len > STREAM_OUT_MAX) {
-        kiln__jobs_stream_end(j, s);
+        kd_jobs_stream_end(j, s);
         return false;
     }
     if (append_events(j, s->job_id, &s->last_seq, out)) {
-        kiln__jobs_stream_end(j, s);
+        kd_jobs_stream_end(j, s);
         return false;
     }
     stream_wake(s->p);
     return true;
 }
 
-void kiln__jobs_on_async(uv_async_t *a)
+void kd_jobs_on_async(uv_async_t *a)
 {
-    struct kiln_jobs *j = a->data;
-    kiln__jobs_take_finishes(j);
-    for (struct kiln__jobs_stream *s = j->streams, *next; s; s = next) {
+    struct kd_jobs *j = a->data;
+    kd_jobs_take_finishes(j);
+    for (struct kd_jobs_stream *s = j->streams, *next; s; s = next) {
         next = s->next;
         stream_pump(j, s);
     }
 }
 
-void kiln__jobs_on_ping(uv_timer_t *t)
+void kd_jobs_on_ping(uv_timer_t *t)
 {
-    struct kiln_jobs *j = t->data;
+    struct kd_jobs *j = t->data;
     /* A comment line keeps proxies from timing the stream out and finds clients that left. */
-    for (struct kiln__jobs_stream *s = j->streams, *next; s; s = next) {
+    for (struct kd_jobs_stream *s = j->streams, *next; s; s = next) {
         next = s->next;
-        struct kiln_buf *out = kiln_http_pending_out(s->p);
+        struct kd_buf *out = kd_http_pending_out(s->p);
         if (!out) {
-            kiln__jobs_stream_end(j, s);
+            kd_jobs_stream_end(j, s);
             continue;
         }
-        kiln_buf_puts(out, ": ping\n\n");
+        kd_buf_puts(out, ": ping\n\n");
         stream_wake(s->p);
     }
 }
-int kiln__jobs_handle_events(struct kiln_jobs *j, int64_t id, const struct kiln_request *req, struct kiln_buf *out)
+int kd_jobs_handle_events(struct kd_jobs *j, int64_t id, const struct kd_request *req, struct kd_buf *out)
 {
-    struct kiln_job job;
-    int st = kiln__jobs_get_job(j, id, &job, req, out);
+    struct kd_job job;
+    int st = kd_jobs_get_job(j, id, &job, req, out);
     if (st)
         return st;
-    kiln_jobstore_job_clear(&job);
+    kd_jobstore_job_clear(&job);
     int64_t after = 0;
     char num[32];
-    if (req->headers && req->headers->last_event_id[0] && !kiln__jobs_parse_i64(req->headers->last_event_id, &after))
-        return kiln__jobs_errorf(out, req, 400, "Last-Event-ID: must be an event id");
-    if (kiln__jobs_query_param(req, "after", num, sizeof num) && !kiln__jobs_parse_i64(num, &after))
-        return kiln__jobs_errorf(out, req, 400, "after: must be an event id");
+    if (req->headers && req->headers->last_event_id[0] && !kd_jobs_parse_i64(req->headers->last_event_id, &after))
+        return kd_jobs_errorf(out, req, 400, "Last-Event-ID: must be an event id");
+    if (kd_jobs_query_param(req, "after", num, sizeof num) && !kd_jobs_parse_i64(num, &after))
+        return kd_jobs_errorf(out, req, 400, "after: must be an event id");
     /* A finished job's stream is known whole: one ordinary response, and the connection stays
      * usable. */
-    struct kiln_buf body = {0};
-    kiln_buf_puts(&body, "retry: 1000\n\n");
+    struct kd_buf body = {0};
+    kd_buf_puts(&body, "retry: 1000\n\n");
     int64_t last = after;
     if (append_events(j, id, &last, &body)) {
-        st = kiln_resp_append(out, 200, "text/event-stream", body.data, body.len, req->keep_alive,
-                              "Cache-Control: no-cache\r\n");
-        kiln_buf_free(&body);
+        st = kd_resp_append(out, 200, "text/event-stream", body.data, body.len, req->keep_alive,
+                            "Cache-Control: no-cache\r\n");
+        kd_buf_free(&body);
         return st;
     }
-    struct kiln__jobs_stream *s = calloc(1, sizeof *s);
-    struct kiln_http_pending *p = s ? kiln_http_defer(req) : NULL;
+    struct kd_jobs_stream *s = calloc(1, sizeof *s);
+    struct kd_http_pending *p = s ? kd_http_defer(req) : NULL;
     if (!p) {
         free(s);
-        kiln_buf_free(&body);
-        return kiln__jobs_errorf(out, req, 500, "out of memory");
+        kd_buf_free(&body);
+        return kd_jobs_errorf(out, req, 500, "out of memory");
     }
     /* The body runs until the connection closes, so the connection cannot be reused. */
     p->keep_alive = false;
-    *s = (struct kiln__jobs_stream){j, id, last, p, j->streams};
+    *s = (struct kd_jobs_stream){j, id, last, p, j->streams};
     j->streams = s;
     /* The events so far go out with the header. Whatever the training thread appends from now
      * on comes with an async wake-up, so nothing is pumped here (a stream must not finish
      * inside its own handler). */
     static const char head[] = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
                                "X-Accel-Buffering: no\r\nConnection: close\r\n\r\n";
-    kiln_buf_append(out, head, sizeof head - 1);
-    kiln_buf_append(out, body.data, body.len);
-    kiln_buf_free(&body);
-    return KILN_HTTP_DEFERRED;
+    kd_buf_append(out, head, sizeof head - 1);
+    kd_buf_append(out, body.data, body.len);
+    kd_buf_free(&body);
+    return KD_HTTP_DEFERRED;
 }

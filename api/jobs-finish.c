@@ -4,7 +4,7 @@
  * The training thread adds the version to the repository (weights, config.json and a
  * source.json naming the job, renamed into place in one step), posts the job here and waits.
  * On the loop, which owns the serving model table, the version is loaded through
- * kiln_serving_load, the path POST /v2/repository/models/<name>/load takes too. In the callback
+ * kd_serving_load, the path POST /v2/repository/models/<name>/load takes too. In the callback
  * that swaps the table entry, the job's registry row, its "model" event, its state and its
  * "state" event are written in one store transaction. The loop serves no request between the
  * swap and that write, so a client that sees the job succeeded (GET, the event stream, the CLI,
@@ -32,20 +32,20 @@
 #include "jobs-impl.h"
 #include "repository.h"
 
-void kiln__jobs_source(const struct kiln_job *job, char *out, size_t len)
+void kd_jobs_source(const struct kd_job *job, char *out, size_t len)
 {
     /* The creation time keeps two data directories sharing one repository apart. */
     snprintf(out, len, "kilnd job %lld created %lld", (long long)job->id, (long long)job->created_ms);
 }
 
-static void finish_free(struct kiln__jobs_finish *f)
+static void finish_free(struct kd_jobs_finish *f)
 {
     free(f->metrics_json);
     free(f);
 }
 
 /* The training thread waits for this before it takes the next job. */
-static void release_trainer(struct kiln_jobs *j, int64_t id)
+static void release_trainer(struct kd_jobs *j, int64_t id)
 {
     pthread_mutex_lock(&j->mu);
     j->finished = id;
@@ -53,105 +53,105 @@ static void release_trainer(struct kiln_jobs *j, int64_t id)
     pthread_mutex_unlock(&j->mu);
 }
 
-int kiln__jobs_succeed(struct kiln_jobs *j, int64_t id, const char *name, int64_t version, const char *metrics_json,
-                       const char *stop_reason)
+int kd_jobs_succeed(struct kd_jobs *j, int64_t id, const char *name, int64_t version, const char *metrics_json,
+                    const char *stop_reason)
 {
-    char model[KILN_MODEL_NAME_MAX + 64], err[256];
+    char model[KD_MODEL_NAME_MAX + 64], err[256];
     snprintf(model, sizeof model, "{\"name\":\"%s\",\"version\":%lld}", name, (long long)version);
-    char *state = kiln__jobs_state_payload(KILN_JOB_SUCCEEDED, NULL, "metrics", metrics_json);
+    char *state = kd_jobs_state_payload(KD_JOB_SUCCEEDED, NULL, "metrics", metrics_json);
     int rc = -1;
     if (!state) {
         snprintf(err, sizeof err, "out of memory");
     } else {
-        kiln__jobs_store_lock(j);
-        rc = kiln_jobstore_job_succeed_with_model(j->o.store, id, name, version, metrics_json, model, state, err,
-                                                  sizeof err);
-        kiln__jobs_store_unlock(j);
+        kd_jobs_store_lock(j);
+        rc = kd_jobstore_job_succeed_with_model(j->o.store, id, name, version, metrics_json, model, state, err,
+                                                sizeof err);
+        kd_jobs_store_unlock(j);
     }
     cJSON_free(state);
     if (rc == 0) {
-        kiln__jobs_log(j, KILN_LOG_INFO, "job %lld succeeded (%s); model %s version %lld is served", (long long)id,
-                       stop_reason, name, (long long)version);
+        kd_jobs_log(j, KD_LOG_INFO, "job %lld succeeded (%s); model %s version %lld is served", (long long)id,
+                    stop_reason, name, (long long)version);
         uv_async_send(&j->async);
     } else {
         /* Still running in the store: the next start finds the version by its source.json and
          * records the job then. */
-        kiln__jobs_log(j, KILN_LOG_ERROR, "job %lld: model %s version %lld is ready but the job's success was not "
-                       "recorded: %s", (long long)id, name, (long long)version, err);
+        kd_jobs_log(j, KD_LOG_ERROR, "job %lld: model %s version %lld is ready but the job's success was not "
+                    "recorded: %s", (long long)id, name, (long long)version, err);
     }
     return rc;
 }
 
 static void reloaded(void *ud, int status, const char *why)
 {
-    struct kiln_jobs *j = ud;
+    struct kd_jobs *j = ud;
     if (status != 200)
-        kiln__jobs_log(j, KILN_LOG_WARN, "reloading a model after a failed job: %s", why);
+        kd_jobs_log(j, KD_LOG_WARN, "reloading a model after a failed job: %s", why);
 }
 
-static void fail_unservable(struct kiln_jobs *j, const struct kiln__jobs_finish *f, const char *why)
+static void fail_unservable(struct kd_jobs *j, const struct kd_jobs_finish *f, const char *why)
 {
     char msg[640];
     snprintf(msg, sizeof msg, "model %s version %lld was written but does not load for serving: %s", f->name,
              (long long)f->version, why);
-    kiln__jobs_log(j, KILN_LOG_WARN, "job %lld failed: %s", (long long)f->id, msg);
+    kd_jobs_log(j, KD_LOG_WARN, "job %lld failed: %s", (long long)f->id, msg);
     /* The version goes first: a job recorded failed leaves nothing that a later start would serve. */
-    kiln_repository *repo = kiln_repository_open(j->models_dir);
-    if (!repo || kiln_repository_remove_version(repo, f->name, f->version) != 0) {
-        kiln__jobs_log(j, KILN_LOG_ERROR, "job %lld: removing %s version %lld: %s", (long long)f->id, f->name,
-                       (long long)f->version, kiln_error());
+    kd_repository *repo = kd_repository_open(j->models_dir);
+    if (!repo || kd_repository_remove_version(repo, f->name, f->version) != 0) {
+        kd_jobs_log(j, KD_LOG_ERROR, "job %lld: removing %s version %lld: %s", (long long)f->id, f->name,
+                    (long long)f->version, kiln_error());
     } else {
-        const kiln_model_info *m = kiln_repository_find(repo, f->name);
+        const kd_model_info *m = kd_repository_find(repo, f->name);
         char w[320];
         if (m && m->nversions == 0) {
             /* The job had made the folder: it goes too (rmdir leaves a folder with anything in it). */
-            char *dir = kiln__jobs_path(j->models_dir, "%s", f->name);
+            char *dir = kd_jobs_path(j->models_dir, "%s", f->name);
             if (dir)
                 rmdir(dir);
             free(dir);
         } else if (m && m->valid && j->o.serving &&
-                   kiln_serving_load(j->o.serving, f->name, 0, reloaded, j, w, sizeof w) != 0) {
-            kiln__jobs_log(j, KILN_LOG_WARN, "reloading %s after job %lld: %s", f->name, (long long)f->id, w);
+                   kd_serving_load(j->o.serving, f->name, 0, reloaded, j, w, sizeof w) != 0) {
+            kd_jobs_log(j, KD_LOG_WARN, "reloading %s after job %lld: %s", f->name, (long long)f->id, w);
         }
     }
-    kiln_repository_close(repo);
-    kiln__jobs_transition(j, f->id, KILN_JOB_FAILED, msg, NULL, NULL);
+    kd_repository_close(repo);
+    kd_jobs_transition(j, f->id, KD_JOB_FAILED, msg, NULL, NULL);
 }
 
-static void unlink_loading(struct kiln_jobs *j, struct kiln__jobs_finish *f)
+static void unlink_loading(struct kd_jobs *j, struct kd_jobs_finish *f)
 {
-    for (struct kiln__jobs_finish **pp = &j->loading; *pp; pp = &(*pp)->next)
+    for (struct kd_jobs_finish **pp = &j->loading; *pp; pp = &(*pp)->next)
         if (*pp == f) {
             *pp = f->next;
             return;
         }
 }
 
-/* kiln_serving_load's callback: the table entry has been swapped (200) or the load failed. */
+/* kd_serving_load's callback: the table entry has been swapped (200) or the load failed. */
 static void on_loaded(void *ud, int status, const char *why)
 {
-    struct kiln__jobs_finish *f = ud;
-    struct kiln_jobs *j = f->j;
+    struct kd_jobs_finish *f = ud;
+    struct kd_jobs *j = f->j;
     unlink_loading(j, f);
     if (!j->handles_open)
-        /* kiln_jobs_stop has run: the job stays running and the next start finishes it. */
-        kiln__jobs_log(j, KILN_LOG_INFO, "job %lld: its model loaded while kilnd stops; the next start records it",
-                       (long long)f->id);
+        /* kd_jobs_stop has run: the job stays running and the next start finishes it. */
+        kd_jobs_log(j, KD_LOG_INFO, "job %lld: its model loaded while kilnd stops; the next start records it",
+                    (long long)f->id);
     else if (status == 200)
-        kiln__jobs_succeed(j, f->id, f->name, f->version, f->metrics_json, f->stop_reason);
+        kd_jobs_succeed(j, f->id, f->name, f->version, f->metrics_json, f->stop_reason);
     else
         fail_unservable(j, f, why ? why : "unknown reason");
     release_trainer(j, f->id);
     finish_free(f);
 }
 
-static void start_load(struct kiln_jobs *j, struct kiln__jobs_finish *f)
+static void start_load(struct kd_jobs *j, struct kd_jobs_finish *f)
 {
     char why[320];
     /* Listed before the call: a load with nothing to wait for calls back before it returns. */
     f->next = j->loading;
     j->loading = f;
-    int st = kiln_serving_load(j->o.serving, f->name, f->version, on_loaded, f, why, sizeof why);
+    int st = kd_serving_load(j->o.serving, f->name, f->version, on_loaded, f, why, sizeof why);
     if (st == 0)
         return;
     unlink_loading(j, f);
@@ -160,14 +160,14 @@ static void start_load(struct kiln_jobs *j, struct kiln__jobs_finish *f)
     finish_free(f);
 }
 
-void kiln__jobs_take_finishes(struct kiln_jobs *j)
+void kd_jobs_take_finishes(struct kd_jobs *j)
 {
     pthread_mutex_lock(&j->mu);
-    struct kiln__jobs_finish *list = j->to_finish;
+    struct kd_jobs_finish *list = j->to_finish;
     j->to_finish = NULL;
     pthread_mutex_unlock(&j->mu);
     while (list) {
-        struct kiln__jobs_finish *f = list;
+        struct kd_jobs_finish *f = list;
         list = f->next;
         if (j->handles_open) {
             start_load(j, f);
@@ -178,13 +178,13 @@ void kiln__jobs_take_finishes(struct kiln_jobs *j)
     }
 }
 
-void kiln__jobs_finishes_free(struct kiln_jobs *j)
+void kd_jobs_finishes_free(struct kd_jobs *j)
 {
     /* Loads the scheduler never completed (it stopped first) and posts the loop never took. */
-    struct kiln__jobs_finish *lists[2] = {j->loading, j->to_finish};
+    struct kd_jobs_finish *lists[2] = {j->loading, j->to_finish};
     for (int i = 0; i < 2; i++)
         while (lists[i]) {
-            struct kiln__jobs_finish *f = lists[i];
+            struct kd_jobs_finish *f = lists[i];
             lists[i] = f->next;
             finish_free(f);
         }

@@ -30,23 +30,23 @@ struct history_page {
 };
 
 /* Reads the query's after and limit; 0, or the status of the 400 written to out. */
-static int page_params(const struct kiln_request *req, struct kiln_buf *out, int64_t *after, int64_t *limit)
+static int page_params(const struct kd_request *req, struct kd_buf *out, int64_t *after, int64_t *limit)
 {
     char num[32];
     *after = 0;
     *limit = HISTORY_LIMIT_DEFAULT;
-    if (kiln__jobs_query_param(req, "after", num, sizeof num) && !kiln__jobs_parse_i64(num, after))
-        return kiln__jobs_errorf(out, req, 400, "after: must be an event id (a whole number >= 0)");
-    if (kiln__jobs_query_param(req, "limit", num, sizeof num) &&
-        (!kiln__jobs_parse_i64(num, limit) || *limit < 1 || *limit > HISTORY_LIMIT_MAX))
-        return kiln__jobs_errorf(out, req, 400, "limit: must be within 1..%d", HISTORY_LIMIT_MAX);
+    if (kd_jobs_query_param(req, "after", num, sizeof num) && !kd_jobs_parse_i64(num, after))
+        return kd_jobs_errorf(out, req, 400, "after: must be an event id (a whole number >= 0)");
+    if (kd_jobs_query_param(req, "limit", num, sizeof num) &&
+        (!kd_jobs_parse_i64(num, limit) || *limit < 1 || *limit > HISTORY_LIMIT_MAX))
+        return kd_jobs_errorf(out, req, 400, "limit: must be within 1..%d", HISTORY_LIMIT_MAX);
     return 0;
 }
 
 /* The stored payload with its event id and time added, as raw JSON: the numbers stay the
  * exact text the trainer wrote (a parse and print would round them to 15 digits). NULL when
  * the payload is not a JSON object, which the trainer never stores. */
-static cJSON *row_of(const struct kiln_job_event *ev)
+static cJSON *row_of(const struct kd_job_event *ev)
 {
     cJSON *o = cJSON_Parse(ev->payload);
     bool object = cJSON_IsObject(o), empty = object && !o->child;
@@ -66,17 +66,17 @@ static cJSON *row_of(const struct kiln_job_event *ev)
 }
 
 /* Scan the job's events after pg->after and keep those of pg->type; 0 or -1 (store error in err). */
-static int read_page(struct kiln_jobs *j, int64_t id, struct history_page *pg, char *err, size_t errlen)
+static int read_page(struct kd_jobs *j, int64_t id, struct history_page *pg, char *err, size_t errlen)
 {
     pg->next_after = pg->after;
     pg->more = false;
     int64_t kept = 0;
     for (;;) {
-        struct kiln_job_event *ev = NULL;
+        struct kd_job_event *ev = NULL;
         int n = 0;
-        kiln__jobs_store_lock(j);
-        int rc = kiln_jobstore_events_since(j->o.store, id, pg->next_after, HISTORY_CHUNK, &ev, &n, err, errlen);
-        kiln__jobs_store_unlock(j);
+        kd_jobs_store_lock(j);
+        int rc = kd_jobstore_events_since(j->o.store, id, pg->next_after, HISTORY_CHUNK, &ev, &n, err, errlen);
+        kd_jobs_store_unlock(j);
         if (rc != 0)
             return -1;
         int i = 0;
@@ -97,27 +97,27 @@ static int read_page(struct kiln_jobs *j, int64_t id, struct history_page *pg, c
             cJSON_AddItemToArray(pg->rows, row);
             kept++;
         }
-        kiln_jobstore_events_free(ev, n);
+        kd_jobstore_events_free(ev, n);
         if (i < n || n < HISTORY_CHUNK)
             return 0;
     }
 }
 
 /* The common part of both answers; 0, or the status of the answer already written. */
-static int history(struct kiln_jobs *j, int64_t id, const char *type, const char *key, const char *kind,
-                   const struct kiln_request *req, struct kiln_buf *out)
+static int history(struct kd_jobs *j, int64_t id, const char *type, const char *key, const char *kind,
+                   const struct kd_request *req, struct kd_buf *out)
 {
     struct history_page pg = {.type = type};
     int st = page_params(req, out, &pg.after, &pg.limit);
     if (st)
         return st;
-    struct kiln_job job;
-    st = kiln__jobs_get_job(j, id, &job, req, out);
+    struct kd_job job;
+    st = kd_jobs_get_job(j, id, &job, req, out);
     if (st)
         return st;
     char state[32];
     snprintf(state, sizeof state, "%s", job.state);
-    kiln_jobstore_job_clear(&job);
+    kd_jobstore_job_clear(&job);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)id);
     cJSON_AddStringToObject(o, "state", state);
@@ -127,23 +127,23 @@ static int history(struct kiln_jobs *j, int64_t id, const char *type, const char
     char err[256];
     if (read_page(j, id, &pg, err, sizeof err) != 0) {
         cJSON_Delete(o);
-        return kiln__jobs_errorf(out, req, 500, "job store: %s", err);
+        return kd_jobs_errorf(out, req, 500, "job store: %s", err);
     }
     cJSON_AddNumberToObject(o, "next_after", (double)pg.next_after);
     cJSON_AddBoolToObject(o, "more", pg.more);
-    return kiln__jobs_send_json(out, 200, o, req);
+    return kd_jobs_send_json(out, 200, o, req);
 }
 
-int kiln__jobs_handle_metrics(struct kiln_jobs *j, int64_t id, const struct kiln_request *req, struct kiln_buf *out)
+int kd_jobs_handle_metrics(struct kd_jobs *j, int64_t id, const struct kd_request *req, struct kd_buf *out)
 {
     char kind[16] = "epoch";
-    if (kiln__jobs_query_param(req, "kind", kind, sizeof kind) && strcmp(kind, "epoch") != 0 &&
+    if (kd_jobs_query_param(req, "kind", kind, sizeof kind) && strcmp(kind, "epoch") != 0 &&
         strcmp(kind, "step") != 0)
-        return kiln__jobs_errorf(out, req, 400, "kind: must be \"epoch\" or \"step\"");
+        return kd_jobs_errorf(out, req, 400, "kind: must be \"epoch\" or \"step\"");
     return history(j, id, kind, "metrics", kind, req, out);
 }
 
-int kiln__jobs_handle_logs(struct kiln_jobs *j, int64_t id, const struct kiln_request *req, struct kiln_buf *out)
+int kd_jobs_handle_logs(struct kd_jobs *j, int64_t id, const struct kd_request *req, struct kd_buf *out)
 {
     return history(j, id, "log", "logs", NULL, req, out);
 }

@@ -23,34 +23,34 @@
 /* ---- HTTP ---------------------------------------------------------------------------------- */
 
 /* Jobs need the admin scope once tokens are configured. 0, or the status of the answer given. */
-static int authorize(struct kiln_jobs *j, const struct kiln_request *req, struct kiln_buf *out)
+static int authorize(struct kd_jobs *j, const struct kd_request *req, struct kd_buf *out)
 {
-    return kiln_auth_require(j->auth, req, KILN_AUTH_ADMIN, "training jobs need a token with the admin scope", out);
+    return kd_auth_require(j->auth, req, KD_AUTH_ADMIN, "training jobs need a token with the admin scope", out);
 }
 
-int kiln__jobs_send_json(struct kiln_buf *out, int status, cJSON *o, const struct kiln_request *req)
+int kd_jobs_send_json(struct kd_buf *out, int status, cJSON *o, const struct kd_request *req)
 {
     char *text = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     if (!text)
-        return kiln_resp_error(out, 500, "out of memory", req->keep_alive, NULL);
-    int rc = kiln_resp_append(out, status, "application/json", text, strlen(text), req->keep_alive, NULL);
+        return kd_resp_error(out, 500, "out of memory", req->keep_alive, NULL);
+    int rc = kd_resp_append(out, status, "application/json", text, strlen(text), req->keep_alive, NULL);
     cJSON_free(text);
     return rc;
 }
 
-int kiln__jobs_errorf(struct kiln_buf *out, const struct kiln_request *req, int status, const char *fmt, ...)
+int kd_jobs_errorf(struct kd_buf *out, const struct kd_request *req, int status, const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return kiln_resp_error(out, status, msg, req->keep_alive, NULL);
+    return kd_resp_error(out, status, msg, req->keep_alive, NULL);
 }
 
 /* A query parameter's value (bounded copy); false when absent. */
-bool kiln__jobs_query_param(const struct kiln_request *req, const char *key, char *val, size_t len)
+bool kd_jobs_query_param(const struct kd_request *req, const char *key, char *val, size_t len)
 {
     size_t kl = strlen(key);
     const char *q = req->query, *end = q ? q + req->query_len : NULL;
@@ -70,7 +70,7 @@ bool kiln__jobs_query_param(const struct kiln_request *req, const char *key, cha
     return false;
 }
 
-bool kiln__jobs_parse_i64(const char *s, int64_t *v)
+bool kd_jobs_parse_i64(const char *s, int64_t *v)
 {
     if (!*s)
         return false;
@@ -83,7 +83,7 @@ bool kiln__jobs_parse_i64(const char *s, int64_t *v)
     return true;
 }
 
-static cJSON *job_summary(const struct kiln_job *job)
+static cJSON *job_summary(const struct kd_job *job)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)job->id);
@@ -104,22 +104,22 @@ static cJSON *job_summary(const struct kiln_job *job)
     return o;
 }
 
-static int handle_submit(struct kiln_jobs *j, const struct kiln_request *req, struct kiln_buf *out)
+static int handle_submit(struct kd_jobs *j, const struct kd_request *req, struct kd_buf *out)
 {
     char problems[4096];
     /* The request body is a byte range, not a C string: copy it whole and terminate it
      * (strndup would read past the range looking for a NUL, and stop early at one). */
     if (req->body_len && memchr(req->body, '\0', req->body_len))
-        return kiln__jobs_errorf(out, req, 400, "job spec: the body contains a NUL byte");
+        return kd_jobs_errorf(out, req, 400, "job spec: the body contains a NUL byte");
     char *body = malloc(req->body_len + 1);
     if (!body)
-        return kiln__jobs_errorf(out, req, 500, "out of memory");
+        return kd_jobs_errorf(out, req, 500, "out of memory");
     if (req->body_len)
         memcpy(body, req->body, req->body_len);
     body[req->body_len] = '\0';
-    struct kiln_jobspec spec;
-    struct kiln_jobspec_env env = kiln__jobs_spec_env(j);
-    if (kiln_jobspec_parse(body, &env, &spec, problems, sizeof problems) != 0) {
+    struct kd_jobspec spec;
+    struct kd_jobspec_env env = kd_jobs_spec_env(j);
+    if (kd_jobspec_parse(body, &env, &spec, problems, sizeof problems) != 0) {
         free(body);
         cJSON *o = cJSON_CreateObject();
         cJSON *list = cJSON_AddArrayToObject(o, "problems");
@@ -136,48 +136,48 @@ static int handle_submit(struct kiln_jobs *j, const struct kiln_request *req, st
         char msg[700];
         snprintf(msg, sizeof msg, "invalid job spec: %s%s", first, np > 1 ? " (and more, see problems)" : "");
         cJSON_AddStringToObject(o, "error", msg);
-        return kiln__jobs_send_json(out, 400, o, req);
+        return kd_jobs_send_json(out, 400, o, req);
     }
-    kiln_jobspec_free(&spec);
+    kd_jobspec_free(&spec);
     int64_t id = 0;
     char err[256];
-    kiln__jobs_store_lock(j);
-    int rc = kiln_jobstore_job_create(j->o.store, body, NULL, &id, err, sizeof err);
-    kiln__jobs_store_unlock(j);
+    kd_jobs_store_lock(j);
+    int rc = kd_jobstore_job_create(j->o.store, body, NULL, &id, err, sizeof err);
+    kd_jobs_store_unlock(j);
     free(body);
     if (rc != 0)
-        return kiln__jobs_errorf(out, req, 500, "job store: %s", err);
-    kiln__jobs_emit_state(j, id, KILN_JOB_QUEUED, NULL, NULL, NULL);
+        return kd_jobs_errorf(out, req, 500, "job store: %s", err);
+    kd_jobs_emit_state(j, id, KD_JOB_QUEUED, NULL, NULL, NULL);
     pthread_mutex_lock(&j->mu);
     j->queued_seq++;
     pthread_cond_signal(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    kiln__jobs_log(j, KILN_LOG_INFO, "job %lld queued", (long long)id);
+    kd_jobs_log(j, KD_LOG_INFO, "job %lld queued", (long long)id);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)id);
-    cJSON_AddStringToObject(o, "state", KILN_JOB_QUEUED);
-    return kiln__jobs_send_json(out, 201, o, req);
+    cJSON_AddStringToObject(o, "state", KD_JOB_QUEUED);
+    return kd_jobs_send_json(out, 201, o, req);
 }
 
-static int handle_list(struct kiln_jobs *j, const struct kiln_request *req, struct kiln_buf *out)
+static int handle_list(struct kd_jobs *j, const struct kd_request *req, struct kd_buf *out)
 {
     char state[32] = "", num[32];
     int64_t after = 0, limit = 50;
-    if (kiln__jobs_query_param(req, "state", state, sizeof state) && strcmp(state, KILN_JOB_QUEUED) &&
-        strcmp(state, KILN_JOB_RUNNING) && !kiln__jobs_final_state(state))
-        return kiln__jobs_errorf(out, req, 400, "state: must be queued, running, succeeded, failed or cancelled");
-    if (kiln__jobs_query_param(req, "after", num, sizeof num) && !kiln__jobs_parse_i64(num, &after))
-        return kiln__jobs_errorf(out, req, 400, "after: must be a job id");
-    if (kiln__jobs_query_param(req, "limit", num, sizeof num) && (!kiln__jobs_parse_i64(num, &limit) || limit < 1 || limit > 1000))
-        return kiln__jobs_errorf(out, req, 400, "limit: must be within 1..1000");
-    struct kiln_job *jobs = NULL;
+    if (kd_jobs_query_param(req, "state", state, sizeof state) && strcmp(state, KD_JOB_QUEUED) &&
+        strcmp(state, KD_JOB_RUNNING) && !kd_jobs_final_state(state))
+        return kd_jobs_errorf(out, req, 400, "state: must be queued, running, succeeded, failed or cancelled");
+    if (kd_jobs_query_param(req, "after", num, sizeof num) && !kd_jobs_parse_i64(num, &after))
+        return kd_jobs_errorf(out, req, 400, "after: must be a job id");
+    if (kd_jobs_query_param(req, "limit", num, sizeof num) && (!kd_jobs_parse_i64(num, &limit) || limit < 1 || limit > 1000))
+        return kd_jobs_errorf(out, req, 400, "limit: must be within 1..1000");
+    struct kd_job *jobs = NULL;
     int n = 0;
     char err[256];
-    kiln__jobs_store_lock(j);
-    int rc = kiln_jobstore_job_list(j->o.store, state[0] ? state : NULL, after, (int)limit, &jobs, &n, err, sizeof err);
-    kiln__jobs_store_unlock(j);
+    kd_jobs_store_lock(j);
+    int rc = kd_jobstore_job_list(j->o.store, state[0] ? state : NULL, after, (int)limit, &jobs, &n, err, sizeof err);
+    kd_jobs_store_unlock(j);
     if (rc != 0)
-        return kiln__jobs_errorf(out, req, 500, "job store: %s", err);
+        return kd_jobs_errorf(out, req, 500, "job store: %s", err);
     cJSON *o = cJSON_CreateObject();
     cJSON *arr = cJSON_AddArrayToObject(o, "jobs");
     for (int i = 0; i < n; i++)
@@ -186,28 +186,28 @@ static int handle_list(struct kiln_jobs *j, const struct kiln_request *req, stru
         cJSON_AddNumberToObject(o, "next_after", (double)jobs[n - 1].id);
     else
         cJSON_AddNullToObject(o, "next_after");
-    kiln_jobstore_job_list_free(jobs, n);
-    return kiln__jobs_send_json(out, 200, o, req);
+    kd_jobstore_job_list_free(jobs, n);
+    return kd_jobs_send_json(out, 200, o, req);
 }
 
-int kiln__jobs_get_job(struct kiln_jobs *j, int64_t id, struct kiln_job *job, const struct kiln_request *req,
-                   struct kiln_buf *out)
+int kd_jobs_get_job(struct kd_jobs *j, int64_t id, struct kd_job *job, const struct kd_request *req,
+                   struct kd_buf *out)
 {
     char err[256];
-    kiln__jobs_store_lock(j);
-    int rc = kiln_jobstore_job_get(j->o.store, id, job, err, sizeof err);
-    kiln__jobs_store_unlock(j);
-    if (rc == KILN_JOBSTORE_NOT_FOUND)
-        return kiln__jobs_errorf(out, req, 404, "no job %lld", (long long)id);
+    kd_jobs_store_lock(j);
+    int rc = kd_jobstore_job_get(j->o.store, id, job, err, sizeof err);
+    kd_jobs_store_unlock(j);
+    if (rc == KD_JOBSTORE_NOT_FOUND)
+        return kd_jobs_errorf(out, req, 404, "no job %lld", (long long)id);
     if (rc != 0)
-        return kiln__jobs_errorf(out, req, 500, "job store: %s", err);
+        return kd_jobs_errorf(out, req, 500, "job store: %s", err);
     return 0;
 }
 
-static int handle_get(struct kiln_jobs *j, int64_t id, const struct kiln_request *req, struct kiln_buf *out)
+static int handle_get(struct kd_jobs *j, int64_t id, const struct kd_request *req, struct kd_buf *out)
 {
-    struct kiln_job job;
-    int st = kiln__jobs_get_job(j, id, &job, req, out);
+    struct kd_job job;
+    int st = kd_jobs_get_job(j, id, &job, req, out);
     if (st)
         return st;
     cJSON *o = job_summary(&job);
@@ -215,13 +215,13 @@ static int handle_get(struct kiln_jobs *j, int64_t id, const struct kiln_request
     if (spec)
         cJSON_AddItemToObject(o, "spec", spec);
     /* The latest step and epoch metrics and the registered model come from the events. */
-    struct kiln_job_event *ev = NULL;
+    struct kd_job_event *ev = NULL;
     int n = 0;
     cJSON *step = NULL, *epoch = NULL, *model = NULL, *logs = cJSON_CreateArray();
     for (int64_t after = 0;;) {
-        kiln__jobs_store_lock(j);
-        int rc = kiln_jobstore_events_since(j->o.store, id, after, 2000, &ev, &n, NULL, 0);
-        kiln__jobs_store_unlock(j);
+        kd_jobs_store_lock(j);
+        int rc = kd_jobstore_events_since(j->o.store, id, after, 2000, &ev, &n, NULL, 0);
+        kd_jobs_store_unlock(j);
         if (rc != 0)
             break;
         for (int i = 0; i < n; i++) {
@@ -241,7 +241,7 @@ static int handle_get(struct kiln_jobs *j, int64_t id, const struct kiln_request
             }
             after = ev[i].seq;
         }
-        kiln_jobstore_events_free(ev, n);
+        kd_jobstore_events_free(ev, n);
         if (n < 2000)
             break;
     }
@@ -250,10 +250,10 @@ static int handle_get(struct kiln_jobs *j, int64_t id, const struct kiln_request
     cJSON_AddItemToObject(o, "model", model ? model : cJSON_CreateNull());
     cJSON_AddItemToObject(o, "logs", logs);
     cJSON *cks = cJSON_AddArrayToObject(o, "checkpoints");
-    char *dir = kiln__jobs_path(j->data_dir, "checkpoints/job-%lld", (long long)id);
+    char *dir = kd_jobs_path(j->data_dir, "checkpoints/job-%lld", (long long)id);
     kiln_ckpt_info *list = NULL;
     int nl = 0;
-    if (kiln__jobs_dir_exists(dir) && kiln_ckpt_list(dir, false, NULL, &list, &nl) == 0) {
+    if (kd_jobs_dir_exists(dir) && kiln_ckpt_list(dir, false, NULL, &list, &nl) == 0) {
         for (int i = 0; i < nl; i++) {
             if (!list[i].valid)
                 continue;
@@ -266,21 +266,21 @@ static int handle_get(struct kiln_jobs *j, int64_t id, const struct kiln_request
         kiln_ckpt_list_free(list, nl);
     }
     free(dir);
-    kiln_jobstore_job_clear(&job);
-    return kiln__jobs_send_json(out, 200, o, req);
+    kd_jobstore_job_clear(&job);
+    return kd_jobs_send_json(out, 200, o, req);
 }
 
-static int handle_cancel(struct kiln_jobs *j, int64_t id, const struct kiln_request *req, struct kiln_buf *out)
+static int handle_cancel(struct kd_jobs *j, int64_t id, const struct kd_request *req, struct kd_buf *out)
 {
-    struct kiln_job job;
-    int st = kiln__jobs_get_job(j, id, &job, req, out);
+    struct kd_job job;
+    int st = kd_jobs_get_job(j, id, &job, req, out);
     if (st)
         return st;
     char state[32];
     snprintf(state, sizeof state, "%s", job.state);
-    kiln_jobstore_job_clear(&job);
-    if (kiln__jobs_final_state(state))
-        return kiln__jobs_errorf(out, req, 409, "job %lld is already %s", (long long)id, state);
+    kd_jobstore_job_clear(&job);
+    if (kd_jobs_final_state(state))
+        return kd_jobs_errorf(out, req, 409, "job %lld is already %s", (long long)id, state);
     pthread_mutex_lock(&j->mu);
     bool finishing = j->finishing == id;
     bool running = j->current == id && !finishing;
@@ -288,54 +288,54 @@ static int handle_cancel(struct kiln_jobs *j, int64_t id, const struct kiln_requ
         atomic_store(&j->cancel, true);
     pthread_mutex_unlock(&j->mu);
     if (finishing)
-        return kiln__jobs_errorf(out, req, 409, "job %lld has finished training; its model is being loaded for serving",
-                                 (long long)id);
+        return kd_jobs_errorf(out, req, 409, "job %lld has finished training; its model is being loaded for serving",
+                              (long long)id);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)id);
     if (running) {
         /* The Learner stops before its next step; the state turns cancelled then. */
         cJSON_AddStringToObject(o, "state", "cancelling");
-        return kiln__jobs_send_json(out, 202, o, req);
+        return kd_jobs_send_json(out, 202, o, req);
     }
     /* Queued (a job the thread has not taken yet, or just finished: the store decides). */
-    if (kiln__jobs_transition(j, id, KILN_JOB_CANCELLED, NULL, NULL, NULL) != 0) {
+    if (kd_jobs_transition(j, id, KD_JOB_CANCELLED, NULL, NULL, NULL) != 0) {
         cJSON_Delete(o);
-        return kiln__jobs_errorf(out, req, 409, "job %lld could not be cancelled; it may have just finished", (long long)id);
+        return kd_jobs_errorf(out, req, 409, "job %lld could not be cancelled; it may have just finished", (long long)id);
     }
-    cJSON_AddStringToObject(o, "state", KILN_JOB_CANCELLED);
-    return kiln__jobs_send_json(out, 200, o, req);
+    cJSON_AddStringToObject(o, "state", KD_JOB_CANCELLED);
+    return kd_jobs_send_json(out, 200, o, req);
 }
 
-static int handle_resume(struct kiln_jobs *j, int64_t id, const struct kiln_request *req, struct kiln_buf *out)
+static int handle_resume(struct kd_jobs *j, int64_t id, const struct kd_request *req, struct kd_buf *out)
 {
-    struct kiln_job job;
-    int st = kiln__jobs_get_job(j, id, &job, req, out);
+    struct kd_job job;
+    int st = kd_jobs_get_job(j, id, &job, req, out);
     if (st)
         return st;
-    if (strcmp(job.state, KILN_JOB_FAILED) != 0 && strcmp(job.state, KILN_JOB_CANCELLED) != 0) {
-        st = kiln__jobs_errorf(out, req, 409, "job %lld is %s; only failed or cancelled jobs resume", (long long)id, job.state);
-        kiln_jobstore_job_clear(&job);
+    if (strcmp(job.state, KD_JOB_FAILED) != 0 && strcmp(job.state, KD_JOB_CANCELLED) != 0) {
+        st = kd_jobs_errorf(out, req, 409, "job %lld is %s; only failed or cancelled jobs resume", (long long)id, job.state);
+        kd_jobstore_job_clear(&job);
         return st;
     }
     /* A final state is never left, so the continuation is a new job carrying the old one's
      * spec and starting from its newest checkpoint. */
     cJSON *spec = cJSON_Parse(job.spec);
-    kiln_jobstore_job_clear(&job);
+    kd_jobstore_job_clear(&job);
     if (!spec)
-        return kiln__jobs_errorf(out, req, 500, "job %lld has an unreadable spec", (long long)id);
+        return kd_jobs_errorf(out, req, 500, "job %lld has an unreadable spec", (long long)id);
     cJSON_DeleteItemFromObjectCaseSensitive(spec, "resume_from_job");
     cJSON_AddNumberToObject(spec, "resume_from_job", (double)id);
     char *text = cJSON_PrintUnformatted(spec);
     cJSON_Delete(spec);
     int64_t nid = 0;
     char err[256];
-    kiln__jobs_store_lock(j);
-    int rc = text ? kiln_jobstore_job_create(j->o.store, text, NULL, &nid, err, sizeof err) : -1;
-    kiln__jobs_store_unlock(j);
+    kd_jobs_store_lock(j);
+    int rc = text ? kd_jobstore_job_create(j->o.store, text, NULL, &nid, err, sizeof err) : -1;
+    kd_jobs_store_unlock(j);
     cJSON_free(text);
     if (rc != 0)
-        return kiln__jobs_errorf(out, req, 500, "job store: %s", text ? err : "out of memory");
-    kiln__jobs_emit_state(j, nid, KILN_JOB_QUEUED, NULL, NULL, NULL);
+        return kd_jobs_errorf(out, req, 500, "job store: %s", text ? err : "out of memory");
+    kd_jobs_emit_state(j, nid, KD_JOB_QUEUED, NULL, NULL, NULL);
     pthread_mutex_lock(&j->mu);
     j->queued_seq++;
     pthread_cond_signal(&j->cv);
@@ -343,13 +343,13 @@ static int handle_resume(struct kiln_jobs *j, int64_t id, const struct kiln_requ
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)nid);
     cJSON_AddNumberToObject(o, "resumes", (double)id);
-    cJSON_AddStringToObject(o, "state", KILN_JOB_QUEUED);
-    return kiln__jobs_send_json(out, 201, o, req);
+    cJSON_AddStringToObject(o, "state", KD_JOB_QUEUED);
+    return kd_jobs_send_json(out, 201, o, req);
 }
 
-int kiln_jobs_handle(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+int kd_jobs_handle(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
-    struct kiln_jobs *j = ctx;
+    struct kd_jobs *j = ctx;
     int st = authorize(j, req, out);
     if (st)
         return st;
@@ -358,16 +358,16 @@ int kiln_jobs_handle(void *ctx, const struct kiln_request *req, struct kiln_buf 
     const char *rest = req->path + bl;
     size_t rl = req->path_len - bl;
     if (rl == 0 || (rl == 1 && rest[0] == '/')) {
-        if (req->method == KILN_HTTP_POST)
+        if (req->method == KD_HTTP_POST)
             return handle_submit(j, req, out);
-        if (req->method == KILN_HTTP_GET)
+        if (req->method == KD_HTTP_GET)
             return handle_list(j, req, out);
-        return kiln__jobs_errorf(out, req, 405, "/v1/jobs takes GET and POST");
+        return kd_jobs_errorf(out, req, 405, "/v1/jobs takes GET and POST");
     }
     /* /v1/jobs/{id}[/events|/metrics|/logs|/resume] */
     char tail[64];
     if (rl >= sizeof tail || rest[0] != '/')
-        return kiln__jobs_errorf(out, req, 404, "no such job path");
+        return kd_jobs_errorf(out, req, 404, "no such job path");
     memcpy(tail, rest + 1, rl - 1);
     tail[rl - 1] = '\0';
     char *slash = strchr(tail, '/');
@@ -377,26 +377,26 @@ int kiln_jobs_handle(void *ctx, const struct kiln_request *req, struct kiln_buf 
         action = slash + 1;
     }
     int64_t id;
-    if (!kiln__jobs_parse_i64(tail, &id) || id < 1)
-        return kiln__jobs_errorf(out, req, 404, "'%s' is not a job id", tail);
+    if (!kd_jobs_parse_i64(tail, &id) || id < 1)
+        return kd_jobs_errorf(out, req, 404, "'%s' is not a job id", tail);
     if (!action[0]) {
-        if (req->method == KILN_HTTP_GET)
+        if (req->method == KD_HTTP_GET)
             return handle_get(j, id, req, out);
-        if (req->method == KILN_HTTP_DELETE)
+        if (req->method == KD_HTTP_DELETE)
             return handle_cancel(j, id, req, out);
-        return kiln__jobs_errorf(out, req, 405, "/v1/jobs/{id} takes GET and DELETE");
+        return kd_jobs_errorf(out, req, 405, "/v1/jobs/{id} takes GET and DELETE");
     }
     if (!strcmp(action, "events"))
-        return req->method == KILN_HTTP_GET ? kiln__jobs_handle_events(j, id, req, out)
-                                            : kiln__jobs_errorf(out, req, 405, "events take GET");
+        return req->method == KD_HTTP_GET ? kd_jobs_handle_events(j, id, req, out)
+                                            : kd_jobs_errorf(out, req, 405, "events take GET");
     if (!strcmp(action, "metrics"))
-        return req->method == KILN_HTTP_GET ? kiln__jobs_handle_metrics(j, id, req, out)
-                                            : kiln__jobs_errorf(out, req, 405, "metrics take GET");
+        return req->method == KD_HTTP_GET ? kd_jobs_handle_metrics(j, id, req, out)
+                                            : kd_jobs_errorf(out, req, 405, "metrics take GET");
     if (!strcmp(action, "logs"))
-        return req->method == KILN_HTTP_GET ? kiln__jobs_handle_logs(j, id, req, out)
-                                            : kiln__jobs_errorf(out, req, 405, "logs take GET");
+        return req->method == KD_HTTP_GET ? kd_jobs_handle_logs(j, id, req, out)
+                                            : kd_jobs_errorf(out, req, 405, "logs take GET");
     if (!strcmp(action, "resume"))
-        return req->method == KILN_HTTP_POST ? handle_resume(j, id, req, out)
-                                             : kiln__jobs_errorf(out, req, 405, "resume takes POST");
-    return kiln__jobs_errorf(out, req, 404, "no such job path");
+        return req->method == KD_HTTP_POST ? handle_resume(j, id, req, out)
+                                             : kd_jobs_errorf(out, req, 405, "resume takes POST");
+    return kd_jobs_errorf(out, req, 404, "no such job path");
 }

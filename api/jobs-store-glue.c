@@ -19,39 +19,39 @@
 #include "logf.h"
 #include "jobs-impl.h"
 
-void kiln__jobs_log(struct kiln_jobs *j, enum kiln_log_level l, const char *fmt, ...)
+void kd_jobs_log(struct kd_jobs *j, enum kd_log_level l, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    kiln_api_logv(j->o.log, j->o.log_ud, l, fmt, ap);
+    kd_api_logv(j->o.log, j->o.log_ud, l, fmt, ap);
     va_end(ap);
 }
 
 /* ---- the store, shared --------------------------------------------------------------------- */
 
-void kiln__jobs_store_lock(struct kiln_jobs *j)
+void kd_jobs_store_lock(struct kd_jobs *j)
 {
     pthread_mutex_lock(&j->store_mu);
 }
 
-void kiln__jobs_store_unlock(struct kiln_jobs *j)
+void kd_jobs_store_unlock(struct kd_jobs *j)
 {
     pthread_mutex_unlock(&j->store_mu);
 }
 
 /* Append an event and tell the loop; from either thread. */
-void kiln__jobs_emit(struct kiln_jobs *j, int64_t id, const char *type, const char *payload)
+void kd_jobs_emit(struct kd_jobs *j, int64_t id, const char *type, const char *payload)
 {
     char err[256];
-    kiln__jobs_store_lock(j);
-    int rc = kiln_jobstore_event_append(j->o.store, id, type, payload, NULL, err, sizeof err);
-    kiln__jobs_store_unlock(j);
+    kd_jobs_store_lock(j);
+    int rc = kd_jobstore_event_append(j->o.store, id, type, payload, NULL, err, sizeof err);
+    kd_jobs_store_unlock(j);
     if (rc != 0)
-        kiln__jobs_log(j, KILN_LOG_WARN, "job %lld: event not stored: %s", (long long)id, err);
+        kd_jobs_log(j, KD_LOG_WARN, "job %lld: event not stored: %s", (long long)id, err);
     uv_async_send(&j->async);
 }
 
-char *kiln__jobs_state_payload(const char *state, const char *error, const char *extra_key, const char *extra_json)
+char *kd_jobs_state_payload(const char *state, const char *error, const char *extra_key, const char *extra_json)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "state", state);
@@ -67,47 +67,47 @@ char *kiln__jobs_state_payload(const char *state, const char *error, const char 
     return text;
 }
 
-void kiln__jobs_emit_state(struct kiln_jobs *j, int64_t id, const char *state, const char *error, const char *extra_key,
+void kd_jobs_emit_state(struct kd_jobs *j, int64_t id, const char *state, const char *error, const char *extra_key,
                        const char *extra_json)
 {
-    char *text = kiln__jobs_state_payload(state, error, extra_key, extra_json);
+    char *text = kd_jobs_state_payload(state, error, extra_key, extra_json);
     if (text)
-        kiln__jobs_emit(j, id, "state", text);
+        kd_jobs_emit(j, id, "state", text);
     cJSON_free(text);
 }
 
-int kiln__jobs_transition(struct kiln_jobs *j, int64_t id, const char *state, const char *error, const char *extra_key,
-                          const char *extra_json)
+int kd_jobs_transition(struct kd_jobs *j, int64_t id, const char *state, const char *error, const char *extra_key,
+                       const char *extra_json)
 {
     char err[256];
-    char *text = kiln__jobs_state_payload(state, error, extra_key, extra_json);
+    char *text = kd_jobs_state_payload(state, error, extra_key, extra_json);
     if (!text) {
-        kiln__jobs_log(j, KILN_LOG_WARN, "job %lld: out of memory moving it to %s", (long long)id, state);
+        kd_jobs_log(j, KD_LOG_WARN, "job %lld: out of memory moving it to %s", (long long)id, state);
         return -1;
     }
-    kiln__jobs_store_lock(j);
-    int rc = kiln_jobstore_job_transition(j->o.store, id, state, error, text, NULL, err, sizeof err);
-    kiln__jobs_store_unlock(j);
+    kd_jobs_store_lock(j);
+    int rc = kd_jobstore_job_transition(j->o.store, id, state, error, text, NULL, err, sizeof err);
+    kd_jobs_store_unlock(j);
     cJSON_free(text);
     if (rc != 0)
-        kiln__jobs_log(j, KILN_LOG_WARN, "job %lld: %s", (long long)id, err);
+        kd_jobs_log(j, KD_LOG_WARN, "job %lld: %s", (long long)id, err);
     else
         uv_async_send(&j->async);
     return rc;
 }
 
-int kiln__jobs_set_state(struct kiln_jobs *j, int64_t id, const char *state, const char *error)
+int kd_jobs_set_state(struct kd_jobs *j, int64_t id, const char *state, const char *error)
 {
     char err[256];
-    kiln__jobs_store_lock(j);
-    int rc = kiln_jobstore_job_set_state(j->o.store, id, state, error, err, sizeof err);
-    kiln__jobs_store_unlock(j);
+    kd_jobs_store_lock(j);
+    int rc = kd_jobstore_job_set_state(j->o.store, id, state, error, err, sizeof err);
+    kd_jobs_store_unlock(j);
     if (rc != 0)
-        kiln__jobs_log(j, KILN_LOG_WARN, "job %lld: %s", (long long)id, err);
+        kd_jobs_log(j, KD_LOG_WARN, "job %lld: %s", (long long)id, err);
     return rc;
 }
 
-char *kiln__jobs_path(const char *a, const char *fmt, ...)
+char *kd_jobs_path(const char *a, const char *fmt, ...)
 {
     char tail[256];
     va_list ap;
@@ -121,13 +121,13 @@ char *kiln__jobs_path(const char *a, const char *fmt, ...)
     return s;
 }
 
-bool kiln__jobs_dir_exists(const char *p)
+bool kd_jobs_dir_exists(const char *p)
 {
     struct stat st;
     return p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-struct kiln_jobspec_env kiln__jobs_spec_env(struct kiln_jobs *j)
+struct kd_jobspec_env kd_jobs_spec_env(struct kd_jobs *j)
 {
-    return (struct kiln_jobspec_env){j->roots, j->nroots, j->models_dir};
+    return (struct kd_jobspec_env){j->roots, j->nroots, j->models_dir};
 }

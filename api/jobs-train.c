@@ -30,10 +30,10 @@
 /* ---- the training thread ------------------------------------------------------------------- */
 
 struct job_run {
-    struct kiln_jobs *j;
+    struct kd_jobs *j;
     int64_t id;
     uint64_t last_progress_ns;
-    struct kiln_sched_training gate;
+    struct kd_sched_training gate;
 };
 
 static uint64_t mono_ns(void)
@@ -46,7 +46,7 @@ static uint64_t mono_ns(void)
 static void hook_event(void *ud, const char *type, const char *json)
 {
     struct job_run *r = ud;
-    kiln__jobs_emit(r->j, r->id, type, json);
+    kd_jobs_emit(r->j, r->id, type, json);
 }
 
 static void hook_progress(void *ud, double f)
@@ -54,36 +54,36 @@ static void hook_progress(void *ud, double f)
     struct job_run *r = ud;
     /* Between two steps: give the device to inference if any is waiting for it. A cancelled
      * wait needs nothing more here; the trainer sees the same flag before the next step. */
-    kiln_sched_training_release(&r->gate);
-    kiln_sched_training_acquire(&r->gate);
+    kd_sched_training_release(&r->gate);
+    kd_sched_training_acquire(&r->gate);
     uint64_t t = mono_ns();
     if (t - r->last_progress_ns < 500000000u && f < 1.0)
         return;
     r->last_progress_ns = t;
-    kiln__jobs_store_lock(r->j);
-    kiln_jobstore_job_set_progress(r->j->o.store, r->id, f < 0 ? 0 : f > 1 ? 1 : f, NULL, 0);
-    kiln__jobs_store_unlock(r->j);
+    kd_jobs_store_lock(r->j);
+    kd_jobstore_job_set_progress(r->j->o.store, r->id, f < 0 ? 0 : f > 1 ? 1 : f, NULL, 0);
+    kd_jobs_store_unlock(r->j);
 }
 
 static void hook_checkpoint(void *ud, const char *path, int64_t step)
 {
     struct job_run *r = ud;
-    kiln__jobs_store_lock(r->j);
-    kiln_jobstore_checkpoint_add(r->j->o.store, r->id, path, step, NAN, NULL, 0);
-    kiln__jobs_store_unlock(r->j);
+    kd_jobs_store_lock(r->j);
+    kd_jobstore_checkpoint_add(r->j->o.store, r->id, path, step, NAN, NULL, 0);
+    kd_jobs_store_unlock(r->j);
 }
 
 /*
  * The version a previous run of this job added before kilnd stopped, found by the source.json it
  * wrote (0: none); fills res as that run had (its final metrics are in the file).
  */
-static int64_t version_written_before(struct kiln_jobs *j, const char *name, const char *source,
-                                      struct kiln_trainer_result *res)
+static int64_t version_written_before(struct kd_jobs *j, const char *name, const char *source,
+                                      struct kd_trainer_result *res)
 {
-    kiln_repository *repo = kiln_repository_open(j->models_dir);
+    kd_repository *repo = kd_repository_open(j->models_dir);
     char *text = NULL;
-    int64_t v = repo ? kiln_repository_find_source(repo, name, source, &text) : 0;
-    kiln_repository_close(repo);
+    int64_t v = repo ? kd_repository_find_source(repo, name, source, &text) : 0;
+    kd_repository_close(repo);
     if (v <= 0) {
         free(text);
         return 0;
@@ -104,28 +104,28 @@ static int64_t version_written_before(struct kiln_jobs *j, const char *name, con
  * (or failed), and this thread waits for that, so that the next job starts after this one is
  * final. Without serving, nothing needs loading and the job is recorded here.
  */
-static void finish_registered(struct kiln_jobs *j, int64_t id, const char *name, struct kiln_trainer_result *res)
+static void finish_registered(struct kd_jobs *j, int64_t id, const char *name, struct kd_trainer_result *res)
 {
-    kiln__jobs_log(j, KILN_LOG_INFO, "job %lld: loading %s version %lld for serving", (long long)id, name,
-                   (long long)res->version);
+    kd_jobs_log(j, KD_LOG_INFO, "job %lld: loading %s version %lld for serving", (long long)id, name,
+                (long long)res->version);
     if (!j->o.serving) {
-        kiln__jobs_succeed(j, id, name, res->version, res->metrics_json, res->stop_reason);
+        kd_jobs_succeed(j, id, name, res->version, res->metrics_json, res->stop_reason);
         return;
     }
-    struct kiln__jobs_finish *f = calloc(1, sizeof *f);
+    struct kd_jobs_finish *f = calloc(1, sizeof *f);
     if (!f) {
         /* Stays running: the next start finds the version by its source.json. */
-        kiln__jobs_log(j, KILN_LOG_ERROR, "job %lld: out of memory handing its model to the loop", (long long)id);
+        kd_jobs_log(j, KD_LOG_ERROR, "job %lld: out of memory handing its model to the loop", (long long)id);
         return;
     }
-    *f = (struct kiln__jobs_finish){.j = j, .id = id, .version = res->version, .metrics_json = res->metrics_json};
+    *f = (struct kd_jobs_finish){.j = j, .id = id, .version = res->version, .metrics_json = res->metrics_json};
     res->metrics_json = NULL;
     snprintf(f->name, sizeof f->name, "%s", name);
     snprintf(f->stop_reason, sizeof f->stop_reason, "%s", res->stop_reason);
     pthread_mutex_lock(&j->mu);
     j->finishing = id;
     j->finished = 0;
-    struct kiln__jobs_finish **tail = &j->to_finish;
+    struct kd_jobs_finish **tail = &j->to_finish;
     while (*tail)
         tail = &(*tail)->next;
     *tail = f;
@@ -139,68 +139,68 @@ static void finish_registered(struct kiln_jobs *j, int64_t id, const char *name,
     pthread_mutex_unlock(&j->mu);
 }
 
-static void run_job(struct kiln_jobs *j, int64_t id)
+static void run_job(struct kd_jobs *j, int64_t id)
 {
-    struct kiln_job job;
+    struct kd_job job;
     char err[256], problems[2048];
-    kiln__jobs_store_lock(j);
-    int rc = kiln_jobstore_job_get(j->o.store, id, &job, err, sizeof err);
-    kiln__jobs_store_unlock(j);
+    kd_jobs_store_lock(j);
+    int rc = kd_jobstore_job_get(j->o.store, id, &job, err, sizeof err);
+    kd_jobs_store_unlock(j);
     if (rc != 0) {
-        kiln__jobs_log(j, KILN_LOG_ERROR, "job %lld: %s", (long long)id, err);
+        kd_jobs_log(j, KD_LOG_ERROR, "job %lld: %s", (long long)id, err);
         return;
     }
     bool restarted = job.started_ms != 0;
-    struct kiln_jobspec spec;
-    struct kiln_jobspec_env env = kiln__jobs_spec_env(j);
-    if (kiln_jobspec_parse(job.spec, &env, &spec, problems, sizeof problems) != 0) {
+    struct kd_jobspec spec;
+    struct kd_jobspec_env env = kd_jobs_spec_env(j);
+    if (kd_jobspec_parse(job.spec, &env, &spec, problems, sizeof problems) != 0) {
         /* Checked at submission; a data file removed since makes it fail here. */
         for (char *c = problems; *c; c++)
             if (*c == '\n')
                 *c = ';';
-        if (kiln__jobs_set_state(j, id, KILN_JOB_RUNNING, NULL) == 0)
-            kiln__jobs_transition(j, id, KILN_JOB_FAILED, problems, NULL, NULL);
-        kiln_jobstore_job_clear(&job);
+        if (kd_jobs_set_state(j, id, KD_JOB_RUNNING, NULL) == 0)
+            kd_jobs_transition(j, id, KD_JOB_FAILED, problems, NULL, NULL);
+        kd_jobstore_job_clear(&job);
         return;
     }
-    if (kiln__jobs_transition(j, id, KILN_JOB_RUNNING, NULL, NULL, NULL) != 0) {
-        kiln_jobspec_free(&spec);
-        kiln_jobstore_job_clear(&job);
+    if (kd_jobs_transition(j, id, KD_JOB_RUNNING, NULL, NULL, NULL) != 0) {
+        kd_jobspec_free(&spec);
+        kd_jobstore_job_clear(&job);
         return;
     }
     char source[96];
-    kiln__jobs_source(&job, source, sizeof source);
-    struct kiln_trainer_result res;
+    kd_jobs_source(&job, source, sizeof source);
+    struct kd_trainer_result res;
     memset(&res, 0, sizeof res);
     bool written = restarted && spec.register_as && version_written_before(j, spec.register_as, source, &res) > 0;
     if (written)
-        kiln__jobs_log(j, KILN_LOG_INFO, "job %lld resumes after a restart: it had written %s version %lld, which "
-                       "is loaded instead of training again", (long long)id, spec.register_as, (long long)res.version);
+        kd_jobs_log(j, KD_LOG_INFO, "job %lld resumes after a restart: it had written %s version %lld, which "
+                    "is loaded instead of training again", (long long)id, spec.register_as, (long long)res.version);
     else
-        kiln__jobs_log(j, KILN_LOG_INFO, "job %lld %s", (long long)id, restarted ? "resumes after a restart" : "starts");
-    char *ckpt = kiln__jobs_path(j->data_dir, "checkpoints/job-%lld", (long long)id);
-    char *from = spec.resume_from_job > 0 ? kiln__jobs_path(j->data_dir, "checkpoints/job-%lld", (long long)spec.resume_from_job)
+        kd_jobs_log(j, KD_LOG_INFO, "job %lld %s", (long long)id, restarted ? "resumes after a restart" : "starts");
+    char *ckpt = kd_jobs_path(j->data_dir, "checkpoints/job-%lld", (long long)id);
+    char *from = spec.resume_from_job > 0 ? kd_jobs_path(j->data_dir, "checkpoints/job-%lld", (long long)spec.resume_from_job)
                                           : NULL;
-    char *scratch = kiln__jobs_path(j->data_dir, "tmp/job-%lld-model", (long long)id);
+    char *scratch = kd_jobs_path(j->data_dir, "tmp/job-%lld-model", (long long)id);
     char *models = strdup(j->models_dir); /* the model repository, maybe outside data_dir */
-    char *tmp = kiln__jobs_path(j->data_dir, "%s", "tmp");
-    char *cks = kiln__jobs_path(j->data_dir, "%s", "checkpoints");
+    char *tmp = kd_jobs_path(j->data_dir, "%s", "tmp");
+    char *cks = kd_jobs_path(j->data_dir, "%s", "checkpoints");
     if (tmp)
         mkdir(tmp, 0755);
     if (cks)
         mkdir(cks, 0755);
     /* Our own checkpoints win over the ones of the job this one continues. */
     const char *resume = NULL;
-    if (ckpt && kiln__jobs_dir_exists(ckpt)) {
+    if (ckpt && kd_jobs_dir_exists(ckpt)) {
         kiln_ckpt *ck = kiln_ckpt_open_latest(ckpt, NULL, NULL);
         if (ck)
             resume = ckpt;
         kiln_ckpt_close(ck);
     }
-    if (!resume && from && kiln__jobs_dir_exists(from))
+    if (!resume && from && kd_jobs_dir_exists(from))
         resume = from;
     struct job_run jr = {j, id, 0, {0}};
-    struct kiln_trainer_run run = {
+    struct kd_trainer_run run = {
         .spec = &spec,
         .checkpoint_dir = ckpt,
         .resume_dir = resume,
@@ -215,17 +215,17 @@ static void run_job(struct kiln_jobs *j, int64_t id)
     } else if (!ckpt || !scratch || !models) {
         snprintf(res.error, sizeof res.error, "out of memory");
         rc = -1;
-    } else if (kiln_sched_training_begin(j->o.sched, spec.device, &j->cancel, &jr.gate) != 0) {
+    } else if (kd_sched_training_begin(j->o.sched, spec.device, &j->cancel, &jr.gate) != 0) {
         /* Cancelled (or shutting down) while another job held the device. */
         snprintf(res.stop_reason, sizeof res.stop_reason, "cancelled");
         rc = 0;
     } else {
-        kiln_sched_training_acquire(&jr.gate);
-        rc = kiln_trainer_run(&run, &res);
-        kiln_sched_training_end(&jr.gate);
+        kd_sched_training_acquire(&jr.gate);
+        rc = kd_trainer_run(&run, &res);
+        kd_sched_training_end(&jr.gate);
         if (jr.gate.yields)
-            kiln__jobs_log(j, KILN_LOG_INFO, "job %lld yielded to inference before %llu steps (%llu ran after "
-                           "training.max_wait_ms), waiting %.3f s in all", (long long)id,
+            kd_jobs_log(j, KD_LOG_INFO, "job %lld yielded to inference before %llu steps (%llu ran after "
+                        "training.max_wait_ms), waiting %.3f s in all", (long long)id,
                            (unsigned long long)jr.gate.yields, (unsigned long long)jr.gate.forced,
                            (double)jr.gate.wait_ns / 1e9);
     }
@@ -233,20 +233,20 @@ static void run_job(struct kiln_jobs *j, int64_t id)
     bool stopping = j->stopping;
     pthread_mutex_unlock(&j->mu);
     if (rc != 0) {
-        kiln__jobs_log(j, KILN_LOG_WARN, "job %lld failed: %s", (long long)id, res.error);
-        kiln__jobs_transition(j, id, KILN_JOB_FAILED, res.error, NULL, NULL);
+        kd_jobs_log(j, KD_LOG_WARN, "job %lld failed: %s", (long long)id, res.error);
+        kd_jobs_transition(j, id, KD_JOB_FAILED, res.error, NULL, NULL);
     } else if (strcmp(res.stop_reason, "cancelled") == 0) {
         if (stopping) {
             /* kilnd is shutting down, not the user cancelling: the job stays running in the
              * store and the next kilnd picks it up from its checkpoint. */
-            kiln__jobs_log(j, KILN_LOG_INFO, "job %lld interrupted by shutdown; it resumes on the next start", (long long)id);
-        } else if (kiln__jobs_transition(j, id, KILN_JOB_CANCELLED, NULL, NULL, NULL) == 0) {
-            kiln__jobs_log(j, KILN_LOG_INFO, "job %lld cancelled", (long long)id);
+            kd_jobs_log(j, KD_LOG_INFO, "job %lld interrupted by shutdown; it resumes on the next start", (long long)id);
+        } else if (kd_jobs_transition(j, id, KD_JOB_CANCELLED, NULL, NULL, NULL) == 0) {
+            kd_jobs_log(j, KD_LOG_INFO, "job %lld cancelled", (long long)id);
         }
     } else if (res.version > 0) {
         finish_registered(j, id, spec.register_as, &res);
-    } else if (kiln__jobs_transition(j, id, KILN_JOB_SUCCEEDED, NULL, "metrics", res.metrics_json) == 0) {
-        kiln__jobs_log(j, KILN_LOG_INFO, "job %lld succeeded (%s)", (long long)id, res.stop_reason);
+    } else if (kd_jobs_transition(j, id, KD_JOB_SUCCEEDED, NULL, "metrics", res.metrics_json) == 0) {
+        kd_jobs_log(j, KD_LOG_INFO, "job %lld succeeded (%s)", (long long)id, res.stop_reason);
     }
     uv_async_send(&j->async);
     free(res.metrics_json);
@@ -256,25 +256,25 @@ static void run_job(struct kiln_jobs *j, int64_t id)
     free(models);
     free(tmp);
     free(cks);
-    kiln_jobspec_free(&spec);
-    kiln_jobstore_job_clear(&job);
+    kd_jobspec_free(&spec);
+    kd_jobstore_job_clear(&job);
 }
 
-static int64_t next_queued(struct kiln_jobs *j)
+static int64_t next_queued(struct kd_jobs *j)
 {
-    struct kiln_job *jobs = NULL;
+    struct kd_job *jobs = NULL;
     int n = 0;
-    kiln__jobs_store_lock(j);
-    int rc = kiln_jobstore_job_list(j->o.store, KILN_JOB_QUEUED, 0, 1, &jobs, &n, NULL, 0);
-    kiln__jobs_store_unlock(j);
+    kd_jobs_store_lock(j);
+    int rc = kd_jobstore_job_list(j->o.store, KD_JOB_QUEUED, 0, 1, &jobs, &n, NULL, 0);
+    kd_jobs_store_unlock(j);
     int64_t id = rc == 0 && n > 0 ? jobs[0].id : 0;
-    kiln_jobstore_job_list_free(jobs, n);
+    kd_jobstore_job_list_free(jobs, n);
     return id;
 }
 
-void *kiln__jobs_trainer_main(void *ud)
+void *kd_jobs_trainer_main(void *ud)
 {
-    struct kiln_jobs *j = ud;
+    struct kd_jobs *j = ud;
     pthread_mutex_lock(&j->mu);
     while (!j->stopping) {
         uint64_t seen = j->queued_seq;

@@ -16,7 +16,7 @@
  * appends the rows after the stream's last id to the connection's output and wakes it. A
  * stream ends once its job is final and every event is out.
  *
- * A job that trained a model ends on the loop: its version is loaded through kiln_serving_load,
+ * A job that trained a model ends on the loop: its version is loaded through kd_serving_load,
  * the one load path serving has (rescan, build every served version on its worker, swap), also
  * behind POST /v2/repository/models/<name>/load, and the job is recorded succeeded in the same
  * loop callback that swapped the model table (jobs-finish.c), so "succeeded" means servable.
@@ -40,9 +40,9 @@
 
 /* ---- life cycle ---------------------------------------------------------------------------- */
 
-struct kiln_jobs *kiln_jobs_new(const struct kiln_jobs_options *o, char *err, size_t errlen)
+struct kd_jobs *kd_jobs_new(const struct kd_jobs_options *o, char *err, size_t errlen)
 {
-    struct kiln_jobs *j = calloc(1, sizeof *j);
+    struct kd_jobs *j = calloc(1, sizeof *j);
     if (!j) {
         snprintf(err, errlen, "out of memory");
         return NULL;
@@ -58,8 +58,8 @@ struct kiln_jobs *kiln_jobs_new(const struct kiln_jobs_options *o, char *err, si
         free(j);
         return NULL;
     }
-    j->models_dir = o->models_dir ? strdup(o->models_dir) : kiln__jobs_path(j->data_dir, "%s", "models");
-    j->auth = j->models_dir ? kiln_auth_new(o->tokens, err, errlen) : NULL;
+    j->models_dir = o->models_dir ? strdup(o->models_dir) : kd_jobs_path(j->data_dir, "%s", "models");
+    j->auth = j->models_dir ? kd_auth_new(o->tokens, err, errlen) : NULL;
     if (!j->auth) {
         if (!j->models_dir)
             snprintf(err, errlen, "out of memory");
@@ -77,47 +77,47 @@ struct kiln_jobs *kiln_jobs_new(const struct kiln_jobs_options *o, char *err, si
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     atomic_init(&j->cancel, false);
-    uv_async_init(o->loop, &j->async, kiln__jobs_on_async);
+    uv_async_init(o->loop, &j->async, kd_jobs_on_async);
     uv_timer_init(o->loop, &j->ping);
     j->async.data = j->ping.data = j;
     j->handles_open = true;
     /* None of these keep the loop alive: it ends when the server's connections have gone. */
     uv_unref((uv_handle_t *)&j->async);
     uv_unref((uv_handle_t *)&j->ping);
-    uv_timer_start(&j->ping, kiln__jobs_on_ping, PING_MS, PING_MS);
+    uv_timer_start(&j->ping, kd_jobs_on_ping, PING_MS, PING_MS);
 
     /* Jobs a previous process was running go back to the queue; they resume from their
      * newest checkpoint when the thread takes them, ahead of newer queued jobs (lower ids). */
-    struct kiln_job *jobs = NULL;
+    struct kd_job *jobs = NULL;
     int n = 0;
-    if (kiln_jobstore_job_list(o->store, KILN_JOB_RUNNING, 0, 1000, &jobs, &n, err, errlen) == 0) {
+    if (kd_jobstore_job_list(o->store, KD_JOB_RUNNING, 0, 1000, &jobs, &n, err, errlen) == 0) {
         for (int i = 0; i < n; i++) {
-            if (kiln_jobstore_job_requeue(o->store, jobs[i].id, err, errlen) == 0) {
-                kiln__jobs_log(j, KILN_LOG_INFO, "job %lld was running when kilnd stopped; queued to resume", (long long)jobs[i].id);
-                kiln_jobstore_event_append(o->store, jobs[i].id, "state",
-                                           "{\"state\":\"queued\",\"reason\":\"kilnd restarted\"}", NULL, NULL, 0);
+            if (kd_jobstore_job_requeue(o->store, jobs[i].id, err, errlen) == 0) {
+                kd_jobs_log(j, KD_LOG_INFO, "job %lld was running when kilnd stopped; queued to resume", (long long)jobs[i].id);
+                kd_jobstore_event_append(o->store, jobs[i].id, "state",
+                                         "{\"state\":\"queued\",\"reason\":\"kilnd restarted\"}", NULL, NULL, 0);
             }
         }
-        kiln_jobstore_job_list_free(jobs, n);
+        kd_jobstore_job_list_free(jobs, n);
     }
-    if (pthread_create(&j->thread, NULL, kiln__jobs_trainer_main, j) != 0) {
+    if (pthread_create(&j->thread, NULL, kd_jobs_trainer_main, j) != 0) {
         snprintf(err, errlen, "jobs: cannot start the training thread");
-        kiln_jobs_stop(j);
+        kd_jobs_stop(j);
         return j; /* the caller frees it after the loop closed the handles */
     }
     j->thread_started = true;
     return j;
 }
 
-void kiln_jobs_drain(struct kiln_jobs *j)
+void kd_jobs_drain(struct kd_jobs *j)
 {
     if (!j)
         return;
     while (j->streams)
-        kiln__jobs_stream_end(j, j->streams);
+        kd_jobs_stream_end(j, j->streams);
 }
 
-void kiln_jobs_stop(struct kiln_jobs *j)
+void kd_jobs_stop(struct kd_jobs *j)
 {
     if (!j)
         return;
@@ -130,7 +130,7 @@ void kiln_jobs_stop(struct kiln_jobs *j)
         pthread_join(j->thread, NULL);
         j->thread_started = false;
     }
-    kiln_jobs_drain(j);
+    kd_jobs_drain(j);
     if (j->handles_open) {
         uv_close((uv_handle_t *)&j->async, NULL);
         uv_close((uv_handle_t *)&j->ping, NULL);
@@ -138,17 +138,17 @@ void kiln_jobs_stop(struct kiln_jobs *j)
     }
 }
 
-void kiln_jobs_free(struct kiln_jobs *j)
+void kd_jobs_free(struct kd_jobs *j)
 {
     if (!j)
         return;
-    kiln__jobs_finishes_free(j);
+    kd_jobs_finishes_free(j);
     pthread_mutex_destroy(&j->store_mu);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j->roots);
     free(j->models_dir);
     free(j->data_dir);
-    kiln_auth_free(j->auth);
+    kd_auth_free(j->auth);
     free(j);
 }

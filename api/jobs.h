@@ -11,8 +11,8 @@
  * Thread affinity: every function here runs on the loop thread. The training thread only
  * touches the store (under the module's lock) and the async handle.
  */
-#ifndef KILN_API_JOBS_H
-#define KILN_API_JOBS_H
+#ifndef KD_API_JOBS_H
+#define KD_API_JOBS_H
 
 #include <stddef.h>
 
@@ -23,37 +23,37 @@
 #include "jobstore.h"
 #include "router.h"
 
-struct kiln_serving;
-struct kiln_sched;
+struct kd_serving;
+struct kd_sched;
 
-struct kiln_jobs_options {
+struct kd_jobs_options {
     uv_loop_t *loop;
-    struct kiln_jobstore *store;          /* borrowed; from now on used only through this module */
+    struct kd_jobstore *store;          /* borrowed; from now on used only through this module */
     const char *data_dir;                 /* checkpoints/ and tmp/ live under it */
     const char *models_dir;               /* the model repository jobs register into; NULL: <data_dir>/models */
-    const struct kiln_strlist *data_roots;
-    const struct kiln_strlist *tokens;    /* as kiln_serving_options: "admin:T", "read:T", "T" */
-    struct kiln_serving *serving;         /* finished models are loaded through it; may be NULL */
-    struct kiln_sched *sched;             /* steps take turns with its inference; NULL: ungated */
-    void (*log)(void *ud, enum kiln_log_level level, const char *msg);
+    const struct kd_strlist *data_roots;
+    const struct kd_strlist *tokens;    /* as kd_serving_options: "admin:T", "read:T", "T" */
+    struct kd_serving *serving;         /* finished models are loaded through it; may be NULL */
+    struct kd_sched *sched;             /* steps take turns with its inference; NULL: ungated */
+    void (*log)(void *ud, enum kd_log_level level, const char *msg);
     void *log_ud;
 };
 
-struct kiln_jobs;
+struct kd_jobs;
 
 /* Requeues jobs a previous process left running, then starts the training thread. */
-struct kiln_jobs *kiln_jobs_new(const struct kiln_jobs_options *o, char *err, size_t errlen);
+struct kd_jobs *kd_jobs_new(const struct kd_jobs_options *o, char *err, size_t errlen);
 /* SIGTERM: end every event stream (clients reconnect with Last-Event-ID). */
-void kiln_jobs_drain(struct kiln_jobs *j);
+void kd_jobs_drain(struct kd_jobs *j);
 /*
  * Stop the training thread: a running job stops before its next step and stays "running" in the
  * store, so the next kilnd resumes it from its checkpoint. Closes the loop handles.
  */
-void kiln_jobs_stop(struct kiln_jobs *j);
-/* After kiln_jobs_stop and once the loop has closed its handles. */
-void kiln_jobs_free(struct kiln_jobs *j);
+void kd_jobs_stop(struct kd_jobs *j);
+/* After kd_jobs_stop and once the loop has closed its handles. */
+void kd_jobs_free(struct kd_jobs *j);
 
-/* Route handler for /v1/jobs and /v1/jobs/...; ctx is the struct kiln_jobs. */
-int kiln_jobs_handle(void *ctx, const struct kiln_request *req, struct kiln_buf *out);
+/* Route handler for /v1/jobs and /v1/jobs/...; ctx is the struct kd_jobs. */
+int kd_jobs_handle(void *ctx, const struct kd_request *req, struct kd_buf *out);
 
-#endif /* KILN_API_JOBS_H */
+#endif /* KD_API_JOBS_H */

@@ -12,7 +12,7 @@
 #include <emmintrin.h>
 #endif
 
-void kiln_jscan_init(struct kiln_jscan *s, const char *p, size_t len)
+void kd_jscan_init(struct kd_jscan *s, const char *p, size_t len)
 {
     s->start = s->p = p ? p : "";
     s->end = s->p + (p ? len : 0);
@@ -21,7 +21,7 @@ void kiln_jscan_init(struct kiln_jscan *s, const char *p, size_t len)
     s->err_at = 0;
 }
 
-int kiln_jscan_fail(struct kiln_jscan *s, const char *why)
+int kd_jscan_fail(struct kd_jscan *s, const char *why)
 {
     if (!s->err) {
         s->err = why;
@@ -31,7 +31,7 @@ int kiln_jscan_fail(struct kiln_jscan *s, const char *why)
     return -1;
 }
 
-static void ws(struct kiln_jscan *s)
+static void ws(struct kd_jscan *s)
 {
     const char *p = s->p;
     while (p < s->end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
@@ -39,29 +39,29 @@ static void ws(struct kiln_jscan *s)
     s->p = p;
 }
 
-enum kiln_jtype kiln_jscan_peek(struct kiln_jscan *s)
+enum kd_jtype kd_jscan_peek(struct kd_jscan *s)
 {
     ws(s);
     if (s->err || s->p >= s->end)
-        return KILN_J_NONE;
+        return KD_J_NONE;
     switch (*s->p) {
-    case '{': return KILN_J_OBJECT;
-    case '[': return KILN_J_ARRAY;
-    case '"': return KILN_J_STRING;
-    case 't': return KILN_J_TRUE;
-    case 'f': return KILN_J_FALSE;
-    case 'n': return KILN_J_NULL;
-    case '-': return KILN_J_NUMBER;
-    default: return *s->p >= '0' && *s->p <= '9' ? KILN_J_NUMBER : KILN_J_NONE;
+    case '{': return KD_J_OBJECT;
+    case '[': return KD_J_ARRAY;
+    case '"': return KD_J_STRING;
+    case 't': return KD_J_TRUE;
+    case 'f': return KD_J_FALSE;
+    case 'n': return KD_J_NULL;
+    case '-': return KD_J_NUMBER;
+    default: return *s->p >= '0' && *s->p <= '9' ? KD_J_NUMBER : KD_J_NONE;
     }
 }
 
-int kiln_jscan_finish(struct kiln_jscan *s)
+int kd_jscan_finish(struct kd_jscan *s)
 {
     ws(s);
     if (s->err)
         return -1;
-    return s->p == s->end ? 0 : kiln_jscan_fail(s, "unexpected bytes after the JSON value");
+    return s->p == s->end ? 0 : kd_jscan_fail(s, "unexpected bytes after the JSON value");
 }
 
 /* ---- numbers ------------------------------------------------------------------------------- */
@@ -340,7 +340,7 @@ static long convert(const char *p, size_t len, const struct num *n, bool single,
     return slow_convert(p, len, single, d, f) == 0 ? (long)len : -1;
 }
 
-long kiln_json_to_f32(const char *p, const char *end, float *out)
+long kd_json_to_f32(const char *p, const char *end, float *out)
 {
     struct num n;
     size_t len = lex_number(p, end, &n);
@@ -348,7 +348,7 @@ long kiln_json_to_f32(const char *p, const char *end, float *out)
     return len ? convert(p, len, &n, true, out, &unused) : 0;
 }
 
-long kiln_json_to_f64(const char *p, const char *end, double *out)
+long kd_json_to_f64(const char *p, const char *end, double *out)
 {
     struct num n;
     size_t len = lex_number(p, end, &n);
@@ -356,7 +356,7 @@ long kiln_json_to_f64(const char *p, const char *end, double *out)
     return len ? convert(p, len, &n, false, &unused, out) : 0;
 }
 
-long kiln_json_to_int(const char *p, const char *end, int64_t lo, int64_t hi, int64_t *out, size_t *lenp)
+long kd_json_to_int(const char *p, const char *end, int64_t lo, int64_t hi, int64_t *out, size_t *lenp)
 {
     struct num n;
     size_t len = lex_number(p, end, &n);
@@ -404,14 +404,14 @@ long kiln_json_to_int(const char *p, const char *end, int64_t lo, int64_t hi, in
     return (long)len;
 }
 
-int kiln_jscan_f64(struct kiln_jscan *s, double *out)
+int kd_jscan_f64(struct kd_jscan *s, double *out)
 {
     ws(s);
     if (s->err)
         return -1;
-    long len = kiln_json_to_f64(s->p, s->end, out);
+    long len = kd_json_to_f64(s->p, s->end, out);
     if (len <= 0)
-        return kiln_jscan_fail(s, len < 0 ? "out of memory" : "invalid number");
+        return kd_jscan_fail(s, len < 0 ? "out of memory" : "invalid number");
     s->p += len;
     return 0;
 }
@@ -436,20 +436,20 @@ static int hex4(const char *p, const char *end, unsigned *v)
     return 0;
 }
 
-long kiln_jscan_string(struct kiln_jscan *s, char *out, size_t cap)
+long kd_jscan_string(struct kd_jscan *s, char *out, size_t cap)
 {
     ws(s);
     if (s->err)
         return -1;
     if (s->p >= s->end || *s->p != '"')
-        return kiln_jscan_fail(s, "expected a string");
+        return kd_jscan_fail(s, "expected a string");
     const char *p = s->p + 1, *end = s->end;
     size_t n = 0;
     bool over = false;
     for (;;) {
         if (p >= end) {
             s->p = p;
-            return kiln_jscan_fail(s, "unterminated string");
+            return kd_jscan_fail(s, "unterminated string");
         }
         unsigned char c = (unsigned char)*p;
         char enc[4];
@@ -460,7 +460,7 @@ long kiln_jscan_string(struct kiln_jscan *s, char *out, size_t cap)
         }
         if (c < 0x20) {
             s->p = p;
-            return kiln_jscan_fail(s, "control character inside a string");
+            return kd_jscan_fail(s, "control character inside a string");
         }
         if (c != '\\') {
             enc[0] = (char)c;
@@ -468,7 +468,7 @@ long kiln_jscan_string(struct kiln_jscan *s, char *out, size_t cap)
         } else {
             if (end - p < 2) {
                 s->p = p;
-                return kiln_jscan_fail(s, "unterminated string");
+                return kd_jscan_fail(s, "unterminated string");
             }
             char e = p[1];
             p += 2;
@@ -485,18 +485,18 @@ long kiln_jscan_string(struct kiln_jscan *s, char *out, size_t cap)
                 unsigned cp, lo;
                 if (hex4(p, end, &cp) != 0) {
                     s->p = p;
-                    return kiln_jscan_fail(s, "bad \\u escape");
+                    return kd_jscan_fail(s, "bad \\u escape");
                 }
                 p += 4;
                 if (cp >= 0xDC00 && cp <= 0xDFFF) {
                     s->p = p;
-                    return kiln_jscan_fail(s, "unpaired surrogate escape");
+                    return kd_jscan_fail(s, "unpaired surrogate escape");
                 }
                 if (cp >= 0xD800 && cp <= 0xDBFF) {
                     if (end - p < 6 || p[0] != '\\' || p[1] != 'u' || hex4(p + 2, end, &lo) != 0 || lo < 0xDC00 ||
                         lo > 0xDFFF) {
                         s->p = p;
-                        return kiln_jscan_fail(s, "unpaired surrogate escape");
+                        return kd_jscan_fail(s, "unpaired surrogate escape");
                     }
                     p += 6;
                     cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
@@ -523,7 +523,7 @@ long kiln_jscan_string(struct kiln_jscan *s, char *out, size_t cap)
             }
             default:
                 s->p = p - 1;
-                return kiln_jscan_fail(s, "bad escape in a string");
+                return kd_jscan_fail(s, "bad escape in a string");
             }
         }
         if (!over && out && n + k < cap)
@@ -555,31 +555,31 @@ long kiln_jscan_string(struct kiln_jscan *s, char *out, size_t cap)
 
 /* ---- containers ---------------------------------------------------------------------------- */
 
-static int open_bracket(struct kiln_jscan *s, char c, const char *what)
+static int open_bracket(struct kd_jscan *s, char c, const char *what)
 {
     ws(s);
     if (s->err)
         return -1;
     if (s->p >= s->end || *s->p != c)
-        return kiln_jscan_fail(s, what);
-    if (s->depth >= KILN_JSCAN_MAX_DEPTH)
-        return kiln_jscan_fail(s, "nested too deeply");
+        return kd_jscan_fail(s, what);
+    if (s->depth >= KD_JSCAN_MAX_DEPTH)
+        return kd_jscan_fail(s, "nested too deeply");
     s->depth++;
     s->p++;
     return 0;
 }
 
-int kiln_jscan_object_begin(struct kiln_jscan *s)
+int kd_jscan_object_begin(struct kd_jscan *s)
 {
     return open_bracket(s, '{', "expected an object");
 }
 
-int kiln_jscan_array_begin(struct kiln_jscan *s)
+int kd_jscan_array_begin(struct kd_jscan *s)
 {
     return open_bracket(s, '[', "expected an array");
 }
 
-int kiln_jscan_member(struct kiln_jscan *s, int i, char *key, size_t cap)
+int kd_jscan_member(struct kd_jscan *s, int i, char *key, size_t cap)
 {
     ws(s);
     if (s->err)
@@ -591,22 +591,22 @@ int kiln_jscan_member(struct kiln_jscan *s, int i, char *key, size_t cap)
     }
     if (i > 0) {
         if (s->p >= s->end || *s->p != ',')
-            return kiln_jscan_fail(s, "expected ',' or '}'");
+            return kd_jscan_fail(s, "expected ',' or '}'");
         s->p++;
         ws(s);
     }
     if (s->p >= s->end || *s->p != '"')
-        return kiln_jscan_fail(s, "expected a string key");
-    if (kiln_jscan_string(s, key, cap) == -1)
+        return kd_jscan_fail(s, "expected a string key");
+    if (kd_jscan_string(s, key, cap) == -1)
         return -1;
     ws(s);
     if (s->p >= s->end || *s->p != ':')
-        return kiln_jscan_fail(s, "expected ':'");
+        return kd_jscan_fail(s, "expected ':'");
     s->p++;
     return 1;
 }
 
-int kiln_jscan_element(struct kiln_jscan *s, int i)
+int kd_jscan_element(struct kd_jscan *s, int i)
 {
     ws(s);
     if (s->err)
@@ -618,52 +618,52 @@ int kiln_jscan_element(struct kiln_jscan *s, int i)
     }
     if (i > 0) {
         if (s->p >= s->end || *s->p != ',')
-            return kiln_jscan_fail(s, "expected ',' or ']'");
+            return kd_jscan_fail(s, "expected ',' or ']'");
         s->p++;
     }
     return 1;
 }
 
-static int literal(struct kiln_jscan *s, const char *word, size_t n)
+static int literal(struct kd_jscan *s, const char *word, size_t n)
 {
     if ((size_t)(s->end - s->p) < n || memcmp(s->p, word, n) != 0)
-        return kiln_jscan_fail(s, "expected a value");
+        return kd_jscan_fail(s, "expected a value");
     s->p += n;
     return 0;
 }
 
-int kiln_jscan_skip(struct kiln_jscan *s)
+int kd_jscan_skip(struct kd_jscan *s)
 {
     int r, i;
-    switch (kiln_jscan_peek(s)) {
-    case KILN_J_OBJECT:
-        if (kiln_jscan_object_begin(s) != 0)
+    switch (kd_jscan_peek(s)) {
+    case KD_J_OBJECT:
+        if (kd_jscan_object_begin(s) != 0)
             return -1;
-        for (i = 0; (r = kiln_jscan_member(s, i, NULL, 0)) > 0; i++)
-            if (kiln_jscan_skip(s) != 0)
+        for (i = 0; (r = kd_jscan_member(s, i, NULL, 0)) > 0; i++)
+            if (kd_jscan_skip(s) != 0)
                 return -1;
         return r;
-    case KILN_J_ARRAY:
-        if (kiln_jscan_array_begin(s) != 0)
+    case KD_J_ARRAY:
+        if (kd_jscan_array_begin(s) != 0)
             return -1;
-        for (i = 0; (r = kiln_jscan_element(s, i)) > 0; i++)
-            if (kiln_jscan_skip(s) != 0)
+        for (i = 0; (r = kd_jscan_element(s, i)) > 0; i++)
+            if (kd_jscan_skip(s) != 0)
                 return -1;
         return r;
-    case KILN_J_STRING:
-        return kiln_jscan_string(s, NULL, 0) == -1 ? -1 : 0;
-    case KILN_J_NUMBER: {
+    case KD_J_STRING:
+        return kd_jscan_string(s, NULL, 0) == -1 ? -1 : 0;
+    case KD_J_NUMBER: {
         struct num n;
         size_t len = lex_number(s->p, s->end, &n);
         if (!len)
-            return kiln_jscan_fail(s, "invalid number");
+            return kd_jscan_fail(s, "invalid number");
         s->p += len;
         return 0;
     }
-    case KILN_J_TRUE: return literal(s, "true", 4);
-    case KILN_J_FALSE: return literal(s, "false", 5);
-    case KILN_J_NULL: return literal(s, "null", 4);
-    default: return kiln_jscan_fail(s, "expected a value");
+    case KD_J_TRUE: return literal(s, "true", 4);
+    case KD_J_FALSE: return literal(s, "false", 5);
+    case KD_J_NULL: return literal(s, "null", 4);
+    default: return kd_jscan_fail(s, "expected a value");
     }
 }
 
@@ -693,13 +693,13 @@ static const char *next_structural(const char *p, const char *end)
     return end;
 }
 
-int kiln_jscan_skip_lax(struct kiln_jscan *s)
+int kd_jscan_skip_lax(struct kd_jscan *s)
 {
     ws(s);
     if (s->err)
         return -1;
     if (s->p >= s->end || (*s->p != '[' && *s->p != '{'))
-        return kiln_jscan_fail(s, "expected an array or an object");
+        return kd_jscan_fail(s, "expected an array or an object");
     const char *p = s->p + 1, *end = s->end;
     size_t depth = 1;
     while ((p = next_structural(p, end)) < end) {
@@ -718,5 +718,5 @@ int kiln_jscan_skip_lax(struct kiln_jscan *s)
         }
     }
     s->p = end;
-    return kiln_jscan_fail(s, "unterminated array or object");
+    return kd_jscan_fail(s, "unterminated array or object");
 }

@@ -6,7 +6,7 @@
  *
  * The grammar is RFC 8259's, exactly: no comments, no trailing commas, no NaN or Infinity, no
  * leading zeros, no control characters inside strings, surrogate escapes paired. Nesting is
- * bounded by KILN_JSCAN_MAX_DEPTH. The first error stops the scanner: err says what was wrong and
+ * bounded by KD_JSCAN_MAX_DEPTH. The first error stops the scanner: err says what was wrong and
  * err_at where.
  *
  * Numbers convert exactly as strtof / strtod would (round to nearest, ties to even), bit for bit.
@@ -18,59 +18,59 @@
  * the correctly rounded answer unless the long double landed exactly on a rounding midpoint of
  * the narrower type — those, and every other number, go to strtof / strtod.
  */
-#ifndef KILN_API_JSCAN_H
-#define KILN_API_JSCAN_H
+#ifndef KD_API_JSCAN_H
+#define KD_API_JSCAN_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define KILN_JSCAN_MAX_DEPTH 64
+#define KD_JSCAN_MAX_DEPTH 64
 
-enum kiln_jtype {
-    KILN_J_NONE = 0,    /* end of input, or a byte no value starts with */
-    KILN_J_OBJECT,
-    KILN_J_ARRAY,
-    KILN_J_STRING,
-    KILN_J_NUMBER,
-    KILN_J_TRUE,
-    KILN_J_FALSE,
-    KILN_J_NULL,
+enum kd_jtype {
+    KD_J_NONE = 0,    /* end of input, or a byte no value starts with */
+    KD_J_OBJECT,
+    KD_J_ARRAY,
+    KD_J_STRING,
+    KD_J_NUMBER,
+    KD_J_TRUE,
+    KD_J_FALSE,
+    KD_J_NULL,
 };
 
-struct kiln_jscan {
+struct kd_jscan {
     const char *start, *p, *end;
     int depth;
     const char *err;        /* static text, NULL while all is well */
     size_t err_at;          /* byte offset of the error */
 };
 
-void kiln_jscan_init(struct kiln_jscan *s, const char *p, size_t len);
+void kd_jscan_init(struct kd_jscan *s, const char *p, size_t len);
 /* Marks the scanner failed at its current position (keeps the first error). Returns -1. */
-int kiln_jscan_fail(struct kiln_jscan *s, const char *why);
+int kd_jscan_fail(struct kd_jscan *s, const char *why);
 
-/* Skips whitespace; the type of the value that starts there (KILN_J_NONE when none can). */
-enum kiln_jtype kiln_jscan_peek(struct kiln_jscan *s);
+/* Skips whitespace; the type of the value that starts there (KD_J_NONE when none can). */
+enum kd_jtype kd_jscan_peek(struct kd_jscan *s);
 /* Checks and skips one whole value. 0, or -1 with err set. */
-int kiln_jscan_skip(struct kiln_jscan *s);
+int kd_jscan_skip(struct kd_jscan *s);
 /*
  * Skips one array or object following only its brackets and strings, without checking anything
  * else (numbers, commas, colons, literals, bracket kinds). On a valid value it ends exactly where
- * kiln_jscan_skip would; on an invalid one it may succeed, so whatever it skipped must still be
+ * kd_jscan_skip would; on an invalid one it may succeed, so whatever it skipped must still be
  * checked strictly before the document is trusted. It is several times faster, which lets the
  * I/O loop find the end of a large "data" array and leave checking it to a worker. 0, or -1 with
  * err set (not at a bracket, or the input ends first).
  */
-int kiln_jscan_skip_lax(struct kiln_jscan *s);
+int kd_jscan_skip_lax(struct kd_jscan *s);
 /* 0 when only whitespace is left, else -1 with err set. */
-int kiln_jscan_finish(struct kiln_jscan *s);
+int kd_jscan_finish(struct kd_jscan *s);
 
 /*
  * Reads a string value, unescaped to UTF-8 and NUL-terminated, into out (cap bytes). Returns its
  * length; -1 with err set when it is not a valid string; -2 when it is valid but does not fit
  * (the scanner is then past it and out holds a truncated prefix).
  */
-long kiln_jscan_string(struct kiln_jscan *s, char *out, size_t cap);
+long kd_jscan_string(struct kd_jscan *s, char *out, size_t cap);
 
 /*
  * Containers. Begin consumes the opening bracket. Then call member / element with i = the number
@@ -78,26 +78,26 @@ long kiln_jscan_string(struct kiln_jscan *s, char *out, size_t cap);
  * been read into key, truncated to cap, and the ':' consumed), 0 after the closing bracket, and
  * -1 with err set on malformed input.
  */
-int kiln_jscan_object_begin(struct kiln_jscan *s);
-int kiln_jscan_member(struct kiln_jscan *s, int i, char *key, size_t cap);
-int kiln_jscan_array_begin(struct kiln_jscan *s);
-int kiln_jscan_element(struct kiln_jscan *s, int i);
+int kd_jscan_object_begin(struct kd_jscan *s);
+int kd_jscan_member(struct kd_jscan *s, int i, char *key, size_t cap);
+int kd_jscan_array_begin(struct kd_jscan *s);
+int kd_jscan_element(struct kd_jscan *s, int i);
 
 /*
  * Number conversion of the JSON number at the start of [p, end). Each returns the bytes it
  * consumed, or 0 when no JSON number starts there (out untouched). -1 only from the strtof /
  * strtod fallback when a copy of a very long token cannot be allocated.
  */
-long kiln_json_to_f32(const char *p, const char *end, float *out);
-long kiln_json_to_f64(const char *p, const char *end, double *out);
+long kd_json_to_f32(const char *p, const char *end, float *out);
+long kd_json_to_f64(const char *p, const char *end, double *out);
 /*
  * An integer in [lo, hi] exactly: the token may have a fraction or exponent ("2.0", "1e3") as
  * long as its value is a whole number. Returns the bytes consumed, 0 when no JSON number starts
  * there, -2 when it is a number but not a whole one in range (the length is then in *len).
  */
-long kiln_json_to_int(const char *p, const char *end, int64_t lo, int64_t hi, int64_t *out, size_t *len);
+long kd_json_to_int(const char *p, const char *end, int64_t lo, int64_t hi, int64_t *out, size_t *len);
 
 /* The scanner's current number: checks it, converts it and moves past it (0, or -1 with err). */
-int kiln_jscan_f64(struct kiln_jscan *s, double *out);
+int kd_jscan_f64(struct kd_jscan *s, double *out);
 
-#endif /* KILN_API_JSCAN_H */
+#endif /* KD_API_JSCAN_H */

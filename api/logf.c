@@ -5,7 +5,7 @@
 
 #include "logf.h"
 
-void kiln_api_logv(kiln_log_sink_fn sink, void *ud, enum kiln_log_level level, const char *fmt, va_list ap)
+void kd_api_logv(kd_log_sink_fn sink, void *ud, enum kd_log_level level, const char *fmt, va_list ap)
 {
     if (!sink)
         return;
@@ -14,10 +14,10 @@ void kiln_api_logv(kiln_log_sink_fn sink, void *ud, enum kiln_log_level level, c
     sink(ud, level, msg);
 }
 
-void kiln_api_logf(kiln_log_sink_fn sink, void *ud, enum kiln_log_level level, const char *fmt, ...)
+void kd_api_logf(kd_log_sink_fn sink, void *ud, enum kd_log_level level, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    kiln_api_logv(sink, ud, level, fmt, ap);
+    kd_api_logv(sink, ud, level, fmt, ap);
     va_end(ap);
 }

@@ -12,58 +12,58 @@
 
 #include "metrics.h"
 
-struct kiln_metric_series {
-    struct kiln_metric_series *next;
-    char *labels[KILN_METRIC_MAX_LABELS];
+struct kd_metric_series {
+    struct kd_metric_series *next;
+    char *labels[KD_METRIC_MAX_LABELS];
     double value;               /* counter and gauge value; histogram sum */
     uint64_t count;             /* histogram observations */
     uint64_t *bucket_counts;    /* histogram, not cumulative; one per bound */
-    const struct kiln_metric_family *family;
+    const struct kd_metric_family *family;
 };
 
-struct kiln_metric_family {
-    struct kiln_metric_family *next;
+struct kd_metric_family {
+    struct kd_metric_family *next;
     char *name;
     char *help;
-    enum kiln_metric_type type;
+    enum kd_metric_type type;
     size_t nlabels;
-    char *label_names[KILN_METRIC_MAX_LABELS];
+    char *label_names[KD_METRIC_MAX_LABELS];
     double *buckets;
     size_t nbuckets;
     double (*fn)(void *ctx);
     void *fn_ctx;
-    struct kiln_metric_series *series;
-    struct kiln_metric_series **series_tail;
+    struct kd_metric_series *series;
+    struct kd_metric_series **series_tail;
 };
 
-struct kiln_metrics {
-    struct kiln_metric_family *families;
-    struct kiln_metric_family **tail;
+struct kd_metrics {
+    struct kd_metric_family *families;
+    struct kd_metric_family **tail;
 };
 
-struct kiln_metrics *kiln_metrics_new(void)
+struct kd_metrics *kd_metrics_new(void)
 {
-    struct kiln_metrics *m = calloc(1, sizeof *m);
+    struct kd_metrics *m = calloc(1, sizeof *m);
     if (m)
         m->tail = &m->families;
     return m;
 }
 
-static void series_free(struct kiln_metric_series *s)
+static void series_free(struct kd_metric_series *s)
 {
-    for (size_t i = 0; i < KILN_METRIC_MAX_LABELS; i++)
+    for (size_t i = 0; i < KD_METRIC_MAX_LABELS; i++)
         free(s->labels[i]);
     free(s->bucket_counts);
     free(s);
 }
 
-static void family_free(struct kiln_metric_family *f)
+static void family_free(struct kd_metric_family *f)
 {
-    for (struct kiln_metric_series *s = f->series, *next; s; s = next) {
+    for (struct kd_metric_series *s = f->series, *next; s; s = next) {
         next = s->next;
         series_free(s);
     }
-    for (size_t i = 0; i < KILN_METRIC_MAX_LABELS; i++)
+    for (size_t i = 0; i < KD_METRIC_MAX_LABELS; i++)
         free(f->label_names[i]);
     free(f->name);
     free(f->help);
@@ -71,23 +71,23 @@ static void family_free(struct kiln_metric_family *f)
     free(f);
 }
 
-void kiln_metrics_free(struct kiln_metrics *m)
+void kd_metrics_free(struct kd_metrics *m)
 {
     if (!m)
         return;
-    for (struct kiln_metric_family *f = m->families, *next; f; f = next) {
+    for (struct kd_metric_family *f = m->families, *next; f; f = next) {
         next = f->next;
         family_free(f);
     }
     free(m);
 }
 
-struct kiln_metric_family *kiln_metrics_family(struct kiln_metrics *m, const char *name,
-                                               const char *help, enum kiln_metric_type type,
-                                               const char *const *label_names,
-                                               const double *buckets, size_t nbuckets)
+struct kd_metric_family *kd_metrics_family(struct kd_metrics *m, const char *name,
+                                           const char *help, enum kd_metric_type type,
+                                           const char *const *label_names,
+                                           const double *buckets, size_t nbuckets)
 {
-    struct kiln_metric_family *f = calloc(1, sizeof *f);
+    struct kd_metric_family *f = calloc(1, sizeof *f);
     if (!f)
         return NULL;
     f->type = type;
@@ -96,7 +96,7 @@ struct kiln_metric_family *kiln_metrics_family(struct kiln_metrics *m, const cha
     f->series_tail = &f->series;
     bool ok = f->name && f->help;
     for (size_t i = 0; ok && label_names && label_names[i]; i++) {
-        if (i == KILN_METRIC_MAX_LABELS) {
+        if (i == KD_METRIC_MAX_LABELS) {
             ok = false;
             break;
         }
@@ -104,7 +104,7 @@ struct kiln_metric_family *kiln_metrics_family(struct kiln_metrics *m, const cha
         ok = f->label_names[i] != NULL;
         f->nlabels = i + 1;
     }
-    if (ok && type == KILN_METRIC_HISTOGRAM && nbuckets) {
+    if (ok && type == KD_METRIC_HISTOGRAM && nbuckets) {
         f->buckets = malloc(nbuckets * sizeof *f->buckets);
         ok = f->buckets != NULL;
         if (ok) {
@@ -121,10 +121,10 @@ struct kiln_metric_family *kiln_metrics_family(struct kiln_metrics *m, const cha
     return f;
 }
 
-static int sampled(struct kiln_metrics *m, const char *name, const char *help, enum kiln_metric_type type,
+static int sampled(struct kd_metrics *m, const char *name, const char *help, enum kd_metric_type type,
                    double (*fn)(void *ctx), void *ctx)
 {
-    struct kiln_metric_family *f = kiln_metrics_family(m, name, help, type, NULL, NULL, 0);
+    struct kd_metric_family *f = kd_metrics_family(m, name, help, type, NULL, NULL, 0);
     if (!f)
         return -1;
     f->fn = fn;
@@ -132,36 +132,36 @@ static int sampled(struct kiln_metrics *m, const char *name, const char *help, e
     return 0;
 }
 
-int kiln_metrics_gauge_fn(struct kiln_metrics *m, const char *name, const char *help,
+int kd_metrics_gauge_fn(struct kd_metrics *m, const char *name, const char *help,
+                        double (*fn)(void *ctx), void *ctx)
+{
+    return sampled(m, name, help, KD_METRIC_GAUGE, fn, ctx);
+}
+
+int kd_metrics_counter_fn(struct kd_metrics *m, const char *name, const char *help,
                           double (*fn)(void *ctx), void *ctx)
 {
-    return sampled(m, name, help, KILN_METRIC_GAUGE, fn, ctx);
+    return sampled(m, name, help, KD_METRIC_COUNTER, fn, ctx);
 }
 
-int kiln_metrics_counter_fn(struct kiln_metrics *m, const char *name, const char *help,
-                            double (*fn)(void *ctx), void *ctx)
+struct kd_metric_series *kd_metrics_series(struct kd_metric_family *f,
+                                           const char *const *label_values)
 {
-    return sampled(m, name, help, KILN_METRIC_COUNTER, fn, ctx);
-}
-
-struct kiln_metric_series *kiln_metrics_series(struct kiln_metric_family *f,
-                                               const char *const *label_values)
-{
-    for (struct kiln_metric_series *s = f->series; s; s = s->next) {
+    for (struct kd_metric_series *s = f->series; s; s = s->next) {
         bool same = true;
         for (size_t i = 0; i < f->nlabels && same; i++)
             same = strcmp(s->labels[i], label_values[i]) == 0;
         if (same)
             return s;
     }
-    struct kiln_metric_series *s = calloc(1, sizeof *s);
+    struct kd_metric_series *s = calloc(1, sizeof *s);
     if (!s)
         return NULL;
     s->family = f;
     bool ok = true;
     for (size_t i = 0; i < f->nlabels && ok; i++)
         ok = (s->labels[i] = strdup(label_values[i])) != NULL;
-    if (ok && f->type == KILN_METRIC_HISTOGRAM)
+    if (ok && f->type == KD_METRIC_HISTOGRAM)
         ok = (s->bucket_counts = calloc(f->nbuckets + 1, sizeof *s->bucket_counts)) != NULL;
     if (!ok) {
         series_free(s);
@@ -172,19 +172,19 @@ struct kiln_metric_series *kiln_metrics_series(struct kiln_metric_family *f,
     return s;
 }
 
-void kiln_metric_add(struct kiln_metric_series *s, double v)
+void kd_metric_add(struct kd_metric_series *s, double v)
 {
     s->value += v;
 }
 
-void kiln_metric_set(struct kiln_metric_series *s, double v)
+void kd_metric_set(struct kd_metric_series *s, double v)
 {
     s->value = v;
 }
 
-void kiln_metric_observe(struct kiln_metric_series *s, double v)
+void kd_metric_observe(struct kd_metric_series *s, double v)
 {
-    const struct kiln_metric_family *f = s->family;
+    const struct kd_metric_family *f = s->family;
     size_t i = 0;
     while (i < f->nbuckets && v > f->buckets[i])
         i++;
@@ -193,18 +193,18 @@ void kiln_metric_observe(struct kiln_metric_series *s, double v)
     s->value += v;
 }
 
-static const char *type_name(enum kiln_metric_type t)
+static const char *type_name(enum kd_metric_type t)
 {
     switch (t) {
-    case KILN_METRIC_COUNTER: return "counter";
-    case KILN_METRIC_GAUGE: return "gauge";
-    case KILN_METRIC_HISTOGRAM: return "histogram";
+    case KD_METRIC_COUNTER: return "counter";
+    case KD_METRIC_GAUGE: return "gauge";
+    case KD_METRIC_HISTOGRAM: return "histogram";
     }
     return "untyped";
 }
 
 /* Label values escape backslash, quote and newline; HELP text escapes backslash and newline. */
-static int put_escaped(struct kiln_buf *out, const char *s, bool quote)
+static int put_escaped(struct kd_buf *out, const char *s, bool quote)
 {
     for (; *s; s++) {
         const char *rep = NULL;
@@ -214,47 +214,47 @@ static int put_escaped(struct kiln_buf *out, const char *s, bool quote)
             rep = "\\n";
         else if (*s == '"' && quote)
             rep = "\\\"";
-        if (rep ? kiln_buf_puts(out, rep) : kiln_buf_append(out, s, 1))
+        if (rep ? kd_buf_puts(out, rep) : kd_buf_append(out, s, 1))
             return -1;
     }
     return 0;
 }
 
-static int put_number(struct kiln_buf *out, double v)
+static int put_number(struct kd_buf *out, double v)
 {
     if (isinf(v))
-        return kiln_buf_puts(out, v > 0 ? "+Inf" : "-Inf");
+        return kd_buf_puts(out, v > 0 ? "+Inf" : "-Inf");
     if (isnan(v))
-        return kiln_buf_puts(out, "NaN");
+        return kd_buf_puts(out, "NaN");
     if (v == (double)(int64_t)v && fabs(v) < 9e15)
-        return kiln_buf_printf(out, "%lld", (long long)v);
+        return kd_buf_printf(out, "%lld", (long long)v);
     /* The shortest of %.15g and %.17g that reads back exactly, so 0.1 + 0.2 stays readable. */
     char text[32];
     snprintf(text, sizeof text, "%.15g", v);
     if (strtod(text, NULL) != v)
         snprintf(text, sizeof text, "%.17g", v);
-    return kiln_buf_puts(out, text);
+    return kd_buf_puts(out, text);
 }
 
 /* Writes {a="x",b="y"[,le="..."]}, or nothing when there are no labels at all. */
-static int put_labels(struct kiln_buf *out, const struct kiln_metric_family *f,
-                      const struct kiln_metric_series *s, const char *le)
+static int put_labels(struct kd_buf *out, const struct kd_metric_family *f,
+                      const struct kd_metric_series *s, const char *le)
 {
     if (f->nlabels == 0 && !le)
         return 0;
-    int rc = kiln_buf_puts(out, "{");
+    int rc = kd_buf_puts(out, "{");
     for (size_t i = 0; i < f->nlabels && rc == 0; i++) {
-        rc |= kiln_buf_printf(out, "%s%s=\"", i ? "," : "", f->label_names[i]);
+        rc |= kd_buf_printf(out, "%s%s=\"", i ? "," : "", f->label_names[i]);
         rc |= put_escaped(out, s->labels[i], true);
-        rc |= kiln_buf_puts(out, "\"");
+        rc |= kd_buf_puts(out, "\"");
     }
     if (le && rc == 0)
-        rc |= kiln_buf_printf(out, "%sle=\"%s\"", f->nlabels ? "," : "", le);
-    return rc | kiln_buf_puts(out, "}");
+        rc |= kd_buf_printf(out, "%sle=\"%s\"", f->nlabels ? "," : "", le);
+    return rc | kd_buf_puts(out, "}");
 }
 
-static int render_histogram(struct kiln_buf *out, const struct kiln_metric_family *f,
-                            const struct kiln_metric_series *s)
+static int render_histogram(struct kd_buf *out, const struct kd_metric_family *f,
+                            const struct kd_metric_series *s)
 {
     int rc = 0;
     uint64_t cumulative = 0;
@@ -265,43 +265,43 @@ static int render_histogram(struct kiln_buf *out, const struct kiln_metric_famil
             snprintf(le, sizeof le, "%g", f->buckets[i]);
         else
             snprintf(le, sizeof le, "+Inf");
-        rc |= kiln_buf_printf(out, "%s_bucket", f->name);
+        rc |= kd_buf_printf(out, "%s_bucket", f->name);
         rc |= put_labels(out, f, s, le);
-        rc |= kiln_buf_printf(out, " %llu\n", (unsigned long long)cumulative);
+        rc |= kd_buf_printf(out, " %llu\n", (unsigned long long)cumulative);
     }
-    rc |= kiln_buf_printf(out, "%s_sum", f->name);
+    rc |= kd_buf_printf(out, "%s_sum", f->name);
     rc |= put_labels(out, f, s, NULL);
-    rc |= kiln_buf_puts(out, " ");
+    rc |= kd_buf_puts(out, " ");
     rc |= put_number(out, s->value);
-    rc |= kiln_buf_printf(out, "\n%s_count", f->name);
+    rc |= kd_buf_printf(out, "\n%s_count", f->name);
     rc |= put_labels(out, f, s, NULL);
-    rc |= kiln_buf_printf(out, " %llu\n", (unsigned long long)s->count);
+    rc |= kd_buf_printf(out, " %llu\n", (unsigned long long)s->count);
     return rc;
 }
 
-int kiln_metrics_render(struct kiln_metrics *m, struct kiln_buf *out)
+int kd_metrics_render(struct kd_metrics *m, struct kd_buf *out)
 {
     int rc = 0;
-    for (const struct kiln_metric_family *f = m->families; f && rc == 0; f = f->next) {
-        rc |= kiln_buf_printf(out, "# HELP %s ", f->name);
+    for (const struct kd_metric_family *f = m->families; f && rc == 0; f = f->next) {
+        rc |= kd_buf_printf(out, "# HELP %s ", f->name);
         rc |= put_escaped(out, f->help, false);
-        rc |= kiln_buf_printf(out, "\n# TYPE %s %s\n", f->name, type_name(f->type));
+        rc |= kd_buf_printf(out, "\n# TYPE %s %s\n", f->name, type_name(f->type));
         if (f->fn) {
-            rc |= kiln_buf_printf(out, "%s ", f->name);
+            rc |= kd_buf_printf(out, "%s ", f->name);
             rc |= put_number(out, f->fn(f->fn_ctx));
-            rc |= kiln_buf_puts(out, "\n");
+            rc |= kd_buf_puts(out, "\n");
             continue;
         }
-        for (const struct kiln_metric_series *s = f->series; s && rc == 0; s = s->next) {
-            if (f->type == KILN_METRIC_HISTOGRAM) {
+        for (const struct kd_metric_series *s = f->series; s && rc == 0; s = s->next) {
+            if (f->type == KD_METRIC_HISTOGRAM) {
                 rc |= render_histogram(out, f, s);
                 continue;
             }
-            rc |= kiln_buf_puts(out, f->name);
+            rc |= kd_buf_puts(out, f->name);
             rc |= put_labels(out, f, s, NULL);
-            rc |= kiln_buf_puts(out, " ");
+            rc |= kd_buf_puts(out, " ");
             rc |= put_number(out, s->value);
-            rc |= kiln_buf_puts(out, "\n");
+            rc |= kd_buf_puts(out, "\n");
         }
     }
     return rc ? -1 : 0;

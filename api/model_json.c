@@ -24,92 +24,92 @@ static const char *triton_type(const char *datatype, char *buf, size_t n)
     return buf;
 }
 
-static int put_tensors(struct kiln_buf *b, const char *key, const kiln_model_tensor_spec *sp, int n, bool batched,
+static int put_tensors(struct kd_buf *b, const char *key, const kd_model_tensor_spec *sp, int n, bool batched,
                        bool input)
 {
-    int rc = kiln_buf_printf(b, ",\"%s\":[", key);
+    int rc = kd_buf_printf(b, ",\"%s\":[", key);
     for (int i = 0; i < n; i++) {
         char type[32];
-        rc |= kiln_buf_puts(b, i ? ",{\"name\":\"" : "{\"name\":\"");
-        rc |= kiln_buf_json_escape(b, sp[i].name, strlen(sp[i].name));
-        rc |= kiln_buf_printf(b, "\",\"data_type\":\"%s\",%s\"dims\":[",
-                              triton_type(sp[i].datatype, type, sizeof type), input ? "\"format\":\"FORMAT_NONE\"," : "");
+        rc |= kd_buf_puts(b, i ? ",{\"name\":\"" : "{\"name\":\"");
+        rc |= kd_buf_json_escape(b, sp[i].name, strlen(sp[i].name));
+        rc |= kd_buf_printf(b, "\",\"data_type\":\"%s\",%s\"dims\":[",
+                            triton_type(sp[i].datatype, type, sizeof type), input ? "\"format\":\"FORMAT_NONE\"," : "");
         for (int d = batched ? 1 : 0; d < sp[i].ndim; d++)
-            rc |= kiln_buf_printf(b, "%s%lld", d > (batched ? 1 : 0) ? "," : "", (long long)sp[i].shape[d]);
-        rc |= kiln_buf_puts(b, input ? "],\"is_shape_tensor\":false,\"allow_ragged_batch\":false,\"optional\":false}"
+            rc |= kd_buf_printf(b, "%s%lld", d > (batched ? 1 : 0) ? "," : "", (long long)sp[i].shape[d]);
+        rc |= kd_buf_puts(b, input ? "],\"is_shape_tensor\":false,\"allow_ragged_batch\":false,\"optional\":false}"
                                      : "],\"label_filename\":\"\",\"is_shape_tensor\":false}");
     }
-    return rc | kiln_buf_puts(b, "]");
+    return rc | kd_buf_puts(b, "]");
 }
 
-static int put_version_policy(struct kiln_buf *b, const kiln_model_config *c)
+static int put_version_policy(struct kd_buf *b, const kd_model_config *c)
 {
     switch (c->policy) {
-    case KILN_VERSION_ALL:
-        return kiln_buf_puts(b, ",\"version_policy\":{\"all\":{}}");
-    case KILN_VERSION_SPECIFIC: {
-        int rc = kiln_buf_puts(b, ",\"version_policy\":{\"specific\":{\"versions\":[");
+    case KD_VERSION_ALL:
+        return kd_buf_puts(b, ",\"version_policy\":{\"all\":{}}");
+    case KD_VERSION_SPECIFIC: {
+        int rc = kd_buf_puts(b, ",\"version_policy\":{\"specific\":{\"versions\":[");
         for (int i = 0; i < c->nspecific; i++)
-            rc |= kiln_buf_printf(b, "%s%lld", i ? "," : "", (long long)c->specific[i]);
-        return rc | kiln_buf_puts(b, "]}}");
+            rc |= kd_buf_printf(b, "%s%lld", i ? "," : "", (long long)c->specific[i]);
+        return rc | kd_buf_puts(b, "]}}");
     }
     default:
-        return kiln_buf_printf(b, ",\"version_policy\":{\"latest\":{\"num_versions\":%d}}",
-                               c->latest_n > 0 ? c->latest_n : 1);
+        return kd_buf_printf(b, ",\"version_policy\":{\"latest\":{\"num_versions\":%d}}",
+                             c->latest_n > 0 ? c->latest_n : 1);
     }
 }
 
 /* KIND_CPU for the cpu device; KIND_GPU with its index for cuda:N, hip:N, vulkan:N. */
-static int put_instance_group(struct kiln_buf *b, const char *name, const kiln_model_config *c)
+static int put_instance_group(struct kd_buf *b, const char *name, const kd_model_config *c)
 {
     const char *dev = c->device && c->device[0] ? c->device : "cpu";
     const char *colon = strchr(dev, ':');
     bool cpu = strncmp(dev, "cpu", 3) == 0;
-    int rc = kiln_buf_puts(b, ",\"instance_group\":[{\"name\":\"");
-    rc |= kiln_buf_json_escape(b, name, strlen(name));
-    rc |= kiln_buf_printf(b, "_0\",\"kind\":\"%s\",\"count\":%d,\"gpus\":[", cpu ? "KIND_CPU" : "KIND_GPU",
-                          c->instance_count > 0 ? c->instance_count : 1);
+    int rc = kd_buf_puts(b, ",\"instance_group\":[{\"name\":\"");
+    rc |= kd_buf_json_escape(b, name, strlen(name));
+    rc |= kd_buf_printf(b, "_0\",\"kind\":\"%s\",\"count\":%d,\"gpus\":[", cpu ? "KIND_CPU" : "KIND_GPU",
+                        c->instance_count > 0 ? c->instance_count : 1);
     if (!cpu)
-        rc |= kiln_buf_printf(b, "%d", colon ? atoi(colon + 1) : 0);
-    return rc | kiln_buf_puts(b, "]}]");
+        rc |= kd_buf_printf(b, "%d", colon ? atoi(colon + 1) : 0);
+    return rc | kd_buf_puts(b, "]}]");
 }
 
-int kiln__serving_config_json(struct kiln_buf *b, const char *name, const char *format, const kiln_model_config *c)
+int kd_serving_config_json(struct kd_buf *b, const char *name, const char *format, const kd_model_config *c)
 {
     bool batched = c->max_batch_size > 0;
-    int rc = kiln_buf_puts(b, "{\"name\":\"");
-    rc |= kiln_buf_json_escape(b, name, strlen(name));
-    rc |= kiln_buf_printf(b, "\",\"platform\":\"%s\",\"backend\":\"kiln\"", format);
+    int rc = kd_buf_puts(b, "{\"name\":\"");
+    rc |= kd_buf_json_escape(b, name, strlen(name));
+    rc |= kd_buf_printf(b, "\",\"platform\":\"%s\",\"backend\":\"kiln\"", format);
     rc |= put_version_policy(b, c);
-    rc |= kiln_buf_printf(b, ",\"max_batch_size\":%d", batched ? c->max_batch_size : 0);
+    rc |= kd_buf_printf(b, ",\"max_batch_size\":%d", batched ? c->max_batch_size : 0);
     rc |= put_tensors(b, "input", c->inputs, c->ninputs, batched, true);
     rc |= put_tensors(b, "output", c->outputs, c->noutputs, batched, false);
     if (batched) {
-        rc |= kiln_buf_puts(b, ",\"dynamic_batching\":{\"preferred_batch_size\":[");
+        rc |= kd_buf_puts(b, ",\"dynamic_batching\":{\"preferred_batch_size\":[");
         for (int i = 0; i < c->npreferred; i++)
-            rc |= kiln_buf_printf(b, "%s%lld", i ? "," : "", (long long)c->preferred_batch_sizes[i]);
-        rc |= kiln_buf_printf(b, "],\"max_queue_delay_microseconds\":%lld,\"preserve_ordering\":false}",
-                              (long long)c->max_queue_delay_us);
+            rc |= kd_buf_printf(b, "%s%lld", i ? "," : "", (long long)c->preferred_batch_sizes[i]);
+        rc |= kd_buf_printf(b, "],\"max_queue_delay_microseconds\":%lld,\"preserve_ordering\":false}",
+                            (long long)c->max_queue_delay_us);
     }
     rc |= put_instance_group(b, name, c);
-    rc |= kiln_buf_printf(b, ",\"default_model_filename\":\"model.%s\"}", format);
+    rc |= kd_buf_printf(b, ",\"default_model_filename\":\"model.%s\"}", format);
     return rc;
 }
 
 /* ---- metadata and statistics ---- */
 
-int kiln__serving_specs_json(struct kiln_buf *b, const char *key, const kiln_model_tensor_spec *sp, int n)
+int kd_serving_specs_json(struct kd_buf *b, const char *key, const kd_model_tensor_spec *sp, int n)
 {
-    int rc = kiln_buf_printf(b, ",\"%s\":[", key);
+    int rc = kd_buf_printf(b, ",\"%s\":[", key);
     for (int i = 0; i < n; i++) {
-        rc |= kiln_buf_puts(b, i ? ",{\"name\":\"" : "{\"name\":\"");
-        rc |= kiln_buf_json_escape(b, sp[i].name, strlen(sp[i].name));
-        rc |= kiln_buf_printf(b, "\",\"datatype\":\"%s\",\"shape\":[", sp[i].datatype);
+        rc |= kd_buf_puts(b, i ? ",{\"name\":\"" : "{\"name\":\"");
+        rc |= kd_buf_json_escape(b, sp[i].name, strlen(sp[i].name));
+        rc |= kd_buf_printf(b, "\",\"datatype\":\"%s\",\"shape\":[", sp[i].datatype);
         for (int d = 0; d < sp[i].ndim; d++)
-            rc |= kiln_buf_printf(b, "%s%lld", d ? "," : "", (long long)sp[i].shape[d]);
-        rc |= kiln_buf_puts(b, "]}");
+            rc |= kd_buf_printf(b, "%s%lld", d ? "," : "", (long long)sp[i].shape[d]);
+        rc |= kd_buf_puts(b, "]}");
     }
-    return rc | kiln_buf_puts(b, "]");
+    return rc | kd_buf_puts(b, "]");
 }
 
 /*
@@ -117,35 +117,35 @@ int kiln__serving_specs_json(struct kiln_buf *b, const char *key, const kiln_mod
  * compute_input/compute_output count the same runs with their time included there (ns 0). No
  * response cache exists, so cache_hit and cache_miss are 0.
  */
-int kiln__serving_stats_json(struct kiln_buf *b, struct kiln_sched_model *m)
+int kd_serving_stats_json(struct kd_buf *b, struct kd_sched_model *m)
 {
-    struct kiln_sched_stats st;
-    kiln_sched_model_stats(m, &st);
-    int rc = kiln_buf_puts(b, "{\"name\":\"");
-    rc |= kiln_buf_json_escape(b, kiln_sched_model_name(m), strlen(kiln_sched_model_name(m)));
-    rc |= kiln_buf_printf(b,
-                          "\",\"version\":\"%lld\",\"last_inference\":%llu,\"inference_count\":%llu,"
-                          "\"execution_count\":%llu,\"inference_stats\":{"
-                          "\"success\":{\"count\":%llu,\"ns\":%llu},\"fail\":{\"count\":%llu,\"ns\":%llu},"
-                          "\"queue\":{\"count\":%llu,\"ns\":%llu},\"compute_input\":{\"count\":%llu,\"ns\":0},"
-                          "\"compute_infer\":{\"count\":%llu,\"ns\":%llu},\"compute_output\":{\"count\":%llu,\"ns\":0},"
-                          "\"cache_hit\":{\"count\":0,\"ns\":0},\"cache_miss\":{\"count\":0,\"ns\":0}},"
-                          "\"batch_stats\":[",
-                          (long long)kiln_sched_model_version(m), (unsigned long long)st.last_inference_ms,
-                          (unsigned long long)st.inference_count, (unsigned long long)st.execution_count,
-                          (unsigned long long)st.success_count, (unsigned long long)st.success_ns,
-                          (unsigned long long)st.fail_count, (unsigned long long)st.fail_ns,
-                          (unsigned long long)(st.success_count + st.fail_count), (unsigned long long)st.queue_ns,
-                          (unsigned long long)st.execution_count, (unsigned long long)st.execution_count,
-                          (unsigned long long)st.compute_ns, (unsigned long long)st.execution_count);
+    struct kd_sched_stats st;
+    kd_sched_model_stats(m, &st);
+    int rc = kd_buf_puts(b, "{\"name\":\"");
+    rc |= kd_buf_json_escape(b, kd_sched_model_name(m), strlen(kd_sched_model_name(m)));
+    rc |= kd_buf_printf(b,
+                        "\",\"version\":\"%lld\",\"last_inference\":%llu,\"inference_count\":%llu,"
+                        "\"execution_count\":%llu,\"inference_stats\":{"
+                        "\"success\":{\"count\":%llu,\"ns\":%llu},\"fail\":{\"count\":%llu,\"ns\":%llu},"
+                        "\"queue\":{\"count\":%llu,\"ns\":%llu},\"compute_input\":{\"count\":%llu,\"ns\":0},"
+                        "\"compute_infer\":{\"count\":%llu,\"ns\":%llu},\"compute_output\":{\"count\":%llu,\"ns\":0},"
+                        "\"cache_hit\":{\"count\":0,\"ns\":0},\"cache_miss\":{\"count\":0,\"ns\":0}},"
+                        "\"batch_stats\":[",
+                        (long long)kd_sched_model_version(m), (unsigned long long)st.last_inference_ms,
+                        (unsigned long long)st.inference_count, (unsigned long long)st.execution_count,
+                        (unsigned long long)st.success_count, (unsigned long long)st.success_ns,
+                        (unsigned long long)st.fail_count, (unsigned long long)st.fail_ns,
+                        (unsigned long long)(st.success_count + st.fail_count), (unsigned long long)st.queue_ns,
+                        (unsigned long long)st.execution_count, (unsigned long long)st.execution_count,
+                        (unsigned long long)st.compute_ns, (unsigned long long)st.execution_count);
     bool first = true;
-    for (int i = 0; i < KILN_SCHED_BATCH_BUCKETS; i++) {
+    for (int i = 0; i < KD_SCHED_BATCH_BUCKETS; i++) {
         if (!st.batch_hist[i])
             continue;
         /* Runs are counted in power-of-two buckets; batch_size is the bucket's upper bound. */
-        rc |= kiln_buf_printf(b, "%s{\"batch_size\":%d,\"compute_infer\":{\"count\":%llu}}", first ? "" : ",",
-                              1 << i, (unsigned long long)st.batch_hist[i]);
+        rc |= kd_buf_printf(b, "%s{\"batch_size\":%d,\"compute_infer\":{\"count\":%llu}}", first ? "" : ",",
+                            1 << i, (unsigned long long)st.batch_hist[i]);
         first = false;
     }
-    return rc | kiln_buf_puts(b, "]}");
+    return rc | kd_buf_puts(b, "]}");
 }

@@ -6,7 +6,7 @@
 
 #include "responses.h"
 
-const char *kiln_http_reason(int status)
+const char *kd_http_reason(int status)
 {
     switch (status) {
     case 200: return "OK";
@@ -35,22 +35,22 @@ const char *kiln_http_reason(int status)
     return "Unknown";
 }
 
-int kiln_resp_append(struct kiln_buf *out, int status, const char *content_type, const void *body,
-                     size_t body_len, bool keep_alive, const char *extra_headers)
+int kd_resp_append(struct kd_buf *out, int status, const char *content_type, const void *body,
+                   size_t body_len, bool keep_alive, const char *extra_headers)
 {
     size_t mark = out->len;
-    int rc = kiln_buf_printf(out,
-                             "HTTP/1.1 %d %s\r\n"
-                             "Server: kiln\r\n"
-                             "%s%s%s"
-                             "Content-Length: %zu\r\n"
-                             "Connection: %s\r\n"
-                             "%s\r\n",
-                             status, kiln_http_reason(status), content_type ? "Content-Type: " : "",
-                             content_type ? content_type : "", content_type ? "\r\n" : "", body_len,
-                             keep_alive ? "keep-alive" : "close", extra_headers ? extra_headers : "");
+    int rc = kd_buf_printf(out,
+                           "HTTP/1.1 %d %s\r\n"
+                           "Server: kiln\r\n"
+                           "%s%s%s"
+                           "Content-Length: %zu\r\n"
+                           "Connection: %s\r\n"
+                           "%s\r\n",
+                           status, kd_http_reason(status), content_type ? "Content-Type: " : "",
+                           content_type ? content_type : "", content_type ? "\r\n" : "", body_len,
+                           keep_alive ? "keep-alive" : "close", extra_headers ? extra_headers : "");
     if (rc == 0)
-        rc = kiln_buf_append(out, body, body_len);
+        rc = kd_buf_append(out, body, body_len);
     if (rc != 0) {
         out->len = mark; /* never leave half a response behind */
         return -1;
@@ -58,8 +58,8 @@ int kiln_resp_append(struct kiln_buf *out, int status, const char *content_type,
     return status;
 }
 
-int kiln_resp_error(struct kiln_buf *out, int status, const char *msg, bool keep_alive,
-                    const char *extra_headers)
+int kd_resp_error(struct kd_buf *out, int status, const char *msg, bool keep_alive,
+                  const char *extra_headers)
 {
     char body[512];
     /* Messages are short and ours, so a capped stack buffer is enough. */
@@ -78,5 +78,5 @@ int kiln_resp_error(struct kiln_buf *out, int status, const char *msg, bool keep
     }
     memcpy(body + n, "\"}", 2);
     n += 2;
-    return kiln_resp_append(out, status, "application/json", body, n, keep_alive, extra_headers);
+    return kd_resp_append(out, status, "application/json", body, n, keep_alive, extra_headers);
 }

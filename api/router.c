@@ -11,41 +11,41 @@ static const struct {
     unsigned bit;
     const char *name;
 } method_names[] = {
-    {KILN_HTTP_GET, "GET"},         {KILN_HTTP_HEAD, "HEAD"},   {KILN_HTTP_POST, "POST"},
-    {KILN_HTTP_PUT, "PUT"},         {KILN_HTTP_DELETE, "DELETE"}, {KILN_HTTP_PATCH, "PATCH"},
-    {KILN_HTTP_OPTIONS, "OPTIONS"},
+    {KD_HTTP_GET, "GET"},         {KD_HTTP_HEAD, "HEAD"},   {KD_HTTP_POST, "POST"},
+    {KD_HTTP_PUT, "PUT"},         {KD_HTTP_DELETE, "DELETE"}, {KD_HTTP_PATCH, "PATCH"},
+    {KD_HTTP_OPTIONS, "OPTIONS"},
 };
 
-unsigned kiln_http_method_from_name(const char *name, size_t len)
+unsigned kd_http_method_from_name(const char *name, size_t len)
 {
     for (size_t i = 0; i < sizeof method_names / sizeof method_names[0]; i++)
         if (strlen(method_names[i].name) == len && memcmp(method_names[i].name, name, len) == 0)
             return method_names[i].bit;
-    return KILN_HTTP_OTHER;
+    return KD_HTTP_OTHER;
 }
 
-enum kiln_route_result kiln_router_match(const struct kiln_router *r, unsigned method,
-                                         const char *path, size_t len, size_t *index)
+enum kd_route_result kd_router_match(const struct kd_router *r, unsigned method,
+                                     const char *path, size_t len, size_t *index)
 {
     for (size_t i = 0; i < r->count; i++) {
-        const struct kiln_route *rt = &r->routes[i];
+        const struct kd_route *rt = &r->routes[i];
         size_t n = strlen(rt->path);
         bool prefix = n > 0 && rt->path[n - 1] == '*';
         if (prefix ? (len < n - 1 || memcmp(rt->path, path, n - 1) != 0)
                    : (n != len || memcmp(rt->path, path, len) != 0))
             continue;
         *index = i;
-        return (kiln_router_methods(r, i, path, len) & method) ? KILN_ROUTE_FOUND : KILN_ROUTE_METHOD_NOT_ALLOWED;
+        return (kd_router_methods(r, i, path, len) & method) ? KD_ROUTE_FOUND : KD_ROUTE_METHOD_NOT_ALLOWED;
     }
     *index = r->count;
-    return KILN_ROUTE_NOT_FOUND;
+    return KD_ROUTE_NOT_FOUND;
 }
 
-unsigned kiln_router_methods(const struct kiln_router *r, size_t index, const char *path, size_t path_len)
+unsigned kd_router_methods(const struct kd_router *r, size_t index, const char *path, size_t path_len)
 {
     if (index >= r->count)
         return 0;
-    const struct kiln_route *rt = &r->routes[index];
+    const struct kd_route *rt = &r->routes[index];
     size_t n = strlen(rt->path);
     if (rt->methods_at && n > 0 && rt->path[n - 1] == '*' && path_len >= n - 1) {
         unsigned m = rt->methods_at(path + n - 1, path_len - (n - 1));
@@ -55,14 +55,14 @@ unsigned kiln_router_methods(const struct kiln_router *r, size_t index, const ch
     return rt->methods;
 }
 
-void kiln_router_allow(const struct kiln_router *r, size_t index, const char *path, size_t path_len, char *buf,
-                       size_t len)
+void kd_router_allow(const struct kd_router *r, size_t index, const char *path, size_t path_len, char *buf,
+                     size_t len)
 {
     size_t used = 0;
     buf[0] = '\0';
     if (index >= r->count)
         return;
-    unsigned methods = kiln_router_methods(r, index, path, path_len);
+    unsigned methods = kd_router_methods(r, index, path, path_len);
     for (size_t i = 0; i < sizeof method_names / sizeof method_names[0] && used < len; i++)
         if (methods & method_names[i].bit)
             used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", method_names[i].name);

@@ -27,13 +27,13 @@
 
 struct status_slot {
     int code;
-    struct kiln_metric_series *series;
+    struct kd_metric_series *series;
 };
 
 struct route_metrics {
     const char *label;
     struct status_slot slots[MAX_STATUS_SLOTS];
-    struct kiln_metric_series *latency;
+    struct kd_metric_series *latency;
 };
 
 struct conn {
@@ -41,9 +41,9 @@ struct conn {
     uv_timer_t timer;
     uv_write_t wreq;
     uv_shutdown_t sreq;
-    struct kiln_http_conn http;
-    struct kiln_buf wbuf;           /* bytes handed to uv_write, kept alive until its callback */
-    struct kiln_server *srv;
+    struct kd_http_conn http;
+    struct kd_buf wbuf;           /* bytes handed to uv_write, kept alive until its callback */
+    struct kd_server *srv;
     struct conn *prev, *next;
     unsigned last_responses;
     int open_handles;
@@ -56,11 +56,11 @@ struct conn {
     bool closed;
 };
 
-struct kiln_server {
+struct kd_server {
     uv_loop_t *loop;
     uv_tcp_t listener;
     bool listener_open;
-    struct kiln_server_options opts;
+    struct kd_server_options opts;
     struct conn *conns;
     size_t nconns;
     uint64_t accepted;              /* connections ever accepted: their ids */
@@ -68,22 +68,22 @@ struct kiln_server {
     bool draining;
     void (*drained)(void *ud);
     void *drained_ud;
-    struct kiln_metric_family *requests;
-    struct kiln_metric_family *latency;
+    struct kd_metric_family *requests;
+    struct kd_metric_family *latency;
     struct route_metrics *rm;       /* router.count + 1 entries; the last is "other" */
     char readbuf[READ_BUF_SIZE];
 };
 
-static void slog(struct kiln_server *s, enum kiln_log_level level, const char *fmt, ...)
+static void slog(struct kd_server *s, enum kd_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-static void slog(struct kiln_server *s, enum kiln_log_level level, const char *fmt, ...)
+static void slog(struct kd_server *s, enum kd_log_level level, const char *fmt, ...)
 {
     if (level > s->opts.log_level) /* skip the formatting of lines nobody keeps (per-connection debug) */
         return;
     va_list ap;
     va_start(ap, fmt);
-    kiln_api_logv(s->opts.log, s->opts.log_ud, level, fmt, ap);
+    kd_api_logv(s->opts.log, s->opts.log_ud, level, fmt, ap);
     va_end(ap);
 }
 
@@ -94,10 +94,10 @@ static const double latency_buckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025,
 
 static double open_connections(void *ctx)
 {
-    return (double)((struct kiln_server *)ctx)->nconns;
+    return (double)((struct kd_server *)ctx)->nconns;
 }
 
-static struct kiln_metric_series *status_series(struct kiln_server *s, struct route_metrics *rm, int code)
+static struct kd_metric_series *status_series(struct kd_server *s, struct route_metrics *rm, int code)
 {
     for (size_t i = 0; i < MAX_STATUS_SLOTS; i++) {
         if (rm->slots[i].code == code)
@@ -105,8 +105,8 @@ static struct kiln_metric_series *status_series(struct kiln_server *s, struct ro
         if (rm->slots[i].code == 0) {
             char text[16];
             snprintf(text, sizeof text, "%d", code);
-            struct kiln_metric_series *series =
-                kiln_metrics_series(s->requests, (const char *const[]){rm->label, text, NULL});
+            struct kd_metric_series *series =
+                kd_metrics_series(s->requests, (const char *const[]){rm->label, text, NULL});
             if (series)
                 rm->slots[i] = (struct status_slot){code, series};
             return series;
@@ -114,41 +114,41 @@ static struct kiln_metric_series *status_series(struct kiln_server *s, struct ro
     }
     char text[16];
     snprintf(text, sizeof text, "%d", code);
-    return kiln_metrics_series(s->requests, (const char *const[]){rm->label, text, NULL});
+    return kd_metrics_series(s->requests, (const char *const[]){rm->label, text, NULL});
 }
 
 static void observe(void *ctx, size_t route, int status, uint64_t elapsed_ns)
 {
-    struct kiln_server *s = ctx;
+    struct kd_server *s = ctx;
     struct route_metrics *rm = &s->rm[route];
-    struct kiln_metric_series *count = status_series(s, rm, status);
+    struct kd_metric_series *count = status_series(s, rm, status);
     if (count)
-        kiln_metric_add(count, 1);
+        kd_metric_add(count, 1);
     if (rm->latency)
-        kiln_metric_observe(rm->latency, (double)elapsed_ns / 1e9);
+        kd_metric_observe(rm->latency, (double)elapsed_ns / 1e9);
 }
 
-static int register_metrics(struct kiln_server *s)
+static int register_metrics(struct kd_server *s)
 {
-    struct kiln_metrics *m = s->opts.metrics;
-    const struct kiln_router *r = &s->opts.service.router;
+    struct kd_metrics *m = s->opts.metrics;
+    const struct kd_router *r = &s->opts.service.router;
     s->rm = calloc(r->count + 1, sizeof *s->rm);
     if (!s->rm)
         return -1;
-    s->requests = kiln_metrics_family(m, "kiln_http_requests_total", "HTTP responses sent, by route and status code.",
-                                      KILN_METRIC_COUNTER, (const char *const[]){"route", "code", NULL}, NULL, 0);
-    s->latency = kiln_metrics_family(m, "kiln_http_request_duration_seconds",
-                                     "Time from a request's first byte to its response, by route.",
-                                     KILN_METRIC_HISTOGRAM, (const char *const[]){"route", NULL}, latency_buckets,
-                                     sizeof latency_buckets / sizeof latency_buckets[0]);
+    s->requests = kd_metrics_family(m, "kiln_http_requests_total", "HTTP responses sent, by route and status code.",
+                                    KD_METRIC_COUNTER, (const char *const[]){"route", "code", NULL}, NULL, 0);
+    s->latency = kd_metrics_family(m, "kiln_http_request_duration_seconds",
+                                   "Time from a request's first byte to its response, by route.",
+                                   KD_METRIC_HISTOGRAM, (const char *const[]){"route", NULL}, latency_buckets,
+                                   sizeof latency_buckets / sizeof latency_buckets[0]);
     if (!s->requests || !s->latency)
         return -1;
-    if (kiln_metrics_gauge_fn(m, "kiln_http_open_connections", "Client connections currently open.",
-                              open_connections, s) != 0)
+    if (kd_metrics_gauge_fn(m, "kiln_http_open_connections", "Client connections currently open.",
+                            open_connections, s) != 0)
         return -1;
     for (size_t i = 0; i <= r->count; i++) {
         s->rm[i].label = i < r->count ? r->routes[i].path : "other";
-        s->rm[i].latency = kiln_metrics_series(s->latency, (const char *const[]){s->rm[i].label, NULL});
+        s->rm[i].latency = kd_metrics_series(s->latency, (const char *const[]){s->rm[i].label, NULL});
         if (!s->rm[i].latency)
             return -1;
     }
@@ -157,7 +157,7 @@ static int register_metrics(struct kiln_server *s)
 
 /* ---- connections ------------------------------------------------------------------------- */
 
-static void maybe_drained(struct kiln_server *s)
+static void maybe_drained(struct kd_server *s)
 {
     if (s->draining && s->nconns == 0 && !s->listener_open && s->drained) {
         void (*done)(void *) = s->drained;
@@ -171,9 +171,9 @@ static void on_handle_closed(uv_handle_t *h)
     struct conn *c = h->data;
     if (--c->open_handles > 0)
         return;
-    struct kiln_server *s = c->srv;
-    kiln_http_conn_free(&c->http);
-    kiln_buf_free(&c->wbuf);
+    struct kd_server *s = c->srv;
+    kd_http_conn_free(&c->http);
+    kd_buf_free(&c->wbuf);
     free(c);
     s->nconns--;
     maybe_drained(s);
@@ -237,7 +237,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         return;
     if (nread > 0) {
         if (!c->lingering)
-            kiln_http_conn_feed(&c->http, buf->base, (size_t)nread);
+            kd_http_conn_feed(&c->http, buf->base, (size_t)nread);
     } else if (nread == UV_EOF) {
         c->peer_eof = true;
         if (c->lingering) {
@@ -246,7 +246,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         }
         uv_read_stop(stream);
         c->reading = false;
-        kiln_http_conn_eof(&c->http);
+        kd_http_conn_eof(&c->http);
     } else if (nread < 0) {
         conn_close(c);
         return;
@@ -258,7 +258,7 @@ static void on_write(uv_write_t *req, int status);
 
 static void flush(struct conn *c)
 {
-    struct kiln_buf *out = &c->http.out;
+    struct kd_buf *out = &c->http.out;
     if (c->writing || out->len == 0 || c->closed)
         return;
     uv_buf_t b = uv_buf_init(out->data, (unsigned)out->len);
@@ -273,7 +273,7 @@ static void flush(struct conn *c)
     }
     size_t sent = n > 0 ? (size_t)n : 0;
     /* Hand the unsent tail to uv_write from a buffer of its own, so out can keep filling. */
-    struct kiln_buf tmp = c->wbuf;
+    struct kd_buf tmp = c->wbuf;
     c->wbuf = *out;
     *out = tmp;
     out->len = 0;
@@ -309,7 +309,7 @@ static uint64_t s_idle(const struct conn *c)
 
 static void update_timer(struct conn *c)
 {
-    struct kiln_server *s = c->srv;
+    struct kd_server *s = c->srv;
     if (c->http.upgraded) {
         /* A WebSocket is idle only when nothing moved either way for idle_timeout_ms. */
         uv_timer_start(&c->timer, on_timer, s->opts.idle_timeout_ms, 0);
@@ -340,7 +340,7 @@ static void after_input(struct conn *c)
     if (c->closed || c->lingering)
         return;
     bool backlog = c->writing && c->http.out.len + c->wbuf.len > BACKLOG_HIGH;
-    bool want_read = !c->http.closing && !c->peer_eof && !backlog && kiln_http_conn_wants_input(&c->http);
+    bool want_read = !c->http.closing && !c->peer_eof && !backlog && kd_http_conn_wants_input(&c->http);
     if (want_read && !c->reading) {
         if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
             conn_close(c);
@@ -378,8 +378,8 @@ static void on_timer(uv_timer_t *t)
         return;
     }
     if (c->http.in_message)
-        slog(c->srv, KILN_LOG_DEBUG, "request timed out; closing connection");
-    kiln_http_conn_timeout(&c->http);
+        slog(c->srv, KD_LOG_DEBUG, "request timed out; closing connection");
+    kd_http_conn_timeout(&c->http);
     after_input(c);
 }
 
@@ -410,14 +410,14 @@ static void peer_name(uv_tcp_t *tcp, char *out, size_t n)
 
 static void on_connection(uv_stream_t *listener, int status)
 {
-    struct kiln_server *s = listener->data;
+    struct kd_server *s = listener->data;
     if (status < 0) {
-        slog(s, KILN_LOG_WARN, "accept failed: %s", uv_strerror(status));
+        slog(s, KD_LOG_WARN, "accept failed: %s", uv_strerror(status));
         return;
     }
     struct conn *c = calloc(1, sizeof *c);
     if (!c) {
-        slog(s, KILN_LOG_ERROR, "out of memory accepting a connection");
+        slog(s, KD_LOG_ERROR, "out of memory accepting a connection");
         return;
     }
     c->srv = s;
@@ -430,7 +430,7 @@ static void on_connection(uv_stream_t *listener, int status)
     if (s->conns)
         s->conns->prev = c;
     s->conns = c;
-    kiln_http_conn_init(&c->http, &s->opts.service);
+    kd_http_conn_init(&c->http, &s->opts.service);
     c->http.wake = wake_conn;
     c->http.wake_ud = c;
     c->http.conn_id = ++s->accepted;
@@ -442,7 +442,7 @@ static void on_connection(uv_stream_t *listener, int status)
     if (rc == 0)
         rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
     if (rc != 0) {
-        slog(s, KILN_LOG_WARN, "setting up a connection failed: %s", uv_strerror(rc));
+        slog(s, KD_LOG_WARN, "setting up a connection failed: %s", uv_strerror(rc));
         conn_close(c);
         return;
     }
@@ -452,9 +452,9 @@ static void on_connection(uv_stream_t *listener, int status)
 
 /* ---- server ------------------------------------------------------------------------------ */
 
-int kiln_server_new(struct kiln_server **out, uv_loop_t *loop, const struct kiln_server_options *opts)
+int kd_server_new(struct kd_server **out, uv_loop_t *loop, const struct kd_server_options *opts)
 {
-    struct kiln_server *s = calloc(1, sizeof *s);
+    struct kd_server *s = calloc(1, sizeof *s);
     if (!s)
         return UV_ENOMEM;
     s->loop = loop;
@@ -491,8 +491,8 @@ static int resolve(uv_loop_t *loop, const char *host, int port, struct sockaddr_
     return 0;
 }
 
-int kiln__server_bind(uv_loop_t *loop, uv_tcp_t *listener, const char *host, int port, uv_connection_cb on_conn,
-                      bool *opened, int *bound_port, char *err, size_t errlen)
+int kd_server_bind(uv_loop_t *loop, uv_tcp_t *listener, const char *host, int port, uv_connection_cb on_conn,
+                   bool *opened, int *bound_port, char *err, size_t errlen)
 {
     struct sockaddr_storage addr;
     int rc = resolve(loop, host, port, &addr);
@@ -517,32 +517,32 @@ int kiln__server_bind(uv_loop_t *loop, uv_tcp_t *listener, const char *host, int
     return 0;
 }
 
-int kiln_server_listen(struct kiln_server *s, char *err, size_t errlen)
+int kd_server_listen(struct kd_server *s, char *err, size_t errlen)
 {
-    int rc = kiln__server_bind(s->loop, &s->listener, s->opts.host, s->opts.port, on_connection,
-                               &s->listener_open, &s->port, err, errlen);
+    int rc = kd_server_bind(s->loop, &s->listener, s->opts.host, s->opts.port, on_connection,
+                            &s->listener_open, &s->port, err, errlen);
     s->listener.data = s; /* no connection is accepted before the loop runs again */
     return rc;
 }
 
-int kiln_server_port(const struct kiln_server *s)
+int kd_server_port(const struct kd_server *s)
 {
     return s->port;
 }
 
-size_t kiln_server_connections(const struct kiln_server *s)
+size_t kd_server_connections(const struct kd_server *s)
 {
     return s->nconns;
 }
 
 static void on_listener_closed(uv_handle_t *h)
 {
-    struct kiln_server *s = h->data;
+    struct kd_server *s = h->data;
     s->listener_open = false;
     maybe_drained(s);
 }
 
-void kiln_server_drain(struct kiln_server *s, void (*done)(void *ud), void *ud)
+void kd_server_drain(struct kd_server *s, void (*done)(void *ud), void *ud)
 {
     s->draining = true;
     s->drained = done;
@@ -551,13 +551,13 @@ void kiln_server_drain(struct kiln_server *s, void (*done)(void *ud), void *ud)
         uv_close((uv_handle_t *)&s->listener, on_listener_closed);
     for (struct conn *c = s->conns, *next; c; c = next) {
         next = c->next;
-        kiln_http_conn_drain(&c->http);
+        kd_http_conn_drain(&c->http);
         after_input(c);
     }
     maybe_drained(s);
 }
 
-void kiln_server_close_all(struct kiln_server *s)
+void kd_server_close_all(struct kd_server *s)
 {
     for (struct conn *c = s->conns, *next; c; c = next) {
         next = c->next;
@@ -565,7 +565,7 @@ void kiln_server_close_all(struct kiln_server *s)
     }
 }
 
-void kiln_server_free(struct kiln_server *s)
+void kd_server_free(struct kd_server *s)
 {
     if (!s)
         return;

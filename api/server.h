@@ -5,15 +5,15 @@
  *
  * Thread affinity: every call runs on the thread that runs the loop.
  *
- *     struct kiln_server *srv;
- *     kiln_server_new(&srv, loop, &opts);       // opts.service holds the router and limits
- *     kiln_server_listen(srv, err, sizeof err); // then kiln_server_port(srv)
+ *     struct kd_server *srv;
+ *     kd_server_new(&srv, loop, &opts);       // opts.service holds the router and limits
+ *     kd_server_listen(srv, err, sizeof err); // then kd_server_port(srv)
  *     ... uv_run ...
- *     kiln_server_drain(srv, on_drained, ud);   // on SIGTERM
- *     kiln_server_free(srv);                    // after its handles have closed
+ *     kd_server_drain(srv, on_drained, ud);   // on SIGTERM
+ *     kd_server_free(srv);                    // after its handles have closed
  */
-#ifndef KILN_API_SERVER_H
-#define KILN_API_SERVER_H
+#ifndef KD_API_SERVER_H
+#define KD_API_SERVER_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -25,42 +25,42 @@
 #include "http_conn.h"
 #include "metrics.h"
 
-struct kiln_server_options {
+struct kd_server_options {
     const char *host;
     int port;                       /* 0 picks a free port */
     uint64_t idle_timeout_ms;
     uint64_t request_timeout_ms;
-    struct kiln_http_service service;   /* observe is filled in by the server */
-    struct kiln_metrics *metrics;       /* borrowed; the server registers its families */
-    void (*log)(void *ud, enum kiln_log_level level, const char *msg);
+    struct kd_http_service service;   /* observe is filled in by the server */
+    struct kd_metrics *metrics;       /* borrowed; the server registers its families */
+    void (*log)(void *ud, enum kd_log_level level, const char *msg);
     void *log_ud;
-    enum kiln_log_level log_level;
+    enum kd_log_level log_level;
 };
 
-struct kiln_server;
+struct kd_server;
 
-int kiln_server_new(struct kiln_server **out, uv_loop_t *loop, const struct kiln_server_options *opts);
+int kd_server_new(struct kd_server **out, uv_loop_t *loop, const struct kd_server_options *opts);
 /* Binds and listens; on failure writes the reason to err and returns a negative libuv code. */
-int kiln_server_listen(struct kiln_server *srv, char *err, size_t errlen);
-int kiln_server_port(const struct kiln_server *srv);
-size_t kiln_server_connections(const struct kiln_server *srv);
+int kd_server_listen(struct kd_server *srv, char *err, size_t errlen);
+int kd_server_port(const struct kd_server *srv);
+size_t kd_server_connections(const struct kd_server *srv);
 
 /*
  * Stops accepting, closes idle connections and lets busy ones finish their current request.
  * done runs once the listener and every connection have closed.
  */
-void kiln_server_drain(struct kiln_server *srv, void (*done)(void *ud), void *ud);
+void kd_server_drain(struct kd_server *srv, void (*done)(void *ud), void *ud);
 /* Closes every connection now (the drain deadline passed). */
-void kiln_server_close_all(struct kiln_server *srv);
+void kd_server_close_all(struct kd_server *srv);
 /* Frees the server; its handles must have closed (run the loop after drain). */
-void kiln_server_free(struct kiln_server *srv);
+void kd_server_free(struct kd_server *srv);
 
 /*
  * Resolves host, opens listener on it (*opened is set once the handle needs closing) and
  * listens with on_conn; *bound_port is the port it got (port 0 picks one). 0, or a libuv error
  * with err filled. Also the gRPC service's (api/grpc).
  */
-int kiln__server_bind(uv_loop_t *loop, uv_tcp_t *listener, const char *host, int port, uv_connection_cb on_conn,
-                      bool *opened, int *bound_port, char *err, size_t errlen);
+int kd_server_bind(uv_loop_t *loop, uv_tcp_t *listener, const char *host, int port, uv_connection_cb on_conn,
+                   bool *opened, int *bound_port, char *err, size_t errlen);
 
-#endif /* KILN_API_SERVER_H */
+#endif /* KD_API_SERVER_H */

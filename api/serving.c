@@ -29,9 +29,9 @@
 #define MAX_VERSIONS 16
 
 struct entry {
-    char name[KILN_MODEL_NAME_MAX + 1];
+    char name[KD_MODEL_NAME_MAX + 1];
     int nv;
-    struct kiln_sched_model *v[MAX_VERSIONS];   /* ascending versions */
+    struct kd_sched_model *v[MAX_VERSIONS];   /* ascending versions */
     bool loading;
     /* Loads of one name may overlap (a job's and a POST .../load): the one started last wins, so
      * an older load finishing late never swaps back what a newer one put in. */
@@ -40,68 +40,68 @@ struct entry {
     struct entry *next;
 };
 
-struct kiln_serving {
-    struct kiln_serving_options o;
-    kiln_repository *repo;
+struct kd_serving {
+    struct kd_serving_options o;
+    kd_repository *repo;
     struct entry *entries;
     bool accepting;
     uint64_t next_id;
     int pid;                        /* for generated request ids (getpid is a system call) */
-    struct kiln_auth *auth;
-    struct kiln_metric_family *f_requests, *f_queue, *f_compute, *f_batch, *f_depth, *f_inflight;
+    struct kd_auth *auth;
+    struct kd_metric_family *f_requests, *f_queue, *f_compute, *f_batch, *f_depth, *f_inflight;
     double inflight_total;
 };
 
 struct infer_job {
-    struct kiln_sched_request r;
-    struct kiln_serving *sv;
-    struct kiln_http_pending *pending;
+    struct kd_sched_request r;
+    struct kd_serving *sv;
+    struct kd_http_pending *pending;
     char id[256];
-    char req_id[KILN_HTTP_SHORT_HEADER_MAX];
-    bool want_output[KILN_SCHED_MAX_IO], want_binary[KILN_SCHED_MAX_IO];
-    struct kiln__infer_data data;   /* the inputs' filling, left to the worker */
+    char req_id[KD_HTTP_SHORT_HEADER_MAX];
+    bool want_output[KD_SCHED_MAX_IO], want_binary[KD_SCHED_MAX_IO];
+    struct kd_infer_data data;   /* the inputs' filling, left to the worker */
     bool refused;                   /* the worker found the data bad: a 400, counted as rejected */
-    struct kiln_buf body;           /* the response body, encoded by the worker */
+    struct kd_buf body;           /* the response body, encoded by the worker */
     size_t body_json_len;
     bool encoded;                   /* body is complete */
 };
 
 struct load_op {
-    struct kiln_serving *sv;
-    char name[KILN_MODEL_NAME_MAX + 1];
+    struct kd_serving *sv;
+    char name[KD_MODEL_NAME_MAX + 1];
     int64_t need_version;           /* fail unless this version is among those loaded (0: any) */
-    kiln_serving_load_done done;    /* NULL: nobody waits (the loads at start) */
+    kd_serving_load_done done;    /* NULL: nobody waits (the loads at start) */
     void *done_ud;
     uint64_t seq;                   /* the entry's loads_started when this one began */
     int remaining, n;
-    struct kiln_sched_model *got[MAX_VERSIONS];
+    struct kd_sched_model *got[MAX_VERSIONS];
     char why[256];
 };
 
-/* POST .../load's deferred answer: the done callback of its kiln_serving_load. */
+/* POST .../load's deferred answer: the done callback of its kd_serving_load. */
 struct load_reply {
-    struct kiln_http_pending *pending;
-    char req_id[KILN_HTTP_SHORT_HEADER_MAX];
+    struct kd_http_pending *pending;
+    char req_id[KD_HTTP_SHORT_HEADER_MAX];
 };
 
 static const double seconds_buckets[] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
                                          0.01,    0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5};
 static const double batch_buckets[] = {1, 2, 4, 8, 16, 32, 64, 128};
 
-#define vlog(sv, level, ...) kiln_api_logf((sv)->o.log, (sv)->o.log_ud, (level), __VA_ARGS__)
+#define vlog(sv, level, ...) kd_api_logf((sv)->o.log, (sv)->o.log_ud, (level), __VA_ARGS__)
 
 /* ---- metrics ------------------------------------------------------------------------------- */
 
-static struct kiln_metric_series *series(struct kiln_metric_family *f, const char *model, const char *extra)
+static struct kd_metric_series *series(struct kd_metric_family *f, const char *model, const char *extra)
 {
-    return f ? kiln_metrics_series(f, (const char *const[]){model, extra, NULL}) : NULL;
+    return f ? kd_metrics_series(f, (const char *const[]){model, extra, NULL}) : NULL;
 }
 
-static void count_outcome(struct kiln_serving *sv, const char *model, const char *outcome)
+static void count_outcome(struct kd_serving *sv, const char *model, const char *outcome)
 {
-    struct kiln_metric_series *s = series(sv->f_requests, model, outcome);
+    struct kd_metric_series *s = series(sv->f_requests, model, outcome);
     if (s)
-        kiln_metric_add(s, 1);
+        kd_metric_add(s, 1);
 }
 
 static double process_rss(void *ctx)
@@ -118,10 +118,10 @@ static double process_rss(void *ctx)
 }
 
 /* The training gate's totals (scheduler.h), sampled when /metrics renders. */
-static double training_stat(struct kiln_serving *sv, int which)
+static double training_stat(struct kd_serving *sv, int which)
 {
-    struct kiln_sched_training_stats t;
-    kiln_sched_training_stats(sv->o.sched, &t);
+    struct kd_sched_training_stats t;
+    kd_sched_training_stats(sv->o.sched, &t);
     return which == 0 ? (double)t.yields : which == 1 ? (double)t.wait_ns / 1e9 : which == 2 ? (double)t.forced
                                                                                                : (double)t.steps;
 }
@@ -130,74 +130,74 @@ static double training_wait(void *ctx) { return training_stat(ctx, 1); }
 static double training_forced(void *ctx) { return training_stat(ctx, 2); }
 static double training_steps(void *ctx) { return training_stat(ctx, 3); }
 
-static int register_training_metrics(struct kiln_serving *sv)
+static int register_training_metrics(struct kd_serving *sv)
 {
-    struct kiln_metrics *m = sv->o.metrics;
-    int rc = kiln_metrics_counter_fn(m, "kiln_training_steps_total",
-                                     "Training steps that went through the device's training gate.", training_steps, sv);
-    rc |= kiln_metrics_counter_fn(m, "kiln_training_yields_total",
-                                  "Training steps that waited because inference was queued or running on the device.",
-                                  training_yields, sv);
-    rc |= kiln_metrics_counter_fn(m, "kiln_training_forced_steps_total",
-                                  "Training steps that ran with inference still pending, after training.max_wait_ms.",
-                                  training_forced, sv);
-    rc |= kiln_metrics_counter_fn(m, "kiln_training_wait_seconds_total",
-                                  "Time training steps spent waiting for inference to drain.", training_wait, sv);
+    struct kd_metrics *m = sv->o.metrics;
+    int rc = kd_metrics_counter_fn(m, "kiln_training_steps_total",
+                                   "Training steps that went through the device's training gate.", training_steps, sv);
+    rc |= kd_metrics_counter_fn(m, "kiln_training_yields_total",
+                                "Training steps that waited because inference was queued or running on the device.",
+                                training_yields, sv);
+    rc |= kd_metrics_counter_fn(m, "kiln_training_forced_steps_total",
+                                "Training steps that ran with inference still pending, after training.max_wait_ms.",
+                                training_forced, sv);
+    rc |= kd_metrics_counter_fn(m, "kiln_training_wait_seconds_total",
+                                "Time training steps spent waiting for inference to drain.", training_wait, sv);
     return rc;
 }
 
-static int register_metrics(struct kiln_serving *sv)
+static int register_metrics(struct kd_serving *sv)
 {
-    struct kiln_metrics *m = sv->o.metrics;
+    struct kd_metrics *m = sv->o.metrics;
     const char *const model[] = {"model", NULL};
-    sv->f_requests = kiln_metrics_family(m, "kiln_inference_requests_total",
-                                         "Inference requests by model and outcome (success, failed, rejected, "
-                                         "timeout, cancelled, shutdown).",
-                                         KILN_METRIC_COUNTER, (const char *const[]){"model", "outcome", NULL}, NULL, 0);
-    sv->f_queue = kiln_metrics_family(m, "kiln_inference_queue_seconds", "Time requests waited in the model's queue.",
-                                      KILN_METRIC_HISTOGRAM, model, seconds_buckets,
-                                      sizeof seconds_buckets / sizeof seconds_buckets[0]);
-    sv->f_compute = kiln_metrics_family(m, "kiln_inference_compute_seconds",
-                                        "Time the run a request was part of took.", KILN_METRIC_HISTOGRAM, model,
-                                        seconds_buckets, sizeof seconds_buckets / sizeof seconds_buckets[0]);
-    sv->f_batch = kiln_metrics_family(m, "kiln_inference_batch_size", "Rows in the run each request was part of.",
-                                      KILN_METRIC_HISTOGRAM, model, batch_buckets,
-                                      sizeof batch_buckets / sizeof batch_buckets[0]);
-    sv->f_depth = kiln_metrics_family(m, "kiln_inference_queue_depth", "Requests waiting in a model's queue.",
-                                      KILN_METRIC_GAUGE, model, NULL, 0);
-    sv->f_inflight = kiln_metrics_family(m, "kiln_inference_in_flight",
-                                         "Inference requests accepted and not yet answered.", KILN_METRIC_GAUGE,
-                                         model, NULL, 0);
+    sv->f_requests = kd_metrics_family(m, "kiln_inference_requests_total",
+                                       "Inference requests by model and outcome (success, failed, rejected, "
+                                       "timeout, cancelled, shutdown).",
+                                       KD_METRIC_COUNTER, (const char *const[]){"model", "outcome", NULL}, NULL, 0);
+    sv->f_queue = kd_metrics_family(m, "kiln_inference_queue_seconds", "Time requests waited in the model's queue.",
+                                    KD_METRIC_HISTOGRAM, model, seconds_buckets,
+                                    sizeof seconds_buckets / sizeof seconds_buckets[0]);
+    sv->f_compute = kd_metrics_family(m, "kiln_inference_compute_seconds",
+                                      "Time the run a request was part of took.", KD_METRIC_HISTOGRAM, model,
+                                      seconds_buckets, sizeof seconds_buckets / sizeof seconds_buckets[0]);
+    sv->f_batch = kd_metrics_family(m, "kiln_inference_batch_size", "Rows in the run each request was part of.",
+                                    KD_METRIC_HISTOGRAM, model, batch_buckets,
+                                    sizeof batch_buckets / sizeof batch_buckets[0]);
+    sv->f_depth = kd_metrics_family(m, "kiln_inference_queue_depth", "Requests waiting in a model's queue.",
+                                    KD_METRIC_GAUGE, model, NULL, 0);
+    sv->f_inflight = kd_metrics_family(m, "kiln_inference_in_flight",
+                                       "Inference requests accepted and not yet answered.", KD_METRIC_GAUGE,
+                                       model, NULL, 0);
     if (!sv->f_requests || !sv->f_queue || !sv->f_compute || !sv->f_batch || !sv->f_depth || !sv->f_inflight ||
         register_training_metrics(sv) != 0)
         return -1;
-    return kiln_metrics_gauge_fn(m, "kiln_process_resident_memory_bytes", "Resident set size of kilnd.",
-                                 process_rss, sv);
+    return kd_metrics_gauge_fn(m, "kiln_process_resident_memory_bytes", "Resident set size of kilnd.",
+                               process_rss, sv);
 }
 
-static void set_gauges(struct kiln_serving *sv, struct kiln_sched_model *m, double inflight_delta)
+static void set_gauges(struct kd_serving *sv, struct kd_sched_model *m, double inflight_delta)
 {
-    const char *name = kiln_sched_model_name(m);
-    struct kiln_metric_series *d = kiln_metrics_series(sv->f_depth, (const char *const[]){name, NULL});
-    struct kiln_metric_series *f = kiln_metrics_series(sv->f_inflight, (const char *const[]){name, NULL});
+    const char *name = kd_sched_model_name(m);
+    struct kd_metric_series *d = kd_metrics_series(sv->f_depth, (const char *const[]){name, NULL});
+    struct kd_metric_series *f = kd_metrics_series(sv->f_inflight, (const char *const[]){name, NULL});
     if (d)
-        kiln_metric_set(d, (double)kiln_sched_model_queued(m));
+        kd_metric_set(d, (double)kd_sched_model_queued(m));
     if (f)
-        kiln_metric_add(f, inflight_delta);
+        kd_metric_add(f, inflight_delta);
 }
 
 /* ---- auth ---------------------------------------------------------------------------------- */
 
 /* 0 when allowed; otherwise the 401/403 response is appended and its status returned. */
-static int authorize(struct kiln_serving *sv, const struct kiln_request *req, enum kiln_auth_scope need,
-                     struct kiln_buf *out)
+static int authorize(struct kd_serving *sv, const struct kd_request *req, enum kd_auth_scope need,
+                     struct kd_buf *out)
 {
-    return kiln_auth_require(sv->auth, req, need, "this token lacks the admin scope", out);
+    return kd_auth_require(sv->auth, req, need, "this token lacks the admin scope", out);
 }
 
 /* ---- request ids -------------------------------------------------------------------------- */
 
-static void request_id(struct kiln_serving *sv, const struct kiln_request *req, char *out, size_t n)
+static void request_id(struct kd_serving *sv, const struct kd_request *req, char *out, size_t n)
 {
     const char *given = req->headers ? req->headers->request_id : "";
     bool ok = given[0] != '\0';
@@ -209,17 +209,17 @@ static void request_id(struct kiln_serving *sv, const struct kiln_request *req, 
         snprintf(out, n, "kiln-%d-%llu", sv->pid, (unsigned long long)++sv->next_id);
 }
 
-static int error_with_id(struct kiln_buf *out, int status, const char *msg, bool keep_alive, const char *rid,
+static int error_with_id(struct kd_buf *out, int status, const char *msg, bool keep_alive, const char *rid,
                          const char *more)
 {
     char hdr[512];
     snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\n%s", rid, more ? more : "");
-    return kiln_resp_error(out, status, msg, keep_alive, hdr);
+    return kd_resp_error(out, status, msg, keep_alive, hdr);
 }
 
 /* ---- the model table ----------------------------------------------------------------------- */
 
-static struct entry *find_entry(struct kiln_serving *sv, const char *name)
+static struct entry *find_entry(struct kd_serving *sv, const char *name)
 {
     for (struct entry *e = sv->entries; e; e = e->next)
         if (strcmp(e->name, name) == 0)
@@ -227,7 +227,7 @@ static struct entry *find_entry(struct kiln_serving *sv, const char *name)
     return NULL;
 }
 
-static struct entry *get_entry(struct kiln_serving *sv, const char *name)
+static struct entry *get_entry(struct kd_serving *sv, const char *name)
 {
     struct entry *e = find_entry(sv, name);
     if (e)
@@ -244,23 +244,23 @@ static struct entry *get_entry(struct kiln_serving *sv, const char *name)
 static void drop_versions(struct entry *e)
 {
     for (int i = 0; i < e->nv; i++)
-        kiln_sched_model_release(e->v[i]);
+        kd_sched_model_release(e->v[i]);
     e->nv = 0;
 }
 
 static void load_reply_send(void *ud, int status, const char *msg)
 {
     struct load_reply *r = ud;
-    struct kiln_buf *out = kiln_http_pending_out(r->pending);
-    bool ka = kiln_http_pending_keep_alive(r->pending);
+    struct kd_buf *out = kd_http_pending_out(r->pending);
+    bool ka = kd_http_pending_keep_alive(r->pending);
     int rc = status;
     if (out) {
         char hdr[256];
         snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\n", r->req_id);
-        rc = status == 200 ? kiln_resp_append(out, 200, "application/json", "{}", 2, ka, hdr)
-                           : kiln_resp_error(out, status, msg, ka, hdr);
+        rc = status == 200 ? kd_resp_append(out, 200, "application/json", "{}", 2, ka, hdr)
+                           : kd_resp_error(out, status, msg, ka, hdr);
     }
-    kiln_http_pending_finish(r->pending, rc);
+    kd_http_pending_finish(r->pending, rc);
     free(r);
 }
 
@@ -274,18 +274,18 @@ static void load_answer(struct load_op *op, int status, const char *msg)
 static bool has_needed_version(const struct load_op *op)
 {
     for (int i = 0; i < op->n; i++)
-        if (kiln_sched_model_version(op->got[i]) == op->need_version)
+        if (kd_sched_model_version(op->got[i]) == op->need_version)
             return true;
     return op->need_version == 0;
 }
 
-static void version_loaded(void *ud, struct kiln_sched_model *m, const char *why)
+static void version_loaded(void *ud, struct kd_sched_model *m, const char *why)
 {
     struct load_op *op = ud;
     if (m) {
         /* Keep ascending order by version. */
         int i = op->n++;
-        while (i > 0 && kiln_sched_model_version(op->got[i - 1]) > kiln_sched_model_version(m)) {
+        while (i > 0 && kd_sched_model_version(op->got[i - 1]) > kd_sched_model_version(m)) {
             op->got[i] = op->got[i - 1];
             i--;
         }
@@ -295,23 +295,23 @@ static void version_loaded(void *ud, struct kiln_sched_model *m, const char *why
     }
     if (--op->remaining > 0)
         return;
-    struct kiln_serving *sv = op->sv;
+    struct kd_serving *sv = op->sv;
     if (!op->why[0] && !has_needed_version(op))
         snprintf(op->why, sizeof op->why, "version %lld is not among the versions its version policy serves",
                  (long long)op->need_version);
     struct entry *e = get_entry(sv, op->name);
     if (!e || op->why[0]) {
         for (int i = 0; i < op->n; i++)
-            kiln_sched_model_release(op->got[i]);
+            kd_sched_model_release(op->got[i]);
         if (e) {
             e->loading = false;
             snprintf(e->why, sizeof e->why, "%s", op->why[0] ? op->why : "out of memory");
         }
-        vlog(sv, KILN_LOG_WARN, "model %s failed to load: %s", op->name, op->why);
+        vlog(sv, KD_LOG_WARN, "model %s failed to load: %s", op->name, op->why);
         load_answer(op, 400, op->why[0] ? op->why : "out of memory");
     } else if (op->seq < e->newest_applied) {
         for (int i = 0; i < op->n; i++)
-            kiln_sched_model_release(op->got[i]);
+            kd_sched_model_release(op->got[i]);
         load_answer(op, 200, NULL); /* a newer load's swap already holds what the repository has */
     } else {
         e->newest_applied = op->seq;
@@ -321,18 +321,18 @@ static void version_loaded(void *ud, struct kiln_sched_model *m, const char *why
         e->nv = op->n;
         e->loading = false;
         e->why[0] = '\0';
-        vlog(sv, KILN_LOG_INFO, "model %s loaded (%d version%s)", op->name, op->n, op->n == 1 ? "" : "s");
+        vlog(sv, KD_LOG_INFO, "model %s loaded (%d version%s)", op->name, op->n, op->n == 1 ? "" : "s");
         load_answer(op, 200, NULL);
     }
     free(op);
 }
 
-/* Starts loading every served version of name (see kiln_serving_load). 0, or an HTTP status with
+/* Starts loading every served version of name (see kd_serving_load). 0, or an HTTP status with
  * why filled and done never called. */
-static int start_load(struct kiln_serving *sv, const char *name, int64_t need_version, kiln_serving_load_done done,
+static int start_load(struct kd_serving *sv, const char *name, int64_t need_version, kd_serving_load_done done,
                       void *done_ud, char *why, size_t n)
 {
-    const kiln_model_info *info = kiln_repository_find(sv->repo, name);
+    const kd_model_info *info = kd_repository_find(sv->repo, name);
     if (!info) {
         snprintf(why, n, "no model '%s' in the repository", name);
         return 404;
@@ -359,11 +359,11 @@ static int start_load(struct kiln_serving *sv, const char *name, int64_t need_ve
     snprintf(op->name, sizeof op->name, "%s", name);
     op->remaining = 1; /* held until every load is started, so completions cannot finish it early */
     for (int i = 0; i < info->nversions && op->remaining <= MAX_VERSIONS; i++) {
-        const kiln_model_version *v = &info->versions[i];
+        const kd_model_version *v = &info->versions[i];
         if (!v->served)
             continue;
         op->remaining++;
-        int rc = kiln_sched_model_load(sv->o.sched, name, v, version_loaded, op);
+        int rc = kd_sched_model_load(sv->o.sched, name, v, version_loaded, op);
         if (rc != 0) {
             op->remaining--;
             if (!op->why[0])
@@ -377,9 +377,9 @@ static int start_load(struct kiln_serving *sv, const char *name, int64_t need_ve
     return 0;
 }
 
-struct kiln_serving *kiln_serving_new(const struct kiln_serving_options *o, char *err, size_t errlen)
+struct kd_serving *kd_serving_new(const struct kd_serving_options *o, char *err, size_t errlen)
 {
-    struct kiln_serving *sv = calloc(1, sizeof *sv);
+    struct kd_serving *sv = calloc(1, sizeof *sv);
     if (!sv) {
         snprintf(err, errlen, "out of memory");
         return NULL;
@@ -387,42 +387,42 @@ struct kiln_serving *kiln_serving_new(const struct kiln_serving_options *o, char
     sv->o = *o;
     sv->accepting = true;
     sv->pid = (int)getpid();
-    sv->auth = kiln_auth_new(o->tokens, err, errlen);
+    sv->auth = kd_auth_new(o->tokens, err, errlen);
     if (!sv->auth)
         goto fail;
     if (register_metrics(sv) != 0) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
-    sv->repo = kiln_repository_open(o->models_root);
+    sv->repo = kd_repository_open(o->models_root);
     if (!sv->repo) {
         snprintf(err, errlen, "model repository %s: %s", o->models_root, kiln_error());
-        kiln_serving_free(sv);
+        kd_serving_free(sv);
         return NULL;
     }
-    for (int i = 0; i < kiln_repository_count(sv->repo); i++) {
-        const kiln_model_info *m = kiln_repository_model(sv->repo, i);
+    for (int i = 0; i < kd_repository_count(sv->repo); i++) {
+        const kd_model_info *m = kd_repository_model(sv->repo, i);
         char why[256];
         if (start_load(sv, m->name, 0, NULL, NULL, why, sizeof why) != 0)
-            vlog(sv, KILN_LOG_WARN, "model %s not loaded: %s", m->name, why);
+            vlog(sv, KD_LOG_WARN, "model %s not loaded: %s", m->name, why);
     }
     return sv;
 fail:
-    kiln_serving_free(sv);
+    kd_serving_free(sv);
     return NULL;
 }
 
-int kiln_serving_load(struct kiln_serving *sv, const char *name, int64_t need_version, kiln_serving_load_done done,
-                      void *ud, char *why, size_t whylen)
+int kd_serving_load(struct kd_serving *sv, const char *name, int64_t need_version, kd_serving_load_done done,
+                    void *ud, char *why, size_t whylen)
 {
-    if (kiln_repository_scan(sv->repo) != 0) {
+    if (kd_repository_scan(sv->repo) != 0) {
         snprintf(why, whylen, "cannot read the model repository");
         return 500;
     }
     return start_load(sv, name, need_version, done, ud, why, whylen);
 }
 
-void kiln_serving_free(struct kiln_serving *sv)
+void kd_serving_free(struct kd_serving *sv)
 {
     if (!sv)
         return;
@@ -431,12 +431,12 @@ void kiln_serving_free(struct kiln_serving *sv)
         drop_versions(e);
         free(e);
     }
-    kiln_auth_free(sv->auth);
-    kiln_repository_close(sv->repo);
+    kd_auth_free(sv->auth);
+    kd_repository_close(sv->repo);
     free(sv);
 }
 
-void kiln_serving_set_accepting(struct kiln_serving *sv, bool accepting)
+void kd_serving_set_accepting(struct kd_serving *sv, bool accepting)
 {
     sv->accepting = accepting;
 }
@@ -444,13 +444,13 @@ void kiln_serving_set_accepting(struct kiln_serving *sv, bool accepting)
 /* ---- path parsing ------------------------------------------------------------------------- */
 
 struct model_path {
-    char name[KILN_MODEL_NAME_MAX + 1];
+    char name[KD_MODEL_NAME_MAX + 1];
     int64_t version;        /* 0: latest */
     const char *action;     /* "", "ready", "infer", "stats", "config" */
 };
 
 /* "/v2/models/<name>[/versions/<v>][/<action>]". 0, or an HTTP status with msg. */
-static int parse_model_path(const struct kiln_request *req, size_t prefix, struct model_path *mp, char *msg,
+static int parse_model_path(const struct kd_request *req, size_t prefix, struct model_path *mp, char *msg,
                             size_t n)
 {
     char path[512];
@@ -470,7 +470,7 @@ static int parse_model_path(const struct kiln_request *req, size_t prefix, struc
         }
         parts[np++] = t;
     }
-    if (np == 0 || !kiln_repository_name_valid(parts[0])) {
+    if (np == 0 || !kd_repository_name_valid(parts[0])) {
         snprintf(msg, n, "invalid model name");
         return 400;
     }
@@ -507,11 +507,11 @@ static int parse_model_path(const struct kiln_request *req, size_t prefix, struc
     return 0;
 }
 
-static struct kiln_sched_model *resolve(struct kiln_serving *sv, const struct model_path *mp, int *status,
-                                        char *msg, size_t n)
+static struct kd_sched_model *resolve(struct kd_serving *sv, const struct model_path *mp, int *status,
+                                      char *msg, size_t n)
 {
     struct entry *e = find_entry(sv, mp->name);
-    if (!e || (e->nv == 0 && !e->loading && !kiln_repository_find(sv->repo, mp->name))) {
+    if (!e || (e->nv == 0 && !e->loading && !kd_repository_find(sv->repo, mp->name))) {
         snprintf(msg, n, "unknown model '%s'", mp->name);
         *status = 404;
         return NULL;
@@ -524,7 +524,7 @@ static struct kiln_sched_model *resolve(struct kiln_serving *sv, const struct mo
     if (!mp->version)
         return e->v[e->nv - 1];
     for (int i = 0; i < e->nv; i++)
-        if (kiln_sched_model_version(e->v[i]) == mp->version)
+        if (kd_sched_model_version(e->v[i]) == mp->version)
             return e->v[i];
     snprintf(msg, n, "model '%s' has no loaded version %lld", mp->name, (long long)mp->version);
     *status = 404;
@@ -533,96 +533,96 @@ static struct kiln_sched_model *resolve(struct kiln_serving *sv, const struct mo
 
 /* ---- model endpoints ------------------------------------------------------------------------ */
 
-static int send_json(struct kiln_buf *out, struct kiln_buf *body, int rc, const struct kiln_request *req,
+static int send_json(struct kd_buf *out, struct kd_buf *body, int rc, const struct kd_request *req,
                      const char *rid)
 {
     char hdr[256];
     snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\n", rid);
-    int status = rc == 0 ? kiln_resp_append(out, 200, "application/json", body->data, body->len, req->keep_alive, hdr)
-                         : kiln_resp_error(out, 500, "out of memory", req->keep_alive, hdr);
-    kiln_buf_free(body);
+    int status = rc == 0 ? kd_resp_append(out, 200, "application/json", body->data, body->len, req->keep_alive, hdr)
+                         : kd_resp_error(out, 500, "out of memory", req->keep_alive, hdr);
+    kd_buf_free(body);
     return status;
 }
 
 /* Worker thread: the request's tensor data into its input buffers, before it joins a run. */
-static int infer_prepare(struct kiln_sched_request *r)
+static int infer_prepare(struct kd_sched_request *r)
 {
     struct infer_job *j = (struct infer_job *)r;
-    if (kiln__infer_fill(&j->data, kiln_sched_model_config(r->model), r, r->error, sizeof r->error) == 0)
+    if (kd_infer_fill(&j->data, kd_sched_model_config(r->model), r, r->error, sizeof r->error) == 0)
         return 0;
     j->refused = true;
     return -1;
 }
 
 /* Worker thread, after the run: the response body, so that the loop only wraps and sends it. */
-static void infer_finish(struct kiln_sched_request *r)
+static void infer_finish(struct kd_sched_request *r)
 {
     struct infer_job *j = (struct infer_job *)r;
-    struct kiln_sched_model *m = r->model;
-    if (r->outcome != KILN_SCHED_OK)
+    struct kd_sched_model *m = r->model;
+    if (r->outcome != KD_SCHED_OK)
         return;
-    j->encoded = kiln__infer_body(&j->body, kiln_sched_model_name(m), kiln_sched_model_version(m),
-                                  kiln_sched_model_config(m), r, j->want_output, j->want_binary, j->id,
-                                  &j->body_json_len) == 0;
+    j->encoded = kd_infer_body(&j->body, kd_sched_model_name(m), kd_sched_model_version(m),
+                               kd_sched_model_config(m), r, j->want_output, j->want_binary, j->id,
+                               &j->body_json_len) == 0;
 }
 
-void kiln__serving_account_done(struct kiln_serving *sv, const struct kiln_sched_request *r, bool refused)
+void kd_serving_account_done(struct kd_serving *sv, const struct kd_sched_request *r, bool refused)
 {
-    struct kiln_sched_model *m = r->model;
-    const char *name = kiln_sched_model_name(m);
+    struct kd_sched_model *m = r->model;
+    const char *name = kd_sched_model_name(m);
     sv->inflight_total--;
     set_gauges(sv, m, -1);
     /* Data refused by the worker is what the loop used to refuse before queueing: "rejected". */
-    count_outcome(sv, name, refused ? "rejected" : kiln_sched_outcome_to_str(r->outcome));
-    if (!refused && (r->outcome == KILN_SCHED_OK || r->outcome == KILN_SCHED_FAILED)) {
-        struct kiln_metric_series *q = kiln_metrics_series(sv->f_queue, (const char *const[]){name, NULL});
-        struct kiln_metric_series *c = kiln_metrics_series(sv->f_compute, (const char *const[]){name, NULL});
-        struct kiln_metric_series *b = kiln_metrics_series(sv->f_batch, (const char *const[]){name, NULL});
+    count_outcome(sv, name, refused ? "rejected" : kd_sched_outcome_to_str(r->outcome));
+    if (!refused && (r->outcome == KD_SCHED_OK || r->outcome == KD_SCHED_FAILED)) {
+        struct kd_metric_series *q = kd_metrics_series(sv->f_queue, (const char *const[]){name, NULL});
+        struct kd_metric_series *c = kd_metrics_series(sv->f_compute, (const char *const[]){name, NULL});
+        struct kd_metric_series *b = kd_metrics_series(sv->f_batch, (const char *const[]){name, NULL});
         if (q)
-            kiln_metric_observe(q, (double)(r->started_ns - r->enqueued_ns) / 1e9);
+            kd_metric_observe(q, (double)(r->started_ns - r->enqueued_ns) / 1e9);
         if (c)
-            kiln_metric_observe(c, (double)(r->finished_ns - r->started_ns) / 1e9);
+            kd_metric_observe(c, (double)(r->finished_ns - r->started_ns) / 1e9);
         if (b)
-            kiln_metric_observe(b, r->batch_size);
+            kd_metric_observe(b, r->batch_size);
     }
 }
 
-static void infer_done(struct kiln_sched_request *r)
+static void infer_done(struct kd_sched_request *r)
 {
     struct infer_job *j = (struct infer_job *)r;
-    struct kiln_serving *sv = j->sv;
-    struct kiln_sched_model *m = r->model;
-    kiln__serving_account_done(sv, r, j->refused);
-    struct kiln_buf *out = kiln_http_pending_out(j->pending);
+    struct kd_serving *sv = j->sv;
+    struct kd_sched_model *m = r->model;
+    kd_serving_account_done(sv, r, j->refused);
+    struct kd_buf *out = kd_http_pending_out(j->pending);
     int status = -1;
     if (out) {
-        bool ka = kiln_http_pending_keep_alive(j->pending);
+        bool ka = kd_http_pending_keep_alive(j->pending);
         char hdr[256];
         snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\n", j->req_id);
         switch (r->outcome) {
-        case KILN_SCHED_OK:
-            status = j->encoded ? kiln__infer_respond(out, &j->body, j->body_json_len, ka, hdr) : -1;
+        case KD_SCHED_OK:
+            status = j->encoded ? kd_infer_respond(out, &j->body, j->body_json_len, ka, hdr) : -1;
             break;
-        case KILN_SCHED_FAILED:
-            status = kiln_resp_error(out, 400, r->error, ka, hdr);
+        case KD_SCHED_FAILED:
+            status = kd_resp_error(out, 400, r->error, ka, hdr);
             break;
         default:
             snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\nRetry-After: 1\r\n", j->req_id);
-            status = kiln_resp_error(out, 503, r->error[0] ? r->error : kiln_sched_outcome_to_str(r->outcome), ka,
-                                     hdr);
+            status = kd_resp_error(out, 503, r->error[0] ? r->error : kd_sched_outcome_to_str(r->outcome), ka,
+                                   hdr);
         }
     }
-    kiln_http_pending_finish(j->pending, status);
-    kiln_sched_request_clear(r);
-    kiln_sched_model_release(m);
-    kiln_buf_free(&j->body);
+    kd_http_pending_finish(j->pending, status);
+    kd_sched_request_clear(r);
+    kd_sched_model_release(m);
+    kd_buf_free(&j->body);
     free(j);
 }
 
-int kiln__serving_submit(struct kiln_serving *sv, struct kiln_sched_request *r)
+int kd_serving_submit(struct kd_serving *sv, struct kd_sched_request *r)
 {
-    if (kiln_sched_submit(sv->o.sched, r) != 0) {
-        count_outcome(sv, kiln_sched_model_name(r->model), "rejected");
+    if (kd_sched_submit(sv->o.sched, r) != 0) {
+        count_outcome(sv, kd_sched_model_name(r->model), "rejected");
         return -1;
     }
     sv->inflight_total++;
@@ -630,15 +630,15 @@ int kiln__serving_submit(struct kiln_serving *sv, struct kiln_sched_request *r)
     return 0;
 }
 
-void kiln__serving_count_rejected(struct kiln_serving *sv, const char *model)
+void kd_serving_count_rejected(struct kd_serving *sv, const char *model)
 {
     count_outcome(sv, model, "rejected");
 }
 
-static int handle_infer(struct kiln_serving *sv, struct kiln_sched_model *m, const struct kiln_request *req,
-                        struct kiln_buf *out, const char *rid)
+static int handle_infer(struct kd_serving *sv, struct kd_sched_model *m, const struct kd_request *req,
+                        struct kd_buf *out, const char *rid)
 {
-    const char *name = kiln_sched_model_name(m);
+    const char *name = kd_sched_model_name(m);
     if (!sv->accepting) {
         count_outcome(sv, name, "rejected");
         return error_with_id(out, 503, "the server is draining", req->keep_alive, rid, "Retry-After: 1\r\n");
@@ -648,66 +648,66 @@ static int handle_infer(struct kiln_serving *sv, struct kiln_sched_model *m, con
         return error_with_id(out, 500, "out of memory", req->keep_alive, rid, NULL);
     j->sv = sv;
     snprintf(j->req_id, sizeof j->req_id, "%s", rid);
-    struct kiln__infer_ctx ic = {sv, sv->o.max_tensor_elements, sv->o.max_string_bytes};
+    struct kd_infer_ctx ic = {sv, sv->o.max_tensor_elements, sv->o.max_string_bytes};
     char msg[256];
-    int st = kiln__infer_decode(&ic, kiln_sched_model_config(m), req, &j->r, j->want_output, j->want_binary, j->id,
-                                sizeof j->id, &j->data, msg, sizeof msg);
+    int st = kd_infer_decode(&ic, kd_sched_model_config(m), req, &j->r, j->want_output, j->want_binary, j->id,
+                             sizeof j->id, &j->data, msg, sizeof msg);
     if (st != 0) {
         free(j);
         count_outcome(sv, name, "rejected");
         return error_with_id(out, st, msg, req->keep_alive, rid, NULL);
     }
-    j->pending = kiln_http_defer(req);
+    j->pending = kd_http_defer(req);
     if (!j->pending) {
-        kiln_sched_request_clear(&j->r);
+        kd_sched_request_clear(&j->r);
         free(j);
         return error_with_id(out, 500, "out of memory", req->keep_alive, rid, NULL);
     }
-    j->r.model = kiln_sched_model_retain(m);
+    j->r.model = kd_sched_model_retain(m);
     j->r.cancelled = &j->pending->cancelled;
     j->r.deadline_ns = uv_hrtime() + (uint64_t)sv->o.infer_timeout_ms * 1000000u;
     j->r.done = infer_done;
     j->r.prepare = infer_prepare;
     j->r.finish = infer_finish;
-    if (kiln__serving_submit(sv, &j->r) != 0) {
-        kiln_sched_model_release(m);
-        kiln_sched_request_clear(&j->r);
-        struct kiln_http_pending *p = j->pending;
+    if (kd_serving_submit(sv, &j->r) != 0) {
+        kd_sched_model_release(m);
+        kd_sched_request_clear(&j->r);
+        struct kd_http_pending *p = j->pending;
         free(j);
         int rc = error_with_id(out, 503, "the model's queue is full; retry later", req->keep_alive, rid,
                                "Retry-After: 1\r\n");
-        kiln_http_pending_finish(p, rc);
-        return KILN_HTTP_DEFERRED;
+        kd_http_pending_finish(p, rc);
+        return KD_HTTP_DEFERRED;
     }
-    return KILN_HTTP_DEFERRED;
+    return KD_HTTP_DEFERRED;
 }
 
-static int all_stats(struct kiln_serving *sv, const struct kiln_request *req, struct kiln_buf *out, const char *rid)
+static int all_stats(struct kd_serving *sv, const struct kd_request *req, struct kd_buf *out, const char *rid)
 {
-    struct kiln_buf b = {0};
-    int rc = kiln_buf_puts(&b, "{\"model_stats\":[");
+    struct kd_buf b = {0};
+    int rc = kd_buf_puts(&b, "{\"model_stats\":[");
     bool first = true;
     for (struct entry *e = sv->entries; e; e = e->next)
         for (int i = 0; i < e->nv; i++) {
-            rc |= first ? 0 : kiln_buf_puts(&b, ",");
+            rc |= first ? 0 : kd_buf_puts(&b, ",");
             first = false;
-            rc |= kiln__serving_stats_json(&b, e->v[i]);
+            rc |= kd_serving_stats_json(&b, e->v[i]);
         }
-    rc |= kiln_buf_puts(&b, "]}");
+    rc |= kd_buf_puts(&b, "]}");
     return send_json(out, &b, rc, req, rid);
 }
 
-int kiln_serving_handle_models(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+int kd_serving_handle_models(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
-    struct kiln_serving *sv = ctx;
-    char rid[KILN_HTTP_SHORT_HEADER_MAX], msg[320];
+    struct kd_serving *sv = ctx;
+    char rid[KD_HTTP_SHORT_HEADER_MAX], msg[320];
     request_id(sv, req, rid, sizeof rid);
-    int st = authorize(sv, req, KILN_AUTH_READ, out);
+    int st = authorize(sv, req, KD_AUTH_READ, out);
     if (st != 0)
         return st;
     static const char prefix[] = "/v2/models/";
     if (req->path_len == sizeof prefix - 1 + 5 && memcmp(req->path + sizeof prefix - 1, "stats", 5) == 0)
-        return req->method == KILN_HTTP_GET ? all_stats(sv, req, out, rid)
+        return req->method == KD_HTTP_GET ? all_stats(sv, req, out, rid)
                                             : error_with_id(out, 405, "use GET", req->keep_alive, rid, "Allow: GET\r\n");
     struct model_path mp;
     st = parse_model_path(req, sizeof prefix - 1, &mp, msg, sizeof msg);
@@ -718,60 +718,60 @@ int kiln_serving_handle_models(void *ctx, const struct kiln_request *req, struct
     if (st != 0)
         return error_with_id(out, st, msg, req->keep_alive, rid, NULL);
     bool is_infer = strcmp(mp.action, "infer") == 0;
-    unsigned want = is_infer ? KILN_HTTP_POST : KILN_HTTP_GET;
+    unsigned want = is_infer ? KD_HTTP_POST : KD_HTTP_GET;
     if (!(req->method & want))
         return error_with_id(out, 405, is_infer ? "use POST" : "use GET", req->keep_alive, rid,
                              is_infer ? "Allow: POST\r\n" : "Allow: GET\r\n");
-    struct kiln_sched_model *m = resolve(sv, &mp, &st, msg, sizeof msg);
+    struct kd_sched_model *m = resolve(sv, &mp, &st, msg, sizeof msg);
     if (strcmp(mp.action, "ready") == 0) {
         if (!m && st == 404)
             return error_with_id(out, 404, msg, req->keep_alive, rid, NULL);
         char hdr[256];
         snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\n", rid);
-        return m && sv->accepting ? kiln_resp_append(out, 200, NULL, "", 0, req->keep_alive, hdr)
-                                  : kiln_resp_error(out, 503, m ? "the server is draining" : msg, req->keep_alive, hdr);
+        return m && sv->accepting ? kd_resp_append(out, 200, NULL, "", 0, req->keep_alive, hdr)
+                                  : kd_resp_error(out, 503, m ? "the server is draining" : msg, req->keep_alive, hdr);
     }
     if (!m)
         return error_with_id(out, st, msg, req->keep_alive, rid, st == 503 ? "Retry-After: 1\r\n" : NULL);
     if (is_infer)
         return handle_infer(sv, m, req, out, rid);
-    struct kiln_buf b = {0};
+    struct kd_buf b = {0};
     int rc = 0;
     if (strcmp(mp.action, "stats") == 0) {
-        rc |= kiln_buf_puts(&b, "{\"model_stats\":[");
+        rc |= kd_buf_puts(&b, "{\"model_stats\":[");
         struct entry *e = find_entry(sv, mp.name);
         for (int i = 0; e && i < e->nv; i++) {
-            if (mp.version && kiln_sched_model_version(e->v[i]) != mp.version)
+            if (mp.version && kd_sched_model_version(e->v[i]) != mp.version)
                 continue;
-            rc |= b.len > 16 ? kiln_buf_puts(&b, ",") : 0;
-            rc |= kiln__serving_stats_json(&b, e->v[i]);
+            rc |= b.len > 16 ? kd_buf_puts(&b, ",") : 0;
+            rc |= kd_serving_stats_json(&b, e->v[i]);
         }
-        rc |= kiln_buf_puts(&b, "]}");
+        rc |= kd_buf_puts(&b, "]}");
         return send_json(out, &b, rc, req, rid);
     }
-    const kiln_model_config *c = kiln_sched_model_config(m);
+    const kd_model_config *c = kd_sched_model_config(m);
     if (strcmp(mp.action, "config") == 0) {
-        rc |= kiln__serving_config_json(&b, mp.name, kiln_sched_model_format(m), c);
+        rc |= kd_serving_config_json(&b, mp.name, kd_sched_model_format(m), c);
         return send_json(out, &b, rc, req, rid);
     }
     struct entry *e = find_entry(sv, mp.name);
-    rc |= kiln_buf_puts(&b, "{\"name\":\"");
-    rc |= kiln_buf_json_escape(&b, mp.name, strlen(mp.name));
-    rc |= kiln_buf_puts(&b, "\",\"versions\":[");
+    rc |= kd_buf_puts(&b, "{\"name\":\"");
+    rc |= kd_buf_json_escape(&b, mp.name, strlen(mp.name));
+    rc |= kd_buf_puts(&b, "\",\"versions\":[");
     for (int i = 0; e && i < e->nv; i++)
-        rc |= kiln_buf_printf(&b, "%s\"%lld\"", i ? "," : "", (long long)kiln_sched_model_version(e->v[i]));
+        rc |= kd_buf_printf(&b, "%s\"%lld\"", i ? "," : "", (long long)kd_sched_model_version(e->v[i]));
     /* The format it was loaded from ("kiln" or "onnx"): kilnd runs both itself. */
-    rc |= kiln_buf_printf(&b, "],\"platform\":\"%s\"", kiln_sched_model_format(m));
-    rc |= kiln__serving_specs_json(&b, "inputs", c->inputs, c->ninputs);
-    rc |= kiln__serving_specs_json(&b, "outputs", c->outputs, c->noutputs);
-    rc |= kiln_buf_printf(&b, ",\"max_batch_size\":%d}", c->max_batch_size);
+    rc |= kd_buf_printf(&b, "],\"platform\":\"%s\"", kd_sched_model_format(m));
+    rc |= kd_serving_specs_json(&b, "inputs", c->inputs, c->ninputs);
+    rc |= kd_serving_specs_json(&b, "outputs", c->outputs, c->noutputs);
+    rc |= kd_buf_printf(&b, ",\"max_batch_size\":%d}", c->max_batch_size);
     return send_json(out, &b, rc, req, rid);
 }
 
 /* ---- repository extension ------------------------------------------------------------------ */
 
 struct index_json {
-    struct kiln_buf b;
+    struct kd_buf b;
     int rc;
     bool first;
 };
@@ -779,29 +779,29 @@ struct index_json {
 static void index_row_json(void *ud, const char *name, int64_t version, const char *state, const char *why)
 {
     struct index_json *ij = ud;
-    ij->rc |= kiln_buf_puts(&ij->b, ij->first ? "{\"name\":\"" : ",{\"name\":\"");
+    ij->rc |= kd_buf_puts(&ij->b, ij->first ? "{\"name\":\"" : ",{\"name\":\"");
     ij->first = false;
-    ij->rc |= kiln_buf_json_escape(&ij->b, name, strlen(name));
+    ij->rc |= kd_buf_json_escape(&ij->b, name, strlen(name));
     if (version > 0)
-        ij->rc |= kiln_buf_printf(&ij->b, "\",\"version\":\"%lld", (long long)version);
-    ij->rc |= kiln_buf_printf(&ij->b, "\",\"state\":\"%s\",\"reason\":\"", state);
-    ij->rc |= kiln_buf_json_escape(&ij->b, why, strlen(why));
-    ij->rc |= kiln_buf_puts(&ij->b, "\"}");
+        ij->rc |= kd_buf_printf(&ij->b, "\",\"version\":\"%lld", (long long)version);
+    ij->rc |= kd_buf_printf(&ij->b, "\",\"state\":\"%s\",\"reason\":\"", state);
+    ij->rc |= kd_buf_json_escape(&ij->b, why, strlen(why));
+    ij->rc |= kd_buf_puts(&ij->b, "\"}");
 }
 
-void kiln_serving_index(struct kiln_serving *sv, bool only_ready,
-                        void (*row)(void *ud, const char *name, int64_t version, const char *state, const char *why),
-                        void *ud)
+void kd_serving_index(struct kd_serving *sv, bool only_ready,
+                      void (*row)(void *ud, const char *name, int64_t version, const char *state, const char *why),
+                      void *ud)
 {
-    kiln_repository_scan(sv->repo);
-    for (int i = 0; i < kiln_repository_count(sv->repo); i++) {
-        const kiln_model_info *info = kiln_repository_model(sv->repo, i);
+    kd_repository_scan(sv->repo);
+    for (int i = 0; i < kd_repository_count(sv->repo); i++) {
+        const kd_model_info *info = kd_repository_model(sv->repo, i);
         struct entry *e = find_entry(sv, info->name);
         for (int k = 0; k < info->nversions || (k == 0 && info->nversions == 0); k++) {
-            const kiln_model_version *v = info->nversions ? &info->versions[k] : NULL;
+            const kd_model_version *v = info->nversions ? &info->versions[k] : NULL;
             bool ready = false;
             for (int j = 0; e && v && j < e->nv; j++)
-                ready |= kiln_sched_model_version(e->v[j]) == v->version;
+                ready |= kd_sched_model_version(e->v[j]) == v->version;
             if (only_ready && !ready)
                 continue;
             const char *state = ready ? "READY" : e && e->loading ? "LOADING" : "UNAVAILABLE";
@@ -813,7 +813,7 @@ void kiln_serving_index(struct kiln_serving *sv, bool only_ready,
     }
 }
 
-static int repo_index(struct kiln_serving *sv, const struct kiln_request *req, struct kiln_buf *out, const char *rid)
+static int repo_index(struct kd_serving *sv, const struct kd_request *req, struct kd_buf *out, const char *rid)
 {
     /* The body is empty or {"ready": bool}: with true, only the versions ready to serve. */
     bool only_ready = false;
@@ -828,11 +828,11 @@ static int repo_index(struct kiln_serving *sv, const struct kiln_request *req, s
                                  req->keep_alive, rid, NULL);
     }
     struct index_json ij = {.first = true};
-    ij.rc = kiln_buf_puts(&ij.b, "[");
-    kiln_serving_index(sv, only_ready, index_row_json, &ij);
-    struct kiln_buf b = ij.b;
+    ij.rc = kd_buf_puts(&ij.b, "[");
+    kd_serving_index(sv, only_ready, index_row_json, &ij);
+    struct kd_buf b = ij.b;
     int rc = ij.rc;
-    rc |= kiln_buf_puts(&b, "]");
+    rc |= kd_buf_puts(&b, "]");
     return send_json(out, &b, rc, req, rid);
 }
 
@@ -841,7 +841,7 @@ static int repo_index(struct kiln_serving *sv, const struct kiln_request *req, s
  * configuration) and "file:<path>" (model files) ride along; kilnd loads only what the repository
  * folder holds, so those are refused (501) rather than silently ignored. 0, or a status with msg.
  */
-static int load_overrides(const struct kiln_request *req, char *msg, size_t n)
+static int load_overrides(const struct kd_request *req, char *msg, size_t n)
 {
     if (req->body_len == 0)
         return 0;
@@ -862,17 +862,17 @@ static int load_overrides(const struct kiln_request *req, char *msg, size_t n)
     return st;
 }
 
-int kiln_serving_handle_repository(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+int kd_serving_handle_repository(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
-    struct kiln_serving *sv = ctx;
-    char rid[KILN_HTTP_SHORT_HEADER_MAX], msg[320];
+    struct kd_serving *sv = ctx;
+    char rid[KD_HTTP_SHORT_HEADER_MAX], msg[320];
     request_id(sv, req, rid, sizeof rid);
     static const char index_path[] = "/v2/repository/index";
     if (req->path_len == sizeof index_path - 1 && memcmp(req->path, index_path, req->path_len) == 0) {
-        int st = authorize(sv, req, KILN_AUTH_READ, out);
+        int st = authorize(sv, req, KD_AUTH_READ, out);
         return st ? st : repo_index(sv, req, out, rid);
     }
-    int st = authorize(sv, req, KILN_AUTH_ADMIN, out);
+    int st = authorize(sv, req, KD_AUTH_ADMIN, out);
     if (st != 0)
         return st;
     static const char prefix[] = "/v2/repository/models/";
@@ -890,35 +890,35 @@ int kiln_serving_handle_repository(void *ctx, const struct kiln_request *req, st
     if (st != 0)
         return error_with_id(out, st, msg, req->keep_alive, rid, NULL);
     if (strcmp(mp.action, "unload") == 0) {
-        if (kiln_serving_unload(sv, mp.name, msg, sizeof msg) != 0)
+        if (kd_serving_unload(sv, mp.name, msg, sizeof msg) != 0)
             return error_with_id(out, 404, msg, req->keep_alive, rid, NULL);
         char hdr[256];
         snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\n", rid);
-        return kiln_resp_append(out, 200, "application/json", "{}", 2, req->keep_alive, hdr);
+        return kd_resp_append(out, 200, "application/json", "{}", 2, req->keep_alive, hdr);
     }
     st = load_overrides(req, msg, sizeof msg);
     if (st != 0)
         return error_with_id(out, st, msg, req->keep_alive, rid, NULL);
     struct load_reply *r = calloc(1, sizeof *r);
-    struct kiln_http_pending *p = r ? kiln_http_defer(req) : NULL;
+    struct kd_http_pending *p = r ? kd_http_defer(req) : NULL;
     if (!p) {
         free(r);
         return error_with_id(out, 500, "out of memory", req->keep_alive, rid, NULL);
     }
     r->pending = p;
     snprintf(r->req_id, sizeof r->req_id, "%s", rid);
-    st = kiln_serving_load(sv, mp.name, 0, load_reply_send, r, msg, sizeof msg);
+    st = kd_serving_load(sv, mp.name, 0, load_reply_send, r, msg, sizeof msg);
     if (st != 0) {
-        struct kiln_buf *o = kiln_http_pending_out(p);
-        kiln_http_pending_finish(p, error_with_id(o, st, msg, kiln_http_pending_keep_alive(p), rid, NULL));
+        struct kd_buf *o = kd_http_pending_out(p);
+        kd_http_pending_finish(p, error_with_id(o, st, msg, kd_http_pending_keep_alive(p), rid, NULL));
         free(r);
     }
-    return KILN_HTTP_DEFERRED;
+    return KD_HTTP_DEFERRED;
 }
 
 /* ---- for the other protocols (gRPC): the same table, rules and accounting ------------------ */
 
-int kiln_serving_unload(struct kiln_serving *sv, const char *name, char *msg, size_t n)
+int kd_serving_unload(struct kd_serving *sv, const char *name, char *msg, size_t n)
 {
     struct entry *e = find_entry(sv, name);
     if (!e || (e->nv == 0 && !e->loading)) {
@@ -927,15 +927,15 @@ int kiln_serving_unload(struct kiln_serving *sv, const char *name, char *msg, si
     }
     drop_versions(e); /* in-flight requests keep their references until answered */
     snprintf(e->why, sizeof e->why, "unloaded");
-    vlog(sv, KILN_LOG_INFO, "model %s unloaded", name);
+    vlog(sv, KD_LOG_INFO, "model %s unloaded", name);
     return 0;
 }
 
-struct kiln_sched_model *kiln_serving_model(struct kiln_serving *sv, const char *name, int64_t version, int *status,
-                                            char *msg, size_t n)
+struct kd_sched_model *kd_serving_model(struct kd_serving *sv, const char *name, int64_t version, int *status,
+                                        char *msg, size_t n)
 {
     struct model_path mp = {.version = version, .action = ""};
-    if (!kiln_repository_name_valid(name)) {
+    if (!kd_repository_name_valid(name)) {
         snprintf(msg, n, "invalid model name");
         *status = 400;
         return NULL;
@@ -944,7 +944,7 @@ struct kiln_sched_model *kiln_serving_model(struct kiln_serving *sv, const char 
     return resolve(sv, &mp, status, msg, n);
 }
 
-int kiln_serving_versions(struct kiln_serving *sv, const char *name, struct kiln_sched_model **out, int max)
+int kd_serving_versions(struct kd_serving *sv, const char *name, struct kd_sched_model **out, int max)
 {
     struct entry *e = find_entry(sv, name);
     int k = 0;
@@ -953,17 +953,17 @@ int kiln_serving_versions(struct kiln_serving *sv, const char *name, struct kiln
     return k;
 }
 
-bool kiln_serving_accepting(const struct kiln_serving *sv)
+bool kd_serving_accepting(const struct kd_serving *sv)
 {
     return sv->accepting;
 }
 
-const struct kiln_auth *kiln_serving_auth(const struct kiln_serving *sv)
+const struct kd_auth *kd_serving_auth(const struct kd_serving *sv)
 {
     return sv->auth;
 }
 
-const struct kiln_serving_options *kiln_serving_limits(const struct kiln_serving *sv)
+const struct kd_serving_options *kd_serving_limits(const struct kd_serving *sv)
 {
     return &sv->o;
 }

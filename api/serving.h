@@ -7,11 +7,11 @@
  * scheduler model), so a load that swaps versions never pulls a model out from under a request:
  * the request holds its own reference until its answer is written.
  *
- * Thread affinity: everything here runs on the I/O loop thread, except kiln__infer_fill and
- * kiln__infer_body, which the inference workers run.
+ * Thread affinity: everything here runs on the I/O loop thread, except kd_infer_fill and
+ * kd_infer_body, which the inference workers run.
  */
-#ifndef KILN_API_SERVING_H
-#define KILN_API_SERVING_H
+#ifndef KD_API_SERVING_H
+#define KD_API_SERVING_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -25,27 +25,27 @@
 #include "router.h"
 #include "scheduler.h"
 
-struct kiln_serving_options {
+struct kd_serving_options {
     uv_loop_t *loop;
     const char *models_root;            /* <data_dir>/models */
-    struct kiln_sched *sched;           /* borrowed */
-    struct kiln_metrics *metrics;       /* borrowed */
-    const struct kiln_strlist *tokens;  /* "admin:T", "read:T" or "T" (read) */
+    struct kd_sched *sched;           /* borrowed */
+    struct kd_metrics *metrics;       /* borrowed */
+    const struct kd_strlist *tokens;  /* "admin:T", "read:T" or "T" (read) */
     int64_t max_tensor_elements;
     int64_t max_string_bytes;
     int64_t infer_timeout_ms;
-    void (*log)(void *ud, enum kiln_log_level level, const char *msg);
+    void (*log)(void *ud, enum kd_log_level level, const char *msg);
     void *log_ud;
 };
 
-struct kiln_serving;
+struct kd_serving;
 
 /* Opens the repository and starts loading every served version. NULL with err on failure. */
-struct kiln_serving *kiln_serving_new(const struct kiln_serving_options *o, char *err, size_t errlen);
-/* Releases every model (call after kiln_sched_stop delivered the last completions). */
-void kiln_serving_free(struct kiln_serving *sv);
+struct kd_serving *kd_serving_new(const struct kd_serving_options *o, char *err, size_t errlen);
+/* Releases every model (call after kd_sched_stop delivered the last completions). */
+void kd_serving_free(struct kd_serving *sv);
 /* Not ready while draining: infer answers 503. */
-void kiln_serving_set_accepting(struct kiln_serving *sv, bool accepting);
+void kd_serving_set_accepting(struct kd_serving *sv, bool accepting);
 
 /*
  * The one way a model gets (re)loaded, used by POST /v2/repository/models/<name>/load and by a
@@ -57,55 +57,55 @@ void kiln_serving_set_accepting(struct kiln_serving *sv, bool accepting);
  * without a swap, unless that version is among those loaded. Returns 0, or an HTTP status (404
  * unknown model, 400 invalid model, 500) with why filled, and then done is never called.
  */
-typedef void (*kiln_serving_load_done)(void *ud, int status, const char *why);
-int kiln_serving_load(struct kiln_serving *sv, const char *name, int64_t need_version, kiln_serving_load_done done,
-                      void *ud, char *why, size_t whylen);
+typedef void (*kd_serving_load_done)(void *ud, int status, const char *why);
+int kd_serving_load(struct kd_serving *sv, const char *name, int64_t need_version, kd_serving_load_done done,
+                    void *ud, char *why, size_t whylen);
 
-/* Route handlers: ctx is the struct kiln_serving. */
-int kiln_serving_handle_models(void *ctx, const struct kiln_request *req, struct kiln_buf *out);
-int kiln_serving_handle_repository(void *ctx, const struct kiln_request *req, struct kiln_buf *out);
+/* Route handlers: ctx is the struct kd_serving. */
+int kd_serving_handle_models(void *ctx, const struct kd_request *req, struct kd_buf *out);
+int kd_serving_handle_repository(void *ctx, const struct kd_request *req, struct kd_buf *out);
 
 /*
  * For other protocols over the same table (the gRPC service): the same lookups, rules, loads
  * and accounting as the HTTP endpoints. Statuses are HTTP's (the caller maps them).
  */
-struct kiln_auth;
+struct kd_auth;
 /* The loaded version (0: the latest) of name, borrowed; NULL with *status 400/404/503 and msg. */
-struct kiln_sched_model *kiln_serving_model(struct kiln_serving *sv, const char *name, int64_t version, int *status,
-                                            char *msg, size_t n);
+struct kd_sched_model *kd_serving_model(struct kd_serving *sv, const char *name, int64_t version, int *status,
+                                        char *msg, size_t n);
 /* The loaded versions of name, ascending, borrowed (at most max); their count. */
-int kiln_serving_versions(struct kiln_serving *sv, const char *name, struct kiln_sched_model **out, int max);
-bool kiln_serving_accepting(const struct kiln_serving *sv);
-const struct kiln_auth *kiln_serving_auth(const struct kiln_serving *sv);
+int kd_serving_versions(struct kd_serving *sv, const char *name, struct kd_sched_model **out, int max);
+bool kd_serving_accepting(const struct kd_serving *sv);
+const struct kd_auth *kd_serving_auth(const struct kd_serving *sv);
 /* The options it was made with (limits, scheduler, log). */
-const struct kiln_serving_options *kiln_serving_limits(const struct kiln_serving *sv);
+const struct kd_serving_options *kd_serving_limits(const struct kd_serving *sv);
 /* Every repository model version as the index shows it (version 0: the model has none). */
-void kiln_serving_index(struct kiln_serving *sv, bool only_ready,
-                        void (*row)(void *ud, const char *name, int64_t version, const char *state, const char *why),
-                        void *ud);
+void kd_serving_index(struct kd_serving *sv, bool only_ready,
+                      void (*row)(void *ud, const char *name, int64_t version, const char *state, const char *why),
+                      void *ud);
 /* 0, or 404 with msg when name is not loaded. */
-int kiln_serving_unload(struct kiln_serving *sv, const char *name, char *msg, size_t n);
+int kd_serving_unload(struct kd_serving *sv, const char *name, char *msg, size_t n);
 /* Queues r (model retained by the caller) with the HTTP path's accounting; -1 when the queue is full (counted rejected). */
-int kiln__serving_submit(struct kiln_serving *sv, struct kiln_sched_request *r);
+int kd_serving_submit(struct kd_serving *sv, struct kd_sched_request *r);
 /* In r's done callback, before anything else: the metrics of its outcome (refused: its data was bad). */
-void kiln__serving_account_done(struct kiln_serving *sv, const struct kiln_sched_request *r, bool refused);
+void kd_serving_account_done(struct kd_serving *sv, const struct kd_sched_request *r, bool refused);
 /* A request refused before it was queued. */
-void kiln__serving_count_rejected(struct kiln_serving *sv, const char *model);
+void kd_serving_count_rejected(struct kd_serving *sv, const char *model);
 
 /* ---- between serving.c and infer.c ---- */
-struct kiln__infer_ctx {
-    struct kiln_serving *sv;
+struct kd_infer_ctx {
+    struct kd_serving *sv;
     int64_t max_tensor_elements;
     int64_t max_string_bytes;
 };
 
 /*
  * What the loop leaves to a worker: filling the input buffers. The JSON "data" arrays were only
- * skipped (kiln_jscan_skip_lax) on the loop; the worker checks and converts them, and copies
+ * skipped (kd_jscan_skip_lax) on the loop; the worker checks and converts them, and copies
  * binary tensor data. The pointers are into the request body, which the pending response keeps
  * alive until the answer is written.
  */
-struct kiln__infer_data {
+struct kd_infer_data {
     const char *body, *jend;            /* the request's JSON */
     int n;                              /* inputs to fill, in document order */
     struct {
@@ -113,9 +113,9 @@ struct kiln__infer_data {
         const char *json;               /* its "data" array, or NULL for binary data: */
         const char *bin;                /* r->inputs[input].nbytes bytes to copy */
         bool fp16;                      /* FP16 sent on as f32: its range is checked */
-    } fill[KILN_SCHED_MAX_IO];
+    } fill[KD_SCHED_MAX_IO];
     int nlax;                           /* the arrays skipped unchecked, the converted ones included */
-    const char *lax[KILN_SCHED_MAX_IO];
+    const char *lax[KD_SCHED_MAX_IO];
 };
 
 /*
@@ -124,38 +124,38 @@ struct kiln__infer_data {
  * request "id" into id (bounded). Returns 0, or an HTTP status with msg filled.
  *
  * With dd NULL it does the whole job. Otherwise it does everything but filling the input buffers
- * (which it allocates and sizes) and describes that in dd for kiln__infer_fill, to be run later,
+ * (which it allocates and sizes) and describes that in dd for kd_infer_fill, to be run later,
  * on another thread. The status and message either returns are those a decode of the whole
  * request in one go would have returned.
  */
-int kiln__infer_decode(const struct kiln__infer_ctx *ic, const kiln_model_config *c, const struct kiln_request *req,
-                       struct kiln_sched_request *r, bool *want_output, bool *want_binary, char *id, size_t idlen,
-                       struct kiln__infer_data *dd, char *msg, size_t msglen);
+int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, const struct kd_request *req,
+                    struct kd_sched_request *r, bool *want_output, bool *want_binary, char *id, size_t idlen,
+                    struct kd_infer_data *dd, char *msg, size_t msglen);
 /* The index of the spec named name in specs[0..n), or -1. */
-int kiln__infer_find_spec(const kiln_model_tensor_spec *specs, int n, const char *name);
+int kd_infer_find_spec(const kd_model_tensor_spec *specs, int n, const char *name);
 /* Fills r's input buffers as dd says (any thread). 0, or 400 with msg filled. */
-int kiln__infer_fill(const struct kiln__infer_data *dd, const kiln_model_config *c, struct kiln_sched_request *r,
-                     char *msg, size_t msglen);
+int kd_infer_fill(const struct kd_infer_data *dd, const kd_model_config *c, struct kd_sched_request *r,
+                  char *msg, size_t msglen);
 
 /*
  * The response body of a finished request into j (any thread): its JSON, then the binary
  * outputs; *json_len is the JSON's length. 0, or -1 when out of memory.
  */
-int kiln__infer_body(struct kiln_buf *j, const char *model, int64_t version, const kiln_model_config *c,
-                     const struct kiln_sched_request *r, const bool *want_output, const bool *want_binary,
-                     const char *id, size_t *json_len);
-/* Appends the whole HTTP response around a body from kiln__infer_body. The status, or -1. */
-int kiln__infer_respond(struct kiln_buf *out, const struct kiln_buf *body, size_t json_len, bool keep_alive,
-                        const char *extra_headers);
+int kd_infer_body(struct kd_buf *j, const char *model, int64_t version, const kd_model_config *c,
+                  const struct kd_sched_request *r, const bool *want_output, const bool *want_binary,
+                  const char *id, size_t *json_len);
+/* Appends the whole HTTP response around a body from kd_infer_body. The status, or -1. */
+int kd_infer_respond(struct kd_buf *out, const struct kd_buf *body, size_t json_len, bool keep_alive,
+                     const char *extra_headers);
 
 /* ,"<key>":[...] for a list of tensor specs, as the metadata endpoint shows them (model_json.c). */
-int kiln__serving_specs_json(struct kiln_buf *b, const char *key, const kiln_model_tensor_spec *sp, int n);
+int kd_serving_specs_json(struct kd_buf *b, const char *key, const kd_model_tensor_spec *sp, int n);
 /* One version's statistics as Triton's statistics extension shows them (model_json.c). */
-int kiln__serving_stats_json(struct kiln_buf *b, struct kiln_sched_model *m);
+int kd_serving_stats_json(struct kd_buf *b, struct kd_sched_model *m);
 /*
  * A model's configuration as Triton's model-configuration JSON (model_json.c), from the
  * config the scheduler runs it with; format is "kiln" or "onnx". 0, or -1 when out of memory.
  */
-int kiln__serving_config_json(struct kiln_buf *b, const char *name, const char *format, const kiln_model_config *c);
+int kd_serving_config_json(struct kd_buf *b, const char *name, const char *format, const kd_model_config *c);
 
-#endif /* KILN_API_SERVING_H */
+#endif /* KD_API_SERVING_H */

@@ -46,8 +46,8 @@ struct pmsg {
 };
 
 struct session {
-    struct kiln_tensor_service *svc;
-    struct kiln_ws *ws;
+    struct kd_tensor_service *svc;
+    struct kd_ws *ws;
     struct session *prev, *next;
     int worker;                     /* -1 until the hello named a device */
     uint16_t version;               /* negotiated; 0 before the HELLO */
@@ -66,24 +66,24 @@ struct session {
     uint64_t refused_bytes;         /* headers of refused messages waiting for their errors */
     /* the hop in flight */
     bool busy;
-    struct kiln_sched_task task;
+    struct kd_sched_task task;
     struct pmsg *batch;
     size_t ran;                     /* what the hop ran, for the loop to account */
     uint64_t ran_bytes, ran_refused;
     kiln_wire_buf replies;
 };
 
-struct kiln_tensor_service {
-    struct kiln_tensor_options o;
-    struct kiln_auth *auth;
+struct kd_tensor_service {
+    struct kd_tensor_service_options o;
+    struct kd_auth *auth;
     bool accepting;
     struct session *sessions;
     size_t nsessions;
     unsigned next_hint;
-    struct kiln_metric_series *m_opened, *m_refused, *m_messages, *m_errors;
+    struct kd_metric_series *m_opened, *m_refused, *m_messages, *m_errors;
 };
 
-#define tlog(ts, level, ...) kiln_api_logf((ts)->o.log, (ts)->o.log_ud, (level), __VA_ARGS__)
+#define tlog(ts, level, ...) kd_api_logf((ts)->o.log, (ts)->o.log_ud, (level), __VA_ARGS__)
 
 /* ---- replies --------------------------------------------------------------------------------- */
 
@@ -100,17 +100,17 @@ static void send_error(struct session *s, uint64_t seq, uint16_t failed_type, ki
     m.u.error.text = (const uint8_t *)text;
     char why[96];
     if (kiln_wire_encode(&b, &m, why, sizeof why) == 0)
-        kiln_ws_send(s->ws, b.p, b.len);
+        kd_ws_send(s->ws, b.p, b.len);
     kiln_wire_buf_free(&b);
     if (s->svc->m_errors)
-        kiln_metric_add(s->svc->m_errors, 1);
+        kd_metric_add(s->svc->m_errors, 1);
 }
 
 /* A protocol violation: say why, then close. Nothing of the offending WebSocket message runs. */
 static void violation(struct session *s, uint64_t seq, uint16_t type, const char *why)
 {
     send_error(s, seq, type, KILN_WIRE_ERR_PROTOCOL, why);
-    kiln_ws_close(s->ws, KILN_WS_PROTOCOL_ERROR, why);
+    kd_ws_close(s->ws, KD_WS_PROTOCOL_ERROR, why);
 }
 
 /* Sends each protocol message a hop collected as its own WebSocket message. */
@@ -121,7 +121,7 @@ static void send_replies(struct session *s, const kiln_wire_buf *r)
         size_t n = KILN_WIRE_HEADER_SIZE + (size_t)kiln_le32(r->p + off + 20);
         if (n > r->len - off)
             break;
-        kiln_ws_send(s->ws, r->p + off, n);
+        kd_ws_send(s->ws, r->p + off, n);
         off += n;
     }
 }
@@ -139,7 +139,7 @@ static void free_msgs(struct pmsg *m)
 
 static void session_unlink_free(struct session *s)
 {
-    struct kiln_tensor_service *ts = s->svc;
+    struct kd_tensor_service *ts = s->svc;
     if (s->prev)
         s->prev->next = s->next;
     else
@@ -150,15 +150,15 @@ static void session_unlink_free(struct session *s)
     free_msgs(s->head);
     free_msgs(s->batch);
     kiln_wire_buf_free(&s->replies);
-    kiln_ws_free(s->ws);
+    kd_ws_free(s->ws);
     free(s);
 }
 
 /* Worker: the session's device state, and the WELCOME that describes the device. */
-static void run_hello(struct kiln_sched_task *t, kiln_device *dev)
+static void run_hello(struct kd_sched_task *t, kiln_device *dev)
 {
     struct session *s = t->ud;
-    struct kiln_tensor_service *ts = s->svc;
+    struct kd_tensor_service *ts = s->svc;
     uint64_t maxmsg = (uint64_t)ts->o.limits.max_message_bytes;
     struct kiln__tstate_limits lim = {
         .max_live_bytes = (uint64_t)ts->o.limits.max_live_bytes,
@@ -191,7 +191,7 @@ static void run_hello(struct kiln_sched_task *t, kiln_device *dev)
  * Worker: runs the batch's messages in order, one protocol message at a time, until the replies
  * collected pass the hop's budget; what is left goes back to the queue for the next hop.
  */
-static void run_batch(struct kiln_sched_task *t, kiln_device *dev)
+static void run_batch(struct kd_sched_task *t, kiln_device *dev)
 {
     struct session *s = t->ud;
     size_t budget = (size_t)s->svc->o.limits.max_message_bytes;
@@ -230,7 +230,7 @@ static void run_batch(struct kiln_sched_task *t, kiln_device *dev)
     }
 }
 
-static void run_free(struct kiln_sched_task *t, kiln_device *dev)
+static void run_free(struct kd_sched_task *t, kiln_device *dev)
 {
     (void)dev;
     struct session *s = t->ud;
@@ -240,7 +240,7 @@ static void run_free(struct kiln_sched_task *t, kiln_device *dev)
 
 static void kick(struct session *s);
 
-static void free_done(struct kiln_sched_task *t)
+static void free_done(struct kd_sched_task *t)
 {
     struct session *s = t->ud;
     if (s->state) {
@@ -264,8 +264,8 @@ static void teardown(struct session *s)
         session_unlink_free(s);
         return;
     }
-    s->task = (struct kiln_sched_task){.run = run_free, .done = free_done, .ud = s};
-    if (kiln_sched_task_submit(s->svc->o.sched, s->worker, &s->task) != 0)
+    s->task = (struct kd_sched_task){.run = run_free, .done = free_done, .ud = s};
+    if (kd_sched_task_submit(s->svc->o.sched, s->worker, &s->task) != 0)
         free_done(&s->task);
 }
 
@@ -278,15 +278,15 @@ static void hop_finished(struct session *s, bool shutdown)
         s->ids = kiln__tstate_ids(s->state);
     }
     if (shutdown && !s->gone)
-        kiln_ws_close(s->ws, KILN_WS_GOING_AWAY, "the server is shutting down");
+        kd_ws_close(s->ws, KD_WS_GOING_AWAY, "the server is shutting down");
     else if (!s->gone)
         send_replies(s, &s->replies);
     s->replies.len = 0;
     if (s->fatal && !s->gone)
-        kiln_ws_close(s->ws, KILN_WS_INTERNAL_ERROR, "out of memory running the session");
+        kd_ws_close(s->ws, KD_WS_INTERNAL_ERROR, "out of memory running the session");
 }
 
-static void hello_done(struct kiln_sched_task *t)
+static void hello_done(struct kd_sched_task *t)
 {
     struct session *s = t->ud;
     hop_finished(s, t->shutdown);
@@ -298,7 +298,7 @@ static void hello_done(struct kiln_sched_task *t)
         s->hello_done = true;
 }
 
-static void batch_done(struct kiln_sched_task *t)
+static void batch_done(struct kd_sched_task *t)
 {
     struct session *s = t->ud;
     hop_finished(s, t->shutdown);
@@ -338,17 +338,17 @@ static void kick(struct session *s)
     s->batch = s->head;
     s->head = s->tail = NULL;
     s->ran = s->ran_bytes = s->ran_refused = 0;
-    s->task = (struct kiln_sched_task){.run = run_batch, .done = batch_done, .ud = s};
+    s->task = (struct kd_sched_task){.run = run_batch, .done = batch_done, .ud = s};
     s->busy = true;
-    if (kiln_sched_task_submit(s->svc->o.sched, s->worker, &s->task) != 0) {
+    if (kd_sched_task_submit(s->svc->o.sched, s->worker, &s->task) != 0) {
         s->busy = false;
-        kiln_ws_close(s->ws, KILN_WS_GOING_AWAY, "the server is shutting down");
+        kd_ws_close(s->ws, KD_WS_GOING_AWAY, "the server is shutting down");
     }
 }
 
 /* ---- messages -------------------------------------------------------------------------------- */
 
-static bool device_allowed(struct kiln_tensor_service *ts, const char *dev)
+static bool device_allowed(struct kd_tensor_service *ts, const char *dev)
 {
     for (size_t i = 0; i < ts->o.devices->count; i++)
         if (strcmp(ts->o.devices->items[i], dev) == 0)
@@ -359,7 +359,7 @@ static bool device_allowed(struct kiln_tensor_service *ts, const char *dev)
 /* The first WebSocket message: exactly one HELLO. The WELCOME comes from the device's worker. */
 static void on_hello(struct session *s, const uint8_t *msg, size_t len)
 {
-    struct kiln_tensor_service *ts = s->svc;
+    struct kd_tensor_service *ts = s->svc;
     kiln_wire_msg m;
     size_t used;
     char why[200];
@@ -387,12 +387,12 @@ static void on_hello(struct session *s, const uint8_t *msg, size_t len)
                  (unsigned)m.u.hello.min_version, (unsigned)m.u.hello.max_version, (unsigned)KILN_WIRE_VERSION_MIN,
                  (unsigned)KILN_WIRE_VERSION_MAX);
         send_error(s, m.h.seq, KILN_WIRE_HELLO, KILN_WIRE_ERR_VERSION, why);
-        kiln_ws_close(s->ws, KILN_WS_POLICY_VIOLATION, "no common protocol version");
+        kd_ws_close(s->ws, KD_WS_POLICY_VIOLATION, "no common protocol version");
         return;
     }
     s->version = hi;
     if (!device_allowed(ts, m.u.hello.device) ||
-        (s->worker = kiln_sched_worker_for(ts->o.sched, m.u.hello.device, ts->next_hint++)) < 0) {
+        (s->worker = kd_sched_worker_for(ts->o.sched, m.u.hello.device, ts->next_hint++)) < 0) {
         /* name the devices it does drive, so the client's error says what to ask for */
         char list[64] = "";
         size_t used_l = 0;
@@ -405,16 +405,16 @@ static void on_hello(struct session *s, const uint8_t *msg, size_t len)
         snprintf(why, sizeof why, "device '%s' is not one this server drives (it drives: %.60s)", m.u.hello.device,
                  list);
         send_error(s, m.h.seq, KILN_WIRE_HELLO, KILN_WIRE_ERR_VERSION, why);
-        kiln_ws_close(s->ws, KILN_WS_POLICY_VIOLATION, "unknown device");
+        kd_ws_close(s->ws, KD_WS_POLICY_VIOLATION, "unknown device");
         return;
     }
     s->hello_seq = m.h.seq;
     s->hello_sent = true;
-    s->task = (struct kiln_sched_task){.run = run_hello, .done = hello_done, .ud = s};
+    s->task = (struct kd_sched_task){.run = run_hello, .done = hello_done, .ud = s};
     s->busy = true;
-    if (kiln_sched_task_submit(ts->o.sched, s->worker, &s->task) != 0) {
+    if (kd_sched_task_submit(ts->o.sched, s->worker, &s->task) != 0) {
         s->busy = false;
-        kiln_ws_close(s->ws, KILN_WS_GOING_AWAY, "the server is shutting down");
+        kd_ws_close(s->ws, KD_WS_GOING_AWAY, "the server is shutting down");
     }
 }
 
@@ -444,11 +444,11 @@ static void enqueue(struct session *s, struct pmsg *m)
 static void on_message(void *ud, const uint8_t *msg, size_t len)
 {
     struct session *s = ud;
-    struct kiln_tensor_service *ts = s->svc;
+    struct kd_tensor_service *ts = s->svc;
     if (s->gone || s->freeing || s->fatal)
         return;
     if (ts->m_messages)
-        kiln_metric_add(ts->m_messages, 1);
+        kd_metric_add(ts->m_messages, 1);
     if (!s->hello_sent) {
         on_hello(s, msg, len);
         return;
@@ -500,13 +500,13 @@ static void on_message(void *ud, const uint8_t *msg, size_t len)
     if (nrefused && s->refused_bytes + nrefused * KILN_WIRE_HEADER_SIZE > byte_cap) {
         /* A client that ignores its QUOTA errors this long is not going to stop. */
         send_error(s, 0, 0, KILN_WIRE_ERR_QUOTA, "the session keeps sending past its queue limits");
-        kiln_ws_close(s->ws, KILN_WS_POLICY_VIOLATION, "queue limits ignored");
+        kd_ws_close(s->ws, KD_WS_POLICY_VIOLATION, "queue limits ignored");
         return;
     }
     if (admitted) {
         struct pmsg *m = new_pmsg(msg, admitted, false);
         if (!m) {
-            kiln_ws_close(s->ws, KILN_WS_INTERNAL_ERROR, "out of memory queueing messages");
+            kd_ws_close(s->ws, KD_WS_INTERNAL_ERROR, "out of memory queueing messages");
             return;
         }
         enqueue(s, m);
@@ -516,7 +516,7 @@ static void on_message(void *ud, const uint8_t *msg, size_t len)
     if (nrefused) {
         struct pmsg *m = new_pmsg(NULL, nrefused * KILN_WIRE_HEADER_SIZE, true);
         if (!m) {
-            kiln_ws_close(s->ws, KILN_WS_INTERNAL_ERROR, "out of memory queueing messages");
+            kd_ws_close(s->ws, KD_WS_INTERNAL_ERROR, "out of memory queueing messages");
             return;
         }
         for (size_t o = admitted, k = 0; o < len; k++) {
@@ -526,7 +526,7 @@ static void on_message(void *ud, const uint8_t *msg, size_t len)
         enqueue(s, m);
         s->refused_bytes += nrefused * KILN_WIRE_HEADER_SIZE;
         if (ts->m_errors)
-            kiln_metric_add(ts->m_errors, (double)nrefused);
+            kd_metric_add(ts->m_errors, (double)nrefused);
     }
     kick(s);
 }
@@ -539,37 +539,37 @@ static void on_gone(void *ud)
         teardown(s);
 }
 
-static const struct kiln_ws_handler ws_handler = {
+static const struct kd_ws_handler ws_handler = {
     .on_message = on_message,
     .on_gone = on_gone,
 };
 
-int kiln_tensor_handle(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+int kd_tensor_service_handle(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
-    struct kiln_tensor_service *ts = ctx;
+    struct kd_tensor_service *ts = ctx;
     /* Remote work needs the read scope, as inference does. */
-    int st = kiln_auth_require(ts->auth, req, KILN_AUTH_READ, NULL, out);
+    int st = kd_auth_require(ts->auth, req, KD_AUTH_READ, NULL, out);
     if (st != 0)
         return st;
     if (!ts->accepting)
-        return kiln_resp_error(out, 503, "the server is shutting down", req->keep_alive, NULL);
+        return kd_resp_error(out, 503, "the server is shutting down", req->keep_alive, NULL);
     if (ts->nsessions >= (size_t)ts->o.limits.max_sessions) {
         if (ts->m_refused)
-            kiln_metric_add(ts->m_refused, 1);
-        return kiln_resp_error(out, 503, "too many remote tensor sessions (remote.max_sessions)", req->keep_alive,
-                               "Retry-After: 1\r\n");
+            kd_metric_add(ts->m_refused, 1);
+        return kd_resp_error(out, 503, "too many remote tensor sessions (remote.max_sessions)", req->keep_alive,
+                             "Retry-After: 1\r\n");
     }
     size_t mark = out->len;
-    st = kiln_ws_handshake(req, out);
+    st = kd_ws_handshake(req, out);
     if (st != 101)
         return st;
     struct session *s = calloc(1, sizeof *s);
     if (s)
-        s->ws = kiln_ws_new(req, (uint64_t)ts->o.limits.max_message_bytes, &ws_handler, s);
+        s->ws = kd_ws_new(req, (uint64_t)ts->o.limits.max_message_bytes, &ws_handler, s);
     if (!s || !s->ws) {
         free(s);
         out->len = mark;
-        return kiln_resp_error(out, 500, "out of memory opening a session", req->keep_alive, NULL);
+        return kd_resp_error(out, 500, "out of memory opening a session", req->keep_alive, NULL);
     }
     s->svc = ts;
     s->worker = -1;
@@ -579,7 +579,7 @@ int kiln_tensor_handle(void *ctx, const struct kiln_request *req, struct kiln_bu
     ts->sessions = s;
     ts->nsessions++;
     if (ts->m_opened)
-        kiln_metric_add(ts->m_opened, 1);
+        kd_metric_add(ts->m_opened, 1);
     return 101;
 }
 
@@ -587,14 +587,14 @@ int kiln_tensor_handle(void *ctx, const struct kiln_request *req, struct kiln_bu
 
 static double open_sessions(void *ctx)
 {
-    return (double)((struct kiln_tensor_service *)ctx)->nsessions;
+    return (double)((struct kd_tensor_service *)ctx)->nsessions;
 }
 
 /* As of each session's last completed hop; a closed session counts 0 at once. */
 static double live_bytes(void *ctx)
 {
     double n = 0;
-    for (const struct session *s = ((struct kiln_tensor_service *)ctx)->sessions; s; s = s->next)
+    for (const struct session *s = ((struct kd_tensor_service *)ctx)->sessions; s; s = s->next)
         n += (double)s->live_bytes;
     return n;
 }
@@ -602,29 +602,29 @@ static double live_bytes(void *ctx)
 static double live_ids(void *ctx)
 {
     double n = 0;
-    for (const struct session *s = ((struct kiln_tensor_service *)ctx)->sessions; s; s = s->next)
+    for (const struct session *s = ((struct kd_tensor_service *)ctx)->sessions; s; s = s->next)
         n += s->freeing ? 0 : (double)s->ids;
     return n;
 }
 
-static struct kiln_metric_series *counter(struct kiln_metrics *m, const char *name, const char *help)
+static struct kd_metric_series *counter(struct kd_metrics *m, const char *name, const char *help)
 {
-    struct kiln_metric_family *f = kiln_metrics_family(m, name, help, KILN_METRIC_COUNTER, NULL, NULL, 0);
-    return f ? kiln_metrics_series(f, NULL) : NULL;
+    struct kd_metric_family *f = kd_metrics_family(m, name, help, KD_METRIC_COUNTER, NULL, NULL, 0);
+    return f ? kd_metrics_series(f, NULL) : NULL;
 }
 
-struct kiln_tensor_service *kiln_tensor_new(const struct kiln_tensor_options *o, char *err, size_t errlen)
+struct kd_tensor_service *kd_tensor_service_new(const struct kd_tensor_service_options *o, char *err, size_t errlen)
 {
-    struct kiln_tensor_service *ts = calloc(1, sizeof *ts);
+    struct kd_tensor_service *ts = calloc(1, sizeof *ts);
     if (!ts) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
     ts->o = *o;
     ts->accepting = true;
-    ts->auth = kiln_auth_new(o->tokens, err, errlen);
+    ts->auth = kd_auth_new(o->tokens, err, errlen);
     if (!ts->auth) {
-        kiln_tensor_free(ts);
+        kd_tensor_service_free(ts);
         return NULL;
     }
     if (o->metrics) {
@@ -634,23 +634,23 @@ struct kiln_tensor_service *kiln_tensor_new(const struct kiln_tensor_options *o,
         ts->m_messages = counter(o->metrics, "kiln_remote_messages_total", "Messages received by remote tensor sessions.");
         ts->m_errors = counter(o->metrics, "kiln_remote_errors_total",
                                "Error messages the loop sent to remote tensor sessions (quota, protocol).");
-        if (kiln_metrics_gauge_fn(o->metrics, "kiln_remote_sessions", "Remote tensor sessions open.", open_sessions,
-                                  ts) != 0 ||
-            kiln_metrics_gauge_fn(o->metrics, "kiln_remote_live_bytes",
-                                  "Bytes of device memory remote tensor sessions hold in live tensors.", live_bytes,
-                                  ts) != 0 ||
-            kiln_metrics_gauge_fn(o->metrics, "kiln_remote_live_ids", "Tensor ids remote tensor sessions hold.",
-                                  live_ids, ts) != 0) {
+        if (kd_metrics_gauge_fn(o->metrics, "kiln_remote_sessions", "Remote tensor sessions open.", open_sessions,
+                                ts) != 0 ||
+            kd_metrics_gauge_fn(o->metrics, "kiln_remote_live_bytes",
+                                "Bytes of device memory remote tensor sessions hold in live tensors.", live_bytes,
+                                ts) != 0 ||
+            kd_metrics_gauge_fn(o->metrics, "kiln_remote_live_ids", "Tensor ids remote tensor sessions hold.",
+                                live_ids, ts) != 0) {
             snprintf(err, errlen, "out of memory");
-            kiln_tensor_free(ts);
+            kd_tensor_service_free(ts);
             return NULL;
         }
     }
-    tlog(ts, KILN_LOG_DEBUG, "remote tensor endpoint up: at most %lld sessions", (long long)o->limits.max_sessions);
+    tlog(ts, KD_LOG_DEBUG, "remote tensor endpoint up: at most %lld sessions", (long long)o->limits.max_sessions);
     return ts;
 }
 
-void kiln_tensor_free(struct kiln_tensor_service *ts)
+void kd_tensor_service_free(struct kd_tensor_service *ts)
 {
     if (!ts)
         return;
@@ -661,11 +661,11 @@ void kiln_tensor_free(struct kiln_tensor_service *ts)
         s->state = NULL;
         session_unlink_free(s);
     }
-    kiln_auth_free(ts->auth);
+    kd_auth_free(ts->auth);
     free(ts);
 }
 
-void kiln_tensor_set_accepting(struct kiln_tensor_service *ts, bool accepting)
+void kd_tensor_service_set_accepting(struct kd_tensor_service *ts, bool accepting)
 {
     if (!ts)
         return;
@@ -675,10 +675,10 @@ void kiln_tensor_set_accepting(struct kiln_tensor_service *ts, bool accepting)
     /* Draining: sessions have no request boundary to finish at; tell each one why it ends. */
     for (struct session *s = ts->sessions; s; s = s->next)
         if (!s->gone)
-            kiln_ws_close(s->ws, KILN_WS_GOING_AWAY, "the server is shutting down");
+            kd_ws_close(s->ws, KD_WS_GOING_AWAY, "the server is shutting down");
 }
 
-size_t kiln_tensor_sessions(const struct kiln_tensor_service *ts)
+size_t kd_tensor_service_sessions(const struct kd_tensor_service *ts)
 {
     return ts ? ts->nsessions : 0;
 }

@@ -39,12 +39,12 @@ struct frame_watch {
     bool refused;                   /* a frame was refused: nothing more is looked at */
 };
 
-struct kiln_ws {
+struct kd_ws {
     wslay_event_context_ptr ctx;
     uint64_t max_message_bytes;
     struct frame_watch watch;
-    struct kiln_http_conn *conn;    /* NULL once the connection is gone */
-    const struct kiln_ws_handler *h;
+    struct kd_http_conn *conn;    /* NULL once the connection is gone */
+    const struct kd_ws_handler *h;
     void *ud;
     const char *in;                 /* during feed: bytes not yet given to wslay */
     size_t in_len;
@@ -54,7 +54,7 @@ struct kiln_ws {
 
 /* ---- handshake ------------------------------------------------------------------------------ */
 
-void kiln_ws_accept_key(const char *key, char out[29])
+void kd_ws_accept_key(const char *key, char out[29])
 {
     kiln__ws_accept_key(key, out);
 }
@@ -89,23 +89,23 @@ static bool key_valid(const char *k)
     return true;
 }
 
-int kiln_ws_handshake(const struct kiln_request *req, struct kiln_buf *out)
+int kd_ws_handshake(const struct kd_request *req, struct kd_buf *out)
 {
-    const struct kiln_http_headers *h = req->headers;
+    const struct kd_http_headers *h = req->headers;
     if (!h || strcasecmp(h->upgrade, "websocket") != 0 || !has_token(h->connection, "upgrade"))
-        return kiln_resp_error(out, 400, "/v1/tensor is a WebSocket: send Upgrade: websocket and Connection: Upgrade",
-                               req->keep_alive, NULL);
+        return kd_resp_error(out, 400, "/v1/tensor is a WebSocket: send Upgrade: websocket and Connection: Upgrade",
+                             req->keep_alive, NULL);
     if (strcmp(h->ws_version, "13") != 0)
-        return kiln_resp_error(out, 426, "unsupported Sec-WebSocket-Version; kilnd speaks 13", req->keep_alive,
-                               "Sec-WebSocket-Version: 13\r\n");
+        return kd_resp_error(out, 426, "unsupported Sec-WebSocket-Version; kilnd speaks 13", req->keep_alive,
+                             "Sec-WebSocket-Version: 13\r\n");
     if (!key_valid(h->ws_key))
-        return kiln_resp_error(out, 400, "Sec-WebSocket-Key must be 16 bytes in base64", req->keep_alive, NULL);
+        return kd_resp_error(out, 400, "Sec-WebSocket-Key must be 16 bytes in base64", req->keep_alive, NULL);
     char accept[29];
-    kiln_ws_accept_key(h->ws_key, accept);
-    if (kiln_buf_printf(out,
-                        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                        "Sec-WebSocket-Accept: %s\r\n\r\n",
-                        accept) != 0)
+    kd_ws_accept_key(h->ws_key, accept);
+    if (kd_buf_printf(out,
+                      "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                      "Sec-WebSocket-Accept: %s\r\n\r\n",
+                      accept) != 0)
         return -1;
     return 101;
 }
@@ -115,7 +115,7 @@ int kiln_ws_handshake(const struct kiln_request *req, struct kiln_buf *out)
 static ssize_t recv_cb(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, int flags, void *user)
 {
     (void)flags;
-    struct kiln_ws *ws = user;
+    struct kd_ws *ws = user;
     if (ws->in_len == 0) {
         wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
         return -1;
@@ -130,8 +130,8 @@ static ssize_t recv_cb(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, in
 static ssize_t send_cb(wslay_event_context_ptr ctx, const uint8_t *data, size_t len, int flags, void *user)
 {
     (void)flags;
-    struct kiln_ws *ws = user;
-    if (!ws->conn || kiln_buf_append(&ws->conn->out, data, len) != 0) {
+    struct kd_ws *ws = user;
+    if (!ws->conn || kd_buf_append(&ws->conn->out, data, len) != 0) {
         wslay_event_set_error(ctx, WSLAY_ERR_CALLBACK_FAILURE);
         return -1;
     }
@@ -140,13 +140,13 @@ static ssize_t send_cb(wslay_event_context_ptr ctx, const uint8_t *data, size_t 
 
 static void on_msg(wslay_event_context_ptr ctx, const struct wslay_event_on_msg_recv_arg *arg, void *user)
 {
-    struct kiln_ws *ws = user;
+    struct kd_ws *ws = user;
     if (!ws->conn || !wslay_event_get_read_enabled(ctx))
         return;
     if (arg->opcode == WSLAY_BINARY_FRAME)
         ws->h->on_message(ws->ud, arg->msg, arg->msg_length);
     else if (arg->opcode == WSLAY_TEXT_FRAME)
-        kiln_ws_close(ws, KILN_WS_UNSUPPORTED_DATA, "text frames are not accepted: send binary messages");
+        kd_ws_close(ws, KD_WS_UNSUPPORTED_DATA, "text frames are not accepted: send binary messages");
     /* ping, pong and close are wslay's own business */
 }
 
@@ -157,7 +157,7 @@ static const struct wslay_event_callbacks callbacks = {
 };
 
 /* Writes what wslay queued and decides whether the connection is finished. */
-static void pump(struct kiln_ws *ws)
+static void pump(struct kd_ws *ws)
 {
     if (!ws->conn)
         return;
@@ -226,14 +226,14 @@ static size_t watch_frames(struct frame_watch *w, const uint8_t *data, size_t le
 
 static void up_feed(void *ud, const char *data, size_t len)
 {
-    struct kiln_ws *ws = ud;
+    struct kd_ws *ws = ud;
     size_t ok = ws->watch.refused ? len : watch_frames(&ws->watch, (const uint8_t *)data, len, ws->max_message_bytes);
     ws->in = data;
     ws->in_len = ok;
     ws->in_feed = true;
     int rc = wslay_event_recv(ws->ctx);
     if (rc == 0 && ok < len)
-        kiln_ws_close(ws, KILN_WS_TOO_BIG, "message larger than the session allows");
+        kd_ws_close(ws, KD_WS_TOO_BIG, "message larger than the session allows");
     ws->in_feed = false;
     ws->in_len = 0;
     if (rc != 0 && ws->conn) {
@@ -243,7 +243,7 @@ static void up_feed(void *ud, const char *data, size_t len)
     pump(ws);
 }
 
-static void gone(struct kiln_ws *ws)
+static void gone(struct kd_ws *ws)
 {
     ws->conn = NULL;
     if (!ws->gone_sent) {
@@ -262,16 +262,16 @@ static void up_detach(void *ud)
     gone(ud);
 }
 
-static const struct kiln_http_upgrade_ops upgrade_ops = {
+static const struct kd_http_upgrade_ops upgrade_ops = {
     .feed = up_feed,
     .eof = up_eof,
     .detach = up_detach,
 };
 
-struct kiln_ws *kiln_ws_new(const struct kiln_request *req, uint64_t max_message_bytes,
-                            const struct kiln_ws_handler *h, void *ud)
+struct kd_ws *kd_ws_new(const struct kd_request *req, uint64_t max_message_bytes,
+                        const struct kd_ws_handler *h, void *ud)
 {
-    struct kiln_ws *ws = calloc(1, sizeof *ws);
+    struct kd_ws *ws = calloc(1, sizeof *ws);
     if (!ws)
         return NULL;
     if (wslay_event_context_server_init(&ws->ctx, &callbacks, ws) != 0) {
@@ -283,7 +283,7 @@ struct kiln_ws *kiln_ws_new(const struct kiln_request *req, uint64_t max_message
     ws->h = h;
     ws->ud = ud;
     ws->conn = req->conn;
-    if (kiln_http_upgrade(req, &upgrade_ops, ws) != 0) {
+    if (kd_http_upgrade(req, &upgrade_ops, ws) != 0) {
         wslay_event_context_free(ws->ctx);
         free(ws);
         return NULL;
@@ -291,9 +291,9 @@ struct kiln_ws *kiln_ws_new(const struct kiln_request *req, uint64_t max_message
     return ws;
 }
 
-int kiln_ws_send(struct kiln_ws *ws, const void *msg, size_t len)
+int kd_ws_send(struct kd_ws *ws, const void *msg, size_t len)
 {
-    if (!kiln_ws_open(ws))
+    if (!kd_ws_open(ws))
         return -1;
     struct wslay_event_msg m = {.opcode = WSLAY_BINARY_FRAME, .msg = msg, .msg_length = len};
     if (wslay_event_queue_msg(ws->ctx, &m) != 0)
@@ -306,7 +306,7 @@ int kiln_ws_send(struct kiln_ws *ws, const void *msg, size_t len)
     return 0;
 }
 
-void kiln_ws_close(struct kiln_ws *ws, uint16_t code, const char *reason)
+void kd_ws_close(struct kd_ws *ws, uint16_t code, const char *reason)
 {
     if (!ws->conn || !wslay_event_get_write_enabled(ws->ctx))
         return;
@@ -330,13 +330,13 @@ void kiln_ws_close(struct kiln_ws *ws, uint16_t code, const char *reason)
     }
 }
 
-bool kiln_ws_open(const struct kiln_ws *ws)
+bool kd_ws_open(const struct kd_ws *ws)
 {
     return ws && ws->conn && !ws->conn->closing && wslay_event_get_write_enabled(ws->ctx) &&
            !wslay_event_get_close_sent(ws->ctx);
 }
 
-void kiln_ws_free(struct kiln_ws *ws)
+void kd_ws_free(struct kd_ws *ws)
 {
     if (!ws)
         return;

@@ -1,8 +1,8 @@
 /*
  * api/ws.h — the WebSocket side of a connection (RFC 6455), framed by wslay.
  *
- * kiln_ws_handshake checks an upgrade request and appends the 101 answer; kiln_ws_new then takes
- * the connection over (kiln_http_upgrade). wslay does the framing: masking, fragmented messages
+ * kd_ws_handshake checks an upgrade request and appends the 101 answer; kd_ws_new then takes
+ * the connection over (kd_http_upgrade). wslay does the framing: masking, fragmented messages
  * reassembled, ping answered with pong, the close handshake, and the message size limit. wslay
  * applies that limit only once a frame's payload starts to arrive, so ws.c also reads each frame
  * header's declared length as it comes: a frame that would take its message past the limit is
@@ -10,14 +10,14 @@
  * closes the connection with 1003.
  *
  * Lifetime: the connection may go away at any time (peer gone, daemon stopping); the handler's
- * gone callback then runs once and kiln_ws_send quietly fails from there on. Whoever owns the
- * handler frees the kiln_ws with kiln_ws_free when it is done with it, which may be later (a
+ * gone callback then runs once and kd_ws_send quietly fails from there on. Whoever owns the
+ * handler frees the kd_ws with kd_ws_free when it is done with it, which may be later (a
  * session whose work is still on a device worker).
  *
  * Thread affinity: everything here runs on the I/O loop thread.
  */
-#ifndef KILN_API_WS_H
-#define KILN_API_WS_H
+#ifndef KD_API_WS_H
+#define KD_API_WS_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -28,22 +28,22 @@
 #include "router.h"
 
 /* Close codes kiln sends (RFC 6455 section 7.4.1). */
-#define KILN_WS_NORMAL 1000
-#define KILN_WS_GOING_AWAY 1001
-#define KILN_WS_PROTOCOL_ERROR 1002
-#define KILN_WS_UNSUPPORTED_DATA 1003
-#define KILN_WS_POLICY_VIOLATION 1008
-#define KILN_WS_TOO_BIG 1009
-#define KILN_WS_INTERNAL_ERROR 1011
+#define KD_WS_NORMAL 1000
+#define KD_WS_GOING_AWAY 1001
+#define KD_WS_PROTOCOL_ERROR 1002
+#define KD_WS_UNSUPPORTED_DATA 1003
+#define KD_WS_POLICY_VIOLATION 1008
+#define KD_WS_TOO_BIG 1009
+#define KD_WS_INTERNAL_ERROR 1011
 
-struct kiln_ws_handler {
+struct kd_ws_handler {
     /* One complete binary message; msg is valid only during the call. */
     void (*on_message)(void *ud, const uint8_t *msg, size_t len);
     /* The connection is gone (closed by either side or cut); called exactly once. */
     void (*on_gone)(void *ud);
 };
 
-struct kiln_ws;
+struct kd_ws;
 
 /*
  * Checks that req is a WebSocket upgrade (GET, Upgrade: websocket, Connection: upgrade, version
@@ -51,28 +51,28 @@ struct kiln_ws;
  * appends the 400 (426 for another version) JSON error and returns its status, or -1 when out of
  * memory.
  */
-int kiln_ws_handshake(const struct kiln_request *req, struct kiln_buf *out);
+int kd_ws_handshake(const struct kd_request *req, struct kd_buf *out);
 
 /*
- * Takes req's connection over after kiln_ws_handshake returned 101. Messages larger than
+ * Takes req's connection over after kd_ws_handshake returned 101. Messages larger than
  * max_message_bytes close the connection with 1009. NULL when out of memory.
  */
-struct kiln_ws *kiln_ws_new(const struct kiln_request *req, uint64_t max_message_bytes,
-                            const struct kiln_ws_handler *h, void *ud);
+struct kd_ws *kd_ws_new(const struct kd_request *req, uint64_t max_message_bytes,
+                        const struct kd_ws_handler *h, void *ud);
 
 /* Queues one binary message. 0, or -1 when the connection is gone or closing. */
-int kiln_ws_send(struct kiln_ws *ws, const void *msg, size_t len);
+int kd_ws_send(struct kd_ws *ws, const void *msg, size_t len);
 
 /* Starts the close handshake with code and reason (shorter than 123 bytes); no more input is read. */
-void kiln_ws_close(struct kiln_ws *ws, uint16_t code, const char *reason);
+void kd_ws_close(struct kd_ws *ws, uint16_t code, const char *reason);
 
 /* Whether the connection still exists and is not closing. */
-bool kiln_ws_open(const struct kiln_ws *ws);
+bool kd_ws_open(const struct kd_ws *ws);
 
 /* Frees ws; cuts the connection first if it still exists (without calling on_gone). */
-void kiln_ws_free(struct kiln_ws *ws);
+void kd_ws_free(struct kd_ws *ws);
 
 /* The Sec-WebSocket-Accept value for key (28 characters and a NUL). Exposed for the tests. */
-void kiln_ws_accept_key(const char *key, char out[29]);
+void kd_ws_accept_key(const char *key, char out[29]);
 
-#endif /* KILN_API_WS_H */
+#endif /* KD_API_WS_H */

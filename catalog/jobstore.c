@@ -23,7 +23,7 @@
 
 #include "jobstore.h"
 
-struct kiln_jobstore {
+struct kd_jobstore {
     sqlite3 *db;
     int version;
 };
@@ -76,7 +76,7 @@ static const char *const migrations[] = {
     "  PRIMARY KEY (name, version));",
 };
 
-int kiln_jobstore_latest_version(void)
+int kd_jobstore_latest_version(void)
 {
     return (int)(sizeof migrations / sizeof migrations[0]);
 }
@@ -121,7 +121,7 @@ static int read_version(sqlite3 *db, int *version, char *err, size_t errlen)
     return rc == SQLITE_ROW ? 0 : fail(db, "reading schema_version", err, errlen);
 }
 
-static int migrate(struct kiln_jobstore *js, char *err, size_t errlen)
+static int migrate(struct kd_jobstore *js, char *err, size_t errlen)
 {
     sqlite3 *db = js->db;
     if (exec(db, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)", "creating schema_version",
@@ -129,7 +129,7 @@ static int migrate(struct kiln_jobstore *js, char *err, size_t errlen)
         return -1;
     if (read_version(db, &js->version, err, errlen) != 0)
         return -1;
-    int latest = kiln_jobstore_latest_version();
+    int latest = kd_jobstore_latest_version();
     if (js->version > latest) {
         snprintf(err, errlen, "schema version %d is newer than this build supports (%d)", js->version, latest);
         return -1;
@@ -150,10 +150,10 @@ static int migrate(struct kiln_jobstore *js, char *err, size_t errlen)
     return 0;
 }
 
-int kiln_jobstore_open(struct kiln_jobstore **out, const char *path, char *err, size_t errlen)
+int kd_jobstore_open(struct kd_jobstore **out, const char *path, char *err, size_t errlen)
 {
     *out = NULL;
-    struct kiln_jobstore *js = calloc(1, sizeof *js);
+    struct kd_jobstore *js = calloc(1, sizeof *js);
     if (!js) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -189,16 +189,16 @@ int kiln_jobstore_open(struct kiln_jobstore **out, const char *path, char *err, 
     return 0;
 
 error:
-    kiln_jobstore_close(js);
+    kd_jobstore_close(js);
     return -1;
 }
 
-int kiln_jobstore_schema_version(const struct kiln_jobstore *js)
+int kd_jobstore_schema_version(const struct kd_jobstore *js)
 {
     return js->version;
 }
 
-void kiln_jobstore_close(struct kiln_jobstore *js)
+void kd_jobstore_close(struct kd_jobstore *js)
 {
     if (!js)
         return;
@@ -215,13 +215,13 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int begin(struct kiln_jobstore *js, const char *what, char *err, size_t errlen)
+static int begin(struct kd_jobstore *js, const char *what, char *err, size_t errlen)
 {
     return exec(js->db, "BEGIN IMMEDIATE", what, err, errlen);
 }
 
 /* Commit when rc is 0, else roll back; returns rc (or -1 when the commit fails). */
-static int finish(struct kiln_jobstore *js, int rc, const char *what, char *err, size_t errlen)
+static int finish(struct kd_jobstore *js, int rc, const char *what, char *err, size_t errlen)
 {
     if (rc == 0 && exec(js->db, "COMMIT", what, err, errlen) == 0)
         return 0;
@@ -229,7 +229,7 @@ static int finish(struct kiln_jobstore *js, int rc, const char *what, char *err,
     return rc != 0 ? rc : -1;
 }
 
-static sqlite3_stmt *prepare(struct kiln_jobstore *js, const char *sql, const char *what, char *err, size_t errlen)
+static sqlite3_stmt *prepare(struct kd_jobstore *js, const char *sql, const char *what, char *err, size_t errlen)
 {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(js->db, sql, -1, &st, NULL) != SQLITE_OK) {
@@ -240,7 +240,7 @@ static sqlite3_stmt *prepare(struct kiln_jobstore *js, const char *sql, const ch
 }
 
 /* Step a statement that returns no rows; 0 or -1. */
-static int run(struct kiln_jobstore *js, sqlite3_stmt *st, const char *what, char *err, size_t errlen)
+static int run(struct kd_jobstore *js, sqlite3_stmt *st, const char *what, char *err, size_t errlen)
 {
     int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : fail(js->db, what, err, errlen);
     sqlite3_finalize(st);
@@ -249,8 +249,8 @@ static int run(struct kiln_jobstore *js, sqlite3_stmt *st, const char *what, cha
 
 static bool valid_state(const char *s)
 {
-    static const char *const states[] = {KILN_JOB_QUEUED, KILN_JOB_RUNNING, KILN_JOB_SUCCEEDED, KILN_JOB_FAILED,
-                                         KILN_JOB_CANCELLED};
+    static const char *const states[] = {KD_JOB_QUEUED, KD_JOB_RUNNING, KD_JOB_SUCCEEDED, KD_JOB_FAILED,
+                                         KD_JOB_CANCELLED};
     for (size_t i = 0; s && i < sizeof states / sizeof states[0]; i++)
         if (strcmp(s, states[i]) == 0)
             return true;
@@ -259,8 +259,8 @@ static bool valid_state(const char *s)
 
 static bool final_state(const char *s)
 {
-    return strcmp(s, KILN_JOB_SUCCEEDED) == 0 || strcmp(s, KILN_JOB_FAILED) == 0 ||
-           strcmp(s, KILN_JOB_CANCELLED) == 0;
+    return strcmp(s, KD_JOB_SUCCEEDED) == 0 || strcmp(s, KD_JOB_FAILED) == 0 ||
+           strcmp(s, KD_JOB_CANCELLED) == 0;
 }
 
 static char *col_dup(sqlite3_stmt *st, int i)
@@ -269,8 +269,8 @@ static char *col_dup(sqlite3_stmt *st, int i)
     return t ? strdup((const char *)t) : NULL;
 }
 
-int kiln_jobstore_job_create(struct kiln_jobstore *js, const char *spec, const char *owner, int64_t *id,
-                             char *err, size_t errlen)
+int kd_jobstore_job_create(struct kd_jobstore *js, const char *spec, const char *owner, int64_t *id,
+                           char *err, size_t errlen)
 {
     if (!js || !spec || !id)
         return seterr(err, errlen, "job create: invalid arguments");
@@ -299,7 +299,7 @@ int kiln_jobstore_job_create(struct kiln_jobstore *js, const char *spec, const c
 
 #define JOB_COLUMNS "id, spec, state, owner, error, progress, created_ms, started_ms, finished_ms"
 
-static int job_from_row(sqlite3_stmt *st, struct kiln_job *j)
+static int job_from_row(sqlite3_stmt *st, struct kd_job *j)
 {
     memset(j, 0, sizeof *j);
     j->id = sqlite3_column_int64(st, 0);
@@ -312,13 +312,13 @@ static int job_from_row(sqlite3_stmt *st, struct kiln_job *j)
     j->started_ms = sqlite3_column_int64(st, 7);
     j->finished_ms = sqlite3_column_int64(st, 8);
     if (!j->spec || !j->state || !j->owner) {
-        kiln_jobstore_job_clear(j);
+        kd_jobstore_job_clear(j);
         return -1;
     }
     return 0;
 }
 
-void kiln_jobstore_job_clear(struct kiln_job *j)
+void kd_jobstore_job_clear(struct kd_job *j)
 {
     if (!j)
         return;
@@ -329,14 +329,14 @@ void kiln_jobstore_job_clear(struct kiln_job *j)
     memset(j, 0, sizeof *j);
 }
 
-void kiln_jobstore_job_list_free(struct kiln_job *jobs, int n)
+void kd_jobstore_job_list_free(struct kd_job *jobs, int n)
 {
     for (int i = 0; jobs && i < n; i++)
-        kiln_jobstore_job_clear(&jobs[i]);
+        kd_jobstore_job_clear(&jobs[i]);
     free(jobs);
 }
 
-int kiln_jobstore_job_get(struct kiln_jobstore *js, int64_t id, struct kiln_job *out, char *err, size_t errlen)
+int kd_jobstore_job_get(struct kd_jobstore *js, int64_t id, struct kd_job *out, char *err, size_t errlen)
 {
     if (!js || !out)
         return seterr(err, errlen, "job get: invalid arguments");
@@ -349,15 +349,15 @@ int kiln_jobstore_job_get(struct kiln_jobstore *js, int64_t id, struct kiln_job 
     if (s == SQLITE_ROW)
         rc = job_from_row(st, out) == 0 ? 0 : seterr(err, errlen, "job get: out of memory");
     else if (s == SQLITE_DONE)
-        rc = (seterr(err, errlen, "job %lld not found", (long long)id), KILN_JOBSTORE_NOT_FOUND);
+        rc = (seterr(err, errlen, "job %lld not found", (long long)id), KD_JOBSTORE_NOT_FOUND);
     else
         rc = fail(js->db, "job get", err, errlen);
     sqlite3_finalize(st);
     return rc;
 }
 
-int kiln_jobstore_job_list(struct kiln_jobstore *js, const char *state, int64_t after_id, int limit,
-                           struct kiln_job **out, int *n, char *err, size_t errlen)
+int kd_jobstore_job_list(struct kd_jobstore *js, const char *state, int64_t after_id, int limit,
+                         struct kd_job **out, int *n, char *err, size_t errlen)
 {
     if (!js || !out || !n || limit < 1 || limit > 1000 || (state && !valid_state(state)))
         return seterr(err, errlen, "job list: invalid arguments (limit 1..1000, a known state)");
@@ -373,7 +373,7 @@ int kiln_jobstore_job_list(struct kiln_jobstore *js, const char *state, int64_t 
     if (state)
         sqlite3_bind_text(st, 2, state, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int(st, 3, limit);
-    struct kiln_job *jobs = calloc((size_t)limit, sizeof *jobs);
+    struct kd_job *jobs = calloc((size_t)limit, sizeof *jobs);
     int count = 0, rc = jobs ? 0 : seterr(err, errlen, "job list: out of memory"), s = SQLITE_DONE;
     while (rc == 0 && (s = sqlite3_step(st)) == SQLITE_ROW) {
         if (job_from_row(st, &jobs[count]) != 0)
@@ -385,7 +385,7 @@ int kiln_jobstore_job_list(struct kiln_jobstore *js, const char *state, int64_t 
         rc = fail(js->db, "job list", err, errlen);
     sqlite3_finalize(st);
     if (rc != 0) {
-        kiln_jobstore_job_list_free(jobs, count);
+        kd_jobstore_job_list_free(jobs, count);
         return rc;
     }
     *out = jobs;
@@ -394,7 +394,7 @@ int kiln_jobstore_job_list(struct kiln_jobstore *js, const char *state, int64_t 
 }
 
 /* Read a job's state inside the current transaction: 0, NOT_FOUND or -1. */
-static int current_state(struct kiln_jobstore *js, int64_t id, char *state, size_t len, char *err, size_t errlen)
+static int current_state(struct kd_jobstore *js, int64_t id, char *state, size_t len, char *err, size_t errlen)
 {
     sqlite3_stmt *st = prepare(js, "SELECT state FROM jobs WHERE id = ?", "job state", err, errlen);
     if (!st)
@@ -405,7 +405,7 @@ static int current_state(struct kiln_jobstore *js, int64_t id, char *state, size
         snprintf(state, len, "%s", (const char *)sqlite3_column_text(st, 0));
         rc = 0;
     } else if (s == SQLITE_DONE) {
-        rc = (seterr(err, errlen, "job %lld not found", (long long)id), KILN_JOBSTORE_NOT_FOUND);
+        rc = (seterr(err, errlen, "job %lld not found", (long long)id), KD_JOBSTORE_NOT_FOUND);
     } else {
         rc = fail(js->db, "job state", err, errlen);
     }
@@ -413,15 +413,15 @@ static int current_state(struct kiln_jobstore *js, int64_t id, char *state, size
     return rc;
 }
 
-/* The state change of kiln_jobstore_job_set_state, inside a transaction the caller holds. */
-static int set_state_in(struct kiln_jobstore *js, int64_t id, const char *state, const char *error, char *err,
+/* The state change of kd_jobstore_job_set_state, inside a transaction the caller holds. */
+static int set_state_in(struct kd_jobstore *js, int64_t id, const char *state, const char *error, char *err,
                         size_t errlen)
 {
     char cur[32];
     int rc = current_state(js, id, cur, sizeof cur, err, errlen);
     if (rc == 0 && final_state(cur) && strcmp(cur, state) != 0)
         rc = seterr(err, errlen, "job %lld is %s, which is final: cannot become %s", (long long)id, cur, state);
-    if (rc == 0 && strcmp(state, KILN_JOB_QUEUED) == 0 && strcmp(cur, KILN_JOB_QUEUED) != 0)
+    if (rc == 0 && strcmp(state, KD_JOB_QUEUED) == 0 && strcmp(cur, KD_JOB_QUEUED) != 0)
         rc = seterr(err, errlen, "job %lld is %s: cannot go back to queued", (long long)id, cur);
     if (rc == 0) {
         sqlite3_stmt *st = prepare(js,
@@ -447,7 +447,7 @@ static int set_state_in(struct kiln_jobstore *js, int64_t id, const char *state,
     return rc;
 }
 
-static int check_state_arg(const struct kiln_jobstore *js, int64_t id, const char *state, char *err, size_t errlen)
+static int check_state_arg(const struct kd_jobstore *js, int64_t id, const char *state, char *err, size_t errlen)
 {
     /* NULL is answered on its own so the compiler can see state is non-NULL below */
     if (!state)
@@ -457,15 +457,15 @@ static int check_state_arg(const struct kiln_jobstore *js, int64_t id, const cha
     return 0;
 }
 
-int kiln_jobstore_job_set_state(struct kiln_jobstore *js, int64_t id, const char *state, const char *error,
-                                char *err, size_t errlen)
+int kd_jobstore_job_set_state(struct kd_jobstore *js, int64_t id, const char *state, const char *error,
+                              char *err, size_t errlen)
 {
     if (check_state_arg(js, id, state, err, errlen) != 0 || begin(js, "job set state", err, errlen) != 0)
         return -1;
     return finish(js, set_state_in(js, id, state, error, err, errlen), "job set state", err, errlen);
 }
 
-int kiln_jobstore_job_requeue(struct kiln_jobstore *js, int64_t id, char *err, size_t errlen)
+int kd_jobstore_job_requeue(struct kd_jobstore *js, int64_t id, char *err, size_t errlen)
 {
     if (!js)
         return seterr(err, errlen, "job %lld: no store", (long long)id);
@@ -478,12 +478,12 @@ int kiln_jobstore_job_requeue(struct kiln_jobstore *js, int64_t id, char *err, s
     sqlite3_bind_int64(st, 1, id);
     int rc = run(js, st, "job requeue", err, errlen);
     if (rc == 0 && sqlite3_changes(js->db) == 0)
-        rc = (seterr(err, errlen, "job %lld is not running", (long long)id), KILN_JOBSTORE_NOT_FOUND);
+        rc = (seterr(err, errlen, "job %lld is not running", (long long)id), KD_JOBSTORE_NOT_FOUND);
     return rc;
 }
 
-int kiln_jobstore_job_set_progress(struct kiln_jobstore *js, int64_t id, double progress, char *err,
-                                   size_t errlen)
+int kd_jobstore_job_set_progress(struct kd_jobstore *js, int64_t id, double progress, char *err,
+                                 size_t errlen)
 {
     if (!js || !(progress >= 0.0 && progress <= 1.0))
         return seterr(err, errlen, "job %lld: progress must be within 0..1", (long long)id);
@@ -495,12 +495,12 @@ int kiln_jobstore_job_set_progress(struct kiln_jobstore *js, int64_t id, double 
     /* A single statement is its own transaction. */
     int rc = run(js, st, "job progress", err, errlen);
     if (rc == 0 && sqlite3_changes(js->db) == 0)
-        rc = (seterr(err, errlen, "job %lld not found", (long long)id), KILN_JOBSTORE_NOT_FOUND);
+        rc = (seterr(err, errlen, "job %lld not found", (long long)id), KD_JOBSTORE_NOT_FOUND);
     return rc;
 }
 
-/* The insert of kiln_jobstore_event_append, inside a transaction the caller holds. */
-static int append_event_in(struct kiln_jobstore *js, int64_t job_id, const char *type, const char *payload,
+/* The insert of kd_jobstore_event_append, inside a transaction the caller holds. */
+static int append_event_in(struct kd_jobstore *js, int64_t job_id, const char *type, const char *payload,
                            int64_t *seq, char *err, size_t errlen)
 {
     char cur[32];
@@ -534,8 +534,8 @@ static int append_event_in(struct kiln_jobstore *js, int64_t job_id, const char 
     return rc;
 }
 
-int kiln_jobstore_event_append(struct kiln_jobstore *js, int64_t job_id, const char *type, const char *payload,
-                               int64_t *seq, char *err, size_t errlen)
+int kd_jobstore_event_append(struct kd_jobstore *js, int64_t job_id, const char *type, const char *payload,
+                             int64_t *seq, char *err, size_t errlen)
 {
     if (!js || !type || !type[0])
         return seterr(err, errlen, "event append: invalid arguments");
@@ -544,8 +544,8 @@ int kiln_jobstore_event_append(struct kiln_jobstore *js, int64_t job_id, const c
     return finish(js, append_event_in(js, job_id, type, payload, seq, err, errlen), "event append", err, errlen);
 }
 
-int kiln_jobstore_job_transition(struct kiln_jobstore *js, int64_t id, const char *state, const char *error,
-                                 const char *payload, int64_t *seq, char *err, size_t errlen)
+int kd_jobstore_job_transition(struct kd_jobstore *js, int64_t id, const char *state, const char *error,
+                               const char *payload, int64_t *seq, char *err, size_t errlen)
 {
     if (check_state_arg(js, id, state, err, errlen) != 0 || begin(js, "job transition", err, errlen) != 0)
         return -1;
@@ -555,7 +555,7 @@ int kiln_jobstore_job_transition(struct kiln_jobstore *js, int64_t id, const cha
     return finish(js, rc, "job transition", err, errlen);
 }
 
-void kiln_jobstore_events_free(struct kiln_job_event *events, int n)
+void kd_jobstore_events_free(struct kd_job_event *events, int n)
 {
     for (int i = 0; events && i < n; i++) {
         free(events[i].type);
@@ -564,8 +564,8 @@ void kiln_jobstore_events_free(struct kiln_job_event *events, int n)
     free(events);
 }
 
-int kiln_jobstore_events_since(struct kiln_jobstore *js, int64_t job_id, int64_t after_seq, int limit,
-                               struct kiln_job_event **out, int *n, char *err, size_t errlen)
+int kd_jobstore_events_since(struct kd_jobstore *js, int64_t job_id, int64_t after_seq, int limit,
+                             struct kd_job_event **out, int *n, char *err, size_t errlen)
 {
     if (!js || !out || !n || limit < 1 || limit > 10000)
         return seterr(err, errlen, "events since: invalid arguments (limit 1..10000)");
@@ -580,10 +580,10 @@ int kiln_jobstore_events_since(struct kiln_jobstore *js, int64_t job_id, int64_t
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_int64(st, 2, after_seq);
     sqlite3_bind_int(st, 3, limit);
-    struct kiln_job_event *ev = calloc((size_t)limit, sizeof *ev);
+    struct kd_job_event *ev = calloc((size_t)limit, sizeof *ev);
     int count = 0, rc = ev ? 0 : seterr(err, errlen, "events since: out of memory"), s = SQLITE_DONE;
     while (rc == 0 && (s = sqlite3_step(st)) == SQLITE_ROW) {
-        struct kiln_job_event *e = &ev[count++];
+        struct kd_job_event *e = &ev[count++];
         e->job_id = sqlite3_column_int64(st, 0);
         e->seq = sqlite3_column_int64(st, 1);
         e->time_ms = sqlite3_column_int64(st, 2);
@@ -596,7 +596,7 @@ int kiln_jobstore_events_since(struct kiln_jobstore *js, int64_t job_id, int64_t
         rc = fail(js->db, "events since", err, errlen);
     sqlite3_finalize(st);
     if (rc != 0) {
-        kiln_jobstore_events_free(ev, count);
+        kd_jobstore_events_free(ev, count);
         return rc;
     }
     *out = ev;
@@ -604,8 +604,8 @@ int kiln_jobstore_events_since(struct kiln_jobstore *js, int64_t job_id, int64_t
     return 0;
 }
 
-int kiln_jobstore_metrics_append(struct kiln_jobstore *js, int64_t job_id, int n, const struct kiln_job_metric *m,
-                                 char *err, size_t errlen)
+int kd_jobstore_metrics_append(struct kd_jobstore *js, int64_t job_id, int n, const struct kd_job_metric *m,
+                               char *err, size_t errlen)
 {
     if (!js || n < 0 || (n > 0 && !m))
         return seterr(err, errlen, "metrics append: invalid arguments");
@@ -637,8 +637,8 @@ int kiln_jobstore_metrics_append(struct kiln_jobstore *js, int64_t job_id, int n
     return finish(js, rc, "metrics append", err, errlen);
 }
 
-int kiln_jobstore_checkpoint_add(struct kiln_jobstore *js, int64_t job_id, const char *path, int64_t step,
-                                 double metric, char *err, size_t errlen)
+int kd_jobstore_checkpoint_add(struct kd_jobstore *js, int64_t job_id, const char *path, int64_t step,
+                               double metric, char *err, size_t errlen)
 {
     if (!js || !path || !path[0] || step < 0)
         return seterr(err, errlen, "checkpoint add: invalid arguments");
@@ -662,7 +662,7 @@ int kiln_jobstore_checkpoint_add(struct kiln_jobstore *js, int64_t job_id, const
 }
 
 /* The registry row; replace: a row already there for (name, version) is replaced, not refused. */
-static int model_register_in(struct kiln_jobstore *js, const char *name, int64_t version, int64_t source_job,
+static int model_register_in(struct kd_jobstore *js, const char *name, int64_t version, int64_t source_job,
                              const char *metrics, bool replace, char *err, size_t errlen)
 {
     if (!js || !name || !name[0] || version < 1)
@@ -684,15 +684,15 @@ static int model_register_in(struct kiln_jobstore *js, const char *name, int64_t
     return run(js, st, "model register", err, errlen);
 }
 
-int kiln_jobstore_model_register(struct kiln_jobstore *js, const char *name, int64_t version, int64_t source_job,
-                                 const char *metrics, char *err, size_t errlen)
+int kd_jobstore_model_register(struct kd_jobstore *js, const char *name, int64_t version, int64_t source_job,
+                               const char *metrics, char *err, size_t errlen)
 {
     return model_register_in(js, name, version, source_job, metrics, false, err, errlen);
 }
 
-int kiln_jobstore_job_succeed_with_model(struct kiln_jobstore *js, int64_t id, const char *name, int64_t version,
-                                         const char *metrics, const char *model_payload, const char *state_payload,
-                                         char *err, size_t errlen)
+int kd_jobstore_job_succeed_with_model(struct kd_jobstore *js, int64_t id, const char *name, int64_t version,
+                                       const char *metrics, const char *model_payload, const char *state_payload,
+                                       char *err, size_t errlen)
 {
     if (!js || begin(js, "job succeed", err, errlen) != 0)
         return js ? -1 : seterr(err, errlen, "job %lld: no store", (long long)id);
@@ -705,7 +705,7 @@ int kiln_jobstore_job_succeed_with_model(struct kiln_jobstore *js, int64_t id, c
     if (rc == 0)
         rc = append_event_in(js, id, "model", model_payload, NULL, err, errlen);
     if (rc == 0)
-        rc = set_state_in(js, id, KILN_JOB_SUCCEEDED, NULL, err, errlen);
+        rc = set_state_in(js, id, KD_JOB_SUCCEEDED, NULL, err, errlen);
     if (rc == 0)
         rc = append_event_in(js, id, "state", state_payload, NULL, err, errlen);
     return finish(js, rc, "job succeed", err, errlen);

@@ -7,49 +7,49 @@
  *
  * Thread affinity: one thread uses a store at a time (kilnd's jobs service serializes its calls
  * under one mutex, store_mu in api/jobs-impl.h).
- * Errors: functions return 0, or -1 with a message in err (KILN_JOBSTORE_NOT_FOUND where
+ * Errors: functions return 0, or -1 with a message in err (KD_JOBSTORE_NOT_FOUND where
  * said); err may be NULL when the caller does not want the text.
  *
- *     struct kiln_jobstore *js;
+ *     struct kd_jobstore *js;
  *     char err[256];
- *     if (kiln_jobstore_open(&js, "var/kiln.db", err, sizeof err) != 0) fail(err);
+ *     if (kd_jobstore_open(&js, "var/kiln.db", err, sizeof err) != 0) fail(err);
  *     int64_t id, seq;
- *     kiln_jobstore_job_create(js, "{\"model\":\"mlp\"}", "alice", &id, err, sizeof err);
- *     kiln_jobstore_job_set_state(js, id, "running", NULL, err, sizeof err);
- *     kiln_jobstore_event_append(js, id, "epoch", "{\"epoch\":1}", &seq, err, sizeof err);
- *     struct kiln_job *jobs; int n;
- *     kiln_jobstore_job_list(js, "running", 0, 50, &jobs, &n, err, sizeof err);  // page 1
- *     kiln_jobstore_job_list_free(jobs, n);
- *     kiln_jobstore_close(js);
+ *     kd_jobstore_job_create(js, "{\"model\":\"mlp\"}", "alice", &id, err, sizeof err);
+ *     kd_jobstore_job_set_state(js, id, "running", NULL, err, sizeof err);
+ *     kd_jobstore_event_append(js, id, "epoch", "{\"epoch\":1}", &seq, err, sizeof err);
+ *     struct kd_job *jobs; int n;
+ *     kd_jobstore_job_list(js, "running", 0, 50, &jobs, &n, err, sizeof err);  // page 1
+ *     kd_jobstore_job_list_free(jobs, n);
+ *     kd_jobstore_close(js);
  */
-#ifndef KILN_STORAGE_JOBSTORE_H
-#define KILN_STORAGE_JOBSTORE_H
+#ifndef KD_CATALOG_JOBSTORE_H
+#define KD_CATALOG_JOBSTORE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-struct kiln_jobstore;
+struct kd_jobstore;
 
 /* Creates the file when missing. A file from a newer kiln (higher schema version) is refused. */
-int kiln_jobstore_open(struct kiln_jobstore **out, const char *path, char *err, size_t errlen);
-int kiln_jobstore_schema_version(const struct kiln_jobstore *js);
+int kd_jobstore_open(struct kd_jobstore **out, const char *path, char *err, size_t errlen);
+int kd_jobstore_schema_version(const struct kd_jobstore *js);
 /* The newest schema version this build knows. */
-int kiln_jobstore_latest_version(void);
-void kiln_jobstore_close(struct kiln_jobstore *js);
+int kd_jobstore_latest_version(void);
+void kd_jobstore_close(struct kd_jobstore *js);
 
 /* Returned by get/update calls when the job id does not exist. */
-#define KILN_JOBSTORE_NOT_FOUND 1
+#define KD_JOBSTORE_NOT_FOUND 1
 
 /* Job states. "queued" -> "running" -> one of the three final states ("cancelled" also from
  * "queued"). A final state is never left. */
-#define KILN_JOB_QUEUED "queued"
-#define KILN_JOB_RUNNING "running"
-#define KILN_JOB_SUCCEEDED "succeeded"
-#define KILN_JOB_FAILED "failed"
-#define KILN_JOB_CANCELLED "cancelled"
+#define KD_JOB_QUEUED "queued"
+#define KD_JOB_RUNNING "running"
+#define KD_JOB_SUCCEEDED "succeeded"
+#define KD_JOB_FAILED "failed"
+#define KD_JOB_CANCELLED "cancelled"
 
-/* A job row; strings are malloc'd (free with kiln_jobstore_job_clear). Times: Unix ms, 0 = not yet. */
-struct kiln_job {
+/* A job row; strings are malloc'd (free with kd_jobstore_job_clear). Times: Unix ms, 0 = not yet. */
+struct kd_job {
     int64_t id;
     char *spec;      /* JSON as submitted */
     char *state;
@@ -59,73 +59,73 @@ struct kiln_job {
     int64_t created_ms, started_ms, finished_ms;
 };
 
-struct kiln_job_event {
+struct kd_job_event {
     int64_t job_id, seq, time_ms;
     char *type;
     char *payload;   /* JSON */
 };
 
-struct kiln_job_metric {
+struct kd_job_metric {
     int64_t step, epoch;
     const char *name;
     double value;
 };
 
 /* spec must be valid JSON; owner may be NULL. The new job is queued; *id receives its id. */
-int kiln_jobstore_job_create(struct kiln_jobstore *js, const char *spec, const char *owner, int64_t *id,
-                             char *err, size_t errlen);
-int kiln_jobstore_job_get(struct kiln_jobstore *js, int64_t id, struct kiln_job *out, char *err, size_t errlen);
+int kd_jobstore_job_create(struct kd_jobstore *js, const char *spec, const char *owner, int64_t *id,
+                           char *err, size_t errlen);
+int kd_jobstore_job_get(struct kd_jobstore *js, int64_t id, struct kd_job *out, char *err, size_t errlen);
 /*
  * Jobs with id > after_id (0 for the first page), oldest first, at most limit (1..1000); state
  * NULL for any. The next page starts after the last id returned (keyset pagination, stable
  * while jobs are added).
  */
-int kiln_jobstore_job_list(struct kiln_jobstore *js, const char *state, int64_t after_id, int limit,
-                           struct kiln_job **out, int *n, char *err, size_t errlen);
+int kd_jobstore_job_list(struct kd_jobstore *js, const char *state, int64_t after_id, int limit,
+                         struct kd_job **out, int *n, char *err, size_t errlen);
 /* Move a job to state (error: a message kept with it, or NULL). Sets started/finished times. */
-int kiln_jobstore_job_set_state(struct kiln_jobstore *js, int64_t id, const char *state, const char *error,
-                                char *err, size_t errlen);
+int kd_jobstore_job_set_state(struct kd_jobstore *js, int64_t id, const char *state, const char *error,
+                              char *err, size_t errlen);
 /*
- * kiln_jobstore_job_set_state and the append of its "state" event (payload JSON; its seq in *seq
+ * kd_jobstore_job_set_state and the append of its "state" event (payload JSON; its seq in *seq
  * when seq is not NULL) in one transaction: a reader sees both or neither, so a job that reads
  * final has its final event stored, whatever instant the process dies at.
  */
-int kiln_jobstore_job_transition(struct kiln_jobstore *js, int64_t id, const char *state, const char *error,
-                                 const char *payload, int64_t *seq, char *err, size_t errlen);
+int kd_jobstore_job_transition(struct kd_jobstore *js, int64_t id, const char *state, const char *error,
+                               const char *payload, int64_t *seq, char *err, size_t errlen);
 /*
  * A job that produced a model version becomes succeeded in one transaction: the registry row for
  * (name, version) from source_job id with metrics (JSON or NULL; replacing the row an earlier try
  * of the same job left), a "model" event (model_payload), the state and its "state" event
  * (state_payload). A reader sees the job succeeded only with its model recorded. A job already
- * in a final state is refused (-1), a missing one is KILN_JOBSTORE_NOT_FOUND.
+ * in a final state is refused (-1), a missing one is KD_JOBSTORE_NOT_FOUND.
  */
-int kiln_jobstore_job_succeed_with_model(struct kiln_jobstore *js, int64_t id, const char *name, int64_t version,
-                                         const char *metrics, const char *model_payload, const char *state_payload,
-                                         char *err, size_t errlen);
+int kd_jobstore_job_succeed_with_model(struct kd_jobstore *js, int64_t id, const char *name, int64_t version,
+                                       const char *metrics, const char *model_payload, const char *state_payload,
+                                       char *err, size_t errlen);
 /* A job that was running when its process died goes back to queued (only from running;
- * KILN_JOBSTORE_NOT_FOUND when the job is missing or in another state). */
-int kiln_jobstore_job_requeue(struct kiln_jobstore *js, int64_t id, char *err, size_t errlen);
-int kiln_jobstore_job_set_progress(struct kiln_jobstore *js, int64_t id, double progress, char *err,
-                                   size_t errlen);
-void kiln_jobstore_job_clear(struct kiln_job *job);
-void kiln_jobstore_job_list_free(struct kiln_job *jobs, int n);
+ * KD_JOBSTORE_NOT_FOUND when the job is missing or in another state). */
+int kd_jobstore_job_requeue(struct kd_jobstore *js, int64_t id, char *err, size_t errlen);
+int kd_jobstore_job_set_progress(struct kd_jobstore *js, int64_t id, double progress, char *err,
+                                 size_t errlen);
+void kd_jobstore_job_clear(struct kd_job *job);
+void kd_jobstore_job_list_free(struct kd_job *jobs, int n);
 
 /* Append an event (payload JSON) with the job's next sequence number (from 1), returned in *seq. */
-int kiln_jobstore_event_append(struct kiln_jobstore *js, int64_t job_id, const char *type, const char *payload,
-                               int64_t *seq, char *err, size_t errlen);
+int kd_jobstore_event_append(struct kd_jobstore *js, int64_t job_id, const char *type, const char *payload,
+                             int64_t *seq, char *err, size_t errlen);
 /* Events with seq > after_seq, in order, at most limit (1..10000). */
-int kiln_jobstore_events_since(struct kiln_jobstore *js, int64_t job_id, int64_t after_seq, int limit,
-                               struct kiln_job_event **out, int *n, char *err, size_t errlen);
-void kiln_jobstore_events_free(struct kiln_job_event *events, int n);
+int kd_jobstore_events_since(struct kd_jobstore *js, int64_t job_id, int64_t after_seq, int limit,
+                             struct kd_job_event **out, int *n, char *err, size_t errlen);
+void kd_jobstore_events_free(struct kd_job_event *events, int n);
 
 /* Append n metric points in one transaction. */
-int kiln_jobstore_metrics_append(struct kiln_jobstore *js, int64_t job_id, int n, const struct kiln_job_metric *m,
-                                 char *err, size_t errlen);
+int kd_jobstore_metrics_append(struct kd_jobstore *js, int64_t job_id, int n, const struct kd_job_metric *m,
+                               char *err, size_t errlen);
 /* Index a checkpoint folder written for a job (metric: NAN when none). Re-adding a path updates it. */
-int kiln_jobstore_checkpoint_add(struct kiln_jobstore *js, int64_t job_id, const char *path, int64_t step,
-                                 double metric, char *err, size_t errlen);
+int kd_jobstore_checkpoint_add(struct kd_jobstore *js, int64_t job_id, const char *path, int64_t step,
+                               double metric, char *err, size_t errlen);
 /* Record a model version in the registry (source_job 0 when not from a job; metrics JSON or NULL). */
-int kiln_jobstore_model_register(struct kiln_jobstore *js, const char *name, int64_t version, int64_t source_job,
-                                 const char *metrics, char *err, size_t errlen);
+int kd_jobstore_model_register(struct kd_jobstore *js, const char *name, int64_t version, int64_t source_job,
+                               const char *metrics, char *err, size_t errlen);
 
-#endif /* KILN_STORAGE_JOBSTORE_H */
+#endif /* KD_CATALOG_JOBSTORE_H */

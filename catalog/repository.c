@@ -26,18 +26,18 @@
 
 #define CONFIG_MAX (1u << 20)
 
-struct kiln_repository {
+struct kd_repository {
     char *root; /* resolved */
     int count;
-    kiln_model_info *models;
+    kd_model_info *models;
 };
 
 static const char *const datatypes[] = {"BOOL", "UINT8", "INT32", "INT64", "FP16", "BF16", "FP32", "FP64"};
 
-bool kiln_repository_name_valid(const char *name)
+bool kd_repository_name_valid(const char *name)
 {
     size_t len = name ? strlen(name) : 0;
-    if (len == 0 || len > KILN_MODEL_NAME_MAX || name[0] == '.' || strstr(name, ".."))
+    if (len == 0 || len > KD_MODEL_NAME_MAX || name[0] == '.' || strstr(name, ".."))
         return false;
     for (size_t i = 0; i < len; i++) {
         char c = name[i];
@@ -73,7 +73,7 @@ static char *join(const char *a, const char *b)
 }
 
 /* realpath(path) when it lies under root (or is root); NULL otherwise, with why set. */
-static char *confined(const kiln_repository *repo, const char *path, const char **why)
+static char *confined(const kd_repository *repo, const char *path, const char **why)
 {
     char *real = realpath(path, NULL);
     if (!real) {
@@ -89,7 +89,7 @@ static char *confined(const kiln_repository *repo, const char *path, const char 
     return real;
 }
 
-static void config_free(kiln_model_config *c)
+static void config_free(kd_model_config *c)
 {
     for (int i = 0; i < c->ninputs; i++) {
         free(c->inputs[i].name);
@@ -115,7 +115,7 @@ static bool json_int(const cJSON *j, int64_t lo, int64_t hi, int64_t *out)
     return true;
 }
 
-static int parse_tensors(const cJSON *arr, const char *key, kiln_model_tensor_spec **out, int *n, bool optional,
+static int parse_tensors(const cJSON *arr, const char *key, kd_model_tensor_spec **out, int *n, bool optional,
                          char *why, size_t wl)
 {
     if (!arr && optional)
@@ -142,7 +142,7 @@ static int parse_tensors(const cJSON *arr, const char *key, kiln_model_tensor_sp
         if (!known)
             return snprintf(why, wl, "config.json: %s '%.64s' has unknown datatype '%.16s'", key,
                             name->valuestring, dt->valuestring), -1;
-        kiln_model_tensor_spec *s = &(*out)[i];
+        kd_model_tensor_spec *s = &(*out)[i];
         s->ndim = cJSON_GetArraySize(shape);
         for (int d = 0; d < s->ndim; d++)
             if (!json_int(cJSON_GetArrayItem(shape, d), -1, INT64_C(1) << 40, &s->shape[d]) || s->shape[d] == 0)
@@ -160,7 +160,7 @@ static int parse_tensors(const cJSON *arr, const char *key, kiln_model_tensor_sp
  * Parse and check config.json text into c; why receives the reason on failure. io_optional: the
  * inputs and outputs may be left out (an ONNX graph declares its own; the server reads them at load).
  */
-static int parse_config(const char *text, kiln_model_config *c, bool io_optional, char *why, size_t wl)
+static int parse_config(const char *text, kd_model_config *c, bool io_optional, char *why, size_t wl)
 {
     memset(c, 0, sizeof *c);
     cJSON *j = cJSON_Parse(text);
@@ -212,7 +212,7 @@ static int parse_config(const char *text, kiln_model_config *c, bool io_optional
         goto out;
     }
     c->instance_count = ic ? (int)v : 1;
-    c->policy = KILN_VERSION_LATEST;
+    c->policy = KD_VERSION_LATEST;
     c->latest_n = 1;
     const cJSON *vp = cJSON_GetObjectItemCaseSensitive(j, "version_policy");
     if (vp) {
@@ -222,10 +222,10 @@ static int parse_config(const char *text, kiln_model_config *c, bool io_optional
         if (latest && json_int(cJSON_GetObjectItemCaseSensitive(latest, "num_versions"), 1, 1 << 20, &v)) {
             c->latest_n = (int)v;
         } else if (all) {
-            c->policy = KILN_VERSION_ALL;
+            c->policy = KD_VERSION_ALL;
         } else if (spec && cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(spec, "versions"))) {
             const cJSON *vs = cJSON_GetObjectItemCaseSensitive(spec, "versions");
-            c->policy = KILN_VERSION_SPECIFIC;
+            c->policy = KD_VERSION_SPECIFIC;
             c->nspecific = cJSON_GetArraySize(vs);
             c->specific = calloc((size_t)c->nspecific + 1, sizeof *c->specific);
             for (int i = 0; c->specific && i < c->nspecific; i++)
@@ -248,18 +248,18 @@ out:
 }
 
 /* Validate one version folder (real path already confined); fills v. */
-static void check_version(const kiln_repository *repo, kiln_model_version *v, const char *model_config)
+static void check_version(const kd_repository *repo, kd_model_version *v, const char *model_config)
 {
     char why[512] = "";
     const char *cwhy = NULL;
-    char *kiln_path = join(v->path, "model.kiln"), *onnx_path = join(v->path, "model.onnx");
+    char *kd_path = join(v->path, "model.kiln"), *onnx_path = join(v->path, "model.onnx");
     char *cfg_path = join(v->path, "config.json");
     struct stat sb;
     char *real = NULL, *text = NULL;
-    if (!kiln_path || !onnx_path || !cfg_path) {
+    if (!kd_path || !onnx_path || !cfg_path) {
         snprintf(why, sizeof why, "out of memory");
-    } else if (lstat(kiln_path, &sb) == 0) {
-        if (!(real = confined(repo, kiln_path, &cwhy)))
+    } else if (lstat(kd_path, &sb) == 0) {
+        if (!(real = confined(repo, kd_path, &cwhy)))
             snprintf(why, sizeof why, "model.kiln %s", cwhy);
         else {
             kiln_record *rec = kiln_record_open(real);
@@ -295,7 +295,7 @@ static void check_version(const kiln_repository *repo, kiln_model_version *v, co
     }
     free(real);
     free(text);
-    free(kiln_path);
+    free(kd_path);
     free(onnx_path);
     free(cfg_path);
     v->valid = !why[0];
@@ -305,7 +305,7 @@ static void check_version(const kiln_repository *repo, kiln_model_version *v, co
     }
 }
 
-static void model_free(kiln_model_info *m)
+static void model_free(kd_model_info *m)
 {
     for (int i = 0; i < m->nversions; i++) {
         free(m->versions[i].path);
@@ -321,21 +321,21 @@ static void model_free(kiln_model_info *m)
 
 static int version_cmp(const void *a, const void *b)
 {
-    int64_t x = ((const kiln_model_version *)a)->version, y = ((const kiln_model_version *)b)->version;
+    int64_t x = ((const kd_model_version *)a)->version, y = ((const kd_model_version *)b)->version;
     return x < y ? -1 : x > y;
 }
 
-static void set_why(kiln_model_info *m, const char *why)
+static void set_why(kd_model_info *m, const char *why)
 {
     m->valid = false;
     free(m->why);
     m->why = strdup(why);
 }
 
-static void scan_model(const kiln_repository *repo, kiln_model_info *m)
+static void scan_model(const kd_repository *repo, kd_model_info *m)
 {
     const char *cwhy;
-    if (!kiln_repository_name_valid(m->name)) {
+    if (!kd_repository_name_valid(m->name)) {
         set_why(m, "invalid model name (allowed: A-Z a-z 0-9 _ . -, no leading dot, no '..')");
         return;
     }
@@ -375,12 +375,12 @@ static void scan_model(const kiln_repository *repo, kiln_model_info *m)
             continue; /* config.json, .tmp-add-*, notes: not versions */
         if (m->nversions == cap) {
             cap = cap ? cap * 2 : 8;
-            kiln_model_version *next = realloc(m->versions, (size_t)cap * sizeof *next);
+            kd_model_version *next = realloc(m->versions, (size_t)cap * sizeof *next);
             if (!next)
                 break;
             m->versions = next;
         }
-        kiln_model_version *v = &m->versions[m->nversions++];
+        kd_model_version *v = &m->versions[m->nversions++];
         memset(v, 0, sizeof *v);
         v->version = ver;
         char *p = join(m->path, de->d_name);
@@ -403,7 +403,7 @@ static void scan_model(const kiln_repository *repo, kiln_model_info *m)
     if (m->nversions > 1)
         qsort(m->versions, (size_t)m->nversions, sizeof *m->versions, version_cmp);
     /* The policy comes from the newest valid version's config (the model-level one when it has none). */
-    const kiln_model_config *pc = NULL;
+    const kd_model_config *pc = NULL;
     for (int i = m->nversions - 1; i >= 0 && !pc; i--)
         if (m->versions[i].valid)
             pc = &m->versions[i].config;
@@ -415,12 +415,12 @@ static void scan_model(const kiln_repository *repo, kiln_model_info *m)
     m->policy = pc->policy;
     int served = 0;
     for (int i = m->nversions - 1; i >= 0; i--) {
-        kiln_model_version *v = &m->versions[i];
+        kd_model_version *v = &m->versions[i];
         if (!v->valid)
             continue;
-        if (pc->policy == KILN_VERSION_ALL)
+        if (pc->policy == KD_VERSION_ALL)
             v->served = true;
-        else if (pc->policy == KILN_VERSION_LATEST)
+        else if (pc->policy == KD_VERSION_LATEST)
             v->served = served < pc->latest_n;
         else
             for (int k = 0; k < pc->nspecific; k++)
@@ -435,7 +435,7 @@ static void scan_model(const kiln_repository *repo, kiln_model_info *m)
     m->valid = true;
 }
 
-static void models_free(kiln_repository *repo)
+static void models_free(kd_repository *repo)
 {
     for (int i = 0; i < repo->count; i++)
         model_free(&repo->models[i]);
@@ -446,10 +446,10 @@ static void models_free(kiln_repository *repo)
 
 static int model_cmp(const void *a, const void *b)
 {
-    return strcmp(((const kiln_model_info *)a)->name, ((const kiln_model_info *)b)->name);
+    return strcmp(((const kd_model_info *)a)->name, ((const kd_model_info *)b)->name);
 }
 
-int kiln_repository_scan(kiln_repository *repo)
+int kd_repository_scan(kd_repository *repo)
 {
     models_free(repo);
     DIR *d = opendir(repo->root);
@@ -462,12 +462,12 @@ int kiln_repository_scan(kiln_repository *repo)
             continue; /* ".", "..", and hidden work folders are never models */
         if (repo->count == cap) {
             cap = cap ? cap * 2 : 16;
-            kiln_model_info *next = realloc(repo->models, (size_t)cap * sizeof *next);
+            kd_model_info *next = realloc(repo->models, (size_t)cap * sizeof *next);
             if (!next)
                 break;
             repo->models = next;
         }
-        kiln_model_info *m = &repo->models[repo->count++];
+        kd_model_info *m = &repo->models[repo->count++];
         memset(m, 0, sizeof *m);
         m->name = strdup(de->d_name);
         if (m->name)
@@ -481,25 +481,25 @@ int kiln_repository_scan(kiln_repository *repo)
     return 0;
 }
 
-kiln_repository *kiln_repository_open(const char *root)
+kd_repository *kd_repository_open(const char *root)
 {
     if (!root)
         return kiln__error_set("repository: NULL root"), NULL;
     if (mkdir(root, 0755) != 0 && errno != EEXIST)
         return kiln__error_set("repository '%s': %s", root, strerror(errno)), NULL;
-    kiln_repository *repo = calloc(1, sizeof *repo);
+    kd_repository *repo = calloc(1, sizeof *repo);
     if (!repo || !(repo->root = realpath(root, NULL))) {
         free(repo);
         return kiln__error_set("repository '%s': cannot resolve the folder", root), NULL;
     }
-    if (kiln_repository_scan(repo) != 0) {
-        kiln_repository_close(repo);
+    if (kd_repository_scan(repo) != 0) {
+        kd_repository_close(repo);
         return NULL;
     }
     return repo;
 }
 
-void kiln_repository_close(kiln_repository *repo)
+void kd_repository_close(kd_repository *repo)
 {
     if (!repo)
         return;
@@ -508,17 +508,17 @@ void kiln_repository_close(kiln_repository *repo)
     free(repo);
 }
 
-int kiln_repository_count(const kiln_repository *repo)
+int kd_repository_count(const kd_repository *repo)
 {
     return repo ? repo->count : 0;
 }
 
-const kiln_model_info *kiln_repository_model(const kiln_repository *repo, int i)
+const kd_model_info *kd_repository_model(const kd_repository *repo, int i)
 {
     return repo && i >= 0 && i < repo->count ? &repo->models[i] : NULL;
 }
 
-const kiln_model_info *kiln_repository_find(const kiln_repository *repo, const char *name)
+const kd_model_info *kd_repository_find(const kd_repository *repo, const char *name)
 {
     for (int i = 0; repo && name && i < repo->count; i++)
         if (strcmp(repo->models[i].name, name) == 0)
@@ -557,10 +557,10 @@ static int copy_files(const char *src, const char *dst)
     return rc;
 }
 
-int kiln_repository_add_version(kiln_repository *repo, const char *name, const char *src_dir, int64_t version,
-                                int64_t *out_version)
+int kd_repository_add_version(kd_repository *repo, const char *name, const char *src_dir, int64_t version,
+                              int64_t *out_version)
 {
-    if (!repo || !src_dir || !kiln_repository_name_valid(name) || version < 0)
+    if (!repo || !src_dir || !kd_repository_name_valid(name) || version < 0)
         return kiln__error_set("add version: invalid model name '%s' or version", name ? name : "(null)"),
                KILN_EINVAL;
     char *mdir = join(repo->root, name);
@@ -606,7 +606,7 @@ int kiln_repository_add_version(kiln_repository *repo, const char *name, const c
         char *mcfg_path = join(real, "config.json"), *mcfg = NULL;
         if (mcfg_path && lstat(mcfg_path, &sb) == 0)
             (void)kiln__read_file(mcfg_path, CONFIG_MAX, &mcfg, NULL);
-        kiln_model_version v = {.version = version, .path = tmp};
+        kd_model_version v = {.version = version, .path = tmp};
         check_version(repo, &v, mcfg);
         if (!v.valid)
             rc = (kiln__error_set("add version: %s version %" PRId64 " is invalid: %s", name, version, v.why),
@@ -629,12 +629,12 @@ int kiln_repository_add_version(kiln_repository *repo, const char *name, const c
     free(tmp);
     free(final);
     free(real);
-    return rc == 0 ? kiln_repository_scan(repo) : rc;
+    return rc == 0 ? kd_repository_scan(repo) : rc;
 }
 
-int kiln_repository_remove_version(kiln_repository *repo, const char *name, int64_t version)
+int kd_repository_remove_version(kd_repository *repo, const char *name, int64_t version)
 {
-    if (!repo || !kiln_repository_name_valid(name) || version < 1)
+    if (!repo || !kd_repository_name_valid(name) || version < 1)
         return kiln__error_set("remove version: invalid model name or version"), KILN_EINVAL;
     char vname[24];
     snprintf(vname, sizeof vname, "%s/%" PRId64, name, version);
@@ -667,15 +667,15 @@ int kiln_repository_remove_version(kiln_repository *repo, const char *name, int6
     }
     free(parent);
     free(real);
-    return rc == 0 ? kiln_repository_scan(repo) : rc;
+    return rc == 0 ? kd_repository_scan(repo) : rc;
 }
 
 /* ------------------------------------------------------------------ provenance */
 
 /* True when the version folder's source.json (confined, bounded) names source; its text in *json. */
-static bool version_from(const kiln_repository *repo, const kiln_model_version *v, const char *source, char **json)
+static bool version_from(const kd_repository *repo, const kd_model_version *v, const char *source, char **json)
 {
-    char *path = join(v->path, KILN_REPOSITORY_SOURCE_FILE), *real = NULL, *text = NULL;
+    char *path = join(v->path, KD_REPOSITORY_SOURCE_FILE), *real = NULL, *text = NULL;
     const char *cwhy;
     struct stat sb;
     bool match = false;
@@ -696,14 +696,14 @@ static bool version_from(const kiln_repository *repo, const kiln_model_version *
     return match;
 }
 
-int64_t kiln_repository_find_source(const kiln_repository *repo, const char *name, const char *source, char **json)
+int64_t kd_repository_find_source(const kd_repository *repo, const char *name, const char *source, char **json)
 {
     if (json)
         *json = NULL;
-    if (!repo || !source || !kiln_repository_name_valid(name))
+    if (!repo || !source || !kd_repository_name_valid(name))
         return kiln__error_set("find source: invalid model name '%s' or no source", name ? name : "(null)"),
                KILN_EINVAL;
-    const kiln_model_info *m = kiln_repository_find(repo, name);
+    const kd_model_info *m = kd_repository_find(repo, name);
     for (int i = m ? m->nversions - 1 : -1; i >= 0; i--)
         if (m->versions[i].path && version_from(repo, &m->versions[i], source, json))
             return m->versions[i].version;

@@ -1,16 +1,16 @@
 /*
  * catalog/repository.h — kilnd's model repository: <data_dir>/models/<name>/<version>/.
  *
- *     kiln_repository *repo = kiln_repository_open("var/models");
- *     for (int i = 0; i < kiln_repository_count(repo); i++) {
- *         const kiln_model_info *m = kiln_repository_model(repo, i);
+ *     kd_repository *repo = kd_repository_open("var/models");
+ *     for (int i = 0; i < kd_repository_count(repo); i++) {
+ *         const kd_model_info *m = kd_repository_model(repo, i);
  *         if (!m->valid) { log("%s: %s", m->name, m->why); continue; }
  *         for (int v = 0; v < m->nversions; v++)
  *             if (m->versions[v].served) load(m->versions[v].path, &m->versions[v].config);
  *     }
  *     int64_t v;
- *     kiln_repository_add_version(repo, "resnet", "/incoming/resnet", 0, &v); // next version
- *     kiln_repository_close(repo);
+ *     kd_repository_add_version(repo, "resnet", "/incoming/resnet", 0, &v); // next version
+ *     kd_repository_close(repo);
  *
  * Layout: a folder per model (name: [A-Za-z0-9_.-], at most 128 characters, no leading dot,
  * no ".."), in it a folder per version (a positive integer without leading zeros) holding
@@ -22,11 +22,11 @@
  * and why not. Every path is resolved with realpath and must stay under the repository
  * root, so a symlink cannot lead outside it. Adding a version copies the files into a
  * temporary folder, validates it, fsyncs and renames it into place. A version may carry a
- * source.json naming what produced it (a training job writes one); kiln_repository_find_source
+ * source.json naming what produced it (a training job writes one); kd_repository_find_source
  * looks a version up by it.
  */
-#ifndef KILN_CATALOG_REPOSITORY_H
-#define KILN_CATALOG_REPOSITORY_H
+#ifndef KD_CATALOG_REPOSITORY_H
+#define KD_CATALOG_REPOSITORY_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -37,82 +37,82 @@
 extern "C" {
 #endif
 
-#define KILN_MODEL_NAME_MAX 128
+#define KD_MODEL_NAME_MAX 128
 
 /** One input or output: name, KServe datatype ("FP32", "INT64", ...), shape (-1 = dynamic). */
-typedef struct kiln_model_tensor_spec {
+typedef struct kd_model_tensor_spec {
     char *name;
     char *datatype;
     int ndim;
     int64_t shape[KILN_MAX_DIMS];
-} kiln_model_tensor_spec;
+} kd_model_tensor_spec;
 
-typedef enum kiln_version_policy {
-    KILN_VERSION_LATEST = 0, /* the latest_n highest valid versions (default 1) */
-    KILN_VERSION_ALL,
-    KILN_VERSION_SPECIFIC,   /* the listed versions that are valid */
-} kiln_version_policy;
+typedef enum kd_version_policy {
+    KD_VERSION_LATEST = 0, /* the latest_n highest valid versions (default 1) */
+    KD_VERSION_ALL,
+    KD_VERSION_SPECIFIC,   /* the listed versions that are valid */
+} kd_version_policy;
 
-typedef struct kiln_model_config {
+typedef struct kd_model_config {
     int ninputs, noutputs;
-    kiln_model_tensor_spec *inputs, *outputs;
+    kd_model_tensor_spec *inputs, *outputs;
     int max_batch_size;               /* 0: the model does not batch */
     int64_t max_queue_delay_us;       /* dynamic batching: longest wait to fill a batch */
     int npreferred;
     int64_t preferred_batch_sizes[16];
     char *device;                     /* "cpu" by default */
     int instance_count;               /* >= 1 */
-    kiln_version_policy policy;
+    kd_version_policy policy;
     int latest_n;
     int nspecific;
     int64_t *specific;
-} kiln_model_config;
+} kd_model_config;
 
-typedef struct kiln_model_version {
+typedef struct kd_model_version {
     int64_t version;
     char *path;           /* resolved folder */
     const char *format;   /* "kiln" or "onnx"; NULL when invalid */
     bool valid;
     char *why;            /* reason when not valid */
     bool served;          /* chosen by the version policy */
-    kiln_model_config config;
-} kiln_model_version;
+    kd_model_config config;
+} kd_model_version;
 
-typedef struct kiln_model_info {
+typedef struct kd_model_info {
     char *name;
     char *path;
     bool valid;           /* at least one valid version and a valid policy */
     char *why;
-    kiln_version_policy policy;
+    kd_version_policy policy;
     int nversions;        /* every version folder found, ascending */
-    kiln_model_version *versions;
-} kiln_model_info;
+    kd_model_version *versions;
+} kd_model_info;
 
-typedef struct kiln_repository kiln_repository;
+typedef struct kd_repository kd_repository;
 
 /** Open (creating the folder when missing) and scan. NULL plus kiln_error() on failure. */
-kiln_repository *kiln_repository_open(const char *root);
-void kiln_repository_close(kiln_repository *repo);
+kd_repository *kd_repository_open(const char *root);
+void kd_repository_close(kd_repository *repo);
 /** Re-read the folder. 0, or negative when the root itself cannot be read. */
-int kiln_repository_scan(kiln_repository *repo);
-int kiln_repository_count(const kiln_repository *repo);
+int kd_repository_scan(kd_repository *repo);
+int kd_repository_count(const kd_repository *repo);
 /** Models in name order; valid until the next scan, add or remove. */
-const kiln_model_info *kiln_repository_model(const kiln_repository *repo, int i);
-const kiln_model_info *kiln_repository_find(const kiln_repository *repo, const char *name);
+const kd_model_info *kd_repository_model(const kd_repository *repo, int i);
+const kd_model_info *kd_repository_find(const kd_repository *repo, const char *name);
 /** True for a name that may come from outside ([A-Za-z0-9_.-], no leading dot, no ".."). */
-bool kiln_repository_name_valid(const char *name);
+bool kd_repository_name_valid(const char *name);
 /**
  * Copy the regular files of src_dir into a new version of name (version 0: one above the
  * highest present), atomically. *out_version (may be NULL) receives it. The new version
  * must validate. 0, or a negative code plus kiln_error(); nothing is left on failure.
  */
-int kiln_repository_add_version(kiln_repository *repo, const char *name, const char *src_dir, int64_t version,
-                                int64_t *out_version);
+int kd_repository_add_version(kd_repository *repo, const char *name, const char *src_dir, int64_t version,
+                              int64_t *out_version);
 /** Remove one version (renamed out of sight first, then deleted). 0 or negative. */
-int kiln_repository_remove_version(kiln_repository *repo, const char *name, int64_t version);
+int kd_repository_remove_version(kd_repository *repo, const char *name, int64_t version);
 
 /** The file a version may carry to say what made it: {"source": "<who>", ...} (any other keys). */
-#define KILN_REPOSITORY_SOURCE_FILE "source.json"
+#define KD_REPOSITORY_SOURCE_FILE "source.json"
 /**
  * The highest version of name (as of the last scan) whose source.json has "source" equal to
  * source: how a producer that wrote a version and then stopped finds it again instead of adding
@@ -120,9 +120,9 @@ int kiln_repository_remove_version(kiln_repository *repo, const char *name, int6
  * Returns the version, 0 when no version says so, or a negative code plus kiln_error().
  * Unreadable or malformed source.json files are passed over (they say nothing).
  */
-int64_t kiln_repository_find_source(const kiln_repository *repo, const char *name, const char *source, char **json);
+int64_t kd_repository_find_source(const kd_repository *repo, const char *name, const char *source, char **json);
 
 #ifdef __cplusplus
 }
 #endif
-#endif /* KILN_CATALOG_REPOSITORY_H */
+#endif /* KD_CATALOG_REPOSITORY_H */

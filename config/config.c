@@ -25,33 +25,33 @@ static const struct {
     {"--version", NULL, "Print the version and exit."},
 };
 
-const char *kiln_log_level_to_str(enum kiln_log_level level)
+const char *kd_log_level_to_str(enum kd_log_level level)
 {
     switch (level) {
-    case KILN_LOG_ERROR: return "error";
-    case KILN_LOG_WARN: return "warn";
-    case KILN_LOG_INFO: return "info";
-    case KILN_LOG_DEBUG: return "debug";
+    case KD_LOG_ERROR: return "error";
+    case KD_LOG_WARN: return "warn";
+    case KD_LOG_INFO: return "info";
+    case KD_LOG_DEBUG: return "debug";
     }
     return "?";
 }
 
-void kiln_config_free(struct kiln_config *cfg)
+void kd_config_free(struct kd_config *cfg)
 {
-    for (size_t i = 0; i < kiln__config_key_count; i++)
-        kiln__config_free_value(cfg, &kiln__config_keys[i]);
+    for (size_t i = 0; i < kd_config_key_count; i++)
+        kd_config_free_value(cfg, &kd_config_keys[i]);
     free(cfg->config_file);
     cfg->config_file = NULL;
 }
 
-int kiln_config_init_defaults(struct kiln_config *cfg)
+int kd_config_init_defaults(struct kd_config *cfg)
 {
     char err[256];
     memset(cfg, 0, sizeof *cfg);
-    for (size_t i = 0; i < kiln__config_key_count; i++) {
-        const struct kiln__config_key *k = &kiln__config_keys[i];
-        if (kiln__config_set_text(cfg, k, k->def, "default", err, sizeof err) != 0) {
-            kiln_config_free(cfg);
+    for (size_t i = 0; i < kd_config_key_count; i++) {
+        const struct kd_config_key *k = &kd_config_keys[i];
+        if (kd_config_set_text(cfg, k, k->def, "default", err, sizeof err) != 0) {
+            kd_config_free(cfg);
             return -1;
         }
     }
@@ -99,24 +99,24 @@ static char *read_file(const char *path, char *err, size_t errlen)
 }
 
 /* Walks one JSON object; prefix is "" at the top and "limits." inside the limits group. */
-static int apply_object(struct kiln_config *cfg, const cJSON *obj, const char *prefix,
+static int apply_object(struct kd_config *cfg, const cJSON *obj, const char *prefix,
                         const char *origin, char *err, size_t errlen)
 {
     const cJSON *it;
     cJSON_ArrayForEach(it, obj) {
         char name[128];
         snprintf(name, sizeof name, "%s%s", prefix, it->string ? it->string : "");
-        const struct kiln__config_key *k = kiln__config_find(name);
+        const struct kd_config_key *k = kd_config_find(name);
         if (k) {
-            if (kiln__config_set_json(cfg, k, it, origin, err, errlen) != 0)
+            if (kd_config_set_json(cfg, k, it, origin, err, errlen) != 0)
                 return -1;
             continue;
         }
         /* A group is any prefix of a dotted key name ("limits" for "limits.max_body_bytes"). */
         size_t n = strlen(name);
         bool group = false;
-        for (size_t i = 0; i < kiln__config_key_count && !group && prefix[0] == '\0'; i++)
-            group = strncmp(kiln__config_keys[i].name, name, n) == 0 && kiln__config_keys[i].name[n] == '.';
+        for (size_t i = 0; i < kd_config_key_count && !group && prefix[0] == '\0'; i++)
+            group = strncmp(kd_config_keys[i].name, name, n) == 0 && kd_config_keys[i].name[n] == '.';
         if (group) {
             if (!cJSON_IsObject(it)) {
                 snprintf(err, errlen, "%s: expected an object (from %s)", name, origin);
@@ -134,7 +134,7 @@ static int apply_object(struct kiln_config *cfg, const cJSON *obj, const char *p
     return 0;
 }
 
-static int apply_file(struct kiln_config *cfg, const char *path, char *err, size_t errlen)
+static int apply_file(struct kd_config *cfg, const char *path, char *err, size_t errlen)
 {
     char *text = read_file(path, err, errlen);
     if (!text)
@@ -170,28 +170,28 @@ static const char *env_lookup(char *const *env, const char *name)
     return NULL;
 }
 
-static int apply_env(struct kiln_config *cfg, char *const *env, char *err, size_t errlen)
+static int apply_env(struct kd_config *cfg, char *const *env, char *err, size_t errlen)
 {
     /* Unknown KILN_* names are left alone: the kiln CLI reads KILN_URL from the same shell. */
-    for (size_t i = 0; i < kiln__config_key_count; i++) {
-        const struct kiln__config_key *k = &kiln__config_keys[i];
+    for (size_t i = 0; i < kd_config_key_count; i++) {
+        const struct kd_config_key *k = &kd_config_keys[i];
         const char *v = env_lookup(env, k->env);
         if (!v)
             continue;
         char origin[64];
         snprintf(origin, sizeof origin, "environment variable %s", k->env);
-        if (kiln__config_set_text(cfg, k, v, origin, err, errlen) != 0)
+        if (kd_config_set_text(cfg, k, v, origin, err, errlen) != 0)
             return -1;
     }
     return 0;
 }
 
-static const struct kiln__config_key *find_flag(const char *flag, size_t n)
+static const struct kd_config_key *find_flag(const char *flag, size_t n)
 {
-    for (size_t i = 0; i < kiln__config_key_count; i++) {
-        const char *f = kiln__config_keys[i].flag;
+    for (size_t i = 0; i < kd_config_key_count; i++) {
+        const char *f = kd_config_keys[i].flag;
         if (f && strlen(f) == n && strncmp(f, flag, n) == 0)
-            return &kiln__config_keys[i];
+            return &kd_config_keys[i];
     }
     return NULL;
 }
@@ -216,27 +216,27 @@ static bool is_flag(const char *arg, const char *flag)
     return strcmp(arg, flag) == 0;
 }
 
-enum kiln_config_action kiln_config_load(struct kiln_config *cfg, int argc, char *const *argv,
-                                         char *const *env, char *err, size_t errlen)
+enum kd_config_action kd_config_load(struct kd_config *cfg, int argc, char *const *argv,
+                                     char *const *env, char *err, size_t errlen)
 {
-    if (kiln_config_init_defaults(cfg) != 0) {
+    if (kd_config_init_defaults(cfg) != 0) {
         snprintf(err, errlen, "out of memory while loading defaults");
-        return KILN_CONFIG_ERROR;
+        return KD_CONFIG_ERROR;
     }
 
     /* First pass: commands and --config, so the file is applied before env and flags. */
-    enum kiln_config_action action = KILN_CONFIG_RUN;
+    enum kd_config_action action = KD_CONFIG_RUN;
     const char *config_path = env_lookup(env, "KILN_CONFIG");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (is_flag(a, "--help") || is_flag(a, "-h"))
-            action = KILN_CONFIG_HELP;
+            action = KD_CONFIG_HELP;
         else if (is_flag(a, "--version"))
-            action = action == KILN_CONFIG_HELP ? action : KILN_CONFIG_VERSION;
+            action = action == KD_CONFIG_HELP ? action : KD_CONFIG_VERSION;
         else if (is_flag(a, "--print-config-doc"))
-            action = KILN_CONFIG_PRINT_DOC;
-        else if (is_flag(a, "--check-config") && action == KILN_CONFIG_RUN)
-            action = KILN_CONFIG_CHECK;
+            action = KD_CONFIG_PRINT_DOC;
+        else if (is_flag(a, "--check-config") && action == KD_CONFIG_RUN)
+            action = KD_CONFIG_CHECK;
         else if (strncmp(a, "--config", 8) == 0 && (a[8] == '\0' || a[8] == '=')) {
             size_t n;
             config_path = flag_value(argc, argv, &i, &n);
@@ -246,7 +246,7 @@ enum kiln_config_action kiln_config_load(struct kiln_config *cfg, int argc, char
             }
         }
     }
-    if (action == KILN_CONFIG_HELP || action == KILN_CONFIG_VERSION || action == KILN_CONFIG_PRINT_DOC)
+    if (action == KD_CONFIG_HELP || action == KD_CONFIG_VERSION || action == KD_CONFIG_PRINT_DOC)
         return action;
 
     if (config_path && config_path[0]) {
@@ -273,7 +273,7 @@ enum kiln_config_action kiln_config_load(struct kiln_config *cfg, int argc, char
         }
         size_t n;
         const char *v = flag_value(argc, argv, &i, &n);
-        const struct kiln__config_key *k = find_flag(a, n);
+        const struct kd_config_key *k = find_flag(a, n);
         if (!k) {
             snprintf(err, errlen, "unknown flag '%.*s' (from command line; see --help)", (int)n, a);
             goto fail;
@@ -284,20 +284,20 @@ enum kiln_config_action kiln_config_load(struct kiln_config *cfg, int argc, char
         }
         char origin[64];
         snprintf(origin, sizeof origin, "command-line flag %s", k->flag);
-        if (kiln__config_set_text(cfg, k, v, origin, err, errlen) != 0)
+        if (kd_config_set_text(cfg, k, v, origin, err, errlen) != 0)
             goto fail;
     }
     return action;
 
 fail:
-    kiln_config_free(cfg);
-    return KILN_CONFIG_ERROR;
+    kd_config_free(cfg);
+    return KD_CONFIG_ERROR;
 }
 
-static void print_default(FILE *out, const struct kiln__config_key *k, bool markdown)
+static void print_default(FILE *out, const struct kd_config_key *k, bool markdown)
 {
     const char *q = markdown ? "`" : "";
-    if (k->type == KILN__CT_STRLIST) {
+    if (k->type == KD_CT_STRLIST) {
         fprintf(out, "%s[", q);
         const char *p = k->def;
         bool first = true;
@@ -311,14 +311,14 @@ static void print_default(FILE *out, const struct kiln__config_key *k, bool mark
             p = comma + 1;
         }
         fprintf(out, "]%s", q);
-    } else if (k->type == KILN__CT_INT) {
+    } else if (k->type == KD_CT_INT) {
         fprintf(out, "%s%s%s", q, k->def, q);
     } else {
         fprintf(out, "%s\"%s\"%s", q, k->def, q);
     }
 }
 
-void kiln_config_print_help(FILE *out, const char *prog)
+void kd_config_print_help(FILE *out, const char *prog)
 {
     fprintf(out, "usage: %s [options]\n\nkilnd serves the kiln engine over HTTP.\n\n", prog);
     for (size_t i = 0; i < sizeof command_flags / sizeof command_flags[0]; i++) {
@@ -328,12 +328,12 @@ void kiln_config_print_help(FILE *out, const char *prog)
         fprintf(out, "  %-26s %s\n", left, command_flags[i].desc);
     }
     fprintf(out, "\nConfiguration (precedence: file < environment < flags):\n");
-    for (size_t i = 0; i < kiln__config_key_count; i++) {
-        const struct kiln__config_key *k = &kiln__config_keys[i];
+    for (size_t i = 0; i < kd_config_key_count; i++) {
+        const struct kd_config_key *k = &kd_config_keys[i];
         char left[64], bounds[128];
         snprintf(left, sizeof left, "%s %s", k->flag ? k->flag : "(file/env only)",
-                 k->flag ? (k->type == KILN__CT_INT ? "N" : "VALUE") : "");
-        kiln__config_describe_bounds(k, bounds, sizeof bounds);
+                 k->flag ? (k->type == KD_CT_INT ? "N" : "VALUE") : "");
+        kd_config_describe_bounds(k, bounds, sizeof bounds);
         fprintf(out, "  %-26s %s\n  %-26s key %s, env %s, %s, default ", left, k->desc, "", k->name,
                 k->env, bounds);
         print_default(out, k, false);
@@ -365,7 +365,7 @@ static const char device_options_doc[] =
     "Two engine settings are read from the same table: `KILN_ONNX_ARENA` (0 or 1: the default of "
     "`kiln_onnx_options.arena`) and `KILN_ONNX_PROFILE` (1: time per op type, `nodes`: per node).\n";
 
-void kiln_config_print_doc(FILE *out)
+void kd_config_print_doc(FILE *out)
 {
     fprintf(out,
             "# kilnd configuration\n\n"
@@ -384,11 +384,11 @@ void kiln_config_print_doc(FILE *out)
             "command line.\n\n"
             "| key | type | default | bounds | environment | flag | description |\n"
             "|---|---|---|---|---|---|---|\n");
-    for (size_t i = 0; i < kiln__config_key_count; i++) {
-        const struct kiln__config_key *k = &kiln__config_keys[i];
+    for (size_t i = 0; i < kd_config_key_count; i++) {
+        const struct kd_config_key *k = &kd_config_keys[i];
         char bounds[128];
-        kiln__config_describe_bounds(k, bounds, sizeof bounds);
-        fprintf(out, "| `%s` | %s | ", k->name, kiln__config_type_name(k->type));
+        kd_config_describe_bounds(k, bounds, sizeof bounds);
+        fprintf(out, "| `%s` | %s | ", k->name, kd_config_type_name(k->type));
         print_default(out, k, true);
         fprintf(out, " | %s | `%s` | %s%s%s | %s |\n", bounds, k->env, k->flag ? "`" : "",
                 k->flag ? k->flag : "—", k->flag ? "`" : "", k->desc);

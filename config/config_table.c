@@ -17,150 +17,150 @@ static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL}
 static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const off_on[] = {"off", "on", NULL};
 
-#define OFF(field) offsetof(struct kiln_config, field)
+#define OFF(field) offsetof(struct kd_config, field)
 #define KIB 1024LL
 #define MIB (1024LL * 1024LL)
 
-const struct kiln__config_key kiln__config_keys[] = {
-    {"host", KILN__CT_STRING, OFF(host), 1, 255, NULL, "127.0.0.1", "KILN_HOST", "--host",
+const struct kd_config_key kd_config_keys[] = {
+    {"host", KD_CT_STRING, OFF(host), 1, 255, NULL, "127.0.0.1", "KILN_HOST", "--host",
      "Address to listen on. Anything but loopback (127.0.0.0/8, ::1, localhost) requires api_tokens; kilnd refuses to start without them."},
-    {"port", KILN__CT_INT, OFF(port), 0, 65535, NULL, "8080", "KILN_PORT", "--port",
+    {"port", KD_CT_INT, OFF(port), 0, 65535, NULL, "8080", "KILN_PORT", "--port",
      "TCP port. 0 picks a free port; the chosen port is logged first and written to <data_dir>/kilnd.port."},
-    {"grpc_port", KILN__CT_INT, OFF(grpc_port), -1, 65535, NULL, "-1", "KILN_GRPC_PORT", "--grpc-port",
+    {"grpc_port", KD_CT_INT, OFF(grpc_port), -1, 65535, NULL, "-1", "KILN_GRPC_PORT", "--grpc-port",
      "TCP port for the KServe v2 gRPC service (on host, beside HTTP). -1 turns it off; 0 picks a free port, "
      "which is logged and written to <data_dir>/kilnd.grpc_port."},
-    {"data_dir", KILN__CT_STRING, OFF(data_dir), 1, 4096, NULL, "./var", "KILN_DATA_DIR", "--data-dir",
+    {"data_dir", KD_CT_STRING, OFF(data_dir), 1, 4096, NULL, "./var", "KILN_DATA_DIR", "--data-dir",
      "Folder for the job store (kiln.db), models and checkpoints; created when missing."},
-    {"model_repository", KILN__CT_STRING, OFF(model_repository), 0, 4096, NULL, "", "KILN_MODEL_REPOSITORY",
+    {"model_repository", KD_CT_STRING, OFF(model_repository), 0, 4096, NULL, "", "KILN_MODEL_REPOSITORY",
      "--model-repository",
      "Folder of models (<name>/<version>/ folders) to serve, as Triton and KServe mount one (e.g. /mnt/models); "
      "empty means <data_dir>/models. It may be read-only: kilnd only reads it, and training jobs that register "
      "a model then fail with a message saying so. Writable state (job store, checkpoints, port file) stays in "
      "data_dir."},
-    {"example_models", KILN__CT_STRING, OFF(example_models), 0, 4096, NULL, "", "KILN_EXAMPLE_MODELS",
+    {"example_models", KD_CT_STRING, OFF(example_models), 0, 4096, NULL, "", "KILN_EXAMPLE_MODELS",
      "--example-models",
      "Folder of example models (<name>/<version>/ folders) copied into <data_dir>/models at start when that "
      "repository holds no model yet; empty means none. The README's run command passes examples/models."},
-    {"devices", KILN__CT_STRLIST, OFF(devices), 1, 64, NULL, "cpu", "KILN_DEVICES", "--devices",
+    {"devices", KD_CT_STRLIST, OFF(devices), 1, 64, NULL, "cpu", "KILN_DEVICES", "--devices",
      "Devices to open, e.g. [\"cpu\", \"cuda:0\"]. Comma-separated in the environment and on the command line."},
-    {"device_options", KILN__CT_STRLIST, OFF(device_options), 0, 8, NULL, "", "KILN_DEVICE_OPTIONS",
+    {"device_options", KD_CT_STRLIST, OFF(device_options), 0, 8, NULL, "", "KILN_DEVICE_OPTIONS",
      "--device-options",
      "Options for every device of a backend, each \"BACKEND:key=value&key=value\", e.g. \"cpu:threads=2&conv=direct\" "
      "(the device options are listed below). They override the backend's environment variables; a device spec's own "
      "options (\"cpu?threads=4\") override them. An unknown option or bad value stops the start, naming it."},
-    {"worker_threads", KILN__CT_INT, OFF(worker_threads), 0, 1024, NULL, "0", "KILN_WORKER_THREADS",
+    {"worker_threads", KD_CT_INT, OFF(worker_threads), 0, 1024, NULL, "0", "KILN_WORKER_THREADS",
      "--worker-threads", "Inference worker threads per device, each with its own model instances; 0 means one."},
-    {"limits.max_header_bytes", KILN__CT_INT, OFF(limits.max_header_bytes), 256, 1 * MIB, NULL, "8192",
+    {"limits.max_header_bytes", KD_CT_INT, OFF(limits.max_header_bytes), 256, 1 * MIB, NULL, "8192",
      "KILN_MAX_HEADER_BYTES", "--max-header-bytes",
      "Largest request line plus header block; larger requests get 431 and the connection closes."},
-    {"limits.max_body_bytes", KILN__CT_INT, OFF(limits.max_body_bytes), 0, 4096 * MIB, NULL, "16777216",
+    {"limits.max_body_bytes", KD_CT_INT, OFF(limits.max_body_bytes), 0, 4096 * MIB, NULL, "16777216",
      "KILN_MAX_BODY_BYTES", "--max-body-bytes",
      "Largest request body (after de-chunking); larger bodies get 413 and the connection closes."},
-    {"limits.idle_timeout_ms", KILN__CT_INT, OFF(limits.idle_timeout_ms), 10, 86400000, NULL, "60000",
+    {"limits.idle_timeout_ms", KD_CT_INT, OFF(limits.idle_timeout_ms), 10, 86400000, NULL, "60000",
      "KILN_IDLE_TIMEOUT_MS", "--idle-timeout-ms",
      "A keep-alive connection with no request in progress is closed after this long."},
-    {"limits.request_timeout_ms", KILN__CT_INT, OFF(limits.request_timeout_ms), 10, 86400000, NULL, "30000",
+    {"limits.request_timeout_ms", KD_CT_INT, OFF(limits.request_timeout_ms), 10, 86400000, NULL, "30000",
      "KILN_REQUEST_TIMEOUT_MS", "--request-timeout-ms",
      "A request must arrive completely within this long of its first byte, or it gets 408 and the connection closes."},
-    {"limits.max_tensor_elements", KILN__CT_INT, OFF(limits.max_tensor_elements), 1, 1LL << 34, NULL, "16777216",
+    {"limits.max_tensor_elements", KD_CT_INT, OFF(limits.max_tensor_elements), 1, 1LL << 34, NULL, "16777216",
      "KILN_MAX_TENSOR_ELEMENTS", "--max-tensor-elements",
      "Most elements one inference input may have; checked before anything is allocated (413)."},
-    {"limits.max_string_bytes", KILN__CT_INT, OFF(limits.max_string_bytes), 1, 65536, NULL, "128",
+    {"limits.max_string_bytes", KD_CT_INT, OFF(limits.max_string_bytes), 1, 65536, NULL, "128",
      "KILN_MAX_STRING_BYTES", "--max-string-bytes",
      "Longest string a request may carry where a string is expected (the inference request id)."},
-    {"limits.max_queue_depth", KILN__CT_INT, OFF(limits.max_queue_depth), 1, 1000000, NULL, "256",
+    {"limits.max_queue_depth", KD_CT_INT, OFF(limits.max_queue_depth), 1, 1000000, NULL, "256",
      "KILN_MAX_QUEUE_DEPTH", "--max-queue-depth",
      "Requests a model's queue may hold; past it, inference answers 503 with Retry-After."},
-    {"limits.infer_timeout_ms", KILN__CT_INT, OFF(limits.infer_timeout_ms), 1, 3600000, NULL, "10000",
+    {"limits.infer_timeout_ms", KD_CT_INT, OFF(limits.infer_timeout_ms), 1, 3600000, NULL, "10000",
      "KILN_INFER_TIMEOUT_MS", "--infer-timeout-ms",
      "An inference request that has not started running this long after it arrived gets 503."},
-    {"remote.max_sessions", KILN__CT_INT, OFF(remote.max_sessions), 0, 100000, NULL, "64", "KILN_REMOTE_MAX_SESSIONS",
+    {"remote.max_sessions", KD_CT_INT, OFF(remote.max_sessions), 0, 100000, NULL, "64", "KILN_REMOTE_MAX_SESSIONS",
      "--remote-max-sessions",
      "Remote tensor sessions (WebSocket connections to /v1/tensor) open at once; past it the upgrade gets 503. "
      "0 turns the endpoint off."},
-    {"remote.max_message_bytes", KILN__CT_INT, OFF(remote.max_message_bytes), 1024, 1024 * MIB, NULL, "67108864",
+    {"remote.max_message_bytes", KD_CT_INT, OFF(remote.max_message_bytes), 1024, 1024 * MIB, NULL, "67108864",
      "KILN_REMOTE_MAX_MESSAGE_BYTES", "--remote-max-message-bytes",
      "Largest WebSocket message a remote session may send (after reassembling fragments); a larger one closes "
      "the session with 1009, checked from the frame header before its payload is buffered."},
-    {"remote.max_live_bytes", KILN__CT_INT, OFF(remote.max_live_bytes), 0, 1LL << 40, NULL, "1073741824",
+    {"remote.max_live_bytes", KD_CT_INT, OFF(remote.max_live_bytes), 0, 1LL << 40, NULL, "1073741824",
      "KILN_REMOTE_MAX_LIVE_BYTES", "--remote-max-live-bytes",
      "Device memory one remote session may hold in live tensors; a create past it gets an error message."},
-    {"remote.max_ids", KILN__CT_INT, OFF(remote.max_ids), 1, 1LL << 24, NULL, "65536", "KILN_REMOTE_MAX_IDS",
+    {"remote.max_ids", KD_CT_INT, OFF(remote.max_ids), 1, 1LL << 24, NULL, "65536", "KILN_REMOTE_MAX_IDS",
      "--remote-max-ids", "Tensor ids one remote session may hold live at once."},
-    {"remote.max_queued_ops", KILN__CT_INT, OFF(remote.max_queued_ops), 1, 1LL << 20, NULL, "4096",
+    {"remote.max_queued_ops", KD_CT_INT, OFF(remote.max_queued_ops), 1, 1LL << 20, NULL, "4096",
      "KILN_REMOTE_MAX_QUEUED_OPS", "--remote-max-queued-ops",
      "Messages one remote session may have waiting for its device worker; past it a message gets an error "
      "instead of being queued."},
-    {"training.max_wait_ms", KILN__CT_INT, OFF(training.max_wait_ms), 0, 60000, NULL, "100",
+    {"training.max_wait_ms", KD_CT_INT, OFF(training.max_wait_ms), 0, 60000, NULL, "100",
      "KILN_TRAINING_MAX_WAIT_MS", "--training-max-wait-ms",
      "Inference preempts training between training steps: a step waits while the device has inference queued or "
      "running, but never longer than this, so training still makes a step at least this often (plus the step's "
      "own time) under constant load. 0 lets training run without waiting."},
-    {"training.max_jobs_per_device", KILN__CT_INT, OFF(training.max_jobs_per_device), 1, 64, NULL, "1",
+    {"training.max_jobs_per_device", KD_CT_INT, OFF(training.max_jobs_per_device), 1, 64, NULL, "1",
      "KILN_TRAINING_MAX_JOBS_PER_DEVICE", "--training-max-jobs-per-device",
      "Training jobs that may hold one device at once; another waits for a slot. kilnd runs its jobs one at a time "
      "on one training thread, so today a value above 1 changes nothing."},
-    {"training.nice", KILN__CT_INT, OFF(training.nice), 0, 19, NULL, "10", "KILN_TRAINING_NICE", "--training-nice",
+    {"training.nice", KD_CT_INT, OFF(training.nice), 0, 19, NULL, "10", "KILN_TRAINING_NICE", "--training-nice",
      "CPU priority (nice value) a training job's thread and the data-loader threads it starts run at, so that a "
      "step in flight gives the cores to inference's threads first; 0 leaves them at kilnd's own."},
-    {"drain_timeout_ms", KILN__CT_INT, OFF(drain_timeout_ms), 0, 3600000, NULL, "10000",
+    {"drain_timeout_ms", KD_CT_INT, OFF(drain_timeout_ms), 0, 3600000, NULL, "10000",
      "KILN_DRAIN_TIMEOUT_MS", "--drain-timeout-ms",
      "On SIGTERM/SIGINT, how long in-flight requests may take before the remaining connections are cut."},
-    {"log_level", KILN__CT_ENUM, OFF(log_level), 0, 0, log_levels, "info", "KILN_LOG_LEVEL", "--log-level",
+    {"log_level", KD_CT_ENUM, OFF(log_level), 0, 0, log_levels, "info", "KILN_LOG_LEVEL", "--log-level",
      "Least severe level written to the log."},
-    {"log_format", KILN__CT_ENUM, OFF(log_format), 0, 0, log_formats, "text", "KILN_LOG_FORMAT", "--log-format",
+    {"log_format", KD_CT_ENUM, OFF(log_format), 0, 0, log_formats, "text", "KILN_LOG_FORMAT", "--log-format",
      "text: one human-readable line per event; json: one JSON object per line."},
-    {"log_access", KILN__CT_ENUM, OFF(log_access), 0, 0, off_on, "off", "KILN_LOG_ACCESS", "--log-access",
+    {"log_access", KD_CT_ENUM, OFF(log_access), 0, 0, off_on, "off", "KILN_LOG_ACCESS", "--log-access",
      "on: an access log line per HTTP response (method, target, status, duration, request body bytes, request id, "
      "client address) at level info, in log_format; a request without a usable X-Request-Id gets a generated one, "
      "which the inference endpoints echo."},
-    {"log_file", KILN__CT_STRING, OFF(log_file), 0, 4096, NULL, "", "KILN_LOG_FILE", "--log-file",
+    {"log_file", KD_CT_STRING, OFF(log_file), 0, 4096, NULL, "", "KILN_LOG_FILE", "--log-file",
      "Append the log to this file (reopened on SIGHUP, for log rotation); empty means stderr."},
-    {"api_tokens", KILN__CT_STRLIST, OFF(api_tokens), 0, 1024, NULL, "", "KILN_API_TOKENS", NULL,
+    {"api_tokens", KD_CT_STRLIST, OFF(api_tokens), 0, 1024, NULL, "", "KILN_API_TOKENS", NULL,
      "Bearer tokens the API accepts, each \"admin:TOKEN\" (load/unload plus everything read allows) or "
      "\"read:TOKEN\" (inference, model metadata, statistics, repository index); a bare \"TOKEN\" has the read scope. "
      "When any are set, the model endpoints require \"Authorization: Bearer TOKEN\"; health probes, /v2 and /metrics stay open. "
      "Kept off the command line so tokens do not show in the process list."},
-    {"jobs.data_roots", KILN__CT_STRLIST, OFF(data_roots), 0, 64, NULL, "/usr/share/datasets", "KILN_DATA_ROOTS",
+    {"jobs.data_roots", KD_CT_STRLIST, OFF(data_roots), 0, 64, NULL, "/usr/share/datasets", "KILN_DATA_ROOTS",
      "--data-roots",
      "Folders a training job's data paths may lie under (data_dir is always allowed); a path that resolves "
      "elsewhere, through symlinks included, is refused with 400."},
 };
 
-const size_t kiln__config_key_count = sizeof kiln__config_keys / sizeof kiln__config_keys[0];
+const size_t kd_config_key_count = sizeof kd_config_keys / sizeof kd_config_keys[0];
 
-const struct kiln__config_key *kiln__config_find(const char *name)
+const struct kd_config_key *kd_config_find(const char *name)
 {
-    for (size_t i = 0; i < kiln__config_key_count; i++)
-        if (strcmp(kiln__config_keys[i].name, name) == 0)
-            return &kiln__config_keys[i];
+    for (size_t i = 0; i < kd_config_key_count; i++)
+        if (strcmp(kd_config_keys[i].name, name) == 0)
+            return &kd_config_keys[i];
     return NULL;
 }
 
-const char *kiln__config_type_name(enum kiln__config_type t)
+const char *kd_config_type_name(enum kd_config_type t)
 {
     switch (t) {
-    case KILN__CT_STRING: return "string";
-    case KILN__CT_INT: return "integer";
-    case KILN__CT_ENUM: return "enum";
-    case KILN__CT_STRLIST: return "list of strings";
+    case KD_CT_STRING: return "string";
+    case KD_CT_INT: return "integer";
+    case KD_CT_ENUM: return "enum";
+    case KD_CT_STRLIST: return "list of strings";
     }
     return "?";
 }
 
-void kiln__config_describe_bounds(const struct kiln__config_key *k, char *buf, size_t len)
+void kd_config_describe_bounds(const struct kd_config_key *k, char *buf, size_t len)
 {
     switch (k->type) {
-    case KILN__CT_INT:
+    case KD_CT_INT:
         snprintf(buf, len, "%" PRId64 "..%" PRId64, k->min, k->max);
         return;
-    case KILN__CT_STRING:
+    case KD_CT_STRING:
         snprintf(buf, len, "length %" PRId64 "..%" PRId64, k->min, k->max);
         return;
-    case KILN__CT_STRLIST:
+    case KD_CT_STRLIST:
         snprintf(buf, len, "%" PRId64 "..%" PRId64 " items", k->min, k->max);
         return;
-    case KILN__CT_ENUM: {
+    case KD_CT_ENUM: {
         size_t used = (size_t)snprintf(buf, len, "one of");
         for (size_t i = 0; k->choices[i] && used < len; i++)
             used += (size_t)snprintf(buf + used, len - used, "%s %s", i ? "," : "", k->choices[i]);
@@ -169,19 +169,19 @@ void kiln__config_describe_bounds(const struct kiln__config_key *k, char *buf, s
     }
 }
 
-static void *field(struct kiln_config *cfg, const struct kiln__config_key *k)
+static void *field(struct kd_config *cfg, const struct kd_config_key *k)
 {
     return (char *)cfg + k->offset;
 }
 
-void kiln__config_free_value(struct kiln_config *cfg, const struct kiln__config_key *k)
+void kd_config_free_value(struct kd_config *cfg, const struct kd_config_key *k)
 {
-    if (k->type == KILN__CT_STRING) {
+    if (k->type == KD_CT_STRING) {
         char **s = field(cfg, k);
         free(*s);
         *s = NULL;
-    } else if (k->type == KILN__CT_STRLIST) {
-        struct kiln_strlist *l = field(cfg, k);
+    } else if (k->type == KD_CT_STRLIST) {
+        struct kd_strlist *l = field(cfg, k);
         for (size_t i = 0; i < l->count; i++)
             free(l->items[i]);
         free(l->items);
@@ -200,7 +200,7 @@ void kiln__config_free_value(struct kiln_config *cfg, const struct kiln__config_
         return -1;                                                      \
     } while (0)
 
-static int store_string(struct kiln_config *cfg, const struct kiln__config_key *k, const char *s,
+static int store_string(struct kd_config *cfg, const struct kd_config_key *k, const char *s,
                         const char *origin, char *err, size_t errlen)
 {
     size_t n = strlen(s);
@@ -209,12 +209,12 @@ static int store_string(struct kiln_config *cfg, const struct kiln__config_key *
     char *copy = strdup(s);
     if (!copy)
         FAIL("out of memory");
-    kiln__config_free_value(cfg, k);
+    kd_config_free_value(cfg, k);
     *(char **)field(cfg, k) = copy;
     return 0;
 }
 
-static int store_int(struct kiln_config *cfg, const struct kiln__config_key *k, int64_t v,
+static int store_int(struct kd_config *cfg, const struct kd_config_key *k, int64_t v,
                      const char *origin, char *err, size_t errlen)
 {
     if (v < k->min || v > k->max)
@@ -223,7 +223,7 @@ static int store_int(struct kiln_config *cfg, const struct kiln__config_key *k, 
     return 0;
 }
 
-static int store_enum(struct kiln_config *cfg, const struct kiln__config_key *k, const char *s,
+static int store_enum(struct kd_config *cfg, const struct kd_config_key *k, const char *s,
                       const char *origin, char *err, size_t errlen)
 {
     for (int64_t i = 0; k->choices[i]; i++) {
@@ -233,12 +233,12 @@ static int store_enum(struct kiln_config *cfg, const struct kiln__config_key *k,
         }
     }
     char bounds[128];
-    kiln__config_describe_bounds(k, bounds, sizeof bounds);
+    kd_config_describe_bounds(k, bounds, sizeof bounds);
     FAIL("'%s' is not %s", s, bounds);
 }
 
 /* Takes ownership of items (count entries) whatever happens. */
-static int store_list(struct kiln_config *cfg, const struct kiln__config_key *k, char **items,
+static int store_list(struct kd_config *cfg, const struct kd_config_key *k, char **items,
                       size_t count, const char *origin, char *err, size_t errlen)
 {
     const char *why = NULL;
@@ -255,22 +255,22 @@ static int store_list(struct kiln_config *cfg, const struct kiln__config_key *k,
             FAIL("%zu items is outside %" PRId64 "..%" PRId64, count, k->min, k->max);
         FAIL("items must be non-empty strings");
     }
-    kiln__config_free_value(cfg, k);
-    struct kiln_strlist *l = field(cfg, k);
+    kd_config_free_value(cfg, k);
+    struct kd_strlist *l = field(cfg, k);
     l->items = items;
     l->count = count;
     return 0;
 }
 
-int kiln__config_set_text(struct kiln_config *cfg, const struct kiln__config_key *k,
-                          const char *text, const char *origin, char *err, size_t errlen)
+int kd_config_set_text(struct kd_config *cfg, const struct kd_config_key *k,
+                       const char *text, const char *origin, char *err, size_t errlen)
 {
     switch (k->type) {
-    case KILN__CT_STRING:
+    case KD_CT_STRING:
         return store_string(cfg, k, text, origin, err, errlen);
-    case KILN__CT_ENUM:
+    case KD_CT_ENUM:
         return store_enum(cfg, k, text, origin, err, errlen);
-    case KILN__CT_INT: {
+    case KD_CT_INT: {
         char *end = NULL;
         errno = 0;
         long long v = strtoll(text, &end, 10);
@@ -278,7 +278,7 @@ int kiln__config_set_text(struct kiln_config *cfg, const struct kiln__config_key
             FAIL("'%s' is not an integer", text);
         return store_int(cfg, k, v, origin, err, errlen);
     }
-    case KILN__CT_STRLIST: {
+    case KD_CT_STRLIST: {
         /* An empty text is the empty list, so "KILN_API_TOKENS=" clears the tokens. */
         size_t count = 0, cap = 0;
         char **items = NULL;
@@ -317,19 +317,19 @@ int kiln__config_set_text(struct kiln_config *cfg, const struct kiln__config_key
     FAIL("unknown type");
 }
 
-int kiln__config_set_json(struct kiln_config *cfg, const struct kiln__config_key *k,
-                          const cJSON *v, const char *origin, char *err, size_t errlen)
+int kd_config_set_json(struct kd_config *cfg, const struct kd_config_key *k,
+                       const cJSON *v, const char *origin, char *err, size_t errlen)
 {
     switch (k->type) {
-    case KILN__CT_STRING:
+    case KD_CT_STRING:
         if (!cJSON_IsString(v))
             FAIL("expected a string");
         return store_string(cfg, k, v->valuestring, origin, err, errlen);
-    case KILN__CT_ENUM:
+    case KD_CT_ENUM:
         if (!cJSON_IsString(v))
             FAIL("expected a string");
         return store_enum(cfg, k, v->valuestring, origin, err, errlen);
-    case KILN__CT_INT: {
+    case KD_CT_INT: {
         if (!cJSON_IsNumber(v))
             FAIL("expected an integer");
         double d = v->valuedouble;
@@ -338,7 +338,7 @@ int kiln__config_set_json(struct kiln_config *cfg, const struct kiln__config_key
             FAIL("expected an integer, got %g", d);
         return store_int(cfg, k, (int64_t)d, origin, err, errlen);
     }
-    case KILN__CT_STRLIST: {
+    case KD_CT_STRLIST: {
         if (!cJSON_IsArray(v))
             FAIL("expected an array of strings");
         size_t count = (size_t)cJSON_GetArraySize(v);

@@ -23,34 +23,34 @@
 
 static const char *const api_extensions[] = {"model_repository", "statistics", "binary_tensor_data", NULL};
 
-const char *kiln_daemon_state_to_str(enum kiln_daemon_state s)
+const char *kd_daemon_state_to_str(enum kd_daemon_state s)
 {
     switch (s) {
-    case KILN_DAEMON_STARTING: return "starting";
-    case KILN_DAEMON_READY: return "ready";
-    case KILN_DAEMON_DRAINING: return "draining";
-    case KILN_DAEMON_STOPPED: return "stopped";
+    case KD_DAEMON_STARTING: return "starting";
+    case KD_DAEMON_READY: return "ready";
+    case KD_DAEMON_DRAINING: return "draining";
+    case KD_DAEMON_STOPPED: return "stopped";
     }
     return "?";
 }
 
-static void set_state(struct kiln_daemon *d, enum kiln_daemon_state s)
+static void set_state(struct kd_daemon *d, enum kd_daemon_state s)
 {
     d->state = s;
-    if (d->api_ready && kiln_api_set_ready(&d->api, s == KILN_DAEMON_READY, kiln_daemon_state_to_str(s)) != 0)
-        kiln_log_write(&d->log, KILN_LOG_ERROR, "out of memory updating readiness");
-    kiln_log_write(&d->log, KILN_LOG_INFO, "state %s", kiln_daemon_state_to_str(s));
+    if (d->api_ready && kd_api_set_ready(&d->api, s == KD_DAEMON_READY, kd_daemon_state_to_str(s)) != 0)
+        kd_log_write(&d->log, KD_LOG_ERROR, "out of memory updating readiness");
+    kd_log_write(&d->log, KD_LOG_INFO, "state %s", kd_daemon_state_to_str(s));
     /* A service manager learns the same transitions: READY=1 once /v2/health/ready says 200. */
     char status[320];
     int rc = 0;
-    if (s == KILN_DAEMON_READY) {
-        snprintf(status, sizeof status, "ready on %s:%d", d->cfg.host, d->server ? kiln_server_port(d->server) : 0);
-        rc = kiln_notify_status(&d->notify, "READY=1", status);
-    } else if (s == KILN_DAEMON_DRAINING) {
-        rc = kiln_notify_status(&d->notify, "STOPPING=1", "draining");
+    if (s == KD_DAEMON_READY) {
+        snprintf(status, sizeof status, "ready on %s:%d", d->cfg.host, d->server ? kd_server_port(d->server) : 0);
+        rc = kd_notify_status(&d->notify, "READY=1", status);
+    } else if (s == KD_DAEMON_DRAINING) {
+        rc = kd_notify_status(&d->notify, "STOPPING=1", "draining");
     }
     if (rc != 0)
-        kiln_log_write(&d->log, KILN_LOG_WARN, "NOTIFY_SOCKET: cannot notify the service manager: %s", strerror(-rc));
+        kd_log_write(&d->log, KD_LOG_WARN, "NOTIFY_SOCKET: cannot notify the service manager: %s", strerror(-rc));
 }
 
 /* "uid 1000 (kiln), gid 0 (root)": who kilnd runs as, for messages about permissions. */
@@ -128,7 +128,7 @@ static int mkdir_p(const char *path, char *err, size_t errlen)
 }
 
 /* Written under a temporary name and renamed, so a reader never sees a half-written port. */
-static int write_port_file(struct kiln_daemon *d, const char *name, int port, char **path)
+static int write_port_file(struct kd_daemon *d, const char *name, int port, char **path)
 {
     size_t n = strlen(d->cfg.data_dir) + 48;
     char *tmp = malloc(n);
@@ -152,7 +152,7 @@ static int write_port_file(struct kiln_daemon *d, const char *name, int port, ch
             rc = rename(tmp, *port_file);
     }
     if (rc != 0) {
-        kiln_log_write(&d->log, KILN_LOG_ERROR, "cannot write %s: %s", *port_file, strerror(errno));
+        kd_log_write(&d->log, KD_LOG_ERROR, "cannot write %s: %s", *port_file, strerror(errno));
         unlink(tmp);
         free(*port_file);
         *port_file = NULL;
@@ -163,7 +163,7 @@ static int write_port_file(struct kiln_daemon *d, const char *name, int port, ch
 
 static double uptime_seconds(void *ctx)
 {
-    struct kiln_daemon *d = ctx;
+    struct kd_daemon *d = ctx;
     return (double)(uv_hrtime() - d->started_ns) / 1e9;
 }
 
@@ -174,7 +174,7 @@ static void close_handle(uv_handle_t *h)
 }
 
 /* Everything the daemon itself holds open on the loop; the server closes its own. */
-static void close_daemon_handles(struct kiln_daemon *d)
+static void close_daemon_handles(struct kd_daemon *d)
 {
     if (!d->handles_ready)
         return;
@@ -182,45 +182,45 @@ static void close_daemon_handles(struct kiln_daemon *d)
     close_handle((uv_handle_t *)&d->sig_int);
     close_handle((uv_handle_t *)&d->sig_hup);
     close_handle((uv_handle_t *)&d->drain_timer);
-    kiln_notify_close(&d->notify, NULL);
+    kd_notify_close(&d->notify, NULL);
 }
 
 static void on_drained(void *ud)
 {
-    struct kiln_daemon *d = ud;
+    struct kd_daemon *d = ud;
     if (--d->drains_pending > 0)
         return; /* the other listener (HTTP or gRPC) still has connections */
-    kiln_log_write(&d->log, KILN_LOG_INFO, "all connections closed");
+    kd_log_write(&d->log, KD_LOG_INFO, "all connections closed");
     /* The signal handles are unreferenced by now; with the timer gone the loop ends. */
     close_handle((uv_handle_t *)&d->drain_timer);
 }
 
 static void on_drain_deadline(uv_timer_t *t)
 {
-    struct kiln_daemon *d = t->data;
-    kiln_log_write(&d->log, KILN_LOG_WARN, "drain_timeout_ms passed with %zu connection(s) open; closing them",
-                   kiln_server_connections(d->server) + (d->grpc ? kiln_grpc_connections(d->grpc) : 0));
-    kiln_server_close_all(d->server);
+    struct kd_daemon *d = t->data;
+    kd_log_write(&d->log, KD_LOG_WARN, "drain_timeout_ms passed with %zu connection(s) open; closing them",
+                 kd_server_connections(d->server) + (d->grpc ? kd_grpc_connections(d->grpc) : 0));
+    kd_server_close_all(d->server);
     if (d->grpc)
-        kiln_grpc_close_all(d->grpc);
+        kd_grpc_close_all(d->grpc);
 }
 
-static void begin_drain(struct kiln_daemon *d, const char *why)
+static void begin_drain(struct kd_daemon *d, const char *why)
 {
-    if (d->state == KILN_DAEMON_DRAINING) {
-        kiln_log_write(&d->log, KILN_LOG_WARN, "%s again while draining; closing connections now", why);
-        kiln_server_close_all(d->server);
+    if (d->state == KD_DAEMON_DRAINING) {
+        kd_log_write(&d->log, KD_LOG_WARN, "%s again while draining; closing connections now", why);
+        kd_server_close_all(d->server);
         if (d->grpc)
-            kiln_grpc_close_all(d->grpc);
+            kd_grpc_close_all(d->grpc);
         return;
     }
-    kiln_log_write(&d->log, KILN_LOG_INFO, "%s received; draining (up to %lld ms)", why,
-                   (long long)d->cfg.drain_timeout_ms);
-    set_state(d, KILN_DAEMON_DRAINING);
+    kd_log_write(&d->log, KD_LOG_INFO, "%s received; draining (up to %lld ms)", why,
+                 (long long)d->cfg.drain_timeout_ms);
+    set_state(d, KD_DAEMON_DRAINING);
     if (d->serving)
-        kiln_serving_set_accepting(d->serving, false);
-    kiln_tensor_set_accepting(d->tensor, false);
-    kiln_jobs_drain(d->training);
+        kd_serving_set_accepting(d->serving, false);
+    kd_tensor_service_set_accepting(d->tensor, false);
+    kd_jobs_drain(d->training);
     /* Still catching signals (a second one cuts the drain short), but no longer keeping the
      * loop alive: the loop ends when the last connection has gone. */
     uv_unref((uv_handle_t *)&d->sig_term);
@@ -229,24 +229,24 @@ static void begin_drain(struct kiln_daemon *d, const char *why)
     uv_timer_start(&d->drain_timer, on_drain_deadline, (uint64_t)d->cfg.drain_timeout_ms, 0);
     d->drains_pending = d->grpc ? 2 : 1;
     if (d->grpc)
-        kiln_grpc_drain(d->grpc, on_drained, d);
-    kiln_server_drain(d->server, on_drained, d);
+        kd_grpc_drain(d->grpc, on_drained, d);
+    kd_server_drain(d->server, on_drained, d);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
 {
-    struct kiln_daemon *d = h->data;
+    struct kd_daemon *d = h->data;
     if (signum == SIGHUP) {
-        if (kiln_log_reopen(&d->log) != 0)
-            kiln_log_write(&d->log, KILN_LOG_ERROR, "SIGHUP: cannot reopen %s: %s", d->log.path, strerror(errno));
+        if (kd_log_reopen(&d->log) != 0)
+            kd_log_write(&d->log, KD_LOG_ERROR, "SIGHUP: cannot reopen %s: %s", d->log.path, strerror(errno));
         else
-            kiln_log_write(&d->log, KILN_LOG_INFO, "SIGHUP: log reopened");
+            kd_log_write(&d->log, KD_LOG_INFO, "SIGHUP: log reopened");
         return;
     }
     begin_drain(d, signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
-static int start_handles(struct kiln_daemon *d)
+static int start_handles(struct kd_daemon *d)
 {
     uv_signal_init(&d->loop, &d->sig_term);
     uv_signal_init(&d->loop, &d->sig_int);
@@ -266,22 +266,22 @@ static int start_handles(struct kiln_daemon *d)
  * --example-models: copies every <name>/<version>/ folder of dir into the repository at root when
  * the repository holds no model, so a first start has something to serve. Only an empty repository
  * is seeded — a user's own models are never mixed with examples. Each version goes through
- * kiln_repository_add_version, which validates it and renames it into place atomically. A failure
+ * kd_repository_add_version, which validates it and renames it into place atomically. A failure
  * is logged and the start goes on: examples are a convenience, not something to refuse to run over.
  */
-static void seed_examples(struct kiln_daemon *d, const char *root, const char *dir)
+static void seed_examples(struct kd_daemon *d, const char *root, const char *dir)
 {
-    kiln_repository *repo = kiln_repository_open(root);
+    kd_repository *repo = kd_repository_open(root);
     if (!repo) {
-        kiln_log_write(&d->log, KILN_LOG_WARN, "example models: %s: %s", root, kiln_error());
+        kd_log_write(&d->log, KD_LOG_WARN, "example models: %s: %s", root, kiln_error());
         return;
     }
-    DIR *top = kiln_repository_count(repo) == 0 ? opendir(dir) : NULL;
-    if (!top && kiln_repository_count(repo) == 0)
-        kiln_log_write(&d->log, KILN_LOG_WARN, "example models: cannot open %s: %s", dir, strerror(errno));
+    DIR *top = kd_repository_count(repo) == 0 ? opendir(dir) : NULL;
+    if (!top && kd_repository_count(repo) == 0)
+        kd_log_write(&d->log, KD_LOG_WARN, "example models: cannot open %s: %s", dir, strerror(errno));
     struct dirent *me;
     while (top && (me = readdir(top))) {
-        if (!kiln_repository_name_valid(me->d_name))
+        if (!kd_repository_name_valid(me->d_name))
             continue;
         size_t n = strlen(dir) + strlen(me->d_name) + 2;
         char *mdir = malloc(n);
@@ -301,12 +301,12 @@ static void seed_examples(struct kiln_daemon *d, const char *root, const char *d
             if (!vdir)
                 break;
             snprintf(vdir, vn, "%s/%s", mdir, ve->d_name);
-            if (kiln_repository_add_version(repo, me->d_name, vdir, v, NULL) == 0)
-                kiln_log_write(&d->log, KILN_LOG_INFO, "example model %s version %lld copied into %s", me->d_name,
-                               v, root);
+            if (kd_repository_add_version(repo, me->d_name, vdir, v, NULL) == 0)
+                kd_log_write(&d->log, KD_LOG_INFO, "example model %s version %lld copied into %s", me->d_name,
+                             v, root);
             else
-                kiln_log_write(&d->log, KILN_LOG_WARN, "example model %s version %lld: %s", me->d_name, v,
-                               kiln_error());
+                kd_log_write(&d->log, KD_LOG_WARN, "example model %s version %lld: %s", me->d_name, v,
+                             kiln_error());
             free(vdir);
         }
         if (vd)
@@ -315,11 +315,11 @@ static void seed_examples(struct kiln_daemon *d, const char *root, const char *d
     }
     if (top)
         closedir(top);
-    kiln_repository_close(repo);
+    kd_repository_close(repo);
 }
 
 /* model_repository, or <data_dir>/models when it is empty. The caller frees it. */
-static char *models_root(const struct kiln_daemon *d)
+static char *models_root(const struct kd_daemon *d)
 {
     if (d->cfg.model_repository && d->cfg.model_repository[0])
         return strdup(d->cfg.model_repository);
@@ -331,7 +331,7 @@ static char *models_root(const struct kiln_daemon *d)
 }
 
 /* The scheduler's workers and the model table; models load in the background. */
-static int start_serving(struct kiln_daemon *d)
+static int start_serving(struct kd_daemon *d)
 {
     char err[512];
     /* device_options: the backends' defaults, set before any device opens (and checked
@@ -340,17 +340,17 @@ static int start_serving(struct kiln_daemon *d)
         const char *e = d->cfg.device_options.items[i], *colon = strchr(e, ':');
         char backend[32];
         if (!colon || colon == e || (size_t)(colon - e) >= sizeof backend) {
-            kiln_log_write(&d->log, KILN_LOG_ERROR, "device_options: '%s' is not BACKEND:key=value", e);
+            kd_log_write(&d->log, KD_LOG_ERROR, "device_options: '%s' is not BACKEND:key=value", e);
             return -1;
         }
         memcpy(backend, e, (size_t)(colon - e));
         backend[colon - e] = '\0';
         if (kiln_device_defaults_set(backend, colon + 1) != 0) {
-            kiln_log_write(&d->log, KILN_LOG_ERROR, "device_options: %s", kiln_error());
+            kd_log_write(&d->log, KD_LOG_ERROR, "device_options: %s", kiln_error());
             return -1;
         }
     }
-    struct kiln_sched_options so = {
+    struct kd_sched_options so = {
         .loop = &d->loop,
         .devices = (const char *const *)d->cfg.devices.items,
         .ndevices = d->cfg.devices.count,
@@ -360,19 +360,19 @@ static int start_serving(struct kiln_daemon *d)
         .training_max_jobs = (int)d->cfg.training.max_jobs_per_device,
         .training_nice = (int)d->cfg.training.nice,
     };
-    if (kiln_sched_new(&d->sched, &so, err, sizeof err) != 0) {
-        kiln_log_write(&d->log, KILN_LOG_ERROR, "scheduler: %s", err);
+    if (kd_sched_new(&d->sched, &so, err, sizeof err) != 0) {
+        kd_log_write(&d->log, KD_LOG_ERROR, "scheduler: %s", err);
         return -1;
     }
     char *root = models_root(d);
     if (!root)
         return -1;
     if (access(root, F_OK) == 0 && access(root, W_OK) != 0)
-        kiln_log_write(&d->log, KILN_LOG_INFO, "model repository %s is read-only here: serving only, jobs "
-                       "cannot register models into it", root);
+        kd_log_write(&d->log, KD_LOG_INFO, "model repository %s is read-only here: serving only, jobs "
+                     "cannot register models into it", root);
     if (d->cfg.example_models && d->cfg.example_models[0])
         seed_examples(d, root, d->cfg.example_models);
-    struct kiln_serving_options vo = {
+    struct kd_serving_options vo = {
         .loop = &d->loop,
         .models_root = root,
         .sched = d->sched,
@@ -381,29 +381,29 @@ static int start_serving(struct kiln_daemon *d)
         .max_tensor_elements = d->cfg.limits.max_tensor_elements,
         .max_string_bytes = d->cfg.limits.max_string_bytes,
         .infer_timeout_ms = d->cfg.limits.infer_timeout_ms,
-        .log = kiln_log_sink,
+        .log = kd_log_sink,
         .log_ud = &d->log,
     };
-    d->serving = kiln_serving_new(&vo, err, sizeof err);
+    d->serving = kd_serving_new(&vo, err, sizeof err);
     free(root);
     if (!d->serving) {
-        kiln_log_write(&d->log, KILN_LOG_ERROR, "%s", err);
+        kd_log_write(&d->log, KD_LOG_ERROR, "%s", err);
         return -1;
     }
     d->api.serving = d->serving;
     if (d->cfg.api_tokens.count)
-        kiln_log_write(&d->log, KILN_LOG_INFO, "%zu api token(s) loaded; the model endpoints require one",
-                       d->cfg.api_tokens.count);
+        kd_log_write(&d->log, KD_LOG_INFO, "%zu api token(s) loaded; the model endpoints require one",
+                     d->cfg.api_tokens.count);
     return 0;
 }
 
 /* The gRPC service (grpc_port >= 0) on the same loop, serving the same model table. */
-static int start_grpc(struct kiln_daemon *d)
+static int start_grpc(struct kd_daemon *d)
 {
     if (d->cfg.grpc_port < 0)
         return 0;
     char err[512];
-    struct kiln_grpc_options go = {
+    struct kd_grpc_options go = {
         .host = d->cfg.host,
         .port = (int)d->cfg.grpc_port,
         .serving = d->serving,
@@ -412,23 +412,23 @@ static int start_grpc(struct kiln_daemon *d)
         .max_header_bytes = (size_t)d->cfg.limits.max_header_bytes,
         .idle_timeout_ms = (uint64_t)d->cfg.limits.idle_timeout_ms,
         .extensions = api_extensions,
-        .log = kiln_log_sink,
+        .log = kd_log_sink,
         .log_ud = &d->log,
     };
-    if (kiln_grpc_new(&d->grpc, &d->loop, &go) != 0) {
-        kiln_log_write(&d->log, KILN_LOG_ERROR, "out of memory");
+    if (kd_grpc_new(&d->grpc, &d->loop, &go) != 0) {
+        kd_log_write(&d->log, KD_LOG_ERROR, "out of memory");
         return -1;
     }
-    if (kiln_grpc_listen(d->grpc, err, sizeof err) != 0) {
-        kiln_log_write(&d->log, KILN_LOG_ERROR, "%s", err);
+    if (kd_grpc_listen(d->grpc, err, sizeof err) != 0) {
+        kd_log_write(&d->log, KD_LOG_ERROR, "%s", err);
         return -1;
     }
-    int port = kiln_grpc_port(d->grpc);
-    kiln_log_write(&d->log, KILN_LOG_INFO, "gRPC listening on %s:%d grpc_port=%d", d->cfg.host, port, port);
+    int port = kd_grpc_port(d->grpc);
+    kd_log_write(&d->log, KD_LOG_INFO, "gRPC listening on %s:%d grpc_port=%d", d->cfg.host, port, port);
     return write_port_file(d, "kilnd.grpc_port", port, &d->grpc_port_file);
 }
 
-int kiln_daemon_init(struct kiln_daemon *d, struct kiln_config *cfg)
+int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
 {
     char err[512];
     memset(d, 0, sizeof *d);
@@ -436,61 +436,61 @@ int kiln_daemon_init(struct kiln_daemon *d, struct kiln_config *cfg)
     d->cfg = *cfg;
     memset(cfg, 0, sizeof *cfg);
     d->started_ns = uv_hrtime();
-    d->state = KILN_DAEMON_STARTING;
+    d->state = KD_DAEMON_STARTING;
     d->exit_code = 1;
 
-    if (kiln_log_open(&d->log, d->cfg.log_file, (enum kiln_log_level)d->cfg.log_level,
-                      (enum kiln_log_format)d->cfg.log_format, err, sizeof err) != 0) {
+    if (kd_log_open(&d->log, d->cfg.log_file, (enum kd_log_level)d->cfg.log_level,
+                    (enum kd_log_format)d->cfg.log_format, err, sizeof err) != 0) {
         fprintf(stderr, "kilnd: %s\n", err);
         return -1;
     }
     d->log_ready = true;
 
     if (uv_loop_init(&d->loop) != 0) {
-        kiln_log_write(&d->log, KILN_LOG_ERROR, "cannot create the event loop");
+        kd_log_write(&d->log, KD_LOG_ERROR, "cannot create the event loop");
         return -1;
     }
     d->loop_ready = true;
-    if (kiln_notify_open(&d->notify, &d->loop, getenv("NOTIFY_SOCKET"), getenv("WATCHDOG_USEC"),
-                         getenv("WATCHDOG_PID"), err, sizeof err) != 0) {
-        kiln_log_write(&d->log, KILN_LOG_ERROR, "%s", err);
+    if (kd_notify_open(&d->notify, &d->loop, getenv("NOTIFY_SOCKET"), getenv("WATCHDOG_USEC"),
+                       getenv("WATCHDOG_PID"), err, sizeof err) != 0) {
+        kd_log_write(&d->log, KD_LOG_ERROR, "%s", err);
         return -1;
     }
     if (d->notify.timer_ready) {
         uv_unref((uv_handle_t *)&d->notify.timer); /* the pings never keep a draining loop alive */
-        kiln_log_write(&d->log, KILN_LOG_INFO, "service manager watchdog: pinging every %llu ms",
-                       (unsigned long long)(d->notify.watchdog_usec / 2000));
+        kd_log_write(&d->log, KD_LOG_INFO, "service manager watchdog: pinging every %llu ms",
+                     (unsigned long long)(d->notify.watchdog_usec / 2000));
     }
 
-    d->metrics = kiln_metrics_new();
-    if (!d->metrics || kiln_metrics_gauge_fn(d->metrics, "kiln_process_uptime_seconds",
-                                             "Seconds since kilnd started.", uptime_seconds, d) != 0) {
-        kiln_log_write(&d->log, KILN_LOG_ERROR, "out of memory");
+    d->metrics = kd_metrics_new();
+    if (!d->metrics || kd_metrics_gauge_fn(d->metrics, "kiln_process_uptime_seconds",
+                                           "Seconds since kilnd started.", uptime_seconds, d) != 0) {
+        kd_log_write(&d->log, KD_LOG_ERROR, "out of memory");
         return -1;
     }
-    struct kiln_metric_family *info = kiln_metrics_family(d->metrics, "kiln_build_info",
-        "Always 1; the labels say which kilnd this is.", KILN_METRIC_GAUGE,
+    struct kd_metric_family *info = kd_metrics_family(d->metrics, "kiln_build_info",
+        "Always 1; the labels say which kilnd this is.", KD_METRIC_GAUGE,
         (const char *const[]){"version", NULL}, NULL, 0);
-    struct kiln_metric_series *info_series = info ? kiln_metrics_series(info, (const char *const[]){KILN_VERSION, NULL}) : NULL;
-    if (!info_series || kiln_api_init(&d->api, d->metrics, api_extensions) != 0) {
-        kiln_log_write(&d->log, KILN_LOG_ERROR, "out of memory");
+    struct kd_metric_series *info_series = info ? kd_metrics_series(info, (const char *const[]){KILN_VERSION, NULL}) : NULL;
+    if (!info_series || kd_api_init(&d->api, d->metrics, api_extensions) != 0) {
+        kd_log_write(&d->log, KD_LOG_ERROR, "out of memory");
         return -1;
     }
-    kiln_metric_set(info_series, 1);
+    kd_metric_set(info_series, 1);
     d->api_ready = true;
 
-    if (!kiln_auth_listen_allowed(d->cfg.host, d->cfg.api_tokens.count)) {
-        kiln_log_write(&d->log, KILN_LOG_ERROR,
-                       "refusing to listen on %s without api_tokens: set KILN_API_TOKENS (\"admin:TOKEN\" or "
-                       "\"read:TOKEN\" entries) or listen on 127.0.0.1", d->cfg.host);
+    if (!kd_auth_listen_allowed(d->cfg.host, d->cfg.api_tokens.count)) {
+        kd_log_write(&d->log, KD_LOG_ERROR,
+                     "refusing to listen on %s without api_tokens: set KILN_API_TOKENS (\"admin:TOKEN\" or "
+                     "\"read:TOKEN\" entries) or listen on 127.0.0.1", d->cfg.host);
         return -1;
     }
     if (mkdir_p(d->cfg.data_dir, err, sizeof err) != 0 || check_writable(d->cfg.data_dir, err, sizeof err) != 0) {
-        kiln_log_write(&d->log, KILN_LOG_ERROR, "%s", err);
+        kd_log_write(&d->log, KD_LOG_ERROR, "%s", err);
         return -1;
     }
 
-    struct kiln_server_options opts = {
+    struct kd_server_options opts = {
         .host = d->cfg.host,
         .port = (int)d->cfg.port,
         .idle_timeout_ms = (uint64_t)d->cfg.limits.idle_timeout_ms,
@@ -500,29 +500,29 @@ int kiln_daemon_init(struct kiln_daemon *d, struct kiln_config *cfg)
             .ctx = &d->api,
             .max_header_bytes = (size_t)d->cfg.limits.max_header_bytes,
             .max_body_bytes = (uint64_t)d->cfg.limits.max_body_bytes,
-            .access = d->cfg.log_access ? kiln_log_access : NULL,
+            .access = d->cfg.log_access ? kd_log_access : NULL,
             .access_ctx = &d->log,
         },
         .metrics = d->metrics,
-        .log = kiln_log_sink,
+        .log = kd_log_sink,
         .log_ud = &d->log,
         .log_level = d->log.level,
     };
-    if (kiln_server_new(&d->server, &d->loop, &opts) != 0) {
-        kiln_log_write(&d->log, KILN_LOG_ERROR, "out of memory");
+    if (kd_server_new(&d->server, &d->loop, &opts) != 0) {
+        kd_log_write(&d->log, KD_LOG_ERROR, "out of memory");
         return -1;
     }
     if (start_handles(d) != 0) {
-        kiln_log_write(&d->log, KILN_LOG_ERROR, "cannot install signal handlers");
+        kd_log_write(&d->log, KD_LOG_ERROR, "cannot install signal handlers");
         return -1;
     }
-    if (kiln_server_listen(d->server, err, sizeof err) != 0) {
-        kiln_log_write(&d->log, KILN_LOG_ERROR, "%s", err);
+    if (kd_server_listen(d->server, err, sizeof err) != 0) {
+        kd_log_write(&d->log, KD_LOG_ERROR, "%s", err);
         return -1;
     }
-    int port = kiln_server_port(d->server);
-    kiln_log_write(&d->log, KILN_LOG_INFO, "kilnd %s listening on %s:%d port=%d pid=%d data_dir=%s", KILN_VERSION,
-                   d->cfg.host, port, port, (int)getpid(), d->cfg.data_dir);
+    int port = kd_server_port(d->server);
+    kd_log_write(&d->log, KD_LOG_INFO, "kilnd %s listening on %s:%d port=%d pid=%d data_dir=%s", KILN_VERSION,
+                 d->cfg.host, port, port, (int)getpid(), d->cfg.data_dir);
     if (write_port_file(d, "kilnd.port", port, &d->port_file) != 0)
         return -1;
 
@@ -531,19 +531,19 @@ int kiln_daemon_init(struct kiln_daemon *d, struct kiln_config *cfg)
     if (!db)
         return -1;
     snprintf(db, n, "%s/kiln.db", d->cfg.data_dir);
-    int rc = kiln_jobstore_open(&d->jobs, db, err, sizeof err);
+    int rc = kd_jobstore_open(&d->jobs, db, err, sizeof err);
     free(db);
     if (rc != 0) {
-        kiln_log_write(&d->log, KILN_LOG_ERROR, "job store: %s", err);
+        kd_log_write(&d->log, KD_LOG_ERROR, "job store: %s", err);
         return -1;
     }
-    kiln_log_write(&d->log, KILN_LOG_DEBUG, "job store at schema version %d", kiln_jobstore_schema_version(d->jobs));
+    kd_log_write(&d->log, KD_LOG_DEBUG, "job store at schema version %d", kd_jobstore_schema_version(d->jobs));
     if (start_serving(d) != 0)
         return -1;
     char *models = models_root(d);
     if (!models)
         return -1;
-    struct kiln_jobs_options jo = {
+    struct kd_jobs_options jo = {
         .loop = &d->loop,
         .store = d->jobs,
         .data_dir = d->cfg.data_dir,
@@ -552,74 +552,74 @@ int kiln_daemon_init(struct kiln_daemon *d, struct kiln_config *cfg)
         .tokens = &d->cfg.api_tokens,
         .serving = d->serving,
         .sched = d->sched,
-        .log = kiln_log_sink,
+        .log = kd_log_sink,
         .log_ud = &d->log,
     };
-    d->training = kiln_jobs_new(&jo, err, sizeof err);
+    d->training = kd_jobs_new(&jo, err, sizeof err);
     free(models);
     if (!d->training) {
-        kiln_log_write(&d->log, KILN_LOG_ERROR, "%s", err);
+        kd_log_write(&d->log, KD_LOG_ERROR, "%s", err);
         return -1;
     }
     d->api.jobs = d->training;
-    struct kiln_tensor_options to = {
+    struct kd_tensor_service_options to = {
         .sched = d->sched,
         .metrics = d->metrics,
         .tokens = &d->cfg.api_tokens,
         .devices = &d->cfg.devices,
         .limits = d->cfg.remote,
-        .log = kiln_log_sink,
+        .log = kd_log_sink,
         .log_ud = &d->log,
     };
-    d->tensor = kiln_tensor_new(&to, err, sizeof err);
+    d->tensor = kd_tensor_service_new(&to, err, sizeof err);
     if (!d->tensor) {
-        kiln_log_write(&d->log, KILN_LOG_ERROR, "remote tensors: %s", err);
+        kd_log_write(&d->log, KD_LOG_ERROR, "remote tensors: %s", err);
         return -1;
     }
     d->api.tensor = d->tensor;
     if (start_grpc(d) != 0)
         return -1;
-    set_state(d, KILN_DAEMON_READY);
+    set_state(d, KD_DAEMON_READY);
     return 0;
 }
 
-int kiln_daemon_run(struct kiln_daemon *d)
+int kd_daemon_run(struct kd_daemon *d)
 {
     uv_run(&d->loop, UV_RUN_DEFAULT);
-    set_state(d, KILN_DAEMON_STOPPED);
+    set_state(d, KD_DAEMON_STOPPED);
     d->exit_code = 0;
     return d->exit_code;
 }
 
-void kiln_daemon_free(struct kiln_daemon *d)
+void kd_daemon_free(struct kd_daemon *d)
 {
     if (d->loop_ready) {
         /* After a failed start the listener and handles are still open: close them and let
          * the loop deliver the close callbacks before it is torn down. */
-        if (d->server && d->state != KILN_DAEMON_STOPPED) {
-            kiln_server_drain(d->server, NULL, NULL);
-            kiln_server_close_all(d->server);
+        if (d->server && d->state != KD_DAEMON_STOPPED) {
+            kd_server_drain(d->server, NULL, NULL);
+            kd_server_close_all(d->server);
         }
         if (d->grpc)
-            kiln_grpc_close_all(d->grpc);
+            kd_grpc_close_all(d->grpc);
         close_daemon_handles(d);
         /* A running job stops before its next step and stays running in the store. */
-        kiln_jobs_stop(d->training);
+        kd_jobs_stop(d->training);
         d->api.jobs = NULL;
         /* Queued inference gets its answer (or is dropped with its connection) before the
          * model table goes; then the scheduler's async handle closes with the rest. */
-        kiln_sched_stop(d->sched);
-        kiln_serving_free(d->serving);
+        kd_sched_stop(d->sched);
+        kd_serving_free(d->serving);
         d->serving = NULL;
         d->api.serving = NULL;
-        kiln_sched_close(d->sched);
+        kd_sched_close(d->sched);
         uv_run(&d->loop, UV_RUN_DEFAULT);
         if (uv_loop_close(&d->loop) != 0)
-            kiln_log_write(&d->log, KILN_LOG_WARN, "event loop closed with handles still open");
+            kd_log_write(&d->log, KD_LOG_WARN, "event loop closed with handles still open");
     }
-    kiln_server_free(d->server);
+    kd_server_free(d->server);
     if (d->grpc)
-        kiln_grpc_free(d->grpc);
+        kd_grpc_free(d->grpc);
     if (d->grpc_port_file) {
         unlink(d->grpc_port_file);
         free(d->grpc_port_file);
@@ -627,18 +627,18 @@ void kiln_daemon_free(struct kiln_daemon *d)
     /* After the connections (a session outlives its connection until its device memory is
      * freed) and before the devices close. */
     d->api.tensor = NULL;
-    kiln_tensor_free(d->tensor);
-    kiln_sched_destroy(d->sched);
-    kiln_jobs_free(d->training);
-    kiln_jobstore_close(d->jobs);
+    kd_tensor_service_free(d->tensor);
+    kd_sched_destroy(d->sched);
+    kd_jobs_free(d->training);
+    kd_jobstore_close(d->jobs);
     if (d->port_file) {
         unlink(d->port_file);
         free(d->port_file);
     }
     if (d->api_ready)
-        kiln_api_free(&d->api);
-    kiln_metrics_free(d->metrics);
+        kd_api_free(&d->api);
+    kd_metrics_free(d->metrics);
     if (d->log_ready)
-        kiln_log_close(&d->log);
-    kiln_config_free(&d->cfg);
+        kd_log_close(&d->log);
+    kd_config_free(&d->cfg);
 }

@@ -18,8 +18,8 @@ static int open_path(const char *path)
     return open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 }
 
-int kiln_log_open(struct kiln_log *log, const char *path, enum kiln_log_level level,
-                  enum kiln_log_format format, char *err, size_t errlen)
+int kd_log_open(struct kd_log *log, const char *path, enum kd_log_level level,
+                enum kd_log_format format, char *err, size_t errlen)
 {
     log->fd = STDERR_FILENO;
     log->path = NULL;
@@ -42,7 +42,7 @@ int kiln_log_open(struct kiln_log *log, const char *path, enum kiln_log_level le
     return 0;
 }
 
-int kiln_log_reopen(struct kiln_log *log)
+int kd_log_reopen(struct kd_log *log)
 {
     if (!log->path)
         return 0;
@@ -55,7 +55,7 @@ int kiln_log_reopen(struct kiln_log *log)
     return 0;
 }
 
-void kiln_log_close(struct kiln_log *log)
+void kd_log_close(struct kd_log *log)
 {
     if (log->path && log->fd >= 0)
         close(log->fd);
@@ -81,7 +81,7 @@ static size_t put_json_string(char *dst, size_t room, const char *s)
     return n;
 }
 
-static void emit(struct kiln_log *log, enum kiln_log_level level, const char *msg)
+static void emit(struct kd_log *log, enum kd_log_level level, const char *msg)
 {
     struct timespec ts;
     struct tm tm;
@@ -93,14 +93,14 @@ static void emit(struct kiln_log *log, enum kiln_log_level level, const char *ms
 
     char line[2048];
     size_t n;
-    if (log->format == KILN_LOG_JSON) {
+    if (log->format == KD_LOG_JSON) {
         n = (size_t)snprintf(line, sizeof line, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"", stamp,
-                             kiln_log_level_to_str(level));
+                             kd_log_level_to_str(level));
         n += put_json_string(line + n, sizeof line - n - 3, msg);
         memcpy(line + n, "\"}\n", 3);
         n += 3;
     } else {
-        int w = snprintf(line, sizeof line - 1, "%s %-5s %s", stamp, kiln_log_level_to_str(level), msg);
+        int w = snprintf(line, sizeof line - 1, "%s %-5s %s", stamp, kd_log_level_to_str(level), msg);
         n = w < 0 ? 0 : (size_t)w >= sizeof line - 1 ? sizeof line - 2 : (size_t)w;
         line[n++] = '\n';
     }
@@ -109,7 +109,7 @@ static void emit(struct kiln_log *log, enum kiln_log_level level, const char *ms
     (void)rc;
 }
 
-void kiln_log_write(struct kiln_log *log, enum kiln_log_level level, const char *fmt, ...)
+void kd_log_write(struct kd_log *log, enum kd_log_level level, const char *fmt, ...)
 {
     if (level > log->level)
         return;
@@ -121,9 +121,9 @@ void kiln_log_write(struct kiln_log *log, enum kiln_log_level level, const char 
     emit(log, level, msg);
 }
 
-void kiln_log_sink(void *ud, enum kiln_log_level level, const char *msg)
+void kd_log_sink(void *ud, enum kd_log_level level, const char *msg)
 {
-    struct kiln_log *log = ud;
+    struct kd_log *log = ud;
     if (level <= log->level)
         emit(log, level, msg);
 }
@@ -143,17 +143,17 @@ static size_t put_text_target(char *dst, size_t room, const char *s, size_t n)
     return k;
 }
 
-void kiln_log_access(void *ud, const struct kiln_http_access *a)
+void kd_log_access(void *ud, const struct kd_http_access *a)
 {
-    struct kiln_log *log = ud;
-    if (KILN_LOG_INFO > log->level)
+    struct kd_log *log = ud;
+    if (KD_LOG_INFO > log->level)
         return;
     /* The target is the only long field; 512 bytes of it say enough. */
     size_t tlen = a->target_len > 512 ? 512 : a->target_len;
     double ms = (double)a->elapsed_ns / 1e6;
     char line[4096];
     size_t n;
-    if (log->format == KILN_LOG_JSON) {
+    if (log->format == KD_LOG_JSON) {
         struct timespec ts;
         struct tm tm;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -186,5 +186,5 @@ void kiln_log_access(void *ud, const struct kiln_http_access *a)
     put_text_target(target, sizeof target, a->target, tlen);
     snprintf(line, sizeof line, "access %s %s %d %.3fms in=%llu id=%s peer=%s", a->method, target, a->status, ms,
              (unsigned long long)a->bytes_in, a->request_id, a->peer);
-    emit(log, KILN_LOG_INFO, line);
+    emit(log, KD_LOG_INFO, line);
 }

@@ -24,11 +24,11 @@
 
 static void on_watchdog(uv_timer_t *t)
 {
-    kiln_notify_send(t->data, "WATCHDOG=1");
+    kd_notify_send(t->data, "WATCHDOG=1");
 }
 
-int kiln_notify_open(struct kiln_notify *n, uv_loop_t *loop, const char *socket_path, const char *watchdog_usec,
-                     const char *watchdog_pid, char *err, size_t errlen)
+int kd_notify_open(struct kd_notify *n, uv_loop_t *loop, const char *socket_path, const char *watchdog_usec,
+                   const char *watchdog_pid, char *err, size_t errlen)
 {
     memset(n, 0, sizeof *n);
     n->fd = -1;
@@ -79,7 +79,7 @@ int kiln_notify_open(struct kiln_notify *n, uv_loop_t *loop, const char *socket_
     return 0;
 }
 
-int kiln_notify_send(struct kiln_notify *n, const char *message)
+int kd_notify_send(struct kd_notify *n, const char *message)
 {
     if (!n || n->fd < 0)
         return 0;
@@ -90,16 +90,16 @@ int kiln_notify_send(struct kiln_notify *n, const char *message)
     return sent < 0 ? -errno : 0;
 }
 
-int kiln_notify_status(struct kiln_notify *n, const char *state_line, const char *status)
+int kd_notify_status(struct kd_notify *n, const char *state_line, const char *status)
 {
     if (!n || n->fd < 0)
         return 0;
     char msg[512];
     snprintf(msg, sizeof msg, "%s%sSTATUS=%s", state_line ? state_line : "", state_line ? "\n" : "", status);
-    return kiln_notify_send(n, msg);
+    return kd_notify_send(n, msg);
 }
 
-void kiln_notify_close(struct kiln_notify *n, void (*closed)(uv_handle_t *))
+void kd_notify_close(struct kd_notify *n, void (*closed)(uv_handle_t *))
 {
     if (n->timer_ready) {
         uv_timer_stop(&n->timer);

@@ -28,7 +28,7 @@ static const struct {
     {"INT64", KILN_I64}, {"INT32", KILN_I32}, {"UINT8", KILN_U8}, {"BOOL", KILN_BOOL},
 };
 
-int kiln_sched_dtype_of(const char *datatype)
+int kd_sched_dtype_of(const char *datatype)
 {
     for (size_t i = 0; datatype && i < sizeof datatypes / sizeof datatypes[0]; i++)
         if (strcmp(datatypes[i].name, datatype) == 0)
@@ -44,7 +44,7 @@ static const char *datatype_of(kiln_dtype dt)
     return NULL;
 }
 
-static int copy_specs(kiln_model_tensor_spec **dst, const kiln_model_tensor_spec *src, int n)
+static int copy_specs(kd_model_tensor_spec **dst, const kd_model_tensor_spec *src, int n)
 {
     *dst = calloc(n > 0 ? (size_t)n : 1, sizeof **dst);
     if (!*dst)
@@ -59,7 +59,7 @@ static int copy_specs(kiln_model_tensor_spec **dst, const kiln_model_tensor_spec
     return 0;
 }
 
-void kiln__sched_config_free(kiln_model_config *c)
+void kd_sched_config_free(kd_model_config *c)
 {
     for (int i = 0; c->inputs && i < c->ninputs; i++) {
         free(c->inputs[i].name);
@@ -76,7 +76,7 @@ void kiln__sched_config_free(kiln_model_config *c)
     memset(c, 0, sizeof *c);
 }
 
-int kiln__sched_config_copy(kiln_model_config *dst, const kiln_model_config *src)
+int kd_sched_config_copy(kd_model_config *dst, const kd_model_config *src)
 {
     *dst = *src;
     dst->inputs = dst->outputs = NULL;
@@ -89,13 +89,13 @@ int kiln__sched_config_copy(kiln_model_config *dst, const kiln_model_config *src
         rc = copy_specs(&dst->outputs, src->outputs, src->noutputs);
     if (rc != 0) {
         /* copy_specs leaves zeroed entries behind a failure, which free skips. */
-        kiln__sched_config_free(dst);
+        kd_sched_config_free(dst);
         return -1;
     }
     return 0;
 }
 
-static int build_kiln(struct kiln_sched_model *m, kiln_device *dev, kiln_module **out, char *why, size_t n)
+static int build_kiln(struct kd_sched_model *m, kiln_device *dev, kiln_module **out, char *why, size_t n)
 {
     size_t len = strlen(m->path) + 16;
     char *file = malloc(len);
@@ -147,14 +147,14 @@ static int build_kiln(struct kiln_sched_model *m, kiln_device *dev, kiln_module 
 }
 
 /* Graph inputs and outputs as specs (names borrowed from g); outputs by dry runs. 0 or -1. */
-static int describe_onnx(kiln_onnx_model *g, kiln_device *dev, bool want_outputs, kiln_model_tensor_spec *ins,
-                         kiln_model_tensor_spec *outs, bool *batchable, char *why, size_t n)
+static int describe_onnx(kiln_onnx_model *g, kiln_device *dev, bool want_outputs, kd_model_tensor_spec *ins,
+                         kd_model_tensor_spec *outs, bool *batchable, char *why, size_t n)
 {
     int gin = kiln_onnx_input_count(g), gout = kiln_onnx_output_count(g);
     bool symbolic = false;
     *batchable = gin > 0;
     for (int i = 0; i < gin; i++) {
-        kiln_model_tensor_spec *sp = &ins[i];
+        kd_model_tensor_spec *sp = &ins[i];
         int dt = kiln_onnx_input_info(g, i, &sp->ndim, sp->shape);
         sp->name = (char *)kiln_onnx_input_name(g, i);
         sp->datatype = dt < 0 ? NULL : (char *)datatype_of((kiln_dtype)dt);
@@ -169,8 +169,8 @@ static int describe_onnx(kiln_onnx_model *g, kiln_device *dev, bool want_outputs
     }
     if (!want_outputs)
         return 0;
-    const char *names[KILN_SCHED_MAX_IO];
-    kiln_tensor *in[KILN_SCHED_MAX_IO] = {0}, *out[KILN_SCHED_MAX_IO] = {0};
+    const char *names[KD_SCHED_MAX_IO];
+    kiln_tensor *in[KD_SCHED_MAX_IO] = {0}, *out[KD_SCHED_MAX_IO] = {0};
     int rc = 0;
     for (int pass = 0; rc == 0 && pass < (symbolic ? 2 : 1); pass++) {
         kiln_no_grad_begin();
@@ -180,13 +180,13 @@ static int describe_onnx(kiln_onnx_model *g, kiln_device *dev, bool want_outputs
             for (int d = 0; d < ins[i].ndim; d++)
                 shape[d] = ins[i].shape[d] < 0 ? pass + 1 : ins[i].shape[d];
             names[i] = ins[i].name;
-            in[i] = kiln_zeros(dev, (kiln_dtype)kiln_sched_dtype_of(ins[i].datatype), ins[i].ndim, shape);
+            in[i] = kiln_zeros(dev, (kiln_dtype)kd_sched_dtype_of(ins[i].datatype), ins[i].ndim, shape);
             rc = in[i] ? 0 : -1;
         }
         if (rc == 0)
             rc = kiln_onnx_run(g, gin, names, in, gout, out);
         for (int o = 0; rc == 0 && o < gout; o++) {
-            kiln_model_tensor_spec *sp = &outs[o];
+            kd_model_tensor_spec *sp = &outs[o];
             int nd = kiln_tensor_ndim(out[o]);
             const int64_t *shape = kiln_tensor_shape(out[o]);
             if (pass == 0) {
@@ -226,7 +226,7 @@ static int describe_onnx(kiln_onnx_model *g, kiln_device *dev, bool want_outputs
     return rc == 0 ? 0 : -1;
 }
 
-static int build_onnx(struct kiln_sched_model *m, kiln_device *dev, struct kiln__sched_exec *e, char *why, size_t n)
+static int build_onnx(struct kd_sched_model *m, kiln_device *dev, struct kd_sched_exec *e, char *why, size_t n)
 {
     size_t len = strlen(m->path) + 16;
     char *file = malloc(len);
@@ -243,9 +243,9 @@ static int build_onnx(struct kiln_sched_model *m, kiln_device *dev, struct kiln_
         return -1;
     }
     int gin = kiln_onnx_input_count(g), gout = kiln_onnx_output_count(g);
-    if (gin > KILN_SCHED_MAX_IO || gout > KILN_SCHED_MAX_IO || gout < 1) {
+    if (gin > KD_SCHED_MAX_IO || gout > KD_SCHED_MAX_IO || gout < 1) {
         snprintf(why, n, "model.onnx has %d inputs and %d outputs; kilnd serves 1..%d outputs and at most %d inputs",
-                 gin, gout, KILN_SCHED_MAX_IO, KILN_SCHED_MAX_IO);
+                 gin, gout, KD_SCHED_MAX_IO, KD_SCHED_MAX_IO);
         kiln_onnx_free(g);
         return -1;
     }
@@ -253,21 +253,21 @@ static int build_onnx(struct kiln_sched_model *m, kiln_device *dev, struct kiln_
     pthread_mutex_lock(&m->sched->mu);
     bool need_out = m->cfg.noutputs == 0;
     pthread_mutex_unlock(&m->sched->mu);
-    kiln_model_tensor_spec ins[KILN_SCHED_MAX_IO] = {0}, outs[KILN_SCHED_MAX_IO] = {0};
+    kd_model_tensor_spec ins[KD_SCHED_MAX_IO] = {0}, outs[KD_SCHED_MAX_IO] = {0};
     bool batchable = false;
     int rc = describe_onnx(g, dev, need_out, ins, outs, &batchable, why, n);
 
     pthread_mutex_lock(&m->sched->mu);
-    kiln_model_config *c = &m->cfg;
+    kd_model_config *c = &m->cfg;
     if (rc == 0 && c->ninputs == 0) {
-        kiln_model_tensor_spec *copy = NULL;
+        kd_model_tensor_spec *copy = NULL;
         rc = copy_specs(&copy, ins, gin);
         free(c->inputs); /* the empty array config_copy made */
         c->inputs = copy; /* free skips the zeroed entries a failed copy leaves */
         c->ninputs = rc == 0 ? gin : 0;
     }
     if (rc == 0 && c->noutputs == 0 && need_out) {
-        kiln_model_tensor_spec *copy = NULL;
+        kd_model_tensor_spec *copy = NULL;
         rc = copy_specs(&copy, outs, gout);
         free(c->outputs);
         c->outputs = copy;
@@ -311,11 +311,11 @@ static int build_onnx(struct kiln_sched_model *m, kiln_device *dev, struct kiln_
     return 0;
 }
 
-int kiln__sched_build(struct kiln_sched_model *m, kiln_device *dev, struct kiln__sched_exec *out, char *why,
-                      size_t n)
+int kd_sched_build(struct kd_sched_model *m, kiln_device *dev, struct kd_sched_exec *out, char *why,
+                   size_t n)
 {
-    if (m->cfg.ninputs > KILN_SCHED_MAX_IO || m->cfg.noutputs > KILN_SCHED_MAX_IO) {
-        snprintf(why, n, "more than %d inputs or outputs", KILN_SCHED_MAX_IO);
+    if (m->cfg.ninputs > KD_SCHED_MAX_IO || m->cfg.noutputs > KD_SCHED_MAX_IO) {
+        snprintf(why, n, "more than %d inputs or outputs", KD_SCHED_MAX_IO);
         return -1;
     }
     if (m->format && strcmp(m->format, "onnx") == 0)
@@ -323,17 +323,17 @@ int kiln__sched_build(struct kiln_sched_model *m, kiln_device *dev, struct kiln_
     return build_kiln(m, dev, &out->module, why, n);
 }
 
-void kiln__sched_unbuild(struct kiln__sched_exec *e)
+void kd_sched_unbuild(struct kd_sched_exec *e)
 {
     kiln_module_free(e->module);
     kiln_onnx_free(e->onnx);
     memset(e, 0, sizeof *e);
 }
 
-static void fail_all(struct kiln_sched_request **reqs, int n, const char *fmt, const char *detail)
+static void fail_all(struct kd_sched_request **reqs, int n, const char *fmt, const char *detail)
 {
     for (int i = 0; i < n; i++) {
-        reqs[i]->outcome = KILN_SCHED_FAILED;
+        reqs[i]->outcome = KD_SCHED_FAILED;
         snprintf(reqs[i]->error, sizeof reqs[i]->error, fmt, detail);
         for (int o = 0; o < reqs[i]->noutputs; o++) {
             free(reqs[i]->outputs[o].data);
@@ -344,13 +344,13 @@ static void fail_all(struct kiln_sched_request **reqs, int n, const char *fmt, c
 }
 
 /* Copies rows [off, off+len) of t (or all of t when !batched) into r's output o. */
-static int take_output(struct kiln_sched_request *r, int o, kiln_tensor *t, bool batched, int64_t off, int64_t len)
+static int take_output(struct kd_sched_request *r, int o, kiln_tensor *t, bool batched, int64_t off, int64_t len)
 {
     /* The narrow view is scoped (the run's scope frees it); the whole tensor is used as it is. */
     kiln_tensor *v = batched ? kiln_narrow(t, 0, off, len) : t;
     if (!v)
         return -1;
-    struct kiln_sched_tensor *dst = &r->outputs[o];
+    struct kd_sched_tensor *dst = &r->outputs[o];
     dst->dtype = kiln_tensor_dtype(v);
     dst->ndim = kiln_tensor_ndim(v);
     memcpy(dst->shape, kiln_tensor_shape(v), (size_t)dst->ndim * sizeof dst->shape[0]);
@@ -363,12 +363,12 @@ static int take_output(struct kiln_sched_request *r, int o, kiln_tensor *t, bool
 
 /* Runs the instance on in (the configured inputs, in order): out gets the configured outputs, and
  * owned the references the caller must release (ONNX outputs are not scoped). Outputs or -1. */
-static int forward(const kiln_model_config *c, struct kiln__sched_exec *e, kiln_tensor **in, kiln_tensor **out,
+static int forward(const kd_model_config *c, struct kd_sched_exec *e, kiln_tensor **in, kiln_tensor **out,
                    kiln_tensor **owned)
 {
     if (e->module)
-        return kiln_module_forward_n(e->module, c->ninputs, in, KILN_SCHED_MAX_IO, out);
-    const char *names[KILN_SCHED_MAX_IO];
+        return kiln_module_forward_n(e->module, c->ninputs, in, KD_SCHED_MAX_IO, out);
+    const char *names[KD_SCHED_MAX_IO];
     for (int i = 0; i < c->ninputs; i++)
         names[i] = c->inputs[i].name;
     if (kiln_onnx_run(e->onnx, c->ninputs, names, in, e->onnx_nout, owned) != 0)
@@ -386,10 +386,10 @@ static void release_all(kiln_tensor **ts, int n)
     }
 }
 
-void kiln__sched_run(struct kiln_sched_model *m, struct kiln__sched_exec *e, kiln_device *dev,
-                     struct kiln_sched_request **reqs, int n, int64_t rows)
+void kd_sched_run(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device *dev,
+                  struct kd_sched_request **reqs, int n, int64_t rows)
 {
-    const kiln_model_config *c = &m->cfg;
+    const kd_model_config *c = &m->cfg;
     bool batched = c->max_batch_size > 0;
     if (batched && rows > c->max_batch_size) {
         fail_all(reqs, n, "batch of %s rows exceeds max_batch_size", "too many");
@@ -397,14 +397,14 @@ void kiln__sched_run(struct kiln_sched_model *m, struct kiln__sched_exec *e, kil
     }
     kiln_no_grad_begin();
     kiln_scope_begin();
-    kiln_tensor *in[KILN_SCHED_MAX_IO] = {0};
-    kiln_tensor *owned[KILN_SCHED_MAX_IO] = {0};
+    kiln_tensor *in[KD_SCHED_MAX_IO] = {0};
+    kiln_tensor *owned[KD_SCHED_MAX_IO] = {0};
     kiln_tensor *parts[256];
     const char *failed = NULL;
     for (int i = 0; i < c->ninputs && !failed; i++) {
-        int want = kiln_sched_dtype_of(c->inputs[i].datatype);
+        int want = kd_sched_dtype_of(c->inputs[i].datatype);
         for (int k = 0; k < n && !failed; k++) {
-            const struct kiln_sched_tensor *t = &reqs[k]->inputs[i];
+            const struct kd_sched_tensor *t = &reqs[k]->inputs[i];
             parts[k] = kiln_from_data(dev, t->dtype, t->ndim, t->shape, t->data, t->nbytes);
             if (parts[k] && want >= 0 && (int)t->dtype != want)
                 parts[k] = kiln_cast(parts[k], (kiln_dtype)want);
@@ -416,19 +416,19 @@ void kiln__sched_run(struct kiln_sched_model *m, struct kiln__sched_exec *e, kil
         if (!in[i])
             failed = "input";
     }
-    kiln_tensor *out[KILN_SCHED_MAX_IO] = {0};
+    kiln_tensor *out[KD_SCHED_MAX_IO] = {0};
     int nout = failed ? -1 : forward(c, e, in, out, owned);
     if (!failed && nout < 0)
         failed = "model";
     if (!failed && nout < c->noutputs) {
         kiln_scope_end();
         kiln_no_grad_end();
-        release_all(owned, KILN_SCHED_MAX_IO);
+        release_all(owned, KD_SCHED_MAX_IO);
         fail_all(reqs, n, "the model produced fewer outputs than config.json declares%s", "");
         return;
     }
     for (int o = 0; o < c->noutputs && !failed; o++) {
-        int want = kiln_sched_dtype_of(c->outputs[o].datatype);
+        int want = kd_sched_dtype_of(c->outputs[o].datatype);
         if (want >= 0 && kiln_tensor_dtype(out[o]) != (kiln_dtype)want)
             out[o] = kiln_cast(out[o], (kiln_dtype)want);
         if (!out[o] || (batched && (kiln_tensor_ndim(out[o]) < 1 || kiln_tensor_dim(out[o], 0) != rows))) {
@@ -448,9 +448,9 @@ void kiln__sched_run(struct kiln_sched_model *m, struct kiln__sched_exec *e, kil
         snprintf(msg, sizeof msg, "%s", kiln_error()[0] ? kiln_error() : "outputs do not split along the batch");
         kiln_scope_end();
         kiln_no_grad_end();
-        release_all(owned, KILN_SCHED_MAX_IO);
+        release_all(owned, KD_SCHED_MAX_IO);
         for (int i = 0; i < n; i++) {
-            reqs[i]->outcome = KILN_SCHED_FAILED;
+            reqs[i]->outcome = KD_SCHED_FAILED;
             snprintf(reqs[i]->error, sizeof reqs[i]->error, "%s failed: %s", failed, msg);
             for (int o = 0; o < reqs[i]->noutputs; o++) {
                 free(reqs[i]->outputs[o].data);
@@ -463,5 +463,5 @@ void kiln__sched_run(struct kiln_sched_model *m, struct kiln__sched_exec *e, kil
     }
     kiln_scope_end();
     kiln_no_grad_end();
-    release_all(owned, KILN_SCHED_MAX_IO);
+    release_all(owned, KD_SCHED_MAX_IO);
 }

@@ -23,7 +23,7 @@
 
 #define POLL_NS 10000000ull   /* 10 ms */
 
-struct kiln__sched_gate *kiln__sched_gate_for(struct kiln_sched *s, const char *spec)
+struct kd_sched_gate *kd_sched_gate_for(struct kd_sched *s, const char *spec)
 {
     for (size_t i = 0; i < s->ngates; i++)
         if (strcmp(s->gates[i].spec, spec) == 0)
@@ -32,26 +32,26 @@ struct kiln__sched_gate *kiln__sched_gate_for(struct kiln_sched *s, const char *
 }
 
 /* Under the lock: inference work queued or running on g's device. */
-static bool gate_busy(const struct kiln_sched *s, const struct kiln__sched_gate *g)
+static bool gate_busy(const struct kd_sched *s, const struct kd_sched_gate *g)
 {
     for (size_t i = 0; i < s->nworkers; i++) {
-        const struct kiln__sched_worker *w = &s->workers[i];
+        const struct kd_sched_worker *w = &s->workers[i];
         if (w->gate == g && (w->running || w->task_head))
             return true;
     }
-    for (const struct kiln_sched_model *m = s->models; m; m = m->next)
+    for (const struct kd_sched_model *m = s->models; m; m = m->next)
         if (m->gate == g && m->queued > 0)
             return true;
     return false;
 }
 
-static bool cancelled(const struct kiln_sched_training *t)
+static bool cancelled(const struct kd_sched_training *t)
 {
     return t->cancel && atomic_load(t->cancel);
 }
 
 /* Under the lock: sleeps on g until woken, the next poll, or until (0: no limit). */
-static void gate_wait(struct kiln_sched *s, struct kiln__sched_gate *g, uint64_t until)
+static void gate_wait(struct kd_sched *s, struct kd_sched_gate *g, uint64_t until)
 {
     uint64_t wake = uv_hrtime() + POLL_NS;
     if (until && until < wake)
@@ -62,7 +62,7 @@ static void gate_wait(struct kiln_sched *s, struct kiln__sched_gate *g, uint64_t
     g->waiting--;
 }
 
-static int max_jobs(const struct kiln_sched *s)
+static int max_jobs(const struct kd_sched *s)
 {
     return s->opts.training_max_jobs > 0 ? s->opts.training_max_jobs : 1;
 }
@@ -79,8 +79,8 @@ static void lower_priority(int n)
         setpriority(PRIO_PROCESS, tid, n); /* best effort: a failure leaves the thread as it was */
 }
 
-int kiln_sched_training_begin(struct kiln_sched *s, const char *device, const atomic_bool *cancel,
-                              struct kiln_sched_training *t)
+int kd_sched_training_begin(struct kd_sched *s, const char *device, const atomic_bool *cancel,
+                            struct kd_sched_training *t)
 {
     memset(t, 0, sizeof *t);
     t->sched = s;
@@ -90,7 +90,7 @@ int kiln_sched_training_begin(struct kiln_sched *s, const char *device, const at
         return 0;
     lower_priority(s->opts.training_nice);
     pthread_mutex_lock(&s->mu);
-    struct kiln__sched_gate *g = kiln__sched_gate_for(s, device);
+    struct kd_sched_gate *g = kd_sched_gate_for(s, device);
     if (!g) {
         pthread_mutex_unlock(&s->mu);
         return 0;
@@ -109,7 +109,7 @@ int kiln_sched_training_begin(struct kiln_sched *s, const char *device, const at
     return 0;
 }
 
-int kiln_sched_training_acquire(struct kiln_sched_training *t)
+int kd_sched_training_acquire(struct kd_sched_training *t)
 {
     if (cancelled(t))
         return 1;
@@ -117,8 +117,8 @@ int kiln_sched_training_acquire(struct kiln_sched_training *t)
         t->holding = true;
         return 0;
     }
-    struct kiln_sched *s = t->sched;
-    struct kiln__sched_gate *g = &s->gates[t->dev];
+    struct kd_sched *s = t->sched;
+    struct kd_sched_gate *g = &s->gates[t->dev];
     pthread_mutex_lock(&s->mu);
     int64_t bound_ms = s->opts.training_max_wait_ms;
     int rc = 0;
@@ -156,18 +156,18 @@ int kiln_sched_training_acquire(struct kiln_sched_training *t)
     return rc;
 }
 
-void kiln_sched_training_release(struct kiln_sched_training *t)
+void kd_sched_training_release(struct kd_sched_training *t)
 {
     t->holding = false;
 }
 
-void kiln_sched_training_end(struct kiln_sched_training *t)
+void kd_sched_training_end(struct kd_sched_training *t)
 {
-    kiln_sched_training_release(t);
+    kd_sched_training_release(t);
     if (t->dev < 0)
         return;
-    struct kiln_sched *s = t->sched;
-    struct kiln__sched_gate *g = &s->gates[t->dev];
+    struct kd_sched *s = t->sched;
+    struct kd_sched_gate *g = &s->gates[t->dev];
     pthread_mutex_lock(&s->mu);
     g->jobs--;
     g->stats.jobs = g->jobs;
@@ -178,7 +178,7 @@ void kiln_sched_training_end(struct kiln_sched_training *t)
     t->dev = -1;
 }
 
-void kiln_sched_training_wake(struct kiln_sched *s)
+void kd_sched_training_wake(struct kd_sched *s)
 {
     if (!s)
         return;
@@ -188,14 +188,14 @@ void kiln_sched_training_wake(struct kiln_sched *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-void kiln_sched_training_stats(struct kiln_sched *s, struct kiln_sched_training_stats *out)
+void kd_sched_training_stats(struct kd_sched *s, struct kd_sched_training_stats *out)
 {
     memset(out, 0, sizeof *out);
     if (!s)
         return;
     pthread_mutex_lock(&s->mu);
     for (size_t i = 0; i < s->ngates; i++) {
-        const struct kiln_sched_training_stats *g = &s->gates[i].stats;
+        const struct kd_sched_training_stats *g = &s->gates[i].stats;
         out->steps += g->steps;
         out->yields += g->yields;
         out->forced += g->forced;

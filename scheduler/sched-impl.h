@@ -3,8 +3,8 @@
  * batching), model.c (building an instance from a repository version, running a batch) and
  * sched-gate.c (training's turn on a device).
  */
-#ifndef KILN_SCHED_IMPL_H
-#define KILN_SCHED_IMPL_H
+#ifndef KD_SCHED_IMPL_H
+#define KD_SCHED_IMPL_H
 
 #include <pthread.h>
 
@@ -12,29 +12,29 @@
 #include "kiln/onnx.h"
 #include "scheduler.h"
 
-struct kiln__sched_worker;
+struct kd_sched_worker;
 
 /*
  * What one instance runs: a kiln module or an ONNX graph, exactly one of them. The ONNX graph's
  * outputs come back in graph order, so onnx_out maps each configured output to its graph index.
  */
-struct kiln__sched_exec {
+struct kd_sched_exec {
     kiln_module *module;
     kiln_onnx_model *onnx;
     int onnx_nout;                      /* graph outputs kiln_onnx_run returns */
-    int onnx_out[KILN_SCHED_MAX_IO];
+    int onnx_out[KD_SCHED_MAX_IO];
 };
 
-struct kiln__sched_instance {
-    struct kiln_sched_model *model;
-    struct kiln__sched_worker *worker;
-    struct kiln__sched_exec exec;       /* touched only on worker's thread */
+struct kd_sched_instance {
+    struct kd_sched_model *model;
+    struct kd_sched_worker *worker;
+    struct kd_sched_exec exec;       /* touched only on worker's thread */
     bool linked;                        /* in worker->insts (under the scheduler lock) */
-    struct kiln__sched_instance *wnext;
+    struct kd_sched_instance *wnext;
 };
 
-struct kiln_sched_model {
-    struct kiln_sched *sched;
+struct kd_sched_model {
+    struct kd_sched *sched;
     char *name;
     int64_t version;
     char *path;
@@ -43,89 +43,89 @@ struct kiln_sched_model {
      * A deep copy of config.json. An ONNX version's build fills inputs and outputs it does not
      * list (under the lock, before the load completes), so readers on the loop see it complete.
      */
-    kiln_model_config cfg;
-    struct kiln__sched_gate *gate;      /* the gate of the device its instances run on */
+    kd_model_config cfg;
+    struct kd_sched_gate *gate;      /* the gate of the device its instances run on */
     atomic_int refs;
     atomic_int pending;                 /* instance loads or frees still to finish */
     int ninst;
-    struct kiln__sched_instance *inst;
+    struct kd_sched_instance *inst;
     char why[256];                      /* first load failure */
-    void (*load_done)(void *ud, struct kiln_sched_model *m, const char *why);
+    void (*load_done)(void *ud, struct kd_sched_model *m, const char *why);
     void *load_ud;
-    struct kiln_sched_request load_req; /* carries the load's completion to the loop */
+    struct kd_sched_request load_req; /* carries the load's completion to the loop */
     /* under the scheduler lock */
-    struct kiln_sched_request *head, *tail;
+    struct kd_sched_request *head, *tail;
     size_t queued;
-    struct kiln_sched_stats stats;
-    struct kiln_sched_model *prev, *next;   /* every live model, for shutdown */
+    struct kd_sched_stats stats;
+    struct kd_sched_model *prev, *next;   /* every live model, for shutdown */
 };
 
-struct kiln__sched_ctl {
-    void (*fn)(struct kiln__sched_worker *w, void *arg);
+struct kd_sched_ctl {
+    void (*fn)(struct kd_sched_worker *w, void *arg);
     void *arg;
-    struct kiln__sched_ctl *next;
+    struct kd_sched_ctl *next;
 };
 
 /*
  * One device spec's training gate. Workers that drive the same spec share it. Every field is
  * under the scheduler lock.
  */
-struct kiln__sched_gate {
+struct kd_sched_gate {
     char *spec;
     pthread_cond_t cv;                  /* trainers wait here; workers broadcast when they go idle */
     int jobs;                           /* training jobs holding a slot */
     int waiting;                        /* trainers blocked in begin or acquire */
-    struct kiln_sched_training_stats stats;
+    struct kd_sched_training_stats stats;
 };
 
-struct kiln__sched_worker {
-    struct kiln_sched *sched;
-    struct kiln__sched_gate *gate;      /* its device spec's */
+struct kd_sched_worker {
+    struct kd_sched *sched;
+    struct kd_sched_gate *gate;      /* its device spec's */
     bool running;                       /* a batch or a task is running on it (under the lock) */
     pthread_t thread;
     pthread_cond_t cv;
     kiln_device *dev;
     char *spec;
     bool started;
-    struct kiln__sched_ctl *ctl_head, *ctl_tail;
-    struct kiln__sched_instance *insts;
-    struct kiln__sched_instance *rr;    /* where the next search for work starts */
-    struct kiln_sched_task *task_head, *task_tail;  /* kiln_sched_task_submit's queue */
+    struct kd_sched_ctl *ctl_head, *ctl_tail;
+    struct kd_sched_instance *insts;
+    struct kd_sched_instance *rr;    /* where the next search for work starts */
+    struct kd_sched_task *task_head, *task_tail;  /* kd_sched_task_submit's queue */
     bool task_turn;                     /* a task goes before the next batch */
 };
 
-struct kiln_sched {
-    struct kiln_sched_options opts;
+struct kd_sched {
+    struct kd_sched_options opts;
     pthread_mutex_t mu;                 /* queues, instance lists, control lists, stats */
-    struct kiln__sched_worker *workers;
+    struct kd_sched_worker *workers;
     size_t nworkers;
-    struct kiln__sched_gate *gates;     /* one per distinct device spec */
+    struct kd_sched_gate *gates;     /* one per distinct device spec */
     size_t ngates;
     bool stopping, stopped;
-    struct kiln_sched_model *models;
+    struct kd_sched_model *models;
     uv_async_t async;
     bool async_open;
     pthread_mutex_t done_mu;
-    struct kiln_sched_request *done_head, *done_tail;
+    struct kd_sched_request *done_head, *done_tail;
 };
 
 /* Builds one instance on the calling (worker) thread. 0, or -1 with why filled. */
-int kiln__sched_build(struct kiln_sched_model *m, kiln_device *dev, struct kiln__sched_exec *out, char *why,
-                      size_t n);
-/* Frees what kiln__sched_build made (on the same thread); safe on an empty exec. */
-void kiln__sched_unbuild(struct kiln__sched_exec *e);
+int kd_sched_build(struct kd_sched_model *m, kiln_device *dev, struct kd_sched_exec *out, char *why,
+                   size_t n);
+/* Frees what kd_sched_build made (on the same thread); safe on an empty exec. */
+void kd_sched_unbuild(struct kd_sched_exec *e);
 
 /*
  * Runs n requests (rows rows in all) through module as one batch: inputs concatenated along dim 0
  * when the model batches, outputs split back. Fills each request's outputs, or its outcome/error.
  */
-void kiln__sched_run(struct kiln_sched_model *m, struct kiln__sched_exec *e, kiln_device *dev,
-                     struct kiln_sched_request **reqs, int n, int64_t rows);
+void kd_sched_run(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device *dev,
+                  struct kd_sched_request **reqs, int n, int64_t rows);
 
 /* sched-gate.c: the gate of device spec, or NULL when no worker drives it. */
-struct kiln__sched_gate *kiln__sched_gate_for(struct kiln_sched *s, const char *spec);
+struct kd_sched_gate *kd_sched_gate_for(struct kd_sched *s, const char *spec);
 
-int kiln__sched_config_copy(kiln_model_config *dst, const kiln_model_config *src);
-void kiln__sched_config_free(kiln_model_config *c);
+int kd_sched_config_copy(kd_model_config *dst, const kd_model_config *src);
+void kd_sched_config_free(kd_model_config *c);
 
-#endif /* KILN_SCHED_IMPL_H */
+#endif /* KD_SCHED_IMPL_H */

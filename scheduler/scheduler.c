@@ -28,14 +28,14 @@
 
 #include "sched-impl.h"
 
-const char *kiln_sched_outcome_to_str(enum kiln_sched_outcome o)
+const char *kd_sched_outcome_to_str(enum kd_sched_outcome o)
 {
     switch (o) {
-    case KILN_SCHED_OK: return "success";
-    case KILN_SCHED_FAILED: return "failed";
-    case KILN_SCHED_TIMEOUT: return "timeout";
-    case KILN_SCHED_CANCELLED: return "cancelled";
-    case KILN_SCHED_SHUTDOWN: return "shutdown";
+    case KD_SCHED_OK: return "success";
+    case KD_SCHED_FAILED: return "failed";
+    case KD_SCHED_TIMEOUT: return "timeout";
+    case KD_SCHED_CANCELLED: return "cancelled";
+    case KD_SCHED_SHUTDOWN: return "shutdown";
     }
     return "?";
 }
@@ -43,7 +43,7 @@ const char *kiln_sched_outcome_to_str(enum kiln_sched_outcome o)
 /* ---- completions: workers -> loop ---------------------------------------------------------- */
 
 /* Queues n finished requests for the loop at once: one lock and at most one wake-up for all. */
-static void post_done_n(struct kiln_sched *s, struct kiln_sched_request **rs, int n)
+static void post_done_n(struct kd_sched *s, struct kd_sched_request **rs, int n)
 {
     if (n <= 0)
         return;
@@ -60,19 +60,19 @@ static void post_done_n(struct kiln_sched *s, struct kiln_sched_request **rs, in
         uv_async_send(&s->async);
 }
 
-static void post_done(struct kiln_sched *s, struct kiln_sched_request *r)
+static void post_done(struct kd_sched *s, struct kd_sched_request *r)
 {
     post_done_n(s, &r, 1);
 }
 
-static void drain_done(struct kiln_sched *s)
+static void drain_done(struct kd_sched *s)
 {
     pthread_mutex_lock(&s->done_mu);
-    struct kiln_sched_request *r = s->done_head;
+    struct kd_sched_request *r = s->done_head;
     s->done_head = s->done_tail = NULL;
     pthread_mutex_unlock(&s->done_mu);
     while (r) {
-        struct kiln_sched_request *next = r->next;
+        struct kd_sched_request *next = r->next;
         r->done(r);
         r = next;
     }
@@ -85,9 +85,9 @@ static void on_async(uv_async_t *h)
 
 /* ---- control tasks --------------------------------------------------------------------------- */
 
-static int post_ctl(struct kiln__sched_worker *w, void (*fn)(struct kiln__sched_worker *, void *), void *arg)
+static int post_ctl(struct kd_sched_worker *w, void (*fn)(struct kd_sched_worker *, void *), void *arg)
 {
-    struct kiln__sched_ctl *c = calloc(1, sizeof *c);
+    struct kd_sched_ctl *c = calloc(1, sizeof *c);
     if (!c)
         return -1;
     c->fn = fn;
@@ -101,9 +101,9 @@ static int post_ctl(struct kiln__sched_worker *w, void (*fn)(struct kiln__sched_
     return 0;
 }
 
-static void free_model_struct(struct kiln_sched_model *m)
+static void free_model_struct(struct kd_sched_model *m)
 {
-    kiln__sched_config_free(&m->cfg);
+    kd_sched_config_free(&m->cfg);
     free(m->inst);
     free(m->name);
     free(m->path);
@@ -111,7 +111,7 @@ static void free_model_struct(struct kiln_sched_model *m)
 }
 
 /* Under the lock: forget the model and take its instances off their workers' lists. */
-static void unlink_model(struct kiln_sched *s, struct kiln_sched_model *m)
+static void unlink_model(struct kd_sched *s, struct kd_sched_model *m)
 {
     if (m->prev)
         m->prev->next = m->next;
@@ -121,11 +121,11 @@ static void unlink_model(struct kiln_sched *s, struct kiln_sched_model *m)
         m->next->prev = m->prev;
     m->prev = m->next = NULL;
     for (int i = 0; i < m->ninst; i++) {
-        struct kiln__sched_instance *in = &m->inst[i];
+        struct kd_sched_instance *in = &m->inst[i];
         if (!in->linked)
             continue;
-        struct kiln__sched_worker *w = in->worker;
-        for (struct kiln__sched_instance **pp = &w->insts; *pp; pp = &(*pp)->wnext) {
+        struct kd_sched_worker *w = in->worker;
+        for (struct kd_sched_instance **pp = &w->insts; *pp; pp = &(*pp)->wnext) {
             if (*pp == in) {
                 *pp = in->wnext;
                 break;
@@ -137,33 +137,33 @@ static void unlink_model(struct kiln_sched *s, struct kiln_sched_model *m)
     }
 }
 
-static void ctl_free_instance(struct kiln__sched_worker *w, void *arg)
+static void ctl_free_instance(struct kd_sched_worker *w, void *arg)
 {
     (void)w;
-    struct kiln__sched_instance *in = arg;
-    struct kiln_sched_model *m = in->model;
-    kiln__sched_unbuild(&in->exec);
+    struct kd_sched_instance *in = arg;
+    struct kd_sched_model *m = in->model;
+    kd_sched_unbuild(&in->exec);
     if (atomic_fetch_sub(&m->pending, 1) == 1)
         free_model_struct(m);
 }
 
-static void load_finished(struct kiln_sched_request *r)
+static void load_finished(struct kd_sched_request *r)
 {
-    struct kiln_sched_model *m = r->ud;
+    struct kd_sched_model *m = r->ud;
     bool ok = m->why[0] == '\0';
     m->load_done(m->load_ud, ok ? m : NULL, ok ? NULL : m->why);
     if (!ok)
-        kiln_sched_model_release(m);
+        kd_sched_model_release(m);
 }
 
-static void ctl_load_instance(struct kiln__sched_worker *w, void *arg)
+static void ctl_load_instance(struct kd_sched_worker *w, void *arg)
 {
-    struct kiln__sched_instance *in = arg;
-    struct kiln_sched_model *m = in->model;
-    struct kiln_sched *s = w->sched;
+    struct kd_sched_instance *in = arg;
+    struct kd_sched_model *m = in->model;
+    struct kd_sched *s = w->sched;
     char why[256] = "";
-    struct kiln__sched_exec ex = {0};
-    int rc = kiln__sched_build(m, w->dev, &ex, why, sizeof why);
+    struct kd_sched_exec ex = {0};
+    int rc = kd_sched_build(m, w->dev, &ex, why, sizeof why);
     pthread_mutex_lock(&s->mu);
     if (rc == 0) {
         in->exec = ex;
@@ -183,18 +183,18 @@ static void ctl_load_instance(struct kiln__sched_worker *w, void *arg)
 
 /* ---- batching ---------------------------------------------------------------------------------- */
 
-static int64_t rows_of(const struct kiln_sched_model *m, const struct kiln_sched_request *r)
+static int64_t rows_of(const struct kd_sched_model *m, const struct kd_sched_request *r)
 {
     return m->cfg.max_batch_size > 0 && r->ninputs > 0 && r->inputs[0].ndim > 0 ? r->inputs[0].shape[0] : 1;
 }
 
 /* Whether b can share a run with a: same inputs, same dims past the batch dim. */
-static bool compatible(const struct kiln_sched_request *a, const struct kiln_sched_request *b)
+static bool compatible(const struct kd_sched_request *a, const struct kd_sched_request *b)
 {
     if (a->ninputs != b->ninputs)
         return false;
     for (int i = 0; i < a->ninputs; i++) {
-        const struct kiln_sched_tensor *x = &a->inputs[i], *y = &b->inputs[i];
+        const struct kd_sched_tensor *x = &a->inputs[i], *y = &b->inputs[i];
         if (x->dtype != y->dtype || x->ndim != y->ndim)
             return false;
         for (int d = 1; d < x->ndim; d++)
@@ -208,18 +208,18 @@ static bool compatible(const struct kiln_sched_request *a, const struct kiln_sch
  * Under the lock: how many requests from the head of m's queue should run now (0: not yet; then
  * *wake_ns says when to look again, 0 for never).
  */
-static int batch_ready(const struct kiln_sched_model *m, uint64_t now, uint64_t *wake_ns)
+static int batch_ready(const struct kd_sched_model *m, uint64_t now, uint64_t *wake_ns)
 {
-    const struct kiln_sched_request *h = m->head;
+    const struct kd_sched_request *h = m->head;
     if (!h)
         return 0;
-    const kiln_model_config *c = &m->cfg;
+    const kd_model_config *c = &m->cfg;
     if (c->max_batch_size <= 0)
         return 1;
     int64_t rows = 0, best_pref = 0;
     int n = 0, n_pref = 0;
     bool blocked = false;
-    for (const struct kiln_sched_request *r = h; r; r = r->next) {
+    for (const struct kd_sched_request *r = h; r; r = r->next) {
         int64_t b = rows_of(m, r);
         if ((r != h && !compatible(h, r)) || rows + b > c->max_batch_size) {
             blocked = true;
@@ -258,17 +258,17 @@ static uint64_t wall_ms(void)
 static unsigned batch_bucket(int64_t rows)
 {
     unsigned b = 0;
-    while (b + 1 < KILN_SCHED_BATCH_BUCKETS && (1ll << b) < rows)
+    while (b + 1 < KD_SCHED_BATCH_BUCKETS && (1ll << b) < rows)
         b++;
     return b;
 }
 
 /* Takes n requests off m's queue, runs the live ones on in, and posts every one back. */
-static void run_batch(struct kiln__sched_worker *w, struct kiln__sched_instance *in, int n)
+static void run_batch(struct kd_sched_worker *w, struct kd_sched_instance *in, int n)
 {
-    struct kiln_sched *s = w->sched;
-    struct kiln_sched_model *m = in->model;
-    struct kiln_sched_request *taken[256];
+    struct kd_sched *s = w->sched;
+    struct kd_sched_model *m = in->model;
+    struct kd_sched_request *taken[256];
     if (n > 256)
         n = 256;
     for (int i = 0; i < n; i++) {
@@ -283,18 +283,18 @@ static void run_batch(struct kiln__sched_worker *w, struct kiln__sched_instance 
     uint64_t now = uv_hrtime();
     int live = 0, dropped = 0;
     int64_t rows = 0;
-    struct kiln_sched_request *drop[256];
+    struct kd_sched_request *drop[256];
     for (int i = 0; i < n; i++) {
-        struct kiln_sched_request *r = taken[i];
+        struct kd_sched_request *r = taken[i];
         r->started_ns = now;
         if (r->cancelled && atomic_load(r->cancelled)) {
-            r->outcome = KILN_SCHED_CANCELLED;
+            r->outcome = KD_SCHED_CANCELLED;
         } else if (r->deadline_ns && now > r->deadline_ns) {
-            r->outcome = KILN_SCHED_TIMEOUT;
+            r->outcome = KD_SCHED_TIMEOUT;
             snprintf(r->error, sizeof r->error, "request timed out after waiting %.1f ms in the queue",
                      (double)(now - r->enqueued_ns) / 1e6);
         } else if (r->prepare && r->prepare(r) != 0) {
-            r->outcome = KILN_SCHED_FAILED;
+            r->outcome = KD_SCHED_FAILED;
         } else {
             taken[live++] = r;
             rows += rows_of(m, r);
@@ -305,14 +305,14 @@ static void run_batch(struct kiln__sched_worker *w, struct kiln__sched_instance 
     }
     post_done_n(s, drop, dropped); /* before the run: their answers need not wait for it */
     if (live > 0)
-        kiln__sched_run(m, &in->exec, w->dev, taken, live, rows);
+        kd_sched_run(m, &in->exec, w->dev, taken, live, rows);
     uint64_t end = uv_hrtime();
     for (int i = 0; i < live; i++)
         if (taken[i]->finish)
             taken[i]->finish(taken[i]);
 
     pthread_mutex_lock(&s->mu);
-    struct kiln_sched_stats *st = &m->stats;
+    struct kd_sched_stats *st = &m->stats;
     if (live > 0) {
         st->execution_count++;
         st->compute_ns += end - now;
@@ -320,11 +320,11 @@ static void run_batch(struct kiln__sched_worker *w, struct kiln__sched_instance 
         st->last_inference_ms = wall_ms();
     }
     for (int i = 0; i < live; i++) {
-        struct kiln_sched_request *r = taken[i];
+        struct kd_sched_request *r = taken[i];
         r->finished_ns = end;
         r->batch_size = (int)rows;
         st->queue_ns += now - r->enqueued_ns;
-        if (r->outcome == KILN_SCHED_OK) {
+        if (r->outcome == KD_SCHED_OK) {
             st->success_count++;
             st->inference_count += (uint64_t)rows_of(m, r);
             st->success_ns += end - r->enqueued_ns;
@@ -340,8 +340,8 @@ static void run_batch(struct kiln__sched_worker *w, struct kiln__sched_instance 
 
 static void *worker_main(void *arg)
 {
-    struct kiln__sched_worker *w = arg;
-    struct kiln_sched *s = w->sched;
+    struct kd_sched_worker *w = arg;
+    struct kd_sched *s = w->sched;
     /* this thread's own queue on its device: its batches and tasks overlap other workers'
      * and a trainer's on an async device (on cpu it is the device itself); without one
      * (out of queues) the device's default queue serves */
@@ -351,7 +351,7 @@ static void *worker_main(void *arg)
     pthread_mutex_lock(&s->mu);
     for (;;) {
         if (w->ctl_head) {
-            struct kiln__sched_ctl *c = w->ctl_head;
+            struct kd_sched_ctl *c = w->ctl_head;
             w->ctl_head = c->next;
             if (!w->ctl_head)
                 w->ctl_tail = NULL;
@@ -364,11 +364,11 @@ static void *worker_main(void *arg)
         if (s->stopping)
             break;
         uint64_t now = uv_hrtime(), wake = 0;
-        struct kiln__sched_instance *pick = NULL;
+        struct kd_sched_instance *pick = NULL;
         int n = 0;
         /* Round robin over this worker's instances, so one busy model cannot starve another. */
-        struct kiln__sched_instance *start = w->rr && w->rr->linked ? w->rr : w->insts;
-        for (struct kiln__sched_instance *in = start; in && !pick;) {
+        struct kd_sched_instance *start = w->rr && w->rr->linked ? w->rr : w->insts;
+        for (struct kd_sched_instance *in = start; in && !pick;) {
             uint64_t due = 0;
             n = batch_ready(in->model, now, &due);
             if (n > 0)
@@ -380,7 +380,7 @@ static void *worker_main(void *arg)
                 break;
         }
         if (w->task_head && (!pick || w->task_turn)) {
-            struct kiln_sched_task *t = w->task_head;
+            struct kd_sched_task *t = w->task_head;
             w->task_head = t->next;
             if (!w->task_head)
                 w->task_tail = NULL;
@@ -413,8 +413,8 @@ static void *worker_main(void *arg)
         }
     }
     /* Stopping: the instances die with the thread that owns their device. */
-    for (struct kiln__sched_instance *in = w->insts; in; in = in->wnext)
-        kiln__sched_unbuild(&in->exec);
+    for (struct kd_sched_instance *in = w->insts; in; in = in->wnext)
+        kd_sched_unbuild(&in->exec);
     pthread_mutex_unlock(&s->mu);
     kiln_queue_close(q);
     return NULL;
@@ -422,9 +422,9 @@ static void *worker_main(void *arg)
 
 /* ---- public ---------------------------------------------------------------------------------- */
 
-int kiln_sched_new(struct kiln_sched **out, const struct kiln_sched_options *o, char *err, size_t errlen)
+int kd_sched_new(struct kd_sched **out, const struct kd_sched_options *o, char *err, size_t errlen)
 {
-    struct kiln_sched *s = calloc(1, sizeof *s);
+    struct kd_sched *s = calloc(1, sizeof *s);
     int per = o->workers_per_device > 0 ? o->workers_per_device : 1;
     if (!s || o->ndevices == 0) {
         snprintf(err, errlen, s ? "no devices configured" : "out of memory");
@@ -452,7 +452,7 @@ int kiln_sched_new(struct kiln_sched **out, const struct kiln_sched_options *o, 
             snprintf(err, errlen, "device '%s': %s", o->devices[d], kiln_error());
             return -1;
         }
-        struct kiln__sched_gate *gate = kiln__sched_gate_for(s, o->devices[d]);
+        struct kd_sched_gate *gate = kd_sched_gate_for(s, o->devices[d]);
         if (!gate) {
             gate = &s->gates[s->ngates];
             gate->spec = strdup(o->devices[d]);
@@ -469,7 +469,7 @@ int kiln_sched_new(struct kiln_sched **out, const struct kiln_sched_options *o, 
             s->ngates++;
         }
         for (int k = 0; k < per; k++) {
-            struct kiln__sched_worker *w = &s->workers[s->nworkers++];
+            struct kd_sched_worker *w = &s->workers[s->nworkers++];
             w->sched = s;
             w->gate = gate;
             w->dev = k == 0 ? dev : kiln_device_open(o->devices[d]);
@@ -489,7 +489,7 @@ int kiln_sched_new(struct kiln_sched **out, const struct kiln_sched_options *o, 
     return 0;
 }
 
-void kiln_sched_stop(struct kiln_sched *s)
+void kd_sched_stop(struct kd_sched *s)
 {
     if (!s || s->stopped)
         return;
@@ -506,20 +506,20 @@ void kiln_sched_stop(struct kiln_sched *s)
     s->stopped = true;
     /* Everything still queued gets its answer now, on this (the loop's) thread. */
     for (size_t i = 0; i < s->nworkers; i++) {
-        struct kiln__sched_worker *w = &s->workers[i];
+        struct kd_sched_worker *w = &s->workers[i];
         while (w->task_head) {
-            struct kiln_sched_task *t = w->task_head;
+            struct kd_sched_task *t = w->task_head;
             w->task_head = t->next;
             t->shutdown = true;
             post_done(s, &t->carrier);
         }
         w->task_tail = NULL;
     }
-    for (struct kiln_sched_model *m = s->models; m; m = m->next) {
+    for (struct kd_sched_model *m = s->models; m; m = m->next) {
         while (m->head) {
-            struct kiln_sched_request *r = m->head;
+            struct kd_sched_request *r = m->head;
             m->head = r->next;
-            r->outcome = KILN_SCHED_SHUTDOWN;
+            r->outcome = KD_SCHED_SHUTDOWN;
             snprintf(r->error, sizeof r->error, "the server is shutting down");
             post_done(s, r);
         }
@@ -529,21 +529,21 @@ void kiln_sched_stop(struct kiln_sched *s)
     drain_done(s);
 }
 
-void kiln_sched_close(struct kiln_sched *s)
+void kd_sched_close(struct kd_sched *s)
 {
     if (s && s->async_open && !uv_is_closing((uv_handle_t *)&s->async))
         uv_close((uv_handle_t *)&s->async, NULL);
 }
 
-void kiln_sched_destroy(struct kiln_sched *s)
+void kd_sched_destroy(struct kd_sched *s)
 {
     if (!s)
         return;
-    kiln_sched_stop(s);
+    kd_sched_stop(s);
     for (size_t i = 0; i < s->nworkers; i++) {
-        struct kiln__sched_worker *w = &s->workers[i];
+        struct kd_sched_worker *w = &s->workers[i];
         while (w->ctl_head) {
-            struct kiln__sched_ctl *c = w->ctl_head;
+            struct kd_sched_ctl *c = w->ctl_head;
             w->ctl_head = c->next;
             free(c);
         }
@@ -563,8 +563,8 @@ void kiln_sched_destroy(struct kiln_sched *s)
     free(s);
 }
 
-int kiln_sched_model_load(struct kiln_sched *s, const char *name, const kiln_model_version *v,
-                          void (*done)(void *ud, struct kiln_sched_model *m, const char *why), void *ud)
+int kd_sched_model_load(struct kd_sched *s, const char *name, const kd_model_version *v,
+                        void (*done)(void *ud, struct kd_sched_model *m, const char *why), void *ud)
 {
     const char *dev = v->config.device ? v->config.device : "cpu";
     int count = v->config.instance_count > 0 ? v->config.instance_count : 1;
@@ -573,7 +573,7 @@ int kiln_sched_model_load(struct kiln_sched *s, const char *name, const kiln_mod
         nw += strcmp(s->workers[i].spec, dev) == 0;
     if (nw == 0 || s->stopping)
         return -2; /* the device is not one this daemon drives */
-    struct kiln_sched_model *m = calloc(1, sizeof *m);
+    struct kd_sched_model *m = calloc(1, sizeof *m);
     if (!m)
         return -1;
     m->sched = s;
@@ -587,8 +587,8 @@ int kiln_sched_model_load(struct kiln_sched *s, const char *name, const kiln_mod
     atomic_init(&m->pending, count);
     m->load_done = done;
     m->load_ud = ud;
-    m->gate = kiln__sched_gate_for(s, dev);
-    if (!m->name || !m->path || !m->inst || kiln__sched_config_copy(&m->cfg, &v->config) != 0) {
+    m->gate = kd_sched_gate_for(s, dev);
+    if (!m->name || !m->path || !m->inst || kd_sched_config_copy(&m->cfg, &v->config) != 0) {
         free_model_struct(m);
         return -1;
     }
@@ -614,17 +614,17 @@ int kiln_sched_model_load(struct kiln_sched *s, const char *name, const kiln_mod
     return 0;
 }
 
-struct kiln_sched_model *kiln_sched_model_retain(struct kiln_sched_model *m)
+struct kd_sched_model *kd_sched_model_retain(struct kd_sched_model *m)
 {
     atomic_fetch_add(&m->refs, 1);
     return m;
 }
 
-void kiln_sched_model_release(struct kiln_sched_model *m)
+void kd_sched_model_release(struct kd_sched_model *m)
 {
     if (!m || atomic_fetch_sub(&m->refs, 1) != 1)
         return;
-    struct kiln_sched *s = m->sched;
+    struct kd_sched *s = m->sched;
     pthread_mutex_lock(&s->mu);
     unlink_model(s, m);
     if (s->stopped) {
@@ -645,27 +645,27 @@ void kiln_sched_model_release(struct kiln_sched_model *m)
         free_model_struct(m);
 }
 
-const char *kiln_sched_model_name(const struct kiln_sched_model *m)
+const char *kd_sched_model_name(const struct kd_sched_model *m)
 {
     return m->name;
 }
 
-int64_t kiln_sched_model_version(const struct kiln_sched_model *m)
+int64_t kd_sched_model_version(const struct kd_sched_model *m)
 {
     return m->version;
 }
 
-const kiln_model_config *kiln_sched_model_config(const struct kiln_sched_model *m)
+const kd_model_config *kd_sched_model_config(const struct kd_sched_model *m)
 {
     return &m->cfg;
 }
 
-const char *kiln_sched_model_format(const struct kiln_sched_model *m)
+const char *kd_sched_model_format(const struct kd_sched_model *m)
 {
     return m->format;
 }
 
-size_t kiln_sched_model_queued(const struct kiln_sched_model *m)
+size_t kd_sched_model_queued(const struct kd_sched_model *m)
 {
     pthread_mutex_lock(&m->sched->mu);
     size_t n = m->queued;
@@ -673,18 +673,18 @@ size_t kiln_sched_model_queued(const struct kiln_sched_model *m)
     return n;
 }
 
-void kiln_sched_model_stats(const struct kiln_sched_model *m, struct kiln_sched_stats *out)
+void kd_sched_model_stats(const struct kd_sched_model *m, struct kd_sched_stats *out)
 {
     pthread_mutex_lock(&m->sched->mu);
     *out = m->stats;
     pthread_mutex_unlock(&m->sched->mu);
 }
 
-int kiln_sched_submit(struct kiln_sched *s, struct kiln_sched_request *r)
+int kd_sched_submit(struct kd_sched *s, struct kd_sched_request *r)
 {
-    struct kiln_sched_model *m = r->model;
+    struct kd_sched_model *m = r->model;
     r->next = NULL;
-    r->outcome = KILN_SCHED_OK;
+    r->outcome = KD_SCHED_OK;
     r->error[0] = '\0';
     r->noutputs = 0;
     r->enqueued_ns = uv_hrtime();
@@ -707,13 +707,13 @@ int kiln_sched_submit(struct kiln_sched *s, struct kiln_sched_request *r)
     return 0;
 }
 
-static void task_finished(struct kiln_sched_request *r)
+static void task_finished(struct kd_sched_request *r)
 {
-    struct kiln_sched_task *t = r->ud;
+    struct kd_sched_task *t = r->ud;
     t->done(t);
 }
 
-int kiln_sched_worker_for(struct kiln_sched *s, const char *device, unsigned hint)
+int kd_sched_worker_for(struct kd_sched *s, const char *device, unsigned hint)
 {
     size_t n = 0;
     for (size_t i = 0; i < s->nworkers; i++)
@@ -727,14 +727,14 @@ int kiln_sched_worker_for(struct kiln_sched *s, const char *device, unsigned hin
     return -1;
 }
 
-int kiln_sched_task_submit(struct kiln_sched *s, int worker, struct kiln_sched_task *t)
+int kd_sched_task_submit(struct kd_sched *s, int worker, struct kd_sched_task *t)
 {
     if (worker < 0 || (size_t)worker >= s->nworkers)
         return -1;
-    struct kiln__sched_worker *w = &s->workers[worker];
+    struct kd_sched_worker *w = &s->workers[worker];
     t->next = NULL;
     t->shutdown = false;
-    t->carrier = (struct kiln_sched_request){.done = task_finished, .ud = t};
+    t->carrier = (struct kd_sched_request){.done = task_finished, .ud = t};
     pthread_mutex_lock(&s->mu);
     if (s->stopping) {
         pthread_mutex_unlock(&s->mu);
@@ -750,7 +750,7 @@ int kiln_sched_task_submit(struct kiln_sched *s, int worker, struct kiln_sched_t
     return 0;
 }
 
-void kiln_sched_request_clear(struct kiln_sched_request *r)
+void kd_sched_request_clear(struct kd_sched_request *r)
 {
     for (int i = 0; i < r->ninputs; i++) {
         free(r->inputs[i].data);

@@ -10,18 +10,18 @@
  * uv_async_t, whose callback drains the whole completion queue (a run's requests are posted
  * together, and sends coalesce).
  *
- *     struct kiln_sched *s;
- *     kiln_sched_new(&s, &(struct kiln_sched_options){.loop = loop, .devices = devs, ...}, err, n);
- *     kiln_sched_model_load(s, "mnist", &version_info, on_loaded, ud);   // done on the loop
- *     req->model = kiln_sched_model_retain(m); ... kiln_sched_submit(s, req);
- *     kiln_sched_stop(s);   // joins the workers; queued requests complete as KILN_SCHED_SHUTDOWN
- *     kiln_sched_destroy(s);   // after the loop has delivered the last completions
+ *     struct kd_sched *s;
+ *     kd_sched_new(&s, &(struct kd_sched_options){.loop = loop, .devices = devs, ...}, err, n);
+ *     kd_sched_model_load(s, "mnist", &version_info, on_loaded, ud);   // done on the loop
+ *     req->model = kd_sched_model_retain(m); ... kd_sched_submit(s, req);
+ *     kd_sched_stop(s);   // joins the workers; queued requests complete as KD_SCHED_SHUTDOWN
+ *     kd_sched_destroy(s);   // after the loop has delivered the last completions
  *
  * Thread affinity: submit, load, release and the stats/queue readers are called on the loop
  * thread; done callbacks run there too. Model instances live and die on their worker.
  */
-#ifndef KILN_SCHEDULER_H
-#define KILN_SCHEDULER_H
+#ifndef KD_SCHEDULER_H
+#define KD_SCHEDULER_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -33,19 +33,19 @@
 #include "repository.h"
 #include "kiln/tensor.h"
 
-#define KILN_SCHED_MAX_IO 16
-#define KILN_SCHED_BATCH_BUCKETS 8  /* batch-size histogram: 1, 2, 4, ... 64, more */
+#define KD_SCHED_MAX_IO 16
+#define KD_SCHED_BATCH_BUCKETS 8  /* batch-size histogram: 1, 2, 4, ... 64, more */
 
-struct kiln_sched;
-struct kiln_sched_model;
+struct kd_sched;
+struct kd_sched_model;
 
-struct kiln_sched_options {
+struct kd_sched_options {
     uv_loop_t *loop;
     const char *const *devices;     /* device specs the workers open */
     size_t ndevices;
     int workers_per_device;         /* >= 1 */
     size_t max_queue;               /* per model; a full queue refuses submissions */
-    /* The training gate (kiln_sched_training_*): the longest a training step waits for a
+    /* The training gate ((kd_sched_training_*)): the longest a training step waits for a
      * device's inference to drain before it runs anyway (0: training never waits), and how many
      * training jobs may hold one device at once (0 means 1). */
     int64_t training_max_wait_ms;
@@ -54,7 +54,7 @@ struct kiln_sched_options {
 };
 
 /* A host tensor: row-major bytes in dtype. */
-struct kiln_sched_tensor {
+struct kd_sched_tensor {
     kiln_dtype dtype;
     int ndim;
     int64_t shape[KILN_MAX_DIMS];
@@ -62,118 +62,118 @@ struct kiln_sched_tensor {
     size_t nbytes;
 };
 
-enum kiln_sched_outcome {
-    KILN_SCHED_OK = 0,
-    KILN_SCHED_FAILED,              /* the model refused the input or failed; error says why */
-    KILN_SCHED_TIMEOUT,             /* its deadline passed before it ran */
-    KILN_SCHED_CANCELLED,           /* the client left before it ran */
-    KILN_SCHED_SHUTDOWN,            /* the scheduler stopped before it ran */
+enum kd_sched_outcome {
+    KD_SCHED_OK = 0,
+    KD_SCHED_FAILED,              /* the model refused the input or failed; error says why */
+    KD_SCHED_TIMEOUT,             /* its deadline passed before it ran */
+    KD_SCHED_CANCELLED,           /* the client left before it ran */
+    KD_SCHED_SHUTDOWN,            /* the scheduler stopped before it ran */
 };
 
-const char *kiln_sched_outcome_to_str(enum kiln_sched_outcome o);
+const char *kd_sched_outcome_to_str(enum kd_sched_outcome o);
 
-struct kiln_sched_request {
-    struct kiln_sched_model *model;     /* a reference; released by the caller after done */
+struct kd_sched_request {
+    struct kd_sched_model *model;     /* a reference; released by the caller after done */
     int ninputs;                        /* in the model's input order */
-    struct kiln_sched_tensor inputs[KILN_SCHED_MAX_IO];
+    struct kd_sched_tensor inputs[KD_SCHED_MAX_IO];
     int noutputs;                       /* filled by the worker, in the model's output order */
-    struct kiln_sched_tensor outputs[KILN_SCHED_MAX_IO];
+    struct kd_sched_tensor outputs[KD_SCHED_MAX_IO];
     const atomic_bool *cancelled;       /* may be NULL */
     uint64_t deadline_ns;               /* uv_hrtime() clock; 0 for none */
-    void (*done)(struct kiln_sched_request *r);
+    void (*done)(struct kd_sched_request *r);
     /*
      * Optional: runs on the worker that took the request, outside the scheduler's lock, before
      * the request joins its run. It finishes what the loop left to the workers (the API decodes
      * JSON tensor data there, so that every core parses). The inputs' dtypes, shapes and buffers
      * must already be set at submit: the batcher groups by them. 0, or -1 with error filled: the
-     * request then completes as KILN_SCHED_FAILED without running.
+     * request then completes as KD_SCHED_FAILED without running.
      */
-    int (*prepare)(struct kiln_sched_request *r);
+    int (*prepare)(struct kd_sched_request *r);
     /*
      * Optional: runs on the worker after the run (whatever its outcome), outside the lock, before
      * the request is posted back: work on the results that need not wait for the loop (the API
      * encodes the response body there).
      */
-    void (*finish)(struct kiln_sched_request *r);
+    void (*finish)(struct kd_sched_request *r);
     void *ud;
     /* results, valid in done */
-    enum kiln_sched_outcome outcome;
+    enum kd_sched_outcome outcome;
     char error[256];
     uint64_t enqueued_ns, started_ns, finished_ns;
     int batch_size;                     /* requests' rows in the run it was part of */
-    struct kiln_sched_request *next;    /* the scheduler's */
+    struct kd_sched_request *next;    /* the scheduler's */
 };
 
 /* What a model's statistics extension reports; times in nanoseconds. */
-struct kiln_sched_stats {
+struct kd_sched_stats {
     uint64_t success_count, fail_count, inference_count, execution_count;
     uint64_t success_ns, fail_ns, queue_ns, compute_ns;
     uint64_t last_inference_ms;         /* wall clock, ms since the epoch */
-    uint64_t batch_hist[KILN_SCHED_BATCH_BUCKETS];
+    uint64_t batch_hist[KD_SCHED_BATCH_BUCKETS];
 };
 
-int kiln_sched_new(struct kiln_sched **out, const struct kiln_sched_options *o, char *err, size_t errlen);
-/* Stops the workers: requests still queued complete as KILN_SCHED_SHUTDOWN (delivered by the loop). */
-void kiln_sched_stop(struct kiln_sched *s);
+int kd_sched_new(struct kd_sched **out, const struct kd_sched_options *o, char *err, size_t errlen);
+/* Stops the workers: requests still queued complete as KD_SCHED_SHUTDOWN (delivered by the loop). */
+void kd_sched_stop(struct kd_sched *s);
 /* After stop and after the loop ran the last callbacks; closes the async handle first (run the loop). */
-void kiln_sched_close(struct kiln_sched *s);
+void kd_sched_close(struct kd_sched *s);
 /* Not kiln_sched_free: libkiln exports that name for the learning-rate scheduler (kiln/optim.h),
  * and a definition in kilnd would take its place for every caller in the process. */
-void kiln_sched_destroy(struct kiln_sched *s);
+void kd_sched_destroy(struct kd_sched *s);
 
 /*
  * Loads version v of name on the device its config names, instance_count times. done runs on
  * the loop with the model (one reference, the caller's) or NULL and a reason.
  */
-int kiln_sched_model_load(struct kiln_sched *s, const char *name, const kiln_model_version *v,
-                          void (*done)(void *ud, struct kiln_sched_model *m, const char *why), void *ud);
+int kd_sched_model_load(struct kd_sched *s, const char *name, const kd_model_version *v,
+                        void (*done)(void *ud, struct kd_sched_model *m, const char *why), void *ud);
 
-struct kiln_sched_model *kiln_sched_model_retain(struct kiln_sched_model *m);
+struct kd_sched_model *kd_sched_model_retain(struct kd_sched_model *m);
 /* The last reference frees the instances on their workers. */
-void kiln_sched_model_release(struct kiln_sched_model *m);
+void kd_sched_model_release(struct kd_sched_model *m);
 
-const char *kiln_sched_model_name(const struct kiln_sched_model *m);
-int64_t kiln_sched_model_version(const struct kiln_sched_model *m);
+const char *kd_sched_model_name(const struct kd_sched_model *m);
+int64_t kd_sched_model_version(const struct kd_sched_model *m);
 /* For an ONNX version, inputs and outputs config.json leaves out are the graph's own (read at load). */
-const kiln_model_config *kiln_sched_model_config(const struct kiln_sched_model *m);
+const kd_model_config *kd_sched_model_config(const struct kd_sched_model *m);
 /* "kiln" (model.kiln) or "onnx" (model.onnx). */
-const char *kiln_sched_model_format(const struct kiln_sched_model *m);
-size_t kiln_sched_model_queued(const struct kiln_sched_model *m);
-void kiln_sched_model_stats(const struct kiln_sched_model *m, struct kiln_sched_stats *out);
+const char *kd_sched_model_format(const struct kd_sched_model *m);
+size_t kd_sched_model_queued(const struct kd_sched_model *m);
+void kd_sched_model_stats(const struct kd_sched_model *m, struct kd_sched_stats *out);
 
 /*
  * Queues r. 0, or -1 when the model's queue is full (answer 503; done will not run).
  * Every input's dim 0 is its batch when the model batches (max_batch_size > 0).
  */
-int kiln_sched_submit(struct kiln_sched *s, struct kiln_sched_request *r);
+int kd_sched_submit(struct kd_sched *s, struct kd_sched_request *r);
 
 /* The kiln dtype of a KServe datatype name ("FP32" -> KILN_F32), or -1. */
-int kiln_sched_dtype_of(const char *datatype);
+int kd_sched_dtype_of(const char *datatype);
 
 /* Frees the input and output buffers a request holds. */
-void kiln_sched_request_clear(struct kiln_sched_request *r);
+void kd_sched_request_clear(struct kd_sched_request *r);
 
 /*
  * Generic work for a device's worker (remote tensor sessions use it): run is called on the worker
  * thread that owns the device, then done on the loop thread. A worker alternates between queued
  * tasks and ready inference batches, so neither can starve the other. Buffers a task allocates
  * belong to that worker's device: a client whose state lives on a device keeps using the worker
- * that kiln_sched_worker_for gave it.
+ * that kd_sched_worker_for gave it.
  */
-struct kiln_sched_task {
-    void (*run)(struct kiln_sched_task *t, kiln_device *dev);   /* worker thread */
-    void (*done)(struct kiln_sched_task *t);                    /* loop thread, exactly once */
+struct kd_sched_task {
+    void (*run)(struct kd_sched_task *t, kiln_device *dev);   /* worker thread */
+    void (*done)(struct kd_sched_task *t);                    /* loop thread, exactly once */
     void *ud;
     bool shutdown;                      /* in done: the scheduler stopped before run was called */
     /* the scheduler's */
-    struct kiln_sched_task *next;
-    struct kiln_sched_request carrier;  /* takes the completion through the loop's async queue */
+    struct kd_sched_task *next;
+    struct kd_sched_request carrier;  /* takes the completion through the loop's async queue */
 };
 
 /* A worker driving device spec (the hint spreads clients over several), or -1 when none does. */
-int kiln_sched_worker_for(struct kiln_sched *s, const char *device, unsigned hint);
+int kd_sched_worker_for(struct kd_sched *s, const char *device, unsigned hint);
 /* Queues t on worker; 0, or -1 when the scheduler is stopping (done will not run). */
-int kiln_sched_task_submit(struct kiln_sched *s, int worker, struct kiln_sched_task *t);
+int kd_sched_task_submit(struct kd_sched *s, int worker, struct kd_sched_task *t);
 
 /*
  * The training gate: inference preempts training on a shared device between training steps.
@@ -182,13 +182,13 @@ int kiln_sched_task_submit(struct kiln_sched *s, int worker, struct kiln_sched_t
  * own memory scope); it runs on its own thread and asks the scheduler for the device around
  * every step:
  *
- *     struct kiln_sched_training t;
- *     if (kiln_sched_training_begin(s, "cpu", &cancel, &t) == 0) {   // a job slot on the device
+ *     struct kd_sched_training t;
+ *     if (kd_sched_training_begin(s, "cpu", &cancel, &t) == 0) {   // a job slot on the device
  *         for each step:
- *             kiln_sched_training_acquire(&t);   // waits while inference is pending
+ *             kd_sched_training_acquire(&t);   // waits while inference is pending
  *             ...the step...
- *             kiln_sched_training_release(&t);
- *         kiln_sched_training_end(&t);
+ *             kd_sched_training_release(&t);
+ *         kd_sched_training_end(&t);
  *     }
  *
  * acquire waits while the device has inference work: requests queued for a model whose
@@ -211,16 +211,16 @@ int kiln_sched_task_submit(struct kiln_sched *s, int worker, struct kiln_sched_t
  * Thread affinity: begin, acquire, release and end on the training job's thread; stats and wake
  * from any thread.
  */
-struct kiln_sched_training {
-    struct kiln_sched *sched;
+struct kd_sched_training {
+    struct kd_sched *sched;
     int dev;                            /* index of the gated device, -1 when not gated */
     const atomic_bool *cancel;          /* may be NULL */
     bool holding;                       /* between acquire and release */
-    uint64_t yields, forced, wait_ns;   /* this job's (see kiln_sched_training_stats) */
+    uint64_t yields, forced, wait_ns;   /* this job's (see kd_sched_training_stats) */
 };
 
 /* Totals over every device since the scheduler started. */
-struct kiln_sched_training_stats {
+struct kd_sched_training_stats {
     uint64_t steps;                     /* acquires that let a step run */
     uint64_t yields;                    /* acquires that found inference pending and waited */
     uint64_t forced;                    /* of those, the ones that ran because the wait bound passed */
@@ -230,15 +230,15 @@ struct kiln_sched_training_stats {
 };
 
 /* 0 with a job slot held; 1 when cancel was set or the scheduler stopped while waiting (no slot). */
-int kiln_sched_training_begin(struct kiln_sched *s, const char *device, const atomic_bool *cancel,
-                              struct kiln_sched_training *t);
+int kd_sched_training_begin(struct kd_sched *s, const char *device, const atomic_bool *cancel,
+                            struct kd_sched_training *t);
 /* Before a step: 0 go; 1 when cancel was set or the scheduler stopped (the step should not run). */
-int kiln_sched_training_acquire(struct kiln_sched_training *t);
-void kiln_sched_training_release(struct kiln_sched_training *t);
+int kd_sched_training_acquire(struct kd_sched_training *t);
+void kd_sched_training_release(struct kd_sched_training *t);
 /* Gives the job slot back (releasing a step still held). */
-void kiln_sched_training_end(struct kiln_sched_training *t);
+void kd_sched_training_end(struct kd_sched_training *t);
 /* Wakes every waiting trainer so it rechecks its cancel flag now rather than at its next poll. */
-void kiln_sched_training_wake(struct kiln_sched *s);
-void kiln_sched_training_stats(struct kiln_sched *s, struct kiln_sched_training_stats *out);
+void kd_sched_training_wake(struct kd_sched *s);
+void kd_sched_training_stats(struct kd_sched *s, struct kd_sched_training_stats *out);
 
-#endif /* KILN_SCHEDULER_H */
+#endif /* KD_SCHEDULER_H */

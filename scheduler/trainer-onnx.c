@@ -76,7 +76,7 @@ static void param_name(char *dst, size_t n, const char *src, int index)
             *c = '_';
 }
 
-kiln_module *kiln__trainer_onnx_module(const char *path, kiln_device *dev, char *err, size_t errlen)
+kiln_module *kd_trainer_onnx_module(const char *path, kiln_device *dev, char *err, size_t errlen)
 {
     kiln_onnx_options o = kiln_onnx_options_default();
     o.fold_batchnorm = false;
@@ -150,7 +150,7 @@ static bool file_varint(FILE *f, uint64_t *v)
  * big model costs a few reads; whatever this lets through still fails the run with the loader's
  * message.
  */
-int kiln__trainer_onnx_check(const char *path, char *why, size_t len)
+int kd_trainer_onnx_check(const char *path, char *why, size_t len)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -428,7 +428,7 @@ static unsigned char *read_file(const char *path, size_t *len)
     return d;
 }
 
-int kiln__trainer_onnx_write(kiln_module *model, const char *src, const char *dst, char *err, size_t errlen)
+int kd_trainer_onnx_write(kiln_module *model, const char *src, const char *dst, char *err, size_t errlen)
 {
     struct onnx_mod *om = kiln_module_self(model);
     size_t len = 0;

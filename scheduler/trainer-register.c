@@ -37,7 +37,7 @@ static int write_text(const char *path, const char *text)
 }
 
 /* The served model's config.json: one input shaped like an item, one output of class logits. */
-static char *serving_config(const struct kiln_jobspec *s, const kiln_dataset_info *info)
+static char *serving_config(const struct kd_jobspec *s, const kiln_dataset_info *info)
 {
     cJSON *spec = cJSON_Parse(s->model_json);
     const cJSON *in = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(spec, "inputs"), 0), *out = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(spec, "outputs"), 0);
@@ -67,7 +67,7 @@ static char *serving_config(const struct kiln_jobspec *s, const kiln_dataset_inf
 
 /* The config.json of a fine-tuned ONNX graph: the serving loader reads the inputs and outputs
  * from the graph itself, so only what the job decides is written. */
-static char *onnx_config(const struct kiln_jobspec *s)
+static char *onnx_config(const struct kd_jobspec *s)
 {
     cJSON *c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "max_batch_size", s->max_batch_size);
@@ -78,7 +78,7 @@ static char *onnx_config(const struct kiln_jobspec *s)
 }
 
 /* model.kiln: the spec as the record's config, the state dict as its tensors. */
-static int save_kiln(const char *path, kiln_module *model, const struct kiln_jobspec *s, char *err, size_t errlen)
+static int save_kiln(const char *path, kiln_module *model, const struct kd_jobspec *s, char *err, size_t errlen)
 {
     int n = kiln_module_state_dict(model, NULL, 0);
     kiln_named_tensor *nt = calloc((size_t)(n > 0 ? n : 1), sizeof *nt);
@@ -115,15 +115,15 @@ static char *source_json(const char *source, const char *metrics_json)
 
 /* model.kiln (or, for a fine-tuned ONNX graph, model.onnx), config.json and source.json staged
  * in scratch, then added to the repository as its next version. */
-int kiln__trainer_register(const struct kiln_trainer_run *run, kiln_module *model, const kiln_dataset_info *info,
-                          struct kiln_trainer_result *res)
+int kd_trainer_register(const struct kd_trainer_run *run, kiln_module *model, const kiln_dataset_info *info,
+                          struct kd_trainer_result *res)
 {
-    const struct kiln_jobspec *s = run->spec;
+    const struct kd_jobspec *s = run->spec;
     mkdir(run->scratch_dir, 0755);
     char mpath[PATH_MAX], cpath[PATH_MAX];
     snprintf(mpath, sizeof mpath, "%s/%s", run->scratch_dir, s->model_onnx ? "model.onnx" : "model.kiln");
     snprintf(cpath, sizeof cpath, "%s/config.json", run->scratch_dir);
-    int rc = s->model_onnx ? kiln__trainer_onnx_write(model, s->model_onnx, mpath, res->error, sizeof res->error)
+    int rc = s->model_onnx ? kd_trainer_onnx_write(model, s->model_onnx, mpath, res->error, sizeof res->error)
                            : save_kiln(mpath, model, s, res->error, sizeof res->error);
     char *cfg = rc == 0 ? (s->model_onnx ? onnx_config(s) : serving_config(s, info)) : NULL;
     if (rc == 0 && (!cfg || write_text(cpath, cfg) != 0)) {
@@ -132,7 +132,7 @@ int kiln__trainer_register(const struct kiln_trainer_run *run, kiln_module *mode
     }
     free(cfg);
     char spath[PATH_MAX];
-    snprintf(spath, sizeof spath, "%s/" KILN_REPOSITORY_SOURCE_FILE, run->scratch_dir);
+    snprintf(spath, sizeof spath, "%s/" KD_REPOSITORY_SOURCE_FILE, run->scratch_dir);
     if (rc == 0 && run->source) {
         char *src = source_json(run->source, res->metrics_json);
         if (!src || write_text(spath, src) != 0) {
@@ -143,11 +143,11 @@ int kiln__trainer_register(const struct kiln_trainer_run *run, kiln_module *mode
     }
     int64_t version = 0;
     if (rc == 0) {
-        kiln_repository *repo = kiln_repository_open(run->models_root);
-        rc = repo ? kiln_repository_add_version(repo, s->register_as, run->scratch_dir, 0, &version) : -1;
+        kd_repository *repo = kd_repository_open(run->models_root);
+        rc = repo ? kd_repository_add_version(repo, s->register_as, run->scratch_dir, 0, &version) : -1;
         if (rc != 0)
             snprintf(res->error, sizeof res->error, "adding the model to the repository: %s", kiln_error());
-        kiln_repository_close(repo);
+        kd_repository_close(repo);
     }
     unlink(mpath);
     unlink(cpath);

@@ -32,7 +32,7 @@
 /* ---- the run ------------------------------------------------------------------------------- */
 
 struct run_ctx {
-    const struct kiln_trainer_run *run;
+    const struct kd_trainer_run *run;
     kiln_learner *L;
     uint64_t last_step_ns;
 };
@@ -44,8 +44,8 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void logf_(const struct kiln_trainer_run *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void logf_(const struct kiln_trainer_run *run, const char *fmt, ...)
+static void logf_(const struct kd_trainer_run *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(const struct kd_trainer_run *run, const char *fmt, ...)
 {
     if (!run->hooks.event)
         return;
@@ -66,7 +66,7 @@ static void logf_(const struct kiln_trainer_run *run, const char *fmt, ...)
 static void on_event(void *ud, const kiln_train_event *ev)
 {
     struct run_ctx *c = ud;
-    const struct kiln_trainer_hooks *h = &c->run->hooks;
+    const struct kd_trainer_hooks *h = &c->run->hooks;
     if (atomic_load(c->run->cancel))
         kiln_learner_cancel(c->L);
     switch (ev->kind) {
@@ -98,7 +98,7 @@ static void on_event(void *ud, const kiln_train_event *ev)
     }
 }
 
-static kiln_dataset *open_set(const struct kiln_jobspec *s, const char *a, const char *b, const char *fashion_prefix,
+static kiln_dataset *open_set(const struct kd_jobspec *s, const char *a, const char *b, const char *fashion_prefix,
                               int64_t limit)
 {
     kiln_dataset *ds = NULL;
@@ -126,10 +126,10 @@ static kiln_dataset *open_set(const struct kiln_jobspec *s, const char *a, const
 static char *final_metrics(kiln_learner *L)
 {
     cJSON *o = cJSON_CreateObject();
-    for (int i = 0; kiln__trainer_metrics[i]; i++) {
-        double v = kiln_learner_metric(L, kiln__trainer_metrics[i]);
+    for (int i = 0; kd_trainer_metrics[i]; i++) {
+        double v = kiln_learner_metric(L, kd_trainer_metrics[i]);
         if (isfinite(v))
-            cJSON_AddNumberToObject(o, kiln__trainer_metrics[i], v);
+            cJSON_AddNumberToObject(o, kd_trainer_metrics[i], v);
     }
     cJSON_AddNumberToObject(o, "epochs", (double)kiln_learner_epoch(L));
     cJSON_AddNumberToObject(o, "steps", (double)kiln_learner_step(L));
@@ -175,9 +175,9 @@ static kiln_tensor *smoothed_ce(void *ud, kiln_tensor *output, kiln_tensor *targ
     return kiln_loss_cross_entropy(output, target, &o);
 }
 
-int kiln_trainer_run(const struct kiln_trainer_run *run, struct kiln_trainer_result *res)
+int kd_trainer_run(const struct kd_trainer_run *run, struct kd_trainer_result *res)
 {
-    const struct kiln_jobspec *s = run->spec;
+    const struct kd_jobspec *s = run->spec;
     memset(res, 0, sizeof *res);
     snprintf(res->stop_reason, sizeof res->stop_reason, "error");
     kiln_device *dev = kiln_device_open(s->device);
@@ -225,7 +225,7 @@ int kiln_trainer_run(const struct kiln_trainer_run *run, struct kiln_trainer_res
     kiln_generator gen = kiln_generator_make(s->seed);
     if (s->model_onnx) {
         char why[400];
-        model = kiln__trainer_onnx_module(s->model_onnx, dev, why, sizeof why);
+        model = kd_trainer_onnx_module(s->model_onnx, dev, why, sizeof why);
         if (!model) {
             snprintf(res->error, sizeof res->error, "model: %s", why);
             goto out;
@@ -332,7 +332,7 @@ int kiln_trainer_run(const struct kiln_trainer_run *run, struct kiln_trainer_res
     rc = 0;
     if (strcmp(res->stop_reason, "cancelled") != 0 && s->register_as) {
         kiln_module_train(model, false);
-        rc = kiln__trainer_register(run, model, &info, res);
+        rc = kd_trainer_register(run, model, &info, res);
         if (rc == 0)
             logf_(run, "model registered as %s version %lld", s->register_as, (long long)res->version);
     }

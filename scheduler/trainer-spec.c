@@ -1,5 +1,5 @@
 /*
- * scheduler/trainer-spec.c — a job spec from JSON to struct kiln_jobspec, every problem found.
+ * scheduler/trainer-spec.c — a job spec from JSON to struct kd_jobspec, every problem found.
  *
  * Parsing runs on the loop thread, so it only reads JSON and the file system: it never builds
  * the model (that allocates device memory and can take long for a large graph). A model spec
@@ -53,7 +53,7 @@ static const char FASHION_CNN[] =
     "],\"outputs\":[\"fc2\"]}";
 
 /* Metric names the Learner produces; checkpoint keep-best and early stopping must use one. */
-const char *const kiln__trainer_metrics[] = {
+const char *const kd_trainer_metrics[] = {
     "train_loss", "train_accuracy", "valid_loss", "valid_accuracy", "valid_top5_accuracy", "valid_precision",
     "valid_recall", "valid_f1", "lr", "items_per_sec", "epoch_seconds", NULL};
 
@@ -158,8 +158,8 @@ static void unknown_keys(struct problems *p, const cJSON *obj, const char *prefi
 
 static bool known_metric(const char *name)
 {
-    for (int i = 0; kiln__trainer_metrics[i]; i++)
-        if (strcmp(kiln__trainer_metrics[i], name) == 0)
+    for (int i = 0; kd_trainer_metrics[i]; i++)
+        if (strcmp(kd_trainer_metrics[i], name) == 0)
             return true;
     return false;
 }
@@ -178,7 +178,7 @@ static bool metric_max(struct problems *p, const cJSON *obj, const char *field, 
 }
 
 /* Resolve path and require it under one of the roots; returns the real path (malloc'd). */
-static char *confined_path(struct problems *p, const char *field, const char *path, const struct kiln_jobspec_env *env,
+static char *confined_path(struct problems *p, const char *field, const char *path, const struct kd_jobspec_env *env,
                            bool want_dir)
 {
     if (!path)
@@ -219,21 +219,21 @@ static char *path_in(const char *dir, const char *file)
 }
 
 /* {"repository": name, "version": N}: a version of a served model is the starting point. */
-static void parse_base_model(struct problems *p, const cJSON *m, const struct kiln_jobspec_env *env,
-                             struct kiln_jobspec *s)
+static void parse_base_model(struct problems *p, const cJSON *m, const struct kd_jobspec_env *env,
+                             struct kd_jobspec *s)
 {
     static const char *const keys[] = {"repository", "version", NULL};
     unknown_keys(p, m, "model.", keys);
     const cJSON *name = get(m, "repository");
     int64_t want = 0;
     integer(p, m, "version", "model.version", 1, INT64_MAX / 2, &want);
-    if (!cJSON_IsString(name) || !kiln_repository_name_valid(name->valuestring)) {
+    if (!cJSON_IsString(name) || !kd_repository_name_valid(name->valuestring)) {
         problem(p, "model.repository", "must be a model name of [A-Za-z0-9_.-] without a leading dot");
         return;
     }
-    kiln_repository *repo = env->models_root ? kiln_repository_open(env->models_root) : NULL;
-    const kiln_model_info *info = repo ? kiln_repository_find(repo, name->valuestring) : NULL;
-    const kiln_model_version *v = NULL;
+    kd_repository *repo = env->models_root ? kd_repository_open(env->models_root) : NULL;
+    const kd_model_info *info = repo ? kd_repository_find(repo, name->valuestring) : NULL;
+    const kd_model_version *v = NULL;
     for (int i = 0; info && i < info->nversions; i++)
         if (info->versions[i].valid && (want ? info->versions[i].version == want : true))
             v = &info->versions[i]; /* ascending: the last valid one is the newest */
@@ -249,7 +249,7 @@ static void parse_base_model(struct problems *p, const cJSON *m, const struct ki
         if (strcmp(v->format, "onnx") == 0) {
             s->model_onnx = path_in(v->path, "model.onnx");
             char why[128];
-            if (s->model_onnx && kiln__trainer_onnx_check(s->model_onnx, why, sizeof why) != 0)
+            if (s->model_onnx && kd_trainer_onnx_check(s->model_onnx, why, sizeof why) != 0)
                 problem(p, "model.repository", "%s version %lld: model.onnx %s", name->valuestring,
                         (long long)v->version, why);
         } else {
@@ -265,11 +265,11 @@ static void parse_base_model(struct problems *p, const cJSON *m, const struct ki
             kiln_record_close(rec);
         }
     }
-    kiln_repository_close(repo);
+    kd_repository_close(repo);
 }
 
-static void parse_model(struct problems *p, const cJSON *root, const struct kiln_jobspec_env *env,
-                        struct kiln_jobspec *s)
+static void parse_model(struct problems *p, const cJSON *root, const struct kd_jobspec_env *env,
+                        struct kd_jobspec *s)
 {
     const cJSON *m = get(root, "model");
     if (!m) {
@@ -283,7 +283,7 @@ static void parse_model(struct problems *p, const cJSON *root, const struct kiln
         char *raw = string(p, m, "onnx", "model.onnx", true);
         s->model_onnx = confined_path(p, "model.onnx", raw, env, false);
         char why[128];
-        if (s->model_onnx && kiln__trainer_onnx_check(s->model_onnx, why, sizeof why) != 0)
+        if (s->model_onnx && kd_trainer_onnx_check(s->model_onnx, why, sizeof why) != 0)
             problem(p, "model.onnx", "%s %s", raw, why);
         free(raw);
         return;
@@ -315,7 +315,7 @@ static void parse_model(struct problems *p, const cJSON *root, const struct kiln
     s->model_json = cJSON_PrintUnformatted(m);
 }
 
-static void parse_data(struct problems *p, const cJSON *root, const struct kiln_jobspec_env *env, struct kiln_jobspec *s)
+static void parse_data(struct problems *p, const cJSON *root, const struct kd_jobspec_env *env, struct kd_jobspec *s)
 {
     const cJSON *d = get(root, "data");
     if (!cJSON_IsObject(d)) {
@@ -371,7 +371,7 @@ static void parse_data(struct problems *p, const cJSON *root, const struct kiln_
         problem(p, "data.valid_split", "a split needs a data set without its own validation set");
 }
 
-static void parse_loss(struct problems *p, const cJSON *root, struct kiln_jobspec *s)
+static void parse_loss(struct problems *p, const cJSON *root, struct kd_jobspec *s)
 {
     const cJSON *l = get(root, "loss");
     if (!l)
@@ -391,7 +391,7 @@ static void parse_loss(struct problems *p, const cJSON *root, struct kiln_jobspe
         problem(p, "loss", "unknown loss '%s' (jobs train classifiers: cross_entropy)", kind);
 }
 
-static void parse_optimizer(struct problems *p, const cJSON *root, struct kiln_jobspec *s)
+static void parse_optimizer(struct problems *p, const cJSON *root, struct kd_jobspec *s)
 {
     s->optim = kiln_optim_config_default(KILN_OPTIM_ADAM);
     const cJSON *o = get(root, "optimizer");
@@ -422,7 +422,7 @@ static void parse_optimizer(struct problems *p, const cJSON *root, struct kiln_j
     boolean(p, o, "amsgrad", "optimizer.amsgrad", &s->optim.amsgrad);
 }
 
-static void parse_scheduler(struct problems *p, const cJSON *root, struct kiln_jobspec *s)
+static void parse_scheduler(struct problems *p, const cJSON *root, struct kd_jobspec *s)
 {
     const cJSON *o = get(root, "scheduler");
     s->sched_per_step = true;
@@ -467,7 +467,7 @@ static void parse_scheduler(struct problems *p, const cJSON *root, struct kiln_j
         problem(p, "scheduler.step_size", "is required for kind step");
 }
 
-static void parse_checkpoint(struct problems *p, const cJSON *root, struct kiln_jobspec *s)
+static void parse_checkpoint(struct problems *p, const cJSON *root, struct kd_jobspec *s)
 {
     s->ckpt_every_epochs = 1;
     s->keep_last = 2;
@@ -491,7 +491,7 @@ static void parse_checkpoint(struct problems *p, const cJSON *root, struct kiln_
     s->best_max = metric_max(p, c, "checkpoint.mode", s->best_metric);
 }
 
-static void parse_early(struct problems *p, const cJSON *root, struct kiln_jobspec *s)
+static void parse_early(struct problems *p, const cJSON *root, struct kd_jobspec *s)
 {
     const cJSON *e = get(root, "early_stopping");
     s->patience = 3;
@@ -513,8 +513,8 @@ static void parse_early(struct problems *p, const cJSON *root, struct kiln_jobsp
     num(p, e, "min_delta", "early_stopping.min_delta", 0, 1e9, &s->min_delta);
 }
 
-int kiln_jobspec_parse(const char *json, const struct kiln_jobspec_env *env, struct kiln_jobspec *s,
-                       char *buf, size_t len)
+int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct kd_jobspec *s,
+                     char *buf, size_t len)
 {
     memset(s, 0, sizeof *s);
     struct problems p = {buf, len, 0, 0};
@@ -564,20 +564,20 @@ int kiln_jobspec_parse(const char *json, const struct kiln_jobspec_env *env, str
     }
     const cJSON *reg = get(root, "register_as");
     if (reg) {
-        if (!cJSON_IsString(reg) || !kiln_repository_name_valid(reg->valuestring))
+        if (!cJSON_IsString(reg) || !kd_repository_name_valid(reg->valuestring))
             problem(&p, "register_as", "must be a model name of [A-Za-z0-9_.-] without a leading dot");
         else
             s->register_as = strdup(reg->valuestring);
     }
     cJSON_Delete(root);
     if (p.count) {
-        kiln_jobspec_free(s);
+        kd_jobspec_free(s);
         return -1;
     }
     return 0;
 }
 
-void kiln_jobspec_free(struct kiln_jobspec *s)
+void kd_jobspec_free(struct kd_jobspec *s)
 {
     char *const strs[] = {s->model_json, s->model_onnx, s->init_weights, s->base_model, s->data_type, s->train_a, s->train_b, s->valid_a, s->valid_b,
                           s->label_column, s->device, s->best_metric, s->early_metric, s->register_as};

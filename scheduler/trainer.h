@@ -4,18 +4,18 @@
  * builds the model, data sets, optimizer and Learner from the spec, resumes from a checkpoint
  * when one exists, trains, and adds the trained model to the repository.
  *
- *     struct kiln_jobspec s;
+ *     struct kd_jobspec s;
  *     char problems[2048];
- *     if (kiln_jobspec_parse(text, &env, &s, problems, sizeof problems) != 0) -> 400 problems
+ *     if (kd_jobspec_parse(text, &env, &s, problems, sizeof problems) != 0) -> 400 problems
  *     ...on the training thread:
- *     struct kiln_trainer_result res;
- *     kiln_trainer_run(&s, &run, &res);    // hooks get every event; res says how it ended
- *     kiln_jobspec_free(&s);
+ *     struct kd_trainer_result res;
+ *     kd_trainer_run(&s, &run, &res);    // hooks get every event; res says how it ended
+ *     kd_jobspec_free(&s);
  *
  * docs/jobs.md is the reference of the spec's fields.
  */
-#ifndef KILN_SCHEDULER_TRAINER_H
-#define KILN_SCHEDULER_TRAINER_H
+#ifndef KD_SCHEDULER_TRAINER_H
+#define KD_SCHEDULER_TRAINER_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -25,13 +25,13 @@
 #include "kiln/optim.h"
 
 /* Where a spec's paths may point: every data path must resolve (realpath) under a root. */
-struct kiln_jobspec_env {
+struct kd_jobspec_env {
     const char *const *roots;
     size_t nroots;
     const char *models_root;          /* the repository, for a model to fine-tune (NULL: none) */
 };
 
-struct kiln_jobspec {
+struct kd_jobspec {
     char *model_json;                 /* the model's JSON graph spec (NULL for an ONNX model) */
     char *model_onnx;                 /* fine-tuning: the ONNX file trained through (real path) */
     char *init_weights;               /* fine-tuning a kiln model: its model.kiln (the start) */
@@ -69,20 +69,20 @@ struct kiln_jobspec {
  * Parse and check a job spec. On failure returns -1 and writes every problem found, each
  * "field: what is wrong", separated by "\n", into problems.
  */
-int kiln_jobspec_parse(const char *json, const struct kiln_jobspec_env *env, struct kiln_jobspec *out,
-                       char *problems, size_t len);
-void kiln_jobspec_free(struct kiln_jobspec *s);
+int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct kd_jobspec *out,
+                     char *problems, size_t len);
+void kd_jobspec_free(struct kd_jobspec *s);
 
 /* What a run reports while it goes: type is "step", "epoch", "checkpoint" or "log". */
-struct kiln_trainer_hooks {
+struct kd_trainer_hooks {
     void *ud;
     void (*event)(void *ud, const char *type, const char *json);
     void (*progress)(void *ud, double fraction);
     void (*checkpoint)(void *ud, const char *path, int64_t step);
 };
 
-struct kiln_trainer_run {
-    const struct kiln_jobspec *spec;
+struct kd_trainer_run {
+    const struct kd_jobspec *spec;
     const char *checkpoint_dir;       /* this job's checkpoints (created) */
     const char *resume_dir;           /* resume from its newest good checkpoint, or NULL */
     const char *models_root;          /* the repository */
@@ -90,12 +90,12 @@ struct kiln_trainer_run {
     const char *source;               /* what runs it (e.g. "kilnd job 7 ..."), written into the
                                        * version's source.json with the final metrics, so a
                                        * restarted run finds the version it already added
-                                       * (kiln_repository_find_source); NULL: none */
+                                       * (kd_repository_find_source); NULL: none */
     atomic_bool *cancel;              /* set by another thread: stop before the next step */
-    struct kiln_trainer_hooks hooks;
+    struct kd_trainer_hooks hooks;
 };
 
-struct kiln_trainer_result {
+struct kd_trainer_result {
     char stop_reason[32];             /* "completed", "early_stopping", "cancelled", "error" */
     char error[512];
     int64_t version;                  /* the repository version added (0: none) */
@@ -105,6 +105,6 @@ struct kiln_trainer_result {
 };
 
 /* 0 when training ended (completed, early stopping, cancelled), -1 with res->error otherwise. */
-int kiln_trainer_run(const struct kiln_trainer_run *run, struct kiln_trainer_result *res);
+int kd_trainer_run(const struct kd_trainer_run *run, struct kd_trainer_result *res);
 
-#endif /* KILN_SCHEDULER_TRAINER_H */
+#endif /* KD_SCHEDULER_TRAINER_H */

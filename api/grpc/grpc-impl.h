@@ -5,13 +5,13 @@
  *
  * A stream is one call. Its request bytes are gathered message by message (the 5-byte gRPC
  * prefix is read first and its length checked against the limit before anything is kept);
- * each complete message goes to kiln__grpc_dispatch. Answers are queued on the stream with
- * kiln__grpc_reply (framed messages) and end with kiln__grpc_finish (the status trailers).
+ * each complete message goes to kd_grpc_dispatch. Answers are queued on the stream with
+ * kd_grpc_reply (framed messages) and end with kd_grpc_finish (the status trailers).
  * When nghttp2 closes a stream (RST_STREAM, or its connection goes) every request it has queued
  * is marked cancelled and detached, so a completion that arrives later is only counted and freed.
  */
-#ifndef KILN_API_GRPC_IMPL_H
-#define KILN_API_GRPC_IMPL_H
+#ifndef KD_API_GRPC_IMPL_H
+#define KD_API_GRPC_IMPL_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -40,13 +40,13 @@ enum grpc_code {
     GRPC_UNAUTHENTICATED = 16,
 };
 
-struct kiln_grpc {
-    struct kiln_grpc_options o;
+struct kd_grpc {
+    struct kd_grpc_options o;
     uv_loop_t *loop;
     uv_tcp_t listener;
     bool listener_open, draining;
     int port;
-    struct kiln_grpc_conn *conns;
+    struct kd_grpc_conn *conns;
     void (*drain_done)(void *ud);   /* once draining and every connection has closed */
     void *drain_ud;
 };
@@ -59,26 +59,26 @@ struct grpc_load {
 };
 
 struct grpc_stream {
-    struct kiln_grpc_conn *conn;
+    struct kd_grpc_conn *conn;
     int32_t id;
     char path[96];
     char authorization[512];
     bool grpc_content_type;
-    int coding;                     /* grpc-encoding: enum kiln_http_coding (identity when absent) */
+    int coding;                     /* grpc-encoding: enum kd_http_coding (identity when absent) */
     char coding_name[24];
     uint64_t deadline_ns;           /* from grpc-timeout; 0: none */
     uint64_t opened_ns;
     size_t header_bytes;
     bool header_overflow;
     /* the request side */
-    struct kiln_buf in;             /* the message being gathered, prefix included */
+    struct kd_buf in;             /* the message being gathered, prefix included */
     uint64_t need;                  /* its whole length once the prefix is read; 0 before */
     int messages;                   /* complete messages so far */
     bool client_done;               /* END_STREAM received */
     bool streaming;                 /* ModelStreamInfer */
     /* the response side */
     bool headers_sent, finished, trailers_sent;
-    struct kiln_buf out;
+    struct kd_buf out;
     size_t out_off;
     int code;
     char message[320];
@@ -87,8 +87,8 @@ struct grpc_stream {
     struct grpc_stream *prev, *next;
 };
 
-struct kiln_grpc_conn {
-    struct kiln_grpc *g;
+struct kd_grpc_conn {
+    struct kd_grpc *g;
     uv_tcp_t tcp;
     uv_timer_t timer;
     bool detached;                  /* no socket (the fuzzer) */
@@ -99,36 +99,36 @@ struct kiln_grpc_conn {
     uint64_t last_active_ns;
     size_t unsent;                  /* bytes handed to uv_write and not yet written */
     char rbuf[65536];
-    struct kiln_grpc_conn *prev, *next;
+    struct kd_grpc_conn *prev, *next;
 };
 
 /* ---- grpc_server.c ---- */
 /* Queues one framed message m on s (sending response headers first). 0, or -1 out of memory. */
-int kiln__grpc_reply(struct grpc_stream *s, const ProtobufCMessage *m);
+int kd_grpc_reply(struct grpc_stream *s, const ProtobufCMessage *m);
 /* Queues framed messages already packed (prefix included); the buffer may be taken over (left empty). */
-int kiln__grpc_reply_buf(struct grpc_stream *s, struct kiln_buf *framed);
+int kd_grpc_reply_buf(struct grpc_stream *s, struct kd_buf *framed);
 /* Ends the call with code and message (after what was queued). */
-void kiln__grpc_finish(struct grpc_stream *s, enum grpc_code code, const char *fmt, ...)
+void kd_grpc_finish(struct grpc_stream *s, enum grpc_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Sends what the session has queued, unless called from inside nghttp2 (the read path sends after). */
-void kiln__grpc_flush(struct kiln_grpc_conn *c);
+void kd_grpc_flush(struct kd_grpc_conn *c);
 /* The gRPC status an HTTP status from the serving layer means. */
-enum grpc_code kiln__grpc_code_of_http(int status);
+enum grpc_code kd_grpc_code_of_http(int status);
 /* Frames a message: the 5-byte prefix then the packed bytes, appended to b. 0 or -1. */
-int kiln__grpc_frame(struct kiln_buf *b, const ProtobufCMessage *m);
+int kd_grpc_frame(struct kd_buf *b, const ProtobufCMessage *m);
 
 /* ---- grpc_methods.c ---- */
 /* One complete request message (s->in, prefix included) for the method s->path names. */
-void kiln__grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len);
+void kd_grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len);
 /* Whether path names a method that streams requests (each message dispatched as it comes). */
-bool kiln__grpc_is_streaming(const char *path);
+bool kd_grpc_is_streaming(const char *path);
 
 /* ---- grpc_infer.c ---- */
 /* ModelInfer / one ModelStreamInfer message: decode, queue; the answer comes later. */
-void kiln__grpc_infer(struct grpc_stream *s, const uint8_t *msg, size_t len);
+void kd_grpc_infer(struct grpc_stream *s, const uint8_t *msg, size_t len);
 /* The stream is going away: its queued requests are cancelled and forgotten. */
-void kiln__grpc_detach_jobs(struct grpc_stream *s);
+void kd_grpc_detach_jobs(struct grpc_stream *s);
 /* For a streaming call whose client finished: ends it once no request is pending. */
-void kiln__grpc_stream_maybe_end(struct grpc_stream *s);
+void kd_grpc_stream_maybe_end(struct grpc_stream *s);
 
-#endif /* KILN_API_GRPC_IMPL_H */
+#endif /* KD_API_GRPC_IMPL_H */

@@ -8,15 +8,15 @@
  *
  * Thread affinity: every call runs on the loop thread.
  *
- *     struct kiln_grpc *g;
- *     kiln_grpc_new(&g, loop, &opts);            // opts.serving: the model table
- *     kiln_grpc_listen(g, err, sizeof err);      // then kiln_grpc_port(g)
+ *     struct kd_grpc *g;
+ *     kd_grpc_new(&g, loop, &opts);            // opts.serving: the model table
+ *     kd_grpc_listen(g, err, sizeof err);      // then kd_grpc_port(g)
  *     ... uv_run ...
- *     kiln_grpc_drain(g, on_drained, ud);        // on SIGTERM; close_all at the deadline
- *     kiln_grpc_free(g);                         // after the loop delivered the closes
+ *     kd_grpc_drain(g, on_drained, ud);        // on SIGTERM; close_all at the deadline
+ *     kd_grpc_free(g);                         // after the loop delivered the closes
  */
-#ifndef KILN_API_GRPC_H
-#define KILN_API_GRPC_H
+#ifndef KD_API_GRPC_H
+#define KD_API_GRPC_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -26,44 +26,44 @@
 #include "config.h"
 #include "serving.h"
 
-struct kiln_grpc_options {
+struct kd_grpc_options {
     const char *host;
     int port;                           /* 0 picks a free port */
-    struct kiln_serving *serving;       /* borrowed; NULL answers every model call UNAVAILABLE */
+    struct kd_serving *serving;       /* borrowed; NULL answers every model call UNAVAILABLE */
     uint64_t max_message_bytes;         /* a message's length prefix past this is RESOURCE_EXHAUSTED */
     uint32_t max_concurrent_streams;    /* SETTINGS_MAX_CONCURRENT_STREAMS, per connection */
     size_t max_header_bytes;            /* a stream's header block past this is refused */
     uint64_t idle_timeout_ms;           /* a connection with no open stream closes after this */
     const char *const *extensions;      /* ServerMetadata's list */
-    void (*log)(void *ud, enum kiln_log_level level, const char *msg);
+    void (*log)(void *ud, enum kd_log_level level, const char *msg);
     void *log_ud;
 };
 
-struct kiln_grpc;
+struct kd_grpc;
 
-int kiln_grpc_new(struct kiln_grpc **out, uv_loop_t *loop, const struct kiln_grpc_options *o);
+int kd_grpc_new(struct kd_grpc **out, uv_loop_t *loop, const struct kd_grpc_options *o);
 /* Binds and listens; on failure writes the reason to err and returns a negative libuv code. */
-int kiln_grpc_listen(struct kiln_grpc *g, char *err, size_t errlen);
-int kiln_grpc_port(const struct kiln_grpc *g);
+int kd_grpc_listen(struct kd_grpc *g, char *err, size_t errlen);
+int kd_grpc_port(const struct kd_grpc *g);
 /*
  * Stops accepting and sends GOAWAY on every connection: streams open now finish, and each
  * connection closes when its last one has. done (may be NULL) runs once every one has closed.
  */
-void kiln_grpc_drain(struct kiln_grpc *g, void (*done)(void *ud), void *ud);
+void kd_grpc_drain(struct kd_grpc *g, void (*done)(void *ud), void *ud);
 /* Open connections. */
-size_t kiln_grpc_connections(const struct kiln_grpc *g);
+size_t kd_grpc_connections(const struct kd_grpc *g);
 /* Closes the listener and every connection now (their queued requests are cancelled). */
-void kiln_grpc_close_all(struct kiln_grpc *g);
+void kd_grpc_close_all(struct kd_grpc *g);
 /* Frees the service; close_all first and run the loop so the handles have closed. */
-void kiln_grpc_free(struct kiln_grpc *g);
+void kd_grpc_free(struct kd_grpc *g);
 
 /*
  * For the fuzzer and tests: a connection with no socket, fed bytes as if they came from one;
  * what it would send is dropped. Returns -1 once the connection would have closed.
  */
-struct kiln_grpc_conn;
-struct kiln_grpc_conn *kiln_grpc_conn_detached(struct kiln_grpc *g);
-int kiln_grpc_conn_feed(struct kiln_grpc_conn *c, const uint8_t *data, size_t len);
-void kiln_grpc_conn_free(struct kiln_grpc_conn *c);
+struct kd_grpc_conn;
+struct kd_grpc_conn *kd_grpc_conn_detached(struct kd_grpc *g);
+int kd_grpc_conn_feed(struct kd_grpc_conn *c, const uint8_t *data, size_t len);
+void kd_grpc_conn_free(struct kd_grpc_conn *c);
 
-#endif /* KILN_API_GRPC_H */
+#endif /* KD_API_GRPC_H */

@@ -1,7 +1,7 @@
 /*
  * api/grpc/grpc_infer.c — ModelInfer and ModelStreamInfer: a ModelInferRequest into the same
- * struct kiln_sched_request the HTTP decoder makes, queued through the same accounting
- * (kiln__serving_submit) to the same scheduler; the finished request back into a
+ * struct kd_sched_request the HTTP decoder makes, queued through the same accounting
+ * (kd_serving_submit) to the same scheduler; the finished request back into a
  * ModelInferResponse, packed on the worker (as the HTTP body is) and sent by the loop.
  *
  * The checks are the HTTP decoder's (api/infer.c), made on the decoded message: the input count
@@ -22,16 +22,16 @@
 #include "grpc-impl.h"
 
 struct grpc_job {
-    struct kiln_sched_request r;    /* first: the scheduler hands this pointer back */
-    struct kiln_serving *sv;
+    struct kd_sched_request r;    /* first: the scheduler hands this pointer back */
+    struct kd_serving *sv;
     struct grpc_stream *s;          /* NULL once the call has gone */
     struct grpc_job *next;
     atomic_bool cancelled;
     bool streaming, queued, done, client_deadline, encoded;
-    bool want_output[KILN_SCHED_MAX_IO];
+    bool want_output[KD_SCHED_MAX_IO];
     char *id;
     int64_t version;
-    struct kiln_buf resp;           /* the framed response, packed by the worker */
+    struct kd_buf resp;           /* the framed response, packed by the worker */
     enum grpc_code code;
     char msg[320];
 };
@@ -44,7 +44,7 @@ struct grpc_job {
     } while (0)
 
 /* Copies typed contents into t (dtype and element count set). 0, or -1 with why. */
-static int copy_typed(struct kiln_sched_tensor *t, const Inference__InferTensorContents *c, int64_t numel,
+static int copy_typed(struct kd_sched_tensor *t, const Inference__InferTensorContents *c, int64_t numel,
                       const char **why)
 {
     size_t n = (size_t)numel, have;
@@ -82,8 +82,8 @@ static int copy_typed(struct kiln_sched_tensor *t, const Inference__InferTensorC
 }
 
 /* q into r for model config c; fills want_output. 0, or an HTTP status with msg (r cleared). */
-static int decode(const struct kiln_serving_options *lim, const kiln_model_config *c,
-                  const Inference__ModelInferRequest *q, struct kiln_sched_request *r, bool *want_output, char *msg,
+static int decode(const struct kd_serving_options *lim, const kd_model_config *c,
+                  const Inference__ModelInferRequest *q, struct kd_sched_request *r, bool *want_output, char *msg,
                   size_t msglen)
 {
     int rc = 0;
@@ -96,20 +96,20 @@ static int decode(const struct kiln_serving_options *lim, const kiln_model_confi
     int64_t batch = -1;
     for (size_t i = 0; i < q->n_inputs; i++) {
         const Inference__ModelInferRequest__InferInputTensor *in = q->inputs[i];
-        int k = kiln__infer_find_spec(c->inputs, c->ninputs, in->name);
+        int k = kd_infer_find_spec(c->inputs, c->ninputs, in->name);
         if (k < 0)
             FAIL(400, "unknown input '%.64s'", in->name);
         if (r->inputs[k].data)
             FAIL(400, "input '%.64s' given twice", in->name);
-        const kiln_model_tensor_spec *sp = &c->inputs[k];
+        const kd_model_tensor_spec *sp = &c->inputs[k];
         if (strcmp(in->datatype, sp->datatype) != 0)
             FAIL(400, "input '%s' has datatype %.32s; the model expects %s", sp->name, in->datatype, sp->datatype);
-        int want = kiln_sched_dtype_of(sp->datatype);
+        int want = kd_sched_dtype_of(sp->datatype);
         if (want < 0)
             FAIL(400, "datatype %s is not supported", sp->datatype);
         if (in->n_shape != (size_t)sp->ndim)
             FAIL(400, "input '%s' has %zu dims; the model expects %d", sp->name, in->n_shape, sp->ndim);
-        struct kiln_sched_tensor *t = &r->inputs[k];
+        struct kd_sched_tensor *t = &r->inputs[k];
         int64_t numel = 1;
         for (int d = 0; d < sp->ndim; d++) {
             int64_t v = in->shape[d];
@@ -157,31 +157,31 @@ static int decode(const struct kiln_serving_options *lim, const kiln_model_confi
     for (int o = 0; o < c->noutputs; o++)
         want_output[o] = q->n_outputs == 0;
     for (size_t i = 0; i < q->n_outputs; i++) {
-        int k = kiln__infer_find_spec(c->outputs, c->noutputs, q->outputs[i]->name);
+        int k = kd_infer_find_spec(c->outputs, c->noutputs, q->outputs[i]->name);
         if (k < 0)
             FAIL(400, "unknown output '%.64s'", q->outputs[i]->name);
         want_output[k] = true;
     }
 done:
     if (rc != 0)
-        kiln_sched_request_clear(r);
+        kd_sched_request_clear(r);
     return rc;
 }
 
 /* ---- the answer, packed on the worker --------------------------------------------------------- */
 
-static void finish_on_worker(struct kiln_sched_request *r)
+static void finish_on_worker(struct kd_sched_request *r)
 {
     struct grpc_job *j = (struct grpc_job *)r;
-    if (r->outcome != KILN_SCHED_OK)
+    if (r->outcome != KD_SCHED_OK)
         return;
-    const kiln_model_config *c = kiln_sched_model_config(r->model);
+    const kd_model_config *c = kd_sched_model_config(r->model);
     char version[24];
-    snprintf(version, sizeof version, "%lld", (long long)kiln_sched_model_version(r->model));
+    snprintf(version, sizeof version, "%lld", (long long)kd_sched_model_version(r->model));
     Inference__ModelInferResponse res = INFERENCE__MODEL_INFER_RESPONSE__INIT;
-    Inference__ModelInferResponse__InferOutputTensor out[KILN_SCHED_MAX_IO], *outp[KILN_SCHED_MAX_IO];
-    ProtobufCBinaryData raw[KILN_SCHED_MAX_IO];
-    res.model_name = (char *)kiln_sched_model_name(r->model);
+    Inference__ModelInferResponse__InferOutputTensor out[KD_SCHED_MAX_IO], *outp[KD_SCHED_MAX_IO];
+    ProtobufCBinaryData raw[KD_SCHED_MAX_IO];
+    res.model_name = (char *)kd_sched_model_name(r->model);
     res.model_version = version;
     res.id = j->id ? j->id : "";
     size_t n = 0;
@@ -205,9 +205,9 @@ static void finish_on_worker(struct kiln_sched_request *r)
     if (j->streaming) {
         Inference__ModelStreamInferResponse sr = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
         sr.infer_response = &res;
-        j->encoded = kiln__grpc_frame(&j->resp, &sr.base) == 0;
+        j->encoded = kd_grpc_frame(&j->resp, &sr.base) == 0;
     } else {
-        j->encoded = kiln__grpc_frame(&j->resp, &res.base) == 0;
+        j->encoded = kd_grpc_frame(&j->resp, &res.base) == 0;
     }
 }
 
@@ -215,7 +215,7 @@ static void finish_on_worker(struct kiln_sched_request *r)
 
 static void job_free(struct grpc_job *j)
 {
-    kiln_buf_free(&j->resp);
+    kd_buf_free(&j->resp);
     free(j->id);
     free(j);
 }
@@ -225,8 +225,8 @@ static void stream_error(struct grpc_stream *s, const char *msg)
 {
     Inference__ModelStreamInferResponse sr = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
     sr.error_message = (char *)msg;
-    if (kiln__grpc_reply(s, &sr.base) != 0)
-        kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
+    if (kd_grpc_reply(s, &sr.base) != 0)
+        kd_grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
 }
 
 static void deliver(struct grpc_stream *s)
@@ -237,51 +237,51 @@ static void deliver(struct grpc_stream *s)
         if (!s->jobs)
             s->jobs_tail = NULL;
         if (!j->streaming) {
-            if (j->code == GRPC_OK && kiln__grpc_reply_buf(s, &j->resp) == 0)
-                kiln__grpc_finish(s, GRPC_OK, "%s", "");
+            if (j->code == GRPC_OK && kd_grpc_reply_buf(s, &j->resp) == 0)
+                kd_grpc_finish(s, GRPC_OK, "%s", "");
             else
-                kiln__grpc_finish(s, j->code == GRPC_OK ? GRPC_RESOURCE_EXHAUSTED : j->code, "%s",
-                                  j->code == GRPC_OK ? "out of memory for the response" : j->msg);
+                kd_grpc_finish(s, j->code == GRPC_OK ? GRPC_RESOURCE_EXHAUSTED : j->code, "%s",
+                               j->code == GRPC_OK ? "out of memory for the response" : j->msg);
         } else if (j->code == GRPC_OK) {
-            if (kiln__grpc_reply_buf(s, &j->resp) != 0)
-                kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
+            if (kd_grpc_reply_buf(s, &j->resp) != 0)
+                kd_grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
         } else {
             stream_error(s, j->msg);
         }
         job_free(j);
     }
     if (s->streaming)
-        kiln__grpc_stream_maybe_end(s);
+        kd_grpc_stream_maybe_end(s);
 }
 
-static void job_done(struct kiln_sched_request *r)
+static void job_done(struct kd_sched_request *r)
 {
     struct grpc_job *j = (struct grpc_job *)r;
-    kiln__serving_account_done(j->sv, r, false);
+    kd_serving_account_done(j->sv, r, false);
     switch (r->outcome) {
-    case KILN_SCHED_OK:
+    case KD_SCHED_OK:
         j->code = j->encoded ? GRPC_OK : GRPC_RESOURCE_EXHAUSTED;
         snprintf(j->msg, sizeof j->msg, "%s", j->encoded ? "" : "out of memory for the response");
         break;
-    case KILN_SCHED_FAILED:
+    case KD_SCHED_FAILED:
         j->code = GRPC_INVALID_ARGUMENT;
         snprintf(j->msg, sizeof j->msg, "%s", r->error);
         break;
-    case KILN_SCHED_TIMEOUT:
+    case KD_SCHED_TIMEOUT:
         j->code = j->client_deadline ? GRPC_DEADLINE_EXCEEDED : GRPC_UNAVAILABLE;
         snprintf(j->msg, sizeof j->msg, "%s", r->error[0] ? r->error : "timed out in the queue");
         break;
-    case KILN_SCHED_CANCELLED:
+    case KD_SCHED_CANCELLED:
         j->code = GRPC_CANCELLED;
         snprintf(j->msg, sizeof j->msg, "cancelled before it ran");
         break;
     default:
         j->code = GRPC_UNAVAILABLE;
-        snprintf(j->msg, sizeof j->msg, "%s", kiln_sched_outcome_to_str(r->outcome));
+        snprintf(j->msg, sizeof j->msg, "%s", kd_sched_outcome_to_str(r->outcome));
     }
-    struct kiln_sched_model *m = r->model;
-    kiln_sched_request_clear(r);
-    kiln_sched_model_release(m);
+    struct kd_sched_model *m = r->model;
+    kd_sched_request_clear(r);
+    kd_sched_model_release(m);
     j->done = true;
     struct grpc_stream *s = j->s;
     if (!s) {
@@ -289,10 +289,10 @@ static void job_done(struct kiln_sched_request *r)
         return;
     }
     deliver(s);
-    kiln__grpc_flush(s->conn);
+    kd_grpc_flush(s->conn);
 }
 
-void kiln__grpc_detach_jobs(struct grpc_stream *s)
+void kd_grpc_detach_jobs(struct grpc_stream *s)
 {
     for (struct grpc_job *j = s->jobs, *next; j; j = next) {
         next = j->next;
@@ -306,10 +306,10 @@ void kiln__grpc_detach_jobs(struct grpc_stream *s)
     s->jobs = s->jobs_tail = NULL;
 }
 
-void kiln__grpc_stream_maybe_end(struct grpc_stream *s)
+void kd_grpc_stream_maybe_end(struct grpc_stream *s)
 {
     if (s->client_done && !s->jobs)
-        kiln__grpc_finish(s, GRPC_OK, "%s", "");
+        kd_grpc_finish(s, GRPC_OK, "%s", "");
 }
 
 /* ---- queueing ------------------------------------------------------------------------------- */
@@ -321,12 +321,12 @@ static void refuse(struct grpc_job *j, enum grpc_code code, const char *msg)
     j->done = true;
 }
 
-void kiln__grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len)
+void kd_grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len)
 {
-    struct kiln_serving *sv = s->conn->g->o.serving;
+    struct kd_serving *sv = s->conn->g->o.serving;
     struct grpc_job *j = calloc(1, sizeof *j);
     if (!j) {
-        kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        kd_grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
     j->sv = sv;
@@ -340,7 +340,7 @@ void kiln__grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len)
 
     char msg[320];
     Inference__ModelInferRequest *q = inference__model_infer_request__unpack(NULL, len, data);
-    struct kiln_sched_model *m = NULL;
+    struct kd_sched_model *m = NULL;
     int64_t version = 0;
     if (!q) {
         refuse(j, GRPC_INVALID_ARGUMENT, "malformed ModelInferRequest message");
@@ -361,33 +361,33 @@ void kiln__grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len)
         version = v;
     }
     int status = 0;
-    m = kiln_serving_model(sv, q->model_name, version, &status, msg, sizeof msg);
+    m = kd_serving_model(sv, q->model_name, version, &status, msg, sizeof msg);
     if (!m) {
-        refuse(j, kiln__grpc_code_of_http(status), msg);
+        refuse(j, kd_grpc_code_of_http(status), msg);
         goto out;
     }
-    const char *name = kiln_sched_model_name(m);
-    const struct kiln_serving_options *lim = kiln_serving_limits(sv);
-    if (!kiln_serving_accepting(sv)) {
-        kiln__serving_count_rejected(sv, name);
+    const char *name = kd_sched_model_name(m);
+    const struct kd_serving_options *lim = kd_serving_limits(sv);
+    if (!kd_serving_accepting(sv)) {
+        kd_serving_count_rejected(sv, name);
         refuse(j, GRPC_UNAVAILABLE, "the server is draining");
         goto out;
     }
-    if ((status = decode(lim, kiln_sched_model_config(m), q, &j->r, j->want_output, msg, sizeof msg)) != 0) {
-        kiln__serving_count_rejected(sv, name);
-        refuse(j, kiln__grpc_code_of_http(status), msg);
+    if ((status = decode(lim, kd_sched_model_config(m), q, &j->r, j->want_output, msg, sizeof msg)) != 0) {
+        kd_serving_count_rejected(sv, name);
+        refuse(j, kd_grpc_code_of_http(status), msg);
         goto out;
     }
     uint64_t now = uv_hrtime(), server_deadline = now + (uint64_t)lim->infer_timeout_ms * 1000000u;
     j->client_deadline = s->deadline_ns && s->deadline_ns < server_deadline;
-    j->r.model = kiln_sched_model_retain(m);
+    j->r.model = kd_sched_model_retain(m);
     j->r.cancelled = &j->cancelled;
     j->r.deadline_ns = j->client_deadline ? s->deadline_ns : server_deadline;
     j->r.done = job_done;
     j->r.finish = finish_on_worker;
-    if (kiln__serving_submit(sv, &j->r) != 0) {
-        kiln_sched_model_release(m);
-        kiln_sched_request_clear(&j->r);
+    if (kd_serving_submit(sv, &j->r) != 0) {
+        kd_sched_model_release(m);
+        kd_sched_request_clear(&j->r);
         refuse(j, GRPC_UNAVAILABLE, "the model's queue is full; retry later");
         goto out;
     }

@@ -19,23 +19,23 @@
 #define MAX_VERSIONS 16
 
 /* 0 when the call may go on with scope need; otherwise it is finished with the status. */
-static int authorize(struct grpc_stream *s, enum kiln_auth_scope need)
+static int authorize(struct grpc_stream *s, enum kd_auth_scope need)
 {
-    struct kiln_serving *sv = s->conn->g->o.serving;
-    const struct kiln_auth *a = sv ? kiln_serving_auth(sv) : NULL;
-    if (!a || !kiln_auth_enabled(a))
+    struct kd_serving *sv = s->conn->g->o.serving;
+    const struct kd_auth *a = sv ? kd_serving_auth(sv) : NULL;
+    if (!a || !kd_auth_enabled(a))
         return 0;
     if (!s->authorization[0]) {
-        kiln__grpc_finish(s, GRPC_UNAUTHENTICATED, "this call needs \"authorization: Bearer <token>\" metadata");
+        kd_grpc_finish(s, GRPC_UNAUTHENTICATED, "this call needs \"authorization: Bearer <token>\" metadata");
         return -1;
     }
-    enum kiln_auth_scope got = kiln_auth_scope_of(a, s->authorization);
-    if (got == KILN_AUTH_NONE) {
-        kiln__grpc_finish(s, GRPC_UNAUTHENTICATED, "invalid bearer token");
+    enum kd_auth_scope got = kd_auth_scope_of(a, s->authorization);
+    if (got == KD_AUTH_NONE) {
+        kd_grpc_finish(s, GRPC_UNAUTHENTICATED, "invalid bearer token");
         return -1;
     }
     if (got < need) {
-        kiln__grpc_finish(s, GRPC_PERMISSION_DENIED, "this token lacks the admin scope");
+        kd_grpc_finish(s, GRPC_PERMISSION_DENIED, "this token lacks the admin scope");
         return -1;
     }
     return 0;
@@ -53,26 +53,26 @@ static int64_t parse_version(const char *v)
 
 static void reply_or_fail(struct grpc_stream *s, const ProtobufCMessage *m)
 {
-    if (kiln__grpc_reply(s, m) != 0)
-        kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
+    if (kd_grpc_reply(s, m) != 0)
+        kd_grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
     else
-        kiln__grpc_finish(s, GRPC_OK, "%s", "");
+        kd_grpc_finish(s, GRPC_OK, "%s", "");
 }
 
 /* The model a request names, or NULL with the call finished. */
-static struct kiln_sched_model *model_for(struct grpc_stream *s, const char *name, const char *version)
+static struct kd_sched_model *model_for(struct grpc_stream *s, const char *name, const char *version)
 {
-    struct kiln_serving *sv = s->conn->g->o.serving;
+    struct kd_serving *sv = s->conn->g->o.serving;
     int64_t v = parse_version(version);
     if (v < 0) {
-        kiln__grpc_finish(s, GRPC_INVALID_ARGUMENT, "invalid model version '%.32s'", version);
+        kd_grpc_finish(s, GRPC_INVALID_ARGUMENT, "invalid model version '%.32s'", version);
         return NULL;
     }
     int status = 0;
     char msg[320];
-    struct kiln_sched_model *m = kiln_serving_model(sv, name ? name : "", v, &status, msg, sizeof msg);
+    struct kd_sched_model *m = kd_serving_model(sv, name ? name : "", v, &status, msg, sizeof msg);
     if (!m)
-        kiln__grpc_finish(s, kiln__grpc_code_of_http(status), "%s", msg);
+        kd_grpc_finish(s, kd_grpc_code_of_http(status), "%s", msg);
     return m;
 }
 
@@ -87,20 +87,20 @@ static void server_live(struct grpc_stream *s)
 
 static void server_ready(struct grpc_stream *s)
 {
-    struct kiln_serving *sv = s->conn->g->o.serving;
+    struct kd_serving *sv = s->conn->g->o.serving;
     Inference__ServerReadyResponse r = INFERENCE__SERVER_READY_RESPONSE__INIT;
-    r.ready = sv && kiln_serving_accepting(sv) && !s->conn->g->draining;
+    r.ready = sv && kd_serving_accepting(sv) && !s->conn->g->draining;
     reply_or_fail(s, &r.base);
 }
 
 static void model_ready(struct grpc_stream *s, const Inference__ModelReadyRequest *q)
 {
-    struct kiln_serving *sv = s->conn->g->o.serving;
+    struct kd_serving *sv = s->conn->g->o.serving;
     int64_t v = parse_version(q->version);
     int status = 0;
     char msg[320];
     Inference__ModelReadyResponse r = INFERENCE__MODEL_READY_RESPONSE__INIT;
-    r.ready = v >= 0 && kiln_serving_model(sv, q->name, v, &status, msg, sizeof msg) && kiln_serving_accepting(sv);
+    r.ready = v >= 0 && kd_serving_model(sv, q->name, v, &status, msg, sizeof msg) && kd_serving_accepting(sv);
     reply_or_fail(s, &r.base);
 }
 
@@ -118,7 +118,7 @@ static void server_metadata(struct grpc_stream *s)
     reply_or_fail(s, &r.base);
 }
 
-static Inference__ModelMetadataResponse__TensorMetadata *tensor_meta(const kiln_model_tensor_spec *sp, int n)
+static Inference__ModelMetadataResponse__TensorMetadata *tensor_meta(const kd_model_tensor_spec *sp, int n)
 {
     Inference__ModelMetadataResponse__TensorMetadata *t = calloc((size_t)n + 1, sizeof *t);
     for (int i = 0; t && i < n; i++) {
@@ -142,23 +142,23 @@ static void **pointers_to(void *base, size_t size, size_t n)
 
 static void model_metadata(struct grpc_stream *s, const Inference__ModelMetadataRequest *q)
 {
-    struct kiln_sched_model *m = model_for(s, q->name, q->version);
+    struct kd_sched_model *m = model_for(s, q->name, q->version);
     if (!m)
         return;
-    struct kiln_sched_model *vs[MAX_VERSIONS];
-    int nv = kiln_serving_versions(s->conn->g->o.serving, q->name, vs, MAX_VERSIONS);
+    struct kd_sched_model *vs[MAX_VERSIONS];
+    int nv = kd_serving_versions(s->conn->g->o.serving, q->name, vs, MAX_VERSIONS);
     char vtext[MAX_VERSIONS][24];
     char *vptr[MAX_VERSIONS];
     for (int i = 0; i < nv; i++) {
-        snprintf(vtext[i], sizeof vtext[i], "%lld", (long long)kiln_sched_model_version(vs[i]));
+        snprintf(vtext[i], sizeof vtext[i], "%lld", (long long)kd_sched_model_version(vs[i]));
         vptr[i] = vtext[i];
     }
-    const kiln_model_config *c = kiln_sched_model_config(m);
+    const kd_model_config *c = kd_sched_model_config(m);
     Inference__ModelMetadataResponse r = INFERENCE__MODEL_METADATA_RESPONSE__INIT;
     r.name = q->name;
     r.n_versions = (size_t)nv;
     r.versions = vptr;
-    r.platform = (char *)kiln_sched_model_format(m);
+    r.platform = (char *)kd_sched_model_format(m);
     Inference__ModelMetadataResponse__TensorMetadata *in = tensor_meta(c->inputs, c->ninputs);
     Inference__ModelMetadataResponse__TensorMetadata *out = tensor_meta(c->outputs, c->noutputs);
     r.n_inputs = (size_t)c->ninputs;
@@ -168,7 +168,7 @@ static void model_metadata(struct grpc_stream *s, const Inference__ModelMetadata
     if (in && out && r.inputs && r.outputs)
         reply_or_fail(s, &r.base);
     else
-        kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
+        kd_grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
     free(in);
     free(out);
     free(r.inputs);
@@ -187,17 +187,17 @@ static Inference__DataType data_type_of(const char *datatype)
 
 static void model_config(struct grpc_stream *s, const Inference__ModelConfigRequest *q)
 {
-    struct kiln_sched_model *m = model_for(s, q->name, q->version);
+    struct kd_sched_model *m = model_for(s, q->name, q->version);
     if (!m)
         return;
-    const kiln_model_config *c = kiln_sched_model_config(m);
+    const kd_model_config *c = kd_sched_model_config(m);
     bool batched = c->max_batch_size > 0;
     int skip = batched ? 1 : 0; /* Triton's dims leave the batch dim out when the model batches */
     char filename[32];
-    snprintf(filename, sizeof filename, "model.%s", kiln_sched_model_format(m));
+    snprintf(filename, sizeof filename, "model.%s", kd_sched_model_format(m));
     Inference__ModelConfig mc = INFERENCE__MODEL_CONFIG__INIT;
     mc.name = q->name;
-    mc.platform = (char *)kiln_sched_model_format(m);
+    mc.platform = (char *)kd_sched_model_format(m);
     mc.backend = "kiln";
     mc.max_batch_size = batched ? c->max_batch_size : 0;
     mc.default_model_filename = filename;
@@ -237,10 +237,10 @@ static void model_config(struct grpc_stream *s, const Inference__ModelConfigRequ
     Inference__ModelVersionPolicy__Latest latest = INFERENCE__MODEL_VERSION_POLICY__LATEST__INIT;
     Inference__ModelVersionPolicy__All all = INFERENCE__MODEL_VERSION_POLICY__ALL__INIT;
     Inference__ModelVersionPolicy__Specific specific = INFERENCE__MODEL_VERSION_POLICY__SPECIFIC__INIT;
-    if (c->policy == KILN_VERSION_ALL) {
+    if (c->policy == KD_VERSION_ALL) {
         vp.policy_choice_case = INFERENCE__MODEL_VERSION_POLICY__POLICY_CHOICE_ALL;
         vp.all = &all;
-    } else if (c->policy == KILN_VERSION_SPECIFIC) {
+    } else if (c->policy == KD_VERSION_SPECIFIC) {
         specific.n_versions = (size_t)c->nspecific;
         specific.versions = c->specific;
         vp.policy_choice_case = INFERENCE__MODEL_VERSION_POLICY__POLICY_CHOICE_SPECIFIC;
@@ -254,7 +254,7 @@ static void model_config(struct grpc_stream *s, const Inference__ModelConfigRequ
     const char *dev = c->device && c->device[0] ? c->device : "cpu";
     const char *colon = strchr(dev, ':');
     bool cpu = strncmp(dev, "cpu", 3) == 0;
-    char group_name[KILN_MODEL_NAME_MAX + 8];
+    char group_name[KD_MODEL_NAME_MAX + 8];
     snprintf(group_name, sizeof group_name, "%s_0", q->name);
     int32_t gpu = colon ? atoi(colon + 1) : 0;
     Inference__ModelInstanceGroup ig = INFERENCE__MODEL_INSTANCE_GROUP__INIT, *igp = &ig;
@@ -270,34 +270,34 @@ static void model_config(struct grpc_stream *s, const Inference__ModelConfigRequ
     if (in && out && mc.input && mc.output)
         reply_or_fail(s, &r.base);
     else
-        kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
+        kd_grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
     free(in);
     free(out);
     free(mc.input);
     free(mc.output);
 }
 
-/* One version's statistics, as model_json.c's kiln__serving_stats_json shows them over HTTP. */
+/* One version's statistics, as model_json.c's kd_serving_stats_json shows them over HTTP. */
 struct stats_msg {
     Inference__ModelStatistics ms;
     Inference__InferStatistics is;
     Inference__StatisticDuration d[8];
-    Inference__InferBatchStatistics b[KILN_SCHED_BATCH_BUCKETS];
-    Inference__StatisticDuration bd[KILN_SCHED_BATCH_BUCKETS][3];
-    Inference__InferBatchStatistics *bp[KILN_SCHED_BATCH_BUCKETS];
+    Inference__InferBatchStatistics b[KD_SCHED_BATCH_BUCKETS];
+    Inference__StatisticDuration bd[KD_SCHED_BATCH_BUCKETS][3];
+    Inference__InferBatchStatistics *bp[KD_SCHED_BATCH_BUCKETS];
     char version[24];
 };
 
-static void fill_stats(struct stats_msg *x, struct kiln_sched_model *m)
+static void fill_stats(struct stats_msg *x, struct kd_sched_model *m)
 {
-    struct kiln_sched_stats st;
-    kiln_sched_model_stats(m, &st);
+    struct kd_sched_stats st;
+    kd_sched_model_stats(m, &st);
     inference__model_statistics__init(&x->ms);
     inference__infer_statistics__init(&x->is);
     for (int i = 0; i < 8; i++)
         inference__statistic_duration__init(&x->d[i]);
-    snprintf(x->version, sizeof x->version, "%lld", (long long)kiln_sched_model_version(m));
-    x->ms.name = (char *)kiln_sched_model_name(m);
+    snprintf(x->version, sizeof x->version, "%lld", (long long)kd_sched_model_version(m));
+    x->ms.name = (char *)kd_sched_model_name(m);
     x->ms.version = x->version;
     x->ms.last_inference = st.last_inference_ms;
     x->ms.inference_count = st.inference_count;
@@ -318,7 +318,7 @@ static void fill_stats(struct stats_msg *x, struct kiln_sched_model *m)
     x->is.cache_miss = &x->d[7];
     x->ms.inference_stats = &x->is;
     size_t nb = 0;
-    for (int i = 0; i < KILN_SCHED_BATCH_BUCKETS; i++) {
+    for (int i = 0; i < KD_SCHED_BATCH_BUCKETS; i++) {
         if (!st.batch_hist[i])
             continue;
         /* Runs are counted in power-of-two buckets; batch_size is the bucket's upper bound. */
@@ -338,16 +338,16 @@ static void fill_stats(struct stats_msg *x, struct kiln_sched_model *m)
 }
 
 struct model_list {
-    struct kiln_sched_model **m;
+    struct kd_sched_model **m;
     size_t n, cap;
     bool oom;
 };
 
-static void add_model(struct model_list *t, struct kiln_sched_model *m)
+static void add_model(struct model_list *t, struct kd_sched_model *m)
 {
     if (t->n == t->cap) {
         size_t cap = t->cap ? t->cap * 2 : 8;
-        struct kiln_sched_model **r = realloc(t->m, cap * sizeof *r);
+        struct kd_sched_model **r = realloc(t->m, cap * sizeof *r);
         if (!r) {
             t->oom = true;
             return;
@@ -360,7 +360,7 @@ static void add_model(struct model_list *t, struct kiln_sched_model *m)
 
 struct ready_walk {
     struct model_list *t;
-    struct kiln_serving *sv;
+    struct kd_serving *sv;
 };
 
 static void add_ready(void *ud, const char *name, int64_t version, const char *state, const char *why)
@@ -369,7 +369,7 @@ static void add_ready(void *ud, const char *name, int64_t version, const char *s
     struct ready_walk *w = ud;
     int status;
     char msg[64];
-    struct kiln_sched_model *m = strcmp(state, "READY") == 0 ? kiln_serving_model(w->sv, name, version, &status, msg,
+    struct kd_sched_model *m = strcmp(state, "READY") == 0 ? kd_serving_model(w->sv, name, version, &status, msg,
                                                                                    sizeof msg)
                                                                : NULL;
     if (m)
@@ -378,20 +378,20 @@ static void add_ready(void *ud, const char *name, int64_t version, const char *s
 
 static void model_statistics(struct grpc_stream *s, const Inference__ModelStatisticsRequest *q)
 {
-    struct kiln_serving *sv = s->conn->g->o.serving;
+    struct kd_serving *sv = s->conn->g->o.serving;
     struct model_list t = {0};
     if (q->name && q->name[0]) {
         if (!model_for(s, q->name, q->version))
             return;
         int64_t want = parse_version(q->version);
-        struct kiln_sched_model *vs[MAX_VERSIONS];
-        int nv = kiln_serving_versions(sv, q->name, vs, MAX_VERSIONS);
+        struct kd_sched_model *vs[MAX_VERSIONS];
+        int nv = kd_serving_versions(sv, q->name, vs, MAX_VERSIONS);
         for (int i = 0; i < nv; i++)
-            if (!want || kiln_sched_model_version(vs[i]) == want)
+            if (!want || kd_sched_model_version(vs[i]) == want)
                 add_model(&t, vs[i]);
     } else {
         struct ready_walk w = {&t, sv};
-        kiln_serving_index(sv, true, add_ready, &w);
+        kd_serving_index(sv, true, add_ready, &w);
     }
     struct stats_msg *rows = calloc(t.n + 1, sizeof *rows);
     Inference__ModelStatistics **ptrs = calloc(t.n + 1, sizeof *ptrs);
@@ -405,7 +405,7 @@ static void model_statistics(struct grpc_stream *s, const Inference__ModelStatis
     if (!t.oom && rows && ptrs)
         reply_or_fail(s, &r.base);
     else
-        kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
+        kd_grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
     free(t.m);
     free(rows);
     free(ptrs);
@@ -416,14 +416,14 @@ static void model_statistics(struct grpc_stream *s, const Inference__ModelStatis
 struct index_rows {
     Inference__RepositoryIndexResponse__ModelIndex *rows;
     size_t n, cap;
-    struct kiln_buf text;           /* the rows' strings, NUL-separated; offsets until the end */
+    struct kd_buf text;           /* the rows' strings, NUL-separated; offsets until the end */
     bool oom;
 };
 
 static size_t keep_text(struct index_rows *t, const char *s)
 {
     size_t at = t->text.len;
-    if (kiln_buf_append(&t->text, s, strlen(s) + 1) != 0)
+    if (kd_buf_append(&t->text, s, strlen(s) + 1) != 0)
         t->oom = true;
     return at;
 }
@@ -456,7 +456,7 @@ static void index_row(void *ud, const char *name, int64_t version, const char *s
 static void repository_index(struct grpc_stream *s, const Inference__RepositoryIndexRequest *q)
 {
     struct index_rows t = {0};
-    kiln_serving_index(s->conn->g->o.serving, q->ready, index_row, &t);
+    kd_serving_index(s->conn->g->o.serving, q->ready, index_row, &t);
     Inference__RepositoryIndexResponse__ModelIndex **ptrs = calloc(t.n + 1, sizeof *ptrs);
     for (size_t i = 0; ptrs && !t.oom && i < t.n; i++) {
         Inference__RepositoryIndexResponse__ModelIndex *row = &t.rows[i];
@@ -472,10 +472,10 @@ static void repository_index(struct grpc_stream *s, const Inference__RepositoryI
     if (ptrs && !t.oom)
         reply_or_fail(s, &r.base);
     else
-        kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
+        kd_grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
     free(ptrs);
     free(t.rows);
-    kiln_buf_free(&t.text);
+    kd_buf_free(&t.text);
 }
 
 static void load_done(void *ud, int status, const char *msg)
@@ -490,9 +490,9 @@ static void load_done(void *ud, int status, const char *msg)
         Inference__RepositoryModelLoadResponse r = INFERENCE__REPOSITORY_MODEL_LOAD_RESPONSE__INIT;
         reply_or_fail(s, &r.base);
     } else {
-        kiln__grpc_finish(s, kiln__grpc_code_of_http(status), "%s", msg ? msg : "load failed");
+        kd_grpc_finish(s, kd_grpc_code_of_http(status), "%s", msg ? msg : "load failed");
     }
-    kiln__grpc_flush(s->conn);
+    kd_grpc_flush(s->conn);
 }
 
 static void model_load(struct grpc_stream *s, const Inference__RepositoryModelLoadRequest *q)
@@ -501,35 +501,35 @@ static void model_load(struct grpc_stream *s, const Inference__RepositoryModelLo
     for (size_t i = 0; i < q->n_parameters; i++) {
         const char *k = q->parameters[i]->key ? q->parameters[i]->key : "";
         if (strcmp(k, "config") == 0 || strncmp(k, "file:", 5) == 0) {
-            kiln__grpc_finish(s, GRPC_UNIMPLEMENTED,
-                              "kilnd does not take a model configuration or files with a load request: put "
-                              "config.json and the model file in the model's repository folder, then load");
+            kd_grpc_finish(s, GRPC_UNIMPLEMENTED,
+                           "kilnd does not take a model configuration or files with a load request: put "
+                           "config.json and the model file in the model's repository folder, then load");
             return;
         }
     }
     struct grpc_load *ld = calloc(1, sizeof *ld);
     if (!ld) {
-        kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        kd_grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
     ld->s = s;
     s->load = ld;
     char msg[320];
-    int st = kiln_serving_load(s->conn->g->o.serving, q->model_name ? q->model_name : "", 0, load_done, ld, msg,
-                               sizeof msg);
+    int st = kd_serving_load(s->conn->g->o.serving, q->model_name ? q->model_name : "", 0, load_done, ld, msg,
+                             sizeof msg);
     if (st != 0) {
         s->load = NULL;
         free(ld);
-        kiln__grpc_finish(s, kiln__grpc_code_of_http(st), "%s", msg);
+        kd_grpc_finish(s, kd_grpc_code_of_http(st), "%s", msg);
     }
 }
 
 static void model_unload(struct grpc_stream *s, const Inference__RepositoryModelUnloadRequest *q)
 {
     char msg[320];
-    int st = kiln_serving_unload(s->conn->g->o.serving, q->model_name ? q->model_name : "", msg, sizeof msg);
+    int st = kd_serving_unload(s->conn->g->o.serving, q->model_name ? q->model_name : "", msg, sizeof msg);
     if (st != 0) {
-        kiln__grpc_finish(s, kiln__grpc_code_of_http(st), "%s", msg);
+        kd_grpc_finish(s, kd_grpc_code_of_http(st), "%s", msg);
         return;
     }
     Inference__RepositoryModelUnloadResponse r = INFERENCE__REPOSITORY_MODEL_UNLOAD_RESPONSE__INIT;
@@ -546,20 +546,20 @@ enum method {
 static const struct {
     const char *name;
     const ProtobufCMessageDescriptor *request;
-    enum kiln_auth_scope scope;
+    enum kd_auth_scope scope;
 } methods[M_COUNT] = {
-    [M_LIVE] = {"ServerLive", &inference__server_live_request__descriptor, KILN_AUTH_NONE},
-    [M_READY] = {"ServerReady", &inference__server_ready_request__descriptor, KILN_AUTH_NONE},
-    [M_MODEL_READY] = {"ModelReady", &inference__model_ready_request__descriptor, KILN_AUTH_READ},
-    [M_SERVER_META] = {"ServerMetadata", &inference__server_metadata_request__descriptor, KILN_AUTH_READ},
-    [M_MODEL_META] = {"ModelMetadata", &inference__model_metadata_request__descriptor, KILN_AUTH_READ},
-    [M_INFER] = {"ModelInfer", NULL, KILN_AUTH_READ},
-    [M_STREAM_INFER] = {"ModelStreamInfer", NULL, KILN_AUTH_READ},
-    [M_CONFIG] = {"ModelConfig", &inference__model_config_request__descriptor, KILN_AUTH_READ},
-    [M_STATS] = {"ModelStatistics", &inference__model_statistics_request__descriptor, KILN_AUTH_READ},
-    [M_INDEX] = {"RepositoryIndex", &inference__repository_index_request__descriptor, KILN_AUTH_READ},
-    [M_LOAD] = {"RepositoryModelLoad", &inference__repository_model_load_request__descriptor, KILN_AUTH_ADMIN},
-    [M_UNLOAD] = {"RepositoryModelUnload", &inference__repository_model_unload_request__descriptor, KILN_AUTH_ADMIN},
+    [M_LIVE] = {"ServerLive", &inference__server_live_request__descriptor, KD_AUTH_NONE},
+    [M_READY] = {"ServerReady", &inference__server_ready_request__descriptor, KD_AUTH_NONE},
+    [M_MODEL_READY] = {"ModelReady", &inference__model_ready_request__descriptor, KD_AUTH_READ},
+    [M_SERVER_META] = {"ServerMetadata", &inference__server_metadata_request__descriptor, KD_AUTH_READ},
+    [M_MODEL_META] = {"ModelMetadata", &inference__model_metadata_request__descriptor, KD_AUTH_READ},
+    [M_INFER] = {"ModelInfer", NULL, KD_AUTH_READ},
+    [M_STREAM_INFER] = {"ModelStreamInfer", NULL, KD_AUTH_READ},
+    [M_CONFIG] = {"ModelConfig", &inference__model_config_request__descriptor, KD_AUTH_READ},
+    [M_STATS] = {"ModelStatistics", &inference__model_statistics_request__descriptor, KD_AUTH_READ},
+    [M_INDEX] = {"RepositoryIndex", &inference__repository_index_request__descriptor, KD_AUTH_READ},
+    [M_LOAD] = {"RepositoryModelLoad", &inference__repository_model_load_request__descriptor, KD_AUTH_ADMIN},
+    [M_UNLOAD] = {"RepositoryModelUnload", &inference__repository_model_unload_request__descriptor, KD_AUTH_ADMIN},
 };
 
 static int method_of(const char *path)
@@ -572,38 +572,38 @@ static int method_of(const char *path)
     return -1;
 }
 
-bool kiln__grpc_is_streaming(const char *path)
+bool kd_grpc_is_streaming(const char *path)
 {
     return method_of(path) == M_STREAM_INFER;
 }
 
-void kiln__grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len)
+void kd_grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len)
 {
     int m = method_of(s->path);
     if (m < 0) {
         bool ours = strncmp(s->path, SERVICE, sizeof SERVICE - 1) == 0;
-        kiln__grpc_finish(s, GRPC_UNIMPLEMENTED, ours ? "kilnd does not implement %s (shared memory, trace and "
+        kd_grpc_finish(s, GRPC_UNIMPLEMENTED, ours ? "kilnd does not implement %s (shared memory, trace and "
                                                         "logging are not served over gRPC)"
                                                       : "unknown service or method %s",
                           s->path);
         return;
     }
-    if (methods[m].scope != KILN_AUTH_NONE && authorize(s, methods[m].scope) != 0)
+    if (methods[m].scope != KD_AUTH_NONE && authorize(s, methods[m].scope) != 0)
         return;
     const ProtobufCMessageDescriptor *desc = methods[m].request ? methods[m].request
                                                                 : &inference__model_infer_request__descriptor;
     if ((m == M_INFER || m == M_STREAM_INFER) && s->conn->g->o.serving) {
-        kiln__grpc_infer(s, msg, len);
+        kd_grpc_infer(s, msg, len);
         return;
     }
     ProtobufCMessage *q = protobuf_c_message_unpack(desc, NULL, len, msg);
     if (!q) {
-        kiln__grpc_finish(s, GRPC_INVALID_ARGUMENT, "malformed %s request message", methods[m].name);
+        kd_grpc_finish(s, GRPC_INVALID_ARGUMENT, "malformed %s request message", methods[m].name);
         return;
     }
-    if ((methods[m].scope != KILN_AUTH_NONE || m == M_READY) && !s->conn->g->o.serving) {
+    if ((methods[m].scope != KD_AUTH_NONE || m == M_READY) && !s->conn->g->o.serving) {
         /* no model table (the fuzzer's service): the message was still decoded */
-        kiln__grpc_finish(s, GRPC_UNAVAILABLE, "no model table is being served");
+        kd_grpc_finish(s, GRPC_UNAVAILABLE, "no model table is being served");
         protobuf_c_message_free_unpacked(q, NULL);
         return;
     }
@@ -618,7 +618,7 @@ void kiln__grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len)
     case M_INDEX: repository_index(s, (const Inference__RepositoryIndexRequest *)q); break;
     case M_LOAD: model_load(s, (const Inference__RepositoryModelLoadRequest *)q); break;
     case M_UNLOAD: model_unload(s, (const Inference__RepositoryModelUnloadRequest *)q); break;
-    default: kiln__grpc_finish(s, GRPC_INTERNAL, "unreachable method"); break;
+    default: kd_grpc_finish(s, GRPC_INTERNAL, "unreachable method"); break;
     }
     protobuf_c_message_free_unpacked(q, NULL);
 }

@@ -28,18 +28,18 @@
 #define CONN_WINDOW_BYTES (16 << 20)    /* per connection */
 #define UNSENT_HIGH (8u << 20)          /* bytes written and not yet taken: stop reading past it */
 
-#define glog(g, level, ...) kiln_api_logf((g)->o.log, (g)->o.log_ud, (level), __VA_ARGS__)
+#define glog(g, level, ...) kd_api_logf((g)->o.log, (g)->o.log_ud, (level), __VA_ARGS__)
 
 struct write_req {
     uv_write_t req;
-    struct kiln_grpc_conn *c;
+    struct kd_grpc_conn *c;
     size_t len;
     char *data;                     /* the gathered frames, owned */
 };
 
-static void conn_close(struct kiln_grpc_conn *c);
+static void conn_close(struct kd_grpc_conn *c);
 
-enum grpc_code kiln__grpc_code_of_http(int status)
+enum grpc_code kd_grpc_code_of_http(int status)
 {
     switch (status) {
     case 400: return GRPC_INVALID_ARGUMENT;
@@ -62,7 +62,7 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
 static void on_written(uv_write_t *req, int status)
 {
     struct write_req *w = (struct write_req *)req;
-    struct kiln_grpc_conn *c = w->c;
+    struct kd_grpc_conn *c = w->c;
     c->unsent -= w->len;
     free(w->data);
     free(w);
@@ -74,23 +74,23 @@ static void on_written(uv_write_t *req, int status)
     }
 }
 
-void kiln__grpc_flush(struct kiln_grpc_conn *c)
+void kd_grpc_flush(struct kd_grpc_conn *c)
 {
     if (c->in_recv || c->closing)
         return;
-    struct kiln_buf b = {0};
+    struct kd_buf b = {0};
     for (;;) {
         const uint8_t *p;
         ssize_t n = nghttp2_session_mem_send(c->session, &p);
         if (n < 0) {
-            kiln_buf_free(&b);
+            kd_buf_free(&b);
             conn_close(c);
             return;
         }
         if (n == 0)
             break;
-        if (kiln_buf_append(&b, p, (size_t)n) != 0) {
-            kiln_buf_free(&b);
+        if (kd_buf_append(&b, p, (size_t)n) != 0) {
+            kd_buf_free(&b);
             conn_close(c);
             return;
         }
@@ -102,7 +102,7 @@ void kiln__grpc_flush(struct kiln_grpc_conn *c)
         uv_buf_t ub = uv_buf_init(b.data, (unsigned)b.len);
         int n = uv_try_write((uv_stream_t *)&c->tcp, &ub, 1);
         if (n < 0 && n != UV_EAGAIN) {
-            kiln_buf_free(&b);
+            kd_buf_free(&b);
             conn_close(c);
             return;
         }
@@ -115,14 +115,14 @@ void kiln__grpc_flush(struct kiln_grpc_conn *c)
         }
         struct write_req *w = malloc(sizeof *w);
         if (!w) {
-            kiln_buf_free(&b);
+            kd_buf_free(&b);
             conn_close(c);
             return;
         }
         w->c = c;
         w->len = b.len;
         w->data = b.data; /* the write owns the frames now */
-        b = (struct kiln_buf){0};
+        b = (struct kd_buf){0};
         uv_buf_t ub = uv_buf_init(w->data, (unsigned)w->len);
         if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &ub, 1, on_written) != 0) {
             free(w->data);
@@ -138,7 +138,7 @@ void kiln__grpc_flush(struct kiln_grpc_conn *c)
             uv_read_stop((uv_stream_t *)&c->tcp);
         }
     }
-    kiln_buf_free(&b);
+    kd_buf_free(&b);
     if (!nghttp2_session_want_read(c->session) && !nghttp2_session_want_write(c->session))
         conn_close(c);
 }
@@ -220,10 +220,10 @@ static ssize_t read_out(nghttp2_session *session, int32_t id, uint8_t *buf, size
     return 0;
 }
 
-int kiln__grpc_frame(struct kiln_buf *b, const ProtobufCMessage *m)
+int kd_grpc_frame(struct kd_buf *b, const ProtobufCMessage *m)
 {
     size_t n = protobuf_c_message_get_packed_size(m);
-    if (n > UINT32_MAX || kiln_buf_reserve(b, 5 + n) != 0)
+    if (n > UINT32_MAX || kd_buf_reserve(b, 5 + n) != 0)
         return -1;
     uint8_t *p = (uint8_t *)b->data + b->len;
     p[0] = 0;
@@ -245,30 +245,30 @@ static int queued(struct grpc_stream *s)
     return 0;
 }
 
-int kiln__grpc_reply(struct grpc_stream *s, const ProtobufCMessage *m)
+int kd_grpc_reply(struct grpc_stream *s, const ProtobufCMessage *m)
 {
-    if (s->finished || kiln__grpc_frame(&s->out, m) != 0)
+    if (s->finished || kd_grpc_frame(&s->out, m) != 0)
         return -1;
     return queued(s);
 }
 
-int kiln__grpc_reply_buf(struct grpc_stream *s, struct kiln_buf *framed)
+int kd_grpc_reply_buf(struct grpc_stream *s, struct kd_buf *framed)
 {
     if (s->finished)
         return -1;
     if (s->out.len == s->out_off) {
         /* nothing waiting: the stream takes the buffer as it is */
-        kiln_buf_free(&s->out);
+        kd_buf_free(&s->out);
         s->out = *framed;
         s->out_off = 0;
-        *framed = (struct kiln_buf){0};
-    } else if (kiln_buf_append(&s->out, framed->data, framed->len) != 0) {
+        *framed = (struct kd_buf){0};
+    } else if (kd_buf_append(&s->out, framed->data, framed->len) != 0) {
         return -1;
     }
     return queued(s);
 }
 
-void kiln__grpc_finish(struct grpc_stream *s, enum grpc_code code, const char *fmt, ...)
+void kd_grpc_finish(struct grpc_stream *s, enum grpc_code code, const char *fmt, ...)
 {
     if (s->finished)
         return;
@@ -289,14 +289,14 @@ void kiln__grpc_finish(struct grpc_stream *s, enum grpc_code code, const char *f
 
 /* ---- receiving ------------------------------------------------------------------------------ */
 
-static struct grpc_stream *stream_of(struct kiln_grpc_conn *c, int32_t id)
+static struct grpc_stream *stream_of(struct kd_grpc_conn *c, int32_t id)
 {
     return nghttp2_session_get_stream_user_data(c->session, id);
 }
 
 static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
 {
-    struct kiln_grpc_conn *c = user_data;
+    struct kd_grpc_conn *c = user_data;
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
     struct grpc_stream *s = calloc(1, sizeof *s);
@@ -343,7 +343,7 @@ static bool header_is(const uint8_t *name, size_t n, const char *want)
 static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name, size_t namelen,
                      const uint8_t *value, size_t valuelen, uint8_t flags, void *user_data)
 {
-    struct kiln_grpc_conn *c = user_data;
+    struct kd_grpc_conn *c = user_data;
     struct grpc_stream *s = stream_of(c, frame->hd.stream_id);
     if (!s || frame->hd.type != NGHTTP2_HEADERS)
         return 0;
@@ -374,7 +374,7 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
         size_t n = valuelen < sizeof s->coding_name - 1 ? valuelen : sizeof s->coding_name - 1;
         memcpy(s->coding_name, value, n);
         s->coding_name[n] = '\0';
-        s->coding = valuelen < sizeof s->coding_name ? (int)kiln_http_coding_of(s->coding_name) : KILN_CODING_UNKNOWN;
+        s->coding = valuelen < sizeof s->coding_name ? (int)kd_http_coding_of(s->coding_name) : KD_CODING_UNKNOWN;
     }
     return 0;
 }
@@ -387,36 +387,36 @@ static void dispatch_message(struct grpc_stream *s)
 {
     const uint8_t *p = (const uint8_t *)s->in.data;
     if (p[0] == 0) {
-        kiln__grpc_dispatch(s, p + 5, s->in.len - 5);
+        kd_grpc_dispatch(s, p + 5, s->in.len - 5);
         return;
     }
-    struct kiln_buf plain = {0};
+    struct kd_buf plain = {0};
     const char *why = "";
-    int st = kiln_http_inflate((enum kiln_http_coding)s->coding, (const char *)p + 5, s->in.len - 5,
-                               s->conn->g->o.max_message_bytes, &plain, &why);
+    int st = kd_http_inflate((enum kd_http_coding)s->coding, (const char *)p + 5, s->in.len - 5,
+                             s->conn->g->o.max_message_bytes, &plain, &why);
     if (st == 0)
-        kiln__grpc_dispatch(s, (const uint8_t *)(plain.data ? plain.data : ""), plain.len);
+        kd_grpc_dispatch(s, (const uint8_t *)(plain.data ? plain.data : ""), plain.len);
     else if (st == 413)
-        kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "inflated message is larger than limits.max_body_bytes (%llu)",
-                          (unsigned long long)s->conn->g->o.max_message_bytes);
+        kd_grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "inflated message is larger than limits.max_body_bytes (%llu)",
+                       (unsigned long long)s->conn->g->o.max_message_bytes);
     else
-        kiln__grpc_finish(s, st == 400 ? GRPC_INVALID_ARGUMENT : GRPC_RESOURCE_EXHAUSTED, "%s message: %s",
-                          s->coding_name, st == 400 ? why : "out of memory");
-    kiln_buf_free(&plain);
+        kd_grpc_finish(s, st == 400 ? GRPC_INVALID_ARGUMENT : GRPC_RESOURCE_EXHAUSTED, "%s message: %s",
+                       s->coding_name, st == 400 ? why : "out of memory");
+    kd_buf_free(&plain);
 }
 
 /* Takes what arrived for s: gathers messages, checks each prefix, dispatches each whole one. */
 static int take_data(struct grpc_stream *s, const uint8_t *data, size_t len)
 {
-    struct kiln_grpc *g = s->conn->g;
+    struct kd_grpc *g = s->conn->g;
     while (len && !s->finished) {
         if (!s->streaming && s->messages > 0) {
-            kiln__grpc_finish(s, GRPC_INVALID_ARGUMENT, "a unary call carries one request message");
+            kd_grpc_finish(s, GRPC_INVALID_ARGUMENT, "a unary call carries one request message");
             return 0;
         }
         if (!s->need) {
             size_t want = 5 - s->in.len, n = len < want ? len : want;
-            if (kiln_buf_append(&s->in, data, n) != 0)
+            if (kd_buf_append(&s->in, data, n) != 0)
                 return -1;
             data += n;
             len -= n;
@@ -424,27 +424,27 @@ static int take_data(struct grpc_stream *s, const uint8_t *data, size_t len)
                 return 0;
             const uint8_t *p = (const uint8_t *)s->in.data;
             uint64_t body = (uint64_t)p[1] << 24 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 8 | p[4];
-            if (p[0] > 1 || (p[0] == 1 && s->coding == KILN_CODING_IDENTITY)) {
-                kiln__grpc_finish(s, GRPC_INTERNAL, "a message marked compressed without a grpc-encoding");
+            if (p[0] > 1 || (p[0] == 1 && s->coding == KD_CODING_IDENTITY)) {
+                kd_grpc_finish(s, GRPC_INTERNAL, "a message marked compressed without a grpc-encoding");
                 return 0;
             }
-            if (p[0] == 1 && s->coding == KILN_CODING_UNKNOWN) {
-                kiln__grpc_finish(s, GRPC_UNIMPLEMENTED, "grpc-encoding '%.24s' is not supported: use gzip, deflate "
+            if (p[0] == 1 && s->coding == KD_CODING_UNKNOWN) {
+                kd_grpc_finish(s, GRPC_UNIMPLEMENTED, "grpc-encoding '%.24s' is not supported: use gzip, deflate "
                                                          "or identity", s->coding_name);
                 return 0;
             }
             if (body > g->o.max_message_bytes) {
-                kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED,
-                                  "message of %llu bytes is larger than limits.max_body_bytes (%llu)",
-                                  (unsigned long long)body, (unsigned long long)g->o.max_message_bytes);
+                kd_grpc_finish(s, GRPC_RESOURCE_EXHAUSTED,
+                               "message of %llu bytes is larger than limits.max_body_bytes (%llu)",
+                               (unsigned long long)body, (unsigned long long)g->o.max_message_bytes);
                 return 0;
             }
             s->need = 5 + body;
-            if (kiln_buf_reserve(&s->in, (size_t)body) != 0)
+            if (kd_buf_reserve(&s->in, (size_t)body) != 0)
                 return -1;
         }
         size_t want = (size_t)(s->need - s->in.len), n = len < want ? len : want;
-        if (kiln_buf_append(&s->in, data, n) != 0)
+        if (kd_buf_append(&s->in, data, n) != 0)
             return -1;
         data += n;
         len -= n;
@@ -462,12 +462,12 @@ static int take_data(struct grpc_stream *s, const uint8_t *data, size_t len)
 static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
                          void *user_data)
 {
-    struct kiln_grpc_conn *c = user_data;
+    struct kd_grpc_conn *c = user_data;
     struct grpc_stream *s = stream_of(c, id);
     if (!s)
         return 0;
     if (take_data(s, data, len) != 0)
-        kiln__grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the request");
+        kd_grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the request");
     return 0;
 }
 
@@ -475,8 +475,8 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, co
 static void check_call(struct grpc_stream *s)
 {
     if (!s->grpc_content_type)
-        kiln__grpc_finish(s, GRPC_INVALID_ARGUMENT, "content-type must be application/grpc");
-    s->streaming = kiln__grpc_is_streaming(s->path);
+        kd_grpc_finish(s, GRPC_INVALID_ARGUMENT, "content-type must be application/grpc");
+    s->streaming = kd_grpc_is_streaming(s->path);
 }
 
 static void end_of_request(struct grpc_stream *s)
@@ -485,15 +485,15 @@ static void end_of_request(struct grpc_stream *s)
     if (s->finished)
         return;
     if (s->need || (s->in.len && (s->streaming || s->messages == 0))) {
-        kiln__grpc_finish(s, GRPC_INVALID_ARGUMENT, "the request ended inside a message");
+        kd_grpc_finish(s, GRPC_INVALID_ARGUMENT, "the request ended inside a message");
         return;
     }
     if (s->streaming) {
-        kiln__grpc_stream_maybe_end(s);
+        kd_grpc_stream_maybe_end(s);
         return;
     }
     if (s->messages != 1) {
-        kiln__grpc_finish(s, GRPC_INVALID_ARGUMENT, "a unary call carries one request message");
+        kd_grpc_finish(s, GRPC_INVALID_ARGUMENT, "a unary call carries one request message");
         return;
     }
     dispatch_message(s);
@@ -501,7 +501,7 @@ static void end_of_request(struct grpc_stream *s)
 
 static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
 {
-    struct kiln_grpc_conn *c = user_data;
+    struct kd_grpc_conn *c = user_data;
     struct grpc_stream *s = stream_of(c, frame->hd.stream_id);
     if (!s)
         return 0;
@@ -513,9 +513,9 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
     return 0;
 }
 
-static void stream_free(struct kiln_grpc_conn *c, struct grpc_stream *s)
+static void stream_free(struct kd_grpc_conn *c, struct grpc_stream *s)
 {
-    kiln__grpc_detach_jobs(s);
+    kd_grpc_detach_jobs(s);
     if (s->load)
         s->load->s = NULL;
     if (s->prev)
@@ -524,14 +524,14 @@ static void stream_free(struct kiln_grpc_conn *c, struct grpc_stream *s)
         c->streams = s->next;
     if (s->next)
         s->next->prev = s->prev;
-    kiln_buf_free(&s->in);
-    kiln_buf_free(&s->out);
+    kd_buf_free(&s->in);
+    kd_buf_free(&s->out);
     free(s);
 }
 
 static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t error_code, void *user_data)
 {
-    struct kiln_grpc_conn *c = user_data;
+    struct kd_grpc_conn *c = user_data;
     struct grpc_stream *s = stream_of(c, id);
     if (s) {
         nghttp2_session_set_stream_user_data(session, id, NULL);
@@ -543,7 +543,7 @@ static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t error_
 
 /* ---- connections ------------------------------------------------------------------------------ */
 
-static void maybe_drained(struct kiln_grpc *g)
+static void maybe_drained(struct kd_grpc *g)
 {
     if (g->draining && !g->conns && g->drain_done) {
         void (*done)(void *) = g->drain_done;
@@ -554,21 +554,21 @@ static void maybe_drained(struct kiln_grpc *g)
 
 static void conn_handle_closed(uv_handle_t *h)
 {
-    struct kiln_grpc_conn *c = h->data;
+    struct kd_grpc_conn *c = h->data;
     if (--c->handles_open == 0) {
-        struct kiln_grpc *g = c->g;
+        struct kd_grpc *g = c->g;
         free(c);
         maybe_drained(g);
     }
 }
 
-static void conn_release(struct kiln_grpc_conn *c)
+static void conn_release(struct kd_grpc_conn *c)
 {
     while (c->streams)
         stream_free(c, c->streams);
     nghttp2_session_del(c->session);
     c->session = NULL;
-    struct kiln_grpc *g = c->g;
+    struct kd_grpc *g = c->g;
     if (c->prev)
         c->prev->next = c->next;
     else if (g->conns == c)
@@ -578,20 +578,20 @@ static void conn_release(struct kiln_grpc_conn *c)
     c->prev = c->next = NULL;
 }
 
-static void conn_close(struct kiln_grpc_conn *c)
+static void conn_close(struct kd_grpc_conn *c)
 {
     if (c->closing)
         return;
     c->closing = true;
     if (c->detached)
-        return; /* kiln_grpc_conn_free releases it */
+        return; /* kd_grpc_conn_free releases it */
     conn_release(c);
     c->handles_open = 2;
     uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
     uv_close((uv_handle_t *)&c->timer, conn_handle_closed);
 }
 
-static int session_new(struct kiln_grpc_conn *c)
+static int session_new(struct kd_grpc_conn *c)
 {
     nghttp2_session_callbacks *cb;
     nghttp2_option *opt;
@@ -623,7 +623,7 @@ static int session_new(struct kiln_grpc_conn *c)
     return 0;
 }
 
-int kiln_grpc_conn_feed(struct kiln_grpc_conn *c, const uint8_t *data, size_t len)
+int kd_grpc_conn_feed(struct kd_grpc_conn *c, const uint8_t *data, size_t len)
 {
     if (c->closing)
         return -1;
@@ -635,47 +635,47 @@ int kiln_grpc_conn_feed(struct kiln_grpc_conn *c, const uint8_t *data, size_t le
         conn_close(c);
         return -1;
     }
-    kiln__grpc_flush(c);
+    kd_grpc_flush(c);
     return c->closing ? -1 : 0;
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
-    struct kiln_grpc_conn *c = h->data;
+    struct kd_grpc_conn *c = h->data;
     *buf = uv_buf_init(c->rbuf, sizeof c->rbuf);
 }
 
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 {
-    struct kiln_grpc_conn *c = st->data;
+    struct kd_grpc_conn *c = st->data;
     if (n < 0) {
         conn_close(c);
         return;
     }
     if (n > 0)
-        kiln_grpc_conn_feed(c, (const uint8_t *)buf->base, (size_t)n);
+        kd_grpc_conn_feed(c, (const uint8_t *)buf->base, (size_t)n);
 }
 
 /* Every second: requests that did not arrive in time, and connections idle too long. */
 static void on_tick(uv_timer_t *t)
 {
-    struct kiln_grpc_conn *c = t->data;
+    struct kd_grpc_conn *c = t->data;
     uint64_t now = uv_hrtime();
     for (struct grpc_stream *s = c->streams; s; s = s->next)
         if (!s->client_done && !s->finished && s->deadline_ns && now > s->deadline_ns)
-            kiln__grpc_finish(s, GRPC_DEADLINE_EXCEEDED, "the deadline passed before the request arrived");
+            kd_grpc_finish(s, GRPC_DEADLINE_EXCEEDED, "the deadline passed before the request arrived");
     if (!c->streams && now - c->last_active_ns > c->g->o.idle_timeout_ms * 1000000u) {
         nghttp2_session_terminate_session(c->session, NGHTTP2_NO_ERROR);
     }
-    kiln__grpc_flush(c);
+    kd_grpc_flush(c);
 }
 
 static void on_connection(uv_stream_t *server, int status)
 {
-    struct kiln_grpc *g = server->data;
+    struct kd_grpc *g = server->data;
     if (status != 0 || g->draining)
         return;
-    struct kiln_grpc_conn *c = calloc(1, sizeof *c);
+    struct kd_grpc_conn *c = calloc(1, sizeof *c);
     if (!c)
         return;
     c->g = g;
@@ -699,14 +699,14 @@ static void on_connection(uv_stream_t *server, int status)
     c->last_active_ns = uv_hrtime();
     uv_timer_start(&c->timer, on_tick, 1000, 1000);
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
-    kiln__grpc_flush(c);
+    kd_grpc_flush(c);
 }
 
 /* ---- the service ------------------------------------------------------------------------------ */
 
-int kiln_grpc_new(struct kiln_grpc **out, uv_loop_t *loop, const struct kiln_grpc_options *o)
+int kd_grpc_new(struct kd_grpc **out, uv_loop_t *loop, const struct kd_grpc_options *o)
 {
-    struct kiln_grpc *g = calloc(1, sizeof *g);
+    struct kd_grpc *g = calloc(1, sizeof *g);
     if (!g)
         return -1;
     g->o = *o;
@@ -721,55 +721,55 @@ int kiln_grpc_new(struct kiln_grpc **out, uv_loop_t *loop, const struct kiln_grp
     return 0;
 }
 
-int kiln_grpc_listen(struct kiln_grpc *g, char *err, size_t errlen)
+int kd_grpc_listen(struct kd_grpc *g, char *err, size_t errlen)
 {
     char why[384];
-    int rc = kiln__server_bind(g->loop, &g->listener, g->o.host, g->o.port, on_connection, &g->listener_open,
-                               &g->port, why, sizeof why);
+    int rc = kd_server_bind(g->loop, &g->listener, g->o.host, g->o.port, on_connection, &g->listener_open,
+                            &g->port, why, sizeof why);
     g->listener.data = g; /* no connection is accepted before the loop runs again */
     if (rc != 0)
         snprintf(err, errlen, "gRPC: %s", why);
     return rc;
 }
 
-int kiln_grpc_port(const struct kiln_grpc *g)
+int kd_grpc_port(const struct kd_grpc *g)
 {
     return g->port;
 }
 
-size_t kiln_grpc_connections(const struct kiln_grpc *g)
+size_t kd_grpc_connections(const struct kd_grpc *g)
 {
     size_t n = 0;
-    for (const struct kiln_grpc_conn *c = g->conns; c; c = c->next)
+    for (const struct kd_grpc_conn *c = g->conns; c; c = c->next)
         n++;
     return n;
 }
 
-static void close_listener(struct kiln_grpc *g)
+static void close_listener(struct kd_grpc *g)
 {
     if (g->listener_open && !uv_is_closing((uv_handle_t *)&g->listener))
         uv_close((uv_handle_t *)&g->listener, NULL);
 }
 
-void kiln_grpc_drain(struct kiln_grpc *g, void (*done)(void *ud), void *ud)
+void kd_grpc_drain(struct kd_grpc *g, void (*done)(void *ud), void *ud)
 {
     g->draining = true;
     g->drain_done = done;
     g->drain_ud = ud;
     close_listener(g);
-    for (struct kiln_grpc_conn *c = g->conns; c; c = c->next) {
+    for (struct kd_grpc_conn *c = g->conns; c; c = c->next) {
         nghttp2_submit_shutdown_notice(c->session);
         nghttp2_submit_goaway(c->session, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(c->session),
                               NGHTTP2_NO_ERROR, NULL, 0);
     }
-    for (struct kiln_grpc_conn *c = g->conns, *next; c; c = next) {
+    for (struct kd_grpc_conn *c = g->conns, *next; c; c = next) {
         next = c->next;
-        kiln__grpc_flush(c);
+        kd_grpc_flush(c);
     }
     maybe_drained(g);
 }
 
-void kiln_grpc_close_all(struct kiln_grpc *g)
+void kd_grpc_close_all(struct kd_grpc *g)
 {
     g->draining = true;
     close_listener(g);
@@ -777,14 +777,14 @@ void kiln_grpc_close_all(struct kiln_grpc *g)
         conn_close(g->conns);
 }
 
-void kiln_grpc_free(struct kiln_grpc *g)
+void kd_grpc_free(struct kd_grpc *g)
 {
     free(g);
 }
 
-struct kiln_grpc_conn *kiln_grpc_conn_detached(struct kiln_grpc *g)
+struct kd_grpc_conn *kd_grpc_conn_detached(struct kd_grpc *g)
 {
-    struct kiln_grpc_conn *c = calloc(1, sizeof *c);
+    struct kd_grpc_conn *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
     c->g = g;
@@ -798,7 +798,7 @@ struct kiln_grpc_conn *kiln_grpc_conn_detached(struct kiln_grpc *g)
     return c;
 }
 
-void kiln_grpc_conn_free(struct kiln_grpc_conn *c)
+void kd_grpc_conn_free(struct kd_grpc_conn *c)
 {
     if (!c)
         return;

@@ -20,24 +20,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const uint8_t preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-    static struct kiln_grpc *g; /* made once: the fuzzer calls this millions of times */
+    static struct kd_grpc *g; /* made once: the fuzzer calls this millions of times */
     if (!g) {
-        struct kiln_grpc_options o = {
+        struct kd_grpc_options o = {
             .host = "127.0.0.1",
             .max_message_bytes = 1 << 16,
             .max_concurrent_streams = 16,
             .max_header_bytes = 4096,
             .idle_timeout_ms = 1000,
         };
-        if (kiln_grpc_new(&g, NULL, &o) != 0)
+        if (kd_grpc_new(&g, NULL, &o) != 0)
             return 0;
     }
-    struct kiln_grpc_conn *c = kiln_grpc_conn_detached(g);
+    struct kd_grpc_conn *c = kd_grpc_conn_detached(g);
     if (!c)
         return 0;
     size_t split = size ? data[0] % (size + 1) : 0;
-    if (kiln_grpc_conn_feed(c, preface, sizeof preface - 1) == 0 && kiln_grpc_conn_feed(c, data, split) == 0)
-        kiln_grpc_conn_feed(c, data + split, size - split);
-    kiln_grpc_conn_free(c);
+    if (kd_grpc_conn_feed(c, preface, sizeof preface - 1) == 0 && kd_grpc_conn_feed(c, data, split) == 0)
+        kd_grpc_conn_feed(c, data + split, size - split);
+    kd_grpc_conn_free(c);
     return 0;
 }

@@ -15,30 +15,30 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static void walk(struct kiln_jscan *s, int depth)
+static void walk(struct kd_jscan *s, int depth)
 {
     char key[8], str[5];
-    switch (kiln_jscan_peek(s)) {
-    case KILN_J_OBJECT:
-        if (kiln_jscan_object_begin(s) == 0)
-            for (int i = 0; kiln_jscan_member(s, i, key, sizeof key) == 1; i++)
+    switch (kd_jscan_peek(s)) {
+    case KD_J_OBJECT:
+        if (kd_jscan_object_begin(s) == 0)
+            for (int i = 0; kd_jscan_member(s, i, key, sizeof key) == 1; i++)
                 walk(s, depth + 1);
         break;
-    case KILN_J_ARRAY:
-        if (kiln_jscan_array_begin(s) == 0)
-            for (int i = 0; kiln_jscan_element(s, i) == 1; i++)
+    case KD_J_ARRAY:
+        if (kd_jscan_array_begin(s) == 0)
+            for (int i = 0; kd_jscan_element(s, i) == 1; i++)
                 walk(s, depth + 1);
         break;
-    case KILN_J_STRING:
-        (void)kiln_jscan_string(s, str, sizeof str);
+    case KD_J_STRING:
+        (void)kd_jscan_string(s, str, sizeof str);
         break;
-    case KILN_J_NUMBER: {
+    case KD_J_NUMBER: {
         double d;
-        (void)kiln_jscan_f64(s, &d);
+        (void)kd_jscan_f64(s, &d);
         break;
     }
     default:
-        (void)kiln_jscan_skip(s);
+        (void)kd_jscan_skip(s);
         break;
     }
 }
@@ -46,26 +46,26 @@ static void walk(struct kiln_jscan *s, int depth)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *p = (const char *)data;
-    struct kiln_jscan s;
-    kiln_jscan_init(&s, p, size);
-    int strict = kiln_jscan_skip(&s);
+    struct kd_jscan s;
+    kd_jscan_init(&s, p, size);
+    int strict = kd_jscan_skip(&s);
     const char *strict_end = s.p;
-    (void)kiln_jscan_finish(&s);
+    (void)kd_jscan_finish(&s);
     /* The lax skip ends where the strict one does on a valid array or object (so it fails only
      * on invalid ones). */
-    kiln_jscan_init(&s, p, size);
-    enum kiln_jtype t = kiln_jscan_peek(&s);
-    int lax = kiln_jscan_skip_lax(&s);
-    if ((t == KILN_J_ARRAY || t == KILN_J_OBJECT) && strict == 0 && (lax != 0 || s.p != strict_end))
+    kd_jscan_init(&s, p, size);
+    enum kd_jtype t = kd_jscan_peek(&s);
+    int lax = kd_jscan_skip_lax(&s);
+    if ((t == KD_J_ARRAY || t == KD_J_OBJECT) && strict == 0 && (lax != 0 || s.p != strict_end))
         abort();
-    kiln_jscan_init(&s, p, size);
+    kd_jscan_init(&s, p, size);
     walk(&s, 0);
 
     /* Differential: the number token at the start of the input, if there is one. */
     float f;
     double d;
-    long lf = kiln_json_to_f32(p, p + size, &f);
-    long ld = kiln_json_to_f64(p, p + size, &d);
+    long lf = kd_json_to_f32(p, p + size, &f);
+    long ld = kd_json_to_f64(p, p + size, &d);
     if (lf != ld)
         abort();
     if (lf > 0) {
@@ -81,7 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         int64_t v;
         size_t len = 0;
-        long li = kiln_json_to_int(p, p + size, INT64_MIN, INT64_MAX, &v, &len);
+        long li = kd_json_to_int(p, p + size, INT64_MIN, INT64_MAX, &v, &len);
         if (li > 0 && (double)v != dref && !(dref >= 9.2e18 || dref <= -9.2e18))
             abort(); /* a whole number must agree with its double (exactly, below 2^63) */
     }

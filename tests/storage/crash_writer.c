@@ -76,9 +76,9 @@ static int run_ckpt(const char *root)
 
 static int run_jobs(const char *db)
 {
-    struct kiln_jobstore *js;
+    struct kd_jobstore *js;
     char err[256];
-    if (kiln_jobstore_open(&js, db, err, sizeof err) != 0) {
+    if (kd_jobstore_open(&js, db, err, sizeof err) != 0) {
         fprintf(stderr, "crash_writer: %s\n", err);
         return 2;
     }
@@ -86,29 +86,29 @@ static int run_jobs(const char *db)
         char spec[96];
         snprintf(spec, sizeof spec, "{\"n\": %" PRId64 ", \"pad\": \"%040d\"}", i, 7);
         int64_t id;
-        if (kiln_jobstore_job_create(js, spec, "crash", &id, err, sizeof err) != 0)
+        if (kd_jobstore_job_create(js, spec, "crash", &id, err, sizeof err) != 0)
             break;
         ack("J %" PRId64 " %" PRId64 "\n", id, i);
         for (int e = 0; e < 3; e++) {
             char payload[64];
             snprintf(payload, sizeof payload, "{\"e\": %d, \"job\": %" PRId64 "}", e, id);
             int64_t seq;
-            if (kiln_jobstore_event_append(js, id, "progress", payload, &seq, err, sizeof err) != 0)
+            if (kd_jobstore_event_append(js, id, "progress", payload, &seq, err, sizeof err) != 0)
                 goto fail;
             ack("E %" PRId64 " %" PRId64 "\n", id, seq);
         }
-        struct kiln_job_metric m[2] = {{.step = i, .epoch = 0, .name = "loss", .value = (double)i},
+        struct kd_job_metric m[2] = {{.step = i, .epoch = 0, .name = "loss", .value = (double)i},
                                        {.step = i, .epoch = 0, .name = "acc", .value = (double)-i}};
-        if (kiln_jobstore_metrics_append(js, id, 2, m, err, sizeof err) != 0)
+        if (kd_jobstore_metrics_append(js, id, 2, m, err, sizeof err) != 0)
             goto fail;
         ack("M %" PRId64 " %" PRId64 "\n", id, i);
-        if (kiln_jobstore_job_set_state(js, id, "succeeded", NULL, err, sizeof err) != 0)
+        if (kd_jobstore_job_set_state(js, id, "succeeded", NULL, err, sizeof err) != 0)
             goto fail;
         ack("S %" PRId64 " %" PRId64 "\n", id, i);
     }
 fail:
     fprintf(stderr, "crash_writer: %s\n", err);
-    kiln_jobstore_close(js);
+    kd_jobstore_close(js);
     return 2;
 }
 

@@ -110,14 +110,14 @@ static void test_scan_valid_and_invalid(void **state)
     write_text(target, "secret");
     assert_int_equal(symlink(target, p), 0);
 
-    kiln_repository *repo = kiln_repository_open(root);
+    kd_repository *repo = kd_repository_open(root);
     assert_non_null(repo);
-    assert_int_equal(kiln_repository_count(repo), 7);
-    const kiln_model_info *m = kiln_repository_find(repo, "good");
+    assert_int_equal(kd_repository_count(repo), 7);
+    const kd_model_info *m = kd_repository_find(repo, "good");
     assert_true(m->valid);
     assert_int_equal(m->nversions, 2);
     assert_true(!m->versions[0].served && m->versions[1].served); /* latest 1 by default */
-    const kiln_model_config *c = &m->versions[1].config;
+    const kd_model_config *c = &m->versions[1].config;
     assert_string_equal(m->versions[1].format, "kiln");
     assert_int_equal(c->max_batch_size, 8);
     assert_int_equal(c->max_queue_delay_us, 500);
@@ -132,7 +132,7 @@ static void test_scan_valid_and_invalid(void **state)
         {"empty", "no version"}, {"escape", "outside"}, {"sneaky", "outside"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        m = kiln_repository_find(repo, bad[i].name);
+        m = kd_repository_find(repo, bad[i].name);
         assert_non_null(m);
         assert_false(m->valid);
         const char *why = m->why;
@@ -141,7 +141,7 @@ static void test_scan_valid_and_invalid(void **state)
         if (!strstr(why, bad[i].why) && !strstr(m->why, bad[i].why))
             fail_msg("%s: reason '%s' / '%s' lacks '%s'", bad[i].name, m->why, why, bad[i].why);
     }
-    kiln_repository_close(repo);
+    kd_repository_close(repo);
 }
 
 static void test_names_from_outside(void **state)
@@ -149,26 +149,26 @@ static void test_names_from_outside(void **state)
     (void)state;
     const char *bad[] = {"../x", "a/../../b", "..", ".hidden", "", "a/b", "x\n", "a..b"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        assert_false(kiln_repository_name_valid(bad[i]));
+        assert_false(kd_repository_name_valid(bad[i]));
     char longname[200];
     memset(longname, 'a', sizeof longname - 1);
     longname[sizeof longname - 1] = '\0';
-    assert_false(kiln_repository_name_valid(longname));
-    assert_true(kiln_repository_name_valid("resnet-50_v1.2"));
+    assert_false(kd_repository_name_valid(longname));
+    assert_true(kd_repository_name_valid("resnet-50_v1.2"));
 
-    kiln_repository *repo = kiln_repository_open(root);
+    kd_repository *repo = kd_repository_open(root);
     char src[128];
     snprintf(src, sizeof src, "%s/src", base);
     mkdir(src, 0755);
-    assert_int_not_equal(kiln_repository_add_version(repo, "../x", src, 0, NULL), 0);
-    assert_int_not_equal(kiln_repository_add_version(repo, "a/../../b", src, 0, NULL), 0);
-    assert_int_not_equal(kiln_repository_remove_version(repo, "../outside", 1), 0);
-    assert_int_not_equal(kiln_repository_remove_version(repo, "good", 0), 0);
+    assert_int_not_equal(kd_repository_add_version(repo, "../x", src, 0, NULL), 0);
+    assert_int_not_equal(kd_repository_add_version(repo, "a/../../b", src, 0, NULL), 0);
+    assert_int_not_equal(kd_repository_remove_version(repo, "../outside", 1), 0);
+    assert_int_not_equal(kd_repository_remove_version(repo, "good", 0), 0);
     /* Nothing was created outside the root. */
     char p[256];
     snprintf(p, sizeof p, "%s/x", base);
     assert_int_not_equal(access(p, F_OK), 0);
-    kiln_repository_close(repo);
+    kd_repository_close(repo);
 }
 
 static void test_version_policies(void **state)
@@ -186,17 +186,17 @@ static void test_version_policies(void **state)
             make_version(name, vs, config_text(policies[k]));
         }
     }
-    kiln_repository *repo = kiln_repository_open(root);
+    kd_repository *repo = kd_repository_open(root);
     for (int k = 0; k < 3; k++) {
         char name[16];
         snprintf(name, sizeof name, "m%d", k);
-        const kiln_model_info *m = kiln_repository_find(repo, name);
+        const kd_model_info *m = kd_repository_find(repo, name);
         assert_true(m->valid);
         for (int v = 0; v < 3; v++)
             if (m->versions[v].served != want[k][v])
                 fail_msg("%s version %d served %d", name, v + 1, m->versions[v].served);
     }
-    kiln_repository_close(repo);
+    kd_repository_close(repo);
 }
 
 static void test_add_and_remove(void **state)
@@ -207,32 +207,32 @@ static void test_add_and_remove(void **state)
     mkdir(src, 0755);
     snprintf(p, sizeof p, "%s/model.onnx", src);
     write_text(p, "\x08\x07onnx-bytes");
-    kiln_repository *repo = kiln_repository_open(root);
+    kd_repository *repo = kd_repository_open(root);
     /* With a bad config the candidate is invalid: refused, nothing left behind. (An ONNX model
      * needs no config.json at all; the server reads its inputs and outputs from the graph.) */
     snprintf(p, sizeof p, "%s/config.json", src);
     write_text(p, "{\"max_batch_size\": -1}");
-    assert_int_not_equal(kiln_repository_add_version(repo, "net", src, 0, NULL), 0);
+    assert_int_not_equal(kd_repository_add_version(repo, "net", src, 0, NULL), 0);
     assert_non_null(strstr(kiln_error(), "config.json"));
-    const kiln_model_info *m = kiln_repository_find(repo, "net");
+    const kd_model_info *m = kd_repository_find(repo, "net");
     assert_true(m == NULL || m->nversions == 0);
     write_text(p, config_text(NULL));
     int64_t v;
-    assert_int_equal(kiln_repository_add_version(repo, "net", src, 0, &v), 0);
+    assert_int_equal(kd_repository_add_version(repo, "net", src, 0, &v), 0);
     assert_int_equal(v, 1);
-    assert_int_equal(kiln_repository_add_version(repo, "net", src, 0, &v), 0);
+    assert_int_equal(kd_repository_add_version(repo, "net", src, 0, &v), 0);
     assert_int_equal(v, 2);
-    assert_int_not_equal(kiln_repository_add_version(repo, "net", src, 2, NULL), 0); /* exists */
-    m = kiln_repository_find(repo, "net");
+    assert_int_not_equal(kd_repository_add_version(repo, "net", src, 2, NULL), 0); /* exists */
+    m = kd_repository_find(repo, "net");
     assert_true(m->valid);
     assert_int_equal(m->nversions, 2);
     assert_string_equal(m->versions[1].format, "onnx");
-    assert_int_equal(kiln_repository_remove_version(repo, "net", 2), 0);
-    m = kiln_repository_find(repo, "net");
+    assert_int_equal(kd_repository_remove_version(repo, "net", 2), 0);
+    m = kd_repository_find(repo, "net");
     assert_int_equal(m->nversions, 1);
     assert_true(m->versions[0].served);
-    assert_int_not_equal(kiln_repository_remove_version(repo, "net", 2), 0);
-    kiln_repository_close(repo);
+    assert_int_not_equal(kd_repository_remove_version(repo, "net", 2), 0);
+    kd_repository_close(repo);
 }
 
 /* source.json: the version a producer added is found again by its source, never another's. */
@@ -244,8 +244,8 @@ static void test_find_source(void **state)
     mkdir(src, 0755);
     snprintf(p, sizeof p, "%s/model.onnx", src);
     write_text(p, "\x08\x07onnx-bytes");
-    kiln_repository *repo = kiln_repository_open(root);
-    snprintf(p, sizeof p, "%s/" KILN_REPOSITORY_SOURCE_FILE, src);
+    kd_repository *repo = kd_repository_open(root);
+    snprintf(p, sizeof p, "%s/" KD_REPOSITORY_SOURCE_FILE, src);
     const char *sources[] = {"job 1", "job 2", NULL};
     for (int i = 0; i < 3; i++) {
         if (sources[i]) {
@@ -255,31 +255,31 @@ static void test_find_source(void **state)
         } else {
             unlink(p);
         }
-        assert_int_equal(kiln_repository_add_version(repo, "net", src, 0, NULL), 0);
+        assert_int_equal(kd_repository_add_version(repo, "net", src, 0, NULL), 0);
     }
     char *json = NULL;
-    assert_int_equal(kiln_repository_find_source(repo, "net", "job 2", &json), 2);
+    assert_int_equal(kd_repository_find_source(repo, "net", "job 2", &json), 2);
     assert_non_null(strstr(json, "0.2"));
     free(json);
-    assert_int_equal(kiln_repository_find_source(repo, "net", "job 1", NULL), 1);
-    assert_int_equal(kiln_repository_find_source(repo, "net", "job 3", &json), 0);
+    assert_int_equal(kd_repository_find_source(repo, "net", "job 1", NULL), 1);
+    assert_int_equal(kd_repository_find_source(repo, "net", "job 3", &json), 0);
     assert_null(json);
-    assert_int_equal(kiln_repository_find_source(repo, "missing", "job 1", NULL), 0);
-    assert_true(kiln_repository_find_source(repo, "../net", "job 1", NULL) < 0);
-    assert_true(kiln_repository_find_source(repo, "net", NULL, NULL) < 0);
+    assert_int_equal(kd_repository_find_source(repo, "missing", "job 1", NULL), 0);
+    assert_true(kd_repository_find_source(repo, "../net", "job 1", NULL) < 0);
+    assert_true(kd_repository_find_source(repo, "net", NULL, NULL) < 0);
     /* a malformed file says nothing */
-    snprintf(p, sizeof p, "%s/net/3/" KILN_REPOSITORY_SOURCE_FILE, root);
+    snprintf(p, sizeof p, "%s/net/3/" KD_REPOSITORY_SOURCE_FILE, root);
     write_text(p, "{\"source\": ");
-    assert_int_equal(kiln_repository_scan(repo), 0);
-    assert_int_equal(kiln_repository_find_source(repo, "net", "job 2", NULL), 2);
+    assert_int_equal(kd_repository_scan(repo), 0);
+    assert_int_equal(kd_repository_find_source(repo, "net", "job 2", NULL), 2);
     /* a symlink out of the repository is not followed */
     char out[160];
     snprintf(out, sizeof out, "%s/source.json", outside);
     write_text(out, "{\"source\": \"job 9\"}");
     unlink(p);
     assert_int_equal(symlink(out, p), 0);
-    assert_int_equal(kiln_repository_find_source(repo, "net", "job 9", NULL), 0);
-    kiln_repository_close(repo);
+    assert_int_equal(kd_repository_find_source(repo, "net", "job 9", NULL), 0);
+    kd_repository_close(repo);
 }
 
 int main(void)

@@ -28,20 +28,20 @@ static const char *write_config(const char *json)
 }
 
 /* Loads with argv = {"kilnd", args...}; returns the action and leaves the message in err. */
-static enum kiln_config_action load(struct kiln_config *cfg, char *const *env, char *err, const char *const *args)
+static enum kd_config_action load(struct kd_config *cfg, char *const *env, char *err, const char *const *args)
 {
     char *argv[32] = {"kilnd"};
     int argc = 1;
     for (; args && args[argc - 1]; argc++)
         argv[argc] = (char *)args[argc - 1];
-    return kiln_config_load(cfg, argc, argv, env, err, 512);
+    return kd_config_load(cfg, argc, argv, env, err, 512);
 }
 
 static void expect_error(char *const *env, const char *const *args, const char *needle1, const char *needle2)
 {
-    struct kiln_config cfg;
+    struct kd_config cfg;
     char err[512] = "";
-    assert_int_equal(load(&cfg, env, err, args), KILN_CONFIG_ERROR);
+    assert_int_equal(load(&cfg, env, err, args), KD_CONFIG_ERROR);
     if (!strstr(err, needle1) || (needle2 && !strstr(err, needle2)))
         fail_msg("error '%s' lacks '%s' / '%s'", err, needle1, needle2 ? needle2 : "");
 }
@@ -49,20 +49,20 @@ static void expect_error(char *const *env, const char *const *args, const char *
 static void test_defaults(void **state)
 {
     (void)state;
-    struct kiln_config cfg;
+    struct kd_config cfg;
     char err[512];
-    assert_int_equal(load(&cfg, NULL, err, NULL), KILN_CONFIG_RUN);
+    assert_int_equal(load(&cfg, NULL, err, NULL), KD_CONFIG_RUN);
     assert_string_equal(cfg.host, "127.0.0.1");
     assert_int_equal(cfg.port, 8080);
     assert_string_equal(cfg.data_dir, "./var");
     assert_int_equal(cfg.devices.count, 1);
     assert_string_equal(cfg.devices.items[0], "cpu");
     assert_int_equal(cfg.limits.max_header_bytes, 8192);
-    assert_int_equal(cfg.log_level, KILN_LOG_INFO);
-    assert_int_equal(cfg.log_format, KILN_LOG_TEXT);
+    assert_int_equal(cfg.log_level, KD_LOG_INFO);
+    assert_int_equal(cfg.log_format, KD_LOG_TEXT);
     assert_string_equal(cfg.log_file, "");
     assert_int_equal(cfg.api_tokens.count, 0);
-    kiln_config_free(&cfg);
+    kd_config_free(&cfg);
 }
 
 static void test_precedence(void **state)
@@ -72,70 +72,70 @@ static void test_precedence(void **state)
                                     " \"limits\": {\"idle_timeout_ms\": 500}, \"devices\": [\"cpu\", \"cuda:0\"],"
                                     " \"api_tokens\": [\"t1\", \"t2\"]}");
     char *env[] = {"KILN_PORT=2222", "KILN_LOG_LEVEL=debug", "KILN_URL=http://ignored", NULL};
-    struct kiln_config cfg;
+    struct kd_config cfg;
     char err[512];
 
     /* file alone */
-    assert_int_equal(load(&cfg, NULL, err, (const char *[]){"--config", file, NULL}), KILN_CONFIG_RUN);
+    assert_int_equal(load(&cfg, NULL, err, (const char *[]){"--config", file, NULL}), KD_CONFIG_RUN);
     assert_int_equal(cfg.port, 1111);
-    assert_int_equal(cfg.log_level, KILN_LOG_WARN);
+    assert_int_equal(cfg.log_level, KD_LOG_WARN);
     assert_int_equal(cfg.limits.idle_timeout_ms, 500);
     assert_int_equal(cfg.devices.count, 2);
     assert_string_equal(cfg.devices.items[1], "cuda:0");
     assert_int_equal(cfg.api_tokens.count, 2);
     assert_string_equal(cfg.api_tokens.items[1], "t2");
-    kiln_config_free(&cfg);
+    kd_config_free(&cfg);
 
     /* env over file */
-    assert_int_equal(load(&cfg, env, err, (const char *[]){"--config", file, NULL}), KILN_CONFIG_RUN);
+    assert_int_equal(load(&cfg, env, err, (const char *[]){"--config", file, NULL}), KD_CONFIG_RUN);
     assert_int_equal(cfg.port, 2222);
-    assert_int_equal(cfg.log_level, KILN_LOG_DEBUG);
+    assert_int_equal(cfg.log_level, KD_LOG_DEBUG);
     assert_string_equal(cfg.host, "::1");
-    kiln_config_free(&cfg);
+    kd_config_free(&cfg);
 
     /* flags over env, both spellings; the flag wins wherever it sits relative to --config */
     assert_int_equal(load(&cfg, env, err, (const char *[]){"--port=3333", "--config", file, "--log-level", "error", NULL}),
-                     KILN_CONFIG_RUN);
+                     KD_CONFIG_RUN);
     assert_int_equal(cfg.port, 3333);
-    assert_int_equal(cfg.log_level, KILN_LOG_ERROR);
+    assert_int_equal(cfg.log_level, KD_LOG_ERROR);
     assert_int_equal(cfg.limits.idle_timeout_ms, 500);
-    kiln_config_free(&cfg);
+    kd_config_free(&cfg);
 
     /* KILN_CONFIG names the file when --config is absent */
     char kc[96];
     snprintf(kc, sizeof kc, "KILN_CONFIG=%s", file);
     char *env2[] = {kc, NULL};
-    assert_int_equal(load(&cfg, env2, err, NULL), KILN_CONFIG_RUN);
+    assert_int_equal(load(&cfg, env2, err, NULL), KD_CONFIG_RUN);
     assert_int_equal(cfg.port, 1111);
-    kiln_config_free(&cfg);
+    kd_config_free(&cfg);
     unlink(file);
 }
 
 static void test_two_configs_are_independent(void **state)
 {
     (void)state;
-    struct kiln_config a, b;
+    struct kd_config a, b;
     char err[512];
-    assert_int_equal(load(&a, NULL, err, (const char *[]){"--port", "1", NULL}), KILN_CONFIG_RUN);
-    assert_int_equal(load(&b, NULL, err, (const char *[]){"--port", "2", NULL}), KILN_CONFIG_RUN);
+    assert_int_equal(load(&a, NULL, err, (const char *[]){"--port", "1", NULL}), KD_CONFIG_RUN);
+    assert_int_equal(load(&b, NULL, err, (const char *[]){"--port", "2", NULL}), KD_CONFIG_RUN);
     assert_int_equal(a.port, 1);
     assert_int_equal(b.port, 2);
-    kiln_config_free(&a);
-    kiln_config_free(&b);
+    kd_config_free(&a);
+    kd_config_free(&b);
 }
 
 static void test_lists_from_env_and_flags(void **state)
 {
     (void)state;
     char *env[] = {"KILN_API_TOKENS=a,b,c", NULL};
-    struct kiln_config cfg;
+    struct kd_config cfg;
     char err[512];
-    assert_int_equal(load(&cfg, env, err, (const char *[]){"--devices", "cpu,vulkan:0", NULL}), KILN_CONFIG_RUN);
+    assert_int_equal(load(&cfg, env, err, (const char *[]){"--devices", "cpu,vulkan:0", NULL}), KD_CONFIG_RUN);
     assert_int_equal(cfg.api_tokens.count, 3);
     assert_string_equal(cfg.api_tokens.items[2], "c");
     assert_int_equal(cfg.devices.count, 2);
     assert_string_equal(cfg.devices.items[1], "vulkan:0");
-    kiln_config_free(&cfg);
+    kd_config_free(&cfg);
 }
 
 static void test_file_errors(void **state)
@@ -210,17 +210,17 @@ static void test_flag_errors(void **state)
 static void test_actions(void **state)
 {
     (void)state;
-    struct kiln_config cfg;
+    struct kd_config cfg;
     char err[512];
-    assert_int_equal(load(&cfg, NULL, err, (const char *[]){"--help", NULL}), KILN_CONFIG_HELP);
-    kiln_config_free(&cfg);
-    assert_int_equal(load(&cfg, NULL, err, (const char *[]){"--version", NULL}), KILN_CONFIG_VERSION);
-    kiln_config_free(&cfg);
-    assert_int_equal(load(&cfg, NULL, err, (const char *[]){"--print-config-doc", NULL}), KILN_CONFIG_PRINT_DOC);
-    kiln_config_free(&cfg);
-    assert_int_equal(load(&cfg, NULL, err, (const char *[]){"--check-config", "--port", "9", NULL}), KILN_CONFIG_CHECK);
+    assert_int_equal(load(&cfg, NULL, err, (const char *[]){"--help", NULL}), KD_CONFIG_HELP);
+    kd_config_free(&cfg);
+    assert_int_equal(load(&cfg, NULL, err, (const char *[]){"--version", NULL}), KD_CONFIG_VERSION);
+    kd_config_free(&cfg);
+    assert_int_equal(load(&cfg, NULL, err, (const char *[]){"--print-config-doc", NULL}), KD_CONFIG_PRINT_DOC);
+    kd_config_free(&cfg);
+    assert_int_equal(load(&cfg, NULL, err, (const char *[]){"--check-config", "--port", "9", NULL}), KD_CONFIG_CHECK);
     assert_int_equal(cfg.port, 9);
-    kiln_config_free(&cfg);
+    kd_config_free(&cfg);
     expect_error(NULL, (const char *[]){"--check-config", "--port", "-9", NULL}, "port: -9", NULL);
 }
 
@@ -230,10 +230,10 @@ static void test_help_and_doc_list_every_key(void **state)
     char *text = NULL, *doc = NULL;
     size_t n = 0, m = 0;
     FILE *f = open_memstream(&text, &n);
-    kiln_config_print_help(f, "kilnd");
+    kd_config_print_help(f, "kilnd");
     fclose(f);
     f = open_memstream(&doc, &m);
-    kiln_config_print_doc(f);
+    kd_config_print_doc(f);
     fclose(f);
     const char *keys[] = {"host", "port", "data_dir", "devices", "worker_threads", "limits.max_header_bytes",
                           "limits.max_body_bytes", "limits.idle_timeout_ms", "limits.request_timeout_ms",

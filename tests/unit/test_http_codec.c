@@ -22,30 +22,30 @@
 
 #define MAX_BODY (1u << 20)
 
-static struct kiln_buf seen;                /* the body the last handler saw */
-static struct kiln_http_pending *deferred;
+static struct kd_buf seen;                /* the body the last handler saw */
+static struct kd_http_pending *deferred;
 
 /* Answers with the body it was given. */
-static int echo(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+static int echo(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
     (void)ctx;
     seen.len = 0;
-    kiln_buf_append(&seen, req->body ? req->body : "", req->body_len);
-    return kiln_resp_append(out, 200, "application/octet-stream", req->body, req->body_len, req->keep_alive, NULL);
+    kd_buf_append(&seen, req->body ? req->body : "", req->body_len);
+    return kd_resp_append(out, 200, "application/octet-stream", req->body, req->body_len, req->keep_alive, NULL);
 }
 
-static int later(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+static int later(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
     (void)ctx, (void)out;
-    deferred = kiln_http_defer(req);
-    return KILN_HTTP_DEFERRED;
+    deferred = kd_http_defer(req);
+    return KD_HTTP_DEFERRED;
 }
 
-static const struct kiln_route routes[] = {
-    {"/echo", KILN_HTTP_POST, echo, NULL},
-    {"/later", KILN_HTTP_POST, later, NULL},
+static const struct kd_route routes[] = {
+    {"/echo", KD_HTTP_POST, echo, NULL},
+    {"/later", KD_HTTP_POST, later, NULL},
 };
-static const struct kiln_http_service svc = {.router = {routes, 2}, .max_header_bytes = 4096, .max_body_bytes = MAX_BODY};
+static const struct kd_http_service svc = {.router = {routes, 2}, .max_header_bytes = 4096, .max_body_bytes = MAX_BODY};
 
 /* Compresses in with zlib (windowBits 15+16 for gzip, 15 for deflate). */
 static size_t pack(const void *in, size_t n, bool gzip, unsigned char *out, size_t cap)
@@ -64,14 +64,14 @@ static size_t pack(const void *in, size_t n, bool gzip, unsigned char *out, size
 }
 
 /* Sends one POST with the given extra headers and body; returns the response (kept in out). */
-static const char *post(struct kiln_http_conn *c, const char *path, const char *headers, const void *body, size_t n)
+static const char *post(struct kd_http_conn *c, const char *path, const char *headers, const void *body, size_t n)
 {
     char head[512];
     snprintf(head, sizeof head, "POST %s HTTP/1.1\r\nContent-Length: %zu\r\n%s\r\n", path, n, headers);
     c->out.len = 0;
-    kiln_http_conn_feed(c, head, strlen(head));
-    kiln_http_conn_feed(c, body, n);
-    kiln_buf_append(&c->out, "", 1);
+    kd_http_conn_feed(c, head, strlen(head));
+    kd_http_conn_feed(c, body, n);
+    kd_buf_append(&c->out, "", 1);
     c->out.len--;
     return c->out.data ? c->out.data : "";
 }
@@ -90,8 +90,8 @@ static void test_compressed_requests(void **state)
     static unsigned char packed[1 << 16];
     const char *text = "{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[3],\"data\":[1,2,3]}]}";
     for (int gzip = 0; gzip <= 1; gzip++) {
-        struct kiln_http_conn c;
-        kiln_http_conn_init(&c, &svc);
+        struct kd_http_conn c;
+        kd_http_conn_init(&c, &svc);
         size_t n = pack(text, strlen(text), gzip, packed, sizeof packed);
         const char *r = post(&c, "/echo", gzip ? "Content-Encoding: gzip\r\n" : "Content-Encoding: deflate\r\n",
                              packed, n);
@@ -104,7 +104,7 @@ static void test_compressed_requests(void **state)
         expect_status(r, 200);
         assert_int_equal(seen.len, strlen(text));
         assert_false(c.closing);
-        kiln_http_conn_free(&c);
+        kd_http_conn_free(&c);
     }
 }
 
@@ -117,8 +117,8 @@ static void test_bomb_is_413(void **state)
     static unsigned char packed[1 << 18];
     size_t n = pack(zeros, big, true, packed, sizeof packed);
     assert_true(n < MAX_BODY);
-    struct kiln_http_conn c;
-    kiln_http_conn_init(&c, &svc);
+    struct kd_http_conn c;
+    kd_http_conn_init(&c, &svc);
     seen.len = 0;
     const char *r = post(&c, "/echo", "Content-Encoding: gzip\r\n", packed, n);
     expect_status(r, 413);
@@ -128,16 +128,16 @@ static void test_bomb_is_413(void **state)
     /* the request was read whole, so the connection goes on */
     assert_false(c.closing);
     expect_status(post(&c, "/echo", "", "ok", 2), 200);
-    kiln_http_conn_free(&c);
+    kd_http_conn_free(&c);
     /* exactly at the limit is fine; one byte past it is not */
     for (size_t extra = 0; extra <= 1; extra++) {
-        kiln_http_conn_init(&c, &svc);
+        kd_http_conn_init(&c, &svc);
         n = pack(zeros, MAX_BODY + extra, false, packed, sizeof packed);
         r = post(&c, "/echo", "Content-Encoding: deflate\r\n", packed, n);
         expect_status(r, extra ? 413 : 200);
         if (!extra)
             assert_int_equal(seen.len, MAX_BODY);
-        kiln_http_conn_free(&c);
+        kd_http_conn_free(&c);
     }
     free(zeros);
 }
@@ -148,8 +148,8 @@ static void test_corrupt_streams_are_400(void **state)
     static unsigned char packed[4096];
     const char *text = "hello hello hello hello hello hello";
     size_t n = pack(text, strlen(text), true, packed, sizeof packed);
-    struct kiln_http_conn c;
-    kiln_http_conn_init(&c, &svc);
+    struct kd_http_conn c;
+    kd_http_conn_init(&c, &svc);
     expect_status(post(&c, "/echo", "Content-Encoding: gzip\r\n", "not gzip at all", 15), 400);
     expect_status(post(&c, "/echo", "Content-Encoding: gzip\r\n", packed, n - 6), 400);    /* truncated */
     const char *r = post(&c, "/echo", "Content-Encoding: gzip\r\n", packed, n / 2);
@@ -169,7 +169,7 @@ static void test_corrupt_streams_are_400(void **state)
     expect_status(post(&c, "/echo", "Content-Encoding: gzip\r\n", "", 0), 400);
     assert_false(c.closing);
     expect_status(post(&c, "/echo", "Content-Encoding: gzip\r\n", packed, n), 200);
-    kiln_http_conn_free(&c);
+    kd_http_conn_free(&c);
 }
 
 static void test_unknown_coding_is_415(void **state)
@@ -177,14 +177,14 @@ static void test_unknown_coding_is_415(void **state)
     (void)state;
     const char *codings[] = {"br", "compress", "gzip, gzip", "zstd"};
     for (size_t i = 0; i < 4; i++) {
-        struct kiln_http_conn c;
-        kiln_http_conn_init(&c, &svc);
+        struct kd_http_conn c;
+        kd_http_conn_init(&c, &svc);
         char h[64];
         snprintf(h, sizeof h, "Content-Encoding: %s\r\n", codings[i]);
         const char *r = post(&c, "/echo", h, "abc", 3);
         expect_status(r, 415);
         assert_non_null(strstr(r, "\"error\":\"unsupported Content-Encoding"));
-        kiln_http_conn_free(&c);
+        kd_http_conn_free(&c);
     }
 }
 
@@ -220,8 +220,8 @@ static void test_compressed_responses(void **state)
         {"*;q=0", NULL}, {"br", NULL}, {"", NULL},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        struct kiln_http_conn c;
-        kiln_http_conn_init(&c, &svc);
+        struct kd_http_conn c;
+        kd_http_conn_init(&c, &svc);
         char h[128];
         snprintf(h, sizeof h, "%s%s%s", cases[k].accept[0] ? "Accept-Encoding: " : "", cases[k].accept,
                  cases[k].accept[0] ? "\r\n" : "");
@@ -253,7 +253,7 @@ static void test_compressed_responses(void **state)
         expect_status(r, 404);
         assert_null(strstr(r, "Content-Encoding"));
         assert_non_null(strstr(r, "{\"error\":"));
-        kiln_http_conn_free(&c);
+        kd_http_conn_free(&c);
     }
 }
 
@@ -263,21 +263,21 @@ static void test_deferred_response_compressed(void **state)
     (void)state;
     char text[500], got[1024];
     memset(text, 'z', sizeof text);
-    struct kiln_http_conn c;
-    kiln_http_conn_init(&c, &svc);
+    struct kd_http_conn c;
+    kd_http_conn_init(&c, &svc);
     post(&c, "/later", "Accept-Encoding: gzip\r\nContent-Encoding: identity\r\n", "", 0);
     assert_non_null(deferred);
     assert_int_equal(c.out.len, 0);
-    struct kiln_buf *out = kiln_http_pending_out(deferred);
-    kiln_http_pending_finish(deferred, kiln_resp_append(out, 200, "application/json", text, sizeof text, true, NULL));
+    struct kd_buf *out = kd_http_pending_out(deferred);
+    kd_http_pending_finish(deferred, kd_resp_append(out, 200, "application/json", text, sizeof text, true, NULL));
     deferred = NULL;
-    kiln_buf_append(&c.out, "", 1);
+    kd_buf_append(&c.out, "", 1);
     c.out.len--;
     expect_status(c.out.data, 200);
     assert_non_null(strstr(c.out.data, "Content-Encoding: gzip\r\n"));
     assert_int_equal(unpack_response(c.out.data, c.out.len, got, sizeof got), sizeof text);
     assert_memory_equal(got, text, sizeof text);
-    kiln_http_conn_free(&c);
+    kd_http_conn_free(&c);
 }
 
 int main(void)
@@ -288,6 +288,6 @@ int main(void)
         cmocka_unit_test(test_compressed_responses), cmocka_unit_test(test_deferred_response_compressed),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    kiln_buf_free(&seen);
+    kd_buf_free(&seen);
     return rc;
 }

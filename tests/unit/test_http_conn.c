@@ -19,10 +19,10 @@
 #include "responses.h"
 
 struct fixture {
-    struct kiln_metrics *metrics;
-    struct kiln_api api;
-    struct kiln_http_service svc;
-    struct kiln_http_conn conn;
+    struct kd_metrics *metrics;
+    struct kd_api api;
+    struct kd_http_service svc;
+    struct kd_http_conn conn;
     int observed[600];
 };
 
@@ -37,9 +37,9 @@ static void observe(void *ctx, size_t route, int status, uint64_t ns)
 static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof *f);
-    f->metrics = kiln_metrics_new();
-    assert_int_equal(kiln_api_init(&f->api, f->metrics, (const char *const[]){"model_repository", NULL}), 0);
-    f->svc = (struct kiln_http_service){
+    f->metrics = kd_metrics_new();
+    assert_int_equal(kd_api_init(&f->api, f->metrics, (const char *const[]){"model_repository", NULL}), 0);
+    f->svc = (struct kd_http_service){
         .router = f->api.router,
         .ctx = &f->api,
         .max_header_bytes = 1024,
@@ -47,7 +47,7 @@ static int setup(void **state)
         .observe = observe,
         .observe_ctx = f,
     };
-    kiln_http_conn_init(&f->conn, &f->svc);
+    kd_http_conn_init(&f->conn, &f->svc);
     *state = f;
     return 0;
 }
@@ -55,23 +55,23 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *f = *state;
-    kiln_http_conn_free(&f->conn);
-    kiln_api_free(&f->api);
-    kiln_metrics_free(f->metrics);
+    kd_http_conn_free(&f->conn);
+    kd_api_free(&f->api);
+    kd_metrics_free(f->metrics);
     free(f);
     return 0;
 }
 
 static void feed(struct fixture *f, const char *s)
 {
-    kiln_http_conn_feed(&f->conn, s, strlen(s));
+    kd_http_conn_feed(&f->conn, s, strlen(s));
 }
 
 /* The out buffer as a NUL-terminated string, consumed. */
 static char *take(struct fixture *f)
 {
     static char copy[1 << 16];
-    struct kiln_buf *out = &f->conn.out;
+    struct kd_buf *out = &f->conn.out;
     assert_true(out->len < sizeof copy);
     if (out->len)
         memcpy(copy, out->data, out->len);
@@ -149,10 +149,10 @@ static void test_readiness_follows_state(void **state)
     char *r = take(f);
     expect_json_error(r, 503);
     assert_non_null(strstr(r, "starting"));
-    assert_int_equal(kiln_api_set_ready(&f->api, true, "ready"), 0);
+    assert_int_equal(kd_api_set_ready(&f->api, true, "ready"), 0);
     feed(f, "GET /v2/health/ready HTTP/1.1\r\n\r\n");
     expect_status(take(f), 200);
-    assert_int_equal(kiln_api_set_ready(&f->api, false, "draining"), 0);
+    assert_int_equal(kd_api_set_ready(&f->api, false, "draining"), 0);
     feed(f, "GET /v2/health/ready HTTP/1.1\r\n\r\n");
     r = take(f);
     expect_json_error(r, 503);
@@ -179,7 +179,7 @@ static void test_byte_at_a_time(void **state)
     struct fixture *f = *state;
     const char *req = "GET /v2/health/live HTTP/1.1\r\nHost: localhost\r\nAccept: */*\r\n\r\n";
     for (size_t i = 0; req[i]; i++) {
-        kiln_http_conn_feed(&f->conn, &req[i], 1);
+        kd_http_conn_feed(&f->conn, &req[i], 1);
         assert_int_equal(f->conn.out.len == 0, req[i + 1] != '\0');
     }
     expect_status(take(f), 200);
@@ -282,8 +282,8 @@ static void test_malformed(void **state)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct fixture *f = *state;
-        kiln_http_conn_free(&f->conn);
-        kiln_http_conn_init(&f->conn, &f->svc);
+        kd_http_conn_free(&f->conn);
+        kd_http_conn_init(&f->conn, &f->svc);
         feed(f, bad[i]);
         char *r = take(f);
         if (strncmp(r, "HTTP/1.1 400 ", 13) != 0)
@@ -325,8 +325,8 @@ static void test_unknown_method(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct fixture *f = *state;
-        kiln_http_conn_free(&f->conn);
-        kiln_http_conn_init(&f->conn, &f->svc);
+        kd_http_conn_free(&f->conn);
+        kd_http_conn_init(&f->conn, &f->svc);
         feed(f, cases[i].req);
         char *r = take(f);
         char want[16];
@@ -364,15 +364,15 @@ static void test_http10(void **state)
 static void test_timeouts(void **state)
 {
     struct fixture *f = *state;
-    kiln_http_conn_timeout(&f->conn); /* idle: no response, just close */
+    kd_http_conn_timeout(&f->conn); /* idle: no response, just close */
     assert_int_equal(f->conn.out.len, 0);
     assert_true(f->conn.closing);
 
-    kiln_http_conn_free(&f->conn);
-    kiln_http_conn_init(&f->conn, &f->svc);
+    kd_http_conn_free(&f->conn);
+    kd_http_conn_init(&f->conn, &f->svc);
     feed(f, "GET /v2 HTTP/1.1\r\nHost: slow");
     assert_true(f->conn.in_message);
-    kiln_http_conn_timeout(&f->conn);
+    kd_http_conn_timeout(&f->conn);
     expect_json_error(take(f), 408);
     assert_true(f->conn.closing);
 }
@@ -381,7 +381,7 @@ static void test_eof(void **state)
 {
     struct fixture *f = *state;
     feed(f, "GET /v2 HTTP/1.1\r\n");
-    kiln_http_conn_eof(&f->conn);
+    kd_http_conn_eof(&f->conn);
     expect_json_error(take(f), 400);
     assert_true(f->conn.closing);
 }
@@ -389,13 +389,13 @@ static void test_eof(void **state)
 static void test_drain(void **state)
 {
     struct fixture *f = *state;
-    kiln_http_conn_drain(&f->conn);
+    kd_http_conn_drain(&f->conn);
     assert_true(f->conn.closing); /* idle: closes at once */
 
-    kiln_http_conn_free(&f->conn);
-    kiln_http_conn_init(&f->conn, &f->svc);
+    kd_http_conn_free(&f->conn);
+    kd_http_conn_init(&f->conn, &f->svc);
     feed(f, "GET /v2 HTTP/1.1\r\n");
-    kiln_http_conn_drain(&f->conn);
+    kd_http_conn_drain(&f->conn);
     assert_false(f->conn.closing); /* busy: the request may finish */
     feed(f, "\r\n");
     char *r = take(f);
@@ -407,16 +407,16 @@ static void test_drain(void **state)
 static void test_metrics_endpoint(void **state)
 {
     struct fixture *f = *state;
-    struct kiln_metric_family *fam = kiln_metrics_family(f->metrics, "t_total", "A \\test\nhelp.",
-        KILN_METRIC_COUNTER, (const char *const[]){"k", NULL}, NULL, 0);
-    kiln_metric_add(kiln_metrics_series(fam, (const char *const[]){"a\"b", NULL}), 3);
+    struct kd_metric_family *fam = kd_metrics_family(f->metrics, "t_total", "A \\test\nhelp.",
+        KD_METRIC_COUNTER, (const char *const[]){"k", NULL}, NULL, 0);
+    kd_metric_add(kd_metrics_series(fam, (const char *const[]){"a\"b", NULL}), 3);
     const double b[] = {0.1, 1};
-    struct kiln_metric_family *h = kiln_metrics_family(f->metrics, "t_seconds", "Hist.", KILN_METRIC_HISTOGRAM,
-                                                       NULL, b, 2);
-    struct kiln_metric_series *hs = kiln_metrics_series(h, NULL);
-    kiln_metric_observe(hs, 0.05);
-    kiln_metric_observe(hs, 0.5);
-    kiln_metric_observe(hs, 5);
+    struct kd_metric_family *h = kd_metrics_family(f->metrics, "t_seconds", "Hist.", KD_METRIC_HISTOGRAM,
+                                                   NULL, b, 2);
+    struct kd_metric_series *hs = kd_metrics_series(h, NULL);
+    kd_metric_observe(hs, 0.05);
+    kd_metric_observe(hs, 0.5);
+    kd_metric_observe(hs, 5);
     feed(f, "GET /metrics HTTP/1.1\r\n\r\n");
     char *r = take(f);
     expect_status(r, 200);
@@ -434,8 +434,8 @@ static void test_random_bytes(void **state)
     unsigned rng = 12345;
     char buf[512];
     for (int iter = 0; iter < 3000; iter++) {
-        kiln_http_conn_free(&f->conn);
-        kiln_http_conn_init(&f->conn, &f->svc);
+        kd_http_conn_free(&f->conn);
+        kd_http_conn_init(&f->conn, &f->svc);
         size_t n = strlen(seed);
         memcpy(buf, seed, n);
         int flips = iter % 8;
@@ -452,27 +452,27 @@ static void test_random_bytes(void **state)
             size_t step = 1 + (rng >> 8) % 17;
             if (step > n - at)
                 step = n - at;
-            kiln_http_conn_feed(&f->conn, buf + at, step);
+            kd_http_conn_feed(&f->conn, buf + at, step);
             at += step;
         }
         if (iter % 3 == 0)
-            kiln_http_conn_eof(&f->conn);
+            kd_http_conn_eof(&f->conn);
         else if (iter % 3 == 1)
-            kiln_http_conn_timeout(&f->conn);
+            kd_http_conn_timeout(&f->conn);
         f->conn.out.len = 0;
     }
 }
 
 /* A handler that answers later, as inference does, keeping what a worker would keep. */
-static struct kiln_http_pending *deferred;
+static struct kd_http_pending *deferred;
 static const char *deferred_body;
 
-static int defer_handler(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+static int defer_handler(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
     (void)ctx, (void)out;
-    deferred = kiln_http_defer(req);
+    deferred = kd_http_defer(req);
     deferred_body = req->body;
-    return KILN_HTTP_DEFERRED;
+    return KD_HTTP_DEFERRED;
 }
 
 /* The body of a deferred request stays readable until its response is finished, even when the
@@ -480,27 +480,27 @@ static int defer_handler(void *ctx, const struct kiln_request *req, struct kiln_
 static void test_deferred_body_outlives_connection(void **state)
 {
     (void)state;
-    static const struct kiln_route routes[] = {{"/later", KILN_HTTP_POST, defer_handler, NULL}};
-    struct kiln_http_service svc = {.router = {routes, 1}, .max_header_bytes = 1024, .max_body_bytes = 100};
+    static const struct kd_route routes[] = {{"/later", KD_HTTP_POST, defer_handler, NULL}};
+    struct kd_http_service svc = {.router = {routes, 1}, .max_header_bytes = 1024, .max_body_bytes = 100};
     for (int gone = 0; gone <= 1; gone++) {
-        struct kiln_http_conn c;
-        kiln_http_conn_init(&c, &svc);
+        struct kd_http_conn c;
+        kd_http_conn_init(&c, &svc);
         const char *req = "POST /later HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello";
-        kiln_http_conn_feed(&c, req, strlen(req));
+        kd_http_conn_feed(&c, req, strlen(req));
         assert_non_null(deferred);
         assert_memory_equal(deferred_body, "hello", 5);
         if (gone) {
-            kiln_http_conn_free(&c); /* the client left */
+            kd_http_conn_free(&c); /* the client left */
             assert_memory_equal(deferred_body, "hello", 5);
-            assert_null(kiln_http_pending_out(deferred));
-            kiln_http_pending_finish(deferred, -1);
+            assert_null(kd_http_pending_out(deferred));
+            kd_http_pending_finish(deferred, -1);
         } else {
-            struct kiln_buf *out = kiln_http_pending_out(deferred);
+            struct kd_buf *out = kd_http_pending_out(deferred);
             assert_non_null(out);
-            kiln_http_pending_finish(deferred, kiln_resp_append(out, 200, NULL, "", 0, true, NULL));
+            kd_http_pending_finish(deferred, kd_resp_append(out, 200, NULL, "", 0, true, NULL));
             assert_ptr_equal(c.body.data, deferred_body); /* its capacity is reused */
             assert_int_equal(c.body.len, 5);
-            kiln_http_conn_free(&c);
+            kd_http_conn_free(&c);
         }
         deferred = NULL;
     }

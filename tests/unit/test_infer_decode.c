@@ -19,20 +19,20 @@
 
 static int decode(const char *body, char *msg, size_t msglen)
 {
-    kiln_model_tensor_spec in = {.name = "x", .datatype = "FP32", .ndim = 3, .shape = {-1, -1, -1}};
-    kiln_model_tensor_spec out = {.name = "y", .datatype = "FP32", .ndim = 1, .shape = {-1}};
-    kiln_model_config c = {.ninputs = 1, .noutputs = 1, .inputs = &in, .outputs = &out, .instance_count = 1};
-    struct kiln__infer_ctx ic = {.sv = NULL, .max_tensor_elements = LIMIT, .max_string_bytes = 1024};
-    struct kiln_http_headers h;
+    kd_model_tensor_spec in = {.name = "x", .datatype = "FP32", .ndim = 3, .shape = {-1, -1, -1}};
+    kd_model_tensor_spec out = {.name = "y", .datatype = "FP32", .ndim = 1, .shape = {-1}};
+    kd_model_config c = {.ninputs = 1, .noutputs = 1, .inputs = &in, .outputs = &out, .instance_count = 1};
+    struct kd_infer_ctx ic = {.sv = NULL, .max_tensor_elements = LIMIT, .max_string_bytes = 1024};
+    struct kd_http_headers h;
     memset(&h, 0, sizeof h);
-    struct kiln_request req = {.method = KILN_HTTP_POST, .body = body, .body_len = strlen(body), .headers = &h};
-    struct kiln_sched_request r;
+    struct kd_request req = {.method = KD_HTTP_POST, .body = body, .body_len = strlen(body), .headers = &h};
+    struct kd_sched_request r;
     memset(&r, 0, sizeof r);
-    bool want_output[KILN_SCHED_MAX_IO], want_binary[KILN_SCHED_MAX_IO];
+    bool want_output[KD_SCHED_MAX_IO], want_binary[KD_SCHED_MAX_IO];
     char id[64];
     msg[0] = '\0';
-    int st = kiln__infer_decode(&ic, &c, &req, &r, want_output, want_binary, id, sizeof id, NULL, msg, msglen);
-    kiln_sched_request_clear(&r);
+    int st = kd_infer_decode(&ic, &c, &req, &r, want_output, want_binary, id, sizeof id, NULL, msg, msglen);
+    kd_sched_request_clear(&r);
     return st;
 }
 

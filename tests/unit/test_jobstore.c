@@ -59,34 +59,34 @@ static int query_int(const char *sql)
 static void test_create_and_reopen(void **state)
 {
     (void)state;
-    struct kiln_jobstore *js;
+    struct kd_jobstore *js;
     char err[256];
-    assert_int_equal(kiln_jobstore_open(&js, db, err, sizeof err), 0);
-    assert_int_equal(kiln_jobstore_schema_version(js), kiln_jobstore_latest_version());
-    kiln_jobstore_close(js);
+    assert_int_equal(kd_jobstore_open(&js, db, err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_schema_version(js), kd_jobstore_latest_version());
+    kd_jobstore_close(js);
     assert_int_equal(query_int("SELECT count(*) FROM schema_version"), 1);
-    assert_int_equal(query_int("SELECT version FROM schema_version"), kiln_jobstore_latest_version());
+    assert_int_equal(query_int("SELECT version FROM schema_version"), kd_jobstore_latest_version());
     assert_int_equal(query_int("SELECT count(*) FROM kiln_meta"), 1);
     assert_int_equal(query_int("SELECT count(*) FROM pragma_journal_mode WHERE journal_mode = 'wal'"), 1);
 
     /* Reopening runs nothing twice. */
-    assert_int_equal(kiln_jobstore_open(&js, db, err, sizeof err), 0);
-    kiln_jobstore_close(js);
+    assert_int_equal(kd_jobstore_open(&js, db, err, sizeof err), 0);
+    kd_jobstore_close(js);
     assert_int_equal(query_int("SELECT count(*) FROM kiln_meta"), 1);
 }
 
 static void test_newer_schema_refused(void **state)
 {
     (void)state;
-    struct kiln_jobstore *js;
+    struct kd_jobstore *js;
     char err[256];
-    assert_int_equal(kiln_jobstore_open(&js, db, err, sizeof err), 0);
-    kiln_jobstore_close(js);
+    assert_int_equal(kd_jobstore_open(&js, db, err, sizeof err), 0);
+    kd_jobstore_close(js);
     sqlite3 *h;
     assert_int_equal(sqlite3_open(db, &h), SQLITE_OK);
     assert_int_equal(sqlite3_exec(h, "UPDATE schema_version SET version = 999", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(h);
-    assert_int_equal(kiln_jobstore_open(&js, db, err, sizeof err), -1);
+    assert_int_equal(kd_jobstore_open(&js, db, err, sizeof err), -1);
     assert_null(js);
     assert_non_null(strstr(err, "999"));
 }
@@ -94,18 +94,18 @@ static void test_newer_schema_refused(void **state)
 static void test_unopenable_path(void **state)
 {
     (void)state;
-    struct kiln_jobstore *js;
+    struct kd_jobstore *js;
     char err[256];
-    assert_int_equal(kiln_jobstore_open(&js, "/nonexistent/folder/kiln.db", err, sizeof err), -1);
+    assert_int_equal(kd_jobstore_open(&js, "/nonexistent/folder/kiln.db", err, sizeof err), -1);
     assert_null(js);
     assert_non_null(strstr(err, "/nonexistent/folder/kiln.db"));
 }
 
-static struct kiln_jobstore *open_store(void)
+static struct kd_jobstore *open_store(void)
 {
-    struct kiln_jobstore *js;
+    struct kd_jobstore *js;
     char err[256];
-    if (kiln_jobstore_open(&js, db, err, sizeof err) != 0)
+    if (kd_jobstore_open(&js, db, err, sizeof err) != 0)
         fail_msg("%s", err);
     return js;
 }
@@ -125,74 +125,74 @@ static void test_migrate_from_v1(void **state)
                                   NULL, NULL, NULL),
                      SQLITE_OK);
     sqlite3_close(h);
-    struct kiln_jobstore *js = open_store();
-    assert_int_equal(kiln_jobstore_schema_version(js), kiln_jobstore_latest_version());
-    assert_true(kiln_jobstore_latest_version() >= 2);
-    kiln_jobstore_close(js);
+    struct kd_jobstore *js = open_store();
+    assert_int_equal(kd_jobstore_schema_version(js), kd_jobstore_latest_version());
+    assert_true(kd_jobstore_latest_version() >= 2);
+    kd_jobstore_close(js);
     assert_int_equal(query_int("SELECT count(*) FROM kiln_meta WHERE value = 'then'"), 1);
     assert_int_equal(query_int("SELECT count(*) FROM sqlite_master WHERE name IN "
                                "('jobs', 'job_events', 'job_metrics', 'checkpoints', 'model_registry')"), 5);
-    assert_int_equal(query_int("SELECT version FROM schema_version"), kiln_jobstore_latest_version());
+    assert_int_equal(query_int("SELECT version FROM schema_version"), kd_jobstore_latest_version());
 }
 
 static void test_job_crud(void **state)
 {
     (void)state;
-    struct kiln_jobstore *js = open_store();
+    struct kd_jobstore *js = open_store();
     char err[256];
     int64_t id;
-    assert_int_equal(kiln_jobstore_job_create(js, "{\"model\": \"mlp\"}", "alice", &id, err, sizeof err), 0);
-    assert_int_equal(kiln_jobstore_job_create(js, "{not json", "alice", &id, err, sizeof err), -1);
+    assert_int_equal(kd_jobstore_job_create(js, "{\"model\": \"mlp\"}", "alice", &id, err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_job_create(js, "{not json", "alice", &id, err, sizeof err), -1);
     assert_non_null(strstr(err, "JSON"));
-    struct kiln_job j;
-    assert_int_equal(kiln_jobstore_job_get(js, 1, &j, err, sizeof err), 0);
+    struct kd_job j;
+    assert_int_equal(kd_jobstore_job_get(js, 1, &j, err, sizeof err), 0);
     assert_string_equal(j.state, "queued");
     assert_string_equal(j.owner, "alice");
     assert_non_null(strstr(j.spec, "mlp"));
     assert_true(j.created_ms > 0 && j.started_ms == 0 && j.finished_ms == 0);
-    kiln_jobstore_job_clear(&j);
-    assert_int_equal(kiln_jobstore_job_get(js, 99, &j, err, sizeof err), KILN_JOBSTORE_NOT_FOUND);
+    kd_jobstore_job_clear(&j);
+    assert_int_equal(kd_jobstore_job_get(js, 99, &j, err, sizeof err), KD_JOBSTORE_NOT_FOUND);
 
-    assert_int_equal(kiln_jobstore_job_set_state(js, 1, "running", NULL, err, sizeof err), 0);
-    assert_int_equal(kiln_jobstore_job_set_progress(js, 1, 0.5, err, sizeof err), 0);
-    assert_int_equal(kiln_jobstore_job_set_progress(js, 1, 1.5, err, sizeof err), -1);
-    assert_int_equal(kiln_jobstore_job_set_state(js, 1, "bogus", NULL, err, sizeof err), -1);
-    assert_int_equal(kiln_jobstore_job_set_state(js, 1, "failed", "out of memory", err, sizeof err), 0);
-    assert_int_equal(kiln_jobstore_job_set_state(js, 1, "running", NULL, err, sizeof err), -1);
+    assert_int_equal(kd_jobstore_job_set_state(js, 1, "running", NULL, err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_job_set_progress(js, 1, 0.5, err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_job_set_progress(js, 1, 1.5, err, sizeof err), -1);
+    assert_int_equal(kd_jobstore_job_set_state(js, 1, "bogus", NULL, err, sizeof err), -1);
+    assert_int_equal(kd_jobstore_job_set_state(js, 1, "failed", "out of memory", err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_job_set_state(js, 1, "running", NULL, err, sizeof err), -1);
     assert_non_null(strstr(err, "final"));
-    assert_int_equal(kiln_jobstore_job_set_state(js, 42, "running", NULL, err, sizeof err), KILN_JOBSTORE_NOT_FOUND);
-    assert_int_equal(kiln_jobstore_job_get(js, 1, &j, err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_job_set_state(js, 42, "running", NULL, err, sizeof err), KD_JOBSTORE_NOT_FOUND);
+    assert_int_equal(kd_jobstore_job_get(js, 1, &j, err, sizeof err), 0);
     assert_string_equal(j.state, "failed");
     assert_string_equal(j.error, "out of memory");
     assert_true(j.started_ms > 0 && j.finished_ms >= j.started_ms);
     assert_true(j.progress == 0.5);
-    kiln_jobstore_job_clear(&j);
+    kd_jobstore_job_clear(&j);
 
     /* Events: numbered per job from 1, read back after a sequence number. */
     int64_t seq;
     for (int i = 0; i < 5; i++) {
         char payload[32];
         snprintf(payload, sizeof payload, "{\"i\": %d}", i);
-        assert_int_equal(kiln_jobstore_event_append(js, 1, "log", payload, &seq, err, sizeof err), 0);
+        assert_int_equal(kd_jobstore_event_append(js, 1, "log", payload, &seq, err, sizeof err), 0);
         assert_int_equal(seq, i + 1);
     }
-    assert_int_equal(kiln_jobstore_event_append(js, 1, "log", "[", &seq, err, sizeof err), -1);
-    assert_int_equal(kiln_jobstore_event_append(js, 7, "log", "{}", &seq, err, sizeof err), KILN_JOBSTORE_NOT_FOUND);
-    struct kiln_job_event *ev;
+    assert_int_equal(kd_jobstore_event_append(js, 1, "log", "[", &seq, err, sizeof err), -1);
+    assert_int_equal(kd_jobstore_event_append(js, 7, "log", "{}", &seq, err, sizeof err), KD_JOBSTORE_NOT_FOUND);
+    struct kd_job_event *ev;
     int n;
-    assert_int_equal(kiln_jobstore_events_since(js, 1, 3, 100, &ev, &n, err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_events_since(js, 1, 3, 100, &ev, &n, err, sizeof err), 0);
     assert_int_equal(n, 2);
     assert_int_equal(ev[0].seq, 4);
     assert_string_equal(ev[1].payload, "{\"i\": 4}");
-    kiln_jobstore_events_free(ev, n);
+    kd_jobstore_events_free(ev, n);
 
-    struct kiln_job_metric m[2] = {{.step = 10, .epoch = 1, .name = "loss", .value = 0.25},
+    struct kd_job_metric m[2] = {{.step = 10, .epoch = 1, .name = "loss", .value = 0.25},
                                    {.step = 10, .epoch = 1, .name = "acc", .value = 0.9}};
-    assert_int_equal(kiln_jobstore_metrics_append(js, 1, 2, m, err, sizeof err), 0);
-    assert_int_equal(kiln_jobstore_checkpoint_add(js, 1, "checkpoints/1/step-000000010", 10, 0.25, err, sizeof err), 0);
-    assert_int_equal(kiln_jobstore_model_register(js, "mlp", 1, 1, "{\"acc\": 0.9}", err, sizeof err), 0);
-    assert_int_equal(kiln_jobstore_model_register(js, "mlp", 1, 1, NULL, err, sizeof err), -1);
-    kiln_jobstore_close(js);
+    assert_int_equal(kd_jobstore_metrics_append(js, 1, 2, m, err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_checkpoint_add(js, 1, "checkpoints/1/step-000000010", 10, 0.25, err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_model_register(js, "mlp", 1, 1, "{\"acc\": 0.9}", err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_model_register(js, "mlp", 1, 1, NULL, err, sizeof err), -1);
+    kd_jobstore_close(js);
     assert_int_equal(query_int("SELECT count(*) FROM job_metrics WHERE job_id = 1 AND step = 10"), 2);
     assert_int_equal(query_int("SELECT count(*) FROM checkpoints WHERE job_id = 1"), 1);
     assert_int_equal(query_int("SELECT source_job FROM model_registry WHERE name = 'mlp'"), 1);
@@ -203,32 +203,32 @@ static void test_job_crud(void **state)
 static void test_job_transition(void **state)
 {
     (void)state;
-    struct kiln_jobstore *js = open_store();
+    struct kd_jobstore *js = open_store();
     char err[256];
     int64_t id, seq = 0;
-    assert_int_equal(kiln_jobstore_job_create(js, "{}", NULL, &id, err, sizeof err), 0);
-    assert_int_equal(kiln_jobstore_job_transition(js, id, KILN_JOB_RUNNING, NULL, "{\"state\":\"running\"}", &seq,
-                                                  err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_job_create(js, "{}", NULL, &id, err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_job_transition(js, id, KD_JOB_RUNNING, NULL, "{\"state\":\"running\"}", &seq,
+                                                err, sizeof err), 0);
     assert_int_equal(seq, 1);
-    assert_int_equal(kiln_jobstore_job_transition(js, id, KILN_JOB_SUCCEEDED, NULL, "{\"state\":\"succeeded\"}", &seq,
-                                                  err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_job_transition(js, id, KD_JOB_SUCCEEDED, NULL, "{\"state\":\"succeeded\"}", &seq,
+                                                err, sizeof err), 0);
     assert_int_equal(seq, 2);
-    struct kiln_job j;
-    assert_int_equal(kiln_jobstore_job_get(js, id, &j, err, sizeof err), 0);
-    assert_string_equal(j.state, KILN_JOB_SUCCEEDED);
-    kiln_jobstore_job_clear(&j);
+    struct kd_job j;
+    assert_int_equal(kd_jobstore_job_get(js, id, &j, err, sizeof err), 0);
+    assert_string_equal(j.state, KD_JOB_SUCCEEDED);
+    kd_jobstore_job_clear(&j);
     /* refused (a final state does not change): no event either */
-    assert_int_equal(kiln_jobstore_job_transition(js, id, KILN_JOB_FAILED, "late", "{\"state\":\"failed\"}", NULL,
-                                                  err, sizeof err), -1);
+    assert_int_equal(kd_jobstore_job_transition(js, id, KD_JOB_FAILED, "late", "{\"state\":\"failed\"}", NULL,
+                                                err, sizeof err), -1);
     assert_non_null(strstr(err, "final"));
     /* an event that cannot be stored (not JSON) takes its state change back with it */
-    assert_int_equal(kiln_jobstore_job_create(js, "{}", NULL, &id, err, sizeof err), 0);
-    assert_int_equal(kiln_jobstore_job_transition(js, id, KILN_JOB_RUNNING, NULL, "{not json", NULL, err, sizeof err),
+    assert_int_equal(kd_jobstore_job_create(js, "{}", NULL, &id, err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_job_transition(js, id, KD_JOB_RUNNING, NULL, "{not json", NULL, err, sizeof err),
                      -1);
-    assert_int_equal(kiln_jobstore_job_get(js, id, &j, err, sizeof err), 0);
-    assert_string_equal(j.state, KILN_JOB_QUEUED);
-    kiln_jobstore_job_clear(&j);
-    kiln_jobstore_close(js);
+    assert_int_equal(kd_jobstore_job_get(js, id, &j, err, sizeof err), 0);
+    assert_string_equal(j.state, KD_JOB_QUEUED);
+    kd_jobstore_job_clear(&j);
+    kd_jobstore_close(js);
     assert_int_equal(query_int("SELECT count(*) FROM job_events"), 2);
     assert_int_equal(query_int("SELECT count(*) FROM job_events WHERE payload LIKE '%failed%'"), 0);
 }
@@ -238,42 +238,42 @@ static void test_job_transition(void **state)
 static void test_job_succeed_with_model(void **state)
 {
     (void)state;
-    struct kiln_jobstore *js = open_store();
+    struct kd_jobstore *js = open_store();
     char err[256];
     int64_t id, other;
-    assert_int_equal(kiln_jobstore_job_create(js, "{}", NULL, &id, err, sizeof err), 0);
-    assert_int_equal(kiln_jobstore_job_create(js, "{}", NULL, &other, err, sizeof err), 0);
-    assert_int_equal(kiln_jobstore_job_set_state(js, id, KILN_JOB_RUNNING, NULL, err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_job_create(js, "{}", NULL, &id, err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_job_create(js, "{}", NULL, &other, err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_job_set_state(js, id, KD_JOB_RUNNING, NULL, err, sizeof err), 0);
     /* an earlier try of the job left its row (a crash before the state was written) */
-    assert_int_equal(kiln_jobstore_model_register(js, "mlp", 3, id, "{\"acc\": 0.1}", err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_model_register(js, "mlp", 3, id, "{\"acc\": 0.1}", err, sizeof err), 0);
     /* a bad state payload refuses the whole step */
-    assert_int_equal(kiln_jobstore_job_succeed_with_model(js, id, "mlp", 3, "{\"acc\": 0.9}",
-                                                          "{\"name\":\"mlp\",\"version\":3}", "{nope", err,
-                                                          sizeof err), -1);
-    struct kiln_job j;
-    assert_int_equal(kiln_jobstore_job_get(js, id, &j, err, sizeof err), 0);
-    assert_string_equal(j.state, KILN_JOB_RUNNING);
-    kiln_jobstore_job_clear(&j);
-    assert_int_equal(kiln_jobstore_job_succeed_with_model(js, id, "mlp", 3, "{\"acc\": 0.9}",
-                                                          "{\"name\":\"mlp\",\"version\":3}",
-                                                          "{\"state\":\"succeeded\"}", err, sizeof err), 0);
-    assert_int_equal(kiln_jobstore_job_get(js, id, &j, err, sizeof err), 0);
-    assert_string_equal(j.state, KILN_JOB_SUCCEEDED);
+    assert_int_equal(kd_jobstore_job_succeed_with_model(js, id, "mlp", 3, "{\"acc\": 0.9}",
+                                                        "{\"name\":\"mlp\",\"version\":3}", "{nope", err,
+                                                        sizeof err), -1);
+    struct kd_job j;
+    assert_int_equal(kd_jobstore_job_get(js, id, &j, err, sizeof err), 0);
+    assert_string_equal(j.state, KD_JOB_RUNNING);
+    kd_jobstore_job_clear(&j);
+    assert_int_equal(kd_jobstore_job_succeed_with_model(js, id, "mlp", 3, "{\"acc\": 0.9}",
+                                                        "{\"name\":\"mlp\",\"version\":3}",
+                                                        "{\"state\":\"succeeded\"}", err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_job_get(js, id, &j, err, sizeof err), 0);
+    assert_string_equal(j.state, KD_JOB_SUCCEEDED);
     assert_true(j.progress == 1 && j.finished_ms > 0);
-    kiln_jobstore_job_clear(&j);
-    struct kiln_job_event *ev;
+    kd_jobstore_job_clear(&j);
+    struct kd_job_event *ev;
     int n;
-    assert_int_equal(kiln_jobstore_events_since(js, id, 0, 100, &ev, &n, err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_events_since(js, id, 0, 100, &ev, &n, err, sizeof err), 0);
     assert_int_equal(n, 2);
     assert_string_equal(ev[0].type, "model");
     assert_string_equal(ev[1].type, "state");
     assert_true(ev[0].seq < ev[1].seq);
-    kiln_jobstore_events_free(ev, n);
+    kd_jobstore_events_free(ev, n);
     /* a final job does not succeed again; a missing one is not found */
-    assert_int_equal(kiln_jobstore_job_succeed_with_model(js, id, "mlp", 4, NULL, "{}", "{}", err, sizeof err), -1);
+    assert_int_equal(kd_jobstore_job_succeed_with_model(js, id, "mlp", 4, NULL, "{}", "{}", err, sizeof err), -1);
     assert_non_null(strstr(err, "final"));
-    assert_int_not_equal(kiln_jobstore_job_succeed_with_model(js, 99, "mlp", 5, NULL, "{}", "{}", err, sizeof err), 0);
-    kiln_jobstore_close(js);
+    assert_int_not_equal(kd_jobstore_job_succeed_with_model(js, 99, "mlp", 5, NULL, "{}", "{}", err, sizeof err), 0);
+    kd_jobstore_close(js);
     assert_int_equal(query_int("SELECT count(*) FROM model_registry"), 1);
     assert_int_equal(query_int("SELECT json_extract(metrics, '$.acc') * 10 FROM model_registry WHERE version = 3"), 9);
     assert_int_equal(query_int("SELECT count(*) FROM job_events"), 2);
@@ -282,23 +282,23 @@ static void test_job_succeed_with_model(void **state)
 static void test_job_list_pagination(void **state)
 {
     (void)state;
-    struct kiln_jobstore *js = open_store();
+    struct kd_jobstore *js = open_store();
     char err[256];
     for (int i = 0; i < 25; i++) {
         int64_t id;
-        assert_int_equal(kiln_jobstore_job_create(js, "{}", NULL, &id, err, sizeof err), 0);
+        assert_int_equal(kd_jobstore_job_create(js, "{}", NULL, &id, err, sizeof err), 0);
         if (i % 3 == 0)
-            assert_int_equal(kiln_jobstore_job_set_state(js, id, "running", NULL, err, sizeof err), 0);
+            assert_int_equal(kd_jobstore_job_set_state(js, id, "running", NULL, err, sizeof err), 0);
     }
     /* Pages of 10 over everything: 10, 10, 5, then empty; ids strictly increasing. */
     int64_t after = 0, last = 0;
     int pages = 0, total = 0;
     for (;;) {
-        struct kiln_job *jobs;
+        struct kd_job *jobs;
         int n;
-        assert_int_equal(kiln_jobstore_job_list(js, NULL, after, 10, &jobs, &n, err, sizeof err), 0);
+        assert_int_equal(kd_jobstore_job_list(js, NULL, after, 10, &jobs, &n, err, sizeof err), 0);
         if (n == 0) {
-            kiln_jobstore_job_list_free(jobs, n);
+            kd_jobstore_job_list_free(jobs, n);
             break;
         }
         for (int i = 0; i < n; i++) {
@@ -308,20 +308,20 @@ static void test_job_list_pagination(void **state)
         after = jobs[n - 1].id;
         total += n;
         pages++;
-        kiln_jobstore_job_list_free(jobs, n);
+        kd_jobstore_job_list_free(jobs, n);
     }
     assert_int_equal(pages, 3);
     assert_int_equal(total, 25);
-    struct kiln_job *jobs;
+    struct kd_job *jobs;
     int n;
-    assert_int_equal(kiln_jobstore_job_list(js, "running", 0, 100, &jobs, &n, err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_job_list(js, "running", 0, 100, &jobs, &n, err, sizeof err), 0);
     assert_int_equal(n, 9);
     for (int i = 0; i < n; i++)
         assert_string_equal(jobs[i].state, "running");
-    kiln_jobstore_job_list_free(jobs, n);
-    assert_int_equal(kiln_jobstore_job_list(js, "nope", 0, 10, &jobs, &n, err, sizeof err), -1);
-    assert_int_equal(kiln_jobstore_job_list(js, NULL, 0, 0, &jobs, &n, err, sizeof err), -1);
-    kiln_jobstore_close(js);
+    kd_jobstore_job_list_free(jobs, n);
+    assert_int_equal(kd_jobstore_job_list(js, "nope", 0, 10, &jobs, &n, err, sizeof err), -1);
+    assert_int_equal(kd_jobstore_job_list(js, NULL, 0, 0, &jobs, &n, err, sizeof err), -1);
+    kd_jobstore_close(js);
 }
 
 int main(void)

@@ -27,8 +27,8 @@ static void check_number(const char *tok)
     size_t n = strlen(tok);
     float f = 0, fref = strtof(tok, NULL);
     double d = 0, dref = strtod(tok, NULL);
-    long lf = kiln_json_to_f32(tok, tok + n, &f);
-    long ld = kiln_json_to_f64(tok, tok + n, &d);
+    long lf = kd_json_to_f32(tok, tok + n, &f);
+    long ld = kd_json_to_f64(tok, tok + n, &d);
     if (lf != (long)n || ld != (long)n || memcmp(&f, &fref, sizeof f) || memcmp(&d, &dref, sizeof d))
         fail_msg("'%s': f32 %a (len %ld) vs strtof %a; f64 %a (len %ld) vs strtod %a", tok, (double)f, lf,
                  (double)fref, d, ld, dref);
@@ -226,7 +226,7 @@ static void numbers_digit_runs(void **state)
                     toklen = 0; /* "1.1234..." or "1e1234...": the token runs on; only compare lengths below */
                 float f;
                 double d;
-                long lf = kiln_json_to_f32(buf, buf + n, &f), ld = kiln_json_to_f64(buf, buf + n, &d);
+                long lf = kd_json_to_f32(buf, buf + n, &f), ld = kd_json_to_f64(buf, buf + n, &d);
                 if (toklen == 0) {
                     assert_int_equal(lf, ld);
                     continue;
@@ -243,7 +243,7 @@ static void numbers_digit_runs(void **state)
                 int64_t v;
                 size_t vlen;
                 if (h == 0 && run <= 18) {
-                    assert_int_equal(kiln_json_to_int(buf, buf + n, INT64_MIN, INT64_MAX, &v, &vlen), (long)toklen);
+                    assert_int_equal(kd_json_to_int(buf, buf + n, INT64_MIN, INT64_MAX, &v, &vlen), (long)toklen);
                     assert_true((double)v == dref);
                 }
             }
@@ -257,13 +257,13 @@ static void numbers_not_json(void **state)
         float f = 42;
         double d = 42;
         const char *t = bad[i];
-        assert_int_equal(kiln_json_to_f32(t, t + strlen(t), &f), 0);
-        assert_int_equal(kiln_json_to_f64(t, t + strlen(t), &d), 0);
+        assert_int_equal(kd_json_to_f32(t, t + strlen(t), &f), 0);
+        assert_int_equal(kd_json_to_f64(t, t + strlen(t), &d), 0);
         assert_true(f == 42 && d == 42); /* untouched */
     }
     /* A leading zero ends the token: "01" is the number 0 followed by a stray byte. */
     double d;
-    assert_int_equal(kiln_json_to_f64("01", "01" + 2, &d), 1);
+    assert_int_equal(kd_json_to_f64("01", "01" + 2, &d), 1);
 }
 
 static void integers(void **state)
@@ -294,7 +294,7 @@ static void integers(void **state)
         int64_t v = -7;
         size_t len = 0;
         const char *t = cases[i].tok;
-        long rc = kiln_json_to_int(t, t + strlen(t), cases[i].lo, cases[i].hi, &v, &len);
+        long rc = kd_json_to_int(t, t + strlen(t), cases[i].lo, cases[i].hi, &v, &len);
         if (rc != cases[i].rc || (rc > 0 && v != cases[i].v))
             fail_msg("'%s': rc %ld value %lld, expected rc %ld value %lld", t, rc, (long long)v, cases[i].rc,
                      (long long)cases[i].v);
@@ -303,9 +303,9 @@ static void integers(void **state)
 
 static bool accepts(const char *doc)
 {
-    struct kiln_jscan s;
-    kiln_jscan_init(&s, doc, strlen(doc));
-    return kiln_jscan_skip(&s) == 0 && kiln_jscan_finish(&s) == 0 && s.err == NULL;
+    struct kd_jscan s;
+    kd_jscan_init(&s, doc, strlen(doc));
+    return kd_jscan_skip(&s) == 0 && kd_jscan_finish(&s) == 0 && s.err == NULL;
 }
 
 static void grammar(void **state)
@@ -334,9 +334,9 @@ static void grammar(void **state)
         memset(deep, '[', (size_t)depth);
         memset(deep + depth, ']', (size_t)depth);
         deep[2 * depth] = '\0';
-        struct kiln_jscan s;
-        kiln_jscan_init(&s, deep, strlen(deep));
-        int rc = kiln_jscan_skip(&s);
+        struct kd_jscan s;
+        kd_jscan_init(&s, deep, strlen(deep));
+        int rc = kd_jscan_skip(&s);
         if (depth == 64) {
             assert_int_equal(rc, 0);
         } else {
@@ -350,51 +350,51 @@ static void strings_and_containers(void **state)
 {
     (void)state;
     const char *doc = "{\"na\\u006de\": \"caf\\u00e9 \\ud83d\\ude00\", \"list\": [1, 2.5, -3], \"long\": \"abcdef\"}";
-    struct kiln_jscan s;
-    kiln_jscan_init(&s, doc, strlen(doc));
+    struct kd_jscan s;
+    kd_jscan_init(&s, doc, strlen(doc));
     char key[16], val[32];
-    assert_int_equal(kiln_jscan_object_begin(&s), 0);
-    assert_int_equal(kiln_jscan_member(&s, 0, key, sizeof key), 1);
+    assert_int_equal(kd_jscan_object_begin(&s), 0);
+    assert_int_equal(kd_jscan_member(&s, 0, key, sizeof key), 1);
     assert_string_equal(key, "name");
-    assert_int_equal(kiln_jscan_string(&s, val, sizeof val), 10);
+    assert_int_equal(kd_jscan_string(&s, val, sizeof val), 10);
     assert_memory_equal(val, "caf\xc3\xa9 \xf0\x9f\x98\x80", 11);
-    assert_int_equal(kiln_jscan_member(&s, 1, key, sizeof key), 1);
+    assert_int_equal(kd_jscan_member(&s, 1, key, sizeof key), 1);
     assert_string_equal(key, "list");
-    assert_int_equal(kiln_jscan_array_begin(&s), 0);
+    assert_int_equal(kd_jscan_array_begin(&s), 0);
     double sum = 0, x;
     int i = 0;
-    while (kiln_jscan_element(&s, i) == 1) {
-        assert_int_equal(kiln_jscan_f64(&s, &x), 0);
+    while (kd_jscan_element(&s, i) == 1) {
+        assert_int_equal(kd_jscan_f64(&s, &x), 0);
         sum += x;
         i++;
     }
     assert_int_equal(i, 3);
     assert_true(sum == 0.5);
-    assert_int_equal(kiln_jscan_member(&s, 2, key, sizeof key), 1);
+    assert_int_equal(kd_jscan_member(&s, 2, key, sizeof key), 1);
     /* does not fit: -2, a truncated prefix, and the scanner is past the value */
     char small[4];
-    assert_int_equal(kiln_jscan_string(&s, small, sizeof small), -2);
+    assert_int_equal(kd_jscan_string(&s, small, sizeof small), -2);
     assert_string_equal(small, "abc");
-    assert_int_equal(kiln_jscan_member(&s, 3, key, sizeof key), 0);
-    assert_int_equal(kiln_jscan_finish(&s), 0);
+    assert_int_equal(kd_jscan_member(&s, 3, key, sizeof key), 0);
+    assert_int_equal(kd_jscan_finish(&s), 0);
 
     /* the first error sticks and says where it was */
     const char *bad = "[1, 2, ]";
-    kiln_jscan_init(&s, bad, strlen(bad));
-    assert_int_equal(kiln_jscan_skip(&s), -1);
+    kd_jscan_init(&s, bad, strlen(bad));
+    assert_int_equal(kd_jscan_skip(&s), -1);
     assert_non_null(s.err);
     assert_int_equal(s.err_at, 7);
-    assert_int_equal(kiln_jscan_finish(&s), -1);
+    assert_int_equal(kd_jscan_finish(&s), -1);
 }
 
-/* Where kiln_jscan_skip_lax ends (-1: it failed) and where the strict skip ends (-1: invalid). */
+/* Where kd_jscan_skip_lax ends (-1: it failed) and where the strict skip ends (-1: invalid). */
 static void lax_and_strict(const char *doc, size_t n, long *lax, long *strict)
 {
-    struct kiln_jscan s;
-    kiln_jscan_init(&s, doc, n);
-    *lax = kiln_jscan_skip_lax(&s) == 0 ? (long)(s.p - doc) : -1;
-    kiln_jscan_init(&s, doc, n);
-    *strict = kiln_jscan_skip(&s) == 0 ? (long)(s.p - doc) : -1;
+    struct kd_jscan s;
+    kd_jscan_init(&s, doc, n);
+    *lax = kd_jscan_skip_lax(&s) == 0 ? (long)(s.p - doc) : -1;
+    kd_jscan_init(&s, doc, n);
+    *strict = kd_jscan_skip(&s) == 0 ? (long)(s.p - doc) : -1;
 }
 
 static void lax_skip(void **state)
@@ -421,9 +421,9 @@ static void lax_skip(void **state)
     }
     static const char *const cut[] = {"", "1", "\"[]\"", "[", "[[]", "[\"]", "[\"\\\"]", "[\"\\", "{\"a\":[1}"};
     for (size_t i = 0; i < sizeof cut / sizeof *cut; i++) {
-        struct kiln_jscan s;
-        kiln_jscan_init(&s, cut[i], strlen(cut[i]));
-        if (kiln_jscan_skip_lax(&s) != -1 || !s.err)
+        struct kd_jscan s;
+        kd_jscan_init(&s, cut[i], strlen(cut[i]));
+        if (kd_jscan_skip_lax(&s) != -1 || !s.err)
             fail_msg("'%s': the lax skip should fail", cut[i]);
     }
     /* A long array, so the 16-byte steps run, with a bracket or quote at every offset of a step. */

@@ -11,33 +11,33 @@
 
 #include "router.h"
 
-static int h(void *ctx, const struct kiln_request *req, struct kiln_buf *out)
+static int h(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
     (void)ctx, (void)req, (void)out;
     return 200;
 }
 
-static const struct kiln_route routes[] = {
-    {"/v2", KILN_HTTP_GET, h, NULL},
-    {"/v2/health/live", KILN_HTTP_GET, h, NULL},
-    {"/v1/jobs", KILN_HTTP_GET | KILN_HTTP_POST, h, NULL},
+static const struct kd_route routes[] = {
+    {"/v2", KD_HTTP_GET, h, NULL},
+    {"/v2/health/live", KD_HTTP_GET, h, NULL},
+    {"/v1/jobs", KD_HTTP_GET | KD_HTTP_POST, h, NULL},
 };
-static const struct kiln_router router = {routes, 3};
+static const struct kd_router router = {routes, 3};
 
-static enum kiln_route_result match(unsigned m, const char *path, size_t *idx)
+static enum kd_route_result match(unsigned m, const char *path, size_t *idx)
 {
-    return kiln_router_match(&router, m, path, strlen(path), idx);
+    return kd_router_match(&router, m, path, strlen(path), idx);
 }
 
 static void test_found(void **state)
 {
     (void)state;
     size_t idx;
-    assert_int_equal(match(KILN_HTTP_GET, "/v2", &idx), KILN_ROUTE_FOUND);
+    assert_int_equal(match(KD_HTTP_GET, "/v2", &idx), KD_ROUTE_FOUND);
     assert_int_equal(idx, 0);
-    assert_int_equal(match(KILN_HTTP_GET, "/v2/health/live", &idx), KILN_ROUTE_FOUND);
+    assert_int_equal(match(KD_HTTP_GET, "/v2/health/live", &idx), KD_ROUTE_FOUND);
     assert_int_equal(idx, 1);
-    assert_int_equal(match(KILN_HTTP_POST, "/v1/jobs", &idx), KILN_ROUTE_FOUND);
+    assert_int_equal(match(KD_HTTP_POST, "/v1/jobs", &idx), KD_ROUTE_FOUND);
     assert_int_equal(idx, 2);
 }
 
@@ -47,11 +47,11 @@ static void test_not_found_is_exact(void **state)
     size_t idx;
     const char *misses[] = {"/", "", "/v", "/v2/", "/v2/health", "/v2/health/live/", "/V2", "/v2x"};
     for (size_t i = 0; i < sizeof misses / sizeof misses[0]; i++) {
-        assert_int_equal(match(KILN_HTTP_GET, misses[i], &idx), KILN_ROUTE_NOT_FOUND);
+        assert_int_equal(match(KD_HTTP_GET, misses[i], &idx), KD_ROUTE_NOT_FOUND);
         assert_int_equal(idx, router.count);
     }
     /* A path with an embedded NUL must not match its prefix. */
-    assert_int_equal(kiln_router_match(&router, KILN_HTTP_GET, "/v2\0x", 5, &idx), KILN_ROUTE_NOT_FOUND);
+    assert_int_equal(kd_router_match(&router, KD_HTTP_GET, "/v2\0x", 5, &idx), KD_ROUTE_NOT_FOUND);
 }
 
 static void test_method_not_allowed_and_allow(void **state)
@@ -59,14 +59,14 @@ static void test_method_not_allowed_and_allow(void **state)
     (void)state;
     size_t idx;
     char allow[64];
-    assert_int_equal(match(KILN_HTTP_POST, "/v2", &idx), KILN_ROUTE_METHOD_NOT_ALLOWED);
-    kiln_router_allow(&router, idx, "/v2", 3, allow, sizeof allow);
+    assert_int_equal(match(KD_HTTP_POST, "/v2", &idx), KD_ROUTE_METHOD_NOT_ALLOWED);
+    kd_router_allow(&router, idx, "/v2", 3, allow, sizeof allow);
     assert_string_equal(allow, "GET");
-    assert_int_equal(match(KILN_HTTP_DELETE, "/v1/jobs", &idx), KILN_ROUTE_METHOD_NOT_ALLOWED);
-    kiln_router_allow(&router, idx, "/v1/jobs", 8, allow, sizeof allow);
+    assert_int_equal(match(KD_HTTP_DELETE, "/v1/jobs", &idx), KD_ROUTE_METHOD_NOT_ALLOWED);
+    kd_router_allow(&router, idx, "/v1/jobs", 8, allow, sizeof allow);
     assert_string_equal(allow, "GET, POST");
-    assert_int_equal(match(KILN_HTTP_OTHER, "/v2", &idx), KILN_ROUTE_METHOD_NOT_ALLOWED);
-    kiln_router_allow(&router, router.count, "/x", 2, allow, sizeof allow);
+    assert_int_equal(match(KD_HTTP_OTHER, "/v2", &idx), KD_ROUTE_METHOD_NOT_ALLOWED);
+    kd_router_allow(&router, router.count, "/x", 2, allow, sizeof allow);
     assert_string_equal(allow, "");
 }
 
@@ -75,14 +75,14 @@ static void test_method_not_allowed_and_allow(void **state)
 static unsigned items_methods(const char *rest, size_t len)
 {
     if (len > 4 && memcmp(rest + len - 4, "/run", 4) == 0)
-        return KILN_HTTP_POST;
-    return memchr(rest, '/', len) ? 0 : KILN_HTTP_GET | KILN_HTTP_DELETE;
+        return KD_HTTP_POST;
+    return memchr(rest, '/', len) ? 0 : KD_HTTP_GET | KD_HTTP_DELETE;
 }
 
-static const struct kiln_route prefix_routes[] = {
-    {"/items/*", KILN_HTTP_GET | KILN_HTTP_POST | KILN_HTTP_DELETE, h, items_methods},
+static const struct kd_route prefix_routes[] = {
+    {"/items/*", KD_HTTP_GET | KD_HTTP_POST | KD_HTTP_DELETE, h, items_methods},
 };
-static const struct kiln_router prefix_router = {prefix_routes, 1};
+static const struct kd_router prefix_router = {prefix_routes, 1};
 
 static void test_methods_at(void **state)
 {
@@ -92,19 +92,19 @@ static void test_methods_at(void **state)
     struct {
         unsigned method;
         const char *path;
-        enum kiln_route_result want;
+        enum kd_route_result want;
         const char *allow;
     } cases[] = {
-        {KILN_HTTP_GET, "/items/a", KILN_ROUTE_FOUND, "GET, DELETE"},
-        {KILN_HTTP_POST, "/items/a", KILN_ROUTE_METHOD_NOT_ALLOWED, "GET, DELETE"},
-        {KILN_HTTP_POST, "/items/a/run", KILN_ROUTE_FOUND, "POST"},
-        {KILN_HTTP_GET, "/items/a/run", KILN_ROUTE_METHOD_NOT_ALLOWED, "POST"},
-        {KILN_HTTP_POST, "/items/a/b", KILN_ROUTE_FOUND, "GET, POST, DELETE"},
+        {KD_HTTP_GET, "/items/a", KD_ROUTE_FOUND, "GET, DELETE"},
+        {KD_HTTP_POST, "/items/a", KD_ROUTE_METHOD_NOT_ALLOWED, "GET, DELETE"},
+        {KD_HTTP_POST, "/items/a/run", KD_ROUTE_FOUND, "POST"},
+        {KD_HTTP_GET, "/items/a/run", KD_ROUTE_METHOD_NOT_ALLOWED, "POST"},
+        {KD_HTTP_POST, "/items/a/b", KD_ROUTE_FOUND, "GET, POST, DELETE"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         size_t n = strlen(cases[i].path);
-        assert_int_equal(kiln_router_match(&prefix_router, cases[i].method, cases[i].path, n, &idx), cases[i].want);
-        kiln_router_allow(&prefix_router, idx, cases[i].path, n, allow, sizeof allow);
+        assert_int_equal(kd_router_match(&prefix_router, cases[i].method, cases[i].path, n, &idx), cases[i].want);
+        kd_router_allow(&prefix_router, idx, cases[i].path, n, allow, sizeof allow);
         assert_string_equal(allow, cases[i].allow);
     }
 }
@@ -112,11 +112,11 @@ static void test_methods_at(void **state)
 static void test_method_names(void **state)
 {
     (void)state;
-    assert_int_equal(kiln_http_method_from_name("GET", 3), KILN_HTTP_GET);
-    assert_int_equal(kiln_http_method_from_name("DELETE", 6), KILN_HTTP_DELETE);
-    assert_int_equal(kiln_http_method_from_name("get", 3), KILN_HTTP_OTHER);
-    assert_int_equal(kiln_http_method_from_name("GETX", 4), KILN_HTTP_OTHER);
-    assert_int_equal(kiln_http_method_from_name("PROPFIND", 8), KILN_HTTP_OTHER);
+    assert_int_equal(kd_http_method_from_name("GET", 3), KD_HTTP_GET);
+    assert_int_equal(kd_http_method_from_name("DELETE", 6), KD_HTTP_DELETE);
+    assert_int_equal(kd_http_method_from_name("get", 3), KD_HTTP_OTHER);
+    assert_int_equal(kd_http_method_from_name("GETX", 4), KD_HTTP_OTHER);
+    assert_int_equal(kd_http_method_from_name("PROPFIND", 8), KD_HTTP_OTHER);
 }
 
 int main(void)

@@ -5,7 +5,7 @@
  * a waiting trainer; a device takes at most training_max_jobs jobs.
  *
  * A real scheduler on the cpu device with the serving fixture's MLP. The device is kept busy
- * deterministically by a task (kiln_sched_task_submit) that blocks on the test's condition
+ * deterministically by a task (kd_sched_task_submit) that blocks on the test's condition
  * variable, so nothing here depends on how long anything takes: the test waits for states
  * (a trainer reported waiting, a thread returned), never for durations.
  */
@@ -31,13 +31,13 @@
 /* ---- a task that holds the device's worker until released ---------------------------------- */
 
 struct blocker {
-    struct kiln_sched_task task;
+    struct kd_sched_task task;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool started, release, done;
 };
 
-static void blocker_run(struct kiln_sched_task *t, kiln_device *dev)
+static void blocker_run(struct kd_sched_task *t, kiln_device *dev)
 {
     (void)dev;
     struct blocker *b = t->ud;
@@ -49,13 +49,13 @@ static void blocker_run(struct kiln_sched_task *t, kiln_device *dev)
     pthread_mutex_unlock(&b->mu);
 }
 
-static void blocker_done(struct kiln_sched_task *t)
+static void blocker_done(struct kd_sched_task *t)
 {
     struct blocker *b = t->ud;
     b->done = true;
 }
 
-static void blocker_start(struct kiln_sched *s, struct blocker *b)
+static void blocker_start(struct kd_sched *s, struct blocker *b)
 {
     memset(b, 0, sizeof *b);
     pthread_mutex_init(&b->mu, NULL);
@@ -63,9 +63,9 @@ static void blocker_start(struct kiln_sched *s, struct blocker *b)
     b->task.run = blocker_run;
     b->task.done = blocker_done;
     b->task.ud = b;
-    int w = kiln_sched_worker_for(s, "cpu", 0);
+    int w = kd_sched_worker_for(s, "cpu", 0);
     assert_true(w >= 0);
-    assert_int_equal(kiln_sched_task_submit(s, w, &b->task), 0);
+    assert_int_equal(kd_sched_task_submit(s, w, &b->task), 0);
     pthread_mutex_lock(&b->mu);
     while (!b->started)
         pthread_cond_wait(&b->cv, &b->mu);
@@ -91,8 +91,8 @@ static void blocker_destroy(struct blocker *b)
 struct fixture {
     uv_loop_t loop;
     uv_timer_t tick;                    /* keeps the loop polling while a test waits on it */
-    struct kiln_sched *s;
-    struct kiln_sched_model *m;
+    struct kd_sched *s;
+    struct kd_sched_model *m;
     bool loaded;
 };
 
@@ -111,7 +111,7 @@ static void run_until(struct fixture *f, const bool *flag)
     uv_timer_stop(&f->tick);
 }
 
-static void on_loaded(void *ud, struct kiln_sched_model *m, const char *why)
+static void on_loaded(void *ud, struct kd_sched_model *m, const char *why)
 {
     struct fixture *f = ud;
     if (!m)
@@ -128,7 +128,7 @@ static void fixture_open(struct fixture *f, int64_t max_wait_ms, int max_jobs)
     assert_int_equal(uv_loop_init(&f->loop), 0);
     uv_timer_init(&f->loop, &f->tick);
     const char *devs[] = {"cpu"};
-    struct kiln_sched_options o = {
+    struct kd_sched_options o = {
         .loop = &f->loop,
         .devices = devs,
         .ndevices = 1,
@@ -139,38 +139,38 @@ static void fixture_open(struct fixture *f, int64_t max_wait_ms, int max_jobs)
         .training_nice = fixture_nice,
     };
     char err[256];
-    assert_int_equal(kiln_sched_new(&f->s, &o, err, sizeof err), 0);
-    kiln_repository *repo = kiln_repository_open(KILN_TEST_FIXTURES "/serving");
+    assert_int_equal(kd_sched_new(&f->s, &o, err, sizeof err), 0);
+    kd_repository *repo = kd_repository_open(KILN_TEST_FIXTURES "/serving");
     assert_non_null(repo);
-    const kiln_model_info *info = kiln_repository_find(repo, "mnist_mlp");
+    const kd_model_info *info = kd_repository_find(repo, "mnist_mlp");
     assert_non_null(info);
     assert_true(info->nversions >= 1);
-    assert_int_equal(kiln_sched_model_load(f->s, "mnist_mlp", &info->versions[0], on_loaded, f), 0);
+    assert_int_equal(kd_sched_model_load(f->s, "mnist_mlp", &info->versions[0], on_loaded, f), 0);
     run_until(f, &f->loaded);
-    kiln_repository_close(repo);
+    kd_repository_close(repo);
     assert_non_null(f->m);
 }
 
 static void fixture_close(struct fixture *f)
 {
-    kiln_sched_stop(f->s);
+    kd_sched_stop(f->s);
     if (f->m)
-        kiln_sched_model_release(f->m);
-    kiln_sched_close(f->s);
+        kd_sched_model_release(f->m);
+    kd_sched_close(f->s);
     uv_close((uv_handle_t *)&f->tick, NULL);
     uv_run(&f->loop, UV_RUN_DEFAULT);
-    kiln_sched_destroy(f->s);
+    kd_sched_destroy(f->s);
     assert_int_equal(uv_loop_close(&f->loop), 0);
 }
 
 /* ---- an inference request ---------------------------------------------------------------- */
 
 struct infer {
-    struct kiln_sched_request r;
+    struct kd_sched_request r;
     bool done;
 };
 
-static void infer_done(struct kiln_sched_request *r)
+static void infer_done(struct kd_sched_request *r)
 {
     struct infer *in = r->ud;
     in->done = true;
@@ -179,9 +179,9 @@ static void infer_done(struct kiln_sched_request *r)
 static void infer_submit(struct fixture *f, struct infer *in)
 {
     memset(in, 0, sizeof *in);
-    in->r.model = kiln_sched_model_retain(f->m);
+    in->r.model = kd_sched_model_retain(f->m);
     in->r.ninputs = 1;
-    struct kiln_sched_tensor *t = &in->r.inputs[0];
+    struct kd_sched_tensor *t = &in->r.inputs[0];
     t->dtype = KILN_F32;
     t->ndim = 2;
     t->shape[0] = 1;
@@ -191,26 +191,26 @@ static void infer_submit(struct fixture *f, struct infer *in)
     assert_non_null(t->data);
     in->r.done = infer_done;
     in->r.ud = in;
-    assert_int_equal(kiln_sched_submit(f->s, &in->r), 0);
+    assert_int_equal(kd_sched_submit(f->s, &in->r), 0);
 }
 
 static void infer_finish(struct fixture *f, struct infer *in)
 {
     run_until(f, &in->done);
     /* It ran: the fixture's logits, one row of ten. */
-    assert_int_equal(in->r.outcome, KILN_SCHED_OK);
+    assert_int_equal(in->r.outcome, KD_SCHED_OK);
     assert_int_equal(in->r.noutputs, 1);
     assert_int_equal(in->r.outputs[0].ndim, 2);
     assert_int_equal(in->r.outputs[0].shape[0], 1);
     assert_int_equal(in->r.outputs[0].shape[1], 10);
-    kiln_sched_request_clear(&in->r);
-    kiln_sched_model_release(in->r.model);
+    kd_sched_request_clear(&in->r);
+    kd_sched_model_release(in->r.model);
 }
 
 /* ---- a trainer thread ---------------------------------------------------------------------- */
 
 struct trainer {
-    struct kiln_sched_training *t;
+    struct kd_sched_training *t;
     atomic_bool returned;
     int rc;
     /* what the trainer saw of the request the moment its acquire returned */
@@ -222,14 +222,14 @@ struct trainer {
 static void *trainer_acquire(void *arg)
 {
     struct trainer *tr = arg;
-    tr->rc = kiln_sched_training_acquire(tr->t);
+    tr->rc = kd_sched_training_acquire(tr->t);
     if (tr->watch)
         tr->watch_finished_ns = tr->watch->r.finished_ns;
     atomic_store(&tr->returned, true);
     return NULL;
 }
 
-static void trainer_start(struct trainer *tr, struct kiln_sched_training *t, struct infer *watch)
+static void trainer_start(struct trainer *tr, struct kd_sched_training *t, struct infer *watch)
 {
     memset(tr, 0, sizeof *tr);
     tr->t = t;
@@ -239,11 +239,11 @@ static void trainer_start(struct trainer *tr, struct kiln_sched_training *t, str
 }
 
 /* Until n trainers are blocked in the gate (a state the gate reports, not a duration). */
-static void wait_for_waiters(struct kiln_sched *s, int n)
+static void wait_for_waiters(struct kd_sched *s, int n)
 {
     for (;;) {
-        struct kiln_sched_training_stats st;
-        kiln_sched_training_stats(s, &st);
+        struct kd_sched_training_stats st;
+        kd_sched_training_stats(s, &st);
         if (st.waiting >= n)
             return;
         usleep(1000);
@@ -261,12 +261,12 @@ static void test_waits_until_inference_drains(void **state)
     fixture_open(&f, 600000, 1);
     atomic_bool cancel;
     atomic_init(&cancel, false);
-    struct kiln_sched_training t;
-    assert_int_equal(kiln_sched_training_begin(f.s, "cpu", &cancel, &t), 0);
+    struct kd_sched_training t;
+    assert_int_equal(kd_sched_training_begin(f.s, "cpu", &cancel, &t), 0);
 
     /* An idle device: the step goes at once, without a yield. */
-    assert_int_equal(kiln_sched_training_acquire(&t), 0);
-    kiln_sched_training_release(&t);
+    assert_int_equal(kd_sched_training_acquire(&t), 0);
+    kd_sched_training_release(&t);
     assert_int_equal(t.yields, 0);
 
     struct blocker b;
@@ -286,16 +286,16 @@ static void test_waits_until_inference_drains(void **state)
     assert_int_equal(t.yields, 1);
     assert_int_equal(t.forced, 0);
     assert_true(t.wait_ns > 0);
-    kiln_sched_training_release(&t);
+    kd_sched_training_release(&t);
 
-    struct kiln_sched_training_stats st;
-    kiln_sched_training_stats(f.s, &st);
+    struct kd_sched_training_stats st;
+    kd_sched_training_stats(f.s, &st);
     assert_int_equal(st.steps, 2);
     assert_int_equal(st.yields, 1);
     assert_int_equal(st.forced, 0);
     assert_int_equal(st.jobs, 1);
-    kiln_sched_training_end(&t);
-    kiln_sched_training_stats(f.s, &st);
+    kd_sched_training_end(&t);
+    kd_sched_training_stats(f.s, &st);
     assert_int_equal(st.jobs, 0);
     run_until(&f, &b.done);
     fixture_close(&f);
@@ -309,29 +309,29 @@ static void test_bound_lets_a_step_through(void **state)
     (void)state;
     struct fixture f;
     fixture_open(&f, 5, 1);
-    struct kiln_sched_training t;
-    assert_int_equal(kiln_sched_training_begin(f.s, "cpu", NULL, &t), 0);
+    struct kd_sched_training t;
+    assert_int_equal(kd_sched_training_begin(f.s, "cpu", NULL, &t), 0);
     struct blocker b;
     blocker_start(f.s, &b);
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(kiln_sched_training_acquire(&t), 0);
-        kiln_sched_training_release(&t);
+        assert_int_equal(kd_sched_training_acquire(&t), 0);
+        kd_sched_training_release(&t);
     }
     assert_false(b.done);
     assert_int_equal(t.yields, 3);
     assert_int_equal(t.forced, 3);
-    kiln_sched_training_end(&t);
+    kd_sched_training_end(&t);
     blocker_release(&b);
     run_until(&f, &b.done);
 
     /* training_max_wait_ms 0: training never waits, even with work queued. */
     fixture_close(&f);
     fixture_open(&f, 0, 1);
-    assert_int_equal(kiln_sched_training_begin(f.s, "cpu", NULL, &t), 0);
+    assert_int_equal(kd_sched_training_begin(f.s, "cpu", NULL, &t), 0);
     blocker_start(f.s, &b);
-    assert_int_equal(kiln_sched_training_acquire(&t), 0);
+    assert_int_equal(kd_sched_training_acquire(&t), 0);
     assert_int_equal(t.yields, 0);
-    kiln_sched_training_end(&t);
+    kd_sched_training_end(&t);
     blocker_release(&b);
     run_until(&f, &b.done);
     fixture_close(&f);
@@ -339,13 +339,13 @@ static void test_bound_lets_a_step_through(void **state)
 }
 
 struct stopper {
-    struct kiln_sched *s;
+    struct kd_sched *s;
     pthread_t thread;
 };
 
 static void *stop_main(void *arg)
 {
-    kiln_sched_stop(((struct stopper *)arg)->s);
+    kd_sched_stop(((struct stopper *)arg)->s);
     return NULL;
 }
 
@@ -358,8 +358,8 @@ static void test_cancel_and_stop_wake_a_trainer(void **state)
     fixture_open(&f, 600000, 1);
     atomic_bool cancel;
     atomic_init(&cancel, false);
-    struct kiln_sched_training t;
-    assert_int_equal(kiln_sched_training_begin(f.s, "cpu", &cancel, &t), 0);
+    struct kd_sched_training t;
+    assert_int_equal(kd_sched_training_begin(f.s, "cpu", &cancel, &t), 0);
     struct blocker b;
     blocker_start(f.s, &b);
 
@@ -370,7 +370,7 @@ static void test_cancel_and_stop_wake_a_trainer(void **state)
     pthread_join(tr.thread, NULL);
     assert_int_equal(tr.rc, 1);
     assert_false(b.done);
-    assert_int_equal(kiln_sched_training_acquire(&t), 1); /* still cancelled: no step */
+    assert_int_equal(kd_sched_training_acquire(&t), 1); /* still cancelled: no step */
 
     atomic_store(&cancel, false);
     trainer_start(&tr, &t, NULL);
@@ -384,15 +384,15 @@ static void test_cancel_and_stop_wake_a_trainer(void **state)
     blocker_release(&b);
     pthread_join(st.thread, NULL);
     assert_true(b.done); /* stop delivered the task's completion */
-    assert_int_equal(kiln_sched_training_acquire(&t), 1); /* stopped: no more steps */
-    kiln_sched_training_end(&t);
+    assert_int_equal(kd_sched_training_acquire(&t), 1); /* stopped: no more steps */
+    kd_sched_training_end(&t);
     fixture_close(&f);
     blocker_destroy(&b);
 }
 
 struct joiner {
-    struct kiln_sched *s;
-    struct kiln_sched_training t;
+    struct kd_sched *s;
+    struct kd_sched_training t;
     const atomic_bool *cancel;
     int rc;
     int nice_before, nice_after;        /* the joining thread's own nice value */
@@ -403,7 +403,7 @@ static void *join_main(void *arg)
 {
     struct joiner *j = arg;
     j->nice_before = getpriority(PRIO_PROCESS, (id_t)gettid());
-    j->rc = kiln_sched_training_begin(j->s, "cpu", j->cancel, &j->t);
+    j->rc = kd_sched_training_begin(j->s, "cpu", j->cancel, &j->t);
     j->nice_after = getpriority(PRIO_PROCESS, (id_t)gettid());
     return NULL;
 }
@@ -418,7 +418,7 @@ static void test_one_job_per_device(void **state)
     fixture_nice = 7;
     fixture_open(&f, 600000, 1);
     fixture_nice = 0;
-    struct kiln_sched_training first;
+    struct kd_sched_training first;
     struct joiner j0 = {.s = f.s};
     assert_int_equal(pthread_create(&j0.thread, NULL, join_main, &j0), 0);
     pthread_join(j0.thread, NULL);
@@ -427,13 +427,13 @@ static void test_one_job_per_device(void **state)
     struct joiner j = {.s = f.s};
     assert_int_equal(pthread_create(&j.thread, NULL, join_main, &j), 0);
     wait_for_waiters(f.s, 1);
-    kiln_sched_training_end(&first);
+    kd_sched_training_end(&first);
     pthread_join(j.thread, NULL);
     assert_int_equal(j.rc, 0);
     /* Lowered to 7, or left alone when the test already runs at a lower priority. */
     assert_int_equal(j.nice_after, j.nice_before < 7 ? 7 : j.nice_before);
-    struct kiln_sched_training_stats st;
-    kiln_sched_training_stats(f.s, &st);
+    struct kd_sched_training_stats st;
+    kd_sched_training_stats(f.s, &st);
     assert_int_equal(st.jobs, 1);
 
     /* A third, cancelled while it waits, gets no slot. */
@@ -445,15 +445,15 @@ static void test_one_job_per_device(void **state)
     atomic_store(&cancel, true);
     pthread_join(k.thread, NULL);
     assert_int_equal(k.rc, 1);
-    kiln_sched_training_stats(f.s, &st);
+    kd_sched_training_stats(f.s, &st);
     assert_int_equal(st.jobs, 1);
-    kiln_sched_training_end(&j.t);
+    kd_sched_training_end(&j.t);
 
-    struct kiln_sched_training other;
-    assert_int_equal(kiln_sched_training_begin(f.s, "cuda:7", NULL, &other), 0);
+    struct kd_sched_training other;
+    assert_int_equal(kd_sched_training_begin(f.s, "cuda:7", NULL, &other), 0);
     assert_int_equal(other.dev, -1);
-    assert_int_equal(kiln_sched_training_acquire(&other), 0);
-    kiln_sched_training_end(&other);
+    assert_int_equal(kd_sched_training_acquire(&other), 0);
+    kd_sched_training_end(&other);
     fixture_close(&f);
 }
 
