@@ -20,7 +20,7 @@
 #include <uv.h>
 
 #include "auth.h"
-#include "http_conn.h"
+#include "http-conn.h"
 #include "jobs.h"
 #include "kiln/record.h"
 #include "responses.h"

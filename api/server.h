@@ -1,6 +1,6 @@
 /*
  * api/server.h — the HTTP server on a libuv loop: listening socket, connections, timers, writes.
- * Protocol decisions live in http_conn.c; this layer moves bytes, enforces the idle and request
+ * Protocol decisions live in http-conn.c; this layer moves bytes, enforces the idle and request
  * timeouts, applies write back-pressure and closes connections cleanly.
  *
  * Thread affinity: every call runs on the thread that runs the loop.
@@ -22,7 +22,7 @@
 #include <uv.h>
 
 #include "config.h"
-#include "http_conn.h"
+#include "http-conn.h"
 #include "metrics.h"
 
 struct kd_server_options {

@@ -22,7 +22,7 @@
 
 #include "auth.h"
 #include "logf.h"
-#include "http_conn.h"
+#include "http-conn.h"
 #include "responses.h"
 #include "serving.h"
 

@@ -148,12 +148,12 @@ int kd_infer_body(struct kd_buf *j, const char *model, int64_t version, const kd
 int kd_infer_respond(struct kd_buf *out, const struct kd_buf *body, size_t json_len, bool keep_alive,
                      const char *extra_headers);
 
-/* ,"<key>":[...] for a list of tensor specs, as the metadata endpoint shows them (model_json.c). */
+/* ,"<key>":[...] for a list of tensor specs, as the metadata endpoint shows them (model-json.c). */
 int kd_serving_specs_json(struct kd_buf *b, const char *key, const kd_model_tensor_spec *sp, int n);
-/* One version's statistics as Triton's statistics extension shows them (model_json.c). */
+/* One version's statistics as Triton's statistics extension shows them (model-json.c). */
 int kd_serving_stats_json(struct kd_buf *b, struct kd_sched_model *m);
 /*
- * A model's configuration as Triton's model-configuration JSON (model_json.c), from the
+ * A model's configuration as Triton's model-configuration JSON (model-json.c), from the
  * config the scheduler runs it with; format is "kiln" or "onnx". 0, or -1 when out of memory.
  */
 int kd_serving_config_json(struct kd_buf *b, const char *name, const char *format, const kd_model_config *c);

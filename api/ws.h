@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 #include "buf.h"
-#include "http_conn.h"
+#include "http-conn.h"
 #include "router.h"
 
 /* Close codes kiln sends (RFC 6455 section 7.4.1). */

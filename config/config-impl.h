@@ -1,6 +1,6 @@
 /*
  * config/config-impl.h — the shape of the configuration table, shared by the table itself
- * (config_table.c) and the loaders and printers (config.c). Nothing outside config/ sees it.
+ * (config-table.c) and the loaders and printers (config.c). Nothing outside config/ sees it.
  */
 #ifndef KD_CONFIG_IMPL_H
 #define KD_CONFIG_IMPL_H

@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "http_conn.h"
+#include "http-conn.h"
 #include "log.h"
 
 static int open_path(const char *path)

@@ -35,7 +35,7 @@ void kd_log_write(struct kd_log *log, enum kd_log_level level, const char *fmt, 
 void kd_log_sink(void *ud, enum kd_log_level level, const char *msg);
 
 /*
- * The access log (api/http_conn.h's access callback; ud is the struct kd_log): one info line
+ * The access log (api/http-conn.h's access callback; ud is the struct kd_log): one info line
  * per response. Text: `access GET /v2 200 0.123ms in=0 id=kiln-1-2-3 peer=127.0.0.1:5000`
  * (target with control characters and spaces escaped); JSON: msg "access" plus method, target,
  * status, ms, bytes_in, request_id and peer fields.

@@ -1,7 +1,7 @@
 /*
  * api/grpc/grpc-impl.h — what the gRPC service's files share: the connection and stream
- * structs (grpc_server.c owns them), the method dispatch (grpc_methods.c) and inference
- * (grpc_infer.c).
+ * structs (grpc-server.c owns them), the method dispatch (grpc-methods.c) and inference
+ * (grpc-infer.c).
  *
  * A stream is one call. Its request bytes are gathered message by message (the 5-byte gRPC
  * prefix is read first and its length checked against the limit before anything is kept);
@@ -102,7 +102,7 @@ struct kd_grpc_conn {
     struct kd_grpc_conn *prev, *next;
 };
 
-/* ---- grpc_server.c ---- */
+/* ---- grpc-server.c ---- */
 /* Queues one framed message m on s (sending response headers first). 0, or -1 out of memory. */
 int kd_grpc_reply(struct grpc_stream *s, const ProtobufCMessage *m);
 /* Queues framed messages already packed (prefix included); the buffer may be taken over (left empty). */
@@ -117,13 +117,13 @@ enum grpc_code kd_grpc_code_of_http(int status);
 /* Frames a message: the 5-byte prefix then the packed bytes, appended to b. 0 or -1. */
 int kd_grpc_frame(struct kd_buf *b, const ProtobufCMessage *m);
 
-/* ---- grpc_methods.c ---- */
+/* ---- grpc-methods.c ---- */
 /* One complete request message (s->in, prefix included) for the method s->path names. */
 void kd_grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len);
 /* Whether path names a method that streams requests (each message dispatched as it comes). */
 bool kd_grpc_is_streaming(const char *path);
 
-/* ---- grpc_infer.c ---- */
+/* ---- grpc-infer.c ---- */
 /* ModelInfer / one ModelStreamInfer message: decode, queue; the answer comes later. */
 void kd_grpc_infer(struct grpc_stream *s, const uint8_t *msg, size_t len);
 /* The stream is going away: its queued requests are cancelled and forgotten. */

@@ -2,7 +2,7 @@
  * backends/remote/remote-exec.h — the server side of the remote tensor protocol: what a remote
  * tensor session owns on its device, and running its messages against it. Internal to libkiln
  * (kiln__ names, not exported by the shared library) and documented here for kilnd, whose
- * api/tensor_session.c keeps only the WebSocket transport and calls this from a session's
+ * api/tensor-session.c keeps only the WebSocket transport and calls this from a session's
  * device worker; so does the fuzz target (tests/fuzz/fuzz_remote.c) with arbitrary bytes. The
  * remote backend (remote.c) is the client side; both speak wire.h.
  *

@@ -1,6 +1,6 @@
 /*
- * tests/unit/test_http_codec.c — gzip and deflate bodies through a connection (api/http_codec.c
- * inside api/http_conn.c): compressed requests reach handlers inflated, the body limit applies to
+ * tests/unit/test_http_codec.c — gzip and deflate bodies through a connection (api/http-codec.c
+ * inside api/http-conn.c): compressed requests reach handlers inflated, the body limit applies to
  * the inflated size (a small bomb is 413 and never allocated whole), corrupt or truncated streams
  * are 400, unknown codings 415, and responses are compressed as Accept-Encoding asks, deferred
  * ones included, while errors stay plain.
@@ -16,8 +16,8 @@
 #include <cmocka.h>
 #include <zlib.h>
 
-#include "http_codec.h"
-#include "http_conn.h"
+#include "http-codec.h"
+#include "http-conn.h"
 #include "responses.h"
 
 #define MAX_BODY (1u << 20)

@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "endpoints.h"
-#include "http_conn.h"
+#include "http-conn.h"
 #include "responses.h"
 
 struct fixture {

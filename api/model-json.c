@@ -1,5 +1,5 @@
 /*
- * api/model_json.c — a served model as the JSON the KServe v2 and Triton endpoints return: its
+ * api/model-json.c — a served model as the JSON the KServe v2 and Triton endpoints return: its
  * tensor specs (metadata), its statistics, and its configuration in the shape of Triton's model
  * configuration JSON (GET /v2/models/<name>[/versions/<v>]/config, which tritonclient's
  * get_model_config reads), rendered from what kilnd actually runs, not from config.json as

@@ -1,5 +1,5 @@
 /*
- * api/http_conn.c — turning a byte stream into requests and responses with llhttp.
+ * api/http-conn.c — turning a byte stream into requests and responses with llhttp.
  *
  * llhttp enforces no size limits of its own, so the callbacks count the request line and header
  * bytes and the body bytes as they stream in; a limit is enforced the moment it is crossed, even
@@ -8,7 +8,7 @@
  * connection closes. Pipelined requests are answered in order, each appended whole to out, so the
  * socket layer can send a whole batch in one write.
  *
- * Content codings (http_codec.c) sit at the two ends: a gzip or deflate body is inflated, within
+ * Content codings (http-codec.c) sit at the two ends: a gzip or deflate body is inflated, within
  * the body limit, before its handler runs, and a response is compressed after its handler (or,
  * for a deferred one, kd_http_pending_finish) wrote it, when the request's Accept-Encoding asks.
  */
@@ -19,8 +19,8 @@
 #include <strings.h>
 #include <time.h>
 
-#include "http_codec.h"
-#include "http_conn.h"
+#include "http-codec.h"
+#include "http-conn.h"
 #include "responses.h"
 
 /* Input stashed while a response is pending; past this, reading stops until it is answered. */

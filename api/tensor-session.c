@@ -1,5 +1,5 @@
 /*
- * api/tensor_session.c — remote tensor sessions on the loop thread: the /v1/tensor upgrade, the
+ * api/tensor-session.c — remote tensor sessions on the loop thread: the /v1/tensor upgrade, the
  * per-session queue, the hop to the session's device worker and back, and teardown.
  *
  * A session's messages are copied into its pending queue as they arrive. When no task of the

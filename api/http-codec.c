@@ -1,5 +1,5 @@
 /*
- * api/http_codec.c — gzip and deflate for HTTP bodies, through zlib (see http_codec.h).
+ * api/http-codec.c — gzip and deflate for HTTP bodies, through zlib (see http-codec.h).
  *
  * Inflating grows the output in steps and stops the moment it would pass the body limit, so a
  * few kilobytes that expand to gigabytes cost at most the limit. Compressing rewrites one
@@ -13,7 +13,7 @@
 
 #include <zlib.h>
 
-#include "http_codec.h"
+#include "http-codec.h"
 
 /* windowBits for zlib: 15 is the zlib format (HTTP "deflate"), +16 the gzip format. */
 static int window_bits(enum kd_http_coding c)

@@ -1,5 +1,5 @@
 /*
- * api/http_conn.h — one HTTP/1.1 connection's protocol logic, without a socket.
+ * api/http-conn.h — one HTTP/1.1 connection's protocol logic, without a socket.
  *
  * Bytes go in through kd_http_conn_feed; complete responses come out appended to conn->out.
  * The socket layer (server.c) only moves bytes and runs the timers, so the parser, the limits,

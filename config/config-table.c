@@ -1,5 +1,5 @@
 /*
- * config/config_table.c — the one table that knows kilnd's configuration keys, and the typed
+ * config/config-table.c — the one table that knows kilnd's configuration keys, and the typed
  * setters that validate a value against it. The file loader, the environment, the flags,
  * --help and the generated documentation all read this table; no other place lists keys.
  */

@@ -1,5 +1,5 @@
 /*
- * api/grpc/grpc_infer.c — ModelInfer and ModelStreamInfer: a ModelInferRequest into the same
+ * api/grpc/grpc-infer.c — ModelInfer and ModelStreamInfer: a ModelInferRequest into the same
  * struct kd_sched_request the HTTP decoder makes, queued through the same accounting
  * (kd_serving_submit) to the same scheduler; the finished request back into a
  * ModelInferResponse, packed on the worker (as the HTTP body is) and sent by the loop.

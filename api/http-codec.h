@@ -1,5 +1,5 @@
 /*
- * api/http_codec.h — HTTP content codings (RFC 9110 section 8.4): gzip and deflate request
+ * api/http-codec.h — HTTP content codings (RFC 9110 section 8.4): gzip and deflate request
  * bodies inflated, and responses compressed for a client whose Accept-Encoding asks for it,
  * through zlib. "deflate" is the zlib format, as RFC 9110 defines it and as tritonclient sends it.
  *

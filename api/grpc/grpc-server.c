@@ -1,5 +1,5 @@
 /*
- * api/grpc/grpc_server.c — the gRPC service's transport: a listener on the daemon's loop, one
+ * api/grpc/grpc-server.c — the gRPC service's transport: a listener on the daemon's loop, one
  * nghttp2 server session per connection, gRPC message framing and the status trailers.
  *
  * Limits, all checked before anything is kept: SETTINGS_MAX_CONCURRENT_STREAMS per connection
@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "grpc-impl.h"
-#include "http_codec.h"
+#include "http-codec.h"
 #include "logf.h"
 #include "server.h"
 

@@ -1,5 +1,5 @@
 /*
- * api/grpc/grpc_methods.c — the methods of inference.GRPCInferenceService other than inference:
+ * api/grpc/grpc-methods.c — the methods of inference.GRPCInferenceService other than inference:
  * health, metadata, model configuration, statistics and the model repository, answered from
  * the same model table (api/serving.h) and under the same token scopes as the HTTP endpoints.
  *
@@ -232,7 +232,7 @@ static void model_config(struct grpc_stream *s, const Inference__ModelConfigRequ
         mc.scheduling_choice_case = INFERENCE__MODEL_CONFIG__SCHEDULING_CHOICE_DYNAMIC_BATCHING;
         mc.dynamic_batching = &db;
     }
-    /* The version policy and instance group, as model_json.c shows them over HTTP. */
+    /* The version policy and instance group, as model-json.c shows them over HTTP. */
     Inference__ModelVersionPolicy vp = INFERENCE__MODEL_VERSION_POLICY__INIT;
     Inference__ModelVersionPolicy__Latest latest = INFERENCE__MODEL_VERSION_POLICY__LATEST__INIT;
     Inference__ModelVersionPolicy__All all = INFERENCE__MODEL_VERSION_POLICY__ALL__INIT;
@@ -277,7 +277,7 @@ static void model_config(struct grpc_stream *s, const Inference__ModelConfigRequ
     free(mc.output);
 }
 
-/* One version's statistics, as model_json.c's kd_serving_stats_json shows them over HTTP. */
+/* One version's statistics, as model-json.c's kd_serving_stats_json shows them over HTTP. */
 struct stats_msg {
     Inference__ModelStatistics ms;
     Inference__InferStatistics is;
