@@ -28,9 +28,9 @@
 #include "router.h"
 
 enum kd_auth_scope {
-    KD_AUTH_NONE = 0,     /* no token, or an unknown one */
-    KD_AUTH_READ = 1,     /* metadata, inference, statistics, remote tensor sessions */
-    KD_AUTH_ADMIN = 2,    /* also model load and unload, training jobs */
+    KD_AUTH_NONE = 0,  /* no token, or an unknown one */
+    KD_AUTH_READ = 1,  /* metadata, inference, statistics, remote tensor sessions */
+    KD_AUTH_ADMIN = 2, /* also model load and unload, training jobs */
 };
 
 struct kd_auth;

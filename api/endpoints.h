@@ -15,15 +15,15 @@
 #include "router.h"
 
 struct kd_api {
-    struct kd_metrics *metrics;   /* borrowed */
+    struct kd_metrics *metrics; /* borrowed */
     struct kd_router router;
     /* [0]: Connection: close, [1]: keep-alive */
     struct kd_buf live[2];
-    struct kd_buf ready[2];       /* 200 or 503, per the current state */
+    struct kd_buf ready[2]; /* 200 or 503, per the current state */
     struct kd_buf meta[2];
-    struct kd_buf scratch;        /* /metrics is rendered here, reusing its capacity */
-    struct kd_serving *serving;   /* borrowed; NULL until the model endpoints are up */
-    struct kd_jobs *jobs;         /* borrowed; NULL until the job endpoints are up */
+    struct kd_buf scratch;            /* /metrics is rendered here, reusing its capacity */
+    struct kd_serving *serving;       /* borrowed; NULL until the model endpoints are up */
+    struct kd_jobs *jobs;             /* borrowed; NULL until the job endpoints are up */
     struct kd_tensor_service *tensor; /* borrowed; NULL until /v1/tensor is up */
 };
 

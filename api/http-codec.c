@@ -108,8 +108,8 @@ int kd_http_inflate(enum kd_http_coding c, const char *in, size_t n, uint64_t ma
     if (inflateInit2(&z, window_bits(c)) != Z_OK)
         return -1;
     z.next_in = (Bytef *)(uintptr_t)in;
-    size_t left = n;            /* input not yet handed to zlib */
-    unsigned char probe;        /* one byte of room past the limit: output there means too large */
+    size_t left = n;     /* input not yet handed to zlib */
+    unsigned char probe; /* one byte of room past the limit: output there means too large */
     int rc = 0;
     for (;;) {
         size_t limit = out->cap < max ? out->cap : (size_t)max;

@@ -17,7 +17,7 @@ enum kd_http_coding {
     KD_CODING_IDENTITY = 0,
     KD_CODING_GZIP,
     KD_CODING_DEFLATE,
-    KD_CODING_UNKNOWN,    /* a Content-Encoding kilnd cannot decode: 415 */
+    KD_CODING_UNKNOWN, /* a Content-Encoding kilnd cannot decode: 415 */
 };
 
 /* The coding a Content-Encoding value names ("" and "identity" are identity). */

@@ -271,8 +271,8 @@ static int dispatch(struct kd_http_conn *c, bool keep_alive)
             return 0; /* counted and observed when it finishes */
         if (status == KD_HTTP_DEFERRED)
             status = kd_resp_error(&c->out, 500, "handler deferred without a pending response", keep_alive, NULL);
-        else if (status > 0 &&
-                 kd_http_compress_response(&c->out, mark, kd_http_coding_accepted(c->headers.accept_encoding)) != 0)
+        else if (status > 0 && kd_http_compress_response(&c->out, mark,
+                                                         kd_http_coding_accepted(c->headers.accept_encoding)) != 0)
             status = -1;
         break;
     }

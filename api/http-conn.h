@@ -27,22 +27,22 @@
 
 /* One line of the access log: what was asked, what was answered, for whom. */
 struct kd_http_access {
-    const char *method;             /* "GET"; "-" when the request line did not parse */
-    const char *target;             /* the request target as sent, query included */
+    const char *method; /* "GET"; "-" when the request line did not parse */
+    const char *target; /* the request target as sent, query included */
     size_t target_len;
     int status;
-    uint64_t elapsed_ns;            /* from the first byte of the request to the response */
-    uint64_t bytes_in;              /* the request body, after de-chunking */
-    const char *request_id;         /* X-Request-Id as given, or the one generated for it */
-    const char *peer;               /* "ip:port" of the client */
+    uint64_t elapsed_ns;    /* from the first byte of the request to the response */
+    uint64_t bytes_in;      /* the request body, after de-chunking */
+    const char *request_id; /* X-Request-Id as given, or the one generated for it */
+    const char *peer;       /* "ip:port" of the client */
 };
 
 /* What every connection of one server shares; read-only once connections exist. */
 struct kd_http_service {
     struct kd_router router;
-    void *ctx;                      /* handed to every route handler */
-    size_t max_header_bytes;        /* request line + headers */
-    uint64_t max_body_bytes;        /* after de-chunking */
+    void *ctx;               /* handed to every route handler */
+    size_t max_header_bytes; /* request line + headers */
+    uint64_t max_body_bytes; /* after de-chunking */
     /* Called once per response, errors included; route == router.count when none matched. */
     void (*observe)(void *ctx, size_t route, int status, uint64_t elapsed_ns);
     void *observe_ctx;
@@ -53,7 +53,7 @@ struct kd_http_service {
      */
     void (*access)(void *ctx, const struct kd_http_access *a);
     void *access_ctx;
-    int pid;                        /* for generated request ids */
+    int pid; /* for generated request ids */
 };
 
 /*
@@ -65,8 +65,8 @@ struct kd_http_service {
  * kd_http_pending_finish exactly once, on the loop thread, which frees it.
  */
 struct kd_http_pending {
-    struct kd_http_conn *conn;    /* loop thread only */
-    atomic_bool cancelled;          /* read by any thread */
+    struct kd_http_conn *conn; /* loop thread only */
+    atomic_bool cancelled;     /* read by any thread */
     /*
      * The request's body, moved here from the connection by kd_http_defer (the connection gets
      * it back, for reuse, when the response is finished). req->body keeps pointing at it, and it
@@ -76,8 +76,8 @@ struct kd_http_pending {
     size_t route;
     uint64_t started_ns;
     bool keep_alive;
-    int coding;                     /* enum kd_http_coding the response is compressed with */
-    size_t mark;                    /* where the response begins in conn->out (set by kd_http_pending_out) */
+    int coding;  /* enum kd_http_coding the response is compressed with */
+    size_t mark; /* where the response begins in conn->out (set by kd_http_pending_out) */
     bool marked;
 };
 
@@ -88,8 +88,8 @@ struct kd_http_pending {
  */
 struct kd_http_upgrade_ops {
     void (*feed)(void *ud, const char *data, size_t len);
-    void (*eof)(void *ud);          /* the peer closed its side; the connection closes */
-    void (*detach)(void *ud);       /* the connection is being freed: never touch it again */
+    void (*eof)(void *ud);    /* the peer closed its side; the connection closes */
+    void (*detach)(void *ud); /* the connection is being freed: never touch it again */
 };
 
 struct kd_http_conn {
@@ -97,32 +97,32 @@ struct kd_http_conn {
     const struct kd_http_service *svc;
     struct kd_buf url;
     struct kd_buf body;
-    struct kd_buf out;            /* responses not yet handed to the socket */
+    struct kd_buf out; /* responses not yet handed to the socket */
     size_t header_bytes;
     uint64_t body_bytes;
-    uint64_t started_ns;            /* first byte of the current request */
-    int reject_status;              /* set by a callback that refuses the request */
+    uint64_t started_ns; /* first byte of the current request */
+    int reject_status;   /* set by a callback that refuses the request */
     const char *reject_msg;
     unsigned responses;             /* responses produced so far */
     bool in_message;                /* a request has started and not yet completed */
     bool closing;                   /* no more input is read; close once out is written */
     bool draining;                  /* finish the current request, then close */
     bool failed;                    /* out of memory: close without a response */
-    struct kd_http_headers headers;   /* of the current request */
+    struct kd_http_headers headers; /* of the current request */
     size_t header_slot;             /* which headers field the value being parsed goes to */
     bool header_in_value;
     struct kd_buf header_name;
-    size_t route;                   /* route of the request being dispatched */
+    size_t route; /* route of the request being dispatched */
     struct kd_http_pending *pending;
-    bool dispatching;               /* inside a route handler */
-    bool finished_inline;           /* a deferred response was finished before the handler returned */
-    struct kd_buf stash;          /* input that arrived while a response was pending */
-    char peer[64];                  /* "ip:port", set by the socket layer (access log) */
-    uint64_t conn_id;               /* set by the socket layer; generated request ids use it */
-    uint64_t requests;              /* requests dispatched on this connection */
-    const struct kd_http_upgrade_ops *up_ops;     /* set by kd_http_upgrade */
+    bool dispatching;                         /* inside a route handler */
+    bool finished_inline;                     /* a deferred response was finished before the handler returned */
+    struct kd_buf stash;                      /* input that arrived while a response was pending */
+    char peer[64];                            /* "ip:port", set by the socket layer (access log) */
+    uint64_t conn_id;                         /* set by the socket layer; generated request ids use it */
+    uint64_t requests;                        /* requests dispatched on this connection */
+    const struct kd_http_upgrade_ops *up_ops; /* set by kd_http_upgrade */
     void *up_ud;
-    bool upgraded;                  /* the 101 went out: input goes to up_ops */
+    bool upgraded; /* the 101 went out: input goes to up_ops */
     /* Called after a pending response was finished, so the socket layer can send it. */
     void (*wake)(void *ud);
     void *wake_ud;

@@ -142,11 +142,11 @@ static const char *member_at(const char *at, const char *end, const char *key)
  */
 struct doc {
     const char *id, *inputs, *outputs, *params;
-    int ninputs;                                    /* in the request, may exceed KD_SCHED_MAX_IO */
+    int ninputs; /* in the request, may exceed KD_SCHED_MAX_IO */
     struct in_desc in[KD_SCHED_MAX_IO];
     bool lax;                                       /* the inputs' "data" arrays are skipped unchecked */
     int nlax;
-    const char *lax_at[KD_SCHED_MAX_IO];          /* those arrays */
+    const char *lax_at[KD_SCHED_MAX_IO]; /* those arrays */
 };
 
 static void note(struct kd_jscan *s, const char **slot)
@@ -400,8 +400,8 @@ static int fill_one(const struct kd_infer_data *dd, int i, const kd_model_config
     return 0;
 }
 
-int kd_infer_fill(const struct kd_infer_data *dd, const kd_model_config *c, struct kd_sched_request *r,
-                  char *msg, size_t msglen)
+int kd_infer_fill(const struct kd_infer_data *dd, const kd_model_config *c, struct kd_sched_request *r, char *msg,
+                  size_t msglen)
 {
     for (int i = 0; i < dd->n; i++) {
         int st = fill_one(dd, i, c, r, msg, msglen);

@@ -76,8 +76,10 @@ int kd_jobs_succeed(struct kd_jobs *j, int64_t id, const char *name, int64_t ver
     } else {
         /* Still running in the store: the next start finds the version by its source.json and
          * records the job then. */
-        kd_jobs_log(j, KD_LOG_ERROR, "job %lld: model %s version %lld is ready but the job's success was not "
-                    "recorded: %s", (long long)id, name, (long long)version, err);
+        kd_jobs_log(j, KD_LOG_ERROR,
+                    "job %lld: model %s version %lld is ready but the job's success was not "
+                    "recorded: %s",
+                    (long long)id, name, (long long)version, err);
     }
     return rc;
 }

@@ -59,13 +59,13 @@ struct kd_jobs {
     char *models_dir;                /* data_dir/models: the repository fine-tuning reads */
     const char **roots;
     size_t nroots;
-    struct kd_auth *auth;          /* the bearer-token rules (auth.h) */
+    struct kd_auth *auth; /* the bearer-token rules (auth.h) */
     /* loop thread */
     uv_async_t async;
     uv_timer_t ping;
     bool handles_open;
     struct kd_jobs_stream *streams;
-    struct kd_jobs_finish *loading;  /* handed to serving, waiting for their load to end */
+    struct kd_jobs_finish *loading; /* handed to serving, waiting for their load to end */
     /* shared */
     pthread_mutex_t store_mu;        /* the job store */
     pthread_mutex_t mu;              /* the fields below */
@@ -86,14 +86,15 @@ struct kd_jobs {
 };
 
 /* jobs-store-glue.c; the store calls are only ever made between lock and unlock */
-void kd_jobs_log(struct kd_jobs *j, enum kd_log_level l, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void kd_jobs_log(struct kd_jobs *j, enum kd_log_level l, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 void kd_jobs_store_lock(struct kd_jobs *j);
 void kd_jobs_store_unlock(struct kd_jobs *j);
 /* Append an event and tell the loop; from either thread. */
 void kd_jobs_emit(struct kd_jobs *j, int64_t id, const char *type, const char *payload);
 /* A "state" event; extra_json (when given) goes in under extra_key. */
-void kd_jobs_emit_state(struct kd_jobs *j, int64_t id, const char *state, const char *error,
-                        const char *extra_key, const char *extra_json);
+void kd_jobs_emit_state(struct kd_jobs *j, int64_t id, const char *state, const char *error, const char *extra_key,
+                        const char *extra_json);
 /* The payload of a "state" event (cJSON_free it); NULL when out of memory. */
 char *kd_jobs_state_payload(const char *state, const char *error, const char *extra_key, const char *extra_json);
 int kd_jobs_set_state(struct kd_jobs *j, int64_t id, const char *state, const char *error);

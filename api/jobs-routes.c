@@ -168,13 +168,15 @@ static int handle_list(struct kd_jobs *j, const struct kd_request *req, struct k
         return kd_jobs_errorf(out, req, 400, "state: must be queued, running, succeeded, failed or cancelled");
     if (kd_jobs_query_param(req, "after", num, sizeof num) && !kd_jobs_parse_i64(num, &after))
         return kd_jobs_errorf(out, req, 400, "after: must be a job id");
-    if (kd_jobs_query_param(req, "limit", num, sizeof num) && (!kd_jobs_parse_i64(num, &limit) || limit < 1 || limit > 1000))
+    if (kd_jobs_query_param(req, "limit", num, sizeof num) &&
+        (!kd_jobs_parse_i64(num, &limit) || limit < 1 || limit > 1000))
         return kd_jobs_errorf(out, req, 400, "limit: must be within 1..1000");
     struct kd_job *jobs = NULL;
     int n = 0;
     char err[256];
     kd_jobs_store_lock(j);
-    int rc = kd_jobstore_job_list(j->o.store, state[0] ? state : NULL, after, (int)limit, &jobs, &n, err, sizeof err);
+    int rc = kd_jobstore_job_list(j->o.store, state[0] ? state : NULL, after, (int)limit, &jobs, &n, err,
+                                  sizeof err);
     kd_jobs_store_unlock(j);
     if (rc != 0)
         return kd_jobs_errorf(out, req, 500, "job store: %s", err);
@@ -191,7 +193,7 @@ static int handle_list(struct kd_jobs *j, const struct kd_request *req, struct k
 }
 
 int kd_jobs_get_job(struct kd_jobs *j, int64_t id, struct kd_job *job, const struct kd_request *req,
-                   struct kd_buf *out)
+                    struct kd_buf *out)
 {
     char err[256];
     kd_jobs_store_lock(j);
@@ -288,8 +290,8 @@ static int handle_cancel(struct kd_jobs *j, int64_t id, const struct kd_request 
         atomic_store(&j->cancel, true);
     pthread_mutex_unlock(&j->mu);
     if (finishing)
-        return kd_jobs_errorf(out, req, 409, "job %lld has finished training; its model is being loaded for serving",
-                              (long long)id);
+        return kd_jobs_errorf(
+            out, req, 409, "job %lld has finished training; its model is being loaded for serving", (long long)id);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)id);
     if (running) {
@@ -300,7 +302,8 @@ static int handle_cancel(struct kd_jobs *j, int64_t id, const struct kd_request 
     /* Queued (a job the thread has not taken yet, or just finished: the store decides). */
     if (kd_jobs_transition(j, id, KD_JOB_CANCELLED, NULL, NULL, NULL) != 0) {
         cJSON_Delete(o);
-        return kd_jobs_errorf(out, req, 409, "job %lld could not be cancelled; it may have just finished", (long long)id);
+        return kd_jobs_errorf(out, req, 409, "job %lld could not be cancelled; it may have just finished",
+                              (long long)id);
     }
     cJSON_AddStringToObject(o, "state", KD_JOB_CANCELLED);
     return kd_jobs_send_json(out, 200, o, req);
@@ -313,7 +316,8 @@ static int handle_resume(struct kd_jobs *j, int64_t id, const struct kd_request 
     if (st)
         return st;
     if (strcmp(job.state, KD_JOB_FAILED) != 0 && strcmp(job.state, KD_JOB_CANCELLED) != 0) {
-        st = kd_jobs_errorf(out, req, 409, "job %lld is %s; only failed or cancelled jobs resume", (long long)id, job.state);
+        st = kd_jobs_errorf(out, req, 409, "job %lld is %s; only failed or cancelled jobs resume", (long long)id,
+                            job.state);
         kd_jobstore_job_clear(&job);
         return st;
     }
@@ -388,15 +392,15 @@ int kd_jobs_handle(void *ctx, const struct kd_request *req, struct kd_buf *out)
     }
     if (!strcmp(action, "events"))
         return req->method == KD_HTTP_GET ? kd_jobs_handle_events(j, id, req, out)
-                                            : kd_jobs_errorf(out, req, 405, "events take GET");
+                                          : kd_jobs_errorf(out, req, 405, "events take GET");
     if (!strcmp(action, "metrics"))
         return req->method == KD_HTTP_GET ? kd_jobs_handle_metrics(j, id, req, out)
-                                            : kd_jobs_errorf(out, req, 405, "metrics take GET");
+                                          : kd_jobs_errorf(out, req, 405, "metrics take GET");
     if (!strcmp(action, "logs"))
         return req->method == KD_HTTP_GET ? kd_jobs_handle_logs(j, id, req, out)
-                                            : kd_jobs_errorf(out, req, 405, "logs take GET");
+                                          : kd_jobs_errorf(out, req, 405, "logs take GET");
     if (!strcmp(action, "resume"))
         return req->method == KD_HTTP_POST ? handle_resume(j, id, req, out)
-                                             : kd_jobs_errorf(out, req, 405, "resume takes POST");
+                                           : kd_jobs_errorf(out, req, 405, "resume takes POST");
     return kd_jobs_errorf(out, req, 404, "no such job path");
 }

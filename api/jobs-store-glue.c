@@ -68,7 +68,7 @@ char *kd_jobs_state_payload(const char *state, const char *error, const char *ex
 }
 
 void kd_jobs_emit_state(struct kd_jobs *j, int64_t id, const char *state, const char *error, const char *extra_key,
-                       const char *extra_json)
+                        const char *extra_json)
 {
     char *text = kd_jobs_state_payload(state, error, extra_key, extra_json);
     if (text)

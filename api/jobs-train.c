@@ -174,13 +174,17 @@ static void run_job(struct kd_jobs *j, int64_t id)
     memset(&res, 0, sizeof res);
     bool written = restarted && spec.register_as && version_written_before(j, spec.register_as, source, &res) > 0;
     if (written)
-        kd_jobs_log(j, KD_LOG_INFO, "job %lld resumes after a restart: it had written %s version %lld, which "
-                    "is loaded instead of training again", (long long)id, spec.register_as, (long long)res.version);
+        kd_jobs_log(j, KD_LOG_INFO,
+                    "job %lld resumes after a restart: it had written %s version %lld, which "
+                    "is loaded instead of training again",
+                    (long long)id, spec.register_as, (long long)res.version);
     else
-        kd_jobs_log(j, KD_LOG_INFO, "job %lld %s", (long long)id, restarted ? "resumes after a restart" : "starts");
+        kd_jobs_log(j, KD_LOG_INFO, "job %lld %s", (long long)id,
+                    restarted ? "resumes after a restart" : "starts");
     char *ckpt = kd_jobs_path(j->data_dir, "checkpoints/job-%lld", (long long)id);
-    char *from = spec.resume_from_job > 0 ? kd_jobs_path(j->data_dir, "checkpoints/job-%lld", (long long)spec.resume_from_job)
-                                          : NULL;
+    char *from = spec.resume_from_job > 0
+                     ? kd_jobs_path(j->data_dir, "checkpoints/job-%lld", (long long)spec.resume_from_job)
+                     : NULL;
     char *scratch = kd_jobs_path(j->data_dir, "tmp/job-%lld-model", (long long)id);
     char *models = strdup(j->models_dir); /* the model repository, maybe outside data_dir */
     char *tmp = kd_jobs_path(j->data_dir, "%s", "tmp");
@@ -224,10 +228,11 @@ static void run_job(struct kd_jobs *j, int64_t id)
         rc = kd_trainer_run(&run, &res);
         kd_sched_training_end(&jr.gate);
         if (jr.gate.yields)
-            kd_jobs_log(j, KD_LOG_INFO, "job %lld yielded to inference before %llu steps (%llu ran after "
-                        "training.max_wait_ms), waiting %.3f s in all", (long long)id,
-                           (unsigned long long)jr.gate.yields, (unsigned long long)jr.gate.forced,
-                           (double)jr.gate.wait_ns / 1e9);
+            kd_jobs_log(j, KD_LOG_INFO,
+                        "job %lld yielded to inference before %llu steps (%llu ran after "
+                        "training.max_wait_ms), waiting %.3f s in all",
+                        (long long)id, (unsigned long long)jr.gate.yields, (unsigned long long)jr.gate.forced,
+                        (double)jr.gate.wait_ns / 1e9);
     }
     pthread_mutex_lock(&j->mu);
     bool stopping = j->stopping;
@@ -239,7 +244,8 @@ static void run_job(struct kd_jobs *j, int64_t id)
         if (stopping) {
             /* kilnd is shutting down, not the user cancelling: the job stays running in the
              * store and the next kilnd picks it up from its checkpoint. */
-            kd_jobs_log(j, KD_LOG_INFO, "job %lld interrupted by shutdown; it resumes on the next start", (long long)id);
+            kd_jobs_log(j, KD_LOG_INFO, "job %lld interrupted by shutdown; it resumes on the next start",
+                        (long long)id);
         } else if (kd_jobs_transition(j, id, KD_JOB_CANCELLED, NULL, NULL, NULL) == 0) {
             kd_jobs_log(j, KD_LOG_INFO, "job %lld cancelled", (long long)id);
         }

@@ -93,7 +93,8 @@ struct kd_jobs *kd_jobs_new(const struct kd_jobs_options *o, char *err, size_t e
     if (kd_jobstore_job_list(o->store, KD_JOB_RUNNING, 0, 1000, &jobs, &n, err, errlen) == 0) {
         for (int i = 0; i < n; i++) {
             if (kd_jobstore_job_requeue(o->store, jobs[i].id, err, errlen) == 0) {
-                kd_jobs_log(j, KD_LOG_INFO, "job %lld was running when kilnd stopped; queued to resume", (long long)jobs[i].id);
+                kd_jobs_log(j, KD_LOG_INFO, "job %lld was running when kilnd stopped; queued to resume",
+                            (long long)jobs[i].id);
                 kd_jobstore_event_append(o->store, jobs[i].id, "state",
                                          "{\"state\":\"queued\",\"reason\":\"kilnd restarted\"}", NULL, NULL, 0);
             }

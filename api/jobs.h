@@ -28,13 +28,13 @@ struct kd_sched;
 
 struct kd_jobs_options {
     uv_loop_t *loop;
-    struct kd_jobstore *store;          /* borrowed; from now on used only through this module */
+    struct kd_jobstore *store;            /* borrowed; from now on used only through this module */
     const char *data_dir;                 /* checkpoints/ and tmp/ live under it */
     const char *models_dir;               /* the model repository jobs register into; NULL: <data_dir>/models */
     const struct kd_strlist *data_roots;
-    const struct kd_strlist *tokens;    /* as kd_serving_options: "admin:T", "read:T", "T" */
-    struct kd_serving *serving;         /* finished models are loaded through it; may be NULL */
-    struct kd_sched *sched;             /* steps take turns with its inference; NULL: ungated */
+    const struct kd_strlist *tokens; /* as kd_serving_options: "admin:T", "read:T", "T" */
+    struct kd_serving *serving;      /* finished models are loaded through it; may be NULL */
+    struct kd_sched *sched;          /* steps take turns with its inference; NULL: ungated */
     void (*log)(void *ud, enum kd_log_level level, const char *msg);
     void *log_ud;
 };

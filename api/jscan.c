@@ -521,9 +521,7 @@ long kd_jscan_string(struct kd_jscan *s, char *out, size_t cap)
                 }
                 break;
             }
-            default:
-                s->p = p - 1;
-                return kd_jscan_fail(s, "bad escape in a string");
+            default: s->p = p - 1; return kd_jscan_fail(s, "bad escape in a string");
             }
         }
         if (!over && out && n + k < cap)
@@ -650,8 +648,7 @@ int kd_jscan_skip(struct kd_jscan *s)
             if (kd_jscan_skip(s) != 0)
                 return -1;
         return r;
-    case KD_J_STRING:
-        return kd_jscan_string(s, NULL, 0) == -1 ? -1 : 0;
+    case KD_J_STRING: return kd_jscan_string(s, NULL, 0) == -1 ? -1 : 0;
     case KD_J_NUMBER: {
         struct num n;
         size_t len = lex_number(s->p, s->end, &n);

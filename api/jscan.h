@@ -28,7 +28,7 @@
 #define KD_JSCAN_MAX_DEPTH 64
 
 enum kd_jtype {
-    KD_J_NONE = 0,    /* end of input, or a byte no value starts with */
+    KD_J_NONE = 0, /* end of input, or a byte no value starts with */
     KD_J_OBJECT,
     KD_J_ARRAY,
     KD_J_STRING,

@@ -82,9 +82,8 @@ void kd_metrics_free(struct kd_metrics *m)
     free(m);
 }
 
-struct kd_metric_family *kd_metrics_family(struct kd_metrics *m, const char *name,
-                                           const char *help, enum kd_metric_type type,
-                                           const char *const *label_names,
+struct kd_metric_family *kd_metrics_family(struct kd_metrics *m, const char *name, const char *help,
+                                           enum kd_metric_type type, const char *const *label_names,
                                            const double *buckets, size_t nbuckets)
 {
     struct kd_metric_family *f = calloc(1, sizeof *f);
@@ -132,20 +131,19 @@ static int sampled(struct kd_metrics *m, const char *name, const char *help, enu
     return 0;
 }
 
-int kd_metrics_gauge_fn(struct kd_metrics *m, const char *name, const char *help,
-                        double (*fn)(void *ctx), void *ctx)
+int kd_metrics_gauge_fn(struct kd_metrics *m, const char *name, const char *help, double (*fn)(void *ctx),
+                        void *ctx)
 {
     return sampled(m, name, help, KD_METRIC_GAUGE, fn, ctx);
 }
 
-int kd_metrics_counter_fn(struct kd_metrics *m, const char *name, const char *help,
-                          double (*fn)(void *ctx), void *ctx)
+int kd_metrics_counter_fn(struct kd_metrics *m, const char *name, const char *help, double (*fn)(void *ctx),
+                          void *ctx)
 {
     return sampled(m, name, help, KD_METRIC_COUNTER, fn, ctx);
 }
 
-struct kd_metric_series *kd_metrics_series(struct kd_metric_family *f,
-                                           const char *const *label_values)
+struct kd_metric_series *kd_metrics_series(struct kd_metric_family *f, const char *const *label_values)
 {
     for (struct kd_metric_series *s = f->series; s; s = s->next) {
         bool same = true;
@@ -237,8 +235,8 @@ static int put_number(struct kd_buf *out, double v)
 }
 
 /* Writes {a="x",b="y"[,le="..."]}, or nothing when there are no labels at all. */
-static int put_labels(struct kd_buf *out, const struct kd_metric_family *f,
-                      const struct kd_metric_series *s, const char *le)
+static int put_labels(struct kd_buf *out, const struct kd_metric_family *f, const struct kd_metric_series *s,
+                      const char *le)
 {
     if (f->nlabels == 0 && !le)
         return 0;
@@ -253,8 +251,7 @@ static int put_labels(struct kd_buf *out, const struct kd_metric_family *f,
     return rc | kd_buf_puts(out, "}");
 }
 
-static int render_histogram(struct kd_buf *out, const struct kd_metric_family *f,
-                            const struct kd_metric_series *s)
+static int render_histogram(struct kd_buf *out, const struct kd_metric_family *f, const struct kd_metric_series *s)
 {
     int rc = 0;
     uint64_t cumulative = 0;

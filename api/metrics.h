@@ -36,21 +36,19 @@ void kd_metrics_free(struct kd_metrics *m);
  * label_names is NULL-terminated (or NULL for none). buckets are the histogram's upper bounds,
  * ascending, +Inf implied. Returns NULL when out of memory.
  */
-struct kd_metric_family *kd_metrics_family(struct kd_metrics *m, const char *name,
-                                           const char *help, enum kd_metric_type type,
-                                           const char *const *label_names,
+struct kd_metric_family *kd_metrics_family(struct kd_metrics *m, const char *name, const char *help,
+                                           enum kd_metric_type type, const char *const *label_names,
                                            const double *buckets, size_t nbuckets);
 
 /* A gauge sampled when rendering, e.g. uptime. */
-int kd_metrics_gauge_fn(struct kd_metrics *m, const char *name, const char *help,
-                        double (*fn)(void *ctx), void *ctx);
+int kd_metrics_gauge_fn(struct kd_metrics *m, const char *name, const char *help, double (*fn)(void *ctx),
+                        void *ctx);
 /* A counter kept by another thread (fn must read it safely), sampled when rendering. */
-int kd_metrics_counter_fn(struct kd_metrics *m, const char *name, const char *help,
-                          double (*fn)(void *ctx), void *ctx);
+int kd_metrics_counter_fn(struct kd_metrics *m, const char *name, const char *help, double (*fn)(void *ctx),
+                          void *ctx);
 
 /* Finds or creates the series with these label values (same count as the family's names). */
-struct kd_metric_series *kd_metrics_series(struct kd_metric_family *f,
-                                           const char *const *label_values);
+struct kd_metric_series *kd_metrics_series(struct kd_metric_family *f, const char *const *label_values);
 
 void kd_metric_add(struct kd_metric_series *s, double v);
 void kd_metric_set(struct kd_metric_series *s, double v);

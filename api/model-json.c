@@ -33,11 +33,12 @@ static int put_tensors(struct kd_buf *b, const char *key, const kd_model_tensor_
         rc |= kd_buf_puts(b, i ? ",{\"name\":\"" : "{\"name\":\"");
         rc |= kd_buf_json_escape(b, sp[i].name, strlen(sp[i].name));
         rc |= kd_buf_printf(b, "\",\"data_type\":\"%s\",%s\"dims\":[",
-                            triton_type(sp[i].datatype, type, sizeof type), input ? "\"format\":\"FORMAT_NONE\"," : "");
+                            triton_type(sp[i].datatype, type, sizeof type),
+                            input ? "\"format\":\"FORMAT_NONE\"," : "");
         for (int d = batched ? 1 : 0; d < sp[i].ndim; d++)
             rc |= kd_buf_printf(b, "%s%lld", d > (batched ? 1 : 0) ? "," : "", (long long)sp[i].shape[d]);
         rc |= kd_buf_puts(b, input ? "],\"is_shape_tensor\":false,\"allow_ragged_batch\":false,\"optional\":false}"
-                                     : "],\"label_filename\":\"\",\"is_shape_tensor\":false}");
+                                   : "],\"label_filename\":\"\",\"is_shape_tensor\":false}");
     }
     return rc | kd_buf_puts(b, "]");
 }
@@ -45,8 +46,7 @@ static int put_tensors(struct kd_buf *b, const char *key, const kd_model_tensor_
 static int put_version_policy(struct kd_buf *b, const kd_model_config *c)
 {
     switch (c->policy) {
-    case KD_VERSION_ALL:
-        return kd_buf_puts(b, ",\"version_policy\":{\"all\":{}}");
+    case KD_VERSION_ALL: return kd_buf_puts(b, ",\"version_policy\":{\"all\":{}}");
     case KD_VERSION_SPECIFIC: {
         int rc = kd_buf_puts(b, ",\"version_policy\":{\"specific\":{\"versions\":[");
         for (int i = 0; i < c->nspecific; i++)
@@ -123,21 +123,22 @@ int kd_serving_stats_json(struct kd_buf *b, struct kd_sched_model *m)
     kd_sched_model_stats(m, &st);
     int rc = kd_buf_puts(b, "{\"name\":\"");
     rc |= kd_buf_json_escape(b, kd_sched_model_name(m), strlen(kd_sched_model_name(m)));
-    rc |= kd_buf_printf(b,
-                        "\",\"version\":\"%lld\",\"last_inference\":%llu,\"inference_count\":%llu,"
-                        "\"execution_count\":%llu,\"inference_stats\":{"
-                        "\"success\":{\"count\":%llu,\"ns\":%llu},\"fail\":{\"count\":%llu,\"ns\":%llu},"
-                        "\"queue\":{\"count\":%llu,\"ns\":%llu},\"compute_input\":{\"count\":%llu,\"ns\":0},"
-                        "\"compute_infer\":{\"count\":%llu,\"ns\":%llu},\"compute_output\":{\"count\":%llu,\"ns\":0},"
-                        "\"cache_hit\":{\"count\":0,\"ns\":0},\"cache_miss\":{\"count\":0,\"ns\":0}},"
-                        "\"batch_stats\":[",
-                        (long long)kd_sched_model_version(m), (unsigned long long)st.last_inference_ms,
-                        (unsigned long long)st.inference_count, (unsigned long long)st.execution_count,
-                        (unsigned long long)st.success_count, (unsigned long long)st.success_ns,
-                        (unsigned long long)st.fail_count, (unsigned long long)st.fail_ns,
-                        (unsigned long long)(st.success_count + st.fail_count), (unsigned long long)st.queue_ns,
-                        (unsigned long long)st.execution_count, (unsigned long long)st.execution_count,
-                        (unsigned long long)st.compute_ns, (unsigned long long)st.execution_count);
+    rc |= kd_buf_printf(
+        b,
+        "\",\"version\":\"%lld\",\"last_inference\":%llu,\"inference_count\":%llu,"
+        "\"execution_count\":%llu,\"inference_stats\":{"
+        "\"success\":{\"count\":%llu,\"ns\":%llu},\"fail\":{\"count\":%llu,\"ns\":%llu},"
+        "\"queue\":{\"count\":%llu,\"ns\":%llu},\"compute_input\":{\"count\":%llu,\"ns\":0},"
+        "\"compute_infer\":{\"count\":%llu,\"ns\":%llu},\"compute_output\":{\"count\":%llu,\"ns\":0},"
+        "\"cache_hit\":{\"count\":0,\"ns\":0},\"cache_miss\":{\"count\":0,\"ns\":0}},"
+        "\"batch_stats\":[",
+        (long long)kd_sched_model_version(m), (unsigned long long)st.last_inference_ms,
+        (unsigned long long)st.inference_count, (unsigned long long)st.execution_count,
+        (unsigned long long)st.success_count, (unsigned long long)st.success_ns, (unsigned long long)st.fail_count,
+        (unsigned long long)st.fail_ns, (unsigned long long)(st.success_count + st.fail_count),
+        (unsigned long long)st.queue_ns, (unsigned long long)st.execution_count,
+        (unsigned long long)st.execution_count, (unsigned long long)st.compute_ns,
+        (unsigned long long)st.execution_count);
     bool first = true;
     for (int i = 0; i < KD_SCHED_BATCH_BUCKETS; i++) {
         if (!st.batch_hist[i])

@@ -35,8 +35,8 @@ const char *kd_http_reason(int status)
     return "Unknown";
 }
 
-int kd_resp_append(struct kd_buf *out, int status, const char *content_type, const void *body,
-                   size_t body_len, bool keep_alive, const char *extra_headers)
+int kd_resp_append(struct kd_buf *out, int status, const char *content_type, const void *body, size_t body_len,
+                   bool keep_alive, const char *extra_headers)
 {
     size_t mark = out->len;
     int rc = kd_buf_printf(out,
@@ -58,8 +58,7 @@ int kd_resp_append(struct kd_buf *out, int status, const char *content_type, con
     return status;
 }
 
-int kd_resp_error(struct kd_buf *out, int status, const char *msg, bool keep_alive,
-                  const char *extra_headers)
+int kd_resp_error(struct kd_buf *out, int status, const char *msg, bool keep_alive, const char *extra_headers)
 {
     char body[512];
     /* Messages are short and ours, so a capped stack buffer is enough. */

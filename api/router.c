@@ -11,9 +11,8 @@ static const struct {
     unsigned bit;
     const char *name;
 } method_names[] = {
-    {KD_HTTP_GET, "GET"},         {KD_HTTP_HEAD, "HEAD"},   {KD_HTTP_POST, "POST"},
-    {KD_HTTP_PUT, "PUT"},         {KD_HTTP_DELETE, "DELETE"}, {KD_HTTP_PATCH, "PATCH"},
-    {KD_HTTP_OPTIONS, "OPTIONS"},
+    {KD_HTTP_GET, "GET"},       {KD_HTTP_HEAD, "HEAD"},   {KD_HTTP_POST, "POST"},       {KD_HTTP_PUT, "PUT"},
+    {KD_HTTP_DELETE, "DELETE"}, {KD_HTTP_PATCH, "PATCH"}, {KD_HTTP_OPTIONS, "OPTIONS"},
 };
 
 unsigned kd_http_method_from_name(const char *name, size_t len)
@@ -24,8 +23,8 @@ unsigned kd_http_method_from_name(const char *name, size_t len)
     return KD_HTTP_OTHER;
 }
 
-enum kd_route_result kd_router_match(const struct kd_router *r, unsigned method,
-                                     const char *path, size_t len, size_t *index)
+enum kd_route_result kd_router_match(const struct kd_router *r, unsigned method, const char *path, size_t len,
+                                     size_t *index)
 {
     for (size_t i = 0; i < r->count; i++) {
         const struct kd_route *rt = &r->routes[i];

@@ -67,7 +67,7 @@ struct kd_request {
     size_t body_len;
     bool keep_alive;            /* the response must say "Connection: close" when false */
     const struct kd_http_headers *headers;
-    struct kd_http_conn *conn;    /* for kd_http_defer */
+    struct kd_http_conn *conn; /* for kd_http_defer */
 };
 
 /*
@@ -105,8 +105,8 @@ enum kd_route_result {
  * Finds the route for (method, path). *index is the matching route's index (also for 405, so
  * the Allow header can be built), or the route count for an unknown path.
  */
-enum kd_route_result kd_router_match(const struct kd_router *r, unsigned method,
-                                     const char *path, size_t len, size_t *index);
+enum kd_route_result kd_router_match(const struct kd_router *r, unsigned method, const char *path, size_t len,
+                                     size_t *index);
 
 /* The methods routes[index] takes at path (its methods_at when it has one). */
 unsigned kd_router_methods(const struct kd_router *r, size_t index, const char *path, size_t path_len);

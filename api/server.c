@@ -42,7 +42,7 @@ struct conn {
     uv_write_t wreq;
     uv_shutdown_t sreq;
     struct kd_http_conn http;
-    struct kd_buf wbuf;           /* bytes handed to uv_write, kept alive until its callback */
+    struct kd_buf wbuf; /* bytes handed to uv_write, kept alive until its callback */
     struct kd_server *srv;
     struct conn *prev, *next;
     unsigned last_responses;
@@ -105,8 +105,8 @@ static struct kd_metric_series *status_series(struct kd_server *s, struct route_
         if (rm->slots[i].code == 0) {
             char text[16];
             snprintf(text, sizeof text, "%d", code);
-            struct kd_metric_series *series =
-                kd_metrics_series(s->requests, (const char *const[]){rm->label, text, NULL});
+            struct kd_metric_series *series = kd_metrics_series(s->requests,
+                                                                (const char *const[]){rm->label, text, NULL});
             if (series)
                 rm->slots[i] = (struct status_slot){code, series};
             return series;
@@ -135,8 +135,9 @@ static int register_metrics(struct kd_server *s)
     s->rm = calloc(r->count + 1, sizeof *s->rm);
     if (!s->rm)
         return -1;
-    s->requests = kd_metrics_family(m, "kiln_http_requests_total", "HTTP responses sent, by route and status code.",
-                                    KD_METRIC_COUNTER, (const char *const[]){"route", "code", NULL}, NULL, 0);
+    s->requests = kd_metrics_family(m, "kiln_http_requests_total",
+                                    "HTTP responses sent, by route and status code.", KD_METRIC_COUNTER,
+                                    (const char *const[]){"route", "code", NULL}, NULL, 0);
     s->latency = kd_metrics_family(m, "kiln_http_request_duration_seconds",
                                    "Time from a request's first byte to its response, by route.",
                                    KD_METRIC_HISTOGRAM, (const char *const[]){"route", NULL}, latency_buckets,
@@ -519,8 +520,8 @@ int kd_server_bind(uv_loop_t *loop, uv_tcp_t *listener, const char *host, int po
 
 int kd_server_listen(struct kd_server *s, char *err, size_t errlen)
 {
-    int rc = kd_server_bind(s->loop, &s->listener, s->opts.host, s->opts.port, on_connection,
-                            &s->listener_open, &s->port, err, errlen);
+    int rc = kd_server_bind(s->loop, &s->listener, s->opts.host, s->opts.port, on_connection, &s->listener_open,
+                            &s->port, err, errlen);
     s->listener.data = s; /* no connection is accepted before the loop runs again */
     return rc;
 }

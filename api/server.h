@@ -30,8 +30,8 @@ struct kd_server_options {
     int port;                       /* 0 picks a free port */
     uint64_t idle_timeout_ms;
     uint64_t request_timeout_ms;
-    struct kd_http_service service;   /* observe is filled in by the server */
-    struct kd_metrics *metrics;       /* borrowed; the server registers its families */
+    struct kd_http_service service; /* observe is filled in by the server */
+    struct kd_metrics *metrics;     /* borrowed; the server registers its families */
     void (*log)(void *ud, enum kd_log_level level, const char *msg);
     void *log_ud;
     enum kd_log_level log_level;

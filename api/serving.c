@@ -21,8 +21,8 @@
 #include <cjson/cJSON.h>
 
 #include "auth.h"
-#include "logf.h"
 #include "http-conn.h"
+#include "logf.h"
 #include "responses.h"
 #include "serving.h"
 
@@ -31,7 +31,7 @@
 struct entry {
     char name[KD_MODEL_NAME_MAX + 1];
     int nv;
-    struct kd_sched_model *v[MAX_VERSIONS];   /* ascending versions */
+    struct kd_sched_model *v[MAX_VERSIONS]; /* ascending versions */
     bool loading;
     /* Loads of one name may overlap (a job's and a POST .../load): the one started last wins, so
      * an older load finishing late never swaps back what a newer one put in. */
@@ -59,9 +59,9 @@ struct infer_job {
     char id[256];
     char req_id[KD_HTTP_SHORT_HEADER_MAX];
     bool want_output[KD_SCHED_MAX_IO], want_binary[KD_SCHED_MAX_IO];
-    struct kd_infer_data data;   /* the inputs' filling, left to the worker */
+    struct kd_infer_data data;      /* the inputs' filling, left to the worker */
     bool refused;                   /* the worker found the data bad: a 400, counted as rejected */
-    struct kd_buf body;           /* the response body, encoded by the worker */
+    struct kd_buf body;             /* the response body, encoded by the worker */
     size_t body_json_len;
     bool encoded;                   /* body is complete */
 };
@@ -70,7 +70,7 @@ struct load_op {
     struct kd_serving *sv;
     char name[KD_MODEL_NAME_MAX + 1];
     int64_t need_version;           /* fail unless this version is among those loaded (0: any) */
-    kd_serving_load_done done;    /* NULL: nobody waits (the loads at start) */
+    kd_serving_load_done done;      /* NULL: nobody waits (the loads at start) */
     void *done_ud;
     uint64_t seq;                   /* the entry's loads_started when this one began */
     int remaining, n;
@@ -134,13 +134,14 @@ static int register_training_metrics(struct kd_serving *sv)
 {
     struct kd_metrics *m = sv->o.metrics;
     int rc = kd_metrics_counter_fn(m, "kiln_training_steps_total",
-                                   "Training steps that went through the device's training gate.", training_steps, sv);
-    rc |= kd_metrics_counter_fn(m, "kiln_training_yields_total",
-                                "Training steps that waited because inference was queued or running on the device.",
-                                training_yields, sv);
-    rc |= kd_metrics_counter_fn(m, "kiln_training_forced_steps_total",
-                                "Training steps that ran with inference still pending, after training.max_wait_ms.",
-                                training_forced, sv);
+                                   "Training steps that went through the device's training gate.", training_steps,
+                                   sv);
+    rc |= kd_metrics_counter_fn(
+        m, "kiln_training_yields_total",
+        "Training steps that waited because inference was queued or running on the device.", training_yields, sv);
+    rc |= kd_metrics_counter_fn(
+        m, "kiln_training_forced_steps_total",
+        "Training steps that ran with inference still pending, after training.max_wait_ms.", training_forced, sv);
     rc |= kd_metrics_counter_fn(m, "kiln_training_wait_seconds_total",
                                 "Time training steps spent waiting for inference to drain.", training_wait, sv);
     return rc;
@@ -153,10 +154,11 @@ static int register_metrics(struct kd_serving *sv)
     sv->f_requests = kd_metrics_family(m, "kiln_inference_requests_total",
                                        "Inference requests by model and outcome (success, failed, rejected, "
                                        "timeout, cancelled, shutdown).",
-                                       KD_METRIC_COUNTER, (const char *const[]){"model", "outcome", NULL}, NULL, 0);
-    sv->f_queue = kd_metrics_family(m, "kiln_inference_queue_seconds", "Time requests waited in the model's queue.",
-                                    KD_METRIC_HISTOGRAM, model, seconds_buckets,
-                                    sizeof seconds_buckets / sizeof seconds_buckets[0]);
+                                       KD_METRIC_COUNTER, (const char *const[]){"model", "outcome", NULL}, NULL,
+                                       0);
+    sv->f_queue = kd_metrics_family(m, "kiln_inference_queue_seconds",
+                                    "Time requests waited in the model's queue.", KD_METRIC_HISTOGRAM, model,
+                                    seconds_buckets, sizeof seconds_buckets / sizeof seconds_buckets[0]);
     sv->f_compute = kd_metrics_family(m, "kiln_inference_compute_seconds",
                                       "Time the run a request was part of took.", KD_METRIC_HISTOGRAM, model,
                                       seconds_buckets, sizeof seconds_buckets / sizeof seconds_buckets[0]);
@@ -166,13 +168,13 @@ static int register_metrics(struct kd_serving *sv)
     sv->f_depth = kd_metrics_family(m, "kiln_inference_queue_depth", "Requests waiting in a model's queue.",
                                     KD_METRIC_GAUGE, model, NULL, 0);
     sv->f_inflight = kd_metrics_family(m, "kiln_inference_in_flight",
-                                       "Inference requests accepted and not yet answered.", KD_METRIC_GAUGE,
-                                       model, NULL, 0);
+                                       "Inference requests accepted and not yet answered.", KD_METRIC_GAUGE, model,
+                                       NULL, 0);
     if (!sv->f_requests || !sv->f_queue || !sv->f_compute || !sv->f_batch || !sv->f_depth || !sv->f_inflight ||
         register_training_metrics(sv) != 0)
         return -1;
-    return kd_metrics_gauge_fn(m, "kiln_process_resident_memory_bytes", "Resident set size of kilnd.",
-                               process_rss, sv);
+    return kd_metrics_gauge_fn(m, "kiln_process_resident_memory_bytes", "Resident set size of kilnd.", process_rss,
+                               sv);
 }
 
 static void set_gauges(struct kd_serving *sv, struct kd_sched_model *m, double inflight_delta)
@@ -507,8 +509,8 @@ static int parse_model_path(const struct kd_request *req, size_t prefix, struct 
     return 0;
 }
 
-static struct kd_sched_model *resolve(struct kd_serving *sv, const struct model_path *mp, int *status,
-                                      char *msg, size_t n)
+static struct kd_sched_model *resolve(struct kd_serving *sv, const struct model_path *mp, int *status, char *msg,
+                                      size_t n)
 {
     struct entry *e = find_entry(sv, mp->name);
     if (!e || (e->nv == 0 && !e->loading && !kd_repository_find(sv->repo, mp->name))) {
@@ -538,8 +540,9 @@ static int send_json(struct kd_buf *out, struct kd_buf *body, int rc, const stru
 {
     char hdr[256];
     snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\n", rid);
-    int status = rc == 0 ? kd_resp_append(out, 200, "application/json", body->data, body->len, req->keep_alive, hdr)
-                         : kd_resp_error(out, 500, "out of memory", req->keep_alive, hdr);
+    int status = rc == 0
+                     ? kd_resp_append(out, 200, "application/json", body->data, body->len, req->keep_alive, hdr)
+                     : kd_resp_error(out, 500, "out of memory", req->keep_alive, hdr);
     kd_buf_free(body);
     return status;
 }
@@ -603,9 +606,7 @@ static void infer_done(struct kd_sched_request *r)
         case KD_SCHED_OK:
             status = j->encoded ? kd_infer_respond(out, &j->body, j->body_json_len, ka, hdr) : -1;
             break;
-        case KD_SCHED_FAILED:
-            status = kd_resp_error(out, 400, r->error, ka, hdr);
-            break;
+        case KD_SCHED_FAILED: status = kd_resp_error(out, 400, r->error, ka, hdr); break;
         default:
             snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\nRetry-After: 1\r\n", j->req_id);
             status = kd_resp_error(out, 503, r->error[0] ? r->error : kd_sched_outcome_to_str(r->outcome), ka,
@@ -707,8 +708,9 @@ int kd_serving_handle_models(void *ctx, const struct kd_request *req, struct kd_
         return st;
     static const char prefix[] = "/v2/models/";
     if (req->path_len == sizeof prefix - 1 + 5 && memcmp(req->path + sizeof prefix - 1, "stats", 5) == 0)
-        return req->method == KD_HTTP_GET ? all_stats(sv, req, out, rid)
-                                            : error_with_id(out, 405, "use GET", req->keep_alive, rid, "Allow: GET\r\n");
+        return req->method == KD_HTTP_GET
+                   ? all_stats(sv, req, out, rid)
+                   : error_with_id(out, 405, "use GET", req->keep_alive, rid, "Allow: GET\r\n");
     struct model_path mp;
     st = parse_model_path(req, sizeof prefix - 1, &mp, msg, sizeof msg);
     if (st == 0 && (strcmp(mp.action, "load") == 0 || strcmp(mp.action, "unload") == 0)) {
@@ -728,8 +730,9 @@ int kd_serving_handle_models(void *ctx, const struct kd_request *req, struct kd_
             return error_with_id(out, 404, msg, req->keep_alive, rid, NULL);
         char hdr[256];
         snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\n", rid);
-        return m && sv->accepting ? kd_resp_append(out, 200, NULL, "", 0, req->keep_alive, hdr)
-                                  : kd_resp_error(out, 503, m ? "the server is draining" : msg, req->keep_alive, hdr);
+        return m && sv->accepting
+                   ? kd_resp_append(out, 200, NULL, "", 0, req->keep_alive, hdr)
+                   : kd_resp_error(out, 503, m ? "the server is draining" : msg, req->keep_alive, hdr);
     }
     if (!m)
         return error_with_id(out, st, msg, req->keep_alive, rid, st == 503 ? "Retry-After: 1\r\n" : NULL);

@@ -28,9 +28,9 @@
 struct kd_serving_options {
     uv_loop_t *loop;
     const char *models_root;            /* <data_dir>/models */
-    struct kd_sched *sched;           /* borrowed */
-    struct kd_metrics *metrics;       /* borrowed */
-    const struct kd_strlist *tokens;  /* "admin:T", "read:T" or "T" (read) */
+    struct kd_sched *sched;             /* borrowed */
+    struct kd_metrics *metrics;         /* borrowed */
+    const struct kd_strlist *tokens;    /* "admin:T", "read:T" or "T" (read) */
     int64_t max_tensor_elements;
     int64_t max_string_bytes;
     int64_t infer_timeout_ms;
@@ -134,8 +134,8 @@ int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, con
 /* The index of the spec named name in specs[0..n), or -1. */
 int kd_infer_find_spec(const kd_model_tensor_spec *specs, int n, const char *name);
 /* Fills r's input buffers as dd says (any thread). 0, or 400 with msg filled. */
-int kd_infer_fill(const struct kd_infer_data *dd, const kd_model_config *c, struct kd_sched_request *r,
-                  char *msg, size_t msglen);
+int kd_infer_fill(const struct kd_infer_data *dd, const kd_model_config *c, struct kd_sched_request *r, char *msg,
+                  size_t msglen);
 
 /*
  * The response body of a finished request into j (any thread): its JSON, then the binary

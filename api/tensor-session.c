@@ -30,9 +30,9 @@
 #include "auth.h"
 #include "common/bytes.h"
 #include "logf.h"
+#include "remote-exec.h"
 #include "responses.h"
 #include "tensor.h"
-#include "remote-exec.h"
 #include "wire.h"
 #include "ws.h"
 
@@ -40,8 +40,8 @@
 struct pmsg {
     struct pmsg *next;
     size_t len;
-    size_t off;                     /* bytes the worker already ran */
-    bool refused;                   /* headers only: each gets a QUOTA error */
+    size_t off;   /* bytes the worker already ran */
+    bool refused; /* headers only: each gets a QUOTA error */
     uint8_t data[];
 };
 
@@ -49,26 +49,26 @@ struct session {
     struct kd_tensor_service *svc;
     struct kd_ws *ws;
     struct session *prev, *next;
-    int worker;                     /* -1 until the hello named a device */
-    uint16_t version;               /* negotiated; 0 before the HELLO */
+    int worker;       /* -1 until the hello named a device */
+    uint16_t version; /* negotiated; 0 before the HELLO */
     uint64_t hello_seq;
-    bool hello_sent;                /* the HELLO went to the worker */
-    bool hello_done;                /* the WELCOME went out: messages may flow */
-    bool gone;                      /* the connection is gone */
-    bool freeing;                   /* the last task (free everything) is out */
-    bool fatal;                     /* out of memory on the worker: closing */
-    struct kiln__tstate *state;     /* its worker's, between hops */
-    uint64_t live_bytes, ids;       /* the state's figures after the last hop (for /metrics) */
+    bool hello_sent;            /* the HELLO went to the worker */
+    bool hello_done;            /* the WELCOME went out: messages may flow */
+    bool gone;                  /* the connection is gone */
+    bool freeing;               /* the last task (free everything) is out */
+    bool fatal;                 /* out of memory on the worker: closing */
+    struct kiln__tstate *state; /* its worker's, between hops */
+    uint64_t live_bytes, ids;   /* the state's figures after the last hop (for /metrics) */
     /* messages waiting for the next hop */
     struct pmsg *head, *tail;
-    size_t queued;                  /* protocol messages pending + in flight */
+    size_t queued; /* protocol messages pending + in flight */
     uint64_t queued_bytes;
-    uint64_t refused_bytes;         /* headers of refused messages waiting for their errors */
+    uint64_t refused_bytes; /* headers of refused messages waiting for their errors */
     /* the hop in flight */
     bool busy;
     struct kd_sched_task task;
     struct pmsg *batch;
-    size_t ran;                     /* what the hop ran, for the loop to account */
+    size_t ran; /* what the hop ran, for the loop to account */
     uint64_t ran_bytes, ran_refused;
     kiln_wire_buf replies;
 };
@@ -91,8 +91,8 @@ struct kd_tensor_service {
 static void send_error(struct session *s, uint64_t seq, uint16_t failed_type, kiln_wire_err code, const char *text)
 {
     kiln_wire_buf b = {0};
-    kiln_wire_msg m = {.h = {.version = s->version ? s->version : KILN_WIRE_VERSION_MAX, .type = KILN_WIRE_ERROR,
-                             .seq = seq}};
+    kiln_wire_msg m = {
+        .h = {.version = s->version ? s->version : KILN_WIRE_VERSION_MAX, .type = KILN_WIRE_ERROR, .seq = seq}};
     size_t n = strlen(text);
     m.u.error.code = (uint32_t)code;
     m.u.error.failed_type = failed_type;
@@ -202,7 +202,8 @@ static void run_batch(struct kd_sched_task *t, kiln_device *dev)
             const uint8_t *h = m->data + m->off;
             if (m->refused) {
                 /* Only the header was kept: answer it in its place in the sequence. */
-                kiln_wire_msg r = {.h = {.version = s->version, .type = KILN_WIRE_ERROR, .seq = kiln_le64(h + 12)}};
+                kiln_wire_msg r = {
+                    .h = {.version = s->version, .type = KILN_WIRE_ERROR, .seq = kiln_le64(h + 12)}};
                 static const char text[] = "not queued: the session has remote.max_queued_ops messages (or "
                                            "their bytes) waiting; sync before sending more";
                 r.u.error.code = KILN_WIRE_ERR_QUOTA;
@@ -473,7 +474,8 @@ static void on_message(void *ud, const uint8_t *msg, size_t len)
             return;
         }
         if (m.h.type == KILN_WIRE_HELLO || m.h.type >= KILN_WIRE_WELCOME) {
-            snprintf(why, sizeof why, "a client may not send %s after the handshake", kiln_wire_type_name(m.h.type));
+            snprintf(why, sizeof why, "a client may not send %s after the handshake",
+                     kiln_wire_type_name(m.h.type));
             violation(s, m.h.seq, m.h.type, why);
             return;
         }
@@ -613,7 +615,8 @@ static struct kd_metric_series *counter(struct kd_metrics *m, const char *name, 
     return f ? kd_metrics_series(f, NULL) : NULL;
 }
 
-struct kd_tensor_service *kd_tensor_service_new(const struct kd_tensor_service_options *o, char *err, size_t errlen)
+struct kd_tensor_service *kd_tensor_service_new(const struct kd_tensor_service_options *o, char *err,
+                                                size_t errlen)
 {
     struct kd_tensor_service *ts = calloc(1, sizeof *ts);
     if (!ts) {
@@ -631,7 +634,8 @@ struct kd_tensor_service *kd_tensor_service_new(const struct kd_tensor_service_o
         ts->m_opened = counter(o->metrics, "kiln_remote_sessions_opened_total", "Remote tensor sessions opened.");
         ts->m_refused = counter(o->metrics, "kiln_remote_sessions_refused_total",
                                 "Remote tensor sessions refused because remote.max_sessions were open.");
-        ts->m_messages = counter(o->metrics, "kiln_remote_messages_total", "Messages received by remote tensor sessions.");
+        ts->m_messages = counter(o->metrics, "kiln_remote_messages_total",
+                                 "Messages received by remote tensor sessions.");
         ts->m_errors = counter(o->metrics, "kiln_remote_errors_total",
                                "Error messages the loop sent to remote tensor sessions (quota, protocol).");
         if (kd_metrics_gauge_fn(o->metrics, "kiln_remote_sessions", "Remote tensor sessions open.", open_sessions,

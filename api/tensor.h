@@ -26,10 +26,10 @@
 #include "scheduler.h"
 
 struct kd_tensor_service_options {
-    struct kd_sched *sched;                   /* borrowed */
-    struct kd_metrics *metrics;               /* borrowed */
-    const struct kd_strlist *tokens;          /* "admin:T", "read:T" or "T" (read) */
-    const struct kd_strlist *devices;         /* the devices sessions may name */
+    struct kd_sched *sched;           /* borrowed */
+    struct kd_metrics *metrics;       /* borrowed */
+    const struct kd_strlist *tokens;  /* "admin:T", "read:T" or "T" (read) */
+    const struct kd_strlist *devices; /* the devices sessions may name */
     struct kd_config_remote limits;
     void (*log)(void *ud, enum kd_log_level level, const char *msg);
     void *log_ud;
@@ -37,7 +37,8 @@ struct kd_tensor_service_options {
 
 struct kd_tensor_service;
 
-struct kd_tensor_service *kd_tensor_service_new(const struct kd_tensor_service_options *o, char *err, size_t errlen);
+struct kd_tensor_service *kd_tensor_service_new(const struct kd_tensor_service_options *o, char *err,
+                                                size_t errlen);
 /* After every connection closed and the scheduler delivered its last completions. */
 void kd_tensor_service_free(struct kd_tensor_service *ts);
 /* While draining, new sessions are refused with 503. */

@@ -43,7 +43,7 @@ struct kd_ws {
     wslay_event_context_ptr ctx;
     uint64_t max_message_bytes;
     struct frame_watch watch;
-    struct kd_http_conn *conn;    /* NULL once the connection is gone */
+    struct kd_http_conn *conn; /* NULL once the connection is gone */
     const struct kd_ws_handler *h;
     void *ud;
     const char *in;                 /* during feed: bytes not yet given to wslay */
@@ -93,7 +93,8 @@ int kd_ws_handshake(const struct kd_request *req, struct kd_buf *out)
 {
     const struct kd_http_headers *h = req->headers;
     if (!h || strcasecmp(h->upgrade, "websocket") != 0 || !has_token(h->connection, "upgrade"))
-        return kd_resp_error(out, 400, "/v1/tensor is a WebSocket: send Upgrade: websocket and Connection: Upgrade",
+        return kd_resp_error(out, 400,
+                             "/v1/tensor is a WebSocket: send Upgrade: websocket and Connection: Upgrade",
                              req->keep_alive, NULL);
     if (strcmp(h->ws_version, "13") != 0)
         return kd_resp_error(out, 426, "unsupported Sec-WebSocket-Version; kilnd speaks 13", req->keep_alive,
@@ -268,8 +269,8 @@ static const struct kd_http_upgrade_ops upgrade_ops = {
     .detach = up_detach,
 };
 
-struct kd_ws *kd_ws_new(const struct kd_request *req, uint64_t max_message_bytes,
-                        const struct kd_ws_handler *h, void *ud)
+struct kd_ws *kd_ws_new(const struct kd_request *req, uint64_t max_message_bytes, const struct kd_ws_handler *h,
+                        void *ud)
 {
     struct kd_ws *ws = calloc(1, sizeof *ws);
     if (!ws)

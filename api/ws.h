@@ -57,8 +57,8 @@ int kd_ws_handshake(const struct kd_request *req, struct kd_buf *out);
  * Takes req's connection over after kd_ws_handshake returned 101. Messages larger than
  * max_message_bytes close the connection with 1009. NULL when out of memory.
  */
-struct kd_ws *kd_ws_new(const struct kd_request *req, uint64_t max_message_bytes,
-                        const struct kd_ws_handler *h, void *ud);
+struct kd_ws *kd_ws_new(const struct kd_request *req, uint64_t max_message_bytes, const struct kd_ws_handler *h,
+                        void *ud);
 
 /* Queues one binary message. 0, or -1 when the connection is gone or closing. */
 int kd_ws_send(struct kd_ws *ws, const void *msg, size_t len);

@@ -158,7 +158,8 @@ int kd_jobstore_open(struct kd_jobstore **out, const char *path, char *err, size
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    int rc = sqlite3_open_v2(path, &js->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    int rc = sqlite3_open_v2(path, &js->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                             NULL);
     if (rc != SQLITE_OK) {
         char what[256];
         snprintf(what, sizeof what, "opening %s", path);
@@ -259,8 +260,7 @@ static bool valid_state(const char *s)
 
 static bool final_state(const char *s)
 {
-    return strcmp(s, KD_JOB_SUCCEEDED) == 0 || strcmp(s, KD_JOB_FAILED) == 0 ||
-           strcmp(s, KD_JOB_CANCELLED) == 0;
+    return strcmp(s, KD_JOB_SUCCEEDED) == 0 || strcmp(s, KD_JOB_FAILED) == 0 || strcmp(s, KD_JOB_CANCELLED) == 0;
 }
 
 static char *col_dup(sqlite3_stmt *st, int i)
@@ -269,8 +269,8 @@ static char *col_dup(sqlite3_stmt *st, int i)
     return t ? strdup((const char *)t) : NULL;
 }
 
-int kd_jobstore_job_create(struct kd_jobstore *js, const char *spec, const char *owner, int64_t *id,
-                           char *err, size_t errlen)
+int kd_jobstore_job_create(struct kd_jobstore *js, const char *spec, const char *owner, int64_t *id, char *err,
+                           size_t errlen)
 {
     if (!js || !spec || !id)
         return seterr(err, errlen, "job create: invalid arguments");
@@ -424,14 +424,15 @@ static int set_state_in(struct kd_jobstore *js, int64_t id, const char *state, c
     if (rc == 0 && strcmp(state, KD_JOB_QUEUED) == 0 && strcmp(cur, KD_JOB_QUEUED) != 0)
         rc = seterr(err, errlen, "job %lld is %s: cannot go back to queued", (long long)id, cur);
     if (rc == 0) {
-        sqlite3_stmt *st = prepare(js,
-                                   "UPDATE jobs SET state = ?2, error = ?3, "
-                                   "started_ms = CASE WHEN ?2 = 'running' AND started_ms IS NULL THEN ?4 "
-                                   "ELSE started_ms END, "
-                                   "finished_ms = CASE WHEN ?5 AND finished_ms IS NULL THEN ?4 ELSE finished_ms END, "
-                                   "progress = CASE WHEN ?2 = 'succeeded' THEN 1 ELSE progress END "
-                                   "WHERE id = ?1",
-                                   "job set state", err, errlen);
+        sqlite3_stmt *st = prepare(
+            js,
+            "UPDATE jobs SET state = ?2, error = ?3, "
+            "started_ms = CASE WHEN ?2 = 'running' AND started_ms IS NULL THEN ?4 "
+            "ELSE started_ms END, "
+            "finished_ms = CASE WHEN ?5 AND finished_ms IS NULL THEN ?4 ELSE finished_ms END, "
+            "progress = CASE WHEN ?2 = 'succeeded' THEN 1 ELSE progress END "
+            "WHERE id = ?1",
+            "job set state", err, errlen);
         if (!st)
             rc = -1;
         else {
@@ -457,8 +458,8 @@ static int check_state_arg(const struct kd_jobstore *js, int64_t id, const char 
     return 0;
 }
 
-int kd_jobstore_job_set_state(struct kd_jobstore *js, int64_t id, const char *state, const char *error,
-                              char *err, size_t errlen)
+int kd_jobstore_job_set_state(struct kd_jobstore *js, int64_t id, const char *state, const char *error, char *err,
+                              size_t errlen)
 {
     if (check_state_arg(js, id, state, err, errlen) != 0 || begin(js, "job set state", err, errlen) != 0)
         return -1;
@@ -482,8 +483,7 @@ int kd_jobstore_job_requeue(struct kd_jobstore *js, int64_t id, char *err, size_
     return rc;
 }
 
-int kd_jobstore_job_set_progress(struct kd_jobstore *js, int64_t id, double progress, char *err,
-                                 size_t errlen)
+int kd_jobstore_job_set_progress(struct kd_jobstore *js, int64_t id, double progress, char *err, size_t errlen)
 {
     if (!js || !(progress >= 0.0 && progress <= 1.0))
         return seterr(err, errlen, "job %lld: progress must be within 0..1", (long long)id);
@@ -668,10 +668,11 @@ static int model_register_in(struct kd_jobstore *js, const char *name, int64_t v
     if (!js || !name || !name[0] || version < 1)
         return seterr(err, errlen, "model register: invalid arguments (a name and a version >= 1)");
     sqlite3_stmt *st = prepare(js,
-                               replace ? "INSERT OR REPLACE INTO model_registry (name, version, source_job, metrics, "
-                                         "created_ms) VALUES (?, ?, ?, ?, ?)"
-                                       : "INSERT INTO model_registry (name, version, source_job, metrics, created_ms) "
-                                         "VALUES (?, ?, ?, ?, ?)",
+                               replace
+                                   ? "INSERT OR REPLACE INTO model_registry (name, version, source_job, metrics, "
+                                     "created_ms) VALUES (?, ?, ?, ?, ?)"
+                                   : "INSERT INTO model_registry (name, version, source_job, metrics, created_ms) "
+                                     "VALUES (?, ?, ?, ?, ?)",
                                "model register", err, errlen);
     if (!st)
         return -1;
@@ -699,7 +700,8 @@ int kd_jobstore_job_succeed_with_model(struct kd_jobstore *js, int64_t id, const
     char cur[32];
     int rc = current_state(js, id, cur, sizeof cur, err, errlen);
     if (rc == 0 && final_state(cur))
-        rc = seterr(err, errlen, "job %lld is %s, which is final: it cannot succeed with a model", (long long)id, cur);
+        rc = seterr(err, errlen, "job %lld is %s, which is final: it cannot succeed with a model", (long long)id,
+                    cur);
     if (rc == 0)
         rc = model_register_in(js, name, version, id, metrics, true, err, errlen);
     if (rc == 0)

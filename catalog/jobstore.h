@@ -51,7 +51,7 @@ void kd_jobstore_close(struct kd_jobstore *js);
 /* A job row; strings are malloc'd (free with kd_jobstore_job_clear). Times: Unix ms, 0 = not yet. */
 struct kd_job {
     int64_t id;
-    char *spec;      /* JSON as submitted */
+    char *spec; /* JSON as submitted */
     char *state;
     char *owner;
     char *error;     /* NULL unless set with the state */
@@ -62,7 +62,7 @@ struct kd_job {
 struct kd_job_event {
     int64_t job_id, seq, time_ms;
     char *type;
-    char *payload;   /* JSON */
+    char *payload; /* JSON */
 };
 
 struct kd_job_metric {
@@ -72,8 +72,8 @@ struct kd_job_metric {
 };
 
 /* spec must be valid JSON; owner may be NULL. The new job is queued; *id receives its id. */
-int kd_jobstore_job_create(struct kd_jobstore *js, const char *spec, const char *owner, int64_t *id,
-                           char *err, size_t errlen);
+int kd_jobstore_job_create(struct kd_jobstore *js, const char *spec, const char *owner, int64_t *id, char *err,
+                           size_t errlen);
 int kd_jobstore_job_get(struct kd_jobstore *js, int64_t id, struct kd_job *out, char *err, size_t errlen);
 /*
  * Jobs with id > after_id (0 for the first page), oldest first, at most limit (1..1000); state
@@ -83,8 +83,8 @@ int kd_jobstore_job_get(struct kd_jobstore *js, int64_t id, struct kd_job *out, 
 int kd_jobstore_job_list(struct kd_jobstore *js, const char *state, int64_t after_id, int limit,
                          struct kd_job **out, int *n, char *err, size_t errlen);
 /* Move a job to state (error: a message kept with it, or NULL). Sets started/finished times. */
-int kd_jobstore_job_set_state(struct kd_jobstore *js, int64_t id, const char *state, const char *error,
-                              char *err, size_t errlen);
+int kd_jobstore_job_set_state(struct kd_jobstore *js, int64_t id, const char *state, const char *error, char *err,
+                              size_t errlen);
 /*
  * kd_jobstore_job_set_state and the append of its "state" event (payload JSON; its seq in *seq
  * when seq is not NULL) in one transaction: a reader sees both or neither, so a job that reads
@@ -105,8 +105,7 @@ int kd_jobstore_job_succeed_with_model(struct kd_jobstore *js, int64_t id, const
 /* A job that was running when its process died goes back to queued (only from running;
  * KD_JOBSTORE_NOT_FOUND when the job is missing or in another state). */
 int kd_jobstore_job_requeue(struct kd_jobstore *js, int64_t id, char *err, size_t errlen);
-int kd_jobstore_job_set_progress(struct kd_jobstore *js, int64_t id, double progress, char *err,
-                                 size_t errlen);
+int kd_jobstore_job_set_progress(struct kd_jobstore *js, int64_t id, double progress, char *err, size_t errlen);
 void kd_jobstore_job_clear(struct kd_job *job);
 void kd_jobstore_job_list_free(struct kd_job *jobs, int n);
 

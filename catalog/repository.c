@@ -135,19 +135,22 @@ static int parse_tensors(const cJSON *arr, const char *key, kd_model_tensor_spec
         if (!cJSON_IsString(name) || !name->valuestring[0] || !cJSON_IsString(dt) || !cJSON_IsArray(shape) ||
             cJSON_GetArraySize(shape) > KILN_MAX_DIMS)
             return snprintf(why, wl, "config.json: %s[%d] needs a name, a datatype and a shape of at most %d dims",
-                            key, i, KILN_MAX_DIMS), -1;
+                            key, i, KILN_MAX_DIMS),
+                   -1;
         bool known = false;
         for (size_t k = 0; k < sizeof datatypes / sizeof datatypes[0]; k++)
             known |= strcmp(dt->valuestring, datatypes[k]) == 0;
         if (!known)
             return snprintf(why, wl, "config.json: %s '%.64s' has unknown datatype '%.16s'", key,
-                            name->valuestring, dt->valuestring), -1;
+                            name->valuestring, dt->valuestring),
+                   -1;
         kd_model_tensor_spec *s = &(*out)[i];
         s->ndim = cJSON_GetArraySize(shape);
         for (int d = 0; d < s->ndim; d++)
             if (!json_int(cJSON_GetArrayItem(shape, d), -1, INT64_C(1) << 40, &s->shape[d]) || s->shape[d] == 0)
                 return snprintf(why, wl, "config.json: %s '%.64s' shape[%d] must be -1 or positive", key,
-                                name->valuestring, d), -1;
+                                name->valuestring, d),
+                       -1;
         s->name = strdup(name->valuestring);
         s->datatype = strdup(dt->valuestring);
         if (!s->name || !s->datatype)
@@ -170,8 +173,8 @@ static int parse_config(const char *text, kd_model_config *c, bool io_optional, 
         snprintf(why, wl, "config.json: not a JSON object");
         goto out;
     }
-    if (parse_tensors(cJSON_GetObjectItemCaseSensitive(j, "inputs"), "inputs", &c->inputs, &c->ninputs, io_optional,
-                      why, wl) ||
+    if (parse_tensors(cJSON_GetObjectItemCaseSensitive(j, "inputs"), "inputs", &c->inputs, &c->ninputs,
+                      io_optional, why, wl) ||
         parse_tensors(cJSON_GetObjectItemCaseSensitive(j, "outputs"), "outputs", &c->outputs, &c->noutputs,
                       io_optional, why, wl))
         goto out;
@@ -187,8 +190,9 @@ static int parse_config(const char *text, kd_model_config *c, bool io_optional, 
         const cJSON *pref = cJSON_GetObjectItemCaseSensitive(db, "preferred_batch_sizes");
         if (!cJSON_IsObject(db) || (delay && !json_int(delay, 0, INT64_C(3600000000), &c->max_queue_delay_us)) ||
             (pref && (!cJSON_IsArray(pref) || cJSON_GetArraySize(pref) > 16))) {
-            snprintf(why, wl, "config.json: dynamic_batching needs max_queue_delay_us >= 0 and at most 16 "
-                              "preferred_batch_sizes");
+            snprintf(why, wl,
+                     "config.json: dynamic_batching needs max_queue_delay_us >= 0 and at most 16 "
+                     "preferred_batch_sizes");
             goto out;
         }
         for (int i = 0; pref && i < cJSON_GetArraySize(pref); i++) {
@@ -234,8 +238,9 @@ static int parse_config(const char *text, kd_model_config *c, bool io_optional, 
                     goto out;
                 }
         } else {
-            snprintf(why, wl, "config.json: version_policy must be {\"latest\": {\"num_versions\": N}}, "
-                              "{\"all\": {}} or {\"specific\": {\"versions\": [...]}}");
+            snprintf(why, wl,
+                     "config.json: version_policy must be {\"latest\": {\"num_versions\": N}}, "
+                     "{\"all\": {}} or {\"specific\": {\"versions\": [...]}}");
             goto out;
         }
     }
@@ -348,8 +353,7 @@ static void scan_model(const kd_repository *repo, kd_model_info *m)
         return;
     }
     struct stat sb;
-    if (stat(m->path, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        {
+    if (stat(m->path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
         set_why(m, "not a folder");
         return;
     }
@@ -407,8 +411,7 @@ static void scan_model(const kd_repository *repo, kd_model_info *m)
     for (int i = m->nversions - 1; i >= 0 && !pc; i--)
         if (m->versions[i].valid)
             pc = &m->versions[i].config;
-    if (!pc)
-        {
+    if (!pc) {
         set_why(m, m->nversions ? "no valid version" : "no version folders");
         return;
     }
@@ -427,8 +430,7 @@ static void scan_model(const kd_repository *repo, kd_model_info *m)
                 v->served |= pc->specific[k] == v->version;
         served += v->served;
     }
-    if (served == 0)
-        {
+    if (served == 0) {
         set_why(m, "the version policy selects no valid version");
         return;
     }

@@ -50,18 +50,18 @@ typedef struct kd_model_tensor_spec {
 typedef enum kd_version_policy {
     KD_VERSION_LATEST = 0, /* the latest_n highest valid versions (default 1) */
     KD_VERSION_ALL,
-    KD_VERSION_SPECIFIC,   /* the listed versions that are valid */
+    KD_VERSION_SPECIFIC, /* the listed versions that are valid */
 } kd_version_policy;
 
 typedef struct kd_model_config {
     int ninputs, noutputs;
     kd_model_tensor_spec *inputs, *outputs;
-    int max_batch_size;               /* 0: the model does not batch */
-    int64_t max_queue_delay_us;       /* dynamic batching: longest wait to fill a batch */
+    int max_batch_size;         /* 0: the model does not batch */
+    int64_t max_queue_delay_us; /* dynamic batching: longest wait to fill a batch */
     int npreferred;
     int64_t preferred_batch_sizes[16];
-    char *device;                     /* "cpu" by default */
-    int instance_count;               /* >= 1 */
+    char *device;       /* "cpu" by default */
+    int instance_count; /* >= 1 */
     kd_version_policy policy;
     int latest_n;
     int nspecific;
@@ -70,21 +70,21 @@ typedef struct kd_model_config {
 
 typedef struct kd_model_version {
     int64_t version;
-    char *path;           /* resolved folder */
-    const char *format;   /* "kiln" or "onnx"; NULL when invalid */
+    char *path;         /* resolved folder */
+    const char *format; /* "kiln" or "onnx"; NULL when invalid */
     bool valid;
-    char *why;            /* reason when not valid */
-    bool served;          /* chosen by the version policy */
+    char *why;   /* reason when not valid */
+    bool served; /* chosen by the version policy */
     kd_model_config config;
 } kd_model_version;
 
 typedef struct kd_model_info {
     char *name;
     char *path;
-    bool valid;           /* at least one valid version and a valid policy */
+    bool valid; /* at least one valid version and a valid policy */
     char *why;
     kd_version_policy policy;
-    int nversions;        /* every version folder found, ascending */
+    int nversions; /* every version folder found, ascending */
     kd_model_version *versions;
 } kd_model_info;
 

@@ -8,10 +8,23 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float kiln_bits_to_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static inline uint32_t kiln_f32_to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float kiln_bits_to_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint32_t kiln_f32_to_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
 
-static inline float kiln_bf16_to_f32(uint16_t h) { return kiln_bits_to_f32((uint32_t)h << 16); }
+static inline float kiln_bf16_to_f32(uint16_t h)
+{
+    return kiln_bits_to_f32((uint32_t)h << 16);
+}
 
 static inline uint16_t kiln_f32_to_bf16(float f)
 {
@@ -48,7 +61,7 @@ static inline uint16_t kiln_f32_to_f16(float f)
         return (uint16_t)(sign | 0x7e00u);
     if (a >= 0x477ff000u) /* rounds to >= 65520: infinity */
         return (uint16_t)(sign | 0x7c00u);
-    if (a < 0x38800000u) { /* below the smallest normal 2^-14: subnormal or zero */
+    if (a < 0x38800000u) {                           /* below the smallest normal 2^-14: subnormal or zero */
         float v = kiln_bits_to_f32(a) * 16777216.0f; /* scale by 2^24: units of 2^-24 */
         /* round half to even on the integer count of 2^-24 units */
         uint32_t q = (uint32_t)v;

@@ -32,7 +32,10 @@ static inline KILN_HOST_DEVICE kiln_philox_out kiln_philox4x32(uint64_t counter,
         uint32_t n1 = (uint32_t)p1;
         uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
         uint32_t n3 = (uint32_t)p0;
-        c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+        c0 = n0;
+        c1 = n1;
+        c2 = n2;
+        c3 = n3;
         k0 += 0x9E3779B9u;
         k1 += 0xBB67AE85u;
     }
@@ -66,8 +69,7 @@ static inline KILN_HOST_DEVICE double kiln_rng_normal01(uint64_t counter, uint64
 }
 
 /** Integer uniform in [low, high) for element at counter (high > low). */
-static inline KILN_HOST_DEVICE int64_t kiln_rng_int(uint64_t counter, uint64_t seed, int64_t low,
-                                                    int64_t high)
+static inline KILN_HOST_DEVICE int64_t kiln_rng_int(uint64_t counter, uint64_t seed, int64_t low, int64_t high)
 {
     kiln_philox_out r = kiln_philox4x32(counter, seed);
     uint64_t range = (uint64_t)(high - low);

@@ -14,16 +14,16 @@
 struct cJSON;
 
 enum kd_config_type {
-    KD_CT_STRING,    /* min/max bound the length */
-    KD_CT_INT,       /* min/max bound the value */
-    KD_CT_ENUM,      /* stored as the index into choices */
-    KD_CT_STRLIST,   /* JSON array of strings; comma-separated in env and flags */
+    KD_CT_STRING,  /* min/max bound the length */
+    KD_CT_INT,     /* min/max bound the value */
+    KD_CT_ENUM,    /* stored as the index into choices */
+    KD_CT_STRLIST, /* JSON array of strings; comma-separated in env and flags */
 };
 
 struct kd_config_key {
     const char *name;               /* dotted: "port", "limits.max_body_bytes" */
     enum kd_config_type type;
-    size_t offset;                  /* into struct kd_config */
+    size_t offset; /* into struct kd_config */
     int64_t min, max;
     const char *const *choices;     /* KD_CT_ENUM only, NULL-terminated */
     const char *def;                /* the default, written as an env value would be */
@@ -38,10 +38,10 @@ extern const size_t kd_config_key_count;
 const struct kd_config_key *kd_config_find(const char *name);
 
 /* Each setter validates and stores; on failure it writes "<key>: <why> (<origin>)" to err. */
-int kd_config_set_text(struct kd_config *cfg, const struct kd_config_key *k,
-                       const char *text, const char *origin, char *err, size_t errlen);
-int kd_config_set_json(struct kd_config *cfg, const struct kd_config_key *k,
-                       const struct cJSON *v, const char *origin, char *err, size_t errlen);
+int kd_config_set_text(struct kd_config *cfg, const struct kd_config_key *k, const char *text, const char *origin,
+                       char *err, size_t errlen);
+int kd_config_set_json(struct kd_config *cfg, const struct kd_config_key *k, const struct cJSON *v,
+                       const char *origin, char *err, size_t errlen);
 
 void kd_config_free_value(struct kd_config *cfg, const struct kd_config_key *k);
 

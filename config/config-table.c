@@ -23,7 +23,8 @@ static const char *const off_on[] = {"off", "on", NULL};
 
 const struct kd_config_key kd_config_keys[] = {
     {"host", KD_CT_STRING, OFF(host), 1, 255, NULL, "127.0.0.1", "KILN_HOST", "--host",
-     "Address to listen on. Anything but loopback (127.0.0.0/8, ::1, localhost) requires api_tokens; kilnd refuses to start without them."},
+     "Address to listen on. Anything but loopback (127.0.0.0/8, ::1, localhost) requires api_tokens; kilnd "
+     "refuses to start without them."},
     {"port", KD_CT_INT, OFF(port), 0, 65535, NULL, "8080", "KILN_PORT", "--port",
      "TCP port. 0 picks a free port; the chosen port is logged first and written to <data_dir>/kilnd.port."},
     {"grpc_port", KD_CT_INT, OFF(grpc_port), -1, 65535, NULL, "-1", "KILN_GRPC_PORT", "--grpc-port",
@@ -45,8 +46,10 @@ const struct kd_config_key kd_config_keys[] = {
      "Devices to open, e.g. [\"cpu\", \"cuda:0\"]. Comma-separated in the environment and on the command line."},
     {"device_options", KD_CT_STRLIST, OFF(device_options), 0, 8, NULL, "", "KILN_DEVICE_OPTIONS",
      "--device-options",
-     "Options for every device of a backend, each \"BACKEND:key=value&key=value\", e.g. \"cpu:threads=2&conv=direct\" "
-     "(the device options are listed below). They override the backend's environment variables; a device spec's own "
+     "Options for every device of a backend, each \"BACKEND:key=value&key=value\", e.g. "
+     "\"cpu:threads=2&conv=direct\" "
+     "(the device options are listed below). They override the backend's environment variables; a device spec's "
+     "own "
      "options (\"cpu?threads=4\") override them. An unknown option or bad value stops the start, naming it."},
     {"worker_threads", KD_CT_INT, OFF(worker_threads), 0, 1024, NULL, "0", "KILN_WORKER_THREADS",
      "--worker-threads", "Inference worker threads per device, each with its own model instances; 0 means one."},
@@ -61,7 +64,8 @@ const struct kd_config_key kd_config_keys[] = {
      "A keep-alive connection with no request in progress is closed after this long."},
     {"limits.request_timeout_ms", KD_CT_INT, OFF(limits.request_timeout_ms), 10, 86400000, NULL, "30000",
      "KILN_REQUEST_TIMEOUT_MS", "--request-timeout-ms",
-     "A request must arrive completely within this long of its first byte, or it gets 408 and the connection closes."},
+     "A request must arrive completely within this long of its first byte, or it gets 408 and the connection "
+     "closes."},
     {"limits.max_tensor_elements", KD_CT_INT, OFF(limits.max_tensor_elements), 1, 1LL << 34, NULL, "16777216",
      "KILN_MAX_TENSOR_ELEMENTS", "--max-tensor-elements",
      "Most elements one inference input may have; checked before anything is allocated (413)."},
@@ -103,8 +107,8 @@ const struct kd_config_key kd_config_keys[] = {
     {"training.nice", KD_CT_INT, OFF(training.nice), 0, 19, NULL, "10", "KILN_TRAINING_NICE", "--training-nice",
      "CPU priority (nice value) a training job's thread and the data-loader threads it starts run at, so that a "
      "step in flight gives the cores to inference's threads first; 0 leaves them at kilnd's own."},
-    {"drain_timeout_ms", KD_CT_INT, OFF(drain_timeout_ms), 0, 3600000, NULL, "10000",
-     "KILN_DRAIN_TIMEOUT_MS", "--drain-timeout-ms",
+    {"drain_timeout_ms", KD_CT_INT, OFF(drain_timeout_ms), 0, 3600000, NULL, "10000", "KILN_DRAIN_TIMEOUT_MS",
+     "--drain-timeout-ms",
      "On SIGTERM/SIGINT, how long in-flight requests may take before the remaining connections are cut."},
     {"log_level", KD_CT_ENUM, OFF(log_level), 0, 0, log_levels, "info", "KILN_LOG_LEVEL", "--log-level",
      "Least severe level written to the log."},
@@ -118,8 +122,10 @@ const struct kd_config_key kd_config_keys[] = {
      "Append the log to this file (reopened on SIGHUP, for log rotation); empty means stderr."},
     {"api_tokens", KD_CT_STRLIST, OFF(api_tokens), 0, 1024, NULL, "", "KILN_API_TOKENS", NULL,
      "Bearer tokens the API accepts, each \"admin:TOKEN\" (load/unload plus everything read allows) or "
-     "\"read:TOKEN\" (inference, model metadata, statistics, repository index); a bare \"TOKEN\" has the read scope. "
-     "When any are set, the model endpoints require \"Authorization: Bearer TOKEN\"; health probes, /v2 and /metrics stay open. "
+     "\"read:TOKEN\" (inference, model metadata, statistics, repository index); a bare \"TOKEN\" has the read "
+     "scope. "
+     "When any are set, the model endpoints require \"Authorization: Bearer TOKEN\"; health probes, /v2 and "
+     "/metrics stay open. "
      "Kept off the command line so tokens do not show in the process list."},
     {"jobs.data_roots", KD_CT_STRLIST, OFF(data_roots), 0, 64, NULL, "/usr/share/datasets", "KILN_DATA_ROOTS",
      "--data-roots",
@@ -151,15 +157,9 @@ const char *kd_config_type_name(enum kd_config_type t)
 void kd_config_describe_bounds(const struct kd_config_key *k, char *buf, size_t len)
 {
     switch (k->type) {
-    case KD_CT_INT:
-        snprintf(buf, len, "%" PRId64 "..%" PRId64, k->min, k->max);
-        return;
-    case KD_CT_STRING:
-        snprintf(buf, len, "length %" PRId64 "..%" PRId64, k->min, k->max);
-        return;
-    case KD_CT_STRLIST:
-        snprintf(buf, len, "%" PRId64 "..%" PRId64 " items", k->min, k->max);
-        return;
+    case KD_CT_INT: snprintf(buf, len, "%" PRId64 "..%" PRId64, k->min, k->max); return;
+    case KD_CT_STRING: snprintf(buf, len, "length %" PRId64 "..%" PRId64, k->min, k->max); return;
+    case KD_CT_STRLIST: snprintf(buf, len, "%" PRId64 "..%" PRId64 " items", k->min, k->max); return;
     case KD_CT_ENUM: {
         size_t used = (size_t)snprintf(buf, len, "one of");
         for (size_t i = 0; k->choices[i] && used < len; i++)
@@ -190,18 +190,18 @@ void kd_config_free_value(struct kd_config *cfg, const struct kd_config_key *k)
     }
 }
 
-#define FAIL(...)                                                       \
-    do {                                                                \
-        int n_ = snprintf(err, errlen, "%s: ", k->name);                \
-        if (n_ > 0 && (size_t)n_ < errlen)                              \
-            n_ += snprintf(err + n_, errlen - (size_t)n_, __VA_ARGS__); \
-        if (n_ > 0 && (size_t)n_ < errlen)                              \
-            snprintf(err + n_, errlen - (size_t)n_, " (from %s)", origin); \
-        return -1;                                                      \
+#define FAIL(...)                                                                                                 \
+    do {                                                                                                          \
+        int n_ = snprintf(err, errlen, "%s: ", k->name);                                                          \
+        if (n_ > 0 && (size_t)n_ < errlen)                                                                        \
+            n_ += snprintf(err + n_, errlen - (size_t)n_, __VA_ARGS__);                                           \
+        if (n_ > 0 && (size_t)n_ < errlen)                                                                        \
+            snprintf(err + n_, errlen - (size_t)n_, " (from %s)", origin);                                        \
+        return -1;                                                                                                \
     } while (0)
 
-static int store_string(struct kd_config *cfg, const struct kd_config_key *k, const char *s,
-                        const char *origin, char *err, size_t errlen)
+static int store_string(struct kd_config *cfg, const struct kd_config_key *k, const char *s, const char *origin,
+                        char *err, size_t errlen)
 {
     size_t n = strlen(s);
     if ((int64_t)n < k->min || (int64_t)n > k->max)
@@ -214,8 +214,8 @@ static int store_string(struct kd_config *cfg, const struct kd_config_key *k, co
     return 0;
 }
 
-static int store_int(struct kd_config *cfg, const struct kd_config_key *k, int64_t v,
-                     const char *origin, char *err, size_t errlen)
+static int store_int(struct kd_config *cfg, const struct kd_config_key *k, int64_t v, const char *origin,
+                     char *err, size_t errlen)
 {
     if (v < k->min || v > k->max)
         FAIL("%" PRId64 " is out of range %" PRId64 "..%" PRId64, v, k->min, k->max);
@@ -223,8 +223,8 @@ static int store_int(struct kd_config *cfg, const struct kd_config_key *k, int64
     return 0;
 }
 
-static int store_enum(struct kd_config *cfg, const struct kd_config_key *k, const char *s,
-                      const char *origin, char *err, size_t errlen)
+static int store_enum(struct kd_config *cfg, const struct kd_config_key *k, const char *s, const char *origin,
+                      char *err, size_t errlen)
 {
     for (int64_t i = 0; k->choices[i]; i++) {
         if (strcmp(k->choices[i], s) == 0) {
@@ -238,8 +238,8 @@ static int store_enum(struct kd_config *cfg, const struct kd_config_key *k, cons
 }
 
 /* Takes ownership of items (count entries) whatever happens. */
-static int store_list(struct kd_config *cfg, const struct kd_config_key *k, char **items,
-                      size_t count, const char *origin, char *err, size_t errlen)
+static int store_list(struct kd_config *cfg, const struct kd_config_key *k, char **items, size_t count,
+                      const char *origin, char *err, size_t errlen)
 {
     const char *why = NULL;
     if ((int64_t)count < k->min || (int64_t)count > k->max)
@@ -262,14 +262,12 @@ static int store_list(struct kd_config *cfg, const struct kd_config_key *k, char
     return 0;
 }
 
-int kd_config_set_text(struct kd_config *cfg, const struct kd_config_key *k,
-                       const char *text, const char *origin, char *err, size_t errlen)
+int kd_config_set_text(struct kd_config *cfg, const struct kd_config_key *k, const char *text, const char *origin,
+                       char *err, size_t errlen)
 {
     switch (k->type) {
-    case KD_CT_STRING:
-        return store_string(cfg, k, text, origin, err, errlen);
-    case KD_CT_ENUM:
-        return store_enum(cfg, k, text, origin, err, errlen);
+    case KD_CT_STRING: return store_string(cfg, k, text, origin, err, errlen);
+    case KD_CT_ENUM: return store_enum(cfg, k, text, origin, err, errlen);
     case KD_CT_INT: {
         char *end = NULL;
         errno = 0;
@@ -317,8 +315,8 @@ int kd_config_set_text(struct kd_config *cfg, const struct kd_config_key *k,
     FAIL("unknown type");
 }
 
-int kd_config_set_json(struct kd_config *cfg, const struct kd_config_key *k,
-                       const cJSON *v, const char *origin, char *err, size_t errlen)
+int kd_config_set_json(struct kd_config *cfg, const struct kd_config_key *k, const cJSON *v, const char *origin,
+                       char *err, size_t errlen)
 {
     switch (k->type) {
     case KD_CT_STRING:
@@ -347,7 +345,8 @@ int kd_config_set_json(struct kd_config *cfg, const struct kd_config_key *k,
             FAIL("out of memory");
         size_t i = 0;
         const cJSON *it;
-        cJSON_ArrayForEach(it, v) {
+        cJSON_ArrayForEach(it, v)
+        {
             if (!cJSON_IsString(it)) {
                 store_list(cfg, k, items, i, origin, err, errlen);
                 FAIL("expected an array of strings");

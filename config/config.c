@@ -99,8 +99,8 @@ static char *read_file(const char *path, char *err, size_t errlen)
 }
 
 /* Walks one JSON object; prefix is "" at the top and "limits." inside the limits group. */
-static int apply_object(struct kd_config *cfg, const cJSON *obj, const char *prefix,
-                        const char *origin, char *err, size_t errlen)
+static int apply_object(struct kd_config *cfg, const cJSON *obj, const char *prefix, const char *origin, char *err,
+                        size_t errlen)
 {
     const cJSON *it;
     cJSON_ArrayForEach(it, obj) {
@@ -216,8 +216,8 @@ static bool is_flag(const char *arg, const char *flag)
     return strcmp(arg, flag) == 0;
 }
 
-enum kd_config_action kd_config_load(struct kd_config *cfg, int argc, char *const *argv,
-                                     char *const *env, char *err, size_t errlen)
+enum kd_config_action kd_config_load(struct kd_config *cfg, int argc, char *const *argv, char *const *env,
+                                     char *err, size_t errlen)
 {
     if (kd_config_init_defaults(cfg) != 0) {
         snprintf(err, errlen, "out of memory while loading defaults");

@@ -72,7 +72,7 @@ struct kd_config {
     char *example_models;       /* "" means none */
     char *model_repository;     /* "" means <data_dir>/models; may be read-only */
     struct kd_strlist devices;
-    struct kd_strlist device_options;   /* "BACKEND:k=v&k=v", given to kiln_device_defaults_set */
+    struct kd_strlist device_options; /* "BACKEND:k=v&k=v", given to kiln_device_defaults_set */
     int64_t worker_threads;
     struct kd_config_limits limits;
     struct kd_config_remote remote;
@@ -83,18 +83,18 @@ struct kd_config {
     int64_t log_access;         /* 0 off, 1 on: one line per HTTP response */
     char *log_file;             /* "" means stderr */
     struct kd_strlist api_tokens;
-    struct kd_strlist data_roots;   /* jobs.data_roots */
+    struct kd_strlist data_roots; /* jobs.data_roots */
     char *config_file;          /* the --config path, or NULL */
 };
 
 /* What the caller should do after kd_config_load. */
 enum kd_config_action {
-    KD_CONFIG_RUN = 0,        /* start the daemon */
-    KD_CONFIG_CHECK,          /* --check-config: the configuration is valid, exit 0 */
-    KD_CONFIG_HELP,           /* --help was asked for */
-    KD_CONFIG_VERSION,        /* --version was asked for */
-    KD_CONFIG_PRINT_DOC,      /* --print-config-doc was asked for */
-    KD_CONFIG_ERROR,          /* err holds the message; exit 1 */
+    KD_CONFIG_RUN = 0,   /* start the daemon */
+    KD_CONFIG_CHECK,     /* --check-config: the configuration is valid, exit 0 */
+    KD_CONFIG_HELP,      /* --help was asked for */
+    KD_CONFIG_VERSION,   /* --version was asked for */
+    KD_CONFIG_PRINT_DOC, /* --print-config-doc was asked for */
+    KD_CONFIG_ERROR,     /* err holds the message; exit 1 */
 };
 
 /* Fills cfg with the defaults from the table; heap strings are owned by cfg. */
@@ -104,8 +104,8 @@ int kd_config_init_defaults(struct kd_config *cfg);
  * Loads defaults, then the --config file (if any), then env (a NULL-terminated "KEY=VALUE"
  * array, may be NULL), then the flags in argv[1..]. On KD_CONFIG_ERROR cfg is left freed.
  */
-enum kd_config_action kd_config_load(struct kd_config *cfg, int argc, char *const *argv,
-                                     char *const *env, char *err, size_t errlen);
+enum kd_config_action kd_config_load(struct kd_config *cfg, int argc, char *const *argv, char *const *env,
+                                     char *err, size_t errlen);
 
 void kd_config_free(struct kd_config *cfg);
 

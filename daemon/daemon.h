@@ -47,7 +47,7 @@ struct kd_daemon {
     struct kd_metrics *metrics;
     struct kd_api api;
     struct kd_server *server;
-    struct kd_grpc *grpc;        /* NULL unless grpc_port is set */
+    struct kd_grpc *grpc; /* NULL unless grpc_port is set */
     char *grpc_port_file;
     int drains_pending;            /* listeners whose connections are still draining */
     struct kd_jobstore *jobs;

@@ -302,8 +302,8 @@ static void seed_examples(struct kd_daemon *d, const char *root, const char *dir
                 break;
             snprintf(vdir, vn, "%s/%s", mdir, ve->d_name);
             if (kd_repository_add_version(repo, me->d_name, vdir, v, NULL) == 0)
-                kd_log_write(&d->log, KD_LOG_INFO, "example model %s version %lld copied into %s", me->d_name,
-                             v, root);
+                kd_log_write(&d->log, KD_LOG_INFO, "example model %s version %lld copied into %s", me->d_name, v,
+                             root);
             else
                 kd_log_write(&d->log, KD_LOG_WARN, "example model %s version %lld: %s", me->d_name, v,
                              kiln_error());
@@ -368,8 +368,10 @@ static int start_serving(struct kd_daemon *d)
     if (!root)
         return -1;
     if (access(root, F_OK) == 0 && access(root, W_OK) != 0)
-        kd_log_write(&d->log, KD_LOG_INFO, "model repository %s is read-only here: serving only, jobs "
-                     "cannot register models into it", root);
+        kd_log_write(&d->log, KD_LOG_INFO,
+                     "model repository %s is read-only here: serving only, jobs "
+                     "cannot register models into it",
+                     root);
     if (d->cfg.example_models && d->cfg.example_models[0])
         seed_examples(d, root, d->cfg.example_models);
     struct kd_serving_options vo = {
@@ -468,10 +470,12 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
         kd_log_write(&d->log, KD_LOG_ERROR, "out of memory");
         return -1;
     }
-    struct kd_metric_family *info = kd_metrics_family(d->metrics, "kiln_build_info",
-        "Always 1; the labels say which kilnd this is.", KD_METRIC_GAUGE,
+    struct kd_metric_family *info = kd_metrics_family(
+        d->metrics, "kiln_build_info", "Always 1; the labels say which kilnd this is.", KD_METRIC_GAUGE,
         (const char *const[]){"version", NULL}, NULL, 0);
-    struct kd_metric_series *info_series = info ? kd_metrics_series(info, (const char *const[]){KILN_VERSION, NULL}) : NULL;
+    struct kd_metric_series *info_series = info
+                                               ? kd_metrics_series(info, (const char *const[]){KILN_VERSION, NULL})
+                                               : NULL;
     if (!info_series || kd_api_init(&d->api, d->metrics, api_extensions) != 0) {
         kd_log_write(&d->log, KD_LOG_ERROR, "out of memory");
         return -1;
@@ -482,7 +486,8 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
     if (!kd_auth_listen_allowed(d->cfg.host, d->cfg.api_tokens.count)) {
         kd_log_write(&d->log, KD_LOG_ERROR,
                      "refusing to listen on %s without api_tokens: set KILN_API_TOKENS (\"admin:TOKEN\" or "
-                     "\"read:TOKEN\" entries) or listen on 127.0.0.1", d->cfg.host);
+                     "\"read:TOKEN\" entries) or listen on 127.0.0.1",
+                     d->cfg.host);
         return -1;
     }
     if (mkdir_p(d->cfg.data_dir, err, sizeof err) != 0 || check_writable(d->cfg.data_dir, err, sizeof err) != 0) {
@@ -495,14 +500,15 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
         .port = (int)d->cfg.port,
         .idle_timeout_ms = (uint64_t)d->cfg.limits.idle_timeout_ms,
         .request_timeout_ms = (uint64_t)d->cfg.limits.request_timeout_ms,
-        .service = {
-            .router = d->api.router,
-            .ctx = &d->api,
-            .max_header_bytes = (size_t)d->cfg.limits.max_header_bytes,
-            .max_body_bytes = (uint64_t)d->cfg.limits.max_body_bytes,
-            .access = d->cfg.log_access ? kd_log_access : NULL,
-            .access_ctx = &d->log,
-        },
+        .service =
+            {
+                .router = d->api.router,
+                .ctx = &d->api,
+                .max_header_bytes = (size_t)d->cfg.limits.max_header_bytes,
+                .max_body_bytes = (uint64_t)d->cfg.limits.max_body_bytes,
+                .access = d->cfg.log_access ? kd_log_access : NULL,
+                .access_ctx = &d->log,
+            },
         .metrics = d->metrics,
         .log = kd_log_sink,
         .log_ud = &d->log,

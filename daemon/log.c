@@ -18,8 +18,8 @@ static int open_path(const char *path)
     return open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 }
 
-int kd_log_open(struct kd_log *log, const char *path, enum kd_log_level level,
-                enum kd_log_format format, char *err, size_t errlen)
+int kd_log_open(struct kd_log *log, const char *path, enum kd_log_level level, enum kd_log_format format,
+                char *err, size_t errlen)
 {
     log->fd = STDERR_FILENO;
     log->path = NULL;

@@ -22,8 +22,8 @@ struct kd_log {
     enum kd_log_format format;
 };
 
-int kd_log_open(struct kd_log *log, const char *path, enum kd_log_level level,
-                enum kd_log_format format, char *err, size_t errlen);
+int kd_log_open(struct kd_log *log, const char *path, enum kd_log_level level, enum kd_log_format format,
+                char *err, size_t errlen);
 /* Opens the path again (after rotation); keeps the old file when the new open fails. */
 int kd_log_reopen(struct kd_log *log);
 void kd_log_close(struct kd_log *log);

@@ -15,9 +15,7 @@ int main(int argc, char **argv)
     char err[1024];
     enum kd_config_action act = kd_config_load(&cfg, argc, argv, environ, err, sizeof err);
     switch (act) {
-    case KD_CONFIG_ERROR:
-        fprintf(stderr, "kilnd: configuration error: %s\n", err);
-        return 1;
+    case KD_CONFIG_ERROR: fprintf(stderr, "kilnd: configuration error: %s\n", err); return 1;
     case KD_CONFIG_HELP:
         kd_config_print_help(stdout, "kilnd");
         kd_config_free(&cfg);
@@ -37,8 +35,7 @@ int main(int argc, char **argv)
             printf("kilnd: configuration OK\n");
         kd_config_free(&cfg);
         return 0;
-    case KD_CONFIG_RUN:
-        break;
+    case KD_CONFIG_RUN: break;
     }
 
     /* A peer that resets mid-write must cost one connection, not the process. */

@@ -244,8 +244,9 @@ static int build_onnx(struct kd_sched_model *m, kiln_device *dev, struct kd_sche
     }
     int gin = kiln_onnx_input_count(g), gout = kiln_onnx_output_count(g);
     if (gin > KD_SCHED_MAX_IO || gout > KD_SCHED_MAX_IO || gout < 1) {
-        snprintf(why, n, "model.onnx has %d inputs and %d outputs; kilnd serves 1..%d outputs and at most %d inputs",
-                 gin, gout, KD_SCHED_MAX_IO, KD_SCHED_MAX_IO);
+        snprintf(why, n,
+                 "model.onnx has %d inputs and %d outputs; kilnd serves 1..%d outputs and at most %d inputs", gin,
+                 gout, KD_SCHED_MAX_IO, KD_SCHED_MAX_IO);
         kiln_onnx_free(g);
         return -1;
     }
@@ -311,8 +312,7 @@ static int build_onnx(struct kd_sched_model *m, kiln_device *dev, struct kd_sche
     return 0;
 }
 
-int kd_sched_build(struct kd_sched_model *m, kiln_device *dev, struct kd_sched_exec *out, char *why,
-                   size_t n)
+int kd_sched_build(struct kd_sched_model *m, kiln_device *dev, struct kd_sched_exec *out, char *why, size_t n)
 {
     if (m->cfg.ninputs > KD_SCHED_MAX_IO || m->cfg.noutputs > KD_SCHED_MAX_IO) {
         snprintf(why, n, "more than %d inputs or outputs", KD_SCHED_MAX_IO);

@@ -28,7 +28,7 @@ struct kd_sched_exec {
 struct kd_sched_instance {
     struct kd_sched_model *model;
     struct kd_sched_worker *worker;
-    struct kd_sched_exec exec;       /* touched only on worker's thread */
+    struct kd_sched_exec exec;          /* touched only on worker's thread */
     bool linked;                        /* in worker->insts (under the scheduler lock) */
     struct kd_sched_instance *wnext;
 };
@@ -44,7 +44,7 @@ struct kd_sched_model {
      * list (under the lock, before the load completes), so readers on the loop see it complete.
      */
     kd_model_config cfg;
-    struct kd_sched_gate *gate;      /* the gate of the device its instances run on */
+    struct kd_sched_gate *gate; /* the gate of the device its instances run on */
     atomic_int refs;
     atomic_int pending;                 /* instance loads or frees still to finish */
     int ninst;
@@ -57,7 +57,7 @@ struct kd_sched_model {
     struct kd_sched_request *head, *tail;
     size_t queued;
     struct kd_sched_stats stats;
-    struct kd_sched_model *prev, *next;   /* every live model, for shutdown */
+    struct kd_sched_model *prev, *next; /* every live model, for shutdown */
 };
 
 struct kd_sched_ctl {
@@ -80,7 +80,7 @@ struct kd_sched_gate {
 
 struct kd_sched_worker {
     struct kd_sched *sched;
-    struct kd_sched_gate *gate;      /* its device spec's */
+    struct kd_sched_gate *gate;         /* its device spec's */
     bool running;                       /* a batch or a task is running on it (under the lock) */
     pthread_t thread;
     pthread_cond_t cv;
@@ -89,8 +89,8 @@ struct kd_sched_worker {
     bool started;
     struct kd_sched_ctl *ctl_head, *ctl_tail;
     struct kd_sched_instance *insts;
-    struct kd_sched_instance *rr;    /* where the next search for work starts */
-    struct kd_sched_task *task_head, *task_tail;  /* kd_sched_task_submit's queue */
+    struct kd_sched_instance *rr;                /* where the next search for work starts */
+    struct kd_sched_task *task_head, *task_tail; /* kd_sched_task_submit's queue */
     bool task_turn;                     /* a task goes before the next batch */
 };
 
@@ -99,7 +99,7 @@ struct kd_sched {
     pthread_mutex_t mu;                 /* queues, instance lists, control lists, stats */
     struct kd_sched_worker *workers;
     size_t nworkers;
-    struct kd_sched_gate *gates;     /* one per distinct device spec */
+    struct kd_sched_gate *gates; /* one per distinct device spec */
     size_t ngates;
     bool stopping, stopped;
     struct kd_sched_model *models;
@@ -110,8 +110,7 @@ struct kd_sched {
 };
 
 /* Builds one instance on the calling (worker) thread. 0, or -1 with why filled. */
-int kd_sched_build(struct kd_sched_model *m, kiln_device *dev, struct kd_sched_exec *out, char *why,
-                   size_t n);
+int kd_sched_build(struct kd_sched_model *m, kiln_device *dev, struct kd_sched_exec *out, char *why, size_t n);
 /* Frees what kd_sched_build made (on the same thread); safe on an empty exec. */
 void kd_sched_unbuild(struct kd_sched_exec *e);
 

@@ -30,11 +30,11 @@
 
 #include <uv.h>
 
-#include "repository.h"
 #include "kiln/tensor.h"
+#include "repository.h"
 
 #define KD_SCHED_MAX_IO 16
-#define KD_SCHED_BATCH_BUCKETS 8  /* batch-size histogram: 1, 2, 4, ... 64, more */
+#define KD_SCHED_BATCH_BUCKETS 8 /* batch-size histogram: 1, 2, 4, ... 64, more */
 
 struct kd_sched;
 struct kd_sched_model;
@@ -64,16 +64,16 @@ struct kd_sched_tensor {
 
 enum kd_sched_outcome {
     KD_SCHED_OK = 0,
-    KD_SCHED_FAILED,              /* the model refused the input or failed; error says why */
-    KD_SCHED_TIMEOUT,             /* its deadline passed before it ran */
-    KD_SCHED_CANCELLED,           /* the client left before it ran */
-    KD_SCHED_SHUTDOWN,            /* the scheduler stopped before it ran */
+    KD_SCHED_FAILED,    /* the model refused the input or failed; error says why */
+    KD_SCHED_TIMEOUT,   /* its deadline passed before it ran */
+    KD_SCHED_CANCELLED, /* the client left before it ran */
+    KD_SCHED_SHUTDOWN,  /* the scheduler stopped before it ran */
 };
 
 const char *kd_sched_outcome_to_str(enum kd_sched_outcome o);
 
 struct kd_sched_request {
-    struct kd_sched_model *model;     /* a reference; released by the caller after done */
+    struct kd_sched_model *model;       /* a reference; released by the caller after done */
     int ninputs;                        /* in the model's input order */
     struct kd_sched_tensor inputs[KD_SCHED_MAX_IO];
     int noutputs;                       /* filled by the worker, in the model's output order */
@@ -101,7 +101,7 @@ struct kd_sched_request {
     char error[256];
     uint64_t enqueued_ns, started_ns, finished_ns;
     int batch_size;                     /* requests' rows in the run it was part of */
-    struct kd_sched_request *next;    /* the scheduler's */
+    struct kd_sched_request *next;      /* the scheduler's */
 };
 
 /* What a model's statistics extension reports; times in nanoseconds. */
@@ -161,13 +161,13 @@ void kd_sched_request_clear(struct kd_sched_request *r);
  * that kd_sched_worker_for gave it.
  */
 struct kd_sched_task {
-    void (*run)(struct kd_sched_task *t, kiln_device *dev);   /* worker thread */
-    void (*done)(struct kd_sched_task *t);                    /* loop thread, exactly once */
+    void (*run)(struct kd_sched_task *t, kiln_device *dev); /* worker thread */
+    void (*done)(struct kd_sched_task *t);                  /* loop thread, exactly once */
     void *ud;
     bool shutdown;                      /* in done: the scheduler stopped before run was called */
     /* the scheduler's */
     struct kd_sched_task *next;
-    struct kd_sched_request carrier;  /* takes the completion through the loop's async queue */
+    struct kd_sched_request carrier; /* takes the completion through the loop's async queue */
 };
 
 /* A worker driving device spec (the hint spreads clients over several), or -1 when none does. */

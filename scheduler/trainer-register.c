@@ -21,8 +21,8 @@
 #include "kiln/loss.h"
 #include "kiln/nn.h"
 #include "kiln/record.h"
-#include "repository.h"
 #include "kiln/train.h"
+#include "repository.h"
 #include "trainer-impl.h"
 
 static int write_text(const char *path, const char *text)
@@ -116,7 +116,7 @@ static char *source_json(const char *source, const char *metrics_json)
 /* model.kiln (or, for a fine-tuned ONNX graph, model.onnx), config.json and source.json staged
  * in scratch, then added to the repository as its next version. */
 int kd_trainer_register(const struct kd_trainer_run *run, kiln_module *model, const kiln_dataset_info *info,
-                          struct kd_trainer_result *res)
+                        struct kd_trainer_result *res)
 {
     const struct kd_jobspec *s = run->spec;
     mkdir(run->scratch_dir, 0755);

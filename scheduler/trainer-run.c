@@ -25,8 +25,8 @@
 #include "kiln/loss.h"
 #include "kiln/nn.h"
 #include "kiln/record.h"
-#include "repository.h"
 #include "kiln/train.h"
+#include "repository.h"
 #include "trainer-impl.h"
 
 /* ---- the run ------------------------------------------------------------------------------- */

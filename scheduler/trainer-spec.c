@@ -54,8 +54,8 @@ static const char FASHION_CNN[] =
 
 /* Metric names the Learner produces; checkpoint keep-best and early stopping must use one. */
 const char *const kd_trainer_metrics[] = {
-    "train_loss", "train_accuracy", "valid_loss", "valid_accuracy", "valid_top5_accuracy", "valid_precision",
-    "valid_recall", "valid_f1", "lr", "items_per_sec", "epoch_seconds", NULL};
+    "train_loss",   "train_accuracy", "valid_loss", "valid_accuracy", "valid_top5_accuracy", "valid_precision",
+    "valid_recall", "valid_f1",       "lr",         "items_per_sec",  "epoch_seconds",       NULL};
 
 /* ---- problems ------------------------------------------------------------------------------ */
 
@@ -178,8 +178,8 @@ static bool metric_max(struct problems *p, const cJSON *obj, const char *field, 
 }
 
 /* Resolve path and require it under one of the roots; returns the real path (malloc'd). */
-static char *confined_path(struct problems *p, const char *field, const char *path, const struct kd_jobspec_env *env,
-                           bool want_dir)
+static char *confined_path(struct problems *p, const char *field, const char *path,
+                           const struct kd_jobspec_env *env, bool want_dir)
 {
     if (!path)
         return NULL;
@@ -315,7 +315,8 @@ static void parse_model(struct problems *p, const cJSON *root, const struct kd_j
     s->model_json = cJSON_PrintUnformatted(m);
 }
 
-static void parse_data(struct problems *p, const cJSON *root, const struct kd_jobspec_env *env, struct kd_jobspec *s)
+static void parse_data(struct problems *p, const cJSON *root, const struct kd_jobspec_env *env,
+                       struct kd_jobspec *s)
 {
     const cJSON *d = get(root, "data");
     if (!cJSON_IsObject(d)) {
@@ -513,8 +514,8 @@ static void parse_early(struct problems *p, const cJSON *root, struct kd_jobspec
     num(p, e, "min_delta", "early_stopping.min_delta", 0, 1e9, &s->min_delta);
 }
 
-int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct kd_jobspec *s,
-                     char *buf, size_t len)
+int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct kd_jobspec *s, char *buf,
+                     size_t len)
 {
     memset(s, 0, sizeof *s);
     struct problems p = {buf, len, 0, 0};

@@ -69,8 +69,8 @@ struct kd_jobspec {
  * Parse and check a job spec. On failure returns -1 and writes every problem found, each
  * "field: what is wrong", separated by "\n", into problems.
  */
-int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct kd_jobspec *out,
-                     char *problems, size_t len);
+int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct kd_jobspec *out, char *problems,
+                     size_t len);
 void kd_jobspec_free(struct kd_jobspec *s);
 
 /* What a run reports while it goes: type is "step", "epoch", "checkpoint" or "log". */

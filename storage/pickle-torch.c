@@ -30,10 +30,10 @@ static const struct {
     int dtype;
     size_t size;
 } pk_storages[] = {
-    {"FloatStorage", KILN_F32, 4},    {"DoubleStorage", KILN_F64, 8}, {"HalfStorage", KILN_F16, 2},
-    {"BFloat16Storage", KILN_BF16, 2}, {"LongStorage", KILN_I64, 8},  {"IntStorage", KILN_I32, 4},
-    {"ByteStorage", KILN_U8, 1},      {"BoolStorage", KILN_BOOL, 1},  {"CharStorage", -1, 1},
-    {"ShortStorage", -1, 2},          {"ComplexFloatStorage", -1, 8}, {"ComplexDoubleStorage", -1, 16},
+    {"FloatStorage", KILN_F32, 4},     {"DoubleStorage", KILN_F64, 8}, {"HalfStorage", KILN_F16, 2},
+    {"BFloat16Storage", KILN_BF16, 2}, {"LongStorage", KILN_I64, 8},   {"IntStorage", KILN_I32, 4},
+    {"ByteStorage", KILN_U8, 1},       {"BoolStorage", KILN_BOOL, 1},  {"CharStorage", -1, 1},
+    {"ShortStorage", -1, 2},           {"ComplexFloatStorage", -1, 8}, {"ComplexDoubleStorage", -1, 16},
 };
 #define PK_NSTORAGES (sizeof pk_storages / sizeof pk_storages[0])
 
@@ -150,10 +150,11 @@ static kiln__pk_value *pk_tensor(pk_state *s, kiln__pk_value *const *a)
     }
     kiln__pk_tensor t = {.storage = st, .offset = (uint64_t)a[1]->u.i};
     int nsize = -1, nstride = -2;
-    if (pk_int_tuple(a[2], t.size, &nsize) < 0 || pk_int_tuple(a[3], t.stride, &nstride) < 0 ||
-        nsize != nstride) {
-        kiln__pk_fail(s, "tensor on storage '%s' needs size and stride tuples of equal length (at most %d) "
-                   "of non-negative integers", st->u.storage.key, KILN_MAX_DIMS);
+    if (pk_int_tuple(a[2], t.size, &nsize) < 0 || pk_int_tuple(a[3], t.stride, &nstride) < 0 || nsize != nstride) {
+        kiln__pk_fail(s,
+                      "tensor on storage '%s' needs size and stride tuples of equal length (at most %d) "
+                      "of non-negative integers",
+                      st->u.storage.key, KILN_MAX_DIMS);
         return NULL;
     }
     t.ndim = nsize;
@@ -170,15 +171,17 @@ static kiln__pk_value *pk_tensor(pk_state *s, kiln__pk_value *const *a)
                 last = UINT64_MAX;
         }
         if (last >= st->u.storage.numel) {
-            kiln__pk_fail(s, "tensor view reaches element %" PRIu64 " of storage '%s', which holds %" PRIu64,
-                    last, st->u.storage.key, st->u.storage.numel);
+            kiln__pk_fail(s, "tensor view reaches element %" PRIu64 " of storage '%s', which holds %" PRIu64, last,
+                          st->u.storage.key, st->u.storage.numel);
             return NULL;
         }
         /* kiln loads a contiguous copy; a view with more elements than its storage (an
          * expand()ed tensor) would multiply memory on load, so it is refused. */
         if (numel > st->u.storage.numel) {
-            kiln__pk_fail(s, "tensor view of storage '%s' has %" PRIu64 " elements but the storage only %" PRIu64
-                       " (overlapping views are not loaded)", st->u.storage.key, numel, st->u.storage.numel);
+            kiln__pk_fail(s,
+                          "tensor view of storage '%s' has %" PRIu64 " elements but the storage only %" PRIu64
+                          " (overlapping views are not loaded)",
+                          st->u.storage.key, numel, st->u.storage.numel);
             return NULL;
         }
     }
@@ -202,7 +205,8 @@ kiln__pk_value *kiln__pk_reduce(pk_state *s, const kiln__pk_value *fn, const kil
         return NULL;
     }
     if (args->kind != KILN__PK_TUPLE) {
-        kiln__pk_fail(s, "REDUCE arguments for %s are not a tuple", kiln__pk_global_name(fn->u.global, gname, sizeof gname));
+        kiln__pk_fail(s, "REDUCE arguments for %s are not a tuple",
+                      kiln__pk_global_name(fn->u.global, gname, sizeof gname));
         return NULL;
     }
     size_t n = args->u.seq.n;
@@ -232,7 +236,8 @@ kiln__pk_value *kiln__pk_reduce(pk_state *s, const kiln__pk_value *fn, const kil
     case PK_G_REBUILD_TENSOR_V2:
         if ((fn->u.global == PK_G_REBUILD_TENSOR && n != 4) ||
             (fn->u.global == PK_G_REBUILD_TENSOR_V2 && n != 6 && n != 7)) {
-            kiln__pk_fail(s, "%s called with %zu arguments", kiln__pk_global_name(fn->u.global, gname, sizeof gname), n);
+            kiln__pk_fail(s, "%s called with %zu arguments",
+                          kiln__pk_global_name(fn->u.global, gname, sizeof gname), n);
             return NULL;
         }
         return pk_tensor(s, a);
@@ -240,12 +245,14 @@ kiln__pk_value *kiln__pk_reduce(pk_state *s, const kiln__pk_value *fn, const kil
     case PK_G_REBUILD_PARAMETER_WITH_STATE:
         /* (data, requires_grad, backward_hooks[, state]): the parameter is its data. */
         if (n != (fn->u.global == PK_G_REBUILD_PARAMETER ? 3u : 4u) || a[0]->kind != KILN__PK_TENSOR) {
-            kiln__pk_fail(s, "%s called with unsupported arguments", kiln__pk_global_name(fn->u.global, gname, sizeof gname));
+            kiln__pk_fail(s, "%s called with unsupported arguments",
+                          kiln__pk_global_name(fn->u.global, gname, sizeof gname));
             return NULL;
         }
         return a[0];
     default:
-        kiln__pk_fail(s, "%s cannot be called in a weights file", kiln__pk_global_name(fn->u.global, gname, sizeof gname));
+        kiln__pk_fail(s, "%s cannot be called in a weights file",
+                      kiln__pk_global_name(fn->u.global, gname, sizeof gname));
         return NULL;
     }
 }

@@ -45,8 +45,6 @@ enum {
     OP_FRAME = 0x95, OP_BYTEARRAY8 = 0x96,
 };
 
-
-
 int kiln__pk_fail(pk_state *s, const char *fmt, ...)
 {
     char msg[320];
@@ -305,7 +303,7 @@ static int pk_memo_put(pk_state *s, uint64_t idx)
      * proportional to the input instead of to a number the file picks. */
     if (idx >= s->lim.max_memo || idx > s->nobjects)
         return kiln__pk_fail(s, "memo index %" PRIu64 " is beyond the %zu values made so far (limit %zu)", idx,
-                       s->nobjects, s->lim.max_memo);
+                             s->nobjects, s->lim.max_memo);
     kiln__pk_value *top = pk_top(s);
     if (!top)
         return -1;
@@ -330,7 +328,6 @@ bool kiln__pk_is_str(const kiln__pk_value *v)
 {
     return v && v->kind == KILN__PK_STR;
 }
-
 
 /* One opcode. Returns 1 at STOP, 0 to continue, -1 on error. */
 static int pk_step(pk_state *s)
@@ -378,8 +375,7 @@ static int pk_step(pk_state *s)
         return 0;
     case OP_DUP:
         return (v = pk_top(s)) ? pk_push(s, v) : -1;
-    case OP_NONE:
-        return pk_push(s, kiln__pk_new(s, KILN__PK_NONE));
+    case OP_NONE: return pk_push(s, kiln__pk_new(s, KILN__PK_NONE));
     case OP_NEWTRUE:
     case OP_NEWFALSE:
         if (!(v = kiln__pk_new(s, KILN__PK_BOOL)))
@@ -435,15 +431,14 @@ static int pk_step(pk_state *s)
         if (pk_uint(s, 8, &n) < 0)
             return -1;
         if (n > s->lim.max_string)
-            return kiln__pk_fail(s, "string of %" PRIu64 " bytes exceeds the %zu-byte limit", n, s->lim.max_string);
+            return kiln__pk_fail(s, "string of %" PRIu64 " bytes exceeds the %zu-byte limit", n,
+                                 s->lim.max_string);
         return pk_push(s, pk_string(s, op == OP_BINUNICODE8 ? KILN__PK_STR : KILN__PK_BYTES, (size_t)n));
-    case OP_EMPTY_DICT:
-        return pk_push(s, kiln__pk_new(s, KILN__PK_DICT));
+    case OP_EMPTY_DICT: return pk_push(s, kiln__pk_new(s, KILN__PK_DICT));
     case OP_EMPTY_LIST:
     case OP_EMPTY_SET: /* a set is kept as a list: nothing in a weights file needs set semantics */
         return pk_push(s, kiln__pk_new(s, KILN__PK_LIST));
-    case OP_EMPTY_TUPLE:
-        return pk_push(s, kiln__pk_new(s, KILN__PK_TUPLE));
+    case OP_EMPTY_TUPLE: return pk_push(s, kiln__pk_new(s, KILN__PK_TUPLE));
     case OP_TUPLE1:
     case OP_TUPLE2:
     case OP_TUPLE3: {

@@ -453,8 +453,8 @@ kiln_tensor *kiln_safetensors_load(const kiln_safetensors *st, const char *name,
     kiln_safetensors *mst = (kiln_safetensors *)st;
     if (st->mapped && e->dtype != KILN_BOOL && n > 0 && (uintptr_t)src % 64 == 0 && !e->lent) {
         atomic_fetch_add(&mst->refs, 1);
-        kiln_tensor *t = kiln_from_host_memory(dev, (kiln_dtype)e->dtype, e->ndim, e->shape, (void *)src,
-                                               st_unref, mst);
+        kiln_tensor *t = kiln_from_host_memory(dev, (kiln_dtype)e->dtype, e->ndim, e->shape, (void *)src, st_unref,
+                                               mst);
         if (t) {
             ((st_entry *)e)->lent = true;
             atomic_fetch_add(&mst->lent_count, 1);

@@ -14,18 +14,18 @@
 #include "kiln/record.h"
 #include "pickle-impl.h"
 
-#define PT_MAX_NAME 4096              /* bytes in a flattened or renamed name */
-#define PT_MAX_DEPTH 64               /* nesting of dicts and lists */
-#define PT_MAX_LEAVES (1u << 20)      /* values visited while flattening (shared sub-trees count again) */
-#define PT_MAX_PICKLE (256u << 20)    /* bytes of data.pkl */
-#define PT_MAX_ENTRIES (1u << 20)     /* records in the archive */
-#define PT_DEFLATE_RATIO 1100u        /* deflate cannot expand more than ~1032:1 */
+#define PT_MAX_NAME 4096           /* bytes in a flattened or renamed name */
+#define PT_MAX_DEPTH 64            /* nesting of dicts and lists */
+#define PT_MAX_LEAVES (1u << 20)   /* values visited while flattening (shared sub-trees count again) */
+#define PT_MAX_PICKLE (256u << 20) /* bytes of data.pkl */
+#define PT_MAX_ENTRIES (1u << 20)  /* records in the archive */
+#define PT_DEFLATE_RATIO 1100u     /* deflate cannot expand more than ~1032:1 */
 
 typedef struct pt_entry {
-    char *name;   /* after renaming */
-    char *source; /* as flattened from the file */
+    char *name;               /* after renaming */
+    char *source;             /* as flattened from the file */
     const kiln__pk_tensor *t; /* tensor entries: lives in the pickle arena */
-    char *value;  /* other entries: the value as text */
+    char *value;              /* other entries: the value as text */
     zip_int64_t record;       /* tensor entries: archive index of the storage record */
 } pt_entry;
 

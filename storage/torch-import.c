@@ -34,7 +34,6 @@
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "torch records are read as little-endian; a big-endian host needs byte swapping here");
 
-
 /* ------------------------------------------------------------------ small helpers */
 
 static void pt_list_free(pt_list *l)

@@ -79,7 +79,6 @@ static int pt_replace_all(kiln_torch_file *pt, const regex_t *re, const char *re
     return 0;
 }
 
-
 void kiln__pt_rules_free(pt_rules *r)
 {
     for (int i = 0; i < r->nr; i++)

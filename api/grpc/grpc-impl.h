@@ -64,14 +64,14 @@ struct grpc_stream {
     char path[96];
     char authorization[512];
     bool grpc_content_type;
-    int coding;                     /* grpc-encoding: enum kd_http_coding (identity when absent) */
+    int coding; /* grpc-encoding: enum kd_http_coding (identity when absent) */
     char coding_name[24];
     uint64_t deadline_ns;           /* from grpc-timeout; 0: none */
     uint64_t opened_ns;
     size_t header_bytes;
     bool header_overflow;
     /* the request side */
-    struct kd_buf in;             /* the message being gathered, prefix included */
+    struct kd_buf in;               /* the message being gathered, prefix included */
     uint64_t need;                  /* its whole length once the prefix is read; 0 before */
     int messages;                   /* complete messages so far */
     bool client_done;               /* END_STREAM received */

@@ -18,29 +18,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grpc_service.pb-c.h"
 #include "grpc-impl.h"
+#include "grpc_service.pb-c.h"
 
 struct grpc_job {
-    struct kd_sched_request r;    /* first: the scheduler hands this pointer back */
+    struct kd_sched_request r; /* first: the scheduler hands this pointer back */
     struct kd_serving *sv;
-    struct grpc_stream *s;          /* NULL once the call has gone */
+    struct grpc_stream *s; /* NULL once the call has gone */
     struct grpc_job *next;
     atomic_bool cancelled;
     bool streaming, queued, done, client_deadline, encoded;
     bool want_output[KD_SCHED_MAX_IO];
     char *id;
     int64_t version;
-    struct kd_buf resp;           /* the framed response, packed by the worker */
+    struct kd_buf resp; /* the framed response, packed by the worker */
     enum grpc_code code;
     char msg[320];
 };
 
-#define FAIL(status, ...)                         \
-    do {                                          \
-        snprintf(msg, msglen, __VA_ARGS__);       \
-        rc = (status);                            \
-        goto done;                                \
+#define FAIL(status, ...)                                                                                         \
+    do {                                                                                                          \
+        snprintf(msg, msglen, __VA_ARGS__);                                                                       \
+        rc = (status);                                                                                            \
+        goto done;                                                                                                \
     } while (0)
 
 /* Copies typed contents into t (dtype and element count set). 0, or -1 with why. */
@@ -55,9 +55,7 @@ static int copy_typed(struct kd_sched_tensor *t, const Inference__InferTensorCon
     case KILN_I32: have = c->n_int_contents; break;
     case KILN_U8: have = c->n_uint_contents; break;
     case KILN_BOOL: have = c->n_bool_contents; break;
-    default:
-        *why = "this datatype has no typed contents field: send it in raw_input_contents";
-        return -1;
+    default: *why = "this datatype has no typed contents field: send it in raw_input_contents"; return -1;
     }
     if (have != n) {
         *why = "the contents hold a different number of elements than the shape";

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grpc_service.pb-c.h"
 #include "auth.h"
 #include "grpc-impl.h"
+#include "grpc_service.pb-c.h"
 
 #define SERVICE "/inference.GRPCInferenceService/"
 #define MAX_VERSIONS 16
@@ -181,7 +181,8 @@ static Inference__DataType data_type_of(const char *datatype)
 {
     char name[40];
     snprintf(name, sizeof name, "TYPE_%s", datatype);
-    const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value_by_name(&inference__data_type__descriptor, name);
+    const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value_by_name(&inference__data_type__descriptor,
+                                                                               name);
     return v ? (Inference__DataType)v->value : INFERENCE__DATA_TYPE__TYPE_INVALID;
 }
 
@@ -259,7 +260,8 @@ static void model_config(struct grpc_stream *s, const Inference__ModelConfigRequ
     int32_t gpu = colon ? atoi(colon + 1) : 0;
     Inference__ModelInstanceGroup ig = INFERENCE__MODEL_INSTANCE_GROUP__INIT, *igp = &ig;
     ig.name = group_name;
-    ig.kind = cpu ? INFERENCE__MODEL_INSTANCE_GROUP__KIND__KIND_CPU : INFERENCE__MODEL_INSTANCE_GROUP__KIND__KIND_GPU;
+    ig.kind = cpu ? INFERENCE__MODEL_INSTANCE_GROUP__KIND__KIND_CPU
+                  : INFERENCE__MODEL_INSTANCE_GROUP__KIND__KIND_GPU;
     ig.count = c->instance_count > 0 ? c->instance_count : 1;
     ig.n_gpus = cpu ? 0 : 1;
     ig.gpus = &gpu;
@@ -369,9 +371,9 @@ static void add_ready(void *ud, const char *name, int64_t version, const char *s
     struct ready_walk *w = ud;
     int status;
     char msg[64];
-    struct kd_sched_model *m = strcmp(state, "READY") == 0 ? kd_serving_model(w->sv, name, version, &status, msg,
-                                                                                   sizeof msg)
-                                                               : NULL;
+    struct kd_sched_model *m = strcmp(state, "READY") == 0
+                                   ? kd_serving_model(w->sv, name, version, &status, msg, sizeof msg)
+                                   : NULL;
     if (m)
         add_model(w->t, m);
 }
@@ -416,7 +418,7 @@ static void model_statistics(struct grpc_stream *s, const Inference__ModelStatis
 struct index_rows {
     Inference__RepositoryIndexResponse__ModelIndex *rows;
     size_t n, cap;
-    struct kd_buf text;           /* the rows' strings, NUL-separated; offsets until the end */
+    struct kd_buf text; /* the rows' strings, NUL-separated; offsets until the end */
     bool oom;
 };
 
@@ -539,8 +541,19 @@ static void model_unload(struct grpc_stream *s, const Inference__RepositoryModel
 /* ---- dispatch ------------------------------------------------------------------------------- */
 
 enum method {
-    M_LIVE, M_READY, M_MODEL_READY, M_SERVER_META, M_MODEL_META, M_INFER, M_STREAM_INFER, M_CONFIG, M_STATS,
-    M_INDEX, M_LOAD, M_UNLOAD, M_COUNT
+    M_LIVE,
+    M_READY,
+    M_MODEL_READY,
+    M_SERVER_META,
+    M_MODEL_META,
+    M_INFER,
+    M_STREAM_INFER,
+    M_CONFIG,
+    M_STATS,
+    M_INDEX,
+    M_LOAD,
+    M_UNLOAD,
+    M_COUNT
 };
 
 static const struct {
@@ -582,10 +595,11 @@ void kd_grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len)
     int m = method_of(s->path);
     if (m < 0) {
         bool ours = strncmp(s->path, SERVICE, sizeof SERVICE - 1) == 0;
-        kd_grpc_finish(s, GRPC_UNIMPLEMENTED, ours ? "kilnd does not implement %s (shared memory, trace and "
-                                                        "logging are not served over gRPC)"
-                                                      : "unknown service or method %s",
-                          s->path);
+        kd_grpc_finish(s, GRPC_UNIMPLEMENTED,
+                       ours ? "kilnd does not implement %s (shared memory, trace and "
+                              "logging are not served over gRPC)"
+                            : "unknown service or method %s",
+                       s->path);
         return;
     }
     if (methods[m].scope != KD_AUTH_NONE && authorize(s, methods[m].scope) != 0)

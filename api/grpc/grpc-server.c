@@ -24,9 +24,9 @@
 #include "logf.h"
 #include "server.h"
 
-#define WINDOW_BYTES (1 << 20)          /* per stream */
-#define CONN_WINDOW_BYTES (16 << 20)    /* per connection */
-#define UNSENT_HIGH (8u << 20)          /* bytes written and not yet taken: stop reading past it */
+#define WINDOW_BYTES (1 << 20)       /* per stream */
+#define CONN_WINDOW_BYTES (16 << 20) /* per connection */
+#define UNSENT_HIGH (8u << 20)       /* bytes written and not yet taken: stop reading past it */
 
 #define glog(g, level, ...) kd_api_logf((g)->o.log, (g)->o.log_ud, (level), __VA_ARGS__)
 
@@ -34,7 +34,7 @@ struct write_req {
     uv_write_t req;
     struct kd_grpc_conn *c;
     size_t len;
-    char *data;                     /* the gathered frames, owned */
+    char *data; /* the gathered frames, owned */
 };
 
 static void conn_close(struct kd_grpc_conn *c);
@@ -178,7 +178,11 @@ static int submit_status(struct grpc_stream *s, bool trailers_only)
     percent_encode(s->message, msg, sizeof msg);
     nghttp2_nv nva[4];
     size_t n = 0;
-#define NV(name, value) nva[n++] = (nghttp2_nv){(uint8_t *)(name), (uint8_t *)(value), strlen(name), strlen(value), 0}
+#define NV(name, value)                                                                                           \
+    nva[n++] = (nghttp2_nv)                                                                                       \
+    {                                                                                                             \
+        (uint8_t *)(name), (uint8_t *)(value), strlen(name), strlen(value), 0                                     \
+    }
     if (trailers_only) {
         NV(":status", "200");
         NV("content-type", "application/grpc");
@@ -429,8 +433,10 @@ static int take_data(struct grpc_stream *s, const uint8_t *data, size_t len)
                 return 0;
             }
             if (p[0] == 1 && s->coding == KD_CODING_UNKNOWN) {
-                kd_grpc_finish(s, GRPC_UNIMPLEMENTED, "grpc-encoding '%.24s' is not supported: use gzip, deflate "
-                                                         "or identity", s->coding_name);
+                kd_grpc_finish(s, GRPC_UNIMPLEMENTED,
+                               "grpc-encoding '%.24s' is not supported: use gzip, deflate "
+                               "or identity",
+                               s->coding_name);
                 return 0;
             }
             if (body > g->o.max_message_bytes) {

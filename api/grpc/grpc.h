@@ -29,7 +29,7 @@
 struct kd_grpc_options {
     const char *host;
     int port;                           /* 0 picks a free port */
-    struct kd_serving *serving;       /* borrowed; NULL answers every model call UNAVAILABLE */
+    struct kd_serving *serving;         /* borrowed; NULL answers every model call UNAVAILABLE */
     uint64_t max_message_bytes;         /* a message's length prefix past this is RESOURCE_EXHAUSTED */
     uint32_t max_concurrent_streams;    /* SETTINGS_MAX_CONCURRENT_STREAMS, per connection */
     size_t max_header_bytes;            /* a stream's header block past this is refused */

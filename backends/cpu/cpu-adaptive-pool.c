@@ -9,8 +9,14 @@
 #include "cpu-impl.h"
 #include "cpu-pooling-impl.h"
 
-static inline int64_t ad_start(int64_t o, int64_t in, int64_t out) { return (o * in) / out; }
-static inline int64_t ad_end(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
+static inline int64_t ad_start(int64_t o, int64_t in, int64_t out)
+{
+    return (o * in) / out;
+}
+static inline int64_t ad_end(int64_t o, int64_t in, int64_t out)
+{
+    return ((o + 1) * in + out - 1) / out;
+}
 
 typedef struct ad_job {
     const pgeom *g;
@@ -33,8 +39,8 @@ static void adaptive_planes(void *argp, int64_t p0, int64_t p1)
                     double cnt = (double)((d1 - d0) * (h1 - h0) * (w1 - w0));
                     double acc = 0, share = 0;
                     if (j->back)
-                        share = (j->dbl ? ((double *)j->y)[pl * g->osz + oi]
-                                        : ((float *)j->y)[pl * g->osz + oi]) / cnt;
+                        share = (j->dbl ? ((double *)j->y)[pl * g->osz + oi] : ((float *)j->y)[pl * g->osz + oi]) /
+                                cnt;
                     for (int64_t a = d0; a < d1; a++)
                         for (int64_t b = h0; b < h1; b++)
                             for (int64_t c = w0; c < w1; c++) {

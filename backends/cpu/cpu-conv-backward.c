@@ -24,8 +24,7 @@ int kiln__cpu_conv_backward_input(void *vctx, const kiln_conv_params *p, const k
     kiln__cpu_conv_out_buffer(ctx, grad_x, ct, &ops[2]);
     int64_t rows = g.Cg * g.ksz;
     bool tiled = kiln__cpu_conv_direct_ok(ctx, &g, dbl) && !g.direct && g.st[1] == 1 && g.st[2] == 1 &&
-                 g.pad[1] <= g.dil[1] * (g.k[1] - 1) &&
-                 g.pad[2] <= g.dil[2] * (g.k[2] - 1);
+                 g.pad[1] <= g.dil[1] * (g.k[1] - 1) && g.pad[2] <= g.dil[2] * (g.k[2] - 1);
     bool need_col = !g.direct && !tiled;
     if (need_col)
         ops[3].p = kiln__cpu_scratch_get(ctx, (size_t)(rows * g.osz) * es, &ops[3].h);
@@ -41,8 +40,8 @@ int kiln__cpu_conv_backward_input(void *vctx, const kiln_conv_params *p, const k
         int64_t ph = g.dil[1] * (g.k[1] - 1) - g.pad[1], pw = g.dil[2] * (g.k[2] - 1) - g.pad[2];
         const float *wflip = (const float *)wp + (g.k[1] - 1) * g.k[2] + (g.k[2] - 1);
         if (!kiln__cpu_conv_direct_run(ctx, g.N, g.O, g.C, g.out[1], g.out[2], ph, pw, g.k[1], g.k[2], g.dil[1],
-                                       g.dil[2], 1, (const float *)gop, wflip, g.ksz, g.C * g.ksz, -g.k[2], -1, NULL,
-                                       (float *)gx, NULL)) {
+                                       g.dil[2], 1, (const float *)gop, wflip, g.ksz, g.C * g.ksz, -g.k[2], -1,
+                                       NULL, (float *)gx, NULL)) {
             kiln__cpu_conv_release(ctx, ops, 4);
             return kiln__cpu_enomem("conv_backward_input");
         }

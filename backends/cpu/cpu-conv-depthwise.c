@@ -17,11 +17,11 @@
  * padding copy cost more than the arithmetic on the small planes of a network's last
  * stages (a 7x7 plane padded to 11x11 is 33 library calls for 49 outputs). */
 typedef struct dwconv {
-    dconv d;                 /* geometry of one plane: N = Ci = 1 */
-    int64_t planes, m;       /* input planes (batch × channels), outputs per input plane */
-    int64_t C, slot;         /* input channels; floats of scratch per job */
-    int64_t KH, KW, dh, dw;  /* for the unpadded stride-1 kernel */
-    bool s1;                 /* use it: no padded copy at all */
+    dconv d;                /* geometry of one plane: N = Ci = 1 */
+    int64_t planes, m;      /* input planes (batch × channels), outputs per input plane */
+    int64_t C, slot;        /* input channels; floats of scratch per job */
+    int64_t KH, KW, dh, dw; /* for the unpadded stride-1 kernel */
+    bool s1;                /* use it: no padded copy at all */
     const float *x, *w, *bias;
     float *out, *scratch;
     const conv_ep *ep;
@@ -48,11 +48,11 @@ static void dwconv_job(void *argp, int job, int njobs)
             float bias = dw->bias ? dw->bias[o] : 0.0f;
             const float *res = ep->res ? ep->res + at : NULL;
             if (dw->s1)
-                d.k->dwconv_s1_f32(dw->out + at, res, xpl, d.H, d.W, d.OH, d.OW, dw->KH, dw->KW, d.ph, d.pw, dw->dh,
-                                   dw->dw, dw->w + o * d.nk, bias, ep->act, ep->a, ep->b);
+                d.k->dwconv_s1_f32(dw->out + at, res, xpl, d.H, d.W, d.OH, d.OW, dw->KH, dw->KW, d.ph, d.pw,
+                                   dw->dh, dw->dw, dw->w + o * d.nk, bias, ep->act, ep->a, ep->b);
             else
-                d.k->dwconv_plane_f32(dw->out + at, res, xg, d.Wg, d.OH, d.OW, d.offs, dw->w + o * d.nk, d.nk, bias,
-                                      ep->act, ep->a, ep->b);
+                d.k->dwconv_plane_f32(dw->out + at, res, xg, d.Wg, d.OH, d.OW, d.offs, dw->w + o * d.nk, d.nk,
+                                      bias, ep->act, ep->a, ep->b);
         }
     }
 }
@@ -154,8 +154,8 @@ static bool dw16_conv(kiln__cpu_ctx *ctx, const geom *g, const float *x, const f
     return true;
 }
 
-bool kiln__cpu_conv_depthwise_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const float *w, const float *bias,
-                                  float *out, const conv_ep *ep)
+bool kiln__cpu_conv_depthwise_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const float *w,
+                                  const float *bias, float *out, const conv_ep *ep)
 {
     if (dw16_ok(ctx, g))
         return dw16_conv(ctx, g, x, w, bias, out, ep ? ep : &kiln__cpu_conv_no_ep);

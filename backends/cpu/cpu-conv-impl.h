@@ -34,24 +34,24 @@ extern const conv_ep kiln__cpu_conv_no_ep;
 #define DT_OMAX 8
 
 typedef struct dconv {
-    int64_t N, Ci, Co;               /* batch, input and output channels */
-    int64_t H, W, ph, pw, s;         /* input size, the padding on each side, stride */
-    int64_t Hg, Wg, OH, OW, pp, cs;  /* phase plane and output size, phase plane and channel size */
+    int64_t N, Ci, Co;              /* batch, input and output channels */
+    int64_t H, W, ph, pw, s;        /* input size, the padding on each side, stride */
+    int64_t Hg, Wg, OH, OW, pp, cs; /* phase plane and output size, phase plane and channel size */
     int64_t nk, nob, ntile;
-    int64_t to, tq;                  /* the table's tile: channels, positions */
-    int64_t nobg;                    /* jobs per tile: groups of channel blocks */
-    bool inplace;                    /* xp is x itself (1x1, stride 1, no padding) */
-    bool rows;                       /* weights read in place as [Co, Ci·nk] rows */
-    bool wmajor;                     /* jobs walk channel blocks outside, tiles inside */
-    const float *x;                  /* [N, Ci, H, W] */
-    float *xp;                       /* [N, Ci, s·s, Hg, Wg] + slack */
-    const float *w;                  /* the weights as given, for packing */
+    int64_t to, tq; /* the table's tile: channels, positions */
+    int64_t nobg;   /* jobs per tile: groups of channel blocks */
+    bool inplace;   /* xp is x itself (1x1, stride 1, no padding) */
+    bool rows;      /* weights read in place as [Co, Ci·nk] rows */
+    bool wmajor;    /* jobs walk channel blocks outside, tiles inside */
+    const float *x; /* [N, Ci, H, W] */
+    float *xp;      /* [N, Ci, s·s, Hg, Wg] + slack */
+    const float *w; /* the weights as given, for packing */
     int64_t sa, sc, skh, skw, KW;
-    float *wpack;                    /* [nob, Ci, nk, TO]; with rows, the last block's [TO, Ci·nk] */
-    const int64_t *offs;             /* [nk] */
-    const float *bias;               /* [Co] or NULL */
-    float *out;                      /* [N, Co, OH, OW] */
-    const conv_ep *ep;               /* applied to each run of outputs as it is stored */
+    float *wpack;        /* [nob, Ci, nk, TO]; with rows, the last block's [TO, Ci·nk] */
+    const int64_t *offs; /* [nk] */
+    const float *bias;   /* [Co] or NULL */
+    float *out;          /* [N, Co, OH, OW] */
+    const conv_ep *ep;   /* applied to each run of outputs as it is stored */
     const kiln__cpu_kernels *k;
 } dconv;
 
@@ -87,7 +87,7 @@ bool kiln__cpu_conv_packed_run(kiln__cpu_ctx *ctx, const geom *g, const float *x
 
 /* cpu-conv-depthwise.c */
 bool kiln__cpu_conv_depthwise_ok(const kiln__cpu_ctx *ctx, const geom *g, bool dbl);
-bool kiln__cpu_conv_depthwise_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const float *w, const float *bias,
-                                  float *out, const conv_ep *ep);
+bool kiln__cpu_conv_depthwise_run(kiln__cpu_ctx *ctx, const geom *g, const float *x, const float *w,
+                                  const float *bias, float *out, const conv_ep *ep);
 
 #endif /* KILN_CPU_CONV_IMPL_H */

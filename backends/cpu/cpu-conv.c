@@ -28,8 +28,8 @@
 #include <cblas.h>
 #include <stdlib.h>
 
-#include "cpu-impl.h"
 #include "cpu-conv-impl.h"
+#include "cpu-impl.h"
 
 const conv_ep kiln__cpu_conv_no_ep = {NULL, KILN_EPI_NONE, 0.0f, 0.0f};
 
@@ -494,7 +494,8 @@ bool kiln__cpu_conv_direct_run(kiln__cpu_ctx *ctx, int64_t N, int64_t Ci, int64_
         return true;
     }
     if (!d.inplace)
-        kiln__cpu_parallel_for(ctx, N * Ci * d.Hg, kiln__cpu_conv_direct_pad_grain(&d), kiln__cpu_conv_direct_pad, &d);
+        kiln__cpu_parallel_for(ctx, N * Ci * d.Hg, kiln__cpu_conv_direct_pad_grain(&d), kiln__cpu_conv_direct_pad,
+                               &d);
     /* jobs are tiles of positions, each over all channel blocks (the input of a tile then
      * stays in L1 across them); when there are too few tiles to keep every thread busy
      * (small images, batch 1), the channel blocks are split across jobs as well */
@@ -613,8 +614,8 @@ static int conv_run(kiln__cpu_ctx *ctx, const kiln_conv_params *p, const kiln_td
         }
     } else if (tiled) {
         if (!kiln__cpu_conv_direct_run(ctx, g.N, g.C, g.O, g.in[1], g.in[2], g.pad[1], g.pad[2], g.k[1], g.k[2],
-                                       g.dil[1], g.dil[2], g.st[2], (const float *)xp, (const float *)wp, g.C * g.ksz,
-                                       g.ksz, g.k[2], 1, bias ? ops[2].p : NULL, (float *)op, ep)) {
+                                       g.dil[1], g.dil[2], g.st[2], (const float *)xp, (const float *)wp,
+                                       g.C * g.ksz, g.ksz, g.k[2], 1, bias ? ops[2].p : NULL, (float *)op, ep)) {
             kiln__cpu_conv_release(ctx, ops, 5);
             return kiln__cpu_enomem("conv");
         }

@@ -645,7 +645,6 @@ static void maxpool2x2_row_f32(float *restrict o, const float *restrict r0,
     }
 }
 
-
 /* The convolution kernels (direct and packed tiles, depthwise planes and channel lanes)
  * are compiled here, as part of this file, under the same flags. */
 #include "cpu-kernels-conv.inc"

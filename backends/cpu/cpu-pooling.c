@@ -559,7 +559,7 @@ int kiln__cpu_pooling(void *vctx, const kiln_pool_params *p, const kiln_tdesc *o
     kiln__cpu_ctx *ctx = vctx;
     pgeom g;
     kiln__cpu_pgeom_init(&g, p->nspatial, p->kernel, p->stride, p->padding,
-               p->kind == KILN_POOL_MAX ? p->dilation : NULL, x, out);
+                         p->kind == KILN_POOL_MAX ? p->dilation : NULL, x, out);
     if (kiln__cpu_numel(out) == 0)
         return 0;
     kiln_dtype ct = kiln__cpu_fdt(out->dtype);
@@ -687,7 +687,7 @@ int kiln__cpu_pooling_backward(void *vctx, const kiln_pool_params *p, const kiln
     kiln__cpu_ctx *ctx = vctx;
     pgeom g;
     kiln__cpu_pgeom_init(&g, p->nspatial, p->kernel, p->stride, p->padding,
-               p->kind == KILN_POOL_MAX ? p->dilation : NULL, grad_x, grad_out);
+                         p->kind == KILN_POOL_MAX ? p->dilation : NULL, grad_x, grad_out);
     if (p->kind == KILN_POOL_MAX && !indices)
         return kiln__error_set("cpu pool_backward: max pooling needs indices"), KILN_EINVAL;
     kiln_dtype ct = kiln__cpu_fdt(grad_x->dtype);

@@ -23,7 +23,7 @@
 #include "remote-exec.h"
 
 struct entry {
-    uint64_t id;                    /* 0: empty slot */
+    uint64_t id; /* 0: empty slot */
     kiln_buffer *buf;
     uint64_t nbytes;
 };
@@ -31,9 +31,9 @@ struct entry {
 struct kiln__tstate {
     struct kiln__tstate_limits lim;
     uint16_t version;
-    kiln_device *dev;               /* where the buffers live (set by the first exec) */
+    kiln_device *dev; /* where the buffers live (set by the first exec) */
     struct entry *tab;
-    size_t cap;                     /* a power of two */
+    size_t cap; /* a power of two */
     size_t count;
     uint64_t live_bytes;
 };
@@ -161,7 +161,8 @@ struct ctx {
     bool oom;
 };
 
-static int reply_error(struct ctx *c, kiln_wire_err code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int reply_error(struct ctx *c, kiln_wire_err code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 static int reply_error(struct ctx *c, kiln_wire_err code, const char *fmt, ...)
 {
@@ -192,7 +193,8 @@ static int resolve(struct ctx *c, int k, kiln_tdesc *d, const kiln_tdesc **slot)
     if (w->id == 0) {
         const kiln_wire_prim_info *pi = kiln_wire_prim_lookup(op->prim);
         if (!pi || !(pi->optional & (1u << k)))
-            return reply_error(c, KILN_WIRE_ERR_BAD_ID, "%s: operand %d needs a buffer id", pi ? pi->name : "op", k);
+            return reply_error(c, KILN_WIRE_ERR_BAD_ID, "%s: operand %d needs a buffer id", pi ? pi->name : "op",
+                               k);
         return 0;
     }
     struct entry *e = find(c->st, w->id);
@@ -211,13 +213,15 @@ static int resolve(struct ctx *c, int k, kiln_tdesc *d, const kiln_tdesc **slot)
     if (empty) {
         /* Touches nothing, but a backend may still form the base address. */
         if (w->offset < 0 || (uint64_t)w->offset > elems)
-            return reply_error(c, KILN_WIRE_ERR_BAD_RANGE, "operand %d (id %" PRIu64 "): offset %" PRId64
-                               " outside its buffer of %" PRIu64 " bytes", k, w->id, w->offset, e->nbytes);
+            return reply_error(c, KILN_WIRE_ERR_BAD_RANGE,
+                               "operand %d (id %" PRIu64 "): offset %" PRId64 " outside its buffer of %" PRIu64
+                               " bytes",
+                               k, w->id, w->offset, e->nbytes);
     } else if (lo < 0 || (uint64_t)hi >= elems) {
         return reply_error(c, KILN_WIRE_ERR_BAD_RANGE,
                            "operand %d (id %" PRIu64 "): view reaches elements %" PRId64 "..%" PRId64
-                           " of a buffer holding %" PRIu64 " %s elements", k, w->id, lo, hi, elems,
-                           kiln_dtype_name(w->dtype));
+                           " of a buffer holding %" PRIu64 " %s elements",
+                           k, w->id, lo, hi, elems, kiln_dtype_name(w->dtype));
     }
     d->buf = e->buf;
     d->offset = w->offset;
@@ -309,10 +313,12 @@ static int do_alloc(struct ctx *c)
     struct kiln__tstate *st = c->st;
     uint64_t id = c->m->u.alloc.id, nbytes = c->m->u.alloc.nbytes;
     if (id == 0 || find(st, id))
-        return reply_error(c, KILN_WIRE_ERR_BAD_ID, id ? "id %" PRIu64 " is already in use" : "id %" PRIu64
-                           " is reserved for an absent operand", id);
+        return reply_error(
+            c, KILN_WIRE_ERR_BAD_ID,
+            id ? "id %" PRIu64 " is already in use" : "id %" PRIu64 " is reserved for an absent operand", id);
     if (st->count >= st->lim.max_ids)
-        return reply_error(c, KILN_WIRE_ERR_QUOTA, "the session holds %zu ids, its limit (remote.max_ids)", st->count);
+        return reply_error(c, KILN_WIRE_ERR_QUOTA, "the session holds %zu ids, its limit (remote.max_ids)",
+                           st->count);
     if (nbytes > st->lim.max_live_bytes || st->live_bytes > st->lim.max_live_bytes - nbytes)
         return reply_error(c, KILN_WIRE_ERR_QUOTA,
                            "allocating %" PRIu64 " bytes would take the session past %" PRIu64
@@ -382,13 +388,13 @@ static int do_download(struct ctx *c)
     if (c->st->lim.max_data_bytes && x.length > c->st->lim.max_data_bytes)
         return reply_error(c, KILN_WIRE_ERR_QUOTA,
                            "DOWNLOAD of %" PRIu64 " bytes: one DATA message carries at most %" PRIu64
-                           " (remote.max_message_bytes less the header); read it in pieces", x.length,
-                           c->st->lim.max_data_bytes);
+                           " (remote.max_message_bytes less the header); read it in pieces",
+                           x.length, c->st->lim.max_data_bytes);
     uint8_t *tmp = malloc(x.length ? (size_t)x.length : 1);
     if (!tmp)
         return reply_error(c, KILN_WIRE_ERR_DEVICE, "out of memory reading %" PRIu64 " bytes", x.length);
-    if (x.length && kiln__device_iface(c->dev)->buffer_download(kiln__device_ctx(c->dev), e->buf,
-                                                                (size_t)x.offset, tmp, (size_t)x.length) != 0) {
+    if (x.length && kiln__device_iface(c->dev)->buffer_download(kiln__device_ctx(c->dev), e->buf, (size_t)x.offset,
+                                                                tmp, (size_t)x.length) != 0) {
         free(tmp);
         return reply_error(c, KILN_WIRE_ERR_DEVICE, "download from id %" PRIu64 ": %s", x.id, kiln_error());
     }
@@ -483,41 +489,28 @@ static int do_op(struct ctx *c)
         if (t[k] && (uint64_t)numel(t[k]) > c->st->lim.max_live_bytes)
             return reply_error(c, KILN_WIRE_ERR_QUOTA,
                                "%s: operand %d has %" PRId64 " elements, more than the session's %" PRIu64
-                               " (remote.max_live_bytes)", pi->name, k, numel(t[k]), c->st->lim.max_live_bytes);
+                               " (remote.max_live_bytes)",
+                               pi->name, k, numel(t[k]), c->st->lim.max_live_bytes);
     const kiln_backend_iface *be = kiln__device_iface(c->dev);
     void *x = kiln__device_ctx(c->dev);
     int rc = KILN_ENOTSUP;
     switch ((kiln_wire_prim)op->prim) {
-    case KILN_WIRE_P_FILL:
-        rc = be->fill(x, t[0], op->f[0]);
-        break;
-    case KILN_WIRE_P_ARANGE:
-        rc = be->arange(x, t[0], op->f[0], op->f[1]);
-        break;
-    case KILN_WIRE_P_COPY:
-        rc = be->copy(x, t[0], t[1]);
-        break;
+    case KILN_WIRE_P_FILL: rc = be->fill(x, t[0], op->f[0]); break;
+    case KILN_WIRE_P_ARANGE: rc = be->arange(x, t[0], op->f[0], op->f[1]); break;
+    case KILN_WIRE_P_COPY: rc = be->copy(x, t[0], t[1]); break;
     case KILN_WIRE_P_RNG:
         rc = be->rng(x, (kiln_rng_kind)op->sub, t[0], (uint64_t)op->i[0], (uint64_t)op->i[1], op->f[0], op->f[1]);
         break;
-    case KILN_WIRE_P_UNARY:
-        rc = be->unary(x, (kiln_unary_op)op->sub, t[0], t[1], op->f[0], op->f[1]);
-        break;
-    case KILN_WIRE_P_BINARY:
-        rc = be->binary(x, (kiln_binary_op)op->sub, t[0], t[1], t[2]);
-        break;
-    case KILN_WIRE_P_WHERE:
-        rc = be->where(x, t[0], t[1], t[2], t[3]);
-        break;
+    case KILN_WIRE_P_UNARY: rc = be->unary(x, (kiln_unary_op)op->sub, t[0], t[1], op->f[0], op->f[1]); break;
+    case KILN_WIRE_P_BINARY: rc = be->binary(x, (kiln_binary_op)op->sub, t[0], t[1], t[2]); break;
+    case KILN_WIRE_P_WHERE: rc = be->where(x, t[0], t[1], t[2], t[3]); break;
     case KILN_WIRE_P_REDUCE:
         rc = be->reduce(x, (kiln_reduce_op)op->sub, t[0], t[1], (uint32_t)op->i[0], op->f[0]);
         break;
     case KILN_WIRE_P_ARG_REDUCE:
         rc = be->arg_reduce(x, (op->flags & KILN_WIRE_OPF_IS_MAX) != 0, t[0], t[1], (int)op->i[0]);
         break;
-    case KILN_WIRE_P_CUMSUM:
-        rc = be->cumsum(x, t[0], t[1], (int)op->i[0]);
-        break;
+    case KILN_WIRE_P_CUMSUM: rc = be->cumsum(x, t[0], t[1], (int)op->i[0]); break;
     case KILN_WIRE_P_SORT:
         rc = be->sort(x, t[0], t[1], t[2], (int)op->i[0], (op->flags & KILN_WIRE_OPF_DESCENDING) != 0);
         break;
@@ -541,9 +534,7 @@ static int do_op(struct ctx *c)
             return -1;
         rc = be->index_add(x, t[0], (int)op->i[0], t[1], t[2]);
         break;
-    case KILN_WIRE_P_MATMUL:
-        rc = be->matmul(x, t[0], t[1], t[2]);
-        break;
+    case KILN_WIRE_P_MATMUL: rc = be->matmul(x, t[0], t[1], t[2]); break;
     case KILN_WIRE_P_CONV:
     case KILN_WIRE_P_CONV_BWD_INPUT:
     case KILN_WIRE_P_CONV_BWD_WEIGHT: {
@@ -571,22 +562,19 @@ static int do_op(struct ctx *c)
         rc = be->pool_backward(x, &p, t[0], t[1], t[2]);
         break;
     }
-    case KILN_WIRE_P_ADAPTIVE_AVG_POOL:
-        rc = be->adaptive_avg_pool(x, (int)op->i[0], t[0], t[1]);
-        break;
+    case KILN_WIRE_P_ADAPTIVE_AVG_POOL: rc = be->adaptive_avg_pool(x, (int)op->i[0], t[0], t[1]); break;
     case KILN_WIRE_P_ADAPTIVE_AVG_POOL_BWD:
         rc = be->adaptive_avg_pool_backward(x, (int)op->i[0], t[0], t[1]);
         break;
     case KILN_WIRE_P_INTERPOLATE:
-        rc = be->interpolate(x, (kiln_interp_mode)op->sub, (op->flags & KILN_WIRE_OPF_ALIGN_CORNERS) != 0, t[0], t[1]);
+        rc = be->interpolate(x, (kiln_interp_mode)op->sub, (op->flags & KILN_WIRE_OPF_ALIGN_CORNERS) != 0, t[0],
+                             t[1]);
         break;
     case KILN_WIRE_P_INTERPOLATE_BWD:
         rc = be->interpolate_backward(x, (kiln_interp_mode)op->sub, (op->flags & KILN_WIRE_OPF_ALIGN_CORNERS) != 0,
                                       t[0], t[1]);
         break;
-    case KILN_WIRE_P_PAD:
-        rc = be->pad(x, (kiln_pad_mode)op->sub, t[0], t[1], op->i, op->f[0]);
-        break;
+    case KILN_WIRE_P_PAD: rc = be->pad(x, (kiln_pad_mode)op->sub, t[0], t[1], op->i, op->f[0]); break;
     case KILN_WIRE_P_SOFTMAX:
         if (!be->softmax)
             return reply_error(c, KILN_WIRE_ERR_NOT_SUPPORTED, "softmax: not a primitive of %s", be->name);
@@ -597,8 +585,7 @@ static int do_op(struct ctx *c)
             return reply_error(c, KILN_WIRE_ERR_NOT_SUPPORTED, "layer_norm: not a primitive of %s", be->name);
         rc = be->layer_norm(x, t[0], t[1], t[2], t[3], t[4], t[5], op->i[0], op->f[0]);
         break;
-    case KILN_WIRE_P_COUNT:
-        break;
+    case KILN_WIRE_P_COUNT: break;
     }
     if (rc != 0)
         return reply_error(c, rc == KILN_ENOTSUP ? KILN_WIRE_ERR_NOT_SUPPORTED : KILN_WIRE_ERR_DEVICE, "%s: %s",
@@ -631,7 +618,8 @@ int kiln__tstate_exec(struct kiln__tstate *st, kiln_device *dev, const uint8_t *
             case KILN_WIRE_RELEASE: do_release(&c); break;
             case KILN_WIRE_SYNC: do_sync(&c); break;
             default:
-                reply_error(&c, KILN_WIRE_ERR_PROTOCOL, "a client may not send %s here", kiln_wire_type_name(m.h.type));
+                reply_error(&c, KILN_WIRE_ERR_PROTOCOL, "a client may not send %s here",
+                            kiln_wire_type_name(m.h.type));
                 break;
             }
         }

@@ -28,7 +28,7 @@
 struct kiln__tstate_limits {
     uint64_t max_live_bytes;
     uint64_t max_ids;
-    uint64_t max_data_bytes;    /* the longest DOWNLOAD (one DATA reply); 0: no limit */
+    uint64_t max_data_bytes; /* the longest DOWNLOAD (one DATA reply); 0: no limit */
 };
 
 struct kiln__tstate;

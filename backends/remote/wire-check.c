@@ -76,16 +76,16 @@ static bool is_float(kiln_dtype dt)
     return dt == KILN_F32 || dt == KILN_F64 || dt == KILN_F16 || dt == KILN_BF16;
 }
 
-#define CHECK(cond, ...)                                   \
-    do {                                                   \
-        if (!(cond))                                       \
-            return kiln__wire_fail(-1, why, wl, __VA_ARGS__);         \
+#define CHECK(cond, ...)                                                                                          \
+    do {                                                                                                          \
+        if (!(cond))                                                                                              \
+            return kiln__wire_fail(-1, why, wl, __VA_ARGS__);                                                     \
     } while (0)
 
 /* Convolution / pooling geometry: sizes from the spatial dims of x and out agree. */
 static int check_geom(const char *name, int ns, const int64_t *kernel, const int64_t *stride, const int64_t *pad,
-                      const int64_t *dil, const kiln_wire_td *x, const kiln_wire_td *out, bool allow_ceil, char *why,
-                      size_t wl)
+                      const int64_t *dil, const kiln_wire_td *x, const kiln_wire_td *out, bool allow_ceil,
+                      char *why, size_t wl)
 {
     for (int s = 0; s < ns; s++) {
         CHECK(stride[s] >= 1 && stride[s] <= (1 << 20) && dil[s] >= 1 && dil[s] <= (1 << 20) && pad[s] >= 0 &&
@@ -131,8 +131,7 @@ static int check_pool(const kiln_wire_op *op, const kiln_wire_td *out, const kil
     const char *name = kiln_wire_prim_lookup(op->prim)->name;
     int ns = (int)op->i[0];
     CHECK(ns >= 1 && ns <= 3, "%s: nspatial %d not in 1..3", name, ns);
-    CHECK(x->ndim == ns + 2 && out->ndim == ns + 2, "%s: operands must have %d dims", name,
-          ns + 2);
+    CHECK(x->ndim == ns + 2 && out->ndim == ns + 2, "%s: operands must have %d dims", name, ns + 2);
     CHECK(out->shape[0] == x->shape[0] && out->shape[1] == x->shape[1], "%s: batch or channel mismatch", name);
     CHECK(out->dtype == x->dtype, "%s: operands must share a dtype", name);
     if (idx->id) {
@@ -157,18 +156,11 @@ int kiln_wire_op_check_shapes(const kiln_wire_op *op, char *why, size_t wl)
         CHECK(t[k].id == 0 || numel(&t[k]) >= 0, "%s: operand %d has too many elements", info->name, k);
     const char *name = info->name;
     switch (op->prim) {
-    case KILN_WIRE_P_FILL:
-        return 0;
+    case KILN_WIRE_P_FILL: return 0;
     case KILN_WIRE_P_ARANGE:
-    case KILN_WIRE_P_RNG:
-        CHECK(contiguous(&t[0]), "%s: output must be contiguous", name);
-        return 0;
-    case KILN_WIRE_P_COPY:
-        CHECK(same_shape(&t[0], &t[1]), "copy: shapes differ");
-        return 0;
-    case KILN_WIRE_P_UNARY:
-        CHECK(same_shape(&t[0], &t[1]), "unary: shapes differ");
-        return 0;
+    case KILN_WIRE_P_RNG: CHECK(contiguous(&t[0]), "%s: output must be contiguous", name); return 0;
+    case KILN_WIRE_P_COPY: CHECK(same_shape(&t[0], &t[1]), "copy: shapes differ"); return 0;
+    case KILN_WIRE_P_UNARY: CHECK(same_shape(&t[0], &t[1]), "unary: shapes differ"); return 0;
     case KILN_WIRE_P_BINARY: {
         CHECK(same_shape(&t[0], &t[1]) && same_shape(&t[0], &t[2]), "binary: shapes differ");
         CHECK(t[1].dtype == t[2].dtype, "binary: a and b must share a dtype");
@@ -222,8 +214,8 @@ int kiln_wire_op_check_shapes(const kiln_wire_op *op, char *why, size_t wl)
         const kiln_wire_td *out = &t[0], *data = fwd ? &t[1] : &t[2], *index = fwd ? &t[2] : &t[1];
         int64_t dim = op->i[0];
         CHECK(dim >= 0 && dim < out->ndim && out->ndim == data->ndim, "%s: dim or ranks out of range", name);
-        CHECK(index->dtype == KILN_I64 && out->dtype == data->dtype, "%s: index must be i64, data the output's dtype",
-              name);
+        CHECK(index->dtype == KILN_I64 && out->dtype == data->dtype,
+              "%s: index must be i64, data the output's dtype", name);
         CHECK(contiguous(out), "%s: output must be contiguous", name);
         if (op->prim == KILN_WIRE_P_INDEX_SELECT || op->prim == KILN_WIRE_P_INDEX_ADD) {
             /* out[.., idx[i], ..] along dim; index is 1-d with as many entries as the indexed side */
@@ -286,13 +278,15 @@ int kiln_wire_op_check_shapes(const kiln_wire_op *op, char *why, size_t wl)
     case KILN_WIRE_P_ADAPTIVE_AVG_POOL_BWD:
     case KILN_WIRE_P_INTERPOLATE:
     case KILN_WIRE_P_INTERPOLATE_BWD: {
-        int ns = op->prim == KILN_WIRE_P_INTERPOLATE || op->prim == KILN_WIRE_P_INTERPOLATE_BWD ? 2 : (int)op->i[0];
+        int ns = op->prim == KILN_WIRE_P_INTERPOLATE || op->prim == KILN_WIRE_P_INTERPOLATE_BWD ? 2
+                                                                                                : (int)op->i[0];
         CHECK(ns >= 1 && ns <= 3, "%s: nspatial %d not in 1..3", name, ns);
         CHECK(t[0].ndim == t[1].ndim && t[0].ndim >= ns, "%s: ranks", name);
         /* the input side is read at positions derived from the output's: it must not be empty
          * when the output is not */
         const kiln_wire_td *src = op->prim == KILN_WIRE_P_ADAPTIVE_AVG_POOL || op->prim == KILN_WIRE_P_INTERPOLATE
-                                      ? &t[1] : &t[0];
+                                      ? &t[1]
+                                      : &t[0];
         const kiln_wire_td *dst = src == &t[1] ? &t[0] : &t[1];
         CHECK(numel(dst) == 0 || numel(src) > 0, "%s: empty input for a non-empty output", name);
         for (int d = 0; d < t[0].ndim - ns; d++)
@@ -336,7 +330,6 @@ int kiln_wire_op_check_shapes(const kiln_wire_op *op, char *why, size_t wl)
         CHECK(contiguous(&t[0]) && contiguous(&t[3]), "layer_norm: x and out must be contiguous");
         return 0;
     }
-    default:
-        return kiln__wire_fail(-1, why, wl, "unknown primitive %d", (int)op->prim);
+    default: return kiln__wire_fail(-1, why, wl, "unknown primitive %d", (int)op->prim);
     }
 }

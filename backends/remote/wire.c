@@ -177,7 +177,8 @@ static bool zeros(const uint8_t *p, size_t n)
 static int decode_op(const uint8_t *p, uint32_t len, kiln_wire_op *op, char *why, size_t wl)
 {
     if (len < OP_FIXED)
-        return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP: payload of %u bytes is shorter than its fixed part", len);
+        return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP: payload of %u bytes is shorter than its fixed part",
+                               len);
     memset(op, 0, sizeof *op);
     uint16_t prim = kiln_le16(p);
     const kiln_wire_prim_info *info = kiln_wire_prim_lookup(prim);
@@ -190,14 +191,15 @@ static int decode_op(const uint8_t *p, uint32_t len, kiln_wire_op *op, char *why
     if (p[7])
         return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: reserved byte is not 0", info->name);
     if (op->sub >= info->nsub)
-        return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: sub-op %u out of range (< %u)", info->name, op->sub,
-                    info->nsub);
+        return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: sub-op %u out of range (< %u)", info->name,
+                               op->sub, info->nsub);
     if (op->flags & ~info->flags)
         return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: flags 0x%x not allowed", info->name, op->flags);
     if ((int)ntd != info->ntd || (int)nf != info->nf || (info->ni >= 0 && (int)ni != info->ni) ||
         ni > KILN_WIRE_MAX_I)
-        return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: takes %d operands, %d floats, %d ints; got %u, %u, %u",
-                    info->name, info->ntd, info->nf, info->ni, ntd, nf, ni);
+        return kiln__wire_fail(KILN_WIRE_EMSG, why, wl,
+                               "OP %s: takes %d operands, %d floats, %d ints; got %u, %u, %u", info->name,
+                               info->ntd, info->nf, info->ni, ntd, nf, ni);
     size_t pos = OP_FIXED;
     size_t need = pos + 8u * nf + 8u * ni;
     if (need > len)
@@ -212,45 +214,52 @@ static int decode_op(const uint8_t *p, uint32_t len, kiln_wire_op *op, char *why
     for (unsigned k = 0; k < ntd; k++) {
         kiln_wire_td *td = &op->td[k];
         if (len - pos < TD_FIXED)
-            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u runs past the payload", info->name, k);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u runs past the payload", info->name,
+                                   k);
         td->id = kiln_le64(p + pos);
         td->offset = (int64_t)kiln_le64(p + pos + 8);
         uint8_t dt = p[pos + 16], nd = p[pos + 17];
         if (!zeros(p + pos + 18, 6))
-            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: reserved bytes are not 0", info->name, k);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: reserved bytes are not 0",
+                                   info->name, k);
         pos += TD_FIXED;
         if (td->id == 0) {
             if (!(info->optional & OPT(k)))
-                return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u is required (id 0)", info->name, k);
+                return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u is required (id 0)", info->name,
+                                       k);
             if (td->offset || dt || nd)
-                return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: absent operand %u has fields set", info->name, k);
+                return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: absent operand %u has fields set",
+                                       info->name, k);
             continue;
         }
         if (dt >= KILN_DTYPE_COUNT)
-            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: unknown dtype %u", info->name, k, dt);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: unknown dtype %u", info->name, k,
+                                   dt);
         if (nd > KILN_MAX_DIMS)
             return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: ndim %u > %d", info->name, k, nd,
-                        KILN_MAX_DIMS);
+                                   KILN_MAX_DIMS);
         if (td->offset < 0)
             return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: negative offset", info->name, k);
         td->dtype = (kiln_dtype)dt;
         td->ndim = nd;
         if (len - pos < 16u * nd)
-            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: dims run past the payload", info->name, k);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: dims run past the payload",
+                                   info->name, k);
         for (unsigned d = 0; d < nd; d++) {
             td->shape[d] = (int64_t)kiln_le64(p + pos + 8 * d);
             td->strides[d] = (int64_t)kiln_le64(p + pos + 8 * (nd + d));
             if (td->shape[d] < 0)
-                return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: negative size in dim %u", info->name, k,
-                            d);
+                return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: operand %u: negative size in dim %u",
+                                       info->name, k, d);
         }
         pos += 16u * nd;
     }
     if (pos != len)
-        return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: %zu bytes left over after the operands", info->name,
-                    (size_t)len - pos);
+        return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: %zu bytes left over after the operands",
+                               info->name, (size_t)len - pos);
     if (info->ni < 0 && (op->td[0].id == 0 || (int)ni != 2 * op->td[0].ndim))
-        return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: takes 2 ints per dim of operand 0, got %u", info->name, ni);
+        return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "OP %s: takes 2 ints per dim of operand 0, got %u",
+                               info->name, ni);
     return 0;
 }
 
@@ -260,8 +269,9 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
     *consumed = 0;
     memset(out, 0, sizeof *out);
     if (n < KILN_WIRE_HEADER_SIZE)
-        return kiln__wire_fail(KILN_WIRE_EFRAME, why, wl, "message of %zu bytes is shorter than the %d-byte header", n,
-                    KILN_WIRE_HEADER_SIZE);
+        return kiln__wire_fail(KILN_WIRE_EFRAME, why, wl,
+                               "message of %zu bytes is shorter than the %d-byte header", n,
+                               KILN_WIRE_HEADER_SIZE);
     kiln_wire_header *h = &out->h;
     h->magic = kiln_le32(p);
     h->version = kiln_le16(p + 4);
@@ -275,14 +285,15 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
                 : (h->version < KILN_WIRE_VERSION_MIN || h->version > KILN_WIRE_VERSION_MAX) &&
                       h->type != KILN_WIRE_HELLO)
         return kiln__wire_fail(KILN_WIRE_EFRAME, why, wl, "header version %u (expected %u)", h->version,
-                    version ? version : KILN_WIRE_VERSION_MAX);
+                               version ? version : KILN_WIRE_VERSION_MAX);
     if (h->flags)
         return kiln__wire_fail(KILN_WIRE_EFRAME, why, wl, "reserved header flags 0x%x set", h->flags);
     if (!known_type(h->type))
         return kiln__wire_fail(KILN_WIRE_EFRAME, why, wl, "unknown message type 0x%x", h->type);
     if (h->length > n - KILN_WIRE_HEADER_SIZE)
-        return kiln__wire_fail(KILN_WIRE_EFRAME, why, wl, "%s payload of %u bytes runs past the %zu left in the frame",
-                    kiln_wire_type_name(h->type), h->length, n - KILN_WIRE_HEADER_SIZE);
+        return kiln__wire_fail(KILN_WIRE_EFRAME, why, wl,
+                               "%s payload of %u bytes runs past the %zu left in the frame",
+                               kiln_wire_type_name(h->type), h->length, n - KILN_WIRE_HEADER_SIZE);
     *consumed = KILN_WIRE_HEADER_SIZE + (size_t)h->length;
     const uint8_t *q = p + KILN_WIRE_HEADER_SIZE;
     uint32_t len = h->length;
@@ -291,12 +302,13 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
     switch (h->type) {
     case KILN_WIRE_HELLO: {
         if (len < 5 || len != 5u + q[4])
-            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "HELLO: payload length %u does not match its name", len);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "HELLO: payload length %u does not match its name",
+                                   len);
         out->u.hello.min_version = kiln_le16(q);
         out->u.hello.max_version = kiln_le16(q + 2);
         if (out->u.hello.min_version == 0 || out->u.hello.min_version > out->u.hello.max_version)
-            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "HELLO: bad version range %u..%u", out->u.hello.min_version,
-                        out->u.hello.max_version);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "HELLO: bad version range %u..%u",
+                                   out->u.hello.min_version, out->u.hello.max_version);
         if (!name_ok(q + 5, q[4]))
             return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "HELLO: bad device name");
         memcpy(out->u.hello.device, q + 5, q[4]);
@@ -304,7 +316,8 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
     }
     case KILN_WIRE_ALLOC: {
         if (len < 24)
-            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "ALLOC: payload of %u bytes, expected at least 24", len);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "ALLOC: payload of %u bytes, expected at least 24",
+                                   len);
         out->u.alloc.id = kiln_le64(q);
         out->u.alloc.nbytes = kiln_le64(q + 8);
         uint8_t mode = q[16];
@@ -316,14 +329,15 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
         uint64_t want = 24 + (mode ? out->u.alloc.nbytes : 0);
         if (len != want)
             return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "ALLOC: payload of %u bytes, expected %llu", len,
-                        (unsigned long long)want);
+                                   (unsigned long long)want);
         out->u.alloc.data = mode ? q + 24 : NULL;
         return 0;
     }
     case KILN_WIRE_UPLOAD:
     case KILN_WIRE_DOWNLOAD: {
         if (len < 24)
-            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "%s: payload of %u bytes, expected at least 24", tn, len);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "%s: payload of %u bytes, expected at least 24", tn,
+                                   len);
         uint64_t id = kiln_le64(q), off = kiln_le64(q + 8), cnt = kiln_le64(q + 16);
         if (id == 0)
             return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "%s: id 0 is reserved", tn);
@@ -338,7 +352,7 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
         } else {
             if (len - 24u != cnt)
                 return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "UPLOAD: %llu data bytes announced, %u sent",
-                            (unsigned long long)cnt, len - 24u);
+                                       (unsigned long long)cnt, len - 24u);
             out->u.upload.id = id;
             out->u.upload.offset = off;
             out->u.upload.length = cnt;
@@ -350,7 +364,8 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
         return decode_op(q, len, &out->u.op, why, wl);
     case KILN_WIRE_RELEASE: {
         if (len < 8 || kiln_le32(q + 4) || (len - 8u) % 8u || (len - 8u) / 8u != kiln_le32(q))
-            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "RELEASE: payload of %u bytes does not hold its count", len);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "RELEASE: payload of %u bytes does not hold its count",
+                                   len);
         out->u.release.count = kiln_le32(q);
         out->u.release.ids = q + 8;
         for (uint32_t i = 0; i < out->u.release.count; i++)
@@ -365,7 +380,8 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
         return 0;
     case KILN_WIRE_WELCOME: {
         if (len < 40)
-            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "WELCOME: payload of %u bytes, expected at least 40", len);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "WELCOME: payload of %u bytes, expected at least 40",
+                                   len);
         out->u.welcome.version = kiln_le16(q);
         out->u.welcome.dtype_mask = kiln_le32(q + 4);
         out->u.welcome.max_message_bytes = kiln_le64(q + 8);
@@ -376,12 +392,14 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
         if (kiln_le16(q + 2) || !zeros(q + 33, 7))
             return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "WELCOME: reserved bytes set");
         if (out->u.welcome.version < KILN_WIRE_VERSION_MIN || out->u.welcome.version > KILN_WIRE_VERSION_MAX)
-            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "WELCOME: version %u not spoken here", out->u.welcome.version);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "WELCOME: version %u not spoken here",
+                                   out->u.welcome.version);
         if (out->u.welcome.dtype_mask >> KILN_DTYPE_COUNT)
             return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "WELCOME: unknown dtypes in mask 0x%x",
-                        out->u.welcome.dtype_mask);
+                                   out->u.welcome.dtype_mask);
         if (nd > KILN_WIRE_MAX_DEVICES)
-            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "WELCOME: %u devices (at most %d)", nd, KILN_WIRE_MAX_DEVICES);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "WELCOME: %u devices (at most %d)", nd,
+                                   KILN_WIRE_MAX_DEVICES);
         size_t pos = 40;
         for (unsigned k = 0; k < nd; k++) {
             if (pos >= len || len - pos - 1 < q[pos] || !name_ok(q + pos + 1, q[pos]))
@@ -400,7 +418,8 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
         return 0;
     case KILN_WIRE_ERROR: {
         if (len < 8 || len != 8u + kiln_le16(q + 6))
-            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "ERROR: payload length %u does not match its text", len);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "ERROR: payload length %u does not match its text",
+                                   len);
         out->u.error.code = kiln_le32(q);
         out->u.error.failed_type = kiln_le16(q + 4);
         out->u.error.text_len = kiln_le16(q + 6);
@@ -408,12 +427,11 @@ int kiln_wire_decode(const uint8_t *p, size_t n, uint16_t version, kiln_wire_msg
         if (out->u.error.code == 0 || out->u.error.code >= KILN_WIRE_ERR_COUNT)
             return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "ERROR: unknown code %u", out->u.error.code);
         if (out->u.error.text_len > KILN_WIRE_TEXT_MAX)
-            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "ERROR: text of %u bytes (at most %d)", out->u.error.text_len,
-                        KILN_WIRE_TEXT_MAX);
+            return kiln__wire_fail(KILN_WIRE_EMSG, why, wl, "ERROR: text of %u bytes (at most %d)",
+                                   out->u.error.text_len, KILN_WIRE_TEXT_MAX);
         return 0;
     }
-    default:
-        return kiln__wire_fail(KILN_WIRE_EFRAME, why, wl, "unknown message type 0x%x", h->type);
+    default: return kiln__wire_fail(KILN_WIRE_EFRAME, why, wl, "unknown message type 0x%x", h->type);
     }
 }
 
@@ -489,7 +507,8 @@ int kiln_wire_encode(kiln_wire_buf *b, const kiln_wire_msg *m, char *why, size_t
     if (!ok)
         return -1;
     if (len > UINT32_MAX)
-        return kiln__wire_fail(-1, why, wl, "%s payload of %zu bytes is too large", kiln_wire_type_name(m->h.type), len);
+        return kiln__wire_fail(-1, why, wl, "%s payload of %zu bytes is too large", kiln_wire_type_name(m->h.type),
+                               len);
     if (m->h.type == KILN_WIRE_OP) {
         const kiln_wire_op *op = &m->u.op;
         if (op->ntd < 0 || op->ntd > KILN_WIRE_MAX_TD || op->nf < 0 || op->nf > KILN_WIRE_MAX_F || op->ni < 0 ||

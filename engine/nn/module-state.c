@@ -32,8 +32,8 @@ typedef struct load_ctx {
     bool *used;
     kiln_load_report *rep;
     bool first;
-    int pass;               /* 0 check, 1 apply */
-    const char *bad_name;   /* shape mismatch found in pass 0 */
+    int pass;             /* 0 check, 1 apply */
+    const char *bad_name; /* shape mismatch found in pass 0 */
     char bad_msg[200];
 } load_ctx;
 

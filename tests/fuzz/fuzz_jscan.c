@@ -29,17 +29,13 @@ static void walk(struct kd_jscan *s, int depth)
             for (int i = 0; kd_jscan_element(s, i) == 1; i++)
                 walk(s, depth + 1);
         break;
-    case KD_J_STRING:
-        (void)kd_jscan_string(s, str, sizeof str);
-        break;
+    case KD_J_STRING: (void)kd_jscan_string(s, str, sizeof str); break;
     case KD_J_NUMBER: {
         double d;
         (void)kd_jscan_f64(s, &d);
         break;
     }
-    default:
-        (void)kd_jscan_skip(s);
-        break;
+    default: (void)kd_jscan_skip(s); break;
     }
 }
 

@@ -98,7 +98,7 @@ static int run_jobs(const char *db)
             ack("E %" PRId64 " %" PRId64 "\n", id, seq);
         }
         struct kd_job_metric m[2] = {{.step = i, .epoch = 0, .name = "loss", .value = (double)i},
-                                       {.step = i, .epoch = 0, .name = "acc", .value = (double)-i}};
+                                     {.step = i, .epoch = 0, .name = "acc", .value = (double)-i}};
         if (kd_jobstore_metrics_append(js, id, 2, m, err, sizeof err) != 0)
             goto fail;
         ack("M %" PRId64 " %" PRId64 "\n", id, i);

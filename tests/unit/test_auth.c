@@ -26,14 +26,13 @@ static struct kd_auth *make(const char *const *items, size_t n)
 }
 
 /* Runs kd_auth_require with the given Authorization value; returns the status and keeps the response. */
-static int ask(const struct kd_auth *a, const char *authorization, enum kd_auth_scope need, char *resp,
-               size_t cap)
+static int ask(const struct kd_auth *a, const char *authorization, enum kd_auth_scope need, char *resp, size_t cap)
 {
     struct kd_http_headers h;
     memset(&h, 0, sizeof h);
     snprintf(h.authorization, sizeof h.authorization, "%s", authorization);
-    struct kd_request req = {.method = KD_HTTP_GET, .path = "/x", .path_len = 2, .keep_alive = true,
-                               .headers = &h};
+    struct kd_request req = {
+        .method = KD_HTTP_GET, .path = "/x", .path_len = 2, .keep_alive = true, .headers = &h};
     struct kd_buf out = {0};
     int st = kd_auth_require(a, &req, need, "needs admin", &out);
     snprintf(resp, cap, "%.*s", (int)out.len, out.data ? out.data : "");

@@ -94,8 +94,9 @@ static void test_precedence(void **state)
     kd_config_free(&cfg);
 
     /* flags over env, both spellings; the flag wins wherever it sits relative to --config */
-    assert_int_equal(load(&cfg, env, err, (const char *[]){"--port=3333", "--config", file, "--log-level", "error", NULL}),
-                     KD_CONFIG_RUN);
+    assert_int_equal(
+        load(&cfg, env, err, (const char *[]){"--port=3333", "--config", file, "--log-level", "error", NULL}),
+        KD_CONFIG_RUN);
     assert_int_equal(cfg.port, 3333);
     assert_int_equal(cfg.log_level, KD_LOG_ERROR);
     assert_int_equal(cfg.limits.idle_timeout_ms, 500);
@@ -218,7 +219,8 @@ static void test_actions(void **state)
     kd_config_free(&cfg);
     assert_int_equal(load(&cfg, NULL, err, (const char *[]){"--print-config-doc", NULL}), KD_CONFIG_PRINT_DOC);
     kd_config_free(&cfg);
-    assert_int_equal(load(&cfg, NULL, err, (const char *[]){"--check-config", "--port", "9", NULL}), KD_CONFIG_CHECK);
+    assert_int_equal(load(&cfg, NULL, err, (const char *[]){"--check-config", "--port", "9", NULL}),
+                     KD_CONFIG_CHECK);
     assert_int_equal(cfg.port, 9);
     kd_config_free(&cfg);
     expect_error(NULL, (const char *[]){"--check-config", "--port", "-9", NULL}, "port: -9", NULL);

@@ -22,7 +22,7 @@
 
 #define MAX_BODY (1u << 20)
 
-static struct kd_buf seen;                /* the body the last handler saw */
+static struct kd_buf seen; /* the body the last handler saw */
 static struct kd_http_pending *deferred;
 
 /* Answers with the body it was given. */
@@ -45,7 +45,8 @@ static const struct kd_route routes[] = {
     {"/echo", KD_HTTP_POST, echo, NULL},
     {"/later", KD_HTTP_POST, later, NULL},
 };
-static const struct kd_http_service svc = {.router = {routes, 2}, .max_header_bytes = 4096, .max_body_bytes = MAX_BODY};
+static const struct kd_http_service svc = {
+    .router = {routes, 2}, .max_header_bytes = 4096, .max_body_bytes = MAX_BODY};
 
 /* Compresses in with zlib (windowBits 15+16 for gzip, 15 for deflate). */
 static size_t pack(const void *in, size_t n, bool gzip, unsigned char *out, size_t cap)

@@ -407,12 +407,12 @@ static void test_drain(void **state)
 static void test_metrics_endpoint(void **state)
 {
     struct fixture *f = *state;
-    struct kd_metric_family *fam = kd_metrics_family(f->metrics, "t_total", "A \\test\nhelp.",
-        KD_METRIC_COUNTER, (const char *const[]){"k", NULL}, NULL, 0);
+    struct kd_metric_family *fam = kd_metrics_family(f->metrics, "t_total", "A \\test\nhelp.", KD_METRIC_COUNTER,
+                                                     (const char *const[]){"k", NULL}, NULL, 0);
     kd_metric_add(kd_metrics_series(fam, (const char *const[]){"a\"b", NULL}), 3);
     const double b[] = {0.1, 1};
-    struct kd_metric_family *h = kd_metrics_family(f->metrics, "t_seconds", "Hist.", KD_METRIC_HISTOGRAM,
-                                                   NULL, b, 2);
+    struct kd_metric_family *h = kd_metrics_family(f->metrics, "t_seconds", "Hist.", KD_METRIC_HISTOGRAM, NULL, b,
+                                                   2);
     struct kd_metric_series *hs = kd_metrics_series(h, NULL);
     kd_metric_observe(hs, 0.05);
     kd_metric_observe(hs, 0.5);

@@ -187,9 +187,10 @@ static void test_job_crud(void **state)
     kd_jobstore_events_free(ev, n);
 
     struct kd_job_metric m[2] = {{.step = 10, .epoch = 1, .name = "loss", .value = 0.25},
-                                   {.step = 10, .epoch = 1, .name = "acc", .value = 0.9}};
+                                 {.step = 10, .epoch = 1, .name = "acc", .value = 0.9}};
     assert_int_equal(kd_jobstore_metrics_append(js, 1, 2, m, err, sizeof err), 0);
-    assert_int_equal(kd_jobstore_checkpoint_add(js, 1, "checkpoints/1/step-000000010", 10, 0.25, err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_checkpoint_add(js, 1, "checkpoints/1/step-000000010", 10, 0.25, err, sizeof err),
+                     0);
     assert_int_equal(kd_jobstore_model_register(js, "mlp", 1, 1, "{\"acc\": 0.9}", err, sizeof err), 0);
     assert_int_equal(kd_jobstore_model_register(js, "mlp", 1, 1, NULL, err, sizeof err), -1);
     kd_jobstore_close(js);
@@ -207,19 +208,22 @@ static void test_job_transition(void **state)
     char err[256];
     int64_t id, seq = 0;
     assert_int_equal(kd_jobstore_job_create(js, "{}", NULL, &id, err, sizeof err), 0);
-    assert_int_equal(kd_jobstore_job_transition(js, id, KD_JOB_RUNNING, NULL, "{\"state\":\"running\"}", &seq,
-                                                err, sizeof err), 0);
+    assert_int_equal(
+        kd_jobstore_job_transition(js, id, KD_JOB_RUNNING, NULL, "{\"state\":\"running\"}", &seq, err, sizeof err),
+        0);
     assert_int_equal(seq, 1);
     assert_int_equal(kd_jobstore_job_transition(js, id, KD_JOB_SUCCEEDED, NULL, "{\"state\":\"succeeded\"}", &seq,
-                                                err, sizeof err), 0);
+                                                err, sizeof err),
+                     0);
     assert_int_equal(seq, 2);
     struct kd_job j;
     assert_int_equal(kd_jobstore_job_get(js, id, &j, err, sizeof err), 0);
     assert_string_equal(j.state, KD_JOB_SUCCEEDED);
     kd_jobstore_job_clear(&j);
     /* refused (a final state does not change): no event either */
-    assert_int_equal(kd_jobstore_job_transition(js, id, KD_JOB_FAILED, "late", "{\"state\":\"failed\"}", NULL,
-                                                err, sizeof err), -1);
+    assert_int_equal(
+        kd_jobstore_job_transition(js, id, KD_JOB_FAILED, "late", "{\"state\":\"failed\"}", NULL, err, sizeof err),
+        -1);
     assert_non_null(strstr(err, "final"));
     /* an event that cannot be stored (not JSON) takes its state change back with it */
     assert_int_equal(kd_jobstore_job_create(js, "{}", NULL, &id, err, sizeof err), 0);
@@ -249,14 +253,16 @@ static void test_job_succeed_with_model(void **state)
     /* a bad state payload refuses the whole step */
     assert_int_equal(kd_jobstore_job_succeed_with_model(js, id, "mlp", 3, "{\"acc\": 0.9}",
                                                         "{\"name\":\"mlp\",\"version\":3}", "{nope", err,
-                                                        sizeof err), -1);
+                                                        sizeof err),
+                     -1);
     struct kd_job j;
     assert_int_equal(kd_jobstore_job_get(js, id, &j, err, sizeof err), 0);
     assert_string_equal(j.state, KD_JOB_RUNNING);
     kd_jobstore_job_clear(&j);
     assert_int_equal(kd_jobstore_job_succeed_with_model(js, id, "mlp", 3, "{\"acc\": 0.9}",
                                                         "{\"name\":\"mlp\",\"version\":3}",
-                                                        "{\"state\":\"succeeded\"}", err, sizeof err), 0);
+                                                        "{\"state\":\"succeeded\"}", err, sizeof err),
+                     0);
     assert_int_equal(kd_jobstore_job_get(js, id, &j, err, sizeof err), 0);
     assert_string_equal(j.state, KD_JOB_SUCCEEDED);
     assert_true(j.progress == 1 && j.finished_ms > 0);
@@ -272,7 +278,8 @@ static void test_job_succeed_with_model(void **state)
     /* a final job does not succeed again; a missing one is not found */
     assert_int_equal(kd_jobstore_job_succeed_with_model(js, id, "mlp", 4, NULL, "{}", "{}", err, sizeof err), -1);
     assert_non_null(strstr(err, "final"));
-    assert_int_not_equal(kd_jobstore_job_succeed_with_model(js, 99, "mlp", 5, NULL, "{}", "{}", err, sizeof err), 0);
+    assert_int_not_equal(kd_jobstore_job_succeed_with_model(js, 99, "mlp", 5, NULL, "{}", "{}", err, sizeof err),
+                         0);
     kd_jobstore_close(js);
     assert_int_equal(query_int("SELECT count(*) FROM model_registry"), 1);
     assert_int_equal(query_int("SELECT json_extract(metrics, '$.acc') * 10 FROM model_registry WHERE version = 3"), 9);

@@ -8,15 +8,15 @@
 #ifndef KILN_KILN_H
 #define KILN_KILN_H
 
-#include "kiln/tensor.h"
 #include "kiln/autodiff.h"
-#include "kiln/nn.h"
+#include "kiln/data.h"
 #include "kiln/loss.h"
+#include "kiln/nn.h"
+#include "kiln/onnx.h"
 #include "kiln/optim.h"
 #include "kiln/record.h"
-#include "kiln/data.h"
+#include "kiln/tensor.h"
 #include "kiln/train.h"
-#include "kiln/onnx.h"
 
 #ifdef __cplusplus
 extern "C" {

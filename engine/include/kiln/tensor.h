@@ -94,11 +94,11 @@ const char *kiln_error(void);
 void kiln_error_clear(void);
 
 /* Negative codes returned by the int-returning calls (with the message set as above). */
-#define KILN_EINVAL   (-1)  /* an argument the caller should not have sent */
-#define KILN_ENOMEM   (-2)  /* allocation failed */
-#define KILN_ENOTSUP  (-3)  /* the backend does not do this op/dtype */
-#define KILN_EDEVICE  (-4)  /* the device failed */
-#define KILN_EIO      (-5)  /* a file or socket failed */
+#define KILN_EINVAL (-1)  /* an argument the caller should not have sent */
+#define KILN_ENOMEM (-2)  /* allocation failed */
+#define KILN_ENOTSUP (-3) /* the backend does not do this op/dtype */
+#define KILN_EDEVICE (-4) /* the device failed */
+#define KILN_EIO (-5)     /* a file or socket failed */
 
 /* ------------------------------------------------------------------------ devices */
 
