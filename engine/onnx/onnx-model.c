@@ -38,6 +38,8 @@ typedef struct mnode {
                               * the epilogue fusion's operands follow in `in` (so a Conv
                               * without a bias never reads a residual as its bias) */
     bool dead;               /* folded away */
+    bool derived;            /* reads only weights (constants) and other derived values: run
+                              * once and cached outside grad mode (see refresh_derived) */
     char label[48];          /* op type plus what was fused into it, for the profile */
     kiln__onnx_pack pack;    /* Conv: its pre-packed weight */
     int inplace;             /* KILN__ONNX_IP_* kind: may overwrite a dying input */
@@ -64,6 +66,17 @@ struct kiln_onnx_model {
     int prof_runs;
     bool prof_nodes;
     kiln__onnx_arenas *arenas;   /* the planned activation arena (onnx-arena.c) */
+    /* Weight-derived values: exporters rearrange large weights with graph nodes (torch's
+     * dynamo exporter slices and concatenates each LSTM/GRU weight in the graph), which
+     * would run on every inference. Outside grad mode their results are computed once and
+     * lent to the run like constants, until a write to one of the weights they read (an
+     * optimizer step, a copy) changes its storage's version; in grad mode they run as
+     * ordinary nodes so training reaches the weights. */
+    int nderived;                /* nodes with derived set */
+    kiln_tensor **derived_vals;  /* per value: consts, plus the cached derived outputs */
+    const void **derived_src;    /* per value read by a derived node: the storage and */
+    unsigned *derived_ver;       /* version it had when the cache was made */
+    bool derived_fresh;
 };
 
 static double now_ms(void) {
@@ -205,6 +218,94 @@ static int fold_constants(kiln_onnx_model *m) {
         if (rc) return -1;
         n->dead = true;
     }
+    return 0;
+}
+
+/* A live node whose inputs are all constants or derived values, and which is not random, is
+ * derived; its outputs are derived values. (Small all-constant nodes were folded already.) */
+static int mark_derived(kiln_onnx_model *m) {
+    bool *dv = calloc((size_t)m->nvalues + 1, sizeof *dv);
+    if (!dv) return kiln__error_set("onnx: out of memory");
+    for (int k = 0; k < m->nnodes; k++) {
+        mnode *n = &m->nodes[k];
+        if (n->dead || n->nin == 0 || !strcmp(n->info.op_type, "RandomNormal") ||
+            !strcmp(n->info.op_type, "RandomUniform") || !strcmp(n->info.op_type, "Dropout"))
+            continue;
+        bool all = true;
+        for (int i = 0; all && i < n->nin; i++)
+            all = n->in[i] < 0 || m->consts[n->in[i]] || dv[n->in[i]];
+        if (!all) continue;
+        n->derived = true;
+        m->nderived++;
+        for (int i = 0; i < n->nout; i++)
+            if (n->out[i] >= 0) dv[n->out[i]] = true;
+    }
+    free(dv);
+    if (!m->nderived) return 0;
+    m->derived_vals = calloc((size_t)m->nvalues + 1, sizeof *m->derived_vals);
+    m->derived_src = calloc((size_t)m->nvalues + 1, sizeof *m->derived_src);
+    m->derived_ver = calloc((size_t)m->nvalues + 1, sizeof *m->derived_ver);
+    if (!m->derived_vals || !m->derived_src || !m->derived_ver) return kiln__error_set("onnx: out of memory");
+    return 0;
+}
+
+/* The cache holds while every constant a derived node reads has the storage and version it
+ * had when the cache was made. */
+static bool derived_fresh(const kiln_onnx_model *m) {
+    if (!m->derived_fresh) return false;
+    for (int k = 0; k < m->nnodes; k++) {
+        const mnode *n = &m->nodes[k];
+        if (n->dead || !n->derived) continue;
+        for (int i = 0; i < n->nin; i++) {
+            int v = n->in[i];
+            if (v < 0 || !m->consts[v]) continue;
+            const kiln_tensor *t = m->consts[v];
+            if (m->derived_src[v] != (const void *)t->storage || m->derived_ver[v] != atomic_load(&t->storage->version))
+                return false;
+        }
+    }
+    return true;
+}
+
+static void derived_drop(kiln_onnx_model *m) {
+    for (int v = 0; m->derived_vals && v < m->nvalues; v++)
+        if (!m->consts[v]) { kiln_tensor_release(m->derived_vals[v]); m->derived_vals[v] = NULL; }
+    m->derived_fresh = false;
+}
+
+/* Runs every derived node once, without grad and outside any activation arena, keeping the
+ * outputs some ordinary node (or the graph) reads; the intermediates go. */
+static int refresh_derived(kiln_onnx_model *m) {
+    derived_drop(m);
+    kiln_tensor **vals = m->derived_vals;
+    for (int v = 0; v < m->nvalues; v++) vals[v] = m->consts[v];
+    kiln_no_grad_begin();
+    int rc = 0;
+    for (int k = 0; rc == 0 && k < m->nnodes; k++) {
+        const mnode *n = &m->nodes[k];
+        if (n->dead || !n->derived) continue;
+        rc = run_node(m, n, vals);
+        for (int i = 0; rc == 0 && i < n->nin; i++) {
+            int v = n->in[i];
+            if (v >= 0 && m->consts[v]) {
+                m->derived_src[v] = m->consts[v]->storage;
+                m->derived_ver[v] = atomic_load(&m->consts[v]->storage->version);
+            }
+        }
+    }
+    kiln_no_grad_end();
+    if (rc) { derived_drop(m); return -1; }
+    /* a derived value no ordinary node and no graph output reads is an intermediate */
+    for (int v = 0; v < m->nvalues; v++) {
+        if (m->consts[v] || !vals[v]) continue;
+        bool needed = false;
+        for (int k = 0; !needed && k < m->nnodes; k++)
+            if (!m->nodes[k].dead && !m->nodes[k].derived)
+                for (int i = 0; i < m->nodes[k].nin; i++) needed = needed || m->nodes[k].in[i] == v;
+        for (int i = 0; !needed && i < m->noutputs; i++) needed = m->output_vals[i] == v;
+        if (!needed) { kiln_tensor_release(vals[v]); vals[v] = NULL; }
+    }
+    m->derived_fresh = true;
     return 0;
 }
 
@@ -528,6 +629,7 @@ static int plan(kiln_onnx_model *m, const kiln_onnx_options *o) {
         m->output_vals[m->noutputs++] = v;
     }
     if (fold_constants(m)) goto out;
+    if (mark_derived(m)) goto out;
     readers = calloc((size_t)m->nvalues + 1, sizeof *readers);
     if (!readers) { kiln__error_set("onnx: out of memory"); goto out; }
     for (int k = 0; k < m->nnodes; k++)
@@ -662,6 +764,7 @@ void kiln_onnx_free(kiln_onnx_model *m) {
     if (!m) return;
     if (m->prof_ms) print_profile(m);
     free(m->prof_ms);
+    derived_drop(m); /* before the constants: it tells cached values from lent constants */
     for (int v = 0; v < m->nvalues; v++) {
         kiln_tensor_release(m->consts[v]);
         if (m->vowned[v]) free(m->vnames[v]);
@@ -671,6 +774,7 @@ void kiln_onnx_free(kiln_onnx_model *m) {
         free(m->nodes[k].out);
         kiln_tensor_release(m->nodes[k].pack.t);
     }
+    free(m->derived_vals); free(m->derived_src); free(m->derived_ver);
     free(m->nodes); free(m->vnames); free(m->vowned); free(m->consts); free(m->last_use);
     free(m->input_vals); free(m->input_info); free(m->output_vals); free(m->param_vals);
     kiln__onnx_pmodel_free(m->pm);
@@ -703,6 +807,11 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
             if (input_names[j] && !strcmp(input_names[j], name)) given[i] = inputs[j];
         if (!given[i]) { kiln__error_set("onnx: run: input '%s' not given", name); goto out; }
     }
+    /* weight-derived values: cached outside grad mode, made before the arena so that no
+     * planned block ever holds one */
+    bool use_derived = m->nderived && !kiln_grad_enabled();
+    if (use_derived && !derived_fresh(m) && refresh_derived(m)) goto out;
+    kiln_tensor *const *consts = use_derived ? m->derived_vals : m->consts;
     /* from here every allocation on the device is recorded or placed by a plan */
     arena = kiln__onnx_arena_begin(m->arenas, m->dev, m->ninputs, given, noutputs);
     for (int i = 0; i < m->ninputs; i++) {
@@ -713,12 +822,12 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
     }
     for (int k = 0; k < m->nnodes; k++) {
         const mnode *n = &m->nodes[k];
-        if (n->dead) continue;
+        if (n->dead || (use_derived && n->derived)) continue;
         kiln_tensor *cin[64];
         /* constants are borrowed into the value array for the call only */
         for (int j = 0; j < n->nin && j < 64; j++) {
             int v = n->in[j];
-            cin[j] = v >= 0 && m->consts[v] ? m->consts[v] : NULL;
+            cin[j] = v >= 0 && consts[v] ? consts[v] : NULL;
             if (cin[j] && !vals[v]) vals[v] = cin[j];
             else cin[j] = NULL;
         }
@@ -731,7 +840,7 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
             for (int j = 0; j < n->nin; j++) {
                 int v = n->in[j];
                 in[j] = v >= 0 ? vals[v] : NULL;
-                dies[j] = v >= 0 && m->last_use[v] == k && !m->consts[v] && vals[v];
+                dies[j] = v >= 0 && m->last_use[v] == k && !consts[v] && vals[v];
                 for (int i = 0; i < j; i++)
                     if (n->in[i] == v) dies[i] = dies[j] = false;
             }
@@ -750,7 +859,7 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
         if (r) goto out;
         for (int j = 0; j < n->nin; j++) {
             int v = n->in[j];
-            if (v >= 0 && m->last_use[v] == k && !m->consts[v]) {
+            if (v >= 0 && m->last_use[v] == k && !consts[v]) {
                 kiln_tensor_release(vals[v]);
                 vals[v] = NULL;
             }
@@ -758,7 +867,7 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
     }
     for (int i = 0; i < noutputs; i++) {
         int v = m->output_vals[i];
-        kiln_tensor *t = vals[v] ? vals[v] : m->consts[v];
+        kiln_tensor *t = vals[v] ? vals[v] : consts[v];
         if (!t) { kiln__error_set("onnx: output '%s' was not computed", m->vnames[v]); goto out; }
         out[i] = kiln_tensor_retain(t);
     }
@@ -766,7 +875,7 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
     rc = 0;
 out:
     for (int v = 0; vals && v < m->nvalues; v++)
-        if (!m->consts[v]) kiln_tensor_release(vals[v]);
+        if (!m->consts[v] && !(m->derived_vals && m->derived_vals[v] == vals[v])) kiln_tensor_release(vals[v]);
     if (rc)
         for (int i = 0; i < noutputs; i++) { kiln_tensor_release(out[i]); out[i] = NULL; }
     kiln__onnx_arena_end(arena, rc == 0, noutputs, out);
