@@ -22,6 +22,9 @@
  * size and their ids reused, which saves an ALLOC and a RELEASE per temporary of a training step.
  *
  * One device may be used from several threads: a mutex guards the connection and the batch.
+ *
+ * This file holds the device (batching, replies, waits), its life cycle, buffers, sync, queues
+ * and events; remote-ops.c encodes the primitives and holds the interface table.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -34,12 +37,6 @@
 #include "error-impl.h"
 #include "remote-impl.h"
 #include "wire.h"
-
-struct kiln_buffer {
-    uint64_t id;
-    size_t nbytes;
-    struct kiln_buffer *next;       /* in a pool bucket */
-};
 
 #define NAME_RING 1024              /* what each recent seq was, for error messages */
 #define FLUSH_RING 256              /* batches sent and not yet answered */
@@ -406,7 +403,7 @@ static void free_dev(rdev *d)
     free(d);
 }
 
-static void *remote_open_opts(const char *spec, int index, kiln_device_opts *o)
+void *kiln__remote_open_opts(const char *spec, int index, kiln_device_opts *o)
 {
     (void)index;
     /* remote://host:port/device, already checked by engine/device.c */
@@ -497,18 +494,18 @@ static void *remote_open_opts(const char *spec, int index, kiln_device_opts *o)
     return d;
 }
 
-static void *remote_open(int index)
+void *kiln__remote_open(int index)
 {
     kiln__error_set("remote devices are opened by spec: remote://host:port/device");
     return NULL;
 }
 
-static void remote_close(void *ctx)
+void kiln__remote_close(void *ctx)
 {
     free_dev(ctx);
 }
 
-static void remote_caps(void *ctx, kiln_backend_caps *out)
+void kiln__remote_caps(void *ctx, kiln_backend_caps *out)
 {
     rdev *d = ctx;
     memset(out, 0, sizeof *out);
@@ -525,7 +522,7 @@ static size_t bucket_of(size_t nbytes)
     return (size_t)((nbytes * 0x9E3779B97F4A7C15ull) >> 56) % POOL_BUCKETS;
 }
 
-static kiln_buffer *remote_buffer_alloc(void *ctx, size_t nbytes)
+kiln_buffer *kiln__remote_buffer_alloc(void *ctx, size_t nbytes)
 {
     rdev *d = ctx;
     char why[KILN_ERROR_MAX];
@@ -574,7 +571,7 @@ static kiln_buffer *remote_buffer_alloc(void *ctx, size_t nbytes)
     return b;
 }
 
-static void remote_buffer_free(void *ctx, kiln_buffer *b)
+void kiln__remote_buffer_free(void *ctx, kiln_buffer *b)
 {
     rdev *d = ctx;
     if (!b)
@@ -607,7 +604,7 @@ static void remote_buffer_free(void *ctx, kiln_buffer *b)
     pthread_mutex_unlock(&d->mu);
 }
 
-static int remote_buffer_upload(void *ctx, kiln_buffer *dst, size_t off, const void *src, size_t n)
+int kiln__remote_buffer_upload(void *ctx, kiln_buffer *dst, size_t off, const void *src, size_t n)
 {
     rdev *d = ctx;
     int rc = 0;
@@ -667,7 +664,7 @@ static int wait_outcome(rdev *d, int rc, char *why, size_t wl)
     return rc;
 }
 
-static int remote_buffer_download(void *ctx, kiln_buffer *src, size_t off, void *dst, size_t n)
+int kiln__remote_buffer_download(void *ctx, kiln_buffer *src, size_t off, void *dst, size_t n)
 {
     rdev *d = ctx;
     char why[KILN_ERROR_MAX];
@@ -717,7 +714,7 @@ static bool sync_finished(const rdev *d)
     return d->sync_done;
 }
 
-static int remote_sync(void *ctx)
+int kiln__remote_sync(void *ctx)
 {
     rdev *d = ctx;
     char why[KILN_ERROR_MAX];
@@ -755,12 +752,12 @@ struct kiln_backend_event {
     uint64_t seq;
 };
 
-static void *remote_queue_open(void *ctx)
+void *kiln__remote_queue_open(void *ctx)
 {
     return ctx;
 }
 
-static kiln_backend_event *remote_event_record(void *ctx)
+kiln_backend_event *kiln__remote_event_record(void *ctx)
 {
     rdev *d = ctx;
     kiln_backend_event *e = malloc(sizeof *e);
@@ -774,7 +771,7 @@ static kiln_backend_event *remote_event_record(void *ctx)
     return e;
 }
 
-static int remote_event_query(void *ctx, kiln_backend_event *e)
+int kiln__remote_event_query(void *ctx, kiln_backend_event *e)
 {
     rdev *d = ctx;
     pthread_mutex_lock(&d->mu);
@@ -785,50 +782,24 @@ static int remote_event_query(void *ctx, kiln_backend_event *e)
     return done;
 }
 
-static int remote_event_sync(void *ctx, kiln_backend_event *e)
+int kiln__remote_event_sync(void *ctx, kiln_backend_event *e)
 {
     /* a SYNC answers for everything before it: one round trip unless already answered */
-    int done = remote_event_query(ctx, e);
-    return done == 1 ? 0 : remote_sync(ctx);
+    int done = kiln__remote_event_query(ctx, e);
+    return done == 1 ? 0 : kiln__remote_sync(ctx);
 }
 
-static void remote_event_free(void *ctx, kiln_backend_event *e)
+void kiln__remote_event_free(void *ctx, kiln_backend_event *e)
 {
     free(e);
 }
 
-/* ---- primitives ----------------------------------------------------------------------------------- */
-
-static void td(kiln_wire_op *op, const kiln_tdesc *t)
-{
-    kiln_wire_td *w = &op->td[op->ntd++];
-    if (!t || !t->buf) {
-        memset(w, 0, sizeof *w);
-        return;
-    }
-    w->id = t->buf->id;
-    w->offset = t->offset;
-    w->dtype = t->dtype;
-    w->ndim = t->ndim;
-    for (int i = 0; i < t->ndim; i++) {
-        w->shape[i] = t->shape[i];
-        w->strides[i] = t->strides[i];
-    }
-}
-
-static void fparam(kiln_wire_op *op, double v)
-{
-    op->f[op->nf++] = v;
-}
-
-static void iparam(kiln_wire_op *op, int64_t v)
-{
-    op->i[op->ni++] = v;
-}
+/* ---- primitives (encoded in remote-ops.c) ------------------------------------------------------------ */
 
 /* Queues one OP. The op's own errors come back later; only a dead connection fails here. */
-static int submit(rdev *d, kiln_wire_msg *m)
+int kiln__remote_submit(void *ctx, kiln_wire_msg *m)
 {
+    rdev *d = ctx;
     const kiln_wire_prim_info *pi = kiln_wire_prim_lookup(m->u.op.prim);
     char why[KILN_ERROR_MAX];
     pthread_mutex_lock(&d->mu);
@@ -840,372 +811,4 @@ static int submit(rdev *d, kiln_wire_msg *m)
         snprintf(why, sizeof why, "%s", d->dead_why);
     pthread_mutex_unlock(&d->mu);
     return dead ? dead_error(pi ? pi->name : "op", why) : rc;
-}
-
-#define OP_BEGIN(primv, subv)                                                                                      \
-    kiln_wire_msg m_ = {.h = {.type = KILN_WIRE_OP}};                                                              \
-    kiln_wire_op *op = &m_.u.op;                                                                                   \
-    op->prim = (primv);                                                                                            \
-    op->sub = (uint32_t)(subv)
-#define OP_END(ctx) return submit((rdev *)(ctx), &m_)
-
-static int remote_fill(void *ctx, const kiln_tdesc *out, double value)
-{
-    OP_BEGIN(KILN_WIRE_P_FILL, 0);
-    td(op, out);
-    fparam(op, value);
-    OP_END(ctx);
-}
-
-static int remote_arange(void *ctx, const kiln_tdesc *out, double start, double step)
-{
-    OP_BEGIN(KILN_WIRE_P_ARANGE, 0);
-    td(op, out);
-    fparam(op, start);
-    fparam(op, step);
-    OP_END(ctx);
-}
-
-static int remote_copy(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in)
-{
-    OP_BEGIN(KILN_WIRE_P_COPY, 0);
-    td(op, out);
-    td(op, in);
-    OP_END(ctx);
-}
-
-static int remote_rng(void *ctx, kiln_rng_kind kind, const kiln_tdesc *out, uint64_t seed, uint64_t offset, double p0,
-                      double p1)
-{
-    OP_BEGIN(KILN_WIRE_P_RNG, kind);
-    td(op, out);
-    iparam(op, (int64_t)seed);
-    iparam(op, (int64_t)offset);
-    fparam(op, p0);
-    fparam(op, p1);
-    OP_END(ctx);
-}
-
-static int remote_unary(void *ctx, kiln_unary_op u, const kiln_tdesc *out, const kiln_tdesc *in, double alpha,
-                        double beta)
-{
-    OP_BEGIN(KILN_WIRE_P_UNARY, u);
-    td(op, out);
-    td(op, in);
-    fparam(op, alpha);
-    fparam(op, beta);
-    OP_END(ctx);
-}
-
-static int remote_binary(void *ctx, kiln_binary_op b, const kiln_tdesc *out, const kiln_tdesc *a,
-                         const kiln_tdesc *bb)
-{
-    OP_BEGIN(KILN_WIRE_P_BINARY, b);
-    td(op, out);
-    td(op, a);
-    td(op, bb);
-    OP_END(ctx);
-}
-
-static int remote_where(void *ctx, const kiln_tdesc *out, const kiln_tdesc *cond, const kiln_tdesc *a,
-                        const kiln_tdesc *b)
-{
-    OP_BEGIN(KILN_WIRE_P_WHERE, 0);
-    td(op, out);
-    td(op, cond);
-    td(op, a);
-    td(op, b);
-    OP_END(ctx);
-}
-
-static int remote_reduce(void *ctx, kiln_reduce_op r, const kiln_tdesc *out, const kiln_tdesc *in, uint32_t mask,
-                         double param)
-{
-    OP_BEGIN(KILN_WIRE_P_REDUCE, r);
-    td(op, out);
-    td(op, in);
-    iparam(op, mask);
-    fparam(op, param);
-    OP_END(ctx);
-}
-
-static int remote_arg_reduce(void *ctx, bool is_max, const kiln_tdesc *out, const kiln_tdesc *in, int dim)
-{
-    OP_BEGIN(KILN_WIRE_P_ARG_REDUCE, 0);
-    op->flags = is_max ? KILN_WIRE_OPF_IS_MAX : 0;
-    td(op, out);
-    td(op, in);
-    iparam(op, dim);
-    OP_END(ctx);
-}
-
-static int remote_cumsum(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in, int dim)
-{
-    OP_BEGIN(KILN_WIRE_P_CUMSUM, 0);
-    td(op, out);
-    td(op, in);
-    iparam(op, dim);
-    OP_END(ctx);
-}
-
-static int remote_sort(void *ctx, const kiln_tdesc *values, const kiln_tdesc *indices, const kiln_tdesc *in, int dim,
-                       bool descending)
-{
-    OP_BEGIN(KILN_WIRE_P_SORT, 0);
-    op->flags = descending ? KILN_WIRE_OPF_DESCENDING : 0;
-    td(op, values);
-    td(op, indices);
-    td(op, in);
-    iparam(op, dim);
-    OP_END(ctx);
-}
-
-/* gather, index_select: out, in, index; scatter, index_add: out, index, src. */
-static int index_op(void *ctx, kiln_wire_prim prim, uint32_t flags, const kiln_tdesc *t0, const kiln_tdesc *t1,
-                    const kiln_tdesc *t2, int dim)
-{
-    OP_BEGIN(prim, 0);
-    op->flags = flags;
-    td(op, t0);
-    td(op, t1);
-    td(op, t2);
-    iparam(op, dim);
-    OP_END(ctx);
-}
-
-static int remote_gather(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in, int dim, const kiln_tdesc *index)
-{
-    return index_op(ctx, KILN_WIRE_P_GATHER, 0, out, in, index, dim);
-}
-
-static int remote_scatter(void *ctx, const kiln_tdesc *out, int dim, const kiln_tdesc *index, const kiln_tdesc *src,
-                          bool accumulate)
-{
-    return index_op(ctx, KILN_WIRE_P_SCATTER, accumulate ? KILN_WIRE_OPF_ACCUMULATE : 0, out, index, src, dim);
-}
-
-static int remote_index_select(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in, int dim,
-                               const kiln_tdesc *index)
-{
-    return index_op(ctx, KILN_WIRE_P_INDEX_SELECT, 0, out, in, index, dim);
-}
-
-static int remote_index_add(void *ctx, const kiln_tdesc *out, int dim, const kiln_tdesc *index,
-                            const kiln_tdesc *src)
-{
-    return index_op(ctx, KILN_WIRE_P_INDEX_ADD, 0, out, index, src, dim);
-}
-
-static int remote_matmul(void *ctx, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b)
-{
-    OP_BEGIN(KILN_WIRE_P_MATMUL, 0);
-    td(op, out);
-    td(op, a);
-    td(op, b);
-    OP_END(ctx);
-}
-
-/* conv geometry: nspatial, stride[3], padding[3], dilation[3], groups */
-static void conv_geom(kiln_wire_op *op, const kiln_conv_params *p)
-{
-    iparam(op, p->nspatial);
-    for (int k = 0; k < 3; k++)
-        iparam(op, p->stride[k]);
-    for (int k = 0; k < 3; k++)
-        iparam(op, p->padding[k]);
-    for (int k = 0; k < 3; k++)
-        iparam(op, p->dilation[k]);
-    iparam(op, p->groups);
-}
-
-static int conv_op(void *ctx, kiln_wire_prim prim, const kiln_conv_params *p, const kiln_tdesc *t0,
-                   const kiln_tdesc *t1, const kiln_tdesc *t2, const kiln_tdesc *t3, bool four)
-{
-    OP_BEGIN(prim, 0);
-    td(op, t0);
-    td(op, t1);
-    td(op, t2);
-    if (four)
-        td(op, t3);
-    conv_geom(op, p);
-    OP_END(ctx);
-}
-
-static int remote_conv(void *ctx, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
-                       const kiln_tdesc *w, const kiln_tdesc *bias)
-{
-    return conv_op(ctx, KILN_WIRE_P_CONV, p, out, x, w, bias, true);
-}
-
-static int remote_conv_backward_input(void *ctx, const kiln_conv_params *p, const kiln_tdesc *grad_x,
-                                      const kiln_tdesc *grad_out, const kiln_tdesc *w)
-{
-    return conv_op(ctx, KILN_WIRE_P_CONV_BWD_INPUT, p, grad_x, grad_out, w, NULL, false);
-}
-
-static int remote_conv_backward_weight(void *ctx, const kiln_conv_params *p, const kiln_tdesc *grad_w,
-                                       const kiln_tdesc *x, const kiln_tdesc *grad_out)
-{
-    return conv_op(ctx, KILN_WIRE_P_CONV_BWD_WEIGHT, p, grad_w, x, grad_out, NULL, false);
-}
-
-/* pool geometry: nspatial, kernel[3], stride[3], padding[3], dilation[3]; kind in sub */
-static int pool_op(void *ctx, kiln_wire_prim prim, const kiln_pool_params *p, const kiln_tdesc *t0,
-                   const kiln_tdesc *t1, const kiln_tdesc *t2)
-{
-    OP_BEGIN(prim, p->kind);
-    op->flags = p->count_include_pad ? KILN_WIRE_OPF_COUNT_PAD : 0;
-    td(op, t0);
-    td(op, t1);
-    td(op, t2);
-    iparam(op, p->nspatial);
-    for (int k = 0; k < 3; k++)
-        iparam(op, p->kernel[k]);
-    for (int k = 0; k < 3; k++)
-        iparam(op, p->stride[k]);
-    for (int k = 0; k < 3; k++)
-        iparam(op, p->padding[k]);
-    for (int k = 0; k < 3; k++)
-        iparam(op, p->dilation[k]);
-    OP_END(ctx);
-}
-
-static int remote_pool(void *ctx, const kiln_pool_params *p, const kiln_tdesc *out, const kiln_tdesc *indices,
-                       const kiln_tdesc *x)
-{
-    return pool_op(ctx, KILN_WIRE_P_POOL, p, out, indices, x);
-}
-
-static int remote_pool_backward(void *ctx, const kiln_pool_params *p, const kiln_tdesc *grad_x,
-                                const kiln_tdesc *grad_out, const kiln_tdesc *indices)
-{
-    return pool_op(ctx, KILN_WIRE_P_POOL_BWD, p, grad_x, grad_out, indices);
-}
-
-static int remote_adaptive_avg_pool(void *ctx, int nspatial, const kiln_tdesc *out, const kiln_tdesc *x)
-{
-    OP_BEGIN(KILN_WIRE_P_ADAPTIVE_AVG_POOL, 0);
-    td(op, out);
-    td(op, x);
-    iparam(op, nspatial);
-    OP_END(ctx);
-}
-
-static int remote_adaptive_avg_pool_backward(void *ctx, int nspatial, const kiln_tdesc *grad_x,
-                                             const kiln_tdesc *grad_out)
-{
-    OP_BEGIN(KILN_WIRE_P_ADAPTIVE_AVG_POOL_BWD, 0);
-    td(op, grad_x);
-    td(op, grad_out);
-    iparam(op, nspatial);
-    OP_END(ctx);
-}
-
-static int remote_interpolate(void *ctx, kiln_interp_mode mode, bool align_corners, const kiln_tdesc *out,
-                              const kiln_tdesc *x)
-{
-    OP_BEGIN(KILN_WIRE_P_INTERPOLATE, mode);
-    op->flags = align_corners ? KILN_WIRE_OPF_ALIGN_CORNERS : 0;
-    td(op, out);
-    td(op, x);
-    OP_END(ctx);
-}
-
-static int remote_interpolate_backward(void *ctx, kiln_interp_mode mode, bool align_corners,
-                                       const kiln_tdesc *grad_x, const kiln_tdesc *grad_out)
-{
-    OP_BEGIN(KILN_WIRE_P_INTERPOLATE_BWD, mode);
-    op->flags = align_corners ? KILN_WIRE_OPF_ALIGN_CORNERS : 0;
-    td(op, grad_x);
-    td(op, grad_out);
-    OP_END(ctx);
-}
-
-static int remote_pad(void *ctx, kiln_pad_mode mode, const kiln_tdesc *out, const kiln_tdesc *in,
-                      const int64_t *pads, double value)
-{
-    OP_BEGIN(KILN_WIRE_P_PAD, mode);
-    td(op, out);
-    td(op, in);
-    fparam(op, value);
-    for (int k = 0; k < 2 * out->ndim; k++)
-        iparam(op, pads[k]);
-    OP_END(ctx);
-}
-
-static int remote_softmax(void *ctx, bool log, const kiln_tdesc *out, const kiln_tdesc *in, int dim)
-{
-    OP_BEGIN(KILN_WIRE_P_SOFTMAX, 0);
-    op->flags = log ? KILN_WIRE_OPF_LOG : 0;
-    td(op, out);
-    td(op, in);
-    iparam(op, dim);
-    OP_END(ctx);
-}
-
-static int remote_layer_norm(void *ctx, const kiln_tdesc *out, const kiln_tdesc *mean, const kiln_tdesc *rstd,
-                             const kiln_tdesc *x, const kiln_tdesc *weight, const kiln_tdesc *bias, int64_t inner,
-                             double eps)
-{
-    OP_BEGIN(KILN_WIRE_P_LAYER_NORM, 0);
-    td(op, out);
-    td(op, mean);
-    td(op, rstd);
-    td(op, x);
-    td(op, weight);
-    td(op, bias);
-    iparam(op, inner);
-    fparam(op, eps);
-    OP_END(ctx);
-}
-
-static const kiln_backend_iface remote_iface = {
-    .name = "remote",
-    .open = remote_open,
-    .open_opts = remote_open_opts,
-    .close = remote_close,
-    .caps = remote_caps,
-    .buffer_alloc = remote_buffer_alloc,
-    .buffer_free = remote_buffer_free,
-    .buffer_upload = remote_buffer_upload,
-    .buffer_download = remote_buffer_download,
-    .sync = remote_sync,
-    .queue_open = remote_queue_open,
-    .event_record = remote_event_record,
-    .event_sync = remote_event_sync,
-    .event_query = remote_event_query,
-    .event_free = remote_event_free,
-    .fill = remote_fill,
-    .arange = remote_arange,
-    .copy = remote_copy,
-    .rng = remote_rng,
-    .unary = remote_unary,
-    .binary = remote_binary,
-    .where = remote_where,
-    .reduce = remote_reduce,
-    .arg_reduce = remote_arg_reduce,
-    .cumsum = remote_cumsum,
-    .sort = remote_sort,
-    .gather = remote_gather,
-    .scatter = remote_scatter,
-    .index_select = remote_index_select,
-    .index_add = remote_index_add,
-    .matmul = remote_matmul,
-    .conv = remote_conv,
-    .conv_backward_input = remote_conv_backward_input,
-    .conv_backward_weight = remote_conv_backward_weight,
-    .pool = remote_pool,
-    .pool_backward = remote_pool_backward,
-    .adaptive_avg_pool = remote_adaptive_avg_pool,
-    .adaptive_avg_pool_backward = remote_adaptive_avg_pool_backward,
-    .interpolate = remote_interpolate,
-    .interpolate_backward = remote_interpolate_backward,
-    .pad = remote_pad,
-    .softmax = remote_softmax,
-    .layer_norm = remote_layer_norm,
-};
-
-const kiln_backend_iface *kiln_backend_remote(void)
-{
-    return &remote_iface;
 }
