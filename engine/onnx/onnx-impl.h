@@ -4,9 +4,9 @@
  *
  * The decoder (onnx-proto.c) turns bytes into kiln__onnx_pmodel and never touches a
  * device; the loader (onnx-model.c) turns that into a kiln_onnx_model with tensors,
- * a node order and liveness; the executor (onnx-model.c, with onnx-inplace.c and the
- * activation arena of onnx-arena.c) walks it; the onnx-ops-*.c files
- * map each ONNX operator onto kiln tensor ops.
+ * a node order and liveness (onnx-model-impl.h); the executor (onnx-run.c, with
+ * onnx-inplace.c and the activation arena of onnx-arena.c) walks it; the onnx-ops-*.c
+ * files map each ONNX operator onto kiln tensor ops.
  */
 #ifndef KILN_ONNX_IMPL_H
 #define KILN_ONNX_IMPL_H

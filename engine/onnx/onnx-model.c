@@ -1,5 +1,6 @@
 /*
- * onnx-model.c — from decoded messages to a planned model, and running it.
+ * onnx-model.c — from decoded messages to a planned model (onnx-model-impl.h); onnx-run.c
+ * runs it.
  *
  * Load: name every value (initializers, graph inputs, node outputs) with an integer id;
  * order the nodes topologically (Kahn's algorithm; a cycle is reported with a node on
@@ -7,11 +8,8 @@
  * fold nodes whose inputs are all small constants — the shape arithmetic exporters emit
  * (Shape -> Gather -> Unsqueeze -> Concat -> Reshape) — by running them once on the
  * model's device; fold BatchNormalization into the Conv before it; and record for every
- * value the last node that reads it.
- *
- * Run: walk the plan; each node runs inside its own scope so the temporaries an operator
- * makes go back at once, and each intermediate is released right after its last reader,
- * so memory stays bounded by the widest cut of the graph rather than its length.
+ * value the last node that reads it. Nodes that read only weights are marked derived;
+ * onnx-run.c caches their outputs outside grad mode.
  */
 #include <math.h>
 #include <stdio.h>
@@ -22,96 +20,12 @@
 #include "error-impl.h"
 #include "kiln/autodiff.h"
 #include "kiln/record.h"
-#include "onnx-impl.h"
+#include "onnx-model-impl.h"
 #include "tensor-impl.h"
 
 /* Constants up to this many elements are folded; bigger ones (weights) stay graph inputs
  * of their nodes so that training can reach them. */
 #define FOLD_MAX_NUMEL 4096
-
-typedef struct mnode {
-    kiln__onnx_node info;
-    kiln__onnx_op_fn fn;
-    int nin, nout;
-    int *in, *out;           /* value ids; -1 for an absent optional one */
-    int nin_op;              /* the inputs the operator is told of: the node's own, which
-                              * the epilogue fusion's operands follow in `in` (so a Conv
-                              * without a bias never reads a residual as its bias) */
-    bool dead;               /* folded away */
-    bool derived;            /* reads only weights (constants) and other derived values: run
-                              * once and cached outside grad mode (see refresh_derived) */
-    char label[48];          /* op type plus what was fused into it, for the profile */
-    kiln__onnx_pack pack;    /* Conv: its pre-packed weight */
-    int inplace;             /* KILN__ONNX_IP_* kind: may overwrite a dying input */
-} mnode;
-
-struct kiln_onnx_model {
-    kiln_device *dev;
-    kiln__onnx_pmodel *pm;
-    int nvalues, vcap;
-    char **vnames;           /* borrowed from pm, or owned when in vowned */
-    bool *vowned;
-    kiln_tensor **consts;    /* owned; NULL for non-constants */
-    int *last_use;
-    int nnodes;
-    mnode *nodes;            /* topological order */
-    int ninputs, *input_vals;
-    kiln__onnx_pvalue **input_info;
-    int noutputs, *output_vals;
-    int nparams, *param_vals;
-    int live_nodes;
-    /* KILN_ONNX_PROFILE set at load: time spent in each node over all runs, printed by
-     * kiln_onnx_free per op type (a tool for finding where a model's time goes). */
-    double *prof_ms;
-    int prof_runs;
-    bool prof_nodes;
-    kiln__onnx_arenas *arenas;   /* the planned activation arena (onnx-arena.c) */
-    /* Weight-derived values: exporters rearrange large weights with graph nodes (torch's
-     * dynamo exporter slices and concatenates each LSTM/GRU weight in the graph), which
-     * would run on every inference. Outside grad mode their results are computed once and
-     * lent to the run like constants, until a write to one of the weights they read (an
-     * optimizer step, a copy) changes its storage's version; in grad mode they run as
-     * ordinary nodes so training reaches the weights. */
-    int nderived;                /* nodes with derived set */
-    kiln_tensor **derived_vals;  /* per value: consts, plus the cached derived outputs */
-    const void **derived_src;    /* per value read by a derived node: the storage and */
-    unsigned *derived_ver;       /* version it had when the cache was made */
-    bool derived_fresh;
-};
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static void print_profile(const kiln_onnx_model *m) {
-    double total = 0;
-    for (int k = 0; k < m->nnodes; k++) total += m->prof_ms[k];
-    fprintf(stderr, "onnx profile: %d runs, %.3f ms a run in nodes\n", m->prof_runs,
-            m->prof_runs ? total / m->prof_runs : 0.0);
-    bool *done = calloc((size_t)m->nnodes + 1, sizeof *done);
-    for (int k = 0; done && k < m->nnodes; k++) {
-        if (done[k] || m->nodes[k].dead) continue;
-        double t = 0;
-        int cnt = 0;
-        for (int j = k; j < m->nnodes; j++)
-            if (!done[j] && !m->nodes[j].dead && !strcmp(m->nodes[j].label, m->nodes[k].label)) {
-                done[j] = true;
-                t += m->prof_ms[j];
-                cnt++;
-            }
-        fprintf(stderr, "onnx profile: %-22s %4d nodes %9.3f ms a run %5.1f%%\n", m->nodes[k].label, cnt,
-                m->prof_runs ? t / m->prof_runs : 0.0, total > 0 ? 100.0 * t / total : 0.0);
-    }
-    free(done);
-    if (!m->prof_nodes) return;
-    /* KILN_ONNX_PROFILE=nodes: every node too, in run order */
-    for (int k = 0; k < m->nnodes; k++)
-        if (!m->nodes[k].dead)
-            fprintf(stderr, "onnx profile: node %-40s %-22s %9.3f ms a run\n", m->nodes[k].info.name, m->nodes[k].label,
-                    m->prof_runs ? m->prof_ms[k] / m->prof_runs : 0.0);
-}
 
 kiln_onnx_options kiln_onnx_options_default(void) {
     return (kiln_onnx_options){.fold_batchnorm = true, .fuse_epilogues = true, .max_file_bytes = 0,
@@ -165,36 +79,8 @@ static void vmap_put(vmap *vm, const kiln_onnx_model *m, int v) {
 
 /* --------------------------------------------------------------- planning */
 
-static int node_fail(const mnode *n, const char *what) {
-    char msg[KILN_ERROR_MAX];
-    snprintf(msg, sizeof msg, "%s", kiln_error());
-    return kiln__error_set("onnx: node '%s' (%s) %s: %s", n->info.name, n->info.op_type, what, msg);
-}
-
-/* Run node k on the values in vals; outputs go to vals (new references). */
-static int run_node(kiln_onnx_model *m, const mnode *n, kiln_tensor **vals) {
-    kiln_tensor *in[64], *out[16] = {0};
-    int nin = n->nin < 64 ? n->nin : 64, nout = n->nout < 16 ? n->nout : 16;
-    for (int i = 0; i < nin; i++) in[i] = n->in[i] >= 0 ? vals[n->in[i]] : NULL;
-    kiln_scope_begin();
-    int rc = n->fn(&n->info, n->nin_op < nin ? n->nin_op : nin, in, nout, out);
-    for (int i = 0; i < nout; i++) {
-        if (rc == 0 && n->out[i] >= 0 && !out[i] && i == 0) rc = -1;
-        if (out[i]) kiln_tensor_retain(out[i]); /* operators return scoped or borrowed refs */
-    }
-    kiln_scope_end();
-    if (rc != 0) {
-        for (int i = 0; i < nout; i++) kiln_tensor_release(out[i]);
-        return node_fail(n, "failed");
-    }
-    for (int i = 0; i < nout; i++) {
-        if (n->out[i] >= 0 && !vals[n->out[i]]) vals[n->out[i]] = out[i];
-        else kiln_tensor_release(out[i]);
-    }
-    return 0;
-}
-
-static bool foldable(const kiln_onnx_model *m, const mnode *n) {
+static bool foldable(const kiln_onnx_model *m, const kiln__onnx_mnode *n)
+{
     if (!strcmp(n->info.op_type, "Constant")) return true;
     if (n->nin == 0) return !strcmp(n->info.op_type, "Range");
     if (!strcmp(n->info.op_type, "RandomNormal") || !strcmp(n->info.op_type, "Dropout")) return false;
@@ -210,10 +96,10 @@ static bool foldable(const kiln_onnx_model *m, const mnode *n) {
 
 static int fold_constants(kiln_onnx_model *m) {
     for (int k = 0; k < m->nnodes; k++) {
-        mnode *n = &m->nodes[k];
+        kiln__onnx_mnode *n = &m->nodes[k];
         if (!foldable(m, n)) continue;
         kiln_no_grad_begin();
-        int rc = run_node(m, n, m->consts);
+        int rc = kiln__onnx_run_node(m, n, m->consts);
         kiln_no_grad_end();
         if (rc) return -1;
         n->dead = true;
@@ -227,7 +113,7 @@ static int mark_derived(kiln_onnx_model *m) {
     bool *dv = calloc((size_t)m->nvalues + 1, sizeof *dv);
     if (!dv) return kiln__error_set("onnx: out of memory");
     for (int k = 0; k < m->nnodes; k++) {
-        mnode *n = &m->nodes[k];
+        kiln__onnx_mnode *n = &m->nodes[k];
         if (n->dead || n->nin == 0 || !strcmp(n->info.op_type, "RandomNormal") ||
             !strcmp(n->info.op_type, "RandomUniform") || !strcmp(n->info.op_type, "Dropout"))
             continue;
@@ -249,75 +135,15 @@ static int mark_derived(kiln_onnx_model *m) {
     return 0;
 }
 
-/* The cache holds while every constant a derived node reads has the storage and version it
- * had when the cache was made. */
-static bool derived_fresh(const kiln_onnx_model *m) {
-    if (!m->derived_fresh) return false;
-    for (int k = 0; k < m->nnodes; k++) {
-        const mnode *n = &m->nodes[k];
-        if (n->dead || !n->derived) continue;
-        for (int i = 0; i < n->nin; i++) {
-            int v = n->in[i];
-            if (v < 0 || !m->consts[v]) continue;
-            const kiln_tensor *t = m->consts[v];
-            if (m->derived_src[v] != (const void *)t->storage || m->derived_ver[v] != atomic_load(&t->storage->version))
-                return false;
-        }
-    }
-    return true;
-}
-
-static void derived_drop(kiln_onnx_model *m) {
-    for (int v = 0; m->derived_vals && v < m->nvalues; v++)
-        if (!m->consts[v]) { kiln_tensor_release(m->derived_vals[v]); m->derived_vals[v] = NULL; }
-    m->derived_fresh = false;
-}
-
-/* Runs every derived node once, without grad and outside any activation arena, keeping the
- * outputs some ordinary node (or the graph) reads; the intermediates go. */
-static int refresh_derived(kiln_onnx_model *m) {
-    derived_drop(m);
-    kiln_tensor **vals = m->derived_vals;
-    for (int v = 0; v < m->nvalues; v++) vals[v] = m->consts[v];
-    kiln_no_grad_begin();
-    int rc = 0;
-    for (int k = 0; rc == 0 && k < m->nnodes; k++) {
-        const mnode *n = &m->nodes[k];
-        if (n->dead || !n->derived) continue;
-        rc = run_node(m, n, vals);
-        for (int i = 0; rc == 0 && i < n->nin; i++) {
-            int v = n->in[i];
-            if (v >= 0 && m->consts[v]) {
-                m->derived_src[v] = m->consts[v]->storage;
-                m->derived_ver[v] = atomic_load(&m->consts[v]->storage->version);
-            }
-        }
-    }
-    kiln_no_grad_end();
-    if (rc) { derived_drop(m); return -1; }
-    /* a derived value no ordinary node and no graph output reads is an intermediate */
-    for (int v = 0; v < m->nvalues; v++) {
-        if (m->consts[v] || !vals[v]) continue;
-        bool needed = false;
-        for (int k = 0; !needed && k < m->nnodes; k++)
-            if (!m->nodes[k].dead && !m->nodes[k].derived)
-                for (int i = 0; i < m->nodes[k].nin; i++) needed = needed || m->nodes[k].in[i] == v;
-        for (int i = 0; !needed && i < m->noutputs; i++) needed = m->output_vals[i] == v;
-        if (!needed) { kiln_tensor_release(vals[v]); vals[v] = NULL; }
-    }
-    m->derived_fresh = true;
-    return 0;
-}
-
 /* Conv followed by BatchNormalization (inference form) becomes one Conv:
  * W' = W * g/sqrt(var+eps) per output channel, b' = (b - mean) * g/sqrt(var+eps) + beta. */
 static int fold_batchnorm(kiln_onnx_model *m, const int *readers) {
     for (int k = 0; k < m->nnodes; k++) {
-        mnode *bn = &m->nodes[k];
+        kiln__onnx_mnode *bn = &m->nodes[k];
         if (bn->dead || strcmp(bn->info.op_type, "BatchNormalization") || bn->nin < 5 || bn->nout != 1) continue;
         int x = bn->in[0];
         if (x < 0 || readers[x] != 1) continue;
-        mnode *cv = NULL;
+        kiln__onnx_mnode *cv = NULL;
         for (int j = 0; j < k; j++)
             if (!m->nodes[j].dead && !strcmp(m->nodes[j].info.op_type, "Conv") && m->nodes[j].out[0] == x)
                 cv = &m->nodes[j];
@@ -369,7 +195,8 @@ static int fold_batchnorm(kiln_onnx_model *m, const int *readers) {
 
 /* The activation an epilogue can apply for node n, with its parameters; KILN_EPI_NONE
  * when n is not one (or a Clip whose bounds are not constants). */
-static int epilogue_act(const kiln_onnx_model *m, const mnode *n, double *alpha, double *beta) {
+static int epilogue_act(const kiln_onnx_model *m, const kiln__onnx_mnode *n, double *alpha, double *beta)
+{
     const char *op = n->info.op_type;
     *alpha = *beta = 0;
     if (n->nout != 1 || n->nin < 1) return KILN_EPI_NONE;
@@ -410,7 +237,8 @@ static int epilogue_act(const kiln_onnx_model *m, const mnode *n, double *alpha,
     return KILN_EPI_NONE;
 }
 
-static int append_input(mnode *n, int v) {
+static int append_input(kiln__onnx_mnode *n, int v)
+{
     int *ni = realloc(n->in, (size_t)(n->nin + 2) * sizeof *ni);
     if (!ni) return kiln__error_set("onnx: out of memory");
     n->in = ni;
@@ -434,7 +262,7 @@ static int fuse_epilogues(kiln_onnx_model *m) {
     if (!readers || !reader || !producer) { kiln__error_set("onnx: out of memory"); goto out; }
     for (int v = 0; v < m->nvalues; v++) producer[v] = -1;
     for (int k = 0; k < m->nnodes; k++) {
-        const mnode *n = &m->nodes[k];
+        const kiln__onnx_mnode *n = &m->nodes[k];
         if (n->dead) continue;
         for (int j = 0; j < n->nin; j++)
             if (n->in[j] >= 0) {
@@ -446,14 +274,14 @@ static int fuse_epilogues(kiln_onnx_model *m) {
     }
     for (int i = 0; i < m->noutputs; i++) readers[m->output_vals[i]] += 2;
     for (int k = 0; k < m->nnodes; k++) {
-        mnode *c = &m->nodes[k];
+        kiln__onnx_mnode *c = &m->nodes[k];
         const char *op = c->info.op_type;
         bool conv = !strcmp(op, "Conv"), matmul = !strcmp(op, "MatMul"), gemm = !strcmp(op, "Gemm");
         if (c->dead || (!conv && !matmul && !gemm) || c->nout != 1 || c->out[0] < 0) continue;
         char label[48];
         snprintf(label, sizeof label, "%s", op);
         int v = c->out[0];
-        mnode *r = readers[v] == 1 ? &m->nodes[reader[v]] : NULL;
+        kiln__onnx_mnode *r = readers[v] == 1 ? &m->nodes[reader[v]] : NULL;
         if (r && !r->dead && (conv || matmul) && !strcmp(r->info.op_type, "Add") && r->nin == 2 && r->nout == 1 &&
             r->out[0] >= 0 && r->in[0] != r->in[1]) {
             int u = r->in[0] == v ? r->in[1] : r->in[0];
@@ -596,7 +424,7 @@ static int plan(kiln_onnx_model *m, const kiln_onnx_options *o) {
     /* Operators, in topological order so the first unsupported one is reported. */
     for (int t = 0; t < pm->nnodes; t++) {
         kiln__onnx_pnode *pn = &pm->nodes[order[t]];
-        mnode *n = &m->nodes[t];
+        kiln__onnx_mnode *n = &m->nodes[t];
         n->info = (kiln__onnx_node){.name = pn->name, .op_type = pn->op_type, .opset = pm->opset,
                                     .nattrs = pn->nattrs, .attrs = pn->attrs, .dev = m->dev,
                                     .fuse_residual = -1, .fuse_bias = -1};
@@ -762,9 +590,10 @@ kiln_onnx_model *kiln_onnx_load(const char *path, kiln_device *dev, const kiln_o
 
 void kiln_onnx_free(kiln_onnx_model *m) {
     if (!m) return;
-    if (m->prof_ms) print_profile(m);
+    if (m->prof_ms)
+        kiln__onnx_print_profile(m);
     free(m->prof_ms);
-    derived_drop(m); /* before the constants: it tells cached values from lent constants */
+    kiln__onnx_derived_drop(m); /* before the constants: it tells cached values from lent constants */
     for (int v = 0; v < m->nvalues; v++) {
         kiln_tensor_release(m->consts[v]);
         if (m->vowned[v]) free(m->vnames[v]);
@@ -785,136 +614,6 @@ void kiln_onnx_free(kiln_onnx_model *m) {
 int kiln_onnx_arena_stats_get(kiln_onnx_model *m, kiln_onnx_arena_stats *out) {
     if (!m || !out) return kiln__error_set("onnx: arena_stats_get: NULL argument");
     return kiln__onnx_arenas_stats(m->arenas, out);
-}
-
-/* --------------------------------------------------------------- running */
-
-int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_names, kiln_tensor *const *inputs,
-                  int noutputs, kiln_tensor **out) {
-    if (!m || (ninputs && (!input_names || !inputs)) || (noutputs && !out))
-        return kiln__error_set("onnx: run: NULL argument");
-    if (noutputs > m->noutputs)
-        return kiln__error_set("onnx: run: %d outputs asked, the graph has %d", noutputs, m->noutputs);
-    for (int i = 0; i < noutputs; i++) out[i] = NULL;
-    kiln_tensor **vals = calloc((size_t)m->nvalues + 1, sizeof *vals);
-    kiln_tensor **given = calloc((size_t)m->ninputs + 1, sizeof *given);
-    kiln__onnx_arena_run *arena = NULL;
-    int rc = -1;
-    if (!vals || !given) { kiln__error_set("onnx: out of memory"); goto out; }
-    for (int i = 0; i < m->ninputs; i++) {
-        const char *name = m->vnames[m->input_vals[i]];
-        for (int j = 0; j < ninputs; j++)
-            if (input_names[j] && !strcmp(input_names[j], name)) given[i] = inputs[j];
-        if (!given[i]) { kiln__error_set("onnx: run: input '%s' not given", name); goto out; }
-    }
-    /* weight-derived values: cached outside grad mode, made before the arena so that no
-     * planned block ever holds one */
-    bool use_derived = m->nderived && !kiln_grad_enabled();
-    if (use_derived && !derived_fresh(m) && refresh_derived(m)) goto out;
-    kiln_tensor *const *consts = use_derived ? m->derived_vals : m->consts;
-    /* from here every allocation on the device is recorded or placed by a plan */
-    arena = kiln__onnx_arena_begin(m->arenas, m->dev, m->ninputs, given, noutputs);
-    for (int i = 0; i < m->ninputs; i++) {
-        kiln_tensor *t = given[i];
-        vals[m->input_vals[i]] = kiln_tensor_device(t) == m->dev ? kiln_tensor_retain(t) : kiln_to_device(t, m->dev);
-        if (kiln_tensor_device(t) != m->dev && vals[m->input_vals[i]]) kiln_keep(vals[m->input_vals[i]]);
-        if (!vals[m->input_vals[i]]) goto out;
-    }
-    for (int k = 0; k < m->nnodes; k++) {
-        const mnode *n = &m->nodes[k];
-        if (n->dead || (use_derived && n->derived)) continue;
-        kiln_tensor *cin[64];
-        /* constants are borrowed into the value array for the call only */
-        for (int j = 0; j < n->nin && j < 64; j++) {
-            int v = n->in[j];
-            cin[j] = v >= 0 && consts[v] ? consts[v] : NULL;
-            if (cin[j] && !vals[v]) vals[v] = cin[j];
-            else cin[j] = NULL;
-        }
-        double t0 = m->prof_ms ? now_ms() : 0;
-        int r = 0, used = -1;
-        if (n->inplace && n->out[0] >= 0 && !vals[n->out[0]] && n->nin <= 64) {
-            /* an input read by no later node may take the result (onnx-inplace.c) */
-            kiln_tensor *in[64];
-            bool dies[64];
-            for (int j = 0; j < n->nin; j++) {
-                int v = n->in[j];
-                in[j] = v >= 0 ? vals[v] : NULL;
-                dies[j] = v >= 0 && m->last_use[v] == k && !consts[v] && vals[v];
-                for (int i = 0; i < j; i++)
-                    if (n->in[i] == v) dies[i] = dies[j] = false;
-            }
-            r = kiln__onnx_inplace(&n->info, n->inplace, n->nin, in, dies, &used);
-            if (r < 0) r = node_fail(n, "failed");
-            else if (r == 1) {
-                vals[n->out[0]] = vals[n->in[used]];
-                vals[n->in[used]] = NULL;
-                r = 0;
-            }
-        }
-        if (used < 0 && r == 0) r = run_node(m, n, vals);
-        if (m->prof_ms) m->prof_ms[k] += now_ms() - t0;
-        for (int j = 0; j < n->nin && j < 64; j++)
-            if (cin[j]) vals[n->in[j]] = NULL;
-        if (r) goto out;
-        for (int j = 0; j < n->nin; j++) {
-            int v = n->in[j];
-            if (v >= 0 && m->last_use[v] == k && !consts[v]) {
-                kiln_tensor_release(vals[v]);
-                vals[v] = NULL;
-            }
-        }
-    }
-    for (int i = 0; i < noutputs; i++) {
-        int v = m->output_vals[i];
-        kiln_tensor *t = vals[v] ? vals[v] : consts[v];
-        if (!t) { kiln__error_set("onnx: output '%s' was not computed", m->vnames[v]); goto out; }
-        out[i] = kiln_tensor_retain(t);
-    }
-    m->prof_runs++;
-    rc = 0;
-out:
-    for (int v = 0; vals && v < m->nvalues; v++)
-        if (!m->consts[v] && !(m->derived_vals && m->derived_vals[v] == vals[v])) kiln_tensor_release(vals[v]);
-    if (rc)
-        for (int i = 0; i < noutputs; i++) { kiln_tensor_release(out[i]); out[i] = NULL; }
-    kiln__onnx_arena_end(arena, rc == 0, noutputs, out);
-    free(vals);
-    free(given);
-    return rc;
-}
-
-int kiln_onnx_infer_shapes(kiln_onnx_model *m, int64_t sym_value, int noutputs, int *ndims,
-                           int64_t (*shapes)[KILN_MAX_DIMS]) {
-    if (!m || sym_value < 1 || noutputs > m->noutputs) return kiln__error_set("onnx: infer_shapes: bad arguments");
-    kiln_tensor **ins = calloc((size_t)m->ninputs + 1, sizeof *ins);
-    const char **names = calloc((size_t)m->ninputs + 1, sizeof *names);
-    kiln_tensor **outs = calloc((size_t)m->noutputs + 1, sizeof *outs);
-    int rc = -1;
-    if (!ins || !names || !outs) { kiln__error_set("onnx: out of memory"); goto out; }
-    for (int i = 0; i < m->ninputs; i++) {
-        const kiln__onnx_pvalue *pv = m->input_info[i];
-        int64_t shape[KILN_MAX_DIMS];
-        int nd = pv->ndim < 0 ? 0 : pv->ndim;
-        for (int d = 0; d < nd; d++) shape[d] = pv->dims[d] < 0 ? sym_value : pv->dims[d];
-        int kdt = kiln__onnx_kdtype(pv->elem_type ? pv->elem_type : KILN__ONNX_FLOAT);
-        names[i] = pv->name;
-        ins[i] = kiln_zeros(m->dev, kdt < 0 ? KILN_F32 : (kiln_dtype)kdt, nd, shape);
-        if (ins[i] && kiln_tensor_numel(ins[i]) >= 0) kiln_keep(ins[i]);
-        if (!ins[i]) goto out;
-    }
-    kiln_no_grad_begin();
-    rc = kiln_onnx_run(m, m->ninputs, names, ins, m->noutputs, outs);
-    kiln_no_grad_end();
-    for (int i = 0; rc == 0 && i < noutputs; i++) {
-        ndims[i] = kiln_tensor_ndim(outs[i]);
-        memcpy(shapes[i], kiln_tensor_shape(outs[i]), (size_t)ndims[i] * sizeof(int64_t));
-    }
-out:
-    for (int i = 0; ins && i < m->ninputs; i++) kiln_tensor_release(ins[i]);
-    for (int i = 0; outs && i < m->noutputs; i++) kiln_tensor_release(outs[i]);
-    free(ins); free(names); free(outs);
-    return rc;
 }
 
 /* --------------------------------------------------------------- queries */

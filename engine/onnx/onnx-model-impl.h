@@ -1,0 +1,80 @@
+/*
+ * onnx-model-impl.h — the planned model, shared by the loader (onnx-model.c: value naming,
+ * topological order, folding, fusion, the weight-derived marking, the queries) and the executor
+ * (onnx-run.c: kiln_onnx_run, the weight-derived cache, the profile).
+ */
+#ifndef KILN_ONNX_MODEL_IMPL_H
+#define KILN_ONNX_MODEL_IMPL_H
+
+#include <stdbool.h>
+
+#include "onnx-impl.h"
+
+/* One node of the plan. */
+typedef struct kiln__onnx_mnode {
+    kiln__onnx_node info;
+    kiln__onnx_op_fn fn;
+    int nin, nout;
+    int *in, *out;        /* value ids; -1 for an absent optional one */
+    int nin_op;           /* the inputs the operator is told of: the node's own, which
+                              * the epilogue fusion's operands follow in `in` (so a Conv
+                              * without a bias never reads a residual as its bias) */
+    bool dead;            /* folded away */
+    bool derived;         /* reads only weights (constants) and other derived values: run
+                              * once and cached outside grad mode (see refresh_derived) */
+    char label[48];       /* op type plus what was fused into it, for the profile */
+    kiln__onnx_pack pack; /* Conv: its pre-packed weight */
+    int inplace;          /* KILN__ONNX_IP_* kind: may overwrite a dying input */
+} kiln__onnx_mnode;
+
+struct kiln_onnx_model {
+    kiln_device *dev;
+    kiln__onnx_pmodel *pm;
+    int nvalues, vcap;
+    char **vnames; /* borrowed from pm, or owned when in vowned */
+    bool *vowned;
+    kiln_tensor **consts; /* owned; NULL for non-constants */
+    int *last_use;
+    int nnodes;
+    kiln__onnx_mnode *nodes; /* topological order */
+    int ninputs, *input_vals;
+    kiln__onnx_pvalue **input_info;
+    int noutputs, *output_vals;
+    int nparams, *param_vals;
+    int live_nodes;
+    /* KILN_ONNX_PROFILE set at load: time spent in each node over all runs, printed by
+     * kiln_onnx_free per op type (a tool for finding where a model's time goes). */
+    double *prof_ms;
+    int prof_runs;
+    bool prof_nodes;
+    kiln__onnx_arenas *arenas; /* the planned activation arena (onnx-arena.c) */
+    /* Weight-derived values: exporters rearrange large weights with graph nodes (torch's
+     * dynamo exporter slices and concatenates each LSTM/GRU weight in the graph), which
+     * would run on every inference. Outside grad mode their results are computed once and
+     * lent to the run like constants, until a write to one of the weights they read (an
+     * optimizer step, a copy) changes its storage's version; in grad mode they run as
+     * ordinary nodes so training reaches the weights. */
+    int nderived;               /* nodes with derived set */
+    kiln_tensor **derived_vals; /* per value: consts, plus the cached derived outputs */
+    const void **derived_src;   /* per value read by a derived node: the storage and */
+    unsigned *derived_ver;      /* version it had when the cache was made */
+    bool derived_fresh;
+};
+
+/** Sets the error "onnx: node NAME (OP) what: <the current error>" and returns it (negative). */
+int kiln__onnx_node_fail(const kiln__onnx_mnode *n, const char *what);
+
+/**
+ * Runs node n on the values in vals (indexed by value id) inside its own scope; its outputs go
+ * to the empty slots of vals as new references. 0, or negative with the error naming the node.
+ */
+int kiln__onnx_run_node(kiln_onnx_model *m, const kiln__onnx_mnode *n, kiln_tensor **vals);
+
+/** Releases the cached weight-derived values (not the constants lent beside them) and marks the
+ *  cache stale. Safe on a model without derived nodes. */
+void kiln__onnx_derived_drop(kiln_onnx_model *m);
+
+/** Prints the KILN_ONNX_PROFILE summary (per op type, and per node when asked) to stderr. */
+void kiln__onnx_print_profile(const kiln_onnx_model *m);
+
+#endif /* KILN_ONNX_MODEL_IMPL_H */

@@ -1,0 +1,349 @@
+/*
+ * onnx-run.c — running a planned model (onnx-model-impl.h): kiln_onnx_run and the shape
+ * inference built on it, the cache of weight-derived values, and the profile.
+ *
+ * Run: walk the plan; each node runs inside its own scope so the temporaries an operator
+ * makes go back at once, and each intermediate is released right after its last reader,
+ * so memory stays bounded by the widest cut of the graph rather than its length.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "error-impl.h"
+#include "kiln/autodiff.h"
+#include "onnx-model-impl.h"
+#include "tensor-impl.h"
+
+/* ---------------------------------------------------------------- profile */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+void kiln__onnx_print_profile(const kiln_onnx_model *m)
+{
+    double total = 0;
+    for (int k = 0; k < m->nnodes; k++)
+        total += m->prof_ms[k];
+    fprintf(stderr, "onnx profile: %d runs, %.3f ms a run in nodes\n", m->prof_runs,
+            m->prof_runs ? total / m->prof_runs : 0.0);
+    bool *done = calloc((size_t)m->nnodes + 1, sizeof *done);
+    for (int k = 0; done && k < m->nnodes; k++) {
+        if (done[k] || m->nodes[k].dead)
+            continue;
+        double t = 0;
+        int cnt = 0;
+        for (int j = k; j < m->nnodes; j++)
+            if (!done[j] && !m->nodes[j].dead && !strcmp(m->nodes[j].label, m->nodes[k].label)) {
+                done[j] = true;
+                t += m->prof_ms[j];
+                cnt++;
+            }
+        fprintf(stderr, "onnx profile: %-22s %4d nodes %9.3f ms a run %5.1f%%\n", m->nodes[k].label, cnt,
+                m->prof_runs ? t / m->prof_runs : 0.0, total > 0 ? 100.0 * t / total : 0.0);
+    }
+    free(done);
+    if (!m->prof_nodes)
+        return;
+    /* KILN_ONNX_PROFILE=nodes: every node too, in run order */
+    for (int k = 0; k < m->nnodes; k++)
+        if (!m->nodes[k].dead)
+            fprintf(stderr, "onnx profile: node %-40s %-22s %9.3f ms a run\n", m->nodes[k].info.name,
+                    m->nodes[k].label, m->prof_runs ? m->prof_ms[k] / m->prof_runs : 0.0);
+}
+
+int kiln__onnx_node_fail(const kiln__onnx_mnode *n, const char *what)
+{
+    char msg[KILN_ERROR_MAX];
+    snprintf(msg, sizeof msg, "%s", kiln_error());
+    return kiln__error_set("onnx: node '%s' (%s) %s: %s", n->info.name, n->info.op_type, what, msg);
+}
+
+/* Run node k on the values in vals; outputs go to vals (new references). */
+int kiln__onnx_run_node(kiln_onnx_model *m, const kiln__onnx_mnode *n, kiln_tensor **vals)
+{
+    kiln_tensor *in[64], *out[16] = {0};
+    int nin = n->nin < 64 ? n->nin : 64, nout = n->nout < 16 ? n->nout : 16;
+    for (int i = 0; i < nin; i++)
+        in[i] = n->in[i] >= 0 ? vals[n->in[i]] : NULL;
+    kiln_scope_begin();
+    int rc = n->fn(&n->info, n->nin_op < nin ? n->nin_op : nin, in, nout, out);
+    for (int i = 0; i < nout; i++) {
+        if (rc == 0 && n->out[i] >= 0 && !out[i] && i == 0)
+            rc = -1;
+        if (out[i])
+            kiln_tensor_retain(out[i]); /* operators return scoped or borrowed refs */
+    }
+    kiln_scope_end();
+    if (rc != 0) {
+        for (int i = 0; i < nout; i++)
+            kiln_tensor_release(out[i]);
+        return kiln__onnx_node_fail(n, "failed");
+    }
+    for (int i = 0; i < nout; i++) {
+        if (n->out[i] >= 0 && !vals[n->out[i]])
+            vals[n->out[i]] = out[i];
+        else
+            kiln_tensor_release(out[i]);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------- weight-derived values */
+
+/* The cache holds while every constant a derived node reads has the storage and version it
+ * had when the cache was made. */
+static bool derived_fresh(const kiln_onnx_model *m)
+{
+    if (!m->derived_fresh)
+        return false;
+    for (int k = 0; k < m->nnodes; k++) {
+        const kiln__onnx_mnode *n = &m->nodes[k];
+        if (n->dead || !n->derived)
+            continue;
+        for (int i = 0; i < n->nin; i++) {
+            int v = n->in[i];
+            if (v < 0 || !m->consts[v])
+                continue;
+            const kiln_tensor *t = m->consts[v];
+            if (m->derived_src[v] != (const void *)t->storage ||
+                m->derived_ver[v] != atomic_load(&t->storage->version))
+                return false;
+        }
+    }
+    return true;
+}
+
+void kiln__onnx_derived_drop(kiln_onnx_model *m)
+{
+    for (int v = 0; m->derived_vals && v < m->nvalues; v++)
+        if (!m->consts[v]) {
+            kiln_tensor_release(m->derived_vals[v]);
+            m->derived_vals[v] = NULL;
+        }
+    m->derived_fresh = false;
+}
+
+/* Runs every derived node once, without grad and outside any activation arena, keeping the
+ * outputs some ordinary node (or the graph) reads; the intermediates go. */
+static int refresh_derived(kiln_onnx_model *m)
+{
+    kiln__onnx_derived_drop(m);
+    kiln_tensor **vals = m->derived_vals;
+    for (int v = 0; v < m->nvalues; v++)
+        vals[v] = m->consts[v];
+    kiln_no_grad_begin();
+    int rc = 0;
+    for (int k = 0; rc == 0 && k < m->nnodes; k++) {
+        const kiln__onnx_mnode *n = &m->nodes[k];
+        if (n->dead || !n->derived)
+            continue;
+        rc = kiln__onnx_run_node(m, n, vals);
+        for (int i = 0; rc == 0 && i < n->nin; i++) {
+            int v = n->in[i];
+            if (v >= 0 && m->consts[v]) {
+                m->derived_src[v] = m->consts[v]->storage;
+                m->derived_ver[v] = atomic_load(&m->consts[v]->storage->version);
+            }
+        }
+    }
+    kiln_no_grad_end();
+    if (rc) {
+        kiln__onnx_derived_drop(m);
+        return -1;
+    }
+    /* a derived value no ordinary node and no graph output reads is an intermediate */
+    for (int v = 0; v < m->nvalues; v++) {
+        if (m->consts[v] || !vals[v])
+            continue;
+        bool needed = false;
+        for (int k = 0; !needed && k < m->nnodes; k++)
+            if (!m->nodes[k].dead && !m->nodes[k].derived)
+                for (int i = 0; i < m->nodes[k].nin; i++)
+                    needed = needed || m->nodes[k].in[i] == v;
+        for (int i = 0; !needed && i < m->noutputs; i++)
+            needed = m->output_vals[i] == v;
+        if (!needed) {
+            kiln_tensor_release(vals[v]);
+            vals[v] = NULL;
+        }
+    }
+    m->derived_fresh = true;
+    return 0;
+}
+
+/* --------------------------------------------------------------- running */
+
+int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_names, kiln_tensor *const *inputs,
+                  int noutputs, kiln_tensor **out)
+{
+    if (!m || (ninputs && (!input_names || !inputs)) || (noutputs && !out))
+        return kiln__error_set("onnx: run: NULL argument");
+    if (noutputs > m->noutputs)
+        return kiln__error_set("onnx: run: %d outputs asked, the graph has %d", noutputs, m->noutputs);
+    for (int i = 0; i < noutputs; i++)
+        out[i] = NULL;
+    kiln_tensor **vals = calloc((size_t)m->nvalues + 1, sizeof *vals);
+    kiln_tensor **given = calloc((size_t)m->ninputs + 1, sizeof *given);
+    kiln__onnx_arena_run *arena = NULL;
+    int rc = -1;
+    if (!vals || !given) {
+        kiln__error_set("onnx: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < m->ninputs; i++) {
+        const char *name = m->vnames[m->input_vals[i]];
+        for (int j = 0; j < ninputs; j++)
+            if (input_names[j] && !strcmp(input_names[j], name))
+                given[i] = inputs[j];
+        if (!given[i]) {
+            kiln__error_set("onnx: run: input '%s' not given", name);
+            goto out;
+        }
+    }
+    /* weight-derived values: cached outside grad mode, made before the arena so that no
+     * planned block ever holds one */
+    bool use_derived = m->nderived && !kiln_grad_enabled();
+    if (use_derived && !derived_fresh(m) && refresh_derived(m))
+        goto out;
+    kiln_tensor *const *consts = use_derived ? m->derived_vals : m->consts;
+    /* from here every allocation on the device is recorded or placed by a plan */
+    arena = kiln__onnx_arena_begin(m->arenas, m->dev, m->ninputs, given, noutputs);
+    for (int i = 0; i < m->ninputs; i++) {
+        kiln_tensor *t = given[i];
+        vals[m->input_vals[i]] = kiln_tensor_device(t) == m->dev ? kiln_tensor_retain(t)
+                                                                 : kiln_to_device(t, m->dev);
+        if (kiln_tensor_device(t) != m->dev && vals[m->input_vals[i]])
+            kiln_keep(vals[m->input_vals[i]]);
+        if (!vals[m->input_vals[i]])
+            goto out;
+    }
+    for (int k = 0; k < m->nnodes; k++) {
+        const kiln__onnx_mnode *n = &m->nodes[k];
+        if (n->dead || (use_derived && n->derived))
+            continue;
+        kiln_tensor *cin[64];
+        /* constants are borrowed into the value array for the call only */
+        for (int j = 0; j < n->nin && j < 64; j++) {
+            int v = n->in[j];
+            cin[j] = v >= 0 && consts[v] ? consts[v] : NULL;
+            if (cin[j] && !vals[v])
+                vals[v] = cin[j];
+            else
+                cin[j] = NULL;
+        }
+        double t0 = m->prof_ms ? now_ms() : 0;
+        int r = 0, used = -1;
+        if (n->inplace && n->out[0] >= 0 && !vals[n->out[0]] && n->nin <= 64) {
+            /* an input read by no later node may take the result (onnx-inplace.c) */
+            kiln_tensor *in[64];
+            bool dies[64];
+            for (int j = 0; j < n->nin; j++) {
+                int v = n->in[j];
+                in[j] = v >= 0 ? vals[v] : NULL;
+                dies[j] = v >= 0 && m->last_use[v] == k && !consts[v] && vals[v];
+                for (int i = 0; i < j; i++)
+                    if (n->in[i] == v)
+                        dies[i] = dies[j] = false;
+            }
+            r = kiln__onnx_inplace(&n->info, n->inplace, n->nin, in, dies, &used);
+            if (r < 0)
+                r = kiln__onnx_node_fail(n, "failed");
+            else if (r == 1) {
+                vals[n->out[0]] = vals[n->in[used]];
+                vals[n->in[used]] = NULL;
+                r = 0;
+            }
+        }
+        if (used < 0 && r == 0)
+            r = kiln__onnx_run_node(m, n, vals);
+        if (m->prof_ms)
+            m->prof_ms[k] += now_ms() - t0;
+        for (int j = 0; j < n->nin && j < 64; j++)
+            if (cin[j])
+                vals[n->in[j]] = NULL;
+        if (r)
+            goto out;
+        for (int j = 0; j < n->nin; j++) {
+            int v = n->in[j];
+            if (v >= 0 && m->last_use[v] == k && !consts[v]) {
+                kiln_tensor_release(vals[v]);
+                vals[v] = NULL;
+            }
+        }
+    }
+    for (int i = 0; i < noutputs; i++) {
+        int v = m->output_vals[i];
+        kiln_tensor *t = vals[v] ? vals[v] : consts[v];
+        if (!t) {
+            kiln__error_set("onnx: output '%s' was not computed", m->vnames[v]);
+            goto out;
+        }
+        out[i] = kiln_tensor_retain(t);
+    }
+    m->prof_runs++;
+    rc = 0;
+out:
+    for (int v = 0; vals && v < m->nvalues; v++)
+        if (!m->consts[v] && !(m->derived_vals && m->derived_vals[v] == vals[v]))
+            kiln_tensor_release(vals[v]);
+    if (rc)
+        for (int i = 0; i < noutputs; i++) {
+            kiln_tensor_release(out[i]);
+            out[i] = NULL;
+        }
+    kiln__onnx_arena_end(arena, rc == 0, noutputs, out);
+    free(vals);
+    free(given);
+    return rc;
+}
+
+int kiln_onnx_infer_shapes(kiln_onnx_model *m, int64_t sym_value, int noutputs, int *ndims,
+                           int64_t (*shapes)[KILN_MAX_DIMS])
+{
+    if (!m || sym_value < 1 || noutputs > m->noutputs)
+        return kiln__error_set("onnx: infer_shapes: bad arguments");
+    kiln_tensor **ins = calloc((size_t)m->ninputs + 1, sizeof *ins);
+    const char **names = calloc((size_t)m->ninputs + 1, sizeof *names);
+    kiln_tensor **outs = calloc((size_t)m->noutputs + 1, sizeof *outs);
+    int rc = -1;
+    if (!ins || !names || !outs) {
+        kiln__error_set("onnx: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < m->ninputs; i++) {
+        const kiln__onnx_pvalue *pv = m->input_info[i];
+        int64_t shape[KILN_MAX_DIMS];
+        int nd = pv->ndim < 0 ? 0 : pv->ndim;
+        for (int d = 0; d < nd; d++)
+            shape[d] = pv->dims[d] < 0 ? sym_value : pv->dims[d];
+        int kdt = kiln__onnx_kdtype(pv->elem_type ? pv->elem_type : KILN__ONNX_FLOAT);
+        names[i] = pv->name;
+        ins[i] = kiln_zeros(m->dev, kdt < 0 ? KILN_F32 : (kiln_dtype)kdt, nd, shape);
+        if (ins[i] && kiln_tensor_numel(ins[i]) >= 0)
+            kiln_keep(ins[i]);
+        if (!ins[i])
+            goto out;
+    }
+    kiln_no_grad_begin();
+    rc = kiln_onnx_run(m, m->ninputs, names, ins, m->noutputs, outs);
+    kiln_no_grad_end();
+    for (int i = 0; rc == 0 && i < noutputs; i++) {
+        ndims[i] = kiln_tensor_ndim(outs[i]);
+        memcpy(shapes[i], kiln_tensor_shape(outs[i]), (size_t)ndims[i] * sizeof(int64_t));
+    }
+out:
+    for (int i = 0; ins && i < m->ninputs; i++)
+        kiln_tensor_release(ins[i]);
+    for (int i = 0; outs && i < m->noutputs; i++)
+        kiln_tensor_release(outs[i]);
+    free(ins);
+    free(names);
+    free(outs);
+    return rc;
+}
