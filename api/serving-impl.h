@@ -1,0 +1,72 @@
+/*
+ * api/serving-impl.h — what the served-model table (serving.c: loading, metrics, auth, request
+ * ids, accounting) and its HTTP routes (serving-routes.c) share. Loop thread only.
+ */
+#ifndef KD_API_SERVING_IMPL_H
+#define KD_API_SERVING_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "auth.h"
+#include "http-conn.h"
+#include "responses.h"
+#include "serving.h"
+
+#define MAX_VERSIONS 16
+
+struct kd_serving_entry {
+    char name[KD_MODEL_NAME_MAX + 1];
+    int nv;
+    struct kd_sched_model *v[MAX_VERSIONS]; /* ascending versions */
+    bool loading;
+    /* Loads of one name may overlap (a job's and a POST .../load): the one started last wins, so
+     * an older load finishing late never swaps back what a newer one put in. */
+    uint64_t loads_started, newest_applied;
+    char why[256]; /* the last load's failure, for the index */
+    struct kd_serving_entry *next;
+};
+
+struct kd_serving {
+    struct kd_serving_options o;
+    kd_repository *repo;
+    struct kd_serving_entry *entries;
+    bool accepting;
+    uint64_t next_id;
+    int pid; /* for generated request ids (getpid is a system call) */
+    struct kd_auth *auth;
+    struct kd_metric_family *f_requests, *f_queue, *f_compute, *f_batch, *f_depth, *f_inflight;
+    double inflight_total;
+};
+
+/* A parsed "/v2/models/<name>[/versions/<v>][/<action>]". */
+struct kd_serving_path {
+    char name[KD_MODEL_NAME_MAX + 1];
+    int64_t version;    /* 0: latest */
+    const char *action; /* "", "ready", "infer", "stats", "config" */
+};
+
+/** Counts one request of model under the outcome label of kiln_inference_requests_total. */
+void kd_serving_count_outcome(struct kd_serving *sv, const char *model, const char *outcome);
+
+/** 0 when allowed; otherwise the 401/403 response is appended and its status returned. */
+int kd_serving_authorize(struct kd_serving *sv, const struct kd_request *req, enum kd_auth_scope need,
+                         struct kd_buf *out);
+
+/** The request's X-Request-Id when it is a plain token, else a generated one, into out. */
+void kd_serving_request_id(struct kd_serving *sv, const struct kd_request *req, char *out, size_t n);
+
+/** Appends the JSON error response with X-Request-Id: rid and the more headers (may be NULL). */
+int kd_serving_error_with_id(struct kd_buf *out, int status, const char *msg, bool keep_alive, const char *rid,
+                             const char *more);
+
+/** The table's entry for name, or NULL. */
+struct kd_serving_entry *kd_serving_find_entry(struct kd_serving *sv, const char *name);
+
+/** The loaded model mp names (its latest version when mp->version is 0), or NULL with *status
+ *  (404 unknown, 503 not ready) and msg set. */
+struct kd_sched_model *kd_serving_resolve(struct kd_serving *sv, const struct kd_serving_path *mp, int *status,
+                                          char *msg, size_t n);
+
+#endif /* KD_API_SERVING_IMPL_H */
