@@ -1,7 +1,7 @@
 /*
  * api/grpc/grpc-impl.h — what the gRPC service's files share: the connection and stream
- * structs (grpc-server.c owns them), the method dispatch (grpc-methods.c) and inference
- * (grpc-infer.c).
+ * structs (grpc-server.c owns them), the sending side (grpc-send.c), the method dispatch
+ * (grpc-methods.c) and inference (grpc-infer.c).
  *
  * A stream is one call. Its request bytes are gathered message by message (the 5-byte gRPC
  * prefix is read first and its length checked against the limit before anything is kept);
@@ -103,6 +103,15 @@ struct kd_grpc_conn {
 };
 
 /* ---- grpc-server.c ---- */
+/* The gRPC status an HTTP status from the serving layer means. */
+enum grpc_code kd_grpc_code_of_http(int status);
+/* Closes the connection once, its streams with it (a detached one is left to kd_grpc_conn_free). */
+void kd_grpc_conn_close(struct kd_grpc_conn *c);
+/* The connection's libuv read callbacks, also used to resume reading once a client catches up. */
+void kd_grpc_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+void kd_grpc_on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
+
+/* ---- grpc-send.c ---- */
 /* Queues one framed message m on s (sending response headers first). 0, or -1 out of memory. */
 int kd_grpc_reply(struct grpc_stream *s, const ProtobufCMessage *m);
 /* Queues framed messages already packed (prefix included); the buffer may be taken over (left empty). */
@@ -112,8 +121,6 @@ void kd_grpc_finish(struct grpc_stream *s, enum grpc_code code, const char *fmt,
     __attribute__((format(printf, 3, 4)));
 /* Sends what the session has queued, unless called from inside nghttp2 (the read path sends after). */
 void kd_grpc_flush(struct kd_grpc_conn *c);
-/* The gRPC status an HTTP status from the serving layer means. */
-enum grpc_code kd_grpc_code_of_http(int status);
 /* Frames a message: the 5-byte prefix then the packed bytes, appended to b. 0 or -1. */
 int kd_grpc_frame(struct kd_buf *b, const ProtobufCMessage *m);
 

@@ -10,9 +10,7 @@
  * and closed. nghttp2 answers PINGs (keepalive) and does HTTP/2 flow control; the windows are
  * opened wider than the 64 KiB default so that one round trip carries a whole tensor.
  *
- * Sending: nghttp2's frames are gathered with nghttp2_session_mem_send and written in one pass,
- * straight to the socket when nothing is waiting (uv_try_write), the rest through uv_write;
- * never from inside an nghttp2 callback (the read path sends after it).
+ * Sending (the write path, replies and status trailers) is in grpc-send.c.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,18 +24,8 @@
 
 #define WINDOW_BYTES (1 << 20)       /* per stream */
 #define CONN_WINDOW_BYTES (16 << 20) /* per connection */
-#define UNSENT_HIGH (8u << 20)       /* bytes written and not yet taken: stop reading past it */
 
 #define glog(g, level, ...) kd_api_logf((g)->o.log, (g)->o.log_ud, (level), __VA_ARGS__)
-
-struct write_req {
-    uv_write_t req;
-    struct kd_grpc_conn *c;
-    size_t len;
-    char *data; /* the gathered frames, owned */
-};
-
-static void conn_close(struct kd_grpc_conn *c);
 
 enum grpc_code kd_grpc_code_of_http(int status)
 {
@@ -51,243 +39,6 @@ enum grpc_code kd_grpc_code_of_http(int status)
     case 501: return GRPC_UNIMPLEMENTED;
     case 503: return GRPC_UNAVAILABLE;
     default: return status >= 200 && status < 300 ? GRPC_OK : GRPC_INTERNAL;
-    }
-}
-
-/* ---- sending -------------------------------------------------------------------------------- */
-
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
-static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
-
-static void on_written(uv_write_t *req, int status)
-{
-    struct write_req *w = (struct write_req *)req;
-    struct kd_grpc_conn *c = w->c;
-    c->unsent -= w->len;
-    free(w->data);
-    free(w);
-    if (status != 0) {
-        conn_close(c);
-    } else if (c->read_paused && !c->closing && c->unsent < UNSENT_HIGH / 2) {
-        c->read_paused = false;
-        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
-    }
-}
-
-void kd_grpc_flush(struct kd_grpc_conn *c)
-{
-    if (c->in_recv || c->closing)
-        return;
-    struct kd_buf b = {0};
-    for (;;) {
-        const uint8_t *p;
-        ssize_t n = nghttp2_session_mem_send(c->session, &p);
-        if (n < 0) {
-            kd_buf_free(&b);
-            conn_close(c);
-            return;
-        }
-        if (n == 0)
-            break;
-        if (kd_buf_append(&b, p, (size_t)n) != 0) {
-            kd_buf_free(&b);
-            conn_close(c);
-            return;
-        }
-    }
-    size_t done = 0;
-    if (b.len && !c->detached && c->unsent == 0) {
-        /* Straight to the socket when nothing is waiting (most answers): no request, no
-         * callback, no change to the poll set. */
-        uv_buf_t ub = uv_buf_init(b.data, (unsigned)b.len);
-        int n = uv_try_write((uv_stream_t *)&c->tcp, &ub, 1);
-        if (n < 0 && n != UV_EAGAIN) {
-            kd_buf_free(&b);
-            conn_close(c);
-            return;
-        }
-        done = n > 0 ? (size_t)n : 0;
-    }
-    if (b.len > done && !c->detached) {
-        if (done) {
-            memmove(b.data, b.data + done, b.len - done);
-            b.len -= done;
-        }
-        struct write_req *w = malloc(sizeof *w);
-        if (!w) {
-            kd_buf_free(&b);
-            conn_close(c);
-            return;
-        }
-        w->c = c;
-        w->len = b.len;
-        w->data = b.data; /* the write owns the frames now */
-        b = (struct kd_buf){0};
-        uv_buf_t ub = uv_buf_init(w->data, (unsigned)w->len);
-        if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &ub, 1, on_written) != 0) {
-            free(w->data);
-            free(w);
-            conn_close(c);
-            return;
-        }
-        c->unsent += w->len;
-        /* A client that sends but does not read (answers, PING and SETTINGS acks pile up) is
-         * not read from until it has taken most of what is waiting. */
-        if (c->unsent > UNSENT_HIGH && !c->read_paused) {
-            c->read_paused = true;
-            uv_read_stop((uv_stream_t *)&c->tcp);
-        }
-    }
-    kd_buf_free(&b);
-    if (!nghttp2_session_want_read(c->session) && !nghttp2_session_want_write(c->session))
-        conn_close(c);
-}
-
-static ssize_t read_out(nghttp2_session *session, int32_t id, uint8_t *buf, size_t length, uint32_t *flags,
-                        nghttp2_data_source *source, void *user_data);
-
-static int send_headers(struct grpc_stream *s)
-{
-    static const nghttp2_nv nva[] = {
-        {(uint8_t *)":status", (uint8_t *)"200", 7, 3, NGHTTP2_NV_FLAG_NONE},
-        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, NGHTTP2_NV_FLAG_NONE},
-        {(uint8_t *)"grpc-accept-encoding", (uint8_t *)"identity,deflate,gzip", 20, 21, NGHTTP2_NV_FLAG_NONE},
-    };
-    nghttp2_data_provider prd = {.source.ptr = s, .read_callback = read_out};
-    s->headers_sent = true;
-    return nghttp2_submit_response(s->conn->session, s->id, nva, 3, &prd) == 0 ? 0 : -1;
-}
-
-/* grpc-message is percent-encoded: bytes outside printable ASCII, and '%' itself. */
-static void percent_encode(const char *in, char *out, size_t cap)
-{
-    size_t k = 0;
-    for (const unsigned char *p = (const unsigned char *)in; *p && k + 4 < cap; p++) {
-        if (*p < 0x20 || *p > 0x7e || *p == '%')
-            k += (size_t)snprintf(out + k, cap - k, "%%%02X", *p);
-        else
-            out[k++] = (char)*p;
-    }
-    out[k] = '\0';
-}
-
-static int submit_status(struct grpc_stream *s, bool trailers_only)
-{
-    char code[16], msg[800];
-    snprintf(code, sizeof code, "%d", s->code);
-    percent_encode(s->message, msg, sizeof msg);
-    nghttp2_nv nva[4];
-    size_t n = 0;
-#define NV(name, value)                                                                                           \
-    nva[n++] = (nghttp2_nv)                                                                                       \
-    {                                                                                                             \
-        (uint8_t *)(name), (uint8_t *)(value), strlen(name), strlen(value), 0                                     \
-    }
-    if (trailers_only) {
-        NV(":status", "200");
-        NV("content-type", "application/grpc");
-    }
-    NV("grpc-status", code);
-    if (msg[0])
-        NV("grpc-message", msg);
-#undef NV
-    s->trailers_sent = true;
-    if (trailers_only)
-        return nghttp2_submit_response(s->conn->session, s->id, nva, n, NULL);
-    return nghttp2_submit_trailer(s->conn->session, s->id, nva, n);
-}
-
-static ssize_t read_out(nghttp2_session *session, int32_t id, uint8_t *buf, size_t length, uint32_t *flags,
-                        nghttp2_data_source *source, void *user_data)
-{
-    struct grpc_stream *s = source->ptr;
-    size_t left = s->out.len - s->out_off;
-    if (left) {
-        size_t n = left < length ? left : length;
-        memcpy(buf, s->out.data + s->out_off, n);
-        s->out_off += n;
-        if (s->out_off == s->out.len)
-            s->out.len = s->out_off = 0;
-        if (!s->out.len && s->finished) {
-            /* the last of it: the trailers follow this frame */
-            *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
-            if (submit_status(s, false) != 0)
-                return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-        }
-        return (ssize_t)n;
-    }
-    if (!s->finished)
-        return NGHTTP2_ERR_DEFERRED;
-    *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
-    if (submit_status(s, false) != 0)
-        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    return 0;
-}
-
-int kd_grpc_frame(struct kd_buf *b, const ProtobufCMessage *m)
-{
-    size_t n = protobuf_c_message_get_packed_size(m);
-    if (n > UINT32_MAX || kd_buf_reserve(b, 5 + n) != 0)
-        return -1;
-    uint8_t *p = (uint8_t *)b->data + b->len;
-    p[0] = 0;
-    p[1] = (uint8_t)(n >> 24);
-    p[2] = (uint8_t)(n >> 16);
-    p[3] = (uint8_t)(n >> 8);
-    p[4] = (uint8_t)n;
-    protobuf_c_message_pack(m, p + 5);
-    b->len += 5 + n;
-    return 0;
-}
-
-/* Something was queued on s: the response starts, or its deferred data source is woken. */
-static int queued(struct grpc_stream *s)
-{
-    if (!s->headers_sent)
-        return send_headers(s);
-    nghttp2_session_resume_data(s->conn->session, s->id); /* an error only means it was not deferred */
-    return 0;
-}
-
-int kd_grpc_reply(struct grpc_stream *s, const ProtobufCMessage *m)
-{
-    if (s->finished || kd_grpc_frame(&s->out, m) != 0)
-        return -1;
-    return queued(s);
-}
-
-int kd_grpc_reply_buf(struct grpc_stream *s, struct kd_buf *framed)
-{
-    if (s->finished)
-        return -1;
-    if (s->out.len == s->out_off) {
-        /* nothing waiting: the stream takes the buffer as it is */
-        kd_buf_free(&s->out);
-        s->out = *framed;
-        s->out_off = 0;
-        *framed = (struct kd_buf){0};
-    } else if (kd_buf_append(&s->out, framed->data, framed->len) != 0) {
-        return -1;
-    }
-    return queued(s);
-}
-
-void kd_grpc_finish(struct grpc_stream *s, enum grpc_code code, const char *fmt, ...)
-{
-    if (s->finished)
-        return;
-    s->finished = true;
-    s->code = (int)code;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(s->message, sizeof s->message, fmt, ap);
-    va_end(ap);
-    if (!s->headers_sent) {
-        s->headers_sent = true;
-        if (submit_status(s, true) != 0)
-            nghttp2_submit_rst_stream(s->conn->session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
-    } else {
-        nghttp2_session_resume_data(s->conn->session, s->id);
     }
 }
 
@@ -584,7 +335,7 @@ static void conn_release(struct kd_grpc_conn *c)
     c->prev = c->next = NULL;
 }
 
-static void conn_close(struct kd_grpc_conn *c)
+void kd_grpc_conn_close(struct kd_grpc_conn *c)
 {
     if (c->closing)
         return;
@@ -638,24 +389,24 @@ int kd_grpc_conn_feed(struct kd_grpc_conn *c, const uint8_t *data, size_t len)
     c->in_recv = false;
     c->last_active_ns = uv_hrtime();
     if (n < 0) {
-        conn_close(c);
+        kd_grpc_conn_close(c);
         return -1;
     }
     kd_grpc_flush(c);
     return c->closing ? -1 : 0;
 }
 
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+void kd_grpc_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct kd_grpc_conn *c = h->data;
     *buf = uv_buf_init(c->rbuf, sizeof c->rbuf);
 }
 
-static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
+void kd_grpc_on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 {
     struct kd_grpc_conn *c = st->data;
     if (n < 0) {
-        conn_close(c);
+        kd_grpc_conn_close(c);
         return;
     }
     if (n > 0)
@@ -704,7 +455,7 @@ static void on_connection(uv_stream_t *server, int status)
     g->conns = c;
     c->last_active_ns = uv_hrtime();
     uv_timer_start(&c->timer, on_tick, 1000, 1000);
-    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    uv_read_start((uv_stream_t *)&c->tcp, kd_grpc_on_alloc, kd_grpc_on_read);
     kd_grpc_flush(c);
 }
 
@@ -780,7 +531,7 @@ void kd_grpc_close_all(struct kd_grpc *g)
     g->draining = true;
     close_listener(g);
     while (g->conns)
-        conn_close(g->conns);
+        kd_grpc_conn_close(g->conns);
 }
 
 void kd_grpc_free(struct kd_grpc *g)
