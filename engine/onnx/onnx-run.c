@@ -96,25 +96,17 @@ int kiln__onnx_run_node(kiln_onnx_model *m, const kiln__onnx_mnode *n, kiln_tens
 
 /* ------------------------------------------------- weight-derived values */
 
-/* The cache holds while every constant a derived node reads has the storage and version it
- * had when the cache was made. */
+/* The cache holds while every constant a derived node reads (those refresh_derived recorded a
+ * storage for) has the storage and version it had when the cache was made. */
 static bool derived_fresh(const kiln_onnx_model *m)
 {
     if (!m->derived_fresh)
         return false;
-    for (int k = 0; k < m->nnodes; k++) {
-        const kiln__onnx_mnode *n = &m->nodes[k];
-        if (n->dead || !n->derived)
-            continue;
-        for (int i = 0; i < n->nin; i++) {
-            int v = n->in[i];
-            if (v < 0 || !m->consts[v])
-                continue;
-            const kiln_tensor *t = m->consts[v];
-            if (m->derived_src[v] != (const void *)t->storage ||
-                m->derived_ver[v] != atomic_load(&t->storage->version))
-                return false;
-        }
+    for (int v = 0; v < m->nvalues; v++) {
+        const kiln_tensor *t = m->consts[v];
+        if (m->derived_src[v] && (m->derived_src[v] != (const void *)t->storage ||
+                                  m->derived_ver[v] != atomic_load(&t->storage->version)))
+            return false;
     }
     return true;
 }
@@ -158,21 +150,23 @@ static int refresh_derived(kiln_onnx_model *m)
         return -1;
     }
     /* a derived value no ordinary node and no graph output reads is an intermediate */
-    for (int v = 0; v < m->nvalues; v++) {
-        if (m->consts[v] || !vals[v])
-            continue;
-        bool needed = false;
-        for (int k = 0; !needed && k < m->nnodes; k++)
-            if (!m->nodes[k].dead && !m->nodes[k].derived)
-                for (int i = 0; i < m->nodes[k].nin; i++)
-                    needed = needed || m->nodes[k].in[i] == v;
-        for (int i = 0; !needed && i < m->noutputs; i++)
-            needed = m->output_vals[i] == v;
-        if (!needed) {
+    bool *needed = calloc((size_t)m->nvalues + 1, sizeof *needed);
+    if (!needed) {
+        kiln__onnx_derived_drop(m);
+        return kiln__error_set("onnx: out of memory");
+    }
+    for (int k = 0; k < m->nnodes; k++)
+        for (int i = 0; !m->nodes[k].dead && !m->nodes[k].derived && i < m->nodes[k].nin; i++)
+            if (m->nodes[k].in[i] >= 0)
+                needed[m->nodes[k].in[i]] = true;
+    for (int i = 0; i < m->noutputs; i++)
+        needed[m->output_vals[i]] = true;
+    for (int v = 0; v < m->nvalues; v++)
+        if (!m->consts[v] && vals[v] && !needed[v]) {
             kiln_tensor_release(vals[v]);
             vals[v] = NULL;
         }
-    }
+    free(needed);
     m->derived_fresh = true;
     return 0;
 }
@@ -290,7 +284,7 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
     rc = 0;
 out:
     for (int v = 0; vals && v < m->nvalues; v++)
-        if (!m->consts[v] && !(m->derived_vals && m->derived_vals[v] == vals[v]))
+        if (!m->consts[v]) /* lent constants and cached values are set back to NULL after each call */
             kiln_tensor_release(vals[v]);
     if (rc)
         for (int i = 0; i < noutputs; i++) {
