@@ -28,16 +28,10 @@ import zlib
 
 KILND, FIX = sys.argv[1], sys.argv[2]
 
-if os.environ.get("KILN_GRPC_INNER") != "1":
-    py = os.environ.get("KILN_TEST_PYTHON")
-    if not py:
-        print("SKIP: KILN_TEST_PYTHON is not set (tests/run sets it to the venv with tritonclient)")
-        sys.exit(77)
-    if subprocess.run([py, "-c", "import tritonclient.grpc, numpy, hpack"], capture_output=True).returncode:
-        print("SKIP: tritonclient[grpc], hpack or numpy is not installed in KILN_TEST_PYTHON (%s)" % py)
-        sys.exit(77)
-    env = dict(os.environ, KILN_GRPC_INNER="1")
-    sys.exit(subprocess.run([py, os.path.abspath(__file__), KILND, FIX], env=env).returncode)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from test_python import rerun_under_test_python  # noqa: E402
+
+rerun_under_test_python(["tritonclient.grpc", "numpy", "hpack"], "tritonclient[grpc], hpack or numpy")
 
 import grpc  # noqa: E402
 import hpack  # noqa: E402

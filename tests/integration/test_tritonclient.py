@@ -27,16 +27,10 @@ import zlib
 
 KILND, FIX = sys.argv[1], sys.argv[2]
 
-if os.environ.get("KILN_TRITON_INNER") != "1":
-    py = os.environ.get("KILN_TEST_PYTHON")
-    if not py:
-        print("SKIP: KILN_TEST_PYTHON is not set (tests/run sets it to the venv with tritonclient)")
-        sys.exit(77)
-    if subprocess.run([py, "-c", "import tritonclient.http, numpy, gevent"], capture_output=True).returncode:
-        print("SKIP: tritonclient[http] or numpy is not installed in KILN_TEST_PYTHON (%s)" % py)
-        sys.exit(77)
-    env = dict(os.environ, KILN_TRITON_INNER="1")
-    sys.exit(subprocess.run([py, os.path.abspath(__file__), KILND, FIX], env=env).returncode)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from test_python import rerun_under_test_python  # noqa: E402
+
+rerun_under_test_python(["tritonclient.http", "numpy", "gevent"], "tritonclient[http] or numpy")
 
 import numpy as np  # noqa: E402
 import tritonclient.http as th  # noqa: E402
