@@ -9,5 +9,9 @@ dir=${1:-build}
 [ $# -gt 0 ] && shift
 if [ ! -f "$dir/build.ninja" ]; then
     meson setup "$dir" "$@"
+elif [ $# -gt 0 ]; then
+    # Options given to a folder set up earlier (the README's run command sets up build/ without
+    # --werror, then tests/run passes it) still apply.
+    meson configure "$dir" "$@"
 fi
 meson compile -C "$dir"
