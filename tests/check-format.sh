@@ -5,8 +5,8 @@
 # was there before is never reformatted behind anyone's back. The base is
 #   $KILN_FORMAT_BASE               when set (a commit, e.g. HEAD~3), else
 #   the merge base of HEAD with main (or origin/main), when such a branch exists.
-# With no base (a tarball, a shallow or single-branch clone, HEAD being main itself) nothing
-# is checked, and the script says so. Uncommitted changes in the working tree count too.
+# On main itself (CI's clone) the last commit's lines are checked. With no base (a tarball, a
+# shallow or single-branch clone) nothing is checked, and the script says so. Uncommitted changes in the working tree count too.
 # Exit 1 and the formatting diff when a changed line is off; fix with
 #   git clang-format --extensions c,h BASE
 set -eu
@@ -41,8 +41,13 @@ if ! git rev-parse -q --verify "$base^{commit}" >/dev/null; then
     exit 0
 fi
 if [ "$(git rev-parse "$base^{commit}")" = "$(git rev-parse HEAD)" ] && git diff --quiet HEAD -- '*.c' '*.h'; then
-    say "no change since the base ($base); nothing checked"
-    exit 0
+    # On main itself (CI's clone) the base is HEAD: check what the last commit changed instead.
+    if [ -z "${KILN_FORMAT_BASE:-}" ] && git rev-parse -q --verify "HEAD~1^{commit}" >/dev/null; then
+        base=$(git rev-parse "HEAD~1")
+    else
+        say "no change since the base ($base); nothing checked"
+        exit 0
+    fi
 fi
 
 out=$(git clang-format --binary clang-format --extensions c,h --diff "$base" 2>&1) || true
