@@ -178,17 +178,23 @@ kiln_queue *kiln_queue_current(kiln_device *dev)
     return dev ? kiln__queue_cur(dev) : NULL;
 }
 
-int kiln_queue_sync(kiln_queue *q)
+/* Waits through the backend context ctx, then reports the device-side checks parked on q: the
+ * device's own error comes first, and the checks parked before it go with it. */
+static int sync_and_check(kiln_queue *q, void *ctx)
 {
-    if (!q)
-        return kiln__error_set("kiln_queue_sync: queue is NULL");
-    int rc = q->dev->be->sync ? q->dev->be->sync(q->ctx) : 0;
-    /* the device's own error comes first; the checks parked before it go with it */
+    int rc = q->dev->be->sync ? q->dev->be->sync(ctx) : 0;
     if (rc == 0)
         rc = kiln__checks_run(q);
     else
         kiln__checks_drop(q);
     return rc < 0 ? rc : 0;
+}
+
+int kiln_queue_sync(kiln_queue *q)
+{
+    if (!q)
+        return kiln__error_set("kiln_queue_sync: queue is NULL");
+    return sync_and_check(q, q->ctx);
 }
 
 void kiln_queue_close(kiln_queue *q)
@@ -206,35 +212,34 @@ int kiln_device_sync(kiln_device *dev)
 {
     if (!dev)
         return kiln__error_set("kiln_device_sync: device is NULL");
-    if (!dev->multi_queue) {
-        int rc = dev->be->sync ? dev->be->sync(dev->ctx) : 0;
-        if (rc == 0)
-            rc = kiln__checks_run(dev->default_q);
-        else
-            kiln__checks_drop(dev->default_q);
-        return rc < 0 ? rc : 0;
-    }
+    if (!dev->multi_queue)
+        return sync_and_check(dev->default_q, dev->ctx);
     /* every queue; the list is copied (with references) so that no lock is held while
      * the device works */
-    kiln_queue *qs[64];
-    int n = 0, rc = 0;
     pthread_mutex_lock(&dev->queue_lock);
-    for (kiln_queue *q = dev->queues; q && n < 64; q = q->next) {
+    int n = 0;
+    for (kiln_queue *q = dev->queues; q; q = q->next)
+        n++;
+    kiln_queue **qs = malloc(((size_t)n + 1) * sizeof *qs);
+    if (!qs) {
+        pthread_mutex_unlock(&dev->queue_lock);
+        return kiln__error_set("kiln_device_sync: out of memory");
+    }
+    n = 0;
+    for (kiln_queue *q = dev->queues; q; q = q->next) {
         atomic_fetch_add(&q->refcount, 1);
         qs[n++] = q;
     }
     pthread_mutex_unlock(&dev->queue_lock);
+    int rc = 0;
     for (int i = 0; i < n; i++) {
-        int r = dev->be->sync ? dev->be->sync(qs[i]->ctx) : 0;
-        if (r == 0)
-            r = kiln__checks_run(qs[i]);
-        else
-            kiln__checks_drop(qs[i]);
+        int r = sync_and_check(qs[i], qs[i]->ctx);
         if (r < 0 && rc == 0)
             rc = r;
     }
     for (int i = 0; i < n; i++)
         queue_unref(qs[i]);
+    free(qs);
     return rc;
 }
 
