@@ -268,9 +268,6 @@ static void rnn_job_run(void *argp, int job, int njobs)
         memcpy(J->yc + (d * B + b0) * H, c, (size_t)(bn * H) * sizeof *c);
 }
 
-/* Below this many multiply-adds per direction the projections are not split by rows. */
-#define RNN_SPLIT_MIN (1 << 17)
-
 int kiln__cpu_rnn(void *vctx, const kiln_rnn_params *p, const kiln_rnn_operands *o)
 {
     kiln__cpu_ctx *ctx = vctx;
