@@ -64,9 +64,8 @@ static int parse_model_path(const struct kd_request *req, size_t prefix, struct 
     mp->version = 0;
     int k = 1;
     if (np >= 3 && strcmp(parts[1], "versions") == 0) {
-        char *end;
-        long long v = strtoll(parts[2], &end, 10);
-        if (*end || v <= 0) {
+        int64_t v = kd_serving_parse_version(parts[2]);
+        if (v <= 0) {
             snprintf(msg, n, "invalid model version '%.32s'", parts[2]);
             return 400;
         }
@@ -208,17 +207,27 @@ static int handle_infer(struct kd_serving *sv, struct kd_sched_model *m, const s
     return KD_HTTP_DEFERRED;
 }
 
+struct stats_rows {
+    struct kd_buf *b;
+    bool first;
+    int rc;
+};
+
+static void add_stats_row(void *ud, struct kd_sched_model *m)
+{
+    struct stats_rows *r = ud;
+    r->rc |= r->first ? 0 : kd_buf_puts(r->b, ",");
+    r->first = false;
+    r->rc |= kd_serving_stats_json(r->b, m);
+}
+
 static int all_stats(struct kd_serving *sv, const struct kd_request *req, struct kd_buf *out, const char *rid)
 {
     struct kd_buf b = {0};
     int rc = kd_buf_puts(&b, "{\"model_stats\":[");
-    bool first = true;
-    for (struct kd_serving_entry *e = sv->entries; e; e = e->next)
-        for (int i = 0; i < e->nv; i++) {
-            rc |= first ? 0 : kd_buf_puts(&b, ",");
-            first = false;
-            rc |= kd_serving_stats_json(&b, e->v[i]);
-        }
+    struct stats_rows rows = {&b, true, 0};
+    kd_serving_each_loaded(sv, add_stats_row, &rows);
+    rc |= rows.rc;
     rc |= kd_buf_puts(&b, "]}");
     return send_json(out, &b, rc, req, rid);
 }

@@ -508,6 +508,22 @@ int kd_serving_versions(struct kd_serving *sv, const char *name, struct kd_sched
     return k;
 }
 
+void kd_serving_each_loaded(struct kd_serving *sv, void (*each)(void *ud, struct kd_sched_model *m), void *ud)
+{
+    for (struct kd_serving_entry *e = sv->entries; e; e = e->next)
+        for (int i = 0; i < e->nv; i++)
+            each(ud, e->v[i]);
+}
+
+int64_t kd_serving_parse_version(const char *text)
+{
+    if (!text || !text[0])
+        return 0;
+    char *end;
+    long long v = strtoll(text, &end, 10);
+    return *end || v <= 0 ? -1 : v;
+}
+
 bool kd_serving_accepting(const struct kd_serving *sv)
 {
     return sv->accepting;

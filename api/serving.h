@@ -75,6 +75,12 @@ struct kd_sched_model *kd_serving_model(struct kd_serving *sv, const char *name,
                                         char *msg, size_t n);
 /* The loaded versions of name, ascending, borrowed (at most max); their count. */
 int kd_serving_versions(struct kd_serving *sv, const char *name, struct kd_sched_model **out, int max);
+/* Calls each(ud, m) for every loaded version of every model (borrowed), from the model table in
+ * memory: what the all-model statistics of both protocols list. */
+void kd_serving_each_loaded(struct kd_serving *sv, void (*each)(void *ud, struct kd_sched_model *m), void *ud);
+/* A request's model version: "" or NULL is the latest (0); otherwise a positive integer; -1 when
+ * malformed. */
+int64_t kd_serving_parse_version(const char *text);
 bool kd_serving_accepting(const struct kd_serving *sv);
 const struct kd_auth *kd_serving_auth(const struct kd_serving *sv);
 /* The options it was made with (limits, scheduler, log). */

@@ -349,14 +349,10 @@ void kd_grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len)
         refuse(j, GRPC_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
-    if (q->model_version && q->model_version[0]) {
-        char *end;
-        long long v = strtoll(q->model_version, &end, 10);
-        if (*end || v <= 0) {
-            refuse(j, GRPC_INVALID_ARGUMENT, "invalid model version");
-            goto out;
-        }
-        version = v;
+    version = kd_serving_parse_version(q->model_version);
+    if (version < 0) {
+        refuse(j, GRPC_INVALID_ARGUMENT, "invalid model version");
+        goto out;
     }
     int status = 0;
     m = kd_serving_model(sv, q->model_name, version, &status, msg, sizeof msg);

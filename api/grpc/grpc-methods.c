@@ -41,16 +41,6 @@ static int authorize(struct grpc_stream *s, enum kd_auth_scope need)
     return 0;
 }
 
-/* A request's model_version: "" is the latest (0); otherwise a positive integer. -1 when malformed. */
-static int64_t parse_version(const char *v)
-{
-    if (!v || !v[0])
-        return 0;
-    char *end;
-    long long x = strtoll(v, &end, 10);
-    return *end || x <= 0 ? -1 : x;
-}
-
 static void reply_or_fail(struct grpc_stream *s, const ProtobufCMessage *m)
 {
     if (kd_grpc_reply(s, m) != 0)
@@ -63,7 +53,7 @@ static void reply_or_fail(struct grpc_stream *s, const ProtobufCMessage *m)
 static struct kd_sched_model *model_for(struct grpc_stream *s, const char *name, const char *version)
 {
     struct kd_serving *sv = s->conn->g->o.serving;
-    int64_t v = parse_version(version);
+    int64_t v = kd_serving_parse_version(version);
     if (v < 0) {
         kd_grpc_finish(s, GRPC_INVALID_ARGUMENT, "invalid model version '%.32s'", version);
         return NULL;
@@ -96,7 +86,7 @@ static void server_ready(struct grpc_stream *s)
 static void model_ready(struct grpc_stream *s, const Inference__ModelReadyRequest *q)
 {
     struct kd_serving *sv = s->conn->g->o.serving;
-    int64_t v = parse_version(q->version);
+    int64_t v = kd_serving_parse_version(q->version);
     int status = 0;
     char msg[320];
     Inference__ModelReadyResponse r = INFERENCE__MODEL_READY_RESPONSE__INIT;
@@ -360,22 +350,9 @@ static void add_model(struct model_list *t, struct kd_sched_model *m)
     t->m[t->n++] = m;
 }
 
-struct ready_walk {
-    struct model_list *t;
-    struct kd_serving *sv;
-};
-
-static void add_ready(void *ud, const char *name, int64_t version, const char *state, const char *why)
+static void add_loaded(void *ud, struct kd_sched_model *m)
 {
-    (void)why;
-    struct ready_walk *w = ud;
-    int status;
-    char msg[64];
-    struct kd_sched_model *m = strcmp(state, "READY") == 0
-                                   ? kd_serving_model(w->sv, name, version, &status, msg, sizeof msg)
-                                   : NULL;
-    if (m)
-        add_model(w->t, m);
+    add_model(ud, m);
 }
 
 static void model_statistics(struct grpc_stream *s, const Inference__ModelStatisticsRequest *q)
@@ -385,15 +362,14 @@ static void model_statistics(struct grpc_stream *s, const Inference__ModelStatis
     if (q->name && q->name[0]) {
         if (!model_for(s, q->name, q->version))
             return;
-        int64_t want = parse_version(q->version);
+        int64_t want = kd_serving_parse_version(q->version);
         struct kd_sched_model *vs[MAX_VERSIONS];
         int nv = kd_serving_versions(sv, q->name, vs, MAX_VERSIONS);
         for (int i = 0; i < nv; i++)
             if (!want || kd_sched_model_version(vs[i]) == want)
                 add_model(&t, vs[i]);
     } else {
-        struct ready_walk w = {&t, sv};
-        kd_serving_index(sv, true, add_ready, &w);
+        kd_serving_each_loaded(sv, add_loaded, &t);
     }
     struct stats_msg *rows = calloc(t.n + 1, sizeof *rows);
     Inference__ModelStatistics **ptrs = calloc(t.n + 1, sizeof *ptrs);
