@@ -108,23 +108,36 @@ enum kd_auth_scope kd_auth_scope_of(const struct kd_auth *a, const char *authori
     return have;
 }
 
+enum kd_auth_verdict kd_auth_check(const struct kd_auth *a, const char *authorization, enum kd_auth_scope need)
+{
+    if (!kd_auth_enabled(a))
+        return KD_AUTH_ALLOWED;
+    if (!authorization || !authorization[0])
+        return KD_AUTH_MISSING;
+    if (!bearer_secret(authorization))
+        return KD_AUTH_NOT_BEARER;
+    enum kd_auth_scope have = kd_auth_scope_of(a, authorization);
+    if (have == KD_AUTH_NONE)
+        return KD_AUTH_UNKNOWN;
+    return have < need ? KD_AUTH_INSUFFICIENT : KD_AUTH_ALLOWED;
+}
+
 int kd_auth_require(const struct kd_auth *a, const struct kd_request *req, enum kd_auth_scope need,
                     const char *forbidden, struct kd_buf *out)
 {
-    if (!kd_auth_enabled(a))
-        return 0;
-    const char *h = req->headers ? req->headers->authorization : "";
-    if (!bearer_secret(h))
+    switch (kd_auth_check(a, req->headers ? req->headers->authorization : "", need)) {
+    case KD_AUTH_ALLOWED: return 0;
+    case KD_AUTH_MISSING:
+    case KD_AUTH_NOT_BEARER:
         return kd_resp_error(out, 401, "a bearer token is required", req->keep_alive,
                              "WWW-Authenticate: Bearer\r\n");
-    enum kd_auth_scope have = kd_auth_scope_of(a, h);
-    if (have == KD_AUTH_NONE)
+    case KD_AUTH_UNKNOWN:
         return kd_resp_error(out, 401, "invalid bearer token", req->keep_alive,
                              "WWW-Authenticate: Bearer error=\"invalid_token\"\r\n");
-    if (have < need)
-        return kd_resp_error(out, 403, forbidden ? forbidden : "this token lacks the scope this needs",
-                             req->keep_alive, "WWW-Authenticate: Bearer error=\"insufficient_scope\"\r\n");
-    return 0;
+    case KD_AUTH_INSUFFICIENT: break;
+    }
+    return kd_resp_error(out, 403, forbidden ? forbidden : "this token lacks the scope this needs",
+                         req->keep_alive, "WWW-Authenticate: Bearer error=\"insufficient_scope\"\r\n");
 }
 
 bool kd_auth_host_is_loopback(const char *host)

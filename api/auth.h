@@ -48,6 +48,17 @@ const char *kd_auth_admin_secret(const struct kd_auth *a);
 /* The scope an Authorization header value grants (KD_AUTH_NONE for a missing, malformed or unknown one). */
 enum kd_auth_scope kd_auth_scope_of(const struct kd_auth *a, const char *authorization);
 
+/* What a request's Authorization value (NULL or "" when absent) gets when scope need is asked:
+ * one decision for every protocol, each of which words its own answer. */
+enum kd_auth_verdict {
+    KD_AUTH_ALLOWED,      /* tokens are off, or the token has the scope */
+    KD_AUTH_MISSING,      /* no Authorization value */
+    KD_AUTH_NOT_BEARER,   /* a value of another scheme */
+    KD_AUTH_UNKNOWN,      /* a bearer token that is none of the configured ones */
+    KD_AUTH_INSUFFICIENT, /* a known token without the scope */
+};
+enum kd_auth_verdict kd_auth_check(const struct kd_auth *a, const char *authorization, enum kd_auth_scope need);
+
 /*
  * 0 when req may go on with scope need; otherwise the 401 or 403 JSON error is appended to out
  * (forbidden is the 403's message) and its status returned, or -1 when out of memory.

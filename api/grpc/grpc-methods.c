@@ -22,23 +22,17 @@
 static int authorize(struct grpc_stream *s, enum kd_auth_scope need)
 {
     struct kd_serving *sv = s->conn->g->o.serving;
-    const struct kd_auth *a = sv ? kd_serving_auth(sv) : NULL;
-    if (!a || !kd_auth_enabled(a))
-        return 0;
-    if (!s->authorization[0]) {
+    switch (kd_auth_check(sv ? kd_serving_auth(sv) : NULL, s->authorization, need)) {
+    case KD_AUTH_ALLOWED: return 0;
+    case KD_AUTH_MISSING:
         kd_grpc_finish(s, GRPC_UNAUTHENTICATED, "this call needs \"authorization: Bearer <token>\" metadata");
         return -1;
+    case KD_AUTH_NOT_BEARER:
+    case KD_AUTH_UNKNOWN: kd_grpc_finish(s, GRPC_UNAUTHENTICATED, "invalid bearer token"); return -1;
+    case KD_AUTH_INSUFFICIENT: break;
     }
-    enum kd_auth_scope got = kd_auth_scope_of(a, s->authorization);
-    if (got == KD_AUTH_NONE) {
-        kd_grpc_finish(s, GRPC_UNAUTHENTICATED, "invalid bearer token");
-        return -1;
-    }
-    if (got < need) {
-        kd_grpc_finish(s, GRPC_PERMISSION_DENIED, "this token lacks the admin scope");
-        return -1;
-    }
-    return 0;
+    kd_grpc_finish(s, GRPC_PERMISSION_DENIED, "this token lacks the admin scope");
+    return -1;
 }
 
 static void reply_or_fail(struct grpc_stream *s, const ProtobufCMessage *m)
