@@ -12,19 +12,12 @@ The tests run those blocks as written, with their own container name, volume nam
 and environment file (so a test never touches a user's `kilnd` container, `kiln-data` volume
 or port 8080); `documented()` makes exactly those substitutions and no others.
 """
-import fcntl
 import os
 import re
-import shutil
 import subprocess
 import sys
 
 MARK = re.compile(r"^<!-- deploy suite: ([\w-]+) -->\n```sh\n(.*?)^```", re.M | re.S)
-
-# kubernetes-validate bundles Kubernetes' JSON schemas (1.x up to the newest release), so the
-# manifests are validated without a network; PyYAML comes with it.
-VENV_PACKAGES = ["kubernetes-validate==1.37.0"]
-
 
 def doc_blocks(root):
     """Every marked block of docs/deployment.md: {name: shell text}."""
@@ -77,34 +70,3 @@ def podman_env(root, base):
             return e, None
         errors.append("%s: %s" % (what, (r.stderr or r.stdout).strip().splitlines()[-1:]))
     return None, "; ".join(errors)
-
-
-def suite_python(root):
-    """The interpreter of the suite's own venv (<root>/.venv-deploy, or $KILN_DEPLOY_VENV),
-    made on first use; concurrent tests wait for the one that makes it."""
-    venv = os.environ.get("KILN_DEPLOY_VENV") or os.path.join(root, ".venv-deploy")
-    python = os.path.join(venv, "bin", "python")
-    probe = "import kubernetes_validate, yaml"
-    os.makedirs(venv, exist_ok=True)
-    with open(os.path.join(venv, ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.path.exists(python) and subprocess.run([python, "-c", probe],
-                                                     capture_output=True).returncode == 0:
-            return python
-        subprocess.run([sys.executable if shutil.which("python3") is None else "python3",
-                        "-m", "venv", venv], check=True)
-        subprocess.run([python, "-m", "pip", "install", "-q", *VENV_PACKAGES], check=True)
-        subprocess.run([python, "-c", probe], check=True)
-    return python
-
-
-def reexec_in_suite_python(root):
-    """Run this script again under the suite's venv unless it already runs there."""
-    try:
-        import kubernetes_validate  # noqa: F401
-        import yaml  # noqa: F401
-        return
-    except ImportError:
-        pass
-    python = suite_python(root)
-    os.execv(python, [python] + sys.argv)

@@ -18,9 +18,11 @@ import sys
 
 ROOT = os.path.abspath(sys.argv[1])
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import deploy_docs  # noqa: E402
+from test_python import rerun_under_test_python  # noqa: E402
 
-deploy_docs.reexec_in_suite_python(ROOT)
+rerun_under_test_python(["yaml"], "PyYAML")
 import yaml  # noqa: E402
 
 PASSED, FAILURES = [], []

@@ -26,9 +26,11 @@ import urllib.request
 
 KILND, ROOT = sys.argv[1], os.path.abspath(sys.argv[2])
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import deploy_docs  # noqa: E402
+from test_python import rerun_under_test_python  # noqa: E402
 
-deploy_docs.reexec_in_suite_python(ROOT)
+rerun_under_test_python(["kubernetes_validate", "yaml"], "kubernetes-validate")
 import kubernetes_validate  # noqa: E402
 import yaml  # noqa: E402
 
