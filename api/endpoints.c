@@ -64,6 +64,14 @@ static int handle_repository(void *ctx, const struct kd_request *req, struct kd_
     return kd_serving_handle_repository(api->serving, req, out);
 }
 
+static int handle_shm(void *ctx, const struct kd_request *req, struct kd_buf *out)
+{
+    struct kd_api *api = ctx;
+    if (!api->serving)
+        return kd_resp_error(out, 503, "model serving is not available", req->keep_alive, NULL);
+    return kd_serving_handle_shm(api->serving, req, out);
+}
+
 static int handle_jobs(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
     struct kd_api *api = ctx;
@@ -160,10 +168,8 @@ static int handle_not_implemented(void *ctx, const struct kd_request *req, struc
                         "log_format and log_file in its configuration"},
         {"/v2/trace", "kilnd does not implement Triton's trace extension: per-request timings are in the "
                       "statistics extension and /metrics"},
-        {"/v2/systemsharedmemory", "kilnd does not implement the shared-memory extensions: send tensors in "
-                                   "the request body (JSON or binary tensor data)"},
-        {"/v2/cudasharedmemory", "kilnd does not implement the shared-memory extensions: send tensors in the "
-                                 "request body (JSON or binary tensor data)"},
+        {"/v2/cudasharedmemory", "kilnd does not implement the CUDA shared-memory extension: use system "
+                                 "shared memory (/v2/systemsharedmemory) or send tensors in the request body"},
     };
     for (size_t i = 0; i < sizeof what / sizeof what[0]; i++)
         if (req->path_len >= strlen(what[i].prefix) && memcmp(req->path, what[i].prefix, strlen(what[i].prefix)) == 0)
@@ -183,7 +189,7 @@ static const struct kd_route routes[] = {
     {"/v1/tensor", KD_HTTP_GET, handle_tensor, NULL},
     {"/v2/logging", KD_HTTP_GET | KD_HTTP_POST, handle_not_implemented, NULL},
     {"/v2/trace/setting", KD_HTTP_GET | KD_HTTP_POST, handle_not_implemented, NULL},
-    {"/v2/systemsharedmemory/*", KD_HTTP_GET | KD_HTTP_POST, handle_not_implemented, NULL},
+    {"/v2/systemsharedmemory/*", KD_HTTP_GET | KD_HTTP_POST, handle_shm, NULL},
     {"/v2/cudasharedmemory/*", KD_HTTP_GET | KD_HTTP_POST, handle_not_implemented, NULL},
 };
 

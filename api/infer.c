@@ -34,6 +34,7 @@
 #include "jscan.h"
 #include "responses.h"
 #include "serving.h"
+#include "shm.h"
 
 #define FAIL(status, ...)                         \
     do {                                          \
@@ -423,6 +424,58 @@ int kd_infer_fill(const struct kd_infer_data *dd, const kd_model_config *c, stru
     return 0;
 }
 
+/* A whole number in 0..INT64_MAX at `at` into *v; false when it is not one. */
+static bool count_at(const char *at, const char *end, uint64_t *v)
+{
+    int64_t x;
+    size_t len;
+    if (!at || kd_json_to_int(at, end, 0, INT64_MAX, &x, &len) <= 0)
+        return false;
+    *v = (uint64_t)x;
+    return true;
+}
+
+/*
+ * A tensor's shared_memory_region / _offset / _byte_size parameters (Triton's system shared-memory
+ * extension): 0 with *in_shm false when it names no region; 0 with the slice retained into *out;
+ * or 400 with msg. For an input (need > 0 or is_input) the byte size must be exactly need.
+ */
+static int shm_params(const struct kd_infer_ctx *ic, const char *params, const char *jend, const char *what,
+                      bool is_input, uint64_t need, bool *in_shm, struct kd_shm_slice *out, char *msg, size_t msglen)
+{
+    const char *region = member_at(params, jend, "shared_memory_region");
+    *in_shm = region != NULL;
+    if (!region)
+        return 0;
+    char name[KD_SHM_NAME_MAX + 1];
+    uint64_t offset = 0, size = 0;
+    const char *off_at = member_at(params, jend, "shared_memory_offset");
+    if (string_at(region, jend, name, sizeof name) < 0) {
+        snprintf(msg, msglen, "%s: shared_memory_region must be a string naming a registered region", what);
+        return 400;
+    }
+    if (!count_at(member_at(params, jend, "shared_memory_byte_size"), jend, &size) ||
+        (off_at && !count_at(off_at, jend, &offset))) {
+        snprintf(msg, msglen, "%s: shared_memory_byte_size (and shared_memory_offset, if given) must be "
+                 "non-negative integers", what);
+        return 400;
+    }
+    if (!ic->shm || !ic->use) {
+        snprintf(msg, msglen, "%s: shared memory is not available here", what);
+        return 400;
+    }
+    if (out->region) {
+        snprintf(msg, msglen, "%s is requested twice", what);
+        return 400;
+    }
+    if (is_input && size != need) {
+        snprintf(msg, msglen, "%s: shared_memory_byte_size is %llu; its shape and datatype need %llu", what,
+                 (unsigned long long)size, (unsigned long long)need);
+        return 400;
+    }
+    return kd_shm_slice_get(ic->shm, name, offset, size, what, out, msg, msglen);
+}
+
 int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, const struct kd_request *req,
                     struct kd_sched_request *r, bool *want_output, bool *want_binary, char *id, size_t idlen,
                     struct kd_infer_data *dd, char *msg, size_t msglen)
@@ -536,6 +589,31 @@ int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, con
         const char *bsize = member_at(in->params, jend, "binary_data_size");
         size_t esize = wire_size(sp->datatype);
         int f = fill->n;
+        char what[KD_MODEL_NAME_MAX + 16];
+        snprintf(what, sizeof what, "input '%s'", sp->name);
+        bool in_shm = false;
+        if ((rc = shm_params(ic, in->params, jend, what, true, (uint64_t)numel * esize, &in_shm,
+                             ic->use ? &ic->use->in[k] : NULL, msg, msglen)) != 0)
+            goto done;
+        if (in_shm) {
+            if (bsize || in->data)
+                FAIL(400, "input '%s' has data or binary_data_size beside shared_memory_region", sp->name);
+            const void *src = kd_shm_slice_ptr(&ic->use->in[k], msg, msglen);
+            if (!src) {
+                rc = 400; /* msg names the region */
+                goto done;
+            }
+            t->dtype = (kiln_dtype)want;
+            t->nbytes = (size_t)numel * esize;
+            t->data = malloc(t->nbytes ? t->nbytes : 1);
+            if (!t->data)
+                FAIL(500, "out of memory");
+            fill->fill[f].input = k;
+            fill->fill[f].json = NULL;
+            fill->fill[f].bin = src; /* copied by the worker; the request holds the region */
+            fill->n++;
+            continue;
+        }
         if (bsize) {
             size_t need = (size_t)numel * esize, blen;
             int64_t got;
@@ -597,7 +675,14 @@ int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, con
             if (k < 0)
                 FAIL(400, "unknown output '%.64s'", name);
             want_output[k] = true;
-            enum kd_jtype b = type_at(member_at(member_at(ro, jend, "parameters"), jend, "binary_data"), jend);
+            const char *oparams = member_at(ro, jend, "parameters");
+            char what[KD_MODEL_NAME_MAX + 16];
+            snprintf(what, sizeof what, "output '%s'", name);
+            bool out_shm = false;
+            if ((rc = shm_params(ic, oparams, jend, what, false, 0, &out_shm, ic->use ? &ic->use->out[k] : NULL,
+                                 msg, msglen)) != 0)
+                goto done;
+            enum kd_jtype b = type_at(member_at(oparams, jend, "binary_data"), jend);
             if (b != KD_J_NONE)
                 want_binary[k] = b == KD_J_TRUE;
             kd_jscan_skip(&os);
@@ -661,7 +746,7 @@ static int put_values(struct kd_buf *b, const struct kd_sched_tensor *t)
 
 int kd_infer_body(struct kd_buf *j, const char *model, int64_t version, const kd_model_config *c,
                   const struct kd_sched_request *r, const bool *want_output, const bool *want_binary,
-                  const char *id, size_t *json_len)
+                  const struct kd_shm_use *shm, const char *id, size_t *json_len)
 {
     int rc = kd_buf_puts(j, "{\"model_name\":\"");
     rc |= kd_buf_json_escape(j, model, strlen(model));
@@ -683,7 +768,17 @@ int kd_infer_body(struct kd_buf *j, const char *model, int64_t version, const kd
         rc |= kd_buf_printf(j, "\",\"datatype\":\"%s\",\"shape\":[", c->outputs[o].datatype);
         for (int d = 0; d < t->ndim; d++)
             rc |= kd_buf_printf(j, "%s%lld", d ? "," : "", (long long)t->shape[d]);
-        if (want_binary[o]) {
+        const struct kd_shm_slice *in_shm = shm && shm->out[o].region ? &shm->out[o] : NULL;
+        if (in_shm) {
+            /* written into the region by kd_infer_to_shm: only where, and how much */
+            const char *region = kd_shm_slice_region_name(in_shm);
+            rc |= kd_buf_puts(j, "],\"parameters\":{\"shared_memory_region\":\"");
+            rc |= kd_buf_json_escape(j, region, strlen(region));
+            rc |= kd_buf_printf(j, "\",\"shared_memory_byte_size\":%zu", t->nbytes);
+            if (in_shm->offset)
+                rc |= kd_buf_printf(j, ",\"shared_memory_offset\":%llu", (unsigned long long)in_shm->offset);
+            rc |= kd_buf_puts(j, "}}");
+        } else if (want_binary[o]) {
             rc |= kd_buf_printf(j, "],\"parameters\":{\"binary_data_size\":%zu}}", t->nbytes);
         } else {
             rc |= kd_buf_puts(j, "],\"data\":[");
@@ -694,9 +789,29 @@ int kd_infer_body(struct kd_buf *j, const char *model, int64_t version, const kd
     rc |= kd_buf_puts(j, "]}");
     *json_len = j->len;
     for (int o = 0; o < c->noutputs && o < r->noutputs && rc == 0; o++)
-        if (want_output[o] && want_binary[o])
+        if (want_output[o] && want_binary[o] && !(shm && shm->out[o].region))
             rc |= kd_buf_append(j, r->outputs[o].data, r->outputs[o].nbytes);
     return rc ? -1 : 0;
+}
+
+int kd_infer_to_shm(const kd_model_config *c, const struct kd_sched_request *r, const struct kd_shm_use *shm,
+                    char *msg, size_t msglen)
+{
+    for (int o = 0; o < c->noutputs && o < r->noutputs; o++) {
+        const struct kd_shm_slice *s = &shm->out[o];
+        if (!s->region)
+            continue;
+        if (r->outputs[o].nbytes > s->size) {
+            snprintf(msg, msglen, "output '%s' holds %zu bytes; its shared_memory_byte_size is %llu",
+                     c->outputs[o].name, r->outputs[o].nbytes, (unsigned long long)s->size);
+            return 400;
+        }
+        void *dst = kd_shm_slice_ptr(s, msg, msglen);
+        if (!dst)
+            return 400;
+        memcpy(dst, r->outputs[o].data, r->outputs[o].nbytes);
+    }
+    return 0;
 }
 
 int kd_infer_respond(struct kd_buf *out, const struct kd_buf *body, size_t json_len, bool keep_alive,

@@ -36,6 +36,7 @@ struct kd_serving {
     uint64_t next_id;
     int pid; /* for generated request ids (getpid is a system call) */
     struct kd_auth *auth;
+    struct kd_shm_table *shm; /* the registered system shared-memory regions */
     struct kd_metric_family *f_requests, *f_queue, *f_compute, *f_batch, *f_depth, *f_inflight;
     double inflight_total;
 };

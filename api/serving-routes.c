@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "serving-impl.h"
+#include "shm.h"
 
 /* An inference request between the loop and the worker that runs it. */
 struct infer_job {
@@ -25,6 +26,8 @@ struct infer_job {
     struct kd_buf body;        /* the response body, encoded by the worker */
     size_t body_json_len;
     bool encoded; /* body is complete */
+    struct kd_shm_use shm;      /* the shared-memory regions its tensors use, held until done */
+    int shm_status;             /* 400 when an output could not go into its region */
 };
 
 /* POST .../load's deferred answer: the done callback of its kd_serving_load. */
@@ -124,8 +127,11 @@ static void infer_finish(struct kd_sched_request *r)
     struct kd_sched_model *m = r->model;
     if (r->outcome != KD_SCHED_OK)
         return;
+    if (kd_shm_use_any(&j->shm) &&
+        (j->shm_status = kd_infer_to_shm(kd_sched_model_config(m), r, &j->shm, r->error, sizeof r->error)) != 0)
+        return;
     j->encoded = kd_infer_body(&j->body, kd_sched_model_name(m), kd_sched_model_version(m),
-                               kd_sched_model_config(m), r, j->want_output, j->want_binary, j->id,
+                               kd_sched_model_config(m), r, j->want_output, j->want_binary, &j->shm, j->id,
                                &j->body_json_len) == 0;
 }
 
@@ -143,7 +149,10 @@ static void infer_done(struct kd_sched_request *r)
         snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\n", j->req_id);
         switch (r->outcome) {
         case KD_SCHED_OK:
-            status = j->encoded ? kd_infer_respond(out, &j->body, j->body_json_len, ka, hdr) : -1;
+            if (j->shm_status)
+                status = kd_resp_error(out, j->shm_status, r->error, ka, hdr);
+            else
+                status = j->encoded ? kd_infer_respond(out, &j->body, j->body_json_len, ka, hdr) : -1;
             break;
         case KD_SCHED_FAILED: status = kd_resp_error(out, 400, r->error, ka, hdr); break;
         default:
@@ -155,6 +164,7 @@ static void infer_done(struct kd_sched_request *r)
     kd_http_pending_finish(j->pending, status);
     kd_sched_request_clear(r);
     kd_sched_model_release(m);
+    kd_shm_use_release(&j->shm);
     kd_buf_free(&j->body);
     free(j);
 }
@@ -173,11 +183,12 @@ static int handle_infer(struct kd_serving *sv, struct kd_sched_model *m, const s
         return kd_serving_error_with_id(out, 500, "out of memory", req->keep_alive, rid, NULL);
     j->sv = sv;
     snprintf(j->req_id, sizeof j->req_id, "%s", rid);
-    struct kd_infer_ctx ic = {sv, sv->o.max_tensor_elements, sv->o.max_string_bytes};
+    struct kd_infer_ctx ic = {sv, sv->o.max_tensor_elements, sv->o.max_string_bytes, sv->shm, &j->shm};
     char msg[256];
     int st = kd_infer_decode(&ic, kd_sched_model_config(m), req, &j->r, j->want_output, j->want_binary, j->id,
                              sizeof j->id, &j->data, msg, sizeof msg);
     if (st != 0) {
+        kd_shm_use_release(&j->shm);
         free(j);
         kd_serving_count_outcome(sv, name, "rejected");
         return kd_serving_error_with_id(out, st, msg, req->keep_alive, rid, NULL);
@@ -185,6 +196,7 @@ static int handle_infer(struct kd_serving *sv, struct kd_sched_model *m, const s
     j->pending = kd_http_defer(req);
     if (!j->pending) {
         kd_sched_request_clear(&j->r);
+        kd_shm_use_release(&j->shm);
         free(j);
         return kd_serving_error_with_id(out, 500, "out of memory", req->keep_alive, rid, NULL);
     }
@@ -197,6 +209,7 @@ static int handle_infer(struct kd_serving *sv, struct kd_sched_model *m, const s
     if (kd_serving_submit(sv, &j->r) != 0) {
         kd_sched_model_release(m);
         kd_sched_request_clear(&j->r);
+        kd_shm_use_release(&j->shm);
         struct kd_http_pending *p = j->pending;
         free(j);
         int rc = kd_serving_error_with_id(out, 503, "the model's queue is full; retry later", req->keep_alive, rid,

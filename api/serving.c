@@ -26,6 +26,7 @@
 #include "logf.h"
 #include "responses.h"
 #include "serving-impl.h"
+#include "shm.h"
 
 struct load_op {
     struct kd_serving *sv;
@@ -331,6 +332,11 @@ struct kd_serving *kd_serving_new(const struct kd_serving_options *o, char *err,
     sv->auth = kd_auth_new(o->tokens, err, errlen);
     if (!sv->auth)
         goto fail;
+    sv->shm = kd_shm_table_new();
+    if (!sv->shm) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
     if (register_metrics(sv) != 0) {
         snprintf(err, errlen, "out of memory");
         goto fail;
@@ -373,6 +379,7 @@ void kd_serving_free(struct kd_serving *sv)
         free(e);
     }
     kd_auth_free(sv->auth);
+    kd_shm_table_free(sv->shm);
     kd_repository_close(sv->repo);
     free(sv);
 }
@@ -532,6 +539,11 @@ bool kd_serving_accepting(const struct kd_serving *sv)
 const struct kd_auth *kd_serving_auth(const struct kd_serving *sv)
 {
     return sv->auth;
+}
+
+struct kd_shm_table *kd_serving_shm(struct kd_serving *sv)
+{
+    return sv->shm;
 }
 
 const struct kd_serving_options *kd_serving_limits(const struct kd_serving *sv)

@@ -64,12 +64,16 @@ int kd_serving_load(struct kd_serving *sv, const char *name, int64_t need_versio
 /* Route handlers: ctx is the struct kd_serving. */
 int kd_serving_handle_models(void *ctx, const struct kd_request *req, struct kd_buf *out);
 int kd_serving_handle_repository(void *ctx, const struct kd_request *req, struct kd_buf *out);
+/* /v2/systemsharedmemory/... (shm-routes.c). */
+int kd_serving_handle_shm(void *ctx, const struct kd_request *req, struct kd_buf *out);
 
 /*
  * For other protocols over the same table (the gRPC service): the same lookups, rules, loads
  * and accounting as the HTTP endpoints. Statuses are HTTP's (the caller maps them).
  */
 struct kd_auth;
+struct kd_shm_table;
+struct kd_shm_use;
 /* The loaded version (0: the latest) of name, borrowed; NULL with *status 400/404/503 and msg. */
 struct kd_sched_model *kd_serving_model(struct kd_serving *sv, const char *name, int64_t version, int *status,
                                         char *msg, size_t n);
@@ -83,6 +87,8 @@ void kd_serving_each_loaded(struct kd_serving *sv, void (*each)(void *ud, struct
 int64_t kd_serving_parse_version(const char *text);
 bool kd_serving_accepting(const struct kd_serving *sv);
 const struct kd_auth *kd_serving_auth(const struct kd_serving *sv);
+/* The registered system shared-memory regions (api/shm.h), for both protocols. */
+struct kd_shm_table *kd_serving_shm(struct kd_serving *sv);
 /* The options it was made with (limits, scheduler, log). */
 const struct kd_serving_options *kd_serving_limits(const struct kd_serving *sv);
 /* Every repository model version as the index shows it (version 0: the model has none). */
@@ -103,6 +109,10 @@ struct kd_infer_ctx {
     struct kd_serving *sv;
     int64_t max_tensor_elements;
     int64_t max_string_bytes;
+    /* Both NULL: a tensor in shared memory is refused. Otherwise the regions a request names are
+     * looked up in shm and retained into use (the caller releases them when the request is done). */
+    struct kd_shm_table *shm;
+    struct kd_shm_use *use;
 };
 
 /*
@@ -149,7 +159,13 @@ int kd_infer_fill(const struct kd_infer_data *dd, const kd_model_config *c, stru
  */
 int kd_infer_body(struct kd_buf *j, const char *model, int64_t version, const kd_model_config *c,
                   const struct kd_sched_request *r, const bool *want_output, const bool *want_binary,
-                  const char *id, size_t *json_len);
+                  const struct kd_shm_use *shm, const char *id, size_t *json_len);
+/*
+ * Copies each output shm places in shared memory into its slice (any thread). 0, or 400 with msg:
+ * an output larger than its slice's byte size, or a region that shrank.
+ */
+int kd_infer_to_shm(const kd_model_config *c, const struct kd_sched_request *r, const struct kd_shm_use *shm,
+                    char *msg, size_t msglen);
 /* Appends the whole HTTP response around a body from kd_infer_body. The status, or -1. */
 int kd_infer_respond(struct kd_buf *out, const struct kd_buf *body, size_t json_len, bool keep_alive,
                      const char *extra_headers);

@@ -31,6 +31,7 @@ enum grpc_code {
     GRPC_INVALID_ARGUMENT = 3,
     GRPC_DEADLINE_EXCEEDED = 4,
     GRPC_NOT_FOUND = 5,
+    GRPC_ALREADY_EXISTS = 6,
     GRPC_PERMISSION_DENIED = 7,
     GRPC_RESOURCE_EXHAUSTED = 8,
     GRPC_FAILED_PRECONDITION = 9,
@@ -129,6 +130,14 @@ int kd_grpc_frame(struct kd_buf *b, const ProtobufCMessage *m);
 void kd_grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len);
 /* Whether path names a method that streams requests (each message dispatched as it comes). */
 bool kd_grpc_is_streaming(const char *path);
+
+/* ---- grpc-shm.c: the system shared-memory methods (the messages are grpc_service.pb-c.h's) ---- */
+struct Inference__SystemSharedMemoryStatusRequest;
+struct Inference__SystemSharedMemoryRegisterRequest;
+struct Inference__SystemSharedMemoryUnregisterRequest;
+void kd_grpc_shm_status(struct grpc_stream *s, const struct Inference__SystemSharedMemoryStatusRequest *q);
+void kd_grpc_shm_register(struct grpc_stream *s, const struct Inference__SystemSharedMemoryRegisterRequest *q);
+void kd_grpc_shm_unregister(struct grpc_stream *s, const struct Inference__SystemSharedMemoryUnregisterRequest *q);
 
 /* ---- grpc-infer.c ---- */
 /* ModelInfer / one ModelStreamInfer message: decode, queue; the answer comes later. */

@@ -20,6 +20,7 @@
 
 #include "grpc-impl.h"
 #include "grpc_service.pb-c.h"
+#include "shm.h"
 
 struct grpc_job {
     struct kd_sched_request r; /* first: the scheduler hands this pointer back */
@@ -34,6 +35,8 @@ struct grpc_job {
     struct kd_buf resp; /* the framed response, packed by the worker */
     enum grpc_code code;
     char msg[320];
+    struct kd_shm_use shm; /* the shared-memory regions its tensors use, held until done */
+    int shm_status;        /* 400 when an output could not go into its region */
 };
 
 #define FAIL(status, ...)                                                                                         \
@@ -79,17 +82,75 @@ static int copy_typed(struct kd_sched_tensor *t, const Inference__InferTensorCon
     return 0;
 }
 
-/* q into r for model config c; fills want_output. 0, or an HTTP status with msg (r cleared). */
+/* The parameter named key in a map of parameters (entries of any of the three tensor kinds). */
+#define PARAM_OF(entries, n, name, out)                                                                            \
+    do {                                                                                                          \
+        (out) = NULL;                                                                                             \
+        for (size_t i_ = 0; i_ < (n); i_++)                                                                       \
+            if ((entries)[i_]->key && strcmp((entries)[i_]->key, (name)) == 0)                                    \
+                (out) = (entries)[i_]->value;                                                                     \
+    } while (0)
+
+/*
+ * A tensor's shared_memory_region / _offset / _byte_size parameters, as Triton's system
+ * shared-memory extension sends them: 0 with *in_shm false when there is no region; 0 with the
+ * slice retained into *out; or 400 with msg. An input's byte size must be exactly need.
+ */
+static int shm_params(struct kd_shm_table *t, const Inference__InferParameter *region,
+                      const Inference__InferParameter *offset, const Inference__InferParameter *size,
+                      const char *what, bool is_input, uint64_t need, bool *in_shm, struct kd_shm_slice *out,
+                      char *msg, size_t msglen)
+{
+    *in_shm = region != NULL;
+    if (!region)
+        return 0;
+    if (region->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM) {
+        snprintf(msg, msglen, "%s: shared_memory_region must be a string_param naming a registered region", what);
+        return 400;
+    }
+    bool ok = size && size->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM &&
+              size->int64_param >= 0 &&
+              (!offset || (offset->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM &&
+                           offset->int64_param >= 0));
+    if (!ok) {
+        snprintf(msg, msglen, "%s: shared_memory_byte_size (and shared_memory_offset, if given) must be "
+                 "non-negative int64_params", what);
+        return 400;
+    }
+    if (out->region) {
+        snprintf(msg, msglen, "%s is requested twice", what);
+        return 400;
+    }
+    uint64_t bytes = (uint64_t)size->int64_param;
+    if (is_input && bytes != need) {
+        snprintf(msg, msglen, "%s: shared_memory_byte_size is %llu; its shape and datatype need %llu", what,
+                 (unsigned long long)bytes, (unsigned long long)need);
+        return 400;
+    }
+    return kd_shm_slice_get(t, region->string_param, offset ? (uint64_t)offset->int64_param : 0, bytes, what, out,
+                            msg, msglen);
+}
+
+/* q into r for model config c; fills want_output and, for tensors in shared memory, use. 0, or an
+ * HTTP status with msg (r cleared; the caller releases use). */
 static int decode(const struct kd_serving_options *lim, const kd_model_config *c,
-                  const Inference__ModelInferRequest *q, struct kd_sched_request *r, bool *want_output, char *msg,
-                  size_t msglen)
+                  const Inference__ModelInferRequest *q, struct kd_shm_table *shm, struct kd_shm_use *use,
+                  struct kd_sched_request *r, bool *want_output, char *msg, size_t msglen)
 {
     int rc = 0;
     bool raw = q->n_raw_input_contents > 0;
+    size_t nraw = 0; /* the inputs not in shared memory: raw_input_contents has one entry for each */
     if (q->n_inputs != (size_t)c->ninputs)
         FAIL(400, "the model takes %d input(s), the request has %zu", c->ninputs, q->n_inputs);
-    if (raw && q->n_raw_input_contents != q->n_inputs)
-        FAIL(400, "raw_input_contents has %zu entries for %zu inputs", q->n_raw_input_contents, q->n_inputs);
+    for (size_t i = 0; i < q->n_inputs; i++) {
+        const Inference__InferParameter *p;
+        PARAM_OF(q->inputs[i]->parameters, q->inputs[i]->n_parameters, "shared_memory_region", p);
+        nraw += p == NULL;
+    }
+    if (raw && q->n_raw_input_contents != nraw)
+        FAIL(400, "raw_input_contents has %zu entries for %zu inputs not in shared memory", q->n_raw_input_contents,
+             nraw);
+    size_t next_raw = 0;
     r->ninputs = c->ninputs;
     int64_t batch = -1;
     for (size_t i = 0; i < q->n_inputs; i++) {
@@ -134,12 +195,36 @@ static int decode(const struct kd_serving_options *lim, const kd_model_config *c
         }
         t->dtype = (kiln_dtype)want;
         t->nbytes = (size_t)numel * kiln_dtype_size(t->dtype);
+        const Inference__InferParameter *region, *offset, *size;
+        PARAM_OF(in->parameters, in->n_parameters, "shared_memory_region", region);
+        PARAM_OF(in->parameters, in->n_parameters, "shared_memory_offset", offset);
+        PARAM_OF(in->parameters, in->n_parameters, "shared_memory_byte_size", size);
+        char what[KD_MODEL_NAME_MAX + 16];
+        snprintf(what, sizeof what, "input '%s'", sp->name);
+        bool in_shm = false;
+        if ((rc = shm_params(shm, region, offset, size, what, true, t->nbytes, &in_shm, &use->in[k], msg, msglen)))
+            goto done;
+        if (in_shm) {
+            if (in->contents)
+                FAIL(400, "input '%s' has contents beside shared_memory_region", sp->name);
+            const void *src = kd_shm_slice_ptr(&use->in[k], msg, msglen);
+            if (!src) {
+                rc = 400; /* msg names the region */
+                goto done;
+            }
+            t->data = malloc(t->nbytes ? t->nbytes : 1);
+            if (!t->data)
+                FAIL(500, "out of memory");
+            memcpy(t->data, src, t->nbytes);
+            continue;
+        }
+        size_t ri = next_raw++;
         if (raw) {
             if (in->contents)
                 FAIL(400, "input '%s' has contents beside raw_input_contents", sp->name);
-            if (q->raw_input_contents[i].len != t->nbytes)
+            if (q->raw_input_contents[ri].len != t->nbytes)
                 FAIL(400, "input '%s': raw_input_contents holds %zu bytes; its shape and datatype need %zu",
-                     sp->name, q->raw_input_contents[i].len, t->nbytes);
+                     sp->name, q->raw_input_contents[ri].len, t->nbytes);
         } else if (!in->contents) {
             FAIL(400, "input '%s' has neither contents nor raw_input_contents", sp->name);
         }
@@ -148,7 +233,7 @@ static int decode(const struct kd_serving_options *lim, const kd_model_config *c
             FAIL(500, "out of memory");
         const char *why = NULL;
         if (raw)
-            memcpy(t->data, q->raw_input_contents[i].data, t->nbytes);
+            memcpy(t->data, q->raw_input_contents[ri].data, t->nbytes);
         else if (copy_typed(t, in->contents, numel, &why) != 0)
             FAIL(400, "input '%s': %s", sp->name, why);
     }
@@ -159,6 +244,16 @@ static int decode(const struct kd_serving_options *lim, const kd_model_config *c
         if (k < 0)
             FAIL(400, "unknown output '%.64s'", q->outputs[i]->name);
         want_output[k] = true;
+        const Inference__ModelInferRequest__InferRequestedOutputTensor *ro = q->outputs[i];
+        const Inference__InferParameter *region, *offset, *size;
+        PARAM_OF(ro->parameters, ro->n_parameters, "shared_memory_region", region);
+        PARAM_OF(ro->parameters, ro->n_parameters, "shared_memory_offset", offset);
+        PARAM_OF(ro->parameters, ro->n_parameters, "shared_memory_byte_size", size);
+        char what[KD_MODEL_NAME_MAX + 16];
+        snprintf(what, sizeof what, "output '%s'", c->outputs[k].name);
+        bool in_shm = false;
+        if ((rc = shm_params(shm, region, offset, size, what, false, 0, &in_shm, &use->out[k], msg, msglen)))
+            goto done;
     }
 done:
     if (rc != 0)
@@ -174,6 +269,9 @@ static void finish_on_worker(struct kd_sched_request *r)
     if (r->outcome != KD_SCHED_OK)
         return;
     const kd_model_config *c = kd_sched_model_config(r->model);
+    bool any_shm = kd_shm_use_any(&j->shm);
+    if (any_shm && (j->shm_status = kd_infer_to_shm(c, r, &j->shm, r->error, sizeof r->error)) != 0)
+        return;
     char version[24];
     snprintf(version, sizeof version, "%lld", (long long)kd_sched_model_version(r->model));
     Inference__ModelInferResponse res = INFERENCE__MODEL_INFER_RESPONSE__INIT;
@@ -182,23 +280,52 @@ static void finish_on_worker(struct kd_sched_request *r)
     res.model_name = (char *)kd_sched_model_name(r->model);
     res.model_version = version;
     res.id = j->id ? j->id : "";
-    size_t n = 0;
-    for (int o = 0; o < c->noutputs && o < r->noutputs; o++) {
-        if (!j->want_output[o])
-            continue;
-        inference__model_infer_response__infer_output_tensor__init(&out[n]);
-        out[n].name = c->outputs[o].name;
-        out[n].datatype = c->outputs[o].datatype;
-        out[n].n_shape = (size_t)r->outputs[o].ndim;
-        out[n].shape = (int64_t *)r->outputs[o].shape;
-        raw[n].len = r->outputs[o].nbytes;
-        raw[n].data = r->outputs[o].data;
-        outp[n] = &out[n];
-        n++;
+    /* The outputs sent raw first, then those written into shared memory (no raw contents; their
+     * parameters say where): a client pairs raw_output_contents with outputs by position. */
+    Inference__InferParameter shm_param[KD_SCHED_MAX_IO][3];
+    Inference__ModelInferResponse__InferOutputTensor__ParametersEntry shm_entry[KD_SCHED_MAX_IO][3],
+        *shm_entryp[KD_SCHED_MAX_IO][3];
+    size_t n = 0, nraw = 0;
+    for (int pass = 0; pass < (any_shm ? 2 : 1); pass++) {
+        for (int o = 0; o < c->noutputs && o < r->noutputs; o++) {
+            const struct kd_shm_slice *sl = &j->shm.out[o];
+            if (!j->want_output[o] || (sl->region != NULL) != (pass == 1))
+                continue;
+            inference__model_infer_response__infer_output_tensor__init(&out[n]);
+            out[n].name = c->outputs[o].name;
+            out[n].datatype = c->outputs[o].datatype;
+            out[n].n_shape = (size_t)r->outputs[o].ndim;
+            out[n].shape = (int64_t *)r->outputs[o].shape;
+            outp[n] = &out[n];
+            if (pass == 0) {
+                raw[nraw].len = r->outputs[o].nbytes;
+                raw[nraw].data = r->outputs[o].data;
+                nraw++;
+            } else {
+                static const char *const keys[3] = {"shared_memory_region", "shared_memory_byte_size",
+                                                    "shared_memory_offset"};
+                for (int k = 0; k < 3; k++) {
+                    inference__infer_parameter__init(&shm_param[n][k]);
+                    inference__model_infer_response__infer_output_tensor__parameters_entry__init(&shm_entry[n][k]);
+                    shm_entry[n][k].key = (char *)keys[k];
+                    shm_entry[n][k].value = &shm_param[n][k];
+                    shm_entryp[n][k] = &shm_entry[n][k];
+                }
+                shm_param[n][0].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+                shm_param[n][0].string_param = (char *)kd_shm_slice_region_name(sl);
+                shm_param[n][1].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+                shm_param[n][1].int64_param = (int64_t)r->outputs[o].nbytes;
+                shm_param[n][2].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+                shm_param[n][2].int64_param = (int64_t)sl->offset;
+                out[n].n_parameters = sl->offset ? 3 : 2;
+                out[n].parameters = shm_entryp[n];
+            }
+            n++;
+        }
     }
     res.n_outputs = n;
     res.outputs = outp;
-    res.n_raw_output_contents = n;
+    res.n_raw_output_contents = nraw;
     res.raw_output_contents = raw;
     if (j->streaming) {
         Inference__ModelStreamInferResponse sr = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
@@ -213,6 +340,7 @@ static void finish_on_worker(struct kd_sched_request *r)
 
 static void job_free(struct grpc_job *j)
 {
+    kd_shm_use_release(&j->shm);
     kd_buf_free(&j->resp);
     free(j->id);
     free(j);
@@ -258,6 +386,11 @@ static void job_done(struct kd_sched_request *r)
     kd_serving_account_done(j->sv, r, false);
     switch (r->outcome) {
     case KD_SCHED_OK:
+        if (j->shm_status) {
+            j->code = kd_grpc_code_of_http(j->shm_status);
+            snprintf(j->msg, sizeof j->msg, "%s", r->error);
+            break;
+        }
         j->code = j->encoded ? GRPC_OK : GRPC_RESOURCE_EXHAUSTED;
         snprintf(j->msg, sizeof j->msg, "%s", j->encoded ? "" : "out of memory for the response");
         break;
@@ -280,6 +413,7 @@ static void job_done(struct kd_sched_request *r)
     struct kd_sched_model *m = r->model;
     kd_sched_request_clear(r);
     kd_sched_model_release(m);
+    kd_shm_use_release(&j->shm);
     j->done = true;
     struct grpc_stream *s = j->s;
     if (!s) {
@@ -367,7 +501,9 @@ void kd_grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len)
         refuse(j, GRPC_UNAVAILABLE, "the server is draining");
         goto out;
     }
-    if ((status = decode(lim, kd_sched_model_config(m), q, &j->r, j->want_output, msg, sizeof msg)) != 0) {
+    if ((status = decode(lim, kd_sched_model_config(m), q, kd_serving_shm(sv), &j->shm, &j->r, j->want_output, msg,
+                         sizeof msg)) != 0) {
+        kd_shm_use_release(&j->shm);
         kd_serving_count_rejected(sv, name);
         refuse(j, kd_grpc_code_of_http(status), msg);
         goto out;
@@ -382,6 +518,7 @@ void kd_grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len)
     if (kd_serving_submit(sv, &j->r) != 0) {
         kd_sched_model_release(m);
         kd_sched_request_clear(&j->r);
+        kd_shm_use_release(&j->shm);
         refuse(j, GRPC_UNAVAILABLE, "the model's queue is full; retry later");
         goto out;
     }

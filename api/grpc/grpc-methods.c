@@ -4,8 +4,9 @@
  * the same model table (api/serving.h) and under the same token scopes as the HTTP endpoints.
  *
  * Each request message is unpacked by protobuf-c (its size was checked against the limit when
- * its prefix arrived), answered with one message or a status, and freed. Methods kilnd does not
- * implement (shared memory, trace, logging) answer UNIMPLEMENTED, saying so.
+ * its prefix arrived), answered with one message or a status, and freed. The system shared-memory
+ * methods are in grpc-shm.c. Methods kilnd does not implement (CUDA shared memory, trace, logging)
+ * answer UNIMPLEMENTED, saying so.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -523,6 +524,9 @@ enum method {
     M_INDEX,
     M_LOAD,
     M_UNLOAD,
+    M_SHM_STATUS,
+    M_SHM_REGISTER,
+    M_SHM_UNREGISTER,
     M_COUNT
 };
 
@@ -543,6 +547,12 @@ static const struct {
     [M_INDEX] = {"RepositoryIndex", &inference__repository_index_request__descriptor, KD_AUTH_READ},
     [M_LOAD] = {"RepositoryModelLoad", &inference__repository_model_load_request__descriptor, KD_AUTH_ADMIN},
     [M_UNLOAD] = {"RepositoryModelUnload", &inference__repository_model_unload_request__descriptor, KD_AUTH_ADMIN},
+    [M_SHM_STATUS] = {"SystemSharedMemoryStatus", &inference__system_shared_memory_status_request__descriptor,
+                      KD_AUTH_READ},
+    [M_SHM_REGISTER] = {"SystemSharedMemoryRegister", &inference__system_shared_memory_register_request__descriptor,
+                        KD_AUTH_ADMIN},
+    [M_SHM_UNREGISTER] = {"SystemSharedMemoryUnregister",
+                          &inference__system_shared_memory_unregister_request__descriptor, KD_AUTH_ADMIN},
 };
 
 static int method_of(const char *path)
@@ -565,10 +575,12 @@ void kd_grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len)
     int m = method_of(s->path);
     if (m < 0) {
         bool ours = strncmp(s->path, SERVICE, sizeof SERVICE - 1) == 0;
+        bool cuda = ours && strncmp(s->path + sizeof SERVICE - 1, "CudaSharedMemory", 16) == 0;
         kd_grpc_finish(s, GRPC_UNIMPLEMENTED,
-                       ours ? "kilnd does not implement %s (shared memory, trace and "
-                              "logging are not served over gRPC)"
-                            : "unknown service or method %s",
+                       cuda   ? "kilnd does not implement %s: CUDA shared memory is not served; use system "
+                                "shared memory or send tensors in the request"
+                       : ours ? "kilnd does not implement %s (trace and logging are not served over gRPC)"
+                              : "unknown service or method %s",
                        s->path);
         return;
     }
@@ -602,6 +614,11 @@ void kd_grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len)
     case M_INDEX: repository_index(s, (const Inference__RepositoryIndexRequest *)q); break;
     case M_LOAD: model_load(s, (const Inference__RepositoryModelLoadRequest *)q); break;
     case M_UNLOAD: model_unload(s, (const Inference__RepositoryModelUnloadRequest *)q); break;
+    case M_SHM_STATUS: kd_grpc_shm_status(s, (const Inference__SystemSharedMemoryStatusRequest *)q); break;
+    case M_SHM_REGISTER: kd_grpc_shm_register(s, (const Inference__SystemSharedMemoryRegisterRequest *)q); break;
+    case M_SHM_UNREGISTER:
+        kd_grpc_shm_unregister(s, (const Inference__SystemSharedMemoryUnregisterRequest *)q);
+        break;
     default: kd_grpc_finish(s, GRPC_INTERNAL, "unreachable method"); break;
     }
     protobuf_c_message_free_unpacked(q, NULL);

@@ -34,6 +34,8 @@ enum grpc_code kd_grpc_code_of_http(int status)
     case 401: return GRPC_UNAUTHENTICATED;
     case 403: return GRPC_PERMISSION_DENIED;
     case 404: return GRPC_NOT_FOUND;
+    case 409: return GRPC_ALREADY_EXISTS;
+    case 429: return GRPC_RESOURCE_EXHAUSTED;
     case 408: return GRPC_DEADLINE_EXCEEDED;
     case 413: return GRPC_RESOURCE_EXHAUSTED;
     case 501: return GRPC_UNIMPLEMENTED;
