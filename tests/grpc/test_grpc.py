@@ -529,7 +529,7 @@ def test_raw(d, c):
           "RST_STREAM cancels the queued request (cancelled %s -> %s, answer %s)" % (before, after, h.status(13)))
 
     # An unknown method and a PING (keepalive) on the same connection.
-    h.send(h.request(15, "/inference.GRPCInferenceService/SystemSharedMemoryStatus", end=False) +
+    h.send(h.request(15, "/inference.GRPCInferenceService/CudaSharedMemoryStatus", end=False) +
            frame(DATA, 1, 15, message(b"")) + frame(PING, 0, 0, b"12345678"))
     h.read_until(lambda: h.status(15) is not None and h.has(PING))
     check(h.status(15) == 12, "an unimplemented method: UNIMPLEMENTED (%s)" % h.status(15))

@@ -7,7 +7,7 @@ Usage: test_tritonclient.py KILND FIXTURES
 FIXTURES is tests/fixtures (serving/mnist_mlp with serving/expected.json, and onnx/cnn.onnx).
 Runs under KILN_TEST_PYTHON, the environment that has tritonclient[http] and numpy; without one
 the test is skipped (exit 77) and says so. The methods tritonclient has that kilnd does not
-implement (logging, trace and shared-memory extensions; loading with a configuration or files)
+implement (logging, trace and CUDA shared-memory extensions; loading with a configuration or files)
 are called too, and must fail with kilnd's clear 501 message; the one method left out is listed
 in NOT_CALLED with the reason.
 """
@@ -316,11 +316,13 @@ def test_unimplemented_extensions(c):
                "update_trace_settings")
     fails_with(lambda: c.update_trace_settings(model_name="mnist_mlp", settings={"trace_rate": "1"}), 501, trace,
                "update_trace_settings of a model")
-    shm = "does not implement the shared-memory extensions"
+    # System shared memory is served (tests/grpc/test_shm.py drives it); CUDA shared memory is not.
+    check(c.get_system_shared_memory_status() == [], "get_system_shared_memory_status: no region registered")
+    fails_with(lambda: c.register_system_shared_memory("r", "/kiln_shm_missing_%d" % os.getpid(), 64), 400,
+               "unable to open shared memory key", "register_system_shared_memory of a key that does not exist")
+    c.unregister_system_shared_memory()
+    shm = "does not implement the CUDA shared-memory extension"
     calls = {
-        "get_system_shared_memory_status": lambda: c.get_system_shared_memory_status(),
-        "register_system_shared_memory": lambda: c.register_system_shared_memory("r", "/kiln_shm", 64),
-        "unregister_system_shared_memory": lambda: c.unregister_system_shared_memory(),
         "get_cuda_shared_memory_status": lambda: c.get_cuda_shared_memory_status(),
         "register_cuda_shared_memory": lambda: c.register_cuda_shared_memory("r", "aGFuZGxl", 0, 64),
         "unregister_cuda_shared_memory": lambda: c.unregister_cuda_shared_memory("r"),
