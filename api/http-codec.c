@@ -192,6 +192,32 @@ static const char *header_value(const char *h, const char *end, const char *name
     return NULL;
 }
 
+int kd_http_deflate(enum kd_http_coding c, const void *in, size_t n, struct kd_buf *out)
+{
+    if ((c != KD_CODING_GZIP && c != KD_CODING_DEFLATE) || n > UINT32_MAX)
+        return -1;
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, window_bits(c), 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        return -1;
+    uLong bound = deflateBound(&z, (uLong)n);
+    if (bound > UINT32_MAX || kd_buf_reserve(out, (size_t)bound) != 0) {
+        deflateEnd(&z);
+        return -1;
+    }
+    z.next_in = (Bytef *)(uintptr_t)in;
+    z.avail_in = (uInt)n;
+    z.next_out = (Bytef *)out->data + out->len;
+    z.avail_out = (uInt)bound;
+    int zr = deflate(&z, Z_FINISH);
+    size_t produced = (size_t)z.total_out;
+    deflateEnd(&z);
+    if (zr != Z_STREAM_END)
+        return -1;
+    out->len += produced;
+    return 0;
+}
+
 int kd_http_compress_response(struct kd_buf *out, size_t start, enum kd_http_coding c)
 {
     if ((c != KD_CODING_GZIP && c != KD_CODING_DEFLATE) || out->len <= start)
@@ -217,24 +243,8 @@ int kd_http_compress_response(struct kd_buf *out, size_t start, enum kd_http_cod
     if (*stop || body_len == 0 || body_len != (unsigned long long)(end - body))
         return 0;
 
-    z_stream z;
-    memset(&z, 0, sizeof z);
-    if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, window_bits(c), 8, Z_DEFAULT_STRATEGY) != Z_OK)
-        return -1;
     struct kd_buf packed = {0};
-    uLong bound = deflateBound(&z, (uLong)body_len);
-    if (kd_buf_reserve(&packed, (size_t)bound) != 0) {
-        deflateEnd(&z);
-        return -1;
-    }
-    z.next_in = (Bytef *)(uintptr_t)body;
-    z.avail_in = (uInt)body_len;
-    z.next_out = (Bytef *)packed.data;
-    z.avail_out = (uInt)bound;
-    int zr = deflate(&z, Z_FINISH);
-    packed.len = (size_t)z.total_out;
-    deflateEnd(&z);
-    if (zr != Z_STREAM_END) {
+    if (kd_http_deflate(c, body, (size_t)body_len, &packed) != 0) {
         kd_buf_free(&packed);
         return -1;
     }

@@ -41,6 +41,10 @@ const char *kd_http_coding_name(enum kd_http_coding c);
 int kd_http_inflate(enum kd_http_coding c, const char *in, size_t n, uint64_t max, struct kd_buf *out,
                     const char **why);
 
+/* Appends in (n bytes) compressed with c (gzip or deflate) to out. 0, or -1 (out of memory, or c
+ * not a compressing coding); out keeps its length on failure. */
+int kd_http_deflate(enum kd_http_coding c, const void *in, size_t n, struct kd_buf *out);
+
 /*
  * Compresses, with c, the body of the one whole response at out->data + start (as responses.c
  * writes them: a Content-Length header and that many body bytes), fixing Content-Length and

@@ -67,6 +67,8 @@ struct grpc_stream {
     bool grpc_content_type;
     int coding; /* grpc-encoding: enum kd_http_coding (identity when absent) */
     char coding_name[24];
+    unsigned accept_codings;        /* grpc-accept-encoding: a bit per enum kd_http_coding */
+    int resp_coding;                /* what answers are compressed with (identity: not compressed) */
     uint64_t deadline_ns;           /* from grpc-timeout; 0: none */
     uint64_t opened_ns;
     size_t header_bytes;
@@ -124,6 +126,9 @@ void kd_grpc_finish(struct grpc_stream *s, enum grpc_code code, const char *fmt,
 void kd_grpc_flush(struct kd_grpc_conn *c);
 /* Frames a message: the 5-byte prefix then the packed bytes, appended to b. 0 or -1. */
 int kd_grpc_frame(struct kd_buf *b, const ProtobufCMessage *m);
+/* As kd_grpc_frame, compressed with coding (enum kd_http_coding) when that is not identity and the
+ * result is smaller (the prefix's flag says which). Any thread. 0 or -1. */
+int kd_grpc_frame_coded(struct kd_buf *b, const ProtobufCMessage *m, int coding);
 
 /* ---- grpc-methods.c ---- */
 /* One complete request message (s->in, prefix included) for the method s->path names. */

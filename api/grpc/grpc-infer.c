@@ -36,6 +36,7 @@ struct grpc_job {
     enum grpc_code code;
     char msg[320];
     struct kd_shm_use shm; /* the shared-memory regions its tensors use, held until done */
+    int coding;            /* the answer's compression (enum kd_http_coding), the stream's */
     int shm_status;        /* 400 when an output could not go into its region */
 };
 
@@ -330,9 +331,9 @@ static void finish_on_worker(struct kd_sched_request *r)
     if (j->streaming) {
         Inference__ModelStreamInferResponse sr = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
         sr.infer_response = &res;
-        j->encoded = kd_grpc_frame(&j->resp, &sr.base) == 0;
+        j->encoded = kd_grpc_frame_coded(&j->resp, &sr.base, j->coding) == 0;
     } else {
-        j->encoded = kd_grpc_frame(&j->resp, &res.base) == 0;
+        j->encoded = kd_grpc_frame_coded(&j->resp, &res.base, j->coding) == 0;
     }
 }
 
@@ -464,6 +465,7 @@ void kd_grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len)
     j->sv = sv;
     j->s = s;
     j->streaming = s->streaming;
+    j->coding = s->resp_coding;
     if (s->jobs_tail)
         s->jobs_tail->next = j;
     else

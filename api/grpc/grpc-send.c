@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "grpc-impl.h"
+#include "http-codec.h"
 
 #define UNSENT_HIGH (8u << 20) /* bytes written and not yet taken: stop reading past it */
 
@@ -112,14 +113,17 @@ static ssize_t read_out(nghttp2_session *session, int32_t id, uint8_t *buf, size
 
 static int send_headers(struct grpc_stream *s)
 {
-    static const nghttp2_nv nva[] = {
+    const char *coding = kd_http_coding_name((enum kd_http_coding)s->resp_coding);
+    const nghttp2_nv nva[] = {
         {(uint8_t *)":status", (uint8_t *)"200", 7, 3, NGHTTP2_NV_FLAG_NONE},
         {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, NGHTTP2_NV_FLAG_NONE},
         {(uint8_t *)"grpc-accept-encoding", (uint8_t *)"identity,deflate,gzip", 20, 21, NGHTTP2_NV_FLAG_NONE},
+        {(uint8_t *)"grpc-encoding", (uint8_t *)coding, 13, strlen(coding), NGHTTP2_NV_FLAG_NONE},
     };
     nghttp2_data_provider prd = {.source.ptr = s, .read_callback = read_out};
     s->headers_sent = true;
-    return nghttp2_submit_response(s->conn->session, s->id, nva, 3, &prd) == 0 ? 0 : -1;
+    size_t n = s->resp_coding == KD_CODING_IDENTITY ? 3 : 4;
+    return nghttp2_submit_response(s->conn->session, s->id, nva, n, &prd) == 0 ? 0 : -1;
 }
 
 /* grpc-message is percent-encoded: bytes outside printable ASCII, and '%' itself. */
@@ -204,6 +208,34 @@ int kd_grpc_frame(struct kd_buf *b, const ProtobufCMessage *m)
     return 0;
 }
 
+int kd_grpc_frame_coded(struct kd_buf *b, const ProtobufCMessage *m, int coding)
+{
+    size_t start = b->len;
+    if (kd_grpc_frame(b, m) != 0)
+        return -1;
+    if (coding != KD_CODING_GZIP && coding != KD_CODING_DEFLATE)
+        return 0;
+    size_t n = b->len - start - 5;
+    struct kd_buf z = {0};
+    if (kd_http_deflate((enum kd_http_coding)coding, b->data + start + 5, n, &z) != 0) {
+        kd_buf_free(&z);
+        b->len = start;
+        return -1;
+    }
+    if (z.len < n) { /* otherwise it goes uncompressed, flag 0, as gRPC allows per message */
+        uint8_t *p = (uint8_t *)b->data + start;
+        p[0] = 1;
+        p[1] = (uint8_t)(z.len >> 24);
+        p[2] = (uint8_t)(z.len >> 16);
+        p[3] = (uint8_t)(z.len >> 8);
+        p[4] = (uint8_t)z.len;
+        memcpy(p + 5, z.data, z.len);
+        b->len = start + 5 + z.len;
+    }
+    kd_buf_free(&z);
+    return 0;
+}
+
 /* Something was queued on s: the response starts, or its deferred data source is woken. */
 static int queued(struct grpc_stream *s)
 {
@@ -215,7 +247,7 @@ static int queued(struct grpc_stream *s)
 
 int kd_grpc_reply(struct grpc_stream *s, const ProtobufCMessage *m)
 {
-    if (s->finished || kd_grpc_frame(&s->out, m) != 0)
+    if (s->finished || kd_grpc_frame_coded(&s->out, m, s->resp_coding) != 0)
         return -1;
     return queued(s);
 }

@@ -127,6 +127,27 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
         uint64_t ns = parse_timeout_ns(value, valuelen);
         if (ns)
             s->deadline_ns = s->opened_ns + ns;
+    } else if (header_is(name, namelen, "grpc-accept-encoding")) {
+        /* a comma-separated list; only the codings kilnd can send matter */
+        for (size_t i = 0; i < valuelen;) {
+            size_t j = i;
+            while (j < valuelen && value[j] != ',')
+                j++;
+            size_t a = i, b = j;
+            while (a < b && value[a] == ' ')
+                a++;
+            while (b > a && value[b - 1] == ' ')
+                b--;
+            char tok[16];
+            if (b - a < sizeof tok) {
+                memcpy(tok, value + a, b - a);
+                tok[b - a] = '\0';
+                enum kd_http_coding k = kd_http_coding_of(tok);
+                if (k == KD_CODING_GZIP || k == KD_CODING_DEFLATE)
+                    s->accept_codings |= 1u << k;
+            }
+            i = j + 1;
+        }
     } else if (header_is(name, namelen, "grpc-encoding")) {
         size_t n = valuelen < sizeof s->coding_name - 1 ? valuelen : sizeof s->coding_name - 1;
         memcpy(s->coding_name, value, n);
@@ -236,6 +257,11 @@ static void check_call(struct grpc_stream *s)
     if (!s->grpc_content_type)
         kd_grpc_finish(s, GRPC_INVALID_ARGUMENT, "content-type must be application/grpc");
     s->streaming = kd_grpc_is_streaming(s->path);
+    /* Answers are compressed only for a client that compresses its own requests and accepts the
+     * same coding back: compressing costs more than it saves on the loopback and in a cluster
+     * network, so a client asks for it by using it. */
+    if ((s->coding == KD_CODING_GZIP || s->coding == KD_CODING_DEFLATE) && (s->accept_codings & (1u << s->coding)))
+        s->resp_coding = s->coding;
 }
 
 static void end_of_request(struct grpc_stream *s)

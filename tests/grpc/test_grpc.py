@@ -503,6 +503,49 @@ def test_raw(d, c):
           "RESOURCE_EXHAUSTED (%s %s %s, %d compressed bytes)" % (z.status(1), z.status(3), z.status(5), len(bomb)))
     z.close()
 
+    # Response compression: a call that compresses its request and accepts that coding back gets
+    # compressed answers (grpc-encoding in the response headers, the message's flag set); one that
+    # does not accept it, or does not compress, gets them plain.
+    xs = dtype_inputs(rows=100)  # a request that fits one DATA frame (16 KiB)
+    q = service_pb2.ModelInferRequest(model_name="dtypes")
+    for n, t, dt in TYPES:
+        q.inputs.add(name="in_" + n, datatype=dt, shape=list(xs[n].shape))
+        q.raw_input_contents.append(xs[n].tobytes())
+    plain_body = q.SerializeToString()
+    cases = {1: ("gzip", "identity,deflate,gzip", 31), 3: ("deflate", "identity,deflate,gzip", 15),
+             5: ("gzip", "identity", 31), 7: (None, "identity,deflate,gzip", None)}
+    z = H2(d)
+    for sid, (enc, accept, wbits) in cases.items():
+        extra = [("grpc-accept-encoding", accept)] + ([("grpc-encoding", enc)] if enc else [])
+        if enc:
+            co = zlib.compressobj(wbits=wbits)
+            body = co.compress(plain_body) + co.flush()
+            msg = b"\1" + struct.pack(">I", len(body)) + body
+        else:
+            msg = message(plain_body)
+        z.send(z.request(sid, INFER, extra, end=False) + frame(DATA, 1, sid, msg))
+    z.read_until(lambda: all(z.status(k) is not None for k in cases), timeout=10)
+    for sid, (enc, accept, wbits) in cases.items():
+        data = b"".join(f[3] for f in z.frames if f[0] == DATA and f[2] == sid)
+        hdrs = dict(z.headers.get(sid, []))
+        flag = data[0] if data else None
+        payload = data[5:]
+        want_coded = enc is not None and enc in accept
+        try:
+            if flag == 1:
+                payload = zlib.decompress(payload, wbits)
+            res = service_pb2.ModelInferResponse.FromString(payload)
+            got = np.frombuffer(res.raw_output_contents[0], dtype=np.float32).reshape(xs["f32"].shape)
+            right = np.array_equal(got, xs["f32"] * 2)
+        except Exception as e:  # noqa: BLE001 - any decoding failure is the check failing
+            right = "%s" % e
+        check(z.status(sid) == 0 and right is True and (flag == 1) == want_coded and
+              hdrs.get("grpc-encoding") == (enc if want_coded else None),
+              "response compression with grpc-encoding %s, grpc-accept-encoding %s: %s (flag %s, %s, %d bytes)"
+              % (enc, accept, "compressed" if want_coded else "plain", flag, right, len(data)) +
+              " status %s %r" % (z.status(sid), z.message_of(sid)))
+    z.close()
+
     # A length prefix past the limit: refused at once, the body never sent.
     h.send(h.request(7, INFER, end=False) + frame(DATA, 0, 7, b"\0" + struct.pack(">I", 1 << 31)))
     h.read_until(lambda: h.status(7) is not None)
