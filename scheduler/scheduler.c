@@ -753,8 +753,10 @@ int kd_sched_task_submit(struct kd_sched *s, int worker, struct kd_sched_task *t
 void kd_sched_request_clear(struct kd_sched_request *r)
 {
     for (int i = 0; i < r->ninputs; i++) {
-        free(r->inputs[i].data);
+        if (!r->inputs[i].borrowed)
+            free(r->inputs[i].data);
         r->inputs[i].data = NULL;
+        r->inputs[i].borrowed = false;
     }
     for (int i = 0; i < r->noutputs; i++) {
         free(r->outputs[i].data);

@@ -131,8 +131,9 @@ int kd_grpc_frame(struct kd_buf *b, const ProtobufCMessage *m);
 int kd_grpc_frame_coded(struct kd_buf *b, const ProtobufCMessage *m, int coding);
 
 /* ---- grpc-methods.c ---- */
-/* One complete request message (s->in, prefix included) for the method s->path names. */
-void kd_grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len);
+/* One complete request message for the method s->path names; msg lies in holder's bytes, which a
+ * method may take over (leaving holder empty) to keep pointing into them after it returns. */
+void kd_grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len, struct kd_buf *holder);
 /* Whether path names a method that streams requests (each message dispatched as it comes). */
 bool kd_grpc_is_streaming(const char *path);
 
@@ -146,7 +147,7 @@ void kd_grpc_shm_unregister(struct grpc_stream *s, const struct Inference__Syste
 
 /* ---- grpc-infer.c ---- */
 /* ModelInfer / one ModelStreamInfer message: decode, queue; the answer comes later. */
-void kd_grpc_infer(struct grpc_stream *s, const uint8_t *msg, size_t len);
+void kd_grpc_infer(struct grpc_stream *s, const uint8_t *msg, size_t len, struct kd_buf *holder);
 /* The stream is going away: its queued requests are cancelled and forgotten. */
 void kd_grpc_detach_jobs(struct grpc_stream *s);
 /* For a streaming call whose client finished: ends it once no request is pending. */

@@ -13,6 +13,14 @@
  *
  * A stream's requests are answered in the order they came, each carrying its id: a request that
  * finishes early waits on its stream until those before it have been sent.
+ *
+ * raw_input_contents are not copied: protobuf-c would copy each into its own allocation when
+ * unpacking, and the decoder again into the tensor. The message's top-level fields are walked
+ * first (split_raw); raw_input_contents (field 7) become views into the received message, whose
+ * buffer the job takes over from the stream and frees when it is done, and only the other fields
+ * are unpacked. The scheduler reads inputs only (kiln_from_data copies them into the device
+ * tensor), so the tensors borrow the views. A message that does not walk cleanly is unpacked
+ * whole, as before, and refused or served by the copying path.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +44,7 @@ struct grpc_job {
     enum grpc_code code;
     char msg[320];
     struct kd_shm_use shm; /* the shared-memory regions its tensors use, held until done */
+    struct kd_buf held;    /* the received message its inputs point into, until done */
     int coding;            /* the answer's compression (enum kd_http_coding), the stream's */
     int shm_status;        /* 400 when an output could not go into its region */
 };
@@ -135,11 +144,12 @@ static int shm_params(struct kd_shm_table *t, const Inference__InferParameter *r
 /* q into r for model config c; fills want_output and, for tensors in shared memory, use. 0, or an
  * HTTP status with msg (r cleared; the caller releases use). */
 static int decode(const struct kd_serving_options *lim, const kd_model_config *c,
-                  const Inference__ModelInferRequest *q, struct kd_shm_table *shm, struct kd_shm_use *use,
-                  struct kd_sched_request *r, bool *want_output, char *msg, size_t msglen)
+                  const Inference__ModelInferRequest *q, const ProtobufCBinaryData *raw_in, size_t n_raw_in,
+                  bool borrow, struct kd_shm_table *shm, struct kd_shm_use *use, struct kd_sched_request *r,
+                  bool *want_output, char *msg, size_t msglen)
 {
     int rc = 0;
-    bool raw = q->n_raw_input_contents > 0;
+    bool raw = n_raw_in > 0;
     size_t nraw = 0; /* the inputs not in shared memory: raw_input_contents has one entry for each */
     if (q->n_inputs != (size_t)c->ninputs)
         FAIL(400, "the model takes %d input(s), the request has %zu", c->ninputs, q->n_inputs);
@@ -148,9 +158,8 @@ static int decode(const struct kd_serving_options *lim, const kd_model_config *c
         PARAM_OF(q->inputs[i]->parameters, q->inputs[i]->n_parameters, "shared_memory_region", p);
         nraw += p == NULL;
     }
-    if (raw && q->n_raw_input_contents != nraw)
-        FAIL(400, "raw_input_contents has %zu entries for %zu inputs not in shared memory", q->n_raw_input_contents,
-             nraw);
+    if (raw && n_raw_in != nraw)
+        FAIL(400, "raw_input_contents has %zu entries for %zu inputs not in shared memory", n_raw_in, nraw);
     size_t next_raw = 0;
     r->ninputs = c->ninputs;
     int64_t batch = -1;
@@ -223,9 +232,14 @@ static int decode(const struct kd_serving_options *lim, const kd_model_config *c
         if (raw) {
             if (in->contents)
                 FAIL(400, "input '%s' has contents beside raw_input_contents", sp->name);
-            if (q->raw_input_contents[ri].len != t->nbytes)
+            if (raw_in[ri].len != t->nbytes)
                 FAIL(400, "input '%s': raw_input_contents holds %zu bytes; its shape and datatype need %zu",
-                     sp->name, q->raw_input_contents[ri].len, t->nbytes);
+                     sp->name, raw_in[ri].len, t->nbytes);
+            if (borrow && t->nbytes) {
+                t->data = raw_in[ri].data; /* read only; the job holds the message until done */
+                t->borrowed = true;
+                continue;
+            }
         } else if (!in->contents) {
             FAIL(400, "input '%s' has neither contents nor raw_input_contents", sp->name);
         }
@@ -234,7 +248,7 @@ static int decode(const struct kd_serving_options *lim, const kd_model_config *c
             FAIL(500, "out of memory");
         const char *why = NULL;
         if (raw)
-            memcpy(t->data, q->raw_input_contents[ri].data, t->nbytes);
+            memcpy(t->data, raw_in[ri].data, t->nbytes);
         else if (copy_typed(t, in->contents, numel, &why) != 0)
             FAIL(400, "input '%s': %s", sp->name, why);
     }
@@ -342,6 +356,7 @@ static void finish_on_worker(struct kd_sched_request *r)
 static void job_free(struct grpc_job *j)
 {
     kd_shm_use_release(&j->shm);
+    kd_buf_free(&j->held);
     kd_buf_free(&j->resp);
     free(j->id);
     free(j);
@@ -454,7 +469,71 @@ static void refuse(struct grpc_job *j, enum grpc_code code, const char *msg)
     j->done = true;
 }
 
-void kd_grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len)
+/* A varint at *p (before end) into *v; false when malformed. */
+static bool read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    *v = 0;
+    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+        uint8_t b = *(*p)++;
+        *v |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80))
+            return true;
+    }
+    return false;
+}
+
+/*
+ * Walks the top-level fields of a ModelInferRequest: raw_input_contents (field 7) become views into
+ * msg (in order, at most max), every other field is copied to rest. false when the message does not
+ * walk cleanly or has more than max of them (the caller then unpacks it whole).
+ */
+static bool split_raw(const uint8_t *msg, size_t len, struct kd_buf *rest, ProtobufCBinaryData *raw, size_t *nraw,
+                      size_t max)
+{
+    const uint8_t *p = msg, *end = msg + len;
+    *nraw = 0;
+    while (p < end) {
+        const uint8_t *start = p;
+        uint64_t tag, n;
+        if (!read_varint(&p, end, &tag) || tag >> 3 == 0)
+            return false;
+        switch (tag & 7) {
+        case 0:
+            if (!read_varint(&p, end, &n))
+                return false;
+            break;
+        case 1:
+            if (end - p < 8)
+                return false;
+            p += 8;
+            break;
+        case 5:
+            if (end - p < 4)
+                return false;
+            p += 4;
+            break;
+        case 2:
+            if (!read_varint(&p, end, &n) || n > (uint64_t)(end - p))
+                return false;
+            if (tag >> 3 == 7) {
+                if (*nraw == max)
+                    return false;
+                raw[*nraw].data = (uint8_t *)(uintptr_t)p;
+                raw[(*nraw)++].len = (size_t)n;
+                p += n;
+                continue;
+            }
+            p += n;
+            break;
+        default: return false; /* groups: not in this message */
+        }
+        if (kd_buf_append(rest, start, (size_t)(p - start)) != 0)
+            return false;
+    }
+    return true;
+}
+
+void kd_grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len, struct kd_buf *holder)
 {
     struct kd_serving *sv = s->conn->g->o.serving;
     struct grpc_job *j = calloc(1, sizeof *j);
@@ -473,7 +552,19 @@ void kd_grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len)
     s->jobs_tail = j;
 
     char msg[320];
-    Inference__ModelInferRequest *q = inference__model_infer_request__unpack(NULL, len, data);
+    /* raw_input_contents as views into the message when it walks cleanly (see the top) */
+    ProtobufCBinaryData views[KD_SCHED_MAX_IO];
+    size_t nviews = 0;
+    struct kd_buf rest = {0};
+    bool split = holder && split_raw(data, len, &rest, views, &nviews, KD_SCHED_MAX_IO);
+    Inference__ModelInferRequest *q =
+        split ? inference__model_infer_request__unpack(NULL, rest.len, (const uint8_t *)(rest.data ? rest.data : ""))
+              : inference__model_infer_request__unpack(NULL, len, data);
+    kd_buf_free(&rest);
+    if (split) {
+        j->held = *holder; /* the views point into it */
+        *holder = (struct kd_buf){0};
+    }
     struct kd_sched_model *m = NULL;
     int64_t version = 0;
     if (!q) {
@@ -503,8 +594,10 @@ void kd_grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len)
         refuse(j, GRPC_UNAVAILABLE, "the server is draining");
         goto out;
     }
-    if ((status = decode(lim, kd_sched_model_config(m), q, kd_serving_shm(sv), &j->shm, &j->r, j->want_output, msg,
-                         sizeof msg)) != 0) {
+    const ProtobufCBinaryData *raw_in = split ? views : q->raw_input_contents;
+    size_t n_raw_in = split ? nviews : q->n_raw_input_contents;
+    if ((status = decode(lim, kd_sched_model_config(m), q, raw_in, n_raw_in, split, kd_serving_shm(sv), &j->shm, &j->r,
+                         j->want_output, msg, sizeof msg)) != 0) {
         kd_shm_use_release(&j->shm);
         kd_serving_count_rejected(sv, name);
         refuse(j, kd_grpc_code_of_http(status), msg);

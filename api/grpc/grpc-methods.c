@@ -570,7 +570,7 @@ bool kd_grpc_is_streaming(const char *path)
     return method_of(path) == M_STREAM_INFER;
 }
 
-void kd_grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len)
+void kd_grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len, struct kd_buf *holder)
 {
     int m = method_of(s->path);
     if (m < 0) {
@@ -589,7 +589,7 @@ void kd_grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len)
     const ProtobufCMessageDescriptor *desc = methods[m].request ? methods[m].request
                                                                 : &inference__model_infer_request__descriptor;
     if ((m == M_INFER || m == M_STREAM_INFER) && s->conn->g->o.serving) {
-        kd_grpc_infer(s, msg, len);
+        kd_grpc_infer(s, msg, len, holder);
         return;
     }
     ProtobufCMessage *q = protobuf_c_message_unpack(desc, NULL, len, msg);

@@ -165,7 +165,7 @@ static void dispatch_message(struct grpc_stream *s)
 {
     const uint8_t *p = (const uint8_t *)s->in.data;
     if (p[0] == 0) {
-        kd_grpc_dispatch(s, p + 5, s->in.len - 5);
+        kd_grpc_dispatch(s, p + 5, s->in.len - 5, &s->in);
         return;
     }
     struct kd_buf plain = {0};
@@ -173,7 +173,7 @@ static void dispatch_message(struct grpc_stream *s)
     int st = kd_http_inflate((enum kd_http_coding)s->coding, (const char *)p + 5, s->in.len - 5,
                              s->conn->g->o.max_message_bytes, &plain, &why);
     if (st == 0)
-        kd_grpc_dispatch(s, (const uint8_t *)(plain.data ? plain.data : ""), plain.len);
+        kd_grpc_dispatch(s, (const uint8_t *)(plain.data ? plain.data : ""), plain.len, &plain);
     else if (st == 413)
         kd_grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "inflated message is larger than limits.max_body_bytes (%llu)",
                        (unsigned long long)s->conn->g->o.max_message_bytes);

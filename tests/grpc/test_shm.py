@@ -124,6 +124,13 @@ def test_protocol(p, d):
                   np.array_equal(got, plain.as_numpy("out_" + n)),
                   tag + "%s in and out through shared memory equals the answer without it" % dt)
 
+        # Some inputs in shared memory, the others in the request (raw_input_contents then holds only
+        # those, in order), the outputs in the response.
+        mixed = [(n, dt, a, ("in_" + p.name, offs[n]) if k % 2 == 0 else None) for k, (n, dt, a) in enumerate(ins)]
+        r = p.infer("dtypes", mixed)
+        check(all(np.array_equal(r.as_numpy("out_" + n[3:]), plain.as_numpy("out_" + n[3:])) for n, _, _ in ins),
+              tag + "every other input in shared memory: the same answers")
+
         # An input in shared memory, the output in the response.
         shm.set_shared_memory_region(h_in, [X])
         r = p.infer("mnist_mlp", [("input", "FP32", X, ("in_" + p.name, 0))])
