@@ -74,10 +74,7 @@ void kd_grpc_flush(struct kd_grpc_conn *c)
         done = n > 0 ? (size_t)n : 0;
     }
     if (b.len > done && !c->detached) {
-        if (done) {
-            memmove(b.data, b.data + done, b.len - done);
-            b.len -= done;
-        }
+        /* the rest is written from where the socket stopped: no move of what can be megabytes */
         struct write_req *w = malloc(sizeof *w);
         if (!w) {
             kd_buf_free(&b);
@@ -85,10 +82,10 @@ void kd_grpc_flush(struct kd_grpc_conn *c)
             return;
         }
         w->c = c;
-        w->len = b.len;
+        w->len = b.len - done;
         w->data = b.data; /* the write owns the frames now */
         b = (struct kd_buf){0};
-        uv_buf_t ub = uv_buf_init(w->data, (unsigned)w->len);
+        uv_buf_t ub = uv_buf_init(w->data + done, (unsigned)w->len);
         if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &ub, 1, on_written) != 0) {
             free(w->data);
             free(w);
