@@ -137,6 +137,23 @@ static unsigned models_methods(const char *rest, size_t len)
     return 0;
 }
 
+/* /v2/systemsharedmemory/[region/{name}/]status|unregister, .../region/{name}/register */
+static unsigned shm_methods(const char *rest, size_t len)
+{
+    const char *seg[3];
+    size_t sl[3];
+    int n = split_path(rest, len, seg, sl, 3);
+    if (n != 1 && !(n == 3 && seg_is(seg[0], sl[0], "region")))
+        return 0;
+    const char *last = seg[n - 1];
+    size_t ll = sl[n - 1];
+    if (seg_is(last, ll, "status"))
+        return KD_HTTP_GET;
+    if (seg_is(last, ll, "unregister") || (n == 3 && seg_is(last, ll, "register")))
+        return KD_HTTP_POST;
+    return 0;
+}
+
 /* /v1/jobs/{id}[/events|/metrics|/logs|/resume] */
 static unsigned jobs_methods(const char *rest, size_t len)
 {
@@ -189,7 +206,7 @@ static const struct kd_route routes[] = {
     {"/v1/tensor", KD_HTTP_GET, handle_tensor, NULL},
     {"/v2/logging", KD_HTTP_GET | KD_HTTP_POST, handle_not_implemented, NULL},
     {"/v2/trace/setting", KD_HTTP_GET | KD_HTTP_POST, handle_not_implemented, NULL},
-    {"/v2/systemsharedmemory/*", KD_HTTP_GET | KD_HTTP_POST, handle_shm, NULL},
+    {"/v2/systemsharedmemory/*", KD_HTTP_GET | KD_HTTP_POST, handle_shm, shm_methods},
     {"/v2/cudasharedmemory/*", KD_HTTP_GET | KD_HTTP_POST, handle_not_implemented, NULL},
 };
 
