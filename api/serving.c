@@ -502,7 +502,8 @@ struct kd_sched_model *kd_serving_model(struct kd_serving *sv, const char *name,
         *status = 400;
         return NULL;
     }
-    snprintf(mp.name, sizeof mp.name, "%s", name);
+    /* a valid name fits (at most KD_MODEL_NAME_MAX); a copy, not snprintf: this is every gRPC call */
+    memcpy(mp.name, name, strlen(name) + 1);
     return kd_serving_resolve(sv, &mp, status, msg, n);
 }
 
