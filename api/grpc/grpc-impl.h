@@ -122,6 +122,8 @@ int kd_grpc_reply_buf(struct grpc_stream *s, struct kd_buf *framed);
 /* Ends the call with code and message (after what was queued). */
 void kd_grpc_finish(struct grpc_stream *s, enum grpc_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Ends the call with OK and no message (every successful call: no formatting). */
+void kd_grpc_finish_ok(struct grpc_stream *s);
 /* Sends what the session has queued, unless called from inside nghttp2 (the read path sends after). */
 void kd_grpc_flush(struct kd_grpc_conn *c);
 /* Frames a message: the 5-byte prefix then the packed bytes, appended to b. 0 or -1. */

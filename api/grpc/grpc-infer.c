@@ -380,7 +380,7 @@ static void deliver(struct grpc_stream *s)
             s->jobs_tail = NULL;
         if (!j->streaming) {
             if (j->code == GRPC_OK && kd_grpc_reply_buf(s, &j->resp) == 0)
-                kd_grpc_finish(s, GRPC_OK, "%s", "");
+                kd_grpc_finish_ok(s);
             else
                 kd_grpc_finish(s, j->code == GRPC_OK ? GRPC_RESOURCE_EXHAUSTED : j->code, "%s",
                                j->code == GRPC_OK ? "out of memory for the response" : j->msg);
@@ -408,7 +408,10 @@ static void job_done(struct kd_sched_request *r)
             break;
         }
         j->code = j->encoded ? GRPC_OK : GRPC_RESOURCE_EXHAUSTED;
-        snprintf(j->msg, sizeof j->msg, "%s", j->encoded ? "" : "out of memory for the response");
+        if (j->encoded)
+            j->msg[0] = '\0';
+        else
+            snprintf(j->msg, sizeof j->msg, "out of memory for the response");
         break;
     case KD_SCHED_FAILED:
         j->code = GRPC_INVALID_ARGUMENT;
@@ -457,7 +460,7 @@ void kd_grpc_detach_jobs(struct grpc_stream *s)
 void kd_grpc_stream_maybe_end(struct grpc_stream *s)
 {
     if (s->client_done && !s->jobs)
-        kd_grpc_finish(s, GRPC_OK, "%s", "");
+        kd_grpc_finish_ok(s);
 }
 
 /* ---- queueing ------------------------------------------------------------------------------- */

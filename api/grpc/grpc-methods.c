@@ -41,7 +41,7 @@ static void reply_or_fail(struct grpc_stream *s, const ProtobufCMessage *m)
     if (kd_grpc_reply(s, m) != 0)
         kd_grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
     else
-        kd_grpc_finish(s, GRPC_OK, "%s", "");
+        kd_grpc_finish_ok(s);
 }
 
 /* The model a request names, or NULL with the call finished. */

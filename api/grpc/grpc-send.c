@@ -139,7 +139,15 @@ static void percent_encode(const char *in, char *out, size_t cap)
 static int submit_status(struct grpc_stream *s, bool trailers_only)
 {
     char code[16], msg[800];
-    snprintf(code, sizeof code, "%d", s->code);
+    if (s->code >= 0 && s->code < 100) { /* every gRPC status: two digits at most, no snprintf per call */
+        int k = 0;
+        if (s->code >= 10)
+            code[k++] = (char)('0' + s->code / 10);
+        code[k++] = (char)('0' + s->code % 10);
+        code[k] = '\0';
+    } else {
+        snprintf(code, sizeof code, "%d", s->code);
+    }
     percent_encode(s->message, msg, sizeof msg);
     nghttp2_nv nva[4];
     size_t n = 0;
@@ -265,16 +273,33 @@ int kd_grpc_reply_buf(struct grpc_stream *s, struct kd_buf *framed)
     return queued(s);
 }
 
+static void finish_now(struct grpc_stream *s);
+
 void kd_grpc_finish(struct grpc_stream *s, enum grpc_code code, const char *fmt, ...)
 {
     if (s->finished)
         return;
-    s->finished = true;
     s->code = (int)code;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(s->message, sizeof s->message, fmt, ap);
     va_end(ap);
+    finish_now(s);
+}
+
+void kd_grpc_finish_ok(struct grpc_stream *s)
+{
+    if (s->finished)
+        return;
+    s->code = GRPC_OK;
+    s->message[0] = '\0';
+    finish_now(s);
+}
+
+/* The status (code, message) is set: the trailers go after what was queued. */
+static void finish_now(struct grpc_stream *s)
+{
+    s->finished = true;
     if (!s->headers_sent) {
         s->headers_sent = true;
         if (submit_status(s, true) != 0)

@@ -17,7 +17,7 @@ static void finish_empty(struct grpc_stream *s, const ProtobufCMessage *m)
     if (kd_grpc_reply(s, m) != 0)
         kd_grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
     else
-        kd_grpc_finish(s, GRPC_OK, "%s", "");
+        kd_grpc_finish_ok(s);
 }
 
 struct status_rows {
