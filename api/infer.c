@@ -441,7 +441,8 @@ static bool count_at(const char *at, const char *end, uint64_t *v)
  * or 400 with msg. For an input (need > 0 or is_input) the byte size must be exactly need.
  */
 static int shm_params(const struct kd_infer_ctx *ic, const char *params, const char *jend, const char *what,
-                      bool is_input, uint64_t need, bool *in_shm, struct kd_shm_slice *out, char *msg, size_t msglen)
+                      bool is_input, uint64_t need, bool *in_shm, struct kd_shm_slice *out, char *msg,
+                      size_t msglen)
 {
     const char *region = member_at(params, jend, "shared_memory_region");
     *in_shm = region != NULL;
@@ -456,8 +457,10 @@ static int shm_params(const struct kd_infer_ctx *ic, const char *params, const c
     }
     if (!count_at(member_at(params, jend, "shared_memory_byte_size"), jend, &size) ||
         (off_at && !count_at(off_at, jend, &offset))) {
-        snprintf(msg, msglen, "%s: shared_memory_byte_size (and shared_memory_offset, if given) must be "
-                 "non-negative integers", what);
+        snprintf(msg, msglen,
+                 "%s: shared_memory_byte_size (and shared_memory_offset, if given) must be "
+                 "non-negative integers",
+                 what);
         return 400;
     }
     if (!ic->shm || !ic->use) {

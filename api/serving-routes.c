@@ -26,8 +26,8 @@ struct infer_job {
     struct kd_buf body;        /* the response body, encoded by the worker */
     size_t body_json_len;
     bool encoded; /* body is complete */
-    struct kd_shm_use shm;      /* the shared-memory regions its tensors use, held until done */
-    int shm_status;             /* 400 when an output could not go into its region */
+    struct kd_shm_use shm; /* the shared-memory regions its tensors use, held until done */
+    int shm_status;        /* 400 when an output could not go into its region */
 };
 
 /* POST .../load's deferred answer: the done callback of its kd_serving_load. */

@@ -102,7 +102,12 @@ int kd_serving_handle_shm(void *ctx, const struct kd_request *req, struct kd_buf
         p += nl + 1;
         len -= nl + 1;
     }
-    enum { STATUS, REGISTER, UNREGISTER, NONE } action = NONE;
+    enum {
+        STATUS,
+        REGISTER,
+        UNREGISTER,
+        NONE
+    } action = NONE;
     if (len == 6 && memcmp(p, "status", 6) == 0)
         action = STATUS;
     else if (len == 8 && memcmp(p, "register", 8) == 0 && named)
@@ -131,7 +136,8 @@ int kd_serving_handle_shm(void *ctx, const struct kd_request *req, struct kd_buf
     s.rc = kd_buf_puts(&s.b, "[");
     st = kd_shm_status(t, name, status_row, &s, msg, sizeof msg);
     s.rc |= kd_buf_append(&s.b, "]", 2); /* with the NUL */
-    int rc = s.rc ? answer(out, req, rid, 500, NULL, "out of memory") : answer(out, req, rid, st ? st : 200, s.b.data, msg);
+    int rc = s.rc ? answer(out, req, rid, 500, NULL, "out of memory")
+                  : answer(out, req, rid, st ? st : 200, s.b.data, msg);
     kd_buf_free(&s.b);
     return rc;
 }

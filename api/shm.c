@@ -24,9 +24,9 @@ struct kd_shm_region {
     char key[KD_SHM_KEY_MAX + 2];
     uint64_t offset, byte_size;
     int fd;
-    void *map;            /* from the page holding offset */
+    void *map; /* from the page holding offset */
     size_t map_len;
-    uint8_t *base;        /* the region's first byte: map + (offset - its page start) */
+    uint8_t *base;              /* the region's first byte: map + (offset - its page start) */
     struct kd_shm_region *next; /* the table's list, in registration order */
 };
 
@@ -104,7 +104,8 @@ int kd_shm_register(struct kd_shm_table *t, const char *name, const char *key, u
         return 400;
     }
     if (!key_valid(key)) {
-        snprintf(msg, n, "a shared-memory key is '/' then 1 to %d characters of A-Z a-z 0-9 _ . -", KD_SHM_KEY_MAX);
+        snprintf(msg, n, "a shared-memory key is '/' then 1 to %d characters of A-Z a-z 0-9 _ . -",
+                 KD_SHM_KEY_MAX);
         return 400;
     }
     if (byte_size == 0) {

@@ -58,9 +58,9 @@ struct kd_sched_tensor {
     kiln_dtype dtype;
     int ndim;
     int64_t shape[KILN_MAX_DIMS];
-    void *data;                     /* malloc'd, owned by the request, unless borrowed */
+    void *data; /* malloc'd, owned by the request, unless borrowed */
     size_t nbytes;
-    bool borrowed;                  /* data is the caller's (read only, alive until done): not freed */
+    bool borrowed; /* data is the caller's (read only, alive until done): not freed */
 };
 
 enum kd_sched_outcome {

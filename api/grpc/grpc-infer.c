@@ -93,7 +93,7 @@ static int copy_typed(struct kd_sched_tensor *t, const Inference__InferTensorCon
 }
 
 /* The parameter named key in a map of parameters (entries of any of the three tensor kinds). */
-#define PARAM_OF(entries, n, name, out)                                                                            \
+#define PARAM_OF(entries, n, name, out)                                                                           \
     do {                                                                                                          \
         (out) = NULL;                                                                                             \
         for (size_t i_ = 0; i_ < (n); i_++)                                                                       \
@@ -120,11 +120,14 @@ static int shm_params(struct kd_shm_table *t, const Inference__InferParameter *r
     }
     bool ok = size && size->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM &&
               size->int64_param >= 0 &&
-              (!offset || (offset->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM &&
-                           offset->int64_param >= 0));
+              (!offset ||
+               (offset->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM &&
+                offset->int64_param >= 0));
     if (!ok) {
-        snprintf(msg, msglen, "%s: shared_memory_byte_size (and shared_memory_offset, if given) must be "
-                 "non-negative int64_params", what);
+        snprintf(msg, msglen,
+                 "%s: shared_memory_byte_size (and shared_memory_offset, if given) must be "
+                 "non-negative int64_params",
+                 what);
         return 400;
     }
     if (out->region) {
@@ -560,9 +563,9 @@ void kd_grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len, struc
     size_t nviews = 0;
     struct kd_buf rest = {0};
     bool split = holder && split_raw(data, len, &rest, views, &nviews, KD_SCHED_MAX_IO);
-    Inference__ModelInferRequest *q =
-        split ? inference__model_infer_request__unpack(NULL, rest.len, (const uint8_t *)(rest.data ? rest.data : ""))
-              : inference__model_infer_request__unpack(NULL, len, data);
+    Inference__ModelInferRequest *q = split ? inference__model_infer_request__unpack(
+                                                  NULL, rest.len, (const uint8_t *)(rest.data ? rest.data : ""))
+                                            : inference__model_infer_request__unpack(NULL, len, data);
     kd_buf_free(&rest);
     if (split) {
         j->held = *holder; /* the views point into it */
@@ -599,8 +602,8 @@ void kd_grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len, struc
     }
     const ProtobufCBinaryData *raw_in = split ? views : q->raw_input_contents;
     size_t n_raw_in = split ? nviews : q->n_raw_input_contents;
-    if ((status = decode(lim, kd_sched_model_config(m), q, raw_in, n_raw_in, split, kd_serving_shm(sv), &j->shm, &j->r,
-                         j->want_output, msg, sizeof msg)) != 0) {
+    if ((status = decode(lim, kd_sched_model_config(m), q, raw_in, n_raw_in, split, kd_serving_shm(sv), &j->shm,
+                         &j->r, j->want_output, msg, sizeof msg)) != 0) {
         kd_shm_use_release(&j->shm);
         kd_serving_count_rejected(sv, name);
         refuse(j, kd_grpc_code_of_http(status), msg);

@@ -549,8 +549,8 @@ static const struct {
     [M_UNLOAD] = {"RepositoryModelUnload", &inference__repository_model_unload_request__descriptor, KD_AUTH_ADMIN},
     [M_SHM_STATUS] = {"SystemSharedMemoryStatus", &inference__system_shared_memory_status_request__descriptor,
                       KD_AUTH_READ},
-    [M_SHM_REGISTER] = {"SystemSharedMemoryRegister", &inference__system_shared_memory_register_request__descriptor,
-                        KD_AUTH_ADMIN},
+    [M_SHM_REGISTER] = {"SystemSharedMemoryRegister",
+                        &inference__system_shared_memory_register_request__descriptor, KD_AUTH_ADMIN},
     [M_SHM_UNREGISTER] = {"SystemSharedMemoryUnregister",
                           &inference__system_shared_memory_unregister_request__descriptor, KD_AUTH_ADMIN},
 };
