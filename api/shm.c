@@ -131,7 +131,12 @@ int kd_shm_register(struct kd_shm_table *t, const char *name, const char *key, u
         return 400;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < end) {
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(msg, n, "shared memory key '%s' is not a shared-memory object kilnd can map", key);
+        close(fd);
+        return 400;
+    }
+    if ((uint64_t)st.st_size < end) {
         snprintf(msg, n, "shared memory key '%s' holds %lld bytes, fewer than offset + byte_size (%llu)", key,
                  (long long)st.st_size, (unsigned long long)end);
         close(fd);
