@@ -150,6 +150,16 @@ void kd_grpc_shm_unregister(struct grpc_stream *s, const struct Inference__Syste
 /* ---- grpc-infer.c ---- */
 /* ModelInfer / one ModelStreamInfer message: decode, queue; the answer comes later. */
 void kd_grpc_infer(struct grpc_stream *s, const uint8_t *msg, size_t len, struct kd_buf *holder);
+/*
+ * A ModelInferRequest (as ModelInfer gets it): raw_input_contents as up to KD_SCHED_MAX_IO views
+ * into msg, holder's buffer moved into *held, and the rest unpacked, when the message's top-level
+ * fields walk cleanly (*split true); otherwise the whole message unpacked, views unused. NULL when
+ * malformed. The caller frees the message, and *held once nothing uses the views.
+ */
+struct Inference__ModelInferRequest;
+struct Inference__ModelInferRequest *kd_grpc_infer_unpack(const uint8_t *msg, size_t len, struct kd_buf *holder,
+                                                          struct kd_buf *held, ProtobufCBinaryData *views,
+                                                          size_t *nviews, bool *split);
 /* The stream is going away: its queued requests are cancelled and forgotten. */
 void kd_grpc_detach_jobs(struct grpc_stream *s);
 /* For a streaming call whose client finished: ends it once no request is pending. */

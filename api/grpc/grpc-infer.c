@@ -539,6 +539,24 @@ static bool split_raw(const uint8_t *msg, size_t len, struct kd_buf *rest, Proto
     return true;
 }
 
+Inference__ModelInferRequest *kd_grpc_infer_unpack(const uint8_t *data, size_t len, struct kd_buf *holder,
+                                                   struct kd_buf *held, ProtobufCBinaryData *views, size_t *nviews,
+                                                   bool *split)
+{
+    struct kd_buf rest = {0};
+    *nviews = 0;
+    *split = holder && split_raw(data, len, &rest, views, nviews, KD_SCHED_MAX_IO);
+    Inference__ModelInferRequest *q =
+        *split ? inference__model_infer_request__unpack(NULL, rest.len, (const uint8_t *)(rest.data ? rest.data : ""))
+               : inference__model_infer_request__unpack(NULL, len, data);
+    kd_buf_free(&rest);
+    if (*split) {
+        *held = *holder; /* the views point into it */
+        *holder = (struct kd_buf){0};
+    }
+    return q;
+}
+
 void kd_grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len, struct kd_buf *holder)
 {
     struct kd_serving *sv = s->conn->g->o.serving;
@@ -558,19 +576,10 @@ void kd_grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len, struc
     s->jobs_tail = j;
 
     char msg[320];
-    /* raw_input_contents as views into the message when it walks cleanly (see the top) */
     ProtobufCBinaryData views[KD_SCHED_MAX_IO];
     size_t nviews = 0;
-    struct kd_buf rest = {0};
-    bool split = holder && split_raw(data, len, &rest, views, &nviews, KD_SCHED_MAX_IO);
-    Inference__ModelInferRequest *q = split ? inference__model_infer_request__unpack(
-                                                  NULL, rest.len, (const uint8_t *)(rest.data ? rest.data : ""))
-                                            : inference__model_infer_request__unpack(NULL, len, data);
-    kd_buf_free(&rest);
-    if (split) {
-        j->held = *holder; /* the views point into it */
-        *holder = (struct kd_buf){0};
-    }
+    bool split = false;
+    Inference__ModelInferRequest *q = kd_grpc_infer_unpack(data, len, holder, &j->held, views, &nviews, &split);
     struct kd_sched_model *m = NULL;
     int64_t version = 0;
     if (!q) {

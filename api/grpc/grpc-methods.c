@@ -592,7 +592,19 @@ void kd_grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len, str
         kd_grpc_infer(s, msg, len, holder);
         return;
     }
-    ProtobufCMessage *q = protobuf_c_message_unpack(desc, NULL, len, msg);
+    ProtobufCMessage *q;
+    struct kd_buf held = {0};
+    if (m == M_INFER || m == M_STREAM_INFER) {
+        /* no model table (the fuzzer's service): still walked and unpacked as ModelInfer does */
+        ProtobufCBinaryData views[KD_SCHED_MAX_IO];
+        size_t nviews;
+        bool split;
+        Inference__ModelInferRequest *iq = kd_grpc_infer_unpack(msg, len, holder, &held, views, &nviews, &split);
+        q = iq ? &iq->base : NULL;
+        kd_buf_free(&held);
+    } else {
+        q = protobuf_c_message_unpack(desc, NULL, len, msg);
+    }
     if (!q) {
         kd_grpc_finish(s, GRPC_INVALID_ARGUMENT, "malformed %s request message", methods[m].name);
         return;
