@@ -546,9 +546,9 @@ Inference__ModelInferRequest *kd_grpc_infer_unpack(const uint8_t *data, size_t l
     struct kd_buf rest = {0};
     *nviews = 0;
     *split = holder && split_raw(data, len, &rest, views, nviews, KD_SCHED_MAX_IO);
-    Inference__ModelInferRequest *q =
-        *split ? inference__model_infer_request__unpack(NULL, rest.len, (const uint8_t *)(rest.data ? rest.data : ""))
-               : inference__model_infer_request__unpack(NULL, len, data);
+    Inference__ModelInferRequest *q = *split ? inference__model_infer_request__unpack(
+                                                   NULL, rest.len, (const uint8_t *)(rest.data ? rest.data : ""))
+                                             : inference__model_infer_request__unpack(NULL, len, data);
     kd_buf_free(&rest);
     if (*split) {
         *held = *holder; /* the views point into it */
