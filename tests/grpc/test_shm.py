@@ -11,6 +11,7 @@ while requests use the region) with the daemon serving afterwards; CUDA shared m
 Usage: test_shm.py KILND FIXTURES   (FIXTURES is tests/fixtures)
 """
 import os
+import queue
 import shutil
 import sys
 
@@ -187,6 +188,29 @@ def test_protocol(p, d):
                     [("logits", ("out_" + p.name, 8, WANT.nbytes))])
         got = shm.get_contents_as_numpy(h_out, np.float32, list(WANT.shape), offset=out_offset + 8)
         check(np.allclose(got, WANT, atol=1e-4), tag + "re-registered, input and output in shared memory")
+
+        # ModelStreamInfer with the input and the output in shared memory, beside plain requests.
+        if p.name == "grpc":
+            got_q = queue.Queue()
+            sc = tg.InferenceServerClient(d.target)
+            sc.start_stream(callback=lambda result, error: got_q.put((result, error)), headers=AUTH)
+            for k in range(6):
+                i = tg.InferInput("input", list(X.shape), "FP32")
+                o = tg.InferRequestedOutput("logits")
+                if k % 2 == 0:
+                    i.set_shared_memory("in_grpc", X.nbytes)
+                    o.set_shared_memory("out_grpc", WANT.nbytes, offset=8)
+                else:
+                    i.set_data_from_numpy(X)
+                sc.async_stream_infer("mnist_mlp", [i], outputs=[o], request_id="s%d" % k)
+            answers = [got_q.get(timeout=30) for _ in range(6)]
+            sc.stop_stream()
+            sc.close()
+            got = shm.get_contents_as_numpy(h_out, np.float32, list(WANT.shape), offset=out_offset + 8)
+            ok = all(e is None for _, e in answers) and np.allclose(got, WANT, atol=1e-4) and all(
+                np.allclose(r.as_numpy("logits"), WANT, atol=1e-4) for r, _ in answers[1::2])
+            check(ok and [r.get_response().id for r, _ in answers] == ["s%d" % k for k in range(6)],
+                  tag + "ModelStreamInfer with shared memory and without, in order: %s" % [e for _, e in answers])
 
         # Unregistered while requests use it: each answers right or says the region is gone.
         if p.name == "http":
