@@ -228,6 +228,14 @@ def test_infer(d, c):
               np.array_equal(got, hout["out_" + n].astype(t)),
               "ModelInfer %s: the right values and datatype, equal to HTTP's (%s)" % (dt, got))
 
+    # A large answer (about 250 KB, past the client's flow-control window, sent in many DATA frames
+    # straight from the answer's buffer): every value right.
+    big = dtype_inputs(rows=3000)
+    r = c.infer("dtypes", grpc_inputs(big), headers=AUTH)
+    check(all(np.array_equal(r.as_numpy("out_" + n), np.logical_not(big[n]) if t == np.bool_ else
+                             (big[n] + big[n]).astype(t)) for n, t, _ in TYPES),
+          "ModelInfer with a 250 KB answer: every value right")
+
     # Compressed requests (gRPC message compression, grpc-encoding): inflated within the limit.
     for algo in ("gzip", "deflate"):
         i = tg.InferInput("input", list(X.shape), "FP32")
