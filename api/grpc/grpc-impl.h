@@ -101,7 +101,6 @@ struct kd_grpc_conn {
     struct grpc_stream *streams;
     uint64_t last_active_ns;
     size_t unsent;                  /* bytes handed to uv_write and not yet written */
-    struct kd_buf gather;           /* one flush's frames; kept for the next flush when small */
     char rbuf[65536];
     struct kd_grpc_conn *prev, *next;
 };
@@ -127,10 +126,6 @@ void kd_grpc_finish(struct grpc_stream *s, enum grpc_code code, const char *fmt,
 void kd_grpc_finish_ok(struct grpc_stream *s);
 /* Sends what the session has queued, unless called from inside nghttp2 (the read path sends after). */
 void kd_grpc_flush(struct kd_grpc_conn *c);
-/* nghttp2's send_data_callback: a DATA frame whose payload read_out left in the stream's answer
- * (NGHTTP2_DATA_FLAG_NO_COPY) is appended to the connection's gather buffer from there. */
-int kd_grpc_send_data(nghttp2_session *session, nghttp2_frame *frame, const uint8_t *framehd, size_t length,
-                      nghttp2_data_source *source, void *user_data);
 /* Frames a message: the 5-byte prefix then the packed bytes, appended to b. 0 or -1. */
 int kd_grpc_frame(struct kd_buf *b, const ProtobufCMessage *m);
 /* As kd_grpc_frame, compressed with coding (enum kd_http_coding) when that is not identity and the

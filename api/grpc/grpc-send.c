@@ -14,7 +14,6 @@
 #include "http-codec.h"
 
 #define UNSENT_HIGH (8u << 20) /* bytes written and not yet taken: stop reading past it */
-#define NO_COPY_MIN 4096       /* answers with this much left go out without nghttp2's copy */
 
 struct write_req {
     uv_write_t req;
@@ -40,52 +39,52 @@ static void on_written(uv_write_t *req, int status)
     }
 }
 
-#define GATHER_KEEP (1u << 20) /* a gather buffer up to this size is kept for the next flush */
-
 void kd_grpc_flush(struct kd_grpc_conn *c)
 {
     if (c->in_recv || c->closing)
         return;
-    /* mem_send's chunks, and the DATA frames kd_grpc_send_data adds, gathered in order */
-    struct kd_buf *b = &c->gather;
-    b->len = 0;
+    struct kd_buf b = {0};
     for (;;) {
         const uint8_t *p;
         ssize_t n = nghttp2_session_mem_send(c->session, &p);
         if (n < 0) {
+            kd_buf_free(&b);
             kd_grpc_conn_close(c);
             return;
         }
         if (n == 0)
             break;
-        if (kd_buf_append(b, p, (size_t)n) != 0) {
+        if (kd_buf_append(&b, p, (size_t)n) != 0) {
+            kd_buf_free(&b);
             kd_grpc_conn_close(c);
             return;
         }
     }
     size_t done = 0;
-    if (b->len && !c->detached && c->unsent == 0) {
+    if (b.len && !c->detached && c->unsent == 0) {
         /* Straight to the socket when nothing is waiting (most answers): no request, no
          * callback, no change to the poll set. */
-        uv_buf_t ub = uv_buf_init(b->data, (unsigned)b->len);
+        uv_buf_t ub = uv_buf_init(b.data, (unsigned)b.len);
         int n = uv_try_write((uv_stream_t *)&c->tcp, &ub, 1);
         if (n < 0 && n != UV_EAGAIN) {
+            kd_buf_free(&b);
             kd_grpc_conn_close(c);
             return;
         }
         done = n > 0 ? (size_t)n : 0;
     }
-    if (b->len > done && !c->detached) {
+    if (b.len > done && !c->detached) {
         /* the rest is written from where the socket stopped: no move of what can be megabytes */
         struct write_req *w = malloc(sizeof *w);
         if (!w) {
+            kd_buf_free(&b);
             kd_grpc_conn_close(c);
             return;
         }
         w->c = c;
-        w->len = b->len - done;
-        w->data = b->data; /* the write owns the frames now */
-        *b = (struct kd_buf){0};
+        w->len = b.len - done;
+        w->data = b.data; /* the write owns the frames now */
+        b = (struct kd_buf){0};
         uv_buf_t ub = uv_buf_init(w->data + done, (unsigned)w->len);
         if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &ub, 1, on_written) != 0) {
             free(w->data);
@@ -101,9 +100,7 @@ void kd_grpc_flush(struct kd_grpc_conn *c)
             uv_read_stop((uv_stream_t *)&c->tcp);
         }
     }
-    b->len = 0;
-    if (b->cap > GATHER_KEEP)
-        kd_buf_free(b); /* one large answer does not pin its size for the connection's life */
+    kd_buf_free(&b);
     if (!nghttp2_session_want_read(c->session) && !nghttp2_session_want_write(c->session))
         kd_grpc_conn_close(c);
 }
@@ -178,18 +175,6 @@ static ssize_t read_out(nghttp2_session *session, int32_t id, uint8_t *buf, size
 {
     struct grpc_stream *s = source->ptr;
     size_t left = s->out.len - s->out_off;
-    if (left >= NO_COPY_MIN) {
-        /* a large answer: kd_grpc_send_data appends this frame's payload to the gather buffer
-         * straight from s->out (nghttp2 would copy it into its own frame buffer first) */
-        size_t n = left < length ? left : length;
-        *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
-        if (n == left && s->finished) {
-            *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
-            if (submit_status(s, false) != 0)
-                return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-        }
-        return (ssize_t)n;
-    }
     if (left) {
         size_t n = left < length ? left : length;
         memcpy(buf, s->out.data + s->out_off, n);
@@ -209,31 +194,6 @@ static ssize_t read_out(nghttp2_session *session, int32_t id, uint8_t *buf, size
     *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
     if (submit_status(s, false) != 0)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    return 0;
-}
-
-int kd_grpc_send_data(nghttp2_session *session, nghttp2_frame *frame, const uint8_t *framehd, size_t length,
-                      nghttp2_data_source *source, void *user_data)
-{
-    (void)session;
-    struct kd_grpc_conn *c = user_data;
-    struct grpc_stream *s = source->ptr;
-    size_t pad = frame->data.padlen;
-    if (length > s->out.len - s->out_off)
-        return NGHTTP2_ERR_CALLBACK_FAILURE; /* read_out promised what the stream holds */
-    if (kd_buf_reserve(&c->gather, 9 + pad + length) != 0)
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
-    kd_buf_append(&c->gather, framehd, 9);
-    if (pad) {
-        uint8_t padlen = (uint8_t)(pad - 1);
-        kd_buf_append(&c->gather, &padlen, 1);
-    }
-    kd_buf_append(&c->gather, s->out.data + s->out_off, length);
-    for (size_t i = 1; i < pad; i++)
-        kd_buf_append(&c->gather, "", 1);
-    s->out_off += length;
-    if (s->out_off == s->out.len)
-        s->out.len = s->out_off = 0;
     return 0;
 }
 

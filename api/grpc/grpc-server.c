@@ -353,7 +353,6 @@ static void conn_release(struct kd_grpc_conn *c)
         stream_free(c, c->streams);
     nghttp2_session_del(c->session);
     c->session = NULL;
-    kd_buf_free(&c->gather);
     struct kd_grpc *g = c->g;
     if (c->prev)
         c->prev->next = c->next;
@@ -392,7 +391,6 @@ static int session_new(struct kd_grpc_conn *c)
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
-    nghttp2_session_callbacks_set_send_data_callback(cb, kd_grpc_send_data);
     nghttp2_option_set_max_settings(opt, 64);
     int rc = nghttp2_session_server_new2(&c->session, cb, c, opt);
     nghttp2_session_callbacks_del(cb);
