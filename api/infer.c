@@ -773,7 +773,7 @@ int kd_infer_body(struct kd_buf *j, const char *model, int64_t version, const kd
             rc |= kd_buf_printf(j, "%s%lld", d ? "," : "", (long long)t->shape[d]);
         const struct kd_shm_slice *in_shm = shm && shm->out[o].region ? &shm->out[o] : NULL;
         if (in_shm) {
-            /* written into the region by kd_infer_to_shm: only where, and how much */
+            /* written into the region by kd_shm_write_outputs: only where, and how much */
             const char *region = kd_shm_slice_region_name(in_shm);
             rc |= kd_buf_puts(j, "],\"parameters\":{\"shared_memory_region\":\"");
             rc |= kd_buf_json_escape(j, region, strlen(region));
@@ -795,26 +795,6 @@ int kd_infer_body(struct kd_buf *j, const char *model, int64_t version, const kd
         if (want_output[o] && want_binary[o] && !(shm && shm->out[o].region))
             rc |= kd_buf_append(j, r->outputs[o].data, r->outputs[o].nbytes);
     return rc ? -1 : 0;
-}
-
-int kd_infer_to_shm(const kd_model_config *c, const struct kd_sched_request *r, const struct kd_shm_use *shm,
-                    char *msg, size_t msglen)
-{
-    for (int o = 0; o < c->noutputs && o < r->noutputs; o++) {
-        const struct kd_shm_slice *s = &shm->out[o];
-        if (!s->region)
-            continue;
-        if (r->outputs[o].nbytes > s->size) {
-            snprintf(msg, msglen, "output '%s' holds %zu bytes; its shared_memory_byte_size is %llu",
-                     c->outputs[o].name, r->outputs[o].nbytes, (unsigned long long)s->size);
-            return 400;
-        }
-        void *dst = kd_shm_slice_ptr(s, msg, msglen);
-        if (!dst)
-            return 400;
-        memcpy(dst, r->outputs[o].data, r->outputs[o].nbytes);
-    }
-    return 0;
 }
 
 int kd_infer_respond(struct kd_buf *out, const struct kd_buf *body, size_t json_len, bool keep_alive,

@@ -160,12 +160,7 @@ int kd_infer_fill(const struct kd_infer_data *dd, const kd_model_config *c, stru
 int kd_infer_body(struct kd_buf *j, const char *model, int64_t version, const kd_model_config *c,
                   const struct kd_sched_request *r, const bool *want_output, const bool *want_binary,
                   const struct kd_shm_use *shm, const char *id, size_t *json_len);
-/*
- * Copies each output shm places in shared memory into its slice (any thread). 0, or 400 with msg:
- * an output larger than its slice's byte size, or a region that shrank.
- */
-int kd_infer_to_shm(const kd_model_config *c, const struct kd_sched_request *r, const struct kd_shm_use *shm,
-                    char *msg, size_t msglen);
+
 /* Appends the whole HTTP response around a body from kd_infer_body. The status, or -1. */
 int kd_infer_respond(struct kd_buf *out, const struct kd_buf *body, size_t json_len, bool keep_alive,
                      const char *extra_headers);

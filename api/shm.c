@@ -273,3 +273,23 @@ bool kd_shm_use_any(const struct kd_shm_use *u)
             return true;
     return false;
 }
+
+int kd_shm_write_outputs(const struct kd_shm_use *u, const kd_model_config *c, const struct kd_sched_request *r,
+                         char *msg, size_t msglen)
+{
+    for (int o = 0; o < c->noutputs && o < r->noutputs; o++) {
+        const struct kd_shm_slice *s = &u->out[o];
+        if (!s->region)
+            continue;
+        if (r->outputs[o].nbytes > s->size) {
+            snprintf(msg, msglen, "output '%s' holds %zu bytes; its shared_memory_byte_size is %llu",
+                     c->outputs[o].name, r->outputs[o].nbytes, (unsigned long long)s->size);
+            return 400;
+        }
+        void *dst = kd_shm_slice_ptr(s, msg, msglen);
+        if (!dst)
+            return 400;
+        memcpy(dst, r->outputs[o].data, r->outputs[o].nbytes);
+    }
+    return 0;
+}

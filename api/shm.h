@@ -94,5 +94,12 @@ void kd_shm_slice_release(struct kd_shm_slice *s);
 void kd_shm_use_release(struct kd_shm_use *u);
 /* Whether u holds any slice. */
 bool kd_shm_use_any(const struct kd_shm_use *u);
+/*
+ * Copies each output of the finished request r (model config c) that u places in shared memory
+ * into its slice (any thread: the worker that ran it). 0, or 400 with msg: an output larger than
+ * its slice's byte size (nothing written into that slice), or a region that shrank.
+ */
+int kd_shm_write_outputs(const struct kd_shm_use *u, const kd_model_config *c, const struct kd_sched_request *r,
+                         char *msg, size_t msglen);
 
 #endif /* KD_API_SHM_H */

@@ -288,7 +288,7 @@ static void finish_on_worker(struct kd_sched_request *r)
         return;
     const kd_model_config *c = kd_sched_model_config(r->model);
     bool any_shm = kd_shm_use_any(&j->shm);
-    if (any_shm && (j->shm_status = kd_infer_to_shm(c, r, &j->shm, r->error, sizeof r->error)) != 0)
+    if (any_shm && (j->shm_status = kd_shm_write_outputs(&j->shm, c, r, r->error, sizeof r->error)) != 0)
         return;
     char version[24];
     snprintf(version, sizeof version, "%lld", (long long)kd_sched_model_version(r->model));
