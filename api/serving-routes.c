@@ -127,8 +127,8 @@ static void infer_finish(struct kd_sched_request *r)
     struct kd_sched_model *m = r->model;
     if (r->outcome != KD_SCHED_OK)
         return;
-    if (kd_shm_use_any(&j->shm) &&
-        (j->shm_status = kd_shm_write_outputs(&j->shm, kd_sched_model_config(m), r, r->error, sizeof r->error)) != 0)
+    if (kd_shm_use_any(&j->shm) && (j->shm_status = kd_shm_write_outputs(&j->shm, kd_sched_model_config(m), r,
+                                                                         r->error, sizeof r->error)) != 0)
         return;
     j->encoded = kd_infer_body(&j->body, kd_sched_model_name(m), kd_sched_model_version(m),
                                kd_sched_model_config(m), r, j->want_output, j->want_binary, &j->shm, j->id,
