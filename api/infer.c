@@ -438,16 +438,18 @@ static bool count_at(const char *at, const char *end, uint64_t *v)
 /*
  * A tensor's shared_memory_region / _offset / _byte_size parameters (Triton's system shared-memory
  * extension): 0 with *in_shm false when it names no region; 0 with the slice retained into *out;
- * or 400 with msg. For an input (need > 0 or is_input) the byte size must be exactly need.
+ * or 400 with msg. An input's byte size must be exactly need.
  */
-static int shm_params(const struct kd_infer_ctx *ic, const char *params, const char *jend, const char *what,
+static int shm_params(const struct kd_infer_ctx *ic, const char *params, const char *jend, const char *tensor,
                       bool is_input, uint64_t need, bool *in_shm, struct kd_shm_slice *out, char *msg,
                       size_t msglen)
 {
-    const char *region = member_at(params, jend, "shared_memory_region");
+    const char *region = params ? member_at(params, jend, "shared_memory_region") : NULL;
     *in_shm = region != NULL;
     if (!region)
         return 0;
+    char what[KD_MODEL_NAME_MAX + 16];
+    snprintf(what, sizeof what, "%s '%s'", is_input ? "input" : "output", tensor);
     char name[KD_SHM_NAME_MAX + 1];
     uint64_t offset = 0, size = 0;
     const char *off_at = member_at(params, jend, "shared_memory_offset");
@@ -592,10 +594,8 @@ int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, con
         const char *bsize = member_at(in->params, jend, "binary_data_size");
         size_t esize = wire_size(sp->datatype);
         int f = fill->n;
-        char what[KD_MODEL_NAME_MAX + 16];
-        snprintf(what, sizeof what, "input '%s'", sp->name);
         bool in_shm = false;
-        if ((rc = shm_params(ic, in->params, jend, what, true, (uint64_t)numel * esize, &in_shm,
+        if ((rc = shm_params(ic, in->params, jend, sp->name, true, (uint64_t)numel * esize, &in_shm,
                              ic->use ? &ic->use->in[k] : NULL, msg, msglen)) != 0)
             goto done;
         if (in_shm) {
@@ -679,10 +679,8 @@ int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, con
                 FAIL(400, "unknown output '%.64s'", name);
             want_output[k] = true;
             const char *oparams = member_at(ro, jend, "parameters");
-            char what[KD_MODEL_NAME_MAX + 16];
-            snprintf(what, sizeof what, "output '%s'", name);
             bool out_shm = false;
-            if ((rc = shm_params(ic, oparams, jend, what, false, 0, &out_shm, ic->use ? &ic->use->out[k] : NULL,
+            if ((rc = shm_params(ic, oparams, jend, name, false, 0, &out_shm, ic->use ? &ic->use->out[k] : NULL,
                                  msg, msglen)) != 0)
                 goto done;
             enum kd_jtype b = type_at(member_at(oparams, jend, "binary_data"), jend);

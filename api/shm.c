@@ -1,5 +1,6 @@
 /*
- * api/shm.c — the table of registered system shared-memory regions (see shm.h for the rules).
+ * api/shm.c — the table of registered system shared-memory regions (see shm.h for the rules), and
+ * the copy of a finished request's outputs into the slices it named.
  *
  * A region is one mapping of [offset, offset + byte_size) of a POSIX shared-memory object, with
  * a reference count: the table holds one while it is registered and each request that uses it

@@ -92,7 +92,7 @@ static int copy_typed(struct kd_sched_tensor *t, const Inference__InferTensorCon
     return 0;
 }
 
-/* The parameter named key in a map of parameters (entries of any of the three tensor kinds). */
+/* The parameter called name in a map of parameters (entries of any of the three tensor kinds). */
 #define PARAM_OF(entries, n, name, out)                                                                           \
     do {                                                                                                          \
         (out) = NULL;                                                                                             \
@@ -108,12 +108,14 @@ static int copy_typed(struct kd_sched_tensor *t, const Inference__InferTensorCon
  */
 static int shm_params(struct kd_shm_table *t, const Inference__InferParameter *region,
                       const Inference__InferParameter *offset, const Inference__InferParameter *size,
-                      const char *what, bool is_input, uint64_t need, bool *in_shm, struct kd_shm_slice *out,
+                      const char *tensor, bool is_input, uint64_t need, bool *in_shm, struct kd_shm_slice *out,
                       char *msg, size_t msglen)
 {
     *in_shm = region != NULL;
     if (!region)
         return 0;
+    char what[KD_MODEL_NAME_MAX + 16];
+    snprintf(what, sizeof what, "%s '%s'", is_input ? "input" : "output", tensor);
     if (region->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM) {
         snprintf(msg, msglen, "%s: shared_memory_region must be a string_param naming a registered region", what);
         return 400;
@@ -212,10 +214,9 @@ static int decode(const struct kd_serving_options *lim, const kd_model_config *c
         PARAM_OF(in->parameters, in->n_parameters, "shared_memory_region", region);
         PARAM_OF(in->parameters, in->n_parameters, "shared_memory_offset", offset);
         PARAM_OF(in->parameters, in->n_parameters, "shared_memory_byte_size", size);
-        char what[KD_MODEL_NAME_MAX + 16];
-        snprintf(what, sizeof what, "input '%s'", sp->name);
         bool in_shm = false;
-        if ((rc = shm_params(shm, region, offset, size, what, true, t->nbytes, &in_shm, &use->in[k], msg, msglen)))
+        if ((rc = shm_params(shm, region, offset, size, sp->name, true, t->nbytes, &in_shm, &use->in[k], msg,
+                             msglen)))
             goto done;
         if (in_shm) {
             if (in->contents)
@@ -267,10 +268,9 @@ static int decode(const struct kd_serving_options *lim, const kd_model_config *c
         PARAM_OF(ro->parameters, ro->n_parameters, "shared_memory_region", region);
         PARAM_OF(ro->parameters, ro->n_parameters, "shared_memory_offset", offset);
         PARAM_OF(ro->parameters, ro->n_parameters, "shared_memory_byte_size", size);
-        char what[KD_MODEL_NAME_MAX + 16];
-        snprintf(what, sizeof what, "output '%s'", c->outputs[k].name);
         bool in_shm = false;
-        if ((rc = shm_params(shm, region, offset, size, what, false, 0, &in_shm, &use->out[k], msg, msglen)))
+        if ((rc = shm_params(shm, region, offset, size, c->outputs[k].name, false, 0, &in_shm, &use->out[k], msg,
+                             msglen)))
             goto done;
     }
 done:
