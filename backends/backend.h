@@ -250,10 +250,13 @@ typedef struct kiln_rnn_params {
 /** The operands of a fused recurrent layer, every one f32 and contiguous, G = 4 (LSTM)
  *  or 3 (GRU), D = ndir: x [T, B, I], w [D, G·H, I], r [D, G·H, H], and optional (NULL)
  *  bias [D, 2·G·H] (Wb then Rb), h0 and c0 [D, B, H] (zeros when absent), peep [D, 3·H]
- *  (LSTM: i, o, f); outputs y [T, D, B, H], yh [D, B, H], yc [D, B, H] (LSTM only). */
+ *  (LSTM: i, o, f); outputs y [T, D, B, H], yh [D, B, H], yc [D, B, H] (LSTM only).
+ *  packed (optional) is w and r as the backend's rnn_pack wrote them for the same cell,
+ *  directions, input and hidden sizes. */
 typedef struct kiln_rnn_operands {
     const kiln_tdesc *x, *w, *r, *bias, *h0, *c0, *peep;
     const kiln_tdesc *y, *yh, *yc;
+    const kiln_tdesc *packed;
 } kiln_rnn_operands;
 
 /** The primitive entries, one per kiln_backend_iface op slot: what a capability query
@@ -591,6 +594,14 @@ typedef struct kiln_backend_iface {
      *  from matmuls and elementwise ops otherwise, or when NULL. p->seq_lens is host memory
      *  the caller owns only during the call: an async backend copies it before returning. */
     int (*rnn)(void *ctx, const kiln_rnn_params *p, const kiln_rnn_operands *o);
+    /** Optional: how many f32 elements the pre-packed form of a layer's w and r takes (it
+     *  depends on p's cell, ndir, input and hidden only), 0 when the backend has none; and
+     *  writing it into packed (contiguous, that long). A graph executor packs constant
+     *  weights once and hands the copy to rnn as o->packed (optional there: a backend may
+     *  pick a path that reads w and r instead). */
+    int64_t (*rnn_pack_size)(void *ctx, const kiln_rnn_params *p);
+    int (*rnn_pack)(void *ctx, const kiln_rnn_params *p, const kiln_tdesc *packed, const kiln_tdesc *w,
+                    const kiln_tdesc *r);
 } kiln_backend_iface;
 
 

@@ -455,6 +455,9 @@ int64_t kiln__cpu_conv_pack_size(void *ctx, const kiln_conv_params *p, const kil
 int kiln__cpu_conv_pack(void *ctx, const kiln_tdesc *packed, const kiln_tdesc *w);
 int kiln__cpu_epilogue(void *ctx, const kiln_tdesc *out, const kiln_epilogue *ep);
 int kiln__cpu_rnn(void *ctx, const kiln_rnn_params *p, const kiln_rnn_operands *o);
+int64_t kiln__cpu_rnn_pack_size(void *ctx, const kiln_rnn_params *p);
+int kiln__cpu_rnn_pack_weights(void *ctx, const kiln_rnn_params *p, const kiln_tdesc *packed, const kiln_tdesc *w,
+                               const kiln_tdesc *r);
 /** The products of a fused LSTM/GRU layer (cpu-rnn-dot.c) run over weights transposed into
  *  column panels: a matrix M [N, K] (R or W as ONNX stores them, one row per gate unit)
  *  becomes ceil(N / RNN_PANEL) panels of K rows of RNN_PANEL floats, panel p row k column

@@ -28,8 +28,10 @@
 /* out[0 .. n) of one row over one panel pair, the accumulators in registers. np is 1 or 2
  * (a constant after inlining); the tail of a panel past n is computed on its zeros and not
  * stored. */
-__attribute__((target("avx512f"), always_inline)) static inline void row_panels_avx512(
-    const float *p0, const float *p1, int64_t K, const float *hb, float *out, int64_t n, int np)
+__attribute__((target("avx512f"), always_inline)) static inline void row_panels_avx512(const float *p0,
+                                                                                       const float *p1, int64_t K,
+                                                                                       const float *hb, float *out,
+                                                                                       int64_t n, int np)
 {
     __m512 a[8];
     for (int u = 0; u < 8; u++)
@@ -159,7 +161,7 @@ __attribute__((target("avx2,fma"))) static void transpose8_avx2(const float *src
 }
 
 __attribute__((target("avx2,fma"))) static void bcast_avx2(const float *P, int64_t N, int64_t K, const float *h,
-                                                          int64_t ldh, int64_t bn, float *g, int64_t ldg)
+                                                           int64_t ldh, int64_t bn, float *g, int64_t ldg)
 {
     for (int64_t b = 0; b < bn; b++) {
         const float *hb = h + b * ldh;

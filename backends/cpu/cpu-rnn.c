@@ -66,6 +66,23 @@ typedef struct rnn_state {
     float *h, *hn, *c, *g, *tmp;
 } rnn_state;
 
+/* Where W's and R's panels go in a block of packed weights: every direction's W panels
+ * (wp_floats each, when the projections run over panels), then every direction's R panels
+ * (rp_floats each: one block of rseg_floats per gate, when the recurrent product does). */
+typedef struct rnn_layout {
+    int64_t wp_floats, rp_floats, rseg_floats;
+} rnn_layout;
+
+static rnn_layout layout_for(const kiln_rnn_params *p, bool with_w, bool with_r)
+{
+    int64_t H = p->hidden, GH = (p->cell == KILN_RNN_LSTM ? 4 : 3) * H;
+    rnn_layout L = {0};
+    L.wp_floats = with_w ? (kiln__cpu_rnn_panels_size(GH, p->input) + 15) / 16 * 16 : 0;
+    L.rseg_floats = with_r ? kiln__cpu_rnn_panels_size(H, H) : 0;
+    L.rp_floats = ((GH / H) * L.rseg_floats + 15) / 16 * 16;
+    return L;
+}
+
 static inline void clip_run(float *v, int64_t n, float clip)
 {
     if (clip > 0)
@@ -210,8 +227,8 @@ static void gate_products(const rnn_state *S, int q0, int q1, int64_t u0, int64_
     }
     for (int q = q0; q < q1; q++) {
         if (J->rp)
-            kiln__cpu_rnn_dot(J->ctx, J->rp + S->d * J->rp_floats + q * J->rseg_floats + u0 * H, u1 - u0, H, hin, H,
-                              S->bn, S->g + q * H + u0, GH);
+            kiln__cpu_rnn_dot(J->ctx, J->rp + S->d * J->rp_floats + q * J->rseg_floats + u0 * H, u1 - u0, H, hin,
+                              H, S->bn, S->g + q * H + u0, GH);
         else
             kiln__cpu_gemm(J->ctx, false, false, true, S->bn, u1 - u0, H, hin, H, R + (q * H + u0) * H, H, 0.0,
                            S->g + q * H + u0, GH);
@@ -334,8 +351,15 @@ static void rnn_job_run(void *argp, int job, int njobs)
         return;
     bool reverse = D == 2 ? d == 1 : p->reverse;
     float *h = J->scratch + job * J->job_floats;
-    rnn_state S = {.J = J, .d = d, .b0 = b0, .bn = bn, .h = h, .hn = h + bn * H, .c = h + 2 * bn * H,
-                   .g = h + 3 * bn * H, .tmp = h + 3 * bn * H + bn * GH};
+    rnn_state S = {.J = J,
+                   .d = d,
+                   .b0 = b0,
+                   .bn = bn,
+                   .h = h,
+                   .hn = h + bn * H,
+                   .c = h + 2 * bn * H,
+                   .g = h + 3 * bn * H,
+                   .tmp = h + 3 * bn * H + bn * GH};
     for (int64_t b = 0; b < bn; b++) {
         int64_t src = (d * B + b0 + b) * H;
         for (int64_t j = 0; j < H; j++) {
@@ -380,9 +404,14 @@ int kiln__cpu_rnn(void *vctx, const kiln_rnn_params *p, const kiln_rnn_operands 
     nbc = (int)((B + bchunk - 1) / bchunk);
     int njobs = D * nbc;
     bool use_dot = kiln__cpu_rnn_dot_ok(ctx, bchunk), use_project = kiln__cpu_rnn_project_ok(ctx);
-    int64_t rseg = use_dot ? kiln__cpu_rnn_panels_size(H, H) : 0;
-    int64_t wp_floats = use_project ? (kiln__cpu_rnn_panels_size(GH, In) + 15) / 16 * 16 : 0;
-    int64_t rp_floats = (G * rseg + 15) / 16 * 16;
+    /* weights packed ahead (kiln__cpu_rnn_pack_weights, the layout for every kernel the
+     * table has), else packed here into scratch for the kernels this call uses */
+    rnn_layout ahead = layout_for(p, use_project, kiln__cpu_rnn_dot_ok(ctx, 1));
+    const float *packed = o->packed && kiln__cpu_numel(o->packed) == D * (ahead.wp_floats + ahead.rp_floats)
+                              ? kiln__cpu_ptr(o->packed)
+                              : NULL;
+    rnn_layout L = packed ? (rnn_layout){0} : layout_for(p, use_project, use_dot);
+    int64_t wp_floats = L.wp_floats, rp_floats = L.rp_floats;
     int64_t job_floats = (3 * bchunk * H + bchunk * GH + bchunk * H + 15) / 16 * 16;
     size_t nxw = (size_t)(T * B * D * GH + 15) / 16 * 16;
     int64_t nbinit = (D * GH + 15) / 16 * 16;
@@ -401,17 +430,39 @@ int kiln__cpu_rnn(void *vctx, const kiln_rnn_params *p, const kiln_rnn_operands 
         for (int d = 0; d < D; d++)
             memcpy(rbn + d * H, bias + d * 2 * GH + GH + 2 * H, (size_t)H * sizeof *rbn);
     rnn_job J = {
-        .ctx = ctx, .p = p, .G = G, .nbc = nbc, .bchunk = bchunk, .xw = xw, .x = kiln__cpu_ptr(o->x),
-        .w = kiln__cpu_ptr(o->w), .bias = bias, .binit = bias ? binit : NULL, .r = kiln__cpu_ptr(o->r), .rbn = lbr && bias ? rbn : NULL,
-        .peep = o->peep ? kiln__cpu_ptr(o->peep) : NULL, .h0 = o->h0 ? kiln__cpu_ptr(o->h0) : NULL,
-        .c0 = o->c0 ? kiln__cpu_ptr(o->c0) : NULL, .y = kiln__cpu_ptr(o->y), .yh = kiln__cpu_ptr(o->yh),
-        .yc = o->yc ? kiln__cpu_ptr(o->yc) : NULL, .scratch = scratch, .job_floats = job_floats,
-        .wp = use_project ? wp : NULL, .rp = use_dot ? rp : NULL, .wp_floats = wp_floats, .rp_floats = rp_floats,
-        .rseg_floats = rseg,
+        .ctx = ctx,
+        .p = p,
+        .G = G,
+        .nbc = nbc,
+        .bchunk = bchunk,
+        .xw = xw,
+        .x = kiln__cpu_ptr(o->x),
+        .w = kiln__cpu_ptr(o->w),
+        .bias = bias,
+        .binit = bias ? binit : NULL,
+        .r = kiln__cpu_ptr(o->r),
+        .rbn = lbr && bias ? rbn : NULL,
+        .peep = o->peep ? kiln__cpu_ptr(o->peep) : NULL,
+        .h0 = o->h0 ? kiln__cpu_ptr(o->h0) : NULL,
+        .c0 = o->c0 ? kiln__cpu_ptr(o->c0) : NULL,
+        .y = kiln__cpu_ptr(o->y),
+        .yh = kiln__cpu_ptr(o->yh),
+        .yc = o->yc ? kiln__cpu_ptr(o->yc) : NULL,
+        .scratch = scratch,
+        .job_floats = job_floats,
+        .wp = use_project ? wp : NULL,
+        .rp = use_dot ? rp : NULL,
+        .wp_floats = wp_floats,
+        .rp_floats = rp_floats,
+        .rseg_floats = L.rseg_floats,
         .split_units = parallel && D == 1 && nbc == 1 && H > RNN_PANEL &&
                        (double)bchunk * (double)GH * (double)H >= RNN_STEP_SPLIT_MIN,
     };
-    if (use_dot || use_project) {
+    if (packed) {
+        J.wp = use_project ? packed : NULL;
+        J.rp = use_dot ? packed + D * ahead.wp_floats : NULL;
+        J.wp_floats = ahead.wp_floats, J.rp_floats = ahead.rp_floats, J.rseg_floats = ahead.rseg_floats;
+    } else if (use_dot || use_project) {
         if (parallel)
             kiln__cpu_pool_run(ctx->pool, 2 * D, pack_job, &J);
         else
@@ -434,5 +485,39 @@ int kiln__cpu_rnn(void *vctx, const kiln_rnn_params *p, const kiln_rnn_operands 
         for (int j = 0; j < njobs; j++)
             rnn_job_run(&J, j, njobs);
     kiln__cpu_scratch_put(ctx, hd);
+    return 0;
+}
+
+int64_t kiln__cpu_rnn_pack_size(void *vctx, const kiln_rnn_params *p)
+{
+    const kiln__cpu_ctx *ctx = vctx;
+    bool with_w = kiln__cpu_rnn_project_ok(ctx), with_r = kiln__cpu_rnn_dot_ok(ctx, 1);
+    rnn_layout L = layout_for(p, with_w, with_r);
+    return with_w || with_r ? p->ndir * (L.wp_floats + L.rp_floats) : 0;
+}
+
+int kiln__cpu_rnn_pack_weights(void *vctx, const kiln_rnn_params *p, const kiln_tdesc *packed, const kiln_tdesc *w,
+                               const kiln_tdesc *r)
+{
+    kiln__cpu_ctx *ctx = vctx;
+    int64_t n = kiln__cpu_rnn_pack_size(ctx, p);
+    if (n <= 0 || kiln__cpu_numel(packed) != n)
+        return kiln__error_set("cpu rnn_pack: a buffer of %lld floats for weights that pack into %lld",
+                               (long long)kiln__cpu_numel(packed), (long long)n);
+    rnn_layout L = layout_for(p, kiln__cpu_rnn_project_ok(ctx), kiln__cpu_rnn_dot_ok(ctx, 1));
+    float *out = kiln__cpu_ptr(packed);
+    rnn_job J = {
+        .ctx = ctx,
+        .p = p,
+        .G = p->cell == KILN_RNN_LSTM ? 4 : 3,
+        .w = kiln__cpu_ptr(w),
+        .r = kiln__cpu_ptr(r),
+        .wp = L.wp_floats ? out : NULL,
+        .rp = L.rseg_floats ? out + p->ndir * L.wp_floats : NULL,
+        .wp_floats = L.wp_floats,
+        .rp_floats = L.rp_floats,
+        .rseg_floats = L.rseg_floats,
+    };
+    kiln__cpu_pool_run(ctx->pool, 2 * p->ndir, pack_job, &J);
     return 0;
 }
