@@ -389,14 +389,18 @@ int kiln__cpu_rnn(void *vctx, const kiln_rnn_params *p, const kiln_rnn_operands 
      * that a region costs more than it saves (a worker that is slow to arrive, on a busy
      * machine, holds the whole layer). Rows never interact, so a thread runs every step of
      * its rows with no barrier between steps; each streams all of R every step, which
-     * pays while R stays in L3 and each thread has rows enough for the four-row kernel.
+     * pays while R stays in L3 and each thread has rows enough for the four-row kernel
+     * (where the table has no kernel for that many rows, BLAS packs R again at every
+     * product, per thread: under AVX2 a 512-unit LSTM of 16 rows ran about 15% slower by
+     * rows than by units).
      * Otherwise a lone direction splits each step by hidden units, a region per step (a
      * 512-unit LSTM of 16 rows ran 3-5% faster by rows on a quiet machine, and under load
      * a late worker held only its own rows, not every step). */
     double work = (double)(T * B) * (double)GH * (double)(H + In);
     bool parallel = work >= RNN_PARALLEL_MIN && ctx->nthreads > 1;
     int per_dir = parallel && ctx->nthreads / D > 1 ? ctx->nthreads / D : 1;
-    bool by_rows = D > 1 || (B >= 4 * per_dir && (double)GH * (double)H * sizeof(float) <= RNN_ROWS_MAX_R);
+    bool by_rows = D > 1 || (B >= 4 * per_dir && (double)GH * (double)H * sizeof(float) <= RNN_ROWS_MAX_R &&
+                             kiln__cpu_rnn_dot_ok(ctx, (B + per_dir - 1) / per_dir));
     int nbc = parallel && by_rows ? per_dir : 1;
     if (nbc > B)
         nbc = (int)B;
