@@ -115,11 +115,10 @@ static void test_life_cycle(void)
      * and events, pinned host memory, device-to-device copies, options, capability
      * refinements and counters (backends/backend.h gives each its default) */
     const size_t fused_slots[] = {
-        SLOT(conv_fused), SLOT(epilogue), SLOT(conv_pack_size), SLOT(conv_pack), SLOT(rnn),
-        SLOT(rnn_pack_size), SLOT(rnn_pack),
-        SLOT(open_opts), SLOT(queue_open), SLOT(queue_close), SLOT(event_record), SLOT(event_wait),
-        SLOT(event_sync), SLOT(event_query), SLOT(event_free), SLOT(supports), SLOT(host_alloc),
-        SLOT(host_free), SLOT(buffer_copy_peer), SLOT(counters),
+        SLOT(conv_fused), SLOT(epilogue),         SLOT(conv_pack_size), SLOT(conv_pack),     SLOT(rnn),
+        SLOT(open_opts),  SLOT(queue_open),       SLOT(queue_close),    SLOT(event_record),  SLOT(event_wait),
+        SLOT(event_sync), SLOT(event_query),      SLOT(event_free),     SLOT(supports),      SLOT(host_alloc),
+        SLOT(host_free),  SLOT(buffer_copy_peer), SLOT(counters),       SLOT(rnn_pack_size), SLOT(rnn_pack),
     };
 #undef SLOT
     for (size_t i = 0; i < nslots; i++) {
