@@ -296,6 +296,7 @@ typedef enum kiln_entry {
     KILN_ENTRY_ADAM_STEP,
     KILN_ENTRY_INDEX_CHECK,
     KILN_ENTRY_RNN,
+    KILN_ENTRY_RNN_PACK,
     KILN_ENTRY_COUNT
 } kiln_entry;
 

@@ -8,7 +8,9 @@
  * ops, no packing). Both run without grad; then one f32 weight at a time (those not all
  * zero) gets the same SGD step on both, and after each step the cpu outputs must move and still agree with
  * ref's within 1e-5 of their largest magnitude. A pack left stale by a change to W alone,
- * or to R alone, would keep the cpu's output where it was.
+ * or to R alone, would keep the cpu's output where it was. The cpu device is opened through
+ * the counting decorator, which must pass the pack entries on: a second run with unchanged
+ * weights packs nothing (a decorator that hid them would make every run pack again).
  */
 #include <math.h>
 #include <stdio.h>
@@ -133,6 +135,21 @@ static int check_model(kiln_device *cpu, kiln_device *ref, const char *dir, cons
     size_t n = 0, nr = 0;
     float *before = run(&c, &n), *want = run(&r, &nr);
     bad = !before || !want || n != nr || !(rel_diff(before, want, n) <= TOL);
+    uint64_t packs_first = 0, packs_again = 0;
+    kiln_device_counters counters;
+    if (!bad && kiln_device_counters_get(cpu, &counters, "rnn_pack", &packs_first) != 0) {
+        printf("FAIL %s: counters: %s\n", name, kiln_error());
+        bad = 1;
+    } else if (!bad) {
+        float *again = run(&c, &n);
+        free(again);
+        kiln_device_counters_get(cpu, &counters, "rnn_pack", &packs_again);
+        if (!again || packs_first == 0 || packs_again != packs_first) {
+            printf("FAIL %s: packs after the first run %llu, after a second with the same weights %llu\n", name,
+                   (unsigned long long)packs_first, (unsigned long long)packs_again);
+            bad = 1;
+        }
+    }
     int np = kiln_onnx_param_count(c.m);
     for (int i = 0; !bad && i < np; i++) {
         kiln_tensor *pc = kiln_onnx_param(c.m, i), *pr = kiln_onnx_param(r.m, i);
@@ -171,7 +188,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: onnx_rnn_stale DIR MODEL [MODEL...]\n");
         return 2;
     }
-    kiln_device *cpu = kiln_device_open("cpu"), *ref = cpu ? kiln_device_open("ref") : NULL;
+    kiln_device *cpu = kiln_device_open("counting:cpu"), *ref = cpu ? kiln_device_open("ref") : NULL;
     if (!ref) {
         fprintf(stderr, "devices: %s\n", kiln_error());
         kiln_device_close(cpu);
