@@ -171,10 +171,10 @@ int kiln__cuda_rtc_compile(const char *source, const char *name, int major, int 
     r = nvrtcGetPTXSize(prog, &len);
     char *out = r == NVRTC_SUCCESS ? malloc(len + 1) : NULL;
     if (out && (r = nvrtcGetPTX(prog, out)) == NVRTC_SUCCESS) {
-        out[len] = '\0';
+        out[len] = '\0'; /* the size NVRTC gives counts a terminator already; this one is a guard */
         *ptx = out;
         if (ptx_len)
-            *ptx_len = len;
+            *ptx_len = strlen(out);
         nvrtcDestroyProgram(&prog);
         return 0;
     }
