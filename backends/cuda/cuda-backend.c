@@ -512,6 +512,10 @@ static bool cuda_supports(void *vq, const kiln_op_query *query)
     case KILN_ENTRY_LAYER_NORM:
     case KILN_ENTRY_ADAM_STEP:
     case KILN_ENTRY_EPILOGUE:
+    case KILN_ENTRY_POOL:
+    case KILN_ENTRY_POOL_BACKWARD:
+    case KILN_ENTRY_ADAPTIVE_AVG_POOL:
+    case KILN_ENTRY_ADAPTIVE_AVG_POOL_BACKWARD:
         return fl;
     case KILN_ENTRY_CONV:
     case KILN_ENTRY_CONV_BACKWARD_INPUT:
@@ -614,6 +618,10 @@ static const kiln_backend_iface cuda_iface = {
     .conv_backward_weight = kiln__cuda_conv_backward_weight,
     .epilogue = kiln__cuda_epilogue,
     .pad = kiln__cuda_pad,
+    .pool = kiln__cuda_pool,
+    .pool_backward = kiln__cuda_pool_backward,
+    .adaptive_avg_pool = kiln__cuda_adaptive_avg_pool,
+    .adaptive_avg_pool_backward = kiln__cuda_adaptive_avg_pool_backward,
     .softmax = kiln__cuda_softmax,
     .layer_norm = kiln__cuda_layer_norm,
     .adam_step = kiln__cuda_adam_step,

@@ -85,6 +85,9 @@ typedef struct kiln_cuda_queue {
     void *dnn; /* cudnnHandle_t, made on first convolution */
 } kiln_cuda_queue;
 
+/** The registration function (engine/device.c refers to it weakly). */
+const kiln_backend_iface *kiln_backend_cuda(void);
+
 /* ------------------------------------------------------------------ errors */
 
 /** Turns a failed CUDA status into the thread's error ("<op> on cuda:N: <name>: <text>"),
@@ -149,6 +152,13 @@ int kiln__cuda_layer_norm(void *q, const kiln_tdesc *out, const kiln_tdesc *mean
 int kiln__cuda_epilogue(void *q, const kiln_tdesc *out, const kiln_epilogue *ep);
 int kiln__cuda_adam_step(void *q, const kiln_adam_params *p, const kiln_tdesc *param, const kiln_tdesc *grad,
                          const kiln_tdesc *exp_avg, const kiln_tdesc *exp_avg_sq, const kiln_tdesc *max_exp_avg_sq);
+int kiln__cuda_pool(void *q, const kiln_pool_params *p, const kiln_tdesc *out, const kiln_tdesc *indices,
+                    const kiln_tdesc *x);
+int kiln__cuda_pool_backward(void *q, const kiln_pool_params *p, const kiln_tdesc *grad_x,
+                             const kiln_tdesc *grad_out, const kiln_tdesc *indices);
+int kiln__cuda_adaptive_avg_pool(void *q, int nspatial, const kiln_tdesc *out, const kiln_tdesc *x);
+int kiln__cuda_adaptive_avg_pool_backward(void *q, int nspatial, const kiln_tdesc *grad_x,
+                                          const kiln_tdesc *grad_out);
 /** Reports (and clears) the first violation parked by index checks on q; waits for q. */
 int kiln__cuda_checks_report(kiln_cuda_queue *q);
 

@@ -34,46 +34,6 @@ extern "C" int kcu_index_check(kcu_stream s, const kcu_view *index, int64_t lo, 
     return KCU_LAUNCHED();
 }
 
-/* Adds to a 16- or 8-bit element through its aligned 32-bit word. */
-__device__ void kcu_atomic_add_narrow(void *base, int dt, int64_t e, double dv, int64_t iv)
-{
-    int es = dt == KCU_F16 || dt == KCU_BF16 ? 2 : 1;
-    uintptr_t addr = (uintptr_t)base + (uintptr_t)(e * es);
-    unsigned int *word = (unsigned int *)(addr & ~(uintptr_t)3);
-    unsigned shift = (unsigned)((addr & 3) * 8);
-    unsigned mask = (es == 2 ? 0xffffu : 0xffu) << shift;
-    unsigned old = *word, assumed;
-    do {
-        assumed = old;
-        unsigned bits = (assumed & mask) >> shift;
-        unsigned nb;
-        if (dt == KCU_F16)
-            nb = kcu_f32_to_f16(kcu_f16_to_f32((uint16_t)bits) + (float)dv);
-        else if (dt == KCU_BF16)
-            nb = kcu_f32_to_bf16(kcu_bf16_to_f32((uint16_t)bits) + (float)dv);
-        else if (dt == KCU_BOOL)
-            nb = (bits != 0 || iv != 0) ? 1u : 0u;
-        else
-            nb = (unsigned)((uint64_t)bits + (uint64_t)iv) & 0xffu;
-        old = atomicCAS(word, assumed, (assumed & ~mask) | ((nb << shift) & mask));
-    } while (old != assumed);
-}
-
-/* out[o] += src[s] in out's domain, atomically. */
-__device__ void kcu_atomic_acc(const kcu_view &out, int64_t o, const kcu_view &src, int64_t s)
-{
-    bool fl = kcu_is_float(out.dtype);
-    double dv = fl ? kcu_load_d(src.base, src.dtype, s) : 0;
-    int64_t iv = fl ? 0 : kcu_load_i(src.base, src.dtype, s);
-    switch (out.dtype) {
-    case KCU_F32: atomicAdd((float *)out.base + o, (float)dv); break;
-    case KCU_F64: atomicAdd((double *)out.base + o, dv); break;
-    case KCU_I64: atomicAdd((unsigned long long *)out.base + o, (unsigned long long)iv); break;
-    case KCU_I32: atomicAdd((int *)out.base + o, (int)(uint32_t)(uint64_t)iv); break;
-    default: kcu_atomic_add_narrow(out.base, out.dtype, o, dv, iv); break;
-    }
-}
-
 __device__ __forceinline__ void kcu_move(const kcu_view &out, int64_t o, const kcu_view &in, int64_t s)
 {
     if (kcu_is_float(out.dtype) || kcu_is_float(in.dtype))

@@ -93,6 +93,19 @@ int kcu_index_add(kcu_stream s, const kcu_view *out, int dim, const kcu_view *in
 /** Constant (0), reflect (1) or replicate (2) padding; pads[2d], pads[2d+1] = lo, hi. */
 int kcu_pad(kcu_stream s, int mode, const kcu_view *out, const kcu_view *in, const int64_t *pads, double value);
 
+/* pooling (cuda-pool.cu): kind 0 max, 1 avg; the geometry of kiln_pool_params */
+typedef struct kcu_pool_params {
+    int nspatial, kind;
+    int64_t kernel[3], stride[3], padding[3], dilation[3];
+    bool count_include_pad;
+} kcu_pool_params;
+int kcu_pool(kcu_stream s, const kcu_pool_params *p, const kcu_view *out, const kcu_view *indices, const kcu_view *x);
+/** Zeroes grad_x, then adds each output gradient into its window (max: at its index). */
+int kcu_pool_backward(kcu_stream s, const kcu_pool_params *p, const kcu_view *grad_x, const kcu_view *grad_out,
+                      const kcu_view *indices);
+int kcu_adaptive_avg_pool(kcu_stream s, int nspatial, const kcu_view *out, const kcu_view *x);
+int kcu_adaptive_avg_pool_backward(kcu_stream s, int nspatial, const kcu_view *grad_x, const kcu_view *grad_out);
+
 /** The name of a launch status, for messages (cudaGetErrorString). */
 const char *kcu_error_string(int status);
 

@@ -340,3 +340,85 @@ int kiln__cuda_adam_step(void *vq, const kiln_adam_params *p, const kiln_tdesc *
                                      p->decoupled, p->amsgrad, p->maximize),
                             "adam_step");
 }
+
+/* ------------------------------------------------------------------ pooling */
+
+static int pool_params(kiln_cuda_queue *q, const char *op, int nspatial, kiln_dtype dt, const kiln_tdesc *x)
+{
+    if (nspatial < 1 || nspatial > 3 || x->ndim < nspatial)
+        return kiln__error_set("%s on %s: %d spatial dims over a %d-d tensor", op, q->dev->name, nspatial, x->ndim),
+               KILN_EINVAL;
+    if (!is_float(dt))
+        return kiln__error_set("%s on %s: %s is not supported (floating dtypes are)", op, q->dev->name,
+                               dtype_name(dt)),
+               KILN_ENOTSUP;
+    return 0;
+}
+
+static kcu_pool_params pool_geometry(const kiln_pool_params *p)
+{
+    kcu_pool_params g;
+    memset(&g, 0, sizeof g);
+    g.nspatial = p->nspatial;
+    g.kind = p->kind == KILN_POOL_MAX ? 0 : 1;
+    for (int i = 0; i < 3; i++) {
+        g.kernel[i] = p->kernel[i];
+        g.stride[i] = p->stride[i];
+        g.padding[i] = p->padding[i];
+        g.dilation[i] = p->dilation[i] > 0 ? p->dilation[i] : 1;
+    }
+    g.count_include_pad = p->count_include_pad;
+    return g;
+}
+
+int kiln__cuda_pool(void *vq, const kiln_pool_params *p, const kiln_tdesc *out, const kiln_tdesc *indices,
+                    const kiln_tdesc *x)
+{
+    ENTER(q, "pool");
+    int rc = pool_params(q, "pool", p->nspatial, x->dtype, x);
+    if (rc)
+        return rc;
+    if (p->kind != KILN_POOL_MAX && p->kind != KILN_POOL_AVG)
+        return kiln__error_set("pool on %s: unknown kind %d", q->dev->name, (int)p->kind), KILN_EINVAL;
+    kcu_pool_params g = pool_geometry(p);
+    kcu_view o = kiln__cuda_view(out), xv = kiln__cuda_view(x);
+    kcu_view iv = kiln__cuda_view_opt(p->kind == KILN_POOL_MAX ? indices : NULL);
+    return kiln__cuda_check(q, kcu_pool(q->stream, &g, &o, &iv, &xv), "pool");
+}
+
+int kiln__cuda_pool_backward(void *vq, const kiln_pool_params *p, const kiln_tdesc *grad_x,
+                             const kiln_tdesc *grad_out, const kiln_tdesc *indices)
+{
+    ENTER(q, "pool_backward");
+    int rc = pool_params(q, "pool_backward", p->nspatial, grad_x->dtype, grad_x);
+    if (rc)
+        return rc;
+    if (p->kind == KILN_POOL_MAX && !indices)
+        return kiln__error_set("pool_backward on %s: max pooling needs indices", q->dev->name), KILN_EINVAL;
+    kcu_pool_params g = pool_geometry(p);
+    kcu_view gx = kiln__cuda_view(grad_x), gy = kiln__cuda_view(grad_out);
+    kcu_view iv = kiln__cuda_view_opt(p->kind == KILN_POOL_MAX ? indices : NULL);
+    return kiln__cuda_check(q, kcu_pool_backward(q->stream, &g, &gx, &gy, &iv), "pool_backward");
+}
+
+int kiln__cuda_adaptive_avg_pool(void *vq, int nspatial, const kiln_tdesc *out, const kiln_tdesc *x)
+{
+    ENTER(q, "adaptive_avg_pool");
+    int rc = pool_params(q, "adaptive_avg_pool", nspatial, x->dtype, x);
+    if (rc)
+        return rc;
+    kcu_view o = kiln__cuda_view(out), xv = kiln__cuda_view(x);
+    return kiln__cuda_check(q, kcu_adaptive_avg_pool(q->stream, nspatial, &o, &xv), "adaptive_avg_pool");
+}
+
+int kiln__cuda_adaptive_avg_pool_backward(void *vq, int nspatial, const kiln_tdesc *grad_x,
+                                          const kiln_tdesc *grad_out)
+{
+    ENTER(q, "adaptive_avg_pool_backward");
+    int rc = pool_params(q, "adaptive_avg_pool_backward", nspatial, grad_x->dtype, grad_x);
+    if (rc)
+        return rc;
+    kcu_view gx = kiln__cuda_view(grad_x), gy = kiln__cuda_view(grad_out);
+    return kiln__cuda_check(q, kcu_adaptive_avg_pool_backward(q->stream, nspatial, &gx, &gy),
+                            "adaptive_avg_pool_backward");
+}
