@@ -39,17 +39,17 @@ typedef struct kiln_cuda_alloc_hooks {
 /** One device allocation, in use or parked. */
 typedef struct kiln_cuda_block {
     void *ptr;
-    size_t size;        /* the class's capacity, >= the request */
-    void *stream;       /* the stream that last freed it (parked blocks); NULL: idle */
+    size_t size;  /* the class's capacity, >= the request */
+    void *stream; /* the stream that last freed it (parked blocks); NULL: idle */
     int cls;
     struct kiln_cuda_block *next;
 } kiln_cuda_block;
 
 /** Memory figures, for /metrics and the tests. */
 typedef struct kiln_cuda_alloc_stats {
-    size_t reserved_bytes;  /* held from the device: in use + cached */
-    size_t in_use_bytes;    /* handed out (class capacities) */
-    size_t cached_bytes;    /* parked for reuse */
+    size_t reserved_bytes; /* held from the device: in use + cached */
+    size_t in_use_bytes;   /* handed out (class capacities) */
+    size_t cached_bytes;   /* parked for reuse */
     size_t peak_in_use_bytes;
     uint64_t raw_allocs, raw_frees; /* calls that reached the device */
     uint64_t reuses;                /* allocations served from the cache */

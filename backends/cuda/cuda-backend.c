@@ -37,10 +37,8 @@ static bool sticky(cudaError_t e)
     case cudaErrorECCUncorrectable:
     case cudaErrorDevicesUnavailable:
     case cudaErrorContextIsDestroyed:
-    case cudaErrorCudartUnloading:
-        return true;
-    default:
-        return false;
+    case cudaErrorCudartUnloading: return true;
+    default: return false;
     }
 }
 
@@ -182,7 +180,8 @@ static void *cuda_open_opts(const char *spec, int index, kiln_device_opts *o)
     dev->tf32 = tf32 == 1;
     pthread_mutex_init(&dev->mu, NULL);
     atomic_init(&dev->lost, false);
-    kiln_cuda_alloc_hooks hooks = {.ud = dev, .raw_alloc = raw_alloc, .raw_free = raw_free, .order = order_streams};
+    kiln_cuda_alloc_hooks hooks = {
+        .ud = dev, .raw_alloc = raw_alloc, .raw_free = raw_free, .order = order_streams};
     kiln__cuda_alloc_init(&dev->alloc, &hooks);
     if (kiln__cuda_blas_init(dev) < 0) {
         kiln__cuda_alloc_destroy(&dev->alloc);
@@ -515,14 +514,12 @@ static bool cuda_supports(void *vq, const kiln_op_query *query)
     case KILN_ENTRY_POOL:
     case KILN_ENTRY_POOL_BACKWARD:
     case KILN_ENTRY_ADAPTIVE_AVG_POOL:
-    case KILN_ENTRY_ADAPTIVE_AVG_POOL_BACKWARD:
-        return fl;
+    case KILN_ENTRY_ADAPTIVE_AVG_POOL_BACKWARD: return fl;
     case KILN_ENTRY_CONV:
     case KILN_ENTRY_CONV_BACKWARD_INPUT:
     case KILN_ENTRY_CONV_BACKWARD_WEIGHT:
         return query->params && kiln__cuda_conv_supports(query->params, query->dtype);
-    default:
-        return true;
+    default: return true;
     }
 }
 

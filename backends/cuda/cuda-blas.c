@@ -144,8 +144,8 @@ static int contiguous_copy(kiln_cuda_queue *q, const kiln_tdesc *t, kiln_tdesc *
     return kiln__cuda_check(q, kcu_copy(q->stream, &dv, &sv), "matmul (operand copy)");
 }
 
-static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *oa, const lt_operand *ob,
-                  int64_t m, int64_t n, int64_t k, int64_t batch);
+static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *oa, const lt_operand *ob, int64_t m,
+                  int64_t n, int64_t k, int64_t batch);
 
 int kiln__cuda_matmul(void *vq, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b)
 {
@@ -208,11 +208,13 @@ static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *f
                   int64_t m, int64_t n, int64_t k, int64_t batch)
 {
     kiln_dtype dt = out->dtype;
-    cudaDataType_t type = dt == KILN_F32 ? CUDA_R_32F : dt == KILN_F64 ? CUDA_R_64F
-                          : dt == KILN_F16 ? CUDA_R_16F : CUDA_R_16BF;
-    cublasComputeType_t compute = dt == KILN_F64 ? CUBLAS_COMPUTE_64F
+    cudaDataType_t type = dt == KILN_F32   ? CUDA_R_32F
+                          : dt == KILN_F64 ? CUDA_R_64F
+                          : dt == KILN_F16 ? CUDA_R_16F
+                                           : CUDA_R_16BF;
+    cublasComputeType_t compute = dt == KILN_F64                     ? CUBLAS_COMPUTE_64F
                                   : (dt == KILN_F32 && q->dev->tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                                       : CUBLAS_COMPUTE_32F;
+                                                                     : CUBLAS_COMPUTE_32F;
     cudaDataType_t scale = dt == KILN_F64 ? CUDA_R_64F : CUDA_R_32F;
     void *ws = kiln__cuda_workspace(q, "matmul");
     if (!ws)

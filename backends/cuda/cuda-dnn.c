@@ -18,7 +18,11 @@
 
 #include "cuda-impl.h"
 
-enum { DIR_FWD = 0, DIR_BWD_DATA, DIR_BWD_FILTER };
+enum {
+    DIR_FWD = 0,
+    DIR_BWD_DATA,
+    DIR_BWD_FILTER
+};
 
 typedef struct conv_key {
     int dir, dtype, nspatial, tf32;
@@ -158,7 +162,8 @@ static int contiguous(conv_call *c, const kiln_tdesc *t, const kiln_tdesc **out)
     bool oom = false;
     c->scratch[i] = kiln__cuda_alloc_get(&c->q->dev->alloc, c->q->stream, (size_t)n * es[t->dtype], &oom);
     if (!c->scratch[i])
-        return oom ? (kiln__error_set("%s on %s: out of device memory for an operand copy", c->op, c->q->dev->name),
+        return oom ? (kiln__error_set("%s on %s: out of device memory for an operand copy", c->op,
+                                      c->q->dev->name),
                       KILN_ENOMEM)
                    : KILN_EDEVICE;
     c->nscratch++;
@@ -236,9 +241,9 @@ static int call_init(conv_call *c, const kiln_conv_params *p, const kiln_tdesc *
         st = cudnnSetConvolutionNdDescriptor(c->cd, ns, pad, stride, dil, CUDNN_CROSS_CORRELATION, compute);
         if (st == CUDNN_STATUS_SUCCESS)
             st = cudnnSetConvolutionGroupCount(c->cd, (int)p->groups);
-        cudnnMathType_t math = dt == KILN_F16 || dt == KILN_BF16 ? CUDNN_TENSOR_OP_MATH
+        cudnnMathType_t math = dt == KILN_F16 || dt == KILN_BF16   ? CUDNN_TENSOR_OP_MATH
                                : dt == KILN_F32 && c->q->dev->tf32 ? CUDNN_DEFAULT_MATH
-                                                                  : CUDNN_FMA_MATH;
+                                                                   : CUDNN_FMA_MATH;
         if (st == CUDNN_STATUS_SUCCESS)
             st = cudnnSetConvolutionMathType(c->cd, math);
     }
@@ -320,7 +325,8 @@ static int choose(conv_call *c, int dir, const conv_key *key, int *algo, size_t 
             }
     } else if (dir == DIR_BWD_DATA) {
         cudnnConvolutionBwdDataAlgoPerf_t perf[MAX_ALGOS];
-        st = cudnnGetConvolutionBackwardDataAlgorithm_v7(c->h, c->wd, c->yd, c->cd, c->xd, MAX_ALGOS, &found, perf);
+        st = cudnnGetConvolutionBackwardDataAlgorithm_v7(c->h, c->wd, c->yd, c->cd, c->xd, MAX_ALGOS, &found,
+                                                         perf);
         for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < found && *algo < 0; i++)
             if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KILN_CUDA_WORKSPACE_BYTES) {
                 *algo = (int)perf[i].algo;

@@ -54,8 +54,8 @@ typedef struct kiln_cuda_device {
     int cc_major, cc_minor;
     size_t total_mem;
     kiln_cuda_alloc alloc;
-    bool tf32; /* option tf32=on: f32 matmul and convolution may use TF32 tensor cores */
-    void *blas_lt; /* cublasLtHandle_t */
+    bool tf32;          /* option tf32=on: f32 matmul and convolution may use TF32 tensor cores */
+    void *blas_lt;      /* cublasLtHandle_t */
     pthread_mutex_t mu; /* guards lost_why, conv_cache */
     atomic_bool lost;
     char lost_why[256];
@@ -151,7 +151,8 @@ int kiln__cuda_layer_norm(void *q, const kiln_tdesc *out, const kiln_tdesc *mean
                           double eps);
 int kiln__cuda_epilogue(void *q, const kiln_tdesc *out, const kiln_epilogue *ep);
 int kiln__cuda_adam_step(void *q, const kiln_adam_params *p, const kiln_tdesc *param, const kiln_tdesc *grad,
-                         const kiln_tdesc *exp_avg, const kiln_tdesc *exp_avg_sq, const kiln_tdesc *max_exp_avg_sq);
+                         const kiln_tdesc *exp_avg, const kiln_tdesc *exp_avg_sq,
+                         const kiln_tdesc *max_exp_avg_sq);
 int kiln__cuda_pool(void *q, const kiln_pool_params *p, const kiln_tdesc *out, const kiln_tdesc *indices,
                     const kiln_tdesc *x);
 int kiln__cuda_pool_backward(void *q, const kiln_pool_params *p, const kiln_tdesc *grad_x,

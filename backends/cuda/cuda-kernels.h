@@ -49,35 +49,30 @@ typedef struct kcu_index_flag {
 int kcu_fill(kcu_stream s, const kcu_view *out, double value);
 int kcu_arange(kcu_stream s, const kcu_view *out, double start, double step);
 int kcu_copy(kcu_stream s, const kcu_view *out, const kcu_view *in);
-int kcu_rng(kcu_stream s, int kind, const kcu_view *out, uint64_t seed, uint64_t offset, double p0,
-            double p1);
+int kcu_rng(kcu_stream s, int kind, const kcu_view *out, uint64_t seed, uint64_t offset, double p0, double p1);
 
 /* elementwise (cuda-elementwise.cu); op values are kiln_unary_op / kiln_binary_op */
 int kcu_unary(kcu_stream s, int op, const kcu_view *out, const kcu_view *in, double alpha, double beta);
 int kcu_binary(kcu_stream s, int op, const kcu_view *out, const kcu_view *a, const kcu_view *b);
-int kcu_where(kcu_stream s, const kcu_view *out, const kcu_view *cond, const kcu_view *a,
-              const kcu_view *b);
+int kcu_where(kcu_stream s, const kcu_view *out, const kcu_view *cond, const kcu_view *a, const kcu_view *b);
 /** out = act(out + bias[col] + residual) in place over a contiguous out of ncols columns;
  *  bias and residual may have a NULL base. act is a kiln_epilogue_act. */
-int kcu_epilogue(kcu_stream s, const kcu_view *out, int64_t ncols, const kcu_view *bias,
-                 const kcu_view *residual, int act, double alpha, double beta);
+int kcu_epilogue(kcu_stream s, const kcu_view *out, int64_t ncols, const kcu_view *bias, const kcu_view *residual,
+                 int act, double alpha, double beta);
 /** out[n, c, i] += bias[c] over a contiguous out [N, channels, plane]. */
 int kcu_channel_bias(kcu_stream s, const kcu_view *out, const kcu_view *bias, int64_t channels, int64_t plane);
 /** The fused Adam/AdamW step (kiln_adam_params' arithmetic) over n contiguous elements. */
-int kcu_adam(kcu_stream s, int dtype, int64_t n, void *param, const void *grad, void *m, void *v,
-             void *vmax, double beta1, double beta2, double eps, double weight_decay,
-             double param_scale, double step_size, double inv_bc2_sqrt, bool decoupled,
-             bool amsgrad, bool maximize);
+int kcu_adam(kcu_stream s, int dtype, int64_t n, void *param, const void *grad, void *m, void *v, void *vmax,
+             double beta1, double beta2, double eps, double weight_decay, double param_scale, double step_size,
+             double inv_bc2_sqrt, bool decoupled, bool amsgrad, bool maximize);
 
 /* reductions and rows (cuda-reduce.cu); op values are kiln_reduce_op */
-int kcu_reduce(kcu_stream s, int op, const kcu_view *out, const kcu_view *in, uint32_t mask,
-               double param);
+int kcu_reduce(kcu_stream s, int op, const kcu_view *out, const kcu_view *in, uint32_t mask, double param);
 int kcu_arg_reduce(kcu_stream s, bool is_max, const kcu_view *out, const kcu_view *in, int dim);
 int kcu_cumsum(kcu_stream s, const kcu_view *out, const kcu_view *in, int dim);
 int kcu_softmax(kcu_stream s, bool log, const kcu_view *out, const kcu_view *in, int dim);
 int kcu_layer_norm(kcu_stream s, const kcu_view *out, const kcu_view *mean, const kcu_view *rstd,
-                   const kcu_view *x, const kcu_view *weight, const kcu_view *bias, int64_t inner,
-                   double eps);
+                   const kcu_view *x, const kcu_view *weight, const kcu_view *bias, int64_t inner, double eps);
 int kcu_sort(kcu_stream s, const kcu_view *values, const kcu_view *indices, const kcu_view *in, int dim,
              bool descending);
 
@@ -86,8 +81,7 @@ int kcu_index_check(kcu_stream s, const kcu_view *index, int64_t lo, int64_t hi,
 int kcu_gather(kcu_stream s, const kcu_view *out, const kcu_view *in, int dim, const kcu_view *index);
 int kcu_scatter(kcu_stream s, const kcu_view *out, int dim, const kcu_view *index, const kcu_view *src,
                 bool accumulate);
-int kcu_index_select(kcu_stream s, const kcu_view *out, const kcu_view *in, int dim,
-                     const kcu_view *index);
+int kcu_index_select(kcu_stream s, const kcu_view *out, const kcu_view *in, int dim, const kcu_view *index);
 int kcu_index_add(kcu_stream s, const kcu_view *out, int dim, const kcu_view *index, const kcu_view *src);
 
 /** Constant (0), reflect (1) or replicate (2) padding; pads[2d], pads[2d+1] = lo, hi. */
@@ -99,7 +93,8 @@ typedef struct kcu_pool_params {
     int64_t kernel[3], stride[3], padding[3], dilation[3];
     bool count_include_pad;
 } kcu_pool_params;
-int kcu_pool(kcu_stream s, const kcu_pool_params *p, const kcu_view *out, const kcu_view *indices, const kcu_view *x);
+int kcu_pool(kcu_stream s, const kcu_pool_params *p, const kcu_view *out, const kcu_view *indices,
+             const kcu_view *x);
 /** Zeroes grad_x, then adds each output gradient into its window (max: at its index). */
 int kcu_pool_backward(kcu_stream s, const kcu_pool_params *p, const kcu_view *grad_x, const kcu_view *grad_out,
                       const kcu_view *indices);

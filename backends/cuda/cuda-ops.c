@@ -23,12 +23,12 @@ static const char *dtype_name(kiln_dtype dt)
     return (unsigned)dt < KILN_DTYPE_COUNT ? names[dt] : "?";
 }
 
-#define ENTER(q, op)                                     \
-    kiln_cuda_queue *q = vq;                             \
-    do {                                                 \
-        int rc_ = kiln__cuda_enter(q->dev, op);          \
-        if (rc_)                                         \
-            return rc_;                                  \
+#define ENTER(q, op)                                                                                              \
+    kiln_cuda_queue *q = vq;                                                                                      \
+    do {                                                                                                          \
+        int rc_ = kiln__cuda_enter(q->dev, op);                                                                   \
+        if (rc_)                                                                                                  \
+            return rc_;                                                                                           \
     } while (0)
 
 int kiln__cuda_fill(void *vq, const kiln_tdesc *out, double value)
@@ -71,14 +71,19 @@ int kiln__cuda_rng(void *vq, kiln_rng_kind kind, const kiln_tdesc *out, uint64_t
 static bool unary_has_int(kiln_unary_op op, double alpha)
 {
     switch (op) {
-    case KILN_UNARY_NEG: case KILN_UNARY_ABS: case KILN_UNARY_SIGN: case KILN_UNARY_SQUARE:
-    case KILN_UNARY_RELU: case KILN_UNARY_CLAMP: case KILN_UNARY_FLOOR: case KILN_UNARY_CEIL:
-    case KILN_UNARY_ROUND: case KILN_UNARY_ADD_SCALAR: case KILN_UNARY_MUL_SCALAR:
-        return true;
-    case KILN_UNARY_POW_SCALAR:
-        return alpha == (double)(int64_t)alpha && alpha > -9.0e15 && alpha < 9.0e15;
-    default:
-        return false;
+    case KILN_UNARY_NEG:
+    case KILN_UNARY_ABS:
+    case KILN_UNARY_SIGN:
+    case KILN_UNARY_SQUARE:
+    case KILN_UNARY_RELU:
+    case KILN_UNARY_CLAMP:
+    case KILN_UNARY_FLOOR:
+    case KILN_UNARY_CEIL:
+    case KILN_UNARY_ROUND:
+    case KILN_UNARY_ADD_SCALAR:
+    case KILN_UNARY_MUL_SCALAR: return true;
+    case KILN_UNARY_POW_SCALAR: return alpha == (double)(int64_t)alpha && alpha > -9.0e15 && alpha < 9.0e15;
+    default: return false;
     }
 }
 
@@ -112,8 +117,7 @@ int kiln__cuda_binary(void *vq, kiln_binary_op op, const kiln_tdesc *out, const 
     if (!cmp_or_logic && out->dtype == KILN_BOOL &&
         !(op == KILN_BINARY_ADD || op == KILN_BINARY_MUL || op == KILN_BINARY_MAXIMUM ||
           op == KILN_BINARY_MINIMUM))
-        return kiln__error_set("binary on %s: op %d is not defined for bool", q->dev->name, (int)op),
-               KILN_ENOTSUP;
+        return kiln__error_set("binary on %s: op %d is not defined for bool", q->dev->name, (int)op), KILN_ENOTSUP;
     kcu_view o = kiln__cuda_view(out), x = kiln__cuda_view(a), y = kiln__cuda_view(b);
     return kiln__cuda_check(q, kcu_binary(q->stream, (int)op, &o, &x, &y), "binary");
 }
@@ -256,7 +260,8 @@ int kiln__cuda_scatter(void *vq, const kiln_tdesc *out, int dim, const kiln_tdes
     return kiln__cuda_check(q, kcu_scatter(q->stream, &o, dim, &x, &s, accumulate), "scatter");
 }
 
-int kiln__cuda_index_select(void *vq, const kiln_tdesc *out, const kiln_tdesc *in, int dim, const kiln_tdesc *index)
+int kiln__cuda_index_select(void *vq, const kiln_tdesc *out, const kiln_tdesc *in, int dim,
+                            const kiln_tdesc *index)
 {
     ENTER(q, "index_select");
     kcu_view o = lane_view(out), i = lane_view(in), x = lane_view(index);
@@ -279,8 +284,8 @@ int kiln__cuda_pad(void *vq, kiln_pad_mode mode, const kiln_tdesc *out, const ki
     for (int d = 0; d < in->ndim; d++) {
         if (mode == KILN_PAD_REFLECT && (pads[2 * d] != 0 || pads[2 * d + 1] != 0) &&
             (pads[2 * d] >= in->shape[d] || pads[2 * d + 1] >= in->shape[d]))
-            return kiln__error_set("pad on %s: reflect padding of dim %d must be below its size %lld", q->dev->name,
-                                   d, (long long)in->shape[d]),
+            return kiln__error_set("pad on %s: reflect padding of dim %d must be below its size %lld",
+                                   q->dev->name, d, (long long)in->shape[d]),
                    KILN_EINVAL;
         if (mode == KILN_PAD_REPLICATE && in->shape[d] == 0 && out->shape[d] > 0)
             return kiln__error_set("pad on %s: cannot replicate an empty dim %d", q->dev->name, d), KILN_EINVAL;
@@ -346,7 +351,8 @@ int kiln__cuda_adam_step(void *vq, const kiln_adam_params *p, const kiln_tdesc *
 static int pool_params(kiln_cuda_queue *q, const char *op, int nspatial, kiln_dtype dt, const kiln_tdesc *x)
 {
     if (nspatial < 1 || nspatial > 3 || x->ndim < nspatial)
-        return kiln__error_set("%s on %s: %d spatial dims over a %d-d tensor", op, q->dev->name, nspatial, x->ndim),
+        return kiln__error_set("%s on %s: %d spatial dims over a %d-d tensor", op, q->dev->name, nspatial,
+                               x->ndim),
                KILN_EINVAL;
     if (!is_float(dt))
         return kiln__error_set("%s on %s: %s is not supported (floating dtypes are)", op, q->dev->name,

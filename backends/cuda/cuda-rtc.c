@@ -47,7 +47,8 @@ static const char *op_stmt(kiln_unary_op op)
     /* the ops with parameters read A (alpha) and B (beta), declared around each statement */
     case KILN_UNARY_LEAKY_RELU: return "x = x > 0.0f ? x : (float)(A) * x;";
     case KILN_UNARY_ELU: return "x = x > 0.0f ? x : (float)(A) * expm1f(x);";
-    case KILN_UNARY_CLAMP: return "if (x == x) { x = x < (float)(A) ? (float)(A) : x; x = x > (float)(B) ? (float)(B) : x; }";
+    case KILN_UNARY_CLAMP:
+        return "if (x == x) { x = x < (float)(A) ? (float)(A) : x; x = x > (float)(B) ? (float)(B) : x; }";
     case KILN_UNARY_ADD_SCALAR: return "x = x + (float)(A);";
     case KILN_UNARY_MUL_SCALAR: return "x = x * (float)(A);";
     default: return NULL;
@@ -141,8 +142,7 @@ char *kiln__cuda_codegen_unary_chain(const char *name, const kiln_unary_op *ops,
     return b.p;
 }
 
-int kiln__cuda_rtc_compile(const char *source, const char *name, int major, int minor, char **ptx,
-                           size_t *ptx_len)
+int kiln__cuda_rtc_compile(const char *source, const char *name, int major, int minor, char **ptx, size_t *ptx_len)
 {
     *ptx = NULL;
     if (major < 5 || major > 20 || minor < 0 || minor > 9)

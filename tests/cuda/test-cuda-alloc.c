@@ -20,15 +20,15 @@
 
 static int failures, checks;
 
-#define CHECK(cond, ...)                                                          \
-    do {                                                                          \
-        checks++;                                                                 \
-        if (!(cond)) {                                                            \
-            failures++;                                                           \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
-            fprintf(stderr, __VA_ARGS__);                                         \
-            fprintf(stderr, "\n");                                                \
-        }                                                                         \
+#define CHECK(cond, ...)                                                                                          \
+    do {                                                                                                          \
+        checks++;                                                                                                 \
+        if (!(cond)) {                                                                                            \
+            failures++;                                                                                           \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                       \
+            fprintf(stderr, __VA_ARGS__);                                                                         \
+            fprintf(stderr, "\n");                                                                                \
+        }                                                                                                         \
     } while (0)
 
 /* ------------------------------------------------------------ the fake device */
@@ -141,7 +141,9 @@ static void test_steady_state(void)
     kiln_cuda_alloc a;
     fake_device d;
     setup(&a, &d, (size_t)1 << 30);
-    enum { N = 100 };
+    enum {
+        N = 100
+    };
     kiln_cuda_block *blk[N];
     bool oom;
     for (int round = 0; round < 3; round++) {

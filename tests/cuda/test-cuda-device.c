@@ -21,15 +21,15 @@
 
 static int failures, checks;
 
-#define CHECK(cond, ...)                                                          \
-    do {                                                                          \
-        checks++;                                                                 \
-        if (!(cond)) {                                                            \
-            failures++;                                                           \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
-            fprintf(stderr, __VA_ARGS__);                                         \
-            fprintf(stderr, " (last error: %s)\n", kiln_error());                 \
-        }                                                                         \
+#define CHECK(cond, ...)                                                                                          \
+    do {                                                                                                          \
+        checks++;                                                                                                 \
+        if (!(cond)) {                                                                                            \
+            failures++;                                                                                           \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                       \
+            fprintf(stderr, __VA_ARGS__);                                                                         \
+            fprintf(stderr, " (last error: %s)\n", kiln_error());                                                 \
+        }                                                                                                         \
     } while (0)
 
 static void test_absent(const char *why)
@@ -200,9 +200,9 @@ static void test_gpu(kiln_device *gpu, kiln_device *cpu)
     uint64_t raw_after_first = 0;
     for (int it = 0; it < 5 && dev; it++) {
         kiln_scope_begin();
-        kiln_tensor *h = kiln_gelu(kiln_add(kiln_matmul(x, kiln_transpose(x, 1, 2)), kiln_full(gpu, KILN_F32, 1,
-                                                                                               (int64_t[]){257}, 1)),
-                                   false);
+        kiln_tensor *h = kiln_gelu(
+            kiln_add(kiln_matmul(x, kiln_transpose(x, 1, 2)), kiln_full(gpu, KILN_F32, 1, (int64_t[]){257}, 1)),
+            false);
         CHECK(h && kiln_device_sync(gpu) == 0, "steady loop pass %d", it);
         kiln_scope_end();
         kiln_cuda_alloc_stats st;

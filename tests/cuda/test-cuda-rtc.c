@@ -13,15 +13,15 @@
 
 static int failures, checks;
 
-#define CHECK(cond, ...)                                                          \
-    do {                                                                          \
-        checks++;                                                                 \
-        if (!(cond)) {                                                            \
-            failures++;                                                           \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
-            fprintf(stderr, __VA_ARGS__);                                         \
-            fprintf(stderr, " (last error: %s)\n", kiln_error());                 \
-        }                                                                         \
+#define CHECK(cond, ...)                                                                                          \
+    do {                                                                                                          \
+        checks++;                                                                                                 \
+        if (!(cond)) {                                                                                            \
+            failures++;                                                                                           \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                       \
+            fprintf(stderr, __VA_ARGS__);                                                                         \
+            fprintf(stderr, " (last error: %s)\n", kiln_error());                                                 \
+        }                                                                                                         \
     } while (0)
 
 static void test_chain(void)
