@@ -160,6 +160,10 @@ int kiln__cuda_pool_backward(void *q, const kiln_pool_params *p, const kiln_tdes
 int kiln__cuda_adaptive_avg_pool(void *q, int nspatial, const kiln_tdesc *out, const kiln_tdesc *x);
 int kiln__cuda_adaptive_avg_pool_backward(void *q, int nspatial, const kiln_tdesc *grad_x,
                                           const kiln_tdesc *grad_out);
+int kiln__cuda_interpolate(void *q, kiln_interp_mode mode, bool align_corners, const kiln_tdesc *out,
+                           const kiln_tdesc *x);
+int kiln__cuda_interpolate_backward(void *q, kiln_interp_mode mode, bool align_corners, const kiln_tdesc *grad_x,
+                                    const kiln_tdesc *grad_out);
 /** Reports (and clears) the first violation parked by index checks on q; waits for q. */
 int kiln__cuda_checks_report(kiln_cuda_queue *q);
 

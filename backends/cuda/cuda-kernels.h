@@ -101,6 +101,13 @@ int kcu_pool_backward(kcu_stream s, const kcu_pool_params *p, const kcu_view *gr
 int kcu_adaptive_avg_pool(kcu_stream s, int nspatial, const kcu_view *out, const kcu_view *x);
 int kcu_adaptive_avg_pool_backward(kcu_stream s, int nspatial, const kcu_view *grad_x, const kcu_view *grad_out);
 
+/* interpolation (cuda-resize.cu) over [N, C, S...] with 1 to 3 spatial dims; mode 0
+ * nearest, 1 linear */
+int kcu_interpolate(kcu_stream s, int mode, bool align_corners, const kcu_view *out, const kcu_view *x);
+/** Zeroes grad_x, then adds each output gradient to its taps. */
+int kcu_interpolate_backward(kcu_stream s, int mode, bool align_corners, const kcu_view *grad_x,
+                             const kcu_view *grad_out);
+
 /** The name of a launch status, for messages (cudaGetErrorString). */
 const char *kcu_error_string(int status);
 

@@ -428,3 +428,41 @@ int kiln__cuda_adaptive_avg_pool_backward(void *vq, int nspatial, const kiln_tde
     return kiln__cuda_check(q, kcu_adaptive_avg_pool_backward(q->stream, nspatial, &gx, &gy),
                             "adaptive_avg_pool_backward");
 }
+
+/* ------------------------------------------------------------ interpolation */
+
+static int interp_check(kiln_cuda_queue *q, const char *op, kiln_interp_mode mode, const kiln_tdesc *x)
+{
+    if (mode != KILN_INTERP_NEAREST && mode != KILN_INTERP_BILINEAR)
+        return kiln__error_set("%s on %s: unknown mode %d", op, q->dev->name, (int)mode), KILN_EINVAL;
+    if (x->ndim < 3 || x->ndim > 5)
+        return kiln__error_set("%s on %s: expected [N, C, S...] with 1 to 3 spatial dims, got %d dims", op,
+                               q->dev->name, x->ndim),
+               KILN_EINVAL;
+    return pool_params(q, op, x->ndim - 2, x->dtype, x);
+}
+
+int kiln__cuda_interpolate(void *vq, kiln_interp_mode mode, bool align_corners, const kiln_tdesc *out,
+                           const kiln_tdesc *x)
+{
+    ENTER(q, "interpolate");
+    int rc = interp_check(q, "interpolate", mode, x);
+    if (rc)
+        return rc;
+    kcu_view o = kiln__cuda_view(out), xv = kiln__cuda_view(x);
+    return kiln__cuda_check(
+        q, kcu_interpolate(q->stream, mode == KILN_INTERP_NEAREST ? 0 : 1, align_corners, &o, &xv), "interpolate");
+}
+
+int kiln__cuda_interpolate_backward(void *vq, kiln_interp_mode mode, bool align_corners, const kiln_tdesc *grad_x,
+                                    const kiln_tdesc *grad_out)
+{
+    ENTER(q, "interpolate_backward");
+    int rc = interp_check(q, "interpolate_backward", mode, grad_x);
+    if (rc)
+        return rc;
+    kcu_view gx = kiln__cuda_view(grad_x), gy = kiln__cuda_view(grad_out);
+    return kiln__cuda_check(
+        q, kcu_interpolate_backward(q->stream, mode == KILN_INTERP_NEAREST ? 0 : 1, align_corners, &gx, &gy),
+        "interpolate_backward");
+}

@@ -9,7 +9,7 @@ mkdir -p "$out"
 hipcc=${HIPCC:-hipcc}
 archs="--offload-arch=gfx90a --offload-arch=gfx1030"
 objs=
-for f in cuda-elementwise cuda-reduce cuda-index cuda-pool; do
+for f in cuda-elementwise cuda-reduce cuda-index cuda-pool cuda-resize; do
     echo "hipcc: $f.cu"
     # rocm_agent_enumerator (which hipcc runs to look for a GPU) prints a traceback on a
     # machine without one; the explicit --offload-arch makes its answer irrelevant
