@@ -8,8 +8,8 @@
  * downloads round-trip, elementwise, reductions, softmax, matmul in f32/f64/f16/bf16
  * (with a transposed operand and broadcast batches), TF32 off by default, Philox draws
  * equal to the cpu's, a convolution, an out-of-range gather reported at the next read
- * with the op's name, and a steady loop that reaches cudaMalloc no more after its
- * first pass (the allocator's figures).
+ * with the op's name, a steady loop that reaches cudaMalloc no more after its first
+ * pass (the allocator's figures), and two queues ordered by events.
  */
 #include <math.h>
 #include <stdio.h>
@@ -217,6 +217,45 @@ static void test_gpu(kiln_device *gpu, kiln_device *cpu)
     kiln_tensor_release(x_cpu);
 }
 
+/* Two queues of one device: a tensor made on one and read on the other is ordered by the
+ * engine's events, and a block freed on one queue and taken on the other is not reused
+ * before the first queue's work on it has finished (the allocator's cross-stream order).
+ * Without those, the sums below come out wrong, at least some of the time. */
+static void test_queues(kiln_device *gpu)
+{
+    kiln_queue *q1 = kiln_queue_open(gpu), *q2 = kiln_queue_open(gpu);
+    CHECK(q1 && q2, "two queues open");
+    if (!q1 || !q2) {
+        kiln_queue_close(q1);
+        kiln_queue_close(q2);
+        return;
+    }
+    int64_t n = 1 << 24;
+    for (int i = 1; i <= 8; i++) {
+        kiln_queue_use(gpu, q1);
+        kiln_tensor *a = kiln_full(gpu, KILN_F32, 1, &n, (double)i);
+        kiln_tensor *b = kiln_gelu(kiln_gelu(a, false), false); /* keeps q1 busy */
+        kiln_tensor *made = kiln_full(gpu, KILN_F32, 1, &n, 0.5 * i);
+        kiln_tensor_release(a);
+        kiln_tensor_release(b); /* parked on q1 while its kernels may still run */
+        kiln_queue_use(gpu, q2);
+        kiln_tensor *c = kiln_full(gpu, KILN_F32, 1, &n, 2.0 * i); /* may take a q1 block */
+        kiln_tensor *sc = kiln_sum(c, KILN_ALL_DIMS, false);
+        kiln_tensor *sm = kiln_sum(made, KILN_ALL_DIMS, false); /* made on q1, read on q2 */
+        CHECK(sc && kiln_item(sc) == 2.0 * i * (double)n, "round %d: a fresh tensor on q2 sums to %g", i,
+              sc ? kiln_item(sc) : 0.0);
+        CHECK(sm && kiln_item(sm) == 0.5 * i * (double)n, "round %d: q1's tensor read on q2 sums to %g", i,
+              sm ? kiln_item(sm) : 0.0);
+        kiln_tensor_release(sc);
+        kiln_tensor_release(sm);
+        kiln_tensor_release(c);
+        kiln_tensor_release(made);
+    }
+    kiln_queue_use(gpu, NULL);
+    kiln_queue_close(q1);
+    kiln_queue_close(q2);
+}
+
 int main(void)
 {
     kiln_device *gpu = kiln_device_open("cuda:0");
@@ -231,6 +270,7 @@ int main(void)
     }
     kiln_device *cpu = kiln_device_open("cpu");
     test_gpu(gpu, cpu);
+    test_queues(gpu);
     kiln_device_close(gpu);
     kiln_device_close(cpu);
     printf("test-cuda-device: %d checks, %d failures\n", checks, failures);
