@@ -9,12 +9,15 @@
  * (with a transposed operand and broadcast batches), TF32 off by default, Philox draws
  * equal to the cpu's, a convolution, an out-of-range gather reported at the next read
  * with the op's name, a steady loop that reaches cudaMalloc no more after its first
- * pass (the allocator's figures), and two queues ordered by events.
+ * pass (the allocator's figures), two queues ordered by events, and (in a process of its
+ * own) a kernel fault that marks the device lost.
  */
 #include <math.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "cuda-impl.h"
 #include "kiln/kiln.h"
@@ -256,8 +259,53 @@ static void test_queues(kiln_device *gpu)
     kiln_queue_close(q2);
 }
 
-int main(void)
+/* Run in a process of its own (--lose-device), since it ruins the CUDA context: a kernel
+ * writing at an invalid address is a sticky fault, which the next sync reports naming
+ * the op queued last, and after which the device refuses work with the original cause. */
+static int lose_device(void)
 {
+    kiln_device *gpu = kiln_device_open("cuda:0");
+    if (!gpu) {
+        fprintf(stderr, "lose-device: %s\n", kiln_error());
+        return 1;
+    }
+    kiln_cuda_queue *q = kiln__device_ctx(gpu);
+    kcu_view bad;
+    memset(&bad, 0, sizeof bad);
+    bad.base = (void *)(uintptr_t)0x1000; /* never a device allocation */
+    bad.ndim = 1;
+    bad.shape[0] = 1 << 20;
+    bad.strides[0] = 1;
+    bad.dtype = KILN_F32;
+    CHECK(kiln__cuda_check(q, kcu_fill(q->stream, &bad, 1.0), "fill at an invalid address") == 0,
+          "the faulty kernel launches");
+    int rc = kiln_device_sync(gpu);
+    const char *msg = kiln_error();
+    CHECK(rc == KILN_EDEVICE && strstr(msg, "fill at an invalid address") && strstr(msg, "lost"),
+          "the fault is reported at sync, naming the op and the lost device: rc %d, %s", rc, msg);
+    CHECK(kiln__cuda_device_lost(q->dev) != NULL, "the device is marked lost");
+    kiln_tensor *t = kiln_full(gpu, KILN_F32, 1, (int64_t[]){4}, 1.0);
+    CHECK(!t && strstr(kiln_error(), "was lost earlier"), "later work is refused with the cause");
+    kiln_tensor_release(t);
+    printf("lose-device: %d checks, %d failures\n", checks, failures);
+    return failures ? 1 : 0;
+}
+
+static void test_lost(const char *self)
+{
+    pid_t pid;
+    char *argv[] = {(char *)self, "--lose-device", NULL};
+    extern char **environ;
+    int rc = posix_spawn(&pid, self, NULL, NULL, argv, environ);
+    int status = 0;
+    CHECK(rc == 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "the device-lost run passed (spawn %d, status %d)", rc, status);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--lose-device") == 0)
+        return lose_device();
     kiln_device *gpu = kiln_device_open("cuda:0");
     if (!gpu) {
         char why[512];
@@ -271,6 +319,7 @@ int main(void)
     kiln_device *cpu = kiln_device_open("cpu");
     test_gpu(gpu, cpu);
     test_queues(gpu);
+    test_lost(argv[0]);
     kiln_device_close(gpu);
     kiln_device_close(cpu);
     printf("test-cuda-device: %d checks, %d failures\n", checks, failures);
