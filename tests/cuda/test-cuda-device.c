@@ -48,9 +48,11 @@ static void test_absent(const char *why)
     CHECK(cpu != NULL, "cpu opens beside a missing GPU");
     if (cpu) {
         kiln_tensor *a = kiln_full(cpu, KILN_F32, 1, (int64_t[]){4}, 1.5);
-        kiln_tensor *s = kiln_sum(kiln_add(a, a), KILN_ALL_DIMS, false);
+        kiln_tensor *twice = kiln_add(a, a);
+        kiln_tensor *s = kiln_sum(twice, KILN_ALL_DIMS, false);
         CHECK(s && kiln_item(s) == 12.0, "cpu still computes");
         kiln_tensor_release(s);
+        kiln_tensor_release(twice);
         kiln_tensor_release(a);
         kiln_device_close(cpu);
     }
@@ -194,7 +196,9 @@ static void test_gpu(kiln_device *gpu, kiln_device *cpu)
         kiln_tensor_release(idx);
         kiln_tensor_release(gth);
         kiln_tensor *ok = kiln_full(gpu, KILN_F32, 1, (int64_t[]){2}, 2.0);
-        CHECK(ok && kiln_item(kiln_sum(ok, KILN_ALL_DIMS, false)) == 4.0, "the queue works after the error");
+        kiln_tensor *oks = ok ? kiln_sum(ok, KILN_ALL_DIMS, false) : NULL;
+        CHECK(oks && kiln_item(oks) == 4.0, "the queue works after the error");
+        kiln_tensor_release(oks);
         kiln_tensor_release(ok);
     }
 
@@ -237,7 +241,8 @@ static void test_queues(kiln_device *gpu)
     for (int i = 1; i <= 8; i++) {
         kiln_queue_use(gpu, q1);
         kiln_tensor *a = kiln_full(gpu, KILN_F32, 1, &n, (double)i);
-        kiln_tensor *b = kiln_gelu(kiln_gelu(a, false), false); /* keeps q1 busy */
+        kiln_tensor *b1 = kiln_gelu(a, false), *b = kiln_gelu(b1, false); /* keeps q1 busy */
+        kiln_tensor_release(b1);
         kiln_tensor *made = kiln_full(gpu, KILN_F32, 1, &n, 0.5 * i);
         kiln_tensor_release(a);
         kiln_tensor_release(b); /* parked on q1 while its kernels may still run */
