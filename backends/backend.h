@@ -591,6 +591,12 @@ typedef struct kiln_backend_iface {
      *  from matmuls and elementwise ops otherwise, or when NULL. p->seq_lens is host memory
      *  the caller owns only during the call: an async backend copies it before returning. */
     int (*rnn)(void *ctx, const kiln_rnn_params *p, const kiln_rnn_operands *o);
+
+    /* --- device state (optional; ctx is the device context, as for counters). */
+    /** The allocator's figures (kiln_device_memory_get). */
+    int (*memory)(void *ctx, kiln_device_memory *out);
+    /** Why the device stopped working, or NULL while it works (kiln_device_lost). */
+    const char *(*lost)(void *ctx);
 } kiln_backend_iface;
 
 

@@ -571,6 +571,25 @@ void *kiln__cuda_workspace(kiln_cuda_queue *q, const char *op)
     return q->workspace->ptr;
 }
 
+static int cuda_memory(void *ctx, kiln_device_memory *out)
+{
+    kiln_cuda_device *dev = ctx;
+    kiln_cuda_alloc_stats st;
+    kiln__cuda_alloc_stats_get(&dev->alloc, &st);
+    *out = (kiln_device_memory){.in_use_bytes = st.in_use_bytes,
+                                .cached_bytes = st.cached_bytes,
+                                .reserved_bytes = st.reserved_bytes,
+                                .peak_in_use_bytes = st.peak_in_use_bytes,
+                                .device_allocs = st.raw_allocs,
+                                .reuses = st.reuses};
+    return 0;
+}
+
+static const char *cuda_lost(void *ctx)
+{
+    return kiln__cuda_device_lost(ctx);
+}
+
 static const kiln_backend_iface cuda_iface = {
     .name = "cuda",
     .open = cuda_open,
@@ -624,6 +643,8 @@ static const kiln_backend_iface cuda_iface = {
     .softmax = kiln__cuda_softmax,
     .layer_norm = kiln__cuda_layer_norm,
     .adam_step = kiln__cuda_adam_step,
+    .memory = cuda_memory,
+    .lost = cuda_lost,
 };
 
 const kiln_backend_iface *kiln_backend_cuda(void)

@@ -53,6 +53,10 @@ static void test_absent(const char *why)
         CHECK(s && kiln_item(s) == 12.0, "cpu still computes");
         kiln_tensor_release(s);
         kiln_tensor_release(twice);
+        kiln_device_memory m;
+        CHECK(kiln_device_memory_get(cpu, &m) == KILN_ENOTSUP && strstr(kiln_error(), "'cpu'"),
+              "cpu keeps no memory figures, and says so naming the device");
+        CHECK(kiln_device_lost(cpu) == NULL && kiln_device_lost(NULL) == NULL, "a working device is not lost");
         kiln_tensor_release(a);
         kiln_device_close(cpu);
     }
@@ -220,6 +224,17 @@ static void test_gpu(kiln_device *gpu, kiln_device *cpu)
             CHECK(st.raw_allocs == raw_after_first, "pass %d allocated from the device (%llu, was %llu)", it,
                   (unsigned long long)st.raw_allocs, (unsigned long long)raw_after_first);
     }
+    kiln_device_memory m;
+    CHECK(kiln_device_memory_get(gpu, &m) == 0, "the cuda device keeps memory figures");
+    CHECK(m.in_use_bytes > 0 && 
+              m.reserved_bytes == m.in_use_bytes + m.cached_bytes && m.peak_in_use_bytes >= m.in_use_bytes,
+          "figures add up: in use %llu, cached %llu, reserved %llu, peak %llu", (unsigned long long)m.in_use_bytes,
+          (unsigned long long)m.cached_bytes, (unsigned long long)m.reserved_bytes,
+          (unsigned long long)m.peak_in_use_bytes);
+    CHECK(m.device_allocs == raw_after_first && m.reuses > 0, "device allocations %llu (after the first pass %llu), "
+          "reuses %llu", (unsigned long long)m.device_allocs, (unsigned long long)raw_after_first,
+          (unsigned long long)m.reuses);
+    CHECK(kiln_device_lost(gpu) == NULL, "the device works");
     kiln_tensor_release(x);
     kiln_tensor_release(x_cpu);
 }
@@ -288,7 +303,9 @@ static int lose_device(void)
     const char *msg = kiln_error();
     CHECK(rc == KILN_EDEVICE && strstr(msg, "fill at an invalid address") && strstr(msg, "lost"),
           "the fault is reported at sync, naming the op and the lost device: rc %d, %s", rc, msg);
-    CHECK(kiln__cuda_device_lost(q->dev) != NULL, "the device is marked lost");
+    const char *why = kiln_device_lost(gpu);
+    CHECK(why && strstr(why, "fill at an invalid address"), "the device is marked lost, with the cause: %s",
+          why ? why : "(not lost)");
     kiln_tensor *t = kiln_full(gpu, KILN_F32, 1, (int64_t[]){4}, 1.0);
     CHECK(!t && strstr(kiln_error(), "was lost earlier"), "later work is refused with the cause");
     kiln_tensor_release(t);
