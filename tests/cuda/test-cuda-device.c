@@ -226,14 +226,15 @@ static void test_gpu(kiln_device *gpu, kiln_device *cpu)
     }
     kiln_device_memory m;
     CHECK(kiln_device_memory_get(gpu, &m) == 0, "the cuda device keeps memory figures");
-    CHECK(m.in_use_bytes > 0 && 
-              m.reserved_bytes == m.in_use_bytes + m.cached_bytes && m.peak_in_use_bytes >= m.in_use_bytes,
+    CHECK(m.in_use_bytes > 0 && m.reserved_bytes == m.in_use_bytes + m.cached_bytes &&
+              m.peak_in_use_bytes >= m.in_use_bytes,
           "figures add up: in use %llu, cached %llu, reserved %llu, peak %llu", (unsigned long long)m.in_use_bytes,
           (unsigned long long)m.cached_bytes, (unsigned long long)m.reserved_bytes,
           (unsigned long long)m.peak_in_use_bytes);
-    CHECK(m.device_allocs == raw_after_first && m.reuses > 0, "device allocations %llu (after the first pass %llu), "
-          "reuses %llu", (unsigned long long)m.device_allocs, (unsigned long long)raw_after_first,
-          (unsigned long long)m.reuses);
+    CHECK(m.device_allocs == raw_after_first && m.reuses > 0,
+          "device allocations %llu (after the first pass %llu), "
+          "reuses %llu",
+          (unsigned long long)m.device_allocs, (unsigned long long)raw_after_first, (unsigned long long)m.reuses);
     CHECK(kiln_device_lost(gpu) == NULL, "the device works");
     kiln_tensor_release(x);
     kiln_tensor_release(x_cpu);

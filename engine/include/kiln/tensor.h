@@ -149,12 +149,12 @@ int kiln_device_counters_get(kiln_device *dev, kiln_device_counters *out, const 
 /** A device allocator's figures (the cuda backend's caching allocator), in bytes of
  *  device memory unless named otherwise. */
 typedef struct kiln_device_memory {
-    uint64_t in_use_bytes;      /* held by live buffers */
-    uint64_t cached_bytes;      /* freed buffers kept for reuse */
-    uint64_t reserved_bytes;    /* taken from the device: in use + cached */
+    uint64_t in_use_bytes;   /* held by live buffers */
+    uint64_t cached_bytes;   /* freed buffers kept for reuse */
+    uint64_t reserved_bytes; /* taken from the device: in use + cached */
     uint64_t peak_in_use_bytes;
-    uint64_t device_allocs;     /* allocations that reached the device (cudaMalloc) */
-    uint64_t reuses;            /* allocations served from the cache */
+    uint64_t device_allocs; /* allocations that reached the device (cudaMalloc) */
+    uint64_t reuses;        /* allocations served from the cache */
 } kiln_device_memory;
 /** Fill *out from a device whose backend keeps memory figures; KILN_ENOTSUP with a
  *  message naming the device for one that keeps none (ref, cpu, remote). */
