@@ -603,6 +603,12 @@ typedef struct kiln_backend_iface {
     int64_t (*rnn_pack_size)(void *ctx, const kiln_rnn_params *p);
     int (*rnn_pack)(void *ctx, const kiln_rnn_params *p, const kiln_tdesc *packed, const kiln_tdesc *w,
                     const kiln_tdesc *r);
+
+    /* --- device state (optional; ctx is the device context, as for counters). */
+    /** The allocator's figures (kiln_device_memory_get). */
+    int (*memory)(void *ctx, kiln_device_memory *out);
+    /** Why the device stopped working, or NULL while it works (kiln_device_lost). */
+    const char *(*lost)(void *ctx);
 } kiln_backend_iface;
 
 
