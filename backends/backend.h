@@ -297,6 +297,7 @@ typedef enum kiln_entry {
     KILN_ENTRY_INDEX_CHECK,
     KILN_ENTRY_RNN,
     KILN_ENTRY_RNN_PACK,
+    KILN_ENTRY_FUSED,
     KILN_ENTRY_COUNT
 } kiln_entry;
 
@@ -329,6 +330,9 @@ typedef struct kiln_device_opts {
 } kiln_device_opts;
 
 typedef struct kiln_backend_iface kiln_backend_iface;
+
+/** A fused group of elementwise ops as one program (backends/fused-program.h). */
+typedef struct kiln_fused_program kiln_fused_program;
 
 /** The value of option key (marked used; *source says where it came from), or NULL. */
 const char *kiln__device_opts_take(kiln_device_opts *o, const char *key, const char **source);
@@ -609,6 +613,12 @@ typedef struct kiln_backend_iface {
     int (*memory)(void *ctx, kiln_device_memory *out);
     /** Why the device stopped working, or NULL while it works (kiln_device_lost). */
     const char *(*lost)(void *ctx);
+
+    /** Optional: the code generator hook of the fusion layer (backends/fused): run one
+     *  fused program (backends/fused-program.h) as one kernel. KILN_ENOTSUP without a
+     *  message when the backend cannot run this program (a dtype or op it does not
+     *  generate); the fusion layer then replays the group's ops one by one. */
+    int (*fused_run)(void *ctx, const kiln_fused_program *prog);
 } kiln_backend_iface;
 
 
@@ -617,6 +627,7 @@ const kiln_backend_iface *kiln_backend_ref(void);
 const kiln_backend_iface *kiln_backend_cpu(void);
 const kiln_backend_iface *kiln_backend_remote(void);
 const kiln_backend_iface *kiln_backend_counting(void);
+const kiln_backend_iface *kiln_backend_fused(void);
 
 /** An open device's backend, the context work for it is submitted with on the calling
  *  thread (its current queue), and its capabilities, for libkiln code outside the engine

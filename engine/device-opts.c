@@ -31,6 +31,7 @@ static const env_row env_table[] = {
     {"cpu", "kernels", "KILN_CPU_KERNELS", NULL},
     {"cpu", "pool_mb", "KILN_CPU_POOL_MB", NULL},
     {"cuda", "tf32", "KILN_CUDA_TF32", NULL},
+    {"cpu", "fusion", "KILN_CPU_FUSION", NULL},
     {"remote", "timeout_ms", "KILN_REMOTE_TIMEOUT_MS", NULL},
     {"remote", "token", "KILN_REMOTE_TOKEN", "KILN_TOKEN"},
     {"onnx", "arena", "KILN_ONNX_ARENA", NULL},

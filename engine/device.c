@@ -31,6 +31,7 @@ const kiln_backend_iface *kiln_backend_vulkan(void) __attribute__((weak));
 const kiln_backend_iface *kiln_backend_hip(void) __attribute__((weak));
 const kiln_backend_iface *kiln_backend_remote(void) __attribute__((weak));
 const kiln_backend_iface *kiln_backend_counting(void) __attribute__((weak));
+const kiln_backend_iface *kiln_backend_fused(void) __attribute__((weak));
 
 typedef const kiln_backend_iface *(*backend_getter)(void);
 
@@ -142,37 +143,69 @@ static int parse_spec(const char *spec, size_t *slot, int *index, char *canon, s
     return kiln__error_set("kiln_device_open: unknown device spec '%s' (%s)", spec, usage);
 }
 
-/* The backend slot "counting:INNER" names (the decorator), after INNER's spec checked. */
+/* The backend slots of the decorators "counting:INNER" and "fused:INNER", after INNER's
+ * spec checked. */
 #define COUNTING_SLOT NBACKENDS
+#define FUSED_SLOT (NBACKENDS + 1)
 
 static const kiln_backend_iface *backend_of(size_t slot)
 {
     if (slot == COUNTING_SLOT)
         return kiln_backend_counting ? kiln_backend_counting() : NULL;
+    if (slot == FUSED_SLOT)
+        return kiln_backend_fused ? kiln_backend_fused() : NULL;
     backend_getter g = getter_of(slot);
     return g ? g() : NULL;
 }
 
 static const char *backend_name_of(size_t slot)
 {
-    return slot == COUNTING_SLOT ? "counting" : known_backends[slot].name;
+    return slot == COUNTING_SLOT ? "counting" : slot == FUSED_SLOT ? "fused" : known_backends[slot].name;
 }
 
-/* spec (without options) into its slot, index and canonical spelling; "counting:" wraps
- * any other spec. */
+/* spec (without options) into its slot, index and canonical spelling; "counting:" and
+ * "fused:" wrap any other spec, decorators included. */
 static int parse_any(const char *spec, size_t *slot, int *index, char *canon, size_t canon_len)
 {
-    if (strncmp(spec, "counting:", 9) == 0) {
+    static const char *const decorators[] = {"counting:", "fused:"};
+    for (size_t k = 0; k < 2; k++) {
+        size_t n = strlen(decorators[k]);
+        if (strncmp(spec, decorators[k], n) != 0)
+            continue;
         size_t inner_slot;
         char inner[KILN_SPEC_MAX];
-        if (parse_spec(spec + 9, &inner_slot, index, inner, sizeof inner) < 0)
+        if (parse_any(spec + n, &inner_slot, index, inner, sizeof inner) < 0)
             return -1;
-        *slot = COUNTING_SLOT;
-        if ((size_t)snprintf(canon, canon_len, "counting:%s", inner) >= canon_len)
+        *slot = k == 0 ? COUNTING_SLOT : FUSED_SLOT;
+        if ((size_t)snprintf(canon, canon_len, "%s%s", decorators[k], inner) >= canon_len)
             return kiln__error_set("kiln_device_open: spec too long");
         return 0;
     }
     return parse_spec(spec, slot, index, canon, canon_len);
+}
+
+/* The option fusion=on|off (spec, options, device defaults, KILN_<BACKEND>_FUSION):
+ * on wraps the device in the fused decorator. The engine consumes the key for every
+ * backend, so none of them refuses it. */
+static int apply_fusion_option(const kiln_device_opts *given, size_t *slot, char *canon, size_t canon_len)
+{
+    kiln_device_opts all = *given;
+    if (kiln__device_opts_env(backend_name_of(*slot), &all) < 0)
+        return -1;
+    const char *src = NULL;
+    const char *v = kiln__device_opts_take(&all, "fusion", &src);
+    if (!v || !strcmp(v, "off"))
+        return 0;
+    if (strcmp(v, "on"))
+        return kiln__error_set("kiln_device_open: option fusion (from %s) must be on or off, not '%s'", src, v);
+    if (*slot == FUSED_SLOT)
+        return 0;
+    char inner[KILN_SPEC_MAX];
+    snprintf(inner, sizeof inner, "%s", canon);
+    if ((size_t)snprintf(canon, canon_len, "fused:%s", inner) >= canon_len)
+        return kiln__error_set("kiln_device_open: spec too long");
+    *slot = FUSED_SLOT;
+    return 0;
 }
 
 /* Open backend be on spec/index with opts; checks that every option was used. */
@@ -181,6 +214,7 @@ static void *open_backend(const kiln_backend_iface *be, const char *name, const 
 {
     if (kiln__device_opts_env(name, opts) < 0)
         return NULL;
+    (void)kiln__device_opts_take(opts, "fusion", NULL);   /* the engine's: apply_fusion_option */
     void *ctx = NULL;
     if (be->open_opts) {
         ctx = be->open_opts(canon, index, opts);
@@ -247,6 +281,8 @@ kiln_device *kiln_device_open_opts(const char *spec, const char *options)
     int index = 0;
     char canon[KILN_SPEC_MAX], key[KILN_SPEC_MAX], optstr[KILN_SPEC_MAX];
     if (parse_any(base, &slot, &index, canon, sizeof canon) < 0)
+        return NULL;
+    if (apply_fusion_option(&opts, &slot, canon, sizeof canon) < 0)
         return NULL;
     kiln__device_opts_canon(&opts, optstr, sizeof optstr);
     if ((size_t)snprintf(key, sizeof key, "%s%s%s", canon, optstr[0] ? "?" : "", optstr) >= sizeof key) {

@@ -162,8 +162,9 @@ static const char *const entry_names[] = {
     [KILN_ENTRY_INDEX_CHECK] = "index_check",
     [KILN_ENTRY_RNN] = "rnn",
     [KILN_ENTRY_RNN_PACK] = "rnn_pack",
+    [KILN_ENTRY_FUSED] = "fused",
 };
-_Static_assert(KILN_ENTRY_COUNT == 35, "add the new entry to entry_names");
+_Static_assert(KILN_ENTRY_COUNT == 36, "add the new entry to entry_names");
 _Static_assert(sizeof entry_names / sizeof entry_names[0] == KILN_ENTRY_COUNT, "entry_names size");
 
 const char *kiln__entry_name(kiln_entry e)

@@ -214,10 +214,11 @@ static const size_t entry_offset[KILN_ENTRY_COUNT] = {
     ENTRY(KILN_ENTRY_PAD, pad), ENTRY(KILN_ENTRY_SOFTMAX, softmax), ENTRY(KILN_ENTRY_LAYER_NORM, layer_norm),
     ENTRY(KILN_ENTRY_ADAM_STEP, adam_step), ENTRY(KILN_ENTRY_INDEX_CHECK, index_check), ENTRY(KILN_ENTRY_RNN, rnn),
     ENTRY(KILN_ENTRY_RNN_PACK, rnn_pack),
+    ENTRY(KILN_ENTRY_FUSED, fused_run),
 };
 /* clang-format on */
 #undef ENTRY
-_Static_assert(KILN_ENTRY_COUNT == 35, "a new kiln_entry needs its slot in entry_offset");
+_Static_assert(KILN_ENTRY_COUNT == 36, "a new kiln_entry needs its slot in entry_offset");
 
 bool kiln__iface_has(const kiln_backend_iface *be, kiln_entry e)
 {

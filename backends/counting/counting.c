@@ -400,6 +400,7 @@ FWD(KILN_ENTRY_ADAM_STEP, adam_step, (void *qctx, const kiln_adam_params *p, T p
 FWD(KILN_ENTRY_RNN, rnn, (void *qctx, const kiln_rnn_params *p, const kiln_rnn_operands *o), (q->iq, p, o))
 FWD(KILN_ENTRY_RNN_PACK, rnn_pack, (void *qctx, const kiln_rnn_params *p, T packed, T w, T r),
     (q->iq, p, packed, w, r))
+FWD(KILN_ENTRY_FUSED, fused_run, (void *qctx, const kiln_fused_program *p), (q->iq, p))
 #undef T
 
 static int64_t counting_conv_pack_size(void *qctx, const kiln_conv_params *p, const kiln_tdesc *x,
@@ -478,6 +479,7 @@ static const kiln_backend_iface counting_iface = {
     .rnn = counting_rnn,
     .rnn_pack_size = counting_rnn_pack_size,
     .rnn_pack = counting_rnn_pack,
+    .fused_run = counting_fused_run,
 };
 
 const kiln_backend_iface *kiln_backend_counting(void)

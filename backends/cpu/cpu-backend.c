@@ -524,6 +524,7 @@ static const kiln_backend_iface cpu_iface = {
     .softmax = kiln__cpu_softmax,
     .layer_norm = kiln__cpu_layer_norm,
     .adam_step = kiln__cpu_adam_step,
+    .fused_run = kiln__cpu_fused_run,
 };
 
 const kiln_backend_iface *kiln_backend_cpu(void)

@@ -455,6 +455,7 @@ int64_t kiln__cpu_conv_pack_size(void *ctx, const kiln_conv_params *p, const kil
 int kiln__cpu_conv_pack(void *ctx, const kiln_tdesc *packed, const kiln_tdesc *w);
 int kiln__cpu_epilogue(void *ctx, const kiln_tdesc *out, const kiln_epilogue *ep);
 int kiln__cpu_rnn(void *ctx, const kiln_rnn_params *p, const kiln_rnn_operands *o);
+int kiln__cpu_fused_run(void *ctx, const kiln_fused_program *p);
 int64_t kiln__cpu_rnn_pack_size(void *ctx, const kiln_rnn_params *p);
 int kiln__cpu_rnn_pack_weights(void *ctx, const kiln_rnn_params *p, const kiln_tdesc *packed, const kiln_tdesc *w,
                                const kiln_tdesc *r);

@@ -1,0 +1,321 @@
+/*
+ * backends/cpu/cpu-fused.c — the cpu's fused_run: a kiln_fused_program
+ * (backends/fused-program.h) evaluated per cache-sized block with the unfused kernels.
+ *
+ * The element range is cut into one chunk per thread and each chunk into blocks of a
+ * few thousand elements. For a block, every instruction runs as one call of the kernel
+ * table's vectorized unary_f32 / binary_f32 (the AVX2 / AVX-512 math of cpu-math*.h)
+ * over registers that are block-long scratch arrays, so a chain's intermediates live in
+ * L1/L2 and only the program's loads and stores touch memory. Using the very kernels of
+ * the unfused entries makes the fused result equal to the unfused one to the bit.
+ *
+ * Why a block interpreter rather than C generated and compiled at run time: per block
+ * the interpretation costs one indirect call per instruction (~10 ns) against thousands
+ * of elements of work, under 1% of a memory-bound chain, while a run-time compiler costs
+ * tens of milliseconds per new program and would still call libm or re-implement the
+ * vector math. docs/architecture.md ("Fusion") has the measurement.
+ *
+ * Registers cost no copies where they need none: a contiguous load points into its
+ * input, a broadcast scalar (every stride 0) and a constant are one element read with
+ * stride 0 (binary_f32 takes strides 0 or 1), and the last op of a value that is stored
+ * once writes straight into its output block. Only strided views are gathered. Scratch
+ * registers are reused once their value is dead, so a long chain needs few of them.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu-impl.h"
+#include "fused-program.h"
+
+enum { IN_CONTIG, IN_SCALAR, IN_GATHER };
+
+typedef struct fin {
+    int kind;
+    const float *base;   /* the element at index 0 of every dim */
+    int nd;              /* dims after size-1 dims dropped and mergeable ones merged */
+    int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
+} fin;
+
+typedef struct fplan {
+    const kiln_fused_program *p;
+    const kiln__cpu_kernels *k;
+    fin in[KILN_FUSED_MAX_INPUTS];
+    float *out[KILN_FUSED_MAX_OUTPUTS];
+    int slot[KILN_FUSED_MAX_INSTRS];       /* scratch slot of the instruction's dst, -1 none */
+    int direct[KILN_FUSED_MAX_INSTRS];     /* output the instruction writes into, -1 none */
+    bool stored_direct[KILN_FUSED_MAX_INSTRS]; /* a STORE already done by a direct write */
+    bool scalar[KILN_FUSED_MAX_INSTRS * 2];    /* by register: one value for every element */
+    float consts[KILN_FUSED_MAX_INSTRS];
+    int nslots;
+    int64_t block;
+    char *scratch;       /* njobs slabs of nslots * block floats */
+    int njobs;
+} fplan;
+
+static void normalize(fin *f, const kiln_tdesc *d)
+{
+    f->base = (const float *)kiln__cpu_ptr(d);
+    f->nd = 0;
+    for (int i = 0; i < d->ndim; i++) {
+        if (d->shape[i] == 1)
+            continue;
+        if (f->nd > 0 && f->strides[f->nd - 1] == d->strides[i] * d->shape[i]) {
+            f->shape[f->nd - 1] *= d->shape[i];
+            f->strides[f->nd - 1] = d->strides[i];
+            continue;
+        }
+        f->shape[f->nd] = d->shape[i];
+        f->strides[f->nd++] = d->strides[i];
+    }
+    bool all_zero = true;
+    for (int i = 0; i < f->nd; i++)
+        all_zero = all_zero && f->strides[i] == 0;
+    if (all_zero)
+        f->kind = IN_SCALAR;
+    else if (f->nd == 1 && f->strides[0] == 1)
+        f->kind = IN_CONTIG;
+    else
+        f->kind = IN_GATHER;
+}
+
+/* Elements [i0, i0 + m) of a strided input into t. */
+static void gather(const fin *f, float *restrict t, int64_t i0, int64_t m)
+{
+    int64_t idx[KILN_MAX_DIMS], rem = i0, off = 0;
+    for (int d = f->nd - 1; d >= 0; d--) {
+        idx[d] = rem % f->shape[d];
+        rem /= f->shape[d];
+        off += idx[d] * f->strides[d];
+    }
+    int last = f->nd - 1;
+    int64_t s = f->strides[last];
+    while (m > 0) {
+        int64_t run = f->shape[last] - idx[last];
+        if (run > m)
+            run = m;
+        const float *src = f->base + off;
+        if (s == 1)
+            memcpy(t, src, (size_t)run * sizeof *t);
+        else
+            for (int64_t j = 0; j < run; j++)
+                t[j] = src[j * s];
+        t += run;
+        m -= run;
+        off += run * s;
+        idx[last] += run;
+        for (int d = last; d > 0 && idx[d] == f->shape[d]; d--) {
+            off -= idx[d] * f->strides[d];
+            idx[d] = 0;
+            idx[d - 1]++;
+            off += f->strides[d - 1];
+        }
+    }
+}
+
+static bool overlaps_input(const kiln_fused_program *p, const kiln_tdesc *o)
+{
+    for (int i = 0; i < p->ninputs; i++)
+        if (p->inputs[i].buf == o->buf)
+            return true;
+    return false;
+}
+
+static int plan(fplan *pl, const kiln_fused_program *p)
+{
+    if (p->dtype != KILN_F32 || p->ninstrs > KILN_FUSED_MAX_INSTRS || p->ninputs > KILN_FUSED_MAX_INPUTS ||
+        p->noutputs > KILN_FUSED_MAX_OUTPUTS || p->nregs > KILN_FUSED_MAX_INSTRS * 2 || p->n < 0)
+        return KILN_ENOTSUP;
+    for (int i = 0; i < p->ninputs; i++) {
+        if (p->inputs[i].dtype != KILN_F32)
+            return KILN_ENOTSUP;
+        normalize(&pl->in[i], &p->inputs[i]);
+    }
+    for (int i = 0; i < p->noutputs; i++) {
+        if (p->outputs[i].dtype != KILN_F32 || !kiln__cpu_contig(&p->outputs[i]))
+            return KILN_ENOTSUP;
+        pl->out[i] = kiln__cpu_ptr(&p->outputs[i]);
+    }
+    /* the instruction defining each register, its last reader, and how often it is stored */
+    int def[KILN_FUSED_MAX_INSTRS * 2], last_use[KILN_FUSED_MAX_INSTRS * 2], stores[KILN_FUSED_MAX_INSTRS * 2];
+    for (int r = 0; r < p->nregs; r++)
+        def[r] = last_use[r] = -1, stores[r] = 0;
+    for (int i = 0; i < p->ninstrs; i++) {
+        const kiln_fused_instr *in = &p->instrs[i];
+        bool reads_a = in->code == KILN_FUSED_UNARY || in->code == KILN_FUSED_BINARY || in->code == KILN_FUSED_STORE;
+        bool reads_b = in->code == KILN_FUSED_BINARY;
+        if ((unsigned)in->code >= KILN_FUSED_CODE_COUNT || (reads_a && ((unsigned)in->a >= (unsigned)p->nregs ||
+                                                                        def[in->a] < 0)) ||
+            (reads_b && ((unsigned)in->b >= (unsigned)p->nregs || def[in->b] < 0)))
+            return KILN_ENOTSUP;
+        if (in->code == KILN_FUSED_UNARY && ((unsigned)in->op >= KILN_UNARY_COUNT || in->op == KILN_UNARY_ISNAN ||
+                                             in->op == KILN_UNARY_ISINF || in->op == KILN_UNARY_LOGICAL_NOT))
+            return KILN_ENOTSUP;
+        if (in->code == KILN_FUSED_BINARY && (unsigned)in->op > KILN_BINARY_MINIMUM)
+            return KILN_ENOTSUP;
+        if (in->code == KILN_FUSED_LOAD && (unsigned)in->arg >= (unsigned)p->ninputs)
+            return KILN_ENOTSUP;
+        if (in->code == KILN_FUSED_STORE && (unsigned)in->arg >= (unsigned)p->noutputs)
+            return KILN_ENOTSUP;
+        if (reads_a)
+            last_use[in->a] = i;
+        if (reads_b)
+            last_use[in->b] = i;
+        if (in->code == KILN_FUSED_STORE) {
+            stores[in->a]++;
+        } else {
+            if ((unsigned)in->dst >= (unsigned)p->nregs || def[in->dst] >= 0)
+                return KILN_ENOTSUP;
+            def[in->dst] = i;
+        }
+    }
+    /* scalar-ness, direct writes and scratch slots, in program order */
+    int free_slots[KILN_FUSED_MAX_INSTRS], nfree = 0;
+    pl->nslots = 0;
+    for (int i = 0; i < p->ninstrs; i++) {
+        const kiln_fused_instr *in = &p->instrs[i];
+        pl->slot[i] = pl->direct[i] = -1;
+        pl->stored_direct[i] = false;
+        if (in->code == KILN_FUSED_STORE) {
+            pl->stored_direct[i] = pl->direct[def[in->a]] == in->arg;
+        } else {
+            bool sc = in->code == KILN_FUSED_CONST ||
+                      (in->code == KILN_FUSED_LOAD && pl->in[in->arg].kind == IN_SCALAR) ||
+                      (in->code == KILN_FUSED_UNARY && pl->scalar[in->a]) ||
+                      (in->code == KILN_FUSED_BINARY && pl->scalar[in->a] && pl->scalar[in->b]);
+            pl->scalar[in->dst] = sc;
+            if (in->code == KILN_FUSED_CONST)
+                pl->consts[i] = (float)in->alpha;
+            bool computes = in->code == KILN_FUSED_UNARY || in->code == KILN_FUSED_BINARY;
+            if (computes && !sc && stores[in->dst] == 1) {
+                for (int j = i + 1; j < p->ninstrs; j++)
+                    if (p->instrs[j].code == KILN_FUSED_STORE && p->instrs[j].a == in->dst &&
+                        !overlaps_input(p, &p->outputs[p->instrs[j].arg]))
+                        pl->direct[i] = p->instrs[j].arg;
+            }
+            bool needs_slot = (computes && pl->direct[i] < 0) ||
+                              (in->code == KILN_FUSED_LOAD && pl->in[in->arg].kind == IN_GATHER);
+            if (needs_slot)
+                pl->slot[i] = nfree ? free_slots[--nfree] : pl->nslots++;
+        }
+        /* registers read here for the last time give their slots back (after dst took one,
+         * so an instruction never writes the scratch it reads: unary_f32 is restrict) */
+        int reads[2] = {-1, -1};
+        if (in->code == KILN_FUSED_UNARY || in->code == KILN_FUSED_BINARY || in->code == KILN_FUSED_STORE)
+            reads[0] = in->a;
+        if (in->code == KILN_FUSED_BINARY && in->b != in->a)
+            reads[1] = in->b;
+        for (int k = 0; k < 2; k++)
+            if (reads[k] >= 0 && last_use[reads[k]] == i && pl->slot[def[reads[k]]] >= 0)
+                free_slots[nfree++] = pl->slot[def[reads[k]]];
+    }
+    return 0;
+}
+
+/* Elements per block: registers of this many floats, a few of them live at once, stay in
+ * L1/L2 while a block runs. */
+static int64_t fused_block(const kiln__cpu_ctx *ctx, const kiln_fused_program *p)
+{
+    (void)ctx;
+    (void)p;
+    return 2048;
+}
+
+typedef struct freg {
+    const float *p;
+    int64_t stride;   /* 0: one value for every element */
+} freg;
+
+static void run_block(const fplan *pl, float *scratch, freg *regs, int64_t i0, int64_t m)
+{
+    const kiln_fused_program *p = pl->p;
+    for (int i = 0; i < p->ninstrs; i++) {
+        const kiln_fused_instr *in = &p->instrs[i];
+        float *dst = pl->direct[i] >= 0 ? pl->out[pl->direct[i]] + i0
+                     : pl->slot[i] >= 0 ? scratch + (int64_t)pl->slot[i] * pl->block
+                                        : NULL;
+        switch (in->code) {
+        case KILN_FUSED_LOAD: {
+            const fin *f = &pl->in[in->arg];
+            if (f->kind == IN_CONTIG)
+                regs[in->dst] = (freg){f->base + i0, 1};
+            else if (f->kind == IN_SCALAR)
+                regs[in->dst] = (freg){f->base, 0};
+            else {
+                gather(f, dst, i0, m);
+                regs[in->dst] = (freg){dst, 1};
+            }
+            break;
+        }
+        case KILN_FUSED_CONST: regs[in->dst] = (freg){&pl->consts[i], 0}; break;
+        case KILN_FUSED_UNARY: {
+            freg a = regs[in->a];
+            pl->k->unary_f32(in->op, dst, a.p, a.stride ? m : 1, (float)in->alpha, (float)in->beta);
+            regs[in->dst] = (freg){dst, a.stride};
+            break;
+        }
+        case KILN_FUSED_BINARY: {
+            freg a = regs[in->a], b = regs[in->b];
+            int64_t s = a.stride || b.stride;
+            pl->k->binary_f32(in->op, dst, a.p, a.stride, b.p, b.stride, s ? m : 1);
+            regs[in->dst] = (freg){dst, s};
+            break;
+        }
+        default: {   /* STORE */
+            if (pl->stored_direct[i])
+                break;
+            freg a = regs[in->a];
+            float *o = pl->out[in->arg] + i0;
+            if (a.stride == 0)
+                for (int64_t j = 0; j < m; j++)
+                    o[j] = a.p[0];
+            else if (a.p != o)
+                memmove(o, a.p, (size_t)m * sizeof *o);
+            break;
+        }
+        }
+    }
+}
+
+static void run_job(void *arg, int job, int njobs)
+{
+    const fplan *pl = arg;
+    int64_t n = pl->p->n;
+    int64_t begin = n * job / njobs, end = n * (job + 1) / njobs;
+    float *scratch = (float *)(pl->scratch + (size_t)job * (size_t)pl->nslots * (size_t)pl->block * sizeof(float));
+    freg regs[KILN_FUSED_MAX_INSTRS * 2];
+    for (int64_t i0 = begin; i0 < end; i0 += pl->block)
+        run_block(pl, scratch, regs, i0, end - i0 < pl->block ? end - i0 : pl->block);
+}
+
+int kiln__cpu_fused_run(void *vctx, const kiln_fused_program *p)
+{
+    kiln__cpu_ctx *ctx = vctx;
+    fplan *pl = calloc(1, sizeof *pl);
+    if (!pl)
+        return kiln__cpu_enomem("fused");
+    int rc = plan(pl, p);
+    if (rc < 0) {
+        free(pl);
+        return rc;
+    }
+    pl->p = p;
+    pl->k = ctx->k;
+    pl->block = fused_block(ctx, p);
+    int64_t grain = 16384;
+    int64_t jobs = p->n / grain;
+    pl->njobs = jobs < 1 ? 1 : jobs > ctx->nthreads ? ctx->nthreads : (int)jobs;
+    size_t slab = (size_t)pl->nslots * (size_t)pl->block * sizeof(float);
+    if (slab && !(pl->scratch = aligned_alloc(64, slab * (size_t)pl->njobs))) {
+        free(pl);
+        return kiln__cpu_enomem("fused");
+    }
+    if (p->n > 0) {
+        if (pl->njobs == 1)
+            run_job(pl, 0, 1);
+        else
+            kiln__cpu_pool_run(ctx->pool, pl->njobs, run_job, pl);
+    }
+    free(pl->scratch);
+    free(pl);
+    return 0;
+}

@@ -1,0 +1,85 @@
+/*
+ * backends/fused-program.h — the program a fused group becomes: what the fusion layer
+ * (backends/fused) hands to a backend's fused_run entry, its code generator hook.
+ *
+ * A program computes n elements at once. Element i of every output is produced from
+ * element i of the program's loads, so a backend may cut [0, n) into blocks of any size,
+ * run them in any order or in parallel, and evaluate the instructions of one block in
+ * order (a loop over registers of block length, the cpu backend's way) or emit them as
+ * one expression per element (generated C, CUDA via NVRTC, a Vulkan shader): the
+ * program is straight-line code over virtual registers with no control flow.
+ *
+ * Operands. Each input is a kiln_tdesc of n elements whose own shape and strides say
+ * where element i lives: i is unravelled row-major in that input's shape, then dotted
+ * with its strides (0 for a broadcast dim, negative for a flip). Views — reshape,
+ * permute, slice, expand — are thereby folded into index arithmetic, and two inputs of
+ * one program may have different shapes with the same element count. Each output is
+ * contiguous with n elements. No output overlaps an input except exactly (the same
+ * buffer, offset and a contiguous layout: an in-place update, whose element i is read
+ * before it is written).
+ *
+ * Instructions. Register r is written by exactly one instruction, before any read:
+ *   LOAD   r = inputs[arg][i]
+ *   CONST  r = alpha                     (the value of a fill)
+ *   UNARY  r = op(a; alpha, beta)        (a kiln_unary_op, its backend.h semantics)
+ *   BINARY r = op(a, b)                  (a kiln_binary_op)
+ *   STORE  outputs[arg][i] = a           (r unused)
+ * Every register and value has the program's dtype (f32 today): each instruction
+ * rounds to it, as the unfused op did, so a backend that evaluates the instructions
+ * with its unfused kernels gives the unfused results to the bit.
+ *
+ * A backend that generates code caches it by the program's shape: the instruction list
+ * (codes, ops, registers, args; alpha and beta may be baked in or passed), the dtype, and
+ * per input its layout class (contiguous, broadcast scalar, strided). kiln__fused_key
+ * gives such a key.
+ */
+#ifndef KILN_FUSED_PROGRAM_H
+#define KILN_FUSED_PROGRAM_H
+
+#include <stdint.h>
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kiln_fused_code {
+    KILN_FUSED_LOAD = 0,
+    KILN_FUSED_CONST,
+    KILN_FUSED_UNARY,
+    KILN_FUSED_BINARY,
+    KILN_FUSED_STORE,
+    KILN_FUSED_CODE_COUNT
+} kiln_fused_code;
+
+/** Bounds a program stays within (the fusion layer flushes a group before passing them). */
+#define KILN_FUSED_MAX_INSTRS 64
+#define KILN_FUSED_MAX_INPUTS 16
+#define KILN_FUSED_MAX_OUTPUTS 16
+
+typedef struct kiln_fused_instr {
+    kiln_fused_code code;
+    int op;             /* UNARY: a kiln_unary_op; BINARY: a kiln_binary_op */
+    int dst, a, b;      /* registers (dst unused by STORE; a, b by LOAD and CONST) */
+    int arg;            /* LOAD: input index; STORE: output index */
+    double alpha, beta; /* UNARY's parameters; CONST's value in alpha */
+} kiln_fused_instr;
+
+struct kiln_fused_program {
+    kiln_dtype dtype;             /* of every register, input and output */
+    int64_t n;                    /* elements */
+    int ninputs, noutputs, ninstrs, nregs;
+    const kiln_tdesc *inputs;     /* ninputs, each of n elements */
+    const kiln_tdesc *outputs;    /* noutputs, contiguous, n elements each */
+    const kiln_fused_instr *instrs;
+};
+
+/** A text naming the program's shape for a code cache (see the file comment) into buf
+ *  (truncated to len); returns buf. */
+char *kiln__fused_key(const kiln_fused_program *p, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_FUSED_PROGRAM_H */

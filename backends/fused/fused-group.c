@@ -1,0 +1,348 @@
+/*
+ * backends/fused/fused-group.c — a queue's pending group: recording elementwise calls,
+ * and at a flush turning them into one kiln_fused_program.
+ *
+ * A call joins the group when it is f32 fill, copy, unary (not the bool-valued ones) or
+ * arithmetic binary whose output is contiguous with the group's element count, and when
+ * the group can run it per element without changing what any call reads. The group runs
+ * as per-block straight-line code, so the one hazard is a buffer read and written by
+ * the group through different element mappings; the rule that rules it out: a buffer
+ * the group writes is read and written only through the very same contiguous view (the
+ * same offset). A read of it then takes the register its last write produced, and an
+ * in-place update reads element i before it stores it. Buffers the group only reads may
+ * be seen through any view. A call that breaks the rule ends the group first.
+ *
+ * At the flush, outputs whose buffer was freed meanwhile (dead intermediates) are never
+ * stored, and a value overwritten later in the group is stored only once. A group of one
+ * call, or one the inner backend cannot fuse, is replayed call by call: the same
+ * results, never an error.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error-impl.h"
+#include "fused-impl.h"
+
+static int64_t numel(const kiln_tdesc *d)
+{
+    int64_t n = 1;
+    for (int i = 0; i < d->ndim; i++)
+        n *= d->shape[i];
+    return n;
+}
+
+static bool contiguous(const kiln_tdesc *d)
+{
+    int64_t s = 1;
+    for (int i = d->ndim - 1; i >= 0; i--) {
+        if (d->shape[i] != 1 && d->strides[i] != s)
+            return false;
+        s *= d->shape[i];
+    }
+    return true;
+}
+
+/* The same elements in the same order: same buffer and offset, both contiguous. */
+static bool same_flat(const kiln_tdesc *a, const kiln_tdesc *b)
+{
+    return a->buf == b->buf && a->offset == b->offset && contiguous(a) && contiguous(b);
+}
+
+static bool same_view(const kiln_tdesc *a, const kiln_tdesc *b)
+{
+    if (a->buf != b->buf || a->offset != b->offset || a->dtype != b->dtype || a->ndim != b->ndim)
+        return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i] || (a->shape[i] != 1 && a->strides[i] != b->strides[i]))
+            return false;
+    return true;
+}
+
+static int rec_inputs(const frec *r)
+{
+    return r->entry == KILN_ENTRY_FILL ? 0 : r->entry == KILN_ENTRY_BINARY ? 2 : 1;
+}
+
+static const kiln_tdesc *rec_input(const frec *r, int k)
+{
+    return k == 0 ? &r->x : &r->y;
+}
+
+/* Whether r's kind of call fuses at all (dtype, op, layout), before any hazard. */
+static bool fusable(const frec *r)
+{
+    if (r->out.dtype != KILN_F32 || !contiguous(&r->out))
+        return false;
+    for (int k = 0; k < rec_inputs(r); k++)
+        if (rec_input(r, k)->dtype != KILN_F32 || numel(rec_input(r, k)) != numel(&r->out))
+            return false;
+    switch (r->entry) {
+    case KILN_ENTRY_FILL:
+    case KILN_ENTRY_COPY: return true;
+    case KILN_ENTRY_UNARY:
+        return r->op >= 0 && r->op < KILN_UNARY_COUNT && r->op != KILN_UNARY_ISNAN && r->op != KILN_UNARY_ISINF &&
+               r->op != KILN_UNARY_LOGICAL_NOT;
+    case KILN_ENTRY_BINARY: return r->op >= 0 && r->op <= KILN_BINARY_MINIMUM;
+    default: return false;
+    }
+}
+
+/* Whether r may join q's group (see the file comment's rule). */
+static bool fits(const fq *q, const frec *r)
+{
+    if (q->nrec == 0)
+        return true;
+    if (q->nrec >= FUSED_MAX_RECS || numel(&r->out) != q->n)
+        return false;
+    for (int i = 0; i < q->nrec; i++) {
+        const frec *p = &q->rec[i];
+        /* r reads what the group wrote: only through the write's own view */
+        for (int k = 0; k < rec_inputs(r); k++)
+            if (rec_input(r, k)->buf == p->out.buf && !same_flat(rec_input(r, k), &p->out))
+                return false;
+        /* r writes what the group wrote or read: only through the same view */
+        if (r->out.buf == p->out.buf && !same_flat(&r->out, &p->out))
+            return false;
+        for (int k = 0; k < rec_inputs(p); k++)
+            if (rec_input(p, k)->buf == r->out.buf && !same_flat(rec_input(p, k), &r->out))
+                return false;
+    }
+    /* distinct loads stay within the program's input bound */
+    int loads = 0;
+    for (int i = 0; i <= q->nrec; i++) {
+        const frec *p = i < q->nrec ? &q->rec[i] : r;
+        loads += rec_inputs(p);
+    }
+    return loads <= KILN_FUSED_MAX_INPUTS;
+}
+
+int kiln__fused_record(fq *q, const frec *r)
+{
+    if (!fusable(r))
+        return 0;
+    if (!fits(q, r)) {
+        int rc = kiln__fused_flush(q);
+        if (rc < 0)
+            return rc;
+    }
+    if (q->nrec == 0)
+        q->n = numel(&r->out);
+    q->rec[q->nrec++] = *r;
+    return 1;
+}
+
+static bool freed(const fq *q, const kiln_buffer *b)
+{
+    for (int i = 0; i < q->nfreed; i++)
+        if (q->freed[i] == b)
+            return true;
+    return false;
+}
+
+void kiln__fused_free(fq *q, kiln_buffer *b)
+{
+    if (q->nrec == 0) {
+        q->d->in->buffer_free(q->iq, b);
+        return;
+    }
+    if (q->nfreed == q->capfreed) {
+        int cap = q->capfreed ? q->capfreed * 2 : 16;
+        kiln_buffer **grown = realloc(q->freed, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            /* no room to defer: run the group now, then the buffer is free to go */
+            (void)kiln__fused_flush(q);
+            q->d->in->buffer_free(q->iq, b);
+            return;
+        }
+        q->freed = grown;
+        q->capfreed = cap;
+    }
+    q->freed[q->nfreed++] = b;
+}
+
+/* ------------------------------------------------------------------ compile */
+
+typedef struct compiler {
+    kiln_fused_instr ins[KILN_FUSED_MAX_INSTRS];
+    kiln_tdesc inputs[KILN_FUSED_MAX_INPUTS], outputs[KILN_FUSED_MAX_OUTPUTS];
+    int load_reg[KILN_FUSED_MAX_INPUTS];
+    int ninstrs, ninputs, noutputs, nregs;
+    /* the register holding each recorded call's result, by call */
+    int value[FUSED_MAX_RECS];
+} compiler;
+
+static int emit(compiler *c, kiln_fused_instr in)
+{
+    if (c->ninstrs == KILN_FUSED_MAX_INSTRS)
+        return -1;
+    c->ins[c->ninstrs++] = in;
+    return 0;
+}
+
+/* The register of operand d of call i: the latest earlier write of its view, else a
+ * load (one per distinct view). */
+static int operand(compiler *c, const fq *q, int i, const kiln_tdesc *d)
+{
+    for (int j = i - 1; j >= 0; j--)
+        if (same_flat(&q->rec[j].out, d))
+            return c->value[j];
+    for (int k = 0; k < c->ninputs; k++)
+        if (same_view(&c->inputs[k], d))
+            return c->load_reg[k];
+    if (c->ninputs == KILN_FUSED_MAX_INPUTS)
+        return -1;
+    int r = c->nregs++;
+    c->inputs[c->ninputs] = *d;
+    c->load_reg[c->ninputs] = r;
+    if (emit(c, (kiln_fused_instr){.code = KILN_FUSED_LOAD, .dst = r, .arg = c->ninputs}) < 0)
+        return -1;
+    c->ninputs++;
+    return r;
+}
+
+static int compile(compiler *c, const fq *q)
+{
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < q->nrec; i++) {
+        const frec *r = &q->rec[i];
+        int a = -1, b = -1;
+        if (rec_inputs(r) > 0 && (a = operand(c, q, i, &r->x)) < 0)
+            return -1;
+        if (rec_inputs(r) > 1 && (b = operand(c, q, i, &r->y)) < 0)
+            return -1;
+        if (r->entry == KILN_ENTRY_COPY) {
+            c->value[i] = a;    /* a copy is its source's value */
+            continue;
+        }
+        int dst = c->nregs++;
+        kiln_fused_instr in = {.dst = dst, .a = a, .b = b, .op = r->op, .alpha = r->alpha, .beta = r->beta};
+        in.code = r->entry == KILN_ENTRY_FILL    ? KILN_FUSED_CONST
+                  : r->entry == KILN_ENTRY_UNARY ? KILN_FUSED_UNARY
+                                                 : KILN_FUSED_BINARY;
+        if (emit(c, in) < 0)
+            return -1;
+        c->value[i] = dst;
+    }
+    /* store each live buffer's last value once */
+    for (int i = 0; i < q->nrec; i++) {
+        const frec *r = &q->rec[i];
+        bool overwritten = false;
+        for (int j = i + 1; j < q->nrec && !overwritten; j++)
+            overwritten = same_flat(&q->rec[j].out, &r->out);
+        if (overwritten || freed(q, r->out.buf))
+            continue;
+        if (c->noutputs == KILN_FUSED_MAX_OUTPUTS)
+            return -1;
+        c->outputs[c->noutputs] = r->out;
+        if (emit(c, (kiln_fused_instr){.code = KILN_FUSED_STORE, .a = c->value[i], .arg = c->noutputs}) < 0)
+            return -1;
+        c->noutputs++;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ run */
+
+static int replay(fq *q)
+{
+    const kiln_backend_iface *in = q->d->in;
+    for (int i = 0; i < q->nrec; i++) {
+        const frec *r = &q->rec[i];
+        int rc;
+        switch (r->entry) {
+        case KILN_ENTRY_FILL: rc = in->fill(q->iq, &r->out, r->alpha); break;
+        case KILN_ENTRY_COPY: rc = in->copy(q->iq, &r->out, &r->x); break;
+        case KILN_ENTRY_UNARY: rc = in->unary(q->iq, (kiln_unary_op)r->op, &r->out, &r->x, r->alpha, r->beta); break;
+        default: rc = in->binary(q->iq, (kiln_binary_op)r->op, &r->out, &r->x, &r->y); break;
+        }
+        if (rc < 0)
+            return rc;
+    }
+    if (q->nrec > 0)
+        atomic_fetch_add_explicit(&q->d->groups_replayed, 1, memory_order_relaxed);
+    return 0;
+}
+
+static bool inner_fuses(const fq *q)
+{
+    const kiln_backend_iface *in = q->d->in;
+    if (q->d->replay || !in->fused_run)
+        return false;
+    kiln_op_query query = {.entry = KILN_ENTRY_FUSED, .op = -1, .dtype = KILN_F32};
+    return !in->supports || in->supports(q->iq, &query);
+}
+
+static int run_group(fq *q)
+{
+    if (q->nrec < 2 || !inner_fuses(q))
+        return replay(q);
+    compiler *c = malloc(sizeof *c);
+    if (!c)
+        return replay(q);
+    int rc;
+    if (compile(c, q) < 0) {
+        rc = replay(q);
+    } else {
+        kiln_fused_program p = {
+            .dtype = KILN_F32,
+            .n = q->n,
+            .ninputs = c->ninputs,
+            .noutputs = c->noutputs,
+            .ninstrs = c->ninstrs,
+            .nregs = c->nregs,
+            .inputs = c->inputs,
+            .outputs = c->outputs,
+            .instrs = c->ins,
+        };
+        rc = c->noutputs == 0 ? 0 : q->d->in->fused_run(q->iq, &p);
+        if (rc == KILN_ENOTSUP) {
+            rc = replay(q);
+        } else if (rc == 0) {
+            atomic_fetch_add_explicit(&q->d->groups_run, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&q->d->calls_fused, (uint64_t)q->nrec, memory_order_relaxed);
+        }
+    }
+    free(c);
+    return rc;
+}
+
+int kiln__fused_flush(fq *q)
+{
+    int rc = q->nrec ? run_group(q) : 0;
+    q->nrec = 0;
+    for (int i = 0; i < q->nfreed; i++)
+        q->d->in->buffer_free(q->iq, q->freed[i]);
+    q->nfreed = 0;
+    return rc;
+}
+
+/* ------------------------------------------------------------------ key */
+
+char *kiln__fused_key(const kiln_fused_program *p, char *buf, size_t len)
+{
+    size_t at = 0;
+#define PUT(...)                                                                                                   \
+    do {                                                                                                           \
+        if (at < len) {                                                                                            \
+            int w = snprintf(buf + at, len - at, __VA_ARGS__);                                                     \
+            at += w > 0 ? (size_t)w : 0;                                                                           \
+        }                                                                                                          \
+    } while (0)
+    if (len)
+        buf[0] = '\0';
+    PUT("%s", kiln_dtype_name(p->dtype));
+    for (int i = 0; i < p->ninputs; i++) {
+        const kiln_tdesc *d = &p->inputs[i];
+        bool scalar = true;
+        for (int k = 0; k < d->ndim; k++)
+            scalar = scalar && (d->shape[k] == 1 || d->strides[k] == 0);
+        PUT(" i%d:%c", i, contiguous(d) ? 'c' : scalar ? 's' : 'g');
+    }
+    for (int i = 0; i < p->ninstrs; i++) {
+        const kiln_fused_instr *in = &p->instrs[i];
+        PUT(" %d.%d:%d,%d,%d,%d", (int)in->code, in->op, in->dst, in->a, in->b, in->arg);
+    }
+#undef PUT
+    return buf;
+}

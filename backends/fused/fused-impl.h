@@ -1,0 +1,69 @@
+/*
+ * backends/fused/fused-impl.h — what the two files of the fusion decorator share: the
+ * device and queue contexts and the pending group of one queue.
+ *
+ * fused.c is the decorator's shell (life cycle, queues, events, buffers, and the entries
+ * that flush and forward); fused-group.c records elementwise calls into a queue's
+ * pending group, turns a group into a kiln_fused_program at a flush and runs it on the
+ * inner backend's fused_run, or replays the recorded calls where it has none.
+ */
+#ifndef KILN_FUSED_IMPL_H
+#define KILN_FUSED_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "backend.h"
+#include "fused-program.h"
+
+/* The most calls one group records; with at most two loads per call and one store per
+ * output this keeps a program within KILN_FUSED_MAX_INSTRS (16 loads + 20 ops + 20
+ * stores). */
+#define FUSED_MAX_RECS 20
+
+typedef struct fdev {
+    const kiln_backend_iface *in;
+    void *ictx;
+    bool replay;                      /* option codegen=off: groups replay their calls */
+    _Atomic uint64_t groups_run;      /* programs handed to the inner fused_run */
+    _Atomic uint64_t calls_fused;     /* recorded calls those programs replaced */
+    _Atomic uint64_t groups_replayed; /* groups that ran call by call */
+} fdev;
+
+/* One recorded call: fill (out), copy and unary (out, x), binary (out, x, y). */
+typedef struct frec {
+    kiln_entry entry;
+    int op;
+    double alpha, beta;
+    kiln_tdesc out, x, y;
+} frec;
+
+/* A queue. Threads that never chose a queue of their own share the device's default one,
+ * so its group is guarded by mu (taken by fused.c around recording, freeing and flushing;
+ * forwarded calls run outside it). */
+typedef struct fq {
+    pthread_mutex_t mu;
+    fdev *d;
+    void *iq;     /* the inner queue context */
+    bool owned;   /* opened with the inner queue_open */
+    /* the pending group */
+    int nrec;
+    int64_t n;    /* element count every call of the group shares */
+    frec rec[FUSED_MAX_RECS];
+    /* buffers freed while the group was pending: their stores are dead, and they go back
+     * to the inner backend only after the flush (so it cannot hand them out again to a
+     * call the group still reads from) */
+    kiln_buffer **freed;
+    int nfreed, capfreed;
+} fq;
+
+/** Record the call into q's group when it fuses (returns 1), else 0 (the caller
+ *  flushes and forwards it); negative on an error. */
+int kiln__fused_record(fq *q, const frec *r);
+/** Run q's pending group (fused or replayed) and hand its freed buffers back. */
+int kiln__fused_flush(fq *q);
+/** Buffer b was freed on q: defer it while a group is pending. */
+void kiln__fused_free(fq *q, kiln_buffer *b);
+
+#endif /* KILN_FUSED_IMPL_H */

@@ -1,0 +1,462 @@
+/*
+ * backends/fused/fused.c — the "fused" decorator: automatic kernel fusion over any
+ * backend ("fused:cpu", "fused:counting:cpu"; the engine also applies it to a device
+ * opened with the option fusion=on).
+ *
+ * Elementwise calls (fill, copy, unary, binary) are not run when they arrive: each
+ * queue records them into a pending group (fused-group.c). Any other entry, an upload,
+ * a download, a host pointer, a sync, an event, or a call that cannot join the group
+ * flushes it first: the group becomes one kiln_fused_program that the inner backend's
+ * fused_run (its code generator hook) runs as one kernel, or, where the inner backend
+ * has none, is replayed call by call. Buffers are the inner backend's own handles, so
+ * every entry that is not recorded forwards its descriptors untouched; a buffer freed
+ * while the group is pending is never stored into and returns to the inner backend
+ * after the flush.
+ *
+ * Like the counting decorator it always has queues and events of its own (a queue wraps
+ * the inner backend's queue, or its device context when it has none), because recording
+ * an event must flush that queue's group before another queue relies on its work.
+ *
+ * Option codegen=off keeps the recording and the flushes but replays every group, so a
+ * test or a measurement can compare the two with everything else equal. Other options go
+ * to the inner device.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "error-impl.h"
+#include "fused-impl.h"
+
+/* An event: the inner one, or none when the inner backend has no events (complete). */
+struct kiln_backend_event {
+    kiln_backend_event *inner;
+};
+
+/* ------------------------------------------------------------------ life cycle */
+
+static void *fused_open_opts(const char *spec, int index, kiln_device_opts *o)
+{
+    (void)index;
+    fdev *d = calloc(1, sizeof *d);
+    if (!d) {
+        kiln__error_set("fused: out of memory");
+        return NULL;
+    }
+    static const char *const on_off[] = {"on", "off"};
+    int codegen = 0;
+    if (kiln__device_opt_choice(o, "fused", "codegen", on_off, 2, &codegen) < 0) {
+        free(d);
+        return NULL;
+    }
+    d->replay = codegen == 1;
+    kiln_device_opts inner = {0};
+    for (int i = 0; i < o->n; i++)
+        if (!o->kv[i].used) {
+            inner.kv[inner.n] = o->kv[i];
+            inner.kv[inner.n++].used = false;
+            o->kv[i].used = true;
+        }
+    d->ictx = kiln__backend_open(spec + strlen("fused:"), &inner, &d->in);
+    if (!d->ictx) {
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+static void fused_close(void *ctx)
+{
+    fdev *d = ctx;
+    if (d->in->close)
+        d->in->close(d->ictx);
+    free(d);
+}
+
+static void fused_caps(void *ctx, kiln_backend_caps *out)
+{
+    fdev *d = ctx;
+    memset(out, 0, sizeof *out);
+    if (d->in->caps)
+        d->in->caps(d->ictx, out);
+}
+
+/* ----------------------------------------------------------- queues and events */
+
+static int flush(fq *q)
+{
+    pthread_mutex_lock(&q->mu);
+    int rc = kiln__fused_flush(q);
+    pthread_mutex_unlock(&q->mu);
+    return rc;
+}
+
+static void *fused_queue_open(void *ctx)
+{
+    fdev *d = ctx;
+    fq *q = calloc(1, sizeof *q);
+    if (!q) {
+        kiln__error_set("fused: out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&q->mu, NULL);
+    q->d = d;
+    q->iq = d->ictx;
+    if (d->in->queue_open) {
+        q->iq = d->in->queue_open(d->ictx);
+        q->owned = true;
+        if (!q->iq) {
+            pthread_mutex_destroy(&q->mu);
+            free(q);
+            return NULL;
+        }
+    }
+    return q;
+}
+
+static void fused_queue_close(void *qctx)
+{
+    fq *q = qctx;
+    (void)flush(q);   /* the engine synced first: nothing is pending */
+    free(q->freed);
+    pthread_mutex_destroy(&q->mu);
+    if (q->owned && q->d->in->queue_close)
+        q->d->in->queue_close(q->iq);
+    free(q);
+}
+
+static kiln_backend_event *fused_event_record(void *qctx)
+{
+    fq *q = qctx;
+    if (flush(q) < 0)
+        return NULL;
+    kiln_backend_event *e = calloc(1, sizeof *e);
+    if (!e) {
+        kiln__error_set("fused: out of memory");
+        return NULL;
+    }
+    if (q->d->in->event_record && !(e->inner = q->d->in->event_record(q->iq))) {
+        free(e);
+        return NULL;
+    }
+    return e;
+}
+
+static int fused_event_wait(void *qctx, kiln_backend_event *e)
+{
+    fq *q = qctx;
+    return e->inner && q->d->in->event_wait ? q->d->in->event_wait(q->iq, e->inner) : 0;
+}
+
+static int fused_event_sync(void *qctx, kiln_backend_event *e)
+{
+    fq *q = qctx;
+    if (!e->inner)
+        return 0;
+    if (q->d->in->event_sync)
+        return q->d->in->event_sync(q->iq, e->inner);
+    return q->d->in->sync ? q->d->in->sync(q->iq) : 0;
+}
+
+static int fused_event_query(void *qctx, kiln_backend_event *e)
+{
+    fq *q = qctx;
+    if (!e->inner)
+        return 1;
+    return q->d->in->event_query ? q->d->in->event_query(q->iq, e->inner) : fused_event_sync(qctx, e) == 0;
+}
+
+static void fused_event_free(void *qctx, kiln_backend_event *e)
+{
+    fq *q = qctx;
+    if (e->inner && q->d->in->event_free)
+        q->d->in->event_free(q->iq, e->inner);
+    free(e);
+}
+
+static bool fused_supports(void *qctx, const kiln_op_query *query)
+{
+    fq *q = qctx;
+    if (!kiln__iface_has(q->d->in, query->entry))
+        return false;
+    return q->d->in->supports ? q->d->in->supports(q->iq, query) : true;
+}
+
+static int fused_counters(void *ctx, kiln_backend_counters *out)
+{
+    fdev *d = ctx;
+    if (!d->in->counters)
+        return kiln__error_set("fused: the inner device %s keeps no counters (open \"fused:counting:...\")",
+                               d->in->name);
+    return d->in->counters(d->ictx, out);
+}
+
+/* -------------------------------------------------------------------- buffers */
+
+static kiln_buffer *fused_buffer_alloc(void *qctx, size_t nbytes)
+{
+    fq *q = qctx;
+    return q->d->in->buffer_alloc(q->iq, nbytes);
+}
+
+static void fused_buffer_free(void *qctx, kiln_buffer *b)
+{
+    fq *q = qctx;
+    pthread_mutex_lock(&q->mu);
+    kiln__fused_free(q, b);
+    pthread_mutex_unlock(&q->mu);
+}
+
+#define FLUSH(q)                                                                                                   \
+    do {                                                                                                           \
+        int flush_rc = flush(q);                                                                                   \
+        if (flush_rc < 0)                                                                                          \
+            return flush_rc;                                                                                       \
+    } while (0)
+
+static int fused_buffer_upload(void *qctx, kiln_buffer *dst, size_t off, const void *src, size_t n)
+{
+    fq *q = qctx;
+    FLUSH(q);
+    return q->d->in->buffer_upload(q->iq, dst, off, src, n);
+}
+
+static int fused_buffer_download(void *qctx, kiln_buffer *src, size_t off, void *dst, size_t n)
+{
+    fq *q = qctx;
+    FLUSH(q);
+    return q->d->in->buffer_download(q->iq, src, off, dst, n);
+}
+
+static int fused_sync(void *qctx)
+{
+    fq *q = qctx;
+    FLUSH(q);
+    return q->d->in->sync ? q->d->in->sync(q->iq) : 0;
+}
+
+static void *fused_buffer_host_ptr(void *qctx, kiln_buffer *b)
+{
+    fq *q = qctx;
+    if (!q->d->in->buffer_host_ptr || flush(q) < 0)
+        return NULL;
+    return q->d->in->buffer_host_ptr(q->iq, b);
+}
+
+static void *fused_host_alloc(void *qctx, size_t n)
+{
+    fq *q = qctx;
+    if (q->d->in->host_alloc)
+        return q->d->in->host_alloc(q->iq, n);
+    void *p = aligned_alloc(64, (n + 63) & ~(size_t)63);
+    if (!p)
+        kiln__error_set("fused: out of host memory for %zu bytes", n);
+    return p;
+}
+
+static void fused_host_free(void *qctx, void *p)
+{
+    fq *q = qctx;
+    if (q->d->in->host_alloc && q->d->in->host_free)
+        q->d->in->host_free(q->iq, p);
+    else
+        free(p);
+}
+
+static int fused_buffer_copy_peer(void *qctx, kiln_buffer *dst, size_t doff, void *src_q, kiln_buffer *src,
+                                  size_t soff, size_t n)
+{
+    fq *q = qctx, *s = src_q;
+    if (!q->d->in->buffer_copy_peer || s->d->in != q->d->in)
+        return KILN_ENOTSUP;
+    FLUSH(q);
+    FLUSH(s);
+    return q->d->in->buffer_copy_peer(q->iq, dst, doff, s->iq, src, soff, n);
+}
+
+static kiln_buffer *fused_buffer_wrap_host(void *qctx, void *ptr, size_t n, void (*release)(void *), void *ud)
+{
+    fq *q = qctx;
+    if (!q->d->in->buffer_wrap_host) {
+        kiln__error_set("fused: the inner device cannot use host memory in place");
+        return NULL;
+    }
+    return q->d->in->buffer_wrap_host(q->iq, ptr, n, release, ud);
+}
+
+static size_t fused_buffer_trim(void *qctx, size_t bytes)
+{
+    fq *q = qctx;
+    return q->d->in->buffer_trim ? q->d->in->buffer_trim(q->iq, bytes) : 0;
+}
+
+/* ------------------------------------------------------------------ primitives */
+
+/* The recorded entries: join the group, or flush and forward. */
+static int record_or_run(fq *q, const frec *r)
+{
+    pthread_mutex_lock(&q->mu);
+    int rc = kiln__fused_record(q, r);
+    bool recorded = rc > 0;
+    if (rc == 0)
+        rc = kiln__fused_flush(q);
+    pthread_mutex_unlock(&q->mu);
+    if (rc < 0)
+        return rc;
+    if (recorded)
+        return 0;
+    const kiln_backend_iface *in = q->d->in;
+    switch (r->entry) {
+    case KILN_ENTRY_FILL: return in->fill(q->iq, &r->out, r->alpha);
+    case KILN_ENTRY_COPY: return in->copy(q->iq, &r->out, &r->x);
+    case KILN_ENTRY_UNARY: return in->unary(q->iq, (kiln_unary_op)r->op, &r->out, &r->x, r->alpha, r->beta);
+    default: return in->binary(q->iq, (kiln_binary_op)r->op, &r->out, &r->x, &r->y);
+    }
+}
+
+static int fused_fill(void *qctx, const kiln_tdesc *out, double v)
+{
+    frec r = {.entry = KILN_ENTRY_FILL, .out = *out, .alpha = v};
+    return record_or_run(qctx, &r);
+}
+
+static int fused_copy(void *qctx, const kiln_tdesc *out, const kiln_tdesc *in)
+{
+    frec r = {.entry = KILN_ENTRY_COPY, .out = *out, .x = *in};
+    return record_or_run(qctx, &r);
+}
+
+static int fused_unary(void *qctx, kiln_unary_op op, const kiln_tdesc *out, const kiln_tdesc *in, double a, double b)
+{
+    frec r = {.entry = KILN_ENTRY_UNARY, .op = (int)op, .out = *out, .x = *in, .alpha = a, .beta = b};
+    return record_or_run(qctx, &r);
+}
+
+static int fused_binary(void *qctx, kiln_binary_op op, const kiln_tdesc *out, const kiln_tdesc *a,
+                        const kiln_tdesc *b)
+{
+    frec r = {.entry = KILN_ENTRY_BINARY, .op = (int)op, .out = *out, .x = *a, .y = *b};
+    return record_or_run(qctx, &r);
+}
+
+/* Every other primitive: flush the group, then forward. Every slot is filled, so
+ * supports() answers for the inner backend's NULL entries. */
+#define FWD(fn, params, args)                                                                                      \
+    static int fused_##fn params                                                                                   \
+    {                                                                                                              \
+        fq *q = qctx;                                                                                              \
+        FLUSH(q);                                                                                                  \
+        if (!q->d->in->fn)                                                                                         \
+            return kiln__error_set("fused: the inner backend %s has no %s", q->d->in->name, #fn);                \
+        return q->d->in->fn args;                                                                                  \
+    }
+
+#define T const kiln_tdesc *
+FWD(arange, (void *qctx, T out, double a, double b), (q->iq, out, a, b))
+FWD(rng, (void *qctx, kiln_rng_kind k, T out, uint64_t s, uint64_t o, double a, double b), (q->iq, k, out, s, o, a, b))
+FWD(where, (void *qctx, T out, T c, T a, T b), (q->iq, out, c, a, b))
+FWD(reduce, (void *qctx, kiln_reduce_op op, T out, T in, uint32_t m, double p), (q->iq, op, out, in, m, p))
+FWD(arg_reduce, (void *qctx, bool mx, T out, T in, int dim), (q->iq, mx, out, in, dim))
+FWD(cumsum, (void *qctx, T out, T in, int dim), (q->iq, out, in, dim))
+FWD(sort, (void *qctx, T v, T i, T in, int dim, bool desc), (q->iq, v, i, in, dim, desc))
+FWD(index_check, (void *qctx, T ix, int64_t lo, int64_t hi, const char *op, const char *n),
+    (q->iq, ix, lo, hi, op, n))
+FWD(gather, (void *qctx, T out, T in, int dim, T ix), (q->iq, out, in, dim, ix))
+FWD(scatter, (void *qctx, T out, int dim, T ix, T src, bool acc), (q->iq, out, dim, ix, src, acc))
+FWD(index_select, (void *qctx, T out, T in, int dim, T ix), (q->iq, out, in, dim, ix))
+FWD(index_add, (void *qctx, T out, int dim, T ix, T src), (q->iq, out, dim, ix, src))
+FWD(matmul, (void *qctx, T out, T a, T b), (q->iq, out, a, b))
+FWD(conv, (void *qctx, const kiln_conv_params *p, T out, T x, T w, T b), (q->iq, p, out, x, w, b))
+FWD(conv_backward_input, (void *qctx, const kiln_conv_params *p, T gx, T go, T w), (q->iq, p, gx, go, w))
+FWD(conv_backward_weight, (void *qctx, const kiln_conv_params *p, T gw, T x, T go), (q->iq, p, gw, x, go))
+FWD(conv_fused, (void *qctx, const kiln_conv_params *p, T out, T x, T w, T wp, T b, const kiln_epilogue *ep),
+    (q->iq, p, out, x, w, wp, b, ep))
+FWD(conv_pack, (void *qctx, T packed, T w), (q->iq, packed, w))
+FWD(epilogue, (void *qctx, T out, const kiln_epilogue *ep), (q->iq, out, ep))
+FWD(pool, (void *qctx, const kiln_pool_params *p, T out, T ix, T x), (q->iq, p, out, ix, x))
+FWD(pool_backward, (void *qctx, const kiln_pool_params *p, T gx, T go, T ix), (q->iq, p, gx, go, ix))
+FWD(adaptive_avg_pool, (void *qctx, int ns, T out, T x), (q->iq, ns, out, x))
+FWD(adaptive_avg_pool_backward, (void *qctx, int ns, T gx, T go), (q->iq, ns, gx, go))
+FWD(interpolate, (void *qctx, kiln_interp_mode m, bool ac, T out, T x), (q->iq, m, ac, out, x))
+FWD(interpolate_backward, (void *qctx, kiln_interp_mode m, bool ac, T gx, T go), (q->iq, m, ac, gx, go))
+FWD(pad, (void *qctx, kiln_pad_mode m, T out, T in, const int64_t *pads, double v), (q->iq, m, out, in, pads, v))
+FWD(softmax, (void *qctx, bool lg, T out, T in, int dim), (q->iq, lg, out, in, dim))
+FWD(layer_norm, (void *qctx, T out, T mean, T rstd, T x, T w, T b, int64_t inner, double eps),
+    (q->iq, out, mean, rstd, x, w, b, inner, eps))
+FWD(adam_step, (void *qctx, const kiln_adam_params *p, T prm, T g, T m, T v, T vmax), (q->iq, p, prm, g, m, v, vmax))
+FWD(rnn, (void *qctx, const kiln_rnn_params *p, const kiln_rnn_operands *o), (q->iq, p, o))
+FWD(fused_run, (void *qctx, const kiln_fused_program *p), (q->iq, p))
+#undef T
+
+static int64_t fused_conv_pack_size(void *qctx, const kiln_conv_params *p, const kiln_tdesc *x, const kiln_tdesc *w)
+{
+    fq *q = qctx;
+    return q->d->in->conv_pack_size ? q->d->in->conv_pack_size(q->iq, p, x, w) : 0;
+}
+
+static const kiln_backend_iface fused_iface = {
+    .name = "fused",
+    .open_opts = fused_open_opts,
+    .close = fused_close,
+    .caps = fused_caps,
+    .queue_open = fused_queue_open,
+    .queue_close = fused_queue_close,
+    .event_record = fused_event_record,
+    .event_wait = fused_event_wait,
+    .event_sync = fused_event_sync,
+    .event_query = fused_event_query,
+    .event_free = fused_event_free,
+    .supports = fused_supports,
+    .counters = fused_counters,
+    .buffer_alloc = fused_buffer_alloc,
+    .buffer_free = fused_buffer_free,
+    .buffer_upload = fused_buffer_upload,
+    .buffer_download = fused_buffer_download,
+    .buffer_host_ptr = fused_buffer_host_ptr,
+    .sync = fused_sync,
+    .host_alloc = fused_host_alloc,
+    .host_free = fused_host_free,
+    .buffer_copy_peer = fused_buffer_copy_peer,
+    .buffer_wrap_host = fused_buffer_wrap_host,
+    .buffer_trim = fused_buffer_trim,
+    .fill = fused_fill,
+    .arange = fused_arange,
+    .copy = fused_copy,
+    .rng = fused_rng,
+    .unary = fused_unary,
+    .binary = fused_binary,
+    .where = fused_where,
+    .reduce = fused_reduce,
+    .arg_reduce = fused_arg_reduce,
+    .cumsum = fused_cumsum,
+    .sort = fused_sort,
+    .index_check = fused_index_check,
+    .gather = fused_gather,
+    .scatter = fused_scatter,
+    .index_select = fused_index_select,
+    .index_add = fused_index_add,
+    .matmul = fused_matmul,
+    .conv = fused_conv,
+    .conv_backward_input = fused_conv_backward_input,
+    .conv_backward_weight = fused_conv_backward_weight,
+    .conv_fused = fused_conv_fused,
+    .conv_pack_size = fused_conv_pack_size,
+    .conv_pack = fused_conv_pack,
+    .epilogue = fused_epilogue,
+    .pool = fused_pool,
+    .pool_backward = fused_pool_backward,
+    .adaptive_avg_pool = fused_adaptive_avg_pool,
+    .adaptive_avg_pool_backward = fused_adaptive_avg_pool_backward,
+    .interpolate = fused_interpolate,
+    .interpolate_backward = fused_interpolate_backward,
+    .pad = fused_pad,
+    .softmax = fused_softmax,
+    .layer_norm = fused_layer_norm,
+    .adam_step = fused_adam_step,
+    .rnn = fused_rnn,
+    .fused_run = fused_fused_run,
+};
+
+const kiln_backend_iface *kiln_backend_fused(void)
+{
+    return &fused_iface;
+}
