@@ -23,11 +23,16 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include "cpu-impl.h"
 #include "fused-program.h"
 
-enum { IN_CONTIG, IN_SCALAR, IN_GATHER };
+/* IN_ROWS: strided, but contiguous along a last dim of pl->row elements, which the
+ * blocks never cross, so a block reads it in place (a row-broadcast bias, a slice). */
+enum { IN_CONTIG, IN_SCALAR, IN_GATHER, IN_ROWS };
 
 typedef struct fin {
     int kind;
@@ -48,6 +53,8 @@ typedef struct fplan {
     float consts[KILN_FUSED_MAX_INSTRS];
     int nslots;
     int64_t block;
+    int64_t row;         /* blocks end at multiples of this (0: anywhere) */
+    bool stream;         /* outputs far larger than the caches: non-temporal stores */
     char *scratch;       /* njobs slabs of nslots * block floats */
     int njobs;
 } fplan;
@@ -76,6 +83,17 @@ static void normalize(fin *f, const kiln_tdesc *d)
         f->kind = IN_CONTIG;
     else
         f->kind = IN_GATHER;
+}
+
+/* Where element i0 of a strided input lives, relative to its base. */
+static int64_t offset_of(const fin *f, int64_t i0)
+{
+    int64_t off = 0;
+    for (int d = f->nd - 1; d >= 0; d--) {
+        off += (i0 % f->shape[d]) * f->strides[d];
+        i0 /= f->shape[d];
+    }
+    return off;
 }
 
 /* Elements [i0, i0 + m) of a strided input into t. */
@@ -130,11 +148,34 @@ static int plan(fplan *pl, const kiln_fused_program *p)
             return KILN_ENOTSUP;
         normalize(&pl->in[i], &p->inputs[i]);
     }
+    /* strided inputs contiguous along one common last dim of a few hundred elements or
+     * more are read in place, blocks cut at its row boundaries */
+    pl->row = 0;
+    for (int i = 0; i < p->ninputs; i++) {
+        const fin *f = &pl->in[i];
+        if (f->kind != IN_GATHER || f->strides[f->nd - 1] != 1 || f->shape[f->nd - 1] < 256)
+            continue;
+        if (pl->row == 0)
+            pl->row = f->shape[f->nd - 1];
+        else if (pl->row != f->shape[f->nd - 1])
+            pl->row = -1;
+    }
+    if (pl->row < 0)
+        pl->row = 0;
+    for (int i = 0; i < p->ninputs && pl->row; i++)
+        if (pl->in[i].kind == IN_GATHER && pl->in[i].strides[pl->in[i].nd - 1] == 1 &&
+            pl->in[i].shape[pl->in[i].nd - 1] == pl->row)
+            pl->in[i].kind = IN_ROWS;
     for (int i = 0; i < p->noutputs; i++) {
         if (p->outputs[i].dtype != KILN_F32 || !kiln__cpu_contig(&p->outputs[i]))
             return KILN_ENOTSUP;
         pl->out[i] = kiln__cpu_ptr(&p->outputs[i]);
     }
+    /* Outputs of this size would only evict each other from the caches: they are
+     * written with non-temporal stores from a scratch register, which also saves the
+     * read-for-ownership of every output line (the unfused kernels stream from the same
+     * size on). */
+    pl->stream = p->n >= ((int64_t)1 << 21);
     /* the instruction defining each register, its last reader, and how often it is stored */
     int def[KILN_FUSED_MAX_INSTRS * 2], last_use[KILN_FUSED_MAX_INSTRS * 2], stores[KILN_FUSED_MAX_INSTRS * 2];
     for (int r = 0; r < p->nregs; r++)
@@ -186,7 +227,7 @@ static int plan(fplan *pl, const kiln_fused_program *p)
             if (in->code == KILN_FUSED_CONST)
                 pl->consts[i] = (float)in->alpha;
             bool computes = in->code == KILN_FUSED_UNARY || in->code == KILN_FUSED_BINARY;
-            if (computes && !sc && stores[in->dst] == 1) {
+            if (computes && !sc && stores[in->dst] == 1 && !pl->stream) {
                 for (int j = i + 1; j < p->ninstrs; j++)
                     if (p->instrs[j].code == KILN_FUSED_STORE && p->instrs[j].a == in->dst &&
                         !overlaps_input(p, &p->outputs[p->instrs[j].arg]))
@@ -217,13 +258,30 @@ static int64_t fused_block(const kiln__cpu_ctx *ctx, const kiln_fused_program *p
 {
     (void)ctx;
     (void)p;
-    return 2048;
+    const char *e = getenv("KILN_FUSED_BLOCK_EXPERIMENT");
+    return e ? atoll(e) : 2048;
 }
 
 typedef struct freg {
     const float *p;
     int64_t stride;   /* 0: one value for every element */
 } freg;
+
+/* o[0, m) = src[0, m) bypassing the caches where the CPU can (x86-64: SSE2 is baseline). */
+static void store_stream(float *o, const float *src, int64_t m)
+{
+    int64_t j = 0;
+#if defined(__x86_64__)
+    if (src == o)
+        return;
+    for (; j < m && ((uintptr_t)(o + j) & 15); j++)
+        o[j] = src[j];
+    for (; j + 4 <= m; j += 4)
+        _mm_stream_ps(o + j, _mm_loadu_ps(src + j));
+#endif
+    if (src != o)
+        memmove(o + j, src + j, (size_t)(m - j) * sizeof *o);
+}
 
 static void run_block(const fplan *pl, float *scratch, freg *regs, int64_t i0, int64_t m)
 {
@@ -240,6 +298,8 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, int64_t i0, i
                 regs[in->dst] = (freg){f->base + i0, 1};
             else if (f->kind == IN_SCALAR)
                 regs[in->dst] = (freg){f->base, 0};
+            else if (f->kind == IN_ROWS)
+                regs[in->dst] = (freg){f->base + offset_of(f, i0), 1};
             else {
                 gather(f, dst, i0, m);
                 regs[in->dst] = (freg){dst, 1};
@@ -268,6 +328,8 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, int64_t i0, i
             if (a.stride == 0)
                 for (int64_t j = 0; j < m; j++)
                     o[j] = a.p[0];
+            else if (pl->stream)
+                store_stream(o, a.p, m);
             else if (a.p != o)
                 memmove(o, a.p, (size_t)m * sizeof *o);
             break;
@@ -283,8 +345,16 @@ static void run_job(void *arg, int job, int njobs)
     int64_t begin = n * job / njobs, end = n * (job + 1) / njobs;
     float *scratch = (float *)(pl->scratch + (size_t)job * (size_t)pl->nslots * (size_t)pl->block * sizeof(float));
     freg regs[KILN_FUSED_MAX_INSTRS * 2];
-    for (int64_t i0 = begin; i0 < end; i0 += pl->block)
-        run_block(pl, scratch, regs, i0, end - i0 < pl->block ? end - i0 : pl->block);
+    for (int64_t i0 = begin, m; i0 < end; i0 += m) {
+        m = end - i0 < pl->block ? end - i0 : pl->block;
+        if (pl->row && m > pl->row - i0 % pl->row)
+            m = pl->row - i0 % pl->row;
+        run_block(pl, scratch, regs, i0, m);
+    }
+#if defined(__x86_64__)
+    if (pl->stream)
+        _mm_sfence();   /* the streamed lines are visible before the job reports done */
+#endif
 }
 
 int kiln__cpu_fused_run(void *vctx, const kiln_fused_program *p)

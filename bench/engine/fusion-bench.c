@@ -1,0 +1,232 @@
+/*
+ * bench/engine/fusion-bench.c — kiln with automatic fusion ("cpu?fusion=on") beside kiln
+ * without it ("cpu"), the same work in the same process, alternating the two every
+ * repetition. Prints bench/run's lines directly (ratio = unfused ms / fused ms), and
+ * checks before timing that both devices give the same answer.
+ *
+ *   fusion-bench [FILTER]     rows whose name contains FILTER (all when absent)
+ *
+ * Each step runs in a scope, as a program would write it (tensor.h's example): the
+ * result is kept, the scope ends (the intermediates die, so the fused device never
+ * stores them), and a read of the result's first element ends the step (the point where
+ * a program would read it, which makes the fused device run its pending group). KILN_BENCH_SECONDS (default 1.5) bounds the
+ * time per row.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kiln/tensor.h"
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static void die(const char *what)
+{
+    fprintf(stderr, "fusion-bench: %s: %s\n", what, kiln_error());
+    exit(1);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* One benchmark: its inputs on one device, and a step that returns the result. */
+typedef struct workload {
+    kiln_tensor *in[4];
+    kiln_generator gen;
+} workload;
+
+typedef kiln_tensor *(*step_fn)(workload *w);
+
+static float first_of(kiln_tensor *t)
+{
+    /* a one-element view read to the host: the end of the step for either device */
+    kiln_tensor *flat = kiln_reshape(t, 1, (int64_t[]){-1});
+    kiln_tensor *one = kiln_slice(flat, 0, 0, 1, 1);
+    float v = 0;
+    if (!one || kiln_to_data(one, &v, sizeof v) < 0)
+        die("read");
+    return v;
+}
+
+static double run_step(step_fn step, workload *w)
+{
+    double s = now_ms();
+    kiln_scope_begin();
+    kiln_tensor *y = kiln_keep(step(w));
+    kiln_scope_end();
+    if (!y)
+        die("step");
+    kiln_scope_begin();
+    (void)first_of(y);
+    kiln_scope_end();
+    kiln_tensor_release(y);
+    return now_ms() - s;
+}
+
+static void measure(const char *name, step_fn step, workload *fused, workload *plain, double target)
+{
+    double budget = 1.5;
+    const char *env = getenv("KILN_BENCH_SECONDS");
+    if (env && atof(env) > 0)
+        budget = atof(env);
+    double t0 = now_ms();
+    for (int i = 0; i < 2; i++) {
+        run_step(step, fused);
+        run_step(step, plain);
+    }
+    double per = (now_ms() - t0) / 4;
+    int reps = (int)(budget * 1e3 / 2 / (per > 1e-3 ? per : 1e-3));
+    reps = reps < 5 ? 5 : reps > 51 ? 51 : reps;
+    double ft[51], pt[51];
+    for (int r = 0; r < reps; r++) {
+        if (r % 2) {
+            ft[r] = run_step(step, fused);
+            pt[r] = run_step(step, plain);
+        } else {
+            pt[r] = run_step(step, plain);
+            ft[r] = run_step(step, fused);
+        }
+    }
+    qsort(ft, (size_t)reps, sizeof *ft, cmp_double);
+    qsort(pt, (size_t)reps, sizeof *pt, cmp_double);
+    double f = ft[reps / 2], p = pt[reps / 2];
+    printf("{\"name\": \"fusion/%s\", \"unit\": \"ms\", \"kiln\": %.4f, \"peer\": %.4f, "
+           "\"peer_name\": \"kiln unfused (cpu)\", \"ratio\": %.3f",
+           name, f, p, p / f);
+    if (target > 0)
+        printf(", \"target\": %.2f", target);
+    printf("}\n");
+    fflush(stdout);
+}
+
+/* The largest |fused - unfused| over the whole result, before any timing. */
+static void check_same(const char *name, step_fn step, workload *fused, workload *plain)
+{
+    kiln_scope_begin();
+    kiln_tensor *a = step(fused), *b = step(plain);
+    if (!a || !b)
+        die(name);
+    int64_t n = kiln_tensor_numel(a);
+    float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+    if (!x || !y || kiln_to_data(a, x, (size_t)n * sizeof *x) < 0 || kiln_to_data(b, y, (size_t)n * sizeof *y) < 0)
+        die("check");
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)x[i] - (double)y[i]) / (fabs((double)y[i]) + 1);
+        worst = d > worst ? d : worst;
+    }
+    fprintf(stderr, "fusion-bench: %s: largest relative difference fused vs unfused %.3g\n", name, worst);
+    if (worst > 1e-5) {
+        fprintf(stderr, "fusion-bench: %s: fused and unfused results differ\n", name);
+        exit(1);
+    }
+    free(x);
+    free(y);
+    kiln_scope_end();
+}
+
+/* ------------------------------------------------------------------ workloads */
+
+#define ROWS 4096
+#define COLS 4096   /* 4096 x 4096 f32: 64 MiB */
+
+/* y = gelu(x * a + b) * c, a, b, c per column (broadcast over rows) */
+static kiln_tensor *chain_bcast(workload *w)
+{
+    return kiln_mul(kiln_gelu(kiln_add(kiln_mul(w->in[0], w->in[1]), w->in[2]), false), w->in[3]);
+}
+
+/* the same chain with a, b, c full tensors of x's shape (five 64 MiB streams fused) */
+static kiln_tensor *chain_full(workload *w)
+{
+    return chain_bcast(w);
+}
+
+/* layer_norm(x + r) then dropout(p = 0.1): the residual add before a norm */
+static kiln_tensor *ln_residual_dropout(workload *w)
+{
+    kiln_tensor *h = kiln_layer_norm(kiln_add(w->in[0], w->in[1]), 1, w->in[2], w->in[3], 1e-5);
+    w->gen = kiln_generator_make(7);
+    return kiln_dropout(h, 0.1, true, &w->gen);
+}
+
+/* softmax(q kᵀ / √d) over [B·H, S, S] scores */
+static kiln_tensor *attn_scores(workload *w)
+{
+    kiln_tensor *s = kiln_matmul(w->in[0], kiln_transpose(w->in[1], -2, -1));
+    return kiln_softmax(kiln_mul_scalar(s, 1.0 / 8.0), -1);
+}
+
+static void make(workload *w, kiln_device *dev, int n, const int64_t (*shapes)[3], const int *ndims)
+{
+    memset(w, 0, sizeof *w);
+    kiln_generator g = kiln_generator_make(42);
+    for (int i = 0; i < n; i++) {
+        w->in[i] = kiln_keep(kiln_rand_uniform(dev, KILN_F32, ndims[i], shapes[i], -2, 2, &g));
+        if (!w->in[i])
+            die("inputs");
+    }
+}
+
+static void drop(workload *w)
+{
+    for (int i = 0; i < 4; i++)
+        if (w->in[i])
+            kiln_tensor_release(w->in[i]);
+}
+
+static void row(const char *filter, const char *name, step_fn step, kiln_device *fd, kiln_device *pd, int n,
+                const int64_t (*shapes)[3], const int *ndims, double target)
+{
+    if (filter && !strstr(name, filter))
+        return;
+    workload f, p;
+    make(&f, fd, n, shapes, ndims);
+    make(&p, pd, n, shapes, ndims);
+    check_same(name, step, &f, &p);
+    measure(name, step, &f, &p, target);
+    drop(&f);
+    drop(&p);
+}
+
+int main(int argc, char **argv)
+{
+    const char *filter = argc > 1 ? argv[1] : NULL;
+    kiln_device *fd = kiln_device_open("cpu?fusion=on");
+    kiln_device *pd = kiln_device_open("cpu");
+    if (!fd || !pd)
+        die("open");
+    {
+        const int64_t s[4][3] = {{ROWS, COLS}, {COLS}, {COLS}, {COLS}};
+        const int nd[4] = {2, 1, 1, 1};
+        row(filter, "gelu(x*a+b)*c 64MiB, a b c per column", chain_bcast, fd, pd, 4, s, nd, 2.5);
+    }
+    {
+        const int64_t s[4][3] = {{ROWS, COLS}, {ROWS, COLS}, {ROWS, COLS}, {ROWS, COLS}};
+        const int nd[4] = {2, 2, 2, 2};
+        row(filter, "gelu(x*a+b)*c 64MiB, a b c full", chain_full, fd, pd, 4, s, nd, 0);
+    }
+    {
+        const int64_t s[4][3] = {{8192, 768}, {8192, 768}, {768}, {768}};
+        const int nd[4] = {2, 2, 1, 1};
+        row(filter, "layer_norm(x+r)+dropout [8192,768]", ln_residual_dropout, fd, pd, 4, s, nd, 0);
+    }
+    {
+        const int64_t s[2][3] = {{96, 128, 64}, {96, 128, 64}};
+        const int nd[2] = {3, 3};
+        row(filter, "softmax(QK^T/sqrt(d)) [96,128,128]", attn_scores, fd, pd, 2, s, nd, 0);
+    }
+    kiln_device_close(fd);
+    kiln_device_close(pd);
+    return 0;
+}
