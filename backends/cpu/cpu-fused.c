@@ -36,6 +36,7 @@ enum { IN_CONTIG, IN_SCALAR, IN_GATHER, IN_ROWS };
 
 typedef struct fin {
     int kind;
+    bool copy_in;        /* also an output: always copied into scratch when loaded */
     const float *base;   /* the element at index 0 of every dim */
     int nd;              /* dims after size-1 dims dropped and mergeable ones merged */
     int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
@@ -73,6 +74,11 @@ static void normalize(fin *f, const kiln_tdesc *d)
         }
         f->shape[f->nd] = d->shape[i];
         f->strides[f->nd++] = d->strides[i];
+    }
+    if (f->nd == 0) {   /* one element */
+        f->shape[0] = 1;
+        f->strides[0] = 0;
+        f->nd = 1;
     }
     bool all_zero = true;
     for (int i = 0; i < f->nd; i++)
@@ -147,13 +153,18 @@ static int plan(fplan *pl, const kiln_fused_program *p)
         if (p->inputs[i].dtype != KILN_F32)
             return KILN_ENOTSUP;
         normalize(&pl->in[i], &p->inputs[i]);
+        /* an input the program also writes (an in-place update) is copied into scratch
+         * when loaded, so a store to it cannot change a value that is still to be read */
+        for (int k = 0; k < p->noutputs; k++)
+            if (p->outputs[k].buf == p->inputs[i].buf)
+                pl->in[i].kind = IN_GATHER, pl->in[i].copy_in = true;
     }
     /* strided inputs contiguous along one common last dim of a few hundred elements or
      * more are read in place, blocks cut at its row boundaries */
     pl->row = 0;
     for (int i = 0; i < p->ninputs; i++) {
         const fin *f = &pl->in[i];
-        if (f->kind != IN_GATHER || f->strides[f->nd - 1] != 1 || f->shape[f->nd - 1] < 256)
+        if (f->kind != IN_GATHER || f->copy_in || f->strides[f->nd - 1] != 1 || f->shape[f->nd - 1] < 256)
             continue;
         if (pl->row == 0)
             pl->row = f->shape[f->nd - 1];
@@ -163,7 +174,7 @@ static int plan(fplan *pl, const kiln_fused_program *p)
     if (pl->row < 0)
         pl->row = 0;
     for (int i = 0; i < p->ninputs && pl->row; i++)
-        if (pl->in[i].kind == IN_GATHER && pl->in[i].strides[pl->in[i].nd - 1] == 1 &&
+        if (pl->in[i].kind == IN_GATHER && !pl->in[i].copy_in && pl->in[i].strides[pl->in[i].nd - 1] == 1 &&
             pl->in[i].shape[pl->in[i].nd - 1] == pl->row)
             pl->in[i].kind = IN_ROWS;
     for (int i = 0; i < p->noutputs; i++) {

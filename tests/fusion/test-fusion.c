@@ -1,0 +1,19 @@
+/*
+ * tests/fusion/test-fusion.c — the fusion suite's runner: fused programs on the cpu
+ * (test-programs.c), random expression graphs through the fused decorator
+ * (test-graphs.c), and training steps (test-training.c). Prints "N passed, N failed".
+ */
+#include <stdio.h>
+
+#include "fusion-test.h"
+
+int fusion_passed, fusion_failed;
+
+int main(void)
+{
+    test_programs();
+    test_graphs();
+    test_training();
+    printf("fusion: %d passed, %d failed\n", fusion_passed, fusion_failed);
+    return fusion_failed ? 1 : 0;
+}

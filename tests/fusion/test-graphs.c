@@ -1,0 +1,248 @@
+/*
+ * tests/fusion/test-graphs.c — random expression graphs through the public API on three
+ * devices: "fused:counting:cpu" (fused), "counting:cpu" (the same kernels unfused) and
+ * "ref" (the oracle). Graphs mix elementwise ops, broadcasts (row, column and scalar
+ * operands), views (transpose, slice, reshape), reductions and matmuls with elementwise
+ * epilogues; every result must equal the unfused one to the bit and ref's within 1e-4,
+ * and the fused device must reach its kernels in fewer calls. Also: the device options
+ * (fusion=on, codegen=off) and their refusals.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fusion-test.h"
+#include "kiln/tensor.h"
+
+#define NDEV 3
+static kiln_device *devs[NDEV];   /* fused, unfused, ref */
+
+typedef struct graph_vals {
+    kiln_tensor *v[NDEV][48];
+    int n;
+} graph_vals;
+
+static kiln_tensor *unary_of(kiln_tensor *t, int which)
+{
+    switch (which) {
+    case 0: return kiln_tanh(t);
+    case 1: return kiln_relu(t);
+    case 2: return kiln_gelu(t, false);
+    case 3: return kiln_sigmoid(t);
+    case 4: return kiln_neg(t);
+    case 5: return kiln_abs(t);
+    case 6: return kiln_mul_scalar(t, 0.5);
+    case 7: return kiln_add_scalar(t, -0.25);
+    case 8: return kiln_silu(t);
+    default: return kiln_square(kiln_tanh(t));
+    }
+}
+
+static kiln_tensor *binary_of(kiln_tensor *a, kiln_tensor *b, int which)
+{
+    switch (which) {
+    case 0: return kiln_add(a, b);
+    case 1: return kiln_sub(a, b);
+    case 2: return kiln_mul(a, b);
+    case 3: return kiln_maximum(a, b);
+    case 4: return kiln_minimum(a, b);
+    default: return kiln_div(a, kiln_add_scalar(kiln_abs(b), 1.0));
+    }
+}
+
+static uint64_t calls_of(kiln_device *d, const char *entry)
+{
+    kiln_device_counters c;
+    uint64_t n = 0;
+    if (kiln_device_counters_get(d, &c, entry, &n) < 0)
+        return 0;
+    return entry ? n : c.calls;
+}
+
+/* Compare a result on the three devices: fused == unfused bit for bit, both near ref. */
+static void compare(const char *what, kiln_tensor *const t[NDEV])
+{
+    for (int d = 0; d < NDEV; d++)
+        CHECK(t[d] != NULL, "%s: device %d: %s", what, d, kiln_error());
+    if (!t[0] || !t[1] || !t[2])
+        return;
+    int64_t n = kiln_tensor_numel(t[0]);
+    float *v[NDEV];
+    for (int d = 0; d < NDEV; d++) {
+        v[d] = malloc((size_t)n * sizeof(float) + 1);
+        CHECK(kiln_to_data(t[d], v[d], (size_t)n * sizeof(float)) == 0, "%s: read: %s", what, kiln_error());
+    }
+    int64_t bad = -1, far = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (bad < 0 && memcmp(&v[0][i], &v[1][i], sizeof(float)) && !(isnan(v[0][i]) && isnan(v[1][i])))
+            bad = i;
+        if (far < 0 && !(fabs((double)v[0][i] - v[2][i]) <= 1e-4 * fabs((double)v[2][i]) + 1e-4))
+            far = i;
+    }
+    CHECK(bad < 0, "%s: element %lld fused %.9g != unfused %.9g", what, (long long)bad, bad >= 0 ? v[0][bad] : 0.0,
+          bad >= 0 ? v[1][bad] : 0.0);
+    CHECK(far < 0, "%s: element %lld fused %.9g, ref %.9g", what, (long long)far, far >= 0 ? v[0][far] : 0.0,
+          far >= 0 ? v[2][far] : 0.0);
+    for (int d = 0; d < NDEV; d++)
+        free(v[d]);
+}
+
+static void random_graph(int seed)
+{
+    uint64_t s = (uint64_t)seed * 7919 + 3;
+    int64_t R = 1 + test_pick(&s, 37), C = 1 + test_pick(&s, seed % 4 == 0 ? 600 : 45);
+    graph_vals g = {.n = 0};
+    kiln_scope_begin();
+    /* inputs: full, row [C], column [R, 1], scalar [1], a transposed [C, R] source, a
+     * slice of a wider [R, 2C] source; the same host values on every device */
+    int64_t nmax = R * C * 2;
+    float *host = malloc((size_t)nmax * sizeof(float));
+    for (int64_t i = 0; i < nmax; i++)
+        host[i] = (float)((double)test_rand(&s) / (double)(1ull << 31) * 4.0 - 2.0);
+    for (int d = 0; d < NDEV; d++) {
+        kiln_device *dev = devs[d];
+        g.v[d][0] = kiln_from_data(dev, KILN_F32, KILN_SHAPE(R, C), host, (size_t)(R * C) * sizeof(float));
+        g.v[d][1] = kiln_from_data(dev, KILN_F32, KILN_SHAPE(C), host + 1, (size_t)C * sizeof(float));
+        g.v[d][2] = kiln_from_data(dev, KILN_F32, KILN_SHAPE(R, 1), host + 2, (size_t)R * sizeof(float));
+        g.v[d][3] = kiln_from_data(dev, KILN_F32, KILN_SHAPE(1), host + 3, sizeof(float));
+        g.v[d][4] = kiln_transpose(
+            kiln_from_data(dev, KILN_F32, KILN_SHAPE(C, R), host + 5, (size_t)(R * C) * sizeof(float)), 0, 1);
+        g.v[d][5] = kiln_slice(
+            kiln_from_data(dev, KILN_F32, KILN_SHAPE(R, 2 * C), host, (size_t)(2 * R * C) * sizeof(float)), 1, 1,
+            2 * C, 2);
+    }
+    free(host);
+    g.n = 6;
+    uint64_t before[2] = {calls_of(devs[0], NULL), calls_of(devs[1], NULL)};
+    int nops = 3 + test_pick(&s, 14);
+    for (int i = 0; i < nops && g.n < 47; i++) {
+        int kind = test_pick(&s, 10);
+        int a = test_pick(&s, g.n), b = test_pick(&s, g.n);
+        int u = test_pick(&s, 10), bo = test_pick(&s, 6);
+        for (int d = 0; d < NDEV; d++) {
+            kiln_tensor *r;
+            if (kind < 5) {
+                r = binary_of(g.v[d][a], g.v[d][b], bo);
+            } else if (kind < 8) {
+                r = unary_of(g.v[d][a], u);
+            } else if (kind == 8) {
+                /* a view in the middle of a chain: reshape to the flat shape and back */
+                kiln_tensor *full = kiln_add(g.v[d][a], g.v[d][0]);
+                r = kiln_reshape(kiln_reshape(full, KILN_SHAPE(-1)), KILN_SHAPE(R, C));
+            } else {
+                /* a transposed intermediate read by the next ops */
+                kiln_tensor *full = kiln_mul(g.v[d][a], g.v[d][0]);
+                r = kiln_transpose(kiln_contiguous(kiln_transpose(full, 0, 1)), 0, 1);
+            }
+            g.v[d][g.n] = r;
+        }
+        g.n++;
+    }
+    /* the result broadcast to [R, C], then a reduction of it and a matmul with an
+     * elementwise epilogue after it */
+    kiln_tensor *res[NDEV], *red[NDEV], *mm[NDEV];
+    for (int d = 0; d < NDEV; d++) {
+        res[d] = kiln_add(g.v[d][g.n - 1], g.v[d][0]);
+        red[d] = kiln_sum(kiln_mul(res[d], res[d]), KILN_DIMS(-1), true);
+        mm[d] = kiln_relu(kiln_add_scalar(kiln_matmul(kiln_tanh(res[d]), kiln_transpose(g.v[d][0], 0, 1)), 0.1));
+    }
+    char what[96];
+    snprintf(what, sizeof what, "graph %d [%lld, %lld] result", seed, (long long)R, (long long)C);
+    compare(what, res);
+    snprintf(what, sizeof what, "graph %d reduction", seed);
+    compare(what, red);
+    snprintf(what, sizeof what, "graph %d matmul epilogue", seed);
+    compare(what, mm);
+    uint64_t fused_calls = calls_of(devs[0], NULL) - before[0], plain_calls = calls_of(devs[1], NULL) - before[1];
+    CHECK(fused_calls < plain_calls, "graph %d: fused made %llu calls, unfused %llu", seed,
+          (unsigned long long)fused_calls, (unsigned long long)plain_calls);
+    kiln_scope_end();
+}
+
+/* A chain whose intermediates die before the read: one fused call replaces the chain. */
+static void chain_counts(void)
+{
+    kiln_scope_begin();
+    kiln_generator gen = kiln_generator_make(5);
+    kiln_tensor *x = kiln_rand_uniform(devs[0], KILN_F32, KILN_SHAPE(300, 517), -2, 2, &gen);
+    kiln_tensor *a = kiln_rand_uniform(devs[0], KILN_F32, KILN_SHAPE(517), -2, 2, &gen);
+    kiln_device_sync(devs[0]);
+    uint64_t f0 = calls_of(devs[0], "fused"), u0 = calls_of(devs[0], "unary"), b0 = calls_of(devs[0], "binary");
+    kiln_scope_begin();
+    kiln_tensor *y = kiln_keep(kiln_mul(kiln_gelu(kiln_add(kiln_mul(x, a), a), false), a));
+    kiln_scope_end();
+    float first[4];
+    CHECK(kiln_to_data(kiln_slice(kiln_reshape(y, KILN_SHAPE(-1)), 0, 0, 4, 1), first, sizeof first) == 0,
+          "chain: read: %s", kiln_error());
+    CHECK(calls_of(devs[0], "fused") - f0 == 1, "gelu(x*a+a)*a ran as one fused call (%llu)",
+          (unsigned long long)(calls_of(devs[0], "fused") - f0));
+    CHECK(calls_of(devs[0], "unary") == u0 && calls_of(devs[0], "binary") == b0,
+          "no unfused elementwise call reached the kernels");
+    kiln_tensor_release(y);
+    kiln_scope_end();
+}
+
+static void options(void)
+{
+    kiln_device *d = kiln_device_open("cpu?fusion=on");
+    CHECK(d && strstr(kiln_device_name(d), "fused:cpu"), "cpu?fusion=on opens the fused decorator (%s)",
+          d ? kiln_device_name(d) : kiln_error());
+    kiln_device_close(d);
+    d = kiln_device_open("cpu?fusion=off");
+    CHECK(d && !strstr(kiln_device_name(d), "fused"), "cpu?fusion=off is the plain cpu (%s)",
+          d ? kiln_device_name(d) : kiln_error());
+    kiln_device_close(d);
+    d = kiln_device_open("cpu?fusion=maybe");
+    CHECK(!d && strstr(kiln_error(), "fusion") && strstr(kiln_error(), "maybe"),
+          "a bad fusion value is refused naming the option: '%s'", kiln_error());
+    d = kiln_device_open("fused:cpu?codegen=sometimes");
+    CHECK(!d && strstr(kiln_error(), "codegen"), "a bad codegen value is refused: '%s'", kiln_error());
+    d = kiln_device_open("fused:nowhere");
+    CHECK(!d && strstr(kiln_error(), "nowhere"), "an unknown inner spec is refused: '%s'", kiln_error());
+    d = kiln_device_open("fused:cpu");
+    kiln_device_counters c;
+    CHECK(d && kiln_device_counters_get(d, &c, NULL, NULL) < 0 && strstr(kiln_error(), "counters"),
+          "fused:cpu keeps no counters and says so: '%s'", kiln_error());
+    kiln_device_close(d);
+    /* codegen=off: the same results, no fused call */
+    d = kiln_device_open("fused:counting:cpu?codegen=off");
+    CHECK(d != NULL, "fused:counting:cpu?codegen=off opens: %s", kiln_error());
+    if (d) {
+        kiln_scope_begin();
+        kiln_tensor *x = kiln_full(d, KILN_F32, KILN_SHAPE(64, 64), 0.5);
+        float v = 0;
+        kiln_to_data(kiln_slice(kiln_reshape(kiln_relu(kiln_mul(kiln_add(x, x), x)), KILN_SHAPE(-1)), 0, 0, 1, 1), &v,
+                     sizeof v);
+        CHECK(v == 0.5f && calls_of(d, "fused") == 0, "codegen=off replays (%g, %llu fused calls)", v,
+              (unsigned long long)calls_of(d, "fused"));
+        kiln_scope_end();
+        kiln_device_close(d);
+    }
+    /* the environment's default, which the spec overrides */
+    setenv("KILN_CPU_FUSION", "on", 1);
+    d = kiln_device_open("cpu?threads=1");
+    CHECK(d && strstr(kiln_device_name(d), "fused"), "KILN_CPU_FUSION=on applies (%s)",
+          d ? kiln_device_name(d) : kiln_error());
+    kiln_device_close(d);
+    d = kiln_device_open("cpu?threads=1&fusion=off");
+    CHECK(d && !strstr(kiln_device_name(d), "fused"), "the spec's fusion=off wins over the environment");
+    kiln_device_close(d);
+    unsetenv("KILN_CPU_FUSION");
+}
+
+void test_graphs(void)
+{
+    const char *specs[NDEV] = {"fused:counting:cpu", "counting:cpu", "ref"};
+    for (int d = 0; d < NDEV; d++) {
+        devs[d] = kiln_device_open(specs[d]);
+        CHECK(devs[d] != NULL, "open %s: %s", specs[d], kiln_error());
+        if (!devs[d])
+            return;
+    }
+    for (int seed = 0; seed < 40; seed++)
+        random_graph(seed);
+    chain_counts();
+    options();
+    for (int d = 0; d < NDEV; d++)
+        kiln_device_close(devs[d]);
+}
