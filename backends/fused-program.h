@@ -22,11 +22,14 @@
  *   LOAD   r = inputs[arg][i]
  *   CONST  r = alpha                     (the value of a fill)
  *   UNARY  r = op(a; alpha, beta)        (a kiln_unary_op, its backend.h semantics)
- *   BINARY r = op(a, b)                  (a kiln_binary_op)
+ *   BINARY r = op(a, b)                  (a kiln_binary_op; a comparison gives 1 or 0)
+ *   WHERE  r = a != 0 ? b : c            (a: a comparison's result or a bool load)
  *   STORE  outputs[arg][i] = a           (r unused)
- * Every register and value has the program's dtype (f32 today): each instruction
- * rounds to it, as the unfused op did, so a backend that evaluates the instructions
- * with its unfused kernels gives the unfused results to the bit.
+ * Every register holds the program's dtype (f32 today): each instruction rounds to it,
+ * as the unfused op did, so a backend that evaluates the instructions with its unfused
+ * kernels gives the unfused results to the bit. Inputs and outputs have that dtype or
+ * bool: a bool load gives 1 or 0, a store to a bool output writes value != 0 (the
+ * fusion layer stores only comparison results there).
  *
  * A backend that generates code caches it by the program's shape: the instruction list
  * (codes, ops, registers, args; alpha and beta may be baked in or passed), the dtype, and
@@ -49,6 +52,7 @@ typedef enum kiln_fused_code {
     KILN_FUSED_CONST,
     KILN_FUSED_UNARY,
     KILN_FUSED_BINARY,
+    KILN_FUSED_WHERE,
     KILN_FUSED_STORE,
     KILN_FUSED_CODE_COUNT
 } kiln_fused_code;
@@ -61,13 +65,13 @@ typedef enum kiln_fused_code {
 typedef struct kiln_fused_instr {
     kiln_fused_code code;
     int op;             /* UNARY: a kiln_unary_op; BINARY: a kiln_binary_op */
-    int dst, a, b;      /* registers (dst unused by STORE; a, b by LOAD and CONST) */
+    int dst, a, b, c;   /* registers (dst unused by STORE; a, b, c where the code reads them) */
     int arg;            /* LOAD: input index; STORE: output index */
     double alpha, beta; /* UNARY's parameters; CONST's value in alpha */
 } kiln_fused_instr;
 
 struct kiln_fused_program {
-    kiln_dtype dtype;             /* of every register, input and output */
+    kiln_dtype dtype;             /* of every register; inputs and outputs: it or bool */
     int64_t n;                    /* elements */
     int ninputs, noutputs, ninstrs, nregs;
     const kiln_tdesc *inputs;     /* ninputs, each of n elements */

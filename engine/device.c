@@ -185,8 +185,9 @@ static int parse_any(const char *spec, size_t *slot, int *index, char *canon, si
 }
 
 /* The option fusion=on|off (spec, options, device defaults, KILN_<BACKEND>_FUSION):
- * on wraps the device in the fused decorator. The engine consumes the key for every
- * backend, so none of them refuses it. */
+ * on opens the device through the fused decorator (slot and canon become its), while the
+ * device keeps the name it was asked for. The engine consumes the key for every backend,
+ * so none of them refuses it. */
 static int apply_fusion_option(const kiln_device_opts *given, size_t *slot, char *canon, size_t canon_len)
 {
     kiln_device_opts all = *given;
@@ -282,13 +283,13 @@ kiln_device *kiln_device_open_opts(const char *spec, const char *options)
     char canon[KILN_SPEC_MAX], key[KILN_SPEC_MAX], optstr[KILN_SPEC_MAX];
     if (parse_any(base, &slot, &index, canon, sizeof canon) < 0)
         return NULL;
-    if (apply_fusion_option(&opts, &slot, canon, sizeof canon) < 0)
-        return NULL;
     kiln__device_opts_canon(&opts, optstr, sizeof optstr);
     if ((size_t)snprintf(key, sizeof key, "%s%s%s", canon, optstr[0] ? "?" : "", optstr) >= sizeof key) {
         kiln__error_set("kiln_device_open: spec too long");
         return NULL;
     }
+    if (apply_fusion_option(&opts, &slot, canon, sizeof canon) < 0)
+        return NULL;
 
     pthread_mutex_lock(&registry_lock);
     for (kiln_device *d = registry; d; d = d->next) {

@@ -37,7 +37,9 @@ enum { IN_CONTIG, IN_SCALAR, IN_GATHER, IN_ROWS };
 typedef struct fin {
     int kind;
     bool copy_in;        /* also an output: always copied into scratch when loaded */
-    const float *base;   /* the element at index 0 of every dim */
+    bool is_bool;        /* bool elements, loaded as 1 or 0 (always gathered) */
+    const float *base;   /* the element at index 0 of every dim (f32 inputs) */
+    const uint8_t *bytes;   /* the same for bool inputs */
     int nd;              /* dims after size-1 dims dropped and mergeable ones merged */
     int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
 } fin;
@@ -47,6 +49,7 @@ typedef struct fplan {
     const kiln__cpu_kernels *k;
     fin in[KILN_FUSED_MAX_INPUTS];
     float *out[KILN_FUSED_MAX_OUTPUTS];
+    uint8_t *out_bool[KILN_FUSED_MAX_OUTPUTS];   /* set for bool outputs (out[] NULL) */
     int slot[KILN_FUSED_MAX_INSTRS];       /* scratch slot of the instruction's dst, -1 none */
     int direct[KILN_FUSED_MAX_INSTRS];     /* output the instruction writes into, -1 none */
     bool stored_direct[KILN_FUSED_MAX_INSTRS]; /* a STORE already done by a direct write */
@@ -62,7 +65,9 @@ typedef struct fplan {
 
 static void normalize(fin *f, const kiln_tdesc *d)
 {
-    f->base = (const float *)kiln__cpu_ptr(d);
+    f->is_bool = d->dtype == KILN_BOOL;
+    f->base = f->is_bool ? NULL : (const float *)kiln__cpu_ptr(d);
+    f->bytes = f->is_bool ? (const uint8_t *)kiln__cpu_ptr(d) : NULL;
     f->nd = 0;
     for (int i = 0; i < d->ndim; i++) {
         if (d->shape[i] == 1)
@@ -83,7 +88,9 @@ static void normalize(fin *f, const kiln_tdesc *d)
     bool all_zero = true;
     for (int i = 0; i < f->nd; i++)
         all_zero = all_zero && f->strides[i] == 0;
-    if (all_zero)
+    if (f->is_bool)
+        f->kind = IN_GATHER;
+    else if (all_zero)
         f->kind = IN_SCALAR;
     else if (f->nd == 1 && f->strides[0] == 1)
         f->kind = IN_CONTIG;
@@ -117,12 +124,17 @@ static void gather(const fin *f, float *restrict t, int64_t i0, int64_t m)
         int64_t run = f->shape[last] - idx[last];
         if (run > m)
             run = m;
-        const float *src = f->base + off;
-        if (s == 1)
-            memcpy(t, src, (size_t)run * sizeof *t);
-        else
+        if (f->is_bool) {
+            const uint8_t *src = f->bytes + off;
+            for (int64_t j = 0; j < run; j++)
+                t[j] = src[j * s] ? 1.0f : 0.0f;
+        } else if (s == 1) {
+            memcpy(t, f->base + off, (size_t)run * sizeof *t);
+        } else {
+            const float *src = f->base + off;
             for (int64_t j = 0; j < run; j++)
                 t[j] = src[j * s];
+        }
         t += run;
         m -= run;
         off += run * s;
@@ -150,7 +162,7 @@ static int plan(fplan *pl, const kiln_fused_program *p)
         p->noutputs > KILN_FUSED_MAX_OUTPUTS || p->nregs > KILN_FUSED_MAX_INSTRS * 2 || p->n < 0)
         return KILN_ENOTSUP;
     for (int i = 0; i < p->ninputs; i++) {
-        if (p->inputs[i].dtype != KILN_F32)
+        if (p->inputs[i].dtype != KILN_F32 && p->inputs[i].dtype != KILN_BOOL)
             return KILN_ENOTSUP;
         normalize(&pl->in[i], &p->inputs[i]);
         /* an input the program also writes (an in-place update) is copied into scratch
@@ -178,9 +190,13 @@ static int plan(fplan *pl, const kiln_fused_program *p)
             pl->in[i].shape[pl->in[i].nd - 1] == pl->row)
             pl->in[i].kind = IN_ROWS;
     for (int i = 0; i < p->noutputs; i++) {
-        if (p->outputs[i].dtype != KILN_F32 || !kiln__cpu_contig(&p->outputs[i]))
+        if ((p->outputs[i].dtype != KILN_F32 && p->outputs[i].dtype != KILN_BOOL) ||
+            !kiln__cpu_contig(&p->outputs[i]))
             return KILN_ENOTSUP;
-        pl->out[i] = kiln__cpu_ptr(&p->outputs[i]);
+        if (p->outputs[i].dtype == KILN_BOOL)
+            pl->out_bool[i] = kiln__cpu_ptr(&p->outputs[i]);
+        else
+            pl->out[i] = kiln__cpu_ptr(&p->outputs[i]);
     }
     /* Outputs of this size would only evict each other from the caches: they are
      * written with non-temporal stores from a scratch register, which also saves the
@@ -193,16 +209,19 @@ static int plan(fplan *pl, const kiln_fused_program *p)
         def[r] = last_use[r] = -1, stores[r] = 0;
     for (int i = 0; i < p->ninstrs; i++) {
         const kiln_fused_instr *in = &p->instrs[i];
-        bool reads_a = in->code == KILN_FUSED_UNARY || in->code == KILN_FUSED_BINARY || in->code == KILN_FUSED_STORE;
-        bool reads_b = in->code == KILN_FUSED_BINARY;
-        if ((unsigned)in->code >= KILN_FUSED_CODE_COUNT || (reads_a && ((unsigned)in->a >= (unsigned)p->nregs ||
-                                                                        def[in->a] < 0)) ||
-            (reads_b && ((unsigned)in->b >= (unsigned)p->nregs || def[in->b] < 0)))
+        bool reads_a = in->code == KILN_FUSED_UNARY || in->code == KILN_FUSED_BINARY ||
+                       in->code == KILN_FUSED_WHERE || in->code == KILN_FUSED_STORE;
+        bool reads_b = in->code == KILN_FUSED_BINARY || in->code == KILN_FUSED_WHERE;
+        bool reads_c = in->code == KILN_FUSED_WHERE;
+        if ((unsigned)in->code >= KILN_FUSED_CODE_COUNT ||
+            (reads_a && ((unsigned)in->a >= (unsigned)p->nregs || def[in->a] < 0)) ||
+            (reads_b && ((unsigned)in->b >= (unsigned)p->nregs || def[in->b] < 0)) ||
+            (reads_c && ((unsigned)in->c >= (unsigned)p->nregs || def[in->c] < 0)))
             return KILN_ENOTSUP;
         if (in->code == KILN_FUSED_UNARY && ((unsigned)in->op >= KILN_UNARY_COUNT || in->op == KILN_UNARY_ISNAN ||
                                              in->op == KILN_UNARY_ISINF || in->op == KILN_UNARY_LOGICAL_NOT))
             return KILN_ENOTSUP;
-        if (in->code == KILN_FUSED_BINARY && (unsigned)in->op > KILN_BINARY_MINIMUM)
+        if (in->code == KILN_FUSED_BINARY && (unsigned)in->op > KILN_BINARY_GE)
             return KILN_ENOTSUP;
         if (in->code == KILN_FUSED_LOAD && (unsigned)in->arg >= (unsigned)p->ninputs)
             return KILN_ENOTSUP;
@@ -212,6 +231,8 @@ static int plan(fplan *pl, const kiln_fused_program *p)
             last_use[in->a] = i;
         if (reads_b)
             last_use[in->b] = i;
+        if (reads_c)
+            last_use[in->c] = i;
         if (in->code == KILN_FUSED_STORE) {
             stores[in->a]++;
         } else {
@@ -233,15 +254,17 @@ static int plan(fplan *pl, const kiln_fused_program *p)
             bool sc = in->code == KILN_FUSED_CONST ||
                       (in->code == KILN_FUSED_LOAD && pl->in[in->arg].kind == IN_SCALAR) ||
                       (in->code == KILN_FUSED_UNARY && pl->scalar[in->a]) ||
-                      (in->code == KILN_FUSED_BINARY && pl->scalar[in->a] && pl->scalar[in->b]);
+                      (in->code == KILN_FUSED_BINARY && pl->scalar[in->a] && pl->scalar[in->b]) ||
+                      (in->code == KILN_FUSED_WHERE && pl->scalar[in->a] && pl->scalar[in->b] && pl->scalar[in->c]);
             pl->scalar[in->dst] = sc;
             if (in->code == KILN_FUSED_CONST)
                 pl->consts[i] = (float)in->alpha;
-            bool computes = in->code == KILN_FUSED_UNARY || in->code == KILN_FUSED_BINARY;
+            bool computes =
+                in->code == KILN_FUSED_UNARY || in->code == KILN_FUSED_BINARY || in->code == KILN_FUSED_WHERE;
             if (computes && !sc && stores[in->dst] == 1 && !pl->stream) {
                 for (int j = i + 1; j < p->ninstrs; j++)
                     if (p->instrs[j].code == KILN_FUSED_STORE && p->instrs[j].a == in->dst &&
-                        !overlaps_input(p, &p->outputs[p->instrs[j].arg]))
+                        pl->out[p->instrs[j].arg] && !overlaps_input(p, &p->outputs[p->instrs[j].arg]))
                         pl->direct[i] = p->instrs[j].arg;
             }
             bool needs_slot = (computes && pl->direct[i] < 0) ||
@@ -251,12 +274,14 @@ static int plan(fplan *pl, const kiln_fused_program *p)
         }
         /* registers read here for the last time give their slots back (after dst took one,
          * so an instruction never writes the scratch it reads: unary_f32 is restrict) */
-        int reads[2] = {-1, -1};
-        if (in->code == KILN_FUSED_UNARY || in->code == KILN_FUSED_BINARY || in->code == KILN_FUSED_STORE)
+        int reads[3] = {-1, -1, -1};
+        if (in->code != KILN_FUSED_LOAD && in->code != KILN_FUSED_CONST)
             reads[0] = in->a;
-        if (in->code == KILN_FUSED_BINARY && in->b != in->a)
+        if ((in->code == KILN_FUSED_BINARY || in->code == KILN_FUSED_WHERE) && in->b != in->a)
             reads[1] = in->b;
-        for (int k = 0; k < 2; k++)
+        if (in->code == KILN_FUSED_WHERE && in->c != in->a && in->c != in->b)
+            reads[2] = in->c;
+        for (int k = 0; k < 3; k++)
             if (reads[k] >= 0 && last_use[reads[k]] == i && pl->slot[def[reads[k]]] >= 0)
                 free_slots[nfree++] = pl->slot[def[reads[k]]];
     }
@@ -277,6 +302,32 @@ typedef struct freg {
     const float *p;
     int64_t stride;   /* 0: one value for every element */
 } freg;
+
+/* A comparison as 1 or 0, as the unfused comparison's bool output loads. */
+static void compare(int op, float *restrict o, freg a, freg b, int64_t m)
+{
+    const float *x = a.p, *y = b.p;
+    int64_t sa = a.stride, sb = b.stride;
+#define CMP(expr)                                                                                                  \
+    for (int64_t j = 0; j < m; j++)                                                                                \
+        o[j] = (x[j * sa] expr y[j * sb]) ? 1.0f : 0.0f;                                                           \
+    break
+    switch (op) {
+    case KILN_BINARY_EQ: CMP(==);
+    case KILN_BINARY_NE: CMP(!=);
+    case KILN_BINARY_LT: CMP(<);
+    case KILN_BINARY_LE: CMP(<=);
+    case KILN_BINARY_GT: CMP(>);
+    default: CMP(>=);
+    }
+#undef CMP
+}
+
+static void select_where(float *restrict o, freg c, freg a, freg b, int64_t m)
+{
+    for (int64_t j = 0; j < m; j++)
+        o[j] = c.p[j * c.stride] != 0 ? a.p[j * a.stride] : b.p[j * b.stride];
+}
 
 /* o[0, m) = src[0, m) bypassing the caches where the CPU can (x86-64: SSE2 is baseline). */
 static void store_stream(float *o, const float *src, int64_t m)
@@ -327,7 +378,17 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, int64_t i0, i
         case KILN_FUSED_BINARY: {
             freg a = regs[in->a], b = regs[in->b];
             int64_t s = a.stride || b.stride;
-            pl->k->binary_f32(in->op, dst, a.p, a.stride, b.p, b.stride, s ? m : 1);
+            if (in->op <= KILN_BINARY_MINIMUM)
+                pl->k->binary_f32(in->op, dst, a.p, a.stride, b.p, b.stride, s ? m : 1);
+            else
+                compare(in->op, dst, a, b, s ? m : 1);
+            regs[in->dst] = (freg){dst, s};
+            break;
+        }
+        case KILN_FUSED_WHERE: {
+            freg c = regs[in->a], a = regs[in->b], b = regs[in->c];
+            int64_t s = a.stride || b.stride || c.stride;
+            select_where(dst, c, a, b, s ? m : 1);
             regs[in->dst] = (freg){dst, s};
             break;
         }
@@ -335,6 +396,12 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, int64_t i0, i
             if (pl->stored_direct[i])
                 break;
             freg a = regs[in->a];
+            if (pl->out_bool[in->arg]) {
+                uint8_t *ob = pl->out_bool[in->arg] + i0;
+                for (int64_t j = 0; j < m; j++)
+                    ob[j] = a.p[j * a.stride] != 0;
+                break;
+            }
             float *o = pl->out[in->arg] + i0;
             if (a.stride == 0)
                 for (int64_t j = 0; j < m; j++)

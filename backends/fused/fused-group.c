@@ -2,8 +2,9 @@
  * backends/fused/fused-group.c — a queue's pending group: recording elementwise calls,
  * and at a flush turning them into one kiln_fused_program.
  *
- * A call joins the group when it is f32 fill, copy, unary (not the bool-valued ones) or
- * arithmetic binary whose output is contiguous with the group's element count, and when
+ * A call joins the group when it is an f32 fill, copy, unary (not the bool-valued ones),
+ * arithmetic binary, comparison of f32 operands (a bool output) or where (a bool
+ * condition, f32 values) whose output is contiguous with the group's element count, and when
  * the group can run it per element without changing what any call reads. The group runs
  * as per-block straight-line code, so the one hazard is a buffer read and written by
  * the group through different element mappings; the rule that rules it out: a buffer
@@ -61,29 +62,42 @@ static bool same_view(const kiln_tdesc *a, const kiln_tdesc *b)
 
 static int rec_inputs(const frec *r)
 {
-    return r->entry == KILN_ENTRY_FILL ? 0 : r->entry == KILN_ENTRY_BINARY ? 2 : 1;
+    switch (r->entry) {
+    case KILN_ENTRY_FILL: return 0;
+    case KILN_ENTRY_BINARY: return 2;
+    case KILN_ENTRY_WHERE: return 3;
+    default: return 1;
+    }
 }
 
 static const kiln_tdesc *rec_input(const frec *r, int k)
 {
-    return k == 0 ? &r->x : &r->y;
+    return k == 0 ? &r->x : k == 1 ? &r->y : &r->z;
+}
+
+static bool is_comparison(const frec *r)
+{
+    return r->entry == KILN_ENTRY_BINARY && r->op >= KILN_BINARY_EQ && r->op <= KILN_BINARY_GE;
 }
 
 /* Whether r's kind of call fuses at all (dtype, op, layout), before any hazard. */
 static bool fusable(const frec *r)
 {
-    if (r->out.dtype != KILN_F32 || !contiguous(&r->out))
+    if (r->out.dtype != (is_comparison(r) ? KILN_BOOL : KILN_F32) || !contiguous(&r->out))
         return false;
-    for (int k = 0; k < rec_inputs(r); k++)
-        if (rec_input(r, k)->dtype != KILN_F32 || numel(rec_input(r, k)) != numel(&r->out))
+    for (int k = 0; k < rec_inputs(r); k++) {
+        kiln_dtype want = r->entry == KILN_ENTRY_WHERE && k == 0 ? KILN_BOOL : KILN_F32;
+        if (rec_input(r, k)->dtype != want || numel(rec_input(r, k)) != numel(&r->out))
             return false;
+    }
     switch (r->entry) {
     case KILN_ENTRY_FILL:
     case KILN_ENTRY_COPY: return true;
     case KILN_ENTRY_UNARY:
         return r->op >= 0 && r->op < KILN_UNARY_COUNT && r->op != KILN_UNARY_ISNAN && r->op != KILN_UNARY_ISINF &&
                r->op != KILN_UNARY_LOGICAL_NOT;
-    case KILN_ENTRY_BINARY: return r->op >= 0 && r->op <= KILN_BINARY_MINIMUM;
+    case KILN_ENTRY_BINARY: return r->op >= 0 && r->op <= KILN_BINARY_GE;
+    case KILN_ENTRY_WHERE: return true;
     default: return false;
     }
 }
@@ -140,9 +154,28 @@ static bool freed(const fq *q, const kiln_buffer *b)
     return false;
 }
 
-void kiln__fused_free(fq *q, kiln_buffer *b)
+static bool group_uses(const fq *q, const kiln_buffer *b)
 {
-    if (q->nrec == 0) {
+    for (int i = 0; i < q->nrec; i++) {
+        if (q->rec[i].out.buf == b)
+            return true;
+        for (int k = 0; k < rec_inputs(&q->rec[i]); k++)
+            if (rec_input(&q->rec[i], k)->buf == b)
+                return true;
+    }
+    return false;
+}
+
+void kiln__fused_free(fq *q, kiln_buffer *b, bool wrapped)
+{
+    if (!group_uses(q, b)) {
+        q->d->in->buffer_free(q->iq, b);
+        return;
+    }
+    if (wrapped) {
+        /* the caller's memory: its owner may reuse it as soon as the release callback
+         * runs, so the group runs now and the buffer goes at once */
+        (void)kiln__fused_flush(q);
         q->d->in->buffer_free(q->iq, b);
         return;
     }
@@ -206,19 +239,22 @@ static int compile(compiler *c, const fq *q)
     memset(c, 0, sizeof *c);
     for (int i = 0; i < q->nrec; i++) {
         const frec *r = &q->rec[i];
-        int a = -1, b = -1;
+        int a = -1, b = -1, z = -1;
         if (rec_inputs(r) > 0 && (a = operand(c, q, i, &r->x)) < 0)
             return -1;
         if (rec_inputs(r) > 1 && (b = operand(c, q, i, &r->y)) < 0)
+            return -1;
+        if (rec_inputs(r) > 2 && (z = operand(c, q, i, &r->z)) < 0)
             return -1;
         if (r->entry == KILN_ENTRY_COPY) {
             c->value[i] = a;    /* a copy is its source's value */
             continue;
         }
         int dst = c->nregs++;
-        kiln_fused_instr in = {.dst = dst, .a = a, .b = b, .op = r->op, .alpha = r->alpha, .beta = r->beta};
+        kiln_fused_instr in = {.dst = dst, .a = a, .b = b, .c = z, .op = r->op, .alpha = r->alpha, .beta = r->beta};
         in.code = r->entry == KILN_ENTRY_FILL    ? KILN_FUSED_CONST
                   : r->entry == KILN_ENTRY_UNARY ? KILN_FUSED_UNARY
+                  : r->entry == KILN_ENTRY_WHERE ? KILN_FUSED_WHERE
                                                  : KILN_FUSED_BINARY;
         if (emit(c, in) < 0)
             return -1;
@@ -254,6 +290,7 @@ static int replay(fq *q)
         case KILN_ENTRY_FILL: rc = in->fill(q->iq, &r->out, r->alpha); break;
         case KILN_ENTRY_COPY: rc = in->copy(q->iq, &r->out, &r->x); break;
         case KILN_ENTRY_UNARY: rc = in->unary(q->iq, (kiln_unary_op)r->op, &r->out, &r->x, r->alpha, r->beta); break;
+        case KILN_ENTRY_WHERE: rc = in->where(q->iq, &r->out, &r->x, &r->y, &r->z); break;
         default: rc = in->binary(q->iq, (kiln_binary_op)r->op, &r->out, &r->x, &r->y); break;
         }
         if (rc < 0)
@@ -337,11 +374,11 @@ char *kiln__fused_key(const kiln_fused_program *p, char *buf, size_t len)
         bool scalar = true;
         for (int k = 0; k < d->ndim; k++)
             scalar = scalar && (d->shape[k] == 1 || d->strides[k] == 0);
-        PUT(" i%d:%c", i, contiguous(d) ? 'c' : scalar ? 's' : 'g');
+        PUT(" i%d:%s%c", i, d->dtype == KILN_BOOL ? "b" : "", contiguous(d) ? 'c' : scalar ? 's' : 'g');
     }
     for (int i = 0; i < p->ninstrs; i++) {
         const kiln_fused_instr *in = &p->instrs[i];
-        PUT(" %d.%d:%d,%d,%d,%d", (int)in->code, in->op, in->dst, in->a, in->b, in->arg);
+        PUT(" %d.%d:%d,%d,%d,%d,%d", (int)in->code, in->op, in->dst, in->a, in->b, in->c, in->arg);
     }
 #undef PUT
     return buf;

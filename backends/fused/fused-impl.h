@@ -29,14 +29,19 @@ typedef struct fdev {
     _Atomic uint64_t groups_run;      /* programs handed to the inner fused_run */
     _Atomic uint64_t calls_fused;     /* recorded calls those programs replaced */
     _Atomic uint64_t groups_replayed; /* groups that ran call by call */
+    /* the buffers buffer_wrap_host made and not yet freed (the caller's memory) */
+    pthread_mutex_t wrapped_mu;
+    kiln_buffer **wrapped;
+    int nwrapped, capwrapped;
 } fdev;
 
-/* One recorded call: fill (out), copy and unary (out, x), binary (out, x, y). */
+/* One recorded call: fill (out), copy and unary (out, x), binary (out, x, y), where
+ * (out, x = cond, y, z). */
 typedef struct frec {
     kiln_entry entry;
     int op;
     double alpha, beta;
-    kiln_tdesc out, x, y;
+    kiln_tdesc out, x, y, z;
 } frec;
 
 /* A queue. Threads that never chose a queue of their own share the device's default one,
@@ -63,7 +68,8 @@ typedef struct fq {
 int kiln__fused_record(fq *q, const frec *r);
 /** Run q's pending group (fused or replayed) and hand its freed buffers back. */
 int kiln__fused_flush(fq *q);
-/** Buffer b was freed on q: defer it while a group is pending. */
-void kiln__fused_free(fq *q, kiln_buffer *b);
+/** Buffer b was freed on q: deferred while the pending group uses it, unless it wraps
+ *  the caller's memory (buffer_wrap_host), which runs the group first. */
+void kiln__fused_free(fq *q, kiln_buffer *b, bool wrapped);
 
 #endif /* KILN_FUSED_IMPL_H */

@@ -3,7 +3,7 @@
  * backend ("fused:cpu", "fused:counting:cpu"; the engine also applies it to a device
  * opened with the option fusion=on).
  *
- * Elementwise calls (fill, copy, unary, binary) are not run when they arrive: each
+ * Elementwise calls (fill, copy, unary, binary, where) are not run when they arrive: each
  * queue records them into a pending group (fused-group.c). Any other entry, an upload,
  * a download, a host pointer, a sync, an event, or a call that cannot join the group
  * flushes it first: the group becomes one kiln_fused_program that the inner backend's
@@ -49,6 +49,7 @@ static void *fused_open_opts(const char *spec, int index, kiln_device_opts *o)
         return NULL;
     }
     d->replay = codegen == 1;
+    pthread_mutex_init(&d->wrapped_mu, NULL);
     kiln_device_opts inner = {0};
     for (int i = 0; i < o->n; i++)
         if (!o->kv[i].used) {
@@ -58,6 +59,7 @@ static void *fused_open_opts(const char *spec, int index, kiln_device_opts *o)
         }
     d->ictx = kiln__backend_open(spec + strlen("fused:"), &inner, &d->in);
     if (!d->ictx) {
+        pthread_mutex_destroy(&d->wrapped_mu);
         free(d);
         return NULL;
     }
@@ -69,6 +71,8 @@ static void fused_close(void *ctx)
     fdev *d = ctx;
     if (d->in->close)
         d->in->close(d->ictx);
+    pthread_mutex_destroy(&d->wrapped_mu);
+    free(d->wrapped);
     free(d);
 }
 
@@ -198,11 +202,26 @@ static kiln_buffer *fused_buffer_alloc(void *qctx, size_t nbytes)
     return q->d->in->buffer_alloc(q->iq, nbytes);
 }
 
+/* Forget b as a wrapped buffer; whether it was one. */
+static bool unwrap(fdev *d, kiln_buffer *b)
+{
+    bool found = false;
+    pthread_mutex_lock(&d->wrapped_mu);
+    for (int i = 0; i < d->nwrapped && !found; i++)
+        if (d->wrapped[i] == b) {
+            d->wrapped[i] = d->wrapped[--d->nwrapped];
+            found = true;
+        }
+    pthread_mutex_unlock(&d->wrapped_mu);
+    return found;
+}
+
 static void fused_buffer_free(void *qctx, kiln_buffer *b)
 {
     fq *q = qctx;
+    bool wrapped = unwrap(q->d, b);
     pthread_mutex_lock(&q->mu);
-    kiln__fused_free(q, b);
+    kiln__fused_free(q, b, wrapped);
     pthread_mutex_unlock(&q->mu);
 }
 
@@ -280,7 +299,24 @@ static kiln_buffer *fused_buffer_wrap_host(void *qctx, void *ptr, size_t n, void
         kiln__error_set("fused: the inner device cannot use host memory in place");
         return NULL;
     }
-    return q->d->in->buffer_wrap_host(q->iq, ptr, n, release, ud);
+    fdev *d = q->d;
+    pthread_mutex_lock(&d->wrapped_mu);
+    if (d->nwrapped == d->capwrapped) {
+        int cap = d->capwrapped ? d->capwrapped * 2 : 64;
+        kiln_buffer **grown = realloc(d->wrapped, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            pthread_mutex_unlock(&d->wrapped_mu);
+            kiln__error_set("fused: out of memory");
+            return NULL;
+        }
+        d->wrapped = grown;
+        d->capwrapped = cap;
+    }
+    kiln_buffer *b = d->in->buffer_wrap_host(q->iq, ptr, n, release, ud);
+    if (b)
+        d->wrapped[d->nwrapped++] = b;
+    pthread_mutex_unlock(&d->wrapped_mu);
+    return b;
 }
 
 static size_t fused_buffer_trim(void *qctx, size_t bytes)
@@ -309,8 +345,16 @@ static int record_or_run(fq *q, const frec *r)
     case KILN_ENTRY_FILL: return in->fill(q->iq, &r->out, r->alpha);
     case KILN_ENTRY_COPY: return in->copy(q->iq, &r->out, &r->x);
     case KILN_ENTRY_UNARY: return in->unary(q->iq, (kiln_unary_op)r->op, &r->out, &r->x, r->alpha, r->beta);
+    case KILN_ENTRY_WHERE: return in->where(q->iq, &r->out, &r->x, &r->y, &r->z);
     default: return in->binary(q->iq, (kiln_binary_op)r->op, &r->out, &r->x, &r->y);
     }
+}
+
+static int fused_where(void *qctx, const kiln_tdesc *out, const kiln_tdesc *c, const kiln_tdesc *a,
+                       const kiln_tdesc *b)
+{
+    frec r = {.entry = KILN_ENTRY_WHERE, .out = *out, .x = *c, .y = *a, .z = *b};
+    return record_or_run(qctx, &r);
 }
 
 static int fused_fill(void *qctx, const kiln_tdesc *out, double v)
@@ -353,7 +397,6 @@ static int fused_binary(void *qctx, kiln_binary_op op, const kiln_tdesc *out, co
 #define T const kiln_tdesc *
 FWD(arange, (void *qctx, T out, double a, double b), (q->iq, out, a, b))
 FWD(rng, (void *qctx, kiln_rng_kind k, T out, uint64_t s, uint64_t o, double a, double b), (q->iq, k, out, s, o, a, b))
-FWD(where, (void *qctx, T out, T c, T a, T b), (q->iq, out, c, a, b))
 FWD(reduce, (void *qctx, kiln_reduce_op op, T out, T in, uint32_t m, double p), (q->iq, op, out, in, m, p))
 FWD(arg_reduce, (void *qctx, bool mx, T out, T in, int dim), (q->iq, mx, out, in, dim))
 FWD(cumsum, (void *qctx, T out, T in, int dim), (q->iq, out, in, dim))
