@@ -21,12 +21,15 @@
  * once writes straight into its output block. Only strided views are gathered. Scratch
  * registers are reused once their value is dead, so a long chain needs few of them.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #if defined(__x86_64__)
 #include <emmintrin.h>
 #endif
 
+#include "autotune-impl.h"
 #include "cpu-impl.h"
 #include "fused-program.h"
 
@@ -58,6 +61,7 @@ typedef struct fplan {
     int nslots;
     int64_t block;
     int64_t row;         /* blocks end at multiples of this (0: anywhere) */
+    int64_t lo, hi;      /* the element range the jobs split */
     bool stream;         /* outputs far larger than the caches: non-temporal stores */
     char *scratch;       /* njobs slabs of nslots * block floats */
     int njobs;
@@ -288,16 +292,6 @@ static int plan(fplan *pl, const kiln_fused_program *p)
     return 0;
 }
 
-/* Elements per block: registers of this many floats, a few of them live at once, stay in
- * L1/L2 while a block runs. */
-static int64_t fused_block(const kiln__cpu_ctx *ctx, const kiln_fused_program *p)
-{
-    (void)ctx;
-    (void)p;
-    const char *e = getenv("KILN_FUSED_BLOCK_EXPERIMENT");
-    return e ? atoll(e) : 2048;
-}
-
 typedef struct freg {
     const float *p;
     int64_t stride;   /* 0: one value for every element */
@@ -419,8 +413,8 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, int64_t i0, i
 static void run_job(void *arg, int job, int njobs)
 {
     const fplan *pl = arg;
-    int64_t n = pl->p->n;
-    int64_t begin = n * job / njobs, end = n * (job + 1) / njobs;
+    int64_t n = pl->hi - pl->lo;
+    int64_t begin = pl->lo + n * job / njobs, end = pl->lo + n * (job + 1) / njobs;
     float *scratch = (float *)(pl->scratch + (size_t)job * (size_t)pl->nslots * (size_t)pl->block * sizeof(float));
     freg regs[KILN_FUSED_MAX_INSTRS * 2];
     for (int64_t i0 = begin, m; i0 < end; i0 += m) {
@@ -433,6 +427,51 @@ static void run_job(void *arg, int job, int njobs)
     if (pl->stream)
         _mm_sfence();   /* the streamed lines are visible before the job reports done */
 #endif
+}
+
+/* Block sizes: a few registers of this many floats stay in L1/L2 while a block runs. A
+ * program of TUNE_MIN elements or more whose shape class has no cached winner runs its
+ * range in equal segments, one per candidate, timed (each element still computed once,
+ * so in-place programs are safe); the fastest becomes the class's block size in the
+ * autotune cache (engine/autotune.c). Smaller programs take DEFAULT_BLOCK. */
+static const int64_t block_candidates[] = {1024, 2048, 4096, 8192};
+#define NCANDIDATES (int)(sizeof block_candidates / sizeof *block_candidates)
+#define DEFAULT_BLOCK 2048
+#define TUNE_MIN ((int64_t)1 << 20)
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+/* The shape class: element count (power of two), instructions, scratch registers,
+ * gathered inputs, streamed or cached stores. */
+static void shape_class(const fplan *pl, char *key, size_t len)
+{
+    const kiln_fused_program *p = pl->p;
+    int lg = 0, gathers = 0;
+    for (int64_t n = p->n; n > 1; n >>= 1)
+        lg++;
+    for (int i = 0; i < p->ninputs; i++)
+        gathers += pl->in[i].kind == IN_GATHER;
+    int instrs = p->ninstrs <= 4 ? 4 : p->ninstrs <= 8 ? 8 : p->ninstrs <= 16 ? 16 : 64;
+    snprintf(key, len, "fused-block n2^%d i%d r%d g%d %s", lg, instrs, pl->nslots, gathers,
+             pl->stream ? "stream" : "cached");
+}
+
+static void run_range(kiln__cpu_ctx *ctx, fplan *pl, int64_t lo, int64_t hi, int64_t block)
+{
+    pl->lo = lo;
+    pl->hi = hi;
+    pl->block = block;
+    if (hi <= lo)
+        return;
+    if (pl->njobs == 1)
+        run_job(pl, 0, 1);
+    else
+        kiln__cpu_pool_run(ctx->pool, pl->njobs, run_job, pl);
 }
 
 int kiln__cpu_fused_run(void *vctx, const kiln_fused_program *p)
@@ -448,20 +487,38 @@ int kiln__cpu_fused_run(void *vctx, const kiln_fused_program *p)
     }
     pl->p = p;
     pl->k = ctx->k;
-    pl->block = fused_block(ctx, p);
     int64_t grain = 16384;
     int64_t jobs = p->n / grain;
     pl->njobs = jobs < 1 ? 1 : jobs > ctx->nthreads ? ctx->nthreads : (int)jobs;
-    size_t slab = (size_t)pl->nslots * (size_t)pl->block * sizeof(float);
+    char device[64], key[96];
+    int64_t block = DEFAULT_BLOCK;
+    bool tune = false;
+    if (p->n >= TUNE_MIN) {
+        snprintf(device, sizeof device, "cpu/%s/%dt", ctx->k->name, ctx->nthreads);
+        shape_class(pl, key, sizeof key);
+        tune = !kiln__autotune_lookup(device, key, &block);
+        if (block < 64 || block > block_candidates[NCANDIDATES - 1])
+            block = DEFAULT_BLOCK;
+    }
+    int64_t most = tune ? block_candidates[NCANDIDATES - 1] : block;
+    size_t slab = (size_t)pl->nslots * (size_t)most * sizeof(float);
     if (slab && !(pl->scratch = aligned_alloc(64, slab * (size_t)pl->njobs))) {
         free(pl);
         return kiln__cpu_enomem("fused");
     }
-    if (p->n > 0) {
-        if (pl->njobs == 1)
-            run_job(pl, 0, 1);
-        else
-            kiln__cpu_pool_run(ctx->pool, pl->njobs, run_job, pl);
+    if (tune) {
+        int best = 0;
+        double best_ns = 0;
+        for (int c = 0; c < NCANDIDATES; c++) {
+            double t0 = now_ns();
+            run_range(ctx, pl, p->n * c / NCANDIDATES, p->n * (c + 1) / NCANDIDATES, block_candidates[c]);
+            double t = now_ns() - t0;
+            if (c == 0 || t < best_ns)
+                best = c, best_ns = t;
+        }
+        kiln__autotune_store(device, key, block_candidates[best]);
+    } else {
+        run_range(ctx, pl, 0, p->n, block);
     }
     free(pl->scratch);
     free(pl);

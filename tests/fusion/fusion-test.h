@@ -36,5 +36,6 @@ static inline int test_pick(uint64_t *s, int n)
 void test_programs(void);      /* test-programs.c: kiln_fused_program on the cpu's fused_run */
 void test_graphs(void);        /* test-graphs.c: random expression graphs, fused vs unfused vs ref */
 void test_training(void);      /* test-training.c: gradients and launch counts of training steps */
+void test_autotune(void);      /* test-autotune.c: the autotune cache through the fused block size */
 
 #endif

@@ -14,6 +14,7 @@ int main(void)
     test_programs();
     test_graphs();
     test_training();
+    test_autotune();
     printf("fusion: %d passed, %d failed\n", fusion_passed, fusion_failed);
     return fusion_failed ? 1 : 0;
 }

@@ -27,6 +27,13 @@ KILN_API_BEGIN
 /** The library version, "MAJOR.MINOR.PATCH". */
 const char *kiln_version(void);
 
+/** The folder of the autotune cache (autotune.tsv: kernel choices timed once per shape
+ *  class and device, reused by later runs; kilnd passes its data directory). NULL or ""
+ *  falls back to the environment's KILN_AUTOTUNE_DIR, and with neither the choices last
+ *  for the process only. A malformed file is ignored with a line on stderr. Returns 0,
+ *  or -1 when the name is too long. */
+int kiln_autotune_dir_set(const char *dir);
+
 KILN_API_END
 
 #ifdef __cplusplus

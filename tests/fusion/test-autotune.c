@@ -1,0 +1,127 @@
+/*
+ * tests/fusion/test-autotune.c — the autotune cache (engine/autotune.c) through the cpu's
+ * fused block size: the first large program of a shape class times its candidates and
+ * writes the winner to <dir>/autotune.tsv; a warmed entry is used as it is (the file is
+ * left alone); a corrupt file and a stale kiln version are ignored and replaced; results
+ * are the same whatever the cache holds.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fusion-test.h"
+#include "kiln/kiln.h"
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    static char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static void spit(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* y = relu(x * 3 + 1) on 1024 x 1024 (a tuned size) through dev; y's first values. */
+static void run_chain(kiln_device *dev, float out[4])
+{
+    kiln_scope_begin();
+    kiln_tensor *x = kiln_arange(dev, KILN_F32, -512, 512, 1.0 / 1024);
+    kiln_device_sync(dev);
+    kiln_scope_begin();
+    kiln_tensor *y = kiln_keep(kiln_relu(kiln_add_scalar(kiln_mul_scalar(x, 3), 1)));
+    kiln_scope_end();
+    int64_t at = 1024 * 512 - 2;   /* around x = 0: -2/1024 .. 1/1024 */
+    CHECK(kiln_to_data(kiln_slice(y, 0, at, at + 4, 1), out, 4 * sizeof(float)) == 0, "chain: %s", kiln_error());
+    kiln_tensor_release(y);
+    kiln_scope_end();
+}
+
+static void check_values(const float v[4], const char *when)
+{
+    bool ok = true;
+    for (int i = 0; i < 4; i++) {
+        float x = (float)(i - 2) / 1024.0f;
+        float want = x * 3.0f + 1.0f;
+        ok = ok && v[i] == (want > 0 ? want : 0);
+    }
+    CHECK(ok, "%s: relu(x * 3 + 1) wrong (%g %g %g %g)", when, v[0], v[1], v[2], v[3]);
+}
+
+void test_autotune(void)
+{
+    char dir[] = "/tmp/kiln-autotune-XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(false, "mkdtemp failed");
+        return;
+    }
+    char path[128];
+    snprintf(path, sizeof path, "%s/autotune.tsv", dir);
+    CHECK(kiln_autotune_dir_set(dir) == 0, "set the autotune folder");
+    kiln_device *dev = kiln_device_open("fused:cpu");
+    CHECK(dev != NULL, "open fused:cpu: %s", kiln_error());
+    if (!dev)
+        return;
+    float v[4];
+
+    /* first sight of the class: timed, stored */
+    run_chain(dev, v);
+    check_values(v, "first run (timed)");
+    char *text = slurp(path);
+    CHECK(text && !strncmp(text, "kiln-autotune 1\n", 16) && strstr(text, "fused-block") && strstr(text, kiln_version()),
+          "the winner is written with the kiln version: '%s'", text ? text : "(no file)");
+    char saved[8192] = "";
+    if (text)
+        snprintf(saved, sizeof saved, "%s", text);
+
+    /* a warmed entry (here 1024, a valid candidate) is used: the file stays as it is */
+    char warmed[8192];
+    snprintf(warmed, sizeof warmed, "%s", saved);
+    char *tab = strrchr(warmed, '\t');
+    if (tab)
+        snprintf(tab + 1, warmed + sizeof warmed - tab - 1, "1024\n");
+    spit(path, warmed);
+    kiln_autotune_dir_set(dir);
+    run_chain(dev, v);
+    check_values(v, "warmed run");
+    text = slurp(path);
+    CHECK(text && !strcmp(text, warmed), "a warmed entry is not timed again");
+
+    /* a corrupt file is ignored (with a line on stderr) and replaced by a good one */
+    spit(path, "kiln-autotune 1\nthis line is not four fields\n");
+    kiln_autotune_dir_set(dir);
+    run_chain(dev, v);
+    check_values(v, "corrupt cache");
+    text = slurp(path);
+    CHECK(text && !strncmp(text, "kiln-autotune 1\n", 16) && !strstr(text, "not four"),
+          "a corrupt file is replaced: '%s'", text ? text : "(no file)");
+    spit(path, "\x01\x02garbage");
+    kiln_autotune_dir_set(dir);
+    run_chain(dev, v);
+    check_values(v, "binary garbage in the cache");
+
+    /* entries of another kiln version are dropped and timed again */
+    spit(path, "kiln-autotune 1\n0.0.1\tcpu/x/1t\tfused-block n2^20 i4 r1 g0 cached\t4096\n");
+    kiln_autotune_dir_set(dir);
+    run_chain(dev, v);
+    check_values(v, "stale cache");
+    text = slurp(path);
+    CHECK(text && !strstr(text, "0.0.1\t") && strstr(text, kiln_version()), "stale entries are dropped: '%s'",
+          text ? text : "(no file)");
+
+    CHECK(kiln_autotune_dir_set(NULL) == 0, "unset the autotune folder");
+    kiln_device_close(dev);
+    unlink(path);
+    rmdir(dir);
+}
