@@ -20,6 +20,7 @@
 
 #include "auth.h"
 #include "daemon.h"
+#include "kiln/kiln.h"
 
 static const char *const api_extensions[] = {"model_repository", "statistics", "binary_tensor_data", NULL};
 
@@ -494,6 +495,9 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
         kd_log_write(&d->log, KD_LOG_ERROR, "%s", err);
         return -1;
     }
+    /* kernel choices timed once are kept beside the models (autotune.tsv) */
+    if (!getenv("KILN_AUTOTUNE_DIR"))
+        kiln_autotune_dir_set(d->cfg.data_dir);
 
     struct kd_server_options opts = {
         .host = d->cfg.host,

@@ -129,11 +129,19 @@ static void gather(const fin *f, float *restrict t, int64_t i0, int64_t m)
         if (run > m)
             run = m;
         if (f->is_bool) {
-            const uint8_t *src = f->bytes + off;
-            for (int64_t j = 0; j < run; j++)
-                t[j] = src[j * s] ? 1.0f : 0.0f;
+            const uint8_t *restrict src = f->bytes + off;
+            if (s == 1)
+                for (int64_t j = 0; j < run; j++)
+                    t[j] = src[j] ? 1.0f : 0.0f;
+            else
+                for (int64_t j = 0; j < run; j++)
+                    t[j] = src[j * s] ? 1.0f : 0.0f;
         } else if (s == 1) {
             memcpy(t, f->base + off, (size_t)run * sizeof *t);
+        } else if (s == 0) {
+            float v = f->base[off];
+            for (int64_t j = 0; j < run; j++)
+                t[j] = v;
         } else {
             const float *src = f->base + off;
             for (int64_t j = 0; j < run; j++)
@@ -297,30 +305,69 @@ typedef struct freg {
     int64_t stride;   /* 0: one value for every element */
 } freg;
 
-/* A comparison as 1 or 0, as the unfused comparison's bool output loads. */
+/* A comparison as 1 or 0, as the unfused comparison's bool output loads. The common
+ * stride patterns get loops of their own, which the compiler vectorizes. */
+#define CMP_LOOPS(expr)                                                                                            \
+    do {                                                                                                           \
+        if (sa && sb)                                                                                              \
+            for (int64_t j = 0; j < m; j++)                                                                        \
+                o[j] = (x[j] expr y[j]) ? 1.0f : 0.0f;                                                             \
+        else if (sa) {                                                                                             \
+            float yv = y[0];                                                                                       \
+            for (int64_t j = 0; j < m; j++)                                                                        \
+                o[j] = (x[j] expr yv) ? 1.0f : 0.0f;                                                               \
+        } else {                                                                                                   \
+            float xv = x[0];                                                                                       \
+            for (int64_t j = 0; j < m; j++)                                                                        \
+                o[j] = (xv expr y[j * sb]) ? 1.0f : 0.0f;                                                          \
+        }                                                                                                          \
+    } while (0)
+
 static void compare(int op, float *restrict o, freg a, freg b, int64_t m)
 {
-    const float *x = a.p, *y = b.p;
+    const float *restrict x = a.p, *restrict y = b.p;
     int64_t sa = a.stride, sb = b.stride;
-#define CMP(expr)                                                                                                  \
-    for (int64_t j = 0; j < m; j++)                                                                                \
-        o[j] = (x[j * sa] expr y[j * sb]) ? 1.0f : 0.0f;                                                           \
-    break
     switch (op) {
-    case KILN_BINARY_EQ: CMP(==);
-    case KILN_BINARY_NE: CMP(!=);
-    case KILN_BINARY_LT: CMP(<);
-    case KILN_BINARY_LE: CMP(<=);
-    case KILN_BINARY_GT: CMP(>);
-    default: CMP(>=);
+    case KILN_BINARY_EQ: CMP_LOOPS(==); break;
+    case KILN_BINARY_NE: CMP_LOOPS(!=); break;
+    case KILN_BINARY_LT: CMP_LOOPS(<); break;
+    case KILN_BINARY_LE: CMP_LOOPS(<=); break;
+    case KILN_BINARY_GT: CMP_LOOPS(>); break;
+    default: CMP_LOOPS(>=); break;
     }
-#undef CMP
+}
+#undef CMP_LOOPS
+
+/* c != 0 ? a : b without a branch (bit masks), so the loops below vectorize. */
+static inline float pick(float c, float a, float b)
+{
+    uint32_t ua, ub, mask = 0u - (uint32_t)(c != 0);
+    memcpy(&ua, &a, sizeof ua);
+    memcpy(&ub, &b, sizeof ub);
+    uint32_t r = (ua & mask) | (ub & ~mask);
+    float f;
+    memcpy(&f, &r, sizeof f);
+    return f;
 }
 
 static void select_where(float *restrict o, freg c, freg a, freg b, int64_t m)
 {
-    for (int64_t j = 0; j < m; j++)
-        o[j] = c.p[j * c.stride] != 0 ? a.p[j * a.stride] : b.p[j * b.stride];
+    const float *restrict cp = c.p, *restrict ap = a.p, *restrict bp = b.p;
+    if (c.stride && a.stride && b.stride) {
+        for (int64_t j = 0; j < m; j++)
+            o[j] = pick(cp[j], ap[j], bp[j]);
+    } else if (c.stride && a.stride) {
+        float bv = bp[0];
+        for (int64_t j = 0; j < m; j++)
+            o[j] = pick(cp[j], ap[j], bv);
+    } else if (c.stride && b.stride) {
+        float av = ap[0];
+        for (int64_t j = 0; j < m; j++)
+            o[j] = pick(cp[j], av, bp[j]);
+    } else {
+        for (int64_t j = 0; j < m; j++)
+            o[j] = pick(cp[j * c.stride], ap[j * a.stride], bp[j * b.stride]);
+    }
 }
 
 /* o[0, m) = src[0, m) bypassing the caches where the CPU can (x86-64: SSE2 is baseline). */
@@ -391,9 +438,13 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, int64_t i0, i
                 break;
             freg a = regs[in->a];
             if (pl->out_bool[in->arg]) {
-                uint8_t *ob = pl->out_bool[in->arg] + i0;
-                for (int64_t j = 0; j < m; j++)
-                    ob[j] = a.p[j * a.stride] != 0;
+                uint8_t *restrict ob = pl->out_bool[in->arg] + i0;
+                const float *restrict v = a.p;
+                if (a.stride)
+                    for (int64_t j = 0; j < m; j++)
+                        ob[j] = v[j] != 0;
+                else
+                    memset(ob, v[0] != 0, (size_t)m);
                 break;
             }
             float *o = pl->out[in->arg] + i0;

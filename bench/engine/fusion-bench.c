@@ -18,6 +18,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "kiln/autodiff.h"
+#include "kiln/loss.h"
+#include "kiln/nn.h"
+#include "kiln/optim.h"
 #include "kiln/tensor.h"
 
 static double now_ms(void)
@@ -199,11 +203,133 @@ static void row(const char *filter, const char *name, step_fn step, kiln_device 
     drop(&p);
 }
 
+/* ------------------------------------------------------------------ training steps */
+
+static const char cnn_spec[] =
+    "{\"inputs\": [\"x\"], \"nodes\": ["
+    "{\"name\": \"c1\", \"layer\": \"Conv2d\", \"config\": {\"in_channels\": 1, \"out_channels\": 32, \"kernel_size\": 3, \"padding\": 1}, \"inputs\": [\"x\"]},"
+    "{\"name\": \"r1\", \"op\": \"relu\", \"inputs\": [\"c1\"]},"
+    "{\"name\": \"p1\", \"layer\": \"MaxPool2d\", \"config\": {\"kernel_size\": 2}, \"inputs\": [\"r1\"]},"
+    "{\"name\": \"c2\", \"layer\": \"Conv2d\", \"config\": {\"in_channels\": 32, \"out_channels\": 64, \"kernel_size\": 3, \"padding\": 1}, \"inputs\": [\"p1\"]},"
+    "{\"name\": \"r2\", \"op\": \"relu\", \"inputs\": [\"c2\"]},"
+    "{\"name\": \"p2\", \"layer\": \"MaxPool2d\", \"config\": {\"kernel_size\": 2}, \"inputs\": [\"r2\"]},"
+    "{\"name\": \"f\", \"op\": \"flatten\", \"start_dim\": 1, \"inputs\": [\"p2\"]},"
+    "{\"name\": \"fc1\", \"layer\": \"Linear\", \"config\": {\"in_features\": 3136, \"out_features\": 128}, \"inputs\": [\"f\"]},"
+    "{\"name\": \"r3\", \"op\": \"relu\", \"inputs\": [\"fc1\"]},"
+    "{\"name\": \"fc2\", \"layer\": \"Linear\", \"config\": {\"in_features\": 128, \"out_features\": 10}, \"inputs\": [\"r3\"]}"
+    "], \"outputs\": [\"fc2\"]}";
+
+typedef struct trainer {
+    kiln_module *m;
+    kiln_optim *opt;
+    kiln_tensor *x, *y;
+    bool cnn;
+} trainer;
+
+static void trainer_make(trainer *t, kiln_device *dev, bool cnn)
+{
+    kiln_generator g = kiln_generator_make(3);
+    t->cnn = cnn;
+    if (cnn) {
+        t->m = kiln_model_from_json(cnn_spec, dev, &g);
+    } else {
+        kiln_transformer_config tc = kiln_transformer_encoder_layer_config_default();
+        tc.d_model = 256;
+        tc.nhead = 4;
+        tc.dim_feedforward = 1024;
+        tc.dropout = 0.1;
+        tc.batch_first = true;
+        tc.activation = KILN_ACT_GELU;
+        t->m = kiln_transformer_encoder_layer_init(&tc, dev, &g);
+    }
+    if (!t->m)
+        die("model");
+    kiln_optim_config oc = kiln_optim_config_default(KILN_OPTIM_ADAM);
+    oc.lr = 1e-3;
+    t->opt = kiln_optim_create_module(&oc, t->m);
+    kiln_generator dg = kiln_generator_make(9);
+    t->x = kiln_keep(cnn ? kiln_rand_uniform(dev, KILN_F32, 4, (int64_t[]){64, 1, 28, 28}, 0, 1, &dg)
+                         : kiln_rand_normal(dev, KILN_F32, 3, (int64_t[]){16, 128, 256}, 0, 1, &dg));
+    t->y = kiln_keep(kiln_rand_int(dev, KILN_I64, 1, (int64_t[]){64}, 0, 10, &dg));
+    if (!t->opt || !t->x || !t->y)
+        die("trainer");
+}
+
+static double train_step(trainer *t)
+{
+    double s = now_ms();
+    kiln_scope_begin();
+    kiln_tensor *out = kiln_module_forward(t->m, t->x), *loss;
+    if (t->cnn) {
+        kiln_loss_ce_opts o = kiln_loss_ce_opts_default();
+        loss = kiln_loss_cross_entropy(out, t->y, &o);
+    } else {
+        loss = kiln_mean(kiln_square(out), 0, NULL, false);
+    }
+    if (!loss || kiln_backward(loss, NULL) < 0 || kiln_optim_step(t->opt) < 0)
+        die("train step");
+    kiln_optim_zero_grad(t->opt);
+    (void)kiln_item(loss);
+    kiln_scope_end();
+    return now_ms() - s;
+}
+
+static void train_row(const char *filter, const char *name, kiln_device *fd, kiln_device *pd, bool cnn, double target)
+{
+    if (filter && !strstr(name, filter))
+        return;
+    trainer f, p;
+    trainer_make(&f, fd, cnn);
+    trainer_make(&p, pd, cnn);
+    for (int i = 0; i < 2; i++) {
+        train_step(&f);
+        train_step(&p);
+    }
+    double budget = 3;
+    const char *env = getenv("KILN_BENCH_SECONDS");
+    if (env && atof(env) > 0)
+        budget = 2 * atof(env);
+    double per = train_step(&f) + train_step(&p);
+    int reps = (int)(budget * 1e3 / (per > 1e-3 ? per : 1e-3));
+    reps = reps < 5 ? 5 : reps > 51 ? 51 : reps;
+    double ft[51], pt[51];
+    for (int r = 0; r < reps; r++) {
+        if (r % 2) {
+            ft[r] = train_step(&f);
+            pt[r] = train_step(&p);
+        } else {
+            pt[r] = train_step(&p);
+            ft[r] = train_step(&f);
+        }
+    }
+    qsort(ft, (size_t)reps, sizeof *ft, cmp_double);
+    qsort(pt, (size_t)reps, sizeof *pt, cmp_double);
+    double fm = ft[reps / 2], pm = pt[reps / 2];
+    printf("{\"name\": \"fusion/%s\", \"unit\": \"ms\", \"kiln\": %.4f, \"peer\": %.4f, "
+           "\"peer_name\": \"kiln unfused (cpu)\", \"ratio\": %.3f, \"target\": %.2f}\n",
+           name, fm, pm, pm / fm, target);
+    fflush(stdout);
+    for (int k = 0; k < 2; k++) {
+        trainer *t = k ? &p : &f;
+        kiln_tensor_release(t->x);
+        kiln_tensor_release(t->y);
+        kiln_optim_free(t->opt);
+        kiln_module_free(t->m);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *filter = argc > 1 ? argv[1] : NULL;
-    kiln_device *fd = kiln_device_open("cpu?fusion=on");
-    kiln_device *pd = kiln_device_open("cpu");
+    /* KILN_FUSION_BENCH_SPECS="FUSED,UNFUSED" replaces the two device specs */
+    char fspec[128] = "cpu?fusion=on", pspec[128] = "cpu";
+    const char *specs = getenv("KILN_FUSION_BENCH_SPECS");
+    if (specs && strchr(specs, ',')) {
+        snprintf(fspec, sizeof fspec, "%.*s", (int)(strchr(specs, ',') - specs), specs);
+        snprintf(pspec, sizeof pspec, "%s", strchr(specs, ',') + 1);
+    }
+    kiln_device *fd = kiln_device_open(fspec);
+    kiln_device *pd = kiln_device_open(pspec);
     if (!fd || !pd)
         die("open");
     {
@@ -226,6 +352,8 @@ int main(int argc, char **argv)
         const int nd[2] = {3, 3};
         row(filter, "softmax(QK^T/sqrt(d)) [96,128,128]", attn_scores, fd, pd, 2, s, nd, 0);
     }
+    train_row(filter, "train step Fashion-MNIST CNN b64 Adam", fd, pd, true, 1.25);
+    train_row(filter, "train step Transformer block d256 s128 b16 Adam", fd, pd, false, 1.25);
     kiln_device_close(fd);
     kiln_device_close(pd);
     return 0;
