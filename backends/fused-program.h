@@ -25,11 +25,15 @@
  *   BINARY r = op(a, b)                  (a kiln_binary_op; a comparison gives 1 or 0)
  *   WHERE  r = a != 0 ? b : c            (a: a comparison's result or a bool load)
  *   STORE  outputs[arg][i] = a           (r unused)
+ *   REDUCE outputs[arg][i / inner] = op over the inner consecutive elements of a
+ *          (op KILN_REDUCE_SUM or KILN_REDUCE_MEAN, accumulated in double; r unused)
  * Every register holds the program's dtype (f32 today): each instruction rounds to it,
  * as the unfused op did, so a backend that evaluates the instructions with its unfused
  * kernels gives the unfused results to the bit. Inputs and outputs have that dtype or
  * bool: a bool load gives 1 or 0, a store to a bool output writes value != 0 (the
- * fusion layer stores only comparison results there).
+ * fusion layer stores only comparison results there). A REDUCE's output has n / inner
+ * elements (inner = reduce_inner, which divides n): a reduction over trailing dims takes
+ * the group's last values in its reads instead of reading them back from memory.
  *
  * A backend that generates code caches it by the program's shape: the instruction list
  * (codes, ops, registers, args; alpha and beta may be baked in or passed), the dtype, and
@@ -54,6 +58,7 @@ typedef enum kiln_fused_code {
     KILN_FUSED_BINARY,
     KILN_FUSED_WHERE,
     KILN_FUSED_STORE,
+    KILN_FUSED_REDUCE,
     KILN_FUSED_CODE_COUNT
 } kiln_fused_code;
 
@@ -73,9 +78,10 @@ typedef struct kiln_fused_instr {
 struct kiln_fused_program {
     kiln_dtype dtype;             /* of every register; inputs and outputs: it or bool */
     int64_t n;                    /* elements */
+    int64_t reduce_inner;         /* elements per REDUCE output element (0: no REDUCE) */
     int ninputs, noutputs, ninstrs, nregs;
     const kiln_tdesc *inputs;     /* ninputs, each of n elements */
-    const kiln_tdesc *outputs;    /* noutputs, contiguous, n elements each */
+    const kiln_tdesc *outputs;    /* noutputs, contiguous, n elements each (REDUCE's: n / reduce_inner) */
     const kiln_fused_instr *instrs;
 };
 

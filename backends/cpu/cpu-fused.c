@@ -185,8 +185,11 @@ static int plan(fplan *pl, const kiln_fused_program *p)
     }
     /* strided inputs contiguous along one common last dim of a few hundred elements or
      * more are read in place, blocks cut at its row boundaries */
-    pl->row = 0;
-    for (int i = 0; i < p->ninputs; i++) {
+    /* a reduction's rows fix the row length (blocks and jobs never cross one) */
+    if (p->reduce_inner < 0 || (p->reduce_inner > 0 && p->n % p->reduce_inner))
+        return KILN_ENOTSUP;
+    pl->row = p->reduce_inner;
+    for (int i = 0; i < p->ninputs && !p->reduce_inner; i++) {
         const fin *f = &pl->in[i];
         if (f->kind != IN_GATHER || f->copy_in || f->strides[f->nd - 1] != 1 || f->shape[f->nd - 1] < 256)
             continue;
@@ -222,7 +225,7 @@ static int plan(fplan *pl, const kiln_fused_program *p)
     for (int i = 0; i < p->ninstrs; i++) {
         const kiln_fused_instr *in = &p->instrs[i];
         bool reads_a = in->code == KILN_FUSED_UNARY || in->code == KILN_FUSED_BINARY ||
-                       in->code == KILN_FUSED_WHERE || in->code == KILN_FUSED_STORE;
+                       in->code == KILN_FUSED_WHERE || in->code == KILN_FUSED_STORE || in->code == KILN_FUSED_REDUCE;
         bool reads_b = in->code == KILN_FUSED_BINARY || in->code == KILN_FUSED_WHERE;
         bool reads_c = in->code == KILN_FUSED_WHERE;
         if ((unsigned)in->code >= KILN_FUSED_CODE_COUNT ||
@@ -237,7 +240,12 @@ static int plan(fplan *pl, const kiln_fused_program *p)
             return KILN_ENOTSUP;
         if (in->code == KILN_FUSED_LOAD && (unsigned)in->arg >= (unsigned)p->ninputs)
             return KILN_ENOTSUP;
-        if (in->code == KILN_FUSED_STORE && (unsigned)in->arg >= (unsigned)p->noutputs)
+        if ((in->code == KILN_FUSED_STORE || in->code == KILN_FUSED_REDUCE) &&
+            (unsigned)in->arg >= (unsigned)p->noutputs)
+            return KILN_ENOTSUP;
+        if (in->code == KILN_FUSED_REDUCE &&
+            ((in->op != KILN_REDUCE_SUM && in->op != KILN_REDUCE_MEAN) || p->reduce_inner <= 0 ||
+             p->outputs[in->arg].dtype != KILN_F32))
             return KILN_ENOTSUP;
         if (reads_a)
             last_use[in->a] = i;
@@ -247,6 +255,8 @@ static int plan(fplan *pl, const kiln_fused_program *p)
             last_use[in->c] = i;
         if (in->code == KILN_FUSED_STORE) {
             stores[in->a]++;
+        } else if (in->code == KILN_FUSED_REDUCE) {
+            stores[in->a] += 2;   /* read in place, never written straight to an output */
         } else {
             if ((unsigned)in->dst >= (unsigned)p->nregs || def[in->dst] >= 0)
                 return KILN_ENOTSUP;
@@ -262,6 +272,8 @@ static int plan(fplan *pl, const kiln_fused_program *p)
         pl->stored_direct[i] = false;
         if (in->code == KILN_FUSED_STORE) {
             pl->stored_direct[i] = pl->direct[def[in->a]] == in->arg;
+        } else if (in->code == KILN_FUSED_REDUCE) {
+            /* nothing to set up: its accumulator lives in the job */
         } else {
             bool sc = in->code == KILN_FUSED_CONST ||
                       (in->code == KILN_FUSED_LOAD && pl->in[in->arg].kind == IN_SCALAR) ||
@@ -386,7 +398,7 @@ static void store_stream(float *o, const float *src, int64_t m)
         memmove(o + j, src + j, (size_t)(m - j) * sizeof *o);
 }
 
-static void run_block(const fplan *pl, float *scratch, freg *regs, int64_t i0, int64_t m)
+static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, int64_t i0, int64_t m)
 {
     const kiln_fused_program *p = pl->p;
     for (int i = 0; i < p->ninstrs; i++) {
@@ -433,6 +445,18 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, int64_t i0, i
             regs[in->dst] = (freg){dst, s};
             break;
         }
+        case KILN_FUSED_REDUCE: {
+            /* blocks never cross a row: add this block's part, store at the row's end */
+            freg a = regs[in->a];
+            acc[i] += a.stride ? pl->k->sum_run_f32(a.p, m) : (double)a.p[0] * (double)m;
+            int64_t inner = p->reduce_inner;
+            if ((i0 + m) % inner == 0) {
+                double v = in->op == KILN_REDUCE_MEAN ? acc[i] / (double)inner : acc[i];
+                pl->out[in->arg][(i0 + m) / inner - 1] = (float)v;
+                acc[i] = 0;
+            }
+            break;
+        }
         default: {   /* STORE */
             if (pl->stored_direct[i])
                 break;
@@ -466,13 +490,19 @@ static void run_job(void *arg, int job, int njobs)
     const fplan *pl = arg;
     int64_t n = pl->hi - pl->lo;
     int64_t begin = pl->lo + n * job / njobs, end = pl->lo + n * (job + 1) / njobs;
+    if (pl->p->reduce_inner > 0) {   /* whole rows per job */
+        int64_t r = pl->p->reduce_inner, rows = n / r;
+        begin = pl->lo + rows * job / njobs * r;
+        end = pl->lo + rows * (job + 1) / njobs * r;
+    }
+    double acc[KILN_FUSED_MAX_INSTRS] = {0};
     float *scratch = (float *)(pl->scratch + (size_t)job * (size_t)pl->nslots * (size_t)pl->block * sizeof(float));
     freg regs[KILN_FUSED_MAX_INSTRS * 2];
     for (int64_t i0 = begin, m; i0 < end; i0 += m) {
         m = end - i0 < pl->block ? end - i0 : pl->block;
         if (pl->row && m > pl->row - i0 % pl->row)
             m = pl->row - i0 % pl->row;
-        run_block(pl, scratch, regs, i0, m);
+        run_block(pl, scratch, regs, acc, i0, m);
     }
 #if defined(__x86_64__)
     if (pl->stream)
@@ -541,10 +571,21 @@ int kiln__cpu_fused_run(void *vctx, const kiln_fused_program *p)
     int64_t grain = 16384;
     int64_t jobs = p->n / grain;
     pl->njobs = jobs < 1 ? 1 : jobs > ctx->nthreads ? ctx->nthreads : (int)jobs;
+    if (p->reduce_inner > 0) {
+        int64_t rows = p->n / p->reduce_inner;
+        /* a large reduction into fewer rows than threads runs better unfused (the cpu's
+         * reduce splits a row over threads) */
+        if (rows < pl->njobs && p->n >= ((int64_t)1 << 18)) {
+            free(pl);
+            return KILN_ENOTSUP;
+        }
+        if (rows < pl->njobs)
+            pl->njobs = (int)rows;
+    }
     char device[64], key[96];
     int64_t block = DEFAULT_BLOCK;
     bool tune = false;
-    if (p->n >= TUNE_MIN) {
+    if (p->n >= TUNE_MIN && p->reduce_inner == 0) {
         snprintf(device, sizeof device, "cpu/%s/%dt", ctx->k->name, ctx->nthreads);
         shape_class(pl, key, sizeof key);
         tune = !kiln__autotune_lookup(device, key, &block);

@@ -13,6 +13,10 @@
  * in-place update reads element i before it stores it. Buffers the group only reads may
  * be seen through any view. A call that breaks the rule ends the group first.
  *
+ * A sum or mean over trailing dims whose input is a value the group wrote (contiguous)
+ * ends the group: the reduction reads that value from a register as it is computed, and
+ * nothing joins after it.
+ *
  * At the flush, outputs whose buffer was freed meanwhile (dead intermediates) are never
  * stored, and a value overwritten later in the group is stored only once. A group of one
  * call, or one the inner backend cannot fuse, is replayed call by call: the same
@@ -63,6 +67,7 @@ static bool same_view(const kiln_tdesc *a, const kiln_tdesc *b)
 static int rec_inputs(const frec *r)
 {
     switch (r->entry) {
+    case KILN_ENTRY_REDUCE: return 1;
     case KILN_ENTRY_FILL: return 0;
     case KILN_ENTRY_BINARY: return 2;
     case KILN_ENTRY_WHERE: return 3;
@@ -78,6 +83,45 @@ static const kiln_tdesc *rec_input(const frec *r, int k)
 static bool is_comparison(const frec *r)
 {
     return r->entry == KILN_ENTRY_BINARY && r->op >= KILN_BINARY_EQ && r->op <= KILN_BINARY_GE;
+}
+
+/* Whether a reduction r can end q's group: sum or mean of f32 over trailing dims of a
+ * value the group wrote, into a buffer the group does not touch. */
+static bool reduce_fits(const fq *q, frec *r)
+{
+    if (q->nrec == 0 || q->closed || (r->op != KILN_REDUCE_SUM && r->op != KILN_REDUCE_MEAN) ||
+        r->x.dtype != KILN_F32 || r->out.dtype != KILN_F32 || !contiguous(&r->out) || numel(&r->x) != q->n ||
+        q->n == 0)
+        return false;
+    bool written = false;
+    for (int i = 0; i < q->nrec; i++) {
+        written = written || same_flat(&q->rec[i].out, &r->x);
+        if (q->rec[i].out.buf == r->out.buf)
+            return false;
+        for (int k = 0; k < rec_inputs(&q->rec[i]); k++)
+            if (rec_input(&q->rec[i], k)->buf == r->out.buf)
+                return false;
+    }
+    if (!written)
+        return false;
+    /* the reduced dims (size-1 dims either way) must be a suffix */
+    int64_t inner = 1;
+    bool in_suffix = true;
+    for (int d = r->x.ndim - 1; d >= 0; d--) {
+        bool reduced = (r->mask >> d) & 1u;
+        if (r->x.shape[d] == 1)
+            continue;
+        if (reduced && !in_suffix)
+            return false;
+        if (reduced)
+            inner *= r->x.shape[d];
+        else
+            in_suffix = false;
+    }
+    if (numel(&r->out) * inner != q->n)
+        return false;
+    r->inner = inner;
+    return true;
 }
 
 /* Whether r's kind of call fuses at all (dtype, op, layout), before any hazard. */
@@ -107,7 +151,7 @@ static bool fits(const fq *q, const frec *r)
 {
     if (q->nrec == 0)
         return true;
-    if (q->nrec >= FUSED_MAX_RECS || numel(&r->out) != q->n)
+    if (q->closed || q->nrec >= FUSED_MAX_RECS - 1 || numel(&r->out) != q->n)
         return false;
     for (int i = 0; i < q->nrec; i++) {
         const frec *p = &q->rec[i];
@@ -133,6 +177,14 @@ static bool fits(const fq *q, const frec *r)
 
 int kiln__fused_record(fq *q, const frec *r)
 {
+    if (r->entry == KILN_ENTRY_REDUCE) {
+        frec red = *r;
+        if (!reduce_fits(q, &red))
+            return 0;
+        q->rec[q->nrec++] = red;   /* fits leaves room: the bound is checked before each call */
+        q->closed = true;
+        return 1;
+    }
     if (!fusable(r))
         return 0;
     if (!fits(q, r)) {
@@ -201,6 +253,7 @@ typedef struct compiler {
     kiln_tdesc inputs[KILN_FUSED_MAX_INPUTS], outputs[KILN_FUSED_MAX_OUTPUTS];
     int load_reg[KILN_FUSED_MAX_INPUTS];
     int ninstrs, ninputs, noutputs, nregs;
+    int64_t reduce_inner;
     /* the register holding each recorded call's result, by call */
     int value[FUSED_MAX_RECS];
 } compiler;
@@ -250,6 +303,17 @@ static int compile(compiler *c, const fq *q)
             c->value[i] = a;    /* a copy is its source's value */
             continue;
         }
+        if (r->entry == KILN_ENTRY_REDUCE) {
+            c->value[i] = -1;
+            c->reduce_inner = r->inner;
+            if (c->noutputs == KILN_FUSED_MAX_OUTPUTS)
+                return -1;
+            c->outputs[c->noutputs] = r->out;
+            if (emit(c, (kiln_fused_instr){.code = KILN_FUSED_REDUCE, .op = r->op, .a = a, .arg = c->noutputs}) < 0)
+                return -1;
+            c->noutputs++;
+            continue;
+        }
         int dst = c->nregs++;
         kiln_fused_instr in = {.dst = dst, .a = a, .b = b, .c = z, .op = r->op, .alpha = r->alpha, .beta = r->beta};
         in.code = r->entry == KILN_ENTRY_FILL    ? KILN_FUSED_CONST
@@ -263,6 +327,8 @@ static int compile(compiler *c, const fq *q)
     /* store each live buffer's last value once */
     for (int i = 0; i < q->nrec; i++) {
         const frec *r = &q->rec[i];
+        if (r->entry == KILN_ENTRY_REDUCE)
+            continue;
         bool overwritten = false;
         for (int j = i + 1; j < q->nrec && !overwritten; j++)
             overwritten = same_flat(&q->rec[j].out, &r->out);
@@ -291,6 +357,9 @@ static int replay(fq *q)
         case KILN_ENTRY_COPY: rc = in->copy(q->iq, &r->out, &r->x); break;
         case KILN_ENTRY_UNARY: rc = in->unary(q->iq, (kiln_unary_op)r->op, &r->out, &r->x, r->alpha, r->beta); break;
         case KILN_ENTRY_WHERE: rc = in->where(q->iq, &r->out, &r->x, &r->y, &r->z); break;
+        case KILN_ENTRY_REDUCE:
+            rc = in->reduce(q->iq, (kiln_reduce_op)r->op, &r->out, &r->x, r->mask, r->alpha);
+            break;
         default: rc = in->binary(q->iq, (kiln_binary_op)r->op, &r->out, &r->x, &r->y); break;
         }
         if (rc < 0)
@@ -324,6 +393,7 @@ static int run_group(fq *q)
         kiln_fused_program p = {
             .dtype = KILN_F32,
             .n = q->n,
+            .reduce_inner = c->reduce_inner,
             .ninputs = c->ninputs,
             .noutputs = c->noutputs,
             .ninstrs = c->ninstrs,
@@ -348,6 +418,7 @@ int kiln__fused_flush(fq *q)
 {
     int rc = q->nrec ? run_group(q) : 0;
     q->nrec = 0;
+    q->closed = false;
     for (int i = 0; i < q->nfreed; i++)
         q->d->in->buffer_free(q->iq, q->freed[i]);
     q->nfreed = 0;

@@ -36,12 +36,14 @@ typedef struct fdev {
 } fdev;
 
 /* One recorded call: fill (out), copy and unary (out, x), binary (out, x, y), where
- * (out, x = cond, y, z). */
+ * (out, x = cond, y, z), reduce (out, x; op, mask, alpha = param). */
 typedef struct frec {
     kiln_entry entry;
     int op;
     double alpha, beta;
     kiln_tdesc out, x, y, z;
+    uint32_t mask;   /* reduce: the reduced dims */
+    int64_t inner;   /* reduce: elements per output element */
 } frec;
 
 /* A queue. Threads that never chose a queue of their own share the device's default one,
@@ -55,6 +57,7 @@ typedef struct fq {
     /* the pending group */
     int nrec;
     int64_t n;    /* element count every call of the group shares */
+    bool closed;  /* a reduction ended the group: the next call flushes it */
     frec rec[FUSED_MAX_RECS];
     /* buffers freed while the group was pending: their stores are dead, and they go back
      * to the inner backend only after the flush (so it cannot hand them out again to a

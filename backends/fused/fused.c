@@ -346,8 +346,16 @@ static int record_or_run(fq *q, const frec *r)
     case KILN_ENTRY_COPY: return in->copy(q->iq, &r->out, &r->x);
     case KILN_ENTRY_UNARY: return in->unary(q->iq, (kiln_unary_op)r->op, &r->out, &r->x, r->alpha, r->beta);
     case KILN_ENTRY_WHERE: return in->where(q->iq, &r->out, &r->x, &r->y, &r->z);
+    case KILN_ENTRY_REDUCE: return in->reduce(q->iq, (kiln_reduce_op)r->op, &r->out, &r->x, r->mask, r->alpha);
     default: return in->binary(q->iq, (kiln_binary_op)r->op, &r->out, &r->x, &r->y);
     }
+}
+
+static int fused_reduce(void *qctx, kiln_reduce_op op, const kiln_tdesc *out, const kiln_tdesc *in, uint32_t mask,
+                        double param)
+{
+    frec r = {.entry = KILN_ENTRY_REDUCE, .op = (int)op, .out = *out, .x = *in, .mask = mask, .alpha = param};
+    return record_or_run(qctx, &r);
 }
 
 static int fused_where(void *qctx, const kiln_tdesc *out, const kiln_tdesc *c, const kiln_tdesc *a,
@@ -397,7 +405,6 @@ static int fused_binary(void *qctx, kiln_binary_op op, const kiln_tdesc *out, co
 #define T const kiln_tdesc *
 FWD(arange, (void *qctx, T out, double a, double b), (q->iq, out, a, b))
 FWD(rng, (void *qctx, kiln_rng_kind k, T out, uint64_t s, uint64_t o, double a, double b), (q->iq, k, out, s, o, a, b))
-FWD(reduce, (void *qctx, kiln_reduce_op op, T out, T in, uint32_t m, double p), (q->iq, op, out, in, m, p))
 FWD(arg_reduce, (void *qctx, bool mx, T out, T in, int dim), (q->iq, mx, out, in, dim))
 FWD(cumsum, (void *qctx, T out, T in, int dim), (q->iq, out, in, dim))
 FWD(sort, (void *qctx, T v, T i, T in, int dim, bool desc), (q->iq, v, i, in, dim, desc))
