@@ -9,8 +9,12 @@
  * Each step runs in a scope, as a program would write it (tensor.h's example): the
  * result is kept, the scope ends (the intermediates die, so the fused device never
  * stores them), and a read of the result's first element ends the step (the point where
- * a program would read it, which makes the fused device run its pending group). KILN_BENCH_SECONDS (default 1.5) bounds the
- * time per row.
+ * a program would read it, which makes the fused device run its pending group).
+ *
+ * KILN_BENCH_SECONDS (default 1.5) bounds the time per row; KILN_BENCH_CLOCK=cpu measures
+ * CPU time instead of wall time (see now_ms); KILN_FUSION_BENCH_SPECS="FUSED,UNFUSED"
+ * replaces the two device specs. Training-step rows time forward, loss, backward and an
+ * Adam step of models built with the C API.
  */
 #include <math.h>
 #include <stdio.h>
@@ -24,10 +28,17 @@
 #include "kiln/optim.h"
 #include "kiln/tensor.h"
 
+/* KILN_BENCH_CLOCK=cpu times process CPU time instead of wall time: with
+ * KILN_CPU_THREADS=1 that is the work alone, steady on a shared, loaded machine. */
 static double now_ms(void)
 {
+    static int clock_id = -1;
+    if (clock_id < 0) {
+        const char *c = getenv("KILN_BENCH_CLOCK");
+        clock_id = c && !strcmp(c, "cpu") ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC;
+    }
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock_id, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
