@@ -76,12 +76,12 @@ typedef struct kiln_fused_instr {
 } kiln_fused_instr;
 
 struct kiln_fused_program {
-    kiln_dtype dtype;             /* of every register; inputs and outputs: it or bool */
-    int64_t n;                    /* elements */
-    int64_t reduce_inner;         /* elements per REDUCE output element (0: no REDUCE) */
+    kiln_dtype dtype;     /* of every register; inputs and outputs: it or bool */
+    int64_t n;            /* elements */
+    int64_t reduce_inner; /* elements per REDUCE output element (0: no REDUCE) */
     int ninputs, noutputs, ninstrs, nregs;
-    const kiln_tdesc *inputs;     /* ninputs, each of n elements */
-    const kiln_tdesc *outputs;    /* noutputs, contiguous, n elements each (REDUCE's: n / reduce_inner) */
+    const kiln_tdesc *inputs;  /* ninputs, each of n elements */
+    const kiln_tdesc *outputs; /* noutputs, contiguous, n elements each (REDUCE's: n / reduce_inner) */
     const kiln_fused_instr *instrs;
 };
 

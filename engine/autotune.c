@@ -42,10 +42,10 @@ typedef struct tune_entry {
 } tune_entry;
 
 static pthread_mutex_t tune_lock = PTHREAD_MUTEX_INITIALIZER;
-static tune_entry *entries;          /* this kiln version's, and other devices' too */
+static tune_entry *entries; /* this kiln version's, and other devices' too */
 static int nentries, capentries;
 static bool loaded;
-static char dir_set[1024];           /* kiln_autotune_dir_set's, "" when unset */
+static char dir_set[1024]; /* kiln_autotune_dir_set's, "" when unset */
 
 static const char *cache_dir(void)
 {
@@ -156,11 +156,12 @@ static void load(void)
         bad = "it is empty";
     fclose(f);
     if (bad) {
-        fprintf(stderr, "kiln: autotune cache %s ignored (corrupt at line %d: %s); kernels are timed again\n", path,
-                lineno, bad);
+        fprintf(stderr, "kiln: autotune cache %s ignored (corrupt at line %d: %s); kernels are timed again\n",
+                path, lineno, bad);
     } else {
         if (stale)
-            fprintf(stderr, "kiln: autotune cache %s: %d entries from another kiln version dropped\n", path, stale);
+            fprintf(stderr, "kiln: autotune cache %s: %d entries from another kiln version dropped\n", path,
+                    stale);
         for (int i = 0; i < nkept; i++)
             if (put_entry(kept[i].device, kept[i].key, kept[i].value) < 0)
                 break;

@@ -215,7 +215,7 @@ static void *open_backend(const kiln_backend_iface *be, const char *name, const 
 {
     if (kiln__device_opts_env(name, opts) < 0)
         return NULL;
-    (void)kiln__device_opts_take(opts, "fusion", NULL);   /* the engine's: apply_fusion_option */
+    (void)kiln__device_opts_take(opts, "fusion", NULL); /* the engine's: apply_fusion_option */
     void *ctx = NULL;
     if (be->open_opts) {
         ctx = be->open_opts(canon, index, opts);

@@ -35,15 +35,20 @@
 
 /* IN_ROWS: strided, but contiguous along a last dim of pl->row elements, which the
  * blocks never cross, so a block reads it in place (a row-broadcast bias, a slice). */
-enum { IN_CONTIG, IN_SCALAR, IN_GATHER, IN_ROWS };
+enum {
+    IN_CONTIG,
+    IN_SCALAR,
+    IN_GATHER,
+    IN_ROWS
+};
 
 typedef struct fin {
     int kind;
-    bool copy_in;        /* also an output: always copied into scratch when loaded */
-    bool is_bool;        /* bool elements, loaded as 1 or 0 (always gathered) */
-    const float *base;   /* the element at index 0 of every dim (f32 inputs) */
-    const uint8_t *bytes;   /* the same for bool inputs */
-    int nd;              /* dims after size-1 dims dropped and mergeable ones merged */
+    bool copy_in;         /* also an output: always copied into scratch when loaded */
+    bool is_bool;         /* bool elements, loaded as 1 or 0 (always gathered) */
+    const float *base;    /* the element at index 0 of every dim (f32 inputs) */
+    const uint8_t *bytes; /* the same for bool inputs */
+    int nd;               /* dims after size-1 dims dropped and mergeable ones merged */
     int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
 } fin;
 
@@ -52,18 +57,18 @@ typedef struct fplan {
     const kiln__cpu_kernels *k;
     fin in[KILN_FUSED_MAX_INPUTS];
     float *out[KILN_FUSED_MAX_OUTPUTS];
-    uint8_t *out_bool[KILN_FUSED_MAX_OUTPUTS];   /* set for bool outputs (out[] NULL) */
-    int slot[KILN_FUSED_MAX_INSTRS];       /* scratch slot of the instruction's dst, -1 none */
-    int direct[KILN_FUSED_MAX_INSTRS];     /* output the instruction writes into, -1 none */
+    uint8_t *out_bool[KILN_FUSED_MAX_OUTPUTS]; /* set for bool outputs (out[] NULL) */
+    int slot[KILN_FUSED_MAX_INSTRS];           /* scratch slot of the instruction's dst, -1 none */
+    int direct[KILN_FUSED_MAX_INSTRS];         /* output the instruction writes into, -1 none */
     bool stored_direct[KILN_FUSED_MAX_INSTRS]; /* a STORE already done by a direct write */
     bool scalar[KILN_FUSED_MAX_INSTRS * 2];    /* by register: one value for every element */
     float consts[KILN_FUSED_MAX_INSTRS];
     int nslots;
     int64_t block;
-    int64_t row;         /* blocks end at multiples of this (0: anywhere) */
-    int64_t lo, hi;      /* the element range the jobs split */
-    bool stream;         /* outputs far larger than the caches: non-temporal stores */
-    char *scratch;       /* njobs slabs of nslots * block floats */
+    int64_t row;    /* blocks end at multiples of this (0: anywhere) */
+    int64_t lo, hi; /* the element range the jobs split */
+    bool stream;    /* outputs far larger than the caches: non-temporal stores */
+    char *scratch;  /* njobs slabs of nslots * block floats */
     int njobs;
 } fplan;
 
@@ -84,7 +89,7 @@ static void normalize(fin *f, const kiln_tdesc *d)
         f->shape[f->nd] = d->shape[i];
         f->strides[f->nd++] = d->strides[i];
     }
-    if (f->nd == 0) {   /* one element */
+    if (f->nd == 0) { /* one element */
         f->shape[0] = 1;
         f->strides[0] = 0;
         f->nd = 1;
@@ -225,7 +230,8 @@ static int plan(fplan *pl, const kiln_fused_program *p)
     for (int i = 0; i < p->ninstrs; i++) {
         const kiln_fused_instr *in = &p->instrs[i];
         bool reads_a = in->code == KILN_FUSED_UNARY || in->code == KILN_FUSED_BINARY ||
-                       in->code == KILN_FUSED_WHERE || in->code == KILN_FUSED_STORE || in->code == KILN_FUSED_REDUCE;
+                       in->code == KILN_FUSED_WHERE || in->code == KILN_FUSED_STORE ||
+                       in->code == KILN_FUSED_REDUCE;
         bool reads_b = in->code == KILN_FUSED_BINARY || in->code == KILN_FUSED_WHERE;
         bool reads_c = in->code == KILN_FUSED_WHERE;
         if ((unsigned)in->code >= KILN_FUSED_CODE_COUNT ||
@@ -243,9 +249,8 @@ static int plan(fplan *pl, const kiln_fused_program *p)
         if ((in->code == KILN_FUSED_STORE || in->code == KILN_FUSED_REDUCE) &&
             (unsigned)in->arg >= (unsigned)p->noutputs)
             return KILN_ENOTSUP;
-        if (in->code == KILN_FUSED_REDUCE &&
-            ((in->op != KILN_REDUCE_SUM && in->op != KILN_REDUCE_MEAN) || p->reduce_inner <= 0 ||
-             p->outputs[in->arg].dtype != KILN_F32))
+        if (in->code == KILN_FUSED_REDUCE && ((in->op != KILN_REDUCE_SUM && in->op != KILN_REDUCE_MEAN) ||
+                                              p->reduce_inner <= 0 || p->outputs[in->arg].dtype != KILN_F32))
             return KILN_ENOTSUP;
         if (reads_a)
             last_use[in->a] = i;
@@ -256,7 +261,7 @@ static int plan(fplan *pl, const kiln_fused_program *p)
         if (in->code == KILN_FUSED_STORE) {
             stores[in->a]++;
         } else if (in->code == KILN_FUSED_REDUCE) {
-            stores[in->a] += 2;   /* read in place, never written straight to an output */
+            stores[in->a] += 2; /* read in place, never written straight to an output */
         } else {
             if ((unsigned)in->dst >= (unsigned)p->nregs || def[in->dst] >= 0)
                 return KILN_ENOTSUP;
@@ -279,12 +284,13 @@ static int plan(fplan *pl, const kiln_fused_program *p)
                       (in->code == KILN_FUSED_LOAD && pl->in[in->arg].kind == IN_SCALAR) ||
                       (in->code == KILN_FUSED_UNARY && pl->scalar[in->a]) ||
                       (in->code == KILN_FUSED_BINARY && pl->scalar[in->a] && pl->scalar[in->b]) ||
-                      (in->code == KILN_FUSED_WHERE && pl->scalar[in->a] && pl->scalar[in->b] && pl->scalar[in->c]);
+                      (in->code == KILN_FUSED_WHERE && pl->scalar[in->a] && pl->scalar[in->b] &&
+                       pl->scalar[in->c]);
             pl->scalar[in->dst] = sc;
             if (in->code == KILN_FUSED_CONST)
                 pl->consts[i] = (float)in->alpha;
-            bool computes =
-                in->code == KILN_FUSED_UNARY || in->code == KILN_FUSED_BINARY || in->code == KILN_FUSED_WHERE;
+            bool computes = in->code == KILN_FUSED_UNARY || in->code == KILN_FUSED_BINARY ||
+                            in->code == KILN_FUSED_WHERE;
             if (computes && !sc && stores[in->dst] == 1 && !pl->stream) {
                 for (int j = i + 1; j < p->ninstrs; j++)
                     if (p->instrs[j].code == KILN_FUSED_STORE && p->instrs[j].a == in->dst &&
@@ -314,25 +320,25 @@ static int plan(fplan *pl, const kiln_fused_program *p)
 
 typedef struct freg {
     const float *p;
-    int64_t stride;   /* 0: one value for every element */
+    int64_t stride; /* 0: one value for every element */
 } freg;
 
 /* A comparison as 1 or 0, as the unfused comparison's bool output loads. The common
  * stride patterns get loops of their own, which the compiler vectorizes. */
-#define CMP_LOOPS(expr)                                                                                            \
-    do {                                                                                                           \
-        if (sa && sb)                                                                                              \
-            for (int64_t j = 0; j < m; j++)                                                                        \
-                o[j] = (x[j] expr y[j]) ? 1.0f : 0.0f;                                                             \
-        else if (sa) {                                                                                             \
-            float yv = y[0];                                                                                       \
-            for (int64_t j = 0; j < m; j++)                                                                        \
-                o[j] = (x[j] expr yv) ? 1.0f : 0.0f;                                                               \
-        } else {                                                                                                   \
-            float xv = x[0];                                                                                       \
-            for (int64_t j = 0; j < m; j++)                                                                        \
-                o[j] = (xv expr y[j * sb]) ? 1.0f : 0.0f;                                                          \
-        }                                                                                                          \
+#define CMP_LOOPS(expr)                                                                                           \
+    do {                                                                                                          \
+        if (sa && sb)                                                                                             \
+            for (int64_t j = 0; j < m; j++)                                                                       \
+                o[j] = (x[j] expr y[j]) ? 1.0f : 0.0f;                                                            \
+        else if (sa) {                                                                                            \
+            float yv = y[0];                                                                                      \
+            for (int64_t j = 0; j < m; j++)                                                                       \
+                o[j] = (x[j] expr yv) ? 1.0f : 0.0f;                                                              \
+        } else {                                                                                                  \
+            float xv = x[0];                                                                                      \
+            for (int64_t j = 0; j < m; j++)                                                                       \
+                o[j] = (xv expr y[j * sb]) ? 1.0f : 0.0f;                                                         \
+        }                                                                                                         \
     } while (0)
 
 static void compare(int op, float *restrict o, freg a, freg b, int64_t m)
@@ -457,7 +463,7 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
             }
             break;
         }
-        default: {   /* STORE */
+        default: { /* STORE */
             if (pl->stored_direct[i])
                 break;
             freg a = regs[in->a];
@@ -490,7 +496,7 @@ static void run_job(void *arg, int job, int njobs)
     const fplan *pl = arg;
     int64_t n = pl->hi - pl->lo;
     int64_t begin = pl->lo + n * job / njobs, end = pl->lo + n * (job + 1) / njobs;
-    if (pl->p->reduce_inner > 0) {   /* whole rows per job */
+    if (pl->p->reduce_inner > 0) { /* whole rows per job */
         int64_t r = pl->p->reduce_inner, rows = n / r;
         begin = pl->lo + rows * job / njobs * r;
         end = pl->lo + rows * (job + 1) / njobs * r;
@@ -506,7 +512,7 @@ static void run_job(void *arg, int job, int njobs)
     }
 #if defined(__x86_64__)
     if (pl->stream)
-        _mm_sfence();   /* the streamed lines are visible before the job reports done */
+        _mm_sfence(); /* the streamed lines are visible before the job reports done */
 #endif
 }
 

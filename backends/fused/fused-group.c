@@ -181,7 +181,7 @@ int kiln__fused_record(fq *q, const frec *r)
         frec red = *r;
         if (!reduce_fits(q, &red))
             return 0;
-        q->rec[q->nrec++] = red;   /* fits leaves room: the bound is checked before each call */
+        q->rec[q->nrec++] = red; /* fits leaves room: the bound is checked before each call */
         q->closed = true;
         return 1;
     }
@@ -300,7 +300,7 @@ static int compile(compiler *c, const fq *q)
         if (rec_inputs(r) > 2 && (z = operand(c, q, i, &r->z)) < 0)
             return -1;
         if (r->entry == KILN_ENTRY_COPY) {
-            c->value[i] = a;    /* a copy is its source's value */
+            c->value[i] = a; /* a copy is its source's value */
             continue;
         }
         if (r->entry == KILN_ENTRY_REDUCE) {
@@ -309,13 +309,15 @@ static int compile(compiler *c, const fq *q)
             if (c->noutputs == KILN_FUSED_MAX_OUTPUTS)
                 return -1;
             c->outputs[c->noutputs] = r->out;
-            if (emit(c, (kiln_fused_instr){.code = KILN_FUSED_REDUCE, .op = r->op, .a = a, .arg = c->noutputs}) < 0)
+            if (emit(c, (kiln_fused_instr){.code = KILN_FUSED_REDUCE, .op = r->op, .a = a, .arg = c->noutputs}) <
+                0)
                 return -1;
             c->noutputs++;
             continue;
         }
         int dst = c->nregs++;
-        kiln_fused_instr in = {.dst = dst, .a = a, .b = b, .c = z, .op = r->op, .alpha = r->alpha, .beta = r->beta};
+        kiln_fused_instr in = {
+            .dst = dst, .a = a, .b = b, .c = z, .op = r->op, .alpha = r->alpha, .beta = r->beta};
         in.code = r->entry == KILN_ENTRY_FILL    ? KILN_FUSED_CONST
                   : r->entry == KILN_ENTRY_UNARY ? KILN_FUSED_UNARY
                   : r->entry == KILN_ENTRY_WHERE ? KILN_FUSED_WHERE
@@ -355,7 +357,9 @@ static int replay(fq *q)
         switch (r->entry) {
         case KILN_ENTRY_FILL: rc = in->fill(q->iq, &r->out, r->alpha); break;
         case KILN_ENTRY_COPY: rc = in->copy(q->iq, &r->out, &r->x); break;
-        case KILN_ENTRY_UNARY: rc = in->unary(q->iq, (kiln_unary_op)r->op, &r->out, &r->x, r->alpha, r->beta); break;
+        case KILN_ENTRY_UNARY:
+            rc = in->unary(q->iq, (kiln_unary_op)r->op, &r->out, &r->x, r->alpha, r->beta);
+            break;
         case KILN_ENTRY_WHERE: rc = in->where(q->iq, &r->out, &r->x, &r->y, &r->z); break;
         case KILN_ENTRY_REDUCE:
             rc = in->reduce(q->iq, (kiln_reduce_op)r->op, &r->out, &r->x, r->mask, r->alpha);
@@ -430,12 +434,12 @@ int kiln__fused_flush(fq *q)
 char *kiln__fused_key(const kiln_fused_program *p, char *buf, size_t len)
 {
     size_t at = 0;
-#define PUT(...)                                                                                                   \
-    do {                                                                                                           \
-        if (at < len) {                                                                                            \
-            int w = snprintf(buf + at, len - at, __VA_ARGS__);                                                     \
-            at += w > 0 ? (size_t)w : 0;                                                                           \
-        }                                                                                                          \
+#define PUT(...)                                                                                                  \
+    do {                                                                                                          \
+        if (at < len) {                                                                                           \
+            int w = snprintf(buf + at, len - at, __VA_ARGS__);                                                    \
+            at += w > 0 ? (size_t)w : 0;                                                                          \
+        }                                                                                                         \
     } while (0)
     if (len)
         buf[0] = '\0';

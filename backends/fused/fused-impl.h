@@ -42,8 +42,8 @@ typedef struct frec {
     int op;
     double alpha, beta;
     kiln_tdesc out, x, y, z;
-    uint32_t mask;   /* reduce: the reduced dims */
-    int64_t inner;   /* reduce: elements per output element */
+    uint32_t mask; /* reduce: the reduced dims */
+    int64_t inner; /* reduce: elements per output element */
 } frec;
 
 /* A queue. Threads that never chose a queue of their own share the device's default one,
@@ -52,12 +52,12 @@ typedef struct frec {
 typedef struct fq {
     pthread_mutex_t mu;
     fdev *d;
-    void *iq;     /* the inner queue context */
-    bool owned;   /* opened with the inner queue_open */
+    void *iq;   /* the inner queue context */
+    bool owned; /* opened with the inner queue_open */
     /* the pending group */
     int nrec;
-    int64_t n;    /* element count every call of the group shares */
-    bool closed;  /* a reduction ended the group: the next call flushes it */
+    int64_t n;   /* element count every call of the group shares */
+    bool closed; /* a reduction ended the group: the next call flushes it */
     frec rec[FUSED_MAX_RECS];
     /* buffers freed while the group was pending: their stores are dead, and they go back
      * to the inner backend only after the flush (so it cannot hand them out again to a

@@ -120,7 +120,7 @@ static void *fused_queue_open(void *ctx)
 static void fused_queue_close(void *qctx)
 {
     fq *q = qctx;
-    (void)flush(q);   /* the engine synced first: nothing is pending */
+    (void)flush(q); /* the engine synced first: nothing is pending */
     free(q->freed);
     pthread_mutex_destroy(&q->mu);
     if (q->owned && q->d->in->queue_close)
@@ -225,11 +225,11 @@ static void fused_buffer_free(void *qctx, kiln_buffer *b)
     pthread_mutex_unlock(&q->mu);
 }
 
-#define FLUSH(q)                                                                                                   \
-    do {                                                                                                           \
-        int flush_rc = flush(q);                                                                                   \
-        if (flush_rc < 0)                                                                                          \
-            return flush_rc;                                                                                       \
+#define FLUSH(q)                                                                                                  \
+    do {                                                                                                          \
+        int flush_rc = flush(q);                                                                                  \
+        if (flush_rc < 0)                                                                                         \
+            return flush_rc;                                                                                      \
     } while (0)
 
 static int fused_buffer_upload(void *qctx, kiln_buffer *dst, size_t off, const void *src, size_t n)
@@ -377,7 +377,8 @@ static int fused_copy(void *qctx, const kiln_tdesc *out, const kiln_tdesc *in)
     return record_or_run(qctx, &r);
 }
 
-static int fused_unary(void *qctx, kiln_unary_op op, const kiln_tdesc *out, const kiln_tdesc *in, double a, double b)
+static int fused_unary(void *qctx, kiln_unary_op op, const kiln_tdesc *out, const kiln_tdesc *in, double a,
+                       double b)
 {
     frec r = {.entry = KILN_ENTRY_UNARY, .op = (int)op, .out = *out, .x = *in, .alpha = a, .beta = b};
     return record_or_run(qctx, &r);
@@ -392,19 +393,20 @@ static int fused_binary(void *qctx, kiln_binary_op op, const kiln_tdesc *out, co
 
 /* Every other primitive: flush the group, then forward. Every slot is filled, so
  * supports() answers for the inner backend's NULL entries. */
-#define FWD(fn, params, args)                                                                                      \
-    static int fused_##fn params                                                                                   \
-    {                                                                                                              \
-        fq *q = qctx;                                                                                              \
-        FLUSH(q);                                                                                                  \
-        if (!q->d->in->fn)                                                                                         \
-            return kiln__error_set("fused: the inner backend %s has no %s", q->d->in->name, #fn);                \
-        return q->d->in->fn args;                                                                                  \
+#define FWD(fn, params, args)                                                                                     \
+    static int fused_##fn params                                                                                  \
+    {                                                                                                             \
+        fq *q = qctx;                                                                                             \
+        FLUSH(q);                                                                                                 \
+        if (!q->d->in->fn)                                                                                        \
+            return kiln__error_set("fused: the inner backend %s has no %s", q->d->in->name, #fn);                 \
+        return q->d->in->fn args;                                                                                 \
     }
 
 #define T const kiln_tdesc *
 FWD(arange, (void *qctx, T out, double a, double b), (q->iq, out, a, b))
-FWD(rng, (void *qctx, kiln_rng_kind k, T out, uint64_t s, uint64_t o, double a, double b), (q->iq, k, out, s, o, a, b))
+FWD(rng, (void *qctx, kiln_rng_kind k, T out, uint64_t s, uint64_t o, double a, double b),
+    (q->iq, k, out, s, o, a, b))
 FWD(arg_reduce, (void *qctx, bool mx, T out, T in, int dim), (q->iq, mx, out, in, dim))
 FWD(cumsum, (void *qctx, T out, T in, int dim), (q->iq, out, in, dim))
 FWD(sort, (void *qctx, T v, T i, T in, int dim, bool desc), (q->iq, v, i, in, dim, desc))
@@ -432,12 +434,14 @@ FWD(pad, (void *qctx, kiln_pad_mode m, T out, T in, const int64_t *pads, double 
 FWD(softmax, (void *qctx, bool lg, T out, T in, int dim), (q->iq, lg, out, in, dim))
 FWD(layer_norm, (void *qctx, T out, T mean, T rstd, T x, T w, T b, int64_t inner, double eps),
     (q->iq, out, mean, rstd, x, w, b, inner, eps))
-FWD(adam_step, (void *qctx, const kiln_adam_params *p, T prm, T g, T m, T v, T vmax), (q->iq, p, prm, g, m, v, vmax))
+FWD(adam_step, (void *qctx, const kiln_adam_params *p, T prm, T g, T m, T v, T vmax),
+    (q->iq, p, prm, g, m, v, vmax))
 FWD(rnn, (void *qctx, const kiln_rnn_params *p, const kiln_rnn_operands *o), (q->iq, p, o))
 FWD(fused_run, (void *qctx, const kiln_fused_program *p), (q->iq, p))
 #undef T
 
-static int64_t fused_conv_pack_size(void *qctx, const kiln_conv_params *p, const kiln_tdesc *x, const kiln_tdesc *w)
+static int64_t fused_conv_pack_size(void *qctx, const kiln_conv_params *p, const kiln_tdesc *x,
+                                    const kiln_tdesc *w)
 {
     fq *q = qctx;
     return q->d->in->conv_pack_size ? q->d->in->conv_pack_size(q->iq, p, x, w) : 0;

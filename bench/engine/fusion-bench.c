@@ -153,7 +153,7 @@ static void check_same(const char *name, step_fn step, workload *fused, workload
 /* ------------------------------------------------------------------ workloads */
 
 #define ROWS 4096
-#define COLS 4096   /* 4096 x 4096 f32: 64 MiB */
+#define COLS 4096 /* 4096 x 4096 f32: 64 MiB */
 
 /* y = gelu(x * a + b) * c, a, b, c per column (broadcast over rows) */
 static kiln_tensor *chain_bcast(workload *w)
@@ -218,16 +218,20 @@ static void row(const char *filter, const char *name, step_fn step, kiln_device 
 
 static const char cnn_spec[] =
     "{\"inputs\": [\"x\"], \"nodes\": ["
-    "{\"name\": \"c1\", \"layer\": \"Conv2d\", \"config\": {\"in_channels\": 1, \"out_channels\": 32, \"kernel_size\": 3, \"padding\": 1}, \"inputs\": [\"x\"]},"
+    "{\"name\": \"c1\", \"layer\": \"Conv2d\", \"config\": {\"in_channels\": 1, \"out_channels\": 32, "
+    "\"kernel_size\": 3, \"padding\": 1}, \"inputs\": [\"x\"]},"
     "{\"name\": \"r1\", \"op\": \"relu\", \"inputs\": [\"c1\"]},"
     "{\"name\": \"p1\", \"layer\": \"MaxPool2d\", \"config\": {\"kernel_size\": 2}, \"inputs\": [\"r1\"]},"
-    "{\"name\": \"c2\", \"layer\": \"Conv2d\", \"config\": {\"in_channels\": 32, \"out_channels\": 64, \"kernel_size\": 3, \"padding\": 1}, \"inputs\": [\"p1\"]},"
+    "{\"name\": \"c2\", \"layer\": \"Conv2d\", \"config\": {\"in_channels\": 32, \"out_channels\": 64, "
+    "\"kernel_size\": 3, \"padding\": 1}, \"inputs\": [\"p1\"]},"
     "{\"name\": \"r2\", \"op\": \"relu\", \"inputs\": [\"c2\"]},"
     "{\"name\": \"p2\", \"layer\": \"MaxPool2d\", \"config\": {\"kernel_size\": 2}, \"inputs\": [\"r2\"]},"
     "{\"name\": \"f\", \"op\": \"flatten\", \"start_dim\": 1, \"inputs\": [\"p2\"]},"
-    "{\"name\": \"fc1\", \"layer\": \"Linear\", \"config\": {\"in_features\": 3136, \"out_features\": 128}, \"inputs\": [\"f\"]},"
+    "{\"name\": \"fc1\", \"layer\": \"Linear\", \"config\": {\"in_features\": 3136, \"out_features\": 128}, "
+    "\"inputs\": [\"f\"]},"
     "{\"name\": \"r3\", \"op\": \"relu\", \"inputs\": [\"fc1\"]},"
-    "{\"name\": \"fc2\", \"layer\": \"Linear\", \"config\": {\"in_features\": 128, \"out_features\": 10}, \"inputs\": [\"r3\"]}"
+    "{\"name\": \"fc2\", \"layer\": \"Linear\", \"config\": {\"in_features\": 128, \"out_features\": 10}, "
+    "\"inputs\": [\"r3\"]}"
     "], \"outputs\": [\"fc2\"]}";
 
 typedef struct trainer {
@@ -285,7 +289,8 @@ static double train_step(trainer *t)
     return now_ms() - s;
 }
 
-static void train_row(const char *filter, const char *name, kiln_device *fd, kiln_device *pd, bool cnn, double target)
+static void train_row(const char *filter, const char *name, kiln_device *fd, kiln_device *pd, bool cnn,
+                      double target)
 {
     if (filter && !strstr(name, filter))
         return;

@@ -10,16 +10,16 @@
 
 extern int fusion_passed, fusion_failed;
 
-#define CHECK(cond, ...)                                                                                           \
-    do {                                                                                                           \
-        if (cond) {                                                                                                \
-            fusion_passed++;                                                                                       \
-        } else {                                                                                                   \
-            fusion_failed++;                                                                                       \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                   \
-            fprintf(stderr, __VA_ARGS__);                                                                          \
-            fputc('\n', stderr);                                                                                   \
-        }                                                                                                          \
+#define CHECK(cond, ...)                                                                                          \
+    do {                                                                                                          \
+        if (cond) {                                                                                               \
+            fusion_passed++;                                                                                      \
+        } else {                                                                                                  \
+            fusion_failed++;                                                                                      \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                  \
+            fprintf(stderr, __VA_ARGS__);                                                                         \
+            fputc('\n', stderr);                                                                                  \
+        }                                                                                                         \
     } while (0)
 
 static inline uint64_t test_rand(uint64_t *s)
@@ -33,9 +33,9 @@ static inline int test_pick(uint64_t *s, int n)
     return (int)(test_rand(s) % (uint64_t)n);
 }
 
-void test_programs(void);      /* test-programs.c: kiln_fused_program on the cpu's fused_run */
-void test_graphs(void);        /* test-graphs.c: random expression graphs, fused vs unfused vs ref */
-void test_training(void);      /* test-training.c: gradients and launch counts of training steps */
-void test_autotune(void);      /* test-autotune.c: the autotune cache through the fused block size */
+void test_programs(void); /* test-programs.c: kiln_fused_program on the cpu's fused_run */
+void test_graphs(void);   /* test-graphs.c: random expression graphs, fused vs unfused vs ref */
+void test_training(void); /* test-training.c: gradients and launch counts of training steps */
+void test_autotune(void); /* test-autotune.c: the autotune cache through the fused block size */
 
 #endif

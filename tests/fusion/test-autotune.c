@@ -42,7 +42,7 @@ static void run_chain(kiln_device *dev, float out[4])
     kiln_scope_begin();
     kiln_tensor *y = kiln_keep(kiln_relu(kiln_add_scalar(kiln_mul_scalar(x, 3), 1)));
     kiln_scope_end();
-    int64_t at = 1024 * 512 - 2;   /* around x = 0: -2/1024 .. 1/1024 */
+    int64_t at = 1024 * 512 - 2; /* around x = 0: -2/1024 .. 1/1024 */
     CHECK(kiln_to_data(kiln_slice(y, 0, at, at + 4, 1), out, 4 * sizeof(float)) == 0, "chain: %s", kiln_error());
     kiln_tensor_release(y);
     kiln_scope_end();
@@ -79,7 +79,8 @@ void test_autotune(void)
     run_chain(dev, v);
     check_values(v, "first run (timed)");
     char *text = slurp(path);
-    CHECK(text && !strncmp(text, "kiln-autotune 1\n", 16) && strstr(text, "fused-block") && strstr(text, kiln_version()),
+    CHECK(text && !strncmp(text, "kiln-autotune 1\n", 16) && strstr(text, "fused-block") &&
+              strstr(text, kiln_version()),
           "the winner is written with the kiln version: '%s'", text ? text : "(no file)");
     char saved[8192] = "";
     if (text)

@@ -16,7 +16,7 @@
 #include "kiln/tensor.h"
 
 #define NDEV 3
-static kiln_device *devs[NDEV];   /* fused, unfused, ref */
+static kiln_device *devs[NDEV]; /* fused, unfused, ref */
 
 typedef struct graph_vals {
     kiln_tensor *v[NDEV][48];
@@ -226,8 +226,8 @@ static void options(void)
         kiln_scope_begin();
         kiln_tensor *x = kiln_full(d, KILN_F32, KILN_SHAPE(64, 64), 0.5);
         float v = 0;
-        kiln_to_data(kiln_slice(kiln_reshape(kiln_relu(kiln_mul(kiln_add(x, x), x)), KILN_SHAPE(-1)), 0, 0, 1, 1), &v,
-                     sizeof v);
+        kiln_to_data(kiln_slice(kiln_reshape(kiln_relu(kiln_mul(kiln_add(x, x), x)), KILN_SHAPE(-1)), 0, 0, 1, 1),
+                     &v, sizeof v);
         CHECK(v == 0.5f && calls_of(d, "fused") == 1, "fusion=on fuses (%g, %llu fused calls)", v,
               (unsigned long long)calls_of(d, "fused"));
         kiln_scope_end();
@@ -238,8 +238,8 @@ static void options(void)
         kiln_scope_begin();
         kiln_tensor *x = kiln_full(d, KILN_F32, KILN_SHAPE(64, 64), 0.5);
         float v = 0;
-        kiln_to_data(kiln_slice(kiln_reshape(kiln_relu(kiln_mul(kiln_add(x, x), x)), KILN_SHAPE(-1)), 0, 0, 1, 1), &v,
-                     sizeof v);
+        kiln_to_data(kiln_slice(kiln_reshape(kiln_relu(kiln_mul(kiln_add(x, x), x)), KILN_SHAPE(-1)), 0, 0, 1, 1),
+                     &v, sizeof v);
         CHECK(v == 0.5f && calls_of(d, "fused") == 0, "fusion=off does not fuse");
         kiln_scope_end();
     }
@@ -263,8 +263,8 @@ static void options(void)
         kiln_scope_begin();
         kiln_tensor *x = kiln_full(d, KILN_F32, KILN_SHAPE(64, 64), 0.5);
         float v = 0;
-        kiln_to_data(kiln_slice(kiln_reshape(kiln_relu(kiln_mul(kiln_add(x, x), x)), KILN_SHAPE(-1)), 0, 0, 1, 1), &v,
-                     sizeof v);
+        kiln_to_data(kiln_slice(kiln_reshape(kiln_relu(kiln_mul(kiln_add(x, x), x)), KILN_SHAPE(-1)), 0, 0, 1, 1),
+                     &v, sizeof v);
         CHECK(v == 0.5f && calls_of(d, "fused") == 0, "codegen=off replays (%g, %llu fused calls)", v,
               (unsigned long long)calls_of(d, "fused"));
         kiln_scope_end();

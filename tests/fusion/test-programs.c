@@ -117,18 +117,43 @@ static void check_program(const char *what, const kiln_fused_program *p)
     free(out);
 }
 
-#define LOAD(r, i) {.code = KILN_FUSED_LOAD, .dst = (r), .arg = (i)}
-#define CONST(r, v) {.code = KILN_FUSED_CONST, .dst = (r), .alpha = (v)}
-#define UN(r, o, x) {.code = KILN_FUSED_UNARY, .op = (o), .dst = (r), .a = (x)}
-#define UN2(r, o, x, al, bt) {.code = KILN_FUSED_UNARY, .op = (o), .dst = (r), .a = (x), .alpha = (al), .beta = (bt)}
-#define BIN(r, o, x, y) {.code = KILN_FUSED_BINARY, .op = (o), .dst = (r), .a = (x), .b = (y)}
-#define STORE(x, i) {.code = KILN_FUSED_STORE, .a = (x), .arg = (i)}
+#define LOAD(r, i)                                                                                                \
+    {                                                                                                             \
+        .code = KILN_FUSED_LOAD, .dst = (r), .arg = (i)                                                           \
+    }
+#define CONST(r, v)                                                                                               \
+    {                                                                                                             \
+        .code = KILN_FUSED_CONST, .dst = (r), .alpha = (v)                                                        \
+    }
+#define UN(r, o, x)                                                                                               \
+    {                                                                                                             \
+        .code = KILN_FUSED_UNARY, .op = (o), .dst = (r), .a = (x)                                                 \
+    }
+#define UN2(r, o, x, al, bt)                                                                                      \
+    {                                                                                                             \
+        .code = KILN_FUSED_UNARY, .op = (o), .dst = (r), .a = (x), .alpha = (al), .beta = (bt)                    \
+    }
+#define BIN(r, o, x, y)                                                                                           \
+    {                                                                                                             \
+        .code = KILN_FUSED_BINARY, .op = (o), .dst = (r), .a = (x), .b = (y)                                      \
+    }
+#define STORE(x, i)                                                                                               \
+    {                                                                                                             \
+        .code = KILN_FUSED_STORE, .a = (x), .arg = (i)                                                            \
+    }
 
-static kiln_fused_program program(int64_t n, int ni, const kiln_tdesc *in, int no, const kiln_tdesc *out, int ninstr,
-                                  const kiln_fused_instr *ins, int nregs)
+static kiln_fused_program program(int64_t n, int ni, const kiln_tdesc *in, int no, const kiln_tdesc *out,
+                                  int ninstr, const kiln_fused_instr *ins, int nregs)
 {
-    return (kiln_fused_program){.dtype = KILN_F32, .n = n, .ninputs = ni, .noutputs = no, .ninstrs = ninstr,
-                                .nregs = nregs, .inputs = in, .outputs = out, .instrs = ins};
+    return (kiln_fused_program){.dtype = KILN_F32,
+                                .n = n,
+                                .ninputs = ni,
+                                .noutputs = no,
+                                .ninstrs = ninstr,
+                                .nregs = nregs,
+                                .inputs = in,
+                                .outputs = out,
+                                .instrs = ins};
 }
 
 /* gelu(x * a + b) * c with a a row vector (read in place), b a scalar, c a small row
@@ -153,9 +178,18 @@ static void layouts(int64_t rows, int64_t cols, const char *what)
     };
     kiln_tdesc out[2] = {flat(o0, n), flat(o1, n)};
     kiln_fused_instr ins[] = {
-        LOAD(0, 0), LOAD(1, 1), BIN(2, KILN_BINARY_MUL, 0, 1), LOAD(3, 2), BIN(4, KILN_BINARY_ADD, 2, 3),
-        UN(5, KILN_UNARY_GELU, 4), LOAD(6, 3), BIN(7, KILN_BINARY_MUL, 5, 6), STORE(7, 0),
-        LOAD(8, 4), UN2(9, KILN_UNARY_CLAMP, 8, -1.0, 1.5), STORE(9, 1),
+        LOAD(0, 0),
+        LOAD(1, 1),
+        BIN(2, KILN_BINARY_MUL, 0, 1),
+        LOAD(3, 2),
+        BIN(4, KILN_BINARY_ADD, 2, 3),
+        UN(5, KILN_UNARY_GELU, 4),
+        LOAD(6, 3),
+        BIN(7, KILN_BINARY_MUL, 5, 6),
+        STORE(7, 0),
+        LOAD(8, 4),
+        UN2(9, KILN_UNARY_CLAMP, 8, -1.0, 1.5),
+        STORE(9, 1),
     };
     kiln_fused_program p = program(n, 5, in, 2, out, (int)(sizeof ins / sizeof *ins), ins, 10);
     check_program(what, &p);
@@ -177,7 +211,7 @@ static void long_chain(void)
     kiln_buffer *x = buf_of(n, hx), *o = buf_of(n, NULL);
     kiln_tdesc in[1] = {flat(x, n)}, out[1] = {flat(o, n)};
     static const int ops[] = {KILN_UNARY_TANH, KILN_UNARY_SIGMOID, KILN_UNARY_GELU_TANH, KILN_UNARY_SILU,
-                              KILN_UNARY_NEG, KILN_UNARY_EXP, KILN_UNARY_LOG1P, KILN_UNARY_SQUARE};
+                              KILN_UNARY_NEG,  KILN_UNARY_EXP,     KILN_UNARY_LOG1P,     KILN_UNARY_SQUARE};
     kiln_fused_instr ins[KILN_FUSED_MAX_INSTRS];
     int k = 0;
     ins[k++] = (kiln_fused_instr)LOAD(0, 0);
@@ -200,8 +234,10 @@ static void in_place(void)
     fill_random(hx, n, 5);
     kiln_buffer *x = buf_of(n, hx), *o = buf_of(n, NULL), *o2 = buf_of(n, NULL);
     kiln_tdesc in[1] = {flat(x, n)}, out[3] = {flat(x, n), flat(o, n), flat(o2, n)};
-    kiln_fused_instr ins[] = {LOAD(0, 0), UN(1, KILN_UNARY_RELU, 0), CONST(2, 2.0), BIN(3, KILN_BINARY_MUL, 1, 2),
-                              STORE(3, 0), STORE(2, 1), STORE(0, 2)};
+    kiln_fused_instr ins[] = {LOAD(0, 0),    UN(1, KILN_UNARY_RELU, 0),
+                              CONST(2, 2.0), BIN(3, KILN_BINARY_MUL, 1, 2),
+                              STORE(3, 0),   STORE(2, 1),
+                              STORE(0, 2)};
     kiln_fused_program p = program(n, 1, in, 3, out, 7, ins, 4);
     /* the interpreted reference reads x before the fused run changes it */
     float *want = malloc((size_t)n * sizeof(float));
@@ -240,10 +276,9 @@ static void random_programs(void)
         kiln_buffer *x = buf_of(n, hx), *row = buf_of(cols, hrow), *sc = buf_of(1, &hs);
         kiln_buffer *o[3] = {buf_of(n, NULL), buf_of(n, NULL), buf_of(n, NULL)};
         kiln_tdesc in[4] = {
-            flat(x, n),
-            desc(row, 0, 2, (int64_t[]){rows, cols}, (int64_t[]){0, 1}),
+            flat(x, n), desc(row, 0, 2, (int64_t[]){rows, cols}, (int64_t[]){0, 1}),
             desc(sc, 0, 1, (int64_t[]){n}, (int64_t[]){0}),
-            desc(x, 0, 2, (int64_t[]){cols, rows}, (int64_t[]){1, cols}),   /* transposed */
+            desc(x, 0, 2, (int64_t[]){cols, rows}, (int64_t[]){1, cols}), /* transposed */
         };
         kiln_tdesc out[3] = {flat(o[0], n), flat(o[1], n), flat(o[2], n)};
         kiln_fused_instr ins[KILN_FUSED_MAX_INSTRS];
@@ -251,11 +286,11 @@ static void random_programs(void)
         for (int i = 0; i < 4; i++)
             ins[k++] = (kiln_fused_instr)LOAD(nregs++, i);
         int nops = 2 + test_pick(&s, 20);
-        static const int uops[] = {KILN_UNARY_TANH, KILN_UNARY_RELU, KILN_UNARY_GELU, KILN_UNARY_SIGMOID,
-                                   KILN_UNARY_ABS, KILN_UNARY_NEG, KILN_UNARY_MUL_SCALAR, KILN_UNARY_ADD_SCALAR,
-                                   KILN_UNARY_SQUARE, KILN_UNARY_ELU};
-        static const int bops[] = {KILN_BINARY_ADD, KILN_BINARY_SUB, KILN_BINARY_MUL, KILN_BINARY_MAXIMUM,
-                                   KILN_BINARY_MINIMUM, KILN_BINARY_DIV};
+        static const int uops[] = {
+            KILN_UNARY_TANH, KILN_UNARY_RELU,       KILN_UNARY_GELU,       KILN_UNARY_SIGMOID, KILN_UNARY_ABS,
+            KILN_UNARY_NEG,  KILN_UNARY_MUL_SCALAR, KILN_UNARY_ADD_SCALAR, KILN_UNARY_SQUARE,  KILN_UNARY_ELU};
+        static const int bops[] = {KILN_BINARY_ADD,     KILN_BINARY_SUB,     KILN_BINARY_MUL,
+                                   KILN_BINARY_MAXIMUM, KILN_BINARY_MINIMUM, KILN_BINARY_DIV};
         for (int i = 0; i < nops; i++) {
             int r = nregs++;
             int c = test_pick(&s, 3);

@@ -18,10 +18,30 @@
 #include "kiln/tensor.h"
 
 /* The entries a training step reaches, for the per-entry breakdown printed beside the counts. */
-static const char *const step_entries[] = {"fill", "copy", "unary", "binary", "where", "reduce", "matmul", "conv",
-                                           "conv_backward_input", "conv_backward_weight", "pool", "pool_backward",
-                                           "softmax", "layer_norm", "adam_step", "fused", "gather", "scatter",
-                                           "rng", "arg_reduce", "index_select", "index_add", "epilogue", "conv_fused"};
+static const char *const step_entries[] = {"fill",
+                                           "copy",
+                                           "unary",
+                                           "binary",
+                                           "where",
+                                           "reduce",
+                                           "matmul",
+                                           "conv",
+                                           "conv_backward_input",
+                                           "conv_backward_weight",
+                                           "pool",
+                                           "pool_backward",
+                                           "softmax",
+                                           "layer_norm",
+                                           "adam_step",
+                                           "fused",
+                                           "gather",
+                                           "scatter",
+                                           "rng",
+                                           "arg_reduce",
+                                           "index_select",
+                                           "index_add",
+                                           "epilogue",
+                                           "conv_fused"};
 #define NSTEP_ENTRIES (sizeof step_entries / sizeof *step_entries)
 
 static void entry_counts(kiln_device *dev, uint64_t *out)
@@ -49,7 +69,8 @@ static bool same_bits(kiln_tensor *a, kiln_tensor *b, const char *what)
 {
     int64_t n = kiln_tensor_numel(a);
     float *x = malloc((size_t)n * sizeof(float)), *y = malloc((size_t)n * sizeof(float));
-    bool ok = kiln_to_data(a, x, (size_t)n * sizeof(float)) == 0 && kiln_to_data(b, y, (size_t)n * sizeof(float)) == 0;
+    bool ok = kiln_to_data(a, x, (size_t)n * sizeof(float)) == 0 &&
+              kiln_to_data(b, y, (size_t)n * sizeof(float)) == 0;
     int64_t bad = -1;
     for (int64_t i = 0; ok && i < n && bad < 0; i++)
         if (memcmp(&x[i], &y[i], sizeof(float)))
@@ -72,9 +93,12 @@ static void gradients(void)
         kiln_scope_begin();
         kiln_generator g = kiln_generator_make(11);
         kiln_tensor *x = kiln_rand_uniform(dev[d], KILN_F32, KILN_SHAPE(32, 48), -1, 1, &g);
-        kiln_tensor *w = kiln_requires_grad(kiln_rand_uniform(dev[d], KILN_F32, KILN_SHAPE(48, 64), -0.3, 0.3, &g), true);
-        kiln_tensor *b = kiln_requires_grad(kiln_rand_uniform(dev[d], KILN_F32, KILN_SHAPE(64), -0.3, 0.3, &g), true);
-        kiln_tensor *s = kiln_requires_grad(kiln_rand_uniform(dev[d], KILN_F32, KILN_SHAPE(32, 1), 0.5, 1.5, &g), true);
+        kiln_tensor *w = kiln_requires_grad(kiln_rand_uniform(dev[d], KILN_F32, KILN_SHAPE(48, 64), -0.3, 0.3, &g),
+                                            true);
+        kiln_tensor *b = kiln_requires_grad(kiln_rand_uniform(dev[d], KILN_F32, KILN_SHAPE(64), -0.3, 0.3, &g),
+                                            true);
+        kiln_tensor *s = kiln_requires_grad(kiln_rand_uniform(dev[d], KILN_F32, KILN_SHAPE(32, 1), 0.5, 1.5, &g),
+                                            true);
         kiln_tensor *xw = kiln_matmul(x, w);
         kiln_tensor *h = kiln_add(kiln_mul(kiln_gelu(kiln_add(xw, b), false), s), kiln_tanh(xw));
         kiln_tensor *loss = kiln_mean(kiln_square(h), KILN_ALL_DIMS, false);
@@ -89,7 +113,8 @@ static void gradients(void)
         gs[d] = kiln_keep(kiln_grad(s));
         kiln_scope_end();
     }
-    CHECK(fused_in_backward > 0, "the backward pass ran fused groups (%llu)", (unsigned long long)fused_in_backward);
+    CHECK(fused_in_backward > 0, "the backward pass ran fused groups (%llu)",
+          (unsigned long long)fused_in_backward);
     same_bits(gw[0], gw[1], "grad w fused vs unfused");
     same_bits(gb[0], gb[1], "grad b fused vs unfused");
     same_bits(gs[0], gs[1], "grad s fused vs unfused");
@@ -103,23 +128,27 @@ static void gradients(void)
 
 static const char cnn_spec[] =
     "{\"inputs\": [\"x\"], \"nodes\": ["
-    "{\"name\": \"c1\", \"layer\": \"Conv2d\", \"config\": {\"in_channels\": 1, \"out_channels\": 8, \"kernel_size\": 3}, \"inputs\": [\"x\"]},"
+    "{\"name\": \"c1\", \"layer\": \"Conv2d\", \"config\": {\"in_channels\": 1, \"out_channels\": 8, "
+    "\"kernel_size\": 3}, \"inputs\": [\"x\"]},"
     "{\"name\": \"r1\", \"op\": \"relu\", \"inputs\": [\"c1\"]},"
     "{\"name\": \"p1\", \"layer\": \"MaxPool2d\", \"config\": {\"kernel_size\": 2}, \"inputs\": [\"r1\"]},"
-    "{\"name\": \"c2\", \"layer\": \"Conv2d\", \"config\": {\"in_channels\": 8, \"out_channels\": 16, \"kernel_size\": 3}, \"inputs\": [\"p1\"]},"
+    "{\"name\": \"c2\", \"layer\": \"Conv2d\", \"config\": {\"in_channels\": 8, \"out_channels\": 16, "
+    "\"kernel_size\": 3}, \"inputs\": [\"p1\"]},"
     "{\"name\": \"r2\", \"op\": \"relu\", \"inputs\": [\"c2\"]},"
     "{\"name\": \"p2\", \"layer\": \"MaxPool2d\", \"config\": {\"kernel_size\": 2}, \"inputs\": [\"r2\"]},"
     "{\"name\": \"f\", \"op\": \"flatten\", \"start_dim\": 1, \"inputs\": [\"p2\"]},"
-    "{\"name\": \"fc1\", \"layer\": \"Linear\", \"config\": {\"in_features\": 400, \"out_features\": 64}, \"inputs\": [\"f\"]},"
+    "{\"name\": \"fc1\", \"layer\": \"Linear\", \"config\": {\"in_features\": 400, \"out_features\": 64}, "
+    "\"inputs\": [\"f\"]},"
     "{\"name\": \"r3\", \"op\": \"relu\", \"inputs\": [\"fc1\"]},"
-    "{\"name\": \"fc2\", \"layer\": \"Linear\", \"config\": {\"in_features\": 64, \"out_features\": 10}, \"inputs\": [\"r3\"]}"
+    "{\"name\": \"fc2\", \"layer\": \"Linear\", \"config\": {\"in_features\": 64, \"out_features\": 10}, "
+    "\"inputs\": [\"r3\"]}"
     "], \"outputs\": [\"fc2\"]}";
 
 typedef struct step_result {
     uint64_t calls, fused;
     uint64_t per_entry[NSTEP_ENTRIES];
     float loss;
-    kiln_tensor *param;   /* the first parameter after the steps (kept) */
+    kiln_tensor *param; /* the first parameter after the steps (kept) */
 } step_result;
 
 /* Two training steps of model m (built by make on dev) with AdamW; the second is counted. */
@@ -188,7 +217,8 @@ static void launch_counts(bool cnn)
     const char *name = cnn ? "Fashion-MNIST CNN" : "Transformer encoder block";
     kiln_device *fd = kiln_device_open("fused:counting:cpu"), *pd = kiln_device_open("counting:cpu");
     step_result f = train_steps(fd, cnn), p = train_steps(pd, cnn);
-    fprintf(stderr, "%s training step: %llu kernel calls fused (%llu of them fused groups), %llu unfused (%.2fx fewer)\n",
+    fprintf(stderr,
+            "%s training step: %llu kernel calls fused (%llu of them fused groups), %llu unfused (%.2fx fewer)\n",
             name, (unsigned long long)f.calls, (unsigned long long)f.fused, (unsigned long long)p.calls,
             f.calls ? (double)p.calls / (double)f.calls : 0.0);
     for (int k = 0; k < 2; k++) {
