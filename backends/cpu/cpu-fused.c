@@ -196,7 +196,8 @@ static int plan(fplan *pl, const kiln_fused_program *p)
     pl->row = p->reduce_inner;
     for (int i = 0; i < p->ninputs && !p->reduce_inner; i++) {
         const fin *f = &pl->in[i];
-        if (f->kind != IN_GATHER || f->copy_in || f->strides[f->nd - 1] != 1 || f->shape[f->nd - 1] < 256)
+        if (f->kind != IN_GATHER || f->copy_in || f->is_bool || f->strides[f->nd - 1] != 1 ||
+            f->shape[f->nd - 1] < 256)
             continue;
         if (pl->row == 0)
             pl->row = f->shape[f->nd - 1];
@@ -206,7 +207,7 @@ static int plan(fplan *pl, const kiln_fused_program *p)
     if (pl->row < 0)
         pl->row = 0;
     for (int i = 0; i < p->ninputs && pl->row; i++)
-        if (pl->in[i].kind == IN_GATHER && !pl->in[i].copy_in && pl->in[i].strides[pl->in[i].nd - 1] == 1 &&
+        if (pl->in[i].kind == IN_GATHER && !pl->in[i].copy_in && !pl->in[i].is_bool && pl->in[i].strides[pl->in[i].nd - 1] == 1 &&
             pl->in[i].shape[pl->in[i].nd - 1] == pl->row)
             pl->in[i].kind = IN_ROWS;
     for (int i = 0; i < p->noutputs; i++) {

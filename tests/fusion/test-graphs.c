@@ -120,6 +120,15 @@ static void random_graph(int seed)
             kiln_from_data(dev, KILN_F32, KILN_SHAPE(R, 2 * C), host, (size_t)(2 * R * C) * sizeof(float)), 1, 1,
             2 * C, 2);
     }
+    /* a bool mask per column kept apart from the values (where's condition, read from
+     * memory and broadcast over the rows) */
+    kiln_tensor *mask[NDEV];
+    uint8_t *bits = malloc((size_t)C);
+    for (int64_t i = 0; i < C; i++)
+        bits[i] = (uint8_t)(test_rand(&s) & 1);
+    for (int d = 0; d < NDEV; d++)
+        mask[d] = kiln_from_data(devs[d], KILN_BOOL, KILN_SHAPE(C), bits, (size_t)C);
+    free(bits);
     free(host);
     g.n = 6;
     uint64_t before[2] = {calls_of(devs[0], NULL), calls_of(devs[1], NULL)};
@@ -134,6 +143,10 @@ static void random_graph(int seed)
                 r = binary_of(g.v[d][a], g.v[d][b], bo);
             } else if (kind < 8) {
                 r = unary_of(g.v[d][a], u);
+            } else if (kind == 7 && u < 7) {
+                /* where with a mask from memory, and one compared in the group */
+                kiln_tensor *m2 = kiln_gt(g.v[d][a], g.v[d][b]);
+                r = kiln_where(m2, kiln_where(mask[d], g.v[d][a], g.v[d][1]), g.v[d][b]);
             } else if (kind == 8) {
                 /* a view in the middle of a chain: reshape to the flat shape and back */
                 kiln_tensor *full = kiln_add(g.v[d][a], g.v[d][0]);
@@ -188,6 +201,25 @@ static void chain_counts(void)
     CHECK(calls_of(devs[0], "unary") == u0 && calls_of(devs[0], "binary") == b0,
           "no unfused elementwise call reached the kernels");
     kiln_tensor_release(y);
+
+    /* where over a bool mask per column (read in place beside a row-broadcast operand) */
+    uint8_t bits[517];
+    for (int j = 0; j < 517; j++)
+        bits[j] = (uint8_t)(j % 3 == 0);
+    kiln_tensor *mk = kiln_from_data(devs[0], KILN_BOOL, KILN_SHAPE(517), bits, sizeof bits);
+    kiln_scope_begin();
+    kiln_tensor *w = kiln_keep(kiln_where(mk, kiln_mul(x, a), kiln_neg(a)));
+    kiln_scope_end();
+    float wv[2 * 517], xv[2 * 517], av[517];
+    CHECK(kiln_to_data(kiln_slice(w, 0, 0, 2, 1), wv, sizeof wv) == 0 &&
+              kiln_to_data(kiln_slice(x, 0, 0, 2, 1), xv, sizeof xv) == 0 && kiln_to_data(a, av, sizeof av) == 0,
+          "where: read: %s", kiln_error());
+    int wbad = -1;
+    for (int i = 0; i < 2 * 517 && wbad < 0; i++)
+        if (wv[i] != (bits[i % 517] ? xv[i] * av[i % 517] : -av[i % 517]))
+            wbad = i;
+    CHECK(wbad < 0, "where(mask per column, x * a, -a): element %d wrong", wbad);
+    kiln_tensor_release(w);
 
     /* a mean over the last dim of a fused value: the reduction joins the group */
     uint64_t r0 = calls_of(devs[0], "reduce");
