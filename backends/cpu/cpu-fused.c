@@ -207,8 +207,8 @@ static int plan(fplan *pl, const kiln_fused_program *p)
     if (pl->row < 0)
         pl->row = 0;
     for (int i = 0; i < p->ninputs && pl->row; i++)
-        if (pl->in[i].kind == IN_GATHER && !pl->in[i].copy_in && !pl->in[i].is_bool && pl->in[i].strides[pl->in[i].nd - 1] == 1 &&
-            pl->in[i].shape[pl->in[i].nd - 1] == pl->row)
+        if (pl->in[i].kind == IN_GATHER && !pl->in[i].copy_in && !pl->in[i].is_bool &&
+            pl->in[i].strides[pl->in[i].nd - 1] == 1 && pl->in[i].shape[pl->in[i].nd - 1] == pl->row)
             pl->in[i].kind = IN_ROWS;
     for (int i = 0; i < p->noutputs; i++) {
         if ((p->outputs[i].dtype != KILN_F32 && p->outputs[i].dtype != KILN_BOOL) ||
