@@ -68,6 +68,7 @@ typedef struct fplan {
     int64_t row;    /* blocks end at multiples of this (0: anywhere) */
     int64_t lo, hi; /* the element range the jobs split */
     bool stream;    /* outputs far larger than the caches: non-temporal stores */
+    bool prefetch;  /* one or two contiguous inputs: prefetch the next block's */
     char *scratch;  /* njobs slabs of nslots * block floats */
     int njobs;
 } fplan;
@@ -224,6 +225,10 @@ static int plan(fplan *pl, const kiln_fused_program *p)
      * read-for-ownership of every output line (the unfused kernels stream from the same
      * size on). */
     pl->stream = p->n >= ((int64_t)1 << 21);
+    int contiguous_inputs = 0;
+    for (int i = 0; i < p->ninputs; i++)
+        contiguous_inputs += pl->in[i].kind == IN_CONTIG;
+    pl->prefetch = pl->stream && contiguous_inputs > 0 && contiguous_inputs <= 2;
     /* the instruction defining each register, its last reader, and how often it is stored */
     int def[KILN_FUSED_MAX_INSTRS * 2], last_use[KILN_FUSED_MAX_INSTRS * 2], stores[KILN_FUSED_MAX_INSTRS * 2];
     for (int r = 0; r < p->nregs; r++)
@@ -405,6 +410,27 @@ static void store_stream(float *o, const float *src, int64_t m)
         memmove(o + j, src + j, (size_t)(m - j) * sizeof *o);
 }
 
+/* Ask for the next block's contiguous inputs while this one computes: a chain with a
+ * heavy op (erf, tanh) is compute-bound per block, and without this its loads only start
+ * when the next block does. Only for one or two such streams: measured on gelu(x·a+b)·c
+ * over 64 MiB on one thread (CPU time, three runs each), 16.6-16.9 ms without and
+ * 14.5-16.6 ms with it for a, b, c per column (one stream), but 22.6 -> 23.5 ms with a,
+ * b, c full (four streams, which the hardware prefetchers already keep busy). */
+static void prefetch_next(const fplan *pl, int64_t i0, int64_t m, int64_t end)
+{
+    int64_t next = i0 + m, len = end - next < pl->block ? end - next : pl->block;
+    if (len <= 0 || !pl->prefetch)
+        return;
+    for (int k = 0; k < pl->p->ninputs; k++) {
+        const fin *f = &pl->in[k];
+        if (f->kind != IN_CONTIG)
+            continue;
+        const char *base = (const char *)(f->base + next);
+        for (int64_t b = 0; b < len * (int64_t)sizeof(float); b += 64)
+            __builtin_prefetch(base + b, 0, 3);
+    }
+}
+
 static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, int64_t i0, int64_t m)
 {
     const kiln_fused_program *p = pl->p;
@@ -509,6 +535,7 @@ static void run_job(void *arg, int job, int njobs)
         m = end - i0 < pl->block ? end - i0 : pl->block;
         if (pl->row && m > pl->row - i0 % pl->row)
             m = pl->row - i0 % pl->row;
+        prefetch_next(pl, i0, m, end);
         run_block(pl, scratch, regs, acc, i0, m);
     }
 #if defined(__x86_64__)
