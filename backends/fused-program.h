@@ -27,6 +27,8 @@
  *   STORE  outputs[arg][i] = a           (r unused)
  *   REDUCE outputs[arg][i / inner] = op over the inner consecutive elements of a
  *          (op KILN_REDUCE_SUM or KILN_REDUCE_MEAN, accumulated in double; r unused)
+ *   SOFTMAX r = softmax (op 1: log-softmax) of a over each row of inner consecutive
+ *          elements
  * Every register holds the program's dtype (f32 today): each instruction rounds to it,
  * as the unfused op did, so a backend that evaluates the instructions with its unfused
  * kernels gives the unfused results to the bit. Inputs and outputs have that dtype or
@@ -59,6 +61,7 @@ typedef enum kiln_fused_code {
     KILN_FUSED_WHERE,
     KILN_FUSED_STORE,
     KILN_FUSED_REDUCE,
+    KILN_FUSED_SOFTMAX,
     KILN_FUSED_CODE_COUNT
 } kiln_fused_code;
 

@@ -69,6 +69,7 @@ typedef struct fplan {
     int64_t lo, hi; /* the element range the jobs split */
     bool stream;    /* outputs far larger than the caches: non-temporal stores */
     bool prefetch;  /* one or two contiguous inputs: prefetch the next block's */
+    bool has_softmax, has_reduce;
     char *scratch;  /* njobs slabs of nslots * block floats */
     int njobs;
 } fplan;
@@ -195,6 +196,13 @@ static int plan(fplan *pl, const kiln_fused_program *p)
     if (p->reduce_inner < 0 || (p->reduce_inner > 0 && p->n % p->reduce_inner))
         return KILN_ENOTSUP;
     pl->row = p->reduce_inner;
+    for (int i = 0; i < p->ninstrs; i++) {
+        pl->has_softmax = pl->has_softmax || p->instrs[i].code == KILN_FUSED_SOFTMAX;
+        pl->has_reduce = pl->has_reduce || p->instrs[i].code == KILN_FUSED_REDUCE;
+    }
+    /* blocks of several whole rows (a softmax without a reduction) cross the rows that
+     * IN_ROWS inputs are read in place along, so those are gathered instead */
+    bool multi_row = pl->has_softmax && !pl->has_reduce;
     for (int i = 0; i < p->ninputs && !p->reduce_inner; i++) {
         const fin *f = &pl->in[i];
         if (f->kind != IN_GATHER || f->copy_in || f->is_bool || f->strides[f->nd - 1] != 1 ||
@@ -207,7 +215,7 @@ static int plan(fplan *pl, const kiln_fused_program *p)
     }
     if (pl->row < 0)
         pl->row = 0;
-    for (int i = 0; i < p->ninputs && pl->row; i++)
+    for (int i = 0; i < p->ninputs && pl->row && !multi_row; i++)
         if (pl->in[i].kind == IN_GATHER && !pl->in[i].copy_in && !pl->in[i].is_bool &&
             pl->in[i].strides[pl->in[i].nd - 1] == 1 && pl->in[i].shape[pl->in[i].nd - 1] == pl->row)
             pl->in[i].kind = IN_ROWS;
@@ -237,7 +245,7 @@ static int plan(fplan *pl, const kiln_fused_program *p)
         const kiln_fused_instr *in = &p->instrs[i];
         bool reads_a = in->code == KILN_FUSED_UNARY || in->code == KILN_FUSED_BINARY ||
                        in->code == KILN_FUSED_WHERE || in->code == KILN_FUSED_STORE ||
-                       in->code == KILN_FUSED_REDUCE;
+                       in->code == KILN_FUSED_REDUCE || in->code == KILN_FUSED_SOFTMAX;
         bool reads_b = in->code == KILN_FUSED_BINARY || in->code == KILN_FUSED_WHERE;
         bool reads_c = in->code == KILN_FUSED_WHERE;
         if ((unsigned)in->code >= KILN_FUSED_CODE_COUNT ||
@@ -254,6 +262,8 @@ static int plan(fplan *pl, const kiln_fused_program *p)
             return KILN_ENOTSUP;
         if ((in->code == KILN_FUSED_STORE || in->code == KILN_FUSED_REDUCE) &&
             (unsigned)in->arg >= (unsigned)p->noutputs)
+            return KILN_ENOTSUP;
+        if (in->code == KILN_FUSED_SOFTMAX && (p->reduce_inner <= 0 || p->reduce_inner > 8192))
             return KILN_ENOTSUP;
         if (in->code == KILN_FUSED_REDUCE && ((in->op != KILN_REDUCE_SUM && in->op != KILN_REDUCE_MEAN) ||
                                               p->reduce_inner <= 0 || p->outputs[in->arg].dtype != KILN_F32))
@@ -292,11 +302,15 @@ static int plan(fplan *pl, const kiln_fused_program *p)
                       (in->code == KILN_FUSED_BINARY && pl->scalar[in->a] && pl->scalar[in->b]) ||
                       (in->code == KILN_FUSED_WHERE && pl->scalar[in->a] && pl->scalar[in->b] &&
                        pl->scalar[in->c]);
+            if (in->code == KILN_FUSED_SOFTMAX && pl->scalar[in->a])
+                return KILN_ENOTSUP; /* a row of one repeated value: left to the unfused entry */
+            if (in->code == KILN_FUSED_SOFTMAX)
+                sc = false;
             pl->scalar[in->dst] = sc;
             if (in->code == KILN_FUSED_CONST)
                 pl->consts[i] = (float)in->alpha;
             bool computes = in->code == KILN_FUSED_UNARY || in->code == KILN_FUSED_BINARY ||
-                            in->code == KILN_FUSED_WHERE;
+                            in->code == KILN_FUSED_WHERE || in->code == KILN_FUSED_SOFTMAX;
             if (computes && !sc && stores[in->dst] == 1 && !pl->stream) {
                 for (int j = i + 1; j < p->ninstrs; j++)
                     if (p->instrs[j].code == KILN_FUSED_STORE && p->instrs[j].a == in->dst &&
@@ -478,6 +492,15 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
             regs[in->dst] = (freg){dst, s};
             break;
         }
+        case KILN_FUSED_SOFTMAX: {
+            /* blocks hold whole rows here */
+            freg a = regs[in->a];
+            int64_t row = p->reduce_inner;
+            for (int64_t r = 0; r < m; r += row)
+                pl->k->softmax_row_f32(dst + r, a.p + r, row, in->op != 0);
+            regs[in->dst] = (freg){dst, 1};
+            break;
+        }
         case KILN_FUSED_REDUCE: {
             /* blocks never cross a row: add this block's part, store at the row's end */
             freg a = regs[in->a];
@@ -533,7 +556,9 @@ static void run_job(void *arg, int job, int njobs)
     freg regs[KILN_FUSED_MAX_INSTRS * 2];
     for (int64_t i0 = begin, m; i0 < end; i0 += m) {
         m = end - i0 < pl->block ? end - i0 : pl->block;
-        if (pl->row && m > pl->row - i0 % pl->row)
+        if (pl->has_softmax && !pl->has_reduce)
+            m -= m % pl->row;   /* whole rows (jobs start on one; block >= row) */
+        else if (pl->row && m > pl->row - i0 % pl->row)
             m = pl->row - i0 % pl->row;
         prefetch_next(pl, i0, m, end);
         run_block(pl, scratch, regs, acc, i0, m);
@@ -626,6 +651,8 @@ int kiln__cpu_fused_run(void *vctx, const kiln_fused_program *p)
         if (block < 64 || block > block_candidates[NCANDIDATES - 1])
             block = DEFAULT_BLOCK;
     }
+    if (pl->has_softmax && block < p->reduce_inner)
+        block = p->reduce_inner;   /* a block holds a whole row (at most 8192) */
     int64_t most = tune ? block_candidates[NCANDIDATES - 1] : block;
     size_t slab = (size_t)pl->nslots * (size_t)most * sizeof(float);
     if (slab && !(pl->scratch = aligned_alloc(64, slab * (size_t)pl->njobs))) {

@@ -13,8 +13,9 @@
  * in-place update reads element i before it stores it. Buffers the group only reads may
  * be seen through any view. A call that breaks the rule ends the group first.
  *
- * A sum or mean over trailing dims whose input is a value the group wrote (contiguous)
- * ends the group: the reduction reads that value from a register as it is computed, and
+ * A softmax over the last dim of a value the group wrote joins it (its rows are
+ * evaluated whole, and later calls may use its result); a sum or mean over trailing dims
+ * whose input is a value the group wrote (contiguous) ends the group: the reduction reads that value from a register as it is computed, and
  * nothing joins after it.
  *
  * At the flush, outputs whose buffer was freed meanwhile (dead intermediates) are never
@@ -67,7 +68,8 @@ static bool same_view(const kiln_tdesc *a, const kiln_tdesc *b)
 static int rec_inputs(const frec *r)
 {
     switch (r->entry) {
-    case KILN_ENTRY_REDUCE: return 1;
+    case KILN_ENTRY_REDUCE:
+    case KILN_ENTRY_SOFTMAX: return 1;
     case KILN_ENTRY_FILL: return 0;
     case KILN_ENTRY_BINARY: return 2;
     case KILN_ENTRY_WHERE: return 3;
@@ -89,7 +91,7 @@ static bool is_comparison(const frec *r)
  * value the group wrote, into a buffer the group does not touch. */
 static bool reduce_fits(const fq *q, frec *r)
 {
-    if (q->nrec == 0 || q->closed || (r->op != KILN_REDUCE_SUM && r->op != KILN_REDUCE_MEAN) ||
+    if (q->nrec == 0 || q->closed || (r->op != KILN_REDUCE_SUM && r->op != KILN_REDUCE_MEAN) || r->entry != KILN_ENTRY_REDUCE ||
         r->x.dtype != KILN_F32 || r->out.dtype != KILN_F32 || !contiguous(&r->out) || numel(&r->x) != q->n ||
         q->n == 0)
         return false;
@@ -118,7 +120,34 @@ static bool reduce_fits(const fq *q, frec *r)
         else
             in_suffix = false;
     }
-    if (numel(&r->out) * inner != q->n)
+    if (numel(&r->out) * inner != q->n || (q->row && q->row != inner))
+        return false;
+    r->inner = inner;
+    return true;
+}
+
+/* Whether a softmax r over the last dim of a value the group wrote joins q's group (rows
+ * of at most 8192 elements, which a block holds whole); later calls may join after it. */
+static bool softmax_fits(const fq *q, frec *r)
+{
+    const kiln_tdesc *in = &r->x;
+    if (q->nrec == 0 || q->closed || q->nrec >= FUSED_MAX_RECS - 1 || in->dtype != KILN_F32 ||
+        r->out.dtype != KILN_F32 || !contiguous(&r->out) || numel(in) != q->n || q->n == 0 ||
+        numel(&r->out) != q->n || (int)r->mask != in->ndim - 1)
+        return false;
+    int64_t inner = in->shape[in->ndim - 1];
+    if (inner < 1 || inner > 8192 || (q->row && q->row != inner))
+        return false;
+    bool written = false;
+    for (int i = 0; i < q->nrec; i++) {
+        written = written || same_flat(&q->rec[i].out, in);
+        if (q->rec[i].out.buf == r->out.buf)
+            return false;
+        for (int k = 0; k < rec_inputs(&q->rec[i]); k++)
+            if (rec_input(&q->rec[i], k)->buf == r->out.buf)
+                return false;
+    }
+    if (!written)
         return false;
     r->inner = inner;
     return true;
@@ -183,6 +212,15 @@ int kiln__fused_record(fq *q, const frec *r)
             return 0;
         q->rec[q->nrec++] = red; /* fits leaves room: the bound is checked before each call */
         q->closed = true;
+        q->row = red.inner;
+        return 1;
+    }
+    if (r->entry == KILN_ENTRY_SOFTMAX) {
+        frec sm = *r;
+        if (!softmax_fits(q, &sm))
+            return 0;
+        q->rec[q->nrec++] = sm;
+        q->row = sm.inner;
         return 1;
     }
     if (!fusable(r))
@@ -303,6 +341,14 @@ static int compile(compiler *c, const fq *q)
             c->value[i] = a; /* a copy is its source's value */
             continue;
         }
+        if (r->entry == KILN_ENTRY_SOFTMAX) {
+            int dst = c->nregs++;
+            c->reduce_inner = r->inner;
+            if (emit(c, (kiln_fused_instr){.code = KILN_FUSED_SOFTMAX, .op = r->op, .dst = dst, .a = a}) < 0)
+                return -1;
+            c->value[i] = dst;
+            continue;
+        }
         if (r->entry == KILN_ENTRY_REDUCE) {
             c->value[i] = -1;
             c->reduce_inner = r->inner;
@@ -364,6 +410,7 @@ static int replay(fq *q)
         case KILN_ENTRY_REDUCE:
             rc = in->reduce(q->iq, (kiln_reduce_op)r->op, &r->out, &r->x, r->mask, r->alpha);
             break;
+        case KILN_ENTRY_SOFTMAX: rc = in->softmax(q->iq, r->op != 0, &r->out, &r->x, (int)r->mask); break;
         default: rc = in->binary(q->iq, (kiln_binary_op)r->op, &r->out, &r->x, &r->y); break;
         }
         if (rc < 0)
@@ -423,6 +470,7 @@ int kiln__fused_flush(fq *q)
     int rc = q->nrec ? run_group(q) : 0;
     q->nrec = 0;
     q->closed = false;
+    q->row = 0;
     for (int i = 0; i < q->nfreed; i++)
         q->d->in->buffer_free(q->iq, q->freed[i]);
     q->nfreed = 0;

@@ -58,6 +58,7 @@ typedef struct fq {
     int nrec;
     int64_t n;   /* element count every call of the group shares */
     bool closed; /* a reduction ended the group: the next call flushes it */
+    int64_t row; /* the row length of a softmax or reduction in the group (0: none) */
     frec rec[FUSED_MAX_RECS];
     /* buffers freed while the group was pending: their stores are dead, and they go back
      * to the inner backend only after the flush (so it cannot hand them out again to a

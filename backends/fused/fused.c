@@ -347,6 +347,7 @@ static int record_or_run(fq *q, const frec *r)
     case KILN_ENTRY_UNARY: return in->unary(q->iq, (kiln_unary_op)r->op, &r->out, &r->x, r->alpha, r->beta);
     case KILN_ENTRY_WHERE: return in->where(q->iq, &r->out, &r->x, &r->y, &r->z);
     case KILN_ENTRY_REDUCE: return in->reduce(q->iq, (kiln_reduce_op)r->op, &r->out, &r->x, r->mask, r->alpha);
+    case KILN_ENTRY_SOFTMAX: return in->softmax(q->iq, r->op != 0, &r->out, &r->x, (int)r->mask);
     default: return in->binary(q->iq, (kiln_binary_op)r->op, &r->out, &r->x, &r->y);
     }
 }
@@ -355,6 +356,12 @@ static int fused_reduce(void *qctx, kiln_reduce_op op, const kiln_tdesc *out, co
                         double param)
 {
     frec r = {.entry = KILN_ENTRY_REDUCE, .op = (int)op, .out = *out, .x = *in, .mask = mask, .alpha = param};
+    return record_or_run(qctx, &r);
+}
+
+static int fused_softmax(void *qctx, bool log, const kiln_tdesc *out, const kiln_tdesc *in, int dim)
+{
+    frec r = {.entry = KILN_ENTRY_SOFTMAX, .op = log, .out = *out, .x = *in, .mask = (uint32_t)dim};
     return record_or_run(qctx, &r);
 }
 
@@ -431,7 +438,6 @@ FWD(adaptive_avg_pool_backward, (void *qctx, int ns, T gx, T go), (q->iq, ns, gx
 FWD(interpolate, (void *qctx, kiln_interp_mode m, bool ac, T out, T x), (q->iq, m, ac, out, x))
 FWD(interpolate_backward, (void *qctx, kiln_interp_mode m, bool ac, T gx, T go), (q->iq, m, ac, gx, go))
 FWD(pad, (void *qctx, kiln_pad_mode m, T out, T in, const int64_t *pads, double v), (q->iq, m, out, in, pads, v))
-FWD(softmax, (void *qctx, bool lg, T out, T in, int dim), (q->iq, lg, out, in, dim))
 FWD(layer_norm, (void *qctx, T out, T mean, T rstd, T x, T w, T b, int64_t inner, double eps),
     (q->iq, out, mean, rstd, x, w, b, inner, eps))
 FWD(adam_step, (void *qctx, const kiln_adam_params *p, T prm, T g, T m, T v, T vmax),

@@ -221,6 +221,44 @@ static void chain_counts(void)
     CHECK(wbad < 0, "where(mask per column, x * a, -a): element %d wrong", wbad);
     kiln_tensor_release(w);
 
+    /* softmax and log-softmax over the last dim of a fused value join the group, and an
+     * op after them too; the same bits as unfused */
+    {
+        kiln_tensor *sm[2], *ls[2];
+        uint64_t s0 = calls_of(devs[0], "softmax");
+        f0 = calls_of(devs[0], "fused");
+        for (int d = 0; d < 2; d++) {
+            kiln_generator g2 = kiln_generator_make(5);
+            kiln_tensor *xd = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(300, 517), -2, 2, &g2);
+            kiln_tensor *ad = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(517), -2, 2, &g2);
+            kiln_device_sync(devs[d]);
+            if (d == 0)
+                f0 = calls_of(devs[0], "fused"), s0 = calls_of(devs[0], "softmax");
+            kiln_scope_begin();
+            sm[d] = kiln_keep(kiln_mul_scalar(kiln_softmax(kiln_mul(xd, ad), -1), 2.0));
+            ls[d] = kiln_keep(kiln_log_softmax(kiln_add(xd, ad), -1));
+            kiln_scope_end();
+        }
+        float *u = malloc(300 * 517 * sizeof(float)), *v = malloc(300 * 517 * sizeof(float));
+        bool same = kiln_to_data(sm[0], u, 300 * 517 * sizeof(float)) == 0 &&
+                    kiln_to_data(sm[1], v, 300 * 517 * sizeof(float)) == 0 && !memcmp(u, v, 300 * 517 * sizeof(float));
+        CHECK(same, "softmax(x * a) * 2 fused equals unfused to the bit");
+        same = kiln_to_data(ls[0], u, 300 * 517 * sizeof(float)) == 0 &&
+               kiln_to_data(ls[1], v, 300 * 517 * sizeof(float)) == 0 && !memcmp(u, v, 300 * 517 * sizeof(float));
+        CHECK(same, "log_softmax(x + a) fused equals unfused to the bit");
+        /* both join one group: the rows have one length */
+        CHECK(calls_of(devs[0], "softmax") == s0 && calls_of(devs[0], "fused") - f0 == 1,
+              "both softmaxes ran inside fused groups (%llu softmax, %llu fused calls)",
+              (unsigned long long)(calls_of(devs[0], "softmax") - s0),
+              (unsigned long long)(calls_of(devs[0], "fused") - f0));
+        free(u);
+        free(v);
+        for (int d = 0; d < 2; d++) {
+            kiln_tensor_release(sm[d]);
+            kiln_tensor_release(ls[d]);
+        }
+    }
+
     /* a mean over the last dim of a fused value: the reduction joins the group */
     uint64_t r0 = calls_of(devs[0], "reduce");
     f0 = calls_of(devs[0], "fused");
