@@ -70,7 +70,7 @@ typedef struct fplan {
     bool stream;    /* outputs far larger than the caches: non-temporal stores */
     bool prefetch;  /* one or two contiguous inputs: prefetch the next block's */
     bool has_softmax, has_reduce;
-    char *scratch;  /* njobs slabs of nslots * block floats */
+    char *scratch; /* njobs slabs of nslots * block floats */
     int njobs;
 } fplan;
 
@@ -557,7 +557,7 @@ static void run_job(void *arg, int job, int njobs)
     for (int64_t i0 = begin, m; i0 < end; i0 += m) {
         m = end - i0 < pl->block ? end - i0 : pl->block;
         if (pl->has_softmax && !pl->has_reduce)
-            m -= m % pl->row;   /* whole rows (jobs start on one; block >= row) */
+            m -= m % pl->row; /* whole rows (jobs start on one; block >= row) */
         else if (pl->row && m > pl->row - i0 % pl->row)
             m = pl->row - i0 % pl->row;
         prefetch_next(pl, i0, m, end);
@@ -652,7 +652,7 @@ int kiln__cpu_fused_run(void *vctx, const kiln_fused_program *p)
             block = DEFAULT_BLOCK;
     }
     if (pl->has_softmax && block < p->reduce_inner)
-        block = p->reduce_inner;   /* a block holds a whole row (at most 8192) */
+        block = p->reduce_inner; /* a block holds a whole row (at most 8192) */
     int64_t most = tune ? block_candidates[NCANDIDATES - 1] : block;
     size_t slab = (size_t)pl->nslots * (size_t)most * sizeof(float);
     if (slab && !(pl->scratch = aligned_alloc(64, slab * (size_t)pl->njobs))) {

@@ -91,9 +91,9 @@ static bool is_comparison(const frec *r)
  * value the group wrote, into a buffer the group does not touch. */
 static bool reduce_fits(const fq *q, frec *r)
 {
-    if (q->nrec == 0 || q->closed || (r->op != KILN_REDUCE_SUM && r->op != KILN_REDUCE_MEAN) || r->entry != KILN_ENTRY_REDUCE ||
-        r->x.dtype != KILN_F32 || r->out.dtype != KILN_F32 || !contiguous(&r->out) || numel(&r->x) != q->n ||
-        q->n == 0)
+    if (q->nrec == 0 || q->closed || (r->op != KILN_REDUCE_SUM && r->op != KILN_REDUCE_MEAN) ||
+        r->entry != KILN_ENTRY_REDUCE || r->x.dtype != KILN_F32 || r->out.dtype != KILN_F32 ||
+        !contiguous(&r->out) || numel(&r->x) != q->n || q->n == 0)
         return false;
     bool written = false;
     for (int i = 0; i < q->nrec; i++) {

@@ -241,7 +241,8 @@ static void chain_counts(void)
         }
         float *u = malloc(300 * 517 * sizeof(float)), *v = malloc(300 * 517 * sizeof(float));
         bool same = kiln_to_data(sm[0], u, 300 * 517 * sizeof(float)) == 0 &&
-                    kiln_to_data(sm[1], v, 300 * 517 * sizeof(float)) == 0 && !memcmp(u, v, 300 * 517 * sizeof(float));
+                    kiln_to_data(sm[1], v, 300 * 517 * sizeof(float)) == 0 &&
+                    !memcmp(u, v, 300 * 517 * sizeof(float));
         CHECK(same, "softmax(x * a) * 2 fused equals unfused to the bit");
         same = kiln_to_data(ls[0], u, 300 * 517 * sizeof(float)) == 0 &&
                kiln_to_data(ls[1], v, 300 * 517 * sizeof(float)) == 0 && !memcmp(u, v, 300 * 517 * sizeof(float));
