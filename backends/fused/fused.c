@@ -446,6 +446,22 @@ FWD(rnn, (void *qctx, const kiln_rnn_params *p, const kiln_rnn_operands *o), (q-
 FWD(fused_run, (void *qctx, const kiln_fused_program *p), (q->iq, p))
 #undef T
 
+static int fused_rnn_pack(void *qctx, const kiln_rnn_params *p, const kiln_tdesc *packed, const kiln_tdesc *w,
+                          const kiln_tdesc *r)
+{
+    fq *q = qctx;
+    FLUSH(q);
+    if (!q->d->in->rnn_pack)
+        return kiln__error_set("fused: the inner backend %s has no rnn_pack", q->d->in->name);
+    return q->d->in->rnn_pack(q->iq, p, packed, w, r);
+}
+
+static int64_t fused_rnn_pack_size(void *qctx, const kiln_rnn_params *p)
+{
+    fq *q = qctx;
+    return q->d->in->rnn_pack_size ? q->d->in->rnn_pack_size(q->iq, p) : 0;
+}
+
 static int64_t fused_conv_pack_size(void *qctx, const kiln_conv_params *p, const kiln_tdesc *x,
                                     const kiln_tdesc *w)
 {
@@ -513,6 +529,8 @@ static const kiln_backend_iface fused_iface = {
     .layer_norm = fused_layer_norm,
     .adam_step = fused_adam_step,
     .rnn = fused_rnn,
+    .rnn_pack_size = fused_rnn_pack_size,
+    .rnn_pack = fused_rnn_pack,
     .fused_run = fused_fused_run,
 };
 
