@@ -194,6 +194,22 @@ static int fused_counters(void *ctx, kiln_backend_counters *out)
     return d->in->counters(d->ictx, out);
 }
 
+static int fused_memory(void *ctx, kiln_device_memory *out)
+{
+    fdev *d = ctx;
+    if (!d->in->memory) {
+        kiln__error_set("fused: the inner device %s keeps no memory figures", d->in->name);
+        return KILN_ENOTSUP;
+    }
+    return d->in->memory(d->ictx, out);
+}
+
+static const char *fused_lost(void *ctx)
+{
+    fdev *d = ctx;
+    return d->in->lost ? d->in->lost(d->ictx) : NULL;
+}
+
 /* -------------------------------------------------------------------- buffers */
 
 static kiln_buffer *fused_buffer_alloc(void *qctx, size_t nbytes)
@@ -483,6 +499,8 @@ static const kiln_backend_iface fused_iface = {
     .event_free = fused_event_free,
     .supports = fused_supports,
     .counters = fused_counters,
+    .memory = fused_memory,
+    .lost = fused_lost,
     .buffer_alloc = fused_buffer_alloc,
     .buffer_free = fused_buffer_free,
     .buffer_upload = fused_buffer_upload,
