@@ -101,13 +101,6 @@ int kiln_device_list(kiln_device_info *out, int max)
     return total;
 }
 
-int kiln_device_health(kiln_device *dev)
-{
-    if (!dev)
-        return kiln__error_set("kiln_device_health: device is NULL");
-    return dev->be->health ? dev->be->health(dev->ctx) : 0;
-}
-
 const char *kiln_backends_compiled(void)
 {
     pthread_once(&compiled_once, compute_compiled);

@@ -716,8 +716,9 @@ static void task_finished(struct kd_sched_request *r)
 int kd_sched_device_health(struct kd_sched *s, char *why, size_t whylen)
 {
     for (size_t i = 0; s && i < s->nworkers; i++) {
-        if (s->workers[i].dev && kiln_device_health(s->workers[i].dev) < 0) {
-            snprintf(why, whylen, "device '%s': %s", s->workers[i].spec, kiln_error());
+        const char *lost = s->workers[i].dev ? kiln_device_lost(s->workers[i].dev) : NULL;
+        if (lost) {
+            snprintf(why, whylen, "device '%s': %s", s->workers[i].spec, lost);
             return -1;
         }
     }

@@ -113,11 +113,11 @@ static void counting_close(void *ctx)
     free(d);
 }
 
-/* The inner device's health: a lost inner device is a lost decorated one. */
-static int counting_health(void *ctx)
+/* A lost inner device is a lost decorated one. */
+static const char *counting_lost(void *ctx)
 {
     cdev *d = ctx;
-    return d->in->health ? d->in->health(d->ictx) : 0;
+    return d->in->lost ? d->in->lost(d->ictx) : NULL;
 }
 
 static void counting_caps(void *ctx, kiln_backend_caps *out)
@@ -429,7 +429,7 @@ static const kiln_backend_iface counting_iface = {
     .open_opts = counting_open_opts,
     .close = counting_close,
     .caps = counting_caps,
-    .health = counting_health,
+    .lost = counting_lost,
     .queue_open = counting_queue_open,
     .queue_close = counting_queue_close,
     .event_record = counting_event_record,

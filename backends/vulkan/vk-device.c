@@ -470,11 +470,13 @@ int kvk_list(kiln_device_info *out, int max)
     return (int)n;
 }
 
-int kvk_health(void *ctx)
+const char *kvk_lost(void *ctx)
 {
     kvk_device *d = ctx;
-    if (atomic_load(&d->lost))
-        return kiln__error_set("vulkan:%d: the device '%s' was lost (VK_ERROR_DEVICE_LOST)", d->index, d->name),
-               KILN_EDEVICE;
-    return 0;
+    if (!atomic_load(&d->lost))
+        return NULL;
+    /* per thread, so two callers never write one buffer */
+    static _Thread_local char msg[256];
+    snprintf(msg, sizeof msg, "vulkan:%d: the device '%.200s' was lost (VK_ERROR_DEVICE_LOST)", d->index, d->name);
+    return msg;
 }

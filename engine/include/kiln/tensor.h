@@ -224,10 +224,6 @@ typedef struct kiln_device_info {
  *  many there are (which may exceed max), or -1 with kiln_error() set. A backend whose
  *  driver is missing lists nothing. */
 int kiln_device_list(kiln_device_info *out, int max);
-/** 0 while dev works; negative with kiln_error() set once the backend reports the device
- *  failed for good (a GPU's VK_ERROR_DEVICE_LOST): its work cannot run any more, and
- *  the device must be closed and opened again. */
-int kiln_device_health(kiln_device *dev);
 
 /* ------------------------------------------------------------------------ tensors */
 
