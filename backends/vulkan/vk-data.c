@@ -60,15 +60,19 @@ int kvk_copy(void *vq, const kiln_tdesc *out, const kiln_tdesc *in)
     if (out->dtype == in->dtype && p.out.contig && p.in.contig && (p.out.offset * es) % 4 == 0 &&
         (p.in.offset * es) % 4 == 0 && ((size_t)p.out.numel * es) % 4 == 0) {
         /* same bytes, both contiguous: a transfer copy */
+        pthread_mutex_lock(&q->lock);
         VkCommandBuffer cmd = kvk_record(q, "copy");
-        if (!cmd)
+        if (!cmd) {
+            pthread_mutex_unlock(&q->lock);
             return KILN_EDEVICE;
+        }
         VkBufferCopy region = {
             .srcOffset = in->buf->offset + (VkDeviceSize)p.in.offset * es,
             .dstOffset = out->buf->offset + (VkDeviceSize)p.out.offset * es,
             .size = (VkDeviceSize)p.out.numel * es,
         };
         vkCmdCopyBuffer(cmd, in->buf->vkbuf, out->buf->vkbuf, 1, &region);
+        pthread_mutex_unlock(&q->lock);
         return 0;
     }
     kiln_dtype dts[2] = {out->dtype, in->dtype};

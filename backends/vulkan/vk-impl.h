@@ -240,6 +240,9 @@ typedef struct kvk_host_chunk {
 
 struct kvk_queue {
     kvk_device *d;
+    /* recursive: the device's default queue is shared by every thread that has not opened
+     * its own, so each entry that records, submits or waits holds it */
+    pthread_mutex_t lock;
     VkCommandPool pool;
     VkSemaphore timeline;
     uint64_t next_value;    /* the value the open batch will signal */
@@ -317,6 +320,12 @@ void kvk_queue_fail(kvk_queue *q, int code, const char *fmt, ...) __attribute__(
 /** Return (and clear) q's kept error, setting the thread error; 0 when none. */
 int kvk_queue_take_error(kvk_queue *q);
 int kvk_sync(void *q);
+#define KVK_LOCKED(q, expr) (pthread_mutex_lock(&(q)->lock), kvk__unlock_ret((q), (expr)))
+static inline int kvk__unlock_ret(kvk_queue *q, int rc)
+{
+    pthread_mutex_unlock(&q->lock);
+    return rc;
+}
 int kvk_check_slot(kvk_queue *q, const char *op, const char *noun, int64_t lo, int64_t hi);
 kiln_backend_event *kvk_event_record(void *q);
 int kvk_event_wait(void *q, kiln_backend_event *ev);

@@ -23,6 +23,9 @@ typedef struct check_params {
     uint32_t slot, lo_lo, lo_hi, hi_lo, hi_hi;
 } check_params;
 
+static int check_locked(kvk_queue *q, check_params *pp, const kiln_tdesc *index, int64_t lo, int64_t hi,
+                        const char *op, const char *noun);
+
 int kvk_index_check(void *vq, const kiln_tdesc *index, int64_t lo, int64_t hi, const char *op, const char *noun)
 {
     kvk_queue *q = vq;
@@ -31,6 +34,16 @@ int kvk_index_check(void *vq, const kiln_tdesc *index, int64_t lo, int64_t hi, c
         return KILN_EINVAL;
     if (p.idx.numel == 0)
         return 0;
+    pthread_mutex_lock(&q->lock); /* the slot and its two passes go in one order */
+    int rc = check_locked(q, &p, index, lo, hi, op, noun);
+    pthread_mutex_unlock(&q->lock);
+    return rc;
+}
+
+static int check_locked(kvk_queue *q, check_params *pp, const kiln_tdesc *index, int64_t lo, int64_t hi,
+                        const char *op, const char *noun)
+{
+    check_params p = *pp;
     int slot = kvk_check_slot(q, op, noun, lo, hi);
     if (slot < 0)
         return KILN_EDEVICE;

@@ -243,9 +243,12 @@ void kvk_buffer_free(void *vq, kiln_buffer *b)
     }
     VkDeviceSize cls;
     int c = class_of(b->cls, &cls);
+    pthread_mutex_lock(&q->lock);
+    uint64_t after = q->open ? q->next_value : q->next_value - 1;
+    pthread_mutex_unlock(&q->lock);
     pthread_mutex_lock(&d->alloc.lock);
     b->freed_on = q;
-    b->freed_after = q->open ? q->next_value : q->next_value - 1;
+    b->freed_after = after;
     b->next = d->alloc.free_list[c];
     d->alloc.free_list[c] = b;
     pthread_mutex_unlock(&d->alloc.lock);
@@ -267,6 +270,7 @@ size_t kvk_buffer_trim(void *vq, size_t bytes)
     kvk_queue *q = vq;
     kvk_device *d = q->d;
     size_t released = 0;
+    pthread_mutex_lock(&q->lock);
     pthread_mutex_lock(&d->alloc.lock);
     for (int c = KVK_CLASSES - 1; c >= 0 && released < bytes; c--) {
         kiln_buffer **pp = &d->alloc.free_list[c];
@@ -288,12 +292,20 @@ size_t kvk_buffer_trim(void *vq, size_t bytes)
         }
     }
     pthread_mutex_unlock(&d->alloc.lock);
+    pthread_mutex_unlock(&q->lock);
     return released;
 }
+
+static int upload_locked(kvk_queue *q, kiln_buffer *dst, size_t off, const void *src, size_t n);
 
 int kvk_buffer_upload(void *vq, kiln_buffer *dst, size_t off, const void *src, size_t n)
 {
     kvk_queue *q = vq;
+    return KVK_LOCKED(q, upload_locked(q, dst, off, src, n));
+}
+
+static int upload_locked(kvk_queue *q, kiln_buffer *dst, size_t off, const void *src, size_t n)
+{
     if (n == 0)
         return 0;
     if (off + n > dst->nbytes)
@@ -314,9 +326,16 @@ int kvk_buffer_upload(void *vq, kiln_buffer *dst, size_t off, const void *src, s
     return 0;
 }
 
+static int download_locked(kvk_queue *q, kiln_buffer *src, size_t off, void *dst, size_t n);
+
 int kvk_buffer_download(void *vq, kiln_buffer *src, size_t off, void *dst, size_t n)
 {
     kvk_queue *q = vq;
+    return KVK_LOCKED(q, download_locked(q, src, off, dst, n));
+}
+
+static int download_locked(kvk_queue *q, kiln_buffer *src, size_t off, void *dst, size_t n)
+{
     if (off + n > src->nbytes)
         return kiln__error_set("buffer_download: %zu bytes at offset %zu overrun a buffer of %llu bytes", n, off,
                                (unsigned long long)src->nbytes),

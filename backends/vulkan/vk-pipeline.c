@@ -308,6 +308,9 @@ static VkPipeline pipeline_for(kvk_device *d, const char *op, const char *shader
 
 /* ------------------------------------------------------------------ dispatch */
 
+static int record_dispatch(kvk_queue *q, const char *op, VkPipeline pipe, kiln_buffer *const *bufs, int nbufs,
+                           const void *params, size_t params_bytes, uint32_t gx, uint32_t gy, uint32_t gz);
+
 int kvk_dispatch(kvk_queue *q, const char *op, const char *shader, const char *variant, const kvk_spec *spec,
                  kiln_buffer *const *bufs, int nbufs, const void *params, size_t params_bytes, uint32_t gx,
                  uint32_t gy, uint32_t gz)
@@ -326,6 +329,16 @@ int kvk_dispatch(kvk_queue *q, const char *op, const char *shader, const char *v
     VkPipeline pipe = pipeline_for(d, op, shader, variant, spec);
     if (!pipe)
         return atomic_load(&d->lost) ? KILN_EDEVICE : KILN_ENOTSUP;
+    pthread_mutex_lock(&q->lock);
+    int rc = record_dispatch(q, op, pipe, bufs, nbufs, params, params_bytes, gx, gy, gz);
+    pthread_mutex_unlock(&q->lock);
+    return rc;
+}
+
+static int record_dispatch(kvk_queue *q, const char *op, VkPipeline pipe, kiln_buffer *const *bufs, int nbufs,
+                           const void *params, size_t params_bytes, uint32_t gx, uint32_t gy, uint32_t gz)
+{
+    kvk_device *d = q->d;
     VkBuffer pbuf;
     VkDeviceSize poff;
     size_t pbytes = params_bytes ? params_bytes : 4;

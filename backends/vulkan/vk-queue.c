@@ -383,9 +383,16 @@ static int collect_checks(kvk_queue *q, const uint32_t **slots, VkBuffer *sbuf)
     return 0;
 }
 
+static int sync_locked(kvk_queue *q);
+
 int kvk_sync(void *vq)
 {
     kvk_queue *q = vq;
+    return KVK_LOCKED(q, sync_locked(q));
+}
+
+static int sync_locked(kvk_queue *q)
+{
     const uint32_t *slots = NULL;
     int nchecks = q->ncheck;
     if (nchecks) {
@@ -423,6 +430,11 @@ void *kvk_queue_open(void *ctx)
     }
     q->d = d;
     q->next_value = 1;
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&q->lock, &ma);
+    pthread_mutexattr_destroy(&ma);
     VkCommandPoolCreateInfo pci = {
         .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
         .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
@@ -460,6 +472,7 @@ void kvk_queue_close(void *vq)
     if (!q)
         return;
     kvk_device *d = q->d;
+    pthread_mutex_lock(&q->lock);
     kvk_flush(q, "queue_close");
     if (!atomic_load(&d->lost))
         kvk_wait_value(q, q->next_value - 1, "queue_close");
@@ -481,6 +494,8 @@ void kvk_queue_close(void *vq)
     }
     vkDestroyCommandPool(d->dev, q->pool, NULL);
     vkDestroySemaphore(d->dev, q->timeline, NULL);
+    pthread_mutex_unlock(&q->lock);
+    pthread_mutex_destroy(&q->lock);
     pthread_mutex_lock(&d->queues_lock);
     for (kvk_queue **pp = &d->queues; *pp; pp = &(*pp)->next)
         if (*pp == q) {
@@ -496,7 +511,11 @@ void kvk_queue_close(void *vq)
 kiln_backend_event *kvk_event_record(void *vq)
 {
     kvk_queue *q = vq;
-    if (kvk_flush(q, "event_record") < 0)
+    pthread_mutex_lock(&q->lock);
+    int rc = kvk_flush(q, "event_record");
+    uint64_t value = q->next_value - 1;
+    pthread_mutex_unlock(&q->lock);
+    if (rc < 0)
         return NULL;
     kiln_backend_event *ev = malloc(sizeof *ev);
     if (!ev) {
@@ -504,13 +523,20 @@ kiln_backend_event *kvk_event_record(void *vq)
         return NULL;
     }
     ev->q = q;
-    ev->value = q->next_value - 1;
+    ev->value = value;
     return ev;
 }
+
+static int event_wait_locked(kvk_queue *q, kiln_backend_event *ev);
 
 int kvk_event_wait(void *vq, kiln_backend_event *ev)
 {
     kvk_queue *q = vq;
+    return KVK_LOCKED(q, event_wait_locked(q, ev));
+}
+
+static int event_wait_locked(kvk_queue *q, kiln_backend_event *ev)
+{
     if (ev->q == q || ev->value == 0)
         return 0;
     for (int i = 0; i < q->nwaits; i++)
@@ -559,14 +585,14 @@ int kvk_event_sync(void *vq, kiln_backend_event *ev)
         if (r != VK_SUCCESS)
             return kvk_vk_error(q->d, "event_sync", "vkWaitSemaphores", r);
     }
-    return kvk_queue_take_error(q);
+    return KVK_LOCKED(q, kvk_queue_take_error(q));
 }
 
 int kvk_event_query(void *vq, kiln_backend_event *ev)
 {
     kvk_queue *q = vq;
     if (atomic_load(&q->d->lost))
-        return kvk_queue_take_error(q);
+        return KVK_LOCKED(q, kvk_queue_take_error(q));
     uint64_t v = 0;
     VkResult r = vkGetSemaphoreCounterValue(q->d->dev, ev->q->timeline, &v);
     if (r != VK_SUCCESS)
