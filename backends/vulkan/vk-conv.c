@@ -1,0 +1,238 @@
+/*
+ * backends/vulkan/vk-conv.c — convolution over 1-3 spatial dims with groups, stride,
+ * padding and dilation: the forward (shaders/conv.comp, which also carries conv_fused's
+ * residual and activation), the input gradient (conv-bwd-input.comp, also the forward of
+ * a transposed convolution) and the weight gradient (conv-bwd-weight.comp), plus the
+ * in-place epilogue entry (epilogue.comp).
+ *
+ * Each gradient is computed by gathering (one thread or workgroup per element of the
+ * result, summing every term that reaches it) rather than by scattering with atomics:
+ * every element is written exactly once, in a fixed order, so results do not depend on
+ * timing and the caller's buffer needs no zeroing. The spatial dims are right-aligned
+ * into three, as the ref backend does, so one kernel serves 1-, 2- and 3-d.
+ */
+#include <string.h>
+
+#include "vk-nn-impl.h"
+
+/* Mirrors the params blocks of conv.comp, conv-bwd-input.comp and conv-bwd-weight.comp
+ * (the gradients name the three flag slots pad0..pad2 and leave them 0). */
+typedef struct conv_params {
+    int32_t N, C, O, Cg;
+    int32_t Og, has_bias, has_res, act;
+    int32_t in[3], out[3], k[3], stride[3], pad[3], dil[3];
+    float alpha, beta;
+    int32_t total, base;
+} conv_params;
+
+/* The backward kernels' block: the same geometry without alpha and beta. */
+typedef struct conv_bwd_params {
+    int32_t N, C, O, Cg;
+    int32_t Og, unused[3];
+    int32_t in[3], out[3], k[3], stride[3], pad[3], dil[3];
+    int32_t total, base;
+} conv_bwd_params;
+
+/* Fill the geometry of c from x [N, C, S...], w [O, C/g, K...], y [N, O, S'...]. */
+static int geometry(conv_params *c, const kiln_conv_params *p, const kiln_tdesc *x, const kiln_tdesc *w,
+                    const kiln_tdesc *y, const char *op)
+{
+    int ns = p->nspatial;
+    if (ns < 1 || ns > 3 || x->ndim != ns + 2 || w->ndim != ns + 2 || y->ndim != ns + 2 || p->groups < 1)
+        return kiln__error_set("%s: %d spatial dims do not match the operands", op, ns), KILN_EINVAL;
+    const kiln_tdesc *all[3] = {x, w, y};
+    for (int i = 0; i < 3; i++) {
+        int rc = kvknn_fits(kvk_numel(all[i]), op, "an operand's element count");
+        if (rc < 0)
+            return rc;
+    }
+    memset(c, 0, sizeof *c);
+    c->N = (int32_t)x->shape[0];
+    c->C = (int32_t)x->shape[1];
+    c->O = (int32_t)w->shape[0];
+    c->Cg = (int32_t)w->shape[1];
+    c->Og = (int32_t)(w->shape[0] / p->groups);
+    for (int d = 0; d < 3; d++) {
+        int s = d - (3 - ns);
+        c->in[d] = (int32_t)(s >= 0 ? x->shape[2 + s] : 1);
+        c->out[d] = (int32_t)(s >= 0 ? y->shape[2 + s] : 1);
+        c->k[d] = (int32_t)(s >= 0 ? w->shape[2 + s] : 1);
+        c->stride[d] = (int32_t)(s >= 0 ? p->stride[s] : 1);
+        c->pad[d] = (int32_t)(s >= 0 ? p->padding[s] : 0);
+        c->dil[d] = (int32_t)(s >= 0 ? p->dilation[s] : 1);
+        if (c->stride[d] < 1 || c->dil[d] < 1)
+            return kiln__error_set("%s: stride and dilation must be positive", op), KILN_EINVAL;
+    }
+    return 0;
+}
+
+static void to_bwd(conv_bwd_params *b, const conv_params *c)
+{
+    memset(b, 0, sizeof *b);
+    b->N = c->N, b->C = c->C, b->O = c->O, b->Cg = c->Cg, b->Og = c->Og;
+    memcpy(b->in, c->in, sizeof b->in);
+    memcpy(b->out, c->out, sizeof b->out);
+    memcpy(b->k, c->k, sizeof b->k);
+    memcpy(b->stride, c->stride, sizeof b->stride);
+    memcpy(b->pad, c->pad, sizeof b->pad);
+    memcpy(b->dil, c->dil, sizeof b->dil);
+}
+
+static void release_all(kvk_queue *q, kvknn_operand *o, int n)
+{
+    for (int i = 0; i < n; i++)
+        kvknn_release(q, &o[i]);
+}
+
+/* conv and conv_fused: ep NULL for a plain convolution. */
+static int conv_forward(kvk_queue *q, const char *op, const kiln_conv_params *p, const kiln_tdesc *out,
+                        const kiln_tdesc *x, const kiln_tdesc *w, const kiln_tdesc *bias, const kiln_epilogue *ep)
+{
+    kiln_dtype dt = out->dtype;
+    if (!kvknn_float_ok(q->d, dt) || (ep && dt != KILN_F32))
+        return kvknn_unsupported(op, dt);
+    conv_params c;
+    int rc = geometry(&c, p, x, w, out, op);
+    if (rc < 0)
+        return rc;
+    int64_t total = kvk_numel(out);
+    if (total == 0)
+        return 0;
+    kvknn_operand o[5];
+    memset(o, 0, sizeof o);
+    const kiln_tdesc *res = ep ? ep->residual : NULL;
+    if ((rc = kvknn_output(q, &o[0], out, false, op)) < 0 || (rc = kvknn_input(q, &o[1], x, op)) < 0 ||
+        (rc = kvknn_input(q, &o[2], w, op)) < 0 || (rc = kvknn_input(q, &o[3], bias, op)) < 0 ||
+        (rc = kvknn_input(q, &o[4], res, op)) < 0) {
+        release_all(q, o, 5);
+        return rc;
+    }
+    c.has_bias = bias != NULL;
+    c.has_res = res != NULL;
+    c.act = ep ? (int32_t)ep->act : KILN_EPI_NONE;
+    c.alpha = ep ? (float)ep->alpha : 0.0f;
+    c.beta = ep ? (float)ep->beta : 0.0f;
+    c.total = (int32_t)total;
+    kiln_buffer *bufs[5] = {o[0].d.buf, o[1].d.buf, o[2].d.buf, bias ? o[3].d.buf : NULL, res ? o[4].d.buf : NULL};
+    rc = kvknn_launch_items(q, op, "conv", dt, bufs, 5, &c, sizeof c, total);
+    if (rc == 0)
+        rc = kvknn_output_done(q, &o[0], op);
+    release_all(q, o, 5);
+    return rc;
+}
+
+int kvk_conv(void *q, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x, const kiln_tdesc *w,
+             const kiln_tdesc *bias)
+{
+    return conv_forward(q, "conv", p, out, x, w, bias, NULL);
+}
+
+int kvk_conv_fused(void *q, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
+                   const kiln_tdesc *w, const kiln_tdesc *wpacked, const kiln_tdesc *bias, const kiln_epilogue *ep)
+{
+    (void)wpacked; /* no packed layout: conv_pack_size is not offered, so this is never set */
+    return conv_forward(q, "conv_fused", p, out, x, w, bias, ep);
+}
+
+int kvk_conv_backward_input(void *vq, const kiln_conv_params *p, const kiln_tdesc *grad_x,
+                            const kiln_tdesc *grad_out, const kiln_tdesc *w)
+{
+    kvk_queue *q = vq;
+    const char *op = "conv_backward_input";
+    kiln_dtype dt = grad_x->dtype;
+    if (!kvknn_float_ok(q->d, dt))
+        return kvknn_unsupported(op, dt);
+    conv_params c;
+    int rc = geometry(&c, p, grad_x, w, grad_out, op);
+    if (rc < 0)
+        return rc;
+    int64_t total = kvk_numel(grad_x);
+    if (total == 0)
+        return 0;
+    kvknn_operand o[3];
+    memset(o, 0, sizeof o);
+    if ((rc = kvknn_output(q, &o[0], grad_x, false, op)) < 0 || (rc = kvknn_input(q, &o[1], grad_out, op)) < 0 ||
+        (rc = kvknn_input(q, &o[2], w, op)) < 0) {
+        release_all(q, o, 3);
+        return rc;
+    }
+    conv_bwd_params b;
+    to_bwd(&b, &c);
+    b.total = (int32_t)total;
+    kiln_buffer *bufs[3] = {o[0].d.buf, o[1].d.buf, o[2].d.buf};
+    rc = kvknn_launch_items(q, op, "conv-bwd-input", dt, bufs, 3, &b, sizeof b, total);
+    if (rc == 0)
+        rc = kvknn_output_done(q, &o[0], op);
+    release_all(q, o, 3);
+    return rc;
+}
+
+int kvk_conv_backward_weight(void *vq, const kiln_conv_params *p, const kiln_tdesc *grad_w, const kiln_tdesc *x,
+                             const kiln_tdesc *grad_out)
+{
+    kvk_queue *q = vq;
+    const char *op = "conv_backward_weight";
+    kiln_dtype dt = grad_w->dtype;
+    if (!kvknn_float_ok(q->d, dt))
+        return kvknn_unsupported(op, dt);
+    conv_params c;
+    int rc = geometry(&c, p, x, grad_w, grad_out, op);
+    if (rc < 0)
+        return rc;
+    int64_t total = kvk_numel(grad_w);
+    if (total == 0)
+        return 0;
+    if (kvk_numel(grad_out) == 0) /* no term reaches any weight */
+        return kvk_fill(q, grad_w, 0.0);
+    kvknn_operand o[3];
+    memset(o, 0, sizeof o);
+    if ((rc = kvknn_output(q, &o[0], grad_w, false, op)) < 0 || (rc = kvknn_input(q, &o[1], x, op)) < 0 ||
+        (rc = kvknn_input(q, &o[2], grad_out, op)) < 0) {
+        release_all(q, o, 3);
+        return rc;
+    }
+    conv_bwd_params b;
+    to_bwd(&b, &c);
+    b.total = (int32_t)total;
+    kiln_buffer *bufs[3] = {o[0].d.buf, o[1].d.buf, o[2].d.buf};
+    rc = kvknn_launch_groups(q, op, "conv-bwd-weight", dt, bufs, 3, &b, sizeof b, total, 0, NULL);
+    if (rc == 0)
+        rc = kvknn_output_done(q, &o[0], op);
+    release_all(q, o, 3);
+    return rc;
+}
+
+/* Mirrors epilogue.comp's params block. */
+typedef struct epi_params {
+    int32_t n, last, has_bias, has_res;
+    int32_t act, base, pad0, pad1;
+    float alpha, beta;
+} epi_params;
+
+int kvk_epilogue(void *vq, const kiln_tdesc *out, const kiln_epilogue *ep)
+{
+    kvk_queue *q = vq;
+    const char *op = "epilogue";
+    if (out->dtype != KILN_F32)
+        return kvknn_unsupported(op, out->dtype);
+    int64_t n = kvk_numel(out), last = out->ndim ? out->shape[out->ndim - 1] : 1;
+    int rc = kvknn_fits(n, op, "the output's element count");
+    if (rc < 0 || n == 0 || last == 0)
+        return rc;
+    kvknn_operand o[3];
+    memset(o, 0, sizeof o);
+    if ((rc = kvknn_output(q, &o[0], out, true, op)) < 0 || (rc = kvknn_input(q, &o[1], ep->bias, op)) < 0 ||
+        (rc = kvknn_input(q, &o[2], ep->residual, op)) < 0) {
+        release_all(q, o, 3);
+        return rc;
+    }
+    epi_params e = {.n = (int32_t)n, .last = (int32_t)last, .has_bias = ep->bias != NULL,
+                    .has_res = ep->residual != NULL, .act = (int32_t)ep->act, .alpha = (float)ep->alpha,
+                    .beta = (float)ep->beta};
+    kiln_buffer *bufs[3] = {o[0].d.buf, ep->bias ? o[1].d.buf : NULL, ep->residual ? o[2].d.buf : NULL};
+    rc = kvknn_launch_items(q, op, "epilogue", KILN_F32, bufs, 3, &e, sizeof e, n);
+    if (rc == 0)
+        rc = kvknn_output_done(q, &o[0], op);
+    release_all(q, o, 3);
+    return rc;
+}
