@@ -37,6 +37,26 @@ static int scratch(kvk_queue *q, kvknn_operand *o, const kiln_tdesc *t, const ch
     return 0;
 }
 
+/* Mirrors nn-pack.comp's params block. */
+typedef struct pack_params {
+    kvk_view v;
+    int32_t unpack, n;
+} pack_params;
+
+/* plain <- view (unpack false) or view <- plain (unpack true), in view's own dtype */
+static int pack(kvk_queue *q, const kiln_tdesc *view, kiln_buffer *plain, bool unpack, const char *op)
+{
+    pack_params p;
+    memset(&p, 0, sizeof p);
+    int rc = kvk_view_of(&p.v, view, op);
+    if (rc < 0)
+        return rc;
+    p.unpack = unpack;
+    p.n = (int32_t)kvk_numel(view);
+    kiln_buffer *bufs[2] = {unpack ? view->buf : plain, unpack ? plain : view->buf};
+    return kvknn_launch_items(q, op, "nn-pack", view->dtype, bufs, 2, &p, sizeof p, p.n);
+}
+
 int kvknn_input(kvk_queue *q, kvknn_operand *o, const kiln_tdesc *t, const char *op)
 {
     memset(o, 0, sizeof *o);
@@ -49,7 +69,7 @@ int kvknn_input(kvk_queue *q, kvknn_operand *o, const kiln_tdesc *t, const char 
     }
     int rc = scratch(q, o, t, op);
     if (rc == 0 && kvk_numel(t) > 0)
-        rc = kvk_copy(q, &o->d, t);
+        rc = pack(q, t, o->tmp, false, op);
     if (rc < 0)
         kvknn_release(q, o);
     return rc;
@@ -67,7 +87,7 @@ int kvknn_output(kvk_queue *q, kvknn_operand *o, const kiln_tdesc *t, bool keep,
     }
     int rc = scratch(q, o, t, op);
     if (rc == 0 && keep && kvk_numel(t) > 0)
-        rc = kvk_copy(q, &o->d, t);
+        rc = pack(q, t, o->tmp, false, op);
     if (rc < 0)
         kvknn_release(q, o);
     return rc;
@@ -75,10 +95,9 @@ int kvknn_output(kvk_queue *q, kvknn_operand *o, const kiln_tdesc *t, bool keep,
 
 int kvknn_output_done(kvk_queue *q, kvknn_operand *o, const char *op)
 {
-    (void)op;
     if (!o->tmp || kvk_numel(o->orig) == 0)
         return 0;
-    return kvk_copy(q, o->orig, &o->d);
+    return pack(q, o->orig, o->tmp, true, op);
 }
 
 void kvknn_release(kvk_queue *q, kvknn_operand *o)

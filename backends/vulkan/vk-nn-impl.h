@@ -6,10 +6,11 @@
  * shapes the kernels use (one thread per item, one workgroup per item).
  *
  * Most of these kernels index their operands as contiguous arrays from element 0. An
- * operand that is a strided view, or that starts at an offset, is first copied into a
- * scratch buffer by the core's strided copy (kvk_copy) on the same queue; the scratch
- * is freed on the queue after the kernel, which the allocator's stream-ordered reuse
- * makes safe without a wait. Matmul reads its operands through their strides instead.
+ * operand that is a strided view, or that starts at an offset, is first moved into a
+ * scratch buffer by shaders/nn-pack.comp on the same queue (and a result meant for a
+ * strided output is moved back by it); the scratch is freed on the queue after the
+ * kernel, which the allocator's stream-ordered reuse makes safe without a wait. Matmul
+ * reads its operands through their strides instead.
  */
 #ifndef KILN_VK_NN_IMPL_H
 #define KILN_VK_NN_IMPL_H

@@ -59,18 +59,15 @@ typedef struct layer_norm_params {
     uint32_t eps_lo, eps_hi, pad1;
 } layer_norm_params;
 
-/* A statistics output in the kernel's dtype (f64 for f64 rows, else f32): t itself when it
- * already is one, plain, else a scratch of that dtype copied (converted) into t after. */
+/* A statistics output: f64 rows keep f64 statistics, the others f32 (the engine asks for
+ * them in that dtype); another dtype is refused by name. */
 static int stat_output(kvk_queue *q, kvknn_operand *o, const kiln_tdesc *t, kiln_dtype want, const char *op)
 {
-    if (!t || t->dtype == want)
-        return kvknn_output(q, o, t, false, op);
-    kiln_tdesc as = *t;
-    as.dtype = want;
-    as.offset = 1; /* never plain: forces a scratch of dtype want */
-    int rc = kvknn_output(q, o, &as, false, op);
-    o->orig = t;
-    return rc;
+    if (t && t->dtype != want)
+        return kiln__error_set("%s: mean and rstd must be %s here, got %s", op, kiln_dtype_name(want),
+                               kiln_dtype_name(t->dtype)),
+               KILN_EINVAL;
+    return kvknn_output(q, o, t, false, op);
 }
 
 int kvk_layer_norm(void *vq, const kiln_tdesc *out, const kiln_tdesc *mean, const kiln_tdesc *rstd,
