@@ -5,11 +5,17 @@
  * a transposed convolution) and the weight gradient (conv-bwd-weight.comp), plus the
  * in-place epilogue entry (epilogue.comp).
  *
- * Each gradient is computed by gathering (one thread or workgroup per element of the
- * result, summing every term that reaches it) rather than by scattering with atomics:
- * every element is written exactly once, in a fixed order, so results do not depend on
- * timing and the caller's buffer needs no zeroing. The spatial dims are right-aligned
- * into three, as the ref backend does, so one kernel serves 1-, 2- and 3-d.
+ * The three run as implicit GEMMs (conv-gemm.comp, the MODE constant picks which):
+ * tiled through shared memory like matmul, each tile gathering its slice of the im2col
+ * matrix from the image as it loads, so nothing the size of im2col is ever stored. A
+ * problem whose GEMM has more column tiles than one launch holds takes the direct
+ * kernels instead (one thread per output, or one workgroup per weight).
+ *
+ * Each gradient is computed by gathering (every element of the result sums the terms
+ * that reach it) rather than by scattering with atomics: every element is written exactly
+ * once, in a fixed order, so results do not depend on timing and the caller's buffer
+ * needs no zeroing. The spatial dims are right-aligned into three, as the ref backend
+ * does, so one kernel serves 1-, 2- and 3-d.
  */
 #include <string.h>
 
@@ -78,6 +84,31 @@ static void to_bwd(conv_bwd_params *b, const conv_params *c)
     memcpy(b->dil, c->dil, sizeof b->dil);
 }
 
+#define GEMM_TILE 64 /* conv-gemm.comp's tile: 16 x 16 threads, 4 x 4 outputs each */
+#define GEMM_BK 16
+
+enum { MODE_FORWARD = 0, MODE_INPUT_GRAD = 1, MODE_WEIGHT_GRAD = 2 };
+
+/* Launch conv-gemm in mode over bufs (out, A source, B source, bias, residual); 1 when
+ * the GEMM does not fit one launch (the caller takes the direct kernel), else 0 / error. */
+static int gemm(kvk_queue *q, const char *op, int mode, kiln_dtype dt, kiln_buffer *const *bufs, const void *params,
+                size_t bytes, const conv_params *c)
+{
+    int64_t ks = (int64_t)c->k[0] * c->k[1] * c->k[2];
+    int64_t is = (int64_t)c->in[0] * c->in[1] * c->in[2], os = (int64_t)c->out[0] * c->out[1] * c->out[2];
+    int64_t rows = mode == MODE_INPUT_GRAD ? c->Cg : c->Og;
+    int64_t cols = mode == MODE_FORWARD ? c->N * os : mode == MODE_INPUT_GRAD ? c->N * is : c->Cg * ks;
+    int64_t groups = c->Og > 0 ? c->O / c->Og : 1;
+    int64_t tx = (cols + GEMM_TILE - 1) / GEMM_TILE, ty = (rows + GEMM_TILE - 1) / GEMM_TILE;
+    if (tx > KVK_GROUPS_MAX || ty > KVK_GROUPS_MAX || groups > KVK_GROUPS_MAX)
+        return 1;
+    if (tx == 0 || ty == 0 || groups == 0)
+        return 0;
+    kvk_spec spec = {.wg = {16, 16, 1}, .n = 2, .c = {GEMM_BK, (uint32_t)mode}};
+    return kvk_dispatch(q, op, "conv-gemm", kvk_dtype_name(dt), &spec, bufs, 5, params, bytes, (uint32_t)tx,
+                        (uint32_t)ty, (uint32_t)groups);
+}
+
 static void release_all(kvk_queue *q, kvknn_operand *o, int n)
 {
     for (int i = 0; i < n; i++)
@@ -113,8 +144,13 @@ static int conv_forward(kvk_queue *q, const char *op, const kiln_conv_params *p,
     c.alpha = ep ? (float)ep->alpha : 0.0f;
     c.beta = ep ? (float)ep->beta : 0.0f;
     c.total = (int32_t)total;
-    kiln_buffer *bufs[5] = {o[0].d.buf, o[1].d.buf, o[2].d.buf, bias ? o[3].d.buf : NULL, res ? o[4].d.buf : NULL};
-    rc = kvknn_launch_items(q, op, "conv", dt, bufs, 5, &c, sizeof c, total);
+    kiln_buffer *bias_buf = bias ? o[3].d.buf : NULL, *res_buf = res ? o[4].d.buf : NULL;
+    kiln_buffer *bufs[5] = {o[0].d.buf, o[2].d.buf, o[1].d.buf, bias_buf, res_buf}; /* out, w, x */
+    rc = gemm(q, op, MODE_FORWARD, dt, bufs, &c, sizeof c, &c);
+    if (rc == 1) {
+        kiln_buffer *direct[5] = {o[0].d.buf, o[1].d.buf, o[2].d.buf, bias_buf, res_buf};
+        rc = kvknn_launch_items(q, op, "conv", dt, direct, 5, &c, sizeof c, total);
+    }
     if (rc == 0)
         rc = kvknn_output_done(q, &o[0], op);
     release_all(q, o, 5);
@@ -159,8 +195,13 @@ int kvk_conv_backward_input(void *vq, const kiln_conv_params *p, const kiln_tdes
     conv_bwd_params b;
     to_bwd(&b, &c);
     b.total = (int32_t)total;
-    kiln_buffer *bufs[3] = {o[0].d.buf, o[1].d.buf, o[2].d.buf};
-    rc = kvknn_launch_items(q, op, "conv-bwd-input", dt, bufs, 3, &b, sizeof b, total);
+    kiln_buffer *bufs[5] = {o[0].d.buf, o[2].d.buf, o[1].d.buf, NULL, NULL}; /* out, w, grad_out */
+    c.total = (int32_t)total;
+    rc = gemm(q, op, MODE_INPUT_GRAD, dt, bufs, &c, sizeof c, &c);
+    if (rc == 1) {
+        kiln_buffer *direct[3] = {o[0].d.buf, o[1].d.buf, o[2].d.buf};
+        rc = kvknn_launch_items(q, op, "conv-bwd-input", dt, direct, 3, &b, sizeof b, total);
+    }
     if (rc == 0)
         rc = kvknn_output_done(q, &o[0], op);
     release_all(q, o, 3);
@@ -194,8 +235,13 @@ int kvk_conv_backward_weight(void *vq, const kiln_conv_params *p, const kiln_tde
     conv_bwd_params b;
     to_bwd(&b, &c);
     b.total = (int32_t)total;
-    kiln_buffer *bufs[3] = {o[0].d.buf, o[1].d.buf, o[2].d.buf};
-    rc = kvknn_launch_groups(q, op, "conv-bwd-weight", dt, bufs, 3, &b, sizeof b, total, 0, NULL);
+    kiln_buffer *bufs[5] = {o[0].d.buf, o[2].d.buf, o[1].d.buf, NULL, NULL}; /* out, grad_out, x */
+    c.total = (int32_t)total;
+    rc = gemm(q, op, MODE_WEIGHT_GRAD, dt, bufs, &c, sizeof c, &c);
+    if (rc == 1) {
+        kiln_buffer *direct[3] = {o[0].d.buf, o[1].d.buf, o[2].d.buf};
+        rc = kvknn_launch_groups(q, op, "conv-bwd-weight", dt, direct, 3, &b, sizeof b, total, 0, NULL);
+    }
     if (rc == 0)
         rc = kvknn_output_done(q, &o[0], op);
     release_all(q, o, 3);
