@@ -87,12 +87,16 @@ static void to_bwd(conv_bwd_params *b, const conv_params *c)
 #define GEMM_TILE 64 /* conv-gemm.comp's tile: 16 x 16 threads, 4 x 4 outputs each */
 #define GEMM_BK 16
 
-enum { MODE_FORWARD = 0, MODE_INPUT_GRAD = 1, MODE_WEIGHT_GRAD = 2 };
+enum {
+    MODE_FORWARD = 0,
+    MODE_INPUT_GRAD = 1,
+    MODE_WEIGHT_GRAD = 2
+};
 
 /* Launch conv-gemm in mode over bufs (out, A source, B source, bias, residual); 1 when
  * the GEMM does not fit one launch (the caller takes the direct kernel), else 0 / error. */
-static int gemm(kvk_queue *q, const char *op, int mode, kiln_dtype dt, kiln_buffer *const *bufs, const void *params,
-                size_t bytes, const conv_params *c)
+static int gemm(kvk_queue *q, const char *op, int mode, kiln_dtype dt, kiln_buffer *const *bufs,
+                const void *params, size_t bytes, const conv_params *c)
 {
     int64_t ks = (int64_t)c->k[0] * c->k[1] * c->k[2];
     int64_t is = (int64_t)c->in[0] * c->in[1] * c->in[2], os = (int64_t)c->out[0] * c->out[1] * c->out[2];
@@ -272,8 +276,12 @@ int kvk_epilogue(void *vq, const kiln_tdesc *out, const kiln_epilogue *ep)
         release_all(q, o, 3);
         return rc;
     }
-    epi_params e = {.n = (int32_t)n, .last = (int32_t)last, .has_bias = ep->bias != NULL,
-                    .has_res = ep->residual != NULL, .act = (int32_t)ep->act, .alpha = (float)ep->alpha,
+    epi_params e = {.n = (int32_t)n,
+                    .last = (int32_t)last,
+                    .has_bias = ep->bias != NULL,
+                    .has_res = ep->residual != NULL,
+                    .act = (int32_t)ep->act,
+                    .alpha = (float)ep->alpha,
                     .beta = (float)ep->beta};
     kiln_buffer *bufs[3] = {o[0].d.buf, ep->bias ? o[1].d.buf : NULL, ep->residual ? o[2].d.buf : NULL};
     rc = kvknn_launch_items(q, op, "epilogue", KILN_F32, bufs, 3, &e, sizeof e, n);

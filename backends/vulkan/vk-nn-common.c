@@ -184,13 +184,11 @@ bool kvk_nn_supports(kvk_queue *q, const kiln_op_query *query)
     case KILN_ENTRY_INTERPOLATE_BACKWARD:
     case KILN_ENTRY_SOFTMAX:
     case KILN_ENTRY_LAYER_NORM:
-    case KILN_ENTRY_ADAM_STEP:
-        return kvknn_float_ok(d, dt);
+    case KILN_ENTRY_ADAM_STEP: return kvknn_float_ok(d, dt);
     case KILN_ENTRY_CONV_FUSED:
     case KILN_ENTRY_EPILOGUE:
         /* the fused activations are f32 (the front end composes the others) */
         return dt == KILN_F32;
-    default:
-        return true;
+    default: return true;
     }
 }

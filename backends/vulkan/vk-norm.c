@@ -71,7 +71,8 @@ static int stat_output(kvk_queue *q, kvknn_operand *o, const kiln_tdesc *t, kiln
 }
 
 int kvk_layer_norm(void *vq, const kiln_tdesc *out, const kiln_tdesc *mean, const kiln_tdesc *rstd,
-                   const kiln_tdesc *x, const kiln_tdesc *weight, const kiln_tdesc *bias, int64_t inner, double eps)
+                   const kiln_tdesc *x, const kiln_tdesc *weight, const kiln_tdesc *bias, int64_t inner,
+                   double eps)
 {
     kvk_queue *q = vq;
     const char *op = "layer_norm";
@@ -93,8 +94,12 @@ int kvk_layer_norm(void *vq, const kiln_tdesc *out, const kiln_tdesc *mean, cons
         (rc = kvknn_input(q, &o[2], weight, op)) < 0 || (rc = kvknn_input(q, &o[3], bias, op)) < 0 ||
         (rc = stat_output(q, &o[4], mean, stat_dt, op)) < 0 || (rc = stat_output(q, &o[5], rstd, stat_dt, op)) < 0)
         goto done;
-    layer_norm_params p = {.rows = (int32_t)(total / inner), .inner = (int32_t)inner, .has_weight = weight != NULL,
-                           .has_bias = bias != NULL, .has_mean = mean != NULL, .has_rstd = rstd != NULL,
+    layer_norm_params p = {.rows = (int32_t)(total / inner),
+                           .inner = (int32_t)inner,
+                           .has_weight = weight != NULL,
+                           .has_bias = bias != NULL,
+                           .has_mean = mean != NULL,
+                           .has_rstd = rstd != NULL,
                            .eps = (float)eps};
     uint64_t bits;
     memcpy(&bits, &eps, sizeof bits);

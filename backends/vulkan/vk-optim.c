@@ -54,7 +54,8 @@ int kvk_adam_step(void *vq, const kiln_adam_params *p, const kiln_tdesc *param, 
     kvknn_operand o[5];
     memset(o, 0, sizeof o);
     if ((rc = kvknn_output(q, &o[0], param, true, op)) < 0 || (rc = kvknn_input(q, &o[1], grad, op)) < 0 ||
-        (rc = kvknn_output(q, &o[2], exp_avg, true, op)) < 0 || (rc = kvknn_output(q, &o[3], exp_avg_sq, true, op)) < 0 ||
+        (rc = kvknn_output(q, &o[2], exp_avg, true, op)) < 0 ||
+        (rc = kvknn_output(q, &o[3], exp_avg_sq, true, op)) < 0 ||
         (rc = kvknn_output(q, &o[4], all[4], true, op)) < 0)
         goto done;
     kiln_buffer *bufs[5] = {o[0].d.buf, o[1].d.buf, o[2].d.buf, o[3].d.buf, all[4] ? o[4].d.buf : NULL};

@@ -103,7 +103,8 @@ int kvk_pool(void *vq, const kiln_pool_params *p, const kiln_tdesc *out, const k
     g.total = (int32_t)total;
     kiln_buffer *bufs[3] = {o[0].d.buf, with_idx ? o[1].d.buf : NULL, o[2].d.buf};
     /* average windows sum in double where the device has it, as the reference does */
-    const char *shader = p->kind == KILN_POOL_AVG && q->d->feat.f64 && out->dtype != KILN_F64 ? "pool-acc64" : "pool";
+    const char *shader = p->kind == KILN_POOL_AVG && q->d->feat.f64 && out->dtype != KILN_F64 ? "pool-acc64"
+                                                                                              : "pool";
     rc = kvknn_launch_items(q, op, shader, out->dtype, bufs, 3, &g, sizeof g, total);
     if (rc == 0)
         rc = kvknn_output_done(q, &o[0], op);

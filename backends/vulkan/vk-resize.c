@@ -72,5 +72,6 @@ int kvk_interpolate(void *q, kiln_interp_mode mode, bool align_corners, const ki
 int kvk_interpolate_backward(void *q, kiln_interp_mode mode, bool align_corners, const kiln_tdesc *grad_x,
                              const kiln_tdesc *grad_out)
 {
-    return resize(q, "interpolate_backward", "resize-bwd", mode, align_corners, grad_x, grad_out, grad_x, grad_out);
+    return resize(q, "interpolate_backward", "resize-bwd", mode, align_corners, grad_x, grad_out, grad_x,
+                  grad_out);
 }

@@ -78,7 +78,9 @@ static int ew_run(void *ud)
 {
     ew *e = ud;
     kiln_scope_begin();
-    kiln_tensor *r = e->kind == 0 ? kiln_clone(e->a) : e->kind == 1 ? kiln_add(e->a, e->b) : kiln_gelu(e->a, false);
+    kiln_tensor *r = e->kind == 0   ? kiln_clone(e->a)
+                     : e->kind == 1 ? kiln_add(e->a, e->b)
+                                    : kiln_gelu(e->a, false);
     kiln_scope_end();
     return r ? 0 : -1;
 }

@@ -139,7 +139,10 @@ static void compare(const char *what, const twin *out, bool nmse)
     double limit = dt == KILN_F64 ? 1e-20 : dt == KILN_F32 ? 1e-9 : dt == KILN_F16 ? 1e-5 : 1e-4;
     double err = den > 0 ? num / den : num;
     if (nan_mismatch || (nmse && err > limit) || (!nmse && worst > 0)) {
-        printf("FAIL %s (%s): %s %.3g\n", what, kiln_dtype_name(dt), nan_mismatch ? "NaN mismatch," : nmse ? "NMSE" : "worst",
+        printf("FAIL %s (%s): %s %.3g\n", what, kiln_dtype_name(dt),
+               nan_mismatch ? "NaN mismatch,"
+               : nmse       ? "NMSE"
+                            : "worst",
                nmse ? err : worst);
         failures++;
     }
@@ -176,7 +179,8 @@ static void conv_case(const geo *g, kiln_dtype dt)
     snprintf(what, sizeof what, "%dd n%lld c%lld o%lld g%lld k%lld s%lld p%lld d%lld", g->ns, (long long)g->n,
              (long long)g->c, (long long)g->o, (long long)g->groups, (long long)g->k[0], (long long)g->stride[0],
              (long long)g->pad[0], (long long)g->dil[0]);
-    twin x = make(dt, g->ns + 2, xs, -1, 1), w = make(dt, g->ns + 2, ws, -1, 1), gy = make(dt, g->ns + 2, ys, -1, 1);
+    twin x = make(dt, g->ns + 2, xs, -1, 1), w = make(dt, g->ns + 2, ws, -1, 1),
+         gy = make(dt, g->ns + 2, ys, -1, 1);
     twin gx = make(dt, g->ns + 2, xs, 0, 0), gw = make(dt, g->ns + 2, ws, 0, 0);
     char name[200];
     int rc = 0;
@@ -197,13 +201,13 @@ static void conv_case(const geo *g, kiln_dtype dt)
     drop(&x), drop(&w), drop(&gy), drop(&gx), drop(&gw);
 }
 
-static const char *act_names[KILN_EPI_COUNT] = {"none", "relu", "leaky_relu", "clamp", "hard_sigmoid", "hard_swish",
-                                                "sigmoid"};
+static const char *act_names[KILN_EPI_COUNT] = {"none",         "relu",       "leaky_relu", "clamp",
+                                                "hard_sigmoid", "hard_swish", "sigmoid"};
 
 /* The oracle's epilogue: out[i] = act((out[i] + bias[i % last]) + res[i]) on the host, in
  * float, rounding after each add as the separate ops do. bias or res may be NULL. */
-static void host_epilogue(float *out, const float *bias, const float *res, int64_t n, int64_t last, int act, float a,
-                          float b)
+static void host_epilogue(float *out, const float *bias, const float *res, int64_t n, int64_t last, int act,
+                          float a, float b)
 {
     for (int64_t i = 0; i < n; i++) {
         float v = out[i], t;
@@ -215,8 +219,14 @@ static void host_epilogue(float *out, const float *bias, const float *res, int64
         case KILN_EPI_RELU: v = v < 0 ? 0.0f : v; break;
         case KILN_EPI_LEAKY_RELU: v = v < 0 ? v * a : v; break;
         case KILN_EPI_CLAMP: v = v < a ? a : (v > b ? b : v); break;
-        case KILN_EPI_HARD_SIGMOID: t = v * a + b; v = t < 0 ? 0.0f : (t > 1 ? 1.0f : t); break;
-        case KILN_EPI_HARD_SWISH: t = v * (1.0f / 6.0f) + 0.5f; v = v * (t < 0 ? 0.0f : (t > 1 ? 1.0f : t)); break;
+        case KILN_EPI_HARD_SIGMOID:
+            t = v * a + b;
+            v = t < 0 ? 0.0f : (t > 1 ? 1.0f : t);
+            break;
+        case KILN_EPI_HARD_SWISH:
+            t = v * (1.0f / 6.0f) + 0.5f;
+            v = v * (t < 0 ? 0.0f : (t > 1 ? 1.0f : t));
+            break;
         case KILN_EPI_SIGMOID: v = (float)(1.0 / (1.0 + exp(-(double)v))); break;
         default: break;
         }
@@ -235,8 +245,10 @@ static void fused_cases(void)
         twin y = make(KILN_F32, 4, ys, 0, 0);
         kiln_epilogue ep[2];
         for (int k = 0; k < 2; k++)
-            ep[k] = (kiln_epilogue){.act = (kiln_epilogue_act)act, .alpha = act == KILN_EPI_CLAMP ? -0.5 : 0.2,
-                                    .beta = act == KILN_EPI_CLAMP ? 0.7 : 0.5, .residual = &res.d[k]};
+            ep[k] = (kiln_epilogue){.act = (kiln_epilogue_act)act,
+                                    .alpha = act == KILN_EPI_CLAMP ? -0.5 : 0.2,
+                                    .beta = act == KILN_EPI_CLAMP ? 0.7 : 0.5,
+                                    .residual = &res.d[k]};
         /* ref has no conv_fused: its plain conv, then the epilogue on the host */
         int rc = B[0]->conv(CTX[0], &p, &y.d[0], &x.d[0], &w.d[0], &b.d[0]);
         if (rc == 0)
@@ -269,8 +281,8 @@ static void fused_cases(void)
         float a = act == KILN_EPI_CLAMP ? -0.5f : 0.2f, bb = act == KILN_EPI_CLAMP ? 0.7f : 0.5f;
         host_epilogue(o0, bh, rh, out.n, 37, act, a, bb);
         B[0]->buffer_upload(CTX[0], out.d[0].buf, 0, o0, sizeof o0);
-        kiln_epilogue ep = {.act = (kiln_epilogue_act)act, .alpha = a, .beta = bb, .bias = &bias.d[1],
-                            .residual = &r2.d[1]};
+        kiln_epilogue ep = {
+            .act = (kiln_epilogue_act)act, .alpha = a, .beta = bb, .bias = &bias.d[1], .residual = &r2.d[1]};
         char name[80];
         snprintf(name, sizeof name, "epilogue bias+residual %s", act_names[act]);
         if (B[1]->epilogue(CTX[1], &out.d[1], &ep) != 0) {
@@ -286,8 +298,8 @@ static void fused_cases(void)
 
 /* ----------------------------------------------------------- pooling and resizing */
 
-static void pool_case(kiln_dtype dt, kiln_pool_kind kind, int ns, const int64_t *xs, int64_t k, int64_t s, int64_t pd,
-                      int64_t dil, bool include_pad)
+static void pool_case(kiln_dtype dt, kiln_pool_kind kind, int ns, const int64_t *xs, int64_t k, int64_t s,
+                      int64_t pd, int64_t dil, bool include_pad)
 {
     kiln_pool_params p = {.nspatial = ns, .kind = kind, .count_include_pad = include_pad};
     int64_t ys[5] = {xs[0], xs[1]};
@@ -329,7 +341,8 @@ static void adaptive_case(kiln_dtype dt, int ns, const int64_t *xs, const int64_
     drop(&gy), drop(&gx);
 }
 
-static void interp_case(kiln_dtype dt, int ns, const int64_t *xs, const int64_t *ys, kiln_interp_mode mode, bool align)
+static void interp_case(kiln_dtype dt, int ns, const int64_t *xs, const int64_t *ys, kiln_interp_mode mode,
+                        bool align)
 {
     twin gy = make(dt, ns + 2, ys, -1, 1), gx = make(dt, ns + 2, xs, 0, 0);
     int rc = 0;
