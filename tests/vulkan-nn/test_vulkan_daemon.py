@@ -46,7 +46,8 @@ def check(cond, what):
 class Daemon:
     def __init__(self, data_dir):
         self.log = os.path.join(TMP, "kilnd.log")
-        self.proc = subprocess.Popen([KILND, "--port", "0", "--data-dir", data_dir, "--data-roots", DATA],
+        self.proc = subprocess.Popen([KILND, "--port", "0", "--data-dir", data_dir, "--data-roots", DATA,
+                                      "--devices", "cpu,vulkan:0"],
                                      stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"), env=ENV)
         portfile = os.path.join(data_dir, "kilnd.port")
         deadline = time.time() + 30
@@ -89,8 +90,14 @@ def test_serving(d):
     rnd = random.Random(5)
     x = [rnd.uniform(-1, 1) for _ in range(2 * 784)]
     body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 1, 28, 28], "data": x}]}
-    st, meta = d.req("GET", "/v2/models/cnn_vulkan")
-    check(st == 200, "the model configured for vulkan:0 loads: %s %s" % (st, meta))
+    deadline = time.time() + 60  # models load in the background after start
+    while time.time() < deadline:
+        st, meta = d.req("GET", "/v2/models/cnn_vulkan/ready")
+        st2, _ = d.req("GET", "/v2/models/cnn_cpu/ready")
+        if st == 200 and st2 == 200:
+            break
+        time.sleep(0.1)
+    check(st == 200, "the model configured for vulkan:0 loads and is ready: %s %s" % (st, meta))
     outs = {}
     for name in ("cnn_vulkan", "cnn_cpu"):
         st, r = d.req("POST", "/v2/models/%s/infer" % name, body)
