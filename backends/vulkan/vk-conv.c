@@ -29,6 +29,7 @@ typedef struct conv_params {
     int32_t in[3], out[3], k[3], stride[3], pad[3], dil[3];
     float alpha, beta;
     int32_t total, base;
+    int32_t ksplit, kchunk; /* conv-gemm's weight gradient only */
 } conv_params;
 
 /* The backward kernels' block: the same geometry without alpha and beta. */
@@ -109,8 +110,50 @@ static int gemm(kvk_queue *q, const char *op, int mode, kiln_dtype dt, kiln_buff
     if (tx == 0 || ty == 0 || groups == 0)
         return 0;
     kvk_spec spec = {.wg = {16, 16, 1}, .n = 2, .c = {GEMM_BK, (uint32_t)mode}};
-    return kvk_dispatch(q, op, "conv-gemm", kvk_dtype_name(dt), &spec, bufs, 5, params, bytes, (uint32_t)tx,
-                        (uint32_t)ty, (uint32_t)groups);
+    if (mode != MODE_WEIGHT_GRAD)
+        return kvk_dispatch(q, op, "conv-gemm", kvk_dtype_name(dt), &spec, bufs, 5, params, bytes, (uint32_t)tx,
+                            (uint32_t)ty, (uint32_t)groups);
+    /* The weight gradient sums over every image position (K = batch x output positions)
+     * into a small result: few tiles, each walking a long K. Split K so the device has
+     * about 128 workgroups, into partial sums that conv-splitk-sum adds up in order. */
+    int64_t k = c->N * os, tiles = tx * ty * groups, splits = 1;
+    if (tiles < 128 && k >= 4 * 256) {
+        splits = 128 / tiles;
+        if (splits > k / 256)
+            splits = k / 256;
+        if (splits > 64)
+            splits = 64;
+    }
+    conv_params p = *c;
+    int64_t chunk = (k + splits - 1) / splits;
+    chunk = (chunk + GEMM_BK - 1) / GEMM_BK * GEMM_BK;
+    splits = (k + chunk - 1) / chunk;
+    if (splits <= 1 || groups * splits > KVK_GROUPS_MAX) {
+        p.ksplit = 1;
+        return kvk_dispatch(q, op, "conv-gemm", kvk_dtype_name(dt), &spec, bufs, 5, &p, sizeof p, (uint32_t)tx,
+                            (uint32_t)ty, (uint32_t)groups);
+    }
+    p.ksplit = (int32_t)splits;
+    p.kchunk = (int32_t)chunk;
+    int64_t n = (int64_t)c->O * c->Cg * ks;
+    size_t acc = dt == KILN_F64 ? 8 : 4;
+    int rc = kvknn_fits(n * splits, op, "the split weight gradient's partial sums");
+    if (rc < 0)
+        return rc;
+    kiln_buffer *part = kvk_buffer_alloc(q, (size_t)(n * splits) * acc);
+    if (!part)
+        return kiln__error_set("%s: no device memory for %lld partial sums", op, (long long)(n * splits)),
+               KILN_ENOMEM;
+    kiln_buffer *with_part[6] = {bufs[0], bufs[1], bufs[2], NULL, NULL, part};
+    rc = kvk_dispatch(q, op, "conv-gemm", kvk_dtype_name(dt), &spec, with_part, 6, &p, sizeof p, (uint32_t)tx,
+                      (uint32_t)ty, (uint32_t)(groups * splits));
+    if (rc == 0) {
+        int32_t sum_params[2] = {(int32_t)n, (int32_t)splits};
+        kiln_buffer *sum_bufs[2] = {bufs[0], part};
+        rc = kvknn_launch_items(q, op, "conv-splitk-sum", dt, sum_bufs, 2, sum_params, sizeof sum_params, n);
+    }
+    kvk_buffer_free(q, part);
+    return rc;
 }
 
 static void release_all(kvk_queue *q, kvknn_operand *o, int n)

@@ -15,6 +15,10 @@
  * where in(q, t) = q · stride − pad + t · dilation per spatial dim and out(p, t) is its
  * inverse (a tap that does not land on an output position contributes 0). Forward also
  * adds bias[o], a residual and an activation (nn-epilogue.glsl) before its one store.
+ * The weight gradient's K (every image position) is long and its result small, so it
+ * may be split (ksplit > 1): workgroup z = split · groups + g sums K range
+ * [split · kchunk, (split + 1) · kchunk) into its own slice of the partial-sum buffer
+ * (binding 6, in ACC), which conv-splitk-sum.comp then adds up in split order.
  * Every operand is contiguous; spatial dims are right-aligned into three. The workgroup
  * is WG_X x WG_Y threads (constants 0, 1), the tile (WG_Y·RM) x (WG_X·RN), K walked in
  * steps of BK (constant 3).
@@ -35,12 +39,14 @@ layout(std430, binding = 0) readonly buffer Params {
     int in_[3], out_[3], k[3], stride[3], pad[3], dil[3];
     float alpha, beta;
     int total, base;
+    int ksplit, kchunk;
 } P;
 layout(std430, binding = 1) writeonly buffer Out { ELEM o[]; };
 layout(std430, binding = 2) readonly buffer SrcA { ELEM sa[]; };
 layout(std430, binding = 3) readonly buffer SrcB { ELEM sb[]; };
 layout(std430, binding = 4) readonly buffer Bias { ELEM bias[]; };
 layout(std430, binding = 5) readonly buffer Res { ELEM res[]; };
+layout(std430, binding = 6) writeonly buffer Part { ACC part[]; };
 
 const uint TM = gl_WorkGroupSize.y * RM;
 const uint TN = gl_WorkGroupSize.x * RN;
@@ -125,6 +131,9 @@ void store(int g, int m, int nn, ACC v)
     } else if (MODE == 1) {
         int n = nn / g_is, p = nn % g_is;
         o[(n * P.C + g * P.Cg + m) * g_is + p] = ST(v);
+    } else if (P.ksplit > 1) {
+        int split = int(gl_WorkGroupID.z) / (P.O / P.Og);
+        part[split * P.O * P.Cg * g_ks + ((g * P.Og + m) * P.Cg) * g_ks + nn] = v;
     } else {
         o[((g * P.Og + m) * P.Cg) * g_ks + nn] = ST(v);
     }
@@ -135,9 +144,15 @@ void main()
     g_ks = P.k[0] * P.k[1] * P.k[2];
     g_is = P.in_[0] * P.in_[1] * P.in_[2];
     g_os = P.out_[0] * P.out_[1] * P.out_[2];
-    int g = int(gl_WorkGroupID.z);
+    int ngroups = P.O / P.Og;
+    int g = int(gl_WorkGroupID.z) % ngroups;
     int M = MODE == 1 ? P.Cg : P.Og;
     int K = MODE == 0 ? P.Cg * g_ks : MODE == 1 ? P.Og * g_ks : P.N * g_os;
+    int kbegin = 0;
+    if (MODE == 2 && P.ksplit > 1) {
+        kbegin = (int(gl_WorkGroupID.z) / ngroups) * P.kchunk;
+        K = min(K, kbegin + P.kchunk);
+    }
     int Ncols = MODE == 0 ? P.N * g_os : MODE == 1 ? P.N * g_is : P.Cg * g_ks;
 
     uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;
@@ -150,7 +165,7 @@ void main()
         for (int j = 0; j < RN; j++)
             acc[i][j] = ACC_ZERO;
 
-    for (int k0 = 0; k0 < K; k0 += int(BK)) {
+    for (int k0 = kbegin; k0 < K; k0 += int(BK)) {
         for (uint t = lid; t < BK * TM; t += nthreads) {
             int r = int(t / BK), kk = int(t % BK);
             int gr = row0 + r, gk = k0 + kk;
