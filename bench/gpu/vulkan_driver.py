@@ -33,6 +33,8 @@ def skip(why):
 
 
 def kiln(*args):
+    if not os.path.exists(HELPER):
+        skip("%s is not built (no Vulkan toolkit at configure time)" % HELPER)
     p = subprocess.run([HELPER] + [str(a) for a in args], capture_output=True, text=True, timeout=1800)
     if p.returncode == 77:
         skip(p.stderr.strip())
