@@ -85,7 +85,6 @@ static void to_bwd(conv_bwd_params *b, const conv_params *c)
     memcpy(b->dil, c->dil, sizeof b->dil);
 }
 
-#define GEMM_TILE 64 /* conv-gemm.comp's tile: 16 x 16 threads, 4 x 4 outputs each */
 #define GEMM_BK 16
 
 enum {
@@ -104,12 +103,14 @@ static int gemm(kvk_queue *q, const char *op, int mode, kiln_dtype dt, kiln_buff
     int64_t rows = mode == MODE_INPUT_GRAD ? c->Cg : c->Og;
     int64_t cols = mode == MODE_FORWARD ? c->N * os : mode == MODE_INPUT_GRAD ? c->N * is : c->Cg * ks;
     int64_t groups = c->Og > 0 ? c->O / c->Og : 1;
-    int64_t tx = (cols + GEMM_TILE - 1) / GEMM_TILE, ty = (rows + GEMM_TILE - 1) / GEMM_TILE;
+    kvk_spec spec = {.n = 2, .c = {GEMM_BK, (uint32_t)mode}};
+    kvknn_gemm_wg(rows, cols, spec.wg);
+    int64_t tile_n = (int64_t)spec.wg[0] * 4, tile_m = (int64_t)spec.wg[1] * 4;
+    int64_t tx = (cols + tile_n - 1) / tile_n, ty = (rows + tile_m - 1) / tile_m;
     if (tx > KVK_GROUPS_MAX || ty > KVK_GROUPS_MAX || groups > KVK_GROUPS_MAX)
         return 1;
     if (tx == 0 || ty == 0 || groups == 0)
         return 0;
-    kvk_spec spec = {.wg = {16, 16, 1}, .n = 2, .c = {GEMM_BK, (uint32_t)mode}};
     if (mode != MODE_WEIGHT_GRAD)
         return kvk_dispatch(q, op, "conv-gemm", kvk_dtype_name(dt), &spec, bufs, 5, params, bytes, (uint32_t)tx,
                             (uint32_t)ty, (uint32_t)groups);

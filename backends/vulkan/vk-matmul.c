@@ -3,9 +3,10 @@
  * = a [B..., M, K] · b [B..., K, N], with a and b read through their strides (a
  * transposed or sliced operand costs no copy) and batch dims broadcast by 0 strides.
  *
- * The kernel tiles out in 64 x 64 blocks (a 16 x 16 workgroup, 4 x 4 outputs per thread)
- * and walks K through shared memory in steps of 16; the workgroup size and the K step
- * are specialization constants, so a device with other sweet spots needs no new shader.
+ * The kernel tiles out in blocks of up to 64 x 64 (a workgroup of up to 16 x 16 threads,
+ * 4 x 4 outputs per thread; narrower where out is: kvknn_gemm_wg) and walks K through
+ * shared memory in steps of 16; the workgroup size and the K step are specialization
+ * constants, so a device with other sweet spots needs no new shader.
  * Floats accumulate in float (double for f64); i32 and i64 wrap as the reference does.
  *
  * A VK_KHR_cooperative_matrix path is not built: the glslc this tree is built with
@@ -17,7 +18,6 @@
 
 #include "vk-nn-impl.h"
 
-#define MM_WG 16
 #define MM_RM 4 /* rows per thread: matmul.comp's RM */
 #define MM_RN 4 /* columns per thread: RN */
 #define MM_BK 16
@@ -71,12 +71,13 @@ int kvk_matmul(void *vq, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_
     }
     if (batch == 0 || p.M == 0 || p.N == 0)
         return 0;
-    int64_t tiles_n = (p.N + MM_WG * MM_RN - 1) / (MM_WG * MM_RN);
-    int64_t tiles_m = (p.M + MM_WG * MM_RM - 1) / (MM_WG * MM_RM);
+    kvk_spec spec = {.n = 1, .c = {MM_BK}};
+    kvknn_gemm_wg(p.M, p.N, spec.wg);
+    int64_t tn = (int64_t)spec.wg[0] * MM_RN, tm = (int64_t)spec.wg[1] * MM_RM;
+    int64_t tiles_n = (p.N + tn - 1) / tn, tiles_m = (p.M + tm - 1) / tm;
     if (tiles_n > KVK_GROUPS_MAX || tiles_m > KVK_GROUPS_MAX)
         return kiln__error_set("%s: a %d x %d result is more tiles than one launch holds", op, p.M, p.N),
                KILN_EINVAL;
-    kvk_spec spec = {.wg = {MM_WG, MM_WG, 1}, .n = 1, .c = {MM_BK}};
     kiln_buffer *bufs[3] = {out->buf, a->buf, b->buf};
     for (int64_t b0 = 0; b0 < batch; b0 += KVK_GROUPS_MAX) {
         int64_t nz = batch - b0 < KVK_GROUPS_MAX ? batch - b0 : KVK_GROUPS_MAX;

@@ -149,6 +149,29 @@ int kvknn_launch_groups(kvk_queue *q, const char *op, const char *shader, kiln_d
     return kvk_dispatch(q, op, shader, kvk_dtype_name(dt), &spec, bufs, nbufs, params, params_bytes, gx, gy, 1);
 }
 
+/* the power of two >= ceil(v / 4), within [lo, 16] */
+static uint32_t side(int64_t v, uint32_t lo)
+{
+    uint32_t s = lo;
+    while (s < 16 && (int64_t)s * 4 < v)
+        s *= 2;
+    return s;
+}
+
+void kvknn_gemm_wg(int64_t m, int64_t n, uint32_t *wg)
+{
+    wg[0] = side(n, 2);
+    wg[1] = side(m, 2);
+    /* at least 64 threads: widen the side that has work left */
+    while (wg[0] * wg[1] < 64 && (wg[0] < 16 || wg[1] < 16)) {
+        if (wg[1] < 16 && ((int64_t)wg[1] * 4 < m || wg[0] == 16))
+            wg[1] *= 2;
+        else
+            wg[0] *= 2;
+    }
+    wg[2] = 1;
+}
+
 bool kvknn_float_ok(const kvk_device *d, kiln_dtype dt)
 {
     switch (dt) {

@@ -53,6 +53,12 @@ int kvknn_launch_items(kvk_queue *q, const char *op, const char *shader, kiln_dt
 int kvknn_launch_groups(kvk_queue *q, const char *op, const char *shader, kiln_dtype dt, kiln_buffer *const *bufs,
                         int nbufs, const void *params, size_t params_bytes, int64_t n, int nc, const uint32_t *c);
 
+/** The workgroup of the tiled GEMM kernels (matmul.comp, conv-gemm.comp: 4 x 4 outputs per
+ *  thread) for an M x N result: 16 x 16 threads (64 x 64 tiles) when both sides are large,
+ *  narrower on a side that is small, so a 10-column or 32-row result does not leave most of
+ *  each tile idle. wg[0] covers N, wg[1] covers M; both powers of two. */
+void kvknn_gemm_wg(int64_t m, int64_t n, uint32_t *wg);
+
 /** Whether the device computes floating dtype dt in these kernels: f32 always, f16 and
  *  bf16 with 16-bit storage and shaderFloat16, f64 with shaderFloat64. */
 bool kvknn_float_ok(const kvk_device *d, kiln_dtype dt);
