@@ -591,6 +591,14 @@ typedef struct kiln_backend_iface {
      *  from matmuls and elementwise ops otherwise, or when NULL. p->seq_lens is host memory
      *  the caller owns only during the call: an async backend copies it before returning. */
     int (*rnn)(void *ctx, const kiln_rnn_params *p, const kiln_rnn_operands *o);
+
+    /* --- devices (optional) */
+    /** The physical devices this backend finds, for kiln_device_list: up to max into out;
+     *  returns how many there are (0 when its driver is missing), or -1 with a message. */
+    int (*list)(kiln_device_info *out, int max);
+    /** 0 while the device works; negative with a message once it failed for good (lost).
+     *  ctx is the device context (what open returned). */
+    int (*health)(void *ctx);
 } kiln_backend_iface;
 
 
