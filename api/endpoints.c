@@ -17,6 +17,11 @@
 #define KD_READY_WHY_MAX 600
 #include "tensor.h"
 
+#include "scheduler.h"
+
+/* room for "device 'SPEC': <the backend's message>" in a readiness answer */
+#define KD_READY_WHY_MAX 600
+
 static int copy_static(const struct kd_buf pair[2], const struct kd_request *req, struct kd_buf *out)
 {
     const struct kd_buf *b = &pair[req->keep_alive ? 1 : 0];

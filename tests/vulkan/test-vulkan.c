@@ -21,14 +21,14 @@
 const kiln_backend_iface *kiln_backend_vulkan(void);
 
 static int failures;
-#define CHECK(cond, ...)                                                                                               \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            failures++;                                                                                                \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                       \
-            fprintf(stderr, __VA_ARGS__);                                                                              \
-            fprintf(stderr, "\n");                                                                                     \
-        }                                                                                                              \
+#define CHECK(cond, ...)                                                                                          \
+    do {                                                                                                          \
+        if (!(cond)) {                                                                                            \
+            failures++;                                                                                           \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                  \
+            fprintf(stderr, __VA_ARGS__);                                                                         \
+            fprintf(stderr, "\n");                                                                                \
+        }                                                                                                         \
     } while (0)
 
 static void test_allocations_reuse_blocks(const kiln_backend_iface *be)
@@ -50,7 +50,8 @@ static void test_allocations_reuse_blocks(const kiln_backend_iface *be)
                 be->buffer_free(q, bufs[i]);
     }
     uint64_t used = d->alloc.memory_allocations - before;
-    CHECK(used <= 1, "1280 allocations made %llu vkAllocateMemory calls (want at most 1)", (unsigned long long)used);
+    CHECK(used <= 1, "1280 allocations made %llu vkAllocateMemory calls (want at most 1)",
+          (unsigned long long)used);
     /* a freed buffer of a class comes back before new memory is carved */
     kiln_buffer *a = be->buffer_alloc(q, 4096);
     VkDeviceSize off = a ? a->offset : 0;
@@ -69,8 +70,9 @@ static void test_allocations_reuse_blocks(const kiln_backend_iface *be)
     be->close(d);
 }
 
-static void test_bad_index(void)
+static void test_bad_index(const kiln_backend_iface *be)
 {
+    (void)be;
     kiln_device *dev = kiln_device_open("vulkan:99");
     CHECK(!dev, "vulkan:99 opened");
     CHECK(strstr(kiln_error(), "no device 99"), "message: %s", kiln_error());
@@ -79,29 +81,21 @@ static void test_bad_index(void)
 
 /* In a child (the loader reads VK_ICD_FILENAMES when it builds an instance): a driver
  * list that names nothing gives a message, not a crash. */
-static void test_missing_driver(void)
+static void test_missing_driver(const kiln_backend_iface *be)
 {
+    (void)be;
     pid_t pid = fork();
     if (pid == 0) {
         setenv("VK_ICD_FILENAMES", "/nonexistent/kiln-no-such-icd.json", 1);
         setenv("VK_DRIVER_FILES", "/nonexistent/kiln-no-such-icd.json", 1);
-        kiln_device *dev = kiln_device_open("vulkan:0");
-        if (dev) {
-            fprintf(stderr, "opened vulkan:0 without a driver\n");
-            _exit(1);
-        }
-        const char *e = kiln_error();
-        bool ok = strstr(e, "no Vulkan driver") || strstr(e, "no Vulkan device");
-        if (!ok)
-            fprintf(stderr, "missing driver message: %s\n", e);
-        _exit(ok ? 0 : 1);
+        execl("/proc/self/exe", "test-vulkan", "--missing-driver-child", (char *)NULL);
+        _exit(2);
     }
     int status = 0;
     waitpid(pid, &status, 0);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "missing driver: status %d", status);
 }
 
-/* 1 when path holds a pipeline cache (VkPipelineCacheHeaderVersionOne) of vendor/device. */
 static int cache_file_valid(const char *path, const kvk_device *d)
 {
     unsigned char h[32];
@@ -134,8 +128,9 @@ static int fill_and_read(kiln_device *dev, float *out)
     return rc;
 }
 
-static void test_pipeline_cache(void)
+static void test_pipeline_cache(const kiln_backend_iface *be)
 {
+    (void)be;
     char dir[] = "/tmp/kiln-vk-cacheXXXXXX";
     if (!mkdtemp(dir)) {
         CHECK(0, "mkdtemp");
@@ -233,7 +228,8 @@ static void test_index_check_at_sync(const kiln_backend_iface *be)
     kiln_buffer *b = be->buffer_alloc(q, sizeof idx);
     CHECK(b && be->buffer_upload(q, b, 0, idx, sizeof idx) == 0, "upload: %s", kiln_error());
     kiln_tdesc t = {.buf = b, .dtype = KILN_I64, .ndim = 1, .shape = {6}, .strides = {1}};
-    CHECK(be->index_check(q, &t, 0, 4, "gather", "index") == 0, "index_check failed at the call: %s", kiln_error());
+    CHECK(be->index_check(q, &t, 0, 4, "gather", "index") == 0, "index_check failed at the call: %s",
+          kiln_error());
     CHECK(be->index_check(q, &t, -1, 10, "index_select", "index") == 0, "second check: %s", kiln_error());
     int rc = be->sync(q);
     CHECK(rc == KILN_EINVAL && strstr(kiln_error(), "gather: index 9 is out of bounds for size 4"),
@@ -271,8 +267,9 @@ static void test_device_lost_and_oom(const kiln_backend_iface *be)
 
 /* kiln_device_list names vulkan:0 as the device opens it; kiln_device_health turns
  * negative, with a message, once the device is lost. */
-static void test_list_and_health(void)
+static void test_list_and_health(const kiln_backend_iface *be)
 {
+    (void)be;
     kiln_device_info info[8];
     int n = kiln_device_list(info, 8);
     CHECK(n >= 1, "kiln_device_list: %d (%s)", n, n < 0 ? kiln_error() : "no device");
@@ -292,12 +289,78 @@ static void test_list_and_health(void)
           (unsigned long long)info[k].memory_bytes);
     CHECK(kiln_device_health(dev) == 0, "health of a working device: %s", kiln_error());
     atomic_store(&q->d->lost, true);
-    CHECK(kiln_device_health(dev) < 0 && strstr(kiln_error(), "lost"), "health of a lost device: %s", kiln_error());
+    CHECK(kiln_device_health(dev) < 0 && strstr(kiln_error(), "lost"), "health of a lost device: %s",
+          kiln_error());
     kiln_device_close(dev);
 }
 
-int main(void)
+/* Through the engine and the counting decorator: an index out of range costs no read at
+ * the op (the check runs on the device) and is reported, with the op's name, by the next
+ * read; the read after that goes on. */
+static void test_engine_index_checks(const kiln_backend_iface *be)
 {
+    (void)be;
+    kiln_device *dev = kiln_device_open("counting:vulkan:0");
+    CHECK(dev, "counting:vulkan:0: %s", kiln_error());
+    if (!dev)
+        return;
+    kiln_scope_begin();
+    kiln_tensor *t = kiln_arange(dev, KILN_F32, 0, 6, 1);
+    int64_t good[2] = {1, 5}, bad[2] = {1, 6};
+    kiln_tensor *ig = kiln_from_data(dev, KILN_I64, 1, (int64_t[]){2}, good, sizeof good);
+    kiln_tensor *ib = kiln_from_data(dev, KILN_I64, 1, (int64_t[]){2}, bad, sizeof bad);
+    kiln_device_counters c0, c1;
+    CHECK(kiln_device_counters_get(dev, &c0, NULL, NULL) == 0, "counters: %s", kiln_error());
+    kiln_tensor *g = kiln_index_select(t, 0, ig);
+    kiln_tensor *x = kiln_index_select(t, 0, ib);
+    CHECK(kiln_device_counters_get(dev, &c1, NULL, NULL) == 0, "counters");
+    CHECK(g && x && c1.downloads == c0.downloads, "the ops read nothing back (%llu reads)",
+          (unsigned long long)(c1.downloads - c0.downloads));
+    float v[2] = {0};
+    CHECK(kiln_to_data(g, v, sizeof v) < 0 && strstr(kiln_error(), "index_select: index 6 is out of bounds for size 6"),
+          "the next read reports the violation: %s", kiln_error());
+    CHECK(kiln_to_data(g, v, sizeof v) == 0 && v[0] == 1.0f && v[1] == 5.0f, "then reads go on (%g %g): %s", v[0],
+          v[1], kiln_error());
+    kiln_scope_end();
+    kiln_device_close(dev);
+}
+
+/* The missing-driver case runs in a fresh process (the parent's driver is loaded for
+ * good once a device opened), started as "test-vulkan --missing-driver-child". */
+static int missing_driver_child(void)
+{
+    kiln_device *dev = kiln_device_open("vulkan:0");
+    if (dev) {
+        fprintf(stderr, "opened vulkan:0 without a driver\n");
+        return 1;
+    }
+    const char *e = kiln_error();
+    bool ok = strstr(e, "no Vulkan driver") || strstr(e, "no Vulkan device");
+    if (!ok)
+        fprintf(stderr, "missing driver message: %s\n", e);
+    return ok ? 0 : 1;
+}
+
+static const struct {
+    const char *name;
+    void (*run)(const kiln_backend_iface *be);
+} tests[] = {
+    {"allocations", test_allocations_reuse_blocks},
+    {"bad-index", test_bad_index},
+    {"missing-driver", test_missing_driver},
+    {"pipeline-cache", test_pipeline_cache},
+    {"event", test_event_orders_queues},
+    {"index-check", test_index_check_at_sync},
+    {"lost", test_device_lost_and_oom},
+    {"list-health", test_list_and_health},
+    {"engine-index-checks", test_engine_index_checks},
+};
+
+/* test-vulkan [NAME...]: every test, or the named ones. */
+int main(int argc, char **argv)
+{
+    if (argc == 2 && strcmp(argv[1], "--missing-driver-child") == 0)
+        return missing_driver_child();
     const kiln_backend_iface *be = kiln_backend_vulkan();
     kiln_device *probe = kiln_device_open("vulkan:0");
     if (!probe) {
@@ -310,14 +373,13 @@ int main(void)
         return 1;
     }
     kiln_device_close(probe);
-    test_allocations_reuse_blocks(be);
-    test_bad_index();
-    test_missing_driver();
-    test_pipeline_cache();
-    test_event_orders_queues(be);
-    test_index_check_at_sync(be);
-    test_device_lost_and_oom(be);
-    test_list_and_health();
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+        bool run = argc < 2;
+        for (int k = 1; k < argc; k++)
+            run = run || strcmp(argv[k], tests[i].name) == 0;
+        if (run)
+            tests[i].run(be);
+    }
     printf("test-vulkan: %d failure(s)\n", failures);
     return failures ? 1 : 0;
 }
