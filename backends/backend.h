@@ -250,10 +250,13 @@ typedef struct kiln_rnn_params {
 /** The operands of a fused recurrent layer, every one f32 and contiguous, G = 4 (LSTM)
  *  or 3 (GRU), D = ndir: x [T, B, I], w [D, G·H, I], r [D, G·H, H], and optional (NULL)
  *  bias [D, 2·G·H] (Wb then Rb), h0 and c0 [D, B, H] (zeros when absent), peep [D, 3·H]
- *  (LSTM: i, o, f); outputs y [T, D, B, H], yh [D, B, H], yc [D, B, H] (LSTM only). */
+ *  (LSTM: i, o, f); outputs y [T, D, B, H], yh [D, B, H], yc [D, B, H] (LSTM only).
+ *  packed (optional) is w and r as the backend's rnn_pack wrote them for the same cell,
+ *  directions, input and hidden sizes. */
 typedef struct kiln_rnn_operands {
     const kiln_tdesc *x, *w, *r, *bias, *h0, *c0, *peep;
     const kiln_tdesc *y, *yh, *yc;
+    const kiln_tdesc *packed;
 } kiln_rnn_operands;
 
 /** The primitive entries, one per kiln_backend_iface op slot: what a capability query
@@ -293,6 +296,7 @@ typedef enum kiln_entry {
     KILN_ENTRY_ADAM_STEP,
     KILN_ENTRY_INDEX_CHECK,
     KILN_ENTRY_RNN,
+    KILN_ENTRY_RNN_PACK,
     KILN_ENTRY_COUNT
 } kiln_entry;
 
@@ -599,6 +603,20 @@ typedef struct kiln_backend_iface {
     /** 0 while the device works; negative with a message once it failed for good (lost).
      *  ctx is the device context (what open returned). */
     int (*health)(void *ctx);
+    /** Optional: how many f32 elements the pre-packed form of a layer's w and r takes (it
+     *  depends on p's cell, ndir, input and hidden only), 0 when the backend has none; and
+     *  writing it into packed (contiguous, that long). A graph executor packs constant
+     *  weights once and hands the copy to rnn as o->packed (optional there: a backend may
+     *  pick a path that reads w and r instead). */
+    int64_t (*rnn_pack_size)(void *ctx, const kiln_rnn_params *p);
+    int (*rnn_pack)(void *ctx, const kiln_rnn_params *p, const kiln_tdesc *packed, const kiln_tdesc *w,
+                    const kiln_tdesc *r);
+
+    /* --- device state (optional; ctx is the device context, as for counters). */
+    /** The allocator's figures (kiln_device_memory_get). */
+    int (*memory)(void *ctx, kiln_device_memory *out);
+    /** Why the device stopped working, or NULL while it works (kiln_device_lost). */
+    const char *(*lost)(void *ctx);
 } kiln_backend_iface;
 
 

@@ -30,6 +30,7 @@ static const env_row env_table[] = {
     {"cpu", "blas", "KILN_CPU_BLAS", NULL},
     {"cpu", "kernels", "KILN_CPU_KERNELS", NULL},
     {"cpu", "pool_mb", "KILN_CPU_POOL_MB", NULL},
+    {"cuda", "tf32", "KILN_CUDA_TF32", NULL},
     {"remote", "timeout_ms", "KILN_REMOTE_TIMEOUT_MS", NULL},
     {"remote", "token", "KILN_REMOTE_TOKEN", "KILN_TOKEN"},
     {"onnx", "arena", "KILN_ONNX_ARENA", NULL},

@@ -401,3 +401,21 @@ int kiln_device_counters_get(kiln_device *dev, kiln_device_counters *out, const 
     }
     return 0;
 }
+
+int kiln_device_memory_get(kiln_device *dev, kiln_device_memory *out)
+{
+    if (!dev || !out)
+        return kiln__error_set("kiln_device_memory_get: device or output is NULL");
+    memset(out, 0, sizeof *out);
+    if (!dev->be->memory) {
+        kiln__error_set("kiln_device_memory_get: device '%s' (backend %s) keeps no memory figures", dev->spec,
+                        dev->be->name);
+        return KILN_ENOTSUP;
+    }
+    return dev->be->memory(dev->ctx, out);
+}
+
+const char *kiln_device_lost(kiln_device *dev)
+{
+    return dev && dev->be->lost ? dev->be->lost(dev->ctx) : NULL;
+}

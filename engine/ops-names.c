@@ -161,8 +161,9 @@ static const char *const entry_names[] = {
     [KILN_ENTRY_ADAM_STEP] = "adam_step",
     [KILN_ENTRY_INDEX_CHECK] = "index_check",
     [KILN_ENTRY_RNN] = "rnn",
+    [KILN_ENTRY_RNN_PACK] = "rnn_pack",
 };
-_Static_assert(KILN_ENTRY_COUNT == 34, "add the new entry to entry_names");
+_Static_assert(KILN_ENTRY_COUNT == 35, "add the new entry to entry_names");
 _Static_assert(sizeof entry_names / sizeof entry_names[0] == KILN_ENTRY_COUNT, "entry_names size");
 
 const char *kiln__entry_name(kiln_entry e)

@@ -16,9 +16,41 @@ static bool usable(const kiln_tensor *t, const kiln_device *dev)
     return !t || (t->dtype == KILN_F32 && kiln__dev(t) == dev && !kiln__ad_want(t));
 }
 
+kiln_tensor *kiln__rnn_pack(const kiln_rnn_params *p, kiln_tensor *w, kiln_tensor *r)
+{
+    if (!w || !r)
+        return NULL;
+    kiln_device *dev = kiln__dev(w);
+    const kiln_backend_iface *be = dev->be;
+    if (!be->rnn_pack_size || !be->rnn_pack || !usable(w, dev) || !usable(r, dev) ||
+        !kiln__supports(dev, KILN_ENTRY_RNN, (int)p->cell, KILN_F32, p))
+        return NULL;
+    int64_t n = be->rnn_pack_size(kiln__qctx(dev), p);
+    if (n <= 0)
+        return NULL;
+    kiln_tensor *packed = kiln__alloc(dev, KILN_F32, 1, &n, "rnn_pack");
+    kiln_tensor *cw = packed ? kiln__contiguous(w, "rnn_pack") : NULL,
+                *cr = cw ? kiln__contiguous(r, "rnn_pack") : NULL;
+    bool ok = cr != NULL;
+    if (ok) {
+        kiln_tdesc pd, wd, rd;
+        kiln__desc(packed, &pd);
+        kiln__desc(cw, &wd);
+        kiln__desc(cr, &rd);
+        ok = be->rnn_pack(kiln__qctx(dev), p, &pd, &wd, &rd) >= 0;
+    }
+    kiln_tensor_release(cw);
+    kiln_tensor_release(cr);
+    if (!ok) {
+        kiln_tensor_release(packed);
+        return NULL;
+    }
+    return kiln__ret(packed);
+}
+
 int kiln__rnn(const kiln_rnn_params *p, kiln_tensor *x, kiln_tensor *w, kiln_tensor *r, kiln_tensor *bias,
-              kiln_tensor *h0, kiln_tensor *c0, kiln_tensor *peep, kiln_tensor **y, kiln_tensor **yh,
-              kiln_tensor **yc)
+              kiln_tensor *h0, kiln_tensor *c0, kiln_tensor *peep, kiln_tensor *packed, kiln_tensor **y,
+              kiln_tensor **yh, kiln_tensor **yc)
 {
     *y = *yh = NULL;
     if (yc)
@@ -59,10 +91,25 @@ int kiln__rnn(const kiln_rnn_params *p, kiln_tensor *x, kiln_tensor *w, kiln_ten
         if (cell)
             kiln__desc(cell, &cd);
         ok = !lstm || out[2] || cell;
+        kiln_tdesc pd;
+        bool with_packed = packed && kiln__dev(packed) == dev && packed->dtype == KILN_F32 &&
+                           kiln_tensor_is_contiguous(packed);
+        if (with_packed)
+            kiln__desc(packed, &pd);
         kiln_rnn_operands o = {
-            .x = &d[0], .w = &d[1], .r = &d[2], .bias = c[3] ? &d[3] : NULL, .h0 = c[4] ? &d[4] : NULL,
-            .c0 = c[5] ? &d[5] : NULL, .peep = c[6] ? &d[6] : NULL,
-            .y = &od[0], .yh = &od[1], .yc = out[2] ? &od[2] : cell ? &cd : NULL,
+            .x = &d[0],
+            .w = &d[1],
+            .r = &d[2],
+            .bias = c[3] ? &d[3] : NULL,
+            .h0 = c[4] ? &d[4] : NULL,
+            .c0 = c[5] ? &d[5] : NULL,
+            .peep = c[6] ? &d[6] : NULL,
+            .y = &od[0],
+            .yh = &od[1],
+            .yc = out[2] ? &od[2]
+                  : cell ? &cd
+                         : NULL,
+            .packed = with_packed ? &pd : NULL,
         };
         if (ok && be->rnn(kiln__qctx(dev), p, &o) < 0)
             ok = false;

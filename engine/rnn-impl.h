@@ -16,7 +16,14 @@
  * grad: the caller composes the layer from tensor ops), -1 with a message on failure.
  */
 int kiln__rnn(const kiln_rnn_params *p, kiln_tensor *x, kiln_tensor *w, kiln_tensor *r, kiln_tensor *bias,
-              kiln_tensor *h0, kiln_tensor *c0, kiln_tensor *peep, kiln_tensor **y, kiln_tensor **yh,
-              kiln_tensor **yc);
+              kiln_tensor *h0, kiln_tensor *c0, kiln_tensor *peep, kiln_tensor *packed, kiln_tensor **y,
+              kiln_tensor **yh, kiln_tensor **yc);
+/*
+ * w and r (shaped as kiln__rnn takes them) in the device's pre-packed form for layers of p's
+ * cell, directions, input and hidden sizes, to hand to kiln__rnn as packed while they stay
+ * unchanged; NULL when the device has no such form or cannot take the layer (nothing set:
+ * the layer runs from w and r), or with a message on failure.
+ */
+kiln_tensor *kiln__rnn_pack(const kiln_rnn_params *p, kiln_tensor *w, kiln_tensor *r);
 
 #endif /* KILN_RNN_IMPL_H */

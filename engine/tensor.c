@@ -197,6 +197,7 @@ int kiln__same_device(const kiln_tensor *a, const kiln_tensor *b, const char *op
 
 /* Where each entry sits in the interface, to test it for NULL. */
 #define ENTRY(e, f) [e] = offsetof(kiln_backend_iface, f)
+/* clang-format off */
 static const size_t entry_offset[KILN_ENTRY_COUNT] = {
     ENTRY(KILN_ENTRY_FILL, fill), ENTRY(KILN_ENTRY_ARANGE, arange), ENTRY(KILN_ENTRY_COPY, copy),
     ENTRY(KILN_ENTRY_RNG, rng), ENTRY(KILN_ENTRY_UNARY, unary), ENTRY(KILN_ENTRY_BINARY, binary),
@@ -212,9 +213,11 @@ static const size_t entry_offset[KILN_ENTRY_COUNT] = {
     ENTRY(KILN_ENTRY_INTERPOLATE, interpolate), ENTRY(KILN_ENTRY_INTERPOLATE_BACKWARD, interpolate_backward),
     ENTRY(KILN_ENTRY_PAD, pad), ENTRY(KILN_ENTRY_SOFTMAX, softmax), ENTRY(KILN_ENTRY_LAYER_NORM, layer_norm),
     ENTRY(KILN_ENTRY_ADAM_STEP, adam_step), ENTRY(KILN_ENTRY_INDEX_CHECK, index_check), ENTRY(KILN_ENTRY_RNN, rnn),
+    ENTRY(KILN_ENTRY_RNN_PACK, rnn_pack),
 };
+/* clang-format on */
 #undef ENTRY
-_Static_assert(KILN_ENTRY_COUNT == 34, "a new kiln_entry needs its slot in entry_offset");
+_Static_assert(KILN_ENTRY_COUNT == 35, "a new kiln_entry needs its slot in entry_offset");
 
 bool kiln__iface_has(const kiln_backend_iface *be, kiln_entry e)
 {

@@ -398,6 +398,8 @@ FWD(KILN_ENTRY_LAYER_NORM, layer_norm, (void *qctx, T out, T mean, T rstd, T x, 
 FWD(KILN_ENTRY_ADAM_STEP, adam_step, (void *qctx, const kiln_adam_params *p, T prm, T g, T m, T v, T vmax),
     (q->iq, p, prm, g, m, v, vmax))
 FWD(KILN_ENTRY_RNN, rnn, (void *qctx, const kiln_rnn_params *p, const kiln_rnn_operands *o), (q->iq, p, o))
+FWD(KILN_ENTRY_RNN_PACK, rnn_pack, (void *qctx, const kiln_rnn_params *p, T packed, T w, T r),
+    (q->iq, p, packed, w, r))
 #undef T
 
 static int64_t counting_conv_pack_size(void *qctx, const kiln_conv_params *p, const kiln_tdesc *x,
@@ -405,6 +407,13 @@ static int64_t counting_conv_pack_size(void *qctx, const kiln_conv_params *p, co
 {
     cq *q = qctx;
     return q->d->in->conv_pack_size ? q->d->in->conv_pack_size(q->iq, p, x, w) : 0;
+}
+
+/* Not counted, as conv_pack_size is not: a size query launches nothing. */
+static int64_t counting_rnn_pack_size(void *qctx, const kiln_rnn_params *p)
+{
+    cq *q = qctx;
+    return q->d->in->rnn_pack_size ? q->d->in->rnn_pack_size(q->iq, p) : 0;
 }
 
 static const kiln_backend_iface counting_iface = {
@@ -467,6 +476,8 @@ static const kiln_backend_iface counting_iface = {
     .layer_norm = counting_layer_norm,
     .adam_step = counting_adam_step,
     .rnn = counting_rnn,
+    .rnn_pack_size = counting_rnn_pack_size,
+    .rnn_pack = counting_rnn_pack,
 };
 
 const kiln_backend_iface *kiln_backend_counting(void)

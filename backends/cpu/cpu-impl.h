@@ -455,19 +455,28 @@ int64_t kiln__cpu_conv_pack_size(void *ctx, const kiln_conv_params *p, const kil
 int kiln__cpu_conv_pack(void *ctx, const kiln_tdesc *packed, const kiln_tdesc *w);
 int kiln__cpu_epilogue(void *ctx, const kiln_tdesc *out, const kiln_epilogue *ep);
 int kiln__cpu_rnn(void *ctx, const kiln_rnn_params *p, const kiln_rnn_operands *o);
-/** The recurrent product of a fused LSTM/GRU step (cpu-rnn-dot.c): whether the device's
- *  kernel table has it for that many rows; Rᵀ of R [N, H] into RT [H, N]; and g[b·ldg + j] = the sum over
- *  k < H of h[b·H + k] · RT[k·ldr + j], b < bn, j < N (only when _ok said yes). */
+int64_t kiln__cpu_rnn_pack_size(void *ctx, const kiln_rnn_params *p);
+int kiln__cpu_rnn_pack_weights(void *ctx, const kiln_rnn_params *p, const kiln_tdesc *packed, const kiln_tdesc *w,
+                               const kiln_tdesc *r);
+/** The products of a fused LSTM/GRU layer (cpu-rnn-dot.c) run over weights transposed into
+ *  column panels: a matrix M [N, K] (R or W as ONNX stores them, one row per gate unit)
+ *  becomes ceil(N / RNN_PANEL) panels of K rows of RNN_PANEL floats, panel p row k column
+ *  c holding M[p·RNN_PANEL + c][k] (zero past N). _panels_size is that length in floats,
+ *  _pack writes it. _dot_ok: whether the device's kernel table has the recurrent product
+ *  for that many rows; _dot: g[b·ldg + j] = the sum over k < K of h[b·ldh + k] · M[j][k],
+ *  b < bn, j < N, from the panels P (only when _dot_ok said yes). */
+#define RNN_PANEL 64
 bool kiln__cpu_rnn_dot_ok(const kiln__cpu_ctx *ctx, int64_t rows);
-void kiln__cpu_rnn_pack(const kiln__cpu_ctx *ctx, const float *R, int64_t N, int64_t H, float *RT);
-/** out[m·ldo + j] = init[j] (0 when NULL) + the sum over k < K of x[m·K + k] · WT[k·N + j],
- *  m < M, j < N: a layer's input projections over Wᵀ, only where _project_ok says the
- *  device's table has a kernel for it that beats BLAS (AVX-512). */
-bool kiln__cpu_rnn_project_ok(const kiln__cpu_ctx *ctx);
-void kiln__cpu_rnn_project(const kiln__cpu_ctx *ctx, const float *WT, int64_t N, int64_t K, const float *x,
-                           int64_t M, float *out, int64_t ldo, const float *init);
-void kiln__cpu_rnn_dot(const kiln__cpu_ctx *ctx, const float *RT, int64_t ldr, int64_t N, int64_t H, const float *h,
+int64_t kiln__cpu_rnn_panels_size(int64_t N, int64_t K);
+void kiln__cpu_rnn_pack(const kiln__cpu_ctx *ctx, const float *M, int64_t N, int64_t K, float *P);
+void kiln__cpu_rnn_dot(const kiln__cpu_ctx *ctx, const float *P, int64_t N, int64_t K, const float *h, int64_t ldh,
                        int64_t bn, float *g, int64_t ldg);
+/** out[m·ldo + j] = init[j] (0 when NULL) + the sum over k < K of x[m·K + k] · W[j][k],
+ *  m < M, j < N: a layer's input projections over W's panels, only where _project_ok says
+ *  the device's table has a kernel for it that beats BLAS (AVX-512). */
+bool kiln__cpu_rnn_project_ok(const kiln__cpu_ctx *ctx);
+void kiln__cpu_rnn_project(const kiln__cpu_ctx *ctx, const float *WP, int64_t N, int64_t K, const float *x,
+                           int64_t M, float *out, int64_t ldo, const float *init);
 int kiln__cpu_conv(void *ctx, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
                    const kiln_tdesc *w, const kiln_tdesc *bias);
 int kiln__cpu_conv_backward_input(void *ctx, const kiln_conv_params *p, const kiln_tdesc *grad_x,

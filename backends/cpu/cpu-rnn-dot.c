@@ -6,9 +6,9 @@
  * at the speed R streams from the caches. OpenBLAS's sgemv (its AVX2 kernel, through the
  * generic interface) and a dot product per row (sixteen rows side by side, each reduced
  * across its lanes at the end) both reached about a third of that. So R is transposed once
- * per layer into per-job scratch (kiln__cpu_rnn_pack) and each step reads it row after row
- * in k: g[j..j+127] += h[k] · Rᵀ[k][j..j+127], eight vector accumulators, no reductions,
- * one broadcast per k. Built with per-function target attributes and chosen by the kernel
+ * per layer into column panels (kiln__cpu_rnn_pack) and each step reads a panel row after
+ * row in k: g[j..j+63] += h[k] · Rᵀ[k][j..j+63], vector accumulators, no reductions, one
+ * broadcast per k. Built with per-function target attributes and chosen by the kernel
  * table the device picked (KILN_CPU_KERNELS caps it), so libkiln still runs on any
  * x86-64; elsewhere the caller uses BLAS.
  */
@@ -17,90 +17,91 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-/* Columns per block: eight accumulators of 16 (AVX-512) or 8 (AVX2) lanes. */
-#define BLOCK256 64
+/* Rᵀ and Wᵀ are kept in column panels (kiln__cpu_rnn_pack): panel p holds columns
+ * [64p, 64p + 64) of the transpose, K rows of 64 floats one after the other, the columns past
+ * N zero. A kernel walking down a panel reads one contiguous 256-byte row per k. (Read
+ * straight out of an [K, N] transpose, those rows were N floats apart: at N = 2048 every
+ * row of a block fell into the same few cache sets, so a 128 KiB block that should have
+ * stayed in L2 while the batch rows passed over it was mostly evicted before its reuse.) */
+#define PANEL RNN_PANEL
 
-/* g[j0 .. j0 + 16·U) of one row, the last vector masked by `last`; U a constant, so the
- * accumulators stay in registers (loops over a variable count of them went to the stack). */
-#define BCAST_COLS_512(U)                                                                                \
-    __attribute__((target("avx512f"), always_inline)) static inline void bcast_cols##U(                 \
-        const float *rt, int64_t ldr, int64_t H, const float *hb, float *out, __mmask16 last)             \
-    {                                                                                                    \
-        __m512 acc[U];                                                                                   \
-        for (int u = 0; u < U; u++)                                                                      \
-            acc[u] = _mm512_setzero_ps();                                                                \
-        for (int64_t k = 0; k < H; k++, rt += ldr) {                                                     \
-            __m512 hk = _mm512_set1_ps(hb[k]);                                                           \
-            for (int u = 0; u < U - 1; u++)                                                              \
-                acc[u] = _mm512_fmadd_ps(_mm512_loadu_ps(rt + 16 * u), hk, acc[u]);                      \
-            acc[U - 1] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(last, rt + 16 * (U - 1)), hk, acc[U - 1]); \
-        }                                                                                                \
-        for (int u = 0; u < U - 1; u++)                                                                  \
-            _mm512_storeu_ps(out + 16 * u, acc[u]);                                                      \
-        _mm512_mask_storeu_ps(out + 16 * (U - 1), last, acc[U - 1]);                                     \
-    }
-BCAST_COLS_512(8)
-BCAST_COLS_512(4)
-BCAST_COLS_512(2)
-BCAST_COLS_512(1)
-
-__attribute__((target("avx512f"))) static void bcast_avx512(const float *RT, int64_t ldr, int64_t N, int64_t H,
-                                                            const float *h, int64_t bn, float *g, int64_t ldg)
+/* out[0 .. n) of one row over one panel pair, the accumulators in registers. np is 1 or 2
+ * (a constant after inlining); the tail of a panel past n is computed on its zeros and not
+ * stored. */
+__attribute__((target("avx512f"), always_inline)) static inline void row_panels_avx512(const float *p0,
+                                                                                       const float *p1, int64_t K,
+                                                                                       const float *hb, float *out,
+                                                                                       int64_t n, int np)
 {
-    for (int64_t b = 0; b < bn; b++) {
-        const float *hb = h + b * H;
-        for (int64_t j0 = 0; j0 < N;) {
-            int64_t nj = N - j0;
-            /* the widest block whose last vector is not empty */
-            int U = nj > 112 ? 8 : nj > 48 ? 4 : nj > 16 ? 2 : 1;
-            int64_t w = nj < 16 * U ? nj : 16 * U, tail = w - 16 * (U - 1);
-            __mmask16 last = tail >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << tail) - 1);
-            float *out = g + b * ldg + j0;
-            if (U == 8)
-                bcast_cols8(RT + j0, ldr, H, hb, out, last);
-            else if (U == 4)
-                bcast_cols4(RT + j0, ldr, H, hb, out, last);
-            else if (U == 2)
-                bcast_cols2(RT + j0, ldr, H, hb, out, last);
-            else
-                bcast_cols1(RT + j0, ldr, H, hb, out, last);
-            j0 += w;
-        }
+    __m512 a[8];
+    for (int u = 0; u < 8; u++)
+        a[u] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k++, p0 += PANEL, p1 += PANEL) {
+        __m512 hk = _mm512_set1_ps(hb[k]);
+        for (int u = 0; u < 4; u++)
+            a[u] = _mm512_fmadd_ps(_mm512_loadu_ps(p0 + 16 * u), hk, a[u]);
+        if (np == 2)
+            for (int u = 0; u < 4; u++)
+                a[4 + u] = _mm512_fmadd_ps(_mm512_loadu_ps(p1 + 16 * u), hk, a[4 + u]);
+    }
+    for (int u = 0; u < 4 * np; u++) {
+        int64_t left = n - 16 * u;
+        if (left <= 0)
+            break;
+        __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+        _mm512_mask_storeu_ps(out + 16 * u, m, a[u]);
     }
 }
 
-/* Rows four at a time against 64 columns: sixteen accumulators, Rᵀ read once per four
+__attribute__((target("avx512f"))) static void bcast_avx512(const float *P, int64_t N, int64_t K, const float *h,
+                                                            int64_t ldh, int64_t bn, float *g, int64_t ldg)
+{
+    int64_t npan = (N + PANEL - 1) / PANEL;
+    for (int64_t b = 0; b < bn; b++) {
+        const float *hb = h + b * ldh;
+        float *gb = g + b * ldg;
+        int64_t p = 0;
+        for (; p + 2 <= npan; p += 2) /* two panels: eight independent accumulators */
+            row_panels_avx512(P + p * PANEL * K, P + (p + 1) * PANEL * K, K, hb, gb + p * PANEL,
+                              N - p * PANEL < 2 * PANEL ? N - p * PANEL : 2 * PANEL, 2);
+        if (p < npan)
+            row_panels_avx512(P + p * PANEL * K, P + p * PANEL * K, K, hb, gb + p * PANEL, N - p * PANEL, 1);
+    }
+}
+
+/* Rows four at a time against one panel: sixteen accumulators, the panel read once per four
  * rows, so a projection of many rows (x·Wᵀ) runs near the FMA units' rate. init, when
  * given, is a row of N values every output row starts from (the biases). Columns past N
- * are masked (loads give zeros, stores are skipped). */
-__attribute__((target("avx512f"))) static void bcast4_avx512(const float *RT, int64_t ldr, int64_t N, int64_t H,
-                                                             const float *h, int64_t ldh, int64_t bn, float *g,
-                                                             int64_t ldg, const float *init)
+ * are not stored. */
+__attribute__((target("avx512f"))) static void bcast4_avx512(const float *P, int64_t N, int64_t K, const float *h,
+                                                             int64_t ldh, int64_t bn, float *g, int64_t ldg,
+                                                             const float *init)
 {
     int64_t b4 = bn - bn % 4;
-    /* column blocks outside, rows inside: a block of Rᵀ (H x 64) stays in L2 while every
-     * row passes over it, so Rᵀ streams from memory once per call however many rows */
-    for (int64_t j0 = 0; j0 < N; j0 += 64) {
+    /* panels outside, rows inside: a panel (K x 64) stays in L2 while every row passes
+     * over it, so Rᵀ streams from memory once per call however many rows */
+    for (int64_t j0 = 0; j0 < N; j0 += PANEL) {
+        const float *panel = P + j0 * K;
+        int64_t nj = N - j0;
+        __mmask16 m0 = nj >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nj) - 1);
+        __mmask16 m1 = nj >= 32 ? (__mmask16)0xFFFF : nj > 16 ? (__mmask16)((1u << (nj - 16)) - 1) : 0;
+        __mmask16 m2 = nj >= 48 ? (__mmask16)0xFFFF : nj > 32 ? (__mmask16)((1u << (nj - 32)) - 1) : 0;
+        __mmask16 m3 = nj >= 64 ? (__mmask16)0xFFFF : nj > 48 ? (__mmask16)((1u << (nj - 48)) - 1) : 0;
+        __m512 i0 = _mm512_setzero_ps(), i1 = i0, i2 = i0, i3 = i0;
+        if (init) {
+            i0 = _mm512_maskz_loadu_ps(m0, init + j0);
+            i1 = _mm512_maskz_loadu_ps(m1, init + j0 + 16);
+            i2 = _mm512_maskz_loadu_ps(m2, init + j0 + 32);
+            i3 = _mm512_maskz_loadu_ps(m3, init + j0 + 48);
+        }
         for (int64_t b = 0; b < b4; b += 4) {
             const float *h0 = h + b * ldh, *h1 = h0 + ldh, *h2 = h1 + ldh, *h3 = h2 + ldh;
-            int64_t nj = N - j0;
-            __mmask16 m0 = nj >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nj) - 1);
-            __mmask16 m1 = nj >= 32 ? (__mmask16)0xFFFF : nj > 16 ? (__mmask16)((1u << (nj - 16)) - 1) : 0;
-            __mmask16 m2 = nj >= 48 ? (__mmask16)0xFFFF : nj > 32 ? (__mmask16)((1u << (nj - 32)) - 1) : 0;
-            __mmask16 m3 = nj >= 64 ? (__mmask16)0xFFFF : nj > 48 ? (__mmask16)((1u << (nj - 48)) - 1) : 0;
-            __m512 i0 = _mm512_setzero_ps(), i1 = i0, i2 = i0, i3 = i0;
-            if (init) {
-                i0 = _mm512_maskz_loadu_ps(m0, init + j0);
-                i1 = _mm512_maskz_loadu_ps(m1, init + j0 + 16);
-                i2 = _mm512_maskz_loadu_ps(m2, init + j0 + 32);
-                i3 = _mm512_maskz_loadu_ps(m3, init + j0 + 48);
-            }
             __m512 a00 = i0, a01 = i1, a02 = i2, a03 = i3, a10 = i0, a11 = i1, a12 = i2, a13 = i3;
             __m512 a20 = i0, a21 = i1, a22 = i2, a23 = i3, a30 = i0, a31 = i1, a32 = i2, a33 = i3;
-            const float *rt = RT + j0;
-            for (int64_t k = 0; k < H; k++, rt += ldr) {
-                __m512 w0 = _mm512_maskz_loadu_ps(m0, rt), w1 = _mm512_maskz_loadu_ps(m1, rt + 16);
-                __m512 w2 = _mm512_maskz_loadu_ps(m2, rt + 32), w3 = _mm512_maskz_loadu_ps(m3, rt + 48);
+            const float *rt = panel;
+            for (int64_t k = 0; k < K; k++, rt += PANEL) {
+                __m512 w0 = _mm512_loadu_ps(rt), w1 = _mm512_loadu_ps(rt + 16);
+                __m512 w2 = _mm512_loadu_ps(rt + 32), w3 = _mm512_loadu_ps(rt + 48);
                 __m512 x = _mm512_set1_ps(h0[k]);
                 a00 = _mm512_fmadd_ps(w0, x, a00), a01 = _mm512_fmadd_ps(w1, x, a01);
                 a02 = _mm512_fmadd_ps(w2, x, a02), a03 = _mm512_fmadd_ps(w3, x, a03);
@@ -129,7 +130,7 @@ __attribute__((target("avx512f"))) static void bcast4_avx512(const float *RT, in
         }
     }
     for (int64_t b = b4; b < bn; b++) { /* the last rows one at a time */
-        bcast_avx512(RT, ldr, N, H, h + b * ldh, 1, g + b * ldg, ldg);
+        bcast_avx512(P, N, K, h + b * ldh, ldh, 1, g + b * ldg, ldg);
         if (init)
             for (int64_t j = 0; j < N; j++)
                 g[b * ldg + j] += init[j];
@@ -159,40 +160,31 @@ __attribute__((target("avx2,fma"))) static void transpose8_avx2(const float *src
     }
 }
 
-__attribute__((target("avx2,fma"))) static void bcast_avx2(const float *RT, int64_t ldr, int64_t N, int64_t H,
-                                                          const float *h, int64_t bn, float *g, int64_t ldg)
+__attribute__((target("avx2,fma"))) static void bcast_avx2(const float *P, int64_t N, int64_t K, const float *h,
+                                                           int64_t ldh, int64_t bn, float *g, int64_t ldg)
 {
-    int64_t nfull = N - N % 8;
     for (int64_t b = 0; b < bn; b++) {
-        const float *hb = h + b * H;
+        const float *hb = h + b * ldh;
         float *gb = g + b * ldg;
-        for (int64_t j0 = 0; j0 < nfull; j0 += BLOCK256) {
-            int nv = (int)((nfull - j0 < BLOCK256 ? nfull - j0 : BLOCK256) / 8);
+        for (int64_t j0 = 0; j0 < N; j0 += PANEL) {
             __m256 acc[8];
             for (int u = 0; u < 8; u++)
                 acc[u] = _mm256_setzero_ps();
-            const float *rt = RT + j0;
-            if (nv == 8) {
-                for (int64_t k = 0; k < H; k++, rt += ldr) {
-                    __m256 hk = _mm256_set1_ps(hb[k]);
-                    for (int u = 0; u < 8; u++)
-                        acc[u] = _mm256_fmadd_ps(_mm256_loadu_ps(rt + 8 * u), hk, acc[u]);
-                }
-            } else {
-                for (int64_t k = 0; k < H; k++, rt += ldr) {
-                    __m256 hk = _mm256_set1_ps(hb[k]);
-                    for (int u = 0; u < nv; u++)
-                        acc[u] = _mm256_fmadd_ps(_mm256_loadu_ps(rt + 8 * u), hk, acc[u]);
-                }
+            const float *rt = P + j0 * K;
+            for (int64_t k = 0; k < K; k++, rt += PANEL) {
+                __m256 hk = _mm256_set1_ps(hb[k]);
+                for (int u = 0; u < 8; u++)
+                    acc[u] = _mm256_fmadd_ps(_mm256_loadu_ps(rt + 8 * u), hk, acc[u]);
             }
-            for (int u = 0; u < nv; u++)
-                _mm256_storeu_ps(gb + j0 + 8 * u, acc[u]);
-        }
-        for (int64_t j = nfull; j < N; j++) { /* the last N % 8 columns */
-            float s = 0.0f;
-            for (int64_t k = 0; k < H; k++)
-                s = fmaf(hb[k], RT[k * ldr + j], s);
-            gb[j] = s;
+            if (N - j0 >= PANEL) {
+                for (int u = 0; u < 8; u++)
+                    _mm256_storeu_ps(gb + j0 + 8 * u, acc[u]);
+            } else { /* the last panel's columns past N are zeros of the padding */
+                float last[PANEL];
+                for (int u = 0; u < 8; u++)
+                    _mm256_storeu_ps(last + 8 * u, acc[u]);
+                memcpy(gb + j0, last, (size_t)(N - j0) * sizeof *last);
+            }
         }
     }
 }
@@ -209,24 +201,37 @@ bool kiln__cpu_rnn_dot_ok(const kiln__cpu_ctx *ctx, int64_t rows)
 #endif
 }
 
-void kiln__cpu_rnn_pack(const kiln__cpu_ctx *ctx, const float *R, int64_t N, int64_t H, float *RT)
+int64_t kiln__cpu_rnn_panels_size(int64_t N, int64_t K)
 {
-    int64_t j8 = 0, k8 = 0;
+    return (N + PANEL - 1) / PANEL * PANEL * K;
+}
+
+void kiln__cpu_rnn_pack(const kiln__cpu_ctx *ctx, const float *R, int64_t N, int64_t K, float *P)
+{
+    int64_t npan = (N + PANEL - 1) / PANEL;
+    for (int64_t p = 0; p < npan; p++) {
+        float *panel = P + p * PANEL * K;
+        int64_t c0 = p * PANEL, nc = N - c0 < PANEL ? N - c0 : PANEL, c8 = 0, k8 = 0;
 #if defined(__x86_64__)
-    if (kiln__cpu_rnn_dot_ok(ctx, 1)) { /* whole 8x8 blocks with vectors, the edges below */
-        j8 = N - N % 8, k8 = H - H % 8;
-        /* along Rᵀ's rows, so each of its cache lines is written whole while it is hot
-         * (down its columns, every line was written an eighth at a time) */
-        for (int64_t k0 = 0; k0 < k8; k0 += 8)
-            for (int64_t j0 = 0; j0 < j8; j0 += 8)
-                transpose8_avx2(R + j0 * H + k0, H, RT + k0 * N + j0, N);
-    }
+        if (ctx->k == &kiln__cpu_kernels_avx512 || ctx->k == &kiln__cpu_kernels_avx2) {
+            /* whole 8x8 blocks with vectors, along the panel's rows so each of its cache
+             * lines is written whole while it is hot; the edges below */
+            c8 = nc - nc % 8, k8 = K - K % 8;
+            for (int64_t k0 = 0; k0 < k8; k0 += 8)
+                for (int64_t j = 0; j < c8; j += 8)
+                    transpose8_avx2(R + (c0 + j) * K + k0, K, panel + k0 * PANEL + j, PANEL);
+        }
 #else
-    (void)ctx;
+        (void)ctx;
 #endif
-    for (int64_t j = 0; j < N; j++)
-        for (int64_t k = j < j8 ? k8 : 0; k < H; k++)
-            RT[k * N + j] = R[j * H + k];
+        for (int64_t k = 0; k < K; k++) {
+            float *row = panel + k * PANEL;
+            for (int64_t j = k < k8 ? c8 : 0; j < nc; j++)
+                row[j] = R[(c0 + j) * K + k];
+            for (int64_t j = nc; j < PANEL; j++)
+                row[j] = 0.0f;
+        }
+    }
 }
 
 bool kiln__cpu_rnn_project_ok(const kiln__cpu_ctx *ctx)
@@ -239,26 +244,26 @@ bool kiln__cpu_rnn_project_ok(const kiln__cpu_ctx *ctx)
 #endif
 }
 
-void kiln__cpu_rnn_project(const kiln__cpu_ctx *ctx, const float *WT, int64_t N, int64_t K, const float *x,
+void kiln__cpu_rnn_project(const kiln__cpu_ctx *ctx, const float *WP, int64_t N, int64_t K, const float *x,
                            int64_t M, float *out, int64_t ldo, const float *init)
 {
 #if defined(__x86_64__)
-    bcast4_avx512(WT, N, N, K, x, K, M, out, ldo, init);
+    bcast4_avx512(WP, N, K, x, K, M, out, ldo, init);
 #endif
-    (void)ctx, (void)WT, (void)N, (void)K, (void)x, (void)M, (void)out, (void)ldo, (void)init;
+    (void)ctx, (void)WP, (void)N, (void)K, (void)x, (void)M, (void)out, (void)ldo, (void)init;
 }
 
-void kiln__cpu_rnn_dot(const kiln__cpu_ctx *ctx, const float *RT, int64_t ldr, int64_t N, int64_t H, const float *h,
+void kiln__cpu_rnn_dot(const kiln__cpu_ctx *ctx, const float *P, int64_t N, int64_t K, const float *h, int64_t ldh,
                        int64_t bn, float *g, int64_t ldg)
 {
 #if defined(__x86_64__)
     if (ctx->k == &kiln__cpu_kernels_avx512 && bn >= 4)
-        bcast4_avx512(RT, ldr, N, H, h, H, bn, g, ldg, NULL);
+        bcast4_avx512(P, N, K, h, ldh, bn, g, ldg, NULL);
     else if (ctx->k == &kiln__cpu_kernels_avx512)
-        bcast_avx512(RT, ldr, N, H, h, bn, g, ldg);
+        bcast_avx512(P, N, K, h, ldh, bn, g, ldg);
     else
-        bcast_avx2(RT, ldr, N, H, h, bn, g, ldg);
+        bcast_avx2(P, N, K, h, ldh, bn, g, ldg);
 #else
-    (void)ctx, (void)RT, (void)ldr, (void)N, (void)H, (void)h, (void)bn, (void)g, (void)ldg;
+    (void)ctx, (void)P, (void)N, (void)K, (void)h, (void)ldh, (void)bn, (void)g, (void)ldg;
 #endif
 }

@@ -1,5 +1,6 @@
 /*
- * bench/onnx/onnx-run.c — time kiln_onnx_run on one exported model, on the cpu device.
+ * bench/onnx/onnx-run.c — time kiln_onnx_run on one exported model, on the cpu device
+ * (or the device KILN_BENCH_DEVICE names, such as cuda:0; each run ends with a device sync).
  *
  *     onnx-run MODEL.onnx IO.safetensors [RUNS]
  *
@@ -64,7 +65,8 @@ int main(int argc, char **argv) {
     }
     int runs = argc > 3 ? atoi(argv[3]) : 10;
     if (runs < 1) runs = 1;
-    kiln_device *dev = kiln_device_open("cpu");
+    const char *spec = getenv("KILN_BENCH_DEVICE");
+    kiln_device *dev = kiln_device_open(spec && *spec ? spec : "cpu");
     if (!dev) { fprintf(stderr, "onnx-run: %s\n", kiln_error()); return 1; }
     /* KILN_BENCH_FUSE=0 turns the load-time epilogue fusion off, to measure what it buys */
     kiln_onnx_options opts = kiln_onnx_options_default();
@@ -90,7 +92,10 @@ int main(int argc, char **argv) {
     for (int r = -2; r < runs; r++) {
         for (int i = 0; i < nout; i++) { kiln_tensor_release(outs[i]); outs[i] = NULL; }
         double t0 = now_ms();
-        if (kiln_onnx_run(m, nin, names, ins, nout, outs)) { fprintf(stderr, "onnx-run: %s\n", kiln_error()); return 1; }
+        if (kiln_onnx_run(m, nin, names, ins, nout, outs) || kiln_device_sync(dev)) {
+            fprintf(stderr, "onnx-run: %s\n", kiln_error());
+            return 1;
+        }
         if (r >= 0) t[r] = now_ms() - t0;
     }
     kiln_no_grad_end();

@@ -108,8 +108,9 @@ typedef struct kiln__onnx_node {
     int fuse_act;
     double fuse_alpha, fuse_beta;
     int fuse_residual, fuse_bias;
-    /* A Conv's pre-packed weight, made at its first run without grad (onnx-ops-nn.c) and
-     * dropped by kiln_onnx_set_trainable; NULL for other nodes. */
+    /* A Conv's pre-packed weight, or an LSTM's or GRU's W and R, made at its first run
+     * without grad (onnx-ops-nn.c, onnx-ops-rnn.c) and dropped by kiln_onnx_set_trainable;
+     * NULL for other nodes. */
     struct kiln__onnx_pack *pack;
 } kiln__onnx_node;
 
@@ -118,6 +119,8 @@ typedef struct kiln__onnx_pack {
     bool tried;              /* made, or found not to be worth making */
     const void *storage;     /* the weight's storage and its write version when made: */
     unsigned version;        /* an optimizer step or copy into the weight makes it stale */
+    const void *storage2;    /* the same for a second weight (R of a recurrent layer) */
+    unsigned version2;
 } kiln__onnx_pack;
 
 /*

@@ -9,7 +9,9 @@
  * sequence_lens, initial_h, initial_c and P (peepholes) are all supported.
  *
  * A layer first goes to the device's fused entry (engine/ops-rnn.c), which takes it when
- * the tensors are f32 and nothing records gradients; otherwise it is unrolled over time
+ * the tensors are f32 and nothing records gradients, with W and R in the device's packed
+ * form made once and kept on the node while they stay unchanged (weights_packed);
+ * otherwise it is unrolled over time
  * with kiln ops, so autodiff runs through it like any other op. There the input
  * projection of every time step is one matmul up front ([T, B, I] x Wᵀ) and only the
  * recurrent product runs per step; rows past their sequence_lens are held by a mask.
@@ -20,8 +22,10 @@
 #include <string.h>
 #include <strings.h>
 
+#include "kiln/autodiff.h"
 #include "onnx-impl.h"
 #include "rnn-impl.h"
+#include "tensor-impl.h"
 
 #define NEED(k) do { if (nin < (k) || !in[(k) - 1]) return kiln__onnx_fail(n, "needs %d inputs", (k)); } while (0)
 #define MAX_T 65536
@@ -319,6 +323,32 @@ static int run_composed(const kiln__onnx_node *n, const rnn_layer *L, kiln_tenso
 
 /* ------------------------------------------------------------------ the operators */
 
+/* W and R in the device's packed form, made at the first run that can use it and kept
+ * while both are the same storages at the same write versions (an optimizer step, a copy
+ * into a weight, or a refresh of the weight-derived values makes it again); NULL while
+ * either records gradients (the layer is then composed) or the device has no such form. */
+static kiln_tensor *weights_packed(const kiln__onnx_node *n, const rnn_layer *L)
+{
+    kiln__onnx_pack *pk = n->pack;
+    if (!pk || kiln_tensor_requires_grad(L->w) || kiln_tensor_requires_grad(L->r))
+        return NULL;
+    unsigned vw = atomic_load(&L->w->storage->version), vr = atomic_load(&L->r->storage->version);
+    if (pk->tried && (pk->storage != L->w->storage || pk->version != vw || pk->storage2 != L->r->storage ||
+                      pk->version2 != vr || (pk->t && kiln__dev(pk->t) != kiln__dev(L->w)))) {
+        kiln_tensor_release(pk->t);
+        *pk = (kiln__onnx_pack){0};
+    }
+    if (!pk->tried) {
+        kiln_no_grad_begin();
+        pk->t = kiln_keep(kiln__rnn_pack(&L->p, L->w, L->r));
+        kiln_no_grad_end();
+        pk->tried = true;
+        pk->storage = L->w->storage, pk->version = vw;
+        pk->storage2 = L->r->storage, pk->version2 = vr;
+    }
+    return pk->t;
+}
+
 static int run_rnn(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out, bool lstm)
 {
     NEED(3);
@@ -330,7 +360,8 @@ static int run_rnn(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, in
         return -1;
     }
     kiln_tensor *y = NULL, *yh = NULL, *yc = NULL;
-    int rc = kiln__rnn(&L.p, L.x, L.w, L.r, L.b, L.h0, L.c0, L.peep, &y, &yh, lstm ? &yc : NULL);
+    int rc = kiln__rnn(&L.p, L.x, L.w, L.r, L.b, L.h0, L.c0, L.peep, weights_packed(n, &L), &y, &yh,
+                       lstm ? &yc : NULL);
     if (rc == 0)
         rc = run_composed(n, &L, &y, &yh, lstm ? &yc : NULL) ? -1 : 1;
     free(L.lens);

@@ -101,24 +101,24 @@ static void test_life_cycle(void)
     CHECK(caps.host_memory && !caps.async);
     /* Every entry is filled: ref is the oracle, nothing may be left to composition. The
      * exceptions: open_spec (only backends addressed by a whole spec, remote://..., have
-     * one) and the fused fast paths (conv_fused, epilogue, conv_pack_size, conv_pack, rnn),
-     * whose meaning is defined as the composed ops: ref computing them by composition is
-     * what makes it the oracle for the backends that fuse. */
+     * one) and the fused fast paths (conv_fused, epilogue, conv_pack_size, conv_pack, rnn,
+     * rnn_pack_size, rnn_pack), whose meaning is defined as the composed ops: ref computing
+     * them by composition is what makes it the oracle for the backends that fuse. */
     const void *const *slots = (const void *const *)&R->open;
     size_t nslots = (sizeof *R - offsetof(kiln_backend_iface, open)) / sizeof(void *);
     size_t spec_slot = (offsetof(kiln_backend_iface, open_spec) - offsetof(kiln_backend_iface, open)) / sizeof(void *);
     CHECK(R->open_spec == NULL);
     CHECK(R->conv_fused == NULL && R->epilogue == NULL && R->conv_pack_size == NULL && R->conv_pack == NULL);
-    CHECK(R->rnn == NULL);
+    CHECK(R->rnn == NULL && R->rnn_pack_size == NULL && R->rnn_pack == NULL);
 #define SLOT(f) ((offsetof(kiln_backend_iface, f) - offsetof(kiln_backend_iface, open)) / sizeof(void *))
     /* and the entries a backend that finishes work at submission has no use for: queues
      * and events, pinned host memory, device-to-device copies, options, capability
      * refinements and counters (backends/backend.h gives each its default) */
     const size_t fused_slots[] = {
-        SLOT(conv_fused), SLOT(epilogue), SLOT(conv_pack_size), SLOT(conv_pack), SLOT(rnn),
-        SLOT(open_opts), SLOT(queue_open), SLOT(queue_close), SLOT(event_record), SLOT(event_wait),
-        SLOT(event_sync), SLOT(event_query), SLOT(event_free), SLOT(supports), SLOT(host_alloc),
-        SLOT(host_free), SLOT(buffer_copy_peer), SLOT(counters),
+        SLOT(conv_fused), SLOT(epilogue),         SLOT(conv_pack_size), SLOT(conv_pack),     SLOT(rnn),
+        SLOT(open_opts),  SLOT(queue_open),       SLOT(queue_close),    SLOT(event_record),  SLOT(event_wait),
+        SLOT(event_sync), SLOT(event_query),      SLOT(event_free),     SLOT(supports),      SLOT(host_alloc),
+        SLOT(host_free),  SLOT(buffer_copy_peer), SLOT(counters),       SLOT(rnn_pack_size), SLOT(rnn_pack),
     };
 #undef SLOT
     for (size_t i = 0; i < nslots; i++) {

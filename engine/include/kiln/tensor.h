@@ -146,6 +146,23 @@ typedef struct kiln_device_counters {
  *  primitive entry named entry ("matmul", "unary", ...; 0 for an unknown name). */
 int kiln_device_counters_get(kiln_device *dev, kiln_device_counters *out, const char *entry, uint64_t *calls_of);
 
+/** A device allocator's figures (the cuda backend's caching allocator), in bytes of
+ *  device memory unless named otherwise. */
+typedef struct kiln_device_memory {
+    uint64_t in_use_bytes;   /* held by live buffers */
+    uint64_t cached_bytes;   /* freed buffers kept for reuse */
+    uint64_t reserved_bytes; /* taken from the device: in use + cached */
+    uint64_t peak_in_use_bytes;
+    uint64_t device_allocs; /* allocations that reached the device (cudaMalloc) */
+    uint64_t reuses;        /* allocations served from the cache */
+} kiln_device_memory;
+/** Fill *out from a device whose backend keeps memory figures; KILN_ENOTSUP with a
+ *  message naming the device for one that keeps none (ref, cpu, remote). */
+int kiln_device_memory_get(kiln_device *dev, kiln_device_memory *out);
+/** Why dev stopped working — a fault that lost the device's state (an illegal address on
+ *  a GPU), after which every op on it fails — or NULL while it works (and for NULL). */
+const char *kiln_device_lost(kiln_device *dev);
+
 /* ------------------------------------------------------------------ queues, events */
 
 /**

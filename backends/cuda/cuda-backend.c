@@ -1,0 +1,653 @@
+/*
+ * backends/cuda/cuda-backend.c — the cuda backend's device, queues, events and buffers,
+ * and its interface table (kiln_backend_cuda).
+ *
+ * "cuda:N" opens GPU N. Without a usable GPU (no driver, no device, a device older than
+ * compute capability 8.0, which the kernels are not built for) the open fails with a
+ * message saying which, and every other backend keeps working. Options
+ * (docs/configuration.md): tf32=off|on (default off: f32 matmul and convolution are
+ * exact f32; on lets cuBLASLt and cuDNN use TF32 tensor cores).
+ *
+ * Queues are CUDA streams (non-blocking, so they never order against the legacy default
+ * stream). Uploads of ordinary (pageable) host memory go through pinned staging chunks
+ * and return once the bytes are staged, without waiting for the device; uploads from
+ * host_alloc memory are copied by DMA directly. buffer_download, sync and event_sync are
+ * the only entries that wait.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda-impl.h"
+
+/* ------------------------------------------------------------------ errors */
+
+static bool sticky(cudaError_t e)
+{
+    switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorContextIsDestroyed:
+    case cudaErrorCudartUnloading: return true;
+    default: return false;
+    }
+}
+
+int kiln__cuda_fail(kiln_cuda_device *dev, int status, const char *op)
+{
+    cudaError_t e = (cudaError_t)status;
+    cudaGetLastError(); /* clear a non-sticky error so the next call starts clean */
+    if (e == cudaErrorMemoryAllocation) {
+        kiln__error_set("%s on %s: out of device memory (%s)", op, dev->name, cudaGetErrorString(e));
+        return KILN_ENOMEM;
+    }
+    if (sticky(e)) {
+        pthread_mutex_lock(&dev->mu);
+        if (!atomic_load(&dev->lost))
+            snprintf(dev->lost_why, sizeof dev->lost_why, "%s: %s: %s", op, cudaGetErrorName(e),
+                     cudaGetErrorString(e));
+        atomic_store(&dev->lost, true);
+        pthread_mutex_unlock(&dev->mu);
+        kiln__error_set("%s on %s: %s: %s (the device is lost: its work and memory are gone)", op, dev->name,
+                        cudaGetErrorName(e), cudaGetErrorString(e));
+        return KILN_EDEVICE;
+    }
+    kiln__error_set("%s on %s: %s: %s", op, dev->name, cudaGetErrorName(e), cudaGetErrorString(e));
+    return KILN_EDEVICE;
+}
+
+int kiln__cuda_lost_check(kiln_cuda_device *dev, const char *op)
+{
+    if (!atomic_load(&dev->lost))
+        return 0;
+    pthread_mutex_lock(&dev->mu);
+    kiln__error_set("%s: device %s was lost earlier (%s)", op, dev->name, dev->lost_why);
+    pthread_mutex_unlock(&dev->mu);
+    return KILN_EDEVICE;
+}
+
+const char *kiln__cuda_device_lost(kiln_cuda_device *dev)
+{
+    return atomic_load(&dev->lost) ? dev->lost_why : NULL;
+}
+
+/* Every entry starts here: the device is made current for this thread (CUDA's current
+ * device is per thread) and a lost device refuses the work. */
+int kiln__cuda_enter(kiln_cuda_device *dev, const char *op)
+{
+    int rc = kiln__cuda_lost_check(dev, op);
+    if (rc)
+        return rc;
+    cudaError_t e = cudaSetDevice(dev->index);
+    return e == cudaSuccess ? 0 : kiln__cuda_fail(dev, e, op);
+}
+
+/* ------------------------------------------------------- allocator hooks */
+
+static void *raw_alloc(void *ud, size_t n)
+{
+    kiln_cuda_device *dev = ud;
+    void *p = NULL;
+    if (cudaSetDevice(dev->index) != cudaSuccess || cudaMalloc(&p, n) != cudaSuccess) {
+        cudaGetLastError(); /* out of memory is not sticky: clear it */
+        return NULL;
+    }
+    return p;
+}
+
+static void raw_free(void *ud, void *ptr)
+{
+    kiln_cuda_device *dev = ud;
+    cudaSetDevice(dev->index);
+    cudaFree(ptr); /* waits for the device: queued work may still read a parked block */
+}
+
+static int order_streams(void *ud, void *from, void *to)
+{
+    kiln_cuda_device *dev = ud;
+    cudaEvent_t ev;
+    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e == cudaSuccess) {
+        e = cudaEventRecord(ev, (cudaStream_t)from);
+        if (e == cudaSuccess)
+            e = cudaStreamWaitEvent((cudaStream_t)to, ev, 0);
+        cudaEventDestroy(ev); /* released once the recorded work completes */
+    }
+    if (e != cudaSuccess) {
+        kiln__cuda_fail(dev, e, "buffer_alloc (ordering a reused block between queues)");
+        return -1;
+    }
+    return 0;
+}
+
+/* --------------------------------------------------------------- the device */
+
+#define NCHOICES(a) ((int)(sizeof a / sizeof *a))
+
+static void *cuda_open_opts(const char *spec, int index, kiln_device_opts *o)
+{
+    static const char *const onoff[] = {"off", "on"};
+    int tf32 = 0;
+    if (kiln__device_opt_choice(o, "cuda", "tf32", onoff, NCHOICES(onoff), &tf32) < 0)
+        return NULL;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        cudaGetLastError();
+        kiln__error_set("%s: no CUDA device is available (%s)", spec,
+                        e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none");
+        return NULL;
+    }
+    if (index < 0 || index >= count) {
+        kiln__error_set("%s: no such device (this machine has %d CUDA device%s: cuda:0..cuda:%d)", spec, count,
+                        count == 1 ? "" : "s", count - 1);
+        return NULL;
+    }
+    struct cudaDeviceProp prop;
+    e = cudaGetDeviceProperties(&prop, index);
+    if (e == cudaSuccess)
+        e = cudaSetDevice(index);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        kiln__error_set("%s: cannot use the device: %s", spec, cudaGetErrorString(e));
+        return NULL;
+    }
+    if (prop.major < 8) {
+        kiln__error_set("%s (%s) has compute capability %d.%d; kiln's CUDA kernels are built for 8.0 and newer",
+                        spec, prop.name, prop.major, prop.minor);
+        return NULL;
+    }
+    kiln_cuda_device *dev = calloc(1, sizeof *dev);
+    if (!dev) {
+        kiln__error_set("%s: out of memory opening the device", spec);
+        return NULL;
+    }
+    dev->index = index;
+    snprintf(dev->name, sizeof dev->name, "cuda:%d", index);
+    snprintf(dev->gpu, sizeof dev->gpu, "%s", prop.name);
+    dev->cc_major = prop.major;
+    dev->cc_minor = prop.minor;
+    dev->total_mem = prop.totalGlobalMem;
+    dev->tf32 = tf32 == 1;
+    pthread_mutex_init(&dev->mu, NULL);
+    atomic_init(&dev->lost, false);
+    kiln_cuda_alloc_hooks hooks = {
+        .ud = dev, .raw_alloc = raw_alloc, .raw_free = raw_free, .order = order_streams};
+    kiln__cuda_alloc_init(&dev->alloc, &hooks);
+    if (kiln__cuda_blas_init(dev) < 0) {
+        kiln__cuda_alloc_destroy(&dev->alloc);
+        pthread_mutex_destroy(&dev->mu);
+        free(dev);
+        return NULL;
+    }
+    return dev;
+}
+
+static void *cuda_open(int index)
+{
+    kiln_device_opts o = {0};
+    if (kiln__device_opts_env("cuda", &o) < 0)
+        return NULL;
+    char spec[24];
+    snprintf(spec, sizeof spec, "cuda:%d", index);
+    return cuda_open_opts(spec, index, &o);
+}
+
+static void cuda_close(void *ctx)
+{
+    kiln_cuda_device *dev = ctx;
+    if (!dev)
+        return;
+    cudaSetDevice(dev->index);
+    cudaDeviceSynchronize();
+    cudaGetLastError();
+    kiln__cuda_dnn_device_fini(dev);
+    kiln__cuda_blas_fini(dev);
+    kiln__cuda_alloc_destroy(&dev->alloc);
+    pthread_mutex_destroy(&dev->mu);
+    free(dev);
+}
+
+static void cuda_caps(void *ctx, kiln_backend_caps *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < KILN_DTYPE_COUNT; i++)
+        out->dtype[i] = true;
+    out->async = true;
+}
+
+/* ------------------------------------------------------------------- queues */
+
+static void *cuda_queue_open(void *ctx)
+{
+    kiln_cuda_device *dev = ctx;
+    if (kiln__cuda_enter(dev, "queue_open") < 0)
+        return NULL;
+    kiln_cuda_queue *q = calloc(1, sizeof *q);
+    if (!q) {
+        kiln__error_set("queue_open on %s: out of memory", dev->name);
+        return NULL;
+    }
+    q->dev = dev;
+    cudaError_t e = cudaStreamCreateWithFlags(&q->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        kiln__cuda_fail(dev, e, "queue_open");
+        free(q);
+        return NULL;
+    }
+    for (int i = 0; i < KILN_CUDA_STAGES; i++) {
+        e = cudaEventCreateWithFlags(&q->stage_ev[i], cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            kiln__cuda_fail(dev, e, "queue_open");
+            for (int j = 0; j < i; j++)
+                cudaEventDestroy(q->stage_ev[j]);
+            cudaStreamDestroy(q->stream);
+            free(q);
+            return NULL;
+        }
+    }
+    return q;
+}
+
+static void cuda_queue_close(void *vq)
+{
+    kiln_cuda_queue *q = vq;
+    if (!q)
+        return;
+    kiln_cuda_device *dev = q->dev;
+    cudaSetDevice(dev->index);
+    cudaStreamSynchronize(q->stream);
+    cudaGetLastError();
+    kiln__cuda_dnn_queue_fini(q);
+    if (q->workspace)
+        kiln__cuda_alloc_put(&dev->alloc, q->stream, q->workspace);
+    if (q->check_blk)
+        kiln__cuda_alloc_put(&dev->alloc, q->stream, q->check_blk);
+    kiln__cuda_alloc_forget_stream(&dev->alloc, q->stream);
+    for (int i = 0; i < KILN_CUDA_STAGES; i++) {
+        cudaEventDestroy(q->stage_ev[i]);
+        if (q->stage[i])
+            cudaFreeHost(q->stage[i]);
+    }
+    cudaStreamDestroy(q->stream);
+    free(q);
+}
+
+/* ------------------------------------------------------------------- events */
+
+static kiln_backend_event *cuda_event_record(void *vq)
+{
+    kiln_cuda_queue *q = vq;
+    if (kiln__cuda_enter(q->dev, "event_record") < 0)
+        return NULL;
+    kiln_backend_event *ev = malloc(sizeof *ev);
+    if (!ev) {
+        kiln__error_set("event_record on %s: out of memory", q->dev->name);
+        return NULL;
+    }
+    cudaError_t e = cudaEventCreateWithFlags(&ev->ev, cudaEventDisableTiming);
+    if (e == cudaSuccess) {
+        e = cudaEventRecord(ev->ev, q->stream);
+        if (e != cudaSuccess)
+            cudaEventDestroy(ev->ev);
+    }
+    if (e != cudaSuccess) {
+        kiln__cuda_fail(q->dev, e, "event_record");
+        free(ev);
+        return NULL;
+    }
+    return ev;
+}
+
+static int cuda_event_wait(void *vq, kiln_backend_event *ev)
+{
+    kiln_cuda_queue *q = vq;
+    int rc = kiln__cuda_enter(q->dev, "event_wait");
+    return rc ? rc : kiln__cuda_check(q, cudaStreamWaitEvent(q->stream, ev->ev, 0), "event_wait");
+}
+
+static int cuda_event_sync(void *vq, kiln_backend_event *ev)
+{
+    kiln_cuda_queue *q = vq;
+    int rc = kiln__cuda_enter(q->dev, "event_sync");
+    if (rc)
+        return rc;
+    /* parked index violations stay parked for the next sync or download, which wait
+     * for the whole queue; an event may mark an earlier point */
+    cudaError_t e = cudaEventSynchronize(ev->ev);
+    return e == cudaSuccess ? 0 : kiln__cuda_fail(q->dev, e, q->last_op ? q->last_op : "event_sync");
+}
+
+static int cuda_event_query(void *vq, kiln_backend_event *ev)
+{
+    kiln_cuda_queue *q = vq;
+    int rc = kiln__cuda_enter(q->dev, "event_query");
+    if (rc)
+        return rc;
+    cudaError_t e = cudaEventQuery(ev->ev);
+    if (e == cudaSuccess)
+        return 1;
+    if (e == cudaErrorNotReady) {
+        cudaGetLastError();
+        return 0;
+    }
+    return kiln__cuda_fail(q->dev, e, q->last_op ? q->last_op : "event_query");
+}
+
+static void cuda_event_free(void *vq, kiln_backend_event *ev)
+{
+    if (!ev)
+        return;
+    cudaEventDestroy(ev->ev);
+    free(ev);
+}
+
+/* ------------------------------------------------------------------ buffers */
+
+static kiln_buffer *cuda_buffer_alloc(void *vq, size_t nbytes)
+{
+    kiln_cuda_queue *q = vq;
+    kiln_cuda_device *dev = q->dev;
+    if (kiln__cuda_enter(dev, "buffer_alloc") < 0)
+        return NULL;
+    kiln_buffer *buf = malloc(sizeof *buf);
+    if (!buf) {
+        kiln__error_set("buffer_alloc on %s: out of host memory", dev->name);
+        return NULL;
+    }
+    bool oom = false;
+    buf->blk = kiln__cuda_alloc_get(&dev->alloc, q->stream, nbytes, &oom);
+    if (!buf->blk) {
+        free(buf);
+        if (oom) {
+            kiln_cuda_alloc_stats st;
+            kiln__cuda_alloc_stats_get(&dev->alloc, &st);
+            kiln__error_set("buffer_alloc on %s: out of device memory allocating %zu bytes (%zu MiB in use, "
+                            "%zu MiB on the device)",
+                            dev->name, nbytes, st.in_use_bytes >> 20, dev->total_mem >> 20);
+        }
+        return NULL;
+    }
+    buf->nbytes = nbytes;
+    return buf;
+}
+
+static void cuda_buffer_free(void *vq, kiln_buffer *buf)
+{
+    kiln_cuda_queue *q = vq;
+    if (!buf)
+        return;
+    kiln__cuda_alloc_put(&q->dev->alloc, q->stream, buf->blk);
+    free(buf);
+}
+
+static bool pinned(const void *p)
+{
+    struct cudaPointerAttributes attr;
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return attr.type == cudaMemoryTypeHost;
+}
+
+static int cuda_buffer_upload(void *vq, kiln_buffer *dst, size_t dst_offset, const void *src, size_t n)
+{
+    kiln_cuda_queue *q = vq;
+    int rc = kiln__cuda_enter(q->dev, "buffer_upload");
+    if (rc || n == 0)
+        return rc;
+    char *d = (char *)dst->blk->ptr + dst_offset;
+    if (pinned(src))
+        return kiln__cuda_check(q, cudaMemcpyAsync(d, src, n, cudaMemcpyHostToDevice, q->stream), "buffer_upload");
+    /* pageable memory: copy into a free staging chunk, then DMA from there; a chunk is
+     * reused once its event says the copy out of it finished */
+    for (size_t done = 0; done < n;) {
+        int i = q->stage_next;
+        if (!q->stage[i]) {
+            cudaError_t e = cudaHostAlloc(&q->stage[i], KILN_CUDA_STAGE_BYTES, cudaHostAllocPortable);
+            if (e != cudaSuccess) {
+                q->stage[i] = NULL;
+                return kiln__cuda_fail(q->dev, e, "buffer_upload (pinned staging memory)");
+            }
+        } else if (q->stage_used[i]) {
+            cudaError_t e = cudaEventSynchronize(q->stage_ev[i]);
+            if (e != cudaSuccess)
+                return kiln__cuda_fail(q->dev, e, q->last_op ? q->last_op : "buffer_upload");
+        }
+        size_t len = n - done < KILN_CUDA_STAGE_BYTES ? n - done : KILN_CUDA_STAGE_BYTES;
+        memcpy(q->stage[i], (const char *)src + done, len);
+        cudaError_t e = cudaMemcpyAsync(d + done, q->stage[i], len, cudaMemcpyHostToDevice, q->stream);
+        if (e == cudaSuccess)
+            e = cudaEventRecord(q->stage_ev[i], q->stream);
+        if (e != cudaSuccess)
+            return kiln__cuda_fail(q->dev, e, "buffer_upload");
+        q->stage_used[i] = true;
+        q->stage_next = (i + 1) % KILN_CUDA_STAGES;
+        done += len;
+    }
+    q->last_op = "buffer_upload";
+    return 0;
+}
+
+/* Waits for q and reports what its work left: a fault (naming the op queued last, since
+ * the device does not say which kernel faulted) or a parked index violation. */
+static int wait_queue(kiln_cuda_queue *q, const char *op)
+{
+    cudaError_t e = cudaStreamSynchronize(q->stream);
+    if (e != cudaSuccess) {
+        char what[160];
+        snprintf(what, sizeof what, "%s (failed in work queued before it; the last op queued was %s)", op,
+                 q->last_op ? q->last_op : "none");
+        return kiln__cuda_fail(q->dev, e, what);
+    }
+    return kiln__cuda_checks_report(q);
+}
+
+static int cuda_buffer_download(void *vq, kiln_buffer *src, size_t src_offset, void *dst, size_t n)
+{
+    kiln_cuda_queue *q = vq;
+    int rc = kiln__cuda_enter(q->dev, "buffer_download");
+    if (rc)
+        return rc;
+    if (n > 0) {
+        cudaError_t e = cudaMemcpyAsync(dst, (const char *)src->blk->ptr + src_offset, n, cudaMemcpyDeviceToHost,
+                                        q->stream);
+        if (e != cudaSuccess)
+            return kiln__cuda_fail(q->dev, e, "buffer_download");
+    }
+    return wait_queue(q, "buffer_download");
+}
+
+static int cuda_sync(void *vq)
+{
+    kiln_cuda_queue *q = vq;
+    int rc = kiln__cuda_enter(q->dev, "sync");
+    return rc ? rc : wait_queue(q, "sync");
+}
+
+static void *cuda_host_alloc(void *vq, size_t nbytes)
+{
+    kiln_cuda_queue *q = vq;
+    if (kiln__cuda_enter(q->dev, "host_alloc") < 0)
+        return NULL;
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, nbytes ? nbytes : 1, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        kiln__cuda_fail(q->dev, e, "host_alloc (pinned host memory)");
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_host_free(void *vq, void *ptr)
+{
+    if (ptr)
+        cudaFreeHost(ptr);
+}
+
+static size_t cuda_buffer_trim(void *vq, size_t bytes)
+{
+    kiln_cuda_queue *q = vq;
+    return kiln__cuda_alloc_trim(&q->dev->alloc, bytes);
+}
+
+static bool cuda_supports(void *vq, const kiln_op_query *query)
+{
+    bool fl = query->dtype == KILN_F32 || query->dtype == KILN_F64 || query->dtype == KILN_F16 ||
+              query->dtype == KILN_BF16;
+    switch (query->entry) {
+    case KILN_ENTRY_MATMUL:
+    case KILN_ENTRY_SOFTMAX:
+    case KILN_ENTRY_LAYER_NORM:
+    case KILN_ENTRY_ADAM_STEP:
+    case KILN_ENTRY_EPILOGUE:
+    case KILN_ENTRY_POOL:
+    case KILN_ENTRY_POOL_BACKWARD:
+    case KILN_ENTRY_ADAPTIVE_AVG_POOL:
+    case KILN_ENTRY_ADAPTIVE_AVG_POOL_BACKWARD: return fl;
+    case KILN_ENTRY_CONV:
+    case KILN_ENTRY_CONV_BACKWARD_INPUT:
+    case KILN_ENTRY_CONV_BACKWARD_WEIGHT:
+        return query->params && kiln__cuda_conv_supports(query->params, query->dtype);
+    default: return true;
+    }
+}
+
+/* ------------------------------------------------------------- operands */
+
+static const size_t dtype_size[KILN_DTYPE_COUNT] = {4, 8, 2, 2, 8, 4, 1, 1};
+
+kcu_view kiln__cuda_view(const kiln_tdesc *t)
+{
+    kcu_view v;
+    memset(&v, 0, sizeof v);
+    v.base = t->buf ? t->buf->blk->ptr : NULL;
+    v.offset = t->offset;
+    v.ndim = t->ndim;
+    v.dtype = (int32_t)t->dtype;
+    for (int d = 0; d < t->ndim; d++) {
+        v.shape[d] = t->shape[d];
+        v.strides[d] = t->strides[d];
+    }
+    return v;
+}
+
+kcu_view kiln__cuda_view_opt(const kiln_tdesc *t)
+{
+    if (t)
+        return kiln__cuda_view(t);
+    kcu_view v;
+    memset(&v, 0, sizeof v);
+    return v;
+}
+
+void *kiln__cuda_ptr(const kiln_tdesc *t)
+{
+    return (char *)t->buf->blk->ptr + (size_t)t->offset * dtype_size[t->dtype];
+}
+
+void *kiln__cuda_workspace(kiln_cuda_queue *q, const char *op)
+{
+    if (!q->workspace) {
+        bool oom = false;
+        q->workspace = kiln__cuda_alloc_get(&q->dev->alloc, q->stream, KILN_CUDA_WORKSPACE_BYTES, &oom);
+        if (!q->workspace) {
+            if (oom)
+                kiln__error_set("%s on %s: out of device memory for the %zu MiB workspace", op, q->dev->name,
+                                KILN_CUDA_WORKSPACE_BYTES >> 20);
+            return NULL;
+        }
+    }
+    return q->workspace->ptr;
+}
+
+static int cuda_memory(void *ctx, kiln_device_memory *out)
+{
+    kiln_cuda_device *dev = ctx;
+    kiln_cuda_alloc_stats st;
+    kiln__cuda_alloc_stats_get(&dev->alloc, &st);
+    *out = (kiln_device_memory){.in_use_bytes = st.in_use_bytes,
+                                .cached_bytes = st.cached_bytes,
+                                .reserved_bytes = st.reserved_bytes,
+                                .peak_in_use_bytes = st.peak_in_use_bytes,
+                                .device_allocs = st.raw_allocs,
+                                .reuses = st.reuses};
+    return 0;
+}
+
+static const char *cuda_lost(void *ctx)
+{
+    return kiln__cuda_device_lost(ctx);
+}
+
+static const kiln_backend_iface cuda_iface = {
+    .name = "cuda",
+    .open = cuda_open,
+    .open_opts = cuda_open_opts,
+    .close = cuda_close,
+    .caps = cuda_caps,
+    .queue_open = cuda_queue_open,
+    .queue_close = cuda_queue_close,
+    .event_record = cuda_event_record,
+    .event_wait = cuda_event_wait,
+    .event_sync = cuda_event_sync,
+    .event_query = cuda_event_query,
+    .event_free = cuda_event_free,
+    .supports = cuda_supports,
+    .buffer_alloc = cuda_buffer_alloc,
+    .buffer_free = cuda_buffer_free,
+    .buffer_upload = cuda_buffer_upload,
+    .buffer_download = cuda_buffer_download,
+    .sync = cuda_sync,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .buffer_trim = cuda_buffer_trim,
+    .fill = kiln__cuda_fill,
+    .arange = kiln__cuda_arange,
+    .copy = kiln__cuda_copy,
+    .rng = kiln__cuda_rng,
+    .unary = kiln__cuda_unary,
+    .binary = kiln__cuda_binary,
+    .where = kiln__cuda_where,
+    .reduce = kiln__cuda_reduce,
+    .arg_reduce = kiln__cuda_arg_reduce,
+    .cumsum = kiln__cuda_cumsum,
+    .sort = kiln__cuda_sort,
+    .index_check = kiln__cuda_index_check,
+    .gather = kiln__cuda_gather,
+    .scatter = kiln__cuda_scatter,
+    .index_select = kiln__cuda_index_select,
+    .index_add = kiln__cuda_index_add,
+    .matmul = kiln__cuda_matmul,
+    .conv = kiln__cuda_conv,
+    .conv_backward_input = kiln__cuda_conv_backward_input,
+    .conv_backward_weight = kiln__cuda_conv_backward_weight,
+    .epilogue = kiln__cuda_epilogue,
+    .pad = kiln__cuda_pad,
+    .pool = kiln__cuda_pool,
+    .pool_backward = kiln__cuda_pool_backward,
+    .adaptive_avg_pool = kiln__cuda_adaptive_avg_pool,
+    .adaptive_avg_pool_backward = kiln__cuda_adaptive_avg_pool_backward,
+    .interpolate = kiln__cuda_interpolate,
+    .interpolate_backward = kiln__cuda_interpolate_backward,
+    .softmax = kiln__cuda_softmax,
+    .layer_norm = kiln__cuda_layer_norm,
+    .adam_step = kiln__cuda_adam_step,
+    .memory = cuda_memory,
+    .lost = cuda_lost,
+};
+
+const kiln_backend_iface *kiln_backend_cuda(void)
+{
+    return &cuda_iface;
+}

@@ -1,0 +1,297 @@
+/*
+ * backends/cuda/cuda-blas.c — matmul through cuBLASLt.
+ *
+ * kiln's matrices are row-major; cuBLASLt's are column-major. A row-major M×N product
+ * C = A·B is the column-major N×M product Cᵀ = Bᵀ·Aᵀ, and a row-major matrix read as
+ * column-major is its transpose, so the call passes b as cuBLASLt's first operand and a
+ * as its second with no data movement. An operand whose last two strides are neither
+ * row-major nor column-major (or whose batch dims do not fold into one batch stride) is
+ * first copied to a contiguous scratch block.
+ *
+ * f32 computes in exact f32 unless the device was opened with tf32=on (then
+ * CUBLAS_COMPUTE_32F_FAST_TF32); f16 and bf16 accumulate in f32; f64 in f64. Integer
+ * dtypes are not offered (supports() says so and the engine reports it).
+ */
+#include <cublasLt.h>
+#include <cublas_api.h>
+#include <string.h>
+
+#include "cuda-impl.h"
+
+int kiln__cuda_blas_init(kiln_cuda_device *dev)
+{
+    cublasLtHandle_t lt = NULL;
+    cublasStatus_t st = cublasLtCreate(&lt);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        kiln__error_set("%s: cannot start cuBLASLt (%s)", dev->name, cublasGetStatusString(st));
+        return -1;
+    }
+    dev->blas_lt = lt;
+    return 0;
+}
+
+void kiln__cuda_blas_fini(kiln_cuda_device *dev)
+{
+    if (dev->blas_lt)
+        cublasLtDestroy((cublasLtHandle_t)dev->blas_lt);
+    dev->blas_lt = NULL;
+}
+
+static int blas_fail(kiln_cuda_queue *q, cublasStatus_t st, const char *what)
+{
+    if (st == CUBLAS_STATUS_ALLOC_FAILED) {
+        kiln__error_set("matmul on %s: out of memory in %s", q->dev->name, what);
+        return KILN_ENOMEM;
+    }
+    /* an execution failure may hide a sticky CUDA error: let the runtime say */
+    cudaError_t e = cudaPeekAtLastError();
+    if (st == CUBLAS_STATUS_EXECUTION_FAILED && e != cudaSuccess)
+        return kiln__cuda_fail(q->dev, e, "matmul");
+    kiln__error_set("matmul on %s: %s failed: %s", q->dev->name, what, cublasGetStatusString(st));
+    return KILN_EDEVICE;
+}
+
+/* One operand as cuBLASLt sees it: rows × cols column-major with leading dim ld,
+ * transposed or not, batch stride in elements. */
+typedef struct lt_operand {
+    const void *ptr;
+    cublasOperation_t op;
+    uint64_t rows, cols;
+    int64_t ld, batch_stride;
+} lt_operand;
+
+/* Folds the batch dims (all but the last two) into one stride; false when they do not
+ * fold (then the caller copies the operand). */
+static bool batch_stride(const kiln_tdesc *t, int64_t *stride)
+{
+    int nb = t->ndim - 2;
+    int64_t s = 0, span = 0; /* span: elements covered by the inner batch dims so far */
+    bool have = false;
+    for (int d = nb - 1; d >= 0; d--) {
+        if (t->shape[d] == 1)
+            continue;
+        if (!have) {
+            s = t->strides[d];
+            span = t->shape[d];
+            have = true;
+            continue;
+        }
+        if (t->strides[d] != s * span)
+            return false;
+        span *= t->shape[d];
+    }
+    *stride = have ? s : 0;
+    return true;
+}
+
+/* Describes t (shape [..., R, C] row-major semantics) as cuBLASLt's view of tᵀ:
+ * column-major C × R. false when its layout needs a copy first. */
+static bool describe(const kiln_tdesc *t, lt_operand *o)
+{
+    int64_t r = t->shape[t->ndim - 2], c = t->shape[t->ndim - 1];
+    int64_t sr = t->strides[t->ndim - 2], sc = t->strides[t->ndim - 1];
+    if (c == 1)
+        sc = 1;
+    if (r == 1)
+        sr = c;
+    if (!batch_stride(t, &o->batch_stride))
+        return false;
+    if (sc == 1 && sr >= (c > 1 ? c : 1)) {
+        /* row-major R×C with row stride sr: column-major C×R, ld sr, as is */
+        o->op = CUBLAS_OP_N;
+        o->rows = (uint64_t)c;
+        o->cols = (uint64_t)r;
+        o->ld = sr;
+        return true;
+    }
+    if (sr == 1 && sc >= (r > 1 ? r : 1)) {
+        /* column-major R×C (a transposed view): stored R×C column-major, ld sc, used transposed */
+        o->op = CUBLAS_OP_T;
+        o->rows = (uint64_t)r;
+        o->cols = (uint64_t)c;
+        o->ld = sc;
+        return true;
+    }
+    return false;
+}
+
+static const size_t esize[KILN_DTYPE_COUNT] = {4, 8, 2, 2, 8, 4, 1, 1};
+
+/* A contiguous copy of t in a scratch block parked again on q's stream after use. */
+static int contiguous_copy(kiln_cuda_queue *q, const kiln_tdesc *t, kiln_tdesc *out, kiln_cuda_block **blk,
+                           struct kiln_buffer *holder)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        n *= t->shape[d];
+    bool oom = false;
+    *blk = kiln__cuda_alloc_get(&q->dev->alloc, q->stream, (size_t)n * esize[t->dtype], &oom);
+    if (!*blk)
+        return oom ? (kiln__error_set("matmul on %s: out of device memory for an operand copy", q->dev->name),
+                      KILN_ENOMEM)
+                   : KILN_EDEVICE;
+    holder->blk = *blk;
+    holder->nbytes = (size_t)n * esize[t->dtype];
+    *out = *t;
+    out->buf = holder;
+    out->offset = 0;
+    int64_t s = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        out->strides[d] = s;
+        s *= t->shape[d];
+    }
+    kcu_view dv = kiln__cuda_view(out), sv = kiln__cuda_view(t);
+    return kiln__cuda_check(q, kcu_copy(q->stream, &dv, &sv), "matmul (operand copy)");
+}
+
+static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *oa, const lt_operand *ob, int64_t m,
+                  int64_t n, int64_t k, int64_t batch);
+
+int kiln__cuda_matmul(void *vq, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b)
+{
+    kiln_cuda_queue *q = vq;
+    int rc = kiln__cuda_enter(q->dev, "matmul");
+    if (rc)
+        return rc;
+    kiln_dtype dt = out->dtype;
+    if (!(dt == KILN_F32 || dt == KILN_F64 || dt == KILN_F16 || dt == KILN_BF16) || a->dtype != dt ||
+        b->dtype != dt || out->ndim < 2)
+        return kiln__error_set("matmul on %s: only f32, f64, f16 and bf16 matrices are supported", q->dev->name),
+               KILN_ENOTSUP;
+    int nd = out->ndim;
+    int64_t m = out->shape[nd - 2], n = out->shape[nd - 1], k = a->shape[nd - 1];
+    int64_t batch = 1;
+    for (int d = 0; d < nd - 2; d++)
+        batch *= out->shape[d];
+    if (m == 0 || n == 0 || batch == 0)
+        return 0;
+    if (k == 0) /* an empty sum */
+        return kiln__cuda_fill(vq, out, 0.0);
+    if (batch > INT32_MAX)
+        return kiln__error_set("matmul on %s: %lld batches exceed cuBLASLt's limit", q->dev->name,
+                               (long long)batch),
+               KILN_ENOTSUP;
+
+    kiln_tdesc ac, bc;
+    struct kiln_buffer ah, bh;
+    kiln_cuda_block *ablk = NULL, *bblk = NULL;
+    lt_operand oa, ob;
+    /* cuBLASLt's first operand is b (N×K as it sees it), its second a */
+    if (!describe(b, &ob)) {
+        rc = contiguous_copy(q, b, &bc, &bblk, &bh);
+        if (rc)
+            goto done;
+        describe(&bc, &ob);
+        ob.ptr = kiln__cuda_ptr(&bc);
+    } else {
+        ob.ptr = kiln__cuda_ptr(b);
+    }
+    if (!describe(a, &oa)) {
+        rc = contiguous_copy(q, a, &ac, &ablk, &ah);
+        if (rc)
+            goto done;
+        describe(&ac, &oa);
+        oa.ptr = kiln__cuda_ptr(&ac);
+    } else {
+        oa.ptr = kiln__cuda_ptr(a);
+    }
+    rc = run_lt(q, out, &ob, &oa, m, n, k, batch);
+done:
+    if (ablk)
+        kiln__cuda_alloc_put(&q->dev->alloc, q->stream, ablk);
+    if (bblk)
+        kiln__cuda_alloc_put(&q->dev->alloc, q->stream, bblk);
+    return rc;
+}
+
+static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *first, const lt_operand *second,
+                  int64_t m, int64_t n, int64_t k, int64_t batch)
+{
+    kiln_dtype dt = out->dtype;
+    cudaDataType_t type = dt == KILN_F32   ? CUDA_R_32F
+                          : dt == KILN_F64 ? CUDA_R_64F
+                          : dt == KILN_F16 ? CUDA_R_16F
+                                           : CUDA_R_16BF;
+    cublasComputeType_t compute = dt == KILN_F64                     ? CUBLAS_COMPUTE_64F
+                                  : (dt == KILN_F32 && q->dev->tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                     : CUBLAS_COMPUTE_32F;
+    cudaDataType_t scale = dt == KILN_F64 ? CUDA_R_64F : CUDA_R_32F;
+    void *ws = kiln__cuda_workspace(q, "matmul");
+    if (!ws)
+        return KILN_ENOMEM;
+    size_t ws_bytes = KILN_CUDA_WORKSPACE_BYTES;
+
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    int rc = 0;
+    cublasStatus_t st = cublasLtMatmulDescCreate(&op, compute, scale);
+    const char *what = "cublasLtMatmulDescCreate";
+    int32_t nb = (int32_t)batch;
+    int64_t c_stride = m * n;
+    /* column-major view: C' is N×M (ld N) = op(first) N×K · op(second) K×M */
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        what = "setting the operation";
+        st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &first->op, sizeof first->op);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &second->op, sizeof second->op);
+    }
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        what = "describing the matrices";
+        st = cublasLtMatrixLayoutCreate(&la, type, first->rows, first->cols, first->ld);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatrixLayoutCreate(&lb, type, second->rows, second->cols, second->ld);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatrixLayoutCreate(&lc, type, (uint64_t)n, (uint64_t)m, n);
+    }
+    if (st == CUBLAS_STATUS_SUCCESS && batch > 1) {
+        cublasLtMatrixLayout_t ls[3] = {la, lb, lc};
+        int64_t strides[3] = {first->batch_stride, second->batch_stride, c_stride};
+        for (int i = 0; i < 3 && st == CUBLAS_STATUS_SUCCESS; i++) {
+            st = cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &nb, sizeof nb);
+            if (st == CUBLAS_STATUS_SUCCESS)
+                st = cublasLtMatrixLayoutSetAttribute(ls[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                      &strides[i], sizeof strides[i]);
+        }
+    }
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        what = "choosing an algorithm";
+        st = cublasLtMatmulPreferenceCreate(&pref);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                      sizeof ws_bytes);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)q->dev->blas_lt, op, la, lb, lc, lc, pref, 1,
+                                                &heur, &found);
+        if (st == CUBLAS_STATUS_SUCCESS && found == 0)
+            st = CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        what = "cublasLtMatmul";
+        float one_f = 1.0f, zero_f = 0.0f;
+        double one_d = 1.0, zero_d = 0.0;
+        const void *alpha = dt == KILN_F64 ? (const void *)&one_d : (const void *)&one_f;
+        const void *beta = dt == KILN_F64 ? (const void *)&zero_d : (const void *)&zero_f;
+        void *c = kiln__cuda_ptr(out);
+        st = cublasLtMatmul((cublasLtHandle_t)q->dev->blas_lt, op, alpha, first->ptr, la, second->ptr, lb, beta, c,
+                            lc, c, lc, &heur.algo, ws, ws_bytes, q->stream);
+    }
+    (void)k;
+    if (st != CUBLAS_STATUS_SUCCESS)
+        rc = blas_fail(q, st, what);
+    else
+        q->last_op = "matmul";
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    if (lc)
+        cublasLtMatrixLayoutDestroy(lc);
+    if (lb)
+        cublasLtMatrixLayoutDestroy(lb);
+    if (la)
+        cublasLtMatrixLayoutDestroy(la);
+    if (op)
+        cublasLtMatmulDescDestroy(op);
+    return rc;
+}

@@ -1,0 +1,186 @@
+/*
+ * backends/cuda/cuda-impl.h — what the C files of the cuda backend share.
+ *
+ * A device (kiln_cuda_device) owns the caching allocator, the cuBLASLt handle, the
+ * convolution algorithm cache and the device-lost state. A queue (kiln_cuda_queue) is one
+ * CUDA stream with its own pinned staging chunks for uploads, its cuBLASLt/cuDNN
+ * workspace, its cuDNN handle (cuDNN handles are not shared between threads) and the
+ * slots where asynchronous index checks park violations. Every work entry receives a
+ * queue: the engine opens the default queue through queue_open as well.
+ *
+ * Errors: every CUDA, cuBLAS and cuDNN status is checked where it is returned and turned
+ * into a kiln error naming the op and the device (kiln__cuda_fail). An error that leaves
+ * the CUDA context unusable (an illegal address, a kernel fault, a lost device: "sticky"
+ * errors) marks the device lost; from then on every entry fails at once with the
+ * original cause, and kiln__cuda_device_lost reports it for health checks.
+ */
+#ifndef KILN_CUDA_IMPL_H
+#define KILN_CUDA_IMPL_H
+
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "cuda-alloc.h"
+#include "cuda-kernels.h"
+#include "error-impl.h"
+
+/** Pinned chunks per queue for staging uploads of pageable memory, and their size. */
+#define KILN_CUDA_STAGES 4
+#define KILN_CUDA_STAGE_BYTES ((size_t)8 << 20)
+/** Index checks that may be parked on a queue between two syncs. */
+#define KILN_CUDA_CHECK_SLOTS 64
+/** The workspace each queue gives cuBLASLt and cuDNN. */
+#define KILN_CUDA_WORKSPACE_BYTES ((size_t)32 << 20)
+
+struct kiln_buffer {
+    kiln_cuda_block *blk;
+    size_t nbytes;
+};
+
+struct kiln_backend_event {
+    cudaEvent_t ev;
+};
+
+typedef struct kiln__cuda_conv_cache kiln__cuda_conv_cache;
+
+typedef struct kiln_cuda_device {
+    int index;
+    char name[24]; /* "cuda:0", for messages */
+    char gpu[256]; /* the GPU's own name */
+    int cc_major, cc_minor;
+    size_t total_mem;
+    kiln_cuda_alloc alloc;
+    bool tf32;          /* option tf32=on: f32 matmul and convolution may use TF32 tensor cores */
+    void *blas_lt;      /* cublasLtHandle_t */
+    pthread_mutex_t mu; /* guards lost_why, conv_cache */
+    atomic_bool lost;
+    char lost_why[256];
+    kiln__cuda_conv_cache *conv_cache;
+} kiln_cuda_device;
+
+typedef struct kiln_cuda_check_slot {
+    const char *op, *noun;
+    int64_t lo, hi;
+} kiln_cuda_check_slot;
+
+typedef struct kiln_cuda_queue {
+    kiln_cuda_device *dev;
+    cudaStream_t stream;
+    const char *last_op; /* the op queued last: named when an asynchronous fault surfaces */
+    /* upload staging: chunk i is free once stage_ev[i] completed */
+    void *stage[KILN_CUDA_STAGES];
+    cudaEvent_t stage_ev[KILN_CUDA_STAGES];
+    bool stage_used[KILN_CUDA_STAGES];
+    int stage_next;
+    /* asynchronous index checks: device slots and what each one checked */
+    kiln_cuda_block *check_blk; /* KILN_CUDA_CHECK_SLOTS kcu_index_flag, zeroed */
+    kiln_cuda_check_slot checks[KILN_CUDA_CHECK_SLOTS];
+    int nchecks;
+    /* cuBLASLt / cuDNN scratch, taken from the allocator on first use */
+    kiln_cuda_block *workspace;
+    void *dnn; /* cudnnHandle_t, made on first convolution */
+} kiln_cuda_queue;
+
+/** The registration function (engine/device.c refers to it weakly). */
+const kiln_backend_iface *kiln_backend_cuda(void);
+
+/* ------------------------------------------------------------------ errors */
+
+/** Turns a failed CUDA status into the thread's error ("<op> on cuda:N: <name>: <text>"),
+ *  marks the device lost when the status is sticky, and returns the kiln code. */
+int kiln__cuda_fail(kiln_cuda_device *dev, int status, const char *op);
+/** Status check for a queued op: 0, or kiln__cuda_fail's code. */
+static inline int kiln__cuda_check(kiln_cuda_queue *q, int status, const char *op)
+{
+    q->last_op = op;
+    return status == 0 ? 0 : kiln__cuda_fail(q->dev, status, op);
+}
+/** Nonzero (the error set, naming op and the original cause) when the device is lost. */
+int kiln__cuda_lost_check(kiln_cuda_device *dev, const char *op);
+/** Makes the device current for this thread and refuses work on a lost device. */
+int kiln__cuda_enter(kiln_cuda_device *dev, const char *op);
+/** Whether the device was lost, and why (NULL while it works). */
+const char *kiln__cuda_device_lost(kiln_cuda_device *dev);
+
+/* ---------------------------------------------------------------- operands */
+
+/** The device view of a descriptor (base pointer, offset, shape, strides). */
+kcu_view kiln__cuda_view(const kiln_tdesc *t);
+/** The view of an optional operand: a NULL base when t is NULL. */
+kcu_view kiln__cuda_view_opt(const kiln_tdesc *t);
+/** The device address of t's first element. */
+void *kiln__cuda_ptr(const kiln_tdesc *t);
+/** A queue's workspace of at least KILN_CUDA_WORKSPACE_BYTES, NULL + error on failure. */
+void *kiln__cuda_workspace(kiln_cuda_queue *q, const char *op);
+
+/* ----------------------------------------------------------- entry points */
+
+int kiln__cuda_fill(void *q, const kiln_tdesc *out, double value);
+int kiln__cuda_arange(void *q, const kiln_tdesc *out, double start, double step);
+int kiln__cuda_copy(void *q, const kiln_tdesc *out, const kiln_tdesc *in);
+int kiln__cuda_rng(void *q, kiln_rng_kind kind, const kiln_tdesc *out, uint64_t seed, uint64_t offset, double p0,
+                   double p1);
+int kiln__cuda_unary(void *q, kiln_unary_op op, const kiln_tdesc *out, const kiln_tdesc *in, double alpha,
+                     double beta);
+int kiln__cuda_binary(void *q, kiln_binary_op op, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b);
+int kiln__cuda_where(void *q, const kiln_tdesc *out, const kiln_tdesc *cond, const kiln_tdesc *a,
+                     const kiln_tdesc *b);
+int kiln__cuda_reduce(void *q, kiln_reduce_op op, const kiln_tdesc *out, const kiln_tdesc *in, uint32_t mask,
+                      double param);
+int kiln__cuda_arg_reduce(void *q, bool is_max, const kiln_tdesc *out, const kiln_tdesc *in, int dim);
+int kiln__cuda_cumsum(void *q, const kiln_tdesc *out, const kiln_tdesc *in, int dim);
+int kiln__cuda_sort(void *q, const kiln_tdesc *values, const kiln_tdesc *indices, const kiln_tdesc *in, int dim,
+                    bool descending);
+int kiln__cuda_index_check(void *q, const kiln_tdesc *index, int64_t lo, int64_t hi, const char *op,
+                           const char *noun);
+int kiln__cuda_gather(void *q, const kiln_tdesc *out, const kiln_tdesc *in, int dim, const kiln_tdesc *index);
+int kiln__cuda_scatter(void *q, const kiln_tdesc *out, int dim, const kiln_tdesc *index, const kiln_tdesc *src,
+                       bool accumulate);
+int kiln__cuda_index_select(void *q, const kiln_tdesc *out, const kiln_tdesc *in, int dim,
+                            const kiln_tdesc *index);
+int kiln__cuda_index_add(void *q, const kiln_tdesc *out, int dim, const kiln_tdesc *index, const kiln_tdesc *src);
+int kiln__cuda_pad(void *q, kiln_pad_mode mode, const kiln_tdesc *out, const kiln_tdesc *in, const int64_t *pads,
+                   double value);
+int kiln__cuda_softmax(void *q, bool log, const kiln_tdesc *out, const kiln_tdesc *in, int dim);
+int kiln__cuda_layer_norm(void *q, const kiln_tdesc *out, const kiln_tdesc *mean, const kiln_tdesc *rstd,
+                          const kiln_tdesc *x, const kiln_tdesc *weight, const kiln_tdesc *bias, int64_t inner,
+                          double eps);
+int kiln__cuda_epilogue(void *q, const kiln_tdesc *out, const kiln_epilogue *ep);
+int kiln__cuda_adam_step(void *q, const kiln_adam_params *p, const kiln_tdesc *param, const kiln_tdesc *grad,
+                         const kiln_tdesc *exp_avg, const kiln_tdesc *exp_avg_sq,
+                         const kiln_tdesc *max_exp_avg_sq);
+int kiln__cuda_pool(void *q, const kiln_pool_params *p, const kiln_tdesc *out, const kiln_tdesc *indices,
+                    const kiln_tdesc *x);
+int kiln__cuda_pool_backward(void *q, const kiln_pool_params *p, const kiln_tdesc *grad_x,
+                             const kiln_tdesc *grad_out, const kiln_tdesc *indices);
+int kiln__cuda_adaptive_avg_pool(void *q, int nspatial, const kiln_tdesc *out, const kiln_tdesc *x);
+int kiln__cuda_adaptive_avg_pool_backward(void *q, int nspatial, const kiln_tdesc *grad_x,
+                                          const kiln_tdesc *grad_out);
+int kiln__cuda_interpolate(void *q, kiln_interp_mode mode, bool align_corners, const kiln_tdesc *out,
+                           const kiln_tdesc *x);
+int kiln__cuda_interpolate_backward(void *q, kiln_interp_mode mode, bool align_corners, const kiln_tdesc *grad_x,
+                                    const kiln_tdesc *grad_out);
+/** Reports (and clears) the first violation parked by index checks on q; waits for q. */
+int kiln__cuda_checks_report(kiln_cuda_queue *q);
+
+/* cuda-blas.c */
+int kiln__cuda_matmul(void *q, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b);
+int kiln__cuda_blas_init(kiln_cuda_device *dev);
+void kiln__cuda_blas_fini(kiln_cuda_device *dev);
+
+/* cuda-dnn.c */
+int kiln__cuda_conv(void *q, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
+                    const kiln_tdesc *w, const kiln_tdesc *bias);
+int kiln__cuda_conv_backward_input(void *q, const kiln_conv_params *p, const kiln_tdesc *grad_x,
+                                   const kiln_tdesc *grad_out, const kiln_tdesc *w);
+int kiln__cuda_conv_backward_weight(void *q, const kiln_conv_params *p, const kiln_tdesc *grad_w,
+                                    const kiln_tdesc *x, const kiln_tdesc *grad_out);
+bool kiln__cuda_conv_supports(const kiln_conv_params *p, kiln_dtype dt);
+void kiln__cuda_dnn_queue_fini(kiln_cuda_queue *q);
+void kiln__cuda_dnn_device_fini(kiln_cuda_device *dev);
+
+#endif /* KILN_CUDA_IMPL_H */

@@ -1,0 +1,350 @@
+/*
+ * tests/cuda/test-cuda-device.c — the cuda backend end to end, against the cpu backend.
+ *
+ * Without a usable GPU it checks what a user sees there: kiln_device_open("cuda:0")
+ * fails with a message naming the device and the reason, bad options are refused by
+ * name, and the cpu backend keeps working; the device checks are then reported as
+ * skipped. With a GPU (the bench/gpu/run script's machine) it checks: uploads and
+ * downloads round-trip, elementwise, reductions, softmax, matmul in f32/f64/f16/bf16
+ * (with a transposed operand and broadcast batches), TF32 off by default, Philox draws
+ * equal to the cpu's, a convolution, an out-of-range gather reported at the next read
+ * with the op's name, a steady loop that reaches cudaMalloc no more after its first
+ * pass (the allocator's figures), two queues ordered by events, and (in a process of its
+ * own) a kernel fault that marks the device lost.
+ */
+#include <math.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "cuda-impl.h"
+#include "kiln/kiln.h"
+
+static int failures, checks;
+
+#define CHECK(cond, ...)                                                                                          \
+    do {                                                                                                          \
+        checks++;                                                                                                 \
+        if (!(cond)) {                                                                                            \
+            failures++;                                                                                           \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                       \
+            fprintf(stderr, __VA_ARGS__);                                                                         \
+            fprintf(stderr, " (last error: %s)\n", kiln_error());                                                 \
+        }                                                                                                         \
+    } while (0)
+
+static void test_absent(const char *why)
+{
+    CHECK(strstr(why, "cuda:0") != NULL, "the message names the device: %s", why);
+    CHECK(strstr(why, "no CUDA device") || strstr(why, "compute capability"), "the message says why: %s", why);
+    CHECK(strstr(kiln_backends_compiled(), "cuda") != NULL, "cuda is compiled in: %s", kiln_backends_compiled());
+    kiln_device *d = kiln_device_open("cuda:0?tf32=maybe");
+    CHECK(!d && strstr(kiln_error(), "tf32"), "a bad tf32 value is refused by name");
+    d = kiln_device_open("cuda:0?bogus=1");
+    CHECK(!d && strstr(kiln_error(), "bogus"), "an unknown option is refused by name");
+    kiln_device *cpu = kiln_device_open("cpu");
+    CHECK(cpu != NULL, "cpu opens beside a missing GPU");
+    if (cpu) {
+        kiln_tensor *a = kiln_full(cpu, KILN_F32, 1, (int64_t[]){4}, 1.5);
+        kiln_tensor *twice = kiln_add(a, a);
+        kiln_tensor *s = kiln_sum(twice, KILN_ALL_DIMS, false);
+        CHECK(s && kiln_item(s) == 12.0, "cpu still computes");
+        kiln_tensor_release(s);
+        kiln_tensor_release(twice);
+        kiln_device_memory m;
+        CHECK(kiln_device_memory_get(cpu, &m) == KILN_ENOTSUP && strstr(kiln_error(), "'cpu'"),
+              "cpu keeps no memory figures, and says so naming the device");
+        CHECK(kiln_device_lost(cpu) == NULL && kiln_device_lost(NULL) == NULL, "a working device is not lost");
+        kiln_tensor_release(a);
+        kiln_device_close(cpu);
+    }
+}
+
+/* ---------------------------------------------------------------- on a GPU */
+
+static float *host_f32(kiln_tensor *t, int64_t *n)
+{
+    *n = kiln_tensor_numel(t);
+    kiln_tensor *f = kiln_cast(t, KILN_F32);
+    float *v = malloc((size_t)(*n > 0 ? *n : 1) * sizeof *v);
+    if (!f || !v || kiln_to_data(f, v, (size_t)*n * sizeof *v) < 0) {
+        free(v);
+        v = NULL;
+    }
+    kiln_tensor_release(f);
+    return v;
+}
+
+/* max |a - b| / (|b| + 1) over the elements of two tensors of one shape */
+static double max_err(kiln_tensor *a, kiln_tensor *b)
+{
+    int64_t na = 0, nb = 0;
+    float *x = a ? host_f32(a, &na) : NULL, *y = b ? host_f32(b, &nb) : NULL;
+    double worst = (x && y && na == nb) ? 0.0 : INFINITY;
+    for (int64_t i = 0; x && y && i < na && i < nb; i++) {
+        double e = fabs((double)x[i] - (double)y[i]) / (fabs((double)y[i]) + 1.0);
+        if (e > worst || isnan(e))
+            worst = isnan(e) ? INFINITY : e;
+    }
+    free(x);
+    free(y);
+    return worst;
+}
+
+static kiln_tensor *on(kiln_tensor *t, kiln_device *dev)
+{
+    return kiln_to_device(t, dev);
+}
+
+static void test_gpu(kiln_device *gpu, kiln_device *cpu)
+{
+    kiln_generator g = kiln_generator_make(7);
+    int64_t shape[] = {3, 257, 129};
+    kiln_tensor *x_cpu = kiln_rand_normal(cpu, KILN_F32, 3, shape, 0, 1, &g);
+    kiln_tensor *x = on(x_cpu, gpu);
+    CHECK(x && max_err(x, x_cpu) == 0.0, "upload and download round-trip exactly");
+
+    kiln_tensor *s = kiln_add(x, x), *s_cpu = kiln_add(x_cpu, x_cpu);
+    CHECK(max_err(s, s_cpu) == 0.0, "add is exact");
+    kiln_tensor *ge = kiln_gelu(x, false), *ge_cpu = kiln_gelu(x_cpu, false);
+    CHECK(max_err(ge, ge_cpu) < 1e-6, "gelu: %g", max_err(ge, ge_cpu));
+    kiln_tensor *sm = kiln_softmax(x, 2), *sm_cpu = kiln_softmax(x_cpu, 2);
+    CHECK(max_err(sm, sm_cpu) < 1e-6, "softmax: %g", max_err(sm, sm_cpu));
+    int dims[] = {1};
+    kiln_tensor *su = kiln_sum(x, 1, dims, false), *su_cpu = kiln_sum(x_cpu, 1, dims, false);
+    CHECK(max_err(su, su_cpu) < 1e-5, "sum over dim 1: %g", max_err(su, su_cpu));
+    kiln_tensor_release(s);
+    kiln_tensor_release(s_cpu);
+    kiln_tensor_release(ge);
+    kiln_tensor_release(ge_cpu);
+    kiln_tensor_release(sm);
+    kiln_tensor_release(sm_cpu);
+    kiln_tensor_release(su);
+    kiln_tensor_release(su_cpu);
+
+    /* matmul: batched a [3, 65, 47] times a transposed b [33, 47]ᵀ, each dtype */
+    kiln_dtype dts[] = {KILN_F32, KILN_F64, KILN_F16, KILN_BF16};
+    double tol[] = {1e-5, 1e-12, 2e-2, 5e-2};
+    for (int i = 0; i < 4; i++) {
+        kiln_tensor *a_cpu = kiln_rand_uniform(cpu, dts[i], 3, (int64_t[]){3, 65, 47}, -1, 1, &g);
+        kiln_tensor *bt_cpu = kiln_rand_uniform(cpu, dts[i], 2, (int64_t[]){33, 47}, -1, 1, &g);
+        kiln_tensor *b_cpu = kiln_transpose(bt_cpu, 0, 1);
+        kiln_tensor *a = on(a_cpu, gpu), *bt = on(bt_cpu, gpu);
+        kiln_tensor *b = kiln_transpose(bt, 0, 1);
+        kiln_tensor *m = kiln_matmul(a, b);
+        /* the reference in f64 on the cpu */
+        kiln_tensor *a64 = kiln_cast(a_cpu, KILN_F64), *b64 = kiln_cast(b_cpu, KILN_F64);
+        kiln_tensor *m_ref = kiln_matmul(a64, b64);
+        double e = max_err(m, m_ref);
+        CHECK(m && e < tol[i], "matmul dtype %d: error %g", (int)dts[i], e);
+        kiln_tensor *list[] = {a_cpu, bt_cpu, b_cpu, a, bt, b, m, a64, b64, m_ref};
+        for (size_t j = 0; j < sizeof list / sizeof *list; j++)
+            kiln_tensor_release(list[j]);
+    }
+
+    /* f32 matmul is exact f32 by default: a product whose exact result TF32 would round.
+     * 1 + 2^-12 needs 13 mantissa bits; TF32 keeps 10. */
+    {
+        kiln_tensor *a = kiln_full(gpu, KILN_F32, 2, (int64_t[]){64, 64}, 1.0 + 1.0 / 4096);
+        kiln_tensor *b = kiln_eye(gpu, KILN_F32, 64, 64);
+        kiln_tensor *m = kiln_matmul(a, b);
+        int64_t n = 0;
+        float *v = m ? host_f32(m, &n) : NULL;
+        CHECK(v && v[0] == (float)(1.0 + 1.0 / 4096), "f32 matmul keeps f32 precision: %.9g", v ? v[0] : 0.0);
+        free(v);
+        kiln_tensor_release(a);
+        kiln_tensor_release(b);
+        kiln_tensor_release(m);
+    }
+
+    /* Philox: the same generator state draws the same numbers on both devices */
+    kiln_generator g1 = kiln_generator_make(1234), g2 = kiln_generator_make(1234);
+    kiln_tensor *ru = kiln_rand_uniform(gpu, KILN_F32, 1, (int64_t[]){100003}, -2, 3, &g1);
+    kiln_tensor *ru_cpu = kiln_rand_uniform(cpu, KILN_F32, 1, (int64_t[]){100003}, -2, 3, &g2);
+    CHECK(max_err(ru, ru_cpu) == 0.0, "uniform draws equal the cpu's: %g", max_err(ru, ru_cpu));
+    kiln_tensor *rn = kiln_rand_normal(gpu, KILN_F32, 1, (int64_t[]){100003}, 0, 1, &g1);
+    kiln_tensor *rn_cpu = kiln_rand_normal(cpu, KILN_F32, 1, (int64_t[]){100003}, 0, 1, &g2);
+    CHECK(max_err(rn, rn_cpu) < 1e-6, "normal draws equal the cpu's: %g", max_err(rn, rn_cpu));
+    kiln_tensor_release(ru);
+    kiln_tensor_release(ru_cpu);
+    kiln_tensor_release(rn);
+    kiln_tensor_release(rn_cpu);
+
+    /* a convolution with bias, stride and padding */
+    {
+        kiln_tensor *cx_cpu = kiln_rand_normal(cpu, KILN_F32, 4, (int64_t[]){2, 3, 17, 19}, 0, 1, &g);
+        kiln_tensor *cw_cpu = kiln_rand_normal(cpu, KILN_F32, 4, (int64_t[]){8, 3, 3, 3}, 0, 1, &g);
+        kiln_tensor *cb_cpu = kiln_rand_normal(cpu, KILN_F32, 1, (int64_t[]){8}, 0, 1, &g);
+        kiln_conv_opts o = {.stride = {2, 2}, .padding = {1, 1}};
+        kiln_tensor *cx = on(cx_cpu, gpu), *cw = on(cw_cpu, gpu), *cb = on(cb_cpu, gpu);
+        kiln_tensor *y = kiln_conv2d(cx, cw, cb, &o), *y_cpu = kiln_conv2d(cx_cpu, cw_cpu, cb_cpu, &o);
+        CHECK(y && max_err(y, y_cpu) < 1e-4, "conv2d: %g", max_err(y, y_cpu));
+        kiln_tensor *list[] = {cx_cpu, cw_cpu, cb_cpu, cx, cw, cb, y, y_cpu};
+        for (size_t j = 0; j < sizeof list / sizeof *list; j++)
+            kiln_tensor_release(list[j]);
+    }
+
+    /* an index out of range: reported at the next read, naming the op */
+    {
+        int64_t idx_host[] = {0, 5, 1};
+        kiln_tensor *src = kiln_arange(gpu, KILN_F32, 0, 4, 1);
+        kiln_tensor *idx = kiln_from_data(gpu, KILN_I64, 1, (int64_t[]){3}, idx_host, sizeof idx_host);
+        kiln_tensor *gth = kiln_gather(src, 0, idx);
+        float out[3];
+        int rc = gth ? kiln_to_data(gth, out, sizeof out) : -1;
+        CHECK(rc < 0 && strstr(kiln_error(), "gather") && strstr(kiln_error(), "5"),
+              "an out-of-range gather index is reported with the op's name");
+        kiln_tensor_release(src);
+        kiln_tensor_release(idx);
+        kiln_tensor_release(gth);
+        kiln_tensor *ok = kiln_full(gpu, KILN_F32, 1, (int64_t[]){2}, 2.0);
+        kiln_tensor *oks = ok ? kiln_sum(ok, KILN_ALL_DIMS, false) : NULL;
+        CHECK(oks && kiln_item(oks) == 4.0, "the queue works after the error");
+        kiln_tensor_release(oks);
+        kiln_tensor_release(ok);
+    }
+
+    /* a steady loop reaches cudaMalloc only in its first pass */
+    kiln_cuda_device *dev = kiln__device_ctx(gpu) ? ((kiln_cuda_queue *)kiln__device_ctx(gpu))->dev : NULL;
+    uint64_t raw_after_first = 0;
+    for (int it = 0; it < 5 && dev; it++) {
+        kiln_scope_begin();
+        kiln_tensor *h = kiln_gelu(
+            kiln_add(kiln_matmul(x, kiln_transpose(x, 1, 2)), kiln_full(gpu, KILN_F32, 1, (int64_t[]){257}, 1)),
+            false);
+        CHECK(h && kiln_device_sync(gpu) == 0, "steady loop pass %d", it);
+        kiln_scope_end();
+        kiln_cuda_alloc_stats st;
+        kiln__cuda_alloc_stats_get(&dev->alloc, &st);
+        if (it == 0)
+            raw_after_first = st.raw_allocs;
+        else
+            CHECK(st.raw_allocs == raw_after_first, "pass %d allocated from the device (%llu, was %llu)", it,
+                  (unsigned long long)st.raw_allocs, (unsigned long long)raw_after_first);
+    }
+    kiln_device_memory m;
+    CHECK(kiln_device_memory_get(gpu, &m) == 0, "the cuda device keeps memory figures");
+    CHECK(m.in_use_bytes > 0 && m.reserved_bytes == m.in_use_bytes + m.cached_bytes &&
+              m.peak_in_use_bytes >= m.in_use_bytes,
+          "figures add up: in use %llu, cached %llu, reserved %llu, peak %llu", (unsigned long long)m.in_use_bytes,
+          (unsigned long long)m.cached_bytes, (unsigned long long)m.reserved_bytes,
+          (unsigned long long)m.peak_in_use_bytes);
+    CHECK(m.device_allocs == raw_after_first && m.reuses > 0,
+          "device allocations %llu (after the first pass %llu), "
+          "reuses %llu",
+          (unsigned long long)m.device_allocs, (unsigned long long)raw_after_first, (unsigned long long)m.reuses);
+    CHECK(kiln_device_lost(gpu) == NULL, "the device works");
+    kiln_tensor_release(x);
+    kiln_tensor_release(x_cpu);
+}
+
+/* Two queues of one device: a tensor made on one and read on the other is ordered by the
+ * engine's events, and a block freed on one queue and taken on the other is not reused
+ * before the first queue's work on it has finished (the allocator's cross-stream order).
+ * Without those, the sums below come out wrong, at least some of the time. */
+static void test_queues(kiln_device *gpu)
+{
+    kiln_queue *q1 = kiln_queue_open(gpu), *q2 = kiln_queue_open(gpu);
+    CHECK(q1 && q2, "two queues open");
+    if (!q1 || !q2) {
+        kiln_queue_close(q1);
+        kiln_queue_close(q2);
+        return;
+    }
+    int64_t n = 1 << 24;
+    for (int i = 1; i <= 8; i++) {
+        kiln_queue_use(gpu, q1);
+        kiln_tensor *a = kiln_full(gpu, KILN_F32, 1, &n, (double)i);
+        kiln_tensor *b1 = kiln_gelu(a, false), *b = kiln_gelu(b1, false); /* keeps q1 busy */
+        kiln_tensor_release(b1);
+        kiln_tensor *made = kiln_full(gpu, KILN_F32, 1, &n, 0.5 * i);
+        kiln_tensor_release(a);
+        kiln_tensor_release(b); /* parked on q1 while its kernels may still run */
+        kiln_queue_use(gpu, q2);
+        kiln_tensor *c = kiln_full(gpu, KILN_F32, 1, &n, 2.0 * i); /* may take a q1 block */
+        kiln_tensor *sc = kiln_sum(c, KILN_ALL_DIMS, false);
+        kiln_tensor *sm = kiln_sum(made, KILN_ALL_DIMS, false); /* made on q1, read on q2 */
+        CHECK(sc && kiln_item(sc) == 2.0 * i * (double)n, "round %d: a fresh tensor on q2 sums to %g", i,
+              sc ? kiln_item(sc) : 0.0);
+        CHECK(sm && kiln_item(sm) == 0.5 * i * (double)n, "round %d: q1's tensor read on q2 sums to %g", i,
+              sm ? kiln_item(sm) : 0.0);
+        kiln_tensor_release(sc);
+        kiln_tensor_release(sm);
+        kiln_tensor_release(c);
+        kiln_tensor_release(made);
+    }
+    kiln_queue_use(gpu, NULL);
+    kiln_queue_close(q1);
+    kiln_queue_close(q2);
+}
+
+/* Run in a process of its own (--lose-device), since it ruins the CUDA context: a kernel
+ * writing at an invalid address is a sticky fault, which the next sync reports naming
+ * the op queued last, and after which the device refuses work with the original cause. */
+static int lose_device(void)
+{
+    kiln_device *gpu = kiln_device_open("cuda:0");
+    if (!gpu) {
+        fprintf(stderr, "lose-device: %s\n", kiln_error());
+        return 1;
+    }
+    kiln_cuda_queue *q = kiln__device_ctx(gpu);
+    kcu_view bad;
+    memset(&bad, 0, sizeof bad);
+    bad.base = (void *)(uintptr_t)0x1000; /* never a device allocation */
+    bad.ndim = 1;
+    bad.shape[0] = 1 << 20;
+    bad.strides[0] = 1;
+    bad.dtype = KILN_F32;
+    CHECK(kiln__cuda_check(q, kcu_fill(q->stream, &bad, 1.0), "fill at an invalid address") == 0,
+          "the faulty kernel launches");
+    int rc = kiln_device_sync(gpu);
+    const char *msg = kiln_error();
+    CHECK(rc == KILN_EDEVICE && strstr(msg, "fill at an invalid address") && strstr(msg, "lost"),
+          "the fault is reported at sync, naming the op and the lost device: rc %d, %s", rc, msg);
+    const char *why = kiln_device_lost(gpu);
+    CHECK(why && strstr(why, "fill at an invalid address"), "the device is marked lost, with the cause: %s",
+          why ? why : "(not lost)");
+    kiln_tensor *t = kiln_full(gpu, KILN_F32, 1, (int64_t[]){4}, 1.0);
+    CHECK(!t && strstr(kiln_error(), "was lost earlier"), "later work is refused with the cause");
+    kiln_tensor_release(t);
+    printf("lose-device: %d checks, %d failures\n", checks, failures);
+    return failures ? 1 : 0;
+}
+
+static void test_lost(const char *self)
+{
+    pid_t pid;
+    char *argv[] = {(char *)self, "--lose-device", NULL};
+    extern char **environ;
+    int rc = posix_spawn(&pid, self, NULL, NULL, argv, environ);
+    int status = 0;
+    CHECK(rc == 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "the device-lost run passed (spawn %d, status %d)", rc, status);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--lose-device") == 0)
+        return lose_device();
+    kiln_device *gpu = kiln_device_open("cuda:0");
+    if (!gpu) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", kiln_error());
+        test_absent(why);
+        printf("test-cuda-device: no usable GPU (%s); %d checks of that case, %d failures; the device checks "
+               "were skipped\n",
+               why, checks, failures);
+        return failures ? 1 : 0;
+    }
+    kiln_device *cpu = kiln_device_open("cpu");
+    test_gpu(gpu, cpu);
+    test_queues(gpu);
+    test_lost(argv[0]);
+    kiln_device_close(gpu);
+    kiln_device_close(cpu);
+    printf("test-cuda-device: %d checks, %d failures\n", checks, failures);
+    return failures ? 1 : 0;
+}
