@@ -22,7 +22,7 @@ build_packages="
 "
 test_packages="
   libcmocka-dev python3 python3-venv curl wrk nghttp2-client nginx-light clang clang-format libclang-rt-14-dev
-  mesa-vulkan-drivers libvulkan-dev glslang-tools sqlite3 libjemalloc2 dataset-fashion-mnist tmux
+  mesa-vulkan-drivers libvulkan-dev glslang-tools glslc sqlite3 libjemalloc2 dataset-fashion-mnist tmux
   systemd util-linux
 "
 # The deploy suite builds and runs the container image with podman (buildah builds, runc runs

@@ -168,7 +168,7 @@ typedef struct kvk_features {
 } kvk_features;
 
 /** Sub-allocator state (vk-memory.c). Guarded by lock. */
-#define KVK_CLASSES 48
+#define KVK_CLASSES 50
 typedef struct kvk_alloc {
     pthread_mutex_t lock;
     kvk_block *blocks;
@@ -198,7 +198,7 @@ struct kvk_device {
     kiln_buffer *dummy; /* bound where a dispatch passes NULL */
     /* pipelines (vk-pipeline.c) */
     pthread_mutex_t pipe_lock;
-    struct kvk_pipeline *pipelines;
+    struct kvk_pipeline **pipelines; /* hash buckets */
     VkPipelineCache cache;
     char cache_path[1024]; /* "" when no data directory is known */
     bool cache_loaded;     /* the file existed and was accepted */
@@ -277,6 +277,7 @@ void kvk_alloc_destroy(kvk_device *d);
 kiln_buffer *kvk_buffer_alloc(void *q, size_t nbytes);
 void kvk_buffer_free(void *q, kiln_buffer *b);
 size_t kvk_buffer_trim(void *q, size_t bytes);
+void kvk_alloc_forget_queue(kvk_device *d, kvk_queue *q);
 int kvk_buffer_upload(void *q, kiln_buffer *dst, size_t off, const void *src, size_t n);
 int kvk_buffer_download(void *q, kiln_buffer *src, size_t off, void *dst, size_t n);
 /** A buffer straight from the device (for the device's own use: dummy, check buffers). */
@@ -295,7 +296,7 @@ int kvk_flush(kvk_queue *q, const char *op);
 int kvk_wait_value(kvk_queue *q, uint64_t value, const char *op);
 /** Completed value of q's timeline (retiring finished batches). */
 uint64_t kvk_completed(kvk_queue *q);
-/** Copy n bytes of src into q's host ring for the open batch: *buf/*off locate it (aligned
+/** Copy n bytes of src into q's host ring for the open batch: *buf and *off locate it (aligned
  *  to the device's binding alignment). NULL on failure with the error set. */
 void *kvk_host_stage(kvk_queue *q, size_t n, VkBuffer *buf, VkDeviceSize *off, const char *op);
 /** Keep the first error for the next sync/download of q (code, message "op: ..."). */
@@ -303,6 +304,7 @@ void kvk_queue_fail(kvk_queue *q, int code, const char *fmt, ...) __attribute__(
 /** Return (and clear) q's kept error, setting the thread error; 0 when none. */
 int kvk_queue_take_error(kvk_queue *q);
 int kvk_sync(void *q);
+int kvk_check_slot(kvk_queue *q, const char *op, const char *noun, int64_t lo, int64_t hi);
 kiln_backend_event *kvk_event_record(void *q);
 int kvk_event_wait(void *q, kiln_backend_event *ev);
 int kvk_event_sync(void *q, kiln_backend_event *ev);

@@ -1,0 +1,204 @@
+// backends/vulkan/shaders/common.glsl — what every kiln compute shader shares.
+//
+// dtypes. A shader is compiled once per variant; variant "f32_i64" defines KVK_DT0=f32 and
+// KVK_DT1=i64. For slot k (0..3): Sk is the storage type (what the buffer holds), Ck the
+// compute type (float for f16/bf16/f32, double for f64, int64_t for i64, int for i32,
+// uint for u8 and bool), LDk(x) turns a stored value into Ck, STk(x) a Ck into storage
+// (bf16 rounds to nearest even, bool stores x != 0), KVK_ISFk is 1 for float dtypes.
+// Nothing here uses double or int64 outside a dtype's own macros, so a module only needs
+// the capabilities of the dtypes it was compiled for (int64 is the one exception: index
+// math is int64 everywhere, and the backend refuses a device without shaderInt64).
+//
+// Layout. Binding 0 is the params block (std430, mirrored in C), bindings 1.. the
+// operands. The workgroup size is specialization constants 0..2.
+#extension GL_EXT_shader_explicit_arithmetic_types : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_shader_8bit_storage : require
+#extension GL_EXT_control_flow_attributes : enable
+
+layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
+
+#define KVK_MAX_DIMS 8
+
+// A strided view (kvk_view in vk-impl.h).
+struct KView {
+    int offset;
+    int ndim;
+    int numel;
+    int contig;
+    int shape[KVK_MAX_DIMS];
+    int strides[KVK_MAX_DIMS];
+};
+
+// A scalar in every form (kvk_scalar in vk-impl.h).
+struct KScalar {
+    float f;
+    int i;
+    uint dlo, dhi;
+    uint llo, lhi;
+};
+
+#define KVK_PARAMS layout(std430, set = 0, binding = 0) readonly buffer KParams
+#define KVK_BUF_RO(b, T, name) layout(std430, set = 0, binding = b) readonly buffer KBuf##b { T name[]; }
+#define KVK_BUF_WO(b, T, name) layout(std430, set = 0, binding = b) writeonly buffer KBuf##b { T name[]; }
+#define KVK_BUF_RW(b, T, name) layout(std430, set = 0, binding = b) buffer KBuf##b { T name[]; }
+#define KVK_SPEC(id, name, def) layout(constant_id = id) const uint name = def
+
+// Element offset of flat (row-major) index i in view v. Index math is int32: the host
+// refuses views whose offsets or sizes do not fit (kvk_view_of).
+int kvk_at(KView v, int i)
+{
+    if (v.contig != 0)
+        return v.offset + i;
+    int off = v.offset;
+    for (int d = v.ndim - 1; d >= 0; d--) {
+        int s = v.shape[d];
+        int q = i / s;
+        off += (i - q * s) * v.strides[d];
+        i = q;
+    }
+    return off;
+}
+
+// Grid-stride loop over n items of a 1-D launch.
+#define KVK_FOR_EACH(i, n) \
+    for (int i = int(gl_GlobalInvocationID.x); i < (n); i += int(gl_NumWorkGroups.x * gl_WorkGroupSize.x))
+
+// float -> int64 as a C cast made total: truncation, NaN 0, saturation.
+int64_t kvk_f2l(float x)
+{
+    if (isnan(x)) return 0l;
+    if (x >= 9223372036854775808.0) return 0x7fffffffffffffffl;
+    if (x < -9223372036854775808.0) return -0x7fffffffffffffffl - 1l;
+    return int64_t(x);
+}
+
+uint16_t kvk_f2bf(float f)
+{
+    uint u = floatBitsToUint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return uint16_t((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return uint16_t(u >> 16);
+}
+float kvk_bf2f(uint16_t h) { return uintBitsToFloat(uint(h) << 16); }
+
+// ---- per-dtype macros (storage S, compute C, load LD, store ST, float flag ISF, and
+// conversions from the three compute families F (float), D (double) and L (int64))
+#define KVK_S_f32 float
+#define KVK_C_f32 float
+#define KVK_LD_f32(x) (x)
+#define KVK_ST_f32(x) (x)
+#define KVK_ISF_f32 1
+#define KVK_FROMF_f32(x) (x)
+#define KVK_FROML_f32(x) float(x)
+
+#define KVK_S_f16 float16_t
+#define KVK_C_f16 float
+#define KVK_LD_f16(x) float(x)
+#define KVK_ST_f16(x) float16_t(x)
+#define KVK_ISF_f16 1
+#define KVK_FROMF_f16(x) (x)
+#define KVK_FROML_f16(x) float(x)
+
+#define KVK_S_bf16 uint16_t
+#define KVK_C_bf16 float
+#define KVK_LD_bf16(x) kvk_bf2f(x)
+#define KVK_ST_bf16(x) kvk_f2bf(x)
+#define KVK_ISF_bf16 1
+#define KVK_FROMF_bf16(x) (x)
+#define KVK_FROML_bf16(x) float(x)
+
+#define KVK_S_f64 double
+#define KVK_C_f64 double
+#define KVK_LD_f64(x) (x)
+#define KVK_ST_f64(x) (x)
+#define KVK_ISF_f64 1
+#define KVK_FROMF_f64(x) double(x)
+#define KVK_FROML_f64(x) double(x)
+
+#define KVK_S_i64 int64_t
+#define KVK_C_i64 int64_t
+#define KVK_LD_i64(x) (x)
+#define KVK_ST_i64(x) (x)
+#define KVK_ISF_i64 0
+#define KVK_FROMF_i64(x) kvk_f2l(x)
+#define KVK_FROML_i64(x) int64_t(x)
+
+#define KVK_S_i32 int
+#define KVK_C_i32 int
+#define KVK_LD_i32(x) (x)
+#define KVK_ST_i32(x) (x)
+#define KVK_ISF_i32 0
+#define KVK_FROMF_i32(x) int(kvk_f2l(x))
+#define KVK_FROML_i32(x) int(x)
+
+#define KVK_S_u8 uint8_t
+#define KVK_C_u8 uint
+#define KVK_LD_u8(x) uint(x)
+#define KVK_ST_u8(x) uint8_t(x)
+#define KVK_ISF_u8 0
+#define KVK_FROMF_u8(x) uint(kvk_f2l(x))
+#define KVK_FROML_u8(x) uint(x)
+
+#define KVK_S_bool uint8_t
+#define KVK_C_bool uint
+#define KVK_LD_bool(x) uint(x != uint8_t(0))
+#define KVK_ST_bool(x) uint8_t((x) != 0 ? 1 : 0)
+#define KVK_ISF_bool 0
+#define KVK_FROMF_bool(x) uint((x) != 0.0 ? 1 : 0)
+#define KVK_FROML_bool(x) uint((x) != 0l ? 1 : 0)
+
+#define KVK_CAT_(a, b) a##b
+#define KVK_CAT(a, b) KVK_CAT_(a, b)
+
+#ifdef KVK_DT0
+#define S0 KVK_CAT(KVK_S_, KVK_DT0)
+#define C0 KVK_CAT(KVK_C_, KVK_DT0)
+#define LD0(x) KVK_CAT(KVK_LD_, KVK_DT0)(x)
+#define ST0(x) KVK_CAT(KVK_ST_, KVK_DT0)(x)
+#define ISF0 KVK_CAT(KVK_ISF_, KVK_DT0)
+#define FROMF0(x) KVK_CAT(KVK_FROMF_, KVK_DT0)(x)
+#define FROML0(x) KVK_CAT(KVK_FROML_, KVK_DT0)(x)
+#endif
+#ifdef KVK_DT1
+#define S1 KVK_CAT(KVK_S_, KVK_DT1)
+#define C1 KVK_CAT(KVK_C_, KVK_DT1)
+#define LD1(x) KVK_CAT(KVK_LD_, KVK_DT1)(x)
+#define ST1(x) KVK_CAT(KVK_ST_, KVK_DT1)(x)
+#define ISF1 KVK_CAT(KVK_ISF_, KVK_DT1)
+#define FROMF1(x) KVK_CAT(KVK_FROMF_, KVK_DT1)(x)
+#define FROML1(x) KVK_CAT(KVK_FROML_, KVK_DT1)(x)
+#endif
+#ifdef KVK_DT2
+#define S2 KVK_CAT(KVK_S_, KVK_DT2)
+#define C2 KVK_CAT(KVK_C_, KVK_DT2)
+#define LD2(x) KVK_CAT(KVK_LD_, KVK_DT2)(x)
+#define ST2(x) KVK_CAT(KVK_ST_, KVK_DT2)(x)
+#define ISF2 KVK_CAT(KVK_ISF_, KVK_DT2)
+#define FROMF2(x) KVK_CAT(KVK_FROMF_, KVK_DT2)(x)
+#define FROML2(x) KVK_CAT(KVK_FROML_, KVK_DT2)(x)
+#endif
+#ifdef KVK_DT3
+#define S3 KVK_CAT(KVK_S_, KVK_DT3)
+#define C3 KVK_CAT(KVK_C_, KVK_DT3)
+#define LD3(x) KVK_CAT(KVK_LD_, KVK_DT3)(x)
+#define ST3(x) KVK_CAT(KVK_ST_, KVK_DT3)(x)
+#define ISF3 KVK_CAT(KVK_ISF_, KVK_DT3)
+#define FROMF3(x) KVK_CAT(KVK_FROMF_, KVK_DT3)(x)
+#define FROML3(x) KVK_CAT(KVK_FROML_, KVK_DT3)(x)
+#endif
+
+// A scalar in slot 0's compute type.
+#if defined(KVK_DT0)
+#define KVK_SCALAR_f32(s) (s).f
+#define KVK_SCALAR_f16(s) (s).f
+#define KVK_SCALAR_bf16(s) (s).f
+#define KVK_SCALAR_f64(s) packDouble2x32(uvec2((s).dlo, (s).dhi))
+#define KVK_SCALAR_i64(s) int64_t(packUint2x32(uvec2((s).llo, (s).lhi)))
+#define KVK_SCALAR_i32(s) int((s).llo)
+#define KVK_SCALAR_u8(s) ((s).llo & 0xffu)
+#define KVK_SCALAR_bool(s) uint((s).dlo != 0u || ((s).dhi & 0x7fffffffu) != 0u)
+#define KVK_SCALAR_C0(s) KVK_CAT(KVK_SCALAR_, KVK_DT0)(s)
+#endif
