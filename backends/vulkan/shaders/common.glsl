@@ -1,6 +1,7 @@
 // backends/vulkan/shaders/common.glsl — what every kiln compute shader shares.
 //
-// dtypes. A shader is compiled once per variant; variant "f32_i64" defines KVK_DT0=f32 and
+// dtypes. KVK_DOUBLE is 1 when one of the variant's dtypes is f64 (double helpers).
+// A shader is compiled once per variant; variant "f32_i64" defines KVK_DT0=f32 and
 // KVK_DT1=i64. For slot k (0..3): Sk is the storage type (what the buffer holds), Ck the
 // compute type (float for f16/bf16/f32, double for f64, int64_t for i64, int for i32,
 // uint for u8 and bool), LDk(x) turns a stored value into Ck, STk(x) a Ck into storage
@@ -66,6 +67,15 @@ int kvk_at(KView v, int i)
     for (int i = int(gl_GlobalInvocationID.x); i < (n); i += int(gl_NumWorkGroups.x * gl_WorkGroupSize.x))
 
 // float -> int64 as a C cast made total: truncation, NaN 0, saturation.
+#if KVK_DOUBLE
+int64_t kvk_f2l(double x)
+{
+    if (isnan(x)) return 0l;
+    if (x >= 9223372036854775808.0lf) return 0x7fffffffffffffffl;
+    if (x < -9223372036854775808.0lf) return -0x7fffffffffffffffl - 1l;
+    return int64_t(x);
+}
+#endif
 int64_t kvk_f2l(float x)
 {
     if (isnan(x)) return 0l;
@@ -85,13 +95,13 @@ uint16_t kvk_f2bf(float f)
 float kvk_bf2f(uint16_t h) { return uintBitsToFloat(uint(h) << 16); }
 
 // ---- per-dtype macros (storage S, compute C, load LD, store ST, float flag ISF, and
-// conversions from the three compute families F (float), D (double) and L (int64))
+// conversions FROMF from a float or double and FROML from any integer compute type)
 #define KVK_S_f32 float
 #define KVK_C_f32 float
 #define KVK_LD_f32(x) (x)
 #define KVK_ST_f32(x) (x)
 #define KVK_ISF_f32 1
-#define KVK_FROMF_f32(x) (x)
+#define KVK_FROMF_f32(x) float(x)
 #define KVK_FROML_f32(x) float(x)
 
 #define KVK_S_f16 float16_t
@@ -99,7 +109,7 @@ float kvk_bf2f(uint16_t h) { return uintBitsToFloat(uint(h) << 16); }
 #define KVK_LD_f16(x) float(x)
 #define KVK_ST_f16(x) float16_t(x)
 #define KVK_ISF_f16 1
-#define KVK_FROMF_f16(x) (x)
+#define KVK_FROMF_f16(x) float(x)
 #define KVK_FROML_f16(x) float(x)
 
 #define KVK_S_bf16 uint16_t
@@ -107,7 +117,7 @@ float kvk_bf2f(uint16_t h) { return uintBitsToFloat(uint(h) << 16); }
 #define KVK_LD_bf16(x) kvk_bf2f(x)
 #define KVK_ST_bf16(x) kvk_f2bf(x)
 #define KVK_ISF_bf16 1
-#define KVK_FROMF_bf16(x) (x)
+#define KVK_FROMF_bf16(x) float(x)
 #define KVK_FROML_bf16(x) float(x)
 
 #define KVK_S_f64 double
@@ -148,7 +158,22 @@ float kvk_bf2f(uint16_t h) { return uintBitsToFloat(uint(h) << 16); }
 #define KVK_ST_bool(x) uint8_t((x) != 0 ? 1 : 0)
 #define KVK_ISF_bool 0
 #define KVK_FROMF_bool(x) uint((x) != 0.0 ? 1 : 0)
-#define KVK_FROML_bool(x) uint((x) != 0l ? 1 : 0)
+#define KVK_FROML_bool(x) uint((x) != 0 ? 1 : 0)
+
+// KVK_Fk (0 or 1: slot k is a float dtype) comes from the build with the dtypes, since
+// the preprocessor's #if cannot look inside a pasted name.
+#ifndef KVK_F0
+#define KVK_F0 0
+#endif
+#ifndef KVK_F1
+#define KVK_F1 0
+#endif
+#ifndef KVK_F2
+#define KVK_F2 0
+#endif
+#ifndef KVK_F3
+#define KVK_F3 0
+#endif
 
 #define KVK_CAT_(a, b) a##b
 #define KVK_CAT(a, b) KVK_CAT_(a, b)
@@ -158,7 +183,6 @@ float kvk_bf2f(uint16_t h) { return uintBitsToFloat(uint(h) << 16); }
 #define C0 KVK_CAT(KVK_C_, KVK_DT0)
 #define LD0(x) KVK_CAT(KVK_LD_, KVK_DT0)(x)
 #define ST0(x) KVK_CAT(KVK_ST_, KVK_DT0)(x)
-#define ISF0 KVK_CAT(KVK_ISF_, KVK_DT0)
 #define FROMF0(x) KVK_CAT(KVK_FROMF_, KVK_DT0)(x)
 #define FROML0(x) KVK_CAT(KVK_FROML_, KVK_DT0)(x)
 #endif
@@ -167,7 +191,6 @@ float kvk_bf2f(uint16_t h) { return uintBitsToFloat(uint(h) << 16); }
 #define C1 KVK_CAT(KVK_C_, KVK_DT1)
 #define LD1(x) KVK_CAT(KVK_LD_, KVK_DT1)(x)
 #define ST1(x) KVK_CAT(KVK_ST_, KVK_DT1)(x)
-#define ISF1 KVK_CAT(KVK_ISF_, KVK_DT1)
 #define FROMF1(x) KVK_CAT(KVK_FROMF_, KVK_DT1)(x)
 #define FROML1(x) KVK_CAT(KVK_FROML_, KVK_DT1)(x)
 #endif
@@ -176,7 +199,6 @@ float kvk_bf2f(uint16_t h) { return uintBitsToFloat(uint(h) << 16); }
 #define C2 KVK_CAT(KVK_C_, KVK_DT2)
 #define LD2(x) KVK_CAT(KVK_LD_, KVK_DT2)(x)
 #define ST2(x) KVK_CAT(KVK_ST_, KVK_DT2)(x)
-#define ISF2 KVK_CAT(KVK_ISF_, KVK_DT2)
 #define FROMF2(x) KVK_CAT(KVK_FROMF_, KVK_DT2)(x)
 #define FROML2(x) KVK_CAT(KVK_FROML_, KVK_DT2)(x)
 #endif
@@ -185,7 +207,6 @@ float kvk_bf2f(uint16_t h) { return uintBitsToFloat(uint(h) << 16); }
 #define C3 KVK_CAT(KVK_C_, KVK_DT3)
 #define LD3(x) KVK_CAT(KVK_LD_, KVK_DT3)(x)
 #define ST3(x) KVK_CAT(KVK_ST_, KVK_DT3)(x)
-#define ISF3 KVK_CAT(KVK_ISF_, KVK_DT3)
 #define FROMF3(x) KVK_CAT(KVK_FROMF_, KVK_DT3)(x)
 #define FROML3(x) KVK_CAT(KVK_FROML_, KVK_DT3)(x)
 #endif
@@ -202,3 +223,89 @@ float kvk_bf2f(uint16_t h) { return uintBitsToFloat(uint(h) << 16); }
 #define KVK_SCALAR_bool(s) uint((s).dlo != 0u || ((s).dhi & 0x7fffffffu) != 0u)
 #define KVK_SCALAR_C0(s) KVK_CAT(KVK_SCALAR_, KVK_DT0)(s)
 #endif
+
+// ---- float math the GLSL library lacks or does loosely (float precision)
+float kvk_expm1(float x)
+{
+    if (abs(x) < 0.5) {
+        float u = exp(x);
+        if (u == 1.0) return x;
+        float l = log(u);
+        return (u - 1.0) * x / l;
+    }
+    return exp(x) - 1.0;
+}
+const float KVK_NAN = uintBitsToFloat(0x7fc00000u);
+float kvk_log(float x)
+{
+    if (x < 0.0) return KVK_NAN;
+    if (x == 0.0) return uintBitsToFloat(0xff800000u);
+    return log(x);
+}
+float kvk_sqrt(float x) { return x < 0.0 ? KVK_NAN : sqrt(x); }
+float kvk_log1p(float x)
+{
+    if (x < -1.0) return KVK_NAN;
+    if (x == -1.0) return uintBitsToFloat(0xff800000u);
+    float u = 1.0 + x;
+    if (u == 1.0) return x;
+    if (isinf(u)) return u;
+    return log(u) * x / (u - 1.0);
+}
+float kvk_tanh(float x)
+{
+    if (isnan(x)) return x;
+    float a = abs(x);
+    float r;
+    if (a < 0.55) {
+        float e = kvk_expm1(2.0 * a);
+        r = e / (e + 2.0);
+    } else if (a > 20.0) {
+        r = 1.0;
+    } else {
+        r = 1.0 - 2.0 / (exp(2.0 * a) + 1.0);
+    }
+    return x < 0.0 ? -r : r;
+}
+float kvk_erf(float x)
+{
+    if (isnan(x)) return x;
+    float a = abs(x);
+    float r;
+    if (a < 0.5) {
+        // Maclaurin series: 2/sqrt(pi) * sum (-1)^n x^(2n+1) / (n! (2n+1))
+        float x2 = a * a, term = a, sum = a;
+        for (int n = 1; n < 10; n++) {
+            term *= -x2 / float(n);
+            sum += term / float(2 * n + 1);
+        }
+        r = sum * 1.1283791670955126;
+    } else if (a > 6.0) {
+        r = 1.0;
+    } else {
+        // erfc by the Chebyshev fit of Numerical Recipes (fractional error < 1.2e-7)
+        float t = 1.0 / (1.0 + 0.5 * a);
+        float y = t * exp(-a * a - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 +
+                  t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 +
+                  t * (-0.82215223 + t * 0.17087277)))))))));
+        r = 1.0 - y;
+    }
+    return x < 0.0 ? -r : r;
+}
+float kvk_sigmoid(float x) { return 1.0 / (1.0 + exp(-x)); }
+
+// Philox4x32-10 (common/philox.h), with 32-bit multiplies only.
+uvec4 kvk_philox(uvec2 counter, uvec2 key)
+{
+    uint c0 = counter.x, c1 = counter.y, c2 = 0u, c3 = 0u, k0 = key.x, k1 = key.y;
+    for (int r = 0; r < 10; r++) {
+        uint hi0, lo0, hi1, lo1;
+        umulExtended(0xD2511F53u, c0, hi0, lo0);
+        umulExtended(0xCD9E8D57u, c2, hi1, lo1);
+        uint n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
+        c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    return uvec4(c0, c1, c2, c3);
+}
