@@ -235,7 +235,7 @@ float kvk_expm1(float x)
     }
     return exp(x) - 1.0;
 }
-const float KVK_NAN = uintBitsToFloat(0x7fc00000u);
+#define KVK_NAN uintBitsToFloat(0x7fc00000u)
 float kvk_log(float x)
 {
     if (x < 0.0) return KVK_NAN;
