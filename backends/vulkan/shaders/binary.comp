@@ -138,7 +138,7 @@ void main()
 #if KVK_F1
             out_d[o] = ST0(C0(binary_f(FT(a), FT(b))));
 #else
-            out_d[o] = ST0(FROML0(binary_i(int64_t(a), int64_t(b))));
+            out_d[o] = ST0(FROML0(binary_i(TOL1(a), TOL1(b))));
 #endif
 #endif
         }

@@ -175,6 +175,13 @@ float kvk_bf2f(uint16_t h) { return uintBitsToFloat(uint(h) << 16); }
 #define KVK_F3 0
 #endif
 
+// int64 of an integer compute value (i32 sign-extends by hand: one driver zero-extended
+// int64_t(int) in testing)
+#define KVK_TOL_i64(x) (x)
+#define KVK_TOL_i32(x) packInt2x32(ivec2((x), (x) >> 31))
+#define KVK_TOL_u8(x) int64_t(x)
+#define KVK_TOL_bool(x) int64_t(x)
+
 #define KVK_CAT_(a, b) a##b
 #define KVK_CAT(a, b) KVK_CAT_(a, b)
 
@@ -185,6 +192,7 @@ float kvk_bf2f(uint16_t h) { return uintBitsToFloat(uint(h) << 16); }
 #define ST0(x) KVK_CAT(KVK_ST_, KVK_DT0)(x)
 #define FROMF0(x) KVK_CAT(KVK_FROMF_, KVK_DT0)(x)
 #define FROML0(x) KVK_CAT(KVK_FROML_, KVK_DT0)(x)
+#define TOL0(x) KVK_CAT(KVK_TOL_, KVK_DT0)(x)
 #endif
 #ifdef KVK_DT1
 #define S1 KVK_CAT(KVK_S_, KVK_DT1)
@@ -193,6 +201,7 @@ float kvk_bf2f(uint16_t h) { return uintBitsToFloat(uint(h) << 16); }
 #define ST1(x) KVK_CAT(KVK_ST_, KVK_DT1)(x)
 #define FROMF1(x) KVK_CAT(KVK_FROMF_, KVK_DT1)(x)
 #define FROML1(x) KVK_CAT(KVK_FROML_, KVK_DT1)(x)
+#define TOL1(x) KVK_CAT(KVK_TOL_, KVK_DT1)(x)
 #endif
 #ifdef KVK_DT2
 #define S2 KVK_CAT(KVK_S_, KVK_DT2)
@@ -201,6 +210,7 @@ float kvk_bf2f(uint16_t h) { return uintBitsToFloat(uint(h) << 16); }
 #define ST2(x) KVK_CAT(KVK_ST_, KVK_DT2)(x)
 #define FROMF2(x) KVK_CAT(KVK_FROMF_, KVK_DT2)(x)
 #define FROML2(x) KVK_CAT(KVK_FROML_, KVK_DT2)(x)
+#define TOL2(x) KVK_CAT(KVK_TOL_, KVK_DT2)(x)
 #endif
 #ifdef KVK_DT3
 #define S3 KVK_CAT(KVK_S_, KVK_DT3)
@@ -209,6 +219,7 @@ float kvk_bf2f(uint16_t h) { return uintBitsToFloat(uint(h) << 16); }
 #define ST3(x) KVK_CAT(KVK_ST_, KVK_DT3)(x)
 #define FROMF3(x) KVK_CAT(KVK_FROMF_, KVK_DT3)(x)
 #define FROML3(x) KVK_CAT(KVK_FROML_, KVK_DT3)(x)
+#define TOL3(x) KVK_CAT(KVK_TOL_, KVK_DT3)(x)
 #endif
 
 // A scalar in slot 0's compute type.

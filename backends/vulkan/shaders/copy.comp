@@ -16,7 +16,7 @@ void main()
 #if KVK_F1
         out_d[kvk_at(out_v, i)] = ST0(FROMF0(x));
 #else
-        out_d[kvk_at(out_v, i)] = ST0(FROML0(x));
+        out_d[kvk_at(out_v, i)] = ST0(FROML0(TOL1(x)));
 #endif
     }
 }

@@ -155,7 +155,7 @@ void main()
 #elif KVK_F0
         out_d[o] = ST0(C0(unary_f(FT(x))));
 #else
-        out_d[o] = ST0(FROML0(unary_i(int64_t(x))));
+        out_d[o] = ST0(FROML0(unary_i(TOL1(x))));
 #endif
     }
 }

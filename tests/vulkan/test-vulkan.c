@@ -1,0 +1,245 @@
+/*
+ * tests/vulkan/test-vulkan.c — what the Vulkan backend promises beyond the conformance
+ * cases: buffers come from a few large blocks (vkAllocateMemory is counted), a bad device
+ * index and a missing driver are refused with messages, a buffer past
+ * maxStorageBufferRange is refused, the pipeline cache is written to the data directory
+ * and a corrupt one is ignored, and work queued on one queue is ordered for another by an
+ * event.
+ *
+ * Exit 77 (skipped) only when the machine has no Vulkan device at all.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backends/vulkan/vk-impl.h"
+#include "kiln/tensor.h"
+
+const kiln_backend_iface *kiln_backend_vulkan(void);
+
+static int failures;
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            failures++;                                                                                                \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                       \
+            fprintf(stderr, __VA_ARGS__);                                                                              \
+            fprintf(stderr, "\n");                                                                                     \
+        }                                                                                                              \
+    } while (0)
+
+static void test_allocations_reuse_blocks(const kiln_backend_iface *be)
+{
+    kvk_device *d = be->open(0);
+    CHECK(d, "open: %s", kiln_error());
+    if (!d)
+        return;
+    kvk_queue *q = be->queue_open(d);
+    uint64_t before = d->alloc.memory_allocations;
+    kiln_buffer *bufs[64];
+    for (int round = 0; round < 20; round++) {
+        for (int i = 0; i < 64; i++) {
+            bufs[i] = be->buffer_alloc(q, (size_t)(1000 + 37 * i + round));
+            CHECK(bufs[i], "alloc %d: %s", i, kiln_error());
+        }
+        for (int i = 0; i < 64; i++)
+            if (bufs[i])
+                be->buffer_free(q, bufs[i]);
+    }
+    uint64_t used = d->alloc.memory_allocations - before;
+    CHECK(used <= 1, "1280 allocations made %llu vkAllocateMemory calls (want at most 1)", (unsigned long long)used);
+    /* a freed buffer of a class comes back before new memory is carved */
+    kiln_buffer *a = be->buffer_alloc(q, 4096);
+    VkDeviceSize off = a ? a->offset : 0;
+    be->buffer_free(q, a);
+    kiln_buffer *b = be->buffer_alloc(q, 4000);
+    CHECK(b && b->offset == off && b->vkbuf == a->vkbuf, "a buffer of the same class was not reused");
+    be->buffer_free(q, b);
+
+    /* past maxStorageBufferRange: refused, naming the limit */
+    size_t too_big = (size_t)d->feat.max_range + 1;
+    kiln_buffer *huge = be->buffer_alloc(q, too_big);
+    CHECK(!huge && strstr(kiln_error(), "maxStorageBufferRange"), "a %zu-byte buffer: %s", too_big,
+          huge ? "allocated" : kiln_error());
+    be->sync(q);
+    be->queue_close(q);
+    be->close(d);
+}
+
+static void test_bad_index(void)
+{
+    kiln_device *dev = kiln_device_open("vulkan:99");
+    CHECK(!dev, "vulkan:99 opened");
+    CHECK(strstr(kiln_error(), "no device 99"), "message: %s", kiln_error());
+    kiln_device_close(dev);
+}
+
+/* In a child (the loader reads VK_ICD_FILENAMES when it builds an instance): a driver
+ * list that names nothing gives a message, not a crash. */
+static void test_missing_driver(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("VK_ICD_FILENAMES", "/nonexistent/kiln-no-such-icd.json", 1);
+        setenv("VK_DRIVER_FILES", "/nonexistent/kiln-no-such-icd.json", 1);
+        kiln_device *dev = kiln_device_open("vulkan:0");
+        if (dev) {
+            fprintf(stderr, "opened vulkan:0 without a driver\n");
+            _exit(1);
+        }
+        const char *e = kiln_error();
+        bool ok = strstr(e, "no Vulkan driver") || strstr(e, "no Vulkan device");
+        if (!ok)
+            fprintf(stderr, "missing driver message: %s\n", e);
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "missing driver: status %d", status);
+}
+
+/* 1 when path holds a pipeline cache (VkPipelineCacheHeaderVersionOne) of vendor/device. */
+static int cache_file_valid(const char *path, const kvk_device *d)
+{
+    unsigned char h[32];
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    size_t n = fread(h, 1, sizeof h, f);
+    fclose(f);
+    uint32_t hlen, version, vendor, device;
+    if (n < 32)
+        return 0;
+    memcpy(&hlen, h, 4);
+    memcpy(&version, h + 4, 4);
+    memcpy(&vendor, h + 8, 4);
+    memcpy(&device, h + 12, 4);
+    return hlen >= 32 && version == VK_PIPELINE_CACHE_HEADER_VERSION_ONE && vendor == d->props.vendorID &&
+           device == d->props.deviceID && memcmp(h + 16, d->props.pipelineCacheUUID, VK_UUID_SIZE) == 0;
+}
+
+static int fill_and_read(kiln_device *dev, float *out)
+{
+    int64_t shape[1] = {1000};
+    kiln_tensor *t = kiln_full(dev, KILN_F32, 1, shape, 1.5);
+    if (!t)
+        return -1;
+    float buf[1000];
+    int rc = kiln_to_data(t, buf, sizeof buf);
+    kiln_tensor_release(t);
+    *out = buf[999];
+    return rc;
+}
+
+static void test_pipeline_cache(void)
+{
+    char dir[] = "/tmp/kiln-vk-cacheXXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp");
+        return;
+    }
+    setenv("KILN_DATA_DIR", dir, 1);
+    char path[1024] = "";
+    kiln_device *dev = kiln_device_open("vulkan:0");
+    CHECK(dev, "open: %s", kiln_error());
+    if (!dev)
+        return;
+    float v = 0;
+    CHECK(fill_and_read(dev, &v) == 0 && v == 1.5f, "fill: %s", kiln_error());
+    /* the device's cache path and identity, through the internals */
+    kvk_device ident;
+    {
+        kvk_queue *q = kiln__device_ctx(dev);
+        snprintf(path, sizeof path, "%s", q->d->cache_path);
+        ident.props = q->d->props;
+    }
+    kiln_device_close(dev);
+    CHECK(strncmp(path, dir, strlen(dir)) == 0, "cache path %s is not under %s", path, dir);
+    CHECK(cache_file_valid(path, &ident), "no pipeline cache written at %s", path);
+
+    /* a corrupt file: ignored (a line on stderr), the device works, a good file replaces it */
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fputs("this is not a pipeline cache, whatever its name says", f);
+        fclose(f);
+    }
+    dev = kiln_device_open("vulkan:0");
+    CHECK(dev, "open with a corrupt cache: %s", kiln_error());
+    if (dev) {
+        kvk_queue *q = kiln__device_ctx(dev);
+        CHECK(!q->d->cache_loaded, "a corrupt cache was loaded");
+        CHECK(fill_and_read(dev, &v) == 0 && v == 1.5f, "fill with a corrupt cache: %s", kiln_error());
+        kiln_device_close(dev);
+    }
+    CHECK(cache_file_valid(path, &ident), "the corrupt cache was not replaced");
+    dev = kiln_device_open("vulkan:0");
+    if (dev) {
+        kvk_queue *q = kiln__device_ctx(dev);
+        CHECK(q->d->cache_loaded, "the rewritten cache was not loaded");
+        kiln_device_close(dev);
+    }
+    unlink(path);
+    char sub[1100];
+    snprintf(sub, sizeof sub, "%s/cache", dir);
+    rmdir(sub);
+    rmdir(dir);
+    unsetenv("KILN_DATA_DIR");
+}
+
+/* Two queues: an upload and a fill on one, ordered for a copy on the other by an event. */
+static void test_event_orders_queues(const kiln_backend_iface *be)
+{
+    kvk_device *d = be->open(0);
+    if (!d)
+        return;
+    kvk_queue *q1 = be->queue_open(d), *q2 = be->queue_open(d);
+    size_t n = 1 << 16;
+    kiln_buffer *a = be->buffer_alloc(q1, n * 4), *b = be->buffer_alloc(q1, n * 4);
+    kiln_tdesc ta = {.buf = a, .dtype = KILN_F32, .ndim = 1, .shape = {(int64_t)n}, .strides = {1}};
+    kiln_tdesc tb = ta;
+    tb.buf = b;
+    CHECK(be->fill(q1, &ta, 7.0) == 0, "fill: %s", kiln_error());
+    kiln_backend_event *ev = be->event_record(q1);
+    CHECK(ev, "event_record: %s", kiln_error());
+    CHECK(be->event_wait(q2, ev) == 0, "event_wait");
+    CHECK(be->copy(q2, &tb, &ta) == 0, "copy: %s", kiln_error());
+    float *host = malloc(n * 4);
+    CHECK(be->buffer_download(q2, b, 0, host, n * 4) == 0, "download: %s", kiln_error());
+    CHECK(host[0] == 7.0f && host[n - 1] == 7.0f, "copy after the event read %g, %g", host[0], host[n - 1]);
+    CHECK(be->event_query(q1, ev) == 1, "event not complete after the wait");
+    be->event_free(q1, ev);
+    free(host);
+    be->buffer_free(q1, a);
+    be->buffer_free(q1, b);
+    be->sync(q1);
+    be->sync(q2);
+    be->queue_close(q1);
+    be->queue_close(q2);
+    be->close(d);
+}
+
+int main(void)
+{
+    const kiln_backend_iface *be = kiln_backend_vulkan();
+    kiln_device *probe = kiln_device_open("vulkan:0");
+    if (!probe) {
+        const char *e = kiln_error();
+        if (strstr(e, "no Vulkan device") || strstr(e, "no Vulkan driver")) {
+            printf("skipped: %s\n", e);
+            return 77;
+        }
+        fprintf(stderr, "FAIL: vulkan:0 does not open: %s\n", e);
+        return 1;
+    }
+    kiln_device_close(probe);
+    test_allocations_reuse_blocks(be);
+    test_bad_index();
+    test_missing_driver();
+    test_pipeline_cache();
+    test_event_orders_queues(be);
+    printf("test-vulkan: %d failure(s)\n", failures);
+    return failures ? 1 : 0;
+}
