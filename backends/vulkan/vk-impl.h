@@ -115,6 +115,8 @@ int kvk_view_of(kvk_view *v, const kiln_tdesc *t, const char *op);
  *  (size-1 dims dropped, adjacent dims fused), so shaders do less index math. Same error. */
 int kvk_views_of(kvk_view *v, const kiln_tdesc *const *t, int n, const char *op);
 kvk_scalar kvk_scalar_of(double v);
+/** v as t is, dims unmerged (for kernels that address one dim by number). */
+int kvk_view_exact(kvk_view *v, const kiln_tdesc *t, const char *op);
 int64_t kvk_numel(const kiln_tdesc *t);
 
 /* ------------------------------------------------------------------ dispatch */

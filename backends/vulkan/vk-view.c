@@ -170,3 +170,19 @@ uint32_t kvk_groups(int64_t n, uint32_t wg)
         g = KVK_GROUPS_MAX;
     return (uint32_t)g;
 }
+
+int kvk_view_exact(kvk_view *v, const kiln_tdesc *t, const char *op)
+{
+    if (check_range(t, op) < 0)
+        return KILN_EINVAL;
+    memset(v, 0, sizeof *v);
+    v->offset = (int32_t)t->offset;
+    v->ndim = t->ndim;
+    v->numel = (int32_t)kvk_numel(t);
+    for (int d = 0; d < KILN_MAX_DIMS; d++) {
+        v->shape[d] = d < t->ndim ? (int32_t)t->shape[d] : 1;
+        v->strides[d] = d < t->ndim ? (int32_t)t->strides[d] : 0;
+    }
+    v->contig = is_contig(v->shape, v->strides, t->ndim);
+    return 0;
+}

@@ -320,3 +320,23 @@ uvec4 kvk_philox(uvec2 counter, uvec2 key)
     }
     return uvec4(c0, c1, c2, c3);
 }
+
+// ---- coordinates, for the indexing kernels (views kept unmerged: kvk_view_exact)
+void kvk_coords(KView v, int i, out int c[KVK_MAX_DIMS])
+{
+    for (int d = KVK_MAX_DIMS - 1; d >= 0; d--) {
+        c[d] = 0;
+        if (d < v.ndim) {
+            int q = i / v.shape[d];
+            c[d] = i - q * v.shape[d];
+            i = q;
+        }
+    }
+}
+int kvk_off(KView v, int c[KVK_MAX_DIMS])
+{
+    int off = v.offset;
+    for (int d = 0; d < v.ndim; d++)
+        off += c[d] * v.strides[d];
+    return off;
+}
