@@ -404,16 +404,6 @@ bool kvk_supports(void *vq, const kiln_op_query *query)
     kvk_queue *q = vq;
     if ((unsigned)query->dtype >= KILN_DTYPE_COUNT || !q->d->dtype_ok[query->dtype])
         return false;
-    if (query->entry == KILN_ENTRY_UNARY && query->dtype == KILN_F64) {
-        /* GLSL has exp, log, sin ... in float only: those would lose f64's precision */
-        switch (query->op) {
-        case KILN_UNARY_EXP: case KILN_UNARY_LOG: case KILN_UNARY_LOG1P: case KILN_UNARY_EXPM1:
-        case KILN_UNARY_SIN: case KILN_UNARY_COS: case KILN_UNARY_TANH: case KILN_UNARY_SIGMOID:
-        case KILN_UNARY_ELU: case KILN_UNARY_GELU: case KILN_UNARY_GELU_TANH: case KILN_UNARY_SILU:
-        case KILN_UNARY_SOFTPLUS: case KILN_UNARY_ERF: case KILN_UNARY_POW_SCALAR: return false;
-        default: break;
-        }
-    }
     if (kvk_nn_supports)
         switch (query->entry) {
         case KILN_ENTRY_MATMUL:

@@ -55,17 +55,19 @@ FT binary_f(FT a, FT b)
     case 2: return a * b;
     case 3: return a / b;
     case 4: {
-        if (isinf(b) && !isinf(a) && !isnan(a)) {
-            FT m = a;
-            if (m != FT(0) && ((b < FT(0)) != (m < FT(0)))) m += b;
-            return m;
-        }
-        FT m = a - b * floor(a / b);
+#if KVK_DOUBLE
+        FT m = kd_fmod(a, b);
+#else
+        FT m = kvk_fmod(a, b);
+#endif
         if (m != FT(0) && ((b < FT(0)) != (m < FT(0)))) m += b;
-        if (b != FT(0) && abs(m) >= abs(b) && !isnan(m)) m = FT(0);
         return m;
     }
-    case 5: return FT(kvk_powf2(float(a), float(b)));
+    #if KVK_DOUBLE
+    case 5: return kd_pow(a, b);
+#else
+    case 5: return kvk_powf2(a, b);
+#endif
     case 6: return isnan(a) || isnan(b) ? a + b : (a < b ? b : a);
     case 7: return isnan(a) || isnan(b) ? a + b : (b < a ? b : a);
     }

@@ -340,3 +340,130 @@ int kvk_off(KView v, int c[KVK_MAX_DIMS])
         off += c[d] * v.strides[d];
     return off;
 }
+
+// ---- argument reduction for sin/cos of huge arguments (Payne-Hanek): x * 2/pi with
+// the bits of 2/pi that matter, 128 at a time, against x's integer mantissa.
+const uint KVK_TWO_OVER_PI[40] = uint[](
+    0xa2f9836eu, 0x4e441529u, 0xfc2757d1u, 0xf534ddc0u, 0xdb629599u, 0x3c439041u,
+    0xfe5163abu, 0xdebbc561u, 0xb7246e3au, 0x424dd2e0u, 0x06492eeau, 0x09d1921cu,
+    0xfe1deb1cu, 0xb129a73eu, 0xe88235f5u, 0x2ebb4484u, 0xe99c7026u, 0xb45f7e41u,
+    0x3991d639u, 0x835339f4u, 0x9c845f8bu, 0xbdf9283bu, 0x1ff897ffu, 0xde05980fu,
+    0xef2f118bu, 0x5a0a6d1fu, 0x6d367ecfu, 0x27cb09b7u, 0x4f463f66u, 0x9e5fea2du,
+    0x7527bac7u, 0xebe5f17bu, 0x3d0739f7u, 0x8a5292eau, 0x6bfb5fb1u, 0x1f8d5d08u,
+    0x56033046u, 0xfc7b6babu, 0xf0cfbc20u, 0x9af4361du);
+
+// bit i (1-based) of 2/pi onward, 32 of them
+uint kvk_tp_word(int i)
+{
+    int a = (i - 1) / 32, sh = (i - 1) % 32;
+    uint hi = a < 40 ? KVK_TWO_OVER_PI[a] : 0u;
+    uint lo = a + 1 < 40 ? KVK_TWO_OVER_PI[a + 1] : 0u;
+    return sh == 0 ? hi : (hi << sh) | (lo >> (32 - sh));
+}
+
+// 64 bits of the 192-bit little-endian word array p (6 words) from bit `low` up
+uvec2 kvk_bits64(uint p[6], int low)
+{
+    uvec2 r = uvec2(0u);
+    for (int b = 0; b < 2; b++) {
+        int pos = low + 32 * b, w = pos / 32, sh = pos % 32;
+        uint lo = w < 6 ? p[w] : 0u, hi = w + 1 < 6 ? p[w + 1] : 0u;
+        uint v = sh == 0 ? lo : (lo >> sh) | (hi << (32 - sh));
+        if (b == 0) r.x = v; else r.y = v;
+    }
+    return r;
+}
+
+// x = m * 2^E (m = mhi:mlo, below 2^53): the quadrant of x / (pi/2) (mod 4) and its
+// fraction's top 64 bits (hi word in .y)
+uvec2 kvk_reduce_bits(uint mhi, uint mlo, int E, out int quadrant)
+{
+    int i0 = max(1, E - 1);
+    uint w[4];
+    for (int k = 0; k < 4; k++) w[k] = kvk_tp_word(i0 + 32 * k); // w[0] most significant
+    // product m * W, W = w0:w1:w2:w3 (big-endian words) -> p little-endian words
+    uint p[6] = uint[](0u, 0u, 0u, 0u, 0u, 0u);
+    uint m[2] = uint[](mlo, mhi);
+    for (int a = 0; a < 2; a++) {
+        uint carry = 0u;
+        for (int k = 0; k < 4; k++) {
+            uint hi, lo;
+            umulExtended(m[a], w[3 - k], hi, lo);
+            uint s1 = p[a + k] + lo;
+            uint c1 = s1 < lo ? 1u : 0u;
+            uint s2 = s1 + carry;
+            uint c2 = s2 < s1 ? 1u : 0u;
+            p[a + k] = s2;
+            carry = hi + c1 + c2;
+        }
+        p[a + 4] += carry;
+    }
+    int s = i0 + 127 - E; // the product's binary point
+    quadrant = int(kvk_bits64(p, s).x & 3u);
+    return kvk_bits64(p, s - 64);
+}
+
+float kvk_reduce_huge_f(float x, out int quadrant)
+{
+    float a = abs(x);
+    int e;
+    float f = frexp(a, e); // a = f * 2^e, f in [0.5, 1)
+    uint m = uint(f * 16777216.0);
+    uvec2 frac = kvk_reduce_bits(0u, m, e - 24, quadrant);
+    float fr = float(frac.y) * 2.3283064365386963e-10;
+    if (fr >= 0.5) {
+        fr -= 1.0;
+        quadrant += 1;
+    }
+    float r = fr * 1.5707963267948966;
+    if (x < 0.0) {
+        r = -r;
+        quadrant = -quadrant;
+    }
+    quadrant &= 3;
+    return r;
+}
+
+float kvk_sin_f(float x)
+{
+    if (abs(x) < 1e4 || isinf(x) || isnan(x)) return sin(x);
+    int q;
+    float r = kvk_reduce_huge_f(x, q);
+    float v = (q & 1) == 0 ? sin(r) : cos(r);
+    return q >= 2 ? -v : v;
+}
+float kvk_cos_f(float x)
+{
+    if (abs(x) < 1e4 || isinf(x) || isnan(x)) return cos(x);
+    int q;
+    float r = kvk_reduce_huge_f(x, q);
+    q = (q + 1) & 3;
+    float v = (q & 1) == 0 ? sin(r) : cos(r);
+    return q >= 2 ? -v : v;
+}
+
+// C's fmod, exact: subtract b scaled to r's binade until r < |b| (Sterbenz makes each
+// subtraction exact)
+#define KVK_FMOD(T, NAME) \
+T NAME(T a, T b) \
+{ \
+    if (isnan(a) || isnan(b) || isinf(a) || b == T(0)) return T(KVK_NAN); \
+    if (isinf(b)) return a; \
+    T r = abs(a), ab = abs(b); \
+    int eb; \
+    frexp(ab, eb); \
+    while (r >= ab) { \
+        int er; \
+        frexp(r, er); \
+        T t = ldexp(ab, er - eb); \
+        if (t > r) t = ldexp(ab, er - eb - 1); \
+        r -= t; \
+    } \
+    return a < T(0) ? -r : r; \
+}
+KVK_FMOD(float, kvk_fmod)
+
+#if KVK_DOUBLE
+#include "math-double.glsl"
+KVK_FMOD(double, kd_fmod)
+#endif

@@ -40,9 +40,13 @@ void main()
             out_d[o] = ST0(FROMF0(v));
         } else if (KIND == 1u) {
             RT u1 = u01(r.x, r.y), u2 = u01(r.z, r.w);
+#if RNG_DOUBLE
+            u1 = max(u1, 1e-300LF);
+            RT n = sqrt(-2.0LF * kd_log(u1)) * kd_cos(6.283185307179586476925LF * u2);
+#else
             float f1 = max(float(u1), 1e-30);
             RT n = RT(sqrt(-2.0 * log(f1)) * cos(6.283185307179586 * float(u2)));
-            if (u1 < RT(1e-30)) n = RT(sqrt(-2.0 * (log(float(u1 * RT(1e20))) - 46.0517018598809)) * cos(6.283185307179586 * float(u2)));
+#endif
             out_d[o] = ST0(FROMF0(P0 + P1 * n));
         } else if (KIND == 2u) {
             out_d[o] = ST0(FROML0(u01(r.x, r.y) < P0 ? 1l : 0l));

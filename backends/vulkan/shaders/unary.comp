@@ -27,7 +27,35 @@ KVK_SPEC(3, OP, 0);
 #define FA alpha.f
 #define FB beta.f
 #endif
-#define FN(f, x) FT(f(float(x)))
+#if KVK_DOUBLE
+#define K_SQRT1_2 0.70710678118654752440LF
+#define K_SQRT2_PI 0.79788456080286535588LF
+#define K_GELU 0.044715LF
+#define U_EXP(x) kd_exp(x)
+#define U_LOG(x) kd_log(x)
+#define U_LOG1P(x) kd_log1p(x)
+#define U_EXPM1(x) kd_expm1(x)
+#define U_SIN(x) kd_sin(x)
+#define U_COS(x) kd_cos(x)
+#define U_TANH(x) kd_tanh(x)
+#define U_SIGMOID(x) kd_sigmoid(x)
+#define U_ERF(x) kd_erf(x)
+#define U_POW(x, y) kd_pow(x, y)
+#else
+#define K_SQRT1_2 0.70710678118654752440
+#define K_SQRT2_PI 0.79788456080286535588
+#define K_GELU 0.044715
+#define U_EXP(x) exp(x)
+#define U_LOG(x) kvk_log(x)
+#define U_LOG1P(x) kvk_log1p(x)
+#define U_EXPM1(x) kvk_expm1(x)
+#define U_SIN(x) kvk_sin_f(x)
+#define U_COS(x) kvk_cos_f(x)
+#define U_TANH(x) kvk_tanh(x)
+#define U_SIGMOID(x) kvk_sigmoid(x)
+#define U_ERF(x) kvk_erf(x)
+#define U_POW(x, y) kvk_powf(x, y)
+#endif
 
 float kvk_powf(float x, float y)
 {
@@ -60,29 +88,29 @@ FT unary_f(FT x)
     case 0: return -x;
     case 1: return abs(x);
     case 2: return x > FT(0) ? FT(1) : (x < FT(0) ? FT(-1) : FT(0));
-    case 3: return FN(exp, x);
-    case 4: return FN(kvk_log, x);
-    case 5: return FN(kvk_log1p, x);
-    case 6: return FN(kvk_expm1, x);
+    case 3: return U_EXP(x);
+    case 4: return U_LOG(x);
+    case 5: return U_LOG1P(x);
+    case 6: return U_EXPM1(x);
     case 7: return x < FT(0) ? FT(KVK_NAN) : sqrt(x);
     case 8: return x < FT(0) ? FT(KVK_NAN) : FT(1) / sqrt(x);
     case 9: return x * x;
     case 10: return FT(1) / x;
-    case 11: return FN(sin, x);
-    case 12: return FN(cos, x);
-    case 13: return FN(kvk_tanh, x);
-    case 14: return FN(kvk_sigmoid, x);
+    case 11: return U_SIN(x);
+    case 12: return U_COS(x);
+    case 13: return U_TANH(x);
+    case 14: return U_SIGMOID(x);
     case 15: return isnan(x) ? x : (x > FT(0) ? x : FT(0));
     case 16: return x > FT(0) ? x : FA * x;
-    case 17: return x > FT(0) ? x : FA * FN(kvk_expm1, x);
-    case 18: return FT(0.5) * x * (FT(1) + FN(kvk_erf, x * FT(0.70710678118654752440)));
+    case 17: return x > FT(0) ? x : FA * U_EXPM1(x);
+    case 18: return FT(0.5) * x * (FT(1) + U_ERF(x * K_SQRT1_2));
     case 19: {
-        FT k = FT(0.79788456080286535588);
-        return FT(0.5) * x * (FT(1) + FN(kvk_tanh, k * (x + FT(0.044715) * x * x * x)));
+        FT k = K_SQRT2_PI;
+        return FT(0.5) * x * (FT(1) + U_TANH(k * (x + K_GELU * x * x * x)));
     }
-    case 20: return x * FN(kvk_sigmoid, x);
-    case 21: return x * FA > FB ? x : FN(kvk_log1p, FN(exp, x * FA)) / FA;
-    case 22: return FN(kvk_erf, x);
+    case 20: return x * U_SIGMOID(x);
+    case 21: return x * FA > FB ? x : U_LOG1P(U_EXP(x * FA)) / FA;
+    case 22: return U_ERF(x);
     case 23: return floor(x);
     case 24: return ceil(x);
     case 25: return roundEven(x);
@@ -94,7 +122,7 @@ FT unary_f(FT x)
     case 27:
         if (FA == FT(0.5)) return x < FT(0) ? FT(KVK_NAN) : sqrt(x);
         if (FA == FT(-0.5)) return x < FT(0) ? FT(KVK_NAN) : FT(1) / sqrt(x);
-        return FT(kvk_powf(float(x), float(FA)));
+        return U_POW(x, FA);
     case 28: return x + FA;
     case 29: return x * FA;
     }
