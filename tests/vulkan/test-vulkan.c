@@ -221,6 +221,54 @@ static void test_event_orders_queues(const kiln_backend_iface *be)
     be->close(d);
 }
 
+/* index_check: nothing at the call, the first offending element (in index order) at the
+ * next sync, with the op's name; the sync after is clean again. */
+static void test_index_check_at_sync(const kiln_backend_iface *be)
+{
+    kvk_device *d = be->open(0);
+    if (!d)
+        return;
+    kvk_queue *q = be->queue_open(d);
+    int64_t idx[6] = {0, 3, 9, 2, 5, 1};
+    kiln_buffer *b = be->buffer_alloc(q, sizeof idx);
+    CHECK(b && be->buffer_upload(q, b, 0, idx, sizeof idx) == 0, "upload: %s", kiln_error());
+    kiln_tdesc t = {.buf = b, .dtype = KILN_I64, .ndim = 1, .shape = {6}, .strides = {1}};
+    CHECK(be->index_check(q, &t, 0, 4, "gather", "index") == 0, "index_check failed at the call: %s", kiln_error());
+    CHECK(be->index_check(q, &t, -1, 10, "index_select", "index") == 0, "second check: %s", kiln_error());
+    int rc = be->sync(q);
+    CHECK(rc == KILN_EINVAL && strstr(kiln_error(), "gather: index 9 is out of bounds for size 4"),
+          "sync after a violation: %d %s", rc, kiln_error());
+    CHECK(be->sync(q) == 0, "the violation was reported twice: %s", kiln_error());
+    be->buffer_free(q, b);
+    be->sync(q);
+    be->queue_close(q);
+    be->close(d);
+}
+
+/* A lost device (as vkQueueSubmit or a wait reports it) fails every later call with a
+ * message naming the device; an out-of-memory result maps to KILN_ENOMEM. */
+static void test_device_lost_and_oom(const kiln_backend_iface *be)
+{
+    kvk_device *d = be->open(0);
+    if (!d)
+        return;
+    kvk_queue *q = be->queue_open(d);
+    CHECK(kvk_vk_error(d, "matmul", "vkAllocateMemory", VK_ERROR_OUT_OF_DEVICE_MEMORY) == KILN_ENOMEM &&
+              strstr(kiln_error(), "out of device memory"),
+          "oom: %s", kiln_error());
+    CHECK(!atomic_load(&d->lost), "oom marked the device lost");
+    CHECK(kvk_vk_error(d, "sync", "vkWaitSemaphores", VK_ERROR_DEVICE_LOST) == KILN_EDEVICE, "lost code");
+    CHECK(be->buffer_alloc(q, 64) == NULL && strstr(kiln_error(), "lost"), "alloc on a lost device: %s",
+          kiln_error());
+    int rc = be->sync(q);
+    CHECK(rc == KILN_EDEVICE && strstr(kiln_error(), "VK_ERROR_DEVICE_LOST"), "sync on a lost device: %d %s", rc,
+          kiln_error());
+    kiln_tdesc t = {.buf = d->dummy, .dtype = KILN_F32, .ndim = 1, .shape = {4}, .strides = {1}};
+    CHECK(be->fill(q, &t, 1.0) < 0 && strstr(kiln_error(), "lost"), "fill on a lost device: %s", kiln_error());
+    be->queue_close(q);
+    be->close(d);
+}
+
 int main(void)
 {
     const kiln_backend_iface *be = kiln_backend_vulkan();
@@ -240,6 +288,8 @@ int main(void)
     test_missing_driver();
     test_pipeline_cache();
     test_event_orders_queues(be);
+    test_index_check_at_sync(be);
+    test_device_lost_and_oom(be);
     printf("test-vulkan: %d failure(s)\n", failures);
     return failures ? 1 : 0;
 }
