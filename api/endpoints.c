@@ -12,6 +12,9 @@
 #include "responses.h"
 #include "jobs.h"
 #include "serving.h"
+#include "scheduler.h"
+
+#define KD_READY_WHY_MAX 600
 #include "tensor.h"
 
 static int copy_static(const struct kd_buf pair[2], const struct kd_request *req, struct kd_buf *out)
@@ -30,7 +33,12 @@ static int handle_live(void *ctx, const struct kd_request *req, struct kd_buf *o
 
 static int handle_ready(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
-    return copy_static(((struct kd_api *)ctx)->ready, req, out);
+    struct kd_api *api = ctx;
+    char why[KD_READY_WHY_MAX];
+    /* a device that failed for good (a lost GPU) makes the server unable to serve */
+    if (api->sched && kd_sched_device_health(api->sched, why, sizeof why) != 0)
+        return kd_resp_error(out, 503, why, req->keep_alive, NULL);
+    return copy_static(api->ready, req, out);
 }
 
 static int handle_meta(void *ctx, const struct kd_request *req, struct kd_buf *out)

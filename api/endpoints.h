@@ -25,6 +25,7 @@ struct kd_api {
     struct kd_serving *serving;       /* borrowed; NULL until the model endpoints are up */
     struct kd_jobs *jobs;             /* borrowed; NULL until the job endpoints are up */
     struct kd_tensor_service *tensor; /* borrowed; NULL until /v1/tensor is up */
+    struct kd_sched *sched;           /* borrowed; readiness also asks its devices' health */
 };
 
 /* extensions is the NULL-terminated list advertised by GET /v2. Starts not ready ("starting"). */

@@ -603,6 +603,14 @@ typedef struct kiln_backend_iface {
     int64_t (*rnn_pack_size)(void *ctx, const kiln_rnn_params *p);
     int (*rnn_pack)(void *ctx, const kiln_rnn_params *p, const kiln_tdesc *packed, const kiln_tdesc *w,
                     const kiln_tdesc *r);
+
+    /* --- devices (optional) */
+    /** The physical devices this backend finds, for kiln_device_list: up to max into out;
+     *  returns how many there are (0 when its driver is missing), or -1 with a message. */
+    int (*list)(kiln_device_info *out, int max);
+    /** 0 while the device works; negative with a message once it failed for good (lost).
+     *  ctx is the device context (what open returned). */
+    int (*health)(void *ctx);
 } kiln_backend_iface;
 
 

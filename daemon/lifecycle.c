@@ -393,6 +393,7 @@ static int start_serving(struct kd_daemon *d)
         return -1;
     }
     d->api.serving = d->serving;
+    d->api.sched = d->sched;
     if (d->cfg.api_tokens.count)
         kd_log_write(&d->log, KD_LOG_INFO, "%zu api token(s) loaded; the model endpoints require one",
                      d->cfg.api_tokens.count);
@@ -614,6 +615,7 @@ void kd_daemon_free(struct kd_daemon *d)
         d->api.jobs = NULL;
         /* Queued inference gets its answer (or is dropped with its connection) before the
          * model table goes; then the scheduler's async handle closes with the rest. */
+        d->api.sched = NULL;
         kd_sched_stop(d->sched);
         kd_serving_free(d->serving);
         d->serving = NULL;

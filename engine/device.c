@@ -81,6 +81,32 @@ static void compute_compiled(void)
     }
 }
 
+int kiln_device_list(kiln_device_info *out, int max)
+{
+    if (max < 0 || (max > 0 && !out))
+        return kiln__error_set("kiln_device_list: out is NULL or max (%d) is negative", max);
+    int total = 0;
+    for (size_t i = 0; i < NBACKENDS; i++) {
+        backend_getter g = getter_of(i);
+        const kiln_backend_iface *be = g ? g() : NULL;
+        if (!be || !be->list)
+            continue;
+        int room = max > total ? max - total : 0;
+        int n = be->list(room ? out + total : NULL, room);
+        if (n < 0)
+            return -1;
+        total += n;
+    }
+    return total;
+}
+
+int kiln_device_health(kiln_device *dev)
+{
+    if (!dev)
+        return kiln__error_set("kiln_device_health: device is NULL");
+    return dev->be->health ? dev->be->health(dev->ctx) : 0;
+}
+
 const char *kiln_backends_compiled(void)
 {
     pthread_once(&compiled_once, compute_compiled);

@@ -713,6 +713,17 @@ static void task_finished(struct kd_sched_request *r)
     t->done(t);
 }
 
+int kd_sched_device_health(struct kd_sched *s, char *why, size_t whylen)
+{
+    for (size_t i = 0; s && i < s->nworkers; i++) {
+        if (s->workers[i].dev && kiln_device_health(s->workers[i].dev) < 0) {
+            snprintf(why, whylen, "device '%s': %s", s->workers[i].spec, kiln_error());
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int kd_sched_worker_for(struct kd_sched *s, const char *device, unsigned hint)
 {
     size_t n = 0;

@@ -173,6 +173,9 @@ struct kd_sched_task {
 
 /* A worker driving device spec (the hint spreads clients over several), or -1 when none does. */
 int kd_sched_worker_for(struct kd_sched *s, const char *device, unsigned hint);
+/* 0 while every device the workers drive works; -1 with why ("device 'vulkan:0': ... was
+ * lost") once one failed for good. Any thread. */
+int kd_sched_device_health(struct kd_sched *s, char *why, size_t whylen);
 /* Queues t on worker; 0, or -1 when the scheduler is stopping (done will not run). */
 int kd_sched_task_submit(struct kd_sched *s, int worker, struct kd_sched_task *t);
 

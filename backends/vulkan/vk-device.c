@@ -427,3 +427,40 @@ bool kvk_supports(void *vq, const kiln_op_query *query)
         }
     return true;
 }
+
+int kvk_list(kiln_device_info *out, int max)
+{
+    VkInstance inst;
+    if (make_instance(&inst) != VK_SUCCESS)
+        return 0; /* no driver: nothing to list */
+    uint32_t n = 0;
+    VkPhysicalDevice *all = list_physical(inst, &n, "kiln_device_list");
+    if (!all) {
+        vkDestroyInstance(inst, NULL);
+        return -1;
+    }
+    for (uint32_t i = 0; i < n && (int)i < max; i++) {
+        VkPhysicalDeviceProperties props;
+        VkPhysicalDeviceMemoryProperties mem;
+        vkGetPhysicalDeviceProperties(all[i], &props);
+        vkGetPhysicalDeviceMemoryProperties(all[i], &mem);
+        kiln_device_info *d = &out[i];
+        memset(d, 0, sizeof *d);
+        snprintf(d->spec, sizeof d->spec, "vulkan:%u", i);
+        snprintf(d->name, sizeof d->name, "%.127s", props.deviceName);
+        describe_driver(all[i], d->driver, sizeof d->driver);
+        d->memory_bytes = device_local_bytes(&mem);
+    }
+    free(all);
+    vkDestroyInstance(inst, NULL);
+    return (int)n;
+}
+
+int kvk_health(void *ctx)
+{
+    kvk_device *d = ctx;
+    if (atomic_load(&d->lost))
+        return kiln__error_set("vulkan:%d: the device '%s' was lost (VK_ERROR_DEVICE_LOST)", d->index, d->name),
+               KILN_EDEVICE;
+    return 0;
+}

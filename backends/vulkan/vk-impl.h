@@ -266,6 +266,8 @@ void *kvk_open_opts(const char *spec, int index, kiln_device_opts *o);
 void kvk_close(void *ctx);
 void kvk_caps(void *ctx, kiln_backend_caps *out);
 bool kvk_supports(void *q, const kiln_op_query *query);
+int kvk_list(kiln_device_info *out, int max);
+int kvk_health(void *ctx);
 /** Map a VkResult to a KILN_E* code with "op: what (VkResult name)" set; marks the device
  *  lost on VK_ERROR_DEVICE_LOST. */
 int kvk_vk_error(kvk_device *d, const char *op, const char *what, VkResult r);

@@ -269,6 +269,33 @@ static void test_device_lost_and_oom(const kiln_backend_iface *be)
     be->close(d);
 }
 
+/* kiln_device_list names vulkan:0 as the device opens it; kiln_device_health turns
+ * negative, with a message, once the device is lost. */
+static void test_list_and_health(void)
+{
+    kiln_device_info info[8];
+    int n = kiln_device_list(info, 8);
+    CHECK(n >= 1, "kiln_device_list: %d (%s)", n, n < 0 ? kiln_error() : "no device");
+    int k = -1;
+    for (int i = 0; i < n && i < 8; i++)
+        if (strcmp(info[i].spec, "vulkan:0") == 0)
+            k = i;
+    CHECK(k >= 0, "vulkan:0 is not listed");
+    kiln_device *dev = kiln_device_open("vulkan:0");
+    if (!dev || k < 0) {
+        kiln_device_close(dev);
+        return;
+    }
+    kvk_queue *q = kiln__device_ctx(dev);
+    CHECK(strcmp(info[k].name, q->d->name) == 0, "listed name '%s', device '%s'", info[k].name, q->d->name);
+    CHECK(info[k].driver[0] && info[k].memory_bytes > 0, "driver '%s', memory %llu", info[k].driver,
+          (unsigned long long)info[k].memory_bytes);
+    CHECK(kiln_device_health(dev) == 0, "health of a working device: %s", kiln_error());
+    atomic_store(&q->d->lost, true);
+    CHECK(kiln_device_health(dev) < 0 && strstr(kiln_error(), "lost"), "health of a lost device: %s", kiln_error());
+    kiln_device_close(dev);
+}
+
 int main(void)
 {
     const kiln_backend_iface *be = kiln_backend_vulkan();
@@ -290,6 +317,7 @@ int main(void)
     test_event_orders_queues(be);
     test_index_check_at_sync(be);
     test_device_lost_and_oom(be);
+    test_list_and_health();
     printf("test-vulkan: %d failure(s)\n", failures);
     return failures ? 1 : 0;
 }

@@ -195,6 +195,23 @@ void kiln_host_free(kiln_device *dev, void *ptr);
 /** Space-separated names of the backends compiled into this build. */
 const char *kiln_backends_compiled(void);
 
+/** One physical device a compiled backend found (kiln_device_list). */
+typedef struct kiln_device_info {
+    char spec[64];          /* what kiln_device_open takes: "vulkan:0" */
+    char name[128];         /* the device's own name */
+    char driver[192];       /* its driver, with version where the driver says */
+    uint64_t memory_bytes;  /* device memory (its largest device-local heap); 0: unknown */
+} kiln_device_info;
+/** The physical devices of the compiled backends that enumerate theirs (vulkan: every
+ *  device the Vulkan loader lists), in spec order: up to max written to out; returns how
+ *  many there are (which may exceed max), or -1 with kiln_error() set. A backend whose
+ *  driver is missing lists nothing. */
+int kiln_device_list(kiln_device_info *out, int max);
+/** 0 while dev works; negative with kiln_error() set once the backend reports the device
+ *  failed for good (a GPU's VK_ERROR_DEVICE_LOST): its work cannot run any more, and
+ *  the device must be closed and opened again. */
+int kiln_device_health(kiln_device *dev);
+
 /* ------------------------------------------------------------------------ tensors */
 
 typedef struct kiln_tensor kiln_tensor;
