@@ -66,6 +66,13 @@ int kvk_memory_type(kvk_device *d, uint32_t bits, VkMemoryPropertyFlags want)
 
 /* ------------------------------------------------------------------ instance */
 
+/* One VkInstance for the process, made on first use and kept: creating one loads the
+ * driver (tens of milliseconds, and lavapipe's one-time initialisation keeps memory that
+ * unloading the driver would orphan on every open/close cycle). The lock guards its
+ * creation; a failed attempt is retried by the next open (the driver may appear). */
+static pthread_mutex_t instance_lock = PTHREAD_MUTEX_INITIALIZER;
+static VkInstance shared_instance;
+
 static VkResult make_instance(VkInstance *out)
 {
     VkApplicationInfo app = {
@@ -76,6 +83,19 @@ static VkResult make_instance(VkInstance *out)
     };
     VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
     return vkCreateInstance(&ci, NULL, out);
+}
+
+static VkResult get_instance(VkInstance *out)
+{
+    pthread_mutex_lock(&instance_lock);
+    VkResult r = VK_SUCCESS;
+    if (!shared_instance)
+        r = make_instance(&shared_instance);
+    if (r != VK_SUCCESS)
+        shared_instance = VK_NULL_HANDLE;
+    *out = shared_instance;
+    pthread_mutex_unlock(&instance_lock);
+    return r;
 }
 
 /* The physical devices in the loader's order; *n their count. NULL + message on failure. */
@@ -103,7 +123,7 @@ static VkPhysicalDevice *list_physical(VkInstance inst, uint32_t *n, const char 
 /* An instance and the physical device `index`; 0 or a KILN_E* code with the message. */
 static int find_physical(int index, VkInstance *inst, VkPhysicalDevice *phys, const char *op)
 {
-    VkResult r = make_instance(inst);
+    VkResult r = get_instance(inst);
     if (r != VK_SUCCESS) {
         *inst = VK_NULL_HANDLE;
         if (r == VK_ERROR_INCOMPATIBLE_DRIVER || r == VK_ERROR_INITIALIZATION_FAILED)
@@ -116,13 +136,11 @@ static int find_physical(int index, VkInstance *inst, VkPhysicalDevice *phys, co
     uint32_t n = 0;
     VkPhysicalDevice *all = list_physical(*inst, &n, op);
     if (!all) {
-        vkDestroyInstance(*inst, NULL);
         *inst = VK_NULL_HANDLE;
         return KILN_EDEVICE;
     }
     if (index < 0 || (uint32_t)index >= n) {
         free(all);
-        vkDestroyInstance(*inst, NULL);
         *inst = VK_NULL_HANDLE;
         if (n == 0)
             return kiln__error_set("%s: no Vulkan device found (the loader lists none)", op), KILN_EDEVICE;
@@ -183,8 +201,6 @@ static void destroy(kvk_device *d)
             vkDestroyDescriptorSetLayout(d->dev, d->set_layout, NULL);
         vkDestroyDevice(d->dev, NULL);
     }
-    if (d->instance)
-        vkDestroyInstance(d->instance, NULL);
     pthread_mutex_destroy(&d->submit_lock);
     pthread_mutex_destroy(&d->pipe_lock);
     pthread_mutex_destroy(&d->queues_lock);
@@ -431,14 +447,12 @@ bool kvk_supports(void *vq, const kiln_op_query *query)
 int kvk_list(kiln_device_info *out, int max)
 {
     VkInstance inst;
-    if (make_instance(&inst) != VK_SUCCESS)
+    if (get_instance(&inst) != VK_SUCCESS)
         return 0; /* no driver: nothing to list */
     uint32_t n = 0;
     VkPhysicalDevice *all = list_physical(inst, &n, "kiln_device_list");
-    if (!all) {
-        vkDestroyInstance(inst, NULL);
+    if (!all)
         return -1;
-    }
     for (uint32_t i = 0; i < n && (int)i < max; i++) {
         VkPhysicalDeviceProperties props;
         VkPhysicalDeviceMemoryProperties mem;
@@ -452,7 +466,6 @@ int kvk_list(kiln_device_info *out, int max)
         d->memory_bytes = device_local_bytes(&mem);
     }
     free(all);
-    vkDestroyInstance(inst, NULL);
     return (int)n;
 }
 

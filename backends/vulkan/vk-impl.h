@@ -181,7 +181,7 @@ typedef struct kvk_alloc {
 
 struct kvk_device {
     int index;
-    VkInstance instance;
+    VkInstance instance; /* the process-wide one (vk-device.c) */
     VkPhysicalDevice phys;
     VkDevice dev;
     VkQueue vkq;

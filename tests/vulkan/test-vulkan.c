@@ -69,8 +69,9 @@ static void test_allocations_reuse_blocks(const kiln_backend_iface *be)
     be->close(d);
 }
 
-static void test_bad_index(void)
+static void test_bad_index(const kiln_backend_iface *be)
 {
+    (void)be;
     kiln_device *dev = kiln_device_open("vulkan:99");
     CHECK(!dev, "vulkan:99 opened");
     CHECK(strstr(kiln_error(), "no device 99"), "message: %s", kiln_error());
@@ -79,29 +80,21 @@ static void test_bad_index(void)
 
 /* In a child (the loader reads VK_ICD_FILENAMES when it builds an instance): a driver
  * list that names nothing gives a message, not a crash. */
-static void test_missing_driver(void)
+static void test_missing_driver(const kiln_backend_iface *be)
 {
+    (void)be;
     pid_t pid = fork();
     if (pid == 0) {
         setenv("VK_ICD_FILENAMES", "/nonexistent/kiln-no-such-icd.json", 1);
         setenv("VK_DRIVER_FILES", "/nonexistent/kiln-no-such-icd.json", 1);
-        kiln_device *dev = kiln_device_open("vulkan:0");
-        if (dev) {
-            fprintf(stderr, "opened vulkan:0 without a driver\n");
-            _exit(1);
-        }
-        const char *e = kiln_error();
-        bool ok = strstr(e, "no Vulkan driver") || strstr(e, "no Vulkan device");
-        if (!ok)
-            fprintf(stderr, "missing driver message: %s\n", e);
-        _exit(ok ? 0 : 1);
+        execl("/proc/self/exe", "test-vulkan", "--missing-driver-child", (char *)NULL);
+        _exit(2);
     }
     int status = 0;
     waitpid(pid, &status, 0);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "missing driver: status %d", status);
 }
 
-/* 1 when path holds a pipeline cache (VkPipelineCacheHeaderVersionOne) of vendor/device. */
 static int cache_file_valid(const char *path, const kvk_device *d)
 {
     unsigned char h[32];
@@ -134,8 +127,9 @@ static int fill_and_read(kiln_device *dev, float *out)
     return rc;
 }
 
-static void test_pipeline_cache(void)
+static void test_pipeline_cache(const kiln_backend_iface *be)
 {
+    (void)be;
     char dir[] = "/tmp/kiln-vk-cacheXXXXXX";
     if (!mkdtemp(dir)) {
         CHECK(0, "mkdtemp");
@@ -271,8 +265,9 @@ static void test_device_lost_and_oom(const kiln_backend_iface *be)
 
 /* kiln_device_list names vulkan:0 as the device opens it; kiln_device_health turns
  * negative, with a message, once the device is lost. */
-static void test_list_and_health(void)
+static void test_list_and_health(const kiln_backend_iface *be)
 {
+    (void)be;
     kiln_device_info info[8];
     int n = kiln_device_list(info, 8);
     CHECK(n >= 1, "kiln_device_list: %d (%s)", n, n < 0 ? kiln_error() : "no device");
@@ -296,8 +291,41 @@ static void test_list_and_health(void)
     kiln_device_close(dev);
 }
 
-int main(void)
+/* The missing-driver case runs in a fresh process (the parent's driver is loaded for
+ * good once a device opened), started as "test-vulkan --missing-driver-child". */
+static int missing_driver_child(void)
 {
+    kiln_device *dev = kiln_device_open("vulkan:0");
+    if (dev) {
+        fprintf(stderr, "opened vulkan:0 without a driver\n");
+        return 1;
+    }
+    const char *e = kiln_error();
+    bool ok = strstr(e, "no Vulkan driver") || strstr(e, "no Vulkan device");
+    if (!ok)
+        fprintf(stderr, "missing driver message: %s\n", e);
+    return ok ? 0 : 1;
+}
+
+static const struct {
+    const char *name;
+    void (*run)(const kiln_backend_iface *be);
+} tests[] = {
+    {"allocations", test_allocations_reuse_blocks},
+    {"bad-index", test_bad_index},
+    {"missing-driver", test_missing_driver},
+    {"pipeline-cache", test_pipeline_cache},
+    {"event", test_event_orders_queues},
+    {"index-check", test_index_check_at_sync},
+    {"lost", test_device_lost_and_oom},
+    {"list-health", test_list_and_health},
+};
+
+/* test-vulkan [NAME...]: every test, or the named ones. */
+int main(int argc, char **argv)
+{
+    if (argc == 2 && strcmp(argv[1], "--missing-driver-child") == 0)
+        return missing_driver_child();
     const kiln_backend_iface *be = kiln_backend_vulkan();
     kiln_device *probe = kiln_device_open("vulkan:0");
     if (!probe) {
@@ -310,14 +338,13 @@ int main(void)
         return 1;
     }
     kiln_device_close(probe);
-    test_allocations_reuse_blocks(be);
-    test_bad_index();
-    test_missing_driver();
-    test_pipeline_cache();
-    test_event_orders_queues(be);
-    test_index_check_at_sync(be);
-    test_device_lost_and_oom(be);
-    test_list_and_health();
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+        bool run = argc < 2;
+        for (int k = 1; k < argc; k++)
+            run = run || strcmp(argv[k], tests[i].name) == 0;
+        if (run)
+            tests[i].run(be);
+    }
     printf("test-vulkan: %d failure(s)\n", failures);
     return failures ? 1 : 0;
 }
