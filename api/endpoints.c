@@ -12,10 +12,12 @@
 #include "responses.h"
 #include "jobs.h"
 #include "serving.h"
+#include "tensor.h"
+
 #include "scheduler.h"
 
+/* room for "device 'SPEC': <the backend's message>" in a readiness answer */
 #define KD_READY_WHY_MAX 600
-#include "tensor.h"
 
 static int copy_static(const struct kd_buf pair[2], const struct kd_request *req, struct kd_buf *out)
 {

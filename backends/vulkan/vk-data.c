@@ -102,6 +102,6 @@ int kvk_rng(void *vq, kiln_rng_kind kind, const kiln_tdesc *out, uint64_t seed, 
     uint32_t c[1] = {(uint32_t)kind};
     kvk_spec spec = kvk_spec_1d(1, c);
     kiln_buffer *bufs[1] = {out->buf};
-    return kvk_dispatch(q, "rng", q->d->feat.f64 ? "rng_d" : "rng", kvk_dtype_name(out->dtype), &spec, bufs, 1,
-                        &p, sizeof p, kvk_groups(p.out.numel, KVK_WG), 1, 1);
+    return kvk_dispatch(q, "rng", q->d->feat.f64 ? "rng_d" : "rng", kvk_dtype_name(out->dtype), &spec, bufs, 1, &p,
+                        sizeof p, kvk_groups(p.out.numel, KVK_WG), 1, 1);
 }

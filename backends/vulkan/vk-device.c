@@ -48,8 +48,8 @@ int kvk_vk_error(kvk_device *d, const char *op, const char *what, VkResult r)
         return KILN_EDEVICE;
     }
     if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) {
-        kiln__error_set("%s: out of %s memory (%s: %s)", op, r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? "device" : "host",
-                        what, kvk_result_name(r));
+        kiln__error_set("%s: out of %s memory (%s: %s)", op,
+                        r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? "device" : "host", what, kvk_result_name(r));
         return KILN_ENOMEM;
     }
     kiln__error_set("%s: %s failed (%s, %d)", op, what, kvk_result_name(r), (int)r);
@@ -341,7 +341,8 @@ void *kvk_open(int index)
     VkPhysicalDeviceFeatures2 e2 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
         .pNext = &e11,
-        .features = {.shaderInt64 = VK_TRUE, .shaderFloat64 = f2.features.shaderFloat64,
+        .features = {.shaderInt64 = VK_TRUE,
+                     .shaderFloat64 = f2.features.shaderFloat64,
                      .shaderInt16 = f2.features.shaderInt16},
     };
     float prio = 1.0f;

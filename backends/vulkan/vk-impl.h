@@ -75,10 +75,10 @@ typedef struct kvk_block kvk_block;
 /** A tensor's memory: a range of one device-memory block (vk-memory.c). */
 struct kiln_buffer {
     kvk_block *block;
-    VkBuffer vkbuf;          /* the block's buffer, every sub-allocation shares it */
-    VkDeviceSize offset;     /* byte offset inside the block, aligned for binding */
-    VkDeviceSize nbytes;     /* what was asked for */
-    VkDeviceSize cls;        /* the size class it was carved as (>= nbytes) */
+    VkBuffer vkbuf;      /* the block's buffer, every sub-allocation shares it */
+    VkDeviceSize offset; /* byte offset inside the block, aligned for binding */
+    VkDeviceSize nbytes; /* what was asked for */
+    VkDeviceSize cls;    /* the size class it was carved as (>= nbytes) */
     /* while free: which queue freed it and the timeline value that free followed */
     kvk_queue *freed_on;
     uint64_t freed_after;
@@ -159,8 +159,8 @@ const uint32_t *kvk_shader_code(const char *shader, const char *variant, size_t 
 
 /** What the device can do that the kernels depend on (vk-device.c fills it at open). */
 typedef struct kvk_features {
-    bool f16;           /* 16-bit storage + shaderFloat16: f16 and bf16 */
-    bool f64;           /* shaderFloat64 */
+    bool f16;            /* 16-bit storage + shaderFloat16: f16 and bf16 */
+    bool f64;            /* shaderFloat64 */
     bool subgroup_arith; /* subgroup arithmetic in compute shaders */
     uint32_t subgroup_size;
     VkDeviceSize max_range;      /* maxStorageBufferRange */
@@ -175,8 +175,8 @@ typedef struct kvk_alloc {
     pthread_mutex_t lock;
     kvk_block *blocks;
     kiln_buffer *free_list[KVK_CLASSES]; /* freed buffers of each size class */
-    uint64_t memory_allocations;        /* vkAllocateMemory calls so far */
-    uint64_t block_bytes;               /* device memory held in blocks */
+    uint64_t memory_allocations;         /* vkAllocateMemory calls so far */
+    uint64_t block_bytes;                /* device memory held in blocks */
 } kvk_alloc;
 
 struct kvk_device {
@@ -212,7 +212,7 @@ struct kvk_device {
 /** One submitted (or recording) command buffer and what it keeps alive. */
 typedef struct kvk_batch {
     VkCommandBuffer cmd;
-    uint64_t value;     /* timeline value it signals */
+    uint64_t value; /* timeline value it signals */
     int ncmds;
     struct kvk_batch *next;
 } kvk_batch;
@@ -233,10 +233,10 @@ struct kvk_queue {
     kvk_device *d;
     VkCommandPool pool;
     VkSemaphore timeline;
-    uint64_t next_value;  /* the value the open batch will signal */
-    kvk_batch *open;      /* recording, or NULL */
-    kvk_batch *inflight;  /* submitted, oldest first */
-    kvk_batch *spare;     /* finished, command buffers ready to reset */
+    uint64_t next_value;    /* the value the open batch will signal */
+    kvk_batch *open;        /* recording, or NULL */
+    kvk_batch *inflight;    /* submitted, oldest first */
+    kvk_batch *spare;       /* finished, command buffers ready to reset */
     kvk_host_chunk *chunks; /* ring of host-visible chunks; the head is the one in use */
     VkSemaphore wait_sem[KVK_MAX_WAITS];
     uint64_t wait_value[KVK_MAX_WAITS];
@@ -372,8 +372,8 @@ KVK_WEAK int kvk_adaptive_avg_pool_backward(void *q, int nspatial, const kiln_td
                                             const kiln_tdesc *grad_out);
 KVK_WEAK int kvk_interpolate(void *q, kiln_interp_mode mode, bool align_corners, const kiln_tdesc *out,
                              const kiln_tdesc *x);
-KVK_WEAK int kvk_interpolate_backward(void *q, kiln_interp_mode mode, bool align_corners,
-                                      const kiln_tdesc *grad_x, const kiln_tdesc *grad_out);
+KVK_WEAK int kvk_interpolate_backward(void *q, kiln_interp_mode mode, bool align_corners, const kiln_tdesc *grad_x,
+                                      const kiln_tdesc *grad_out);
 KVK_WEAK int kvk_softmax(void *q, bool log, const kiln_tdesc *out, const kiln_tdesc *in, int dim);
 KVK_WEAK int kvk_layer_norm(void *q, const kiln_tdesc *out, const kiln_tdesc *mean, const kiln_tdesc *rstd,
                             const kiln_tdesc *x, const kiln_tdesc *weight, const kiln_tdesc *bias, int64_t inner,

@@ -78,8 +78,8 @@ static int gather_like(kvk_queue *q, const char *op, uint32_t mode, const kiln_t
     char variant[16];
     kvk_spec spec = kvk_spec_1d(1, &mode);
     kiln_buffer *bufs[3] = {out->buf, in->buf, index->buf};
-    return kvk_dispatch(q, op, "gather", kvk_variant(variant, sizeof variant, 2, dts), &spec, bufs, 3, &p, sizeof p,
-                        kvk_groups(p.out.numel, KVK_WG), 1, 1);
+    return kvk_dispatch(q, op, "gather", kvk_variant(variant, sizeof variant, 2, dts), &spec, bufs, 3, &p,
+                        sizeof p, kvk_groups(p.out.numel, KVK_WG), 1, 1);
 }
 
 int kvk_gather(void *vq, const kiln_tdesc *out, const kiln_tdesc *in, int dim, const kiln_tdesc *index)
@@ -98,8 +98,8 @@ typedef struct scatter_params {
 } scatter_params;
 
 /* iter: the shape walked (index's for scatter, src's for index_add). */
-static int scatter_like(kvk_queue *q, const char *op, uint32_t mode, bool accumulate, const kiln_tdesc *out, int dim,
-                        const kiln_tdesc *index, const kiln_tdesc *src, const kiln_tdesc *iter)
+static int scatter_like(kvk_queue *q, const char *op, uint32_t mode, bool accumulate, const kiln_tdesc *out,
+                        int dim, const kiln_tdesc *index, const kiln_tdesc *src, const kiln_tdesc *iter)
 {
     kiln_tdesc o1 = lift(out), s1 = lift(src), x1 = lift(index), it = lift(iter);
     kiln_tdesc line = it;

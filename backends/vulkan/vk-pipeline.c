@@ -61,8 +61,8 @@ static void cache_path_of(kvk_device *d)
     char uuid[2 * VK_UUID_SIZE + 1];
     for (unsigned i = 0; i < VK_UUID_SIZE; i++)
         snprintf(uuid + 2 * i, 3, "%02x", d->props.pipelineCacheUUID[i]);
-    snprintf(d->cache_path, sizeof d->cache_path, "%s/vulkan-pipelines-%04x-%04x-%s.bin", dir,
-             d->props.vendorID, d->props.deviceID, uuid);
+    snprintf(d->cache_path, sizeof d->cache_path, "%s/vulkan-pipelines-%04x-%04x-%s.bin", dir, d->props.vendorID,
+             d->props.deviceID, uuid);
 }
 
 /* The file's bytes when its header (VkPipelineCacheHeaderVersionOne) matches this device,

@@ -61,8 +61,9 @@ int kvk_reduce(void *vq, kiln_reduce_op op, const kiln_tdesc *out, const kiln_td
     uint32_t c[1] = {(uint32_t)op};
     kvk_spec spec = kvk_spec_1d(1, c);
     kiln_buffer *bufs[2] = {out->buf, in->buf};
-    return kvk_dispatch(q, "reduce", q->d->feat.f64 ? "reduce_d" : "reduce", kvk_variant(variant, sizeof variant, 2, dts), &spec, bufs, 2, &p,
-                        sizeof p, kvk_groups(p.out.numel, 1), 1, 1);
+    return kvk_dispatch(q, "reduce", q->d->feat.f64 ? "reduce_d" : "reduce",
+                        kvk_variant(variant, sizeof variant, 2, dts), &spec, bufs, 2, &p, sizeof p,
+                        kvk_groups(p.out.numel, 1), 1, 1);
 }
 
 typedef struct arg_params {

@@ -21,14 +21,14 @@
 const kiln_backend_iface *kiln_backend_vulkan(void);
 
 static int failures;
-#define CHECK(cond, ...)                                                                                               \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            failures++;                                                                                                \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                       \
-            fprintf(stderr, __VA_ARGS__);                                                                              \
-            fprintf(stderr, "\n");                                                                                     \
-        }                                                                                                              \
+#define CHECK(cond, ...)                                                                                          \
+    do {                                                                                                          \
+        if (!(cond)) {                                                                                            \
+            failures++;                                                                                           \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                  \
+            fprintf(stderr, __VA_ARGS__);                                                                         \
+            fprintf(stderr, "\n");                                                                                \
+        }                                                                                                         \
     } while (0)
 
 static void test_allocations_reuse_blocks(const kiln_backend_iface *be)
@@ -50,7 +50,8 @@ static void test_allocations_reuse_blocks(const kiln_backend_iface *be)
                 be->buffer_free(q, bufs[i]);
     }
     uint64_t used = d->alloc.memory_allocations - before;
-    CHECK(used <= 1, "1280 allocations made %llu vkAllocateMemory calls (want at most 1)", (unsigned long long)used);
+    CHECK(used <= 1, "1280 allocations made %llu vkAllocateMemory calls (want at most 1)",
+          (unsigned long long)used);
     /* a freed buffer of a class comes back before new memory is carved */
     kiln_buffer *a = be->buffer_alloc(q, 4096);
     VkDeviceSize off = a ? a->offset : 0;
@@ -227,7 +228,8 @@ static void test_index_check_at_sync(const kiln_backend_iface *be)
     kiln_buffer *b = be->buffer_alloc(q, sizeof idx);
     CHECK(b && be->buffer_upload(q, b, 0, idx, sizeof idx) == 0, "upload: %s", kiln_error());
     kiln_tdesc t = {.buf = b, .dtype = KILN_I64, .ndim = 1, .shape = {6}, .strides = {1}};
-    CHECK(be->index_check(q, &t, 0, 4, "gather", "index") == 0, "index_check failed at the call: %s", kiln_error());
+    CHECK(be->index_check(q, &t, 0, 4, "gather", "index") == 0, "index_check failed at the call: %s",
+          kiln_error());
     CHECK(be->index_check(q, &t, -1, 10, "index_select", "index") == 0, "second check: %s", kiln_error());
     int rc = be->sync(q);
     CHECK(rc == KILN_EINVAL && strstr(kiln_error(), "gather: index 9 is out of bounds for size 4"),
@@ -287,7 +289,8 @@ static void test_list_and_health(const kiln_backend_iface *be)
           (unsigned long long)info[k].memory_bytes);
     CHECK(kiln_device_health(dev) == 0, "health of a working device: %s", kiln_error());
     atomic_store(&q->d->lost, true);
-    CHECK(kiln_device_health(dev) < 0 && strstr(kiln_error(), "lost"), "health of a lost device: %s", kiln_error());
+    CHECK(kiln_device_health(dev) < 0 && strstr(kiln_error(), "lost"), "health of a lost device: %s",
+          kiln_error());
     kiln_device_close(dev);
 }
 

@@ -197,10 +197,10 @@ const char *kiln_backends_compiled(void);
 
 /** One physical device a compiled backend found (kiln_device_list). */
 typedef struct kiln_device_info {
-    char spec[64];          /* what kiln_device_open takes: "vulkan:0" */
-    char name[128];         /* the device's own name */
-    char driver[192];       /* its driver, with version where the driver says */
-    uint64_t memory_bytes;  /* device memory (its largest device-local heap); 0: unknown */
+    char spec[64];         /* what kiln_device_open takes: "vulkan:0" */
+    char name[128];        /* the device's own name */
+    char driver[192];      /* its driver, with version where the driver says */
+    uint64_t memory_bytes; /* device memory (its largest device-local heap); 0: unknown */
 } kiln_device_info;
 /** The physical devices of the compiled backends that enumerate theirs (vulkan: every
  *  device the Vulkan loader lists), in spec order: up to max written to out; returns how
