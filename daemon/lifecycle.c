@@ -448,6 +448,10 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
         return -1;
     }
     d->log_ready = true;
+    /* libkiln keeps device caches (the Vulkan pipeline cache) under KILN_DATA_DIR: point it
+     * at the data_dir this daemon resolved, first, before any thread or device exists */
+    if (setenv("KILN_DATA_DIR", d->cfg.data_dir, 1) != 0)
+        kd_log_write(&d->log, KD_LOG_WARN, "cannot set KILN_DATA_DIR: %s", strerror(errno));
 
     if (uv_loop_init(&d->loop) != 0) {
         kd_log_write(&d->log, KD_LOG_ERROR, "cannot create the event loop");
