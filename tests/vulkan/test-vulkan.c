@@ -294,6 +294,37 @@ static void test_list_and_health(const kiln_backend_iface *be)
     kiln_device_close(dev);
 }
 
+/* Through the engine and the counting decorator: an index out of range costs no read at
+ * the op (the check runs on the device) and is reported, with the op's name, by the next
+ * read; the read after that goes on. */
+static void test_engine_index_checks(const kiln_backend_iface *be)
+{
+    (void)be;
+    kiln_device *dev = kiln_device_open("counting:vulkan:0");
+    CHECK(dev, "counting:vulkan:0: %s", kiln_error());
+    if (!dev)
+        return;
+    kiln_scope_begin();
+    kiln_tensor *t = kiln_arange(dev, KILN_F32, 0, 6, 1);
+    int64_t good[2] = {1, 5}, bad[2] = {1, 6};
+    kiln_tensor *ig = kiln_from_data(dev, KILN_I64, 1, (int64_t[]){2}, good, sizeof good);
+    kiln_tensor *ib = kiln_from_data(dev, KILN_I64, 1, (int64_t[]){2}, bad, sizeof bad);
+    kiln_device_counters c0, c1;
+    CHECK(kiln_device_counters_get(dev, &c0, NULL, NULL) == 0, "counters: %s", kiln_error());
+    kiln_tensor *g = kiln_index_select(t, 0, ig);
+    kiln_tensor *x = kiln_index_select(t, 0, ib);
+    CHECK(kiln_device_counters_get(dev, &c1, NULL, NULL) == 0, "counters");
+    CHECK(g && x && c1.downloads == c0.downloads, "the ops read nothing back (%llu reads)",
+          (unsigned long long)(c1.downloads - c0.downloads));
+    float v[2] = {0};
+    CHECK(kiln_to_data(g, v, sizeof v) < 0 && strstr(kiln_error(), "index_select: index 6 is out of bounds for size 6"),
+          "the next read reports the violation: %s", kiln_error());
+    CHECK(kiln_to_data(g, v, sizeof v) == 0 && v[0] == 1.0f && v[1] == 5.0f, "then reads go on (%g %g): %s", v[0],
+          v[1], kiln_error());
+    kiln_scope_end();
+    kiln_device_close(dev);
+}
+
 /* The missing-driver case runs in a fresh process (the parent's driver is loaded for
  * good once a device opened), started as "test-vulkan --missing-driver-child". */
 static int missing_driver_child(void)
@@ -322,6 +353,7 @@ static const struct {
     {"index-check", test_index_check_at_sync},
     {"lost", test_device_lost_and_oom},
     {"list-health", test_list_and_health},
+    {"engine-index-checks", test_engine_index_checks},
 };
 
 /* test-vulkan [NAME...]: every test, or the named ones. */
