@@ -3,6 +3,10 @@
 // Integer in and out with sum/prod/max/min run in int64 (wrapping); everything else in
 // FT (double when a slot is f64, else float), var/std in two passes over the data.
 #include "common.glsl"
+#if KVK_SUBGROUP
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
 
 KVK_PARAMS {
     KView out_v;
@@ -58,6 +62,19 @@ FT combine_f(uint op, FT a, FT b)
 FT tree_f(uint op, FT v)
 {
     uint t = gl_LocalInvocationID.x;
+#if KVK_SUBGROUP
+    if (op == 0u) {
+        // sums: each subgroup adds in registers, then the subgroups' partial sums meet
+        // in shared memory (max/min keep the tree: NaN order is not the subgroup's)
+        FT part = subgroupAdd(v);
+        if (subgroupElect()) sf[gl_SubgroupID] = part;
+        barrier();
+        FT r = FT(0);
+        for (uint k = 0u; k < gl_NumSubgroups; k++) r += sf[k];
+        barrier();
+        return r;
+    }
+#endif
     sf[t] = v;
     barrier();
     for (uint s = WG / 2u; s > 0u; s >>= 1) {
