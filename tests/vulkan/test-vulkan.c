@@ -317,7 +317,8 @@ static void test_engine_index_checks(const kiln_backend_iface *be)
     CHECK(g && x && c1.downloads == c0.downloads, "the ops read nothing back (%llu reads)",
           (unsigned long long)(c1.downloads - c0.downloads));
     float v[2] = {0};
-    CHECK(kiln_to_data(g, v, sizeof v) < 0 && strstr(kiln_error(), "index_select: index 6 is out of bounds for size 6"),
+    CHECK(kiln_to_data(g, v, sizeof v) < 0 &&
+              strstr(kiln_error(), "index_select: index 6 is out of bounds for size 6"),
           "the next read reports the violation: %s", kiln_error());
     CHECK(kiln_to_data(g, v, sizeof v) == 0 && v[0] == 1.0f && v[1] == 5.0f, "then reads go on (%g %g): %s", v[0],
           v[1], kiln_error());
