@@ -302,7 +302,9 @@ static void test_many_batches(const kiln_backend_iface *be)
     if (!d)
         return;
     kvk_queue *q = be->queue_open(d);
-    enum { N = 3 * KVK_BATCH_MAX + 17 };
+    enum {
+        N = 3 * KVK_BATCH_MAX + 17
+    };
     kiln_buffer *b = be->buffer_alloc(q, N * sizeof(float));
     for (int i = 0; i < N && b; i++) {
         kiln_tdesc t = {.buf = b, .offset = i, .dtype = KILN_F32, .ndim = 1, .shape = {1}, .strides = {1}};
