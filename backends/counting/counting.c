@@ -113,6 +113,13 @@ static void counting_close(void *ctx)
     free(d);
 }
 
+/* The inner device's health: a lost inner device is a lost decorated one. */
+static int counting_health(void *ctx)
+{
+    cdev *d = ctx;
+    return d->in->health ? d->in->health(d->ictx) : 0;
+}
+
 static void counting_caps(void *ctx, kiln_backend_caps *out)
 {
     cdev *d = ctx;
@@ -421,6 +428,7 @@ static const kiln_backend_iface counting_iface = {
     .open_opts = counting_open_opts,
     .close = counting_close,
     .caps = counting_caps,
+    .health = counting_health,
     .queue_open = counting_queue_open,
     .queue_close = counting_queue_close,
     .event_record = counting_event_record,

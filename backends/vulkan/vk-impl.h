@@ -2,7 +2,7 @@
  * backends/vulkan/vk-impl.h — what the files of the Vulkan backend share: the device, its
  * queues, buffers, and the one way a kernel is launched (kvk_dispatch).
  *
- * Adding a kernel takes two files and two list entries:
+ * Adding a kernel takes three steps:
  *
  *   1. shaders/NAME.comp, a GLSL compute shader that starts with
  *          #version 450
@@ -11,9 +11,15 @@
  *      macros of common.glsl (KVK_PARAMS, KVK_BUF_RO / KVK_BUF_WO / KVK_BUF_RW). Its dtypes
  *      come from the variant it is compiled as: variant "f32_i64" is built with
  *      -DKVK_DT0=f32 -DKVK_DT1=i64, and slot k's storage type, compute type, load and store
- *      are S0/C0/LD0/ST0 ... (common.glsl). The workgroup size is specialization constants
- *      0..2 (layout(local_size_x_id = 0, ...) in = KVK_LOCAL_SIZE); constants 3.. are the
- *      kernel's own (sub-op codes, tile sizes), KVK_SPEC(3, NAME, default) and so on.
+ *      are Sk/Ck/LDk/STk, FROMFk/FROMLk convert from float/integer values and TOLk widens an
+ *      integer to int64 (common.glsl). For #if the build also defines KVK_Fk (1: slot k is a
+ *      float dtype), KVK_DTk_IS_BOOL, and KVK_DOUBLE when any slot is f64 (then the double
+ *      math of math-double.glsl, kd_exp, kd_log ..., is there too; a shader may define
+ *      KVK_DOUBLE itself for a variant that computes in double, as reduce_d.comp does, and
+ *      must then only be used where the device has shaderFloat64). The workgroup size is
+ *      specialization constants 0..2 (common.glsl declares local_size_x_id = 0 ...);
+ *      constants 3.. are the kernel's own (sub-op codes, tile sizes): KVK_SPEC(3, NAME,
+ *      default) and so on.
  *   2. a line in backends/vulkan/meson.build naming the shader and its variants (core and nn
  *      have separate lists, so the two never touch each other's lines); glslc compiles each
  *      variant to SPIR-V at build time and shaders/embed.py links them into one table,
@@ -30,10 +36,13 @@
  * Ordering. Every dispatch and copy of one queue is recorded into the queue's open command
  * buffer, with a full memory barrier before each, so one queue's work runs in submission
  * order. The buffer is submitted (kvk_flush) when a wait needs it (download, sync,
- * event_sync), at event_record / event_wait, or when it holds KVK_BATCH_MAX commands. Each
+ * index checks), at event_record, or when it holds KVK_BATCH_MAX commands. Each
  * submission signals the queue's timeline semaphore with the next value; events are
- * (semaphore, value) pairs. Batches of different queues share one VkQueue and wait on
- * each other only through events, as the interface asks.
+ * (semaphore, value) pairs, and event_wait makes the waiting queue's next submission wait
+ * on one. Every engine queue submits to the device's one VkQueue, and the barrier that
+ * opens each command buffer also orders it after everything submitted there before: more
+ * order than the interface asks for, which a device with several compute queues could
+ * trade for overlap (one VkQueue per engine queue, ordered by the events alone).
  *
  * Errors. Anything that goes wrong after a call returned (a failed submit, a lost device, a
  * device-side index check) is kept in the queue (kvk_queue_fail) with the op's name and

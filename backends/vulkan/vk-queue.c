@@ -279,6 +279,10 @@ static void chunk_free(kvk_device *d, kvk_host_chunk *c)
 
 void *kvk_host_stage(kvk_queue *q, size_t n, VkBuffer *buf, VkDeviceSize *off, const char *op)
 {
+    /* a full batch is submitted now, not by the kvk_record that follows: what is staged
+     * here must belong to the batch that reads it (its value guards the chunk's reuse) */
+    if (q->open && q->open->ncmds >= KVK_BATCH_MAX && kvk_flush(q, op) < 0)
+        return NULL;
     VkDeviceSize align = q->d->feat.align;
     VkDeviceSize need = (n + align - 1) / align * align;
     if (need == 0)

@@ -63,10 +63,10 @@ int kvk_reduce(void *vq, kiln_reduce_op op, const kiln_tdesc *out, const kiln_td
     kiln_buffer *bufs[2] = {out->buf, in->buf};
     /* float sums go through subgroup adds where the device has them */
     bool sg = q->d->feat.subgroup_arith && out->dtype == in->dtype && kiln_dtype_is_float(in->dtype);
-    const char *shader = sg ? (q->d->feat.f64 ? "reduce_sg_d" : "reduce_sg") : (q->d->feat.f64 ? "reduce_d" : "reduce");
-    return kvk_dispatch(q, "reduce", shader,
-                        kvk_variant(variant, sizeof variant, 2, dts), &spec, bufs, 2, &p, sizeof p,
-                        kvk_groups(p.out.numel, 1), 1, 1);
+    const char *shader = sg ? (q->d->feat.f64 ? "reduce_sg_d" : "reduce_sg")
+                            : (q->d->feat.f64 ? "reduce_d" : "reduce");
+    return kvk_dispatch(q, "reduce", shader, kvk_variant(variant, sizeof variant, 2, dts), &spec, bufs, 2, &p,
+                        sizeof p, kvk_groups(p.out.numel, 1), 1, 1);
 }
 
 typedef struct arg_params {

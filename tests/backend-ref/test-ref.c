@@ -113,12 +113,14 @@ static void test_life_cycle(void)
 #define SLOT(f) ((offsetof(kiln_backend_iface, f) - offsetof(kiln_backend_iface, open)) / sizeof(void *))
     /* and the entries a backend that finishes work at submission has no use for: queues
      * and events, pinned host memory, device-to-device copies, options, capability
-     * refinements and counters (backends/backend.h gives each its default) */
+     * refinements and counters (backends/backend.h gives each its default), and device
+     * enumeration and health (ref is one host device that cannot be lost) */
     const size_t fused_slots[] = {
         SLOT(conv_fused), SLOT(epilogue),         SLOT(conv_pack_size), SLOT(conv_pack),     SLOT(rnn),
         SLOT(open_opts),  SLOT(queue_open),       SLOT(queue_close),    SLOT(event_record),  SLOT(event_wait),
         SLOT(event_sync), SLOT(event_query),      SLOT(event_free),     SLOT(supports),      SLOT(host_alloc),
         SLOT(host_free),  SLOT(buffer_copy_peer), SLOT(counters),       SLOT(rnn_pack_size), SLOT(rnn_pack),
+        SLOT(list),       SLOT(health),
     };
 #undef SLOT
     for (size_t i = 0; i < nslots; i++) {

@@ -294,6 +294,38 @@ static void test_list_and_health(const kiln_backend_iface *be)
     kiln_device_close(dev);
 }
 
+/* More dispatches than one command buffer takes (several batches, each with its own
+ * parameters in the staging ring): every one lands. */
+static void test_many_batches(const kiln_backend_iface *be)
+{
+    kvk_device *d = be->open(0);
+    if (!d)
+        return;
+    kvk_queue *q = be->queue_open(d);
+    enum {
+        N = 3 * KVK_BATCH_MAX + 17
+    };
+    kiln_buffer *b = be->buffer_alloc(q, N * sizeof(float));
+    for (int i = 0; i < N && b; i++) {
+        kiln_tdesc t = {.buf = b, .offset = i, .dtype = KILN_F32, .ndim = 1, .shape = {1}, .strides = {1}};
+        if (be->fill(q, &t, (double)i * 0.5) != 0) {
+            CHECK(0, "fill %d: %s", i, kiln_error());
+            break;
+        }
+    }
+    float *host = malloc(N * sizeof(float));
+    CHECK(b && host && be->buffer_download(q, b, 0, host, N * sizeof(float)) == 0, "download: %s", kiln_error());
+    int wrong = 0;
+    for (int i = 0; host && i < N; i++)
+        wrong += host[i] != (float)i * 0.5f;
+    CHECK(wrong == 0, "%d of %d fills missing or wrong", wrong, N);
+    free(host);
+    be->buffer_free(q, b);
+    be->sync(q);
+    be->queue_close(q);
+    be->close(d);
+}
+
 /* Through the engine and the counting decorator: an index out of range costs no read at
  * the op (the check runs on the device) and is reported, with the op's name, by the next
  * read; the read after that goes on. */
@@ -317,7 +349,8 @@ static void test_engine_index_checks(const kiln_backend_iface *be)
     CHECK(g && x && c1.downloads == c0.downloads, "the ops read nothing back (%llu reads)",
           (unsigned long long)(c1.downloads - c0.downloads));
     float v[2] = {0};
-    CHECK(kiln_to_data(g, v, sizeof v) < 0 && strstr(kiln_error(), "index_select: index 6 is out of bounds for size 6"),
+    CHECK(kiln_to_data(g, v, sizeof v) < 0 &&
+              strstr(kiln_error(), "index_select: index 6 is out of bounds for size 6"),
           "the next read reports the violation: %s", kiln_error());
     CHECK(kiln_to_data(g, v, sizeof v) == 0 && v[0] == 1.0f && v[1] == 5.0f, "then reads go on (%g %g): %s", v[0],
           v[1], kiln_error());
@@ -354,6 +387,7 @@ static const struct {
     {"lost", test_device_lost_and_oom},
     {"list-health", test_list_and_health},
     {"engine-index-checks", test_engine_index_checks},
+    {"batches", test_many_batches},
 };
 
 /* test-vulkan [NAME...]: every test, or the named ones. */
