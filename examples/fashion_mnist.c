@@ -6,6 +6,10 @@
  *     fashion_mnist cnn 8 --workers 2       # 2 conv + batch norm + 2 fc
  *     fashion_mnist cnn 8 --resume          # continue from out/checkpoints
  *     fashion_mnist mlp 1 --device remote://127.0.0.1:8080/cpu   # train inside a kilnd
+ *     fashion_mnist cnn 3 --device vulkan:0 # on a GPU through Vulkan; same seed, same
+ *                                           # batches: the loss and test accuracy match a
+ *                                           # cpu run's (tests/vulkan-nn/fashion-cnn.py
+ *                                           # checks a short run of it)
  *
  * Options: --data DIR (the IDX files; default $KILN_FASHION_MNIST or Debian's
  * dataset-fashion-mnist location), --out DIR (default fashion-out), --batch N (64),

@@ -493,6 +493,12 @@ static int do_op(struct ctx *c)
                                pi->name, k, numel(t[k]), c->st->lim.max_live_bytes);
     const kiln_backend_iface *be = kiln__device_iface(c->dev);
     void *x = kiln__device_ctx(c->dev);
+    /* a device whose backend leaves this entry NULL answers "not supported", never a call
+     * through NULL (the wire's primitive names are the entries' names) */
+    for (int e = 0; e < KILN_ENTRY_COUNT; e++)
+        if (strcmp(kiln__entry_name((kiln_entry)e), pi->name) == 0 && !kiln__iface_has(be, (kiln_entry)e))
+            return reply_error(c, KILN_WIRE_ERR_NOT_SUPPORTED, "%s: device '%s' does not support %s", pi->name,
+                               kiln_device_name(c->dev), pi->name);
     int rc = KILN_ENOTSUP;
     switch ((kiln_wire_prim)op->prim) {
     case KILN_WIRE_P_FILL: rc = be->fill(x, t[0], op->f[0]); break;
