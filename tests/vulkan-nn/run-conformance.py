@@ -4,20 +4,22 @@ compared with ref: passes only when cases ran and none failed or was skipped as 
 device's features decide what `supports` says; on a device with f16 and f64, such as lavapipe,
 every case must run).
 
-Usage: run-conformance.py PROBE CONFORMANCE OPS
+Usage: run-conformance.py PROBE CONFORMANCE [OPS]   (no OPS: every case of the harness)
 
 Exit 77 (skipped) when vulkan:0 does not open on this machine.
 """
 import subprocess
 import sys
 
-PROBE, CONFORMANCE, OPS = sys.argv[1:4]
+PROBE, CONFORMANCE = sys.argv[1:3]
+OPS = sys.argv[3] if len(sys.argv) > 3 else ""
 probe = subprocess.run([PROBE, "vulkan:0"], capture_output=True, text=True)
 if probe.returncode != 0:
     print(probe.stdout.strip() or "skipped: vulkan:0 does not open")
     sys.exit(77)
 print("device: " + probe.stdout.strip())
-p = subprocess.run([CONFORMANCE, "-b", "vulkan:0", "-o", OPS], capture_output=True, text=True, timeout=1200)
+cmd = [CONFORMANCE, "-b", "vulkan:0"] + (["-o", OPS] if OPS else [])
+p = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
 out = p.stdout.splitlines()
 for line in out:
     if line.startswith("FAIL") or line.startswith("conformance:") or "skipped" in line or "not tested" in line:
