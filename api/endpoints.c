@@ -48,9 +48,35 @@ static int handle_meta(void *ctx, const struct kd_request *req, struct kd_buf *o
     return copy_static(((struct kd_api *)ctx)->meta, req, out);
 }
 
+/* One device's allocator figures into the gauges; devices that keep none (cpu, ref) are
+ * left out rather than shown as zero. */
+static void sample_device_memory(void *ctx, const char *spec, kiln_device *dev)
+{
+    struct kd_api *api = ctx;
+    kiln_device_memory m;
+    if (kiln_device_memory_get(dev, &m) != 0)
+        return;
+    static const char *const states[] = {"in_use", "cached", "reserved", "peak_in_use"};
+    const uint64_t values[] = {m.in_use_bytes, m.cached_bytes, m.reserved_bytes, m.peak_in_use_bytes};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        struct kd_metric_series *s = kd_metrics_series(api->device_memory,
+                                                       (const char *const[]){spec, states[i], NULL});
+        if (s)
+            kd_metric_set(s, (double)values[i]);
+    }
+    struct kd_metric_series *a = kd_metrics_series(api->device_allocs, (const char *const[]){spec, NULL});
+    struct kd_metric_series *r = kd_metrics_series(api->device_reuses, (const char *const[]){spec, NULL});
+    if (a)
+        kd_metric_set(a, (double)m.device_allocs);
+    if (r)
+        kd_metric_set(r, (double)m.reuses);
+}
+
 static int handle_metrics(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
     struct kd_api *api = ctx;
+    if (api->sched && api->device_memory && api->device_allocs && api->device_reuses)
+        kd_sched_each_device(api->sched, sample_device_memory, api);
     api->scratch.len = 0;
     if (kd_metrics_render(api->metrics, &api->scratch) != 0)
         return kd_resp_error(out, 500, "out of memory rendering metrics", req->keep_alive, NULL);
@@ -261,6 +287,21 @@ int kd_api_init(struct kd_api *api, struct kd_metrics *metrics, const char *cons
         rc = render_pair(api->live, 200, NULL, "");
     if (rc == 0)
         rc = kd_api_set_ready(api, false, "starting");
+    if (rc == 0 && metrics) {
+        api->device_memory = kd_metrics_family(
+            metrics, "kiln_device_memory_bytes",
+            "Device memory of a device's allocator: in_use by live tensors, cached for reuse, reserved from the "
+            "device (in use + cached), peak_in_use since start. Only devices that keep figures (GPUs).",
+            KD_METRIC_GAUGE, (const char *const[]){"device", "state", NULL}, NULL, 0);
+        api->device_allocs = kd_metrics_family(metrics, "kiln_device_memory_allocations_total",
+                                               "Allocations that reached the device driver (not served from the "
+                                               "allocator's cache).",
+                                               KD_METRIC_COUNTER, (const char *const[]){"device", NULL}, NULL, 0);
+        api->device_reuses = kd_metrics_family(metrics, "kiln_device_memory_reuses_total",
+                                               "Allocations served from the allocator's cache.", KD_METRIC_COUNTER,
+                                               (const char *const[]){"device", NULL}, NULL, 0);
+        rc = api->device_memory && api->device_allocs && api->device_reuses ? 0 : -1;
+    }
     if (rc != 0)
         kd_api_free(api);
     return rc;

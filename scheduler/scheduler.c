@@ -725,6 +725,18 @@ int kd_sched_device_health(struct kd_sched *s, char *why, size_t whylen)
     return 0;
 }
 
+void kd_sched_each_device(struct kd_sched *s, void (*fn)(void *ctx, const char *spec, kiln_device *dev), void *ctx)
+{
+    for (size_t i = 0; s && i < s->nworkers; i++) {
+        kiln_device *dev = s->workers[i].dev;
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = s->workers[j].dev == dev;
+        if (dev && !seen)
+            fn(ctx, s->workers[i].spec, dev);
+    }
+}
+
 int kd_sched_worker_for(struct kd_sched *s, const char *device, unsigned hint)
 {
     size_t n = 0;

@@ -176,6 +176,10 @@ int kd_sched_worker_for(struct kd_sched *s, const char *device, unsigned hint);
 /* 0 while every device the workers drive works; -1 with why ("device 'vulkan:0': ... was
  * lost") once one failed for good. Any thread. */
 int kd_sched_device_health(struct kd_sched *s, char *why, size_t whylen);
+/* fn(ctx, spec, dev) once per distinct device the workers drive (for its memory figures);
+ * called on the loop thread while the workers run, so fn may only use thread-safe calls. */
+void kd_sched_each_device(struct kd_sched *s, void (*fn)(void *ctx, const char *spec, kiln_device *dev),
+                          void *ctx);
 /* Queues t on worker; 0, or -1 when the scheduler is stopping (done will not run). */
 int kd_sched_task_submit(struct kd_sched *s, int worker, struct kd_sched_task *t);
 

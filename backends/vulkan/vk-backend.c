@@ -12,6 +12,7 @@ static const kiln_backend_iface vulkan_iface = {
     .caps = kvk_caps,
     .list = kvk_list,
     .lost = kvk_lost,
+    .memory = kvk_memory,
     .queue_open = kvk_queue_open,
     .queue_close = kvk_queue_close,
     .event_record = kvk_event_record,

@@ -186,6 +186,9 @@ typedef struct kvk_alloc {
     kiln_buffer *free_list[KVK_CLASSES]; /* freed buffers of each size class */
     uint64_t memory_allocations;         /* vkAllocateMemory calls so far */
     uint64_t block_bytes;                /* device memory held in blocks */
+    uint64_t in_use_bytes;               /* size classes of the buffers handed out */
+    uint64_t peak_in_use_bytes;
+    uint64_t reuses; /* allocations served from a free list */
 } kvk_alloc;
 
 struct kvk_device {
@@ -280,6 +283,8 @@ void kvk_caps(void *ctx, kiln_backend_caps *out);
 bool kvk_supports(void *q, const kiln_op_query *query);
 int kvk_list(kiln_device_info *out, int max);
 const char *kvk_lost(void *ctx);
+/** The allocator's figures (kiln_device_memory_get); ctx is the device. */
+int kvk_memory(void *ctx, kiln_device_memory *out);
 /** Map a VkResult to a KILN_E* code with "op: what (VkResult name)" set; marks the device
  *  lost on VK_ERROR_DEVICE_LOST. */
 int kvk_vk_error(kvk_device *d, const char *op, const char *what, VkResult r);

@@ -150,6 +150,14 @@ static bool reusable(kvk_device *d, const kiln_buffer *b, const kvk_queue *q)
     return vkGetSemaphoreCounterValue(d->dev, b->freed_on->timeline, &v) == VK_SUCCESS && v >= b->freed_after;
 }
 
+/* The in-use figure (kvk_memory) moves by delta bytes; under the allocator's lock. */
+static void note_in_use(kvk_alloc *a, int64_t delta)
+{
+    a->in_use_bytes = (uint64_t)((int64_t)a->in_use_bytes + delta);
+    if (a->in_use_bytes > a->peak_in_use_bytes)
+        a->peak_in_use_bytes = a->in_use_bytes;
+}
+
 static kiln_buffer *alloc_locked(kvk_device *d, kvk_queue *q, size_t nbytes, const char *op)
 {
     VkDeviceSize cls;
@@ -161,6 +169,8 @@ static kiln_buffer *alloc_locked(kvk_device *d, kvk_queue *q, size_t nbytes, con
             b->next = NULL;
             b->nbytes = nbytes;
             b->freed_on = NULL;
+            d->alloc.reuses++;
+            note_in_use(&d->alloc, (int64_t)b->cls);
             return b;
         }
     }
@@ -198,6 +208,7 @@ static kiln_buffer *alloc_locked(kvk_device *d, kvk_queue *q, size_t nbytes, con
     if (!blk->dedicated)
         blk->used += cls; /* classes are multiples of 64 >= the binding alignment */
     blk->live++;
+    note_in_use(&d->alloc, (int64_t)cls);
     return b;
 }
 
@@ -251,7 +262,27 @@ void kvk_buffer_free(void *vq, kiln_buffer *b)
     b->freed_after = after;
     b->next = d->alloc.free_list[c];
     d->alloc.free_list[c] = b;
+    note_in_use(&d->alloc, -(int64_t)b->cls);
     pthread_mutex_unlock(&d->alloc.lock);
+}
+
+int kvk_memory(void *ctx, kiln_device_memory *out)
+{
+    kvk_device *d = ctx;
+    kvk_alloc *a = &d->alloc;
+    pthread_mutex_lock(&a->lock);
+    /* reserved: every block taken from the driver; what is not in use (free lists and
+     * the unused tails of shared blocks) counts as cached */
+    *out = (kiln_device_memory){
+        .in_use_bytes = a->in_use_bytes,
+        .cached_bytes = a->block_bytes > a->in_use_bytes ? a->block_bytes - a->in_use_bytes : 0,
+        .reserved_bytes = a->block_bytes,
+        .peak_in_use_bytes = a->peak_in_use_bytes,
+        .device_allocs = a->memory_allocations,
+        .reuses = a->reuses,
+    };
+    pthread_mutex_unlock(&a->lock);
+    return 0;
 }
 
 /* Forget queue q in the free lists (q finished its work and is closing). */

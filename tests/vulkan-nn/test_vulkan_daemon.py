@@ -111,6 +111,24 @@ def test_serving(d):
         check(len(a) == len(b) == 20 and err <= 1e-4, "vulkan:0 and cpu logits agree: max error %.2e" % err)
 
 
+def test_metrics(d):
+    """/metrics shows vulkan:0's allocator figures (the model's weights are in use there), and
+    nothing for cpu, which keeps none."""
+    st, text = d.req("GET", "/metrics")
+    text = text.decode() if isinstance(text, bytes) else str(text)
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("kiln_device_memory"):
+            key, _, v = line.rpartition(" ")
+            values[key] = float(v)
+    in_use = values.get('kiln_device_memory_bytes{device="vulkan:0",state="in_use"}', 0)
+    reserved = values.get('kiln_device_memory_bytes{device="vulkan:0",state="reserved"}', 0)
+    allocs = values.get('kiln_device_memory_allocations_total{device="vulkan:0"}', 0)
+    check(st == 200 and in_use > 0 and reserved >= in_use and allocs >= 1,
+          "/metrics: vulkan:0 memory in use %d of %d reserved, %d driver allocations" % (in_use, reserved, allocs))
+    check(not any('device="cpu"' in k for k in values), "/metrics: no memory figures for cpu, which keeps none")
+
+
 def write_csv(path, n, seed):
     """Three separable classes in four features."""
     rnd = random.Random(seed)
@@ -179,6 +197,7 @@ try:
     add_model(data_dir, "cnn_cpu", "cpu")
     daemon = Daemon(data_dir)
     test_serving(daemon)
+    test_metrics(daemon)
     test_job(daemon)
     test_remote(daemon)
 finally:

@@ -374,6 +374,43 @@ static int missing_driver_child(void)
     return ok ? 0 : 1;
 }
 
+/* kiln_device_memory_get on vulkan:0: tensors held count as in use, released ones as
+ * cached, the same shape again is a reuse and no new device allocation. */
+static void test_memory_figures(const kiln_backend_iface *be)
+{
+    (void)be;
+    kiln_device *dev = kiln_device_open("vulkan:0");
+    CHECK(dev, "open: %s", kiln_error());
+    if (!dev)
+        return;
+    kiln_device_memory m0, m1, m2, m3;
+    CHECK(kiln_device_memory_get(dev, &m0) == 0, "memory figures: %s", kiln_error());
+    const int64_t shape[2] = {256, 1024}; /* 1 MiB of f32 */
+    kiln_tensor *t = kiln_full(dev, KILN_F32, 2, shape, 1.0);
+    CHECK(t, "full: %s", kiln_error());
+    CHECK(kiln_device_memory_get(dev, &m1) == 0, "memory figures: %s", kiln_error());
+    CHECK(m1.in_use_bytes >= m0.in_use_bytes + (1u << 20),
+          "in use went from %llu to %llu with a 1 MiB tensor held", (unsigned long long)m0.in_use_bytes,
+          (unsigned long long)m1.in_use_bytes);
+    CHECK(m1.reserved_bytes >= m1.in_use_bytes && m1.peak_in_use_bytes >= m1.in_use_bytes,
+          "reserved %llu and peak %llu must cover in use %llu", (unsigned long long)m1.reserved_bytes,
+          (unsigned long long)m1.peak_in_use_bytes, (unsigned long long)m1.in_use_bytes);
+    kiln_tensor_release(t);
+    kiln_device_sync(dev);
+    CHECK(kiln_device_memory_get(dev, &m2) == 0, "memory figures: %s", kiln_error());
+    CHECK(m2.in_use_bytes + (1u << 20) <= m1.in_use_bytes && m2.cached_bytes >= (1u << 20),
+          "after the release: in use %llu (was %llu), cached %llu", (unsigned long long)m2.in_use_bytes,
+          (unsigned long long)m1.in_use_bytes, (unsigned long long)m2.cached_bytes);
+    t = kiln_full(dev, KILN_F32, 2, shape, 2.0);
+    CHECK(kiln_device_memory_get(dev, &m3) == 0, "memory figures: %s", kiln_error());
+    CHECK(m3.reuses > m2.reuses && m3.device_allocs == m2.device_allocs,
+          "the same tensor again: reuses %llu -> %llu, device allocations %llu -> %llu",
+          (unsigned long long)m2.reuses, (unsigned long long)m3.reuses, (unsigned long long)m2.device_allocs,
+          (unsigned long long)m3.device_allocs);
+    kiln_tensor_release(t);
+    kiln_device_close(dev);
+}
+
 static const struct {
     const char *name;
     void (*run)(const kiln_backend_iface *be);
@@ -388,6 +425,7 @@ static const struct {
     {"list-health", test_list_and_health},
     {"engine-index-checks", test_engine_index_checks},
     {"batches", test_many_batches},
+    {"memory", test_memory_figures},
 };
 
 /* test-vulkan [NAME...]: every test, or the named ones. */
