@@ -154,7 +154,13 @@ static void infer_done(struct kd_sched_request *r)
             else
                 status = j->encoded ? kd_infer_respond(out, &j->body, j->body_json_len, ka, hdr) : -1;
             break;
-        case KD_SCHED_FAILED: status = kd_resp_error(out, 400, r->error, ka, hdr); break;
+        case KD_SCHED_FAILED: {
+            /* the input was fine, the device under the model was lost: the server's fault */
+            char lost[320];
+            bool gone = r->model && kd_sched_model_lost(r->model, lost, sizeof lost);
+            status = kd_resp_error(out, gone ? 503 : 400, r->error, ka, hdr);
+            break;
+        }
         default:
             snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\nRetry-After: 1\r\n", j->req_id);
             status = kd_resp_error(out, 503, r->error[0] ? r->error : kd_sched_outcome_to_str(r->outcome), ka,
@@ -275,8 +281,10 @@ int kd_serving_handle_models(void *ctx, const struct kd_request *req, struct kd_
     if (strcmp(mp.action, "ready") == 0) {
         if (!m && st == 404)
             return kd_serving_error_with_id(out, 404, msg, req->keep_alive, rid, NULL);
-        char hdr[256];
+        char hdr[256], lost[320];
         snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\n", rid);
+        if (m && kd_sched_model_lost(m, lost, sizeof lost))
+            return kd_resp_error(out, 503, lost, req->keep_alive, hdr); /* loaded on a lost GPU */
         return m && sv->accepting
                    ? kd_resp_append(out, 200, NULL, "", 0, req->keep_alive, hdr)
                    : kd_resp_error(out, 503, m ? "the server is draining" : msg, req->keep_alive, hdr);

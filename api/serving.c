@@ -464,15 +464,25 @@ void kd_serving_index(struct kd_serving *sv, bool only_ready,
         struct kd_serving_entry *e = kd_serving_find_entry(sv, info->name);
         for (int k = 0; k < info->nversions || (k == 0 && info->nversions == 0); k++) {
             const kd_model_version *v = info->nversions ? &info->versions[k] : NULL;
-            bool ready = false;
-            for (int j = 0; e && v && j < e->nv; j++)
-                ready |= kd_sched_model_version(e->v[j]) == v->version;
+            bool ready = false, lost = false;
+            char lost_why[320];
+            for (int j = 0; e && v && j < e->nv; j++) {
+                if (kd_sched_model_version(e->v[j]) != v->version)
+                    continue;
+                /* loaded, but on a device that was lost (a GPU fault): it cannot answer */
+                lost = kd_sched_model_lost(e->v[j], lost_why, sizeof lost_why) != 0;
+                ready = !lost;
+            }
             if (only_ready && !ready)
                 continue;
             const char *state = ready ? "READY" : e && e->loading ? "LOADING" : "UNAVAILABLE";
-            const char *why = ready ? "" : v && !v->valid && v->why ? v->why : !info->valid && info->why ? info->why
-                                  : e && e->why[0] ? e->why : v && !v->served ? "not selected by the version policy"
-                                                                                : "not loaded";
+            const char *why = ready                       ? ""
+                              : lost                      ? lost_why
+                              : v && !v->valid && v->why  ? v->why
+                              : !info->valid && info->why ? info->why
+                              : e && e->why[0]            ? e->why
+                              : v && !v->served           ? "not selected by the version policy"
+                                                          : "not loaded";
             row(ud, info->name, v ? v->version : 0, state, why);
         }
     }

@@ -655,6 +655,19 @@ int64_t kd_sched_model_version(const struct kd_sched_model *m)
     return m->version;
 }
 
+int kd_sched_model_lost(const struct kd_sched_model *m, char *why, size_t whylen)
+{
+    for (int i = 0; i < m->ninst; i++) {
+        const struct kd_sched_worker *w = m->inst[i].worker;
+        const char *lost = w && w->dev ? kiln_device_lost(w->dev) : NULL;
+        if (lost) {
+            snprintf(why, whylen, "device '%s': %s", w->spec, lost);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 const kd_model_config *kd_sched_model_config(const struct kd_sched_model *m)
 {
     return &m->cfg;

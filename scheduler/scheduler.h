@@ -135,6 +135,9 @@ void kd_sched_model_release(struct kd_sched_model *m);
 
 const char *kd_sched_model_name(const struct kd_sched_model *m);
 int64_t kd_sched_model_version(const struct kd_sched_model *m);
+/* Why m cannot run any more — one of the devices its instances run on was lost, written as
+ * "device 'SPEC': <the backend's message>" into why — 1; 0 while every device works. */
+int kd_sched_model_lost(const struct kd_sched_model *m, char *why, size_t whylen);
 /* For an ONNX version, inputs and outputs config.json leaves out are the graph's own (read at load). */
 const kd_model_config *kd_sched_model_config(const struct kd_sched_model *m);
 /* "kiln" (model.kiln) or "onnx" (model.onnx). */

@@ -416,10 +416,13 @@ static void job_done(struct kd_sched_request *r)
         else
             snprintf(j->msg, sizeof j->msg, "out of memory for the response");
         break;
-    case KD_SCHED_FAILED:
-        j->code = GRPC_INVALID_ARGUMENT;
+    case KD_SCHED_FAILED: {
+        char lost[320];
+        bool gone = r->model && kd_sched_model_lost(r->model, lost, sizeof lost);
+        j->code = gone ? GRPC_UNAVAILABLE : GRPC_INVALID_ARGUMENT; /* a lost device is the server's fault */
         snprintf(j->msg, sizeof j->msg, "%s", r->error);
         break;
+    }
     case KD_SCHED_TIMEOUT:
         j->code = j->client_deadline ? GRPC_DEADLINE_EXCEEDED : GRPC_UNAVAILABLE;
         snprintf(j->msg, sizeof j->msg, "%s", r->error[0] ? r->error : "timed out in the queue");

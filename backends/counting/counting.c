@@ -15,8 +15,11 @@
  * fallbacks and of its "does not support" errors. Option async=1 makes it report
  * caps.async, so the engine treats it as an asynchronous device (range checks without an
  * index_check entry wait for the next read); the inner kernels still run as they are, so
- * over ref or cpu it suits checks whose index reaches no kernel unchecked (one_hot). Other
- * options go to the inner device.
+ * over ref or cpu it suits checks whose index reaches no kernel unchecked (one_hot). Option
+ * lose_on=ENTRY makes the device lost at the first call of that entry: the call and every
+ * later one fail, and the lost entry says why, as a GPU's would after a fault — so that
+ * what kilnd does with a lost device is tested on any machine. Other options go to the
+ * inner device.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -31,6 +34,8 @@ typedef struct cdev {
     bool hide_entry[KILN_ENTRY_COUNT];
     bool hide_dtype[KILN_DTYPE_COUNT];
     bool async;
+    int lose_on; /* the entry whose first call loses the device; -1: none */
+    atomic_bool lost;
     _Atomic uint64_t calls[KILN_ENTRY_COUNT];
     _Atomic uint64_t uploads, upload_bytes, downloads, download_bytes, syncs, peer_copies, peer_copy_bytes;
     _Atomic uint64_t allocs, frees, events_recorded, event_waits, event_syncs;
@@ -89,6 +94,17 @@ static void *counting_open_opts(const char *spec, int index, kiln_device_opts *o
         return NULL;
     }
     d->async = async == 1;
+    d->lose_on = -1;
+    const char *lose = kiln__device_opts_take(o, "lose_on", &src);
+    for (int e = 0; lose && e < KILN_ENTRY_COUNT; e++)
+        if (strcmp(kiln__entry_name((kiln_entry)e), lose) == 0)
+            d->lose_on = e;
+    if (lose && d->lose_on < 0) {
+        kiln__error_set("counting: option lose_on (from %s): '%s' is not an entry", src, lose);
+        free(d);
+        return NULL;
+    }
+    atomic_init(&d->lost, false);
     /* the rest of the options are the inner device's */
     kiln_device_opts inner = {0};
     for (int i = 0; i < o->n; i++)
@@ -117,6 +133,8 @@ static void counting_close(void *ctx)
 static const char *counting_lost(void *ctx)
 {
     cdev *d = ctx;
+    if (atomic_load(&d->lost))
+        return "counting: the device was lost (option lose_on)";
     return d->in->lost ? d->in->lost(d->ictx) : NULL;
 }
 
@@ -345,14 +363,24 @@ static size_t counting_buffer_trim(void *qctx, size_t bytes)
 /* One wrapper per primitive: count, then call the inner entry with the inner queue. Every
  * slot is filled, so supports() answers for the inner backend's NULL entries, and the
  * engine asks it before each optional one; a call that still arrives gets an error. */
-#define FWD(entry, fn, params, args)                                                                         \
-    static int counting_##fn params                                                                          \
-    {                                                                                                        \
-        cq *q = qctx;                                                                                        \
-        BUMP(q->d->calls[entry]);                                                                            \
-        if (!q->d->in->fn)                                                                                   \
-            return kiln__error_set("counting: the inner backend %s has no %s", q->d->in->name, #fn);        \
-        return q->d->in->fn args;                                                                            \
+/* Whether a call of entry finds the device lost (lose_on reached now or before). */
+static bool lost_at(cdev *d, int entry)
+{
+    if (entry == d->lose_on)
+        atomic_store(&d->lost, true);
+    return atomic_load(&d->lost);
+}
+
+#define FWD(entry, fn, params, args)                                                                              \
+    static int counting_##fn params                                                                               \
+    {                                                                                                             \
+        cq *q = qctx;                                                                                             \
+        BUMP(q->d->calls[entry]);                                                                                 \
+        if (lost_at(q->d, entry))                                                                                 \
+            return kiln__error_set("%s: the device was lost (counting: option lose_on)", #fn);                    \
+        if (!q->d->in->fn)                                                                                        \
+            return kiln__error_set("counting: the inner backend %s has no %s", q->d->in->name, #fn);              \
+        return q->d->in->fn args;                                                                                 \
     }
 
 #define T const kiln_tdesc *
