@@ -68,6 +68,17 @@ static char *run_and_kill(const char *writer, const char *mode, const char *path
         _exit(127);
     }
     close(fds[1]);
+    /* the delay counts from the writer's "started" line, once its libraries are loaded */
+    char started[8];
+    size_t got = 0;
+    while (got < sizeof started) {
+        ssize_t r = read(fds[0], started + got, sizeof started - got);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    CHECK(got == sizeof started && memcmp(started, "started\n", sizeof started) == 0,
+          "the writer did not start (%zu bytes of its first line)", got);
     struct timespec ts = {delay_us / 1000000, (delay_us % 1000000) * 1000};
     nanosleep(&ts, NULL);
     kill(pid, SIGKILL);
