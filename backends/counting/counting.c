@@ -452,12 +452,24 @@ static int64_t counting_rnn_pack_size(void *qctx, const kiln_rnn_params *p)
     return q->d->in->rnn_pack_size ? q->d->in->rnn_pack_size(q->iq, p) : 0;
 }
 
+/* The inner device's allocator figures: counting allocates nothing of its own. */
+static int counting_memory(void *ctx, kiln_device_memory *out)
+{
+    cdev *d = ctx;
+    if (!d->in->memory) {
+        kiln__error_set("counting: the inner backend %s keeps no memory figures", d->in->name);
+        return KILN_ENOTSUP;
+    }
+    return d->in->memory(d->ictx, out);
+}
+
 static const kiln_backend_iface counting_iface = {
     .name = "counting",
     .open_opts = counting_open_opts,
     .close = counting_close,
     .caps = counting_caps,
     .lost = counting_lost,
+    .memory = counting_memory,
     .queue_open = counting_queue_open,
     .queue_close = counting_queue_close,
     .event_record = counting_event_record,
