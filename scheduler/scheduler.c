@@ -655,16 +655,21 @@ int64_t kd_sched_model_version(const struct kd_sched_model *m)
     return m->version;
 }
 
+/* Whether w's device was lost; if so, why names it ("device 'SPEC': <the backend's words>"),
+ * as both the server's readiness and a model's say it. */
+static bool worker_lost(const struct kd_sched_worker *w, char *why, size_t whylen)
+{
+    const char *lost = w && w->dev ? kiln_device_lost(w->dev) : NULL;
+    if (lost)
+        snprintf(why, whylen, "device '%s': %s", w->spec, lost);
+    return lost != NULL;
+}
+
 int kd_sched_model_lost(const struct kd_sched_model *m, char *why, size_t whylen)
 {
-    for (int i = 0; i < m->ninst; i++) {
-        const struct kd_sched_worker *w = m->inst[i].worker;
-        const char *lost = w && w->dev ? kiln_device_lost(w->dev) : NULL;
-        if (lost) {
-            snprintf(why, whylen, "device '%s': %s", w->spec, lost);
+    for (int i = 0; i < m->ninst; i++)
+        if (worker_lost(m->inst[i].worker, why, whylen))
             return 1;
-        }
-    }
     return 0;
 }
 
@@ -728,13 +733,9 @@ static void task_finished(struct kd_sched_request *r)
 
 int kd_sched_device_health(struct kd_sched *s, char *why, size_t whylen)
 {
-    for (size_t i = 0; s && i < s->nworkers; i++) {
-        const char *lost = s->workers[i].dev ? kiln_device_lost(s->workers[i].dev) : NULL;
-        if (lost) {
-            snprintf(why, whylen, "device '%s': %s", s->workers[i].spec, lost);
+    for (size_t i = 0; s && i < s->nworkers; i++)
+        if (worker_lost(&s->workers[i], why, whylen))
             return -1;
-        }
-    }
     return 0;
 }
 
