@@ -17,6 +17,8 @@ import sys
 import tempfile
 
 PROBE, EXAMPLE = sys.argv[1], sys.argv[2]
+# the device under test: vulkan:0 unless KILN_TEST_DEVICE names another (cuda:0 on a GPU machine)
+DEVICE = os.environ.get("KILN_TEST_DEVICE", "vulkan:0")
 TRAIN = int(sys.argv[3]) if len(sys.argv) > 3 else 640
 TEST = int(sys.argv[4]) if len(sys.argv) > 4 else 500
 DATA = os.environ.get("KILN_FASHION_MNIST", "/usr/share/datasets/fashion-mnist")
@@ -24,9 +26,9 @@ DATA = os.environ.get("KILN_FASHION_MNIST", "/usr/share/datasets/fashion-mnist")
 if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
     print("skipped: Fashion-MNIST not found in %s (install dataset-fashion-mnist)" % DATA)
     sys.exit(77)
-probe = subprocess.run([PROBE, "vulkan:0"], capture_output=True, text=True)
+probe = subprocess.run([PROBE, DEVICE], capture_output=True, text=True)
 if probe.returncode != 0:
-    print(probe.stdout.strip() or "skipped: vulkan:0 does not open")
+    print(probe.stdout.strip() or "skipped: %s does not open" % DEVICE)
     sys.exit(77)
 
 tmp = tempfile.mkdtemp(prefix="kiln-vulkan-cnn-")
@@ -45,7 +47,7 @@ try:
         return losses, float(acc[0].split("test accuracy ")[1].split()[0])
 
     cpu, cpu_acc = run("cpu")
-    vk, vk_acc = run("vulkan:0")
+    vk, vk_acc = run(DEVICE)
     steps = (TRAIN + 63) // 64
     assert len(cpu) == steps and len(vk) == steps, "expected %d steps: cpu %d, vulkan %d" % (steps, len(cpu), len(vk))
     worst = max(abs(a - b) / abs(a) for a, b in zip(cpu, vk))
@@ -54,8 +56,12 @@ try:
     print("test accuracy on %d images: cpu %.4f, vulkan %.4f" % (TEST, cpu_acc, vk_acc))
     assert cpu[-1] < cpu[0], "the cpu loss did not fall: %s -> %s" % (cpu[0], cpu[-1])
     rel = abs(cpu[-1] - vk[-1]) / abs(cpu[-1])
-    assert rel <= 1e-3, "last loss differs by %.2e relative (cpu %r, vulkan %r)" % (rel, cpu[-1], vk[-1])
-    assert abs(cpu_acc - vk_acc) <= 0.01, "test accuracy differs by more than one point: cpu %s, vulkan %s" % (
-        cpu_acc, vk_acc)
+    # rounding differences compound step by step: 1e-3 over the default ten steps, proportionally
+    # more over a longer run
+    tol = 1e-3 * max(1.0, steps / 10.0)
+    assert rel <= tol, "last loss differs by %.2e relative, over %.0e (cpu %r, %s %r)" % (
+        rel, tol, cpu[-1], DEVICE, vk[-1])
+    assert abs(cpu_acc - vk_acc) <= 0.01, "test accuracy differs by more than one point: cpu %s, %s %s" % (
+        cpu_acc, DEVICE, vk_acc)
 finally:
     shutil.rmtree(tmp, ignore_errors=True)

@@ -25,11 +25,13 @@ import tempfile
 import time
 
 PROBE, KILND, CONFORMANCE, MODELS = sys.argv[1:5]
+# the device under test: vulkan:0 unless KILN_TEST_DEVICE names another (cuda:0 on a GPU machine)
+DEVICE = os.environ.get("KILN_TEST_DEVICE", "vulkan:0")
 FAILURES = []
 
-probe = subprocess.run([PROBE, "vulkan:0"], capture_output=True, text=True)
+probe = subprocess.run([PROBE, DEVICE], capture_output=True, text=True)
 if probe.returncode != 0:
-    print(probe.stdout.strip() or "skipped: vulkan:0 does not open")
+    print(probe.stdout.strip() or "skipped: %s does not open" % DEVICE)
     sys.exit(77)
 
 TMP = tempfile.mkdtemp(prefix="kilnd-vulkan-")
@@ -47,7 +49,7 @@ class Daemon:
     def __init__(self, data_dir):
         self.log = os.path.join(TMP, "kilnd.log")
         self.proc = subprocess.Popen([KILND, "--port", "0", "--data-dir", data_dir, "--data-roots", DATA,
-                                      "--devices", "cpu,vulkan:0"],
+                                      "--devices", "cpu," + DEVICE],
                                      stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"), env=ENV)
         portfile = os.path.join(data_dir, "kilnd.port")
         deadline = time.time() + 30
@@ -121,9 +123,9 @@ def test_metrics(d):
         if line.startswith("kiln_device_memory"):
             key, _, v = line.rpartition(" ")
             values[key] = float(v)
-    in_use = values.get('kiln_device_memory_bytes{device="vulkan:0",state="in_use"}', 0)
-    reserved = values.get('kiln_device_memory_bytes{device="vulkan:0",state="reserved"}', 0)
-    allocs = values.get('kiln_device_memory_allocations_total{device="vulkan:0"}', 0)
+    in_use = values.get('kiln_device_memory_bytes{device="%s",state="in_use"}' % DEVICE, 0)
+    reserved = values.get('kiln_device_memory_bytes{device="%s",state="reserved"}' % DEVICE, 0)
+    allocs = values.get('kiln_device_memory_allocations_total{device="%s"}' % DEVICE, 0)
     check(st == 200 and in_use > 0 and reserved >= in_use and allocs >= 1,
           "/metrics: vulkan:0 memory in use %d of %d reserved, %d driver allocations" % (in_use, reserved, allocs))
     check(not any('device="cpu"' in k for k in values), "/metrics: no memory figures for cpu, which keeps none")
@@ -151,7 +153,7 @@ def test_job(d):
         "data": {"type": "csv", "train": os.path.join(DATA, "train.csv"), "label_column": "label",
                  "valid_split": 0.2},
         "loss": "cross_entropy", "optimizer": {"kind": "adam", "lr": 0.01}, "epochs": 3, "batch_size": 16,
-        "seed": 3, "device": "vulkan:0", "register_as": "toy_vulkan",
+        "seed": 3, "device": DEVICE, "register_as": "toy_vulkan",
     }
     st, j = d.req("POST", "/v1/jobs", spec)
     check(st == 201, "a job naming device vulkan:0 is accepted: %s %s" % (st, j))
@@ -176,7 +178,7 @@ def test_job(d):
 
 
 def test_remote(d):
-    spec = "remote://127.0.0.1:%d/vulkan:0" % d.port
+    spec = "remote://127.0.0.1:%d/%s" % (d.port, DEVICE)
     ops = "matmul,linear,conv2d,conv2d_grad,max_pool2d,avg_pool2d,softmax,log_softmax,layer_norm,adam_step"
     p = subprocess.run([CONFORMANCE, "-b", spec, "-o", ops], capture_output=True, text=True, timeout=900)
     out = p.stdout.splitlines()
@@ -193,7 +195,7 @@ daemon = None
 try:
     os.makedirs(DATA)
     data_dir = os.path.join(TMP, "kilnd")
-    add_model(data_dir, "cnn_vulkan", "vulkan:0")
+    add_model(data_dir, "cnn_vulkan", DEVICE)
     add_model(data_dir, "cnn_cpu", "cpu")
     daemon = Daemon(data_dir)
     test_serving(daemon)
