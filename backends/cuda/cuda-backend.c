@@ -507,6 +507,7 @@ static bool cuda_supports(void *vq, const kiln_op_query *query)
               query->dtype == KILN_BF16;
     switch (query->entry) {
     case KILN_ENTRY_MATMUL:
+        return fl || query->dtype == KILN_I32 || query->dtype == KILN_I64 || query->dtype == KILN_U8;
     case KILN_ENTRY_SOFTMAX:
     case KILN_ENTRY_LAYER_NORM:
     case KILN_ENTRY_ADAM_STEP:
@@ -518,7 +519,9 @@ static bool cuda_supports(void *vq, const kiln_op_query *query)
     case KILN_ENTRY_CONV:
     case KILN_ENTRY_CONV_BACKWARD_INPUT:
     case KILN_ENTRY_CONV_BACKWARD_WEIGHT:
-        return query->params && kiln__cuda_conv_supports(query->params, query->dtype);
+        /* the engine asks before it has the parameters (params NULL): the dtype decides
+         * then, and the op itself checks the parameters */
+        return query->params ? kiln__cuda_conv_supports(query->params, query->dtype) : fl;
     default: return true;
     }
 }

@@ -147,6 +147,40 @@ static int contiguous_copy(kiln_cuda_queue *q, const kiln_tdesc *t, kiln_tdesc *
 static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *oa, const lt_operand *ob, int64_t m,
                   int64_t n, int64_t k, int64_t batch);
 
+/* a or b as a view of out's ndim: batch dims aligned from the right, stride 0 where they
+ * broadcast, the last two dims as they are */
+static kcu_view aligned_view(const kiln_tdesc *t, const kiln_tdesc *out)
+{
+    kcu_view v = kiln__cuda_view(t);
+    int nd = out->ndim, shift = nd - t->ndim;
+    v.ndim = nd;
+    for (int d = nd - 1; d >= 0; d--) {
+        int dt = d - shift;
+        if (d >= nd - 2) {
+            v.shape[d] = t->shape[dt];
+            v.strides[d] = t->strides[dt];
+        } else {
+            v.shape[d] = out->shape[d];
+            v.strides[d] = dt >= 0 && t->shape[dt] != 1 ? t->strides[dt] : 0;
+        }
+    }
+    return v;
+}
+
+/* i32, i64 and u8 matrices: a plain kernel, wrapping as the reference does */
+static int int_matmul(kiln_cuda_queue *q, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b)
+{
+    if (out->ndim > KCU_MAX_DIMS)
+        return kiln__error_set("matmul on %s: more than %d dims", q->dev->name, KCU_MAX_DIMS), KILN_ENOTSUP;
+    kcu_view ov = kiln__cuda_view(out), av = aligned_view(a, out), bv = aligned_view(b, out);
+    return kiln__cuda_check(q, kcu_matmul_int(q->stream, &ov, &av, &bv, a->shape[a->ndim - 1]), "matmul");
+}
+
+static bool int_dtype(kiln_dtype dt)
+{
+    return dt == KILN_I32 || dt == KILN_I64 || dt == KILN_U8;
+}
+
 int kiln__cuda_matmul(void *vq, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b)
 {
     kiln_cuda_queue *q = vq;
@@ -154,9 +188,12 @@ int kiln__cuda_matmul(void *vq, const kiln_tdesc *out, const kiln_tdesc *a, cons
     if (rc)
         return rc;
     kiln_dtype dt = out->dtype;
+    if (int_dtype(dt) && int_dtype(a->dtype) && int_dtype(b->dtype) && out->ndim >= 2 && a->ndim >= 2 &&
+        b->ndim >= 2)
+        return int_matmul(q, out, a, b);
     if (!(dt == KILN_F32 || dt == KILN_F64 || dt == KILN_F16 || dt == KILN_BF16) || a->dtype != dt ||
         b->dtype != dt || out->ndim < 2)
-        return kiln__error_set("matmul on %s: only f32, f64, f16 and bf16 matrices are supported", q->dev->name),
+        return kiln__error_set("matmul on %s: only f32, f64, f16, bf16, i32, i64 and u8 matrices are supported", q->dev->name),
                KILN_ENOTSUP;
     int nd = out->ndim;
     int64_t m = out->shape[nd - 2], n = out->shape[nd - 1], k = a->shape[nd - 1];

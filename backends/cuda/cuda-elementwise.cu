@@ -107,7 +107,9 @@ __global__ void k_rng(int kind, kcu_view out, int64_t n, uint64_t seed, uint64_t
         uint64_t counter = offset + (uint64_t)i;
         int64_t o = out.offset + i; /* out is contiguous (backend.h) */
         switch (kind) {
-        case 0: kcu_store_d(out.base, out.dtype, o, p0 + (p1 - p0) * kiln_rng_uniform01(counter, seed)); break;
+        /* rounded multiply and add, never contracted into one fma: the draw must round as
+         * the reference computes it (exact match) */
+        case 0: kcu_store_d(out.base, out.dtype, o, __dadd_rn(p0, __dmul_rn(p1 - p0, kiln_rng_uniform01(counter, seed)))); break;
         case 1: kcu_store_d(out.base, out.dtype, o, p0 + p1 * kiln_rng_normal01(counter, seed)); break;
         case 2: kcu_store_i(out.base, out.dtype, o, kiln_rng_uniform01(counter, seed) < p0); break;
         default: kcu_store_i(out.base, out.dtype, o, kiln_rng_int(counter, seed, lo, hi)); break;
@@ -394,30 +396,38 @@ __global__ void k_adam(int dt, int64_t n, void *param, const void *grad, void *m
                        double beta1, double beta2, double eps, double wd, double param_scale,
                        double step_size, double inv_bc2_sqrt, bool decoupled, bool amsgrad, bool maximize)
 {
+    /* Every intermediate is rounded to the parameter's dtype where the reference rounds it
+     * (one primitive per step), so overflow behaves as in that dtype: g * g of a 1e30 f32
+     * gradient is inf, as in PyTorch, not 1e60. */
+    bool f32 = dt != KCU_F64;
+#define RD(e) (f32 ? (double)(float)(e) : (e))
+    bool l2 = !decoupled && wd != 0, scale = decoupled && wd != 0;
     KCU_GRID_LOOP(i, n)
     {
         double p = kcu_load_d(param, dt, i), g = kcu_load_d(grad, dt, i);
         if (maximize)
             g = -g;
-        if (decoupled)
-            p *= param_scale;
-        else
-            g += wd * p;
+        if (scale)
+            p = RD(p * param_scale);
+        if (l2)
+            g = RD(g + RD(p * wd));
         double mi = kcu_load_d(m, dt, i), vi = kcu_load_d(v, dt, i);
-        mi += (1 - beta1) * (g - mi);
-        vi = beta2 * vi + (1 - beta2) * g * g;
+        mi = RD(mi + RD(RD(g - mi) * (1 - beta1)));
+        vi = RD(RD(vi * beta2) + RD(RD(g * g) * (1 - beta2)));
         double sv = vi;
         if (amsgrad) {
             double vm = kcu_load_d(vmax, dt, i);
-            vm = vm > vi ? vm : vi;
+            vm = (vm != vm || vi != vi) ? (double)NAN : (vi > vm ? vi : vm);
             kcu_store_d(vmax, dt, i, vm);
             sv = vm;
         }
-        p -= step_size * mi / (sqrt(sv) * inv_bc2_sqrt + eps);
+        double denom = RD(RD(RD(sqrt(sv)) * inv_bc2_sqrt) + eps);
+        p = RD(p + RD(RD(mi / denom) * -step_size));
         kcu_store_d(m, dt, i, mi);
         kcu_store_d(v, dt, i, vi);
         kcu_store_d(param, dt, i, p);
     }
+#undef RD
 }
 
 extern "C" int kcu_adam(kcu_stream s, int dtype, int64_t n, void *param, const void *grad, void *m, void *v,

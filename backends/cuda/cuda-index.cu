@@ -215,3 +215,41 @@ extern "C" int kcu_pad(kcu_stream s, int mode, const kcu_view *out, const kcu_vi
     k_pad<<<kcu_blocks(n), KCU_THREADS, 0, (cudaStream_t)s>>>(mode, *out, *in, p, value, n);
     return KCU_LAUNCHED();
 }
+
+/* ------------------------------------------------------------ integer matmul */
+
+/* One thread per output element, accumulating in wrapping 64-bit arithmetic as the
+ * reference does. Integer matrices are small where models use them (index arithmetic,
+ * shape computations), so a plain loop serves; a and b arrive aligned to out's dims with
+ * stride 0 on broadcast batch dims, a's last stride stepping k and b's second-to-last. */
+__global__ void k_matmul_int(kcu_view out, kcu_view a, kcu_view b, int64_t n, int64_t K)
+{
+    int nd = out.ndim;
+    KCU_GRID_LOOP(i, n)
+    {
+        int64_t rem = i, oo = out.offset, oa = a.offset, ob = b.offset;
+        for (int d = nd - 1; d >= 0; d--) {
+            int64_t len = out.shape[d], q = rem / len, c = rem - q * len;
+            rem = q;
+            oo += c * out.strides[d];
+            if (d != nd - 1)
+                oa += c * a.strides[d];
+            if (d != nd - 2)
+                ob += c * b.strides[d];
+        }
+        uint64_t acc = 0;
+        for (int64_t k = 0; k < K; k++)
+            acc += (uint64_t)kcu_load_i(a.base, a.dtype, oa + k * a.strides[nd - 1]) *
+                   (uint64_t)kcu_load_i(b.base, b.dtype, ob + k * b.strides[nd - 2]);
+        kcu_store_i(out.base, out.dtype, oo, (int64_t)acc);
+    }
+}
+
+extern "C" int kcu_matmul_int(kcu_stream s, const kcu_view *out, const kcu_view *a, const kcu_view *b, int64_t k)
+{
+    int64_t n = kcu_numel(out);
+    if (n == 0)
+        return 0;
+    k_matmul_int<<<kcu_blocks(n), KCU_THREADS, 0, (cudaStream_t)s>>>(*out, *a, *b, n, k);
+    return KCU_LAUNCHED();
+}

@@ -86,6 +86,9 @@ int kcu_index_add(kcu_stream s, const kcu_view *out, int dim, const kcu_view *in
 
 /** Constant (0), reflect (1) or replicate (2) padding; pads[2d], pads[2d+1] = lo, hi. */
 int kcu_pad(kcu_stream s, int mode, const kcu_view *out, const kcu_view *in, const int64_t *pads, double value);
+/** Integer matmul out = a @ b (wrapping 64-bit sums); a and b aligned to out's ndim, stride 0 on
+ *  broadcast batch dims (cuda-index.cu). */
+int kcu_matmul_int(kcu_stream s, const kcu_view *out, const kcu_view *a, const kcu_view *b, int64_t k);
 
 /* pooling (cuda-pool.cu): kind 0 max, 1 avg; the geometry of kiln_pool_params */
 typedef struct kcu_pool_params {

@@ -114,7 +114,8 @@ __global__ void k_reduce(int op, kcu_view out, kcu_view outer, kcu_view inner, i
             if (m != m) {
                 r = m;
             } else {
-                double shift = isinf(m) ? 0.0 : m;
+                /* a max of +-inf or NaN makes the whole lane NaN, as the reference and PyTorch do */
+        double shift = m;
                 double s = 0;
                 for (int64_t j = threadIdx.x; j < rn; j += blockDim.x)
                     s += exp(kcu_load_d(inner.base, inner.dtype, base + kcu_offset(inner, j) - inner.offset) - shift);
@@ -318,7 +319,8 @@ __global__ void k_softmax(bool log_, kcu_view out, kcu_view lanes_in, kcu_view l
                 m = v;
         }
         m = kcu_block_combine_d(m, 2);
-        double shift = isinf(m) ? 0.0 : m;
+        /* a max of +-inf or NaN makes the whole lane NaN, as the reference and PyTorch do */
+        double shift = m;
         double sum = 0;
         for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
             sum += exp(kcu_load_d(lanes_in.base, lanes_in.dtype, ib + j * istep) - shift);

@@ -1,8 +1,10 @@
-"""bench/gpu/cuda_onnx_peer.py DIR NAME RUNS — PyTorch eager on CUDA for one bench model of
-tests/fixtures/gen_onnx_models.py (rebuilt from its definition with the exported weights),
-inference_mode, cudnn.benchmark on and TF32 off (kiln's cuda device computes exact f32 by
-default); two warm-up runs, then RUNS timed runs each ended by a synchronize. Prints one JSON
-line {"ms" (median), "min_ms", "version"}."""
+"""bench/gpu/cuda_onnx_peer.py DIR NAME RUNS [tf32] [compile] — PyTorch on CUDA for one bench
+model of tests/fixtures/gen_onnx_models.py (rebuilt from its definition with the exported
+weights), inference_mode, cudnn.benchmark on; TF32 off for matmuls and convolutions (kiln's
+cuda device computes exact f32 by default) unless "tf32" is given, which turns it on for both;
+eager unless "compile" is given (torch.compile, default mode, compiled during the warm-up).
+Warm-up runs (two, or five compiled), then RUNS timed runs each ended by a synchronize. Prints
+one JSON line {"ms" (median), "min_ms", "version"}."""
 import json
 import os
 import statistics
@@ -16,22 +18,27 @@ d, name, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "fixtures"))
 import gen_onnx_models as gen  # noqa: E402
 
+tf32 = "tf32" in sys.argv[4:]
+compiled = "compile" in sys.argv[4:]
 torch.backends.cudnn.benchmark = True
-torch.backends.cudnn.allow_tf32 = False
-torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = tf32
+torch.backends.cuda.matmul.allow_tf32 = tf32
 m, _ = gen.large_model(name)
 m.load_state_dict(torch.load(os.path.join(d, name + ".pt")))
 m = m.cuda()
+if compiled:
+    m = torch.compile(m)
 io = load_file(os.path.join(d, name + ".io.safetensors"))
 args = [torch.from_numpy(v).cuda() for k, v in io.items() if k.startswith("in.")]
 t = []
 with torch.inference_mode():
-    for i in range(runs + 2):
+    warm = 5 if compiled else 2
+    for i in range(runs + warm):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         m(*args)
         torch.cuda.synchronize()
-        if i >= 2:
+        if i >= warm:
             t.append((time.perf_counter() - t0) * 1e3)
 print(json.dumps({"ms": statistics.median(t), "min_ms": min(t),
                   "version": "PyTorch %s CUDA on %s" % (torch.__version__.split("+")[0],

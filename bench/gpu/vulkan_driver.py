@@ -15,6 +15,7 @@ measured in the same run, printed as bench/run rows (one JSON object per line on
 Skips cleanly — no row, one line on stderr, exit 77 — when no GPU Vulkan device exists (the
 helper's exit 77) or, for the PyTorch peers, when torch has no CUDA device.
 """
+import contextlib
 import json
 import os
 import subprocess
@@ -103,8 +104,12 @@ def resnet50():
     model = torchvision.models.resnet50(weights=None).eval()
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "resnet50.onnx")
-        torch.onnx.export(model, torch.rand(1, 3, 224, 224), path, input_names=["x"], output_names=["logits"],
-                          dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}}, opset_version=17)
+        # the exporter's progress lines go to stderr: stdout carries only JSON rows; the
+        # TorchScript exporter (dynamo=False) keeps opset 17 and the dynamic batch as asked
+        with contextlib.redirect_stdout(sys.stderr):
+            torch.onnx.export(model, torch.rand(1, 3, 224, 224), path, input_names=["x"], output_names=["logits"],
+                              dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}}, opset_version=17,
+                              dynamo=False)
         cuda_model = model.cuda()
         for batch in (1, 32):
             k = kiln("onnx", path, batch)["resnet50.onnx_b%d_f32" % batch]["ms"]

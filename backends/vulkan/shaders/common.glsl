@@ -424,22 +424,47 @@ float kvk_reduce_huge_f(float x, out int quadrant)
     return r;
 }
 
+// sin and cos on [-pi/4, pi/4] as polynomials (Cephes' sinf/cosf coefficients): a GPU's
+// built-in sin and cos may be approximations good to about 1e-6 absolute only (NVIDIA's are)
+float kvk_sin_poly(float r)
+{
+    float z = r * r;
+    return r + r * z * ((-1.9515295891e-4 * z + 8.3321608736e-3) * z - 1.6666654611e-1);
+}
+float kvk_cos_poly(float r)
+{
+    float z = r * r;
+    return 1.0 - 0.5 * z + z * z * ((2.443315711809948e-5 * z - 1.388731625493765e-3) * z + 4.166664568298827e-2);
+}
+// sin(r + q * pi/2)
+float kvk_sin_quadrant(float r, int q)
+{
+    q &= 3;
+    float v = (q & 1) == 0 ? kvk_sin_poly(r) : kvk_cos_poly(r);
+    return q >= 2 ? -v : v;
+}
+// x = r + q * pi/2 with |r| <= pi/4: Cody-Waite below 8192 (pi/2 in three parts whose first
+// two multiply any such q exactly), Payne-Hanek above
+float kvk_reduce_f(float x, out int quadrant)
+{
+    if (abs(x) >= 8192.0) return kvk_reduce_huge_f(x, quadrant);
+    float k = round(x * 0.636619772367581343);
+    quadrant = int(k);
+    return ((x - k * 1.5703125) - k * 4.837512969970703125e-4) - k * 7.54978995489188216e-8;
+}
 float kvk_sin_f(float x)
 {
-    if (abs(x) < 1e4 || isinf(x) || isnan(x)) return sin(x);
+    if (isinf(x) || isnan(x)) return sin(x);
     int q;
-    float r = kvk_reduce_huge_f(x, q);
-    float v = (q & 1) == 0 ? sin(r) : cos(r);
-    return q >= 2 ? -v : v;
+    float r = kvk_reduce_f(x, q);
+    return kvk_sin_quadrant(r, q);
 }
 float kvk_cos_f(float x)
 {
-    if (abs(x) < 1e4 || isinf(x) || isnan(x)) return cos(x);
+    if (isinf(x) || isnan(x)) return cos(x);
     int q;
-    float r = kvk_reduce_huge_f(x, q);
-    q = (q + 1) & 3;
-    float v = (q & 1) == 0 ? sin(r) : cos(r);
-    return q >= 2 ? -v : v;
+    float r = kvk_reduce_f(x, q);
+    return kvk_sin_quadrant(r, q + 1);
 }
 
 // C's fmod, exact: subtract b scaled to r's binade until r < |b| (Sterbenz makes each

@@ -36,7 +36,8 @@ void main()
         uvec4 r = kvk_philox(unpackUint2x32(c), uvec2(seed_lo, seed_hi));
         int o = kvk_at(out_v, i);
         if (KIND == 0u) {
-            RT v = P0 + (P1 - P0) * u01(r.x, r.y);
+            // precise: no fused multiply-add, so the draw rounds as the reference computes it
+            precise RT v = P0 + (P1 - P0) * u01(r.x, r.y);
             out_d[o] = ST0(FROMF0(v));
         } else if (KIND == 1u) {
             RT u1 = u01(r.x, r.y), u2 = u01(r.z, r.w);
