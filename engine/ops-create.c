@@ -514,7 +514,15 @@ int kiln__copy_across(kiln_tensor *out, kiln_tensor *t, const char *op)
             return rc;
         }
     }
-    if (rc == KILN_ENOTSUP) {
+    if (rc == KILN_ENOTSUP && srcdev->caps.host_memory) {
+        /* from host memory: through plain memory the upload copies or stages before it
+         * returns (buffer_upload's contract), so nothing waits for the destination */
+        void *host = malloc(nbytes);
+        rc = host ? download(c, host, nbytes, op) : kiln__error_set("%s: out of host memory (%zu bytes)", op, nbytes);
+        if (rc == 0)
+            rc = dst->be->buffer_upload(kiln__qctx(dst), out->storage->buf, 0, host, nbytes);
+        free(host);
+    } else if (rc == KILN_ENOTSUP) {
         void *host = kiln_host_alloc(dst, nbytes);
         rc = host ? download(c, host, nbytes, op) : -1;
         if (rc == 0)

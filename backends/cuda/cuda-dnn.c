@@ -3,9 +3,10 @@
  *
  * Each queue has its own cuDNN handle (a handle must not be used from two threads at
  * once), bound to the queue's stream. The algorithm for a convolution is chosen once per
- * geometry (direction, dtype, shapes, stride, padding, dilation, groups, TF32 or not) with
- * cuDNN's heuristics, among those that fit the queue's workspace, and kept in a device-wide
- * cache. A 1-d convolution runs as a 2-d one over a trailing dim of size 1 (cuDNN wants
+ * geometry (direction, dtype, shapes, stride, padding, dilation, groups, TF32 or not) by
+ * timing cuDNN's candidates on the call's operands (cudnnFind*Ex, as PyTorch's
+ * cudnn.benchmark), among those that fit the queue's workspace, and kept in a device-wide
+ * cache; the heuristics decide where timing fails. A 1-d convolution runs as a 2-d one over a trailing dim of size 1 (cuDNN wants
  * four dims or more). Operands with strides cuDNN does not take (negative or zero) are
  * copied to contiguous scratch first.
  *
@@ -305,13 +306,60 @@ static void cache_add(kiln_cuda_device *dev, const conv_key *key, int algo, size
 
 #define MAX_ALGOS 16
 
-/* Chooses (or recalls) the algorithm of one direction: the heuristics' first choice whose
- * workspace fits the queue's. */
-static int choose(conv_call *c, int dir, const conv_key *key, int *algo, size_t *ws)
+/* The fastest of cuDNN's algorithms for one direction, timed on the call's own operands (as
+ * PyTorch's cudnn.benchmark does): the first success in Find's list, which is sorted by time,
+ * that fits the workspace. Writes only the direction's output, which the real run overwrites.
+ * Returns -1 when Find fails or offers nothing (the heuristics decide then). */
+static int find_fastest(conv_call *c, int dir, void *x, void *w, void *y, void *ws, size_t *ws_used)
 {
-    *algo = cache_find(c->q->dev, key, ws);
+    int found = 0;
+    cudnnStatus_t st;
+    if (dir == DIR_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t perf[MAX_ALGOS];
+        st = cudnnFindConvolutionForwardAlgorithmEx(c->h, c->xd, x, c->wd, w, c->cd, c->yd, y, MAX_ALGOS, &found,
+                                                    perf, ws, KILN_CUDA_WORKSPACE_BYTES);
+        for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < found; i++)
+            if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KILN_CUDA_WORKSPACE_BYTES) {
+                *ws_used = perf[i].memory;
+                return (int)perf[i].algo;
+            }
+    } else if (dir == DIR_BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[MAX_ALGOS];
+        st = cudnnFindConvolutionBackwardDataAlgorithmEx(c->h, c->wd, w, c->yd, y, c->cd, c->xd, x, MAX_ALGOS,
+                                                         &found, perf, ws, KILN_CUDA_WORKSPACE_BYTES);
+        for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < found; i++)
+            if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KILN_CUDA_WORKSPACE_BYTES) {
+                *ws_used = perf[i].memory;
+                return (int)perf[i].algo;
+            }
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[MAX_ALGOS];
+        st = cudnnFindConvolutionBackwardFilterAlgorithmEx(c->h, c->xd, x, c->yd, y, c->cd, c->wd, w, MAX_ALGOS,
+                                                           &found, perf, ws, KILN_CUDA_WORKSPACE_BYTES);
+        for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < found; i++)
+            if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KILN_CUDA_WORKSPACE_BYTES) {
+                *ws_used = perf[i].memory;
+                return (int)perf[i].algo;
+            }
+    }
+    /* a failed Find leaves no sticky CUDA error behind it; clear the cuDNN-level one */
+    (void)cudaGetLastError();
+    return -1;
+}
+
+/* Chooses (or recalls) the algorithm of one direction: timed once per geometry
+ * (find_fastest) when the operands and a workspace are at hand, else the heuristics' first
+ * choice whose workspace fits the queue's. */
+static int choose(conv_call *c, int dir, const conv_key *key, void *x, void *w, void *y, void *ws, int *algo,
+                  size_t *ws_bytes)
+{
+    *algo = cache_find(c->q->dev, key, ws_bytes);
     if (*algo >= 0)
         return 0;
+    if (ws && (*algo = find_fastest(c, dir, x, w, y, ws, ws_bytes)) >= 0) {
+        cache_add(c->q->dev, key, *algo, *ws_bytes);
+        return 0;
+    }
     int found = 0;
     cudnnStatus_t st;
     *algo = -1;
@@ -321,7 +369,7 @@ static int choose(conv_call *c, int dir, const conv_key *key, int *algo, size_t 
         for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < found && *algo < 0; i++)
             if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KILN_CUDA_WORKSPACE_BYTES) {
                 *algo = (int)perf[i].algo;
-                *ws = perf[i].memory;
+                *ws_bytes = perf[i].memory;
             }
     } else if (dir == DIR_BWD_DATA) {
         cudnnConvolutionBwdDataAlgoPerf_t perf[MAX_ALGOS];
@@ -330,7 +378,7 @@ static int choose(conv_call *c, int dir, const conv_key *key, int *algo, size_t 
         for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < found && *algo < 0; i++)
             if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KILN_CUDA_WORKSPACE_BYTES) {
                 *algo = (int)perf[i].algo;
-                *ws = perf[i].memory;
+                *ws_bytes = perf[i].memory;
             }
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[MAX_ALGOS];
@@ -339,7 +387,7 @@ static int choose(conv_call *c, int dir, const conv_key *key, int *algo, size_t 
         for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < found && *algo < 0; i++)
             if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KILN_CUDA_WORKSPACE_BYTES) {
                 *algo = (int)perf[i].algo;
-                *ws = perf[i].memory;
+                *ws_bytes = perf[i].memory;
             }
     }
     if (st != CUDNN_STATUS_SUCCESS)
@@ -349,7 +397,7 @@ static int choose(conv_call *c, int dir, const conv_key *key, int *algo, size_t 
                         c->op, c->q->dev->name, KILN_CUDA_WORKSPACE_BYTES >> 20);
         return KILN_ENOTSUP;
     }
-    cache_add(c->q->dev, key, *algo, *ws);
+    cache_add(c->q->dev, key, *algo, *ws_bytes);
     return 0;
 }
 
@@ -383,11 +431,13 @@ static int run_conv(void *vq, int dir, const char *op, const kiln_conv_params *p
     int algo = -1;
     size_t ws_bytes = 0;
     conv_key key = key_of(dir, p, x, w, y, q->dev->tf32);
-    if (!rc)
-        rc = choose(&c, dir, &key, &algo, &ws_bytes);
+    /* the queue's workspace: made once, kept; the algorithm search times candidates in it */
     void *ws = NULL;
-    if (!rc && ws_bytes > 0 && !(ws = kiln__cuda_workspace(q, op)))
+    if (!rc && !(ws = kiln__cuda_workspace(q, op)))
         rc = KILN_ENOMEM;
+    if (!rc)
+        rc = choose(&c, dir, &key, kiln__cuda_ptr(xc), kiln__cuda_ptr(wc), kiln__cuda_ptr(yc), ws, &algo,
+                    &ws_bytes);
     if (!rc) {
         float one_f = 1, zero_f = 0;
         double one_d = 1, zero_d = 0;

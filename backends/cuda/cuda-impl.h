@@ -33,8 +33,9 @@
 #define KILN_CUDA_STAGE_BYTES ((size_t)8 << 20)
 /** Index checks that may be parked on a queue between two syncs. */
 #define KILN_CUDA_CHECK_SLOTS 64
-/** The workspace each queue gives cuBLASLt and cuDNN. */
-#define KILN_CUDA_WORKSPACE_BYTES ((size_t)32 << 20)
+/** The workspace each queue gives cuBLASLt and cuDNN: large enough for cuDNN's fastest
+ *  algorithms on batch-64 ResNet-sized convolutions, made once per queue. */
+#define KILN_CUDA_WORKSPACE_BYTES ((size_t)128 << 20)
 
 struct kiln_buffer {
     kiln_cuda_block *blk;

@@ -4,6 +4,7 @@
 # against). Writes .gpu-bundle/kiln-gpu.tar.xz at the repository root holding:
 #   build-bench/...  the targets bench/gpu/run runs, at their build-tree paths (their run paths
 #                    are relative, $ORIGIN/../.., so libkiln.so.0 is found beside them);
+#   bin/wrk          the HTTP load generator the serving benches use, when this machine has it;
 #   lib/             the shared libraries those targets need beyond glibc and the CUDA toolkit,
 #                    copied from this machine; bench/gpu/run links only those the GPU machine
 #                    lacks into its library path, so nothing there is shadowed;
@@ -20,7 +21,7 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 targets="libkiln.so.0.1.0 tests/conformance/conformance tests/cuda/test-cuda-device tests/cuda/test-cuda-rtc
 tests/fusion/test-fusion tests/vulkan/test-vulkan tests/vulkan-nn/test-nn-entries tests/vulkan-nn/vulkan-probe
-bench/onnx/onnx-run bench/engine/vulkan-gpu bench/engine/fusion-bench examples/fashion_mnist daemon/kilnd"
+bench/onnx/onnx-run bench/onnx/onnx-train-step bench/engine/vulkan-gpu bench/engine/fusion-bench examples/fashion_mnist daemon/kilnd"
 for t in $targets; do
     if [ ! -f "$build/$t" ]; then
         echo "bundle.sh: $build/$t is missing (build build-bench with cuda and vulkan first)" >&2
@@ -30,10 +31,20 @@ for t in $targets; do
     cp "$build/$t" "$stage/build-bench/$t"
 done
 ln -s libkiln.so.0.1.0 "$stage/build-bench/libkiln.so.0"
+# wrk drives the serving benches; a GPU machine's image lacks it
+tools=
+if command -v wrk >/dev/null 2>&1; then
+    mkdir -p "$stage/bin"
+    cp "$(command -v wrk)" "$stage/bin/wrk"
+    tools="$stage/bin/wrk"
+fi
 ln -s libkiln.so.0 "$stage/build-bench/libkiln.so"
 # libraries beyond glibc, the compiler's runtime and the CUDA toolkit
 mkdir -p "$stage/lib"
-for t in $targets; do ldd "$build/$t"; done | awk '$3 ~ /^\// {print $1, $3}' | sort -u |
+{
+    for t in $targets; do ldd "$build/$t"; done
+    [ -z "$tools" ] || ldd "$tools"
+} | awk '$3 ~ /^\// {print $1, $3}' | sort -u |
     while read -r soname path; do
         case "$soname" in
         libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | libgcc_s.so* | libstdc++.so* | ld-linux*) ;;

@@ -25,6 +25,7 @@ typedef struct kiln__onnx_mnode {
     char label[48];       /* op type plus what was fused into it, for the profile */
     kiln__onnx_pack pack; /* Conv: its pre-packed weight */
     int inplace;          /* KILN__ONNX_IP_* kind: may overwrite a dying input */
+    bool host;            /* shape arithmetic run on the model's host device (onnx-host.c) */
 } kiln__onnx_mnode;
 
 struct kiln_onnx_model {
@@ -59,6 +60,13 @@ struct kiln_onnx_model {
     const void **derived_src;   /* per value read by a derived node: the storage and */
     unsigned *derived_ver;      /* version it had when the cache was made */
     bool derived_fresh;
+    /* Shape arithmetic on the host for a device without host memory (onnx-host.c): the cpu
+     * device it runs on (NULL when no node is host), which values it makes, and cpu copies
+     * of the constants it reads, with the storage version each was copied at. */
+    kiln_device *host_dev;
+    bool *host_vals;
+    kiln_tensor **host_consts;
+    unsigned *host_const_ver;
 };
 
 /** Sets the error "onnx: node NAME (OP) what: <the current error>" and returns it (negative). */
@@ -73,6 +81,21 @@ int kiln__onnx_run_node(kiln_onnx_model *m, const kiln__onnx_mnode *n, kiln_tens
 /** Releases the cached weight-derived values (not the constants lent beside them) and marks the
  *  cache stale. Safe on a model without derived nodes. */
 void kiln__onnx_derived_drop(kiln_onnx_model *m);
+
+/** Marks the nodes that run on the host (shape arithmetic) when m's device keeps its buffers
+ *  outside host memory, and opens the cpu device they run on. 0, or negative with the error. */
+int kiln__onnx_plan_host(kiln_onnx_model *m);
+
+/** Whether device node n reads its input `input` only as integer or scalar arguments, so a
+ *  host value may be passed there as it is. */
+bool kiln__onnx_reads_int_arg(const kiln__onnx_mnode *n, int input);
+
+/** The cpu copy of constant v for host nodes, made on first use (and again after a write to
+ *  the constant); NULL with the error set on failure. */
+kiln_tensor *kiln__onnx_host_const(kiln_onnx_model *m, int v);
+
+/** Releases the host plan's copies and closes its cpu device. */
+void kiln__onnx_host_free(kiln_onnx_model *m);
 
 /** Prints the KILN_ONNX_PROFILE summary (per op type, and per node when asked) to stderr. */
 void kiln__onnx_print_profile(const kiln_onnx_model *m);

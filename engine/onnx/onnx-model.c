@@ -479,6 +479,7 @@ static int plan(kiln_onnx_model *m, const kiln_onnx_options *o) {
             if (m->nodes[k].in[j] >= 0) m->last_use[m->nodes[k].in[j]] = k;
     }
     for (int i = 0; i < m->noutputs; i++) m->last_use[m->output_vals[i]] = m->nnodes;
+    if (kiln__onnx_plan_host(m)) goto out;
     rc = 0;
 out:
     if (users)
@@ -610,6 +611,7 @@ void kiln_onnx_free(kiln_onnx_model *m) {
     free(m->input_vals); free(m->input_info); free(m->output_vals); free(m->param_vals);
     kiln__onnx_pmodel_free(m->pm);
     kiln__onnx_arenas_free(m->arenas);
+    kiln__onnx_host_free(m);
     free(m);
 }
 

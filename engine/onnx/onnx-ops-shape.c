@@ -323,6 +323,18 @@ static int op_range(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, i
     return ok(out);
 }
 
+/* The first element of an attribute tensor of a plain dtype, read on the host. */
+static bool host_scalar(const kiln__onnx_ptensor *t, double *v) {
+    switch (t->kdtype) {
+    case KILN_F32: { float f; memcpy(&f, t->data, sizeof f); *v = f; return t->nbytes >= sizeof f; }
+    case KILN_F64: { double d; memcpy(&d, t->data, sizeof d); *v = d; return t->nbytes >= sizeof d; }
+    case KILN_I64: { int64_t i; memcpy(&i, t->data, sizeof i); *v = (double)i; return t->nbytes >= sizeof i; }
+    case KILN_I32: { int32_t i; memcpy(&i, t->data, sizeof i); *v = i; return t->nbytes >= sizeof i; }
+    case KILN_U8: case KILN_BOOL: *v = *(const uint8_t *)t->data; return t->nbytes >= 1;
+    default: return false;
+    }
+}
+
 static int op_constant_of_shape(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
                                 kiln_tensor **out) {
     NEED(1);
@@ -332,7 +344,10 @@ static int op_constant_of_shape(const kiln__onnx_node *n, int nin, kiln_tensor *
     const kiln__onnx_attr *a = kiln__onnx_attr_get(n, "value");
     kiln_dtype dt = KILN_F32;
     double v = 0;
-    if (a && a->t) {
+    if (a && a->t && a->t->data && a->t->numel >= 1 && host_scalar(a->t, &v)) {
+        /* read from the attribute's own bytes: no device round trip per run */
+        dt = (kiln_dtype)a->t->kdtype;
+    } else if (a && a->t) {
         kiln_tensor *c = kiln__onnx_ptensor_to_tensor(a->t, n->dev);
         if (!c) return -1;
         dt = kiln_tensor_dtype(c);

@@ -222,14 +222,46 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
         if (n->dead || (use_derived && n->derived))
             continue;
         kiln_tensor *cin[64];
-        /* constants are borrowed into the value array for the call only */
+        /* constants are borrowed into the value array for the call only (a host node's as
+         * their cpu copies) */
         for (int j = 0; j < n->nin && j < 64; j++) {
             int v = n->in[j];
             cin[j] = v >= 0 && consts[v] ? consts[v] : NULL;
+            if (cin[j] && m->host_dev && cin[j] == m->consts[v] &&
+                (n->host || (kiln_tensor_numel(cin[j]) <= 64 && kiln__onnx_reads_int_arg(n, j))) &&
+                !(cin[j] = kiln__onnx_host_const(m, v)))
+                goto out;
             if (cin[j] && !vals[v])
                 vals[v] = cin[j];
             else
                 cin[j] = NULL;
+        }
+        /* a host value read as data by a device node: an upload, swapped in for the call */
+        kiln_tensor *held[64], *upload[64];
+        int nup = 0;
+        if (m->host_vals && !n->host) {
+            for (int j = 0; j < n->nin && j < 64; j++) {
+                int v = n->in[j];
+                if (v < 0 || !m->host_vals[v] || !vals[v] || kiln_tensor_device(vals[v]) == m->dev ||
+                    kiln__onnx_reads_int_arg(n, j))
+                    continue;
+                kiln_tensor *u = kiln_to_device(vals[v], m->dev);
+                if (!u) {
+                    kiln__onnx_node_fail(n, "uploading a shape value");
+                    for (int i = 0; i < nup; i++) {
+                        vals[n->in[i]] = held[i];
+                        kiln_tensor_release(upload[i]);
+                    }
+                    goto out;
+                }
+                kiln_keep(u);
+                /* input positions of the swapped values are remembered through held/upload
+                 * order: restore walks the inputs again */
+                held[nup] = vals[v];
+                upload[nup] = u;
+                vals[v] = u;
+                nup++;
+            }
         }
         double t0 = m->prof_ms ? now_ms() : 0;
         int r = 0, used = -1;
@@ -256,6 +288,15 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
         }
         if (used < 0 && r == 0)
             r = kiln__onnx_run_node(m, n, vals);
+        /* set the host values back, in the order they were swapped out */
+        for (int j = 0, i = 0; i < nup && j < n->nin && j < 64; j++) {
+            int v = n->in[j];
+            if (v >= 0 && vals[v] == upload[i]) {
+                vals[v] = held[i];
+                kiln_tensor_release(upload[i]);
+                i++;
+            }
+        }
         if (m->prof_ms)
             m->prof_ms[k] += now_ms() - t0;
         for (int j = 0; j < n->nin && j < 64; j++)
@@ -278,7 +319,12 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
             kiln__error_set("onnx: output '%s' was not computed", m->vnames[v]);
             goto out;
         }
-        out[i] = kiln_tensor_retain(t);
+        /* a graph output computed on the host goes back to the model's device */
+        out[i] = kiln_tensor_device(t) == m->dev ? kiln_tensor_retain(t) : kiln_to_device(t, m->dev);
+        if (!out[i])
+            goto out;
+        if (kiln_tensor_device(t) != m->dev)
+            kiln_keep(out[i]);
     }
     m->prof_runs++;
     rc = 0;
