@@ -375,6 +375,10 @@ typedef struct kiln_backend_counters {
 /** An event: one point in one queue's work. Opaque to everyone but its backend. */
 typedef struct kiln_backend_event kiln_backend_event;
 
+/** A recorded stretch of one queue's work that runs again as one launch (a CUDA graph).
+ *  Opaque to everyone but its backend. */
+typedef struct kiln_backend_graph kiln_backend_graph;
+
 /** What a backend can do, for the router and the conformance suite. */
 typedef struct kiln_backend_caps {
     bool dtype[KILN_DTYPE_COUNT];   /* dtypes it stores and computes */
@@ -619,6 +623,32 @@ typedef struct kiln_backend_iface {
      *  message when the backend cannot run this program (a dtype or op it does not
      *  generate); the fusion layer then replays the group's ops one by one. */
     int (*fused_run)(void *ctx, const kiln_fused_program *prog);
+
+    /* --- graphs (optional as a group: all four or none; docs/architecture.md "Graphs").
+     *     A graph executor records one run of a planned model on a queue and launches the
+     *     recording again for later runs of the same shapes, so a small model is not
+     *     bound by the cost of submitting each op. */
+    /** Record q's work from now on instead of running it. While q records, an entry on q
+     *  that cannot be recorded (anything that waits: buffer_download, sync, event_sync,
+     *  event_query; buffer_upload, whose source would be read at record time only; an
+     *  ordering between queues) fails with KILN_ENOTSUP and a message saying so, and the
+     *  recording is broken. Buffers allocated on q while it records belong to the graph:
+     *  freed, they are reused only by the same recording, and they stay reserved for the
+     *  graph until graph_free (a launch writes them again); one still held when the graph
+     *  is freed returns to the backend's pool when it is freed. Returns 0, or a negative
+     *  code with a message when q cannot record now (it already records). */
+    int (*capture_begin)(void *ctx);
+    /** Stop recording on q (always: q runs its work again afterwards). The graph, or NULL
+     *  with a message naming what broke the recording; nothing recorded has run either
+     *  way, so the caller runs (or launches) the work itself. */
+    kiln_backend_graph *(*capture_end)(void *ctx);
+    /** Queue one run of g on q, which must be the queue that recorded it (KILN_ENOTSUP
+     *  with a message otherwise). The run reads and writes the buffers the recording
+     *  used, at the same addresses: the caller puts new inputs into them first. */
+    int (*graph_launch)(void *ctx, kiln_backend_graph *g);
+    /** Frees g after its queued launches (q is the queue that recorded it; the backend
+     *  orders the release itself) and hands its kept buffers back to the pool. */
+    void (*graph_free)(void *ctx, kiln_backend_graph *g);
 
     /* --- devices (optional) */
     /** The physical devices this backend finds, for kiln_device_list: up to max into out;

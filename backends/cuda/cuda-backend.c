@@ -97,7 +97,16 @@ static void *raw_alloc(void *ud, size_t n)
 {
     kiln_cuda_device *dev = ud;
     void *p = NULL;
-    if (cudaSetDevice(dev->index) != cudaSuccess || cudaMalloc(&p, n) != cudaSuccess) {
+    /* A stream of this thread may be recording a graph: cudaMalloc is not recorded, and
+     * the allocator gives the block to that graph for as long as it lives, so the call
+     * is safe here; relaxed mode lets it through without invalidating the capture. */
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    cudaError_t e = cudaSetDevice(dev->index);
+    if (e == cudaSuccess)
+        e = cudaMalloc(&p, n);
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    if (e != cudaSuccess) {
         cudaGetLastError(); /* out of memory is not sticky: clear it */
         return NULL;
     }
@@ -265,6 +274,11 @@ static void cuda_queue_close(void *vq)
         return;
     kiln_cuda_device *dev = q->dev;
     cudaSetDevice(dev->index);
+    if (q->recording) {
+        /* closed while recording (an error path): end the capture and drop the graph */
+        kiln_backend_graph *g = kiln__cuda_capture_end(q);
+        kiln__cuda_graph_free(q, g);
+    }
     cudaStreamSynchronize(q->stream);
     cudaGetLastError();
     kiln__cuda_dnn_queue_fini(q);
@@ -287,7 +301,8 @@ static void cuda_queue_close(void *vq)
 static kiln_backend_event *cuda_event_record(void *vq)
 {
     kiln_cuda_queue *q = vq;
-    if (kiln__cuda_enter(q->dev, "event_record") < 0)
+    if (kiln__cuda_enter(q->dev, "event_record") < 0 ||
+        kiln__cuda_not_recording(q, "event_record", "cannot order another queue after a recorded point") < 0)
         return NULL;
     kiln_backend_event *ev = malloc(sizeof *ev);
     if (!ev) {
@@ -312,6 +327,8 @@ static int cuda_event_wait(void *vq, kiln_backend_event *ev)
 {
     kiln_cuda_queue *q = vq;
     int rc = kiln__cuda_enter(q->dev, "event_wait");
+    if (!rc)
+        rc = kiln__cuda_not_recording(q, "event_wait", "cannot wait on another queue's work");
     return rc ? rc : kiln__cuda_check(q, cudaStreamWaitEvent(q->stream, ev->ev, 0), "event_wait");
 }
 
@@ -319,6 +336,8 @@ static int cuda_event_sync(void *vq, kiln_backend_event *ev)
 {
     kiln_cuda_queue *q = vq;
     int rc = kiln__cuda_enter(q->dev, "event_sync");
+    if (!rc)
+        rc = kiln__cuda_not_recording(q, "event_sync", "cannot wait for the device");
     if (rc)
         return rc;
     /* parked index violations stay parked for the next sync or download, which wait
@@ -331,6 +350,8 @@ static int cuda_event_query(void *vq, kiln_backend_event *ev)
 {
     kiln_cuda_queue *q = vq;
     int rc = kiln__cuda_enter(q->dev, "event_query");
+    if (!rc)
+        rc = kiln__cuda_not_recording(q, "event_query", "cannot query the device");
     if (rc)
         return rc;
     cudaError_t e = cudaEventQuery(ev->ev);
@@ -404,6 +425,9 @@ static int cuda_buffer_upload(void *vq, kiln_buffer *dst, size_t dst_offset, con
 {
     kiln_cuda_queue *q = vq;
     int rc = kiln__cuda_enter(q->dev, "buffer_upload");
+    if (!rc)
+        rc = kiln__cuda_not_recording(q, "buffer_upload",
+                                      "cannot record host data (it would be read at record time only)");
     if (rc || n == 0)
         return rc;
     char *d = (char *)dst->blk->ptr + dst_offset;
@@ -457,6 +481,8 @@ static int cuda_buffer_download(void *vq, kiln_buffer *src, size_t src_offset, v
 {
     kiln_cuda_queue *q = vq;
     int rc = kiln__cuda_enter(q->dev, "buffer_download");
+    if (!rc)
+        rc = kiln__cuda_not_recording(q, "buffer_download", "cannot read device data on the host");
     if (rc)
         return rc;
     if (n > 0) {
@@ -472,13 +498,16 @@ static int cuda_sync(void *vq)
 {
     kiln_cuda_queue *q = vq;
     int rc = kiln__cuda_enter(q->dev, "sync");
+    if (!rc)
+        rc = kiln__cuda_not_recording(q, "sync", "cannot wait for the device");
     return rc ? rc : wait_queue(q, "sync");
 }
 
 static void *cuda_host_alloc(void *vq, size_t nbytes)
 {
     kiln_cuda_queue *q = vq;
-    if (kiln__cuda_enter(q->dev, "host_alloc") < 0)
+    if (kiln__cuda_enter(q->dev, "host_alloc") < 0 ||
+        kiln__cuda_not_recording(q, "host_alloc", "cannot allocate pinned memory") < 0)
         return NULL;
     void *p = NULL;
     cudaError_t e = cudaHostAlloc(&p, nbytes ? nbytes : 1, cudaHostAllocPortable);
@@ -648,6 +677,10 @@ static const kiln_backend_iface cuda_iface = {
     .adam_step = kiln__cuda_adam_step,
     .memory = cuda_memory,
     .lost = cuda_lost,
+    .capture_begin = kiln__cuda_capture_begin,
+    .capture_end = kiln__cuda_capture_end,
+    .graph_launch = kiln__cuda_graph_launch,
+    .graph_free = kiln__cuda_graph_free,
 };
 
 const kiln_backend_iface *kiln_backend_cuda(void)

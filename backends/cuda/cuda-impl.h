@@ -84,6 +84,10 @@ typedef struct kiln_cuda_queue {
     /* cuBLASLt / cuDNN scratch, taken from the allocator on first use */
     kiln_cuda_block *workspace;
     void *dnn; /* cudnnHandle_t, made on first convolution */
+    /* graph recording (cuda-graph.c): the graph this stream records now, and what broke
+     * the recording (empty while nothing did) */
+    struct kiln_backend_graph *recording;
+    char broken[200];
 } kiln_cuda_queue;
 
 /** The registration function (engine/device.c refers to it weakly). */
@@ -106,6 +110,21 @@ int kiln__cuda_lost_check(kiln_cuda_device *dev, const char *op);
 int kiln__cuda_enter(kiln_cuda_device *dev, const char *op);
 /** Whether the device was lost, and why (NULL while it works). */
 const char *kiln__cuda_device_lost(kiln_cuda_device *dev);
+
+/* ------------------------------------------------------- graphs (cuda-graph.c) */
+
+/** An entry that cannot be recorded in a graph, called while q records: breaks the
+ *  recording (capture_end then says why) and returns KILN_ENOTSUP with a message. */
+int kiln__cuda_refuse_recording(kiln_cuda_queue *q, const char *op, const char *why);
+/** 0 while q does not record; kiln__cuda_refuse_recording's refusal while it does. */
+static inline int kiln__cuda_not_recording(kiln_cuda_queue *q, const char *op, const char *why)
+{
+    return q->recording ? kiln__cuda_refuse_recording(q, op, why) : 0;
+}
+int kiln__cuda_capture_begin(void *q);
+kiln_backend_graph *kiln__cuda_capture_end(void *q);
+int kiln__cuda_graph_launch(void *q, kiln_backend_graph *g);
+void kiln__cuda_graph_free(void *q, kiln_backend_graph *g);
 
 /* ---------------------------------------------------------------- operands */
 

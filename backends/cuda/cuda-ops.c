@@ -220,6 +220,13 @@ int kiln__cuda_index_check(void *vq, const kiln_tdesc *index, int64_t lo, int64_
                            const char *noun)
 {
     ENTER(q, "index_check");
+    {
+        /* the check parks its result in the queue's slots, which a later launch of the
+         * graph would not report */
+        int rc = kiln__cuda_not_recording(q, op, "cannot record an index check yet");
+        if (rc)
+            return rc;
+    }
     if (!q->check_blk) {
         bool oom = false;
         size_t bytes = KILN_CUDA_CHECK_SLOTS * sizeof(kcu_index_flag);

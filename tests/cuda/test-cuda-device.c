@@ -9,8 +9,10 @@
  * (with a transposed operand and broadcast batches), TF32 off by default, Philox draws
  * equal to the cpu's, a convolution, an out-of-range gather reported at the next read
  * with the op's name, a steady loop that reaches cudaMalloc no more after its first
- * pass (the allocator's figures), two queues ordered by events, and (in a process of its
- * own) a kernel fault that marks the device lost.
+ * pass (the allocator's figures), two queues ordered by events, a recorded graph
+ * launched on new inputs (against the cpu) and a recording broken by a host read (refused,
+ * reported, the device still working), and (in a process of its own) a kernel fault that
+ * marks the device lost.
  */
 #include <math.h>
 #include <spawn.h>
@@ -21,6 +23,7 @@
 
 #include "cuda-impl.h"
 #include "kiln/kiln.h"
+#include "tensor-impl.h"
 
 static int failures, checks;
 
@@ -280,6 +283,76 @@ static void test_queues(kiln_device *gpu)
     kiln_queue_close(q2);
 }
 
+/* A graph recorded from a matmul, a bias and a gelu, launched three times on new inputs
+ * copied into the buffer it reads, each result against the cpu; then a recording that a
+ * host read breaks. */
+static void test_graphs(kiln_device *gpu, kiln_device *cpu)
+{
+    kiln_cuda_device *dev = ((kiln_cuda_queue *)kiln__device_ctx(gpu))->dev;
+    kiln_generator g = kiln_generator_make(11);
+    kiln_tensor *x_cpu = kiln_rand_normal(cpu, KILN_F32, 2, (int64_t[]){33, 70}, 0, 1, &g);
+    kiln_tensor *w_cpu = kiln_rand_normal(cpu, KILN_F32, 2, (int64_t[]){70, 45}, 0, 1, &g);
+    kiln_tensor *b_cpu = kiln_rand_normal(cpu, KILN_F32, 1, (int64_t[]){45}, 0, 1, &g);
+    kiln_tensor *x = on(x_cpu, gpu), *w = on(w_cpu, gpu), *b = on(b_cpu, gpu), *y = NULL;
+    CHECK(kiln__graph_supported(gpu), "cuda records graphs");
+    CHECK(kiln_device_sync(gpu) == 0 && kiln__graph_capture_begin(gpu) == 0, "recording starts");
+    kiln_scope_begin();
+    y = kiln_keep(kiln_gelu(kiln_add(kiln_matmul(x, w), b), false));
+    kiln_scope_end();
+    kiln_cuda_alloc_stats st;
+    kiln__cuda_alloc_stats_get(&dev->alloc, &st);
+    CHECK(st.graph_pools == 1 && st.graph_bytes > 0, "the recording's buffers are the graph's (%zu bytes)",
+          st.graph_bytes);
+    kiln__graph *gr = kiln__graph_capture_end(gpu);
+    CHECK(y && gr, "the recording makes a graph");
+    for (int round = 0; gr && y && round < 3; round++) {
+        kiln_tensor *xn_cpu = kiln_rand_normal(cpu, KILN_F32, 2, (int64_t[]){33, 70}, 0, 1 + round, &g);
+        kiln_tensor *xn = on(xn_cpu, gpu);
+        CHECK(xn && kiln__copy_into(x, xn, "test") == 0, "new inputs copied in");
+        CHECK(kiln__graph_launch(gr) == 0, "launch %d", round);
+        kiln_tensor *mm = kiln_matmul(xn_cpu, w_cpu), *ad = kiln_add(mm, b_cpu), *want = kiln_gelu(ad, false);
+        double e = max_err(y, want);
+        CHECK(e < 1e-4, "launch %d against the cpu: %g", round, e);
+        kiln_tensor *list[] = {xn_cpu, xn, mm, ad, want};
+        for (size_t j = 0; j < sizeof list / sizeof *list; j++)
+            kiln_tensor_release(list[j]);
+    }
+    kiln_queue *other = kiln_queue_open(gpu);
+    if (gr && other) {
+        kiln_queue_use(gpu, other);
+        CHECK(kiln__graph_launch(gr) < 0 && strstr(kiln_error(), "queue"),
+              "a graph is launched only on the queue that recorded it");
+        kiln_queue_use(gpu, NULL);
+    }
+    kiln_queue_close(other);
+    kiln_tensor_release(y);
+    kiln__graph_free(gr);
+    kiln__cuda_alloc_stats_get(&dev->alloc, &st);
+    CHECK(st.graph_pools == 0 && st.graph_bytes == 0, "freed graphs hold no memory (%zu bytes in %llu pools)",
+          st.graph_bytes, (unsigned long long)st.graph_pools);
+
+    /* a host read while recording: refused, the recording broken and saying why */
+    CHECK(kiln__graph_capture_begin(gpu) == 0, "a second recording starts");
+    kiln_tensor *s = kiln_sum(x, KILN_ALL_DIMS, false);
+    float v = 0;
+    int rc = s ? kiln_to_data(s, &v, sizeof v) : 0;
+    CHECK(rc < 0 && strstr(kiln_error(), "records a graph"), "a download while recording is refused");
+    kiln_tensor_release(s);
+    kiln__graph *broken = kiln__graph_capture_end(gpu);
+    CHECK(!broken && strstr(kiln_error(), "buffer_download"), "the broken recording names the download");
+    kiln__graph_free(broken);
+    CHECK(kiln_device_lost(gpu) == NULL, "a broken recording does not lose the device");
+    kiln_tensor *s2 = kiln_sum(x, KILN_ALL_DIMS, false), *s2_cpu = NULL;
+    kiln_tensor *xc = kiln_to_device(x, cpu);
+    s2_cpu = xc ? kiln_sum(xc, KILN_ALL_DIMS, false) : NULL;
+    CHECK(s2 && s2_cpu && max_err(s2, s2_cpu) < 1e-5, "the queue computes after a broken recording");
+    kiln__cuda_alloc_stats_get(&dev->alloc, &st);
+    CHECK(st.graph_pools == 0 && st.graph_bytes == 0, "a broken recording's memory went back");
+    kiln_tensor *list[] = {x_cpu, w_cpu, b_cpu, x, w, b, s2, s2_cpu, xc};
+    for (size_t j = 0; j < sizeof list / sizeof *list; j++)
+        kiln_tensor_release(list[j]);
+}
+
 /* Run in a process of its own (--lose-device), since it ruins the CUDA context: a kernel
  * writing at an invalid address is a sticky fault, which the next sync reports naming
  * the op queued last, and after which the device refuses work with the original cause. */
@@ -342,6 +415,7 @@ int main(int argc, char **argv)
     kiln_device *cpu = kiln_device_open("cpu");
     test_gpu(gpu, cpu);
     test_queues(gpu);
+    test_graphs(gpu, cpu);
     test_lost(argv[0]);
     kiln_device_close(gpu);
     kiln_device_close(cpu);

@@ -1,0 +1,136 @@
+/*
+ * backends/cuda/cuda-graph.c — recording a queue's work as a CUDA graph and launching it
+ * again (backend.h, "graphs").
+ *
+ * capture_begin starts stream capture on the queue's stream (thread-local mode: an
+ * unsafe runtime call from this thread invalidates the capture instead of another
+ * thread's) and points the allocator at the graph's own pool (cuda-alloc.h, "Graphs"),
+ * so every buffer the recorded kernels address stays the graph's until graph_free.
+ * Entries that cannot be recorded (waits, uploads, orderings between queues, index
+ * checks) refuse while the stream records and mark the recording broken;
+ * capture_end always ends the capture and, when nothing broke it, instantiates the graph.
+ * A graph is launched only on the queue that recorded it: the queue's workspace and
+ * index-check slots are addressed by the recorded kernels.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda-impl.h"
+
+struct kiln_backend_graph {
+    kiln_cuda_queue *q;
+    cudaGraphExec_t exec;
+    kiln_cuda_graph_pool pool;
+};
+
+int kiln__cuda_refuse_recording(kiln_cuda_queue *q, const char *op, const char *why)
+{
+    if (!q->broken[0])
+        snprintf(q->broken, sizeof q->broken, "%s %s", op, why);
+    kiln__error_set("%s on %s: %s while the queue records a graph", op, q->dev->name, why);
+    return KILN_ENOTSUP;
+}
+
+int kiln__cuda_capture_begin(void *vq)
+{
+    kiln_cuda_queue *q = vq;
+    int rc = kiln__cuda_enter(q->dev, "capture_begin");
+    if (rc)
+        return rc;
+    if (q->recording) {
+        kiln__error_set("capture_begin on %s: the queue already records a graph", q->dev->name);
+        return KILN_EINVAL;
+    }
+    kiln_backend_graph *g = calloc(1, sizeof *g);
+    if (!g) {
+        kiln__error_set("capture_begin on %s: out of memory", q->dev->name);
+        return KILN_ENOMEM;
+    }
+    g->q = q;
+    if (kiln__cuda_alloc_capture_begin(&q->dev->alloc, &g->pool, q->stream) < 0) {
+        free(g);
+        kiln__error_set("capture_begin on %s: the queue's stream already records", q->dev->name);
+        return KILN_EINVAL;
+    }
+    cudaError_t e = cudaStreamBeginCapture(q->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+        kiln__cuda_alloc_pool_release(&q->dev->alloc, &g->pool);
+        free(g);
+        return kiln__cuda_fail(q->dev, e, "capture_begin");
+    }
+    q->recording = g;
+    q->broken[0] = 0;
+    return 0;
+}
+
+kiln_backend_graph *kiln__cuda_capture_end(void *vq)
+{
+    kiln_cuda_queue *q = vq;
+    kiln_backend_graph *g = q->recording;
+    if (!g) {
+        kiln__error_set("capture_end on %s: the queue does not record a graph", q->dev->name);
+        return NULL;
+    }
+    cudaSetDevice(q->dev->index);
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(q->stream, &graph);
+    q->recording = NULL;
+    kiln__cuda_alloc_capture_end(&q->dev->alloc, &g->pool);
+    if (q->broken[0] || e != cudaSuccess || !graph) {
+        char why[256];
+        if (q->broken[0])
+            snprintf(why, sizeof why, "%s", q->broken);
+        else
+            snprintf(why, sizeof why, "%s: %s", e != cudaSuccess ? cudaGetErrorName(e) : "no graph",
+                     e != cudaSuccess ? cudaGetErrorString(e) : "the capture returned none");
+        cudaGetLastError(); /* an invalidated capture is not a device fault */
+        if (graph)
+            cudaGraphDestroy(graph);
+        /* nothing recorded ran, and nothing will: the pool's blocks are free now */
+        kiln__cuda_alloc_pool_release(&q->dev->alloc, &g->pool);
+        free(g);
+        kiln__error_set("capture_end on %s: the recording broke: %s", q->dev->name, why);
+        return NULL;
+    }
+    e = cudaGraphInstantiate(&g->exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+        kiln__cuda_alloc_pool_release(&q->dev->alloc, &g->pool);
+        free(g);
+        kiln__cuda_fail(q->dev, e, "capture_end (instantiating the graph)");
+        return NULL;
+    }
+    return g;
+}
+
+int kiln__cuda_graph_launch(void *vq, kiln_backend_graph *g)
+{
+    kiln_cuda_queue *q = vq;
+    int rc = kiln__cuda_enter(q->dev, "graph_launch");
+    if (rc)
+        return rc;
+    if (!g || g->q != q) {
+        kiln__error_set("graph_launch on %s: a graph runs on the queue that recorded it", q->dev->name);
+        return KILN_ENOTSUP;
+    }
+    if (q->recording)
+        return kiln__cuda_refuse_recording(q, "graph_launch", "cannot launch a graph");
+    return kiln__cuda_check(q, cudaGraphLaunch(g->exec, q->stream), "graph_launch");
+}
+
+void kiln__cuda_graph_free(void *vq, kiln_backend_graph *g)
+{
+    (void)vq;
+    if (!g)
+        return;
+    kiln_cuda_queue *q = g->q;
+    cudaSetDevice(q->dev->index);
+    /* launches still queued read the graph and its blocks: let them finish first (a
+     * graph is freed when its model or plan goes, not on the hot path) */
+    cudaStreamSynchronize(q->stream);
+    cudaGetLastError();
+    cudaGraphExecDestroy(g->exec);
+    kiln__cuda_alloc_pool_release(&q->dev->alloc, &g->pool);
+    free(g);
+}
