@@ -547,6 +547,15 @@ typedef struct kiln_backend_iface {
     int (*conv_pack)(void *ctx, const kiln_tdesc *packed, const kiln_tdesc *w);
     /** Optional: out = act(out + bias + residual) in place; out contiguous. */
     int (*epilogue)(void *ctx, const kiln_tdesc *out, const kiln_epilogue *ep);
+    /** Optional: matmul's product followed by ep (bias over out's last dim, a residual of
+     *  out's shape, the activation), applied as the product is stored. The front end calls
+     *  it for f32 operands with nothing requiring grad, a residual that is not out; it
+     *  returns KILN_ENOTSUP without a message for an epilogue it does not fuse (an
+     *  activation it lacks), and the front end then runs matmul and the epilogue entry.
+     *  The additions may round in another order than matmul then epilogue (a GEMM adds
+     *  the residual as its C operand before the bias): a last-bit difference. */
+    int (*matmul_fused)(void *ctx, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b,
+                        const kiln_epilogue *ep);
 
     /* --- pooling. indices (i64, out's shape) optional, max only: flat index within the
      *     input plane, as PyTorch returns. */

@@ -284,6 +284,11 @@ kiln_tensor *kiln__conv_pack(kiln_tensor *w, kiln_tensor *x, const kiln_conv_opt
 kiln_tensor *kiln__epilogue(kiln_tensor *y, kiln_tensor *bias, kiln_tensor *residual, kiln_epilogue_act act,
                             double alpha, double beta);
 kiln_tensor *kiln__act_apply(kiln_tensor *t, kiln_epilogue_act act, double alpha, double beta);
+/* act(a·b + bias + residual) (ops-linalg.c): in one backend call when the backend fuses
+ * this epilogue into its matmul (matmul_fused: f32, nothing requiring grad, a bias [N], a
+ * residual of the product's shape), else kiln_matmul then kiln__epilogue. */
+kiln_tensor *kiln__matmul_epilogue(kiln_tensor *a, kiln_tensor *b, kiln_tensor *bias, kiln_tensor *residual,
+                                   kiln_epilogue_act act, double alpha, double beta);
 kiln_tensor *kiln__unary(kiln_unary_op op, kiln_tensor *t, double alpha, double beta);
 kiln_tensor *kiln__binary(kiln_binary_op op, kiln_tensor *a, kiln_tensor *b);
 

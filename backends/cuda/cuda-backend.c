@@ -661,6 +661,7 @@ static const kiln_backend_iface cuda_iface = {
     .index_select = kiln__cuda_index_select,
     .index_add = kiln__cuda_index_add,
     .matmul = kiln__cuda_matmul,
+    .matmul_fused = kiln__cuda_matmul_fused,
     .conv = kiln__cuda_conv,
     .conv_backward_input = kiln__cuda_conv_backward_input,
     .conv_backward_weight = kiln__cuda_conv_backward_weight,

@@ -189,6 +189,8 @@ int kiln__cuda_checks_report(kiln_cuda_queue *q);
 
 /* cuda-blas.c */
 int kiln__cuda_matmul(void *q, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b);
+int kiln__cuda_matmul_fused(void *q, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b,
+                            const kiln_epilogue *ep);
 int kiln__cuda_blas_init(kiln_cuda_device *dev);
 void kiln__cuda_blas_fini(kiln_cuda_device *dev);
 

@@ -11,8 +11,9 @@
  * with the op's name, a steady loop that reaches cudaMalloc no more after its first
  * pass (the allocator's figures), two queues ordered by events, a recorded graph
  * launched on new inputs (against the cpu) and a recording broken by a host read (refused,
- * reported, the device still working), and (in a process of its own) a kernel fault that
- * marks the device lost.
+ * reported, the device still working), matmul with cuBLASLt's fused epilogues (bias, relu,
+ * a residual, batches; an activation it lacks falls back) against the cpu, and (in a
+ * process of its own) a kernel fault that marks the device lost.
  */
 #include <math.h>
 #include <spawn.h>
@@ -353,6 +354,56 @@ static void test_graphs(kiln_device *gpu, kiln_device *cpu)
         kiln_tensor_release(list[j]);
 }
 
+/* kiln__matmul_epilogue on cuda against matmul then the epilogue on the cpu: the fused
+ * entry takes bias, relu and a residual (cuBLASLt's epilogue and its C operand), and an
+ * activation cuBLASLt lacks falls back to the epilogue kernel, with the same result. */
+static void test_matmul_epilogue(kiln_device *gpu, kiln_device *cpu)
+{
+    kiln_generator g = kiln_generator_make(21);
+    kiln_cuda_queue *q = kiln__device_ctx(gpu);
+    struct {
+        const char *name;
+        int batch; /* 0: plain matrices */
+        bool bias, residual, weight_t;
+        kiln_epilogue_act act;
+        bool fused; /* cuBLASLt applies it */
+    } cases[] = {
+        {"bias+relu", 0, true, false, false, KILN_EPI_RELU, true},
+        {"bias", 0, true, false, true, KILN_EPI_NONE, true},
+        {"relu", 0, false, false, false, KILN_EPI_RELU, true},
+        {"residual+bias+relu", 0, true, true, false, KILN_EPI_RELU, true},
+        {"batched bias+residual", 3, true, true, false, KILN_EPI_NONE, true},
+        {"bias+sigmoid (falls back)", 0, true, false, false, KILN_EPI_SIGMOID, false},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        int64_t m = 37, k = 53, n = 29;
+        int nd = cases[c].batch ? 3 : 2;
+        int64_t as[3] = {cases[c].batch, m, k}, os[3] = {cases[c].batch, m, n};
+        kiln_scope_begin();
+        kiln_tensor *a_cpu = kiln_rand_normal(cpu, KILN_F32, nd, cases[c].batch ? as : as + 1, 0, 1, &g);
+        kiln_tensor *w_cpu = cases[c].weight_t
+                                 ? kiln_transpose(kiln_rand_normal(cpu, KILN_F32, 2, (int64_t[]){n, k}, 0, 1, &g),
+                                                  0, 1)
+                                 : kiln_rand_normal(cpu, KILN_F32, 2, (int64_t[]){k, n}, 0, 1, &g);
+        kiln_tensor *b_cpu = cases[c].bias ? kiln_rand_normal(cpu, KILN_F32, 1, &n, 0, 1, &g) : NULL;
+        kiln_tensor *r_cpu = cases[c].residual
+                                 ? kiln_rand_normal(cpu, KILN_F32, nd, cases[c].batch ? os : os + 1, 0, 1, &g)
+                                 : NULL;
+        kiln_tensor *a = on(a_cpu, gpu), *b = b_cpu ? on(b_cpu, gpu) : NULL, *r = r_cpu ? on(r_cpu, gpu) : NULL;
+        kiln_tensor *w = cases[c].weight_t ? kiln_transpose(on(kiln_transpose(w_cpu, 0, 1), gpu), 0, 1)
+                                           : on(w_cpu, gpu);
+        q->last_op = NULL;
+        kiln_tensor *y = kiln__matmul_epilogue(a, w, b, r, cases[c].act, 0, 0);
+        bool took_fused = q->last_op && !strcmp(q->last_op, "matmul_fused");
+        kiln_tensor *want = kiln__epilogue(kiln_matmul(a_cpu, w_cpu), b_cpu, r_cpu, cases[c].act, 0, 0);
+        double e = max_err(y, want);
+        CHECK(y && e < 1e-5, "matmul epilogue %s against the cpu: %g", cases[c].name, e);
+        CHECK(took_fused == cases[c].fused, "matmul epilogue %s: cuBLASLt %s it (last op %s)", cases[c].name,
+              took_fused ? "fused" : "did not fuse", q->last_op ? q->last_op : "none");
+        kiln_scope_end();
+    }
+}
+
 /* Run in a process of its own (--lose-device), since it ruins the CUDA context: a kernel
  * writing at an invalid address is a sticky fault, which the next sync reports naming
  * the op queued last, and after which the device refuses work with the original cause. */
@@ -416,6 +467,7 @@ int main(int argc, char **argv)
     test_gpu(gpu, cpu);
     test_queues(gpu);
     test_graphs(gpu, cpu);
+    test_matmul_epilogue(gpu, cpu);
     test_lost(argv[0]);
     kiln_device_close(gpu);
     kiln_device_close(cpu);
