@@ -6,11 +6,15 @@
  * unsafe runtime call from this thread invalidates the capture instead of another
  * thread's) and points the allocator at the graph's own pool (cuda-alloc.h, "Graphs"),
  * so every buffer the recorded kernels address stays the graph's until graph_free.
- * Entries that cannot be recorded (waits, uploads, orderings between queues, index
- * checks) refuse while the stream records and mark the recording broken;
- * capture_end always ends the capture and, when nothing broke it, instantiates the graph.
- * A graph is launched only on the queue that recorded it: the queue's workspace and
- * index-check slots are addressed by the recorded kernels.
+ * Entries that cannot be recorded (waits, uploads, orderings between queues) refuse while
+ * the stream records and mark the recording broken; capture_end always ends the capture
+ * and, when nothing broke it, instantiates the graph. A graph is launched only on the queue
+ * that recorded it: the queue's workspace is addressed by the recorded kernels.
+ *
+ * Index checks recorded in a graph write to the graph's own slots (zeroed by the graph
+ * itself before its first check, at every launch). A launch puts the graph on the queue's
+ * pending list, and the queue's next report (sync, download) reads its slots with its own:
+ * an out-of-range index inside a launched graph is reported exactly as outside one.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,18 +22,38 @@
 
 #include "cuda-impl.h"
 
-struct kiln_backend_graph {
-    kiln_cuda_queue *q;
-    cudaGraphExec_t exec;
-    kiln_cuda_graph_pool pool;
-};
-
 int kiln__cuda_refuse_recording(kiln_cuda_queue *q, const char *op, const char *why)
 {
     if (!q->broken[0])
         snprintf(q->broken, sizeof q->broken, "%s %s", op, why);
     kiln__error_set("%s on %s: %s while the queue records a graph", op, q->dev->name, why);
     return KILN_ENOTSUP;
+}
+
+int kiln__cuda_graph_index_check(kiln_cuda_queue *q, const kiln_tdesc *index, int64_t lo, int64_t hi,
+                                 const char *op, const char *noun)
+{
+    kiln_backend_graph *g = q->recording;
+    if (g->nchecks == KILN_CUDA_CHECK_SLOTS)
+        return kiln__cuda_refuse_recording(q, op, "cannot record more index checks in one graph");
+    if (!g->check_blk) {
+        /* taken while recording: the graph's own; the memset is recorded with the rest */
+        bool oom = false;
+        size_t bytes = KILN_CUDA_CHECK_SLOTS * sizeof(kcu_index_flag);
+        g->check_blk = kiln__cuda_alloc_get(&q->dev->alloc, q->stream, bytes, &oom);
+        if (!g->check_blk)
+            return oom ? (kiln__error_set("%s on %s: out of device memory for index checks", op, q->dev->name),
+                          KILN_ENOMEM)
+                       : KILN_EDEVICE;
+        int rc = kiln__cuda_check(q, cudaMemsetAsync(g->check_blk->ptr, 0, bytes, q->stream), "index_check");
+        if (rc)
+            return rc;
+    }
+    int slot = g->nchecks++;
+    g->checks[slot] = (kiln_cuda_check_slot){.op = op, .noun = noun, .lo = lo, .hi = hi};
+    kcu_view v = kiln__cuda_view(index);
+    kcu_index_flag *flags = g->check_blk->ptr;
+    return kiln__cuda_check(q, kcu_index_check(q->stream, &v, lo, hi, flags + slot), op);
 }
 
 int kiln__cuda_capture_begin(void *vq)
@@ -116,7 +140,18 @@ int kiln__cuda_graph_launch(void *vq, kiln_backend_graph *g)
     }
     if (q->recording)
         return kiln__cuda_refuse_recording(q, "graph_launch", "cannot launch a graph");
-    return kiln__cuda_check(q, cudaGraphLaunch(g->exec, q->stream), "graph_launch");
+    if (g->nchecks && (g->pending || q->npending == KILN_CUDA_PENDING_GRAPHS)) {
+        /* the launch would overwrite checks nobody read yet: read them first (a wait) */
+        rc = kiln__cuda_checks_report(q);
+        if (rc)
+            return rc;
+    }
+    rc = kiln__cuda_check(q, cudaGraphLaunch(g->exec, q->stream), "graph_launch");
+    if (rc == 0 && g->nchecks) {
+        g->pending = true;
+        q->pending[q->npending++] = g;
+    }
+    return rc;
 }
 
 void kiln__cuda_graph_free(void *vq, kiln_backend_graph *g)
@@ -130,6 +165,24 @@ void kiln__cuda_graph_free(void *vq, kiln_backend_graph *g)
      * graph is freed when its model or plan goes, not on the hot path) */
     cudaStreamSynchronize(q->stream);
     cudaGetLastError();
+    if (g->pending) {
+        /* its last launch's checks were not read yet: keep a violation for the report */
+        kcu_index_flag flags[KILN_CUDA_CHECK_SLOTS];
+        size_t bytes = (size_t)g->nchecks * sizeof *flags;
+        if (cudaMemcpy(flags, g->check_blk->ptr, bytes, cudaMemcpyDeviceToHost) == cudaSuccess)
+            for (int i = 0; i < g->nchecks && !q->kept; i++)
+                if (flags[i].flag) {
+                    q->kept = true;
+                    q->kept_check = g->checks[i];
+                    q->kept_value = flags[i].value;
+                }
+        cudaGetLastError();
+        int j = 0;
+        for (int i = 0; i < q->npending; i++)
+            if (q->pending[i] != g)
+                q->pending[j++] = q->pending[i];
+        q->npending = j;
+    }
     cudaGraphExecDestroy(g->exec);
     kiln__cuda_alloc_pool_release(&q->dev->alloc, &g->pool);
     free(g);

@@ -68,6 +68,21 @@ typedef struct kiln_cuda_check_slot {
     int64_t lo, hi;
 } kiln_cuda_check_slot;
 
+/** Graphs launched on a queue whose index checks wait for the queue's next report. */
+#define KILN_CUDA_PENDING_GRAPHS 8
+
+/** A recorded graph (cuda-graph.c). Its index checks write to slots of its own (in its
+ *  pool), which every launch fills again and the queue's next report reads. */
+struct kiln_backend_graph {
+    struct kiln_cuda_queue *q;
+    cudaGraphExec_t exec;
+    kiln_cuda_graph_pool pool;
+    kiln_cuda_block *check_blk; /* KILN_CUDA_CHECK_SLOTS kcu_index_flag; NULL without checks */
+    kiln_cuda_check_slot checks[KILN_CUDA_CHECK_SLOTS];
+    int nchecks;
+    bool pending; /* launched since the queue's last report */
+};
+
 typedef struct kiln_cuda_queue {
     kiln_cuda_device *dev;
     cudaStream_t stream;
@@ -88,6 +103,13 @@ typedef struct kiln_cuda_queue {
      * the recording (empty while nothing did) */
     struct kiln_backend_graph *recording;
     char broken[200];
+    /* graphs launched since the last report whose index checks are still to be read, and
+     * a violation read from a graph freed before that report (reported by it) */
+    struct kiln_backend_graph *pending[KILN_CUDA_PENDING_GRAPHS];
+    int npending;
+    bool kept;
+    kiln_cuda_check_slot kept_check;
+    int64_t kept_value;
 } kiln_cuda_queue;
 
 /** The registration function (engine/device.c refers to it weakly). */
@@ -121,6 +143,9 @@ static inline int kiln__cuda_not_recording(kiln_cuda_queue *q, const char *op, c
 {
     return q->recording ? kiln__cuda_refuse_recording(q, op, why) : 0;
 }
+/** index_check while q records: the check goes to the graph's own slots. */
+int kiln__cuda_graph_index_check(kiln_cuda_queue *q, const kiln_tdesc *index, int64_t lo, int64_t hi,
+                                 const char *op, const char *noun);
 int kiln__cuda_capture_begin(void *q);
 kiln_backend_graph *kiln__cuda_capture_end(void *q);
 int kiln__cuda_graph_launch(void *q, kiln_backend_graph *g);

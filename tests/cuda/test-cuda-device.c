@@ -332,6 +332,41 @@ static void test_graphs(kiln_device *gpu, kiln_device *cpu)
     CHECK(st.graph_pools == 0 && st.graph_bytes == 0, "freed graphs hold no memory (%zu bytes in %llu pools)",
           st.graph_bytes, (unsigned long long)st.graph_pools);
 
+    /* an index check recorded in a graph: each launch checks the indices it finds, and a
+     * bad one is reported by the next read, naming the op, as outside a graph */
+    {
+        int64_t good[] = {3, 0, 2}, bad[] = {1, 9, 0};
+        kiln_tensor *src = kiln_arange(gpu, KILN_F32, 10, 14, 1); /* 10, 11, 12, 13 */
+        kiln_tensor *idx = kiln_from_data(gpu, KILN_I64, 1, (int64_t[]){3}, good, sizeof good);
+        kiln_tensor *picked = NULL;
+        CHECK(src && idx && kiln_device_sync(gpu) == 0 && kiln__graph_capture_begin(gpu) == 0,
+              "recording a gather starts");
+        kiln_scope_begin();
+        picked = kiln_keep(kiln_gather(src, 0, idx));
+        kiln_scope_end();
+        kiln__graph *gg = kiln__graph_capture_end(gpu);
+        CHECK(picked && gg, "a gather with its index check records: %s", gg ? "" : kiln_error());
+        float got[3] = {0};
+        for (int round = 0; gg && picked && round < 3; round++) {
+            int64_t *use = round == 1 ? bad : good;
+            kiln_tensor *in = kiln_from_data(gpu, KILN_I64, 1, (int64_t[]){3}, use, 3 * sizeof *use);
+            CHECK(in && kiln__copy_into(idx, in, "test") == 0 && kiln__graph_launch(gg) == 0, "launch %d", round);
+            int rc = kiln_to_data(picked, got, sizeof got);
+            if (round == 1)
+                CHECK(rc < 0 && strstr(kiln_error(), "gather") && strstr(kiln_error(), "9"),
+                      "an out-of-range index inside a launched graph is reported, naming the op");
+            else
+                CHECK(rc == 0 && got[0] == 10 + (float)use[0] && got[1] == 10 + (float)use[1] &&
+                          got[2] == 10 + (float)use[2],
+                      "launch %d gathers %g %g %g", round, got[0], got[1], got[2]);
+            kiln_tensor_release(in);
+        }
+        kiln_tensor_release(picked);
+        kiln__graph_free(gg);
+        kiln_tensor_release(src);
+        kiln_tensor_release(idx);
+    }
+
     /* a host read while recording: refused, the recording broken and saying why */
     CHECK(kiln__graph_capture_begin(gpu) == 0, "a second recording starts");
     kiln_tensor *s = kiln_sum(x, KILN_ALL_DIMS, false);
