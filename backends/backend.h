@@ -639,9 +639,9 @@ typedef struct kiln_backend_iface {
      *     bound by the cost of submitting each op. */
     /** Record q's work from now on instead of running it. While q records, an entry on q
      *  that cannot be recorded (anything that waits: buffer_download, sync, event_sync,
-     *  event_query; buffer_upload, whose source would be read at record time only; an
-     *  ordering between queues) fails with KILN_ENOTSUP and a message saying so, and the
-     *  recording is broken. Buffers allocated on q while it records belong to the graph:
+     *  event_query; an ordering between queues) fails with KILN_ENOTSUP and a message
+     *  saying so, and the recording is broken. buffer_upload records the bytes src holds
+     *  at record time: every launch uploads those same bytes. Buffers allocated on q while it records belong to the graph:
      *  freed, they are reused only by the same recording, and they stay reserved for the
      *  graph until graph_free (a launch writes them again); one still held when the graph
      *  is freed returns to the backend's pool when it is freed. Returns 0, or a negative

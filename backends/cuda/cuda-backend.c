@@ -425,12 +425,11 @@ static int cuda_buffer_upload(void *vq, kiln_buffer *dst, size_t dst_offset, con
 {
     kiln_cuda_queue *q = vq;
     int rc = kiln__cuda_enter(q->dev, "buffer_upload");
-    if (!rc)
-        rc = kiln__cuda_not_recording(q, "buffer_upload",
-                                      "cannot record host data (it would be read at record time only)");
     if (rc || n == 0)
         return rc;
     char *d = (char *)dst->blk->ptr + dst_offset;
+    if (q->recording)
+        return kiln__cuda_graph_upload(q, d, src, n);
     if (pinned(src))
         return kiln__cuda_check(q, cudaMemcpyAsync(d, src, n, cudaMemcpyHostToDevice, q->stream), "buffer_upload");
     /* pageable memory: copy into a free staging chunk, then DMA from there; a chunk is

@@ -6,10 +6,16 @@
  * unsafe runtime call from this thread invalidates the capture instead of another
  * thread's) and points the allocator at the graph's own pool (cuda-alloc.h, "Graphs"),
  * so every buffer the recorded kernels address stays the graph's until graph_free.
- * Entries that cannot be recorded (waits, uploads, orderings between queues) refuse while
- * the stream records and mark the recording broken; capture_end always ends the capture
- * and, when nothing broke it, instantiates the graph. A graph is launched only on the queue
+ * Entries that cannot be recorded (waits, orderings between queues) refuse while the
+ * stream records and mark the recording broken; capture_end always ends the capture and,
+ * when nothing broke it, instantiates the graph. A graph is launched only on the queue
  * that recorded it: the queue's workspace is addressed by the recorded kernels.
+ *
+ * An upload while recording copies its host bytes into pinned memory the graph keeps and
+ * records the copy from there: every launch uploads the bytes the recording saw (the
+ * shape tensors and constants an executor makes from host data its input shapes decide).
+ * Pinned memory and device memory taken while recording are allocated with the thread's
+ * capture mode relaxed for that call: neither is recorded, and both live with the graph.
  *
  * Index checks recorded in a graph write to the graph's own slots (zeroed by the graph
  * itself before its first check, at every launch). A launch puts the graph on the queue's
@@ -28,6 +34,57 @@ int kiln__cuda_refuse_recording(kiln_cuda_queue *q, const char *op, const char *
         snprintf(q->broken, sizeof q->broken, "%s %s", op, why);
     kiln__error_set("%s on %s: %s while the queue records a graph", op, q->dev->name, why);
     return KILN_ENOTSUP;
+}
+
+/* n bytes of pinned memory kept by g (16-byte aligned), or NULL. */
+static void *graph_host(kiln_backend_graph *g, size_t n)
+{
+    size_t at = (g->host_used + 15) & ~(size_t)15;
+    if (g->nhost && at + n <= g->host_size) {
+        g->host_used = at + n;
+        return (char *)g->host[g->nhost - 1] + at;
+    }
+    if (g->nhost == g->host_cap) {
+        int cap = g->host_cap ? 2 * g->host_cap : 8;
+        void **h = realloc(g->host, (size_t)cap * sizeof *h);
+        if (!h)
+            return NULL;
+        g->host = h;
+        g->host_cap = cap;
+    }
+    size_t size = n > KILN_CUDA_GRAPH_HOST_CHUNK ? n : KILN_CUDA_GRAPH_HOST_CHUNK;
+    void *p = NULL;
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    cudaError_t e = cudaHostAlloc(&p, size, cudaHostAllocPortable);
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    g->host[g->nhost++] = p;
+    g->host_size = size;
+    g->host_used = n;
+    return p;
+}
+
+/* Frees what g holds on the host and gives its pool back (nothing of it is queued). */
+static void graph_destroy(kiln_cuda_queue *q, kiln_backend_graph *g)
+{
+    for (int i = 0; i < g->nhost; i++)
+        cudaFreeHost(g->host[i]);
+    free(g->host);
+    kiln__cuda_alloc_pool_release(&q->dev->alloc, &g->pool);
+    free(g);
+}
+
+int kiln__cuda_graph_upload(kiln_cuda_queue *q, void *dst, const void *src, size_t n)
+{
+    void *h = graph_host(q->recording, n);
+    if (!h)
+        return kiln__cuda_refuse_recording(q, "buffer_upload", "cannot get pinned memory for recorded host data");
+    memcpy(h, src, n);
+    return kiln__cuda_check(q, cudaMemcpyAsync(dst, h, n, cudaMemcpyHostToDevice, q->stream), "buffer_upload");
 }
 
 int kiln__cuda_graph_index_check(kiln_cuda_queue *q, const kiln_tdesc *index, int64_t lo, int64_t hi,
@@ -112,16 +169,14 @@ kiln_backend_graph *kiln__cuda_capture_end(void *vq)
         if (graph)
             cudaGraphDestroy(graph);
         /* nothing recorded ran, and nothing will: the pool's blocks are free now */
-        kiln__cuda_alloc_pool_release(&q->dev->alloc, &g->pool);
-        free(g);
+        graph_destroy(q, g);
         kiln__error_set("capture_end on %s: the recording broke: %s", q->dev->name, why);
         return NULL;
     }
     e = cudaGraphInstantiate(&g->exec, graph, 0);
     cudaGraphDestroy(graph);
     if (e != cudaSuccess) {
-        kiln__cuda_alloc_pool_release(&q->dev->alloc, &g->pool);
-        free(g);
+        graph_destroy(q, g);
         kiln__cuda_fail(q->dev, e, "capture_end (instantiating the graph)");
         return NULL;
     }
@@ -184,6 +239,5 @@ void kiln__cuda_graph_free(void *vq, kiln_backend_graph *g)
         q->npending = j;
     }
     cudaGraphExecDestroy(g->exec);
-    kiln__cuda_alloc_pool_release(&q->dev->alloc, &g->pool);
-    free(g);
+    graph_destroy(q, g);
 }

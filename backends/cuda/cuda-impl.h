@@ -81,7 +81,13 @@ struct kiln_backend_graph {
     kiln_cuda_check_slot checks[KILN_CUDA_CHECK_SLOTS];
     int nchecks;
     bool pending; /* launched since the queue's last report */
+    /* pinned copies of the host data uploaded while recording, which every launch copies
+     * again: chunks of at least KILN_CUDA_GRAPH_HOST_CHUNK bytes, filled in order */
+    void **host;
+    int nhost, host_cap;
+    size_t host_used, host_size; /* of the last chunk */
 };
+#define KILN_CUDA_GRAPH_HOST_CHUNK ((size_t)64 << 10)
 
 typedef struct kiln_cuda_queue {
     kiln_cuda_device *dev;
@@ -146,6 +152,9 @@ static inline int kiln__cuda_not_recording(kiln_cuda_queue *q, const char *op, c
 /** index_check while q records: the check goes to the graph's own slots. */
 int kiln__cuda_graph_index_check(kiln_cuda_queue *q, const kiln_tdesc *index, int64_t lo, int64_t hi,
                                  const char *op, const char *noun);
+/** buffer_upload while q records: src is copied into pinned memory the graph keeps, and
+ *  the recorded copy (done again by every launch) reads from there. */
+int kiln__cuda_graph_upload(kiln_cuda_queue *q, void *dst, const void *src, size_t n);
 int kiln__cuda_capture_begin(void *q);
 kiln_backend_graph *kiln__cuda_capture_end(void *q);
 int kiln__cuda_graph_launch(void *q, kiln_backend_graph *g);

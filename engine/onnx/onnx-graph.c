@@ -12,9 +12,11 @@
  *   later:   the inputs are copied into those buffers, the graph is launched, and the
  *            outputs (buffers of the graph) are copied into new tensors for the caller.
  * A recording breaks when the plan does something that cannot be replayed (it reads
- * device data on the host, uploads host data, waits, orders queues): the backend refuses
- * the entry, the plan fails, the recording is dropped without having run, and the run
- * goes op by op. The signature then stays op by op (no second try), and the stats keep
+ * device data on the host, waits, orders queues): the backend refuses the entry, the plan
+ * fails, the recording is dropped without having run, and the run goes op by op. Host
+ * data the plan uploads (a Shape node's result, a constant made from attributes) is
+ * recorded as it was: an ONNX plan's host data depends on the input signature and the
+ * attributes only, never on input values, which would take a host read to learn. The signature then stays op by op (no second try), and the stats keep
  * the reason. Nothing of this is ever an error for the caller.
  *
  * What a graph addresses must not move while it lives: the constants and the cached

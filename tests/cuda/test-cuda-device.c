@@ -367,6 +367,26 @@ static void test_graphs(kiln_device *gpu, kiln_device *cpu)
         kiln_tensor_release(idx);
     }
 
+    /* an upload while recording: its bytes as they were are uploaded by every launch */
+    {
+        float host[4] = {1, 2, 3, 4}, got[4] = {0};
+        CHECK(kiln__graph_capture_begin(gpu) == 0, "recording an upload starts");
+        kiln_scope_begin();
+        kiln_tensor *twice = kiln_keep(
+            kiln_mul_scalar(kiln_from_data(gpu, KILN_F32, 1, (int64_t[]){4}, host, sizeof host), 2.0));
+        kiln_scope_end();
+        host[0] = 100; /* changed after the upload: the recording kept its own copy */
+        kiln__graph *gu = kiln__graph_capture_end(gpu);
+        CHECK(twice && gu, "an upload records");
+        for (int round = 0; gu && twice && round < 2; round++) {
+            CHECK(kiln__graph_launch(gu) == 0 && kiln_to_data(twice, got, sizeof got) == 0 && got[0] == 2 &&
+                      got[3] == 8,
+                  "launch %d of a recorded upload gives %g .. %g", round, got[0], got[3]);
+        }
+        kiln_tensor_release(twice);
+        kiln__graph_free(gu);
+    }
+
     /* a host read while recording: refused, the recording broken and saying why */
     CHECK(kiln__graph_capture_begin(gpu) == 0, "a second recording starts");
     kiln_tensor *s = kiln_sum(x, KILN_ALL_DIMS, false);

@@ -72,8 +72,8 @@ typedef struct kiln_onnx_options {
      *  input signature runs op by op, the second is recorded as one graph (the inputs
      *  copied into buffers the graph keeps), and later runs of that signature copy their
      *  inputs in, launch the graph and copy the outputs out: one launch instead of one per
-     *  op. A run that cannot be recorded (it reads device data on the host, uploads, ...)
-     *  runs op by op instead, never failing for it; kiln_onnx_graph_stats_get says which
+     *  op. A run that cannot be recorded (it reads device data on the host, ...) runs op
+     *  by op instead, never failing for it; kiln_onnx_graph_stats_get says which
      *  happened and why. KILN_ONNX_GRAPHS=0 or 1 in the environment at load overrides
      *  this. See docs/onnx.md. */
     bool graphs;
