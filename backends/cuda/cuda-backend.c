@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "cuda-impl.h"
+#include "cuda-libs.h"
 
 /* ------------------------------------------------------------------ errors */
 
@@ -189,6 +190,13 @@ static void *cuda_open_opts(const char *spec, int index, kiln_device_opts *o)
     dev->tf32 = tf32 == 1;
     pthread_mutex_init(&dev->mu, NULL);
     atomic_init(&dev->lost, false);
+    /* cuBLASLt and cuDNN are loaded at the first open (cuda-libs.h), so that libkiln
+     * itself neither needs them nor pays their loading time */
+    if (kiln__cuda_libs_load(KILN_CUDA_LIB_LT | KILN_CUDA_LIB_DNN, spec) < 0) {
+        pthread_mutex_destroy(&dev->mu);
+        free(dev);
+        return NULL;
+    }
     kiln_cuda_alloc_hooks hooks = {
         .ud = dev, .raw_alloc = raw_alloc, .raw_free = raw_free, .order = order_streams};
     kiln__cuda_alloc_init(&dev->alloc, &hooks);

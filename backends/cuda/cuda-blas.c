@@ -25,13 +25,14 @@
 #include <string.h>
 
 #include "cuda-impl.h"
+#include "cuda-libs.h"
 
 int kiln__cuda_blas_init(kiln_cuda_device *dev)
 {
     cublasLtHandle_t lt = NULL;
     cublasStatus_t st = cublasLtCreate(&lt);
     if (st != CUBLAS_STATUS_SUCCESS) {
-        kiln__error_set("%s: cannot start cuBLASLt (%s)", dev->name, cublasGetStatusString(st));
+        kiln__error_set("%s: cannot start cuBLASLt (%s)", dev->name, cublasLtGetStatusString(st));
         return -1;
     }
     dev->blas_lt = lt;
@@ -55,7 +56,7 @@ static int blas_fail(kiln_cuda_queue *q, cublasStatus_t st, const char *what)
     cudaError_t e = cudaPeekAtLastError();
     if (st == CUBLAS_STATUS_EXECUTION_FAILED && e != cudaSuccess)
         return kiln__cuda_fail(q->dev, e, "matmul");
-    kiln__error_set("matmul on %s: %s failed: %s", q->dev->name, what, cublasGetStatusString(st));
+    kiln__error_set("matmul on %s: %s failed: %s", q->dev->name, what, cublasLtGetStatusString(st));
     return KILN_EDEVICE;
 }
 
