@@ -2,8 +2,10 @@
  * backends/cuda/cuda-libs.c — loading cuBLASLt, cuDNN and NVRTC at run time (cuda-libs.h).
  *
  * Each library is opened by the soname of the major version the backend was compiled
- * against (the headers say which), and every function the backend calls is looked up
- * once. A library stays loaded for the life of the process: the tables point into it, and
+ * against (the headers say which) through the loader's search path, then from the lib
+ * folder of the toolkit it was built with (KILN_CUDA_LIBDIR: where a linked library was
+ * found before, through libkiln's run path), and every function the backend calls is looked
+ * up once. A library stays loaded for the life of the process: the tables point into it, and
  * a device may open again later. A failed load leaves the table untouched, is reported with
  * the library's name and dlerror's reason, and is tried again at the next open (the user
  * may have fixed LD_LIBRARY_PATH in between, for a long-running program that cannot).
@@ -16,6 +18,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "error-impl.h"
 
@@ -40,9 +43,18 @@ int kiln__cuda_lib_open(const char *soname, const char *const *names, void **fns
         return kiln__error_set("%s: %d functions of %s asked, at most 64", who, n, soname);
     void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
-        const char *why = dlerror();
-        return kiln__error_set("%s: cannot load %s (%s); install it or put its folder on LD_LIBRARY_PATH", who,
-                               soname, why ? why : "not found");
+        char why[256];
+        const char *e = dlerror();
+        snprintf(why, sizeof why, "%s", e ? e : "not found");
+#ifdef KILN_CUDA_LIBDIR
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", KILN_CUDA_LIBDIR, soname);
+        if (!strchr(soname, '/'))
+            h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+#endif
+        if (!h)
+            return kiln__error_set("%s: cannot load %s (%s); install it or put its folder on LD_LIBRARY_PATH", who,
+                                   soname, why);
     }
     void *found[64];
     for (int i = 0; i < n; i++) {
