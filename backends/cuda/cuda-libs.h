@@ -62,6 +62,9 @@
     X(cudnnDestroyConvolutionDescriptor)                                                                          \
     X(cudnnDestroyFilterDescriptor)                                                                               \
     X(cudnnDestroyTensorDescriptor)                                                                               \
+    X(cudnnFindConvolutionBackwardDataAlgorithmEx)                                                                \
+    X(cudnnFindConvolutionBackwardFilterAlgorithmEx)                                                              \
+    X(cudnnFindConvolutionForwardAlgorithmEx)                                                                     \
     X(cudnnGetConvolutionBackwardDataAlgorithm_v7)                                                                \
     X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)                                                              \
     X(cudnnGetConvolutionForwardAlgorithm_v7)                                                                     \
@@ -141,6 +144,9 @@ int kiln__cuda_lib_open(const char *soname, const char *const *names, void **fns
 #define cudnnDestroyConvolutionDescriptor kiln__cuda_dnn_api.cudnnDestroyConvolutionDescriptor
 #define cudnnDestroyFilterDescriptor kiln__cuda_dnn_api.cudnnDestroyFilterDescriptor
 #define cudnnDestroyTensorDescriptor kiln__cuda_dnn_api.cudnnDestroyTensorDescriptor
+#define cudnnFindConvolutionBackwardDataAlgorithmEx kiln__cuda_dnn_api.cudnnFindConvolutionBackwardDataAlgorithmEx
+#define cudnnFindConvolutionBackwardFilterAlgorithmEx kiln__cuda_dnn_api.cudnnFindConvolutionBackwardFilterAlgorithmEx
+#define cudnnFindConvolutionForwardAlgorithmEx kiln__cuda_dnn_api.cudnnFindConvolutionForwardAlgorithmEx
 #define cudnnGetConvolutionBackwardDataAlgorithm_v7 kiln__cuda_dnn_api.cudnnGetConvolutionBackwardDataAlgorithm_v7
 #define cudnnGetConvolutionBackwardFilterAlgorithm_v7                                                             \
     kiln__cuda_dnn_api.cudnnGetConvolutionBackwardFilterAlgorithm_v7

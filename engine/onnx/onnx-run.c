@@ -202,8 +202,12 @@ int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *con
             cin[j] = v >= 0 && consts[v] ? consts[v] : NULL;
             if (cin[j] && m->host_dev && cin[j] == m->consts[v] &&
                 (n->host || (kiln_tensor_numel(cin[j]) <= 64 && kiln__onnx_reads_int_arg(n, j))) &&
-                !(cin[j] = kiln__onnx_host_const(m, v)))
-                goto out;
+                !(cin[j] = kiln__onnx_host_const(m, v))) {
+                for (int i = 0; i < j; i++) /* give back what was borrowed so far */
+                    if (cin[i])
+                        vals[n->in[i]] = NULL;
+                return -1;
+            }
             if (cin[j] && !vals[v])
                 vals[v] = cin[j];
             else
@@ -225,7 +229,10 @@ int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *con
                         vals[n->in[i]] = held[i];
                         kiln_tensor_release(upload[i]);
                     }
-                    goto out;
+                    for (int i = 0; i < n->nin && i < 64; i++)
+                        if (cin[i])
+                            vals[n->in[i]] = NULL;
+                    return -1;
                 }
                 kiln_keep(u);
                 /* input positions of the swapped values are remembered through held/upload
@@ -295,7 +302,7 @@ int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *con
         /* a graph output computed on the host goes back to the model's device */
         out[i] = kiln_tensor_device(t) == m->dev ? kiln_tensor_retain(t) : kiln_to_device(t, m->dev);
         if (!out[i])
-            goto out;
+            return -1;
         if (kiln_tensor_device(t) != m->dev)
             kiln_keep(out[i]);
     }
