@@ -61,6 +61,11 @@ static void test_absent(const char *why)
         CHECK(kiln_device_memory_get(cpu, &m) == KILN_ENOTSUP && strstr(kiln_error(), "'cpu'"),
               "cpu keeps no memory figures, and says so naming the device");
         CHECK(kiln_device_lost(cpu) == NULL && kiln_device_lost(NULL) == NULL, "a working device is not lost");
+        CHECK(!kiln__graph_supported(cpu) && kiln__graph_capture_begin(cpu) == KILN_ENOTSUP &&
+                  strstr(kiln_error(), "'cpu'") && strstr(kiln_error(), "does not record graphs"),
+              "a backend without graph entries refuses a recording, naming the device");
+        CHECK(kiln__graph_capture_end(cpu) == NULL && strstr(kiln_error(), "does not record graphs"),
+              "and has none to end");
         kiln_tensor_release(a);
         kiln_device_close(cpu);
     }
