@@ -375,6 +375,10 @@ typedef struct kiln_backend_counters {
 /** An event: one point in one queue's work. Opaque to everyone but its backend. */
 typedef struct kiln_backend_event kiln_backend_event;
 
+/** A recorded stretch of one queue's work that runs again as one launch (a CUDA graph).
+ *  Opaque to everyone but its backend. */
+typedef struct kiln_backend_graph kiln_backend_graph;
+
 /** What a backend can do, for the router and the conformance suite. */
 typedef struct kiln_backend_caps {
     bool dtype[KILN_DTYPE_COUNT];   /* dtypes it stores and computes */
@@ -543,6 +547,15 @@ typedef struct kiln_backend_iface {
     int (*conv_pack)(void *ctx, const kiln_tdesc *packed, const kiln_tdesc *w);
     /** Optional: out = act(out + bias + residual) in place; out contiguous. */
     int (*epilogue)(void *ctx, const kiln_tdesc *out, const kiln_epilogue *ep);
+    /** Optional: matmul's product followed by ep (bias over out's last dim, a residual of
+     *  out's shape, the activation), applied as the product is stored. The front end calls
+     *  it for f32 operands with nothing requiring grad, a residual that is not out; it
+     *  returns KILN_ENOTSUP without a message for an epilogue it does not fuse (an
+     *  activation it lacks), and the front end then runs matmul and the epilogue entry.
+     *  The additions may round in another order than matmul then epilogue (a GEMM adds
+     *  the residual as its C operand before the bias): a last-bit difference. */
+    int (*matmul_fused)(void *ctx, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b,
+                        const kiln_epilogue *ep);
 
     /* --- pooling. indices (i64, out's shape) optional, max only: flat index within the
      *     input plane, as PyTorch returns. */
@@ -619,6 +632,32 @@ typedef struct kiln_backend_iface {
      *  message when the backend cannot run this program (a dtype or op it does not
      *  generate); the fusion layer then replays the group's ops one by one. */
     int (*fused_run)(void *ctx, const kiln_fused_program *prog);
+
+    /* --- graphs (optional as a group: all four or none; docs/architecture.md "Graphs").
+     *     A graph executor records one run of a planned model on a queue and launches the
+     *     recording again for later runs of the same shapes, so a small model is not
+     *     bound by the cost of submitting each op. */
+    /** Record q's work from now on instead of running it. While q records, an entry on q
+     *  that cannot be recorded (anything that waits: buffer_download, sync, event_sync,
+     *  event_query; an ordering between queues) fails with KILN_ENOTSUP and a message
+     *  saying so, and the recording is broken. buffer_upload records the bytes src holds
+     *  at record time: every launch uploads those same bytes. Buffers allocated on q while it records belong to the graph:
+     *  freed, they are reused only by the same recording, and they stay reserved for the
+     *  graph until graph_free (a launch writes them again); one still held when the graph
+     *  is freed returns to the backend's pool when it is freed. Returns 0, or a negative
+     *  code with a message when q cannot record now (it already records). */
+    int (*capture_begin)(void *ctx);
+    /** Stop recording on q (always: q runs its work again afterwards). The graph, or NULL
+     *  with a message naming what broke the recording; nothing recorded has run either
+     *  way, so the caller runs (or launches) the work itself. */
+    kiln_backend_graph *(*capture_end)(void *ctx);
+    /** Queue one run of g on q, which must be the queue that recorded it (KILN_ENOTSUP
+     *  with a message otherwise). The run reads and writes the buffers the recording
+     *  used, at the same addresses: the caller puts new inputs into them first. */
+    int (*graph_launch)(void *ctx, kiln_backend_graph *g);
+    /** Frees g after its queued launches (q is the queue that recorded it; the backend
+     *  orders the release itself) and hands its kept buffers back to the pool. */
+    void (*graph_free)(void *ctx, kiln_backend_graph *g);
 
     /* --- devices (optional) */
     /** The physical devices this backend finds, for kiln_device_list: up to max into out;

@@ -35,6 +35,7 @@ static const env_row env_table[] = {
     {"remote", "timeout_ms", "KILN_REMOTE_TIMEOUT_MS", NULL},
     {"remote", "token", "KILN_REMOTE_TOKEN", "KILN_TOKEN"},
     {"onnx", "arena", "KILN_ONNX_ARENA", NULL},
+    {"onnx", "graphs", "KILN_ONNX_GRAPHS", NULL},
     {"onnx", "profile", "KILN_ONNX_PROFILE", NULL},
 };
 

@@ -143,7 +143,7 @@ static kiln_tensor *conv_impl(kiln_tensor *x0, kiln_tensor *w, kiln_tensor *bias
                 out = add_channel_bias(out, cbias, ns, op);
                 rc = out ? 0 : -1;
             }
-        } else if (!kiln__supports(kiln__dev(x), KILN_ENTRY_CONV, -1, out->dtype, NULL)) {
+        } else if (!kiln__supports(kiln__dev(x), KILN_ENTRY_CONV, -1, out->dtype, &p)) {
             rc = kiln__unsupported(kiln__dev(x), op, KILN_ENTRY_CONV, -1, out->dtype);
         } else {
             kiln_tdesc od, xd, wd, bd;
@@ -234,7 +234,7 @@ static kiln_tensor *conv_transpose_impl(kiln_tensor *x0, kiln_tensor *w, kiln_te
         const kiln_backend_iface *be = kiln__be(x);
         int rc = kiln__fill(out, 0, op);
         if (rc == 0 && Cin > 0 && kiln__numel(x) > 0) {
-            if (!kiln__supports(kiln__dev(x), KILN_ENTRY_CONV_BACKWARD_INPUT, -1, x->dtype, NULL)) {
+            if (!kiln__supports(kiln__dev(x), KILN_ENTRY_CONV_BACKWARD_INPUT, -1, x->dtype, &p)) {
                 rc = kiln__unsupported(kiln__dev(x), op, KILN_ENTRY_CONV_BACKWARD_INPUT, -1, x->dtype);
             } else {
                 kiln_tdesc od, xd, wd;

@@ -4,7 +4,8 @@
  * The backend multiplies [B..., M, K] by [B..., K, N] with identical batch dims; the
  * front end turns 1-d operands into matrices (and drops the added dim afterwards) and
  * broadcasts batch dims with 0 strides, so a [K, N] weight shared by a whole batch is
- * never copied.
+ * never copied. A graph executor's MatMul with a folded bias and activation goes through
+ * kiln__matmul_epilogue, which hands the epilogue to the backend's matmul when it fuses it.
  */
 #include <stdio.h>
 #include <string.h>
@@ -12,7 +13,10 @@
 #include "autograd-impl.h"
 #include "tensor-impl.h"
 
-static kiln_tensor *matmul_impl(kiln_tensor *a, kiln_tensor *b, const char *op)
+/* a·b; with ep (f32, checked by the caller), the backend's matmul_fused is tried first
+ * and *fused says whether it applied ep. */
+static kiln_tensor *matmul_impl(kiln_tensor *a, kiln_tensor *b, const char *op, const kiln_epilogue *ep,
+                                bool *fused)
 {
     char da[200], db[200];
     if (kiln__same_device(a, b, op) < 0)
@@ -93,7 +97,13 @@ static kiln_tensor *matmul_impl(kiln_tensor *a, kiln_tensor *b, const char *op)
                 kiln__desc(out, &od);
                 kiln__bcast_desc(va, nb + 2, ashape, &ad);
                 kiln__bcast_desc(vb, nb + 2, bshape, &bd);
-                rc = be->matmul(kiln__ctx(a), &od, &ad, &bd);
+                rc = KILN_ENOTSUP;
+                if (ep && be->matmul_fused) {
+                    rc = be->matmul_fused(kiln__ctx(a), &od, &ad, &bd, ep);
+                    *fused = rc >= 0;
+                }
+                if (rc == KILN_ENOTSUP)
+                    rc = be->matmul(kiln__ctx(a), &od, &ad, &bd);
             }
         }
     }
@@ -125,7 +135,7 @@ kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b)
 {
     if (!a || !b)
         return NULL;
-    kiln_tensor *out = matmul_impl(a, b, "matmul");
+    kiln_tensor *out = matmul_impl(a, b, "matmul", NULL, NULL);
     if (out && (kiln__ad_want(a) || kiln__ad_want(b)))
         out = kiln__grad_matmul(out, a, b);
     return kiln__ret(out);
@@ -149,7 +159,7 @@ kiln_tensor *kiln_linear(kiln_tensor *x, kiln_tensor *weight, kiln_tensor *bias)
     int64_t wt_shape[2] = {weight->shape[1], weight->shape[0]};
     int64_t wt_strides[2] = {weight->strides[1], weight->strides[0]};
     kiln_tensor *wt = kiln__view(weight, 2, wt_shape, wt_strides, weight->offset);
-    kiln_tensor *y = wt ? matmul_impl(x, wt, "linear") : NULL;
+    kiln_tensor *y = wt ? matmul_impl(x, wt, "linear", NULL, NULL) : NULL;
     kiln_tensor_release(wt);
     if (y && bias) {
         kiln_tensor *z = kiln__binary(KILN_BINARY_ADD, y, bias);
@@ -159,4 +169,61 @@ kiln_tensor *kiln_linear(kiln_tensor *x, kiln_tensor *weight, kiln_tensor *bias)
     if (y && (kiln__ad_want(x) || kiln__ad_want(weight) || kiln__ad_want(bias)))
         y = kiln__grad_linear(y, x, weight, bias);
     return kiln__ret(y);
+}
+
+static bool contiguous(const kiln_tensor *t)
+{
+    int64_t want = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] != 1 && t->strides[d] != want)
+            return false;
+        want *= t->shape[d];
+    }
+    return true;
+}
+
+kiln_tensor *kiln__matmul_epilogue(kiln_tensor *a, kiln_tensor *b, kiln_tensor *bias, kiln_tensor *residual,
+                                   kiln_epilogue_act act, double alpha, double beta)
+{
+    if (!a || !b)
+        return NULL;
+    /* the fused entry takes what kiln__epilogue's in-place path takes, on the product of
+     * two f32 matrices (or stacks of them) that nothing differentiates */
+    bool fast = kiln__be(a)->matmul_fused && a->dtype == KILN_F32 && b->dtype == KILN_F32 && a->ndim >= 2 &&
+                b->ndim >= 2 && !kiln__ad_want(a) && !kiln__ad_want(b) && !kiln__ad_want(bias) &&
+                !kiln__ad_want(residual) && !(act == KILN_EPI_CLAMP && alpha > beta) &&
+                kiln__dev(a) == kiln__dev(b);
+    int64_t n = b->shape[b->ndim - 1];
+    if (fast && bias)
+        fast = bias->dtype == KILN_F32 && bias->ndim == 1 && bias->shape[0] == n &&
+               kiln__dev(bias) == kiln__dev(a);
+    if (fast && residual) {
+        /* the product's shape: a's and b's batch dims broadcast, then [M, N] */
+        int64_t batch[KILN_MAX_DIMS];
+        int nb = kiln__broadcast_shape(a->ndim - 2, a->shape, b->ndim - 2, b->shape, batch, "matmul", a, b);
+        fast = nb >= 0 && residual->dtype == KILN_F32 && residual->ndim == nb + 2 && contiguous(residual) &&
+               kiln__dev(residual) == kiln__dev(a);
+        for (int d = 0; fast && d < nb; d++)
+            fast = residual->shape[d] == batch[d];
+        fast = fast && residual->shape[nb] == a->shape[a->ndim - 2] && residual->shape[nb + 1] == n;
+        if (nb < 0)
+            kiln_error_clear(); /* kiln_matmul below reports the mismatch itself */
+    }
+    if (!fast)
+        return kiln__epilogue(kiln_matmul(a, b), bias, residual, act, alpha, beta);
+    kiln_tdesc bd, rd;
+    kiln_epilogue ep = {act, alpha, beta, NULL, NULL};
+    if (bias) {
+        kiln__desc(bias, &bd);
+        ep.bias = &bd;
+    }
+    if (residual) {
+        kiln__desc(residual, &rd);
+        ep.residual = &rd;
+    }
+    bool fused = false;
+    kiln_tensor *y = matmul_impl(a, b, "matmul", &ep, &fused);
+    if (!y || fused)
+        return kiln__ret(y);
+    return kiln__epilogue(kiln__ret(y), bias, residual, act, alpha, beta);
 }

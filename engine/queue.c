@@ -430,3 +430,74 @@ void kiln_host_free(kiln_device *dev, void *ptr)
     else
         free(ptr);
 }
+
+/* ------------------------------------------------------------------- graphs */
+
+struct kiln__graph {
+    kiln_queue *q; /* the recording queue, referenced: it lives as long as the graph */
+    kiln_backend_graph *g;
+};
+
+bool kiln__graph_supported(const kiln_device *dev)
+{
+    const kiln_backend_iface *be = dev->be;
+    return be->capture_begin && be->capture_end && be->graph_launch && be->graph_free;
+}
+
+int kiln__graph_capture_begin(kiln_device *dev)
+{
+    if (!kiln__graph_supported(dev)) {
+        kiln__error_set("graph capture: device '%s' (backend %s) does not record graphs", dev->spec,
+                        dev->be->name);
+        return KILN_ENOTSUP;
+    }
+    int rc = dev->be->capture_begin(kiln__qctx(dev));
+    return rc < 0 ? rc : 0;
+}
+
+kiln__graph *kiln__graph_capture_end(kiln_device *dev)
+{
+    if (!kiln__graph_supported(dev)) {
+        kiln__error_set("graph capture: device '%s' (backend %s) does not record graphs", dev->spec,
+                        dev->be->name);
+        return NULL;
+    }
+    kiln_queue *q = kiln__queue_cur(dev);
+    kiln__graph *g = malloc(sizeof *g);
+    kiln_backend_graph *bg = dev->be->capture_end(q->ctx);
+    if (!bg || !g) {
+        if (bg)
+            dev->be->graph_free(q->ctx, bg);
+        if (!g)
+            kiln__error_set("graph capture on '%s': out of memory", dev->spec);
+        free(g);
+        return NULL;
+    }
+    atomic_fetch_add(&q->refcount, 1);
+    g->q = q;
+    g->g = bg;
+    return g;
+}
+
+bool kiln__graph_on_current_queue(const kiln__graph *g)
+{
+    return g && kiln__queue_cur(g->q->dev) == g->q;
+}
+
+int kiln__graph_launch(kiln__graph *g)
+{
+    if (!kiln__graph_on_current_queue(g))
+        return kiln__error_set("graph launch on '%s': the calling thread's queue is not the one that recorded it",
+                               g ? g->q->dev->spec : "?");
+    int rc = g->q->dev->be->graph_launch(g->q->ctx, g->g);
+    return rc < 0 ? rc : 0;
+}
+
+void kiln__graph_free(kiln__graph *g)
+{
+    if (!g)
+        return;
+    g->q->dev->be->graph_free(g->q->ctx, g->g);
+    queue_unref(g->q);
+    free(g);
+}

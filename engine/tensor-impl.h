@@ -133,6 +133,23 @@ void kiln__checks_drop(struct kiln_queue *q);
 /** Free st's buffer, ordered after every queue that used it. */
 void kiln__queue_free_buffer(kiln_storage *st);
 
+/* -------------------------------------------------------------- graphs (queue.c) */
+/** A recording of one queue's work (the backend's graph entries), holding that queue. */
+typedef struct kiln__graph kiln__graph;
+/** Whether dev's backend records graphs (fills all four graph entries). */
+bool kiln__graph_supported(const kiln_device *dev);
+/** Start recording the calling thread's current queue of dev: 0, or -1 with a message
+ *  (KILN_ENOTSUP's when the backend records none). */
+int kiln__graph_capture_begin(kiln_device *dev);
+/** Stop recording that queue: the graph, or NULL with the message saying what broke it. */
+kiln__graph *kiln__graph_capture_end(kiln_device *dev);
+/** Whether g was recorded on the calling thread's current queue of its device (the only
+ *  queue it may be launched on). */
+bool kiln__graph_on_current_queue(const kiln__graph *g);
+/** Queue one run of g on the queue that recorded it (the calling thread's current one). */
+int kiln__graph_launch(kiln__graph *g);
+void kiln__graph_free(kiln__graph *g);
+
 /* -------------------------------------------------------- tensors (tensor.c) */
 
 /** A new contiguous tensor with fresh storage; checks sizes. op names the caller in
@@ -267,6 +284,11 @@ kiln_tensor *kiln__conv_pack(kiln_tensor *w, kiln_tensor *x, const kiln_conv_opt
 kiln_tensor *kiln__epilogue(kiln_tensor *y, kiln_tensor *bias, kiln_tensor *residual, kiln_epilogue_act act,
                             double alpha, double beta);
 kiln_tensor *kiln__act_apply(kiln_tensor *t, kiln_epilogue_act act, double alpha, double beta);
+/* act(a·b + bias + residual) (ops-linalg.c): in one backend call when the backend fuses
+ * this epilogue into its matmul (matmul_fused: f32, nothing requiring grad, a bias [N], a
+ * residual of the product's shape), else kiln_matmul then kiln__epilogue. */
+kiln_tensor *kiln__matmul_epilogue(kiln_tensor *a, kiln_tensor *b, kiln_tensor *bias, kiln_tensor *residual,
+                                   kiln_epilogue_act act, double alpha, double beta);
 kiln_tensor *kiln__unary(kiln_unary_op op, kiln_tensor *t, double alpha, double beta);
 kiln_tensor *kiln__binary(kiln_binary_op op, kiln_tensor *a, kiln_tensor *b);
 

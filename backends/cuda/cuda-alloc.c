@@ -8,6 +8,10 @@
  * the device, so blocks still read by queued work are safe to release) and the request
  * is tried once more: fragmentation across classes is the usual reason for a failure
  * while memory is parked.
+ *
+ * A stream that records a graph allocates from its graph's pool first (cuda-alloc.h,
+ * "Graphs"), then from blocks of the shared cache that need no ordering, then from the
+ * device; a block it frees goes back to that pool, never to the shared cache.
  */
 #include "cuda-alloc.h"
 
@@ -74,16 +78,21 @@ void kiln__cuda_alloc_destroy(kiln_cuda_alloc *a)
     pthread_mutex_destroy(&a->mu);
 }
 
-/* Unlinks and returns a parked block of class cls, preferring one stream freed. */
-static kiln_cuda_block *take_parked(kiln_cuda_alloc *a, int cls, void *stream)
+/* Unlinks and returns a parked block of class cls, preferring one stream freed; with
+ * unordered_only, only one that stream freed or an idle one (no ordering needed). */
+static kiln_cuda_block *take_parked(kiln_cuda_alloc *a, int cls, void *stream, bool unordered_only)
 {
-    kiln_cuda_block **link = &a->parked[cls];
-    for (kiln_cuda_block **p = link; *p; p = &(*p)->next) {
+    kiln_cuda_block **link = unordered_only ? NULL : &a->parked[cls];
+    for (kiln_cuda_block **p = &a->parked[cls]; *p; p = &(*p)->next) {
         if ((*p)->stream == stream) {
             link = p;
             break;
         }
+        if (unordered_only && !link && !(*p)->stream)
+            link = p;
     }
+    if (!link)
+        return NULL;
     kiln_cuda_block *b = *link;
     if (b)
         *link = b->next;
@@ -97,6 +106,23 @@ static void count_in_use(kiln_cuda_alloc *a, size_t size)
         a->stats.peak_in_use_bytes = a->stats.in_use_bytes;
 }
 
+static kiln_cuda_graph_pool *recording_pool(kiln_cuda_alloc *a, void *stream)
+{
+    for (kiln_cuda_graph_pool *p = a->recording; p; p = p->next_recording)
+        if (p->stream == stream)
+            return p;
+    return NULL;
+}
+
+static void pool_adopt(kiln_cuda_alloc *a, kiln_cuda_graph_pool *p, kiln_cuda_block *b)
+{
+    b->pool = p;
+    b->pool_all = p->all;
+    p->all = b;
+    p->bytes += b->size;
+    a->stats.graph_bytes += b->size;
+}
+
 kiln_cuda_block *kiln__cuda_alloc_get(kiln_cuda_alloc *a, void *stream, size_t n, bool *oom)
 {
     *oom = false;
@@ -107,7 +133,17 @@ kiln_cuda_block *kiln__cuda_alloc_get(kiln_cuda_alloc *a, void *stream, size_t n
         return NULL;
     }
     pthread_mutex_lock(&a->mu);
-    kiln_cuda_block *b = take_parked(a, cls, stream);
+    kiln_cuda_graph_pool *pool = recording_pool(a, stream);
+    if (pool && pool->kept[cls]) {
+        kiln_cuda_block *k = pool->kept[cls];
+        pool->kept[cls] = k->next;
+        k->next = NULL;
+        a->stats.reuses++;
+        count_in_use(a, k->size);
+        pthread_mutex_unlock(&a->mu);
+        return k;
+    }
+    kiln_cuda_block *b = take_parked(a, cls, stream, pool != NULL);
     if (b) {
         a->stats.cached_bytes -= b->size;
         if (b->stream && b->stream != stream) {
@@ -123,6 +159,8 @@ kiln_cuda_block *kiln__cuda_alloc_get(kiln_cuda_alloc *a, void *stream, size_t n
         a->stats.reuses++;
         b->next = NULL;
         count_in_use(a, b->size);
+        if (pool)
+            pool_adopt(a, pool, b);
         pthread_mutex_unlock(&a->mu);
         return b;
     }
@@ -133,7 +171,7 @@ kiln_cuda_block *kiln__cuda_alloc_get(kiln_cuda_alloc *a, void *stream, size_t n
         return NULL;
     }
     void *ptr = a->hooks.raw_alloc(a->hooks.ud, cap);
-    if (!ptr && a->stats.cached_bytes > 0) {
+    if (!ptr && !pool && a->stats.cached_bytes > 0) {
         a->stats.oom_retries++;
         trim_locked(a, SIZE_MAX);
         ptr = a->hooks.raw_alloc(a->hooks.ud, cap);
@@ -148,6 +186,8 @@ kiln_cuda_block *kiln__cuda_alloc_get(kiln_cuda_alloc *a, void *stream, size_t n
     a->stats.reserved_bytes += cap;
     *b = (kiln_cuda_block){.ptr = ptr, .size = cap, .stream = stream, .cls = cls};
     count_in_use(a, cap);
+    if (pool)
+        pool_adopt(a, pool, b);
     pthread_mutex_unlock(&a->mu);
     return b;
 }
@@ -157,6 +197,15 @@ void kiln__cuda_alloc_put(kiln_cuda_alloc *a, void *stream, kiln_cuda_block *blk
     if (!blk)
         return;
     pthread_mutex_lock(&a->mu);
+    if (blk->pool) {
+        /* the graph addresses it at every launch: kept for its own recording only */
+        kiln_cuda_graph_pool *p = blk->pool;
+        blk->next = p->kept[blk->cls];
+        p->kept[blk->cls] = blk;
+        a->stats.in_use_bytes -= blk->size;
+        pthread_mutex_unlock(&a->mu);
+        return;
+    }
     blk->stream = stream;
     blk->next = a->parked[blk->cls];
     a->parked[blk->cls] = blk;
@@ -181,6 +230,64 @@ size_t kiln__cuda_alloc_trim(kiln_cuda_alloc *a, size_t bytes)
     size_t r = trim_locked(a, bytes);
     pthread_mutex_unlock(&a->mu);
     return r;
+}
+
+int kiln__cuda_alloc_capture_begin(kiln_cuda_alloc *a, kiln_cuda_graph_pool *p, void *stream)
+{
+    pthread_mutex_lock(&a->mu);
+    if (recording_pool(a, stream)) {
+        pthread_mutex_unlock(&a->mu);
+        return -1;
+    }
+    p->stream = stream;
+    p->recording = true;
+    p->next_recording = a->recording;
+    a->recording = p;
+    a->stats.graph_pools++;
+    pthread_mutex_unlock(&a->mu);
+    return 0;
+}
+
+void kiln__cuda_alloc_capture_end(kiln_cuda_alloc *a, kiln_cuda_graph_pool *p)
+{
+    pthread_mutex_lock(&a->mu);
+    for (kiln_cuda_graph_pool **l = &a->recording; *l; l = &(*l)->next_recording)
+        if (*l == p) {
+            *l = p->next_recording;
+            break;
+        }
+    p->recording = false;
+    p->next_recording = NULL;
+    pthread_mutex_unlock(&a->mu);
+}
+
+void kiln__cuda_alloc_pool_release(kiln_cuda_alloc *a, kiln_cuda_graph_pool *p)
+{
+    if (p->recording)
+        kiln__cuda_alloc_capture_end(a, p);
+    pthread_mutex_lock(&a->mu);
+    /* kept blocks go to the shared cache, parked on the graph's stream (whose launches
+     * of the graph precede any later work there); the rest are handed out and return
+     * to the shared cache when freed */
+    for (kiln_cuda_block *b = p->all, *next; b; b = next) {
+        next = b->pool_all;
+        b->pool = NULL;
+        b->pool_all = NULL;
+    }
+    for (int c = 0; c < KILN_CUDA_ALLOC_NCLASSES; c++)
+        while (p->kept[c]) {
+            kiln_cuda_block *b = p->kept[c];
+            p->kept[c] = b->next;
+            b->stream = p->stream;
+            b->next = a->parked[c];
+            a->parked[c] = b;
+            a->stats.cached_bytes += b->size;
+        }
+    a->stats.graph_bytes -= p->bytes;
+    a->stats.graph_pools--;
+    p->all = NULL;
+    p->bytes = 0;
+    pthread_mutex_unlock(&a->mu);
 }
 
 void kiln__cuda_alloc_stats_get(kiln_cuda_alloc *a, kiln_cuda_alloc_stats *out)

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "cuda-impl.h"
+#include "cuda-libs.h"
 
 /* ------------------------------------------------------------------ errors */
 
@@ -97,7 +98,16 @@ static void *raw_alloc(void *ud, size_t n)
 {
     kiln_cuda_device *dev = ud;
     void *p = NULL;
-    if (cudaSetDevice(dev->index) != cudaSuccess || cudaMalloc(&p, n) != cudaSuccess) {
+    /* A stream of this thread may be recording a graph: cudaMalloc is not recorded, and
+     * the allocator gives the block to that graph for as long as it lives, so the call
+     * is safe here; relaxed mode lets it through without invalidating the capture. */
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    cudaError_t e = cudaSetDevice(dev->index);
+    if (e == cudaSuccess)
+        e = cudaMalloc(&p, n);
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    if (e != cudaSuccess) {
         cudaGetLastError(); /* out of memory is not sticky: clear it */
         return NULL;
     }
@@ -180,6 +190,13 @@ static void *cuda_open_opts(const char *spec, int index, kiln_device_opts *o)
     dev->tf32 = tf32 == 1;
     pthread_mutex_init(&dev->mu, NULL);
     atomic_init(&dev->lost, false);
+    /* cuBLASLt and cuDNN are loaded at the first open (cuda-libs.h), so that libkiln
+     * itself neither needs them nor pays their loading time */
+    if (kiln__cuda_libs_load(KILN_CUDA_LIB_LT | KILN_CUDA_LIB_DNN, spec) < 0) {
+        pthread_mutex_destroy(&dev->mu);
+        free(dev);
+        return NULL;
+    }
     kiln_cuda_alloc_hooks hooks = {
         .ud = dev, .raw_alloc = raw_alloc, .raw_free = raw_free, .order = order_streams};
     kiln__cuda_alloc_init(&dev->alloc, &hooks);
@@ -265,6 +282,11 @@ static void cuda_queue_close(void *vq)
         return;
     kiln_cuda_device *dev = q->dev;
     cudaSetDevice(dev->index);
+    if (q->recording) {
+        /* closed while recording (an error path): end the capture and drop the graph */
+        kiln_backend_graph *g = kiln__cuda_capture_end(q);
+        kiln__cuda_graph_free(q, g);
+    }
     cudaStreamSynchronize(q->stream);
     cudaGetLastError();
     kiln__cuda_dnn_queue_fini(q);
@@ -287,7 +309,8 @@ static void cuda_queue_close(void *vq)
 static kiln_backend_event *cuda_event_record(void *vq)
 {
     kiln_cuda_queue *q = vq;
-    if (kiln__cuda_enter(q->dev, "event_record") < 0)
+    if (kiln__cuda_enter(q->dev, "event_record") < 0 ||
+        kiln__cuda_not_recording(q, "event_record", "cannot order another queue after a recorded point") < 0)
         return NULL;
     kiln_backend_event *ev = malloc(sizeof *ev);
     if (!ev) {
@@ -312,6 +335,8 @@ static int cuda_event_wait(void *vq, kiln_backend_event *ev)
 {
     kiln_cuda_queue *q = vq;
     int rc = kiln__cuda_enter(q->dev, "event_wait");
+    if (!rc)
+        rc = kiln__cuda_not_recording(q, "event_wait", "cannot wait on another queue's work");
     return rc ? rc : kiln__cuda_check(q, cudaStreamWaitEvent(q->stream, ev->ev, 0), "event_wait");
 }
 
@@ -319,6 +344,8 @@ static int cuda_event_sync(void *vq, kiln_backend_event *ev)
 {
     kiln_cuda_queue *q = vq;
     int rc = kiln__cuda_enter(q->dev, "event_sync");
+    if (!rc)
+        rc = kiln__cuda_not_recording(q, "event_sync", "cannot wait for the device");
     if (rc)
         return rc;
     /* parked index violations stay parked for the next sync or download, which wait
@@ -331,6 +358,8 @@ static int cuda_event_query(void *vq, kiln_backend_event *ev)
 {
     kiln_cuda_queue *q = vq;
     int rc = kiln__cuda_enter(q->dev, "event_query");
+    if (!rc)
+        rc = kiln__cuda_not_recording(q, "event_query", "cannot query the device");
     if (rc)
         return rc;
     cudaError_t e = cudaEventQuery(ev->ev);
@@ -407,6 +436,8 @@ static int cuda_buffer_upload(void *vq, kiln_buffer *dst, size_t dst_offset, con
     if (rc || n == 0)
         return rc;
     char *d = (char *)dst->blk->ptr + dst_offset;
+    if (q->recording)
+        return kiln__cuda_graph_upload(q, d, src, n);
     if (pinned(src))
         return kiln__cuda_check(q, cudaMemcpyAsync(d, src, n, cudaMemcpyHostToDevice, q->stream), "buffer_upload");
     /* pageable memory: copy into a free staging chunk, then DMA from there; a chunk is
@@ -457,6 +488,8 @@ static int cuda_buffer_download(void *vq, kiln_buffer *src, size_t src_offset, v
 {
     kiln_cuda_queue *q = vq;
     int rc = kiln__cuda_enter(q->dev, "buffer_download");
+    if (!rc)
+        rc = kiln__cuda_not_recording(q, "buffer_download", "cannot read device data on the host");
     if (rc)
         return rc;
     if (n > 0) {
@@ -472,13 +505,16 @@ static int cuda_sync(void *vq)
 {
     kiln_cuda_queue *q = vq;
     int rc = kiln__cuda_enter(q->dev, "sync");
+    if (!rc)
+        rc = kiln__cuda_not_recording(q, "sync", "cannot wait for the device");
     return rc ? rc : wait_queue(q, "sync");
 }
 
 static void *cuda_host_alloc(void *vq, size_t nbytes)
 {
     kiln_cuda_queue *q = vq;
-    if (kiln__cuda_enter(q->dev, "host_alloc") < 0)
+    if (kiln__cuda_enter(q->dev, "host_alloc") < 0 ||
+        kiln__cuda_not_recording(q, "host_alloc", "cannot allocate pinned memory") < 0)
         return NULL;
     void *p = NULL;
     cudaError_t e = cudaHostAlloc(&p, nbytes ? nbytes : 1, cudaHostAllocPortable);
@@ -632,6 +668,7 @@ static const kiln_backend_iface cuda_iface = {
     .index_select = kiln__cuda_index_select,
     .index_add = kiln__cuda_index_add,
     .matmul = kiln__cuda_matmul,
+    .matmul_fused = kiln__cuda_matmul_fused,
     .conv = kiln__cuda_conv,
     .conv_backward_input = kiln__cuda_conv_backward_input,
     .conv_backward_weight = kiln__cuda_conv_backward_weight,
@@ -648,6 +685,10 @@ static const kiln_backend_iface cuda_iface = {
     .adam_step = kiln__cuda_adam_step,
     .memory = cuda_memory,
     .lost = cuda_lost,
+    .capture_begin = kiln__cuda_capture_begin,
+    .capture_end = kiln__cuda_capture_end,
+    .graph_launch = kiln__cuda_graph_launch,
+    .graph_free = kiln__cuda_graph_free,
 };
 
 const kiln_backend_iface *kiln_backend_cuda(void)

@@ -11,19 +11,28 @@
  * f32 computes in exact f32 unless the device was opened with tf32=on (then
  * CUBLAS_COMPUTE_32F_FAST_TF32); f16 and bf16 accumulate in f32; f64 in f64. Integer
  * dtypes are not offered (supports() says so and the engine reports it).
+ *
+ * matmul_fused hands the epilogue to cuBLASLt: a bias over the output's last dim (the
+ * rows of the column-major product, so one bias vector shared by every batch) through
+ * CUBLASLT_EPILOGUE_BIAS, relu through CUBLASLT_EPILOGUE_RELU(_BIAS), and a residual as
+ * the C operand with beta 1 (D = relu(A·B + C + bias)). Other activations are refused
+ * (KILN_ENOTSUP without a message): the engine then runs matmul and the epilogue kernel.
+ * cuBLASLt's GELU epilogue is the tanh approximation, which kiln's epilogue has no
+ * activation for (its Gelu is the erf form), so it is not used.
  */
 #include <cublasLt.h>
 #include <cublas_api.h>
 #include <string.h>
 
 #include "cuda-impl.h"
+#include "cuda-libs.h"
 
 int kiln__cuda_blas_init(kiln_cuda_device *dev)
 {
     cublasLtHandle_t lt = NULL;
     cublasStatus_t st = cublasLtCreate(&lt);
     if (st != CUBLAS_STATUS_SUCCESS) {
-        kiln__error_set("%s: cannot start cuBLASLt (%s)", dev->name, cublasGetStatusString(st));
+        kiln__error_set("%s: cannot start cuBLASLt (%s)", dev->name, cublasLtGetStatusString(st));
         return -1;
     }
     dev->blas_lt = lt;
@@ -47,7 +56,7 @@ static int blas_fail(kiln_cuda_queue *q, cublasStatus_t st, const char *what)
     cudaError_t e = cudaPeekAtLastError();
     if (st == CUBLAS_STATUS_EXECUTION_FAILED && e != cudaSuccess)
         return kiln__cuda_fail(q->dev, e, "matmul");
-    kiln__error_set("matmul on %s: %s failed: %s", q->dev->name, what, cublasGetStatusString(st));
+    kiln__error_set("matmul on %s: %s failed: %s", q->dev->name, what, cublasLtGetStatusString(st));
     return KILN_EDEVICE;
 }
 
@@ -145,7 +154,10 @@ static int contiguous_copy(kiln_cuda_queue *q, const kiln_tdesc *t, kiln_tdesc *
 }
 
 static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *oa, const lt_operand *ob, int64_t m,
-                  int64_t n, int64_t k, int64_t batch);
+                  int64_t n, int64_t k, int64_t batch, const kiln_epilogue *ep);
+
+static int matmul(kiln_cuda_queue *q, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b,
+                  const kiln_epilogue *ep);
 
 /* a or b as a view of out's ndim: batch dims aligned from the right, stride 0 where they
  * broadcast, the last two dims as they are */
@@ -185,8 +197,25 @@ int kiln__cuda_matmul(void *vq, const kiln_tdesc *out, const kiln_tdesc *a, cons
 {
     kiln_cuda_queue *q = vq;
     int rc = kiln__cuda_enter(q->dev, "matmul");
+    return rc ? rc : matmul(q, out, a, b, NULL);
+}
+
+int kiln__cuda_matmul_fused(void *vq, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b,
+                            const kiln_epilogue *ep)
+{
+    kiln_cuda_queue *q = vq;
+    int rc = kiln__cuda_enter(q->dev, "matmul_fused");
     if (rc)
         return rc;
+    if (out->dtype != KILN_F32 || (ep->act != KILN_EPI_NONE && ep->act != KILN_EPI_RELU))
+        return KILN_ENOTSUP; /* the engine runs matmul and the epilogue kernel */
+    return matmul(q, out, a, b, ep);
+}
+
+static int matmul(kiln_cuda_queue *q, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b,
+                  const kiln_epilogue *ep)
+{
+    int rc = 0;
     kiln_dtype dt = out->dtype;
     if (int_dtype(dt) && int_dtype(a->dtype) && int_dtype(b->dtype) && out->ndim >= 2 && a->ndim >= 2 &&
         b->ndim >= 2)
@@ -202,8 +231,10 @@ int kiln__cuda_matmul(void *vq, const kiln_tdesc *out, const kiln_tdesc *a, cons
         batch *= out->shape[d];
     if (m == 0 || n == 0 || batch == 0)
         return 0;
-    if (k == 0) /* an empty sum */
-        return kiln__cuda_fill(vq, out, 0.0);
+    if (k == 0) { /* an empty sum, then the epilogue over zeros */
+        rc = kiln__cuda_fill(q, out, 0.0);
+        return rc || !ep ? rc : kiln__cuda_epilogue(q, out, ep);
+    }
     if (batch > INT32_MAX)
         return kiln__error_set("matmul on %s: %lld batches exceed cuBLASLt's limit", q->dev->name,
                                (long long)batch),
@@ -232,7 +263,7 @@ int kiln__cuda_matmul(void *vq, const kiln_tdesc *out, const kiln_tdesc *a, cons
     } else {
         oa.ptr = kiln__cuda_ptr(a);
     }
-    rc = run_lt(q, out, &ob, &oa, m, n, k, batch);
+    rc = run_lt(q, out, &ob, &oa, m, n, k, batch, ep);
 done:
     if (ablk)
         kiln__cuda_alloc_put(&q->dev->alloc, q->stream, ablk);
@@ -241,8 +272,19 @@ done:
     return rc;
 }
 
+/* The largest power of two (at most 256) that divides p: cuBLASLt's heuristic assumes
+ * 256-byte aligned operands unless told otherwise, and a view's offset may break that. */
+static uint32_t alignment(const void *p)
+{
+    uintptr_t v = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 1 && v % al)
+        al /= 2;
+    return al;
+}
+
 static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *first, const lt_operand *second,
-                  int64_t m, int64_t n, int64_t k, int64_t batch)
+                  int64_t m, int64_t n, int64_t k, int64_t batch, const kiln_epilogue *ep)
 {
     kiln_dtype dt = out->dtype;
     cudaDataType_t type = dt == KILN_F32   ? CUDA_R_32F
@@ -281,6 +323,19 @@ static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *f
         if (st == CUBLAS_STATUS_SUCCESS)
             st = cublasLtMatrixLayoutCreate(&lc, type, (uint64_t)n, (uint64_t)m, n);
     }
+    void *c = kiln__cuda_ptr(out);
+    const void *cin = ep && ep->residual ? kiln__cuda_ptr(ep->residual) : c;
+    if (st == CUBLAS_STATUS_SUCCESS && ep) {
+        what = "setting the epilogue";
+        bool relu = ep->act == KILN_EPI_RELU;
+        cublasLtEpilogue_t epi = ep->bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                                          : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+        st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+        if (st == CUBLAS_STATUS_SUCCESS && ep->bias) {
+            const void *bias = kiln__cuda_ptr(ep->bias);
+            st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+        }
+    }
     if (st == CUBLAS_STATUS_SUCCESS && batch > 1) {
         cublasLtMatrixLayout_t ls[3] = {la, lb, lc};
         int64_t strides[3] = {first->batch_stride, second->batch_stride, c_stride};
@@ -299,6 +354,12 @@ static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *f
         if (st == CUBLAS_STATUS_SUCCESS)
             st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
                                                       sizeof ws_bytes);
+        uint32_t al[4] = {alignment(first->ptr), alignment(second->ptr), alignment(cin), alignment(c)};
+        cublasLtMatmulPreferenceAttributes_t which[4] = {
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
+            st = cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]);
         if (st == CUBLAS_STATUS_SUCCESS)
             st = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)q->dev->blas_lt, op, la, lb, lc, lc, pref, 1,
                                                 &heur, &found);
@@ -310,16 +371,20 @@ static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *f
         float one_f = 1.0f, zero_f = 0.0f;
         double one_d = 1.0, zero_d = 0.0;
         const void *alpha = dt == KILN_F64 ? (const void *)&one_d : (const void *)&one_f;
-        const void *beta = dt == KILN_F64 ? (const void *)&zero_d : (const void *)&zero_f;
-        void *c = kiln__cuda_ptr(out);
-        st = cublasLtMatmul((cublasLtHandle_t)q->dev->blas_lt, op, alpha, first->ptr, la, second->ptr, lb, beta, c,
-                            lc, c, lc, &heur.algo, ws, ws_bytes, q->stream);
+        /* beta 1 adds the residual (C); 0 ignores C, which is then the output itself */
+        bool res = ep && ep->residual;
+        const void *beta = dt == KILN_F64 ? (const void *)(res ? &one_d : &zero_d)
+                                          : (const void *)(res ? &one_f : &zero_f);
+        st = cublasLtMatmul((cublasLtHandle_t)q->dev->blas_lt, op, alpha, first->ptr, la, second->ptr, lb, beta,
+                            cin, lc, c, lc, &heur.algo, ws, ws_bytes, q->stream);
     }
     (void)k;
-    if (st != CUBLAS_STATUS_SUCCESS)
+    if (ep && st == CUBLAS_STATUS_NOT_SUPPORTED && !strcmp(what, "choosing an algorithm"))
+        rc = KILN_ENOTSUP; /* no kernel with this epilogue: the engine runs matmul, then the epilogue */
+    else if (st != CUBLAS_STATUS_SUCCESS)
         rc = blas_fail(q, st, what);
     else
-        q->last_op = "matmul";
+        q->last_op = ep ? "matmul_fused" : "matmul";
     if (pref)
         cublasLtMatmulPreferenceDestroy(pref);
     if (lc)

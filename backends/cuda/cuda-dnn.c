@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cuda-impl.h"
+#include "cuda-libs.h"
 
 enum {
     DIR_FWD = 0,

@@ -68,6 +68,27 @@ typedef struct kiln_cuda_check_slot {
     int64_t lo, hi;
 } kiln_cuda_check_slot;
 
+/** Graphs launched on a queue whose index checks wait for the queue's next report. */
+#define KILN_CUDA_PENDING_GRAPHS 8
+
+/** A recorded graph (cuda-graph.c). Its index checks write to slots of its own (in its
+ *  pool), which every launch fills again and the queue's next report reads. */
+struct kiln_backend_graph {
+    struct kiln_cuda_queue *q;
+    cudaGraphExec_t exec;
+    kiln_cuda_graph_pool pool;
+    kiln_cuda_block *check_blk; /* KILN_CUDA_CHECK_SLOTS kcu_index_flag; NULL without checks */
+    kiln_cuda_check_slot checks[KILN_CUDA_CHECK_SLOTS];
+    int nchecks;
+    bool pending; /* launched since the queue's last report */
+    /* pinned copies of the host data uploaded while recording, which every launch copies
+     * again: chunks of at least KILN_CUDA_GRAPH_HOST_CHUNK bytes, filled in order */
+    void **host;
+    int nhost, host_cap;
+    size_t host_used, host_size; /* of the last chunk */
+};
+#define KILN_CUDA_GRAPH_HOST_CHUNK ((size_t)64 << 10)
+
 typedef struct kiln_cuda_queue {
     kiln_cuda_device *dev;
     cudaStream_t stream;
@@ -84,6 +105,17 @@ typedef struct kiln_cuda_queue {
     /* cuBLASLt / cuDNN scratch, taken from the allocator on first use */
     kiln_cuda_block *workspace;
     void *dnn; /* cudnnHandle_t, made on first convolution */
+    /* graph recording (cuda-graph.c): the graph this stream records now, and what broke
+     * the recording (empty while nothing did) */
+    struct kiln_backend_graph *recording;
+    char broken[200];
+    /* graphs launched since the last report whose index checks are still to be read, and
+     * a violation read from a graph freed before that report (reported by it) */
+    struct kiln_backend_graph *pending[KILN_CUDA_PENDING_GRAPHS];
+    int npending;
+    bool kept;
+    kiln_cuda_check_slot kept_check;
+    int64_t kept_value;
 } kiln_cuda_queue;
 
 /** The registration function (engine/device.c refers to it weakly). */
@@ -106,6 +138,27 @@ int kiln__cuda_lost_check(kiln_cuda_device *dev, const char *op);
 int kiln__cuda_enter(kiln_cuda_device *dev, const char *op);
 /** Whether the device was lost, and why (NULL while it works). */
 const char *kiln__cuda_device_lost(kiln_cuda_device *dev);
+
+/* ------------------------------------------------------- graphs (cuda-graph.c) */
+
+/** An entry that cannot be recorded in a graph, called while q records: breaks the
+ *  recording (capture_end then says why) and returns KILN_ENOTSUP with a message. */
+int kiln__cuda_refuse_recording(kiln_cuda_queue *q, const char *op, const char *why);
+/** 0 while q does not record; kiln__cuda_refuse_recording's refusal while it does. */
+static inline int kiln__cuda_not_recording(kiln_cuda_queue *q, const char *op, const char *why)
+{
+    return q->recording ? kiln__cuda_refuse_recording(q, op, why) : 0;
+}
+/** index_check while q records: the check goes to the graph's own slots. */
+int kiln__cuda_graph_index_check(kiln_cuda_queue *q, const kiln_tdesc *index, int64_t lo, int64_t hi,
+                                 const char *op, const char *noun);
+/** buffer_upload while q records: src is copied into pinned memory the graph keeps, and
+ *  the recorded copy (done again by every launch) reads from there. */
+int kiln__cuda_graph_upload(kiln_cuda_queue *q, void *dst, const void *src, size_t n);
+int kiln__cuda_capture_begin(void *q);
+kiln_backend_graph *kiln__cuda_capture_end(void *q);
+int kiln__cuda_graph_launch(void *q, kiln_backend_graph *g);
+void kiln__cuda_graph_free(void *q, kiln_backend_graph *g);
 
 /* ---------------------------------------------------------------- operands */
 
@@ -170,6 +223,8 @@ int kiln__cuda_checks_report(kiln_cuda_queue *q);
 
 /* cuda-blas.c */
 int kiln__cuda_matmul(void *q, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b);
+int kiln__cuda_matmul_fused(void *q, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b,
+                            const kiln_epilogue *ep);
 int kiln__cuda_blas_init(kiln_cuda_device *dev);
 void kiln__cuda_blas_fini(kiln_cuda_device *dev);
 

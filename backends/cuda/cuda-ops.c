@@ -194,25 +194,47 @@ int kiln__cuda_sort(void *vq, const kiln_tdesc *values, const kiln_tdesc *indice
 
 /* ------------------------------------------------------------ index checks */
 
+/* The queue's own slots, then those of the graphs launched since the last report (in
+ * launch order), all read after one wait. */
 int kiln__cuda_checks_report(kiln_cuda_queue *q)
 {
-    if (q->nchecks == 0)
+    if (q->kept) {
+        q->kept = false;
+        return kiln__index_error(q->kept_check.op, q->kept_check.noun, q->kept_value, q->kept_check.lo,
+                                 q->kept_check.hi);
+    }
+    if (q->nchecks == 0 && q->npending == 0)
         return 0;
     kcu_index_flag flags[KILN_CUDA_CHECK_SLOTS];
-    int n = q->nchecks;
+    kcu_index_flag gflags[KILN_CUDA_PENDING_GRAPHS][KILN_CUDA_CHECK_SLOTS];
+    int n = q->nchecks, ng = q->npending;
     q->nchecks = 0;
-    cudaError_t e = cudaMemcpyAsync(flags, q->check_blk->ptr, (size_t)n * sizeof *flags, cudaMemcpyDeviceToHost,
-                                    q->stream);
+    q->npending = 0;
+    cudaError_t e = cudaSuccess;
+    if (n)
+        e = cudaMemcpyAsync(flags, q->check_blk->ptr, (size_t)n * sizeof *flags, cudaMemcpyDeviceToHost,
+                            q->stream);
+    for (int k = 0; k < ng && e == cudaSuccess; k++)
+        e = cudaMemcpyAsync(gflags[k], q->pending[k]->check_blk->ptr,
+                            (size_t)q->pending[k]->nchecks * sizeof *flags, cudaMemcpyDeviceToHost, q->stream);
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(q->stream);
-    if (e == cudaSuccess)
+    if (e == cudaSuccess && n)
         e = cudaMemsetAsync(q->check_blk->ptr, 0, (size_t)n * sizeof *flags, q->stream);
+    for (int k = 0; k < ng; k++)
+        q->pending[k]->pending = false;
     if (e != cudaSuccess)
         return kiln__cuda_fail(q->dev, e, "index check (reading its result)");
     for (int i = 0; i < n; i++)
         if (flags[i].flag)
             return kiln__index_error(q->checks[i].op, q->checks[i].noun, flags[i].value, q->checks[i].lo,
                                      q->checks[i].hi);
+    for (int k = 0; k < ng; k++)
+        for (int i = 0; i < q->pending[k]->nchecks; i++)
+            if (gflags[k][i].flag) {
+                const kiln_cuda_check_slot *c = &q->pending[k]->checks[i];
+                return kiln__index_error(c->op, c->noun, gflags[k][i].value, c->lo, c->hi);
+            }
     return 0;
 }
 
@@ -220,6 +242,8 @@ int kiln__cuda_index_check(void *vq, const kiln_tdesc *index, int64_t lo, int64_
                            const char *noun)
 {
     ENTER(q, "index_check");
+    if (q->recording) /* the graph's own slots, read after each launch */
+        return kiln__cuda_graph_index_check(q, index, lo, hi, op, noun);
     if (!q->check_blk) {
         bool oom = false;
         size_t bytes = KILN_CUDA_CHECK_SLOTS * sizeof(kcu_index_flag);

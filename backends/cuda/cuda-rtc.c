@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda-libs.h"
 #include "error-impl.h"
 
 /* The statement computing op on x into x, or NULL when the generator lacks it. */
@@ -147,6 +148,8 @@ int kiln__cuda_rtc_compile(const char *source, const char *name, int major, int 
     *ptx = NULL;
     if (major < 5 || major > 20 || minor < 0 || minor > 9)
         return kiln__error_set("cuda rtc: compute capability %d.%d is out of range", major, minor);
+    if (kiln__cuda_libs_load(KILN_CUDA_LIB_NVRTC, "cuda rtc") < 0)
+        return -1;
     nvrtcProgram prog;
     nvrtcResult r = nvrtcCreateProgram(&prog, source, name, 0, NULL, NULL);
     if (r != NVRTC_SUCCESS)

@@ -9,8 +9,11 @@
  * kernel's page faulting, not the model), then RUNS more (default 10), and prints one JSON
  * line: {"ms": median run, "min_ms", "rss_mb": peak resident set of this process, "err":
  * max|kiln - ort| / max|ort| over the outputs, against the "out.<name>" tensors that ONNX
- * Runtime computed}. The error travels with the time so that a fast wrong answer cannot
- * pass the bench. One model per process, so the peak memory is that model's.
+ * Runtime computed, "graph": whether the timed runs launched a recorded graph
+ * (kiln_onnx_options.graphs, on a device that records them; KILN_ONNX_GRAPHS=0 turns them
+ * off), "graph_broken": what broke the recording when one broke}. The error travels with
+ * the time so that a fast wrong answer cannot pass the bench. One model per process, so the
+ * peak memory is that model's.
  */
 #include <math.h>
 #include <stdio.h>
@@ -110,8 +113,21 @@ int main(int argc, char **argv) {
     qsort(t, (size_t)runs, sizeof *t, cmp_double);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("{\"ms\": %.3f, \"min_ms\": %.3f, \"rss_mb\": %.1f, \"err\": %.3g}\n", t[runs / 2], t[0],
-           ru.ru_maxrss / 1024.0, isfinite(err) ? err : 1e30);
+    kiln_onnx_graph_stats gs;
+    if (kiln_onnx_graph_stats_get(m, &gs))
+        memset(&gs, 0, sizeof gs);
+    /* the reason as a JSON string: quotes, backslashes and control bytes left out */
+    char why[sizeof gs.last_broken];
+    size_t w = 0;
+    for (const char *c = gs.last_broken; *c && w + 1 < sizeof why; c++)
+        if (*c != '"' && *c != '\\' && (unsigned char)*c >= 0x20)
+            why[w++] = *c;
+    why[w] = 0;
+    printf("{\"ms\": %.3f, \"min_ms\": %.3f, \"rss_mb\": %.1f, \"err\": %.3g, \"graph\": %s, "
+           "\"graph_launches\": %llu, \"graph_broken\": \"%s\"}\n",
+           t[runs / 2], t[0], ru.ru_maxrss / 1024.0, isfinite(err) ? err : 1e30,
+           gs.last_run_graph && gs.launched >= (uint64_t)runs ? "true" : "false", (unsigned long long)gs.launched,
+           why);
     free(t);
     for (int i = 0; i < MAX_IO; i++) { kiln_tensor_release(ins[i]); kiln_tensor_release(outs[i]); }
     kiln_safetensors_close(st);

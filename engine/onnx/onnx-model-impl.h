@@ -10,6 +10,8 @@
 
 #include "onnx-impl.h"
 
+typedef struct kiln__onnx_graphs kiln__onnx_graphs;
+
 /* One node of the plan. */
 typedef struct kiln__onnx_mnode {
     kiln__onnx_node info;
@@ -67,6 +69,7 @@ struct kiln_onnx_model {
     bool *host_vals;
     kiln_tensor **host_consts;
     unsigned *host_const_ver;
+    kiln__onnx_graphs *graphs; /* recorded graphs per input signature (onnx-graph.c) */
 };
 
 /** Sets the error "onnx: node NAME (OP) what: <the current error>" and returns it (negative). */
@@ -77,6 +80,34 @@ int kiln__onnx_node_fail(const kiln__onnx_mnode *n, const char *what);
  * to the empty slots of vals as new references. 0, or negative with the error naming the node.
  */
 int kiln__onnx_run_node(kiln_onnx_model *m, const kiln__onnx_mnode *n, kiln_tensor **vals);
+
+/** Puts the run's inputs (given, in the model's input order) into vals, copied to the
+ *  model's device when they live elsewhere. 0, or -1 with a message. */
+int kiln__onnx_bind_inputs(kiln_onnx_model *m, kiln_tensor *const *given, kiln_tensor **vals);
+
+/** Runs every live node on vals (inputs bound; consts the constants, with the cached
+ *  weight-derived values when use_derived) and writes noutputs new references to out.
+ *  Intermediates are released after their last reader; the caller releases what is left
+ *  in vals. 0, or -1 with the error naming the node. */
+int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *const *consts, bool use_derived,
+                        int noutputs, kiln_tensor **out);
+
+/* Graphs (onnx-graph.c): on a device that records them (kiln__graph_supported), the first
+ * run without grad of an input signature runs as usual, the second is recorded and every
+ * later one launches the recording. */
+/** NULL with a message when out of memory; enabled false keeps every run eager. */
+kiln__onnx_graphs *kiln__onnx_graphs_new(bool enabled);
+/** Frees the recorded graphs (the model's device and queues still open). */
+void kiln__onnx_graphs_free(kiln__onnx_graphs *g);
+/** Drops every recorded graph: the weights they address changed (kiln_onnx_set_trainable). */
+void kiln__onnx_graphs_drop(kiln__onnx_graphs *g);
+int kiln__onnx_graphs_stats(const kiln__onnx_graphs *g, kiln_onnx_graph_stats *out);
+/** Serves a run from a recorded graph when it can: 1 with out filled (new references),
+ *  0 when the caller must run the plan itself (nothing done that it would notice: a
+ *  broken recording is left behind without an error), -1 with a message on an error the
+ *  run would have met anyway (copying an input in, launching). */
+int kiln__onnx_graph_run(kiln_onnx_model *m, kiln_tensor *const *given, kiln_tensor *const *consts,
+                         bool use_derived, int noutputs, kiln_tensor **out);
 
 /** Releases the cached weight-derived values (not the constants lent beside them) and marks the
  *  cache stale. Safe on a model without derived nodes. */

@@ -28,8 +28,8 @@
 #define FOLD_MAX_NUMEL 4096
 
 kiln_onnx_options kiln_onnx_options_default(void) {
-    return (kiln_onnx_options){.fold_batchnorm = true, .fuse_epilogues = true, .max_file_bytes = 0,
-                                 .arena = true};
+    return (kiln_onnx_options){
+        .fold_batchnorm = true, .fuse_epilogues = true, .max_file_bytes = 0, .arena = true, .graphs = true};
 }
 
 /* ------------------------------------------------------------- value names */
@@ -555,6 +555,14 @@ static kiln_onnx_model *load_bytes(const uint8_t *buf, size_t len, const char *p
     if (arena && *arena) o.arena = strcmp(arena, "0") != 0;
     m->arenas = kiln__onnx_arenas_new(o.arena);
     if (!m->arenas) { kiln_onnx_free(m); return NULL; }
+    const char *graphs = kiln__option_env("onnx", "graphs", NULL);
+    if (graphs && *graphs)
+        o.graphs = strcmp(graphs, "0") != 0;
+    m->graphs = kiln__onnx_graphs_new(o.graphs);
+    if (!m->graphs) {
+        kiln_onnx_free(m);
+        return NULL;
+    }
     const char *prof = kiln__option_env("onnx", "profile", NULL);
     if (prof && *prof && strcmp(prof, "0")) m->prof_ms = calloc((size_t)m->nnodes + 1, sizeof *m->prof_ms);
     m->prof_nodes = prof && !strcmp(prof, "nodes");
@@ -596,6 +604,7 @@ void kiln_onnx_free(kiln_onnx_model *m) {
     if (m->prof_ms)
         kiln__onnx_print_profile(m);
     free(m->prof_ms);
+    kiln__onnx_graphs_free(m->graphs); /* first: its graphs address the values below */
     kiln__onnx_derived_drop(m); /* before the constants: it tells cached values from lent constants */
     for (int v = 0; v < m->nvalues; v++) {
         kiln_tensor_release(m->consts[v]);
@@ -618,6 +627,15 @@ void kiln_onnx_free(kiln_onnx_model *m) {
 int kiln_onnx_arena_stats_get(kiln_onnx_model *m, kiln_onnx_arena_stats *out) {
     if (!m || !out) return kiln__error_set("onnx: arena_stats_get: NULL argument");
     return kiln__onnx_arenas_stats(m->arenas, out);
+}
+
+int kiln_onnx_graph_stats_get(kiln_onnx_model *m, kiln_onnx_graph_stats *out)
+{
+    if (!m || !out)
+        return kiln__error_set("onnx: graph_stats_get: NULL argument");
+    int rc = kiln__onnx_graphs_stats(m->graphs, out);
+    out->supported = kiln__graph_supported(m->dev);
+    return rc;
 }
 
 /* --------------------------------------------------------------- queries */
@@ -650,6 +668,7 @@ kiln_tensor *kiln_onnx_param(const kiln_onnx_model *m, int i) {
 
 int kiln_onnx_set_trainable(kiln_onnx_model *m, bool on) {
     if (!m) return kiln__error_set("onnx: NULL model");
+    kiln__onnx_graphs_drop(m->graphs); /* recorded without grad, for the weights as they were */
     /* packed weights are copies: training changes the originals, so they are made again
      * at the next run that can use them */
     for (int k = 0; k < m->nnodes; k++) {

@@ -144,7 +144,14 @@ static int op_gemm(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, in
     if (kiln_tensor_ndim(a) != 2 || kiln_tensor_ndim(b) != 2) return kiln__onnx_fail(n, "A and B must be 2-D");
     if (ta) a = kiln_transpose(a, 0, 1);
     kiln_tensor *y;
-    if (tb && alpha == 1.0 && (!c || (beta == 1.0 && kiln_tensor_ndim(c) == 1)) && !ta)
+    bool linear = tb && alpha == 1.0 && (!c || (beta == 1.0 && kiln_tensor_ndim(c) == 1)) && !ta;
+    if (linear && n->fuse_act != KILN_EPI_NONE && !kiln_grad_enabled()) {
+        /* x Wᵀ + b then the activation, in the product where the device fuses them */
+        out[0] = kiln__matmul_epilogue(a, kiln_transpose(b, 0, 1), c, NULL, (kiln_epilogue_act)n->fuse_act,
+                                       n->fuse_alpha, n->fuse_beta);
+        return ok(out);
+    }
+    if (linear)
         y = kiln_linear(a, b, c);                 /* the common Linear layer: x Wᵀ + b */
     else {
         y = kiln_matmul(a, tb ? kiln_transpose(b, 0, 1) : b);
@@ -175,21 +182,24 @@ static int op_matmul(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, 
         for (int d = 0; d < ra - 1; d++) { shape[d] = kiln_tensor_dim(a, d); rows *= shape[d]; }
         shape[ra - 1] = kiln_tensor_dim(b, 1);
         int64_t flat[2] = {rows, k}, oflat[2] = {rows, shape[ra - 1]};
-        kiln_tensor *y = kiln_matmul(kiln_reshape(a, 2, flat), b);
-        /* the epilogue runs on the flat result, which nobody else holds yet; a residual
-         * of the full shape is flattened alike (a bias broadcasts over rows either way) */
+        /* the epilogue runs on the flat result (in the product itself where the device
+         * fuses it); a residual of the full shape is flattened alike (a bias broadcasts
+         * over rows either way) */
         bool res_flat = res && kiln_tensor_ndim(res) == ra;
         for (int d = 0; res_flat && d < ra; d++) res_flat = kiln_tensor_dim(res, d) == shape[d];
-        if (y && fused && (!res || res_flat))
-            y = kiln__epilogue(y, bias, res ? kiln_reshape(res, 2, oflat) : NULL, act, n->fuse_alpha, n->fuse_beta);
-        else if (y && fused)
-            y = kiln__epilogue(kiln_reshape(y, ra, shape), bias, res, act, n->fuse_alpha, n->fuse_beta);
+        kiln_tensor *y;
+        if (fused && (!res || res_flat))
+            y = kiln__matmul_epilogue(kiln_reshape(a, 2, flat), b, bias, res ? kiln_reshape(res, 2, oflat) : NULL,
+                                      act, n->fuse_alpha, n->fuse_beta);
+        else {
+            y = kiln_matmul(kiln_reshape(a, 2, flat), b);
+            if (y && fused)
+                y = kiln__epilogue(kiln_reshape(y, ra, shape), bias, res, act, n->fuse_alpha, n->fuse_beta);
+        }
         out[0] = y && kiln_tensor_ndim(y) != ra ? kiln_reshape(y, ra, shape) : y;
         return ok(out);
     }
-    kiln_tensor *y = kiln_matmul(a, b);
-    if (y && fused) y = kiln__epilogue(y, bias, res, act, n->fuse_alpha, n->fuse_beta);
-    out[0] = y;
+    out[0] = fused ? kiln__matmul_epilogue(a, b, bias, res, act, n->fuse_alpha, n->fuse_beta) : kiln_matmul(a, b);
     return ok(out);
 }
 

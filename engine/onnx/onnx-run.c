@@ -173,41 +173,8 @@ static int refresh_derived(kiln_onnx_model *m)
 
 /* --------------------------------------------------------------- running */
 
-int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_names, kiln_tensor *const *inputs,
-                  int noutputs, kiln_tensor **out)
+int kiln__onnx_bind_inputs(kiln_onnx_model *m, kiln_tensor *const *given, kiln_tensor **vals)
 {
-    if (!m || (ninputs && (!input_names || !inputs)) || (noutputs && !out))
-        return kiln__error_set("onnx: run: NULL argument");
-    if (noutputs > m->noutputs)
-        return kiln__error_set("onnx: run: %d outputs asked, the graph has %d", noutputs, m->noutputs);
-    for (int i = 0; i < noutputs; i++)
-        out[i] = NULL;
-    kiln_tensor **vals = calloc((size_t)m->nvalues + 1, sizeof *vals);
-    kiln_tensor **given = calloc((size_t)m->ninputs + 1, sizeof *given);
-    kiln__onnx_arena_run *arena = NULL;
-    int rc = -1;
-    if (!vals || !given) {
-        kiln__error_set("onnx: out of memory");
-        goto out;
-    }
-    for (int i = 0; i < m->ninputs; i++) {
-        const char *name = m->vnames[m->input_vals[i]];
-        for (int j = 0; j < ninputs; j++)
-            if (input_names[j] && !strcmp(input_names[j], name))
-                given[i] = inputs[j];
-        if (!given[i]) {
-            kiln__error_set("onnx: run: input '%s' not given", name);
-            goto out;
-        }
-    }
-    /* weight-derived values: cached outside grad mode, made before the arena so that no
-     * planned block ever holds one */
-    bool use_derived = m->nderived && !kiln_grad_enabled();
-    if (use_derived && !derived_fresh(m) && refresh_derived(m))
-        goto out;
-    kiln_tensor *const *consts = use_derived ? m->derived_vals : m->consts;
-    /* from here every allocation on the device is recorded or placed by a plan */
-    arena = kiln__onnx_arena_begin(m->arenas, m->dev, m->ninputs, given, noutputs);
     for (int i = 0; i < m->ninputs; i++) {
         kiln_tensor *t = given[i];
         vals[m->input_vals[i]] = kiln_tensor_device(t) == m->dev ? kiln_tensor_retain(t)
@@ -215,8 +182,14 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
         if (kiln_tensor_device(t) != m->dev && vals[m->input_vals[i]])
             kiln_keep(vals[m->input_vals[i]]);
         if (!vals[m->input_vals[i]])
-            goto out;
+            return -1;
     }
+    return 0;
+}
+
+int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *const *consts, bool use_derived,
+                        int noutputs, kiln_tensor **out)
+{
     for (int k = 0; k < m->nnodes; k++) {
         const kiln__onnx_mnode *n = &m->nodes[k];
         if (n->dead || (use_derived && n->derived))
@@ -229,8 +202,12 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
             cin[j] = v >= 0 && consts[v] ? consts[v] : NULL;
             if (cin[j] && m->host_dev && cin[j] == m->consts[v] &&
                 (n->host || (kiln_tensor_numel(cin[j]) <= 64 && kiln__onnx_reads_int_arg(n, j))) &&
-                !(cin[j] = kiln__onnx_host_const(m, v)))
-                goto out;
+                !(cin[j] = kiln__onnx_host_const(m, v))) {
+                for (int i = 0; i < j; i++) /* give back what was borrowed so far */
+                    if (cin[i])
+                        vals[n->in[i]] = NULL;
+                return -1;
+            }
             if (cin[j] && !vals[v])
                 vals[v] = cin[j];
             else
@@ -252,7 +229,10 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
                         vals[n->in[i]] = held[i];
                         kiln_tensor_release(upload[i]);
                     }
-                    goto out;
+                    for (int i = 0; i < n->nin && i < 64; i++)
+                        if (cin[i])
+                            vals[n->in[i]] = NULL;
+                    return -1;
                 }
                 kiln_keep(u);
                 /* input positions of the swapped values are remembered through held/upload
@@ -303,7 +283,7 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
             if (cin[j])
                 vals[n->in[j]] = NULL;
         if (r)
-            goto out;
+            return -1;
         for (int j = 0; j < n->nin; j++) {
             int v = n->in[j];
             if (v >= 0 && m->last_use[v] == k && !consts[v]) {
@@ -317,16 +297,67 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
         kiln_tensor *t = vals[v] ? vals[v] : consts[v];
         if (!t) {
             kiln__error_set("onnx: output '%s' was not computed", m->vnames[v]);
-            goto out;
+            return -1;
         }
         /* a graph output computed on the host goes back to the model's device */
         out[i] = kiln_tensor_device(t) == m->dev ? kiln_tensor_retain(t) : kiln_to_device(t, m->dev);
         if (!out[i])
-            goto out;
+            return -1;
         if (kiln_tensor_device(t) != m->dev)
             kiln_keep(out[i]);
     }
     m->prof_runs++;
+    return 0;
+}
+
+int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_names, kiln_tensor *const *inputs,
+                  int noutputs, kiln_tensor **out)
+{
+    if (!m || (ninputs && (!input_names || !inputs)) || (noutputs && !out))
+        return kiln__error_set("onnx: run: NULL argument");
+    if (noutputs > m->noutputs)
+        return kiln__error_set("onnx: run: %d outputs asked, the graph has %d", noutputs, m->noutputs);
+    for (int i = 0; i < noutputs; i++)
+        out[i] = NULL;
+    kiln_tensor **vals = calloc((size_t)m->nvalues + 1, sizeof *vals);
+    kiln_tensor **given = calloc((size_t)m->ninputs + 1, sizeof *given);
+    kiln__onnx_arena_run *arena = NULL;
+    int rc = -1;
+    if (!vals || !given) {
+        kiln__error_set("onnx: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < m->ninputs; i++) {
+        const char *name = m->vnames[m->input_vals[i]];
+        for (int j = 0; j < ninputs; j++)
+            if (input_names[j] && !strcmp(input_names[j], name))
+                given[i] = inputs[j];
+        if (!given[i]) {
+            kiln__error_set("onnx: run: input '%s' not given", name);
+            goto out;
+        }
+    }
+    /* weight-derived values: cached outside grad mode, made before the arena so that no
+     * planned block ever holds one */
+    bool use_derived = m->nderived && !kiln_grad_enabled();
+    if (use_derived && !derived_fresh(m) && refresh_derived(m))
+        goto out;
+    kiln_tensor *const *consts = use_derived ? m->derived_vals : m->consts;
+    if (m->graphs) {
+        /* a recorded graph for these shapes serves the run (onnx-graph.c), or it runs
+         * here: the first run of a signature, or one whose recording broke */
+        int g = kiln__onnx_graph_run(m, given, consts, use_derived, noutputs, out);
+        if (g < 0)
+            goto out;
+        if (g == 1) {
+            rc = 0;
+            goto out;
+        }
+    }
+    /* from here every allocation on the device is recorded or placed by a plan */
+    arena = kiln__onnx_arena_begin(m->arenas, m->dev, m->ninputs, given, noutputs);
+    if (kiln__onnx_bind_inputs(m, given, vals) || kiln__onnx_run_plan(m, vals, consts, use_derived, noutputs, out))
+        goto out;
     rc = 0;
 out:
     for (int v = 0; vals && v < m->nvalues; v++)

@@ -9,7 +9,10 @@
  * ordering and on another stream only after one; the freeing stream's own block preferred;
  * a failed device allocation retried once after the cache is handed back; a failed
  * ordering never hands a block out; a forgotten stream's blocks reused without ordering;
- * trim largest first; the figures; and concurrent use from several threads.
+ * trim largest first; the figures; concurrent use from several threads; and a graph's
+ * pool: a recording stream takes its own or idle blocks and never one that needs an
+ * ordering, its blocks never reach another hand until the pool is released, a recording
+ * never trims the cache, and a released pool's blocks come back to the shared cache.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -331,6 +334,109 @@ static void test_threads(void)
     teardown(&a, &d);
 }
 
+static void test_graph_pool(void)
+{
+    kiln_cuda_alloc a;
+    fake_device d;
+    setup(&a, &d, (size_t)1 << 20);
+    bool oom;
+    /* the shared cache holds one block parked by SA and one parked by SB */
+    kiln_cuda_block *own = kiln__cuda_alloc_get(&a, SA, 4096, &oom);
+    kiln_cuda_block *other = kiln__cuda_alloc_get(&a, SB, 4096, &oom);
+    kiln__cuda_alloc_put(&a, SA, own);
+    kiln__cuda_alloc_put(&a, SB, other);
+    int allocs0 = d.allocs;
+
+    kiln_cuda_graph_pool pool;
+    memset(&pool, 0, sizeof pool);
+    CHECK(kiln__cuda_alloc_capture_begin(&a, &pool, SA) == 0, "recording starts");
+    kiln_cuda_graph_pool again;
+    memset(&again, 0, sizeof again);
+    CHECK(kiln__cuda_alloc_capture_begin(&a, &again, SA) < 0, "a stream records one graph at a time");
+
+    kiln_cuda_block *x = kiln__cuda_alloc_get(&a, SA, 4000, &oom);
+    CHECK(x == own && x->pool == &pool, "the recording takes the block its own stream parked");
+    kiln_cuda_block *y = kiln__cuda_alloc_get(&a, SA, 4000, &oom);
+    CHECK(y && y != other && d.orders == 0 && d.allocs == allocs0 + 1,
+          "a block another stream parked needs an ordering, which a recording cannot make (orders %d)", d.orders);
+    kiln__cuda_alloc_put(&a, SA, x);
+    kiln_cuda_block *x2 = kiln__cuda_alloc_get(&a, SA, 4000, &oom);
+    CHECK(x2 == x, "a block freed while recording is reused by the same recording");
+    kiln__cuda_alloc_put(&a, SA, x2);
+    /* another stream meanwhile never gets the graph's blocks */
+    kiln_cuda_block *z = kiln__cuda_alloc_get(&a, SB, 4000, &oom);
+    CHECK(z == other && !z->pool, "another stream takes from the shared cache only");
+    kiln__cuda_alloc_put(&a, SB, z);
+
+    /* out of memory while recording: the cache is not trimmed (that would wait) */
+    int frees0 = d.frees;
+    kiln_cuda_block *big = kiln__cuda_alloc_get(&a, SA, (size_t)2 << 20, &oom);
+    CHECK(!big && oom && d.frees == frees0, "no trim while recording (frees %d -> %d)", frees0, d.frees);
+
+    kiln__cuda_alloc_capture_end(&a, &pool);
+    kiln_cuda_alloc_stats st;
+    kiln__cuda_alloc_stats_get(&a, &st);
+    CHECK(st.graph_pools == 1 && st.graph_bytes == x->size + y->size, "graph bytes %zu", st.graph_bytes);
+    /* after the recording, its kept blocks stay the graph's: SA gets another */
+    kiln_cuda_block *w = kiln__cuda_alloc_get(&a, SA, 4000, &oom);
+    CHECK(w && w != x && w != y && !w->pool, "a recorded graph's blocks stay out of the shared cache");
+    /* y is still handed out (a graph output, say): freed now, it stays the graph's */
+    kiln__cuda_alloc_put(&a, SA, y);
+    kiln_cuda_block *w2 = kiln__cuda_alloc_get(&a, SA, 4000, &oom);
+    CHECK(w2 != y, "a graph's block freed after the recording stays the graph's");
+    kiln__cuda_alloc_put(&a, SA, w2);
+
+    kiln__cuda_alloc_pool_release(&a, &pool);
+
+    /* a block the graph owns, handed out when the pool goes, returns to the shared cache */
+    kiln_cuda_graph_pool pool2;
+    memset(&pool2, 0, sizeof pool2);
+    CHECK(kiln__cuda_alloc_capture_begin(&a, &pool2, SA) == 0, "a second recording on the stream");
+    kiln_cuda_block *v = kiln__cuda_alloc_get(&a, SA, 100, &oom);
+    CHECK(v && v->pool == &pool2, "the second recording's block");
+    kiln__cuda_alloc_pool_release(&a, &pool2);
+    CHECK(!v->pool, "released: the block belongs to no graph");
+    kiln__cuda_alloc_put(&a, SA, v);
+    kiln_cuda_block *v2 = kiln__cuda_alloc_get(&a, SA, 100, &oom);
+    CHECK(v2 == v, "and is reused from the shared cache once freed");
+    kiln__cuda_alloc_put(&a, SA, v2);
+    kiln__cuda_alloc_put(&a, SA, w);
+    kiln__cuda_alloc_stats_get(&a, &st);
+    CHECK(st.graph_bytes == 0 && st.graph_pools == 0 && st.in_use_bytes == 0 &&
+              st.cached_bytes == st.reserved_bytes,
+          "every block back in the shared cache (graph %zu, in use %zu, cached %zu, reserved %zu)", st.graph_bytes,
+          st.in_use_bytes, st.cached_bytes, st.reserved_bytes);
+    teardown(&a, &d);
+}
+
+static void test_graph_pool_release(void)
+{
+    kiln_cuda_alloc a;
+    fake_device d;
+    setup(&a, &d, (size_t)1 << 20);
+    bool oom;
+    kiln_cuda_graph_pool pool;
+    memset(&pool, 0, sizeof pool);
+    kiln__cuda_alloc_capture_begin(&a, &pool, SA);
+    kiln_cuda_block *x = kiln__cuda_alloc_get(&a, SA, 8192, &oom);
+    kiln__cuda_alloc_put(&a, SA, x);
+    kiln__cuda_alloc_capture_end(&a, &pool);
+    kiln__cuda_alloc_pool_release(&a, &pool);
+    kiln_cuda_alloc_stats st;
+    kiln__cuda_alloc_stats_get(&a, &st);
+    CHECK(st.graph_bytes == 0 && st.graph_pools == 0 && st.cached_bytes == x->size,
+          "released kept blocks are cached (graph %zu, cached %zu)", st.graph_bytes, st.cached_bytes);
+    int allocs0 = d.allocs;
+    kiln_cuda_block *y = kiln__cuda_alloc_get(&a, SA, 8192, &oom);
+    CHECK(y == x && d.allocs == allocs0 && d.orders == 0, "the graph's stream reuses it without an ordering");
+    kiln__cuda_alloc_put(&a, SA, y);
+    y = kiln__cuda_alloc_get(&a, SB, 8192, &oom);
+    CHECK(y == x && d.orders == 1 && d.last_from == SA && d.last_to == SB,
+          "another stream reuses it after an ordering on the graph's stream");
+    kiln__cuda_alloc_put(&a, SB, y);
+    teardown(&a, &d);
+}
+
 int main(void)
 {
     test_classes();
@@ -340,6 +446,8 @@ int main(void)
     test_oom();
     test_trim();
     test_threads();
+    test_graph_pool();
+    test_graph_pool_release();
     printf("test-cuda-alloc: %d checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;
 }

@@ -9,8 +9,11 @@
  * (with a transposed operand and broadcast batches), TF32 off by default, Philox draws
  * equal to the cpu's, a convolution, an out-of-range gather reported at the next read
  * with the op's name, a steady loop that reaches cudaMalloc no more after its first
- * pass (the allocator's figures), two queues ordered by events, and (in a process of its
- * own) a kernel fault that marks the device lost.
+ * pass (the allocator's figures), two queues ordered by events, a recorded graph
+ * launched on new inputs (against the cpu) and a recording broken by a host read (refused,
+ * reported, the device still working), matmul with cuBLASLt's fused epilogues (bias, relu,
+ * a residual, batches; an activation it lacks falls back) against the cpu, and (in a
+ * process of its own) a kernel fault that marks the device lost.
  */
 #include <math.h>
 #include <spawn.h>
@@ -21,6 +24,7 @@
 
 #include "cuda-impl.h"
 #include "kiln/kiln.h"
+#include "tensor-impl.h"
 
 static int failures, checks;
 
@@ -57,6 +61,11 @@ static void test_absent(const char *why)
         CHECK(kiln_device_memory_get(cpu, &m) == KILN_ENOTSUP && strstr(kiln_error(), "'cpu'"),
               "cpu keeps no memory figures, and says so naming the device");
         CHECK(kiln_device_lost(cpu) == NULL && kiln_device_lost(NULL) == NULL, "a working device is not lost");
+        CHECK(!kiln__graph_supported(cpu) && kiln__graph_capture_begin(cpu) == KILN_ENOTSUP &&
+                  strstr(kiln_error(), "'cpu'") && strstr(kiln_error(), "does not record graphs"),
+              "a backend without graph entries refuses a recording, naming the device");
+        CHECK(kiln__graph_capture_end(cpu) == NULL && strstr(kiln_error(), "does not record graphs"),
+              "and has none to end");
         kiln_tensor_release(a);
         kiln_device_close(cpu);
     }
@@ -280,6 +289,181 @@ static void test_queues(kiln_device *gpu)
     kiln_queue_close(q2);
 }
 
+/* A graph recorded from a matmul, a bias and a gelu, launched three times on new inputs
+ * copied into the buffer it reads, each result against the cpu; then a recording that a
+ * host read breaks. */
+static void test_graphs(kiln_device *gpu, kiln_device *cpu)
+{
+    kiln_cuda_device *dev = ((kiln_cuda_queue *)kiln__device_ctx(gpu))->dev;
+    kiln_generator g = kiln_generator_make(11);
+    kiln_tensor *x_cpu = kiln_rand_normal(cpu, KILN_F32, 2, (int64_t[]){33, 70}, 0, 1, &g);
+    kiln_tensor *w_cpu = kiln_rand_normal(cpu, KILN_F32, 2, (int64_t[]){70, 45}, 0, 1, &g);
+    kiln_tensor *b_cpu = kiln_rand_normal(cpu, KILN_F32, 1, (int64_t[]){45}, 0, 1, &g);
+    kiln_tensor *x = on(x_cpu, gpu), *w = on(w_cpu, gpu), *b = on(b_cpu, gpu), *y = NULL;
+    CHECK(kiln__graph_supported(gpu), "cuda records graphs");
+    CHECK(kiln_device_sync(gpu) == 0 && kiln__graph_capture_begin(gpu) == 0, "recording starts");
+    kiln_scope_begin();
+    y = kiln_keep(kiln_gelu(kiln_add(kiln_matmul(x, w), b), false));
+    kiln_scope_end();
+    kiln_cuda_alloc_stats st;
+    kiln__cuda_alloc_stats_get(&dev->alloc, &st);
+    CHECK(st.graph_pools == 1 && st.graph_bytes > 0, "the recording's buffers are the graph's (%zu bytes)",
+          st.graph_bytes);
+    kiln__graph *gr = kiln__graph_capture_end(gpu);
+    CHECK(y && gr, "the recording makes a graph");
+    for (int round = 0; gr && y && round < 3; round++) {
+        kiln_tensor *xn_cpu = kiln_rand_normal(cpu, KILN_F32, 2, (int64_t[]){33, 70}, 0, 1 + round, &g);
+        kiln_tensor *xn = on(xn_cpu, gpu);
+        CHECK(xn && kiln__copy_into(x, xn, "test") == 0, "new inputs copied in");
+        CHECK(kiln__graph_launch(gr) == 0, "launch %d", round);
+        kiln_tensor *mm = kiln_matmul(xn_cpu, w_cpu), *ad = kiln_add(mm, b_cpu), *want = kiln_gelu(ad, false);
+        double e = max_err(y, want);
+        CHECK(e < 1e-4, "launch %d against the cpu: %g", round, e);
+        kiln_tensor *list[] = {xn_cpu, xn, mm, ad, want};
+        for (size_t j = 0; j < sizeof list / sizeof *list; j++)
+            kiln_tensor_release(list[j]);
+    }
+    kiln_queue *other = kiln_queue_open(gpu);
+    if (gr && other) {
+        kiln_queue_use(gpu, other);
+        CHECK(kiln__graph_launch(gr) < 0 && strstr(kiln_error(), "queue"),
+              "a graph is launched only on the queue that recorded it");
+        kiln_queue_use(gpu, NULL);
+    }
+    kiln_queue_close(other);
+    kiln_tensor_release(y);
+    kiln__graph_free(gr);
+    kiln__cuda_alloc_stats_get(&dev->alloc, &st);
+    CHECK(st.graph_pools == 0 && st.graph_bytes == 0, "freed graphs hold no memory (%zu bytes in %llu pools)",
+          st.graph_bytes, (unsigned long long)st.graph_pools);
+
+    /* an index check recorded in a graph: each launch checks the indices it finds, and a
+     * bad one is reported by the next read, naming the op, as outside a graph */
+    {
+        int64_t good[] = {3, 0, 2}, bad[] = {1, 9, 0};
+        kiln_tensor *src = kiln_arange(gpu, KILN_F32, 10, 14, 1); /* 10, 11, 12, 13 */
+        kiln_tensor *idx = kiln_from_data(gpu, KILN_I64, 1, (int64_t[]){3}, good, sizeof good);
+        kiln_tensor *picked = NULL;
+        CHECK(src && idx && kiln_device_sync(gpu) == 0 && kiln__graph_capture_begin(gpu) == 0,
+              "recording a gather starts");
+        kiln_scope_begin();
+        picked = kiln_keep(kiln_gather(src, 0, idx));
+        kiln_scope_end();
+        kiln__graph *gg = kiln__graph_capture_end(gpu);
+        CHECK(picked && gg, "a gather with its index check records: %s", gg ? "" : kiln_error());
+        float got[3] = {0};
+        for (int round = 0; gg && picked && round < 3; round++) {
+            int64_t *use = round == 1 ? bad : good;
+            kiln_tensor *in = kiln_from_data(gpu, KILN_I64, 1, (int64_t[]){3}, use, 3 * sizeof *use);
+            CHECK(in && kiln__copy_into(idx, in, "test") == 0 && kiln__graph_launch(gg) == 0, "launch %d", round);
+            int rc = kiln_to_data(picked, got, sizeof got);
+            if (round == 1)
+                CHECK(rc < 0 && strstr(kiln_error(), "gather") && strstr(kiln_error(), "9"),
+                      "an out-of-range index inside a launched graph is reported, naming the op");
+            else
+                CHECK(rc == 0 && got[0] == 10 + (float)use[0] && got[1] == 10 + (float)use[1] &&
+                          got[2] == 10 + (float)use[2],
+                      "launch %d gathers %g %g %g", round, got[0], got[1], got[2]);
+            kiln_tensor_release(in);
+        }
+        kiln_tensor_release(picked);
+        kiln__graph_free(gg);
+        kiln_tensor_release(src);
+        kiln_tensor_release(idx);
+    }
+
+    /* an upload while recording: its bytes as they were are uploaded by every launch */
+    {
+        float host[4] = {1, 2, 3, 4}, got[4] = {0};
+        CHECK(kiln__graph_capture_begin(gpu) == 0, "recording an upload starts");
+        kiln_scope_begin();
+        kiln_tensor *twice = kiln_keep(
+            kiln_mul_scalar(kiln_from_data(gpu, KILN_F32, 1, (int64_t[]){4}, host, sizeof host), 2.0));
+        kiln_scope_end();
+        host[0] = 100; /* changed after the upload: the recording kept its own copy */
+        kiln__graph *gu = kiln__graph_capture_end(gpu);
+        CHECK(twice && gu, "an upload records");
+        for (int round = 0; gu && twice && round < 2; round++) {
+            CHECK(kiln__graph_launch(gu) == 0 && kiln_to_data(twice, got, sizeof got) == 0 && got[0] == 2 &&
+                      got[3] == 8,
+                  "launch %d of a recorded upload gives %g .. %g", round, got[0], got[3]);
+        }
+        kiln_tensor_release(twice);
+        kiln__graph_free(gu);
+    }
+
+    /* a host read while recording: refused, the recording broken and saying why */
+    CHECK(kiln__graph_capture_begin(gpu) == 0, "a second recording starts");
+    kiln_tensor *s = kiln_sum(x, KILN_ALL_DIMS, false);
+    float v = 0;
+    int rc = s ? kiln_to_data(s, &v, sizeof v) : 0;
+    CHECK(rc < 0 && strstr(kiln_error(), "records a graph"), "a download while recording is refused");
+    kiln_tensor_release(s);
+    kiln__graph *broken = kiln__graph_capture_end(gpu);
+    CHECK(!broken && strstr(kiln_error(), "buffer_download"), "the broken recording names the download");
+    kiln__graph_free(broken);
+    CHECK(kiln_device_lost(gpu) == NULL, "a broken recording does not lose the device");
+    kiln_tensor *s2 = kiln_sum(x, KILN_ALL_DIMS, false), *s2_cpu = NULL;
+    kiln_tensor *xc = kiln_to_device(x, cpu);
+    s2_cpu = xc ? kiln_sum(xc, KILN_ALL_DIMS, false) : NULL;
+    CHECK(s2 && s2_cpu && max_err(s2, s2_cpu) < 1e-5, "the queue computes after a broken recording");
+    kiln__cuda_alloc_stats_get(&dev->alloc, &st);
+    CHECK(st.graph_pools == 0 && st.graph_bytes == 0, "a broken recording's memory went back");
+    kiln_tensor *list[] = {x_cpu, w_cpu, b_cpu, x, w, b, s2, s2_cpu, xc};
+    for (size_t j = 0; j < sizeof list / sizeof *list; j++)
+        kiln_tensor_release(list[j]);
+}
+
+/* kiln__matmul_epilogue on cuda against matmul then the epilogue on the cpu: the fused
+ * entry takes bias, relu and a residual (cuBLASLt's epilogue and its C operand), and an
+ * activation cuBLASLt lacks falls back to the epilogue kernel, with the same result. */
+static void test_matmul_epilogue(kiln_device *gpu, kiln_device *cpu)
+{
+    kiln_generator g = kiln_generator_make(21);
+    kiln_cuda_queue *q = kiln__device_ctx(gpu);
+    struct {
+        const char *name;
+        int batch; /* 0: plain matrices */
+        bool bias, residual, weight_t;
+        kiln_epilogue_act act;
+        bool fused; /* cuBLASLt applies it */
+    } cases[] = {
+        {"bias+relu", 0, true, false, false, KILN_EPI_RELU, true},
+        {"bias", 0, true, false, true, KILN_EPI_NONE, true},
+        {"relu", 0, false, false, false, KILN_EPI_RELU, true},
+        {"residual+bias+relu", 0, true, true, false, KILN_EPI_RELU, true},
+        {"batched bias+residual", 3, true, true, false, KILN_EPI_NONE, true},
+        {"bias+sigmoid (falls back)", 0, true, false, false, KILN_EPI_SIGMOID, false},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        int64_t m = 37, k = 53, n = 29;
+        int nd = cases[c].batch ? 3 : 2;
+        int64_t as[3] = {cases[c].batch, m, k}, os[3] = {cases[c].batch, m, n};
+        kiln_scope_begin();
+        kiln_tensor *a_cpu = kiln_rand_normal(cpu, KILN_F32, nd, cases[c].batch ? as : as + 1, 0, 1, &g);
+        kiln_tensor *w_cpu = cases[c].weight_t
+                                 ? kiln_transpose(kiln_rand_normal(cpu, KILN_F32, 2, (int64_t[]){n, k}, 0, 1, &g),
+                                                  0, 1)
+                                 : kiln_rand_normal(cpu, KILN_F32, 2, (int64_t[]){k, n}, 0, 1, &g);
+        kiln_tensor *b_cpu = cases[c].bias ? kiln_rand_normal(cpu, KILN_F32, 1, &n, 0, 1, &g) : NULL;
+        kiln_tensor *r_cpu = cases[c].residual
+                                 ? kiln_rand_normal(cpu, KILN_F32, nd, cases[c].batch ? os : os + 1, 0, 1, &g)
+                                 : NULL;
+        kiln_tensor *a = on(a_cpu, gpu), *b = b_cpu ? on(b_cpu, gpu) : NULL, *r = r_cpu ? on(r_cpu, gpu) : NULL;
+        kiln_tensor *w = cases[c].weight_t ? kiln_transpose(on(kiln_transpose(w_cpu, 0, 1), gpu), 0, 1)
+                                           : on(w_cpu, gpu);
+        q->last_op = NULL;
+        kiln_tensor *y = kiln__matmul_epilogue(a, w, b, r, cases[c].act, 0, 0);
+        bool took_fused = q->last_op && !strcmp(q->last_op, "matmul_fused");
+        kiln_tensor *want = kiln__epilogue(kiln_matmul(a_cpu, w_cpu), b_cpu, r_cpu, cases[c].act, 0, 0);
+        double e = max_err(y, want);
+        CHECK(y && e < 1e-5, "matmul epilogue %s against the cpu: %g", cases[c].name, e);
+        CHECK(took_fused == cases[c].fused, "matmul epilogue %s: cuBLASLt %s it (last op %s)", cases[c].name,
+              took_fused ? "fused" : "did not fuse", q->last_op ? q->last_op : "none");
+        kiln_scope_end();
+    }
+}
+
 /* Run in a process of its own (--lose-device), since it ruins the CUDA context: a kernel
  * writing at an invalid address is a sticky fault, which the next sync reports naming
  * the op queued last, and after which the device refuses work with the original cause. */
@@ -342,6 +526,8 @@ int main(int argc, char **argv)
     kiln_device *cpu = kiln_device_open("cpu");
     test_gpu(gpu, cpu);
     test_queues(gpu);
+    test_graphs(gpu, cpu);
+    test_matmul_epilogue(gpu, cpu);
     test_lost(argv[0]);
     kiln_device_close(gpu);
     kiln_device_close(cpu);

@@ -2,12 +2,15 @@
  * tests/cuda/test-cuda-rtc.c — run-time kernel generation without a GPU: the source
  * generated for a fused elementwise chain (backends/cuda/cuda-rtc.c) compiles with NVRTC
  * to PTX for compute_80 and compute_90, carries the kernel's entry and each op's
- * formula, and the generator and compiler refuse what they should with a message.
+ * formula, and the generator and compiler refuse what they should with a message. Also the
+ * run-time loader of the CUDA libraries (cuda-libs.c), NVRTC being one of them: a missing
+ * library and a library without a function are refused naming them.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda-libs.h"
 #include "cuda-rtc.h"
 #include "kiln/kiln.h"
 
@@ -83,8 +86,24 @@ static void test_refusals(void)
     CHECK(rc < 0 && strstr(kiln_error(), "out of range"), "compute capability 2.0 is refused");
 }
 
+static void test_loader(void)
+{
+    void *fns[2] = {NULL, NULL};
+    const char *const names[] = {"cos", "kiln_no_such_function"};
+    int rc = kiln__cuda_lib_open("libkiln-absent.so.7", names, fns, 1, "cuda:0");
+    CHECK(rc < 0 && strstr(kiln_error(), "cuda:0: cannot load libkiln-absent.so.7"),
+          "a missing library is named: %s", kiln_error());
+    rc = kiln__cuda_lib_open("libm.so.6", names, fns, 2, "cuda:0");
+    CHECK(rc < 0 && strstr(kiln_error(), "kiln_no_such_function") && strstr(kiln_error(), "libm.so.6") && !fns[0],
+          "a missing function is named, and nothing is written: %s", kiln_error());
+    rc = kiln__cuda_lib_open("libm.so.6", names, fns, 1, "cuda:0");
+    CHECK(rc == 0 && fns[0] && ((double (*)(double))fns[0])(0.0) == 1.0, "a function found is called");
+    CHECK(kiln__cuda_libs_load(KILN_CUDA_LIB_NVRTC, "test") == 0, "NVRTC loads by its soname");
+}
+
 int main(void)
 {
+    test_loader();
     test_chain();
     test_refusals();
     printf("test-cuda-rtc: %d checks, %d failures\n", checks, failures);

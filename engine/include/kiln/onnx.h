@@ -68,6 +68,15 @@ typedef struct kiln_onnx_options {
      *  caller's own memory as without it. KILN_ONNX_ARENA=0 or 1 in the environment at
      *  load overrides this. See docs/onnx.md. */
     bool arena;
+    /** Graphs: on a device that records them (cuda), the first run without grad of an
+     *  input signature runs op by op, the second is recorded as one graph (the inputs
+     *  copied into buffers the graph keeps), and later runs of that signature copy their
+     *  inputs in, launch the graph and copy the outputs out: one launch instead of one per
+     *  op. A run that cannot be recorded (it reads device data on the host, ...) runs op
+     *  by op instead, never failing for it; kiln_onnx_graph_stats_get says which
+     *  happened and why. KILN_ONNX_GRAPHS=0 or 1 in the environment at load overrides
+     *  this. See docs/onnx.md. */
+    bool graphs;
 } kiln_onnx_options;
 
 kiln_onnx_options kiln_onnx_options_default(void);
@@ -127,6 +136,22 @@ typedef struct kiln_onnx_arena_stats {
 
 /** Fill *out for m. 0, or -1 with a message on NULL arguments. */
 int kiln_onnx_arena_stats_get(kiln_onnx_model *m, kiln_onnx_arena_stats *out);
+
+/** What the graphs (kiln_onnx_options.graphs) have done for a model. */
+typedef struct kiln_onnx_graph_stats {
+    bool enabled;          /* the option, after KILN_ONNX_GRAPHS */
+    bool supported;        /* the model's device records graphs */
+    int graphs;            /* input signatures with a recorded graph now (at most 4) */
+    uint64_t recorded;     /* recordings that made a graph */
+    uint64_t launched;     /* runs served by launching a recorded graph */
+    uint64_t broken;       /* recordings that broke: their signature runs op by op */
+    uint64_t eager;        /* runs without grad that went op by op (first runs included) */
+    bool last_run_graph;   /* the latest run without grad launched a graph */
+    char last_broken[256]; /* what broke the latest broken recording; "" when none did */
+} kiln_onnx_graph_stats;
+
+/** Fill *out for m. 0, or -1 with a message on NULL arguments. */
+int kiln_onnx_graph_stats_get(kiln_onnx_model *m, kiln_onnx_graph_stats *out);
 
 /** Number of initializers (weights) the model holds, and the i-th name and tensor
  *  (borrowed: valid until kiln_onnx_free). */
