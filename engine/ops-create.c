@@ -518,7 +518,8 @@ int kiln__copy_across(kiln_tensor *out, kiln_tensor *t, const char *op)
         /* from host memory: through plain memory the upload copies or stages before it
          * returns (buffer_upload's contract), so nothing waits for the destination */
         void *host = malloc(nbytes);
-        rc = host ? download(c, host, nbytes, op) : kiln__error_set("%s: out of host memory (%zu bytes)", op, nbytes);
+        rc = host ? download(c, host, nbytes, op)
+                  : kiln__error_set("%s: out of host memory (%zu bytes)", op, nbytes);
         if (rc == 0)
             rc = dst->be->buffer_upload(kiln__qctx(dst), out->storage->buf, 0, host, nbytes);
         free(host);

@@ -222,7 +222,8 @@ static int matmul(kiln_cuda_queue *q, const kiln_tdesc *out, const kiln_tdesc *a
         return int_matmul(q, out, a, b);
     if (!(dt == KILN_F32 || dt == KILN_F64 || dt == KILN_F16 || dt == KILN_BF16) || a->dtype != dt ||
         b->dtype != dt || out->ndim < 2)
-        return kiln__error_set("matmul on %s: only f32, f64, f16, bf16, i32, i64 and u8 matrices are supported", q->dev->name),
+        return kiln__error_set("matmul on %s: only f32, f64, f16, bf16, i32, i64 and u8 matrices are supported",
+                               q->dev->name),
                KILN_ENOTSUP;
     int nd = out->ndim;
     int64_t m = out->shape[nd - 2], n = out->shape[nd - 1], k = a->shape[nd - 1];

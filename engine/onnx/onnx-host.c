@@ -29,10 +29,10 @@
  * the ones exporters use for shape arithmetic. Range and Expand may make tensors a little
  * larger than a shape (positions, masks); their device readers get an upload. */
 static const char *const host_ops[] = {
-    "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Cast",   "Add",   "Sub",  "Mul",   "Div",
-    "Equal",  "Where",     "Range",   "Identity", "Reshape", "Not", "Less", "Greater", "Min", "Max",
-    "Neg",    "Abs",       "Floor",   "Ceil",   "Mod",   "And",   "Or",    "ReduceProd", "Sqrt", "Expand",
-    "Tile",   "Flatten",   NULL};
+    "Gather",     "Unsqueeze", "Squeeze", "Concat", "Slice",    "Cast",    "Add", "Sub",  "Mul",
+    "Div",        "Equal",     "Where",   "Range",  "Identity", "Reshape", "Not", "Less", "Greater",
+    "Min",        "Max",       "Neg",     "Abs",    "Floor",    "Ceil",    "Mod", "And",  "Or",
+    "ReduceProd", "Sqrt",      "Expand",  "Tile",   "Flatten",  NULL};
 
 /* Where a device operator reads an input only as integer or scalar arguments (through
  * kiln__onnx_read_ints or read_scalar): a host value stays on the host there. */

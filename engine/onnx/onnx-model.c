@@ -479,7 +479,8 @@ static int plan(kiln_onnx_model *m, const kiln_onnx_options *o) {
             if (m->nodes[k].in[j] >= 0) m->last_use[m->nodes[k].in[j]] = k;
     }
     for (int i = 0; i < m->noutputs; i++) m->last_use[m->output_vals[i]] = m->nnodes;
-    if (kiln__onnx_plan_host(m)) goto out;
+    if (kiln__onnx_plan_host(m))
+        goto out;
     rc = 0;
 out:
     if (users)

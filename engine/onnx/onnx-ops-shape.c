@@ -324,13 +324,32 @@ static int op_range(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, i
 }
 
 /* The first element of an attribute tensor of a plain dtype, read on the host. */
-static bool host_scalar(const kiln__onnx_ptensor *t, double *v) {
+static bool host_scalar(const kiln__onnx_ptensor *t, double *v)
+{
+    if (t->kdtype < 0 || t->nbytes < kiln_dtype_size((kiln_dtype)t->kdtype))
+        return false;
     switch (t->kdtype) {
-    case KILN_F32: { float f; memcpy(&f, t->data, sizeof f); *v = f; return t->nbytes >= sizeof f; }
-    case KILN_F64: { double d; memcpy(&d, t->data, sizeof d); *v = d; return t->nbytes >= sizeof d; }
-    case KILN_I64: { int64_t i; memcpy(&i, t->data, sizeof i); *v = (double)i; return t->nbytes >= sizeof i; }
-    case KILN_I32: { int32_t i; memcpy(&i, t->data, sizeof i); *v = i; return t->nbytes >= sizeof i; }
-    case KILN_U8: case KILN_BOOL: *v = *(const uint8_t *)t->data; return t->nbytes >= 1;
+    case KILN_F32: {
+        float f;
+        memcpy(&f, t->data, sizeof f);
+        *v = f;
+        return true;
+    }
+    case KILN_F64: memcpy(v, t->data, sizeof *v); return true;
+    case KILN_I64: {
+        int64_t i;
+        memcpy(&i, t->data, sizeof i);
+        *v = (double)i;
+        return true;
+    }
+    case KILN_I32: {
+        int32_t i;
+        memcpy(&i, t->data, sizeof i);
+        *v = i;
+        return true;
+    }
+    case KILN_U8:
+    case KILN_BOOL: *v = *(const uint8_t *)t->data; return true;
     default: return false;
     }
 }

@@ -20,14 +20,14 @@
 
 static int failures;
 
-#define CHECK(cond, ...)                                                                                   \
-    do {                                                                                                   \
-        if (!(cond)) {                                                                                     \
-            failures++;                                                                                    \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                    \
-            printf(__VA_ARGS__);                                                                           \
-            printf(" (last error: %s)\n", kiln_error());                                                   \
-        }                                                                                                  \
+#define CHECK(cond, ...)                                                                                          \
+    do {                                                                                                          \
+        if (!(cond)) {                                                                                            \
+            failures++;                                                                                           \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                           \
+            printf(__VA_ARGS__);                                                                                  \
+            printf(" (last error: %s)\n", kiln_error());                                                          \
+        }                                                                                                         \
     } while (0)
 
 /* max |got - want| / max |want| */
@@ -79,7 +79,9 @@ int main(int argc, char **argv)
         printf("FAIL: cannot set up %s on %s: %s\n", path, spec, kiln_error());
         return 1;
     }
-    enum { MAX_IO = 8 };
+    enum {
+        MAX_IO = 8
+    };
     int nin = kiln_onnx_input_count(m), nout = kiln_onnx_output_count(m);
     kiln_tensor *ins[MAX_IO] = {0}, *outs[MAX_IO] = {0};
     const char *names[MAX_IO];
@@ -108,7 +110,8 @@ int main(int argc, char **argv)
     printf("one run of the encoder on %s: %llu primitive calls, %llu uploads, %llu downloads, %llu syncs\n", spec,
            (unsigned long long)(after.calls - before.calls), (unsigned long long)(after.uploads - before.uploads),
            (unsigned long long)downloads, (unsigned long long)syncs);
-    CHECK(downloads == 0, "a run reads nothing back from the device (%llu downloads)", (unsigned long long)downloads);
+    CHECK(downloads == 0, "a run reads nothing back from the device (%llu downloads)",
+          (unsigned long long)downloads);
     CHECK(syncs == 0, "a run waits for nothing (%llu syncs)", (unsigned long long)syncs);
     for (int i = 0; rc == 0 && i < nout; i++) {
         snprintf(key, sizeof key, "out.%s", kiln_onnx_output_name(m, i));
