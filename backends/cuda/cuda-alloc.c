@@ -138,8 +138,7 @@ kiln_cuda_block *kiln__cuda_alloc_get(kiln_cuda_alloc *a, void *stream, size_t n
         kiln_cuda_block *k = pool->kept[cls];
         pool->kept[cls] = k->next;
         k->next = NULL;
-        a->stats.reuses++;
-        count_in_use(a, k->size);
+        a->stats.reuses++; /* still counted in use: the graph's all along */
         pthread_mutex_unlock(&a->mu);
         return k;
     }
@@ -201,8 +200,7 @@ void kiln__cuda_alloc_put(kiln_cuda_alloc *a, void *stream, kiln_cuda_block *blk
         /* the graph addresses it at every launch: kept for its own recording only */
         kiln_cuda_graph_pool *p = blk->pool;
         blk->next = p->kept[blk->cls];
-        p->kept[blk->cls] = blk;
-        a->stats.in_use_bytes -= blk->size;
+        p->kept[blk->cls] = blk; /* stays in use: the graph writes it at every launch */
         pthread_mutex_unlock(&a->mu);
         return;
     }
@@ -281,6 +279,7 @@ void kiln__cuda_alloc_pool_release(kiln_cuda_alloc *a, kiln_cuda_graph_pool *p)
             b->stream = p->stream;
             b->next = a->parked[c];
             a->parked[c] = b;
+            a->stats.in_use_bytes -= b->size;
             a->stats.cached_bytes += b->size;
         }
     a->stats.graph_bytes -= p->bytes;

@@ -67,7 +67,8 @@ typedef struct kiln_cuda_alloc_stats {
     uint64_t reuses;                /* allocations served from the cache */
     uint64_t cross_stream_reuses;   /* of which needed an order() between streams */
     uint64_t oom_retries;           /* raw_alloc failures retried after emptying the cache */
-    size_t graph_bytes;             /* held by graphs' pools (in use by them or kept for them) */
+    size_t graph_bytes;             /* held by graphs' pools, counted in use: a graph writes its
+                                     * blocks at every launch, freed or not */
     uint64_t graph_pools;           /* pools alive now (graphs recorded or recording) */
 } kiln_cuda_alloc_stats;
 

@@ -145,7 +145,8 @@ int kiln__cuda_lib_open(const char *soname, const char *const *names, void **fns
 #define cudnnDestroyFilterDescriptor kiln__cuda_dnn_api.cudnnDestroyFilterDescriptor
 #define cudnnDestroyTensorDescriptor kiln__cuda_dnn_api.cudnnDestroyTensorDescriptor
 #define cudnnFindConvolutionBackwardDataAlgorithmEx kiln__cuda_dnn_api.cudnnFindConvolutionBackwardDataAlgorithmEx
-#define cudnnFindConvolutionBackwardFilterAlgorithmEx kiln__cuda_dnn_api.cudnnFindConvolutionBackwardFilterAlgorithmEx
+#define cudnnFindConvolutionBackwardFilterAlgorithmEx                                                             \
+    kiln__cuda_dnn_api.cudnnFindConvolutionBackwardFilterAlgorithmEx
 #define cudnnFindConvolutionForwardAlgorithmEx kiln__cuda_dnn_api.cudnnFindConvolutionForwardAlgorithmEx
 #define cudnnGetConvolutionBackwardDataAlgorithm_v7 kiln__cuda_dnn_api.cudnnGetConvolutionBackwardDataAlgorithm_v7
 #define cudnnGetConvolutionBackwardFilterAlgorithm_v7                                                             \

@@ -377,6 +377,9 @@ static void test_graph_pool(void)
     kiln_cuda_alloc_stats st;
     kiln__cuda_alloc_stats_get(&a, &st);
     CHECK(st.graph_pools == 1 && st.graph_bytes == x->size + y->size, "graph bytes %zu", st.graph_bytes);
+    CHECK(st.in_use_bytes == x->size + y->size && st.reserved_bytes == st.in_use_bytes + st.cached_bytes,
+          "a graph's blocks count as in use, freed or not (in use %zu, cached %zu, reserved %zu)", st.in_use_bytes,
+          st.cached_bytes, st.reserved_bytes);
     /* after the recording, its kept blocks stay the graph's: SA gets another */
     kiln_cuda_block *w = kiln__cuda_alloc_get(&a, SA, 4000, &oom);
     CHECK(w && w != x && w != y && !w->pool, "a recorded graph's blocks stay out of the shared cache");
