@@ -12,11 +12,15 @@
  * and actually ran generated programs (its "fused" count), a chain runs as one fused
  * call, softmax and a mean over rows join a group, and a group the backend cannot
  * generate (more buffers than a Vulkan kernel binds) falls back to the unfused ops with
- * the same results.
+ * the same results. On vulkan:0, the SPIR-V cache on disk: one file per kernel, shared
+ * by shapes, and a corrupt file is ignored and replaced.
  */
+#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "fusion-test.h"
@@ -264,8 +268,108 @@ static void run_on(const char *spec)
         kiln_device_close(devs[d]);
 }
 
+/* The vulkan-fused-*.spv files in dir, and the path of the first into first. */
+static int spv_files(const char *dir, char *first, size_t len)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    if (!d)
+        return 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (!strncmp(e->d_name, "vulkan-fused-", 13) && strstr(e->d_name, ".spv")) {
+            if (n++ == 0)
+                snprintf(first, len, "%.200s/%.200s", dir, e->d_name);
+        }
+    closedir(d);
+    return n;
+}
+
+/* x * a + tanh(x) over [rows, cols] on a fresh fused:vulkan:0; 0 when every element is right. */
+static int disk_chain(int64_t rows, int64_t cols)
+{
+    kiln_device *d = kiln_device_open("fused:vulkan:0");
+    if (!d)
+        return -1;
+    int bad = 0;
+    kiln_scope_begin();
+    int64_t n = rows * cols;
+    float *x = malloc((size_t)n * sizeof(float)), *a = malloc((size_t)cols * sizeof(float));
+    float *y = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)(i % 13) * 0.25f - 1.5f;
+    for (int64_t j = 0; j < cols; j++)
+        a[j] = (float)(j % 5) * 0.5f - 1.0f;
+    kiln_tensor *tx = kiln_from_data(d, KILN_F32, KILN_SHAPE(rows, cols), x, (size_t)n * sizeof(float));
+    kiln_tensor *ta = kiln_from_data(d, KILN_F32, KILN_SHAPE(cols), a, (size_t)cols * sizeof(float));
+    kiln_tensor *ty = kiln_add(kiln_mul(tx, ta), kiln_tanh(tx));
+    if (!ty || kiln_to_data(ty, y, (size_t)n * sizeof(float)) < 0)
+        bad = 1;
+    for (int64_t i = 0; i < n && !bad; i++) {
+        double want = (double)x[i] * a[i % cols] + tanh((double)x[i]);
+        bad = fabs(y[i] - want) > 1e-5 * fabs(want) + 1e-5;
+    }
+    kiln_scope_end();
+    free(x);
+    free(a);
+    free(y);
+    kiln_device_close(d);
+    return bad;
+}
+
+static void vulkan_disk_cache(void)
+{
+    kiln_device *probe = kiln_device_open("vulkan:0");
+    bool generates_here = probe && kiln__device_iface(probe)->fused_run != NULL;
+    kiln_device_close(probe);
+    if (!generates_here) {
+        printf("vulkan fused kernel cache on disk: skipped: no vulkan:0 with generated kernels here\n");
+        return;
+    }
+    char dir[] = "/tmp/kiln-fused-spvXXXXXX", cache[64], first[512] = "";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    const char *old = getenv("KILN_DATA_DIR");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("KILN_DATA_DIR", dir, 1);
+    /* the first device creates the directory with its pipeline cache at close, so the
+     * SPIR-V goes to disk from the second on */
+    CHECK(disk_chain(3, 40) == 0, "vulkan disk cache: first run: %s", kiln_error());
+    CHECK(disk_chain(3, 40) == 0, "vulkan disk cache: second run: %s", kiln_error());
+    int n1 = spv_files(cache, first, sizeof first);
+    CHECK(n1 >= 1, "the generated kernel was written under %s (%d files)", cache, n1);
+    CHECK(disk_chain(70, 333) == 0, "vulkan disk cache: another shape: %s", kiln_error());
+    int n2 = spv_files(cache, first, sizeof first);
+    CHECK(n2 == n1, "another shape of the same program adds no kernel (%d files, then %d)", n1, n2);
+    /* the file starts with the program's key; a corrupt one is ignored and rewritten */
+    FILE *f = fopen(first, "rb");
+    char head[8] = "";
+    CHECK(f && fread(head, 1, 4, f) == 4 && !memcmp(head, "f32 ", 4), "%s starts with the key", first);
+    if (f)
+        fclose(f);
+    f = fopen(first, "wb");
+    if (f) {
+        fputs("f32 i0:c not a kernel", f);
+        fclose(f);
+    }
+    CHECK(disk_chain(3, 40) == 0, "a corrupt cache file is ignored: %s", kiln_error());
+    CHECK(disk_chain(3, 40) == 0, "and replaced: %s", kiln_error());
+    struct stat st;
+    CHECK(stat(first, &st) == 0 && st.st_size > 100, "the corrupt file was rewritten (%lld bytes)",
+          (long long)st.st_size);
+    if (saved) {
+        setenv("KILN_DATA_DIR", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("KILN_DATA_DIR");
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "removing %s", dir);
+}
+
 void test_gpu(void)
 {
     run_on("cuda:0");
     run_on("vulkan:0");
+    vulkan_disk_cache();
 }
