@@ -146,6 +146,10 @@ int kiln__fused_codegen_check(const kiln_fused_program *p, int64_t max_index)
         return KILN_ENOTSUP;
     if (p->reduce_inner < 0 || (p->reduce_inner > 0 && p->n % p->reduce_inner))
         return KILN_ENOTSUP;
+    /* rows run one group each: a few long rows would leave most of a GPU idle, where the
+     * unfused reduction and softmax split a row over many groups */
+    if (p->reduce_inner > KILN__FUSED_LONG_ROW && p->n / p->reduce_inner < KILN__FUSED_FEW_ROWS)
+        return KILN_ENOTSUP;
     for (int i = 0; i < p->ninputs; i++) {
         const kiln_tdesc *d = &p->inputs[i];
         int64_t r = reach(d);

@@ -62,9 +62,15 @@ typedef enum kiln__fused_layout {
 
 kiln__fused_layout kiln__fused_layout_of(const kiln_tdesc *d);
 
+/** Rows longer than this, fewer than KILN__FUSED_FEW_ROWS of them: left unfused. */
+#define KILN__FUSED_LONG_ROW 4096
+#define KILN__FUSED_FEW_ROWS 256
+
 /** 0 when the program can be generated; KILN_ENOTSUP (no message) for what the generator
  *  does not write (a dtype other than f32 registers, a bool-valued unary, a logical op,
- *  an index or offset that does not fit max_index, or a malformed program). */
+ *  an index or offset that does not fit max_index, a malformed program) or should not
+ *  (fewer than KILN__FUSED_FEW_ROWS rows of more than KILN__FUSED_LONG_ROW elements: one
+ *  group per row would leave most of the GPU idle). */
 int kiln__fused_codegen_check(const kiln_fused_program *p, int64_t max_index);
 
 /** The program's cache key: kiln__fused_key plus what it leaves out that the generated

@@ -283,6 +283,25 @@ static void refusals(void)
     ins[1] = (kiln_fused_instr){.code = KILN_FUSED_SOFTMAX, .dst = 1, .a = 0};
     src = kiln__cuda_fused_source(&p, "kf", &why);
     CHECK(!src && why == KILN_ENOTSUP, "a softmax without rows is refused");
+    /* a sum of 8 rows of 100,000 elements: left to the unfused reduction */
+    kiln_fused_instr sum[] = {LOAD(0, 0), {.code = KILN_FUSED_REDUCE, .op = KILN_REDUCE_SUM, .a = 0, .arg = 0}};
+    kiln_fused_program few = {.dtype = KILN_F32,
+                              .n = 800000,
+                              .reduce_inner = 100000,
+                              .ninputs = 1,
+                              .noutputs = 1,
+                              .ninstrs = 2,
+                              .nregs = 1,
+                              .inputs = in,
+                              .outputs = out,
+                              .instrs = sum};
+    src = kiln__cuda_fused_source(&few, "kf", &why);
+    CHECK(!src && why == KILN_ENOTSUP, "a few long rows are left to the unfused ops");
+    few.n = 300 * 4096;
+    few.reduce_inner = 4096;
+    src = kiln__cuda_fused_source(&few, "kf", &why);
+    CHECK(src != NULL, "rows of 4096 are generated");
+    free(src);
     ins[1] = (kiln_fused_instr)UN(1, KILN_UNARY_EXP, 0, 0, 0);
     src = kiln__cuda_fused_source(&p, "1kf", &why);
     CHECK(!src && why == KILN_EINVAL && strstr(kiln_error(), "not a C identifier"), "a bad name is refused");
