@@ -213,6 +213,36 @@ static void chain(void)
     kiln_scope_end();
 }
 
+/* The ops with parameters, rounding, remainder and pow (left to the unfused kernels on
+ * Vulkan), a flipped view, and a comparison kept as a bool tensor. */
+static void op_coverage(void)
+{
+    kiln_scope_begin();
+    uint64_t s = 23;
+    kiln_tensor *x[NDEV], *y[NDEV], *r[NDEV], *q[NDEV], *c[NDEV];
+    from_host(x, (int64_t[]){33, 70}, 2, &s);
+    from_host(y, (int64_t[]){33, 70}, 2, &s);
+    for (int d = 0; d < NDEV; d++) {
+        kiln_tensor *t = kiln_leaky_relu(kiln_mul_scalar(x[d], 1.5), 0.1);
+        t = kiln_add(kiln_elu(t, 0.7), kiln_softplus(y[d], 2.0, 10.0));
+        t = kiln_add(kiln_clamp(t, -0.5, 0.8), kiln_floor(kiln_mul_scalar(y[d], 3.0)));
+        t = kiln_add(t, kiln_round(kiln_mul_scalar(x[d], 2.5)));
+        t = kiln_mul(t, kiln_flip(y[d], 1, (int[]){1}));
+        r[d] = kiln_sub(t, kiln_sigmoid(kiln_neg(kiln_abs(x[d]))));
+        q[d] = kiln_add(kiln_remainder(x[d], kiln_add_scalar(kiln_abs(y[d]), 0.5)),
+                        kiln_pow(kiln_abs(x[d]), kiln_pow_scalar(y[d], 2.0)));
+        c[d] = kiln_le(kiln_add(x[d], y[d]), kiln_mul(x[d], y[d]));
+    }
+    compare("parametric ops, rounding and a flipped view", r, 1e-5);
+    compare("remainder and pow", q, 1e-5);
+    uint8_t b[NDEV][33 * 70];
+    for (int d = 0; d < NDEV; d++)
+        CHECK(c[d] && kiln_to_data(c[d], b[d], sizeof b[d]) == 0, "%s bool result %d: %s", gpu, d, kiln_error());
+    CHECK(!memcmp(b[0], b[1], sizeof b[0]) && !memcmp(b[0], b[2], sizeof b[0]),
+          "%s: x + y <= x * y kept as bool agrees with unfused and ref", gpu);
+    kiln_scope_end();
+}
+
 /* A group over ten distinct buffers: a Vulkan kernel binds at most eight, so there the
  * group is replayed unfused; the results are the same either way. */
 static void wide_group(void)
@@ -260,6 +290,7 @@ static void run_on(const char *spec)
     for (int seed = 0; seed < 24; seed++)
         random_graph(seed);
     chain();
+    op_coverage();
     wide_group();
     CHECK(!generates || calls_of(devs[0], "fused") > 0, "%s ran generated programs (%llu fused calls)", spec,
           (unsigned long long)calls_of(devs[0], "fused"));
