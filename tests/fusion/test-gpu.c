@@ -10,7 +10,8 @@
  * and unfused results are compared within a few ulps (rel 1e-5) instead of to the bit,
  * and both within 1e-4 of ref. Also: the fused device reaches its kernels in fewer calls
  * and actually ran generated programs (its "fused" count), a chain runs as one fused
- * call, softmax and a mean over rows join a group, and a group the backend cannot
+ * call, softmax and a mean over rows join a group, the ops with parameters, rounding,
+ * remainder, pow, a flipped view and a bool result agree, and a group the backend cannot
  * generate (more buffers than a Vulkan kernel binds) falls back to the unfused ops with
  * the same results. On vulkan:0, the SPIR-V cache on disk: one file per kernel, shared
  * by shapes, and a corrupt file is ignored and replaced.
