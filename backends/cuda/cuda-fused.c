@@ -18,13 +18,19 @@
  *
  * Kernels live in a per-device cache keyed by the full key text (its 64-bit hash names
  * the kernel), guarded by the device's lock; a miss compiles outside the lock (NVRTC
- * takes tens of milliseconds) and the first insert wins.
+ * takes tens of milliseconds) and the first insert wins. The PTX is also kept on disk,
+ * beside the Vulkan pipeline cache (kiln__fused_cache_dir), in a file named by a hash of
+ * the generated source and the target architecture, the key text at its head (compared
+ * on reading: a collision or a cut file is a miss, then rewritten through a temporary
+ * name), so a later process skips NVRTC; the driver's JIT cache keeps the PTX's
+ * machine code.
  */
 #include "cuda-fused.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda-impl.h"
 #include "cuda-rtc.h"
@@ -243,19 +249,79 @@ static fused_kernel *lookup(kiln_cuda_device *dev, const char *key, uint64_t h)
     return NULL;
 }
 
-/* Compiles and loads the kernel of key (a miss), outside the device lock. */
+/* ------------------------------------------------------------------ the disk cache */
+
+/* The file is "<key>\n" then the PTX text. NULL when absent, of another key, or cut. */
+static char *disk_read(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *all = NULL;
+    long len = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0 && len < (16L << 20) && fseek(f, 0, SEEK_SET) == 0 &&
+        (all = malloc((size_t)len + 1)) && fread(all, 1, (size_t)len, f) == (size_t)len) {
+        all[len] = '\0';
+    } else {
+        free(all);
+        all = NULL;
+    }
+    fclose(f);
+    size_t klen = strlen(key);
+    if (!all || (size_t)len <= klen + 1 || memcmp(all, key, klen) != 0 || all[klen] != '\n' ||
+        strlen(all) != (size_t)len || !strstr(all + klen + 1, ".entry ")) {
+        free(all);
+        return NULL;
+    }
+    memmove(all, all + klen + 1, (size_t)len - klen); /* the PTX and its terminator */
+    return all;
+}
+
+static void disk_write(const char *path, const char *key, const char *ptx)
+{
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return;
+    bool ok = fprintf(f, "%s\n%s", key, ptx) > 0;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0)
+        unlink(tmp);
+}
+
+char *kiln__cuda_fused_ptx(const kiln_fused_program *p, const char *key, const char *name, int major, int minor,
+                           bool *from_disk, int *rc)
+{
+    *from_disk = false;
+    char *src = kiln__cuda_fused_source(p, name, rc);
+    if (!src)
+        return NULL;
+    /* named by the source (which holds the key and the generator's whole text), so a
+     * changed generator never reads an old kernel */
+    char dir[900], path[1000] = "";
+    if (kiln__fused_cache_dir(dir, sizeof dir, true))
+        snprintf(path, sizeof path, "%s/cuda-fused-%016llx-%d%d.ptx", dir,
+                 (unsigned long long)kiln__fused_hash(src), major, minor);
+    char *ptx = path[0] ? disk_read(path, key) : NULL;
+    if (ptx) {
+        *from_disk = true;
+    } else if ((*rc = kiln__cuda_rtc_compile(src, name, major, minor, &ptx, NULL)) == 0 && path[0]) {
+        disk_write(path, key, ptx);
+    }
+    free(src);
+    return ptx;
+}
+
+/* Compiles (or reads) and loads the kernel of key (a miss), outside the device lock. */
 static fused_kernel *build(kiln_cuda_device *dev, const kiln_fused_program *p, const char *key, uint64_t h,
                            int *rc)
 {
     char name[32];
     snprintf(name, sizeof name, "kf_%016llx", (unsigned long long)h);
-    char *src = kiln__cuda_fused_source(p, name, rc);
-    if (!src)
-        return NULL;
-    char *ptx = NULL;
-    *rc = kiln__cuda_rtc_compile(src, name, dev->cc_major, dev->cc_minor, &ptx, NULL);
-    free(src);
-    if (*rc < 0)
+    bool from_disk = false;
+    char *ptx = kiln__cuda_fused_ptx(p, key, name, dev->cc_major, dev->cc_minor, &from_disk, rc);
+    if (!ptx)
         return NULL;
     fused_kernel *k = calloc(1, sizeof *k);
     if (!k || !(k->key = strdup(key))) {

@@ -5,10 +5,12 @@
  */
 #include "fused-codegen.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 void kiln__sbuf_printf(kiln__sbuf *b, const char *fmt, ...)
 {
@@ -233,6 +235,33 @@ uint64_t kiln__fused_hash(const char *text)
         h *= 1099511628211ull;
     }
     return h;
+}
+
+bool kiln__fused_cache_dir(char *dir, size_t len, bool create)
+{
+    const char *data = getenv("KILN_DATA_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int n;
+    if (data && *data)
+        n = snprintf(dir, len, "%s/cache", data);
+    else if (xdg && *xdg)
+        n = snprintf(dir, len, "%s/kiln", xdg);
+    else if (home && *home)
+        n = snprintf(dir, len, "%s/.cache/kiln", home);
+    else
+        return false;
+    if (n < 0 || (size_t)n >= len)
+        return false;
+    if (!create)
+        return true;
+    for (char *c = dir + 1; *c; c++)
+        if (*c == '/') {
+            *c = '\0';
+            bool ok = mkdir(dir, 0755) == 0 || errno == EEXIST;
+            *c = '/';
+            if (!ok)
+                return false;
+        }
+    return mkdir(dir, 0755) == 0 || errno == EEXIST;
 }
 
 /* ------------------------------------------------------------------ the body */

@@ -80,6 +80,12 @@ char *kiln__fused_codegen_key(const kiln_fused_program *p, char *buf, size_t len
 /** A 64-bit FNV-1a hash of text (the kernel's name, "kf_<16 hex digits>"). */
 uint64_t kiln__fused_hash(const char *text);
 
+/** The directory where generated kernels are kept between runs, the one the Vulkan
+ *  pipeline cache uses: $KILN_DATA_DIR/cache, else $XDG_CACHE_HOME/kiln, else
+ *  $HOME/.cache/kiln, into dir; made (with its parents) when create is set. false when
+ *  none is known or it cannot be made. */
+bool kiln__fused_cache_dir(char *dir, size_t len, bool create);
+
 /** Writes the kernel's body (see the file comment) into b. The program must have passed
  *  kiln__fused_codegen_check. */
 void kiln__fused_emit_body(kiln__sbuf *b, const kiln_fused_program *p);

@@ -4,8 +4,11 @@
  * shared emitter, backends/fused/fused-codegen.c) compiles with NVRTC to PTX for
  * compute_80 and compute_90 and has the kernel's entry; the source depends on the
  * program's key only (shapes and parameters apart); programs the generator does not
- * write are refused with KILN_ENOTSUP and bad names with a message.
+ * write are refused with KILN_ENOTSUP and bad names with a message; the PTX cache on
+ * disk is written once per source and architecture, read back, and a corrupt file is
+ * ignored and rewritten.
  */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,12 +316,100 @@ static void refusals(void)
     CHECK(kiln__cuda_fused_run(NULL, &p) == KILN_ENOTSUP, "fused_run answers KILN_ENOTSUP first");
 }
 
+/* cuda-fused-*.ptx files in dir; the first's path into first. */
+static int ptx_files(const char *dir, char *first, size_t len)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    if (!d)
+        return 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (!strncmp(e->d_name, "cuda-fused-", 11) && strstr(e->d_name, ".ptx") && n++ == 0)
+            snprintf(first, len, "%.200s/%.200s", dir, e->d_name);
+    closedir(d);
+    return n;
+}
+
+static void disk_cache(void)
+{
+    char dir[] = "/tmp/kiln-fused-ptxXXXXXX", cache[64], first[512] = "";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    const char *old = getenv("KILN_DATA_DIR");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("KILN_DATA_DIR", dir, 1);
+    int64_t n = 4096;
+    kiln_tdesc in[1] = {view(KILN_F32, 1, &n, (int64_t[]){1}, 0)};
+    kiln_tdesc out[1] = {view(KILN_F32, 1, &n, (int64_t[]){1}, 0)};
+    kiln_fused_instr ins[] = {LOAD(0, 0), UN(1, KILN_UNARY_TANH, 0, 0, 0), BIN(2, KILN_BINARY_MUL, 1, 0),
+                              STORE(2, 0)};
+    kiln_fused_program p = {.dtype = KILN_F32,
+                            .n = n,
+                            .ninputs = 1,
+                            .noutputs = 1,
+                            .ninstrs = 4,
+                            .nregs = 3,
+                            .inputs = in,
+                            .outputs = out,
+                            .instrs = ins};
+    char key[4096];
+    kiln__fused_codegen_key(&p, key, sizeof key);
+    bool disk = true;
+    int rc = 0;
+    char *a = kiln__cuda_fused_ptx(&p, key, "kf_disk", 9, 0, &disk, &rc);
+    CHECK(a && !disk && strstr(a, ".entry kf_disk"), "first: compiled (rc %d)", rc);
+    CHECK(ptx_files(cache, first, sizeof first) == 1, "one PTX file under %s", cache);
+    char *b = kiln__cuda_fused_ptx(&p, key, "kf_disk", 9, 0, &disk, &rc);
+    CHECK(b && disk && a && !strcmp(a, b), "second: read back from disk, the same PTX");
+    /* another architecture is another file */
+    char *c = kiln__cuda_fused_ptx(&p, key, "kf_disk", 8, 0, &disk, &rc);
+    CHECK(c && !disk && ptx_files(cache, first, sizeof first) == 2, "compute_80 gets a file of its own");
+    free(b);
+    free(c);
+    /* every file corrupted: ignored, compiled again and rewritten */
+    DIR *d = opendir(cache);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (strncmp(e->d_name, "cuda-fused-", 11))
+            continue;
+        char path[512];
+        snprintf(path, sizeof path, "%.200s/%.200s", cache, e->d_name);
+        FILE *f = fopen(path, "wb");
+        if (f) {
+            fprintf(f, "%s\n.version 1.0 cut short", key);
+            fclose(f);
+        }
+    }
+    if (d)
+        closedir(d);
+    b = kiln__cuda_fused_ptx(&p, key, "kf_disk", 9, 0, &disk, &rc);
+    CHECK(b && !disk && a && !strcmp(a, b), "a corrupt file is ignored and the kernel compiled again");
+    free(b);
+    b = kiln__cuda_fused_ptx(&p, key, "kf_disk", 9, 0, &disk, &rc);
+    CHECK(b && disk, "and the file was rewritten");
+    free(b);
+    /* a file with another key at its head (a hash collision) is a miss */
+    b = kiln__cuda_fused_ptx(&p, "f32 another key", "kf_disk", 9, 0, &disk, &rc);
+    CHECK(b && !disk, "a file whose key differs is not used");
+    free(b);
+    free(a);
+    if (saved) {
+        setenv("KILN_DATA_DIR", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("KILN_DATA_DIR");
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "removing %s", dir);
+}
+
 int main(void)
 {
     elementwise();
     every_op();
     rows();
     refusals();
+    disk_cache();
     printf("cuda-fused: %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }
