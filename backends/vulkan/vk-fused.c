@@ -328,15 +328,14 @@ static uint32_t *compile_glsl(const char *source, const char *name, size_t *nbyt
 
 /* ------------------------------------------------------------------ the disk cache */
 
-/* vulkan-fused-<hash>.spv beside the pipeline cache file, or "" when there is none. */
-static void disk_path(const kvk_device *d, uint64_t h, char *path, size_t len)
+/* vulkan-fused-<hash>.spv in the cache directory (where the pipeline cache file lives,
+ * made if missing), or "" when there is none. */
+static void disk_path(uint64_t h, char *path, size_t len)
 {
+    char dir[900];
     path[0] = '\0';
-    const char *slash = strrchr(d->cache_path, '/');
-    if (!d->cache_path[0] || !slash)
-        return;
-    snprintf(path, len, "%.*s/vulkan-fused-%016llx.spv", (int)(slash - d->cache_path), d->cache_path,
-             (unsigned long long)h);
+    if (kiln__fused_cache_dir(dir, sizeof dir, true))
+        snprintf(path, len, "%s/vulkan-fused-%016llx.spv", dir, (unsigned long long)h);
 }
 
 /* The file is "<key>\n" then the SPIR-V. */
@@ -373,7 +372,7 @@ static void disk_write(const char *path, const char *key, const uint32_t *code, 
     snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "wb");
     if (!f)
-        return; /* no directory yet (it appears when the pipeline cache is first saved) */
+        return; /* a cache that cannot be written only costs a compile next time */
     bool ok = fprintf(f, "%s\n", key) > 0 && fwrite(code, 1, nbytes, f) == nbytes;
     ok = fclose(f) == 0 && ok;
     if (!ok || rename(tmp, path) != 0)
@@ -413,7 +412,7 @@ static fused_pipe *build(kvk_device *d, const kiln_fused_program *p, const slots
     for (const kvk_glsl_text *t = kvk_glsl_texts; t->name; t++)
         sh = hash_more(sh, t->text, t->len);
     char path[1100];
-    disk_path(d, sh, path, sizeof path);
+    disk_path(sh, path, sizeof path);
     size_t nbytes = 0;
     uint32_t *code = disk_read(path, key, &nbytes);
     if (!code) {

@@ -175,8 +175,6 @@ static void every_op(void)
         ins[ni++] = (kiln_fused_instr)UN(r, op, last, 0.25, 3.0);
         last = r++;
     }
-    int prog1 = ni;
-    (void)prog1;
     kiln_fused_program p = {.dtype = KILN_F32,
                             .n = n,
                             .ninputs = 2,

@@ -363,8 +363,6 @@ static void vulkan_disk_cache(void)
     const char *old = getenv("KILN_DATA_DIR");
     char *saved = old ? strdup(old) : NULL;
     setenv("KILN_DATA_DIR", dir, 1);
-    /* the first device creates the directory with its pipeline cache at close, so the
-     * SPIR-V goes to disk from the second on */
     CHECK(disk_chain(3, 40) == 0, "vulkan disk cache: first run: %s", kiln_error());
     CHECK(disk_chain(3, 40) == 0, "vulkan disk cache: second run: %s", kiln_error());
     int n1 = spv_files(cache, first, sizeof first);
