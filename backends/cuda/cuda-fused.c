@@ -227,6 +227,7 @@ char *kiln__cuda_fused_source(const kiln_fused_program *p, const char *name, int
 typedef struct fused_kernel {
     char *key;
     uint64_t hash;
+    bool failed; /* NVRTC refused the source: groups of this key replay */
     cudaLibrary_t lib;
     cudaKernel_t kernel;
     struct fused_kernel *next;
@@ -238,6 +239,14 @@ struct kiln__cuda_fused_cache {
     fused_kernel *bucket[CACHE_BUCKETS];
     uint64_t compiled; /* kernels compiled so far (a test reads it) */
 };
+
+static void kernel_free(fused_kernel *k)
+{
+    if (!k->failed)
+        cudaLibraryUnload(k->lib);
+    free(k->key);
+    free(k);
+}
 
 static fused_kernel *lookup(kiln_cuda_device *dev, const char *key, uint64_t h)
 {
@@ -313,6 +322,22 @@ char *kiln__cuda_fused_ptx(const kiln_fused_program *p, const char *key, const c
     return ptx;
 }
 
+/* The entry of a key whose kernel cannot be made here: said once on stderr, and its groups
+ * replay from then on (a generator or toolchain problem, not the program's). NULL when out
+ * of memory (the thread's error stays set). */
+static fused_kernel *failed_entry(kiln_cuda_device *dev, const char *key, uint64_t h, const char *why)
+{
+    fprintf(stderr, "kiln: fused on %s: %s; such groups run unfused\n", dev->name, why);
+    fused_kernel *k = calloc(1, sizeof *k);
+    if (!k || !(k->key = strdup(key))) {
+        free(k);
+        return NULL;
+    }
+    k->hash = h;
+    k->failed = true;
+    return k;
+}
+
 /* Compiles (or reads) and loads the kernel of key (a miss), outside the device lock. */
 static fused_kernel *build(kiln_cuda_device *dev, const kiln_fused_program *p, const char *key, uint64_t h,
                            int *rc)
@@ -322,7 +347,7 @@ static fused_kernel *build(kiln_cuda_device *dev, const kiln_fused_program *p, c
     bool from_disk = false;
     char *ptx = kiln__cuda_fused_ptx(p, key, name, dev->cc_major, dev->cc_minor, &from_disk, rc);
     if (!ptx)
-        return NULL;
+        return *rc == KILN_EINVAL ? failed_entry(dev, key, h, kiln_error()) : NULL;
     fused_kernel *k = calloc(1, sizeof *k);
     if (!k || !(k->key = strdup(key))) {
         free(k);
@@ -335,13 +360,20 @@ static fused_kernel *build(kiln_cuda_device *dev, const kiln_fused_program *p, c
     free(ptx);
     if (e == cudaSuccess && (e = cudaLibraryGetKernel(&k->kernel, k->lib, name)) != cudaSuccess)
         cudaLibraryUnload(k->lib);
-    if (e != cudaSuccess) {
-        free(k->key);
-        free(k);
-        *rc = kiln__cuda_fail(dev, e, "fused (loading a generated kernel)");
-        return NULL;
+    if (e == cudaSuccess)
+        return k;
+    free(k->key);
+    free(k);
+    /* PTX the driver cannot take (a driver older than NVRTC's PTX, no JIT): replayed */
+    if (e == cudaErrorInvalidPtx || e == cudaErrorUnsupportedPtxVersion || e == cudaErrorNoKernelImageForDevice ||
+        e == cudaErrorJitCompilerNotFound || e == cudaErrorJitCompilationDisabled) {
+        cudaGetLastError(); /* not sticky: clear it */
+        char why[200];
+        snprintf(why, sizeof why, "the driver cannot load the generated kernel (%s)", cudaGetErrorString(e));
+        return failed_entry(dev, key, h, why);
     }
-    return k;
+    *rc = kiln__cuda_fail(dev, e, "fused (loading a generated kernel)");
+    return NULL;
 }
 
 static fused_kernel *kernel_for(kiln_cuda_device *dev, const kiln_fused_program *p, int *rc)
@@ -356,17 +388,17 @@ static fused_kernel *kernel_for(kiln_cuda_device *dev, const kiln_fused_program 
     pthread_mutex_lock(&dev->mu);
     fused_kernel *k = lookup(dev, key, h);
     pthread_mutex_unlock(&dev->mu);
+    if (k && k->failed)
+        *rc = KILN_ENOTSUP;
     if (k)
-        return k;
+        return k->failed ? NULL : k;
     fused_kernel *fresh = build(dev, p, key, h, rc);
     if (!fresh)
         return NULL;
     pthread_mutex_lock(&dev->mu);
     if (!dev->fused_cache && !(dev->fused_cache = calloc(1, sizeof *dev->fused_cache))) {
         pthread_mutex_unlock(&dev->mu);
-        cudaLibraryUnload(fresh->lib);
-        free(fresh->key);
-        free(fresh);
+        kernel_free(fresh);
         *rc = kiln__error_set("fused on %s: out of memory", dev->name);
         return NULL;
     }
@@ -379,10 +411,11 @@ static fused_kernel *kernel_for(kiln_cuda_device *dev, const kiln_fused_program 
         fresh = NULL;
     }
     pthread_mutex_unlock(&dev->mu);
-    if (fresh) { /* another thread inserted the same key meanwhile */
-        cudaLibraryUnload(fresh->lib);
-        free(fresh->key);
-        free(fresh);
+    if (fresh) /* another thread inserted the same key meanwhile */
+        kernel_free(fresh);
+    if (k->failed) {
+        *rc = KILN_ENOTSUP;
+        return NULL;
     }
     return k;
 }
@@ -395,9 +428,7 @@ void kiln__cuda_fused_fini(void *vdev)
     for (int b = 0; b < CACHE_BUCKETS; b++) {
         for (fused_kernel *k = dev->fused_cache->bucket[b], *next; k; k = next) {
             next = k->next;
-            cudaLibraryUnload(k->lib);
-            free(k->key);
-            free(k);
+            kernel_free(k);
         }
     }
     free(dev->fused_cache);

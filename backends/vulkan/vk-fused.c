@@ -52,7 +52,7 @@ typedef struct fused_pipe {
     char *key;
     uint64_t hash;
     VkShaderModule module;
-    VkPipeline pipe;
+    VkPipeline pipe; /* VK_NULL_HANDLE: the kernel could not be made, groups replay */
     struct fused_pipe *next;
 } fused_pipe;
 
@@ -423,10 +423,6 @@ static fused_pipe *build(kvk_device *d, const kiln_fused_program *p, const slots
             disk_write(path, key, code, nbytes);
     }
     free(src);
-    if (!code) {
-        *rc = KILN_EINVAL;
-        return NULL;
-    }
     fused_pipe *f = calloc(1, sizeof *f);
     if (!f || !(f->key = strdup(key))) {
         free(f);
@@ -435,15 +431,22 @@ static fused_pipe *build(kvk_device *d, const kiln_fused_program *p, const slots
         return NULL;
     }
     f->hash = h;
-    kvk_spec spec = kvk_spec_1d(0, NULL);
-    f->pipe = kvk_pipeline_from_spirv(d, "fused", code, nbytes, &spec, &f->module);
-    free(code);
-    if (!f->pipe) {
-        free(f->key);
-        free(f);
-        *rc = atomic_load(&d->lost) ? KILN_EDEVICE : KILN_EINVAL;
-        return NULL;
+    if (code) {
+        kvk_spec spec = kvk_spec_1d(0, NULL);
+        f->pipe = kvk_pipeline_from_spirv(d, "fused", code, nbytes, &spec, &f->module);
+        free(code);
+        if (!f->pipe && atomic_load(&d->lost)) {
+            free(f->key);
+            free(f);
+            *rc = KILN_EDEVICE;
+            return NULL;
+        }
     }
+    /* a shader shaderc or the driver refuses is the generator's or the toolchain's fault,
+     * not the program's: said once, and the key kept with no pipeline, so its groups
+     * replay from then on */
+    if (!f->pipe)
+        fprintf(stderr, "kiln: fused on vulkan:%d: %s; such groups run unfused\n", d->index, kiln_error());
     return f;
 }
 
@@ -476,6 +479,8 @@ static VkPipeline pipeline_for(kvk_device *d, const kiln_fused_program *p, const
     pthread_mutex_lock(&d->pipe_lock);
     fused_pipe *f = lookup(d, key, h);
     pthread_mutex_unlock(&d->pipe_lock);
+    if (f && !f->pipe)
+        *rc = KILN_ENOTSUP;
     if (f)
         return f->pipe;
     fused_pipe *fresh = build(d, p, s, key, h, rc);
@@ -495,6 +500,8 @@ static VkPipeline pipeline_for(kvk_device *d, const kiln_fused_program *p, const
         pipe_free(d, fresh);
     if (!f)
         *rc = kiln__error_set("fused on vulkan: out of memory");
+    else if (!f->pipe)
+        *rc = KILN_ENOTSUP;
     return f ? f->pipe : VK_NULL_HANDLE;
 }
 
