@@ -23,10 +23,13 @@ build_packages="
 test_packages="
   libcmocka-dev python3 python3-venv curl wrk nghttp2-client nginx-light clang clang-format libclang-rt-14-dev
   mesa-vulkan-drivers libvulkan-dev glslang-tools glslc hipcc sqlite3 libjemalloc2 dataset-fashion-mnist tmux
+  libshaderc-dev spirv-tools
   systemd util-linux
 "
 # glslc and the Vulkan packages build and test the vulkan backend on lavapipe; hipcc compiles the
 # CUDA kernels for AMD GPUs (the `hip` suite, a compile check: no AMD GPU is needed).
+# libshaderc-dev (with glslang-dev and spirv-tools, whose static libraries it links) lets the
+# vulkan backend compile fused kernels at run time.
 # The deploy suite builds and runs the container image with podman (buildah builds, runc runs
 # where crun cannot, debootstrap makes the base image from Debian's mirror when no container
 # registry is reachable), renders the Kubernetes manifests with kubectl's kustomize and

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda-fused.h"
 #include "cuda-impl.h"
 #include "cuda-libs.h"
 
@@ -228,6 +229,7 @@ static void cuda_close(void *ctx)
     cudaDeviceSynchronize();
     cudaGetLastError();
     kiln__cuda_dnn_device_fini(dev);
+    kiln__cuda_fused_fini(dev);
     kiln__cuda_blas_fini(dev);
     kiln__cuda_alloc_destroy(&dev->alloc);
     pthread_mutex_destroy(&dev->mu);
@@ -689,6 +691,7 @@ static const kiln_backend_iface cuda_iface = {
     .capture_end = kiln__cuda_capture_end,
     .graph_launch = kiln__cuda_graph_launch,
     .graph_free = kiln__cuda_graph_free,
+    .fused_run = kiln__cuda_fused_run,
 };
 
 const kiln_backend_iface *kiln_backend_cuda(void)

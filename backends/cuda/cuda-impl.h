@@ -47,6 +47,7 @@ struct kiln_backend_event {
 };
 
 typedef struct kiln__cuda_conv_cache kiln__cuda_conv_cache;
+typedef struct kiln__cuda_fused_cache kiln__cuda_fused_cache;
 
 typedef struct kiln_cuda_device {
     int index;
@@ -57,10 +58,11 @@ typedef struct kiln_cuda_device {
     kiln_cuda_alloc alloc;
     bool tf32;          /* option tf32=on: f32 matmul and convolution may use TF32 tensor cores */
     void *blas_lt;      /* cublasLtHandle_t */
-    pthread_mutex_t mu; /* guards lost_why, conv_cache */
+    pthread_mutex_t mu; /* guards lost_why, conv_cache, fused_cache */
     atomic_bool lost;
     char lost_why[256];
     kiln__cuda_conv_cache *conv_cache;
+    kiln__cuda_fused_cache *fused_cache; /* generated kernels (cuda-fused.c) */
 } kiln_cuda_device;
 
 typedef struct kiln_cuda_check_slot {

@@ -27,6 +27,7 @@ static const kiln_backend_iface vulkan_iface = {
     .buffer_download = kvk_buffer_download,
     .buffer_trim = kvk_buffer_trim,
     .sync = kvk_sync,
+    .fused_run = kvk_fused_run,
     .fill = kvk_fill,
     .arange = kvk_arange,
     .copy = kvk_copy,

@@ -218,6 +218,7 @@ struct kvk_device {
     bool cache_loaded;     /* the file existed and was accepted */
     atomic_bool lost;      /* VK_ERROR_DEVICE_LOST seen: every later call fails */
     kvk_queue *queues;     /* every open queue, for the device-wide wait at close */
+    struct kvk_fused_cache *fused; /* generated fused kernels (vk-fused.c), under pipe_lock */
     pthread_mutex_t queues_lock;
 };
 
@@ -343,6 +344,26 @@ int kvk_pipelines_init(kvk_device *d);
 void kvk_pipelines_destroy(kvk_device *d);
 /** Write the pipeline cache to its file now (also done at close). */
 int kvk_pipeline_cache_save(kvk_device *d);
+/** A compute pipeline from SPIR-V made at run time (code, nbytes), through the device's
+ *  persisted pipeline cache; *module is its shader module (the caller destroys both).
+ *  VK_NULL_HANDLE with "op: ..." set on failure. */
+VkPipeline kvk_pipeline_from_spirv(kvk_device *d, const char *op, const uint32_t *code, size_t nbytes,
+                                   const kvk_spec *spec, VkShaderModule *module);
+/** kvk_dispatch with a pipeline the caller built (kvk_pipeline_from_spirv). */
+int kvk_dispatch_pipeline(kvk_queue *q, const char *op, VkPipeline pipe, kiln_buffer *const *bufs, int nbufs,
+                          const void *params, size_t params_bytes, uint32_t gx, uint32_t gy, uint32_t gz);
+
+/* vk-fused.c, built with libshaderc: fused programs (backends/fused-program.h) generated as
+ * GLSL. Weak: without shaderc the table's fused_run is NULL and groups are replayed. */
+int kvk_fused_run(void *q, const kiln_fused_program *p) __attribute__((weak));
+/** Destroys the device's generated pipelines (at close, before the pipeline cache). */
+void kvk_fused_destroy(kvk_device *d) __attribute__((weak));
+/** The embedded GLSL headers generated kernels include (vk-glsl-text.c). */
+typedef struct kvk_glsl_text {
+    const char *name, *text;
+    size_t len;
+} kvk_glsl_text;
+extern const kvk_glsl_text kvk_glsl_texts[];
 
 /* ------------------------------------------------------------------ the primitives */
 /* Core (vk-data.c, vk-elementwise.c, vk-reduce.c, vk-sort.c, vk-index.c). */

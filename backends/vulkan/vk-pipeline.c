@@ -180,6 +180,8 @@ int kvk_pipeline_cache_save(kvk_device *d)
 
 void kvk_pipelines_destroy(kvk_device *d)
 {
+    if (kvk_fused_destroy)
+        kvk_fused_destroy(d);
     if (d->pipelines) {
         for (int i = 0; i < KVK_PIPE_BUCKETS; i++) {
             kvk_pipeline *p = d->pipelines[i];
@@ -241,16 +243,26 @@ static kvk_pipeline *build(kvk_device *d, const char *op, const char *shader, co
     snprintf(p->shader, sizeof p->shader, "%s", shader);
     snprintf(p->variant, sizeof p->variant, "%s", variant);
     p->spec = *spec;
+    p->pipe = kvk_pipeline_from_spirv(d, op, code, nbytes, spec, &p->module);
+    if (!p->pipe) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+VkPipeline kvk_pipeline_from_spirv(kvk_device *d, const char *op, const uint32_t *code, size_t nbytes,
+                                   const kvk_spec *spec, VkShaderModule *module)
+{
     VkShaderModuleCreateInfo mci = {
         .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
         .codeSize = nbytes,
         .pCode = code,
     };
-    VkResult r = vkCreateShaderModule(d->dev, &mci, NULL, &p->module);
+    VkResult r = vkCreateShaderModule(d->dev, &mci, NULL, module);
     if (r != VK_SUCCESS) {
-        free(p);
         kvk_vk_error(d, op, "vkCreateShaderModule", r);
-        return NULL;
+        return VK_NULL_HANDLE;
     }
     VkSpecializationMapEntry map[3 + KVK_SPEC_MAX];
     uint32_t values[3 + KVK_SPEC_MAX];
@@ -271,20 +283,21 @@ static kvk_pipeline *build(kvk_device *d, const char *op, const char *shader, co
             {
                 .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
                 .stage = VK_SHADER_STAGE_COMPUTE_BIT,
-                .module = p->module,
+                .module = *module,
                 .pName = "main",
                 .pSpecializationInfo = &si,
             },
         .layout = d->pipe_layout,
     };
-    r = vkCreateComputePipelines(d->dev, d->cache, 1, &ci, NULL, &p->pipe);
+    VkPipeline pipe = VK_NULL_HANDLE;
+    r = vkCreateComputePipelines(d->dev, d->cache, 1, &ci, NULL, &pipe);
     if (r != VK_SUCCESS) {
-        vkDestroyShaderModule(d->dev, p->module, NULL);
-        free(p);
+        vkDestroyShaderModule(d->dev, *module, NULL);
+        *module = VK_NULL_HANDLE;
         kvk_vk_error(d, op, "vkCreateComputePipelines", r);
-        return NULL;
+        return VK_NULL_HANDLE;
     }
-    return p;
+    return pipe;
 }
 
 static VkPipeline pipeline_for(kvk_device *d, const char *op, const char *shader, const char *variant,
@@ -329,6 +342,19 @@ int kvk_dispatch(kvk_queue *q, const char *op, const char *shader, const char *v
     VkPipeline pipe = pipeline_for(d, op, shader, variant, spec);
     if (!pipe)
         return atomic_load(&d->lost) ? KILN_EDEVICE : KILN_ENOTSUP;
+    pthread_mutex_lock(&q->lock);
+    int rc = record_dispatch(q, op, pipe, bufs, nbufs, params, params_bytes, gx, gy, gz);
+    pthread_mutex_unlock(&q->lock);
+    return rc;
+}
+
+int kvk_dispatch_pipeline(kvk_queue *q, const char *op, VkPipeline pipe, kiln_buffer *const *bufs, int nbufs,
+                          const void *params, size_t params_bytes, uint32_t gx, uint32_t gy, uint32_t gz)
+{
+    if (nbufs < 0 || nbufs > KVK_MAX_BUFS)
+        return kiln__error_set("%s: %d operand buffers (the vulkan backend binds at most %d)", op, nbufs,
+                               KVK_MAX_BUFS),
+               KILN_EINVAL;
     pthread_mutex_lock(&q->lock);
     int rc = record_dispatch(q, op, pipe, bufs, nbufs, params, params_bytes, gx, gy, gz);
     pthread_mutex_unlock(&q->lock);

@@ -13,7 +13,9 @@
  *
  * KILN_BENCH_SECONDS (default 1.5) bounds the time per row; KILN_BENCH_CLOCK=cpu measures
  * CPU time instead of wall time (see now_ms); KILN_FUSION_BENCH_SPECS="FUSED,UNFUSED"
- * replaces the two device specs. Training-step rows time forward, loss, backward and an
+ * replaces the two device specs (bench/gpu/cuda_fusion.bench: "fused:cuda:0,cuda:0"); rows of
+ * a device other than cpu are named "fusion/<unfused spec> <row>" and carry no target (the
+ * targets are the cpu's). Training-step rows time forward, loss, backward and an
  * Adam step of models built with the C API.
  */
 #include <math.h>
@@ -27,6 +29,10 @@
 #include "kiln/nn.h"
 #include "kiln/optim.h"
 #include "kiln/tensor.h"
+
+/* The unfused device's spec (the peer) and, for a device other than cpu, the prefix of
+ * every row's name ("cuda:0 "), whose cpu targets then do not apply. */
+static char peer_spec[128] = "cpu", row_prefix[136] = "";
 
 /* KILN_BENCH_CLOCK=cpu times process CPU time instead of wall time: with
  * KILN_CPU_THREADS=1 that is the work alone, steady on a shared, loaded machine. */
@@ -115,10 +121,10 @@ static void measure(const char *name, step_fn step, workload *fused, workload *p
     qsort(ft, (size_t)reps, sizeof *ft, cmp_double);
     qsort(pt, (size_t)reps, sizeof *pt, cmp_double);
     double f = ft[reps / 2], p = pt[reps / 2];
-    printf("{\"name\": \"fusion/%s\", \"unit\": \"ms\", \"kiln\": %.4f, \"peer\": %.4f, "
-           "\"peer_name\": \"kiln unfused (cpu)\", \"ratio\": %.3f",
-           name, f, p, p / f);
-    if (target > 0)
+    printf("{\"name\": \"fusion/%s%s\", \"unit\": \"ms\", \"kiln\": %.4f, \"peer\": %.4f, "
+           "\"peer_name\": \"kiln unfused (%s)\", \"ratio\": %.3f",
+           row_prefix, name, f, p, peer_spec, p / f);
+    if (target > 0 && !row_prefix[0])
         printf(", \"target\": %.2f", target);
     printf("}\n");
     fflush(stdout);
@@ -321,9 +327,12 @@ static void train_row(const char *filter, const char *name, kiln_device *fd, kil
     qsort(ft, (size_t)reps, sizeof *ft, cmp_double);
     qsort(pt, (size_t)reps, sizeof *pt, cmp_double);
     double fm = ft[reps / 2], pm = pt[reps / 2];
-    printf("{\"name\": \"fusion/%s\", \"unit\": \"ms\", \"kiln\": %.4f, \"peer\": %.4f, "
-           "\"peer_name\": \"kiln unfused (cpu)\", \"ratio\": %.3f, \"target\": %.2f}\n",
-           name, fm, pm, pm / fm, target);
+    printf("{\"name\": \"fusion/%s%s\", \"unit\": \"ms\", \"kiln\": %.4f, \"peer\": %.4f, "
+           "\"peer_name\": \"kiln unfused (%s)\", \"ratio\": %.3f",
+           row_prefix, name, fm, pm, peer_spec, pm / fm);
+    if (!row_prefix[0])
+        printf(", \"target\": %.2f", target);
+    printf("}\n");
     fflush(stdout);
     for (int k = 0; k < 2; k++) {
         trainer *t = k ? &p : &f;
@@ -343,7 +352,11 @@ int main(int argc, char **argv)
     if (specs && strchr(specs, ',')) {
         snprintf(fspec, sizeof fspec, "%.*s", (int)(strchr(specs, ',') - specs), specs);
         snprintf(pspec, sizeof pspec, "%s", strchr(specs, ',') + 1);
+        /* other devices' rows carry the device in their names, and no cpu target */
+        if (strcmp(pspec, "cpu") != 0)
+            snprintf(row_prefix, sizeof row_prefix, "%s ", pspec);
     }
+    snprintf(peer_spec, sizeof peer_spec, "%s", pspec);
     kiln_device *fd = kiln_device_open(fspec);
     kiln_device *pd = kiln_device_open(pspec);
     if (!fd || !pd)

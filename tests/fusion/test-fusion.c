@@ -15,6 +15,7 @@ int main(void)
     test_graphs();
     test_training();
     test_autotune();
+    test_gpu();
     printf("fusion: %d passed, %d failed\n", fusion_passed, fusion_failed);
     return fusion_failed ? 1 : 0;
 }
