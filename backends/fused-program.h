@@ -26,9 +26,18 @@
  *   WHERE  r = a != 0 ? b : c            (a: a comparison's result or a bool load)
  *   STORE  outputs[arg][i] = a           (r unused)
  *   REDUCE outputs[arg][i / inner] = op over the inner consecutive elements of a
- *          (op KILN_REDUCE_SUM or KILN_REDUCE_MEAN, accumulated in double; r unused)
+ *          (op KILN_REDUCE_SUM or KILN_REDUCE_MEAN, accumulated in double; KILN_REDUCE_MAX
+ *          or KILN_REDUCE_MIN, NaN propagating as the unfused reduce does; r unused)
  *   SOFTMAX r = softmax (op 1: log-softmax) of a over each row of inner consecutive
  *          elements
+ *   MATMUL r = element i of inputs[arg] @ inputs[arg2] (the matmul entry's semantics:
+ *          operands [B..., M, K] and [B..., K, N], batch dims broadcast to the n
+ *          elements [B..., M, N] of the product, i unravelled row-major in them). Only
+ *          as the program's first instruction, once: the program is then the epilogue
+ *          of a matrix product, which a backend applies to each tile of the product as
+ *          it is computed (rows of N elements are never cut). Its two inputs are the
+ *          product's operands, not n-element inputs, and no other instruction loads
+ *          them. MATMUL's dtype is the program's.
  * Every register holds the program's dtype (f32 today): each instruction rounds to it,
  * as the unfused op did, so a backend that evaluates the instructions with its unfused
  * kernels gives the unfused results to the bit. Inputs and outputs have that dtype or
@@ -36,6 +45,11 @@
  * fusion layer stores only comparison results there). A REDUCE's output has n / inner
  * elements (inner = reduce_inner, which divides n): a reduction over trailing dims takes
  * the group's last values in its reads instead of reading them back from memory.
+ *
+ * A backend refuses (KILN_ENOTSUP) a program holding a code or a REDUCE op it does not
+ * generate; the fusion layer then replays the group's calls, so codes added later never
+ * reach a generator that predates them with a wrong result. It asks before it records a
+ * producer too: supports() for KILN_ENTRY_FUSED with op KILN_FUSED_MATMUL.
  *
  * A backend that generates code caches it by the program's shape: the instruction list
  * (codes, ops, registers, args; alpha and beta may be baked in or passed), the dtype, and
@@ -62,6 +76,7 @@ typedef enum kiln_fused_code {
     KILN_FUSED_STORE,
     KILN_FUSED_REDUCE,
     KILN_FUSED_SOFTMAX,
+    KILN_FUSED_MATMUL,
     KILN_FUSED_CODE_COUNT
 } kiln_fused_code;
 
@@ -76,6 +91,7 @@ typedef struct kiln_fused_instr {
     int dst, a, b, c;   /* registers (dst unused by STORE; a, b, c where the code reads them) */
     int arg;            /* LOAD: input index; STORE: output index */
     double alpha, beta; /* UNARY's parameters; CONST's value in alpha */
+    int arg2;           /* MATMUL: the input index of the right operand (arg: the left) */
 } kiln_fused_instr;
 
 struct kiln_fused_program {

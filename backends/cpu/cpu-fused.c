@@ -21,6 +21,7 @@
  * once writes straight into its output block. Only strided views are gathered. Scratch
  * registers are reused once their value is dead, so a long chain needs few of them.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,49 +31,7 @@
 #endif
 
 #include "autotune-impl.h"
-#include "cpu-impl.h"
-#include "fused-program.h"
-
-/* IN_ROWS: strided, but contiguous along a last dim of pl->row elements, which the
- * blocks never cross, so a block reads it in place (a row-broadcast bias, a slice). */
-enum {
-    IN_CONTIG,
-    IN_SCALAR,
-    IN_GATHER,
-    IN_ROWS
-};
-
-typedef struct fin {
-    int kind;
-    bool copy_in;         /* also an output: always copied into scratch when loaded */
-    bool is_bool;         /* bool elements, loaded as 1 or 0 (always gathered) */
-    const float *base;    /* the element at index 0 of every dim (f32 inputs) */
-    const uint8_t *bytes; /* the same for bool inputs */
-    int nd;               /* dims after size-1 dims dropped and mergeable ones merged */
-    int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
-} fin;
-
-typedef struct fplan {
-    const kiln_fused_program *p;
-    const kiln__cpu_kernels *k;
-    fin in[KILN_FUSED_MAX_INPUTS];
-    float *out[KILN_FUSED_MAX_OUTPUTS];
-    uint8_t *out_bool[KILN_FUSED_MAX_OUTPUTS]; /* set for bool outputs (out[] NULL) */
-    int slot[KILN_FUSED_MAX_INSTRS];           /* scratch slot of the instruction's dst, -1 none */
-    int direct[KILN_FUSED_MAX_INSTRS];         /* output the instruction writes into, -1 none */
-    bool stored_direct[KILN_FUSED_MAX_INSTRS]; /* a STORE already done by a direct write */
-    bool scalar[KILN_FUSED_MAX_INSTRS * 2];    /* by register: one value for every element */
-    float consts[KILN_FUSED_MAX_INSTRS];
-    int nslots;
-    int64_t block;
-    int64_t row;    /* blocks end at multiples of this (0: anywhere) */
-    int64_t lo, hi; /* the element range the jobs split */
-    bool stream;    /* outputs far larger than the caches: non-temporal stores */
-    bool prefetch;  /* one or two contiguous inputs: prefetch the next block's */
-    bool has_softmax, has_reduce;
-    char *scratch; /* njobs slabs of nslots * block floats */
-    int njobs;
-} fplan;
+#include "cpu-fused-impl.h"
 
 static void normalize(fin *f, const kiln_tdesc *d)
 {
@@ -175,12 +134,72 @@ static bool overlaps_input(const kiln_fused_program *p, const kiln_tdesc *o)
     return false;
 }
 
-static int plan(fplan *pl, const kiln_fused_program *p)
+/* A MATMUL heading p (instruction 0, once, its operands loaded by nothing else and
+ * written by no output, rows that reductions and softmaxes divide) into pl->mm; 0 when
+ * there is none, KILN_ENOTSUP when it is not one the cpu runs. */
+static int plan_product(fplan *pl, const kiln_fused_program *p)
+{
+    pl->product_out = -1;
+    for (int i = 1; i < p->ninstrs; i++)
+        if (p->instrs[i].code == KILN_FUSED_MATMUL)
+            return KILN_ENOTSUP;
+    if (p->ninstrs == 0 || p->instrs[0].code != KILN_FUSED_MATMUL)
+        return 0;
+    const kiln_fused_instr *mm = &p->instrs[0];
+    if ((unsigned)mm->arg >= (unsigned)p->ninputs || (unsigned)mm->arg2 >= (unsigned)p->ninputs ||
+        mm->arg == mm->arg2)
+        return KILN_ENOTSUP;
+    const kiln_tdesc *a = &p->inputs[mm->arg], *b = &p->inputs[mm->arg2];
+    if (a->dtype != KILN_F32 || b->dtype != KILN_F32)
+        return KILN_ENOTSUP;
+    for (int i = 0; i < p->ninstrs; i++)
+        if (p->instrs[i].code == KILN_FUSED_LOAD && (p->instrs[i].arg == mm->arg || p->instrs[i].arg == mm->arg2))
+            return KILN_ENOTSUP;
+    for (int k = 0; k < p->noutputs; k++)
+        if (p->outputs[k].buf == a->buf || p->outputs[k].buf == b->buf)
+            return KILN_ENOTSUP;
+    /* the product's shape [B..., M, N]: batch dims broadcast between a's and b's */
+    if (a->ndim < 2 || b->ndim < 2 || a->shape[a->ndim - 1] != b->shape[b->ndim - 2])
+        return KILN_ENOTSUP;
+    kiln_tdesc *o = &pl->mm_out;
+    o->dtype = KILN_F32;
+    o->ndim = a->ndim > b->ndim ? a->ndim : b->ndim;
+    for (int d = 0; d < o->ndim - 2; d++) {
+        int da = d - (o->ndim - a->ndim), db = d - (o->ndim - b->ndim);
+        int64_t sa = da >= 0 ? a->shape[da] : 1, sb = db >= 0 ? b->shape[db] : 1;
+        if (sa != sb && sa != 1 && sb != 1)
+            return KILN_ENOTSUP;
+        o->shape[d] = sa > sb ? sa : sb;
+    }
+    o->shape[o->ndim - 2] = a->shape[a->ndim - 2];
+    o->shape[o->ndim - 1] = b->shape[b->ndim - 1];
+    int64_t st = 1;
+    for (int d = o->ndim - 1; d >= 0; d--) {
+        o->strides[d] = st;
+        st *= o->shape[d];
+    }
+    if (st != p->n || !kiln__cpu_mm_plan(&pl->mm, o, a, b))
+        return KILN_ENOTSUP;
+    /* reductions and softmaxes take whole rows of the panels' rows */
+    if (p->reduce_inner > 0 && pl->mm.N % p->reduce_inner)
+        return KILN_ENOTSUP;
+    return 1;
+}
+
+int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
 {
     if (p->dtype != KILN_F32 || p->ninstrs > KILN_FUSED_MAX_INSTRS || p->ninputs > KILN_FUSED_MAX_INPUTS ||
         p->noutputs > KILN_FUSED_MAX_OUTPUTS || p->nregs > KILN_FUSED_MAX_INSTRS * 2 || p->n < 0)
         return KILN_ENOTSUP;
+    int prc = plan_product(pl, p);
+    if (prc < 0)
+        return prc;
+    pl->product = prc > 0;
     for (int i = 0; i < p->ninputs; i++) {
+        if (pl->product && (i == p->instrs[0].arg || i == p->instrs[0].arg2)) {
+            pl->in[i].kind = IN_OPERAND;
+            continue;
+        }
         if (p->inputs[i].dtype != KILN_F32 && p->inputs[i].dtype != KILN_BOOL)
             return KILN_ENOTSUP;
         normalize(&pl->in[i], &p->inputs[i]);
@@ -265,7 +284,8 @@ static int plan(fplan *pl, const kiln_fused_program *p)
             return KILN_ENOTSUP;
         if (in->code == KILN_FUSED_SOFTMAX && (p->reduce_inner <= 0 || p->reduce_inner > 8192))
             return KILN_ENOTSUP;
-        if (in->code == KILN_FUSED_REDUCE && ((in->op != KILN_REDUCE_SUM && in->op != KILN_REDUCE_MEAN) ||
+        if (in->code == KILN_FUSED_REDUCE && ((in->op != KILN_REDUCE_SUM && in->op != KILN_REDUCE_MEAN &&
+                                               in->op != KILN_REDUCE_MAX && in->op != KILN_REDUCE_MIN) ||
                                               p->reduce_inner <= 0 || p->outputs[in->arg].dtype != KILN_F32))
             return KILN_ENOTSUP;
         if (reads_a)
@@ -321,11 +341,16 @@ static int plan(fplan *pl, const kiln_fused_program *p)
                               (in->code == KILN_FUSED_LOAD && pl->in[in->arg].kind == IN_GATHER);
             if (needs_slot)
                 pl->slot[i] = nfree ? free_slots[--nfree] : pl->nslots++;
+            /* a stored product is computed straight into its output (its first store) */
+            for (int j = i + 1; in->code == KILN_FUSED_MATMUL && j < p->ninstrs && pl->direct[i] < 0; j++)
+                if (p->instrs[j].code == KILN_FUSED_STORE && p->instrs[j].a == in->dst &&
+                    pl->out[p->instrs[j].arg] && !overlaps_input(p, &p->outputs[p->instrs[j].arg]))
+                    pl->direct[i] = pl->product_out = p->instrs[j].arg;
         }
         /* registers read here for the last time give their slots back (after dst took one,
          * so an instruction never writes the scratch it reads: unary_f32 is restrict) */
         int reads[3] = {-1, -1, -1};
-        if (in->code != KILN_FUSED_LOAD && in->code != KILN_FUSED_CONST)
+        if (in->code != KILN_FUSED_LOAD && in->code != KILN_FUSED_CONST && in->code != KILN_FUSED_MATMUL)
             reads[0] = in->a;
         if ((in->code == KILN_FUSED_BINARY || in->code == KILN_FUSED_WHERE) && in->b != in->a)
             reads[1] = in->b;
@@ -337,11 +362,6 @@ static int plan(fplan *pl, const kiln_fused_program *p)
     }
     return 0;
 }
-
-typedef struct freg {
-    const float *p;
-    int64_t stride; /* 0: one value for every element */
-} freg;
 
 /* A comparison as 1 or 0, as the unfused comparison's bool output loads. The common
  * stride patterns get loops of their own, which the compiler vectorizes. */
@@ -445,7 +465,31 @@ static void prefetch_next(const fplan *pl, int64_t i0, int64_t m, int64_t end)
     }
 }
 
-static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, int64_t i0, int64_t m)
+/* The largest (max) or smallest of acc and x[0, m) (stride 0: x[0] m times), NaN once any
+ * is NaN, as the unfused reduce gives. */
+static double extreme_run(const float *x, int64_t stride, int64_t m, bool max, double acc)
+{
+    if (acc != acc)
+        return acc;
+    if (stride == 0)
+        m = m > 0 ? 1 : 0;
+    float best = (float)acc;
+    bool nan = false;
+    if (max)
+        for (int64_t j = 0; j < m; j++) {
+            nan |= x[j] != x[j];
+            best = x[j] > best ? x[j] : best;
+        }
+    else
+        for (int64_t j = 0; j < m; j++) {
+            nan |= x[j] != x[j];
+            best = x[j] < best ? x[j] : best;
+        }
+    return nan ? (double)NAN : (double)best;
+}
+
+static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, int64_t i0, int64_t m,
+                      const float *prod)
 {
     const kiln_fused_program *p = pl->p;
     for (int i = 0; i < p->ninstrs; i++) {
@@ -469,6 +513,7 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
             break;
         }
         case KILN_FUSED_CONST: regs[in->dst] = (freg){&pl->consts[i], 0}; break;
+        case KILN_FUSED_MATMUL: regs[in->dst] = (freg){prod, 1}; break;
         case KILN_FUSED_UNARY: {
             freg a = regs[in->a];
             pl->k->unary_f32(in->op, dst, a.p, a.stride ? m : 1, (float)in->alpha, (float)in->beta);
@@ -504,12 +549,18 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
         case KILN_FUSED_REDUCE: {
             /* blocks never cross a row: add this block's part, store at the row's end */
             freg a = regs[in->a];
-            acc[i] += a.stride ? pl->k->sum_run_f32(a.p, m) : (double)a.p[0] * (double)m;
             int64_t inner = p->reduce_inner;
+            bool extreme = in->op == KILN_REDUCE_MAX || in->op == KILN_REDUCE_MIN;
+            if (extreme && i0 % inner == 0)
+                acc[i] = in->op == KILN_REDUCE_MAX ? -INFINITY : INFINITY;
+            if (extreme)
+                acc[i] = extreme_run(a.p, a.stride, m, in->op == KILN_REDUCE_MAX, acc[i]);
+            else
+                acc[i] += a.stride ? pl->k->sum_run_f32(a.p, m) : (double)a.p[0] * (double)m;
             if ((i0 + m) % inner == 0) {
                 double v = in->op == KILN_REDUCE_MEAN ? acc[i] / (double)inner : acc[i];
                 pl->out[in->arg][(i0 + m) / inner - 1] = (float)v;
-                acc[i] = 0;
+                acc[i] = 0; /* (max and min start their rows afresh) */
             }
             break;
         }
@@ -541,6 +592,21 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
     }
 }
 
+void kiln__cpu_fused_span(const fplan *pl, float *scratch, double *acc, int64_t begin, int64_t end,
+                          const float *prod, int64_t prod_lo)
+{
+    freg regs[KILN_FUSED_MAX_INSTRS * 2];
+    for (int64_t i0 = begin, m; i0 < end; i0 += m) {
+        m = end - i0 < pl->block ? end - i0 : pl->block;
+        if (pl->has_softmax && !pl->has_reduce)
+            m -= m % pl->row; /* whole rows (spans start on one; block >= row) */
+        else if (pl->row && m > pl->row - i0 % pl->row)
+            m = pl->row - i0 % pl->row;
+        prefetch_next(pl, i0, m, end);
+        run_block(pl, scratch, regs, acc, i0, m, prod ? prod + (i0 - prod_lo) : NULL);
+    }
+}
+
 static void run_job(void *arg, int job, int njobs)
 {
     const fplan *pl = arg;
@@ -553,16 +619,7 @@ static void run_job(void *arg, int job, int njobs)
     }
     double acc[KILN_FUSED_MAX_INSTRS] = {0};
     float *scratch = (float *)(pl->scratch + (size_t)job * (size_t)pl->nslots * (size_t)pl->block * sizeof(float));
-    freg regs[KILN_FUSED_MAX_INSTRS * 2];
-    for (int64_t i0 = begin, m; i0 < end; i0 += m) {
-        m = end - i0 < pl->block ? end - i0 : pl->block;
-        if (pl->has_softmax && !pl->has_reduce)
-            m -= m % pl->row; /* whole rows (jobs start on one; block >= row) */
-        else if (pl->row && m > pl->row - i0 % pl->row)
-            m = pl->row - i0 % pl->row;
-        prefetch_next(pl, i0, m, end);
-        run_block(pl, scratch, regs, acc, i0, m);
-    }
+    kiln__cpu_fused_span(pl, scratch, acc, begin, end, NULL, 0);
 #if defined(__x86_64__)
     if (pl->stream)
         _mm_sfence(); /* the streamed lines are visible before the job reports done */
@@ -620,13 +677,19 @@ int kiln__cpu_fused_run(void *vctx, const kiln_fused_program *p)
     fplan *pl = calloc(1, sizeof *pl);
     if (!pl)
         return kiln__cpu_enomem("fused");
-    int rc = plan(pl, p);
+    int rc = kiln__cpu_fused_plan(pl, p);
     if (rc < 0) {
         free(pl);
         return rc;
     }
     pl->p = p;
     pl->k = ctx->k;
+    if (pl->product) {
+        pl->block = p->reduce_inner > DEFAULT_BLOCK ? p->reduce_inner : DEFAULT_BLOCK;
+        rc = kiln__cpu_fused_product(ctx, pl);
+        free(pl);
+        return rc;
+    }
     int64_t grain = 16384;
     int64_t jobs = p->n / grain;
     pl->njobs = jobs < 1 ? 1 : jobs > ctx->nthreads ? ctx->nthreads : (int)jobs;

@@ -14,9 +14,17 @@
  * be seen through any view. A call that breaks the rule ends the group first.
  *
  * A softmax over the last dim of a value the group wrote joins it (its rows are
- * evaluated whole, and later calls may use its result); a sum or mean over trailing dims
- * whose input is a value the group wrote (contiguous) ends the group: the reduction reads that value from a register as it is computed, and
- * nothing joins after it.
+ * evaluated whole, and later calls may use its result); a sum, mean, max or min over
+ * trailing dims whose input is a value the group wrote (contiguous) ends the group: the
+ * reduction reads that value from a register as it is computed, and nothing joins after
+ * it.
+ *
+ * A matmul of f32 operands with a contiguous f32 product starts a group of its own (when
+ * the inner backend's fused_run takes a MATMUL): the calls that join after it are its
+ * epilogue, which the backend applies to each panel of the product's rows as it is
+ * computed, and a product that dies before the flush is never stored. Nothing in the
+ * group may write the product's operands, and a softmax or reduction joining it must have
+ * rows that divide the product's.
  *
  * At the flush, outputs whose buffer was freed meanwhile (dead intermediates) are never
  * stored, and a value overwritten later in the group is stored only once. A group of one
@@ -71,7 +79,8 @@ static int rec_inputs(const frec *r)
     case KILN_ENTRY_REDUCE:
     case KILN_ENTRY_SOFTMAX: return 1;
     case KILN_ENTRY_FILL: return 0;
-    case KILN_ENTRY_BINARY: return 2;
+    case KILN_ENTRY_BINARY:
+    case KILN_ENTRY_MATMUL: return 2;
     case KILN_ENTRY_WHERE: return 3;
     default: return 1;
     }
@@ -87,11 +96,23 @@ static bool is_comparison(const frec *r)
     return r->entry == KILN_ENTRY_BINARY && r->op >= KILN_BINARY_EQ && r->op <= KILN_BINARY_GE;
 }
 
+/* The row length of the matrix product that heads q's group (the product's last dim),
+ * 0 when no product heads it: a softmax or reduction joining after one must have rows
+ * that divide it, so that the tiles of whole product rows hold whole rows of theirs. */
+static int64_t product_row(const fq *q)
+{
+    if (q->nrec == 0 || q->rec[0].entry != KILN_ENTRY_MATMUL)
+        return 0;
+    return q->rec[0].out.shape[q->rec[0].out.ndim - 1];
+}
+
 /* Whether a reduction r can end q's group: sum or mean of f32 over trailing dims of a
  * value the group wrote, into a buffer the group does not touch. */
 static bool reduce_fits(const fq *q, frec *r)
 {
-    if (q->nrec == 0 || q->closed || (r->op != KILN_REDUCE_SUM && r->op != KILN_REDUCE_MEAN) ||
+    if (q->nrec == 0 || q->closed ||
+        (r->op != KILN_REDUCE_SUM && r->op != KILN_REDUCE_MEAN && r->op != KILN_REDUCE_MAX &&
+         r->op != KILN_REDUCE_MIN) ||
         r->entry != KILN_ENTRY_REDUCE || r->x.dtype != KILN_F32 || r->out.dtype != KILN_F32 ||
         !contiguous(&r->out) || numel(&r->x) != q->n || q->n == 0)
         return false;
@@ -120,7 +141,8 @@ static bool reduce_fits(const fq *q, frec *r)
         else
             in_suffix = false;
     }
-    if (numel(&r->out) * inner != q->n || (q->row && q->row != inner))
+    if (numel(&r->out) * inner != q->n || (q->row && q->row != inner) ||
+        (product_row(q) && product_row(q) % inner))
         return false;
     r->inner = inner;
     return true;
@@ -136,7 +158,7 @@ static bool softmax_fits(const fq *q, frec *r)
         numel(&r->out) != q->n || (int)r->mask != in->ndim - 1)
         return false;
     int64_t inner = in->shape[in->ndim - 1];
-    if (inner < 1 || inner > 8192 || (q->row && q->row != inner))
+    if (inner < 1 || inner > 8192 || (q->row && q->row != inner) || (product_row(q) && product_row(q) % inner))
         return false;
     bool written = false;
     for (int i = 0; i < q->nrec; i++) {
@@ -182,6 +204,9 @@ static bool fits(const fq *q, const frec *r)
         return true;
     if (q->closed || q->nrec >= FUSED_MAX_RECS - 1 || numel(&r->out) != q->n)
         return false;
+    /* a product's operands are read while its tiles are computed: never written */
+    if (q->rec[0].entry == KILN_ENTRY_MATMUL && (r->out.buf == q->rec[0].x.buf || r->out.buf == q->rec[0].y.buf))
+        return false;
     for (int i = 0; i < q->nrec; i++) {
         const frec *p = &q->rec[i];
         /* r reads what the group wrote: only through the write's own view */
@@ -204,8 +229,33 @@ static bool fits(const fq *q, const frec *r)
     return loads <= KILN_FUSED_MAX_INPUTS;
 }
 
+/* Whether a matrix product r may head a group: f32 operands the inner backend's fused_run
+ * takes as a MATMUL, and a contiguous f32 product of at least one element. */
+static bool product_fits(const fq *q, const frec *r)
+{
+    const kiln_backend_iface *in = q->d->in;
+    if (q->d->replay || !in->fused_run || r->out.dtype != KILN_F32 || r->x.dtype != KILN_F32 ||
+        r->y.dtype != KILN_F32 || !contiguous(&r->out) || r->out.ndim < 2 || numel(&r->out) == 0 ||
+        r->x.shape[r->x.ndim - 1] == 0)
+        return false;
+    kiln_op_query query = {.entry = KILN_ENTRY_FUSED, .op = KILN_FUSED_MATMUL, .dtype = KILN_F32};
+    return !in->supports || in->supports(q->iq, &query);
+}
+
 int kiln__fused_record(fq *q, const frec *r)
 {
+    if (r->entry == KILN_ENTRY_MATMUL) {
+        /* a product starts a group of its own: its elementwise consumers become the
+         * epilogue applied to its tiles */
+        if (!product_fits(q, r))
+            return 0;
+        int rc = kiln__fused_flush(q);
+        if (rc < 0)
+            return rc;
+        q->n = numel(&r->out);
+        q->rec[q->nrec++] = *r;
+        return 1;
+    }
     if (r->entry == KILN_ENTRY_REDUCE) {
         frec red = *r;
         if (!reduce_fits(q, &red))
@@ -290,6 +340,7 @@ typedef struct compiler {
     kiln_fused_instr ins[KILN_FUSED_MAX_INSTRS];
     kiln_tdesc inputs[KILN_FUSED_MAX_INPUTS], outputs[KILN_FUSED_MAX_OUTPUTS];
     int load_reg[KILN_FUSED_MAX_INPUTS];
+    bool operand_only[KILN_FUSED_MAX_INPUTS]; /* a product's operand: never loaded */
     int ninstrs, ninputs, noutputs, nregs;
     int64_t reduce_inner;
     /* the register holding each recorded call's result, by call */
@@ -312,7 +363,7 @@ static int operand(compiler *c, const fq *q, int i, const kiln_tdesc *d)
         if (same_flat(&q->rec[j].out, d))
             return c->value[j];
     for (int k = 0; k < c->ninputs; k++)
-        if (same_view(&c->inputs[k], d))
+        if (!c->operand_only[k] && same_view(&c->inputs[k], d))
             return c->load_reg[k];
     if (c->ninputs == KILN_FUSED_MAX_INPUTS)
         return -1;
@@ -331,6 +382,21 @@ static int compile(compiler *c, const fq *q)
     for (int i = 0; i < q->nrec; i++) {
         const frec *r = &q->rec[i];
         int a = -1, b = -1, z = -1;
+        if (r->entry == KILN_ENTRY_MATMUL) { /* the group's first call (record) */
+            if (c->ninputs + 2 > KILN_FUSED_MAX_INPUTS)
+                return -1;
+            int dst = c->nregs++;
+            c->inputs[c->ninputs] = r->x;
+            c->inputs[c->ninputs + 1] = r->y;
+            c->operand_only[c->ninputs] = c->operand_only[c->ninputs + 1] = true;
+            c->load_reg[c->ninputs] = c->load_reg[c->ninputs + 1] = -1;
+            if (emit(c, (kiln_fused_instr){
+                            .code = KILN_FUSED_MATMUL, .dst = dst, .arg = c->ninputs, .arg2 = c->ninputs + 1}) < 0)
+                return -1;
+            c->ninputs += 2;
+            c->value[i] = dst;
+            continue;
+        }
         if (rec_inputs(r) > 0 && (a = operand(c, q, i, &r->x)) < 0)
             return -1;
         if (rec_inputs(r) > 1 && (b = operand(c, q, i, &r->y)) < 0)
@@ -411,6 +477,7 @@ static int replay(fq *q)
             rc = in->reduce(q->iq, (kiln_reduce_op)r->op, &r->out, &r->x, r->mask, r->alpha);
             break;
         case KILN_ENTRY_SOFTMAX: rc = in->softmax(q->iq, r->op != 0, &r->out, &r->x, (int)r->mask); break;
+        case KILN_ENTRY_MATMUL: rc = in->matmul(q->iq, &r->out, &r->x, &r->y); break;
         default: rc = in->binary(q->iq, (kiln_binary_op)r->op, &r->out, &r->x, &r->y); break;
         }
         if (rc < 0)
@@ -502,6 +569,8 @@ char *kiln__fused_key(const kiln_fused_program *p, char *buf, size_t len)
     for (int i = 0; i < p->ninstrs; i++) {
         const kiln_fused_instr *in = &p->instrs[i];
         PUT(" %d.%d:%d,%d,%d,%d,%d", (int)in->code, in->op, in->dst, in->a, in->b, in->c, in->arg);
+        if (in->code == KILN_FUSED_MATMUL)
+            PUT(",%d", in->arg2);
     }
 #undef PUT
     return buf;

@@ -4,7 +4,8 @@
  * opened with the option fusion=on).
  *
  * Elementwise calls (fill, copy, unary, binary, where) are not run when they arrive: each
- * queue records them into a pending group (fused-group.c). Any other entry, an upload,
+ * queue records them into a pending group (fused-group.c), which a matmul may head (its
+ * consumers become its epilogue) and a softmax or row reduction may join. Any other entry, an upload,
  * a download, a host pointer, a sync, an event, or a call that cannot join the group
  * flushes it first: the group becomes one kiln_fused_program that the inner backend's
  * fused_run (its code generator hook) runs as one kernel, or, where the inner backend
@@ -364,6 +365,7 @@ static int record_or_run(fq *q, const frec *r)
     case KILN_ENTRY_WHERE: return in->where(q->iq, &r->out, &r->x, &r->y, &r->z);
     case KILN_ENTRY_REDUCE: return in->reduce(q->iq, (kiln_reduce_op)r->op, &r->out, &r->x, r->mask, r->alpha);
     case KILN_ENTRY_SOFTMAX: return in->softmax(q->iq, r->op != 0, &r->out, &r->x, (int)r->mask);
+    case KILN_ENTRY_MATMUL: return in->matmul(q->iq, &r->out, &r->x, &r->y);
     default: return in->binary(q->iq, (kiln_binary_op)r->op, &r->out, &r->x, &r->y);
     }
 }
@@ -378,6 +380,15 @@ static int fused_reduce(void *qctx, kiln_reduce_op op, const kiln_tdesc *out, co
 static int fused_softmax(void *qctx, bool log, const kiln_tdesc *out, const kiln_tdesc *in, int dim)
 {
     frec r = {.entry = KILN_ENTRY_SOFTMAX, .op = log, .out = *out, .x = *in, .mask = (uint32_t)dim};
+    return record_or_run(qctx, &r);
+}
+
+static int fused_matmul(void *qctx, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b)
+{
+    fq *q = qctx;
+    if (!q->d->in->matmul)
+        return kiln__error_set("fused: the inner backend %s has no matmul", q->d->in->name);
+    frec r = {.entry = KILN_ENTRY_MATMUL, .out = *out, .x = *a, .y = *b};
     return record_or_run(qctx, &r);
 }
 
@@ -439,7 +450,6 @@ FWD(gather, (void *qctx, T out, T in, int dim, T ix), (q->iq, out, in, dim, ix))
 FWD(scatter, (void *qctx, T out, int dim, T ix, T src, bool acc), (q->iq, out, dim, ix, src, acc))
 FWD(index_select, (void *qctx, T out, T in, int dim, T ix), (q->iq, out, in, dim, ix))
 FWD(index_add, (void *qctx, T out, int dim, T ix, T src), (q->iq, out, dim, ix, src))
-FWD(matmul, (void *qctx, T out, T a, T b), (q->iq, out, a, b))
 FWD(conv, (void *qctx, const kiln_conv_params *p, T out, T x, T w, T b), (q->iq, p, out, x, w, b))
 FWD(conv_backward_input, (void *qctx, const kiln_conv_params *p, T gx, T go, T w), (q->iq, p, gx, go, w))
 FWD(conv_backward_weight, (void *qctx, const kiln_conv_params *p, T gw, T x, T go), (q->iq, p, gw, x, go))

@@ -1,7 +1,8 @@
 /*
  * tests/fusion/test-fusion.c — the fusion suite's runner: fused programs on the cpu
  * (test-programs.c), random expression graphs through the fused decorator
- * (test-graphs.c), and training steps (test-training.c). Prints "N passed, N failed".
+ * (test-graphs.c), training steps (test-training.c), the autotune cache (test-autotune.c)
+ * and matmul epilogues (test-epilogue.c). Prints "N passed, N failed".
  */
 #include <stdio.h>
 
@@ -16,6 +17,7 @@ int main(void)
     test_training();
     test_autotune();
     test_gpu();
+    test_epilogue();
     printf("fusion: %d passed, %d failed\n", fusion_passed, fusion_failed);
     return fusion_failed ? 1 : 0;
 }

@@ -338,6 +338,26 @@ static void refused(void)
     p = program(16, 1, in, 1, out, 2, fine, 1);
     p.dtype = KILN_F64;
     CHECK(be->fused_run(ctx, &p) == KILN_ENOTSUP, "an f64 program must be refused on cpu");
+    /* products: 4x4 = [4, 2] @ [2, 4] over x's and o's memory */
+    kiln_tdesc ops[3] = {desc(x, 0, 2, (int64_t[]){4, 2}, (int64_t[]){2, 1}),
+                         desc(x, 8, 2, (int64_t[]){2, 4}, (int64_t[]){4, 1}), flat(o, 16)};
+    kiln_fused_instr mm[] = {{.code = KILN_FUSED_MATMUL, .dst = 0, .arg = 0, .arg2 = 1}, STORE(0, 0)};
+    p = program(16, 2, ops, 1, out, 2, mm, 1);
+    CHECK(be->fused_run(ctx, &p) == 0, "a product stored as it is runs: %s", kiln_error());
+    kiln_tdesc self_out[1] = {flat(x, 16)};
+    p = program(16, 2, ops, 1, self_out, 2, mm, 1);
+    CHECK(be->fused_run(ctx, &p) == KILN_ENOTSUP, "a product stored over its own operand must be refused");
+    kiln_fused_instr late[] = {
+        LOAD(0, 2), {.code = KILN_FUSED_MATMUL, .dst = 1, .arg = 0, .arg2 = 1}, STORE(1, 0)};
+    p = program(16, 3, ops, 1, out, 3, late, 2);
+    CHECK(be->fused_run(ctx, &p) == KILN_ENOTSUP, "a product that is not the first instruction must be refused");
+    kiln_fused_instr loaded[] = {
+        {.code = KILN_FUSED_MATMUL, .dst = 0, .arg = 0, .arg2 = 1}, LOAD(1, 0), STORE(0, 0)};
+    p = program(16, 2, ops, 1, out, 3, loaded, 2);
+    CHECK(be->fused_run(ctx, &p) == KILN_ENOTSUP, "a product operand loaded as an element input must be refused");
+    ops[1].shape[0] = 3;
+    p = program(16, 2, ops, 1, out, 2, mm, 1);
+    CHECK(be->fused_run(ctx, &p) == KILN_ENOTSUP, "a product of mismatched inner dims must be refused");
     be->buffer_free(ctx, x);
     be->buffer_free(ctx, o);
 }

@@ -1,0 +1,77 @@
+/*
+ * backends/cpu/cpu-fused-impl.h — what the cpu's fused_run shares between its two files:
+ * cpu-fused.c plans a kiln_fused_program and runs it per block over an element range;
+ * cpu-fused-product.c runs a program headed by a matrix product (MATMUL), computing the
+ * product a panel of rows at a time and the rest of the program over each panel while
+ * it is in the caches.
+ */
+#ifndef KILN_CPU_FUSED_IMPL_H
+#define KILN_CPU_FUSED_IMPL_H
+
+#include "cpu-impl.h"
+#include "fused-program.h"
+
+/* IN_ROWS: strided, but contiguous along a last dim of pl->row elements, which the
+ * blocks never cross, so a block reads it in place (a row-broadcast bias, a slice). */
+enum {
+    IN_CONTIG,
+    IN_SCALAR,
+    IN_GATHER,
+    IN_ROWS,
+    IN_OPERAND /* a product's operand: read by the product, never loaded */
+};
+
+typedef struct fin {
+    int kind;
+    bool copy_in;         /* also an output: always copied into scratch when loaded */
+    bool is_bool;         /* bool elements, loaded as 1 or 0 (always gathered) */
+    const float *base;    /* the element at index 0 of every dim (f32 inputs) */
+    const uint8_t *bytes; /* the same for bool inputs */
+    int nd;               /* dims after size-1 dims dropped and mergeable ones merged */
+    int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
+} fin;
+
+typedef struct fplan {
+    const kiln_fused_program *p;
+    const kiln__cpu_kernels *k;
+    fin in[KILN_FUSED_MAX_INPUTS];
+    float *out[KILN_FUSED_MAX_OUTPUTS];
+    uint8_t *out_bool[KILN_FUSED_MAX_OUTPUTS]; /* set for bool outputs (out[] NULL) */
+    int slot[KILN_FUSED_MAX_INSTRS];           /* scratch slot of the instruction's dst, -1 none */
+    int direct[KILN_FUSED_MAX_INSTRS];         /* output the instruction writes into, -1 none */
+    bool stored_direct[KILN_FUSED_MAX_INSTRS]; /* a STORE already done by a direct write */
+    bool scalar[KILN_FUSED_MAX_INSTRS * 2];    /* by register: one value for every element */
+    float consts[KILN_FUSED_MAX_INSTRS];
+    int nslots;
+    int64_t block;
+    int64_t row;    /* blocks end at multiples of this (0: anywhere) */
+    int64_t lo, hi; /* the element range the jobs split */
+    bool stream;    /* outputs far larger than the caches: non-temporal stores */
+    bool prefetch;  /* one or two contiguous inputs: prefetch the next block's */
+    bool has_softmax, has_reduce;
+    char *scratch; /* njobs slabs of nslots * block floats */
+    int njobs;
+    /* a program headed by MATMUL (instruction 0) */
+    bool product;
+    int product_out; /* the output the product is computed straight into, -1: scratch panels */
+    kiln__cpu_mm mm;
+    kiln_tdesc mm_out; /* the product's shape (no buffer: only its shape is read) */
+} fplan;
+
+typedef struct freg {
+    const float *p;
+    int64_t stride; /* 0: one value for every element */
+} freg;
+
+/** Plan p into pl (zeroed by the caller); KILN_ENOTSUP for a program the cpu does not run. */
+int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p);
+/** Run the program over elements [begin, end) of one job, in blocks of at most pl->block
+ *  (whole rows where the program has rows): scratch is the job's nslots * block floats,
+ *  acc its reduction accumulators. A product's values for elements [prod_lo, end) are at
+ *  prod (NULL without a product). */
+void kiln__cpu_fused_span(const fplan *pl, float *scratch, double *acc, int64_t begin, int64_t end,
+                          const float *prod, int64_t prod_lo);
+/** Run a program headed by MATMUL (planned, pl->product set): 0, or a negative error. */
+int kiln__cpu_fused_product(kiln__cpu_ctx *ctx, fplan *pl);
+
+#endif /* KILN_CPU_FUSED_IMPL_H */

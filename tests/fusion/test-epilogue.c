@@ -1,0 +1,293 @@
+/*
+ * tests/fusion/test-epilogue.c — matrix products with their elementwise consumers fused as
+ * an epilogue (a MATMUL heading the program), and reductions that take a fused value in
+ * their reads (max and min beside sum and mean).
+ *
+ * Random products (odd and round sizes, batch dims that broadcast, transposed operands,
+ * a kept or a dead product) followed by random epilogue chains run on "fused:counting:cpu",
+ * "counting:cpu" and "ref": fused must equal unfused within 1e-5 of |value| + 1 (BLAS
+ * rounds a panel of rows and the whole product differently: its small-matrix kernels
+ * and edge tiles sum in another order) and be near ref, and
+ * the fused device must have run the product inside a fused program. Gradients through a
+ * linear layer with a fused epilogue equal the unfused ones.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fusion-test.h"
+#include "kiln/autodiff.h"
+#include "kiln/tensor.h"
+
+#define NDEV 3
+static kiln_device *devs[NDEV]; /* fused, unfused, ref */
+
+static uint64_t calls_of(kiln_device *d, const char *entry)
+{
+    kiln_device_counters c;
+    uint64_t n = 0;
+    if (kiln_device_counters_get(d, &c, entry, &n) < 0)
+        return 0;
+    return n;
+}
+
+/* The largest relative difference of a against b (NaN where they disagree on NaN), and
+ * whether both could be read. */
+static double worst_rel(kiln_tensor *a, kiln_tensor *b, double floor)
+{
+    if (!a || !b || kiln_tensor_numel(a) != kiln_tensor_numel(b))
+        return INFINITY;
+    int64_t n = kiln_tensor_numel(a);
+    float *x = malloc((size_t)n * sizeof *x + 1), *y = malloc((size_t)n * sizeof *y + 1);
+    double worst = 0;
+    if (kiln_to_data(a, x, (size_t)n * sizeof *x) < 0 || kiln_to_data(b, y, (size_t)n * sizeof *y) < 0)
+        worst = INFINITY;
+    for (int64_t i = 0; i < n && worst < INFINITY; i++) {
+        if (isnan(x[i]) || isnan(y[i])) {
+            worst = isnan(x[i]) && isnan(y[i]) ? worst : INFINITY;
+            continue;
+        }
+        double d = fabs((double)x[i] - (double)y[i]) / (fabs((double)y[i]) + floor);
+        worst = d > worst ? d : worst;
+    }
+    free(x);
+    free(y);
+    return worst;
+}
+
+static kiln_tensor *upload(kiln_device *d, int ndim, const int64_t *shape, const float *host)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= shape[i];
+    return kiln_from_data(d, KILN_F32, ndim, shape, host, (size_t)n * sizeof(float));
+}
+
+static kiln_tensor *act_of(kiln_tensor *t, int which)
+{
+    switch (which) {
+    case 0: return kiln_relu(t);
+    case 1: return kiln_gelu(t, false);
+    case 2: return kiln_tanh(t);
+    case 3: return kiln_sigmoid(kiln_mul_scalar(t, 0.5));
+    default: return kiln_add_scalar(t, 0.125);
+    }
+}
+
+/* One random product and epilogue: out = act(op(a) @ op(b) + bias) [* c] [+ residual]. */
+static void random_product(int seed)
+{
+    uint64_t s = (uint64_t)seed * 104729 + 11;
+    static const int64_t sizes[] = {1, 2, 3, 7, 16, 17, 33, 64, 100, 129, 256};
+    int64_t M = sizes[test_pick(&s, 11)], N = sizes[1 + test_pick(&s, 10)], K = sizes[test_pick(&s, 11)];
+    int nb = test_pick(&s, 3); /* batch dims: 0, [B] or [B1, B2] with b broadcast */
+    int64_t B1 = 1 + test_pick(&s, 3), B2 = 1 + test_pick(&s, 2);
+    bool ta = test_pick(&s, 3) == 0, tb = test_pick(&s, 2) == 0, keep = test_pick(&s, 2) == 0;
+    bool bcast_b = nb > 0 && test_pick(&s, 2) == 0;
+    int act = test_pick(&s, 5), extra = test_pick(&s, 3);
+    int64_t ash[4], bsh[4], na = 0, nbd = 0;
+    if (nb >= 1)
+        ash[na++] = B1, bsh[nbd++] = bcast_b ? 1 : B1;
+    if (nb == 2)
+        ash[na++] = B2, bsh[nbd++] = B2;
+    /* stored transposed when ta/tb: the matmul then sees a transposed view */
+    ash[na++] = ta ? K : M;
+    ash[na++] = ta ? M : K;
+    bsh[nbd++] = tb ? N : K;
+    bsh[nbd++] = tb ? K : N;
+    int64_t an = 1, bn = 1, outn = M * N * (nb >= 1 ? B1 : 1) * (nb == 2 ? B2 : 1);
+    for (int i = 0; i < na; i++)
+        an *= ash[i];
+    for (int i = 0; i < nbd; i++)
+        bn *= bsh[i];
+    float *host = malloc((size_t)(an + bn + N + outn) * sizeof(float));
+    for (int64_t i = 0; i < an + bn + N + outn; i++)
+        host[i] = (float)((double)test_rand(&s) / (double)(1ull << 31) * 2.0 - 1.0);
+    kiln_tensor *res[NDEV], *prod[NDEV];
+    uint64_t f0 = calls_of(devs[0], "fused"), m0 = calls_of(devs[0], "matmul");
+    kiln_scope_begin();
+    for (int d = 0; d < NDEV; d++) {
+        kiln_tensor *a = upload(devs[d], (int)na, ash, host), *b = upload(devs[d], (int)nbd, bsh, host + an);
+        if (ta)
+            a = kiln_transpose(a, -2, -1);
+        if (tb)
+            b = kiln_transpose(b, -2, -1);
+        kiln_tensor *bias = upload(devs[d], 1, (int64_t[]){N}, host + an + bn);
+        int64_t osh[4], no = 0;
+        if (nb >= 1)
+            osh[no++] = B1;
+        if (nb == 2)
+            osh[no++] = B2;
+        osh[no++] = M;
+        osh[no++] = N;
+        kiln_tensor *resid = upload(devs[d], (int)no, osh, host + an + bn + N);
+        kiln_scope_begin();
+        kiln_tensor *p = kiln_matmul(a, b);
+        kiln_tensor *y = act_of(kiln_add(p, bias), act);
+        if (extra == 1)
+            y = kiln_add(y, resid);
+        else if (extra == 2)
+            y = kiln_mul(y, kiln_sub(p, resid));
+        res[d] = kiln_keep(y);
+        prod[d] = keep ? kiln_keep(p) : NULL;
+        kiln_scope_end();
+    }
+    char what[160];
+    snprintf(what, sizeof what, "product %d: [%s%lld%s] %lldx%lldx%lld%s%s act %d extra %d %s", seed,
+             nb ? "batch " : "", (long long)nb, bcast_b ? " b broadcast" : "", (long long)M, (long long)N,
+             (long long)K, ta ? " a^T" : "", tb ? " b^T" : "", act, extra, keep ? "kept" : "dead");
+    double fu = worst_rel(res[0], res[1], 1.0), fr = worst_rel(res[0], res[2], 1.0);
+    CHECK(fu <= 1e-5, "%s: fused vs unfused %.3g (%s)", what, fu, res[0] ? "" : kiln_error());
+    CHECK(fr <= 1e-4, "%s: fused vs ref %.3g", what, fr);
+    if (keep) {
+        double pu = worst_rel(prod[0], prod[1], 1.0);
+        CHECK(pu <= 1e-5, "%s: the kept product, fused vs unfused %.3g", what, pu);
+    }
+    CHECK(calls_of(devs[0], "fused") > f0 && calls_of(devs[0], "matmul") == m0,
+          "%s: the product ran inside a fused program (%llu fused, %llu matmul calls)", what,
+          (unsigned long long)(calls_of(devs[0], "fused") - f0),
+          (unsigned long long)(calls_of(devs[0], "matmul") - m0));
+    for (int d = 0; d < NDEV; d++) {
+        kiln_tensor_release(res[d]);
+        if (prod[d])
+            kiln_tensor_release(prod[d]);
+    }
+    kiln_scope_end();
+    free(host);
+}
+
+/* softmax(q kᵀ · scale) and a row max of a product: the product, the scale and the
+ * row-wise op in one program. */
+static void product_rows(void)
+{
+    kiln_tensor *sm[NDEV], *mx[NDEV], *mn[NDEV];
+    uint64_t f0 = 0, m0 = 0, s0 = 0, r0 = 0;
+    for (int d = 0; d < NDEV; d++) {
+        kiln_generator g = kiln_generator_make(21);
+        kiln_tensor *q = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(6, 40, 16), -1, 1, &g);
+        kiln_tensor *k = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(6, 40, 16), -1, 1, &g);
+        kiln_device_sync(devs[d]);
+        if (d == 0)
+            f0 = calls_of(devs[0], "fused"), m0 = calls_of(devs[0], "matmul"), s0 = calls_of(devs[0], "softmax"),
+            r0 = calls_of(devs[0], "reduce");
+        kiln_scope_begin();
+        sm[d] = kiln_keep(kiln_softmax(kiln_mul_scalar(kiln_matmul(q, kiln_transpose(k, -2, -1)), 0.25), -1));
+        mx[d] = kiln_keep(
+            kiln_max(kiln_add_scalar(kiln_matmul(q, kiln_transpose(k, -2, -1)), 1.0), KILN_DIMS(-1), false));
+        mn[d] = kiln_keep(kiln_min(kiln_tanh(kiln_matmul(q, kiln_transpose(k, -2, -1))), KILN_DIMS(-1), true));
+        kiln_scope_end();
+    }
+    double a = worst_rel(sm[0], sm[1], 1.0), b = worst_rel(mx[0], mx[1], 1.0), c = worst_rel(mn[0], mn[1], 1.0);
+    CHECK(a <= 1e-5 && worst_rel(sm[0], sm[2], 1.0) <= 1e-4, "softmax(q k^T / 4): fused vs unfused %.3g", a);
+    CHECK(b <= 1e-5 && worst_rel(mx[0], mx[2], 1.0) <= 1e-4, "max(q k^T + 1, -1): fused vs unfused %.3g", b);
+    CHECK(c <= 1e-5 && worst_rel(mn[0], mn[2], 1.0) <= 1e-4, "min(tanh(q k^T), -1): fused vs unfused %.3g", c);
+    CHECK(calls_of(devs[0], "fused") - f0 == 3 && calls_of(devs[0], "matmul") == m0 &&
+              calls_of(devs[0], "softmax") == s0 && calls_of(devs[0], "reduce") == r0,
+          "each of the three ran as one fused program (%llu fused, %llu matmul, %llu softmax, %llu reduce)",
+          (unsigned long long)(calls_of(devs[0], "fused") - f0),
+          (unsigned long long)(calls_of(devs[0], "matmul") - m0),
+          (unsigned long long)(calls_of(devs[0], "softmax") - s0),
+          (unsigned long long)(calls_of(devs[0], "reduce") - r0));
+    for (int d = 0; d < NDEV; d++) {
+        kiln_tensor_release(sm[d]);
+        kiln_tensor_release(mx[d]);
+        kiln_tensor_release(mn[d]);
+    }
+    /* max with a NaN in a row: the row's result is NaN, the others are not */
+    kiln_tensor *nm[2];
+    for (int d = 0; d < 2; d++) {
+        float v[4 * 5];
+        for (int i = 0; i < 20; i++)
+            v[i] = (float)i - 7.5f;
+        v[7] = NAN;
+        kiln_tensor *x = kiln_from_data(devs[d], KILN_F32, KILN_SHAPE(4, 5), v, sizeof v);
+        kiln_scope_begin();
+        nm[d] = kiln_keep(kiln_max(kiln_mul_scalar(kiln_add_scalar(x, 1.0), 2.0), KILN_DIMS(-1), false));
+        kiln_scope_end();
+    }
+    float got[2][4];
+    CHECK(kiln_to_data(nm[0], got[0], sizeof got[0]) == 0 && kiln_to_data(nm[1], got[1], sizeof got[1]) == 0,
+          "max with a NaN: read: %s", kiln_error());
+    CHECK(isnan(got[0][1]) && isnan(got[1][1]) && got[0][0] == got[1][0] && got[0][2] == got[1][2] &&
+              got[0][3] == got[1][3] && got[0][0] == 2.0f * (4 - 7.5f + 1),
+          "a fused row max propagates NaN as unfused (%g %g %g %g)", got[0][0], got[0][1], got[0][2], got[0][3]);
+    kiln_tensor_release(nm[0]);
+    kiln_tensor_release(nm[1]);
+}
+
+/* A product large enough for its panel height to be timed (the autotune path), kept and
+ * dead, against the unfused device. */
+static void tuned_product(void)
+{
+    for (int keep = 0; keep < 2; keep++) {
+        kiln_tensor *out[2], *prod[2] = {NULL, NULL};
+        for (int d = 0; d < 2; d++) {
+            kiln_generator g = kiln_generator_make(77);
+            kiln_tensor *x = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(640, 384), -1, 1, &g);
+            kiln_tensor *w = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(384, 320), -1, 1, &g);
+            kiln_tensor *b = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(320), -1, 1, &g);
+            kiln_scope_begin();
+            kiln_tensor *p = kiln_matmul(x, w);
+            out[d] = kiln_keep(kiln_mul(kiln_gelu(kiln_add(p, b), false), b));
+            if (keep)
+                prod[d] = kiln_keep(p);
+            kiln_scope_end();
+        }
+        double a = worst_rel(out[0], out[1], 1.0);
+        CHECK(a <= 1e-5, "gelu(x @ w + b) * b, 640x320x384, product %s: fused vs unfused %.3g",
+              keep ? "kept" : "dead", a);
+        if (keep)
+            CHECK(worst_rel(prod[0], prod[1], 1.0) <= 1e-5, "the kept 640x320x384 product equals unfused");
+        for (int d = 0; d < 2; d++) {
+            kiln_tensor_release(out[d]);
+            if (prod[d])
+                kiln_tensor_release(prod[d]);
+        }
+    }
+}
+
+/* Gradients of a linear layer with a fused epilogue, forward and backward, against the
+ * unfused device. */
+static void linear_gradients(void)
+{
+    kiln_tensor *gw[2], *gb[2], *gx[2];
+    for (int d = 0; d < 2; d++) {
+        kiln_generator g = kiln_generator_make(31);
+        kiln_tensor *x = kiln_requires_grad(kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(4, 37, 48), -1, 1, &g),
+                                            true);
+        kiln_tensor *w = kiln_requires_grad(kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(65, 48), -1, 1, &g),
+                                            true);
+        kiln_tensor *b = kiln_requires_grad(kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(65), -1, 1, &g), true);
+        kiln_scope_begin();
+        kiln_tensor *y = kiln_gelu(kiln_linear(x, w, b), false);
+        kiln_tensor *loss = kiln_mean(kiln_mul(y, kiln_tanh(y)), KILN_ALL_DIMS, false);
+        CHECK(loss && kiln_backward(loss, NULL) == 0, "linear backward: %s", kiln_error());
+        kiln_scope_end();
+        gw[d] = kiln_grad(w);
+        gb[d] = kiln_grad(b);
+        gx[d] = kiln_grad(x);
+    }
+    double a = worst_rel(gw[0], gw[1], 1.0), b = worst_rel(gb[0], gb[1], 1.0), c = worst_rel(gx[0], gx[1], 1.0);
+    CHECK(a <= 1e-5 && b <= 1e-5 && c <= 1e-5, "gelu(linear) gradients fused vs unfused: w %.3g b %.3g x %.3g", a,
+          b, c);
+}
+
+void test_epilogue(void)
+{
+    const char *specs[NDEV] = {"fused:counting:cpu", "counting:cpu", "ref"};
+    for (int d = 0; d < NDEV; d++) {
+        devs[d] = kiln_device_open(specs[d]);
+        CHECK(devs[d] != NULL, "open %s: %s", specs[d], kiln_error());
+        if (!devs[d])
+            return;
+    }
+    kiln_scope_begin();
+    for (int seed = 0; seed < 60; seed++)
+        random_product(seed);
+    product_rows();
+    tuned_product();
+    linear_gradients();
+    kiln_scope_end();
+    for (int d = 0; d < NDEV; d++)
+        kiln_device_close(devs[d]);
+}
