@@ -38,6 +38,11 @@
  *          it is computed (rows of N elements are never cut). Its two inputs are the
  *          product's operands, not n-element inputs, and no other instruction loads
  *          them. MATMUL's dtype is the program's.
+ *   LAYER_NORM r = a normalized over each row of inner consecutive elements as the
+ *          layer_norm entry does (mean and variance in double, eps = alpha), times
+ *          register b and plus register c where those are >= 0 (the weight and the bias:
+ *          element i holds the value for row position i % inner); rows are whole, as
+ *          for SOFTMAX
  * Every register holds the program's dtype (f32 today): each instruction rounds to it,
  * as the unfused op did, so a backend that evaluates the instructions with its unfused
  * kernels gives the unfused results to the bit. Inputs and outputs have that dtype or
@@ -77,6 +82,7 @@ typedef enum kiln_fused_code {
     KILN_FUSED_REDUCE,
     KILN_FUSED_SOFTMAX,
     KILN_FUSED_MATMUL,
+    KILN_FUSED_LAYER_NORM,
     KILN_FUSED_CODE_COUNT
 } kiln_fused_code;
 

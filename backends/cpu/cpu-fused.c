@@ -216,7 +216,8 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
         return KILN_ENOTSUP;
     pl->row = p->reduce_inner;
     for (int i = 0; i < p->ninstrs; i++) {
-        pl->has_softmax = pl->has_softmax || p->instrs[i].code == KILN_FUSED_SOFTMAX;
+        pl->has_softmax = pl->has_softmax || p->instrs[i].code == KILN_FUSED_SOFTMAX ||
+                          p->instrs[i].code == KILN_FUSED_LAYER_NORM; /* (both take rows whole) */
         pl->has_reduce = pl->has_reduce || p->instrs[i].code == KILN_FUSED_REDUCE;
     }
     /* blocks of several whole rows (a softmax without a reduction) cross the rows that
@@ -262,11 +263,12 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
         def[r] = last_use[r] = -1, stores[r] = 0;
     for (int i = 0; i < p->ninstrs; i++) {
         const kiln_fused_instr *in = &p->instrs[i];
+        bool ln = in->code == KILN_FUSED_LAYER_NORM;
         bool reads_a = in->code == KILN_FUSED_UNARY || in->code == KILN_FUSED_BINARY ||
                        in->code == KILN_FUSED_WHERE || in->code == KILN_FUSED_STORE ||
-                       in->code == KILN_FUSED_REDUCE || in->code == KILN_FUSED_SOFTMAX;
-        bool reads_b = in->code == KILN_FUSED_BINARY || in->code == KILN_FUSED_WHERE;
-        bool reads_c = in->code == KILN_FUSED_WHERE;
+                       in->code == KILN_FUSED_REDUCE || in->code == KILN_FUSED_SOFTMAX || ln;
+        bool reads_b = in->code == KILN_FUSED_BINARY || in->code == KILN_FUSED_WHERE || (ln && in->b >= 0);
+        bool reads_c = in->code == KILN_FUSED_WHERE || (ln && in->c >= 0);
         if ((unsigned)in->code >= KILN_FUSED_CODE_COUNT ||
             (reads_a && ((unsigned)in->a >= (unsigned)p->nregs || def[in->a] < 0)) ||
             (reads_b && ((unsigned)in->b >= (unsigned)p->nregs || def[in->b] < 0)) ||
@@ -282,7 +284,7 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
         if ((in->code == KILN_FUSED_STORE || in->code == KILN_FUSED_REDUCE) &&
             (unsigned)in->arg >= (unsigned)p->noutputs)
             return KILN_ENOTSUP;
-        if (in->code == KILN_FUSED_SOFTMAX && (p->reduce_inner <= 0 || p->reduce_inner > 8192))
+        if ((in->code == KILN_FUSED_SOFTMAX || ln) && (p->reduce_inner <= 0 || p->reduce_inner > 8192))
             return KILN_ENOTSUP;
         if (in->code == KILN_FUSED_REDUCE && ((in->op != KILN_REDUCE_SUM && in->op != KILN_REDUCE_MEAN &&
                                                in->op != KILN_REDUCE_MAX && in->op != KILN_REDUCE_MIN) ||
@@ -322,15 +324,18 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
                       (in->code == KILN_FUSED_BINARY && pl->scalar[in->a] && pl->scalar[in->b]) ||
                       (in->code == KILN_FUSED_WHERE && pl->scalar[in->a] && pl->scalar[in->b] &&
                        pl->scalar[in->c]);
-            if (in->code == KILN_FUSED_SOFTMAX && pl->scalar[in->a])
+            bool rows = in->code == KILN_FUSED_SOFTMAX || in->code == KILN_FUSED_LAYER_NORM;
+            if (rows &&
+                (pl->scalar[in->a] || (in->code == KILN_FUSED_LAYER_NORM &&
+                                       ((in->b >= 0 && pl->scalar[in->b]) || (in->c >= 0 && pl->scalar[in->c])))))
                 return KILN_ENOTSUP; /* a row of one repeated value: left to the unfused entry */
-            if (in->code == KILN_FUSED_SOFTMAX)
+            if (rows)
                 sc = false;
             pl->scalar[in->dst] = sc;
             if (in->code == KILN_FUSED_CONST)
                 pl->consts[i] = (float)in->alpha;
             bool computes = in->code == KILN_FUSED_UNARY || in->code == KILN_FUSED_BINARY ||
-                            in->code == KILN_FUSED_WHERE || in->code == KILN_FUSED_SOFTMAX;
+                            in->code == KILN_FUSED_WHERE || rows;
             if (computes && !sc && stores[in->dst] == 1 && !pl->stream) {
                 for (int j = i + 1; j < p->ninstrs; j++)
                     if (p->instrs[j].code == KILN_FUSED_STORE && p->instrs[j].a == in->dst &&
@@ -352,9 +357,10 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
         int reads[3] = {-1, -1, -1};
         if (in->code != KILN_FUSED_LOAD && in->code != KILN_FUSED_CONST && in->code != KILN_FUSED_MATMUL)
             reads[0] = in->a;
-        if ((in->code == KILN_FUSED_BINARY || in->code == KILN_FUSED_WHERE) && in->b != in->a)
+        bool ln = in->code == KILN_FUSED_LAYER_NORM;
+        if ((in->code == KILN_FUSED_BINARY || in->code == KILN_FUSED_WHERE || ln) && in->b != in->a)
             reads[1] = in->b;
-        if (in->code == KILN_FUSED_WHERE && in->c != in->a && in->c != in->b)
+        if ((in->code == KILN_FUSED_WHERE || ln) && in->c != in->a && in->c != in->b)
             reads[2] = in->c;
         for (int k = 0; k < 3; k++)
             if (reads[k] >= 0 && last_use[reads[k]] == i && pl->slot[def[reads[k]]] >= 0)
@@ -543,6 +549,19 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
             int64_t row = p->reduce_inner;
             for (int64_t r = 0; r < m; r += row)
                 pl->k->softmax_row_f32(dst + r, a.p + r, row, in->op != 0);
+            regs[in->dst] = (freg){dst, 1};
+            break;
+        }
+        case KILN_FUSED_LAYER_NORM: {
+            /* blocks hold whole rows; row r's weight and bias start at element r of theirs */
+            freg a = regs[in->a];
+            int64_t row = p->reduce_inner;
+            const float *w = in->b >= 0 ? regs[in->b].p : NULL, *b = in->c >= 0 ? regs[in->c].p : NULL;
+            for (int64_t r = 0; r < m; r += row) {
+                double mean, rstd;
+                pl->k->layer_norm_row_f32(dst + r, a.p + r, row, w ? w + r : NULL, b ? b + r : NULL, in->alpha,
+                                          &mean, &rstd);
+            }
             regs[in->dst] = (freg){dst, 1};
             break;
         }

@@ -81,7 +81,8 @@ static int rec_inputs(const frec *r)
     case KILN_ENTRY_FILL: return 0;
     case KILN_ENTRY_BINARY:
     case KILN_ENTRY_MATMUL: return 2;
-    case KILN_ENTRY_WHERE: return 3;
+    case KILN_ENTRY_WHERE:
+    case KILN_ENTRY_LAYER_NORM: return 3; /* (a layer norm's absent weight or bias: a NULL buf) */
     default: return 1;
     }
 }
@@ -175,6 +176,35 @@ static bool softmax_fits(const fq *q, frec *r)
     return true;
 }
 
+/* Whether a layer norm r over the last `inner` elements of a value the group wrote joins
+ * q's group, as a softmax does: f32, rows of 2 to 8192 elements, a weight and bias (each
+ * optional) of `inner` contiguous elements the group does not write. */
+static bool layer_norm_fits(const fq *q, frec *r)
+{
+    const kiln_tdesc *in = &r->x;
+    if (q->nrec == 0 || q->closed || q->nrec >= FUSED_MAX_RECS - 1 || in->dtype != KILN_F32 ||
+        r->out.dtype != KILN_F32 || !contiguous(&r->out) || numel(in) != q->n || numel(&r->out) != q->n ||
+        r->inner < 2 || r->inner > 8192 || q->n % r->inner || (q->row && q->row != r->inner) ||
+        (product_row(q) && product_row(q) % r->inner))
+        return false;
+    for (int k = 1; k < 3; k++) {
+        const kiln_tdesc *p = rec_input(r, k);
+        if (p->buf && (p->dtype != KILN_F32 || !contiguous(p) || numel(p) != r->inner))
+            return false;
+    }
+    bool written = false;
+    for (int i = 0; i < q->nrec; i++) {
+        written = written || same_flat(&q->rec[i].out, in);
+        if (q->rec[i].out.buf == r->out.buf || (r->y.buf && q->rec[i].out.buf == r->y.buf) ||
+            (r->z.buf && q->rec[i].out.buf == r->z.buf))
+            return false;
+        for (int k = 0; k < rec_inputs(&q->rec[i]); k++)
+            if (rec_input(&q->rec[i], k)->buf == r->out.buf)
+                return false;
+    }
+    return written;
+}
+
 /* Whether r's kind of call fuses at all (dtype, op, layout), before any hazard. */
 static bool fusable(const frec *r)
 {
@@ -263,6 +293,14 @@ int kiln__fused_record(fq *q, const frec *r)
         q->rec[q->nrec++] = red; /* fits leaves room: the bound is checked before each call */
         q->closed = true;
         q->row = red.inner;
+        return 1;
+    }
+    if (r->entry == KILN_ENTRY_LAYER_NORM) {
+        frec ln = *r;
+        if (!layer_norm_fits(q, &ln))
+            return 0;
+        q->rec[q->nrec++] = ln;
+        q->row = ln.inner;
         return 1;
     }
     if (r->entry == KILN_ENTRY_SOFTMAX) {
@@ -399,12 +437,40 @@ static int compile(compiler *c, const fq *q)
         }
         if (rec_inputs(r) > 0 && (a = operand(c, q, i, &r->x)) < 0)
             return -1;
-        if (rec_inputs(r) > 1 && (b = operand(c, q, i, &r->y)) < 0)
+        if (rec_inputs(r) > 1 && r->entry != KILN_ENTRY_LAYER_NORM && (b = operand(c, q, i, &r->y)) < 0)
             return -1;
-        if (rec_inputs(r) > 2 && (z = operand(c, q, i, &r->z)) < 0)
+        if (rec_inputs(r) > 2 && r->entry != KILN_ENTRY_LAYER_NORM && (z = operand(c, q, i, &r->z)) < 0)
             return -1;
         if (r->entry == KILN_ENTRY_COPY) {
             c->value[i] = a; /* a copy is its source's value */
+            continue;
+        }
+        if (r->entry == KILN_ENTRY_LAYER_NORM) {
+            /* weight and bias loaded as [rows, inner] broadcasts of their one row */
+            int wb[2] = {-1, -1};
+            for (int k = 0; k < 2; k++) {
+                const kiln_tdesc *v = k ? &r->z : &r->y;
+                if (!v->buf)
+                    continue;
+                kiln_tdesc rows = *v;
+                rows.ndim = 2;
+                rows.shape[0] = q->n / r->inner;
+                rows.shape[1] = r->inner;
+                rows.strides[0] = 0;
+                rows.strides[1] = 1;
+                if ((wb[k] = operand(c, q, i, &rows)) < 0)
+                    return -1;
+            }
+            int dst = c->nregs++;
+            c->reduce_inner = r->inner;
+            if (emit(c, (kiln_fused_instr){.code = KILN_FUSED_LAYER_NORM,
+                                           .dst = dst,
+                                           .a = a,
+                                           .b = wb[0],
+                                           .c = wb[1],
+                                           .alpha = r->alpha}) < 0)
+                return -1;
+            c->value[i] = dst;
             continue;
         }
         if (r->entry == KILN_ENTRY_SOFTMAX) {
@@ -478,6 +544,10 @@ static int replay(fq *q)
             break;
         case KILN_ENTRY_SOFTMAX: rc = in->softmax(q->iq, r->op != 0, &r->out, &r->x, (int)r->mask); break;
         case KILN_ENTRY_MATMUL: rc = in->matmul(q->iq, &r->out, &r->x, &r->y); break;
+        case KILN_ENTRY_LAYER_NORM:
+            rc = in->layer_norm(q->iq, &r->out, NULL, NULL, &r->x, r->y.buf ? &r->y : NULL,
+                                r->z.buf ? &r->z : NULL, r->inner, r->alpha);
+            break;
         default: rc = in->binary(q->iq, (kiln_binary_op)r->op, &r->out, &r->x, &r->y); break;
         }
         if (rc < 0)

@@ -36,7 +36,9 @@ typedef struct fdev {
 } fdev;
 
 /* One recorded call: fill (out), copy and unary (out, x), binary (out, x, y), where
- * (out, x = cond, y, z), reduce (out, x; op, mask, alpha = param). */
+ * (out, x = cond, y, z), reduce (out, x; op, mask, alpha = param), softmax (out, x; op =
+ * log, mask = dim), matmul (out, x, y), layer_norm (out, x, y = weight, z = bias, either
+ * with a NULL buf when absent; alpha = eps, inner). */
 typedef struct frec {
     kiln_entry entry;
     int op;

@@ -366,6 +366,9 @@ static int record_or_run(fq *q, const frec *r)
     case KILN_ENTRY_REDUCE: return in->reduce(q->iq, (kiln_reduce_op)r->op, &r->out, &r->x, r->mask, r->alpha);
     case KILN_ENTRY_SOFTMAX: return in->softmax(q->iq, r->op != 0, &r->out, &r->x, (int)r->mask);
     case KILN_ENTRY_MATMUL: return in->matmul(q->iq, &r->out, &r->x, &r->y);
+    case KILN_ENTRY_LAYER_NORM:
+        return in->layer_norm(q->iq, &r->out, NULL, NULL, &r->x, r->y.buf ? &r->y : NULL, r->z.buf ? &r->z : NULL,
+                              r->inner, r->alpha);
     default: return in->binary(q->iq, (kiln_binary_op)r->op, &r->out, &r->x, &r->y);
     }
 }
@@ -389,6 +392,27 @@ static int fused_matmul(void *qctx, const kiln_tdesc *out, const kiln_tdesc *a, 
     if (!q->d->in->matmul)
         return kiln__error_set("fused: the inner backend %s has no matmul", q->d->in->name);
     frec r = {.entry = KILN_ENTRY_MATMUL, .out = *out, .x = *a, .y = *b};
+    return record_or_run(qctx, &r);
+}
+
+/* A layer norm without mean and rstd outputs may join the group as a row op; with them
+ * (or without an inner entry) it flushes and forwards. */
+static int fused_layer_norm(void *qctx, const kiln_tdesc *out, const kiln_tdesc *mean, const kiln_tdesc *rstd,
+                            const kiln_tdesc *x, const kiln_tdesc *w, const kiln_tdesc *b, int64_t inner,
+                            double eps)
+{
+    fq *q = qctx;
+    if (mean || rstd || !q->d->in->layer_norm) {
+        FLUSH(q);
+        if (!q->d->in->layer_norm)
+            return kiln__error_set("fused: the inner backend %s has no layer_norm", q->d->in->name);
+        return q->d->in->layer_norm(q->iq, out, mean, rstd, x, w, b, inner, eps);
+    }
+    frec r = {.entry = KILN_ENTRY_LAYER_NORM, .out = *out, .x = *x, .inner = inner, .alpha = eps};
+    if (w)
+        r.y = *w;
+    if (b)
+        r.z = *b;
     return record_or_run(qctx, &r);
 }
 
@@ -464,8 +488,6 @@ FWD(adaptive_avg_pool_backward, (void *qctx, int ns, T gx, T go), (q->iq, ns, gx
 FWD(interpolate, (void *qctx, kiln_interp_mode m, bool ac, T out, T x), (q->iq, m, ac, out, x))
 FWD(interpolate_backward, (void *qctx, kiln_interp_mode m, bool ac, T gx, T go), (q->iq, m, ac, gx, go))
 FWD(pad, (void *qctx, kiln_pad_mode m, T out, T in, const int64_t *pads, double v), (q->iq, m, out, in, pads, v))
-FWD(layer_norm, (void *qctx, T out, T mean, T rstd, T x, T w, T b, int64_t inner, double eps),
-    (q->iq, out, mean, rstd, x, w, b, inner, eps))
 FWD(adam_step, (void *qctx, const kiln_adam_params *p, T prm, T g, T m, T v, T vmax),
     (q->iq, p, prm, g, m, v, vmax))
 FWD(rnn, (void *qctx, const kiln_rnn_params *p, const kiln_rnn_operands *o), (q->iq, p, o))

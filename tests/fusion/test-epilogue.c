@@ -1,7 +1,7 @@
 /*
  * tests/fusion/test-epilogue.c — matrix products with their elementwise consumers fused as
- * an epilogue (a MATMUL heading the program), and reductions that take a fused value in
- * their reads (max and min beside sum and mean).
+ * an epilogue (a MATMUL heading the program), and row ops that take a fused value in their
+ * reads (max and min beside sum and mean; layer norm beside softmax).
  *
  * Random products (odd and round sizes, batch dims that broadcast, transposed operands,
  * a kept or a dead product) followed by random epilogue chains run on "fused:counting:cpu",
@@ -215,6 +215,63 @@ static void product_rows(void)
     kiln_tensor_release(nm[1]);
 }
 
+/* layer_norm(x + r) [* w + b] then an op on its result: the add, the norm and the op in
+ * one program; rows of several lengths, with and without weight and bias. */
+static void layer_norms(void)
+{
+    static const int64_t inners[] = {7, 64, 768, 1000};
+    for (int t = 0; t < 8; t++) {
+        int64_t inner = inners[t % 4], rows = 3 + 17 * (t % 3);
+        bool affine = t < 4;
+        kiln_tensor *out[NDEV];
+        uint64_t f0 = 0, l0 = 0;
+        for (int d = 0; d < NDEV; d++) {
+            kiln_generator g = kiln_generator_make(40 + (uint64_t)t);
+            kiln_tensor *x = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(rows, inner), -2, 2, &g);
+            kiln_tensor *r = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(rows, inner), -2, 2, &g);
+            kiln_tensor *w = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(inner), 0.5, 1.5, &g);
+            kiln_tensor *b = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(inner), -1, 1, &g);
+            kiln_device_sync(devs[d]);
+            if (d == 0)
+                f0 = calls_of(devs[0], "fused"), l0 = calls_of(devs[0], "layer_norm");
+            kiln_scope_begin();
+            kiln_tensor *h = kiln_layer_norm(kiln_add(x, r), 1, affine ? w : NULL, affine ? b : NULL, 1e-5);
+            out[d] = kiln_keep(kiln_mul(kiln_relu(h), x));
+            kiln_scope_end();
+        }
+        char what[96];
+        snprintf(what, sizeof what, "relu(layer_norm(x + r)%s) * x, [%lld, %lld]", affine ? " * w + b" : "",
+                 (long long)rows, (long long)inner);
+        double u = worst_rel(out[0], out[1], 1.0), f = worst_rel(out[0], out[2], 1.0);
+        CHECK(u == 0 && f <= 1e-4, "%s: fused vs unfused %.3g (the same bits), vs ref %.3g", what, u, f);
+        CHECK(calls_of(devs[0], "layer_norm") == l0 && calls_of(devs[0], "fused") - f0 == 1,
+              "%s ran as one fused program (%llu fused, %llu layer_norm calls)", what,
+              (unsigned long long)(calls_of(devs[0], "fused") - f0),
+              (unsigned long long)(calls_of(devs[0], "layer_norm") - l0));
+        for (int d = 0; d < NDEV; d++)
+            kiln_tensor_release(out[d]);
+    }
+    /* gradients through a fused layer norm equal the unfused ones */
+    kiln_tensor *gx[2], *gw[2];
+    for (int d = 0; d < 2; d++) {
+        kiln_generator g = kiln_generator_make(50);
+        kiln_tensor *x = kiln_requires_grad(kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(9, 96), -2, 2, &g),
+                                            true);
+        kiln_tensor *r = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(9, 96), -2, 2, &g);
+        kiln_tensor *w = kiln_requires_grad(kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(96), 0.5, 1.5, &g),
+                                            true);
+        kiln_scope_begin();
+        kiln_tensor *h = kiln_layer_norm(kiln_add(x, r), 1, w, NULL, 1e-5);
+        kiln_tensor *loss = kiln_sum(kiln_mul(h, kiln_tanh(h)), KILN_ALL_DIMS, false);
+        CHECK(loss && kiln_backward(loss, NULL) == 0, "layer norm backward: %s", kiln_error());
+        kiln_scope_end();
+        gx[d] = kiln_grad(x);
+        gw[d] = kiln_grad(w);
+    }
+    double a = worst_rel(gx[0], gx[1], 1.0), b = worst_rel(gw[0], gw[1], 1.0);
+    CHECK(a <= 1e-6 && b <= 1e-6, "layer_norm(x + r) gradients fused vs unfused: x %.3g w %.3g", a, b);
+}
+
 /* A product large enough for its panel height to be timed (the autotune path), kept and
  * dead, against the unfused device. */
 static void tuned_product(void)
@@ -286,6 +343,7 @@ void test_epilogue(void)
         random_product(seed);
     product_rows();
     tuned_product();
+    layer_norms();
     linear_gradients();
     kiln_scope_end();
     for (int d = 0; d < NDEV; d++)
