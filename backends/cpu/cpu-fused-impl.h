@@ -18,7 +18,8 @@ enum {
     IN_SCALAR,
     IN_GATHER,
     IN_ROWS,
-    IN_OPERAND /* a product's operand: read by the product, never loaded */
+    IN_OPERAND, /* a product's operand: read by the product, never loaded */
+    IN_ROWVEC   /* one row broadcast over all rows, read only by LAYER_NORM: read in place */
 };
 
 typedef struct fin {
@@ -41,6 +42,7 @@ typedef struct fplan {
     int direct[KILN_FUSED_MAX_INSTRS];         /* output the instruction writes into, -1 none */
     bool stored_direct[KILN_FUSED_MAX_INSTRS]; /* a STORE already done by a direct write */
     bool scalar[KILN_FUSED_MAX_INSTRS * 2];    /* by register: one value for every element */
+    bool rowvec[KILN_FUSED_MAX_INSTRS * 2];    /* by register: an IN_ROWVEC load (one row) */
     float consts[KILN_FUSED_MAX_INSTRS];
     int nslots;
     int64_t block;

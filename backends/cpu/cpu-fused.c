@@ -306,6 +306,34 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
             def[in->dst] = i;
         }
     }
+    /* A layer norm's weight or bias, a row broadcast over the rows that nothing else reads,
+     * is read in place (one row serves every row) instead of gathered block-long. */
+    for (int i = 0; i < p->ninstrs; i++) {
+        const kiln_fused_instr *ld = &p->instrs[i];
+        if (ld->code != KILN_FUSED_LOAD)
+            continue;
+        fin *f = &pl->in[ld->arg];
+        if (f->kind != IN_GATHER || f->copy_in || f->is_bool || f->nd != 2 || f->strides[0] != 0 ||
+            f->strides[1] != 1 || f->shape[1] != p->reduce_inner)
+            continue;
+        bool only_norms = true;
+        for (int j = 0; j < p->ninstrs && only_norms; j++) {
+            const kiln_fused_instr *u = &p->instrs[j];
+            switch (u->code) {
+            case KILN_FUSED_LOAD:
+            case KILN_FUSED_CONST:
+            case KILN_FUSED_MATMUL: break;
+            case KILN_FUSED_LAYER_NORM: only_norms = u->a != ld->dst; break;
+            case KILN_FUSED_BINARY: only_norms = u->a != ld->dst && u->b != ld->dst; break;
+            case KILN_FUSED_WHERE: only_norms = u->a != ld->dst && u->b != ld->dst && u->c != ld->dst; break;
+            default: only_norms = u->a != ld->dst; break;
+            }
+        }
+        if (only_norms) {
+            f->kind = IN_ROWVEC;
+            pl->rowvec[ld->dst] = true;
+        }
+    }
     /* scalar-ness, direct writes and scratch slots, in program order */
     int free_slots[KILN_FUSED_MAX_INSTRS], nfree = 0;
     pl->nslots = 0;
@@ -512,6 +540,8 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
                 regs[in->dst] = (freg){f->base, 0};
             else if (f->kind == IN_ROWS)
                 regs[in->dst] = (freg){f->base + offset_of(f, i0), 1};
+            else if (f->kind == IN_ROWVEC)
+                regs[in->dst] = (freg){f->base, 1};
             else {
                 gather(f, dst, i0, m);
                 regs[in->dst] = (freg){dst, 1};
@@ -559,8 +589,9 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
             const float *w = in->b >= 0 ? regs[in->b].p : NULL, *b = in->c >= 0 ? regs[in->c].p : NULL;
             for (int64_t r = 0; r < m; r += row) {
                 double mean, rstd;
-                pl->k->layer_norm_row_f32(dst + r, a.p + r, row, w ? w + r : NULL, b ? b + r : NULL, in->alpha,
-                                          &mean, &rstd);
+                const float *wr = !w ? NULL : pl->rowvec[in->b] ? w : w + r;
+                const float *br = !b ? NULL : pl->rowvec[in->c] ? b : b + r;
+                pl->k->layer_norm_row_f32(dst + r, a.p + r, row, wr, br, in->alpha, &mean, &rstd);
             }
             regs[in->dst] = (freg){dst, 1};
             break;

@@ -181,6 +181,12 @@ static kiln_tensor *ln_residual_dropout(workload *w)
     return kiln_dropout(h, 0.1, true, &w->gen);
 }
 
+/* layer_norm(x + r) alone: the residual add fused into the norm's reads */
+static kiln_tensor *ln_residual(workload *w)
+{
+    return kiln_layer_norm(kiln_add(w->in[0], w->in[1]), 1, w->in[2], w->in[3], 1e-5);
+}
+
 /* softmax(q kᵀ / √d) over [B·H, S, S] scores */
 static kiln_tensor *attn_scores(workload *w)
 {
@@ -375,6 +381,7 @@ int main(int argc, char **argv)
         const int64_t s[4][3] = {{8192, 768}, {8192, 768}, {768}, {768}};
         const int nd[4] = {2, 2, 1, 1};
         row(filter, "layer_norm(x+r)+dropout [8192,768]", ln_residual_dropout, fd, pd, 4, s, nd, 0);
+        row(filter, "layer_norm(x+r) [8192,768]", ln_residual, fd, pd, 4, s, nd, 0);
     }
     {
         const int64_t s[2][3] = {{96, 128, 64}, {96, 128, 64}};
