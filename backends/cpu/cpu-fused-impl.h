@@ -26,8 +26,9 @@ typedef struct fin {
     int kind;
     bool copy_in;         /* also an output: always copied into scratch when loaded */
     bool is_bool;         /* bool elements, loaded as 1 or 0 (always gathered) */
+    kiln_dtype dtype;     /* f32, bool, or f16/bf16 (converted to f32 as gathered) */
     const float *base;    /* the element at index 0 of every dim (f32 inputs) */
-    const uint8_t *bytes; /* the same for bool inputs */
+    const uint8_t *bytes; /* the same for the others */
     int nd;               /* dims after size-1 dims dropped and mergeable ones merged */
     int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
 } fin;
@@ -38,6 +39,8 @@ typedef struct fplan {
     fin in[KILN_FUSED_MAX_INPUTS];
     float *out[KILN_FUSED_MAX_OUTPUTS];
     uint8_t *out_bool[KILN_FUSED_MAX_OUTPUTS]; /* set for bool outputs (out[] NULL) */
+    uint16_t *out_half[KILN_FUSED_MAX_OUTPUTS]; /* set for f16/bf16 outputs (out[] NULL) */
+    bool half; /* an f16 or bf16 program: f32 registers, each value rounded to the dtype */
     int slot[KILN_FUSED_MAX_INSTRS];           /* scratch slot of the instruction's dst, -1 none */
     int direct[KILN_FUSED_MAX_INSTRS];         /* output the instruction writes into, -1 none */
     bool stored_direct[KILN_FUSED_MAX_INSTRS]; /* a STORE already done by a direct write */

@@ -36,8 +36,9 @@
 static void normalize(fin *f, const kiln_tdesc *d)
 {
     f->is_bool = d->dtype == KILN_BOOL;
-    f->base = f->is_bool ? NULL : (const float *)kiln__cpu_ptr(d);
-    f->bytes = f->is_bool ? (const uint8_t *)kiln__cpu_ptr(d) : NULL;
+    f->dtype = d->dtype;
+    f->base = d->dtype == KILN_F32 ? (const float *)kiln__cpu_ptr(d) : NULL;
+    f->bytes = d->dtype == KILN_F32 ? NULL : (const uint8_t *)kiln__cpu_ptr(d);
     f->nd = 0;
     for (int i = 0; i < d->ndim; i++) {
         if (d->shape[i] == 1)
@@ -58,7 +59,7 @@ static void normalize(fin *f, const kiln_tdesc *d)
     bool all_zero = true;
     for (int i = 0; i < f->nd; i++)
         all_zero = all_zero && f->strides[i] == 0;
-    if (f->is_bool)
+    if (f->dtype != KILN_F32)
         f->kind = IN_GATHER;
     else if (all_zero)
         f->kind = IN_SCALAR;
@@ -80,7 +81,7 @@ static int64_t offset_of(const fin *f, int64_t i0)
 }
 
 /* Elements [i0, i0 + m) of a strided input into t. */
-static void gather(const fin *f, float *restrict t, int64_t i0, int64_t m)
+static void gather(const kiln__cpu_kernels *k, const fin *f, float *restrict t, int64_t i0, int64_t m)
 {
     int64_t idx[KILN_MAX_DIMS], rem = i0, off = 0;
     for (int d = f->nd - 1; d >= 0; d--) {
@@ -102,6 +103,12 @@ static void gather(const fin *f, float *restrict t, int64_t i0, int64_t m)
             else
                 for (int64_t j = 0; j < run; j++)
                     t[j] = src[j * s] ? 1.0f : 0.0f;
+        } else if (f->dtype == KILN_F16 && s == 1) {
+            k->f16_to_f32(t, (const uint16_t *)f->bytes + off, run);
+        } else if (f->dtype == KILN_F16 || f->dtype == KILN_BF16) {
+            const uint16_t *src = (const uint16_t *)f->bytes + off;
+            for (int64_t j = 0; j < run; j++)
+                t[j] = f->dtype == KILN_BF16 ? kiln_bf16_to_f32(src[j * s]) : kiln_f16_to_f32(src[j * s]);
         } else if (s == 1) {
             memcpy(t, f->base + off, (size_t)run * sizeof *t);
         } else if (s == 0) {
@@ -137,6 +144,33 @@ static bool overlaps_input(const kiln_fused_program *p, const kiln_tdesc *o)
 /* A MATMUL heading p (instruction 0, once, its operands loaded by nothing else and
  * written by no output, rows that reductions and softmaxes divide) into pl->mm; 0 when
  * there is none, KILN_ENOTSUP when it is not one the cpu runs. */
+/* v rounded to dtype and back (f16, bf16), as a value stored in a tensor of it reads. */
+static float round_to(kiln_dtype dtype, float v)
+{
+    if (dtype == KILN_F16)
+        return kiln_f16_to_f32(kiln_f32_to_f16(v));
+    if (dtype == KILN_BF16)
+        return kiln_bf16_to_f32(kiln_f32_to_bf16(v));
+    return v;
+}
+
+/* v[0, m) rounded to dtype and back in place: an f16/bf16 program's result of each op, as
+ * the unfused op stores it and the next one loads it. */
+static void round_run(const kiln__cpu_kernels *k, kiln_dtype dtype, float *v, int64_t m)
+{
+    uint16_t h[256];
+    for (int64_t j0 = 0; j0 < m; j0 += 256) {
+        int64_t n = m - j0 < 256 ? m - j0 : 256;
+        if (dtype == KILN_F16) {
+            k->f32_to_f16(h, v + j0, n);
+            k->f16_to_f32(v + j0, h, n);
+        } else {
+            for (int64_t j = 0; j < n; j++)
+                v[j0 + j] = kiln_bf16_to_f32(kiln_f32_to_bf16(v[j0 + j]));
+        }
+    }
+}
+
 static int plan_product(fplan *pl, const kiln_fused_program *p)
 {
     pl->product_out = -1;
@@ -188,9 +222,16 @@ static int plan_product(fplan *pl, const kiln_fused_program *p)
 
 int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
 {
-    if (p->dtype != KILN_F32 || p->ninstrs > KILN_FUSED_MAX_INSTRS || p->ninputs > KILN_FUSED_MAX_INPUTS ||
+    if ((p->dtype != KILN_F32 && p->dtype != KILN_F16 && p->dtype != KILN_BF16) ||
+        p->ninstrs > KILN_FUSED_MAX_INSTRS || p->ninputs > KILN_FUSED_MAX_INPUTS ||
         p->noutputs > KILN_FUSED_MAX_OUTPUTS || p->nregs > KILN_FUSED_MAX_INSTRS * 2 || p->n < 0)
         return KILN_ENOTSUP;
+    /* f16 and bf16 programs: elementwise instructions only (rows and products stay f32) */
+    pl->half = p->dtype != KILN_F32;
+    for (int i = 0; i < p->ninstrs && pl->half; i++)
+        if (p->instrs[i].code == KILN_FUSED_MATMUL || p->instrs[i].code == KILN_FUSED_SOFTMAX ||
+            p->instrs[i].code == KILN_FUSED_LAYER_NORM || p->instrs[i].code == KILN_FUSED_REDUCE)
+            return KILN_ENOTSUP;
     int prc = plan_product(pl, p);
     if (prc < 0)
         return prc;
@@ -200,7 +241,7 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
             pl->in[i].kind = IN_OPERAND;
             continue;
         }
-        if (p->inputs[i].dtype != KILN_F32 && p->inputs[i].dtype != KILN_BOOL)
+        if (p->inputs[i].dtype != p->dtype && p->inputs[i].dtype != KILN_BOOL)
             return KILN_ENOTSUP;
         normalize(&pl->in[i], &p->inputs[i]);
         /* an input the program also writes (an in-place update) is copied into scratch
@@ -225,7 +266,7 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
     bool multi_row = pl->has_softmax && !pl->has_reduce;
     for (int i = 0; i < p->ninputs && !p->reduce_inner; i++) {
         const fin *f = &pl->in[i];
-        if (f->kind != IN_GATHER || f->copy_in || f->is_bool || f->strides[f->nd - 1] != 1 ||
+        if (f->kind != IN_GATHER || f->copy_in || f->dtype != KILN_F32 || f->strides[f->nd - 1] != 1 ||
             f->shape[f->nd - 1] < 256)
             continue;
         if (pl->row == 0)
@@ -236,15 +277,17 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
     if (pl->row < 0)
         pl->row = 0;
     for (int i = 0; i < p->ninputs && pl->row && !multi_row; i++)
-        if (pl->in[i].kind == IN_GATHER && !pl->in[i].copy_in && !pl->in[i].is_bool &&
+        if (pl->in[i].kind == IN_GATHER && !pl->in[i].copy_in && pl->in[i].dtype == KILN_F32 &&
             pl->in[i].strides[pl->in[i].nd - 1] == 1 && pl->in[i].shape[pl->in[i].nd - 1] == pl->row)
             pl->in[i].kind = IN_ROWS;
     for (int i = 0; i < p->noutputs; i++) {
-        if ((p->outputs[i].dtype != KILN_F32 && p->outputs[i].dtype != KILN_BOOL) ||
+        if ((p->outputs[i].dtype != p->dtype && p->outputs[i].dtype != KILN_BOOL) ||
             !kiln__cpu_contig(&p->outputs[i]))
             return KILN_ENOTSUP;
         if (p->outputs[i].dtype == KILN_BOOL)
             pl->out_bool[i] = kiln__cpu_ptr(&p->outputs[i]);
+        else if (pl->half)
+            pl->out_half[i] = kiln__cpu_ptr(&p->outputs[i]);
         else
             pl->out[i] = kiln__cpu_ptr(&p->outputs[i]);
     }
@@ -313,7 +356,7 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
         if (ld->code != KILN_FUSED_LOAD)
             continue;
         fin *f = &pl->in[ld->arg];
-        if (f->kind != IN_GATHER || f->copy_in || f->is_bool || f->nd != 2 || f->strides[0] != 0 ||
+        if (f->kind != IN_GATHER || f->copy_in || f->dtype != KILN_F32 || f->nd != 2 || f->strides[0] != 0 ||
             f->strides[1] != 1 || f->shape[1] != p->reduce_inner)
             continue;
         bool only_norms = true;
@@ -361,7 +404,7 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
                 sc = false;
             pl->scalar[in->dst] = sc;
             if (in->code == KILN_FUSED_CONST)
-                pl->consts[i] = (float)in->alpha;
+                pl->consts[i] = round_to(p->dtype, (float)in->alpha);
             bool computes = in->code == KILN_FUSED_UNARY || in->code == KILN_FUSED_BINARY ||
                             in->code == KILN_FUSED_WHERE || rows;
             if (computes && !sc && stores[in->dst] == 1 && !pl->stream) {
@@ -543,7 +586,7 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
             else if (f->kind == IN_ROWVEC)
                 regs[in->dst] = (freg){f->base, 1};
             else {
-                gather(f, dst, i0, m);
+                gather(pl->k, f, dst, i0, m);
                 regs[in->dst] = (freg){dst, 1};
             }
             break;
@@ -553,15 +596,19 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
         case KILN_FUSED_UNARY: {
             freg a = regs[in->a];
             pl->k->unary_f32(in->op, dst, a.p, a.stride ? m : 1, (float)in->alpha, (float)in->beta);
+            if (pl->half)
+                round_run(pl->k, p->dtype, dst, a.stride ? m : 1);
             regs[in->dst] = (freg){dst, a.stride};
             break;
         }
         case KILN_FUSED_BINARY: {
             freg a = regs[in->a], b = regs[in->b];
             int64_t s = a.stride || b.stride;
-            if (in->op <= KILN_BINARY_MINIMUM)
+            if (in->op <= KILN_BINARY_MINIMUM) {
                 pl->k->binary_f32(in->op, dst, a.p, a.stride, b.p, b.stride, s ? m : 1);
-            else
+                if (pl->half)
+                    round_run(pl->k, p->dtype, dst, s ? m : 1);
+            } else
                 compare(in->op, dst, a, b, s ? m : 1);
             regs[in->dst] = (freg){dst, s};
             break;
@@ -618,6 +665,18 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
             if (pl->stored_direct[i])
                 break;
             freg a = regs[in->a];
+            if (pl->out_half[in->arg]) {
+                uint16_t *restrict oh = pl->out_half[in->arg] + i0;
+                if (a.stride && p->dtype == KILN_F16)
+                    pl->k->f32_to_f16(oh, a.p, m);
+                else if (p->dtype == KILN_F16)
+                    for (int64_t j = 0; j < m; j++)
+                        oh[j] = kiln_f32_to_f16(a.p[0]);
+                else
+                    for (int64_t j = 0; j < m; j++)
+                        oh[j] = kiln_f32_to_bf16(a.p[j * a.stride]);
+                break;
+            }
             if (pl->out_bool[in->arg]) {
                 uint8_t *restrict ob = pl->out_bool[in->arg] + i0;
                 const float *restrict v = a.p;

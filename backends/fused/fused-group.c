@@ -2,9 +2,10 @@
  * backends/fused/fused-group.c — a queue's pending group: recording elementwise calls,
  * and at a flush turning them into one kiln_fused_program.
  *
- * A call joins the group when it is an f32 fill, copy, unary (not the bool-valued ones),
- * arithmetic binary, comparison of f32 operands (a bool output) or where (a bool
- * condition, f32 values) whose output is contiguous with the group's element count, and when
+ * A call joins the group when it is a fill, copy, unary (not the bool-valued ones),
+ * arithmetic binary, comparison (a bool output) or where (a bool condition) whose values
+ * have the group's dtype (f32, f16 or bf16; every register rounds to it, as each unfused
+ * op does) and whose output is contiguous with the group's element count, and when
  * the group can run it per element without changing what any call reads. The group runs
  * as per-block straight-line code, so the one hazard is a buffer read and written by
  * the group through different element mappings; the rule that rules it out: a buffer
@@ -111,7 +112,7 @@ static int64_t product_row(const fq *q)
  * value the group wrote, into a buffer the group does not touch. */
 static bool reduce_fits(const fq *q, frec *r)
 {
-    if (q->nrec == 0 || q->closed ||
+    if (q->nrec == 0 || q->closed || q->dtype != KILN_F32 ||
         (r->op != KILN_REDUCE_SUM && r->op != KILN_REDUCE_MEAN && r->op != KILN_REDUCE_MAX &&
          r->op != KILN_REDUCE_MIN) ||
         r->entry != KILN_ENTRY_REDUCE || r->x.dtype != KILN_F32 || r->out.dtype != KILN_F32 ||
@@ -154,9 +155,9 @@ static bool reduce_fits(const fq *q, frec *r)
 static bool softmax_fits(const fq *q, frec *r)
 {
     const kiln_tdesc *in = &r->x;
-    if (q->nrec == 0 || q->closed || q->nrec >= FUSED_MAX_RECS - 1 || in->dtype != KILN_F32 ||
-        r->out.dtype != KILN_F32 || !contiguous(&r->out) || numel(in) != q->n || q->n == 0 ||
-        numel(&r->out) != q->n || (int)r->mask != in->ndim - 1)
+    if (q->nrec == 0 || q->closed || q->dtype != KILN_F32 || q->nrec >= FUSED_MAX_RECS - 1 ||
+        in->dtype != KILN_F32 || r->out.dtype != KILN_F32 || !contiguous(&r->out) || numel(in) != q->n ||
+        q->n == 0 || numel(&r->out) != q->n || (int)r->mask != in->ndim - 1)
         return false;
     int64_t inner = in->shape[in->ndim - 1];
     if (inner < 1 || inner > 8192 || (q->row && q->row != inner) || (product_row(q) && product_row(q) % inner))
@@ -182,10 +183,10 @@ static bool softmax_fits(const fq *q, frec *r)
 static bool layer_norm_fits(const fq *q, frec *r)
 {
     const kiln_tdesc *in = &r->x;
-    if (q->nrec == 0 || q->closed || q->nrec >= FUSED_MAX_RECS - 1 || in->dtype != KILN_F32 ||
-        r->out.dtype != KILN_F32 || !contiguous(&r->out) || numel(in) != q->n || numel(&r->out) != q->n ||
-        r->inner < 2 || r->inner > 8192 || q->n % r->inner || (q->row && q->row != r->inner) ||
-        (product_row(q) && product_row(q) % r->inner))
+    if (q->nrec == 0 || q->closed || q->dtype != KILN_F32 || q->nrec >= FUSED_MAX_RECS - 1 ||
+        in->dtype != KILN_F32 || r->out.dtype != KILN_F32 || !contiguous(&r->out) || numel(in) != q->n ||
+        numel(&r->out) != q->n || r->inner < 2 || r->inner > 8192 || q->n % r->inner ||
+        (q->row && q->row != r->inner) || (product_row(q) && product_row(q) % r->inner))
         return false;
     for (int k = 1; k < 3; k++) {
         const kiln_tdesc *p = rec_input(r, k);
@@ -205,13 +206,21 @@ static bool layer_norm_fits(const fq *q, frec *r)
     return written;
 }
 
+/* The dtype of an elementwise call's values: its output's, or a comparison's operands'. */
+static kiln_dtype value_dtype(const frec *r)
+{
+    return is_comparison(r) ? r->x.dtype : r->out.dtype;
+}
+
 /* Whether r's kind of call fuses at all (dtype, op, layout), before any hazard. */
 static bool fusable(const frec *r)
 {
-    if (r->out.dtype != (is_comparison(r) ? KILN_BOOL : KILN_F32) || !contiguous(&r->out))
+    kiln_dtype vt = value_dtype(r);
+    if ((vt != KILN_F32 && vt != KILN_F16 && vt != KILN_BF16) ||
+        r->out.dtype != (is_comparison(r) ? KILN_BOOL : vt) || !contiguous(&r->out))
         return false;
     for (int k = 0; k < rec_inputs(r); k++) {
-        kiln_dtype want = r->entry == KILN_ENTRY_WHERE && k == 0 ? KILN_BOOL : KILN_F32;
+        kiln_dtype want = r->entry == KILN_ENTRY_WHERE && k == 0 ? KILN_BOOL : vt;
         if (rec_input(r, k)->dtype != want || numel(rec_input(r, k)) != numel(&r->out))
             return false;
     }
@@ -232,7 +241,7 @@ static bool fits(const fq *q, const frec *r)
 {
     if (q->nrec == 0)
         return true;
-    if (q->closed || q->nrec >= FUSED_MAX_RECS - 1 || numel(&r->out) != q->n)
+    if (q->closed || q->nrec >= FUSED_MAX_RECS - 1 || numel(&r->out) != q->n || value_dtype(r) != q->dtype)
         return false;
     /* a product's operands are read while its tiles are computed: never written */
     if (q->rec[0].entry == KILN_ENTRY_MATMUL && (r->out.buf == q->rec[0].x.buf || r->out.buf == q->rec[0].y.buf))
@@ -283,6 +292,7 @@ int kiln__fused_record(fq *q, const frec *r)
         if (rc < 0)
             return rc;
         q->n = numel(&r->out);
+        q->dtype = KILN_F32;
         q->rec[q->nrec++] = *r;
         return 1;
     }
@@ -318,8 +328,10 @@ int kiln__fused_record(fq *q, const frec *r)
         if (rc < 0)
             return rc;
     }
-    if (q->nrec == 0)
+    if (q->nrec == 0) {
         q->n = numel(&r->out);
+        q->dtype = value_dtype(r);
+    }
     q->rec[q->nrec++] = *r;
     return 1;
 }
@@ -563,7 +575,7 @@ static bool inner_fuses(const fq *q)
     const kiln_backend_iface *in = q->d->in;
     if (q->d->replay || !in->fused_run)
         return false;
-    kiln_op_query query = {.entry = KILN_ENTRY_FUSED, .op = -1, .dtype = KILN_F32};
+    kiln_op_query query = {.entry = KILN_ENTRY_FUSED, .op = -1, .dtype = q->dtype};
     return !in->supports || in->supports(q->iq, &query);
 }
 
@@ -579,7 +591,7 @@ static int run_group(fq *q)
         rc = replay(q);
     } else {
         kiln_fused_program p = {
-            .dtype = KILN_F32,
+            .dtype = q->dtype,
             .n = q->n,
             .reduce_inner = c->reduce_inner,
             .ninputs = c->ninputs,

@@ -58,7 +58,8 @@ typedef struct fq {
     bool owned; /* opened with the inner queue_open */
     /* the pending group */
     int nrec;
-    int64_t n;   /* element count every call of the group shares */
+    int64_t n;        /* element count every call of the group shares */
+    kiln_dtype dtype; /* the values' dtype every call of the group shares (f32, f16, bf16) */
     bool closed; /* a reduction ended the group: the next call flushes it */
     int64_t row; /* the row length of a softmax or reduction in the group (0: none) */
     frec rec[FUSED_MAX_RECS];

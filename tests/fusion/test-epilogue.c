@@ -1,7 +1,7 @@
 /*
  * tests/fusion/test-epilogue.c — matrix products with their elementwise consumers fused as
  * an epilogue (a MATMUL heading the program), and row ops that take a fused value in their
- * reads (max and min beside sum and mean; layer norm beside softmax).
+ * reads (max and min beside sum and mean; layer norm beside softmax), and f16/bf16 groups.
  *
  * Random products (odd and round sizes, batch dims that broadcast, transposed operands,
  * a kept or a dead product) followed by random epilogue chains run on "fused:counting:cpu",
@@ -272,6 +272,54 @@ static void layer_norms(void)
     CHECK(a <= 1e-6 && b <= 1e-6, "layer_norm(x + r) gradients fused vs unfused: x %.3g w %.3g", a, b);
 }
 
+/* Random elementwise chains in f16 and bf16: the group runs in f32 registers rounded to
+ * the dtype after each op, so fused must equal unfused to the bit. */
+static void half_groups(void)
+{
+    static const kiln_dtype dts[2] = {KILN_F16, KILN_BF16};
+    for (int t = 0; t < 16; t++) {
+        kiln_dtype dt = dts[t % 2];
+        uint64_t s = 900 + (uint64_t)t;
+        int64_t R = 1 + test_pick(&s, 40), C = 1 + test_pick(&s, t % 4 == 0 ? 3000 : 70);
+        kiln_tensor *out[NDEV];
+        uint64_t f0 = 0;
+        for (int d = 0; d < NDEV; d++) {
+            kiln_generator g = kiln_generator_make(60 + (uint64_t)t);
+            kiln_scope_begin();
+            kiln_tensor *x = kiln_cast(kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(R, C), -2, 2, &g), dt);
+            kiln_tensor *a = kiln_cast(kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(C), -2, 2, &g), dt);
+            kiln_tensor *c = kiln_cast(kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(R, 1), -2, 2, &g), dt);
+            kiln_device_sync(devs[d]);
+            if (d == 0)
+                f0 = calls_of(devs[0], "fused");
+            uint64_t ops = s;
+            kiln_tensor *v = x;
+            for (int k = 0; k < 6; k++) {
+                switch (test_pick(&ops, 7)) {
+                case 0: v = kiln_add(v, a); break;
+                case 1: v = kiln_mul(v, c); break;
+                case 2: v = kiln_gelu(v, false); break;
+                case 3: v = kiln_tanh(kiln_mul_scalar(v, 0.75)); break;
+                case 4: v = kiln_where(kiln_gt(v, a), v, kiln_neg(x)); break;
+                case 5: v = kiln_sub(kiln_maximum(v, x), c); break;
+                default: v = kiln_add_scalar(kiln_sigmoid(v), -0.3); break;
+                }
+            }
+            out[d] = kiln_keep(kiln_cast(v, KILN_F32));
+            kiln_scope_end();
+        }
+        char what[96];
+        snprintf(what, sizeof what, "%s chain %d [%lld, %lld]", dt == KILN_F16 ? "f16" : "bf16", t, (long long)R,
+                 (long long)C);
+        double u = worst_rel(out[0], out[1], 1.0), r = worst_rel(out[0], out[2], 1.0);
+        CHECK(u == 0, "%s: fused vs unfused %.3g (the same bits)", what, u);
+        CHECK(r <= (dt == KILN_F16 ? 2e-2 : 1e-1), "%s: fused vs ref %.3g", what, r);
+        CHECK(calls_of(devs[0], "fused") > f0, "%s ran fused", what);
+        for (int d = 0; d < NDEV; d++)
+            kiln_tensor_release(out[d]);
+    }
+}
+
 /* A product large enough for its panel height to be timed (the autotune path), kept and
  * dead, against the unfused device. */
 static void tuned_product(void)
@@ -344,6 +392,7 @@ void test_epilogue(void)
     product_rows();
     tuned_product();
     layer_norms();
+    half_groups();
     linear_gradients();
     kiln_scope_end();
     for (int d = 0; d < NDEV; d++)
