@@ -38,11 +38,11 @@ typedef struct fplan {
     const kiln__cpu_kernels *k;
     fin in[KILN_FUSED_MAX_INPUTS];
     float *out[KILN_FUSED_MAX_OUTPUTS];
-    uint8_t *out_bool[KILN_FUSED_MAX_OUTPUTS]; /* set for bool outputs (out[] NULL) */
+    uint8_t *out_bool[KILN_FUSED_MAX_OUTPUTS];  /* set for bool outputs (out[] NULL) */
     uint16_t *out_half[KILN_FUSED_MAX_OUTPUTS]; /* set for f16/bf16 outputs (out[] NULL) */
-    bool half; /* an f16 or bf16 program: f32 registers, each value rounded to the dtype */
-    int slot[KILN_FUSED_MAX_INSTRS];           /* scratch slot of the instruction's dst, -1 none */
-    int direct[KILN_FUSED_MAX_INSTRS];         /* output the instruction writes into, -1 none */
+    bool half;                         /* an f16 or bf16 program: f32 registers, each value rounded to the dtype */
+    int slot[KILN_FUSED_MAX_INSTRS];   /* scratch slot of the instruction's dst, -1 none */
+    int direct[KILN_FUSED_MAX_INSTRS]; /* output the instruction writes into, -1 none */
     bool stored_direct[KILN_FUSED_MAX_INSTRS]; /* a STORE already done by a direct write */
     bool scalar[KILN_FUSED_MAX_INSTRS * 2];    /* by register: one value for every element */
     bool rowvec[KILN_FUSED_MAX_INSTRS * 2];    /* by register: an IN_ROWVEC load (one row) */
