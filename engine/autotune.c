@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "autotune-impl.h"
+#include "error-impl.h"
 #include "kiln/kiln.h"
 
 #define FIELD_MAX 96
@@ -95,18 +96,10 @@ static bool split(char *line, char **f, int n)
     return true;
 }
 
-/* Read <dir>/autotune.tsv into the table (tune_lock held). */
-static void load(void)
+/* Parse the autotune file f: this kiln version's entries into *kept (nkept of them),
+ * the count of other versions' into *stale; the reason it is corrupt, or NULL. */
+static const char *parse(FILE *f, tune_entry **kept_out, int *nkept_out, int *stale_out, int *lineno_out)
 {
-    loaded = true;
-    const char *dir = cache_dir();
-    if (!dir)
-        return;
-    char path[1100];
-    snprintf(path, sizeof path, "%s/autotune.tsv", dir);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return;
     char line[512];
     int lineno = 0, stale = 0;
     const char *bad = NULL;
@@ -154,6 +147,28 @@ static void load(void)
         bad = "it cannot be read";
     if (!bad && lineno == 0)
         bad = "it is empty";
+    *kept_out = kept;
+    *nkept_out = nkept;
+    *stale_out = stale;
+    *lineno_out = lineno;
+    return bad;
+}
+
+/* Read <dir>/autotune.tsv into the table (tune_lock held). */
+static void load(void)
+{
+    loaded = true;
+    const char *dir = cache_dir();
+    if (!dir)
+        return;
+    char path[1100];
+    snprintf(path, sizeof path, "%s/autotune.tsv", dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    tune_entry *kept = NULL;
+    int nkept = 0, stale = 0, lineno = 0;
+    const char *bad = parse(f, &kept, &nkept, &stale, &lineno);
     fclose(f);
     if (bad) {
         fprintf(stderr, "kiln: autotune cache %s ignored (corrupt at line %d: %s); kernels are timed again\n",
@@ -233,6 +248,44 @@ void kiln__autotune_store(const char *device, const char *key, int64_t value)
     if (put_entry(device, key, value) == 0)
         save();
     pthread_mutex_unlock(&tune_lock);
+}
+
+int kiln_autotune_merge_file(const char *path)
+{
+    if (!path || !*path)
+        return kiln__error_set("autotune: no file named to merge");
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        if (errno == ENOENT)
+            return 0;
+        return kiln__error_set("autotune: %s cannot be opened: %s", path, strerror(errno));
+    }
+    tune_entry *kept = NULL;
+    int nkept = 0, stale = 0, lineno = 0;
+    const char *bad = parse(f, &kept, &nkept, &stale, &lineno);
+    fclose(f);
+    if (bad) {
+        free(kept);
+        return kiln__error_set("autotune: %s is corrupt at line %d (%s): ignored", path, lineno, bad);
+    }
+    if (stale)
+        fprintf(stderr, "kiln: autotune file %s: %d entries from another kiln version dropped\n", path, stale);
+    int taken = 0;
+    pthread_mutex_lock(&tune_lock);
+    if (!loaded)
+        load();
+    for (int i = 0; i < nkept; i++) {
+        bool have = false;
+        for (int k = 0; k < nentries && !have; k++)
+            have = !strcmp(entries[k].device, kept[i].device) && !strcmp(entries[k].key, kept[i].key);
+        if (!have && put_entry(kept[i].device, kept[i].key, kept[i].value) == 0)
+            taken++;
+    }
+    if (taken)
+        save();
+    pthread_mutex_unlock(&tune_lock);
+    free(kept);
+    return taken;
 }
 
 int kiln_autotune_dir_set(const char *dir)

@@ -11,12 +11,16 @@
  * concatenated along dim 0 — only when every graph input has a symbolic dim 0; otherwise
  * max_batch_size is forced to 0 and requests run one at a time, whatever config.json says, since
  * a concatenated batch could not be fed to a fixed-size input.
+ *
+ * Either format may ship autotune.tsv beside the model file: kernel choices merged into the
+ * autotune cache when the model loads (kiln_autotune_merge_file).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kiln/autodiff.h"
+#include "kiln/kiln.h"
 #include "kiln/record.h"
 #include "sched-impl.h"
 
@@ -317,6 +321,17 @@ int kd_sched_build(struct kd_sched_model *m, kiln_device *dev, struct kd_sched_e
     if (m->cfg.ninputs > KD_SCHED_MAX_IO || m->cfg.noutputs > KD_SCHED_MAX_IO) {
         snprintf(why, n, "more than %d inputs or outputs", KD_SCHED_MAX_IO);
         return -1;
+    }
+    /* A warmed autotune file shipped beside the model: its kernel choices (timed on the
+     * machine it was made on) are taken where this one has none of its own. A corrupt or
+     * stale file never stops the load: it is ignored with a line on stderr. */
+    size_t tlen = strlen(m->path) + 16;
+    char *tune = malloc(tlen);
+    if (tune) {
+        snprintf(tune, tlen, "%s/autotune.tsv", m->path);
+        if (kiln_autotune_merge_file(tune) < 0)
+            fprintf(stderr, "kilnd: %s\n", kiln_error());
+        free(tune);
     }
     if (m->format && strcmp(m->format, "onnx") == 0)
         return build_onnx(m, dev, out, why, n);

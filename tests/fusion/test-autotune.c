@@ -3,7 +3,8 @@
  * fused block size: the first large program of a shape class times its candidates and
  * writes the winner to <dir>/autotune.tsv; a warmed entry is used as it is (the file is
  * left alone); a corrupt file and a stale kiln version are ignored and replaced; results
- * are the same whatever the cache holds.
+ * are the same whatever the cache holds; a warmed file merges into the cache
+ * (kiln_autotune_merge_file) without overriding what was timed here.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +121,31 @@ void test_autotune(void)
     text = slurp(path);
     CHECK(text && !strstr(text, "0.0.1\t") && strstr(text, kiln_version()), "stale entries are dropped: '%s'",
           text ? text : "(no file)");
+
+    /* a warmed file merged in (as kilnd does with one shipped beside a model): the entries
+     * the cache lacks are taken and persisted, the ones it has are kept */
+    char shipped[160];
+    snprintf(shipped, sizeof shipped, "%s/shipped.tsv", dir);
+    char warm[512];
+    snprintf(warm, sizeof warm,
+             "kiln-autotune 1\n%s\tcpu/shipped/1t\tfused-block n2^30 i4 r1 g0 cached\t2048\n"
+             "%s\tcpu/shipped/1t\tfused-block n2^31 i4 r1 g0 cached\t4096\n0.0.1\tcpu/old/1t\tk\t8\n",
+             kiln_version(), kiln_version());
+    spit(shipped, warm);
+    CHECK(kiln_autotune_merge_file(shipped) == 2, "a shipped file's two entries are taken: %s", kiln_error());
+    text = slurp(path);
+    CHECK(text && strstr(text, "cpu/shipped/1t\tfused-block n2^30 i4 r1 g0 cached\t2048") &&
+              strstr(text, "n2^31 i4 r1 g0 cached\t4096") && !strstr(text, "cpu/old"),
+          "merged entries are written to the cache, the stale one is not: '%s'", text ? text : "(no file)");
+    CHECK(kiln_autotune_merge_file(shipped) == 0, "merging the same file again takes nothing");
+    CHECK(kiln_autotune_merge_file("/nonexistent-folder/autotune.tsv") == 0, "a missing file takes nothing");
+    spit(shipped, "kiln-autotune 1\nnot four fields\n");
+    CHECK(kiln_autotune_merge_file(shipped) == -1 && strstr(kiln_error(), "corrupt") &&
+              strstr(kiln_error(), "shipped.tsv"),
+          "a corrupt file is refused naming it: '%s'", kiln_error());
+    CHECK(kiln_autotune_merge_file(NULL) == -1 && strstr(kiln_error(), "no file"), "NULL is refused: '%s'",
+          kiln_error());
+    unlink(shipped);
 
     CHECK(kiln_autotune_dir_set(NULL) == 0, "unset the autotune folder");
     kiln_device_close(dev);

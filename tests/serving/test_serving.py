@@ -33,10 +33,12 @@ def check(cond, what):
 
 
 class Daemon:
-    def __init__(self, name, *args, env=None, expect_fail=False):
+    def __init__(self, name, *args, env=None, expect_fail=False, setup=None):
         self.data = os.path.join(TMP, name)
         os.makedirs(os.path.join(self.data, "models"), exist_ok=True)
         shutil.copytree(os.path.join(FIX, "mnist_mlp"), os.path.join(self.data, "models", "mnist_mlp"))
+        if setup:
+            setup(self.data)
         e = dict(ENV)
         e.update(env or {})
         self.log = os.path.join(TMP, name + ".log")
@@ -435,6 +437,44 @@ def test_repository(d):
     check(st == 200, "serving continues after a failed load")
 
 
+def kilnd_version():
+    out = subprocess.run([KILND, "--version"], capture_output=True, text=True).stdout.split()
+    return out[-1] if out else ""
+
+
+def test_warmed_autotune():
+    # A model ships autotune.tsv beside model.kiln: its kernel choices are merged into the
+    # data directory's cache when the model loads; a corrupt one is ignored with a log line.
+    entry = "%s\tcpu/shipped/1t\tfused-block n2^30 i4 r1 g0 cached\t2048\n" % kilnd_version()
+
+    def warmed(data):
+        with open(os.path.join(data, "models", "mnist_mlp", "1", "autotune.tsv"), "w") as f:
+            f.write("kiln-autotune 1\n" + entry)
+
+    d = Daemon("autotune", setup=warmed)
+    try:
+        st, _, _ = d.req("GET", "/v2/models/mnist_mlp/ready")
+        check(st == 200, "a model with a warmed autotune file loads")
+        cache = os.path.join(d.data, "autotune.tsv")
+        text = open(cache).read() if os.path.exists(cache) else ""
+        check(entry in text, "the shipped kernel choice is in the data directory's cache: %r" % text)
+    finally:
+        d.stop()
+
+    def corrupt(data):
+        with open(os.path.join(data, "models", "mnist_mlp", "1", "autotune.tsv"), "w") as f:
+            f.write("kiln-autotune 1\nnot four fields\n")
+
+    d = Daemon("autotune-corrupt", setup=corrupt)
+    try:
+        st, _, _ = d.req("GET", "/v2/models/mnist_mlp/ready")
+        check(st == 200, "a model with a corrupt autotune file still loads")
+    finally:
+        d.stop()
+    log = open(d.log).read()
+    check("autotune" in log and "corrupt" in log, "the corrupt autotune file is logged: %r" % log[-1000:])
+
+
 def test_queue_full():
     # A long batching delay keeps the first request queued, so the next finds the queue full.
     d = Daemon("queue", env={"KILN_MAX_QUEUE_DEPTH": "1"})
@@ -521,6 +561,7 @@ def main():
         test_repository(d)
     finally:
         d.stop()
+    test_warmed_autotune()
     test_queue_full()
     test_auth()
     test_drain()

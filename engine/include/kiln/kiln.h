@@ -34,6 +34,15 @@ const char *kiln_version(void);
  *  or -1 when the name is too long. */
 int kiln_autotune_dir_set(const char *dir);
 
+/** Merge a warmed autotune file (autotune.tsv's format; kilnd takes one shipped beside a
+ *  model, in its version folder, when the model loads) into the cache: its entries of
+ *  this kiln version that the cache lacks are taken, and written to the cache's folder
+ *  when one is set; choices already timed here are kept. A stale file's entries (another
+ *  kiln version) are dropped with a line on stderr. Returns the number of entries taken
+ *  (0 when the file does not exist), or -1 with the thread error naming the file and
+ *  the reason when it cannot be read or is corrupt (then nothing is taken). */
+int kiln_autotune_merge_file(const char *path);
+
 KILN_API_END
 
 #ifdef __cplusplus
