@@ -38,6 +38,12 @@
  *          it is computed (rows of N elements are never cut). Its two inputs are the
  *          product's operands, not n-element inputs, and no other instruction loads
  *          them. MATMUL's dtype is the program's.
+ *   CONV   r = element i of the convolution of inputs[arg] by inputs[arg2] plus
+ *          inputs[arg3] per output channel where arg3 >= 0 (the conv entry's semantics
+ *          with the program's conv geometry): n elements [N, O, S'...]. Only as the first
+ *          instruction, once, like MATMUL: the program is the convolution's epilogue,
+ *          which a backend applies to each image (or group of images) as it is computed.
+ *          Its inputs are the convolution's operands, loaded by no other instruction.
  *   LAYER_NORM r = a normalized over each row of inner consecutive elements as the
  *          layer_norm entry does (mean and variance in double, eps = alpha), times
  *          register b and plus register c where those are >= 0 (the weight and the bias:
@@ -54,7 +60,7 @@
  * A backend refuses (KILN_ENOTSUP) a program holding a code or a REDUCE op it does not
  * generate; the fusion layer then replays the group's calls, so codes added later never
  * reach a generator that predates them with a wrong result. It asks before it records a
- * producer too: supports() for KILN_ENTRY_FUSED with op KILN_FUSED_MATMUL.
+ * producer too: supports() for KILN_ENTRY_FUSED with op KILN_FUSED_MATMUL or KILN_FUSED_CONV.
  *
  * A backend that generates code caches it by the program's shape: the instruction list
  * (codes, ops, registers, args; alpha and beta may be baked in or passed), the dtype, and
@@ -83,6 +89,7 @@ typedef enum kiln_fused_code {
     KILN_FUSED_SOFTMAX,
     KILN_FUSED_MATMUL,
     KILN_FUSED_LAYER_NORM,
+    KILN_FUSED_CONV,
     KILN_FUSED_CODE_COUNT
 } kiln_fused_code;
 
@@ -97,7 +104,9 @@ typedef struct kiln_fused_instr {
     int dst, a, b, c;   /* registers (dst unused by STORE; a, b, c where the code reads them) */
     int arg;            /* LOAD: input index; STORE: output index */
     double alpha, beta; /* UNARY's parameters; CONST's value in alpha */
-    int arg2;           /* MATMUL: the input index of the right operand (arg: the left) */
+    int arg2;           /* MATMUL: the input index of the right operand (arg: the left); CONV:
+                           the weight's (arg: the input's) */
+    int arg3;           /* CONV: the bias's input index, -1 for none */
 } kiln_fused_instr;
 
 struct kiln_fused_program {
@@ -108,6 +117,7 @@ struct kiln_fused_program {
     const kiln_tdesc *inputs;  /* ninputs, each of n elements */
     const kiln_tdesc *outputs; /* noutputs, contiguous, n elements each (REDUCE's: n / reduce_inner) */
     const kiln_fused_instr *instrs;
+    const kiln_conv_params *conv; /* CONV's geometry (NULL without a CONV) */
 };
 
 /** A text naming the program's shape for a code cache (see the file comment) into buf

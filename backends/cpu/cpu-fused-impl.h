@@ -61,7 +61,15 @@ typedef struct fplan {
     int product_out; /* the output the product is computed straight into, -1: scratch panels */
     kiln__cpu_mm mm;
     kiln_tdesc mm_out; /* the product's shape (no buffer: only its shape is read) */
+    bool conv;         /* the producer is a CONV (else a MATMUL); its output shape in conv_out */
+    kiln_tdesc conv_out;
 } fplan;
+
+/* Whether code is a producer heading a program (MATMUL, CONV). */
+static inline bool kiln__cpu_fused_producer(int code)
+{
+    return code == KILN_FUSED_MATMUL || code == KILN_FUSED_CONV;
+}
 
 typedef struct freg {
     const float *p;
@@ -76,7 +84,10 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p);
  *  prod (NULL without a product). */
 void kiln__cpu_fused_span(const fplan *pl, float *scratch, double *acc, int64_t begin, int64_t end,
                           const float *prod, int64_t prod_lo);
-/** Run a program headed by MATMUL (planned, pl->product set): 0, or a negative error. */
+/** The producer heading p, if any, into pl (product_out, mm or conv): 1 when there is one,
+ *  0 when there is none, KILN_ENOTSUP when it is not one the cpu runs. */
+int kiln__cpu_fused_plan_product(fplan *pl, const kiln_fused_program *p);
+/** Run a program headed by MATMUL or CONV (planned, pl->product set): 0, or a negative error. */
 int kiln__cpu_fused_product(kiln__cpu_ctx *ctx, fplan *pl);
 
 #endif /* KILN_CPU_FUSED_IMPL_H */

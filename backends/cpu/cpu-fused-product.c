@@ -1,7 +1,7 @@
 /*
- * backends/cpu/cpu-fused-product.c — a fused program headed by a matrix product (MATMUL):
- * the product's elementwise consumers applied as its epilogue, while its rows are still
- * in the caches.
+ * backends/cpu/cpu-fused-product.c — a fused program headed by a producer, a matrix
+ * product (MATMUL) or a convolution (CONV): the producer's elementwise consumers applied
+ * as its epilogue while its output is still in the caches.
  *
  * Unfused, x @ w followed by a bias add and an activation writes the whole product to
  * memory and reads it back once per op. Here each job computes the product a panel of
@@ -20,6 +20,10 @@
  * candidate height and keeps the fastest in the autotune cache (engine/autotune.c), as
  * the plain evaluator does for its block size; others take a height that makes a panel
  * about 256 KiB.
+ *
+ * A convolution runs the same way by chunks of images: the cpu's conv entry computes a
+ * chunk (spreading it over the pool itself), then the epilogue runs over it. The number
+ * of images per chunk is tuned like the panel height.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +41,105 @@ static const int64_t panel_candidates[] = {32, 64, 128, 256, 512};
 #define PANEL_TUNE_MIN_MACS ((double)(1 << 26))
 /* Below this many multiply-adds a product runs on one thread (as kiln__cpu_gemm). */
 #define PRODUCT_SPLIT_MIN ((double)(1 << 20))
+
+/* The producer's operands (arg, arg2, and a CONV's bias arg3) are valid inputs of f32,
+ * loaded by no other instruction and overlapped by no output. */
+static bool operands_ok(const kiln_fused_program *p, const kiln_fused_instr *pr, int nops)
+{
+    int ops[3] = {pr->arg, pr->arg2, pr->arg3};
+    for (int k = 0; k < nops; k++) {
+        if ((unsigned)ops[k] >= (unsigned)p->ninputs || p->inputs[ops[k]].dtype != KILN_F32)
+            return false;
+        for (int j = 0; j < k; j++)
+            if (ops[j] == ops[k])
+                return false;
+        for (int i = 0; i < p->ninstrs; i++)
+            if (p->instrs[i].code == KILN_FUSED_LOAD && p->instrs[i].arg == ops[k])
+                return false;
+        for (int o = 0; o < p->noutputs; o++)
+            if (p->outputs[o].buf == p->inputs[ops[k]].buf)
+                return false;
+    }
+    return true;
+}
+
+static void contiguous_strides(kiln_tdesc *o)
+{
+    int64_t st = 1;
+    for (int d = o->ndim - 1; d >= 0; d--) {
+        o->strides[d] = st;
+        st *= o->shape[d];
+    }
+}
+
+/* A CONV's output shape [N, O, S'...] into pl->conv_out; false when the geometry does not
+ * make one of p->n elements. */
+static bool plan_conv(fplan *pl, const kiln_fused_program *p, const kiln_tdesc *x, const kiln_tdesc *w,
+                      const kiln_tdesc *bias)
+{
+    const kiln_conv_params *cp = p->conv;
+    int ns = cp ? cp->nspatial : 0;
+    if (!cp || ns < 1 || ns > 3 || x->ndim != ns + 2 || w->ndim != ns + 2 || cp->groups < 1 ||
+        (bias && kiln__cpu_numel(bias) != w->shape[0]))
+        return false;
+    kiln_tdesc *o = &pl->conv_out;
+    o->dtype = KILN_F32;
+    o->ndim = x->ndim;
+    o->shape[0] = x->shape[0];
+    o->shape[1] = w->shape[0];
+    for (int d = 0; d < ns; d++) {
+        if (cp->stride[d] < 1 || cp->dilation[d] < 1)
+            return false;
+        int64_t span = cp->dilation[d] * (w->shape[d + 2] - 1) + 1;
+        int64_t in = x->shape[d + 2] + 2 * cp->padding[d];
+        if (in < span)
+            return false;
+        o->shape[d + 2] = (in - span) / cp->stride[d] + 1;
+    }
+    contiguous_strides(o);
+    return kiln__cpu_numel(o) == p->n && p->n > 0;
+}
+
+int kiln__cpu_fused_plan_product(fplan *pl, const kiln_fused_program *p)
+{
+    pl->product_out = -1;
+    for (int i = 1; i < p->ninstrs; i++)
+        if (kiln__cpu_fused_producer(p->instrs[i].code))
+            return KILN_ENOTSUP;
+    if (p->ninstrs == 0 || !kiln__cpu_fused_producer(p->instrs[0].code))
+        return 0;
+    const kiln_fused_instr *pr = &p->instrs[0];
+    pl->conv = pr->code == KILN_FUSED_CONV;
+    if (!operands_ok(p, pr, pl->conv && pr->arg3 >= 0 ? 3 : 2))
+        return KILN_ENOTSUP;
+    const kiln_tdesc *a = &p->inputs[pr->arg], *b = &p->inputs[pr->arg2];
+    if (pl->conv) /* reductions and softmaxes do not follow a convolution */
+        return p->reduce_inner == 0 && plan_conv(pl, p, a, b, pr->arg3 >= 0 ? &p->inputs[pr->arg3] : NULL)
+                   ? 1
+                   : KILN_ENOTSUP;
+    /* the product's shape [B..., M, N]: batch dims broadcast between a's and b's */
+    if (a->ndim < 2 || b->ndim < 2 || a->shape[a->ndim - 1] != b->shape[b->ndim - 2])
+        return KILN_ENOTSUP;
+    kiln_tdesc *o = &pl->mm_out;
+    o->dtype = KILN_F32;
+    o->ndim = a->ndim > b->ndim ? a->ndim : b->ndim;
+    for (int d = 0; d < o->ndim - 2; d++) {
+        int da = d - (o->ndim - a->ndim), db = d - (o->ndim - b->ndim);
+        int64_t sa = da >= 0 ? a->shape[da] : 1, sb = db >= 0 ? b->shape[db] : 1;
+        if (sa != sb && sa != 1 && sb != 1)
+            return KILN_ENOTSUP;
+        o->shape[d] = sa > sb ? sa : sb;
+    }
+    o->shape[o->ndim - 2] = a->shape[a->ndim - 2];
+    o->shape[o->ndim - 1] = b->shape[b->ndim - 1];
+    contiguous_strides(o);
+    if (kiln__cpu_numel(o) != p->n || !kiln__cpu_mm_plan(&pl->mm, o, a, b))
+        return KILN_ENOTSUP;
+    /* reductions and softmaxes take whole rows of the panels' rows */
+    if (p->reduce_inner > 0 && pl->mm.N % p->reduce_inner)
+        return KILN_ENOTSUP;
+    return 1;
+}
 
 typedef struct prun {
     const fplan *pl;
@@ -105,8 +208,124 @@ static int log2_of(int64_t v)
     return lg;
 }
 
+/* ------------------------------------------------------------------ convolution */
+
+/* The epilogue over elements [lo, hi) of a chunk of images, split over the pool. */
+typedef struct ejob {
+    const fplan *pl;
+    int64_t lo, hi;
+    const float *prod; /* the chunk's convolution output, element lo first */
+    size_t slab;
+} ejob;
+
+static void epilogue_job(void *arg, int job, int njobs)
+{
+    const ejob *e = arg;
+    int64_t n = e->hi - e->lo, b = e->lo + n * job / njobs, end = e->lo + n * (job + 1) / njobs;
+    double acc[KILN_FUSED_MAX_INSTRS] = {0};
+    kiln__cpu_fused_span(e->pl, (float *)e->pl->scratch + (size_t)job * e->slab, acc, b, end, e->prod, e->lo);
+#if defined(__x86_64__)
+    if (e->pl->stream)
+        _mm_sfence();
+#endif
+}
+
+/* Images [lo, hi) in chunks of `chunk`: each chunk convolved (the cpu's conv entry, which
+ * spreads it over the pool) into the output or a scratch chunk, then the epilogue run over
+ * it while it is in the caches. */
+static int conv_images(kiln__cpu_ctx *ctx, const fplan *pl, int64_t lo, int64_t hi, int64_t chunk, float *images,
+                       size_t slab)
+{
+    const kiln_fused_program *p = pl->p;
+    const kiln_fused_instr *pr = &p->instrs[0];
+    const kiln_tdesc *x = &p->inputs[pr->arg], *w = &p->inputs[pr->arg2];
+    const kiln_tdesc *bias = pr->arg3 >= 0 ? &p->inputs[pr->arg3] : NULL;
+    int64_t per = p->n / pl->conv_out.shape[0];
+    for (int64_t n0 = lo; n0 < hi; n0 += chunk) {
+        int64_t cnt = hi - n0 < chunk ? hi - n0 : chunk;
+        kiln_tdesc xs = *x, os = pl->conv_out;
+        xs.shape[0] = cnt;
+        xs.offset += n0 * x->strides[0];
+        float *dst = pl->product_out >= 0 ? pl->out[pl->product_out] + n0 * per : images;
+        struct kiln_buffer fake = {.data = dst};
+        os.buf = &fake;
+        os.offset = 0;
+        os.shape[0] = cnt;
+        int rc = kiln__cpu_conv(ctx, p->conv, &os, &xs, w, bias);
+        if (rc < 0)
+            return rc;
+        ejob e = {pl, n0 * per, (n0 + cnt) * per, dst, slab};
+        int64_t jobs = cnt * per / 16384;
+        int njobs = jobs < 1 ? 1 : jobs > ctx->nthreads ? ctx->nthreads : (int)jobs;
+        if (njobs == 1)
+            epilogue_job(&e, 0, 1);
+        else
+            kiln__cpu_pool_run(ctx->pool, njobs, epilogue_job, &e);
+    }
+    return 0;
+}
+
+static const int64_t chunk_candidates[] = {1, 4, 16, 64};
+#define NCHUNKS (int)(sizeof chunk_candidates / sizeof *chunk_candidates)
+
+/* A convolution's epilogue by chunks of images: the chunk is the tuning choice (one image
+ * keeps its output in L2; more give the convolution larger GEMMs). The first convolution
+ * of a shape class with enough images and work runs equal segments of its images with
+ * each candidate, timed, and keeps the fastest; others take chunks of about 512 KiB of
+ * output. */
+static int conv_product(kiln__cpu_ctx *ctx, fplan *pl)
+{
+    const kiln_fused_program *p = pl->p;
+    const kiln_tdesc *w = &p->inputs[p->instrs[0].arg2];
+    int64_t N = pl->conv_out.shape[0], per = p->n / N;
+    double macs = (double)p->n * (double)(kiln__cpu_numel(w) / (w->shape[0] ? w->shape[0] : 1));
+    int64_t chunk = 131072 / (per > 0 ? per : 1);
+    chunk = chunk < 1 ? 1 : chunk > N ? N : chunk;
+    char device[64], key[96];
+    bool tune = false;
+    if (macs >= PANEL_TUNE_MIN_MACS && N >= 2 * NCHUNKS) {
+        snprintf(device, sizeof device, "cpu/%s/%dt", ctx->k->name, ctx->nthreads);
+        snprintf(key, sizeof key, "fused-conv-chunk n2^%d per2^%d w2^%d %s", log2_of(N), log2_of(per),
+                 log2_of(kiln__cpu_numel(w)), pl->product_out >= 0 ? "stored" : "dead");
+        int64_t cached = 0;
+        tune = !kiln__autotune_lookup(device, key, &cached);
+        if (!tune && cached >= 1 && cached <= chunk_candidates[NCHUNKS - 1])
+            chunk = cached;
+    }
+    int64_t most = tune ? chunk_candidates[NCHUNKS - 1] : chunk;
+    if (most > N)
+        most = N;
+    size_t slab = (size_t)pl->nslots * (size_t)pl->block;
+    size_t images = pl->product_out >= 0 ? 0 : (size_t)(most * per);
+    size_t total = slab * (size_t)ctx->nthreads + images;
+    if (total && !(pl->scratch = aligned_alloc(64, (total * sizeof(float) + 63) & ~(size_t)63)))
+        return kiln__cpu_enomem("fused");
+    float *img = images ? (float *)pl->scratch + slab * (size_t)ctx->nthreads : NULL;
+    int rc = 0;
+    if (tune) {
+        int best = 0;
+        double best_ns = 0;
+        for (int c = 0; c < NCHUNKS && rc == 0; c++) {
+            double t0 = now_ns();
+            rc = conv_images(ctx, pl, N * c / NCHUNKS, N * (c + 1) / NCHUNKS, chunk_candidates[c], img, slab);
+            double t = now_ns() - t0;
+            if (c == 0 || t < best_ns)
+                best = c, best_ns = t;
+        }
+        if (rc == 0)
+            kiln__autotune_store(device, key, chunk_candidates[best]);
+    } else {
+        rc = conv_images(ctx, pl, 0, N, chunk, img, slab);
+    }
+    free(pl->scratch);
+    pl->scratch = NULL;
+    return rc;
+}
+
 int kiln__cpu_fused_product(kiln__cpu_ctx *ctx, fplan *pl)
 {
+    if (pl->conv)
+        return conv_product(ctx, pl);
     const kiln__cpu_mm *mm = &pl->mm;
     int64_t rows = mm->M * mm->nbatch;
     double macs = (double)rows * (double)mm->N * (double)mm->K;

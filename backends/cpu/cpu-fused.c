@@ -141,9 +141,6 @@ static bool overlaps_input(const kiln_fused_program *p, const kiln_tdesc *o)
     return false;
 }
 
-/* A MATMUL heading p (instruction 0, once, its operands loaded by nothing else and
- * written by no output, rows that reductions and softmaxes divide) into pl->mm; 0 when
- * there is none, KILN_ENOTSUP when it is not one the cpu runs. */
 /* v rounded to dtype and back (f16, bf16), as a value stored in a tensor of it reads. */
 static float round_to(kiln_dtype dtype, float v)
 {
@@ -171,55 +168,6 @@ static void round_run(const kiln__cpu_kernels *k, kiln_dtype dtype, float *v, in
     }
 }
 
-static int plan_product(fplan *pl, const kiln_fused_program *p)
-{
-    pl->product_out = -1;
-    for (int i = 1; i < p->ninstrs; i++)
-        if (p->instrs[i].code == KILN_FUSED_MATMUL)
-            return KILN_ENOTSUP;
-    if (p->ninstrs == 0 || p->instrs[0].code != KILN_FUSED_MATMUL)
-        return 0;
-    const kiln_fused_instr *mm = &p->instrs[0];
-    if ((unsigned)mm->arg >= (unsigned)p->ninputs || (unsigned)mm->arg2 >= (unsigned)p->ninputs ||
-        mm->arg == mm->arg2)
-        return KILN_ENOTSUP;
-    const kiln_tdesc *a = &p->inputs[mm->arg], *b = &p->inputs[mm->arg2];
-    if (a->dtype != KILN_F32 || b->dtype != KILN_F32)
-        return KILN_ENOTSUP;
-    for (int i = 0; i < p->ninstrs; i++)
-        if (p->instrs[i].code == KILN_FUSED_LOAD && (p->instrs[i].arg == mm->arg || p->instrs[i].arg == mm->arg2))
-            return KILN_ENOTSUP;
-    for (int k = 0; k < p->noutputs; k++)
-        if (p->outputs[k].buf == a->buf || p->outputs[k].buf == b->buf)
-            return KILN_ENOTSUP;
-    /* the product's shape [B..., M, N]: batch dims broadcast between a's and b's */
-    if (a->ndim < 2 || b->ndim < 2 || a->shape[a->ndim - 1] != b->shape[b->ndim - 2])
-        return KILN_ENOTSUP;
-    kiln_tdesc *o = &pl->mm_out;
-    o->dtype = KILN_F32;
-    o->ndim = a->ndim > b->ndim ? a->ndim : b->ndim;
-    for (int d = 0; d < o->ndim - 2; d++) {
-        int da = d - (o->ndim - a->ndim), db = d - (o->ndim - b->ndim);
-        int64_t sa = da >= 0 ? a->shape[da] : 1, sb = db >= 0 ? b->shape[db] : 1;
-        if (sa != sb && sa != 1 && sb != 1)
-            return KILN_ENOTSUP;
-        o->shape[d] = sa > sb ? sa : sb;
-    }
-    o->shape[o->ndim - 2] = a->shape[a->ndim - 2];
-    o->shape[o->ndim - 1] = b->shape[b->ndim - 1];
-    int64_t st = 1;
-    for (int d = o->ndim - 1; d >= 0; d--) {
-        o->strides[d] = st;
-        st *= o->shape[d];
-    }
-    if (st != p->n || !kiln__cpu_mm_plan(&pl->mm, o, a, b))
-        return KILN_ENOTSUP;
-    /* reductions and softmaxes take whole rows of the panels' rows */
-    if (p->reduce_inner > 0 && pl->mm.N % p->reduce_inner)
-        return KILN_ENOTSUP;
-    return 1;
-}
-
 int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
 {
     if ((p->dtype != KILN_F32 && p->dtype != KILN_F16 && p->dtype != KILN_BF16) ||
@@ -229,15 +177,16 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
     /* f16 and bf16 programs: elementwise instructions only (rows and products stay f32) */
     pl->half = p->dtype != KILN_F32;
     for (int i = 0; i < p->ninstrs && pl->half; i++)
-        if (p->instrs[i].code == KILN_FUSED_MATMUL || p->instrs[i].code == KILN_FUSED_SOFTMAX ||
+        if (kiln__cpu_fused_producer(p->instrs[i].code) || p->instrs[i].code == KILN_FUSED_SOFTMAX ||
             p->instrs[i].code == KILN_FUSED_LAYER_NORM || p->instrs[i].code == KILN_FUSED_REDUCE)
             return KILN_ENOTSUP;
-    int prc = plan_product(pl, p);
+    int prc = kiln__cpu_fused_plan_product(pl, p);
     if (prc < 0)
         return prc;
     pl->product = prc > 0;
     for (int i = 0; i < p->ninputs; i++) {
-        if (pl->product && (i == p->instrs[0].arg || i == p->instrs[0].arg2)) {
+        if (pl->product &&
+            (i == p->instrs[0].arg || i == p->instrs[0].arg2 || (pl->conv && i == p->instrs[0].arg3))) {
             pl->in[i].kind = IN_OPERAND;
             continue;
         }
@@ -365,7 +314,8 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
             switch (u->code) {
             case KILN_FUSED_LOAD:
             case KILN_FUSED_CONST:
-            case KILN_FUSED_MATMUL: break;
+            case KILN_FUSED_MATMUL:
+            case KILN_FUSED_CONV: break;
             case KILN_FUSED_LAYER_NORM: only_norms = u->a != ld->dst; break;
             case KILN_FUSED_BINARY: only_norms = u->a != ld->dst && u->b != ld->dst; break;
             case KILN_FUSED_WHERE: only_norms = u->a != ld->dst && u->b != ld->dst && u->c != ld->dst; break;
@@ -418,7 +368,7 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
             if (needs_slot)
                 pl->slot[i] = nfree ? free_slots[--nfree] : pl->nslots++;
             /* a stored product is computed straight into its output (its first store) */
-            for (int j = i + 1; in->code == KILN_FUSED_MATMUL && j < p->ninstrs && pl->direct[i] < 0; j++)
+            for (int j = i + 1; kiln__cpu_fused_producer(in->code) && j < p->ninstrs && pl->direct[i] < 0; j++)
                 if (p->instrs[j].code == KILN_FUSED_STORE && p->instrs[j].a == in->dst &&
                     pl->out[p->instrs[j].arg] && !overlaps_input(p, &p->outputs[p->instrs[j].arg]))
                     pl->direct[i] = pl->product_out = p->instrs[j].arg;
@@ -426,7 +376,7 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
         /* registers read here for the last time give their slots back (after dst took one,
          * so an instruction never writes the scratch it reads: unary_f32 is restrict) */
         int reads[3] = {-1, -1, -1};
-        if (in->code != KILN_FUSED_LOAD && in->code != KILN_FUSED_CONST && in->code != KILN_FUSED_MATMUL)
+        if (in->code != KILN_FUSED_LOAD && in->code != KILN_FUSED_CONST && !kiln__cpu_fused_producer(in->code))
             reads[0] = in->a;
         bool ln = in->code == KILN_FUSED_LAYER_NORM;
         if ((in->code == KILN_FUSED_BINARY || in->code == KILN_FUSED_WHERE || ln) && in->b != in->a)
@@ -592,7 +542,8 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
             break;
         }
         case KILN_FUSED_CONST: regs[in->dst] = (freg){&pl->consts[i], 0}; break;
-        case KILN_FUSED_MATMUL: regs[in->dst] = (freg){prod, 1}; break;
+        case KILN_FUSED_MATMUL:
+        case KILN_FUSED_CONV: regs[in->dst] = (freg){prod, 1}; break;
         case KILN_FUSED_UNARY: {
             freg a = regs[in->a];
             pl->k->unary_f32(in->op, dst, a.p, a.stride ? m : 1, (float)in->alpha, (float)in->beta);

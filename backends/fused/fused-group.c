@@ -83,6 +83,7 @@ static int rec_inputs(const frec *r)
     case KILN_ENTRY_BINARY:
     case KILN_ENTRY_MATMUL: return 2;
     case KILN_ENTRY_WHERE:
+    case KILN_ENTRY_CONV:                 /* (an absent bias: a NULL buf) */
     case KILN_ENTRY_LAYER_NORM: return 3; /* (a layer norm's absent weight or bias: a NULL buf) */
     default: return 1;
     }
@@ -106,6 +107,18 @@ static int64_t product_row(const fq *q)
     if (q->nrec == 0 || q->rec[0].entry != KILN_ENTRY_MATMUL)
         return 0;
     return q->rec[0].out.shape[q->rec[0].out.ndim - 1];
+}
+
+/* Whether a producer (matmul, conv) heads q's group. */
+static bool has_producer(const fq *q)
+{
+    return q->nrec > 0 && (q->rec[0].entry == KILN_ENTRY_MATMUL || q->rec[0].entry == KILN_ENTRY_CONV);
+}
+
+/* A convolution heading the group takes no row op after it (its tiles are images). */
+static bool conv_head(const fq *q)
+{
+    return q->nrec > 0 && q->rec[0].entry == KILN_ENTRY_CONV;
 }
 
 /* Whether a reduction r can end q's group: sum or mean of f32 over trailing dims of a
@@ -144,7 +157,7 @@ static bool reduce_fits(const fq *q, frec *r)
             in_suffix = false;
     }
     if (numel(&r->out) * inner != q->n || (q->row && q->row != inner) ||
-        (product_row(q) && product_row(q) % inner))
+        (product_row(q) && product_row(q) % inner) || conv_head(q))
         return false;
     r->inner = inner;
     return true;
@@ -160,7 +173,8 @@ static bool softmax_fits(const fq *q, frec *r)
         q->n == 0 || numel(&r->out) != q->n || (int)r->mask != in->ndim - 1)
         return false;
     int64_t inner = in->shape[in->ndim - 1];
-    if (inner < 1 || inner > 8192 || (q->row && q->row != inner) || (product_row(q) && product_row(q) % inner))
+    if (inner < 1 || inner > 8192 || (q->row && q->row != inner) || (product_row(q) && product_row(q) % inner) ||
+        conv_head(q))
         return false;
     bool written = false;
     for (int i = 0; i < q->nrec; i++) {
@@ -186,7 +200,7 @@ static bool layer_norm_fits(const fq *q, frec *r)
     if (q->nrec == 0 || q->closed || q->dtype != KILN_F32 || q->nrec >= FUSED_MAX_RECS - 1 ||
         in->dtype != KILN_F32 || r->out.dtype != KILN_F32 || !contiguous(&r->out) || numel(in) != q->n ||
         numel(&r->out) != q->n || r->inner < 2 || r->inner > 8192 || q->n % r->inner ||
-        (q->row && q->row != r->inner) || (product_row(q) && product_row(q) % r->inner))
+        (q->row && q->row != r->inner) || (product_row(q) && product_row(q) % r->inner) || conv_head(q))
         return false;
     for (int k = 1; k < 3; k++) {
         const kiln_tdesc *p = rec_input(r, k);
@@ -244,7 +258,8 @@ static bool fits(const fq *q, const frec *r)
     if (q->closed || q->nrec >= FUSED_MAX_RECS - 1 || numel(&r->out) != q->n || value_dtype(r) != q->dtype)
         return false;
     /* a product's operands are read while its tiles are computed: never written */
-    if (q->rec[0].entry == KILN_ENTRY_MATMUL && (r->out.buf == q->rec[0].x.buf || r->out.buf == q->rec[0].y.buf))
+    if (has_producer(q) && (r->out.buf == q->rec[0].x.buf || r->out.buf == q->rec[0].y.buf ||
+                            (q->rec[0].z.buf && r->out.buf == q->rec[0].z.buf)))
         return false;
     for (int i = 0; i < q->nrec; i++) {
         const frec *p = &q->rec[i];
@@ -277,13 +292,18 @@ static bool product_fits(const fq *q, const frec *r)
         r->y.dtype != KILN_F32 || !contiguous(&r->out) || r->out.ndim < 2 || numel(&r->out) == 0 ||
         r->x.shape[r->x.ndim - 1] == 0)
         return false;
-    kiln_op_query query = {.entry = KILN_ENTRY_FUSED, .op = KILN_FUSED_MATMUL, .dtype = KILN_F32};
+    if (r->entry == KILN_ENTRY_CONV &&
+        (r->out.ndim < 3 || (r->z.buf && (r->z.dtype != KILN_F32 || !contiguous(&r->z)))))
+        return false;
+    kiln_op_query query = {.entry = KILN_ENTRY_FUSED,
+                           .op = r->entry == KILN_ENTRY_CONV ? KILN_FUSED_CONV : KILN_FUSED_MATMUL,
+                           .dtype = KILN_F32};
     return !in->supports || in->supports(q->iq, &query);
 }
 
 int kiln__fused_record(fq *q, const frec *r)
 {
-    if (r->entry == KILN_ENTRY_MATMUL) {
+    if (r->entry == KILN_ENTRY_MATMUL || r->entry == KILN_ENTRY_CONV) {
         /* a product starts a group of its own: its elementwise consumers become the
          * epilogue applied to its tiles */
         if (!product_fits(q, r))
@@ -393,6 +413,7 @@ typedef struct compiler {
     bool operand_only[KILN_FUSED_MAX_INPUTS]; /* a product's operand: never loaded */
     int ninstrs, ninputs, noutputs, nregs;
     int64_t reduce_inner;
+    const kiln_conv_params *conv; /* a CONV's geometry */
     /* the register holding each recorded call's result, by call */
     int value[FUSED_MAX_RECS];
 } compiler;
@@ -444,6 +465,28 @@ static int compile(compiler *c, const fq *q)
                             .code = KILN_FUSED_MATMUL, .dst = dst, .arg = c->ninputs, .arg2 = c->ninputs + 1}) < 0)
                 return -1;
             c->ninputs += 2;
+            c->value[i] = dst;
+            continue;
+        }
+        if (r->entry == KILN_ENTRY_CONV) { /* the group's first call (record) */
+            int nops = r->z.buf ? 3 : 2, at = c->ninputs;
+            if (at + nops > KILN_FUSED_MAX_INPUTS)
+                return -1;
+            const kiln_tdesc *ops[3] = {&r->x, &r->y, &r->z};
+            for (int k = 0; k < nops; k++) {
+                c->inputs[at + k] = *ops[k];
+                c->operand_only[at + k] = true;
+                c->load_reg[at + k] = -1;
+            }
+            int dst = c->nregs++;
+            c->conv = &r->conv;
+            if (emit(c, (kiln_fused_instr){.code = KILN_FUSED_CONV,
+                                           .dst = dst,
+                                           .arg = at,
+                                           .arg2 = at + 1,
+                                           .arg3 = r->z.buf ? at + 2 : -1}) < 0)
+                return -1;
+            c->ninputs += nops;
             c->value[i] = dst;
             continue;
         }
@@ -556,6 +599,9 @@ static int replay(fq *q)
             break;
         case KILN_ENTRY_SOFTMAX: rc = in->softmax(q->iq, r->op != 0, &r->out, &r->x, (int)r->mask); break;
         case KILN_ENTRY_MATMUL: rc = in->matmul(q->iq, &r->out, &r->x, &r->y); break;
+        case KILN_ENTRY_CONV:
+            rc = in->conv(q->iq, &r->conv, &r->out, &r->x, &r->y, r->z.buf ? &r->z : NULL);
+            break;
         case KILN_ENTRY_LAYER_NORM:
             rc = in->layer_norm(q->iq, &r->out, NULL, NULL, &r->x, r->y.buf ? &r->y : NULL,
                                 r->z.buf ? &r->z : NULL, r->inner, r->alpha);
@@ -601,6 +647,7 @@ static int run_group(fq *q)
             .inputs = c->inputs,
             .outputs = c->outputs,
             .instrs = c->ins,
+            .conv = c->conv,
         };
         rc = c->noutputs == 0 ? 0 : q->d->in->fused_run(q->iq, &p);
         if (rc == KILN_ENOTSUP) {
@@ -651,8 +698,8 @@ char *kiln__fused_key(const kiln_fused_program *p, char *buf, size_t len)
     for (int i = 0; i < p->ninstrs; i++) {
         const kiln_fused_instr *in = &p->instrs[i];
         PUT(" %d.%d:%d,%d,%d,%d,%d", (int)in->code, in->op, in->dst, in->a, in->b, in->c, in->arg);
-        if (in->code == KILN_FUSED_MATMUL)
-            PUT(",%d", in->arg2);
+        if (in->code == KILN_FUSED_MATMUL || in->code == KILN_FUSED_CONV)
+            PUT(",%d,%d", in->arg2, in->arg3);
     }
 #undef PUT
     return buf;

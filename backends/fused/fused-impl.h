@@ -44,7 +44,8 @@ typedef struct frec {
     int op;
     double alpha, beta;
     kiln_tdesc out, x, y, z;
-    uint32_t mask; /* reduce: the reduced dims */
+    uint32_t mask;         /* reduce: the reduced dims */
+    kiln_conv_params conv; /* conv: the geometry (x, y = weight, z = bias or a NULL buf) */
     int64_t inner; /* reduce: elements per output element */
 } frec;
 

@@ -366,6 +366,7 @@ static int record_or_run(fq *q, const frec *r)
     case KILN_ENTRY_REDUCE: return in->reduce(q->iq, (kiln_reduce_op)r->op, &r->out, &r->x, r->mask, r->alpha);
     case KILN_ENTRY_SOFTMAX: return in->softmax(q->iq, r->op != 0, &r->out, &r->x, (int)r->mask);
     case KILN_ENTRY_MATMUL: return in->matmul(q->iq, &r->out, &r->x, &r->y);
+    case KILN_ENTRY_CONV: return in->conv(q->iq, &r->conv, &r->out, &r->x, &r->y, r->z.buf ? &r->z : NULL);
     case KILN_ENTRY_LAYER_NORM:
         return in->layer_norm(q->iq, &r->out, NULL, NULL, &r->x, r->y.buf ? &r->y : NULL, r->z.buf ? &r->z : NULL,
                               r->inner, r->alpha);
@@ -411,6 +412,18 @@ static int fused_layer_norm(void *qctx, const kiln_tdesc *out, const kiln_tdesc 
     frec r = {.entry = KILN_ENTRY_LAYER_NORM, .out = *out, .x = *x, .inner = inner, .alpha = eps};
     if (w)
         r.y = *w;
+    if (b)
+        r.z = *b;
+    return record_or_run(qctx, &r);
+}
+
+static int fused_conv(void *qctx, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
+                      const kiln_tdesc *w, const kiln_tdesc *b)
+{
+    fq *q = qctx;
+    if (!q->d->in->conv)
+        return kiln__error_set("fused: the inner backend %s has no conv", q->d->in->name);
+    frec r = {.entry = KILN_ENTRY_CONV, .out = *out, .x = *x, .y = *w, .conv = *p};
     if (b)
         r.z = *b;
     return record_or_run(qctx, &r);
@@ -474,7 +487,6 @@ FWD(gather, (void *qctx, T out, T in, int dim, T ix), (q->iq, out, in, dim, ix))
 FWD(scatter, (void *qctx, T out, int dim, T ix, T src, bool acc), (q->iq, out, dim, ix, src, acc))
 FWD(index_select, (void *qctx, T out, T in, int dim, T ix), (q->iq, out, in, dim, ix))
 FWD(index_add, (void *qctx, T out, int dim, T ix, T src), (q->iq, out, dim, ix, src))
-FWD(conv, (void *qctx, const kiln_conv_params *p, T out, T x, T w, T b), (q->iq, p, out, x, w, b))
 FWD(conv_backward_input, (void *qctx, const kiln_conv_params *p, T gx, T go, T w), (q->iq, p, gx, go, w))
 FWD(conv_backward_weight, (void *qctx, const kiln_conv_params *p, T gw, T x, T go), (q->iq, p, gw, x, go))
 FWD(conv_fused, (void *qctx, const kiln_conv_params *p, T out, T x, T w, T wp, T b, const kiln_epilogue *ep),

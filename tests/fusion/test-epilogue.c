@@ -1,6 +1,6 @@
 /*
- * tests/fusion/test-epilogue.c — matrix products with their elementwise consumers fused as
- * an epilogue (a MATMUL heading the program), and row ops that take a fused value in their
+ * tests/fusion/test-epilogue.c — matrix products and convolutions with their elementwise
+ * consumers fused as an epilogue (a MATMUL or CONV heading the program), and row ops that take a fused value in their
  * reads (max and min beside sum and mean; layer norm beside softmax), and f16/bf16 groups.
  *
  * Random products (odd and round sizes, batch dims that broadcast, transposed operands,
@@ -320,6 +320,77 @@ static void half_groups(void)
     }
 }
 
+/* Random convolutions (1-d and 2-d, strides, padding, dilation, groups, with and without
+ * a bias, kept or dead) with an epilogue, and one large enough to be timed. */
+static void random_convs(void)
+{
+    for (int t = 0; t < 24; t++) {
+        uint64_t s = 7000 + (uint64_t)t;
+        bool two = t % 3 != 0, keep = test_pick(&s, 2) == 0, has_bias = test_pick(&s, 3) != 0;
+        int64_t g = 1 + test_pick(&s, 2), N = 1 + test_pick(&s, 9), C = g * (1 + test_pick(&s, 4)),
+                O = g * (1 + test_pick(&s, 5)), H = 5 + test_pick(&s, 12), W = 5 + test_pick(&s, 12),
+                K = 1 + test_pick(&s, 3);
+        kiln_conv_opts o = {.groups = g};
+        o.stride[0] = o.stride[1] = 1 + test_pick(&s, 2);
+        o.padding[0] = o.padding[1] = test_pick(&s, 2);
+        o.dilation[0] = o.dilation[1] = 1 + test_pick(&s, 2);
+        int act = test_pick(&s, 5);
+        kiln_tensor *out[NDEV], *prod[NDEV];
+        uint64_t f0 = 0, c0 = 0;
+        for (int d = 0; d < NDEV; d++) {
+            kiln_generator gen = kiln_generator_make(300 + (uint64_t)t);
+            kiln_tensor *x = two ? kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(N, C, H, W), -1, 1, &gen)
+                                 : kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(N, C, W), -1, 1, &gen);
+            kiln_tensor *w = two ? kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(O, C / g, K, K), -1, 1, &gen)
+                                 : kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(O, C / g, K), -1, 1, &gen);
+            kiln_tensor *b = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(O), -1, 1, &gen);
+            kiln_device_sync(devs[d]);
+            if (d == 0)
+                f0 = calls_of(devs[0], "fused"), c0 = calls_of(devs[0], "conv");
+            kiln_scope_begin();
+            kiln_tensor *y = two ? kiln_conv2d(x, w, has_bias ? b : NULL, &o)
+                                 : kiln_conv1d(x, w, has_bias ? b : NULL, &o);
+            kiln_tensor *e = act_of(y, act);
+            out[d] = kiln_keep(kiln_add(e, kiln_mul_scalar(y, 0.5)));
+            prod[d] = keep ? kiln_keep(y) : NULL;
+            kiln_scope_end();
+        }
+        char what[160];
+        snprintf(what, sizeof what, "conv %d: %s N%lld C%lld O%lld g%lld K%lld s%lld p%lld d%lld%s act %d %s", t,
+                 two ? "2-d" : "1-d", (long long)N, (long long)C, (long long)O, (long long)g, (long long)K,
+                 (long long)o.stride[0], (long long)o.padding[0], (long long)o.dilation[0],
+                 has_bias ? " bias" : "", act, keep ? "kept" : "dead");
+        double u = worst_rel(out[0], out[1], 1.0), r = worst_rel(out[0], out[2], 1.0);
+        CHECK(u <= 1e-5, "%s: fused vs unfused %.3g (%s)", what, u, out[0] ? "" : kiln_error());
+        CHECK(r <= 1e-4, "%s: fused vs ref %.3g", what, r);
+        if (keep)
+            CHECK(worst_rel(prod[0], prod[1], 1.0) <= 1e-5, "%s: the kept convolution equals unfused", what);
+        CHECK(calls_of(devs[0], "fused") > f0 && calls_of(devs[0], "conv") == c0,
+              "%s: the convolution ran inside a fused program", what);
+        for (int d = 0; d < NDEV; d++) {
+            kiln_tensor_release(out[d]);
+            if (prod[d])
+                kiln_tensor_release(prod[d]);
+        }
+    }
+    /* timed chunks: 16 images, 75 M multiply-adds */
+    kiln_tensor *big[2];
+    for (int d = 0; d < 2; d++) {
+        kiln_generator gen = kiln_generator_make(77);
+        kiln_tensor *x = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(16, 16, 32, 32), -1, 1, &gen);
+        kiln_tensor *w = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(32, 16, 3, 3), -1, 1, &gen);
+        kiln_tensor *b = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(32), -1, 1, &gen);
+        kiln_conv_opts o = {.padding = {1, 1}};
+        kiln_scope_begin();
+        big[d] = kiln_keep(kiln_relu(kiln_add_scalar(kiln_conv2d(x, w, b, &o), 0.25)));
+        kiln_scope_end();
+    }
+    CHECK(worst_rel(big[0], big[1], 1.0) <= 1e-5,
+          "relu(conv2d(x, w, b) + 0.25), 16 images timed: fused vs unfused");
+    kiln_tensor_release(big[0]);
+    kiln_tensor_release(big[1]);
+}
+
 /* A product large enough for its panel height to be timed (the autotune path), kept and
  * dead, against the unfused device. */
 static void tuned_product(void)
@@ -393,6 +464,7 @@ void test_epilogue(void)
     tuned_product();
     layer_norms();
     half_groups();
+    random_convs();
     linear_gradients();
     kiln_scope_end();
     for (int d = 0; d < NDEV; d++)

@@ -358,6 +358,9 @@ static void refused(void)
     ops[1].shape[0] = 3;
     p = program(16, 2, ops, 1, out, 2, mm, 1);
     CHECK(be->fused_run(ctx, &p) == KILN_ENOTSUP, "a product of mismatched inner dims must be refused");
+    kiln_fused_instr conv[] = {{.code = KILN_FUSED_CONV, .dst = 0, .arg = 0, .arg2 = 1, .arg3 = -1}, STORE(0, 0)};
+    p = program(16, 2, ops, 1, out, 2, conv, 1);
+    CHECK(be->fused_run(ctx, &p) == KILN_ENOTSUP, "a convolution without its geometry must be refused");
     be->buffer_free(ctx, x);
     be->buffer_free(ctx, o);
 }
