@@ -415,15 +415,51 @@ int kiln__cpu_copy(void *vctx, const kiln_tdesc *out, const kiln_tdesc *in)
 /* ------------------------------------------------------------------ rng */
 
 typedef struct rng_job {
+    const kiln__cpu_kernels *k;
     const kiln_tdesc *out;
     kiln_rng_kind kind;
     uint64_t seed, offset;
     double p0, p1;
 } rng_job;
 
+/* Uniform and Bernoulli draws, the common case: Philox over runs of counters at once (the
+ * kernel table's philox_u01), then the same transform and store as one at a time. */
+static void rng_range(void *argp, int64_t b, int64_t e);
+
+static void rng_range_fast(const rng_job *j, int64_t b, int64_t e)
+{
+    kiln_dtype dt = j->out->dtype;
+    char *o = kiln__cpu_ptr(j->out);
+    size_t es = kiln__cpu_esize(dt);
+    double u[256];
+    for (int64_t i0 = b; i0 < e; i0 += 256) {
+        int64_t m = e - i0 < 256 ? e - i0 : 256;
+        j->k->philox_u01(u, j->offset + (uint64_t)i0, j->seed, m);
+        char *q = o + i0 * (int64_t)es;
+        if (dt == KILN_F32) { /* the common case, without a store per dtype per element */
+            float *f = (float *)q;
+            if (j->kind == KILN_RNG_UNIFORM)
+                for (int64_t t = 0; t < m; t++)
+                    f[t] = (float)(j->p0 + (j->p1 - j->p0) * u[t]);
+            else
+                for (int64_t t = 0; t < m; t++)
+                    f[t] = u[t] < j->p0 ? 1.0f : 0.0f;
+        } else if (j->kind == KILN_RNG_UNIFORM)
+            for (int64_t t = 0; t < m; t++)
+                kiln__cpu_st(q + t * (int64_t)es, dt, j->p0 + (j->p1 - j->p0) * u[t]);
+        else
+            for (int64_t t = 0; t < m; t++)
+                kiln__cpu_sti(q + t * (int64_t)es, dt, u[t] < j->p0 ? 1 : 0);
+    }
+}
+
 static void rng_range(void *argp, int64_t b, int64_t e)
 {
     const rng_job *j = argp;
+    if (j->kind == KILN_RNG_UNIFORM || j->kind == KILN_RNG_BERNOULLI) {
+        rng_range_fast(j, b, e);
+        return;
+    }
     kiln_dtype dt = j->out->dtype;
     char *o = kiln__cpu_ptr(j->out);
     size_t es = kiln__cpu_esize(dt);
@@ -466,7 +502,7 @@ int kiln__cpu_rng(void *vctx, kiln_rng_kind kind, const kiln_tdesc *out, uint64_
         kiln__cpu_scratch_put(ctx, h);
         return rc;
     }
-    rng_job j = {out, kind, seed, offset, p0, p1};
+    rng_job j = {ctx->k, out, kind, seed, offset, p0, p1};
     kiln__cpu_parallel_for(ctx, kiln__cpu_numel(out), 4096, rng_range, &j);
     return 0;
 }

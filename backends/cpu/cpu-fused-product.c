@@ -144,6 +144,7 @@ int kiln__cpu_fused_plan_product(fplan *pl, const kiln_fused_program *p)
 typedef struct prun {
     const fplan *pl;
     int64_t panel;        /* rows per panel */
+    int64_t chunk;        /* rows per job */
     int64_t r_lo, r_hi;   /* the rows (of every batch, batch-major) the jobs split */
     float *panels;        /* per job panel * N floats, when the product is not stored */
     int64_t panel_floats; /* the size of one job's panel */
@@ -154,8 +155,9 @@ static void product_job(void *arg, int job, int njobs)
 {
     const prun *r = arg;
     const fplan *pl = r->pl;
-    int64_t M = pl->mm.M, N = pl->mm.N, total = r->r_hi - r->r_lo;
-    int64_t g0 = r->r_lo + total * job / njobs, g1 = r->r_lo + total * (job + 1) / njobs;
+    int64_t M = pl->mm.M, N = pl->mm.N;
+    (void)njobs;
+    int64_t g0 = r->r_lo + job * r->chunk, g1 = g0 + r->chunk < r->r_hi ? g0 + r->chunk : r->r_hi;
     float *scratch = (float *)pl->scratch + (size_t)job * r->slab;
     float *panel = r->panels ? r->panels + (size_t)job * (size_t)r->panel_floats : NULL;
     double acc[KILN_FUSED_MAX_INSTRS] = {0};
@@ -182,11 +184,18 @@ static void run_rows(kiln__cpu_ctx *ctx, prun *r, int64_t lo, int64_t hi, int64_
     r->r_lo = lo;
     r->r_hi = hi;
     r->panel = panel;
-    int64_t panels = (hi - lo + panel - 1) / panel;
-    if (panels < njobs)
-        njobs = (int)(panels > 0 ? panels : 1);
     if (hi <= lo)
         return;
+    /* rows split over the jobs as the matmul entry splits them (whole batches, or whole
+     * register tiles of 16 rows), so a panel as tall as a job's rows rounds as it does */
+    int64_t total = hi - lo, M = r->pl->mm.M;
+    if (r->pl->mm.nbatch > 1) {
+        int64_t batches = (total + M - 1) / M;
+        r->chunk = (batches + njobs - 1) / njobs * M;
+    } else {
+        r->chunk = ((total + njobs - 1) / njobs + 15) / 16 * 16;
+    }
+    njobs = (int)((total + r->chunk - 1) / r->chunk);
     if (njobs == 1)
         product_job(r, 0, 1);
     else
@@ -322,6 +331,32 @@ static int conv_product(kiln__cpu_ctx *ctx, fplan *pl)
     return rc;
 }
 
+/* A product of a few rows (a classifier at batch 1): too small for panels to matter, so
+ * it is computed whole, threaded and rounded as the matmul entry does it, and the
+ * epilogue runs over it after. */
+static int few_rows(kiln__cpu_ctx *ctx, fplan *pl)
+{
+    const kiln_fused_program *p = pl->p;
+    size_t slab = (size_t)pl->nslots * (size_t)pl->block;
+    size_t whole = pl->product_out >= 0 ? 0 : (size_t)p->n;
+    size_t total = slab * (size_t)ctx->nthreads + whole;
+    if (total && !(pl->scratch = aligned_alloc(64, (total * sizeof(float) + 63) & ~(size_t)63)))
+        return kiln__cpu_enomem("fused");
+    float *dst = pl->product_out >= 0 ? pl->out[pl->product_out]
+                                      : (float *)pl->scratch + slab * (size_t)ctx->nthreads;
+    kiln__cpu_mm_whole(ctx, &pl->mm, dst);
+    ejob e = {pl, 0, p->n, dst, slab};
+    int64_t jobs = p->n / 16384;
+    int njobs = jobs < 1 ? 1 : jobs > ctx->nthreads ? ctx->nthreads : (int)jobs;
+    if (njobs == 1)
+        epilogue_job(&e, 0, 1);
+    else
+        kiln__cpu_pool_run(ctx->pool, njobs, epilogue_job, &e);
+    free(pl->scratch);
+    pl->scratch = NULL;
+    return 0;
+}
+
 int kiln__cpu_fused_product(kiln__cpu_ctx *ctx, fplan *pl)
 {
     if (pl->conv)
@@ -329,11 +364,13 @@ int kiln__cpu_fused_product(kiln__cpu_ctx *ctx, fplan *pl)
     const kiln__cpu_mm *mm = &pl->mm;
     int64_t rows = mm->M * mm->nbatch;
     double macs = (double)rows * (double)mm->N * (double)mm->K;
+    if (mm->nbatch == 1 && mm->M <= 16)
+        return few_rows(ctx, pl);
     int njobs = macs < PRODUCT_SPLIT_MIN ? 1 : ctx->nthreads;
     /* a panel of about 256 KiB, in whole register tiles of 16 rows, and at least one
      * panel per job */
     int64_t panel = 65536 / (mm->N > 0 ? mm->N : 1);
-    int64_t per_job = (rows + njobs - 1) / njobs;
+    int64_t per_job = ((rows + njobs - 1) / njobs + 15) / 16 * 16; /* run_rows's split */
     panel = panel < 32 ? 32 : panel > 512 ? 512 : panel;
     panel = panel / 16 * 16;
     if (panel > per_job)

@@ -302,6 +302,12 @@ void kiln__cpu_mm_rows(const kiln__cpu_mm *mm, int64_t bi, int64_t r0, int64_t r
     blas_call(mm->dbl, mm->ta, mm->tb, rows, mm->N, mm->K, ap, mm->lda, bp, mm->ldb, 0.0, c, mm->N);
 }
 
+void kiln__cpu_mm_whole(kiln__cpu_ctx *ctx, const kiln__cpu_mm *mm, void *c)
+{
+    kiln__cpu_gemm(ctx, mm->dbl, mm->ta, mm->tb, mm->M, mm->N, mm->K, kiln__cpu_ptr(mm->a), mm->lda,
+                   kiln__cpu_ptr(mm->b), mm->ldb, 0.0, c, mm->N);
+}
+
 typedef struct imm_job {
     const kiln_tdesc *out, *a, *b;
     int64_t M, N, K;

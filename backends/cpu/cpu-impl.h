@@ -203,6 +203,9 @@ typedef struct kiln__cpu_kernels {
      * (cpu-reduce.c's f32 path). In every table. */
     double (*sum_run_f32)(const float *x, int64_t n);
     double (*sqdev_run_f32)(const float *x, int64_t n, double c);
+    /* u[i] = kiln_rng_uniform01(counter + i, seed) for i < n (common/philox.h's stream,
+     * bit for bit), many counters at once so the multiplies vectorize. In every table. */
+    void (*philox_u01)(double *u, uint64_t counter, uint64_t seed, int64_t n);
 } kiln__cpu_kernels;
 
 extern const kiln__cpu_kernels kiln__cpu_kernels_base;
@@ -240,6 +243,8 @@ bool kiln__cpu_mm_plan(kiln__cpu_mm *mm, const kiln_tdesc *out, const kiln_tdesc
 /* Rows [r0, r0 + rows) of batch bi of the product into c (rows x N, contiguous), on the
  * calling thread. */
 void kiln__cpu_mm_rows(const kiln__cpu_mm *mm, int64_t bi, int64_t r0, int64_t rows, void *c);
+/* The whole product of one batch (nbatch 1) into c, threaded as the matmul entry does it. */
+void kiln__cpu_mm_whole(kiln__cpu_ctx *ctx, const kiln__cpu_mm *mm, void *c);
 void kiln__cpu_gemm(kiln__cpu_ctx *ctx, bool dbl, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                     const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C,
                     int64_t ldc);
