@@ -23,10 +23,13 @@
  *
  * A convolution runs the same way by chunks of images: the cpu's conv entry computes a
  * chunk (spreading it over the pool itself), then the epilogue runs over it. The number
- * of images per chunk is tuned like the panel height.
+ * of images per chunk is tuned too, but on whole calls: segments of one call cannot show
+ * the whole batch as one convolution, which is often the fastest (see conv_trial).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #if defined(__x86_64__)
 #include <emmintrin.h>
@@ -274,58 +277,105 @@ static int conv_images(kiln__cpu_ctx *ctx, const fplan *pl, int64_t lo, int64_t 
     return 0;
 }
 
-static const int64_t chunk_candidates[] = {1, 4, 16, 64};
+/* Images per chunk: the whole batch (the conv entry at its most efficient, the epilogue
+ * reading the output back from L3 or memory), or a few images (their output in L2, the
+ * convolution cut into smaller products). */
+static const int64_t chunk_candidates[] = {0 /* the whole batch */, 16, 4, 1};
 #define NCHUNKS (int)(sizeof chunk_candidates / sizeof *chunk_candidates)
 
-/* A convolution's epilogue by chunks of images: the chunk is the tuning choice (one image
- * keeps its output in L2; more give the convolution larger GEMMs). The first convolution
- * of a shape class with enough images and work runs equal segments of its images with
- * each candidate, timed, and keeps the fastest; others take chunks of about 512 KiB of
- * output. */
+/* Chunk sizes are tried on whole calls, one candidate per call of a shape class (a
+ * training step repeats its convolutions, so no work is repeated for timing), and the
+ * fastest stored once all have run. The trials in progress are process-wide, as the
+ * autotune cache is: one lock guards them. */
+typedef struct conv_trial {
+    char device[64], key[96];
+    int next;           /* the candidate the next call runs */
+    double ns[NCHUNKS]; /* each candidate's time */
+} conv_trial;
+
+#define MAX_TRIALS 32
+static pthread_mutex_t trial_lock = PTHREAD_MUTEX_INITIALIZER;
+static conv_trial trials[MAX_TRIALS];
+static int ntrials;
+
+/* The candidate this call of (device, key) runs, or -1 when too many classes are on trial. */
+static int trial_pick(const char *device, const char *key)
+{
+    pthread_mutex_lock(&trial_lock);
+    int pick = -1;
+    for (int i = 0; i < ntrials && pick < 0; i++)
+        if (!strcmp(trials[i].device, device) && !strcmp(trials[i].key, key))
+            pick = trials[i].next < NCHUNKS ? trials[i].next++ : 0;
+    if (pick < 0 && ntrials < MAX_TRIALS) {
+        conv_trial *t = &trials[ntrials++];
+        snprintf(t->device, sizeof t->device, "%s", device);
+        snprintf(t->key, sizeof t->key, "%s", key);
+        t->next = 1;
+        pick = 0;
+    }
+    pthread_mutex_unlock(&trial_lock);
+    return pick;
+}
+
+/* Record candidate c's time; once every candidate has one, store the fastest. */
+static void trial_done(const char *device, const char *key, int c, double ns)
+{
+    int64_t winner = -1;
+    pthread_mutex_lock(&trial_lock);
+    for (int i = 0; i < ntrials; i++) {
+        conv_trial *t = &trials[i];
+        if (strcmp(t->device, device) || strcmp(t->key, key))
+            continue;
+        t->ns[c] = ns;
+        bool all = true;
+        int best = 0;
+        for (int k = 0; k < NCHUNKS; k++) {
+            all = all && t->ns[k] > 0;
+            if (t->ns[k] > 0 && t->ns[k] < t->ns[best])
+                best = k;
+        }
+        if (all && t->next >= NCHUNKS) {
+            winner = best + 1; /* stored as 1 + the candidate's index (values are positive) */
+            trials[i] = trials[--ntrials];
+        }
+        break;
+    }
+    pthread_mutex_unlock(&trial_lock);
+    if (winner > 0)
+        kiln__autotune_store(device, key, winner);
+}
+
+/* A convolution's epilogue by chunks of images, the chunk tuned per shape class (see
+ * chunk_candidates and conv_trial); small convolutions take the whole batch. */
 static int conv_product(kiln__cpu_ctx *ctx, fplan *pl)
 {
     const kiln_fused_program *p = pl->p;
     const kiln_tdesc *w = &p->inputs[p->instrs[0].arg2];
     int64_t N = pl->conv_out.shape[0], per = p->n / N;
     double macs = (double)p->n * (double)(kiln__cpu_numel(w) / (w->shape[0] ? w->shape[0] : 1));
-    int64_t chunk = 131072 / (per > 0 ? per : 1);
-    chunk = chunk < 1 ? 1 : chunk > N ? N : chunk;
+    int choice = 0, trial = -1;
     char device[64], key[96];
-    bool tune = false;
-    if (macs >= PANEL_TUNE_MIN_MACS && N >= 2 * NCHUNKS) {
+    if (macs >= PANEL_TUNE_MIN_MACS && N > 1) {
         snprintf(device, sizeof device, "cpu/%s/%dt", ctx->k->name, ctx->nthreads);
         snprintf(key, sizeof key, "fused-conv-chunk n2^%d per2^%d w2^%d %s", log2_of(N), log2_of(per),
                  log2_of(kiln__cpu_numel(w)), pl->product_out >= 0 ? "stored" : "dead");
         int64_t cached = 0;
-        tune = !kiln__autotune_lookup(device, key, &cached);
-        if (!tune && cached >= 1 && cached <= chunk_candidates[NCHUNKS - 1])
-            chunk = cached;
+        if (kiln__autotune_lookup(device, key, &cached) && cached >= 1 && cached <= NCHUNKS)
+            choice = (int)cached - 1;
+        else if ((trial = trial_pick(device, key)) >= 0)
+            choice = trial;
     }
-    int64_t most = tune ? chunk_candidates[NCHUNKS - 1] : chunk;
-    if (most > N)
-        most = N;
+    int64_t chunk = chunk_candidates[choice] == 0 || chunk_candidates[choice] > N ? N : chunk_candidates[choice];
     size_t slab = (size_t)pl->nslots * (size_t)pl->block;
-    size_t images = pl->product_out >= 0 ? 0 : (size_t)(most * per);
+    size_t images = pl->product_out >= 0 ? 0 : (size_t)(chunk * per);
     size_t total = slab * (size_t)ctx->nthreads + images;
     if (total && !(pl->scratch = aligned_alloc(64, (total * sizeof(float) + 63) & ~(size_t)63)))
         return kiln__cpu_enomem("fused");
     float *img = images ? (float *)pl->scratch + slab * (size_t)ctx->nthreads : NULL;
-    int rc = 0;
-    if (tune) {
-        int best = 0;
-        double best_ns = 0;
-        for (int c = 0; c < NCHUNKS && rc == 0; c++) {
-            double t0 = now_ns();
-            rc = conv_images(ctx, pl, N * c / NCHUNKS, N * (c + 1) / NCHUNKS, chunk_candidates[c], img, slab);
-            double t = now_ns() - t0;
-            if (c == 0 || t < best_ns)
-                best = c, best_ns = t;
-        }
-        if (rc == 0)
-            kiln__autotune_store(device, key, chunk_candidates[best]);
-    } else {
-        rc = conv_images(ctx, pl, 0, N, chunk, img, slab);
-    }
+    double t0 = now_ns();
+    int rc = conv_images(ctx, pl, 0, N, chunk, img, slab);
+    if (rc == 0 && trial >= 0)
+        trial_done(device, key, trial, now_ns() - t0);
     free(pl->scratch);
     pl->scratch = NULL;
     return rc;
