@@ -4,8 +4,8 @@
  * as its epilogue while its output is still in the caches.
  *
  * Unfused, x @ w followed by a bias add and an activation writes the whole product to
- * memory and reads it back once per op. Here each job computes the product a panel of
- * rows at a time with one single-threaded BLAS call (kiln__cpu_mm_rows), into the
+ * memory and reads it back once per op. Here the epilogue reads it back once, or not at
+ * all: with panels, each job computes the product a panel of rows at a time with one single-threaded BLAS call (kiln__cpu_mm_rows), into the
  * output itself when the product is kept (a training step keeps it for backward) or
  * into a panel of scratch when it is dead, and at once runs the rest of the program over
  * that panel (kiln__cpu_fused_span), which then reads the product from L2 instead of
@@ -14,17 +14,16 @@
  * whole.
  *
  * The panel height is a real trade: a short panel stays in L2, but OpenBLAS packs B once
- * per call, so short panels pack it more often; a tall one amortizes the packing and
- * spills the panel to L3. The first product of a shape class (rows, columns and depth as
- * powers of two) large enough to time runs equal segments of its rows with each
- * candidate height and keeps the fastest in the autotune cache (engine/autotune.c), as
- * the plain evaluator does for its block size; others take a height that makes a panel
- * about 256 KiB.
+ * per call, so short panels pack it more often (with B of 16 MiB, 32-row panels made a
+ * 2048x1024x4096 product 6% slower than one call); a tall one amortizes the packing and
+ * spills to L3. So the default is the whole product computed as the matmul entry computes
+ * it (the same bits) with the epilogue run over it after, one pass instead of one per
+ * op; products of a shape class large enough to time try 512, 128 and 32 rows on their
+ * next calls and keep the fastest in the autotune cache (engine/autotune.c).
  *
  * A convolution runs the same way by chunks of images: the cpu's conv entry computes a
  * chunk (spreading it over the pool itself), then the epilogue runs over it. The number
- * of images per chunk is tuned too, but on whole calls: segments of one call cannot show
- * the whole batch as one convolution, which is often the fastest (see conv_trial).
+ * of images per chunk is tuned the same way, on whole calls (see conv_trial).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -38,8 +37,9 @@
 #include "autotune-impl.h"
 #include "cpu-fused-impl.h"
 
-static const int64_t panel_candidates[] = {32, 64, 128, 256, 512};
-#define NPANELS (int)(sizeof panel_candidates / sizeof *panel_candidates)
+/* Panel heights: 0 is the whole product as the matmul entry computes it (one BLAS call per
+ * thread, B packed once), then the epilogue over it. */
+static const int64_t panel_candidates[] = {0, 512, 128, 32};
 /* Products below this many multiply-adds (about 1 ms) are not timed: one guess serves. */
 #define PANEL_TUNE_MIN_MACS ((double)(1 << 26))
 /* Below this many multiply-adds a product runs on one thread (as kiln__cpu_gemm). */
@@ -205,10 +205,14 @@ static void run_rows(kiln__cpu_ctx *ctx, prun *r, int64_t lo, int64_t hi, int64_
         kiln__cpu_pool_run(ctx->pool, njobs, product_job, r);
 }
 
+/* Candidates are timed in the process's CPU time, not wall time: on a shared machine
+ * another process's load moves wall times by 2x between calls (a 128-row panel won a trial
+ * on wall time while costing 4% more CPU than the whole product), and every candidate
+ * keeps the threads equally busy, so less CPU is less time on a quiet one. */
 static double now_ns(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
@@ -218,6 +222,24 @@ static int log2_of(int64_t v)
     for (; v > 1; v >>= 1)
         lg++;
     return lg;
+}
+
+/* The job scratch (and product scratch) from the cpu's buffer pool: a fresh mapping of a
+ * product-sized buffer per call would pay its page faults every time (about 10 ms for
+ * 32 MiB), which the unfused matmul never does. */
+static bool scratch_get(kiln__cpu_ctx *ctx, fplan *pl, size_t floats, struct kiln_buffer **h)
+{
+    *h = NULL;
+    if (!floats)
+        return true;
+    pl->scratch = kiln__cpu_scratch_get(ctx, floats * sizeof(float), h);
+    return pl->scratch != NULL;
+}
+
+static void scratch_put(kiln__cpu_ctx *ctx, fplan *pl, struct kiln_buffer *h)
+{
+    kiln__cpu_scratch_put(ctx, h);
+    pl->scratch = NULL;
 }
 
 /* ------------------------------------------------------------------ convolution */
@@ -281,16 +303,18 @@ static int conv_images(kiln__cpu_ctx *ctx, const fplan *pl, int64_t lo, int64_t 
  * reading the output back from L3 or memory), or a few images (their output in L2, the
  * convolution cut into smaller products). */
 static const int64_t chunk_candidates[] = {0 /* the whole batch */, 16, 4, 1};
-#define NCHUNKS (int)(sizeof chunk_candidates / sizeof *chunk_candidates)
+#define NCANDIDATES 4
+_Static_assert(sizeof chunk_candidates / sizeof *chunk_candidates == NCANDIDATES, "one trial size");
+_Static_assert(sizeof panel_candidates / sizeof *panel_candidates == NCANDIDATES, "one trial size");
 
-/* Chunk sizes are tried on whole calls, one candidate per call of a shape class (a
- * training step repeats its convolutions, so no work is repeated for timing), and the
- * fastest stored once all have run. The trials in progress are process-wide, as the
+/* Chunk sizes (and panel heights) are tried on whole calls, one candidate per call of a
+ * shape class (a training step or a served model repeats its products, so no work is
+ * repeated for timing), and the fastest stored once all have run. The trials in progress are process-wide, as the
  * autotune cache is: one lock guards them. */
 typedef struct conv_trial {
     char device[64], key[96];
     int next;           /* the candidate the next call runs */
-    double ns[NCHUNKS]; /* each candidate's time */
+    double ns[NCANDIDATES]; /* each candidate's time */
 } conv_trial;
 
 #define MAX_TRIALS 32
@@ -298,20 +322,22 @@ static pthread_mutex_t trial_lock = PTHREAD_MUTEX_INITIALIZER;
 static conv_trial trials[MAX_TRIALS];
 static int ntrials;
 
-/* The candidate this call of (device, key) runs, or -1 when too many classes are on trial. */
+/* The candidate this call of (device, key) runs, or -1 for an untimed call (the class's
+ * first, or too many classes on trial) which runs candidate 0. */
 static int trial_pick(const char *device, const char *key)
 {
     pthread_mutex_lock(&trial_lock);
     int pick = -1;
     for (int i = 0; i < ntrials && pick < 0; i++)
         if (!strcmp(trials[i].device, device) && !strcmp(trials[i].key, key))
-            pick = trials[i].next < NCHUNKS ? trials[i].next++ : 0;
+            pick = trials[i].next < NCANDIDATES ? trials[i].next++ : 0;
     if (pick < 0 && ntrials < MAX_TRIALS) {
+        /* the class's first call runs untimed (candidate 0): it pays the first touch of
+         * its buffers, which would count against whichever candidate ran it */
         conv_trial *t = &trials[ntrials++];
+        memset(t, 0, sizeof *t);
         snprintf(t->device, sizeof t->device, "%s", device);
         snprintf(t->key, sizeof t->key, "%s", key);
-        t->next = 1;
-        pick = 0;
     }
     pthread_mutex_unlock(&trial_lock);
     return pick;
@@ -329,12 +355,12 @@ static void trial_done(const char *device, const char *key, int c, double ns)
         t->ns[c] = ns;
         bool all = true;
         int best = 0;
-        for (int k = 0; k < NCHUNKS; k++) {
+        for (int k = 0; k < NCANDIDATES; k++) {
             all = all && t->ns[k] > 0;
             if (t->ns[k] > 0 && t->ns[k] < t->ns[best])
                 best = k;
         }
-        if (all && t->next >= NCHUNKS) {
+        if (all && t->next >= NCANDIDATES) {
             winner = best + 1; /* stored as 1 + the candidate's index (values are positive) */
             trials[i] = trials[--ntrials];
         }
@@ -360,7 +386,7 @@ static int conv_product(kiln__cpu_ctx *ctx, fplan *pl)
         snprintf(key, sizeof key, "fused-conv-chunk n2^%d per2^%d w2^%d %s", log2_of(N), log2_of(per),
                  log2_of(kiln__cpu_numel(w)), pl->product_out >= 0 ? "stored" : "dead");
         int64_t cached = 0;
-        if (kiln__autotune_lookup(device, key, &cached) && cached >= 1 && cached <= NCHUNKS)
+        if (kiln__autotune_lookup(device, key, &cached) && cached >= 1 && cached <= NCANDIDATES)
             choice = (int)cached - 1;
         else if ((trial = trial_pick(device, key)) >= 0)
             choice = trial;
@@ -369,28 +395,29 @@ static int conv_product(kiln__cpu_ctx *ctx, fplan *pl)
     size_t slab = (size_t)pl->nslots * (size_t)pl->block;
     size_t images = pl->product_out >= 0 ? 0 : (size_t)(chunk * per);
     size_t total = slab * (size_t)ctx->nthreads + images;
-    if (total && !(pl->scratch = aligned_alloc(64, (total * sizeof(float) + 63) & ~(size_t)63)))
+    struct kiln_buffer *h;
+    if (!scratch_get(ctx, pl, total, &h))
         return kiln__cpu_enomem("fused");
     float *img = images ? (float *)pl->scratch + slab * (size_t)ctx->nthreads : NULL;
     double t0 = now_ns();
     int rc = conv_images(ctx, pl, 0, N, chunk, img, slab);
     if (rc == 0 && trial >= 0)
         trial_done(device, key, trial, now_ns() - t0);
-    free(pl->scratch);
-    pl->scratch = NULL;
+    scratch_put(ctx, pl, h);
     return rc;
 }
 
-/* A product of a few rows (a classifier at batch 1): too small for panels to matter, so
- * it is computed whole, threaded and rounded as the matmul entry does it, and the
- * epilogue runs over it after. */
-static int few_rows(kiln__cpu_ctx *ctx, fplan *pl)
+/* The product computed whole, threaded and rounded as the matmul entry does it, and the
+ * epilogue run over it after: for a few rows (a classifier at batch 1), too few for panels
+ * to matter, and the panel candidate 0. */
+static int whole_product(kiln__cpu_ctx *ctx, fplan *pl)
 {
     const kiln_fused_program *p = pl->p;
     size_t slab = (size_t)pl->nslots * (size_t)pl->block;
     size_t whole = pl->product_out >= 0 ? 0 : (size_t)p->n;
     size_t total = slab * (size_t)ctx->nthreads + whole;
-    if (total && !(pl->scratch = aligned_alloc(64, (total * sizeof(float) + 63) & ~(size_t)63)))
+    struct kiln_buffer *h;
+    if (!scratch_get(ctx, pl, total, &h))
         return kiln__cpu_enomem("fused");
     float *dst = pl->product_out >= 0 ? pl->out[pl->product_out]
                                       : (float *)pl->scratch + slab * (size_t)ctx->nthreads;
@@ -402,8 +429,7 @@ static int few_rows(kiln__cpu_ctx *ctx, fplan *pl)
         epilogue_job(&e, 0, 1);
     else
         kiln__cpu_pool_run(ctx->pool, njobs, epilogue_job, &e);
-    free(pl->scratch);
-    pl->scratch = NULL;
+    scratch_put(ctx, pl, h);
     return 0;
 }
 
@@ -415,52 +441,43 @@ int kiln__cpu_fused_product(kiln__cpu_ctx *ctx, fplan *pl)
     int64_t rows = mm->M * mm->nbatch;
     double macs = (double)rows * (double)mm->N * (double)mm->K;
     if (mm->nbatch == 1 && mm->M <= 16)
-        return few_rows(ctx, pl);
-    int njobs = macs < PRODUCT_SPLIT_MIN ? 1 : ctx->nthreads;
-    /* a panel of about 256 KiB, in whole register tiles of 16 rows, and at least one
-     * panel per job */
-    int64_t panel = 65536 / (mm->N > 0 ? mm->N : 1);
-    int64_t per_job = ((rows + njobs - 1) / njobs + 15) / 16 * 16; /* run_rows's split */
-    panel = panel < 32 ? 32 : panel > 512 ? 512 : panel;
-    panel = panel / 16 * 16;
-    if (panel > per_job)
-        panel = per_job < 1 ? 1 : per_job;
+        return whole_product(ctx, pl);
+    int choice = 0, trial = -1;
     char device[64], key[96];
-    bool tune = false;
-    if (macs >= PANEL_TUNE_MIN_MACS && mm->nbatch == 1 && mm->M >= NPANELS * panel_candidates[0]) {
+    if (macs >= PANEL_TUNE_MIN_MACS && mm->M >= 2 * 32) {
         snprintf(device, sizeof device, "cpu/%s/%dt", ctx->k->name, ctx->nthreads);
-        snprintf(key, sizeof key, "fused-mm-panel m2^%d n2^%d k2^%d %s", log2_of(mm->M), log2_of(mm->N),
-                 log2_of(mm->K), pl->product_out >= 0 ? "stored" : "dead");
+        snprintf(key, sizeof key, "fused-mm-panel m2^%d n2^%d k2^%d b2^%d %s", log2_of(mm->M), log2_of(mm->N),
+                 log2_of(mm->K), log2_of(mm->nbatch), pl->product_out >= 0 ? "stored" : "dead");
         int64_t cached = 0;
-        tune = !kiln__autotune_lookup(device, key, &cached);
-        if (!tune && cached >= 1 && cached <= panel_candidates[NPANELS - 1])
-            panel = cached;
+        if (kiln__autotune_lookup(device, key, &cached) && cached >= 1 && cached <= NCANDIDATES)
+            choice = (int)cached - 1;
+        else if ((trial = trial_pick(device, key)) >= 0)
+            choice = trial;
     }
-    prun r = {.pl = pl, .slab = (size_t)pl->nslots * (size_t)pl->block};
-    int64_t most = tune ? panel_candidates[NPANELS - 1] : panel;
-    if (most > mm->M)
-        most = mm->M;
-    r.panel_floats = pl->product_out >= 0 ? 0 : most * mm->N;
-    size_t per = r.slab + (size_t)r.panel_floats;
-    if (per && !(pl->scratch = aligned_alloc(64, (per * (size_t)njobs * sizeof(float) + 63) & ~(size_t)63)))
-        return kiln__cpu_enomem("fused");
-    if (r.panel_floats)
-        r.panels = (float *)pl->scratch + r.slab * (size_t)njobs;
-    if (tune) {
-        int best = 0;
-        double best_ns = 0;
-        for (int c = 0; c < NPANELS; c++) {
-            double t0 = now_ns();
-            run_rows(ctx, &r, rows * c / NPANELS, rows * (c + 1) / NPANELS, panel_candidates[c], njobs);
-            double t = now_ns() - t0;
-            if (c == 0 || t < best_ns)
-                best = c, best_ns = t;
-        }
-        kiln__autotune_store(device, key, panel_candidates[best]);
+    double t0 = now_ns();
+    int rc;
+    if (panel_candidates[choice] == 0 && mm->nbatch == 1) {
+        rc = whole_product(ctx, pl);
     } else {
+        /* panels of the candidate's height, or one batch each for the whole product of a
+         * batched one */
+        int njobs = macs < PRODUCT_SPLIT_MIN ? 1 : ctx->nthreads;
+        int64_t panel = panel_candidates[choice] == 0 || panel_candidates[choice] > mm->M
+                            ? mm->M
+                            : panel_candidates[choice];
+        prun r = {.pl = pl, .slab = (size_t)pl->nslots * (size_t)pl->block};
+        r.panel_floats = pl->product_out >= 0 ? 0 : panel * mm->N;
+        size_t per = r.slab + (size_t)r.panel_floats;
+        struct kiln_buffer *h;
+        if (!scratch_get(ctx, pl, per * (size_t)njobs, &h))
+            return kiln__cpu_enomem("fused");
+        if (r.panel_floats)
+            r.panels = (float *)pl->scratch + r.slab * (size_t)njobs;
         run_rows(ctx, &r, 0, rows, panel, njobs);
+        scratch_put(ctx, pl, h);
+        rc = 0;
     }
-    free(pl->scratch);
-    pl->scratch = NULL;
-    return 0;
+    if (rc == 0 && trial >= 0)
+        trial_done(device, key, trial, now_ns() - t0);
+    return rc;
 }

@@ -69,6 +69,8 @@ def op_rows(want):
     q, k = rand(g, 96, 128, 64), rand(g, 96, 128, 64)
     rows.append(('softmax(QK^T/sqrt(d)) [96,128,128]', lambda q, k: torch.softmax((q @ k.transpose(-2, -1)) / 8.0, -1),
                  (q, k)))
+    lx, lw, lb = rand(g, 2048, 1024), rand(g, 1024, 4096), rand(g, 4096)
+    rows.append(('gelu(x@W+b) [2048,1024]x[1024,4096]', lambda x, w, b: F.gelu(x @ w + b), (lx, lw, lb)))
     for name, fn, args in rows:
         if want and want not in name:
             continue

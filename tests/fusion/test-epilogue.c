@@ -373,8 +373,8 @@ static void random_convs(void)
                 kiln_tensor_release(prod[d]);
         }
     }
-    /* a convolution large enough for its chunk size to be tried on whole calls: five calls
-     * run every candidate (the whole batch, 16, 4 and 1 images) and then the winner, each
+    /* a convolution large enough for its chunk size to be tried on whole calls: an untimed
+     * first call, then one call per candidate (the whole batch, 16, 4 and 1 images), each
      * checked against unfused */
     kiln_tensor *xs[2], *ws[2], *bs[2];
     for (int d = 0; d < 2; d++) {
@@ -403,33 +403,45 @@ static void random_convs(void)
     }
 }
 
-/* A product large enough for its panel height to be timed (the autotune path), kept and
- * dead, against the unfused device. */
+/* A product large enough for its panel height to be tried on whole calls (the autotune
+ * path): five calls, kept and dead, an untimed first one and then every candidate (the
+ * whole product, 512, 128 and 32 rows), each against the unfused device. */
 static void tuned_product(void)
 {
     for (int keep = 0; keep < 2; keep++) {
-        kiln_tensor *out[2], *prod[2] = {NULL, NULL};
+        kiln_tensor *x[2], *w[2], *b[2];
         for (int d = 0; d < 2; d++) {
             kiln_generator g = kiln_generator_make(77);
-            kiln_tensor *x = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(640, 384), -1, 1, &g);
-            kiln_tensor *w = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(384, 320), -1, 1, &g);
-            kiln_tensor *b = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(320), -1, 1, &g);
-            kiln_scope_begin();
-            kiln_tensor *p = kiln_matmul(x, w);
-            out[d] = kiln_keep(kiln_mul(kiln_gelu(kiln_add(p, b), false), b));
-            if (keep)
-                prod[d] = kiln_keep(p);
-            kiln_scope_end();
+            x[d] = kiln_keep(kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(640, 384), -1, 1, &g));
+            w[d] = kiln_keep(kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(384, 320), -1, 1, &g));
+            b[d] = kiln_keep(kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(320), -1, 1, &g));
         }
-        double a = worst_rel(out[0], out[1], 1.0);
-        CHECK(a <= 1e-5, "gelu(x @ w + b) * b, 640x320x384, product %s: fused vs unfused %.3g",
-              keep ? "kept" : "dead", a);
-        if (keep)
-            CHECK(worst_rel(prod[0], prod[1], 1.0) <= 1e-5, "the kept 640x320x384 product equals unfused");
+        for (int call = 0; call < 5; call++) {
+            kiln_tensor *out[2], *prod[2] = {NULL, NULL};
+            for (int d = 0; d < 2; d++) {
+                kiln_scope_begin();
+                kiln_tensor *p = kiln_matmul(x[d], w[d]);
+                out[d] = kiln_keep(kiln_mul(kiln_gelu(kiln_add(p, b[d]), false), b[d]));
+                if (keep)
+                    prod[d] = kiln_keep(p);
+                kiln_scope_end();
+            }
+            double a = worst_rel(out[0], out[1], 1.0);
+            CHECK(a <= 1e-5, "gelu(x @ w + b) * b, 640x320x384, product %s, call %d: fused vs unfused %.3g",
+                  keep ? "kept" : "dead", call, a);
+            if (keep)
+                CHECK(worst_rel(prod[0], prod[1], 1.0) <= 1e-5,
+                      "the kept 640x320x384 product, call %d, equals unfused", call);
+            for (int d = 0; d < 2; d++) {
+                kiln_tensor_release(out[d]);
+                if (prod[d])
+                    kiln_tensor_release(prod[d]);
+            }
+        }
         for (int d = 0; d < 2; d++) {
-            kiln_tensor_release(out[d]);
-            if (prod[d])
-                kiln_tensor_release(prod[d]);
+            kiln_tensor_release(x[d]);
+            kiln_tensor_release(w[d]);
+            kiln_tensor_release(b[d]);
         }
     }
 }
