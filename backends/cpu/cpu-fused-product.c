@@ -313,7 +313,7 @@ _Static_assert(sizeof panel_candidates / sizeof *panel_candidates == NCANDIDATES
  * autotune cache is: one lock guards them. */
 typedef struct conv_trial {
     char device[64], key[96];
-    int next;           /* the candidate the next call runs */
+    int next;               /* the candidate the next call runs */
     double ns[NCANDIDATES]; /* each candidate's time */
 } conv_trial;
 
