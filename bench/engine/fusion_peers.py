@@ -8,8 +8,10 @@ fused rows once more after them (the peer rows use the mean of the two fused tim
 
 The Python with torch is $KILN_BENCH_PYTHON, else .venv-bench/bin/python (bench/lib/venv.sh
 makes it); without one the peer rows are skipped with a line on stderr. PyTorch runs at its
-best settings: threads = cores, OMP_WAIT_POLICY=PASSIVE. Both sides use wall time, so run
-it on a quiet machine and read ratios, not times.
+best settings: threads = cores (or KILN_CPU_THREADS, which kiln uses too),
+OMP_WAIT_POLICY=PASSIVE. Both sides use wall time, or both the process's CPU time with
+KILN_BENCH_CLOCK=cpu (with one thread each: the work alone, what a loaded machine can
+still measure).
 """
 import json
 import os
@@ -52,7 +54,8 @@ def main():
     # the fused times again after PyTorch's, so that a load that changed in between moves
     # both sides: the peer rows take the mean of the two
     again = subprocess.run([bench] + args, stdout=subprocess.PIPE, text=True)
-    threads = str(os.cpu_count() or 1)
+    # as many threads as kiln's cpu device uses (KILN_CPU_THREADS, else the cores)
+    threads = os.environ.get('KILN_CPU_THREADS') or str(os.cpu_count() or 1)
     env = dict(os.environ, OMP_WAIT_POLICY='PASSIVE', OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
     peers = subprocess.run([py, os.path.join(HERE, 'fusion_torch.py')] + args, stdout=subprocess.PIPE, text=True,
                            env=env)
@@ -75,7 +78,8 @@ def main():
             continue
         row = {'name': f'fusion/{name} vs torch {mode}', 'unit': 'ms', 'kiln': fused[name], 'peer': t['ms'],
                'peer_name': f'PyTorch {t["torch"]} {"torch.compile" if mode == "compile" else "eager"} '
-                            f'({threads} threads, OMP_WAIT_POLICY=PASSIVE)',
+                            f'({threads} threads, OMP_WAIT_POLICY=PASSIVE'
+                            f'{", CPU time" if os.environ.get("KILN_BENCH_CLOCK") == "cpu" else ""})',
                'ratio': round(t['ms'] / fused[name], 3)}
         if (name, mode) in TARGETS:
             row['target'] = TARGETS[(name, mode)]

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """bench/engine/fusion_torch.py — PyTorch's times for the rows of fusion-bench.c, eager and
 through torch.compile (TorchInductor's generated C++ for the CPU), at PyTorch's best
-settings: torch.set_num_threads(cores), OMP_WAIT_POLICY=PASSIVE in the environment (the
-caller, fusion_peers.py, sets it), inference_mode for the op rows.
+settings: torch.set_num_threads(cores, or OMP_NUM_THREADS), OMP_WAIT_POLICY=PASSIVE in the
+environment (the caller, fusion_peers.py, sets it), inference_mode for the op rows.
+KILN_BENCH_CLOCK=cpu times the process's CPU time instead of wall time.
 
     python fusion_torch.py [FILTER]
 
@@ -22,19 +23,24 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+# KILN_BENCH_CLOCK=cpu: the process's CPU time, as fusion-bench measures it then (with one
+# thread each, the work alone, steady on a shared and loaded machine)
+clock = time.process_time if os.environ.get('KILN_BENCH_CLOCK') == 'cpu' else time.perf_counter
+
+
 def measure(fn, budget_scale=1.0):
     budget = float(os.environ.get('KILN_BENCH_SECONDS', '1.5')) * budget_scale
     for _ in range(2):
         fn()
-    t0 = time.perf_counter()
+    t0 = clock()
     fn()
-    per = time.perf_counter() - t0
+    per = clock() - t0
     reps = max(5, min(51, int(budget / max(per, 1e-6))))
     times = []
     for _ in range(reps):
-        s = time.perf_counter()
+        s = clock()
         fn()
-        times.append((time.perf_counter() - s) * 1e3)
+        times.append((clock() - s) * 1e3)
     times.sort()
     return times[len(times) // 2]
 
@@ -133,7 +139,7 @@ def train_rows(want):
 
 
 def main():
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(int(os.environ.get('OMP_NUM_THREADS') or os.cpu_count() or 1))
     want = sys.argv[1] if len(sys.argv) > 1 else None
     op_rows(want)
     train_rows(want)
