@@ -76,7 +76,7 @@ def main():
             continue
         if name not in fused:
             continue
-        row = {'name': f'fusion/{name} vs torch {mode}', 'unit': 'ms', 'kiln': fused[name], 'peer': t['ms'],
+        row = {'name': f'fusion/{name} vs torch {mode}', 'unit': 'ms', 'kiln': round(fused[name], 4), 'peer': t['ms'],
                'peer_name': f'PyTorch {t["torch"]} {"torch.compile" if mode == "compile" else "eager"} '
                             f'({threads} threads, OMP_WAIT_POLICY=PASSIVE'
                             f'{", CPU time" if os.environ.get("KILN_BENCH_CLOCK") == "cpu" else ""})',
