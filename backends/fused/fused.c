@@ -4,8 +4,9 @@
  * opened with the option fusion=on).
  *
  * Elementwise calls (fill, copy, unary, binary, where) are not run when they arrive: each
- * queue records them into a pending group (fused-group.c), which a matmul may head (its
- * consumers become its epilogue) and a softmax or row reduction may join. Any other entry, an upload,
+ * queue records them into a pending group (fused-group.c), which a matmul or a
+ * convolution may head (its consumers become its epilogue) and a softmax, layer norm or
+ * row reduction may join. Any other entry, an upload,
  * a download, a host pointer, a sync, an event, or a call that cannot join the group
  * flushes it first: the group becomes one kiln_fused_program that the inner backend's
  * fused_run (its code generator hook) runs as one kernel, or, where the inner backend
