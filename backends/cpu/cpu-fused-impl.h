@@ -1,9 +1,8 @@
 /*
  * backends/cpu/cpu-fused-impl.h — what the cpu's fused_run shares between its two files:
  * cpu-fused.c plans a kiln_fused_program and runs it per block over an element range;
- * cpu-fused-product.c runs a program headed by a matrix product (MATMUL), computing the
- * product a panel of rows at a time and the rest of the program over each panel while
- * it is in the caches.
+ * cpu-fused-product.c runs a program headed by a producer (MATMUL, CONV): the producer by
+ * its own entry, then the rest of the program over its output.
  */
 #ifndef KILN_CPU_FUSED_IMPL_H
 #define KILN_CPU_FUSED_IMPL_H
@@ -58,9 +57,8 @@ typedef struct fplan {
     int njobs;
     /* a program headed by MATMUL (instruction 0) */
     bool product;
-    int product_out; /* the output the product is computed straight into, -1: scratch panels */
-    kiln__cpu_mm mm;
-    kiln_tdesc mm_out; /* the product's shape (no buffer: only its shape is read) */
+    int product_out;   /* the output the product is computed straight into, -1: scratch */
+    kiln_tdesc mm_out; /* a MATMUL's product shape (no buffer: only its shape is read) */
     bool conv;         /* the producer is a CONV (else a MATMUL); its output shape in conv_out */
     kiln_tdesc conv_out;
 } fplan;

@@ -1,29 +1,24 @@
 /*
  * backends/cpu/cpu-fused-product.c — a fused program headed by a producer, a matrix
  * product (MATMUL) or a convolution (CONV): the producer's elementwise consumers applied
- * as its epilogue while its output is still in the caches.
+ * as its epilogue.
  *
  * Unfused, x @ w followed by a bias add and an activation writes the whole product to
- * memory and reads it back once per op. Here the epilogue reads it back once, or not at
- * all: with panels, each job computes the product a panel of rows at a time with one single-threaded BLAS call (kiln__cpu_mm_rows), into the
- * output itself when the product is kept (a training step keeps it for backward) or
- * into a panel of scratch when it is dead, and at once runs the rest of the program over
- * that panel (kiln__cpu_fused_span), which then reads the product from L2 instead of
- * memory. Panels hold whole rows, so a softmax or a reduction over the product's rows
- * (which the fusion layer admits only when their rows divide the product's) takes them
- * whole.
+ * memory and reads it back once per op. Here the product is computed by the cpu's own
+ * matmul entry (the same threads, the same bits), straight into the output when it is
+ * kept (a training step keeps it for backward) or into pooled scratch when it is dead,
+ * and the rest of the program runs over it in one pass, jobs cut at whole rows where a
+ * softmax or reduction follows. Computing the product a panel of rows at a time, with
+ * the epilogue over each panel while it is in L2, was measured and dropped: OpenBLAS
+ * rounds a panel differently from the whole product (by an ulp here and there, which
+ * broke fused-equals-unfused), and repacks B for every panel (32-row panels made a
+ * 2048x1024x4096 product 6% slower; the best panel height only tied the whole product).
  *
- * The panel height is a real trade: a short panel stays in L2, but OpenBLAS packs B once
- * per call, so short panels pack it more often (with B of 16 MiB, 32-row panels made a
- * 2048x1024x4096 product 6% slower than one call); a tall one amortizes the packing and
- * spills to L3. So the default is the whole product computed as the matmul entry computes
- * it (the same bits) with the epilogue run over it after, one pass instead of one per
- * op; products of a shape class large enough to time try 512, 128 and 32 rows on their
- * next calls and keep the fastest in the autotune cache (engine/autotune.c).
- *
- * A convolution runs the same way by chunks of images: the cpu's conv entry computes a
- * chunk (spreading it over the pool itself), then the epilogue runs over it. The number
- * of images per chunk is tuned the same way, on whole calls (see conv_trial).
+ * A convolution runs by chunks of images: the cpu's conv entry computes a chunk
+ * (spreading it over the pool itself; an image's output does not depend on the images
+ * beside it, to the bit), then the epilogue runs over it while it is in the caches. The
+ * chunk (the whole batch, 16, 4 or 1 images) is a real trade, tuned per shape class on
+ * whole calls (see conv_trial) and kept in the autotune cache (engine/autotune.c).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -37,13 +32,8 @@
 #include "autotune-impl.h"
 #include "cpu-fused-impl.h"
 
-/* Panel heights: 0 is the whole product as the matmul entry computes it (one BLAS call per
- * thread, B packed once), then the epilogue over it. */
-static const int64_t panel_candidates[] = {0, 512, 128, 32};
-/* Products below this many multiply-adds (about 1 ms) are not timed: one guess serves. */
-#define PANEL_TUNE_MIN_MACS ((double)(1 << 26))
-/* Below this many multiply-adds a product runs on one thread (as kiln__cpu_gemm). */
-#define PRODUCT_SPLIT_MIN ((double)(1 << 20))
+/* Convolutions below this many multiply-adds (about 1 ms) are not timed: the whole batch. */
+#define CHUNK_TUNE_MIN_MACS ((double)(1 << 26))
 
 /* The producer's operands (arg, arg2, and a CONV's bias arg3) are valid inputs of f32,
  * loaded by no other instruction and overlapped by no output. */
@@ -136,77 +126,13 @@ int kiln__cpu_fused_plan_product(fplan *pl, const kiln_fused_program *p)
     o->shape[o->ndim - 2] = a->shape[a->ndim - 2];
     o->shape[o->ndim - 1] = b->shape[b->ndim - 1];
     contiguous_strides(o);
-    if (kiln__cpu_numel(o) != p->n || !kiln__cpu_mm_plan(&pl->mm, o, a, b))
-        return KILN_ENOTSUP;
-    /* reductions and softmaxes take whole rows of the panels' rows */
-    if (p->reduce_inner > 0 && pl->mm.N % p->reduce_inner)
+    if (kiln__cpu_numel(o) != p->n || (p->reduce_inner > 0 && p->n % p->reduce_inner))
         return KILN_ENOTSUP;
     return 1;
 }
 
-typedef struct prun {
-    const fplan *pl;
-    int64_t panel;        /* rows per panel */
-    int64_t chunk;        /* rows per job */
-    int64_t r_lo, r_hi;   /* the rows (of every batch, batch-major) the jobs split */
-    float *panels;        /* per job panel * N floats, when the product is not stored */
-    int64_t panel_floats; /* the size of one job's panel */
-    size_t slab;          /* floats of register scratch per job */
-} prun;
-
-static void product_job(void *arg, int job, int njobs)
-{
-    const prun *r = arg;
-    const fplan *pl = r->pl;
-    int64_t M = pl->mm.M, N = pl->mm.N;
-    (void)njobs;
-    int64_t g0 = r->r_lo + job * r->chunk, g1 = g0 + r->chunk < r->r_hi ? g0 + r->chunk : r->r_hi;
-    float *scratch = (float *)pl->scratch + (size_t)job * r->slab;
-    float *panel = r->panels ? r->panels + (size_t)job * (size_t)r->panel_floats : NULL;
-    double acc[KILN_FUSED_MAX_INSTRS] = {0};
-    for (int64_t g = g0; g < g1;) {
-        int64_t bi = g / M, row = g % M, rows = r->panel;
-        if (rows > g1 - g)
-            rows = g1 - g;
-        if (rows > M - row)
-            rows = M - row; /* a panel never crosses a batch */
-        int64_t e0 = g * N;
-        float *dst = pl->product_out >= 0 ? pl->out[pl->product_out] + e0 : panel;
-        kiln__cpu_mm_rows(&pl->mm, bi, row, rows, dst);
-        kiln__cpu_fused_span(pl, scratch, acc, e0, e0 + rows * N, dst, e0);
-        g += rows;
-    }
-#if defined(__x86_64__)
-    if (pl->stream)
-        _mm_sfence(); /* the streamed lines are visible before the job reports done */
-#endif
-}
-
-static void run_rows(kiln__cpu_ctx *ctx, prun *r, int64_t lo, int64_t hi, int64_t panel, int njobs)
-{
-    r->r_lo = lo;
-    r->r_hi = hi;
-    r->panel = panel;
-    if (hi <= lo)
-        return;
-    /* rows split over the jobs as the matmul entry splits them (whole batches, or whole
-     * register tiles of 16 rows), so a panel as tall as a job's rows rounds as it does */
-    int64_t total = hi - lo, M = r->pl->mm.M;
-    if (r->pl->mm.nbatch > 1) {
-        int64_t batches = (total + M - 1) / M;
-        r->chunk = (batches + njobs - 1) / njobs * M;
-    } else {
-        r->chunk = ((total + njobs - 1) / njobs + 15) / 16 * 16;
-    }
-    njobs = (int)((total + r->chunk - 1) / r->chunk);
-    if (njobs == 1)
-        product_job(r, 0, 1);
-    else
-        kiln__cpu_pool_run(ctx->pool, njobs, product_job, r);
-}
-
 /* Candidates are timed in the process's CPU time, not wall time: on a shared machine
- * another process's load moves wall times by 2x between calls (a 128-row panel won a trial
+ * another process's load moves wall times by 2x between calls (a 128-row matmul panel won
  * on wall time while costing 4% more CPU than the whole product), and every candidate
  * keeps the threads equally busy, so less CPU is less time on a quiet one. */
 static double now_ns(void)
@@ -244,7 +170,8 @@ static void scratch_put(kiln__cpu_ctx *ctx, fplan *pl, struct kiln_buffer *h)
 
 /* ------------------------------------------------------------------ convolution */
 
-/* The epilogue over elements [lo, hi) of a chunk of images, split over the pool. */
+/* The epilogue over elements [lo, hi) of a product (or a chunk of images), split over the
+ * pool. */
 typedef struct ejob {
     const fplan *pl;
     int64_t lo, hi;
@@ -256,6 +183,12 @@ static void epilogue_job(void *arg, int job, int njobs)
 {
     const ejob *e = arg;
     int64_t n = e->hi - e->lo, b = e->lo + n * job / njobs, end = e->lo + n * (job + 1) / njobs;
+    int64_t row = e->pl->p->reduce_inner;
+    if (row > 0) { /* whole rows per job: a softmax or reduction follows */
+        int64_t rows = n / row;
+        b = e->lo + rows * job / njobs * row;
+        end = e->lo + rows * (job + 1) / njobs * row;
+    }
     double acc[KILN_FUSED_MAX_INSTRS] = {0};
     kiln__cpu_fused_span(e->pl, (float *)e->pl->scratch + (size_t)job * e->slab, acc, b, end, e->prod, e->lo);
 #if defined(__x86_64__)
@@ -305,11 +238,10 @@ static int conv_images(kiln__cpu_ctx *ctx, const fplan *pl, int64_t lo, int64_t 
 static const int64_t chunk_candidates[] = {0 /* the whole batch */, 16, 4, 1};
 #define NCANDIDATES 4
 _Static_assert(sizeof chunk_candidates / sizeof *chunk_candidates == NCANDIDATES, "one trial size");
-_Static_assert(sizeof panel_candidates / sizeof *panel_candidates == NCANDIDATES, "one trial size");
 
-/* Chunk sizes (and panel heights) are tried on whole calls, one candidate per call of a
- * shape class (a training step or a served model repeats its products, so no work is
- * repeated for timing), and the fastest stored once all have run. The trials in progress are process-wide, as the
+/* Chunk sizes are tried on whole calls, one candidate per call of a shape class (a
+ * training step or a served model repeats its convolutions, so no work is repeated for
+ * timing), and the fastest stored once all have run. The trials in progress are process-wide, as the
  * autotune cache is: one lock guards them. */
 typedef struct conv_trial {
     char device[64], key[96];
@@ -381,7 +313,7 @@ static int conv_product(kiln__cpu_ctx *ctx, fplan *pl)
     double macs = (double)p->n * (double)(kiln__cpu_numel(w) / (w->shape[0] ? w->shape[0] : 1));
     int choice = 0, trial = -1;
     char device[64], key[96];
-    if (macs >= PANEL_TUNE_MIN_MACS && N > 1) {
+    if (macs >= CHUNK_TUNE_MIN_MACS && N > 1) {
         snprintf(device, sizeof device, "cpu/%s/%dt", ctx->k->name, ctx->nthreads);
         snprintf(key, sizeof key, "fused-conv-chunk n2^%d per2^%d w2^%d %s", log2_of(N), log2_of(per),
                  log2_of(kiln__cpu_numel(w)), pl->product_out >= 0 ? "stored" : "dead");
@@ -407,77 +339,38 @@ static int conv_product(kiln__cpu_ctx *ctx, fplan *pl)
     return rc;
 }
 
-/* The product computed whole, threaded and rounded as the matmul entry does it, and the
- * epilogue run over it after: for a few rows (a classifier at batch 1), too few for panels
- * to matter, and the panel candidate 0. */
+/* The product computed by the matmul entry, then the epilogue over it. */
 static int whole_product(kiln__cpu_ctx *ctx, fplan *pl)
 {
     const kiln_fused_program *p = pl->p;
     size_t slab = (size_t)pl->nslots * (size_t)pl->block;
     size_t whole = pl->product_out >= 0 ? 0 : (size_t)p->n;
-    size_t total = slab * (size_t)ctx->nthreads + whole;
     struct kiln_buffer *h;
-    if (!scratch_get(ctx, pl, total, &h))
+    if (!scratch_get(ctx, pl, slab * (size_t)ctx->nthreads + whole, &h))
         return kiln__cpu_enomem("fused");
     float *dst = pl->product_out >= 0 ? pl->out[pl->product_out]
                                       : (float *)pl->scratch + slab * (size_t)ctx->nthreads;
-    kiln__cpu_mm_whole(ctx, &pl->mm, dst);
-    ejob e = {pl, 0, p->n, dst, slab};
-    int64_t jobs = p->n / 16384;
-    int njobs = jobs < 1 ? 1 : jobs > ctx->nthreads ? ctx->nthreads : (int)jobs;
-    if (njobs == 1)
-        epilogue_job(&e, 0, 1);
-    else
-        kiln__cpu_pool_run(ctx->pool, njobs, epilogue_job, &e);
+    struct kiln_buffer fake = {.data = dst};
+    kiln_tdesc od = pl->mm_out;
+    od.buf = &fake;
+    od.offset = 0;
+    int rc = kiln__cpu_matmul(ctx, &od, &p->inputs[p->instrs[0].arg], &p->inputs[p->instrs[0].arg2]);
+    if (rc == 0) {
+        ejob e = {pl, 0, p->n, dst, slab};
+        int64_t jobs = p->n / 16384;
+        int njobs = jobs < 1 ? 1 : jobs > ctx->nthreads ? ctx->nthreads : (int)jobs;
+        if (p->reduce_inner > 0 && p->n / p->reduce_inner < njobs)
+            njobs = (int)(p->n / p->reduce_inner);
+        if (njobs <= 1)
+            epilogue_job(&e, 0, 1);
+        else
+            kiln__cpu_pool_run(ctx->pool, njobs, epilogue_job, &e);
+    }
     scratch_put(ctx, pl, h);
-    return 0;
+    return rc;
 }
 
 int kiln__cpu_fused_product(kiln__cpu_ctx *ctx, fplan *pl)
 {
-    if (pl->conv)
-        return conv_product(ctx, pl);
-    const kiln__cpu_mm *mm = &pl->mm;
-    int64_t rows = mm->M * mm->nbatch;
-    double macs = (double)rows * (double)mm->N * (double)mm->K;
-    if (mm->nbatch == 1 && mm->M <= 16)
-        return whole_product(ctx, pl);
-    int choice = 0, trial = -1;
-    char device[64], key[96];
-    if (macs >= PANEL_TUNE_MIN_MACS && mm->M >= 2 * 32) {
-        snprintf(device, sizeof device, "cpu/%s/%dt", ctx->k->name, ctx->nthreads);
-        snprintf(key, sizeof key, "fused-mm-panel m2^%d n2^%d k2^%d b2^%d %s", log2_of(mm->M), log2_of(mm->N),
-                 log2_of(mm->K), log2_of(mm->nbatch), pl->product_out >= 0 ? "stored" : "dead");
-        int64_t cached = 0;
-        if (kiln__autotune_lookup(device, key, &cached) && cached >= 1 && cached <= NCANDIDATES)
-            choice = (int)cached - 1;
-        else if ((trial = trial_pick(device, key)) >= 0)
-            choice = trial;
-    }
-    double t0 = now_ns();
-    int rc;
-    if (panel_candidates[choice] == 0 && mm->nbatch == 1) {
-        rc = whole_product(ctx, pl);
-    } else {
-        /* panels of the candidate's height, or one batch each for the whole product of a
-         * batched one */
-        int njobs = macs < PRODUCT_SPLIT_MIN ? 1 : ctx->nthreads;
-        int64_t panel = panel_candidates[choice] == 0 || panel_candidates[choice] > mm->M
-                            ? mm->M
-                            : panel_candidates[choice];
-        prun r = {.pl = pl, .slab = (size_t)pl->nslots * (size_t)pl->block};
-        r.panel_floats = pl->product_out >= 0 ? 0 : panel * mm->N;
-        size_t per = r.slab + (size_t)r.panel_floats;
-        struct kiln_buffer *h;
-        if (!scratch_get(ctx, pl, per * (size_t)njobs, &h))
-            return kiln__cpu_enomem("fused");
-        if (r.panel_floats)
-            r.panels = (float *)pl->scratch + r.slab * (size_t)njobs;
-        run_rows(ctx, &r, 0, rows, panel, njobs);
-        scratch_put(ctx, pl, h);
-        rc = 0;
-    }
-    if (rc == 0 && trial >= 0)
-        trial_done(device, key, trial, now_ns() - t0);
-    return rc;
+    return pl->conv ? conv_product(ctx, pl) : whole_product(ctx, pl);
 }

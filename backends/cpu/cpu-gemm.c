@@ -262,52 +262,6 @@ static int matmul_float(kiln__cpu_ctx *ctx, const kiln_tdesc *out, const kiln_td
     return 0;
 }
 
-bool kiln__cpu_mm_plan(kiln__cpu_mm *mm, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b)
-{
-    int nd = out->ndim;
-    if (nd < 2 || a->ndim < 2 || b->ndim < 2 || !kiln__cpu_contig(out))
-        return false;
-    mm->out = out;
-    mm->a = a;
-    mm->b = b;
-    mm->dbl = out->dtype == KILN_F64;
-    mm->M = out->shape[nd - 2];
-    mm->N = out->shape[nd - 1];
-    mm->K = a->shape[a->ndim - 1];
-    mm->nbatch = 1;
-    for (int i = 0; i < nd - 2; i++)
-        mm->nbatch *= out->shape[i];
-    if (mm->K == 0 || mm->M == 0 || mm->N == 0 ||
-        !blas_layout(mm->M, mm->K, a->strides[a->ndim - 2], a->strides[a->ndim - 1], &mm->ta, &mm->lda) ||
-        !blas_layout(mm->K, mm->N, b->strides[b->ndim - 2], b->strides[b->ndim - 1], &mm->tb, &mm->ldb))
-        return false;
-    /* stacked batches of A times one B: one tall product (as matmul_float folds them) */
-    bool fold = mm->nbatch > 1 && !mm->ta;
-    for (int64_t bi = 0; bi < mm->nbatch && fold; bi++)
-        fold = batch_offset(out, b, bi) == batch_offset(out, b, 0) &&
-               batch_offset(out, a, bi) == bi * mm->M * mm->lda;
-    if (fold) {
-        mm->M *= mm->nbatch;
-        mm->nbatch = 1;
-    }
-    return true;
-}
-
-void kiln__cpu_mm_rows(const kiln__cpu_mm *mm, int64_t bi, int64_t r0, int64_t rows, void *c)
-{
-    int64_t es = mm->dbl ? 8 : 4;
-    const char *ap = (const char *)kiln__cpu_ptr(mm->a) + batch_offset(mm->out, mm->a, bi) * es;
-    const char *bp = (const char *)kiln__cpu_ptr(mm->b) + batch_offset(mm->out, mm->b, bi) * es;
-    ap += (mm->ta ? r0 : r0 * mm->lda) * es; /* row r0 of op(A): row r0 of A, or its column r0 */
-    blas_call(mm->dbl, mm->ta, mm->tb, rows, mm->N, mm->K, ap, mm->lda, bp, mm->ldb, 0.0, c, mm->N);
-}
-
-void kiln__cpu_mm_whole(kiln__cpu_ctx *ctx, const kiln__cpu_mm *mm, void *c)
-{
-    kiln__cpu_gemm(ctx, mm->dbl, mm->ta, mm->tb, mm->M, mm->N, mm->K, kiln__cpu_ptr(mm->a), mm->lda,
-                   kiln__cpu_ptr(mm->b), mm->ldb, 0.0, c, mm->N);
-}
-
 typedef struct imm_job {
     const kiln_tdesc *out, *a, *b;
     int64_t M, N, K;

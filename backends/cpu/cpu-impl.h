@@ -229,22 +229,6 @@ typedef struct kiln__cpu_ctx {
 /** C[M,N] = op(A) op(B) + beta C, row-major, f32 (dbl false) or f64 (cpu-gemm.c): large
  *  products split over the pool in blocks of rows or columns, one single-threaded BLAS
  *  call per block; small ones run on the calling thread. */
-/* A float matmul whose operands map onto BLAS without copies, as rows of one tall product
- * where the batches allow it (kiln__cpu_mm_plan), for callers that compute it a panel of
- * rows at a time (the fused epilogue, cpu-fused-product.c). */
-typedef struct kiln__cpu_mm {
-    const kiln_tdesc *out, *a, *b;
-    bool dbl, ta, tb;
-    int64_t M, N, K, lda, ldb, nbatch; /* M: rows per batch (all rows when folded) */
-} kiln__cpu_mm;
-/* Fill mm for out = a @ b (f32 or f64, out contiguous); false when an operand needs a copy
- * (or K is 0) and the plain entry must run it. */
-bool kiln__cpu_mm_plan(kiln__cpu_mm *mm, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b);
-/* Rows [r0, r0 + rows) of batch bi of the product into c (rows x N, contiguous), on the
- * calling thread. */
-void kiln__cpu_mm_rows(const kiln__cpu_mm *mm, int64_t bi, int64_t r0, int64_t rows, void *c);
-/* The whole product of one batch (nbatch 1) into c, threaded as the matmul entry does it. */
-void kiln__cpu_mm_whole(kiln__cpu_ctx *ctx, const kiln__cpu_mm *mm, void *c);
 void kiln__cpu_gemm(kiln__cpu_ctx *ctx, bool dbl, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                     const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C,
                     int64_t ldc);
