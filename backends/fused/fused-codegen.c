@@ -201,7 +201,9 @@ int kiln__fused_codegen_check(const kiln_fused_program *p, int64_t max_index)
             if (p->reduce_inner <= 0)
                 return KILN_ENOTSUP;
             break;
-        default: break;
+        case KILN_FUSED_CONST:
+        case KILN_FUSED_WHERE: break;
+        default: return KILN_ENOTSUP; /* a code the generators do not emit (MATMUL, CONV, LAYER_NORM) */
         }
         if (c != KILN_FUSED_STORE && c != KILN_FUSED_REDUCE) {
             if ((unsigned)in->dst >= (unsigned)p->nregs || defined[in->dst])

@@ -414,6 +414,7 @@ typedef struct compiler {
     int ninstrs, ninputs, noutputs, nregs;
     int64_t reduce_inner;
     const kiln_conv_params *conv; /* a CONV's geometry */
+    int from;                     /* the first recorded call compiled (1: without the producer) */
     /* the register holding each recorded call's result, by call */
     int value[FUSED_MAX_RECS];
 } compiler;
@@ -430,7 +431,7 @@ static int emit(compiler *c, kiln_fused_instr in)
  * load (one per distinct view). */
 static int operand(compiler *c, const fq *q, int i, const kiln_tdesc *d)
 {
-    for (int j = i - 1; j >= 0; j--)
+    for (int j = i - 1; j >= c->from; j--)
         if (same_flat(&q->rec[j].out, d))
             return c->value[j];
     for (int k = 0; k < c->ninputs; k++)
@@ -447,10 +448,13 @@ static int operand(compiler *c, const fq *q, int i, const kiln_tdesc *d)
     return r;
 }
 
-static int compile(compiler *c, const fq *q)
+/* The calls from `from` on as a program (from 1: the group without its producer, which ran
+ * on its own, its product then an input like any other). */
+static int compile(compiler *c, const fq *q, int from)
 {
     memset(c, 0, sizeof *c);
-    for (int i = 0; i < q->nrec; i++) {
+    c->from = from;
+    for (int i = from; i < q->nrec; i++) {
         const frec *r = &q->rec[i];
         int a = -1, b = -1, z = -1;
         if (r->entry == KILN_ENTRY_MATMUL) { /* the group's first call (record) */
@@ -560,7 +564,7 @@ static int compile(compiler *c, const fq *q)
         c->value[i] = dst;
     }
     /* store each live buffer's last value once */
-    for (int i = 0; i < q->nrec; i++) {
+    for (int i = from; i < q->nrec; i++) {
         const frec *r = &q->rec[i];
         if (r->entry == KILN_ENTRY_REDUCE)
             continue;
@@ -581,10 +585,11 @@ static int compile(compiler *c, const fq *q)
 
 /* ------------------------------------------------------------------ run */
 
-static int replay(fq *q)
+/* Run calls [from, to) one by one. */
+static int replay(fq *q, int from, int to)
 {
     const kiln_backend_iface *in = q->d->in;
-    for (int i = 0; i < q->nrec; i++) {
+    for (int i = from; i < to; i++) {
         const frec *r = &q->rec[i];
         int rc;
         switch (r->entry) {
@@ -611,7 +616,7 @@ static int replay(fq *q)
         if (rc < 0)
             return rc;
     }
-    if (q->nrec > 0)
+    if (to > from)
         atomic_fetch_add_explicit(&q->d->groups_replayed, 1, memory_order_relaxed);
     return 0;
 }
@@ -625,37 +630,51 @@ static bool inner_fuses(const fq *q)
     return !in->supports || in->supports(q->iq, &query);
 }
 
+/* Compile the calls from `from` on and hand them to the inner fused_run: 0, an error, or
+ * KILN_ENOTSUP when the program cannot be made or the backend refuses it. */
+static int run_program(fq *q, compiler *c, int from)
+{
+    if (compile(c, q, from) < 0)
+        return KILN_ENOTSUP;
+    kiln_fused_program p = {
+        .dtype = q->dtype,
+        .n = q->n,
+        .reduce_inner = c->reduce_inner,
+        .ninputs = c->ninputs,
+        .noutputs = c->noutputs,
+        .ninstrs = c->ninstrs,
+        .nregs = c->nregs,
+        .inputs = c->inputs,
+        .outputs = c->outputs,
+        .instrs = c->ins,
+        .conv = c->conv,
+    };
+    int rc = c->noutputs == 0 ? 0 : q->d->in->fused_run(q->iq, &p);
+    if (rc == 0) {
+        atomic_fetch_add_explicit(&q->d->groups_run, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&q->d->calls_fused, (uint64_t)(q->nrec - from), memory_order_relaxed);
+    }
+    return rc;
+}
+
 static int run_group(fq *q)
 {
     if (q->nrec < 2 || !inner_fuses(q))
-        return replay(q);
+        return replay(q, 0, q->nrec);
     compiler *c = malloc(sizeof *c);
     if (!c)
-        return replay(q);
-    int rc;
-    if (compile(c, q) < 0) {
-        rc = replay(q);
-    } else {
-        kiln_fused_program p = {
-            .dtype = q->dtype,
-            .n = q->n,
-            .reduce_inner = c->reduce_inner,
-            .ninputs = c->ninputs,
-            .noutputs = c->noutputs,
-            .ninstrs = c->ninstrs,
-            .nregs = c->nregs,
-            .inputs = c->inputs,
-            .outputs = c->outputs,
-            .instrs = c->ins,
-            .conv = c->conv,
-        };
-        rc = c->noutputs == 0 ? 0 : q->d->in->fused_run(q->iq, &p);
-        if (rc == KILN_ENOTSUP) {
-            rc = replay(q);
-        } else if (rc == 0) {
-            atomic_fetch_add_explicit(&q->d->groups_run, 1, memory_order_relaxed);
-            atomic_fetch_add_explicit(&q->d->calls_fused, (uint64_t)q->nrec, memory_order_relaxed);
-        }
+        return replay(q, 0, q->nrec);
+    int rc = run_program(q, c, 0);
+    if (rc == KILN_ENOTSUP && has_producer(q)) {
+        /* a backend that does not generate this producer (a GPU's generator has no
+         * MATMUL): the producer alone, then its consumers still fused as elementwise */
+        rc = replay(q, 0, 1);
+        if (rc == 0)
+            rc = q->nrec > 2 ? run_program(q, c, 1) : KILN_ENOTSUP;
+        if (rc == KILN_ENOTSUP)
+            rc = replay(q, 1, q->nrec);
+    } else if (rc == KILN_ENOTSUP) {
+        rc = replay(q, 0, q->nrec);
     }
     free(c);
     return rc;
