@@ -102,25 +102,29 @@ static void test_life_cycle(void)
     /* Every entry is filled: ref is the oracle, nothing may be left to composition. The
      * exceptions: open_spec (only backends addressed by a whole spec, remote://..., have
      * one) and the fused fast paths (conv_fused, epilogue, conv_pack_size, conv_pack, rnn,
-     * rnn_pack_size, rnn_pack, fused_run), whose meaning is defined as the composed ops: ref
-     * computing them by composition is what makes it the oracle for the backends that fuse. */
+     * rnn_pack_size, rnn_pack, fused_run, matmul_fused), whose meaning is defined as the
+     * composed ops: ref computing them by composition is what makes it the oracle for the
+     * backends that fuse. */
     const void *const *slots = (const void *const *)&R->open;
     size_t nslots = (sizeof *R - offsetof(kiln_backend_iface, open)) / sizeof(void *);
     size_t spec_slot = (offsetof(kiln_backend_iface, open_spec) - offsetof(kiln_backend_iface, open)) / sizeof(void *);
     CHECK(R->open_spec == NULL);
     CHECK(R->conv_fused == NULL && R->epilogue == NULL && R->conv_pack_size == NULL && R->conv_pack == NULL);
     CHECK(R->rnn == NULL && R->rnn_pack_size == NULL && R->rnn_pack == NULL);
-    CHECK(R->fused_run == NULL);
+    CHECK(R->fused_run == NULL && R->matmul_fused == NULL);
+    CHECK(R->capture_begin == NULL && R->capture_end == NULL && R->graph_launch == NULL && R->graph_free == NULL);
 #define SLOT(f) ((offsetof(kiln_backend_iface, f) - offsetof(kiln_backend_iface, open)) / sizeof(void *))
     /* and the entries a backend that finishes work at submission has no use for: queues
      * and events, pinned host memory, device-to-device copies, options, capability
-     * refinements, counters and device state (backends/backend.h gives each its default) */
+     * refinements, counters, device state and recorded graphs (backends/backend.h gives each
+     * its default) */
     const size_t fused_slots[] = {
         SLOT(conv_fused), SLOT(epilogue),         SLOT(conv_pack_size), SLOT(conv_pack),     SLOT(rnn),
         SLOT(open_opts),  SLOT(queue_open),       SLOT(queue_close),    SLOT(event_record),  SLOT(event_wait),
         SLOT(event_sync), SLOT(event_query),      SLOT(event_free),     SLOT(supports),      SLOT(host_alloc),
         SLOT(host_free),  SLOT(buffer_copy_peer), SLOT(counters),       SLOT(rnn_pack_size), SLOT(rnn_pack),
-        SLOT(fused_run),  SLOT(memory),           SLOT(lost),
+        SLOT(fused_run),  SLOT(memory),           SLOT(lost),           SLOT(matmul_fused),  SLOT(capture_begin),
+        SLOT(capture_end), SLOT(graph_launch),    SLOT(graph_free),
     };
     /* and device enumeration (kiln_device_list): ref is one host device */
     const size_t list_slot = SLOT(list);
