@@ -119,12 +119,12 @@ static void test_life_cycle(void)
      * refinements, counters, device state and recorded graphs (backends/backend.h gives each
      * its default) */
     const size_t fused_slots[] = {
-        SLOT(conv_fused), SLOT(epilogue),         SLOT(conv_pack_size), SLOT(conv_pack),     SLOT(rnn),
-        SLOT(open_opts),  SLOT(queue_open),       SLOT(queue_close),    SLOT(event_record),  SLOT(event_wait),
-        SLOT(event_sync), SLOT(event_query),      SLOT(event_free),     SLOT(supports),      SLOT(host_alloc),
-        SLOT(host_free),  SLOT(buffer_copy_peer), SLOT(counters),       SLOT(rnn_pack_size), SLOT(rnn_pack),
-        SLOT(fused_run),  SLOT(memory),           SLOT(lost),           SLOT(matmul_fused),  SLOT(capture_begin),
-        SLOT(capture_end), SLOT(graph_launch),    SLOT(graph_free),
+        SLOT(conv_fused),  SLOT(epilogue),         SLOT(conv_pack_size), SLOT(conv_pack),     SLOT(rnn),
+        SLOT(open_opts),   SLOT(queue_open),       SLOT(queue_close),    SLOT(event_record),  SLOT(event_wait),
+        SLOT(event_sync),  SLOT(event_query),      SLOT(event_free),     SLOT(supports),      SLOT(host_alloc),
+        SLOT(host_free),   SLOT(buffer_copy_peer), SLOT(counters),       SLOT(rnn_pack_size), SLOT(rnn_pack),
+        SLOT(fused_run),   SLOT(memory),           SLOT(lost),           SLOT(matmul_fused),  SLOT(capture_begin),
+        SLOT(capture_end), SLOT(graph_launch),     SLOT(graph_free),
     };
     /* and device enumeration (kiln_device_list): ref is one host device */
     const size_t list_slot = SLOT(list);
