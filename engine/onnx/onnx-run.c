@@ -194,6 +194,11 @@ int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *con
         const kiln__onnx_mnode *n = &m->nodes[k];
         if (n->dead || (use_derived && n->derived))
             continue;
+        /* on a device that queues work the profile waits around each node, so a node's time
+         * is its own device work and not the queue's it happens to wait for */
+        bool prof_sync = m->prof_ms && m->dev->caps.async;
+        if (prof_sync && kiln_device_sync(m->dev) < 0)
+            return -1;
         kiln_tensor *cin[64];
         /* constants are borrowed into the value array for the call only (a host node's as
          * their cpu copies) */
@@ -277,6 +282,8 @@ int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *con
                 i++;
             }
         }
+        if (prof_sync && r == 0 && kiln_device_sync(m->dev) < 0)
+            r = kiln__onnx_node_fail(n, "failed on the device");
         if (m->prof_ms)
             m->prof_ms[k] += now_ms() - t0;
         for (int j = 0; j < n->nin && j < 64; j++)
