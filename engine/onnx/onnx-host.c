@@ -159,6 +159,13 @@ int kiln__onnx_plan_host(kiln_onnx_model *m)
     return 0;
 }
 
+bool kiln__onnx_reads_host_const(const kiln_onnx_model *m, const kiln__onnx_mnode *n, int input)
+{
+    int v = n->in[input];
+    return m->host_dev && v >= 0 && m->consts[v] &&
+           (n->host || (kiln_tensor_numel(m->consts[v]) <= HOST_CONST_MAX && kiln__onnx_reads_int_arg(n, input)));
+}
+
 kiln_tensor *kiln__onnx_host_const(kiln_onnx_model *m, int v)
 {
     unsigned ver = atomic_load(&m->consts[v]->storage->version);

@@ -121,6 +121,10 @@ int kiln__onnx_plan_host(kiln_onnx_model *m);
  *  host value may be passed there as it is. */
 bool kiln__onnx_reads_int_arg(const kiln__onnx_mnode *n, int input);
 
+/** Whether node n reads constant input `input` as its cpu copy: a host node always, a device
+ *  node where it reads a small constant as integer arguments. */
+bool kiln__onnx_reads_host_const(const kiln_onnx_model *m, const kiln__onnx_mnode *n, int input);
+
 /** The cpu copy of constant v for host nodes, made on first use (and again after a write to
  *  the constant); NULL with the error set on failure. */
 kiln_tensor *kiln__onnx_host_const(kiln_onnx_model *m, int v);

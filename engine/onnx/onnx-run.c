@@ -187,6 +187,16 @@ int kiln__onnx_bind_inputs(kiln_onnx_model *m, kiln_tensor *const *given, kiln_t
     return 0;
 }
 
+/* Sets the host values a device node saw as uploads back in vals and drops the uploads. */
+static void put_back_host_values(kiln_tensor **vals, const int *held_v, kiln_tensor *const *held,
+                                 kiln_tensor *const *upload, int n)
+{
+    for (int i = 0; i < n; i++) {
+        vals[held_v[i]] = held[i];
+        kiln_tensor_release(upload[i]);
+    }
+}
+
 int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *const *consts, bool use_derived,
                         int noutputs, kiln_tensor **out)
 {
@@ -205,8 +215,7 @@ int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *con
         for (int j = 0; j < n->nin && j < 64; j++) {
             int v = n->in[j];
             cin[j] = v >= 0 && consts[v] ? consts[v] : NULL;
-            if (cin[j] && m->host_dev && cin[j] == m->consts[v] &&
-                (n->host || (kiln_tensor_numel(cin[j]) <= 64 && kiln__onnx_reads_int_arg(n, j))) &&
+            if (cin[j] && cin[j] == m->consts[v] && kiln__onnx_reads_host_const(m, n, j) &&
                 !(cin[j] = kiln__onnx_host_const(m, v))) {
                 for (int i = 0; i < j; i++) /* give back what was borrowed so far */
                     if (cin[i])
@@ -220,7 +229,7 @@ int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *con
         }
         /* a host value read as data by a device node: an upload, swapped in for the call */
         kiln_tensor *held[64], *upload[64];
-        int nup = 0;
+        int held_v[64], nup = 0;
         if (m->host_vals && !n->host) {
             for (int j = 0; j < n->nin && j < 64; j++) {
                 int v = n->in[j];
@@ -230,18 +239,14 @@ int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *con
                 kiln_tensor *u = kiln_to_device(vals[v], m->dev);
                 if (!u) {
                     kiln__onnx_node_fail(n, "uploading a shape value");
-                    for (int i = 0; i < nup; i++) {
-                        vals[n->in[i]] = held[i];
-                        kiln_tensor_release(upload[i]);
-                    }
+                    put_back_host_values(vals, held_v, held, upload, nup);
                     for (int i = 0; i < n->nin && i < 64; i++)
                         if (cin[i])
                             vals[n->in[i]] = NULL;
                     return -1;
                 }
                 kiln_keep(u);
-                /* input positions of the swapped values are remembered through held/upload
-                 * order: restore walks the inputs again */
+                held_v[nup] = v;
                 held[nup] = vals[v];
                 upload[nup] = u;
                 vals[v] = u;
@@ -273,15 +278,7 @@ int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *con
         }
         if (used < 0 && r == 0)
             r = kiln__onnx_run_node(m, n, vals);
-        /* set the host values back, in the order they were swapped out */
-        for (int j = 0, i = 0; i < nup && j < n->nin && j < 64; j++) {
-            int v = n->in[j];
-            if (v >= 0 && vals[v] == upload[i]) {
-                vals[v] = held[i];
-                kiln_tensor_release(upload[i]);
-                i++;
-            }
-        }
+        put_back_host_values(vals, held_v, held, upload, nup);
         if (prof_sync && r == 0 && kiln_device_sync(m->dev) < 0)
             r = kiln__onnx_node_fail(n, "failed on the device");
         if (m->prof_ms)
