@@ -110,6 +110,18 @@ def wait_ready(port, seconds=60):
     return False
 
 
+def wait_model_ready(port, token, model, seconds=60):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if call(port, "GET", "/v2/models/%s/ready" % model, token, timeout=2)[0] == 200:
+                return True
+        except OSError:
+            pass
+        time.sleep(0.2)
+    return False
+
+
 def podman(env, *args, check_rc=True):
     r = subprocess.run(["podman", *args], env=env, capture_output=True, text=True)
     if check_rc and r.returncode != 0:
@@ -261,6 +273,10 @@ def main():
         st, j = call(port, "GET", "/v1/jobs/%d" % job, token) if job else (0, {})
         check(st == 200 and j.get("state") == "succeeded" and (j.get("model") or {}).get("name") == "toy",
               "the job survived the new container: %s %s" % (st, str(j)[:300]))
+        # /v2/health/ready says the server takes requests; models load in the background after
+        # it, so each model's own readiness is awaited before it is asked
+        for model in ("cnn", "toy"):
+            wait_model_ready(port, token, model)
         after = answers(port, token, fixture)
         check(after == before, "both models survived and give the same answers: %s" % after)
         r = podman(env, "logs", names.container)
