@@ -179,11 +179,10 @@ static int handle_infer(struct kd_serving *sv, struct kd_sched_model *m, const s
                         struct kd_buf *out, const char *rid)
 {
     const char *name = kd_sched_model_name(m);
-    if (!sv->accepting) {
-        kd_serving_count_outcome(sv, name, "rejected");
-        return kd_serving_error_with_id(out, 503, "the server is draining", req->keep_alive, rid,
-                                        "Retry-After: 1\r\n");
-    }
+    /* No refusal while draining: a request that gets here was already arriving when the drain
+     * began (at the drain a connection closes after its message in progress and nothing later on
+     * it is read), and a drain finishes the requests it had accepted. Refusing one here made a
+     * client that had sent half its body before SIGTERM get 503 instead of its answer. */
     struct infer_job *j = calloc(1, sizeof *j);
     if (!j)
         return kd_serving_error_with_id(out, 500, "out of memory", req->keep_alive, rid, NULL);

@@ -44,7 +44,8 @@ struct kd_serving;
 struct kd_serving *kd_serving_new(const struct kd_serving_options *o, char *err, size_t errlen);
 /* Releases every model (call after kd_sched_stop delivered the last completions). */
 void kd_serving_free(struct kd_serving *sv);
-/* Not ready while draining: infer answers 503. */
+/* Not ready while draining: readiness answers 503. Infer requests that reach the router while
+ * draining were already in flight when the drain began and are served. */
 void kd_serving_set_accepting(struct kd_serving *sv, bool accepting);
 
 /*

@@ -607,11 +607,8 @@ void kd_grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len, struc
     }
     const char *name = kd_sched_model_name(m);
     const struct kd_serving_options *lim = kd_serving_limits(sv);
-    if (!kd_serving_accepting(sv)) {
-        kd_serving_count_rejected(sv, name);
-        refuse(j, GRPC_UNAVAILABLE, "the server is draining");
-        goto out;
-    }
+    /* Served while draining too: the GOAWAY sent at the drain names the last stream accepted,
+     * nghttp2 refuses later ones, and a stream at or below it is one the server promised to finish. */
     const ProtobufCBinaryData *raw_in = split ? views : q->raw_input_contents;
     size_t n_raw_in = split ? nviews : q->n_raw_input_contents;
     if ((status = decode(lim, kd_sched_model_config(m), q, raw_in, n_raw_in, split, kd_serving_shm(sv), &j->shm,

@@ -664,6 +664,36 @@ def test_backpressure():
             d.stop()
 
 
+def test_drain_accepted_call():
+    """A call whose message was still arriving when SIGTERM came is one the GOAWAY accepted: it is
+    answered OK, and kilnd then exits 0."""
+    d = Daemon("drain", ["--drain-timeout-ms", "5000"])
+    try:
+        c = tg.InferenceServerClient(d.target)
+        check(wait_ready(c, "mnist_mlp"), "the draining daemon loads its model")
+        c.close()
+        h = H2(d)
+        msg = message(infer_body())
+        h.send(h.request(1, INFER, end=False) + frame(DATA, 0, 1, msg[:len(msg) // 2]))
+        h.read_until(lambda: h.has(SETTINGS), timeout=2)
+        d.proc.send_signal(signal.SIGTERM)
+        h.read_until(lambda: h.has(GOAWAY), timeout=3)
+        check(h.has(GOAWAY), "SIGTERM sends GOAWAY while a call's message is half sent")
+        h.send(frame(DATA, 1, 1, msg[len(msg) // 2:]))
+        h.read_until(lambda: h.status(1) is not None, timeout=5)
+        check(h.status(1) == 0, "the half-sent call is answered OK after the GOAWAY (status %s, %s)"
+              % (h.status(1), h.message_of(1) if h.status(1) else ""))
+        h.close()
+        try:
+            rc = d.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            rc = None
+        check(rc == 0, "kilnd exits 0 once the accepted call is answered (rc %s)" % rc)
+    finally:
+        if d.proc.poll() is None:
+            d.stop()
+
+
 def main():
     d = Daemon()
     try:
@@ -678,6 +708,7 @@ def main():
         test_raw(d, c)
         c.close()
         test_backpressure()
+        test_drain_accepted_call()
     finally:
         d.stop()
         if FAILURES:
