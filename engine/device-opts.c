@@ -32,6 +32,8 @@ static const env_row env_table[] = {
     {"cpu", "pool_mb", "KILN_CPU_POOL_MB", NULL},
     {"cuda", "tf32", "KILN_CUDA_TF32", NULL},
     {"cpu", "fusion", "KILN_CPU_FUSION", NULL},
+    {"cuda", "fusion", "KILN_CUDA_FUSION", NULL},
+    {"vulkan", "fusion", "KILN_VULKAN_FUSION", NULL},
     {"remote", "timeout_ms", "KILN_REMOTE_TIMEOUT_MS", NULL},
     {"remote", "token", "KILN_REMOTE_TOKEN", "KILN_TOKEN"},
     {"onnx", "arena", "KILN_ONNX_ARENA", NULL},

@@ -280,7 +280,9 @@ static void run_on(const char *spec)
     }
     /* a backend built without its generator (vulkan without shaderc) has no fused_run:
      * its groups replay, which must give the same results; the counts are not checked */
-    kiln_device *plain = kiln_device_open(spec);
+    char raw[80];
+    snprintf(raw, sizeof raw, "%s?fusion=off", spec); /* the backend itself (vulkan:0 is fused by default) */
+    kiln_device *plain = kiln_device_open(raw);
     generates = plain && kiln__device_iface(plain)->fused_run != NULL;
     kiln_device_close(plain);
     if (!generates)
@@ -350,7 +352,7 @@ static int disk_chain(int64_t rows, int64_t cols)
 
 static void vulkan_disk_cache(void)
 {
-    kiln_device *probe = kiln_device_open("vulkan:0");
+    kiln_device *probe = kiln_device_open("vulkan:0?fusion=off");
     bool generates_here = probe && kiln__device_iface(probe)->fused_run != NULL;
     kiln_device_close(probe);
     if (!generates_here) {

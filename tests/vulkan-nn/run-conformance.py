@@ -18,7 +18,8 @@ if probe.returncode != 0:
     print(probe.stdout.strip() or "skipped: vulkan:0 does not open")
     sys.exit(77)
 print("device: " + probe.stdout.strip())
-cmd = [CONFORMANCE, "-b", "vulkan:0"] + (["-o", OPS] if OPS else [])
+# the backend's own kernels: vulkan:0 without its default fusion (conformance-fused-vulkan-0 runs it fused)
+cmd = [CONFORMANCE, "-b", "vulkan:0?fusion=off"] + (["-o", OPS] if OPS else [])
 p = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
 out = p.stdout.splitlines()
 for line in out:

@@ -8,6 +8,7 @@
  *
  * Exit 77 (skipped) only when the machine has no Vulkan device at all.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +129,10 @@ static int fill_and_read(kiln_device *dev, float *out)
     return rc;
 }
 
+/* The backend itself, without the fusion decorator vulkan:0 has by default: the tests
+ * that reach into its context (kiln__device_ctx) open this. */
+#define RAW_VULKAN "vulkan:0?fusion=off"
+
 static void test_pipeline_cache(const kiln_backend_iface *be)
 {
     (void)be;
@@ -138,7 +143,7 @@ static void test_pipeline_cache(const kiln_backend_iface *be)
     }
     setenv("KILN_DATA_DIR", dir, 1);
     char path[1024] = "";
-    kiln_device *dev = kiln_device_open("vulkan:0");
+    kiln_device *dev = kiln_device_open(RAW_VULKAN);
     CHECK(dev, "open: %s", kiln_error());
     if (!dev)
         return;
@@ -161,7 +166,7 @@ static void test_pipeline_cache(const kiln_backend_iface *be)
         fputs("this is not a pipeline cache, whatever its name says", f);
         fclose(f);
     }
-    dev = kiln_device_open("vulkan:0");
+    dev = kiln_device_open(RAW_VULKAN);
     CHECK(dev, "open with a corrupt cache: %s", kiln_error());
     if (dev) {
         kvk_queue *q = kiln__device_ctx(dev);
@@ -170,7 +175,7 @@ static void test_pipeline_cache(const kiln_backend_iface *be)
         kiln_device_close(dev);
     }
     CHECK(cache_file_valid(path, &ident), "the corrupt cache was not replaced");
-    dev = kiln_device_open("vulkan:0");
+    dev = kiln_device_open(RAW_VULKAN);
     if (dev) {
         kvk_queue *q = kiln__device_ctx(dev);
         CHECK(q->d->cache_loaded, "the rewritten cache was not loaded");
@@ -278,7 +283,7 @@ static void test_list_and_health(const kiln_backend_iface *be)
         if (strcmp(info[i].spec, "vulkan:0") == 0)
             k = i;
     CHECK(k >= 0, "vulkan:0 is not listed");
-    kiln_device *dev = kiln_device_open("vulkan:0");
+    kiln_device *dev = kiln_device_open(RAW_VULKAN);
     if (!dev || k < 0) {
         kiln_device_close(dev);
         return;
@@ -427,10 +432,48 @@ static void test_memory_figures(const kiln_backend_iface *be)
     kiln_device_close(counted_cpu);
 }
 
+/* vulkan:0 runs through the fusion decorator by default and keeps its name; fusion=off in
+ * the spec or KILN_VULKAN_FUSION=off opens the backend itself, and a bad value is refused
+ * naming where it came from. Results agree either way. */
+static void test_default_fusion(const kiln_backend_iface *be)
+{
+    kiln_device *fused = kiln_device_open("vulkan:0"), *raw = kiln_device_open(RAW_VULKAN);
+    CHECK(fused && raw, "open vulkan:0 and %s: %s", RAW_VULKAN, kiln_error());
+    if (fused && raw) {
+        CHECK(kiln__device_iface(fused) == kiln_backend_fused() && !strcmp(kiln_device_name(fused), "vulkan:0"),
+              "vulkan:0 is fused by default and keeps its name (%s)", kiln_device_name(fused));
+        CHECK(kiln__device_iface(raw) == be, "fusion=off opens the backend itself");
+        float v[2] = {0, 0};
+        kiln_device *d[2] = {fused, raw};
+        for (int k = 0; k < 2; k++) {
+            kiln_scope_begin();
+            kiln_tensor *x = kiln_arange(d[k], KILN_F32, 0, 4096, 1);
+            kiln_tensor *y = kiln_sum(kiln_gelu(kiln_add_scalar(kiln_mul_scalar(x, 1.0 / 1024), -2), false), 0, NULL, false);
+            CHECK(y && kiln_to_data(y, &v[k], sizeof v[k]) == 0, "chain on device %d: %s", k, kiln_error());
+            kiln_scope_end();
+        }
+        CHECK(fabsf(v[0] - v[1]) <= 1e-5f * fabsf(v[1]), "fused %.9g and unfused %.9g agree", (double)v[0],
+              (double)v[1]);
+    }
+    kiln_device_close(fused);
+    kiln_device_close(raw);
+    setenv("KILN_VULKAN_FUSION", "off", 1); /* read at the open: vulkan:0 is closed again by now */
+    kiln_device *d0 = kiln_device_open("vulkan:0");
+    CHECK(d0 && kiln__device_iface(d0) == be, "KILN_VULKAN_FUSION=off opens the backend itself");
+    kiln_device_close(d0);
+    setenv("KILN_VULKAN_FUSION", "sometimes", 1);
+    d0 = kiln_device_open("vulkan:0");
+    CHECK(!d0 && strstr(kiln_error(), "KILN_VULKAN_FUSION") && strstr(kiln_error(), "sometimes"),
+          "a bad KILN_VULKAN_FUSION is refused naming it: %s", d0 ? "(opened)" : kiln_error());
+    kiln_device_close(d0);
+    unsetenv("KILN_VULKAN_FUSION");
+}
+
 static const struct {
     const char *name;
     void (*run)(const kiln_backend_iface *be);
 } tests[] = {
+    {"default-fusion", test_default_fusion},
     {"allocations", test_allocations_reuse_blocks},
     {"bad-index", test_bad_index},
     {"missing-driver", test_missing_driver},
