@@ -30,6 +30,8 @@
 #include "kiln/optim.h"
 #include "kiln/tensor.h"
 
+#define WARMUP 12 /* steps before timing: see measure */
+
 /* The unfused device's spec (the peer) and, for a device other than cpu, the prefix of
  * every row's name ("cuda:0 "), whose cpu targets then do not apply. */
 static char peer_spec[128] = "cpu", row_prefix[136] = "";
@@ -100,9 +102,10 @@ static void measure(const char *name, step_fn step, workload *fused, workload *p
     const char *env = getenv("KILN_BENCH_SECONDS");
     if (env && atof(env) > 0)
         budget = atof(env);
-    /* five warm-up steps: the first calls of a product's or convolution's shape class try
-     * the tuning candidates (cpu-fused-product.c), the steady state is what is measured */
-    for (int i = 0; i < 5; i++) {
+    /* WARMUP steps: the first calls of a shape class try the tuning candidates (an
+     * elementwise program's block sizes, five candidates twice: cpu-fused.c; a product's
+     * or convolution's: cpu-fused-product.c), the steady state is what is measured */
+    for (int i = 0; i < WARMUP; i++) {
         run_step(step, fused);
         run_step(step, plain);
     }
@@ -329,7 +332,7 @@ static void train_row(const char *filter, const char *name, kiln_device *fd, kil
     trainer f, p;
     trainer_make(&f, fd, cnn);
     trainer_make(&p, pd, cnn);
-    for (int i = 0; i < 5; i++) { /* as measure's warm-up */
+    for (int i = 0; i < WARMUP; i++) { /* as measure's warm-up */
         train_step(&f);
         train_step(&p);
     }
