@@ -89,4 +89,19 @@ int kiln__cpu_fused_plan_product(fplan *pl, const kiln_fused_program *p);
 /** Run a program headed by MATMUL or CONV (planned, pl->product set): 0, or a negative error. */
 int kiln__cpu_fused_product(kiln__cpu_ctx *ctx, fplan *pl);
 
+/* The block size of programs too small to tune and of product epilogues (elements). */
+#define KILN_CPU_FUSED_BLOCK 2048
+
+/* One run's block-size choice (cpu-fused-tune.c): the class's cached winner, or the
+ * candidate this run times while the class is being tuned. */
+typedef struct kiln__cpu_fused_tuning {
+    char device[64], key[112], id[184];
+    int candidate; /* -1: not timed */
+    double start_ns;
+} kiln__cpu_fused_tuning;
+/** The block size to run planned program pl with (t filled for kiln__cpu_fused_block_end). */
+int64_t kiln__cpu_fused_block_begin(const kiln__cpu_ctx *ctx, const fplan *pl, kiln__cpu_fused_tuning *t);
+/** After the run: record its time when it tuned a candidate (the last one stores the winner). */
+void kiln__cpu_fused_block_end(const kiln__cpu_fused_tuning *t);
+
 #endif /* KILN_CPU_FUSED_IMPL_H */

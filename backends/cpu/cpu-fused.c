@@ -22,7 +22,6 @@
  * registers are reused once their value is dead, so a long chain needs few of them.
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +30,6 @@
 #include <immintrin.h>
 #endif
 
-#include "autotune-impl.h"
 #include "cpu-fused-impl.h"
 
 static void normalize(fin *f, const kiln_tdesc *d)
@@ -729,109 +727,6 @@ static void run_job(void *arg, int job, int njobs)
 #endif
 }
 
-/* Block sizes: a few registers of this many floats stay in L1/L2 while a block runs. A
- * program of TUNE_MIN elements or more whose shape class has no cached winner is tuned
- * over its class's first runs: each run computes the whole range with the next candidate
- * (so every run is a real one, in-place programs included) and is timed; once every
- * candidate has run TUNE_ROUNDS times, the one with the fastest run becomes the class's
- * block size in the autotune cache (engine/autotune.c). Smaller programs take
- * DEFAULT_BLOCK.
- *
- * Why whole runs: timing the candidates on segments of one run (as this did before) saw
- * conditions a steady run never has — short segments, inputs partly still cached from
- * their producer — and picked differently from one process to the next: on
- * gelu(x·a+b)·c over 64 MiB with a, b, c full, 2048 in one process (16.4 ms on one
- * thread) where 512 and 1024 take 12.7-13.0. */
-static const int64_t block_candidates[] = {512, 1024, 2048, 4096, 8192};
-#define NCANDIDATES (int)(sizeof block_candidates / sizeof *block_candidates)
-#define TUNE_ROUNDS 2
-
-/* The classes being tuned, process-wide (kernel table and thread count are part of the
- * id, as of the cache's device name). A class that finds no free slot runs DEFAULT_BLOCK
- * untuned until one frees. */
-#define TUNING_SLOTS 32
-typedef struct tuning {
-    char id[168]; /* device, tab, key */
-    int runs;
-    double fastest[NCANDIDATES];
-} tuning;
-static pthread_mutex_t tuning_lock = PTHREAD_MUTEX_INITIALIZER;
-static tuning tunings[TUNING_SLOTS];
-static int ntunings;
-
-/* The candidate this run of class id should time, or -1 (no slot free). */
-static int tuning_next(const char *id)
-{
-    int c = -1;
-    pthread_mutex_lock(&tuning_lock);
-    int i = 0;
-    while (i < ntunings && strcmp(tunings[i].id, id) != 0)
-        i++;
-    if (i == ntunings && ntunings < TUNING_SLOTS) {
-        memset(&tunings[i], 0, sizeof tunings[i]);
-        snprintf(tunings[i].id, sizeof tunings[i].id, "%s", id);
-        ntunings++;
-    }
-    if (i < ntunings)
-        c = tunings[i].runs % NCANDIDATES;
-    pthread_mutex_unlock(&tuning_lock);
-    return c;
-}
-
-/* Record a timed run; after the last one, store the class's winner and free its slot. */
-static void tuning_done(const char *device, const char *key, const char *id, int c, double ns)
-{
-    int64_t winner = 0;
-    pthread_mutex_lock(&tuning_lock);
-    for (int i = 0; i < ntunings; i++) {
-        tuning *t = &tunings[i];
-        if (strcmp(t->id, id) != 0)
-            continue;
-        if (t->fastest[c] == 0 || ns < t->fastest[c])
-            t->fastest[c] = ns;
-        if (++t->runs >= NCANDIDATES * TUNE_ROUNDS) {
-            int best = 0;
-            for (int k = 1; k < NCANDIDATES; k++)
-                if (t->fastest[k] > 0 && (t->fastest[best] == 0 || t->fastest[k] < t->fastest[best]))
-                    best = k;
-            winner = block_candidates[best];
-            tunings[i] = tunings[--ntunings];
-        }
-        break;
-    }
-    pthread_mutex_unlock(&tuning_lock);
-    if (winner)
-        kiln__autotune_store(device, key, winner);
-}
-#define DEFAULT_BLOCK 2048
-#define TUNE_MIN ((int64_t)1 << 20)
-
-static double now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
-/* The shape class: element count (power of two), instructions, scratch registers,
- * gathered and contiguous inputs, streamed or cached stores. */
-static void shape_class(const fplan *pl, char *key, size_t len)
-{
-    const kiln_fused_program *p = pl->p;
-    int lg = 0, gathers = 0, contiguous = 0;
-    for (int64_t n = p->n; n > 1; n >>= 1)
-        lg++;
-    for (int i = 0; i < p->ninputs; i++) {
-        gathers += pl->in[i].kind == IN_GATHER;
-        contiguous += pl->in[i].kind == IN_CONTIG;
-    }
-    int instrs = p->ninstrs <= 4 ? 4 : p->ninstrs <= 8 ? 8 : p->ninstrs <= 16 ? 16 : 64;
-    /* the full-size inputs streamed from memory count too: gelu(x·a+b)·c with a, b, c per
-     * column runs best with 2048-element blocks, the same with a, b, c full with 512-1024 */
-    snprintf(key, len, "fused-block n2^%d i%d r%d g%d c%d %s", lg, instrs, pl->nslots, gathers, contiguous,
-             pl->stream ? "stream" : "cached");
-}
-
 static void run_range(kiln__cpu_ctx *ctx, fplan *pl, int64_t lo, int64_t hi, int64_t block)
 {
     pl->lo = lo;
@@ -859,7 +754,7 @@ int kiln__cpu_fused_run(void *vctx, const kiln_fused_program *p)
     }
     pl->p = p;
     if (pl->product) {
-        pl->block = p->reduce_inner > DEFAULT_BLOCK ? p->reduce_inner : DEFAULT_BLOCK;
+        pl->block = p->reduce_inner > KILN_CPU_FUSED_BLOCK ? p->reduce_inner : KILN_CPU_FUSED_BLOCK;
         rc = kiln__cpu_fused_product(ctx, pl);
         free(pl);
         return rc;
@@ -878,21 +773,8 @@ int kiln__cpu_fused_run(void *vctx, const kiln_fused_program *p)
         if (rows < pl->njobs)
             pl->njobs = (int)rows;
     }
-    char device[64], key[96], id[168];
-    int64_t block = DEFAULT_BLOCK;
-    int candidate = -1; /* the candidate this run times, if its class is being tuned */
-    if (p->n >= TUNE_MIN && p->reduce_inner == 0) {
-        snprintf(device, sizeof device, "cpu/%s/%dt", ctx->k->name, ctx->nthreads);
-        shape_class(pl, key, sizeof key);
-        snprintf(id, sizeof id, "%s\t%s", device, key);
-        if (!kiln__autotune_lookup(device, key, &block)) {
-            block = DEFAULT_BLOCK;
-            if ((candidate = tuning_next(id)) >= 0)
-                block = block_candidates[candidate];
-        }
-        if (block < 64 || block > block_candidates[NCANDIDATES - 1])
-            block = DEFAULT_BLOCK;
-    }
+    kiln__cpu_fused_tuning tuning;
+    int64_t block = kiln__cpu_fused_block_begin(ctx, pl, &tuning);
     if (pl->has_softmax && block < p->reduce_inner)
         block = p->reduce_inner; /* a block holds a whole row (at most 8192) */
     size_t slab = (size_t)pl->nslots * (size_t)block * sizeof(float);
@@ -900,10 +782,8 @@ int kiln__cpu_fused_run(void *vctx, const kiln_fused_program *p)
         free(pl);
         return kiln__cpu_enomem("fused");
     }
-    double t0 = now_ns();
     run_range(ctx, pl, 0, p->n, block);
-    if (candidate >= 0)
-        tuning_done(device, key, id, candidate, now_ns() - t0);
+    kiln__cpu_fused_block_end(&tuning);
     free(pl->scratch);
     free(pl);
     return 0;
