@@ -28,38 +28,49 @@ static const int64_t block_candidates[] = {512, 1024, 2048, 4096, 8192};
 #define TUNE_ROUNDS 2
 
 /* The classes being tuned, process-wide (kernel table and thread count are part of the
- * id, as of the cache's device name). A class that finds no free slot runs KILN_CPU_FUSED_BLOCK
- * untuned until one frees. */
+ * id, as of the cache's device name), behind one lock: a class's runs may come from any
+ * queue's thread. When every slot is taken, a new class takes the one used least
+ * recently, so classes seen once (a model's odd shapes in a long-running kilnd) cannot
+ * keep the later ones from being tuned; the evicted class starts over if it comes back. */
 #define TUNING_SLOTS 32
 typedef struct tuning {
     char id[184]; /* device, tab, key */
     int runs;
+    unsigned long used; /* tuning_clock at its last run */
     double fastest[NCANDIDATES];
 } tuning;
 static pthread_mutex_t tuning_lock = PTHREAD_MUTEX_INITIALIZER;
 static tuning tunings[TUNING_SLOTS];
 static int ntunings;
+static unsigned long tuning_clock;
 
-/* The candidate this run of class id should time, or -1 (no slot free). */
+/* The candidate this run of class id should time. */
 static int tuning_next(const char *id)
 {
-    int c = -1;
     pthread_mutex_lock(&tuning_lock);
     int i = 0;
     while (i < ntunings && strcmp(tunings[i].id, id) != 0)
         i++;
-    if (i == ntunings && ntunings < TUNING_SLOTS) {
+    if (i == ntunings) {
+        if (ntunings < TUNING_SLOTS) {
+            ntunings++;
+        } else {
+            i = 0;
+            for (int k = 1; k < ntunings; k++)
+                if (tunings[k].used < tunings[i].used)
+                    i = k;
+        }
         memset(&tunings[i], 0, sizeof tunings[i]);
         snprintf(tunings[i].id, sizeof tunings[i].id, "%s", id);
-        ntunings++;
     }
-    if (i < ntunings)
-        c = tunings[i].runs % NCANDIDATES;
+    tunings[i].used = ++tuning_clock;
+    int c = tunings[i].runs % NCANDIDATES;
     pthread_mutex_unlock(&tuning_lock);
     return c;
 }
 
-/* Record a timed run; after the last one, store the class's winner and free its slot. */
+/* Record a timed run; after the last one, store the class's winner and free its slot. A
+ * class evicted meanwhile is no longer found: its run counts for nothing. */
 static void tuning_done(const char *device, const char *key, const char *id, int c, double ns)
 {
     int64_t winner = 0;
@@ -84,6 +95,7 @@ static void tuning_done(const char *device, const char *key, const char *id, int
     if (winner)
         kiln__autotune_store(device, key, winner);
 }
+
 #define TUNE_MIN ((int64_t)1 << 20)
 
 static double now_ns(void)
@@ -123,9 +135,8 @@ int64_t kiln__cpu_fused_block_begin(const kiln__cpu_ctx *ctx, const fplan *pl, k
         shape_class(pl, t->key, sizeof t->key);
         snprintf(t->id, sizeof t->id, "%s\t%s", t->device, t->key);
         if (!kiln__autotune_lookup(t->device, t->key, &block)) {
-            block = KILN_CPU_FUSED_BLOCK;
-            if ((t->candidate = tuning_next(t->id)) >= 0)
-                block = block_candidates[t->candidate];
+            t->candidate = tuning_next(t->id);
+            block = block_candidates[t->candidate];
         }
         if (block < 64 || block > block_candidates[NCANDIDATES - 1])
             block = KILN_CPU_FUSED_BLOCK;
