@@ -39,5 +39,6 @@ void test_training(void); /* test-training.c: gradients and launch counts of tra
 void test_autotune(void); /* test-autotune.c: the autotune cache through the fused block size */
 void test_gpu(void);      /* test-gpu.c: graphs fused on cuda:0 and vulkan:0 (skipped without them) */
 void test_epilogue(void); /* test-epilogue.c: matmul epilogues and row reductions fused */
+void test_tune(void);     /* test-tune.c: the cpu's fused block-size tuner */
 
 #endif

@@ -2,7 +2,8 @@
  * tests/fusion/test-fusion.c — the fusion suite's runner: fused programs on the cpu
  * (test-programs.c), random expression graphs through the fused decorator
  * (test-graphs.c), training steps (test-training.c), the autotune cache (test-autotune.c)
- * and matmul epilogues (test-epilogue.c). Prints "N passed, N failed".
+ * matmul epilogues (test-epilogue.c) and the cpu's block-size tuner (test-tune.c).
+ * Prints "N passed, N failed".
  */
 #include <stdio.h>
 
@@ -18,6 +19,7 @@ int main(void)
     test_autotune();
     test_gpu();
     test_epilogue();
+    test_tune();
     printf("fusion: %d passed, %d failed\n", fusion_passed, fusion_failed);
     return fusion_failed ? 1 : 0;
 }
