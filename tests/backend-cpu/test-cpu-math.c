@@ -10,6 +10,9 @@
  * smallest normal f32 are not judged: there f32 itself cannot hold relative accuracy.
  */
 #include <float.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,7 +132,9 @@ int main(void)
     check_table("base", &kiln__cpu_kernels_base);
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    unsigned a, b, c, d; /* F16C from cpuid: not every compiler's __builtin_cpu_supports knows it */
+    bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c)
         check_table("avx2", &kiln__cpu_kernels_avx2);
     else
         printf("skip avx2: this CPU lacks AVX2, FMA or F16C\n");
