@@ -214,7 +214,7 @@ static int check_train(const char *path) {
         1, false));
     kiln_scope_end();
     kiln_tensor *before_f = NULL, *before_u = NULL, *after_f = NULL, *after_u = NULL, *again_f = NULL;
-    bool bw;
+    bool bw = false;
     if (!rc) {
         /* frozen: the fused load packs its Conv weights here */
         before_f = infer(tf.m, x);
