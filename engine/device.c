@@ -206,12 +206,15 @@ static int parse_any(const char *spec, size_t *slot, int *index, char *canon, si
 /* Where fusion=on is the default: the backends on which every measured row gained or
  * held (docs/performance.md, "Automatic kernel fusion"). vulkan: generated kernels, on
  * lavapipe the elementwise chains 8-24x, a training step 1.44x, no row slower beyond
- * noise, and on an H100 through NVIDIA's driver the chains 1.19x and 1.74x. Not cpu
- * (one row gains, the rest are at parity) and not yet cuda (the decorator does not forward
- * the graph and matmul_fused entries the ONNX executor uses there). */
-static const char *fusion_default(const char *backend)
+ * noise, and on an H100 through NVIDIA's driver the chains 1.19x and 1.74x. Only where
+ * the backend was built with its generator (fused_run): without it the decorator would
+ * replay every group op by op, an indirection that buys nothing. Not cpu (one row gains,
+ * the rest are at parity) and not yet cuda (the decorator does not forward the graph and
+ * matmul_fused entries the ONNX executor uses there). */
+static const char *fusion_default(size_t slot)
 {
-    return !strcmp(backend, "vulkan") ? "on" : NULL;
+    const kiln_backend_iface *be = backend_of(slot);
+    return !strcmp(backend_name_of(slot), "vulkan") && be && be->fused_run ? "on" : NULL;
 }
 
 /* The option fusion=on|off (spec, options, KILN_<BACKEND>_FUSION, then the backend's
@@ -225,7 +228,7 @@ static int apply_fusion_option(const kiln_device_opts *given, size_t *slot, char
         return -1;
     const char *src = NULL;
     const char *v = kiln__device_opts_take(&all, "fusion", &src);
-    if (!v && (v = fusion_default(backend_name_of(*slot))) != NULL)
+    if (!v && (v = fusion_default(*slot)) != NULL)
         src = "the backend's default";
     if (!v || !strcmp(v, "off"))
         return 0;
