@@ -1,13 +1,14 @@
 /* backends/cpu/cpu-gelu-table.h — written by backends/cpu/tools/gelu-table.py; do not edit.
- * Row j holds the coefficient of s^j of each of the 32 segments of erfc(u)/2. */
+ * Row j of each table holds the coefficient of s^j of each segment of erfc(u)/2:
+ * kz_gelu_q for the AVX-512 gelu (32 segments of width 1/4), kv_gelu_q for the AVX2
+ * one (8 segments of width 1/2). */
 #ifndef KILN_CPU_GELU_TABLE_H
 #define KILN_CPU_GELU_TABLE_H
 
 #define KZ_GELU_SEGMENTS 32
 #define KZ_GELU_DEGREE 8
-
 /* clang-format off */
-static const float kz_gelu_q[KZ_GELU_DEGREE + 1][KZ_GELU_SEGMENTS] __attribute__((aligned(64))) = {
+static const float kz_gelu_q[9][32] __attribute__((aligned(64))) = {
     {
         4.298419058e-01f, 2.979415357e-01f, 1.883795559e-01f, 1.079624668e-01f,
         5.580588430e-02f, 2.591496333e-02f, 1.077813376e-02f, 4.004971124e-03f,
@@ -97,6 +98,53 @@ static const float kz_gelu_q[KZ_GELU_DEGREE + 1][KZ_GELU_SEGMENTS] __attribute__
         6.066484273e-15f, 6.393991256e-16f, 5.816423709e-17f, 4.578840496e-18f,
         3.126228313e-19f, 1.854548788e-20f, 9.573458426e-22f, 4.305995358e-23f,
         1.689406174e-24f, 5.787187755e-26f, 1.732359541e-27f, 4.534877101e-29f,
+    },
+};
+/* clang-format on */
+
+#define KV_GELU_SEGMENTS 8
+#define KV_GELU_DEGREE 9
+/* clang-format off */
+static const float kv_gelu_q[10][8] __attribute__((aligned(64))) = {
+    {
+        3.618367910e-01f, 1.444221884e-01f, 3.854993731e-02f, 6.664164364e-03f,
+        7.313583046e-04f, 5.031096225e-05f, 2.151389708e-06f, 5.686362670e-08f,
+    },
+    {
+        -2.650035322e-01f, -1.607327610e-01f, -5.913028121e-02f, -1.319374889e-02f,
+        -1.785579720e-03f, -1.465693058e-04f, -7.297256161e-06f, -2.203580038e-07f,
+    },
+    {
+        3.312544152e-02f, 6.027478725e-02f, 3.695642576e-02f, 1.154453028e-02f,
+        2.008777112e-03f, 2.015328064e-04f, 1.185804194e-05f, 4.131713069e-07f,
+    },
+    {
+        1.932317391e-02f, -1.674299361e-03f, -1.047098637e-02f, -5.634830799e-03f,
+        -1.357784611e-03f, -1.725242328e-04f, -1.223811068e-05f, -4.981041002e-07f,
+    },
+    {
+        -3.968141507e-03f, -4.708968569e-03f, 1.924771204e-04f, 1.503196196e-03f,
+        5.963558215e-04f, 1.018158437e-04f, 8.955295016e-06f, 4.325446241e-07f,
+    },
+    {
+        -1.250819885e-03f, 8.319127373e-04f, 7.371981628e-04f, -1.035003152e-04f,
+        -1.665264281e-04f, -4.306033588e-05f, -4.903022273e-06f, -2.869969649e-07f,
+    },
+    {
+        3.165418748e-04f, 2.099516569e-04f, -1.663663861e-04f, -7.004969666e-05f,
+        2.268937715e-05f, 1.295075526e-05f, 2.058736527e-06f, 1.504588596e-07f,
+    },
+    {
+        6.308242155e-05f, -7.197530067e-05f, -1.413979226e-05f, 2.363784370e-05f,
+        2.621113026e-06f, -2.519218242e-06f, -6.644208383e-07f, -6.385241846e-08f,
+    },
+    {
+        -1.838380558e-05f, -4.546552645e-06f, 1.089315538e-05f, -1.299013206e-06f,
+        -1.948050794e-06f, 1.586834770e-07f, 1.599985069e-07f, 2.239677777e-08f,
+    },
+    {
+        -2.400828635e-06f, 3.750830956e-06f, -8.707494885e-07f, -8.199584727e-07f,
+        3.508566806e-07f, 6.291401178e-08f, -2.430596169e-08f, -5.508539846e-09f,
     },
 };
 /* clang-format on */

@@ -13,9 +13,9 @@
  *    throughput otherwise bounds gelu. Their arguments are bounded there, so the
  *    approximation never meets 0 or infinity; sigmoid keeps the exact division because
  *    its denominator can be infinite;
- *  - gelu is a piecewise polynomial picked per lane by vpermt2ps (see kz_gelu), which the
- *    8-wide build cannot do in one instruction; there the two tables agree within the
- *    accuracy stated at kz_gelu, not to the last bit.
+ *  - gelu is a piecewise polynomial of 32 segments picked per lane by vpermt2ps (see
+ *    kz_gelu), where the 8-wide build picks among 8 wider ones with vpermps; the two
+ *    tables agree within the accuracy stated at kz_gelu, not to the last bit.
  */
 #ifndef KILN_CPU_MATH512_H
 #define KILN_CPU_MATH512_H
