@@ -452,7 +452,8 @@ static void test_default_fusion(const kiln_backend_iface *be)
         for (int k = 0; k < 2; k++) {
             kiln_scope_begin();
             kiln_tensor *x = kiln_arange(d[k], KILN_F32, 0, 4096, 1);
-            kiln_tensor *y = kiln_sum(kiln_gelu(kiln_add_scalar(kiln_mul_scalar(x, 1.0 / 1024), -2), false), 0, NULL, false);
+            kiln_tensor *y = kiln_sum(kiln_gelu(kiln_add_scalar(kiln_mul_scalar(x, 1.0 / 1024), -2), false), 0,
+                                      NULL, false);
             CHECK(y && kiln_to_data(y, &v[k], sizeof v[k]) == 0, "chain on device %d: %s", k, kiln_error());
             kiln_scope_end();
         }
