@@ -51,7 +51,6 @@ typedef struct fplan {
     int64_t row;    /* blocks end at multiples of this (0: anywhere) */
     int64_t lo, hi; /* the element range the jobs split */
     bool stream;    /* outputs far larger than the caches: non-temporal stores */
-    int stream_width; /* floats per non-temporal store: 16 (AVX-512), 8 (AVX2), 4 (SSE2) */
     bool prefetch;  /* one or two contiguous inputs: prefetch the next block's */
     bool has_softmax, has_reduce;
     char *scratch; /* njobs slabs of nslots * block floats */

@@ -141,7 +141,8 @@ int64_t kiln__cpu_fused_block_begin(const kiln__cpu_ctx *ctx, const fplan *pl, k
         if (block < 64 || block > block_candidates[NCANDIDATES - 1])
             block = KILN_CPU_FUSED_BLOCK;
     }
-    t->start_ns = now_ns();
+    if (t->candidate >= 0)
+        t->start_ns = now_ns(); /* only a tuning run is timed */
     return block;
 }
 

@@ -244,11 +244,6 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
      * read-for-ownership of every output line (the unfused kernels stream from the same
      * size on). */
     pl->stream = p->n >= ((int64_t)1 << 21);
-    pl->stream_width = 4;
-    if (pl->k && strcmp(pl->k->name, "avx512") == 0)
-        pl->stream_width = 16;
-    else if (pl->k && strcmp(pl->k->name, "avx2") == 0)
-        pl->stream_width = 8;
     int contiguous_inputs = 0;
     for (int i = 0; i < p->ninputs; i++)
         contiguous_inputs += pl->in[i].kind == IN_CONTIG;
@@ -494,11 +489,11 @@ static void store_stream(const fplan *pl, float *o, const float *src, int64_t m)
         return;
     int64_t j = 0;
 #if defined(__x86_64__)
-    if (pl->stream_width == 16) {
+    if (pl->k->stream_floats == 16) {
         store_stream512(o, src, m);
         return;
     }
-    if (pl->stream_width == 8) {
+    if (pl->k->stream_floats == 8) {
         store_stream256(o, src, m);
         return;
     }
@@ -746,13 +741,13 @@ int kiln__cpu_fused_run(void *vctx, const kiln_fused_program *p)
     fplan *pl = calloc(1, sizeof *pl);
     if (!pl)
         return kiln__cpu_enomem("fused");
-    pl->k = ctx->k; /* (the plan reads the table's name) */
     int rc = kiln__cpu_fused_plan(pl, p);
     if (rc < 0) {
         free(pl);
         return rc;
     }
     pl->p = p;
+    pl->k = ctx->k;
     if (pl->product) {
         pl->block = p->reduce_inner > KILN_CPU_FUSED_BLOCK ? p->reduce_inner : KILN_CPU_FUSED_BLOCK;
         rc = kiln__cpu_fused_product(ctx, pl);

@@ -125,6 +125,7 @@ void kiln__cpu_pool_run(kiln__cpu_pool *pool, int njobs, kiln__cpu_job_fn fn, vo
  * sa/sb of binary are 0 or 1. */
 typedef struct kiln__cpu_kernels {
     const char *name;
+    int stream_floats; /* floats per non-temporal store this table's CPU has: 16, 8 or 4 (SSE2) */
     void (*unary_f32)(int op, float *o, const float *x, int64_t n, float alpha, float beta);
     void (*binary_f32)(int op, float *o, const float *a, int64_t sa, const float *b, int64_t sb,
                        int64_t n);

@@ -794,6 +794,7 @@ static void philox_u01(double *u, uint64_t counter, uint64_t seed, int64_t n)
 
 const kiln__cpu_kernels KTABLE = {
     .name = KNAME,
+    .stream_floats = USE_AVX512 ? 16 : USE_AVX2 ? 8 : 4,
     .unary_f32 = unary_f32,
     .binary_f32 = binary_f32,
     .f16_to_f32 = f16_to_f32,

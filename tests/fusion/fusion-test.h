@@ -1,12 +1,14 @@
 /*
  * tests/fusion/fusion-test.h — what the fusion suite's files share: a counting check
- * macro and a tiny seeded generator.
+ * macro, a tiny seeded generator and the ops random expression graphs draw from.
  */
 #ifndef KILN_FUSION_TEST_H
 #define KILN_FUSION_TEST_H
 
 #include <stdint.h>
 #include <stdio.h>
+
+#include "kiln/tensor.h"
 
 extern int fusion_passed, fusion_failed;
 
@@ -31,6 +33,36 @@ static inline uint64_t test_rand(uint64_t *s)
 static inline int test_pick(uint64_t *s, int n)
 {
     return (int)(test_rand(s) % (uint64_t)n);
+}
+
+/* The unary and binary ops the random expression graphs draw from (test-graphs.c on the
+ * cpu, test-gpu.c on the GPU backends): which picks one. */
+static inline kiln_tensor *fusion_unary_of(kiln_tensor *t, int which)
+{
+    switch (which) {
+    case 0: return kiln_tanh(t);
+    case 1: return kiln_relu(t);
+    case 2: return kiln_gelu(t, false);
+    case 3: return kiln_sigmoid(t);
+    case 4: return kiln_neg(t);
+    case 5: return kiln_abs(t);
+    case 6: return kiln_mul_scalar(t, 0.5);
+    case 7: return kiln_add_scalar(t, -0.25);
+    case 8: return kiln_silu(t);
+    default: return kiln_square(kiln_tanh(t));
+    }
+}
+
+static inline kiln_tensor *fusion_binary_of(kiln_tensor *a, kiln_tensor *b, int which)
+{
+    switch (which) {
+    case 0: return kiln_add(a, b);
+    case 1: return kiln_sub(a, b);
+    case 2: return kiln_mul(a, b);
+    case 3: return kiln_maximum(a, b);
+    case 4: return kiln_minimum(a, b);
+    default: return kiln_div(a, kiln_add_scalar(kiln_abs(b), 1.0));
+    }
 }
 
 void test_programs(void); /* test-programs.c: kiln_fused_program on the cpu's fused_run */

@@ -73,34 +73,6 @@ static void compare(const char *what, kiln_tensor *const t[NDEV], double rel_tol
         free(v[d]);
 }
 
-static kiln_tensor *unary_of(kiln_tensor *t, int which)
-{
-    switch (which) {
-    case 0: return kiln_tanh(t);
-    case 1: return kiln_relu(t);
-    case 2: return kiln_gelu(t, false);
-    case 3: return kiln_sigmoid(t);
-    case 4: return kiln_neg(t);
-    case 5: return kiln_abs(t);
-    case 6: return kiln_mul_scalar(t, 0.5);
-    case 7: return kiln_add_scalar(t, -0.25);
-    case 8: return kiln_silu(t);
-    default: return kiln_square(kiln_tanh(t));
-    }
-}
-
-static kiln_tensor *binary_of(kiln_tensor *a, kiln_tensor *b, int which)
-{
-    switch (which) {
-    case 0: return kiln_add(a, b);
-    case 1: return kiln_sub(a, b);
-    case 2: return kiln_mul(a, b);
-    case 3: return kiln_maximum(a, b);
-    case 4: return kiln_minimum(a, b);
-    default: return kiln_div(a, kiln_add_scalar(kiln_abs(b), 1.0));
-    }
-}
-
 /* The same uniform values in [-2, 2) on every device. */
 static void from_host(kiln_tensor *out[NDEV], const int64_t *shape, int ndim, uint64_t *s)
 {
@@ -151,9 +123,9 @@ static void random_graph(int seed)
         for (int d = 0; d < NDEV; d++) {
             kiln_tensor *r;
             if (kind < 5)
-                r = binary_of(v[d][a], v[d][b], bo);
+                r = fusion_binary_of(v[d][a], v[d][b], bo);
             else if (kind < 7)
-                r = unary_of(v[d][a], u);
+                r = fusion_unary_of(v[d][a], u);
             else if (kind == 7)
                 r = kiln_where(kiln_gt(v[d][a], v[d][b]), kiln_where(mask[d], v[d][a], v[d][1]), v[d][b]);
             else if (kind == 8)
