@@ -33,17 +33,20 @@
 #include "cpu-math512.h"
 #define KTABLE kiln__cpu_kernels_avx512
 #define KNAME "avx512"
+#define KSTREAM 16 /* floats per non-temporal store */
 #elif defined(KILN_CPU_AVX2) && defined(__AVX2__) && defined(__FMA__)
 #define USE_AVX2 1
 #define USE_AVX512 0
 #include "cpu-math.h"
 #define KTABLE kiln__cpu_kernels_avx2
 #define KNAME "avx2"
+#define KSTREAM 8
 #else
 #define USE_AVX2 0
 #define USE_AVX512 0
 #define KTABLE kiln__cpu_kernels_base
 #define KNAME "base"
+#define KSTREAM 4 /* SSE2 on x86-64; elsewhere the fused stores copy plainly */
 #endif
 
 /* ------------------------------------------------------------------ scalar forms */
@@ -794,7 +797,7 @@ static void philox_u01(double *u, uint64_t counter, uint64_t seed, int64_t n)
 
 const kiln__cpu_kernels KTABLE = {
     .name = KNAME,
-    .stream_floats = USE_AVX512 ? 16 : USE_AVX2 ? 8 : 4,
+    .stream_floats = KSTREAM,
     .unary_f32 = unary_f32,
     .binary_f32 = binary_f32,
     .f16_to_f32 = f16_to_f32,
