@@ -52,6 +52,7 @@ typedef struct fplan {
     int64_t lo, hi; /* the element range the jobs split */
     bool stream;    /* outputs far larger than the caches: non-temporal stores */
     bool prefetch;  /* one or two contiguous inputs: prefetch the next block's */
+    int nheavy;     /* unary instructions computing a transcendental (kiln__cpu_fused_heavy) */
     bool has_softmax, has_reduce;
     char *scratch; /* njobs slabs of nslots * block floats */
     int njobs;
@@ -62,6 +63,50 @@ typedef struct fplan {
     bool conv;         /* the producer is a CONV (else a MATMUL); its output shape in conv_out */
     kiln_tdesc conv_out;
 } fplan;
+
+/** o[0, m) = src[0, m) with non-temporal stores where the CPU has them (pl->stream). */
+void kiln__cpu_fused_store_stream(const fplan *pl, float *o, const float *src, int64_t m);
+
+/* The next block's contiguous inputs, asked for while this block computes. */
+typedef struct kiln__cpu_prefetcher {
+    const char *base[2]; /* the next block's first element of each contiguous input */
+    int nbase;
+    int64_t bytes;  /* the next block's bytes per input */
+    int64_t issued; /* bytes of each already asked for */
+} kiln__cpu_prefetcher;
+
+/* Elements of a heavy op between two shares of prefetches (cpu-fused-memory.c says why). */
+#define KILN_CPU_PREFETCH_CHUNK 256
+
+/** Set pf up for the block after [i0, i0 + m) of a span ending at end (nothing to ask for
+ *  unless pl->prefetch); without heavy ops in the program, ask for all of it at once. */
+void kiln__cpu_fused_prefetch_next(const fplan *pl, int64_t i0, int64_t m, int64_t end, kiln__cpu_prefetcher *pf);
+/** Ask for each input's lines up to byte upto of the next block (those not asked yet). */
+void kiln__cpu_fused_prefetch_upto(kiln__cpu_prefetcher *pf, int64_t upto);
+
+/* Whether unary op costs many vector instructions per element (exp, erf, tanh, ...):
+ * the next block's prefetch is spread over such ops. */
+static inline bool kiln__cpu_fused_heavy(int op)
+{
+    switch (op) {
+    case KILN_UNARY_EXP:
+    case KILN_UNARY_LOG:
+    case KILN_UNARY_LOG1P:
+    case KILN_UNARY_EXPM1:
+    case KILN_UNARY_SIN:
+    case KILN_UNARY_COS:
+    case KILN_UNARY_TANH:
+    case KILN_UNARY_SIGMOID:
+    case KILN_UNARY_ELU:
+    case KILN_UNARY_GELU:
+    case KILN_UNARY_GELU_TANH:
+    case KILN_UNARY_SILU:
+    case KILN_UNARY_SOFTPLUS:
+    case KILN_UNARY_ERF:
+    case KILN_UNARY_POW_SCALAR: return true;
+    default: return false;
+    }
+}
 
 /* Whether code is a producer heading a program (MATMUL, CONV). */
 static inline bool kiln__cpu_fused_producer(int code)

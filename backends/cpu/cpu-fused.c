@@ -248,6 +248,8 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
     for (int i = 0; i < p->ninputs; i++)
         contiguous_inputs += pl->in[i].kind == IN_CONTIG;
     pl->prefetch = pl->stream && contiguous_inputs > 0 && contiguous_inputs <= 2;
+    for (int i = 0; i < p->ninstrs; i++)
+        pl->nheavy += p->instrs[i].code == KILN_FUSED_UNARY && kiln__cpu_fused_heavy(p->instrs[i].op);
     /* the instruction defining each register, its last reader, and how often it is stored */
     int def[KILN_FUSED_MAX_INSTRS * 2], last_use[KILN_FUSED_MAX_INSTRS * 2], stores[KILN_FUSED_MAX_INSTRS * 2];
     for (int r = 0; r < p->nregs; r++)
@@ -454,80 +456,6 @@ static void select_where(float *restrict o, freg c, freg a, freg b, int64_t m)
     }
 }
 
-/* o[0, m) = src[0, m) bypassing the caches where the CPU can, in the widest stores the
- * kernel table's CPU has: one 64-byte store fills a whole write-combining line at once,
- * where four 16-byte ones may leave it partly filled when the loop is interrupted. On
- * gelu(x·a+b)·c over 64 MiB (one thread, CPU time, 1024-element blocks) 512-bit stores
- * took 6.9 ms against 7.1-7.6 with SSE2's. */
-#if defined(__x86_64__)
-__attribute__((target("avx512f"))) static void store_stream512(float *o, const float *src, int64_t m)
-{
-    int64_t j = 0;
-    for (; j < m && ((uintptr_t)(o + j) & 63); j++)
-        o[j] = src[j];
-    for (; j + 16 <= m; j += 16)
-        _mm512_stream_ps(o + j, _mm512_loadu_ps(src + j));
-    for (; j < m; j++)
-        o[j] = src[j];
-}
-
-__attribute__((target("avx"))) static void store_stream256(float *o, const float *src, int64_t m)
-{
-    int64_t j = 0;
-    for (; j < m && ((uintptr_t)(o + j) & 31); j++)
-        o[j] = src[j];
-    for (; j + 8 <= m; j += 8)
-        _mm256_stream_ps(o + j, _mm256_loadu_ps(src + j));
-    for (; j < m; j++)
-        o[j] = src[j];
-}
-#endif
-
-static void store_stream(const fplan *pl, float *o, const float *src, int64_t m)
-{
-    if (src == o)
-        return;
-    int64_t j = 0;
-#if defined(__x86_64__)
-    if (pl->k->stream_floats == 16) {
-        store_stream512(o, src, m);
-        return;
-    }
-    if (pl->k->stream_floats == 8) {
-        store_stream256(o, src, m);
-        return;
-    }
-    for (; j < m && ((uintptr_t)(o + j) & 15); j++)
-        o[j] = src[j];
-    for (; j + 4 <= m; j += 4)
-        _mm_stream_ps(o + j, _mm_loadu_ps(src + j));
-#else
-    (void)pl;
-#endif
-    memmove(o + j, src + j, (size_t)(m - j) * sizeof *o);
-}
-
-/* Ask for the next block's contiguous inputs while this one computes: a chain with a
- * heavy op (erf, tanh) is compute-bound per block, and without this its loads only start
- * when the next block does. Only for one or two such streams: measured on gelu(x·a+b)·c
- * over 64 MiB on one thread (CPU time, three runs each), 16.6-16.9 ms without and
- * 14.5-16.6 ms with it for a, b, c per column (one stream), but 22.6 -> 23.5 ms with a,
- * b, c full (four streams, which the hardware prefetchers already keep busy). */
-static void prefetch_next(const fplan *pl, int64_t i0, int64_t m, int64_t end)
-{
-    int64_t next = i0 + m, len = end - next < pl->block ? end - next : pl->block;
-    if (len <= 0 || !pl->prefetch)
-        return;
-    for (int k = 0; k < pl->p->ninputs; k++) {
-        const fin *f = &pl->in[k];
-        if (f->kind != IN_CONTIG)
-            continue;
-        const char *base = (const char *)(f->base + next);
-        for (int64_t b = 0; b < len * (int64_t)sizeof(float); b += 64)
-            __builtin_prefetch(base + b, 0, 3);
-    }
-}
-
 /* The largest (max) or smallest of acc and x[0, m) (stride 0: x[0] m times), NaN once any
  * is NaN, as the unfused reduce gives. */
 static double extreme_run(const float *x, int64_t stride, int64_t m, bool max, double acc)
@@ -552,9 +480,10 @@ static double extreme_run(const float *x, int64_t stride, int64_t m, bool max, d
 }
 
 static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, int64_t i0, int64_t m,
-                      const float *prod)
+                      const float *prod, kiln__cpu_prefetcher *pf)
 {
     const kiln_fused_program *p = pl->p;
+    int heavy_seen = 0; /* heavy ops run so far: each asks for its share of the next block */
     for (int i = 0; i < p->ninstrs; i++) {
         const kiln_fused_instr *in = &p->instrs[i];
         float *dst = pl->direct[i] >= 0 ? pl->out[pl->direct[i]] + i0
@@ -582,7 +511,15 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
         case KILN_FUSED_CONV: regs[in->dst] = (freg){prod, 1}; break;
         case KILN_FUSED_UNARY: {
             freg a = regs[in->a];
-            pl->k->unary_f32(in->op, dst, a.p, a.stride ? m : 1, (float)in->alpha, (float)in->beta);
+            if (pf->issued < pf->bytes && a.stride && kiln__cpu_fused_heavy(in->op)) {
+                int64_t share = (pf->bytes + pl->nheavy - 1) / pl->nheavy, first = share * heavy_seen++;
+                for (int64_t j = 0; j < m; j += KILN_CPU_PREFETCH_CHUNK) {
+                    int64_t c = m - j < KILN_CPU_PREFETCH_CHUNK ? m - j : KILN_CPU_PREFETCH_CHUNK;
+                    pl->k->unary_f32(in->op, dst + j, a.p + j, c, (float)in->alpha, (float)in->beta);
+                    kiln__cpu_fused_prefetch_upto(pf, first + share * (j + c) / m);
+                }
+            } else
+                pl->k->unary_f32(in->op, dst, a.p, a.stride ? m : 1, (float)in->alpha, (float)in->beta);
             if (pl->half)
                 round_run(pl->k, p->dtype, dst, a.stride ? m : 1);
             regs[in->dst] = (freg){dst, a.stride};
@@ -679,7 +616,7 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
                 for (int64_t j = 0; j < m; j++)
                     o[j] = a.p[0];
             else if (pl->stream)
-                store_stream(pl, o, a.p, m);
+                kiln__cpu_fused_store_stream(pl, o, a.p, m);
             else if (a.p != o)
                 memmove(o, a.p, (size_t)m * sizeof *o);
             break;
@@ -698,8 +635,10 @@ void kiln__cpu_fused_span(const fplan *pl, float *scratch, double *acc, int64_t 
             m -= m % pl->row; /* whole rows (spans start on one; block >= row) */
         else if (pl->row && m > pl->row - i0 % pl->row)
             m = pl->row - i0 % pl->row;
-        prefetch_next(pl, i0, m, end);
-        run_block(pl, scratch, regs, acc, i0, m, prod ? prod + (i0 - prod_lo) : NULL);
+        kiln__cpu_prefetcher pf;
+        kiln__cpu_fused_prefetch_next(pl, i0, m, end, &pf);
+        run_block(pl, scratch, regs, acc, i0, m, prod ? prod + (i0 - prod_lo) : NULL, &pf);
+        kiln__cpu_fused_prefetch_upto(&pf, pf.bytes); /* a heavy op skipped (a scalar operand) */
     }
 }
 
