@@ -384,6 +384,11 @@ typedef struct kiln_backend_caps {
     bool dtype[KILN_DTYPE_COUNT];   /* dtypes it stores and computes */
     bool host_memory;               /* buffers are plain host memory (zero-copy download) */
     bool async;                     /* primitives may return before the work is done */
+    /* Under the fusion decorator, a call whose largest operand has fewer elements than this
+     * starts no group: it runs as it is (0: every call may fuse). For a backend where the
+     * recording costs more than a small call saves (the cpu: its small operands sit in the
+     * caches already, and the call costs under a microsecond). */
+    int64_t fusion_min_elements;
 } kiln_backend_caps;
 
 typedef struct kiln_backend_iface {

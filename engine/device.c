@@ -458,7 +458,13 @@ int kiln_device_memory_get(kiln_device *dev, kiln_device_memory *out)
                         dev->be->name);
         return KILN_ENOTSUP;
     }
-    return dev->be->memory(dev->ctx, out);
+    int rc = dev->be->memory(dev->ctx, out);
+    if (rc == KILN_ENOTSUP) { /* a decorator's inner backend has none: name the device too */
+        char why[KILN_ERROR_MAX];
+        snprintf(why, sizeof why, "%s", kiln_error());
+        kiln__error_set("kiln_device_memory_get: device '%s': %s", dev->spec, why);
+    }
+    return rc;
 }
 
 const char *kiln_device_lost(kiln_device *dev)

@@ -62,6 +62,9 @@ typedef struct kiln_storage {
      * queue reference; guarded by the device's queue_lock. */
     struct kiln_queue *home;
     struct kiln_queue *users[KILN__QUEUE_USERS];
+    /* users[0] != NULL, written under queue_lock and read without it: a storage used only
+     * on its home queue (nearly all) is touched without taking the lock */
+    atomic_bool has_users;
 } kiln_storage;
 
 struct kiln_tensor {

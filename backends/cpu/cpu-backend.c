@@ -139,6 +139,7 @@ static void cpu_caps(void *ctx, kiln_backend_caps *out)
         out->dtype[i] = true;
     out->host_memory = true;
     out->async = false;
+    out->fusion_min_elements = KILN_CPU_FUSION_MIN_ELEMENTS;
 }
 
 /* ------------------------------------------------------------------ buffers */

@@ -40,6 +40,14 @@ struct kiln_buffer {
 
 #define KILN_CPU_NCLASSES 160
 
+/* Calls under the fusion decorator ("cpu?fusion=on") whose operands all have fewer
+ * elements than this run as they are instead of starting a group (kiln_backend_caps):
+ * such operands sit in L2 already, so a fused pass saves little, while recording and
+ * planning cost more than the call. The ONNX test encoder (all operands small) ran
+ * 0.145 ms fused without the bound, 0.132 with it, 0.113 unfused; the training steps
+ * of bench/engine/fusion-bench were the same with and without it. */
+#define KILN_CPU_FUSION_MIN_ELEMENTS ((int64_t)1 << 16)
+
 /* Which convolution tile serves the layers both can (KILN_CPU_CONV): the cost model of
  * cpu-conv.c (cv_preferred), or always one of them, for tests and measurements. */
 typedef enum kiln__cpu_conv_path {

@@ -26,6 +26,7 @@ typedef struct fdev {
     const kiln_backend_iface *in;
     void *ictx;
     bool replay;                      /* option codegen=off: groups replay their calls */
+    int64_t min_elements;             /* a call smaller than this starts no group (caps) */
     _Atomic uint64_t groups_run;      /* programs handed to the inner fused_run */
     _Atomic uint64_t calls_fused;     /* recorded calls those programs replaced */
     _Atomic uint64_t groups_replayed; /* groups that ran call by call */
@@ -33,6 +34,7 @@ typedef struct fdev {
     pthread_mutex_t wrapped_mu;
     kiln_buffer **wrapped;
     int nwrapped, capwrapped;
+    _Atomic bool any_wrapped; /* nwrapped > 0, read without the lock on every free */
 } fdev;
 
 /* One recorded call: fill (out), copy and unary (out, x), binary (out, x, y), where
@@ -54,6 +56,11 @@ typedef struct frec {
  * forwarded calls run outside it). */
 typedef struct fq {
     pthread_mutex_t mu;
+    /* nrec > 0, written under mu: a call that finds no group pending forwards without
+     * taking mu (uncontended locks around every call cost the decorator a fifth of a
+     * small model's run). A thread that frees a buffer a group reads got it after the
+     * recording thread let go of it, so it sees the flag set. */
+    _Atomic bool pending;
     fdev *d;
     void *iq;   /* the inner queue context */
     bool owned; /* opened with the inner queue_open */

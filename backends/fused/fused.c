@@ -20,8 +20,10 @@
  * an event must flush that queue's group before another queue relies on its work.
  *
  * Option codegen=off keeps the recording and the flushes but replays every group, so a
- * test or a measurement can compare the two with everything else equal. Other options go
- * to the inner device.
+ * test or a measurement can compare the two with everything else equal. Option
+ * min_elements=N: a call whose operands all have fewer elements than N, arriving with no
+ * group pending, runs as it is (default: the inner backend's fusion_min_elements, 65536
+ * on the cpu, 0 elsewhere; 0 records every call). Other options go to the inner device.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +53,11 @@ static void *fused_open_opts(const char *spec, int index, kiln_device_opts *o)
         return NULL;
     }
     d->replay = codegen == 1;
+    long min_elements = -1;
+    if (kiln__device_opt_long(o, "fused", "min_elements", 0, 1L << 40, &min_elements) < 0) {
+        free(d);
+        return NULL;
+    }
     pthread_mutex_init(&d->wrapped_mu, NULL);
     kiln_device_opts inner = {0};
     for (int i = 0; i < o->n; i++)
@@ -64,6 +71,13 @@ static void *fused_open_opts(const char *spec, int index, kiln_device_opts *o)
         pthread_mutex_destroy(&d->wrapped_mu);
         free(d);
         return NULL;
+    }
+    if (min_elements >= 0)
+        d->min_elements = min_elements;
+    else if (d->in->caps) {
+        kiln_backend_caps caps = {0};
+        d->in->caps(d->ictx, &caps);
+        d->min_elements = caps.fusion_min_elements;
     }
     return d;
 }
@@ -88,11 +102,20 @@ static void fused_caps(void *ctx, kiln_backend_caps *out)
 
 /* ----------------------------------------------------------- queues and events */
 
+/* Let go of q's group, publishing whether one is pending (fq.pending). */
+static void unlock_group(fq *q)
+{
+    atomic_store(&q->pending, q->nrec > 0);
+    pthread_mutex_unlock(&q->mu);
+}
+
 static int flush(fq *q)
 {
+    if (!atomic_load(&q->pending))
+        return 0;
     pthread_mutex_lock(&q->mu);
     int rc = kiln__fused_flush(q);
-    pthread_mutex_unlock(&q->mu);
+    unlock_group(q);
     return rc;
 }
 
@@ -224,12 +247,15 @@ static kiln_buffer *fused_buffer_alloc(void *qctx, size_t nbytes)
 static bool unwrap(fdev *d, kiln_buffer *b)
 {
     bool found = false;
+    if (!atomic_load(&d->any_wrapped))
+        return false;
     pthread_mutex_lock(&d->wrapped_mu);
     for (int i = 0; i < d->nwrapped && !found; i++)
         if (d->wrapped[i] == b) {
             d->wrapped[i] = d->wrapped[--d->nwrapped];
             found = true;
         }
+    atomic_store(&d->any_wrapped, d->nwrapped > 0);
     pthread_mutex_unlock(&d->wrapped_mu);
     return found;
 }
@@ -238,9 +264,13 @@ static void fused_buffer_free(void *qctx, kiln_buffer *b)
 {
     fq *q = qctx;
     bool wrapped = unwrap(q->d, b);
+    if (!atomic_load(&q->pending)) { /* no group that could read it */
+        q->d->in->buffer_free(q->iq, b);
+        return;
+    }
     pthread_mutex_lock(&q->mu);
     kiln__fused_free(q, b, wrapped);
-    pthread_mutex_unlock(&q->mu);
+    unlock_group(q);
 }
 
 #define FLUSH(q)                                                                                                  \
@@ -333,6 +363,7 @@ static kiln_buffer *fused_buffer_wrap_host(void *qctx, void *ptr, size_t n, void
     kiln_buffer *b = d->in->buffer_wrap_host(q->iq, ptr, n, release, ud);
     if (b)
         d->wrapped[d->nwrapped++] = b;
+    atomic_store(&d->any_wrapped, d->nwrapped > 0);
     pthread_mutex_unlock(&d->wrapped_mu);
     return b;
 }
@@ -345,15 +376,38 @@ static size_t fused_buffer_trim(void *qctx, size_t bytes)
 
 /* ------------------------------------------------------------------ primitives */
 
+static int64_t numel_of(const kiln_tdesc *t)
+{
+    if (!t->buf)
+        return 0;
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
+    return n;
+}
+
+/* Whether r is too small to start a group on this device (kiln_backend_caps). */
+static bool below_fusion_size(const fq *q, const frec *r)
+{
+    int64_t m = q->d->min_elements;
+    return m > 0 && numel_of(&r->out) < m && numel_of(&r->x) < m && numel_of(&r->y) < m && numel_of(&r->z) < m;
+}
+
 /* The recorded entries: join the group, or flush and forward. */
 static int record_or_run(fq *q, const frec *r)
 {
-    pthread_mutex_lock(&q->mu);
-    int rc = kiln__fused_record(q, r);
-    bool recorded = rc > 0;
-    if (rc == 0)
-        rc = kiln__fused_flush(q);
-    pthread_mutex_unlock(&q->mu);
+    int rc = 0;
+    bool recorded = false;
+    /* a small call with no group pending runs as it is; one after a pending group joins
+     * it, where it may end a chain (a reduction's small output) */
+    if (atomic_load(&q->pending) || !below_fusion_size(q, r)) {
+        pthread_mutex_lock(&q->mu);
+        rc = q->nrec == 0 && below_fusion_size(q, r) ? 0 : kiln__fused_record(q, r);
+        recorded = rc > 0;
+        if (rc == 0)
+            rc = kiln__fused_flush(q);
+        unlock_group(q);
+    }
     if (rc < 0)
         return rc;
     if (recorded)
@@ -517,6 +571,21 @@ static int fused_rnn_pack(void *qctx, const kiln_rnn_params *p, const kiln_tdesc
     return q->d->in->rnn_pack(q->iq, p, packed, w, r);
 }
 
+/* The product with its epilogue applied as it is stored, by the inner backend's GEMM (a
+ * group's MATMUL producer fuses only on a backend whose generator emits producers, and
+ * the ONNX executor calls this entry directly). Without the inner entry: KILN_ENOTSUP
+ * and no message, so the engine runs matmul and then the epilogue, as it does for a
+ * backend without it. */
+static int fused_matmul_fused(void *qctx, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b,
+                              const kiln_epilogue *ep)
+{
+    fq *q = qctx;
+    if (!q->d->in->matmul_fused)
+        return KILN_ENOTSUP;
+    FLUSH(q);
+    return q->d->in->matmul_fused(q->iq, out, a, b, ep);
+}
+
 static int64_t fused_rnn_pack_size(void *qctx, const kiln_rnn_params *p)
 {
     fq *q = qctx;
@@ -578,6 +647,7 @@ static const kiln_backend_iface fused_iface = {
     .conv_backward_input = fused_conv_backward_input,
     .conv_backward_weight = fused_conv_backward_weight,
     .conv_fused = fused_conv_fused,
+    .matmul_fused = fused_matmul_fused,
     .conv_pack_size = fused_conv_pack_size,
     .conv_pack = fused_conv_pack,
     .epilogue = fused_epilogue,

@@ -1,6 +1,6 @@
 /*
  * tests/fusion/test-graphs.c — random expression graphs through the public API on three
- * devices: "fused:counting:cpu" (fused), "counting:cpu" (the same kernels unfused) and
+ * devices: "fused:counting:cpu?min_elements=0" (fused), "counting:cpu" (the same kernels unfused) and
  * "ref" (the oracle). Graphs mix elementwise ops, broadcasts (row, column and scalar
  * operands), views (transpose, slice, reshape), reductions and matmuls with elementwise
  * epilogues; every result must equal the unfused one to the bit and ref's within 1e-4,
@@ -265,9 +265,9 @@ static void options(void)
     kiln_device *d = kiln_device_open("counting:cpu?fusion=on");
     CHECK(d && !strcmp(kiln_device_name(d), "counting:cpu?fusion=on"), "the device keeps its name (%s)",
           d ? kiln_device_name(d) : kiln_error());
-    if (d) {
+    if (d) { /* large enough for the cpu's fusion_min_elements */
         kiln_scope_begin();
-        kiln_tensor *x = kiln_full(d, KILN_F32, KILN_SHAPE(64, 64), 0.5);
+        kiln_tensor *x = kiln_full(d, KILN_F32, KILN_SHAPE(512, 512), 0.5);
         float v = 0;
         kiln_to_data(kiln_slice(kiln_reshape(kiln_relu(kiln_mul(kiln_add(x, x), x)), KILN_SHAPE(-1)), 0, 0, 1, 1),
                      &v, sizeof v);
@@ -287,6 +287,29 @@ static void options(void)
         kiln_scope_end();
     }
     kiln_device_close(d);
+    /* small calls: unfused under the cpu's default bound, fused with min_elements=0 */
+    for (int k = 0; k < 2; k++) {
+        d = kiln_device_open(k ? "fused:counting:cpu?min_elements=0" : "fused:counting:cpu");
+        CHECK(d != NULL, "open: %s", kiln_error());
+        if (!d)
+            continue;
+        kiln_scope_begin();
+        kiln_tensor *x = kiln_full(d, KILN_F32, KILN_SHAPE(64, 64), 0.5);
+        float v = 0;
+        /* (the device may be shared with the tests above: count from here) */
+        uint64_t fused0 = calls_of(d, "fused"), binary0 = calls_of(d, "binary");
+        kiln_to_data(kiln_slice(kiln_reshape(kiln_relu(kiln_mul(kiln_add(x, x), x)), KILN_SHAPE(-1)), 0, 0, 1, 1),
+                     &v, sizeof v);
+        uint64_t fused = calls_of(d, "fused") - fused0, binary = calls_of(d, "binary") - binary0;
+        CHECK(v == 0.5f && fused == (uint64_t)k && binary == (k ? 0u : 2u),
+              "%s: %g, %llu fused calls, %llu binary", k ? "min_elements=0" : "the default bound", v,
+              (unsigned long long)fused, (unsigned long long)binary);
+        kiln_scope_end();
+        kiln_device_close(d);
+    }
+    d = kiln_device_open("fused:cpu?min_elements=-3");
+    CHECK(!d && strstr(kiln_error(), "min_elements") && strstr(kiln_error(), "-3"),
+          "a bad min_elements is refused naming the option: '%s'", kiln_error());
     d = kiln_device_open("cpu?fusion=maybe");
     CHECK(!d && strstr(kiln_error(), "fusion") && strstr(kiln_error(), "maybe"),
           "a bad fusion value is refused naming the option: '%s'", kiln_error());
@@ -300,7 +323,7 @@ static void options(void)
           "fused:cpu keeps no counters and says so: '%s'", kiln_error());
     kiln_device_close(d);
     /* codegen=off: the same results, no fused call */
-    d = kiln_device_open("fused:counting:cpu?codegen=off");
+    d = kiln_device_open("fused:counting:cpu?codegen=off&min_elements=0");
     CHECK(d != NULL, "fused:counting:cpu?codegen=off opens: %s", kiln_error());
     if (d) {
         kiln_scope_begin();
@@ -327,7 +350,7 @@ static void options(void)
 
 void test_graphs(void)
 {
-    const char *specs[NDEV] = {"fused:counting:cpu", "counting:cpu", "ref"};
+    const char *specs[NDEV] = {"fused:counting:cpu?min_elements=0", "counting:cpu", "ref"};
     for (int d = 0; d < NDEV; d++) {
         devs[d] = kiln_device_open(specs[d]);
         CHECK(devs[d] != NULL, "open %s: %s", specs[d], kiln_error());

@@ -3,7 +3,7 @@
  * whole training steps. Gradients of an expression whose forward and backward both fuse
  * must equal the unfused ones to the bit; a training step (forward, loss, backward,
  * Adam) of the Fashion-MNIST CNN and of a Transformer encoder block, built with the C
- * API, must reach the kernels in far fewer calls fused ("fused:counting:cpu") than
+ * API, must reach the kernels in far fewer calls fused ("fused:counting:cpu?min_elements=0") than
  * unfused ("counting:cpu"), with the same loss and the same updated weights.
  */
 #include <math.h>
@@ -86,7 +86,8 @@ static bool same_bits(kiln_tensor *a, kiln_tensor *b, const char *what)
  * elementwise ops (gelu', tanh', the products of the chain rule) that fuses too. */
 static void gradients(void)
 {
-    kiln_device *dev[2] = {kiln_device_open("fused:counting:cpu"), kiln_device_open("counting:cpu")};
+    kiln_device *dev[2] = {kiln_device_open("fused:counting:cpu?min_elements=0"),
+                           kiln_device_open("counting:cpu")};
     kiln_tensor *gw[2], *gb[2], *gs[2];
     uint64_t fused_in_backward = 0;
     for (int d = 0; d < 2; d++) {
@@ -215,7 +216,8 @@ static step_result train_steps(kiln_device *dev, bool cnn)
 static void launch_counts(bool cnn)
 {
     const char *name = cnn ? "Fashion-MNIST CNN" : "Transformer encoder block";
-    kiln_device *fd = kiln_device_open("fused:counting:cpu"), *pd = kiln_device_open("counting:cpu");
+    kiln_device *fd = kiln_device_open("fused:counting:cpu?min_elements=0"),
+                *pd = kiln_device_open("counting:cpu");
     step_result f = train_steps(fd, cnn), p = train_steps(pd, cnn);
     fprintf(stderr,
             "%s training step: %llu kernel calls fused (%llu of them fused groups), %llu unfused (%.2fx fewer)\n",
