@@ -17,7 +17,11 @@
 #ifndef KILN_CUDA_IMPL_H
 #define KILN_CUDA_IMPL_H
 
+#if KILN_CUDA_HIP
+#include "vendor-hip-host.h" /* the HIP runtime under the CUDA names */
+#else
 #include <cuda_runtime.h>
+#endif
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -54,6 +58,7 @@ typedef struct kiln_cuda_device {
     char name[24]; /* "cuda:0", for messages */
     char gpu[256]; /* the GPU's own name */
     int cc_major, cc_minor;
+    char arch[64]; /* HIP: the GPU's gfx architecture (gcnArchName), the target of generated kernels */
     size_t total_mem;
     kiln_cuda_alloc alloc;
     bool tf32;          /* option tf32=on: f32 matmul and convolution may use TF32 tensor cores */
