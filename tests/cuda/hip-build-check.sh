@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/cuda/hip-build-check.sh SRCDIR OUTDIR LIBKILN_INTERNAL — the whole cuda backend built
+# tests/cuda/hip-build-check.sh SRCDIR OUTDIR LIBKILN_INTERNAL LIBKILN — the whole cuda backend built
 # for AMD GPUs, from the same sources: the kernels (*.cu) compiled by hipcc through
 # backends/cuda/vendor-hip.h, the host side (the C files) compiled by the C compiler ($CC,
 # cc by default) with KILN_CUDA_HIP through vendor-hip-host.h and vendor-hip-libs.h (with
@@ -17,10 +17,17 @@
 # time (cuda-libs.c), so none of their symbols may appear at all. Then every launcher of
 # cuda-kernels.h, every entry cuda-impl.h declares and the registration function must be
 # defined in the shared object.
+#
+# Last, one thing runs: tests/cuda/test-cuda-fused.c built against the same objects (and the
+# rest of libkiln from LIBKILN_INTERNAL, with the libraries LIBKILN itself needs), which
+# generates fused programs' kernels with the HIP build's source and compiles them with
+# hipRTC for gfx90a and gfx1030; hipRTC is a compiler and needs no GPU. Nothing else of the
+# HIP build runs here.
 set -eu
 src=$1
 out=$2
 internal=$3
+libkiln=$4
 mkdir -p "$out"
 hipcc=${HIPCC:-hipcc}
 cc=${CC:-cc}
@@ -99,6 +106,20 @@ for sym in $wanted; do
     fi
 done
 [ $missing -eq 0 ] || exit 1
+# the generated kernels through hipRTC
+echo "$cc: test-cuda-fused.c (KILN_CUDA_HIP)"
+# shellcheck disable=SC2086
+"$cc" $cflags -I"$src/engine/include" -I"$src" -I"$src/backends" -I"$src/backends/fused" -I"$src/engine" \
+    -I"$src/common" -I"$cuda" -c "$src/tests/cuda/test-cuda-fused.c" -o "$out/test-cuda-fused.o" \
+    2>"$out/test.log" || { cat "$out/test.log"; exit 1; }
+# the backend's objects first, so that the archive gives only the engine (its own cuda
+# objects, in a build that has them, are then never pulled in)
+needed=$(readelf -d "$libkiln" | sed -n 's/.*Shared library: \[\(.*\)\]/-l:\1/p')
+# shellcheck disable=SC2086
+"$hipcc" $archs -o "$out/test-cuda-fused-hip" "$out/test-cuda-fused.o" $objs "$internal" $needed -lamdhip64 \
+    2>"$out/test-link.log" || { cat "$out/test-link.log"; exit 1; }
+"$out/test-cuda-fused-hip"
+
 echo "hip-build-check: $nkernels kernel and $nhost host objects compile and link for gfx90a and gfx1030;" \
     "$nwanted launchers and entries defined; $(wc -l <"$out/from-libkiln.txt") symbols left to libkiln's" \
     "engine: $(tr '\n' ' ' <"$out/from-libkiln.txt")"
