@@ -10,8 +10,8 @@
  * the library's name and dlerror's reason, and is tried again at the next open (the user
  * may have fixed LD_LIBRARY_PATH in between, for a long-running program that cannot).
  *
- * A HIP build loads libhipblaslt.so.0 and libMIOpen.so.1 (the sonames of ROCm 5.7 to 6.x,
- * whose ABI vendor-hip-libs.h declares) and hipRTC: libhiprtc.so.<HIP major> where ROCm
+ * A HIP build loads libhipblaslt.so.0 and libMIOpen.so.1 (ROCm 6's sonames; the ABI
+ * vendor-hip-libs.h declares) and hipRTC: libhiprtc.so.<HIP major> where ROCm
  * ships it apart (5.3 and later), else the HIP runtime itself, which carried it before.
  */
 #define KILN_CUDA_LIBS_IMPL

@@ -7,12 +7,13 @@
  * mapping: filters are plain tensor descriptors, a convolution descriptor is initialised
  * once with its mode, there is no math-type switch, and an algorithm is chosen only by
  * Find (MIOpen times its candidates on the call's operands; it has no heuristic query in
- * this API). As in cuda-dnn.c, each queue has its own handle bound to its stream, Find runs
- * once per geometry (direction, dtype, shapes, stride, padding, dilation, groups) within
- * the queue's workspace, and its choice is kept in the device-wide cache
- * (kiln_cuda_device.conv_cache) that every later call of that geometry reads. MIOpen keeps
- * its own record of Find results per problem (its find database), which is what lets a
- * cached algorithm run on another queue's handle.
+ * this API). As in cuda-dnn.c, each queue has its own handle bound to its stream, and Find
+ * runs once per geometry (direction, dtype, shapes, stride, padding, dilation, groups)
+ * within the queue's workspace, its choice kept in the device's cache
+ * (kiln_cuda_device.conv_cache) for every later call. MIOpen documents a Find result as
+ * reusable within the lifetime of the handle that found it, so the cache is keyed by the
+ * handle as well: a second queue runs Find once for the same geometry (MIOpen's own find
+ * database answers it without timing again), and a queue's entries go with its handle.
  *
  * A 1-d convolution runs as a 2-d one over a trailing dim of size 1; operands with strides
  * MIOpen does not take (not packed) are copied to contiguous scratch first. f32, f16 and
@@ -36,6 +37,7 @@ enum {
 
 /* Everything that makes MIOpen choose differently: the cache is searched by this. */
 typedef struct conv_key {
+    uintptr_t handle; /* the queue's MIOpen handle: a Find result is valid for it alone */
     int dir, dtype, nspatial;
     int64_t x[5], w[5], y[5];
     int64_t stride[3], pad[3], dil[3], groups;
@@ -70,8 +72,22 @@ bool kiln__cuda_conv_supports(const kiln_conv_params *p, kiln_dtype dt)
 
 void kiln__cuda_dnn_queue_fini(kiln_cuda_queue *q)
 {
-    if (q->dnn)
-        miopenDestroy((miopenHandle_t)q->dnn);
+    if (!q->dnn)
+        return;
+    /* the handle's entries go first: a later handle may be given the same address */
+    kiln_cuda_device *dev = q->dev;
+    pthread_mutex_lock(&dev->mu);
+    for (kiln__cuda_conv_cache **at = &dev->conv_cache; *at;) {
+        kiln__cuda_conv_cache *c = *at;
+        if (c->key.handle == (uintptr_t)q->dnn) {
+            *at = c->next;
+            free(c);
+        } else {
+            at = &c->next;
+        }
+    }
+    pthread_mutex_unlock(&dev->mu);
+    miopenDestroy((miopenHandle_t)q->dnn);
     q->dnn = NULL;
 }
 
@@ -237,11 +253,12 @@ static int call_init(conv_call *c, const kiln_conv_params *p, const kiln_tdesc *
     return st == miopenStatusSuccess ? 0 : miopen_fail(c->q, st, c->op, what);
 }
 
-static conv_key key_of(int dir, const kiln_conv_params *p, const kiln_tdesc *x, const kiln_tdesc *w,
-                       const kiln_tdesc *y)
+static conv_key key_of(miopenHandle_t h, int dir, const kiln_conv_params *p, const kiln_tdesc *x,
+                       const kiln_tdesc *w, const kiln_tdesc *y)
 {
     conv_key k;
     memset(&k, 0, sizeof k); /* compared with memcmp: the padding too */
+    k.handle = (uintptr_t)h;
     k.dir = dir;
     k.dtype = (int)y->dtype;
     k.nspatial = p->nspatial;
@@ -363,7 +380,7 @@ static int run_conv(void *vq, int dir, const char *op, const kiln_conv_params *p
         rc = KILN_ENOMEM;
     void *xp = rc ? NULL : kiln__cuda_ptr(xc), *wp = rc ? NULL : kiln__cuda_ptr(wc),
          *yp = rc ? NULL : kiln__cuda_ptr(yc);
-    conv_key key = key_of(dir, p, x, w, y);
+    conv_key key = key_of(c.h, dir, p, x, w, y);
     int algo = 0;
     size_t ws_bytes = 0;
     if (!rc && !cache_get(q->dev, &key, &algo, &ws_bytes)) {

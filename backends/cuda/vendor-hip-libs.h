@@ -9,10 +9,12 @@
  * so the few types, enum values and prototypes the backend uses are declared here, and
  * nothing else. The values and signatures are those of the ROCm 6.2 release's public
  * headers (hipblaslt.h and hipblas-common.h of hipBLASLt 0.8, libhipblaslt.so.0; miopen.h
- * of MIOpen 3.2, libMIOpen.so.1); they have stayed the same across ROCm 5.7 to 6.x. A
- * mismatch with the installed library shows as a missing symbol when it loads; a changed
- * value would not, which is why only values documented as stable ABI are used. hipRTC's
- * header ships with HIP itself and is included as it is.
+ * of MIOpen 3.2, libMIOpen.so.1). The hipBLASLt part is the same in ROCm 6.0 and 6.1; ROCm
+ * 5.x's hipBLASLt, under the same soname, took its own compute and data type enums in
+ * hipblasLtMatmulDescCreate and hipblasLtMatrixLayoutCreate, so a HIP build needs ROCm 6 or
+ * later. A missing function shows as a refused load naming it; a changed value would not
+ * show at all, which is why the release is named here. hipRTC's header ships with HIP
+ * itself and is included as it is.
  *
  * Opaque handles are declared as pointers to incomplete structs of kiln's own naming: only
  * their pointer type travels through the ABI.

@@ -24,6 +24,7 @@
 # hipRTC for gfx90a and gfx1030; hipRTC is a compiler and needs no GPU. Nothing else of the
 # HIP build runs here.
 set -eu
+export LC_ALL=C # sort and comm must agree on the order
 src=$1
 out=$2
 internal=$3
