@@ -18,11 +18,12 @@
 # cuda-kernels.h, every entry cuda-impl.h declares and the registration function must be
 # defined in the shared object.
 #
-# Last, one thing runs: tests/cuda/test-cuda-fused.c built against the same objects (and the
-# rest of libkiln from LIBKILN_INTERNAL, with the libraries LIBKILN itself needs), which
+# Last, two tests run, built against the same objects (and the engine from
+# LIBKILN_INTERNAL, with the libraries LIBKILN itself needs): tests/cuda/test-cuda-fused.c
 # generates fused programs' kernels with the HIP build's source and compiles them with
-# hipRTC for gfx90a and gfx1030; hipRTC is a compiler and needs no GPU. Nothing else of the
-# HIP build runs here.
+# hipRTC for gfx90a and gfx1030 (hipRTC is a compiler and needs no GPU), and
+# tests/cuda/test-hip-open.c checks that the backend refuses to open cleanly without an AMD
+# GPU. Nothing else of the HIP build runs here.
 set -eu
 export LC_ALL=C # sort and comm must agree on the order
 src=$1
@@ -107,19 +108,21 @@ for sym in $wanted; do
     fi
 done
 [ $missing -eq 0 ] || exit 1
-# the generated kernels through hipRTC
-echo "$cc: test-cuda-fused.c (KILN_CUDA_HIP)"
-# shellcheck disable=SC2086
-"$cc" $cflags -I"$src/engine/include" -I"$src" -I"$src/backends" -I"$src/backends/fused" -I"$src/engine" \
-    -I"$src/common" -I"$cuda" -c "$src/tests/cuda/test-cuda-fused.c" -o "$out/test-cuda-fused.o" \
-    2>"$out/test.log" || { cat "$out/test.log"; exit 1; }
-# the backend's objects first, so that the archive gives only the engine (its own cuda
-# objects, in a build that has them, are then never pulled in)
+# the two tests that run: the generated kernels through hipRTC, and the open refused
+# without an AMD GPU. The backend's objects come first, so that the archive gives only the
+# engine (its own cuda objects, in a build that has them, are then never pulled in).
 needed=$(readelf -d "$libkiln" | sed -n 's/.*Shared library: \[\(.*\)\]/-l:\1/p')
-# shellcheck disable=SC2086
-"$hipcc" $archs -o "$out/test-cuda-fused-hip" "$out/test-cuda-fused.o" $objs "$internal" $needed -lamdhip64 \
-    2>"$out/test-link.log" || { cat "$out/test-link.log"; exit 1; }
-"$out/test-cuda-fused-hip"
+for t in test-cuda-fused test-hip-open; do
+    echo "$cc: $t.c (KILN_CUDA_HIP)"
+    # shellcheck disable=SC2086
+    "$cc" $cflags -I"$src/engine/include" -I"$src" -I"$src/backends" -I"$src/backends/fused" -I"$src/engine" \
+        -I"$src/common" -I"$cuda" -c "$src/tests/cuda/$t.c" -o "$out/$t.test.o" 2>"$out/$t.log" ||
+        { cat "$out/$t.log"; exit 1; }
+    # shellcheck disable=SC2086
+    "$hipcc" $archs -o "$out/$t-hip" "$out/$t.test.o" $objs "$internal" $needed -lamdhip64 \
+        2>"$out/$t-link.log" || { cat "$out/$t-link.log"; exit 1; }
+    "$out/$t-hip"
+done
 
 echo "hip-build-check: $nkernels kernel and $nhost host objects compile and link for gfx90a and gfx1030;" \
     "$nwanted launchers and entries defined; $(wc -l <"$out/from-libkiln.txt") symbols left to libkiln's" \
