@@ -8,6 +8,12 @@
  * (docs/configuration.md): tf32=off|on (default off: f32 matmul and convolution are
  * exact f32; on lets cuBLASLt and cuDNN use TF32 tensor cores).
  *
+ * A HIP build of this file (KILN_CUDA_HIP, vendor-hip-host.h) drives an AMD GPU the same way
+ * and keeps the device name "cuda:N" (one vendor per build: the engine knows one backend of
+ * this name). It has no compute capability floor (the HIP runtime refuses a kernel that has
+ * no code object for the GPU at its first launch), and refuses tf32=on: AMD GPUs have no
+ * TF32, and silently computing exact f32 would misstate what the option asked for.
+ *
  * Queues are CUDA streams (non-blocking, so they never order against the legacy default
  * stream). Uploads of ordinary (pageable) host memory go through pinned staging chunks
  * and return once the bytes are staged, without waiting for the device; uploads from
@@ -22,6 +28,12 @@
 #include "cuda-impl.h"
 #include "cuda-libs.h"
 
+#if KILN_CUDA_HIP
+#define KILN_CUDA_VENDOR "HIP (AMD GPU)"
+#else
+#define KILN_CUDA_VENDOR "CUDA"
+#endif
+
 /* ------------------------------------------------------------------ errors */
 
 static bool sticky(cudaError_t e)
@@ -29,15 +41,17 @@ static bool sticky(cudaError_t e)
     switch (e) {
     case cudaErrorIllegalAddress:
     case cudaErrorLaunchFailure:
+#if !KILN_CUDA_HIP /* HIP reports these faults as a launch failure or an illegal address */
     case cudaErrorHardwareStackError:
     case cudaErrorIllegalInstruction:
     case cudaErrorMisalignedAddress:
     case cudaErrorInvalidAddressSpace:
     case cudaErrorInvalidPc:
+    case cudaErrorDevicesUnavailable:
+#endif
     case cudaErrorAssert:
     case cudaErrorLaunchTimeout:
     case cudaErrorECCUncorrectable:
-    case cudaErrorDevicesUnavailable:
     case cudaErrorContextIsDestroyed:
     case cudaErrorCudartUnloading: return true;
     default: return false;
@@ -150,17 +164,25 @@ static void *cuda_open_opts(const char *spec, int index, kiln_device_opts *o)
     int tf32 = 0;
     if (kiln__device_opt_choice(o, "cuda", "tf32", onoff, NCHOICES(onoff), &tf32) < 0)
         return NULL;
+#if KILN_CUDA_HIP
+    if (tf32 == 1) {
+        kiln__error_set("%s: tf32=on is not available in a HIP build (AMD GPUs have no TF32; f32 is always "
+                        "exact f32)",
+                        spec);
+        return NULL;
+    }
+#endif
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
         cudaGetLastError();
-        kiln__error_set("%s: no CUDA device is available (%s)", spec,
+        kiln__error_set("%s: no %s device is available (%s)", spec, KILN_CUDA_VENDOR,
                         e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none");
         return NULL;
     }
     if (index < 0 || index >= count) {
-        kiln__error_set("%s: no such device (this machine has %d CUDA device%s: cuda:0..cuda:%d)", spec, count,
-                        count == 1 ? "" : "s", count - 1);
+        kiln__error_set("%s: no such device (this machine has %d %s device%s: cuda:0..cuda:%d)", spec, count,
+                        KILN_CUDA_VENDOR, count == 1 ? "" : "s", count - 1);
         return NULL;
     }
     struct cudaDeviceProp prop;
@@ -172,11 +194,13 @@ static void *cuda_open_opts(const char *spec, int index, kiln_device_opts *o)
         kiln__error_set("%s: cannot use the device: %s", spec, cudaGetErrorString(e));
         return NULL;
     }
+#if !KILN_CUDA_HIP
     if (prop.major < 8) {
         kiln__error_set("%s (%s) has compute capability %d.%d; kiln's CUDA kernels are built for 8.0 and newer",
                         spec, prop.name, prop.major, prop.minor);
         return NULL;
     }
+#endif
     kiln_cuda_device *dev = calloc(1, sizeof *dev);
     if (!dev) {
         kiln__error_set("%s: out of memory opening the device", spec);
@@ -187,6 +211,9 @@ static void *cuda_open_opts(const char *spec, int index, kiln_device_opts *o)
     snprintf(dev->gpu, sizeof dev->gpu, "%s", prop.name);
     dev->cc_major = prop.major;
     dev->cc_minor = prop.minor;
+#if KILN_CUDA_HIP
+    snprintf(dev->arch, sizeof dev->arch, "%.63s", prop.gcnArchName); /* "gfx90a:sramecc+:xnack-" */
+#endif
     dev->total_mem = prop.totalGlobalMem;
     dev->tf32 = tf32 == 1;
     pthread_mutex_init(&dev->mu, NULL);
@@ -428,7 +455,11 @@ static bool pinned(const void *p)
         cudaGetLastError();
         return false;
     }
+#if KILN_CUDA_HIP && HIP_VERSION_MAJOR < 6
+    return attr.memoryType == cudaMemoryTypeHost; /* the field's name before ROCm 6 */
+#else
     return attr.type == cudaMemoryTypeHost;
+#endif
 }
 
 static int cuda_buffer_upload(void *vq, kiln_buffer *dst, size_t dst_offset, const void *src, size_t n)

@@ -19,9 +19,15 @@
  * (KILN_ENOTSUP without a message): the engine then runs matmul and the epilogue kernel.
  * cuBLASLt's GELU epilogue is the tanh approximation, which kiln's epilogue has no
  * activation for (its Gelu is the erf form), so it is not used.
+ *
+ * A HIP build runs this file on hipBLASLt, whose API matches cuBLASLt name for name
+ * (vendor-hip-libs.h maps the spellings); hipBLASLt takes no alignment preferences, and
+ * tf32 is refused when the device opens (cuda-backend.c).
  */
+#if !KILN_CUDA_HIP /* a HIP build's hipBLASLt declarations come with cuda-libs.h */
 #include <cublasLt.h>
 #include <cublas_api.h>
+#endif
 #include <string.h>
 
 #include "cuda-impl.h"
@@ -275,6 +281,7 @@ done:
 
 /* The largest power of two (at most 256) that divides p: cuBLASLt's heuristic assumes
  * 256-byte aligned operands unless told otherwise, and a view's offset may break that. */
+#if !KILN_CUDA_HIP
 static uint32_t alignment(const void *p)
 {
     uintptr_t v = (uintptr_t)p;
@@ -283,6 +290,7 @@ static uint32_t alignment(const void *p)
         al /= 2;
     return al;
 }
+#endif
 
 static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *first, const lt_operand *second,
                   int64_t m, int64_t n, int64_t k, int64_t batch, const kiln_epilogue *ep)
@@ -355,12 +363,14 @@ static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *f
         if (st == CUBLAS_STATUS_SUCCESS)
             st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
                                                       sizeof ws_bytes);
+#if !KILN_CUDA_HIP
         uint32_t al[4] = {alignment(first->ptr), alignment(second->ptr), alignment(cin), alignment(c)};
         cublasLtMatmulPreferenceAttributes_t which[4] = {
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
         for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
             st = cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]);
+#endif
         if (st == CUBLAS_STATUS_SUCCESS)
             st = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)q->dev->blas_lt, op, la, lb, lc, lc, pref, 1,
                                                 &heur, &found);

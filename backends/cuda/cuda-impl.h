@@ -13,11 +13,18 @@
  * the CUDA context unusable (an illegal address, a kernel fault, a lost device: "sticky"
  * errors) marks the device lost; from then on every entry fails at once with the
  * original cause, and kiln__cuda_device_lost reports it for health checks.
+ *
+ * Built with KILN_CUDA_HIP, the same files drive an AMD GPU through HIP
+ * (vendor-hip-host.h; docs/cuda.md "HIP"): the names below keep their CUDA spelling.
  */
 #ifndef KILN_CUDA_IMPL_H
 #define KILN_CUDA_IMPL_H
 
+#if KILN_CUDA_HIP
+#include "vendor-hip-host.h" /* the HIP runtime under the CUDA names */
+#else
 #include <cuda_runtime.h>
+#endif
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -54,6 +61,7 @@ typedef struct kiln_cuda_device {
     char name[24]; /* "cuda:0", for messages */
     char gpu[256]; /* the GPU's own name */
     int cc_major, cc_minor;
+    char arch[64]; /* HIP: the GPU's gfx architecture (gcnArchName), the target of generated kernels */
     size_t total_mem;
     kiln_cuda_alloc alloc;
     bool tf32;          /* option tf32=on: f32 matmul and convolution may use TF32 tensor cores */
@@ -230,7 +238,7 @@ int kiln__cuda_matmul_fused(void *q, const kiln_tdesc *out, const kiln_tdesc *a,
 int kiln__cuda_blas_init(kiln_cuda_device *dev);
 void kiln__cuda_blas_fini(kiln_cuda_device *dev);
 
-/* cuda-dnn.c */
+/* cuda-dnn.c (cuDNN), cuda-dnn-absent.c (neither), hip-miopen.c (a HIP build's MIOpen) */
 int kiln__cuda_conv(void *q, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
                     const kiln_tdesc *w, const kiln_tdesc *bias);
 int kiln__cuda_conv_backward_input(void *q, const kiln_conv_params *p, const kiln_tdesc *grad_x,

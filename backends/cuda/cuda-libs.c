@@ -9,11 +9,19 @@
  * a device may open again later. A failed load leaves the table untouched, is reported with
  * the library's name and dlerror's reason, and is tried again at the next open (the user
  * may have fixed LD_LIBRARY_PATH in between, for a long-running program that cannot).
+ *
+ * A HIP build loads libhipblaslt.so.0 and libMIOpen.so.1 (ROCm 6's sonames; the ABI
+ * vendor-hip-libs.h declares) and hipRTC: libhiprtc.so.<HIP major> where ROCm
+ * ships it apart (5.3 and later), else the HIP runtime itself, which carried it before.
  */
 #define KILN_CUDA_LIBS_IMPL
 #include "cuda-libs.h"
 
+#if KILN_CUDA_HIP
+#include "vendor-hip-host.h"
+#else
 #include <cuda_runtime_api.h>
+#endif
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -79,18 +87,31 @@ static int load_lt(const char *who)
 {
     static const char *const names[] = {KILN_CUDA_LT_FNS(NAME_OF)};
     _Static_assert(sizeof names / sizeof *names == sizeof(kiln_cuda_lt_api) / sizeof(void *),
-                   "one name per cuBLASLt pointer");
-    return kiln__cuda_lib_open("libcublasLt.so." STR(CUBLAS_VER_MAJOR), names, (void **)&kiln__cuda_lt_api,
-                               (int)(sizeof names / sizeof *names), who);
+                   "one name per cuBLASLt (hipBLASLt) pointer");
+#if KILN_CUDA_HIP
+    const char *soname = "libhipblaslt.so.0";
+#else
+    const char *soname = "libcublasLt.so." STR(CUBLAS_VER_MAJOR);
+#endif
+    return kiln__cuda_lib_open(soname, names, (void **)&kiln__cuda_lt_api, (int)(sizeof names / sizeof *names),
+                               who);
 }
 
 static int load_nvrtc(const char *who)
 {
     static const char *const names[] = {KILN_CUDA_NVRTC_FNS(NAME_OF)};
     _Static_assert(sizeof names / sizeof *names == sizeof(kiln_cuda_nvrtc_api) / sizeof(void *),
-                   "one name per NVRTC pointer");
+                   "one name per NVRTC (hipRTC) pointer");
     char soname[32];
+#if KILN_CUDA_HIP
+    snprintf(soname, sizeof soname, "libhiprtc.so.%d", HIP_VERSION_MAJOR);
+    if (kiln__cuda_lib_open(soname, names, (void **)&kiln__cuda_nvrtc_api, (int)(sizeof names / sizeof *names),
+                            who) == 0)
+        return 0;
+    snprintf(soname, sizeof soname, "libamdhip64.so.%d", HIP_VERSION_MAJOR);
+#else
     snprintf(soname, sizeof soname, "libnvrtc.so.%d", CUDART_VERSION / 1000);
+#endif
     return kiln__cuda_lib_open(soname, names, (void **)&kiln__cuda_nvrtc_api, (int)(sizeof names / sizeof *names),
                                who);
 }
@@ -100,9 +121,14 @@ static int load_dnn(const char *who)
 {
     static const char *const names[] = {KILN_CUDA_DNN_FNS(NAME_OF)};
     _Static_assert(sizeof names / sizeof *names == sizeof(kiln_cuda_dnn_api) / sizeof(void *),
-                   "one name per cuDNN pointer");
-    return kiln__cuda_lib_open("libcudnn.so." STR(CUDNN_MAJOR), names, (void **)&kiln__cuda_dnn_api,
-                               (int)(sizeof names / sizeof *names), who);
+                   "one name per cuDNN (MIOpen) pointer");
+#if KILN_CUDA_HIP
+    const char *soname = "libMIOpen.so.1";
+#else
+    const char *soname = "libcudnn.so." STR(CUDNN_MAJOR);
+#endif
+    return kiln__cuda_lib_open(soname, names, (void **)&kiln__cuda_dnn_api, (int)(sizeof names / sizeof *names),
+                               who);
 }
 #endif
 

@@ -14,10 +14,67 @@
  * table, and its name is redirected to that pointer, so the call sites read as plain
  * calls. The tables are written once, under a lock, before the first call can be made
  * (kiln__cuda_libs_load), and only read afterwards.
+ *
+ * A HIP build (KILN_CUDA_HIP) loads hipBLASLt, MIOpen and hipRTC the same way, into the
+ * same three tables (KILN_CUDA_CUDNN then says whether MIOpen is used); their declarations
+ * come from vendor-hip-libs.h.
  */
 #ifndef KILN_CUDA_LIBS_H
 #define KILN_CUDA_LIBS_H
 
+#if KILN_CUDA_HIP
+/* the HIP build's tables name hipBLASLt, MIOpen and hipRTC (vendor-hip-libs.h); the
+ * shared code's cuBLASLt and NVRTC spellings reach them through that header's macros */
+#include "vendor-hip-libs.h"
+
+#define KILN_CUDA_LT_FNS(X)                                                                                       \
+    X(hipblasLtCreate)                                                                                            \
+    X(hipblasLtDestroy)                                                                                           \
+    X(hipblasLtMatmul)                                                                                            \
+    X(hipblasLtMatmulAlgoGetHeuristic)                                                                            \
+    X(hipblasLtMatmulDescCreate)                                                                                  \
+    X(hipblasLtMatmulDescDestroy)                                                                                 \
+    X(hipblasLtMatmulDescSetAttribute)                                                                            \
+    X(hipblasLtMatmulPreferenceCreate)                                                                            \
+    X(hipblasLtMatmulPreferenceDestroy)                                                                           \
+    X(hipblasLtMatmulPreferenceSetAttribute)                                                                      \
+    X(hipblasLtMatrixLayoutCreate)                                                                                \
+    X(hipblasLtMatrixLayoutDestroy)                                                                               \
+    X(hipblasLtMatrixLayoutSetAttribute)
+
+#define KILN_CUDA_NVRTC_FNS(X)                                                                                    \
+    X(hiprtcCompileProgram)                                                                                       \
+    X(hiprtcCreateProgram)                                                                                        \
+    X(hiprtcDestroyProgram)                                                                                       \
+    X(hiprtcGetErrorString)                                                                                       \
+    X(hiprtcGetCode)                                                                                              \
+    X(hiprtcGetCodeSize)                                                                                          \
+    X(hiprtcGetProgramLog)                                                                                        \
+    X(hiprtcGetProgramLogSize)
+
+#define KILN_CUDA_DNN_FNS(X)                                                                                      \
+    X(miopenConvolutionBackwardData)                                                                              \
+    X(miopenConvolutionBackwardDataGetWorkSpaceSize)                                                              \
+    X(miopenConvolutionBackwardWeights)                                                                           \
+    X(miopenConvolutionBackwardWeightsGetWorkSpaceSize)                                                           \
+    X(miopenConvolutionForward)                                                                                   \
+    X(miopenConvolutionForwardGetWorkSpaceSize)                                                                   \
+    X(miopenCreate)                                                                                               \
+    X(miopenCreateConvolutionDescriptor)                                                                          \
+    X(miopenCreateTensorDescriptor)                                                                               \
+    X(miopenDestroy)                                                                                              \
+    X(miopenDestroyConvolutionDescriptor)                                                                         \
+    X(miopenDestroyTensorDescriptor)                                                                              \
+    X(miopenFindConvolutionBackwardDataAlgorithm)                                                                 \
+    X(miopenFindConvolutionBackwardWeightsAlgorithm)                                                              \
+    X(miopenFindConvolutionForwardAlgorithm)                                                                      \
+    X(miopenGetErrorString)                                                                                       \
+    X(miopenInitConvolutionNdDescriptor)                                                                          \
+    X(miopenSetConvolutionGroupCount)                                                                             \
+    X(miopenSetStream)                                                                                            \
+    X(miopenSetTensorDescriptor)
+
+#else
 #include <cublasLt.h>
 #include <nvrtc.h>
 #if KILN_CUDA_CUDNN
@@ -75,6 +132,7 @@
     X(cudnnSetFilterNdDescriptor)                                                                                 \
     X(cudnnSetStream)                                                                                             \
     X(cudnnSetTensorNdDescriptor)
+#endif /* KILN_CUDA_HIP */
 
 #define KILN_CUDA_FN_POINTER(f) __typeof__(f) *f;
 
@@ -109,7 +167,54 @@ int kiln__cuda_libs_load(int which, const char *who);
 int kiln__cuda_lib_open(const char *soname, const char *const *names, void **fns, int n, const char *who);
 
 /* Below, the names call through the tables (not in cuda-libs.c, which fills them). */
-#ifndef KILN_CUDA_LIBS_IMPL
+#if !defined(KILN_CUDA_LIBS_IMPL) && KILN_CUDA_HIP
+#define hipblasLtCreate kiln__cuda_lt_api.hipblasLtCreate
+#define hipblasLtDestroy kiln__cuda_lt_api.hipblasLtDestroy
+#define hipblasLtMatmul kiln__cuda_lt_api.hipblasLtMatmul
+#define hipblasLtMatmulAlgoGetHeuristic kiln__cuda_lt_api.hipblasLtMatmulAlgoGetHeuristic
+#define hipblasLtMatmulDescCreate kiln__cuda_lt_api.hipblasLtMatmulDescCreate
+#define hipblasLtMatmulDescDestroy kiln__cuda_lt_api.hipblasLtMatmulDescDestroy
+#define hipblasLtMatmulDescSetAttribute kiln__cuda_lt_api.hipblasLtMatmulDescSetAttribute
+#define hipblasLtMatmulPreferenceCreate kiln__cuda_lt_api.hipblasLtMatmulPreferenceCreate
+#define hipblasLtMatmulPreferenceDestroy kiln__cuda_lt_api.hipblasLtMatmulPreferenceDestroy
+#define hipblasLtMatmulPreferenceSetAttribute kiln__cuda_lt_api.hipblasLtMatmulPreferenceSetAttribute
+#define hipblasLtMatrixLayoutCreate kiln__cuda_lt_api.hipblasLtMatrixLayoutCreate
+#define hipblasLtMatrixLayoutDestroy kiln__cuda_lt_api.hipblasLtMatrixLayoutDestroy
+#define hipblasLtMatrixLayoutSetAttribute kiln__cuda_lt_api.hipblasLtMatrixLayoutSetAttribute
+#define hiprtcCompileProgram kiln__cuda_nvrtc_api.hiprtcCompileProgram
+#define hiprtcCreateProgram kiln__cuda_nvrtc_api.hiprtcCreateProgram
+#define hiprtcDestroyProgram kiln__cuda_nvrtc_api.hiprtcDestroyProgram
+#define hiprtcGetErrorString kiln__cuda_nvrtc_api.hiprtcGetErrorString
+#define hiprtcGetCode kiln__cuda_nvrtc_api.hiprtcGetCode
+#define hiprtcGetCodeSize kiln__cuda_nvrtc_api.hiprtcGetCodeSize
+#define hiprtcGetProgramLog kiln__cuda_nvrtc_api.hiprtcGetProgramLog
+#define hiprtcGetProgramLogSize kiln__cuda_nvrtc_api.hiprtcGetProgramLogSize
+#if KILN_CUDA_CUDNN
+#define miopenConvolutionBackwardData kiln__cuda_dnn_api.miopenConvolutionBackwardData
+#define miopenConvolutionBackwardDataGetWorkSpaceSize                                                             \
+    kiln__cuda_dnn_api.miopenConvolutionBackwardDataGetWorkSpaceSize
+#define miopenConvolutionBackwardWeights kiln__cuda_dnn_api.miopenConvolutionBackwardWeights
+#define miopenConvolutionBackwardWeightsGetWorkSpaceSize                                                          \
+    kiln__cuda_dnn_api.miopenConvolutionBackwardWeightsGetWorkSpaceSize
+#define miopenConvolutionForward kiln__cuda_dnn_api.miopenConvolutionForward
+#define miopenConvolutionForwardGetWorkSpaceSize kiln__cuda_dnn_api.miopenConvolutionForwardGetWorkSpaceSize
+#define miopenCreate kiln__cuda_dnn_api.miopenCreate
+#define miopenCreateConvolutionDescriptor kiln__cuda_dnn_api.miopenCreateConvolutionDescriptor
+#define miopenCreateTensorDescriptor kiln__cuda_dnn_api.miopenCreateTensorDescriptor
+#define miopenDestroy kiln__cuda_dnn_api.miopenDestroy
+#define miopenDestroyConvolutionDescriptor kiln__cuda_dnn_api.miopenDestroyConvolutionDescriptor
+#define miopenDestroyTensorDescriptor kiln__cuda_dnn_api.miopenDestroyTensorDescriptor
+#define miopenFindConvolutionBackwardDataAlgorithm kiln__cuda_dnn_api.miopenFindConvolutionBackwardDataAlgorithm
+#define miopenFindConvolutionBackwardWeightsAlgorithm                                                             \
+    kiln__cuda_dnn_api.miopenFindConvolutionBackwardWeightsAlgorithm
+#define miopenFindConvolutionForwardAlgorithm kiln__cuda_dnn_api.miopenFindConvolutionForwardAlgorithm
+#define miopenGetErrorString kiln__cuda_dnn_api.miopenGetErrorString
+#define miopenInitConvolutionNdDescriptor kiln__cuda_dnn_api.miopenInitConvolutionNdDescriptor
+#define miopenSetConvolutionGroupCount kiln__cuda_dnn_api.miopenSetConvolutionGroupCount
+#define miopenSetStream kiln__cuda_dnn_api.miopenSetStream
+#define miopenSetTensorDescriptor kiln__cuda_dnn_api.miopenSetTensorDescriptor
+#endif
+#elif !defined(KILN_CUDA_LIBS_IMPL)
 #define cublasLtCreate kiln__cuda_lt_api.cublasLtCreate
 #define cublasLtDestroy kiln__cuda_lt_api.cublasLtDestroy
 #define cublasLtGetStatusString kiln__cuda_lt_api.cublasLtGetStatusString

@@ -5,10 +5,16 @@
  * Each op is one expression over x in f32, the same formulas as the prebuilt kernels
  * (cuda-math.cuh) so a fused chain rounds as the unfused ops would per step. alpha and
  * beta are printed with %.17g, which round-trips a double exactly.
+ *
+ * A HIP build compiles the same source with hipRTC (vendor-hip-libs.h maps the NVRTC names)
+ * to a code object for the GPU's gfx architecture: the generated source uses only names
+ * HIP spells as CUDA does.
  */
 #include "cuda-rtc.h"
 
+#if !KILN_CUDA_HIP /* a HIP build's hipRTC comes with cuda-libs.h */
 #include <nvrtc.h>
+#endif
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -143,20 +149,32 @@ char *kiln__cuda_codegen_unary_chain(const char *name, const kiln_unary_op *ops,
     return b.p;
 }
 
-int kiln__cuda_rtc_compile(const char *source, const char *name, int major, int minor, char **ptx, size_t *ptx_len)
+#if KILN_CUDA_HIP
+#define RTC_OUTPUT "code object"
+#else
+#define RTC_OUTPUT "PTX"
+#endif
+
+/* Compiles source with the options for one target (its name in target, for messages)
+ * into *out (malloc'd, NUL-terminated beyond *out_len): PTX text from NVRTC, a code object
+ * from hipRTC. */
+static int rtc_compile(const char *source, const char *name, const char *arch_opt, const char *target, char **out,
+                       size_t *out_len)
 {
-    *ptx = NULL;
-    if (major < 5 || major > 20 || minor < 0 || minor > 9)
-        return kiln__error_set("cuda rtc: compute capability %d.%d is out of range", major, minor);
+    *out = NULL;
     if (kiln__cuda_libs_load(KILN_CUDA_LIB_NVRTC, "cuda rtc") < 0)
         return -1;
     nvrtcProgram prog;
     nvrtcResult r = nvrtcCreateProgram(&prog, source, name, 0, NULL, NULL);
     if (r != NVRTC_SUCCESS)
         return kiln__error_set("cuda rtc: cannot create program %s: %s", name, nvrtcGetErrorString(r));
-    char arch[40];
-    snprintf(arch, sizeof arch, "--gpu-architecture=compute_%d%d", major, minor);
-    const char *opts[] = {arch, "--std=c++17", "--fmad=true"};
+#if KILN_CUDA_HIP
+    /* -ffp-contract=fast: multiply-adds contracted, as --fmad=true asks of NVRTC (the _rn
+     * intrinsics of the generated source are never contracted either way) */
+    const char *opts[] = {arch_opt, "-std=c++17", "-ffp-contract=fast"};
+#else
+    const char *opts[] = {arch_opt, "--std=c++17", "--fmad=true"};
+#endif
     r = nvrtcCompileProgram(prog, (int)(sizeof opts / sizeof *opts), opts);
     if (r != NVRTC_SUCCESS) {
         size_t log_len = 0;
@@ -164,27 +182,56 @@ int kiln__cuda_rtc_compile(const char *source, const char *name, int major, int 
         if (nvrtcGetProgramLogSize(prog, &log_len) == NVRTC_SUCCESS && log_len > 0 && (log = malloc(log_len)) &&
             nvrtcGetProgramLog(prog, log) != NVRTC_SUCCESS)
             log[0] = '\0';
-        kiln__error_set("cuda rtc: compiling %s for %s failed (%s): %.600s", name, arch + 19,
-                        nvrtcGetErrorString(r), log ? log : "");
+        kiln__error_set("cuda rtc: compiling %s for %s failed (%s): %.600s", name, target, nvrtcGetErrorString(r),
+                        log ? log : "");
         free(log);
         nvrtcDestroyProgram(&prog);
         return KILN_EINVAL;
     }
     size_t len = 0;
     r = nvrtcGetPTXSize(prog, &len);
-    char *out = r == NVRTC_SUCCESS ? malloc(len + 1) : NULL;
-    if (out && (r = nvrtcGetPTX(prog, out)) == NVRTC_SUCCESS) {
-        out[len] = '\0'; /* the size NVRTC gives counts a terminator already; this one is a guard */
-        *ptx = out;
-        if (ptx_len)
-            *ptx_len = strlen(out);
+    char *code = r == NVRTC_SUCCESS ? malloc(len + 1) : NULL;
+    if (code && (r = nvrtcGetPTX(prog, code)) == NVRTC_SUCCESS) {
+        code[len] = '\0'; /* the size NVRTC gives counts a terminator already; this one is a guard */
+        *out = code;
+        if (out_len)
+#if KILN_CUDA_HIP
+            *out_len = len; /* a binary code object: its size, not a string length */
+#else
+            *out_len = strlen(code);
+#endif
         nvrtcDestroyProgram(&prog);
         return 0;
     }
-    free(out);
+    free(code);
     nvrtcDestroyProgram(&prog);
     if (r != NVRTC_SUCCESS)
-        return kiln__error_set("cuda rtc: reading the PTX of %s: %s", name, nvrtcGetErrorString(r));
-    kiln__error_set("cuda rtc: out of memory for the PTX of %s", name);
+        return kiln__error_set("cuda rtc: reading the %s of %s: %s", RTC_OUTPUT, name, nvrtcGetErrorString(r));
+    kiln__error_set("cuda rtc: out of memory for the %s of %s", RTC_OUTPUT, name);
     return KILN_ENOMEM;
 }
+
+#if KILN_CUDA_HIP
+int kiln__cuda_rtc_compile_gfx(const char *source, const char *name, const char *arch, char **code,
+                               size_t *code_len)
+{
+    *code = NULL;
+    /* gcnArchName: "gfx90a:sramecc+:xnack-"; hipRTC takes it whole, features and all */
+    size_t n = arch ? strlen(arch) : 0;
+    if (n < 4 || n > 60 || strncmp(arch, "gfx", 3) != 0 || strpbrk(arch, " \t\"'"))
+        return kiln__error_set("cuda rtc: '%s' is not a gfx architecture name", arch ? arch : "(null)");
+    char opt[80];
+    snprintf(opt, sizeof opt, "--offload-arch=%s", arch);
+    return rtc_compile(source, name, opt, arch, code, code_len);
+}
+#else
+int kiln__cuda_rtc_compile(const char *source, const char *name, int major, int minor, char **ptx, size_t *ptx_len)
+{
+    *ptx = NULL;
+    if (major < 5 || major > 20 || minor < 0 || minor > 9)
+        return kiln__error_set("cuda rtc: compute capability %d.%d is out of range", major, minor);
+    char arch[40];
+    snprintf(arch, sizeof arch, "--gpu-architecture=compute_%d%d", major, minor);
+    return rtc_compile(source, name, arch, arch + 19, ptx, ptx_len);
+}
+#endif

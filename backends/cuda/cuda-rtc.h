@@ -32,6 +32,13 @@ char *kiln__cuda_codegen_unary_chain(const char *name, const kiln_unary_op *ops,
 int kiln__cuda_rtc_compile(const char *source, const char *name, int major, int minor, char **ptx,
                            size_t *ptx_len);
 
+/** The HIP build's twin of kiln__cuda_rtc_compile: compiles source with hipRTC to a code
+ *  object for the gfx architecture arch (a device's gcnArchName, e.g.
+ *  "gfx90a:sramecc+:xnack-"): 0 with *code malloc'd and its size in *code_len (when given),
+ *  or a negative code with the thread's error quoting hipRTC's log. */
+int kiln__cuda_rtc_compile_gfx(const char *source, const char *name, const char *arch, char **code,
+                               size_t *code_len);
+
 #ifdef __cplusplus
 }
 #endif

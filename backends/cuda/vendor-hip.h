@@ -5,6 +5,8 @@
  * header takes the place of the CUDA runtime headers and spells each CUDA name the
  * kernels and launchers use as its HIP twin, so the same sources compile for AMD GPUs.
  * A name missing here is a compile error in the `hip` build check, never a silent fork.
+ * The host side (the C files) has its own mapping, vendor-hip-host.h, since it is plain C
+ * built by any C compiler.
  *
  * Kernels avoid warp-size assumptions (AMD wavefronts are 64 wide): block reductions go
  * through shared memory, never through 32-lane shuffles.
