@@ -7,6 +7,7 @@
 #ifndef KILN_CPU_FUSED_IMPL_H
 #define KILN_CPU_FUSED_IMPL_H
 
+#include "cpu-fused-jit.h"
 #include "cpu-impl.h"
 #include "fused-program.h"
 
@@ -57,6 +58,7 @@ typedef struct fplan {
     char *scratch; /* njobs slabs of nslots * block floats */
     int njobs;
     /* a program headed by MATMUL (instruction 0) */
+    kiln__cpu_jit_loop jit; /* the program's compiled loop, NULL: the block interpreter */
     bool product;
     int product_out;   /* the output the product is computed straight into, -1: scratch */
     kiln_tdesc mm_out; /* a MATMUL's product shape (no buffer: only its shape is read) */
@@ -118,6 +120,10 @@ typedef struct freg {
     const float *p;
     int64_t stride; /* 0: one value for every element */
 } freg;
+
+/** The compiled loop for planned program pl (cpu-fused-jit.c), or NULL when it runs in
+ *  the block interpreter (not a program the loops cover, or no compiler). */
+kiln__cpu_jit_loop kiln__cpu_jit_get(const fplan *pl);
 
 /** Plan p into pl (zeroed by the caller); KILN_ENOTSUP for a program the cpu does not run. */
 int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p);

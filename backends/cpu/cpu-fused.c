@@ -642,6 +642,41 @@ void kiln__cpu_fused_span(const fplan *pl, float *scratch, double *acc, int64_t 
     }
 }
 
+/* Elements [begin, end) through the program's compiled loop: one call per stretch that
+ * crosses no row of a row-broadcast input (each call's inputs start where the stretch
+ * does). */
+static void jit_span(const fplan *pl, int64_t begin, int64_t end)
+{
+    const kiln_fused_program *p = pl->p;
+    const float *in[KILN_FUSED_MAX_INPUTS];
+    float *out[KILN_FUSED_MAX_OUTPUTS];
+    float k[2 * KILN_FUSED_MAX_INSTRS];
+    for (int i = 0; i < p->ninstrs; i++) {
+        const kiln_fused_instr *ins = &p->instrs[i];
+        k[2 * i] = ins->code == KILN_FUSED_CONST ? pl->consts[i] : (float)ins->alpha;
+        k[2 * i + 1] = (float)ins->beta;
+    }
+    for (int64_t i0 = begin, m; i0 < end; i0 += m) {
+        m = end - i0;
+        if (pl->row && m > pl->row - i0 % pl->row)
+            m = pl->row - i0 % pl->row;
+        if (pl->stream && i0 % 16 && m > 16 - i0 % 16)
+            m = 16 - i0 % 16; /* up to where 64-byte stores line up (a job's start, say) */
+        for (int a = 0; a < p->ninputs; a++) {
+            const fin *f = &pl->in[a];
+            in[a] = f->kind == IN_CONTIG ? f->base + i0
+                    : f->kind == IN_ROWS ? f->base + offset_of(f, i0)
+                                         : f->base;
+        }
+        bool aligned = true;
+        for (int o = 0; o < p->noutputs; o++) {
+            out[o] = pl->out[o] + i0;
+            aligned = aligned && ((uintptr_t)out[o] & 63) == 0;
+        }
+        pl->jit(m, in, out, k, pl->stream && aligned);
+    }
+}
+
 static void run_job(void *arg, int job, int njobs)
 {
     const fplan *pl = arg;
@@ -651,6 +686,10 @@ static void run_job(void *arg, int job, int njobs)
         int64_t r = pl->p->reduce_inner, rows = n / r;
         begin = pl->lo + rows * job / njobs * r;
         end = pl->lo + rows * (job + 1) / njobs * r;
+    }
+    if (pl->jit) {
+        jit_span(pl, begin, end);
+        return;
     }
     double acc[KILN_FUSED_MAX_INSTRS] = {0};
     float *scratch = (float *)(pl->scratch + (size_t)job * (size_t)pl->nslots * (size_t)pl->block * sizeof(float));
@@ -706,6 +745,11 @@ int kiln__cpu_fused_run(void *vctx, const kiln_fused_program *p)
         }
         if (rows < pl->njobs)
             pl->njobs = (int)rows;
+    }
+    if ((pl->jit = kiln__cpu_jit_get(pl)) != NULL) {
+        run_range(ctx, pl, 0, p->n, KILN_CPU_FUSED_BLOCK);
+        free(pl);
+        return 0;
     }
     kiln__cpu_fused_tuning tuning;
     int64_t block = kiln__cpu_fused_block_begin(ctx, pl, &tuning);

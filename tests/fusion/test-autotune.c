@@ -4,7 +4,8 @@
  * writes the winner to <dir>/autotune.tsv; a warmed entry is used as it is (the file is
  * left alone); a corrupt file and a stale kiln version are ignored and replaced; results
  * are the same whatever the cache holds; a warmed file merges into the cache
- * (kiln_autotune_merge_file) without overriding what was timed here.
+ * (kiln_autotune_merge_file) without overriding what was timed here. The block size is
+ * the interpreter's: these run with the compiled loops off (KILN_CPU_JIT=off).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -125,9 +126,8 @@ static int tune_class(kiln_device *dev, const char *path, float v[4], const char
     }
 }
 
-void test_autotune(void)
+static void autotune_cache(void)
 {
-    streamed_outputs();
     char dir[] = "/tmp/kiln-autotune-XXXXXX";
     if (!mkdtemp(dir)) {
         CHECK(false, "mkdtemp failed");
@@ -216,4 +216,16 @@ void test_autotune(void)
     kiln_device_close(dev);
     unlink(path);
     rmdir(dir);
+}
+
+void test_autotune(void)
+{
+    /* streamed programs through the compiled loops (cpu-fused-jit.c, where a compiler is
+     * present) and through the block interpreter; the block size is tuned only in the
+     * interpreter, so the cache is checked with the compiled loops off */
+    streamed_outputs();
+    setenv("KILN_CPU_JIT", "off", 1);
+    streamed_outputs();
+    autotune_cache();
+    unsetenv("KILN_CPU_JIT");
 }

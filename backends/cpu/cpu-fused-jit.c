@@ -1,0 +1,445 @@
+/*
+ * backends/cpu/cpu-fused-jit.c — a flat elementwise fused program compiled at run time
+ * into one vector loop by the system's C compiler, where the block interpreter
+ * (cpu-fused.c) would run it instruction by instruction.
+ *
+ * Why: the interpreter runs each instruction over a block in L1, one pass per
+ * instruction, so a chain pays those passes on top of the memory stream it overlaps;
+ * one loop keeps every intermediate in registers. Measured on gelu(x·a+b)·c with a, b,
+ * c per column over 64 MiB, one thread, CPU time, in the same process: see
+ * docs/architecture.md ("The cpu's compiled loops").
+ *
+ * What: programs of loads (contiguous, row-broadcast or scalar f32 inputs), constants,
+ * the unary ops that have a vector form in the kernel tables (exp, tanh, sigmoid, erf,
+ * gelu, gelu_tanh, silu, and the exact ones: neg, abs, relu, square, add/mul by a
+ * scalar), add, sub, mul and div, and stores into contiguous f32 outputs, over at least
+ * KILN_CPU_JIT_MIN_ELEMENTS elements, on the avx2 and avx512 kernel tables. The loop
+ * #includes the kernel tables' own math headers (embedded at build time) and is
+ * compiled with the flags of that table and without contraction of multiply-adds, so its
+ * results equal the interpreter's and the unfused kernels' to the bit (the fusion tests
+ * compare them element by element).
+ *
+ * How: the source is written into the cache directory (kiln__fused_cache_dir, "cpu-jit/")
+ * beside the headers, compiled with $KILN_CPU_JIT_CC (default "cc") into a shared object
+ * under a temporary name and renamed into place, then dlopened. The file name is a hash
+ * of the source, the headers, the compiler and its flags, so a later process (a kilnd
+ * restart) loads it without compiling, and a changed header never meets a stale loop.
+ * Anything that fails (no compiler, a compile error, an unreadable cache) leaves the
+ * program to the interpreter, never an error; a failed key is not tried again in the
+ * process. KILN_CPU_JIT=off turns compiling off.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cpu-fused-impl.h"
+#include "cpu-fused-jit.h"
+#include "fused/fused-codegen.h"
+#include "kiln_build_config.h"
+
+extern char **environ;
+
+/* ------------------------------------------------------------------ source */
+
+/* What differs between the two tables: the vector type, loads, stores, arithmetic and
+ * the names of the math functions (cpu-math512.h: kz_*, cpu-math.h: kv_*). */
+static const char prelude_avx512[] =
+    "#include <math.h>\n#include <stdint.h>\n#include \"cpu-math512.h\"\n"
+    "#define KJ_W 16\n"
+    "typedef __m512 kj_v;\n"
+    "#define KJ_LD(p) _mm512_loadu_ps(p)\n"
+    "#define KJ_ST(p, v) _mm512_storeu_ps((p), (v))\n"
+    "#define KJ_NT(p, v) _mm512_stream_ps((p), (v))\n"
+    "#define KJ_SET(x) _mm512_set1_ps(x)\n"
+    "#define KJ_ADD _mm512_add_ps\n#define KJ_SUB _mm512_sub_ps\n"
+    "#define KJ_MUL _mm512_mul_ps\n#define KJ_DIV _mm512_div_ps\n"
+    "#define KJ_NEG(v) _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), "
+    "_mm512_set1_epi32((int)0x80000000u)))\n"
+    "#define KJ_ABS(v) kz_abs(v)\n"
+    "#define KJ_RELU(v) _mm512_mask_blend_ps(_mm512_cmp_ps_mask((v), _mm512_setzero_ps(), _CMP_LT_OQ), (v), "
+    "_mm512_setzero_ps())\n"
+    "#define KJ_EXP kz_exp\n#define KJ_TANH kz_tanh\n#define KJ_SIGMOID kz_sigmoid\n#define KJ_ERF kz_erf\n"
+    "#define KJ_GELU kz_gelu\n#define KJ_GELU_TANH kz_gelu_tanh\n#define KJ_SILU kz_silu\n"
+    "#define KJ_FENCE() _mm_sfence()\n";
+
+static const char prelude_avx2[] =
+    "#include <math.h>\n#include <stdint.h>\n#include \"cpu-math.h\"\n"
+    "#define KJ_W 8\n"
+    "typedef __m256 kj_v;\n"
+    "#define KJ_LD(p) _mm256_loadu_ps(p)\n"
+    "#define KJ_ST(p, v) _mm256_storeu_ps((p), (v))\n"
+    "#define KJ_NT(p, v) _mm256_stream_ps((p), (v))\n"
+    "#define KJ_SET(x) _mm256_set1_ps(x)\n"
+    "#define KJ_ADD _mm256_add_ps\n#define KJ_SUB _mm256_sub_ps\n"
+    "#define KJ_MUL _mm256_mul_ps\n#define KJ_DIV _mm256_div_ps\n"
+    "#define KJ_NEG(v) _mm256_xor_ps((v), _mm256_set1_ps(-0.0f))\n"
+    "#define KJ_ABS(v) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), (v))\n"
+    "#define KJ_RELU(v) _mm256_blendv_ps((v), _mm256_setzero_ps(), _mm256_cmp_ps((v), _mm256_setzero_ps(), "
+    "_CMP_LT_OQ))\n"
+    "#define KJ_EXP kv_exp\n#define KJ_TANH kv_tanh\n#define KJ_SIGMOID kv_sigmoid\n#define KJ_ERF kv_erf\n"
+    "#define KJ_GELU kv_gelu\n#define KJ_GELU_TANH kv_gelu_tanh\n#define KJ_SILU(v) _mm256_mul_ps((v), "
+    "kv_sigmoid(v))\n"
+    "#define KJ_FENCE() _mm_sfence()\n";
+
+/* The flags of each table's build of cpu-kernels.c (backends/cpu/meson.build), and no
+ * contraction of a multiply and an add into one rounding the unfused kernels lack. */
+static const char *const flags_avx512[] = {"-mavx2",     "-mfma",      "-mf16c",     "-mavx512f",
+                                           "-mavx512dq", "-mavx512bw", "-mavx512vl", NULL};
+static const char *const flags_avx2[] = {"-mavx2", "-mfma", "-mf16c", NULL};
+
+/* The vector expression of unary op on register a (instruction i's alpha is k[2i]), or
+ * NULL when the op has none here. */
+static bool emit_unary(kiln__sbuf *b, int op, int i, int a)
+{
+    char arg[32];
+    snprintf(arg, sizeof arg, "r%d", a);
+    switch (op) {
+    case KILN_UNARY_NEG: kiln__sbuf_printf(b, "KJ_NEG(%s)", arg); return true;
+    case KILN_UNARY_ABS: kiln__sbuf_printf(b, "KJ_ABS(%s)", arg); return true;
+    case KILN_UNARY_RELU: kiln__sbuf_printf(b, "KJ_RELU(%s)", arg); return true;
+    case KILN_UNARY_SQUARE: kiln__sbuf_printf(b, "KJ_MUL(%s, %s)", arg, arg); return true;
+    case KILN_UNARY_ADD_SCALAR: kiln__sbuf_printf(b, "KJ_ADD(%s, k%d)", arg, 2 * i); return true;
+    case KILN_UNARY_MUL_SCALAR: kiln__sbuf_printf(b, "KJ_MUL(%s, k%d)", arg, 2 * i); return true;
+    case KILN_UNARY_EXP: kiln__sbuf_printf(b, "KJ_EXP(%s)", arg); return true;
+    case KILN_UNARY_TANH: kiln__sbuf_printf(b, "KJ_TANH(%s)", arg); return true;
+    case KILN_UNARY_SIGMOID: kiln__sbuf_printf(b, "KJ_SIGMOID(%s)", arg); return true;
+    case KILN_UNARY_ERF: kiln__sbuf_printf(b, "KJ_ERF(%s)", arg); return true;
+    case KILN_UNARY_GELU: kiln__sbuf_printf(b, "KJ_GELU(%s)", arg); return true;
+    case KILN_UNARY_GELU_TANH: kiln__sbuf_printf(b, "KJ_GELU_TANH(%s)", arg); return true;
+    case KILN_UNARY_SILU: kiln__sbuf_printf(b, "KJ_SILU(%s)", arg); return true;
+    default: return false;
+    }
+}
+
+static bool unary_uses_alpha(int op)
+{
+    return op == KILN_UNARY_ADD_SCALAR || op == KILN_UNARY_MUL_SCALAR;
+}
+
+/* Whether the planned program is one the loop form covers. */
+static bool compilable(const fplan *pl)
+{
+    const kiln_fused_program *p = pl->p;
+    if (p->dtype != KILN_F32 || pl->half || pl->product || pl->has_softmax || pl->has_reduce ||
+        p->n < KILN_CPU_JIT_MIN_ELEMENTS)
+        return false;
+    if (strcmp(pl->k->name, "avx512") != 0 && strcmp(pl->k->name, "avx2") != 0)
+        return false;
+    for (int k = 0; k < p->ninputs; k++) {
+        const fin *f = &pl->in[k];
+        if (f->dtype != KILN_F32 || f->is_bool || f->copy_in ||
+            (f->kind != IN_CONTIG && f->kind != IN_SCALAR && f->kind != IN_ROWS))
+            return false;
+    }
+    for (int k = 0; k < p->noutputs; k++)
+        if (!pl->out[k])
+            return false;
+    kiln__sbuf scratch = {0};
+    bool ok = true;
+    for (int i = 0; i < p->ninstrs && ok; i++) {
+        const kiln_fused_instr *in = &p->instrs[i];
+        switch (in->code) {
+        case KILN_FUSED_LOAD:
+        case KILN_FUSED_CONST:
+        case KILN_FUSED_STORE: break;
+        case KILN_FUSED_UNARY: ok = emit_unary(&scratch, in->op, i, in->a); break;
+        case KILN_FUSED_BINARY: ok = in->op <= KILN_BINARY_DIV; break;
+        default: ok = false;
+        }
+    }
+    free(scratch.p);
+    return ok;
+}
+
+/* The body of one step: every instruction on one vector at offset i (LD and ST name the
+ * load and store to use). */
+static void emit_step(kiln__sbuf *b, const kiln_fused_program *p, const fplan *pl, const char *ld, const char *st)
+{
+    static const char *const binary[] = {"KJ_ADD", "KJ_SUB", "KJ_MUL", "KJ_DIV"};
+    for (int i = 0; i < p->ninstrs; i++) {
+        const kiln_fused_instr *in = &p->instrs[i];
+        switch (in->code) {
+        case KILN_FUSED_LOAD:
+            if (pl->in[in->arg].kind == IN_SCALAR)
+                kiln__sbuf_printf(b, "        kj_v r%d = s%d;\n", in->dst, in->arg);
+            else
+                kiln__sbuf_printf(b, "        kj_v r%d = %s(in%d + i);\n", in->dst, ld, in->arg);
+            break;
+        case KILN_FUSED_CONST: kiln__sbuf_printf(b, "        kj_v r%d = k%d;\n", in->dst, 2 * i); break;
+        case KILN_FUSED_UNARY:
+            kiln__sbuf_printf(b, "        kj_v r%d = ", in->dst);
+            (void)emit_unary(b, in->op, i, in->a);
+            kiln__sbuf_printf(b, ";\n");
+            break;
+        case KILN_FUSED_BINARY:
+            kiln__sbuf_printf(b, "        kj_v r%d = %s(r%d, r%d);\n", in->dst, binary[in->op], in->a, in->b);
+            break;
+        default: kiln__sbuf_printf(b, "        %s(out%d + i, r%d);\n", st, in->arg, in->a); break;
+        }
+    }
+}
+
+/* The loop's source for planned program pl (compilable). */
+static char *loop_source(const fplan *pl, bool avx512)
+{
+    const kiln_fused_program *p = pl->p;
+    kiln__sbuf b = {.ok = true};
+    kiln__sbuf_printf(&b, "/* generated by kiln's cpu backend for a fused program: do not edit */\n%s",
+                      avx512 ? prelude_avx512 : prelude_avx2);
+    kiln__sbuf_printf(&b, "void kiln_fused_loop(int64_t n, const float *const *in, float *const *out, "
+                          "const float *k, int stream)\n{\n    (void)in; (void)out; (void)k;\n");
+    for (int a = 0; a < p->ninputs; a++) {
+        if (pl->in[a].kind == IN_SCALAR)
+            kiln__sbuf_printf(&b, "    const kj_v s%d = KJ_SET(in[%d][0]);\n", a, a);
+        else
+            kiln__sbuf_printf(&b, "    const float *in%d = in[%d];\n", a, a);
+    }
+    for (int o = 0; o < p->noutputs; o++)
+        kiln__sbuf_printf(&b, "    float *out%d = out[%d];\n", o, o);
+    for (int i = 0; i < p->ninstrs; i++) {
+        const kiln_fused_instr *in = &p->instrs[i];
+        if (in->code == KILN_FUSED_CONST || (in->code == KILN_FUSED_UNARY && unary_uses_alpha(in->op)))
+            kiln__sbuf_printf(&b, "    const kj_v k%d = KJ_SET(k[%d]);\n", 2 * i, 2 * i);
+    }
+    /* streamed: each contiguous input asked for 4 KiB ahead, where the hardware
+     * prefetchers alone left the loop waiting on memory (measured: 8.7 ms without, 5.3
+     * with, on the chain of the file comment) */
+    kiln__sbuf_printf(&b, "    int64_t i = 0;\n    if (stream) {\n"
+                          "        for (; i + KJ_W <= n; i += KJ_W) {\n");
+    for (int a = 0; a < p->ninputs; a++)
+        if (pl->in[a].kind == IN_CONTIG)
+            kiln__sbuf_printf(&b, "        __builtin_prefetch(in%d + i + 1024, 0, 3);\n", a);
+    emit_step(&b, p, pl, "KJ_LD", "KJ_NT");
+    kiln__sbuf_printf(&b, "        }\n        KJ_FENCE();\n    }\n    for (; i + KJ_W <= n; i += KJ_W) {\n");
+    emit_step(&b, p, pl, "KJ_LD", "KJ_ST");
+    /* the tail through zero-padded copies: every function is per lane, so the padding
+     * lanes change nothing in the others (as the kernels' own tails) */
+    kiln__sbuf_printf(&b, "    }\n    if (i < n) {\n        int64_t m = n - i;\n");
+    for (int a = 0; a < p->ninputs; a++)
+        if (pl->in[a].kind != IN_SCALAR)
+            kiln__sbuf_printf(&b,
+                              "        float t%d[KJ_W] = {0};\n"
+                              "        for (int64_t j = 0; j < m; j++)\n            t%d[j] = in%d[i + j];\n",
+                              a, a, a);
+    for (int o = 0; o < p->noutputs; o++)
+        kiln__sbuf_printf(&b, "        float u%d[KJ_W];\n", o);
+    /* the step reads in<a> + i and writes out<o> + i: point them at the copies */
+    kiln__sbuf_printf(&b, "        int64_t base = i;\n        i = 0;\n");
+    for (int a = 0; a < p->ninputs; a++)
+        if (pl->in[a].kind != IN_SCALAR)
+            kiln__sbuf_printf(&b, "        in%d = t%d;\n", a, a);
+    for (int o = 0; o < p->noutputs; o++)
+        kiln__sbuf_printf(&b, "        float *o%d = out%d;\n        out%d = u%d;\n", o, o, o, o);
+    kiln__sbuf_printf(&b, "        {\n");
+    emit_step(&b, p, pl, "KJ_LD", "KJ_ST");
+    kiln__sbuf_printf(&b, "        }\n");
+    for (int o = 0; o < p->noutputs; o++)
+        kiln__sbuf_printf(&b, "        for (int64_t j = 0; j < m; j++)\n            o%d[base + j] = u%d[j];\n", o,
+                          o);
+    kiln__sbuf_printf(&b, "    }\n}\n");
+    if (!b.ok) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}
+
+/* ------------------------------------------------------------------ compiled loops */
+
+typedef struct compiled {
+    char *source; /* the key: the whole generated text */
+    kiln__cpu_jit_loop fn;
+    struct compiled *next;
+} compiled;
+
+/* Compiled loops and failed sources of this process, for every cpu device: written under
+ * the lock, each entry kept (with its library) until the process ends. */
+static pthread_mutex_t jit_lock = PTHREAD_MUTEX_INITIALIZER;
+static compiled *jit_cache;
+static bool jit_unavailable; /* the compiler could not be started: stop trying */
+
+/* Write text into path unless it already holds exactly that (a temporary name, then a
+ * rename, so a reader never sees half a file). */
+static bool write_file(const char *path, const char *text, size_t len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        bool same = true;
+        for (size_t i = 0; i < len && same; i++)
+            same = fgetc(f) == (unsigned char)text[i];
+        same = same && fgetc(f) == EOF;
+        fclose(f);
+        if (same)
+            return true;
+    }
+    char tmp[4200];
+    if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid()) >= (int)sizeof tmp)
+        return false;
+    f = fopen(tmp, "wb");
+    if (!f)
+        return false;
+    bool ok = fwrite(text, 1, len, f) == len;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return false;
+    }
+    return true;
+}
+
+/* Run the compiler: 0 when it exited 0, -1 otherwise (unavailable set when it could not
+ * start at all). Its messages go to log. */
+static int run_compiler(const char *cc, const char *const *flags, const char *inc, const char *src,
+                        const char *lib, const char *log, bool *unavailable)
+{
+    const char *argv[32];
+    int n = 0;
+    char incflag[4300];
+    snprintf(incflag, sizeof incflag, "-I%s", inc);
+    const char *fixed[] = {cc,      "-std=c17", "-O2", "-fno-math-errno", "-ffp-contract=off",
+                           "-fPIC", "-shared",  "-w",  incflag,           "-o",
+                           lib,     src};
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed - 3; i++)
+        argv[n++] = fixed[i];
+    for (int i = 0; flags[i]; i++)
+        argv[n++] = flags[i];
+    argv[n++] = "-o";
+    argv[n++] = lib;
+    argv[n++] = src;
+    argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, cc, &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) {
+        *unavailable = true;
+        return -1;
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+        *unavailable = true; /* the shell's "not found" */
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+static kiln__cpu_jit_loop load_loop(const char *lib)
+{
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return NULL;
+    kiln__cpu_jit_loop fn;
+    *(void **)&fn = dlsym(h, "kiln_fused_loop");
+    if (!fn)
+        dlclose(h);
+    return fn; /* the library stays loaded for the process */
+}
+
+/* The loop for source src on table avx512/avx2, from the cache directory or compiled
+ * into it; NULL when neither works. Called under jit_lock. */
+static kiln__cpu_jit_loop build_loop(const char *src, bool avx512)
+{
+    char dir[4096];
+    if (!kiln__fused_cache_dir(dir, sizeof dir - 64, true))
+        return NULL;
+    strcat(dir, "/cpu-jit");
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return NULL;
+    const char *cc = getenv("KILN_CPU_JIT_CC");
+    if (!cc || !*cc)
+        cc = "cc";
+    const char *const *flags = avx512 ? flags_avx512 : flags_avx2;
+    /* the name covers all that the library depends on */
+    kiln__sbuf id = {.ok = true};
+    kiln__sbuf_printf(&id, "%s\n%s\n%s\n", KILN_VERSION_STRING, cc, src);
+    for (int i = 0; flags[i]; i++)
+        kiln__sbuf_printf(&id, "%s ", flags[i]);
+    for (const kiln__cpu_jit_header *h = kiln__cpu_jit_headers; h->name; h++)
+        kiln__sbuf_printf(&id, "\n%s\n%s", h->name, h->text);
+    if (!id.ok) {
+        free(id.p);
+        return NULL;
+    }
+    uint64_t hash = kiln__fused_hash(id.p);
+    free(id.p);
+    kiln__sbuf headers = {.ok = true};
+    for (const kiln__cpu_jit_header *h = kiln__cpu_jit_headers; h->name; h++)
+        kiln__sbuf_printf(&headers, "%s\n%s\n", h->name, h->text);
+    uint64_t headers_hash = headers.ok ? kiln__fused_hash(headers.p) : 0;
+    free(headers.p);
+    char inc[4200], path[4200], lib[4200], tmp[4300], log[4200];
+    snprintf(inc, sizeof inc, "%s/include-%016llx", dir, (unsigned long long)headers_hash);
+    snprintf(path, sizeof path, "%s/kj-%016llx.c", dir, (unsigned long long)hash);
+    snprintf(lib, sizeof lib, "%s/kj-%016llx.so", dir, (unsigned long long)hash);
+    snprintf(log, sizeof log, "%s/kj-%016llx.log", dir, (unsigned long long)hash);
+    kiln__cpu_jit_loop fn = load_loop(lib);
+    if (fn)
+        return fn;
+    unlink(lib); /* absent, or a library that does not load: made again */
+    if (jit_unavailable)
+        return NULL;
+    if (mkdir(inc, 0700) != 0 && errno != EEXIST)
+        return NULL;
+    for (const kiln__cpu_jit_header *h = kiln__cpu_jit_headers; h->name; h++) {
+        char hp[4400];
+        snprintf(hp, sizeof hp, "%s/%s", inc, h->name);
+        if (!write_file(hp, h->text, h->len))
+            return NULL;
+    }
+    if (!write_file(path, src, strlen(src)))
+        return NULL;
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", lib, (long)getpid());
+    bool unavailable = false;
+    int rc = run_compiler(cc, flags, inc, path, tmp, log, &unavailable);
+    if (unavailable)
+        jit_unavailable = true;
+    if (rc != 0 || rename(tmp, lib) != 0) {
+        unlink(tmp);
+        return NULL;
+    }
+    unlink(log);
+    return load_loop(lib);
+}
+
+static bool jit_enabled(void)
+{
+    const char *e = getenv("KILN_CPU_JIT");
+    return !(e && (!strcmp(e, "off") || !strcmp(e, "0")));
+}
+
+kiln__cpu_jit_loop kiln__cpu_jit_get(const fplan *pl)
+{
+    if (!jit_enabled() || !compilable(pl))
+        return NULL;
+    bool avx512 = strcmp(pl->k->name, "avx512") == 0;
+    char *src = loop_source(pl, avx512);
+    if (!src)
+        return NULL;
+    pthread_mutex_lock(&jit_lock);
+    compiled *c = jit_cache;
+    while (c && strcmp(c->source, src) != 0)
+        c = c->next;
+    if (!c && (c = calloc(1, sizeof *c)) != NULL) {
+        c->source = src;
+        src = NULL;
+        c->fn = build_loop(c->source, avx512); /* NULL: this source runs interpreted */
+        c->next = jit_cache;
+        jit_cache = c;
+    }
+    kiln__cpu_jit_loop fn = c ? c->fn : NULL;
+    pthread_mutex_unlock(&jit_lock);
+    free(src);
+    return fn;
+}

@@ -1,0 +1,32 @@
+/*
+ * backends/cpu/cpu-fused-jit.h — flat elementwise fused programs compiled at run time into
+ * one vector loop by the system's C compiler (cpu-fused-jit.c).
+ */
+#ifndef KILN_CPU_FUSED_JIT_H
+#define KILN_CPU_FUSED_JIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/** A header the compiled loops #include, embedded at build time (tools/embed-headers.py). */
+typedef struct kiln__cpu_jit_header {
+    const char *name;
+    const char *text;
+    size_t len;
+} kiln__cpu_jit_header;
+
+/** The embedded headers, ended by an entry with a NULL name. */
+extern const kiln__cpu_jit_header kiln__cpu_jit_headers[];
+
+/** One compiled loop: elements [0, n) of every input (in[k]: contiguous, or one value
+ *  when the program reads it as a scalar) through the program into out[k] (contiguous);
+ *  k[2i], k[2i+1]: instruction i's constant or alpha, and beta. stream: write the
+ *  outputs with non-temporal stores (every out[k] 64-byte aligned). */
+typedef void (*kiln__cpu_jit_loop)(int64_t n, const float *const *in, float *const *out, const float *k,
+                                   int stream);
+
+/** Programs over fewer elements run in the block interpreter: compiling costs a tenth
+ *  of a second once per program, and a small program's blocks already sit in the caches. */
+#define KILN_CPU_JIT_MIN_ELEMENTS ((int64_t)1 << 20)
+
+#endif /* KILN_CPU_FUSED_JIT_H */

@@ -1,0 +1,268 @@
+/*
+ * tests/fusion/test-jit.c — the cpu's compiled fused loops (backends/cpu/cpu-fused-jit.c).
+ *
+ *   test-jit DIR            the checks below, with DIR as the data directory
+ *   test-jit DIR --again    the same programs in a fresh process over DIR's cache
+ *
+ * On every vector kernel table this CPU runs (auto: avx512 where it has it; avx2), large programs of every op
+ * the loops cover (row-broadcast, contiguous and scalar inputs, two outputs, a length
+ * that leaves a tail) give the unfused device's results element for element. The loops
+ * land in DIR/cache/cpu-jit as shared objects; a second process loads them without
+ * compiling (their files keep their times), and after every one is overwritten with junk
+ * a third process still gets the right results and makes them again. With
+ * KILN_CPU_JIT_CC naming no compiler, the results are the same (the block interpreter)
+ * and nothing is compiled. Without a C compiler on the machine the cache checks are
+ * skipped, saying so.
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fusion-test.h"
+#include "kiln/kiln.h"
+
+int fusion_passed, fusion_failed;
+
+#define ROWS 1031
+#define COLS 1024 /* ROWS x COLS: over 2^20 elements, and not a multiple of 16 once sliced */
+
+/* One program: out0 (and out1 when two) of inputs x [n], a b c [COLS] (one row each). */
+typedef struct program {
+    const char *name;
+    int noutputs;
+    void (*build)(kiln_tensor *x, kiln_tensor *a, kiln_tensor *b, kiln_tensor *c, kiln_tensor **out);
+} program;
+
+static void chain(kiln_tensor *x, kiln_tensor *a, kiln_tensor *b, kiln_tensor *c, kiln_tensor **out)
+{
+    out[0] = kiln_mul(kiln_gelu(kiln_add(kiln_mul(x, a), b), false), c);
+}
+
+static void every_unary(kiln_tensor *x, kiln_tensor *a, kiln_tensor *b, kiln_tensor *c, kiln_tensor **out)
+{
+    (void)b;
+    (void)c;
+    kiln_tensor *t = kiln_tanh(kiln_exp(kiln_mul_scalar(kiln_abs(kiln_neg(x)), -0.25)));
+    t = kiln_add(t, kiln_sigmoid(kiln_relu(kiln_add_scalar(x, -0.5))));
+    t = kiln_add(t, kiln_erf(kiln_square(kiln_mul_scalar(x, 0.5))));
+    t = kiln_add(t, kiln_silu(kiln_gelu(x, true)));
+    out[0] = kiln_mul(t, a);
+}
+
+static void two_outputs(kiln_tensor *x, kiln_tensor *a, kiln_tensor *b, kiln_tensor *c, kiln_tensor **out)
+{
+    kiln_tensor *s = kiln_sub(kiln_div(x, kiln_add_scalar(kiln_abs(b), 0.5)), c);
+    out[0] = s;
+    out[1] = kiln_mul(kiln_gelu(s, false), kiln_add_scalar(a, 2.0));
+}
+
+static const program programs[] = {
+    {"gelu(x*a+b)*c", 1, chain},
+    {"every covered unary", 1, every_unary},
+    {"two outputs, sub and div", 2, two_outputs},
+};
+#define NPROGRAMS (int)(sizeof programs / sizeof *programs)
+
+/* Program p on dev over inputs made from seed; its outputs into out (n floats each). */
+static int run(kiln_device *dev, const program *p, float *out[2], int64_t n)
+{
+    kiln_scope_begin();
+    kiln_generator g = kiln_generator_make(5);
+    int64_t shape[2] = {ROWS, COLS}, row = COLS;
+    kiln_tensor *x = kiln_rand_uniform(dev, KILN_F32, 2, shape, -6, 6, &g);
+    kiln_tensor *a = kiln_rand_uniform(dev, KILN_F32, 1, &row, -2, 2, &g);
+    kiln_tensor *b = kiln_rand_uniform(dev, KILN_F32, 1, &row, -2, 2, &g);
+    kiln_tensor *c = kiln_rand_uniform(dev, KILN_F32, 1, &row, -2, 2, &g);
+    kiln_device_sync(dev);
+    kiln_tensor *o[2] = {NULL, NULL};
+    kiln_scope_begin();
+    p->build(x, a, b, c, o);
+    for (int k = 0; k < p->noutputs; k++)
+        o[k] = kiln_keep(o[k]);
+    kiln_scope_end();
+    int rc = 0;
+    for (int k = 0; k < p->noutputs; k++) {
+        /* a view of n elements from the second one: a length and start no vector fits */
+        kiln_tensor *flat = kiln_reshape(o[k], 1, (int64_t[]){-1});
+        rc = rc || !flat || kiln_to_data(kiln_slice(flat, 0, 1, n + 1, 1), out[k], (size_t)n * sizeof(float)) < 0;
+        kiln_tensor_release(o[k]);
+    }
+    kiln_scope_end();
+    return rc ? -1 : 0;
+}
+
+/* Every program on every table, fused against unfused, bit for bit. */
+static void compare_all(void)
+{
+    const char *tables[2] = {"auto", "avx2"}; /* auto: avx512 where the CPU has it */
+    int64_t n = (int64_t)ROWS * COLS - 3;
+    float *want[2], *got[2];
+    for (int k = 0; k < 2; k++) {
+        want[k] = malloc((size_t)n * sizeof(float));
+        got[k] = malloc((size_t)n * sizeof(float));
+    }
+    for (int t = 0; t < 2; t++) {
+        char fspec[64], pspec[64];
+        snprintf(fspec, sizeof fspec, "cpu?fusion=on&kernels=%s", tables[t]);
+        snprintf(pspec, sizeof pspec, "cpu?kernels=%s", tables[t]);
+        kiln_device *fd = kiln_device_open(fspec), *pd = kiln_device_open(pspec);
+        if (!fd || !pd) { /* this CPU lacks the table */
+            printf("test-jit: %s does not open here (%s): skipped\n", tables[t], kiln_error());
+            kiln_device_close(fd);
+            kiln_device_close(pd);
+            continue;
+        }
+        for (int i = 0; i < NPROGRAMS; i++) {
+            const program *p = &programs[i];
+            int rc = run(fd, p, got, n) | run(pd, p, want, n);
+            CHECK(rc == 0, "%s on %s: %s", p->name, tables[t], kiln_error());
+            for (int k = 0; k < p->noutputs && rc == 0; k++) {
+                int64_t bad = -1;
+                for (int64_t j = 0; j < n && bad < 0; j++)
+                    if (memcmp(&got[k][j], &want[k][j], sizeof(float)) != 0)
+                        bad = j;
+                CHECK(bad < 0, "%s on %s, output %d: element %lld is %.9g fused, %.9g unfused", p->name, tables[t],
+                      k, (long long)bad, bad < 0 ? 0.0 : (double)got[k][bad],
+                      bad < 0 ? 0.0 : (double)want[k][bad]);
+            }
+        }
+        kiln_device_close(fd);
+        kiln_device_close(pd);
+    }
+    for (int k = 0; k < 2; k++) {
+        free(want[k]);
+        free(got[k]);
+    }
+}
+
+/* Whether file starts as an ELF object does. */
+static bool is_elf(const char *file)
+{
+    char magic[4] = {0};
+    FILE *f = fopen(file, "rb");
+    size_t got = f ? fread(magic, 1, 4, f) : 0;
+    if (f)
+        fclose(f);
+    return got == 4 && !memcmp(magic,
+                               "\x7f"
+                               "ELF",
+                               4);
+}
+
+/* The compiled libraries in dir/cache/cpu-jit that are ELF objects: how many, and the
+ * newest change time. */
+static int libraries(const char *dir, double *newest)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/cache/cpu-jit", dir);
+    DIR *d = opendir(path);
+    int n = 0;
+    *newest = 0;
+    for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d)) {
+        size_t len = strlen(e->d_name);
+        if (len < 4 || strcmp(e->d_name + len - 3, ".so") != 0)
+            continue;
+        char file[800];
+        snprintf(file, sizeof file, "%s/%s", path, e->d_name);
+        struct stat st;
+        if (!is_elf(file))
+            continue;
+        if (stat(file, &st) == 0) {
+            double t = (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec * 1e-9;
+            *newest = t > *newest ? t : *newest;
+        }
+        n++;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Overwrite every library in dir's cache with junk. */
+static void spoil(const char *dir)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/cache/cpu-jit", dir);
+    DIR *d = opendir(path);
+    for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d)) {
+        size_t len = strlen(e->d_name);
+        if (len < 4 || strcmp(e->d_name + len - 3, ".so") != 0)
+            continue;
+        /* a new file renamed over the old one: this process still maps the old one,
+         * and truncating a mapped library in place would fault its later reads */
+        char file[800], tmp[820];
+        snprintf(file, sizeof file, "%s/%s", path, e->d_name);
+        snprintf(tmp, sizeof tmp, "%s.junk", file);
+        FILE *f = fopen(tmp, "w");
+        if (f) {
+            fputs("not a shared object\n", f);
+            fclose(f);
+            rename(tmp, file);
+        }
+    }
+    if (d)
+        closedir(d);
+}
+
+/* This program again, in a fresh process, with extra environment settings; its status. */
+static int again(const char *self, const char *dir, const char *env)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (env)
+            putenv((char *)env);
+        execl(self, self, dir, "--again", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: test-jit DIR [--again]\n");
+        return 2;
+    }
+    const char *dir = argv[1];
+    mkdir(dir, 0700);
+    setenv("KILN_DATA_DIR", dir, 1);
+    if (argc > 2) { /* a fresh process over the cache */
+        compare_all();
+        return fusion_failed ? 1 : 0;
+    }
+    bool compiler = system("${KILN_CPU_JIT_CC:-cc} --version >/dev/null 2>&1") == 0;
+    compare_all();
+    double t0, t1, t2;
+    int made = libraries(dir, &t0);
+    if (!compiler) {
+        printf("test-jit: no C compiler here: the results came from the block interpreter; cache checks "
+               "skipped\n");
+    } else {
+        CHECK(made >= NPROGRAMS, "%d compiled loops in %s/cache/cpu-jit, expected at least %d", made, dir,
+              NPROGRAMS);
+        sleep(1); /* so that a library made again would show a later time */
+        CHECK(again(argv[0], dir, NULL) == 0, "a second process over the cache got the same results");
+        int kept = libraries(dir, &t1);
+        CHECK(kept == made && t1 == t0, "the second process loaded the loops without compiling (%d -> %d, %s)",
+              made, kept, t1 == t0 ? "same times" : "newer files");
+        spoil(dir);
+        CHECK(libraries(dir, &t2) == 0, "every library spoiled");
+        CHECK(again(argv[0], dir, NULL) == 0, "a process over spoiled libraries got the same results");
+        CHECK(libraries(dir, &t2) == made && t2 > t1, "the spoiled libraries were made again");
+    }
+    /* no compiler: the same results, nothing compiled */
+    char empty[512];
+    snprintf(empty, sizeof empty, "%s/no-compiler", dir);
+    CHECK(again(argv[0], empty, "KILN_CPU_JIT_CC=/nonexistent/cc") == 0,
+          "without a compiler the block interpreter gives the same results");
+    double tn;
+    CHECK(libraries(empty, &tn) == 0, "without a compiler nothing was compiled");
+    printf("test-jit: %d passed, %d failed\n", fusion_passed, fusion_failed);
+    return fusion_failed ? 1 : 0;
+}
