@@ -112,6 +112,9 @@ done
 # without an AMD GPU. The backend's objects come first, so that the archive gives only the
 # engine (its own cuda objects, in a build that has them, are then never pulled in).
 needed=$(readelf -d "$libkiln" | sed -n 's/.*Shared library: \[\(.*\)\]/-l:\1/p')
+# a sanitized build (ASan+UBSan): the archive's objects need the ASan runtime loaded
+# first, which a program the test compiler links without -fsanitize only gets preloaded
+asan=$(ldd "$libkiln" | awk '$1 ~ /^libasan/ && $3 ~ /^\// {print $3}')
 for t in test-cuda-fused test-hip-open; do
     echo "$cc: $t.c (KILN_CUDA_HIP)"
     # shellcheck disable=SC2086
@@ -121,7 +124,11 @@ for t in test-cuda-fused test-hip-open; do
     # shellcheck disable=SC2086
     "$hipcc" $archs -o "$out/$t-hip" "$out/$t.test.o" $objs "$internal" $needed -lamdhip64 \
         2>"$out/$t-link.log" || { cat "$out/$t-link.log"; exit 1; }
-    "$out/$t-hip"
+    if [ -n "$asan" ]; then
+        LD_PRELOAD="$asan" "$out/$t-hip"
+    else
+        "$out/$t-hip"
+    fi
 done
 
 echo "hip-build-check: $nkernels kernel and $nhost host objects compile and link for gfx90a and gfx1030;" \
