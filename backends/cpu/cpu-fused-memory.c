@@ -1,7 +1,7 @@
 /*
- * backends/cpu/cpu-fused-memory.c — how the cpu's fused blocks meet memory: streamed
- * (non-temporal) stores of outputs far larger than the caches, and prefetches of the
- * next block's inputs while the current one computes (cpu-fused.c runs the blocks).
+ * backends/cpu/cpu-fused-memory.c — streamed (non-temporal) stores of the cpu's fused
+ * blocks, for outputs far larger than the caches (cpu-fused.c runs the blocks; the
+ * prefetches of the next block are inline in cpu-fused-impl.h).
  */
 #include <string.h>
 #if defined(__x86_64__)
@@ -61,43 +61,4 @@ void kiln__cpu_fused_store_stream(const fplan *pl, float *o, const float *src, i
     (void)pl;
 #endif
     memmove(o + j, src + j, (size_t)(m - j) * sizeof *o);
-}
-
-/* Ask for the next block's contiguous inputs while this one computes: a chain with a
- * heavy op (erf, tanh) is compute-bound per block, and without this its loads only start
- * when the next block does. Only for one or two such streams: measured on gelu(x·a+b)·c
- * over 64 MiB on one thread (CPU time, three runs each), 16.6-16.9 ms without and
- * 14.5-16.6 ms with it for a, b, c per column (one stream), but 22.6 -> 23.5 ms with a,
- * b, c full (four streams, which the hardware prefetchers already keep busy).
- *
- * Where the program has heavy ops, the requests are spread over them (run_block asks for
- * a share after each 256-element chunk of such an op) rather than issued all at once
- * when the block starts: a burst of a whole block's lines outruns the core's outstanding
- * misses, so the later ones only went out once the first arrived, while the heavy op
- * computes long enough to hide them all. The same chain, one thread, CPU time, three
- * alternating runs each: 7.3-7.7 ms with the burst, 6.2-6.7 ms spread. The stores were
- * tried the same way (a block's streamed output kept aside and written out in shares
- * during the next block's heavy op): 7.3 ms against 6.2, so they are not deferred. */
-void kiln__cpu_fused_prefetch_upto(kiln__cpu_prefetcher *pf, int64_t upto)
-{
-    if (upto > pf->bytes)
-        upto = pf->bytes;
-    for (; pf->issued < upto; pf->issued += 64)
-        for (int k = 0; k < pf->nbase; k++)
-            __builtin_prefetch(pf->base[k] + pf->issued, 0, 3);
-}
-
-void kiln__cpu_fused_prefetch_next(const fplan *pl, int64_t i0, int64_t m, int64_t end, kiln__cpu_prefetcher *pf)
-{
-    int64_t next = i0 + m, len = end - next < pl->block ? end - next : pl->block;
-    pf->nbase = 0;
-    pf->bytes = pf->issued = 0;
-    if (len <= 0 || !pl->prefetch)
-        return;
-    for (int k = 0; k < pl->p->ninputs && pf->nbase < 2; k++)
-        if (pl->in[k].kind == IN_CONTIG)
-            pf->base[pf->nbase++] = (const char *)(pl->in[k].base + next);
-    pf->bytes = len * (int64_t)sizeof(float);
-    if (pl->nheavy == 0)
-        kiln__cpu_fused_prefetch_upto(pf, pf->bytes);
 }
