@@ -652,6 +652,10 @@ typedef struct kiln_backend_iface {
      *  is freed returns to the backend's pool when it is freed. Returns 0, or a negative
      *  code with a message when q cannot record now (it already records). */
     int (*capture_begin)(void *ctx);
+    /** Optional, for decorators that fill the four entries whatever their inner device
+     *  does: whether this device (ctx: the device context) records graphs. NULL: the four
+     *  entries being there says it does. */
+    bool (*graphs)(void *ctx);
     /** Stop recording on q (always: q runs its work again afterwards). The graph, or NULL
      *  with a message naming what broke the recording; nothing recorded has run either
      *  way, so the caller runs (or launches) the work itself. */

@@ -208,9 +208,10 @@ static int parse_any(const char *spec, size_t *slot, int *index, char *canon, si
  * lavapipe the elementwise chains 8-24x, a training step 1.44x, no row slower beyond
  * noise, and on an H100 through NVIDIA's driver the chains 1.19x and 1.74x. Only where
  * the backend was built with its generator (fused_run): without it the decorator would
- * replay every group op by op, an indirection that buys nothing. Not cpu (one row gains,
- * the rest are at parity) and not yet cuda (the decorator does not forward the graph and
- * matmul_fused entries the ONNX executor uses there). */
+ * replay every group op by op, an indirection that buys nothing. Not cpu (large chains
+ * gain 2-4.5x, but the decorator's per-call cost makes small models 17% slower) and not
+ * yet cuda (the decorator forwards the graph and matmul_fused entries the ONNX executor
+ * uses there, untried on a GPU so far: tests/cuda onnx-graphs-cuda-fused). */
 static const char *fusion_default(size_t slot)
 {
     const kiln_backend_iface *be = backend_of(slot);

@@ -454,7 +454,8 @@ struct kiln__graph {
 bool kiln__graph_supported(const kiln_device *dev)
 {
     const kiln_backend_iface *be = dev->be;
-    return be->capture_begin && be->capture_end && be->graph_launch && be->graph_free;
+    return be->capture_begin && be->capture_end && be->graph_launch && be->graph_free &&
+           (!be->graphs || be->graphs(dev->ctx));
 }
 
 int kiln__graph_capture_begin(kiln_device *dev)

@@ -25,6 +25,7 @@
  * group pending, runs as it is (default: the inner backend's fusion_min_elements, 65536
  * on the cpu, 0 elsewhere; 0 records every call). Other options go to the inner device.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -586,6 +587,61 @@ static int fused_matmul_fused(void *qctx, const kiln_tdesc *out, const kiln_tdes
     return q->d->in->matmul_fused(q->iq, out, a, b, ep);
 }
 
+/* Graphs: the inner device's, with the pending group flushed into the recording before
+ * it ends (and before it starts or launches, so that no call recorded earlier lands in
+ * it or runs after it). The fused kernels of the recorded groups are then part of the
+ * graph, launched with it. */
+static bool fused_graphs(void *ctx)
+{
+    fdev *d = ctx;
+    const kiln_backend_iface *in = d->in;
+    return in->capture_begin && in->capture_end && in->graph_launch && in->graph_free &&
+           (!in->graphs || in->graphs(d->ictx));
+}
+
+static int fused_capture_begin(void *qctx)
+{
+    fq *q = qctx;
+    if (!fused_graphs(q->d))
+        return kiln__error_set("fused: the inner backend %s records no graphs", q->d->in->name);
+    FLUSH(q);
+    return q->d->in->capture_begin(q->iq);
+}
+
+static kiln_backend_graph *fused_capture_end(void *qctx)
+{
+    fq *q = qctx;
+    if (!fused_graphs(q->d)) {
+        kiln__error_set("fused: the inner backend %s records no graphs", q->d->in->name);
+        return NULL;
+    }
+    int rc = flush(q);
+    char why[KILN_ERROR_MAX];
+    if (rc < 0)
+        snprintf(why, sizeof why, "%s", kiln_error());
+    kiln_backend_graph *g = q->d->in->capture_end(q->iq); /* always: the queue stops recording */
+    if (rc < 0 && g) {
+        q->d->in->graph_free(q->iq, g);
+        kiln__error_set("%s", why);
+        return NULL;
+    }
+    return g;
+}
+
+static int fused_graph_launch(void *qctx, kiln_backend_graph *g)
+{
+    fq *q = qctx;
+    FLUSH(q);
+    return q->d->in->graph_launch(q->iq, g);
+}
+
+static void fused_graph_free(void *qctx, kiln_backend_graph *g)
+{
+    fq *q = qctx;
+    (void)flush(q);
+    q->d->in->graph_free(q->iq, g);
+}
+
 static int64_t fused_rnn_pack_size(void *qctx, const kiln_rnn_params *p)
 {
     fq *q = qctx;
@@ -665,6 +721,11 @@ static const kiln_backend_iface fused_iface = {
     .rnn_pack_size = fused_rnn_pack_size,
     .rnn_pack = fused_rnn_pack,
     .fused_run = fused_fused_run,
+    .capture_begin = fused_capture_begin,
+    .capture_end = fused_capture_end,
+    .graph_launch = fused_graph_launch,
+    .graph_free = fused_graph_free,
+    .graphs = fused_graphs,
 };
 
 const kiln_backend_iface *kiln_backend_fused(void)
