@@ -1,7 +1,8 @@
 /*
  * tests/engine/test-fused.c — the fused producers of engine/ops-fused.c on the cpu device:
  * kiln__conv_fused (with and without a kiln__conv_pack weight), kiln__epilogue and the
- * fallbacks they take for anything the one-pass path does not serve.
+ * fallbacks they take for anything the one-pass path does not serve (the epilogue after a
+ * matmul: test-fused-epilogue.c; the shared helpers: test-fused.h).
  *
  * The fused ops promise the unfused ops' arithmetic, so every result is held against two
  * things: the composed public ops on the ref device (an independent implementation, within
@@ -9,14 +10,9 @@
  * share the kernels and so must agree to the bit wherever the fused call takes the same
  * convolution path (the packed tile sums in the direct tile's order, so there too).
  */
-#include "test-util.h"
+#include "test-fused.h"
 
-#include <float.h>
-
-#include "kiln/autodiff.h"
-#include "tensor-impl.h"
-
-static kiln_device *cpu_dev;
+kiln_device *cpu_dev, *group_ref_dev;
 
 static int group_setup(void **state)
 {
@@ -25,6 +21,7 @@ static int group_setup(void **state)
     setenv("KILN_CPU_CONV", "packed", 1);
     if (test_group_setup(state))
         return -1;
+    group_ref_dev = test_dev;
     cpu_dev = kiln_device_open("cpu");
     if (!cpu_dev)
         fprintf(stderr, "cannot open cpu: %s\n", kiln_error());
@@ -36,165 +33,6 @@ static int group_teardown(void **state)
     kiln_device_close(cpu_dev);
     cpu_dev = NULL;
     return test_group_teardown(state);
-}
-
-/* ------------------------------------------------------------------ host data */
-
-/* A private generator, so that the data (and where the NaNs land) does not depend on
- * the engine's own random ops, which are under test elsewhere. */
-static uint64_t rng_state;
-
-static float urand(void)
-{
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((double)(rng_state >> 40) / (double)(1ULL << 24) * 2.0 - 1.0);
-}
-
-static float *host_rand(int64_t n, float scale)
-{
-    float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
-    assert_non_null(v);
-    for (int64_t i = 0; i < n; i++)
-        v[i] = urand() * scale;
-    return v;
-}
-
-static kiln_tensor *mk(kiln_device *dev, int ndim, const int64_t *shape, const float *data)
-{
-    int64_t n = 1;
-    for (int d = 0; d < ndim; d++)
-        n *= shape[d];
-    kiln_tensor *t = kiln_from_data(dev, KILN_F32, ndim, shape, data, (size_t)n * sizeof(float));
-    if (!t)
-        fail_msg("from_data: %s", kiln_error());
-    return t;
-}
-
-/* t's values as f32, row-major; the caller frees them. */
-static float *host_of(kiln_tensor *t)
-{
-    if (!t)
-        fail_msg("result is NULL: %s", kiln_error());
-    int64_t n = kiln_tensor_numel(t);
-    float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
-    assert_non_null(v);
-    kiln_tensor *c = kiln_tensor_dtype(t) == KILN_F32 ? t : kiln_cast(t, KILN_F32);
-    assert_non_null(c);
-    assert_int_equal(kiln_to_data(c, v, (size_t)n * sizeof *v), 0);
-    return v;
-}
-
-static void expect_dims(kiln_tensor *t, int ndim, const int64_t *shape)
-{
-    if (!t)
-        fail_msg("result is NULL: %s", kiln_error());
-    assert_int_equal(kiln_tensor_ndim(t), ndim);
-    for (int d = 0; d < ndim; d++)
-        assert_int_equal(kiln_tensor_dim(t, d), shape[d]);
-}
-
-/* ------------------------------------------------------------------ comparisons */
-
-static bool same_bits(float a, float b)
-{
-    /* NaN payloads are not part of the contract; everything else, -0 included, is */
-    if (isnan(a) || isnan(b))
-        return isnan(a) && isnan(b);
-    uint32_t ua, ub;
-    memcpy(&ua, &a, 4);
-    memcpy(&ub, &b, 4);
-    return ua == ub;
-}
-
-static void expect_bitwise(const char *what, const char *label, const float *got, const float *want, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        if (!same_bits(got[i], want[i]))
-            fail_msg("%s: %s: element %lld: got %.9g (%a), want %.9g (%a)", label, what, (long long)i,
-                     (double)got[i], (double)got[i], (double)want[i], (double)want[i]);
-}
-
-/* got against want where mag[i] bounds the magnitude of every term that went into
- * element i (so the rounding error of a k-term f32 sum stays under k·eps·mag[i]; random
- * data keeps it near sqrt(k)·eps·mag[i]). Non-finite values must match exactly in kind:
- * NaN where want is NaN, the same infinity where it is infinite. */
-static double expect_close(const char *what, const char *label, const float *got, const float *want,
-                           const float *mag, int64_t n, int64_t k, double rel)
-{
-    double worst = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double g = got[i], w = want[i];
-        if (isnan(w) || isnan(g)) {
-            if (!(isnan(w) && isnan(g)))
-                fail_msg("%s: %s: element %lld: got %.9g, want %.9g", label, what, (long long)i, g, w);
-            continue;
-        }
-        if (isinf(w) || isinf(g)) {
-            if (g != w)
-                fail_msg("%s: %s: element %lld: got %.9g, want %.9g", label, what, (long long)i, g, w);
-            continue;
-        }
-        /* a term that was infinite before a saturating activation (relu, clamp, sigmoid)
-         * leaves a magnitude bound of inf: the activation's own value must come out */
-        double m = mag && isfinite(mag[i]) ? mag[i] : 0;
-        double tol = rel * (1 + fabs(w)) + (mag ? FLT_EPSILON * sqrt((double)k) * m : 0);
-        if (mag && !isfinite(mag[i]))
-            tol = 1e-6;
-        double err = fabs(g - w);
-        if (!(err <= tol))
-            fail_msg("%s: %s: element %lld: got %.9g, want %.9g (error %.3g, tolerance %.3g)", label, what,
-                     (long long)i, g, w, err, tol);
-        if (tol > 0 && err / tol > worst)
-            worst = err / tol;
-    }
-    return worst;
-}
-
-/* ------------------------------------------------------------------ activations */
-
-typedef struct act_case {
-    const char *name;
-    kiln_epilogue_act act;
-    double alpha, beta;
-} act_case;
-
-static const act_case acts[] = {
-    {"none", KILN_EPI_NONE, 0, 0},
-    {"relu", KILN_EPI_RELU, 0, 0},
-    {"leaky_relu(0.1)", KILN_EPI_LEAKY_RELU, 0.1, 0},
-    {"clip(-1,6)", KILN_EPI_CLAMP, -1, 6},
-    {"clip(0.1,0.3)", KILN_EPI_CLAMP, 0.1, 0.3},  /* bounds that are not floats */
-    {"clip(-inf,inf)", KILN_EPI_CLAMP, -INFINITY, INFINITY},
-    {"hard_sigmoid(0.2,0.5)", KILN_EPI_HARD_SIGMOID, 0.2, 0.5},
-    {"hard_sigmoid(1/6,0.5)", KILN_EPI_HARD_SIGMOID, 1.0 / 6.0, 0.5},
-    {"hard_swish", KILN_EPI_HARD_SWISH, 0, 0},
-    {"sigmoid", KILN_EPI_SIGMOID, 0, 0},
-};
-#define NACTS ((int)(sizeof acts / sizeof acts[0]))
-
-/* The activation composed from the public ops, step for step as kiln__act_apply composes
- * it, written out here so the reference does not lean on the code under test. */
-static kiln_tensor *compose_act(kiln_tensor *t, const act_case *a)
-{
-    switch (a->act) {
-    case KILN_EPI_NONE:
-        return t;
-    case KILN_EPI_RELU:
-        return kiln_relu(t);
-    case KILN_EPI_LEAKY_RELU:
-        return kiln_leaky_relu(t, a->alpha);
-    case KILN_EPI_CLAMP:
-        return kiln_clamp(t, a->alpha, a->beta);
-    case KILN_EPI_HARD_SIGMOID:
-        return kiln_clamp(kiln_add_scalar(kiln_mul_scalar(t, a->alpha), a->beta), 0, 1);
-    case KILN_EPI_HARD_SWISH:
-        return kiln_mul(t, kiln_clamp(kiln_add_scalar(kiln_mul_scalar(t, 1.0 / 6.0), 0.5), 0, 1));
-    case KILN_EPI_SIGMOID:
-        return kiln_sigmoid(t);
-    default:
-        fail_msg("no such activation %d", (int)a->act);
-        return NULL;
-    }
 }
 
 /* ------------------------------------------------------------------ convolutions */
@@ -316,15 +154,6 @@ static void conv_data_free(conv_data *d)
     free(d->w);
     free(d->b);
     free(d->r);
-}
-
-static float *host_abs(const float *v, int64_t n)
-{
-    float *a = malloc((size_t)(n ? n : 1) * sizeof *a);
-    assert_non_null(a);
-    for (int64_t i = 0; i < n; i++)
-        a[i] = fabsf(v[i]);
-    return a;
 }
 
 static double worst_ref_ratio;
@@ -544,174 +373,6 @@ static void test_conv_pack_is_per_weight(void **state)
     kiln_scope_end();
     conv_data_free(&d1);
     conv_data_free(&d2);
-}
-
-/* ------------------------------------------------------------------ epilogue */
-
-static void check_epilogue(int64_t M, int64_t K, int64_t N)
-{
-    int64_t as[2] = {M, K}, bs[2] = {K, N}, ys[2] = {M, N}, vs[1] = {N};
-    float *ha = host_rand(M * K, 1.0f), *hb = host_rand(K * N, (float)(1.7 / sqrt((double)K)));
-    float *hbias = host_rand(N, 0.5f), *hr = host_rand(M * N, 1.0f);
-    hr[3] = NAN;
-    hr[M * N / 2] = INFINITY;
-    hbias[N - 1] = -INFINITY;
-    float *aa = host_abs(ha, M * K), *ab = host_abs(hb, K * N), *abias = host_abs(hbias, N), *ar = host_abs(hr, M * N);
-    kiln_scope_begin();
-    kiln_tensor *ar_ = mk(test_dev, 2, as, ha), *br_ = mk(test_dev, 2, bs, hb);
-    kiln_tensor *biasr = mk(test_dev, 1, vs, hbias), *rr = mk(test_dev, 2, ys, hr);
-    kiln_tensor *ac = mk(cpu_dev, 2, as, ha), *bc = mk(cpu_dev, 2, bs, hb);
-    kiln_tensor *biasc = mk(cpu_dev, 1, vs, hbias), *rc = mk(cpu_dev, 2, ys, hr);
-    kiln_tensor *mm = kiln_matmul(mk(test_dev, 2, as, aa), mk(test_dev, 2, bs, ab));
-    kiln_tensor *mbias = mk(test_dev, 1, vs, abias), *mres = mk(test_dev, 2, ys, ar);
-    for (int withb = 0; withb < 2; withb++)
-        for (int withr = 0; withr < 2; withr++)
-            for (int ai = 0; ai < NACTS; ai++) {
-                const act_case *a = &acts[ai];
-                char label[160];
-                snprintf(label, sizeof label, "matmul %lldx%lldx%lld, %s%s%s", (long long)M, (long long)K,
-                         (long long)N, withb ? "bias, " : "", withr ? "residual, " : "", a->name);
-                kiln_scope_begin();
-                kiln_tensor *yr = kiln_matmul(ar_, br_);
-                if (withb)
-                    yr = kiln_add(yr, biasr);
-                if (withr)
-                    yr = kiln_add(yr, rr);
-                kiln_tensor *want = compose_act(yr, a);
-                kiln_tensor *yu = kiln_matmul(ac, bc);
-                if (withb)
-                    yu = kiln_add(yu, biasc);
-                if (withr)
-                    yu = kiln_add(yu, rc);
-                kiln_tensor *unf = compose_act(yu, a);
-                kiln_tensor *y = kiln_matmul(ac, bc);
-                kiln_tensor *got = kiln__epilogue(y, withb ? biasc : NULL, withr ? rc : NULL, a->act, a->alpha,
-                                                  a->beta);
-                /* a fresh matmul result nobody else holds is written in place */
-                assert_ptr_equal(got, y);
-                expect_dims(got, 2, ys);
-                float *hw = host_of(want), *hu = host_of(unf), *hg = host_of(got);
-                kiln_tensor *mt = mm;
-                if (withb)
-                    mt = kiln_add(mt, mbias);
-                if (withr)
-                    mt = kiln_add(mt, mres);
-                float *m = host_of(mt);
-                expect_close("epilogue vs ref", label, hg, hw, m, M * N, K, 1e-5);
-                expect_bitwise("epilogue vs unfused cpu", label, hg, hu, M * N);
-                free(m);
-                free(hw);
-                free(hu);
-                free(hg);
-                kiln_scope_end();
-            }
-    kiln_scope_end();
-    free(ha);
-    free(hb);
-    free(hbias);
-    free(hr);
-    free(aa);
-    free(ab);
-    free(abias);
-    free(ar);
-}
-
-static void test_epilogue_matmul(void **state)
-{
-    (void)state;
-    rng_state = 4;
-    check_epilogue(5, 7, 3);
-    check_epilogue(33, 64, 45);
-    check_epilogue(1, 300, 1000); /* rows longer than the sigmoid's 256-element chunks */
-    check_epilogue(64, 16, 257);
-}
-
-/* y shared with a view: the epilogue must leave the view's values alone (it takes the
- * separate ops and returns a new tensor). A residual that is y itself likewise. */
-static void test_epilogue_shared(void **state)
-{
-    (void)state;
-    rng_state = 5;
-    int64_t as[2] = {6, 5}, bs[2] = {5, 8}, vs[1] = {8};
-    float *ha = host_rand(30, 1.0f), *hb = host_rand(40, 1.0f), *hbias = host_rand(8, 1.0f);
-    kiln_scope_begin();
-    kiln_tensor *a = mk(cpu_dev, 2, as, ha), *b = mk(cpu_dev, 2, bs, hb), *bias = mk(cpu_dev, 1, vs, hbias);
-
-    kiln_tensor *y = kiln_matmul(a, b);
-    kiln_tensor *view = kiln_reshape(y, KILN_SHAPE(48)); /* holds y's storage too */
-    float *before = host_of(y);
-    kiln_tensor *z = kiln__epilogue(y, bias, NULL, KILN_EPI_RELU, 0, 0);
-    assert_non_null(z);
-    assert_ptr_not_equal(z, y);
-    float *after = host_of(view), *hz = host_of(z), *want = host_of(kiln_relu(kiln_add(kiln_matmul(a, b), bias)));
-    expect_bitwise("view of y after epilogue", "shared y", after, before, 48);
-    expect_bitwise("epilogue on shared y", "shared y", hz, want, 48);
-
-    kiln_tensor *y2 = kiln_matmul(a, b);
-    float *h2 = host_of(y2);
-    kiln_tensor *z2 = kiln__epilogue(y2, NULL, y2, KILN_EPI_NONE, 0, 0);
-    float *hz2 = host_of(z2);
-    for (int i = 0; i < 48; i++)
-        assert_true(same_bits(hz2[i], h2[i] + h2[i]));
-
-    free(ha);
-    free(hb);
-    free(hbias);
-    free(before);
-    free(after);
-    free(hz);
-    free(want);
-    free(h2);
-    free(hz2);
-    kiln_scope_end();
-}
-
-/* Bias or residual shapes and dtypes the in-place path does not take: the separate ops
- * broadcast and promote as kiln_add does. */
-static void test_epilogue_fallbacks(void **state)
-{
-    (void)state;
-    rng_state = 6;
-    int64_t as[2] = {4, 3}, bs[2] = {3, 6};
-    float *ha = host_rand(12, 1.0f), *hb = host_rand(18, 1.0f), *hv = host_rand(24, 1.0f);
-    kiln_scope_begin();
-    kiln_tensor *a = mk(cpu_dev, 2, as, ha), *b = mk(cpu_dev, 2, bs, hb);
-    kiln_tensor *col = mk(cpu_dev, KILN_SHAPE(4, 1), hv);     /* broadcast over columns */
-    kiln_tensor *row2 = mk(cpu_dev, KILN_SHAPE(1, 6), hv);    /* a bias that is not 1-D */
-    kiln_tensor *r64 = kiln_cast(mk(cpu_dev, KILN_SHAPE(4, 6), hv), KILN_F64);
-
-    kiln_tensor *z = kiln__epilogue(kiln_matmul(a, b), NULL, col, KILN_EPI_LEAKY_RELU, 0.1, 0);
-    float *hz = host_of(z), *hw = host_of(kiln_leaky_relu(kiln_add(kiln_matmul(a, b), col), 0.1));
-    expect_dims(z, KILN_SHAPE(4, 6));
-    expect_bitwise("residual [4,1]", "epilogue fallback", hz, hw, 24);
-    free(hz);
-    free(hw);
-
-    z = kiln__epilogue(kiln_matmul(a, b), row2, NULL, KILN_EPI_HARD_SWISH, 0, 0);
-    hz = host_of(z);
-    hw = host_of(compose_act(kiln_add(kiln_matmul(a, b), row2), &acts[8]));
-    expect_bitwise("bias [1,6]", "epilogue fallback", hz, hw, 24);
-    free(hz);
-    free(hw);
-
-    z = kiln__epilogue(kiln_matmul(a, b), NULL, r64, KILN_EPI_SIGMOID, 0, 0);
-    assert_non_null(z);
-    assert_int_equal(kiln_tensor_dtype(z), KILN_F64);
-    double gz[24], gw[24];
-    assert_int_equal(kiln_to_data(z, gz, sizeof gz), 0);
-    assert_int_equal(kiln_to_data(kiln_sigmoid(kiln_add(kiln_matmul(a, b), r64)), gw, sizeof gw), 0);
-    for (int i = 0; i < 24; i++)
-        assert_true(gz[i] == gw[i]);
-
-    /* shapes that do not broadcast: an error, as from kiln_add */
-    kiln_error_clear();
-    assert_null(kiln__epilogue(kiln_matmul(a, b), NULL, mk(cpu_dev, KILN_SHAPE(5), hv), KILN_EPI_RELU, 0, 0));
-    assert_true(kiln_error()[0] != 0);
-    assert_null(kiln__epilogue(NULL, NULL, NULL, KILN_EPI_RELU, 0, 0));
-    kiln_scope_end();
-    free(ha);
-    free(hb);
-    free(hv);
 }
 
 /* ------------------------------------------------------------------ conv fallbacks */
@@ -1034,9 +695,9 @@ int main(void)
         cmocka_unit_test(test_conv_fused_autograd),
         cmocka_unit_test(test_clip_lo_above_hi),
         cmocka_unit_test(test_conv_fused_no_grad),
-        cmocka_unit_test(test_epilogue_matmul),
-        cmocka_unit_test(test_epilogue_shared),
-        cmocka_unit_test(test_epilogue_fallbacks),
+        cmocka_unit_test_setup(test_epilogue_matmul, epilogue_setup),
+        cmocka_unit_test_setup(test_epilogue_shared, epilogue_setup),
+        cmocka_unit_test_setup(test_epilogue_fallbacks, epilogue_setup),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
