@@ -11,8 +11,9 @@
  *
  * What: programs of loads (contiguous, row-broadcast or scalar f32 inputs), constants,
  * the unary ops that have a vector form in the kernel tables (exp, tanh, sigmoid, erf,
- * gelu, gelu_tanh, silu, and the exact ones: neg, abs, relu, square, add/mul by a
- * scalar), add, sub, mul and div, and stores into contiguous f32 outputs, over at least
+ * gelu, gelu_tanh, silu) or an exact one (neg, abs, relu, leaky_relu, sign, square, sqrt,
+ * rsqrt, reciprocal, floor, ceil, round, clamp, add/mul by a scalar, pow by 2, 1, 0.5 or
+ * -0.5), add, sub, mul, div, maximum and minimum, and stores into contiguous f32 outputs, over at least
  * KILN_CPU_JIT_MIN_ELEMENTS elements, on the avx2 and avx512 kernel tables. The loop
  * #includes the kernel tables' own math headers (embedded at build time) and is
  * compiled with the flags of that table and without contraction of multiply-adds, so its
@@ -68,7 +69,20 @@ static const char prelude_avx512[] =
     "_mm512_setzero_ps())\n"
     "#define KJ_EXP kz_exp\n#define KJ_TANH kz_tanh\n#define KJ_SIGMOID kz_sigmoid\n#define KJ_ERF kz_erf\n"
     "#define KJ_GELU kz_gelu\n#define KJ_GELU_TANH kz_gelu_tanh\n#define KJ_SILU kz_silu\n"
-    "#define KJ_FENCE() _mm_sfence()\n";
+    "#define KJ_FENCE() _mm_sfence()\n"
+    "#define KJ_GT(a, b) _mm512_cmp_ps_mask((a), (b), _CMP_GT_OQ)\n"
+    "#define KJ_LT(a, b) _mm512_cmp_ps_mask((a), (b), _CMP_LT_OQ)\n"
+    "#define KJ_UNORD(a, b) _mm512_cmp_ps_mask((a), (b), _CMP_UNORD_Q)\n"
+    "#define KJ_PICK(m, a, b) _mm512_mask_blend_ps((m), (a), (b))\n"
+    "#define KJ_SQRT _mm512_sqrt_ps\n"
+    "#define KJ_ROUND(v, mode) _mm512_roundscale_ps((v), (mode) | _MM_FROUND_NO_EXC)\n"
+    /* 1 / sqrt in double, rounded once to f32, as the unfused kernel computes it */
+    "static inline kj_v kj_rsqrt(kj_v v)\n{\n"
+    "    __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v)), hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, "
+    "1));\n"
+    "    lo = _mm512_div_pd(_mm512_set1_pd(1.0), _mm512_sqrt_pd(lo));\n"
+    "    hi = _mm512_div_pd(_mm512_set1_pd(1.0), _mm512_sqrt_pd(hi));\n"
+    "    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);\n}\n";
 
 static const char prelude_avx2[] =
     "#include <math.h>\n#include <stdint.h>\n#include \"cpu-math.h\"\n"
@@ -87,7 +101,37 @@ static const char prelude_avx2[] =
     "#define KJ_EXP kv_exp\n#define KJ_TANH kv_tanh\n#define KJ_SIGMOID kv_sigmoid\n#define KJ_ERF kv_erf\n"
     "#define KJ_GELU kv_gelu\n#define KJ_GELU_TANH kv_gelu_tanh\n#define KJ_SILU(v) _mm256_mul_ps((v), "
     "kv_sigmoid(v))\n"
-    "#define KJ_FENCE() _mm_sfence()\n";
+    "#define KJ_FENCE() _mm_sfence()\n"
+    "#define KJ_GT(a, b) _mm256_cmp_ps((a), (b), _CMP_GT_OQ)\n"
+    "#define KJ_LT(a, b) _mm256_cmp_ps((a), (b), _CMP_LT_OQ)\n"
+    "#define KJ_UNORD(a, b) _mm256_cmp_ps((a), (b), _CMP_UNORD_Q)\n"
+    "#define KJ_PICK(m, a, b) _mm256_blendv_ps((a), (b), (m))\n"
+    "#define KJ_SQRT _mm256_sqrt_ps\n"
+    "#define KJ_ROUND(v, mode) _mm256_round_ps((v), (mode) | _MM_FROUND_NO_EXC)\n"
+    "static inline kj_v kj_rsqrt(kj_v v)\n{\n"
+    "    __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, "
+    "1));\n"
+    "    lo = _mm256_div_pd(_mm256_set1_pd(1.0), _mm256_sqrt_pd(lo));\n"
+    "    hi = _mm256_div_pd(_mm256_set1_pd(1.0), _mm256_sqrt_pd(hi));\n"
+    "    return _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo));\n}\n";
+
+/* Written after either prelude: the ops built from its primitives, each the unfused
+ * kernel's scalar expression lane by lane (KJ_PICK(m, a, b): m ? b : a; comparisons with
+ * NaN are false, as in C). */
+static const char common_ops[] =
+    "static inline kj_v kj_maximum(kj_v x, kj_v y)\n"
+    "{ return KJ_PICK(KJ_UNORD(x, y), KJ_PICK(KJ_GT(x, y), y, x), KJ_ADD(x, y)); }\n"
+    "static inline kj_v kj_minimum(kj_v x, kj_v y)\n"
+    "{ return KJ_PICK(KJ_UNORD(x, y), KJ_PICK(KJ_LT(x, y), y, x), KJ_ADD(x, y)); }\n"
+    "static inline kj_v kj_leaky_relu(kj_v v, kj_v a)\n"
+    "{ return KJ_PICK(KJ_LT(v, KJ_SET(0.0f)), v, KJ_MUL(v, a)); }\n"
+    "static inline kj_v kj_sign(kj_v v)\n"
+    "{ return KJ_PICK(KJ_GT(v, KJ_SET(0.0f)), KJ_PICK(KJ_LT(v, KJ_SET(0.0f)), KJ_SET(0.0f), KJ_SET(-1.0f)), "
+    "KJ_SET(1.0f)); }\n"
+    /* below lo: lo, or hi when the bounds cross; above hi: hi; NaN stays */
+    "static inline kj_v kj_clamp(kj_v v, float lo, float hi)\n"
+    "{ return KJ_PICK(KJ_LT(v, KJ_SET(lo)), KJ_PICK(KJ_GT(v, KJ_SET(hi)), v, KJ_SET(hi)), KJ_SET(lo > hi ? hi : "
+    "lo)); }\n";
 
 /* The flags of each table's build of cpu-kernels.c (backends/cpu/meson.build), and no
  * contraction of a multiply and an add into one rounding the unfused kernels lack. */
@@ -95,13 +139,35 @@ static const char *const flags_avx512[] = {"-mavx2",     "-mfma",      "-mf16c",
                                            "-mavx512dq", "-mavx512bw", "-mavx512vl", NULL};
 static const char *const flags_avx2[] = {"-mavx2", "-mfma", "-mf16c", NULL};
 
-/* The vector expression of unary op on register a (instruction i's alpha is k[2i]), or
- * NULL when the op has none here. */
-static bool emit_unary(kiln__sbuf *b, int op, int i, int a)
+/* The vector expression of unary op on register a into b (instruction i's alpha and
+ * beta are k[2i] and k[2i + 1], their vectors k<2i> and k<2i+1>); false when the op has
+ * none here. pow by a scalar takes the unfused kernel's special cases only. */
+static bool emit_unary(kiln__sbuf *b, int op, int i, int a, double alpha)
 {
     char arg[32];
     snprintf(arg, sizeof arg, "r%d", a);
     switch (op) {
+    case KILN_UNARY_SQRT: kiln__sbuf_printf(b, "KJ_SQRT(%s)", arg); return true;
+    case KILN_UNARY_RSQRT: kiln__sbuf_printf(b, "kj_rsqrt(%s)", arg); return true;
+    case KILN_UNARY_RECIPROCAL: kiln__sbuf_printf(b, "KJ_DIV(KJ_SET(1.0f), %s)", arg); return true;
+    case KILN_UNARY_SIGN: kiln__sbuf_printf(b, "kj_sign(%s)", arg); return true;
+    case KILN_UNARY_FLOOR: kiln__sbuf_printf(b, "KJ_ROUND(%s, _MM_FROUND_TO_NEG_INF)", arg); return true;
+    case KILN_UNARY_CEIL: kiln__sbuf_printf(b, "KJ_ROUND(%s, _MM_FROUND_TO_POS_INF)", arg); return true;
+    case KILN_UNARY_ROUND: kiln__sbuf_printf(b, "KJ_ROUND(%s, _MM_FROUND_TO_NEAREST_INT)", arg); return true;
+    case KILN_UNARY_LEAKY_RELU: kiln__sbuf_printf(b, "kj_leaky_relu(%s, k%d)", arg, 2 * i); return true;
+    case KILN_UNARY_CLAMP: kiln__sbuf_printf(b, "kj_clamp(%s, k[%d], k[%d])", arg, 2 * i, 2 * i + 1); return true;
+    case KILN_UNARY_POW_SCALAR:
+        if ((float)alpha == 2.0f)
+            kiln__sbuf_printf(b, "KJ_MUL(%s, %s)", arg, arg);
+        else if ((float)alpha == 1.0f)
+            kiln__sbuf_printf(b, "%s", arg);
+        else if ((float)alpha == 0.5f)
+            kiln__sbuf_printf(b, "KJ_SQRT(%s)", arg);
+        else if ((float)alpha == -0.5f)
+            kiln__sbuf_printf(b, "kj_rsqrt(%s)", arg);
+        else
+            return false; /* powf itself */
+        return true;
     case KILN_UNARY_NEG: kiln__sbuf_printf(b, "KJ_NEG(%s)", arg); return true;
     case KILN_UNARY_ABS: kiln__sbuf_printf(b, "KJ_ABS(%s)", arg); return true;
     case KILN_UNARY_RELU: kiln__sbuf_printf(b, "KJ_RELU(%s)", arg); return true;
@@ -121,7 +187,7 @@ static bool emit_unary(kiln__sbuf *b, int op, int i, int a)
 
 static bool unary_uses_alpha(int op)
 {
-    return op == KILN_UNARY_ADD_SCALAR || op == KILN_UNARY_MUL_SCALAR;
+    return op == KILN_UNARY_ADD_SCALAR || op == KILN_UNARY_MUL_SCALAR || op == KILN_UNARY_LEAKY_RELU;
 }
 
 /* Whether the planned program is one the loop form covers. */
@@ -150,8 +216,10 @@ static bool compilable(const fplan *pl)
         case KILN_FUSED_LOAD:
         case KILN_FUSED_CONST:
         case KILN_FUSED_STORE: break;
-        case KILN_FUSED_UNARY: ok = emit_unary(&scratch, in->op, i, in->a); break;
-        case KILN_FUSED_BINARY: ok = in->op <= KILN_BINARY_DIV; break;
+        case KILN_FUSED_UNARY: ok = emit_unary(&scratch, in->op, i, in->a, in->alpha); break;
+        case KILN_FUSED_BINARY:
+            ok = in->op <= KILN_BINARY_DIV || in->op == KILN_BINARY_MAXIMUM || in->op == KILN_BINARY_MINIMUM;
+            break;
         default: ok = false;
         }
     }
@@ -163,7 +231,8 @@ static bool compilable(const fplan *pl)
  * load and store to use). */
 static void emit_step(kiln__sbuf *b, const kiln_fused_program *p, const fplan *pl, const char *ld, const char *st)
 {
-    static const char *const binary[] = {"KJ_ADD", "KJ_SUB", "KJ_MUL", "KJ_DIV"};
+    static const char *const binary[] = {"KJ_ADD", "KJ_SUB", "KJ_MUL",     "KJ_DIV",
+                                         NULL,     NULL,     "kj_maximum", "kj_minimum"};
     for (int i = 0; i < p->ninstrs; i++) {
         const kiln_fused_instr *in = &p->instrs[i];
         switch (in->code) {
@@ -176,7 +245,7 @@ static void emit_step(kiln__sbuf *b, const kiln_fused_program *p, const fplan *p
         case KILN_FUSED_CONST: kiln__sbuf_printf(b, "        kj_v r%d = k%d;\n", in->dst, 2 * i); break;
         case KILN_FUSED_UNARY:
             kiln__sbuf_printf(b, "        kj_v r%d = ", in->dst);
-            (void)emit_unary(b, in->op, i, in->a);
+            (void)emit_unary(b, in->op, i, in->a, in->alpha);
             kiln__sbuf_printf(b, ";\n");
             break;
         case KILN_FUSED_BINARY:
@@ -192,8 +261,8 @@ static char *loop_source(const fplan *pl, bool avx512)
 {
     const kiln_fused_program *p = pl->p;
     kiln__sbuf b = {.ok = true};
-    kiln__sbuf_printf(&b, "/* generated by kiln's cpu backend for a fused program: do not edit */\n%s",
-                      avx512 ? prelude_avx512 : prelude_avx2);
+    kiln__sbuf_printf(&b, "/* generated by kiln's cpu backend for a fused program: do not edit */\n%s%s",
+                      avx512 ? prelude_avx512 : prelude_avx2, common_ops);
     kiln__sbuf_printf(&b, "void kiln_fused_loop(int64_t n, const float *const *in, float *const *out, "
                           "const float *k, int stream)\n{\n    (void)in; (void)out; (void)k;\n");
     for (int a = 0; a < p->ninputs; a++) {

@@ -60,10 +60,29 @@ static void two_outputs(kiln_tensor *x, kiln_tensor *a, kiln_tensor *b, kiln_ten
     out[1] = kiln_mul(kiln_gelu(s, false), kiln_add_scalar(a, 2.0));
 }
 
+/* The exact ops: square roots of negative lanes give NaN, which maximum, minimum, sign and
+ * clamp must carry as the unfused kernels do; rounding in three directions; pow by the
+ * exponents the kernels special-case, and by 3 (powf: that program stays interpreted). */
+static void exact_ops(kiln_tensor *x, kiln_tensor *a, kiln_tensor *b, kiln_tensor *c, kiln_tensor **out)
+{
+    (void)c;
+    kiln_tensor *s = kiln_sqrt(x); /* NaN where x < 0 */
+    kiln_tensor *t = kiln_add(kiln_maximum(s, a),
+                              kiln_minimum(kiln_clamp(x, -1.5, 2.5), kiln_floor(kiln_mul_scalar(x, 1.7))));
+    t = kiln_add(t, kiln_add(kiln_ceil(x), kiln_round(kiln_mul_scalar(x, 2.5))));
+    t = kiln_add(t, kiln_add(kiln_leaky_relu(x, 0.1), kiln_sign(kiln_minimum(s, b))));
+    t = kiln_add(t, kiln_add(kiln_pow_scalar(x, 2.0), kiln_pow_scalar(kiln_abs(x), 0.5)));
+    t = kiln_add(t, kiln_add(kiln_pow_scalar(kiln_add_scalar(kiln_abs(x), 0.5), -0.5), kiln_pow_scalar(x, 1.0)));
+    t = kiln_add(t, kiln_add(kiln_reciprocal(x), kiln_rsqrt(kiln_add_scalar(kiln_abs(x), 0.25))));
+    out[0] = kiln_add(t, kiln_clamp(x, -6.0, 0.0));
+    out[1] = kiln_mul(kiln_pow_scalar(x, 3.0), a);
+}
+
 static const program programs[] = {
     {"gelu(x*a+b)*c", 1, chain},
     {"every covered unary", 1, every_unary},
     {"two outputs, sub and div", 2, two_outputs},
+    {"exact ops with NaN lanes", 2, exact_ops},
 };
 #define NPROGRAMS (int)(sizeof programs / sizeof *programs)
 
