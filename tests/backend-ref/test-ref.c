@@ -112,7 +112,8 @@ static void test_life_cycle(void)
     CHECK(R->conv_fused == NULL && R->epilogue == NULL && R->conv_pack_size == NULL && R->conv_pack == NULL);
     CHECK(R->rnn == NULL && R->rnn_pack_size == NULL && R->rnn_pack == NULL);
     CHECK(R->fused_run == NULL && R->matmul_fused == NULL);
-    CHECK(R->capture_begin == NULL && R->capture_end == NULL && R->graph_launch == NULL && R->graph_free == NULL);
+    CHECK(R->capture_begin == NULL && R->capture_end == NULL && R->graph_launch == NULL && R->graph_free == NULL &&
+          R->graphs == NULL);
 #define SLOT(f) ((offsetof(kiln_backend_iface, f) - offsetof(kiln_backend_iface, open)) / sizeof(void *))
     /* and the entries a backend that finishes work at submission has no use for: queues
      * and events, pinned host memory, device-to-device copies, options, capability
@@ -124,7 +125,7 @@ static void test_life_cycle(void)
         SLOT(event_sync),  SLOT(event_query),      SLOT(event_free),     SLOT(supports),      SLOT(host_alloc),
         SLOT(host_free),   SLOT(buffer_copy_peer), SLOT(counters),       SLOT(rnn_pack_size), SLOT(rnn_pack),
         SLOT(fused_run),   SLOT(memory),           SLOT(lost),           SLOT(matmul_fused),  SLOT(capture_begin),
-        SLOT(capture_end), SLOT(graph_launch),     SLOT(graph_free),
+        SLOT(capture_end), SLOT(graph_launch),     SLOT(graph_free),     SLOT(graphs),
     };
     /* and device enumeration (kiln_device_list): ref is one host device */
     const size_t list_slot = SLOT(list);
