@@ -79,7 +79,7 @@ void kiln__cpu_fused_store_stream(const fplan *pl, float *o, const float *src, i
  * time, three alternating runs each: 7.3-7.7 ms with the burst, 6.2-6.7 ms spread. A
  * program without heavy ops asks for nothing: it streams at memory speed, which the
  * hardware prefetchers keep up with, and a burst only got in the way (layer_norm(x + r)
- * on [8192, 768]: 3.07 ms without, 3.55 with). Only for one or two contiguous inputs
+ * on [8192, 768], one thread: 2.72-2.80 ms without, 3.55 with; unfused 3.05-3.15). Only for one or two contiguous inputs
  * (pl->prefetch): with four (gelu(x·a+b)·c with a, b, c full) the hardware prefetchers
  * are busy already. The stores were tried the same way (a block's streamed output kept
  * aside and written out in shares during the next block's heavy op): 7.3 ms against 6.2,
@@ -109,8 +109,8 @@ static inline void kiln__cpu_fused_prefetch_upto(kiln__cpu_prefetcher *pf, int64
 }
 
 /* Set pf up for the block after [i0, i0 + m) of a span ending at end, as long as that
- * block will be (a row's end cuts it). Nothing to ask for unless pl->prefetch; the heavy
- * ops of the block ask (run_block). */
+ * block will be (a row's end cuts it). Nothing to ask for unless pl->prefetch and the
+ * program has heavy ops, which ask (run_block). */
 static inline void kiln__cpu_fused_prefetch_next(const fplan *pl, int64_t i0, int64_t m, int64_t end,
                                                  kiln__cpu_prefetcher *pf)
 {
@@ -119,7 +119,7 @@ static inline void kiln__cpu_fused_prefetch_next(const fplan *pl, int64_t i0, in
         len = pl->row - next % pl->row;
     pf->nbase = 0;
     pf->bytes = pf->issued = 0;
-    if (len <= 0 || !pl->prefetch)
+    if (len <= 0 || !pl->prefetch || pl->nheavy == 0)
         return;
     for (int k = 0; k < pl->p->ninputs && pf->nbase < 2; k++)
         if (pl->in[k].kind == IN_CONTIG)
