@@ -79,9 +79,9 @@ void kiln__cpu_fused_store_stream(const fplan *pl, float *o, const float *src, i
  * time, three alternating runs each: 7.3-7.7 ms with the burst, 6.2-6.7 ms spread. A
  * program without heavy ops asks for nothing: it streams at memory speed, which the
  * hardware prefetchers keep up with, and a burst only got in the way (layer_norm(x + r)
- * on [8192, 768], one thread: 2.72-2.80 ms without, 3.55 with; unfused 3.05-3.15). Only for one or two contiguous inputs
- * (pl->prefetch): with four (gelu(x·a+b)·c with a, b, c full) the hardware prefetchers
- * are busy already. The stores were tried the same way (a block's streamed output kept
+ * on [8192, 768], one thread: 2.72-2.80 ms without, 3.55 with; unfused 3.05-3.15). Only
+ * for one or two contiguous inputs (pl->prefetch): with four (gelu(x·a+b)·c with a, b, c
+ * full) the hardware prefetchers are busy already. The stores were tried the same way (a block's streamed output kept
  * aside and written out in shares during the next block's heavy op): 7.3 ms against 6.2,
  * so they are not deferred. */
 

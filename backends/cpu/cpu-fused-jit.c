@@ -13,8 +13,9 @@
  * the unary ops that have a vector form in the kernel tables (exp, tanh, sigmoid, erf,
  * gelu, gelu_tanh, silu) or an exact one (neg, abs, relu, leaky_relu, sign, square, sqrt,
  * rsqrt, reciprocal, floor, ceil, round, clamp, add/mul by a scalar, pow by 2, 1, 0.5 or
- * -0.5), add, sub, mul, div, maximum and minimum, and stores into contiguous f32 outputs, over at least
- * KILN_CPU_JIT_MIN_ELEMENTS elements, on the avx2 and avx512 kernel tables. The loop
+ * -0.5), add, sub, mul, div, maximum and minimum, and stores into contiguous f32
+ * outputs, over at least KILN_CPU_JIT_MIN_ELEMENTS elements, on the avx2 and avx512
+ * kernel tables. The loop
  * #includes the kernel tables' own math headers (embedded at build time) and is
  * compiled with the flags of that table and without contraction of multiply-adds, so its
  * results equal the interpreter's and the unfused kernels' to the bit (the fusion tests
