@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/** A header the compiled loops #include, embedded at build time (tools/embed-headers.py). */
+/** A header the compiled loops #include, embedded at build time (backends/embed-text.py). */
 typedef struct kiln__cpu_jit_header {
     const char *name;
     const char *text;

@@ -122,20 +122,6 @@ static int dims_of(const kiln_tdesc *t, int nspatial, int *dims, int *strides)
     return n;
 }
 
-static bool plain_strides(const kiln_tdesc *t)
-{
-    for (int d = 0; d < t->ndim; d++)
-        if (t->strides[d] <= 0 && t->shape[d] > 1)
-            return false;
-    int64_t want = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        if (t->shape[d] != 1 && t->strides[d] != want)
-            return false;
-        want *= t->shape[d];
-    }
-    return true;
-}
-
 typedef struct conv_call {
     kiln_cuda_queue *q;
     const char *op;
@@ -143,47 +129,8 @@ typedef struct conv_call {
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t wd;
     cudnnConvolutionDescriptor_t cd;
-    kiln_cuda_block *scratch[3];
-    struct kiln_buffer holders[3];
-    kiln_tdesc copies[3];
-    int nscratch;
+    kiln__cuda_operands ops; /* packed copies of strided operands */
 } conv_call;
-
-/* A contiguous view of t: t itself when already contiguous, else a copy into scratch. */
-static int contiguous(conv_call *c, const kiln_tdesc *t, const kiln_tdesc **out)
-{
-    if (plain_strides(t)) {
-        *out = t;
-        return 0;
-    }
-    static const size_t es[KILN_DTYPE_COUNT] = {4, 8, 2, 2, 8, 4, 1, 1};
-    int i = c->nscratch;
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
-        n *= t->shape[d];
-    bool oom = false;
-    c->scratch[i] = kiln__cuda_alloc_get(&c->q->dev->alloc, c->q->stream, (size_t)n * es[t->dtype], &oom);
-    if (!c->scratch[i])
-        return oom ? (kiln__error_set("%s on %s: out of device memory for an operand copy", c->op,
-                                      c->q->dev->name),
-                      KILN_ENOMEM)
-                   : KILN_EDEVICE;
-    c->nscratch++;
-    c->holders[i] = (struct kiln_buffer){.blk = c->scratch[i], .nbytes = (size_t)n * es[t->dtype]};
-    kiln_tdesc *cp = &c->copies[i];
-    *cp = *t;
-    cp->buf = &c->holders[i];
-    cp->offset = 0;
-    int64_t s = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        cp->strides[d] = s;
-        s *= t->shape[d];
-    }
-    kcu_view dv = kiln__cuda_view(cp), sv = kiln__cuda_view(t);
-    int rc = kiln__cuda_check(c->q, kcu_copy(c->q->stream, &dv, &sv), c->op);
-    *out = cp;
-    return rc;
-}
 
 static void call_fini(conv_call *c)
 {
@@ -195,8 +142,7 @@ static void call_fini(conv_call *c)
         cudnnDestroyFilterDescriptor(c->wd);
     if (c->cd)
         cudnnDestroyConvolutionDescriptor(c->cd);
-    for (int i = 0; i < c->nscratch; i++)
-        kiln__cuda_alloc_put(&c->q->dev->alloc, c->q->stream, c->scratch[i]);
+    kiln__cuda_operands_release(&c->ops);
 }
 
 /* Descriptors for x [N, C, S...], w [O, C/g, K...] and y [N, O, S'...]. */
@@ -419,14 +365,15 @@ static int run_conv(void *vq, int dir, const char *op, const kiln_conv_params *p
     memset(&c, 0, sizeof c);
     c.q = q;
     c.op = op;
+    c.ops = (kiln__cuda_operands){.q = q, .op = op};
     /* the written operand is fresh and contiguous; the read ones may be views */
     const kiln_tdesc *xc = x, *wc = w, *yc = y;
     if (dir != DIR_BWD_DATA)
-        rc = contiguous(&c, x, &xc);
+        rc = kiln__cuda_operand_packed(&c.ops, x, &xc);
     if (!rc && dir != DIR_BWD_FILTER)
-        rc = contiguous(&c, w, &wc);
+        rc = kiln__cuda_operand_packed(&c.ops, w, &wc);
     if (!rc && dir != DIR_FWD)
-        rc = contiguous(&c, y, &yc);
+        rc = kiln__cuda_operand_packed(&c.ops, y, &yc);
     if (!rc)
         rc = call_init(&c, p, xc, wc, yc);
     int algo = -1;
@@ -462,14 +409,8 @@ static int run_conv(void *vq, int dir, const char *op, const kiln_conv_params *p
             rc = dnn_fail(q, st, op, "running the convolution");
         q->last_op = op;
     }
-    if (!rc && bias) {
-        /* out += bias per output channel, as its own launch */
-        kcu_view o = kiln__cuda_view(y), b = kiln__cuda_view(bias);
-        int64_t plane = 1;
-        for (int d = 2; d < y->ndim; d++)
-            plane *= y->shape[d];
-        rc = kiln__cuda_check(q, kcu_channel_bias(q->stream, &o, &b, y->shape[1], plane), op);
-    }
+    if (!rc && bias)
+        rc = kiln__cuda_conv_add_bias(q, y, bias, op);
     call_fini(&c);
     return rc;
 }

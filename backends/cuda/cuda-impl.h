@@ -238,6 +238,25 @@ int kiln__cuda_matmul_fused(void *q, const kiln_tdesc *out, const kiln_tdesc *a,
 int kiln__cuda_blas_init(kiln_cuda_device *dev);
 void kiln__cuda_blas_fini(kiln_cuda_device *dev);
 
+/* cuda-conv-operands.c: what cuda-dnn.c and hip-miopen.c share. */
+/** Packed copies of a convolution call's strided operands, made on q's stream. */
+typedef struct kiln__cuda_operands {
+    kiln_cuda_queue *q;
+    const char *op; /* for messages */
+    kiln_cuda_block *scratch[3];
+    struct kiln_buffer holders[3];
+    kiln_tdesc copies[3];
+    int n;
+} kiln__cuda_operands;
+/** Whether t is packed in row-major order (size-1 dims aside). */
+bool kiln__cuda_packed(const kiln_tdesc *t);
+/** t itself when packed, else a packed copy (queued on c->q's stream) kept until
+ *  kiln__cuda_operands_release. 0, or a negative code with a message. */
+int kiln__cuda_operand_packed(kiln__cuda_operands *c, const kiln_tdesc *t, const kiln_tdesc **out);
+void kiln__cuda_operands_release(kiln__cuda_operands *c);
+/** y += bias per output channel (dim 1), as its own launch. */
+int kiln__cuda_conv_add_bias(kiln_cuda_queue *q, const kiln_tdesc *y, const kiln_tdesc *bias, const char *op);
+
 /* cuda-dnn.c (cuDNN), cuda-dnn-absent.c (neither), hip-miopen.c (a HIP build's MIOpen) */
 int kiln__cuda_conv(void *q, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
                     const kiln_tdesc *w, const kiln_tdesc *bias);

@@ -124,18 +124,6 @@ static miopenHandle_t queue_handle(kiln_cuda_queue *q, const char *op, int *rc)
     return (miopenHandle_t)q->dnn;
 }
 
-/* Whether t is packed in row-major order (size-1 dims aside), as MIOpen wants it. */
-static bool packed(const kiln_tdesc *t)
-{
-    int64_t want = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        if (t->shape[d] != 1 && t->strides[d] != want)
-            return false;
-        want *= t->shape[d];
-    }
-    return true;
-}
-
 /* One call's descriptors and the scratch copies of its operands. */
 typedef struct conv_call {
     kiln_cuda_queue *q;
@@ -143,47 +131,8 @@ typedef struct conv_call {
     miopenHandle_t h;
     miopenTensorDescriptor_t xd, wd, yd;
     miopenConvolutionDescriptor_t cd;
-    kiln_cuda_block *scratch[3];
-    struct kiln_buffer holders[3];
-    kiln_tdesc copies[3];
-    int nscratch;
+    kiln__cuda_operands ops; /* packed copies of strided operands */
 } conv_call;
-
-/* t itself when packed, else a packed copy in scratch (queued on the queue's stream). */
-static int packed_operand(conv_call *c, const kiln_tdesc *t, const kiln_tdesc **out)
-{
-    *out = t;
-    if (packed(t))
-        return 0;
-    static const size_t esize[KILN_DTYPE_COUNT] = {4, 8, 2, 2, 8, 4, 1, 1};
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
-        n *= t->shape[d];
-    size_t bytes = (size_t)n * esize[t->dtype];
-    int i = c->nscratch;
-    bool oom = false;
-    c->scratch[i] = kiln__cuda_alloc_get(&c->q->dev->alloc, c->q->stream, bytes, &oom);
-    if (!c->scratch[i]) {
-        if (!oom)
-            return KILN_EDEVICE;
-        kiln__error_set("%s on %s: out of device memory for an operand copy", c->op, c->q->dev->name);
-        return KILN_ENOMEM;
-    }
-    c->nscratch++;
-    c->holders[i] = (struct kiln_buffer){.blk = c->scratch[i], .nbytes = bytes};
-    kiln_tdesc *cp = &c->copies[i];
-    *cp = *t;
-    cp->buf = &c->holders[i];
-    cp->offset = 0;
-    int64_t s = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        cp->strides[d] = s;
-        s *= t->shape[d];
-    }
-    *out = cp;
-    kcu_view dv = kiln__cuda_view(cp), sv = kiln__cuda_view(t);
-    return kiln__cuda_check(c->q, kcu_copy(c->q->stream, &dv, &sv), c->op);
-}
 
 static void call_fini(conv_call *c)
 {
@@ -195,8 +144,7 @@ static void call_fini(conv_call *c)
         miopenDestroyTensorDescriptor(c->yd);
     if (c->cd)
         miopenDestroyConvolutionDescriptor(c->cd);
-    for (int i = 0; i < c->nscratch; i++)
-        kiln__cuda_alloc_put(&c->q->dev->alloc, c->q->stream, c->scratch[i]);
+    kiln__cuda_operands_release(&c->ops);
 }
 
 /* Describes a packed t, with a trailing dim of 1 for a 1-d convolution. */
@@ -365,14 +313,15 @@ static int run_conv(void *vq, int dir, const char *op, const kiln_conv_params *p
     memset(&c, 0, sizeof c);
     c.q = q;
     c.op = op;
+    c.ops = (kiln__cuda_operands){.q = q, .op = op};
     /* the written operand is fresh and packed; the read ones may be views */
     const kiln_tdesc *xc = x, *wc = w, *yc = y;
     if (dir != DIR_BWD_DATA)
-        rc = packed_operand(&c, x, &xc);
+        rc = kiln__cuda_operand_packed(&c.ops, x, &xc);
     if (!rc && dir != DIR_BWD_WEIGHTS)
-        rc = packed_operand(&c, w, &wc);
+        rc = kiln__cuda_operand_packed(&c.ops, w, &wc);
     if (!rc && dir != DIR_FWD)
-        rc = packed_operand(&c, y, &yc);
+        rc = kiln__cuda_operand_packed(&c.ops, y, &yc);
     if (!rc)
         rc = call_init(&c, p, xc, wc, yc);
     void *ws = NULL;
@@ -406,14 +355,8 @@ static int run_conv(void *vq, int dir, const char *op, const kiln_conv_params *p
             rc = miopen_fail(q, st, op, "running the convolution");
         q->last_op = op;
     }
-    if (!rc && bias) {
-        /* out += bias per output channel, as its own launch */
-        kcu_view o = kiln__cuda_view(y), b = kiln__cuda_view(bias);
-        int64_t plane = 1;
-        for (int d = 2; d < y->ndim; d++)
-            plane *= y->shape[d];
-        rc = kiln__cuda_check(q, kcu_channel_bias(q->stream, &o, &b, y->shape[1], plane), op);
-    }
+    if (!rc && bias)
+        rc = kiln__cuda_conv_add_bias(q, y, bias, op);
     call_fini(&c);
     return rc;
 }

@@ -39,14 +39,6 @@
 #include "error-impl.h"
 #include "fused-impl.h"
 
-static int64_t numel(const kiln_tdesc *d)
-{
-    int64_t n = 1;
-    for (int i = 0; i < d->ndim; i++)
-        n *= d->shape[i];
-    return n;
-}
-
 static bool contiguous(const kiln_tdesc *d)
 {
     int64_t s = 1;
@@ -129,7 +121,7 @@ static bool reduce_fits(const fq *q, frec *r)
         (r->op != KILN_REDUCE_SUM && r->op != KILN_REDUCE_MEAN && r->op != KILN_REDUCE_MAX &&
          r->op != KILN_REDUCE_MIN) ||
         r->entry != KILN_ENTRY_REDUCE || r->x.dtype != KILN_F32 || r->out.dtype != KILN_F32 ||
-        !contiguous(&r->out) || numel(&r->x) != q->n || q->n == 0)
+        !contiguous(&r->out) || kiln__fused_numel(&r->x) != q->n || q->n == 0)
         return false;
     bool written = false;
     for (int i = 0; i < q->nrec; i++) {
@@ -156,7 +148,7 @@ static bool reduce_fits(const fq *q, frec *r)
         else
             in_suffix = false;
     }
-    if (numel(&r->out) * inner != q->n || (q->row && q->row != inner) ||
+    if (kiln__fused_numel(&r->out) * inner != q->n || (q->row && q->row != inner) ||
         (product_row(q) && product_row(q) % inner) || conv_head(q))
         return false;
     r->inner = inner;
@@ -169,8 +161,9 @@ static bool softmax_fits(const fq *q, frec *r)
 {
     const kiln_tdesc *in = &r->x;
     if (q->nrec == 0 || q->closed || q->dtype != KILN_F32 || q->nrec >= FUSED_MAX_RECS - 1 ||
-        in->dtype != KILN_F32 || r->out.dtype != KILN_F32 || !contiguous(&r->out) || numel(in) != q->n ||
-        q->n == 0 || numel(&r->out) != q->n || (int)r->mask != in->ndim - 1)
+        in->dtype != KILN_F32 || r->out.dtype != KILN_F32 || !contiguous(&r->out) ||
+        kiln__fused_numel(in) != q->n || q->n == 0 || kiln__fused_numel(&r->out) != q->n ||
+        (int)r->mask != in->ndim - 1)
         return false;
     int64_t inner = in->shape[in->ndim - 1];
     if (inner < 1 || inner > 8192 || (q->row && q->row != inner) || (product_row(q) && product_row(q) % inner) ||
@@ -198,13 +191,14 @@ static bool layer_norm_fits(const fq *q, frec *r)
 {
     const kiln_tdesc *in = &r->x;
     if (q->nrec == 0 || q->closed || q->dtype != KILN_F32 || q->nrec >= FUSED_MAX_RECS - 1 ||
-        in->dtype != KILN_F32 || r->out.dtype != KILN_F32 || !contiguous(&r->out) || numel(in) != q->n ||
-        numel(&r->out) != q->n || r->inner < 2 || r->inner > 8192 || q->n % r->inner ||
-        (q->row && q->row != r->inner) || (product_row(q) && product_row(q) % r->inner) || conv_head(q))
+        in->dtype != KILN_F32 || r->out.dtype != KILN_F32 || !contiguous(&r->out) ||
+        kiln__fused_numel(in) != q->n || kiln__fused_numel(&r->out) != q->n || r->inner < 2 || r->inner > 8192 ||
+        q->n % r->inner || (q->row && q->row != r->inner) || (product_row(q) && product_row(q) % r->inner) ||
+        conv_head(q))
         return false;
     for (int k = 1; k < 3; k++) {
         const kiln_tdesc *p = rec_input(r, k);
-        if (p->buf && (p->dtype != KILN_F32 || !contiguous(p) || numel(p) != r->inner))
+        if (p->buf && (p->dtype != KILN_F32 || !contiguous(p) || kiln__fused_numel(p) != r->inner))
             return false;
     }
     bool written = false;
@@ -235,7 +229,7 @@ static bool fusable(const frec *r)
         return false;
     for (int k = 0; k < rec_inputs(r); k++) {
         kiln_dtype want = r->entry == KILN_ENTRY_WHERE && k == 0 ? KILN_BOOL : vt;
-        if (rec_input(r, k)->dtype != want || numel(rec_input(r, k)) != numel(&r->out))
+        if (rec_input(r, k)->dtype != want || kiln__fused_numel(rec_input(r, k)) != kiln__fused_numel(&r->out))
             return false;
     }
     switch (r->entry) {
@@ -255,7 +249,8 @@ static bool fits(const fq *q, const frec *r)
 {
     if (q->nrec == 0)
         return true;
-    if (q->closed || q->nrec >= FUSED_MAX_RECS - 1 || numel(&r->out) != q->n || value_dtype(r) != q->dtype)
+    if (q->closed || q->nrec >= FUSED_MAX_RECS - 1 || kiln__fused_numel(&r->out) != q->n ||
+        value_dtype(r) != q->dtype)
         return false;
     /* a product's operands are read while its tiles are computed: never written */
     if (has_producer(q) && (r->out.buf == q->rec[0].x.buf || r->out.buf == q->rec[0].y.buf ||
@@ -289,7 +284,7 @@ static bool product_fits(const fq *q, const frec *r)
 {
     const kiln_backend_iface *in = q->d->in;
     if (q->d->replay || !in->fused_run || r->out.dtype != KILN_F32 || r->x.dtype != KILN_F32 ||
-        r->y.dtype != KILN_F32 || !contiguous(&r->out) || r->out.ndim < 2 || numel(&r->out) == 0 ||
+        r->y.dtype != KILN_F32 || !contiguous(&r->out) || r->out.ndim < 2 || kiln__fused_numel(&r->out) == 0 ||
         r->x.shape[r->x.ndim - 1] == 0)
         return false;
     if (r->entry == KILN_ENTRY_CONV &&
@@ -311,7 +306,7 @@ int kiln__fused_record(fq *q, const frec *r)
         int rc = kiln__fused_flush(q);
         if (rc < 0)
             return rc;
-        q->n = numel(&r->out);
+        q->n = kiln__fused_numel(&r->out);
         q->dtype = KILN_F32;
         q->rec[q->nrec++] = *r;
         return 1;
@@ -349,7 +344,7 @@ int kiln__fused_record(fq *q, const frec *r)
             return rc;
     }
     if (q->nrec == 0) {
-        q->n = numel(&r->out);
+        q->n = kiln__fused_numel(&r->out);
         q->dtype = value_dtype(r);
     }
     q->rec[q->nrec++] = *r;

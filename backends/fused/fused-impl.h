@@ -78,6 +78,15 @@ typedef struct fq {
     int nfreed, capfreed;
 } fq;
 
+/** The element count of d's shape. */
+static inline int64_t kiln__fused_numel(const kiln_tdesc *d)
+{
+    int64_t n = 1;
+    for (int i = 0; i < d->ndim; i++)
+        n *= d->shape[i];
+    return n;
+}
+
 /** Record the call into q's group when it fuses (returns 1), else 0 (the caller
  *  flushes and forwards it); negative on an error. */
 int kiln__fused_record(fq *q, const frec *r);

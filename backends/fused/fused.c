@@ -377,21 +377,16 @@ static size_t fused_buffer_trim(void *qctx, size_t bytes)
 
 /* ------------------------------------------------------------------ primitives */
 
-static int64_t numel_of(const kiln_tdesc *t)
-{
-    if (!t->buf)
-        return 0;
-    int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++)
-        n *= t->shape[i];
-    return n;
-}
-
-/* Whether r is too small to start a group on this device (kiln_backend_caps). */
+/* Whether r is too small to start a group on this device (kiln_backend_caps): every
+ * operand it has (a NULL buf: none) under min_elements. */
 static bool below_fusion_size(const fq *q, const frec *r)
 {
     int64_t m = q->d->min_elements;
-    return m > 0 && numel_of(&r->out) < m && numel_of(&r->x) < m && numel_of(&r->y) < m && numel_of(&r->z) < m;
+    const kiln_tdesc *ops[4] = {&r->out, &r->x, &r->y, &r->z};
+    for (int i = 0; i < 4 && m > 0; i++)
+        if (ops[i]->buf && kiln__fused_numel(ops[i]) >= m)
+            return false;
+    return m > 0;
 }
 
 /* The recorded entries: join the group, or flush and forward. */

@@ -172,59 +172,64 @@ static bool is_elf(const char *file)
                                4);
 }
 
-/* The compiled libraries in dir/cache/cpu-jit that are ELF objects: how many, and the
- * newest change time. */
-static int libraries(const char *dir, double *newest)
+/* Calls fn(file, arg) for every shared object in dir/cache/cpu-jit. */
+static void each_library(const char *dir, void (*fn)(const char *file, void *arg), void *arg)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/cache/cpu-jit", dir);
     DIR *d = opendir(path);
-    int n = 0;
-    *newest = 0;
     for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d)) {
         size_t len = strlen(e->d_name);
         if (len < 4 || strcmp(e->d_name + len - 3, ".so") != 0)
             continue;
         char file[800];
         snprintf(file, sizeof file, "%s/%s", path, e->d_name);
-        struct stat st;
-        if (!is_elf(file))
-            continue;
-        if (stat(file, &st) == 0) {
-            double t = (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec * 1e-9;
-            *newest = t > *newest ? t : *newest;
-        }
-        n++;
+        fn(file, arg);
     }
     if (d)
         closedir(d);
-    return n;
 }
 
-/* Overwrite every library in dir's cache with junk. */
-static void spoil(const char *dir)
+typedef struct elf_count {
+    int n;
+    double newest; /* the latest change time among them */
+} elf_count;
+
+static void count_elf(const char *file, void *arg)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/cache/cpu-jit", dir);
-    DIR *d = opendir(path);
-    for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d)) {
-        size_t len = strlen(e->d_name);
-        if (len < 4 || strcmp(e->d_name + len - 3, ".so") != 0)
-            continue;
-        /* a new file renamed over the old one: this process still maps the old one,
-         * and truncating a mapped library in place would fault its later reads */
-        char file[800], tmp[820];
-        snprintf(file, sizeof file, "%s/%s", path, e->d_name);
-        snprintf(tmp, sizeof tmp, "%s.junk", file);
-        FILE *f = fopen(tmp, "w");
-        if (f) {
-            fputs("not a shared object\n", f);
-            fclose(f);
-            rename(tmp, file);
-        }
+    elf_count *c = arg;
+    struct stat st;
+    if (!is_elf(file) || stat(file, &st) != 0)
+        return;
+    double t = (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec * 1e-9;
+    c->newest = t > c->newest ? t : c->newest;
+    c->n++;
+}
+
+/* The compiled libraries in dir/cache/cpu-jit that are ELF objects: how many, and the
+ * newest change time. */
+static int libraries(const char *dir, double *newest)
+{
+    elf_count c = {0, 0};
+    each_library(dir, count_elf, &c);
+    *newest = c.newest;
+    return c.n;
+}
+
+/* Overwrite one library with junk: a new file renamed over the old one, since this
+ * process still maps the old one and truncating a mapped library in place would fault
+ * its later reads. */
+static void spoil_one(const char *file, void *arg)
+{
+    (void)arg;
+    char tmp[820];
+    snprintf(tmp, sizeof tmp, "%s.junk", file);
+    FILE *f = fopen(tmp, "w");
+    if (f) {
+        fputs("not a shared object\n", f);
+        fclose(f);
+        rename(tmp, file);
     }
-    if (d)
-        closedir(d);
 }
 
 /* This program again, in a fresh process, with extra environment settings; its status. */
@@ -270,7 +275,7 @@ int main(int argc, char **argv)
         int kept = libraries(dir, &t1);
         CHECK(kept == made && t1 == t0, "the second process loaded the loops without compiling (%d -> %d, %s)",
               made, kept, t1 == t0 ? "same times" : "newer files");
-        spoil(dir);
+        each_library(dir, spoil_one, NULL);
         CHECK(libraries(dir, &t2) == 0, "every library spoiled");
         CHECK(again(argv[0], dir, NULL) == 0, "a process over spoiled libraries got the same results");
         CHECK(libraries(dir, &t2) == made && t2 > t1, "the spoiled libraries were made again");
