@@ -30,6 +30,7 @@ static const env_row env_table[] = {
     {"cpu", "blas", "KILN_CPU_BLAS", NULL},
     {"cpu", "kernels", "KILN_CPU_KERNELS", NULL},
     {"cpu", "pool_mb", "KILN_CPU_POOL_MB", NULL},
+    {"cpu", "jit", "KILN_CPU_JIT", NULL},
     {"cuda", "tf32", "KILN_CUDA_TF32", NULL},
     {"cpu", "fusion", "KILN_CPU_FUSION", NULL},
     {"cuda", "fusion", "KILN_CUDA_FUSION", NULL},

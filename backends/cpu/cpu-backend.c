@@ -79,13 +79,17 @@ static void *cpu_open_opts(const char *spec, int index, kiln_device_opts *o)
     static const char *const conv_paths[] = {[KILN__CPU_CONV_AUTO] = "auto", [KILN__CPU_CONV_PACKED] = "packed",
                                              [KILN__CPU_CONV_DIRECT] = "direct"};
     static const char *const dw_paths[] = {[KILN__CPU_DW_AUTO] = "auto", [KILN__CPU_DW_PLANES] = "planes"};
+    /* fused groups compiled into loops at run time (cpu-fused-jit.c), or interpreted only */
+    static const char *const on_off[] = {"on", "off"};
+    int jit = 0;
     if (kiln__device_opt_long(o, "cpu", "threads", 1, 256, &n) < 0 ||
         kiln__device_opt_long(o, "cpu", "spin_us", 0, 100000, &spin_us) < 0 ||
         kiln__device_opt_long(o, "cpu", "pool_mb", 0, 1L << 24, &pool_mb) < 0 ||
         kiln__device_opt_choice(o, "cpu", "kernels", kernel_caps, NCHOICES(kernel_caps), &kernels) < 0 ||
         kiln__device_opt_choice(o, "cpu", "blas", blas_modes, NCHOICES(blas_modes), &blas) < 0 ||
         kiln__device_opt_choice(o, "cpu", "conv", conv_paths, NCHOICES(conv_paths), &conv) < 0 ||
-        kiln__device_opt_choice(o, "cpu", "depthwise", dw_paths, NCHOICES(dw_paths), &dw) < 0)
+        kiln__device_opt_choice(o, "cpu", "depthwise", dw_paths, NCHOICES(dw_paths), &dw) < 0 ||
+        kiln__device_opt_choice(o, "cpu", "jit", on_off, NCHOICES(on_off), &jit) < 0)
         return NULL;
     if (n < 1)
         n = 1;
@@ -98,6 +102,7 @@ static void *cpu_open_opts(const char *spec, int index, kiln_device_opts *o)
     }
     ctx->conv_path = conv;
     ctx->dw_path = dw;
+    ctx->jit = jit == 0;
     ctx->pool = kiln__cpu_pool_create((int)n, (int64_t)spin_us * 1000);
     if (!ctx->pool) {
         free(ctx);

@@ -163,8 +163,9 @@ typedef struct freg {
 } freg;
 
 /** The compiled loop for planned program pl (cpu-fused-jit.c), or NULL when it runs in
- *  the block interpreter (not a program the loops cover, or no compiler). */
-kiln__cpu_jit_loop kiln__cpu_jit_get(const fplan *pl);
+ *  the block interpreter (the device's option jit=off, not a program the loops cover, or
+ *  no compiler). */
+kiln__cpu_jit_loop kiln__cpu_jit_get(const kiln__cpu_ctx *ctx, const fplan *pl);
 
 /** Plan p into pl (zeroed by the caller); KILN_ENOTSUP for a program the cpu does not run. */
 int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p);

@@ -28,7 +28,8 @@
  * restart) loads it without compiling, and a changed header never meets a stale loop.
  * Anything that fails (no compiler, a compile error, an unreadable cache) leaves the
  * program to the interpreter, never an error; a failed key is not tried again in the
- * process. KILN_CPU_JIT=off turns compiling off.
+ * process (stderr says so once). The device option jit=off (KILN_CPU_JIT=off) turns
+ * compiling off.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -335,6 +336,7 @@ typedef struct compiled {
 static pthread_mutex_t jit_lock = PTHREAD_MUTEX_INITIALIZER;
 static compiled *jit_cache;
 static bool jit_unavailable; /* the compiler could not be started: stop trying */
+static bool jit_failed_once; /* a compile failed: said once on stderr */
 
 /* Write text into path unless it already holds exactly that (a temporary name, then a
  * rename, so a reader never sees half a file). */
@@ -473,9 +475,19 @@ static kiln__cpu_jit_loop build_loop(const char *src, bool avx512)
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", lib, (long)getpid());
     bool unavailable = false;
     int rc = run_compiler(cc, flags, inc, path, tmp, log, &unavailable);
-    if (unavailable)
+    if (unavailable) {
         jit_unavailable = true;
+        fprintf(stderr,
+                "kiln: cpu: the C compiler '%s' (KILN_CPU_JIT_CC) cannot be run: fused groups run in "
+                "the block interpreter\n",
+                cc);
+    }
     if (rc != 0 || rename(tmp, lib) != 0) {
+        if (!unavailable && !jit_failed_once) {
+            jit_failed_once = true;
+            fprintf(stderr, "kiln: cpu: a fused loop did not compile (%s): it runs in the block interpreter\n",
+                    log);
+        }
         unlink(tmp);
         return NULL;
     }
@@ -483,15 +495,9 @@ static kiln__cpu_jit_loop build_loop(const char *src, bool avx512)
     return load_loop(lib);
 }
 
-static bool jit_enabled(void)
+kiln__cpu_jit_loop kiln__cpu_jit_get(const kiln__cpu_ctx *ctx, const fplan *pl)
 {
-    const char *e = getenv("KILN_CPU_JIT");
-    return !(e && (!strcmp(e, "off") || !strcmp(e, "0")));
-}
-
-kiln__cpu_jit_loop kiln__cpu_jit_get(const fplan *pl)
-{
-    if (!jit_enabled() || !compilable(pl))
+    if (!ctx->jit || !compilable(pl))
         return NULL;
     bool avx512 = strcmp(pl->k->name, "avx512") == 0;
     char *src = loop_source(pl, avx512);

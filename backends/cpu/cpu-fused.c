@@ -746,7 +746,7 @@ int kiln__cpu_fused_run(void *vctx, const kiln_fused_program *p)
         if (rows < pl->njobs)
             pl->njobs = (int)rows;
     }
-    if ((pl->jit = kiln__cpu_jit_get(pl)) != NULL) {
+    if ((pl->jit = kiln__cpu_jit_get(ctx, pl)) != NULL) {
         run_range(ctx, pl, 0, p->n, KILN_CPU_FUSED_BLOCK);
         free(pl);
         return 0;

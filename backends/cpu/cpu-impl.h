@@ -233,6 +233,7 @@ typedef struct kiln__cpu_ctx {
     bool blas_own_threads;   /* KILN_CPU_BLAS=openblas: OpenBLAS threads each call itself */
     int conv_path;           /* KILN_CPU_CONV: a kiln__cpu_conv_path */
     int dw_path;             /* KILN_CPU_DEPTHWISE: a kiln__cpu_dw_path */
+    bool jit;                /* KILN_CPU_JIT: fused groups may be compiled (cpu-fused-jit.c) */
 } kiln__cpu_ctx;
 
 /** C[M,N] = op(A) op(B) + beta C, row-major, f32 (dbl false) or f64 (cpu-gemm.c): large

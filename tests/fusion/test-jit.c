@@ -10,9 +10,9 @@
  * land in DIR/cache/cpu-jit as shared objects; a second process loads them without
  * compiling (their files keep their times), and after every one is overwritten with junk
  * a third process still gets the right results and makes them again. With
- * KILN_CPU_JIT_CC naming no compiler, the results are the same (the block interpreter)
- * and nothing is compiled. Without a C compiler on the machine the cache checks are
- * skipped, saying so.
+ * KILN_CPU_JIT_CC naming no compiler, or the option jit=off, the results are the same (the
+ * block interpreter) and nothing is compiled; a bad jit value is refused. Without a C
+ * compiler on the machine the cache checks are skipped, saying so.
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -287,6 +287,16 @@ int main(int argc, char **argv)
           "without a compiler the block interpreter gives the same results");
     double tn;
     CHECK(libraries(empty, &tn) == 0, "without a compiler nothing was compiled");
+    /* the option off (here from the environment): the same results, nothing compiled */
+    char off[512];
+    snprintf(off, sizeof off, "%s/jit-off", dir);
+    CHECK(again(argv[0], off, "KILN_CPU_JIT=off") == 0,
+          "with jit=off the block interpreter gives the same results");
+    CHECK(libraries(off, &tn) == 0, "with jit=off nothing was compiled");
+    kiln_device *bad = kiln_device_open("cpu?jit=maybe");
+    CHECK(!bad && strstr(kiln_error(), "jit") && strstr(kiln_error(), "maybe"),
+          "a bad jit value is refused naming the option and the value: '%s'", kiln_error());
+    kiln_device_close(bad);
     printf("test-jit: %d passed, %d failed\n", fusion_passed, fusion_failed);
     return fusion_failed ? 1 : 0;
 }
