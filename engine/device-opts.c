@@ -32,6 +32,7 @@ static const env_row env_table[] = {
     {"cpu", "pool_mb", "KILN_CPU_POOL_MB", NULL},
     {"cpu", "jit", "KILN_CPU_JIT", NULL},
     {"cuda", "tf32", "KILN_CUDA_TF32", NULL},
+    {"cuda", "conv_workspace_mb", "KILN_CUDA_CONV_WORKSPACE_MB", NULL},
     {"cpu", "fusion", "KILN_CPU_FUSION", NULL},
     {"cuda", "fusion", "KILN_CUDA_FUSION", NULL},
     {"vulkan", "fusion", "KILN_VULKAN_FUSION", NULL},

@@ -209,9 +209,12 @@ static int parse_any(const char *spec, size_t *slot, int *index, char *canon, si
  * noise, and on an H100 through NVIDIA's driver the chains 1.19x and 1.74x. Only where
  * the backend was built with its generator (fused_run): without it the decorator would
  * replay every group op by op, an indirection that buys nothing. Not cpu (large chains
- * gain 2-4.5x, but the decorator's per-call cost makes small models 17% slower) and not
- * yet cuda (the decorator forwards the graph and matmul_fused entries the ONNX executor
- * uses there, untried on a GPU so far: tests/cuda onnx-graphs-cuda-fused). */
+ * gain 2-4.5x, but the decorator's per-call cost makes small models 17% slower). Not yet
+ * cuda: on an H100 fusion gains on the elementwise chains (1.9-3.6x), the CNN and
+ * Transformer training steps (1.09x, 1.16x) and the BERT encoder (1.25x at batch 1, 1.33x
+ * at batch 8, CUDA graphs recording the fused kernels), but ResNet-50 through the ONNX
+ * executor ran slower fused (2.59 -> 3.49 ms at batch 1, 21.3 -> 22.8 ms at batch 64),
+ * a loss not yet explained (docs/performance.md). */
 static const char *fusion_default(size_t slot)
 {
     const kiln_backend_iface *be = backend_of(slot);

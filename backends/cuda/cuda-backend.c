@@ -164,6 +164,9 @@ static void *cuda_open_opts(const char *spec, int index, kiln_device_opts *o)
     int tf32 = 0;
     if (kiln__device_opt_choice(o, "cuda", "tf32", onoff, NCHOICES(onoff), &tf32) < 0)
         return NULL;
+    long conv_ws_mb = -1;
+    if (kiln__device_opt_long(o, "cuda", "conv_workspace_mb", 0, 65536, &conv_ws_mb) < 0)
+        return NULL;
 #if KILN_CUDA_HIP
     if (tf32 == 1) {
         kiln__error_set("%s: tf32=on is not available in a HIP build (AMD GPUs have no TF32; f32 is always "
@@ -216,6 +219,14 @@ static void *cuda_open_opts(const char *spec, int index, kiln_device_opts *o)
 #endif
     dev->total_mem = prop.totalGlobalMem;
     dev->tf32 = tf32 == 1;
+    /* PyTorch's cudnn.benchmark offers cuDNN as much scratch as it can allocate; a fixed
+     * default keeps a small GPU usable: 1 GiB, at most an eighth of its memory */
+    if (conv_ws_mb < 0) {
+        size_t cap = dev->total_mem / 8;
+        dev->conv_search_bytes = cap < ((size_t)1 << 30) ? cap : (size_t)1 << 30;
+    } else {
+        dev->conv_search_bytes = (size_t)conv_ws_mb << 20;
+    }
     pthread_mutex_init(&dev->mu, NULL);
     atomic_init(&dev->lost, false);
     /* cuBLASLt and cuDNN are loaded at the first open (cuda-libs.h), so that libkiln
@@ -290,6 +301,11 @@ static void *cuda_queue_open(void *ctx)
         free(q);
         return NULL;
     }
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&q->lock, &attr);
+    pthread_mutexattr_destroy(&attr);
     for (int i = 0; i < KILN_CUDA_STAGES; i++) {
         e = cudaEventCreateWithFlags(&q->stage_ev[i], cudaEventDisableTiming);
         if (e != cudaSuccess) {
@@ -297,6 +313,7 @@ static void *cuda_queue_open(void *ctx)
             for (int j = 0; j < i; j++)
                 cudaEventDestroy(q->stage_ev[j]);
             cudaStreamDestroy(q->stream);
+            pthread_mutex_destroy(&q->lock);
             free(q);
             return NULL;
         }
@@ -321,6 +338,11 @@ static void cuda_queue_close(void *vq)
     kiln__cuda_dnn_queue_fini(q);
     if (q->workspace)
         kiln__cuda_alloc_put(&dev->alloc, q->stream, q->workspace);
+    while (q->retired_ws) {
+        kiln_cuda_block *next = q->retired_ws->next;
+        kiln__cuda_alloc_put(&dev->alloc, q->stream, q->retired_ws);
+        q->retired_ws = next;
+    }
     if (q->check_blk)
         kiln__cuda_alloc_put(&dev->alloc, q->stream, q->check_blk);
     kiln__cuda_alloc_forget_stream(&dev->alloc, q->stream);
@@ -330,6 +352,7 @@ static void cuda_queue_close(void *vq)
             cudaFreeHost(q->stage[i]);
     }
     cudaStreamDestroy(q->stream);
+    pthread_mutex_destroy(&q->lock);
     free(q);
 }
 
@@ -585,6 +608,8 @@ static bool cuda_supports(void *vq, const kiln_op_query *query)
     case KILN_ENTRY_POOL_BACKWARD:
     case KILN_ENTRY_ADAPTIVE_AVG_POOL:
     case KILN_ENTRY_ADAPTIVE_AVG_POOL_BACKWARD: return fl;
+    case KILN_ENTRY_CONV_FUSED:
+        return query->dtype == KILN_F32 && (!query->params || kiln__cuda_conv_supports(query->params, KILN_F32));
     case KILN_ENTRY_CONV:
     case KILN_ENTRY_CONV_BACKWARD_INPUT:
     case KILN_ENTRY_CONV_BACKWARD_WEIGHT:
@@ -643,6 +668,39 @@ void *kiln__cuda_workspace(kiln_cuda_queue *q, const char *op)
     return q->workspace->ptr;
 }
 
+void *kiln__cuda_workspace_grow(kiln_cuda_queue *q, size_t bytes, const char *op)
+{
+    if (!kiln__cuda_workspace(q, op))
+        return NULL;
+    if (q->workspace->size >= bytes)
+        return q->workspace->ptr;
+    bool oom = false;
+    kiln_cuda_block *blk = kiln__cuda_alloc_get(&q->dev->alloc, q->stream, bytes, &oom);
+    if (!blk) {
+        if (oom)
+            kiln__error_set("%s on %s: out of device memory for a %zu MiB workspace", op, q->dev->name,
+                            bytes >> 20);
+        return NULL;
+    }
+    kiln__cuda_workspace_adopt(q, blk);
+    return blk->ptr;
+}
+
+void kiln__cuda_workspace_adopt(kiln_cuda_queue *q, kiln_cuda_block *blk)
+{
+    if (q->workspace) {
+        /* graphs recorded on this queue may address the old block: it is kept, not freed */
+        q->workspace->next = q->retired_ws;
+        q->retired_ws = q->workspace;
+    }
+    q->workspace = blk;
+}
+
+size_t kiln__cuda_workspace_size(const kiln_cuda_queue *q)
+{
+    return q->workspace ? q->workspace->size : 0;
+}
+
 static int cuda_memory(void *ctx, kiln_device_memory *out)
 {
     kiln_cuda_device *dev = ctx;
@@ -662,6 +720,8 @@ static const char *cuda_lost(void *ctx)
     return kiln__cuda_device_lost(ctx);
 }
 
+#include "cuda-serial.inc"
+
 static const kiln_backend_iface cuda_iface = {
     .name = "cuda",
     .open = cuda_open,
@@ -670,59 +730,60 @@ static const kiln_backend_iface cuda_iface = {
     .caps = cuda_caps,
     .queue_open = cuda_queue_open,
     .queue_close = cuda_queue_close,
-    .event_record = cuda_event_record,
-    .event_wait = cuda_event_wait,
-    .event_sync = cuda_event_sync,
-    .event_query = cuda_event_query,
-    .event_free = cuda_event_free,
+    .event_record = serial_cuda_event_record,
+    .event_wait = serial_cuda_event_wait,
+    .event_sync = serial_cuda_event_sync,
+    .event_query = serial_cuda_event_query,
+    .event_free = serial_cuda_event_free,
     .supports = cuda_supports,
     .buffer_alloc = cuda_buffer_alloc,
     .buffer_free = cuda_buffer_free,
-    .buffer_upload = cuda_buffer_upload,
-    .buffer_download = cuda_buffer_download,
-    .sync = cuda_sync,
+    .buffer_upload = serial_cuda_buffer_upload,
+    .buffer_download = serial_cuda_buffer_download,
+    .sync = serial_cuda_sync,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
     .buffer_trim = cuda_buffer_trim,
-    .fill = kiln__cuda_fill,
-    .arange = kiln__cuda_arange,
-    .copy = kiln__cuda_copy,
-    .rng = kiln__cuda_rng,
-    .unary = kiln__cuda_unary,
-    .binary = kiln__cuda_binary,
-    .where = kiln__cuda_where,
-    .reduce = kiln__cuda_reduce,
-    .arg_reduce = kiln__cuda_arg_reduce,
-    .cumsum = kiln__cuda_cumsum,
-    .sort = kiln__cuda_sort,
-    .index_check = kiln__cuda_index_check,
-    .gather = kiln__cuda_gather,
-    .scatter = kiln__cuda_scatter,
-    .index_select = kiln__cuda_index_select,
-    .index_add = kiln__cuda_index_add,
-    .matmul = kiln__cuda_matmul,
-    .matmul_fused = kiln__cuda_matmul_fused,
-    .conv = kiln__cuda_conv,
-    .conv_backward_input = kiln__cuda_conv_backward_input,
-    .conv_backward_weight = kiln__cuda_conv_backward_weight,
-    .epilogue = kiln__cuda_epilogue,
-    .pad = kiln__cuda_pad,
-    .pool = kiln__cuda_pool,
-    .pool_backward = kiln__cuda_pool_backward,
-    .adaptive_avg_pool = kiln__cuda_adaptive_avg_pool,
-    .adaptive_avg_pool_backward = kiln__cuda_adaptive_avg_pool_backward,
-    .interpolate = kiln__cuda_interpolate,
-    .interpolate_backward = kiln__cuda_interpolate_backward,
-    .softmax = kiln__cuda_softmax,
-    .layer_norm = kiln__cuda_layer_norm,
-    .adam_step = kiln__cuda_adam_step,
+    .fill = serial_kiln__cuda_fill,
+    .arange = serial_kiln__cuda_arange,
+    .copy = serial_kiln__cuda_copy,
+    .rng = serial_kiln__cuda_rng,
+    .unary = serial_kiln__cuda_unary,
+    .binary = serial_kiln__cuda_binary,
+    .where = serial_kiln__cuda_where,
+    .reduce = serial_kiln__cuda_reduce,
+    .arg_reduce = serial_kiln__cuda_arg_reduce,
+    .cumsum = serial_kiln__cuda_cumsum,
+    .sort = serial_kiln__cuda_sort,
+    .index_check = serial_kiln__cuda_index_check,
+    .gather = serial_kiln__cuda_gather,
+    .scatter = serial_kiln__cuda_scatter,
+    .index_select = serial_kiln__cuda_index_select,
+    .index_add = serial_kiln__cuda_index_add,
+    .matmul = serial_kiln__cuda_matmul,
+    .matmul_fused = serial_kiln__cuda_matmul_fused,
+    .conv = serial_kiln__cuda_conv,
+    .conv_fused = serial_kiln__cuda_conv_fused,
+    .conv_backward_input = serial_kiln__cuda_conv_backward_input,
+    .conv_backward_weight = serial_kiln__cuda_conv_backward_weight,
+    .epilogue = serial_kiln__cuda_epilogue,
+    .pad = serial_kiln__cuda_pad,
+    .pool = serial_kiln__cuda_pool,
+    .pool_backward = serial_kiln__cuda_pool_backward,
+    .adaptive_avg_pool = serial_kiln__cuda_adaptive_avg_pool,
+    .adaptive_avg_pool_backward = serial_kiln__cuda_adaptive_avg_pool_backward,
+    .interpolate = serial_kiln__cuda_interpolate,
+    .interpolate_backward = serial_kiln__cuda_interpolate_backward,
+    .softmax = serial_kiln__cuda_softmax,
+    .layer_norm = serial_kiln__cuda_layer_norm,
+    .adam_step = serial_kiln__cuda_adam_step,
     .memory = cuda_memory,
     .lost = cuda_lost,
-    .capture_begin = kiln__cuda_capture_begin,
-    .capture_end = kiln__cuda_capture_end,
-    .graph_launch = kiln__cuda_graph_launch,
-    .graph_free = kiln__cuda_graph_free,
-    .fused_run = kiln__cuda_fused_run,
+    .capture_begin = serial_kiln__cuda_capture_begin,
+    .capture_end = serial_kiln__cuda_capture_end,
+    .graph_launch = serial_kiln__cuda_graph_launch,
+    .graph_free = serial_kiln__cuda_graph_free,
+    .fused_run = serial_kiln__cuda_fused_run,
 };
 
 const kiln_backend_iface *kiln_backend_cuda(void)

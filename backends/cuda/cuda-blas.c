@@ -270,6 +270,14 @@ static int matmul(kiln_cuda_queue *q, const kiln_tdesc *out, const kiln_tdesc *a
     } else {
         oa.ptr = kiln__cuda_ptr(a);
     }
+    /* a weight shared by every batch (b's batch stride 0) times row-major a whose batches
+     * follow one another row after row: one GEMM of batch·m rows, not batch small ones (a
+     * Transformer's [B, S, D] · [D, F] projections; cuBLASLt tiles one tall product better) */
+    if (batch > 1 && ob.batch_stride == 0 && oa.op == CUBLAS_OP_N && oa.batch_stride == m * oa.ld) {
+        oa.cols = (uint64_t)(m * batch);
+        m *= batch;
+        batch = 1;
+    }
     rc = run_lt(q, out, &ob, &oa, m, n, k, batch, ep);
 done:
     if (ablk)

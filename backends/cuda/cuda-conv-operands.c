@@ -1,8 +1,10 @@
 /*
  * backends/cuda/cuda-conv-operands.c — what the convolution libraries' callers share
  * (cuda-dnn.c for cuDNN, hip-miopen.c for MIOpen): packed copies of strided operands,
- * which both libraries want packed in row-major order, and the per-channel bias added
- * after the convolution as its own launch.
+ * which both libraries want packed in row-major order, the per-channel bias added after
+ * the convolution as its own launch, and conv_fused: the convolution, then its bias,
+ * residual and activation in one pass (one launch and one read and write of the output
+ * where the unfused ops take three).
  */
 #include "cuda-impl.h"
 
@@ -66,4 +68,32 @@ int kiln__cuda_conv_add_bias(kiln_cuda_queue *q, const kiln_tdesc *y, const kiln
     for (int d = 2; d < y->ndim; d++)
         plane *= y->shape[d];
     return kiln__cuda_check(q, kcu_channel_bias(q->stream, &o, &b, y->shape[1], plane), op);
+}
+
+int kiln__cuda_conv_fused(void *vq, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
+                          const kiln_tdesc *w, const kiln_tdesc *wpacked, const kiln_tdesc *bias,
+                          const kiln_epilogue *ep)
+{
+    (void)wpacked; /* cuDNN and MIOpen read the weight as it is */
+    kiln_cuda_queue *q = vq;
+    if (out->dtype != KILN_F32 || (unsigned)ep->act >= KILN_EPI_COUNT || !kiln__cuda_packed(out))
+        return kiln__error_set("conv_fused on %s: f32 into a contiguous output only", q->dev->name), KILN_ENOTSUP;
+    int rc = kiln__cuda_conv(q, p, out, x, w, NULL);
+    if (rc)
+        return rc;
+    kiln__cuda_operands ops = {.q = q, .op = "conv_fused"};
+    const kiln_tdesc *res = ep->residual;
+    if (res)
+        rc = kiln__cuda_operand_packed(&ops, res, &res);
+    if (!rc && (bias || res || ep->act != KILN_EPI_NONE)) {
+        kcu_view o = kiln__cuda_view(out), b = kiln__cuda_view_opt(bias), r = kiln__cuda_view_opt(res);
+        int64_t plane = 1;
+        for (int d = 2; d < out->ndim; d++)
+            plane *= out->shape[d];
+        rc = kiln__cuda_check(
+            q, kcu_conv_epilogue(q->stream, &o, &b, &r, out->shape[1], plane, (int)ep->act, ep->alpha, ep->beta),
+            "conv_fused");
+    }
+    kiln__cuda_operands_release(&ops);
+    return rc;
 }

@@ -5,9 +5,10 @@
  * once), bound to the queue's stream. The algorithm for a convolution is chosen once per
  * geometry (direction, dtype, shapes, stride, padding, dilation, groups, TF32 or not) by
  * timing cuDNN's candidates on the call's operands (cudnnFind*Ex, as PyTorch's
- * cudnn.benchmark), among those that fit the queue's workspace, and kept in a device-wide
- * cache; the heuristics decide where timing fails. A 1-d convolution runs as a 2-d one over a trailing dim of size 1 (cuDNN wants
- * four dims or more). Operands with strides cuDNN does not take (negative or zero) are
+ * cudnn.benchmark) in up to conv_workspace_mb of scratch (1 GiB by default: the fastest
+ * algorithms of large batches often need more than the queue's 128 MiB workspace, which then
+ * grows), and kept in a device-wide cache; the heuristics decide where timing fails. A 1-d
+ * convolution runs as a 2-d one over a trailing dim of size 1 (cuDNN wants four dims or more). Operands with strides cuDNN does not take (negative or zero) are
  * copied to contiguous scratch first.
  *
  * Math: f32 uses FMA kernels only (exact f32) unless the device was opened with tf32=on;
@@ -255,36 +256,38 @@ static void cache_add(kiln_cuda_device *dev, const conv_key *key, int algo, size
 
 /* The fastest of cuDNN's algorithms for one direction, timed on the call's own operands (as
  * PyTorch's cudnn.benchmark does): the first success in Find's list, which is sorted by time,
- * that fits the workspace. Writes only the direction's output, which the real run overwrites.
- * Returns -1 when Find fails or offers nothing (the heuristics decide then). */
-static int find_fastest(conv_call *c, int dir, void *x, void *w, void *y, void *ws, size_t *ws_used)
+ * that fits ws_size bytes of scratch at ws. Writes only the direction's output, which the
+ * real run overwrites. Returns -1 when Find fails or offers nothing (the heuristics decide
+ * then). */
+static int find_fastest(conv_call *c, int dir, void *x, void *w, void *y, void *ws, size_t ws_size,
+                        size_t *ws_used)
 {
     int found = 0;
     cudnnStatus_t st;
     if (dir == DIR_FWD) {
         cudnnConvolutionFwdAlgoPerf_t perf[MAX_ALGOS];
         st = cudnnFindConvolutionForwardAlgorithmEx(c->h, c->xd, x, c->wd, w, c->cd, c->yd, y, MAX_ALGOS, &found,
-                                                    perf, ws, KILN_CUDA_WORKSPACE_BYTES);
+                                                    perf, ws, ws_size);
         for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < found; i++)
-            if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KILN_CUDA_WORKSPACE_BYTES) {
+            if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= ws_size) {
                 *ws_used = perf[i].memory;
                 return (int)perf[i].algo;
             }
     } else if (dir == DIR_BWD_DATA) {
         cudnnConvolutionBwdDataAlgoPerf_t perf[MAX_ALGOS];
         st = cudnnFindConvolutionBackwardDataAlgorithmEx(c->h, c->wd, w, c->yd, y, c->cd, c->xd, x, MAX_ALGOS,
-                                                         &found, perf, ws, KILN_CUDA_WORKSPACE_BYTES);
+                                                         &found, perf, ws, ws_size);
         for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < found; i++)
-            if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KILN_CUDA_WORKSPACE_BYTES) {
+            if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= ws_size) {
                 *ws_used = perf[i].memory;
                 return (int)perf[i].algo;
             }
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[MAX_ALGOS];
         st = cudnnFindConvolutionBackwardFilterAlgorithmEx(c->h, c->xd, x, c->yd, y, c->cd, c->wd, w, MAX_ALGOS,
-                                                           &found, perf, ws, KILN_CUDA_WORKSPACE_BYTES);
+                                                           &found, perf, ws, ws_size);
         for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < found; i++)
-            if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KILN_CUDA_WORKSPACE_BYTES) {
+            if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= ws_size) {
                 *ws_used = perf[i].memory;
                 return (int)perf[i].algo;
             }
@@ -294,16 +297,42 @@ static int find_fastest(conv_call *c, int dir, void *x, void *w, void *y, void *
     return -1;
 }
 
-/* Chooses (or recalls) the algorithm of one direction: timed once per geometry
- * (find_fastest) when the operands and a workspace are at hand, else the heuristics' first
- * choice whose workspace fits the queue's. */
-static int choose(conv_call *c, int dir, const conv_key *key, void *x, void *w, void *y, void *ws, int *algo,
+/* Times the candidates (find_fastest) in as much scratch as the device option
+ * conv_workspace_mb allows: a block of that size taken for the search, which becomes the
+ * queue's workspace when the winner needs more than the workspace has, and goes back to the
+ * allocator otherwise. Without that much free memory the search runs in the workspace. */
+static int search(conv_call *c, int dir, void *x, void *w, void *y, size_t *ws_used)
+{
+    kiln_cuda_queue *q = c->q;
+    size_t have = kiln__cuda_workspace_size(q);
+    if (q->dev->conv_search_bytes <= have)
+        return find_fastest(c, dir, x, w, y, q->workspace->ptr, have, ws_used);
+    bool oom = false;
+    kiln_cuda_block *blk = kiln__cuda_alloc_get(&q->dev->alloc, q->stream, q->dev->conv_search_bytes, &oom);
+    if (!blk) {
+        (void)cudaGetLastError();
+        return find_fastest(c, dir, x, w, y, q->workspace->ptr, have, ws_used);
+    }
+    int algo = find_fastest(c, dir, x, w, y, blk->ptr, blk->size, ws_used);
+    if (algo >= 0 && *ws_used > have)
+        kiln__cuda_workspace_adopt(q, blk);
+    else
+        kiln__cuda_alloc_put(&q->dev->alloc, q->stream, blk);
+    return algo;
+}
+
+/* Chooses (or recalls) the algorithm of one direction: timed once per geometry (search),
+ * else (while the queue records a graph, which a search's synchronization would break, or
+ * when the search fails) the heuristics' first choice whose workspace fits the queue's. The
+ * chosen algorithm may need more than the queue's workspace holds (another queue's search
+ * chose it): the caller grows it. */
+static int choose(conv_call *c, int dir, const conv_key *key, void *x, void *w, void *y, int *algo,
                   size_t *ws_bytes)
 {
     *algo = cache_find(c->q->dev, key, ws_bytes);
     if (*algo >= 0)
         return 0;
-    if (ws && (*algo = find_fastest(c, dir, x, w, y, ws, ws_bytes)) >= 0) {
+    if (!c->q->recording && (*algo = search(c, dir, x, w, y, ws_bytes)) >= 0) {
         cache_add(c->q->dev, key, *algo, *ws_bytes);
         return 0;
     }
@@ -314,7 +343,7 @@ static int choose(conv_call *c, int dir, const conv_key *key, void *x, void *w, 
         cudnnConvolutionFwdAlgoPerf_t perf[MAX_ALGOS];
         st = cudnnGetConvolutionForwardAlgorithm_v7(c->h, c->xd, c->wd, c->cd, c->yd, MAX_ALGOS, &found, perf);
         for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < found && *algo < 0; i++)
-            if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KILN_CUDA_WORKSPACE_BYTES) {
+            if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kiln__cuda_workspace_size(c->q)) {
                 *algo = (int)perf[i].algo;
                 *ws_bytes = perf[i].memory;
             }
@@ -323,7 +352,7 @@ static int choose(conv_call *c, int dir, const conv_key *key, void *x, void *w, 
         st = cudnnGetConvolutionBackwardDataAlgorithm_v7(c->h, c->wd, c->yd, c->cd, c->xd, MAX_ALGOS, &found,
                                                          perf);
         for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < found && *algo < 0; i++)
-            if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KILN_CUDA_WORKSPACE_BYTES) {
+            if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kiln__cuda_workspace_size(c->q)) {
                 *algo = (int)perf[i].algo;
                 *ws_bytes = perf[i].memory;
             }
@@ -332,7 +361,7 @@ static int choose(conv_call *c, int dir, const conv_key *key, void *x, void *w, 
         st = cudnnGetConvolutionBackwardFilterAlgorithm_v7(c->h, c->xd, c->yd, c->cd, c->wd, MAX_ALGOS, &found,
                                                            perf);
         for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < found && *algo < 0; i++)
-            if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= KILN_CUDA_WORKSPACE_BYTES) {
+            if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kiln__cuda_workspace_size(c->q)) {
                 *algo = (int)perf[i].algo;
                 *ws_bytes = perf[i].memory;
             }
@@ -341,7 +370,7 @@ static int choose(conv_call *c, int dir, const conv_key *key, void *x, void *w, 
         return dnn_fail(c->q, st, c->op, "choosing an algorithm");
     if (*algo < 0) {
         kiln__error_set("%s on %s: cuDNN offers no algorithm for this convolution within a %zu MiB workspace",
-                        c->op, c->q->dev->name, KILN_CUDA_WORKSPACE_BYTES >> 20);
+                        c->op, c->q->dev->name, kiln__cuda_workspace_size(c->q) >> 20);
         return KILN_ENOTSUP;
     }
     cache_add(c->q->dev, key, *algo, *ws_bytes);
@@ -384,8 +413,11 @@ static int run_conv(void *vq, int dir, const char *op, const kiln_conv_params *p
     if (!rc && !(ws = kiln__cuda_workspace(q, op)))
         rc = KILN_ENOMEM;
     if (!rc)
-        rc = choose(&c, dir, &key, kiln__cuda_ptr(xc), kiln__cuda_ptr(wc), kiln__cuda_ptr(yc), ws, &algo,
-                    &ws_bytes);
+        rc = choose(&c, dir, &key, kiln__cuda_ptr(xc), kiln__cuda_ptr(wc), kiln__cuda_ptr(yc), &algo, &ws_bytes);
+    if (!rc && ws_bytes > kiln__cuda_workspace_size(q) && !(ws = kiln__cuda_workspace_grow(q, ws_bytes, op)))
+        rc = KILN_ENOMEM;
+    if (!rc)
+        ws = q->workspace->ptr; /* the search may have made a larger block the workspace */
     if (!rc) {
         float one_f = 1, zero_f = 0;
         double one_d = 1, zero_d = 0;

@@ -390,6 +390,42 @@ extern "C" int kcu_channel_bias(kcu_stream s, const kcu_view *out, const kcu_vie
     return KCU_LAUNCHED();
 }
 
+/* A convolution's epilogue, one pass over its contiguous output: out = act(out + bias[c] +
+ * residual), c the channel (dim 1), residual contiguous of out's shape. The additions round in
+ * the unfused ops' order (bias, then residual), so the result equals conv + add + act to the
+ * bit. Indices in 32 bits when they fit: the channel's division is the costly part. */
+template <typename I>
+__global__ void k_conv_epilogue(float *out, const float *bias, const float *res, I n, I channels, I plane, int act,
+                                float alpha, float beta)
+{
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+        float x = out[i];
+        if (bias)
+            x = x + bias[(i / plane) % channels];
+        if (res)
+            x = x + res[i];
+        out[i] = kcu_act<float>(act, x, alpha, beta);
+    }
+}
+
+extern "C" int kcu_conv_epilogue(kcu_stream s, const kcu_view *out, const kcu_view *bias, const kcu_view *residual,
+                                 int64_t channels, int64_t plane, int act, double alpha, double beta)
+{
+    int64_t n = kcu_numel(out);
+    if (n == 0 || channels == 0 || plane == 0)
+        return 0;
+    float *o = (float *)out->base + out->offset;
+    const float *b = bias->base ? (const float *)bias->base + bias->offset : NULL;
+    const float *r = residual->base ? (const float *)residual->base + residual->offset : NULL;
+    if (n <= INT32_MAX)
+        k_conv_epilogue<uint32_t><<<kcu_blocks(n), KCU_THREADS, 0, (cudaStream_t)s>>>(
+            o, b, r, (uint32_t)n, (uint32_t)channels, (uint32_t)plane, act, (float)alpha, (float)beta);
+    else
+        k_conv_epilogue<int64_t><<<kcu_blocks(n), KCU_THREADS, 0, (cudaStream_t)s>>>(o, b, r, n, channels, plane, act,
+                                                                                     (float)alpha, (float)beta);
+    return KCU_LAUNCHED();
+}
+
 /* --------------------------------------------------------------------- adam */
 
 __global__ void k_adam(int dt, int64_t n, void *param, const void *grad, void *m, void *v, void *vmax,

@@ -65,6 +65,7 @@ typedef struct kiln_cuda_device {
     size_t total_mem;
     kiln_cuda_alloc alloc;
     bool tf32;          /* option tf32=on: f32 matmul and convolution may use TF32 tensor cores */
+    size_t conv_search_bytes; /* option conv_workspace_mb: scratch cuDNN's algorithm search may use */
     void *blas_lt;      /* cublasLtHandle_t */
     pthread_mutex_t mu; /* guards lost_why, conv_cache, fused_cache */
     atomic_bool lost;
@@ -101,6 +102,9 @@ struct kiln_backend_graph {
 
 typedef struct kiln_cuda_queue {
     kiln_cuda_device *dev;
+    /* recursive; held by every entry that works on the queue (cuda-serial.inc): the engine's
+     * default queue is shared by every thread that opened none of its own */
+    pthread_mutex_t lock;
     cudaStream_t stream;
     const char *last_op; /* the op queued last: named when an asynchronous fault surfaces */
     /* upload staging: chunk i is free once stage_ev[i] completed */
@@ -114,6 +118,7 @@ typedef struct kiln_cuda_queue {
     int nchecks;
     /* cuBLASLt / cuDNN scratch, taken from the allocator on first use */
     kiln_cuda_block *workspace;
+    kiln_cuda_block *retired_ws; /* workspaces replaced by a larger one, chained by next */
     void *dnn; /* cudnnHandle_t, made on first convolution */
     /* graph recording (cuda-graph.c): the graph this stream records now, and what broke
      * the recording (empty while nothing did) */
@@ -180,6 +185,14 @@ kcu_view kiln__cuda_view_opt(const kiln_tdesc *t);
 void *kiln__cuda_ptr(const kiln_tdesc *t);
 /** A queue's workspace of at least KILN_CUDA_WORKSPACE_BYTES, NULL + error on failure. */
 void *kiln__cuda_workspace(kiln_cuda_queue *q, const char *op);
+/** The queue's workspace grown to at least bytes (the block it replaces stays alive until the
+ *  queue closes: recorded graphs may address it); NULL + error on failure. */
+void *kiln__cuda_workspace_grow(kiln_cuda_queue *q, size_t bytes, const char *op);
+/** Makes blk (taken from the allocator) the queue's workspace; the old one is kept as by
+ *  kiln__cuda_workspace_grow. */
+void kiln__cuda_workspace_adopt(kiln_cuda_queue *q, kiln_cuda_block *blk);
+/** The size of the queue's workspace (0 before its first use). */
+size_t kiln__cuda_workspace_size(const kiln_cuda_queue *q);
 
 /* ----------------------------------------------------------- entry points */
 
@@ -256,6 +269,11 @@ int kiln__cuda_operand_packed(kiln__cuda_operands *c, const kiln_tdesc *t, const
 void kiln__cuda_operands_release(kiln__cuda_operands *c);
 /** y += bias per output channel (dim 1), as its own launch. */
 int kiln__cuda_conv_add_bias(kiln_cuda_queue *q, const kiln_tdesc *y, const kiln_tdesc *bias, const char *op);
+/** The conv_fused entry (backend.h): the convolution, then bias, residual and activation in
+ *  one pass over the output (f32). */
+int kiln__cuda_conv_fused(void *q, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
+                          const kiln_tdesc *w, const kiln_tdesc *wpacked, const kiln_tdesc *bias,
+                          const kiln_epilogue *ep);
 
 /* cuda-dnn.c (cuDNN), cuda-dnn-absent.c (neither), hip-miopen.c (a HIP build's MIOpen) */
 int kiln__cuda_conv(void *q, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,

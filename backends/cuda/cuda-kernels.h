@@ -61,6 +61,10 @@ int kcu_epilogue(kcu_stream s, const kcu_view *out, int64_t ncols, const kcu_vie
                  int act, double alpha, double beta);
 /** out[n, c, i] += bias[c] over a contiguous out [N, channels, plane]. */
 int kcu_channel_bias(kcu_stream s, const kcu_view *out, const kcu_view *bias, int64_t channels, int64_t plane);
+/* f32, out and residual contiguous: out = act(out + bias[channel] + residual); bias and
+ * residual optional (base NULL) */
+int kcu_conv_epilogue(kcu_stream s, const kcu_view *out, const kcu_view *bias, const kcu_view *residual,
+                      int64_t channels, int64_t plane, int act, double alpha, double beta);
 /** The fused Adam/AdamW step (kiln_adam_params' arithmetic) over n contiguous elements. */
 int kcu_adam(kcu_stream s, int dtype, int64_t n, void *param, const void *grad, void *m, void *v, void *vmax,
              double beta1, double beta2, double eps, double weight_decay, double param_scale, double step_size,

@@ -513,7 +513,9 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--lose-device") == 0)
         return lose_device();
-    kiln_device *gpu = kiln_device_open("cuda:0");
+    /* the backend itself (fusion=off, whatever the default): the checks below reach into its
+     * context (kiln__device_ctx) */
+    kiln_device *gpu = kiln_device_open("cuda:0?fusion=off");
     if (!gpu) {
         char why[512];
         snprintf(why, sizeof why, "%s", kiln_error());

@@ -10,7 +10,9 @@
  * Each case uploads the same bytes to both devices, runs the entry on identical
  * descriptors and compares the results: normalized squared error for sums over many
  * terms (f32 1e-9, f64 1e-20, f16 1e-5, bf16 1e-4), per element for the epilogues.
- * Exits 77 when vulkan:0 does not open.
+ * The device is argv[1] (default vulkan:0: the file sits with the Vulkan suite, whose
+ * backend first had these entries; bench/gpu/run also runs it on cuda:0). Exits 77 when
+ * the device does not open.
  */
 #include <math.h>
 #include <stdio.h>
@@ -358,11 +360,13 @@ static void interp_case(kiln_dtype dt, int ns, const int64_t *xs, const int64_t 
     drop(&gy), drop(&gx);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    kiln_device *ref = kiln_device_open("ref"), *vk = kiln_device_open("vulkan:0");
+    /* the device under test: vulkan:0 by default; bench/gpu/run names cuda:0 too */
+    const char *spec = argc > 1 ? argv[1] : "vulkan:0";
+    kiln_device *ref = kiln_device_open("ref"), *vk = kiln_device_open(spec);
     if (!vk) {
-        printf("skipped: vulkan:0 does not open: %s\n", kiln_error());
+        printf("skipped: %s does not open: %s\n", spec, kiln_error());
         return 77;
     }
     if (!ref)
