@@ -19,9 +19,12 @@
  * is what queue_open returned, or the device context itself for a backend without
  * queue_open (it then has one queue, and every engine queue of the device shares it).
  * Work on one queue runs in submission order; work on two queues is unordered unless an
- * event orders it (event_record on one, event_wait on the other). The engine gives each
- * thread that drives a device its own queue (kiln_queue_use in kiln/tensor.h) and keeps
- * the rules below, so a backend never has to order queues on its own:
+ * event orders it (event_record on one, event_wait on the other). A thread that drives a
+ * device on a queue of its own (kiln_queue_open + kiln_queue_use in kiln/tensor.h) is the
+ * only one entering it; threads that opened none share the device's default queue, so a
+ * backend whose queue keeps state beside its stream serializes each entry on it (a
+ * per-queue lock: cuda-serial.inc, kvk_queue.lock). The engine keeps the rules below, so a
+ * backend never has to order queues on its own:
  *  - a primitive, upload or copy may return before its work is done; buffer_download
  *    (which waits for the work queued before it on q, then reads), sync (waits for q),
  *    event_sync and a host_alloc'd staging read are the only calls that wait;
