@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autotune-impl.h"
 #include "cuda-impl.h"
 #include "cuda-libs.h"
 
@@ -297,6 +298,57 @@ static int find_fastest(conv_call *c, int dir, void *x, void *w, void *y, void *
     return -1;
 }
 
+/* ------------------------------------------------ the persistent choice (autotune) */
+
+/* The device as the autotune cache names it: the GPU, its compute capability, the driver
+ * and cuDNN versions (a choice timed under one of them says nothing of another). */
+static void tune_device(const kiln_cuda_device *dev, char *out, size_t len)
+{
+    int driver = 0;
+    if (cudaDriverGetVersion(&driver) != cudaSuccess)
+        (void)cudaGetLastError();
+    snprintf(out, len, "cuda/%.40s/sm%d%d/drv%d/cudnn%zu", dev->gpu, dev->cc_major, dev->cc_minor, driver,
+             cudnnGetVersion());
+}
+
+/* The geometry as a cache key: direction, dtype, TF32, x and w shapes (y follows from
+ * them), stride, padding, dilation, groups. 0 when it does not fit the cache's key length
+ * (the choice then lives in this process only). */
+static int tune_key(const conv_key *k, int xnd, char *out, size_t len)
+{
+    static const char *const dirs[] = {"fwd", "bwd_data", "bwd_filter"};
+    int n = snprintf(out, len, "conv/%s/%s%s/x", dirs[k->dir], kiln_dtype_name((kiln_dtype)k->dtype),
+                     k->tf32 ? "/tf32" : "");
+    for (int d = 0; d < xnd && n > 0 && (size_t)n < len; d++)
+        n += snprintf(out + n, len - (size_t)n, "%s%lld", d ? "." : "", (long long)k->x[d]);
+    n += n > 0 && (size_t)n < len ? snprintf(out + n, len - (size_t)n, "/w") : 0;
+    for (int d = 0; d < xnd && n > 0 && (size_t)n < len; d++)
+        n += snprintf(out + n, len - (size_t)n, "%s%lld", d ? "." : "", (long long)k->w[d]);
+    for (int i = 0; i < k->nspatial && n > 0 && (size_t)n < len; i++)
+        n += snprintf(out + n, len - (size_t)n, "%s%lld,%lld,%lld", i ? ";" : "/spd", (long long)k->stride[i],
+                      (long long)k->pad[i], (long long)k->dil[i]);
+    n += n > 0 && (size_t)n < len ? snprintf(out + n, len - (size_t)n, "/g%lld", (long long)k->groups) : 0;
+    return n > 0 && (size_t)n < len ? 1 : 0;
+}
+
+/* The workspace algo needs on c's descriptors, or false when cuDNN refuses it there (a
+ * stored choice from a file that no longer fits: it is timed again). */
+static bool algo_fits(conv_call *c, int dir, int algo, size_t *ws)
+{
+    cudnnStatus_t st;
+    if (dir == DIR_FWD)
+        st = cudnnGetConvolutionForwardWorkspaceSize(c->h, c->xd, c->wd, c->cd, c->yd,
+                                                     (cudnnConvolutionFwdAlgo_t)algo, ws);
+    else if (dir == DIR_BWD_DATA)
+        st = cudnnGetConvolutionBackwardDataWorkspaceSize(c->h, c->wd, c->yd, c->cd, c->xd,
+                                                          (cudnnConvolutionBwdDataAlgo_t)algo, ws);
+    else
+        st = cudnnGetConvolutionBackwardFilterWorkspaceSize(c->h, c->xd, c->yd, c->cd, c->wd,
+                                                            (cudnnConvolutionBwdFilterAlgo_t)algo, ws);
+    (void)cudaGetLastError();
+    return st == CUDNN_STATUS_SUCCESS;
+}
+
 /* Times the candidates (find_fastest) in as much scratch as the device option
  * conv_workspace_mb allows: a block of that size taken for the search, which becomes the
  * queue's workspace when the winner needs more than the workspace has, and goes back to the
@@ -332,7 +384,22 @@ static int choose(conv_call *c, int dir, const conv_key *key, void *x, void *w, 
     *algo = cache_find(c->q->dev, key, ws_bytes);
     if (*algo >= 0)
         return 0;
+    /* a choice timed by an earlier process on this GPU, driver and cuDNN (the autotune
+     * file in the data directory): value = workspace bytes << 8 | (algorithm + 1) */
+    char tdev[96], tkey[96];
+    bool keyed = key->nspatial >= 1 && tune_key(key, key->nspatial + 2, tkey, sizeof tkey);
+    if (keyed)
+        tune_device(c->q->dev, tdev, sizeof tdev);
+    int64_t stored = 0;
+    if (keyed && kiln__autotune_lookup(tdev, tkey, &stored) && stored > 0 && (stored & 0xff) >= 1 &&
+        (stored & 0xff) <= MAX_ALGOS && algo_fits(c, dir, (int)(stored & 0xff) - 1, ws_bytes)) {
+        *algo = (int)(stored & 0xff) - 1;
+        cache_add(c->q->dev, key, *algo, *ws_bytes);
+        return 0;
+    }
     if (!c->q->recording && (*algo = search(c, dir, x, w, y, ws_bytes)) >= 0) {
+        if (keyed)
+            kiln__autotune_store(tdev, tkey, (int64_t)*ws_bytes << 8 | (*algo + 1));
         cache_add(c->q->dev, key, *algo, *ws_bytes);
         return 0;
     }

@@ -125,6 +125,10 @@
     X(cudnnGetConvolutionBackwardDataAlgorithm_v7)                                                                \
     X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)                                                              \
     X(cudnnGetConvolutionForwardAlgorithm_v7)                                                                     \
+    X(cudnnGetConvolutionForwardWorkspaceSize)                                                                    \
+    X(cudnnGetConvolutionBackwardDataWorkspaceSize)                                                               \
+    X(cudnnGetConvolutionBackwardFilterWorkspaceSize)                                                             \
+    X(cudnnGetVersion)                                                                                            \
     X(cudnnGetErrorString)                                                                                        \
     X(cudnnSetConvolutionGroupCount)                                                                              \
     X(cudnnSetConvolutionMathType)                                                                                \
@@ -257,6 +261,12 @@ int kiln__cuda_lib_open(const char *soname, const char *const *names, void **fns
 #define cudnnGetConvolutionBackwardFilterAlgorithm_v7                                                             \
     kiln__cuda_dnn_api.cudnnGetConvolutionBackwardFilterAlgorithm_v7
 #define cudnnGetConvolutionForwardAlgorithm_v7 kiln__cuda_dnn_api.cudnnGetConvolutionForwardAlgorithm_v7
+#define cudnnGetConvolutionForwardWorkspaceSize kiln__cuda_dnn_api.cudnnGetConvolutionForwardWorkspaceSize
+#define cudnnGetConvolutionBackwardDataWorkspaceSize                                                              \
+    kiln__cuda_dnn_api.cudnnGetConvolutionBackwardDataWorkspaceSize
+#define cudnnGetConvolutionBackwardFilterWorkspaceSize                                                            \
+    kiln__cuda_dnn_api.cudnnGetConvolutionBackwardFilterWorkspaceSize
+#define cudnnGetVersion kiln__cuda_dnn_api.cudnnGetVersion
 #define cudnnGetErrorString kiln__cuda_dnn_api.cudnnGetErrorString
 #define cudnnSetConvolutionGroupCount kiln__cuda_dnn_api.cudnnSetConvolutionGroupCount
 #define cudnnSetConvolutionMathType kiln__cuda_dnn_api.cudnnSetConvolutionMathType

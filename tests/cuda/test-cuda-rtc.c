@@ -99,6 +99,10 @@ static void test_loader(void)
     rc = kiln__cuda_lib_open("libm.so.6", names, fns, 1, "cuda:0");
     CHECK(rc == 0 && fns[0] && ((double (*)(double))fns[0])(0.0) == 1.0, "a function found is called");
     CHECK(kiln__cuda_libs_load(KILN_CUDA_LIB_NVRTC, "test") == 0, "NVRTC loads by its soname");
+    /* every function the backend calls resolves in the libraries installed here (a name
+     * missing from them would make every cuda:N open fail on a GPU machine) */
+    CHECK(kiln__cuda_libs_load(KILN_CUDA_LIB_LT | KILN_CUDA_LIB_DNN, "test") == 0,
+          "cuBLASLt and cuDNN load with every function the backend calls: %s", kiln_error());
 }
 
 int main(void)
