@@ -40,6 +40,7 @@ static const env_row env_table[] = {
     {"remote", "token", "KILN_REMOTE_TOKEN", "KILN_TOKEN"},
     {"onnx", "arena", "KILN_ONNX_ARENA", NULL},
     {"onnx", "graphs", "KILN_ONNX_GRAPHS", NULL},
+    {"onnx", "cse", "KILN_ONNX_CSE", NULL},
     {"onnx", "profile", "KILN_ONNX_PROFILE", NULL},
 };
 

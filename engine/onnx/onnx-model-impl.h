@@ -117,6 +117,10 @@ void kiln__onnx_derived_drop(kiln_onnx_model *m);
  *  outside host memory, and opens the cpu device they run on. 0, or negative with the error. */
 int kiln__onnx_plan_host(kiln_onnx_model *m);
 
+/** Drops the live nodes that repeat an earlier node on the same inputs (onnx-cse.c), after
+ *  constant folding; *merged (when not NULL) receives how many. 0, or -1 with a message. */
+int kiln__onnx_cse(kiln_onnx_model *m, int *merged);
+
 /** Whether device node n reads its input `input` only as integer or scalar arguments, so a
  *  host value may be passed there as it is. */
 bool kiln__onnx_reads_int_arg(const kiln__onnx_mnode *n, int input);

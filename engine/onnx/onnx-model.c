@@ -28,8 +28,12 @@
 #define FOLD_MAX_NUMEL 4096
 
 kiln_onnx_options kiln_onnx_options_default(void) {
-    return (kiln_onnx_options){
-        .fold_batchnorm = true, .fuse_epilogues = true, .max_file_bytes = 0, .arena = true, .graphs = true};
+    return (kiln_onnx_options){.fold_batchnorm = true,
+                               .fuse_epilogues = true,
+                               .max_file_bytes = 0,
+                               .arena = true,
+                               .graphs = true,
+                               .common_subexpressions = true};
 }
 
 /* ------------------------------------------------------------- value names */
@@ -460,6 +464,8 @@ static int plan(kiln_onnx_model *m, const kiln_onnx_options *o) {
     }
     if (fold_constants(m)) goto out;
     if (mark_derived(m)) goto out;
+    if (o->common_subexpressions && kiln__onnx_cse(m, NULL))
+        goto out;
     readers = calloc((size_t)m->nvalues + 1, sizeof *readers);
     if (!readers) { kiln__error_set("onnx: out of memory"); goto out; }
     for (int k = 0; k < m->nnodes; k++)
@@ -550,8 +556,14 @@ static kiln_onnx_model *load_bytes(const uint8_t *buf, size_t len, const char *p
     if (!m) { kiln__onnx_pmodel_free(pm); kiln__error_set("onnx: out of memory"); return NULL; }
     m->pm = pm;
     m->dev = dev;
-    if (plan(m, &o)) { kiln_onnx_free(m); return NULL; }
     /* the environment's defaults, read through the engine's one table (device-opts.c) */
+    const char *cse = kiln__option_env("onnx", "cse", NULL);
+    if (cse && *cse)
+        o.common_subexpressions = strcmp(cse, "0") != 0;
+    if (plan(m, &o)) {
+        kiln_onnx_free(m);
+        return NULL;
+    }
     const char *arena = kiln__option_env("onnx", "arena", NULL);
     if (arena && *arena) o.arena = strcmp(arena, "0") != 0;
     m->arenas = kiln__onnx_arenas_new(o.arena);
