@@ -244,18 +244,72 @@ static kiln_buffer *fused_buffer_alloc(void *qctx, size_t nbytes)
     return q->d->in->buffer_alloc(q->iq, nbytes);
 }
 
-/* Forget b as a wrapped buffer; whether it was one. */
+/* The slot where b's probe starts (a multiplicative hash of the pointer). */
+static int wrap_slot(const fdev *d, const kiln_buffer *b)
+{
+    uint64_t h = (uint64_t)(uintptr_t)b * 0x9E3779B97F4A7C15ull;
+    return (int)(h >> 32) & (d->capwrapped - 1);
+}
+
+/* Room in the set for one more (wrapped_mu held); false when out of memory. */
+static bool wrap_room(fdev *d)
+{
+    if (2 * (d->nwrapped + 1) > d->capwrapped) {
+        int cap = d->capwrapped ? d->capwrapped * 2 : 64;
+        kiln_buffer **old = d->wrapped;
+        int oldcap = d->capwrapped;
+        kiln_buffer **grown = calloc((size_t)cap, sizeof *grown);
+        if (!grown)
+            return false;
+        d->wrapped = grown;
+        d->capwrapped = cap;
+        for (int i = 0; i < oldcap; i++)
+            if (old[i]) {
+                int s = wrap_slot(d, old[i]);
+                while (d->wrapped[s])
+                    s = (s + 1) & (cap - 1);
+                d->wrapped[s] = old[i];
+            }
+        free(old);
+    }
+    return true;
+}
+
+/* Adds b to the set (wrapped_mu held, wrap_room called). */
+static void wrap_add(fdev *d, kiln_buffer *b)
+{
+    int s = wrap_slot(d, b);
+    while (d->wrapped[s])
+        s = (s + 1) & (d->capwrapped - 1);
+    d->wrapped[s] = b;
+    d->nwrapped++;
+}
+
+/* Forget b as a wrapped buffer; whether it was one. Deletion shifts the rest of the probe
+ * run back, so no slot is left marked and lookups stay short. */
 static bool unwrap(fdev *d, kiln_buffer *b)
 {
-    bool found = false;
     if (!atomic_load(&d->any_wrapped))
         return false;
     pthread_mutex_lock(&d->wrapped_mu);
-    for (int i = 0; i < d->nwrapped && !found; i++)
-        if (d->wrapped[i] == b) {
-            d->wrapped[i] = d->wrapped[--d->nwrapped];
-            found = true;
+    int mask = d->capwrapped - 1, s = wrap_slot(d, b);
+    while (d->wrapped[s] && d->wrapped[s] != b)
+        s = (s + 1) & mask;
+    bool found = d->wrapped[s] == b;
+    if (found) {
+        d->wrapped[s] = NULL;
+        d->nwrapped--;
+        /* move back each later entry of the run whose home slot the hole now precedes */
+        for (int j = (s + 1) & mask; d->wrapped[j]; j = (j + 1) & mask) {
+            int home = wrap_slot(d, d->wrapped[j]);
+            bool between = s <= j ? (s < home && home <= j) : (s < home || home <= j);
+            if (!between) {
+                d->wrapped[s] = d->wrapped[j];
+                d->wrapped[j] = NULL;
+                s = j;
+            }
         }
+    }
     atomic_store(&d->any_wrapped, d->nwrapped > 0);
     pthread_mutex_unlock(&d->wrapped_mu);
     return found;
@@ -350,20 +404,16 @@ static kiln_buffer *fused_buffer_wrap_host(void *qctx, void *ptr, size_t n, void
     }
     fdev *d = q->d;
     pthread_mutex_lock(&d->wrapped_mu);
-    if (d->nwrapped == d->capwrapped) {
-        int cap = d->capwrapped ? d->capwrapped * 2 : 64;
-        kiln_buffer **grown = realloc(d->wrapped, (size_t)cap * sizeof *grown);
-        if (!grown) {
-            pthread_mutex_unlock(&d->wrapped_mu);
-            kiln__error_set("fused: out of memory");
-            return NULL;
-        }
-        d->wrapped = grown;
-        d->capwrapped = cap;
+    /* room first: a wrapped buffer made and then dropped would call the owner's release,
+     * which a caller told of the failure releases again */
+    if (!wrap_room(d)) {
+        pthread_mutex_unlock(&d->wrapped_mu);
+        kiln__error_set("fused: out of memory");
+        return NULL;
     }
     kiln_buffer *b = d->in->buffer_wrap_host(q->iq, ptr, n, release, ud);
     if (b)
-        d->wrapped[d->nwrapped++] = b;
+        wrap_add(d, b);
     atomic_store(&d->any_wrapped, d->nwrapped > 0);
     pthread_mutex_unlock(&d->wrapped_mu);
     return b;

@@ -70,6 +70,7 @@ void test_graphs(void);   /* test-graphs.c: random expression graphs, fused vs u
 void test_training(void); /* test-training.c: gradients and launch counts of training steps */
 void test_autotune(void); /* test-autotune.c: the autotune cache through the fused block size */
 void test_gpu(void);      /* test-gpu.c: graphs fused on cuda:0 and vulkan:0 (skipped without them) */
+void test_wrapped(void);  /* test-wrapped.c: wrapped buffers freed under a pending group */
 void test_epilogue(void); /* test-epilogue.c: matmul epilogues and row reductions fused */
 void test_tune(void);     /* test-tune.c: the cpu's fused block-size tuner */
 

@@ -2,7 +2,8 @@
  * tests/fusion/test-fusion.c — the fusion suite's runner: fused programs on the cpu
  * (test-programs.c), random expression graphs through the fused decorator
  * (test-graphs.c), training steps (test-training.c), the autotune cache (test-autotune.c)
- * matmul epilogues (test-epilogue.c) and the cpu's block-size tuner (test-tune.c).
+ * matmul epilogues (test-epilogue.c), the cpu's block-size tuner (test-tune.c) and the
+ * decorator's wrapped buffers (test-wrapped.c).
  * Prints "N passed, N failed".
  */
 #include <stdio.h>
@@ -18,6 +19,7 @@ int main(void)
     test_training();
     test_autotune();
     test_gpu();
+    test_wrapped();
     test_epilogue();
     test_tune();
     printf("fusion: %d passed, %d failed\n", fusion_passed, fusion_failed);
