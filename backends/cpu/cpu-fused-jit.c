@@ -30,7 +30,14 @@
  * program to the interpreter, never an error; a failed key is not tried again in the
  * process (stderr says so once). The device option jit=off (KILN_CPU_JIT=off) turns
  * compiling off.
+ *
+ * The cache stays bounded (a long-running kilnd meets new programs with every new model):
+ * a library loaded from it has its access time set (explicitly: noatime and relatime
+ * mounts do not keep one), and after each compile the directory keeps the
+ * $KILN_CPU_JIT_KEEP (default 512) most recently used libraries, with their sources;
+ * header folders of other kiln builds and temporary files older than a day go as well.
  */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -41,6 +48,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cpu-fused-impl.h"
@@ -407,6 +415,107 @@ static int run_compiler(const char *cc, const char *const *flags, const char *in
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
+/* ------------------------------------------------------------ the cache's size */
+
+#define KEEP_DEFAULT 512
+#define STALE_SECONDS (24 * 3600)
+
+static long keep_limit(void)
+{
+    const char *v = getenv("KILN_CPU_JIT_KEEP");
+    char *end = NULL;
+    long n = v && *v ? strtol(v, &end, 10) : KEEP_DEFAULT;
+    return v && *v && (*end || n < 1) ? KEEP_DEFAULT : n;
+}
+
+/* Marks lib as used now: its access time, set explicitly, its change time left alone. */
+static void mark_used(const char *lib)
+{
+    struct timespec t[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
+    (void)utimensat(AT_FDCWD, lib, t, 0);
+}
+
+typedef struct cached_lib {
+    char stem[64]; /* "kj-<hash>" */
+    struct timespec used;
+} cached_lib;
+
+static int oldest_first(const void *a, const void *b)
+{
+    const struct timespec *x = &((const cached_lib *)a)->used, *y = &((const cached_lib *)b)->used;
+    return x->tv_sec != y->tv_sec ? (x->tv_sec < y->tv_sec ? -1 : 1)
+                                  : (x->tv_nsec < y->tv_nsec ? -1 : x->tv_nsec > y->tv_nsec);
+}
+
+/* Removes folder path and the files in it (header folders hold files only). */
+static void remove_folder(const char *path)
+{
+    DIR *d = opendir(path);
+    for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d)) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char f[4700];
+        if (snprintf(f, sizeof f, "%s/%s", path, e->d_name) < (int)sizeof f)
+            unlink(f);
+    }
+    if (d)
+        closedir(d);
+    rmdir(path);
+}
+
+/* Bounds the cache directory dir after a compile (see the file comment); inc is the header
+ * folder this build uses. Failures are ignored: another process may be pruning too. */
+static void prune_cache(const char *dir, const char *inc)
+{
+    long keep = keep_limit();
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    cached_lib *libs = NULL;
+    size_t n = 0, cap = 0;
+    time_t now = time(NULL);
+    const char *inc_name = strrchr(inc, '/') ? strrchr(inc, '/') + 1 : inc;
+    for (struct dirent *e = readdir(d); e; e = readdir(d)) {
+        const char *name = e->d_name;
+        size_t len = strlen(name);
+        char path[4400];
+        struct stat st;
+        if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path || stat(path, &st) != 0)
+            continue;
+        bool stale = now - st.st_mtime > STALE_SECONDS;
+        if (!strncmp(name, "include-", 8) && strcmp(name, inc_name) != 0 && stale) {
+            remove_folder(path);
+        } else if (len > 4 && !strcmp(name + len - 4, ".tmp") && stale) {
+            unlink(path);
+        } else if (!strncmp(name, "kj-", 3) && len > 3 && len < 64 && !strcmp(name + len - 3, ".so")) {
+            if (n == cap) {
+                size_t grown_cap = cap ? cap * 2 : 64;
+                cached_lib *grown = realloc(libs, grown_cap * sizeof *grown);
+                if (!grown)
+                    break;
+                libs = grown;
+                cap = grown_cap;
+            }
+            snprintf(libs[n].stem, sizeof libs[n].stem, "%.*s", (int)(len - 3), name);
+            libs[n].used = st.st_atim;
+            n++;
+        }
+    }
+    closedir(d);
+    if ((long)n > keep) {
+        qsort(libs, n, sizeof *libs, oldest_first);
+        for (size_t i = 0; i < n - (size_t)keep; i++) {
+            static const char *const exts[] = {".so", ".c", ".log"};
+            for (int k = 0; k < 3; k++) {
+                char path[4400];
+                if (snprintf(path, sizeof path, "%s/%s%s", dir, libs[i].stem, exts[k]) < (int)sizeof path)
+                    unlink(path); /* a process that loaded it keeps its mapping */
+            }
+        }
+    }
+    free(libs);
+}
+
 static kiln__cpu_jit_loop load_loop(const char *lib)
 {
     void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
@@ -457,8 +566,10 @@ static kiln__cpu_jit_loop build_loop(const char *src, bool avx512)
     snprintf(lib, sizeof lib, "%s/kj-%016llx.so", dir, (unsigned long long)hash);
     snprintf(log, sizeof log, "%s/kj-%016llx.log", dir, (unsigned long long)hash);
     kiln__cpu_jit_loop fn = load_loop(lib);
-    if (fn)
+    if (fn) {
+        mark_used(lib);
         return fn;
+    }
     unlink(lib); /* absent, or a library that does not load: made again */
     if (jit_unavailable)
         return NULL;
@@ -492,6 +603,7 @@ static kiln__cpu_jit_loop build_loop(const char *src, bool avx512)
         return NULL;
     }
     unlink(log);
+    prune_cache(dir, inc);
     return load_loop(lib);
 }
 

@@ -9,7 +9,9 @@
  * that leaves a tail) give the unfused device's results element for element. The loops
  * land in DIR/cache/cpu-jit as shared objects; a second process loads them without
  * compiling (their files keep their times), and after every one is overwritten with junk
- * a third process still gets the right results and makes them again. With
+ * a third process still gets the right results and makes them again; with
+ * KILN_CPU_JIT_KEEP=2 a process keeps only the two loops it used last and removes an old
+ * build's headers and an old temporary file. With
  * KILN_CPU_JIT_CC naming no compiler, or the option jit=off, the results are the same (the
  * block interpreter) and nothing is compiled; a bad jit value is refused. Without a C
  * compiler on the machine the cache checks are skipped, saying so.
@@ -19,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -247,6 +250,53 @@ static int again(const char *self, const char *dir, const char *env)
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/* Writes text into path with a change time two days back. */
+static void plant_old(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+    struct timeval old[2];
+    gettimeofday(&old[0], NULL);
+    old[0].tv_sec -= 2 * 24 * 3600;
+    old[1] = old[0];
+    utimes(path, old);
+}
+
+/* KILN_CPU_JIT_KEEP=2: a process that compiles every program keeps the two loops it used
+ * last; a header folder of another build and a temporary file, both two days old, go. */
+static void bounded_cache(const char *self, const char *dir)
+{
+    char small[512], jit[600], inc[700], header[800], tmp[700];
+    snprintf(small, sizeof small, "%s/keep", dir);
+    snprintf(jit, sizeof jit, "%s/cache/cpu-jit", small);
+    snprintf(inc, sizeof inc, "%s/include-0000000000000000", jit);
+    snprintf(header, sizeof header, "%s/cpu-math.h", inc);
+    snprintf(tmp, sizeof tmp, "%s/kj-0000000000000000.so.1.tmp", jit);
+    mkdir(small, 0700);
+    snprintf(header, sizeof header, "%s/cache", small);
+    mkdir(header, 0700);
+    mkdir(jit, 0700);
+    mkdir(inc, 0700);
+    snprintf(header, sizeof header, "%s/cpu-math.h", inc);
+    plant_old(header, "/* an older build's header */\n");
+    plant_old(tmp, "half a library\n");
+    struct timeval old[2];
+    gettimeofday(&old[0], NULL);
+    old[0].tv_sec -= 2 * 24 * 3600;
+    old[1] = old[0];
+    utimes(inc, old);
+    CHECK(again(self, small, "KILN_CPU_JIT_KEEP=2") == 0, "with KILN_CPU_JIT_KEEP=2 the results are the same");
+    double newest;
+    int kept = libraries(small, &newest);
+    CHECK(kept == 2, "the cache kept the 2 most recently used loops (%d there)", kept);
+    struct stat st;
+    CHECK(stat(inc, &st) != 0, "the old header folder was removed");
+    CHECK(stat(tmp, &st) != 0, "the old temporary file was removed");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -279,6 +329,7 @@ int main(int argc, char **argv)
         CHECK(libraries(dir, &t2) == 0, "every library spoiled");
         CHECK(again(argv[0], dir, NULL) == 0, "a process over spoiled libraries got the same results");
         CHECK(libraries(dir, &t2) == made && t2 > t1, "the spoiled libraries were made again");
+        bounded_cache(argv[0], dir);
     }
     /* no compiler: the same results, nothing compiled */
     char empty[512];
