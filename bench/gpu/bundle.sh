@@ -20,7 +20,7 @@ out=$root/.gpu-bundle
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 targets="libkiln.so.0.1.0 tests/conformance/conformance tests/cuda/test-cuda-device tests/cuda/test-cuda-rtc
-tests/onnx/onnx_graphs tests/fusion/test-fusion tests/vulkan/test-vulkan tests/vulkan-nn/test-nn-entries tests/vulkan-nn/vulkan-probe
+tests/onnx/onnx_graphs tests/onnx/onnx_parity tests/fusion/test-fusion tests/vulkan/test-vulkan tests/vulkan-nn/test-nn-entries tests/vulkan-nn/vulkan-probe
 bench/onnx/onnx-run bench/onnx/onnx-train-step bench/engine/vulkan-gpu bench/engine/fusion-bench examples/fashion_mnist daemon/kilnd"
 for t in $targets; do
     if [ ! -f "$build/$t" ]; then
