@@ -141,6 +141,29 @@ static bool mergeable(const kiln__onnx_mnode *n, const bool *is_output)
     return true;
 }
 
+void kiln__onnx_mark_index_nonneg(kiln_onnx_model *m)
+{
+    for (int k = 0; k < m->nnodes; k++) {
+        kiln__onnx_mnode *n = &m->nodes[k];
+        const char *op = n->info.op_type;
+        if (n->dead || n->nin < 2 || n->in[1] < 0 || (strcmp(op, "Gather") && strcmp(op, "GatherElements")))
+            continue;
+        kiln_tensor *idx = m->consts[n->in[1]];
+        int64_t numel = idx ? kiln_tensor_numel(idx) : 0;
+        if (!idx || numel > 4096 || numel == 0)
+            continue;
+        kiln_tensor *i64 = kiln_cast(idx, KILN_I64);
+        int64_t *v = malloc((size_t)numel * sizeof *v);
+        bool nonneg = i64 && v && kiln_to_data(i64, v, (size_t)numel * sizeof *v) == 0;
+        for (int64_t i = 0; nonneg && i < numel; i++)
+            nonneg = v[i] >= 0;
+        free(v);
+        kiln_tensor_release(i64);
+        kiln_error_clear(); /* a failed read only leaves the node as it was */
+        n->info.index_nonneg = nonneg;
+    }
+}
+
 int kiln__onnx_cse(kiln_onnx_model *m, int *merged_out)
 {
     int rc = -1, merged = 0, nsmall = 0;

@@ -108,6 +108,10 @@ typedef struct kiln__onnx_node {
     int fuse_act;
     double fuse_alpha, fuse_beta;
     int fuse_residual, fuse_bias;
+    /* Gather and GatherElements: the index is a constant with no negative value (onnx-cse.c
+     * checks at load), so it needs no wrapping of negatives: five ops less a node (a zeros
+     * fill, a compare, an add and a where on the device), on every run. */
+    bool index_nonneg;
     /* A Conv's pre-packed weight, or an LSTM's or GRU's W and R, made at its first run
      * without grad (onnx-ops-nn.c, onnx-ops-rnn.c) and dropped by kiln_onnx_set_trainable;
      * NULL for other nodes. */

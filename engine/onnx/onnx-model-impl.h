@@ -121,6 +121,10 @@ int kiln__onnx_plan_host(kiln_onnx_model *m);
  *  constant folding; *merged (when not NULL) receives how many. 0, or -1 with a message. */
 int kiln__onnx_cse(kiln_onnx_model *m, int *merged);
 
+/** Marks the Gather and GatherElements nodes whose index is a constant without negative
+ *  values (kiln__onnx_node.index_nonneg; onnx-cse.c). */
+void kiln__onnx_mark_index_nonneg(kiln_onnx_model *m);
+
 /** Whether device node n reads its input `input` only as integer or scalar arguments, so a
  *  host value may be passed there as it is. */
 bool kiln__onnx_reads_int_arg(const kiln__onnx_mnode *n, int input);

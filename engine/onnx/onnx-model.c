@@ -466,6 +466,7 @@ static int plan(kiln_onnx_model *m, const kiln_onnx_options *o) {
     if (mark_derived(m)) goto out;
     if (o->common_subexpressions && kiln__onnx_cse(m, NULL))
         goto out;
+    kiln__onnx_mark_index_nonneg(m);
     readers = calloc((size_t)m->nvalues + 1, sizeof *readers);
     if (!readers) { kiln__error_set("onnx: out of memory"); goto out; }
     for (int k = 0; k < m->nnodes; k++)

@@ -232,7 +232,7 @@ static int op_gather(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, 
     if (kiln__onnx_axis(n, kiln__onnx_attr_int(n, "axis", 0), r, &a)) return -1;
     int ri = kiln_tensor_ndim(in[1]);
     if (r - 1 + ri > KILN_MAX_DIMS) return kiln__onnx_fail(n, "result rank too large");
-    kiln_tensor *idx = fix_index(in[1], kiln_tensor_dim(in[0], a));
+    kiln_tensor *idx = n->index_nonneg ? kiln_cast(in[1], KILN_I64) : fix_index(in[1], kiln_tensor_dim(in[0], a));
     kiln_tensor *flat = kiln_reshape(idx, 1, (const int64_t[]){kiln_tensor_numel(in[1])});
     kiln_tensor *g = kiln_index_select(in[0], a, flat);
     int64_t shape[KILN_MAX_DIMS];
@@ -248,7 +248,8 @@ static int op_gather_elements(const kiln__onnx_node *n, int nin, kiln_tensor *co
     NEED(2);
     int a;
     if (kiln__onnx_axis(n, kiln__onnx_attr_int(n, "axis", 0), kiln_tensor_ndim(in[0]), &a)) return -1;
-    out[0] = kiln_gather(in[0], a, fix_index(in[1], kiln_tensor_dim(in[0], a)));
+    kiln_tensor *idx = n->index_nonneg ? kiln_cast(in[1], KILN_I64) : fix_index(in[1], kiln_tensor_dim(in[0], a));
+    out[0] = kiln_gather(in[0], a, idx);
     return ok(out);
 }
 
