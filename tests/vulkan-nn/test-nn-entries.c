@@ -178,8 +178,8 @@ static void conv_case(const geo *g, kiln_dtype dt)
         ys[2 + d] = (g->in[d] + 2 * g->pad[d] - g->dil[d] * (g->k[d] - 1) - 1) / g->stride[d] + 1;
     }
     char what[160];
-    snprintf(what, sizeof what, "%s %dd n%lld c%lld o%lld g%lld k%lld s%lld p%lld d%lld", kiln_dtype_name(dt), g->ns,
-             (long long)g->n, (long long)g->c, (long long)g->o, (long long)g->groups, (long long)g->k[0],
+    snprintf(what, sizeof what, "%s %dd n%lld c%lld o%lld g%lld k%lld s%lld p%lld d%lld", kiln_dtype_name(dt),
+             g->ns, (long long)g->n, (long long)g->c, (long long)g->o, (long long)g->groups, (long long)g->k[0],
              (long long)g->stride[0], (long long)g->pad[0], (long long)g->dil[0]);
     twin x = make(dt, g->ns + 2, xs, -1, 1), w = make(dt, g->ns + 2, ws, -1, 1),
          gy = make(dt, g->ns + 2, ys, -1, 1);
