@@ -139,21 +139,27 @@ static int op_transpose(const kiln__onnx_node *n, int nin, kiln_tensor *const *i
  * runs a GPU model's shape arithmetic): a Concat of small int64 vectors is read and written
  * on the host, one allocation instead of a copy per input (torch's exporter concatenates
  * shape values a dozen times a layer). NULL when the inputs are not such vectors. */
-static kiln_tensor *concat_small_ints(kiln_tensor *const *ts, int m) {
-    enum { MAXV = 64 };
+static kiln_tensor *concat_small_ints(kiln_tensor *const *ts, int m)
+{
+    enum {
+        MAXV = 64
+    };
     kiln_device *dev = kiln__dev(ts[0]);
-    if (!dev->caps.host_memory || dev->caps.async) return NULL;
+    if (!dev->caps.host_memory || dev->caps.async)
+        return NULL;
     int64_t vals[MAXV];
     int64_t total = 0;
     for (int i = 0; i < m; i++) {
         const kiln_tensor *t = ts[i];
-        if (t->dtype != KILN_I64 || t->ndim != 1 || kiln__dev(t) != dev || total + t->shape[0] > MAXV) return NULL;
+        if (t->dtype != KILN_I64 || t->ndim != 1 || kiln__dev(t) != dev || total + t->shape[0] > MAXV)
+            return NULL;
         total += t->shape[0];
     }
     total = 0;
     for (int i = 0; i < m; i++) {
         int64_t k = ts[i]->shape[0];
-        if (k && kiln_to_data(ts[i], vals + total, (size_t)k * sizeof *vals) != 0) return NULL;
+        if (k && kiln_to_data(ts[i], vals + total, (size_t)k * sizeof *vals) != 0)
+            return NULL;
         total += k;
     }
     return kiln_from_data(dev, KILN_I64, 1, &total, vals, (size_t)total * sizeof *vals);
@@ -169,7 +175,8 @@ static int op_concat(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, 
     if (m == 0) ts[m++] = in[0];
     if (kiln__onnx_axis(n, kiln__onnx_attr_int(n, "axis", 0), kiln_tensor_ndim(ts[0]), &a)) return -1;
     out[0] = a == 0 ? concat_small_ints(ts, m) : NULL;
-    if (!out[0]) out[0] = kiln_cat(ts, m, a);
+    if (!out[0])
+        out[0] = kiln_cat(ts, m, a);
     return ok(out);
 }
 
@@ -256,8 +263,11 @@ static kiln_tensor *fix_index(kiln_tensor *idx, int64_t d) {
  * result) on a host-memory device, read and written on the host, negative indices wrapped
  * and the range checked there. 0 when the operands are not such (nothing done), 1 when
  * out[0] was made, -1 with a message. */
-static int gather_small_ints(const kiln__onnx_node *n, kiln_tensor *data, kiln_tensor *idx, kiln_tensor **out) {
-    enum { MAXV = 64 };
+static int gather_small_ints(const kiln__onnx_node *n, kiln_tensor *data, kiln_tensor *idx, kiln_tensor **out)
+{
+    enum {
+        MAXV = 64
+    };
     kiln_device *dev = kiln__dev(data);
     int64_t nd = data->ndim == 1 ? data->shape[0] : -1, ni = kiln_tensor_numel(idx);
     if (!dev->caps.host_memory || dev->caps.async || data->dtype != KILN_I64 || nd < 0 || nd > MAXV ||
@@ -270,7 +280,8 @@ static int gather_small_ints(const kiln__onnx_node *n, kiln_tensor *data, kiln_t
     for (int64_t i = 0; i < ni; i++) {
         int64_t k = ix[i] < 0 ? ix[i] + nd : ix[i];
         if (k < 0 || k >= nd)
-            return kiln__onnx_fail(n, "index %lld is out of bounds for size %lld", (long long)ix[i], (long long)nd);
+            return kiln__onnx_fail(n, "index %lld is out of bounds for size %lld", (long long)ix[i],
+                                   (long long)nd);
         res[i] = d[k];
     }
     out[0] = kiln_from_data(dev, KILN_I64, idx->ndim, idx->shape, res, (size_t)ni * sizeof *res);
@@ -282,7 +293,8 @@ static int op_gather(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, 
     int a, r = kiln_tensor_ndim(in[0]);
     if (kiln__onnx_axis(n, kiln__onnx_attr_int(n, "axis", 0), r, &a)) return -1;
     int small = a == 0 ? gather_small_ints(n, in[0], in[1], out) : 0;
-    if (small) return small < 0 ? -1 : 0;
+    if (small)
+        return small < 0 ? -1 : 0;
     int ri = kiln_tensor_ndim(in[1]);
     if (r - 1 + ri > KILN_MAX_DIMS) return kiln__onnx_fail(n, "result rank too large");
     kiln_tensor *idx = n->index_nonneg ? kiln_cast(in[1], KILN_I64) : fix_index(in[1], kiln_tensor_dim(in[0], a));

@@ -76,8 +76,10 @@ static int expect_failure(const char *dir, kiln_device *dev, const char *spec) {
             snprintf(err, sizeof err, "%s", kiln_error());
         /* an asynchronous device reports a check it made while the work ran (an index out
          * of range) at the next sync or read, as documented: that is where it must show */
-        else if (kiln_device_sync(dev) != 0) snprintf(err, sizeof err, "%s", kiln_error());
-        else err[0] = 0;
+        else if (kiln_device_sync(dev) != 0)
+            snprintf(err, sizeof err, "%s", kiln_error());
+        else
+            err[0] = 0;
         kiln_safetensors_close(st);
         kiln_onnx_free(m);
         if (!st) return 1;
