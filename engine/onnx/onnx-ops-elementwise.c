@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "onnx-impl.h"
+#include "tensor-impl.h"
 
 #define NEED(k) do { if (nin < (k) || !in[(k) - 1]) return kiln__onnx_fail(n, "needs %d inputs", (k)); } while (0)
 
@@ -68,12 +69,44 @@ BINARY(op_or, kiln_logical_or(a, b))
 BINARY(op_xor, kiln_logical_xor(a, b))
 
 /* Integer division truncates toward zero in ONNX; done in f64, exact for |v| < 2^53. */
+/* Integer Div of shape values on a host-memory device (the head size of an attention
+ * layer: the embedding width over the head count), computed on the host: the device path
+ * below takes nine ops. Only int64 vectors or scalars of at most 64 elements, one of them a
+ * single element or both the same length, no zero divisor and magnitudes under 2^52, where
+ * the device path's f64 quotient, truncated, is the exact integer quotient: the result is
+ * the same either way. NULL when the operands are not such. */
+static kiln_tensor *div_small_ints(kiln_tensor *a, kiln_tensor *b) {
+    enum { MAXV = 64 };
+    kiln_device *dev = kiln__dev(a);
+    int64_t na = kiln_tensor_numel(a), nb = kiln_tensor_numel(b);
+    if (!dev->caps.host_memory || dev->caps.async || kiln__dev(b) != dev || a->dtype != KILN_I64 ||
+        b->dtype != KILN_I64 || a->ndim > 1 || b->ndim > 1 || na > MAXV || nb > MAXV || na < 1 || nb < 1 ||
+        (na != nb && na != 1 && nb != 1))
+        return NULL;
+    int64_t x[MAXV], y[MAXV], q[MAXV];
+    if (kiln_to_data(a, x, (size_t)na * sizeof *x) != 0 || kiln_to_data(b, y, (size_t)nb * sizeof *y) != 0) {
+        kiln_error_clear();
+        return NULL;
+    }
+    const int64_t big = (int64_t)1 << 52;
+    int64_t n = na > nb ? na : nb;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t u = x[na == 1 ? 0 : i], v = y[nb == 1 ? 0 : i];
+        if (v == 0 || u <= -big || u >= big || v <= -big || v >= big)
+            return NULL;
+        q[i] = u / v; /* C truncates toward zero, as the device path does */
+    }
+    const kiln_tensor *shaped = a->ndim >= b->ndim && na >= nb ? a : b;
+    return kiln_from_data(dev, KILN_I64, shaped->ndim, shaped->shape, q, (size_t)n * sizeof *q);
+}
+
 static int op_div(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
     NEED(2);
     if (!is_int(in[0]) || !is_int(in[1])) {
         out[0] = kiln_div(in[0], in[1]);
         return out[0] ? 0 : -1;
     }
+    if ((out[0] = div_small_ints(in[0], in[1])) != NULL) return 0;
     kiln_tensor *q = kiln_div(kiln_cast(in[0], KILN_F64), kiln_cast(in[1], KILN_F64));
     kiln_tensor *t = kiln_where(kiln_lt(q, kiln_zeros_like(q)), kiln_ceil(q), kiln_floor(q));
     out[0] = kiln_cast(t, kiln_promote_types(kiln_tensor_dtype(in[0]), kiln_tensor_dtype(in[1])));
