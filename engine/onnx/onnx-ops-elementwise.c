@@ -75,8 +75,11 @@ BINARY(op_xor, kiln_logical_xor(a, b))
  * single element or both the same length, no zero divisor and magnitudes under 2^52, where
  * the device path's f64 quotient, truncated, is the exact integer quotient: the result is
  * the same either way. NULL when the operands are not such. */
-static kiln_tensor *div_small_ints(kiln_tensor *a, kiln_tensor *b) {
-    enum { MAXV = 64 };
+static kiln_tensor *div_small_ints(kiln_tensor *a, kiln_tensor *b)
+{
+    enum {
+        MAXV = 64
+    };
     kiln_device *dev = kiln__dev(a);
     int64_t na = kiln_tensor_numel(a), nb = kiln_tensor_numel(b);
     if (!dev->caps.host_memory || dev->caps.async || kiln__dev(b) != dev || a->dtype != KILN_I64 ||
@@ -106,7 +109,8 @@ static int op_div(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int
         out[0] = kiln_div(in[0], in[1]);
         return out[0] ? 0 : -1;
     }
-    if ((out[0] = div_small_ints(in[0], in[1])) != NULL) return 0;
+    if ((out[0] = div_small_ints(in[0], in[1])) != NULL)
+        return 0;
     kiln_tensor *q = kiln_div(kiln_cast(in[0], KILN_F64), kiln_cast(in[1], KILN_F64));
     kiln_tensor *t = kiln_where(kiln_lt(q, kiln_zeros_like(q)), kiln_ceil(q), kiln_floor(q));
     out[0] = kiln_cast(t, kiln_promote_types(kiln_tensor_dtype(in[0]), kiln_tensor_dtype(in[1])));
