@@ -157,6 +157,10 @@ void kiln__onnx_mark_index_nonneg(kiln_onnx_model *m)
         bool nonneg = i64 && v && kiln_to_data(i64, v, (size_t)numel * sizeof *v) == 0;
         for (int64_t i = 0; nonneg && i < numel; i++)
             nonneg = v[i] >= 0;
+        if (nonneg && numel == 1 && kiln_tensor_ndim(idx) == 0 && !strcmp(op, "Gather")) {
+            n->info.has_index_scalar = true;
+            n->info.index_scalar = v[0];
+        }
         free(v);
         kiln_tensor_release(i64);
         kiln_error_clear(); /* a failed read only leaves the node as it was */

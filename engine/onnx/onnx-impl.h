@@ -112,6 +112,11 @@ typedef struct kiln__onnx_node {
      * checks at load), so it needs no wrapping of negatives: five ops less a node (a zeros
      * fill, a compare, an add and a where on the device), on every run. */
     bool index_nonneg;
+    /* Gather: the constant index is a single non-negative value (0-d), kept here: the
+     * result is then a view (narrow and squeeze), no op at all; torch's exporter picks each
+     * attention layer's q, k and v from the packed projection so */
+    bool has_index_scalar;
+    int64_t index_scalar;
     /* A Conv's pre-packed weight, or an LSTM's or GRU's W and R, made at its first run
      * without grad (onnx-ops-nn.c, onnx-ops-rnn.c) and dropped by kiln_onnx_set_trainable;
      * NULL for other nodes. */

@@ -292,6 +292,12 @@ static int op_gather(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, 
     NEED(2);
     int a, r = kiln_tensor_ndim(in[0]);
     if (kiln__onnx_axis(n, kiln__onnx_attr_int(n, "axis", 0), r, &a)) return -1;
+    if (n->has_index_scalar && n->index_scalar < kiln_tensor_dim(in[0], a)) {
+        /* a constant single index: a view of the data (one past the end takes the op below,
+         * which reports it) */
+        out[0] = kiln_squeeze(kiln_narrow(in[0], a, n->index_scalar, 1), a);
+        return ok(out);
+    }
     int small = a == 0 ? gather_small_ints(n, in[0], in[1], out) : 0;
     if (small)
         return small < 0 ? -1 : 0;
