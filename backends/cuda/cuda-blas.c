@@ -130,35 +130,23 @@ static bool describe(const kiln_tdesc *t, lt_operand *o)
     return false;
 }
 
-static const size_t esize[KILN_DTYPE_COUNT] = {4, 8, 2, 2, 8, 4, 1, 1};
-
-/* A contiguous copy of t in a scratch block parked again on q's stream after use. */
-static int contiguous_copy(kiln_cuda_queue *q, const kiln_tdesc *t, kiln_tdesc *out, kiln_cuda_block **blk,
-                           struct kiln_buffer *holder)
+/* t as cuBLASLt's operand: itself, or a packed copy (kept in ops until released) when its
+ * layout is none cuBLASLt reads. */
+static int operand(kiln__cuda_operands *ops, const kiln_tdesc *t, lt_operand *o)
 {
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
-        n *= t->shape[d];
-    bool oom = false;
-    *blk = kiln__cuda_alloc_get(&q->dev->alloc, q->stream, (size_t)n * esize[t->dtype], &oom);
-    if (!*blk)
-        return oom ? (kiln__error_set("matmul on %s: out of device memory for an operand copy", q->dev->name),
-                      KILN_ENOMEM)
-                   : KILN_EDEVICE;
-    holder->blk = *blk;
-    holder->nbytes = (size_t)n * esize[t->dtype];
-    *out = *t;
-    out->buf = holder;
-    out->offset = 0;
-    int64_t s = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        out->strides[d] = s;
-        s *= t->shape[d];
+    const kiln_tdesc *use = t;
+    if (!describe(t, o)) {
+        int rc = kiln__cuda_operand_packed(ops, t, &use);
+        if (rc)
+            return rc;
+        if (!describe(use, o))
+            return kiln__error_set("%s on %s: an operand's layout cuBLASLt cannot read", ops->op,
+                                   ops->q->dev->name),
+                   KILN_EINVAL;
     }
-    kcu_view dv = kiln__cuda_view(out), sv = kiln__cuda_view(t);
-    return kiln__cuda_check(q, kcu_copy(q->stream, &dv, &sv), "matmul (operand copy)");
+    o->ptr = kiln__cuda_ptr(use);
+    return 0;
 }
-
 static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *oa, const lt_operand *ob, int64_t m,
                   int64_t n, int64_t k, int64_t batch, const kiln_epilogue *ep);
 
@@ -247,29 +235,14 @@ static int matmul(kiln_cuda_queue *q, const kiln_tdesc *out, const kiln_tdesc *a
                                (long long)batch),
                KILN_ENOTSUP;
 
-    kiln_tdesc ac, bc;
-    struct kiln_buffer ah, bh;
-    kiln_cuda_block *ablk = NULL, *bblk = NULL;
+    kiln__cuda_operands ops = {.q = q, .op = "matmul"};
     lt_operand oa, ob;
     /* cuBLASLt's first operand is b (N×K as it sees it), its second a */
-    if (!describe(b, &ob)) {
-        rc = contiguous_copy(q, b, &bc, &bblk, &bh);
-        if (rc)
-            goto done;
-        describe(&bc, &ob);
-        ob.ptr = kiln__cuda_ptr(&bc);
-    } else {
-        ob.ptr = kiln__cuda_ptr(b);
-    }
-    if (!describe(a, &oa)) {
-        rc = contiguous_copy(q, a, &ac, &ablk, &ah);
-        if (rc)
-            goto done;
-        describe(&ac, &oa);
-        oa.ptr = kiln__cuda_ptr(&ac);
-    } else {
-        oa.ptr = kiln__cuda_ptr(a);
-    }
+    rc = operand(&ops, b, &ob);
+    if (!rc)
+        rc = operand(&ops, a, &oa);
+    if (rc)
+        goto done;
     /* a weight shared by every batch (b's batch stride 0) times row-major a whose batches
      * follow one another row after row: one GEMM of batch·m rows, not batch small ones (a
      * Transformer's [B, S, D] · [D, F] projections; cuBLASLt tiles one tall product better) */
@@ -280,10 +253,7 @@ static int matmul(kiln_cuda_queue *q, const kiln_tdesc *out, const kiln_tdesc *a
     }
     rc = run_lt(q, out, &ob, &oa, m, n, k, batch, ep);
 done:
-    if (ablk)
-        kiln__cuda_alloc_put(&q->dev->alloc, q->stream, ablk);
-    if (bblk)
-        kiln__cuda_alloc_put(&q->dev->alloc, q->stream, bblk);
+    kiln__cuda_operands_release(&ops);
     return rc;
 }
 

@@ -1,7 +1,8 @@
 /*
  * backends/cuda/cuda-conv-operands.c — what the convolution libraries' callers share
  * (cuda-dnn.c for cuDNN, hip-miopen.c for MIOpen): packed copies of strided operands,
- * which both libraries want packed in row-major order, the per-channel bias added after
+ * which both libraries want packed in row-major order (cuda-blas.c makes its copies of
+ * layouts cuBLASLt cannot read with them too), the per-channel bias added after
  * the convolution as its own launch, and conv_fused: the convolution, then its bias,
  * residual and activation in one pass (one launch and one read and write of the output
  * where the unfused ops take three).

@@ -21,6 +21,7 @@
 #include "autotune-impl.h"
 #include "cuda-impl.h"
 #include "cuda-libs.h"
+#include "fused-codegen.h"
 
 enum {
     DIR_FWD = 0,
@@ -317,18 +318,23 @@ static void tune_device(const kiln_cuda_device *dev, char *out, size_t len)
 static int tune_key(const conv_key *k, int xnd, char *out, size_t len)
 {
     static const char *const dirs[] = {"fwd", "bwd_data", "bwd_filter"};
-    int n = snprintf(out, len, "conv/%s/%s%s/x", dirs[k->dir], kiln_dtype_name((kiln_dtype)k->dtype),
-                     k->tf32 ? "/tf32" : "");
-    for (int d = 0; d < xnd && n > 0 && (size_t)n < len; d++)
-        n += snprintf(out + n, len - (size_t)n, "%s%lld", d ? "." : "", (long long)k->x[d]);
-    n += n > 0 && (size_t)n < len ? snprintf(out + n, len - (size_t)n, "/w") : 0;
-    for (int d = 0; d < xnd && n > 0 && (size_t)n < len; d++)
-        n += snprintf(out + n, len - (size_t)n, "%s%lld", d ? "." : "", (long long)k->w[d]);
-    for (int i = 0; i < k->nspatial && n > 0 && (size_t)n < len; i++)
-        n += snprintf(out + n, len - (size_t)n, "%s%lld,%lld,%lld", i ? ";" : "/spd", (long long)k->stride[i],
-                      (long long)k->pad[i], (long long)k->dil[i]);
-    n += n > 0 && (size_t)n < len ? snprintf(out + n, len - (size_t)n, "/g%lld", (long long)k->groups) : 0;
-    return n > 0 && (size_t)n < len ? 1 : 0;
+    kiln__sbuf b = {.ok = true};
+    kiln__sbuf_printf(&b, "conv/%s/%s%s/x", dirs[k->dir], kiln_dtype_name((kiln_dtype)k->dtype),
+                      k->tf32 ? "/tf32" : "");
+    for (int d = 0; d < xnd; d++)
+        kiln__sbuf_printf(&b, "%s%lld", d ? "." : "", (long long)k->x[d]);
+    kiln__sbuf_printf(&b, "/w");
+    for (int d = 0; d < xnd; d++)
+        kiln__sbuf_printf(&b, "%s%lld", d ? "." : "", (long long)k->w[d]);
+    for (int i = 0; i < k->nspatial; i++)
+        kiln__sbuf_printf(&b, "%s%lld,%lld,%lld", i ? ";" : "/spd", (long long)k->stride[i], (long long)k->pad[i],
+                          (long long)k->dil[i]);
+    kiln__sbuf_printf(&b, "/g%lld", (long long)k->groups);
+    int fits = b.ok && b.len < len;
+    if (fits)
+        memcpy(out, b.p, b.len + 1);
+    free(b.p);
+    return fits;
 }
 
 /* The workspace algo needs on c's descriptors, or false when cuDNN refuses it there (a
@@ -475,16 +481,16 @@ static int run_conv(void *vq, int dir, const char *op, const kiln_conv_params *p
     int algo = -1;
     size_t ws_bytes = 0;
     conv_key key = key_of(dir, p, x, w, y, q->dev->tf32);
-    /* the queue's workspace: made once, kept; the algorithm search times candidates in it */
+    /* the queue's workspace: made once, kept; the algorithm search times candidates in it
+     * (or in a larger block that then becomes it), and the chosen algorithm may want it
+     * larger still (another queue's search chose it) */
     void *ws = NULL;
-    if (!rc && !(ws = kiln__cuda_workspace(q, op)))
+    if (!rc && !kiln__cuda_workspace(q, op))
         rc = KILN_ENOMEM;
     if (!rc)
         rc = choose(&c, dir, &key, kiln__cuda_ptr(xc), kiln__cuda_ptr(wc), kiln__cuda_ptr(yc), &algo, &ws_bytes);
-    if (!rc && ws_bytes > kiln__cuda_workspace_size(q) && !(ws = kiln__cuda_workspace_grow(q, ws_bytes, op)))
+    if (!rc && !(ws = kiln__cuda_workspace_grow(q, ws_bytes, op)))
         rc = KILN_ENOMEM;
-    if (!rc)
-        ws = q->workspace->ptr; /* the search may have made a larger block the workspace */
     if (!rc) {
         float one_f = 1, zero_f = 0;
         double one_d = 1, zero_d = 0;

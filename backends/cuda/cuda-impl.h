@@ -251,8 +251,8 @@ int kiln__cuda_matmul_fused(void *q, const kiln_tdesc *out, const kiln_tdesc *a,
 int kiln__cuda_blas_init(kiln_cuda_device *dev);
 void kiln__cuda_blas_fini(kiln_cuda_device *dev);
 
-/* cuda-conv-operands.c: what cuda-dnn.c and hip-miopen.c share. */
-/** Packed copies of a convolution call's strided operands, made on q's stream. */
+/* cuda-conv-operands.c: what cuda-dnn.c and hip-miopen.c share, and cuda-blas.c's operand copies. */
+/** Packed copies of a call's strided operands (a convolution's, a matmul's), made on q's stream. */
 typedef struct kiln__cuda_operands {
     kiln_cuda_queue *q;
     const char *op; /* for messages */

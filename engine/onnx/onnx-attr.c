@@ -11,6 +11,7 @@
 
 #include "error-impl.h"
 #include "onnx-impl.h"
+#include "tensor-impl.h"
 
 const kiln__onnx_attr *kiln__onnx_attr_get(const kiln__onnx_node *n, const char *name) {
     for (int i = 0; i < n->nattrs; i++)
@@ -58,6 +59,12 @@ int kiln__onnx_read_ints(const kiln__onnx_node *n, kiln_tensor *t, int64_t *out,
     int rc = kiln_to_data(c, out, (size_t)k * sizeof *out);
     kiln_tensor_release(c);
     return rc < 0 ? -1 : (int)k;
+}
+
+bool kiln__onnx_small_host_ints(const kiln_tensor *t, const kiln_device *dev, int64_t max)
+{
+    return dev->caps.host_memory && !dev->caps.async && kiln__dev(t) == dev && t->dtype == KILN_I64 &&
+           kiln_tensor_numel(t) <= max;
 }
 
 int kiln__onnx_read_scalar(const kiln__onnx_node *n, kiln_tensor *t, double *out) {

@@ -21,6 +21,9 @@
  * constants already folded, and nodes writing a graph output (the output keeps its own
  * value). Results are unchanged bit for bit: the merged nodes would have computed the same
  * values from the same inputs.
+ *
+ * Beside it, the same reading of small constants marks Gather and GatherElements nodes whose
+ * constant index has no negative value (kiln__onnx_mark_index_nonneg).
  */
 #include <stdlib.h>
 #include <string.h>

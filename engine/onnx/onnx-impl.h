@@ -200,6 +200,10 @@ int kiln__onnx_attr_ints(const kiln__onnx_node *n, const char *name, int64_t *ou
 /* Reads a small integer tensor (any integer or float dtype) into out; returns the
  * element count, or -1 with a message when it holds more than max. */
 int kiln__onnx_read_ints(const kiln__onnx_node *n, kiln_tensor *t, int64_t *out, int max);
+/** Whether t is a shape value the executor may read and make on the host at no cost: int64,
+ *  at most max elements, on dev, whose buffers are synchronous host memory (the cpu, and
+ *  the cpu device that runs a GPU model's shape arithmetic). */
+bool kiln__onnx_small_host_ints(const kiln_tensor *t, const kiln_device *dev, int64_t max);
 /* Reads a one-element tensor as double. */
 int kiln__onnx_read_scalar(const kiln__onnx_node *n, kiln_tensor *t, double *out);
 /* Normalizes a possibly negative axis against rank; -1 with a message when out of range. */

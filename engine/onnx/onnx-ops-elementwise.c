@@ -82,9 +82,8 @@ static kiln_tensor *div_small_ints(kiln_tensor *a, kiln_tensor *b)
     };
     kiln_device *dev = kiln__dev(a);
     int64_t na = kiln_tensor_numel(a), nb = kiln_tensor_numel(b);
-    if (!dev->caps.host_memory || dev->caps.async || kiln__dev(b) != dev || a->dtype != KILN_I64 ||
-        b->dtype != KILN_I64 || a->ndim > 1 || b->ndim > 1 || na > MAXV || nb > MAXV || na < 1 || nb < 1 ||
-        (na != nb && na != 1 && nb != 1))
+    if (!kiln__onnx_small_host_ints(a, dev, MAXV) || !kiln__onnx_small_host_ints(b, dev, MAXV) || a->ndim > 1 ||
+        b->ndim > 1 || na < 1 || nb < 1 || (na != nb && na != 1 && nb != 1))
         return NULL;
     int64_t x[MAXV], y[MAXV], q[MAXV];
     if (kiln_to_data(a, x, (size_t)na * sizeof *x) != 0 || kiln_to_data(b, y, (size_t)nb * sizeof *y) != 0) {

@@ -145,13 +145,11 @@ static kiln_tensor *concat_small_ints(kiln_tensor *const *ts, int m)
         MAXV = 64
     };
     kiln_device *dev = kiln__dev(ts[0]);
-    if (!dev->caps.host_memory || dev->caps.async)
-        return NULL;
     int64_t vals[MAXV];
     int64_t total = 0;
     for (int i = 0; i < m; i++) {
         const kiln_tensor *t = ts[i];
-        if (t->dtype != KILN_I64 || t->ndim != 1 || kiln__dev(t) != dev || total + t->shape[0] > MAXV)
+        if (t->ndim != 1 || !kiln__onnx_small_host_ints(t, dev, MAXV - total))
             return NULL;
         total += t->shape[0];
     }
@@ -270,8 +268,7 @@ static int gather_small_ints(const kiln__onnx_node *n, kiln_tensor *data, kiln_t
     };
     kiln_device *dev = kiln__dev(data);
     int64_t nd = data->ndim == 1 ? data->shape[0] : -1, ni = kiln_tensor_numel(idx);
-    if (!dev->caps.host_memory || dev->caps.async || data->dtype != KILN_I64 || nd < 0 || nd > MAXV ||
-        idx->dtype != KILN_I64 || kiln__dev(idx) != dev || ni > MAXV)
+    if (nd < 0 || !kiln__onnx_small_host_ints(data, dev, MAXV) || !kiln__onnx_small_host_ints(idx, dev, MAXV))
         return 0;
     int64_t d[MAXV], ix[MAXV], res[MAXV];
     if ((nd && kiln_to_data(data, d, (size_t)nd * sizeof *d) != 0) ||
