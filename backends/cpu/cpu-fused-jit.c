@@ -420,12 +420,24 @@ static int run_compiler(const char *cc, const char *const *flags, const char *in
 #define KEEP_DEFAULT 512
 #define STALE_SECONDS (24 * 3600)
 
+/* KILN_CPU_JIT_KEEP, or the default (saying so once on stderr when the value is not a
+ * positive whole number). Called under jit_lock. */
 static long keep_limit(void)
 {
+    static bool warned;
     const char *v = getenv("KILN_CPU_JIT_KEEP");
+    if (!v || !*v)
+        return KEEP_DEFAULT;
     char *end = NULL;
-    long n = v && *v ? strtol(v, &end, 10) : KEEP_DEFAULT;
-    return v && *v && (*end || n < 1) ? KEEP_DEFAULT : n;
+    long n = strtol(v, &end, 10);
+    if (*end || n < 1) {
+        if (!warned)
+            fprintf(stderr, "kiln: cpu: KILN_CPU_JIT_KEEP='%s' is not a positive whole number: keeping %d loops\n",
+                    v, KEEP_DEFAULT);
+        warned = true;
+        return KEEP_DEFAULT;
+    }
+    return n;
 }
 
 /* Marks lib as used now: its access time, set explicitly, its change time left alone. */

@@ -46,6 +46,12 @@ static void test_absent(const char *why)
     CHECK(strstr(kiln_backends_compiled(), "cuda") != NULL, "cuda is compiled in: %s", kiln_backends_compiled());
     kiln_device *d = kiln_device_open("cuda:0?tf32=maybe");
     CHECK(!d && strstr(kiln_error(), "tf32"), "a bad tf32 value is refused by name");
+    d = kiln_device_open("cuda:0?conv_workspace_mb=lots");
+    CHECK(!d && strstr(kiln_error(), "conv_workspace_mb"), "a bad conv_workspace_mb is refused by name: %s",
+          kiln_error());
+    d = kiln_device_open("cuda:0?conv_workspace_mb=70000");
+    CHECK(!d && strstr(kiln_error(), "conv_workspace_mb"), "conv_workspace_mb above 65536 is refused: %s",
+          kiln_error());
     d = kiln_device_open("cuda:0?bogus=1");
     CHECK(!d && strstr(kiln_error(), "bogus"), "an unknown option is refused by name");
     kiln_device *cpu = kiln_device_open("cpu");

@@ -295,6 +295,13 @@ static void bounded_cache(const char *self, const char *dir)
     struct stat st;
     CHECK(stat(inc, &st) != 0, "the old header folder was removed");
     CHECK(stat(tmp, &st) != 0, "the old temporary file was removed");
+    /* a value that is no positive number: said on stderr, and the default bound applies */
+    char junk[600];
+    snprintf(junk, sizeof junk, "%s/keep-junk", dir);
+    CHECK(again(self, junk, "KILN_CPU_JIT_KEEP=lots") == 0,
+          "with KILN_CPU_JIT_KEEP=lots the results are the same");
+    kept = libraries(junk, &newest);
+    CHECK(kept >= NPROGRAMS, "KILN_CPU_JIT_KEEP=lots keeps the default bound (%d loops there)", kept);
 }
 
 int main(int argc, char **argv)
