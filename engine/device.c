@@ -209,16 +209,18 @@ static int parse_any(const char *spec, size_t *slot, int *index, char *canon, si
  * noise, and on an H100 through NVIDIA's driver the chains 1.19x and 1.74x. Only where
  * the backend was built with its generator (fused_run): without it the decorator would
  * replay every group op by op, an indirection that buys nothing. Not cpu (large chains
- * gain 2-4.5x, but the decorator's per-call cost makes small models 17% slower). Not yet
- * cuda: on an H100 fusion gains on the elementwise chains (1.9-3.6x), the CNN and
- * Transformer training steps (1.09x, 1.16x) and the BERT encoder (1.25x at batch 1, 1.33x
- * at batch 8, CUDA graphs recording the fused kernels), but ResNet-50 through the ONNX
- * executor ran slower fused (2.59 -> 3.49 ms at batch 1, 21.3 -> 22.8 ms at batch 64),
- * a loss not yet explained (docs/performance.md). */
+ * gain 2-4.5x, but the decorator's per-call cost makes small models 17% slower). cuda:
+ * on an H100 the elementwise chains 1.9-3.6x, the CNN and Transformer training steps 1.09x
+ * and 1.16x, BERT 1.25x at batch 1 and 1.33x at batch 8 (CUDA graphs record the fused
+ * kernels); on an H200 BERT 1.25x and 1.39x while ResNet-50 held (1.00x at batch 1 and 64).
+ * An earlier ResNet-50 loss fused on an H100 (2.59 -> 3.49 ms), measured while each process
+ * timed its own cuDNN algorithms, did not recur once the choices persist in the autotune
+ * file and both runs use the same convolutions. */
 static const char *fusion_default(size_t slot)
 {
     const kiln_backend_iface *be = backend_of(slot);
-    return !strcmp(backend_name_of(slot), "vulkan") && be && be->fused_run ? "on" : NULL;
+    const char *name = backend_name_of(slot);
+    return (!strcmp(name, "vulkan") || !strcmp(name, "cuda")) && be && be->fused_run ? "on" : NULL;
 }
 
 /* The option fusion=on|off (spec, options, KILN_<BACKEND>_FUSION, then the backend's

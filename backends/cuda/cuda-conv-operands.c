@@ -25,11 +25,22 @@ int kiln__cuda_operand_packed(kiln__cuda_operands *c, const kiln_tdesc *t, const
     *out = t;
     if (kiln__cuda_packed(t))
         return 0;
+    return kiln__cuda_operand_as(c, t, t->dtype, true, out);
+}
+
+int kiln__cuda_operand_as(kiln__cuda_operands *c, const kiln_tdesc *t, kiln_dtype dtype, bool copy,
+                          const kiln_tdesc **out)
+{
     static const size_t esize[KILN_DTYPE_COUNT] = {4, 8, 2, 2, 8, 4, 1, 1};
+    *out = t;
+    if (c->n >= (int)(sizeof c->scratch / sizeof c->scratch[0])) {
+        kiln__error_set("%s on %s: more operand copies than a call holds", c->op, c->q->dev->name);
+        return KILN_EINVAL;
+    }
     int64_t n = 1;
     for (int d = 0; d < t->ndim; d++)
         n *= t->shape[d];
-    size_t bytes = (size_t)n * esize[t->dtype];
+    size_t bytes = (size_t)n * esize[dtype];
     int i = c->n;
     bool oom = false;
     c->scratch[i] = kiln__cuda_alloc_get(&c->q->dev->alloc, c->q->stream, bytes, &oom);
@@ -43,6 +54,7 @@ int kiln__cuda_operand_packed(kiln__cuda_operands *c, const kiln_tdesc *t, const
     c->holders[i] = (struct kiln_buffer){.blk = c->scratch[i], .nbytes = bytes};
     kiln_tdesc *cp = &c->copies[i];
     *cp = *t;
+    cp->dtype = dtype;
     cp->buf = &c->holders[i];
     cp->offset = 0;
     int64_t s = 1;
@@ -51,6 +63,8 @@ int kiln__cuda_operand_packed(kiln__cuda_operands *c, const kiln_tdesc *t, const
         s *= t->shape[d];
     }
     *out = cp;
+    if (!copy)
+        return 0;
     kcu_view dv = kiln__cuda_view(cp), sv = kiln__cuda_view(t);
     return kiln__cuda_check(c->q, kcu_copy(c->q->stream, &dv, &sv), c->op);
 }

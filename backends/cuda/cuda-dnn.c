@@ -11,6 +11,10 @@
  * convolution runs as a 2-d one over a trailing dim of size 1 (cuDNN wants four dims or more). Operands with strides cuDNN does not take (negative or zero) are
  * copied to contiguous scratch first.
  *
+ * An algorithm cuDNN lists and then refuses to run (BAD_PARAM or NOT_SUPPORTED at run time) gives
+ * way to the heuristics' next ones; a half-precision geometry none of them runs is computed in
+ * f32 and rounded once (run_conv_f32), as the ref backend rounds.
+ *
  * Math: f32 uses FMA kernels only (exact f32) unless the device was opened with tf32=on;
  * f16 and bf16 use tensor cores and accumulate in f32; f64 computes in f64.
  */
@@ -379,7 +383,44 @@ static int search(conv_call *c, int dir, void *x, void *w, void *y, size_t *ws_u
     return algo;
 }
 
-/* Chooses (or recalls) the algorithm of one direction: timed once per geometry (search),
+/* cuDNN's heuristics' list for one direction, best first: the algorithms it says run on c's
+ * descriptors, with the workspace each needs. */
+static cudnnStatus_t heuristic_algos(conv_call *c, int dir, int *algos, size_t *wss, int *n)
+{
+    int found = 0;
+    cudnnStatus_t st;
+    *n = 0;
+    if (dir == DIR_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t perf[MAX_ALGOS];
+        st = cudnnGetConvolutionForwardAlgorithm_v7(c->h, c->xd, c->wd, c->cd, c->yd, MAX_ALGOS, &found, perf);
+        for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < found; i++)
+            if (perf[i].status == CUDNN_STATUS_SUCCESS) {
+                algos[*n] = (int)perf[i].algo;
+                wss[(*n)++] = perf[i].memory;
+            }
+    } else if (dir == DIR_BWD_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[MAX_ALGOS];
+        st = cudnnGetConvolutionBackwardDataAlgorithm_v7(c->h, c->wd, c->yd, c->cd, c->xd, MAX_ALGOS, &found,
+                                                         perf);
+        for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < found; i++)
+            if (perf[i].status == CUDNN_STATUS_SUCCESS) {
+                algos[*n] = (int)perf[i].algo;
+                wss[(*n)++] = perf[i].memory;
+            }
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[MAX_ALGOS];
+        st = cudnnGetConvolutionBackwardFilterAlgorithm_v7(c->h, c->xd, c->yd, c->cd, c->wd, MAX_ALGOS, &found,
+                                                           perf);
+        for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < found; i++)
+            if (perf[i].status == CUDNN_STATUS_SUCCESS) {
+                algos[*n] = (int)perf[i].algo;
+                wss[(*n)++] = perf[i].memory;
+            }
+    }
+    return st;
+}
+
+/* Chooses the algorithm of one direction for a geometry the device's cache lacks: timed once (search),
  * else (while the queue records a graph, which a search's synchronization would break, or
  * when the search fails) the heuristics' first choice whose workspace fits the queue's. The
  * chosen algorithm may need more than the queue's workspace holds (another queue's search
@@ -387,9 +428,6 @@ static int search(conv_call *c, int dir, void *x, void *w, void *y, size_t *ws_u
 static int choose(conv_call *c, int dir, const conv_key *key, void *x, void *w, void *y, int *algo,
                   size_t *ws_bytes)
 {
-    *algo = cache_find(c->q->dev, key, ws_bytes);
-    if (*algo >= 0)
-        return 0;
     /* a choice timed by an earlier process on this GPU, driver and cuDNN (the autotune
      * file in the data directory): value = workspace bytes << 8 | (algorithm + 1) */
     char tdev[96], tkey[96];
@@ -409,36 +447,15 @@ static int choose(conv_call *c, int dir, const conv_key *key, void *x, void *w, 
         cache_add(c->q->dev, key, *algo, *ws_bytes);
         return 0;
     }
-    int found = 0;
-    cudnnStatus_t st;
+    int algos[MAX_ALGOS], n = 0;
+    size_t wss[MAX_ALGOS];
+    cudnnStatus_t st = heuristic_algos(c, dir, algos, wss, &n);
     *algo = -1;
-    if (dir == DIR_FWD) {
-        cudnnConvolutionFwdAlgoPerf_t perf[MAX_ALGOS];
-        st = cudnnGetConvolutionForwardAlgorithm_v7(c->h, c->xd, c->wd, c->cd, c->yd, MAX_ALGOS, &found, perf);
-        for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < found && *algo < 0; i++)
-            if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kiln__cuda_workspace_size(c->q)) {
-                *algo = (int)perf[i].algo;
-                *ws_bytes = perf[i].memory;
-            }
-    } else if (dir == DIR_BWD_DATA) {
-        cudnnConvolutionBwdDataAlgoPerf_t perf[MAX_ALGOS];
-        st = cudnnGetConvolutionBackwardDataAlgorithm_v7(c->h, c->wd, c->yd, c->cd, c->xd, MAX_ALGOS, &found,
-                                                         perf);
-        for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < found && *algo < 0; i++)
-            if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kiln__cuda_workspace_size(c->q)) {
-                *algo = (int)perf[i].algo;
-                *ws_bytes = perf[i].memory;
-            }
-    } else {
-        cudnnConvolutionBwdFilterAlgoPerf_t perf[MAX_ALGOS];
-        st = cudnnGetConvolutionBackwardFilterAlgorithm_v7(c->h, c->xd, c->yd, c->cd, c->wd, MAX_ALGOS, &found,
-                                                           perf);
-        for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < found && *algo < 0; i++)
-            if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kiln__cuda_workspace_size(c->q)) {
-                *algo = (int)perf[i].algo;
-                *ws_bytes = perf[i].memory;
-            }
-    }
+    for (int i = 0; i < n && *algo < 0; i++)
+        if (wss[i] <= kiln__cuda_workspace_size(c->q)) {
+            *algo = algos[i];
+            *ws_bytes = wss[i];
+        }
     if (st != CUDNN_STATUS_SUCCESS)
         return dnn_fail(c->q, st, c->op, "choosing an algorithm");
     if (*algo < 0) {
@@ -448,6 +465,89 @@ static int choose(conv_call *c, int dir, const conv_key *key, void *x, void *w, 
     }
     cache_add(c->q->dev, key, *algo, *ws_bytes);
     return 0;
+}
+
+/* A cache entry's algorithm for a geometry no cuDNN algorithm runs in its own half precision:
+ * the convolution is computed in f32 (run_conv_f32). */
+#define ALGO_VIA_F32 1000
+
+/* One run of algo with ws_bytes of scratch at ws. */
+static cudnnStatus_t run_algo(conv_call *c, int dir, int algo, void *ws, size_t ws_bytes, const kiln_tdesc *x,
+                              const kiln_tdesc *w, const kiln_tdesc *y)
+{
+    float one_f = 1, zero_f = 0;
+    double one_d = 1, zero_d = 0;
+    bool f64 = y->dtype == KILN_F64;
+    const void *one = f64 ? (const void *)&one_d : (const void *)&one_f;
+    const void *zero = f64 ? (const void *)&zero_d : (const void *)&zero_f;
+    if (dir == DIR_FWD)
+        return cudnnConvolutionForward(c->h, one, c->xd, kiln__cuda_ptr(x), c->wd, kiln__cuda_ptr(w), c->cd,
+                                       (cudnnConvolutionFwdAlgo_t)algo, ws, ws_bytes, zero, c->yd,
+                                       kiln__cuda_ptr(y));
+    if (dir == DIR_BWD_DATA)
+        return cudnnConvolutionBackwardData(c->h, one, c->wd, kiln__cuda_ptr(w), c->yd, kiln__cuda_ptr(y), c->cd,
+                                            (cudnnConvolutionBwdDataAlgo_t)algo, ws, ws_bytes, zero, c->xd,
+                                            kiln__cuda_ptr(x));
+    return cudnnConvolutionBackwardFilter(c->h, one, c->xd, kiln__cuda_ptr(x), c->yd, kiln__cuda_ptr(y), c->cd,
+                                          (cudnnConvolutionBwdFilterAlgo_t)algo, ws, ws_bytes, zero, c->wd,
+                                          kiln__cuda_ptr(w));
+}
+
+/* cuDNN may list an algorithm for a geometry, time it in Find, and then refuse to run it
+ * (seen: bf16 1-d backward data with stride 2, CUDNN_STATUS_BAD_PARAM, cuDNN 9 on Hopper).
+ * The heuristics' other algorithms are tried in turn; the first that runs becomes the
+ * geometry's choice. Returns the last status; *algo is the one that ran. */
+static cudnnStatus_t run_another(conv_call *c, int dir, const conv_key *key, int *algo, const kiln_tdesc *x,
+                                 const kiln_tdesc *w, const kiln_tdesc *y, cudnnStatus_t st)
+{
+    int algos[MAX_ALGOS], n = 0;
+    size_t wss[MAX_ALGOS];
+    if (heuristic_algos(c, dir, algos, wss, &n) != CUDNN_STATUS_SUCCESS)
+        return st;
+    int failed = *algo;
+    for (int i = 0; i < n; i++) {
+        if (algos[i] == failed)
+            continue;
+        void *ws = kiln__cuda_workspace_grow(c->q, wss[i], c->op);
+        if (!ws)
+            return CUDNN_STATUS_ALLOC_FAILED;
+        st = run_algo(c, dir, algos[i], ws, wss[i], x, w, y);
+        (void)cudaGetLastError(); /* a refusal leaves no sticky error; clear any cuDNN-level one */
+        if (st == CUDNN_STATUS_SUCCESS) {
+            *algo = algos[i];
+            cache_add(c->q->dev, key, algos[i], wss[i]);
+            return st;
+        }
+    }
+    return st;
+}
+
+static int run_conv(void *vq, int dir, const char *op, const kiln_conv_params *p, const kiln_tdesc *x,
+                    const kiln_tdesc *w, const kiln_tdesc *y, const kiln_tdesc *bias);
+
+/* The convolution of a half-precision geometry that no cuDNN algorithm runs, computed in f32:
+ * f32 copies of the read operands, an f32 result rounded once into the written operand (the
+ * ref backend's rounding: compute in f32, round on store). */
+static int run_conv_f32(kiln_cuda_queue *q, int dir, const char *op, const kiln_conv_params *p,
+                        const kiln_tdesc *x, const kiln_tdesc *w, const kiln_tdesc *y)
+{
+    kiln__cuda_operands ops = {.q = q, .op = op};
+    const kiln_tdesc *x32 = NULL, *w32 = NULL, *y32 = NULL;
+    int rc = kiln__cuda_operand_as(&ops, x, KILN_F32, dir != DIR_BWD_DATA, &x32);
+    if (!rc)
+        rc = kiln__cuda_operand_as(&ops, w, KILN_F32, dir != DIR_BWD_FILTER, &w32);
+    if (!rc)
+        rc = kiln__cuda_operand_as(&ops, y, KILN_F32, dir != DIR_FWD, &y32);
+    if (!rc)
+        rc = run_conv(q, dir, op, p, x32, w32, y32, NULL);
+    if (!rc) {
+        const kiln_tdesc *to = dir == DIR_FWD ? y : dir == DIR_BWD_DATA ? x : w;
+        const kiln_tdesc *from = dir == DIR_FWD ? y32 : dir == DIR_BWD_DATA ? x32 : w32;
+        kcu_view tv = kiln__cuda_view(to), fv = kiln__cuda_view(from);
+        rc = kiln__cuda_check(q, kcu_copy(q->stream, &tv, &fv), op);
+    }
+    kiln__cuda_operands_release(&ops);
+    return rc;
 }
 
 /* The one routine behind the three entries: dir says which operand is written. */
@@ -463,6 +563,14 @@ static int run_conv(void *vq, int dir, const char *op, const kiln_conv_params *p
                                "bf16 over 1 to 3 spatial dims are)",
                                op, q->dev->name, p->nspatial, (int)y->dtype),
                KILN_ENOTSUP;
+    bool half = y->dtype == KILN_F16 || y->dtype == KILN_BF16;
+    conv_key key = key_of(dir, p, x, w, y, q->dev->tf32);
+    size_t ws_bytes = 0;
+    int algo = cache_find(q->dev, &key, &ws_bytes);
+    if (algo == ALGO_VIA_F32) {
+        rc = run_conv_f32(q, dir, op, p, x, w, y);
+        return !rc && bias ? kiln__cuda_conv_add_bias(q, y, bias, op) : rc;
+    }
     conv_call c;
     memset(&c, 0, sizeof c);
     c.q = q;
@@ -478,45 +586,35 @@ static int run_conv(void *vq, int dir, const char *op, const kiln_conv_params *p
         rc = kiln__cuda_operand_packed(&c.ops, y, &yc);
     if (!rc)
         rc = call_init(&c, p, xc, wc, yc);
-    int algo = -1;
-    size_t ws_bytes = 0;
-    conv_key key = key_of(dir, p, x, w, y, q->dev->tf32);
     /* the queue's workspace: made once, kept; the algorithm search times candidates in it
      * (or in a larger block that then becomes it), and the chosen algorithm may want it
      * larger still (another queue's search chose it) */
     void *ws = NULL;
     if (!rc && !kiln__cuda_workspace(q, op))
         rc = KILN_ENOMEM;
-    if (!rc)
+    if (!rc && algo < 0)
         rc = choose(&c, dir, &key, kiln__cuda_ptr(xc), kiln__cuda_ptr(wc), kiln__cuda_ptr(yc), &algo, &ws_bytes);
     if (!rc && !(ws = kiln__cuda_workspace_grow(q, ws_bytes, op)))
         rc = KILN_ENOMEM;
+    bool via_f32 = false;
     if (!rc) {
-        float one_f = 1, zero_f = 0;
-        double one_d = 1, zero_d = 0;
-        bool f64 = y->dtype == KILN_F64;
-        const void *one = f64 ? (const void *)&one_d : (const void *)&one_f;
-        const void *zero = f64 ? (const void *)&zero_d : (const void *)&zero_f;
-        cudnnStatus_t st;
-        if (dir == DIR_FWD)
-            st = cudnnConvolutionForward(c.h, one, c.xd, kiln__cuda_ptr(xc), c.wd, kiln__cuda_ptr(wc), c.cd,
-                                         (cudnnConvolutionFwdAlgo_t)algo, ws, ws_bytes, zero, c.yd,
-                                         kiln__cuda_ptr(yc));
-        else if (dir == DIR_BWD_DATA)
-            st = cudnnConvolutionBackwardData(c.h, one, c.wd, kiln__cuda_ptr(wc), c.yd, kiln__cuda_ptr(yc), c.cd,
-                                              (cudnnConvolutionBwdDataAlgo_t)algo, ws, ws_bytes, zero, c.xd,
-                                              kiln__cuda_ptr(xc));
-        else
-            st = cudnnConvolutionBackwardFilter(c.h, one, c.xd, kiln__cuda_ptr(xc), c.yd, kiln__cuda_ptr(yc), c.cd,
-                                                (cudnnConvolutionBwdFilterAlgo_t)algo, ws, ws_bytes, zero, c.wd,
-                                                kiln__cuda_ptr(wc));
-        if (st != CUDNN_STATUS_SUCCESS)
+        cudnnStatus_t st = run_algo(&c, dir, algo, ws, ws_bytes, xc, wc, yc);
+        if (st == CUDNN_STATUS_BAD_PARAM || st == CUDNN_STATUS_NOT_SUPPORTED) {
+            (void)cudaGetLastError();
+            st = run_another(&c, dir, &key, &algo, xc, wc, yc, st);
+            via_f32 = half && (st == CUDNN_STATUS_BAD_PARAM || st == CUDNN_STATUS_NOT_SUPPORTED);
+        }
+        if (via_f32)
+            cache_add(q->dev, &key, ALGO_VIA_F32, 0);
+        else if (st != CUDNN_STATUS_SUCCESS)
             rc = dnn_fail(q, st, op, "running the convolution");
         q->last_op = op;
     }
+    call_fini(&c);
+    if (via_f32)
+        rc = run_conv_f32(q, dir, op, p, x, w, y);
     if (!rc && bias)
         rc = kiln__cuda_conv_add_bias(q, y, bias, op);
-    call_fini(&c);
     return rc;
 }
 

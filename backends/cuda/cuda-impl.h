@@ -266,6 +266,10 @@ bool kiln__cuda_packed(const kiln_tdesc *t);
 /** t itself when packed, else a packed copy (queued on c->q's stream) kept until
  *  kiln__cuda_operands_release. 0, or a negative code with a message. */
 int kiln__cuda_operand_packed(kiln__cuda_operands *c, const kiln_tdesc *t, const kiln_tdesc **out);
+/** A packed copy of t in dtype (converted as kcu_copy converts; with copy false its contents
+ *  are left unset, for an output), kept until kiln__cuda_operands_release. */
+int kiln__cuda_operand_as(kiln__cuda_operands *c, const kiln_tdesc *t, kiln_dtype dtype, bool copy,
+                          const kiln_tdesc **out);
 void kiln__cuda_operands_release(kiln__cuda_operands *c);
 /** y += bias per output channel (dim 1), as its own launch. */
 int kiln__cuda_conv_add_bias(kiln_cuda_queue *q, const kiln_tdesc *y, const kiln_tdesc *bias, const char *op);
