@@ -6,7 +6,9 @@
  * compute capability 8.0, which the kernels are not built for) the open fails with a
  * message saying which, and every other backend keeps working. Options
  * (docs/configuration.md): tf32=off|on (default off: f32 matmul and convolution are
- * exact f32; on lets cuBLASLt and cuDNN use TF32 tensor cores).
+ * exact f32; on lets cuBLASLt and cuDNN use TF32 tensor cores), conv_workspace_mb (the
+ * convolution algorithm search's scratch), profile=off|on (GPU time by entry on stderr
+ * when each queue closes: cuda-profile.c).
  *
  * A HIP build of this file (KILN_CUDA_HIP, vendor-hip-host.h) drives an AMD GPU the same way
  * and keeps the device name "cuda:N" (one vendor per build: the engine knows one backend of
@@ -167,6 +169,9 @@ static void *cuda_open_opts(const char *spec, int index, kiln_device_opts *o)
     long conv_ws_mb = -1;
     if (kiln__device_opt_long(o, "cuda", "conv_workspace_mb", 0, 65536, &conv_ws_mb) < 0)
         return NULL;
+    int profile = 0;
+    if (kiln__device_opt_choice(o, "cuda", "profile", onoff, NCHOICES(onoff), &profile) < 0)
+        return NULL;
 #if KILN_CUDA_HIP
     if (tf32 == 1) {
         kiln__error_set("%s: tf32=on is not available in a HIP build (AMD GPUs have no TF32; f32 is always "
@@ -219,6 +224,7 @@ static void *cuda_open_opts(const char *spec, int index, kiln_device_opts *o)
 #endif
     dev->total_mem = prop.totalGlobalMem;
     dev->tf32 = tf32 == 1;
+    dev->profile = profile == 1;
     /* PyTorch's cudnn.benchmark offers cuDNN as much scratch as it can allocate; a fixed
      * default keeps a small GPU usable: 1 GiB, at most an eighth of its memory */
     if (conv_ws_mb < 0) {
@@ -335,6 +341,7 @@ static void cuda_queue_close(void *vq)
     }
     cudaStreamSynchronize(q->stream);
     cudaGetLastError();
+    kiln__cuda_prof_report(q);
     kiln__cuda_dnn_queue_fini(q);
     if (q->workspace)
         kiln__cuda_alloc_put(&dev->alloc, q->stream, q->workspace);
@@ -537,6 +544,8 @@ static int wait_queue(kiln_cuda_queue *q, const char *op)
                  q->last_op ? q->last_op : "none");
         return kiln__cuda_fail(q->dev, e, what);
     }
+    if (q->prof)
+        kiln__cuda_prof_resolve(q); /* every pending pair has completed: no further wait */
     return kiln__cuda_checks_report(q);
 }
 

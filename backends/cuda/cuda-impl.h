@@ -54,6 +54,7 @@ struct kiln_backend_event {
 };
 
 typedef struct kiln__cuda_conv_cache kiln__cuda_conv_cache;
+typedef struct kiln__cuda_profile kiln__cuda_profile;
 typedef struct kiln__cuda_fused_cache kiln__cuda_fused_cache;
 
 typedef struct kiln_cuda_device {
@@ -65,6 +66,7 @@ typedef struct kiln_cuda_device {
     size_t total_mem;
     kiln_cuda_alloc alloc;
     bool tf32;          /* option tf32=on: f32 matmul and convolution may use TF32 tensor cores */
+    bool profile;       /* option profile=on: each queue sums its GPU time by entry (cuda-profile.c) */
     size_t conv_search_bytes; /* option conv_workspace_mb: scratch cuDNN's algorithm search may use */
     void *blas_lt;      /* cublasLtHandle_t */
     pthread_mutex_t mu; /* guards lost_why, conv_cache, fused_cache */
@@ -131,7 +133,19 @@ typedef struct kiln_cuda_queue {
     bool kept;
     kiln_cuda_check_slot kept_check;
     int64_t kept_value;
+    /* GPU time by entry (cuda-profile.c), made at the first timed entry with profile=on */
+    kiln__cuda_profile *prof;
+    bool prof_failed;
 } kiln_cuda_queue;
+
+/* cuda-profile.c: GPU time by entry with the device option profile=on. begin records the
+ * start event of an entry and says whether it will be timed; end records its end event
+ * (name: a string that outlives the queue); resolve sums the completed pairs (it waits for
+ * the last); report resolves, prints the sums to stderr and frees the profile. */
+bool kiln__cuda_prof_begin(kiln_cuda_queue *q);
+void kiln__cuda_prof_end(kiln_cuda_queue *q, const char *name);
+void kiln__cuda_prof_resolve(kiln_cuda_queue *q);
+void kiln__cuda_prof_report(kiln_cuda_queue *q);
 
 /** The registration function (engine/device.c refers to it weakly). */
 const kiln_backend_iface *kiln_backend_cuda(void);

@@ -71,7 +71,9 @@
 #define cudaStreamWaitEvent hipStreamWaitEvent
 #define cudaEventCreateWithFlags hipEventCreateWithFlags
 #define cudaEventDisableTiming hipEventDisableTiming
+#define cudaEventCreate hipEventCreate
 #define cudaEventDestroy hipEventDestroy
+#define cudaEventElapsedTime hipEventElapsedTime
 #define cudaEventRecord hipEventRecord
 #define cudaEventSynchronize hipEventSynchronize
 #define cudaEventQuery hipEventQuery

@@ -52,7 +52,7 @@ cflags="-std=c17 -O2 -fPIC -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -W
 -Wno-unused-parameter -fno-strict-aliasing -fvisibility=hidden -D_GNU_SOURCE \
 -D__HIP_PLATFORM_AMD__ -DKILN_CUDA_HIP=1 -DKILN_CUDA_CUDNN=1"
 nhost=0
-for f in cuda-backend cuda-alloc cuda-ops cuda-blas cuda-rtc cuda-graph cuda-libs cuda-fused cuda-conv-operands \
+for f in cuda-backend cuda-alloc cuda-ops cuda-blas cuda-rtc cuda-graph cuda-libs cuda-fused cuda-conv-operands cuda-profile \
     hip-miopen; do
     echo "$cc: $f.c"
     # shellcheck disable=SC2086

@@ -12,7 +12,8 @@
  * pass (the allocator's figures), two queues ordered by events, a recorded graph
  * launched on new inputs (against the cpu) and a recording broken by a host read (refused,
  * reported, the device still working), matmul with cuBLASLt's fused epilogues (bias, relu,
- * a residual, batches; an activation it lacks falls back) against the cpu, and (in a
+ * a residual, batches; an activation it lacks falls back) against the cpu, profile=on's
+ * report of GPU time by entry, and (in a
  * process of its own) a kernel fault that marks the device lost.
  */
 #include <math.h>
@@ -21,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "cuda-impl.h"
 #include "kiln/kiln.h"
@@ -52,6 +54,8 @@ static void test_absent(const char *why)
     d = kiln_device_open("cuda:0?conv_workspace_mb=70000");
     CHECK(!d && strstr(kiln_error(), "conv_workspace_mb"), "conv_workspace_mb above 65536 is refused: %s",
           kiln_error());
+    d = kiln_device_open("cuda:0?profile=sometimes");
+    CHECK(!d && strstr(kiln_error(), "profile"), "a bad profile value is refused by name: %s", kiln_error());
     d = kiln_device_open("cuda:0?bogus=1");
     CHECK(!d && strstr(kiln_error(), "bogus"), "an unknown option is refused by name");
     kiln_device *cpu = kiln_device_open("cpu");
@@ -470,12 +474,64 @@ static void test_matmul_epilogue(kiln_device *gpu, kiln_device *cpu)
     }
 }
 
+/* profile=on: the queue's GPU time by entry goes to stderr when the device closes, each
+ * entry with the number of calls it made (read back from a file stderr was pointed at). */
+static void test_profile(void)
+{
+    char path[] = "/tmp/kiln-cuda-profile-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "a file for stderr");
+    if (fd < 0)
+        return;
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    dup2(fd, STDERR_FILENO);
+    kiln_device *gpu = kiln_device_open("cuda:0?fusion=off&profile=on");
+    bool opened = gpu != NULL;
+    double got = 0;
+    if (gpu) {
+        kiln_tensor *a = kiln_full(gpu, KILN_F32, 2, (int64_t[]){64, 64}, 0.5);
+        kiln_tensor *p = kiln_matmul(a, a);
+        kiln_tensor *s = p ? kiln_add(p, a) : NULL;
+        kiln_tensor *total = s ? kiln_sum(s, KILN_ALL_DIMS, false) : NULL;
+        got = total ? kiln_item(total) : 0;
+        kiln_tensor_release(total);
+        kiln_tensor_release(s);
+        kiln_tensor_release(p);
+        kiln_tensor_release(a);
+        kiln_device_close(gpu);
+    }
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    CHECK(opened, "cuda:0?profile=on opens");
+    /* every element of a@a is 64 * 0.25 = 16; plus a (0.5) */
+    CHECK(got == 64 * 64 * 16.5, "the profiled device computes: %g", got);
+    char text[4096] = {0};
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[n] = 0;
+    if (f)
+        fclose(f);
+    unlink(path);
+    const char *mm = strstr(text, "cuda profile cuda:0: matmul "),
+               *bin = strstr(text, "cuda profile cuda:0: binary ");
+    long mm_calls = 0, bin_calls = 0;
+    if (mm)
+        sscanf(mm + strlen("cuda profile cuda:0: matmul "), " %ld calls", &mm_calls);
+    if (bin)
+        sscanf(bin + strlen("cuda profile cuda:0: binary "), " %ld calls", &bin_calls);
+    CHECK(strstr(text, "GPU time by entry") != NULL, "the report's header is printed: %s", text);
+    CHECK(mm_calls == 1, "one matmul call is counted (%ld): %s", mm_calls, text);
+    CHECK(bin_calls == 1, "the one add is counted (%ld): %s", bin_calls, text);
+}
+
 /* Run in a process of its own (--lose-device), since it ruins the CUDA context: a kernel
  * writing at an invalid address is a sticky fault, which the next sync reports naming
  * the op queued last, and after which the device refuses work with the original cause. */
 static int lose_device(void)
 {
-    kiln_device *gpu = kiln_device_open("cuda:0");
+    kiln_device *gpu = kiln_device_open("cuda:0?fusion=off");
     if (!gpu) {
         fprintf(stderr, "lose-device: %s\n", kiln_error());
         return 1;
@@ -536,6 +592,7 @@ int main(int argc, char **argv)
     test_queues(gpu);
     test_graphs(gpu, cpu);
     test_matmul_epilogue(gpu, cpu);
+    test_profile();
     test_lost(argv[0]);
     kiln_device_close(gpu);
     kiln_device_close(cpu);
