@@ -156,13 +156,22 @@ __host__ __device__ __forceinline__ bool kcu_is_float(int dt)
 
 /* ----------------------------------------------------------- strided offsets */
 
+/* i / n for the non-negative index arithmetic below: a 32-bit division (several times cheaper
+ * than a 64-bit one on the GPU) whenever both fit in 31 bits. */
+__device__ __forceinline__ int64_t kcu_div(int64_t i, int64_t n)
+{
+    return (i | n) < 2147483648LL ? (int64_t)((uint32_t)i / (uint32_t)n) : i / n;
+}
+
 /* The element offset of flat (row-major over shape) index i in view v. */
 __device__ __forceinline__ int64_t kcu_offset(const kcu_view &v, int64_t i)
 {
     int64_t off = v.offset;
     for (int d = v.ndim - 1; d >= 0; d--) {
         int64_t n = v.shape[d];
-        int64_t q = i / n;
+        if (n == 1)
+            continue;
+        int64_t q = kcu_div(i, n);
         off += (i - q * n) * v.strides[d];
         i = q;
     }
@@ -175,7 +184,9 @@ __device__ __forceinline__ int64_t kcu_offset_in(const kcu_view &shape, const kc
     int64_t off = v.offset;
     for (int d = shape.ndim - 1; d >= 0; d--) {
         int64_t n = shape.shape[d];
-        int64_t q = i / n;
+        if (n == 1)
+            continue;
+        int64_t q = kcu_div(i, n);
         off += (i - q * n) * v.strides[d];
         i = q;
     }

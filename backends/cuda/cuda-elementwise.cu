@@ -3,7 +3,8 @@
  * where, the fused epilogue and the Adam step: one launch each.
  *
  * Every kernel is a grid-stride loop over the output's flat index. Strided operands
- * decompose the index over the output's shape (kcu_offset_in); when every operand is
+ * decompose the index over the output's shape (kcu_offset_in), after the launcher merged
+ * the dims every operand steps through alike (kcu_coalesce); when every operand is
  * contiguous the division is skipped. f32 unary and binary ops over contiguous operands
  * take a vectorized path (four floats per load) — the case that decides bandwidth-bound
  * throughput.
@@ -36,11 +37,15 @@ extern "C" int kcu_fill(kcu_stream s, const kcu_view *out, double value)
     if (n == 0)
         return 0;
     bool contig = kcu_contiguous(out);
+    kcu_view o = *out;
+    kcu_view *vs[1] = {&o};
+    if (!contig)
+        kcu_coalesce(vs, 1);
     if (kcu_is_float(out->dtype))
-        k_fill<<<kcu_blocks(n), KCU_THREADS, 0, (cudaStream_t)s>>>(*out, n, value, contig);
+        k_fill<<<kcu_blocks(n), KCU_THREADS, 0, (cudaStream_t)s>>>(o, n, value, contig);
     else
         k_fill_int<<<kcu_blocks(n), KCU_THREADS, 0, (cudaStream_t)s>>>(
-            *out, n, value != value ? 0 : (int64_t)value, contig);
+            o, n, value != value ? 0 : (int64_t)value, contig);
     return KCU_LAUNCHED();
 }
 
@@ -93,7 +98,10 @@ extern "C" int kcu_copy(kcu_stream s, const kcu_view *out, const kcu_view *in)
         return (int)cudaMemcpyAsync((char *)out->base + out->offset * es, (const char *)in->base + in->offset * es,
                                     (size_t)n * es, cudaMemcpyDeviceToDevice, (cudaStream_t)s);
     }
-    k_copy<<<kcu_blocks(n), KCU_THREADS, 0, (cudaStream_t)s>>>(*out, *in, n);
+    kcu_view o = *out, i = *in;
+    kcu_view *vs[2] = {&o, &i};
+    kcu_coalesce(vs, 2);
+    k_copy<<<kcu_blocks(n), KCU_THREADS, 0, (cudaStream_t)s>>>(o, i, n);
     return KCU_LAUNCHED();
 }
 
@@ -191,7 +199,11 @@ extern "C" int kcu_unary(kcu_stream s, int op, const kcu_view *out, const kcu_vi
             (float)beta);
         return KCU_LAUNCHED();
     }
-    k_unary<<<kcu_blocks(n), KCU_THREADS, 0, (cudaStream_t)s>>>(op, *out, *in, n, alpha, beta, contig);
+    kcu_view o = *out, i = *in;
+    kcu_view *vs[2] = {&o, &i};
+    if (!contig)
+        kcu_coalesce(vs, 2);
+    k_unary<<<kcu_blocks(n), KCU_THREADS, 0, (cudaStream_t)s>>>(op, o, i, n, alpha, beta, contig);
     return KCU_LAUNCHED();
 }
 
@@ -267,7 +279,11 @@ extern "C" int kcu_binary(kcu_stream s, int op, const kcu_view *out, const kcu_v
             (const float *)b->base + b->offset, n / 4);
         return KCU_LAUNCHED();
     }
-    k_binary<<<kcu_blocks(n), KCU_THREADS, 0, (cudaStream_t)s>>>(op, *out, *a, *b, n, contig);
+    kcu_view o = *out, x = *a, y = *b;
+    kcu_view *vs[3] = {&o, &x, &y};
+    if (!contig)
+        kcu_coalesce(vs, 3);
+    k_binary<<<kcu_blocks(n), KCU_THREADS, 0, (cudaStream_t)s>>>(op, o, x, y, n, contig);
     return KCU_LAUNCHED();
 }
 
@@ -295,7 +311,10 @@ extern "C" int kcu_where(kcu_stream s, const kcu_view *out, const kcu_view *cond
     int64_t n = kcu_numel(out);
     if (n == 0)
         return 0;
-    k_where<<<kcu_blocks(n), KCU_THREADS, 0, (cudaStream_t)s>>>(*out, *cond, *a, *b, n);
+    kcu_view o = *out, c = *cond, x = *a, y = *b;
+    kcu_view *vs[4] = {&o, &c, &x, &y};
+    kcu_coalesce(vs, 4);
+    k_where<<<kcu_blocks(n), KCU_THREADS, 0, (cudaStream_t)s>>>(o, c, x, y, n);
     return KCU_LAUNCHED();
 }
 

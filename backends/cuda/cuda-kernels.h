@@ -45,6 +45,48 @@ typedef struct kcu_index_flag {
     int64_t value;
 } kcu_index_flag;
 
+/** Rewrites nv views that share one logical shape (views[0]'s: the others' shapes broadcast to
+ *  it, as kcu_offset_in reads them) into the fewest dims that address the same elements: dims
+ *  of size 1 go, and a dim merges into the next outer one wherever every view steps through
+ *  the pair as through one dim (outer stride == inner stride * inner size). Each flat
+ *  row-major index then names the same element in every view as before, and a kernel
+ *  decomposes it over fewer dims (a transposed copy of [B, S, H, D] to [B, H, S, D]: 4 -> 3
+ *  dims; a contiguous operand: 1 dim). Host-side, before a launch; a view of no dims (or
+ *  all of size 1) becomes 0-d. */
+static inline void kcu_coalesce(kcu_view *const *views, int nv)
+{
+    int64_t shape[KCU_MAX_DIMS];
+    int64_t strides[4][KCU_MAX_DIMS];
+    int m = 0;
+    if (nv < 1 || nv > 4)
+        return;
+    for (int d = 0; d < views[0]->ndim; d++) {
+        int64_t n = views[0]->shape[d];
+        if (n == 1)
+            continue;
+        bool merge = m > 0;
+        for (int k = 0; k < nv && merge; k++)
+            merge = strides[k][m - 1] == views[k]->strides[d] * n;
+        if (merge) {
+            shape[m - 1] *= n;
+            for (int k = 0; k < nv; k++)
+                strides[k][m - 1] = views[k]->strides[d];
+            continue;
+        }
+        shape[m] = n;
+        for (int k = 0; k < nv; k++)
+            strides[k][m] = views[k]->strides[d];
+        m++;
+    }
+    for (int k = 0; k < nv; k++) {
+        views[k]->ndim = m;
+        for (int d = 0; d < m; d++) {
+            views[k]->shape[d] = shape[d];
+            views[k]->strides[d] = strides[k][d];
+        }
+    }
+}
+
 /* data movement (cuda-elementwise.cu) */
 int kcu_fill(kcu_stream s, const kcu_view *out, double value);
 int kcu_arange(kcu_stream s, const kcu_view *out, double start, double step);
@@ -71,7 +113,12 @@ int kcu_adam(kcu_stream s, int dtype, int64_t n, void *param, const void *grad, 
              double inv_bc2_sqrt, bool decoupled, bool amsgrad, bool maximize);
 
 /* reductions and rows (cuda-reduce.cu); op values are kiln_reduce_op */
-int kcu_reduce(kcu_stream s, int op, const kcu_view *out, const kcu_view *in, uint32_t mask, double param);
+/** How many blocks share each output of this reduction (1: one block an output). Above 1,
+ *  kcu_reduce wants partials: numel(out) * splits doubles of device scratch. */
+int64_t kcu_reduce_splits(int op, const kcu_view *out, const kcu_view *in, uint32_t mask);
+/** partials: NULL (one block an output), or scratch sized by kcu_reduce_splits. */
+int kcu_reduce(kcu_stream s, int op, const kcu_view *out, const kcu_view *in, uint32_t mask, double param,
+               double *partials);
 int kcu_arg_reduce(kcu_stream s, bool is_max, const kcu_view *out, const kcu_view *in, int dim);
 int kcu_cumsum(kcu_stream s, const kcu_view *out, const kcu_view *in, int dim);
 int kcu_softmax(kcu_stream s, bool log, const kcu_view *out, const kcu_view *in, int dim);

@@ -143,7 +143,24 @@ int kiln__cuda_reduce(void *vq, kiln_reduce_op op, const kiln_tdesc *out, const 
     if (rn == 0 && (op == KILN_REDUCE_MAX || op == KILN_REDUCE_MIN))
         return kiln__error_set("reduce on %s: max/min over an empty dimension", q->dev->name), KILN_EINVAL;
     kcu_view o = kiln__cuda_view(out), i = kiln__cuda_view(in);
-    return kiln__cuda_check(q, kcu_reduce(q->stream, (int)op, &o, &i, mask, param), "reduce");
+    /* few outputs of long reductions share each output among blocks: scratch for their partial
+     * sums, back to the allocator in stream order once queued (kcu_reduce_splits) */
+    int64_t splits = kcu_reduce_splits((int)op, &o, &i, mask);
+    kiln_cuda_block *scratch = NULL;
+    if (splits > 1) {
+        int64_t nout = 1;
+        for (int d = 0; d < out->ndim; d++)
+            nout *= out->shape[d];
+        bool oom = false;
+        scratch = kiln__cuda_alloc_get(&q->dev->alloc, q->stream, (size_t)(nout * splits) * sizeof(double), &oom);
+        if (!scratch)
+            (void)cudaGetLastError(); /* without scratch the one-block path runs */
+    }
+    int rc = kiln__cuda_check(
+        q, kcu_reduce(q->stream, (int)op, &o, &i, mask, param, scratch ? scratch->ptr : NULL), "reduce");
+    if (scratch)
+        kiln__cuda_alloc_put(&q->dev->alloc, q->stream, scratch);
+    return rc;
 }
 
 /* A 0-d operand along "dim 0": lanes of one element. */

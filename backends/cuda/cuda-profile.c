@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda-impl.h"
 
@@ -22,7 +23,8 @@
 typedef struct prof_row {
     const char *name;
     int64_t calls;
-    double ms;
+    double ms;      /* GPU time between the entry's two events */
+    double host_ms; /* time the host spent inside the entry */
 } prof_row;
 
 struct kiln__cuda_profile {
@@ -30,6 +32,7 @@ struct kiln__cuda_profile {
     const char *pending[PROF_PENDING];
     int npending;
     int open; /* the pair of the entry running now (its start recorded), or -1 */
+    struct timespec host_start;
     prof_row rows[PROF_ROWS];
     int nrows;
     int64_t dropped; /* calls whose entry did not fit the table */
@@ -66,8 +69,11 @@ bool kiln__cuda_prof_begin(kiln_cuda_queue *q)
         return false;
     }
     p->open = p->npending;
+    clock_gettime(CLOCK_MONOTONIC, &p->host_start);
     return true;
 }
+
+static prof_row *row_of(kiln__cuda_profile *p, const char *name);
 
 void kiln__cuda_prof_end(kiln_cuda_queue *q, const char *name)
 {
@@ -76,6 +82,12 @@ void kiln__cuda_prof_end(kiln_cuda_queue *q, const char *name)
         return;
     int i = p->open;
     p->open = -1;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    prof_row *r = row_of(p, name);
+    if (r)
+        r->host_ms += (double)(now.tv_sec - p->host_start.tv_sec) * 1e3 +
+                      (double)(now.tv_nsec - p->host_start.tv_nsec) * 1e-6;
     /* an entry that began a recording (its events would belong to the capture) is not timed */
     if (q->recording)
         return;
@@ -159,13 +171,17 @@ void kiln__cuda_prof_report(kiln_cuda_queue *q)
         calls += p->rows[i].calls;
     }
     qsort(p->rows, (size_t)p->nrows, sizeof p->rows[0], by_time);
-    fprintf(stderr, "cuda profile %s: GPU time by entry, %lld calls, %.3f ms in all\n", q->dev->name,
-            (long long)calls, total);
+    fprintf(stderr,
+            "cuda profile %s: GPU time by entry, %lld calls, %.3f ms in all (a GPU interval also holds any "
+            "time the GPU waited for the host to queue the entry's work; host: time inside the entry)\n",
+            q->dev->name, (long long)calls, total);
     for (int i = 0; i < p->nrows; i++) {
         const prof_row *r = &p->rows[i];
-        fprintf(stderr, "cuda profile %s: %-28s %8lld calls %10.3f ms %5.1f%% %9.2f us a call\n", q->dev->name,
-                r->name, (long long)r->calls, r->ms, total > 0 ? 100.0 * r->ms / total : 0.0,
-                r->calls ? 1000.0 * r->ms / (double)r->calls : 0.0);
+        double per = r->calls ? 1000.0 / (double)r->calls : 0.0;
+        fprintf(stderr,
+                "cuda profile %s: %-24s %8lld calls %10.3f ms %5.1f%% %9.2f us a call, host %9.2f us a call\n",
+                q->dev->name, r->name, (long long)r->calls, r->ms, total > 0 ? 100.0 * r->ms / total : 0.0,
+                r->ms * per, r->host_ms * per);
     }
     if (p->dropped)
         fprintf(stderr, "cuda profile %s: %lld calls of entries beyond the table's %d not counted\n", q->dev->name,

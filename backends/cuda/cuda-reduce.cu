@@ -178,7 +178,62 @@ static unsigned kcu_rows_grid(int64_t rows)
     return (unsigned)(rows < 1 ? 1 : rows > 65535 * 8 ? 65535 * 8 : rows);
 }
 
-extern "C" int kcu_reduce(kcu_stream s, int op, const kcu_view *out, const kcu_view *in, uint32_t mask, double param)
+/* A float sum or mean with few outputs and long reductions (a convolution's bias gradient:
+ * [N, C, H, W] summed over N, H and W, C outputs of N*H*W elements each) would run on only
+ * C blocks, a fraction of the GPU; it splits each output's reduction over several blocks
+ * instead, each writing a partial sum (in double, as the one-block path accumulates), and a
+ * second pass adds each output's partials in order (deterministic, like the one-block path). */
+#define KR_SPLIT_BLOCKS 1024  /* about eight blocks per SM on an H100 */
+#define KR_SPLIT_MIN_CHUNK 4096 /* elements a block reduces at the least */
+
+static bool kcu_reduce_splittable(int op, const kcu_view *out, const kcu_view *in)
+{
+    return (op == KR_SUM || op == KR_MEAN) && kcu_is_float(in->dtype) && kcu_is_float(out->dtype);
+}
+
+extern "C" int64_t kcu_reduce_splits(int op, const kcu_view *out, const kcu_view *in, uint32_t mask)
+{
+    if (!kcu_reduce_splittable(op, out, in))
+        return 1;
+    int64_t rn = 1;
+    for (int d = 0; d < in->ndim; d++)
+        if ((mask >> d) & 1u)
+            rn *= in->shape[d];
+    int64_t nout = kcu_numel(out);
+    if (nout == 0 || nout >= KR_SPLIT_BLOCKS / 2 || rn < 2 * KR_SPLIT_MIN_CHUNK)
+        return 1;
+    int64_t want = (KR_SPLIT_BLOCKS + nout - 1) / nout, most = rn / KR_SPLIT_MIN_CHUNK;
+    int64_t splits = want < most ? want : most;
+    return splits > 65535 ? 65535 : splits;
+}
+
+__global__ void k_reduce_partial(kcu_view outer, kcu_view inner, int64_t rn, int64_t chunk, double *partials)
+{
+    int64_t o = blockIdx.x, y = blockIdx.y;
+    int64_t base = kcu_offset(outer, o) - outer.offset + inner.offset;
+    int64_t lo = y * chunk, hi = lo + chunk < rn ? lo + chunk : rn;
+    double s = 0;
+    for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x)
+        s += kcu_load_d(inner.base, inner.dtype, base + kcu_offset(inner, j) - inner.offset);
+    s = kcu_block_combine_d(s, 0);
+    if (threadIdx.x == 0)
+        partials[o * gridDim.y + y] = s;
+}
+
+__global__ void k_reduce_finish(int op, kcu_view out, int64_t nout, int64_t rn, int64_t splits,
+                                const double *partials)
+{
+    KCU_GRID_LOOP(o, nout)
+    {
+        double s = 0;
+        for (int64_t y = 0; y < splits; y++)
+            s += partials[o * splits + y];
+        kcu_store_d(out.base, out.dtype, kcu_offset(out, o), op == KR_MEAN ? s / (double)rn : s);
+    }
+}
+
+extern "C" int kcu_reduce(kcu_stream s, int op, const kcu_view *out, const kcu_view *in, uint32_t mask, double param,
+                          double *partials)
 {
     kcu_view outer = *in, inner = *in;
     int64_t rn = 1;
@@ -191,9 +246,26 @@ extern "C" int kcu_reduce(kcu_stream s, int op, const kcu_view *out, const kcu_v
     int64_t nout = kcu_numel(out);
     if (nout == 0)
         return 0;
+    int64_t splits = partials ? kcu_reduce_splits(op, out, in, mask) : 1;
     bool int_path = !kcu_is_float(in->dtype) && !kcu_is_float(out->dtype) &&
                     (op == KR_SUM || op == KR_PROD || op == KR_MAX || op == KR_MIN);
-    k_reduce<<<kcu_rows_grid(nout), KCU_THREADS, 0, (cudaStream_t)s>>>(op, *out, outer, inner, nout, rn, param,
+    /* each index space on its own: the kept dims (outer and out) and the reduced ones */
+    kcu_view o = *out;
+    kcu_view *vo[1] = {&o}, *vouter[1] = {&outer}, *vinner[1] = {&inner};
+    kcu_coalesce(vo, 1);
+    kcu_coalesce(vouter, 1);
+    kcu_coalesce(vinner, 1);
+    if (splits > 1) {
+        int64_t chunk = (rn + splits - 1) / splits;
+        dim3 grid((unsigned)nout, (unsigned)splits);
+        k_reduce_partial<<<grid, KCU_THREADS, 0, (cudaStream_t)s>>>(outer, inner, rn, chunk, partials);
+        int e = KCU_LAUNCHED();
+        if (e)
+            return e;
+        k_reduce_finish<<<kcu_blocks(nout), KCU_THREADS, 0, (cudaStream_t)s>>>(op, o, nout, rn, splits, partials);
+        return KCU_LAUNCHED();
+    }
+    k_reduce<<<kcu_rows_grid(nout), KCU_THREADS, 0, (cudaStream_t)s>>>(op, o, outer, inner, nout, rn, param,
                                                                         int_path);
     return KCU_LAUNCHED();
 }
@@ -386,8 +458,12 @@ extern "C" int kcu_layer_norm(kcu_stream s, const kcu_view *out, const kcu_view 
     if (n == 0 || inner <= 0)
         return 0;
     int64_t rows = n / inner;
-    k_layer_norm<<<kcu_rows_grid(rows), KCU_THREADS, 0, (cudaStream_t)s>>>(*out, *mean, *rstd, *x, *weight, *bias,
-                                                                           rows, inner, eps);
+    kcu_view o = *out, xv = *x;
+    kcu_view *vo[1] = {&o}, *vx[1] = {&xv};
+    kcu_coalesce(vo, 1);
+    kcu_coalesce(vx, 1);
+    k_layer_norm<<<kcu_rows_grid(rows), KCU_THREADS, 0, (cudaStream_t)s>>>(o, *mean, *rstd, xv, *weight, *bias, rows,
+                                                                           inner, eps);
     return KCU_LAUNCHED();
 }
 

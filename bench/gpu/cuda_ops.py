@@ -1,10 +1,17 @@
 """bench/gpu/cuda_ops.py LIBKILN — kiln's cuda backend beside PyTorch on CUDA, in one process
 on one GPU: elementwise add and gelu over 256 MiB of f32 (effective bandwidth, and add against
 the device's copy bandwidth as PyTorch's clone measures it), and 8192x8192 matmul in f32 (exact,
-TF32 off on both sides), TF32 (on on both) and bf16. kiln is driven through libkiln's public C
+TF32 off on both sides), TF32 (on on both) and bf16, the four linear layers of BERT-base at batch
+8 and sequence 128 (x [1024, in] times a [out, in] weight plus a bias, f32 exact: kiln_linear
+against torch.nn.functional.linear), and calls a second of a small linear (8x64 by 64x64), where
+the host's cost per call decides. kiln is driven through libkiln's public C
 API with ctypes. Each side warms up, then runs a timed loop ended by a device sync; the best of
 ROUNDS rounds (KILN_BENCH_ROUNDS, default 3) counts. Prints bench/run's JSON lines; rows carry
-"tf32" saying whether TF32 was allowed. A kiln result that is wrong fails the entry."""
+"tf32" saying whether TF32 was allowed. A kiln result that is wrong fails the entry.
+
+The rows time single ops on the plain backend (cuda:0?fusion=off): the fusion layer, on by
+default on cuda, defers elementwise ops and never computes a result nobody reads, so a loop that
+drops each result would time nothing."""
 import ctypes
 import json
 import os
@@ -23,6 +30,8 @@ lib.kiln_full.argtypes = [P, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c
 for f in ("kiln_add", "kiln_matmul"):
     getattr(lib, f).restype = P
     getattr(lib, f).argtypes = [P, P]
+lib.kiln_linear.restype = P
+lib.kiln_linear.argtypes = [P, P, P]
 lib.kiln_gelu.restype = P
 lib.kiln_gelu.argtypes = [P, ctypes.c_bool]
 lib.kiln_mean.restype = P
@@ -99,7 +108,7 @@ def row(name, unit, kiln, peer, peer_name, tf32, **extra):
     print(json.dumps(r), flush=True)
 
 
-dev = kopen("cuda:0")
+dev = kopen("cuda:0?fusion=off")
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 
@@ -136,10 +145,10 @@ torch.cuda.empty_cache()
 s = 8192
 flops = 2.0 * s * s * s
 tf = 1e12
-for label, spec, dt, tdt, tf32 in (("f32", "cuda:0", F32, torch.float32, False),
-                                   ("tf32", "cuda:0?tf32=on", F32, torch.float32, True),
-                                   ("bf16", "cuda:0", BF16, torch.bfloat16, False)):
-    d = dev if spec == "cuda:0" else kopen(spec)
+for label, spec, dt, tdt, tf32 in (("f32", "cuda:0?fusion=off", F32, torch.float32, False),
+                                   ("tf32", "cuda:0?fusion=off&tf32=on", F32, torch.float32, True),
+                                   ("bf16", "cuda:0?fusion=off", BF16, torch.bfloat16, False)):
+    d = dev if spec == "cuda:0?fusion=off" else kopen(spec)
     x = kfull(d, dt, [s, s], 1.0)
     y = kfull(d, dt, [s, s], 0.5)
     chk = lib.kiln_matmul(x, y)
@@ -162,4 +171,46 @@ for label, spec, dt, tdt, tf32 in (("f32", "cuda:0", F32, torch.float32, False),
         lib.kiln_device_close(d)
     del tx, ty
     torch.cuda.empty_cache()
+
+# --- the linear layers of BERT-base, batch 8 x sequence 128 tokens, f32 exact
+torch.backends.cuda.matmul.allow_tf32 = False
+tokens = 1024
+for label, fin, fout in (("qkv", 768, 2304), ("out", 768, 768), ("ffn1", 768, 3072), ("ffn2", 3072, 768)):
+    x = kfull(dev, F32, [tokens, fin], 0.5)
+    w = kfull(dev, F32, [fout, fin], 0.25)
+    b = kfull(dev, F32, [fout], 1.0)
+    chk = lib.kiln_linear(x, w, b)
+    m = lib.kiln_mean(chk, 0, None, False) if chk else None
+    got = lib.kiln_item(m) if m else float("nan")
+    lib.kiln_tensor_release(m)
+    lib.kiln_tensor_release(chk)
+    want = fin * 0.125 + 1.0
+    if abs(got - want) > 1e-4 * want:
+        fail("linear %s gave mean %r, expected %r (%s)" % (label, got, want, lib.kiln_error().decode()))
+    tx = torch.full((tokens, fin), 0.5, device="cuda")
+    tw = torch.full((fout, fin), 0.25, device="cuda")
+    tb = torch.full((fout,), 1.0, device="cuda")
+    lflops = 2.0 * tokens * fin * fout
+    k = ktime(dev, lambda: lib.kiln_linear(x, w, b), 50)
+    t = ttime(lambda: torch.nn.functional.linear(tx, tw, tb), 50)
+    row("cuda_linear_bert_b8_%s_f32" % label, "TFLOP/s", lflops / k / tf, lflops / t / tf,
+        peer_base + " nn.functional.linear [%d, %d] x [%d, %d]^T + bias (allow_tf32=False)" %
+        (tokens, fin, fout, fin), False)
+    for h in (x, w, b):
+        lib.kiln_tensor_release(h)
+    del tx, tw, tb
+
+# --- a small linear, where the host's cost of a call decides
+x = kfull(dev, F32, [8, 64], 0.5)
+w = kfull(dev, F32, [64, 64], 0.25)
+b = kfull(dev, F32, [64], 1.0)
+tx = torch.full((8, 64), 0.5, device="cuda")
+tw = torch.full((64, 64), 0.25, device="cuda")
+tb = torch.full((64,), 1.0, device="cuda")
+k = ktime(dev, lambda: lib.kiln_linear(x, w, b), 2000)
+t = ttime(lambda: torch.nn.functional.linear(tx, tw, tb), 2000)
+row("cuda_linear_small_calls", "calls/s", 1.0 / k, 1.0 / t,
+    peer_base + " nn.functional.linear [8, 64] x [64, 64]^T + bias", False)
+for h in (x, w, b):
+    lib.kiln_tensor_release(h)
 lib.kiln_device_close(dev)

@@ -143,6 +143,22 @@ static void test_gpu(kiln_device *gpu, kiln_device *cpu)
     kiln_tensor_release(su);
     kiln_tensor_release(su_cpu);
 
+    /* few outputs of long reductions, as a convolution's bias gradient sums [N, C, H, W] over
+     * N, H and W: each output's sum is split among blocks (kcu_reduce_splits), plain and
+     * through a transposed view, sum and mean, against the cpu */
+    kiln_scope_begin();
+    kiln_tensor *big_cpu = kiln_rand_normal(cpu, KILN_F32, 4, (int64_t[]){8, 3, 64, 64}, 0, 1, &g);
+    kiln_tensor *big = on(big_cpu, gpu);
+    int nhw[] = {0, 2, 3}, nwh[] = {0, 1, 2};
+    CHECK(max_err(kiln_sum(big, 3, nhw, false), kiln_sum(big_cpu, 3, nhw, false)) < 1e-5,
+          "a split sum over N, H, W matches the cpu");
+    CHECK(max_err(kiln_mean(big, 3, nhw, true), kiln_mean(big_cpu, 3, nhw, true)) < 1e-6,
+          "a split mean over N, H, W (keepdim) matches the cpu");
+    kiln_tensor *big_t = kiln_transpose(big, 1, 3), *big_t_cpu = kiln_transpose(big_cpu, 1, 3);
+    CHECK(max_err(kiln_sum(big_t, 3, nwh, false), kiln_sum(big_t_cpu, 3, nwh, false)) < 1e-5,
+          "a split sum through a transposed view matches the cpu");
+    kiln_scope_end();
+
     /* matmul: batched a [3, 65, 47] times a transposed b [33, 47]ᵀ, each dtype */
     kiln_dtype dts[] = {KILN_F32, KILN_F64, KILN_F16, KILN_BF16};
     double tol[] = {1e-5, 1e-12, 2e-2, 5e-2};
