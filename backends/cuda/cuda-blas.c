@@ -28,6 +28,7 @@
 #include <cublasLt.h>
 #include <cublas_api.h>
 #endif
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda-impl.h"
@@ -50,6 +51,8 @@ void kiln__cuda_blas_fini(kiln_cuda_device *dev)
     if (dev->blas_lt)
         cublasLtDestroy((cublasLtHandle_t)dev->blas_lt);
     dev->blas_lt = NULL;
+    free(dev->lt_cache);
+    dev->lt_cache = NULL;
 }
 
 static int blas_fail(kiln_cuda_queue *q, cublasStatus_t st, const char *what)
@@ -270,6 +273,80 @@ static uint32_t alignment(const void *p)
 }
 #endif
 
+/* ------------------------------------------------ the heuristics' choices, kept */
+
+/* cuBLASLt's heuristic query (cublasLtMatmulAlgoGetHeuristic) costs more host time than the
+ * product itself on small matrices, and a model asks the same few geometries every run (a
+ * training step, a model run op by op), so each device keeps the answer per geometry: the
+ * dtypes, operations, shapes, leading dims, batch strides, epilogue and the operands'
+ * alignments, everything the query saw. */
+typedef struct lt_key {
+    int32_t type, compute, op_first, op_second, epilogue, residual;
+    uint64_t rows_first, cols_first, rows_second, cols_second;
+    int64_t ld_first, ld_second, m, n, batch, stride_first, stride_second;
+    uint32_t align[4];
+} lt_key;
+
+typedef struct lt_choice {
+    lt_key key;
+    cublasLtMatmulAlgo_t algo;
+    bool used;
+} lt_choice;
+
+#define LT_SLOTS 512 /* per device; a geometry past them evicts one in its probe window */
+#define LT_PROBES 8
+
+struct kiln__cuda_lt_cache {
+    lt_choice slot[LT_SLOTS];
+};
+
+static uint32_t lt_hash(const lt_key *k)
+{
+    const unsigned char *p = (const unsigned char *)k;
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (size_t i = 0; i < sizeof *k; i++)
+        h = (h ^ p[i]) * 16777619u;
+    return h;
+}
+
+static bool lt_recall(kiln_cuda_device *dev, const lt_key *k, cublasLtMatmulAlgo_t *algo)
+{
+    bool hit = false;
+    uint32_t h = lt_hash(k);
+    pthread_mutex_lock(&dev->mu);
+    for (int i = 0; dev->lt_cache && i < LT_PROBES && !hit; i++) {
+        const lt_choice *c = &dev->lt_cache->slot[(h + (uint32_t)i) % LT_SLOTS];
+        if (c->used && !memcmp(&c->key, k, sizeof *k)) {
+            *algo = c->algo;
+            hit = true;
+        }
+    }
+    pthread_mutex_unlock(&dev->mu);
+    return hit;
+}
+
+static void lt_keep(kiln_cuda_device *dev, const lt_key *k, const cublasLtMatmulAlgo_t *algo)
+{
+    uint32_t h = lt_hash(k);
+    pthread_mutex_lock(&dev->mu);
+    if (!dev->lt_cache)
+        dev->lt_cache = calloc(1, sizeof *dev->lt_cache); /* NULL: nothing kept, the query runs each call */
+    if (dev->lt_cache) {
+        lt_choice *c = &dev->lt_cache->slot[h % LT_SLOTS];
+        for (int i = 0; i < LT_PROBES; i++) {
+            lt_choice *t = &dev->lt_cache->slot[(h + (uint32_t)i) % LT_SLOTS];
+            if (!t->used) {
+                c = t;
+                break;
+            }
+        }
+        c->key = *k;
+        c->algo = *algo;
+        c->used = true;
+    }
+    pthread_mutex_unlock(&dev->mu);
+}
+
 static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *first, const lt_operand *second,
                   int64_t m, int64_t n, int64_t k, int64_t batch, const kiln_epilogue *ep)
 {
@@ -335,7 +412,33 @@ static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *f
     }
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
-    if (st == CUBLAS_STATUS_SUCCESS) {
+    lt_key key;
+    memset(&key, 0, sizeof key); /* padding too: keys compare as bytes */
+    key.type = (int32_t)type;
+    key.compute = (int32_t)compute;
+    key.op_first = (int32_t)first->op;
+    key.op_second = (int32_t)second->op;
+    key.epilogue = ep ? (int32_t)ep->act + 1 + (ep->bias ? 100 : 0) : 0;
+    key.residual = ep && ep->residual;
+    key.rows_first = first->rows;
+    key.cols_first = first->cols;
+    key.rows_second = second->rows;
+    key.cols_second = second->cols;
+    key.ld_first = first->ld;
+    key.ld_second = second->ld;
+    key.m = m;
+    key.n = n;
+    key.batch = batch;
+    key.stride_first = batch > 1 ? first->batch_stride : 0;
+    key.stride_second = batch > 1 ? second->batch_stride : 0;
+#if !KILN_CUDA_HIP
+    key.align[0] = alignment(first->ptr);
+    key.align[1] = alignment(second->ptr);
+    key.align[2] = alignment(cin);
+    key.align[3] = alignment(c);
+#endif
+    bool recalled = st == CUBLAS_STATUS_SUCCESS && lt_recall(q->dev, &key, &heur.algo);
+    if (st == CUBLAS_STATUS_SUCCESS && !recalled) {
         what = "choosing an algorithm";
         st = cublasLtMatmulPreferenceCreate(&pref);
         if (st == CUBLAS_STATUS_SUCCESS)
@@ -354,6 +457,8 @@ static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *f
                                                 &heur, &found);
         if (st == CUBLAS_STATUS_SUCCESS && found == 0)
             st = CUBLAS_STATUS_NOT_SUPPORTED;
+        if (st == CUBLAS_STATUS_SUCCESS)
+            lt_keep(q->dev, &key, &heur.algo);
     }
     if (st == CUBLAS_STATUS_SUCCESS) {
         what = "cublasLtMatmul";

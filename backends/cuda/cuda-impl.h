@@ -55,6 +55,7 @@ struct kiln_backend_event {
 
 typedef struct kiln__cuda_conv_cache kiln__cuda_conv_cache;
 typedef struct kiln__cuda_profile kiln__cuda_profile;
+typedef struct kiln__cuda_lt_cache kiln__cuda_lt_cache;
 typedef struct kiln__cuda_fused_cache kiln__cuda_fused_cache;
 
 typedef struct kiln_cuda_device {
@@ -69,10 +70,11 @@ typedef struct kiln_cuda_device {
     bool profile;       /* option profile=on: each queue sums its GPU time by entry (cuda-profile.c) */
     size_t conv_search_bytes; /* option conv_workspace_mb: scratch cuDNN's algorithm search may use */
     void *blas_lt;      /* cublasLtHandle_t */
-    pthread_mutex_t mu; /* guards lost_why, conv_cache, fused_cache */
+    pthread_mutex_t mu; /* guards lost_why, conv_cache, fused_cache, lt_cache */
     atomic_bool lost;
     char lost_why[256];
     kiln__cuda_conv_cache *conv_cache;
+    kiln__cuda_lt_cache *lt_cache;       /* cuBLASLt's chosen algorithms by geometry (cuda-blas.c) */
     kiln__cuda_fused_cache *fused_cache; /* generated kernels (cuda-fused.c) */
 } kiln_cuda_device;
 

@@ -170,6 +170,7 @@ static inline const char *kiln_hipblas_status_name(hipblasStatus_t st)
 #define cublasLtMatrixLayout_t hipblasLtMatrixLayout_t
 #define cublasLtMatmulPreference_t hipblasLtMatmulPreference_t
 #define cublasLtMatmulHeuristicResult_t hipblasLtMatmulHeuristicResult_t
+#define cublasLtMatmulAlgo_t hipblasLtMatmulAlgo_t
 #define cublasLtEpilogue_t hipblasLtEpilogue_t
 #define CUBLASLT_EPILOGUE_DEFAULT HIPBLASLT_EPILOGUE_DEFAULT
 #define CUBLASLT_EPILOGUE_RELU HIPBLASLT_EPILOGUE_RELU

@@ -486,8 +486,13 @@ static void test_matmul_epilogue(kiln_device *gpu, kiln_device *cpu)
         CHECK(y && e < 1e-5, "matmul epilogue %s against the cpu: %g", cases[c].name, e);
         CHECK(took_fused == cases[c].fused, "matmul epilogue %s: cuBLASLt %s it (last op %s)", cases[c].name,
               took_fused ? "fused" : "did not fuse", q->last_op ? q->last_op : "none");
+        /* the second call of a geometry takes the kept algorithm: the same result, bit for bit */
+        kiln_tensor *again = kiln__matmul_epilogue(a, w, b, r, cases[c].act, 0, 0);
+        CHECK(again && max_err(again, y) == 0.0, "matmul epilogue %s again (kept algorithm): the same result",
+              cases[c].name);
         kiln_scope_end();
     }
+    CHECK(q->dev->lt_cache != NULL, "cuBLASLt's choices are kept per device");
 }
 
 /* profile=on: the queue's GPU time by entry goes to stderr when the device closes, each
