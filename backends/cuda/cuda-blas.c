@@ -20,6 +20,11 @@
  * cuBLASLt's GELU epilogue is the tanh approximation, which kiln's epilogue has no
  * activation for (its Gelu is the erf form), so it is not used.
  *
+ * The algorithm: cuBLASLt's heuristics are asked once per geometry and the answer kept per
+ * device (lt_recall, lt_keep). A product of 1e8 flops or more (not while a graph records)
+ * times the heuristics' first eight candidates once and keeps the fastest, also in the
+ * autotune file (lt_tune), so a later process recalls it without timing.
+ *
  * A HIP build runs this file on hipBLASLt, whose API matches cuBLASLt name for name
  * (vendor-hip-libs.h maps the spellings); hipBLASLt takes no alignment preferences, and
  * tf32 is refused when the device opens (cuda-backend.c).
@@ -28,9 +33,11 @@
 #include <cublasLt.h>
 #include <cublas_api.h>
 #endif
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "autotune-impl.h"
 #include "cuda-impl.h"
 #include "cuda-libs.h"
 
@@ -347,6 +354,93 @@ static void lt_keep(kiln_cuda_device *dev, const lt_key *k, const cublasLtMatmul
     pthread_mutex_unlock(&dev->mu);
 }
 
+/* ------------------------------------------------ timing the candidates (autotune) */
+
+#define LT_CANDIDATES 8
+#define LT_TUNE_MIN_FLOPS 1e8 /* below it, timing noise outweighs what a better kernel saves */
+
+typedef struct lt_call {
+    kiln_cuda_queue *q;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    const void *alpha, *beta, *first, *second, *cin;
+    void *c, *ws;
+    size_t ws_bytes;
+} lt_call;
+
+/* The device and the geometry as the autotune file names them (the GPU, its compute
+ * capability, the driver and CUDA runtime versions; the key's fields). 0 when a name does
+ * not fit. */
+static int lt_names(const kiln_cuda_device *dev, const lt_key *k, char *tdev, size_t dlen, char *tkey, size_t klen)
+{
+    int driver = 0, runtime = 0;
+    if (cudaDriverGetVersion(&driver) != cudaSuccess || cudaRuntimeGetVersion(&runtime) != cudaSuccess)
+        (void)cudaGetLastError();
+    int n = snprintf(tdev, dlen, "cuda/%.40s/sm%d%d/drv%d/rt%d/lt", dev->gpu, dev->cc_major, dev->cc_minor, driver,
+                     runtime);
+    int m = snprintf(tkey, klen,
+                     "matmul/t%d/c%d/o%d%d/%llux%llu:%lld/%llux%llu:%lld/%lldx%lld/b%lld:%lld:%lld/e%d/r%d/"
+                     "a%u.%u.%u.%u",
+                     k->type, k->compute, k->op_first, k->op_second, (unsigned long long)k->rows_first,
+                     (unsigned long long)k->cols_first, (long long)k->ld_first, (unsigned long long)k->rows_second,
+                     (unsigned long long)k->cols_second, (long long)k->ld_second, (long long)k->m, (long long)k->n,
+                     (long long)k->batch, (long long)k->stride_first, (long long)k->stride_second, k->epilogue,
+                     k->residual, k->align[0], k->align[1], k->align[2], k->align[3]);
+    return n > 0 && (size_t)n < dlen && m > 0 && (size_t)m < klen;
+}
+
+/* Which of the heuristics' candidates runs this product fastest: recalled from the autotune
+ * file, else each timed once here (a warm-up run, then three on the queue's stream between
+ * two events; the output is written, which the real run then overwrites) and the winner
+ * stored. Candidates that fail to run are passed over; 0 (the heuristics' first) when
+ * nothing could be timed. */
+static int lt_tune(const lt_call *c, const lt_key *key, const cublasLtMatmulHeuristicResult_t *cand, int found)
+{
+    char tdev[128], tkey[256];
+    bool named = lt_names(c->q->dev, key, tdev, sizeof tdev, tkey, sizeof tkey);
+    int64_t stored = 0;
+    if (named && kiln__autotune_lookup(tdev, tkey, &stored) && stored >= 1 && stored <= found)
+        return (int)stored - 1;
+    cudaEvent_t ev[2] = {NULL, NULL};
+    if (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (ev[0])
+            cudaEventDestroy(ev[0]);
+        return 0;
+    }
+    cublasLtHandle_t h = (cublasLtHandle_t)c->q->dev->blas_lt;
+    int pick = -1;
+    float best = 0;
+    for (int i = 0; i < found; i++) {
+        if (cand[i].workspaceSize > c->ws_bytes)
+            continue;
+        cublasStatus_t st = cublasLtMatmul(h, c->op, c->alpha, c->first, c->la, c->second, c->lb, c->beta, c->cin,
+                                           c->lc, c->c, c->lc, &cand[i].algo, c->ws, c->ws_bytes, c->q->stream);
+        if (st == CUBLAS_STATUS_SUCCESS && cudaEventRecord(ev[0], c->q->stream) == cudaSuccess) {
+            for (int r = 0; r < 3 && st == CUBLAS_STATUS_SUCCESS; r++)
+                st = cublasLtMatmul(h, c->op, c->alpha, c->first, c->la, c->second, c->lb, c->beta, c->cin, c->lc,
+                                    c->c, c->lc, &cand[i].algo, c->ws, c->ws_bytes, c->q->stream);
+        }
+        float ms = 0;
+        if (st != CUBLAS_STATUS_SUCCESS || cudaEventRecord(ev[1], c->q->stream) != cudaSuccess ||
+            cudaEventSynchronize(ev[1]) != cudaSuccess || cudaEventElapsedTime(&ms, ev[0], ev[1]) != cudaSuccess) {
+            (void)cudaGetLastError();
+            continue;
+        }
+        if (pick < 0 || ms < best) {
+            pick = i;
+            best = ms;
+        }
+    }
+    cudaEventDestroy(ev[0]);
+    cudaEventDestroy(ev[1]);
+    if (pick < 0)
+        return 0;
+    if (named)
+        kiln__autotune_store(tdev, tkey, pick + 1);
+    return pick;
+}
+
 static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *first, const lt_operand *second,
                   int64_t m, int64_t n, int64_t k, int64_t batch, const kiln_epilogue *ep)
 {
@@ -410,6 +504,13 @@ static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *f
                                                       &strides[i], sizeof strides[i]);
         }
     }
+    float one_f = 1.0f, zero_f = 0.0f;
+    double one_d = 1.0, zero_d = 0.0;
+    const void *alpha = dt == KILN_F64 ? (const void *)&one_d : (const void *)&one_f;
+    /* beta 1 adds the residual (C); 0 ignores C, which is then the output itself */
+    bool res = ep && ep->residual;
+    const void *beta = dt == KILN_F64 ? (const void *)(res ? &one_d : &zero_d)
+                                      : (const void *)(res ? &one_f : &zero_f);
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
     lt_key key;
@@ -452,23 +553,23 @@ static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *f
         for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
             st = cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]);
 #endif
+        /* large products (not while a graph records: timing waits) time the heuristics'
+         * first candidates once (lt_tune); small ones take its first */
+        bool tune = !q->recording && 2.0 * (double)m * (double)n * (double)k * (double)batch >= LT_TUNE_MIN_FLOPS;
+        cublasLtMatmulHeuristicResult_t cand[LT_CANDIDATES];
         if (st == CUBLAS_STATUS_SUCCESS)
-            st = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)q->dev->blas_lt, op, la, lb, lc, lc, pref, 1,
-                                                &heur, &found);
+            st = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)q->dev->blas_lt, op, la, lb, lc, lc, pref,
+                                                tune ? LT_CANDIDATES : 1, cand, &found);
         if (st == CUBLAS_STATUS_SUCCESS && found == 0)
             st = CUBLAS_STATUS_NOT_SUPPORTED;
-        if (st == CUBLAS_STATUS_SUCCESS)
+        if (st == CUBLAS_STATUS_SUCCESS) {
+            lt_call call = {q, op, la, lb, lc, alpha, beta, first->ptr, second->ptr, cin, c, ws, ws_bytes};
+            heur = cand[found > 1 ? lt_tune(&call, &key, cand, found) : 0];
             lt_keep(q->dev, &key, &heur.algo);
+        }
     }
     if (st == CUBLAS_STATUS_SUCCESS) {
         what = "cublasLtMatmul";
-        float one_f = 1.0f, zero_f = 0.0f;
-        double one_d = 1.0, zero_d = 0.0;
-        const void *alpha = dt == KILN_F64 ? (const void *)&one_d : (const void *)&one_f;
-        /* beta 1 adds the residual (C); 0 ignores C, which is then the output itself */
-        bool res = ep && ep->residual;
-        const void *beta = dt == KILN_F64 ? (const void *)(res ? &one_d : &zero_d)
-                                          : (const void *)(res ? &one_f : &zero_f);
         st = cublasLtMatmul((cublasLtHandle_t)q->dev->blas_lt, op, alpha, first->ptr, la, second->ptr, lb, beta,
                             cin, lc, c, lc, &heur.algo, ws, ws_bytes, q->stream);
     }

@@ -493,6 +493,18 @@ static void test_matmul_epilogue(kiln_device *gpu, kiln_device *cpu)
         kiln_scope_end();
     }
     CHECK(q->dev->lt_cache != NULL, "cuBLASLt's choices are kept per device");
+    /* a product large enough that its candidates are timed (cuda-blas.c, lt_tune): the
+     * winner computes the same product as the cpu, plain and with a bias */
+    kiln_scope_begin();
+    kiln_tensor *a_cpu = kiln_rand_normal(cpu, KILN_F32, 2, (int64_t[]){512, 384}, 0, 1, &g);
+    kiln_tensor *w_cpu = kiln_rand_normal(cpu, KILN_F32, 2, (int64_t[]){384, 640}, 0, 1, &g);
+    kiln_tensor *b_cpu = kiln_rand_normal(cpu, KILN_F32, 1, (int64_t[]){640}, 0, 1, &g);
+    kiln_tensor *a = on(a_cpu, gpu), *w = on(w_cpu, gpu), *b = on(b_cpu, gpu);
+    double e1 = max_err(kiln_matmul(a, w), kiln_matmul(a_cpu, w_cpu));
+    double e2 = max_err(kiln__matmul_epilogue(a, w, b, NULL, KILN_EPI_NONE, 0, 0),
+                        kiln__epilogue(kiln_matmul(a_cpu, w_cpu), b_cpu, NULL, KILN_EPI_NONE, 0, 0));
+    CHECK(e1 < 1e-5 && e2 < 1e-5, "a timed product and its biased form match the cpu: %g, %g", e1, e2);
+    kiln_scope_end();
 }
 
 /* profile=on: the queue's GPU time by entry goes to stderr when the device closes, each
