@@ -22,8 +22,9 @@
  *
  * The algorithm: cuBLASLt's heuristics are asked once per geometry and the answer kept per
  * device (lt_recall, lt_keep). A product of 1e8 flops or more (not while a graph records)
- * times the heuristics' first eight candidates once and keeps the fastest, also in the
- * autotune file (lt_tune), so a later process recalls it without timing.
+ * times the heuristics' first eight candidates under the full workspace, and under 4 MiB and
+ * none (they rank differently there), once, and keeps the fastest, also in the autotune file
+ * (lt_tune), so a later process recalls it without timing.
  *
  * A HIP build runs this file on hipBLASLt, whose API matches cuBLASLt name for name
  * (vendor-hip-libs.h maps the spellings); hipBLASLt takes no alignment preferences, and
@@ -556,12 +557,33 @@ static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *f
         /* large products (not while a graph records: timing waits) time the heuristics'
          * first candidates once (lt_tune); small ones take its first */
         bool tune = !q->recording && 2.0 * (double)m * (double)n * (double)k * (double)batch >= LT_TUNE_MIN_FLOPS;
-        cublasLtMatmulHeuristicResult_t cand[LT_CANDIDATES];
+        cublasLtMatmulHeuristicResult_t cand[3 * LT_CANDIDATES];
         if (st == CUBLAS_STATUS_SUCCESS)
             st = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)q->dev->blas_lt, op, la, lb, lc, lc, pref,
                                                 tune ? LT_CANDIDATES : 1, cand, &found);
         if (st == CUBLAS_STATUS_SUCCESS && found == 0)
             st = CUBLAS_STATUS_NOT_SUPPORTED;
+        /* the heuristics rank differently under a smaller workspace (without the split
+         * reductions a large one allows), and their first there can beat every candidate of
+         * the large one: those join the timing too, each once */
+        static const size_t smaller_ws[2] = {(size_t)4 << 20, 0};
+        for (int w = 0; tune && st == CUBLAS_STATUS_SUCCESS && w < 2; w++) {
+            int more = 0;
+            if (cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &smaller_ws[w],
+                                                     sizeof smaller_ws[w]) != CUBLAS_STATUS_SUCCESS ||
+                cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)q->dev->blas_lt, op, la, lb, lc, lc, pref,
+                                               LT_CANDIDATES, cand + found, &more) != CUBLAS_STATUS_SUCCESS)
+                break;
+            int first_new = found, end = found + more;
+            for (int i = first_new; i < end; i++) {
+                bool seen = false;
+                for (int j = 0; j < found && !seen; j++)
+                    seen = !memcmp(&cand[j].algo, &cand[i].algo, sizeof cand[i].algo);
+                if (!seen)
+                    cand[found++] = cand[i];
+            }
+        }
         if (st == CUBLAS_STATUS_SUCCESS) {
             lt_call call = {q, op, la, lb, lc, alpha, beta, first->ptr, second->ptr, cin, c, ws, ws_bytes};
             heur = cand[found > 1 ? lt_tune(&call, &key, cand, found) : 0];

@@ -503,7 +503,8 @@ static void test_matmul_epilogue(kiln_device *gpu, kiln_device *cpu)
     double e1 = max_err(kiln_matmul(a, w), kiln_matmul(a_cpu, w_cpu));
     double e2 = max_err(kiln__matmul_epilogue(a, w, b, NULL, KILN_EPI_NONE, 0, 0),
                         kiln__epilogue(kiln_matmul(a_cpu, w_cpu), b_cpu, NULL, KILN_EPI_NONE, 0, 0));
-    CHECK(e1 < 1e-5 && e2 < 1e-5, "a timed product and its biased form match the cpu: %g, %g", e1, e2);
+    /* f32 sums of 384 terms in another order than the cpu's: within 1e-4 of |b| + 1 */
+    CHECK(e1 < 1e-4 && e2 < 1e-4, "a timed product and its biased form match the cpu: %g, %g", e1, e2);
     kiln_scope_end();
 }
 
