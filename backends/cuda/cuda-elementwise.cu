@@ -86,6 +86,21 @@ __global__ void k_copy(kcu_view out, kcu_view in, int64_t n)
     }
 }
 
+/* A strided copy within one dtype: the bits move as they are (no trip through double), and a
+ * contiguous output (the usual case: a view made contiguous, a head transpose) takes its
+ * offset from the flat index directly; only the input's is decomposed. */
+template <typename T>
+__global__ void k_copy_same(kcu_view out, kcu_view in, int64_t n, bool out_contig)
+{
+    T *o = (T *)out.base;
+    const T *src = (const T *)in.base;
+    KCU_GRID_LOOP(i, n)
+    {
+        int64_t e = out_contig ? out.offset + i : kcu_offset(out, i);
+        o[e] = src[kcu_offset_in(out, in, i)];
+    }
+}
+
 static const int kcu_dtype_size[] = {4, 8, 2, 2, 8, 4, 1, 1};
 
 extern "C" int kcu_copy(kcu_stream s, const kcu_view *out, const kcu_view *in)
@@ -101,6 +116,17 @@ extern "C" int kcu_copy(kcu_stream s, const kcu_view *out, const kcu_view *in)
     kcu_view o = *out, i = *in;
     kcu_view *vs[2] = {&o, &i};
     kcu_coalesce(vs, 2);
+    if (out->dtype == in->dtype) {
+        bool oc = kcu_contiguous(&o);
+        dim3 g(kcu_blocks(n)), b(KCU_THREADS);
+        switch (kcu_dtype_size[out->dtype]) {
+        case 1: k_copy_same<uint8_t><<<g, b, 0, (cudaStream_t)s>>>(o, i, n, oc); break;
+        case 2: k_copy_same<uint16_t><<<g, b, 0, (cudaStream_t)s>>>(o, i, n, oc); break;
+        case 4: k_copy_same<uint32_t><<<g, b, 0, (cudaStream_t)s>>>(o, i, n, oc); break;
+        default: k_copy_same<uint64_t><<<g, b, 0, (cudaStream_t)s>>>(o, i, n, oc); break;
+        }
+        return KCU_LAUNCHED();
+    }
     k_copy<<<kcu_blocks(n), KCU_THREADS, 0, (cudaStream_t)s>>>(o, i, n);
     return KCU_LAUNCHED();
 }
