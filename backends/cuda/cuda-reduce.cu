@@ -450,60 +450,6 @@ __global__ void k_layer_norm(kcu_view out, kcu_view mean, kcu_view rstd, kcu_vie
     }
 }
 
-/* The common case, a row of at most LN_CACHED * KCU_THREADS elements (a Transformer's 768 or
- * 4096): each thread keeps its elements in registers, so x is read once instead of three
- * times; the same sums in the same order as k_layer_norm, so the same results. */
-#define LN_CACHED 16
-
-__global__ void k_layer_norm_cached(kcu_view out, kcu_view mean, kcu_view rstd, kcu_view x, kcu_view w, kcu_view b,
-                                    int64_t rows, int64_t inner, double eps, bool contig)
-{
-    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        double v[LN_CACHED];
-        double s = 0;
-#pragma unroll
-        for (int k = 0; k < LN_CACHED; k++) {
-            int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
-            v[k] = 0;
-            if (j < inner) {
-                int64_t e = r * inner + j;
-                v[k] = kcu_load_d(x.base, x.dtype, contig ? x.offset + e : kcu_offset(x, e));
-                s += v[k];
-            }
-        }
-        double mu = kcu_block_combine_d(s, 0) / (double)inner;
-        double m2 = 0;
-#pragma unroll
-        for (int k = 0; k < LN_CACHED; k++) {
-            int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
-            if (j < inner) {
-                double d = v[k] - mu;
-                m2 += d * d;
-            }
-        }
-        double rs = 1.0 / sqrt(kcu_block_combine_d(m2, 0) / (double)inner + eps);
-#pragma unroll
-        for (int k = 0; k < LN_CACHED; k++) {
-            int64_t j = threadIdx.x + (int64_t)k * blockDim.x;
-            if (j < inner) {
-                double y = (v[k] - mu) * rs;
-                if (w.base)
-                    y *= kcu_load_d(w.base, w.dtype, kcu_offset(w, j));
-                if (b.base)
-                    y += kcu_load_d(b.base, b.dtype, kcu_offset(b, j));
-                int64_t e = r * inner + j;
-                kcu_store_d(out.base, out.dtype, contig ? out.offset + e : kcu_offset(out, e), y);
-            }
-        }
-        if (threadIdx.x == 0) {
-            if (mean.base)
-                kcu_store_d(mean.base, mean.dtype, kcu_offset(mean, r), mu);
-            if (rstd.base)
-                kcu_store_d(rstd.base, rstd.dtype, kcu_offset(rstd, r), rs);
-        }
-    }
-}
-
 extern "C" int kcu_layer_norm(kcu_stream s, const kcu_view *out, const kcu_view *mean, const kcu_view *rstd,
                               const kcu_view *x, const kcu_view *weight, const kcu_view *bias, int64_t inner,
                               double eps)
@@ -516,12 +462,6 @@ extern "C" int kcu_layer_norm(kcu_stream s, const kcu_view *out, const kcu_view 
     kcu_view *vo[1] = {&o}, *vx[1] = {&xv};
     kcu_coalesce(vo, 1);
     kcu_coalesce(vx, 1);
-    if (inner <= (int64_t)LN_CACHED * KCU_THREADS) {
-        bool contig = kcu_contiguous(&o) && kcu_contiguous(&xv);
-        k_layer_norm_cached<<<kcu_rows_grid(rows), KCU_THREADS, 0, (cudaStream_t)s>>>(o, *mean, *rstd, xv, *weight,
-                                                                                     *bias, rows, inner, eps, contig);
-        return KCU_LAUNCHED();
-    }
     k_layer_norm<<<kcu_rows_grid(rows), KCU_THREADS, 0, (cudaStream_t)s>>>(o, *mean, *rstd, xv, *weight, *bias, rows,
                                                                            inner, eps);
     return KCU_LAUNCHED();
