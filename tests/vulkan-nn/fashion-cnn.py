@@ -49,11 +49,12 @@ try:
     cpu, cpu_acc = run("cpu")
     vk, vk_acc = run(DEVICE)
     steps = (TRAIN + 63) // 64
-    assert len(cpu) == steps and len(vk) == steps, "expected %d steps: cpu %d, vulkan %d" % (steps, len(cpu), len(vk))
+    assert len(cpu) == steps and len(vk) == steps, "expected %d steps: cpu %d, %s %d" % (steps, len(cpu), DEVICE,
+                                                                                      len(vk))
     worst = max(abs(a - b) / abs(a) for a, b in zip(cpu, vk))
-    print("%d steps; loss cpu %.6f -> %.6f, vulkan %.6f -> %.6f; worst relative step difference %.2e" %
-          (steps, cpu[0], cpu[-1], vk[0], vk[-1], worst))
-    print("test accuracy on %d images: cpu %.4f, vulkan %.4f" % (TEST, cpu_acc, vk_acc))
+    print("%d steps; loss cpu %.6f -> %.6f, %s %.6f -> %.6f; worst relative step difference %.2e" %
+          (steps, cpu[0], cpu[-1], DEVICE, vk[0], vk[-1], worst))
+    print("test accuracy on %d images: cpu %.4f, %s %.4f" % (TEST, cpu_acc, DEVICE, vk_acc))
     assert cpu[-1] < cpu[0], "the cpu loss did not fall: %s -> %s" % (cpu[0], cpu[-1])
     rel = abs(cpu[-1] - vk[-1]) / abs(cpu[-1])
     # rounding differences compound step by step: 1e-3 over the default ten steps, proportionally
