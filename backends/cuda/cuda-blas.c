@@ -21,10 +21,11 @@
  * activation for (its Gelu is the erf form), so it is not used.
  *
  * The algorithm: cuBLASLt's heuristics are asked once per geometry and the answer kept per
- * device (lt_recall, lt_keep). A product of 1e8 flops or more (not while a graph records)
- * times the heuristics' first eight candidates under the full workspace, and under 4 MiB and
- * none (they rank differently there), once, and keeps the fastest, also in the autotune file
- * (lt_tune), so a later process recalls it without timing.
+ * device (lt_recall, lt_keep). A product of 1e8 flops or more times the heuristics' first
+ * eight candidates under the full workspace, and under 4 MiB and none (they rank differently
+ * there), once, and keeps the fastest, also in the autotune file (lt_tune), so a later
+ * process recalls it without timing; inside a graph recording only a stored winner is
+ * taken (timing waits), else the heuristics' first, kept for that call alone.
  *
  * A HIP build runs this file on hipBLASLt, whose API matches cuBLASLt name for name
  * (vendor-hip-libs.h maps the spellings); hipBLASLt takes no alignment preferences, and
@@ -394,14 +395,21 @@ static int lt_names(const kiln_cuda_device *dev, const lt_key *k, char *tdev, si
  * file, else each timed once here (a warm-up run, then three on the queue's stream between
  * two events; the output is written, which the real run then overwrites) and the winner
  * stored. Candidates that fail to run are passed over; 0 (the heuristics' first) when
- * nothing could be timed. */
-static int lt_tune(const lt_call *c, const lt_key *key, const cublasLtMatmulHeuristicResult_t *cand, int found)
+ * nothing could be timed. While the queue records a graph nothing is timed (the waits
+ * would break the recording): without a stored winner it answers 0 with *decided false. */
+static int lt_tune(const lt_call *c, const lt_key *key, const cublasLtMatmulHeuristicResult_t *cand, int found,
+                   bool *decided)
 {
     char tdev[128], tkey[256];
     bool named = lt_names(c->q->dev, key, tdev, sizeof tdev, tkey, sizeof tkey);
     int64_t stored = 0;
+    *decided = true;
     if (named && kiln__autotune_lookup(tdev, tkey, &stored) && stored >= 1 && stored <= found)
         return (int)stored - 1;
+    if (c->q->recording) {
+        *decided = false;
+        return 0;
+    }
     cudaEvent_t ev[2] = {NULL, NULL};
     if (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -554,9 +562,9 @@ static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *f
         for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
             st = cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]);
 #endif
-        /* large products (not while a graph records: timing waits) time the heuristics'
-         * first candidates once (lt_tune); small ones take its first */
-        bool tune = !q->recording && 2.0 * (double)m * (double)n * (double)k * (double)batch >= LT_TUNE_MIN_FLOPS;
+        /* large products time the heuristics' first candidates once (lt_tune), or recall
+         * the winner from the autotune file; small ones take its first */
+        bool tune = 2.0 * (double)m * (double)n * (double)k * (double)batch >= LT_TUNE_MIN_FLOPS;
         cublasLtMatmulHeuristicResult_t cand[3 * LT_CANDIDATES];
         if (st == CUBLAS_STATUS_SUCCESS)
             st = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)q->dev->blas_lt, op, la, lb, lc, lc, pref,
@@ -586,8 +594,13 @@ static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *f
         }
         if (st == CUBLAS_STATUS_SUCCESS) {
             lt_call call = {q, op, la, lb, lc, alpha, beta, first->ptr, second->ptr, cin, c, ws, ws_bytes};
-            heur = cand[found > 1 ? lt_tune(&call, &key, cand, found) : 0];
-            lt_keep(q->dev, &key, &heur.algo);
+            bool decided = true;
+            heur = cand[found > 1 ? lt_tune(&call, &key, cand, found, &decided) : 0];
+            /* a large product met first inside a recording (which timing would break) and
+             * not in the autotune file runs the heuristics' first and keeps nothing: the
+             * next call outside a recording times the candidates */
+            if (decided)
+                lt_keep(q->dev, &key, &heur.algo);
         }
     }
     if (st == CUBLAS_STATUS_SUCCESS) {
