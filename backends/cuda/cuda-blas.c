@@ -52,6 +52,15 @@ int kiln__cuda_blas_init(kiln_cuda_device *dev)
         return -1;
     }
     dev->blas_lt = lt;
+    /* the device as the autotune file names a timed matmul choice: the GPU, its compute
+     * capability, the driver and CUDA runtime versions (made here, outside any recording) */
+    int driver = 0, runtime = 0;
+    if (cudaDriverGetVersion(&driver) != cudaSuccess || cudaRuntimeGetVersion(&runtime) != cudaSuccess)
+        (void)cudaGetLastError();
+    int n = snprintf(dev->blas_tune_dev, sizeof dev->blas_tune_dev, "cuda/%.40s/sm%d%d/drv%d/rt%d/lt", dev->gpu,
+                     dev->cc_major, dev->cc_minor, driver, runtime);
+    if (n < 0 || (size_t)n >= sizeof dev->blas_tune_dev)
+        dev->blas_tune_dev[0] = 0; /* choices then live in this process only */
     return 0;
 }
 
@@ -370,16 +379,10 @@ typedef struct lt_call {
     size_t ws_bytes;
 } lt_call;
 
-/* The device and the geometry as the autotune file names them (the GPU, its compute
- * capability, the driver and CUDA runtime versions; the key's fields). 0 when a name does
- * not fit. */
-static int lt_names(const kiln_cuda_device *dev, const lt_key *k, char *tdev, size_t dlen, char *tkey, size_t klen)
+/* The geometry as the autotune file names it (the key's fields); 0 when it does not fit.
+ * The device's name there (dev->blas_tune_dev) is made when cuBLASLt starts. */
+static int lt_key_name(const lt_key *k, char *tkey, size_t klen)
 {
-    int driver = 0, runtime = 0;
-    if (cudaDriverGetVersion(&driver) != cudaSuccess || cudaRuntimeGetVersion(&runtime) != cudaSuccess)
-        (void)cudaGetLastError();
-    int n = snprintf(tdev, dlen, "cuda/%.40s/sm%d%d/drv%d/rt%d/lt", dev->gpu, dev->cc_major, dev->cc_minor, driver,
-                     runtime);
     int m = snprintf(tkey, klen,
                      "matmul/t%d/c%d/o%d%d/%llux%llu:%lld/%llux%llu:%lld/%lldx%lld/b%lld:%lld:%lld/e%d/r%d/"
                      "a%u.%u.%u.%u",
@@ -388,7 +391,7 @@ static int lt_names(const kiln_cuda_device *dev, const lt_key *k, char *tdev, si
                      (unsigned long long)k->cols_second, (long long)k->ld_second, (long long)k->m, (long long)k->n,
                      (long long)k->batch, (long long)k->stride_first, (long long)k->stride_second, k->epilogue,
                      k->residual, k->align[0], k->align[1], k->align[2], k->align[3]);
-    return n > 0 && (size_t)n < dlen && m > 0 && (size_t)m < klen;
+    return m > 0 && (size_t)m < klen;
 }
 
 /* Which of the heuristics' candidates runs this product fastest: recalled from the autotune
@@ -400,8 +403,9 @@ static int lt_names(const kiln_cuda_device *dev, const lt_key *k, char *tdev, si
 static int lt_tune(const lt_call *c, const lt_key *key, const cublasLtMatmulHeuristicResult_t *cand, int found,
                    bool *decided)
 {
-    char tdev[128], tkey[256];
-    bool named = lt_names(c->q->dev, key, tdev, sizeof tdev, tkey, sizeof tkey);
+    char tkey[256];
+    const char *tdev = c->q->dev->blas_tune_dev;
+    bool named = tdev[0] && lt_key_name(key, tkey, sizeof tkey);
     int64_t stored = 0;
     *decided = true;
     if (named && kiln__autotune_lookup(tdev, tkey, &stored) && stored >= 1 && stored <= found)

@@ -70,6 +70,7 @@ typedef struct kiln_cuda_device {
     bool profile;       /* option profile=on: each queue sums its GPU time by entry (cuda-profile.c) */
     size_t conv_search_bytes; /* option conv_workspace_mb: scratch cuDNN's algorithm search may use */
     void *blas_lt;      /* cublasLtHandle_t */
+    char blas_tune_dev[128]; /* the device as the autotune file names timed matmul choices */
     pthread_mutex_t mu; /* guards lost_why, conv_cache, fused_cache, lt_cache */
     atomic_bool lost;
     char lost_why[256];
