@@ -8,6 +8,8 @@
  * tensor) becomes a hole, so marks never move.
  */
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -272,6 +274,101 @@ kiln__alloc_hook *kiln__alloc_hook_swap(kiln__alloc_hook *h)
     return old;
 }
 
+/* ------------------------------------------------- tensor and storage records, reused */
+
+/* Every op makes a tensor record and a storage record and frees two when its inputs die;
+ * a small model run op by op spends a tenth of its time in malloc and free for them (the
+ * ONNX test encoder on the cpu: 0.073 ms a run with glibc's malloc, 0.064 with jemalloc
+ * preloaded). Each thread keeps up to RECORDS_KEPT freed records of each kind and hands
+ * them out again, zeroed as calloc would. A record freed on another thread than the one
+ * that made it joins the freeing thread's list; a thread's lists are freed when it ends.
+ * Under AddressSanitizer nothing is kept, so a use after free is still caught. */
+#if defined(__SANITIZE_ADDRESS__)
+#define RECORDS_KEPT 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RECORDS_KEPT 0
+#endif
+#endif
+#ifndef RECORDS_KEPT
+#define RECORDS_KEPT 64
+#endif
+
+typedef struct record_cache {
+    void *tensors[RECORDS_KEPT + 1];
+    void *storages[RECORDS_KEPT + 1];
+    int ntensors, nstorages;
+} record_cache;
+
+static _Thread_local record_cache *thread_records;
+static pthread_key_t records_key;
+static bool records_key_made; /* written once, under records_once */
+static pthread_once_t records_once = PTHREAD_ONCE_INIT;
+
+/* The key's destructor, in the ending thread: later frees in that thread (another key's
+ * destructor releasing a tensor) make a fresh list, which the next destructor round frees. */
+static void records_free(void *p)
+{
+    record_cache *c = p;
+    thread_records = NULL;
+    for (int i = 0; i < c->ntensors; i++)
+        free(c->tensors[i]);
+    for (int i = 0; i < c->nstorages; i++)
+        free(c->storages[i]);
+    free(c);
+}
+
+static void records_key_make(void)
+{
+    records_key_made = pthread_key_create(&records_key, records_free) == 0;
+}
+
+/* The calling thread's lists, made on first use; NULL when caching is off or failed. */
+static record_cache *records(void)
+{
+    if (RECORDS_KEPT == 0)
+        return NULL;
+    if (thread_records)
+        return thread_records;
+    pthread_once(&records_once, records_key_make);
+    if (!records_key_made)
+        return NULL; /* without a key a thread's lists could not be freed when it ends */
+    record_cache *c = calloc(1, sizeof *c);
+    if (!c || pthread_setspecific(records_key, c) != 0) {
+        free(c);
+        return NULL;
+    }
+    thread_records = c;
+    return c;
+}
+
+static void *record_take(bool storage)
+{
+    record_cache *c = records();
+    size_t size = storage ? sizeof(kiln_storage) : sizeof(kiln_tensor);
+    if (c && (storage ? c->nstorages : c->ntensors) > 0) {
+        void *p = storage ? c->storages[--c->nstorages] : c->tensors[--c->ntensors];
+        memset(p, 0, size);
+        return p;
+    }
+    return calloc(1, size);
+}
+
+static void record_give(void *p, bool storage)
+{
+    if (!p)
+        return;
+    record_cache *c = records();
+    if (c && (storage ? c->nstorages : c->ntensors) < RECORDS_KEPT) {
+        if (storage)
+            c->storages[c->nstorages++] = p;
+        else
+            c->tensors[c->ntensors++] = p;
+        return;
+    }
+    free(p);
+}
+
 /* The one place storages are made. wrap_ptr NULL: a fresh backend buffer; otherwise a
  * buffer over the caller's host memory (see kiln__alloc_wrapped). */
 static kiln_tensor *alloc_impl(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
@@ -305,11 +402,11 @@ static kiln_tensor *alloc_impl(kiln_device *dev, kiln_dtype dt, int ndim, const 
                         kiln__shape_str(ndim, shape, sh, sizeof sh), kiln_dtype_name(dt));
         return NULL;
     }
-    kiln_storage *st = calloc(1, sizeof *st);
-    kiln_tensor *t = calloc(1, sizeof *t);
+    kiln_storage *st = record_take(true);
+    kiln_tensor *t = record_take(false);
     if (!st || !t) {
-        free(st);
-        free(t);
+        record_give(st, true);
+        record_give(t, false);
         kiln__error_set("%s: out of memory", op);
         return NULL;
     }
@@ -330,8 +427,8 @@ static kiln_tensor *alloc_impl(kiln_device *dev, kiln_dtype dt, int ndim, const 
     if (!st->buf) {
         char why[KILN_ERROR_MAX];
         snprintf(why, sizeof why, "%s", kiln_error()[0] ? kiln_error() : "out of device memory");
-        free(st);
-        free(t);
+        record_give(st, true);
+        record_give(t, false);
         kiln__error_set("%s: cannot allocate %s%s (%zu bytes): %s", op, kiln_dtype_name(dt),
                         kiln__shape_str(ndim, shape, sh, sizeof sh), nbytes, why);
         return NULL;
@@ -393,7 +490,7 @@ kiln_tensor *kiln__alloc_wrapped(kiln_device *dev, kiln_dtype dt, int ndim, cons
 kiln_tensor *kiln__view(const kiln_tensor *base, int ndim, const int64_t *shape,
                         const int64_t *strides, int64_t offset)
 {
-    kiln_tensor *t = calloc(1, sizeof *t);
+    kiln_tensor *t = record_take(false);
     if (!t) {
         kiln__error_set("view: out of memory");
         return NULL;
@@ -439,7 +536,7 @@ static void storage_release(kiln_storage *st)
         kiln__queue_free_buffer(st);   /* ordered after every queue that used it */
     else
         dev->be->buffer_free(kiln__qctx(dev), st->buf);
-    free(st);
+    record_give(st, true);
     kiln__device_release(dev);
 }
 
@@ -451,7 +548,7 @@ static void tensor_drop(kiln_tensor *t)
     if (t->autograd)
         kiln__ad_free_meta(t);
     storage_release(t->storage);
-    free(t);
+    record_give(t, false);
 }
 
 kiln_tensor *kiln_tensor_retain(kiln_tensor *t)
