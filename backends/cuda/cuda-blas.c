@@ -559,12 +559,11 @@ static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *f
             st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
                                                       sizeof ws_bytes);
 #if !KILN_CUDA_HIP
-        uint32_t al[4] = {alignment(first->ptr), alignment(second->ptr), alignment(cin), alignment(c)};
         cublasLtMatmulPreferenceAttributes_t which[4] = {
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
         for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
-            st = cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]);
+            st = cublasLtMatmulPreferenceSetAttribute(pref, which[i], &key.align[i], sizeof key.align[i]);
 #endif
         /* large products time the heuristics' first candidates once (lt_tune), or recall
          * the winner from the autotune file; small ones take its first */
@@ -612,7 +611,6 @@ static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *f
         st = cublasLtMatmul((cublasLtHandle_t)q->dev->blas_lt, op, alpha, first->ptr, la, second->ptr, lb, beta,
                             cin, lc, c, lc, &heur.algo, ws, ws_bytes, q->stream);
     }
-    (void)k;
     if (ep && st == CUBLAS_STATUS_NOT_SUPPORTED && !strcmp(what, "choosing an algorithm"))
         rc = KILN_ENOTSUP; /* no kernel with this epilogue: the engine runs matmul, then the epilogue */
     else if (st != CUBLAS_STATUS_SUCCESS)
