@@ -249,8 +249,33 @@ static int64_t numel(const kiln_tdesc *d)
  * Every value of the i64 view idx lies in [0, bound). The view is already inside its buffer.
  * On a host-memory device it is read in place, otherwise its touched range is downloaded.
  */
-static int check_index_values(struct ctx *c, const kiln_tdesc *idx, int64_t bound, const char *what)
+/* Whether two operands of the op share bytes of one buffer. Views are checked in elements of their
+ * own dtypes, so the comparison is in bytes. */
+static bool operands_overlap(const kiln_wire_op *op, int a, int b)
 {
+    const kiln_wire_td *x = &op->td[a], *y = &op->td[b];
+    if (x->id == 0 || x->id != y->id)
+        return false;
+    int64_t xl, xh, yl, yh;
+    bool xe, ye;
+    if (kiln_wire_td_span(x, &xl, &xh, &xe) != 0 || kiln_wire_td_span(y, &yl, &yh, &ye) != 0)
+        return true; /* resolve() has refused these already; stay on the safe side */
+    if (xe || ye)
+        return false;
+    int64_t xs = (int64_t)kiln_wire_dtype_size(x->dtype), ys = (int64_t)kiln_wire_dtype_size(y->dtype);
+    return xl * xs < (yh + 1) * ys && yl * ys < (xh + 1) * xs;
+}
+
+/*
+ * The index operand `which` of the op must hold values in [0, bound), and must not share bytes with the
+ * output (operand 0): a primitive that writes its output while it still reads the index would
+ * otherwise turn checked values into unchecked ones halfway through.
+ */
+static int check_index_values(struct ctx *c, int which, const kiln_tdesc *idx, int64_t bound, const char *what)
+{
+    if (operands_overlap(&c->m->u.op, 0, which))
+        return reply_error(c, KILN_WIRE_ERR_BAD_RANGE, "%s: the index (operand %d) shares memory with the output",
+                           what, which);
     if (idx->dtype != KILN_I64)
         return reply_error(c, KILN_WIRE_ERR_BAD_SHAPE, "%s: index must be i64, not %s", what,
                            kiln_dtype_name(idx->dtype));
@@ -521,22 +546,22 @@ static int do_op(struct ctx *c)
         rc = be->sort(x, t[0], t[1], t[2], (int)op->i[0], (op->flags & KILN_WIRE_OPF_DESCENDING) != 0);
         break;
     case KILN_WIRE_P_GATHER:
-        if (check_index_values(c, t[2], t[1]->shape[op->i[0]], "gather") != 0)
+        if (check_index_values(c, 2, t[2], t[1]->shape[op->i[0]], "gather") != 0)
             return -1;
         rc = be->gather(x, t[0], t[1], (int)op->i[0], t[2]);
         break;
     case KILN_WIRE_P_SCATTER:
-        if (check_index_values(c, t[1], t[0]->shape[op->i[0]], "scatter") != 0)
+        if (check_index_values(c, 1, t[1], t[0]->shape[op->i[0]], "scatter") != 0)
             return -1;
         rc = be->scatter(x, t[0], (int)op->i[0], t[1], t[2], (op->flags & KILN_WIRE_OPF_ACCUMULATE) != 0);
         break;
     case KILN_WIRE_P_INDEX_SELECT:
-        if (check_index_values(c, t[2], t[1]->shape[op->i[0]], "index_select") != 0)
+        if (check_index_values(c, 2, t[2], t[1]->shape[op->i[0]], "index_select") != 0)
             return -1;
         rc = be->index_select(x, t[0], t[1], (int)op->i[0], t[2]);
         break;
     case KILN_WIRE_P_INDEX_ADD:
-        if (check_index_values(c, t[1], t[0]->shape[op->i[0]], "index_add") != 0)
+        if (check_index_values(c, 1, t[1], t[0]->shape[op->i[0]], "index_add") != 0)
             return -1;
         rc = be->index_add(x, t[0], (int)op->i[0], t[1], t[2]);
         break;
@@ -563,7 +588,7 @@ static int do_op(struct ctx *c)
     case KILN_WIRE_P_POOL_BWD: {
         kiln_pool_params p;
         pool_params(op, &p);
-        if (t[2] && check_index_values(c, t[2], plane_of(t[0], p.nspatial), "pool_backward") != 0)
+        if (t[2] && check_index_values(c, 2, t[2], plane_of(t[0], p.nspatial), "pool_backward") != 0)
             return -1;
         rc = be->pool_backward(x, &p, t[0], t[1], t[2]);
         break;

@@ -279,6 +279,11 @@ def test_hostile_operands(d):
          E_BAD_RANGE),
         ("negative index", op(0, P_INDEX_SELECT, [td(2, [1]), td(1, [4]), td(3, [1], dtype=I64, offset=3)],
                               i=(0,)), E_BAD_RANGE),
+        # an output that shares bytes with the index would rewrite checked values while they are read
+        ("scatter output over its index", op(0, P_SCATTER, [td(3, [4], dtype=F64), td(3, [2], dtype=I64),
+                                                            td(1, [2], dtype=F64)], i=(0,), flags=4), E_BAD_RANGE),
+        ("gather output over its index", op(0, P_GATHER, [td(3, [2], dtype=I64, offset=1), td(3, [4], dtype=I64),
+                                                          td(3, [2], dtype=I64)], i=(0,)), E_BAD_RANGE),
         ("dim out of range", op(0, P_GATHER, [td(2, [4]), td(1, [4]), td(3, [4], dtype=I64)], i=(3,)),
          E_BAD_SHAPE),
         ("upload past the end", upload(0, 1, 12, f32(1, 2)), E_BAD_RANGE),
@@ -304,6 +309,12 @@ def test_hostile_operands(d):
     w.send(op(2000, P_GATHER, [td(2, [2]), td(1, [4]), td(3, [2], dtype=I64)], i=(0,)) + download(2001, 2, 0, 8))
     got = w.until(2001)
     check(unf32(got[-1][2]["data"]) == [1, 2] and not errors_of(got), "gather with in-range index works")
+    # the same buffer may hold the index and the output where they do not overlap
+    w.send(op(2002, P_GATHER, [td(3, [2], dtype=I64, offset=2), td(3, [4], dtype=I64), td(3, [2], dtype=I64)],
+              i=(0,)) + download(2003, 3, 0, 32))
+    got = w.until(2003)
+    check(struct.unpack("<4q", got[-1][2]["data"]) == (0, 1, 0, 1) and not errors_of(got),
+          "gather into a part of the index's buffer the index does not use works")
     w.close()
 
 
