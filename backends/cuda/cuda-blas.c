@@ -71,6 +71,8 @@ void kiln__cuda_blas_fini(kiln_cuda_device *dev)
     dev->blas_lt = NULL;
     free(dev->lt_cache);
     dev->lt_cache = NULL;
+    free(dev->ep_ways);
+    dev->ep_ways = NULL;
 }
 
 static int blas_fail(kiln_cuda_queue *q, cublasStatus_t st, const char *what)
@@ -170,6 +172,9 @@ static int operand(kiln__cuda_operands *ops, const kiln_tdesc *t, lt_operand *o)
 }
 static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *oa, const lt_operand *ob, int64_t m,
                   int64_t n, int64_t k, int64_t batch, const kiln_epilogue *ep);
+static int run_with_epilogue(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *first,
+                             const lt_operand *second, int64_t m, int64_t n, int64_t k, int64_t batch,
+                             const kiln_epilogue *ep);
 
 static int matmul(kiln_cuda_queue *q, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b,
                   const kiln_epilogue *ep);
@@ -272,7 +277,8 @@ static int matmul(kiln_cuda_queue *q, const kiln_tdesc *out, const kiln_tdesc *a
         m *= batch;
         batch = 1;
     }
-    rc = run_lt(q, out, &ob, &oa, m, n, k, batch, ep);
+    rc = ep ? run_with_epilogue(q, out, &ob, &oa, m, n, k, batch, ep)
+            : run_lt(q, out, &ob, &oa, m, n, k, batch, NULL);
 done:
     kiln__cuda_operands_release(&ops);
     return rc;
@@ -628,4 +634,155 @@ static int run_lt(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *f
     if (op)
         cublasLtMatmulDescDestroy(op);
     return rc;
+}
+
+/* ------------------------------------ a product with an epilogue: two ways, timed */
+
+/* cuBLASLt offers fewer kernels with a bias epilogue than without one, and for some shapes
+ * (BERT's K = 768 linears on an H200 ran at 0.69-0.76 of PyTorch with every bias-epilogue
+ * candidate) the best plain product followed by a pass of the epilogue kernel is faster.
+ * A product large enough to time its candidates (LT_TUNE_MIN_FLOPS) without a residual
+ * (which the plain product's output may share memory with) times both ways once per
+ * geometry, each whole, and keeps the faster: in the autotune file under a name of its own,
+ * and per device by that name's 64-bit hash (a collision could only pick the slower of two
+ * correct ways). Either way computes act(a·b + bias) in f32; the separate way rounds the
+ * product to f32 before adding the bias, as the unfused engine does. */
+
+#define EP_WAY_SLOTS 256
+
+typedef struct ep_way {
+    uint64_t hash; /* 0: empty */
+    int way;       /* KILN_CUDA_EP_FUSED or KILN_CUDA_EP_SEPARATE */
+} ep_way;
+
+struct kiln__cuda_ep_ways {
+    ep_way slot[EP_WAY_SLOTS];
+};
+
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 14695981039346656037ull; /* FNV-1a, 64 bits */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h ? h : 1;
+}
+
+static int ep_way_recall(kiln_cuda_device *dev, uint64_t h)
+{
+    int way = KILN_CUDA_EP_TIMED;
+    pthread_mutex_lock(&dev->mu);
+    for (int i = 0; dev->ep_ways && i < LT_PROBES && !way; i++) {
+        const ep_way *w = &dev->ep_ways->slot[(h + (uint64_t)i) % EP_WAY_SLOTS];
+        if (w->hash == h)
+            way = w->way;
+    }
+    pthread_mutex_unlock(&dev->mu);
+    return way;
+}
+
+static void ep_way_keep(kiln_cuda_device *dev, uint64_t h, int way)
+{
+    pthread_mutex_lock(&dev->mu);
+    if (!dev->ep_ways)
+        dev->ep_ways = calloc(1, sizeof *dev->ep_ways); /* NULL: nothing kept, both ways timed again */
+    if (dev->ep_ways) {
+        ep_way *w = &dev->ep_ways->slot[h % EP_WAY_SLOTS];
+        for (int i = 0; i < LT_PROBES; i++) {
+            ep_way *t = &dev->ep_ways->slot[(h + (uint64_t)i) % EP_WAY_SLOTS];
+            if (!t->hash || t->hash == h) {
+                w = t;
+                break;
+            }
+        }
+        w->hash = h;
+        w->way = way;
+    }
+    pthread_mutex_unlock(&dev->mu);
+}
+
+static int run_way(kiln_cuda_queue *q, int way, const kiln_tdesc *out, const lt_operand *first,
+                   const lt_operand *second, int64_t m, int64_t n, int64_t k, int64_t batch,
+                   const kiln_epilogue *ep)
+{
+    if (way != KILN_CUDA_EP_SEPARATE)
+        return run_lt(q, out, first, second, m, n, k, batch, ep);
+    int rc = run_lt(q, out, first, second, m, n, k, batch, NULL);
+    if (!rc)
+        rc = kiln__cuda_epilogue(q, out, ep);
+    if (!rc)
+        q->last_op = "matmul_fused";
+    return rc;
+}
+
+/* Milliseconds of three runs of one way after an untimed one (which also times that way's
+ * cuBLASLt candidates the first time); negative when it did not run. */
+static float time_way(kiln_cuda_queue *q, int way, cudaEvent_t ev[2], const kiln_tdesc *out,
+                      const lt_operand *first, const lt_operand *second, int64_t m, int64_t n, int64_t k,
+                      int64_t batch, const kiln_epilogue *ep)
+{
+    int rc = run_way(q, way, out, first, second, m, n, k, batch, ep);
+    if (rc || cudaEventRecord(ev[0], q->stream) != cudaSuccess)
+        return -1;
+    for (int r = 0; r < 3 && !rc; r++)
+        rc = run_way(q, way, out, first, second, m, n, k, batch, ep);
+    float ms = 0;
+    if (rc || cudaEventRecord(ev[1], q->stream) != cudaSuccess || cudaEventSynchronize(ev[1]) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, ev[0], ev[1]) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    return ms;
+}
+
+static int run_with_epilogue(kiln_cuda_queue *q, const kiln_tdesc *out, const lt_operand *first,
+                             const lt_operand *second, int64_t m, int64_t n, int64_t k, int64_t batch,
+                             const kiln_epilogue *ep)
+{
+    kiln_cuda_device *dev = q->dev;
+    if (dev->ep_way_forced)
+        return run_way(q, dev->ep_way_forced, out, first, second, m, n, k, batch, ep);
+    if (ep->residual || 2.0 * (double)m * (double)n * (double)k * (double)batch < LT_TUNE_MIN_FLOPS)
+        return run_lt(q, out, first, second, m, n, k, batch, ep);
+    char name[256];
+    int len = snprintf(name, sizeof name,
+                       "matmul-epilogue/d%d/t%d/o%d%d/%lldx%lldx%lld/l%lld.%lld/b%lld:%lld:%lld/a%d/b%d",
+                       (int)out->dtype, (int)dev->tf32, (int)first->op, (int)second->op, (long long)m,
+                       (long long)n, (long long)k, (long long)first->ld, (long long)second->ld, (long long)batch,
+                       (long long)(batch > 1 ? first->batch_stride : 0),
+                       (long long)(batch > 1 ? second->batch_stride : 0), (int)ep->act, ep->bias != NULL);
+    if (len <= 0 || (size_t)len >= sizeof name)
+        return run_lt(q, out, first, second, m, n, k, batch, ep);
+    uint64_t h = name_hash(name);
+    int way = ep_way_recall(dev, h);
+    if (!way) {
+        int64_t stored = 0;
+        if (dev->blas_tune_dev[0] && kiln__autotune_lookup(dev->blas_tune_dev, name, &stored) &&
+            (stored == KILN_CUDA_EP_FUSED || stored == KILN_CUDA_EP_SEPARATE)) {
+            way = (int)stored;
+            ep_way_keep(dev, h, way);
+        }
+    }
+    if (way)
+        return run_way(q, way, out, first, second, m, n, k, batch, ep);
+    if (q->recording) /* timing would break the recording: the epilogue, nothing kept */
+        return run_lt(q, out, first, second, m, n, k, batch, ep);
+    cudaEvent_t ev[2] = {NULL, NULL};
+    if (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (ev[0])
+            cudaEventDestroy(ev[0]);
+        return run_lt(q, out, first, second, m, n, k, batch, ep);
+    }
+    float fused = time_way(q, KILN_CUDA_EP_FUSED, ev, out, first, second, m, n, k, batch, ep);
+    float separate = time_way(q, KILN_CUDA_EP_SEPARATE, ev, out, first, second, m, n, k, batch, ep);
+    cudaEventDestroy(ev[0]);
+    cudaEventDestroy(ev[1]);
+    if (fused >= 0 || separate >= 0) {
+        way = separate >= 0 && (fused < 0 || separate < fused) ? KILN_CUDA_EP_SEPARATE : KILN_CUDA_EP_FUSED;
+        ep_way_keep(dev, h, way);
+        if (dev->blas_tune_dev[0])
+            kiln__autotune_store(dev->blas_tune_dev, name, way);
+    }
+    /* the result, by the chosen way (or cuBLASLt's epilogue, which then reports its error) */
+    return run_way(q, way ? way : KILN_CUDA_EP_FUSED, out, first, second, m, n, k, batch, ep);
 }

@@ -57,6 +57,15 @@ typedef struct kiln__cuda_conv_cache kiln__cuda_conv_cache;
 typedef struct kiln__cuda_profile kiln__cuda_profile;
 typedef struct kiln__cuda_lt_cache kiln__cuda_lt_cache;
 typedef struct kiln__cuda_fused_cache kiln__cuda_fused_cache;
+typedef struct kiln__cuda_ep_ways kiln__cuda_ep_ways;
+
+/** How a product with an epilogue runs (cuda-blas.c): cuBLASLt's epilogue, or the plain
+ *  product then the epilogue kernel. */
+enum {
+    KILN_CUDA_EP_TIMED = 0,
+    KILN_CUDA_EP_FUSED = 1,
+    KILN_CUDA_EP_SEPARATE = 2
+};
 
 typedef struct kiln_cuda_device {
     int index;
@@ -71,11 +80,15 @@ typedef struct kiln_cuda_device {
     size_t conv_search_bytes; /* option conv_workspace_mb: scratch cuDNN's algorithm search may use */
     void *blas_lt;      /* cublasLtHandle_t */
     char blas_tune_dev[128]; /* the device as the autotune file names timed matmul choices */
-    pthread_mutex_t mu; /* guards lost_why, conv_cache, fused_cache, lt_cache */
+    pthread_mutex_t mu;      /* guards lost_why, conv_cache, fused_cache, lt_cache, ep_ways */
     atomic_bool lost;
     char lost_why[256];
     kiln__cuda_conv_cache *conv_cache;
     kiln__cuda_lt_cache *lt_cache;       /* cuBLASLt's chosen algorithms by geometry (cuda-blas.c) */
+    kiln__cuda_ep_ways *ep_ways;         /* how each timed product with a bias runs (cuda-blas.c) */
+    /* tests: KILN_CUDA_EP_TIMED (0) times the two ways of a large product with an epilogue,
+     * KILN_CUDA_EP_FUSED or KILN_CUDA_EP_SEPARATE takes that one */
+    int ep_way_forced;
     kiln__cuda_fused_cache *fused_cache; /* generated kernels (cuda-fused.c) */
 } kiln_cuda_device;
 

@@ -513,6 +513,25 @@ static void test_matmul_epilogue(kiln_device *gpu, kiln_device *cpu)
                         kiln__epilogue(kiln_matmul(a_cpu, w_cpu), b_cpu, NULL, KILN_EPI_NONE, 0, 0));
     /* f32 sums of 384 terms in another order than the cpu's: within 1e-4 of |b| + 1 */
     CHECK(e1 < 1e-4 && e2 < 1e-4, "a timed product and its biased form match the cpu: %g, %g", e1, e2);
+    /* such a product with an epilogue runs either through cuBLASLt's epilogue or as the plain
+     * product and the epilogue kernel (timed once, the faster kept): each way, then the timed
+     * choice, against the cpu, and the kept choice again bit for bit */
+    kiln_tensor *want = kiln__epilogue(kiln_matmul(a_cpu, w_cpu), b_cpu, NULL, KILN_EPI_RELU, 0, 0);
+    const int ways[] = {KILN_CUDA_EP_FUSED, KILN_CUDA_EP_SEPARATE, KILN_CUDA_EP_TIMED};
+    const char *way_names[] = {"cuBLASLt's epilogue", "the product, then the epilogue kernel", "the timed way"};
+    for (int i = 0; i < 3; i++) {
+        q->dev->ep_way_forced = ways[i];
+        q->last_op = NULL;
+        kiln_tensor *y = kiln__matmul_epilogue(a, w, b, NULL, KILN_EPI_RELU, 0, 0);
+        double e = max_err(y, want);
+        CHECK(y && e < 1e-4, "a large product with bias and relu by %s matches the cpu: %g", way_names[i], e);
+        CHECK(q->last_op && !strcmp(q->last_op, "matmul_fused"), "%s runs as matmul_fused (last op %s)",
+              way_names[i], q->last_op ? q->last_op : "none");
+    }
+    CHECK(q->dev->ep_ways != NULL, "the timed way is kept per device");
+    kiln_tensor *y1 = kiln__matmul_epilogue(a, w, b, NULL, KILN_EPI_RELU, 0, 0);
+    kiln_tensor *y2 = kiln__matmul_epilogue(a, w, b, NULL, KILN_EPI_RELU, 0, 0);
+    CHECK(y1 && y2 && max_err(y1, y2) == 0.0, "the kept way gives the same result again");
     kiln_scope_end();
 }
 
