@@ -33,16 +33,54 @@ static kiln_tdesc collapsed(const kiln_tdesc *t, uint32_t mask, bool keep_masked
     return r;
 }
 
+/* Mirrors reduce.glsl's params block. */
 typedef struct reduce_params {
     kvk_view out, outer, inner;
     kvk_scalar param;
+    int32_t splits, chunk, divisor;
 } reduce_params;
+
+/* A float sum or mean with fewer outputs than a GPU has cores, each over a long run, would
+ * leave most of the device idle at one workgroup per output: it splits each output's run
+ * into chunks of at least SPLIT_MIN_CHUNK elements, for about SPLIT_GROUPS workgroups in
+ * all, whose partial sums a second dispatch adds in order (so the result depends on the
+ * shapes only, never on timing). */
+#define SPLIT_GROUPS 256
+#define SPLIT_MIN_CHUNK 4096
+
+static int64_t split_count(kiln_reduce_op op, const kiln_tdesc *out, const kiln_tdesc *in, int64_t nout, int64_t n)
+{
+    if ((op != KILN_REDUCE_SUM && op != KILN_REDUCE_MEAN) || !kiln_dtype_is_float(out->dtype) ||
+        !kiln_dtype_is_float(in->dtype))
+        return 1;
+    if (nout == 0 || nout >= SPLIT_GROUPS / 2 || n < 2 * SPLIT_MIN_CHUNK)
+        return 1;
+    int64_t want = (SPLIT_GROUPS + nout - 1) / nout, most = n / SPLIT_MIN_CHUNK;
+    return want < most ? want : most;
+}
+
+static int dispatch_reduce(kvk_queue *q, kiln_reduce_op op, kiln_dtype out_dt, kiln_buffer *out_buf,
+                           kiln_dtype in_dt, kiln_buffer *in_buf, const reduce_params *p, int64_t groups)
+{
+    kiln_dtype dts[2] = {out_dt, in_dt};
+    char variant[16];
+    uint32_t c[1] = {(uint32_t)op};
+    kvk_spec spec = kvk_spec_1d(1, c);
+    kiln_buffer *bufs[2] = {out_buf, in_buf};
+    /* float sums go through subgroup adds where the device has them */
+    bool sg = q->d->feat.subgroup_arith && out_dt == in_dt && kiln_dtype_is_float(in_dt);
+    const char *shader = sg ? (q->d->feat.f64 ? "reduce_sg_d" : "reduce_sg")
+                            : (q->d->feat.f64 ? "reduce_d" : "reduce");
+    return kvk_dispatch(q, "reduce", shader, kvk_variant(variant, sizeof variant, 2, dts), &spec, bufs, 2, p,
+                        sizeof *p, kvk_groups(groups, 1), 1, 1);
+}
 
 int kvk_reduce(void *vq, kiln_reduce_op op, const kiln_tdesc *out, const kiln_tdesc *in, uint32_t mask,
                double param)
 {
     kvk_queue *q = vq;
     reduce_params p;
+    memset(&p, 0, sizeof p);
     kiln_tdesc i1 = lifted(in), o1 = lifted(out);
     if (in->ndim == 0)
         mask = 1;
@@ -56,17 +94,38 @@ int kvk_reduce(void *vq, kiln_reduce_op op, const kiln_tdesc *out, const kiln_td
     if (p.inner.numel == 0 && (op == KILN_REDUCE_MAX || op == KILN_REDUCE_MIN))
         return kiln__error_set("reduce: max/min over an empty dimension"), KILN_EINVAL;
     p.param = kvk_scalar_of(param);
-    kiln_dtype dts[2] = {out->dtype, in->dtype};
-    char variant[16];
-    uint32_t c[1] = {(uint32_t)op};
-    kvk_spec spec = kvk_spec_1d(1, c);
-    kiln_buffer *bufs[2] = {out->buf, in->buf};
-    /* float sums go through subgroup adds where the device has them */
-    bool sg = q->d->feat.subgroup_arith && out->dtype == in->dtype && kiln_dtype_is_float(in->dtype);
-    const char *shader = sg ? (q->d->feat.f64 ? "reduce_sg_d" : "reduce_sg")
-                            : (q->d->feat.f64 ? "reduce_d" : "reduce");
-    return kvk_dispatch(q, "reduce", shader, kvk_variant(variant, sizeof variant, 2, dts), &spec, bufs, 2, &p,
-                        sizeof p, kvk_groups(p.out.numel, 1), 1, 1);
+    int64_t nout = p.out.numel, n = p.inner.numel;
+    p.splits = 1;
+    p.chunk = (int32_t)n;
+    int64_t splits = split_count(op, out, in, nout, n);
+    if (splits <= 1)
+        return dispatch_reduce(q, op, out->dtype, out->buf, in->dtype, in->buf, &p, nout);
+    int64_t chunk = (n + splits - 1) / splits;
+    splits = (n + chunk - 1) / chunk;
+    /* partial sums in the precision the shader accumulates in */
+    kiln_dtype acc = q->d->feat.f64 ? KILN_F64 : KILN_F32;
+    kiln_buffer *part = kvk_buffer_alloc(q, (size_t)(nout * splits) * kiln_dtype_size(acc));
+    if (!part)
+        return kiln__error_set("reduce: no device memory for %lld partial sums", (long long)(nout * splits)),
+               KILN_ENOMEM;
+    reduce_params first = p;
+    first.splits = (int32_t)splits;
+    first.chunk = (int32_t)chunk;
+    int rc = dispatch_reduce(q, KILN_REDUCE_SUM, acc, part, in->dtype, in->buf, &first, nout * splits);
+    if (rc == 0) {
+        /* output o's partials are part[o * splits ...], o counted as the outer view counts */
+        reduce_params second = p;
+        kiln_tdesc po = {.buf = part, .dtype = acc, .ndim = 1, .shape = {nout}, .strides = {splits}};
+        kiln_tdesc pi = {.buf = part, .dtype = acc, .ndim = 1, .shape = {splits}, .strides = {1}};
+        if (kvk_view_of(&second.outer, &po, "reduce") < 0 || kvk_view_of(&second.inner, &pi, "reduce") < 0)
+            rc = KILN_EINVAL;
+        second.chunk = (int32_t)splits;
+        second.divisor = op == KILN_REDUCE_MEAN ? (int32_t)n : 0;
+        if (rc == 0)
+            rc = dispatch_reduce(q, op, out->dtype, out->buf, acc, part, &second, nout);
+    }
+    kvk_buffer_free(q, part);
+    return rc;
 }
 
 typedef struct arg_params {

@@ -474,10 +474,79 @@ static void test_default_fusion(const kiln_backend_iface *be)
     unsetenv("KILN_VULKAN_FUSION");
 }
 
+/* Sums and means of few outputs over long runs split each run among workgroups and add the
+ * partial sums in a second pass (vk-reduce.c): against the cpu on contiguous, strided and
+ * transposed runs, f32, f16 and f64, sum and mean, one output and several. */
+static void test_split_reductions(const kiln_backend_iface *be)
+{
+    (void)be;
+    kiln_device *gpu = kiln_device_open(RAW_VULKAN), *cpu = kiln_device_open("cpu");
+    CHECK(gpu && cpu, "open %s and cpu: %s", RAW_VULKAN, kiln_error());
+    if (!gpu || !cpu) {
+        kiln_device_close(gpu);
+        kiln_device_close(cpu);
+        return;
+    }
+    kiln_generator g = kiln_generator_make(5);
+    struct {
+        const char *name;
+        kiln_dtype dt;
+        int ndim;
+        int64_t shape[4];
+        int ndims;
+        int dims[3];
+        bool mean, transpose;
+    } cases[] = {
+        {"f32 sum of [3, 100000] over dim 1", KILN_F32, 2, {3, 100000}, 1, {1}, false, false},
+        {"f32 sum of everything in [1000, 1000]", KILN_F32, 2, {1000, 1000}, 2, {0, 1}, false, false},
+        {"f32 mean of [32, 8, 20, 20] over 0, 2, 3 (a bias gradient)",
+         KILN_F32,
+         4,
+         {32, 8, 20, 20},
+         3,
+         {0, 2, 3},
+         true,
+         false},
+        {"f32 sum over dim 0 of a transposed [4, 50000]", KILN_F32, 2, {4, 50000}, 1, {0}, false, true},
+        {"f16 mean of [2, 40000] over dim 1", KILN_F16, 2, {2, 40000}, 1, {1}, true, false},
+        {"f64 sum of [5, 30000] over dim 1", KILN_F64, 2, {5, 30000}, 1, {1}, false, false},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        if (!kiln__device_caps(gpu)->dtype[cases[c].dt])
+            continue;
+        kiln_scope_begin();
+        kiln_tensor *x_cpu = kiln_rand_normal(cpu, KILN_F32, cases[c].ndim, cases[c].shape, 0.5, 1, &g);
+        x_cpu = kiln_cast(x_cpu, cases[c].dt);
+        kiln_tensor *x = kiln_to_device(x_cpu, gpu);
+        if (cases[c].transpose) {
+            x_cpu = kiln_transpose(x_cpu, 0, 1);
+            x = kiln_transpose(x, 0, 1);
+        }
+        kiln_tensor *(*reduce)(kiln_tensor *, int, const int *, bool) = cases[c].mean ? kiln_mean : kiln_sum;
+        kiln_tensor *want = kiln_cast(reduce(kiln_cast(x_cpu, KILN_F64), cases[c].ndims, cases[c].dims, false),
+                                      KILN_F64);
+        kiln_tensor *got = kiln_cast(kiln_to_device(reduce(x, cases[c].ndims, cases[c].dims, false), cpu),
+                                     KILN_F64);
+        /* the scale of each output: its run's mean magnitude (mean) or sum of magnitudes (sum) */
+        kiln_tensor *scale = reduce(kiln_abs(kiln_cast(x_cpu, KILN_F64)), cases[c].ndims, cases[c].dims, false);
+        double tol = cases[c].dt == KILN_F16 ? 1e-3 : cases[c].dt == KILN_F64 ? 1e-12 : 1e-5;
+        kiln_tensor *rel = got && want && scale
+                               ? kiln_max(kiln_div(kiln_abs(kiln_sub(got, want)), scale), KILN_ALL_DIMS, false)
+                               : NULL;
+        double e = rel ? kiln_item(rel) : -1;
+        CHECK(rel && e >= 0 && e < tol, "%s: relative error %g (tolerance %g): %s", cases[c].name, e, tol,
+              rel ? "" : kiln_error());
+        kiln_scope_end();
+    }
+    kiln_device_close(gpu);
+    kiln_device_close(cpu);
+}
+
 static const struct {
     const char *name;
     void (*run)(const kiln_backend_iface *be);
 } tests[] = {
+    {"split-reductions", test_split_reductions},
     {"default-fusion", test_default_fusion},
     {"allocations", test_allocations_reuse_blocks},
     {"bad-index", test_bad_index},

@@ -1,5 +1,9 @@
 // reduce: one workgroup per output element; its threads stride over the reduced
 // elements and combine in shared memory. Slot 0 out, slot 1 in; OP is kiln_reduce_op.
+// A sum of few outputs over many elements splits (vk-reduce.c): with splits > 1, workgroup
+// g sums elements [s * chunk, (s + 1) * chunk) of output g / splits (s = g % splits) into
+// slot 0's element g, a contiguous scratch of partial sums; a second dispatch then reduces
+// each output's partials in order, dividing a mean by divisor (the whole run's length).
 // Integer in and out with sum/prod/max/min run in int64 (wrapping); everything else in
 // FT (double when a slot is f64, else float), var/std in two passes over the data.
 #include "common.glsl"
@@ -13,6 +17,9 @@ KVK_PARAMS {
     KView outer_v; // in, reduced dims collapsed to 1: the base of each output's elements
     KView inner_v; // in, kept dims collapsed to 1, offset 0: the reduced elements
     KScalar param;
+    int splits;  // 1, or the split pass's partial sums per output
+    int chunk;   // elements each partial sum covers (the whole run when not split)
+    int divisor; // a mean's count when it is not the run's length (0: the run's length)
 };
 KVK_BUF_WO(1, S0, out_d);
 KVK_BUF_RO(2, S1, in_d);
@@ -105,15 +112,20 @@ int64_t tree_i(uint op, int64_t v)
 
 void main()
 {
-    int n = inner_v.numel;
     uint t = gl_LocalInvocationID.x;
-    for (int o = int(gl_WorkGroupID.x); o < out_v.numel; o += int(gl_NumWorkGroups.x)) {
+    int nsplit = splits > 1 ? splits : 1;
+    int total = outer_v.numel * nsplit;
+    for (int g = int(gl_WorkGroupID.x); g < total; g += int(gl_NumWorkGroups.x)) {
+        int o = g / nsplit;
+        int lo = (g - o * nsplit) * chunk;
+        int n = min(inner_v.numel - lo, chunk); // this workgroup's elements: lo .. hi - 1
+        int hi = lo + n;
         int base = kvk_at(outer_v, o);
-        int dst = kvk_at(out_v, o);
+        int dst = nsplit > 1 ? g : kvk_at(out_v, o);
 #if KVK_F0 == 0 && KVK_F1 == 0
         if (OP == 0u || OP == 2u || OP == 3u || OP == 4u) {
             int64_t acc = OP == 2u ? 1l : (OP == 0u ? 0l : TOL1(LD1(in_d[base])));
-            for (int i = int(t); i < n; i += WG) {
+            for (int i = lo + int(t); i < hi; i += WG) {
                 int64_t v = TOL1(LD1(in_d[base + kvk_at(inner_v, i)]));
                 acc = OP == 2u ? acc * v : OP == 3u ? (v > acc ? v : acc) : OP == 4u ? (v < acc ? v : acc) : acc + v;
             }
@@ -127,19 +139,19 @@ void main()
             uint op = OP == 1u ? 0u : OP;
             FT acc = op == 2u || op == 10u ? FT(1) : FT(0);
             if ((op == 3u || op == 4u) && n > 0) acc = LOADF(base);
-            for (int i = int(t); i < n; i += WG) {
+            for (int i = lo + int(t); i < hi; i += WG) {
                 FT v = LOADF(base + kvk_at(inner_v, i));
                 if (op == 9u || op == 10u) v = v != FT(0) || isnan(v) ? FT(1) : FT(0);
                 acc = combine_f(op, acc, v);
             }
             r = tree_f(op, acc);
-            if (OP == 1u) r = r / FT(n);
+            if (OP == 1u) r = r / FT(divisor > 0 ? divisor : n);
         } else if (OP == 5u || OP == 6u) {
             FT acc = FT(0);
-            for (int i = int(t); i < n; i += WG) acc += LOADF(base + kvk_at(inner_v, i));
+            for (int i = lo + int(t); i < hi; i += WG) acc += LOADF(base + kvk_at(inner_v, i));
             FT mean = tree_f(0u, acc) / FT(n);
             FT m2 = FT(0);
-            for (int i = int(t); i < n; i += WG) {
+            for (int i = lo + int(t); i < hi; i += WG) {
                 FT d = LOADF(base + kvk_at(inner_v, i)) - mean;
                 m2 += d * d;
             }
@@ -149,7 +161,7 @@ void main()
             r = OP == 5u ? var : sqrt(var);
         } else if (OP == 7u) {
             FT m = -FINF;
-            for (int i = int(t); i < n; i += WG) {
+            for (int i = lo + int(t); i < hi; i += WG) {
                 FT v = LOADF(base + kvk_at(inner_v, i));
                 m = isnan(m) ? m : (isnan(v) ? v : max(m, v));
             }
@@ -159,7 +171,7 @@ void main()
             } else {
                 if (isinf(m)) m = FT(0);
                 FT s = FT(0);
-                for (int i = int(t); i < n; i += WG) s += R_EXP(LOADF(base + kvk_at(inner_v, i)) - m);
+                for (int i = lo + int(t); i < hi; i += WG) s += R_EXP(LOADF(base + kvk_at(inner_v, i)) - m);
                 s = tree_f(0u, s);
                 r = R_LOG(s) + m;
             }
@@ -169,11 +181,11 @@ void main()
             if (isinf(p)) {
                 FT acc = p > FT(0) ? FT(0) : FINF;
                 uint op = p > FT(0) ? 100u : 101u;
-                for (int i = int(t); i < n; i += WG) acc = combine_f(op, acc, abs(LOADF(base + kvk_at(inner_v, i))));
+                for (int i = lo + int(t); i < hi; i += WG) acc = combine_f(op, acc, abs(LOADF(base + kvk_at(inner_v, i))));
                 r = n == 0 ? FT(0) : tree_f(op, acc);
             } else {
                 FT acc = FT(0);
-                for (int i = int(t); i < n; i += WG) {
+                for (int i = lo + int(t); i < hi; i += WG) {
                     FT a = abs(LOADF(base + kvk_at(inner_v, i)));
                     acc += p == FT(0) ? (a != FT(0) || isnan(a) ? FT(1) : FT(0)) : p == FT(1) ? a : p == FT(2) ? a * a : R_POW(a, p);
                 }
