@@ -599,6 +599,10 @@ typedef struct kiln_backend_iface {
      *  memory. ptr is aligned to 64 bytes and writable (copy-on-write mappings are). */
     kiln_buffer *(*buffer_wrap_host)(void *ctx, void *ptr, size_t nbytes, void (*release)(void *),
                                      void *release_ud);
+    /** Optional, beside buffer_wrap_host: whether buf came from it (its memory is the
+     *  caller's). A decorator that defers frees (backends/fused) asks this instead of
+     *  keeping a set of the buffers it saw wrapped. */
+    bool (*buffer_is_wrapped)(void *ctx, const kiln_buffer *buf);
     /** Hand buffers the backend keeps for reuse (freed by the engine, not in use) back to
      *  the system, largest first, until at least `bytes` are released or none are left;
      *  returns the bytes released. For a caller that has taken a workload's memory over

@@ -159,8 +159,9 @@ static kiln_buffer *cpu_buffer_alloc(void *ctx, size_t nbytes)
 
 static void cpu_buffer_free(void *ctx, kiln_buffer *b)
 {
-    if (b && b->release) {
-        b->release(b->release_ud);
+    if (b && b->wrapped) {
+        if (b->release)
+            b->release(b->release_ud);
         free(b);
         return;
     }
@@ -184,9 +185,15 @@ static kiln_buffer *cpu_buffer_wrap_host(void *ctx, void *ptr, size_t nbytes, vo
     b->nbytes = nbytes;
     b->cap = nbytes;
     b->cls = -1;
+    b->wrapped = true;
     b->release = release;
     b->release_ud = release_ud;
     return b;
+}
+
+static bool cpu_buffer_is_wrapped(void *ctx, const kiln_buffer *b)
+{
+    return b && b->wrapped;
 }
 
 typedef struct memcpy_job {
@@ -527,6 +534,7 @@ static const kiln_backend_iface cpu_iface = {
     .buffer_download = cpu_buffer_download,
     .buffer_host_ptr = cpu_buffer_host_ptr,
     .buffer_wrap_host = cpu_buffer_wrap_host,
+    .buffer_is_wrapped = cpu_buffer_is_wrapped,
     .buffer_trim = cpu_buffer_trim,
     .sync = cpu_sync,
     .fill = kiln__cpu_fill,

@@ -33,7 +33,9 @@ struct kiln_buffer {
     bool mapped;         /* came from mmap rather than aligned_alloc */
     struct kiln_buffer *next; /* free-list link while cached */
     /* Set for buffer_wrap_host buffers: the memory is the caller's (a mapped file), is
-     * never pooled, and goes back through release(release_ud). */
+     * never pooled or freed here, and goes back through release(release_ud) when the
+     * caller gave one (it may be NULL: then the caller keeps it without being told). */
+    bool wrapped;
     void (*release)(void *);
     void *release_ud;
 };

@@ -318,12 +318,16 @@ static bool unwrap(fdev *d, kiln_buffer *b)
 static void fused_buffer_free(void *qctx, kiln_buffer *b)
 {
     fq *q = qctx;
-    bool wrapped = unwrap(q->d, b);
+    const kiln_backend_iface *in = q->d->in;
+    /* an inner backend that says which buffers are wrapped is asked only when it matters */
+    bool wrapped = in->buffer_is_wrapped ? false : unwrap(q->d, b);
     if (!atomic_load(&q->pending)) { /* no group that could read it */
-        q->d->in->buffer_free(q->iq, b);
+        in->buffer_free(q->iq, b);
         return;
     }
     pthread_mutex_lock(&q->mu);
+    if (in->buffer_is_wrapped)
+        wrapped = in->buffer_is_wrapped(q->iq, b);
     kiln__fused_free(q, b, wrapped);
     unlock_group(q);
 }
@@ -403,6 +407,8 @@ static kiln_buffer *fused_buffer_wrap_host(void *qctx, void *ptr, size_t n, void
         return NULL;
     }
     fdev *d = q->d;
+    if (d->in->buffer_is_wrapped) /* the inner backend knows its wrapped buffers: no set */
+        return d->in->buffer_wrap_host(q->iq, ptr, n, release, ud);
     pthread_mutex_lock(&d->wrapped_mu);
     /* room first: a wrapped buffer made and then dropped would call the owner's release,
      * which a caller told of the failure releases again */

@@ -101,10 +101,12 @@ static void ref_buffer_free(void *ctx, kiln_buffer *buf)
 {
     if (!buf)
         return;
-    if (buf->release)
-        buf->release(buf->release_ud);
-    else
+    if (buf->wrapped) {
+        if (buf->release)
+            buf->release(buf->release_ud);
+    } else {
         free(buf->data);
+    }
     free(buf);
 }
 
@@ -127,9 +129,15 @@ static kiln_buffer *ref_buffer_wrap_host(void *ctx, void *ptr, size_t nbytes, vo
     }
     b->data = ptr;
     b->nbytes = nbytes;
+    b->wrapped = true;
     b->release = release;
     b->release_ud = release_ud;
     return b;
+}
+
+static bool ref_buffer_is_wrapped(void *ctx, const kiln_buffer *b)
+{
+    return b && b->wrapped;
 }
 
 static int ref_buffer_upload(void *ctx, kiln_buffer *dst, size_t dst_offset, const void *src,
@@ -177,6 +185,7 @@ static const kiln_backend_iface ref_iface = {
     .buffer_download = ref_buffer_download,
     .buffer_host_ptr = ref_buffer_host_ptr,
     .buffer_wrap_host = ref_buffer_wrap_host,
+    .buffer_is_wrapped = ref_buffer_is_wrapped,
     .buffer_trim = ref_buffer_trim,
     .sync = ref_sync,
     .fill = kiln__ref_fill,

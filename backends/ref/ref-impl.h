@@ -35,7 +35,8 @@ struct kiln_buffer {
     size_t nbytes;
     unsigned char *data;
     /* Set for buffer_wrap_host buffers: data belongs to the caller, who gets it back
-     * through release(release_ud) when the buffer is freed. */
+     * through release(release_ud) when the buffer is freed (release may be NULL). */
+    bool wrapped;
     void (*release)(void *);
     void *release_ud;
 };

@@ -427,6 +427,25 @@ static void test_from_host_memory(void **state)
     assert_non_null(strstr(kiln_error(), "host memory"));
     assert_int_equal(host_memory_releases, 1);
     free(raw);
+
+    /* release may be NULL: the memory stays the caller's (here not even from the heap), on
+     * ref and on the cpu alike, and the tensor's death leaves it alone */
+    static _Alignas(64) float fixed[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    kiln_device *cpu = kiln_device_open("cpu");
+    assert_non_null(cpu);
+    kiln_device *devs[2] = {test_dev, cpu};
+    for (int k = 0; k < 2; k++) {
+        kiln_tensor *f = kiln_from_host_memory(devs[k], KILN_F32, KILN_SHAPE(8), fixed, NULL, NULL);
+        assert_non_null(f);
+        kiln_tensor *doubled = kiln_mul_scalar(f, 2.0);
+        float out[8];
+        assert_int_equal(kiln_to_data(doubled, out, sizeof out), 0);
+        assert_true(out[7] == 16.0f);
+        kiln_tensor_release(doubled);
+        kiln_tensor_release(f);
+    }
+    kiln_device_close(cpu);
+    assert_true(fixed[0] == 1.0f && fixed[7] == 8.0f);
 }
 
 int main(void)

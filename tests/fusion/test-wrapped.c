@@ -3,8 +3,10 @@
  * caller lent through buffer_wrap_host, an ONNX model's planned arena for one). A wrapped
  * buffer freed while a pending group still reads it must make the group run first and go at
  * once, its owner's release called before buffer_free returns: the owner may reuse the
- * memory then. Hundreds of buffers, freed in a shuffled order, take the set through its
- * growth and through deletions inside probe runs; each must still be recognised.
+ * memory then. On "fused:cpu" the cpu says which buffers are wrapped (buffer_is_wrapped);
+ * over the counting decorator, which does not, the fused decorator keeps its own set:
+ * hundreds of buffers, freed in a shuffled order, take it through its growth and through
+ * deletions inside probe runs; each must still be recognised.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -31,10 +33,10 @@ static kiln_tdesc flat16(kiln_buffer *b)
     return d;
 }
 
-void test_wrapped(void)
+static void wrapped_on(const char *spec)
 {
-    kiln_device *dev = kiln_device_open("fused:cpu?min_elements=0");
-    CHECK(dev != NULL, "open fused:cpu: %s", kiln_error());
+    kiln_device *dev = kiln_device_open(spec);
+    CHECK(dev != NULL, "open %s: %s", spec, kiln_error());
     if (!dev)
         return;
     const kiln_backend_iface *be = kiln__device_iface(dev);
@@ -86,4 +88,10 @@ void test_wrapped(void)
         twice += released[i] != 1;
     CHECK(twice == 0, "each release ran exactly once (%d did not)", twice);
     kiln_device_close(dev);
+}
+
+void test_wrapped(void)
+{
+    wrapped_on("fused:cpu?min_elements=0");
+    wrapped_on("fused:counting:cpu?min_elements=0");
 }
