@@ -334,8 +334,14 @@ kiln_device *kiln_device_open_opts(const char *spec, const char *options)
 
     pthread_mutex_lock(&registry_lock);
     for (kiln_device *d = registry; d; d = d->next) {
-        if (strcmp(d->spec, key) == 0) {
-            d->refcount++;
+        if (strcmp(d->spec, key) != 0)
+            continue;
+        /* a device whose last reference went is on its way out (kiln__device_release
+         * unlinks it next): open a new one beside it rather than bring it back */
+        int n = atomic_load(&d->refcount);
+        while (n > 0 && !atomic_compare_exchange_weak(&d->refcount, &n, n + 1))
+            ;
+        if (n > 0) {
             pthread_mutex_unlock(&registry_lock);
             return d;
         }
@@ -366,7 +372,7 @@ kiln_device *kiln_device_open_opts(const char *spec, const char *options)
     snprintf(dev->spec, sizeof dev->spec, "%s", key);
     dev->be = be;
     dev->ctx = ctx;
-    dev->refcount = 1;
+    atomic_init(&dev->refcount, 1);
     if (be->caps)
         be->caps(ctx, &dev->caps);
     if (kiln__queue_init_device(dev) < 0) {
@@ -385,22 +391,21 @@ kiln_device *kiln_device_open_opts(const char *spec, const char *options)
     return dev;
 }
 
+/* The caller holds a reference already, so the count is above zero and stays so. */
 void kiln__device_retain(kiln_device *dev)
 {
-    pthread_mutex_lock(&registry_lock);
-    dev->refcount++;
-    pthread_mutex_unlock(&registry_lock);
+    atomic_fetch_add(&dev->refcount, 1);
 }
 
 void kiln__device_release(kiln_device *dev)
 {
     if (!dev)
         return;
-    pthread_mutex_lock(&registry_lock);
-    if (--dev->refcount > 0) {
-        pthread_mutex_unlock(&registry_lock);
+    if (atomic_fetch_sub(&dev->refcount, 1) != 1)
         return;
-    }
+    /* the last reference: nobody can take another (kiln_device_open skips a device at
+     * zero), so this thread alone unlinks and closes it */
+    pthread_mutex_lock(&registry_lock);
     for (kiln_device **p = &registry; *p; p = &(*p)->next) {
         if (*p == dev) {
             *p = dev->next;

@@ -30,7 +30,9 @@ struct kiln_device {
     char spec[KILN_SPEC_MAX];          /* canonical spec: "cpu", "cuda:0" */
     const kiln_backend_iface *be;
     void *ctx;                         /* what be->open returned */
-    int refcount;                      /* guarded by the registry mutex */
+    /* the opener's, plus one per storage and queue that names it: taken and dropped without
+     * a lock (device.c), which a tensor made or freed per op would otherwise take twice */
+    atomic_int refcount;
     kiln_backend_caps caps;
     struct kiln_device *next;          /* registry list */
     /* Queues (queue.c). default_q serves threads that chose none; its ctx is ctx itself
