@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "error-impl.h"
+#include "fused-codegen.h"
 #include "fused-impl.h"
 
 static bool contiguous(const kiln_tdesc *d)
@@ -150,6 +151,11 @@ static bool reduce_fits(const fq *q, frec *r)
     }
     if (kiln__fused_numel(&r->out) * inner != q->n || (q->row && q->row != inner) ||
         (product_row(q) && product_row(q) % inner) || conv_head(q))
+        return false;
+    /* a fused row runs as one block: a few long rows would keep most of the device (or the
+     * cpu's threads) idle, where the backend's own reduction splits a row; the group then
+     * runs without it and the reduction after it */
+    if (inner > KILN__FUSED_LONG_ROW && q->n / inner < KILN__FUSED_FEW_ROWS)
         return false;
     r->inner = inner;
     return true;

@@ -183,6 +183,22 @@ static void chain(void)
     compare("sum((x - a)^2, -1)", sum, 1e-5);
     CHECK(!generates || (calls_of(devs[0], "softmax") == sm0 && calls_of(devs[0], "reduce") == r0),
           "%s: the softmax and the sum ran inside fused groups", gpu);
+    /* a sum over a few long rows ends the group instead of joining it (a fused row runs as
+     * one block; the backend's own reduction splits a long row over many): the chain is one
+     * fused call, the sum one reduction */
+    kiln_tensor *lx[NDEV], *lsum[NDEV];
+    from_host(lx, (int64_t[]){4, 65536}, 2, &s);
+    kiln_device_sync(devs[0]);
+    uint64_t f1 = calls_of(devs[0], "fused"), r1 = calls_of(devs[0], "reduce");
+    uint64_t u1 = calls_of(devs[0], "unary"), b1 = calls_of(devs[0], "binary");
+    for (int d = 0; d < NDEV; d++)
+        lsum[d] = kiln_sum(kiln_square(kiln_add_scalar(kiln_tanh(lx[d]), 0.5)), KILN_DIMS(-1), false);
+    compare("sum((tanh(x) + 0.5)^2, -1) over 4 rows of 65536", lsum, 1e-5);
+    CHECK(!generates || (calls_of(devs[0], "fused") - f1 == 1 && calls_of(devs[0], "reduce") - r1 == 1 &&
+                         calls_of(devs[0], "unary") == u1 && calls_of(devs[0], "binary") == b1),
+          "%s: a few long rows: the chain fused (%llu fused calls), the sum by itself (%llu reductions)", gpu,
+          (unsigned long long)(calls_of(devs[0], "fused") - f1),
+          (unsigned long long)(calls_of(devs[0], "reduce") - r1));
     kiln_scope_end();
 }
 
