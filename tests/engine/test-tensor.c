@@ -2,6 +2,8 @@
  * tests/engine/test-tensor.c — the front end's bookkeeping: dtype table and promotion,
  * devices, views and strides, scopes, error propagation, size limits and RNG state.
  */
+#include <pthread.h>
+
 #include "test-util.h"
 
 static void test_dtype_table(void **state)
@@ -56,6 +58,42 @@ static void test_device_open(void **state)
     assert_null(kiln_device_open("hip:0"));
     expect_error("backend 'hip' is not compiled into this build (compiled: ");
     assert_int_equal(kiln_device_sync(test_dev), 0);
+}
+
+/* Threads opening, using and closing one spec at once: a device reference is an atomic count,
+ * and an open never brings back a device whose last reference went (under AddressSanitizer a
+ * device used after its close would be reported). */
+#define OPENERS 4
+static void *open_use_close(void *arg)
+{
+    long failures = 0;
+    for (int i = 0; i < 300; i++) {
+        kiln_device *d = kiln_device_open((const char *)arg);
+        kiln_tensor *t = d ? kiln_full(d, KILN_F32, KILN_SHAPE(4), 1.5) : NULL;
+        kiln_tensor *u = t ? kiln_add(t, t) : NULL;
+        float v[4] = {0};
+        if (!u || kiln_to_data(u, v, sizeof v) != 0 || v[3] != 3.0f)
+            failures++;
+        kiln_tensor_release(u);
+        kiln_tensor_release(t);
+        kiln_device_close(d); /* often the last reference: the next open makes a new device */
+    }
+    return (void *)failures;
+}
+
+static void test_device_refs_across_threads(void **state)
+{
+    (void)state;
+    pthread_t th[OPENERS];
+    for (int i = 0; i < OPENERS; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, open_use_close, "cpu?threads=1"), 0);
+    long failures = 0;
+    for (int i = 0; i < OPENERS; i++) {
+        void *r;
+        pthread_join(th[i], &r);
+        failures += (long)r;
+    }
+    assert_int_equal(failures, 0);
 }
 
 static void test_views_share_storage(void **state)
@@ -454,6 +492,7 @@ int main(void)
         cmocka_unit_test(test_dtype_table),
         cmocka_unit_test(test_promotion),
         cmocka_unit_test(test_device_open),
+        cmocka_unit_test(test_device_refs_across_threads),
         cmocka_unit_test(test_views_share_storage),
         cmocka_unit_test(test_reshape_noncontiguous_copies),
         cmocka_unit_test(test_scopes),
