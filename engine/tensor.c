@@ -342,32 +342,18 @@ static record_cache *records(void)
     return c;
 }
 
-/* A reused record is cleared by copying a zero record: gcc makes a memset of these sizes
- * a `rep stos`, whose start-up cost showed at 4% of a small model's run, and a copy of a
- * constant a few vector moves. */
-static const kiln_storage zero_storage;
-static const kiln_tensor zero_tensor;
-
-static kiln_storage *storage_take(void)
+/* A record from the list is zeroed as calloc would, each kind with its own constant size:
+ * gcc makes a memset of a run-time size a `rep stos` or a loop, and that cost 4-6% of a small
+ * model's run, where constant sizes become a few vector stores (meson.build). */
+static void *record_take(bool storage)
 {
     record_cache *c = records();
-    if (c && c->nstorages > 0) {
-        kiln_storage *st = c->storages[--c->nstorages];
-        *st = zero_storage;
-        return st;
+    if (c && (storage ? c->nstorages : c->ntensors) > 0) {
+        if (storage)
+            return memset(c->storages[--c->nstorages], 0, sizeof(kiln_storage));
+        return memset(c->tensors[--c->ntensors], 0, sizeof(kiln_tensor));
     }
-    return calloc(1, sizeof(kiln_storage));
-}
-
-static kiln_tensor *tensor_take(void)
-{
-    record_cache *c = records();
-    if (c && c->ntensors > 0) {
-        kiln_tensor *t = c->tensors[--c->ntensors];
-        *t = zero_tensor;
-        return t;
-    }
-    return calloc(1, sizeof(kiln_tensor));
+    return calloc(1, storage ? sizeof(kiln_storage) : sizeof(kiln_tensor));
 }
 
 static void record_give(void *p, bool storage)
@@ -418,8 +404,8 @@ static kiln_tensor *alloc_impl(kiln_device *dev, kiln_dtype dt, int ndim, const 
                         kiln__shape_str(ndim, shape, sh, sizeof sh), kiln_dtype_name(dt));
         return NULL;
     }
-    kiln_storage *st = storage_take();
-    kiln_tensor *t = tensor_take();
+    kiln_storage *st = record_take(true);
+    kiln_tensor *t = record_take(false);
     if (!st || !t) {
         record_give(st, true);
         record_give(t, false);
@@ -506,7 +492,7 @@ kiln_tensor *kiln__alloc_wrapped(kiln_device *dev, kiln_dtype dt, int ndim, cons
 kiln_tensor *kiln__view(const kiln_tensor *base, int ndim, const int64_t *shape,
                         const int64_t *strides, int64_t offset)
 {
-    kiln_tensor *t = tensor_take();
+    kiln_tensor *t = record_take(false);
     if (!t) {
         kiln__error_set("view: out of memory");
         return NULL;

@@ -245,10 +245,6 @@ static int64_t numel(const kiln_tdesc *d)
     return n;
 }
 
-/*
- * Every value of the i64 view idx lies in [0, bound). The view is already inside its buffer.
- * On a host-memory device it is read in place, otherwise its touched range is downloaded.
- */
 /* Whether two operands of the op share bytes of one buffer. Views are checked in elements of their
  * own dtypes, so the comparison is in bytes. */
 static bool operands_overlap(const kiln_wire_op *op, int a, int b)
@@ -267,9 +263,11 @@ static bool operands_overlap(const kiln_wire_op *op, int a, int b)
 }
 
 /*
- * The index operand `which` of the op must hold values in [0, bound), and must not share bytes with the
- * output (operand 0): a primitive that writes its output while it still reads the index would
- * otherwise turn checked values into unchecked ones halfway through.
+ * Every value of the i64 view idx (the op's operand `which`, already inside its buffer) lies in
+ * [0, bound). On a host-memory device it is read in place, otherwise its touched range is
+ * downloaded. The index must not share bytes with the output (operand 0) either: a primitive
+ * that writes its output while it still reads the index would otherwise turn checked values
+ * into unchecked ones halfway through.
  */
 static int check_index_values(struct ctx *c, int which, const kiln_tdesc *idx, int64_t bound, const char *what)
 {
