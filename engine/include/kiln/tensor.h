@@ -5,7 +5,7 @@
  *
  *     kiln_device *dev = kiln_device_open("cpu");
  *     kiln_scope_begin();
- *     kiln_tensor *x = kiln_from_data(dev, KILN_F32, KILN_SHAPE(2, 3), host, NULL);
+ *     kiln_tensor *x = kiln_from_data(dev, KILN_F32, KILN_SHAPE(2, 3), host, sizeof host);
  *     kiln_tensor *y = kiln_softmax(kiln_relu(x), -1);
  *     kiln_keep(y);                       // survives the scope; the caller owns it now
  *     kiln_scope_end();                   // releases x and relu(x)
