@@ -445,6 +445,23 @@ static bool below_fusion_size(const fq *q, const frec *r)
     return m > 0;
 }
 
+/* Whether a call with these operands (NULL or a NULL buf: none) goes straight to the
+ * inner backend: no group pending and every operand under min_elements. Checked before
+ * a record is built, since most calls of a small model take this path and the record
+ * (four descriptors) costs more to fill than the call it describes. */
+static bool idle_and_small(const fq *q, const kiln_tdesc *a, const kiln_tdesc *b, const kiln_tdesc *c,
+                           const kiln_tdesc *d)
+{
+    int64_t m = q->d->min_elements;
+    if (m <= 0 || atomic_load_explicit(&q->pending, memory_order_acquire))
+        return false;
+    const kiln_tdesc *ops[4] = {a, b, c, d};
+    for (int i = 0; i < 4; i++)
+        if (ops[i] && ops[i]->buf && kiln__fused_numel(ops[i]) >= m)
+            return false;
+    return true;
+}
+
 /* The recorded entries: join the group, or flush and forward. */
 static int record_or_run(fq *q, const frec *r)
 {
@@ -484,12 +501,18 @@ static int record_or_run(fq *q, const frec *r)
 static int fused_reduce(void *qctx, kiln_reduce_op op, const kiln_tdesc *out, const kiln_tdesc *in, uint32_t mask,
                         double param)
 {
+    fq *q = qctx;
+    if (idle_and_small(q, out, in, NULL, NULL))
+        return q->d->in->reduce(q->iq, op, out, in, mask, param);
     frec r = {.entry = KILN_ENTRY_REDUCE, .op = (int)op, .out = *out, .x = *in, .mask = mask, .alpha = param};
     return record_or_run(qctx, &r);
 }
 
 static int fused_softmax(void *qctx, bool log, const kiln_tdesc *out, const kiln_tdesc *in, int dim)
 {
+    fq *q = qctx;
+    if (idle_and_small(q, out, in, NULL, NULL))
+        return q->d->in->softmax(q->iq, log, out, in, dim);
     frec r = {.entry = KILN_ENTRY_SOFTMAX, .op = log, .out = *out, .x = *in, .mask = (uint32_t)dim};
     return record_or_run(qctx, &r);
 }
@@ -499,6 +522,8 @@ static int fused_matmul(void *qctx, const kiln_tdesc *out, const kiln_tdesc *a, 
     fq *q = qctx;
     if (!q->d->in->matmul)
         return kiln__error_set("fused: the inner backend %s has no matmul", q->d->in->name);
+    if (idle_and_small(q, out, a, b, NULL))
+        return q->d->in->matmul(q->iq, out, a, b);
     frec r = {.entry = KILN_ENTRY_MATMUL, .out = *out, .x = *a, .y = *b};
     return record_or_run(qctx, &r);
 }
@@ -516,6 +541,8 @@ static int fused_layer_norm(void *qctx, const kiln_tdesc *out, const kiln_tdesc 
             return kiln__error_set("fused: the inner backend %s has no layer_norm", q->d->in->name);
         return q->d->in->layer_norm(q->iq, out, mean, rstd, x, w, b, inner, eps);
     }
+    if (idle_and_small(q, out, x, w, b))
+        return q->d->in->layer_norm(q->iq, out, NULL, NULL, x, w, b, inner, eps);
     frec r = {.entry = KILN_ENTRY_LAYER_NORM, .out = *out, .x = *x, .inner = inner, .alpha = eps};
     if (w)
         r.y = *w;
@@ -530,6 +557,8 @@ static int fused_conv(void *qctx, const kiln_conv_params *p, const kiln_tdesc *o
     fq *q = qctx;
     if (!q->d->in->conv)
         return kiln__error_set("fused: the inner backend %s has no conv", q->d->in->name);
+    if (idle_and_small(q, out, x, w, b))
+        return q->d->in->conv(q->iq, p, out, x, w, b);
     frec r = {.entry = KILN_ENTRY_CONV, .out = *out, .x = *x, .y = *w, .conv = *p};
     if (b)
         r.z = *b;
@@ -539,18 +568,27 @@ static int fused_conv(void *qctx, const kiln_conv_params *p, const kiln_tdesc *o
 static int fused_where(void *qctx, const kiln_tdesc *out, const kiln_tdesc *c, const kiln_tdesc *a,
                        const kiln_tdesc *b)
 {
+    fq *q = qctx;
+    if (idle_and_small(q, out, c, a, b))
+        return q->d->in->where(q->iq, out, c, a, b);
     frec r = {.entry = KILN_ENTRY_WHERE, .out = *out, .x = *c, .y = *a, .z = *b};
     return record_or_run(qctx, &r);
 }
 
 static int fused_fill(void *qctx, const kiln_tdesc *out, double v)
 {
+    fq *q = qctx;
+    if (idle_and_small(q, out, NULL, NULL, NULL))
+        return q->d->in->fill(q->iq, out, v);
     frec r = {.entry = KILN_ENTRY_FILL, .out = *out, .alpha = v};
     return record_or_run(qctx, &r);
 }
 
 static int fused_copy(void *qctx, const kiln_tdesc *out, const kiln_tdesc *in)
 {
+    fq *q = qctx;
+    if (idle_and_small(q, out, in, NULL, NULL))
+        return q->d->in->copy(q->iq, out, in);
     frec r = {.entry = KILN_ENTRY_COPY, .out = *out, .x = *in};
     return record_or_run(qctx, &r);
 }
@@ -558,6 +596,9 @@ static int fused_copy(void *qctx, const kiln_tdesc *out, const kiln_tdesc *in)
 static int fused_unary(void *qctx, kiln_unary_op op, const kiln_tdesc *out, const kiln_tdesc *in, double a,
                        double b)
 {
+    fq *q = qctx;
+    if (idle_and_small(q, out, in, NULL, NULL))
+        return q->d->in->unary(q->iq, op, out, in, a, b);
     frec r = {.entry = KILN_ENTRY_UNARY, .op = (int)op, .out = *out, .x = *in, .alpha = a, .beta = b};
     return record_or_run(qctx, &r);
 }
@@ -565,6 +606,9 @@ static int fused_unary(void *qctx, kiln_unary_op op, const kiln_tdesc *out, cons
 static int fused_binary(void *qctx, kiln_binary_op op, const kiln_tdesc *out, const kiln_tdesc *a,
                         const kiln_tdesc *b)
 {
+    fq *q = qctx;
+    if (idle_and_small(q, out, a, b, NULL))
+        return q->d->in->binary(q->iq, op, out, a, b);
     frec r = {.entry = KILN_ENTRY_BINARY, .op = (int)op, .out = *out, .x = *a, .y = *b};
     return record_or_run(qctx, &r);
 }
