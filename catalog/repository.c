@@ -115,6 +115,41 @@ static bool json_int(const cJSON *j, int64_t lo, int64_t hi, int64_t *out)
     return true;
 }
 
+/*
+ * Refuse keys of obj outside known (NULL-terminated) and keys given twice: a misspelt
+ * "max_batch_sise" would otherwise be ignored without a word, and a repeated key would be
+ * read first-wins by cJSON where other readers of the same file take the last. where names
+ * the object in the message ("config.json", "config.json dynamic_batching"). 0 or -1 + why.
+ */
+static int check_keys(const cJSON *obj, const char *const *known, const char *where, char *why, size_t wl)
+{
+    if (!cJSON_IsObject(obj))
+        return 0;
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        bool ok = false;
+        for (int k = 0; known[k] && !ok; k++)
+            ok = strcmp(it->string, known[k]) == 0;
+        if (!ok) {
+            /* Triton's config names its lists "input" and "output" */
+            bool plural = strcmp(it->string, "input") == 0 || strcmp(it->string, "output") == 0;
+            size_t len = (size_t)snprintf(why, wl, "%s: unknown key '%.64s'", where, it->string);
+            if (plural && len < wl)
+                len += (size_t)snprintf(why + len, wl - len, ", did you mean '%ss'?", it->string);
+            if (len < wl)
+                len += (size_t)snprintf(why + len, wl - len, " (known:");
+            for (int k = 0; known[k] && len < wl; k++)
+                len += (size_t)snprintf(why + len, wl - len, " %s", known[k]);
+            if (len < wl)
+                snprintf(why + len, wl - len, ")");
+            return -1;
+        }
+        for (const cJSON *prev = obj->child; prev != it; prev = prev->next)
+            if (strcmp(prev->string, it->string) == 0)
+                return snprintf(why, wl, "%s: key '%.64s' is given twice", where, it->string), -1;
+    }
+    return 0;
+}
+
 static int parse_tensors(const cJSON *arr, const char *key, kd_model_tensor_spec **out, int *n, bool optional,
                          char *why, size_t wl)
 {
@@ -129,6 +164,11 @@ static int parse_tensors(const cJSON *arr, const char *key, kd_model_tensor_spec
     *n = count;
     for (int i = 0; i < count; i++) {
         const cJSON *t = cJSON_GetArrayItem(arr, i);
+        static const char *const tensor_keys[] = {"name", "datatype", "shape", NULL};
+        char where[48];
+        snprintf(where, sizeof where, "config.json %s[%d]", key, i);
+        if (check_keys(t, tensor_keys, where, why, wl))
+            return -1;
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
         const cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "datatype");
         const cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
@@ -173,6 +213,16 @@ static int parse_config(const char *text, kd_model_config *c, bool io_optional, 
         snprintf(why, wl, "config.json: not a JSON object");
         goto out;
     }
+    static const char *const top_keys[] = {"inputs", "outputs",        "max_batch_size", "dynamic_batching",
+                                           "device", "instance_count", "version_policy", NULL};
+    static const char *const batching_keys[] = {"max_queue_delay_us", "preferred_batch_sizes", NULL};
+    static const char *const policy_keys[] = {"latest", "all", "specific", NULL};
+    if (check_keys(j, top_keys, "config.json", why, wl) ||
+        check_keys(cJSON_GetObjectItemCaseSensitive(j, "dynamic_batching"), batching_keys,
+                   "config.json dynamic_batching", why, wl) ||
+        check_keys(cJSON_GetObjectItemCaseSensitive(j, "version_policy"), policy_keys,
+                   "config.json version_policy", why, wl))
+        goto out;
     if (parse_tensors(cJSON_GetObjectItemCaseSensitive(j, "inputs"), "inputs", &c->inputs, &c->ninputs,
                       io_optional, why, wl) ||
         parse_tensors(cJSON_GetObjectItemCaseSensitive(j, "outputs"), "outputs", &c->outputs, &c->noutputs,
@@ -196,9 +246,15 @@ static int parse_config(const char *text, kd_model_config *c, bool io_optional, 
             goto out;
         }
         for (int i = 0; pref && i < cJSON_GetArraySize(pref); i++) {
-            if (!json_int(cJSON_GetArrayItem(pref, i), 1, c->max_batch_size, &c->preferred_batch_sizes[i])) {
-                snprintf(why, wl, "config.json: preferred batch size %d must be within 1..max_batch_size (%d)", i,
-                         c->max_batch_size);
+            const cJSON *size = cJSON_GetArrayItem(pref, i);
+            if (!json_int(size, 1, c->max_batch_size, &c->preferred_batch_sizes[i])) {
+                char given[32] = "not an integer";
+                if (cJSON_IsNumber(size))
+                    snprintf(given, sizeof given, "%g", size->valuedouble);
+                snprintf(why, wl,
+                         "config.json: preferred_batch_sizes[%d] is %s; it must be an integer within "
+                         "1..max_batch_size (%d)",
+                         i, given, c->max_batch_size);
                 goto out;
             }
             c->npreferred++;
@@ -412,7 +468,12 @@ static void scan_model(const kd_repository *repo, kd_model_info *m)
         if (m->versions[i].valid)
             pc = &m->versions[i].config;
     if (!pc) {
-        set_why(m, m->nversions ? "no valid version" : "no version folders");
+        /* the newest version's reason, so that a load answers why, not only that */
+        const kd_model_version *newest = m->nversions ? &m->versions[m->nversions - 1] : NULL;
+        char why[600];
+        snprintf(why, sizeof why, "no valid version (version %lld: %s)", newest ? (long long)newest->version : 0LL,
+                 newest && newest->why ? newest->why : "?");
+        set_why(m, newest ? why : "no version folders");
         return;
     }
     m->policy = pc->policy;

@@ -150,18 +150,83 @@ static int build_kiln(struct kd_sched_model *m, kiln_device *dev, kiln_module **
     return 0;
 }
 
-/* Graph inputs and outputs as specs (names borrowed from g); outputs by dry runs. 0 or -1. */
-static int describe_onnx(kiln_onnx_model *g, kiln_device *dev, bool want_outputs, kd_model_tensor_spec *ins,
-                         kd_model_tensor_spec *outs, bool *batchable, char *why, size_t n)
+/* "[-1, 3, 224, 224]" into buf. */
+static const char *shape_text(const int64_t *shape, int ndim, char *buf, size_t n)
+{
+    size_t len = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < ndim && len < n; d++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (len < n)
+        snprintf(buf + len, n - len, "]");
+    return buf;
+}
+
+/*
+ * Check a config.json input against what the graph declares for it: the same datatype and
+ * rank, and every dim the graph fixes given that size (config.json may fix a symbolic dim,
+ * never widen a fixed one: requests of its advertised shape would then fail inside the
+ * model, and the client would be blamed). A graph input with no declared type or rank takes
+ * config.json's word. 0, or -1 with why.
+ */
+static int check_input(kiln_onnx_model *g, int k, const kd_model_tensor_spec *want, char *why, size_t n)
+{
+    int nd = -1;
+    int64_t shape[KILN_MAX_DIMS];
+    int dt = kiln_onnx_input_info(g, k, &nd, shape);
+    const char *declared = dt < 0 ? NULL : datatype_of((kiln_dtype)dt);
+    if (declared && strcmp(declared, want->datatype) != 0) {
+        snprintf(why, n, "config.json input '%.64s' is %s; model.onnx takes %s", want->name, want->datatype,
+                 declared);
+        return -1;
+    }
+    bool fits = nd < 0 || nd == want->ndim;
+    for (int d = 0; fits && nd >= 0 && d < nd; d++)
+        fits = shape[d] < 0 || shape[d] == want->shape[d];
+    if (!fits) {
+        char a[160], b[160];
+        snprintf(why, n, "config.json input '%.64s' has shape %s; model.onnx takes %s (-1: any size)", want->name,
+                 shape_text(want->shape, want->ndim, a, sizeof a), shape_text(shape, nd, b, sizeof b));
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * The graph's inputs as specs (names borrowed from g), checked against and shaped by the
+ * ones config.json lists (cfg_in, ncfg_in; none: the graph's declarations), and with
+ * want_outputs the outputs' datatypes and shapes by dry runs on zeros. 0 or -1 with why.
+ */
+static int describe_onnx(kiln_onnx_model *g, kiln_device *dev, const kd_model_tensor_spec *cfg_in, int ncfg_in,
+                         bool want_outputs, kd_model_tensor_spec *ins, kd_model_tensor_spec *outs, bool *batchable,
+                         char *why, size_t n)
 {
     int gin = kiln_onnx_input_count(g), gout = kiln_onnx_output_count(g);
     bool symbolic = false;
     *batchable = gin > 0;
+    if (ncfg_in > 0 && ncfg_in != gin) {
+        snprintf(why, n, "config.json lists %d inputs; model.onnx takes %d", ncfg_in, gin);
+        return -1;
+    }
     for (int i = 0; i < gin; i++) {
         kd_model_tensor_spec *sp = &ins[i];
-        int dt = kiln_onnx_input_info(g, i, &sp->ndim, sp->shape);
-        sp->name = (char *)kiln_onnx_input_name(g, i);
-        sp->datatype = dt < 0 ? NULL : (char *)datatype_of((kiln_dtype)dt);
+        const char *name = kiln_onnx_input_name(g, i);
+        const kd_model_tensor_spec *listed = NULL;
+        for (int k = 0; k < ncfg_in && !listed; k++)
+            if (strcmp(cfg_in[k].name, name) == 0)
+                listed = &cfg_in[k];
+        if (ncfg_in > 0 && !listed) {
+            snprintf(why, n, "model.onnx input '%.64s' is not listed in config.json", name);
+            return -1;
+        }
+        if (listed) {
+            if (check_input(g, i, listed, why, n) != 0)
+                return -1;
+            *sp = *listed;
+        } else {
+            int dt = kiln_onnx_input_info(g, i, &sp->ndim, sp->shape);
+            sp->datatype = dt < 0 ? NULL : (char *)datatype_of((kiln_dtype)dt);
+        }
+        sp->name = (char *)name;
         if (sp->ndim < 0 || !sp->datatype) {
             snprintf(why, n, "model.onnx input '%.64s' has %s; list the inputs in config.json", sp->name,
                      sp->ndim < 0 ? "no declared rank" : "a datatype kilnd does not serve");
@@ -227,7 +292,39 @@ static int describe_onnx(kiln_onnx_model *g, kiln_device *dev, bool want_outputs
         snprintf(why, n, "model.onnx dry run on zeros (to learn its outputs; or list them in config.json): %s",
                  kiln_error());
     kiln_error_clear();
-    return rc == 0 ? 0 : -1;
+    return rc == 0 ? 0 : -2;
+}
+
+/* Check config.json's outputs against what the dry runs found (outs, by graph index): the
+ * same datatype and rank, and no dim both fix at different sizes. 0, or -1 with why. */
+static int check_outputs(kiln_onnx_model *g, const kd_model_config *c, const kd_model_tensor_spec *outs, char *why,
+                         size_t n)
+{
+    for (int o = 0; o < c->noutputs; o++) {
+        const kd_model_tensor_spec *want = &c->outputs[o], *got = NULL;
+        for (int k = 0; k < kiln_onnx_output_count(g) && !got; k++)
+            if (strcmp(kiln_onnx_output_name(g, k), want->name) == 0)
+                got = &outs[k];
+        if (!got)
+            continue; /* named in the error build_onnx gives */
+        if (strcmp(got->datatype, want->datatype) != 0) {
+            snprintf(why, n, "config.json output '%.64s' is %s; model.onnx gives %s", want->name, want->datatype,
+                     got->datatype);
+            return -1;
+        }
+        bool fits = got->ndim == want->ndim;
+        for (int d = 0; fits && d < got->ndim; d++)
+            fits = got->shape[d] < 0 || want->shape[d] < 0 || got->shape[d] == want->shape[d];
+        if (!fits) {
+            char a[160], b[160];
+            snprintf(why, n,
+                     "config.json output '%.64s' has shape %s; model.onnx gives %s (-1: varies with the input)",
+                     want->name, shape_text(want->shape, want->ndim, a, sizeof a),
+                     shape_text(got->shape, got->ndim, b, sizeof b));
+            return -1;
+        }
+    }
+    return 0;
 }
 
 static int build_onnx(struct kd_sched_model *m, kiln_device *dev, struct kd_sched_exec *e, char *why, size_t n)
@@ -254,13 +351,24 @@ static int build_onnx(struct kd_sched_model *m, kiln_device *dev, struct kd_sche
         kiln_onnx_free(g);
         return -1;
     }
-    /* Another instance of the same version may be filling cfg on its own worker right now. */
+    /* Another instance of the same version may be filling cfg on its own worker right now.
+     * Inputs config.json lists never change after that (filled ones are the graph's). */
     pthread_mutex_lock(&m->sched->mu);
     bool need_out = m->cfg.noutputs == 0;
+    bool check_out = !need_out && !m->outputs_checked;
+    const kd_model_tensor_spec *cfg_in = m->cfg.inputs;
+    int ncfg_in = m->cfg.ninputs;
     pthread_mutex_unlock(&m->sched->mu);
     kd_model_tensor_spec ins[KD_SCHED_MAX_IO] = {0}, outs[KD_SCHED_MAX_IO] = {0};
     bool batchable = false;
-    int rc = describe_onnx(g, dev, need_out, ins, outs, &batchable, why, n);
+    int rc = describe_onnx(g, dev, cfg_in, ncfg_in, need_out || check_out, ins, outs, &batchable, why, n);
+    if (rc == -2 && !need_out) {
+        /* config.json lists the outputs, which is the way around a model the dry runs cannot
+         * run (zeros, symbolic dims at 1 and 2): then only the run checks their datatypes */
+        why[0] = '\0';
+        rc = 0;
+        check_out = false;
+    }
 
     pthread_mutex_lock(&m->sched->mu);
     kd_model_config *c = &m->cfg;
@@ -280,19 +388,11 @@ static int build_onnx(struct kd_sched_model *m, kiln_device *dev, struct kd_sche
     }
     if (rc != 0 && !why[0])
         snprintf(why, n, "out of memory");
-    /* config.json may name a subset of the outputs, in any order; the inputs must all be there. */
-    if (rc == 0 && c->ninputs != gin) {
-        snprintf(why, n, "config.json lists %d inputs; model.onnx takes %d", c->ninputs, gin);
-        rc = -1;
-    }
-    for (int i = 0; rc == 0 && i < c->ninputs; i++) {
-        bool found = false;
-        for (int k = 0; k < gin; k++)
-            found |= strcmp(kiln_onnx_input_name(g, k), c->inputs[i].name) == 0;
-        if (!found) {
-            snprintf(why, n, "config.json input '%.64s' is not an input of model.onnx", c->inputs[i].name);
-            rc = -1;
-        }
+    /* config.json may name a subset of the outputs, in any order; the inputs must all be
+     * there (describe_onnx checked the ones it lists). */
+    if (rc == 0 && check_out) {
+        rc = check_outputs(g, c, outs, why, n);
+        m->outputs_checked = rc == 0;
     }
     e->onnx_nout = gout;
     for (int o = 0; rc == 0 && o < c->noutputs; o++) {
@@ -432,6 +532,7 @@ void kd_sched_run(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device
             failed = "input";
     }
     kiln_tensor *out[KD_SCHED_MAX_IO] = {0};
+    char detail[200] = "";
     int nout = failed ? -1 : forward(c, e, in, out, owned);
     if (!failed && nout < 0)
         failed = "model";
@@ -443,9 +544,16 @@ void kd_sched_run(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device
         return;
     }
     for (int o = 0; o < c->noutputs && !failed; o++) {
+        /* never a cast: logits cast to INT32 would answer zeros as if they were results */
         int want = kd_sched_dtype_of(c->outputs[o].datatype);
-        if (want >= 0 && kiln_tensor_dtype(out[o]) != (kiln_dtype)want)
-            out[o] = kiln_cast(out[o], (kiln_dtype)want);
+        if (out[o] && want >= 0 && kiln_tensor_dtype(out[o]) != (kiln_dtype)want) {
+            const char *gives = datatype_of(kiln_tensor_dtype(out[o]));
+            snprintf(detail, sizeof detail, "the model gives %s for output '%.64s'; config.json declares %s",
+                     gives ? gives : kiln_dtype_name(kiln_tensor_dtype(out[o])), c->outputs[o].name,
+                     c->outputs[o].datatype);
+            failed = "output";
+            break;
+        }
         if (!out[o] || (batched && (kiln_tensor_ndim(out[o]) < 1 || kiln_tensor_dim(out[o], 0) != rows))) {
             failed = "output";
             break;
@@ -460,7 +568,10 @@ void kd_sched_run(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device
     }
     if (failed) {
         char msg[200];
-        snprintf(msg, sizeof msg, "%s", kiln_error()[0] ? kiln_error() : "outputs do not split along the batch");
+        snprintf(msg, sizeof msg, "%s",
+                 detail[0]         ? detail
+                 : kiln_error()[0] ? kiln_error()
+                                   : "outputs do not split along the batch");
         kiln_scope_end();
         kiln_no_grad_end();
         release_all(owned, KD_SCHED_MAX_IO);

@@ -44,6 +44,7 @@ struct kd_sched_model {
      * list (under the lock, before the load completes), so readers on the loop see it complete.
      */
     kd_model_config cfg;
+    bool outputs_checked;       /* an ONNX version's listed outputs matched a dry run (scheduler lock) */
     struct kd_sched_gate *gate; /* the gate of the device its instances run on */
     atomic_int refs;
     atomic_int pending;                 /* instance loads or frees still to finish */

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""A model's config.json checked at load, through kilnd's repository API: a config that
+contradicts the ONNX graph (input datatype or shape, output datatype or shape) or that has
+an unknown, misspelt or repeated key is refused with a 400 naming the problem, and never
+served as ready; configs that fit the graph load and answer correct results.
+
+Usage: test_model_config.py KILND MODEL_ONNX
+(MODEL_ONNX: examples/models/cnn/1/model.onnx, input x f32[N, 1, 28, 28], output logits f32[N, 10])
+"""
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+KILND, ONNX = sys.argv[1], sys.argv[2]
+TMP = tempfile.mkdtemp(prefix="kilnd-model-config-")
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+FAILURES = []
+
+
+def check(cond, what):
+    if not cond:
+        FAILURES.append(what)
+        print("FAIL:", what, flush=True)
+
+
+def req(port, method, path, body=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request(method, path, body=json.dumps(body) if body is not None else None)
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, data
+
+
+def add_model(data, name, config_text):
+    folder = os.path.join(data, "models", name, "1")
+    os.makedirs(folder)
+    shutil.copy(ONNX, os.path.join(folder, "model.onnx"))
+    if config_text is not None:
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            f.write(config_text)
+
+
+def infer(port, name, shape):
+    n = 1
+    for d in shape:
+        n *= d
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": shape, "data": [0.25] * n}]}
+    return req(port, "POST", "/v2/models/%s/infer" % name, body)
+
+
+X = {"name": "x", "datatype": "FP32", "shape": [-1, 1, 28, 28]}
+LOGITS = {"name": "logits", "datatype": "FP32", "shape": [-1, 10]}
+
+# (name, config.json text, words the refusal must contain)
+REFUSED = [
+    ("in_shape", json.dumps({"inputs": [dict(X, shape=[-1, 3, 32, 32])]}),
+     ["input 'x' has shape [-1, 3, 32, 32]", "model.onnx takes [-1, 1, 28, 28]"]),
+    ("in_rank", json.dumps({"inputs": [dict(X, shape=[-1, 784])]}),
+     ["input 'x' has shape [-1, 784]"]),
+    ("in_dtype", json.dumps({"inputs": [dict(X, datatype="INT32")]}),
+     ["input 'x' is INT32", "model.onnx takes FP32"]),
+    ("in_missing_name", json.dumps({"inputs": [dict(X, name="image")]}),
+     ["'x' is not listed in config.json"]),
+    ("out_dtype", json.dumps({"outputs": [dict(LOGITS, datatype="INT32")]}),
+     ["output 'logits' is INT32", "model.onnx gives FP32"]),
+    ("out_shape", json.dumps({"outputs": [dict(LOGITS, shape=[-1, 7])]}),
+     ["output 'logits' has shape [-1, 7]", "gives [-1, 10]"]),
+    ("out_unknown", json.dumps({"outputs": [dict(LOGITS, name="probs")]}),
+     ["output 'probs' is not an output of model.onnx"]),
+    ("misspelt", json.dumps({"max_batch_sise": 8}),
+     ["version 1", "unknown key 'max_batch_sise'", "max_batch_size"]),
+    ("triton_names", json.dumps({"input": [X]}),
+     ["unknown key 'input'", "did you mean 'inputs'"]),
+    ("tensor_key", json.dumps({"inputs": [dict(X, dims=[1, 28, 28])]}),
+     ["inputs[0]: unknown key 'dims'"]),
+    ("batching_key", json.dumps({"max_batch_size": 8, "dynamic_batching": {"max_queue_delay": 5}}),
+     ["dynamic_batching: unknown key 'max_queue_delay'"]),
+    ("twice", '{"max_batch_size": 8, "max_batch_size": 0}',
+     ["key 'max_batch_size' is given twice"]),
+    ("preferred", json.dumps({"max_batch_size": 8, "dynamic_batching": {"preferred_batch_sizes": [4, 16]}}),
+     ["preferred_batch_sizes[1] is 16", "1..max_batch_size (8)"]),
+]
+
+# (name, config.json text or None, the request shape that must run)
+ACCEPTED = [
+    ("no_config", None, [2, 1, 28, 28]),
+    ("listed", json.dumps({"inputs": [X], "outputs": [LOGITS], "max_batch_size": 4}), [3, 1, 28, 28]),
+    # config.json may fix a dim the graph leaves free (here the batch: then no batching)
+    ("narrowed", json.dumps({"inputs": [dict(X, shape=[2, 1, 28, 28])], "outputs": [dict(LOGITS, shape=[2, 10])]}),
+     [2, 1, 28, 28]),
+    ("outputs_only", json.dumps({"outputs": [LOGITS], "max_batch_size": 2}), [1, 1, 28, 28]),
+]
+
+
+def main():
+    data = os.path.join(TMP, "data")
+    os.makedirs(os.path.join(data, "models"))
+    log = open(os.path.join(TMP, "kilnd.log"), "wb")
+    proc = subprocess.Popen([KILND, "--port", "0", "--data-dir", data], stdout=subprocess.DEVNULL, stderr=log,
+                            env=ENV)
+    try:
+        portfile = os.path.join(data, "kilnd.port")
+        deadline = time.time() + 15
+        while not os.path.exists(portfile):
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("kilnd did not start")
+            time.sleep(0.01)
+        port = int(open(portfile).read())
+        for name, text, words in REFUSED:
+            add_model(data, name, text)
+            st, body = req(port, "POST", "/v2/repository/models/%s/load" % name)
+            msg = ""
+            try:
+                msg = json.loads(body).get("error", "")
+            except ValueError:
+                pass
+            check(st == 400, "%s: load answered %d (%r), want 400" % (name, st, body[:200]))
+            for w in words:
+                check(w in msg, "%s: the refusal %r does not say %r" % (name, msg, w))
+            st, _ = req(port, "GET", "/v2/models/%s/ready" % name)
+            check(st != 200, "%s: refused, yet ready answers 200" % name)
+        for name, text, shape in ACCEPTED:
+            add_model(data, name, text)
+            st, body = req(port, "POST", "/v2/repository/models/%s/load" % name)
+            check(st == 200, "%s: load answered %d (%r), want 200" % (name, st, body[:300]))
+            st, body = infer(port, name, shape)
+            check(st == 200, "%s: infer %s answered %d (%r)" % (name, shape, st, body[:300]))
+            if st == 200:
+                out = json.loads(body)["outputs"][0]
+                check(out["datatype"] == "FP32" and out["shape"] == [shape[0], 10] and
+                      len(out["data"]) == shape[0] * 10 and any(v != 0 for v in out["data"]),
+                      "%s: output %r" % (name, {k: out[k] for k in ("datatype", "shape")}))
+        # the same input on every accepted model gives the same logits (one graph, no casts)
+        firsts = []
+        for name, _, shape in ACCEPTED:
+            st, body = infer(port, name, shape)
+            if st == 200:
+                firsts.append(json.loads(body)["outputs"][0]["data"][:10])
+        check(len(firsts) == len(ACCEPTED) and all(
+            max(abs(a - b) for a, b in zip(f, firsts[0])) < 1e-5 for f in firsts),
+            "accepted models disagree on the same input: %r" % firsts)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            check(False, "kilnd did not stop on SIGTERM")
+        log.close()
+    if FAILURES:
+        print(open(os.path.join(TMP, "kilnd.log")).read()[-3000:])
+        print("%d failure(s)" % len(FAILURES))
+        return 1
+    shutil.rmtree(TMP, ignore_errors=True)
+    print("model config: %d refused, %d accepted, all as expected" % (len(REFUSED), len(ACCEPTED)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
