@@ -56,6 +56,11 @@ static int parse_url(const char *text, struct url *u)
         if (pl == 0 || pl >= sizeof u->port || strspn(colon + 1, "0123456789") < pl)
             goto bad;
         snprintf(u->port, sizeof u->port, "%.*s", (int)pl, colon + 1);
+        long port = strtol(u->port, NULL, 10);
+        if (port < 1 || port > 65535) {
+            fprintf(stderr, "kiln: port %s in '%s' is outside 1..65535\n", u->port, text);
+            return -1;
+        }
     } else {
         snprintf(u->port, sizeof u->port, "80");
     }
@@ -333,7 +338,8 @@ static void usage(FILE *out)
             "The address and token come from the flags, else $KILN_URL and $KILN_TOKEN, else the config\n"
             "file ($KILN_CONFIG, else $XDG_CONFIG_HOME/kiln/cli.json or ~/.config/kiln/cli.json:\n"
             "{\"url\": \"http://host:port\", \"token\": \"...\"}); the address defaults to %s.\n\n"
-            "Exit status: 0 success, 1 the server answered with an error, 2 it could not be reached.\n",
+            "Exit status: 0 success, 1 the server answered with an error, 2 it could not be reached or the\n"
+            "command itself was wrong (a usage error, a local file that cannot be read).\n",
             kiln_cli_jobs_usage, DEFAULT_URL);
 }
 

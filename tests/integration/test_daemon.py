@@ -161,6 +161,10 @@ def test_cli(d):
         dead = s.getsockname()[1]
     out = subprocess.run([KILN, "--url", "http://127.0.0.1:%d" % dead, "health"], capture_output=True, text=True)
     check(out.returncode == 2 and "cannot reach kilnd" in out.stderr, "kiln: clear error when unreachable")
+    for port in ("99999", "0"):
+        out = subprocess.run([KILN, "--url", "http://127.0.0.1:" + port, "health"], capture_output=True, text=True)
+        check(out.returncode == 2 and "outside 1..65535" in out.stderr,
+              "kiln: port %s refused as out of range, not tried (%r)" % (port, out.stderr))
 
 
 def test_keep_alive_and_pipelining(d):
