@@ -155,7 +155,7 @@ typedef enum kiln_rng_kind {
     KILN_RNG_UNIFORM = 0,   /* p0 = low, p1 = high */
     KILN_RNG_NORMAL,        /* p0 = mean, p1 = std */
     KILN_RNG_BERNOULLI,     /* p0 = p */
-    KILN_RNG_INT,           /* [p0, p1) */
+    KILN_RNG_INT,           /* [p0, p1): integers within +-2^53, so exact as doubles */
     KILN_RNG_COUNT
 } kiln_rng_kind;
 
@@ -475,7 +475,9 @@ typedef struct kiln_backend_iface {
     /** Strided copy with dtype conversion; in and out have the same shape. out may be a
      *  non-contiguous view (slice_assign, cat), so honour out's strides too. */
     int (*copy)(void *ctx, const kiln_tdesc *out, const kiln_tdesc *in);
-    /** Philox draw into contiguous out; element i uses counter offset + i. */
+    /** Philox draw into contiguous out; element i uses counter offset + i. KILN_RNG_INT's
+     *  bounds are integers within +-2^53 (kiln_rand_int refuses wider ones): a backend
+     *  refuses others with KILN_EINVAL rather than draw from a range nobody asked for. */
     int (*rng)(void *ctx, kiln_rng_kind kind, const kiln_tdesc *out, uint64_t seed, uint64_t offset,
                double p0, double p1);
 

@@ -71,15 +71,15 @@ static int find_key(const kiln_device_opts *o, const char *key)
     return -1;
 }
 
+/* who: the public call the messages name (kiln_device_open, kiln_device_defaults_set) */
 static int put(kiln_device_opts *o, const char *key, size_t klen, const char *value, size_t vlen,
-               const char *source, bool override)
+               const char *source, bool override, const char *who)
 {
     char k[sizeof o->kv[0].key];
     if (klen == 0 || klen >= sizeof k)
-        return kiln__error_set("kiln_device_open: bad option name '%.*s' (%s)", (int)(klen > 40 ? 40 : klen), key,
-                               source);
+        return kiln__error_set("%s: bad option name '%.*s' (%s)", who, (int)(klen > 40 ? 40 : klen), key, source);
     if (vlen >= sizeof o->kv[0].value)
-        return kiln__error_set("kiln_device_open: option %.*s: value too long (%s)", (int)klen, key, source);
+        return kiln__error_set("%s: option %.*s: value too long (%s)", who, (int)klen, key, source);
     memcpy(k, key, klen);
     k[klen] = '\0';
     int i = find_key(o, k);
@@ -87,7 +87,7 @@ static int put(kiln_device_opts *o, const char *key, size_t klen, const char *va
         return 0;
     if (i < 0) {
         if (o->n == KILN_DEVICE_OPTS_MAX)
-            return kiln__error_set("kiln_device_open: more than %d options", KILN_DEVICE_OPTS_MAX);
+            return kiln__error_set("%s: more than %d options", who, KILN_DEVICE_OPTS_MAX);
         i = o->n++;
         memcpy(o->kv[i].key, k, klen + 1);
     }
@@ -98,7 +98,7 @@ static int put(kiln_device_opts *o, const char *key, size_t klen, const char *va
     return 0;
 }
 
-int kiln__device_opts_parse(const char *text, const char *source, kiln_device_opts *o)
+static int parse_for(const char *text, const char *source, kiln_device_opts *o, const char *who)
 {
     if (!text)
         return 0;
@@ -114,13 +114,18 @@ int kiln__device_opts_parse(const char *text, const char *source, kiln_device_op
             continue;
         }
         if (!eq)
-            return kiln__error_set("kiln_device_open: option '%.*s' has no value (expected key=value, %s)",
+            return kiln__error_set("%s: option '%.*s' has no value (expected key=value, %s)", who,
                                    (int)(len > 60 ? 60 : len), p, source);
-        if (put(o, p, (size_t)(eq - p), eq + 1, len - (size_t)(eq - p) - 1, source, true) < 0)
+        if (put(o, p, (size_t)(eq - p), eq + 1, len - (size_t)(eq - p) - 1, source, true, who) < 0)
             return -1;
         p += len + (end ? 1 : 0);
     }
     return 0;
+}
+
+int kiln__device_opts_parse(const char *text, const char *source, kiln_device_opts *o)
+{
+    return parse_for(text, source, o, "kiln_device_open");
 }
 
 /* Defaults a program set (kiln_device_defaults_set: kilnd's device_options), applied over
@@ -137,10 +142,14 @@ int kiln_device_defaults_set(const char *backend, const char *options)
 {
     if (!backend || !*backend || strlen(backend) >= sizeof defaults[0].backend)
         return kiln__error_set("kiln_device_defaults_set: bad backend name");
+    /* a misspelt backend would hold its options where no open ever reads them */
+    if (!kiln__backend_name_known(backend))
+        return kiln__error_set("kiln_device_defaults_set: unknown backend '%s' (expected %s)", backend,
+                               KILN__BACKEND_NAMES);
     if (options && strlen(options) >= sizeof defaults[0].options)
         return kiln__error_set("kiln_device_defaults_set: options for %s too long", backend);
     kiln_device_opts check = {0};
-    if (kiln__device_opts_parse(options, "device_options", &check) < 0)
+    if (parse_for(options, "device_options", &check, "kiln_device_defaults_set") < 0)
         return -1;
     pthread_mutex_lock(&defaults_lock);
     int slot = -1;
@@ -172,7 +181,7 @@ int kiln__device_opts_env(const char *backend, kiln_device_opts *o)
             return -1;
         for (int i = 0; i < d.n; i++)
             if (put(o, d.kv[i].key, strlen(d.kv[i].key), d.kv[i].value, strlen(d.kv[i].value), "device_options",
-                    false) < 0)
+                    false, "kiln_device_open") < 0)
                 return -1;
     }
     for (size_t i = 0; i < sizeof env_table / sizeof *env_table; i++) {
@@ -181,7 +190,7 @@ int kiln__device_opts_env(const char *backend, kiln_device_opts *o)
             continue;
         const char *var = NULL;
         const char *v = kiln__option_env(backend, r->key, &var);
-        if (v && put(o, r->key, strlen(r->key), v, strlen(v), var, false) < 0)
+        if (v && put(o, r->key, strlen(r->key), v, strlen(v), var, false, "kiln_device_open") < 0)
             return -1;
     }
     return 0;

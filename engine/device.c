@@ -110,8 +110,8 @@ const char *kiln_backends_compiled(void)
 /* Parse a spec into a backend slot, an index and the canonical spelling. */
 static int parse_spec(const char *spec, size_t *slot, int *index, char *canon, size_t canon_len)
 {
-    static const char usage[] =
-        "expected cpu, ref, cuda:N, vulkan:N, hip:N or remote://host:port/device";
+    static const char usage[] = "expected cpu, ref, cuda:N, vulkan:N, hip:N or remote://host:port/device, "
+                                "or a decorator around one: counting:SPEC, fused:SPEC";
     if (strncmp(spec, "remote://", 9) == 0) {
         const char *host = spec + 9;
         const char *colon = strchr(host, ':');
@@ -182,6 +182,14 @@ static const char *backend_name_of(size_t slot)
     return slot == COUNTING_SLOT ? "counting" : slot == FUSED_SLOT ? "fused" : known_backends[slot].name;
 }
 
+bool kiln__backend_name_known(const char *name)
+{
+    for (size_t slot = 0; slot <= FUSED_SLOT; slot++)
+        if (!strcmp(name, backend_name_of(slot)))
+            return true;
+    return false;
+}
+
 /* spec (without options) into its slot, index and canonical spelling; "counting:" and
  * "fused:" wrap any other spec, decorators included. */
 static int parse_any(const char *spec, size_t *slot, int *index, char *canon, size_t canon_len)
@@ -193,6 +201,9 @@ static int parse_any(const char *spec, size_t *slot, int *index, char *canon, si
             continue;
         size_t inner_slot;
         char inner[KILN_SPEC_MAX];
+        if (spec[n] == '\0')
+            return kiln__error_set("kiln_device_open: decorator '%s' needs a device spec after it (%scpu)",
+                                   decorators[k], decorators[k]);
         if (parse_any(spec + n, &inner_slot, index, inner, sizeof inner) < 0)
             return -1;
         *slot = k == 0 ? COUNTING_SLOT : FUSED_SLOT;

@@ -213,8 +213,26 @@ kiln_tensor *kiln_ones(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t 
     return full_impl(dev, dt, ndim, shape, 1.0, "ones");
 }
 
+/* PyTorch's rule for a value put into an integer dtype: the fraction goes (2.5 -> 2), but
+ * a value outside the dtype's range, NaN or an infinity is an error, where a backend's
+ * conversion would wrap it (300 -> 44 in u8) or leave an arbitrary number. bool takes
+ * any value (nonzero is true); floating dtypes round, an overflow becoming inf. */
+int kiln__check_int_value(kiln_dtype dt, double value, const char *op, const char *what)
+{
+    double lo = 0, hi = 0;
+    if (kiln_dtype_is_float(dt) || !kiln__dtype_int_range(dt, &lo, &hi))
+        return 0;
+    double t = trunc(value);
+    if (t >= lo && t < hi)
+        return 0;
+    return kiln__error_set("%s: %s %.17g does not fit %s, which holds [%.0f, %.0f)", op, what, value,
+                           kiln_dtype_name(dt), lo, hi);
+}
+
 kiln_tensor *kiln_full(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape, double value)
 {
+    if (kiln__check_int_value(dt, value, "full", "value") < 0)
+        return NULL;
     return full_impl(dev, dt, ndim, shape, value, "full");
 }
 
@@ -248,6 +266,9 @@ kiln_tensor *kiln_arange(kiln_device *dev, kiln_dtype dt, double start, double e
         return NULL;
     }
     int64_t n = (int64_t)len;
+    if (n > 0 && (kiln__check_int_value(dt, start, "arange", "start") < 0 ||
+                  kiln__check_int_value(dt, start + (double)(n - 1) * step, "arange", "last value") < 0))
+        return NULL;
     kiln_tensor *t = kiln__alloc(dev, dt, 1, &n, "arange");
     if (t && run_arange(t, start, step, "arange") < 0) {
         kiln_tensor_release(t);
@@ -262,6 +283,9 @@ kiln_tensor *kiln_linspace(kiln_device *dev, kiln_dtype dt, double start, double
         kiln__error_set("linspace: steps %lld must be non-negative", (long long)steps);
         return NULL;
     }
+    if (steps > 0 && (kiln__check_int_value(dt, start, "linspace", "start") < 0 ||
+                      kiln__check_int_value(dt, end, "linspace", "end") < 0))
+        return NULL;
     kiln_tensor *t = kiln__alloc(dev, dt, 1, &steps, "linspace");
     if (!t)
         return NULL;
@@ -283,10 +307,8 @@ kiln_tensor *kiln_linspace(kiln_device *dev, kiln_dtype dt, double start, double
 
 kiln_tensor *kiln_eye(kiln_device *dev, kiln_dtype dt, int64_t n, int64_t m)
 {
-    if (m < 0)
-        m = n;
-    if (n < 0) {
-        kiln__error_set("eye: n %lld must be non-negative", (long long)n);
+    if (n < 0 || m < 0) { /* as PyTorch's eye: no negative m standing for "m = n" */
+        kiln__error_set("eye: n %lld and m %lld must be non-negative", (long long)n, (long long)m);
         return NULL;
     }
     int64_t shape[2] = {n, m};
@@ -487,6 +509,21 @@ kiln_tensor *kiln_rand_int(kiln_device *dev, kiln_dtype dt, int ndim, const int6
     if (low >= high || dt == KILN_BOOL) {
         kiln__error_set("rand_int: needs low < high and a non-bool dtype (got [%lld, %lld), %s)",
                         (long long)low, (long long)high, kiln_dtype_name(dt));
+        return NULL;
+    }
+    /* The bounds reach every backend as the rng entry's doubles (backend.h, and the remote
+     * wire's float parameters), exact only up to 2^53: past that a backend would draw from
+     * another range than asked, or overflow converting back (tensor.h says why not wider). */
+    const int64_t exact = (int64_t)1 << 53;
+    if (low < -exact || high > exact) {
+        kiln__error_set("rand_int: bounds [%lld, %lld) must lie within [-2^53, 2^53] (+-%lld)", (long long)low,
+                        (long long)high, (long long)exact);
+        return NULL;
+    }
+    double lo = 0, hi = 0;
+    if (kiln__dtype_int_range(dt, &lo, &hi) && ((double)low < lo || (double)high > hi)) {
+        kiln__error_set("rand_int: [%lld, %lld) does not fit %s, which holds [%.0f, %.0f)", (long long)low,
+                        (long long)high, kiln_dtype_name(dt), lo, hi);
         return NULL;
     }
     return rng_impl(dev, dt, ndim, shape, KILN_RNG_INT, (double)low, (double)high, gen, "rand_int");

@@ -384,6 +384,8 @@ kiln_tensor *kiln_masked_fill(kiln_tensor *t, kiln_tensor *mask, double value)
                         kiln__describe(t, dt, sizeof dt));
         return NULL;
     }
+    if (kiln__check_int_value(t->dtype, value, "masked_fill", "value") < 0)
+        return NULL;
     kiln_tensor *fill = kiln__scalar(kiln__dev(t), t->dtype, value, "masked_fill");
     if (!fill)
         return NULL;

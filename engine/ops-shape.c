@@ -378,7 +378,9 @@ kiln_tensor *kiln_transpose(kiln_tensor *t, int d0, int d1)
 
 /* ------------------------------------------------------------ slicing, splitting */
 
-/* Python's clamping for start/end with a positive step; returns the resulting length. */
+/* Python's clamping for start/end with a positive step; returns the resulting length.
+ * The length is counted as 1 + (e - s - 1) / step, never e - s + step - 1, which overflows
+ * int64 for a step near INT64_MAX (a[:, ::huge] has one element per row, as in Python). */
 static int64_t clamp_slice(int64_t size, int64_t *start, int64_t *end, int64_t step)
 {
     int64_t s = *start, e = *end;
@@ -396,7 +398,7 @@ static int64_t clamp_slice(int64_t size, int64_t *start, int64_t *end, int64_t s
         e = size;
     *start = s;
     *end = e;
-    return (e - s + step - 1) / step;
+    return e > s ? 1 + (e - s - 1) / step : 0;
 }
 
 kiln_tensor *kiln__slice(kiln_tensor *t, int dim, int64_t start, int64_t end, int64_t step,
@@ -418,7 +420,15 @@ kiln_tensor *kiln__slice(kiln_tensor *t, int dim, int64_t start, int64_t end, in
     memcpy(sh, t->shape, sizeof sh);
     memcpy(st, t->strides, sizeof st);
     sh[d] = len;
-    st[d] = t->strides[d] * step;
+    /* with at most one element the stride is never stepped, so a step past the dim (a
+     * huge one included) keeps the old stride rather than a product that may overflow */
+    if (len <= 1)
+        st[d] = t->strides[d];
+    else if (__builtin_mul_overflow(t->strides[d], step, &st[d])) {
+        kiln__error_set("%s: step %lld times stride %lld of dim %d overflows", op, (long long)step,
+                        (long long)t->strides[d], d);
+        return NULL;
+    }
     return kiln__view(t, t->ndim, sh, st, t->offset + (len > 0 ? start * t->strides[d] : 0));
 }
 

@@ -92,6 +92,10 @@ void kiln__device_release(kiln_device *dev);
 int kiln__device_opts_check_used(const char *backend, const kiln_device_opts *opts);
 /** The options as "k=v&k=v", sorted by key (how a spec with options is canonical). */
 void kiln__device_opts_canon(const kiln_device_opts *o, char *buf, size_t len);
+/** Whether name is a backend or decorator a spec may name (compiled in or not), so that
+ *  device options may be kept for it: one of KILN__BACKEND_NAMES. */
+bool kiln__backend_name_known(const char *name);
+#define KILN__BACKEND_NAMES "cpu, ref, cuda, vulkan, hip, remote, counting or fused"
 
 /* -------------------------------------------------------------- queues (queue.c) */
 struct kiln_queue {
@@ -161,7 +165,7 @@ void kiln__graph_free(kiln__graph *g);
  *  error messages. Not registered in any scope. */
 kiln_tensor *kiln__alloc(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
                          const char *op);
-/** True when dev's backend can use host memory in place (buffer_wrap_host). */
+/** True when dev can use host memory in place: buffer_wrap_host over host-memory buffers. */
 bool kiln__can_wrap_host(const kiln_device *dev);
 /** A contiguous tensor over ptr (64-byte aligned, writable, numel × dtype size bytes)
  *  without copying; release(release_ud) runs when its storage dies. On failure release
@@ -257,6 +261,13 @@ kiln_tensor *kiln__slice(kiln_tensor *t, int dim, int64_t start, int64_t end, in
 kiln_tensor *kiln__narrow(kiln_tensor *t, int dim, int64_t start, int64_t length, const char *op);
 /** Descriptor of t broadcast (right-aligned) to shape: 0 strides on stretched dims. */
 void kiln__bcast_desc(const kiln_tensor *t, int ndim, const int64_t *shape, kiln_tdesc *d);
+/** The integers dt holds without overflow, as [*lo, *hi) (exact in double: the bounds are
+ *  powers of two or small): an integer dtype's range, f16's finite one. false for f32, f64
+ *  and bf16 (any int64 stays finite) and bool (any value is true or false). */
+bool kiln__dtype_int_range(kiln_dtype dt, double *lo, double *hi);
+/** 0 when value (its fraction dropped) fits integer dtype dt, else -1 and "op: what VALUE
+ *  does not fit DT"; floating dtypes and bool take any value. */
+int kiln__check_int_value(kiln_dtype dt, double value, const char *op, const char *what);
 /** A 0-d tensor holding value on dev. */
 kiln_tensor *kiln__scalar(kiln_device *dev, kiln_dtype dt, double value, const char *op);
 /** Check that every value of an integer index tensor lies in [lo, hi): on the device

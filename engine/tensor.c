@@ -59,6 +59,17 @@ bool kiln_dtype_is_float(kiln_dtype dt)
     return dtype_valid(dt) && dtype_table[dt].is_float;
 }
 
+bool kiln__dtype_int_range(kiln_dtype dt, double *lo, double *hi)
+{
+    switch (dt) {
+    case KILN_U8: *lo = 0, *hi = 256; return true;
+    case KILN_I32: *lo = -2147483648.0, *hi = 2147483648.0; return true;
+    case KILN_I64: *lo = -9223372036854775808.0, *hi = 9223372036854775808.0; return true;
+    case KILN_F16: *lo = -65504, *hi = 65505; return true;
+    default: return false;
+    }
+}
+
 /* Rank within a category: wider types rank higher. */
 static int float_rank(kiln_dtype dt)
 {
@@ -474,16 +485,24 @@ const kiln_backend_caps *kiln__device_caps(const kiln_device *dev)
     return &dev->caps;
 }
 
+/* caps.host_memory too: a decorator (fused, counting) has the entry whatever its inner
+ * device is, and only a device whose buffers are host memory can take the caller's */
 bool kiln__can_wrap_host(const kiln_device *dev)
 {
-    return dev && dev->be->buffer_wrap_host;
+    return dev && dev->be->buffer_wrap_host && dev->caps.host_memory;
 }
 
 kiln_tensor *kiln__alloc_wrapped(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape, void *ptr,
                                  void (*release)(void *), void *release_ud, const char *op)
 {
-    if (!kiln__can_wrap_host(dev) || !ptr) {
-        kiln__error_set("%s: device cannot use host memory in place", op);
+    if (!ptr) {
+        kiln__error_set("%s: data is NULL", op);
+        return NULL;
+    }
+    if (!kiln__can_wrap_host(dev)) {
+        kiln__error_set("%s: device %s cannot use host memory in place (its tensors live in its own memory); "
+                        "copy the data in with kiln_from_data",
+                        op, kiln_device_name(dev));
         return NULL;
     }
     return alloc_impl(dev, dt, ndim, shape, op, ptr, release, release_ud);

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,8 +158,15 @@ static int write_manifest(const char *dir, const kiln_ckpt_state *s)
     cJSON_AddNumberToObject(root, "epoch", (double)s->epoch);
     cJSON_AddStringToObject(root, "created", created);
     int rc = 0;
-    for (int i = 0; i < s->metric_n; i++)
-        cJSON_AddNumberToObject(metrics, s->metric_names[i], s->metric_values[i]);
+    for (int i = 0; i < s->metric_n; i++) {
+        double v = s->metric_values[i];
+        /* JSON has no inf or NaN (cJSON would write null, read back as no metric, and a
+         * diverged loss would drop out of keep-best unseen): they go as strings */
+        if (isfinite(v))
+            cJSON_AddNumberToObject(metrics, s->metric_names[i], v);
+        else
+            cJSON_AddStringToObject(metrics, s->metric_names[i], isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+    }
     for (int i = 0; i < CKPT_NFILES && rc == 0; i++) {
         char *p = path_join(dir, ckpt_files[i]);
         uint64_t h = 0, size = 0;
@@ -567,14 +575,25 @@ int kiln_ckpt_rng(const kiln_ckpt *ck, kiln_generator *out, int max)
     return ck->rng_n;
 }
 
+/* A metric as write_manifest stores it: a number, or "inf", "-inf" or "nan". */
+static bool metric_of(const cJSON *m, double *value)
+{
+    const char *s = cJSON_IsString(m) ? m->valuestring : "";
+    double v = cJSON_IsNumber(m)    ? m->valuedouble
+               : !strcmp(s, "inf")  ? INFINITY
+               : !strcmp(s, "-inf") ? -INFINITY
+                                    : NAN;
+    if (!cJSON_IsNumber(m) && strcmp(s, "nan") && !isinf(v))
+        return false;
+    if (value)
+        *value = v;
+    return true;
+}
+
 int kiln_ckpt_metric(const kiln_ckpt *ck, const char *name, double *value)
 {
     const cJSON *m = ck && name ? cJSON_GetObjectItemCaseSensitive(ck->metrics, name) : NULL;
-    if (!cJSON_IsNumber(m))
-        return -1;
-    if (value)
-        *value = m->valuedouble;
-    return 0;
+    return metric_of(m, value) ? 0 : -1;
 }
 
 /* --------------------------------------------------------------------- listing */
@@ -615,10 +634,8 @@ static void info_fill(kiln_ckpt_info *e, const char *name, bool verify, const ch
         const cJSON *m = metric ? cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(man, "metrics"),
                                                                    metric)
                                 : NULL;
-        if (cJSON_IsNumber(m)) {
+        if (metric_of(m, &e->metric))
             e->has_metric = true;
-            e->metric = m->valuedouble;
-        }
         if (e->step != name_step(name, "step-"))
             kiln__error_set("manifest step does not match the folder name");
         else if (!verify || verify_files(e->path, man) == 0)
@@ -755,7 +772,9 @@ int kiln_ckpt_retain(const char *root, const kiln_ckpt_retention *policy, int *r
             keep[i] = true;
             kept_last++;
         }
-        if (list[i].has_metric)
+        /* NaN is worst whichever way is better: never kept for its metric (and a NaN in
+         * the comparisons below would leave qsort without an order) */
+        if (list[i].has_metric && !isnan(list[i].metric))
             ranks[nranks++] = (rank){i, list[i].metric};
     }
     if (newest >= 0)

@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -118,16 +119,19 @@ int kiln_safetensors_zero_copy_count(const kiln_safetensors *st)
 }
 
 /* An integer from JSON: a number that is integral, non-negative and exactly
- * representable (cJSON stores numbers as double, so 2^53 is the honest bound). */
-static bool st_json_u64(const cJSON *item, uint64_t *out)
+ * representable (cJSON stores numbers as double, so 2^53 is the honest bound). 0, -1
+ * when it is no non-negative integer, -2 when it is one past 2^53 (too large, not wrong). */
+static int st_json_u64(const cJSON *item, uint64_t *out)
 {
     if (!cJSON_IsNumber(item))
-        return false;
+        return -1;
     double v = item->valuedouble;
-    if (!(v >= 0.0) || v > 9007199254740992.0 || v != (double)(uint64_t)v)
-        return false;
+    if (v > 9007199254740992.0)
+        return v == floor(v) ? -2 : -1; /* inf (1e400) is too large too */
+    if (!(v >= 0.0) || v != (double)(uint64_t)v)
+        return -1;
     *out = (uint64_t)v;
-    return true;
+    return 0;
 }
 
 static int st_parse_entry(kiln_safetensors *st, const cJSON *item, st_entry *e)
@@ -161,7 +165,12 @@ static int st_parse_entry(kiln_safetensors *st, const cJSON *item, st_entry *e)
     uint64_t bytes = elem;
     for (int d = 0; d < ndim; d++) {
         uint64_t n;
-        if (!st_json_u64(cJSON_GetArrayItem(shape, d), &n))
+        int r = st_json_u64(cJSON_GetArrayItem(shape, d), &n);
+        if (r == -2)
+            return kiln__error_set("safetensors %s: entry '%.200s' shape[%d] %g is too large (kiln reads "
+                                   "sizes up to 2^53)",
+                                   st->label, name, d, cJSON_GetArrayItem(shape, d)->valuedouble);
+        if (r < 0)
             return kiln__error_set("safetensors %s: entry '%.200s' shape[%d] is not a non-negative "
                                    "integer", st->label, name, d);
         if (n != 0 && bytes > UINT64_MAX / n)
@@ -169,8 +178,12 @@ static int st_parse_entry(kiln_safetensors *st, const cJSON *item, st_entry *e)
         bytes *= n;
         e->shape[d] = (int64_t)n;
     }
-    if (cJSON_GetArraySize(offsets) != 2 || !st_json_u64(cJSON_GetArrayItem(offsets, 0), &e->begin) ||
-        !st_json_u64(cJSON_GetArrayItem(offsets, 1), &e->end))
+    int r0 = cJSON_GetArraySize(offsets) == 2 ? st_json_u64(cJSON_GetArrayItem(offsets, 0), &e->begin) : -1;
+    int r1 = r0 == 0 ? st_json_u64(cJSON_GetArrayItem(offsets, 1), &e->end) : r0;
+    if (r1 == -2)
+        return kiln__error_set("safetensors %s: entry '%.200s' data_offsets are too large (past 2^53)", st->label,
+                               name);
+    if (r1 < 0)
         return kiln__error_set("safetensors %s: entry '%.200s' data_offsets must be two non-negative "
                                "integers", st->label, name);
     if (e->begin > e->end || e->end > st->data_len)
@@ -269,6 +282,23 @@ static int st_check_layout(kiln_safetensors *st)
     return rc;
 }
 
+/* cJSON keeps strings NUL-terminated, so a name or value holding \u0000 (or a raw 0 byte)
+ * would come out cut short: "a\u0000b" read as "a". Escapes are walked in order so that
+ * an escaped backslash before "u0000" is not taken for one. */
+static bool st_header_has_nul(const char *text, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (text[i] == '\0')
+            return true;
+        if (text[i] != '\\' || i + 1 >= n)
+            continue;
+        if (text[i + 1] == 'u' && i + 5 < n && !memcmp(text + i + 2, "0000", 4))
+            return true;
+        i++; /* the escaped character */
+    }
+    return false;
+}
+
 static int st_parse(kiln_safetensors *st)
 {
     if (st->len < 8)
@@ -288,11 +318,24 @@ static int st_parse(kiln_safetensors *st)
     st->data = st->bytes + 8 + hlen;
     st->data_len = st->len - 8 - hlen;
 
-    cJSON *root = cJSON_ParseWithLength((const char *)st->bytes + 8, (size_t)hlen);
+    const char *text = (const char *)st->bytes + 8, *end = NULL;
+    if (st_header_has_nul(text, (size_t)hlen))
+        return kiln__error_set("safetensors %s: header holds a NUL character (\\u0000 or a raw 0 byte), "
+                               "which would cut a name short",
+                               st->label);
+    cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)hlen, &end, false);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return kiln__error_set("safetensors %s: header is not valid JSON", st->label);
     }
+    /* after the object only padding: writers pad the header with spaces (JSON whitespace) */
+    for (; end && end < text + hlen; end++)
+        if (*end != ' ' && *end != '\t' && *end != '\n' && *end != '\r') {
+            cJSON_Delete(root);
+            return kiln__error_set("safetensors %s: header has bytes other than whitespace after its JSON object "
+                                   "(at byte %zu)",
+                                   st->label, (size_t)(end - text));
+        }
     int n = cJSON_GetArraySize(root);
     int rc = 0;
     st->entries = calloc((size_t)n + 1, sizeof *st->entries);

@@ -501,6 +501,10 @@ int kiln__cpu_rng(void *vctx, kiln_rng_kind kind, const kiln_tdesc *out, uint64_
                   uint64_t offset, double p0, double p1)
 {
     kiln__cpu_ctx *ctx = vctx;
+    /* rng_range converts the bounds to int64: out of range that is undefined, so refuse
+     * what the engine never sends (kiln_rand_int keeps them within 2^53), as ref does */
+    if (kind == KILN_RNG_INT && !(p0 >= -9007199254740992.0 && p1 <= 9007199254740992.0 && p0 < p1))
+        return kiln__error_set("cpu rng: invalid integer range [%g, %g)", p0, p1), KILN_EINVAL;
     if (!kiln__cpu_contig(out)) {
         /* draw into contiguous scratch, then scatter into the view */
         struct kiln_buffer *h;

@@ -59,7 +59,7 @@ int kiln__cuda_rng(void *vq, kiln_rng_kind kind, const kiln_tdesc *out, uint64_t
     if ((unsigned)kind >= KILN_RNG_COUNT)
         return kiln__error_set("rng on %s: unknown kind %d", q->dev->name, (int)kind), KILN_EINVAL;
     if (kind == KILN_RNG_INT) {
-        if (!(p0 > -9.2e18 && p1 < 9.2e18) || (int64_t)p1 <= (int64_t)p0)
+        if (!(p0 >= -9007199254740992.0 && p1 <= 9007199254740992.0) || (int64_t)p1 <= (int64_t)p0)
             return kiln__error_set("rng on %s: empty or invalid integer range [%g, %g)", q->dev->name, p0, p1),
                    KILN_EINVAL;
     }

@@ -159,6 +159,8 @@ int kiln__ref_rng(void *ctx, kiln_rng_kind kind, const kiln_tdesc *out, uint64_t
         return ref_fail(KILN_EINVAL, "ref rng: unknown kind %d", (int)kind);
     int64_t lo = 0, hi = 0;
     if (kind == KILN_RNG_INT) {
+        if (!(p0 >= -9007199254740992.0 && p1 <= 9007199254740992.0)) /* backend.h: within 2^53 */
+            return ref_fail(KILN_EINVAL, "ref rng: integer range [%g, %g) exceeds 2^53", p0, p1);
         lo = ref_d2i(p0);
         hi = ref_d2i(p1);
         if (hi <= lo)

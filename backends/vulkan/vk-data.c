@@ -93,6 +93,11 @@ int kvk_rng(void *vq, kiln_rng_kind kind, const kiln_tdesc *out, uint64_t seed, 
 {
     kvk_queue *q = vq;
     rng_params p;
+    /* the shader reads the bounds as int64 (the scalar's saturated l words): exact within
+     * 2^53 (backend.h), and an empty range would fill every element with p0 */
+    if (kind == KILN_RNG_INT &&
+        !(p0 >= -9007199254740992.0 && p1 <= 9007199254740992.0 && (int64_t)p0 < (int64_t)p1))
+        return kiln__error_set("rng on vulkan: invalid integer range [%g, %g)", p0, p1), KILN_EINVAL;
     if (kvk_view_of(&p.out, out, "rng") < 0)
         return KILN_EINVAL;
     if (p.out.numel == 0)

@@ -11,6 +11,7 @@
  * value the last node that reads it. Nodes that read only weights are marked derived;
  * onnx-run.c caches their outputs outside grad mode.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -592,7 +593,10 @@ kiln_onnx_model *kiln_onnx_load_memory(const void *data, size_t len, kiln_device
 kiln_onnx_model *kiln_onnx_load(const char *path, kiln_device *dev, const kiln_onnx_options *opts) {
     size_t max = opts && opts->max_file_bytes ? opts->max_file_bytes : ((size_t)2 << 30);
     FILE *f = path ? fopen(path, "rb") : NULL;
-    if (!f) { kiln__error_set("onnx: cannot open '%s'", path ? path : "(null)"); return NULL; }
+    if (!f) {
+        kiln__error_set("onnx: cannot open '%s': %s", path ? path : "(null)", path ? strerror(errno) : "no path");
+        return NULL;
+    }
     uint8_t *buf = NULL;
     size_t n = 0, cap = 0;
     for (;;) {
@@ -606,6 +610,15 @@ kiln_onnx_model *kiln_onnx_load(const char *path, kiln_device *dev, const kiln_o
         n += got;
         if (n > max) { free(buf); fclose(f); kiln__error_set("onnx: '%s' is larger than %zu bytes", path, max); return NULL; }
         if (got == 0) break;
+    }
+    /* a read error (a directory gives EISDIR) ends the loop like the end of the file: told
+     * apart here, or the bytes read so far would be parsed as a truncated model */
+    if (ferror(f)) {
+        int err = errno;
+        free(buf);
+        fclose(f);
+        kiln__error_set("onnx: cannot read '%s': %s", path, strerror(err));
+        return NULL;
     }
     fclose(f);
     kiln_onnx_model *m = load_bytes(buf, n, path, dev, opts);

@@ -6,6 +6,7 @@
  * load. Where an argument moved from an attribute to an input across opsets (Squeeze,
  * Unsqueeze and Split at 13, Slice at 10, Pad at 11), both forms are accepted.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,10 +241,11 @@ static int op_slice(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, i
             if (s <= e) {
                 t = kiln_narrow(t, a, 0, 0);
             } else {
-                int64_t cnt = (s - e + (-step) - 1) / (-step);
+                /* -step overflows for INT64_MIN, and any step past s - e picks one index */
+                int64_t ns = step < -(s - e) ? s - e : -step;
                 int dims[1] = {a};
                 kiln_tensor *f = kiln_flip(t, 1, dims);       /* index j -> d-1-j */
-                t = kiln_slice(f, a, d - 1 - s, d - 1 - s + cnt * (-step), -step);
+                t = kiln_slice(f, a, d - 1 - s, d - s + (s - e - 1) / ns * ns, ns);
             }
         }
     }
@@ -441,6 +443,17 @@ static int op_constant_of_shape(const kiln__onnx_node *n, int nin, kiln_tensor *
         dt = kiln_tensor_dtype(c);
         v = kiln_item(c);
         /* c is scoped: released with the node's scope */
+        if (dt == KILN_I64 && kiln_tensor_numel(c) == 1 && fabs(v) > 9007199254740992.0) {
+            out[0] = kiln_contiguous(kiln_expand(kiln_reshape(c, 0, NULL), k, s));
+            return ok(out);
+        }
+    }
+    if (dt == KILN_I64 && fabs(v) > 9007199254740992.0 && a && a->t && a->t->data) {
+        /* an int64 past 2^53 (INT64_MAX standing for "no limit") from its own bytes: through
+         * the double kiln_full takes it would round, and 2^63 fits no int64 */
+        kiln_tensor *one = kiln_from_data(n->dev, KILN_I64, 0, NULL, a->t->data, sizeof(int64_t));
+        out[0] = kiln_contiguous(kiln_expand(one, k, s));
+        return ok(out);
     }
     out[0] = kiln_full(n->dev, dt, k, s, v);
     return ok(out);
@@ -450,7 +463,8 @@ static int op_constant(const kiln__onnx_node *n, int nin, kiln_tensor *const *in
     const kiln__onnx_attr *a;
     if ((a = kiln__onnx_attr_get(n, "value")) && a->t) out[0] = kiln__onnx_ptensor_to_tensor(a->t, n->dev);
     else if ((a = kiln__onnx_attr_get(n, "value_float"))) out[0] = kiln_full(n->dev, KILN_F32, 0, NULL, a->f);
-    else if ((a = kiln__onnx_attr_get(n, "value_int"))) out[0] = kiln_full(n->dev, KILN_I64, 0, NULL, (double)a->i);
+    else if ((a = kiln__onnx_attr_get(n, "value_int"))) /* exact: an int64 may not survive a double */
+        out[0] = kiln_from_data(n->dev, KILN_I64, 0, NULL, &a->i, sizeof a->i);
     else if ((a = kiln__onnx_attr_get(n, "value_ints"))) out[0] = i64_tensor(n, a->nints, a->ints);
     else if ((a = kiln__onnx_attr_get(n, "value_floats"))) {
         out[0] = kiln_cast(kiln_from_data(n->dev, KILN_F64, 1, (const int64_t[]){a->nfloats}, a->floats,

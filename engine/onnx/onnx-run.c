@@ -333,11 +333,27 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
     }
     for (int i = 0; i < m->ninputs; i++) {
         const char *name = m->vnames[m->input_vals[i]];
-        for (int j = 0; j < ninputs; j++)
-            if (input_names[j] && !strcmp(input_names[j], name))
-                given[i] = inputs[j];
-        if (!given[i]) {
-            kiln__error_set("onnx: run: input '%s' not given", name);
+        int at = -1;
+        for (int j = 0; j < ninputs; j++) {
+            if (!input_names[j] || strcmp(input_names[j], name))
+                continue;
+            if (at >= 0) { /* which of the two was meant is anybody's guess */
+                kiln__error_set("onnx: run: input '%s' given twice (at %d and %d)", name, at, j);
+                goto out;
+            }
+            at = j;
+        }
+        if (at < 0 || !inputs[at]) {
+            kiln__error_set(at < 0 ? "onnx: run: input '%s' not given" : "onnx: run: input '%s' is NULL", name);
+            goto out;
+        }
+        given[i] = inputs[at];
+        /* the graph's operators were typed for the declared dtype: another one would run
+         * to a wrong or differently typed result (ids as f32, an image as i64) */
+        int want = m->input_info[i]->elem_type ? kiln__onnx_kdtype(m->input_info[i]->elem_type) : -1;
+        if (want >= 0 && kiln_tensor_dtype(given[i]) != (kiln_dtype)want) {
+            kiln__error_set("onnx: run: input '%s' is %s; the model declares %s", name,
+                            kiln_dtype_name(kiln_tensor_dtype(given[i])), kiln_dtype_name((kiln_dtype)want));
             goto out;
         }
     }

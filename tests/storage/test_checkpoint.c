@@ -4,6 +4,9 @@
  * missing manifest, leftover temporary folder) with the reason for each, retention (keep
  * last K, keep best by a metric), and I/O faults injected at every durable call.
  */
+#include <dirent.h>
+#include <fcntl.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -12,8 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -243,6 +244,81 @@ static void test_retention(void **state)
     kiln_ckpt_list_free(list, n);
 }
 
+/* A checkpoint whose only metric, "loss", is v. */
+static void save_loss(int64_t step, double v)
+{
+    kiln_tensor *w = kiln_full(dev, KILN_F32, KILN_SHAPE(2), 1);
+    const char *mn[] = {"w"}, *names[] = {"loss"};
+    kiln_ckpt_state s = {.step = step,
+                         .model_n = 1,
+                         .model_names = mn,
+                         .model_tensors = &w,
+                         .metric_n = 1,
+                         .metric_names = names,
+                         .metric_values = &v};
+    if (kiln_ckpt_save(root, &s, NULL, 0) != 0)
+        fail_msg("save step %lld: %s", (long long)step, kiln_error());
+    kiln_tensor_release(w);
+}
+
+/* inf and NaN were written as JSON null and read back as "no metric", so a diverged loss
+ * dropped out of keep-best unseen: now they round-trip, and NaN ranks worst. */
+static void test_non_finite_metrics(void **state)
+{
+    (void)state;
+    kiln_tensor *w = kiln_full(dev, KILN_F32, KILN_SHAPE(2), 1);
+    const char *mn[] = {"w"}, *names[] = {"pinf", "ninf", "nan", "big", "plain"};
+    double vals[] = {INFINITY, -INFINITY, NAN, 1e308, -0.25};
+    kiln_ckpt_state s = {.step = 1,
+                         .model_n = 1,
+                         .model_names = mn,
+                         .model_tensors = &w,
+                         .metric_n = 5,
+                         .metric_names = names,
+                         .metric_values = vals};
+    assert_int_equal(kiln_ckpt_save(root, &s, NULL, 0), 0);
+    kiln_tensor_release(w);
+    kiln_ckpt *ck = kiln_ckpt_open_latest(root, NULL, NULL);
+    assert_non_null(ck);
+    double v[5];
+    for (int i = 0; i < 5; i++)
+        if (kiln_ckpt_metric(ck, names[i], &v[i]) != 0)
+            fail_msg("metric %s is missing", names[i]);
+    assert_true(isinf(v[0]) && v[0] > 0 && isinf(v[1]) && v[1] < 0 && isnan(v[2]));
+    assert_true(v[3] == 1e308 && v[4] == -0.25);
+    assert_int_equal(kiln_ckpt_metric(ck, "absent", NULL), -1);
+    kiln_ckpt_close(ck);
+    kiln_ckpt_info *list;
+    int n;
+    assert_int_equal(kiln_ckpt_list(root, false, "nan", &list, &n), 0);
+    assert_true(n == 1 && list[0].has_metric && isnan(list[0].metric));
+    kiln_ckpt_list_free(list, n);
+
+    /* keep-best by loss (min), one kept: step 3's 0.5 wins over inf, and NaN (a diverged
+     * run) is never best, even beside +inf; step 6 is kept as the newest */
+    save_loss(2, INFINITY);
+    save_loss(3, 0.5);
+    save_loss(4, NAN);
+    save_loss(5, 2.0);
+    save_loss(6, NAN);
+    kiln_ckpt_retention p = {.keep_last = 0, .best_metric = "loss", .keep_best = 1};
+    int removed;
+    assert_int_equal(kiln_ckpt_retain(root, &p, &removed), 0);
+    assert_int_equal(kiln_ckpt_list(root, false, "loss", &list, &n), 0);
+    assert_int_equal(n, 2);
+    assert_true(list[0].step == 3 && list[0].metric == 0.5 && list[1].step == 6 && isnan(list[1].metric));
+    kiln_ckpt_list_free(list, n);
+    /* max: +inf is best, NaN still worst */
+    save_loss(7, INFINITY);
+    save_loss(8, NAN);
+    kiln_ckpt_retention q = {.keep_last = 0, .best_metric = "loss", .best_max = true, .keep_best = 1};
+    assert_int_equal(kiln_ckpt_retain(root, &q, &removed), 0);
+    assert_int_equal(kiln_ckpt_list(root, false, "loss", &list, &n), 0);
+    assert_int_equal(n, 2);
+    assert_true(list[0].step == 7 && isinf(list[0].metric) && list[1].step == 8);
+    kiln_ckpt_list_free(list, n);
+}
+
 /* Only step-000000001 and (optionally) step-000000002 exist, both valid; no debris. */
 static void expect_clean_root(bool with_two)
 {
@@ -305,6 +381,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_latest_good_skips_damage, setup, teardown),
         cmocka_unit_test_setup_teardown(test_empty_root, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retention, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_non_finite_metrics, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_injection, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

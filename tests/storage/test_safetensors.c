@@ -110,6 +110,46 @@ static void test_rejects_malformed_headers(void **state)
     expect_reject("{}", 4, "no tensors");
 }
 
+/* Headers the reader once misread: a dim past 2^53 called "not a non-negative integer", text
+ * after the header's object accepted, a name with \u0000 read cut short. */
+static void test_header_edges(void **state)
+{
+    (void)state;
+    expect_reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,4],\"data_offsets\":[0,0]}}", 0,
+                  "shape[0] 4.61169e+18 is too large");
+    expect_reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[1e400],\"data_offsets\":[0,4]}}", 4, "too large");
+    expect_reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[18446744073709551615,3]}}", 4,
+                  "data_offsets are too large");
+    expect_reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}} trailing", 4,
+                  "other than whitespace after its JSON object");
+    expect_reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}{}", 4, "after its JSON");
+    expect_reject("{\"a\\u0000b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "NUL");
+    expect_reject("{\"__metadata__\":{\"k\":\"v\\u0000w\"}}", 0, "NUL");
+    expect_reject("{\"\\u0000\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "NUL");
+
+    /* what the format allows still opens: whitespace padding after the object, an escaped
+     * backslash before "u0000" (a name holding the text \u0000, no NUL) */
+    const char *ok[] = {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}    \n\t ",
+                        "{\"a\\\\u0000b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}"};
+    const char *names[] = {"a", "a\\u0000b"};
+    for (int i = 0; i < 2; i++) {
+        image im = make_image(ok[i], 4);
+        kiln_safetensors *st = kiln_safetensors_open_memory(im.bytes, im.len);
+        if (!st)
+            fail_msg("refused %s: %s", ok[i], kiln_error());
+        assert_string_equal(kiln_safetensors_name(st, 0), names[i]);
+        kiln_device *dev = kiln_device_open("cpu");
+        kiln_tensor *t = kiln_safetensors_load(st, names[i], dev);
+        float v = 0, want;
+        memcpy(&want, im.bytes + im.len - 4, 4);
+        assert_true(t && kiln_to_data(t, &v, 4) == 0 && memcmp(&v, &want, 4) == 0);
+        kiln_tensor_release(t);
+        kiln_device_close(dev);
+        kiln_safetensors_close(st);
+        free(im.bytes);
+    }
+}
+
 static void test_rejects_bad_lengths(void **state)
 {
     (void)state;
@@ -392,6 +432,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid_file_and_accessors),
         cmocka_unit_test(test_rejects_malformed_headers),
+        cmocka_unit_test(test_header_edges),
         cmocka_unit_test(test_rejects_bad_lengths),
         cmocka_unit_test(test_truncated_prefixes),
         cmocka_unit_test(test_round_trip_every_dtype),

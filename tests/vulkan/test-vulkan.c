@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "backends/vulkan/vk-impl.h"
+#include "common/philox.h"
 #include "kiln/tensor.h"
 
 const kiln_backend_iface *kiln_backend_vulkan(void);
@@ -547,10 +548,60 @@ static void test_split_reductions(const kiln_backend_iface *be)
     kiln_device_close(cpu);
 }
 
+static int host_releases;
+static void count_release(void *ud)
+{
+    (void)ud;
+    host_releases++;
+}
+
+/* Host memory on a device that keeps its own: refused naming the device the caller opened
+ * (once the fused decorator's "fused: the inner device ..." leaked through vulkan:0's
+ * message), pointing at kiln_from_data, the memory left with the caller. And kiln_rand_int
+ * at the edge of 2^53 draws the numbers cpu and ref draw, past it is refused alike. */
+static void test_host_memory_and_rand_int(const kiln_backend_iface *be)
+{
+    (void)be;
+    static _Alignas(64) float data[16];
+    const char *specs[] = {"vulkan:0", RAW_VULKAN};
+    for (int i = 0; i < 2; i++) {
+        kiln_device *d = kiln_device_open(specs[i]);
+        CHECK(d, "open %s: %s", specs[i], kiln_error());
+        if (!d)
+            continue;
+        host_releases = 0;
+        kiln_tensor *t = kiln_from_host_memory(d, KILN_F32, KILN_SHAPE(4, 4), data, count_release, NULL);
+        const char *e = kiln_error();
+        CHECK(!t && strstr(e, "from_host_memory: device vulkan:0") &&
+                  strstr(e, "cannot use host memory in place") && strstr(e, "kiln_from_data") &&
+                  !strstr(e, "fused") && host_releases == 0,
+              "%s: host memory refused by name (%s)", specs[i], t ? "made" : e);
+        kiln_tensor_release(t);
+        const int64_t big = (int64_t)1 << 53;
+        const int64_t ranges[][2] = {{big - 3, big}, {-big, big}, {-7, 50}};
+        for (int r = 0; r < 3; r++) {
+            kiln_generator g = kiln_generator_make(5);
+            g.offset = 11;
+            int64_t v[32];
+            kiln_tensor *x = kiln_rand_int(d, KILN_I64, KILN_SHAPE(32), ranges[r][0], ranges[r][1], &g);
+            CHECK(x && kiln_to_data(x, v, sizeof v) == 0, "%s rand_int range %d: %s", specs[i], r, kiln_error());
+            for (int k = 0; x && k < 32; k++)
+                CHECK(v[k] == kiln_rng_int(11 + (uint64_t)k, 5, ranges[r][0], ranges[r][1]),
+                      "%s rand_int range %d element %d: %lld", specs[i], r, k, (long long)v[k]);
+            kiln_tensor_release(x);
+        }
+        kiln_generator g = kiln_generator_make(5);
+        CHECK(!kiln_rand_int(d, KILN_I64, KILN_SHAPE(4), big + 1, big + 3, &g) && strstr(kiln_error(), "2^53"),
+              "%s: a range past 2^53 is refused (%s)", specs[i], kiln_error());
+        kiln_device_close(d);
+    }
+}
+
 static const struct {
     const char *name;
     void (*run)(const kiln_backend_iface *be);
 } tests[] = {
+    {"host-memory-rand-int", test_host_memory_and_rand_int},
     {"split-reductions", test_split_reductions},
     {"default-fusion", test_default_fusion},
     {"allocations", test_allocations_reuse_blocks},

@@ -112,9 +112,11 @@ int kiln_onnx_output_count(const kiln_onnx_model *m);
 const char *kiln_onnx_output_name(const kiln_onnx_model *m, int i);
 
 /**
- * Run the graph. Inputs are matched by name (every graph input must be given; a tensor on
- * another device is copied over). out receives noutputs new references, in graph-output
- * order. On error returns -1 and the message names the node (op type and name).
+ * Run the graph. Inputs are matched by name (every graph input must be given, once; a
+ * tensor on another device is copied over) and must have the dtype the graph declares for
+ * them (kiln_onnx_input_info; no implicit cast: token ids as f32 are refused, naming the
+ * input and both dtypes). out receives noutputs new references, in graph-output order. On
+ * error returns -1 and the message names the input, or the node (op type and name).
  */
 int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_names,
                   kiln_tensor *const *inputs, int noutputs, kiln_tensor **out);

@@ -224,7 +224,10 @@ typedef struct kiln_ckpt_state {
     int rng_n;
     const kiln_generator *rng;
     const char *metrics_json;        /* history; NULL for [] */
-    int metric_n;                    /* latest values, used by keep-best retention */
+    int metric_n;                    /* latest values, used by keep-best retention; any double,
+                                        inf and NaN included (a diverged loss): JSON has no such
+                                        numbers, so the manifest holds them as the strings "inf",
+                                        "-inf" and "nan", and they read back as written */
     const char *const *metric_names;
     const double *metric_values;
     unsigned record_flags;           /* KILN_RECORD_ZSTD to compress the two records */
@@ -261,7 +264,8 @@ const char *kiln_ckpt_scheduler(const kiln_ckpt *ck);
 const char *kiln_ckpt_metrics_history(const kiln_ckpt *ck);
 /** Copy up to max generators into out; returns how many the checkpoint holds. */
 int kiln_ckpt_rng(const kiln_ckpt *ck, kiln_generator *out, int max);
-/** The latest value of a metric; 0, or -1 when the checkpoint has none by that name. */
+/** The latest value of a metric (inf and NaN as saved); 0, or -1 when the checkpoint has
+ *  none by that name. */
 int kiln_ckpt_metric(const kiln_ckpt *ck, const char *name, double *value);
 
 /** One folder under a root, as kiln_ckpt_list sees it. */
@@ -289,7 +293,8 @@ typedef struct kiln_ckpt_retention {
     int keep_last;           /* the newest K valid checkpoints (0 keeps none by age) */
     const char *best_metric; /* NULL: no keep-best */
     bool best_max;           /* true: higher is better (accuracy); false: lower (loss) */
-    int keep_best;           /* how many of the best to keep (default 1 when best_metric set) */
+    int keep_best;           /* how many of the best to keep (default 1 when best_metric set);
+                                a NaN metric is worst either way and never kept as a best */
     bool remove_damaged;     /* also remove folders that fail verification and stale temp folders */
 } kiln_ckpt_retention;
 

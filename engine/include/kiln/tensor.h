@@ -107,7 +107,8 @@ typedef struct kiln_device kiln_device;
 /**
  * Open a device by spec: "cpu", "ref", "cuda:0", "vulkan:0", "hip:0",
  * "remote://host:port/cpu", "counting:SPEC" (a decorator that counts what SPEC's device
- * is asked to do), each optionally followed by options: "cpu?threads=2&conv=direct".
+ * is asked to do), "fused:SPEC" (a decorator that fuses elementwise chains for SPEC's
+ * device), each optionally followed by options: "cpu?threads=2&conv=direct".
  * The options of every backend and the environment variables that set their defaults
  * are listed in docs/configuration.md; an unknown option or a bad value refuses the
  * open with a message naming it. Opening the same spec (options included) twice gives
@@ -120,8 +121,10 @@ kiln_device *kiln_device_open(const char *spec);
 kiln_device *kiln_device_open_opts(const char *spec, const char *options);
 /** Options every later open of backend's devices starts from ("threads=2&conv=direct";
  *  NULL or "" clears them): over the environment's defaults, under a spec's own options.
- *  Checked when a device opens. For a program that keeps them in its config (kilnd's
- *  device_options). -1 with a message when the text is malformed. */
+ *  backend is a backend's name without index ("cpu", "cuda", "vulkan", "hip", "ref",
+ *  "remote") or a decorator's ("counting", "fused"), compiled in or not. The values are
+ *  checked when a device opens. For a program that keeps them in its config (kilnd's
+ *  device_options). -1 with a message when backend is unknown or the text malformed. */
 int kiln_device_defaults_set(const char *backend, const char *options);
 /** Drop a reference taken by kiln_device_open. Tensors keep their device alive. */
 void kiln_device_close(kiln_device *dev);
@@ -264,10 +267,17 @@ kiln_tensor *kiln_keep(kiln_tensor *t);
 kiln_tensor *kiln_empty(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape);
 kiln_tensor *kiln_zeros(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape);
 kiln_tensor *kiln_ones(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape);
+/**
+ * Every element value, as PyTorch's full: an integer dtype drops the fraction (2.5 -> 2)
+ * but refuses a value outside its range, NaN or an infinity (u8 with 300) rather than wrap
+ * it; bool takes any value (nonzero is true); floating dtypes round (f16 past 65504 is inf).
+ * The same holds for kiln_full_like, kiln_masked_fill, and arange's and linspace's values.
+ */
 kiln_tensor *kiln_full(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape, double value);
 /** [start, end) by step; the length is ceil((end - start) / step). */
 kiln_tensor *kiln_arange(kiln_device *dev, kiln_dtype dt, double start, double end, double step);
 kiln_tensor *kiln_linspace(kiln_device *dev, kiln_dtype dt, double start, double end, int64_t steps);
+/** n x m with ones on the main diagonal; n, m >= 0 (m = n for a square one). */
 kiln_tensor *kiln_eye(kiln_device *dev, kiln_dtype dt, int64_t n, int64_t m);
 /**
  * A tensor holding a copy of host data laid out contiguously (row-major) in dtype dt.
@@ -314,7 +324,15 @@ kiln_tensor *kiln_rand_normal(kiln_device *dev, kiln_dtype dt, int ndim, const i
 /** 1 with probability p, else 0 (dtype dt). */
 kiln_tensor *kiln_rand_bernoulli(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
                                  double p, kiln_generator *gen);
-/** Integers uniform in [low, high). */
+/**
+ * Integers uniform in [low, high), which must fit dt (u8: [0, 256); f16: its finite
+ * range; f32 rounds values past 2^24) and lie within [-2^53, 2^53]. Why that bound: the
+ * bounds reach every backend (ref, cpu, cuda, vulkan, remote, through the decorators) as
+ * the doubles of its rng entry and of the remote wire protocol, exact only up to 2^53; a
+ * wider range would draw other numbers on some backends or none at all, breaking the
+ * promise above of the same numbers everywhere. Carrying int64 bounds would change that
+ * interface and the wire protocol; ranges that wide are refused instead.
+ */
 kiln_tensor *kiln_rand_int(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape,
                            int64_t low, int64_t high, kiln_generator *gen);
 
