@@ -60,6 +60,7 @@ static int on_message_begin(llhttp_t *p)
 {
     struct kd_http_conn *c = conn_of(p);
     c->in_message = true;
+    c->head = false;
     c->started_ns = now_ns();
     c->header_bytes = 0;
     c->body_bytes = 0;
@@ -76,6 +77,8 @@ static int on_message_begin(llhttp_t *p)
 static int on_url(llhttp_t *p, const char *at, size_t n)
 {
     struct kd_http_conn *c = conn_of(p);
+    /* The method is parsed by now: even a refusal of this request (431) goes without a body. */
+    c->head = llhttp_get_method(p) == HTTP_HEAD;
     if (count_header_bytes(c, n) != 0)
         return -1;
     if (kd_buf_append(&c->url, at, n) != 0) {
@@ -207,6 +210,47 @@ static bool request_id_usable(const char *id)
 }
 
 /*
+ * RFC 9110 9.3.2: the answer to HEAD is GET's status and header fields, Content-Length included,
+ * without the content. Cuts the body of the one whole response at out->data + mark.
+ */
+static void cut_body(struct kd_buf *out, size_t mark)
+{
+    for (size_t i = mark; i + 4 <= out->len; i++)
+        if (memcmp(out->data + i, "\r\n\r\n", 4) == 0) {
+            out->len = i + 4;
+            return;
+        }
+}
+
+/* Whether a whole header block has been written since mark. */
+static bool header_written(const struct kd_buf *out, size_t mark)
+{
+    for (size_t i = mark; i + 4 <= out->len; i++)
+        if (memcmp(out->data + i, "\r\n\r\n", 4) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * A HEAD whose handler wrote its response's header block and deferred the rest (an event
+ * stream): that header block is the whole answer. The pending response is let go as when the
+ * client leaves (whoever streams into it finds it gone and stops), and the connection closes
+ * when that header said so. Returns the response's status.
+ */
+static int head_of_stream(struct kd_http_conn *c, size_t mark)
+{
+    struct kd_http_pending *p = c->pending;
+    if (!kd_http_pending_keep_alive(p))
+        c->closing = true;
+    c->pending = NULL;
+    p->conn = NULL;
+    atomic_store(&p->cancelled, true);
+    cut_body(&c->out, mark);
+    const char *st = c->out.data + mark + 9; /* "HTTP/1.1 NNN" */
+    return (st[0] - '0') * 100 + (st[1] - '0') * 10 + (st[2] - '0');
+}
+
+/*
  * The request target as path and query. An absolute-form target ("http://host:8000/v2?x=1",
  * RFC 9112 section 3.2.2) must be accepted by a server, which then ignores its authority; its
  * path is the one routed ("/" when it has none). Origin-form targets pass through unchanged.
@@ -252,6 +296,7 @@ static int dispatch(struct kd_http_conn *c, bool keep_alive)
     origin_form(c->url.data, c->url.len, &req);
     const char *mname = llhttp_method_name((llhttp_method_t)llhttp_get_method(&c->parser));
     req.method = kd_http_method_from_name(mname, strlen(mname));
+    size_t mark = c->out.len;
     c->requests++;
     if (c->svc->access && !request_id_usable(c->headers.request_id))
         snprintf(c->headers.request_id, sizeof c->headers.request_id, "kiln-%d-%llu-%llu", c->svc->pid,
@@ -261,15 +306,23 @@ static int dispatch(struct kd_http_conn *c, bool keep_alive)
     int status;
     switch (kd_router_match(r, req.method, req.path, req.path_len, &idx)) {
     case KD_ROUTE_FOUND: {
-        size_t mark = c->out.len;
         c->route = idx;
+        if (c->head) {
+            /* Handlers answer GET; the body is cut below. A HEAD never switches protocols
+             * (RFC 9110 7.8 lets a server ignore Upgrade): GET's answer without one is given. */
+            req.method = KD_HTTP_GET;
+            req.head = true;
+            c->headers.upgrade[0] = '\0';
+        }
         c->dispatching = true;
         c->finished_inline = false;
         status = r->routes[idx].handler(c->svc->ctx, &req, &c->out);
         c->dispatching = false;
-        if (status == KD_HTTP_DEFERRED && (c->pending || c->finished_inline))
+        if (status == KD_HTTP_DEFERRED && c->head && c->pending && header_written(&c->out, mark))
+            status = head_of_stream(c, mark);
+        else if (status == KD_HTTP_DEFERRED && (c->pending || c->finished_inline))
             return 0; /* counted and observed when it finishes */
-        if (status == KD_HTTP_DEFERRED)
+        else if (status == KD_HTTP_DEFERRED)
             status = kd_resp_error(&c->out, 500, "handler deferred without a pending response", keep_alive, NULL);
         else if (status > 0 && kd_http_compress_response(&c->out, mark,
                                                          kd_http_coding_accepted(c->headers.accept_encoding)) != 0)
@@ -293,6 +346,8 @@ static int dispatch(struct kd_http_conn *c, bool keep_alive)
     }
     if (status < 0)
         return -1;
+    if (c->head)
+        cut_body(&c->out, mark);
     c->responses++;
     observe(c, idx, status);
     return 0;
@@ -315,8 +370,11 @@ static int decode_body(struct kd_http_conn *c, bool keep_alive)
     kd_buf_free(&coded);
     if (st == 0)
         return 0;
+    size_t mark = c->out.len;
     if (st < 0 || (st = kd_resp_error(&c->out, st, why, keep_alive, NULL)) < 0)
         return -1;
+    if (c->head)
+        cut_body(&c->out, mark);
     c->requests++;
     c->responses++;
     observe(c, c->svc->router.count, st);
@@ -334,11 +392,12 @@ static int on_message_complete(llhttp_t *p)
         return -1;
     }
     c->started_ns = 0;
+    c->head = false; /* what follows (garbage, say) is not this request's to answer bodiless */
     if (c->up_ops)
         return 0; /* llhttp stops with HPE_PAUSED_UPGRADE; feed hands the rest over */
     if (c->pending)
         return HPE_PAUSED; /* nothing more is parsed until the pending response is out */
-    if (!keep_alive) {
+    if (!keep_alive || c->closing) {
         c->closing = true;
         return HPE_PAUSED; /* whatever follows on this connection is not read */
     }
@@ -413,10 +472,13 @@ static void fail_with(struct kd_http_conn *c, int status, const char *msg)
     c->closing = true;
     if (c->failed)
         return;
+    size_t mark = c->out.len;
     if (kd_resp_error(&c->out, status, msg, false, NULL) < 0) {
         c->failed = true;
         return;
     }
+    if (c->head)
+        cut_body(&c->out, mark);
     c->responses++;
     observe(c, c->svc->router.count, status);
 }
@@ -539,7 +601,7 @@ void kd_http_conn_drain(struct kd_http_conn *c)
 int kd_http_upgrade(const struct kd_request *req, const struct kd_http_upgrade_ops *ops, void *ud)
 {
     struct kd_http_conn *c = req->conn;
-    if (!c || c->pending || c->up_ops)
+    if (!c || c->pending || c->up_ops || c->head)
         return -1;
     c->up_ops = ops;
     c->up_ud = ud;
@@ -564,6 +626,7 @@ struct kd_http_pending *kd_http_defer(const struct kd_request *req)
     p->route = c->route;
     p->started_ns = c->started_ns;
     p->keep_alive = req->keep_alive;
+    p->head = c->head;
     p->coding = kd_http_coding_accepted(c->headers.accept_encoding);
     p->body = c->body;
     c->body = (struct kd_buf){0};
@@ -594,6 +657,8 @@ void kd_http_pending_finish(struct kd_http_pending *p, int status)
     struct kd_buf body = p->body;
     if (c && status > 0 && p->marked && kd_http_compress_response(&c->out, p->mark, p->coding) != 0)
         status = -1;
+    if (c && status > 0 && p->marked && p->head)
+        cut_body(&c->out, p->mark);
     free(p);
     if (!c) {
         kd_buf_free(&body);

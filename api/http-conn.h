@@ -76,6 +76,7 @@ struct kd_http_pending {
     size_t route;
     uint64_t started_ns;
     bool keep_alive;
+    bool head;   /* a HEAD request: the late response's body is cut at finish */
     int coding;  /* enum kd_http_coding the response is compressed with */
     size_t mark; /* where the response begins in conn->out (set by kd_http_pending_out) */
     bool marked;
@@ -108,6 +109,7 @@ struct kd_http_conn {
     bool closing;                   /* no more input is read; close once out is written */
     bool draining;                  /* finish the current request, then close */
     bool failed;                    /* out of memory: close without a response */
+    bool head;                      /* the current request is HEAD: no response to it has a body */
     struct kd_http_headers headers; /* of the current request */
     size_t header_slot;             /* which headers field the value being parsed goes to */
     bool header_in_value;

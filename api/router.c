@@ -46,12 +46,15 @@ unsigned kd_router_methods(const struct kd_router *r, size_t index, const char *
         return 0;
     const struct kd_route *rt = &r->routes[index];
     size_t n = strlen(rt->path);
+    unsigned m = rt->methods;
     if (rt->methods_at && n > 0 && rt->path[n - 1] == '*' && path_len >= n - 1) {
-        unsigned m = rt->methods_at(path + n - 1, path_len - (n - 1));
-        if (m)
-            return m & rt->methods;
+        unsigned at = rt->methods_at(path + n - 1, path_len - (n - 1));
+        if (at)
+            m = at & rt->methods;
     }
-    return rt->methods;
+    /* RFC 9110 9.3.2: a server that answers GET answers HEAD the same way, without the body
+     * (http-conn.c runs the GET handler and cuts the body), so no table lists HEAD itself. */
+    return m & KD_HTTP_GET ? m | KD_HTTP_HEAD : m;
 }
 
 void kd_router_allow(const struct kd_router *r, size_t index, const char *path, size_t path_len, char *buf,

@@ -4,7 +4,8 @@
  * A route table is static data: a path, the methods it takes and a handler. Matching is exact
  * on the path (the query string is split off first), except that a path ending in '*' matches
  * every path with that prefix (the handler parses the rest); a path that exists under other methods
- * answers 405 with an Allow header built from the table.
+ * answers 405 with an Allow header built from the table. A path that takes GET takes HEAD too
+ * (the table never lists it): its handler runs as for GET and the connection drops the body.
  *
  *     static const struct kd_route routes[] = {
  *         {"/v2/health/live", KD_HTTP_GET, handle_live},
@@ -58,7 +59,8 @@ struct kd_http_conn;
 #define KD_HTTP_DEFERRED 0
 
 struct kd_request {
-    unsigned method;            /* one enum kd_http_method bit */
+    unsigned method;            /* one enum kd_http_method bit; KD_HTTP_GET for a HEAD request */
+    bool head;                  /* a HEAD request: answered as GET, its body dropped afterwards */
     const char *path;           /* not NUL-terminated */
     size_t path_len;
     const char *query;          /* after '?', or NULL */
@@ -108,7 +110,7 @@ enum kd_route_result {
 enum kd_route_result kd_router_match(const struct kd_router *r, unsigned method, const char *path, size_t len,
                                      size_t *index);
 
-/* The methods routes[index] takes at path (its methods_at when it has one). */
+/* The methods routes[index] takes at path (its methods_at when it has one), HEAD with GET. */
 unsigned kd_router_methods(const struct kd_router *r, size_t index, const char *path, size_t path_len);
 
 /* "GET, POST" for the methods routes[index] takes at path. */

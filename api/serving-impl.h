@@ -33,6 +33,7 @@ struct kd_serving {
     kd_repository *repo;
     struct kd_serving_entry *entries;
     bool accepting;
+    int startup_loads; /* kd_serving_new's loads still running (options' startup_done) */
     uint64_t next_id;
     int pid; /* for generated request ids (getpid is a system call) */
     struct kd_auth *auth;

@@ -4,6 +4,7 @@
  * here, on the loop, the worker converts the tensor data and encodes the answer) and the
  * repository extension (/v2/repository/index, .../load, .../unload).
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,24 @@ struct load_reply {
 
 /* ---- path parsing ------------------------------------------------------------------------- */
 
+/*
+ * A version in a path, as openapi's ^[1-9][0-9]*$ says, that fits int64_t: "01" or "+1" is not
+ * another spelling of 1, and a number past the range is refused rather than clamped to it.
+ * The version, or -1.
+ */
+static int64_t path_version(const char *text)
+{
+    if (text[0] < '1' || text[0] > '9')
+        return -1;
+    int64_t v = 0;
+    for (const char *p = text; *p; p++) {
+        if (*p < '0' || *p > '9' || v > (INT64_MAX - (*p - '0')) / 10)
+            return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+
 /* "/v2/models/<name>[/versions/<v>][/<action>]". 0, or an HTTP status with msg. */
 static int parse_model_path(const struct kd_request *req, size_t prefix, struct kd_serving_path *mp, char *msg,
                             size_t n)
@@ -67,9 +86,12 @@ static int parse_model_path(const struct kd_request *req, size_t prefix, struct 
     mp->version = 0;
     int k = 1;
     if (np >= 3 && strcmp(parts[1], "versions") == 0) {
-        int64_t v = kd_serving_parse_version(parts[2]);
+        int64_t v = path_version(parts[2]);
         if (v <= 0) {
-            snprintf(msg, n, "invalid model version '%.32s'", parts[2]);
+            snprintf(msg, n,
+                     "invalid model version '%.64s': a version is a whole number from 1 to %lld, without "
+                     "leading zeros",
+                     parts[2], (long long)INT64_MAX);
             return 400;
         }
         mp->version = v;

@@ -13,6 +13,7 @@
  * sends it when the worker's completion arrives.
  */
 #include <ctype.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -319,6 +320,15 @@ static int start_load(struct kd_serving *sv, const char *name, int64_t need_vers
     return 0;
 }
 
+/* A load kd_serving_new started has finished: readiness waits for the last of them. */
+static void startup_load_done(void *ud, int status, const char *why)
+{
+    (void)status, (void)why; /* a failed load is logged and shown in the index; it ends the wait too */
+    struct kd_serving *sv = ud;
+    if (--sv->startup_loads == 0 && sv->o.startup_done)
+        sv->o.startup_done(sv->o.startup_ud);
+}
+
 struct kd_serving *kd_serving_new(const struct kd_serving_options *o, char *err, size_t errlen)
 {
     struct kd_serving *sv = calloc(1, sizeof *sv);
@@ -347,12 +357,18 @@ struct kd_serving *kd_serving_new(const struct kd_serving_options *o, char *err,
         kd_serving_free(sv);
         return NULL;
     }
+    /* Held at 1 while loads start, so one that finishes at once cannot call startup_done here. */
+    sv->startup_loads = 1;
     for (int i = 0; i < kd_repository_count(sv->repo); i++) {
         const kd_model_info *m = kd_repository_model(sv->repo, i);
         char why[256];
-        if (start_load(sv, m->name, 0, NULL, NULL, why, sizeof why) != 0)
+        sv->startup_loads++;
+        if (start_load(sv, m->name, 0, startup_load_done, sv, why, sizeof why) != 0) {
+            sv->startup_loads--; /* refused before starting: no completion will come */
             vlog(sv, KD_LOG_WARN, "model %s not loaded: %s", m->name, why);
+        }
     }
+    sv->startup_loads--;
     return sv;
 fail:
     kd_serving_free(sv);
@@ -382,6 +398,11 @@ void kd_serving_free(struct kd_serving *sv)
     kd_shm_table_free(sv->shm);
     kd_repository_close(sv->repo);
     free(sv);
+}
+
+int kd_serving_startup_loads(const struct kd_serving *sv)
+{
+    return sv->startup_loads;
 }
 
 void kd_serving_set_accepting(struct kd_serving *sv, bool accepting)
@@ -537,9 +558,13 @@ int64_t kd_serving_parse_version(const char *text)
 {
     if (!text || !text[0])
         return 0;
-    char *end;
-    long long v = strtoll(text, &end, 10);
-    return *end || v <= 0 ? -1 : v;
+    /* as the HTTP paths: ^[1-9][0-9]*$ within int64, never "01" read as 1 or a huge
+     * number clamped to INT64_MAX */
+    if (text[0] < '1' || text[0] > '9' || strspn(text, "0123456789") != strlen(text))
+        return -1;
+    errno = 0;
+    long long v = strtoll(text, NULL, 10);
+    return errno == ERANGE ? -1 : v;
 }
 
 bool kd_serving_accepting(const struct kd_serving *sv)

@@ -36,12 +36,19 @@ struct kd_serving_options {
     int64_t infer_timeout_ms;
     void (*log)(void *ud, enum kd_log_level level, const char *msg);
     void *log_ud;
+    /* Optional: runs once on the loop when the last of the loads kd_serving_new started has
+     * finished, loaded or failed (never from inside kd_serving_new: ask
+     * kd_serving_startup_loads then). Loads asked for later do not count. */
+    void (*startup_done)(void *ud);
+    void *startup_ud;
 };
 
 struct kd_serving;
 
 /* Opens the repository and starts loading every served version. NULL with err on failure. */
 struct kd_serving *kd_serving_new(const struct kd_serving_options *o, char *err, size_t errlen);
+/* The loads kd_serving_new started that have not finished yet. */
+int kd_serving_startup_loads(const struct kd_serving *sv);
 /* Releases every model (call after kd_sched_stop delivered the last completions). */
 void kd_serving_free(struct kd_serving *sv);
 /* Not ready while draining: readiness answers 503. Infer requests that reach the router while
@@ -83,8 +90,8 @@ int kd_serving_versions(struct kd_serving *sv, const char *name, struct kd_sched
 /* Calls each(ud, m) for every loaded version of every model (borrowed), from the model table in
  * memory: what the all-model statistics of both protocols list. */
 void kd_serving_each_loaded(struct kd_serving *sv, void (*each)(void *ud, struct kd_sched_model *m), void *ud);
-/* A request's model version: "" or NULL is the latest (0); otherwise a positive integer; -1 when
- * malformed. */
+/* A request's model version: "" or NULL is the latest (0); otherwise a positive integer written
+ * without leading zeros, within int64; -1 for anything else. */
 int64_t kd_serving_parse_version(const char *text);
 bool kd_serving_accepting(const struct kd_serving *sv);
 const struct kd_auth *kd_serving_auth(const struct kd_serving *sv);

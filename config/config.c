@@ -19,7 +19,9 @@ static const struct {
     const char *desc;
 } command_flags[] = {
     {"--config", "FILE", "Read a JSON configuration file (also KILN_CONFIG). Keys as in the table below."},
-    {"--check-config", NULL, "Validate the configuration, print the result and exit 0 (valid) or 1."},
+    {"--check-config", NULL,
+     "Validate the configuration as a start would (host and api_tokens, device_options, each device opened "
+     "and closed), print the result and exit 0 (valid) or 1."},
     {"--print-config-doc", NULL, "Print the configuration reference (docs/configuration.md) and exit."},
     {"--help", NULL, "Print this help and exit."},
     {"--version", NULL, "Print the version and exit."},
@@ -378,7 +380,9 @@ void kd_config_print_doc(FILE *out)
             "An unknown key in the file, an unknown flag, a value of the wrong type or out of range "
             "stops the start with a message naming the key and where the value came from (file path, "
             "environment variable or flag). `kilnd --check-config` validates without starting "
-            "(exit 0 when valid, 1 otherwise). In the JSON file, dotted keys are nested objects: "
+            "(exit 0 when valid, 1 otherwise), with the checks a start makes before it serves: a `host` "
+            "beyond loopback needs `api_tokens`, `device_options` must parse and every device in `devices` "
+            "must open (each is opened and closed again). In the JSON file, dotted keys are nested objects: "
             "`limits.max_body_bytes` is written `{\"limits\": {\"max_body_bytes\": 1048576}}`. "
             "Lists are JSON arrays in the file and comma-separated in the environment and on the "
             "command line.\n\n"

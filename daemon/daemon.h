@@ -3,7 +3,8 @@
  * hangs off one struct kd_daemon; there is no global mutable state, so two daemons can run in
  * one process (each on its own loop).
  *
- * States: starting -> ready -> draining -> stopped. /v2/health/ready answers 200 only in ready.
+ * States: starting -> ready -> draining -> stopped. /v2/health/ready answers 200 only in ready,
+ * which comes once start-up is done and every model found at start has finished loading.
  * Inference runs on the scheduler's workers (scheduler/); the model table is api/serving.c.
  *
  *     struct kd_daemon d;
@@ -61,9 +62,20 @@ struct kd_daemon {
     uint64_t started_ns;
     int exit_code;
     bool loop_ready, api_ready, log_ready, handles_ready;
+    bool init_done; /* kd_daemon_init got to its end: readiness may follow the model loads */
 };
 
 const char *kd_daemon_state_to_str(enum kd_daemon_state s);
+
+/*
+ * The start's own checks of a configuration (check.c), each 0 or -1 with the message a failed
+ * start logs in err. kd_daemon_check runs them all without listening or loading anything, and
+ * opens and closes each configured device: what --check-config answers.
+ */
+int kd_daemon_check_listen(const struct kd_config *cfg, char *err, size_t errlen);
+/* Sets the backends' defaults from device_options (process-wide, before any device opens). */
+int kd_daemon_apply_device_options(const struct kd_config *cfg, char *err, size_t errlen);
+int kd_daemon_check(const struct kd_config *cfg, char *err, size_t errlen);
 
 /* Opens the log, the data folder, the job store and the listening socket. Logs its own errors. */
 int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg);

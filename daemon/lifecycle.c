@@ -2,7 +2,8 @@
  * daemon/lifecycle.c — bringing kilnd up, keeping it running and taking it down.
  *
  * Start: log, data folder, listening socket (first log line names the bound port, which is also
- * written to <data_dir>/kilnd.port for whoever started us with --port 0), job store, ready.
+ * written to <data_dir>/kilnd.port for whoever started us with --port 0), job store, models, and
+ * ready once every model found at start has finished loading (loaded or failed) on the workers.
  * SIGTERM/SIGINT: draining — readiness turns 503, the listener closes, idle connections close,
  * busy ones finish; after drain_timeout_ms whatever remains is cut. A second signal cuts at once.
  * SIGHUP reopens the log file. Shutdown closes every handle so the loop ends with nothing leaked.
@@ -18,11 +19,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "auth.h"
 #include "daemon.h"
 #include "kiln/kiln.h"
 
-static const char *const api_extensions[] = {"model_repository", "statistics", "binary_tensor_data", NULL};
+/* GET /v2 and gRPC ServerMetadata; the names are Triton's (its docs/protocol/extension_*.md), which
+ * tritonclient and other Triton clients look for. */
+static const char *const api_extensions[] = {"model_repository", "statistics", "binary_tensor_data",
+                                             "system_shared_memory", NULL};
 
 const char *kd_daemon_state_to_str(enum kd_daemon_state s)
 {
@@ -331,25 +334,24 @@ static char *models_root(const struct kd_daemon *d)
     return root;
 }
 
+/* The last load kd_serving_new started has finished (on the loop). Ready, unless the start failed
+ * meanwhile or a drain began: a model still loading never turns a drain back into ready. */
+static void on_models_loaded(void *ud)
+{
+    struct kd_daemon *d = ud;
+    if (!d->init_done || d->state != KD_DAEMON_STARTING)
+        return;
+    kd_log_write(&d->log, KD_LOG_INFO, "the models found at start have finished loading");
+    set_state(d, KD_DAEMON_READY);
+}
+
 /* The scheduler's workers and the model table; models load in the background. */
 static int start_serving(struct kd_daemon *d)
 {
     char err[512];
-    /* device_options: the backends' defaults, set before any device opens (and checked
-     * when one does, so a bad value stops the start with its name) */
-    for (size_t i = 0; i < d->cfg.device_options.count; i++) {
-        const char *e = d->cfg.device_options.items[i], *colon = strchr(e, ':');
-        char backend[32];
-        if (!colon || colon == e || (size_t)(colon - e) >= sizeof backend) {
-            kd_log_write(&d->log, KD_LOG_ERROR, "device_options: '%s' is not BACKEND:key=value", e);
-            return -1;
-        }
-        memcpy(backend, e, (size_t)(colon - e));
-        backend[colon - e] = '\0';
-        if (kiln_device_defaults_set(backend, colon + 1) != 0) {
-            kd_log_write(&d->log, KD_LOG_ERROR, "device_options: %s", kiln_error());
-            return -1;
-        }
+    if (kd_daemon_apply_device_options(&d->cfg, err, sizeof err) != 0) {
+        kd_log_write(&d->log, KD_LOG_ERROR, "%s", err);
+        return -1;
     }
     struct kd_sched_options so = {
         .loop = &d->loop,
@@ -386,6 +388,8 @@ static int start_serving(struct kd_daemon *d)
         .infer_timeout_ms = d->cfg.limits.infer_timeout_ms,
         .log = kd_log_sink,
         .log_ud = &d->log,
+        .startup_done = on_models_loaded,
+        .startup_ud = d,
     };
     d->serving = kd_serving_new(&vo, err, sizeof err);
     free(root);
@@ -489,11 +493,8 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
     kd_metric_set(info_series, 1);
     d->api_ready = true;
 
-    if (!kd_auth_listen_allowed(d->cfg.host, d->cfg.api_tokens.count)) {
-        kd_log_write(&d->log, KD_LOG_ERROR,
-                     "refusing to listen on %s without api_tokens: set KILN_API_TOKENS (\"admin:TOKEN\" or "
-                     "\"read:TOKEN\" entries) or listen on 127.0.0.1",
-                     d->cfg.host);
+    if (kd_daemon_check_listen(&d->cfg, err, sizeof err) != 0) {
+        kd_log_write(&d->log, KD_LOG_ERROR, "%s", err);
         return -1;
     }
     if (mkdir_p(d->cfg.data_dir, err, sizeof err) != 0 || check_writable(d->cfg.data_dir, err, sizeof err) != 0) {
@@ -594,7 +595,13 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
     d->api.tensor = d->tensor;
     if (start_grpc(d) != 0)
         return -1;
-    set_state(d, KD_DAEMON_READY);
+    d->init_done = true;
+    int loading = kd_serving_startup_loads(d->serving);
+    if (loading == 0)
+        set_state(d, KD_DAEMON_READY);
+    else
+        kd_log_write(&d->log, KD_LOG_INFO, "loading %d model(s) found at start; ready when they have finished",
+                     loading);
     return 0;
 }
 

@@ -29,6 +29,12 @@ int main(int argc, char **argv)
         kd_config_free(&cfg);
         return 0;
     case KD_CONFIG_CHECK:
+        /* What a start checks before it serves, so "OK" is not said of one that would refuse. */
+        if (kd_daemon_check(&cfg, err, sizeof err) != 0) {
+            fprintf(stderr, "kilnd: configuration error: %s\n", err);
+            kd_config_free(&cfg);
+            return 1;
+        }
         if (cfg.config_file)
             printf("kilnd: configuration OK (%s)\n", cfg.config_file);
         else

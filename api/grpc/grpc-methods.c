@@ -74,7 +74,8 @@ static void server_ready(struct grpc_stream *s)
 {
     struct kd_serving *sv = s->conn->g->o.serving;
     Inference__ServerReadyResponse r = INFERENCE__SERVER_READY_RESPONSE__INIT;
-    r.ready = sv && kd_serving_accepting(sv) && !s->conn->g->draining;
+    /* as /v2/health/ready: not before the models found at start have finished loading */
+    r.ready = sv && kd_serving_accepting(sv) && !s->conn->g->draining && kd_serving_startup_loads(sv) == 0;
     reply_or_fail(s, &r.base);
 }
 

@@ -183,6 +183,11 @@ def test_health_and_metadata(d, c):
                "ModelMetadata of an unknown model")
     fails_with(lambda: c.get_model_metadata("mnist_mlp", "9", headers=AUTH), "NOT_FOUND", "no loaded version 9",
                "ModelMetadata of a version that is not loaded")
+    # versions as the HTTP paths take them: no leading zeros, nothing past int64
+    for bad in ("01", "99999999999999999999999", "1x"):
+        fails_with(lambda: c.get_model_metadata("mnist_mlp", bad, headers=AUTH), "INVALID_ARGUMENT",
+                   "invalid model version '%s'" % bad, "ModelMetadata of version %r" % bad)
+        check(c.is_model_ready("mnist_mlp", bad, headers=AUTH) is False, "ModelReady of version %r is false" % bad)
 
 
 def test_model_config(d, c):

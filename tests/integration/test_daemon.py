@@ -137,6 +137,9 @@ def test_endpoints(d):
     st, h, b = request(d.port, "GET", "/v2")
     meta = json.loads(b)
     check(st == 200 and meta["name"] == "kiln" and isinstance(meta["extensions"], list), "GET /v2 metadata")
+    # Triton's name for the system shared-memory extension kilnd serves (docs/shared-memory.md)
+    check({"model_repository", "statistics", "binary_tensor_data", "system_shared_memory"} <= set(meta["extensions"]),
+          "GET /v2 lists every extension served: %s" % meta["extensions"])
     out = subprocess.run([KILN, "--url", "http://127.0.0.1:%d" % d.port, "version"], capture_output=True, text=True)
     check(out.returncode == 0 and meta["version"] in out.stdout, "kiln version shows the server version")
     st, h, b = request(d.port, "GET", "/metrics")
@@ -185,6 +188,53 @@ def test_keep_alive_and_pipelining(d):
         check(got == 100, "100 pipelined requests in one write get 100 responses (got %d)" % got)
 
 
+def read_head_response(sock, buf=b""):
+    """Reads the answer to a HEAD: the header block only, whatever its Content-Length says."""
+    while b"\r\n\r\n" not in buf:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        buf += chunk
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (l.partition(":") for l in lines[1:])}
+    return int(lines[0].split()[1]), headers, rest
+
+
+def test_head(d):
+    """HEAD wherever GET: GET's status and headers (its body's Content-Length), never a body, so the
+    next response on a keep-alive connection is read right (RFC 9110 9.3.2)."""
+    try:
+        with connect(d.port) as s:
+            s.sendall(b"GET /v2 HTTP/1.1\r\nHost: x\r\n\r\n")
+            get = read_response(s)
+            for path, want in (("/v2", 200), ("/v2/health/ready", 200), ("/v2/health/live", 200), ("/metrics", 200),
+                               ("/nope", 404), ("/v2/repository/index", 405)):
+                s.sendall(b"HEAD %s HTTP/1.1\r\nHost: x\r\n\r\nGET /v2 HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode())
+                r = read_head_response(s)
+                check(r and r[0] == want, "HEAD %s is %s like GET (got %s)" % (path, want, r and r[0]))
+                if want == 200 and path != "/metrics":
+                    st, h, b = request(d.port, "GET", path)
+                    check(r and r[1].get("content-length") == str(len(b)) and r[1].get("content-type") ==
+                          h.get("content-type"), "HEAD %s has GET's Content-Length and Content-Type" % path)
+                if want == 405:
+                    check(r and r[1].get("allow") == "POST", "HEAD where GET is not taken: 405, Allow: POST")
+                after = read_response(s, r[2] if r else b"")
+                check(after and after[0] == 200 and after[2] == get[2],
+                      "after HEAD %s, the next response on the connection is whole and first" % path)
+    except (OSError, ValueError, IndexError) as e:  # a body left behind garbles the next response
+        check(False, "HEAD then GET on one connection: %r" % e)
+    with connect(d.port) as s:
+        s.sendall(b"HEAD /v2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        check(data.endswith(b"\r\n\r\n") and data.count(b"HTTP/1.1") == 1, "HEAD's answer ends at its headers")
+
+
 def test_chunked(d):
     with connect(d.port) as s:
         s.sendall(b"GET /v2/health/live HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -225,7 +275,7 @@ def test_malformed(d):
     st, h, b = request(d.port, "GET", "/nope")
     check(is_json_error(st, h, b, 404), "unknown route is 404")
     st, h, b = request(d.port, "POST", "/v2/health/ready", body=b"{}")
-    check(is_json_error(st, h, b, 405) and h.get("allow") == "GET", "wrong method is 405 with Allow: GET")
+    check(is_json_error(st, h, b, 405) and h.get("allow") == "GET, HEAD", "wrong method is 405 with Allow: GET, HEAD")
     # Junk of every byte value, in odd slices, must not hurt the daemon.
     for seed in range(20):
         with connect(d.port) as s:
@@ -433,6 +483,26 @@ def test_config():
     r = subprocess.run([KILND, "--bogus"], capture_output=True, text=True)
     check(r.returncode == 1 and "--bogus" in r.stderr, "unknown flag stops the start")
 
+    # --check-config makes the checks a start makes: what a start refuses, it refuses with the
+    # same message, and what it calls OK is not refused by them.
+    for args, words in ((["--host", "0.0.0.0"], "refusing to listen on 0.0.0.0 without api_tokens"),
+                        (["--device-options", "cpu:threads=abc"], "got 'abc'"),
+                        (["--device-options", "cpu:threads"], "device_options"),
+                        (["--devices", "cpu,cuda:99"], "device 'cuda:99'")):
+        r = run_check(*args)
+        msg = r.stderr.strip().partition("kilnd: configuration error: ")[2]
+        check(r.returncode == 1 and words in msg and "OK" not in r.stdout,
+              "--check-config %s refused: %r %r" % (" ".join(args), r.stdout, r.stderr))
+        start = subprocess.run([KILND, "--port", "0", "--data-dir", os.path.join(TMP, "refused"), *args],
+                               capture_output=True, text=True, env=ENV, timeout=30)
+        check(start.returncode == 1 and msg and msg in start.stderr,
+              "a start with %s fails with --check-config's message %r: %r" % (" ".join(args), msg, start.stderr))
+    for args, env in ((["--host", "0.0.0.0"], {"KILN_API_TOKENS": "admin:secret"}),
+                      (["--devices", "cpu", "--device-options", "cpu:threads=2"], None)):
+        r = run_check(*args, env=env)
+        check(r.returncode == 0 and "configuration OK" in r.stdout,
+              "--check-config %s is OK: %r" % (" ".join(args), r.stderr))
+
     # A start that cannot bind fails with a message and exit 1.
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -476,6 +546,7 @@ def main():
         test_endpoints(d)
         test_cli(d)
         test_keep_alive_and_pipelining(d)
+        test_head(d)
         test_chunked(d)
         test_limits(d)
         test_malformed(d)

@@ -157,7 +157,8 @@ def test_health_and_metadata(c):
     check(c.is_model_ready("mnist_mlp", "7") is False, "is_model_ready, a version that does not exist")
     check(c.is_model_ready("nosuch") is False, "is_model_ready, a model that does not exist")
     meta = c.get_server_metadata()
-    check(meta["name"] == "kiln" and {"model_repository", "statistics", "binary_tensor_data"} <= set(meta["extensions"]),
+    check(meta["name"] == "kiln" and {"model_repository", "statistics", "binary_tensor_data",
+                                      "system_shared_memory"} <= set(meta["extensions"]),
           "get_server_metadata: %s" % meta)
     m = c.get_model_metadata("mnist_mlp")
     check(m["name"] == "mnist_mlp" and m["versions"] == ["1"] and m["platform"] == "kiln" and

@@ -304,7 +304,7 @@ static void test_not_found_and_method(void **state)
     feed(f, "DELETE /v2/health/live HTTP/1.1\r\n\r\n");
     r = take(f);
     expect_json_error(r, 405);
-    assert_non_null(strstr(r, "\r\nAllow: GET\r\n"));
+    assert_non_null(strstr(r, "\r\nAllow: GET, HEAD\r\n"));
     feed(f, "GET /v2/health/live?verbose=1 HTTP/1.1\r\n\r\n");
     expect_status(take(f), 200);
     assert_false(f->conn.closing);
@@ -319,9 +319,9 @@ static void test_unknown_method(void **state)
         int status;
         const char *allow;
     } cases[] = {
-        {"QUERY /v2 HTTP/1.1\r\nHost: t\r\n\r\n", 405, "\r\nAllow: GET\r\n"},
+        {"QUERY /v2 HTTP/1.1\r\nHost: t\r\n\r\n", 405, "\r\nAllow: GET, HEAD\r\n"},
         {"BREW /coffee?x=1 HTTP/1.1\r\n\r\n", 404, NULL},
-        {"GET /v2 HTTP/1.1\r\n\r\nQUERY /v2/health/live HTTP/1.1\r\n\r\n", 405, "\r\nAllow: GET\r\n"},
+        {"GET /v2 HTTP/1.1\r\n\r\nQUERY /v2/health/live HTTP/1.1\r\n\r\n", 405, "\r\nAllow: GET, HEAD\r\n"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct fixture *f = *state;
@@ -506,6 +506,174 @@ static void test_deferred_body_outlives_connection(void **state)
     }
 }
 
+/* The body of the one response r holds: what follows its header block. */
+static const char *body_of(const char *r)
+{
+    const char *end = strstr(r, "\r\n\r\n");
+    assert_non_null(end);
+    return end + 4;
+}
+
+/* HEAD is answered wherever GET is, with GET's status and headers (Content-Length of GET's
+ * body) and no body, so the next response on a keep-alive connection starts where it should. */
+static void test_head(void **state)
+{
+    struct fixture *f = *state;
+    feed(f, "GET /v2 HTTP/1.1\r\n\r\n");
+    static char get[1 << 16]; /* as large as take's copy */
+    snprintf(get, sizeof get, "%s", take(f));
+    expect_status(get, 200);
+    char length[64];
+    snprintf(length, sizeof length, "Content-Length: %zu\r\n", strlen(body_of(get)));
+    assert_non_null(strstr(get, length));
+
+    feed(f, "HEAD /v2 HTTP/1.1\r\nHost: x\r\n\r\nGET /v2/health/live HTTP/1.1\r\n\r\n");
+    char *r = take(f);
+    expect_status(r, 200);
+    assert_non_null(strstr(r, length));
+    assert_non_null(strstr(r, "Content-Type: application/json\r\n"));
+    /* the HEAD's header block is followed at once by the next response */
+    expect_status(body_of(r), 200);
+    assert_int_equal(count(r, "HTTP/1.1 "), 2);
+    assert_string_equal(body_of(body_of(r)), "");
+    assert_false(f->conn.closing);
+    assert_int_equal(f->observed[200], 3);
+
+    /* /metrics is rendered per request: its HEAD still says how long the GET's body would be */
+    feed(f, "HEAD /metrics HTTP/1.1\r\n\r\n");
+    r = take(f);
+    expect_status(r, 200);
+    assert_string_equal(body_of(r), "");
+    assert_non_null(strstr(r, "Content-Length: "));
+    assert_null(strstr(r, "Content-Length: 0\r\n"));
+}
+
+/* No response to a HEAD carries a body: not a 404, a 405, nor a refusal of the request. */
+static void test_head_errors_have_no_body(void **state)
+{
+    struct fixture *f = *state;
+    feed(f, "HEAD /nope HTTP/1.1\r\n\r\n");
+    char *r = take(f);
+    expect_status(r, 404);
+    assert_non_null(strstr(r, "Content-Type: application/json\r\n"));
+    assert_null(strstr(r, "Content-Length: 0\r\n")); /* GET's length, not the HEAD's */
+    assert_string_equal(body_of(r), "");
+    assert_false(f->conn.closing);
+
+    feed(f, "DELETE /v2 HTTP/1.1\r\n\r\n");
+    r = take(f);
+    expect_json_error(r, 405);
+    assert_non_null(strstr(r, "\r\nAllow: GET, HEAD\r\n"));
+
+    /* a path that takes POST only does not take HEAD either */
+    static const struct kd_route routes[] = {{"/post", KD_HTTP_POST, NULL, NULL}};
+    struct kd_http_service svc = {.router = {routes, 1}, .max_header_bytes = 1024, .max_body_bytes = 100};
+    struct kd_http_conn c;
+    kd_http_conn_init(&c, &svc);
+    const char *req = "HEAD /post HTTP/1.1\r\n\r\nGET /post HTTP/1.1\r\n\r\n";
+    kd_http_conn_feed(&c, req, strlen(req));
+    char copy[1024];
+    assert_true(c.out.len < sizeof copy);
+    memcpy(copy, c.out.data, c.out.len);
+    copy[c.out.len] = '\0';
+    expect_status(copy, 405);
+    assert_non_null(strstr(copy, "\r\nAllow: POST\r\n"));
+    expect_json_error(body_of(copy), 405); /* the GET's 405 comes next, with its body */
+    kd_http_conn_free(&c);
+
+    char big[1100];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    feed(f, "HEAD /v2 HTTP/1.1\r\nX-Big: ");
+    feed(f, big);
+    r = take(f);
+    expect_status(r, 431);
+    assert_string_equal(body_of(r), "");
+    assert_true(f->conn.closing);
+}
+
+static void test_head_body_over_limit(void **state)
+{
+    struct fixture *f = *state;
+    feed(f, "HEAD /v2 HTTP/1.1\r\nContent-Length: 1000\r\n\r\n");
+    char *r = take(f);
+    expect_status(r, 413);
+    assert_string_equal(body_of(r), "");
+    assert_true(f->conn.closing);
+}
+
+/* Handlers that answer later: one writes its whole response at finish (cut there for a HEAD),
+ * one writes its header block at once and streams the rest (an event stream: a HEAD gets the
+ * header block and the stream is let go). */
+static struct kd_http_pending *later, *streaming;
+
+static int later_handler(void *ctx, const struct kd_request *req, struct kd_buf *out)
+{
+    (void)ctx, (void)out;
+    assert_int_equal(req->method, KD_HTTP_GET);
+    later = kd_http_defer(req);
+    return KD_HTTP_DEFERRED;
+}
+
+static int stream_handler(void *ctx, const struct kd_request *req, struct kd_buf *out)
+{
+    (void)ctx;
+    streaming = kd_http_defer(req);
+    streaming->keep_alive = false;
+    kd_buf_puts(out,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\nretry: 1\n\n");
+    return KD_HTTP_DEFERRED;
+}
+
+static void test_head_deferred(void **state)
+{
+    (void)state;
+    static const struct kd_route routes[] = {
+        {"/later", KD_HTTP_GET, later_handler, NULL},
+        {"/stream", KD_HTTP_GET, stream_handler, NULL},
+    };
+    struct kd_http_service svc = {.router = {routes, 2}, .max_header_bytes = 1024, .max_body_bytes = 100};
+    struct kd_http_conn c;
+    kd_http_conn_init(&c, &svc);
+    const char *req = "HEAD /later HTTP/1.1\r\n\r\nGET /later HTTP/1.1\r\n\r\n";
+    kd_http_conn_feed(&c, req, strlen(req));
+    for (int i = 0; i < 2; i++) {
+        /* the pipelined GET is parsed once the HEAD's answer is out, and defers in turn */
+        struct kd_http_pending *p = later;
+        assert_non_null(p);
+        later = NULL;
+        kd_http_pending_finish(p,
+                               kd_resp_append(kd_http_pending_out(p), 200, "text/plain", "hello", 5, true, NULL));
+    }
+    assert_null(later);
+    char out[1024];
+    assert_true(c.out.len < sizeof out);
+    memcpy(out, c.out.data, c.out.len);
+    out[c.out.len] = '\0';
+    c.out.len = 0;
+    expect_status(out, 200);
+    assert_int_equal(count(out, "Content-Length: 5\r\n"), 2);
+    expect_status(body_of(out), 200); /* no "hello" between the two */
+    assert_string_equal(body_of(body_of(out)), "hello");
+
+    req = "HEAD /stream HTTP/1.1\r\n\r\n";
+    kd_http_conn_feed(&c, req, strlen(req));
+    assert_non_null(streaming);
+    assert_null(c.pending);
+    assert_true(c.closing); /* its header said Connection: close */
+    assert_true(c.out.len < sizeof out);
+    memcpy(out, c.out.data, c.out.len);
+    out[c.out.len] = '\0';
+    expect_status(out, 200);
+    assert_string_equal(body_of(out), "");
+    /* the streamer finds its client gone, as when a GET's client leaves */
+    assert_null(kd_http_pending_out(streaming));
+    assert_true(atomic_load(&streaming->cancelled));
+    kd_http_pending_finish(streaming, -1);
+    streaming = NULL;
+    kd_http_conn_free(&c);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -519,5 +687,13 @@ int main(void)
         T(test_metrics_endpoint),    T(test_random_bytes),
         cmocka_unit_test(test_deferred_body_outlives_connection),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    /* HEAD: answered as GET without the body (RFC 9110 9.3.2) */
+    const struct CMUnitTest head_tests[] = {
+        T(test_head),
+        T(test_head_errors_have_no_body),
+        T(test_head_body_over_limit),
+        cmocka_unit_test(test_head_deferred),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    return failed + cmocka_run_group_tests(head_tests, NULL, NULL);
 }

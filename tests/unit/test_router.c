@@ -61,10 +61,10 @@ static void test_method_not_allowed_and_allow(void **state)
     char allow[64];
     assert_int_equal(match(KD_HTTP_POST, "/v2", &idx), KD_ROUTE_METHOD_NOT_ALLOWED);
     kd_router_allow(&router, idx, "/v2", 3, allow, sizeof allow);
-    assert_string_equal(allow, "GET");
+    assert_string_equal(allow, "GET, HEAD");
     assert_int_equal(match(KD_HTTP_DELETE, "/v1/jobs", &idx), KD_ROUTE_METHOD_NOT_ALLOWED);
     kd_router_allow(&router, idx, "/v1/jobs", 8, allow, sizeof allow);
-    assert_string_equal(allow, "GET, POST");
+    assert_string_equal(allow, "GET, HEAD, POST");
     assert_int_equal(match(KD_HTTP_OTHER, "/v2", &idx), KD_ROUTE_METHOD_NOT_ALLOWED);
     kd_router_allow(&router, router.count, "/x", 2, allow, sizeof allow);
     assert_string_equal(allow, "");
@@ -95,11 +95,13 @@ static void test_methods_at(void **state)
         enum kd_route_result want;
         const char *allow;
     } cases[] = {
-        {KD_HTTP_GET, "/items/a", KD_ROUTE_FOUND, "GET, DELETE"},
-        {KD_HTTP_POST, "/items/a", KD_ROUTE_METHOD_NOT_ALLOWED, "GET, DELETE"},
+        {KD_HTTP_GET, "/items/a", KD_ROUTE_FOUND, "GET, HEAD, DELETE"},
+        {KD_HTTP_HEAD, "/items/a", KD_ROUTE_FOUND, "GET, HEAD, DELETE"},
+        {KD_HTTP_POST, "/items/a", KD_ROUTE_METHOD_NOT_ALLOWED, "GET, HEAD, DELETE"},
         {KD_HTTP_POST, "/items/a/run", KD_ROUTE_FOUND, "POST"},
         {KD_HTTP_GET, "/items/a/run", KD_ROUTE_METHOD_NOT_ALLOWED, "POST"},
-        {KD_HTTP_POST, "/items/a/b", KD_ROUTE_FOUND, "GET, POST, DELETE"},
+        {KD_HTTP_HEAD, "/items/a/run", KD_ROUTE_METHOD_NOT_ALLOWED, "POST"},
+        {KD_HTTP_POST, "/items/a/b", KD_ROUTE_FOUND, "GET, HEAD, POST, DELETE"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         size_t n = strlen(cases[i].path);
@@ -107,6 +109,22 @@ static void test_methods_at(void **state)
         kd_router_allow(&prefix_router, idx, cases[i].path, n, allow, sizeof allow);
         assert_string_equal(allow, cases[i].allow);
     }
+}
+
+/* HEAD goes wherever GET goes, though no table lists it, and nowhere else. */
+static void test_head_with_get(void **state)
+{
+    (void)state;
+    size_t idx;
+    assert_int_equal(match(KD_HTTP_HEAD, "/v2", &idx), KD_ROUTE_FOUND);
+    assert_int_equal(idx, 0);
+    assert_int_equal(match(KD_HTTP_HEAD, "/v1/jobs", &idx), KD_ROUTE_FOUND);
+    assert_int_equal(match(KD_HTTP_HEAD, "/nope", &idx), KD_ROUTE_NOT_FOUND);
+    static const struct kd_route post_only[] = {{"/post", KD_HTTP_POST, h, NULL}};
+    const struct kd_router r = {post_only, 1};
+    assert_int_equal(kd_router_match(&r, KD_HTTP_HEAD, "/post", 5, &idx), KD_ROUTE_METHOD_NOT_ALLOWED);
+    assert_int_equal(kd_router_methods(&r, 0, "/post", 5), KD_HTTP_POST);
+    assert_int_equal(kd_http_method_from_name("HEAD", 4), KD_HTTP_HEAD);
 }
 
 static void test_method_names(void **state)
@@ -126,6 +144,7 @@ int main(void)
         cmocka_unit_test(test_not_found_is_exact),
         cmocka_unit_test(test_method_not_allowed_and_allow),
         cmocka_unit_test(test_methods_at),
+        cmocka_unit_test(test_head_with_get),
         cmocka_unit_test(test_method_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
