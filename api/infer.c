@@ -43,7 +43,7 @@
         goto done;                                \
     } while (0)
 
-/* Where an input object's members start (NULL: absent; the first of a repeated key counts). */
+/* Where an input object's members start (NULL: absent; a repeated key is refused). */
 struct in_desc {
     bool is_object;
     const char *name, *datatype, *shape, *data, *params;
@@ -109,7 +109,6 @@ static enum kd_jtype type_at(const char *at, const char *end)
     return kd_jscan_peek(&s);
 }
 
-/* Where the value of key starts in the object at `at` (the first if repeated), or NULL. */
 /* Whether the number at p is a whole number too large for a shape: beyond limit, or beyond 64 bits. */
 static bool dim_too_large(const char *p, const char *end, int64_t limit)
 {
@@ -117,6 +116,7 @@ static bool dim_too_large(const char *p, const char *end, int64_t limit)
     return kd_json_to_f64(p, end, &d) > 0 && d == floor(d) && d > (double)limit;
 }
 
+/* Where the value of key starts in the object at `at` (checked: no key repeats), or NULL. */
 static const char *member_at(const char *at, const char *end, const char *key)
 {
     struct kd_jscan s;
@@ -162,10 +162,11 @@ static int walk_input(struct kd_jscan *s, struct in_desc *d, struct doc *doc)
 {
     char key[16];
     int r;
+    struct kd_jkeys keys;
     if (kd_jscan_peek(s) != KD_J_OBJECT)
         return kd_jscan_skip(s);
     d->is_object = true;
-    kd_jscan_object_begin(s);
+    kd_jscan_object_begin_keys(s, &keys);
     for (int i = 0; (r = kd_jscan_member(s, i, key, sizeof key)) > 0; i++) {
         if (doc && doc->lax && !d->data && strcmp(key, "data") == 0 && kd_jscan_peek(s) == KD_J_ARRAY) {
             note(s, &d->data);
@@ -192,7 +193,8 @@ static int walk_doc(struct kd_jscan *s, struct doc *doc)
 {
     char key[16];
     int r;
-    kd_jscan_object_begin(s);
+    struct kd_jkeys keys; /* a repeated key would be read first-wins here, last-wins elsewhere */
+    kd_jscan_object_begin_keys(s, &keys);
     for (int i = 0; (r = kd_jscan_member(s, i, key, sizeof key)) > 0; i++) {
         if (strcmp(key, "inputs") == 0 && !doc->inputs) {
             note(s, &doc->inputs);

@@ -1,7 +1,8 @@
 /*
  * api/jobs-impl.h — the jobs module's state and the functions its files share:
  *   jobs.c             life cycle (requeue after a restart, the thread, the loop handles)
- *   jobs-routes.c      the /v1/jobs routes
+ *   jobs-routes.c      the /v1/jobs routes (but submit)
+ *   jobs-submit.c      POST /v1/jobs: the spec checked (the slow part off the loop), stored
  *   jobs-events.c      server-sent event streams
  *   jobs-history.c     GET .../metrics and .../logs: pages of a job's stored events
  *   jobs-train.c       the training thread
@@ -106,7 +107,14 @@ int kd_jobs_transition(struct kd_jobs *j, int64_t id, const char *state, const c
 /* a + "/" + the formatted tail, malloc'd (NULL when out of memory) */
 char *kd_jobs_path(const char *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 bool kd_jobs_dir_exists(const char *p);
+/* The env a queued job's spec is parsed in to run (no submission checks). */
 struct kd_jobspec_env kd_jobs_spec_env(struct kd_jobs *j);
+/* Whether job id has a checkpoint to continue from, by its manifests (cheap enough for the loop;
+ * the run verifies the checkpoint it opens). */
+bool kd_jobs_has_checkpoint(struct kd_jobs *j, int64_t id);
+
+/* jobs-submit.c: POST /v1/jobs (the response may come later: KD_HTTP_DEFERRED) */
+int kd_jobs_handle_submit(struct kd_jobs *j, const struct kd_request *req, struct kd_buf *out);
 
 /* jobs-train.c */
 void *kd_jobs_trainer_main(void *ud);

@@ -1,7 +1,7 @@
 /*
- * api/jobs-routes.c — the /v1/jobs routes: the bearer-token check, submit (the spec is checked
- * whole before it is stored), list, get, cancel, resume, and the dispatch by path and method
- * (events in jobs-events.c, metrics and logs in jobs-history.c).
+ * api/jobs-routes.c — the /v1/jobs routes: the bearer-token check, list, get, cancel, resume, and
+ * the dispatch by path and method (submit in jobs-submit.c, events in jobs-events.c, metrics and
+ * logs in jobs-history.c).
  */
 #include <ctype.h>
 #include <stdatomic.h>
@@ -102,61 +102,6 @@ static cJSON *job_summary(const struct kd_job *job)
     if (job->finished_ms)
         cJSON_AddNumberToObject(o, "finished_ms", (double)job->finished_ms);
     return o;
-}
-
-static int handle_submit(struct kd_jobs *j, const struct kd_request *req, struct kd_buf *out)
-{
-    char problems[4096];
-    /* The request body is a byte range, not a C string: copy it whole and terminate it
-     * (strndup would read past the range looking for a NUL, and stop early at one). */
-    if (req->body_len && memchr(req->body, '\0', req->body_len))
-        return kd_jobs_errorf(out, req, 400, "job spec: the body contains a NUL byte");
-    char *body = malloc(req->body_len + 1);
-    if (!body)
-        return kd_jobs_errorf(out, req, 500, "out of memory");
-    if (req->body_len)
-        memcpy(body, req->body, req->body_len);
-    body[req->body_len] = '\0';
-    struct kd_jobspec spec;
-    struct kd_jobspec_env env = kd_jobs_spec_env(j);
-    if (kd_jobspec_parse(body, &env, &spec, problems, sizeof problems) != 0) {
-        free(body);
-        cJSON *o = cJSON_CreateObject();
-        cJSON *list = cJSON_AddArrayToObject(o, "problems");
-        char first[600] = "";
-        for (char *line = problems, *nl; line && *line; line = nl ? nl + 1 : NULL) {
-            nl = strchr(line, '\n');
-            if (nl)
-                *nl = '\0';
-            if (!first[0])
-                snprintf(first, sizeof first, "%.500s", line);
-            cJSON_AddItemToArray(list, cJSON_CreateString(line));
-        }
-        int np = cJSON_GetArraySize(list);
-        char msg[700];
-        snprintf(msg, sizeof msg, "invalid job spec: %s%s", first, np > 1 ? " (and more, see problems)" : "");
-        cJSON_AddStringToObject(o, "error", msg);
-        return kd_jobs_send_json(out, 400, o, req);
-    }
-    kd_jobspec_free(&spec);
-    int64_t id = 0;
-    char err[256];
-    kd_jobs_store_lock(j);
-    int rc = kd_jobstore_job_create(j->o.store, body, NULL, &id, err, sizeof err);
-    kd_jobs_store_unlock(j);
-    free(body);
-    if (rc != 0)
-        return kd_jobs_errorf(out, req, 500, "job store: %s", err);
-    kd_jobs_emit_state(j, id, KD_JOB_QUEUED, NULL, NULL, NULL);
-    pthread_mutex_lock(&j->mu);
-    j->queued_seq++;
-    pthread_cond_signal(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-    kd_jobs_log(j, KD_LOG_INFO, "job %lld queued", (long long)id);
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "id", (double)id);
-    cJSON_AddStringToObject(o, "state", KD_JOB_QUEUED);
-    return kd_jobs_send_json(out, 201, o, req);
 }
 
 static int handle_list(struct kd_jobs *j, const struct kd_request *req, struct kd_buf *out)
@@ -321,6 +266,12 @@ static int handle_resume(struct kd_jobs *j, int64_t id, const struct kd_request 
         kd_jobstore_job_clear(&job);
         return st;
     }
+    if (!kd_jobs_has_checkpoint(j, id)) {
+        kd_jobstore_job_clear(&job);
+        return kd_jobs_errorf(out, req, 409,
+                              "job %lld has no checkpoint to resume from; submit its spec again to start over",
+                              (long long)id);
+    }
     /* A final state is never left, so the continuation is a new job carrying the old one's
      * spec and starting from its newest checkpoint. */
     cJSON *spec = cJSON_Parse(job.spec);
@@ -363,7 +314,7 @@ int kd_jobs_handle(void *ctx, const struct kd_request *req, struct kd_buf *out)
     size_t rl = req->path_len - bl;
     if (rl == 0 || (rl == 1 && rest[0] == '/')) {
         if (req->method == KD_HTTP_POST)
-            return handle_submit(j, req, out);
+            return kd_jobs_handle_submit(j, req, out);
         if (req->method == KD_HTTP_GET)
             return handle_list(j, req, out);
         return kd_jobs_errorf(out, req, 405, "/v1/jobs takes GET and POST");

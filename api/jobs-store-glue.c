@@ -129,5 +129,20 @@ bool kd_jobs_dir_exists(const char *p)
 
 struct kd_jobspec_env kd_jobs_spec_env(struct kd_jobs *j)
 {
-    return (struct kd_jobspec_env){j->roots, j->nroots, j->models_dir};
+    return (struct kd_jobspec_env){j->roots, j->nroots, j->models_dir, false, NULL, NULL};
+}
+
+bool kd_jobs_has_checkpoint(struct kd_jobs *j, int64_t id)
+{
+    char *dir = kd_jobs_path(j->data_dir, "checkpoints/job-%lld", (long long)id);
+    kiln_ckpt_info *list = NULL;
+    int n = 0;
+    bool found = false;
+    if (kd_jobs_dir_exists(dir) && kiln_ckpt_list(dir, false, NULL, &list, &n) == 0) {
+        for (int i = 0; i < n && !found; i++)
+            found = list[i].valid;
+        kiln_ckpt_list_free(list, n);
+    }
+    free(dir);
+    return found;
 }

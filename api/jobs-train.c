@@ -201,8 +201,19 @@ static void run_job(struct kd_jobs *j, int64_t id)
             resume = ckpt;
         kiln_ckpt_close(ck);
     }
-    if (!resume && from && kd_jobs_dir_exists(from))
-        resume = from;
+    /* The job it continues must still have a checkpoint (submission found one): starting over
+     * from step 0 instead would be a different job than the spec says. */
+    char lost[320] = "";
+    if (!resume && from) {
+        kiln_ckpt *ck = kd_jobs_dir_exists(from) ? kiln_ckpt_open_latest(from, NULL, NULL) : NULL;
+        if (ck)
+            resume = from;
+        else
+            snprintf(lost, sizeof lost,
+                     "resume_from_job: job %lld has no checkpoint to resume from any more (%.200s)",
+                     (long long)spec.resume_from_job, kd_jobs_dir_exists(from) ? kiln_error() : "no checkpoints");
+        kiln_ckpt_close(ck);
+    }
     struct job_run jr = {j, id, 0, {0}};
     struct kd_trainer_run run = {
         .spec = &spec,
@@ -218,6 +229,9 @@ static void run_job(struct kd_jobs *j, int64_t id)
         rc = 0;
     } else if (!ckpt || !scratch || !models) {
         snprintf(res.error, sizeof res.error, "out of memory");
+        rc = -1;
+    } else if (lost[0]) {
+        snprintf(res.error, sizeof res.error, "%s", lost);
         rc = -1;
     } else if (kd_sched_training_begin(j->o.sched, spec.device, &j->cancel, &jr.gate) != 0) {
         /* Cancelled (or shutting down) while another job held the device. */

@@ -3,10 +3,11 @@
  */
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "jscan.h"
+#include "jscan-impl.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -19,6 +20,8 @@ void kd_jscan_init(struct kd_jscan *s, const char *p, size_t len)
     s->depth = 0;
     s->err = NULL;
     s->err_at = 0;
+    s->keys = NULL;
+    s->errbuf[0] = '\0';
 }
 
 int kd_jscan_fail(struct kd_jscan *s, const char *why)
@@ -28,6 +31,11 @@ int kd_jscan_fail(struct kd_jscan *s, const char *why)
         s->err_at = (size_t)(s->p - s->start);
     }
     s->p = s->end; /* nothing after the first error is read */
+    for (struct kd_jkeys *k = s->keys; k; k = k->outer) {
+        free(k->heap); /* its object never closes now */
+        k->heap = NULL;
+    }
+    s->keys = NULL;
     return -1;
 }
 
@@ -436,6 +444,59 @@ static int hex4(const char *p, const char *end, unsigned *v)
     return 0;
 }
 
+static const char *str_fail(struct kd_jscan *s, const char *at, const char *why)
+{
+    s->p = at; /* err_at */
+    kd_jscan_fail(s, why);
+    return NULL;
+}
+
+/*
+ * One character of a string at p (not its closing quote), unescaped into enc (*k bytes): where
+ * the next one starts, or NULL with s failed.
+ */
+const char *kd_jscan_str_char(struct kd_jscan *s, const char *p, char enc[4], size_t *k)
+{
+    const char *end = s->end;
+    unsigned char c = (unsigned char)*p;
+    *k = 1;
+    if (c < 0x20)
+        return str_fail(s, p, "control character inside a string");
+    if (c != '\\') {
+        enc[0] = (char)c;
+        return p + 1;
+    }
+    if (end - p < 2)
+        return str_fail(s, p, "unterminated string");
+    static const char esc[] = "\"\"\\\\//b\bf\fn\nr\rt\t"; /* each escape letter, then its byte */
+    char e = p[1];
+    p += 2;
+    for (int i = 0; i < 16; i += 2)
+        if (esc[i] == e)
+            return enc[0] = esc[i + 1], p;
+    if (e != 'u')
+        return str_fail(s, p - 1, "bad escape in a string");
+    unsigned cp, lo;
+    if (hex4(p, end, &cp) != 0)
+        return str_fail(s, p, "bad \\u escape");
+    p += 4;
+    if (cp >= 0xDC00 && cp <= 0xDFFF)
+        return str_fail(s, p, "unpaired surrogate escape");
+    if (cp >= 0xD800 && cp <= 0xDBFF) {
+        if (end - p < 6 || p[0] != '\\' || p[1] != 'u' || hex4(p + 2, end, &lo) != 0 || lo < 0xDC00 || lo > 0xDFFF)
+            return str_fail(s, p, "unpaired surrogate escape");
+        p += 6;
+        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+    }
+    /* UTF-8: six bits a continuation byte from the end, the rest under the lead byte's marker
+     * (0xC0, 0xE0 or 0xF0 for 2, 3 or 4 bytes: 0xFF00 >> k) */
+    *k = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+    for (size_t i = *k; i-- > 1; cp >>= 6)
+        enc[i] = (char)(0x80 | (cp & 0x3F));
+    enc[0] = (char)(*k == 1 ? cp : (0xFF00u >> *k & 0xFF) | cp);
+    return p;
+}
+
 long kd_jscan_string(struct kd_jscan *s, char *out, size_t cap)
 {
     ws(s);
@@ -451,79 +512,16 @@ long kd_jscan_string(struct kd_jscan *s, char *out, size_t cap)
             s->p = p;
             return kd_jscan_fail(s, "unterminated string");
         }
-        unsigned char c = (unsigned char)*p;
-        char enc[4];
-        size_t k = 1;
-        if (c == '"') {
+        if (*p == '"') {
             p++;
             break;
         }
-        if (c < 0x20) {
-            s->p = p;
-            return kd_jscan_fail(s, "control character inside a string");
-        }
-        if (c != '\\') {
-            enc[0] = (char)c;
-            p++;
-        } else {
-            if (end - p < 2) {
-                s->p = p;
-                return kd_jscan_fail(s, "unterminated string");
-            }
-            char e = p[1];
-            p += 2;
-            switch (e) {
-            case '"': enc[0] = '"'; break;
-            case '\\': enc[0] = '\\'; break;
-            case '/': enc[0] = '/'; break;
-            case 'b': enc[0] = '\b'; break;
-            case 'f': enc[0] = '\f'; break;
-            case 'n': enc[0] = '\n'; break;
-            case 'r': enc[0] = '\r'; break;
-            case 't': enc[0] = '\t'; break;
-            case 'u': {
-                unsigned cp, lo;
-                if (hex4(p, end, &cp) != 0) {
-                    s->p = p;
-                    return kd_jscan_fail(s, "bad \\u escape");
-                }
-                p += 4;
-                if (cp >= 0xDC00 && cp <= 0xDFFF) {
-                    s->p = p;
-                    return kd_jscan_fail(s, "unpaired surrogate escape");
-                }
-                if (cp >= 0xD800 && cp <= 0xDBFF) {
-                    if (end - p < 6 || p[0] != '\\' || p[1] != 'u' || hex4(p + 2, end, &lo) != 0 || lo < 0xDC00 ||
-                        lo > 0xDFFF) {
-                        s->p = p;
-                        return kd_jscan_fail(s, "unpaired surrogate escape");
-                    }
-                    p += 6;
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                }
-                if (cp < 0x80) {
-                    enc[0] = (char)cp;
-                } else if (cp < 0x800) {
-                    enc[0] = (char)(0xC0 | cp >> 6);
-                    enc[1] = (char)(0x80 | (cp & 0x3F));
-                    k = 2;
-                } else if (cp < 0x10000) {
-                    enc[0] = (char)(0xE0 | cp >> 12);
-                    enc[1] = (char)(0x80 | (cp >> 6 & 0x3F));
-                    enc[2] = (char)(0x80 | (cp & 0x3F));
-                    k = 3;
-                } else {
-                    enc[0] = (char)(0xF0 | cp >> 18);
-                    enc[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-                    enc[2] = (char)(0x80 | (cp >> 6 & 0x3F));
-                    enc[3] = (char)(0x80 | (cp & 0x3F));
-                    k = 4;
-                }
-                break;
-            }
-            default: s->p = p - 1; return kd_jscan_fail(s, "bad escape in a string");
-            }
-        }
+        char enc[4];
+        size_t k = 1;
+        if ((unsigned char)*p >= 0x20 && *p != '\\') /* a plain byte: no call for it */
+            enc[0] = *p++;
+        else if (!(p = kd_jscan_str_char(s, p, enc, &k)))
+            return -1;
         if (!over && out && n + k < cap)
             memcpy(out + n, enc, k);
         else
@@ -572,6 +570,20 @@ int kd_jscan_object_begin(struct kd_jscan *s)
     return open_bracket(s, '{', "expected an object");
 }
 
+/* Not inlined: GCC's -Wdangling-pointer takes kd_jscan_skip's keys for one that outlives it, not
+ * seeing that the object's close (or the scanner's failure) always takes it back out. */
+__attribute__((noinline)) int kd_jscan_object_begin_keys(struct kd_jscan *s, struct kd_jkeys *keys)
+{
+    if (open_bracket(s, '{', "expected an object") != 0)
+        return -1;
+    keys->outer = s->keys; /* (at[] is left as it is: n says how much of it counts) */
+    keys->depth = s->depth;
+    keys->n = keys->cap = 0;
+    keys->heap = NULL;
+    s->keys = keys;
+    return 0;
+}
+
 int kd_jscan_array_begin(struct kd_jscan *s)
 {
     return open_bracket(s, '[', "expected an array");
@@ -584,8 +596,9 @@ int kd_jscan_member(struct kd_jscan *s, int i, char *key, size_t cap)
         return -1;
     if (s->p < s->end && *s->p == '}' && i >= 0) {
         s->p++;
+        struct kd_jkeys *k = s->keys && s->keys->depth == s->depth ? s->keys : NULL;
         s->depth--;
-        return 0;
+        return k && kd_jscan_keys_close(s, k) != 0 ? -1 : 0;
     }
     if (i > 0) {
         if (s->p >= s->end || *s->p != ',')
@@ -595,12 +608,15 @@ int kd_jscan_member(struct kd_jscan *s, int i, char *key, size_t cap)
     }
     if (s->p >= s->end || *s->p != '"')
         return kd_jscan_fail(s, "expected a string key");
+    const char *at = s->p;
     if (kd_jscan_string(s, key, cap) == -1)
         return -1;
     ws(s);
     if (s->p >= s->end || *s->p != ':')
         return kd_jscan_fail(s, "expected ':'");
     s->p++;
+    if (s->keys && s->keys->depth == s->depth && kd_jscan_key_add(s, s->keys, at) != 0)
+        return -1;
     return 1;
 }
 
@@ -634,13 +650,15 @@ int kd_jscan_skip(struct kd_jscan *s)
 {
     int r, i;
     switch (kd_jscan_peek(s)) {
-    case KD_J_OBJECT:
-        if (kd_jscan_object_begin(s) != 0)
+    case KD_J_OBJECT: {
+        struct kd_jkeys keys;
+        if (kd_jscan_object_begin_keys(s, &keys) != 0)
             return -1;
         for (i = 0; (r = kd_jscan_member(s, i, NULL, 0)) > 0; i++)
             if (kd_jscan_skip(s) != 0)
                 return -1;
         return r;
+    }
     case KD_J_ARRAY:
         if (kd_jscan_array_begin(s) != 0)
             return -1;

@@ -9,6 +9,11 @@
  * bounded by KD_JSCAN_MAX_DEPTH. The first error stops the scanner: err says what was wrong and
  * err_at where.
  *
+ * Keys: RFC 8259 leaves a repeated key's meaning to the reader (cJSON takes the first, Python
+ * the last), so a request that repeats one would mean different things to different readers.
+ * kd_jscan_skip refuses an object that repeats a key, as does any object its caller opens with
+ * kd_jscan_object_begin_keys; keys compare after unescaping ("a" and "\u0061" are one key).
+ *
  * Numbers convert exactly as strtof / strtod would (round to nearest, ties to even), bit for bit.
  * A mantissa m <= 2^53 with a decimal exponent of at most 22 takes Clinger's fast path: one
  * multiply or divide in double, correctly rounded; for a float, that double is rounded again,
@@ -38,11 +43,29 @@ enum kd_jtype {
     KD_J_NULL,
 };
 
+/*
+ * The keys read so far of one object whose keys must differ. Its first KD_JKEYS_INLINE keys are
+ * compared as they come, each with the ones before (objects are small: a request's hold a handful
+ * of keys); an object with more moves them to the heap and sorts them when it closes, so a large
+ * object costs O(k log k) rather than O(k^2). The caller only declares one; the scanner fills it,
+ * and frees what it allocated when the object closes or the scanner fails.
+ */
+#define KD_JKEYS_INLINE 16
+struct kd_jkeys {
+    struct kd_jkeys *outer;          /* the enclosing checked object, if any */
+    int depth;                       /* the scanner's depth inside this object */
+    size_t n, cap;                   /* keys read; room in heap */
+    const char *at[KD_JKEYS_INLINE]; /* each key's opening quote, in document order */
+    const char **heap;               /* past KD_JKEYS_INLINE keys: every key, as pairs (where, the body's end) */
+};
+
 struct kd_jscan {
     const char *start, *p, *end;
     int depth;
-    const char *err;        /* static text, NULL while all is well */
-    size_t err_at;          /* byte offset of the error */
+    const char *err;       /* static text (or errbuf), NULL while all is well */
+    size_t err_at;         /* byte offset of the error */
+    struct kd_jkeys *keys; /* the innermost open object whose keys are checked (NULL: none) */
+    char errbuf[96];       /* an error that quotes the input: "duplicate key 'data' ..." */
 };
 
 void kd_jscan_init(struct kd_jscan *s, const char *p, size_t len);
@@ -51,7 +74,7 @@ int kd_jscan_fail(struct kd_jscan *s, const char *why);
 
 /* Skips whitespace; the type of the value that starts there (KD_J_NONE when none can). */
 enum kd_jtype kd_jscan_peek(struct kd_jscan *s);
-/* Checks and skips one whole value. 0, or -1 with err set. */
+/* Checks and skips one whole value (an object that repeats a key is an error). 0, or -1 with err set. */
 int kd_jscan_skip(struct kd_jscan *s);
 /*
  * Skips one array or object following only its brackets and strings, without checking anything
@@ -79,6 +102,12 @@ long kd_jscan_string(struct kd_jscan *s, char *out, size_t cap);
  * -1 with err set on malformed input.
  */
 int kd_jscan_object_begin(struct kd_jscan *s);
+/*
+ * kd_jscan_object_begin, after which member fails ("duplicate key 'k' in an object", err_at at
+ * the repeat) on a key the object already had. keys is the caller's (uninitialised is fine) and
+ * must outlive the object: read it to its closing '}' or until the scanner fails.
+ */
+int kd_jscan_object_begin_keys(struct kd_jscan *s, struct kd_jkeys *keys);
 int kd_jscan_member(struct kd_jscan *s, int i, char *key, size_t cap);
 int kd_jscan_array_begin(struct kd_jscan *s);
 int kd_jscan_element(struct kd_jscan *s, int i);

@@ -311,7 +311,10 @@ int kd_trainer_run(const struct kd_trainer_run *run, struct kd_trainer_result *r
             logf_(run, "resumed from checkpoint at step %lld (epoch %lld)", (long long)step,
                   (long long)kiln_learner_epoch(L));
         } else {
-            logf_(run, "no usable checkpoint in %s; starting from the beginning", run->resume_dir);
+            /* The caller found one there; starting from step 0 now would silently be another run. */
+            snprintf(res->error, sizeof res->error, "resuming: no checkpoint in %.200s verifies any more: %.250s",
+                     run->resume_dir, kiln_error());
+            goto out;
         }
     }
     if (atomic_load(run->cancel)) {

@@ -1,11 +1,15 @@
 /*
  * scheduler/trainer-spec.c — a job spec from JSON to struct kd_jobspec, every problem found.
  *
- * Parsing runs on the loop thread, so it only reads JSON and the file system: it never builds
- * the model (that allocates device memory and can take long for a large graph). A model spec
- * that is well-formed JSON but does not build fails the job when it starts, with the engine's
- * message naming the node. Every problem the parser can see is reported at once, so a user
- * fixes a spec in one round trip rather than one field per submit.
+ * Parsing runs on the loop thread, so it only reads JSON and the file system. What a spec needs
+ * to run at all, so that "queued" means it can, is kd_jobspec_check_runnable: the device opened
+ * and closed again, and a JSON model built once on the ref device (host memory, never the job's
+ * device) and freed, which finds what only the engine knows (an unknown layer, a bad config, a
+ * node that does not connect) with the engine's message naming the node. Those can take long (a
+ * large model's initialisation, a GPU context, a remote device's connection), so the submission
+ * runs them off the loop (api/jobs-routes.c); a queued job parsed again to run skips them, since
+ * the run meets the same problems itself. Every problem is reported at once, so a user fixes a
+ * spec in one round trip rather than one field per submit.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -154,6 +158,71 @@ static void unknown_keys(struct problems *p, const cJSON *obj, const char *prefi
             problem(p, field, "unknown field");
         }
     }
+}
+
+static int str_order(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/*
+ * A key given twice in one object, anywhere in the spec. cJSON keeps both and reads the first,
+ * where Python and most other readers take the last, so GET /v1/jobs/N would show a spec other
+ * than the one that ran. Each object's keys are sorted (a spec is small, but an object of many
+ * keys must not cost O(k^2) on the loop); path names the object ("" for the spec itself).
+ */
+static void repeated_keys(struct problems *p, const cJSON *o, const char *path)
+{
+    int n = cJSON_GetArraySize(o), i = 0;
+    const char **keys = cJSON_IsObject(o) && n > 1 ? malloc((size_t)n * sizeof *keys) : NULL;
+    if (!keys && cJSON_IsObject(o) && n > 1)
+        problem(p, *path ? path : "body", "out of memory checking its keys");
+    for (const cJSON *c = keys ? o->child : NULL; c; c = c->next)
+        keys[i++] = c->string;
+    if (keys)
+        qsort(keys, (size_t)n, sizeof *keys, str_order);
+    for (i = 1; keys && i < n; i++) {
+        if (strcmp(keys[i - 1], keys[i]) != 0 || (i > 1 && strcmp(keys[i - 2], keys[i]) == 0))
+            continue; /* each repeated key once */
+        char field[200];
+        snprintf(field, sizeof field, "%s%s%s", path, *path ? "." : "", keys[i]);
+        problem(p, field, "duplicate key '%s' in %s", keys[i], *path ? path : "the job spec");
+    }
+    free(keys);
+    i = 0;
+    for (const cJSON *c = o->child; c; c = c->next, i++) {
+        char sub[200];
+        if (cJSON_IsObject(o))
+            snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", c->string);
+        else
+            snprintf(sub, sizeof sub, "%s[%d]", path, i);
+        if (cJSON_IsObject(c) || cJSON_IsArray(c))
+            repeated_keys(p, c, sub);
+    }
+}
+
+/* Submission: the device opens here (then closes: the run opens its own), so a device this
+ * server does not have ("cuda:9") is a 400 rather than a job that fails when it starts. */
+static void check_device(struct problems *p, const char *spec)
+{
+    kiln_device *dev = kiln_device_open(spec);
+    if (!dev)
+        problem(p, "device", "'%s' cannot be opened on this server: %s", spec, kiln_error());
+    else
+        kiln_device_close(dev);
+}
+
+/* Submission: the JSON model built once and freed, as the run will build it (trainer-run.c). */
+static void check_model(struct problems *p, const char *json)
+{
+    kiln_device *dev = kiln_device_open("ref");
+    kiln_generator gen = kiln_generator_make(0);
+    kiln_module *m = dev ? kiln_model_from_json(json, dev, &gen) : NULL;
+    if (!m)
+        problem(p, "model", "does not build: %s", kiln_error());
+    kiln_module_free(m);
+    if (dev)
+        kiln_device_close(dev);
 }
 
 static bool known_metric(const char *name)
@@ -527,6 +596,14 @@ int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct 
         cJSON_Delete(root);
         return -1;
     }
+    if (env && env->submit) {
+        /* the rest would read the first of a repeated key: nothing more is said until it is one */
+        repeated_keys(&p, root, "");
+        if (p.count) {
+            cJSON_Delete(root);
+            return -1;
+        }
+    }
     static const char *const keys[] = {"model", "data", "loss", "optimizer", "scheduler", "epochs", "batch_size",
                                        "device", "seed", "workers", "metrics", "checkpoint", "early_stopping",
                                        "register_as", "max_batch_size", "resume_from_job", NULL};
@@ -551,8 +628,12 @@ int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct 
     s->workers = (int)workers;
     s->max_batch_size = (int)mbs;
     s->device = string(&p, root, "device", "device", false);
-    if (!s->device)
+    if (!s->device && !get(root, "device"))
         s->device = strdup("cpu");
+    char why[256];
+    if (env && env->resumable && s->resume_from_job > 0 &&
+        env->resumable(env->resumable_ud, s->resume_from_job, why, sizeof why) != 0)
+        problem(&p, "resume_from_job", "%s", why);
     const cJSON *metrics = get(root, "metrics");
     if (metrics && !cJSON_IsArray(metrics))
         problem(&p, "metrics", "must be an array of metric names");
@@ -576,6 +657,18 @@ int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct 
         return -1;
     }
     return 0;
+}
+
+int kd_jobspec_check_runnable(const struct kd_jobspec *s, char *problems, size_t len)
+{
+    struct problems p = {problems, len, 0, 0};
+    if (len)
+        problems[0] = '\0';
+    if (s->model_json)
+        check_model(&p, s->model_json);
+    if (s->device)
+        check_device(&p, s->device);
+    return p.count ? -1 : 0;
 }
 
 void kd_jobspec_free(struct kd_jobspec *s)

@@ -1,6 +1,7 @@
 /*
- * scheduler/trainer.h — training jobs: the job spec (parsed and checked on the loop thread,
- * without touching a device) and the run of one job (on the daemon's training thread), which
+ * scheduler/trainer.h — training jobs: the job spec (parsed and checked on the loop thread; at
+ * submission its device is also opened once and its model built once, so a spec that cannot
+ * run is refused there) and the run of one job (on the daemon's training thread), which
  * builds the model, data sets, optimizer and Learner from the spec, resumes from a checkpoint
  * when one exists, trains, and adds the trained model to the repository.
  *
@@ -29,6 +30,12 @@ struct kd_jobspec_env {
     const char *const *roots;
     size_t nroots;
     const char *models_root;          /* the repository, for a model to fine-tune (NULL: none) */
+    /* Submission (false when a queued job is parsed again to run, which meets these problems
+     * itself): refuse a key given twice, and ask resumable about resume_from_job when it is
+     * given. (kd_jobspec_check_runnable does the slow checks, off the loop.) */
+    bool submit;
+    int (*resumable)(void *ud, int64_t job, char *why, size_t len); /* 0, or -1 with why */
+    void *resumable_ud;
 };
 
 struct kd_jobspec {
@@ -71,6 +78,11 @@ struct kd_jobspec {
  */
 int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct kd_jobspec *out, char *problems,
                      size_t len);
+/* What a parsed spec needs to run at all: its device opens (and is closed again) and its JSON
+ * model builds (once, on the ref device, then freed). Slow for a large model, a GPU's first
+ * context or a remote device: call it off the loop thread. 0, or -1 with one "field: problem"
+ * line per problem in problems, as kd_jobspec_parse writes them. */
+int kd_jobspec_check_runnable(const struct kd_jobspec *s, char *problems, size_t len);
 void kd_jobspec_free(struct kd_jobspec *s);
 
 /* What a run reports while it goes: type is "step", "epoch", "checkpoint" or "log". */

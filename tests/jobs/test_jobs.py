@@ -261,6 +261,77 @@ def test_bad_specs(d):
     check(st == 404, "non-numeric job id -> 404")
 
 
+def last_job_id(d):
+    st, lst = d.req("GET", "/v1/jobs?limit=1000")
+    return max([j["id"] for j in lst["jobs"]] or [0])
+
+
+def test_unrunnable_specs(d, done):
+    """A spec that cannot run is a 400 at submission naming the field and the value, never a job that
+    fails when it starts or quietly does something else: resume_from_job with nothing to resume from,
+    a model the engine does not build, a device this server cannot open, a key given twice (cJSON
+    read the first, Python's json the last, so GET showed a spec other than the one that ran)."""
+    # a job with no checkpoint: cancelled while queued behind a long one
+    st, a = d.req("POST", "/v1/jobs", spec("big", epochs=500, train="big.csv"))
+    st, q = d.req("POST", "/v1/jobs", spec("never"))
+    d.req("DELETE", "/v1/jobs/%d" % q["id"])
+    d.req("DELETE", "/v1/jobs/%d" % a["id"])
+    d.wait_state(a["id"], ["cancelled", "succeeded", "failed"])
+    unknown_layer = json.loads(json.dumps(MLP))
+    unknown_layer["nodes"][1] = {"name": "act", "layer": "Nope", "inputs": ["fc1"]}
+    dangling = json.loads(json.dumps(MLP))
+    dangling["nodes"][2]["inputs"] = ["nowhere"]
+    raw = json.dumps(spec("dup"))
+    cases = [
+        (spec("x", resume_from_job=999999), "resume_from_job", "there is no job 999999"),
+        (spec("x", resume_from_job=q["id"]), "resume_from_job", "job %d has no checkpoint" % q["id"]),
+        (spec("x", model=unknown_layer), "model", 'unknown layer "Nope"'),
+        (spec("x", model=dangling), "model", "nowhere"),
+        (spec("x", device="cuda:9"), "device", "'cuda:9'"),
+        (spec("x", device="nosuch:0"), "device", "'nosuch:0'"),
+        (raw[:-1] + ', "data": {"type": "csv", "train": "%s"}}' % os.path.join(DATA, "big.csv"), "data",
+         "duplicate key 'data' in the job spec"),
+        (raw.replace('"lr": 0.01', '"lr": 0.01, "lr": 0.5'), "optimizer.lr", "duplicate key 'lr' in optimizer"),
+        (raw.replace('"in_features": 4', '"in_features": 4, "in_features": 5'), "model.nodes[0].config.in_features",
+         "duplicate key 'in_features' in model.nodes[0].config"),
+        (raw.replace('"epochs": 2', '"epochs": 2, "\\u0065pochs": 9'), "epochs", "duplicate key 'epochs'"),
+    ]
+    before = last_job_id(d)
+    for body, field, words in cases:
+        st, j = d.req("POST", "/v1/jobs", body)
+        err = j.get("error", "") if isinstance(j, dict) else ""
+        check(st == 400 and field + ":" in err and words in err,
+              "unrunnable spec -> 400 naming %s (%s): %s %s" % (field, words, st, err))
+    check(last_job_id(d) == before, "no refused spec became a job")
+    st, j = d.req("POST", "/v1/jobs/%d/resume" % q["id"])
+    check(st == 409 and "no checkpoint" in j.get("error", ""),
+          "resume of a job without a checkpoint -> 409: %s %s" % (st, j))
+
+    # The good specs still run: resume_from_job of a job with checkpoints, on a device given.
+    st, j = d.req("POST", "/v1/jobs", spec("again", resume_from_job=done, device="cpu"))
+    check(st == 201, "resume_from_job of a job with checkpoints -> 201: %s %s" % (st, j))
+    job = d.wait_state(j["id"], ["succeeded", "failed", "cancelled"])
+    check(job["state"] == "succeeded" and any(m.startswith("resumed from checkpoint at step") for m in job["logs"]),
+          "it resumed from that job's checkpoint: %s %s" % (job["state"], job["logs"]))
+
+    # Valid at submission, but the checkpoint is gone when the job starts: it fails saying so, and
+    # never trains from step 0 as if nothing had been asked.
+    st, src = d.req("POST", "/v1/jobs", spec("src", epochs=1))
+    d.wait_state(src["id"], ["succeeded"])
+    st, a = d.req("POST", "/v1/jobs", spec("big", epochs=500, train="big.csv"))
+    d.wait_state(a["id"], ["running"])
+    st, c = d.req("POST", "/v1/jobs", spec("src2", resume_from_job=src["id"]))
+    check(st == 201, "a job resuming another is queued: %s %s" % (st, c))
+    shutil.rmtree(os.path.join(d.data, "checkpoints", "job-%d" % src["id"]))
+    d.req("DELETE", "/v1/jobs/%d" % a["id"])
+    job = d.wait_state(c["id"], ["succeeded", "failed", "cancelled"])
+    err = job.get("error") or ""
+    check(job["state"] == "failed" and "resume_from_job" in err and "no checkpoint" in err
+          and not any(m.startswith("training ") for m in job["logs"]),
+          "its checkpoint gone, the job fails saying so and trains nothing: %s %s %s" % (job["state"], err,
+                                                                                          job["logs"]))
+
+
 def test_cancel(d):
     st, j = d.req("POST", "/v1/jobs", spec("big", epochs=500, train="big.csv"))
     jid = j["id"]
@@ -340,6 +411,7 @@ def main():
         test_history(d, jid)
         test_bad_specs(d)
         test_cancel(d)
+        test_unrunnable_specs(d, jid)
         test_cli(d)
     finally:
         d.stop()

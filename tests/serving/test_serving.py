@@ -112,6 +112,18 @@ def test_basic(d):
     check(st == 200, "versioned metadata")
     st, _, _ = d.req("GET", "/v2/models/mnist_mlp/versions/7")
     check(st == 404, "unknown version is 404")
+    st, _, _ = d.req("GET", "/v2/models/mnist_mlp/versions/9223372036854775807/ready")
+    check(st == 404, "the largest version there can be is looked up: 404")
+    # openapi's ^[1-9][0-9]*$ within int64: "01" is not 1, and a number past the range is not clamped
+    for bad in ("01", "0", "-1", "+1", "1a", "9223372036854775808", "99999999999999999999999"):
+        for tail in ("", "/ready", "/config"):
+            st, h, body = d.req("GET", "/v2/models/mnist_mlp/versions/%s%s" % (bad, tail))
+            err = json.loads(body).get("error", "") if body else ""
+            check(st == 400 and ("'%s'" % bad) in err, "version %r%s is 400 naming it: %s %s" % (bad, tail, st, body))
+    st, _, body = d.req("POST", "/v2/models/mnist_mlp/versions/01/infer", infer_body(EXPECTED["input"][:1]))
+    check(st == 400 and "'01'" in json.loads(body)["error"], "infer on version 01 is 400: %s" % body)
+    st, _, _ = d.req("GET", "/v2/models/mnist_mlp/versions/1/ready")
+    check(st == 200, "version 1 stays ready")
     st, h, body = d.req("POST", "/v2/models/mnist_mlp/infer", infer_body(EXPECTED["input"], id="req-1"),
                         headers={"X-Request-Id": "abc-123"})
     r = json.loads(body)
@@ -381,6 +393,41 @@ def test_bad_data(d):
           "data refused on the worker counts as rejected (%s -> %s)" % (rejected(before), rejected(after)))
 
 
+def test_duplicate_keys(d):
+    """A key given twice in one object of an inference body means what each reader makes of it (the
+    scanner took the first, Python's json takes the last), so it is a 400 naming the key, wherever
+    the object is, however the key is spelt, in an object of many keys too; the same keys once each
+    are answered."""
+    row = ",".join(["0.5"] * 784)
+    inp = '{"name":"input","datatype":"FP32","shape":[1,784],"data":[%s]%%s}' % row
+    many = ",".join('"k%d":%d' % (i, i) for i in range(5000))
+
+    def body(input_extra="", extra=""):
+        return ('{"inputs":[' + inp % input_extra + ']' + extra + '}').encode()
+    hdr = b'{"inputs":[{"name":"input","datatype":"FP32","shape":[1,784],"parameters":{"binary_data_size":3136,' \
+          b'"binary_data_size":3136}}]}'
+    cases = [
+        ("data twice in an input", body(',"data":[%s]' % row), "data", {}),
+        ("data twice, the repeat escaped", body(',"d\\u0061ta":[%s]' % row), "data", {}),
+        ("name twice in an input", body(',"name":"input"'), "name", {}),
+        ("inputs twice", body(extra=',"inputs":[]'), "inputs", {}),
+        ("in the request's parameters", body(extra=',"parameters":{"a":1,"b":2,"a":3}'), "a", {}),
+        ("in a requested output", body(extra=',"outputs":[{"name":"logits","name":"logits"}]'), "name", {}),
+        ("in an object of 5001 keys", body(extra=',"parameters":{%s,"k2500":0}' % many), "k2500", {}),
+        ("in a binary request's header", hdr + bytes(3136), "binary_data_size",
+         {"Inference-Header-Content-Length": str(len(hdr))}),
+    ]
+    for what, b, key, headers in cases:
+        st, h, data = d.req("POST", "/v2/models/mnist_mlp/infer", b, headers=headers)
+        err = json.loads(data).get("error", "") if h.get("content-type") == "application/json" else data[:200]
+        check(st == 400 and ("duplicate key '%s'" % key) in err,
+              "duplicate key, %s -> 400 naming '%s' (got %d %r)" % (what, key, st, err))
+    good = dict(infer_body(EXPECTED["input"][:1]), parameters={"k%d" % i: i for i in range(5000)})
+    st, _, data = d.req("POST", "/v2/models/mnist_mlp/infer", good)
+    check(st == 200 and close(json.loads(data)["outputs"][0]["data"], EXPECTED["logits"][0]),
+          "5000 distinct keys in parameters are answered (got %d %s)" % (st, data[:200]))
+
+
 def test_batching(d):
     rows = EXPECTED["input"]
     results, errors = {}, []
@@ -408,6 +455,79 @@ def test_batching(d):
                  "kiln_inference_batch_size_bucket", "kiln_inference_queue_seconds", "kiln_inference_compute_seconds",
                  "kiln_inference_queue_depth", "kiln_inference_in_flight", "kiln_process_resident_memory_bytes"):
         check(name in text, "/metrics has " + name)
+
+
+def test_startup_readiness():
+    """/v2/health/ready is 503 until every model found at start has finished loading: loaded, or
+    failed (a model that cannot load does not hold readiness). Loads asked for later do not
+    touch readiness, and a drain during the start-up loads never turns into ready."""
+    cnn = os.path.join(os.path.dirname(os.path.abspath(FIX)), "onnx", "cnn.onnx")
+    data = os.path.join(TMP, "startup")
+    names = ["m%d" % i for i in range(1, 25)]
+    for name in names + ["broken"]:
+        v = os.path.join(data, "models", name, "1")
+        os.makedirs(v)
+        if name == "broken":  # passes the repository scan, fails on the worker
+            open(os.path.join(v, "model.onnx"), "wb").write(b"not an onnx model")
+            continue
+        shutil.copy(cnn, os.path.join(v, "model.onnx"))
+        json.dump({"instance_count": 4}, open(os.path.join(v, "config.json"), "w"))
+    log = os.path.join(TMP, "startup.log")
+    proc = subprocess.Popen([KILND, "--port", "0", "--data-dir", data], stdout=subprocess.DEVNULL,
+                            stderr=open(log, "wb"), env=ENV)
+    d = Daemon.__new__(Daemon)
+    d.proc, d.log, d.data = proc, log, data
+    portfile = os.path.join(data, "kilnd.port")
+    deadline = time.time() + 30
+    while not os.path.exists(portfile) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    d.port = int(open(portfile).read())
+    try:
+        while time.time() < deadline:
+            st, _, body = d.req("GET", "/v2/health/ready")
+            if st == 200:
+                break
+            check(st == 503 and "starting" in json.loads(body)["error"], "503 'starting' before: %s %s" % (st, body))
+            time.sleep(0.002)
+        check(st == 200, "ready once the start-up loads finished (a failed one included)")
+        not_ready = [n for n in names if d.req("GET", "/v2/models/%s/ready" % n)[0] != 200]
+        check(not not_ready, "when /v2/health/ready first says 200, every model is ready: %s are not" % not_ready)
+        lines = open(log).read().splitlines()
+        at = [i for i, l in enumerate(lines) if "state ready" in l]
+        loads = [i for i, l in enumerate(lines) if " loaded (" in l or "broken failed to load" in l]
+        check(len(at) == 1 and len(loads) == len(names) + 1 and max(loads) < at[0],
+              "'state ready' is logged after every start-up load's line: %s" % lines[-6:])
+        st, _, body = d.req("POST", "/v2/repository/index")
+        check(any(e["name"] == "broken" and e["state"] == "UNAVAILABLE" and e["reason"] for e in json.loads(body)),
+              "the model that failed shows in the index with its reason: %s" % body[:300])
+        # a load asked for later: readiness stays 200 while it runs
+        late = os.path.join(data, "models", "late", "1")
+        os.makedirs(late)
+        shutil.copy(cnn, os.path.join(late, "model.onnx"))
+        json.dump({"instance_count": 8}, open(os.path.join(late, "config.json"), "w"))
+        c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=30)
+        c.request("POST", "/v2/repository/models/late/load")
+        during = [d.req("GET", "/v2/health/ready")[0] for _ in range(5)]
+        r = c.getresponse()
+        r.read()
+        c.close()
+        check(r.status == 200 and during == [200] * 5, "a later load leaves readiness alone: %s" % during)
+    finally:
+        d.stop()
+    # SIGTERM while the start-up loads run: draining, and never ready after that
+    data2 = os.path.join(TMP, "startup-drain")
+    shutil.copytree(os.path.join(data, "models"), os.path.join(data2, "models"))
+    log2 = os.path.join(TMP, "startup-drain.log")
+    proc = subprocess.Popen([KILND, "--port", "0", "--data-dir", data2], stdout=subprocess.DEVNULL,
+                            stderr=open(log2, "wb"), env=ENV)
+    while not os.path.exists(os.path.join(data2, "kilnd.port")) and proc.poll() is None:
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(timeout=30)
+    lines = open(log2).read().splitlines()
+    drain = [i for i, l in enumerate(lines) if "state draining" in l]
+    check(rc == 0 and drain and not any("state ready" in l for l in lines[drain[0]:]),
+          "a drain during the start-up loads does not turn ready: %s" % lines[-6:])
 
 
 def test_repository(d):
@@ -599,11 +719,13 @@ def main():
         test_onnx(d)
         test_bad_input(d)
         test_bad_data(d)
+        test_duplicate_keys(d)
         test_batching(d)
         test_repository(d)
     finally:
         d.stop()
     test_warmed_autotune()
+    test_startup_readiness()
     test_queue_full()
     test_auth()
     test_drain()
