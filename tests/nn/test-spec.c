@@ -83,6 +83,13 @@ static void test_invalid_specs(void **state)
                         "\"example_inputs\": {\"x\": {\"shape\": [2, 4]}}}",
                    "'b'", "add");
     expect_refused("{\"inputs\": [\"x\"], \"outputs\": [\"x\"], \"nodes\": [], \"extra\": 1}", "extra", NULL);
+    /* A key given twice (cJSON would read the first, other tools the last), at the top and
+     * deep in a node's config; the same spec without the repeat builds. */
+    expect_refused(HEAD LIN("a", "x", 4, 4) "], \"outputs\": [\"x\"]}", "'outputs' is given twice", "the spec");
+    expect_refused(
+        HEAD "{\"name\": \"b\", \"layer\": \"Linear\", \"config\": {\"in_features\": 4, \"out_features\": 2, "
+             "\"in_features\": 3}, \"inputs\": [\"x\"]}]}",
+        "'in_features' is given twice", "nodes[0].config");
 
     /* Multi-output nodes: "name:k". */
     kiln_generator gen = kiln_generator_make(2);
