@@ -208,7 +208,10 @@ kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean, kiln_ten
     }
     bool use_batch = training || !running_mean;
     int64_t per = C ? kiln__numel(x) / C : 0;
-    if (use_batch && per <= 1 && kiln__numel(x) > 0) {
+    /* Batch statistics of fewer than 2 values per channel are undefined (the mean of an
+     * empty batch is NaN, the unbiased variance divides by per - 1): refuse before any
+     * work is queued, so the running statistics are never touched, on any backend. */
+    if (use_batch && C > 0 && per <= 1) {
         kiln__error_set("%s: need more than 1 value per channel when training, got %s", op,
                         kiln__describe(x, dx, sizeof dx));
         return NULL;

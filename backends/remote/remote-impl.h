@@ -58,6 +58,8 @@ void *kiln__remote_open_opts(const char *spec, int index, kiln_device_opts *o);
 void *kiln__remote_open(int index);
 void kiln__remote_close(void *ctx);
 void kiln__remote_caps(void *ctx, kiln_backend_caps *out);
+/** Why the connection is gone ("remote://host:port/dev: connection lost: ..."), or NULL. */
+const char *kiln__remote_lost(void *ctx);
 kiln_buffer *kiln__remote_buffer_alloc(void *ctx, size_t nbytes);
 void kiln__remote_buffer_free(void *ctx, kiln_buffer *b);
 int kiln__remote_buffer_upload(void *ctx, kiln_buffer *dst, size_t off, const void *src, size_t n);

@@ -379,6 +379,7 @@ static const kiln_backend_iface remote_iface = {
     .event_sync = kiln__remote_event_sync,
     .event_query = kiln__remote_event_query,
     .event_free = kiln__remote_event_free,
+    .lost = kiln__remote_lost,
     .fill = remote_fill,
     .arange = remote_arange,
     .copy = remote_copy,

@@ -29,6 +29,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,8 +93,10 @@ typedef struct rdev {
     /* ids whose ALLOC the server refused: never released nor pooled (usually none) */
     uint64_t *failed_ids;
     size_t nfailed, failed_cap;
-    /* a lost connection or a broken protocol: every later call fails */
+    /* a lost connection or a broken protocol: every later call fails. lost mirrors dead for
+     * kiln_device_lost, which reads it without the lock; dead_why is final once set. */
     bool dead;
+    atomic_bool lost;
     char dead_why[KILN_ERROR_MAX];
     /* freed buffers kept for reuse, by exact size */
     struct kiln_buffer *pool[POOL_BUCKETS];
@@ -107,6 +110,7 @@ static int die(rdev *d, const char *why)
     if (!d->dead) {
         d->dead = true;
         snprintf(d->dead_why, sizeof d->dead_why, "%.120s: connection lost: %.360s", d->spec, why);
+        atomic_store(&d->lost, true);
     }
     return KILN_EIO;
 }
@@ -428,6 +432,7 @@ void *kiln__remote_open_opts(const char *spec, int index, kiln_device_opts *o)
         return NULL;
     }
     pthread_mutex_init(&d->mu, NULL);
+    atomic_init(&d->lost, false);
     snprintf(d->spec, sizeof d->spec, "%s", spec);
     snprintf(d->device, sizeof d->device, "%s", slash + 1);
     /* options (docs/configuration.md; defaults from KILN_REMOTE_TIMEOUT_MS and
@@ -503,6 +508,21 @@ void *kiln__remote_open(int index)
 void kiln__remote_close(void *ctx)
 {
     free_dev(ctx);
+}
+
+/* kiln_device_lost. An idle device first looks, without waiting, whether the server closed
+ * the connection, so a dead server is reported before an op fails; while another thread
+ * holds the device it is talking to the server and will find out itself. */
+const char *kiln__remote_lost(void *ctx)
+{
+    rdev *d = ctx;
+    if (!atomic_load(&d->lost) && pthread_mutex_trylock(&d->mu) == 0) {
+        char why[KILN_ERROR_MAX - 64];
+        if (!d->dead && kiln__rconn_pump(d->conn, 0, why, sizeof why) != 0)
+            die(d, why);
+        pthread_mutex_unlock(&d->mu);
+    }
+    return atomic_load(&d->lost) ? d->dead_why : NULL;
 }
 
 void kiln__remote_caps(void *ctx, kiln_backend_caps *out)

@@ -7,6 +7,8 @@
 #define KILN_DATA_IMPL_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
 
 #include "kiln/data.h"
 
@@ -34,6 +36,18 @@ kiln_dataset *kiln__dataset_new(const kiln__dataset_class *cls, void *self, kiln
 uint64_t kiln__data_mix(uint64_t a, uint64_t b);
 /** A uniform double in [0, 1) from a key and a draw number. */
 double kiln__data_uniform(uint64_t key, uint64_t draw);
+
+/**
+ * The element count of a feature shape, or -1 when a dim is negative or the product
+ * overflows int64 or would not fit in memory as floats (a shape from a file header or a
+ * caller must not wrap to a small count that later sizes an allocation).
+ */
+int64_t kiln__data_numel(int ndim, const int64_t *shape);
+/** count items of per elements of size elem: false when count * per * elem overflows
+ *  what one allocation can hold; else *out is the element count count * per. */
+bool kiln__data_count(int64_t count, int64_t per, size_t elem, int64_t *out);
+/** "[d0, d1, ...]" into buf, for messages. */
+const char *kiln__data_shape_str(int ndim, const int64_t *shape, char *buf, size_t len);
 
 /** The number of target doubles a get writes (at least 1). */
 static inline int64_t kiln__target_slots(const kiln_dataset_info *info)

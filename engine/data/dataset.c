@@ -7,6 +7,7 @@
  * so a shuffled split of a 60,000-image set costs two index arrays.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,25 +15,63 @@
 #include "data-impl.h"
 #include "error-impl.h"
 
+/* ---------------------------------------------------------------------- sizes */
+
+bool kiln__data_count(int64_t count, int64_t per, size_t elem, int64_t *out)
+{
+    int64_t n;
+    /* below PTRDIFF_MAX / elem, so that the callers' (n + 1) * elem byte counts (the
+     * spare element keeps an empty set off malloc(0)) cannot wrap either */
+    if (count < 0 || per < 0 || __builtin_mul_overflow(count, per, &n) || n >= (int64_t)(PTRDIFF_MAX / elem))
+        return false;
+    *out = n;
+    return true;
+}
+
+int64_t kiln__data_numel(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++)
+        if (!kiln__data_count(n, shape[d], sizeof(float), &n))
+            return -1;
+    return n;
+}
+
+const char *kiln__data_shape_str(int ndim, const int64_t *shape, char *buf, size_t len)
+{
+    size_t o = (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < ndim && o < len; d++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (o < len)
+        snprintf(buf + o, len - o, "]");
+    return buf;
+}
+
 /* ------------------------------------------------------------------ the object */
 
 kiln_dataset *kiln__dataset_new(const kiln__dataset_class *cls, void *self, kiln_dataset *source,
                                 const kiln_dataset_info *info, const char *name)
 {
-    kiln_dataset *ds = calloc(1, sizeof *ds);
+    /* Every loader buffer is sized from feature_numel: a shape whose product does not fit
+     * (windows of a large item, a bad header) is refused here, not wrapped. */
+    int nd = info->ndim < 0 ? 0 : info->ndim > KILN_MAX_DIMS ? KILN_MAX_DIMS : info->ndim;
+    int64_t numel = nd == info->ndim ? kiln__data_numel(nd, info->shape) : -1;
+    kiln_dataset *ds = numel < 0 ? NULL : calloc(1, sizeof *ds);
     if (!ds) {
         if (cls->destroy)
             cls->destroy(self);
-        kiln__error_set("data: out of memory");
+        char sh[256];
+        if (numel < 0)
+            kiln__error_set("data: %s%s%s: feature shape %s is too large to address", source ? source->name : "",
+                            source ? "|" : "", name, kiln__data_shape_str(nd, info->shape, sh, sizeof sh));
+        else
+            kiln__error_set("data: out of memory");
         return NULL;
     }
     ds->cls = cls;
     ds->self = self;
     ds->source = source ? kiln_dataset_retain(source) : NULL;
     ds->info = *info;
-    int64_t numel = 1;
-    for (int d = 0; d < info->ndim; d++)
-        numel *= info->shape[d];
     ds->info.feature_numel = numel;
     atomic_init(&ds->refs, 1);
     if (source)
@@ -160,9 +199,7 @@ kiln_dataset *kiln__dataset_arrays_take(const kiln_dataset_info *info, float *x,
     }
     a->x = x;
     a->t = t;
-    a->fnum = 1;
-    for (int d = 0; d < info->ndim; d++)
-        a->fnum *= info->shape[d];
+    a->fnum = kiln__data_numel(info->ndim, info->shape); /* -1: kiln__dataset_new refuses the shape */
     a->tslots = kiln__target_slots(info);
     return kiln__dataset_new(&arrays_class, a, NULL, info, name);
 }
@@ -174,30 +211,39 @@ kiln_dataset *kiln_dataset_from_arrays(int64_t n, int ndim, const int64_t *shape
     if (n < 0 || ndim < 0 || ndim > KILN_MAX_DIMS || (ndim > 0 && !shape) || (n > 0 && !features))
         return kiln__error_set("dataset_from_arrays: bad shape or NULL features"), NULL;
     kiln_dataset_info info = {.length = n, .ndim = ndim};
-    int64_t fnum = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 1)
             return kiln__error_set("dataset_from_arrays: dim %d is %lld", d, (long long)shape[d]), NULL;
         info.shape[d] = shape[d];
-        fnum *= shape[d];
     }
     if (labels) {
         info.num_classes = num_classes;
         if (num_classes < 1)
             return kiln__error_set("dataset_from_arrays: labels need num_classes > 0"), NULL;
     } else if (targets) {
+        if (target_numel < 0)
+            return kiln__error_set("dataset_from_arrays: target_numel %lld < 0", (long long)target_numel), NULL;
         info.target_numel = target_numel;
     }
-    int64_t ts = kiln__target_slots(&info);
-    float *x = malloc((size_t)(n * fnum + 1) * sizeof *x);
-    double *t = calloc((size_t)(n * ts + 1), sizeof *t);
+    /* Checked before anything is allocated or copied: a product that wraps would size the
+     * copy below (and every batch of a loader) from a small, wrong count. */
+    int64_t ts = kiln__target_slots(&info), fnum = kiln__data_numel(ndim, info.shape), xn = 0, tn = 0;
+    if (fnum < 0 || !kiln__data_count(n, fnum, sizeof(float), &xn) ||
+        !kiln__data_count(n, ts, sizeof(double), &tn)) {
+        char sh[256];
+        return kiln__error_set("dataset_from_arrays: %lld items of feature shape %s are too large to address",
+                               (long long)n, kiln__data_shape_str(ndim, info.shape, sh, sizeof sh)),
+               NULL;
+    }
+    float *x = malloc((size_t)(xn + 1) * sizeof *x);
+    double *t = calloc((size_t)(tn + 1), sizeof *t);
     if (!x || !t) {
         free(x);
         free(t);
         return kiln__error_set("dataset_from_arrays: out of memory"), NULL;
     }
     if (n > 0)
-        memcpy(x, features, (size_t)(n * fnum) * sizeof *x);
+        memcpy(x, features, (size_t)xn * sizeof *x);
     for (int64_t i = 0; i < n; i++) {
         if (labels) {
             if (labels[i] < 0 || labels[i] >= num_classes) {
@@ -267,6 +313,19 @@ static void index_destroy(void *self)
 
 static const kiln__dataset_class index_class = {"index", index_get, index_destroy};
 
+/* A table of n indices (one spare entry: n == 0 is not malloc(0)); NULL with the error
+ * set. n is checked because it can come straight from the caller. */
+static int64_t *index_alloc(int64_t n, const char *op)
+{
+    int64_t total;
+    if (!kiln__data_count(n, 1, sizeof(int64_t), &total))
+        return kiln__error_set("%s: %lld indices are too many to address", op, (long long)n), NULL;
+    int64_t *idx = malloc((size_t)(total + 1) * sizeof *idx);
+    if (!idx)
+        kiln__error_set("%s: out of memory for %lld indices", op, (long long)n);
+    return idx;
+}
+
 /* Takes idx. */
 static kiln_dataset *index_view(kiln_dataset *ds, int64_t n, int64_t *idx, const char *name)
 {
@@ -286,9 +345,9 @@ kiln_dataset *kiln_dataset_shuffle(kiln_dataset *ds, uint64_t seed)
     if (!ds)
         return kiln__error_set("dataset_shuffle: NULL data set"), NULL;
     int64_t n = ds->info.length;
-    int64_t *idx = malloc((size_t)(n + 1) * sizeof *idx);
+    int64_t *idx = index_alloc(n, "dataset_shuffle");
     if (!idx)
-        return kiln__error_set("dataset_shuffle: out of memory"), NULL;
+        return NULL;
     permute(kiln__data_mix(seed, 0x5407f1e0ull), n, idx);
     return index_view(ds, n, idx, "shuffle");
 }
@@ -297,13 +356,14 @@ kiln_dataset *kiln_dataset_range(kiln_dataset *ds, int64_t start, int64_t count)
 {
     if (!ds)
         return kiln__error_set("dataset_range: NULL data set"), NULL;
-    if (start < 0 || count < 0 || start + count > ds->info.length)
-        return kiln__error_set("dataset_range: %s: [%lld, %lld) outside [0, %lld)", ds->name, (long long)start,
-                               (long long)(start + count), (long long)ds->info.length),
+    /* count is compared with what is left after start: start + count may overflow */
+    if (start < 0 || count < 0 || start > ds->info.length || count > ds->info.length - start)
+        return kiln__error_set("dataset_range: %s: start %lld, count %lld: not inside [0, %lld)", ds->name,
+                               (long long)start, (long long)count, (long long)ds->info.length),
                NULL;
-    int64_t *idx = malloc((size_t)(count + 1) * sizeof *idx);
+    int64_t *idx = index_alloc(count, "dataset_range");
     if (!idx)
-        return kiln__error_set("dataset_range: out of memory"), NULL;
+        return NULL;
     for (int64_t i = 0; i < count; i++)
         idx[i] = start + i;
     return index_view(ds, count, idx, "range");
@@ -311,11 +371,13 @@ kiln_dataset *kiln_dataset_range(kiln_dataset *ds, int64_t start, int64_t count)
 
 kiln_dataset *kiln_dataset_subset(kiln_dataset *ds, int64_t n, const int64_t *indices)
 {
-    if (!ds || n < 0 || (n > 0 && !indices))
+    if (!ds || (n > 0 && !indices))
         return kiln__error_set("dataset_subset: NULL argument"), NULL;
-    int64_t *idx = malloc((size_t)(n + 1) * sizeof *idx);
+    if (n < 0)
+        return kiln__error_set("dataset_subset: %lld indices", (long long)n), NULL;
+    int64_t *idx = index_alloc(n, "dataset_subset");
     if (!idx)
-        return kiln__error_set("dataset_subset: out of memory"), NULL;
+        return NULL;
     for (int64_t i = 0; i < n; i++) {
         if (indices[i] < 0 || indices[i] >= ds->info.length) {
             free(idx);
@@ -337,15 +399,16 @@ int kiln_dataset_split(kiln_dataset *ds, double valid_fraction, uint64_t seed, k
     if (!(valid_fraction >= 0 && valid_fraction <= 1))
         return kiln__error_set("dataset_split: fraction %g outside [0, 1]", valid_fraction);
     int64_t n = ds->info.length;
-    int64_t nv = (int64_t)llround(valid_fraction * (double)n);
-    int64_t *perm = malloc((size_t)(n + 1) * sizeof *perm);
-    int64_t *vi = malloc((size_t)(nv + 1) * sizeof *vi);
-    int64_t *ti = malloc((size_t)(n - nv + 1) * sizeof *ti);
+    /* (double)n rounds up for n past 2^53: clamp, so that n - nv is never negative */
+    double fv = valid_fraction * (double)n;
+    int64_t nv = fv >= (double)n ? n : (int64_t)llround(fv);
+    int64_t *perm = index_alloc(n, "dataset_split");
+    int64_t *vi = perm ? index_alloc(nv, "dataset_split") : NULL;
+    int64_t *ti = vi ? index_alloc(n - nv, "dataset_split") : NULL;
     if (!perm || !vi || !ti) {
         free(perm);
         free(vi);
-        free(ti);
-        return kiln__error_set("dataset_split: out of memory");
+        return -1;
     }
     permute(kiln__data_mix(seed, 0x5b117ull), n, perm);
     memcpy(vi, perm, (size_t)nv * sizeof *vi);

@@ -239,7 +239,14 @@ kiln_dataset *kiln_dataset_image_folder(const char *root, int channels, int heig
         folder_destroy(s);
         return kiln__error_set("image folder: %s: no class sub-folders", root), NULL;
     }
-    int64_t fnum = (int64_t)channels * height * width, n = 0, cap = 0;
+    /* channels * height * width of two large ints overflows int64: checked, as it sizes
+     * every image's slot */
+    int64_t fnum = kiln__data_numel(3, (int64_t[]){channels, height, width}), n = 0, cap = 0;
+    if (fnum < 0) {
+        folder_destroy(s);
+        return kiln__error_set("image folder: %dx%dx%d images are too large to address", channels, height, width),
+               NULL;
+    }
     for (int c = 0; c < nc; c++) {
         char dir[4096];
         snprintf(dir, sizeof dir, "%s/%s", root, s->classes[c]);
@@ -256,9 +263,13 @@ kiln_dataset *kiln_dataset_image_folder(const char *root, int channels, int heig
             image im = {0};
             if (rc == 0)
                 rc = has_ext(files[k], ".png") ? decode_png(path, &im) : decode_jpeg(path, &im);
+            int64_t xn = 0;
+            if (rc == 0 && n == cap && !kiln__data_count(cap ? cap * 2 : 64, fnum, sizeof(float), &xn))
+                rc = kiln__error_set("image folder: %s: too many images of %lld values to address", path,
+                                     (long long)fnum);
             if (rc == 0 && n == cap) {
                 cap = cap ? cap * 2 : 64;
-                float *nx = realloc(s->x, (size_t)(cap * fnum) * sizeof *nx);
+                float *nx = realloc(s->x, (size_t)xn * sizeof *nx);
                 double *nt = nx ? realloc(s->t, (size_t)cap * sizeof *nt) : NULL;
                 if (nx)
                     s->x = nx;
@@ -321,7 +332,7 @@ static int crop_get(const kiln_dataset *ds, int64_t i, float *x, double *target,
         free(tmp);
         return -1;
     }
-    int64_t range_y = s->sh + 2 * s->pad - s->h, range_x = s->sw + 2 * s->pad - s->w;
+    int64_t range_y = s->sh + 2 * (int64_t)s->pad - s->h, range_x = s->sw + 2 * (int64_t)s->pad - s->w;
     int64_t oy = (int64_t)(kiln__data_uniform(key, 0xc401) * (double)(range_y + 1)) - s->pad;
     int64_t ox = (int64_t)(kiln__data_uniform(key, 0xc402) * (double)(range_x + 1)) - s->pad;
     for (int64_t c = 0; c < s->sc; c++)
@@ -339,8 +350,8 @@ kiln_dataset *kiln_dataset_random_crop(kiln_dataset *ds, int height, int width, 
 {
     if (need_image(ds, "random_crop") < 0)
         return NULL;
-    if (height < 1 || width < 1 || pad < 0 || height > ds->info.shape[1] + 2 * pad ||
-        width > ds->info.shape[2] + 2 * pad)
+    if (height < 1 || width < 1 || pad < 0 || height > ds->info.shape[1] + 2 * (int64_t)pad ||
+        width > ds->info.shape[2] + 2 * (int64_t)pad)
         return kiln__error_set("random_crop: %s: %dx%d with pad %d does not fit %lldx%lld", ds->name, height, width,
                                pad, (long long)ds->info.shape[1], (long long)ds->info.shape[2]),
                NULL;

@@ -123,6 +123,17 @@ kiln_loader *kiln_loader_create(kiln_dataset *ds, const kiln_loader_config *cfg,
         return kiln__error_set("loader_create: batch_size %lld, workers %d, prefetch %d out of range",
                                (long long)cfg->batch_size, cfg->workers, cfg->prefetch),
                NULL;
+    /* A slot holds one batch, never more items than the data set has; its byte count is
+     * checked, as a wrapped one would size the ring too small for what workers write. */
+    int64_t per_slot = cfg->batch_size < ds->info.length ? cfg->batch_size : ds->info.length, xn, tn;
+    if (per_slot < 1)
+        per_slot = 1;
+    if (!kiln__data_count(per_slot, ds->info.feature_numel, sizeof(float), &xn) ||
+        !kiln__data_count(per_slot, kiln__target_slots(&ds->info), sizeof(double), &tn))
+        return kiln__error_set("loader_create: batches of %lld items of %s (%lld features each) are too large "
+                               "to address",
+                               (long long)per_slot, ds->name, (long long)ds->info.feature_numel),
+               NULL;
     kiln_loader *ld = calloc(1, sizeof *ld);
     if (!ld)
         return kiln__error_set("loader_create: out of memory"), NULL;
@@ -132,7 +143,8 @@ kiln_loader *kiln_loader_create(kiln_dataset *ds, const kiln_loader_config *cfg,
     ld->info = ds->info;
     ld->tslots = kiln__target_slots(&ld->info);
     int64_t n = ld->info.length;
-    ld->nbatches = cfg->drop_last ? n / cfg->batch_size : (n + cfg->batch_size - 1) / cfg->batch_size;
+    /* not (n + batch_size - 1) / batch_size: that sum overflows for a large batch_size */
+    ld->nbatches = n / cfg->batch_size + (!cfg->drop_last && n % cfg->batch_size != 0);
     ld->nslots = cfg->workers == 0 ? 1 : (cfg->prefetch > 0 ? cfg->prefetch : 2 * cfg->workers);
     if (ld->nslots < cfg->workers)
         ld->nslots = cfg->workers; /* fewer slots than workers would idle the extra ones */
@@ -141,8 +153,8 @@ kiln_loader *kiln_loader_create(kiln_dataset *ds, const kiln_loader_config *cfg,
     ld->threads = calloc((size_t)(cfg->workers + 1), sizeof *ld->threads);
     bool ok = ld->order && ld->slots && ld->threads;
     for (int i = 0; ok && i < ld->nslots; i++) {
-        ld->slots[i].x = malloc((size_t)(cfg->batch_size * ld->info.feature_numel) * sizeof(float) + 1);
-        ld->slots[i].t = malloc((size_t)(cfg->batch_size * ld->tslots) * sizeof(double) + 1);
+        ld->slots[i].x = malloc((size_t)xn * sizeof(float) + 1);
+        ld->slots[i].t = malloc((size_t)tn * sizeof(double) + 1);
         ok = ld->slots[i].x && ld->slots[i].t;
     }
     pthread_mutex_init(&ld->mu, NULL);

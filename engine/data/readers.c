@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include "data-impl.h"
@@ -57,6 +58,48 @@ static int gz_read_exact(gzFile f, void *buf, size_t n, const char *path, int64_
     return 0;
 }
 
+/*
+ * The data section: bytes bytes at byte off. The buffer grows with what actually arrives
+ * (doubling from 1 MiB), so a header that promises more than the file holds fails at the
+ * file's end having allocated about what the file has, not what the header claims; a
+ * gzipped file's length is only known by decompressing it.
+ */
+static int idx_read_data(gzFile f, const char *path, int64_t off, int64_t bytes, unsigned char **out)
+{
+    size_t want = (size_t)bytes, cap = want < ((size_t)1 << 20) ? want : (size_t)1 << 20, got = 0;
+    unsigned char *buf = malloc(cap + 1);
+    if (!buf)
+        return kiln__error_set("idx: %s: out of memory for %zu bytes of data", path, cap);
+    while (got < want) {
+        if (got == cap) {
+            size_t nc = cap > want - cap ? want : 2 * cap;
+            unsigned char *nb = realloc(buf, nc + 1);
+            if (!nb) {
+                free(buf);
+                return kiln__error_set("idx: %s: out of memory for %zu bytes of data", path, nc);
+            }
+            buf = nb;
+            cap = nc;
+        }
+        unsigned chunk = cap - got > (1u << 30) ? 1u << 30 : (unsigned)(cap - got);
+        int r = gzread(f, buf + got, chunk);
+        if (r <= 0) {
+            int e = Z_OK;
+            const char *msg = r < 0 ? gzerror(f, &e) : NULL;
+            free(buf);
+            if (msg)
+                return kiln__error_set("idx: %s: data at byte %lld: %s", path, (long long)(off + (int64_t)got),
+                                       msg);
+            return kiln__error_set("idx: %s: truncated: header says %lld bytes, file has %lld%s", path,
+                                   (long long)(off + bytes), (long long)(off + (int64_t)got),
+                                   gzdirect(f) ? "" : " (decompressed)");
+        }
+        got += (size_t)r;
+    }
+    *out = buf;
+    return 0;
+}
+
 static int idx_read(const char *path, idx_file *out)
 {
     memset(out, 0, sizeof *out);
@@ -88,20 +131,26 @@ static int idx_read(const char *path, idx_file *out)
     for (int d = 0; rc == 0 && d < out->ndim; d++) {
         out->dims[d] = (int64_t)dims[4 * d] << 24 | (int64_t)dims[4 * d + 1] << 16 | (int64_t)dims[4 * d + 2] << 8 |
                        dims[4 * d + 3];
-        out->count *= out->dims[d];
-        if (out->count > ((int64_t)1 << 34))
+        /* three 2^32 dims overflow int64: the product is checked, not wrapped under the limit */
+        if (__builtin_mul_overflow(out->count, out->dims[d], &out->count) || out->count > ((int64_t)1 << 34))
             rc = kiln__error_set("idx: %s: dimension %d (byte %d) makes the file implausibly large", path, d,
                                  4 + 4 * d);
     }
+    /* A plain file's length is known: a header promising more data than that is refused
+     * before anything is allocated. */
+    int64_t data_off = 4 + 4 * (int64_t)out->ndim, bytes = out->count * (int64_t)esz;
+    struct stat st;
+    if (rc == 0 && gzdirect(f) && stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size - data_off < bytes)
+        rc = kiln__error_set("idx: %s: truncated: header says %lld bytes, file has %lld", path,
+                             (long long)(data_off + bytes), (long long)st.st_size);
     unsigned char *raw = NULL;
+    if (rc == 0)
+        rc = idx_read_data(f, path, data_off, bytes, &raw);
     if (rc == 0) {
-        raw = malloc((size_t)out->count * esz + 1);
         out->values = malloc((size_t)out->count * sizeof *out->values + 1);
-        if (!raw || !out->values)
+        if (!out->values)
             rc = kiln__error_set("idx: %s: out of memory for %lld elements", path, (long long)out->count);
     }
-    if (rc == 0)
-        rc = gz_read_exact(f, raw, (size_t)out->count * esz, path, 4 + 4 * out->ndim, "data");
     for (int64_t i = 0; rc == 0 && i < out->count; i++) {
         const unsigned char *p = raw + i * (int64_t)esz;
         uint32_t u32 = esz == 4 ? (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3] : 0;
@@ -246,13 +295,52 @@ static int csv_split(char *line, char **cells, int max)
     }
 }
 
-enum { CSV_MAX_COLS = 4096 };
+/* CSV_MAX_CLASSES bounds a numeric label: a stray 99999999999 is an error, not a
+ * hundred-billion-class data set. */
+enum {
+    CSV_MAX_COLS = 4096,
+    CSV_MAX_CLASSES = 1000000
+};
+
+/* A whole cell as a finite number (what strtod takes: "1", "1.0", "1e0", " 0x10"). */
+static bool csv_number(const char *cell, double *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtod(cell, &end);
+    return end != cell && !*end && errno != ERANGE && isfinite(*v);
+}
+
+/* Labels: numeric or strings, decided by the column's first label (data.h). */
+enum {
+    LABELS_UNDECIDED,
+    LABELS_NUMERIC,
+    LABELS_STRINGS
+};
+
+/* The class of a string label, in order of first appearance (a new name is appended);
+ * -1 when out of memory. */
+static int csv_class(char ***classes, int *nclasses, const char *cell)
+{
+    for (int k = 0; k < *nclasses; k++)
+        if (strcmp((*classes)[k], cell) == 0)
+            return k;
+    char **nc = realloc(*classes, (size_t)(*nclasses + 1) * sizeof *nc);
+    if (!nc)
+        return -1;
+    *classes = nc;
+    if (!(nc[*nclasses] = strdup(cell)))
+        return -1;
+    return (*nclasses)++;
+}
 
 kiln_dataset *kiln_dataset_csv(const char *path, const char *label_column, int nfeatures,
                                const char *const *feature_columns)
 {
     if (!path)
         return kiln__error_set("csv: NULL path"), NULL;
+    if (nfeatures < 0)
+        return kiln__error_set("csv: %s: nfeatures %d < 0", path, nfeatures), NULL;
     FILE *f = fopen(path, "r");
     if (!f)
         return kiln__error_set("csv: %s: cannot open: %s", path, strerror(errno)), NULL;
@@ -262,8 +350,8 @@ kiln_dataset *kiln_dataset_csv(const char *path, const char *label_column, int n
     float *x = NULL;
     double *t = NULL;
     char **classes = NULL;
-    int nclasses = 0;
-    int64_t n = 0, rows_cap = 0, lineno = 1;
+    int nclasses = 0, label_kind = LABELS_UNDECIDED;
+    int64_t n = 0, rows_cap = 0, lineno = 1, first_label_line = 0, max_label = -1;
     kiln_dataset *ds = NULL;
     if (!cells)
         goto oom;
@@ -327,7 +415,10 @@ kiln_dataset *kiln_dataset_csv(const char *path, const char *label_column, int n
         }
         if (n == rows_cap) {
             rows_cap = rows_cap ? rows_cap * 2 : 256;
-            float *nx = realloc(x, (size_t)(rows_cap * nfeat) * sizeof *x);
+            int64_t xn;
+            if (!kiln__data_count(rows_cap, nfeat, sizeof *x, &xn))
+                goto oom;
+            float *nx = realloc(x, (size_t)xn * sizeof *x);
             if (!nx)
                 goto oom;
             x = nx;
@@ -338,10 +429,8 @@ kiln_dataset *kiln_dataset_csv(const char *path, const char *label_column, int n
         }
         for (int k = 0; k < nfeat; k++) {
             const char *cell = cells[cols[k]];
-            char *end;
-            errno = 0;
-            double v = strtod(cell, &end);
-            if (end == cell || *end || errno == ERANGE || !isfinite(v)) {
+            double v;
+            if (!csv_number(cell, &v)) {
                 kiln__error_set("csv: %s: line %lld, column %d: '%.40s' is not a number", path,
                                 (long long)lineno, cols[k] + 1, cell);
                 goto done;
@@ -351,25 +440,37 @@ kiln_dataset *kiln_dataset_csv(const char *path, const char *label_column, int n
         t[n] = 0;
         if (label_col >= 0) {
             const char *cell = cells[label_col];
-            int c = -1;
-            for (int k = 0; k < nclasses; k++)
-                if (strcmp(classes[k], cell) == 0)
-                    c = k;
-            if (c < 0) {
-                if (!*cell) {
-                    kiln__error_set("csv: %s: line %lld: empty label", path, (long long)lineno);
+            if (!*cell) {
+                kiln__error_set("csv: %s: line %lld: empty label", path, (long long)lineno);
+                goto done;
+            }
+            /* Numeric labels are class indices as written: mapping them by first
+             * appearance would renumber the classes whenever one label is odd, so an odd
+             * one is an error instead. */
+            double v;
+            bool num = csv_number(cell, &v);
+            if (label_kind == LABELS_UNDECIDED) {
+                label_kind = num ? LABELS_NUMERIC : LABELS_STRINGS;
+                first_label_line = lineno;
+            }
+            if (label_kind == LABELS_NUMERIC) {
+                if (!num || v < 0 || v != floor(v) || v >= CSV_MAX_CLASSES) {
+                    kiln__error_set("csv: %s: line %lld, column %d: label '%.40s' is not a class index: the label "
+                                    "column is numeric (its first label, line %lld, is a number), so every label "
+                                    "must be an integer in [0, %d)",
+                                    path, (long long)lineno, label_col + 1, cell, (long long)first_label_line,
+                                    CSV_MAX_CLASSES);
                     goto done;
                 }
-                char **nc = realloc(classes, (size_t)(nclasses + 1) * sizeof *classes);
-                if (!nc)
+                t[n] = v;
+                if ((int64_t)v > max_label)
+                    max_label = (int64_t)v;
+            } else {
+                int c = csv_class(&classes, &nclasses, cell);
+                if (c < 0)
                     goto oom;
-                classes = nc;
-                classes[nclasses] = strdup(cell);
-                if (!classes[nclasses])
-                    goto oom;
-                c = nclasses++;
+                t[n] = c;
             }
-            t[n] = c;
         }
         n++;
     }
@@ -377,23 +478,11 @@ kiln_dataset *kiln_dataset_csv(const char *path, const char *label_column, int n
         kiln__error_set("csv: %s: read error after line %lld", path, (long long)lineno);
         goto done;
     }
-    /* Labels that are all integers 0..K-1 keep their own numbering; others keep the
-     * order of first appearance. */
     if (label_col >= 0) {
-        bool numeric = true;
-        int64_t maxv = -1;
-        for (int k = 0; k < nclasses && numeric; k++) {
-            char *end;
-            long v = strtol(classes[k], &end, 10);
-            numeric = *end == 0 && v >= 0 && v < 1000000;
-            if (v > maxv)
-                maxv = v;
-        }
-        if (numeric)
-            for (int64_t i = 0; i < n; i++)
-                t[i] = (double)strtol(classes[(int)t[i]], NULL, 10);
-        kiln_dataset_info info = {.length = n, .ndim = 1, .shape = {nfeat},
-                                  .num_classes = numeric ? maxv + 1 : nclasses};
+        kiln_dataset_info info = {.length = n,
+                                  .ndim = 1,
+                                  .shape = {nfeat},
+                                  .num_classes = label_kind == LABELS_NUMERIC ? max_label + 1 : nclasses};
         char name[200];
         snprintf(name, sizeof name, "csv(%.150s)", base_name(path));
         ds = kiln__dataset_arrays_take(&info, x ? x : malloc(1), t ? t : malloc(1), name);

@@ -168,7 +168,8 @@ kiln_module *kiln_mha_init(const kiln_mha_config *c, kiln_device *dev, kiln_gene
     return m;
 }
 
-KILN__LAYER(mha, kiln_mha_config, "MultiheadAttention", mha_fields, KILN__NFIELDS(mha_fields))
+/* (query, key, value, key_padding_mask, attn_mask) */
+KILN__LAYER_IN(mha, kiln_mha_config, "MultiheadAttention", mha_fields, KILN__NFIELDS(mha_fields), 1, 5)
 
 /* ---------------------------------------------------------- Transformer layers */
 
@@ -320,10 +321,12 @@ kiln_module *kiln_transformer_decoder_layer_init(const kiln_transformer_config *
     return transformer_init(&decoder_class, &kiln__layer_transformer_decoder_layer, true, c, dev, gen);
 }
 
-KILN__LAYER(transformer_encoder_layer, kiln_transformer_config, "TransformerEncoderLayer", transformer_fields,
-            KILN__NFIELDS(transformer_fields))
-KILN__LAYER(transformer_decoder_layer, kiln_transformer_config, "TransformerDecoderLayer", transformer_fields,
-            KILN__NFIELDS(transformer_fields))
+/* Encoder: (src, src_mask, src_key_padding_mask); decoder: (tgt, memory, tgt_mask,
+ * memory_mask, tgt_key_padding_mask, memory_key_padding_mask). */
+KILN__LAYER_IN(transformer_encoder_layer, kiln_transformer_config, "TransformerEncoderLayer", transformer_fields,
+               KILN__NFIELDS(transformer_fields), 1, 3)
+KILN__LAYER_IN(transformer_decoder_layer, kiln_transformer_config, "TransformerDecoderLayer", transformer_fields,
+               KILN__NFIELDS(transformer_fields), 2, 6)
 
 /* ---------------------------------------------------------- PositionalEncoding */
 

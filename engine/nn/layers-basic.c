@@ -175,10 +175,34 @@ kiln_flatten_config kiln_flatten_config_default(void)
     return (kiln_flatten_config){.start_dim = 1, .end_dim = -1};
 }
 
+/* PyTorch's dims, checked here so the layer agrees with torch.nn.Flatten on every input:
+ * a 0-d input counts as one dim for wrapping (so dims must lie in [-1, 0]: the default
+ * start_dim 1 is an error, Flatten(0, -1) gives [1]), and start_dim may not come after
+ * end_dim once both are wrapped. */
 static kiln_tensor *flatten_run(kiln_module *m, kiln_tensor *x)
 {
     const kiln_flatten_config *c = CFG(kiln_flatten_config, m);
-    return kiln_flatten(x, (int)c->start_dim, (int)c->end_dim);
+    int nd = kiln_tensor_ndim(x), wrap = nd > 0 ? nd : 1;
+    int64_t dims[2] = {c->start_dim, c->end_dim};
+    const char *names[2] = {"start_dim", "end_dim"};
+    char d[96];
+    for (int i = 0; i < 2; i++) {
+        if (dims[i] < -wrap || dims[i] >= wrap) {
+            kiln__module_error(m, "input %s: %s %lld is out of range (expected in [%d, %d])",
+                               kiln__desc_str(x, d, sizeof d), names[i], (long long)dims[i], -wrap, wrap - 1);
+            return NULL;
+        }
+        if (dims[i] < 0)
+            dims[i] += wrap;
+    }
+    if (dims[0] > dims[1]) {
+        kiln__module_error(m, "input %s: start_dim %lld comes after end_dim %lld", kiln__desc_str(x, d, sizeof d),
+                           (long long)c->start_dim, (long long)c->end_dim);
+        return NULL;
+    }
+    if (nd == 0)
+        return kiln_reshape(x, KILN_SHAPE(1));
+    return kiln_flatten(x, (int)dims[0], (int)dims[1]);
 }
 
 static int flatten_forward(kiln_module *m, int n_in, kiln_tensor *const *in, int max_out, kiln_tensor **out)
@@ -343,6 +367,9 @@ static kiln_tensor *prelu_run(kiln_module *m, kiln_tensor *x)
         for (int i = 1; i < nd - 1; i++)
             shape[i] = 1;
         w = kiln_reshape(w, nd - 1, shape);
+    } else if (kiln_tensor_ndim(x) == 0) {
+        /* A 0-d input keeps its shape (as PyTorch's): the [1] weight would broadcast it to [1]. */
+        w = kiln_reshape(w, 0, NULL);
     }
     /* prelu(x) = relu(x) - w · relu(-x) */
     return kiln_sub(kiln_relu(x), kiln_mul(w, kiln_relu(kiln_neg(x))));
@@ -415,11 +442,21 @@ KILN__LAYER(swiglu, kiln_swiglu_config, "SwiGLU", swiglu_fields, KILN__NFIELDS(s
 
 /* ------------------------------------------------------------------ Sequential */
 
+/* How many of n_in inputs are given: trailing NULLs mean "not given". */
+static int given_inputs(int n_in, kiln_tensor *const *in)
+{
+    while (n_in > 0 && !in[n_in - 1])
+        n_in--;
+    return n_in;
+}
+
 static int sequential_forward(kiln_module *m, int n_in, kiln_tensor *const *in, int max_out, kiln_tensor **out)
 {
     if (m->nchildren == 0) {
         if (n_in < 1 || !in[0])
             return kiln__module_error(m, "needs an input tensor");
+        if (given_inputs(n_in, in) > 1)
+            return kiln__module_error(m, "is empty and takes 1 input (got %d)", given_inputs(n_in, in));
         out[0] = kiln__identity(in[0]);
         return 1;
     }
@@ -459,6 +496,8 @@ static int residual_forward(kiln_module *m, int n_in, kiln_tensor *const *in, in
 {
     if (n_in < 1 || !in[0])
         return kiln__module_error(m, "needs an input tensor");
+    if (given_inputs(n_in, in) > 1)
+        return kiln__module_error(m, "takes 1 input (got %d)", given_inputs(n_in, in));
     kiln_tensor *y = kiln_module_forward(kiln_module_find(m, "body"), in[0]);
     kiln_module *sc = kiln_module_find(m, "shortcut");
     kiln_tensor *s = sc ? kiln_module_forward(sc, in[0]) : in[0];

@@ -42,21 +42,29 @@ static int batch_norm_forward(kiln_module *m, int n_in, kiln_tensor *const *in, 
     kiln_tensor *rm = kiln_module_get(m, "running_mean"), *rv = kiln_module_get(m, "running_var");
     bool use_batch = m->training || !c->track_running_stats;
     double momentum = c->momentum;
+    kiln__entry *nb = NULL;
+    kiln_tensor *next = NULL;
     if (m->training && c->track_running_stats) {
         /* num_batches_tracked counts training batches; with momentum None (<= 0 here)
-         * the running stats are a cumulative average, momentum 1 / count. */
-        kiln__entry *nb = own_entry(m, "num_batches_tracked");
-        kiln_tensor *next = kiln_keep(kiln_add_scalar(nb->t, 1)); /* i64: never recorded */
+         * the running stats are a cumulative average, momentum 1 / count. The new count
+         * is kept only once the batch went through: a refused one (too few values per
+         * channel) changes no buffer. */
+        nb = own_entry(m, "num_batches_tracked");
+        next = kiln_keep(kiln_add_scalar(nb->t, 1)); /* i64: never recorded */
         if (!next)
             return -1;
-        kiln_tensor_release(nb->t);
-        nb->t = next;
         if (momentum <= 0)
             momentum = 1.0 / kiln_item(next);
     }
     /* Without tracked stats rm and rv are NULL and batch statistics are used always. */
     out[0] = kiln_batch_norm(x, rm, rv, kiln_module_get(m, "weight"), kiln_module_get(m, "bias"), use_batch,
                              momentum, c->eps);
+    if (next && out[0]) {
+        kiln_tensor_release(nb->t);
+        nb->t = next;
+    } else {
+        kiln_tensor_release(next);
+    }
     return out[0] ? 1 : -1;
 }
 

@@ -210,5 +210,6 @@ kiln_module *kiln_gru_init(const kiln_rnn_config *c, kiln_device *dev, kiln_gene
     return rnn_init(&gru_class, &kiln__layer_gru, false, c, dev, gen);
 }
 
-KILN__LAYER(lstm, kiln_rnn_config, "LSTM", rnn_fields, KILN__NFIELDS(rnn_fields))
-KILN__LAYER(gru, kiln_rnn_config, "GRU", rnn_fields, KILN__NFIELDS(rnn_fields))
+/* (x, h0, c0) and (x, h0) */
+KILN__LAYER_IN(lstm, kiln_rnn_config, "LSTM", rnn_fields, KILN__NFIELDS(rnn_fields), 1, 3)
+KILN__LAYER_IN(gru, kiln_rnn_config, "GRU", rnn_fields, KILN__NFIELDS(rnn_fields), 1, 2)

@@ -1,7 +1,8 @@
 /*
  * engine/nn/module-state.c — a module's state dict in and out: loading named tensors
  * (strict or lenient, with a report of what was missing, unexpected or mismatched), and
- * a module's weights read from and written to safetensors.
+ * a module's weights read from and written to safetensors, and the list of its
+ * generators (the random streams of dropout) that training checkpoints save.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -183,4 +184,27 @@ int kiln_module_save_safetensors(kiln_module *m, const char *path)
     free(names);
     free(ts);
     return rc;
+}
+
+/* ------------------------------------------------------------------ generators */
+
+static int collect_generators(kiln_module *m, kiln_generator **out, const char **paths, int max, int n)
+{
+    if (n < max) {
+        if (out)
+            out[n] = &m->gen;
+        if (paths)
+            paths[n] = kiln_module_path(m);
+    }
+    n++;
+    for (int i = 0; i < m->nchildren; i++)
+        n = collect_generators(m->children[i].m, out, paths, max, n);
+    return n;
+}
+
+int kiln_module_generators(kiln_module *m, kiln_generator **out, const char **paths, int max)
+{
+    if (!m)
+        return kiln__error_set("kiln_module_generators: no module");
+    return collect_generators(m, out, paths, (out || paths) && max > 0 ? max : 0, 0);
 }

@@ -583,6 +583,28 @@ kiln_tensor *kiln__identity(kiln_tensor *x)
 
 static _Thread_local int forward_depth;
 
+const char *kiln__arity_str(const kiln__layer_type *lt, char *buf, size_t len)
+{
+    if (lt->min_in == lt->max_in)
+        snprintf(buf, len, "%d input%s", lt->max_in, lt->max_in == 1 ? "" : "s");
+    else
+        snprintf(buf, len, "%d to %d inputs", lt->min_in, lt->max_in);
+    return buf;
+}
+
+/* A layer given more inputs than it takes: PyTorch raises on an extra argument, and an
+ * input dropped in silence hides a wiring mistake. Trailing NULLs mean "not given". */
+static int check_arity(kiln_module *m, int n_in, kiln_tensor *const *in)
+{
+    int given = n_in;
+    while (given > 0 && !in[given - 1])
+        given--;
+    if (!m->ltype || given <= m->ltype->max_in)
+        return 0;
+    char a[40];
+    return kiln__module_error(m, "takes %s (got %d)", kiln__arity_str(m->ltype, a, sizeof a), given);
+}
+
 int kiln_module_forward_n(kiln_module *m, int n_in, kiln_tensor *const *in, int max_out, kiln_tensor **out)
 {
     if (!m)
@@ -593,6 +615,10 @@ int kiln_module_forward_n(kiln_module *m, int n_in, kiln_tensor *const *in, int 
         error_tagged = false;
     for (int i = 0; i < max_out; i++)
         out[i] = NULL;
+    if (check_arity(m, n_in, in) < 0) {
+        forward_depth--;
+        return -1;
+    }
     kiln_scope_begin();
     int n = m->cls->forward(m, n_in, in, max_out, out);
     bool ok = n > 0 && n <= max_out;

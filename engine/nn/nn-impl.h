@@ -74,6 +74,9 @@ typedef struct kiln__layer_type {
     int nfields;
     void (*defaults)(void *config);
     kiln_module *(*init)(const void *config, kiln_device *dev, kiln_generator *gen);
+    /* Inputs forward_n takes (the optional ones included in max_in): more is an error
+     * rather than inputs silently left unused. */
+    int min_in, max_in;
 } kiln__layer_type;
 
 /* One descriptor per layer, defined by KILN__LAYER in the layer's file. */
@@ -88,21 +91,26 @@ typedef struct kiln__layer_type {
 KILN__LAYER_LIST(KILN__LAYER_EXTERN)
 
 /* Defines a layer's descriptor and its public JSON functions, given its config type T,
- * its PyTorch class name and its field table. kiln_L_config_default and kiln_L_init
- * are written by hand in the layer's file, before this. */
-#define KILN__LAYER(L, T, tname, fields, nfields)                                               \
+ * its PyTorch class name, its field table and the inputs it takes (KILN__LAYER: exactly
+ * one). kiln_L_config_default and kiln_L_init are written by hand in the layer's file,
+ * before this. */
+#define KILN__LAYER(L, T, tname, fields, nfields) KILN__LAYER_IN(L, T, tname, fields, nfields, 1, 1)
+/* The macro keeps its hand-made alignment. */
+/* clang-format off */
+#define KILN__LAYER_IN(L, T, tname, fields, nfields, min_in, max_in)                            \
     static void L##_defaults_(void *c) { *(T *)c = kiln_##L##_config_default(); }                \
     static kiln_module *L##_init_(const void *c, kiln_device *d, kiln_generator *g)              \
     {                                                                                           \
         return kiln_##L##_init((const T *)c, d, g);                                             \
     }                                                                                           \
     const kiln__layer_type kiln__layer_##L = {tname, sizeof(T), fields, nfields, L##_defaults_,  \
-                                              L##_init_};                                       \
+                                              L##_init_, min_in, max_in};                       \
     char *kiln_##L##_config_to_json(const T *c) { return kiln__config_to_json(&kiln__layer_##L, c); } \
     int kiln_##L##_config_from_json(const char *j, T *c)                                        \
     {                                                                                           \
         return kiln__config_from_json(&kiln__layer_##L, j, c);                                  \
     }
+/* clang-format on */
 #define KILN__NFIELDS(f) ((int)(sizeof(f) / sizeof((f)[0])))
 #define KILN__FIELD(T, kind, name) {#name, kind, offsetof(T, name), 0, 0, NULL}
 #define KILN__FIELD_N(T, name, n) {#name, KILN__F_I64N, offsetof(T, name), n, 0, NULL}
@@ -149,6 +157,8 @@ int kiln__check_input(kiln_module *m, kiln_tensor *x, int ndim_a, int ndim_b, co
 /** Forward of a one-input, one-output layer: checks the input and calls fn. */
 typedef kiln_tensor *(*kiln__forward1_fn)(kiln_module *m, kiln_tensor *x);
 int kiln__forward1(kiln_module *m, int n_in, kiln_tensor *const *in, kiln_tensor **out, kiln__forward1_fn fn);
+/** "1 input" or "1 to 5 inputs": a layer type's arity for messages, written into buf. */
+const char *kiln__arity_str(const kiln__layer_type *lt, char *buf, size_t len);
 /** Input i when given, else NULL. */
 static inline kiln_tensor *kiln__in(int n_in, kiln_tensor *const *in, int i) { return i < n_in ? in[i] : NULL; }
 /** Describe a tensor for messages into buf. */

@@ -126,6 +126,13 @@ static int model_forward(kiln_module *m, int n_in, kiln_tensor *const *in, int m
     const graph *g = m->self;
     if (n_in < g->ninputs)
         return kiln__module_error(m, "needs %d inputs (got %d)", g->ninputs, n_in);
+    /* Extra inputs would be ignored in silence (a caller's mistake); trailing NULLs mean
+     * "not given", as for any module. */
+    int given = n_in;
+    while (given > g->ninputs && !in[given - 1])
+        given--;
+    if (given > g->ninputs)
+        return kiln__module_error(m, "takes %d input%s (got %d)", g->ninputs, g->ninputs == 1 ? "" : "s", given);
     kiln_tensor **v = calloc((size_t)g->nvalues + 1, sizeof *v);
     if (!v)
         return kiln__module_error(m, "out of memory");
@@ -434,9 +441,20 @@ static int build(kiln_module *model, graph *g, const cJSON *root, kiln_device *d
         if (!cJSON_IsArray(ins) || cJSON_GetArraySize(ins) < 1)
             return spec_error(n->name, "needs a non-empty \"inputs\" list");
         n->nin = cJSON_GetArraySize(ins);
-        int lo = n->op == OP_LAYER ? 1 : ops[n->op].min_in, hi = n->op == OP_LAYER ? 8 : ops[n->op].max_in;
-        if (n->nin < lo || n->nin > hi)
-            return spec_error(n->name, "takes %d to %d inputs (got %d)", lo, hi, n->nin);
+        if (n->op == OP_LAYER) {
+            /* The layer's own arity: an extra input would never reach it. */
+            const kiln__layer_type *lt = n->layer->ltype;
+            char a[40];
+            if (n->nin < lt->min_in || n->nin > lt->max_in)
+                return spec_error(n->name, "layer %s takes %s (got %d)", lt->name,
+                                  kiln__arity_str(lt, a, sizeof a), n->nin);
+        } else if (n->nin < ops[n->op].min_in || n->nin > ops[n->op].max_in) {
+            int lo = ops[n->op].min_in, hi = ops[n->op].max_in;
+            if (lo == hi)
+                return spec_error(n->name, "op %s takes %d input%s (got %d)", ops[n->op].name, lo,
+                                  lo == 1 ? "" : "s", n->nin);
+            return spec_error(n->name, "op %s takes %d to %d inputs (got %d)", ops[n->op].name, lo, hi, n->nin);
+        }
         n->in = calloc((size_t)n->nin, sizeof *n->in);
         if (!n->in)
             return spec_error(NULL, "out of memory");

@@ -83,7 +83,8 @@ int kiln__optim_check_config(const kiln_optim_config *c, const char *op)
         return kiln__error_set("%s: unknown optimizer kind %d", op, (int)c->kind);
     const char *k = kind_names[c->kind];
     /* The same checks, in the same spirit, as torch.optim's constructors. */
-    if (!(c->lr >= 0))
+    /* Stricter than torch.optim: an infinite lr, too, turns every parameter into NaN. */
+    if (!(c->lr >= 0) || isinf(c->lr))
         return kiln__error_set("%s: %s: invalid learning rate %g", op, k, c->lr);
     if (!(c->weight_decay >= 0))
         return kiln__error_set("%s: %s: invalid weight_decay %g", op, k, c->weight_decay);
@@ -558,10 +559,18 @@ int kiln_optim_step_grads(kiln_optim *opt, kiln_tensor *const *grads)
 
 double kiln_optim_lr(const kiln_optim *opt) { return opt ? opt->cfg.lr : NAN; }
 
-void kiln_optim_set_lr(kiln_optim *opt, double lr)
+int kiln_optim_set_lr(kiln_optim *opt, double lr)
 {
-    if (opt)
-        opt->cfg.lr = lr;
+    if (!opt)
+        return kiln__error_set("optim_set_lr: optimizer is NULL");
+    /* The same check as creation: a NaN lr set here would reach every parameter on the
+     * next step. */
+    kiln_optim_config c = opt->cfg;
+    c.lr = lr;
+    if (kiln__optim_check_config(&c, "optim_set_lr") < 0)
+        return -1;
+    opt->cfg.lr = lr;
+    return 0;
 }
 
 kiln_optim_config kiln_optim_get_config(const kiln_optim *opt)
@@ -569,14 +578,22 @@ kiln_optim_config kiln_optim_get_config(const kiln_optim *opt)
     return opt ? opt->cfg : kiln_optim_config_default(KILN_OPTIM_SGD);
 }
 
-void kiln_optim_set_momentum(kiln_optim *opt, double momentum)
+int kiln_optim_set_momentum(kiln_optim *opt, double momentum)
 {
     if (!opt)
-        return;
-    if (opt->cfg.kind == KILN_OPTIM_ADAM || opt->cfg.kind == KILN_OPTIM_ADAMW)
-        opt->cfg.beta1 = momentum;
+        return kiln__error_set("optim_set_momentum: optimizer is NULL");
+    if (!isfinite(momentum))
+        return kiln__error_set("optim_set_momentum: %s: invalid momentum %g", kiln_optim_kind_name(opt->cfg.kind),
+                               momentum);
+    kiln_optim_config c = opt->cfg;
+    if (c.kind == KILN_OPTIM_ADAM || c.kind == KILN_OPTIM_ADAMW)
+        c.beta1 = momentum;
     else
-        opt->cfg.momentum = momentum;
+        c.momentum = momentum;
+    if (kiln__optim_check_config(&c, "optim_set_momentum") < 0)
+        return -1;
+    opt->cfg = c;
+    return 0;
 }
 
 int64_t kiln_optim_steps(const kiln_optim *opt) { return opt ? opt->steps : 0; }

@@ -10,6 +10,7 @@
  */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +73,15 @@ static int check(const kiln_sched_config *c)
     if (c->warmup_steps < 0 || (c->warmup_steps > 0 && !(c->warmup_start_factor > 0 && c->warmup_start_factor <= 1)))
         return kiln__error_set("%s: %s: warm-up needs warmup_steps >= 0 and a start factor in (0, 1] (got %lld, %g)",
                                op, k, (long long)c->warmup_steps, c->warmup_start_factor);
+    /* Values the schedule multiplies the lr by: a NaN or negative one would give every
+     * step a NaN or negative lr. */
+    bool uses_gamma = c->kind == KILN_SCHED_STEP || c->kind == KILN_SCHED_MULTISTEP ||
+                      c->kind == KILN_SCHED_EXPONENTIAL;
+    if (uses_gamma && !(c->gamma >= 0 && isfinite(c->gamma)))
+        return kiln__error_set("%s: %s: gamma must be a finite number >= 0 (got %g)", op, k, c->gamma);
+    bool uses_eta = c->kind == KILN_SCHED_COSINE || c->kind == KILN_SCHED_COSINE_RESTARTS;
+    if (uses_eta && !(c->eta_min >= 0 && isfinite(c->eta_min)))
+        return kiln__error_set("%s: %s: eta_min must be a finite number >= 0 (got %g)", op, k, c->eta_min);
     switch (c->kind) {
     case KILN_SCHED_CONSTANT:
         if (!(c->factor >= 0 && c->factor <= 1) || c->total_iters < 0)
@@ -111,11 +121,18 @@ static int check(const kiln_sched_config *c)
             return kiln__error_set("%s: one_cycle: total_steps > 0, pct_start in [0, 1], positive div factors "
                                    "(got %lld, %g, %g, %g)", op, (long long)c->total_steps, c->pct_start,
                                    c->div_factor, c->final_div_factor);
+        if (!(c->max_lr >= 0 && isfinite(c->max_lr)))
+            return kiln__error_set("%s: one_cycle: max_lr must be a finite number >= 0 (got %g)", op, c->max_lr);
+        if (c->cycle_momentum && !(isfinite(c->base_momentum) && isfinite(c->max_momentum) &&
+                                   c->base_momentum >= 0 && c->max_momentum >= 0))
+            return kiln__error_set("%s: one_cycle: base_momentum and max_momentum must be finite numbers >= 0 "
+                                   "(got %g, %g)",
+                                   op, c->base_momentum, c->max_momentum);
         break;
     case KILN_SCHED_NOAM:
-        if (c->d_model <= 0 || c->noam_warmup <= 0)
-            return kiln__error_set("%s: noam: d_model and warmup must be positive (got %lld, %lld)", op,
-                                   (long long)c->d_model, (long long)c->noam_warmup);
+        if (c->d_model <= 0 || c->noam_warmup <= 0 || !(c->factor > 0 && isfinite(c->factor)))
+            return kiln__error_set("%s: noam: d_model, warmup and factor must be positive (got %lld, %lld, %g)",
+                                   op, (long long)c->d_model, (long long)c->noam_warmup, c->factor);
         break;
     default:
         break;
@@ -178,11 +195,6 @@ static double schedule(const kiln_sched_config *c, double base, int64_t t)
         return c->eta_min + (base - c->eta_min) * (1 + cos(M_PI * (double)cur / (double)ti)) / 2;
     }
     case KILN_SCHED_ONE_CYCLE: {
-        if (t > c->total_steps) {
-            kiln__error_set("sched: one_cycle: step %lld is past total_steps %lld", (long long)t,
-                            (long long)c->total_steps);
-            return NAN;
-        }
         double initial = c->max_lr / c->div_factor;
         return one_cycle(c, initial, c->max_lr, initial / c->final_div_factor, t);
     }
@@ -202,14 +214,34 @@ double kiln_sched_lr_at(const kiln_sched_config *cfg, double base_lr, int64_t t)
 {
     if (check(cfg) < 0)
         return NAN;
+    const char *k = kind_names[cfg->kind];
     if (t < 0) {
-        kiln__error_set("sched: %s: negative step %lld", kind_names[cfg->kind], (long long)t);
+        kiln__error_set("sched: %s: negative step %lld", k, (long long)t);
         return NAN;
     }
-    int64_t w = cfg->warmup_steps;
-    if (w > 0 && t < w)
-        return base_lr * (cfg->warmup_start_factor + (1 - cfg->warmup_start_factor) * (double)t / (double)w);
-    return schedule(cfg, base_lr, w > 0 ? t - w : t);
+    if (!(base_lr >= 0 && isfinite(base_lr))) {
+        kiln__error_set("sched: %s: invalid base lr %g", k, base_lr);
+        return NAN;
+    }
+    int64_t w = cfg->warmup_steps > 0 ? cfg->warmup_steps : 0;
+    if (cfg->kind == KILN_SCHED_ONE_CYCLE && t - w > cfg->total_steps) {
+        /* PyTorch's OneCycleLR raises here ("Tried to step N times"); the formula would
+         * give NaN, which the optimizer would write into every parameter. */
+        kiln__error_set("sched: one_cycle: step %lld is past total_steps %lld%s", (long long)t,
+                        (long long)(cfg->total_steps + w), w ? " (warm-up included)" : "");
+        return NAN;
+    }
+    double lr = t < w
+                    ? base_lr * (cfg->warmup_start_factor + (1 - cfg->warmup_start_factor) * (double)t / (double)w)
+                    : schedule(cfg, base_lr, t - w);
+    /* A catch-all for the corners the checks above leave (an exponential overflowing, a
+     * one-cycle phase of zero length, where PyTorch divides by zero and raises). */
+    if (!(lr >= 0 && isfinite(lr))) {
+        kiln__error_set("sched: %s: the lr at step %lld would be %g, not a finite number >= 0", k, (long long)t,
+                        lr);
+        return NAN;
+    }
+    return lr;
 }
 
 double kiln_sched_momentum_at(const kiln_sched_config *cfg, int64_t t)
@@ -232,16 +264,27 @@ struct kiln_sched {
     double lr;
 };
 
-static void apply(kiln_sched *s)
+/* Move s to step t (from base lr base): its lr, and the optimizer's lr and momentum.
+ * Everything that can fail is tried before anything changes: the lr is checked first,
+ * then the momentum (the optimizer may refuse it), and only then the lr (which cannot
+ * fail once checked) and the step are written. 0 or -1. */
+static int move_to(kiln_sched *s, int64_t t, double base)
 {
-    s->lr = kiln_sched_lr_at(&s->cfg, s->base_lr, s->step);
-    if (!s->opt)
-        return;
-    kiln_optim_set_lr(s->opt, s->lr);
-    bool in_warmup = s->cfg.warmup_steps > 0 && s->step < s->cfg.warmup_steps;
-    double m = kiln_sched_momentum_at(&s->cfg, s->step);
-    if (!in_warmup && !isnan(m))
-        kiln_optim_set_momentum(s->opt, m);
+    double lr = kiln_sched_lr_at(&s->cfg, base, t);
+    if (isnan(lr))
+        return -1;
+    if (s->opt) {
+        bool in_warmup = s->cfg.warmup_steps > 0 && t < s->cfg.warmup_steps;
+        double m = kiln_sched_momentum_at(&s->cfg, t);
+        if (!in_warmup && !isnan(m) && kiln_optim_set_momentum(s->opt, m) < 0)
+            return -1;
+        if (kiln_optim_set_lr(s->opt, lr) < 0)
+            return -1;
+    }
+    s->step = t;
+    s->base_lr = base;
+    s->lr = lr;
+    return 0;
 }
 
 kiln_sched *kiln_sched_create_base(const kiln_sched_config *cfg, kiln_optim *opt, double base_lr)
@@ -255,8 +298,10 @@ kiln_sched *kiln_sched_create_base(const kiln_sched_config *cfg, kiln_optim *opt
     }
     s->cfg = *cfg;
     s->opt = opt;
-    s->base_lr = base_lr;
-    apply(s);
+    if (move_to(s, 0, base_lr) < 0) {
+        free(s);
+        return NULL;
+    }
     return s;
 }
 
@@ -269,10 +314,12 @@ void kiln_sched_free(kiln_sched *s) { free(s); }
 
 double kiln_sched_step(kiln_sched *s)
 {
-    if (!s)
+    if (!s) {
+        kiln__error_set("sched_step: scheduler is NULL");
         return NAN;
-    s->step++;
-    apply(s);
+    }
+    if (move_to(s, s->step + 1, s->base_lr) < 0)
+        return NAN;
     return s->lr;
 }
 
@@ -297,9 +344,26 @@ char *kiln_sched_state_export(const kiln_sched *s)
     return out;
 }
 
-int kiln_sched_state_import(kiln_sched *s, const char *json)
+/* Whether s's optimizer would take the momentum step t sets, as kiln_optim_set_momentum
+ * would judge it; 0 or -1 plus its message. */
+static int check_momentum(const kiln_sched *s, int64_t t)
 {
-    const char *op = "sched_state_import";
+    double m = kiln_sched_momentum_at(&s->cfg, t);
+    if (!s->opt || (s->cfg.warmup_steps > 0 && t < s->cfg.warmup_steps) || isnan(m))
+        return 0;
+    kiln_optim_config c = kiln_optim_get_config(s->opt);
+    if (c.kind == KILN_OPTIM_ADAM || c.kind == KILN_OPTIM_ADAMW)
+        c.beta1 = m;
+    else
+        c.momentum = m;
+    return kiln__optim_check_config(&c, "momentum");
+}
+
+/* Parse and check a state for s: the step and base lr it restores, whose lr must be one
+ * kiln_sched_lr_at accepts and whose momentum one the optimizer takes. 0 or -1 plus a
+ * message. */
+static int parse_state(const kiln_sched *s, const char *json, const char *op, int64_t *step_out, double *base_out)
+{
     if (!s || !json)
         return kiln__error_set("%s: NULL argument", op);
     cJSON *o = cJSON_Parse(json);
@@ -318,10 +382,30 @@ int kiln_sched_state_import(kiln_sched *s, const char *json)
     else if (!cJSON_IsNumber(step) || step->valuedouble < 0 || step->valuedouble > 9.0e15 || !cJSON_IsNumber(base))
         rc = kiln__error_set("%s: missing or invalid step or base_lr", op);
     if (rc == 0) {
-        s->step = (int64_t)step->valuedouble;
-        s->base_lr = base->valuedouble;
-        apply(s);
+        *step_out = (int64_t)step->valuedouble;
+        *base_out = base->valuedouble;
+        if (isnan(kiln_sched_lr_at(&s->cfg, *base_out, *step_out)) || check_momentum(s, *step_out) < 0) {
+            char msg[KILN_ERROR_MAX];
+            snprintf(msg, sizeof msg, "%s", kiln_error());
+            rc = kiln__error_set("%s: %s", op, msg);
+        }
     }
     cJSON_Delete(o);
     return rc;
+}
+
+int kiln_sched_state_check(const kiln_sched *s, const char *json)
+{
+    int64_t step;
+    double base;
+    return parse_state(s, json, "sched_state_check", &step, &base);
+}
+
+int kiln_sched_state_import(kiln_sched *s, const char *json)
+{
+    int64_t step;
+    double base;
+    if (parse_state(s, json, "sched_state_import", &step, &base) < 0)
+        return -1;
+    return move_to(s, step, base);
 }

@@ -3,11 +3,19 @@
  * module's checkpoints (kiln_ckpt_*) and reading it back for an exact resume.
  *
  * What a resume needs besides the weights: the model's buffers (BatchNorm statistics),
- * the optimizer's moments and step counts, the scheduler's step, the generator, the
+ * the optimizer's moments and step counts, the scheduler's step, the generators (the
+ * learner's, then every module's: dropout draws from its module's own stream), the
  * epoch, the next batch of a partly done epoch with that epoch's partial sums, and the
  * metric history (from which keep-best and early stopping are recomputed). The position
  * and history travel in the checkpoint's metrics.json as
- *   {"history": [...], "batch": 312, "partial": {"loss": .., "n": .., "correct": ..}}.
+ *   {"history": [...], "batch": 312, "partial": {"loss": .., "n": .., "correct": ..},
+ *    "generators": ["", "fc1", "drop", ...]}
+ * where "generators" names the module of each generator after the learner's (rng[1..])
+ * so that a resume into a differently built model is refused rather than misassigned.
+ * Checkpoints written before the module generators were saved lack the key; they resume
+ * as they always did (the modules keep their current streams), with a notice.
+ *
+ * A resume is all or nothing: everything is read and checked before the first change.
  */
 #include <math.h>
 #include <stdio.h>
@@ -20,12 +28,15 @@
 #include "learner-impl.h"
 #include "tensor-impl.h"
 
-static char *position_json(const kiln_learner *L)
+static char *position_json(const kiln_learner *L, int ngen, const char *const *gen_paths)
 {
     cJSON *o = cJSON_CreateObject();
     if (!o)
         return NULL;
     cJSON_AddItemToObject(o, "history", cJSON_Duplicate(L->history, true));
+    cJSON *g = cJSON_AddArrayToObject(o, "generators");
+    for (int i = 0; g && i < ngen; i++)
+        cJSON_AddItemToArray(g, cJSON_CreateString(gen_paths[i]));
     cJSON_AddNumberToObject(o, "batch", (double)L->batch_pos);
     cJSON *p = cJSON_AddObjectToObject(o, "partial");
     /* %.17g round-trips a double, so the resumed epoch's mean loss is the same number */
@@ -47,8 +58,21 @@ int kiln__learner_save(kiln_learner *L, bool at_epoch_end)
     kiln_tensor **ts = calloc((size_t)n + 1, sizeof *ts);
     kiln_optim_state os = {0};
     char *sched = L->sched ? kiln_sched_state_export(L->sched) : NULL;
-    char *pos = position_json(L);
+    /* The learner's generator first (where older checkpoints have their only one), then
+     * every module's, in kiln_module_generators order. */
+    int ngen = kiln_module_generators(L->model, NULL, NULL, 0);
+    kiln_generator **gens = calloc((size_t)ngen + 1, sizeof *gens);
+    const char **gen_paths = calloc((size_t)ngen + 1, sizeof *gen_paths);
+    kiln_generator *rngs = calloc((size_t)ngen + 1, sizeof *rngs);
+    char *pos = NULL;
     int rc = -1;
+    if (gens && gen_paths && rngs) {
+        kiln_module_generators(L->model, gens, gen_paths, ngen);
+        rngs[0] = L->rng;
+        for (int i = 0; i < ngen; i++)
+            rngs[i + 1] = *gens[i];
+        pos = position_json(L, ngen, gen_paths);
+    }
     if (!sd || !names || !ts || !pos || (L->sched && !sched)) {
         kiln__error_set("checkpoint: out of memory");
         goto done;
@@ -71,8 +95,8 @@ int kiln__learner_save(kiln_learner *L, bool at_epoch_end)
         .optim_tensors = os.tensors,
         .optim_config = os.json,
         .scheduler_json = sched,
-        .rng_n = 1,
-        .rng = &L->rng,
+        .rng_n = ngen + 1,
+        .rng = rngs,
         .metrics_json = pos,
         .metric_n = at_epoch_end ? L->nm : 0,
         .metric_names = L->mnames,
@@ -94,6 +118,9 @@ done:
     kiln_optim_state_free(&os);
     free(sched);
     free(pos);
+    free(gens);
+    free(gen_paths);
+    free(rngs);
     free(sd);
     free(names);
     free(ts);
@@ -129,15 +156,44 @@ static int load_all(const kiln_record *rec, kiln_device *dev, int *n_out, char *
     return 0;
 }
 
-/* Copy the checkpoint's values into the model's own tensors. kiln_module_load_state_dict
- * would replace the tensor objects, leaving the optimizer updating the old ones; writing
- * in place keeps every holder of a parameter (the optimizer above all) in step. */
-static int load_model_in_place(kiln_module *m, int n, char **names, kiln_tensor **ts)
+static void free_all(int n, char **names, kiln_tensor **ts)
+{
+    for (int i = 0; i < n; i++) {
+        free(names[i]);
+        kiln_tensor_release(ts[i]);
+    }
+    free(names);
+    free(ts);
+}
+
+/* The model's tensors and, for each, the checkpoint's value in the model tensor's dtype:
+ * everything checked (names, shapes) and converted before anything is written. */
+typedef struct model_plan {
+    int n;
+    kiln_tensor **dst; /* borrowed: the model's own tensors */
+    kiln_tensor **src; /* owned: converted copies */
+} model_plan;
+
+static void plan_free(model_plan *p)
+{
+    for (int i = 0; p->src && i < p->n; i++)
+        kiln_tensor_release(p->src[i]);
+    free(p->dst);
+    free(p->src);
+    memset(p, 0, sizeof *p);
+}
+
+static int plan_model(kiln_module *m, int n, char **names, kiln_tensor **ts, model_plan *plan)
 {
     int nm = kiln_module_state_dict(m, NULL, 0);
     kiln_named_tensor *sd = calloc((size_t)nm + 1, sizeof *sd);
-    if (!sd)
+    plan->dst = calloc((size_t)nm + 1, sizeof *plan->dst);
+    plan->src = calloc((size_t)nm + 1, sizeof *plan->src);
+    plan->n = nm;
+    if (!sd || !plan->dst || !plan->src) {
+        free(sd);
         return kiln__error_set("out of memory");
+    }
     kiln_module_state_dict(m, sd, nm);
     int rc = nm == n ? 0 : kiln__error_set("the checkpoint holds %d model tensors, the model has %d", n, nm);
     kiln_no_grad_begin();
@@ -160,23 +216,55 @@ static int load_model_in_place(kiln_module *m, int n, char **names, kiln_tensor 
                                  kiln_tensor_describe(dst, b, sizeof b));
             break;
         }
-        kiln_tensor *conv = kiln_keep(kiln_cast(src, kiln_tensor_dtype(dst)));
-        rc = conv ? kiln__copy_into(dst, conv, "learner_resume") : -1;
-        kiln_tensor_release(conv);
+        plan->dst[i] = dst;
+        plan->src[i] = kiln_keep(kiln_cast(src, kiln_tensor_dtype(dst)));
+        if (!plan->src[i])
+            rc = -1;
     }
     kiln_no_grad_end();
     free(sd);
     return rc < 0 ? -1 : 0;
 }
 
-static void free_all(int n, char **names, kiln_tensor **ts)
+/* Copy the planned values into the model's own tensors. kiln_module_load_state_dict
+ * would replace the tensor objects, leaving the optimizer updating the old ones; writing
+ * in place keeps every holder of a parameter (the optimizer above all) in step. */
+static int write_model(const model_plan *plan)
 {
-    for (int i = 0; i < n; i++) {
-        free(names[i]);
-        kiln_tensor_release(ts[i]);
+    int rc = 0;
+    kiln_no_grad_begin();
+    for (int i = 0; rc == 0 && i < plan->n; i++)
+        rc = kiln__copy_into(plan->dst[i], plan->src[i], "learner_resume") < 0 ? -1 : 0;
+    kiln_no_grad_end();
+    return rc;
+}
+
+/* Check the checkpoint's generators against the model's modules: 1 when the module
+ * generators are there and match (their states in rng[1..]), 0 for a checkpoint from
+ * before they were saved, -1 plus a message when they belong to another model. */
+static int check_generators(kiln_module *model, const cJSON *paths, int rng_n)
+{
+    if (!paths)
+        return 0;
+    int ng = kiln_module_generators(model, NULL, NULL, 0);
+    const char **mine = calloc((size_t)ng + 1, sizeof *mine);
+    if (!mine)
+        return kiln__error_set("out of memory");
+    kiln_module_generators(model, NULL, mine, ng);
+    int rc = 1;
+    if (!cJSON_IsArray(paths) || cJSON_GetArraySize(paths) != rng_n - 1)
+        rc = kiln__error_set("metrics.json's \"generators\" does not match trainer.json's %d generators", rng_n);
+    else if (cJSON_GetArraySize(paths) != ng)
+        rc = kiln__error_set("the checkpoint holds the generators of %d modules, the model has %d modules",
+                             cJSON_GetArraySize(paths), ng);
+    for (int i = 0; rc == 1 && i < ng; i++) {
+        const cJSON *p = cJSON_GetArrayItem(paths, i);
+        if (!cJSON_IsString(p) || strcmp(p->valuestring, mine[i]) != 0)
+            rc = kiln__error_set("generator %d belongs to module '%s' in the checkpoint, '%s' in the model", i + 1,
+                                 cJSON_IsString(p) ? p->valuestring : "?", mine[i]);
     }
-    free(names);
-    free(ts);
+    free(mine);
+    return rc;
 }
 
 int kiln_learner_resume(kiln_learner *L, const char *path)
@@ -192,32 +280,19 @@ int kiln_learner_resume(kiln_learner *L, const char *path)
             return kiln__error_set("learner_resume: %s is neither a usable checkpoint (%s) nor a root with one (%s)",
                                    path, first, kiln_error());
     }
-    int rc = -1, mn = 0, on = 0;
+    int rc = -1, mn = 0, on = 0, rng_n = 0, has_gens = 0;
     char **mnames = NULL, **onames = NULL;
     kiln_tensor **mts = NULL, **ots = NULL;
+    kiln_generator *rngs = NULL, **gens = NULL;
+    model_plan plan = {0};
     cJSON *pos = NULL;
-    /* the model's device: that of its first tensor */
+    /* ---- read and check everything; nothing of the learner, model, optimizer or
+     * scheduler changes until all of it passed */
     kiln_named_tensor first;
     kiln_device *dev = kiln_module_state_dict(L->model, &first, 1) > 0 ? kiln_tensor_device(first.tensor) : NULL;
     if (!dev) {
         kiln__error_set("learner_resume: the model has no tensors");
         goto done;
-    }
-    if (load_all(kiln_ckpt_model(ck), dev, &mn, &mnames, &mts) < 0 ||
-        load_model_in_place(L->model, mn, mnames, mts) < 0)
-        goto fail;
-    if (load_all(kiln_ckpt_optimizer(ck), dev, &on, &onames, &ots) < 0 ||
-        kiln_optim_state_import(L->opt, on, (const char *const *)onames, ots,
-                                kiln_record_config(kiln_ckpt_optimizer(ck))) < 0)
-        goto fail;
-    if (L->sched) {
-        const char *sj = kiln_ckpt_scheduler(ck);
-        if (sj && strcmp(sj, "{}") != 0 && kiln_sched_state_import(L->sched, sj) < 0)
-            goto fail;
-    }
-    if (kiln_ckpt_rng(ck, &L->rng, 1) < 1) {
-        kiln__error_set("no generator state");
-        goto fail;
     }
     pos = cJSON_Parse(kiln_ckpt_metrics_history(ck));
     const cJSON *hist = cJSON_GetObjectItemCaseSensitive(pos, "history");
@@ -225,6 +300,55 @@ int kiln_learner_resume(kiln_learner *L, const char *path)
     if (!cJSON_IsArray(hist) || !cJSON_IsObject(part)) {
         kiln__error_set("metrics.json lacks the learner's history and position");
         goto fail;
+    }
+    rng_n = kiln_ckpt_rng(ck, NULL, 0);
+    rngs = calloc((size_t)(rng_n > 0 ? rng_n : 1), sizeof *rngs);
+    if (!rngs) {
+        kiln__error_set("out of memory");
+        goto fail;
+    }
+    if (kiln_ckpt_rng(ck, rngs, rng_n) < 1) {
+        kiln__error_set("no generator state");
+        goto fail;
+    }
+    has_gens = check_generators(L->model, cJSON_GetObjectItemCaseSensitive(pos, "generators"), rng_n);
+    if (has_gens < 0)
+        goto fail;
+    int ngen = has_gens ? rng_n - 1 : 0;
+    gens = calloc((size_t)ngen + 1, sizeof *gens);
+    if (!gens) {
+        kiln__error_set("out of memory");
+        goto fail;
+    }
+    kiln_module_generators(L->model, gens, NULL, ngen);
+    if (load_all(kiln_ckpt_model(ck), dev, &mn, &mnames, &mts) < 0 ||
+        plan_model(L->model, mn, mnames, mts, &plan) < 0)
+        goto fail;
+    if (load_all(kiln_ckpt_optimizer(ck), dev, &on, &onames, &ots) < 0)
+        goto fail;
+    const char *sj = L->sched ? kiln_ckpt_scheduler(ck) : NULL;
+    bool has_sched = sj && strcmp(sj, "{}") != 0;
+    if (has_sched && kiln_sched_state_check(L->sched, sj) < 0)
+        goto fail;
+    /* ---- apply. The optimizer's import checks its state (kind, names, shapes) and changes
+     * nothing when that fails, so it goes first; what follows was checked above and can
+     * fail only for lack of memory or a device error. */
+    if (kiln_optim_state_import(L->opt, on, (const char *const *)onames, ots,
+                                kiln_record_config(kiln_ckpt_optimizer(ck))) < 0)
+        goto fail;
+    if ((has_sched && kiln_sched_state_import(L->sched, sj) < 0) || write_model(&plan) < 0)
+        goto fail;
+    L->rng = rngs[0];
+    for (int i = 0; i < ngen; i++)
+        *gens[i] = rngs[i + 1];
+    if (!has_gens) {
+        /* An older checkpoint: the learner's generator only. The run goes on, but dropout
+         * masks after the resume differ from the uninterrupted run's. */
+        FILE *note = L->cfg.progress ? L->cfg.progress : stderr;
+        fprintf(note,
+                "kiln: learner_resume: %s predates saved module generators; dropout after the resume "
+                "will not repeat the original run's draws\n",
+                kiln_ckpt_path(ck));
     }
     cJSON_Delete(L->history);
     L->history = cJSON_Duplicate(hist, true);
@@ -250,6 +374,9 @@ fail:;
     kiln__error_set("learner_resume: %s: %s", kiln_ckpt_path(ck), msg);
 done:
     cJSON_Delete(pos);
+    plan_free(&plan);
+    free(rngs);
+    free(gens);
     if (mnames)
         free_all(mn, mnames, mts);
     if (onames)

@@ -46,16 +46,98 @@ static char *dup_or_null(const char *s)
     return s ? strdup(s) : NULL;
 }
 
+/* Whether fit will ever record a metric called name under cfg (with a validation loader
+ * or not): a keep-best or early-stopping metric that never appears would leave both
+ * silently idle. Empty when it will, else why not, in why. */
+static void metric_problem(const kiln_learner_config *cfg, bool has_valid, const char *name, char *why, size_t len)
+{
+    static const char *const always[] = {"epoch",         "train_loss",    "lr",
+                                         "items_per_sec", "epoch_seconds", "peak_rss_mb"};
+    static const char *const classify[] = {"valid_accuracy", "valid_precision", "valid_recall", "valid_f1"};
+    char topk[40];
+    snprintf(topk, sizeof topk, "valid_top%d_accuracy", cfg->topk);
+    why[0] = 0;
+    for (size_t i = 0; i < sizeof always / sizeof *always; i++)
+        if (strcmp(name, always[i]) == 0)
+            return;
+    bool cls = strcmp(name, "train_accuracy") == 0 || strcmp(name, topk) == 0;
+    for (size_t i = 0; i < sizeof classify / sizeof *classify; i++)
+        cls = cls || strcmp(name, classify[i]) == 0;
+    bool valid = strncmp(name, "valid_", 6) == 0;
+    if (!cls && strcmp(name, "valid_loss") != 0)
+        snprintf(why, len,
+                 "is not a metric the learner records (train_loss, train_accuracy, valid_loss, "
+                 "valid_accuracy, %s, valid_precision, valid_recall, valid_f1, lr, items_per_sec, "
+                 "epoch_seconds, peak_rss_mb)",
+                 topk);
+    else if (cls && cfg->num_classes <= 0)
+        snprintf(why, len, "is recorded only for a classifier (num_classes > 0)");
+    else if (valid && !has_valid)
+        snprintf(why, len, "is recorded only with a validation loader");
+}
+
+/* Every parameter the optimizer updates must be one of the model's own tensors: an
+ * optimizer built over another model (or before kiln_module_to_device replaced the
+ * tensors) would step parameters the forward never uses, and fit would change nothing. */
+static int check_optimizer_params(kiln_module *model, kiln_optim *opt)
+{
+    int nm = kiln_module_parameters(model, NULL, 0), no = kiln_optim_param_count(opt);
+    if (nm < 0)
+        return -1;
+    kiln_named_tensor *ps = calloc((size_t)nm + 1, sizeof *ps);
+    if (!ps)
+        return kiln__error_set("learner_create: out of memory");
+    kiln_module_parameters(model, ps, nm);
+    int rc = no > 0 ? 0 : kiln__error_set("learner_create: the optimizer has no parameters");
+    for (int i = 0; rc == 0 && i < no; i++) {
+        kiln_tensor *p = kiln_optim_param(opt, i);
+        bool found = false;
+        for (int j = 0; j < nm && !found; j++)
+            found = ps[j].tensor == p;
+        if (!found)
+            rc = kiln__error_set("learner_create: the optimizer's parameter '%s' is not a parameter of the model "
+                                 "(an optimizer over another model, or one created before kiln_module_to_device "
+                                 "replaced the model's tensors)",
+                                 kiln_optim_param_name(opt, i));
+    }
+    free(ps);
+    return rc;
+}
+
+static int check_config(const kiln_learner_config *cfg, bool has_valid)
+{
+    if (cfg->epochs < 1 || cfg->grad_accum < 1 || cfg->topk < 1 || cfg->keep_last < 0 || cfg->patience < 1)
+        return kiln__error_set("learner_create: epochs %lld, grad_accum %d, topk %d, keep_last %d, patience %d "
+                               "out of range",
+                               (long long)cfg->epochs, cfg->grad_accum, cfg->topk, cfg->keep_last, cfg->patience);
+    if (cfg->num_classes < 0)
+        return kiln__error_set("learner_create: num_classes %lld is negative (0: not a classifier)",
+                               (long long)cfg->num_classes);
+    if (cfg->checkpoint_every_epochs < 0 || cfg->checkpoint_every_steps < 0)
+        return kiln__error_set("learner_create: checkpoint_every_epochs %lld and checkpoint_every_steps %lld must "
+                               "be >= 0 (0: never)",
+                               (long long)cfg->checkpoint_every_epochs, (long long)cfg->checkpoint_every_steps);
+    if (!(cfg->min_delta >= 0 && isfinite(cfg->min_delta)))
+        return kiln__error_set("learner_create: min_delta %g must be a finite number >= 0", cfg->min_delta);
+    const char *keys[2] = {"best_metric", "early_stop_metric"};
+    const char *vals[2] = {cfg->best_metric, cfg->early_stop_metric};
+    for (int i = 0; i < 2; i++) {
+        char why[400];
+        if (vals[i])
+            metric_problem(cfg, has_valid, vals[i], why, sizeof why);
+        if (vals[i] && why[0])
+            return kiln__error_set("learner_create: %s \"%s\" %s", keys[i], vals[i], why);
+    }
+    return 0;
+}
+
 kiln_learner *kiln_learner_create(const kiln_learner_config *cfg, kiln_module *model, kiln_optim *opt,
                                   kiln_sched *sched, kiln_loader *train, kiln_loader *valid)
 {
     if (!cfg || !model || !opt || !train)
         return kiln__error_set("learner_create: model, optimizer and training loader are required"), NULL;
-    if (cfg->epochs < 1 || cfg->grad_accum < 1 || cfg->topk < 1 || cfg->keep_last < 0 || cfg->patience < 1)
-        return kiln__error_set("learner_create: epochs %lld, grad_accum %d, topk %d, keep_last %d, patience %d "
-                               "out of range",
-                               (long long)cfg->epochs, cfg->grad_accum, cfg->topk, cfg->keep_last, cfg->patience),
-               NULL;
+    if (check_config(cfg, valid != NULL) < 0 || check_optimizer_params(model, opt) < 0)
+        return NULL;
     kiln_learner *L = calloc(1, sizeof *L);
     if (!L)
         return kiln__error_set("learner_create: out of memory"), NULL;
@@ -279,8 +361,10 @@ static int train_step(kiln_learner *L, kiln_batch *b, bool update, double *loss_
             return -1;
         kiln_optim_zero_grad(L->opt);
         L->step++;
-        if (L->sched && L->cfg.sched_per_step)
-            kiln_sched_step(L->sched);
+        /* A scheduler that refuses the step (one-cycle past total_steps) stops the run, as
+         * PyTorch's raises: going on would train at an lr nobody asked for. */
+        if (L->sched && L->cfg.sched_per_step && isnan(kiln_sched_step(L->sched)))
+            return -1;
     }
     *loss_out = lv;
     rc = 0;
@@ -519,8 +603,13 @@ int kiln_learner_fit(kiln_learner *L)
                 set_metric(L, "valid_f1", kiln_confusion_f1(&L->cm));
             }
         }
-        if (L->sched && !L->cfg.sched_per_step)
-            kiln_sched_step(L->sched);
+        if (L->sched && !L->cfg.sched_per_step && isnan(kiln_sched_step(L->sched))) {
+            cJSON_Delete(ep);
+            char msg[KILN_ERROR_MAX];
+            snprintf(msg, sizeof msg, "%s", kiln_error());
+            done_event(L, "error");
+            return kiln__error_set("learner: scheduler after epoch %lld: %s", (long long)e + 1, msg);
+        }
         set_metric(L, "lr", kiln_optim_lr(L->opt));
         set_metric(L, "items_per_sec", secs > 0 ? (double)items / secs : 0);
         set_metric(L, "epoch_seconds", secs);

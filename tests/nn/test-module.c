@@ -1,8 +1,8 @@
 /*
  * tests/nn/test-module.c — the module tree: names and counts as PyTorch reports them,
  * containers, train/eval and freeze propagation, state dict export and import (strict,
- * lenient, shape and dtype handling), config JSON round trips, and forward errors that
- * name the layer.
+ * lenient, shape and dtype handling), config JSON round trips, forward errors that
+ * name the layer (extra inputs among them), 0-d inputs, and the modules' generators.
  */
 #include "nn-test-util.h"
 
@@ -219,6 +219,163 @@ static void test_config_json(void **state)
     expect_error("Linearr");
 }
 
+/* A layer given more inputs than it takes refuses them, naming itself and the counts
+ * (PyTorch raises on an extra argument); trailing NULLs mean "not given", and the good
+ * path still gives the same numbers. */
+static void test_extra_inputs_refused(void **state)
+{
+    (void)state;
+    kiln_generator gen = kiln_generator_make(9);
+    kiln_module *fc = kiln_layer_from_json("Linear", "{\"in_features\": 2, \"out_features\": 1}", test_dev, &gen);
+    kiln_module *relu = kiln_layer_from_json("ReLU", NULL, test_dev, NULL);
+    kiln_module *gru = kiln_layer_from_json("GRU", "{\"input_size\": 2, \"hidden_size\": 3}", test_dev, &gen);
+    kiln_module *lstm = kiln_layer_from_json("LSTM", "{\"input_size\": 2, \"hidden_size\": 3}", test_dev, &gen);
+    kiln_module *mha = kiln_layer_from_json("MultiheadAttention", "{\"embed_dim\": 2, \"num_heads\": 1}", test_dev,
+                                            &gen);
+    assert_true(fc && relu && gru && lstm && mha);
+    kiln_scope_begin();
+    float w[2], b;
+    read_f32(kiln_module_get(fc, "weight"), w, 2);
+    read_f32(kiln_module_get(fc, "bias"), &b, 1);
+    kiln_tensor *x = TF32(KILN_SHAPE(1, 2), 1.5f, -2.0f), *junk = kiln_ones(test_dev, KILN_F32, KILN_SHAPE(7, 7));
+    kiln_tensor *out[4];
+    assert_int_equal(kiln_module_forward_n(fc, 2, (kiln_tensor *[]){x, junk}, 4, out), -1);
+    assert_null(out[0]);
+    expect_error("Linear '(root)'");
+    expect_error("takes 1 input (got 2)");
+    assert_int_equal(kiln_module_forward_n(relu, 3, (kiln_tensor *[]){x, junk, junk}, 4, out), -1);
+    expect_error("ReLU '(root)': takes 1 input (got 3)");
+    /* x, NULL: the NULL is "not given"; the answer is w·x + b. */
+    assert_int_equal(kiln_module_forward_n(fc, 2, (kiln_tensor *[]){x, NULL}, 4, out), 1);
+    EXPECT_F32(out[0], 1e-6, 1.5f * w[0] - 2.0f * w[1] + b);
+    assert_int_equal(kiln_module_forward_n(relu, 1, &x, 4, out), 1);
+    EXPECT_F32(out[0], 0, 1.5f, 0.0f);
+    /* Multi-input layers: up to their own count. */
+    kiln_tensor *seq = kiln_ones(test_dev, KILN_F32, KILN_SHAPE(4, 1, 2)),
+                *h = kiln_zeros(test_dev, KILN_F32, KILN_SHAPE(1, 1, 3));
+    assert_int_equal(kiln_module_forward_n(gru, 3, (kiln_tensor *[]){seq, h, h}, 4, out), -1);
+    expect_error("GRU '(root)': takes 1 to 2 inputs (got 3)");
+    assert_int_equal(kiln_module_forward_n(gru, 2, (kiln_tensor *[]){seq, h}, 4, out), 2);
+    assert_int_equal(kiln_module_forward_n(lstm, 3, (kiln_tensor *[]){seq, h, h}, 4, out), 3);
+    assert_int_equal(kiln_module_forward_n(mha, 6, (kiln_tensor *[]){seq, seq, seq, NULL, NULL, seq}, 4, out), -1);
+    expect_error("takes 1 to 5 inputs (got 6)");
+    assert_int_equal(kiln_module_forward_n(mha, 5, (kiln_tensor *[]){seq, seq, seq, NULL, NULL}, 4, out), 1);
+    EXPECT_SHAPE(out[0], 4, 1, 2);
+    /* Containers: Sequential hands every input to its first child, which refuses; an empty
+     * Sequential and a Residual take one. */
+    kiln_module *net = mlp(&gen);
+    kiln_tensor *x4 = kiln_ones(test_dev, KILN_F32, KILN_SHAPE(1, 4));
+    assert_int_equal(kiln_module_forward_n(net, 2, (kiln_tensor *[]){x4, x4}, 4, out), -1);
+    expect_error("Linear '0': takes 1 input (got 2)");
+    kiln_module *empty = kiln_sequential_new();
+    assert_int_equal(kiln_module_forward_n(empty, 2, (kiln_tensor *[]){x4, x4}, 4, out), -1);
+    expect_error("Sequential '(root)'");
+    kiln_module *res = kiln_residual_new(kiln_layer_from_json("ReLU", NULL, test_dev, NULL), NULL);
+    assert_int_equal(kiln_module_forward_n(res, 2, (kiln_tensor *[]){x, x}, 4, out), -1);
+    expect_error("Residual '(root)': takes 1 input (got 2)");
+    assert_int_equal(kiln_module_forward_n(res, 1, &x, 4, out), 1);
+    EXPECT_F32(out[0], 0, 3.0f, -2.0f);
+    kiln_scope_end();
+    kiln_module_free(res);
+    kiln_module_free(empty);
+    kiln_module_free(net);
+    kiln_module_free(mha);
+    kiln_module_free(lstm);
+    kiln_module_free(gru);
+    kiln_module_free(relu);
+    kiln_module_free(fc);
+}
+
+/* 0-d inputs as torch.nn: PReLU keeps the shape; Flatten wraps dims as if the input had
+ * one dim, so the default start_dim 1 is an error and Flatten(0, -1) gives [1]. */
+static void test_zero_dim_inputs(void **state)
+{
+    (void)state;
+    kiln_module *prelu = kiln_layer_from_json("PReLU", NULL, test_dev, NULL);
+    kiln_module *prelu3 = kiln_layer_from_json("PReLU", "{\"num_parameters\": 3, \"init\": 0.5}", test_dev, NULL);
+    kiln_module *flat = kiln_layer_from_json("Flatten", NULL, test_dev, NULL);
+    kiln_module *flat0 = kiln_layer_from_json("Flatten", "{\"start_dim\": 0}", test_dev, NULL);
+    kiln_module *flat_bad = kiln_layer_from_json("Flatten", "{\"start_dim\": 2, \"end_dim\": 1}", test_dev, NULL);
+    kiln_module *flat_mid = kiln_layer_from_json("Flatten", "{\"start_dim\": 0, \"end_dim\": -2}", test_dev, NULL);
+    assert_true(prelu && prelu3 && flat && flat0 && flat_bad && flat_mid);
+    kiln_scope_begin();
+    kiln_tensor *neg = tf32(0, NULL, (const float[]){-2.0f}, 1), *pos = tf32(0, NULL, (const float[]){3.0f}, 1);
+    kiln_tensor *y = kiln_module_forward(prelu, neg);
+    expect_shape(y, 0, NULL);
+    EXPECT_F32(y, 0, -0.5f);
+    y = kiln_module_forward(prelu, pos);
+    expect_shape(y, 0, NULL);
+    EXPECT_F32(y, 0, 3.0f);
+    /* Other ranks are unchanged. */
+    y = kiln_module_forward(prelu, TF32(KILN_SHAPE(2), -4.0f, 1.0f));
+    EXPECT_SHAPE(y, 2);
+    EXPECT_F32(y, 0, -1.0f, 1.0f);
+    y = kiln_module_forward(prelu3, TF32(KILN_SHAPE(1, 3), -2.0f, 2.0f, -4.0f));
+    EXPECT_F32(y, 0, -1.0f, 2.0f, -2.0f);
+    assert_null(kiln_module_forward(prelu3, neg));
+    expect_error("PReLU");
+
+    assert_null(kiln_module_forward(flat, pos));
+    expect_error("Flatten '(root)'");
+    expect_error("start_dim 1 is out of range (expected in [-1, 0])");
+    assert_null(kiln_module_forward(flat, TF32(KILN_SHAPE(2), 1.0f, 2.0f)));
+    expect_error("start_dim 1 is out of range (expected in [-1, 0])");
+    y = kiln_module_forward(flat0, pos);
+    EXPECT_SHAPE(y, 1);
+    EXPECT_F32(y, 0, 3.0f);
+    kiln_tensor *x = kiln_reshape(
+        TF32(KILN_SHAPE(24), 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23),
+        KILN_SHAPE(2, 3, 4));
+    assert_null(kiln_module_forward(flat_bad, x));
+    expect_error("start_dim 2 comes after end_dim 1");
+    y = kiln_module_forward(flat, x);
+    EXPECT_SHAPE(y, 2, 12);
+    EXPECT_F32(kiln_narrow(y, 1, 11, 1), 0, 11.0f, 23.0f);
+    y = kiln_module_forward(flat_mid, x);
+    EXPECT_SHAPE(y, 6, 4);
+    EXPECT_F32(kiln_narrow(y, 0, 5, 1), 0, 20.0f, 21.0f, 22.0f, 23.0f);
+    kiln_scope_end();
+    kiln_module_free(flat_mid);
+    kiln_module_free(flat_bad);
+    kiln_module_free(flat0);
+    kiln_module_free(flat);
+    kiln_module_free(prelu3);
+    kiln_module_free(prelu);
+}
+
+/* kiln_module_generators lists one stream per module, by path; putting a saved state
+ * back makes Dropout draw the same mask again. */
+static void test_module_generators(void **state)
+{
+    (void)state;
+    kiln_generator gen = kiln_generator_make(6);
+    kiln_module *net = mlp(&gen);
+    assert_int_equal(kiln_module_generators(net, NULL, NULL, 0), 5);
+    kiln_generator *g[5];
+    const char *paths[5];
+    assert_int_equal(kiln_module_generators(net, g, paths, 5), 5);
+    const char *want[5] = {"", "0", "1", "2", "3"};
+    for (int i = 0; i < 5; i++)
+        assert_string_equal(paths[i], want[i]);
+    kiln_module *drop = kiln_module_find(net, "2");
+    kiln_generator *dg;
+    assert_int_equal(kiln_module_generators(drop, &dg, NULL, 1), 1);
+    assert_ptr_equal(dg, g[3]);
+    kiln_generator saved = *dg;
+    kiln_scope_begin();
+    kiln_tensor *x = kiln_ones(test_dev, KILN_F32, KILN_SHAPE(1, 64));
+    float a[64], b[64], c[64];
+    read_f32(kiln_module_forward(drop, x), a, 64);
+    read_f32(kiln_module_forward(drop, x), b, 64);
+    assert_memory_not_equal(a, b, sizeof a);
+    *dg = saved;
+    read_f32(kiln_module_forward(drop, x), c, 64);
+    assert_memory_equal(a, c, sizeof a);
+    kiln_scope_end();
+    assert_int_equal(kiln_module_generators(NULL, NULL, NULL, 0), -1);
+    kiln_module_free(net);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -227,6 +384,9 @@ int main(void)
         cmocka_unit_test(test_state_dict_roundtrip),
         cmocka_unit_test(test_to_device),
         cmocka_unit_test(test_config_json),
+        cmocka_unit_test(test_extra_inputs_refused),
+        cmocka_unit_test(test_zero_dim_inputs),
+        cmocka_unit_test(test_module_generators),
     };
     return cmocka_run_group_tests_name("nn-module", tests, test_group_setup, test_group_teardown);
 }

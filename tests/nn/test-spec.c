@@ -91,6 +91,42 @@ static void test_invalid_specs(void **state)
              "\"in_features\": 3}, \"inputs\": [\"x\"]}]}",
         "'in_features' is given twice", "nodes[0].config");
 
+    /* A layer node given more (or fewer) inputs than its layer takes: an extra one would
+     * never reach the layer. The op check names the op. */
+    expect_refused(
+        HEAD "{\"name\": \"b\", \"layer\": \"Linear\", \"config\": {\"in_features\": 4, \"out_features\": 2}, "
+             "\"inputs\": [\"x\", \"x\"]}]}",
+        "node 'b'", "layer Linear takes 1 input (got 2)");
+    expect_refused(HEAD "{\"name\": \"b\", \"layer\": \"TransformerDecoderLayer\", \"config\": {\"d_model\": 4, "
+                        "\"nhead\": 1}, \"inputs\": [\"x\"]}]}",
+                   "node 'b'", "layer TransformerDecoderLayer takes 2 to 6 inputs (got 1)");
+    expect_refused(HEAD
+                   "{\"name\": \"b\", \"layer\": \"GRU\", \"config\": {\"input_size\": 4, \"hidden_size\": 2}, "
+                   "\"inputs\": [\"x\", \"x\", \"x\"]}]}",
+                   "node 'b'", "layer GRU takes 1 to 2 inputs (got 3)");
+    expect_refused(HEAD "{\"name\": \"b\", \"op\": \"relu\", \"inputs\": [\"x\", \"x\"]}]}", "node 'b'",
+                   "op relu takes 1 input (got 2)");
+    expect_refused(HEAD "{\"name\": \"b\", \"op\": \"sub\", \"inputs\": [\"x\"]}]}", "node 'b'",
+                   "op sub takes 2 inputs (got 1)");
+    expect_refused(HEAD "{\"name\": \"b\", \"op\": \"add\", \"inputs\": [\"x\"]}]}", "node 'b'",
+                   "op add takes 2 to 64 inputs (got 1)");
+    {
+        /* A one-input model given three inputs refuses them; (x, NULL) is one input. */
+        kiln_module *one = kiln_model_from_json(HEAD LIN("b", "x", 2, 1) "]}", test_dev, NULL);
+        assert_non_null(one);
+        kiln_scope_begin();
+        kiln_tensor *x = TF32(KILN_SHAPE(1, 2), 1.0f, 2.0f), *o[2];
+        assert_int_equal(kiln_module_forward_n(one, 3, (kiln_tensor *[]){x, x, x}, 2, o), -1);
+        expect_error("Model '(root)': takes 1 input (got 3)");
+        assert_int_equal(kiln_module_forward_n(one, 2, (kiln_tensor *[]){x, NULL}, 2, o), 1);
+        float w[2], bias;
+        read_f32(kiln_module_lookup(one, "b.weight"), w, 2);
+        read_f32(kiln_module_lookup(one, "b.bias"), &bias, 1);
+        EXPECT_F32(o[0], 1e-6, w[0] + 2 * w[1] + bias);
+        kiln_scope_end();
+        kiln_module_free(one);
+    }
+
     /* Multi-output nodes: "name:k". */
     kiln_generator gen = kiln_generator_make(2);
     kiln_module *m = kiln_model_from_json(

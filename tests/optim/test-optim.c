@@ -3,7 +3,7 @@
  * fixture, 20 steps, parameters compared after every step), state export and import
  * (a run saved mid-way and restored into a fresh optimizer continues exactly as the
  * uninterrupted run), gradient accumulation, gradient clipping against
- * clip_grad_norm_, and bad inputs.
+ * clip_grad_norm_, and bad inputs (a NaN or negative lr set after creation among them).
  */
 #include <unistd.h>
 
@@ -371,7 +371,7 @@ static void test_bad_inputs(void **state)
     assert_int_equal(kiln_optim_step_grads(opt, none), 1);
     kiln_scope_end();
     assert_true(kiln_optim_step_grads(NULL, NULL) < 0);
-    kiln_optim_set_lr(opt, 0.5);
+    assert_int_equal(kiln_optim_set_lr(opt, 0.5), 0);
     assert_true(kiln_optim_lr(opt) == 0.5);
     assert_string_equal(kiln_optim_param_name(opt, 1), "b");
     assert_ptr_equal(kiln_optim_param(opt, 0), p[0]);
@@ -380,6 +380,53 @@ static void test_bad_inputs(void **state)
     kiln_optim_free(NULL);
     kiln_tensor_release(p[0]);
     kiln_tensor_release(p[1]);
+}
+
+/* kiln_optim_set_lr and _set_momentum refuse what kiln_optim_create refuses (a NaN lr
+ * would reach every parameter on the next step) and change nothing then; valid values
+ * still drive the update. */
+static void test_set_lr_refuses_non_finite(void **state)
+{
+    (void)state;
+    kiln_tensor *p = kiln_requires_grad(kiln_ones(dev, KILN_F32, KILN_SHAPE(2)), true);
+    kiln_optim_config cfg = kiln_optim_config_default(KILN_OPTIM_SGD);
+    cfg.lr = 0.1;
+    kiln_optim *opt = kiln_optim_create(&cfg, 1, &p, NULL);
+    assert_non_null(opt);
+    const double bad[] = {NAN, INFINITY, -INFINITY, -0.5};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        assert_int_equal(kiln_optim_set_lr(opt, bad[i]), -1);
+        assert_non_null(strstr(kiln_error(), "optim_set_lr"));
+        assert_non_null(strstr(kiln_error(), "learning rate"));
+        assert_true(kiln_optim_lr(opt) == 0.1);
+    }
+    assert_int_equal(kiln_optim_set_lr(NULL, 0.1), -1);
+    cfg.lr = INFINITY;
+    assert_null(kiln_optim_create(&cfg, 1, &p, NULL));
+    assert_int_equal(kiln_optim_set_momentum(opt, NAN), -1);
+    assert_int_equal(kiln_optim_set_momentum(opt, -1), -1);
+    assert_true(kiln_optim_get_config(opt).momentum == 0);
+    /* p - lr * g with lr 0.25 and g = 2: 1 - 0.5. */
+    assert_int_equal(kiln_optim_set_lr(opt, 0.25), 0);
+    kiln_scope_begin();
+    kiln_tensor *g[1] = {kiln_full(dev, KILN_F32, KILN_SHAPE(2), 2.0)};
+    assert_int_equal(kiln_optim_step_grads(opt, g), 1);
+    kiln_scope_end();
+    float v[2];
+    assert_int_equal(kiln_to_data(p, v, sizeof v), 0);
+    assert_true(v[0] == 0.5f && v[1] == 0.5f);
+    kiln_optim_free(opt);
+
+    /* Adam: beta1 must stay in [0, 1). */
+    cfg = kiln_optim_config_default(KILN_OPTIM_ADAM);
+    opt = kiln_optim_create(&cfg, 1, &p, NULL);
+    assert_int_equal(kiln_optim_set_momentum(opt, 1.0), -1);
+    assert_non_null(strstr(kiln_error(), "betas"));
+    assert_true(kiln_optim_get_config(opt).beta1 == 0.9);
+    assert_int_equal(kiln_optim_set_momentum(opt, 0.8), 0);
+    assert_true(kiln_optim_get_config(opt).beta1 == 0.8);
+    kiln_optim_free(opt);
+    kiln_tensor_release(p);
 }
 
 int main(int argc, char **argv);
@@ -391,6 +438,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_accumulation),
     cmocka_unit_test(test_clip_matches_pytorch),
     cmocka_unit_test(test_bad_inputs),
+    cmocka_unit_test(test_set_lr_refuses_non_finite),
 };
 
 FIXTURE_MAIN(tests)

@@ -1,8 +1,8 @@
 /*
  * tests/optim/test-sched.c — the learning-rate schedulers against PyTorch's
  * lr_scheduler sequences (50 steps each; one-cycle's momentum too), the closed form
- * kiln_sched_lr_at against the stepped object, state export and import mid-run, and
- * invalid configs.
+ * kiln_sched_lr_at against the stepped object, state export and import mid-run,
+ * invalid configs, and every path to a NaN lr (one-cycle past total_steps above all).
  */
 #include "fixture.h"
 
@@ -198,11 +198,118 @@ static void test_sched_bad_configs(void **state)
     assert_true(isnan(kiln_sched_momentum_at(&c, 2)));
 }
 
+/* One-cycle stepped past total_steps: PyTorch raises ("Tried to step 5 times"); here the
+ * step is refused with a message and nothing changes, so the optimizer keeps a finite lr
+ * and the next update writes finite numbers (it used to write NaN into the parameter). */
+static void test_one_cycle_past_total(void **state)
+{
+    (void)state;
+    kiln_tensor *p = kiln_ones(dev, KILN_F32, KILN_SHAPE(1));
+    kiln_optim_config oc = kiln_optim_config_default(KILN_OPTIM_SGD);
+    oc.lr = 0.1;
+    kiln_optim *opt = kiln_optim_create(&oc, 1, &p, NULL);
+    kiln_sched_config c = kiln_sched_config_default(KILN_SCHED_ONE_CYCLE);
+    c.max_lr = 1;
+    c.total_steps = 4;
+    c.cycle_momentum = false;
+    kiln_sched *s = kiln_sched_create(&c, opt);
+    assert_non_null(s);
+    /* PyTorch's OneCycleLR(max_lr=1, total_steps=4): steps 1..4 (4 is still allowed). */
+    const double want[4] = {0.811745653949763, 0.28306099820869923, 4e-06, 0.2830609982086991};
+    for (int t = 0; t < 4; t++) {
+        double lr = kiln_sched_step(s);
+        assert_true(fabs(lr - want[t]) <= 1e-12);
+        assert_true(kiln_optim_lr(opt) == lr);
+    }
+    assert_true(isnan(kiln_sched_step(s)));
+    assert_non_null(strstr(kiln_error(), "step 5 is past total_steps 4"));
+    assert_int_equal(kiln_sched_last_step(s), 4);
+    assert_true(kiln_sched_lr(s) == kiln_optim_lr(opt));
+    assert_true(fabs(kiln_optim_lr(opt) - want[3]) <= 1e-12);
+    /* The next update uses the last valid lr: 1 - lr · 1. */
+    kiln_scope_begin();
+    kiln_tensor *g[1] = {kiln_ones(dev, KILN_F32, KILN_SHAPE(1))};
+    assert_int_equal(kiln_optim_step_grads(opt, g), 1);
+    kiln_scope_end();
+    float v;
+    assert_int_equal(kiln_to_data(p, &v, sizeof v), 0);
+    assert_true(fabs((double)v - (1 - want[3])) <= 1e-6);
+    /* A state past the end is refused by check and import alike; a valid one restores. */
+    const char *past = "{\"format\":\"kiln-sched-1\",\"kind\":\"one_cycle\",\"step\":5,\"base_lr\":0.1}";
+    const char *third = "{\"format\":\"kiln-sched-1\",\"kind\":\"one_cycle\",\"step\":3,\"base_lr\":0.1}";
+    assert_int_equal(kiln_sched_state_check(s, past), -1);
+    assert_non_null(strstr(kiln_error(), "total_steps"));
+    assert_int_equal(kiln_sched_state_import(s, past), -1);
+    assert_int_equal(kiln_sched_last_step(s), 4);
+    assert_int_equal(kiln_sched_state_check(s, third), 0);
+    assert_int_equal(kiln_sched_last_step(s), 4);
+    assert_int_equal(kiln_sched_state_import(s, third), 0);
+    assert_int_equal(kiln_sched_last_step(s), 3);
+    assert_true(fabs(kiln_optim_lr(opt) - 4e-06) <= 1e-15);
+    kiln_sched_free(s);
+    kiln_optim_free(opt);
+    kiln_tensor_release(p);
+}
+
+/* The other ways a schedule could hand the optimizer NaN or a negative lr: refused at
+ * creation, or at the step that would produce it (nothing changes then). */
+static void test_sched_nan_paths(void **state)
+{
+    (void)state;
+    kiln_sched_config c = kiln_sched_config_default(KILN_SCHED_EXPONENTIAL);
+    c.gamma = NAN;
+    assert_null(kiln_sched_create(&c, NULL));
+    assert_non_null(strstr(kiln_error(), "gamma"));
+    c.gamma = -0.5;
+    assert_null(kiln_sched_create(&c, NULL));
+    c = kiln_sched_config_default(KILN_SCHED_COSINE);
+    c.eta_min = NAN;
+    assert_null(kiln_sched_create(&c, NULL));
+    assert_non_null(strstr(kiln_error(), "eta_min"));
+    c = kiln_sched_config_default(KILN_SCHED_ONE_CYCLE);
+    c.max_lr = NAN;
+    assert_null(kiln_sched_create(&c, NULL));
+    assert_non_null(strstr(kiln_error(), "max_lr"));
+    c = kiln_sched_config_default(KILN_SCHED_NOAM);
+    c.factor = NAN;
+    assert_null(kiln_sched_create(&c, NULL));
+    c = kiln_sched_config_default(KILN_SCHED_STEP);
+    assert_null(kiln_sched_create_base(&c, NULL, NAN));
+    assert_non_null(strstr(kiln_error(), "base lr"));
+    assert_null(kiln_sched_create_base(&c, NULL, -1));
+    /* A one-cycle whose first phase has zero length (pct_start * total_steps = 1): 0/0 at
+     * step 0, where PyTorch divides by zero and raises. */
+    c = kiln_sched_config_default(KILN_SCHED_ONE_CYCLE);
+    c.total_steps = 10;
+    c.pct_start = 0.1;
+    assert_null(kiln_sched_create(&c, NULL));
+    assert_non_null(strstr(kiln_error(), "not a finite number"));
+    c.pct_start = 0.3;
+    kiln_sched *s = kiln_sched_create(&c, NULL);
+    assert_non_null(s);
+    kiln_sched_free(s);
+    /* An exponential that overflows: the step to inf is refused, the last lr stays. */
+    c = kiln_sched_config_default(KILN_SCHED_EXPONENTIAL);
+    c.gamma = 1e300;
+    s = kiln_sched_create_base(&c, NULL, 1);
+    assert_non_null(s);
+    assert_true(kiln_sched_step(s) == 1e300);
+    assert_true(isnan(kiln_sched_step(s)));
+    assert_non_null(strstr(kiln_error(), "not a finite number"));
+    assert_int_equal(kiln_sched_last_step(s), 1);
+    assert_true(kiln_sched_lr(s) == 1e300);
+    assert_true(isnan(kiln_sched_lr_at(&c, 1, 2)));
+    kiln_sched_free(s);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_schedulers_match_pytorch),
     cmocka_unit_test(test_sched_state),
     cmocka_unit_test(test_sched_adam_momentum),
     cmocka_unit_test(test_sched_bad_configs),
+    /* every path to a NaN lr */
+    cmocka_unit_test(test_one_cycle_past_total),
+    cmocka_unit_test(test_sched_nan_paths),
 };
 
 FIXTURE_MAIN(tests)

@@ -11,7 +11,8 @@
  * autodiff: a two-layer network's loss and every gradient, local against remote.
  * errors: a refused connection, an unknown device, missing and wrong bearer tokens, a quota error
  * of a pipelined message reported by the next read (naming the op), the session going on after
- * it, and kilnd killed mid-session: later calls fail with a message, nothing hangs.
+ * it, and kilnd killed mid-session: kiln_device_lost names the server at once, later calls fail
+ * with a message, nothing hangs.
  * threads: two threads on one remote device, each on its own tensors.
  */
 #include <math.h>
@@ -425,6 +426,7 @@ static int test_errors(void)
         /* reported once; the session goes on */
         rc = kiln_to_data(small, v, sizeof v);
         CHECK(rc == 0 && v[0] == 2.5f && v[3] == 2.5f, "after the error: rc %d, %s, %g", rc, kiln_error(), v[0]);
+        CHECK(kiln_device_lost(d) == NULL, "an op's error does not lose the device: %s", kiln_device_lost(d));
         kiln_tensor_release(big);
         kiln_tensor_release(small);
         CHECK(kiln_device_sync(d) == 0, "sync: %s", kiln_error());
@@ -433,7 +435,16 @@ static int test_errors(void)
         kiln_tensor *a = kiln_full(d, KILN_F32, KILN_SHAPE(16), 1.0);
         float full[16];
         CHECK(kiln_to_data(a, full, sizeof full) == 0 && full[15] == 1.0f, "before the kill: %s", kiln_error());
+        CHECK(kiln_device_lost(d) == NULL, "before the kill: lost %s", kiln_device_lost(d));
         test_daemon_kill(&dm, SIGKILL);
+        /* reported lost as soon as the connection is gone, before any call fails, naming the
+         * server (the device looks at the idle connection without waiting) */
+        char server[64];
+        snprintf(server, sizeof server, "127.0.0.1:%d", dm.port);
+        const char *lost = kiln_device_lost(d);
+        CHECK(lost && has(lost, server) && has(lost, "connection lost"), "lost after the kill, idle: %s",
+              lost ? lost : "(null)");
+        printf("device lost: %s\n", lost ? lost : "(null)");
         kiln_tensor *b = kiln_add(a, a);
         float out[16];
         rc = b ? kiln_to_data(b, out, sizeof out) : -1;
@@ -445,6 +456,9 @@ static int test_errors(void)
         rc = c ? kiln_to_data(c, out, sizeof out) : -1;
         CHECK(rc != 0 && has(kiln_error(), "connection lost"), "later call: %s", kiln_error());
         CHECK(kiln_device_sync(d) != 0 && has(kiln_error(), "connection lost"), "sync after kill: %s", kiln_error());
+        lost = kiln_device_lost(d);
+        CHECK(lost && has(lost, server) && has(lost, "connection lost"), "lost after the failures: %s",
+              lost ? lost : "(null)");
         kiln_tensor_release(a);
         kiln_tensor_release(b);
         kiln_tensor_release(c);

@@ -85,15 +85,26 @@ void kiln_dataset_free(kiln_dataset *ds);
  * IDX files (MNIST, Fashion-MNIST), gzipped or not (detected by the magic). images: an
  * unsigned-byte IDX of [N, d1, ...] scaled to [0, 1] (or f32/f64/i32 IDX kept as is),
  * features shaped [1, d1, d2] for 3-D files; labels: a 1-D IDX of class indices (may be
- * NULL: then no target). num_classes is max label + 1.
+ * NULL: then no target). num_classes is max label + 1. A header whose dimensions promise
+ * more data than the file holds is an error ("truncated: header says N bytes, file has
+ * M") found before the data is allocated.
  */
 kiln_dataset *kiln_dataset_idx(const char *images_path, const char *labels_path);
 
 /**
- * A CSV file with a header line. label_column names the class column (integers 0..K-1,
- * or any strings, mapped to classes in order of first appearance) or NULL for none;
- * feature_columns lists the columns to use (NULL: every other column). Cells must be
- * numbers; a bad row is an error naming the file and the line.
+ * A CSV file with a header line. label_column names the class column or NULL for none;
+ * feature_columns lists the nfeatures columns to use (NULL or nfeatures 0: every other
+ * column; nfeatures < 0 is an error). Cells must be numbers; a bad row is an error naming
+ * the file and the line.
+ *
+ * Labels. The column's first label decides its kind. If it is a number, the column is
+ * numeric: every label must then be an integer in [0, 1000000), written any way strtod
+ * reads it ("1", "1.0", "01" and "1e0" are all class 1), and is that class index as is;
+ * num_classes is the largest label + 1. A label that is negative, fractional, too large
+ * or not a number is an error naming the line and the label (labels are never
+ * renumbered). Otherwise the labels are names: any non-empty strings, mapped to classes
+ * 0, 1, ... in order of first appearance (a name that looks like a number is just a
+ * name there). An empty label is an error either way.
  */
 kiln_dataset *kiln_dataset_csv(const char *path, const char *label_column, int nfeatures,
                                const char *const *feature_columns);
@@ -111,7 +122,8 @@ const char *kiln_dataset_class_name(const kiln_dataset *ds, int64_t c);
 /**
  * In-memory arrays (copied): n items of feature shape (ndim, shape); targets either
  * class indices (labels, num_classes > 0) or target_numel floats per item (targets).
- * Pass NULL for the kind not used.
+ * Pass NULL for the kind not used. A shape whose n items cannot be addressed (the element
+ * count overflows) is an error here, naming the shape.
  */
 kiln_dataset *kiln_dataset_from_arrays(int64_t n, int ndim, const int64_t *shape, const float *features,
                                        const int64_t *labels, int64_t num_classes, const float *targets,

@@ -35,6 +35,8 @@
  *
  * Forward. kiln_module_forward_n() takes N inputs (NULL entries mean "not given" for
  * optional inputs such as masks) and writes up to max_out outputs, returning how many.
+ * More inputs than a layer (or a JSON model) takes is an error naming it and the counts,
+ * as PyTorch raises on an extra argument; trailing NULL entries do not count.
  * kiln_module_forward() is the one-in, one-out form. Outputs follow tensor.h's
  * ownership rule (the innermost open scope takes them); everything a forward pass
  * creates in between is released before it returns. A failure returns NULL / -1 and
@@ -86,6 +88,18 @@ int kiln_module_parameters(kiln_module *m, kiln_named_tensor *out, int max);
 int kiln_module_buffers(kiln_module *m, kiln_named_tensor *out, int max);
 /** Parameters then buffers: everything a checkpoint holds. Returns the total number. */
 int kiln_module_state_dict(kiln_module *m, kiln_named_tensor *out, int max);
+
+/**
+ * The generators m's tree draws forward-time randomness from (Dropout, and the dropout in
+ * MultiheadAttention, the Transformer layers, PositionalEncoding, LSTM and GRU): one per
+ * module, m first, then each child's tree in order. Writes up to max pointers into out
+ * (borrowed, valid as long as the modules: read them to save the streams, assign them to
+ * restore) and each module's kiln_module_path into paths (valid until the tree changes);
+ * either may be NULL. Returns the total number (out and paths NULL, max 0 sizes the
+ * arrays). They are not in the state dict; kiln/train.h's checkpoints save them, so that a
+ * resumed run draws the same dropout masks as the uninterrupted one.
+ */
+int kiln_module_generators(kiln_module *m, kiln_generator **out, const char **paths, int max);
 
 /**
  * Called for every parameter and buffer with its full name (valid during the call)

@@ -124,11 +124,15 @@ int kiln_optim_step(kiln_optim *opt);
 void kiln_optim_zero_grad(kiln_optim *opt);
 
 double kiln_optim_lr(const kiln_optim *opt);
-void kiln_optim_set_lr(kiln_optim *opt, double lr);
+/** Set the lr: 0, or -1 plus a message, nothing changed, for a NaN, infinite or negative
+ *  lr (one step with such an lr would write NaN into every parameter). */
+int kiln_optim_set_lr(kiln_optim *opt, double lr);
 /** The current config (lr and momentum as schedulers last set them). */
 kiln_optim_config kiln_optim_get_config(const kiln_optim *opt);
-/** SGD/RMSprop momentum or Adam beta1, whichever the kind uses (one-cycle cycles it). */
-void kiln_optim_set_momentum(kiln_optim *opt, double momentum);
+/** SGD/RMSprop momentum or Adam beta1, whichever the kind uses (one-cycle cycles it).
+ *  0, or -1 plus a message, nothing changed, for a value kiln_optim_create would refuse
+ *  (NaN, infinite, negative; beta1 >= 1). */
+int kiln_optim_set_momentum(kiln_optim *opt, double momentum);
 /** Number of updates made (accumulation calls that did not update do not count). */
 int64_t kiln_optim_steps(const kiln_optim *opt);
 int kiln_optim_param_count(const kiln_optim *opt);
@@ -223,7 +227,8 @@ kiln_sched_config kiln_sched_config_default(kiln_sched_kind kind);
 const char *kiln_sched_kind_name(kiln_sched_kind kind);
 
 /** The lr at step t (0 = before the first kiln_sched_step) from base_lr, in closed form.
- *  NAN plus a message for an invalid config. */
+ *  NAN plus a message for an invalid config, a step past ONE_CYCLE's total_steps, or any
+ *  step whose lr is not a finite number >= 0 (an exponential overflowing, say). */
 double kiln_sched_lr_at(const kiln_sched_config *cfg, double base_lr, int64_t t);
 /** The momentum one-cycle sets at step t (NAN unless ONE_CYCLE with cycle_momentum). */
 double kiln_sched_momentum_at(const kiln_sched_config *cfg, int64_t t);
@@ -239,14 +244,20 @@ kiln_sched *kiln_sched_create(const kiln_sched_config *cfg, kiln_optim *opt);
 /** Same, with an explicit base lr. */
 kiln_sched *kiln_sched_create_base(const kiln_sched_config *cfg, kiln_optim *opt, double base_lr);
 void kiln_sched_free(kiln_sched *s);
-/** Advance one step, set the optimizer's lr (and momentum), return the new lr. */
+/** Advance one step, set the optimizer's lr (and momentum), return the new lr. A step
+ *  whose lr kiln_sched_lr_at refuses (ONE_CYCLE past total_steps, as PyTorch raises
+ *  there) returns NAN plus a message and changes nothing: not the step, not the lr. */
 double kiln_sched_step(kiln_sched *s);
 double kiln_sched_lr(const kiln_sched *s);
 int64_t kiln_sched_last_step(const kiln_sched *s);
 /** {"format":"kiln-sched-1","kind":"cosine","step":12,"base_lr":0.1}; free() it. */
 char *kiln_sched_state_export(const kiln_sched *s);
-/** Restore the step (and base lr) and re-apply the lr to the optimizer. */
+/** Restore the step (and base lr) and re-apply the lr to the optimizer. 0, or -1 plus a
+ *  message and nothing changed (a state of another kind, or whose step has no valid lr). */
 int kiln_sched_state_import(kiln_sched *s, const char *json);
+/** Whether kiln_sched_state_import(s, json) would succeed, changing nothing: 0 or -1 plus
+ *  the message it would give (for callers that restore several objects all or nothing). */
+int kiln_sched_state_check(const kiln_sched *s, const char *json);
 
 KILN_API_END
 

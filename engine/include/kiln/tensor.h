@@ -543,6 +543,9 @@ kiln_tensor *kiln_layer_norm(kiln_tensor *x, int nnorm, kiln_tensor *weight, kil
  * x [N, C, ...]. training: normalize with batch statistics and, when running_mean /
  * running_var are given, update them in place with momentum (PyTorch's convention,
  * unbiased variance for the running estimate). Not training: use the running stats.
+ * Batch statistics (training, or no running stats given) need more than 1 value per
+ * channel: an empty batch, one item of [N, C], or an empty spatial dim gives NULL with
+ * the shape in the message, and the running stats are left untouched.
  */
 kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean, kiln_tensor *running_var,
                              kiln_tensor *weight, kiln_tensor *bias, bool training, double momentum,

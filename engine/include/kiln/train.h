@@ -23,9 +23,11 @@
  *
  * Exact resume. The loaders' order is a pure function of (seed, epoch); a checkpoint
  * holds the model's parameters and buffers, the optimizer's and the scheduler's state,
- * the learner's generator, the epoch and the batch position, and the metric history. A
+ * the learner's generator and every module's (the streams dropout draws from; see
+ * kiln_module_generators), the epoch and the batch position, and the metric history. A
  * learner resumed from it replays the same batches and computes the same losses, bit
- * for bit, as the run that wrote it.
+ * for bit, as the run that wrote it. A resume is all or nothing: a checkpoint that does
+ * not fit (another model, optimizer kind or scheduler) changes nothing.
  *
  * Metrics (per epoch, names as in the history and the report): train_loss,
  * train_accuracy, valid_loss, valid_accuracy, valid_top<k>_accuracy, valid_precision,
@@ -138,7 +140,10 @@ typedef struct kiln_learner kiln_learner;
 /**
  * A learner over model, opt (over the model's parameters), sched (may be NULL), the
  * training loader and a validation loader (may be NULL). Nothing is owned: the caller
- * frees them after the learner. Strings in cfg are copied.
+ * frees them after the learner. Strings in cfg are copied. NULL plus a message for a
+ * config out of range (negative num_classes or checkpoint intervals among them), a
+ * best_metric or early_stop_metric the learner would never record with this config and
+ * loaders, or an optimizer with a parameter that is not one of the model's tensors.
  */
 kiln_learner *kiln_learner_create(const kiln_learner_config *cfg, kiln_module *model, kiln_optim *opt,
                                   kiln_sched *sched, kiln_loader *train, kiln_loader *valid);
@@ -148,12 +153,15 @@ void kiln_learner_set_loss(kiln_learner *L, kiln_train_loss_fn fn, void *ud);
 int kiln_learner_subscribe(kiln_learner *L, kiln_train_subscriber fn, void *ud);
 /**
  * Restore everything from a checkpoint: path is a checkpoint folder, or a checkpoint root
- * (the newest one that verifies). The next fit continues where that run was. 0 or -1.
+ * (the newest one that verifies). The next fit continues where that run was. 0, or -1
+ * with nothing changed. A checkpoint written before module generators were saved resumes
+ * with the modules' current streams and a notice (on cfg.progress, else stderr).
  */
 int kiln_learner_resume(kiln_learner *L, const char *path);
 /**
  * Train until cfg.epochs, early stopping or cancellation. 0 when it stopped for one of
- * those reasons (see kiln_learner_stop_reason), -1 plus a message on an error.
+ * those reasons (see kiln_learner_stop_reason), -1 plus a message on an error (a
+ * scheduler refusing its step, one-cycle past total_steps, among them).
  */
 int kiln_learner_fit(kiln_learner *L);
 /** Evaluate the model on a loader: writes loss and (classification) accuracy. 0 or -1. */
