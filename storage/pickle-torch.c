@@ -135,6 +135,40 @@ static int pk_int_tuple(const kiln__pk_value *v, int64_t *out, int *n)
     return 0;
 }
 
+/*
+ * _rebuild_tensor_v2's seventh argument: the tensor's metadata, which torch.save writes for a
+ * lazily negated or conjugated view ({"neg": True} for torch._neg_view(x), {"conj": True}):
+ * the stored values are the original's, and the view's are their negatives (or conjugates).
+ * kiln reads the storage as it is, so such a tensor would load with its signs flipped; it is
+ * refused instead, saying how to save it resolved. None, an empty dict or false flags are
+ * plain tensors. 0, or -1 with s failed.
+ */
+static int tensor_flagged(pk_state *s, const kiln__pk_value *meta)
+{
+    if (meta->kind == KILN__PK_NONE)
+        return 0;
+    if (meta->kind != KILN__PK_DICT)
+        return kiln__pk_fail(s, "tensor metadata is not a dict"), -1;
+    for (size_t i = 0; i < meta->u.dict.n; i++) {
+        const kiln__pk_value *k = meta->u.dict.keys[i], *v = meta->u.dict.vals[i];
+        bool set = v->kind == KILN__PK_BOOL  ? v->u.b
+                   : v->kind == KILN__PK_INT ? v->u.i != 0
+                                             : v->kind != KILN__PK_NONE;
+        if (!set)
+            continue;
+        const char *name = k->kind == KILN__PK_STR ? k->u.str.s : "?";
+        if (!strcmp(name, "neg") || !strcmp(name, "conj"))
+            return kiln__pk_fail(s,
+                                 "a tensor is saved as a lazily %s view (metadata '%s'): its stored values are "
+                                 "not its values; save it resolved (x.resolve_neg() / x.resolve_conj()) or as "
+                                 "x.clone()",
+                                 !strcmp(name, "neg") ? "negated" : "conjugated", name),
+                   -1;
+        return kiln__pk_fail(s, "a tensor carries metadata '%.32s' kiln does not know", name), -1;
+    }
+    return 0;
+}
+
 /* _rebuild_tensor(_v2)(storage, offset, size, stride, ...): a view, checked against the
  * storage's claimed element count here and against the record's real size on open. */
 static kiln__pk_value *pk_tensor(pk_state *s, kiln__pk_value *const *a)
@@ -240,6 +274,8 @@ kiln__pk_value *kiln__pk_reduce(pk_state *s, const kiln__pk_value *fn, const kil
                           kiln__pk_global_name(fn->u.global, gname, sizeof gname), n);
             return NULL;
         }
+        if (n == 7 && tensor_flagged(s, a[6]) < 0)
+            return NULL;
         return pk_tensor(s, a);
     case PK_G_REBUILD_PARAMETER:
     case PK_G_REBUILD_PARAMETER_WITH_STATE:

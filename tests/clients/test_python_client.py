@@ -11,6 +11,7 @@ connection errors.
 Usage: test_python_client.py KILND CLIENT_SOURCE_DIR FIXTURES_DIR
 """
 import json
+import math
 import os
 import shutil
 import signal
@@ -192,6 +193,15 @@ def test_inference(kc, d):
           "a dict of inputs, named outputs, a version and an id")
     r = c.infer("mnist_mlp", [kc.Tensor("input", x, "FP32")])
     check(close(r.output().data, want), "a list of Tensor")
+    # NaN both ways in a JSON request: the NaN input goes in the binary extension (JSON has
+    # none), the row it poisons comes back as kilnd's JSON null and reads as NaN; the other
+    # rows are untouched
+    poisoned = [list(row) for row in x]
+    poisoned[1][0] = float("nan")
+    out = c.infer("mnist_mlp", poisoned).output()
+    rows = [out.data[i * 10:(i + 1) * 10] for i in range(4)]
+    check(all(math.isnan(v) for v in rows[1]) and close(rows[0] + rows[2] + rows[3], want[:10] + want[20:]),
+          "a NaN input in a JSON request, NaN outputs read back: %s" % rows[1][:3])
     ref = {b: read_safetensors(os.path.join(FIX, "onnx", "cnn.b%d.io.safetensors" % b)) for b in (1, 3)}
     for b in (1, 3):
         xs, xv = ref[b]["in.x"]

@@ -147,7 +147,7 @@ static void test_checkpoint_nesting_and_other_values(void **state)
     } want[] = {{"epoch", "3"},
                 {"lr", "0.5"},
                 {"note", "'warm start'"},
-                {"optimizer.param_groups.0.momentum", "0.90000000000000002"},
+                {"optimizer.param_groups.0.momentum", "0.9"}, /* as Python prints 0.9 */
                 {"optimizer.param_groups.0.nesterov", "False"},
                 {"optimizer.param_groups.0.params.1", "1"}};
     for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
@@ -279,6 +279,31 @@ static void test_pickle_hostile(void **state)
     REJECT(REBUILD STORAGE4 "K\x00K\x03K\x03\x86K\x00K\x00\x86\x89}tR.", "overlapping views");
     REJECT(REBUILD STORAGE4 "J\xff\xff\xff\xffK\x01\x85K\x01\x85\x89}tR.", "negative");
     REJECT(REBUILD STORAGE4 "K\x00K\x02\x85)\x89}tR.", "equal length");
+    /* the seventh argument: torch._neg_view(x) (and a conjugate view) store x's values with a
+     * flag; read as stored they would load with their signs flipped */
+    REJECT(REBUILD STORAGE4 "K\x01K\x03\x85K\x01\x85\x89}}X\x03\x00\x00\x00neg\x88stR.", "lazily negated view");
+    REJECT(REBUILD STORAGE4 "K\x01K\x03\x85K\x01\x85\x89}}X\x04\x00\x00\x00"
+                            "conj\x88stR.",
+           "lazily conjugated");
+    REJECT(REBUILD STORAGE4 "K\x01K\x03\x85K\x01\x85\x89}}X\x03\x00\x00\x00odd\x88stR.", "metadata 'odd'");
+    /* metadata that flags nothing is a plain tensor */
+    static const char plain_empty[] = REBUILD STORAGE4 "K\x01K\x03\x85K\x01\x85\x89}}tR.",
+                      plain_false[] = REBUILD STORAGE4 "K\x01K\x03\x85K\x01\x85\x89}}X\x03\x00\x00\x00neg\x89stR.",
+                      plain_none[] = REBUILD STORAGE4 "K\x01K\x03\x85K\x01\x85\x89}NtR.";
+    const struct {
+        const char *p;
+        size_t n;
+    } plain[] = {{plain_empty, sizeof plain_empty - 1},
+                 {plain_false, sizeof plain_false - 1},
+                 {plain_none, sizeof plain_none - 1}};
+    for (int i = 0; i < 3; i++) {
+        kiln__pickle *pp = kiln__pickle_load(plain[i].p, plain[i].n, "test", NULL);
+        if (!pp)
+            fail_msg("plain metadata %d: %s", i, kiln_error());
+        assert_int_equal(kiln__pickle_root(pp)->kind, KILN__PK_TENSOR);
+        assert_int_equal(kiln__pickle_root(pp)->u.tensor->size[0], 3);
+        kiln__pickle_free(pp);
+    }
     /* the same view inside its storage is fine */
     const char ok[] = REBUILD STORAGE4 "K\x01K\x03\x85K\x01\x85\x89}tR.";
     kiln__pickle *p = kiln__pickle_load(ok, sizeof ok - 1, "test", NULL);
@@ -305,6 +330,51 @@ static void test_pickle_hostile(void **state)
     p = kiln__pickle_load(cyc, sizeof cyc - 1, "test", NULL);
     assert_non_null(p);
     kiln__pickle_free(p);
+}
+
+/* Non-tensor values read as Python's repr writes them (record.h's promise): the shortest
+ * float that reads back, ".0" on integral floats, exponents past 1e16 and below 1e-4, and
+ * strings quoted and escaped as repr quotes and escapes them. */
+static void test_other_values_as_python_prints(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *pickle;
+        size_t len;
+        const char *want;
+    } cases[] = {
+        {"\x47\x3f\xb9\x99\x99\x99\x99\x99\x9a\x2e", 10, "0.1"},
+        {"\x47\x40\x00\x00\x00\x00\x00\x00\x00\x2e", 10, "2.0"},
+        {"\x47\x80\x00\x00\x00\x00\x00\x00\x00\x2e", 10, "-0.0"},
+        {"\x47\x43\x41\xc3\x79\x37\xe0\x80\x00\x2e", 10, "1e+16"},
+        {"\x47\x43\x0c\x6b\xf5\x26\x34\x00\x00\x2e", 10, "1000000000000000.0"},
+        {"\x47\x3e\xe4\xf8\xb5\x88\xe3\x68\xf1\x2e", 10, "1e-05"},
+        {"\x47\x3f\x1a\x36\xe2\xeb\x1c\x43\x2d\x2e", 10, "0.0001"},
+        {"\x47\x40\x5e\xdd\x2f\x1a\x9f\xbe\x77\x2e", 10, "123.456"},
+        {"\x47\x7e\x41\xeb\x2d\x66\x00\x58\x35\x2e", 10, "1.5e+300"},
+        {"\x47\x7f\xf0\x00\x00\x00\x00\x00\x00\x2e", 10, "inf"},
+        {"\x47\x7f\xf8\x00\x00\x00\x00\x00\x00\x2e", 10, "nan"},
+        {"\x47\x00\x00\x00\x00\x00\x00\x00\x01\x2e", 10, "5e-324"},
+        {"\x47\x3f\xd5\x55\x55\x55\x55\x55\x55\x2e", 10, "0.3333333333333333"},
+        {"\x47\xbe\x90\xc6\xf7\xa0\xb5\xed\x8d\x2e", 10, "-2.5e-07"},
+        {"\x47\x43\x45\xee\x2a\x2e\xb5\xa5\xc4\x2e", 10, "1.2345678901234568e+16"},
+        {"\x58\x07\x00\x00\x00\x71\x27\x75\x6f\x74\x65\x0a\x2e", 13, "\"q'uote\\n\""},
+        {"\x58\x04\x00\x00\x00\x61\x22\x62\x27\x2e", 10, "'a\"b\\''"},
+        {"\x58\x04\x00\x00\x00\x74\x61\x62\x09\x2e", 10, "'tab\\t'"},
+        {"\x58\x01\x00\x00\x00\x01\x2e", 7, "'\\x01'"},
+        {"\x58\x02\x00\x00\x00\xc3\xa9\x2e", 8, "'é'"},
+        {"\x58\x0a\x00\x00\x00\x62\x61\x63\x6b\x5c\x73\x6c\x61\x73\x68\x2e", 16, "'back\\\\slash'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kiln__pickle *p = kiln__pickle_load(cases[i].pickle, cases[i].len, "test", NULL);
+        if (!p)
+            fail_msg("case %zu: %s", i, kiln_error());
+        char text[64];
+        kiln__pk_describe(kiln__pickle_root(p), text, sizeof text);
+        if (strcmp(text, cases[i].want) != 0)
+            fail_msg("case %zu: %s, want %s", i, text, cases[i].want);
+        kiln__pickle_free(p);
+    }
 }
 
 /* Flip bytes and cut the file short all over a real .pt: every variant must either open
@@ -353,6 +423,7 @@ int main(void)
         cmocka_unit_test(test_rename_and_skip_rules),
         cmocka_unit_test(test_refused_files),
         cmocka_unit_test(test_pickle_hostile),
+        cmocka_unit_test(test_other_values_as_python_prints),
         cmocka_unit_test(test_mutated_archives),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -242,7 +242,9 @@ class Client:
         chunks = []
         for t in tensors:
             d = {"name": t.name, "datatype": t.datatype, "shape": t.shape}
-            if binary:
+            # JSON has no NaN or infinity: such a tensor goes in the binary extension even
+            # when the rest of the request is JSON (KServe lets each input choose)
+            if binary or not t.finite():
                 raw = t.to_binary()
                 d["parameters"] = {"binary_data_size": len(raw)}
                 chunks.append(raw)
@@ -254,8 +256,8 @@ class Client:
                                  for o in ([outputs] if isinstance(outputs, str) else outputs)]
         elif binary:
             header["parameters"] = {"binary_data_output": True}
-        text = json.dumps(header, separators=(",", ":")).encode()
-        if binary:
+        text = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
+        if chunks:
             body = text + b"".join(chunks)
             hdrs = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(text))}
         else:

@@ -86,7 +86,9 @@ def _convert(datatype, v):
     if datatype == "BOOL":
         return bool(v)
     if datatype.startswith(("FP", "BF")):
-        return float(v)
+        # kilnd writes NaN and infinities as null in JSON, which has no such numbers; they
+        # come back as NaN (binary=True keeps infinities apart from NaN)
+        return math.nan if v is None else float(v)
     if isinstance(v, float) and not v.is_integer():
         raise ValueError("%s element %r is not a whole number" % (datatype, v))
     return int(v)
@@ -157,6 +159,12 @@ class Tensor:
         if self.datatype == "BF16":
             return struct.pack("<%dH" % len(self.data), *(_bf16_bits(v) for v in self.data))
         return struct.pack("<%d%s" % (len(self.data), _FORMATS[self.datatype]), *self.data)
+
+    def finite(self):
+        """Whether every element is a finite number (JSON can carry no NaN or infinity)."""
+        if not self.datatype.startswith(("FP", "BF")):
+            return True
+        return all(math.isfinite(v) for v in self.data)
 
     def json_data(self):
         """The elements for a JSON "data" member (BYTES as text; non-UTF-8 bytes cannot go as JSON)."""
