@@ -552,7 +552,7 @@ int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, con
         if (strcmp(dtname, sp->datatype) != 0)
             FAIL(400, "input '%s' has datatype %.32s; the model expects %s", sp->name, dtname, sp->datatype);
         struct kd_sched_tensor *t = &r->inputs[k];
-        int nd = 0, sr;
+        int nd = 0, sr, bad_dim = -1;
         int64_t numel = 1;
         struct kd_jscan ss;
         scan_at(&ss, in->shape, jend);
@@ -571,9 +571,8 @@ int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, con
             if (nd >= sp->ndim)
                 continue; /* counted, and refused below */
             t->shape[nd] = v;
-            if (sp->shape[nd] >= 0 && sp->shape[nd] != v)
-                FAIL(400, "input '%s': dim %d is %lld; the model expects %lld", sp->name, nd, (long long)v,
-                     (long long)sp->shape[nd]);
+            if (sp->shape[nd] >= 0 && sp->shape[nd] != v && bad_dim < 0)
+                bad_dim = nd; /* said after the rank: [1, 784] for a 4-dim input is a rank error */
             /* both factors are at most the limit, yet their product may not fit in 64 bits */
             if (__builtin_mul_overflow(numel, v, &numel) || numel > ic->max_tensor_elements)
                 FAIL(413, "input '%s' has more than limits.max_tensor_elements (%lld) elements", sp->name,
@@ -581,6 +580,9 @@ int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, con
         }
         if (nd != sp->ndim)
             FAIL(400, "input '%s' has %d dims; the model expects %d", sp->name, nd, sp->ndim);
+        if (bad_dim >= 0)
+            FAIL(400, "input '%s': dim %d is %lld; the model expects %lld", sp->name, bad_dim,
+                 (long long)t->shape[bad_dim], (long long)sp->shape[bad_dim]);
         t->ndim = nd;
         if (c->max_batch_size > 0) {
             if (nd < 1 || t->shape[0] < 1 || t->shape[0] > c->max_batch_size)

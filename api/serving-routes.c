@@ -88,10 +88,7 @@ static int parse_model_path(const struct kd_request *req, size_t prefix, struct 
     if (np >= 3 && strcmp(parts[1], "versions") == 0) {
         int64_t v = path_version(parts[2]);
         if (v <= 0) {
-            snprintf(msg, n,
-                     "invalid model version '%.64s': a version is a whole number from 1 to %lld, without "
-                     "leading zeros",
-                     parts[2], (long long)INT64_MAX);
+            snprintf(msg, n, "invalid model version '%.64s': %s", parts[2], KD_SERVING_VERSION_RULE);
             return 400;
         }
         mp->version = v;

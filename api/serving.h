@@ -90,6 +90,8 @@ int kd_serving_versions(struct kd_serving *sv, const char *name, struct kd_sched
 /* Calls each(ud, m) for every loaded version of every model (borrowed), from the model table in
  * memory: what the all-model statistics of both protocols list. */
 void kd_serving_each_loaded(struct kd_serving *sv, void (*each)(void *ud, struct kd_sched_model *m), void *ud);
+/* What kd_serving_parse_version takes, for messages refusing a version. */
+#define KD_SERVING_VERSION_RULE "a version is a whole number from 1 to 9223372036854775807, without leading zeros"
 /* A request's model version: "" or NULL is the latest (0); otherwise a positive integer written
  * without leading zeros, within int64; -1 for anything else. */
 int64_t kd_serving_parse_version(const char *text);

@@ -56,22 +56,47 @@ struct grpc_job {
         goto done;                                                                                                \
     } while (0)
 
-/* Copies typed contents into t (dtype and element count set). 0, or -1 with why. */
+/* Copies typed contents into t (dtype and element count set). 0, or -1 with why (pointing at
+ * static text or into buf). */
 static int copy_typed(struct kd_sched_tensor *t, const Inference__InferTensorContents *c, int64_t numel,
-                      const char **why)
+                      const char **why, char *buf, size_t bl)
 {
     size_t n = (size_t)numel, have;
+    /* Every typed field but the datatype's own must be empty: elements in another one (int64
+     * contents for an FP32 input) were meant for a different datatype, and ignoring them
+     * would run on whatever the right field holds. */
+    static const struct {
+        kiln_dtype dt;
+        const char *field;
+    } fields[] = {{KILN_F32, "fp32_contents"}, {KILN_F64, "fp64_contents"}, {KILN_I64, "int64_contents"},
+                  {KILN_I32, "int_contents"},  {KILN_U8, "uint_contents"},  {KILN_BOOL, "bool_contents"}};
+    const size_t counts[] = {c->n_fp32_contents, c->n_fp64_contents, c->n_int64_contents,
+                             c->n_int_contents,  c->n_uint_contents, c->n_bool_contents};
+    const char *own = NULL;
+    for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++)
+        if (fields[k].dt == t->dtype)
+            own = fields[k].field;
+    if (!own) {
+        *why = "this datatype has no typed contents field: send it in raw_input_contents";
+        return -1;
+    }
+    for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++)
+        if (counts[k] && fields[k].dt != t->dtype) {
+            snprintf(buf, bl, "the contents are in %s; this datatype's field is %s", fields[k].field, own);
+            *why = buf;
+            return -1;
+        }
     switch (t->dtype) {
     case KILN_F32: have = c->n_fp32_contents; break;
     case KILN_F64: have = c->n_fp64_contents; break;
     case KILN_I64: have = c->n_int64_contents; break;
     case KILN_I32: have = c->n_int_contents; break;
     case KILN_U8: have = c->n_uint_contents; break;
-    case KILN_BOOL: have = c->n_bool_contents; break;
-    default: *why = "this datatype has no typed contents field: send it in raw_input_contents"; return -1;
+    default: have = c->n_bool_contents; break;
     }
     if (have != n) {
-        *why = "the contents hold a different number of elements than the shape";
+        snprintf(buf, bl, "%s holds %zu elements; the shape needs %zu", own, have, n);
+        *why = buf;
         return -1;
     }
     for (size_t i = 0; i < n; i++) {
@@ -251,9 +276,10 @@ static int decode(const struct kd_serving_options *lim, const kd_model_config *c
         if (!t->data)
             FAIL(500, "out of memory");
         const char *why = NULL;
+        char whybuf[128];
         if (raw)
             memcpy(t->data, raw_in[ri].data, t->nbytes);
-        else if (copy_typed(t, in->contents, numel, &why) != 0)
+        else if (copy_typed(t, in->contents, numel, &why, whybuf, sizeof whybuf) != 0)
             FAIL(400, "input '%s': %s", sp->name, why);
     }
     for (int o = 0; o < c->noutputs; o++)
@@ -365,11 +391,18 @@ static void job_free(struct grpc_job *j)
     free(j);
 }
 
-/* A streaming call's error: a ModelStreamInferResponse carrying it, the stream going on. */
-static void stream_error(struct grpc_stream *s, const char *msg)
+/* A streaming call's error: a ModelStreamInferResponse carrying it and, in its infer_response,
+ * the request's id (a client matching answers to requests by id needs it on errors too), the
+ * stream going on. */
+static void stream_error(struct grpc_stream *s, const char *msg, const char *id)
 {
     Inference__ModelStreamInferResponse sr = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
+    Inference__ModelInferResponse r = INFERENCE__MODEL_INFER_RESPONSE__INIT;
     sr.error_message = (char *)msg;
+    if (id && id[0]) {
+        r.id = (char *)id;
+        sr.infer_response = &r;
+    }
     if (kd_grpc_reply(s, &sr.base) != 0)
         kd_grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
 }
@@ -391,7 +424,7 @@ static void deliver(struct grpc_stream *s)
             if (kd_grpc_reply_buf(s, &j->resp) != 0)
                 kd_grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the response");
         } else {
-            stream_error(s, j->msg);
+            stream_error(s, j->msg, j->id);
         }
         job_free(j);
     }
@@ -589,14 +622,24 @@ void kd_grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len, struc
         refuse(j, GRPC_INVALID_ARGUMENT, "malformed ModelInferRequest message");
         goto out;
     }
-    j->id = strdup(q->id ? q->id : "");
+    /* the id is echoed in every answer: as long as HTTP's may be, or refused (and not echoed) */
+    size_t id_len = q->id ? strlen(q->id) : 0;
+    bool id_ok = id_len <= (size_t)kd_serving_limits(sv)->max_string_bytes;
+    j->id = strdup(id_ok && q->id ? q->id : "");
     if (!j->id) {
         refuse(j, GRPC_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
+    if (!id_ok) {
+        snprintf(msg, sizeof msg, "id must be a string of at most %lld bytes (got %zu)",
+                 (long long)kd_serving_limits(sv)->max_string_bytes, id_len);
+        refuse(j, GRPC_INVALID_ARGUMENT, msg);
+        goto out;
+    }
     version = kd_serving_parse_version(q->model_version);
     if (version < 0) {
-        refuse(j, GRPC_INVALID_ARGUMENT, "invalid model version");
+        snprintf(msg, sizeof msg, "invalid model version '%.64s': %s", q->model_version, KD_SERVING_VERSION_RULE);
+        refuse(j, GRPC_INVALID_ARGUMENT, msg);
         goto out;
     }
     int status = 0;

@@ -50,7 +50,8 @@ static struct kd_sched_model *model_for(struct grpc_stream *s, const char *name,
     struct kd_serving *sv = s->conn->g->o.serving;
     int64_t v = kd_serving_parse_version(version);
     if (v < 0) {
-        kd_grpc_finish(s, GRPC_INVALID_ARGUMENT, "invalid model version '%.32s'", version);
+        kd_grpc_finish(s, GRPC_INVALID_ARGUMENT, "invalid model version '%.64s': %s", version,
+                       KD_SERVING_VERSION_RULE);
         return NULL;
     }
     int status = 0;
@@ -83,6 +84,11 @@ static void model_ready(struct grpc_stream *s, const Inference__ModelReadyReques
 {
     struct kd_serving *sv = s->conn->g->o.serving;
     int64_t v = kd_serving_parse_version(q->version);
+    if (v < 0) { /* as HTTP's .../versions/abc/ready: a malformed version is the caller's error */
+        kd_grpc_finish(s, GRPC_INVALID_ARGUMENT, "invalid model version '%.64s': %s", q->version,
+                       KD_SERVING_VERSION_RULE);
+        return;
+    }
     int status = 0;
     char msg[320];
     Inference__ModelReadyResponse r = INFERENCE__MODEL_READY_RESPONSE__INIT;

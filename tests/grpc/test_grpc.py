@@ -187,7 +187,8 @@ def test_health_and_metadata(d, c):
     for bad in ("01", "99999999999999999999999", "1x"):
         fails_with(lambda: c.get_model_metadata("mnist_mlp", bad, headers=AUTH), "INVALID_ARGUMENT",
                    "invalid model version '%s'" % bad, "ModelMetadata of version %r" % bad)
-        check(c.is_model_ready("mnist_mlp", bad, headers=AUTH) is False, "ModelReady of version %r is false" % bad)
+        fails_with(lambda: c.is_model_ready("mnist_mlp", bad, headers=AUTH), "INVALID_ARGUMENT",
+                   "invalid model version '%s'" % bad, "ModelReady of version %r" % bad)
 
 
 def test_model_config(d, c):
@@ -276,6 +277,42 @@ def test_infer(d, c):
         res = stub.ModelInfer(q2, metadata=[("authorization", "Bearer " + ADMIN)])
         got = np.frombuffer(res.raw_output_contents[0], dtype=np.float32).reshape(WANT.shape)
         check(res.id == "typed" and np.allclose(got, WANT, atol=1e-4), "ModelInfer with typed FP32 contents")
+        # contents in another datatype's field, alone or beside the right one: refused naming both
+        for extra in (False, True):
+            q4 = service_pb2.ModelInferRequest(model_name="mnist_mlp")
+            tin = q4.inputs.add(name="input", datatype="FP32", shape=list(X.shape))
+            if extra:
+                tin.contents.fp32_contents.extend(X.flatten().tolist())
+            tin.contents.int64_contents.extend([1] * X.size)
+            try:
+                stub.ModelInfer(q4, metadata=[("authorization", "Bearer " + ADMIN)])
+                check(False, "FP32 input with int64_contents (beside fp32: %s): refused" % extra)
+            except grpc.RpcError as e:
+                check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "int64_contents" in e.details()
+                      and "fp32_contents" in e.details(),
+                      "contents in the wrong field are refused naming it: %s" % e.details())
+        # an id longer than limits.max_string_bytes (128 by default), as HTTP refuses it
+        q5 = service_pb2.ModelInferRequest(model_name="mnist_mlp", id="i" * 200)
+        tin = q5.inputs.add(name="input", datatype="FP32", shape=list(X.shape))
+        tin.contents.fp32_contents.extend(X.flatten().tolist())
+        try:
+            stub.ModelInfer(q5, metadata=[("authorization", "Bearer " + ADMIN)])
+            check(False, "a 200-byte id: refused")
+        except grpc.RpcError as e:
+            check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "at most 128 bytes" in e.details(),
+                  "a 200-byte id is refused: %s" % e.details())
+        # a stream's error answers carry their request's id, as its results do
+        reqs = []
+        for rid, model, shape in (("s1", "mnist_mlp", list(X.shape)), ("s2", "nosuch", list(X.shape)),
+                                  ("s3", "mnist_mlp", [1, 5])):
+            qs = service_pb2.ModelInferRequest(model_name=model, id=rid)
+            tin = qs.inputs.add(name="input", datatype="FP32", shape=shape)
+            tin.contents.fp32_contents.extend([0.5] * int(np.prod(shape)))
+            reqs.append(qs)
+        answers = list(stub.ModelStreamInfer(iter(reqs), metadata=[("authorization", "Bearer " + ADMIN)]))
+        got = [(a.infer_response.id, bool(a.error_message)) for a in answers]
+        check(got == [("s1", False), ("s2", True), ("s3", True)],
+              "ModelStreamInfer errors carry their ids: %s" % got)
         q3 = service_pb2.ModelInferRequest(model_name="dtypes")
         for n, t, dt in TYPES:
             tin = q3.inputs.add(name="in_" + n, datatype=dt, shape=[2, 3])

@@ -302,6 +302,15 @@ def test_bad_input(d):
         st, h, data = d.req("POST", "/v2/models/mnist_mlp/infer", body)
         ok = st == want and h.get("content-type") == "application/json" and "error" in json.loads(data)
         check(ok, "bad input %s -> %d (got %d %s)" % (what, want, st, data[:200]))
+    # a wrong rank is named as such, even where a dim also differs ([1, 5, 784] for [-1, 784])
+    st, _, data = d.req("POST", "/v2/models/mnist_mlp/infer",
+                        {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 5, 784], "data": []}]})
+    check(st == 400 and "has 3 dims; the model expects 2" in json.loads(data).get("error", ""),
+          "a wrong rank says so: %s" % data[:200])
+    st, _, data = d.req("POST", "/v2/models/mnist_mlp/infer",
+                        {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 783], "data": [0.0] * 783}]})
+    check(st == 400 and "dim 1 is 783; the model expects 784" in json.loads(data).get("error", ""),
+          "a wrong dim says which: %s" % data[:200])
     st, _, _ = d.req("POST", "/v2/models/nosuch/infer", infer_body([[0.0] * 784]))
     check(st == 404, "unknown model is 404")
     st, _, _ = d.req("GET", "/v2/models/..%2f/ready")
