@@ -68,14 +68,28 @@ BINARY(op_and, kiln_logical_and(a, b))
 BINARY(op_or, kiln_logical_or(a, b))
 BINARY(op_xor, kiln_logical_xor(a, b))
 
+/* Integer Div and Mod by zero fail, as in ONNX Runtime ("Integer division by zero"): the
+ * f64 quotient below would saturate to INT64_MAX and kiln's integer remainder gives 0, a
+ * wrong value either way. One reduction over the divisor and one read, on integer operands
+ * only (float division by zero is IEEE's inf or nan, as ONNX has it). */
+static int check_divisor(const kiln__onnx_node *n, kiln_tensor *b, const char *what)
+{
+    kiln_tensor *zero = kiln_any(kiln_logical_not(b), 0, NULL, false);
+    double v = zero ? kiln_item(zero) : NAN;
+    if (isnan(v))
+        return -1;
+    return v != 0 ? kiln__onnx_fail(n, "integer %s by zero", what) : 0;
+}
+
 /* Integer division truncates toward zero in ONNX; done in f64, exact for |v| < 2^53. */
 /* Integer Div of shape values on a host-memory device (the head size of an attention
  * layer: the embedding width over the head count), computed on the host: the device path
  * below takes nine ops. Only int64 vectors or scalars of at most 64 elements, one of them a
- * single element or both the same length, no zero divisor and magnitudes under 2^52, where
- * the device path's f64 quotient, truncated, is the exact integer quotient: the result is
- * the same either way. NULL when the operands are not such. */
-static kiln_tensor *div_small_ints(kiln_tensor *a, kiln_tensor *b)
+ * single element or both the same length, and magnitudes under 2^52, where the device
+ * path's f64 quotient, truncated, is the exact integer quotient: the result is the same
+ * either way. 1 with *out made, 0 when the operands are not such (the device path checks for
+ * a zero divisor then), -1 with a message on a zero divisor. */
+static int div_small_ints(const kiln__onnx_node *nd, kiln_tensor *a, kiln_tensor *b, kiln_tensor **out)
 {
     enum {
         MAXV = 64
@@ -84,22 +98,25 @@ static kiln_tensor *div_small_ints(kiln_tensor *a, kiln_tensor *b)
     int64_t na = kiln_tensor_numel(a), nb = kiln_tensor_numel(b);
     if (!kiln__onnx_small_host_ints(a, dev, MAXV) || !kiln__onnx_small_host_ints(b, dev, MAXV) || a->ndim > 1 ||
         b->ndim > 1 || na < 1 || nb < 1 || (na != nb && na != 1 && nb != 1))
-        return NULL;
+        return 0;
     int64_t x[MAXV], y[MAXV], q[MAXV];
     if (kiln_to_data(a, x, (size_t)na * sizeof *x) != 0 || kiln_to_data(b, y, (size_t)nb * sizeof *y) != 0) {
         kiln_error_clear();
-        return NULL;
+        return 0;
     }
     const int64_t big = (int64_t)1 << 52;
     int64_t n = na > nb ? na : nb;
     for (int64_t i = 0; i < n; i++) {
         int64_t u = x[na == 1 ? 0 : i], v = y[nb == 1 ? 0 : i];
-        if (v == 0 || u <= -big || u >= big || v <= -big || v >= big)
-            return NULL;
+        if (v == 0)
+            return kiln__onnx_fail(nd, "integer division by zero");
+        if (u <= -big || u >= big || v <= -big || v >= big)
+            return 0;
         q[i] = u / v; /* C truncates toward zero, as the device path does */
     }
     const kiln_tensor *shaped = a->ndim >= b->ndim && na >= nb ? a : b;
-    return kiln_from_data(dev, KILN_I64, shaped->ndim, shaped->shape, q, (size_t)n * sizeof *q);
+    *out = kiln_from_data(dev, KILN_I64, shaped->ndim, shaped->shape, q, (size_t)n * sizeof *q);
+    return *out ? 1 : -1;
 }
 
 static int op_div(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
@@ -108,8 +125,11 @@ static int op_div(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int
         out[0] = kiln_div(in[0], in[1]);
         return out[0] ? 0 : -1;
     }
-    if ((out[0] = div_small_ints(in[0], in[1])) != NULL)
-        return 0;
+    int small = div_small_ints(n, in[0], in[1], &out[0]);
+    if (small != 0)
+        return small > 0 ? 0 : -1;
+    if (check_divisor(n, in[1], "division"))
+        return -1;
     kiln_tensor *q = kiln_div(kiln_cast(in[0], KILN_F64), kiln_cast(in[1], KILN_F64));
     kiln_tensor *t = kiln_where(kiln_lt(q, kiln_zeros_like(q)), kiln_ceil(q), kiln_floor(q));
     out[0] = kiln_cast(t, kiln_promote_types(kiln_tensor_dtype(in[0]), kiln_tensor_dtype(in[1])));
@@ -119,6 +139,8 @@ static int op_div(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int
 /* fmod = 1: C's fmod (sign of the dividend); fmod = 0: Python's (sign of the divisor). */
 static int op_mod(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
     NEED(2);
+    if (is_int(in[0]) && is_int(in[1]) && check_divisor(n, in[1], "modulo"))
+        return -1;
     kiln_tensor *r = kiln_remainder(in[0], in[1]);
     if (kiln__onnx_attr_int(n, "fmod", 0)) {
         /* remainder differs from fmod only when it is non-zero and the signs differ */

@@ -211,6 +211,27 @@ static int op_batch_norm(const kiln__onnx_node *n, int nin, kiln_tensor *const *
     return ok(out);
 }
 
+/* LayerNormalization's optional Mean and InvStdDev outputs: per the spec, in the stash_type
+ * precision (f32 by default, whatever x is, as ONNX Runtime gives them) and of x's shape with
+ * the normalized dims kept as 1. Only nodes that declare them pay for the two reductions; Y
+ * keeps the engine's one-pass layer norm (its backend entry can give the row statistics, but
+ * only to kiln_layer_norm, which returns Y alone). */
+static int stats(const kiln__onnx_node *n, kiln_tensor *x, int a, double eps, int nout, kiln_tensor **out)
+{
+    int64_t st = kiln__onnx_attr_int(n, "stash_type", KILN__ONNX_FLOAT);
+    int dt = kiln__onnx_kdtype((int)st);
+    if (dt < 0 || !kiln_dtype_is_float((kiln_dtype)dt))
+        return kiln__onnx_fail(n, "stash_type %lld is not a floating type", (long long)st);
+    int r = kiln_tensor_ndim(x), dims[KILN_MAX_DIMS];
+    for (int i = a; i < r; i++)
+        dims[i - a] = i;
+    kiln_tensor *xs = kiln_cast(x, (kiln_dtype)dt);
+    out[1] = kiln_mean(xs, r - a, dims, true);
+    if (nout > 2)
+        out[2] = kiln_rsqrt(kiln_add_scalar(kiln_var(xs, r - a, dims, 0, true), eps));
+    return out[1] && (nout < 3 || out[2]) ? 0 : -1;
+}
+
 static int op_layer_norm(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
     NEED(1);
     int r = kiln_tensor_ndim(in[0]), a;
@@ -235,6 +256,8 @@ static int op_layer_norm(const kiln__onnx_node *n, int nin, kiln_tensor *const *
         if (bi) y = kiln_add(y, bi);
     }
     out[0] = (y);
+    if (out[0] && nout > 1 && stats(n, in[0], a, eps, nout, out))
+        return -1;
     return ok(out);
 }
 

@@ -495,7 +495,17 @@ static int op_one_hot(const kiln__onnx_node *n, int nin, kiln_tensor *const *in,
     if (kiln_tensor_numel(in[2]) != 2) return kiln__onnx_fail(n, "values must hold [off, on]");
     int r = kiln_tensor_ndim(in[0]), a;
     if (kiln__onnx_axis(n, kiln__onnx_attr_int(n, "axis", -1), r + 1, &a)) return -1;
-    kiln_tensor *oh = kiln_one_hot(fix_index(in[0], (int64_t)depth), (int64_t)depth, KILN_BOOL);
+    if (!(depth >= 1 && depth < 0x1p62))
+        return kiln__onnx_fail(n, "depth %g is out of range", depth);
+    int64_t d = (int64_t)depth;
+    /* ONNX wraps indices in [-depth, -1] and gives a row of off_value for any outside
+     * [-depth, depth-1]; kiln_one_hot refuses those, so they go in as 0 and their row is
+     * masked off */
+    kiln_tensor *idx = kiln_cast(in[0], KILN_I64);
+    kiln_tensor *inside = kiln_logical_and(kiln_ge(idx, kiln_full(n->dev, KILN_I64, 0, NULL, (double)-d)),
+                                           kiln_lt(idx, kiln_full(n->dev, KILN_I64, 0, NULL, (double)d)));
+    kiln_tensor *safe = kiln_where(inside, fix_index(idx, d), kiln_zeros_like(idx));
+    kiln_tensor *oh = kiln_logical_and(kiln_one_hot(safe, d, KILN_BOOL), kiln_unsqueeze(inside, r));
     int order[KILN_MAX_DIMS];
     for (int i = 0, j = 0; i <= r; i++) order[i] = i == a ? r : j++;
     oh = kiln_permute(oh, r + 1, order);

@@ -76,6 +76,13 @@ int kiln__onnx_run_node(kiln_onnx_model *m, const kiln__onnx_mnode *n, kiln_tens
     for (int i = 0; i < nout; i++) {
         if (rc == 0 && n->out[i] >= 0 && !out[i] && i == 0)
             rc = -1;
+        /* an operator may leave an output nothing reads; one that is read is an error here,
+         * naming the node, rather than an absent input to its reader or a nameless
+         * "not computed" at the end (last_use is not planned yet while constants fold) */
+        if (rc == 0 && n->out[i] >= 0 && !out[i] && m->last_use && m->last_use[n->out[i]] >= 0) {
+            kiln__error_set("output %d ('%s') was not produced", i, m->vnames[n->out[i]]);
+            rc = -1;
+        }
         if (out[i])
             kiln_tensor_retain(out[i]); /* operators return scoped or borrowed refs */
     }
@@ -300,6 +307,12 @@ int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *con
         int v = m->output_vals[i];
         kiln_tensor *t = vals[v] ? vals[v] : consts[v];
         if (!t) {
+            /* the node that should have made it, found only on this error path */
+            for (int k = 0; k < m->nnodes; k++)
+                for (int j = 0; j < m->nodes[k].nout; j++)
+                    if (m->nodes[k].out[j] == v)
+                        return kiln__error_set("onnx: output '%s' was not computed (output %d of node '%s' (%s))",
+                                               m->vnames[v], j, m->nodes[k].info.name, m->nodes[k].info.op_type);
             kiln__error_set("onnx: output '%s' was not computed", m->vnames[v]);
             return -1;
         }
