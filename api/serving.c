@@ -310,8 +310,11 @@ static int start_load(struct kd_serving *sv, const char *name, int64_t need_vers
         if (rc != 0) {
             op->remaining--;
             if (!op->why[0])
-                snprintf(op->why, sizeof op->why, rc == -2 ? "device '%s' is not one of the configured devices"
-                                                           : "out of memory (%s)",
+                snprintf(op->why, sizeof op->why,
+                         rc == -2 ? "device '%s' is not one of the configured devices (the devices setting; "
+                                    "write a model's device as it is written there, or as the device names "
+                                    "itself, e.g. vulkan:0)"
+                                  : "out of memory (%s)",
                          v->config.device ? v->config.device : "cpu");
         }
     }

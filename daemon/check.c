@@ -5,6 +5,7 @@
  * devices (each opened once and closed again, as the scheduler opens them at start).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "auth.h"
@@ -50,14 +51,32 @@ int kd_daemon_check(const struct kd_config *cfg, char *err, size_t errlen)
         return -1;
     /* Opening is what checks a device's options and that it exists (cuda:5 on a machine with
      * one GPU); the message is the one the scheduler logs when a start fails the same way. */
-    for (size_t i = 0; i < cfg->devices.count; i++) {
-        kiln_device *dev = kiln_device_open(cfg->devices.items[i]);
-        if (!dev) {
-            snprintf(err, errlen, "scheduler: device '%s': %s", cfg->devices.items[i], kiln_error());
-            return -1;
-        }
-        kiln_device_close(dev);
+    kiln_device **open = calloc(cfg->devices.count ? cfg->devices.count : 1, sizeof *open);
+    if (!open) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
     }
+    int rc = 0;
+    for (size_t i = 0; i < cfg->devices.count && rc == 0; i++) {
+        open[i] = kiln_device_open(cfg->devices.items[i]);
+        if (!open[i]) {
+            snprintf(err, errlen, "scheduler: device '%s': %s", cfg->devices.items[i], kiln_error());
+            rc = -1;
+        }
+        /* as the scheduler refuses one device listed under two spellings */
+        for (size_t j = 0; j < i && rc == 0; j++)
+            if (open[j] == open[i]) {
+                snprintf(err, errlen, "scheduler: devices: '%s' and '%s' are the same device (%s); list it once",
+                         cfg->devices.items[j], cfg->devices.items[i], kiln_device_name(open[i]));
+                rc = -1;
+            }
+    }
+    for (size_t i = 0; i < cfg->devices.count; i++)
+        if (open[i])
+            kiln_device_close(open[i]);
+    free(open);
+    if (rc != 0)
+        return -1;
     struct kd_auth *auth = kd_auth_new(&cfg->api_tokens, err, errlen);
     if (!auth)
         return -1;

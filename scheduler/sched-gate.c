@@ -28,6 +28,10 @@ struct kd_sched_gate *kd_sched_gate_for(struct kd_sched *s, const char *spec)
     for (size_t i = 0; i < s->ngates; i++)
         if (strcmp(s->gates[i].spec, spec) == 0)
             return &s->gates[i];
+    /* the device's own name for itself ("vulkan:0" for one configured as "vulkan") */
+    for (size_t i = 0; i < s->nworkers; i++)
+        if (s->workers[i].dev && strcmp(kiln_device_name(s->workers[i].dev), spec) == 0)
+            return s->workers[i].gate;
     return NULL;
 }
 

@@ -452,6 +452,15 @@ int kd_sched_new(struct kd_sched **out, const struct kd_sched_options *o, char *
             snprintf(err, errlen, "device '%s': %s", o->devices[d], kiln_error());
             return -1;
         }
+        /* two spellings of one device ("vulkan" and "vulkan:0", or one listed twice) would
+         * split its models and training slots between two names */
+        for (size_t i = 0; i < s->nworkers; i++)
+            if (s->workers[i].dev == dev) {
+                snprintf(err, errlen, "devices: '%s' and '%s' are the same device (%s); list it once",
+                         s->workers[i].spec, o->devices[d], kiln_device_name(dev));
+                kiln_device_close(dev);
+                return -1;
+            }
         struct kd_sched_gate *gate = kd_sched_gate_for(s, o->devices[d]);
         if (!gate) {
             gate = &s->gates[s->ngates];
@@ -563,6 +572,13 @@ void kd_sched_destroy(struct kd_sched *s)
     free(s);
 }
 
+/* Whether a model's device spec names worker w's device: as configured, or as the device
+ * calls itself ("vulkan:0" for a device configured as "vulkan"). */
+static bool worker_is(const struct kd_sched_worker *w, const char *spec)
+{
+    return strcmp(w->spec, spec) == 0 || (w->dev && strcmp(kiln_device_name(w->dev), spec) == 0);
+}
+
 int kd_sched_model_load(struct kd_sched *s, const char *name, const kd_model_version *v,
                         void (*done)(void *ud, struct kd_sched_model *m, const char *why), void *ud)
 {
@@ -570,7 +586,7 @@ int kd_sched_model_load(struct kd_sched *s, const char *name, const kd_model_ver
     int count = v->config.instance_count > 0 ? v->config.instance_count : 1;
     size_t nw = 0;
     for (size_t i = 0; i < s->nworkers; i++)
-        nw += strcmp(s->workers[i].spec, dev) == 0;
+        nw += worker_is(&s->workers[i], dev);
     if (nw == 0 || s->stopping)
         return -2; /* the device is not one this daemon drives */
     struct kd_sched_model *m = calloc(1, sizeof *m);
@@ -599,7 +615,7 @@ int kd_sched_model_load(struct kd_sched *s, const char *name, const kd_model_ver
     s->models = m;
     size_t k = 0;
     for (size_t i = 0; i < s->nworkers && k < (size_t)count; i = (i + 1) % s->nworkers) {
-        if (strcmp(s->workers[i].spec, dev) != 0)
+        if (!worker_is(&s->workers[i], dev))
             continue;
         m->inst[k].model = m;
         m->inst[k].worker = &s->workers[i];
@@ -755,12 +771,12 @@ int kd_sched_worker_for(struct kd_sched *s, const char *device, unsigned hint)
 {
     size_t n = 0;
     for (size_t i = 0; i < s->nworkers; i++)
-        n += strcmp(s->workers[i].spec, device) == 0;
+        n += worker_is(&s->workers[i], device);
     if (n == 0)
         return -1;
     size_t k = hint % n;
     for (size_t i = 0; i < s->nworkers; i++)
-        if (strcmp(s->workers[i].spec, device) == 0 && k-- == 0)
+        if (worker_is(&s->workers[i], device) && k-- == 0)
             return (int)i;
     return -1;
 }

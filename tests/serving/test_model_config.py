@@ -99,6 +99,35 @@ ACCEPTED = [
 ]
 
 
+def devices_by_their_names():
+    """A device listed as "cpu:0" serves a model whose config.json says "cpu" (what the device
+    calls itself), and one device listed under two spellings is refused at start."""
+    data = os.path.join(TMP, "named")
+    os.makedirs(os.path.join(data, "models"))
+    add_model(data, "on_cpu", json.dumps({"device": "cpu"}))
+    out = subprocess.run([KILND, "--port", "0", "--data-dir", data, "--devices", "cpu,cpu:0"], env=ENV,
+                         capture_output=True, text=True, timeout=30)
+    check(out.returncode != 0 and "are the same device" in out.stderr,
+          "--devices cpu,cpu:0 is refused: rc %d %r" % (out.returncode, out.stderr[-300:]))
+    proc = subprocess.Popen([KILND, "--port", "0", "--data-dir", data, "--devices", "cpu:0"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    try:
+        portfile = os.path.join(data, "kilnd.port")
+        deadline = time.time() + 15
+        while not os.path.exists(portfile) and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.01)
+        port = int(open(portfile).read())
+        st = 0
+        while time.time() < deadline and st != 200:
+            st, _ = req(port, "GET", "/v2/health/ready")
+            time.sleep(0.02)
+        st, body = infer(port, "on_cpu", [1, 1, 28, 28])
+        check(st == 200, "a model on 'cpu' runs on the device listed as 'cpu:0': %d %r" % (st, body[:200]))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+
+
 def main():
     data = os.path.join(TMP, "data")
     os.makedirs(os.path.join(data, "models"))
@@ -154,6 +183,7 @@ def main():
             proc.kill()
             check(False, "kilnd did not stop on SIGTERM")
         log.close()
+    devices_by_their_names()
     if FAILURES:
         print(open(os.path.join(TMP, "kilnd.log")).read()[-3000:])
         print("%d failure(s)" % len(FAILURES))
