@@ -419,7 +419,10 @@ kiln_tensor *kiln_add(kiln_tensor *a, kiln_tensor *b);
 kiln_tensor *kiln_sub(kiln_tensor *a, kiln_tensor *b);
 kiln_tensor *kiln_mul(kiln_tensor *a, kiln_tensor *b);
 kiln_tensor *kiln_div(kiln_tensor *a, kiln_tensor *b);
-/** Python-style remainder: the result has the sign of b. */
+/** Python-style remainder: the result has the sign of b. On integer tensors a zero divisor
+ *  gives 0 where PyTorch raises: refusing it would need a read of b's values, a wait the
+ *  engine's asynchronous queues otherwise never make (the ONNX importer's Mod, whose spec
+ *  calls it an error, reads them and refuses). */
 kiln_tensor *kiln_remainder(kiln_tensor *a, kiln_tensor *b);
 kiln_tensor *kiln_pow(kiln_tensor *a, kiln_tensor *b);
 kiln_tensor *kiln_maximum(kiln_tensor *a, kiln_tensor *b);
