@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "error-impl.h"
+#include "json-keys-impl.h"
 #include "kiln/record.h"
 #include "repository.h"
 #include "storage-impl.h"
@@ -116,10 +117,9 @@ static bool json_int(const cJSON *j, int64_t lo, int64_t hi, int64_t *out)
 }
 
 /*
- * Refuse keys of obj outside known (NULL-terminated) and keys given twice: a misspelt
- * "max_batch_sise" would otherwise be ignored without a word, and a repeated key would be
- * read first-wins by cJSON where other readers of the same file take the last. where names
- * the object in the message ("config.json", "config.json dynamic_batching"). 0 or -1 + why.
+ * Refuse keys of obj outside known (NULL-terminated): a misspelt "max_batch_sise" would
+ * otherwise be ignored without a word. where names the object in the message ("config.json",
+ * "config.json dynamic_batching"). 0 or -1 + why.
  */
 static int check_keys(const cJSON *obj, const char *const *known, const char *where, char *why, size_t wl)
 {
@@ -143,11 +143,21 @@ static int check_keys(const cJSON *obj, const char *const *known, const char *wh
                 snprintf(why + len, wl - len, ")");
             return -1;
         }
-        for (const cJSON *prev = obj->child; prev != it; prev = prev->next)
-            if (strcmp(prev->string, it->string) == 0)
-                return snprintf(why, wl, "%s: key '%.64s' is given twice", where, it->string), -1;
     }
     return 0;
+}
+
+/* The first key config.json gives twice, as the load's reason (json-keys-impl.h says why). */
+struct repeat_why {
+    char *why;
+    size_t wl;
+};
+
+static int repeated_key(void *ud, const char *path, const char *key)
+{
+    struct repeat_why *r = ud;
+    snprintf(r->why, r->wl, "config.json%s%s: key '%.64s' is given twice", *path ? " " : "", path, key);
+    return 1;
 }
 
 static int parse_tensors(const cJSON *arr, const char *key, kd_model_tensor_spec **out, int *n, bool optional,
@@ -211,6 +221,13 @@ static int parse_config(const char *text, kd_model_config *c, bool io_optional, 
     int64_t v;
     if (!cJSON_IsObject(j)) {
         snprintf(why, wl, "config.json: not a JSON object");
+        goto out;
+    }
+    struct repeat_why rw = {why, wl};
+    int repeats = kiln__json_repeated_keys(j, repeated_key, &rw);
+    if (repeats != 0) {
+        if (repeats < 0)
+            snprintf(why, wl, "out of memory");
         goto out;
     }
     static const char *const top_keys[] = {"inputs", "outputs",        "max_batch_size", "dynamic_batching",

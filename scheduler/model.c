@@ -23,6 +23,7 @@
 #include "kiln/kiln.h"
 #include "kiln/record.h"
 #include "sched-impl.h"
+#include "tensor-impl.h"
 
 static const struct {
     const char *name;
@@ -150,17 +151,6 @@ static int build_kiln(struct kd_sched_model *m, kiln_device *dev, kiln_module **
     return 0;
 }
 
-/* "[-1, 3, 224, 224]" into buf. */
-static const char *shape_text(const int64_t *shape, int ndim, char *buf, size_t n)
-{
-    size_t len = (size_t)snprintf(buf, n, "[");
-    for (int d = 0; d < ndim && len < n; d++)
-        len += (size_t)snprintf(buf + len, n - len, "%s%lld", d ? ", " : "", (long long)shape[d]);
-    if (len < n)
-        snprintf(buf + len, n - len, "]");
-    return buf;
-}
-
 /*
  * Check a config.json input against what the graph declares for it: the same datatype and
  * rank, and every dim the graph fixes given that size (config.json may fix a symbolic dim,
@@ -185,7 +175,7 @@ static int check_input(kiln_onnx_model *g, int k, const kd_model_tensor_spec *wa
     if (!fits) {
         char a[160], b[160];
         snprintf(why, n, "config.json input '%.64s' has shape %s; model.onnx takes %s (-1: any size)", want->name,
-                 shape_text(want->shape, want->ndim, a, sizeof a), shape_text(shape, nd, b, sizeof b));
+                 kiln__shape_str(want->ndim, want->shape, a, sizeof a), kiln__shape_str(nd, shape, b, sizeof b));
         return -1;
     }
     return 0;
@@ -319,8 +309,8 @@ static int check_outputs(kiln_onnx_model *g, const kd_model_config *c, const kd_
             char a[160], b[160];
             snprintf(why, n,
                      "config.json output '%.64s' has shape %s; model.onnx gives %s (-1: varies with the input)",
-                     want->name, shape_text(want->shape, want->ndim, a, sizeof a),
-                     shape_text(got->shape, got->ndim, b, sizeof b));
+                     want->name, kiln__shape_str(want->ndim, want->shape, a, sizeof a),
+                     kiln__shape_str(got->ndim, got->shape, b, sizeof b));
             return -1;
         }
     }

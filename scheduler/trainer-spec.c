@@ -24,6 +24,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "json-keys-impl.h"
 #include "kiln/nn.h"
 #include "kiln/record.h"
 #include "repository.h"
@@ -160,45 +161,14 @@ static void unknown_keys(struct problems *p, const cJSON *obj, const char *prefi
     }
 }
 
-static int str_order(const void *a, const void *b)
+/* Each key given twice, anywhere in the spec, is a problem named by its place: GET
+ * /v1/jobs/N would otherwise show a spec other than the one that ran (json-keys-impl.h). */
+static int repeated_key(void *ud, const char *path, const char *key)
 {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/*
- * A key given twice in one object, anywhere in the spec. cJSON keeps both and reads the first,
- * where Python and most other readers take the last, so GET /v1/jobs/N would show a spec other
- * than the one that ran. Each object's keys are sorted (a spec is small, but an object of many
- * keys must not cost O(k^2) on the loop); path names the object ("" for the spec itself).
- */
-static void repeated_keys(struct problems *p, const cJSON *o, const char *path)
-{
-    int n = cJSON_GetArraySize(o), i = 0;
-    const char **keys = cJSON_IsObject(o) && n > 1 ? malloc((size_t)n * sizeof *keys) : NULL;
-    if (!keys && cJSON_IsObject(o) && n > 1)
-        problem(p, *path ? path : "body", "out of memory checking its keys");
-    for (const cJSON *c = keys ? o->child : NULL; c; c = c->next)
-        keys[i++] = c->string;
-    if (keys)
-        qsort(keys, (size_t)n, sizeof *keys, str_order);
-    for (i = 1; keys && i < n; i++) {
-        if (strcmp(keys[i - 1], keys[i]) != 0 || (i > 1 && strcmp(keys[i - 2], keys[i]) == 0))
-            continue; /* each repeated key once */
-        char field[200];
-        snprintf(field, sizeof field, "%s%s%s", path, *path ? "." : "", keys[i]);
-        problem(p, field, "duplicate key '%s' in %s", keys[i], *path ? path : "the job spec");
-    }
-    free(keys);
-    i = 0;
-    for (const cJSON *c = o->child; c; c = c->next, i++) {
-        char sub[200];
-        if (cJSON_IsObject(o))
-            snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", c->string);
-        else
-            snprintf(sub, sizeof sub, "%s[%d]", path, i);
-        if (cJSON_IsObject(c) || cJSON_IsArray(c))
-            repeated_keys(p, c, sub);
-    }
+    char field[320];
+    snprintf(field, sizeof field, "%s%s%s", path, *path ? "." : "", key);
+    problem(ud, field, "duplicate key '%s' in %s", key, *path ? path : "the job spec");
+    return 0;
 }
 
 /* Submission: the device opens here (then closes: the run opens its own), so a device this
@@ -598,7 +568,8 @@ int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct 
     }
     if (env && env->submit) {
         /* the rest would read the first of a repeated key: nothing more is said until it is one */
-        repeated_keys(&p, root, "");
+        if (kiln__json_repeated_keys(root, repeated_key, &p) < 0)
+            problem(&p, "body", "out of memory checking its keys");
         if (p.count) {
             cJSON_Delete(root);
             return -1;

@@ -433,33 +433,31 @@ static size_t fused_buffer_trim(void *qctx, size_t bytes)
 
 /* ------------------------------------------------------------------ primitives */
 
-/* Whether r is too small to start a group on this device (kiln_backend_caps): every
- * operand it has (a NULL buf: none) under min_elements. */
-static bool below_fusion_size(const fq *q, const frec *r)
+/* Whether a call with these operands (NULL or a NULL buf: none) is too small to start a
+ * group on this device (kiln_backend_caps): every operand under min_elements. */
+static bool too_small(const fq *q, const kiln_tdesc *a, const kiln_tdesc *b, const kiln_tdesc *c,
+                      const kiln_tdesc *d)
 {
     int64_t m = q->d->min_elements;
-    const kiln_tdesc *ops[4] = {&r->out, &r->x, &r->y, &r->z};
+    const kiln_tdesc *ops[4] = {a, b, c, d};
     for (int i = 0; i < 4 && m > 0; i++)
-        if (ops[i]->buf && kiln__fused_numel(ops[i]) >= m)
+        if (ops[i] && ops[i]->buf && kiln__fused_numel(ops[i]) >= m)
             return false;
     return m > 0;
 }
 
-/* Whether a call with these operands (NULL or a NULL buf: none) goes straight to the
- * inner backend: no group pending and every operand under min_elements. Checked before
- * a record is built, since most calls of a small model take this path and the record
- * (four descriptors) costs more to fill than the call it describes. */
+static bool below_fusion_size(const fq *q, const frec *r)
+{
+    return too_small(q, &r->out, &r->x, &r->y, &r->z);
+}
+
+/* Whether such a call goes straight to the inner backend: no group pending and too small.
+ * Checked before a record is built, since most calls of a small model take this path and
+ * the record (four descriptors) costs more to fill than the call it describes. */
 static bool idle_and_small(const fq *q, const kiln_tdesc *a, const kiln_tdesc *b, const kiln_tdesc *c,
                            const kiln_tdesc *d)
 {
-    int64_t m = q->d->min_elements;
-    if (m <= 0 || atomic_load_explicit(&q->pending, memory_order_acquire))
-        return false;
-    const kiln_tdesc *ops[4] = {a, b, c, d};
-    for (int i = 0; i < 4; i++)
-        if (ops[i] && ops[i]->buf && kiln__fused_numel(ops[i]) >= m)
-            return false;
-    return true;
+    return !atomic_load_explicit(&q->pending, memory_order_acquire) && too_small(q, a, b, c, d);
 }
 
 /* The recorded entries: join the group, or flush and forward. */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json-keys-impl.h"
 #include "nn-impl.h"
 #include "storage-impl.h"
 
@@ -533,57 +534,13 @@ static int dry_run(kiln_module *model, const graph *g, const cJSON *ex, kiln_dev
     return rc;
 }
 
-static int key_order(const void *a, const void *b)
+/* The first repeated key ends the walk with the error (json-keys-impl.h says why they are
+ * refused). */
+static int repeated_key(void *ud, const char *path, const char *key)
 {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/*
- * A key given twice in one object anywhere in the spec: cJSON reads the first of the two, where
- * Python and most other tools read the last, so the same file would describe two models. Small
- * objects compare their keys pairwise; a large one sorts them (a spec from outside may hold an
- * object of any size). 0, or -1 naming the key and where (path: the object's place, "" at the top).
- */
-static int repeated_keys(const cJSON *o, const char *path)
-{
-    int n = cJSON_GetArraySize(o);
-    if (cJSON_IsObject(o) && n > 1) {
-        const char *dup = NULL;
-        if (n <= 32) {
-            for (const cJSON *a = o->child; a && !dup; a = a->next)
-                for (const cJSON *b = a->next; b && !dup; b = b->next)
-                    if (strcmp(a->string, b->string) == 0)
-                        dup = a->string;
-        } else {
-            const char **keys = malloc((size_t)n * sizeof *keys);
-            if (!keys)
-                return kiln__error_set("model spec: out of memory");
-            int i = 0;
-            for (const cJSON *c = o->child; c; c = c->next)
-                keys[i++] = c->string;
-            qsort(keys, (size_t)n, sizeof *keys, key_order);
-            for (i = 1; i < n && !dup; i++)
-                if (strcmp(keys[i - 1], keys[i]) == 0)
-                    dup = keys[i];
-            free(keys);
-        }
-        if (dup)
-            return kiln__error_set("model spec: key '%.64s' is given twice in %s%s", dup, *path ? "" : "the spec",
-                                   path);
-    }
-    int i = 0;
-    for (const cJSON *c = o->child; c; c = c->next, i++) {
-        if (!cJSON_IsObject(c) && !cJSON_IsArray(c))
-            continue;
-        char sub[160];
-        if (cJSON_IsObject(o))
-            snprintf(sub, sizeof sub, "%s%s%.64s", path, *path ? "." : "", c->string);
-        else
-            snprintf(sub, sizeof sub, "%s[%d]", path, i);
-        if (repeated_keys(c, sub) < 0)
-            return -1;
-    }
-    return 0;
+    (void)ud;
+    kiln__error_set("model spec: key '%.64s' is given twice in %s%s", key, *path ? "" : "the spec", path);
+    return 1;
 }
 
 kiln_module *kiln_model_from_json(const char *json, kiln_device *dev, kiln_generator *gen)
@@ -598,7 +555,10 @@ kiln_module *kiln_model_from_json(const char *json, kiln_device *dev, kiln_gener
         kiln__error_set("model spec: malformed JSON near \"%.30s\"", at ? at : "");
         return NULL;
     }
-    if (repeated_keys(root, "") < 0) {
+    int rk = kiln__json_repeated_keys(root, repeated_key, NULL);
+    if (rk != 0) {
+        if (rk < 0)
+            kiln__error_set("model spec: out of memory");
         cJSON_Delete(root);
         return NULL;
     }

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kiln/kiln.h"
+#include "onnx-pb.h"
 
 static int failures;
 #define CHECK(cond, ...)                                                                                          \
@@ -140,38 +141,7 @@ static void test_load_errors(kiln_device *dev)
 
 /* ---------------------------------------------- a model built byte by byte */
 
-typedef struct pb {
-    uint8_t b[2048];
-    size_t n;
-} pb;
-
-static void pb_varint(pb *p, uint64_t v)
-{
-    do {
-        p->b[p->n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
-        v >>= 7;
-    } while (v);
-}
-static void pb_int(pb *p, int field, uint64_t v)
-{
-    pb_varint(p, (uint64_t)field << 3);
-    pb_varint(p, v);
-}
-static void pb_bytes(pb *p, int field, const void *d, size_t n)
-{
-    pb_varint(p, (uint64_t)field << 3 | 2);
-    pb_varint(p, n);
-    memcpy(p->b + p->n, d, n);
-    p->n += n;
-}
-static void pb_str(pb *p, int field, const char *s)
-{
-    pb_bytes(p, field, s, strlen(s));
-}
-static void pb_msg(pb *p, int field, const pb *m)
-{
-    pb_bytes(p, field, m->b, m->n);
-}
+/* (the writer: onnx-pb.h) */
 
 /* TensorProto: int64 [1] holding v */
 static pb i64_tensor(const char *name, int64_t v)

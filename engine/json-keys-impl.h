@@ -1,0 +1,24 @@
+/*
+ * engine/json-keys-impl.h — keys a JSON document gives twice in one object.
+ *
+ * RFC 8259 leaves a repeated key's meaning to the reader: cJSON finds the first of the two,
+ * Python and most tools keep the last, so one file would mean two things. libkiln's model
+ * specs and kilnd's job specs and model configs refuse them through this walk (kilnd's
+ * inference bodies, read in place without cJSON, have their own: api/jscan-keys.c).
+ */
+#ifndef KILN_JSON_KEYS_IMPL_H
+#define KILN_JSON_KEYS_IMPL_H
+
+#include <cjson/cJSON.h>
+
+/*
+ * Calls each(ud, path, key) once for every key an object anywhere under root gives more than
+ * once, objects in document order. path names the object: "" for root, then members joined
+ * by "." and array elements as "[i]" ("nodes[0].config"). A nonzero return from each stops
+ * the walk and is returned; 0 when it ran to the end, -1 when out of memory (objects of more
+ * than 16 keys are sorted in a scratch array, so a huge object costs O(k log k), not O(k^2)).
+ */
+int kiln__json_repeated_keys(const cJSON *root, int (*each)(void *ud, const char *path, const char *key),
+                             void *ud);
+
+#endif /* KILN_JSON_KEYS_IMPL_H */
