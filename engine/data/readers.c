@@ -146,6 +146,12 @@ static int idx_read(const char *path, idx_file *out)
     unsigned char *raw = NULL;
     if (rc == 0)
         rc = idx_read_data(f, path, data_off, bytes, &raw);
+    /* More data than the header describes means the dimensions are not this file's (or
+     * two files were joined): reading a prefix of it would give items that look fine. */
+    unsigned char extra;
+    if (rc == 0 && gzread(f, &extra, 1) == 1)
+        rc = kiln__error_set("idx: %s: data continues past byte %lld, where the header's dimensions end it", path,
+                             (long long)(data_off + bytes));
     if (rc == 0) {
         out->values = malloc((size_t)out->count * sizeof *out->values + 1);
         if (!out->values)
@@ -334,6 +340,26 @@ static int csv_class(char ***classes, int *nclasses, const char *cell)
     return (*nclasses)++;
 }
 
+/* The index of the header cell named name, or -1 with the error set when no cell or more
+ * than one carries that name (which of two equal names was meant cannot be known). */
+static int csv_column(const char *path, char **header, int ncols, const char *name)
+{
+    int found = -1;
+    for (int c = 0; c < ncols; c++) {
+        if (strcmp(header[c], name) != 0)
+            continue;
+        if (found >= 0) {
+            kiln__error_set("csv: %s: line 1: columns %d and %d are both named '%s'", path, found + 1, c + 1,
+                            name);
+            return -1;
+        }
+        found = c;
+    }
+    if (found < 0)
+        kiln__error_set("csv: %s: line 1: no column named '%s'", path, name);
+    return found;
+}
+
 kiln_dataset *kiln_dataset_csv(const char *path, const char *label_column, int nfeatures,
                                const char *const *feature_columns)
 {
@@ -364,29 +390,31 @@ kiln_dataset *kiln_dataset_csv(const char *path, const char *label_column, int n
         kiln__error_set("csv: %s: line 1: more than %d columns", path, CSV_MAX_COLS);
         goto done;
     }
-    if (label_column) {
-        for (int c = 0; c < ncols; c++)
-            if (strcmp(cells[c], label_column) == 0)
-                label_col = c;
-        if (label_col < 0) {
-            kiln__error_set("csv: %s: line 1: no column named '%s'", path, label_column);
-            goto done;
-        }
-    }
+    if (label_column && (label_col = csv_column(path, cells, ncols, label_column)) < 0)
+        goto done;
     cols = malloc((size_t)(ncols + nfeatures + 1) * sizeof *cols);
     if (!cols)
         goto oom;
     if (feature_columns && nfeatures > 0) {
         for (int k = 0; k < nfeatures; k++) {
-            cols[k] = -1;
-            for (int c = 0; c < ncols; c++)
-                if (feature_columns[k] && strcmp(cells[c], feature_columns[k]) == 0)
-                    cols[k] = c;
-            if (cols[k] < 0) {
-                kiln__error_set("csv: %s: line 1: no column named '%s'", path,
-                                feature_columns[k] ? feature_columns[k] : "(null)");
+            if (!feature_columns[k]) {
+                kiln__error_set("csv: %s: feature column %d is NULL", path, k);
                 goto done;
             }
+            if ((cols[k] = csv_column(path, cells, ncols, feature_columns[k])) < 0)
+                goto done;
+            /* a label learnt from itself, or a feature counted twice, is a mistake the
+             * numbers would never show */
+            if (cols[k] == label_col) {
+                kiln__error_set("csv: %s: column '%s' is the label column and cannot also be a feature", path,
+                                feature_columns[k]);
+                goto done;
+            }
+            for (int j = 0; j < k; j++)
+                if (cols[j] == cols[k]) {
+                    kiln__error_set("csv: %s: feature column '%s' is listed twice", path, feature_columns[k]);
+                    goto done;
+                }
         }
         nfeat = nfeatures;
     } else {

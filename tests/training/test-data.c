@@ -103,6 +103,23 @@ static void test_idx(void)
     write_idx("hdr.raw", "lb.raw", 5, 3, 4, false, 10);
     path_of(im, sizeof im, "hdr.raw");
     CHECK(kiln_dataset_idx(im, lb) == NULL && strstr(kiln_error(), "hdr.raw"));
+    /* data past what the header describes: appended bytes, and a second gzip member */
+    for (int gz = 0; gz < 2; gz++) {
+        const char *name = gz ? "long.gz" : "long.raw";
+        write_idx(name, "lb.raw", 5, 3, 4, gz, -1);
+        path_of(im, sizeof im, name);
+        if (gz) {
+            gzFile f = gzopen(im, "ab");
+            gzwrite(f, "xyz", 3);
+            gzclose(f);
+        } else {
+            FILE *f = fopen(im, "ab");
+            fwrite("xyz", 1, 3, f);
+            fclose(f);
+        }
+        CHECK(kiln_dataset_idx(im, lb) == NULL && strstr(kiln_error(), name) &&
+              strstr(kiln_error(), "data continues past byte 76"));
+    }
     path_of(im, sizeof im, "missing.gz");
     CHECK(kiln_dataset_idx(im, lb) == NULL && strstr(kiln_error(), "missing.gz"));
 }
@@ -141,6 +158,19 @@ static void test_csv(void)
     CHECK(kiln_dataset_csv(p, "label", 0, NULL) == NULL && strstr(kiln_error(), "line 3"));
     path_of(p, sizeof p, "good.csv");
     CHECK(kiln_dataset_csv(p, "nope", 0, NULL) == NULL && strstr(kiln_error(), "nope"));
+    /* the label as a feature, a feature twice, a name the header gives two columns */
+    const char *with_label[] = {"a", "label"}, *twice[] = {"b", "b"}, *null_name[] = {"a", NULL};
+    CHECK(kiln_dataset_csv(p, "label", 2, with_label) == NULL && strstr(kiln_error(), "label column"));
+    CHECK(kiln_dataset_csv(p, NULL, 2, twice) == NULL && strstr(kiln_error(), "'b' is listed twice"));
+    CHECK(kiln_dataset_csv(p, NULL, 2, null_name) == NULL && strstr(kiln_error(), "NULL"));
+    write_text("dup.csv", "a,b,a,label\n1,2,3,0\n");
+    path_of(p, sizeof p, "dup.csv");
+    ds = kiln_dataset_csv(p, "label", 0, NULL); /* every other column: the names do not matter */
+    CHECK(ds && kiln_dataset_get_info(ds).feature_numel == 3);
+    kiln_dataset_free(ds);
+    const char *named_a[] = {"a"};
+    CHECK(kiln_dataset_csv(p, "label", 1, named_a) == NULL && strstr(kiln_error(), "columns 1 and 3"));
+    CHECK(kiln_dataset_csv(p, "a", 0, NULL) == NULL && strstr(kiln_error(), "both named 'a'"));
 }
 
 static kiln_dataset *counting(int64_t n)

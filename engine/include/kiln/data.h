@@ -87,15 +87,17 @@ void kiln_dataset_free(kiln_dataset *ds);
  * features shaped [1, d1, d2] for 3-D files; labels: a 1-D IDX of class indices (may be
  * NULL: then no target). num_classes is max label + 1. A header whose dimensions promise
  * more data than the file holds is an error ("truncated: header says N bytes, file has
- * M") found before the data is allocated.
+ * M") found before the data is allocated; so is data continuing past the end the
+ * header's dimensions give (a header that is not this file's).
  */
 kiln_dataset *kiln_dataset_idx(const char *images_path, const char *labels_path);
 
 /**
  * A CSV file with a header line. label_column names the class column or NULL for none;
  * feature_columns lists the nfeatures columns to use (NULL or nfeatures 0: every other
- * column; nfeatures < 0 is an error). Cells must be numbers; a bad row is an error naming
- * the file and the line.
+ * column; nfeatures < 0 is an error). A column named (label or feature) must be named by
+ * exactly one header cell; the label column cannot also be a feature, nor a feature be
+ * listed twice. Cells must be numbers; a bad row is an error naming the file and the line.
  *
  * Labels. The column's first label decides its kind. If it is a number, the column is
  * numeric: every label must then be an integer in [0, 1000000), written any way strtod
