@@ -27,6 +27,7 @@ int kiln__copy_into(kiln_tensor *out, kiln_tensor *in, const char *op)
         return kiln__unsupported(kiln__dev(out), op, KILN_ENTRY_COPY, -1, out->dtype);
     int rc = be->copy(kiln__ctx(out), &od, &id);
     atomic_fetch_add(&out->storage->version, 1u);
+    kiln__stamp(out->storage);
     return rc < 0 ? rc : 0;
 }
 
@@ -56,6 +57,17 @@ kiln_tensor *kiln__contiguous(kiln_tensor *t, const char *op)
     return kiln__copy_as(t, t->dtype, op);
 }
 
+/* t was just written by an op that reads no tensor (a fill, arange, a random draw): when t
+ * covers its whole storage, the value depends on nothing an earlier error could spoil. */
+static void stamp_written_from_nothing(kiln_tensor *t)
+{
+    if (t->offset == 0 && kiln_tensor_is_contiguous(t) &&
+        (size_t)kiln__numel(t) * kiln_dtype_size(t->dtype) == t->storage->nbytes)
+        kiln__stamp_source(t->storage);
+    else
+        kiln__stamp(t->storage);
+}
+
 int kiln__fill(kiln_tensor *t, double value, const char *op)
 {
     if (kiln__numel(t) == 0)
@@ -67,6 +79,7 @@ int kiln__fill(kiln_tensor *t, double value, const char *op)
     kiln__desc(t, &d);
     int rc = be->fill(kiln__ctx(t), &d, value);
     atomic_fetch_add(&t->storage->version, 1u);
+    stamp_written_from_nothing(t);
     return rc < 0 ? rc : 0;
 }
 
@@ -105,10 +118,20 @@ static int download(kiln_tensor *t, void *out, size_t nbytes, const char *op)
     const kiln_backend_iface *be = kiln__be(c);
     size_t esz = kiln_dtype_size(c->dtype);
     kiln__queue_touch(c->storage);
-    /* range checks parked on this queue are read first: a violation is this read's error */
-    int rc = kiln__checks_run(kiln__queue_cur(kiln__dev(c)));
-    if (rc == 0)
-        rc = be->buffer_download(kiln__ctx(c), c->storage->buf, (size_t)c->offset * esz, out, nbytes);
+    kiln_queue *q = kiln__queue_cur(kiln__dev(c));
+    /* a value an earlier error spoiled is never handed out, however often it is read */
+    int rc = kiln__spoiled(t->storage, op) < 0 ? -1 : kiln__spoiled(c->storage, op);
+    if (rc == 0) {
+        kiln__drain d = kiln__drain_begin(q);
+        /* range checks parked on this queue are read first: a violation is this read's error */
+        rc = kiln__checks_run(q);
+        if (rc == 0)
+            rc = be->buffer_download(kiln__ctx(c), c->storage->buf, (size_t)c->offset * esz, out, nbytes);
+        rc = kiln__drain_end(q, d, rc);
+        /* the drain may just have found the error that spoiled this very value */
+        if (rc == 0)
+            rc = kiln__spoiled(c->storage, op) < 0 ? -1 : kiln__spoiled(t->storage, op);
+    }
     kiln_tensor_release(c);
     return rc < 0 ? rc : 0;
 }
@@ -246,6 +269,7 @@ static int run_arange(kiln_tensor *t, double start, double step, const char *op)
     kiln_tdesc d;
     kiln__desc(t, &d);
     int rc = be->arange(kiln__ctx(t), &d, start, step);
+    stamp_written_from_nothing(t);
     return rc < 0 ? rc : 0;
 }
 
@@ -369,6 +393,7 @@ kiln_tensor *kiln_from_data(kiln_device *dev, kiln_dtype dt, int ndim, const int
             return NULL;
         }
     }
+    kiln__stamp_source(t->storage);
     return kiln__ret(t);
 }
 
@@ -468,6 +493,7 @@ static kiln_tensor *rng_impl(kiln_device *dev, kiln_dtype dt, int ndim, const in
         kiln_tensor_release(t);
         return NULL;
     }
+    stamp_written_from_nothing(t);
     return kiln__ret(t);
 }
 
@@ -541,11 +567,17 @@ int kiln__copy_across(kiln_tensor *out, kiln_tensor *t, const char *op)
     if (!c)
         return -1;
     int rc = KILN_ENOTSUP;
+    if (kiln__spoiled(c->storage, op) < 0 || kiln__spoiled(t->storage, op) < 0) {
+        kiln_tensor_release(c);
+        return -1;
+    }
+    bool peer = false;
     if (dst->be == srcdev->be && dst->be->buffer_copy_peer) {
         kiln__queue_touch(c->storage);
         kiln__queue_touch(out->storage);
         rc = dst->be->buffer_copy_peer(kiln__qctx(dst), out->storage->buf, 0, kiln__qctx(srcdev), c->storage->buf,
                                        (size_t)c->offset * kiln_dtype_size(c->dtype), nbytes);
+        peer = rc == 0;
         if (rc < 0 && rc != KILN_ENOTSUP) {
             kiln_tensor_release(c);
             return rc;
@@ -570,6 +602,12 @@ int kiln__copy_across(kiln_tensor *out, kiln_tensor *t, const char *op)
             rc = dst->be->sync(kiln__qctx(dst));
         kiln_host_free(dst, host);
     }
+    /* through the host, the value was read back whole and unspoiled: it depends on nothing
+     * still running on either device */
+    if (rc == 0 && !peer && nbytes == out->storage->nbytes)
+        kiln__stamp_source(out->storage);
+    else
+        kiln__stamp(out->storage);
     kiln_tensor_release(c);
     return rc < 0 ? -1 : 0;
 }

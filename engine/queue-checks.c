@@ -12,6 +12,7 @@
  * used the bad index has run by then: such a device must not go out of its buffers
  * whatever an index holds (the remote server checks indices itself before its kernels).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,4 +119,139 @@ int kiln__checks_run(kiln_queue *q)
 void kiln__checks_drop(kiln_queue *q)
 {
     drop(take(q));
+}
+
+/* ------------------------------------------------------------ deferred errors */
+
+/* A stretch of the device clock whose writes an error spoiled: [lo, hi). */
+struct kiln__failure {
+    uint64_t lo, hi;
+    char message[KILN_ERROR_MAX];
+    struct kiln__failure *next;
+};
+
+/* A device keeps its newest failures only: a long-running server that meets an error now
+ * and then must not grow without bound. A storage spoiled by a forgotten failure was
+ * written before that many later failures, so it is nearly always freed long since. */
+enum {
+    FAILURES_KEPT = 256
+};
+
+/* Whether stamp lies in a failure's stretch; its message copied into message when so. */
+static bool failure_at(kiln_device *dev, uint64_t stamp, char *message, size_t len)
+{
+    if (stamp >= atomic_load_explicit(&dev->spoiled_below, memory_order_acquire) ||
+        stamp < atomic_load_explicit(&dev->spoiled_from, memory_order_acquire))
+        return false;
+    bool found = false;
+    pthread_mutex_lock(&dev->queue_lock);
+    for (const struct kiln__failure *f = dev->failures; f && !found; f = f->next)
+        if (stamp >= f->lo && stamp < f->hi) {
+            snprintf(message, len, "%s", f->message);
+            found = true;
+        }
+    pthread_mutex_unlock(&dev->queue_lock);
+    return found;
+}
+
+void kiln__spoil_check_slow(kiln_storage *st)
+{
+    char message[KILN_ERROR_MAX];
+    if (!failure_at(st->dev, st->stamp, message, sizeof message))
+        return;
+    kiln_queue *q = kiln__queue_cur(st->dev);
+    pthread_mutex_lock(&st->dev->queue_lock);
+    if (!q->tainted[0])
+        snprintf(q->tainted, sizeof q->tainted, "%s", message);
+    pthread_mutex_unlock(&st->dev->queue_lock);
+}
+
+int kiln__spoiled(const kiln_storage *st, const char *op)
+{
+    char message[KILN_ERROR_MAX];
+    if (!failure_at(st->dev, st->stamp, message, sizeof message))
+        return 0;
+    return kiln__error_set("%s: the tensor's value was lost to an earlier error on %s: %s", op, st->dev->spec,
+                           message);
+}
+
+kiln__drain kiln__drain_begin(kiln_queue *q)
+{
+    kiln__drain d = {0, 0};
+    if (q->dev->caps.async) {
+        /* writes stamped from here on may still be running when the drain ends */
+        d.started = atomic_fetch_add(&q->dev->clock, 1) + 1;
+        d.clean_before = atomic_load(&q->clean_since);
+    }
+    return d;
+}
+
+/* Record [lo, hi) as spoiled by kiln_error()'s message; under the device's queue lock. */
+static void failure_add(kiln_device *dev, uint64_t lo, uint64_t hi)
+{
+    struct kiln__failure *f = calloc(1, sizeof *f);
+    if (!f)
+        return;
+    f->lo = lo;
+    f->hi = hi;
+    snprintf(f->message, sizeof f->message, "%s", kiln_error());
+    f->next = dev->failures;
+    dev->failures = f;
+    uint64_t from = lo, below = hi;
+    int n = 1;
+    for (struct kiln__failure *g = f; g->next; g = g->next, n++) {
+        if (n == FAILURES_KEPT) {
+            struct kiln__failure *old = g->next;
+            g->next = NULL;
+            while (old) {
+                struct kiln__failure *next = old->next;
+                free(old);
+                old = next;
+            }
+            break;
+        }
+        from = g->next->lo < from ? g->next->lo : from;
+        below = g->next->hi > below ? g->next->hi : below;
+    }
+    dev->nfailures = n;
+    atomic_store_explicit(&dev->spoiled_from, from, memory_order_release);
+    atomic_store_explicit(&dev->spoiled_below, below, memory_order_release);
+}
+
+int kiln__drain_end(kiln_queue *q, kiln__drain d, int rc)
+{
+    kiln_device *dev = q->dev;
+    if (!dev->caps.async)
+        return rc;
+    pthread_mutex_lock(&dev->queue_lock);
+    if (rc >= 0 && !q->tainted[0]) {
+        /* everything stamped before the drain started is known good (a nested drain, such
+         * as the parked checks' read, may have moved the point further already) */
+        if (atomic_load(&q->clean_since) < d.started)
+            atomic_store(&q->clean_since, d.started);
+        pthread_mutex_unlock(&dev->queue_lock);
+        return rc;
+    }
+    if (rc >= 0)
+        rc = kiln__error_set("%s", q->tainted);
+    q->tainted[0] = 0;
+    /* from the last clean point before this drain began (not one a nested drain set) to
+     * now: the failing op and everything after it on this queue */
+    uint64_t hi = atomic_fetch_add(&dev->clock, 1) + 1;
+    failure_add(dev, d.clean_before, hi);
+    atomic_store(&q->clean_since, hi);
+    pthread_mutex_unlock(&dev->queue_lock);
+    return rc;
+}
+
+void kiln__failures_free(kiln_device *dev)
+{
+    struct kiln__failure *f = dev->failures;
+    while (f) {
+        struct kiln__failure *next = f->next;
+        free(f);
+        f = next;
+    }
+    dev->failures = NULL;
+    dev->nfailures = 0;
 }

@@ -122,6 +122,7 @@ void kiln__queue_fini_device(kiln_device *dev)
     if (dev->default_q)
         queue_unref(dev->default_q);
     dev->default_q = NULL;
+    kiln__failures_free(dev);
     pthread_mutex_destroy(&dev->queue_lock);
 }
 
@@ -182,11 +183,13 @@ kiln_queue *kiln_queue_current(kiln_device *dev)
  * device's own error comes first, and the checks parked before it go with it. */
 static int sync_and_check(kiln_queue *q, void *ctx)
 {
+    kiln__drain d = kiln__drain_begin(q);
     int rc = q->dev->be->sync ? q->dev->be->sync(ctx) : 0;
     if (rc == 0)
         rc = kiln__checks_run(q);
     else
         kiln__checks_drop(q);
+    rc = kiln__drain_end(q, d, rc);
     return rc < 0 ? rc : 0;
 }
 

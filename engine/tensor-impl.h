@@ -45,6 +45,15 @@ struct kiln_device {
     uint64_t entries;                  /* bit e: the backend fills entry e (kiln__supports' fast path) */
     pthread_mutex_t queue_lock;        /* the queue list and every storage's users */
     struct kiln_queue *queues;         /* open queues, default_q included */
+    /* Deferred errors (queue-checks.c; asynchronous devices only). clock orders writes and
+     * the points where a queue was seen to finish its work; failures lists the stretches of
+     * the clock whose writes an error spoiled, newest first, nfailures long (both under
+     * queue_lock). A storage stamped outside [spoiled_from, spoiled_below) is not spoiled,
+     * which is what nearly every check finds without the lock. */
+    _Atomic uint64_t clock;
+    struct kiln__failure *failures;
+    int nfailures;
+    _Atomic uint64_t spoiled_from, spoiled_below;
 };
 
 typedef struct kiln_storage {
@@ -67,6 +76,9 @@ typedef struct kiln_storage {
     /* users[0] != NULL, written under queue_lock and read without it: a storage used only
      * on its home queue (nearly all) is touched without taking the lock */
     atomic_bool has_users;
+    /* The device clock when the storage was made or last written by the engine in place
+     * (asynchronous devices): a failure whose stretch holds it spoiled its contents. */
+    uint64_t stamp;
 } kiln_storage;
 
 struct kiln_tensor {
@@ -105,6 +117,13 @@ struct kiln_queue {
     bool is_default;                   /* dev->default_q: holds no device reference */
     struct kiln_queue *next;           /* dev->queues */
     struct pending_check *checks;      /* range checks waiting for the next read (queue-checks.c) */
+    /* The device clock when this queue was last seen to have finished its work without an
+     * error: writes stamped before it are good (queue-checks.c). */
+    _Atomic uint64_t clean_since;
+    /* An op on this queue read a spoiled storage: the message of the failure it carries
+     * over ("" for none; under the device's queue_lock). The queue's next drain fails with
+     * it, whatever the device says, spoiling what the queue wrote meanwhile. */
+    char tainted[KILN_ERROR_MAX];
 };
 /** Make dev's default queue (device.c calls it once the backend opened). */
 int kiln__queue_init_device(kiln_device *dev);
@@ -139,6 +158,49 @@ int kiln__check_defer(kiln_tensor *index, int64_t lo, int64_t hi, const char *op
 int kiln__checks_run(struct kiln_queue *q);
 /** Forget q's parked checks (the queue is going). */
 void kiln__checks_drop(struct kiln_queue *q);
+
+/*
+ * Deferred errors on asynchronous devices (queue-checks.c). An op that fails on the device
+ * is only reported at the next drain of its queue (a sync or a read); by then later ops may
+ * have used its result. So the error spoils every storage its queue wrote since the queue
+ * last drained cleanly: reading one fails with the error, however often it is read, and an
+ * op that reads one spoils its own queue's stretch in turn.
+ */
+/** Stamp st as written now (a new storage, or an in-place write by the engine). */
+static inline void kiln__stamp(kiln_storage *st)
+{
+    if (st->dev->caps.async)
+        st->stamp = atomic_load_explicit(&st->dev->clock, memory_order_relaxed);
+}
+/** Stamp st as holding a value that depends on no other storage (a whole upload or fill):
+ *  no earlier error can have spoiled it. */
+static inline void kiln__stamp_source(kiln_storage *st)
+{
+    if (st->dev->caps.async)
+        st->stamp = UINT64_MAX;
+}
+/** An op on this thread's queue reads or writes st (kiln__desc): a spoiled st spoils the
+ *  queue's stretch. */
+void kiln__spoil_check_slow(kiln_storage *st);
+static inline void kiln__spoil_check(kiln_storage *st)
+{
+    if (st->stamp < atomic_load_explicit(&st->dev->spoiled_below, memory_order_acquire) &&
+        st->stamp >= atomic_load_explicit(&st->dev->spoiled_from, memory_order_relaxed))
+        kiln__spoil_check_slow(st);
+}
+/** -1 with the error that spoiled st (op names the reader), 0 when st is good. */
+int kiln__spoiled(const kiln_storage *st, const char *op);
+/** Where a drain of q starts: what kiln__drain_end needs (the clock, and q's clean point). */
+typedef struct kiln__drain {
+    uint64_t started, clean_before;
+} kiln__drain;
+kiln__drain kiln__drain_begin(struct kiln_queue *q);
+/** After a drain of q that returned rc: a clean drain moves q's clean point; a failed one (or
+ *  a clean one while q is tainted) records the stretch it spoiled. Returns rc, or -1 with the
+ *  taint's message. */
+int kiln__drain_end(struct kiln_queue *q, kiln__drain d, int rc);
+/** Free dev's failure list (the device is going). */
+void kiln__failures_free(kiln_device *dev);
 /** Free st's buffer, ordered after every queue that used it. */
 void kiln__queue_free_buffer(kiln_storage *st);
 

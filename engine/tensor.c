@@ -451,6 +451,7 @@ static kiln_tensor *alloc_impl(kiln_device *dev, kiln_dtype dt, int ndim, const 
     st->nbytes = nbytes;
     kiln__device_retain(dev);
     kiln__queue_adopt(st);
+    kiln__stamp(st);
 
     atomic_init(&t->refcount, 1);
     atomic_init(&t->scope_refs, 0);
@@ -534,6 +535,7 @@ void kiln__desc(const kiln_tensor *t, kiln_tdesc *d)
 {
     memset(d, 0, sizeof *d);
     kiln__queue_touch(t->storage);
+    kiln__spoil_check(t->storage);
     d->buf = t->storage->buf;
     d->offset = t->offset;
     d->dtype = t->dtype;

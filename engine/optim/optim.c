@@ -351,6 +351,11 @@ static int adam_fused_run(const kiln_optim_config *c, kiln__optim_pstate *ps, ki
     int rc = kiln__be(ps->param)->adam_step(kiln__ctx(ps->param), &ap, &pd, &gd, &md, &vd,
                                             c->amsgrad ? &xd : NULL);
     atomic_fetch_add(&ps->param->storage->version, 1u);
+    kiln__stamp(ps->param->storage);
+    kiln__stamp(ps->slot[0]->storage);
+    kiln__stamp(ps->slot[1]->storage);
+    if (c->amsgrad)
+        kiln__stamp(ps->slot[2]->storage);
     return rc < 0 ? -1 : 0;
 }
 

@@ -131,7 +131,16 @@ void kiln_device_close(kiln_device *dev);
 /** The canonical spec ("cpu", "cuda:0", "cpu?threads=2", ...). */
 const char *kiln_device_name(const kiln_device *dev);
 /** Wait until all work queued on the device, on every queue, has finished; reports an
- *  error that work found (a device-side index check names its op). 0 or negative. */
+ *  error that work found (a device-side index check names its op). 0 or negative.
+ *  On an asynchronous device (vulkan, cuda, remote) such an error is found late, by the
+ *  next sync or read of its queue, after later work may have used the failed op's result.
+ *  So it spoils, for good, every tensor its queue wrote since the queue last drained
+ *  without an error, and everything computed from those later: reading one (kiln_to_data,
+ *  kiln_item, a save, a move to another device) fails with the error however often it is
+ *  read, and a sync after work that read one fails again. Tensors written before that
+ *  point, and uploads, fills and random draws (which read no tensor), stay good, and new
+ *  work runs. A thread sharing the queue (the device's default one) may meet another
+ *  thread's error this way; threads that must not use kiln_queue_open. */
 int kiln_device_sync(kiln_device *dev);
 
 /** What a counting device ("counting:cpu") has been asked to do since it opened; see
