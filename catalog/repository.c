@@ -444,9 +444,16 @@ static void scan_model(const kd_repository *repo, kd_model_info *m)
     }
     free(cfg);
     DIR *d = opendir(m->path);
+    if (!d) { /* the real reason (a folder of another user's, mode 000), not "no version folders" */
+        char why[160];
+        snprintf(why, sizeof why, "cannot read: %s", strerror(errno));
+        free(model_config);
+        set_why(m, why);
+        return;
+    }
     struct dirent *de;
     int cap = 0;
-    while (d && (de = readdir(d)) != NULL) {
+    while ((de = readdir(d)) != NULL) {
         int64_t ver = parse_version(de->d_name);
         if (ver < 0)
             continue; /* config.json, .tmp-add-*, notes: not versions */
@@ -474,8 +481,7 @@ static void scan_model(const kd_repository *repo, kd_model_info *m)
         }
         check_version(repo, v, model_config);
     }
-    if (d)
-        closedir(d);
+    closedir(d);
     free(model_config);
     if (m->nversions > 1)
         qsort(m->versions, (size_t)m->nversions, sizeof *m->versions, version_cmp);
@@ -529,6 +535,16 @@ static int model_cmp(const void *a, const void *b)
     return strcmp(((const kd_model_info *)a)->name, ((const kd_model_info *)b)->name);
 }
 
+/* A folder or a symlink to one; one that cannot be followed stays, for the scan to say why. */
+static bool is_folder_entry(const kd_repository *repo, const char *name)
+{
+    char *path = join(repo->root, name);
+    struct stat sb;
+    bool folder = !path || stat(path, &sb) != 0 || S_ISDIR(sb.st_mode);
+    free(path);
+    return folder;
+}
+
 int kd_repository_scan(kd_repository *repo)
 {
     models_free(repo);
@@ -540,6 +556,8 @@ int kd_repository_scan(kd_repository *repo)
     while ((de = readdir(d)) != NULL) {
         if (de->d_name[0] == '.')
             continue; /* ".", "..", and hidden work folders are never models */
+        if (!is_folder_entry(repo, de->d_name))
+            continue; /* a README.md or LICENSE beside the models, as Triton repositories hold */
         if (repo->count == cap) {
             cap = cap ? cap * 2 : 16;
             kd_model_info *next = realloc(repo->models, (size_t)cap * sizeof *next);
@@ -565,8 +583,12 @@ kd_repository *kd_repository_open(const char *root)
 {
     if (!root)
         return kiln__error_set("repository: NULL root"), NULL;
-    if (mkdir(root, 0755) != 0 && errno != EEXIST)
-        return kiln__error_set("repository '%s': %s", root, strerror(errno)), NULL;
+    /* Never created here: a repository is served as it is found, and a mistyped path must fail,
+     * not turn into an empty repository. (kilnd makes its default <data_dir>/models itself.) */
+    struct stat sb;
+    const char *why = stat(root, &sb) != 0 ? strerror(errno) : S_ISDIR(sb.st_mode) ? NULL : "not a folder";
+    if (why)
+        return kiln__error_set("repository '%s': %s", root, why), NULL;
     kd_repository *repo = calloc(1, sizeof *repo);
     if (!repo || !(repo->root = realpath(root, NULL))) {
         free(repo);

@@ -90,7 +90,11 @@ typedef struct kd_model_info {
 
 typedef struct kd_repository kd_repository;
 
-/** Open (creating the folder when missing) and scan. NULL plus kiln_error() on failure. */
+/**
+ * Open and scan an existing folder (never created here). NULL plus kiln_error() when it is
+ * missing, not a folder or cannot be read. Entries of the root other than folders (a README.md)
+ * and hidden ones are not models and are passed over.
+ */
 kd_repository *kd_repository_open(const char *root);
 void kd_repository_close(kd_repository *repo);
 /** Re-read the folder. 0, or negative when the root itself cannot be read. */

@@ -26,24 +26,32 @@ const struct kd_config_key kd_config_keys[] = {
      "Address to listen on. Anything but loopback (127.0.0.0/8, ::1, localhost) requires api_tokens; kilnd "
      "refuses to start without them."},
     {"port", KD_CT_INT, OFF(port), 0, 65535, NULL, "8080", "KILN_PORT", "--port",
-     "TCP port. 0 picks a free port; the chosen port is logged first and written to <data_dir>/kilnd.port."},
+     "TCP port. 0 picks a free port; the chosen port is logged first (at level notice, whatever log_level says) "
+     "and written to <data_dir>/kilnd.port."},
     {"grpc_port", KD_CT_INT, OFF(grpc_port), -1, 65535, NULL, "-1", "KILN_GRPC_PORT", "--grpc-port",
      "TCP port for the KServe v2 gRPC service (on host, beside HTTP). -1 turns it off; 0 picks a free port, "
-     "which is logged and written to <data_dir>/kilnd.grpc_port."},
+     "which is logged (at level notice) and written to <data_dir>/kilnd.grpc_port."},
     {"data_dir", KD_CT_STRING, OFF(data_dir), 1, 4096, NULL, "./var", "KILN_DATA_DIR", "--data-dir",
-     "Folder for the job store (kiln.db), models and checkpoints; created when missing."},
+     "Folder for the job store (kiln.db), models and checkpoints; created when missing. One kilnd per folder: "
+     "a start on a folder another kilnd is using is refused, naming that kilnd's pid (kilnd.lock holds the lock, "
+     "which the system releases when that kilnd ends, however it ends)."},
     {"model_repository", KD_CT_STRING, OFF(model_repository), 0, 4096, NULL, "", "KILN_MODEL_REPOSITORY",
      "--model-repository",
      "Folder of models (<name>/<version>/ folders) to serve, as Triton and KServe mount one (e.g. /mnt/models); "
-     "empty means <data_dir>/models. It may be read-only: kilnd only reads it, and training jobs that register "
-     "a model then fail with a message saying so. Writable state (job store, checkpoints, port file) stays in "
-     "data_dir."},
+     "empty means <data_dir>/models, created when missing. A folder set here must exist (a missing one stops the "
+     "start) and is served as it is found: kilnd never creates it nor copies example_models into it, and writes "
+     "into it only when a training job registers a model, so it may be read-only (such jobs then fail with a "
+     "message saying so). Files beside the model folders (a README.md) are passed over. Writable state (job "
+     "store, checkpoints, port file) stays in data_dir."},
     {"example_models", KD_CT_STRING, OFF(example_models), 0, 4096, NULL, "", "KILN_EXAMPLE_MODELS",
      "--example-models",
      "Folder of example models (<name>/<version>/ folders) copied into <data_dir>/models at start when that "
-     "repository holds no model yet; empty means none. The README's run command passes examples/models."},
+     "repository holds no model yet; empty means none. A missing folder stops the start. Nothing is copied when "
+     "model_repository is set (the log says so). The README's run command passes examples/models."},
     {"devices", KD_CT_STRLIST, OFF(devices), 1, 64, NULL, "cpu", "KILN_DEVICES", "--devices",
-     "Devices to open, e.g. [\"cpu\", \"cuda:0\"]. Comma-separated in the environment and on the command line."},
+     "Devices to open, e.g. [\"cpu\", \"cuda:0\"]. Comma-separated in the environment and on the command line. "
+     "One device listed twice, under any two spellings (\"vulkan\" and \"vulkan:0\"), is refused. A model's "
+     "`device` names one of them as written here or as the device names itself (\"vulkan:0\")."},
     {"device_options", KD_CT_STRLIST, OFF(device_options), 0, 8, NULL, "", "KILN_DEVICE_OPTIONS",
      "--device-options",
      "Options for every device of a backend, each \"BACKEND:key=value&key=value\", e.g. "
@@ -111,7 +119,8 @@ const struct kd_config_key kd_config_keys[] = {
      "--drain-timeout-ms",
      "On SIGTERM/SIGINT, how long in-flight requests may take before the remaining connections are cut."},
     {"log_level", KD_CT_ENUM, OFF(log_level), 0, 0, log_levels, "info", "KILN_LOG_LEVEL", "--log-level",
-     "Least severe level written to the log."},
+     "Least severe level written to the log. The lines naming the ports kilnd listens on are written at level "
+     "notice whatever this says."},
     {"log_format", KD_CT_ENUM, OFF(log_format), 0, 0, log_formats, "text", "KILN_LOG_FORMAT", "--log-format",
      "text: one human-readable line per event; json: one JSON object per line."},
     {"log_access", KD_CT_ENUM, OFF(log_access), 0, 0, off_on, "off", "KILN_LOG_ACCESS", "--log-access",
@@ -119,11 +128,15 @@ const struct kd_config_key kd_config_keys[] = {
      "client address) at level info, in log_format; a request without a usable X-Request-Id gets a generated one, "
      "which the inference endpoints echo."},
     {"log_file", KD_CT_STRING, OFF(log_file), 0, 4096, NULL, "", "KILN_LOG_FILE", "--log-file",
-     "Append the log to this file (reopened on SIGHUP, for log rotation); empty means stderr."},
+     "Append the log to this file (reopened on SIGHUP, for log rotation); empty means stderr. A file that "
+     "cannot be opened (its folder missing, no write permission) stops the start."},
     {"api_tokens", KD_CT_STRLIST, OFF(api_tokens), 0, 1024, NULL, "", "KILN_API_TOKENS", NULL,
      "Bearer tokens the API accepts, each \"admin:TOKEN\" (load/unload plus everything read allows) or "
      "\"read:TOKEN\" (inference, model metadata, statistics, repository index); a bare \"TOKEN\" has the read "
      "scope. "
+     "Scopes are lower case; an entry with any other text before a ':' (\"Admin:TOKEN\", \"write:TOKEN\") is "
+     "refused, so a token that itself holds a ':' is written with its scope (\"read:TOKEN\"). A token listed "
+     "twice, under one scope or two, or with blanks around it, is refused. "
      "When any are set, the model endpoints require \"Authorization: Bearer TOKEN\"; health probes, /v2 and "
      "/metrics stay open. "
      "Kept off the command line so tokens do not show in the process list."},
@@ -134,6 +147,74 @@ const struct kd_config_key kd_config_keys[] = {
 };
 
 const size_t kd_config_key_count = sizeof kd_config_keys / sizeof kd_config_keys[0];
+
+/* The secret of an api_tokens entry as api/auth.c reads it ("admin:S", "read:S" or a bare S), or
+ * NULL when text before a ':' is not a scope: "Admin:S" or "write:S" would otherwise be taken
+ * as a read token whose secret is the whole entry, which no client sends. */
+static const char *token_secret(const char *entry)
+{
+    const char *colon = strchr(entry, ':');
+    if (!colon)
+        return entry;
+    size_t n = (size_t)(colon - entry);
+    if ((n == 5 && strncmp(entry, "admin", 5) == 0) || (n == 4 && strncmp(entry, "read", 4) == 0))
+        return colon + 1;
+    return NULL;
+}
+
+/* Messages name an entry by its position and never show a secret: a prefix is quoted only when
+ * it is short and printable, as a mistyped scope is; longer text may be part of a secret. */
+static int check_api_tokens(const struct kd_strlist *list, char *why, size_t whylen)
+{
+    for (size_t i = 0; i < list->count; i++) {
+        const char *entry = list->items[i], *secret = token_secret(entry);
+        if (!secret) {
+            size_t n = (size_t)(strchr(entry, ':') - entry);
+            bool quotable = n <= 16;
+            for (size_t c = 0; c < n && quotable; c++)
+                quotable = entry[c] >= 0x20 && entry[c] < 0x7f;
+            int len = quotable
+                          ? snprintf(why, whylen, "entry %zu starts with '%.*s:', which is not a scope", i + 1,
+                                     (int)n, entry)
+                          : snprintf(why, whylen,
+                                     "entry %zu has %zu characters before its first ':', which are not a scope",
+                                     i + 1, n);
+            if (len > 0 && (size_t)len < whylen)
+                snprintf(why + len, whylen - (size_t)len,
+                         " (admin or read, lower case); a token that itself holds a ':' is written read:TOKEN");
+            return -1;
+        }
+        if (!secret[0]) {
+            snprintf(why, whylen, "entry %zu has an empty token", i + 1);
+            return -1;
+        }
+        size_t n = strlen(secret);
+        if (secret[0] == ' ' || secret[0] == '\t' || secret[n - 1] == ' ' || secret[n - 1] == '\t') {
+            /* HTTP drops the blanks around a header value, so no request could carry them */
+            snprintf(why, whylen, "entry %zu has blanks around its token; no Authorization header can match it",
+                     i + 1);
+            return -1;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(token_secret(list->items[j]), secret) == 0) {
+                snprintf(
+                    why, whylen,
+                    "entries %zu and %zu are the same token; list each token once, with the scope it should have",
+                    j + 1, i + 1);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+/* Rules over a whole list, beyond the per-item ones: 0, or -1 with the reason in why (the setter
+ * adds the key and where the value came from). */
+static const struct {
+    size_t offset;
+    int (*check)(const struct kd_strlist *list, char *why, size_t whylen);
+} list_rules[] = {
+    {OFF(api_tokens), check_api_tokens},
+};
 
 const struct kd_config_key *kd_config_find(const char *name)
 {
@@ -247,10 +328,17 @@ static int store_list(struct kd_config *cfg, const struct kd_config_key *k, char
     for (size_t i = 0; !why && i < count; i++)
         if (!items[i] || items[i][0] == '\0')
             why = "empty item";
+    char rule[256] = "";
+    for (size_t r = 0; !why && r < sizeof list_rules / sizeof list_rules[0]; r++)
+        if (list_rules[r].offset == k->offset &&
+            list_rules[r].check(&(struct kd_strlist){items, count}, rule, sizeof rule) != 0)
+            why = rule;
     if (why) {
         for (size_t i = 0; i < count; i++)
             free(items[i]);
         free(items);
+        if (why == rule)
+            FAIL("%s", rule);
         if (strcmp(why, "item count") == 0)
             FAIL("%zu items is outside %" PRId64 "..%" PRId64, count, k->min, k->max);
         FAIL("items must be non-empty strings");

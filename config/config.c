@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "config-impl.h"
+#include "json-keys-impl.h"
 
 /* Flags that are commands rather than keys; one list so --help cannot forget one. */
 static const struct {
@@ -20,8 +21,9 @@ static const struct {
 } command_flags[] = {
     {"--config", "FILE", "Read a JSON configuration file (also KILN_CONFIG). Keys as in the table below."},
     {"--check-config", NULL,
-     "Validate the configuration as a start would (host and api_tokens, device_options, each device opened "
-     "and closed), print the result and exit 0 (valid) or 1."},
+     "Validate the configuration as a start would (log_file, host and api_tokens, model_repository and "
+     "example_models, data_dir, device_options, each device opened and closed), leaving nothing behind; print "
+     "the result and exit 0 (valid) or 1. A kilnd running on data_dir is noted, not refused."},
     {"--print-config-doc", NULL, "Print the configuration reference (docs/configuration.md) and exit."},
     {"--help", NULL, "Print this help and exit."},
     {"--version", NULL, "Print the version and exit."},
@@ -100,9 +102,26 @@ static char *read_file(const char *path, char *err, size_t errlen)
     return buf;
 }
 
-/* Walks one JSON object; prefix is "" at the top and "limits." inside the limits group. */
-static int apply_object(struct kd_config *cfg, const cJSON *obj, const char *prefix, const char *origin, char *err,
-                        size_t errlen)
+/* A key the file gives twice in one object: cJSON would apply both, the later winning. */
+struct repeat_err {
+    const char *origin;
+    char *err;
+    size_t errlen;
+};
+
+static int repeated_key(void *ud, const char *path, const char *key)
+{
+    struct repeat_err *r = ud;
+    snprintf(r->err, r->errlen, "%s%s%.64s: given twice; keep one (from %s)", path, *path ? "." : "", key,
+             r->origin);
+    return 1;
+}
+
+/* Walks one JSON object; prefix is "" at the top and "limits." inside the limits group. given
+ * marks the keys (by their index in the table) the file has set, so that one set both ways,
+ * nested and dotted, is refused instead of the later one silently winning. */
+static int apply_object(struct kd_config *cfg, const cJSON *obj, const char *prefix, const char *origin,
+                        bool *given, char *err, size_t errlen)
 {
     const cJSON *it;
     cJSON_ArrayForEach(it, obj) {
@@ -110,6 +129,14 @@ static int apply_object(struct kd_config *cfg, const cJSON *obj, const char *pre
         snprintf(name, sizeof name, "%s%s", prefix, it->string ? it->string : "");
         const struct kd_config_key *k = kd_config_find(name);
         if (k) {
+            size_t at = (size_t)(k - kd_config_keys);
+            if (given[at]) {
+                snprintf(err, errlen,
+                         "%s: given twice, as a nested key and as the dotted key \"%s\"; keep one (from %s)", name,
+                         name, origin);
+                return -1;
+            }
+            given[at] = true;
             if (kd_config_set_json(cfg, k, it, origin, err, errlen) != 0)
                 return -1;
             continue;
@@ -126,7 +153,7 @@ static int apply_object(struct kd_config *cfg, const cJSON *obj, const char *pre
             }
             char sub[130];
             snprintf(sub, sizeof sub, "%s.", name);
-            if (apply_object(cfg, it, sub, origin, err, errlen) != 0)
+            if (apply_object(cfg, it, sub, origin, given, err, errlen) != 0)
                 return -1;
             continue;
         }
@@ -152,12 +179,22 @@ static int apply_file(struct kd_config *cfg, const char *path, char *err, size_t
         return -1;
     }
     int rc = 0;
-    if (!cJSON_IsObject(root)) {
+    bool *given = calloc(kd_config_key_count, sizeof *given);
+    struct repeat_err repeat = {origin, err, errlen};
+    if (!given) {
+        snprintf(err, errlen, "config file %s: out of memory", path);
+        rc = -1;
+    } else if (!cJSON_IsObject(root)) {
         snprintf(err, errlen, "config file %s: the top level must be a JSON object", path);
         rc = -1;
+    } else if ((rc = kiln__json_repeated_keys(root, repeated_key, &repeat)) != 0) {
+        if (rc < 0)
+            snprintf(err, errlen, "config file %s: out of memory", path);
+        rc = -1;
     } else {
-        rc = apply_object(cfg, root, "", origin, err, errlen);
+        rc = apply_object(cfg, root, "", origin, given, err, errlen);
     }
+    free(given);
     cJSON_Delete(root);
     free(text);
     return rc;
@@ -380,10 +417,16 @@ void kd_config_print_doc(FILE *out)
             "An unknown key in the file, an unknown flag, a value of the wrong type or out of range "
             "stops the start with a message naming the key and where the value came from (file path, "
             "environment variable or flag). `kilnd --check-config` validates without starting "
-            "(exit 0 when valid, 1 otherwise), with the checks a start makes before it serves: a `host` "
-            "beyond loopback needs `api_tokens`, `device_options` must parse and every device in `devices` "
-            "must open (each is opened and closed again). In the JSON file, dotted keys are nested objects: "
-            "`limits.max_body_bytes` is written `{\"limits\": {\"max_body_bytes\": 1048576}}`. "
+            "(exit 0 when valid, 1 otherwise), with the checks a start makes before it serves: `log_file` "
+            "must open for appending, a `host` beyond loopback needs `api_tokens`, `model_repository` (when "
+            "set) and `example_models` (when set) must be existing folders kilnd can read, `data_dir` must be "
+            "creatable and writable, `device_options` must parse and every device in `devices` must open "
+            "(each is opened and closed again). What the check creates to find out (a log file, a missing "
+            "data folder) it removes again. A kilnd already running on `data_dir` is noted in the output, not "
+            "refused: checking a new configuration before restarting that kilnd is what the check is for. "
+            "In the JSON file, dotted keys are nested objects: "
+            "`limits.max_body_bytes` is written `{\"limits\": {\"max_body_bytes\": 1048576}}`; a key given "
+            "twice, or both nested and dotted, is refused. "
             "Lists are JSON arrays in the file and comma-separated in the environment and on the "
             "command line.\n\n"
             "| key | type | default | bounds | environment | flag | description |\n"

@@ -1,8 +1,9 @@
 /*
  * daemon/check.c — the checks a start makes of its configuration before it serves, shared with
- * --check-config, so that "configuration OK" means the same configuration starts: the listening
- * rule (beyond loopback only with api_tokens), the tokens themselves, device_options and the
- * devices (each opened once and closed again, as the scheduler opens them at start).
+ * --check-config, so that "configuration OK" means the same configuration starts: the log file,
+ * the listening rule (beyond loopback only with api_tokens), the model folders, the data folder
+ * (folders.c), device_options, the devices (each opened once and closed again, as the scheduler
+ * opens them at start) and the tokens themselves.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,8 +47,12 @@ int kd_daemon_apply_device_options(const struct kd_config *cfg, char *err, size_
 
 int kd_daemon_check(const struct kd_config *cfg, char *err, size_t errlen)
 {
-    /* in the order a start meets them, so the first problem is the one a start would report */
-    if (kd_daemon_check_listen(cfg, err, errlen) != 0 || kd_daemon_apply_device_options(cfg, err, errlen) != 0)
+    /* in the order a start meets them, so the first problem is the one a start would report; the
+     * data folder is made and removed again when missing, so a check leaves nothing behind */
+    if (kd_daemon_check_log_file(cfg->log_file, err, errlen) != 0 ||
+        kd_daemon_check_listen(cfg, err, errlen) != 0 || kd_daemon_check_model_folders(cfg, err, errlen) != 0 ||
+        kd_daemon_make_data_dir(cfg->data_dir, true, err, errlen) != 0 ||
+        kd_daemon_apply_device_options(cfg, err, errlen) != 0)
         return -1;
     /* Opening is what checks a device's options and that it exists (cuda:5 on a machine with
      * one GPU); the message is the one the scheduler logs when a start fails the same way. */

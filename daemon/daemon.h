@@ -57,6 +57,7 @@ struct kd_daemon {
     struct kd_jobs *training;
     struct kd_tensor_service *tensor;
     char *port_file;
+    int data_dir_lock;       /* the open kilnd.lock holding the data folder's lock; -1 when none */
     struct kd_notify notify; /* a service manager's NOTIFY_SOCKET, inert without one */
     enum kd_daemon_state state;
     uint64_t started_ns;
@@ -76,6 +77,34 @@ int kd_daemon_check_listen(const struct kd_config *cfg, char *err, size_t errlen
 /* Sets the backends' defaults from device_options (process-wide, before any device opens). */
 int kd_daemon_apply_device_options(const struct kd_config *cfg, char *err, size_t errlen);
 int kd_daemon_check(const struct kd_config *cfg, char *err, size_t errlen);
+
+/*
+ * The files and folders a start uses (folders.c), each 0 or -1 with the message a failed start
+ * logs in err; a start and kd_daemon_check call the same ones, and a check leaves nothing behind.
+ */
+/* log_file can be opened for appending (a file the check had to create is removed again). */
+int kd_daemon_check_log_file(const char *path, char *err, size_t errlen);
+/* model_repository, when set, is an existing folder kilnd can list (kilnd never creates it);
+ * otherwise <data_dir>/models is a folder or absent (a start creates it). example_models, when
+ * set, is an existing folder kilnd can list. */
+int kd_daemon_check_model_folders(const struct kd_config *cfg, char *err, size_t errlen);
+/* The folder kilnd serves: model_repository, or <data_dir>/models when it is empty. NULL when out
+ * of memory; the caller frees it. */
+char *kd_daemon_models_root(const struct kd_config *cfg);
+/* Creates the data folder (and its parents) when missing and checks that it takes new files.
+ * check_only: removes again the folders it created. */
+int kd_daemon_make_data_dir(const char *dir, bool check_only, char *err, size_t errlen);
+/*
+ * Takes the data folder's lock (<dir>/kilnd.lock, which then holds this process's id) for the
+ * life of the process; the kernel releases it when the process ends, however it ends. 0 with
+ * *lock_fd set; -1 when another kilnd holds it (err names its pid) or the file cannot be opened;
+ * 1 when the start may go on with a warning in err (a file system without locks: *lock_fd is -1).
+ */
+int kd_daemon_lock_data_dir(const char *dir, int *lock_fd, char *err, size_t errlen);
+void kd_daemon_unlock_data_dir(int lock_fd);
+/* Whether a running kilnd holds dir's lock, without taking it: 0 when none does, else its pid
+ * (-1 when unknown). */
+long kd_daemon_data_dir_user(const char *dir);
 
 /* Opens the log, the data folder, the job store and the listening socket. Logs its own errors. */
 int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg);

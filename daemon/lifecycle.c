@@ -1,9 +1,11 @@
 /*
  * daemon/lifecycle.c — bringing kilnd up, keeping it running and taking it down.
  *
- * Start: log, data folder, listening socket (first log line names the bound port, which is also
- * written to <data_dir>/kilnd.port for whoever started us with --port 0), job store, models, and
- * ready once every model found at start has finished loading (loaded or failed) on the workers.
+ * Start: log, the model folders checked, data folder and its lock (one kilnd per data folder),
+ * listening socket (first log line names the bound port, at level notice so that every log_level
+ * shows it, and it is also written to <data_dir>/kilnd.port for whoever started us with --port 0),
+ * job store, models, and ready once every model found at start has finished loading (loaded or
+ * failed) on the workers.
  * SIGTERM/SIGINT: draining — readiness turns 503, the listener closes, idle connections close,
  * busy ones finish; after drain_timeout_ms whatever remains is cut. A second signal cuts at once.
  * SIGHUP reopens the log file. Shutdown closes every handle so the loop ends with nothing leaked.
@@ -11,8 +13,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
-#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,80 +55,6 @@ static void set_state(struct kd_daemon *d, enum kd_daemon_state s)
     }
     if (rc != 0)
         kd_log_write(&d->log, KD_LOG_WARN, "NOTIFY_SOCKET: cannot notify the service manager: %s", strerror(-rc));
-}
-
-/* "uid 1000 (kiln), gid 0 (root)": who kilnd runs as, for messages about permissions. */
-static void describe_user(char *out, size_t outlen)
-{
-    uid_t uid = geteuid();
-    gid_t gid = getegid();
-    struct passwd *pw = getpwuid(uid);
-    struct group *gr = getgrgid(gid);
-    snprintf(out, outlen, "uid %ld (%s), gid %ld (%s)", (long)uid, pw ? pw->pw_name : "no passwd entry", (long)gid,
-             gr ? gr->gr_name : "no group entry");
-}
-
-/* The data folder must take new files before kilnd binds: a folder mounted read-only or owned by
- * another user would otherwise fail later, after "listening", with a bare EACCES. The probe is a
- * real create and unlink, so read-only mounts, ACLs and SELinux labels count, not only mode bits. */
-static int check_writable(const char *dir, char *err, size_t errlen)
-{
-    size_t n = strlen(dir) + 48;
-    char *probe = malloc(n);
-    if (!probe) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    snprintf(probe, n, "%s/.kilnd-write-probe-%ld", dir, (long)getpid());
-    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    int saved = errno;
-    if (fd >= 0) {
-        close(fd);
-        unlink(probe);
-    }
-    free(probe);
-    if (fd >= 0)
-        return 0;
-    char who[160];
-    describe_user(who, sizeof who);
-    snprintf(err, errlen,
-             "data_dir %s is not writable by kilnd, running as %s: %s. Make it writable by that user or group "
-             "(chown, or chmod g+w for a group-0 folder under an arbitrary uid), or choose another data_dir",
-             dir, who, strerror(saved));
-    return -1;
-}
-
-static int mkdir_p(const char *path, char *err, size_t errlen)
-{
-    char *copy = strdup(path);
-    if (!copy) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    int rc = 0;
-    for (char *p = copy + 1; rc == 0; p++) {
-        bool end = *p == '\0';
-        if (*p != '/' && !end)
-            continue;
-        *p = '\0';
-        if (mkdir(copy, 0775) != 0 && errno != EEXIST) {
-            int saved = errno;
-            char who[160];
-            describe_user(who, sizeof who);
-            snprintf(err, errlen, "data_dir: cannot create %s as %s: %s", copy, who, strerror(saved));
-            rc = -1;
-        }
-        if (end)
-            break;
-        *p = '/';
-    }
-    free(copy);
-    struct stat st;
-    if (rc == 0 && (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))) {
-        snprintf(err, errlen, "data_dir: %s is not a folder", path);
-        rc = -1;
-    }
-    return rc;
 }
 
 /* Written under a temporary name and renamed, so a reader never sees a half-written port. */
@@ -267,11 +193,12 @@ static int start_handles(struct kd_daemon *d)
 }
 
 /*
- * --example-models: copies every <name>/<version>/ folder of dir into the repository at root when
- * the repository holds no model, so a first start has something to serve. Only an empty repository
- * is seeded — a user's own models are never mixed with examples. Each version goes through
- * kd_repository_add_version, which validates it and renames it into place atomically. A failure
- * is logged and the start goes on: examples are a convenience, not something to refuse to run over.
+ * --example-models: copies every <name>/<version>/ folder of dir into <data_dir>/models (root) when
+ * it holds no model, so a first start has something to serve. Only an empty repository is seeded —
+ * a user's own models are never mixed with examples — and never a configured model_repository,
+ * which kilnd serves as it finds it. Each version goes through kd_repository_add_version, which
+ * validates it and renames it into place atomically. A failure is logged and the start goes on:
+ * examples are a convenience, not something to refuse to run over.
  */
 static void seed_examples(struct kd_daemon *d, const char *root, const char *dir)
 {
@@ -322,18 +249,6 @@ static void seed_examples(struct kd_daemon *d, const char *root, const char *dir
     kd_repository_close(repo);
 }
 
-/* model_repository, or <data_dir>/models when it is empty. The caller frees it. */
-static char *models_root(const struct kd_daemon *d)
-{
-    if (d->cfg.model_repository && d->cfg.model_repository[0])
-        return strdup(d->cfg.model_repository);
-    size_t n = strlen(d->cfg.data_dir) + 16;
-    char *root = malloc(n);
-    if (root)
-        snprintf(root, n, "%s/models", d->cfg.data_dir);
-    return root;
-}
-
 /* The last load kd_serving_new started has finished (on the loop). Ready, unless the start failed
  * meanwhile or a drain began: a model still loading never turns a drain back into ready. */
 static void on_models_loaded(void *ud)
@@ -367,15 +282,27 @@ static int start_serving(struct kd_daemon *d)
         kd_log_write(&d->log, KD_LOG_ERROR, "scheduler: %s", err);
         return -1;
     }
-    char *root = models_root(d);
+    char *root = kd_daemon_models_root(&d->cfg);
     if (!root)
         return -1;
-    if (access(root, F_OK) == 0 && access(root, W_OK) != 0)
+    bool configured = d->cfg.model_repository && d->cfg.model_repository[0];
+    /* only the default repository is made; a configured one was checked to exist */
+    if (!configured && mkdir(root, 0775) != 0 && errno != EEXIST) {
+        kd_log_write(&d->log, KD_LOG_ERROR, "data_dir: cannot create %s: %s", root, strerror(errno));
+        free(root);
+        return -1;
+    }
+    if (access(root, W_OK) != 0)
         kd_log_write(&d->log, KD_LOG_INFO,
                      "model repository %s is read-only here: serving only, jobs "
                      "cannot register models into it",
                      root);
-    if (d->cfg.example_models && d->cfg.example_models[0])
+    if (d->cfg.example_models && d->cfg.example_models[0] && configured)
+        kd_log_write(&d->log, KD_LOG_INFO,
+                     "example models in %s not copied: model_repository is set, and kilnd serves it as it finds "
+                     "it (examples go into <data_dir>/models only)",
+                     d->cfg.example_models);
+    else if (d->cfg.example_models && d->cfg.example_models[0])
         seed_examples(d, root, d->cfg.example_models);
     struct kd_serving_options vo = {
         .loop = &d->loop,
@@ -432,7 +359,7 @@ static int start_grpc(struct kd_daemon *d)
         return -1;
     }
     int port = kd_grpc_port(d->grpc);
-    kd_log_write(&d->log, KD_LOG_INFO, "gRPC listening on %s:%d grpc_port=%d", d->cfg.host, port, port);
+    kd_log_notice(&d->log, "gRPC listening on %s:%d grpc_port=%d", d->cfg.host, port, port);
     return write_port_file(d, "kilnd.grpc_port", port, &d->grpc_port_file);
 }
 
@@ -441,6 +368,7 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
     char err[512];
     memset(d, 0, sizeof *d);
     d->notify.fd = -1;
+    d->data_dir_lock = -1;
     d->cfg = *cfg;
     memset(cfg, 0, sizeof *cfg);
     d->started_ns = uv_hrtime();
@@ -468,11 +396,8 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
         kd_log_write(&d->log, KD_LOG_ERROR, "%s", err);
         return -1;
     }
-    if (d->notify.timer_ready) {
+    if (d->notify.timer_ready)
         uv_unref((uv_handle_t *)&d->notify.timer); /* the pings never keep a draining loop alive */
-        kd_log_write(&d->log, KD_LOG_INFO, "service manager watchdog: pinging every %llu ms",
-                     (unsigned long long)(d->notify.watchdog_usec / 2000));
-    }
 
     d->metrics = kd_metrics_new();
     if (!d->metrics || kd_metrics_gauge_fn(d->metrics, "kiln_process_uptime_seconds",
@@ -493,14 +418,22 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
     kd_metric_set(info_series, 1);
     d->api_ready = true;
 
-    if (kd_daemon_check_listen(&d->cfg, err, sizeof err) != 0) {
+    /* in kd_daemon_check's order, so both report the same first problem */
+    if (kd_daemon_check_listen(&d->cfg, err, sizeof err) != 0 ||
+        kd_daemon_check_model_folders(&d->cfg, err, sizeof err) != 0 ||
+        kd_daemon_make_data_dir(d->cfg.data_dir, false, err, sizeof err) != 0) {
         kd_log_write(&d->log, KD_LOG_ERROR, "%s", err);
         return -1;
     }
-    if (mkdir_p(d->cfg.data_dir, err, sizeof err) != 0 || check_writable(d->cfg.data_dir, err, sizeof err) != 0) {
+    /* Before anything in the folder is touched (port file, job store): a second kilnd on one
+     * data folder would requeue the first one's running jobs and train them alongside it. */
+    int locked = kd_daemon_lock_data_dir(d->cfg.data_dir, &d->data_dir_lock, err, sizeof err);
+    if (locked < 0) {
         kd_log_write(&d->log, KD_LOG_ERROR, "%s", err);
         return -1;
     }
+    if (locked > 0)
+        kd_log_write(&d->log, KD_LOG_WARN, "%s", err);
     /* kernel choices timed once are kept beside the models (autotune.tsv) */
     if (!getenv("KILN_AUTOTUNE_DIR"))
         kiln_autotune_dir_set(d->cfg.data_dir);
@@ -537,8 +470,11 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
         return -1;
     }
     int port = kd_server_port(d->server);
-    kd_log_write(&d->log, KD_LOG_INFO, "kilnd %s listening on %s:%d port=%d pid=%d data_dir=%s", KILN_VERSION,
-                 d->cfg.host, port, port, (int)getpid(), d->cfg.data_dir);
+    kd_log_notice(&d->log, "kilnd %s listening on %s:%d port=%d pid=%d data_dir=%s", KILN_VERSION, d->cfg.host,
+                  port, port, (int)getpid(), d->cfg.data_dir);
+    if (d->notify.timer_ready)
+        kd_log_write(&d->log, KD_LOG_INFO, "service manager watchdog: pinging every %llu ms",
+                     (unsigned long long)(d->notify.watchdog_usec / 2000));
     if (write_port_file(d, "kilnd.port", port, &d->port_file) != 0)
         return -1;
 
@@ -556,7 +492,7 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
     kd_log_write(&d->log, KD_LOG_DEBUG, "job store at schema version %d", kd_jobstore_schema_version(d->jobs));
     if (start_serving(d) != 0)
         return -1;
-    char *models = models_root(d);
+    char *models = kd_daemon_models_root(&d->cfg);
     if (!models)
         return -1;
     struct kd_jobs_options jo = {
@@ -658,6 +594,9 @@ void kd_daemon_free(struct kd_daemon *d)
         unlink(d->port_file);
         free(d->port_file);
     }
+    /* last of the data folder: a kilnd started next finds every file here closed */
+    kd_daemon_unlock_data_dir(d->data_dir_lock);
+    d->data_dir_lock = -1;
     if (d->api_ready)
         kd_api_free(&d->api);
     kd_metrics_free(d->metrics);

@@ -81,7 +81,8 @@ static size_t put_json_string(char *dst, size_t room, const char *s)
     return n;
 }
 
-static void emit(struct kd_log *log, enum kd_log_level level, const char *msg)
+/* level_name: kd_log_level_to_str's, or "notice" (kd_log_notice). */
+static void emit(struct kd_log *log, const char *level_name, const char *msg)
 {
     struct timespec ts;
     struct tm tm;
@@ -94,13 +95,12 @@ static void emit(struct kd_log *log, enum kd_log_level level, const char *msg)
     char line[2048];
     size_t n;
     if (log->format == KD_LOG_JSON) {
-        n = (size_t)snprintf(line, sizeof line, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"", stamp,
-                             kd_log_level_to_str(level));
+        n = (size_t)snprintf(line, sizeof line, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"", stamp, level_name);
         n += put_json_string(line + n, sizeof line - n - 3, msg);
         memcpy(line + n, "\"}\n", 3);
         n += 3;
     } else {
-        int w = snprintf(line, sizeof line - 1, "%s %-5s %s", stamp, kd_log_level_to_str(level), msg);
+        int w = snprintf(line, sizeof line - 1, "%s %-5s %s", stamp, level_name, msg);
         n = w < 0 ? 0 : (size_t)w >= sizeof line - 1 ? sizeof line - 2 : (size_t)w;
         line[n++] = '\n';
     }
@@ -118,14 +118,24 @@ void kd_log_write(struct kd_log *log, enum kd_log_level level, const char *fmt, 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    emit(log, level, msg);
+    emit(log, kd_log_level_to_str(level), msg);
+}
+
+void kd_log_notice(struct kd_log *log, const char *fmt, ...)
+{
+    char msg[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    emit(log, "notice", msg);
 }
 
 void kd_log_sink(void *ud, enum kd_log_level level, const char *msg)
 {
     struct kd_log *log = ud;
     if (level <= log->level)
-        emit(log, level, msg);
+        emit(log, kd_log_level_to_str(level), msg);
 }
 
 /* Copies up to n bytes of s for a text line: bytes outside printable ASCII and spaces as %XX. */
@@ -186,5 +196,5 @@ void kd_log_access(void *ud, const struct kd_http_access *a)
     put_text_target(target, sizeof target, a->target, tlen);
     snprintf(line, sizeof line, "access %s %s %d %.3fms in=%llu id=%s peer=%s", a->method, target, a->status, ms,
              (unsigned long long)a->bytes_in, a->request_id, a->peer);
-    emit(log, KD_LOG_INFO, line);
+    emit(log, kd_log_level_to_str(KD_LOG_INFO), line);
 }

@@ -31,6 +31,10 @@ void kd_log_close(struct kd_log *log);
 void kd_log_write(struct kd_log *log, enum kd_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* A line written whatever log_level says, at level "notice": what a deployment must always be
+ * able to read back, such as the ports kilnd bound (with --port 0, the only place they are said). */
+void kd_log_notice(struct kd_log *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Adapter with the server's log callback signature; ud is the struct kd_log. */
 void kd_log_sink(void *ud, enum kd_log_level level, const char *msg);
 

@@ -39,6 +39,16 @@ int main(int argc, char **argv)
             printf("kilnd: configuration OK (%s)\n", cfg.config_file);
         else
             printf("kilnd: configuration OK\n");
+        /* Said, not refused: a kilnd running on the folder is no fault of the configuration,
+         * and checking a new one before restarting the running kilnd is what the check is for. */
+        long holder = kd_daemon_data_dir_user(cfg.data_dir);
+        if (holder > 0)
+            printf("kilnd: note: data_dir %s is in use by a running kilnd (pid %ld); a start is refused until it "
+                   "stops\n",
+                   cfg.data_dir, holder);
+        else if (holder < 0)
+            printf("kilnd: note: data_dir %s is in use by a running kilnd; a start is refused until it stops\n",
+                   cfg.data_dir);
         kd_config_free(&cfg);
         return 0;
     case KD_CONFIG_RUN: break;

@@ -164,6 +164,9 @@ def check_config_accepted(container, what, extra_args=()):
     for k in ("KILN_DATA_DIR",):
         if k in env:
             env[k] = tmp
+    # the model volume is mounted at /mnt/models in the cluster, and kilnd refuses a
+    # model_repository that does not exist: here a folder stands in for it
+    env = {k: tmp if v == "/mnt/models" else v for k, v in env.items()}
     args = [a if a != "/mnt/models" else tmp for a in list(container.get("args", [])) + list(extra_args)]
     r = subprocess.run([KILND, "--check-config", *args], env=env, capture_output=True, text=True)
     shutil.rmtree(tmp, ignore_errors=True)

@@ -2,9 +2,11 @@
  * tests/storage/test_repository.c — the model repository: a scan over valid and invalid
  * models (each invalid one with its reason, the scan never stopping), names from outside
  * ("../x", "a/../../b", a leading dot), a symlink pointing outside the root, version
- * policies (latest N, all, specific), adding/removing versions atomically, and finding a
- * version by the source its source.json names.
+ * policies (latest N, all, specific), adding/removing versions atomically, finding a
+ * version by the source its source.json names, a root served as found (never created, files
+ * beside the models passed over) and a model folder that cannot be read saying so.
  */
+#include <grp.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -282,6 +285,77 @@ static void test_find_source(void **state)
     kd_repository_close(repo);
 }
 
+/* The root is served as it is found: never created, and only its folders are models. */
+static void test_root_as_found(void **state)
+{
+    (void)state;
+    char missing[160], p[256];
+    snprintf(missing, sizeof missing, "%s/no-such-models", base);
+    assert_null(kd_repository_open(missing));
+    assert_non_null(strstr(kiln_error(), "No such file or directory"));
+    assert_int_not_equal(access(missing, F_OK), 0); /* not made on the spot */
+    snprintf(p, sizeof p, "%s/README.md", root);
+    write_text(p, "# models\n");
+    assert_null(kd_repository_open(p));
+    assert_non_null(strstr(kiln_error(), "not a folder"));
+
+    /* files beside the model folders, a hidden one and a symlink to a file are no models */
+    snprintf(p, sizeof p, "%s/.gitattributes", root);
+    write_text(p, "* binary\n");
+    char target[256];
+    snprintf(target, sizeof target, "%s/LICENSE", root);
+    write_text(target, "license");
+    snprintf(p, sizeof p, "%s/COPYING", root);
+    assert_int_equal(symlink(target, p), 0);
+    make_version("good", "1", config_text(NULL));
+    kd_repository *repo = kd_repository_open(root);
+    assert_non_null(repo);
+    assert_int_equal(kd_repository_count(repo), 1);
+    assert_string_equal(kd_repository_model(repo, 0)->name, "good");
+    assert_true(kd_repository_model(repo, 0)->valid);
+    assert_null(kd_repository_find(repo, "README.md"));
+    kd_repository_close(repo);
+}
+
+/* 0 when a model folder kilnd cannot list is reported with the reason, checked in a child that
+ * runs as another user when this runs as root (for whom mode 000 opens anyway). */
+static int unreadable_reason_seen(void)
+{
+    kd_repository *repo = kd_repository_open(root);
+    const kd_model_info *m = repo ? kd_repository_find(repo, "locked") : NULL;
+    int rc = m && !m->valid && m->why && strstr(m->why, "cannot read: Permission denied") ? 0 : 1;
+    if (rc)
+        fprintf(stderr, "locked: %s\n", m && m->why ? m->why : repo ? "not listed" : kiln_error());
+    kd_repository_close(repo);
+    return rc;
+}
+
+static void test_unreadable_model_folder(void **state)
+{
+    (void)state;
+    make_version("locked", "1", config_text(NULL));
+    char p[256];
+    snprintf(p, sizeof p, "%s/locked", root);
+    assert_int_equal(chmod(p, 0), 0);
+    assert_int_equal(chmod(base, 0755), 0); /* mkdtemp's 0700 would stop the other user at the top */
+    if (geteuid() != 0) {
+        assert_int_equal(unreadable_reason_seen(), 0);
+    } else {
+        pid_t child = fork();
+        assert_true(child >= 0);
+        if (child == 0) {
+            if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
+                _exit(2);
+            _exit(unreadable_reason_seen());
+        }
+        int status = 0;
+        assert_int_equal(waitpid(child, &status, 0), child);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+    }
+    assert_int_equal(chmod(p, 0755), 0); /* for the teardown's removal */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -290,6 +364,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_version_policies, setup, teardown),
         cmocka_unit_test_setup_teardown(test_add_and_remove, setup, teardown),
         cmocka_unit_test_setup_teardown(test_find_source, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_root_as_found, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unreadable_model_folder, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

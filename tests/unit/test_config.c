@@ -208,6 +208,84 @@ static void test_flag_errors(void **state)
                  "limits.idle_timeout_ms: 0 is out of range", "--idle-timeout-ms");
 }
 
+/* A key the file gives twice, literally or both nested and dotted, is refused by name: neither
+ * the first nor the last may win without a word. */
+static void test_file_repeated_keys(void **state)
+{
+    (void)state;
+    struct {
+        const char *json;
+        const char *key;
+    } cases[] = {
+        {"{\"port\": 1, \"port\": 2}", "port: given twice"},
+        {"{\"limits\": {\"max_body_bytes\": 10, \"max_body_bytes\": 20}}", "limits.max_body_bytes: given twice"},
+        {"{\"limits\": {\"max_body_bytes\": 10}, \"limits.max_body_bytes\": 1000}",
+         "limits.max_body_bytes: given twice, as a nested key and as the dotted key"},
+        {"{\"limits.max_body_bytes\": 1000, \"limits\": {\"max_body_bytes\": 10}}",
+         "limits.max_body_bytes: given twice, as a nested key and as the dotted key"},
+        {"{\"limits\": {\"max_body_bytes\": 10}, \"limits\": {\"idle_timeout_ms\": 100}}", "limits: given twice"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *file = write_config(cases[i].json);
+        expect_error(NULL, (const char *[]){"--config", file, NULL}, cases[i].key, file);
+        unlink(file);
+    }
+    /* one spelling each, of different keys, is fine */
+    const char *file = write_config("{\"limits\": {\"max_body_bytes\": 10}, \"limits.idle_timeout_ms\": 100}");
+    struct kd_config cfg;
+    char err[512] = "";
+    assert_int_equal(load(&cfg, NULL, err, (const char *[]){"--config", file, NULL}), KD_CONFIG_RUN);
+    assert_int_equal(cfg.limits.max_body_bytes, 10);
+    assert_int_equal(cfg.limits.idle_timeout_ms, 100);
+    kd_config_free(&cfg);
+    unlink(file);
+}
+
+/* api_tokens entries as api/auth.c reads them: a mistyped scope or a token listed twice stops
+ * the load, naming the entry by position and never showing its secret. */
+static void test_api_token_entries(void **state)
+{
+    (void)state;
+    struct {
+        const char *tokens;
+        const char *needle;
+    } cases[] = {
+        {"KILN_API_TOKENS=Admin:SECRET1,read:AAA", "entry 1 starts with 'Admin:', which is not a scope"},
+        {"KILN_API_TOKENS=read:AAA,write:SECRET1", "entry 2 starts with 'write:', which is not a scope"},
+        {"KILN_API_TOKENS=READ:SECRET1", "entry 1 starts with 'READ:'"},
+        {"KILN_API_TOKENS=read:AAA, admin:SECRET1", "entry 2 starts with ' admin:'"},
+        {"KILN_API_TOKENS=:SECRET1", "entry 1 starts with ':'"},
+        {"KILN_API_TOKENS=averylongsecretpartSECRET1:x", "entry 1 has 26 characters before its first ':'"},
+        {"KILN_API_TOKENS=read:SECRET1,admin:SECRET1", "entries 1 and 2 are the same token"},
+        {"KILN_API_TOKENS=SECRET1,x,read:SECRET1", "entries 1 and 3 are the same token"},
+        {"KILN_API_TOKENS=admin:SECRET1,admin:SECRET1", "entries 1 and 2 are the same token"},
+        {"KILN_API_TOKENS=read:ok,admin:", "entry 2 has an empty token"},
+        {"KILN_API_TOKENS=read:SECRET1 ,admin:x", "entry 1 has blanks around its token"},
+        {"KILN_API_TOKENS=read: SECRET1", "entry 1 has blanks around its token"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct kd_config cfg;
+        char err[512] = "";
+        assert_int_equal(load(&cfg, (char *[]){(char *)cases[i].tokens, NULL}, err, NULL), KD_CONFIG_ERROR);
+        if (!strstr(err, cases[i].needle) || !strstr(err, "api_tokens: ") || !strstr(err, "KILN_API_TOKENS"))
+            fail_msg("%s: error '%s' lacks '%s'", cases[i].tokens, err, cases[i].needle);
+        if (strstr(err, "SECRET1"))
+            fail_msg("%s: error '%s' shows the secret", cases[i].tokens, err);
+    }
+    /* the same rule for the file's list */
+    const char *file = write_config("{\"api_tokens\": [\"admin:a\", \"Read:b\"]}");
+    expect_error(NULL, (const char *[]){"--config", file, NULL}, "api_tokens: entry 2 starts with 'Read:'", file);
+    unlink(file);
+    /* what auth.c accepts still loads: both scopes, a bare token, a ':' inside a scoped token */
+    struct kd_config cfg;
+    char err[512] = "";
+    assert_int_equal(load(&cfg, (char *[]){"KILN_API_TOKENS=admin:a1,read:r1,bare,read:x:y", NULL}, err, NULL),
+                     KD_CONFIG_RUN);
+    assert_int_equal(cfg.api_tokens.count, 4);
+    assert_string_equal(cfg.api_tokens.items[3], "read:x:y");
+    kd_config_free(&cfg);
+}
+
 static void test_actions(void **state)
 {
     (void)state;
@@ -259,6 +337,8 @@ int main(void)
         cmocka_unit_test(test_file_errors),
         cmocka_unit_test(test_env_errors),
         cmocka_unit_test(test_flag_errors),
+        cmocka_unit_test(test_file_repeated_keys),
+        cmocka_unit_test(test_api_token_entries),
         cmocka_unit_test(test_actions),
         cmocka_unit_test(test_help_and_doc_list_every_key),
     };
