@@ -8,8 +8,13 @@
  * reference of either kind goes.
  *
  * A spec may carry options ("cpu?threads=2", engine/device-opts.c) and may name a
- * decorator around another spec ("counting:cpu"); the canonical spec, options sorted,
- * is the registry's key.
+ * decorator around another spec ("counting:cpu"). Two opens share a handle when they
+ * asked for the same canonical spec (options sorted) and the options in effect (the
+ * spec's over kiln_device_defaults_set's and the environment's, at each open) are the
+ * same: a program that changes a default and reopens gets a device opened with it, and
+ * a bad default is refused then. The name (kiln_device_name) is the canonical spec as
+ * asked for, with secrets (a remote token) shown as "***"; the registry's key keeps them,
+ * so opens with two different tokens never share a session.
  *
  * Backends are found through their registration functions. They are referenced weakly
  * so that a build leaving a backend out still links and reports the backend as absent
@@ -60,8 +65,17 @@ static backend_getter getter_of(size_t i)
     }
 }
 
+/* The open devices, each under its key: the canonical spec as asked for, secrets in full,
+ * then the spec actually opened and every option in effect (kiln_device_open_opts). The
+ * key lives here rather than in the device, which holds the name that may be shown. */
+typedef struct registry_entry {
+    kiln_device *dev;
+    struct registry_entry *next;
+    char key[];
+} registry_entry;
+
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static kiln_device *registry;
+static registry_entry *registry;
 
 static pthread_once_t compiled_once = PTHREAD_ONCE_INIT;
 static char compiled_names[128];
@@ -234,10 +248,50 @@ static const char *fusion_default(size_t slot)
     return (!strcmp(name, "vulkan") || !strcmp(name, "cuda")) && be && be->fused_run ? "on" : NULL;
 }
 
+/* The backends a canonical spec opens, outermost first ("counting:fused:cpu": counting,
+ * fused, cpu), as slots; how many (at most max). */
+static int chain_of(const char *canon, size_t *slots, int max)
+{
+    int n = 0;
+    while (n < max) {
+        if (strncmp(canon, "counting:", 9) == 0) {
+            slots[n++] = COUNTING_SLOT;
+            canon += 9;
+        } else if (strncmp(canon, "fused:", 6) == 0) {
+            slots[n++] = FUSED_SLOT;
+            canon += 6;
+        } else {
+            for (size_t i = 0; i < NBACKENDS; i++) {
+                size_t len = strlen(known_backends[i].name);
+                if (strncmp(canon, known_backends[i].name, len) == 0 &&
+                    (canon[len] == '\0' || canon[len] == ':')) {
+                    slots[n++] = i;
+                    break;
+                }
+            }
+            break;
+        }
+    }
+    return n;
+}
+
+#define CHAIN_MAX 32 /* decorators nest at most KILN_SPEC_MAX / strlen("fused:") deep */
+
+static bool chain_has(const char *canon, size_t slot)
+{
+    size_t chain[CHAIN_MAX];
+    int n = chain_of(canon, chain, CHAIN_MAX);
+    for (int i = 0; i < n; i++)
+        if (chain[i] == slot)
+            return true;
+    return false;
+}
+
 /* The option fusion=on|off (spec, options, KILN_<BACKEND>_FUSION, then the backend's
  * default): on opens the device through the fused decorator (slot and canon become its),
  * while the device keeps the name it was asked for. The engine consumes the key for every
- * backend, so none of them refuses it. */
+ * backend, so none of them refuses it. A spec that names the decorator ("fused:cpu") and
+ * turns fusion off contradicts itself and is refused rather than guessed at. */
 static int apply_fusion_option(const kiln_device_opts *given, size_t *slot, char *canon, size_t canon_len)
 {
     kiln_device_opts all = *given;
@@ -247,11 +301,15 @@ static int apply_fusion_option(const kiln_device_opts *given, size_t *slot, char
     const char *v = kiln__device_opts_take(&all, "fusion", &src);
     if (!v && (v = fusion_default(*slot)) != NULL)
         src = "the backend's default";
-    if (!v || !strcmp(v, "off"))
-        return 0;
-    if (strcmp(v, "on"))
+    if (v && strcmp(v, "on") && strcmp(v, "off"))
         return kiln__error_set("kiln_device_open: option fusion (from %s) must be on or off, not '%s'", src, v);
-    if (*slot == FUSED_SLOT)
+    bool decorated = chain_has(canon, FUSED_SLOT);
+    if (v && !strcmp(v, "off") && decorated)
+        return kiln__error_set(
+            "kiln_device_open: '%s' names the fusion decorator while option fusion=off (from %s) "
+            "turns fusion off; drop one of them",
+            canon, src);
+    if (!v || !strcmp(v, "off") || decorated)
         return 0;
     char inner[KILN_SPEC_MAX];
     snprintf(inner, sizeof inner, "%s", canon);
@@ -310,6 +368,70 @@ kiln_device *kiln_device_open(const char *spec)
     return kiln_device_open_opts(spec, NULL);
 }
 
+/* Options whose values are secrets: shown as "***" in a device's name, so that neither
+ * kiln_device_name nor a message that names the device (logs) carries them. */
+static const char *const secret_options[] = {"token"};
+
+static bool is_secret(const char *key)
+{
+    for (size_t i = 0; i < sizeof secret_options / sizeof *secret_options; i++)
+        if (!strcmp(key, secret_options[i]))
+            return true;
+    return false;
+}
+
+/* canon, then "?" and the options sorted when there are any; secrets masked when asked.
+ * -1 with the error set when it does not fit. */
+static int spell(const char *canon, const kiln_device_opts *opts, bool mask, char *out, size_t len)
+{
+    kiln_device_opts shown = *opts;
+    for (int i = 0; mask && i < shown.n; i++)
+        if (is_secret(shown.kv[i].key))
+            snprintf(shown.kv[i].value, sizeof shown.kv[i].value, "***");
+    char optstr[KILN_DEVICE_OPTS_MAX * sizeof opts->kv[0].key * 5];
+    kiln__device_opts_canon(&shown, optstr, sizeof optstr);
+    int n = snprintf(out, len, "%s%s%s", canon, optstr[0] ? "?" : "", optstr);
+    if (n < 0 || (size_t)n >= len || strlen(optstr) + 1 >= sizeof optstr)
+        return kiln__error_set("kiln_device_open: spec too long");
+    return 0;
+}
+
+/* The registry's key of a device asked for as name_in_full (secrets unmasked) that opens
+ * canon with given options: name_in_full, then canon with every option in effect, the
+ * given ones over the defaults and the environment of each backend canon opens (as the
+ * open will apply them: the outermost backend's first). */
+static int registry_key(const char *name_in_full, const char *canon, const kiln_device_opts *given, char *key,
+                        size_t len)
+{
+    kiln_device_opts all = *given;
+    size_t chain[CHAIN_MAX];
+    int n = chain_of(canon, chain, CHAIN_MAX);
+    for (int i = 0; i < n; i++)
+        if (kiln__device_opts_env(backend_name_of(chain[i]), &all) < 0)
+            return -1;
+    /* the name's length first: no option value can make two different pairs read alike */
+    int used = snprintf(key, len, "%zu:%s ", strlen(name_in_full), name_in_full);
+    if (used < 0 || (size_t)used >= len)
+        return kiln__error_set("kiln_device_open: spec too long");
+    return spell(canon, &all, false, key + used, len - (size_t)used);
+}
+
+static registry_entry *registry_find(const char *key)
+{
+    for (registry_entry *e = registry; e; e = e->next) {
+        if (strcmp(e->key, key) != 0)
+            continue;
+        /* a device whose last reference went is on its way out (kiln__device_release
+         * unlinks it next): open a new one beside it rather than bring it back */
+        int n = atomic_load(&e->dev->refcount);
+        while (n > 0 && !atomic_compare_exchange_weak(&e->dev->refcount, &n, n + 1))
+            ;
+        if (n > 0)
+            return e;
+    }
+    return NULL;
+}
+
 kiln_device *kiln_device_open_opts(const char *spec, const char *options)
 {
     if (!spec) {
@@ -332,30 +454,20 @@ kiln_device *kiln_device_open_opts(const char *spec, const char *options)
         return NULL;
     size_t slot = 0;
     int index = 0;
-    char canon[KILN_SPEC_MAX], key[KILN_SPEC_MAX], optstr[KILN_SPEC_MAX];
-    if (parse_any(base, &slot, &index, canon, sizeof canon) < 0)
-        return NULL;
-    kiln__device_opts_canon(&opts, optstr, sizeof optstr);
-    if ((size_t)snprintf(key, sizeof key, "%s%s%s", canon, optstr[0] ? "?" : "", optstr) >= sizeof key) {
-        kiln__error_set("kiln_device_open: spec too long");
-        return NULL;
-    }
-    if (apply_fusion_option(&opts, &slot, canon, sizeof canon) < 0)
+    char canon[KILN_SPEC_MAX], name[KILN_SPEC_MAX], name_in_full[KILN_SPEC_MAX];
+    char key[2 * KILN_SPEC_MAX + KILN_DEVICE_OPTS_MAX * sizeof opts.kv[0].key * 5];
+    if (parse_any(base, &slot, &index, canon, sizeof canon) < 0 ||
+        spell(canon, &opts, true, name, sizeof name) < 0 ||
+        spell(canon, &opts, false, name_in_full, sizeof name_in_full) < 0 ||
+        apply_fusion_option(&opts, &slot, canon, sizeof canon) < 0 ||
+        registry_key(name_in_full, canon, &opts, key, sizeof key) < 0)
         return NULL;
 
     pthread_mutex_lock(&registry_lock);
-    for (kiln_device *d = registry; d; d = d->next) {
-        if (strcmp(d->spec, key) != 0)
-            continue;
-        /* a device whose last reference went is on its way out (kiln__device_release
-         * unlinks it next): open a new one beside it rather than bring it back */
-        int n = atomic_load(&d->refcount);
-        while (n > 0 && !atomic_compare_exchange_weak(&d->refcount, &n, n + 1))
-            ;
-        if (n > 0) {
-            pthread_mutex_unlock(&registry_lock);
-            return d;
-        }
+    registry_entry *found = registry_find(key);
+    if (found) {
+        pthread_mutex_unlock(&registry_lock);
+        return found->dev;
     }
     const kiln_backend_iface *be = backend_of(slot);
     if (!be) {
@@ -364,9 +476,13 @@ kiln_device *kiln_device_open_opts(const char *spec, const char *options)
                         backend_name_of(slot), kiln_backends_compiled());
         return NULL;
     }
+    size_t klen = strlen(key);
     kiln_device *dev = calloc(1, sizeof *dev);
-    if (!dev) {
+    registry_entry *entry = malloc(sizeof *entry + klen + 1);
+    if (!dev || !entry) {
         pthread_mutex_unlock(&registry_lock);
+        free(dev);
+        free(entry);
         kiln__error_set("kiln_device_open: out of memory");
         return NULL;
     }
@@ -377,10 +493,11 @@ kiln_device *kiln_device_open_opts(const char *spec, const char *options)
         snprintf(why, sizeof why, "%s", kiln_error()[0] ? kiln_error() : "the backend reported no reason");
         pthread_mutex_unlock(&registry_lock);
         free(dev);
-        kiln__error_set("kiln_device_open: cannot open '%s': %s", key, why);
+        free(entry);
+        kiln__error_set("kiln_device_open: cannot open '%s': %s", name, why);
         return NULL;
     }
-    snprintf(dev->spec, sizeof dev->spec, "%s", key);
+    snprintf(dev->spec, sizeof dev->spec, "%s", name);
     dev->be = be;
     dev->ctx = ctx;
     atomic_init(&dev->refcount, 1);
@@ -393,11 +510,14 @@ kiln_device *kiln_device_open_opts(const char *spec, const char *options)
         if (be->close)
             be->close(ctx);
         free(dev);
-        kiln__error_set("kiln_device_open: cannot open '%s': %s", key, why);
+        free(entry);
+        kiln__error_set("kiln_device_open: cannot open '%s': %s", name, why);
         return NULL;
     }
-    dev->next = registry;
-    registry = dev;
+    entry->dev = dev;
+    memcpy(entry->key, key, klen + 1);
+    entry->next = registry;
+    registry = entry;
     pthread_mutex_unlock(&registry_lock);
     return dev;
 }
@@ -417,9 +537,11 @@ void kiln__device_release(kiln_device *dev)
     /* the last reference: nobody can take another (kiln_device_open skips a device at
      * zero), so this thread alone unlinks and closes it */
     pthread_mutex_lock(&registry_lock);
-    for (kiln_device **p = &registry; *p; p = &(*p)->next) {
-        if (*p == dev) {
-            *p = dev->next;
+    for (registry_entry **p = &registry; *p; p = &(*p)->next) {
+        if ((*p)->dev == dev) {
+            registry_entry *gone = *p;
+            *p = gone->next;
+            free(gone);
             break;
         }
     }

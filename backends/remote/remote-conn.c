@@ -35,6 +35,7 @@
 struct kiln__rconn {
     int fd;
     int timeout_ms;
+    char timeout_from[96]; /* where timeout_ms was set, for the messages of waits */
     wslay_event_context_ptr ws;
     kiln__rconn_msg_fn on_msg;
     void *ud;
@@ -124,7 +125,7 @@ static int write_out(struct kiln__rconn *c, char *why, size_t wl)
             return fail(why, wl, "writing to the server: %s", strerror(errno));
         int64_t left = deadline - now_ms();
         if (left <= 0)
-            return fail(why, wl, "the server took no data for %d ms (KILN_REMOTE_TIMEOUT_MS)", c->timeout_ms);
+            return fail(why, wl, "the server took no data for %d ms (%s)", c->timeout_ms, c->timeout_from);
         struct pollfd pf = {.fd = c->fd, .events = POLLOUT | POLLIN};
         int pr = poll(&pf, 1, (int)left);
         if (pr < 0 && errno != EINTR)
@@ -143,7 +144,7 @@ static int wait_read(struct kiln__rconn *c, char *why, size_t wl)
     for (;;) {
         int64_t left = deadline - now_ms();
         if (left <= 0)
-            return fail(why, wl, "no answer from the server within %d ms (KILN_REMOTE_TIMEOUT_MS)", c->timeout_ms);
+            return fail(why, wl, "no answer from the server within %d ms (%s)", c->timeout_ms, c->timeout_from);
         struct pollfd pf = {.fd = c->fd, .events = POLLIN};
         int pr = poll(&pf, 1, (int)left);
         if (pr < 0 && errno != EINTR)
@@ -228,7 +229,7 @@ static const struct wslay_event_callbacks callbacks = {
 
 /* ---- connect and upgrade ------------------------------------------------------------------------- */
 
-static int tcp_connect(const char *host, int port, int timeout_ms, char *why, size_t wl)
+static int tcp_connect(const char *host, int port, int timeout_ms, const char *timeout_from, char *why, size_t wl)
 {
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
@@ -269,9 +270,11 @@ static int tcp_connect(const char *host, int port, int timeout_ms, char *why, si
         fd = -1;
     }
     freeaddrinfo(res);
+    if (fd < 0 && err == ETIMEDOUT)
+        return fail(why, wl, "cannot connect to %s:%d: timed out after %d ms (%s)", host, port, timeout_ms,
+                    timeout_from);
     if (fd < 0)
-        return fail(why, wl, "cannot connect to %s:%d: %s", host, port,
-                    err == ETIMEDOUT ? "timed out (KILN_REMOTE_TIMEOUT_MS)" : strerror(err ? err : ECONNREFUSED));
+        return fail(why, wl, "cannot connect to %s:%d: %s", host, port, strerror(err ? err : ECONNREFUSED));
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     return fd;
@@ -390,7 +393,8 @@ static int upgrade(struct kiln__rconn *c, const char *host, int port, const char
 }
 
 struct kiln__rconn *kiln__rconn_open(const char *host, int port, const char *token, int timeout_ms,
-                                     kiln__rconn_msg_fn on_msg, void *ud, char *why, size_t wl)
+                                     const char *timeout_from, kiln__rconn_msg_fn on_msg, void *ud, char *why,
+                                     size_t wl)
 {
     struct kiln__rconn *c = calloc(1, sizeof *c);
     if (!c) {
@@ -399,11 +403,12 @@ struct kiln__rconn *kiln__rconn_open(const char *host, int port, const char *tok
     }
     c->fd = -1;
     c->timeout_ms = timeout_ms > 0 ? timeout_ms : 30000;
+    snprintf(c->timeout_from, sizeof c->timeout_from, "%s", timeout_from);
     c->on_msg = on_msg;
     c->ud = ud;
     if (getrandom(&c->mask_state, sizeof c->mask_state, 0) != (ssize_t)sizeof c->mask_state || !c->mask_state)
         c->mask_state = 0x9E3779B97F4A7C15ull ^ (uint64_t)now_ms();
-    c->fd = tcp_connect(host, port, c->timeout_ms, why, wl);
+    c->fd = tcp_connect(host, port, c->timeout_ms, c->timeout_from, why, wl);
     if (c->fd < 0 || upgrade(c, host, port, token, why, wl) != 0) {
         kiln__rconn_close(c);
         return NULL;

@@ -387,6 +387,7 @@ static const kiln_backend_iface remote_iface = {
     .unary = remote_unary,
     .binary = remote_binary,
     .where = remote_where,
+    .index_check = kiln__remote_index_check,
     .reduce = remote_reduce,
     .arg_reduce = remote_arg_reduce,
     .cumsum = remote_cumsum,

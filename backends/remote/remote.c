@@ -13,18 +13,22 @@
  * sequence number; the first is kept and the next download or sync fails with its text and the
  * op's name (after which the session goes on). A lost connection makes every later call fail with
  * the reason; every wait is bounded by the timeout_ms option (KILN_REMOTE_TIMEOUT_MS, default
- * 30000). Queues: all of a device's queues are its one session (see "queues and events").
+ * 30000), and a wait that runs out says where its timeout was set. Queues: all of a device's
+ * queues are its one session (see "queues and events").
  *
  * Flow control: the server queues a bounded number of messages and bytes per session
  * (max_queued_ops, max_message_bytes in WELCOME), so a batch sent because it grew large ends in a
  * SYNC whose answer tells how far the server has got, and the client waits for answers before it
- * would have more than half the queue outstanding. Freed buffers are kept in a small pool by exact
- * size and their ids reused, which saves an ALLOC and a RELEASE per temporary of a training step.
+ * would have more than half the queue outstanding. Buffers (remote-buffers.c) are counted against
+ * the session's max_live_bytes and max_ids as the server counts them, so an allocation that cannot
+ * fit fails at once; freed ones are kept in a small pool by exact size and their ids reused, which
+ * saves an ALLOC and a RELEASE per temporary of a training step.
  *
  * One device may be used from several threads: a mutex guards the connection and the batch.
  *
- * This file holds the device (batching, replies, waits), its life cycle, buffers, sync, queues
- * and events; remote-ops.c encodes the primitives and holds the interface table.
+ * This file holds the device (batching, replies, waits), its life cycle, downloads, sync, queues
+ * and events; remote-buffers.c the buffers; remote-checks.c the range checks of indices (read with
+ * the next download or sync); remote-ops.c encodes the primitives and holds the interface table.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -39,73 +43,9 @@
 #include "remote-impl.h"
 #include "wire.h"
 
-#define NAME_RING 1024              /* what each recent seq was, for error messages */
-#define FLUSH_RING 256              /* batches sent and not yet answered */
-#define POOL_BUCKETS 256
-
-/* A DOWNLOAD waiting for its DATA. */
-struct pend {
-    uint64_t seq;
-    uint8_t *dst;
-    size_t n;
-    bool done;
-};
-
-typedef struct rdev {
-    pthread_mutex_t mu;
-    struct kiln__rconn *conn;
-    char spec[256];
-    char device[KILN_WIRE_NAME_MAX + 1];
-    int timeout_ms;
-    /* WELCOME */
-    uint16_t version;
-    uint32_t dtype_mask;
-    uint64_t max_message_bytes, max_live_bytes;
-    uint32_t max_ids, max_queued_ops;
-    bool welcomed;
-    /* derived limits */
-    size_t flush_bytes, chunk_bytes, rel_max;
-    uint64_t window_msgs, flush_msgs;
-    /* the batch being built */
-    kiln_wire_buf batch;
-    uint64_t batch_msgs;
-    bool batch_answered;            /* its last message gets an answer (DOWNLOAD, SYNC) */
-    uint64_t seq;                   /* last seq given to a message */
-    uint64_t next_id;
-    uint64_t *rel;                  /* ids to release with the next RELEASE */
-    size_t nrel;
-    /* what is on the wire */
-    uint64_t sent_seq, acked_seq;
-    uint64_t bytes_sent, bytes_acked;
-    struct { uint64_t last_seq, end_bytes; } ring[FLUSH_RING];
-    size_t ring_head, ring_n;
-    /* waits */
-    struct pend *pend;
-    size_t npend, pend_cap;
-    uint64_t sync_seq;
-    bool sync_done;
-    bool wait_failed;
-    char wait_err[KILN_ERROR_MAX];
-    /* the first error of a pipelined message, reported by the next download or sync */
-    bool deferred;
-    char deferred_err[KILN_ERROR_MAX];
-    struct { uint64_t seq; const char *what; uint64_t id; } names[NAME_RING];
-    /* ids whose ALLOC the server refused: never released nor pooled (usually none) */
-    uint64_t *failed_ids;
-    size_t nfailed, failed_cap;
-    /* a lost connection or a broken protocol: every later call fails. lost mirrors dead for
-     * kiln_device_lost, which reads it without the lock; dead_why is final once set. */
-    bool dead;
-    atomic_bool lost;
-    char dead_why[KILN_ERROR_MAX];
-    /* freed buffers kept for reuse, by exact size */
-    struct kiln_buffer *pool[POOL_BUCKETS];
-    uint64_t pool_bytes, pool_count, pool_max_bytes, pool_max_count;
-} rdev;
-
 /* ---- errors --------------------------------------------------------------------------------------- */
 
-static int die(rdev *d, const char *why)
+int kiln__rdev_die(rdev *d, const char *why)
 {
     if (!d->dead) {
         d->dead = true;
@@ -116,7 +56,7 @@ static int die(rdev *d, const char *why)
 }
 
 /* The error of a call on a dead device. Call without holding the lock (the message is copied). */
-static int dead_error(const char *what, const char *why)
+int kiln__rdev_dead_error(const char *what, const char *why)
 {
     kiln__error_set("%s: %s", what, why);
     return KILN_EIO;
@@ -178,8 +118,15 @@ static void on_error_reply(rdev *d, const kiln_wire_msg *m)
             d->sync_done = true;
         return;
     }
+    if (seq && seq == d->checks_read_seq)
+        d->checks_read_seq = 0; /* the checks go unread; the error says why, as any other */
     if (m->u.error.failed_type == KILN_WIRE_ALLOC && d->names[seq % NAME_RING].seq == seq &&
         d->names[seq % NAME_RING].id) {
+        /* the server holds nothing for it: off the session's count (which may already have let
+         * the id go, should the program have freed it before the ERROR came) */
+        uint64_t nb = d->names[seq % NAME_RING].nbytes;
+        d->live_ids -= d->live_ids ? 1 : 0;
+        d->live_bytes -= nb < d->live_bytes ? nb : d->live_bytes;
         if (d->nfailed == d->failed_cap) {
             size_t nc = d->failed_cap ? 2 * d->failed_cap : 16;
             uint64_t *nf = realloc(d->failed_ids, nc * sizeof *nf);
@@ -191,6 +138,7 @@ static void on_error_reply(rdev *d, const kiln_wire_msg *m)
     }
     if (!d->deferred) {
         d->deferred = true;
+        d->deferred_seq = seq;
         snprintf(d->deferred_err, sizeof d->deferred_err, "%.120s: %s (message %" PRIu64 ") failed on the server (%s): %.280s",
                  d->spec, name_of(d, seq), seq, kiln_wire_err_name(m->u.error.code), text);
     }
@@ -208,14 +156,14 @@ static void on_message(void *ud, const uint8_t *p, size_t n)
         if (rc != 0) {
             char msg[300];
             snprintf(msg, sizeof msg, "the server sent a malformed message: %s", why);
-            die(d, msg);
+            kiln__rdev_die(d, msg);
             return;
         }
         off += used;
         switch (m.h.type) {
         case KILN_WIRE_WELCOME:
             if (d->welcomed) {
-                die(d, "the server sent WELCOME twice");
+                kiln__rdev_die(d, "the server sent WELCOME twice");
                 return;
             }
             d->version = m.u.welcome.version;
@@ -227,9 +175,14 @@ static void on_message(void *ud, const uint8_t *p, size_t n)
             d->welcomed = true;
             break;
         case KILN_WIRE_DATA: {
+            if (m.h.seq && m.h.seq == d->checks_read_seq) {
+                kiln__rdev_checks_data(d, &m);
+                acked(d, m.h.seq);
+                break;
+            }
             struct pend *q = pend_of(d, m.h.seq);
             if (!q || q->done) {
-                die(d, "the server sent DATA nobody asked for");
+                kiln__rdev_die(d, "the server sent DATA nobody asked for");
                 return;
             }
             if (m.u.data.length != q->n) {
@@ -255,7 +208,7 @@ static void on_message(void *ud, const uint8_t *p, size_t n)
         default: {
             char msg[96];
             snprintf(msg, sizeof msg, "the server sent %s, which only a client sends", kiln_wire_type_name(m.h.type));
-            die(d, msg);
+            kiln__rdev_die(d, msg);
             return;
         }
         }
@@ -270,7 +223,7 @@ static int wait_until(rdev *d, bool (*pred)(const rdev *))
             return KILN_EIO;
         char why[KILN_ERROR_MAX - 64];
         if (kiln__rconn_pump(d->conn, 1, why, sizeof why) != 0)
-            return die(d, why);
+            return kiln__rdev_die(d, why);
     }
     return d->dead ? KILN_EIO : 0;
 }
@@ -278,7 +231,7 @@ static int wait_until(rdev *d, bool (*pred)(const rdev *))
 /* ---- sending -------------------------------------------------------------------------------------- */
 
 /* Appends m to the batch with the next seq. 0, or a negative code with the error set. */
-static int append(rdev *d, kiln_wire_msg *m, const char *what)
+int kiln__rdev_append(rdev *d, kiln_wire_msg *m, const char *what)
 {
     m->h.version = d->version;
     m->h.seq = d->seq + 1;
@@ -292,11 +245,16 @@ static int append(rdev *d, kiln_wire_msg *m, const char *what)
     d->names[d->seq % NAME_RING].seq = d->seq;
     d->names[d->seq % NAME_RING].what = what;
     d->names[d->seq % NAME_RING].id = m->h.type == KILN_WIRE_ALLOC ? m->u.alloc.id : 0;
+    d->names[d->seq % NAME_RING].nbytes = m->h.type == KILN_WIRE_ALLOC ? m->u.alloc.nbytes : 0;
+    if (m->h.type == KILN_WIRE_ALLOC) {
+        d->live_ids++;
+        d->live_bytes += m->u.alloc.nbytes;
+    }
     d->batch_answered = m->h.type == KILN_WIRE_DOWNLOAD || m->h.type == KILN_WIRE_SYNC;
     return 0;
 }
 
-static int append_release(rdev *d)
+int kiln__rdev_append_release(rdev *d)
 {
     if (!d->nrel)
         return 0;
@@ -307,9 +265,13 @@ static int append_release(rdev *d)
     kiln_wire_msg m = {.h = {.type = KILN_WIRE_RELEASE}};
     m.u.release.count = (uint32_t)d->nrel;
     m.u.release.ids = ids;
-    int rc = append(d, &m, "release");
-    if (rc == 0)
+    int rc = kiln__rdev_append(d, &m, "release");
+    if (rc == 0) {
+        d->live_ids -= d->nrel < d->live_ids ? d->nrel : d->live_ids;
+        d->live_bytes -= d->rel_bytes < d->live_bytes ? d->rel_bytes : d->live_bytes;
         d->nrel = 0;
+        d->rel_bytes = 0;
+    }
     return rc;
 }
 
@@ -326,25 +288,25 @@ static bool window_ok(const rdev *d)
  * Sends the batch as one WebSocket message. A batch whose last message gets no answer is given a
  * SYNC, so that the answer says when the server is through it (flow control).
  */
-static int flush(rdev *d)
+int kiln__rdev_flush(rdev *d)
 {
     if (d->dead)
         return KILN_EIO;
-    int rc = append_release(d);
+    int rc = kiln__rdev_append_release(d);
     if (rc != 0)
         return rc;
     if (!d->batch_msgs)
         return 0;
     if (!d->batch_answered) {
         kiln_wire_msg s = {.h = {.type = KILN_WIRE_SYNC}};
-        if ((rc = append(d, &s, "sync")) != 0)
+        if ((rc = kiln__rdev_append(d, &s, "sync")) != 0)
             return rc;
     }
     if ((rc = wait_until(d, window_ok)) != 0)
         return rc;
     char why[KILN_ERROR_MAX - 64];
     if (kiln__rconn_send(d->conn, d->batch.p, d->batch.len, why, sizeof why) != 0)
-        return die(d, why);
+        return kiln__rdev_die(d, why);
     d->bytes_sent += d->batch.len;
     d->sent_seq = d->seq;
     size_t slot = (d->ring_head + d->ring_n) % FLUSH_RING;
@@ -358,16 +320,16 @@ static int flush(rdev *d)
 }
 
 /* After appending: send when the batch has grown large. */
-static int maybe_flush(rdev *d)
+int kiln__rdev_maybe_flush(rdev *d)
 {
     if (d->batch.len < d->flush_bytes && d->batch_msgs < d->flush_msgs)
         return 0;
-    int rc = flush(d);
+    int rc = kiln__rdev_flush(d);
     if (rc == 0 && d->ring_n > 1) {
         /* take answers that are already here, without waiting, so the window stays open */
         char why[KILN_ERROR_MAX - 64];
         if (kiln__rconn_pump(d->conn, 0, why, sizeof why) != 0)
-            rc = die(d, why);
+            rc = kiln__rdev_die(d, why);
     }
     return rc;
 }
@@ -392,14 +354,9 @@ static bool is_welcomed(const rdev *d)
 static void free_dev(rdev *d)
 {
     kiln__rconn_close(d->conn);
-    for (int b = 0; b < POOL_BUCKETS; b++) {
-        while (d->pool[b]) {
-            struct kiln_buffer *x = d->pool[b];
-            d->pool[b] = x->next;
-            free(x);
-        }
-    }
+    kiln__rdev_pool_free(d);
     kiln_wire_buf_free(&d->batch);
+    free(d->check_buf);
     free(d->rel);
     free(d->pend);
     free(d->failed_ids);
@@ -443,9 +400,19 @@ void *kiln__remote_open_opts(const char *spec, int index, kiln_device_opts *o)
         return NULL;
     }
     d->timeout_ms = (int)timeout_ms;
+    /* a wait that runs out names where its timeout was set, so the right knob gets turned */
+    const char *timeout_src = NULL;
+    (void)kiln__device_opts_take(o, "timeout_ms", &timeout_src);
+    char timeout_from[96];
+    if (!timeout_src)
+        snprintf(timeout_from, sizeof timeout_from,
+                 "the default timeout_ms; set ?timeout_ms= or KILN_REMOTE_TIMEOUT_MS");
+    else
+        snprintf(timeout_from, sizeof timeout_from, "timeout_ms from %s%s",
+                 strcmp(timeout_src, "spec") && strcmp(timeout_src, "options") ? "" : "the ", timeout_src);
     const char *token = kiln__device_opts_take(o, "token", NULL);
     char why[KILN_ERROR_MAX - 64] = "out of memory";
-    d->conn = kiln__rconn_open(hostname, port, token, d->timeout_ms, on_message, d, why, sizeof why);
+    d->conn = kiln__rconn_open(hostname, port, token, d->timeout_ms, timeout_from, on_message, d, why, sizeof why);
     if (!d->conn) {
         free_dev(d);
         kiln__error_set("%s", why);
@@ -457,7 +424,8 @@ void *kiln__remote_open_opts(const char *spec, int index, kiln_device_opts *o)
     h.u.hello.max_version = KILN_WIRE_VERSION_MAX;
     snprintf(h.u.hello.device, sizeof h.u.hello.device, "%s", d->device);
     d->version = KILN_WIRE_VERSION_MAX;
-    if (append(d, &h, "hello") != 0 || kiln__rconn_send(d->conn, d->batch.p, d->batch.len, why, sizeof why) != 0) {
+    if (kiln__rdev_append(d, &h, "hello") != 0 ||
+        kiln__rconn_send(d->conn, d->batch.p, d->batch.len, why, sizeof why) != 0) {
         free_dev(d);
         kiln__error_set("%s", why);
         return NULL;
@@ -519,7 +487,7 @@ const char *kiln__remote_lost(void *ctx)
     if (!atomic_load(&d->lost) && pthread_mutex_trylock(&d->mu) == 0) {
         char why[KILN_ERROR_MAX - 64];
         if (!d->dead && kiln__rconn_pump(d->conn, 0, why, sizeof why) != 0)
-            die(d, why);
+            kiln__rdev_die(d, why);
         pthread_mutex_unlock(&d->mu);
     }
     return atomic_load(&d->lost) ? d->dead_why : NULL;
@@ -535,124 +503,7 @@ void kiln__remote_caps(void *ctx, kiln_backend_caps *out)
     out->async = true;
 }
 
-/* ---- buffers -------------------------------------------------------------------------------------- */
-
-static size_t bucket_of(size_t nbytes)
-{
-    return (size_t)((nbytes * 0x9E3779B97F4A7C15ull) >> 56) % POOL_BUCKETS;
-}
-
-kiln_buffer *kiln__remote_buffer_alloc(void *ctx, size_t nbytes)
-{
-    rdev *d = ctx;
-    char why[KILN_ERROR_MAX];
-    pthread_mutex_lock(&d->mu);
-    if (d->dead) {
-        snprintf(why, sizeof why, "%s", d->dead_why);
-        pthread_mutex_unlock(&d->mu);
-        dead_error("buffer_alloc", why);
-        return NULL;
-    }
-    struct kiln_buffer **pp = &d->pool[bucket_of(nbytes)];
-    for (; *pp; pp = &(*pp)->next) {
-        if ((*pp)->nbytes == nbytes) {
-            struct kiln_buffer *b = *pp;
-            *pp = b->next;
-            d->pool_bytes -= nbytes;
-            d->pool_count--;
-            pthread_mutex_unlock(&d->mu);
-            return b;
-        }
-    }
-    struct kiln_buffer *b = malloc(sizeof *b);
-    int rc = KILN_ENOMEM;
-    if (b) {
-        b->id = ++d->next_id;
-        b->nbytes = nbytes;
-        kiln_wire_msg m = {.h = {.type = KILN_WIRE_ALLOC}};
-        m.u.alloc.id = b->id;
-        m.u.alloc.nbytes = nbytes;
-        rc = append(d, &m, "alloc");
-        if (rc == 0)
-            rc = maybe_flush(d);
-    }
-    if (rc != 0) {
-        free(b);
-        b = NULL;
-        if (d->dead)
-            snprintf(why, sizeof why, "%s", d->dead_why);
-    }
-    bool dead = d->dead;
-    pthread_mutex_unlock(&d->mu);
-    if (!b && dead)
-        dead_error("buffer_alloc", why);
-    else if (!b)
-        kiln__error_set("buffer_alloc: out of memory");
-    return b;
-}
-
-void kiln__remote_buffer_free(void *ctx, kiln_buffer *b)
-{
-    rdev *d = ctx;
-    if (!b)
-        return;
-    pthread_mutex_lock(&d->mu);
-    bool refused = false;
-    for (size_t i = 0; i < d->nfailed && !refused; i++) {
-        if (d->failed_ids[i] == b->id) {
-            d->failed_ids[i] = d->failed_ids[--d->nfailed];
-            refused = true;
-        }
-    }
-    if (d->dead || refused) {
-        free(b);
-    } else if (d->pool_count < d->pool_max_count && b->nbytes <= d->pool_max_bytes - d->pool_bytes) {
-        size_t k = bucket_of(b->nbytes);
-        b->next = d->pool[k];
-        d->pool[k] = b;
-        d->pool_bytes += b->nbytes;
-        d->pool_count++;
-    } else {
-        /* A failure here surfaces at the next call that can report it; should the list stay
-         * full (out of memory), the id is simply left to the session's end. */
-        if (d->nrel == d->rel_max && append_release(d) == 0)
-            (void)maybe_flush(d);
-        if (d->nrel < d->rel_max)
-            d->rel[d->nrel++] = b->id;
-        free(b);
-    }
-    pthread_mutex_unlock(&d->mu);
-}
-
-int kiln__remote_buffer_upload(void *ctx, kiln_buffer *dst, size_t off, const void *src, size_t n)
-{
-    rdev *d = ctx;
-    int rc = 0;
-    pthread_mutex_lock(&d->mu);
-    const uint8_t *p = src;
-    for (size_t done = 0; rc == 0 && !d->dead && (done < n || n == 0);) {
-        size_t k = n - done < d->chunk_bytes ? n - done : d->chunk_bytes;
-        /* a large piece starts a batch of its own rather than making one too big */
-        if (d->batch.len && d->batch.len + k > d->flush_bytes && (rc = flush(d)) != 0)
-            break;
-        kiln_wire_msg m = {.h = {.type = KILN_WIRE_UPLOAD}};
-        m.u.upload.id = dst->id;
-        m.u.upload.offset = off + done;
-        m.u.upload.length = k;
-        m.u.upload.data = p + done;
-        if ((rc = append(d, &m, "upload")) == 0)
-            rc = maybe_flush(d);
-        done += k;
-        if (n == 0)
-            break;
-    }
-    char why[KILN_ERROR_MAX];
-    bool dead = d->dead;
-    if (dead)
-        snprintf(why, sizeof why, "%s", d->dead_why);
-    pthread_mutex_unlock(&d->mu);
-    return dead ? dead_error("buffer_upload", why) : rc;
-}
+/* ---- downloads and sync ---------------------------------------------------------------------------- */
 
 static bool downloads_done(const rdev *d)
 {
@@ -703,7 +554,9 @@ int kiln__remote_buffer_download(void *ctx, kiln_buffer *src, size_t off, void *
     d->npend = 0;
     d->wait_failed = false;
     if (rc == 0)
-        rc = append_release(d);
+        rc = kiln__rdev_append_release(d);
+    if (rc == 0)
+        rc = kiln__rdev_checks_request(d);
     /* one DOWNLOAD per chunk, all in flight at once, each answered by its DATA */
     for (size_t c = 0; rc == 0 && c < chunks; c++) {
         size_t o = c * d->chunk_bytes, k = n - o < d->chunk_bytes ? n - o : d->chunk_bytes;
@@ -713,15 +566,16 @@ int kiln__remote_buffer_download(void *ctx, kiln_buffer *src, size_t off, void *
         m.u.download.id = src->id;
         m.u.download.offset = off + o;
         m.u.download.length = k;
-        if ((rc = append(d, &m, "download")) != 0)
+        if ((rc = kiln__rdev_append(d, &m, "download")) != 0)
             break;
         d->pend[d->npend++] = (struct pend){.seq = d->seq, .dst = (uint8_t *)dst + o, .n = k};
     }
     if (rc == 0)
-        rc = flush(d);
+        rc = kiln__rdev_flush(d);
     if (rc == 0)
         rc = wait_until(d, downloads_done);
     d->npend = 0;
+    kiln__rdev_checks_verdict(d);
     rc = wait_outcome(d, rc, why, sizeof why); /* an earlier op's failure: what was read may be garbage */
     pthread_mutex_unlock(&d->mu);
     if (rc != 0)
@@ -745,20 +599,42 @@ int kiln__remote_sync(void *ctx)
     if (d->dead) {
         rc = KILN_EIO;
     } else {
-        rc = append_release(d);
+        rc = kiln__rdev_append_release(d);
+        if (rc == 0)
+            rc = kiln__rdev_checks_request(d);
         kiln_wire_msg m = {.h = {.type = KILN_WIRE_SYNC}};
-        if (rc == 0 && (rc = append(d, &m, "sync")) == 0) {
+        if (rc == 0 && (rc = kiln__rdev_append(d, &m, "sync")) == 0) {
             d->sync_seq = d->seq;
-            if ((rc = flush(d)) == 0)
+            if ((rc = kiln__rdev_flush(d)) == 0)
                 rc = wait_until(d, sync_finished);
         }
     }
     d->sync_seq = 0;
+    kiln__rdev_checks_verdict(d);
     rc = wait_outcome(d, rc, why, sizeof why);
     pthread_mutex_unlock(&d->mu);
     if (rc != 0)
         kiln__error_set("sync: %s", why);
     return rc;
+}
+
+/* Used where the session's counts must be exact (remote-buffers.c, before refusing an ALLOC): the
+ * answers to everything sent, ERRORs of refused ALLOCs included, arrive by the SYNC_DONE. */
+int kiln__rdev_settle(rdev *d)
+{
+    int rc = d->dead ? KILN_EIO : kiln__rdev_append_release(d);
+    kiln_wire_msg m = {.h = {.type = KILN_WIRE_SYNC}};
+    if (rc == 0 && (rc = kiln__rdev_append(d, &m, "sync")) == 0) {
+        d->sync_seq = d->seq;
+        d->sync_done = false;
+        d->wait_failed = false;
+        if ((rc = kiln__rdev_flush(d)) == 0)
+            rc = wait_until(d, sync_finished);
+    }
+    d->sync_seq = 0;
+    /* an ERROR in place of the SYNC_DONE (a queue limit) still comes after every earlier answer */
+    d->wait_failed = false;
+    return d->dead ? KILN_EIO : rc;
 }
 
 /* ---- queues and events ---------------------------------------------------------------------------- */
@@ -821,14 +697,30 @@ int kiln__remote_submit(void *ctx, kiln_wire_msg *m)
 {
     rdev *d = ctx;
     const kiln_wire_prim_info *pi = kiln_wire_prim_lookup(m->u.op.prim);
+    /* The server refuses an operand with more elements than the session may hold bytes (a
+     * zero-stride view could name endless work): known here, so refused here, at once. */
+    for (int k = 0; k < m->u.op.ntd; k++) {
+        const kiln_wire_td *t = &m->u.op.td[k];
+        uint64_t numel = 1;
+        bool too_many = false;
+        for (int i = 0; t->id && i < t->ndim && !too_many; i++)
+            too_many = __builtin_mul_overflow(numel, (uint64_t)t->shape[i], &numel) || numel > d->max_live_bytes;
+        if (t->id && (too_many || numel > d->max_live_bytes)) {
+            kiln__error_set(
+                "%.120s: %s: operand %d has more elements than the server lets an operand have (%" PRIu64
+                ", its remote.max_live_bytes)",
+                d->spec, pi ? pi->name : "op", k, d->max_live_bytes);
+            return KILN_EINVAL;
+        }
+    }
     char why[KILN_ERROR_MAX];
     pthread_mutex_lock(&d->mu);
-    int rc = d->dead ? KILN_EIO : append(d, m, pi ? pi->name : "op");
+    int rc = d->dead ? KILN_EIO : kiln__rdev_append(d, m, pi ? pi->name : "op");
     if (rc == 0)
-        rc = maybe_flush(d);
+        rc = kiln__rdev_maybe_flush(d);
     bool dead = d->dead;
     if (dead)
         snprintf(why, sizeof why, "%s", d->dead_why);
     pthread_mutex_unlock(&d->mu);
-    return dead ? dead_error(pi ? pi->name : "op", why) : rc;
+    return dead ? kiln__rdev_dead_error(pi ? pi->name : "op", why) : rc;
 }

@@ -9,10 +9,10 @@
  * layer norm, random numbers, padding, casts — and the results must be bit-identical: the server
  * runs the same cpu kernels on the same inputs.
  * autodiff: a two-layer network's loss and every gradient, local against remote.
- * errors: a refused connection, an unknown device, missing and wrong bearer tokens, a quota error
- * of a pipelined message reported by the next read (naming the op), the session going on after
- * it, and kilnd killed mid-session: kiln_device_lost names the server at once, later calls fail
- * with a message, nothing hangs.
+ * errors: a refused connection, an unknown device, missing and wrong bearer tokens, an allocation
+ * past the session's limit refused at once, an error of a pipelined op reported by the next sync
+ * (naming the op), the session going on after it, and kilnd killed mid-session:
+ * kiln_device_lost names the server at once, later calls fail with a message, nothing hangs.
  * threads: two threads on one remote device, each on its own tensors.
  */
 #include <math.h>
@@ -414,20 +414,28 @@ static int test_errors(void)
     d = kiln_device_open(dm.spec);
     CHECK(d, "right token: %s", kiln_error());
     if (d) {
-        /* 2 MB is past the session's 1 MB: the pipelined ALLOC fails, the next read says so */
+        /* 2 MB is past the session's 1 MB: the limit is known from WELCOME, so the allocation
+         * is refused at once, naming the size and the limit */
         kiln_tensor *big = kiln_zeros(d, KILN_F32, KILN_SHAPE(500000));
-        CHECK(big, "zeros is queued without waiting: %s", kiln_error());
+        CHECK(!big && has(kiln_error(), "zeros: cannot allocate") &&
+                  has(kiln_error(), "2000000 bytes is more than the server lets a session hold (1000000 bytes"),
+              "quota: %s", big ? "allocated" : kiln_error());
+        printf("refused at once: %s\n", kiln_error());
+        /* an index out of range, which only the server sees: the check is pipelined with the op,
+         * the next sync says so, naming the op */
         kiln_tensor *small = kiln_full(d, KILN_F32, KILN_SHAPE(4), 2.5);
-        float v[4] = {0};
-        int rc = kiln_to_data(small, v, sizeof v);
-        CHECK(rc != 0 && has(kiln_error(), "alloc") && has(kiln_error(), "quota"), "quota: rc %d, %s", rc,
-              kiln_error());
+        static const int64_t nine[] = {9};
+        kiln_tensor *picked = kiln_index_select(small, 0, I64(d, KILN_SHAPE(1), nine));
+        CHECK(picked, "index_select is queued without waiting: %s", kiln_error());
+        CHECK(kiln_device_sync(d) != 0 && has(kiln_error(), "index_select: index 9 is out of bounds for size 4"),
+              "pipelined error: %s", kiln_error());
         printf("pipelined error: %s\n", kiln_error());
         /* reported once; the session goes on */
-        rc = kiln_to_data(small, v, sizeof v);
+        float v[4] = {0};
+        int rc = kiln_to_data(small, v, sizeof v);
         CHECK(rc == 0 && v[0] == 2.5f && v[3] == 2.5f, "after the error: rc %d, %s, %g", rc, kiln_error(), v[0]);
         CHECK(kiln_device_lost(d) == NULL, "an op's error does not lose the device: %s", kiln_device_lost(d));
-        kiln_tensor_release(big);
+        kiln_tensor_release(picked);
         kiln_tensor_release(small);
         CHECK(kiln_device_sync(d) == 0, "sync: %s", kiln_error());
 

@@ -112,8 +112,11 @@ typedef struct kiln_device kiln_device;
  * The options of every backend and the environment variables that set their defaults
  * are listed in docs/configuration.md; an unknown option or a bad value refuses the
  * open with a message naming it. Opening the same spec (options included) twice gives
- * the same handle with one more reference. Returns NULL with a message when the spec
- * is malformed or the backend is not compiled in or not present.
+ * the same handle with one more reference, as long as the options in effect are the
+ * same: a default (kiln_device_defaults_set) or an environment variable changed since
+ * gives a device of its own, opened with it (and a bad value is refused then). A spec
+ * that names the fused decorator and sets fusion=off is refused. Returns NULL with a
+ * message when the spec is malformed or the backend is not compiled in or not present.
  */
 kiln_device *kiln_device_open(const char *spec);
 /** kiln_device_open(spec) with options given apart: "key=value&key=value" (or NULL),
@@ -128,7 +131,9 @@ kiln_device *kiln_device_open_opts(const char *spec, const char *options);
 int kiln_device_defaults_set(const char *backend, const char *options);
 /** Drop a reference taken by kiln_device_open. Tensors keep their device alive. */
 void kiln_device_close(kiln_device *dev);
-/** The canonical spec ("cpu", "cuda:0", "cpu?threads=2", ...). */
+/** The canonical spec as opened ("cpu", "cuda:0", "cpu?threads=2", ...), secrets shown as
+ *  "***" ("remote://h:8080/cpu?token=***"), so it may be logged. Devices opened with
+ *  different defaults or environments may share a name. */
 const char *kiln_device_name(const kiln_device *dev);
 /** Wait until all work queued on the device, on every queue, has finished; reports an
  *  error that work found (a device-side index check names its op). 0 or negative.

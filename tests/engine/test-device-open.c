@@ -1,0 +1,184 @@
+/*
+ * tests/engine/test-device-open.c — which handle kiln_device_open gives back: the options in
+ * effect (the spec's, kiln_device_defaults_set's, the environment's) decide whether an open
+ * shares a device already open, so a changed default is neither ignored nor accepted unchecked
+ * while a device with the same spec is held; and a spec that names the fusion decorator while
+ * turning fusion off is refused. Internal: which backend a device runs (fused or not) is read
+ * from its interface.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "tensor-impl.h"
+
+static void expect_error(const char *part)
+{
+    if (!strstr(kiln_error(), part))
+        fail_msg("error '%s' does not contain '%s'", kiln_error(), part);
+}
+
+static const char *backend_of(const kiln_device *dev)
+{
+    return kiln__device_iface(dev)->name;
+}
+
+/* The sum of four ones computed on dev: the device works. */
+static double sum_of_ones(kiln_device *dev)
+{
+    kiln_tensor *t = kiln_ones(dev, KILN_F32, KILN_SHAPE(4));
+    kiln_tensor *s = kiln_sum(t, KILN_ALL_DIMS, false);
+    double v = s ? kiln_item(s) : -1.0;
+    kiln_tensor_release(s);
+    kiln_tensor_release(t);
+    return v;
+}
+
+static int clean_environment(void **state)
+{
+    (void)state;
+    unsetenv("KILN_CPU_THREADS");
+    unsetenv("KILN_CPU_CONV");
+    unsetenv("KILN_CPU_FUSION");
+    return kiln_device_defaults_set("cpu", NULL);
+}
+
+static void test_defaults_decide_identity(void **state)
+{
+    (void)state;
+    kiln_device *plain = kiln_device_open("cpu");
+    assert_non_null(plain);
+
+    /* a bad default is refused by the open that sees it, while "cpu" is held */
+    assert_int_equal(kiln_device_defaults_set("cpu", "threads=1&conv=bogus"), 0);
+    kiln_error_clear();
+    assert_null(kiln_device_open("cpu"));
+    expect_error(
+        "kiln_device_open: cannot open 'cpu': cpu: option conv (from device_options) must be auto, packed or "
+        "direct, got 'bogus'");
+
+    /* a good one gives a device opened with it, shared by the opens that see the same */
+    assert_int_equal(kiln_device_defaults_set("cpu", "threads=1"), 0);
+    kiln_device *one = kiln_device_open("cpu");
+    assert_non_null(one);
+    assert_ptr_not_equal(one, plain);
+    assert_string_equal(kiln_device_name(one), "cpu");
+    assert_ptr_equal(kiln_device_open("cpu"), one);
+    kiln_device_close(one);
+    assert_true(sum_of_ones(one) == 4.0);
+
+    /* back to no defaults: the first device again */
+    assert_int_equal(kiln_device_defaults_set("cpu", NULL), 0);
+    assert_ptr_equal(kiln_device_open("cpu"), plain);
+    kiln_device_close(plain);
+    kiln_device_close(one);
+    kiln_device_close(plain);
+}
+
+static void test_environment_decides_identity(void **state)
+{
+    (void)state;
+    kiln_device *plain = kiln_device_open("cpu");
+    assert_non_null(plain);
+
+    setenv("KILN_CPU_THREADS", "0", 1);
+    kiln_error_clear();
+    assert_null(kiln_device_open("cpu"));
+    expect_error("option threads (from KILN_CPU_THREADS) must be a whole number from 1 to 256, got '0'");
+
+    setenv("KILN_CPU_THREADS", "2", 1);
+    kiln_device *two = kiln_device_open("cpu");
+    assert_non_null(two);
+    assert_ptr_not_equal(two, plain);
+    assert_true(sum_of_ones(two) == 4.0);
+    /* the spec's value wins: the variable does not make it another device */
+    kiln_device *spelled = kiln_device_open("cpu?threads=3");
+    setenv("KILN_CPU_THREADS", "1", 1);
+    assert_ptr_equal(kiln_device_open("cpu?threads=3"), spelled);
+    kiln_device_close(spelled);
+
+    unsetenv("KILN_CPU_THREADS");
+    assert_ptr_equal(kiln_device_open("cpu"), plain);
+    kiln_device_close(plain);
+    kiln_device_close(spelled);
+    kiln_device_close(two);
+    kiln_device_close(plain);
+}
+
+static void test_fusion_variable_while_open(void **state)
+{
+    (void)state;
+    kiln_device *plain = kiln_device_open("cpu");
+    assert_non_null(plain);
+    assert_string_equal(backend_of(plain), "cpu");
+
+    /* KILN_CPU_FUSION=on was ignored while an unfused "cpu" was open */
+    setenv("KILN_CPU_FUSION", "on", 1);
+    kiln_device *fused = kiln_device_open("cpu");
+    assert_non_null(fused);
+    assert_ptr_not_equal(fused, plain);
+    assert_string_equal(backend_of(fused), "fused");
+    assert_string_equal(kiln_device_name(fused), "cpu");
+    assert_true(sum_of_ones(fused) == 4.0);
+    setenv("KILN_CPU_FUSION", "maybe", 1);
+    kiln_error_clear();
+    assert_null(kiln_device_open("cpu"));
+    expect_error("option fusion (from KILN_CPU_FUSION) must be on or off, not 'maybe'");
+
+    unsetenv("KILN_CPU_FUSION");
+    kiln_device *again = kiln_device_open("cpu");
+    assert_ptr_equal(again, plain);
+    kiln_device_close(again);
+    kiln_device_close(fused);
+    kiln_device_close(plain);
+}
+
+static void test_fused_with_fusion_off(void **state)
+{
+    (void)state;
+    kiln_error_clear();
+    assert_null(kiln_device_open("fused:cpu?fusion=off"));
+    expect_error(
+        "kiln_device_open: 'fused:cpu' names the fusion decorator while option fusion=off (from spec) turns "
+        "fusion off");
+    kiln_error_clear();
+    assert_null(kiln_device_open_opts("fused:cpu", "fusion=off"));
+    expect_error("fusion=off (from options)");
+    kiln_error_clear();
+    assert_null(kiln_device_open("counting:fused:ref?fusion=off"));
+    expect_error("'counting:fused:ref' names the fusion decorator");
+
+    /* fusion=on beside the decorator says the same twice: one decorator, not two */
+    kiln_device *d = kiln_device_open("fused:cpu?fusion=on");
+    assert_non_null(d);
+    assert_string_equal(backend_of(d), "fused");
+    assert_string_equal(kiln_device_name(d), "fused:cpu?fusion=on");
+    kiln_device_close(d);
+    d = kiln_device_open("counting:fused:ref?fusion=on");
+    assert_non_null(d);
+    assert_string_equal(backend_of(d), "counting");
+    assert_true(sum_of_ones(d) == 4.0);
+    kiln_device_close(d);
+    /* the option alone still fuses, under the name asked for */
+    d = kiln_device_open("cpu?fusion=on");
+    assert_non_null(d);
+    assert_string_equal(backend_of(d), "fused");
+    assert_string_equal(kiln_device_name(d), "cpu?fusion=on");
+    kiln_device_close(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_defaults_decide_identity, clean_environment),
+        cmocka_unit_test_setup(test_environment_decides_identity, clean_environment),
+        cmocka_unit_test_setup(test_fusion_variable_while_open, clean_environment),
+        cmocka_unit_test_setup(test_fused_with_fusion_off, clean_environment),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
