@@ -111,6 +111,11 @@ static int gemm(kvk_queue *q, const char *op, int mode, kiln_dtype dt, kiln_buff
         return 1;
     if (tx == 0 || ty == 0 || groups == 0)
         return 0;
+    int64_t depth = mode == MODE_FORWARD ? c->Cg * ks : mode == MODE_INPUT_GRAD ? c->Og * ks : c->N * os;
+    int rc;
+    if (mode != MODE_WEIGHT_GRAD && (rc = kvk_loop_check(q, op, kvknn_gemm_steps(spec.wg, depth, GEMM_BK),
+                                                         "a GEMM depth of %lld", (long long)depth)) < 0)
+        return rc;
     if (mode != MODE_WEIGHT_GRAD)
         return kvk_dispatch(q, op, "conv-gemm", kvk_dtype_name(dt), &spec, bufs, 5, params, bytes, (uint32_t)tx,
                             (uint32_t)ty, (uint32_t)groups);
@@ -125,10 +130,21 @@ static int gemm(kvk_queue *q, const char *op, int mode, kiln_dtype dt, kiln_buff
         if (splits > 64)
             splits = 64;
     }
+    /* where the driver stops long shader loops (llvmpipe), as many slices as keep each
+     * under its limit */
+    uint32_t limit = q->d->feat.loop_limit;
+    int64_t most = limit ? (int64_t)limit / 2 / kvknn_gemm_steps(spec.wg, GEMM_BK, GEMM_BK) * GEMM_BK : k;
+    if (most > 0 && (k + splits - 1) / splits > most)
+        splits = (k + most - 1) / most;
     conv_params p = *c;
     int64_t chunk = (k + splits - 1) / splits;
     chunk = (chunk + GEMM_BK - 1) / GEMM_BK * GEMM_BK;
     splits = (k + chunk - 1) / chunk;
+    if (splits <= 1 || groups * splits > KVK_GROUPS_MAX)
+        chunk = k;
+    if ((rc = kvk_loop_check(q, op, kvknn_gemm_steps(spec.wg, chunk, GEMM_BK), "a GEMM depth of %lld",
+                             (long long)chunk)) < 0)
+        return rc;
     if (splits <= 1 || groups * splits > KVK_GROUPS_MAX) {
         p.ksplit = 1;
         return kvk_dispatch(q, op, "conv-gemm", kvk_dtype_name(dt), &spec, bufs, 5, &p, sizeof p, (uint32_t)tx,
@@ -138,7 +154,7 @@ static int gemm(kvk_queue *q, const char *op, int mode, kiln_dtype dt, kiln_buff
     p.kchunk = (int32_t)chunk;
     int64_t n = (int64_t)c->O * c->Cg * ks;
     size_t acc = dt == KILN_F64 ? 8 : 4;
-    int rc = kvknn_fits(n * splits, op, "the split weight gradient's partial sums");
+    rc = kvknn_fits(n * splits, op, "the split weight gradient's partial sums");
     if (rc < 0)
         return rc;
     kiln_buffer *part = kvk_buffer_alloc(q, (size_t)(n * splits) * acc);
@@ -197,7 +213,11 @@ static int conv_forward(kvk_queue *q, const char *op, const kiln_conv_params *p,
     rc = gemm(q, op, MODE_FORWARD, dt, bufs, &c, sizeof c, &c);
     if (rc == 1) {
         kiln_buffer *direct[5] = {o[0].d.buf, o[1].d.buf, o[2].d.buf, bias_buf, res_buf};
-        rc = kvknn_launch_items(q, op, "conv", dt, direct, 5, &c, sizeof c, total);
+        int64_t taps[3] = {c.k[0], c.k[1], c.k[2]};
+        rc = kvk_loop_check(q, op, c.Cg * (1 + kvknn_nest_steps(taps)),
+                            "%d input channels of a %d x %d x %d kernel", c.Cg, c.k[0], c.k[1], c.k[2]);
+        if (rc == 0)
+            rc = kvknn_launch_items(q, op, "conv", dt, direct, 5, &c, sizeof c, total);
     }
     if (rc == 0)
         rc = kvknn_output_done(q, &o[0], op);
@@ -248,7 +268,11 @@ int kvk_conv_backward_input(void *vq, const kiln_conv_params *p, const kiln_tdes
     rc = gemm(q, op, MODE_INPUT_GRAD, dt, bufs, &c, sizeof c, &c);
     if (rc == 1) {
         kiln_buffer *direct[3] = {o[0].d.buf, o[1].d.buf, o[2].d.buf};
-        rc = kvknn_launch_items(q, op, "conv-bwd-input", dt, direct, 3, &b, sizeof b, total);
+        int64_t taps[3] = {c.k[0], c.k[1], c.k[2]};
+        rc = kvk_loop_check(q, op, kvknn_nest_steps(taps) * (1 + (int64_t)c.Og),
+                            "%d output channels of a %d x %d x %d kernel", c.Og, c.k[0], c.k[1], c.k[2]);
+        if (rc == 0)
+            rc = kvknn_launch_items(q, op, "conv-bwd-input", dt, direct, 3, &b, sizeof b, total);
     }
     if (rc == 0)
         rc = kvknn_output_done(q, &o[0], op);
@@ -288,7 +312,10 @@ int kvk_conv_backward_weight(void *vq, const kiln_conv_params *p, const kiln_tde
     rc = gemm(q, op, MODE_WEIGHT_GRAD, dt, bufs, &c, sizeof c, &c);
     if (rc == 1) {
         kiln_buffer *direct[3] = {o[0].d.buf, o[1].d.buf, o[2].d.buf};
-        rc = kvknn_launch_groups(q, op, "conv-bwd-weight", dt, direct, 3, &b, sizeof b, total, 0, NULL);
+        int64_t work = (int64_t)c.N * c.out[0] * c.out[1] * c.out[2];
+        rc = kvk_loop_check(q, op, (work + KVKNN_WG - 1) / KVKNN_WG + 8, "%lld batch positions", (long long)work);
+        if (rc == 0)
+            rc = kvknn_launch_groups(q, op, "conv-bwd-weight", dt, direct, 3, &b, sizeof b, total, 0, NULL);
     }
     if (rc == 0)
         rc = kvknn_output_done(q, &o[0], op);

@@ -9,6 +9,7 @@
  * f16 and bf16 need 16-bit storage (and shaderFloat16 for f16), f64 needs shaderFloat64;
  * without them those dtypes are left out of caps, so the engine refuses them by name.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,23 @@ int kvk_vk_error(kvk_device *d, const char *op, const char *what, VkResult r)
     }
     kiln__error_set("%s: %s failed (%s, %d)", op, what, kvk_result_name(r), (int)r);
     return KILN_EDEVICE;
+}
+
+int kvk_loop_check(kvk_queue *q, const char *op, int64_t steps, const char *fmt, ...)
+{
+    uint32_t limit = q->d->feat.loop_limit;
+    /* steps is an estimate: a sixteenth of the limit to spare */
+    if (limit == 0 || steps < (int64_t)limit - limit / 16)
+        return 0;
+    char what[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    kiln__error_set("%s: %s takes one shader invocation about %lld loop iterations, and '%s' (%s) stops "
+                    "every shader loop after %u with the values wrong; refused (GPU drivers have no such limit)",
+                    op, what, (long long)steps, q->d->name, q->d->driver, limit);
+    return KILN_ENOTSUP;
 }
 
 int kvk_memory_type(kvk_device *d, uint32_t bits, VkMemoryPropertyFlags want)
@@ -292,6 +310,12 @@ void *kvk_open(int index)
         d->feat.align = 64;
     d->feat.max_wg_invocations = d->props.limits.maxComputeWorkGroupInvocations;
     d->feat.device_memory = device_local_bytes(&d->memprops);
+    VkPhysicalDeviceDriverProperties drv = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+    VkPhysicalDeviceProperties2 dp = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &drv};
+    vkGetPhysicalDeviceProperties2(d->phys, &dp);
+    /* gallivm's loop limiter: one counter per shader invocation, decremented at the end of
+     * every loop iteration, ends all loops once it reaches 0 (LP_MAX_TGSI_LOOP_ITERATIONS) */
+    d->feat.loop_limit = drv.driverID == VK_DRIVER_ID_MESA_LLVMPIPE ? 65535u : 0u;
     VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
     vkGetPhysicalDeviceProperties2(d->phys, &p2);

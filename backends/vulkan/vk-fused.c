@@ -62,6 +62,24 @@ struct kvk_fused_cache {
     fused_pipe *bucket[BUCKETS];
 };
 
+/* The loop iterations of one invocation of p's kernel: its share of the elements (or of
+ * the rows, each walked once, or three times under a softmax, KVK_WG apart), each element
+ * reading its inputs through a loop over their dims at most. */
+static int64_t fused_steps(const kiln_fused_program *p)
+{
+    int64_t per_element = 1;
+    for (int i = 0; i < p->ninputs; i++)
+        per_element += p->inputs[i].ndim;
+    if (p->reduce_inner <= 0)
+        return (p->n + (int64_t)KVK_GROUPS_MAX * KVK_WG - 1) / ((int64_t)KVK_GROUPS_MAX * KVK_WG) * per_element;
+    int64_t passes = 1;
+    for (int i = 0; i < p->ninstrs; i++)
+        passes += p->instrs[i].code == KILN_FUSED_SOFTMAX ? 2 : 0;
+    int64_t rows = p->n / p->reduce_inner;
+    int64_t rounds = (rows + KVK_GROUPS_MAX - 1) / KVK_GROUPS_MAX;
+    return rounds * (passes * ((p->reduce_inner + KVK_WG - 1) / KVK_WG) * per_element + 32);
+}
+
 /* ------------------------------------------------------------------ source */
 
 static const char prelude_head[] = "#version 450\n";
@@ -531,6 +549,8 @@ int kvk_fused_run(void *vq, const kiln_fused_program *p)
         return kiln__error_set("fused on vulkan:%d: the device was lost", d->index), KILN_EDEVICE;
     if (p->n == 0)
         return 0;
+    if (d->feat.loop_limit && fused_steps(p) >= d->feat.loop_limit - d->feat.loop_limit / 16)
+        return KILN_ENOTSUP; /* replayed op by op, whose kernels split long rows or refuse them */
     int rc = 0;
     VkPipeline pipe = pipeline_for(d, p, &s, &rc);
     if (!pipe)

@@ -176,6 +176,11 @@ typedef struct kvk_features {
     VkDeviceSize align;          /* binding offset alignment used for every buffer */
     uint32_t max_wg_invocations; /* maxComputeWorkGroupInvocations */
     VkDeviceSize device_memory;  /* the largest device-local heap */
+    /* Loop iterations one invocation may run, every loop of the shader counted together,
+     * before the driver stops them and carries on with whatever it has (llvmpipe, the
+     * driver of lavapipe, does so after 65535, silently); 0: no such limit. Kernels keep
+     * their loops short of it, and the few that cannot refuse (kvk_loop_check). */
+    uint32_t loop_limit;
 } kvk_features;
 
 /** Sub-allocator state (vk-memory.c). Guarded by lock. */
@@ -286,6 +291,12 @@ int kvk_list(kiln_device_info *out, int max);
 const char *kvk_lost(void *ctx);
 /** The allocator's figures (kiln_device_memory_get); ctx is the device. */
 int kvk_memory(void *ctx, kiln_device_memory *out);
+/** 0 when a kernel whose invocations each run at most `steps` loop iterations (all its
+ *  loops together) gives right values on q's device; KILN_ENOTSUP with "op: <fmt ...>
+ *  takes ..." set where the device stops shader loops sooner (feat.loop_limit). fmt names
+ *  what makes the loops long ("a row of %d elements"). */
+int kvk_loop_check(kvk_queue *q, const char *op, int64_t steps, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /** Map a VkResult to a KILN_E* code with "op: what (VkResult name)" set; marks the device
  *  lost on VK_ERROR_DEVICE_LOST. */
 int kvk_vk_error(kvk_device *d, const char *op, const char *what, VkResult r);

@@ -107,8 +107,12 @@ int kvk_index_select(void *vq, const kiln_tdesc *out, const kiln_tdesc *in, int 
 
 typedef struct scatter_params {
     kvk_view line, out, src, idx;
-    int32_t dim, len, size;
+    int32_t dim, len, size, k0, k1;
 } scatter_params;
+
+/* The positions along dim one scatter dispatch walks per line: a line is one thread's, in
+ * order, so a long one takes several dispatches in turn (about 4 loop iterations each). */
+#define SCATTER_SPAN 8192
 
 /* iter: the shape walked (index's for scatter, src's for index_add). */
 static int scatter_like(kvk_queue *q, const char *op, uint32_t mode, bool accumulate, const kiln_tdesc *out,
@@ -131,8 +135,17 @@ static int scatter_like(kvk_queue *q, const char *op, uint32_t mode, bool accumu
     uint32_t c[2] = {mode, accumulate};
     kvk_spec spec = kvk_spec_1d(2, c);
     kiln_buffer *bufs[3] = {out->buf, src->buf, index->buf};
-    return kvk_dispatch(q, op, "scatter", kvk_variant(variant, sizeof variant, 2, dts), &spec, bufs, 3, &p,
-                        sizeof p, kvk_groups(p.line.numel, KVK_WG), 1, 1);
+    uint32_t groups = kvk_groups(p.line.numel, KVK_WG);
+    int64_t rounds = (p.line.numel + (int64_t)groups * KVK_WG - 1) / ((int64_t)groups * KVK_WG);
+    int64_t span = SCATTER_SPAN / rounds > 0 ? SCATTER_SPAN / rounds : 1;
+    int rc = 0;
+    for (int64_t k0 = 0; rc == 0 && k0 < p.len; k0 += span) {
+        p.k0 = (int32_t)k0;
+        p.k1 = (int32_t)(k0 + span < p.len ? k0 + span : p.len);
+        rc = kvk_dispatch(q, op, "scatter", kvk_variant(variant, sizeof variant, 2, dts), &spec, bufs, 3, &p,
+                          sizeof p, groups, 1, 1);
+    }
+    return rc;
 }
 
 int kvk_scatter(void *vq, const kiln_tdesc *out, int dim, const kiln_tdesc *index, const kiln_tdesc *src,

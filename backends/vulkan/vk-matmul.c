@@ -31,6 +31,7 @@ typedef struct mm_params {
     int32_t bshape[MM_BATCH_DIMS];
     int32_t a_sb[MM_BATCH_DIMS];
     int32_t b_sb[MM_BATCH_DIMS];
+    int32_t k_begin, k_end, accumulate;
 } mm_params;
 
 int kvk_matmul(void *vq, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b)
@@ -78,14 +79,25 @@ int kvk_matmul(void *vq, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_
     if (tiles_n > KVK_GROUPS_MAX || tiles_m > KVK_GROUPS_MAX)
         return kiln__error_set("%s: a %d x %d result is more tiles than one launch holds", op, p.M, p.N),
                KILN_EINVAL;
+    /* K in one dispatch, or where the driver stops long shader loops (llvmpipe) in as many
+     * as keep each under its limit, run in turn, each adding to the sums before it */
+    int64_t span = p.K > 0 ? p.K : 1;
+    uint32_t limit = q->d->feat.loop_limit;
+    if (limit && kvknn_gemm_steps(spec.wg, span, MM_BK) >= limit / 2)
+        span = (int64_t)limit / 2 / kvknn_gemm_steps(spec.wg, MM_BK, MM_BK) * MM_BK;
     kiln_buffer *bufs[3] = {out->buf, a->buf, b->buf};
-    for (int64_t b0 = 0; b0 < batch; b0 += KVK_GROUPS_MAX) {
-        int64_t nz = batch - b0 < KVK_GROUPS_MAX ? batch - b0 : KVK_GROUPS_MAX;
-        p.batch_base = (int32_t)b0;
-        rc = kvk_dispatch(q, op, "matmul", kvk_dtype_name(dt), &spec, bufs, 3, &p, sizeof p, (uint32_t)tiles_n,
-                          (uint32_t)tiles_m, (uint32_t)nz);
-        if (rc < 0)
-            return rc;
+    for (int64_t k0 = 0; k0 == 0 || k0 < p.K; k0 += span) {
+        p.k_begin = (int32_t)k0;
+        p.k_end = (int32_t)(k0 + span < p.K ? k0 + span : p.K);
+        p.accumulate = k0 > 0;
+        for (int64_t b0 = 0; b0 < batch; b0 += KVK_GROUPS_MAX) {
+            int64_t nz = batch - b0 < KVK_GROUPS_MAX ? batch - b0 : KVK_GROUPS_MAX;
+            p.batch_base = (int32_t)b0;
+            rc = kvk_dispatch(q, op, "matmul", kvk_dtype_name(dt), &spec, bufs, 3, &p, sizeof p, (uint32_t)tiles_n,
+                              (uint32_t)tiles_m, (uint32_t)nz);
+            if (rc < 0)
+                return rc;
+        }
     }
     return 0;
 }

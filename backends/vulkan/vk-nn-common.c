@@ -172,6 +172,21 @@ void kvknn_gemm_wg(int64_t m, int64_t n, uint32_t *wg)
     wg[2] = 1;
 }
 
+int64_t kvknn_gemm_steps(const uint32_t *wg, int64_t k, int64_t bk)
+{
+    /* per step of K: staging bk x tile rows and bk x tile columns (4 per thread on a side),
+     * the bk-long multiply loop and the step itself */
+    int64_t threads = (int64_t)wg[0] * wg[1];
+    int64_t rows = (bk * 4 * wg[1] + threads - 1) / threads, cols = (bk * 4 * wg[0] + threads - 1) / threads;
+    return (k + bk - 1) / bk * (rows + cols + bk + 1);
+}
+
+int64_t kvknn_nest_steps(const int64_t *n)
+{
+    int64_t a = n[0] > 0 ? n[0] : 0, b = n[1] > 0 ? n[1] : 0, c = n[2] > 0 ? n[2] : 0;
+    return a + a * b + a * b * c;
+}
+
 bool kvknn_float_ok(const kvk_device *d, kiln_dtype dt)
 {
     switch (dt) {

@@ -59,6 +59,12 @@ int kvknn_launch_groups(kvk_queue *q, const char *op, const char *shader, kiln_d
  *  each tile idle. wg[0] covers N, wg[1] covers M; both powers of two. */
 void kvknn_gemm_wg(int64_t m, int64_t n, uint32_t *wg);
 
+/** The loop iterations of one thread of matmul.comp or conv-gemm.comp walking k in steps
+ *  of bk with workgroup wg (for kvk_loop_check). */
+int64_t kvknn_gemm_steps(const uint32_t *wg, int64_t k, int64_t bk);
+/** The loop iterations of three nested loops of n[0], n[1] and n[2] iterations. */
+int64_t kvknn_nest_steps(const int64_t *n);
+
 /** Whether the device computes floating dtype dt in these kernels: f32 always, f16 and
  *  bf16 with 16-bit storage and shaderFloat16, f64 with shaderFloat64. */
 bool kvknn_float_ok(const kvk_device *d, kiln_dtype dt);

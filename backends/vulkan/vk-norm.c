@@ -33,6 +33,10 @@ int kvk_softmax(void *vq, bool log, const kiln_tdesc *out, const kiln_tdesc *in,
         else
             s.inner *= (int32_t)in->shape[d];
     }
+    /* each thread strides over the row three times, KVKNN_WG apart */
+    int64_t steps = 3 * ((s.len + KVKNN_WG - 1) / KVKNN_WG) + 16;
+    if ((rc = kvk_loop_check(q, op, steps, "a row of %d elements", s.len)) < 0)
+        return rc;
     kvknn_operand o[2];
     memset(o, 0, sizeof o);
     if ((rc = kvknn_output(q, &o[0], out, false, op)) < 0 || (rc = kvknn_input(q, &o[1], in, op)) < 0) {
@@ -87,6 +91,9 @@ int kvk_layer_norm(void *vq, const kiln_tdesc *out, const kiln_tdesc *mean, cons
         return kiln__error_set("%s: %lld elements do not split into rows of %lld", op, (long long)total,
                                (long long)inner),
                KILN_EINVAL;
+    if ((rc = kvk_loop_check(q, op, 3 * ((inner + KVKNN_WG - 1) / KVKNN_WG) + 16, "a row of %lld elements",
+                             (long long)inner)) < 0)
+        return rc;
     kiln_dtype stat_dt = dt == KILN_F64 ? KILN_F64 : KILN_F32;
     kvknn_operand o[6];
     memset(o, 0, sizeof o);

@@ -87,6 +87,14 @@ int kvk_pool(void *vq, const kiln_pool_params *p, const kiln_tdesc *out, const k
     int64_t total = kvk_numel(out);
     if (total == 0)
         return 0;
+    int64_t window[3];
+    for (int d = 0; d < 3; d++) {
+        int k = d - (3 - p->nspatial);
+        window[d] = k >= 0 ? p->kernel[k] : 1;
+    }
+    if ((rc = kvk_loop_check(q, op, kvknn_nest_steps(window), "a %lld x %lld x %lld window", (long long)window[0],
+                             (long long)window[1], (long long)window[2])) < 0)
+        return rc;
     bool with_idx = indices && p->kind == KILN_POOL_MAX;
     kvknn_operand o[3];
     memset(o, 0, sizeof o);
@@ -142,6 +150,18 @@ int kvk_pool_backward(void *vq, const kiln_pool_params *p, const kiln_tdesc *gra
     planes_of(grad_out, p->nspatial, out_sz);
     pool_params g;
     pool_geometry(&g, p, in_sz, out_sz);
+    /* the outputs whose windows can reach one element, along each dim */
+    int64_t reach[3];
+    for (int d = 0; d < 3; d++) {
+        int64_t span = (int64_t)(g.k[d] - 1) * (g.dil[d] > 0 ? g.dil[d] : 1) + 1,
+                s = g.stride[d] > 0 ? g.stride[d] : 1;
+        reach[d] = span / s + 2 < out_sz[d] ? span / s + 2 : out_sz[d];
+    }
+    if ((rc = kvk_loop_check(q, op, kvknn_nest_steps(reach), "windows overlapping %lld x %lld x %lld deep",
+                             (long long)reach[0], (long long)reach[1], (long long)reach[2])) < 0) {
+        release_all(q, o, 3);
+        return rc;
+    }
     g.has_indices = is_max;
     g.total = (int32_t)total;
     kiln_buffer *bufs[3] = {o[0].d.buf, o[1].d.buf, is_max ? o[2].d.buf : NULL};
@@ -171,9 +191,19 @@ static int adaptive(kvk_queue *q, const char *op, const char *shader, int ns, co
     memset(&a, 0, sizeof a);
     planes_of(in_t, ns, a.in);
     planes_of(out_t, ns, a.out);
-    for (int d = 0; d < 3; d++)
+    int64_t cells[3]; /* what one thread walks along each dim: its window, or the cells reaching it */
+    for (int d = 0; d < 3; d++) {
         if (a.in[d] == 0 || a.out[d] == 0) /* nothing to average: an empty window sums to 0 */
             return kvk_fill(q, dst, 0.0);
+        int64_t in = a.in[d], out = a.out[d];
+        if (dst == out_t)
+            cells[d] = (in + out - 1) / out + (in % out != 0);
+        else
+            cells[d] = (out + in - 1) / in + 3 < out ? (out + in - 1) / in + 3 : out;
+    }
+    if ((rc = kvk_loop_check(q, op, kvknn_nest_steps(cells), "pooling %d x %d x %d to %d x %d x %d", a.in[0],
+                             a.in[1], a.in[2], a.out[0], a.out[1], a.out[2])) < 0)
+        return rc;
     a.total = (int32_t)total;
     kvknn_operand o[2];
     memset(o, 0, sizeof o);

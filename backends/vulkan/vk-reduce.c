@@ -1,8 +1,9 @@
 /*
- * backends/vulkan/vk-reduce.c — reductions (reduce, arg_reduce), cumsum and sort. Each
- * splits its operand into an outer view (one element per output or lane) and the run of
- * elements it combines, so the kernels stay free of per-op shape logic.
+ * backends/vulkan/vk-reduce.c — reductions (reduce, arg_reduce) and cumsum. Each splits its
+ * operand into an outer view (one element per output or lane) and the run of elements it
+ * combines, so the kernels stay free of per-op shape logic. sort is in vk-sort.c.
  */
+#include <math.h>
 #include <string.h>
 
 #include "vk-impl.h"
@@ -43,20 +44,51 @@ typedef struct reduce_params {
 /* A float sum or mean with fewer outputs than a GPU has cores, each over a long run, would
  * leave most of the device idle at one workgroup per output: it splits each output's run
  * into chunks of at least SPLIT_MIN_CHUNK elements, for about SPLIT_GROUPS workgroups in
- * all, whose partial sums a second dispatch adds in order (so the result depends on the
- * shapes only, never on timing). */
+ * all. And no workgroup takes more than SPLIT_MAX_CHUNK elements (256 strides of its
+ * threads) of an op whose partial results one op combines: a workgroup walking a run of
+ * millions would leave the device idle too, and its loop would outrun llvmpipe's limit.
+ * A second dispatch combines each output's partial results in order (so the result depends
+ * on the shapes only, never on timing). */
 #define SPLIT_GROUPS 256
 #define SPLIT_MIN_CHUNK 4096
+#define SPLIT_MAX_CHUNK (256 * 128)
 
-static int64_t split_count(kiln_reduce_op op, const kiln_tdesc *out, const kiln_tdesc *in, int64_t nout, int64_t n)
+/* The op that combines op's partial results over pieces of a run, or -1 where no one op
+ * does (var, std, logsumexp, a p-norm for p other than 0, 1 and ±inf). */
+static int split_combine(kiln_reduce_op op, double p)
 {
-    if ((op != KILN_REDUCE_SUM && op != KILN_REDUCE_MEAN) || !kiln_dtype_is_float(out->dtype) ||
-        !kiln_dtype_is_float(in->dtype))
+    switch (op) {
+    case KILN_REDUCE_SUM:
+    case KILN_REDUCE_MEAN:
+    case KILN_REDUCE_PROD:
+    case KILN_REDUCE_MAX:
+    case KILN_REDUCE_MIN:
+    case KILN_REDUCE_ANY:
+    case KILN_REDUCE_ALL: return (int)op;
+    case KILN_REDUCE_NORM:
+        if (p == 0 || p == 1)
+            return KILN_REDUCE_SUM;
+        if (isinf(p))
+            return p > 0 ? KILN_REDUCE_MAX : KILN_REDUCE_MIN;
+        return -1;
+    default: return -1;
+    }
+}
+
+static int64_t split_count(kiln_reduce_op op, double param, const kiln_tdesc *out, const kiln_tdesc *in,
+                           int64_t nout, int64_t n)
+{
+    if (nout == 0 || split_combine(op, param) < 0)
         return 1;
-    if (nout == 0 || nout >= SPLIT_GROUPS / 2 || n < 2 * SPLIT_MIN_CHUNK)
-        return 1;
-    int64_t want = (SPLIT_GROUPS + nout - 1) / nout, most = n / SPLIT_MIN_CHUNK;
-    return want < most ? want : most;
+    int64_t splits = (n + SPLIT_MAX_CHUNK - 1) / SPLIT_MAX_CHUNK;
+    bool float_sum = (op == KILN_REDUCE_SUM || op == KILN_REDUCE_MEAN) && kiln_dtype_is_float(out->dtype) &&
+                     kiln_dtype_is_float(in->dtype);
+    if (float_sum && nout < SPLIT_GROUPS / 2 && n >= 2 * SPLIT_MIN_CHUNK) {
+        int64_t want = (SPLIT_GROUPS + nout - 1) / nout, most = n / SPLIT_MIN_CHUNK;
+        want = want < most ? want : most;
+        splits = want > splits ? want : splits;
+    }
+    return splits > 1 ? splits : 1;
 }
 
 static int dispatch_reduce(kvk_queue *q, kiln_reduce_op op, kiln_dtype out_dt, kiln_buffer *out_buf,
@@ -73,6 +105,31 @@ static int dispatch_reduce(kvk_queue *q, kiln_reduce_op op, kiln_dtype out_dt, k
                             : (q->d->feat.f64 ? "reduce_d" : "reduce");
     return kvk_dispatch(q, "reduce", shader, kvk_variant(variant, sizeof variant, 2, dts), &spec, bufs, 2, p,
                         sizeof *p, kvk_groups(groups, 1), 1, 1);
+}
+
+/* The loop iterations of one thread of reduce.glsl: its workgroup's share of the groups,
+ * each a pass or two over chunk / 128 elements (their offsets a loop over the dims where
+ * the run is strided) and the shared-memory trees. */
+static int64_t reduce_steps(kiln_reduce_op op, const reduce_params *p, int64_t groups)
+{
+    int64_t passes = op == KILN_REDUCE_VAR || op == KILN_REDUCE_STD || op == KILN_REDUCE_LOGSUMEXP ? 2 : 1;
+    int64_t per_element = p->inner.contig ? 1 : 1 + p->inner.ndim;
+    int64_t rounds = (groups + KVK_GROUPS_MAX - 1) / KVK_GROUPS_MAX;
+    return rounds * (passes * ((p->chunk + 127) / 128) * per_element + 32);
+}
+
+/* The op's name, for messages. */
+static const char *reduce_name(kiln_reduce_op op)
+{
+    static const char *const names[KILN_REDUCE_COUNT] = {
+        [KILN_REDUCE_SUM] = "sum",   [KILN_REDUCE_MEAN] = "mean",
+        [KILN_REDUCE_PROD] = "prod", [KILN_REDUCE_MAX] = "max",
+        [KILN_REDUCE_MIN] = "min",   [KILN_REDUCE_VAR] = "var",
+        [KILN_REDUCE_STD] = "std",   [KILN_REDUCE_LOGSUMEXP] = "logsumexp",
+        [KILN_REDUCE_NORM] = "norm", [KILN_REDUCE_ANY] = "any",
+        [KILN_REDUCE_ALL] = "all",
+    };
+    return (unsigned)op < KILN_REDUCE_COUNT && names[op] ? names[op] : "reduce";
 }
 
 int kvk_reduce(void *vq, kiln_reduce_op op, const kiln_tdesc *out, const kiln_tdesc *in, uint32_t mask,
@@ -97,21 +154,29 @@ int kvk_reduce(void *vq, kiln_reduce_op op, const kiln_tdesc *out, const kiln_td
     int64_t nout = p.out.numel, n = p.inner.numel;
     p.splits = 1;
     p.chunk = (int32_t)n;
-    int64_t splits = split_count(op, out, in, nout, n);
-    if (splits <= 1)
-        return dispatch_reduce(q, op, out->dtype, out->buf, in->dtype, in->buf, &p, nout);
+    int64_t splits = split_count(op, param, out, in, nout, n);
+    if (splits <= 1) {
+        int rc = kvk_loop_check(q, "reduce", reduce_steps(op, &p, nout), "%s over runs of %lld elements",
+                                reduce_name(op), (long long)n);
+        return rc < 0 ? rc : dispatch_reduce(q, op, out->dtype, out->buf, in->dtype, in->buf, &p, nout);
+    }
     int64_t chunk = (n + splits - 1) / splits;
     splits = (n + chunk - 1) / chunk;
-    /* partial sums in the precision the shader accumulates in */
-    kiln_dtype acc = q->d->feat.f64 ? KILN_F64 : KILN_F32;
+    /* the partial results of integer sums, products and extremes in int64, the rest in the
+     * precision the shader accumulates in */
+    kiln_reduce_op first_op = op == KILN_REDUCE_MEAN ? KILN_REDUCE_SUM : op;
+    bool int_path = !kiln_dtype_is_float(out->dtype) && !kiln_dtype_is_float(in->dtype) &&
+                    (first_op == KILN_REDUCE_SUM || first_op == KILN_REDUCE_PROD || first_op == KILN_REDUCE_MAX ||
+                     first_op == KILN_REDUCE_MIN);
+    kiln_dtype acc = int_path ? KILN_I64 : q->d->feat.f64 ? KILN_F64 : KILN_F32;
     kiln_buffer *part = kvk_buffer_alloc(q, (size_t)(nout * splits) * kiln_dtype_size(acc));
     if (!part)
-        return kiln__error_set("reduce: no device memory for %lld partial sums", (long long)(nout * splits)),
+        return kiln__error_set("reduce: no device memory for %lld partial results", (long long)(nout * splits)),
                KILN_ENOMEM;
     reduce_params first = p;
     first.splits = (int32_t)splits;
     first.chunk = (int32_t)chunk;
-    int rc = dispatch_reduce(q, KILN_REDUCE_SUM, acc, part, in->dtype, in->buf, &first, nout * splits);
+    int rc = dispatch_reduce(q, first_op, acc, part, in->dtype, in->buf, &first, nout * splits);
     if (rc == 0) {
         /* output o's partials are part[o * splits ...], o counted as the outer view counts */
         reduce_params second = p;
@@ -122,16 +187,30 @@ int kvk_reduce(void *vq, kiln_reduce_op op, const kiln_tdesc *out, const kiln_td
         second.chunk = (int32_t)splits;
         second.divisor = op == KILN_REDUCE_MEAN ? (int32_t)n : 0;
         if (rc == 0)
-            rc = dispatch_reduce(q, op, out->dtype, out->buf, acc, part, &second, nout);
+            rc = dispatch_reduce(q, (kiln_reduce_op)split_combine(op, param), out->dtype, out->buf, acc, part,
+                                 &second, nout);
     }
     kvk_buffer_free(q, part);
     return rc;
 }
 
+/* Mirrors arg_reduce.comp's params block. */
 typedef struct arg_params {
     kvk_view out, lane;
-    int32_t len, step;
+    int32_t len, step, splits, chunk;
 } arg_params;
+
+static int dispatch_arg(kvk_queue *q, bool is_max, uint32_t pass, kiln_buffer *out, kiln_dtype in_dt,
+                        kiln_buffer *in, kiln_buffer *picks, const arg_params *p, int64_t groups)
+{
+    kiln_dtype dts[2] = {KILN_I64, in_dt}; /* the result and the picks are i64 */
+    char variant[16];
+    uint32_t c[2] = {is_max ? 1u : 0u, pass};
+    kvk_spec spec = kvk_spec_1d(2, c);
+    kiln_buffer *bufs[3] = {out, in, picks};
+    return kvk_dispatch(q, "arg_reduce", "arg_reduce", kvk_variant(variant, sizeof variant, 2, dts), &spec, bufs,
+                        3, p, sizeof *p, kvk_groups(groups, 1), 1, 1);
+}
 
 int kvk_arg_reduce(void *vq, bool is_max, const kiln_tdesc *out, const kiln_tdesc *in, int dim)
 {
@@ -140,6 +219,7 @@ int kvk_arg_reduce(void *vq, bool is_max, const kiln_tdesc *out, const kiln_tdes
     if (in->ndim == 0)
         dim = 0;
     arg_params p;
+    memset(&p, 0, sizeof p);
     kiln_tdesc lane = i1;
     lane.shape[dim] = 1;
     const kiln_tdesc *pair[2] = {&o1, &lane};
@@ -151,19 +231,106 @@ int kvk_arg_reduce(void *vq, bool is_max, const kiln_tdesc *out, const kiln_tdes
         return kiln__error_set("arg_reduce: empty dimension %d", dim), KILN_EINVAL;
     p.len = (int32_t)i1.shape[dim];
     p.step = (int32_t)i1.strides[dim];
-    kiln_dtype dts[2] = {out->dtype, in->dtype};
-    char variant[16];
-    uint32_t c[1] = {is_max ? 1u : 0u};
-    kvk_spec spec = kvk_spec_1d(1, c);
-    kiln_buffer *bufs[2] = {out->buf, in->buf};
-    return kvk_dispatch(q, "arg_reduce", "arg_reduce", kvk_variant(variant, sizeof variant, 2, dts), &spec, bufs,
-                        2, &p, sizeof p, kvk_groups(p.out.numel, 1), 1, 1);
+    /* a lane longer than SPLIT_MAX_CHUNK: its chunks' picks first, as reduce splits */
+    int64_t lanes = p.out.numel, splits = ((int64_t)p.len + SPLIT_MAX_CHUNK - 1) / SPLIT_MAX_CHUNK;
+    p.splits = 1;
+    p.chunk = p.len;
+    if (splits <= 1)
+        return dispatch_arg(q, is_max, 0, out->buf, in->dtype, in->buf, NULL, &p, lanes);
+    p.splits = (int32_t)splits;
+    p.chunk = SPLIT_MAX_CHUNK;
+    kiln_buffer *picks = kvk_buffer_alloc(q, (size_t)(lanes * splits) * sizeof(int64_t));
+    if (!picks)
+        return kiln__error_set("arg_reduce: no device memory for %lld partial picks", (long long)(lanes * splits)),
+               KILN_ENOMEM;
+    int rc = dispatch_arg(q, is_max, 0, picks, in->dtype, in->buf, NULL, &p, lanes * splits);
+    if (rc == 0)
+        rc = dispatch_arg(q, is_max, 1, out->buf, in->dtype, in->buf, picks, &p, lanes);
+    kvk_buffer_free(q, picks);
+    return rc;
 }
 
+/* Mirrors cumsum.comp's params block. */
 typedef struct cumsum_params {
     kvk_view out_lane, in_lane;
-    int32_t len, out_step, in_step;
+    int32_t len, out_step, in_step, blocks, has_offsets;
 } cumsum_params;
+
+/* cumsum.comp's passes and block: lanes of at most CUMSUM_SERIAL_MAX elements take one
+ * thread each; longer ones are scanned in blocks of CUMSUM_BLOCK, one workgroup each. */
+enum {
+    CUMSUM_SERIAL = 0,
+    CUMSUM_TOTALS = 1,
+    CUMSUM_SCAN = 2
+};
+#define CUMSUM_BLOCK (8 * KVK_WG)
+#define CUMSUM_SERIAL_MAX 256
+
+/* What cumsum.comp accumulates in for an (out, in) variant: int64 for integer results,
+ * double where a slot is f64, float otherwise. */
+static kiln_dtype cumsum_acc(kiln_dtype out, kiln_dtype in)
+{
+    if (!kiln_dtype_is_float(out))
+        return KILN_I64;
+    return out == KILN_F64 || in == KILN_F64 ? KILN_F64 : KILN_F32;
+}
+
+static int cumsum_dispatch(kvk_queue *q, uint32_t pass, kiln_dtype out_dt, kiln_buffer *out, kiln_dtype in_dt,
+                           kiln_buffer *in, kiln_buffer *offsets, const cumsum_params *p, int64_t groups)
+{
+    kiln_dtype dts[2] = {out_dt, in_dt};
+    char variant[16];
+    kvk_spec spec = kvk_spec_1d(1, &pass);
+    kiln_buffer *bufs[3] = {out, in, offsets};
+    return kvk_dispatch(q, "cumsum", "cumsum", kvk_variant(variant, sizeof variant, 2, dts), &spec, bufs, 3, p,
+                        sizeof *p, kvk_groups(groups, 1), 1, 1);
+}
+
+/* Scan every lane of p (its views, len and steps set) from in into out. A lane longer than
+ * one block: each block's total (PASS_TOTALS), those totals scanned per lane by this same
+ * function (a lane of 2^31 elements needs three levels), then each block rescanned from
+ * the running total before it (PASS_SCAN). */
+static int cumsum_lanes(kvk_queue *q, cumsum_params p, kiln_dtype out_dt, kiln_buffer *out, kiln_dtype in_dt,
+                        kiln_buffer *in)
+{
+    int64_t lanes = p.in_lane.numel;
+    p.blocks = 1;
+    p.has_offsets = 0;
+    if (p.len <= CUMSUM_SERIAL_MAX)
+        return cumsum_dispatch(q, CUMSUM_SERIAL, out_dt, out, in_dt, in, NULL, &p, (lanes + KVK_WG - 1) / KVK_WG);
+    int64_t blocks = ((int64_t)p.len + CUMSUM_BLOCK - 1) / CUMSUM_BLOCK;
+    if (blocks == 1)
+        return cumsum_dispatch(q, CUMSUM_SCAN, out_dt, out, in_dt, in, NULL, &p, lanes);
+    p.blocks = (int32_t)blocks;
+    kiln_dtype acc = cumsum_acc(out_dt, in_dt);
+    size_t bytes = (size_t)(lanes * blocks) * kiln_dtype_size(acc);
+    kiln_buffer *totals = kvk_buffer_alloc(q, bytes);
+    kiln_buffer *running = totals ? kvk_buffer_alloc(q, bytes) : NULL;
+    if (!running) {
+        kvk_buffer_free(q, totals);
+        return kiln__error_set("cumsum: no device memory for %lld block totals", (long long)(lanes * blocks)),
+               KILN_ENOMEM;
+    }
+    int rc = cumsum_dispatch(q, CUMSUM_TOTALS, acc, totals, in_dt, in, NULL, &p, lanes * blocks);
+    if (rc == 0) {
+        /* lane l's totals are totals[l * blocks ...]: the same layout for the running totals */
+        cumsum_params tp;
+        memset(&tp, 0, sizeof tp);
+        kiln_tdesc lane_of = {.buf = totals, .dtype = acc, .ndim = 1, .shape = {lanes}, .strides = {blocks}};
+        if (kvk_view_of(&tp.in_lane, &lane_of, "cumsum") < 0 || kvk_view_of(&tp.out_lane, &lane_of, "cumsum") < 0)
+            rc = KILN_EINVAL;
+        tp.len = p.blocks;
+        tp.in_step = tp.out_step = 1;
+        if (rc == 0)
+            rc = cumsum_lanes(q, tp, acc, running, acc, totals);
+    }
+    p.has_offsets = 1;
+    if (rc == 0)
+        rc = cumsum_dispatch(q, CUMSUM_SCAN, out_dt, out, in_dt, in, running, &p, lanes * blocks);
+    kvk_buffer_free(q, totals);
+    kvk_buffer_free(q, running);
+    return rc;
+}
 
 int kvk_cumsum(void *vq, const kiln_tdesc *out, const kiln_tdesc *in, int dim)
 {
@@ -172,6 +339,7 @@ int kvk_cumsum(void *vq, const kiln_tdesc *out, const kiln_tdesc *in, int dim)
     if (in->ndim == 0)
         dim = 0;
     cumsum_params p;
+    memset(&p, 0, sizeof p);
     kiln_tdesc ol = o1, il = i1;
     ol.shape[dim] = 1;
     il.shape[dim] = 1;
@@ -183,43 +351,5 @@ int kvk_cumsum(void *vq, const kiln_tdesc *out, const kiln_tdesc *in, int dim)
     p.len = (int32_t)i1.shape[dim];
     p.out_step = (int32_t)o1.strides[dim];
     p.in_step = (int32_t)i1.strides[dim];
-    kiln_dtype dts[2] = {out->dtype, in->dtype};
-    char variant[16];
-    kiln_buffer *bufs[2] = {out->buf, in->buf};
-    return kvk_dispatch(q, "cumsum", "cumsum", kvk_variant(variant, sizeof variant, 2, dts), NULL, bufs, 2, &p,
-                        sizeof p, kvk_groups(p.out_lane.numel, KVK_WG), 1, 1);
-}
-
-typedef struct sort_params {
-    kvk_view in_lane, val_lane, idx_lane;
-    int32_t len, in_step, val_step, idx_step;
-} sort_params;
-
-int kvk_sort(void *vq, const kiln_tdesc *values, const kiln_tdesc *indices, const kiln_tdesc *in, int dim,
-             bool descending)
-{
-    kvk_queue *q = vq;
-    kiln_tdesc i1 = lifted(in);
-    kiln_tdesc v1 = values ? lifted(values) : i1, x1 = indices ? lifted(indices) : i1;
-    if (in->ndim == 0)
-        dim = 0;
-    sort_params p;
-    kiln_tdesc il = i1, vl = v1, xl = x1;
-    il.shape[dim] = vl.shape[dim] = xl.shape[dim] = 1;
-    const kiln_tdesc *three[3] = {&il, &vl, &xl};
-    if (kvk_views_of(&p.in_lane, three, 3, "sort") < 0)
-        return KILN_EINVAL;
-    if (p.in_lane.numel == 0 || i1.shape[dim] == 0)
-        return 0;
-    p.len = (int32_t)i1.shape[dim];
-    p.in_step = (int32_t)i1.strides[dim];
-    p.val_step = (int32_t)v1.strides[dim];
-    p.idx_step = (int32_t)x1.strides[dim];
-    kiln_dtype dts[2] = {in->dtype, KILN_I64};
-    char variant[16];
-    uint32_t c[3] = {descending, values != NULL, indices != NULL};
-    kvk_spec spec = kvk_spec_1d(3, c);
-    kiln_buffer *bufs[3] = {in->buf, values ? values->buf : NULL, indices ? indices->buf : NULL};
-    return kvk_dispatch(q, "sort", "sort", kvk_variant(variant, sizeof variant, 2, dts), &spec, bufs, 3, &p,
-                        sizeof p, kvk_groups(p.in_lane.numel, 1), 1, 1);
+    return cumsum_lanes(q, p, out->dtype, out->buf, in->dtype, in->buf);
 }

@@ -48,6 +48,16 @@ static int resize(kvk_queue *q, const char *op, const char *shader, kiln_interp_
     r.nearest = mode == KILN_INTERP_NEAREST;
     r.align_corners = align;
     r.total = (int32_t)total;
+    if (dst != y) { /* the gradient: each element walks the outputs its taps reach (out_span) */
+        int64_t span[3];
+        for (int d = 0; d < 3; d++) {
+            int64_t ratio = (r.out[d] + r.in[d] - 1) / (r.in[d] > 0 ? r.in[d] : 1);
+            span[d] = 3 * ratio + 6 < r.out[d] ? 3 * ratio + 6 : r.out[d];
+        }
+        if ((rc = kvk_loop_check(q, op, kvknn_nest_steps(span), "a %d x %d x %d result of %d x %d x %d", r.out[0],
+                                 r.out[1], r.out[2], r.in[0], r.in[1], r.in[2])) < 0)
+            return rc;
+    }
     kvknn_operand o[2];
     memset(o, 0, sizeof o);
     if ((rc = kvknn_output(q, &o[0], dst, false, op)) < 0 || (rc = kvknn_input(q, &o[1], src, op)) < 0) {

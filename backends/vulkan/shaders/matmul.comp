@@ -9,7 +9,9 @@
  * thread accumulates its RM x RN outputs from them. a and b are read through their
  * strides (a transposed or sliced view costs nothing extra); out is contiguous. Batch
  * entries are gl_WorkGroupID.z + batch_base, unflattened over up to six batch dims with
- * each operand's own batch strides (0 where it broadcasts).
+ * each operand's own batch strides (0 where it broadcasts). A dispatch walks K from
+ * k_begin to k_end; with `accumulate` it adds out's value to its sums (vk-matmul.c cuts a K
+ * too long for the driver's loop limit into such dispatches, run in turn).
  */
 #include "nn-common.glsl"
 
@@ -26,8 +28,9 @@ layout(std430, binding = 0) readonly buffer Params {
     int bshape[6];
     int a_sb[6];
     int b_sb[6];
+    int k_begin, k_end, accumulate;
 } P;
-layout(std430, binding = 1) writeonly buffer Out { ELEM o[]; };
+layout(std430, binding = 1) buffer Out { ELEM o[]; };
 layout(std430, binding = 2) readonly buffer A { ELEM a[]; };
 layout(std430, binding = 3) readonly buffer B { ELEM b[]; };
 
@@ -59,7 +62,7 @@ void main()
         for (int j = 0; j < RN; j++)
             acc[i][j] = ACC_ZERO;
 
-    for (int k0 = 0; k0 < P.K; k0 += int(BK)) {
+    for (int k0 = P.k_begin; k0 < P.k_end; k0 += int(BK)) {
         for (uint t = lid; t < BK * TM; t += nthreads) {
             int r = int(t / BK), kk = int(t % BK);
             int gr = row0 + r, gk = k0 + kk;
@@ -90,7 +93,7 @@ void main()
         for (int j = 0; j < RN; j++) {
             int c = col0 + int(tx) + j * int(gl_WorkGroupSize.x);
             if (c < P.N)
-                o[obase + r * P.N + c] = ST(acc[i][j]);
+                o[obase + r * P.N + c] = ST(P.accumulate != 0 ? LD(o[obase + r * P.N + c]) + acc[i][j] : acc[i][j]);
         }
     }
 }

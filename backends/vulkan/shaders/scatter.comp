@@ -1,8 +1,9 @@
 // scatter (MODE 0: index has src's layout, out[c with c[dim] = index[c]] = / += src[c])
 // and index_add (MODE 1: out[c with c[dim] = index[c[dim]]] += src[c]). One thread per
 // line along dim, in order, so duplicates resolve as on the host (last write wins; sums
-// in index order). Out-of-range indices (after one wrap) are skipped. Slot 0 out and
-// src, slot 1 the index.
+// in index order); a long line is walked by several dispatches in turn, each taking the
+// positions [k0, k1) (vk-index.c), so no invocation's loop outgrows the driver's limit.
+// Out-of-range indices (after one wrap) are skipped. Slot 0 out and src, slot 1 the index.
 #version 450
 #include "common.glsl"
 
@@ -14,6 +15,8 @@ KVK_PARAMS {
     int dim;
     int len;  // the iteration shape's size along dim
     int size; // out.shape[dim]
+    int k0;   // the positions along dim this dispatch walks: [k0, k1)
+    int k1;
 };
 KVK_BUF_RW(1, S0, out_d);
 KVK_BUF_RO(2, S0, src_d);
@@ -26,7 +29,7 @@ void main()
     KVK_FOR_EACH(l, line_v.numel) {
         int c[KVK_MAX_DIMS];
         kvk_coords(line_v, l, c);
-        for (int k = 0; k < len; k++) {
+        for (int k = k0; k < k1; k++) {
             c[dim] = k;
             int64_t j = MODE == 0u ? TOL1(LD1(idx_d[kvk_off(idx_v, c)])) : TOL1(LD1(idx_d[idx_v.offset + k * idx_v.strides[0]]));
             if (j < 0l) j += int64_t(size);
