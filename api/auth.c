@@ -74,9 +74,10 @@ const char *kd_auth_admin_secret(const struct kd_auth *a)
     return NULL;
 }
 
-bool kd_auth_same_secret(const char *a, const char *b)
+/* Whether the na bytes at a are the secret b (see kd_auth_same_secret). */
+static bool same_secret_n(const char *a, size_t na, const char *b)
 {
-    size_t na = strlen(a), nb = strlen(b);
+    size_t nb = strlen(b);
     unsigned char diff = na != nb;
     /* Every byte of a is compared (with b repeated when shorter), so the time says nothing about
      * where, or whether, the two first differ. */
@@ -85,25 +86,39 @@ bool kd_auth_same_secret(const char *a, const char *b)
     return diff == 0;
 }
 
-/* The secret after "Bearer " (scheme name in any case, then one or more spaces), or NULL. */
-static const char *bearer_secret(const char *h)
+bool kd_auth_same_secret(const char *a, const char *b)
+{
+    return same_secret_n(a, strlen(a), b);
+}
+
+/*
+ * The secret after "Bearer " (scheme name in any case, then one or more spaces), or NULL; *len
+ * is its length without trailing spaces and tabs: RFC 9110 5.5 makes the whitespace around a
+ * field value no part of it, and the parser leaves trailing whitespace in the value it hands on.
+ */
+static const char *bearer_secret(const char *h, size_t *len)
 {
     if (!h || strncasecmp(h, "Bearer ", 7) != 0)
         return NULL;
     h += 7;
     while (*h == ' ')
         h++;
+    size_t n = strlen(h);
+    while (n > 0 && (h[n - 1] == ' ' || h[n - 1] == '\t'))
+        n--;
+    *len = n;
     return h;
 }
 
 enum kd_auth_scope kd_auth_scope_of(const struct kd_auth *a, const char *authorization)
 {
-    const char *tok = bearer_secret(authorization);
+    size_t len = 0;
+    const char *tok = bearer_secret(authorization, &len);
     enum kd_auth_scope have = KD_AUTH_NONE;
     if (!tok || !a)
         return have;
     for (size_t i = 0; i < a->n; i++) /* no early exit: each secret costs the same */
-        if (kd_auth_same_secret(tok, a->secret[i]) && a->scope[i] > have)
+        if (same_secret_n(tok, len, a->secret[i]) && a->scope[i] > have)
             have = a->scope[i];
     return have;
 }
@@ -114,7 +129,8 @@ enum kd_auth_verdict kd_auth_check(const struct kd_auth *a, const char *authoriz
         return KD_AUTH_ALLOWED;
     if (!authorization || !authorization[0])
         return KD_AUTH_MISSING;
-    if (!bearer_secret(authorization))
+    size_t len;
+    if (!bearer_secret(authorization, &len))
         return KD_AUTH_NOT_BEARER;
     enum kd_auth_scope have = kd_auth_scope_of(a, authorization);
     if (have == KD_AUTH_NONE)

@@ -5,7 +5,8 @@
  * "SECRET" (read). The admin scope includes read. Rules:
  *   - no tokens configured: every request is allowed (kilnd then refuses to listen beyond
  *     loopback, see kd_auth_listen_allowed);
- *   - otherwise the request needs "Authorization: Bearer SECRET" (the scheme name in any case):
+ *   - otherwise the request needs "Authorization: Bearer SECRET" (the scheme name in any case;
+ *     spaces or tabs after the secret are the field's whitespace, not part of the secret):
  *     none, or another scheme, is 401 with WWW-Authenticate: Bearer; an unknown secret is 401
  *     with error="invalid_token"; a known secret without the scope asked for is 403.
  * Secrets are compared in time that does not depend on where they differ, and every configured

@@ -66,6 +66,8 @@ static int on_message_begin(llhttp_t *p)
     c->body_bytes = 0;
     c->url.len = 0;
     memset(&c->headers, 0, sizeof c->headers);
+    c->expect[0] = '\0';
+    c->expect_long = false;
     c->header_name.len = 0;
     c->header_in_value = false;
     if (c->body.cap > BODY_KEEP_CAP)
@@ -106,6 +108,22 @@ static const struct {
     {"sec-websocket-version", offsetof(struct kd_http_headers, ws_version), 16},
 };
 #define NKEPT (sizeof kept_headers / sizeof kept_headers[0])
+/* Expect is the connection's to meet, not a handler's: kept in the connection. */
+#define EXPECT_SLOT (NKEPT + 1)
+
+/* Appends one span of an Expect field line's value (a new line after a comma, as a list). */
+static void keep_expect(struct kd_http_conn *c, const char *at, size_t n, bool line_start)
+{
+    size_t have = strlen(c->expect);
+    if (line_start && have && have + 1 < sizeof c->expect)
+        c->expect[have++] = ',';
+    if (have + n >= sizeof c->expect) {
+        c->expect_long = true;
+        return;
+    }
+    memcpy(c->expect + have, at, n);
+    c->expect[have + n] = '\0';
+}
 
 static int on_header_field(llhttp_t *p, const char *at, size_t n)
 {
@@ -134,15 +152,20 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n)
     struct kd_http_conn *c = conn_of(p);
     if (count_header_bytes(c, n + 2) != 0)
         return -1;
-    if (!c->header_in_value) {
+    bool line_start = !c->header_in_value;
+    if (line_start) {
         c->header_in_value = true;
         c->header_slot = NKEPT;
         for (size_t i = 0; i < NKEPT && c->header_name.len <= 40; i++)
             if (strlen(kept_headers[i].name) == c->header_name.len &&
                 strncasecmp(kept_headers[i].name, c->header_name.data, c->header_name.len) == 0)
                 c->header_slot = i;
+        if (c->header_name.len == 6 && strncasecmp(c->header_name.data, "expect", 6) == 0)
+            c->header_slot = EXPECT_SLOT;
     }
-    if (c->header_slot == NKEPT)
+    if (c->header_slot == EXPECT_SLOT)
+        keep_expect(c, at, n, line_start);
+    if (c->header_slot >= NKEPT)
         return 0;
     char *dst = (char *)&c->headers + kept_headers[c->header_slot].offset;
     size_t have = strlen(dst);
@@ -153,6 +176,42 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n)
     return 0;
 }
 
+/*
+ * RFC 9110 10.1.1. A client that sends "Expect: 100-continue" holds its body back until a 100
+ * (Continue) comes, or for a while (curl: one second, for bodies over 1 MiB). Called once the
+ * header block has passed every check that could refuse it: when a body is still to come, the
+ * 100 is written now, so the client sends it at once. (A refused request was answered without
+ * one, and the connection closes.) An expectation other than 100-continue is one this server
+ * cannot meet: 417. An HTTP/1.0 request's expectation is ignored, as the RFC says.
+ */
+static int meet_expectation(struct kd_http_conn *c, llhttp_t *p)
+{
+    if ((!c->expect[0] && !c->expect_long) || (llhttp_get_http_major(p) == 1 && llhttp_get_http_minor(p) == 0))
+        return 0;
+    static const char only[] = "this server meets no expectation but Expect: 100-continue";
+    if (c->expect_long)
+        return reject(c, 417, only);
+    bool cont = false;
+    for (const char *m = c->expect; *m;) {
+        const char *end = m + strcspn(m, ","), *next = *end ? end + 1 : end;
+        while (m < end && (*m == ' ' || *m == '\t'))
+            m++;
+        while (end > m && (end[-1] == ' ' || end[-1] == '\t'))
+            end--;
+        if (end - m == 12 && strncasecmp(m, "100-continue", 12) == 0)
+            cont = true;
+        else if (end > m) /* empty list members are allowed, and mean nothing */
+            return reject(c, 417, only);
+        m = next;
+    }
+    bool body_to_come = (p->flags & F_CHUNKED) || ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0);
+    if (cont && body_to_come && kd_buf_puts(&c->out, "HTTP/1.1 100 Continue\r\n\r\n") != 0) {
+        c->failed = true;
+        return -1;
+    }
+    return 0;
+}
+
 static int on_headers_complete(llhttp_t *p)
 {
     struct kd_http_conn *c = conn_of(p);
@@ -160,7 +219,7 @@ static int on_headers_complete(llhttp_t *p)
         return reject(c, 413, "request body exceeds max_body_bytes");
     if (kd_http_coding_of(c->headers.content_encoding) == KD_CODING_UNKNOWN)
         return reject(c, 415, "unsupported Content-Encoding: kilnd takes gzip, deflate or identity");
-    return 0;
+    return meet_expectation(c, p);
 }
 
 static int on_body(llhttp_t *p, const char *at, size_t n)
@@ -176,10 +235,15 @@ static int on_body(llhttp_t *p, const char *at, size_t n)
     return 0;
 }
 
-static void observe(struct kd_http_conn *c, size_t route, int status)
+/*
+ * One response, counted (observe) and logged (access): for a request answered inline, and for a
+ * deferred one when kd_http_pending_finish wrote its answer. The connection still holds the
+ * request's target and headers either way: nothing more is parsed while a response is pending.
+ */
+static void account(struct kd_http_conn *c, size_t route, int status, uint64_t started_ns, uint64_t bytes_in)
 {
     const struct kd_http_service *s = c->svc;
-    uint64_t elapsed = c->started_ns ? now_ns() - c->started_ns : 0;
+    uint64_t elapsed = started_ns ? now_ns() - started_ns : 0;
     if (s->observe)
         s->observe(s->observe_ctx, route, status, elapsed);
     if (s->access) {
@@ -190,12 +254,17 @@ static void observe(struct kd_http_conn *c, size_t route, int status)
             .target_len = parsed ? c->url.len : 1,
             .status = status,
             .elapsed_ns = elapsed,
-            .bytes_in = c->body.len,
+            .bytes_in = bytes_in,
             .request_id = c->headers.request_id[0] ? c->headers.request_id : "-",
             .peer = c->peer[0] ? c->peer : "-",
         };
         s->access(s->access_ctx, &a);
     }
+}
+
+static void observe(struct kd_http_conn *c, size_t route, int status)
+{
+    account(c, route, status, c->started_ns, c->body.len);
 }
 
 /* The characters a request id may hold (the same rule the handlers apply when echoing one). */
@@ -655,6 +724,7 @@ void kd_http_pending_finish(struct kd_http_pending *p, int status)
     size_t route = p->route;
     uint64_t started = p->started_ns;
     struct kd_buf body = p->body;
+    uint64_t body_len = body.len;
     if (c && status > 0 && p->marked && kd_http_compress_response(&c->out, p->mark, p->coding) != 0)
         status = -1;
     if (c && status > 0 && p->marked && p->head)
@@ -673,9 +743,7 @@ void kd_http_pending_finish(struct kd_http_pending *p, int status)
         c->failed = true;
     } else {
         c->responses++;
-        const struct kd_http_service *s = c->svc;
-        if (s->observe)
-            s->observe(s->observe_ctx, route, status, started ? now_ns() - started : 0);
+        account(c, route, status, started, body_len);
     }
     if (c->dispatching) {
         /* Finished before its handler returned: the parser is still inside its callback,

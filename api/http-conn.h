@@ -1,7 +1,9 @@
 /*
  * api/http-conn.h — one HTTP/1.1 connection's protocol logic, without a socket.
  *
- * Bytes go in through kd_http_conn_feed; complete responses come out appended to conn->out.
+ * Bytes go in through kd_http_conn_feed; complete responses come out appended to conn->out, and
+ * so does the interim "100 Continue" a request with "Expect: 100-continue" gets once its header
+ * block is accepted (before its body, which the client holds back until then).
  * The socket layer (server.c) only moves bytes and runs the timers, so the parser, the limits,
  * pipelining and every error response can be driven directly by unit tests.
  *
@@ -111,6 +113,8 @@ struct kd_http_conn {
     bool failed;                    /* out of memory: close without a response */
     bool head;                      /* the current request is HEAD: no response to it has a body */
     struct kd_http_headers headers; /* of the current request */
+    char expect[48];                /* its Expect field lines, joined by commas (RFC 9110 10.1.1) */
+    bool expect_long;               /* Expect held more than fits: not an expectation kilnd meets */
     size_t header_slot;             /* which headers field the value being parsed goes to */
     bool header_in_value;
     struct kd_buf header_name;

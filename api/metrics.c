@@ -41,6 +41,9 @@ struct kd_metrics {
     struct kd_metric_family **tail;
 };
 
+const double kd_metrics_request_seconds_buckets[KD_METRICS_REQUEST_SECONDS_NBUCKETS] = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+
 struct kd_metrics *kd_metrics_new(void)
 {
     struct kd_metrics *m = calloc(1, sizeof *m);

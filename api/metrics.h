@@ -56,4 +56,9 @@ void kd_metric_observe(struct kd_metric_series *s, double v);
 
 int kd_metrics_render(struct kd_metrics *m, struct kd_buf *out);
 
+/* The bounds of the request-duration histograms, in seconds: one set for HTTP and gRPC, so that
+ * the two protocols' latencies compare bucket by bucket. */
+#define KD_METRICS_REQUEST_SECONDS_NBUCKETS 16
+extern const double kd_metrics_request_seconds_buckets[KD_METRICS_REQUEST_SECONDS_NBUCKETS];
+
 #endif /* KD_API_METRICS_H */

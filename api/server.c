@@ -89,9 +89,6 @@ static void slog(struct kd_server *s, enum kd_log_level level, const char *fmt, 
 
 /* ---- metrics ----------------------------------------------------------------------------- */
 
-static const double latency_buckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                         0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5, 5, 10};
-
 static double open_connections(void *ctx)
 {
     return (double)((struct kd_server *)ctx)->nconns;
@@ -140,8 +137,8 @@ static int register_metrics(struct kd_server *s)
                                     (const char *const[]){"route", "code", NULL}, NULL, 0);
     s->latency = kd_metrics_family(m, "kiln_http_request_duration_seconds",
                                    "Time from a request's first byte to its response, by route.",
-                                   KD_METRIC_HISTOGRAM, (const char *const[]){"route", NULL}, latency_buckets,
-                                   sizeof latency_buckets / sizeof latency_buckets[0]);
+                                   KD_METRIC_HISTOGRAM, (const char *const[]){"route", NULL},
+                                   kd_metrics_request_seconds_buckets, KD_METRICS_REQUEST_SECONDS_NBUCKETS);
     if (!s->requests || !s->latency)
         return -1;
     if (kd_metrics_gauge_fn(m, "kiln_http_open_connections", "Client connections currently open.",

@@ -29,6 +29,14 @@
 #include "serving-impl.h"
 #include "shm.h"
 
+struct load_op;
+
+/* One version's load, so that its failure can say which version it was. */
+struct version_load {
+    struct load_op *op;
+    int64_t version;
+};
+
 struct load_op {
     struct kd_serving *sv;
     char name[KD_MODEL_NAME_MAX + 1];
@@ -38,6 +46,8 @@ struct load_op {
     uint64_t seq;                   /* the entry's loads_started when this one began */
     int remaining, n;
     struct kd_sched_model *got[MAX_VERSIONS];
+    struct version_load started[MAX_VERSIONS];
+    struct version_load hold; /* start_load's, dropped once every load has started */
     char why[256];
 };
 
@@ -109,7 +119,8 @@ static int register_metrics(struct kd_serving *sv)
     struct kd_metrics *m = sv->o.metrics;
     const char *const model[] = {"model", NULL};
     sv->f_requests = kd_metrics_family(m, "kiln_inference_requests_total",
-                                       "Inference requests by model and outcome (success, failed, rejected, "
+                                       "Inference requests by model and outcome (success, failed, rejected: "
+                                       "refused as bad input, overloaded: refused because the queue was full, "
                                        "timeout, cancelled, shutdown).",
                                        KD_METRIC_COUNTER, (const char *const[]){"model", "outcome", NULL}, NULL,
                                        0);
@@ -222,10 +233,27 @@ static bool has_needed_version(const struct load_op *op)
     return op->need_version == 0;
 }
 
+/* A dynamic batching delay longer than the request timeout is a configuration that only works
+ * because the batcher sends a batch early for its oldest request's deadline: said once per load. */
+static void warn_batching_delay(struct kd_serving *sv, struct kd_sched_model *m)
+{
+    const kd_model_config *c = kd_sched_model_config(m);
+    if (c->max_batch_size > 0 && c->max_queue_delay_us / 1000 >= sv->o.infer_timeout_ms)
+        vlog(sv, KD_LOG_WARN,
+             "model %s version %lld: dynamic_batching.max_queue_delay_us (%lld) is not shorter than "
+             "limits.infer_timeout_ms (%lld ms): a batch then goes when its oldest request's deadline "
+             "comes near, rather than after the delay",
+             kd_sched_model_name(m), (long long)kd_sched_model_version(m), (long long)c->max_queue_delay_us,
+             (long long)sv->o.infer_timeout_ms);
+}
+
+/* Each version's load ends here, and start_load's hold once every load has started. */
 static void version_loaded(void *ud, struct kd_sched_model *m, const char *why)
 {
-    struct load_op *op = ud;
+    struct version_load *vl = ud;
+    struct load_op *op = vl->op;
     if (m) {
+        warn_batching_delay(op->sv, m);
         /* Keep ascending order by version. */
         int i = op->n++;
         while (i > 0 && kd_sched_model_version(op->got[i - 1]) > kd_sched_model_version(m)) {
@@ -234,7 +262,7 @@ static void version_loaded(void *ud, struct kd_sched_model *m, const char *why)
         }
         op->got[i] = m;
     } else if (why && !op->why[0]) {
-        snprintf(op->why, sizeof op->why, "%s", why);
+        snprintf(op->why, sizeof op->why, "version %lld: %s", (long long)vl->version, why);
     }
     if (--op->remaining > 0)
         return;
@@ -270,6 +298,46 @@ static void version_loaded(void *ud, struct kd_sched_model *m, const char *why)
     free(op);
 }
 
+/* Whether a "specific" version policy lists version. */
+static bool policy_lists(const kd_model_config *pc, int64_t version)
+{
+    for (int k = 0; k < pc->nspecific; k++)
+        if (pc->specific[k] == version)
+            return true;
+    return false;
+}
+
+/*
+ * The newest version folder the model's version policy selects that is not valid, or NULL.
+ *
+ * The repository marks only valid versions served, so a newest version that is broken would
+ * leave the choice to an older one, and a load would answer 200 while the version it was asked
+ * to bring in was never tried. As Triton applies its policy to the version folders present, the
+ * policy is applied here to every version folder, valid or not, and one it selects that is not
+ * valid fails the load (what was served before stays served). The policy is the one the
+ * repository read: the newest valid version's config (the model folder's when it has none).
+ */
+static const kd_model_version *selected_invalid(const kd_model_info *info)
+{
+    const kd_model_config *pc = NULL;
+    for (int i = info->nversions - 1; i >= 0 && !pc; i--)
+        if (info->versions[i].valid)
+            pc = &info->versions[i].config;
+    if (!pc)
+        return NULL; /* no valid version: the model's own reason names the newest one */
+    int selected = 0;
+    for (int i = info->nversions - 1; i >= 0; i--) {
+        const kd_model_version *v = &info->versions[i];
+        bool chosen = pc->policy == KD_VERSION_ALL      ? true
+                      : pc->policy == KD_VERSION_LATEST ? selected < pc->latest_n
+                                                        : policy_lists(pc, v->version);
+        selected += chosen;
+        if (chosen && !v->valid)
+            return v;
+    }
+    return NULL;
+}
+
 /* Starts loading every served version of name (see kd_serving_load). 0, or an HTTP status with
  * why filled and done never called. */
 static int start_load(struct kd_serving *sv, const char *name, int64_t need_version, kd_serving_load_done done,
@@ -280,8 +348,13 @@ static int start_load(struct kd_serving *sv, const char *name, int64_t need_vers
         snprintf(why, n, "no model '%s' in the repository", name);
         return 404;
     }
-    if (!info->valid) {
-        snprintf(why, n, "model '%s' is not valid: %s", name, info->why ? info->why : "?");
+    const kd_model_version *bad = selected_invalid(info);
+    if (bad || !info->valid) {
+        if (bad)
+            snprintf(why, n, "model '%s' version %lld is not valid: %s", name, (long long)bad->version,
+                     bad->why ? bad->why : "?");
+        else
+            snprintf(why, n, "model '%s' is not valid: %s", name, info->why ? info->why : "?");
         struct kd_serving_entry *e = get_entry(sv, name);
         if (e)
             snprintf(e->why, sizeof e->why, "%s", why);
@@ -301,12 +374,14 @@ static int start_load(struct kd_serving *sv, const char *name, int64_t need_vers
     op->done_ud = done_ud;
     snprintf(op->name, sizeof op->name, "%s", name);
     op->remaining = 1; /* held until every load is started, so completions cannot finish it early */
-    for (int i = 0; i < info->nversions && op->remaining <= MAX_VERSIONS; i++) {
+    op->hold.op = op;
+    for (int i = 0, k = 0; i < info->nversions && k < MAX_VERSIONS; i++) {
         const kd_model_version *v = &info->versions[i];
         if (!v->served)
             continue;
         op->remaining++;
-        int rc = kd_sched_model_load(sv->o.sched, name, v, version_loaded, op);
+        op->started[k] = (struct version_load){op, v->version};
+        int rc = kd_sched_model_load(sv->o.sched, name, v, version_loaded, &op->started[k++]);
         if (rc != 0) {
             op->remaining--;
             if (!op->why[0])
@@ -319,7 +394,7 @@ static int start_load(struct kd_serving *sv, const char *name, int64_t need_vers
         }
     }
     e->loading = true;
-    version_loaded(op, NULL, NULL); /* drop the hold; with nothing started this finishes now */
+    version_loaded(&op->hold, NULL, NULL); /* drop the hold; with nothing started this finishes now */
     return 0;
 }
 
@@ -463,7 +538,8 @@ void kd_serving_account_done(struct kd_serving *sv, const struct kd_sched_reques
 int kd_serving_submit(struct kd_serving *sv, struct kd_sched_request *r)
 {
     if (kd_sched_submit(sv->o.sched, r) != 0) {
-        kd_serving_count_outcome(sv, kd_sched_model_name(r->model), "rejected");
+        /* not "rejected" (the client's bad input): overload must be told apart from bad requests */
+        kd_serving_count_outcome(sv, kd_sched_model_name(r->model), "overloaded");
         return -1;
     }
     sv->inflight_total++;

@@ -61,9 +61,12 @@ void kd_serving_set_accepting(struct kd_serving *sv, bool accepting);
  * policy serves on its device's worker and, once all have finished, swap the model table's entry
  * (requests already holding the old versions finish on them). done then runs on the loop, once:
  * status 200 and why NULL when the entry now answers with the new versions, or 400 and the reason
- * (the entry keeps serving what it served before). With need_version > 0 the load also fails,
- * without a swap, unless that version is among those loaded. Returns 0, or an HTTP status (404
- * unknown model, 400 invalid model, 500) with why filled, and then done is never called.
+ * (the entry keeps serving what it served before). Every version the policy selects must load:
+ * the policy is applied to every version folder, valid or not (as Triton does), and one that is
+ * not valid or fails to build fails the load, its reason naming it. With need_version > 0 the
+ * load also fails, without a swap, unless that version is among those loaded. Returns 0, or an
+ * HTTP status (404 unknown model, 400 invalid model or a selected version not valid, 500) with
+ * why filled, and then done is never called.
  */
 typedef void (*kd_serving_load_done)(void *ud, int status, const char *why);
 int kd_serving_load(struct kd_serving *sv, const char *name, int64_t need_version, kd_serving_load_done done,
@@ -107,7 +110,8 @@ void kd_serving_index(struct kd_serving *sv, bool only_ready,
                       void *ud);
 /* 0, or 404 with msg when name is not loaded. */
 int kd_serving_unload(struct kd_serving *sv, const char *name, char *msg, size_t n);
-/* Queues r (model retained by the caller) with the HTTP path's accounting; -1 when the queue is full (counted rejected). */
+/* Queues r (model retained by the caller) with the HTTP path's accounting; -1 when the queue is full
+ * (counted under the outcome "overloaded"). */
 int kd_serving_submit(struct kd_serving *sv, struct kd_sched_request *r);
 /* In r's done callback, before anything else: the metrics of its outcome (refused: its data was bad). */
 void kd_serving_account_done(struct kd_serving *sv, const struct kd_sched_request *r, bool refused);

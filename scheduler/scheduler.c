@@ -13,7 +13,8 @@
  *   - the rows queued (the compatible prefix of the queue) reach max_batch_size, or the next
  *     request cannot join (other trailing dims, too many rows): run what can go;
  *   - a preferred batch size can be formed exactly: the largest such;
- *   - the oldest request has waited max_queue_delay_us (or no delay is set): run what there is.
+ *   - the oldest request has waited max_queue_delay_us (or no delay is set), or the deadline of
+ *     one of the requests that would go is near (deadline_lead): run what there is.
  * Requests whose client left or whose deadline passed are dropped as they are taken.
  *
  * Training does not run here: a job's thread asks the device's training gate (sched-gate.c) for
@@ -204,6 +205,25 @@ static bool compatible(const struct kd_sched_request *a, const struct kd_sched_r
     return true;
 }
 
+/* The floor of deadline_lead: under it, a worker's wake-up jitter could miss the deadline. */
+#define DEADLINE_LEAD_MIN_NS 1000000u
+
+/*
+ * Under the lock: how long before r's deadline its batch must go, so that it starts (and, for a
+ * client that stops waiting at its deadline, finishes) in time: twice the model's mean run so
+ * far, and at least a tenth of the time r was given (the first run's length is not known yet)
+ * and DEADLINE_LEAD_MIN_NS.
+ */
+static uint64_t deadline_lead(const struct kd_sched_model *m, const struct kd_sched_request *r)
+{
+    const struct kd_sched_stats *st = &m->stats;
+    uint64_t lead = st->execution_count ? 2 * (st->compute_ns / st->execution_count) : 0;
+    uint64_t tenth = r->deadline_ns > r->enqueued_ns ? (r->deadline_ns - r->enqueued_ns) / 10 : 0;
+    if (lead < tenth)
+        lead = tenth;
+    return lead < DEADLINE_LEAD_MIN_NS ? DEADLINE_LEAD_MIN_NS : lead;
+}
+
 /*
  * Under the lock: how many requests from the head of m's queue should run now (0: not yet; then
  * *wake_ns says when to look again, 0 for never).
@@ -219,6 +239,7 @@ static int batch_ready(const struct kd_sched_model *m, uint64_t now, uint64_t *w
     int64_t rows = 0, best_pref = 0;
     int n = 0, n_pref = 0;
     bool blocked = false;
+    uint64_t urgent = UINT64_MAX; /* when the first deadline among these requests needs them to go */
     for (const struct kd_sched_request *r = h; r; r = r->next) {
         int64_t b = rows_of(m, r);
         if ((r != h && !compatible(h, r)) || rows + b > c->max_batch_size) {
@@ -227,6 +248,12 @@ static int batch_ready(const struct kd_sched_model *m, uint64_t now, uint64_t *w
         }
         rows += b;
         n++;
+        if (r->deadline_ns) {
+            uint64_t lead = deadline_lead(m, r);
+            uint64_t go = r->deadline_ns > lead ? r->deadline_ns - lead : 0;
+            if (go < urgent)
+                urgent = go;
+        }
         for (int p = 0; p < c->npreferred; p++)
             if (c->preferred_batch_sizes[p] == rows && rows > best_pref) {
                 best_pref = rows;
@@ -239,7 +266,12 @@ static int batch_ready(const struct kd_sched_model *m, uint64_t now, uint64_t *w
         return n;
     if (n_pref && best_pref == rows)
         return n;
+    /* A request's deadline may come before the delay is up (a delay longer than
+     * limits.infer_timeout_ms, a gRPC client's short grpc-timeout): waiting for the batch to fill
+     * must not turn into a timeout, so the batch goes early for the first deadline in it. */
     uint64_t due = h->enqueued_ns + (uint64_t)c->max_queue_delay_us * 1000u;
+    if (urgent < due)
+        due = urgent;
     if (c->max_queue_delay_us <= 0 || now >= due)
         return n;
     if (n_pref)

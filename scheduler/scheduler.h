@@ -5,7 +5,8 @@
  *
  * The I/O loop never waits on any of it. A request is submitted with host buffers and a done
  * callback; a worker gathers a batch (up to max_batch_size, aiming for a preferred size, waiting
- * at most max_queue_delay_us for one to fill), concatenates the inputs along dim 0, runs the
+ * at most max_queue_delay_us for one to fill, and less when a request's deadline_ns comes first:
+ * the batch then goes in time for it to start), concatenates the inputs along dim 0, runs the
  * model once, splits the outputs and posts every request back to the loop through one
  * uv_async_t, whose callback drains the whole completion queue (a run's requests are posted
  * together, and sends coalesce).

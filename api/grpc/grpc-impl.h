@@ -22,6 +22,7 @@
 
 #include "buf.h"
 #include "grpc.h"
+#include "metrics.h"
 
 /* gRPC status codes (grpc/doc/statuscodes.md). */
 enum grpc_code {
@@ -40,6 +41,10 @@ enum grpc_code {
     GRPC_UNAVAILABLE = 14,
     GRPC_UNAUTHENTICATED = 16,
 };
+#define KD_GRPC_CODES 17
+
+/* The call metrics' method slots: every method the service knows, then one for any other path. */
+#define KD_GRPC_METHOD_SLOTS 16
 
 struct kd_grpc {
     struct kd_grpc_options o;
@@ -50,6 +55,11 @@ struct kd_grpc {
     struct kd_grpc_conn *conns;
     void (*drain_done)(void *ud);   /* once draining and every connection has closed */
     void *drain_ud;
+    /* /metrics: calls by method and status code, and their durations (NULL without a model
+     * table, whose registry they are in); a series is resolved the first time it is needed. */
+    struct kd_metric_family *f_calls, *f_seconds;
+    struct kd_metric_series *calls[KD_GRPC_METHOD_SLOTS][KD_GRPC_CODES];
+    struct kd_metric_series *seconds[KD_GRPC_METHOD_SLOTS];
 };
 
 struct grpc_job;
@@ -108,6 +118,8 @@ struct kd_grpc_conn {
 /* ---- grpc-server.c ---- */
 /* The gRPC status an HTTP status from the serving layer means. */
 enum grpc_code kd_grpc_code_of_http(int status);
+/* Counts s's call in /metrics under code, once it has ended (answered, or gone unanswered). */
+void kd_grpc_count_call(struct grpc_stream *s, enum grpc_code code);
 /* Closes the connection once, its streams with it (a detached one is left to kd_grpc_conn_free). */
 void kd_grpc_conn_close(struct kd_grpc_conn *c);
 /* The connection's libuv read callbacks, also used to resume reading once a client catches up. */
@@ -138,6 +150,9 @@ int kd_grpc_frame_coded(struct kd_buf *b, const ProtobufCMessage *m, int coding)
 void kd_grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len, struct kd_buf *holder);
 /* Whether path names a method that streams requests (each message dispatched as it comes). */
 bool kd_grpc_is_streaming(const char *path);
+/* The call metrics' slot for path's method (KD_GRPC_METHOD_SLOTS - 1: not a method the service
+ * knows) and, in *label, the method's name ("other" for the last slot). */
+int kd_grpc_method_slot(const char *path, const char **label);
 
 /* ---- grpc-shm.c: the system shared-memory methods (the messages are grpc_service.pb-c.h's) ---- */
 struct Inference__SystemSharedMemoryStatusRequest;

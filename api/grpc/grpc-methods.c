@@ -577,6 +577,15 @@ bool kd_grpc_is_streaming(const char *path)
     return method_of(path) == M_STREAM_INFER;
 }
 
+_Static_assert(M_COUNT < KD_GRPC_METHOD_SLOTS, "a call-metrics slot for every method, and one for the rest");
+
+int kd_grpc_method_slot(const char *path, const char **label)
+{
+    int m = method_of(path);
+    *label = m < 0 ? "other" : methods[m].name;
+    return m < 0 ? KD_GRPC_METHOD_SLOTS - 1 : m;
+}
+
 void kd_grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len, struct kd_buf *holder)
 {
     int m = method_of(s->path);

@@ -300,6 +300,7 @@ void kd_grpc_finish_ok(struct grpc_stream *s)
 static void finish_now(struct grpc_stream *s)
 {
     s->finished = true;
+    kd_grpc_count_call(s, (enum grpc_code)s->code);
     if (!s->headers_sent) {
         s->headers_sent = true;
         if (submit_status(s, true) != 0)

@@ -44,6 +44,53 @@ enum grpc_code kd_grpc_code_of_http(int status)
     }
 }
 
+/* ---- call metrics ----------------------------------------------------------------------------- */
+
+/* The names grpc/doc/statuscodes.md gives the codes, as the code label's values. */
+static const char *const code_names[KD_GRPC_CODES] = {
+    "OK",        "CANCELLED",       "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS",  "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",    "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED",
+};
+
+/* Families in the model table's registry, beside the HTTP ones (kiln_http_requests_total,
+ * kiln_http_request_duration_seconds) and named alike. 0, or -1 when out of memory. */
+static int register_metrics(struct kd_grpc *g)
+{
+    if (!g->o.serving)
+        return 0; /* no registry (the fuzzer's service) */
+    struct kd_metrics *m = kd_serving_limits(g->o.serving)->metrics;
+    if (!m)
+        return 0;
+    g->f_calls = kd_metrics_family(m, "kiln_grpc_requests_total", "gRPC calls ended, by method and status code.",
+                                   KD_METRIC_COUNTER, (const char *const[]){"method", "code", NULL}, NULL, 0);
+    g->f_seconds = kd_metrics_family(m, "kiln_grpc_request_duration_seconds",
+                                     "Time from a gRPC call's headers to its status, by method.",
+                                     KD_METRIC_HISTOGRAM, (const char *const[]){"method", NULL},
+                                     kd_metrics_request_seconds_buckets, KD_METRICS_REQUEST_SECONDS_NBUCKETS);
+    return g->f_calls && g->f_seconds ? 0 : -1;
+}
+
+void kd_grpc_count_call(struct grpc_stream *s, enum grpc_code code)
+{
+    struct kd_grpc *g = s->conn->g;
+    if (!g->f_calls)
+        return;
+    const char *method;
+    int slot = kd_grpc_method_slot(s->path, &method);
+    unsigned k = (unsigned)code < KD_GRPC_CODES ? (unsigned)code : GRPC_UNKNOWN;
+    struct kd_metric_series **calls = &g->calls[slot][k], **seconds = &g->seconds[slot];
+    if (!*calls)
+        *calls = kd_metrics_series(g->f_calls, (const char *const[]){method, code_names[k], NULL});
+    if (!*seconds)
+        *seconds = kd_metrics_series(g->f_seconds, (const char *const[]){method, NULL});
+    if (*calls)
+        kd_metric_add(*calls, 1);
+    if (*seconds)
+        kd_metric_observe(*seconds, (double)(uv_hrtime() - s->opened_ns) / 1e9);
+}
+
 /* ---- receiving ------------------------------------------------------------------------------ */
 
 static struct grpc_stream *stream_of(struct kd_grpc_conn *c, int32_t id)
@@ -300,6 +347,8 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
 
 static void stream_free(struct kd_grpc_conn *c, struct grpc_stream *s)
 {
+    if (!s->finished) /* reset (by the client, or for its headers) or its connection went: no status */
+        kd_grpc_count_call(s, GRPC_CANCELLED);
     kd_grpc_detach_jobs(s);
     if (s->load)
         s->load->s = NULL;
@@ -502,6 +551,10 @@ int kd_grpc_new(struct kd_grpc **out, uv_loop_t *loop, const struct kd_grpc_opti
         g->o.max_header_bytes = 8192;
     if (!g->o.idle_timeout_ms)
         g->o.idle_timeout_ms = 60000;
+    if (register_metrics(g) != 0) {
+        free(g);
+        return -1;
+    }
     *out = g;
     return 0;
 }

@@ -626,6 +626,15 @@ def test_queue_full():
         t.join()
     check(any(s == 503 and ra for s, ra in statuses), "a full queue answers 503 with Retry-After")
     check(all(s in (200, 503) for s, _ in statuses), "queue full: only 200 or 503 (%s)" % statuses)
+    # overload is told apart from bad requests: a full queue is "overloaded", never "rejected"
+    _, _, text = d.req("GET", "/metrics")
+    counts = {}
+    for line in text.decode().splitlines():
+        if line.startswith('kiln_inference_requests_total{model="mnist_mlp",outcome="'):
+            counts[line.split('outcome="')[1].split('"')[0]] = float(line.split()[-1])
+    full = sum(1 for s, _ in statuses if s == 503)
+    check(counts.get("overloaded") == full and counts.get("rejected", 0) == 0,
+          "%d queue-full answers counted as outcome=\"overloaded\", none as rejected: %s" % (full, counts))
     d.stop()
 
 
