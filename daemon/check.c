@@ -64,15 +64,19 @@ int kd_daemon_check(const struct kd_config *cfg, char *err, size_t errlen)
     int rc = 0;
     for (size_t i = 0; i < cfg->devices.count && rc == 0; i++) {
         open[i] = kiln_device_open(cfg->devices.items[i]);
+        /* a configured spec may hold a secret (a remote token): messages show it masked */
+        char shown[512], other[512];
+        kiln_device_spec_redact(cfg->devices.items[i], shown, sizeof shown);
         if (!open[i]) {
-            snprintf(err, errlen, "scheduler: device '%s': %s", cfg->devices.items[i], kiln_error());
+            snprintf(err, errlen, "scheduler: device '%s': %s", shown, kiln_error());
             rc = -1;
         }
         /* as the scheduler refuses one device listed under two spellings */
         for (size_t j = 0; j < i && rc == 0; j++)
             if (open[j] == open[i]) {
                 snprintf(err, errlen, "scheduler: devices: '%s' and '%s' are the same device (%s); list it once",
-                         cfg->devices.items[j], cfg->devices.items[i], kiln_device_name(open[i]));
+                         kiln_device_spec_redact(cfg->devices.items[j], other, sizeof other), shown,
+                         kiln_device_name(open[i]));
                 rc = -1;
             }
     }

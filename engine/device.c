@@ -380,6 +380,32 @@ static bool is_secret(const char *key)
     return false;
 }
 
+char *kiln_device_spec_redact(const char *spec, char *out, size_t len)
+{
+    if (!out || len == 0)
+        return out;
+    out[0] = 0;
+    if (!spec)
+        return out;
+    /* decorators nest ("counting:remote://h:p/cpu?token=x"): options follow the first '?' */
+    const char *q = strchr(spec, '?');
+    size_t n = q ? (size_t)(q - spec) + 1 : strlen(spec);
+    snprintf(out, len, "%.*s", (int)n, spec);
+    for (const char *p = q ? q + 1 : NULL; p && *p;) {
+        const char *amp = strchr(p, '&'), *end = amp ? amp : p + strlen(p);
+        const char *eq = memchr(p, '=', (size_t)(end - p));
+        char key[64];
+        snprintf(key, sizeof key, "%.*s", eq ? (int)(eq - p) : 0, p);
+        size_t used = strlen(out);
+        if (eq && is_secret(key))
+            snprintf(out + used, len - used, "%s=***%s", key, amp ? "&" : "");
+        else
+            snprintf(out + used, len - used, "%.*s", (int)(end - p) + (amp ? 1 : 0), p);
+        p = amp ? amp + 1 : NULL;
+    }
+    return out;
+}
+
 /* canon, then "?" and the options sorted when there are any; secrets masked when asked.
  * -1 with the error set when it does not fit. */
 static int spell(const char *canon, const kiln_device_opts *opts, bool mask, char *out, size_t len)

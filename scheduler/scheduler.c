@@ -480,8 +480,11 @@ int kd_sched_new(struct kd_sched **out, const struct kd_sched_options *o, char *
     }
     for (size_t d = 0; d < o->ndevices; d++) {
         kiln_device *dev = kiln_device_open(o->devices[d]);
+        /* a configured spec may hold a secret (a remote token): messages show it masked */
+        char shown[512], other[512];
+        kiln_device_spec_redact(o->devices[d], shown, sizeof shown);
         if (!dev) {
-            snprintf(err, errlen, "device '%s': %s", o->devices[d], kiln_error());
+            snprintf(err, errlen, "device '%s': %s", shown, kiln_error());
             return -1;
         }
         /* two spellings of one device ("vulkan" and "vulkan:0", or one listed twice) would
@@ -489,7 +492,8 @@ int kd_sched_new(struct kd_sched **out, const struct kd_sched_options *o, char *
         for (size_t i = 0; i < s->nworkers; i++)
             if (s->workers[i].dev == dev) {
                 snprintf(err, errlen, "devices: '%s' and '%s' are the same device (%s); list it once",
-                         s->workers[i].spec, o->devices[d], kiln_device_name(dev));
+                         kiln_device_spec_redact(s->workers[i].spec, other, sizeof other), shown,
+                         kiln_device_name(dev));
                 kiln_device_close(dev);
                 return -1;
             }
@@ -521,7 +525,7 @@ int kd_sched_new(struct kd_sched **out, const struct kd_sched_options *o, char *
             pthread_cond_init(&w->cv, &ca);
             pthread_condattr_destroy(&ca);
             if (!w->spec || pthread_create(&w->thread, NULL, worker_main, w) != 0) {
-                snprintf(err, errlen, "cannot start a worker thread for '%s'", o->devices[d]);
+                snprintf(err, errlen, "cannot start a worker thread for '%s'", shown);
                 return -1;
             }
             w->started = true;
@@ -709,7 +713,7 @@ static bool worker_lost(const struct kd_sched_worker *w, char *why, size_t whyle
 {
     const char *lost = w && w->dev ? kiln_device_lost(w->dev) : NULL;
     if (lost)
-        snprintf(why, whylen, "device '%s': %s", w->spec, lost);
+        snprintf(why, whylen, "device '%s': %s", kiln_device_name(w->dev), lost);
     return lost != NULL;
 }
 

@@ -172,6 +172,24 @@ static void test_fused_with_fusion_off(void **state)
     kiln_device_close(d);
 }
 
+/* A configured spec shown in a program's logs: secrets masked as kiln_device_name masks
+ * them, everything else as written, decorators and option order kept. */
+static void test_spec_redact(void **state)
+{
+    (void)state;
+    char out[256];
+    assert_string_equal(kiln_device_spec_redact("remote://10.0.0.5:8080/cpu?token=s3cret", out, sizeof out),
+                        "remote://10.0.0.5:8080/cpu?token=***");
+    assert_string_equal(
+        kiln_device_spec_redact("counting:remote://h:1/vulkan:0?timeout_ms=5&token=a=b&x=1", out, sizeof out),
+        "counting:remote://h:1/vulkan:0?timeout_ms=5&token=***&x=1");
+    assert_string_equal(kiln_device_spec_redact("cpu?threads=2", out, sizeof out), "cpu?threads=2");
+    assert_string_equal(kiln_device_spec_redact("cuda:0", out, sizeof out), "cuda:0");
+    assert_string_equal(kiln_device_spec_redact(NULL, out, sizeof out), "");
+    char tiny[8];
+    assert_string_equal(kiln_device_spec_redact("remote://h:1/cpu?token=s3cret", tiny, sizeof tiny), "remote:");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -179,6 +197,7 @@ int main(void)
         cmocka_unit_test_setup(test_environment_decides_identity, clean_environment),
         cmocka_unit_test_setup(test_fusion_variable_while_open, clean_environment),
         cmocka_unit_test_setup(test_fused_with_fusion_off, clean_environment),
+        cmocka_unit_test(test_spec_redact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

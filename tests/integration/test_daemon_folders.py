@@ -288,10 +288,23 @@ def test_port_logged_at_any_level():
     check(not any(" info " in l for l in lines), "nothing below error besides: %r" % lines)
 
 
+def test_device_secret_not_shown():
+    """A remote device's token in the configured devices never reaches the output, whether
+    --check-config or a start refuses the device."""
+    spec = "remote://127.0.0.1:1/cpu?token=topsecret42"
+    data = os.path.join(TMP, "secret")
+    r = run_check("--data-dir", data, "--devices", spec)
+    check(r.returncode == 1 and "token=***" in r.stderr and "topsecret42" not in r.stdout + r.stderr,
+          "--check-config names the device with its token masked: %r" % r.stderr)
+    code, err = refused("--data-dir", data, "--devices", spec)
+    check(code == 1 and "token=***" in err and "topsecret42" not in err,
+          "a start names the device with its token masked: %r" % err)
+
+
 def main():
     tests = (test_one_kilnd_per_data_dir, test_model_repository, test_unreadable_model_folder,
              test_example_models_missing, test_check_config_matches_start, test_tokens_and_repeated_keys,
-             test_port_logged_at_any_level)
+             test_port_logged_at_any_level, test_device_secret_not_shown)
     try:
         for t in tests:
             try:

@@ -135,6 +135,10 @@ void kiln_device_close(kiln_device *dev);
  *  "***" ("remote://h:8080/cpu?token=***"), so it may be logged. Devices opened with
  *  different defaults or environments may share a name. */
 const char *kiln_device_name(const kiln_device *dev);
+/** spec as written, with the values of secret options (a remote token) shown as "***", the
+ *  way kiln_device_name shows them: for a program that names a configured spec in its logs
+ *  or errors. Writes at most len bytes (truncating) and returns out. */
+char *kiln_device_spec_redact(const char *spec, char *out, size_t len);
 /** Wait until all work queued on the device, on every queue, has finished; reports an
  *  error that work found (a device-side index check names its op). 0 or negative.
  *  On an asynchronous device (vulkan, cuda, remote) such an error is found late, by the
