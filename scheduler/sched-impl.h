@@ -125,6 +125,12 @@ void kd_sched_run(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device
 /* sched-gate.c: the gate of device spec, or NULL when no worker drives it. */
 struct kd_sched_gate *kd_sched_gate_for(struct kd_sched *s, const char *spec);
 
+/* sched-batch.c, under the scheduler's lock. The rows r adds to a batch of m (its first input's
+ * batch dim; 1 for a model that does not batch). */
+int64_t kd_sched_rows_of(const struct kd_sched_model *m, const struct kd_sched_request *r);
+/* How many requests from the head of m's queue should run now (0: not yet; then *wake_ns says
+ * when to look again, 0 for never). */
+int kd_sched_batch_ready(const struct kd_sched_model *m, uint64_t now, uint64_t *wake_ns);
 int kd_sched_config_copy(kd_model_config *dst, const kd_model_config *src);
 void kd_sched_config_free(kd_model_config *c);
 
