@@ -40,6 +40,7 @@ static void run(const char *spec)
     if (!dev)
         return;
     printf("%s\n", spec);
+    kiln_scope_begin(); /* what the checks make along the way */
     float w[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     kiln_tensor *weights = kiln_from_data(dev, KILN_F32, KILN_SHAPE(4, 2), w, sizeof w);
     kiln_tensor *before = kiln_mul_scalar(weights, 2); /* computed and synced before the error */
@@ -50,8 +51,10 @@ static void run(const char *spec)
     kiln_tensor *rows = kiln_embedding(weights, idx);
     kiln_tensor *scaled = kiln_mul_scalar(rows, 10);
     CHECK(rows && scaled);
-    if (!rows || !scaled)
+    if (!rows || !scaled) {
+        kiln_scope_end();
         return;
+    }
     /* the drain reports the error once... */
     kiln_error_clear();
     CHECK(kiln_device_sync(dev) < 0 && strstr(kiln_error(), "out of bounds"));
@@ -94,6 +97,7 @@ static void run(const char *spec)
     kiln_tensor_release(scaled);
     kiln_tensor_release(later);
     kiln_tensor_release(ok);
+    kiln_scope_end();
     kiln_device_close(dev);
 }
 

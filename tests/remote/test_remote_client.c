@@ -425,7 +425,8 @@ static int test_errors(void)
          * the next sync says so, naming the op */
         kiln_tensor *small = kiln_full(d, KILN_F32, KILN_SHAPE(4), 2.5);
         static const int64_t nine[] = {9};
-        kiln_tensor *picked = kiln_index_select(small, 0, I64(d, KILN_SHAPE(1), nine));
+        kiln_tensor *bad_index = I64(d, KILN_SHAPE(1), nine);
+        kiln_tensor *picked = kiln_index_select(small, 0, bad_index);
         CHECK(picked, "index_select is queued without waiting: %s", kiln_error());
         CHECK(kiln_device_sync(d) != 0 && has(kiln_error(), "index_select: index 9 is out of bounds for size 4"),
               "pipelined error: %s", kiln_error());
@@ -436,6 +437,7 @@ static int test_errors(void)
         CHECK(rc == 0 && v[0] == 2.5f && v[3] == 2.5f, "after the error: rc %d, %s, %g", rc, kiln_error(), v[0]);
         CHECK(kiln_device_lost(d) == NULL, "an op's error does not lose the device: %s", kiln_device_lost(d));
         kiln_tensor_release(picked);
+        kiln_tensor_release(bad_index);
         kiln_tensor_release(small);
         CHECK(kiln_device_sync(d) == 0, "sync: %s", kiln_error());
 
