@@ -101,6 +101,11 @@ void kd_jobs_on_async(uv_async_t *a)
 {
     struct kd_jobs *j = a->data;
     kd_jobs_take_finishes(j);
+    pthread_mutex_lock(&j->mu);
+    bool unsaved = j->unsaved != NULL;
+    pthread_mutex_unlock(&j->mu);
+    if (unsaved && j->handles_open && !uv_is_active((uv_handle_t *)&j->retry))
+        uv_timer_start(&j->retry, kd_jobs_on_retry, RETRY_MS, RETRY_MS);
     for (struct kd_jobs_stream *s = j->streams, *next; s; s = next) {
         next = s->next;
         stream_pump(j, s);
@@ -129,11 +134,15 @@ int kd_jobs_handle_events(struct kd_jobs *j, int64_t id, const struct kd_request
     if (st)
         return st;
     kd_jobstore_job_clear(&job);
+    static const char *const params[] = {"after", NULL};
+    struct kd_jobs_query q;
+    if ((st = kd_jobs_query_read(req, params, &q, out)) != 0)
+        return st;
     int64_t after = 0;
-    char num[32];
+    const char *num = kd_jobs_query_get(&q, "after");
     if (req->headers && req->headers->last_event_id[0] && !kd_jobs_parse_i64(req->headers->last_event_id, &after))
         return kd_jobs_errorf(out, req, 400, "Last-Event-ID: must be an event id");
-    if (kd_jobs_query_param(req, "after", num, sizeof num) && !kd_jobs_parse_i64(num, &after))
+    if (num && !kd_jobs_parse_i64(num, &after))
         return kd_jobs_errorf(out, req, 400, "after: must be an event id");
     /* A finished job's stream is known whole: one ordinary response, and the connection stays
      * usable. */

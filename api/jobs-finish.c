@@ -20,6 +20,7 @@
  * docs/architecture.md ("Training jobs: how a job ends") gives the order of the steps and what a
  * crash between any two of them leaves.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -36,6 +37,55 @@ void kd_jobs_source(const struct kd_job *job, char *out, size_t len)
 {
     /* The creation time keeps two data directories sharing one repository apart. */
     snprintf(out, len, "kilnd job %lld created %lld", (long long)job->id, (long long)job->created_ms);
+}
+
+int64_t kd_jobs_remove_version_of(struct kd_jobs *j, const struct kd_job *job, const char *name)
+{
+    char source[96];
+    kd_jobs_source(job, source, sizeof source);
+    kd_repository *repo = kd_repository_open(j->models_dir);
+    int64_t v = repo ? kd_repository_find_source(repo, name, source, NULL) : 0;
+    if (v > 0 && kd_repository_remove_version(repo, name, v) == 0) {
+        kd_jobs_log(j, KD_LOG_INFO,
+                    "job %lld: %s version %lld, which it added before it was cancelled, is removed",
+                    (long long)job->id, name, (long long)v);
+        const kd_model_info *m = kd_repository_find(repo, name);
+        char *dir = m && m->nversions == 0 ? kd_jobs_path(j->models_dir, "%s", name) : NULL;
+        if (dir)
+            rmdir(dir); /* the job had made the folder (rmdir leaves one with anything in it) */
+        free(dir);
+    } else if (v != 0) {
+        kd_jobs_log(j, KD_LOG_ERROR,
+                    "job %lld was cancelled, but %s version %lld it added could not be removed: %s",
+                    (long long)job->id, name, (long long)v, kiln_error());
+        v = -1;
+    }
+    kd_repository_close(repo);
+    return v;
+}
+
+int kd_jobs_repository_writable(const char *models_dir, const char *name, char *why, size_t len)
+{
+    /* The version goes into the model's folder, which goes into the repository when new. */
+    char *folder = kd_jobs_path(models_dir, "%s", name);
+    bool exists = kd_jobs_dir_exists(folder);
+    char *probe = kd_jobs_path(exists ? folder : models_dir, "%s", ".kiln-write-check-XXXXXX");
+    int rc = 0;
+    if (!probe) {
+        rc = -1;
+        snprintf(why, len, "out of memory");
+    } else if (!mkdtemp(probe)) {
+        int e = errno;
+        rc = -1;
+        snprintf(why, len, "the %s %.300s is %s for kilnd (%s): the trained model cannot be added to it",
+                 exists ? "model folder" : "model repository", exists ? folder : models_dir,
+                 e == EACCES || e == EPERM || e == EROFS ? "read-only" : "not writable", strerror(e));
+    } else {
+        rmdir(probe);
+    }
+    free(probe);
+    free(folder);
+    return rc;
 }
 
 static void finish_free(struct kd_jobs_finish *f)
@@ -68,19 +118,31 @@ int kd_jobs_succeed(struct kd_jobs *j, int64_t id, const char *name, int64_t ver
                                                 sizeof err);
         kd_jobs_store_unlock(j);
     }
-    cJSON_free(state);
     if (rc == 0) {
+        cJSON_free(state);
         kd_jobs_log(j, KD_LOG_INFO, "job %lld succeeded (%s); model %s version %lld is served", (long long)id,
                     stop_reason, name, (long long)version);
         uv_async_send(&j->async);
-    } else {
-        /* Still running in the store: the next start finds the version by its source.json and
-         * records the job then. */
-        kd_jobs_log(j, KD_LOG_ERROR,
-                    "job %lld: model %s version %lld is ready but the job's success was not "
-                    "recorded: %s",
-                    (long long)id, name, (long long)version, err);
+        return 0;
     }
+    kd_jobs_log(j, KD_LOG_ERROR,
+                "job %lld: model %s version %lld is ready but the job's success was not recorded: %s",
+                (long long)id, name, (long long)version, err);
+    /* Kept and written again; should kilnd stop first, the job is still running in the store and
+     * the next start finds the version by its source.json and records the job then. */
+    struct kd_jobs_unsaved *u = state ? calloc(1, sizeof *u) : NULL;
+    if (u) {
+        *u = (struct kd_jobs_unsaved){.id = id, .version = version};
+        snprintf(u->state, sizeof u->state, "%s", KD_JOB_SUCCEEDED);
+        snprintf(u->name, sizeof u->name, "%s", name);
+        snprintf(u->why, sizeof u->why, "%s", err);
+        u->payload = strdup(state);
+        u->model_payload = strdup(model);
+        u->metrics_json = metrics_json ? strdup(metrics_json) : NULL;
+        if (kd_jobs_keep_unsaved(j, u))
+            rc = 0;
+    }
+    cJSON_free(state);
     return rc;
 }
 

@@ -30,14 +30,15 @@ struct history_page {
 };
 
 /* Reads the query's after and limit; 0, or the status of the 400 written to out. */
-static int page_params(const struct kd_request *req, struct kd_buf *out, int64_t *after, int64_t *limit)
+static int page_params(const struct kd_request *req, const struct kd_jobs_query *q, struct kd_buf *out,
+                       int64_t *after, int64_t *limit)
 {
-    char num[32];
+    const char *num;
     *after = 0;
     *limit = HISTORY_LIMIT_DEFAULT;
-    if (kd_jobs_query_param(req, "after", num, sizeof num) && !kd_jobs_parse_i64(num, after))
+    if ((num = kd_jobs_query_get(q, "after")) && !kd_jobs_parse_i64(num, after))
         return kd_jobs_errorf(out, req, 400, "after: must be an event id (a whole number >= 0)");
-    if (kd_jobs_query_param(req, "limit", num, sizeof num) &&
+    if ((num = kd_jobs_query_get(q, "limit")) &&
         (!kd_jobs_parse_i64(num, limit) || *limit < 1 || *limit > HISTORY_LIMIT_MAX))
         return kd_jobs_errorf(out, req, 400, "limit: must be within 1..%d", HISTORY_LIMIT_MAX);
     return 0;
@@ -105,10 +106,10 @@ static int read_page(struct kd_jobs *j, int64_t id, struct history_page *pg, cha
 
 /* The common part of both answers; 0, or the status of the answer already written. */
 static int history(struct kd_jobs *j, int64_t id, const char *type, const char *key, const char *kind,
-                   const struct kd_request *req, struct kd_buf *out)
+                   const struct kd_jobs_query *q, const struct kd_request *req, struct kd_buf *out)
 {
     struct history_page pg = {.type = type};
-    int st = page_params(req, out, &pg.after, &pg.limit);
+    int st = page_params(req, q, out, &pg.after, &pg.limit);
     if (st)
         return st;
     struct kd_job job;
@@ -136,14 +137,23 @@ static int history(struct kd_jobs *j, int64_t id, const char *type, const char *
 
 int kd_jobs_handle_metrics(struct kd_jobs *j, int64_t id, const struct kd_request *req, struct kd_buf *out)
 {
-    char kind[16] = "epoch";
-    if (kd_jobs_query_param(req, "kind", kind, sizeof kind) && strcmp(kind, "epoch") != 0 &&
-        strcmp(kind, "step") != 0)
+    static const char *const params[] = {"kind", "after", "limit", NULL};
+    struct kd_jobs_query q;
+    int st = kd_jobs_query_read(req, params, &q, out);
+    if (st)
+        return st;
+    const char *kind = kd_jobs_query_get(&q, "kind");
+    if (!kind)
+        kind = "epoch";
+    if (strcmp(kind, "epoch") != 0 && strcmp(kind, "step") != 0)
         return kd_jobs_errorf(out, req, 400, "kind: must be \"epoch\" or \"step\"");
-    return history(j, id, kind, "metrics", kind, req, out);
+    return history(j, id, kind, "metrics", kind, &q, req, out);
 }
 
 int kd_jobs_handle_logs(struct kd_jobs *j, int64_t id, const struct kd_request *req, struct kd_buf *out)
 {
-    return history(j, id, "log", "logs", NULL, req, out);
+    static const char *const params[] = {"after", "limit", NULL};
+    struct kd_jobs_query q;
+    int st = kd_jobs_query_read(req, params, &q, out);
+    return st ? st : history(j, id, "log", "logs", NULL, &q, req, out);
 }

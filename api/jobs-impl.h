@@ -1,13 +1,15 @@
 /*
  * api/jobs-impl.h — the jobs module's state and the functions its files share:
  *   jobs.c             life cycle (requeue after a restart, the thread, the loop handles)
- *   jobs-routes.c      the /v1/jobs routes (but submit)
- *   jobs-submit.c      POST /v1/jobs: the spec checked (the slow part off the loop), stored
+ *   jobs-routes.c      the /v1/jobs routes (but submit), their query strings
+ *   jobs-submit.c      POST /v1/jobs: the spec checked (the slow part, with the checkpoint a
+ *                      resume starts from and the repository's writability, off the loop), stored
  *   jobs-events.c      server-sent event streams
  *   jobs-history.c     GET .../metrics and .../logs: pages of a job's stored events
  *   jobs-train.c       the training thread
  *   jobs-finish.c      a registered model loaded for serving, then the job succeeded (loop)
- *   jobs-store-glue.c  the store under its lock, events, states, paths, the log
+ *   jobs-store-glue.c  the store under its lock, events, states (and final states the store
+ *                      refused, kept and written again), paths, the log
  */
 #ifndef KD_API_JOBS_IMPL_H
 #define KD_API_JOBS_IMPL_H
@@ -30,6 +32,7 @@
 
 #define STREAM_OUT_MAX (4u << 20)   /* a client this far behind is dropped; it can reconnect */
 #define PING_MS 15000
+#define RETRY_MS 2000 /* how often an unsaved final state is written again */
 
 struct kd_jobs_stream {
     struct kd_jobs *j;
@@ -54,6 +57,27 @@ struct kd_jobs_finish {
     struct kd_jobs_finish *next;
 };
 
+/*
+ * A final state the job store refused to record (a full disk, an I/O error): kept here, given in
+ * every answer about the job (its state_saved is false), and written again by the retry timer,
+ * by the training thread between jobs and at shutdown until the store takes it. A job the store
+ * still calls running is never mistaken for one to cancel or resume meanwhile. What a stop
+ * leaves unwritten the next start reconciles: the job is running in the store, so it resumes
+ * from its newest checkpoint (or is found done by its version's source.json). Under mu.
+ */
+struct kd_jobs_unsaved {
+    int64_t id;
+    char state[16];
+    char *error;   /* the state's message (may be NULL) */
+    char *payload; /* its "state" event */
+    /* a job that added a model version succeeds with it in one transaction */
+    char name[KD_MODEL_NAME_MAX + 1]; /* "" for a plain transition */
+    int64_t version;
+    char *metrics_json, *model_payload;
+    char why[256]; /* the store's last refusal */
+    struct kd_jobs_unsaved *next;
+};
+
 struct kd_jobs {
     struct kd_jobs_options o;
     char *data_dir;
@@ -64,6 +88,7 @@ struct kd_jobs {
     /* loop thread */
     uv_async_t async;
     uv_timer_t ping;
+    uv_timer_t retry; /* writes the unsaved final states again while there are any */
     bool handles_open;
     struct kd_jobs_stream *streams;
     struct kd_jobs_finish *loading; /* handed to serving, waiting for their load to end */
@@ -78,9 +103,15 @@ struct kd_jobs {
     uint64_t queued_seq;
     bool stopping;
     int64_t current;                 /* the job being trained, 0 when none */
-    atomic_bool cancel;              /* the current job: stop before its next step */
+    atomic_bool cancel;              /* the current job: stop before its next step (shutdown or user) */
+    /* The user asked the current job to stop, and the request is stored: whatever the run ends
+     * with, the job ends cancelled. Set only while finishing is not the current job. */
+    bool cancel_requested;
     struct kd_jobs_finish *to_finish; /* posted by the training thread, not yet taken */
-    int64_t finishing;               /* the job whose model is being loaded (0: none) */
+    /* The current job once its run has ended and its outcome is decided (0: none): recording it
+     * (and loading its model) is under way, so a cancel comes too late and is answered 409. */
+    int64_t finishing;
+    struct kd_jobs_unsaved *unsaved; /* final states the store refused, oldest first */
     int64_t finished;                /* the last job the loop finished (the trainer waits for it) */
     pthread_t thread;
     bool thread_started;
@@ -104,6 +135,21 @@ int kd_jobs_set_state(struct kd_jobs *j, int64_t id, const char *state, const ch
  * 0, or -1 (logged) with neither stored. */
 int kd_jobs_transition(struct kd_jobs *j, int64_t id, const char *state, const char *error, const char *extra_key,
                        const char *extra_json);
+/* A final state the store did not take: keep it (struct kd_jobs_unsaved) when the job is still
+ * not final in the store, which makes it a store failure rather than a refusal. Takes u (freed
+ * when not kept, or when a string it needs is missing: out of memory); true when kept. */
+bool kd_jobs_keep_unsaved(struct kd_jobs *j, struct kd_jobs_unsaved *u);
+/* Write the unsaved final states again (either thread; notify: tell the loop of those written,
+ * false once its handles are closed); how many are still unsaved. */
+int kd_jobs_retry_unsaved(struct kd_jobs *j, bool notify);
+/* The unsaved final state of job id into state (and its error into error, "" for none);
+ * false when it has none. */
+bool kd_jobs_unsaved_state(struct kd_jobs *j, int64_t id, char *state, size_t len, char *error, size_t errlen);
+/* job as the daemon knows it: an unsaved final state replaces the stored one. True when it did. */
+bool kd_jobs_overlay_unsaved(struct kd_jobs *j, struct kd_job *job);
+void kd_jobs_on_retry(uv_timer_t *t);
+/* After kd_jobs_stop: one last write of each unsaved state, then the list is freed. */
+void kd_jobs_unsaved_free(struct kd_jobs *j);
 /* a + "/" + the formatted tail, malloc'd (NULL when out of memory) */
 char *kd_jobs_path(const char *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 bool kd_jobs_dir_exists(const char *p);
@@ -122,6 +168,13 @@ void *kd_jobs_trainer_main(void *ud);
 /* jobs-finish.c */
 /* The source a job writes into its model version's source.json (kd_repository_find_source). */
 void kd_jobs_source(const struct kd_job *job, char *out, size_t len);
+/* The version of name that job added (by its source.json), removed from the repository again
+ * along with a model folder it leaves empty: a cancelled job registers nothing. The version
+ * removed, 0 when there was none, -1 (logged) when it could not be removed. */
+int64_t kd_jobs_remove_version_of(struct kd_jobs *j, const struct kd_job *job, const char *name);
+/* Whether a job can add a version of name to the model repository: a folder is made and removed
+ * where the version would go. 0, or -1 with why ("the model repository ... is read-only"). */
+int kd_jobs_repository_writable(const char *models_dir, const char *name, char *why, size_t len);
 /* Records job id succeeded with the version it added, in one store transaction (either thread:
  * the loop once the version answers, or the training thread when nothing serves). 0, or -1
  * (logged) with the job left running. */
@@ -147,8 +200,23 @@ int kd_jobs_handle_logs(struct kd_jobs *j, int64_t id, const struct kd_request *
 /* jobs-routes.c */
 int kd_jobs_errorf(struct kd_buf *out, const struct kd_request *req, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* A query parameter's value (bounded copy); false when absent. */
-bool kd_jobs_query_param(const struct kd_request *req, const char *key, char *val, size_t len);
+/* A request's query string, percent-decoded, each key at most once and known to the route. */
+#define KD_JOBS_QUERY_MAX 8
+#define KD_JOBS_QUERY_VALUE_MAX 128
+struct kd_jobs_query {
+    int n;
+    struct {
+        char key[32];
+        char value[KD_JOBS_QUERY_VALUE_MAX + 1];
+    } params[KD_JOBS_QUERY_MAX];
+};
+/* Reads req's query into q. A key not in allowed (NULL-terminated; NULL allows none), a key given
+ * twice, a bad percent escape or a value longer than KD_JOBS_QUERY_VALUE_MAX is a 400 naming it:
+ * 0, or the status of the answer written to out. */
+int kd_jobs_query_read(const struct kd_request *req, const char *const *allowed, struct kd_jobs_query *q,
+                       struct kd_buf *out);
+/* A parameter's decoded value; NULL when absent. */
+const char *kd_jobs_query_get(const struct kd_jobs_query *q, const char *key);
 bool kd_jobs_parse_i64(const char *s, int64_t *v);
 /* Reads job id; 0, or the status of the error answer written to out (404, 500). */
 int kd_jobs_get_job(struct kd_jobs *j, int64_t id, struct kd_job *job, const struct kd_request *req,

@@ -49,25 +49,95 @@ int kd_jobs_errorf(struct kd_buf *out, const struct kd_request *req, int status,
     return kd_resp_error(out, status, msg, req->keep_alive, NULL);
 }
 
-/* A query parameter's value (bounded copy); false when absent. */
-bool kd_jobs_query_param(const struct kd_request *req, const char *key, char *val, size_t len)
+#define KD_JOBS_STR_(x) #x
+#define KD_JOBS_STR(x) KD_JOBS_STR_(x)
+
+static int hex_digit(char c)
 {
-    size_t kl = strlen(key);
-    const char *q = req->query, *end = q ? q + req->query_len : NULL;
-    while (q && q < end) {
-        const char *amp = memchr(q, '&', (size_t)(end - q));
-        const char *stop = amp ? amp : end;
-        if ((size_t)(stop - q) > kl && memcmp(q, key, kl) == 0 && q[kl] == '=') {
-            size_t vl = (size_t)(stop - q - (ptrdiff_t)kl - 1);
-            if (vl >= len)
-                vl = len - 1;
-            memcpy(val, q + kl + 1, vl);
-            val[vl] = '\0';
-            return true;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* Percent-decode [s, end) into out (at most cap bytes and a NUL; '+' is a space, as forms send
+ * it). 0; -1 for a bad escape or a decoded NUL; -2 when it does not fit. */
+static int url_decode(const char *s, const char *end, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (; s < end; s++) {
+        char c = *s;
+        if (c == '%') {
+            int hi = end - s > 2 ? hex_digit(s[1]) : -1, lo = end - s > 2 ? hex_digit(s[2]) : -1;
+            if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
+                return -1;
+            c = (char)(hi * 16 + lo);
+            s += 2;
+        } else if (c == '+') {
+            c = ' ';
         }
-        q = amp ? amp + 1 : end;
+        if (n == cap)
+            return -2;
+        out[n++] = c;
     }
-    return false;
+    out[n] = '\0';
+    return 0;
+}
+
+int kd_jobs_query_read(const struct kd_request *req, const char *const *allowed, struct kd_jobs_query *q,
+                       struct kd_buf *out)
+{
+    q->n = 0;
+    const char *p = req->query, *end = p ? p + req->query_len : NULL;
+    while (p && p < end) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        const char *stop = amp ? amp : end;
+        const char *eq = memchr(p, '=', (size_t)(stop - p));
+        if (stop == p) { /* "a=1&&b=2": an empty piece says nothing */
+            p = stop + 1;
+            continue;
+        }
+        char key[sizeof q->params[0].key];
+        int rk = url_decode(p, eq ? eq : stop, key, sizeof key - 1);
+        if (rk != 0)
+            return kd_jobs_errorf(out, req, 400, "query: the parameter name '%.*s' is %s",
+                                  (int)((eq ? eq : stop) - p), p,
+                                  rk == -2 ? "too long" : "not valid percent-encoding");
+        bool known = false;
+        for (int i = 0; allowed && allowed[i] && !known; i++)
+            known = strcmp(allowed[i], key) == 0;
+        if (!known) {
+            char list[160] = "";
+            for (int i = 0; allowed && allowed[i]; i++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", allowed[i]);
+            return kd_jobs_errorf(out, req, 400, "query: unknown parameter '%s' (%s%s)", key,
+                                  list[0] ? "this path takes " : "this path takes none", list);
+        }
+        if (kd_jobs_query_get(q, key))
+            return kd_jobs_errorf(out, req, 400, "query: '%s' is given more than once", key);
+        if (q->n == KD_JOBS_QUERY_MAX)
+            return kd_jobs_errorf(out, req, 400, "query: too many parameters");
+        memcpy(q->params[q->n].key, key, sizeof key);
+        int rv = eq ? url_decode(eq + 1, stop, q->params[q->n].value, KD_JOBS_QUERY_VALUE_MAX) : 0;
+        if (!eq)
+            q->params[q->n].value[0] = '\0';
+        if (rv != 0)
+            return kd_jobs_errorf(out, req, 400, "%s: %s", key,
+                                  rv == -2
+                                      ? "the value is longer than " KD_JOBS_STR(KD_JOBS_QUERY_VALUE_MAX) " bytes"
+                                      : "the value is not valid percent-encoding");
+        q->n++;
+        p = amp ? amp + 1 : end;
+    }
+    return 0;
+}
+
+const char *kd_jobs_query_get(const struct kd_jobs_query *q, const char *key)
+{
+    for (int i = 0; i < q->n; i++)
+        if (strcmp(q->params[i].key, key) == 0)
+            return q->params[i].value;
+    return NULL;
 }
 
 bool kd_jobs_parse_i64(const char *s, int64_t *v)
@@ -83,11 +153,17 @@ bool kd_jobs_parse_i64(const char *s, int64_t *v)
     return true;
 }
 
-static cJSON *job_summary(const struct kd_job *job)
+/* job as listed; its state as the daemon knows it (an unsaved final state overlaid already). */
+static cJSON *job_summary(struct kd_jobs *j, const struct kd_job *job)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)job->id);
     cJSON_AddStringToObject(o, "state", job->state);
+    char unsaved[16];
+    if (kd_jobs_unsaved_state(j, job->id, unsaved, sizeof unsaved, NULL, 0))
+        cJSON_AddFalseToObject(o, "state_saved");
+    if (job->cancel_requested_ms && !kd_jobs_final_state(job->state))
+        cJSON_AddNumberToObject(o, "cancel_requested_ms", (double)job->cancel_requested_ms);
     cJSON_AddNumberToObject(o, "progress", job->progress);
     cJSON *spec = cJSON_Parse(job->spec);
     const cJSON *reg = cJSON_GetObjectItemCaseSensitive(spec, "register_as");
@@ -106,31 +182,41 @@ static cJSON *job_summary(const struct kd_job *job)
 
 static int handle_list(struct kd_jobs *j, const struct kd_request *req, struct kd_buf *out)
 {
-    char state[32] = "", num[32];
+    static const char *const params[] = {"state", "after", "limit", NULL};
+    struct kd_jobs_query q;
+    int st = kd_jobs_query_read(req, params, &q, out);
+    if (st)
+        return st;
+    const char *state = kd_jobs_query_get(&q, "state"), *num;
     int64_t after = 0, limit = 50;
-    if (kd_jobs_query_param(req, "state", state, sizeof state) && strcmp(state, KD_JOB_QUEUED) &&
-        strcmp(state, KD_JOB_RUNNING) && !kd_jobs_final_state(state))
+    if (state && strcmp(state, KD_JOB_QUEUED) && strcmp(state, KD_JOB_RUNNING) && !kd_jobs_final_state(state))
         return kd_jobs_errorf(out, req, 400, "state: must be queued, running, succeeded, failed or cancelled");
-    if (kd_jobs_query_param(req, "after", num, sizeof num) && !kd_jobs_parse_i64(num, &after))
+    if ((num = kd_jobs_query_get(&q, "after")) && !kd_jobs_parse_i64(num, &after))
         return kd_jobs_errorf(out, req, 400, "after: must be a job id");
-    if (kd_jobs_query_param(req, "limit", num, sizeof num) &&
-        (!kd_jobs_parse_i64(num, &limit) || limit < 1 || limit > 1000))
+    if ((num = kd_jobs_query_get(&q, "limit")) && (!kd_jobs_parse_i64(num, &limit) || limit < 1 || limit > 1000))
         return kd_jobs_errorf(out, req, 400, "limit: must be within 1..1000");
     struct kd_job *jobs = NULL;
     int n = 0;
     char err[256];
+    /* One row more than the page: whether it exists says whether this page is the last. */
     kd_jobs_store_lock(j);
-    int rc = kd_jobstore_job_list(j->o.store, state[0] ? state : NULL, after, (int)limit, &jobs, &n, err,
-                                  sizeof err);
+    int rc = kd_jobstore_job_list(j->o.store, state, after, (int)limit + 1, &jobs, &n, err, sizeof err);
     kd_jobs_store_unlock(j);
     if (rc != 0)
         return kd_jobs_errorf(out, req, 500, "job store: %s", err);
+    bool more = n > limit;
+    int shown = more ? (int)limit : n;
     cJSON *o = cJSON_CreateObject();
     cJSON *arr = cJSON_AddArrayToObject(o, "jobs");
-    for (int i = 0; i < n; i++)
-        cJSON_AddItemToArray(arr, job_summary(&jobs[i]));
-    if (n == limit)
-        cJSON_AddNumberToObject(o, "next_after", (double)jobs[n - 1].id);
+    for (int i = 0; i < shown; i++) {
+        /* A final state the store has not taken yet stands; it no longer matches a filter on
+         * the stored one. */
+        if (kd_jobs_overlay_unsaved(j, &jobs[i]) && state && strcmp(state, jobs[i].state) != 0)
+            continue;
+        cJSON_AddItemToArray(arr, job_summary(j, &jobs[i]));
+    }
+    if (more)
+        cJSON_AddNumberToObject(o, "next_after", (double)jobs[shown - 1].id);
     else
         cJSON_AddNullToObject(o, "next_after");
     kd_jobstore_job_list_free(jobs, n);
@@ -148,6 +234,7 @@ int kd_jobs_get_job(struct kd_jobs *j, int64_t id, struct kd_job *job, const str
         return kd_jobs_errorf(out, req, 404, "no job %lld", (long long)id);
     if (rc != 0)
         return kd_jobs_errorf(out, req, 500, "job store: %s", err);
+    kd_jobs_overlay_unsaved(j, job);
     return 0;
 }
 
@@ -157,7 +244,7 @@ static int handle_get(struct kd_jobs *j, int64_t id, const struct kd_request *re
     int st = kd_jobs_get_job(j, id, &job, req, out);
     if (st)
         return st;
-    cJSON *o = job_summary(&job);
+    cJSON *o = job_summary(j, &job);
     cJSON *spec = cJSON_Parse(job.spec);
     if (spec)
         cJSON_AddItemToObject(o, "spec", spec);
@@ -217,6 +304,45 @@ static int handle_get(struct kd_jobs *j, int64_t id, const struct kd_request *re
     return kd_jobs_send_json(out, 200, o, req);
 }
 
+/* The running job id: its cancel is stored, then the training thread told. 0 (not the current
+ * job), or the status of the answer written. */
+static int cancel_current(struct kd_jobs *j, int64_t id, const struct kd_request *req, struct kd_buf *out)
+{
+    char err[256];
+    int rc = 0;
+    pthread_mutex_lock(&j->mu);
+    bool current = j->current == id, decided = j->finishing == id;
+    if (current && !decided) {
+        /* Stored first, under mu: the trainer decides the outcome under mu too, so a cancel
+         * is either seen by that decision or refused below, never accepted and then lost. */
+        kd_jobs_store_lock(j);
+        rc = kd_jobstore_job_request_cancel(j->o.store, id, err, sizeof err);
+        kd_jobs_store_unlock(j);
+        if (rc == 0) {
+            j->cancel_requested = true;
+            atomic_store(&j->cancel, true);
+        }
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (!current)
+        return 0;
+    if (decided)
+        return kd_jobs_errorf(
+            out, req, 409,
+            "job %lld has finished training; its result is being recorded (a model it registered "
+            "is being loaded for serving), so it ends succeeded or failed",
+            (long long)id);
+    if (rc != 0)
+        return kd_jobs_errorf(out, req, 503, "job %lld: the cancel could not be stored, so it was not made: %s",
+                              (long long)id, err);
+    kd_jobs_log(j, KD_LOG_INFO, "job %lld: cancel requested", (long long)id);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)id);
+    /* The Learner stops before its next step; the state turns cancelled then. */
+    cJSON_AddStringToObject(o, "state", "cancelling");
+    return kd_jobs_send_json(out, 202, o, req);
+}
+
 static int handle_cancel(struct kd_jobs *j, int64_t id, const struct kd_request *req, struct kd_buf *out)
 {
     struct kd_job job;
@@ -228,30 +354,42 @@ static int handle_cancel(struct kd_jobs *j, int64_t id, const struct kd_request 
     kd_jobstore_job_clear(&job);
     if (kd_jobs_final_state(state))
         return kd_jobs_errorf(out, req, 409, "job %lld is already %s", (long long)id, state);
-    pthread_mutex_lock(&j->mu);
-    bool finishing = j->finishing == id;
-    bool running = j->current == id && !finishing;
-    if (running)
-        atomic_store(&j->cancel, true);
-    pthread_mutex_unlock(&j->mu);
-    if (finishing)
-        return kd_jobs_errorf(
-            out, req, 409, "job %lld has finished training; its model is being loaded for serving", (long long)id);
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "id", (double)id);
-    if (running) {
-        /* The Learner stops before its next step; the state turns cancelled then. */
-        cJSON_AddStringToObject(o, "state", "cancelling");
-        return kd_jobs_send_json(out, 202, o, req);
+    if ((st = cancel_current(j, id, req, out)) != 0)
+        return st;
+    /* Not the job being trained: a queued one is cancelled at once, in a transaction that
+     * checks it is still queued (the trainer may have just taken it). */
+    char *text = kd_jobs_state_payload(KD_JOB_CANCELLED, NULL, NULL, NULL);
+    char err[256];
+    kd_jobs_store_lock(j);
+    int rc = text ? kd_jobstore_job_transition_from(j->o.store, id, KD_JOB_QUEUED, KD_JOB_CANCELLED, NULL, text,
+                                                    NULL, err, sizeof err)
+                  : -1;
+    int got = rc != 0 ? kd_jobstore_job_get(j->o.store, id, &job, NULL, 0) : 1;
+    kd_jobs_store_unlock(j);
+    if (!text)
+        snprintf(err, sizeof err, "out of memory");
+    cJSON_free(text);
+    if (rc == 0) {
+        uv_async_send(&j->async);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "id", (double)id);
+        cJSON_AddStringToObject(o, "state", KD_JOB_CANCELLED);
+        return kd_jobs_send_json(out, 200, o, req);
     }
-    /* Queued (a job the thread has not taken yet, or just finished: the store decides). */
-    if (kd_jobs_transition(j, id, KD_JOB_CANCELLED, NULL, NULL, NULL) != 0) {
-        cJSON_Delete(o);
-        return kd_jobs_errorf(out, req, 409, "job %lld could not be cancelled; it may have just finished",
+    snprintf(state, sizeof state, "%s", got == 0 ? job.state : "");
+    if (got == 0)
+        kd_jobstore_job_clear(&job);
+    if (!strcmp(state, KD_JOB_RUNNING) && (st = cancel_current(j, id, req, out)) != 0)
+        return st; /* the trainer took it meanwhile */
+    if (kd_jobs_final_state(state))
+        return kd_jobs_errorf(out, req, 409, "job %lld is already %s", (long long)id, state);
+    if (!strcmp(state, KD_JOB_RUNNING))
+        return kd_jobs_errorf(out, req, 409,
+                              "job %lld is recorded running but is not being trained; the next start "
+                              "resumes it",
                               (long long)id);
-    }
-    cJSON_AddStringToObject(o, "state", KD_JOB_CANCELLED);
-    return kd_jobs_send_json(out, 200, o, req);
+    return kd_jobs_errorf(out, req, 503, "job %lld: the cancel could not be stored, so it was not made: %s",
+                          (long long)id, err);
 }
 
 static int handle_resume(struct kd_jobs *j, int64_t id, const struct kd_request *req, struct kd_buf *out)
@@ -260,6 +398,13 @@ static int handle_resume(struct kd_jobs *j, int64_t id, const struct kd_request 
     int st = kd_jobs_get_job(j, id, &job, req, out);
     if (st)
         return st;
+    char unsaved[16];
+    if (kd_jobs_unsaved_state(j, id, unsaved, sizeof unsaved, NULL, 0)) {
+        kd_jobstore_job_clear(&job);
+        return kd_jobs_errorf(out, req, 409,
+                              "job %lld is %s, but the job store has not taken that yet; resume it once it has",
+                              (long long)id, unsaved);
+    }
     if (strcmp(job.state, KD_JOB_FAILED) != 0 && strcmp(job.state, KD_JOB_CANCELLED) != 0) {
         st = kd_jobs_errorf(out, req, 409, "job %lld is %s; only failed or cancelled jobs resume", (long long)id,
                             job.state);
@@ -272,6 +417,25 @@ static int handle_resume(struct kd_jobs *j, int64_t id, const struct kd_request 
                               "job %lld has no checkpoint to resume from; submit its spec again to start over",
                               (long long)id);
     }
+    /* One continuation at a time: two would each train on and register a version. */
+    int64_t ids[8];
+    int nc = 0;
+    char err[256];
+    kd_jobs_store_lock(j);
+    int rc = kd_jobstore_job_continuations(j->o.store, id, ids, 8, &nc, err, sizeof err);
+    kd_jobs_store_unlock(j);
+    for (int i = 0; rc == 0 && i < nc; i++) {
+        char s[16];
+        if (kd_jobs_unsaved_state(j, ids[i], s, sizeof s, NULL, 0))
+            continue; /* final already, though not stored yet */
+        kd_jobstore_job_clear(&job);
+        return kd_jobs_errorf(out, req, 409, "job %lld is continued by job %lld already, which has not ended",
+                              (long long)id, (long long)ids[i]);
+    }
+    if (rc != 0) {
+        kd_jobstore_job_clear(&job);
+        return kd_jobs_errorf(out, req, 500, "job store: %s", err);
+    }
     /* A final state is never left, so the continuation is a new job carrying the old one's
      * spec and starting from its newest checkpoint. */
     cJSON *spec = cJSON_Parse(job.spec);
@@ -283,9 +447,8 @@ static int handle_resume(struct kd_jobs *j, int64_t id, const struct kd_request 
     char *text = cJSON_PrintUnformatted(spec);
     cJSON_Delete(spec);
     int64_t nid = 0;
-    char err[256];
     kd_jobs_store_lock(j);
-    int rc = text ? kd_jobstore_job_create(j->o.store, text, NULL, &nid, err, sizeof err) : -1;
+    rc = text ? kd_jobstore_job_create(j->o.store, text, NULL, &nid, err, sizeof err) : -1;
     kd_jobs_store_unlock(j);
     cJSON_free(text);
     if (rc != 0)
@@ -312,9 +475,10 @@ int kd_jobs_handle(void *ctx, const struct kd_request *req, struct kd_buf *out)
     size_t bl = sizeof base - 1;
     const char *rest = req->path + bl;
     size_t rl = req->path_len - bl;
+    struct kd_jobs_query none;
     if (rl == 0 || (rl == 1 && rest[0] == '/')) {
         if (req->method == KD_HTTP_POST)
-            return kd_jobs_handle_submit(j, req, out);
+            return (st = kd_jobs_query_read(req, NULL, &none, out)) ? st : kd_jobs_handle_submit(j, req, out);
         if (req->method == KD_HTTP_GET)
             return handle_list(j, req, out);
         return kd_jobs_errorf(out, req, 405, "/v1/jobs takes GET and POST");
@@ -334,6 +498,8 @@ int kd_jobs_handle(void *ctx, const struct kd_request *req, struct kd_buf *out)
     int64_t id;
     if (!kd_jobs_parse_i64(tail, &id) || id < 1)
         return kd_jobs_errorf(out, req, 404, "'%s' is not a job id", tail);
+    if ((!action[0] || !strcmp(action, "resume")) && (st = kd_jobs_query_read(req, NULL, &none, out)) != 0)
+        return st;
     if (!action[0]) {
         if (req->method == KD_HTTP_GET)
             return handle_get(j, id, req, out);

@@ -88,12 +88,174 @@ int kd_jobs_transition(struct kd_jobs *j, int64_t id, const char *state, const c
     kd_jobs_store_lock(j);
     int rc = kd_jobstore_job_transition(j->o.store, id, state, error, text, NULL, err, sizeof err);
     kd_jobs_store_unlock(j);
-    cJSON_free(text);
-    if (rc != 0)
-        kd_jobs_log(j, KD_LOG_WARN, "job %lld: %s", (long long)id, err);
-    else
+    if (rc == 0) {
+        cJSON_free(text);
         uv_async_send(&j->async);
+        return 0;
+    }
+    kd_jobs_log(j, KD_LOG_WARN, "job %lld: %s", (long long)id, err);
+    struct kd_jobs_unsaved *u = kd_jobs_final_state(state) ? calloc(1, sizeof *u) : NULL;
+    if (u) {
+        u->id = id;
+        snprintf(u->state, sizeof u->state, "%s", state);
+        snprintf(u->why, sizeof u->why, "%s", err);
+        u->error = error ? strdup(error) : NULL;
+        u->payload = strdup(text);
+        if (kd_jobs_keep_unsaved(j, u))
+            rc = 0; /* the state stands; its write is pending */
+    }
+    cJSON_free(text);
     return rc;
+}
+
+/* ---- final states the store refused --------------------------------------------------------- */
+
+static void unsaved_free(struct kd_jobs_unsaved *u)
+{
+    free(u->error);
+    free(u->payload);
+    free(u->metrics_json);
+    free(u->model_payload);
+    free(u);
+}
+
+/* Write u; 0 written, 1 refused for good (the job is final in the store or gone), -1 not written. */
+static int unsaved_write(struct kd_jobs *j, struct kd_jobs_unsaved *u)
+{
+    char err[256];
+    struct kd_job job;
+    kd_jobs_store_lock(j);
+    int rc = u->name[0]
+                 ? kd_jobstore_job_succeed_with_model(j->o.store, u->id, u->name, u->version, u->metrics_json,
+                                                      u->model_payload, u->payload, err, sizeof err)
+                 : kd_jobstore_job_transition(j->o.store, u->id, u->state, u->error, u->payload, NULL, err,
+                                              sizeof err);
+    /* A refusal and a failed write look alike; the state read back tells them apart. */
+    int got = rc != 0 ? kd_jobstore_job_get(j->o.store, u->id, &job, NULL, 0) : 0;
+    kd_jobs_store_unlock(j);
+    if (rc == 0)
+        return 0;
+    snprintf(u->why, sizeof u->why, "%s", err);
+    bool gone = got == KD_JOBSTORE_NOT_FOUND || (got == 0 && kd_jobs_final_state(job.state));
+    if (got == 0)
+        kd_jobstore_job_clear(&job);
+    return gone ? 1 : -1;
+}
+
+bool kd_jobs_keep_unsaved(struct kd_jobs *j, struct kd_jobs_unsaved *u)
+{
+    if (!u->payload || (u->name[0] && !u->model_payload)) {
+        kd_jobs_log(j, KD_LOG_ERROR, "job %lld: out of memory keeping its final state %s", (long long)u->id,
+                    u->state);
+        unsaved_free(u);
+        return false;
+    }
+    struct kd_job job;
+    kd_jobs_store_lock(j);
+    int got = kd_jobstore_job_get(j->o.store, u->id, &job, NULL, 0);
+    kd_jobs_store_unlock(j);
+    bool refused = got == KD_JOBSTORE_NOT_FOUND || (got == 0 && kd_jobs_final_state(job.state));
+    if (got == 0)
+        kd_jobstore_job_clear(&job);
+    if (refused) {
+        unsaved_free(u);
+        return false;
+    }
+    kd_jobs_log(
+        j, KD_LOG_ERROR,
+        "job %lld is %s, but the job store did not take it (%s); kilnd keeps the state and writes it again "
+        "until the store does",
+        (long long)u->id, u->state, u->why);
+    pthread_mutex_lock(&j->mu);
+    struct kd_jobs_unsaved **tail = &j->unsaved;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = u;
+    pthread_mutex_unlock(&j->mu);
+    uv_async_send(&j->async); /* the loop starts the retry timer */
+    return true;
+}
+
+int kd_jobs_retry_unsaved(struct kd_jobs *j, bool notify)
+{
+    int left = 0, written = 0;
+    /* mu is held through the writes, so a reader never finds the job in neither place. */
+    pthread_mutex_lock(&j->mu);
+    for (struct kd_jobs_unsaved **pp = &j->unsaved; *pp;) {
+        struct kd_jobs_unsaved *u = *pp;
+        int rc = unsaved_write(j, u);
+        if (rc < 0) {
+            left++;
+            pp = &u->next;
+            continue;
+        }
+        if (rc == 0 && ++written)
+            kd_jobs_log(j, KD_LOG_INFO, "job %lld: its final state %s is stored now", (long long)u->id, u->state);
+        else
+            kd_jobs_log(j, KD_LOG_WARN, "job %lld: its final state %s was not stored: %s", (long long)u->id,
+                        u->state, u->why);
+        *pp = u->next;
+        unsaved_free(u);
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (written && notify)
+        uv_async_send(&j->async); /* streams waiting for a final event */
+    return left;
+}
+
+bool kd_jobs_unsaved_state(struct kd_jobs *j, int64_t id, char *state, size_t len, char *error, size_t errlen)
+{
+    bool found = false;
+    pthread_mutex_lock(&j->mu);
+    for (struct kd_jobs_unsaved *u = j->unsaved; u && !found; u = u->next) {
+        if (u->id != id)
+            continue;
+        found = true;
+        snprintf(state, len, "%s", u->state);
+        if (error)
+            snprintf(error, errlen, "%s", u->error ? u->error : "");
+    }
+    pthread_mutex_unlock(&j->mu);
+    return found;
+}
+
+bool kd_jobs_overlay_unsaved(struct kd_jobs *j, struct kd_job *job)
+{
+    char state[16], error[1024];
+    if (!kd_jobs_unsaved_state(j, job->id, state, sizeof state, error, sizeof error))
+        return false;
+    char *s = strdup(state), *e = error[0] ? strdup(error) : NULL;
+    if (!s) {
+        free(e);
+        return false;
+    }
+    free(job->state);
+    free(job->error);
+    job->state = s;
+    job->error = e;
+    return true;
+}
+
+void kd_jobs_on_retry(uv_timer_t *t)
+{
+    struct kd_jobs *j = t->data;
+    if (kd_jobs_retry_unsaved(j, true) == 0)
+        uv_timer_stop(t);
+}
+
+void kd_jobs_unsaved_free(struct kd_jobs *j)
+{
+    if (j->unsaved && kd_jobs_retry_unsaved(j, false) > 0)
+        for (struct kd_jobs_unsaved *u = j->unsaved; u; u = u->next)
+            kd_jobs_log(j, KD_LOG_ERROR,
+                        "job %lld: its final state %s could not be stored before kilnd stopped (%s); the next "
+                        "start finds it running and resumes it",
+                        (long long)u->id, u->state, u->why);
+    while (j->unsaved) {
+        struct kd_jobs_unsaved *u = j->unsaved;
+        j->unsaved = u->next;
+        unsaved_free(u);
+    }
 }
 
 int kd_jobs_set_state(struct kd_jobs *j, int64_t id, const char *state, const char *error)
@@ -129,7 +291,7 @@ bool kd_jobs_dir_exists(const char *p)
 
 struct kd_jobspec_env kd_jobs_spec_env(struct kd_jobs *j)
 {
-    return (struct kd_jobspec_env){j->roots, j->nroots, j->models_dir, false, NULL, NULL};
+    return (struct kd_jobspec_env){.roots = j->roots, .nroots = j->nroots, .models_root = j->models_dir};
 }
 
 bool kd_jobs_has_checkpoint(struct kd_jobs *j, int64_t id)

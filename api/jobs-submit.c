@@ -5,11 +5,14 @@
  * Two steps. On the loop: the spec is parsed (JSON, keys given twice, ranges, paths, the job a
  * resume continues), which only reads the body and the file system. Then, on libuv's thread
  * pool, what a spec needs to run at all (kd_jobspec_check_runnable: its device opens, its JSON
- * model builds once on the ref device). Those can take long — a large model's initialisation, a
- * GPU's first context, a remote device's connection — and the loop serves every other client
- * meanwhile, so the response is deferred and written when the check is back on the loop, where
- * the job is stored and queued.
+ * model builds once on the ref device), and what would otherwise only fail once it has trained:
+ * the checkpoint resume_from_job names is not past its epochs and holds its model, and a job that
+ * registers a model can write to the repository. Those can take long — a large model's
+ * initialisation, a GPU's first context, a remote device's connection — and the loop serves every
+ * other client meanwhile, so the response is deferred and written when the check is back on the
+ * loop, where the job is stored and queued.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +20,7 @@
 #include <cjson/cJSON.h>
 
 #include "jobs-impl.h"
+#include "kiln/nn.h"
 
 /*
  * resume_from_job at submission: the job must exist and have a checkpoint, or the new job would
@@ -92,6 +96,190 @@ static int store_job(struct kd_jobs *j, const char *body, struct kd_buf *out, bo
     return kd_resp_append(out, 201, "application/json", text, strlen(text), keep_alive, NULL);
 }
 
+/* ---- what the pool checks besides kd_jobspec_check_runnable --------------------------------- */
+
+/* One more "field: problem" line, in the form kd_jobspec_check_runnable writes them. */
+static void add_problem(char *problems, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void add_problem(char *problems, size_t len, const char *fmt, ...)
+{
+    size_t used = strlen(problems);
+    if (used + 2 >= len)
+        return;
+    if (used)
+        problems[used++] = '\n';
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(problems + used, len - used, fmt, ap);
+    va_end(ap);
+}
+
+/* why = the formatted reason; -1. */
+static int refuse(char *why, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int refuse(char *why, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* The newest checkpoint of job id whose manifest is valid (the one a run resumes from unless its
+ * files turn out damaged): its folder into path and its epoch; false when there is none. */
+static bool newest_checkpoint(const char *data_dir, int64_t id, char *path, size_t len, int64_t *epoch)
+{
+    char *dir = kd_jobs_path(data_dir, "checkpoints/job-%lld", (long long)id);
+    kiln_ckpt_info *list = NULL;
+    int n = 0;
+    bool found = false;
+    if (kd_jobs_dir_exists(dir) && kiln_ckpt_list(dir, false, NULL, &list, &n) == 0) {
+        for (int i = n - 1; i >= 0 && !found; i--) /* oldest step first */
+            if (list[i].valid) {
+                found = true;
+                snprintf(path, len, "%s", list[i].path);
+                *epoch = list[i].epoch;
+            }
+        kiln_ckpt_list_free(list, n);
+    }
+    free(dir);
+    return found;
+}
+
+static char *read_text(const char *path)
+{
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    char *text = NULL;
+    long n = f && fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)n + 1)) != NULL) {
+        if (fread(text, 1, (size_t)n, f) != (size_t)n) {
+            free(text);
+            text = NULL;
+        } else {
+            text[n] = '\0';
+        }
+    }
+    if (f)
+        fclose(f);
+    return text;
+}
+
+/* The modules that draw random numbers, as the checkpoint's metrics.json names them (the
+ * Learner's resume refuses a model whose modules differ): 0 when they match the model's or the
+ * checkpoint names none, -1 with why. */
+static int same_generators(kiln_module *m, const char *ckpt, char *why, size_t len)
+{
+    char *path = kd_jobs_path(ckpt, "%s", "metrics.json");
+    char *text = read_text(path);
+    free(path);
+    cJSON *pos = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    const cJSON *names = cJSON_GetObjectItemCaseSensitive(pos, "generators");
+    int ng = kiln_module_generators(m, NULL, NULL, 0), rc = 0;
+    const char **mine = calloc((size_t)ng + 1, sizeof *mine);
+    if (cJSON_IsArray(names) && mine) {
+        kiln_module_generators(m, NULL, mine, ng);
+        if (cJSON_GetArraySize(names) != ng)
+            rc = refuse(why, len, "the checkpoint holds the random generators of %d modules, the model has %d",
+                        cJSON_GetArraySize(names), ng);
+        for (int i = 0; rc == 0 && i < ng; i++) {
+            const cJSON *name = cJSON_GetArrayItem(names, i);
+            if (!cJSON_IsString(name) || strcmp(name->valuestring, mine[i]) != 0)
+                rc = refuse(why, len, "the checkpoint's module '%.100s' is '%.100s' in the model",
+                            cJSON_IsString(name) ? name->valuestring : "?", mine[i]);
+        }
+    }
+    free(mine);
+    cJSON_Delete(pos);
+    return rc;
+}
+
+/* "[4, 16]" */
+static void shape_text(int ndim, const int64_t *shape, char *out, size_t len)
+{
+    size_t used = (size_t)snprintf(out, len, "[");
+    for (int d = 0; d < ndim && used < len; d++)
+        used += (size_t)snprintf(out + used, len - used, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (used < len)
+        snprintf(out + used, len - used, "]");
+}
+
+/*
+ * Whether the checkpoint in folder ckpt fits the JSON model: the tensors the Learner's resume
+ * loads (each name, each shape) and the modules with random generators. The model is built once
+ * on the ref device, as kd_jobspec_check_runnable does; the checkpoint's model record is read by
+ * its header only. 0 when it fits or cannot be told here (the run then checks), -1 with why.
+ */
+static int model_fits(const char *model_json, const char *ckpt, char *why, size_t len)
+{
+    char *path = kd_jobs_path(ckpt, "%s", "model.kiln");
+    kiln_record *rec = path ? kiln_record_open(path) : NULL;
+    free(path);
+    kiln_device *dev = rec ? kiln_device_open("ref") : NULL;
+    kiln_generator gen = kiln_generator_make(0);
+    kiln_module *m = dev ? kiln_model_from_json(model_json, dev, &gen) : NULL;
+    int nm = m ? kiln_module_state_dict(m, NULL, 0) : 0, rc = 0;
+    kiln_named_tensor *sd = m ? calloc((size_t)nm + 1, sizeof *sd) : NULL;
+    if (sd) {
+        kiln_module_state_dict(m, sd, nm);
+        const kiln_safetensors *st = kiln_record_tensors(rec);
+        int nc = kiln_safetensors_count(st);
+        if (nc != nm)
+            rc = refuse(why, len, "the checkpoint holds %d model tensors, the model has %d", nc, nm);
+        for (int i = 0; rc == 0 && i < nm; i++) {
+            int k = kiln_safetensors_find(st, sd[i].name), dtype, ndim = 0;
+            int64_t shape[KILN_MAX_DIMS], mine[KILN_MAX_DIMS];
+            if (k < 0 || kiln_safetensors_info(st, k, &dtype, &ndim, shape) != 0) {
+                rc = refuse(why, len, "the model's tensor '%.100s' is not in the checkpoint", sd[i].name);
+                break;
+            }
+            bool same = ndim == kiln_tensor_ndim(sd[i].tensor);
+            for (int d = 0; d < kiln_tensor_ndim(sd[i].tensor) && d < KILN_MAX_DIMS; d++) {
+                mine[d] = kiln_tensor_dim(sd[i].tensor, d);
+                same = same && mine[d] == shape[d];
+            }
+            if (!same) {
+                char a[96], b[96];
+                shape_text(ndim, shape, a, sizeof a);
+                shape_text(kiln_tensor_ndim(sd[i].tensor), mine, b, sizeof b);
+                rc = refuse(why, len, "'%.100s' is %s in the checkpoint, %s in the model", sd[i].name, a, b);
+            }
+        }
+        if (rc == 0)
+            rc = same_generators(m, ckpt, why, len);
+    }
+    free(sd);
+    kiln_module_free(m);
+    if (dev)
+        kiln_device_close(dev);
+    kiln_record_close(rec);
+    return rc;
+}
+
+/*
+ * resume_from_job, beyond its having a checkpoint (checked on the loop): that checkpoint is not
+ * past the epochs this job trains to (the Learner would run no step and the job would register
+ * the old model as if trained), and it holds the model this spec builds (the run would fail
+ * when it resumes). Both read only the checkpoint's manifest and headers.
+ */
+static void check_resume(const struct kd_jobs *j, const struct kd_jobspec *spec, char *problems, size_t len)
+{
+    char ckpt[4096], why[400];
+    int64_t epoch = 0;
+    if (spec->resume_from_job <= 0 ||
+        !newest_checkpoint(j->data_dir, spec->resume_from_job, ckpt, sizeof ckpt, &epoch))
+        return;
+    if (epoch > spec->epochs)
+        add_problem(
+            problems, len,
+            "resume_from_job: job %lld's newest checkpoint is at epoch %lld, past this job's epochs (%lld); "
+            "epochs counts from the start of the first run, so set it above %lld to train on",
+            (long long)spec->resume_from_job, (long long)epoch, (long long)spec->epochs, (long long)epoch);
+    if (spec->model_json && model_fits(spec->model_json, ckpt, why, sizeof why) != 0)
+        add_problem(problems, len,
+                    "resume_from_job: job %lld's checkpoint holds another model than this spec's: %s",
+                    (long long)spec->resume_from_job, why);
+}
+
 /* A submission whose spec parsed, waiting for kd_jobspec_check_runnable on the thread pool. */
 struct submit_op {
     uv_work_t work;
@@ -107,6 +295,15 @@ static void check_on_pool(uv_work_t *w)
 {
     struct submit_op *op = w->data;
     op->rc = kd_jobspec_check_runnable(&op->spec, op->problems, sizeof op->problems);
+    check_resume(op->j, &op->spec, op->problems, sizeof op->problems);
+    char why[400];
+    /* A job that would train to the end and only then find it cannot add its version. */
+    if (op->spec.register_as &&
+        kd_jobs_repository_writable(op->j->models_dir, op->spec.register_as, why, sizeof why) != 0)
+        add_problem(op->problems, sizeof op->problems,
+                    "register_as: %s; leave register_as out, or make the folder writable for kilnd", why);
+    if (op->problems[0])
+        op->rc = -1;
 }
 
 /* Back on the loop: store the job, or answer the problems. A daemon that began to stop in the

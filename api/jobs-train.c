@@ -123,7 +123,6 @@ static void finish_registered(struct kd_jobs *j, int64_t id, const char *name, s
     snprintf(f->name, sizeof f->name, "%s", name);
     snprintf(f->stop_reason, sizeof f->stop_reason, "%s", res->stop_reason);
     pthread_mutex_lock(&j->mu);
-    j->finishing = id;
     j->finished = 0;
     struct kd_jobs_finish **tail = &j->to_finish;
     while (*tail)
@@ -135,11 +134,148 @@ static void finish_registered(struct kd_jobs *j, int64_t id, const char *name, s
     /* Stopping: the job stays running in the store and the next start finishes it. */
     while (!j->stopping && j->finished != id)
         pthread_cond_wait(&j->cv, &j->mu);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static int64_t next_queued(struct kd_jobs *j)
+{
+    struct kd_job *jobs = NULL;
+    int n = 0;
+    kd_jobs_store_lock(j);
+    int rc = kd_jobstore_job_list(j->o.store, KD_JOB_QUEUED, 0, 1, &jobs, &n, NULL, 0);
+    kd_jobs_store_unlock(j);
+    int64_t id = rc == 0 && n > 0 ? jobs[0].id : 0;
+    kd_jobstore_job_list_free(jobs, n);
+    return id;
+}
+
+/*
+ * The run of job id has ended: from now on a DELETE is answered 409, since the outcome is decided
+ * here (under mu, as cancel requests are accepted). True when the user's cancel was accepted
+ * before: then the job ends cancelled, whatever the run ended with. *stopping: kilnd is stopping.
+ */
+static bool decide_outcome(struct kd_jobs *j, int64_t id, bool *stopping)
+{
+    pthread_mutex_lock(&j->mu);
+    bool cancelled = j->cancel_requested;
+    *stopping = j->stopping;
+    j->finishing = id;
+    pthread_mutex_unlock(&j->mu);
+    return cancelled;
+}
+
+/* The outcome is recorded (or handed to the loop, which has recorded it by now). */
+static void outcome_recorded(struct kd_jobs *j)
+{
+    pthread_mutex_lock(&j->mu);
     j->finishing = 0;
     pthread_mutex_unlock(&j->mu);
 }
 
-static void run_job(struct kd_jobs *j, int64_t id)
+/*
+ * The checkpoint a run continues from: this job's own newest (a restart), else the newest of the
+ * job it continues (resume_from_job). *resume is NULL when there is none, *step and *epoch where
+ * it stands (0 then).
+ * A continuation whose checkpoint is gone, or is past the epochs this job trains to, writes why
+ * into lost: starting over from step 0, or registering the old model as if trained, would both
+ * be another job than the spec says.
+ */
+static void find_resume(const struct kd_jobspec *spec, const char *own, const char *from, const char **resume,
+                        int64_t *step, int64_t *epoch, char *lost, size_t len)
+{
+    *resume = NULL;
+    *step = *epoch = 0;
+    kiln_ckpt *ck = own && kd_jobs_dir_exists(own) ? kiln_ckpt_open_latest(own, NULL, NULL) : NULL;
+    if (ck) {
+        *resume = own;
+    } else if (from) {
+        ck = kd_jobs_dir_exists(from) ? kiln_ckpt_open_latest(from, NULL, NULL) : NULL;
+        if (!ck)
+            snprintf(lost, len, "resume_from_job: job %lld has no checkpoint to resume from any more (%.200s)",
+                     (long long)spec->resume_from_job, kd_jobs_dir_exists(from) ? kiln_error() : "no checkpoints");
+        else if (kiln_ckpt_epoch(ck) > spec->epochs)
+            snprintf(lost, len,
+                     "resume_from_job: job %lld's checkpoint is at epoch %lld, past this job's epochs (%lld): "
+                     "nothing is left to train",
+                     (long long)spec->resume_from_job, (long long)kiln_ckpt_epoch(ck), (long long)spec->epochs);
+        else
+            *resume = from;
+    }
+    if (*resume) {
+        *step = kiln_ckpt_step(ck);
+        *epoch = kiln_ckpt_epoch(ck);
+    }
+    kiln_ckpt_close(ck);
+}
+
+/*
+ * A job that ran before kilnd stopped continues from step: what it recorded after that step is
+ * removed, since the run records it again, so its history holds each epoch and step once.
+ */
+static void prune_history(struct kd_jobs *j, int64_t id, int64_t step, int64_t epoch)
+{
+    char msg[200], err[256];
+    snprintf(msg, sizeof msg,
+             "{\"message\":\"continuing from step %lld: the steps, epochs and checkpoints recorded after it are "
+             "removed from the history and trained again\"}",
+             (long long)step);
+    int64_t removed = 0;
+    kd_jobs_store_lock(j);
+    int rc = kd_jobstore_events_prune_after(j->o.store, id, step, epoch, msg, &removed, err, sizeof err);
+    kd_jobs_store_unlock(j);
+    if (rc != 0)
+        kd_jobs_log(j, KD_LOG_WARN, "job %lld: its history after step %lld stays: %s", (long long)id,
+                    (long long)step, err);
+    else if (removed)
+        uv_async_send(&j->async);
+}
+
+/* How a run that ended is recorded: cancelled (the user asked, whatever the run ended with),
+ * failed, interrupted by a shutdown (left running for the next start), succeeded. */
+static void record_outcome(struct kd_jobs *j, const struct kd_job *job, const struct kd_jobspec *spec, int rc,
+                           struct kd_trainer_result *res)
+{
+    int64_t id = job->id;
+    bool stopping, cancelled = decide_outcome(j, id, &stopping);
+    if (cancelled) {
+        /* An accepted cancel always takes effect, also when it came after the last step: a
+         * version the run added already is taken back. */
+        if (res->version > 0)
+            kd_jobs_remove_version_of(j, job, spec->register_as);
+        if (rc != 0)
+            kd_jobs_log(j, KD_LOG_WARN, "job %lld failed after it was asked to cancel: %s", (long long)id,
+                        res->error);
+        if (kd_jobs_transition(j, id, KD_JOB_CANCELLED, NULL, NULL, NULL) == 0)
+            kd_jobs_log(j, KD_LOG_INFO, "job %lld cancelled", (long long)id);
+    } else if (rc != 0) {
+        char why[400], error[sizeof res->error];
+        /* metrics are set once training is over: the failure came from adding the version */
+        if (res->metrics_json && spec->register_as &&
+            kd_jobs_repository_writable(j->models_dir, spec->register_as, why, sizeof why) != 0) {
+            snprintf(error, sizeof error, "register_as: %.300s (%.150s)", why, res->error);
+            snprintf(res->error, sizeof res->error, "%s", error);
+        }
+        kd_jobs_log(j, KD_LOG_WARN, "job %lld failed: %s", (long long)id, res->error);
+        kd_jobs_transition(j, id, KD_JOB_FAILED, res->error, NULL, NULL);
+    } else if (strcmp(res->stop_reason, "cancelled") == 0 && stopping) {
+        /* kilnd is shutting down, not the user cancelling: the job stays running in the store
+         * and the next kilnd picks it up from its checkpoint. */
+        kd_jobs_log(j, KD_LOG_INFO, "job %lld interrupted by shutdown; it resumes on the next start",
+                    (long long)id);
+    } else if (strcmp(res->stop_reason, "cancelled") == 0) {
+        if (kd_jobs_transition(j, id, KD_JOB_CANCELLED, NULL, NULL, NULL) == 0)
+            kd_jobs_log(j, KD_LOG_INFO, "job %lld cancelled", (long long)id);
+    } else if (res->version > 0) {
+        finish_registered(j, id, spec->register_as, res);
+    } else if (kd_jobs_transition(j, id, KD_JOB_SUCCEEDED, NULL, "metrics", res->metrics_json) == 0) {
+        kd_jobs_log(j, KD_LOG_INFO, "job %lld succeeded (%s)", (long long)id, res->stop_reason);
+    }
+    outcome_recorded(j);
+}
+
+/* Runs job id to its end. -1 when the store would not even mark it running (it is still queued):
+ * the caller waits before trying again rather than spin. */
+static int run_job(struct kd_jobs *j, int64_t id)
 {
     struct kd_job job;
     char err[256], problems[2048];
@@ -148,7 +284,14 @@ static void run_job(struct kd_jobs *j, int64_t id)
     kd_jobs_store_unlock(j);
     if (rc != 0) {
         kd_jobs_log(j, KD_LOG_ERROR, "job %lld: %s", (long long)id, err);
-        return;
+        return -1;
+    }
+    if (job.cancel_requested_ms) {
+        /* asked to stop before this process took it: it ends cancelled without training */
+        pthread_mutex_lock(&j->mu);
+        j->cancel_requested = true;
+        atomic_store(&j->cancel, true);
+        pthread_mutex_unlock(&j->mu);
     }
     bool restarted = job.started_ms != 0;
     struct kd_jobspec spec;
@@ -158,15 +301,19 @@ static void run_job(struct kd_jobs *j, int64_t id)
         for (char *c = problems; *c; c++)
             if (*c == '\n')
                 *c = ';';
+        bool stopping, cancelled = decide_outcome(j, id, &stopping);
         if (kd_jobs_set_state(j, id, KD_JOB_RUNNING, NULL) == 0)
-            kd_jobs_transition(j, id, KD_JOB_FAILED, problems, NULL, NULL);
+            kd_jobs_transition(j, id, cancelled ? KD_JOB_CANCELLED : KD_JOB_FAILED, cancelled ? NULL : problems,
+                               NULL, NULL);
+        outcome_recorded(j);
         kd_jobstore_job_clear(&job);
-        return;
+        return 0;
     }
     if (kd_jobs_transition(j, id, KD_JOB_RUNNING, NULL, NULL, NULL) != 0) {
         kd_jobspec_free(&spec);
         kd_jobstore_job_clear(&job);
-        return;
+        /* a job cancelled meanwhile is final; one still queued met a store that writes nothing */
+        return next_queued(j) == id ? -1 : 0;
     }
     char source[96];
     kd_jobs_source(&job, source, sizeof source);
@@ -195,25 +342,12 @@ static void run_job(struct kd_jobs *j, int64_t id)
         mkdir(cks, 0755);
     /* Our own checkpoints win over the ones of the job this one continues. */
     const char *resume = NULL;
-    if (ckpt && kd_jobs_dir_exists(ckpt)) {
-        kiln_ckpt *ck = kiln_ckpt_open_latest(ckpt, NULL, NULL);
-        if (ck)
-            resume = ckpt;
-        kiln_ckpt_close(ck);
-    }
-    /* The job it continues must still have a checkpoint (submission found one): starting over
-     * from step 0 instead would be a different job than the spec says. */
+    int64_t resume_step = 0, resume_epoch = 0;
     char lost[320] = "";
-    if (!resume && from) {
-        kiln_ckpt *ck = kd_jobs_dir_exists(from) ? kiln_ckpt_open_latest(from, NULL, NULL) : NULL;
-        if (ck)
-            resume = from;
-        else
-            snprintf(lost, sizeof lost,
-                     "resume_from_job: job %lld has no checkpoint to resume from any more (%.200s)",
-                     (long long)spec.resume_from_job, kd_jobs_dir_exists(from) ? kiln_error() : "no checkpoints");
-        kiln_ckpt_close(ck);
-    }
+    if (!written)
+        find_resume(&spec, ckpt, from, &resume, &resume_step, &resume_epoch, lost, sizeof lost);
+    if (restarted && !written && !lost[0])
+        prune_history(j, id, resume_step, resume_epoch);
     struct job_run jr = {j, id, 0, {0}};
     struct kd_trainer_run run = {
         .spec = &spec,
@@ -248,26 +382,7 @@ static void run_job(struct kd_jobs *j, int64_t id)
                         (long long)id, (unsigned long long)jr.gate.yields, (unsigned long long)jr.gate.forced,
                         (double)jr.gate.wait_ns / 1e9);
     }
-    pthread_mutex_lock(&j->mu);
-    bool stopping = j->stopping;
-    pthread_mutex_unlock(&j->mu);
-    if (rc != 0) {
-        kd_jobs_log(j, KD_LOG_WARN, "job %lld failed: %s", (long long)id, res.error);
-        kd_jobs_transition(j, id, KD_JOB_FAILED, res.error, NULL, NULL);
-    } else if (strcmp(res.stop_reason, "cancelled") == 0) {
-        if (stopping) {
-            /* kilnd is shutting down, not the user cancelling: the job stays running in the
-             * store and the next kilnd picks it up from its checkpoint. */
-            kd_jobs_log(j, KD_LOG_INFO, "job %lld interrupted by shutdown; it resumes on the next start",
-                        (long long)id);
-        } else if (kd_jobs_transition(j, id, KD_JOB_CANCELLED, NULL, NULL, NULL) == 0) {
-            kd_jobs_log(j, KD_LOG_INFO, "job %lld cancelled", (long long)id);
-        }
-    } else if (res.version > 0) {
-        finish_registered(j, id, spec.register_as, &res);
-    } else if (kd_jobs_transition(j, id, KD_JOB_SUCCEEDED, NULL, "metrics", res.metrics_json) == 0) {
-        kd_jobs_log(j, KD_LOG_INFO, "job %lld succeeded (%s)", (long long)id, res.stop_reason);
-    }
+    record_outcome(j, &job, &spec, rc, &res);
     uv_async_send(&j->async);
     free(res.metrics_json);
     free(ckpt);
@@ -278,18 +393,7 @@ static void run_job(struct kd_jobs *j, int64_t id)
     free(cks);
     kd_jobspec_free(&spec);
     kd_jobstore_job_clear(&job);
-}
-
-static int64_t next_queued(struct kd_jobs *j)
-{
-    struct kd_job *jobs = NULL;
-    int n = 0;
-    kd_jobs_store_lock(j);
-    int rc = kd_jobstore_job_list(j->o.store, KD_JOB_QUEUED, 0, 1, &jobs, &n, NULL, 0);
-    kd_jobs_store_unlock(j);
-    int64_t id = rc == 0 && n > 0 ? jobs[0].id : 0;
-    kd_jobstore_job_list_free(jobs, n);
-    return id;
+    return 0;
 }
 
 void *kd_jobs_trainer_main(void *ud)
@@ -309,11 +413,22 @@ void *kd_jobs_trainer_main(void *ud)
             continue;
         }
         j->current = id;
+        j->cancel_requested = false;
         atomic_store(&j->cancel, false);
         pthread_mutex_unlock(&j->mu);
-        run_job(j, id);
+        int rc = run_job(j, id);
+        kd_jobs_retry_unsaved(j, true); /* between jobs: final states the store refused before */
         pthread_mutex_lock(&j->mu);
         j->current = 0;
+        j->cancel_requested = false;
+        if (rc != 0) {
+            /* The store takes nothing: look again in a while, not at once. */
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_sec += RETRY_MS / 1000;
+            while (!j->stopping && pthread_cond_timedwait(&j->cv, &j->mu, &until) == 0) {
+            }
+        }
     }
     pthread_mutex_unlock(&j->mu);
     return NULL;

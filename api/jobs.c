@@ -40,6 +40,26 @@
 
 /* ---- life cycle ---------------------------------------------------------------------------- */
 
+/*
+ * A job that was running when kilnd stopped, after the user had asked it to stop: it ends
+ * cancelled. A version it may have added in the instant between its registration and the
+ * cancel taking effect is removed first, before the serving side's first loads read the
+ * repository, so that nothing a cancelled job made is ever served.
+ */
+static void cancel_at_start(struct kd_jobs *j, const struct kd_job *job)
+{
+    cJSON *spec = cJSON_Parse(job->spec);
+    const cJSON *reg = cJSON_GetObjectItemCaseSensitive(spec, "register_as");
+    if (cJSON_IsString(reg))
+        kd_jobs_remove_version_of(j, job, reg->valuestring); /* a failure is logged, naming the version */
+    cJSON_Delete(spec);
+    /* a store that refuses keeps it among the unsaved final states, written again later */
+    static const char reason[] = "\"cancelled before kilnd stopped\"";
+    if (kd_jobs_transition(j, job->id, KD_JOB_CANCELLED, NULL, "reason", reason) == 0)
+        kd_jobs_log(j, KD_LOG_INFO, "job %lld was cancelled before kilnd stopped; it stays cancelled, not resumed",
+                    (long long)job->id);
+}
+
 struct kd_jobs *kd_jobs_new(const struct kd_jobs_options *o, char *err, size_t errlen)
 {
     struct kd_jobs *j = calloc(1, sizeof *j);
@@ -47,6 +67,9 @@ struct kd_jobs *kd_jobs_new(const struct kd_jobs_options *o, char *err, size_t e
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
+    /* a job trains on one of the devices kilnd drives (checked at submit, and again when a
+     * requeued job is parsed below); cleared in kd_jobs_stop, before the scheduler goes */
+    kd_jobspec_set_devices(o->sched);
     j->o = *o;
     j->data_dir = realpath(o->data_dir, NULL);
     size_t nr = o->data_roots ? o->data_roots->count : 0;
@@ -79,20 +102,25 @@ struct kd_jobs *kd_jobs_new(const struct kd_jobs_options *o, char *err, size_t e
     atomic_init(&j->cancel, false);
     uv_async_init(o->loop, &j->async, kd_jobs_on_async);
     uv_timer_init(o->loop, &j->ping);
-    j->async.data = j->ping.data = j;
+    uv_timer_init(o->loop, &j->retry);
+    j->async.data = j->ping.data = j->retry.data = j;
     j->handles_open = true;
     /* None of these keep the loop alive: it ends when the server's connections have gone. */
     uv_unref((uv_handle_t *)&j->async);
     uv_unref((uv_handle_t *)&j->ping);
+    uv_unref((uv_handle_t *)&j->retry);
     uv_timer_start(&j->ping, kd_jobs_on_ping, PING_MS, PING_MS);
 
     /* Jobs a previous process was running go back to the queue; they resume from their
-     * newest checkpoint when the thread takes them, ahead of newer queued jobs (lower ids). */
+     * newest checkpoint when the thread takes them, ahead of newer queued jobs (lower ids).
+     * One the user had asked to stop ends cancelled instead: the request was accepted. */
     struct kd_job *jobs = NULL;
     int n = 0;
-    if (kd_jobstore_job_list(o->store, KD_JOB_RUNNING, 0, 1000, &jobs, &n, err, errlen) == 0) {
+    if (kd_jobstore_job_list(o->store, KD_JOB_RUNNING, 0, 10000, &jobs, &n, err, errlen) == 0) {
         for (int i = 0; i < n; i++) {
-            if (kd_jobstore_job_requeue(o->store, jobs[i].id, err, errlen) == 0) {
+            if (jobs[i].cancel_requested_ms) {
+                cancel_at_start(j, &jobs[i]);
+            } else if (kd_jobstore_job_requeue(o->store, jobs[i].id, err, errlen) == 0) {
                 kd_jobs_log(j, KD_LOG_INFO, "job %lld was running when kilnd stopped; queued to resume",
                             (long long)jobs[i].id);
                 kd_jobstore_event_append(o->store, jobs[i].id, "state",
@@ -131,10 +159,12 @@ void kd_jobs_stop(struct kd_jobs *j)
         pthread_join(j->thread, NULL);
         j->thread_started = false;
     }
+    kd_jobspec_set_devices(NULL);
     kd_jobs_drain(j);
     if (j->handles_open) {
         uv_close((uv_handle_t *)&j->async, NULL);
         uv_close((uv_handle_t *)&j->ping, NULL);
+        uv_close((uv_handle_t *)&j->retry, NULL);
         j->handles_open = false;
     }
 }
@@ -144,6 +174,7 @@ void kd_jobs_free(struct kd_jobs *j)
     if (!j)
         return;
     kd_jobs_finishes_free(j);
+    kd_jobs_unsaved_free(j);
     pthread_mutex_destroy(&j->store_mu);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);

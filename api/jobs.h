@@ -41,13 +41,15 @@ struct kd_jobs_options {
 
 struct kd_jobs;
 
-/* Requeues jobs a previous process left running, then starts the training thread. */
+/* Requeues jobs a previous process left running (or records them cancelled, when a cancel of
+ * theirs had been accepted), then starts the training thread. */
 struct kd_jobs *kd_jobs_new(const struct kd_jobs_options *o, char *err, size_t errlen);
 /* SIGTERM: end every event stream (clients reconnect with Last-Event-ID). */
 void kd_jobs_drain(struct kd_jobs *j);
 /*
  * Stop the training thread: a running job stops before its next step and stays "running" in the
- * store, so the next kilnd resumes it from its checkpoint. Closes the loop handles.
+ * store, so the next kilnd resumes it from its checkpoint (one whose cancel was accepted is
+ * recorded cancelled instead). Closes the loop handles.
  */
 void kd_jobs_stop(struct kd_jobs *j);
 /* After kd_jobs_stop and once the loop has closed its handles. */

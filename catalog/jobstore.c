@@ -74,6 +74,9 @@ static const char *const migrations[] = {
     "  metrics TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metrics)),"
     "  created_ms INTEGER NOT NULL,"
     "  PRIMARY KEY (name, version));",
+    /* 3: a cancel the user asked for is kept with the job (Unix ms), so that it outlives the
+     * process: a job asked to stop ends cancelled after a restart rather than resuming. */
+    "ALTER TABLE jobs ADD COLUMN cancel_requested_ms INTEGER;",
 };
 
 int kd_jobstore_latest_version(void)
@@ -297,7 +300,8 @@ int kd_jobstore_job_create(struct kd_jobstore *js, const char *spec, const char 
     return finish(js, rc, "job create", err, errlen);
 }
 
-#define JOB_COLUMNS "id, spec, state, owner, error, progress, created_ms, started_ms, finished_ms"
+#define JOB_COLUMNS                                                                                               \
+    "id, spec, state, owner, error, progress, created_ms, started_ms, finished_ms, cancel_requested_ms"
 
 static int job_from_row(sqlite3_stmt *st, struct kd_job *j)
 {
@@ -311,6 +315,7 @@ static int job_from_row(sqlite3_stmt *st, struct kd_job *j)
     j->created_ms = sqlite3_column_int64(st, 6);
     j->started_ms = sqlite3_column_int64(st, 7);
     j->finished_ms = sqlite3_column_int64(st, 8);
+    j->cancel_requested_ms = sqlite3_column_int64(st, 9);
     if (!j->spec || !j->state || !j->owner) {
         kd_jobstore_job_clear(j);
         return -1;
@@ -359,8 +364,8 @@ int kd_jobstore_job_get(struct kd_jobstore *js, int64_t id, struct kd_job *out, 
 int kd_jobstore_job_list(struct kd_jobstore *js, const char *state, int64_t after_id, int limit,
                          struct kd_job **out, int *n, char *err, size_t errlen)
 {
-    if (!js || !out || !n || limit < 1 || limit > 1000 || (state && !valid_state(state)))
-        return seterr(err, errlen, "job list: invalid arguments (limit 1..1000, a known state)");
+    if (!js || !out || !n || limit < 1 || limit > 10000 || (state && !valid_state(state)))
+        return seterr(err, errlen, "job list: invalid arguments (limit 1..10000, a known state)");
     *out = NULL;
     *n = 0;
     sqlite3_stmt *st = prepare(js,
@@ -547,12 +552,134 @@ int kd_jobstore_event_append(struct kd_jobstore *js, int64_t job_id, const char 
 int kd_jobstore_job_transition(struct kd_jobstore *js, int64_t id, const char *state, const char *error,
                                const char *payload, int64_t *seq, char *err, size_t errlen)
 {
+    return kd_jobstore_job_transition_from(js, id, NULL, state, error, payload, seq, err, errlen);
+}
+
+int kd_jobstore_job_transition_from(struct kd_jobstore *js, int64_t id, const char *from, const char *state,
+                                    const char *error, const char *payload, int64_t *seq, char *err, size_t errlen)
+{
     if (check_state_arg(js, id, state, err, errlen) != 0 || begin(js, "job transition", err, errlen) != 0)
         return -1;
-    int rc = set_state_in(js, id, state, error, err, errlen);
+    char cur[32];
+    int rc = from ? current_state(js, id, cur, sizeof cur, err, errlen) : 0;
+    if (rc == 0 && from && strcmp(cur, from) != 0)
+        rc = seterr(err, errlen, "job %lld is %s, not %s", (long long)id, cur, from);
+    if (rc == 0)
+        rc = set_state_in(js, id, state, error, err, errlen);
     if (rc == 0)
         rc = append_event_in(js, id, "state", payload, seq, err, errlen);
     return finish(js, rc, "job transition", err, errlen);
+}
+
+int kd_jobstore_job_request_cancel(struct kd_jobstore *js, int64_t id, char *err, size_t errlen)
+{
+    if (!js || begin(js, "job cancel request", err, errlen) != 0)
+        return js ? -1 : seterr(err, errlen, "job %lld: no store", (long long)id);
+    char cur[32];
+    int rc = current_state(js, id, cur, sizeof cur, err, errlen);
+    if (rc == 0 && final_state(cur))
+        rc = seterr(err, errlen, "job %lld is %s, which is final: it cannot be cancelled", (long long)id, cur);
+    /* The first request's time is kept: a second DELETE changes nothing. */
+    sqlite3_stmt *st = rc == 0 ? prepare(js,
+                                         "UPDATE jobs SET cancel_requested_ms = coalesce(cancel_requested_ms, ?2) "
+                                         "WHERE id = ?1",
+                                         "job cancel request", err, errlen)
+                               : NULL;
+    if (rc == 0 && !st)
+        rc = -1;
+    if (rc == 0) {
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_int64(st, 2, now_ms());
+        rc = run(js, st, "job cancel request", err, errlen);
+    }
+    return finish(js, rc, "job cancel request", err, errlen);
+}
+
+int kd_jobstore_job_continuations(struct kd_jobstore *js, int64_t id, int64_t *ids, int max, int *n, char *err,
+                                  size_t errlen)
+{
+    if (!js || !ids || !n || max < 1)
+        return seterr(err, errlen, "job continuations: invalid arguments");
+    *n = 0;
+    sqlite3_stmt *st = prepare(js,
+                               "SELECT id FROM jobs WHERE state IN ('queued', 'running') "
+                               "AND json_extract(spec, '$.resume_from_job') = ?1 ORDER BY id LIMIT ?2",
+                               "job continuations", err, errlen);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int(st, 2, max);
+    int s;
+    while ((s = sqlite3_step(st)) == SQLITE_ROW)
+        ids[(*n)++] = sqlite3_column_int64(st, 0);
+    int rc = s == SQLITE_DONE ? 0 : fail(js->db, "job continuations", err, errlen);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* The position a prune keeps: ?1 job, ?2 step, ?3 epoch, ?4 the id of the event that recorded
+ * the checkpoint (0: not recorded), ?5 the log event's id. */
+struct prune_at {
+    int64_t id, step, epoch, cut, seq;
+};
+
+/* One statement of the prune below (binding a parameter a statement lacks does nothing); the
+ * first column of its row into *value when given. 0 or -1. */
+static int prune_step(struct kd_jobstore *js, const char *sql, const struct prune_at *at, int64_t *value,
+                      char *err, size_t errlen)
+{
+    sqlite3_stmt *st = prepare(js, sql, "events prune", err, errlen);
+    if (!st)
+        return -1;
+    const int64_t params[] = {at->id, at->step, at->epoch, at->cut, at->seq};
+    for (int i = 0; i < 5; i++)
+        sqlite3_bind_int64(st, i + 1, params[i]);
+    int s = sqlite3_step(st);
+    if (value && s == SQLITE_ROW)
+        *value = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return s == SQLITE_DONE || (value && s == SQLITE_ROW) ? 0 : fail(js->db, "events prune", err, errlen);
+}
+
+/* What came after the checkpoint: the events recorded after the checkpoint's own event (an epoch's
+ * event follows its checkpoint's, so epochs are also compared), or without that event, by step. */
+#define PRUNED_EVENTS                                                                                             \
+    "FROM job_events WHERE job_id = ?1 AND ("                                                                     \
+    "(type = 'epoch' AND json_extract(payload, '$.epoch') > ?3 AND seq > ?4) OR "                                 \
+    "(type IN ('step', 'checkpoint') AND CASE WHEN ?4 > 0 THEN seq > ?4 "                                         \
+    "ELSE json_extract(payload, '$.step') > ?2 END))"
+
+int kd_jobstore_events_prune_after(struct kd_jobstore *js, int64_t id, int64_t step, int64_t epoch,
+                                   const char *log_payload, int64_t *removed, char *err, size_t errlen)
+{
+    if (removed)
+        *removed = 0;
+    if (!js || step < 0 || epoch < 0 || begin(js, "events prune", err, errlen) != 0)
+        return js && step >= 0 && epoch >= 0 ? -1 : seterr(err, errlen, "events prune: invalid arguments");
+    char cur[32];
+    struct prune_at at = {id, step, epoch, 0, 0};
+    int64_t count = 0;
+    int rc = current_state(js, id, cur, sizeof cur, err, errlen);
+    if (rc == 0 && step > 0)
+        rc = prune_step(js,
+                        "SELECT coalesce(max(seq), 0) FROM job_events WHERE job_id = ?1 AND type = 'checkpoint' "
+                        "AND json_extract(payload, '$.step') = ?2",
+                        &at, &at.cut, err, errlen);
+    if (rc == 0)
+        rc = prune_step(js, "SELECT count(*) " PRUNED_EVENTS, &at, &count, err, errlen);
+    /* The log event goes in first: the job's newest event id stays above every one removed. */
+    if (rc == 0 && count > 0)
+        rc = append_event_in(js, id, "log", log_payload, &at.seq, err, errlen);
+    if (rc == 0 && count > 0)
+        rc = prune_step(js, "DELETE " PRUNED_EVENTS " AND seq < ?5", &at, NULL, err, errlen);
+    if (rc == 0)
+        rc = prune_step(js, "DELETE FROM job_metrics WHERE job_id = ?1 AND step > ?2", &at, NULL, err, errlen);
+    if (rc == 0)
+        rc = prune_step(js, "DELETE FROM checkpoints WHERE job_id = ?1 AND step > ?2", &at, NULL, err, errlen);
+    rc = finish(js, rc, "events prune", err, errlen);
+    if (rc == 0 && removed)
+        *removed = count;
+    return rc;
 }
 
 void kd_jobstore_events_free(struct kd_job_event *events, int n)

@@ -57,6 +57,7 @@ struct kd_job {
     char *error;     /* NULL unless set with the state */
     double progress; /* 0..1 */
     int64_t created_ms, started_ms, finished_ms;
+    int64_t cancel_requested_ms; /* when a cancel of the running job was asked for; 0: never */
 };
 
 struct kd_job_event {
@@ -76,7 +77,7 @@ int kd_jobstore_job_create(struct kd_jobstore *js, const char *spec, const char 
                            size_t errlen);
 int kd_jobstore_job_get(struct kd_jobstore *js, int64_t id, struct kd_job *out, char *err, size_t errlen);
 /*
- * Jobs with id > after_id (0 for the first page), oldest first, at most limit (1..1000); state
+ * Jobs with id > after_id (0 for the first page), oldest first, at most limit (1..10000); state
  * NULL for any. The next page starts after the last id returned (keyset pagination, stable
  * while jobs are added).
  */
@@ -92,6 +93,18 @@ int kd_jobstore_job_set_state(struct kd_jobstore *js, int64_t id, const char *st
  */
 int kd_jobstore_job_transition(struct kd_jobstore *js, int64_t id, const char *state, const char *error,
                                const char *payload, int64_t *seq, char *err, size_t errlen);
+/* kd_jobstore_job_transition, made only when the job is in state from (-1 "job 3 is running, not
+ * queued" otherwise): a queued job cancelled at once can never be one the trainer has taken. */
+int kd_jobstore_job_transition_from(struct kd_jobstore *js, int64_t id, const char *from, const char *state,
+                                    const char *error, const char *payload, int64_t *seq, char *err,
+                                    size_t errlen);
+/* Record that the user asked a job that is not final to stop (its cancel_requested_ms; the first
+ * request's time is kept). -1 for a final job, KD_JOBSTORE_NOT_FOUND for a missing one. */
+int kd_jobstore_job_request_cancel(struct kd_jobstore *js, int64_t id, char *err, size_t errlen);
+/* The queued or running jobs whose spec continues job id (its "resume_from_job"), oldest first,
+ * at most max of them into ids; their number in *n. */
+int kd_jobstore_job_continuations(struct kd_jobstore *js, int64_t id, int64_t *ids, int max, int *n, char *err,
+                                  size_t errlen);
 /*
  * A job that produced a model version becomes succeeded in one transaction: the registry row for
  * (name, version) from source_job id with metrics (JSON or NULL; replacing the row an earlier try
@@ -116,6 +129,17 @@ int kd_jobstore_event_append(struct kd_jobstore *js, int64_t job_id, const char 
 int kd_jobstore_events_since(struct kd_jobstore *js, int64_t job_id, int64_t after_seq, int limit,
                              struct kd_job_event **out, int *n, char *err, size_t errlen);
 void kd_jobstore_events_free(struct kd_job_event *events, int n);
+/*
+ * A run that resumes from its checkpoint at step (after epoch completed epochs; 0 and 0 for a run
+ * that starts over): the "step", "epoch" and "checkpoint" events recorded after that checkpoint
+ * (and the metric points and checkpoint index rows past its step) are removed in one
+ * transaction, since the resumed run records them again: the history is then the one an
+ * uninterrupted run records. When any event goes, log_payload is appended first as a "log"
+ * event, so event ids keep increasing and are never given twice. *removed (may be NULL): how
+ * many events went.
+ */
+int kd_jobstore_events_prune_after(struct kd_jobstore *js, int64_t id, int64_t step, int64_t epoch,
+                                   const char *log_payload, int64_t *removed, char *err, size_t errlen);
 
 /* Append n metric points in one transaction. */
 int kd_jobstore_metrics_append(struct kd_jobstore *js, int64_t job_id, int n, const struct kd_job_metric *m,

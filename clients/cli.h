@@ -41,6 +41,8 @@ int kiln_cli_request(const struct kiln_client *cl, const char *method, const cha
 void kiln_cli_print_error(const char *what, const struct response *r);
 
 extern const char kiln_cli_jobs_usage[];
+/* Whether s is a job id as the CLI takes one: a positive decimal integer (0 names no job). */
+bool kiln_cli_job_id_valid(const char *s);
 bool kiln_cli_jobs_known(const char *cmd);
 /* Runs a job or model command with its arguments; the process exit status. */
 int kiln_cli_jobs_main(const struct kiln_client *cl, const char *cmd, int argc, char **argv);

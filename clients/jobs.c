@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -54,9 +55,10 @@ static const char *str_of(const cJSON *o, const char *key)
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-static bool valid_id(const char *s)
+bool kiln_cli_job_id_valid(const char *s)
 {
-    return s && *s && strspn(s, "0123456789") == strlen(s) && strlen(s) < 19;
+    /* job ids start at 1: 0 (or 000) names no job, so it is a usage error like -1 */
+    return s && *s && strspn(s, "0123456789") == strlen(s) && strlen(s) < 19 && strspn(s, "0") < strlen(s);
 }
 
 static char *read_file(const char *path, size_t *len)
@@ -64,6 +66,14 @@ static char *read_file(const char *path, size_t *len)
     FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
     if (!f) {
         fprintf(stderr, "kiln: cannot open %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    /* fopen takes a folder; reading it is what fails */
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "kiln: cannot read %s: %s\n", path, strerror(EISDIR));
+        if (f != stdin)
+            fclose(f);
         return NULL;
     }
     size_t cap = 4096, n = 0;
@@ -80,6 +90,11 @@ static char *read_file(const char *path, size_t *len)
             buf = g;
             cap *= 2;
         }
+    }
+    if (buf && ferror(f)) {
+        fprintf(stderr, "kiln: cannot read %s: %s\n", path, strerror(errno));
+        free(buf);
+        buf = NULL;
     }
     if (f != stdin)
         fclose(f);
@@ -432,8 +447,8 @@ int kiln_cli_jobs_main(const struct kiln_client *cl, const char *cmd, int argc, 
     if (!strcmp(cmd, "load") || !strcmp(cmd, "unload"))
         return cmd_load(cl, cmd, argc, argv);
     /* job, cancel, resume, watch: one job id */
-    if (argc != 1 || !valid_id(argv[0])) {
-        fprintf(stderr, "kiln: usage: kiln %s JOB_ID\n", cmd);
+    if (argc != 1 || !kiln_cli_job_id_valid(argv[0])) {
+        fprintf(stderr, "kiln: usage: kiln %s JOB_ID (a job id: 1, 2, ...)\n", cmd);
         return 2;
     }
     if (!strcmp(cmd, "job"))

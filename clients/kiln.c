@@ -3,8 +3,8 @@
  * per connection, Connection: close) is all it needs to ask a kilnd about its health, metadata
  * and metrics; clients/jobs.c adds training jobs, models and prediction on top of it,
  * clients/watch.c and clients/dashboard.c follow a job. The address and the bearer token come
- * from --url/--token, else KILN_URL/KILN_TOKEN, else the config file, else
- * http://127.0.0.1:8080 and no token.
+ * from --url/--token, else KILN_URL/KILN_TOKEN, else the CLI's config file (KILN_CLI_CONFIG;
+ * KILN_CONFIG is kilnd's), else http://127.0.0.1:8080 and no token.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -95,9 +95,12 @@ int kiln_cli_connect(const struct kiln_client *cl)
         }
     }
     freeaddrinfo(res);
+    /* KILN_CONFIG is kilnd's file: one who set it for the CLI learns where the CLI's is */
+    const char *kilnd_config = getenv("KILN_CONFIG"), *cli_config = getenv("KILN_CLI_CONFIG");
+    bool hint = kilnd_config && kilnd_config[0] && !(cli_config && cli_config[0]);
     if (fd < 0 && !cl->quiet)
-        fprintf(stderr, "kiln: cannot reach kilnd at %s: %s (is kilnd running? set --url or KILN_URL)\n", shown,
-                strerror(err));
+        fprintf(stderr, "kiln: cannot reach kilnd at %s: %s (is kilnd running? set --url or KILN_URL%s)\n", shown,
+                strerror(err), hint ? "; the CLI's config file is KILN_CLI_CONFIG, KILN_CONFIG is kilnd's" : "");
     return fd;
 }
 
@@ -281,13 +284,15 @@ static int cmd_version(const struct kiln_client *cl)
     return 0;
 }
 
-/* The CLI's config file: $KILN_CONFIG, else $XDG_CONFIG_HOME/kiln/cli.json, else
- * ~/.config/kiln/cli.json; {"url": "...", "token": "..."}. A missing file is not an error; a
- * file that is there but unreadable or not such an object is (the user meant something by it). */
+/* The CLI's config file: $KILN_CLI_CONFIG, else $XDG_CONFIG_HOME/kiln/cli.json, else
+ * ~/.config/kiln/cli.json; {"url": "...", "token": "..."}. KILN_CONFIG names kilnd's file, whose
+ * keys are others: the CLI never reads it. A missing default file is not an error; a file that is
+ * there but unreadable, not such an object or with another key is (the user meant something by
+ * it: a misspelt "token" would otherwise end in a 401 with no hint). */
 static int read_config(char **url, char **token)
 {
     char path[4096];
-    const char *explicit = getenv("KILN_CONFIG"), *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+    const char *explicit = getenv("KILN_CLI_CONFIG"), *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
     if (explicit && explicit[0])
         snprintf(path, sizeof path, "%s", explicit);
     else if (xdg && xdg[0])
@@ -306,12 +311,32 @@ static int read_config(char **url, char **token)
     char text[16384];
     size_t n = fread(text, 1, sizeof text - 1, f);
     bool big = n == sizeof text - 1 && fgetc(f) != EOF;
+    if (ferror(f)) {
+        fprintf(stderr, "kiln: cannot read config file %s: %s\n", path, strerror(errno));
+        fclose(f);
+        return -1;
+    }
     fclose(f);
     cJSON *j = big ? NULL : cJSON_ParseWithLength(text, n);
     const cJSON *u = cJSON_GetObjectItemCaseSensitive(j, "url"), *t = cJSON_GetObjectItemCaseSensitive(j, "token");
     if (!cJSON_IsObject(j) || (u && !cJSON_IsString(u)) || (t && !cJSON_IsString(t))) {
         fprintf(stderr, "kiln: config file %s: expected a JSON object {\"url\": \"http://...\", \"token\": \"...\"}\n",
                 path);
+        cJSON_Delete(j);
+        return -1;
+    }
+    int unknown = 0;
+    char names[512] = "";
+    for (const cJSON *c = j->child; c; c = c->next) {
+        size_t used = strlen(names);
+        if (strcmp(c->string, "url") != 0 && strcmp(c->string, "token") != 0)
+            snprintf(names + used, sizeof names - used, "%s'%.100s'", unknown++ ? ", " : "", c->string);
+    }
+    if (unknown) {
+        fprintf(stderr,
+                "kiln: config file %s: unknown key%s %s (it may hold url and token; kilnd's file is "
+                "another, named by KILN_CONFIG)\n",
+                path, unknown > 1 ? "s" : "", names);
         cJSON_Delete(j);
         return -1;
     }
@@ -335,9 +360,10 @@ static void usage(FILE *out)
             "  --url URL  kilnd address\n"
             "  --token T  bearer token\n"
             "  --help     this text\n\n"
-            "The address and token come from the flags, else $KILN_URL and $KILN_TOKEN, else the config\n"
-            "file ($KILN_CONFIG, else $XDG_CONFIG_HOME/kiln/cli.json or ~/.config/kiln/cli.json:\n"
-            "{\"url\": \"http://host:port\", \"token\": \"...\"}); the address defaults to %s.\n\n"
+            "The address and token come from the flags, else $KILN_URL and $KILN_TOKEN, else the CLI's\n"
+            "config file ($KILN_CLI_CONFIG, else $XDG_CONFIG_HOME/kiln/cli.json or ~/.config/kiln/cli.json:\n"
+            "{\"url\": \"http://host:port\", \"token\": \"...\"}, no other keys; $KILN_CONFIG is kilnd's file\n"
+            "and is not read); the address defaults to %s.\n\n"
             "Exit status: 0 success, 1 the server answered with an error, 2 it could not be reached or the\n"
             "command itself was wrong (a usage error, a local file that cannot be read).\n",
             kiln_cli_jobs_usage, DEFAULT_URL);
@@ -352,11 +378,15 @@ static int run(int argc, char **argv, char **rest)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return 0;
-        } else if (strcmp(argv[i], "--url") == 0 && i + 1 < argc) {
+        } else if ((strcmp(argv[i], "--url") == 0 || strcmp(argv[i], "--token") == 0) && i + 1 == argc) {
+            fprintf(stderr, "kiln: option %s needs a value\n\n", argv[i]);
+            usage(stderr);
+            return 2;
+        } else if (strcmp(argv[i], "--url") == 0) {
             url = argv[++i];
         } else if (strncmp(argv[i], "--url=", 6) == 0) {
             url = argv[i] + 6;
-        } else if (strcmp(argv[i], "--token") == 0 && i + 1 < argc) {
+        } else if (strcmp(argv[i], "--token") == 0) {
             token = argv[++i];
         } else if (strncmp(argv[i], "--token=", 8) == 0) {
             token = argv[i] + 8;

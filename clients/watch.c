@@ -300,7 +300,7 @@ int kiln_cli_watch_main(const struct kiln_client *cl, int argc, char **argv)
             plain = true;
         else if (!strcmp(argv[i], "--exit-on-end"))
             exit_on_end = true;
-        else if (!id && strspn(argv[i], "0123456789") == strlen(argv[i]) && argv[i][0] && strlen(argv[i]) < 19)
+        else if (!id && kiln_cli_job_id_valid(argv[i]))
             id = argv[i];
         else {
             fprintf(stderr, "kiln: watch: unexpected argument '%s'\n", argv[i]);
@@ -309,7 +309,7 @@ int kiln_cli_watch_main(const struct kiln_client *cl, int argc, char **argv)
         }
     }
     if (!id) {
-        fprintf(stderr, "kiln: usage: kiln watch JOB_ID [--plain] [--exit-on-end]\n");
+        fprintf(stderr, "kiln: usage: kiln watch JOB_ID [--plain] [--exit-on-end] (a job id: 1, 2, ...)\n");
         return 2;
     }
     return kiln_cli_watch(cl, atoll(id), kiln_cli_is_tty() && !plain, exit_on_end);

@@ -40,8 +40,9 @@ const struct kd_config_key kd_config_keys[] = {
      "Folder of models (<name>/<version>/ folders) to serve, as Triton and KServe mount one (e.g. /mnt/models); "
      "empty means <data_dir>/models, created when missing. A folder set here must exist (a missing one stops the "
      "start) and is served as it is found: kilnd never creates it nor copies example_models into it, and writes "
-     "into it only when a training job registers a model, so it may be read-only (such jobs then fail with a "
-     "message saying so). Files beside the model folders (a README.md) are passed over. Writable state (job "
+     "into it only when a training job registers a model, so it may be read-only (a job that would "
+     "register a model there is then refused at submission, saying so). Files beside the model folders (a "
+     "README.md) are passed over. Writable state (job "
      "store, checkpoints, port file) stays in data_dir."},
     {"example_models", KD_CT_STRING, OFF(example_models), 0, 4096, NULL, "", "KILN_EXAMPLE_MODELS",
      "--example-models",

@@ -15,10 +15,26 @@
 /* Metric names the Learner produces, NULL-terminated; keep-best and early stopping use one. */
 extern const char *const kd_trainer_metrics[];
 
-/* Adds model (in eval mode) as the next version of run->spec->register_as; fills res->version,
- * or res->error and returns -1. */
+/* Adds model (in eval mode) as the next version of run->spec->register_as, its output width
+ * class scores an item (kd_trainer_output_width); fills res->version, or res->error and
+ * returns -1. */
 int kd_trainer_register(const struct kd_trainer_run *run, kiln_module *model, const kiln_dataset_info *info,
-                        struct kd_trainer_result *res);
+                        int64_t width, struct kd_trainer_result *res);
+
+/* trainer-run.c: what a spec's training items look like, as far as a cheap look tells: the item
+ * shape from the IDX images' header or the CSV header line (ndim 0: not known), the class count
+ * from IDX labels of bytes (0: not known). */
+struct kd_trainer_items {
+    int ndim;
+    int64_t shape[KILN_MAX_DIMS];
+    int64_t num_classes;
+};
+void kd_trainer_probe_items(const struct kd_jobspec *s, struct kd_trainer_items *out);
+/* One zero item of items' shape through model on dev (eval mode, no gradients, its training mode
+ * put back): the width W of its [1, W] class scores, or -1 with why filled when the model does
+ * not take the item, does not give [1, W], or gives fewer scores than items->num_classes. */
+int64_t kd_trainer_output_width(kiln_module *model, kiln_device *dev, const struct kd_trainer_items *items,
+                                char *why, size_t len);
 
 /* trainer-onnx.c: the ONNX file at path as a module whose parameters are the graph's floating
  * initializers (fine-tuning); NULL with err filled. */

@@ -36,8 +36,9 @@ static int write_text(const char *path, const char *text)
     return rc;
 }
 
-/* The served model's config.json: one input shaped like an item, one output of class logits. */
-static char *serving_config(const struct kd_jobspec *s, const kiln_dataset_info *info)
+/* The served model's config.json: one input shaped like an item, one output of class logits
+ * (width of them: the model's, which may be wider than the data's classes). */
+static char *serving_config(const struct kd_jobspec *s, const kiln_dataset_info *info, int64_t width)
 {
     cJSON *spec = cJSON_Parse(s->model_json);
     const cJSON *in = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(spec, "inputs"), 0), *out = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(spec, "outputs"), 0);
@@ -54,7 +55,7 @@ static char *serving_config(const struct kd_jobspec *s, const kiln_dataset_info 
     cJSON_AddStringToObject(o0, "datatype", "FP32");
     shape = cJSON_AddArrayToObject(o0, "shape");
     cJSON_AddItemToArray(shape, cJSON_CreateNumber(-1));
-    cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)info->num_classes));
+    cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)width));
     cJSON_AddItemToArray(ins, i0);
     cJSON_AddItemToArray(outs, o0);
     cJSON_AddNumberToObject(c, "max_batch_size", s->max_batch_size);
@@ -116,7 +117,7 @@ static char *source_json(const char *source, const char *metrics_json)
 /* model.kiln (or, for a fine-tuned ONNX graph, model.onnx), config.json and source.json staged
  * in scratch, then added to the repository as its next version. */
 int kd_trainer_register(const struct kd_trainer_run *run, kiln_module *model, const kiln_dataset_info *info,
-                        struct kd_trainer_result *res)
+                        int64_t width, struct kd_trainer_result *res)
 {
     const struct kd_jobspec *s = run->spec;
     mkdir(run->scratch_dir, 0755);
@@ -125,7 +126,7 @@ int kd_trainer_register(const struct kd_trainer_run *run, kiln_module *model, co
     snprintf(cpath, sizeof cpath, "%s/config.json", run->scratch_dir);
     int rc = s->model_onnx ? kd_trainer_onnx_write(model, s->model_onnx, mpath, res->error, sizeof res->error)
                            : save_kiln(mpath, model, s, res->error, sizeof res->error);
-    char *cfg = rc == 0 ? (s->model_onnx ? onnx_config(s) : serving_config(s, info)) : NULL;
+    char *cfg = rc == 0 ? (s->model_onnx ? onnx_config(s) : serving_config(s, info, width)) : NULL;
     if (rc == 0 && (!cfg || write_text(cpath, cfg) != 0)) {
         snprintf(res->error, sizeof res->error, "writing %.300s: %.100s", cpath, strerror(errno));
         rc = -1;

@@ -20,7 +20,9 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+#include <zlib.h>
 
+#include "kiln/autodiff.h"
 #include "kiln/data.h"
 #include "kiln/loss.h"
 #include "kiln/nn.h"
@@ -28,6 +30,155 @@
 #include "kiln/train.h"
 #include "repository.h"
 #include "trainer-impl.h"
+
+/* ---- the data's items and the model's answer to one ---------------------------------------- */
+
+/* An IDX header (gzipped or not): its element type and dims. 0, or -1 when it does not read as one. */
+static int idx_header(gzFile f, int *type, int *ndim, int64_t *dims)
+{
+    unsigned char hdr[4], raw[4 * KILN_MAX_DIMS];
+    if (gzread(f, hdr, 4) != 4 || hdr[0] || hdr[1] || hdr[3] < 1 || hdr[3] > KILN_MAX_DIMS)
+        return -1;
+    *type = hdr[2];
+    *ndim = hdr[3];
+    if (gzread(f, raw, 4u * (unsigned)*ndim) != 4 * *ndim)
+        return -1;
+    for (int d = 0; d < *ndim; d++)
+        dims[d] = (int64_t)raw[4 * d] << 24 | (int64_t)raw[4 * d + 1] << 16 | (int64_t)raw[4 * d + 2] << 8 |
+                  raw[4 * d + 3];
+    return 0;
+}
+
+/* IDX images: an item's shape as kiln_dataset_idx gives it ([1, H, W] for a 3-D file). */
+static void idx_items(const char *path, struct kd_trainer_items *out)
+{
+    gzFile f = gzopen(path, "rb");
+    int type, ndim;
+    int64_t dims[KILN_MAX_DIMS];
+    if (f && idx_header(f, &type, &ndim, dims) == 0 && ndim >= 2) {
+        out->ndim = ndim == 3 ? 3 : ndim - 1;
+        for (int d = 0; d < out->ndim; d++)
+            out->shape[d] = ndim == 3 ? (d == 0 ? 1 : dims[d]) : dims[d + 1];
+    }
+    if (f)
+        gzclose(f);
+}
+
+/* IDX labels of unsigned bytes (MNIST's kind, one byte an item): the class count, largest + 1. */
+static void idx_classes(const char *path, struct kd_trainer_items *out)
+{
+    gzFile f = gzopen(path, "rb");
+    int type, ndim;
+    int64_t dims[KILN_MAX_DIMS];
+    if (f && idx_header(f, &type, &ndim, dims) == 0 && type == 0x08 && ndim == 1) {
+        unsigned char buf[65536];
+        int64_t left = dims[0], largest = -1;
+        int got = 0;
+        while (left > 0 && (got = gzread(f, buf, left < (int64_t)sizeof buf ? (unsigned)left : sizeof buf)) > 0) {
+            for (int i = 0; i < got; i++)
+                largest = buf[i] > largest ? buf[i] : largest;
+            left -= got;
+        }
+        if (left == 0)
+            out->num_classes = largest + 1;
+    }
+    if (f)
+        gzclose(f);
+}
+
+/* The CSV header line: every column but the label is a feature. */
+static void csv_items(const char *path, const char *label_column, struct kd_trainer_items *out)
+{
+    FILE *f = fopen(path, "r");
+    char line[65536];
+    if (f && fgets(line, sizeof line, f) && strchr(line, '\n')) {
+        int cells = 0;
+        bool has_label = false;
+        for (char *save = NULL, *c = strtok_r(line, ",\r\n", &save); c; c = strtok_r(NULL, ",\r\n", &save)) {
+            size_t n = strlen(c);
+            if (n >= 2 && c[0] == '"' && c[n - 1] == '"') {
+                c[n - 1] = '\0';
+                c++;
+            }
+            cells++;
+            has_label = has_label || (label_column && strcmp(c, label_column) == 0);
+        }
+        if (has_label && cells > 1) {
+            out->ndim = 1;
+            out->shape[0] = cells - 1;
+        }
+    }
+    if (f)
+        fclose(f);
+}
+
+void kd_trainer_probe_items(const struct kd_jobspec *s, struct kd_trainer_items *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!s->data_type || !s->train_a)
+        return;
+    if (strcmp(s->data_type, "fashion_mnist") == 0) {
+        char im[PATH_MAX + 64], lb[PATH_MAX + 64];
+        snprintf(im, sizeof im, "%s/train-images-idx3-ubyte.gz", s->train_a);
+        snprintf(lb, sizeof lb, "%s/train-labels-idx1-ubyte.gz", s->train_a);
+        idx_items(im, out);
+        idx_classes(lb, out);
+    } else if (strcmp(s->data_type, "idx") == 0) {
+        idx_items(s->train_a, out);
+        if (s->train_b)
+            idx_classes(s->train_b, out);
+    } else if (strcmp(s->data_type, "csv") == 0) {
+        csv_items(s->train_a, s->label_column, out);
+    }
+}
+
+static void shape_text(char *out, size_t len, int ndim, const int64_t *shape)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (int d = 0; d < ndim && used + 24 < len; d++)
+        used += (size_t)snprintf(out + used, len - used, "%s%lld", d ? ", " : "", (long long)shape[d]);
+}
+
+int64_t kd_trainer_output_width(kiln_module *model, kiln_device *dev, const struct kd_trainer_items *items,
+                                char *why, size_t len)
+{
+    int64_t shape[KILN_MAX_DIMS + 1] = {1};
+    for (int d = 0; d < items->ndim; d++)
+        shape[d + 1] = items->shape[d];
+    char in[160], out_shape[160];
+    shape_text(in, sizeof in, items->ndim + 1, shape);
+    bool was = kiln_module_is_training(model);
+    kiln_module_train(model, false); /* batch-norm statistics of one item are no statistics */
+    kiln_no_grad_begin();
+    kiln_scope_begin();
+    kiln_tensor *x = kiln_zeros(dev, KILN_F32, items->ndim + 1, shape);
+    kiln_tensor *y = x ? kiln_module_forward(model, x) : NULL;
+    int64_t width = -1;
+    if (!y) {
+        snprintf(why, len, "does not take the data's items (one item is a [%s] input): %s", in, kiln_error());
+    } else if (kiln_tensor_ndim(y) != 2 || kiln_tensor_dim(y, 0) != 1) {
+        int64_t dims[KILN_MAX_DIMS];
+        for (int d = 0; d < kiln_tensor_ndim(y) && d < KILN_MAX_DIMS; d++)
+            dims[d] = kiln_tensor_dim(y, d);
+        shape_text(out_shape, sizeof out_shape, kiln_tensor_ndim(y), dims);
+        snprintf(why, len, "gives [%s] for a [%s] input; a classifier gives [batch, classes] (here [1, classes])",
+                 out_shape, in);
+    } else if (kiln_tensor_dim(y, 1) < items->num_classes) {
+        snprintf(
+            why, len,
+            "gives %lld class scores an item but the data has %lld classes (labels 0..%lld): the output needs "
+            "at least %lld",
+            (long long)kiln_tensor_dim(y, 1), (long long)items->num_classes, (long long)items->num_classes - 1,
+            (long long)items->num_classes);
+    } else {
+        width = kiln_tensor_dim(y, 1);
+    }
+    kiln_scope_end();
+    kiln_no_grad_end();
+    kiln_module_train(model, was);
+    return width;
+}
 
 /* ---- the run ------------------------------------------------------------------------------- */
 
@@ -242,6 +393,16 @@ int kd_trainer_run(const struct kd_trainer_run *run, struct kd_trainer_result *r
             goto out;
         }
     }
+    /* One item through the model before any step: a model that does not fit the data fails
+     * here naming both shapes, not at the first step with the engine's message about a layer. */
+    struct kd_trainer_items items = {.ndim = info.ndim, .num_classes = info.num_classes};
+    memcpy(items.shape, info.shape, sizeof items.shape);
+    char why[400];
+    int64_t width = kd_trainer_output_width(model, dev, &items, why, sizeof why);
+    if (width < 0) {
+        snprintf(res->error, sizeof res->error, "model: %s", why);
+        goto out;
+    }
     if (s->base_model)
         logf_(run, "fine-tuning %s version %lld", s->base_model, (long long)s->base_version);
     else if (s->model_onnx)
@@ -261,8 +422,10 @@ int kd_trainer_run(const struct kd_trainer_run *run, struct kd_trainer_result *r
     }
     if (s->has_sched) {
         kiln_sched_config sc = s->sched;
+        /* per step: optimizer updates, one per grad_accum batches and one for an epoch's rest */
+        int64_t updates = (kiln_loader_batches(tl) + s->grad_accum - 1) / s->grad_accum;
         if (sc.kind == KILN_SCHED_COSINE && sc.t_max <= 0)
-            sc.t_max = s->sched_per_step ? s->epochs * kiln_loader_batches(tl) : s->epochs;
+            sc.t_max = s->sched_per_step ? s->epochs * updates : s->epochs;
         sched = kiln_sched_create(&sc, opt);
         if (!sched) {
             snprintf(res->error, sizeof res->error, "scheduler: %s", kiln_error());
@@ -273,6 +436,9 @@ int kd_trainer_run(const struct kd_trainer_run *run, struct kd_trainer_result *r
     kiln_learner_config cfg = kiln_learner_config_default();
     cfg.epochs = s->epochs;
     cfg.num_classes = info.num_classes;
+    cfg.grad_accum = s->grad_accum;
+    /* a model gone NaN would be registered and answer nulls: the job fails naming the step */
+    cfg.fail_on_nonfinite_loss = true;
     cfg.sched_per_step = s->sched_per_step;
     cfg.checkpoint_dir = run->checkpoint_dir;
     cfg.checkpoint_every_epochs = s->ckpt_every_epochs;
@@ -335,7 +501,7 @@ int kd_trainer_run(const struct kd_trainer_run *run, struct kd_trainer_result *r
     rc = 0;
     if (strcmp(res->stop_reason, "cancelled") != 0 && s->register_as) {
         kiln_module_train(model, false);
-        rc = kd_trainer_register(run, model, &info, res);
+        rc = kd_trainer_register(run, model, &info, width, res);
         if (rc == 0)
             logf_(run, "model registered as %s version %lld", s->register_as, (long long)res->version);
     }

@@ -1,15 +1,17 @@
 /*
  * scheduler/trainer-spec.c — a job spec from JSON to struct kd_jobspec, every problem found.
  *
- * Parsing runs on the loop thread, so it only reads JSON and the file system. What a spec needs
- * to run at all, so that "queued" means it can, is kd_jobspec_check_runnable: the device opened
- * and closed again, and a JSON model built once on the ref device (host memory, never the job's
- * device) and freed, which finds what only the engine knows (an unknown layer, a bad config, a
- * node that does not connect) with the engine's message naming the node. Those can take long (a
- * large model's initialisation, a GPU context, a remote device's connection), so the submission
- * runs them off the loop (api/jobs-routes.c); a queued job parsed again to run skips them, since
- * the run meets the same problems itself. Every problem is reported at once, so a user fixes a
- * spec in one round trip rather than one field per submit.
+ * Parsing runs on the loop thread, so it only reads JSON and the file system (and which devices
+ * kilnd drives: kd_jobspec_set_devices). What a spec needs to run at all, so that "queued" means
+ * it can, is kd_jobspec_check_runnable: the device opened and closed again, and the model built
+ * once on the ref device (host memory, never the job's device), run on one zero item shaped like
+ * the data's where a header tells that shape, and given to the optimizer and scheduler, which
+ * finds what only the engine knows (an unknown layer, a bad config, a node that does not connect,
+ * a Linear of the wrong width, too few class scores) with the engine's message naming the node.
+ * Those can take long (a large model's initialisation, a GPU context, a remote device's
+ * connection), so the submission runs them off the loop (api/jobs-routes.c); a queued job parsed
+ * again to run skips them, since the run meets the same problems itself. Every problem is
+ * reported at once, so a user fixes a spec in one round trip rather than one field per submit.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -28,6 +30,7 @@
 #include "kiln/nn.h"
 #include "kiln/record.h"
 #include "repository.h"
+#include "scheduler.h"
 #include "trainer-impl.h"
 #define FASHION_DIR "/usr/share/datasets/fashion-mnist"
 
@@ -182,17 +185,111 @@ static void check_device(struct problems *p, const char *spec)
         kiln_device_close(dev);
 }
 
-/* Submission: the JSON model built once and freed, as the run will build it (trainer-run.c). */
-static void check_model(struct problems *p, const char *json)
+/* Submission: the model built on the ref device as the run builds it (trainer-run.c), one item
+ * of the data's shape through it where that shape is known, and the optimizer and scheduler made
+ * over its parameters, so that what only the engine knows (an unknown layer, a Linear of the
+ * wrong width, a setting the optimizer refuses) is a 400 now, with the engine's message. */
+static void check_model(struct problems *p, const struct kd_jobspec *s)
 {
     kiln_device *dev = kiln_device_open("ref");
     kiln_generator gen = kiln_generator_make(0);
-    kiln_module *m = dev ? kiln_model_from_json(json, dev, &gen) : NULL;
-    if (!m)
-        problem(p, "model", "does not build: %s", kiln_error());
+    char why[400] = "";
+    kiln_module *m = NULL;
+    if (!dev)
+        snprintf(why, sizeof why, "%s", kiln_error());
+    else if (s->model_onnx)
+        m = kd_trainer_onnx_module(s->model_onnx, dev, why, sizeof why);
+    else
+        m = kiln_model_from_json(s->model_json, dev, &gen);
+    if (!m) {
+        problem(p, "model", "does not build: %s", s->model_json ? kiln_error() : why);
+    } else {
+        struct kd_trainer_items items;
+        kd_trainer_probe_items(s, &items);
+        if (items.ndim > 0 && kd_trainer_output_width(m, dev, &items, why, sizeof why) < 0)
+            problem(p, "model", "%s", why);
+        kiln_optim *opt = kiln_optim_create_module(&s->optim, m);
+        if (!opt)
+            problem(p, "optimizer", "%s", kiln_error());
+        kiln_sched_config sc = s->sched;
+        if (sc.kind == KILN_SCHED_COSINE && sc.t_max <= 0)
+            sc.t_max = 1; /* the whole run, which the run knows */
+        kiln_sched *sched = opt && s->has_sched ? kiln_sched_create(&sc, opt) : NULL;
+        if (opt && s->has_sched && !sched)
+            problem(p, "scheduler", "%s", kiln_error());
+        kiln_sched_free(sched);
+        kiln_optim_free(opt);
+    }
     kiln_module_free(m);
     if (dev)
         kiln_device_close(dev);
+}
+
+/* ---- the device ---------------------------------------------------------------------------- */
+
+static _Atomic(struct kd_sched *) configured_devices;
+
+void kd_jobspec_set_devices(struct kd_sched *sched)
+{
+    atomic_store(&configured_devices, sched);
+}
+
+struct device_match {
+    const char *want;  /* the spec's device, or NULL for the first configured */
+    const char *found; /* the configured spec it names */
+    char listed[512];  /* every configured device, secrets masked */
+    size_t used;
+};
+
+static void match_device(void *ctx, const char *spec, kiln_device *dev)
+{
+    struct device_match *m = ctx;
+    if (!m->found && (!m->want || strcmp(spec, m->want) == 0 || strcmp(kiln_device_name(dev), m->want) == 0))
+        m->found = spec;
+    char shown[200];
+    kiln_device_spec_redact(spec, shown, sizeof shown);
+    int n = snprintf(m->listed + m->used, sizeof m->listed - m->used, "%s%s", m->used ? ", " : "", shown);
+    if (n > 0)
+        m->used = m->used + (size_t)n < sizeof m->listed ? m->used + (size_t)n : sizeof m->listed - 1;
+}
+
+/* A job trains on one of the devices kilnd drives, and says so in the configured spelling:
+ * serving then finds the registered model's device among its workers, and a device kilnd was
+ * not told to use is a 400 at submission rather than a job that trains and then cannot serve.
+ * The workers' devices are fixed once the scheduler runs, so reading them from the training
+ * thread is as safe as from the loop. */
+static void parse_device(struct problems *p, const cJSON *root, struct kd_jobspec *s)
+{
+    char *want = string(p, root, "device", "device", false);
+    struct kd_sched *sched = atomic_load(&configured_devices);
+    if (!sched) {
+        s->device = want ? want : get(root, "device") ? NULL : strdup("cpu");
+        return;
+    }
+    if (!want && get(root, "device"))
+        return; /* not a string: said already */
+    struct device_match m = {.want = want};
+    kd_sched_each_device(sched, match_device, &m);
+    if (m.found) {
+        s->device = strdup(m.found);
+    } else {
+        char shown[200];
+        problem(p, "device", "'%s' is not one of the devices kilnd drives (%s: the devices setting)",
+                kiln_device_spec_redact(want ? want : "", shown, sizeof shown), m.used ? m.listed : "none");
+    }
+    free(want);
+}
+
+/* A model name, or what is wrong with it. */
+static void name_problem(struct problems *p, const char *field, const cJSON *v)
+{
+    if (cJSON_IsString(v) && strlen(v->valuestring) > KD_MODEL_NAME_MAX)
+        problem(p, field, "is %zu characters long; a model name has at most %d", strlen(v->valuestring),
+                KD_MODEL_NAME_MAX);
+    else
+        problem(p, field,
+                "must be a model name: 1 to %d characters of [A-Za-z0-9_.-], without a leading dot or '..'",
+                KD_MODEL_NAME_MAX);
 }
 
 static bool known_metric(const char *name)
@@ -267,7 +364,7 @@ static void parse_base_model(struct problems *p, const cJSON *m, const struct kd
     int64_t want = 0;
     integer(p, m, "version", "model.version", 1, INT64_MAX / 2, &want);
     if (!cJSON_IsString(name) || !kd_repository_name_valid(name->valuestring)) {
-        problem(p, "model.repository", "must be a model name of [A-Za-z0-9_.-] without a leading dot");
+        name_problem(p, "model.repository", name);
         return;
     }
     kd_repository *repo = env->models_root ? kd_repository_open(env->models_root) : NULL;
@@ -423,6 +520,10 @@ static void parse_loss(struct problems *p, const cJSON *root, struct kd_jobspec 
         const cJSON *k = get(l, "kind");
         kind = cJSON_IsString(k) ? k->valuestring : "cross_entropy";
         num(p, l, "label_smoothing", "loss.label_smoothing", 0, 1, &s->label_smoothing);
+        if (k && !cJSON_IsString(k)) {
+            problem(p, "loss.kind", "must be a loss name (jobs train classifiers: cross_entropy)");
+            return;
+        }
     } else if (!kind) {
         problem(p, "loss", "must be a name or an object");
         return;
@@ -431,9 +532,33 @@ static void parse_loss(struct problems *p, const cJSON *root, struct kd_jobspec 
         problem(p, "loss", "unknown loss '%s' (jobs train classifiers: cross_entropy)", kind);
 }
 
+/* Whether list ("a, b, c") names word. */
+static bool listed(const char *list, const char *word)
+{
+    size_t n = strlen(word);
+    for (const char *at = list; (at = strstr(at, word)) != NULL; at += n)
+        if ((at == list || at[-1] == ' ') && (at[n] == ',' || at[n] == '\0'))
+            return true;
+    return false;
+}
+
+/* A setting the chosen kind does not have would be ignored, leaving the run other than asked:
+ * refused (as torch.optim's constructors refuse an unknown keyword), naming the kinds it has. */
+static void foreign_keys(struct problems *p, const cJSON *obj, const char *prefix, const char *kind,
+                         const char *const owners[][2], size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char field[64];
+        snprintf(field, sizeof field, "%s.%s", prefix, owners[i][0]);
+        if (get(obj, owners[i][0]) && !listed(owners[i][1], kind))
+            problem(p, field, "%s has no %s (it is a setting of %s)", kind, owners[i][0], owners[i][1]);
+    }
+}
+
 static void parse_optimizer(struct problems *p, const cJSON *root, struct kd_jobspec *s)
 {
     s->optim = kiln_optim_config_default(KILN_OPTIM_ADAM);
+    s->grad_accum = 1;
     const cJSON *o = get(root, "optimizer");
     if (!o)
         return;
@@ -445,8 +570,10 @@ static void parse_optimizer(struct problems *p, const cJSON *root, struct kd_job
                                        "eps", "amsgrad", "grad_accum", NULL};
     unknown_keys(p, o, "optimizer.", keys);
     const cJSON *k = get(o, "kind");
+    bool kind_known = true;
     if (k) {
         int kind = cJSON_IsString(k) ? kiln_optim_kind_from_name(k->valuestring) : -1;
+        kind_known = kind >= 0;
         if (kind < 0)
             problem(p, "optimizer.kind", "unknown optimizer (known: sgd, adam, adamw, rmsprop, adagrad)");
         else
@@ -460,6 +587,17 @@ static void parse_optimizer(struct problems *p, const cJSON *root, struct kd_job
     num(p, o, "eps", "optimizer.eps", 0, 1, &s->optim.eps);
     boolean(p, o, "nesterov", "optimizer.nesterov", &s->optim.nesterov);
     boolean(p, o, "amsgrad", "optimizer.amsgrad", &s->optim.amsgrad);
+    int64_t accum = s->grad_accum;
+    integer(p, o, "grad_accum", "optimizer.grad_accum", 1, 1 << 20, &accum);
+    s->grad_accum = (int)accum;
+    static const char *const owners[][2] = {
+        {"momentum", "sgd, rmsprop"}, {"nesterov", "sgd"},        {"beta1", "adam, adamw"},
+        {"beta2", "adam, adamw"},     {"amsgrad", "adam, adamw"}, {"eps", "adam, adamw, rmsprop, adagrad"}};
+    if (kind_known)
+        foreign_keys(p, o, "optimizer", kiln_optim_kind_name(s->optim.kind), owners,
+                     sizeof owners / sizeof *owners);
+    if (s->optim.kind == KILN_OPTIM_SGD && s->optim.nesterov && !(s->optim.momentum > 0))
+        problem(p, "optimizer.nesterov", "needs momentum > 0 (momentum is %g)", s->optim.momentum);
 }
 
 static void parse_scheduler(struct problems *p, const cJSON *root, struct kd_jobspec *s)
@@ -498,6 +636,9 @@ static void parse_scheduler(struct problems *p, const cJSON *root, struct kd_job
         problem(p, "scheduler.per", "must be \"step\" or \"epoch\"");
     else if (per)
         s->sched_per_step = strcmp(per->valuestring, "step") == 0;
+    static const char *const owners[][2] = {
+        {"t_max", "cosine"}, {"eta_min", "cosine"}, {"step_size", "step"}, {"gamma", "step, exponential"}};
+    foreign_keys(p, o, "scheduler", kinds[found].name, owners, sizeof owners / sizeof *owners);
     integer(p, o, "t_max", "scheduler.t_max", 1, INT64_MAX / 2, &s->sched.t_max);
     num(p, o, "eta_min", "scheduler.eta_min", 0, 100, &s->sched.eta_min);
     integer(p, o, "step_size", "scheduler.step_size", 1, INT64_MAX / 2, &s->sched.step_size);
@@ -598,9 +739,7 @@ int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct 
     s->seed = (uint64_t)seed;
     s->workers = (int)workers;
     s->max_batch_size = (int)mbs;
-    s->device = string(&p, root, "device", "device", false);
-    if (!s->device && !get(root, "device"))
-        s->device = strdup("cpu");
+    parse_device(&p, root, s);
     char why[256];
     if (env && env->resumable && s->resume_from_job > 0 &&
         env->resumable(env->resumable_ud, s->resume_from_job, why, sizeof why) != 0)
@@ -618,7 +757,7 @@ int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct 
     const cJSON *reg = get(root, "register_as");
     if (reg) {
         if (!cJSON_IsString(reg) || !kd_repository_name_valid(reg->valuestring))
-            problem(&p, "register_as", "must be a model name of [A-Za-z0-9_.-] without a leading dot");
+            name_problem(&p, "register_as", reg);
         else
             s->register_as = strdup(reg->valuestring);
     }
@@ -635,8 +774,8 @@ int kd_jobspec_check_runnable(const struct kd_jobspec *s, char *problems, size_t
     struct problems p = {problems, len, 0, 0};
     if (len)
         problems[0] = '\0';
-    if (s->model_json)
-        check_model(&p, s->model_json);
+    if (s->model_json || s->model_onnx)
+        check_model(&p, s);
     if (s->device)
         check_device(&p, s->device);
     return p.count ? -1 : 0;

@@ -1,9 +1,10 @@
 /*
  * scheduler/trainer.h — training jobs: the job spec (parsed and checked on the loop thread; at
- * submission its device is also opened once and its model built once, so a spec that cannot
- * run is refused there) and the run of one job (on the daemon's training thread), which
- * builds the model, data sets, optimizer and Learner from the spec, resumes from a checkpoint
- * when one exists, trains, and adds the trained model to the repository.
+ * submission its device is also opened once, and its model built once and run on one item shaped
+ * like the data's, so a spec that cannot run is refused there) and the run of one job (on the
+ * daemon's training thread), which builds the model, data sets, optimizer and Learner from the
+ * spec, resumes from a checkpoint when one exists, trains, and adds the trained model to the
+ * repository.
  *
  *     struct kd_jobspec s;
  *     char problems[2048];
@@ -25,6 +26,8 @@
 
 #include "kiln/optim.h"
 
+struct kd_sched;
+
 /* Where a spec's paths may point: every data path must resolve (realpath) under a root. */
 struct kd_jobspec_env {
     const char *const *roots;
@@ -37,6 +40,17 @@ struct kd_jobspec_env {
     int (*resumable)(void *ud, int64_t job, char *why, size_t len); /* 0, or -1 with why */
     void *resumable_ud;
 };
+
+/*
+ * The devices kilnd drives, for every spec parsed from then on: those of sched's workers (NULL,
+ * the default: any device spec that opens, "cpu" when a spec names none). A job's device must
+ * then be one of them, named as configured or as the device calls itself ("vulkan:0" for one
+ * configured as "vulkan"), as serving matches a model's device; the spec keeps the configured
+ * spelling, which the served model's config.json repeats, and a spec without a device takes
+ * the first configured one. Call it once the scheduler runs and before the first spec is
+ * parsed (kilnd: where the jobs module starts), and with NULL before the scheduler goes.
+ */
+void kd_jobspec_set_devices(struct kd_sched *sched);
 
 struct kd_jobspec {
     char *model_json;                 /* the model's JSON graph spec (NULL for an ONNX model) */
@@ -53,10 +67,11 @@ struct kd_jobspec {
     double valid_split;               /* 0: no split */
     double label_smoothing;
     kiln_optim_config optim;
+    int grad_accum; /* batches whose gradients add up to one update (1) */
     bool has_sched, sched_per_step;
     kiln_sched_config sched;
     int64_t epochs, batch_size;
-    char *device;
+    char *device; /* as configured (kd_jobspec_set_devices), or as given */
     uint64_t seed;
     int workers;
     int64_t ckpt_every_epochs, ckpt_every_steps;
@@ -78,10 +93,13 @@ struct kd_jobspec {
  */
 int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct kd_jobspec *out, char *problems,
                      size_t len);
-/* What a parsed spec needs to run at all: its device opens (and is closed again) and its JSON
- * model builds (once, on the ref device, then freed). Slow for a large model, a GPU's first
- * context or a remote device: call it off the loop thread. 0, or -1 with one "field: problem"
- * line per problem in problems, as kd_jobspec_parse writes them. */
+/* What a parsed spec needs to run at all: its device opens (and is closed again); its model
+ * (JSON or ONNX) builds on the ref device and, where the data's item shape is known cheaply (the
+ * IDX header, the CSV header line), takes one zero item of that shape and gives [1, W] class
+ * scores with W at least the data's class count when that is known (IDX labels); and its
+ * optimizer and scheduler accept their settings over the model's parameters. Slow for a large
+ * model, a GPU's first context or a remote device: call it off the loop thread. 0, or -1 with
+ * one "field: problem" line per problem in problems, as kd_jobspec_parse writes them. */
 int kd_jobspec_check_runnable(const struct kd_jobspec *s, char *problems, size_t len);
 void kd_jobspec_free(struct kd_jobspec *s);
 

@@ -13,6 +13,26 @@
 
 enum { KILN__MAX_SUBS = 16, KILN__MAX_METRICS = 32 };
 
+/* Per-class counts of one validation pass (metrics.c): all the macro precision, recall and
+ * F1 need, in memory linear in the class count, where the confusion matrix is quadratic (a
+ * CSV label of 999999 asks for a million classes). */
+typedef struct kiln__class_tally {
+    int64_t classes;
+    int64_t *hits, *predicted, *actual; /* one allocation, classes each */
+} kiln__class_tally;
+
+/** 0, or -1 plus a message. */
+int kiln__tally_init(kiln__class_tally *t, int64_t classes);
+void kiln__tally_free(kiln__class_tally *t);
+void kiln__tally_reset(kiln__class_tally *t);
+/** One item: its label and the predicted class (-1: none, a row of scores holding a NaN);
+ *  a label outside [0, classes) is not counted, a prediction outside it counts as a miss. */
+void kiln__tally_add(kiln__class_tally *t, int64_t label, int64_t prediction);
+/** Macro averages with the conventions of kiln_confusion_precision and its siblings. */
+double kiln__tally_precision(const kiln__class_tally *t);
+double kiln__tally_recall(const kiln__class_tally *t);
+double kiln__tally_f1(const kiln__class_tally *t);
+
 struct kiln_learner {
     kiln_learner_config cfg;
     char *ckpt_dir, *best_metric, *es_metric; /* owned copies of cfg's strings */
@@ -36,7 +56,8 @@ struct kiln_learner {
     double part_loss;
     int64_t part_n, part_correct;
     cJSON *history;          /* one object per completed epoch */
-    kiln_confusion cm;       /* the latest validation's */
+    kiln__class_tally tally; /* the latest validation's (a classifier) */
+    kiln_confusion cm;       /* the same as a matrix, up to KILN_LEARNER_CONFUSION_MAX classes */
     const char *stop_reason;
     /* the latest epoch's metrics */
     int nm;

@@ -155,9 +155,15 @@ kiln_learner *kiln_learner_create(const kiln_learner_config *cfg, kiln_module *m
     L->stop_reason = "not started";
     atomic_init(&L->cancel, 0);
     snprintf(L->topk_name, sizeof L->topk_name, "valid_top%d_accuracy", cfg->topk);
-    if (!L->history || (cfg->num_classes > 0 && kiln_confusion_init(&L->cm, cfg->num_classes) < 0)) {
+    /* The metrics need a tally linear in the classes; the matrix (the report's) is quadratic
+     * and kept only while it is small. */
+    bool classifier = cfg->num_classes > 0;
+    if (!L->history || (classifier && kiln__tally_init(&L->tally, cfg->num_classes) < 0) ||
+        (classifier && cfg->num_classes <= KILN_LEARNER_CONFUSION_MAX &&
+         kiln_confusion_init(&L->cm, cfg->num_classes) < 0)) {
         kiln_learner_free(L);
-        return kiln__error_set("learner_create: out of memory"), NULL;
+        return kiln__error_set("learner_create: out of memory for %lld classes", (long long)cfg->num_classes),
+               NULL;
     }
     return L;
 }
@@ -170,6 +176,7 @@ void kiln_learner_free(kiln_learner *L)
     free(L->best_metric);
     free(L->es_metric);
     cJSON_Delete(L->history);
+    kiln__tally_free(&L->tally);
     kiln_confusion_free(&L->cm);
     free(L);
 }
@@ -293,31 +300,58 @@ static kiln_tensor *compute_loss(kiln_learner *L, kiln_tensor *out, kiln_tensor 
     return kiln_loss_cross_entropy(out, y, NULL);
 }
 
-/* Argmax predictions (and top-k hits) of logits [n, C] against labels, on the host. */
-static int classify(kiln_learner *L, kiln_tensor *out, kiln_tensor *y, int64_t n, int64_t *correct,
-                    int64_t *topk, kiln_confusion *cm)
+/* A classifier's output must be [n, W] with W >= num_classes: logits wider than the classes
+ * that occur are fine (PyTorch's cross entropy takes them), narrower ones leave a class
+ * without a score. Checked before the loss, whose message would only name a target. */
+static int check_output(const kiln_learner *L, kiln_tensor *out, int64_t n)
 {
     int64_t C = L->cfg.num_classes;
-    if (kiln_tensor_ndim(out) != 2 || kiln_tensor_dim(out, 1) != C || kiln_tensor_dim(out, 0) != n)
-        return kiln__error_set("learner: classification output has %d dims, expected [%lld, %lld]",
-                               kiln_tensor_ndim(out), (long long)n, (long long)C);
-    float *lg = malloc((size_t)(n * C) * sizeof *lg + 1);
+    int nd = kiln_tensor_ndim(out);
+    if (nd == 2 && kiln_tensor_dim(out, 0) == n && kiln_tensor_dim(out, 1) >= C)
+        return 0;
+    char shape[160] = "";
+    for (int d = 0, used = 0; d < nd && used < (int)sizeof shape - 24; d++)
+        used += snprintf(shape + used, sizeof shape - (size_t)used, "%s%lld", d ? ", " : "",
+                         (long long)kiln_tensor_dim(out, d));
+    if (nd == 2 && kiln_tensor_dim(out, 0) == n)
+        return kiln__error_set("the classification output [%s] has %lld class scores an item, fewer than "
+                               "the data's %lld classes",
+                               shape, (long long)kiln_tensor_dim(out, 1), (long long)C);
+    return kiln__error_set("the classification output is [%s]; expected [%lld, W] with W >= %lld (the "
+                           "data's classes)",
+                           shape, (long long)n, (long long)C);
+}
+
+/* Argmax predictions (and top-k hits) of logits [n, W] against labels, on the host; a row
+ * holding a NaN is a miss. */
+static int classify(kiln_learner *L, kiln_tensor *out, kiln_tensor *y, int64_t n, int64_t *correct, int64_t *topk,
+                    bool tally)
+{
+    if (check_output(L, out, n) < 0)
+        return -1;
+    int64_t W = kiln_tensor_dim(out, 1);
+    float *lg = malloc((size_t)(n * W) * sizeof *lg + 1);
     int64_t *lab = malloc((size_t)n * sizeof *lab + 1);
     kiln_tensor *of = kiln_cast(out, KILN_F32), *yl = kiln_cast(y, KILN_I64);
     int rc = -1;
-    if (lg && lab && of && yl && kiln_to_data(of, lg, (size_t)(n * C) * sizeof *lg) == 0 &&
+    if (lg && lab && of && yl && kiln_to_data(of, lg, (size_t)(n * W) * sizeof *lg) == 0 &&
         kiln_to_data(yl, lab, (size_t)n * sizeof *lab) == 0) {
         for (int64_t i = 0; i < n; i++) {
+            const float *row = lg + i * W;
             int64_t best = 0;
-            for (int64_t c = 1; c < C; c++)
-                if (lg[i * C + c] > lg[i * C + best])
-                    best = c;
+            for (int64_t c = 1; c < W && best >= 0; c++)
+                best = isnan(row[c]) ? -1 : row[c] > row[best] ? c : best;
+            if (isnan(row[0]))
+                best = -1;
             *correct += best == lab[i];
-            if (cm)
-                kiln_confusion_add(cm, lab[i], best);
+            if (tally) {
+                kiln__tally_add(&L->tally, lab[i], best);
+                if (L->cm.counts)
+                    kiln_confusion_add(&L->cm, lab[i], best);
+            }
         }
         if (topk)
-            *topk += kiln_topk_hits(lg, n, C, lab, L->cfg.topk);
+            *topk += kiln_topk_hits(lg, n, W, lab, L->cfg.topk);
         rc = 0;
     }
     free(lg);
@@ -331,6 +365,8 @@ static int train_step(kiln_learner *L, kiln_batch *b, bool update, double *loss_
 {
     int rc = -1;
     kiln_tensor *out = kiln_module_forward(L->model, b->x);
+    if (out && L->cfg.num_classes > 0 && check_output(L, out, b->n) < 0)
+        return -1;
     kiln_tensor *loss = compute_loss(L, out, b->y);
     kiln_tensor *scaled = L->cfg.grad_accum > 1 ? kiln_mul_scalar(loss, 1.0 / L->cfg.grad_accum) : loss;
     if (!scaled)
@@ -342,11 +378,10 @@ static int train_step(kiln_learner *L, kiln_batch *b, bool update, double *loss_
     kiln_tensor *parts[2] = {kiln_cast(loss, KILN_F64), NULL};
     int nparts = 1;
     if (L->cfg.num_classes > 0) {
-        int64_t C = L->cfg.num_classes;
-        if (kiln_tensor_ndim(out) != 2 || kiln_tensor_dim(out, 1) != C || kiln_tensor_dim(out, 0) != b->n)
-            return kiln__error_set("learner: classification output has %d dims, expected [%lld, %lld]",
-                                   kiln_tensor_ndim(out), (long long)b->n, (long long)C);
-        kiln_tensor *hits = kiln_eq(kiln_argmax(out, 1, false), kiln_cast(b->y, KILN_I64));
+        /* a row holding a NaN is a miss, whatever index argmax makes of it */
+        kiln_tensor *clean = kiln_logical_not(kiln_any(kiln_isnan(out), KILN_DIMS(1), false));
+        kiln_tensor *hits = kiln_logical_and(kiln_eq(kiln_argmax(out, 1, false), kiln_cast(b->y, KILN_I64)),
+                                             clean);
         parts[nparts++] = kiln_sum(kiln_cast(hits, KILN_F64), KILN_ALL_DIMS, false);
     }
     double got[2] = {NAN, 0};
@@ -356,6 +391,9 @@ static int train_step(kiln_learner *L, kiln_batch *b, bool update, double *loss_
     double lv = got[0];
     if (nparts == 2)
         *correct += (int64_t)got[1];
+    *loss_out = lv;
+    if (L->cfg.fail_on_nonfinite_loss && !isfinite(lv))
+        return 1; /* before the update: the caller names the step */
     if (update) {
         if (kiln_optim_step(L->opt) < 0)
             return -1;
@@ -366,7 +404,6 @@ static int train_step(kiln_learner *L, kiln_batch *b, bool update, double *loss_
         if (L->sched && L->cfg.sched_per_step && isnan(kiln_sched_step(L->sched)))
             return -1;
     }
-    *loss_out = lv;
     rc = 0;
     return rc;
 }
@@ -374,7 +411,7 @@ static int train_step(kiln_learner *L, kiln_batch *b, bool update, double *loss_
 /* ---------------------------------------------------------------- evaluation */
 
 static int evaluate(kiln_learner *L, kiln_loader *ld, double *loss, int64_t *n_out, int64_t *correct,
-                    int64_t *topk, kiln_confusion *cm)
+                    int64_t *topk, bool tally)
 {
     bool was = kiln_module_is_training(L->model);
     kiln_module_train(L->model, false);
@@ -382,8 +419,10 @@ static int evaluate(kiln_learner *L, kiln_loader *ld, double *loss, int64_t *n_o
     double sum = 0;
     int64_t n = 0;
     int rc = kiln_loader_start(ld, 0, 0);
-    if (cm)
-        kiln_confusion_reset(cm);
+    if (tally) {
+        kiln__tally_reset(&L->tally);
+        kiln_confusion_reset(&L->cm);
+    }
     while (rc == 0) {
         kiln_scope_begin();
         kiln_batch b;
@@ -394,11 +433,13 @@ static int evaluate(kiln_learner *L, kiln_loader *ld, double *loss, int64_t *n_o
             break;
         }
         kiln_tensor *out = kiln_module_forward(L->model, b.x);
-        double lv = kiln_item(compute_loss(L, out, b.y));
-        if (!isfinite(lv) && !out)
+        double lv = NAN;
+        if (!out || (L->cfg.num_classes > 0 && check_output(L, out, b.n) < 0))
             rc = -1;
-        else if (L->cfg.num_classes > 0)
-            rc = classify(L, out, b.y, b.n, correct, topk, cm);
+        else
+            lv = kiln_item(compute_loss(L, out, b.y));
+        if (rc == 0 && L->cfg.num_classes > 0)
+            rc = classify(L, out, b.y, b.n, correct, topk, tally);
         sum += lv * (double)b.n;
         n += b.n;
         kiln_scope_end();
@@ -416,7 +457,7 @@ int kiln_learner_evaluate(kiln_learner *L, kiln_loader *ld, double *loss, double
         return kiln__error_set("learner_evaluate: NULL argument");
     int64_t n = 0, correct = 0, topk = 0;
     double l;
-    if (evaluate(L, ld, &l, &n, &correct, &topk, NULL) < 0)
+    if (evaluate(L, ld, &l, &n, &correct, &topk, false) < 0)
         return -1;
     if (loss)
         *loss = l;
@@ -481,7 +522,8 @@ static void done_event(kiln_learner *L, const char *reason)
     kiln__learner_emit(L, &ev);
 }
 
-/* One epoch of training from L->batch_pos. 0 done, 1 cancelled, -1 error. */
+/* One epoch of training from L->batch_pos. 0 done, 1 cancelled, -1 error, -2 the loss became
+ * NaN or infinite under fail_on_nonfinite_loss (the message names where). */
 static int train_epoch(kiln_learner *L, int64_t e, double *seconds, int64_t *items)
 {
     int64_t nb = kiln_loader_batches(L->train);
@@ -502,12 +544,17 @@ static int train_epoch(kiln_learner *L, int64_t e, double *seconds, int64_t *ite
         bool update = (b + 1) % L->cfg.grad_accum == 0 || b == nb - 1;
         double lv = NAN;
         int64_t correct = 0;
-        if (got != 1 || train_step(L, &batch, update, &lv, &correct) < 0) {
+        int step = got == 1 ? train_step(L, &batch, update, &lv, &correct) : -1;
+        if (step != 0) {
             if (got == 0)
                 kiln__error_set("learner: the training loader ended at batch %lld of %lld", (long long)b,
                                 (long long)nb);
+            if (step == 1)
+                kiln__error_set("learner: loss became %s at epoch %lld step %lld (batch %lld of the epoch)",
+                                isnan(lv) ? "NaN" : "infinite", (long long)e + 1, (long long)L->step + 1,
+                                (long long)b + 1);
             kiln_scope_end();
-            rc = -1;
+            rc = step == 1 ? -2 : -1;
             break;
         }
         int64_t n = batch.n;
@@ -566,6 +613,12 @@ int kiln_learner_fit(kiln_learner *L)
         double secs = 0;
         int64_t items = 0;
         int rc = train_epoch(L, e, &secs, &items);
+        if (rc == -2) {
+            char msg[KILN_ERROR_MAX];
+            snprintf(msg, sizeof msg, "%s", kiln_error());
+            done_event(L, "error");
+            return kiln__error_set("%s", msg);
+        }
         if (rc < 0) {
             char msg[KILN_ERROR_MAX];
             snprintf(msg, sizeof msg, "%s", kiln_error());
@@ -587,7 +640,7 @@ int kiln_learner_fit(kiln_learner *L)
         if (L->valid) {
             double vl;
             int64_t vn = 0, vc = 0, vk = 0;
-            if (evaluate(L, L->valid, &vl, &vn, &vc, &vk, L->cfg.num_classes > 0 ? &L->cm : NULL) < 0) {
+            if (evaluate(L, L->valid, &vl, &vn, &vc, &vk, L->cfg.num_classes > 0) < 0) {
                 cJSON_Delete(ep);
                 char msg[KILN_ERROR_MAX];
                 snprintf(msg, sizeof msg, "%s", kiln_error());
@@ -598,9 +651,9 @@ int kiln_learner_fit(kiln_learner *L)
             if (L->cfg.num_classes > 0 && vn > 0) {
                 set_metric(L, "valid_accuracy", (double)vc / (double)vn);
                 set_metric(L, L->topk_name, (double)vk / (double)vn);
-                set_metric(L, "valid_precision", kiln_confusion_precision(&L->cm));
-                set_metric(L, "valid_recall", kiln_confusion_recall(&L->cm));
-                set_metric(L, "valid_f1", kiln_confusion_f1(&L->cm));
+                set_metric(L, "valid_precision", kiln__tally_precision(&L->tally));
+                set_metric(L, "valid_recall", kiln__tally_recall(&L->tally));
+                set_metric(L, "valid_f1", kiln__tally_f1(&L->tally));
             }
         }
         if (L->sched && !L->cfg.sched_per_step && isnan(kiln_sched_step(L->sched))) {
@@ -670,7 +723,7 @@ char *kiln_learner_report_json(const kiln_learner *L)
     cJSON_AddNumberToObject(r, "epochs_completed", (double)L->epoch);
     cJSON_AddNumberToObject(r, "steps", (double)L->step);
     cJSON_AddItemToObject(r, "history", cJSON_Duplicate(L->history, true));
-    if (L->cfg.num_classes > 0) {
+    if (L->cm.counts) {
         cJSON *m = cJSON_AddArrayToObject(r, "valid_confusion");
         for (int64_t i = 0; m && i < L->cm.classes; i++) {
             cJSON *row = cJSON_CreateArray();

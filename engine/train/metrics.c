@@ -2,13 +2,16 @@
  * engine/train/metrics.c — classification metrics computed on the host from counts:
  * the confusion matrix and the macro precision/recall/F1 derived from it, and top-k hits
  * from a batch of logits. Keeping the counts (not running averages) makes the epoch
- * figures exact and lets a checkpoint or a report carry the whole matrix.
+ * figures exact and lets a checkpoint or a report carry the whole matrix. The learner's
+ * per-class tally gives the same macro figures from counts linear in the class count.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "error-impl.h"
 #include "kiln/train.h"
+#include "learner-impl.h"
 
 int kiln_confusion_init(kiln_confusion *cm, int64_t classes)
 {
@@ -113,12 +116,79 @@ int64_t kiln_topk_hits(const float *logits, int64_t n, int64_t classes, const in
         if (y < 0 || y >= classes)
             continue;
         /* The label is in the top k when fewer than k classes beat it (ties go to the
-         * lower index, as a stable descending sort would order them). */
+         * lower index, as a stable descending sort would order them). Every comparison
+         * with a NaN is false, so without the NaN test nothing would beat a label whose
+         * score is NaN and a diverged model would score every item a hit. */
         int64_t better = 0;
-        for (int64_t c = 0; c < classes && better < k; c++)
-            if (row[c] > row[y] || (row[c] == row[y] && c < y))
-                better++;
-        hits += better < k;
+        bool nan = false;
+        for (int64_t c = 0; c < classes && !nan; c++) {
+            nan = isnan(row[c]);
+            better += row[c] > row[y] || (row[c] == row[y] && c < y);
+        }
+        hits += !nan && better < k;
     }
     return hits;
+}
+
+/* ---- the learner's per-class tally --------------------------------------------------------- */
+
+int kiln__tally_init(kiln__class_tally *t, int64_t classes)
+{
+    memset(t, 0, sizeof *t);
+    if (classes < 1 || classes > ((int64_t)1 << 40))
+        return kiln__error_set("class tally: %lld classes", (long long)classes);
+    int64_t *all = calloc((size_t)classes * 3, sizeof *all);
+    if (!all)
+        return kiln__error_set("class tally: out of memory for %lld classes", (long long)classes);
+    *t = (kiln__class_tally){classes, all, all + classes, all + 2 * classes};
+    return 0;
+}
+
+void kiln__tally_free(kiln__class_tally *t)
+{
+    free(t->hits);
+    memset(t, 0, sizeof *t);
+}
+
+void kiln__tally_reset(kiln__class_tally *t)
+{
+    if (t->hits)
+        memset(t->hits, 0, (size_t)t->classes * 3 * sizeof *t->hits);
+}
+
+void kiln__tally_add(kiln__class_tally *t, int64_t label, int64_t prediction)
+{
+    if (!t->hits || label < 0 || label >= t->classes)
+        return;
+    t->actual[label]++;
+    if (prediction >= 0 && prediction < t->classes)
+        t->predicted[prediction]++;
+    t->hits[label] += prediction == label;
+}
+
+double kiln__tally_precision(const kiln__class_tally *t)
+{
+    double sum = 0;
+    for (int64_t c = 0; c < t->classes; c++)
+        sum += t->predicted[c] > 0 ? (double)t->hits[c] / (double)t->predicted[c] : 0;
+    return t->classes ? sum / (double)t->classes : 0;
+}
+
+double kiln__tally_recall(const kiln__class_tally *t)
+{
+    double sum = 0;
+    for (int64_t c = 0; c < t->classes; c++)
+        sum += t->actual[c] > 0 ? (double)t->hits[c] / (double)t->actual[c] : 0;
+    return t->classes ? sum / (double)t->classes : 0;
+}
+
+double kiln__tally_f1(const kiln__class_tally *t)
+{
+    double sum = 0;
+    for (int64_t c = 0; c < t->classes; c++) {
+        double p = t->predicted[c] > 0 ? (double)t->hits[c] / (double)t->predicted[c] : 0;
+        double r = t->actual[c] > 0 ? (double)t->hits[c] / (double)t->actual[c] : 0;
+        sum += p + r > 0 ? 2 * p * r / (p + r) : 0;
+    }
+    return t->classes ? sum / (double)t->classes : 0;
 }

@@ -342,14 +342,14 @@ def test_token_and_connection(kc):
         conf = os.path.join(H.TMP, "cli.json")
         json.dump({"url": d.url, "token": "s3cret"}, open(conf, "w"))
         saved = {k: os.environ.pop(k, None) for k in ("KILN_URL", "KILN_TOKEN")}
-        os.environ["KILN_CONFIG"] = conf
+        os.environ["KILN_CLI_CONFIG"] = conf
         try:
             c = kc.Client()
             check(c.url == d.url and c.jobs() == [], "url and token from the CLI's config file")
             os.environ["KILN_URL"] = "http://127.0.0.1:1"
             check(kc.Client().url == "http://127.0.0.1:1", "KILN_URL before the config file")
         finally:
-            os.environ.pop("KILN_CONFIG", None)
+            os.environ.pop("KILN_CLI_CONFIG", None)
             os.environ.pop("KILN_URL", None)
             os.environ.update({k: v for k, v in saved.items() if v is not None})
     finally:

@@ -316,11 +316,12 @@ def test_bad_specs(d):
         ({"repository": "base", "version": "1"}, "model.version", ""),
         ({"repository": "base", "extra": 1}, "model.extra", "unknown field"),
     ]
-    # Accepted, but the graph's input does not fit CSV rows: the job fails naming the node.
-    job, _, _ = d.run_job({"model": {"onnx": os.path.join(DATA, "cnn.onnx")}, "epochs": 1,
-                           "data": {"type": "csv", "train": os.path.join(DATA, "train.csv")}})
-    check(job["state"] == "failed" and "Conv" in (job.get("error") or ""),
-          "an ONNX graph that does not fit the data fails the job with the node named: %s" % job.get("error"))
+    # The graph's input does not fit CSV rows: the submit's dry run refuses it, naming the node.
+    st, j = d.req("POST", "/v1/jobs", {"model": {"onnx": os.path.join(DATA, "cnn.onnx")}, "epochs": 1,
+                                       "data": {"type": "csv", "train": os.path.join(DATA, "train.csv")}})
+    err = j.get("error", "") if isinstance(j, dict) else ""
+    check(st == 400 and "model:" in err and "Conv" in err,
+          "an ONNX graph that does not fit the data is refused at submit with the node named: %s %s" % (st, err))
     for model, field, words in cases:
         st, j = d.req("POST", "/v1/jobs", dict(base, model=model))
         err = j.get("error", "") if isinstance(j, dict) else ""

@@ -71,22 +71,41 @@ class InferResult:
 
 
 def _config_file():
-    path = os.environ.get("KILN_CONFIG")
-    if not path:
+    """The CLI's config file, as the kiln CLI reads it: $KILN_CLI_CONFIG, else
+    $XDG_CONFIG_HOME/kiln/cli.json or ~/.config/kiln/cli.json ($KILN_CONFIG is kilnd's file and
+    is not read). A missing default file is {}; a named file that cannot be read, one that is not
+    a JSON object of "url" and "token" strings, or one with another key raises ValueError (a
+    misspelt "token" would otherwise end in a 401 with no hint)."""
+    path = os.environ.get("KILN_CLI_CONFIG")
+    named = bool(path)
+    if not named:
         base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
         path = os.path.join(base, "kiln", "cli.json")
     try:
         with open(path) as f:
             cfg = json.load(f)
-    except (OSError, ValueError):
+    except FileNotFoundError:
+        if named:
+            raise ValueError("config file %s (KILN_CLI_CONFIG) does not exist" % path) from None
         return {}
-    return cfg if isinstance(cfg, dict) else {}
+    except (OSError, ValueError) as e:
+        raise ValueError("config file %s: %s" % (path, e)) from None
+    if not isinstance(cfg, dict) or any(not isinstance(cfg.get(k, ""), str) for k in ("url", "token")):
+        raise ValueError('config file %s: expected a JSON object {"url": "http://...", "token": "..."}' % path)
+    unknown = sorted(set(cfg) - {"url", "token"})
+    if unknown:
+        raise ValueError("config file %s: unknown key%s %s (it may hold url and token; kilnd's file is another, "
+                         "named by KILN_CONFIG)" % (path, "s" if len(unknown) > 1 else "",
+                                                    ", ".join(repr(k) for k in unknown)))
+    return cfg
 
 
 class Client:
     def __init__(self, url=None, token=None, timeout=60.0):
-        """url: $KILN_URL, then the CLI config file's "url", then http://127.0.0.1:8080;
-        token likewise ($KILN_TOKEN, the file's "token"). timeout: seconds per request."""
+        """url: $KILN_URL, then the CLI config file's "url" ($KILN_CLI_CONFIG, else
+        ~/.config/kiln/cli.json; ValueError for a file with an unknown key), then
+        http://127.0.0.1:8080; token likewise ($KILN_TOKEN, the file's "token"). timeout:
+        seconds per request."""
         cfg = None
         if not url:
             url = os.environ.get("KILN_URL")

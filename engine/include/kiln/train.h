@@ -32,7 +32,11 @@
  * Metrics (per epoch, names as in the history and the report): train_loss,
  * train_accuracy, valid_loss, valid_accuracy, valid_top<k>_accuracy, valid_precision,
  * valid_recall, valid_f1 (macro), lr, items_per_sec, epoch_seconds, peak_rss_mb; the
- * validation confusion matrix is in the report. Steps report loss, accuracy and lr.
+ * validation confusion matrix is in the report for up to KILN_LEARNER_CONFUSION_MAX
+ * classes (the metrics need memory linear in the class count, the matrix quadratic).
+ * Steps report loss, accuracy and lr. A classifier's output is [batch, W] with W >=
+ * num_classes (logits wider than the classes that occur are fine, as for PyTorch's cross
+ * entropy); a row of scores holding a NaN counts as a miss for accuracy and top-k.
  *
  * Threads: a learner runs on the calling thread (its loaders run their own workers);
  * kiln_learner_cancel may be called from any thread or a signal handler.
@@ -78,7 +82,8 @@ double kiln_confusion_precision(const kiln_confusion *cm);
 double kiln_confusion_recall(const kiln_confusion *cm);
 double kiln_confusion_f1(const kiln_confusion *cm);
 
-/** How many of n rows of logits [n, classes] have their label among the k largest. */
+/** How many of n rows of logits [n, classes] have their label among the k largest. A row
+ *  holding a NaN is a miss (its order means nothing), as is a label outside [0, classes). */
 int64_t kiln_topk_hits(const float *logits, int64_t n, int64_t classes, const int64_t *labels, int k);
 
 /* ------------------------------------------------------------------- events */
@@ -131,7 +136,15 @@ typedef struct kiln_learner_config {
     double min_delta;                /* improvement smaller than this does not count (0) */
     FILE *progress;                  /* NULL: quiet; else a progress line per step */
     uint64_t seed;                   /* the learner's generator (kiln_learner_rng) */
+    /* false: a NaN or infinite training loss is recorded and training goes on. true: fit
+     * fails at the first one, before that batch's update, with "loss became NaN at epoch
+     * E step S" (S: the optimizer update the batch belongs to, 1-based), as PyTorch
+     * Lightning's terminate_on_nan / detect_anomaly stop a diverged run. */
+    bool fail_on_nonfinite_loss;
 } kiln_learner_config;
+
+/** Classes up to which the learner keeps the validation confusion matrix for the report. */
+#define KILN_LEARNER_CONFUSION_MAX 1024
 
 kiln_learner_config kiln_learner_config_default(void);
 
@@ -178,8 +191,9 @@ double kiln_learner_metric(const kiln_learner *L, const char *name);
 kiln_generator *kiln_learner_rng(kiln_learner *L);
 /**
  * The final report: {"stop_reason", "epochs_completed", "steps", "history": [{epoch
- * metrics...}], "valid_confusion": [[...]], "best": {"metric", "value", "epoch",
- * "checkpoint"}, "last_checkpoint"}. malloc'd; free().
+ * metrics...}], "valid_confusion": [[...]] (a classifier of up to
+ * KILN_LEARNER_CONFUSION_MAX classes), "best": {"metric", "value", "epoch", "checkpoint"},
+ * "last_checkpoint"}. malloc'd; free().
  */
 char *kiln_learner_report_json(const kiln_learner *L);
 /** Write the report atomically. 0 or -1. */
