@@ -441,4 +441,16 @@ KVK_WEAK int kvk_rnn(void *q, const kiln_rnn_params *p, const kiln_rnn_operands 
  *  query (entry, op, dtype, params). Weak: absent means "every dtype the device has". */
 KVK_WEAK bool kvk_nn_supports(kvk_queue *q, const kiln_op_query *query);
 
+/* t lifted to at least one dim (a 0-d tensor is [1]): the kernels index one dim or more. */
+static inline kiln_tdesc kvk_lifted(const kiln_tdesc *t)
+{
+    kiln_tdesc r = *t;
+    if (r.ndim == 0) {
+        r.ndim = 1;
+        r.shape[0] = 1;
+        r.strides[0] = 1;
+    }
+    return r;
+}
+
 #endif /* KILN_VK_IMPL_H */

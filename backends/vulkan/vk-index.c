@@ -7,17 +7,6 @@
 
 #include "vk-impl.h"
 
-static kiln_tdesc lift(const kiln_tdesc *t)
-{
-    kiln_tdesc r = *t;
-    if (r.ndim == 0) {
-        r.ndim = 1;
-        r.shape[0] = 1;
-        r.strides[0] = 1;
-    }
-    return r;
-}
-
 typedef struct check_params {
     kvk_view idx;
     uint32_t slot, lo_lo, lo_hi, hi_lo, hi_hi;
@@ -71,7 +60,7 @@ typedef struct gather_params {
 static int gather_like(kvk_queue *q, const char *op, uint32_t mode, const kiln_tdesc *out, const kiln_tdesc *in,
                        int dim, const kiln_tdesc *index)
 {
-    kiln_tdesc o1 = lift(out), i1 = lift(in), x1 = mode ? *index : lift(index);
+    kiln_tdesc o1 = kvk_lifted(out), i1 = kvk_lifted(in), x1 = mode ? *index : kvk_lifted(index);
     if (mode && x1.ndim == 0) {
         x1.ndim = 1;
         x1.shape[0] = 1;
@@ -118,7 +107,7 @@ typedef struct scatter_params {
 static int scatter_like(kvk_queue *q, const char *op, uint32_t mode, bool accumulate, const kiln_tdesc *out,
                         int dim, const kiln_tdesc *index, const kiln_tdesc *src, const kiln_tdesc *iter)
 {
-    kiln_tdesc o1 = lift(out), s1 = lift(src), x1 = lift(index), it = lift(iter);
+    kiln_tdesc o1 = kvk_lifted(out), s1 = kvk_lifted(src), x1 = kvk_lifted(index), it = kvk_lifted(iter);
     kiln_tdesc line = it;
     line.shape[dim] = 1;
     scatter_params p;

@@ -8,18 +8,6 @@
 
 #include "vk-impl.h"
 
-/* t lifted to at least one dim (a 0-d tensor is [1]). */
-static kiln_tdesc lifted(const kiln_tdesc *t)
-{
-    kiln_tdesc r = *t;
-    if (r.ndim == 0) {
-        r.ndim = 1;
-        r.shape[0] = 1;
-        r.strides[0] = 1;
-    }
-    return r;
-}
-
 /* t with dims whose bit in mask is set (mask_keep false) or clear (true) sized 1. */
 static kiln_tdesc collapsed(const kiln_tdesc *t, uint32_t mask, bool keep_masked, bool zero_offset)
 {
@@ -138,7 +126,7 @@ int kvk_reduce(void *vq, kiln_reduce_op op, const kiln_tdesc *out, const kiln_td
     kvk_queue *q = vq;
     reduce_params p;
     memset(&p, 0, sizeof p);
-    kiln_tdesc i1 = lifted(in), o1 = lifted(out);
+    kiln_tdesc i1 = kvk_lifted(in), o1 = kvk_lifted(out);
     if (in->ndim == 0)
         mask = 1;
     kiln_tdesc outer = collapsed(&i1, mask, false, false);
@@ -215,7 +203,7 @@ static int dispatch_arg(kvk_queue *q, bool is_max, uint32_t pass, kiln_buffer *o
 int kvk_arg_reduce(void *vq, bool is_max, const kiln_tdesc *out, const kiln_tdesc *in, int dim)
 {
     kvk_queue *q = vq;
-    kiln_tdesc i1 = lifted(in), o1 = lifted(out);
+    kiln_tdesc i1 = kvk_lifted(in), o1 = kvk_lifted(out);
     if (in->ndim == 0)
         dim = 0;
     arg_params p;
@@ -335,7 +323,7 @@ static int cumsum_lanes(kvk_queue *q, cumsum_params p, kiln_dtype out_dt, kiln_b
 int kvk_cumsum(void *vq, const kiln_tdesc *out, const kiln_tdesc *in, int dim)
 {
     kvk_queue *q = vq;
-    kiln_tdesc i1 = lifted(in), o1 = lifted(out);
+    kiln_tdesc i1 = kvk_lifted(in), o1 = kvk_lifted(out);
     if (in->ndim == 0)
         dim = 0;
     cumsum_params p;

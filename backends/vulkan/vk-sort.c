@@ -35,18 +35,6 @@ typedef struct sort_run {
     kiln_buffer *bufs[5]; /* in, values, indices, keys, positions */
 } sort_run;
 
-/* t lifted to at least one dim (a 0-d tensor is [1]). */
-static kiln_tdesc lifted(const kiln_tdesc *t)
-{
-    kiln_tdesc r = *t;
-    if (r.ndim == 0) {
-        r.ndim = 1;
-        r.shape[0] = 1;
-        r.strides[0] = 1;
-    }
-    return r;
-}
-
 static int sort_pass(sort_run *r, uint32_t pass, const sort_params *p, int64_t groups)
 {
     uint32_t c[4] = {pass, r->descending, r->has_values, r->has_indices};
@@ -59,8 +47,8 @@ int kvk_sort(void *vq, const kiln_tdesc *values, const kiln_tdesc *indices, cons
              bool descending)
 {
     kvk_queue *q = vq;
-    kiln_tdesc i1 = lifted(in);
-    kiln_tdesc v1 = values ? lifted(values) : i1, x1 = indices ? lifted(indices) : i1;
+    kiln_tdesc i1 = kvk_lifted(in);
+    kiln_tdesc v1 = values ? kvk_lifted(values) : i1, x1 = indices ? kvk_lifted(indices) : i1;
     if (in->ndim == 0)
         dim = 0;
     sort_params p;
