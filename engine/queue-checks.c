@@ -198,9 +198,9 @@ static void failure_add(kiln_device *dev, uint64_t lo, uint64_t hi)
     f->next = dev->failures;
     dev->failures = f;
     uint64_t from = lo, below = hi;
-    int n = 1;
-    for (struct kiln__failure *g = f; g->next; g = g->next, n++) {
-        if (n == FAILURES_KEPT) {
+    int kept = 1;
+    for (struct kiln__failure *g = f; g->next; g = g->next, kept++) {
+        if (kept == FAILURES_KEPT) {
             struct kiln__failure *old = g->next;
             g->next = NULL;
             while (old) {
@@ -213,7 +213,6 @@ static void failure_add(kiln_device *dev, uint64_t lo, uint64_t hi)
         from = g->next->lo < from ? g->next->lo : from;
         below = g->next->hi > below ? g->next->hi : below;
     }
-    dev->nfailures = n;
     atomic_store_explicit(&dev->spoiled_from, from, memory_order_release);
     atomic_store_explicit(&dev->spoiled_below, below, memory_order_release);
 }
@@ -253,5 +252,4 @@ void kiln__failures_free(kiln_device *dev)
         f = next;
     }
     dev->failures = NULL;
-    dev->nfailures = 0;
 }

@@ -47,12 +47,11 @@ struct kiln_device {
     struct kiln_queue *queues;         /* open queues, default_q included */
     /* Deferred errors (queue-checks.c; asynchronous devices only). clock orders writes and
      * the points where a queue was seen to finish its work; failures lists the stretches of
-     * the clock whose writes an error spoiled, newest first, nfailures long (both under
-     * queue_lock). A storage stamped outside [spoiled_from, spoiled_below) is not spoiled,
-     * which is what nearly every check finds without the lock. */
+     * the clock whose writes an error spoiled, newest first (under queue_lock). A storage
+     * stamped outside [spoiled_from, spoiled_below) is not spoiled, which is what nearly
+     * every check finds without the lock. */
     _Atomic uint64_t clock;
     struct kiln__failure *failures;
-    int nfailures;
     _Atomic uint64_t spoiled_from, spoiled_below;
 };
 
