@@ -554,36 +554,89 @@ void kd_serving_count_rejected(struct kd_serving *sv, const char *model)
 
 /* ---- the index ------------------------------------------------------------------------------ */
 
-void kd_serving_index(struct kd_serving *sv, bool only_ready,
-                      void (*row)(void *ud, const char *name, int64_t version, const char *state, const char *why),
-                      void *ud)
+typedef void (*index_row_fn)(void *ud, const char *name, int64_t version, const char *state, const char *why);
+
+/* A version still served after its folder left the repository (moved away or deleted): it answers,
+ * so the index lists it as Triton lists every model it knows, but an unload is for good. */
+static const char folder_gone[] = "served, but its folder is gone from the model repository: once unloaded it "
+                                  "cannot be loaded again";
+
+/* One loaded version: READY, or UNAVAILABLE on a device that was lost (a GPU fault). */
+static void loaded_row(const struct kd_serving_entry *e, const struct kd_sched_model *m, bool in_repository,
+                       bool only_ready, index_row_fn row, void *ud)
+{
+    char lost_why[320];
+    bool lost = kd_sched_model_lost(m, lost_why, sizeof lost_why) != 0;
+    if (only_ready && lost)
+        return;
+    const char *why = in_repository ? "" : folder_gone;
+    row(ud, e->name, kd_sched_model_version(m), lost ? "UNAVAILABLE" : "READY", lost ? lost_why : why);
+}
+
+/* A version folder of the repository, loaded as m (NULL: not loaded). */
+static void folder_row(const kd_model_info *info, const kd_model_version *v, const struct kd_serving_entry *e,
+                       const struct kd_sched_model *m, bool only_ready, index_row_fn row, void *ud)
+{
+    if (m) {
+        loaded_row(e, m, true, only_ready, row, ud);
+        return;
+    }
+    if (only_ready)
+        return;
+    const char *why = v && !v->valid && v->why    ? v->why
+                      : !info->valid && info->why ? info->why
+                      : e && e->why[0]            ? e->why
+                      : v && !v->served           ? "not selected by the version policy"
+                                                  : "not loaded";
+    row(ud, info->name, v ? v->version : 0, e && e->loading ? "LOADING" : "UNAVAILABLE", why);
+}
+
+/* Every version of a repository model: its folders and, in version order among them, the loaded
+ * versions whose folders are gone. A model with neither has one row of version 0. */
+static void model_rows(struct kd_serving *sv, const kd_model_info *info, bool only_ready, index_row_fn row,
+                       void *ud)
+{
+    const struct kd_serving_entry *e = kd_serving_find_entry(sv, info->name);
+    int nloaded = e ? e->nv : 0;
+    if (info->nversions == 0 && nloaded == 0) {
+        folder_row(info, NULL, e, NULL, only_ready, row, ud);
+        return;
+    }
+    for (int k = 0, j = 0; k < info->nversions || j < nloaded;) {
+        int64_t in_folder = k < info->nversions ? info->versions[k].version : INT64_MAX;
+        int64_t loaded = j < nloaded ? kd_sched_model_version(e->v[j]) : INT64_MAX;
+        if (loaded < in_folder)
+            loaded_row(e, e->v[j++], false, only_ready, row, ud);
+        else
+            folder_row(info, &info->versions[k++], e, loaded == in_folder ? e->v[j++] : NULL, only_ready, row, ud);
+    }
+}
+
+/* The first model of the table in name order after `after` and before `before` (NULL: no bound)
+ * that serves versions but has no folder in the repository any more. */
+static const struct kd_serving_entry *next_gone(struct kd_serving *sv, const char *after, const char *before)
+{
+    const struct kd_serving_entry *first = NULL;
+    for (const struct kd_serving_entry *e = sv->entries; e; e = e->next)
+        if (e->nv > 0 && (!after || strcmp(e->name, after) > 0) && (!before || strcmp(e->name, before) < 0) &&
+            (!first || strcmp(e->name, first->name) < 0) && !kd_repository_find(sv->repo, e->name))
+            first = e;
+    return first;
+}
+
+void kd_serving_index(struct kd_serving *sv, bool only_ready, index_row_fn row, void *ud)
 {
     kd_repository_scan(sv->repo);
-    for (int i = 0; i < kd_repository_count(sv->repo); i++) {
-        const kd_model_info *info = kd_repository_model(sv->repo, i);
-        struct kd_serving_entry *e = kd_serving_find_entry(sv, info->name);
-        for (int k = 0; k < info->nversions || (k == 0 && info->nversions == 0); k++) {
-            const kd_model_version *v = info->nversions ? &info->versions[k] : NULL;
-            bool ready = false, lost = false;
-            char lost_why[320];
-            for (int j = 0; e && v && j < e->nv; j++) {
-                if (kd_sched_model_version(e->v[j]) != v->version)
-                    continue;
-                /* loaded, but on a device that was lost (a GPU fault): it cannot answer */
-                lost = kd_sched_model_lost(e->v[j], lost_why, sizeof lost_why) != 0;
-                ready = !lost;
-            }
-            if (only_ready && !ready)
-                continue;
-            const char *state = ready ? "READY" : e && e->loading ? "LOADING" : "UNAVAILABLE";
-            const char *why = ready                       ? ""
-                              : lost                      ? lost_why
-                              : v && !v->valid && v->why  ? v->why
-                              : !info->valid && info->why ? info->why
-                              : e && e->why[0]            ? e->why
-                              : v && !v->served           ? "not selected by the version policy"
-                                                          : "not loaded";
-            row(ud, info->name, v ? v->version : 0, state, why);
+    /* the repository's models in name order, the ones whose folders are gone merged in */
+    const char *last = NULL;
+    for (int i = 0; i <= kd_repository_count(sv->repo); i++) {
+        const kd_model_info *info = i < kd_repository_count(sv->repo) ? kd_repository_model(sv->repo, i) : NULL;
+        for (const struct kd_serving_entry *e; (e = next_gone(sv, last, info ? info->name : NULL)); last = e->name)
+            for (int j = 0; j < e->nv; j++)
+                loaded_row(e, e->v[j], false, only_ready, row, ud);
+        if (info) {
+            model_rows(sv, info, only_ready, row, ud);
+            last = info->name;
         }
     }
 }

@@ -104,7 +104,9 @@ const struct kd_auth *kd_serving_auth(const struct kd_serving *sv);
 struct kd_shm_table *kd_serving_shm(struct kd_serving *sv);
 /* The options it was made with (limits, scheduler, log). */
 const struct kd_serving_options *kd_serving_limits(const struct kd_serving *sv);
-/* Every repository model version as the index shows it (version 0: the model has none). */
+/* Every repository model version as the index shows it (version 0: the model has none), in name
+ * and version order, with every version still served whose folder has left the repository (READY,
+ * its reason saying the folder is gone, so that an unload is for good). */
 void kd_serving_index(struct kd_serving *sv, bool only_ready,
                       void (*row)(void *ud, const char *name, int64_t version, const char *state, const char *why),
                       void *ud);

@@ -29,7 +29,7 @@ struct kd_tensor_service_options {
     struct kd_sched *sched;           /* borrowed */
     struct kd_metrics *metrics;       /* borrowed */
     const struct kd_strlist *tokens;  /* "admin:T", "read:T" or "T" (read) */
-    const struct kd_strlist *devices; /* the devices sessions may name */
+    const struct kd_strlist *devices; /* the configured devices (those without options are offered) */
     struct kd_config_remote limits;
     void (*log)(void *ud, enum kd_log_level level, const char *msg);
     void *log_ud;

@@ -1,5 +1,6 @@
 /*
- * catalog/repository.c — kilnd's model repository: scanning, validating, versions in and out.
+ * catalog/repository.c — kilnd's model repository: scanning, validating, versions in and out
+ * (each version's config.json is read by repository-config.c).
  *
  * Everything here treats the folder as untrusted: names are checked before they are joined
  * into paths, every folder and model file is resolved with realpath and must stay under the
@@ -20,9 +21,8 @@
 #include <unistd.h>
 
 #include "error-impl.h"
-#include "json-keys-impl.h"
 #include "kiln/record.h"
-#include "repository.h"
+#include "repository-impl.h"
 #include "storage-impl.h"
 
 #define CONFIG_MAX (1u << 20)
@@ -32,8 +32,6 @@ struct kd_repository {
     int count;
     kd_model_info *models;
 };
-
-static const char *const datatypes[] = {"BOOL", "UINT8", "INT32", "INT64", "FP16", "BF16", "FP32", "FP64"};
 
 bool kd_repository_name_valid(const char *name)
 {
@@ -90,241 +88,6 @@ static char *confined(const kd_repository *repo, const char *path, const char **
     return real;
 }
 
-static void config_free(kd_model_config *c)
-{
-    for (int i = 0; i < c->ninputs; i++) {
-        free(c->inputs[i].name);
-        free(c->inputs[i].datatype);
-    }
-    for (int i = 0; i < c->noutputs; i++) {
-        free(c->outputs[i].name);
-        free(c->outputs[i].datatype);
-    }
-    free(c->inputs);
-    free(c->outputs);
-    free(c->device);
-    free(c->specific);
-    memset(c, 0, sizeof *c);
-}
-
-static bool json_int(const cJSON *j, int64_t lo, int64_t hi, int64_t *out)
-{
-    if (!cJSON_IsNumber(j) || j->valuedouble != (double)(int64_t)j->valuedouble || j->valuedouble < (double)lo ||
-        j->valuedouble > (double)hi)
-        return false;
-    *out = (int64_t)j->valuedouble;
-    return true;
-}
-
-/*
- * Refuse keys of obj outside known (NULL-terminated): a misspelt "max_batch_sise" would
- * otherwise be ignored without a word. where names the object in the message ("config.json",
- * "config.json dynamic_batching"). 0 or -1 + why.
- */
-static int check_keys(const cJSON *obj, const char *const *known, const char *where, char *why, size_t wl)
-{
-    if (!cJSON_IsObject(obj))
-        return 0;
-    for (const cJSON *it = obj->child; it; it = it->next) {
-        bool ok = false;
-        for (int k = 0; known[k] && !ok; k++)
-            ok = strcmp(it->string, known[k]) == 0;
-        if (!ok) {
-            /* Triton's config names its lists "input" and "output" */
-            bool plural = strcmp(it->string, "input") == 0 || strcmp(it->string, "output") == 0;
-            size_t len = (size_t)snprintf(why, wl, "%s: unknown key '%.64s'", where, it->string);
-            if (plural && len < wl)
-                len += (size_t)snprintf(why + len, wl - len, ", did you mean '%ss'?", it->string);
-            if (len < wl)
-                len += (size_t)snprintf(why + len, wl - len, " (known:");
-            for (int k = 0; known[k] && len < wl; k++)
-                len += (size_t)snprintf(why + len, wl - len, " %s", known[k]);
-            if (len < wl)
-                snprintf(why + len, wl - len, ")");
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* The first key config.json gives twice, as the load's reason (json-keys-impl.h says why). */
-struct repeat_why {
-    char *why;
-    size_t wl;
-};
-
-static int repeated_key(void *ud, const char *path, const char *key)
-{
-    struct repeat_why *r = ud;
-    snprintf(r->why, r->wl, "config.json%s%s: key '%.64s' is given twice", *path ? " " : "", path, key);
-    return 1;
-}
-
-static int parse_tensors(const cJSON *arr, const char *key, kd_model_tensor_spec **out, int *n, bool optional,
-                         char *why, size_t wl)
-{
-    if (!arr && optional)
-        return 0;
-    if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) == 0)
-        return snprintf(why, wl, "config.json: '%s' must be a non-empty array", key), -1;
-    int count = cJSON_GetArraySize(arr);
-    *out = calloc((size_t)count, sizeof **out);
-    if (!*out)
-        return snprintf(why, wl, "out of memory"), -1;
-    *n = count;
-    for (int i = 0; i < count; i++) {
-        const cJSON *t = cJSON_GetArrayItem(arr, i);
-        static const char *const tensor_keys[] = {"name", "datatype", "shape", NULL};
-        char where[48];
-        snprintf(where, sizeof where, "config.json %s[%d]", key, i);
-        if (check_keys(t, tensor_keys, where, why, wl))
-            return -1;
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
-        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "datatype");
-        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
-        if (!cJSON_IsString(name) || !name->valuestring[0] || !cJSON_IsString(dt) || !cJSON_IsArray(shape) ||
-            cJSON_GetArraySize(shape) > KILN_MAX_DIMS)
-            return snprintf(why, wl, "config.json: %s[%d] needs a name, a datatype and a shape of at most %d dims",
-                            key, i, KILN_MAX_DIMS),
-                   -1;
-        bool known = false;
-        for (size_t k = 0; k < sizeof datatypes / sizeof datatypes[0]; k++)
-            known |= strcmp(dt->valuestring, datatypes[k]) == 0;
-        if (!known)
-            return snprintf(why, wl, "config.json: %s '%.64s' has unknown datatype '%.16s'", key,
-                            name->valuestring, dt->valuestring),
-                   -1;
-        kd_model_tensor_spec *s = &(*out)[i];
-        s->ndim = cJSON_GetArraySize(shape);
-        for (int d = 0; d < s->ndim; d++)
-            if (!json_int(cJSON_GetArrayItem(shape, d), -1, INT64_C(1) << 40, &s->shape[d]) || s->shape[d] == 0)
-                return snprintf(why, wl, "config.json: %s '%.64s' shape[%d] must be -1 or positive", key,
-                                name->valuestring, d),
-                       -1;
-        s->name = strdup(name->valuestring);
-        s->datatype = strdup(dt->valuestring);
-        if (!s->name || !s->datatype)
-            return snprintf(why, wl, "out of memory"), -1;
-    }
-    return 0;
-}
-
-/*
- * Parse and check config.json text into c; why receives the reason on failure. io_optional: the
- * inputs and outputs may be left out (an ONNX graph declares its own; the server reads them at load).
- */
-static int parse_config(const char *text, kd_model_config *c, bool io_optional, char *why, size_t wl)
-{
-    memset(c, 0, sizeof *c);
-    cJSON *j = cJSON_Parse(text);
-    int rc = -1;
-    int64_t v;
-    if (!cJSON_IsObject(j)) {
-        snprintf(why, wl, "config.json: not a JSON object");
-        goto out;
-    }
-    struct repeat_why rw = {why, wl};
-    int repeats = kiln__json_repeated_keys(j, repeated_key, &rw);
-    if (repeats != 0) {
-        if (repeats < 0)
-            snprintf(why, wl, "out of memory");
-        goto out;
-    }
-    static const char *const top_keys[] = {"inputs", "outputs",        "max_batch_size", "dynamic_batching",
-                                           "device", "instance_count", "version_policy", NULL};
-    static const char *const batching_keys[] = {"max_queue_delay_us", "preferred_batch_sizes", NULL};
-    static const char *const policy_keys[] = {"latest", "all", "specific", NULL};
-    if (check_keys(j, top_keys, "config.json", why, wl) ||
-        check_keys(cJSON_GetObjectItemCaseSensitive(j, "dynamic_batching"), batching_keys,
-                   "config.json dynamic_batching", why, wl) ||
-        check_keys(cJSON_GetObjectItemCaseSensitive(j, "version_policy"), policy_keys,
-                   "config.json version_policy", why, wl))
-        goto out;
-    if (parse_tensors(cJSON_GetObjectItemCaseSensitive(j, "inputs"), "inputs", &c->inputs, &c->ninputs,
-                      io_optional, why, wl) ||
-        parse_tensors(cJSON_GetObjectItemCaseSensitive(j, "outputs"), "outputs", &c->outputs, &c->noutputs,
-                      io_optional, why, wl))
-        goto out;
-    const cJSON *mb = cJSON_GetObjectItemCaseSensitive(j, "max_batch_size");
-    if (mb && !json_int(mb, 0, 1 << 20, &v)) {
-        snprintf(why, wl, "config.json: max_batch_size must be an integer >= 0");
-        goto out;
-    }
-    c->max_batch_size = mb ? (int)v : 0;
-    const cJSON *db = cJSON_GetObjectItemCaseSensitive(j, "dynamic_batching");
-    if (db) {
-        const cJSON *delay = cJSON_GetObjectItemCaseSensitive(db, "max_queue_delay_us");
-        const cJSON *pref = cJSON_GetObjectItemCaseSensitive(db, "preferred_batch_sizes");
-        if (!cJSON_IsObject(db) || (delay && !json_int(delay, 0, INT64_C(3600000000), &c->max_queue_delay_us)) ||
-            (pref && (!cJSON_IsArray(pref) || cJSON_GetArraySize(pref) > 16))) {
-            snprintf(why, wl,
-                     "config.json: dynamic_batching needs max_queue_delay_us >= 0 and at most 16 "
-                     "preferred_batch_sizes");
-            goto out;
-        }
-        for (int i = 0; pref && i < cJSON_GetArraySize(pref); i++) {
-            const cJSON *size = cJSON_GetArrayItem(pref, i);
-            if (!json_int(size, 1, c->max_batch_size, &c->preferred_batch_sizes[i])) {
-                char given[32] = "not an integer";
-                if (cJSON_IsNumber(size))
-                    snprintf(given, sizeof given, "%g", size->valuedouble);
-                snprintf(why, wl,
-                         "config.json: preferred_batch_sizes[%d] is %s; it must be an integer within "
-                         "1..max_batch_size (%d)",
-                         i, given, c->max_batch_size);
-                goto out;
-            }
-            c->npreferred++;
-        }
-    }
-    const cJSON *dev = cJSON_GetObjectItemCaseSensitive(j, "device");
-    if (dev && (!cJSON_IsString(dev) || !dev->valuestring[0])) {
-        snprintf(why, wl, "config.json: device must be a string such as \"cpu\" or \"cuda:0\"");
-        goto out;
-    }
-    c->device = strdup(dev ? dev->valuestring : "cpu");
-    const cJSON *ic = cJSON_GetObjectItemCaseSensitive(j, "instance_count");
-    if (ic && !json_int(ic, 1, 1024, &v)) {
-        snprintf(why, wl, "config.json: instance_count must be within 1..1024");
-        goto out;
-    }
-    c->instance_count = ic ? (int)v : 1;
-    c->policy = KD_VERSION_LATEST;
-    c->latest_n = 1;
-    const cJSON *vp = cJSON_GetObjectItemCaseSensitive(j, "version_policy");
-    if (vp) {
-        const cJSON *latest = cJSON_GetObjectItemCaseSensitive(vp, "latest");
-        const cJSON *all = cJSON_GetObjectItemCaseSensitive(vp, "all");
-        const cJSON *spec = cJSON_GetObjectItemCaseSensitive(vp, "specific");
-        if (latest && json_int(cJSON_GetObjectItemCaseSensitive(latest, "num_versions"), 1, 1 << 20, &v)) {
-            c->latest_n = (int)v;
-        } else if (all) {
-            c->policy = KD_VERSION_ALL;
-        } else if (spec && cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(spec, "versions"))) {
-            const cJSON *vs = cJSON_GetObjectItemCaseSensitive(spec, "versions");
-            c->policy = KD_VERSION_SPECIFIC;
-            c->nspecific = cJSON_GetArraySize(vs);
-            c->specific = calloc((size_t)c->nspecific + 1, sizeof *c->specific);
-            for (int i = 0; c->specific && i < c->nspecific; i++)
-                if (!json_int(cJSON_GetArrayItem(vs, i), 1, INT64_MAX / 2, &c->specific[i])) {
-                    snprintf(why, wl, "config.json: specific versions must be positive integers");
-                    goto out;
-                }
-        } else {
-            snprintf(why, wl,
-                     "config.json: version_policy must be {\"latest\": {\"num_versions\": N}}, "
-                     "{\"all\": {}} or {\"specific\": {\"versions\": [...]}}");
-            goto out;
-        }
-    }
-    rc = c->device ? 0 : (snprintf(why, wl, "out of memory"), -1);
-out:
-    cJSON_Delete(j);
-    if (rc != 0)
-        config_free(c);
-    return rc;
-}
-
 /* Validate one version folder (real path already confined); fills v. */
 static void check_version(const kd_repository *repo, kd_model_version *v, const char *model_config)
 {
@@ -368,8 +131,9 @@ static void check_version(const kd_repository *repo, kd_model_version *v, const 
         }
         /* An ONNX model needs no config.json at all: the defaults, and the graph's inputs and outputs. */
         bool onnx = strcmp(v->format, "onnx") == 0;
+        const char *config = text ? text : model_config ? model_config : "{}";
         if (!why[0])
-            parse_config(text ? text : model_config ? model_config : "{}", &v->config, onnx, why, sizeof why);
+            kd_repository_config_parse(config, &v->config, onnx, why, sizeof why);
     }
     free(real);
     free(text);
@@ -388,7 +152,7 @@ static void model_free(kd_model_info *m)
     for (int i = 0; i < m->nversions; i++) {
         free(m->versions[i].path);
         free(m->versions[i].why);
-        config_free(&m->versions[i].config);
+        kd_repository_config_free(&m->versions[i].config);
     }
     free(m->versions);
     free(m->name);
@@ -714,7 +478,7 @@ int kd_repository_add_version(kd_repository *repo, const char *name, const char 
             rc = (kiln__error_set("add version: %s version %" PRId64 " is invalid: %s", name, version, v.why),
                   KILN_EINVAL);
         free(v.why);
-        config_free(&v.config);
+        kd_repository_config_free(&v.config);
         free(mcfg);
         free(mcfg_path);
     }

@@ -2,10 +2,11 @@
  * daemon/lifecycle.c — bringing kilnd up, keeping it running and taking it down.
  *
  * Start: log, the model folders checked, data folder and its lock (one kilnd per data folder),
- * listening socket (first log line names the bound port, at level notice so that every log_level
- * shows it, and it is also written to <data_dir>/kilnd.port for whoever started us with --port 0),
- * job store, models, and ready once every model found at start has finished loading (loaded or
- * failed) on the workers.
+ * listening socket bound, job store, devices and models, remote tensors, gRPC socket bound; only
+ * then, with nothing left that can fail the start, <data_dir>/kilnd.port (for whoever started us
+ * with --port 0) and the line naming the bound port, at level notice so that every log_level shows
+ * it. A start that fails never writes either. Ready once every model found at start has finished
+ * loading (loaded or failed) on the workers.
  * SIGTERM/SIGINT: draining — readiness turns 503, the listener closes, idle connections close,
  * busy ones finish; after drain_timeout_ms whatever remains is cut. A second signal cuts at once.
  * SIGHUP reopens the log file. Shutdown closes every handle so the loop ends with nothing leaked.
@@ -332,7 +333,8 @@ static int start_serving(struct kd_daemon *d)
     return 0;
 }
 
-/* The gRPC service (grpc_port >= 0) on the same loop, serving the same model table. */
+/* The gRPC service (grpc_port >= 0) on the same loop, serving the same model table: bound here,
+ * announced with the HTTP port by announce_listening. */
 static int start_grpc(struct kd_daemon *d)
 {
     if (d->cfg.grpc_port < 0)
@@ -358,9 +360,30 @@ static int start_grpc(struct kd_daemon *d)
         kd_log_write(&d->log, KD_LOG_ERROR, "%s", err);
         return -1;
     }
-    int port = kd_grpc_port(d->grpc);
-    kd_log_notice(&d->log, "gRPC listening on %s:%d grpc_port=%d", d->cfg.host, port, port);
-    return write_port_file(d, "kilnd.grpc_port", port, &d->grpc_port_file);
+    return 0;
+}
+
+/*
+ * The start's last step, once nothing is left that can fail it: the port files, then the lines
+ * naming the ports. Whoever waits for either (a supervisor, a script started with --port 0) never
+ * sees a kilnd that goes on to refuse its devices or its models' folder.
+ */
+static int announce_listening(struct kd_daemon *d)
+{
+    int port = kd_server_port(d->server);
+    if (write_port_file(d, "kilnd.port", port, &d->port_file) != 0)
+        return -1;
+    int grpc_port = d->grpc ? kd_grpc_port(d->grpc) : -1;
+    if (d->grpc && write_port_file(d, "kilnd.grpc_port", grpc_port, &d->grpc_port_file) != 0)
+        return -1;
+    kd_log_notice(&d->log, "kilnd %s listening on %s:%d port=%d pid=%d data_dir=%s", KILN_VERSION, d->cfg.host,
+                  port, port, (int)getpid(), d->cfg.data_dir);
+    if (d->grpc)
+        kd_log_notice(&d->log, "gRPC listening on %s:%d grpc_port=%d", d->cfg.host, grpc_port, grpc_port);
+    if (d->notify.timer_ready)
+        kd_log_write(&d->log, KD_LOG_INFO, "service manager watchdog: pinging every %llu ms",
+                     (unsigned long long)(d->notify.watchdog_usec / 2000));
+    return 0;
 }
 
 int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
@@ -465,18 +488,12 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
         kd_log_write(&d->log, KD_LOG_ERROR, "cannot install signal handlers");
         return -1;
     }
+    /* Bound first, so a port in use stops the start before any model loads or job resumes; the
+     * loop is not running yet, so nothing is answered before announce_listening. */
     if (kd_server_listen(d->server, err, sizeof err) != 0) {
         kd_log_write(&d->log, KD_LOG_ERROR, "%s", err);
         return -1;
     }
-    int port = kd_server_port(d->server);
-    kd_log_notice(&d->log, "kilnd %s listening on %s:%d port=%d pid=%d data_dir=%s", KILN_VERSION, d->cfg.host,
-                  port, port, (int)getpid(), d->cfg.data_dir);
-    if (d->notify.timer_ready)
-        kd_log_write(&d->log, KD_LOG_INFO, "service manager watchdog: pinging every %llu ms",
-                     (unsigned long long)(d->notify.watchdog_usec / 2000));
-    if (write_port_file(d, "kilnd.port", port, &d->port_file) != 0)
-        return -1;
 
     size_t n = strlen(d->cfg.data_dir) + 16;
     char *db = malloc(n);
@@ -529,7 +546,7 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
         return -1;
     }
     d->api.tensor = d->tensor;
-    if (start_grpc(d) != 0)
+    if (start_grpc(d) != 0 || announce_listening(d) != 0)
         return -1;
     d->init_done = true;
     int loading = kd_serving_startup_loads(d->serving);

@@ -15,6 +15,7 @@ Usage: test_daemon_folders.py KILND SOURCE_ROOT
 - api_tokens entries with a mistyped scope or a token listed twice, and a config file giving a
   key twice (or nested and dotted), are refused by name, never showing a token.
 - The line naming the ports is written whatever log_level says.
+- A device that cannot open stops the start before the listening line and the port files.
 Standard library only.
 """
 import http.client
@@ -301,10 +302,25 @@ def test_device_secret_not_shown():
           "a start names the device with its token masked: %r" % err)
 
 
+def test_device_that_cannot_open():
+    """A configured device that cannot open stops the start before kilnd says it listens: no
+    "listening" line, no port file, exit 1 and the device named. cpu:3 fails on every machine;
+    vulkan:99 too, whether or not this build has Vulkan."""
+    for dev, words in (("cpu:3", "'cpu:3'"), ("vulkan:99", "'vulkan:99'")):
+        data = os.path.join(TMP, "baddev")
+        shutil.rmtree(data, ignore_errors=True)
+        code, err = refused("--data-dir", data, "--devices", "cpu," + dev, "--grpc-port", "0")
+        check(code == 1, "a start with device %s exits 1: %r" % (dev, code))
+        check("listening" not in err, "and never logs a listening line: %r" % err[-600:])
+        check(words in err and "error" in err, "the error names the device %s: %r" % (dev, err[-600:]))
+        check(not os.path.exists(os.path.join(data, "kilnd.port"))
+              and not os.path.exists(os.path.join(data, "kilnd.grpc_port")), "no port file is left behind")
+
+
 def main():
     tests = (test_one_kilnd_per_data_dir, test_model_repository, test_unreadable_model_folder,
              test_example_models_missing, test_check_config_matches_start, test_tokens_and_repeated_keys,
-             test_port_logged_at_any_level, test_device_secret_not_shown)
+             test_port_logged_at_any_level, test_device_secret_not_shown, test_device_that_cannot_open)
     try:
         for t in tests:
             try:

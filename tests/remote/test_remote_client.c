@@ -391,6 +391,24 @@ static int test_errors(void)
           d ? "opened" : kiln_error());
     printf("connection refused: %s\n", kiln_error());
 
+    /* devices named as devices: "cpu" opens the cpu kilnd drives as cpu:0, and the device it
+     * drives with options (not offered, so never in the WELCOME) does not spoil the session */
+    const char *spellings[] = {"--devices", "cpu:0,cpu?threads=2", NULL};
+    test_daemon named;
+    if (test_daemon_start(&named, g_kilnd, spellings, NULL) != 0)
+        return 1;
+    d = kiln_device_open(named.spec);
+    CHECK(d, "remote cpu on a kilnd driving cpu:0: %s", kiln_error());
+    if (d) {
+        kiln_tensor *one = kiln_full(d, KILN_F32, KILN_SHAPE(2), 1.5);
+        float two[2] = {0};
+        CHECK(kiln_to_data(one, two, sizeof two) == 0 && two[0] == 1.5f && two[1] == 1.5f,
+              "and it computes there: %s", kiln_error());
+        kiln_tensor_release(one);
+        kiln_device_close(d);
+    }
+    test_daemon_stop(&named);
+
     /* tokens, quota */
     const char *env[] = {"KILN_API_TOKENS=read:s3cret", NULL};
     const char *flags[] = {"--remote-max-live-bytes", "1000000", NULL};

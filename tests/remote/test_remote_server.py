@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Black-box tests of kilnd's /v1/tensor endpoint (docs/remote-protocol.md) over real sockets:
-handshake errors, a normal session, pipelined ops with an error in the middle, isolation between
+handshake errors, devices named as devices (cpu is cpu:0), a normal session, pipelined ops with an error in the middle, isolation between
 sessions, quotas, hostile operands, framing violations, and memory freed on disconnect — while
 the daemon keeps serving its other endpoints and sessions.
 
@@ -393,6 +393,71 @@ def test_session_limit_and_tokens():
     d.stop()
 
 
+def hello_answer(d, device):
+    """(type, fields) of the answer to a HELLO naming device, and the socket."""
+    w = WS(d.port)
+    w.handshake()
+    w.send(hello(1, device))
+    t, _, f = w.next()
+    return t, f, w
+
+
+def test_device_identity():
+    """A HELLO names a device as a device, not as a string: cpu and cpu:0 are one, as vulkan and
+    vulkan:0; a device configured with options is not offered (a HELLO carries none)."""
+    d = Daemon("cpu0", "--devices", "cpu:0")
+    try:
+        for name in ("cpu", "cpu:0", "cpu:00"):
+            t, f, w = hello_answer(d, name)
+            check(t == WELCOME and f["devices"] == ["cpu"],
+                  "kilnd driving cpu:0 welcomes a HELLO for %s, listing cpu: %r" % (name, f))
+            if t == WELCOME:
+                w.seq = 1
+                w.send(alloc(2, 1, f32(1, 2)) + download(3, 1, 0, 8) + sync(4))
+                got = w.until(4)
+                check([m[0] for m in got] == [DATA, SYNC_DONE] and unf32(got[0][2]["data"]) == [1.0, 2.0],
+                      "and the session computes there: %r" % got)
+            w.close()
+        t, f, w = hello_answer(d, "cpu:1")
+        check(t == ERROR and f["code"] == E_VERSION and "'cpu:1'" in f["text"] and "(it drives: cpu)" in f["text"],
+              "cpu:1 is refused, naming the devices offered: %r" % f)
+        expect_closed(w, 1008, "cpu:1")
+    finally:
+        d.stop()
+    d = Daemon("cpuopts", "--devices", "cpu,cpu?threads=2")
+    try:
+        t, f, w = hello_answer(d, "cpu")
+        check(t == WELCOME and f["devices"] == ["cpu"],
+              "WELCOME lists the device configured without options, never cpu?threads=2: %r" % f)
+        w.close()
+    finally:
+        d.stop()
+    d = Daemon("optsonly", "--devices", "cpu?threads=2")
+    try:
+        t, f, w = hello_answer(d, "cpu")
+        check(t == ERROR and f["code"] == E_VERSION and "it offers none" in f["text"],
+              "a HELLO for cpu never gets the cpu?threads=2 device: %r" % f)
+        expect_closed(w, 1008, "cpu against cpu?threads=2")
+        t, f, w = hello_answer(d, "cpu?threads=2")
+        check(t == ERROR and f["code"] == E_PROTOCOL, "a HELLO cannot carry options: %r" % f)
+        expect_closed(w, 1002, "cpu?threads=2 in a HELLO")
+    finally:
+        d.stop()
+    try:
+        d = Daemon("vulkan0", "--devices", "vulkan:0")
+    except RuntimeError as e:
+        print("SKIP: vulkan:0 does not open here: %s" % str(e)[-200:], flush=True)
+        return
+    try:
+        for name in ("vulkan", "vulkan:0"):
+            t, f, w = hello_answer(d, name)
+            check(t == WELCOME and f["devices"] == ["vulkan:0"],
+                  "kilnd driving vulkan:0 welcomes a HELLO for %s: %r" % (name, f))
+            w.close()
+    finally:
+        d.stop()
+
+
 def main():
     d = Daemon("main", "--remote-max-live-bytes", "4096", "--remote-max-ids", "8",
                "--remote-max-queued-ops", "64", "--remote-max-message-bytes", "4096")
@@ -406,6 +471,7 @@ def main():
         check(d.proc.poll() is None, "kilnd still running")
         d.stop()
         test_session_limit_and_tokens()
+        test_device_identity()
     finally:
         if d.proc.poll() is None:
             d.proc.kill()

@@ -567,6 +567,54 @@ def test_repository(d):
     check(st == 200, "serving continues after a failed load")
 
 
+def test_folder_gone(d):
+    """A model still served after its folder left the repository stays in the index, READY with a
+    reason saying its folder is gone; it answers until unloaded, and then a load is a 404."""
+    models = os.path.join(d.data, "models")
+    one = [[0.0] * 784]
+    shutil.copytree(os.path.join(FIX, "mnist_mlp"), os.path.join(models, "gone_mlp"))
+    st, _, body = d.req("POST", "/v2/repository/models/gone_mlp/load")
+    check(st == 200, "gone_mlp loads: %s" % body)
+    os.rename(os.path.join(models, "gone_mlp"), os.path.join(TMP, "gone_mlp_moved"))
+    for req_body in (None, {"ready": True}):
+        st, _, body = d.req("POST", "/v2/repository/index", req_body)
+        rows = [e for e in json.loads(body) if e["name"] == "gone_mlp"] if st == 200 else []
+        check(len(rows) == 1 and rows[0]["version"] == "1" and rows[0]["state"] == "READY"
+              and "folder is gone from the model repository" in rows[0]["reason"]
+              and "cannot be loaded again" in rows[0]["reason"],
+              "a served model whose folder was moved away stays in the index (%s), READY, saying why: %s"
+              % (req_body, rows))
+    names = [e["name"] for e in json.loads(body)]
+    check(names == sorted(names), "the index stays in name order: %s" % names)
+    st, _, body = d.req("POST", "/v2/models/gone_mlp/infer", infer_body(one))
+    check(st == 200 and len(json.loads(body)["outputs"][0]["data"]) == 10, "and it still answers: %s" % body[:200])
+    st, _, body = d.req("POST", "/v2/repository/models/gone_mlp/unload")
+    check(st == 200, "it unloads: %s" % body)
+    st, _, body = d.req("POST", "/v2/models/gone_mlp/infer", infer_body(one))
+    check(st == 404, "once unloaded it no longer answers: %d %s" % (st, body[:200]))
+    st, _, body = d.req("POST", "/v2/repository/models/gone_mlp/load")
+    check(st == 404 and "no model 'gone_mlp' in the repository" in json.loads(body).get("error", ""),
+          "a load after that is a 404 naming the model: %d %s" % (st, body[:200]))
+    st, _, body = d.req("POST", "/v2/repository/index")
+    check(not any(e["name"] == "gone_mlp" for e in json.loads(body)), "and the index no longer lists it: %s" % body)
+    # one version's folder deleted while it serves: listed beside the versions still in the folder
+    two = os.path.join(models, "gone_v")
+    shutil.copytree(os.path.join(FIX, "mnist_mlp", "1"), os.path.join(two, "1"))
+    shutil.copytree(os.path.join(FIX, "mnist_mlp", "1"), os.path.join(two, "2"))
+    st, _, body = d.req("POST", "/v2/repository/models/gone_v/load")
+    check(st == 200, "gone_v loads version 2: %s" % body)
+    shutil.rmtree(os.path.join(two, "2"))
+    st, _, body = d.req("POST", "/v2/repository/index")
+    rows = [(e["version"], e["state"], "folder is gone" in e["reason"]) for e in json.loads(body)
+            if e["name"] == "gone_v"]
+    check(rows == [("1", "UNAVAILABLE", False), ("2", "READY", True)],
+          "a served version whose folder was deleted is listed READY after the one left: %s" % rows)
+    st, _, body = d.req("POST", "/v2/repository/models/gone_v/load")
+    st2, _, body2 = d.req("GET", "/v2/models/gone_v")
+    check(st == 200 and json.loads(body2).get("versions") == ["1"],
+          "a load then serves the version left: %s %s" % (body, body2))
+
+
 def kilnd_version():
     out = subprocess.run([KILND, "--version"], capture_output=True, text=True).stdout.split()
     return out[-1] if out else ""
@@ -740,6 +788,7 @@ def main():
         test_duplicate_keys(d)
         test_batching(d)
         test_repository(d)
+        test_folder_gone(d)
     finally:
         d.stop()
     test_warmed_autotune()
