@@ -75,6 +75,8 @@ static bool append_events(struct kd_jobs *j, int64_t id, int64_t *last_seq, stru
         if (grc == 0) {
             final = kd_jobs_final_state(job.state);
             kd_jobstore_job_clear(&job);
+        } else if (n < 500 && grc == KD_JOBSTORE_NOT_FOUND) {
+            final = true; /* purged (it had ended): nothing more will come */
         }
         if (rc != 0 || n < 500)
             return final;

@@ -10,6 +10,7 @@
  *   jobs-finish.c      a registered model loaded for serving, then the job succeeded (loop)
  *   jobs-store-glue.c  the store under its lock, events, states (and final states the store
  *                      refused, kept and written again), paths, the log
+ *   jobs-purge.c       ended jobs removed: DELETE ...?purge=true, retention, folders no job owns
  */
 #ifndef KD_API_JOBS_IMPL_H
 #define KD_API_JOBS_IMPL_H
@@ -113,6 +114,7 @@ struct kd_jobs {
     int64_t finishing;
     struct kd_jobs_unsaved *unsaved; /* final states the store refused, oldest first */
     int64_t finished;                /* the last job the loop finished (the trainer waits for it) */
+    bool retention_due;              /* a job ended: the training thread applies retention next */
     pthread_t thread;
     bool thread_started;
 };
@@ -122,6 +124,10 @@ void kd_jobs_log(struct kd_jobs *j, enum kd_log_level l, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void kd_jobs_store_lock(struct kd_jobs *j);
 void kd_jobs_store_unlock(struct kd_jobs *j);
+/* Stores a new queued job (spec JSON; resumes: the job it resumes from, 0 for none) into *id. The
+ * job it resumes from is checked to exist in the same locked section, so that a purge can never
+ * leave a queued job resuming from a job that is gone: KD_JOBSTORE_NOT_FOUND, with why in err. */
+int kd_jobs_create(struct kd_jobs *j, const char *spec, int64_t resumes, int64_t *id, char *err, size_t errlen);
 /* Append an event and tell the loop; from either thread. */
 void kd_jobs_emit(struct kd_jobs *j, int64_t id, const char *type, const char *payload);
 /* A "state" event; extra_json (when given) goes in under extra_key. */
@@ -164,6 +170,32 @@ int kd_jobs_handle_submit(struct kd_jobs *j, const struct kd_request *req, struc
 
 /* jobs-train.c */
 void *kd_jobs_trainer_main(void *ud);
+
+/* jobs-purge.c */
+/* A purge: the rows the store removed, then the job's files. */
+struct kd_jobs_purged {
+    int64_t id;
+    struct kd_job_purge rows;
+    int64_t files_removed, bytes_freed;
+    char left_behind[512]; /* the first file that could not be removed, and why ("" when none) */
+};
+/* The store's part of a purge of job id (its rows, in one transaction; p filled). 0, or the code
+ * of kd_jobstore_job_purge with why in err. Either thread. */
+int kd_jobs_purge_rows(struct kd_jobs *j, int64_t id, struct kd_jobs_purged *p, char *err, size_t errlen);
+/* kd_jobs_purge_rows, then the job's folders, then a log line (why: "" or what made the purge,
+ * " by retention (...)"). Either thread; not the loop for a large job (the files take time). */
+int kd_jobs_purge(struct kd_jobs *j, int64_t id, const char *why, struct kd_jobs_purged *p, char *err,
+                  size_t errlen);
+/* Purges the ended jobs jobs.retention_count and jobs.retention_days no longer keep, one log line
+ * each (nothing when neither is set). Not on the loop. */
+void kd_jobs_apply_retention(struct kd_jobs *j);
+/* From the loop, when it ended a job (a queued job cancelled): kd_jobs_apply_retention on libuv's
+ * thread pool, so that neither the loop nor a job running meanwhile holds it up. */
+void kd_jobs_apply_retention_soon(struct kd_jobs *j);
+/* At start: checkpoint and scratch folders of jobs the store does not hold are removed, logged. */
+void kd_jobs_sweep_orphans(struct kd_jobs *j);
+/* DELETE /v1/jobs/{id}?purge=true (the answer comes once the files are gone: KD_HTTP_DEFERRED). */
+int kd_jobs_handle_purge(struct kd_jobs *j, int64_t id, const struct kd_request *req, struct kd_buf *out);
 
 /* jobs-finish.c */
 /* The source a job writes into its model version's source.json (kd_repository_find_source). */

@@ -1,7 +1,7 @@
 /*
  * api/jobs-routes.c — the /v1/jobs routes: the bearer-token check, list, get, cancel, resume, and
  * the dispatch by path and method (submit in jobs-submit.c, events in jobs-events.c, metrics and
- * logs in jobs-history.c).
+ * logs in jobs-history.c, DELETE ...?purge=true in jobs-purge.c).
  */
 #include <ctype.h>
 #include <stdatomic.h>
@@ -343,6 +343,16 @@ static int cancel_current(struct kd_jobs *j, int64_t id, const struct kd_request
     return kd_jobs_send_json(out, 202, o, req);
 }
 
+/* A DELETE without purge of a job that has ended: nothing to cancel, and how to remove it. */
+static int ended_answer(int64_t id, const char *state, const struct kd_request *req, struct kd_buf *out)
+{
+    return kd_jobs_errorf(out, req, 409,
+                          "job %lld is already %s: it has ended, so there is nothing to cancel; "
+                          "DELETE /v1/jobs/%lld?purge=true removes the job with its checkpoints, metrics and "
+                          "events",
+                          (long long)id, state, (long long)id);
+}
+
 static int handle_cancel(struct kd_jobs *j, int64_t id, const struct kd_request *req, struct kd_buf *out)
 {
     struct kd_job job;
@@ -353,7 +363,7 @@ static int handle_cancel(struct kd_jobs *j, int64_t id, const struct kd_request 
     snprintf(state, sizeof state, "%s", job.state);
     kd_jobstore_job_clear(&job);
     if (kd_jobs_final_state(state))
-        return kd_jobs_errorf(out, req, 409, "job %lld is already %s", (long long)id, state);
+        return ended_answer(id, state, req, out);
     if ((st = cancel_current(j, id, req, out)) != 0)
         return st;
     /* Not the job being trained: a queued one is cancelled at once, in a transaction that
@@ -371,6 +381,7 @@ static int handle_cancel(struct kd_jobs *j, int64_t id, const struct kd_request 
     cJSON_free(text);
     if (rc == 0) {
         uv_async_send(&j->async);
+        kd_jobs_apply_retention_soon(j); /* a job has ended */
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "id", (double)id);
         cJSON_AddStringToObject(o, "state", KD_JOB_CANCELLED);
@@ -382,7 +393,7 @@ static int handle_cancel(struct kd_jobs *j, int64_t id, const struct kd_request 
     if (!strcmp(state, KD_JOB_RUNNING) && (st = cancel_current(j, id, req, out)) != 0)
         return st; /* the trainer took it meanwhile */
     if (kd_jobs_final_state(state))
-        return kd_jobs_errorf(out, req, 409, "job %lld is already %s", (long long)id, state);
+        return ended_answer(id, state, req, out);
     if (!strcmp(state, KD_JOB_RUNNING))
         return kd_jobs_errorf(out, req, 409,
                               "job %lld is recorded running but is not being trained; the next start "
@@ -447,10 +458,10 @@ static int handle_resume(struct kd_jobs *j, int64_t id, const struct kd_request 
     char *text = cJSON_PrintUnformatted(spec);
     cJSON_Delete(spec);
     int64_t nid = 0;
-    kd_jobs_store_lock(j);
-    rc = text ? kd_jobstore_job_create(j->o.store, text, NULL, &nid, err, sizeof err) : -1;
-    kd_jobs_store_unlock(j);
+    rc = text ? kd_jobs_create(j, text, id, &nid, err, sizeof err) : -1;
     cJSON_free(text);
+    if (rc == KD_JOBSTORE_NOT_FOUND)
+        return kd_jobs_errorf(out, req, 404, "no job %lld: %s", (long long)id, err);
     if (rc != 0)
         return kd_jobs_errorf(out, req, 500, "job store: %s", text ? err : "out of memory");
     kd_jobs_emit_state(j, nid, KD_JOB_QUEUED, NULL, NULL, NULL);
@@ -498,13 +509,24 @@ int kd_jobs_handle(void *ctx, const struct kd_request *req, struct kd_buf *out)
     int64_t id;
     if (!kd_jobs_parse_i64(tail, &id) || id < 1)
         return kd_jobs_errorf(out, req, 404, "'%s' is not a job id", tail);
-    if ((!action[0] || !strcmp(action, "resume")) && (st = kd_jobs_query_read(req, NULL, &none, out)) != 0)
+    static const char *const delete_params[] = {"purge", NULL};
+    bool deleting = !action[0] && req->method == KD_HTTP_DELETE;
+    struct kd_jobs_query q = {.n = 0};
+    if ((!action[0] || !strcmp(action, "resume")) &&
+        (st = kd_jobs_query_read(req, deleting ? delete_params : NULL, &q, out)) != 0)
         return st;
     if (!action[0]) {
         if (req->method == KD_HTTP_GET)
             return handle_get(j, id, req, out);
-        if (req->method == KD_HTTP_DELETE)
-            return handle_cancel(j, id, req, out);
+        if (req->method == KD_HTTP_DELETE) {
+            const char *purge = kd_jobs_query_get(&q, "purge");
+            if (purge && strcmp(purge, "true") != 0 && strcmp(purge, "false") != 0)
+                return kd_jobs_errorf(out, req, 400,
+                                      "purge: must be true or false, not '%s' (purge=true removes an ended job)",
+                                      purge);
+            return purge && !strcmp(purge, "true") ? kd_jobs_handle_purge(j, id, req, out)
+                                                   : handle_cancel(j, id, req, out);
+        }
         return kd_jobs_errorf(out, req, 405, "/v1/jobs/{id} takes GET and DELETE");
     }
     if (!strcmp(action, "events"))

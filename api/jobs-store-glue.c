@@ -39,6 +39,23 @@ void kd_jobs_store_unlock(struct kd_jobs *j)
     pthread_mutex_unlock(&j->store_mu);
 }
 
+int kd_jobs_create(struct kd_jobs *j, const char *spec, int64_t resumes, int64_t *id, char *err, size_t errlen)
+{
+    bool exists = true;
+    kd_jobs_store_lock(j);
+    /* a purge holds the same lock while it checks that no queued job resumes from its job */
+    int rc = resumes > 0 ? kd_jobstore_job_exists(j->o.store, resumes, &exists, err, errlen) : 0;
+    if (rc == 0 && !exists) {
+        snprintf(err, errlen, "job %lld was purged meanwhile; there is nothing to resume from",
+                 (long long)resumes);
+        rc = KD_JOBSTORE_NOT_FOUND;
+    }
+    if (rc == 0)
+        rc = kd_jobstore_job_create(j->o.store, spec, NULL, id, err, errlen);
+    kd_jobs_store_unlock(j);
+    return rc;
+}
+
 /* Append an event and tell the loop; from either thread. */
 void kd_jobs_emit(struct kd_jobs *j, int64_t id, const char *type, const char *payload)
 {

@@ -70,18 +70,19 @@ static char *problems_body(char *problems)
     return text;
 }
 
-/* Store and queue the checked spec (body): 201 {"id", "state"} into out, or an error. */
-static int store_job(struct kd_jobs *j, const char *body, struct kd_buf *out, bool keep_alive)
+/* Store and queue the checked spec (body; resumes: its resume_from_job, 0 for none): 201 {"id",
+ * "state"} into out, or an error. */
+static int store_job(struct kd_jobs *j, const char *body, int64_t resumes, struct kd_buf *out, bool keep_alive)
 {
     int64_t id = 0;
     char err[256];
-    kd_jobs_store_lock(j);
-    int rc = kd_jobstore_job_create(j->o.store, body, NULL, &id, err, sizeof err);
-    kd_jobs_store_unlock(j);
+    int rc = kd_jobs_create(j, body, resumes, &id, err, sizeof err);
     if (rc != 0) {
+        /* the job it resumes from was purged while the spec was checked */
+        bool gone = rc == KD_JOBSTORE_NOT_FOUND;
         char msg[320];
-        snprintf(msg, sizeof msg, "job store: %s", err);
-        return out ? kd_resp_error(out, 500, msg, keep_alive, NULL) : 500;
+        snprintf(msg, sizeof msg, "%s: %s", gone ? "invalid job spec: resume_from_job" : "job store", err);
+        return out ? kd_resp_error(out, gone ? 400 : 500, msg, keep_alive, NULL) : gone ? 400 : 500;
     }
     kd_jobs_emit_state(j, id, KD_JOB_QUEUED, NULL, NULL, NULL);
     pthread_mutex_lock(&j->mu);
@@ -331,7 +332,7 @@ static void check_done(uv_work_t *w, int status)
     } else {
         /* also when the client has gone: it sent the job, and a retry after a lost answer
          * finds it in GET /v1/jobs */
-        st = store_job(j, op->body, out, keep_alive);
+        st = store_job(j, op->body, op->spec.resume_from_job, out, keep_alive);
     }
     kd_http_pending_finish(op->pending, out ? st : -1);
     kd_jobspec_free(&op->spec);

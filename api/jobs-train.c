@@ -396,11 +396,36 @@ static int run_job(struct kd_jobs *j, int64_t id)
     return 0;
 }
 
+/* Idle: wait under mu until a job is queued after seen, retention is due, or kilnd stops. With
+ * jobs.retention_days set, retention also falls due every hour, so that jobs age out of an idle
+ * kilnd too. */
+static void wait_for_work(struct kd_jobs *j, uint64_t seen)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 3600;
+    while (!j->stopping && j->queued_seq == seen && !j->retention_due) {
+        if (j->o.retention_days <= 0)
+            pthread_cond_wait(&j->cv, &j->mu);
+        else if (pthread_cond_timedwait(&j->cv, &j->mu, &until) == ETIMEDOUT)
+            j->retention_due = true;
+    }
+}
+
 void *kd_jobs_trainer_main(void *ud)
 {
     struct kd_jobs *j = ud;
     pthread_mutex_lock(&j->mu);
     while (!j->stopping) {
+        if (j->retention_due) {
+            /* on this thread, between jobs: removing a large job's files takes time the loop
+             * must not spend */
+            j->retention_due = false;
+            pthread_mutex_unlock(&j->mu);
+            kd_jobs_apply_retention(j);
+            pthread_mutex_lock(&j->mu);
+            continue;
+        }
         uint64_t seen = j->queued_seq;
         pthread_mutex_unlock(&j->mu);
         int64_t id = next_queued(j);
@@ -408,8 +433,7 @@ void *kd_jobs_trainer_main(void *ud)
         if (j->stopping)
             break;
         if (!id) {
-            while (!j->stopping && j->queued_seq == seen)
-                pthread_cond_wait(&j->cv, &j->mu);
+            wait_for_work(j, seen);
             continue;
         }
         j->current = id;
@@ -421,6 +445,8 @@ void *kd_jobs_trainer_main(void *ud)
         pthread_mutex_lock(&j->mu);
         j->current = 0;
         j->cancel_requested = false;
+        /* the job has ended (or is among the unsaved, which retention passes over until stored) */
+        j->retention_due = j->o.retention_count > 0 || j->o.retention_days > 0;
         if (rc != 0) {
             /* The store takes nothing: look again in a while, not at once. */
             struct timespec until;

@@ -129,6 +129,10 @@ struct kd_jobs *kd_jobs_new(const struct kd_jobs_options *o, char *err, size_t e
         }
         kd_jobstore_job_list_free(jobs, n);
     }
+    /* Before any job runs: a purge cut short by a crash is finished, and a job that would start
+     * now finds no stranger's checkpoints under its id. */
+    kd_jobs_sweep_orphans(j);
+    kd_jobs_apply_retention(j);
     if (pthread_create(&j->thread, NULL, kd_jobs_trainer_main, j) != 0) {
         snprintf(err, errlen, "jobs: cannot start the training thread");
         kd_jobs_stop(j);

@@ -1,6 +1,6 @@
 /*
- * api/jobs.h — training jobs over REST (/v1/jobs): submit, list, inspect, cancel, resume, and
- * follow a job's events as server-sent events.
+ * api/jobs.h — training jobs over REST (/v1/jobs): submit, list, inspect, cancel, resume, purge
+ * an ended job, and follow a job's events as server-sent events.
  *
  * Jobs live in the job store (kiln.db). One training thread takes queued jobs in id order and
  * runs each through scheduler/trainer-run.c; it writes state changes, step and epoch metrics and
@@ -35,6 +35,9 @@ struct kd_jobs_options {
     const struct kd_strlist *tokens; /* as kd_serving_options: "admin:T", "read:T", "T" */
     struct kd_serving *serving;      /* finished models are loaded through it; may be NULL */
     struct kd_sched *sched;          /* steps take turns with its inference; NULL: ungated */
+    /* Ended jobs kept (jobs.retention_count: the newest N; jobs.retention_days: those ended within N
+     * days); the others are purged at start and whenever a job ends. 0: no limit. */
+    int64_t retention_count, retention_days;
     void (*log)(void *ud, enum kd_log_level level, const char *msg);
     void *log_ud;
 };
@@ -42,7 +45,8 @@ struct kd_jobs_options {
 struct kd_jobs;
 
 /* Requeues jobs a previous process left running (or records them cancelled, when a cancel of
- * theirs had been accepted), then starts the training thread. */
+ * theirs had been accepted), removes checkpoint folders no job in the store owns, purges the
+ * ended jobs the retention options no longer keep, then starts the training thread. */
 struct kd_jobs *kd_jobs_new(const struct kd_jobs_options *o, char *err, size_t errlen);
 /* SIGTERM: end every event stream (clients reconnect with Last-Event-ID). */
 void kd_jobs_drain(struct kd_jobs *j);

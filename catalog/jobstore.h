@@ -25,6 +25,7 @@
 #ifndef KD_CATALOG_JOBSTORE_H
 #define KD_CATALOG_JOBSTORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -150,5 +151,41 @@ int kd_jobstore_checkpoint_add(struct kd_jobstore *js, int64_t job_id, const cha
 /* Record a model version in the registry (source_job 0 when not from a job; metrics JSON or NULL). */
 int kd_jobstore_model_register(struct kd_jobstore *js, const char *name, int64_t version, int64_t source_job,
                                const char *metrics, char *err, size_t errlen);
+
+/* ---- removing ended jobs (jobstore-purge.c) ---- */
+
+/* kd_jobstore_job_purge's refusals, besides KD_JOBSTORE_NOT_FOUND and -1. */
+#define KD_JOBSTORE_NOT_ENDED 2  /* the job is queued or running */
+#define KD_JOBSTORE_RESUMED_BY 3 /* a queued or running job resumes from it (resume_from_job) */
+
+/* What a purge removed, or why it removed nothing. */
+struct kd_job_purge {
+    char state[16];                       /* the job's state (final when it was removed) */
+    int64_t events, metrics, checkpoints; /* rows removed: events, metric points, checkpoint index */
+    int64_t resumed_by;                   /* KD_JOBSTORE_RESUMED_BY: the job that resumes from it */
+    char model_name[129];                 /* the newest version the job registered ("" none): it stays */
+    int64_t model_version;
+};
+
+/*
+ * Removes ended job id (succeeded, failed or cancelled) with its events, metric points and
+ * checkpoint index rows, in one transaction, and says what went in *out. Model registry rows
+ * that name the job as their source stay, without it: a version belongs to the repository, not
+ * to the job that trained it. The id is never given to another job (AUTOINCREMENT). Refused:
+ * KD_JOBSTORE_NOT_ENDED for a queued or running job, KD_JOBSTORE_RESUMED_BY (out->resumed_by
+ * set) while a queued or running job resumes from it, KD_JOBSTORE_NOT_FOUND; err says why. The
+ * job's files (its checkpoint folders) are the caller's, to remove once this has returned 0.
+ */
+int kd_jobstore_job_purge(struct kd_jobstore *js, int64_t id, struct kd_job_purge *out, char *err, size_t errlen);
+/*
+ * Ended jobs a retention rule no longer keeps, the earliest ended first, at most max of them into
+ * ids (their number in *n): those beyond the keep_count ended jobs that ended last (0: no limit
+ * by count) and those that ended before ended_before_ms (Unix ms; 0: no limit by age). A job a
+ * queued or running job resumes from is never among them.
+ */
+int kd_jobstore_jobs_past_retention(struct kd_jobstore *js, int64_t keep_count, int64_t ended_before_ms,
+                                    int64_t *ids, int max, int *n, char *err, size_t errlen);
+/* Whether job id is in the store, into *exists (a read error is -1, never "missing"). */
+int kd_jobstore_job_exists(struct kd_jobstore *js, int64_t id, bool *exists, char *err, size_t errlen);
 
 #endif /* KD_CATALOG_JOBSTORE_H */

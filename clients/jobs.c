@@ -1,6 +1,6 @@
 /*
- * clients/jobs.c — the kiln CLI's training and model commands: train submit, jobs, job, cancel,
- * resume, models, load, unload, predict (watch is clients/watch.c).
+ * clients/jobs.c — the kiln CLI's training and model commands: train submit, jobs, jobs rm, job,
+ * cancel, resume, models, load, unload, predict (watch is clients/watch.c).
  */
 #include <errno.h>
 #include <math.h>
@@ -17,6 +17,8 @@ const char kiln_cli_jobs_usage[] =
     "  train submit SPEC.json [--watch] [--plain]\n"
     "                                     submit a training job (docs/jobs.md); --watch follows it\n"
     "  jobs [--state S]                   list jobs (S: queued, running, succeeded, failed, cancelled)\n"
+    "  jobs rm ID                         remove an ended job: its record, checkpoints, metrics and events\n"
+    "                                     (a model version it registered stays in the repository)\n"
     "  job ID                             one job: state, progress, latest metrics, checkpoints, error\n"
     "  cancel ID                          cancel a queued or running job\n"
     "  resume ID                          continue a failed or cancelled job from its checkpoint\n"
@@ -180,8 +182,37 @@ static void print_progress_bar(double f)
     printf("] %3.0f%%", f * 100);
 }
 
+/* kiln jobs rm ID: DELETE /v1/jobs/ID?purge=true. A job that has not ended is the server's 409,
+ * printed as it gives it (cancel first, then rm). */
+static int cmd_jobs_rm(const struct kiln_client *cl, int argc, char **argv)
+{
+    if (argc != 1 || !kiln_cli_job_id_valid(argv[0])) {
+        fprintf(stderr, "kiln: usage: kiln jobs rm JOB_ID (a job id: 1, 2, ...)\n");
+        return 2;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%s?purge=true", argv[0]);
+    cJSON *j = NULL;
+    int rc = simple(cl, "DELETE", path, "jobs rm", &j);
+    if (rc)
+        return rc;
+    double bytes = num_of(j, "bytes_freed");
+    printf("job %s removed: %.0f files, %.0f bytes freed, %.0f events\n", argv[0], num_of(j, "files_removed"),
+           isfinite(bytes) ? bytes : 0, num_of(j, "events_removed"));
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "model_kept");
+    if (cJSON_IsObject(m))
+        printf("  model %s version %.0f, which it registered, stays in the repository\n", str_of(m, "name"),
+               num_of(m, "version"));
+    if (str_of(j, "left_behind"))
+        fprintf(stderr, "kiln: jobs rm: left behind: %s\n", str_of(j, "left_behind"));
+    cJSON_Delete(j);
+    return 0;
+}
+
 static int cmd_jobs(const struct kiln_client *cl, int argc, char **argv)
 {
+    if (argc >= 1 && !strcmp(argv[0], "rm"))
+        return cmd_jobs_rm(cl, argc - 1, argv + 1);
     char path[128] = "/v1/jobs?limit=1000";
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--state") && i + 1 < argc && strspn(argv[i + 1], "abcdefghijklmnopqrstuvwxyz") ==

@@ -145,6 +145,17 @@ const struct kd_config_key kd_config_keys[] = {
      "--data-roots",
      "Folders a training job's data paths may lie under (data_dir is always allowed); a path that resolves "
      "elsewhere, through symlinks included, is refused with 400."},
+    {"jobs.retention_count", KD_CT_INT, OFF(job_retention_count), 0, 1000000, NULL, "0",
+     "KILN_JOBS_RETENTION_COUNT", "--jobs-retention-count",
+     "Ended training jobs (succeeded, failed, cancelled) to keep, those that ended last; older ones are purged "
+     "as DELETE /v1/jobs/{id}?purge=true does (record, events, metrics, checkpoints; a model version a job "
+     "registered stays in the repository), at start and whenever a job ends, one log line each. A job that a "
+     "queued or running job resumes from is kept until that one ends. 0 keeps every job."},
+    {"jobs.retention_days", KD_CT_INT, OFF(job_retention_days), 0, 36500, NULL, "0", "KILN_JOBS_RETENTION_DAYS",
+     "--jobs-retention-days",
+     "Days an ended training job is kept after it ended; then it is purged as with jobs.retention_count (at "
+     "start, whenever a job ends, and hourly while kilnd is idle). Both may be set: a job goes when either "
+     "says so. 0 keeps jobs forever."},
 };
 
 const size_t kd_config_key_count = sizeof kd_config_keys / sizeof kd_config_keys[0];

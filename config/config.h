@@ -84,6 +84,8 @@ struct kd_config {
     char *log_file;             /* "" means stderr */
     struct kd_strlist api_tokens;
     struct kd_strlist data_roots; /* jobs.data_roots */
+    int64_t job_retention_count;  /* jobs.retention_count: ended jobs kept, the newest; 0 all */
+    int64_t job_retention_days;   /* jobs.retention_days: ended jobs kept this many days; 0 forever */
     char *config_file;          /* the --config path, or NULL */
 };
 

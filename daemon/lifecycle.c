@@ -521,6 +521,8 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
         .tokens = &d->cfg.api_tokens,
         .serving = d->serving,
         .sched = d->sched,
+        .retention_count = d->cfg.job_retention_count,
+        .retention_days = d->cfg.job_retention_days,
         .log = kd_log_sink,
         .log_ud = &d->log,
     };

@@ -1,0 +1,152 @@
+/*
+ * catalog/jobstore-purge.c — removing ended jobs from kiln.db: one job on request (a purge), and
+ * the list of those a retention rule no longer keeps.
+ *
+ * A purge is one IMMEDIATE transaction that checks the job has ended and that no queued or
+ * running job resumes from it, then deletes its rows: a reader sees the job whole or not at all,
+ * and a continuation stored a moment before is seen by the check. The rows go explicitly (not by
+ * relying on ON DELETE CASCADE), so the result does not depend on the foreign_keys pragma of the
+ * connection. Files are not the store's business: the caller removes the job's folders once the
+ * rows are gone (api/jobs-purge.c says why in that order).
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+#include "jobstore-impl.h"
+
+/* The queued and running jobs whose spec resumes from job ?1. */
+#define RESUMING_JOBS                                                                                             \
+    "FROM jobs WHERE state IN ('queued', 'running') AND json_extract(spec, '$.resume_from_job') = ?1"
+
+/* One statement about job id (bound to ?1): the first columns of its row into values[0..nvalues)
+ * when it returns one (*row says whether it did; may be NULL). 0 or -1 (what failed: what). */
+static int job_statement(struct kd_jobstore *js, const char *sql, const char *what, int64_t id, int64_t *values,
+                         int nvalues, bool *row, char *err, size_t errlen)
+{
+    sqlite3_stmt *st = prepare(js, sql, what, err, errlen);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, id);
+    int s = sqlite3_step(st);
+    if (row)
+        *row = s == SQLITE_ROW;
+    for (int i = 0; s == SQLITE_ROW && i < nvalues; i++)
+        values[i] = sqlite3_column_int64(st, i);
+    sqlite3_finalize(st);
+    return s == SQLITE_DONE || s == SQLITE_ROW ? 0 : fail(js->db, what, err, errlen);
+}
+
+/* The newest model version job id registered, into out (none: model_name stays ""). 0 or -1. */
+static int registered_model(struct kd_jobstore *js, int64_t id, struct kd_job_purge *out, char *err, size_t errlen)
+{
+    sqlite3_stmt *st = prepare(js,
+                               "SELECT name, version FROM model_registry WHERE source_job = ?1 "
+                               "ORDER BY created_ms DESC, version DESC LIMIT 1",
+                               "job purge", err, errlen);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, id);
+    int s = sqlite3_step(st);
+    if (s == SQLITE_ROW) {
+        snprintf(out->model_name, sizeof out->model_name, "%s", (const char *)sqlite3_column_text(st, 0));
+        out->model_version = sqlite3_column_int64(st, 1);
+    }
+    sqlite3_finalize(st);
+    return s == SQLITE_DONE || s == SQLITE_ROW ? 0 : fail(js->db, "job purge", err, errlen);
+}
+
+/* The checks and deletes of kd_jobstore_job_purge, inside its transaction. */
+static int purge_in(struct kd_jobstore *js, int64_t id, struct kd_job_purge *out, char *err, size_t errlen)
+{
+    int rc = kd_js_current_state(js, id, out->state, sizeof out->state, err, errlen);
+    if (rc != 0)
+        return rc;
+    if (!final_state(out->state))
+        return (seterr(err, errlen, "job %lld is %s: it has not ended", (long long)id, out->state),
+                KD_JOBSTORE_NOT_ENDED);
+    bool resumed = false;
+    if (job_statement(js, "SELECT id " RESUMING_JOBS " ORDER BY id LIMIT 1", "job purge", id, &out->resumed_by, 1,
+                      &resumed, err, errlen) != 0)
+        return -1;
+    if (resumed)
+        return (seterr(err, errlen, "job %lld resumes from job %lld's checkpoints and has not ended",
+                       (long long)out->resumed_by, (long long)id),
+                KD_JOBSTORE_RESUMED_BY);
+    int64_t counts[3] = {0, 0, 0};
+    if (registered_model(js, id, out, err, errlen) != 0 ||
+        job_statement(js,
+                      "SELECT (SELECT count(*) FROM job_events WHERE job_id = ?1), "
+                      "(SELECT count(*) FROM job_metrics WHERE job_id = ?1), "
+                      "(SELECT count(*) FROM checkpoints WHERE job_id = ?1)",
+                      "job purge", id, counts, 3, NULL, err, errlen) != 0)
+        return -1;
+    out->events = counts[0];
+    out->metrics = counts[1];
+    out->checkpoints = counts[2];
+    static const char *const deletes[] = {
+        "DELETE FROM job_events WHERE job_id = ?1",
+        "DELETE FROM job_metrics WHERE job_id = ?1",
+        "DELETE FROM checkpoints WHERE job_id = ?1",
+        /* the version stays in the registry as in the repository, no longer pointing at the job */
+        "UPDATE model_registry SET source_job = NULL WHERE source_job = ?1",
+        "DELETE FROM jobs WHERE id = ?1",
+    };
+    for (size_t i = 0; i < sizeof deletes / sizeof deletes[0]; i++)
+        if (job_statement(js, deletes[i], "job purge", id, NULL, 0, NULL, err, errlen) != 0)
+            return -1;
+    return 0;
+}
+
+int kd_jobstore_job_purge(struct kd_jobstore *js, int64_t id, struct kd_job_purge *out, char *err, size_t errlen)
+{
+    if (!js || !out)
+        return seterr(err, errlen, "job purge: invalid arguments");
+    memset(out, 0, sizeof *out);
+    if (begin(js, "job purge", err, errlen) != 0)
+        return -1;
+    return finish(js, purge_in(js, id, out, err, errlen), "job purge", err, errlen);
+}
+
+int kd_jobstore_jobs_past_retention(struct kd_jobstore *js, int64_t keep_count, int64_t ended_before_ms,
+                                    int64_t *ids, int max, int *n, char *err, size_t errlen)
+{
+    if (!js || !ids || !n || max < 1 || keep_count < 0 || ended_before_ms < 0)
+        return seterr(err, errlen, "jobs past retention: invalid arguments");
+    *n = 0;
+    if (keep_count == 0 && ended_before_ms == 0)
+        return 0;
+    /* A final state always sets finished_ms; created_ms stands in should a row lack it. */
+    sqlite3_stmt *st = prepare(
+        js,
+        "WITH ended AS (SELECT id, coalesce(finished_ms, created_ms) AS ended_ms, "
+        "row_number() OVER (ORDER BY coalesce(finished_ms, created_ms) DESC, id DESC) "
+        "AS newest_first FROM jobs WHERE state IN ('succeeded', 'failed', 'cancelled')) "
+        "SELECT id FROM ended WHERE ((?1 > 0 AND newest_first > ?1) OR (?2 > 0 AND ended_ms < ?2)) "
+        "AND id NOT IN (SELECT json_extract(spec, '$.resume_from_job') FROM jobs "
+        "WHERE state IN ('queued', 'running') AND "
+        "json_extract(spec, '$.resume_from_job') IS NOT NULL) "
+        "ORDER BY ended_ms, id LIMIT ?3",
+        "jobs past retention", err, errlen);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, keep_count);
+    sqlite3_bind_int64(st, 2, ended_before_ms);
+    sqlite3_bind_int(st, 3, max);
+    int s;
+    while ((s = sqlite3_step(st)) == SQLITE_ROW)
+        ids[(*n)++] = sqlite3_column_int64(st, 0);
+    int rc = s == SQLITE_DONE ? 0 : fail(js->db, "jobs past retention", err, errlen);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int kd_jobstore_job_exists(struct kd_jobstore *js, int64_t id, bool *exists, char *err, size_t errlen)
+{
+    if (!js || !exists)
+        return seterr(err, errlen, "job exists: invalid arguments");
+    return job_statement(js, "SELECT 1 FROM jobs WHERE id = ?1", "job exists", id, NULL, 0, exists, err, errlen);
+}
