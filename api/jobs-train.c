@@ -73,6 +73,14 @@ static void hook_checkpoint(void *ud, const char *path, int64_t step)
     kd_jobs_store_unlock(r->j);
 }
 
+/* A problem the run went on past (a damaged checkpoint passed over on resume): the job's log has
+ * it as an event already; kilnd's log gets it too, for an operator who reads no job's events. */
+static void hook_warn(void *ud, const char *message)
+{
+    struct job_run *r = ud;
+    kd_jobs_log(r->j, KD_LOG_WARN, "job %lld: %s", (long long)r->id, message);
+}
+
 /*
  * The version a previous run of this job added before kilnd stopped, found by the source.json it
  * wrote (0: none); fills res as that run had (its final metrics are in the file).
@@ -357,7 +365,7 @@ static int run_job(struct kd_jobs *j, int64_t id)
         .scratch_dir = scratch,
         .source = source,
         .cancel = &j->cancel,
-        .hooks = {&jr, hook_event, hook_progress, hook_checkpoint},
+        .hooks = {&jr, hook_event, hook_progress, hook_checkpoint, hook_warn},
     };
     if (written) {
         rc = 0;

@@ -4,7 +4,8 @@
  *
  *     fashion_mnist mlp 10                  # MLP 784-256-128-10, Adam
  *     fashion_mnist cnn 8 --workers 2       # 2 conv + batch norm + 2 fc
- *     fashion_mnist cnn 8 --resume          # continue from out/checkpoints
+ *     fashion_mnist cnn 8 --resume          # continue from fashion-out/checkpoints (--out DIR:
+ *                                           # DIR/checkpoints)
  *     fashion_mnist mlp 1 --device remote://127.0.0.1:8080/cpu   # train inside a kilnd
  *     fashion_mnist cnn 3 --device vulkan:0 # on a GPU through Vulkan; same seed, same
  *                                           # batches: the loss and test accuracy match a
@@ -18,8 +19,13 @@
  * test images), --print-losses (each step's training loss on stdout, all 17 digits, so two runs
  * can be compared exactly: a remote run's losses equal a local run's).
  *
+ * Numbers are read whole: a value that is not a number, or is out of range (epochs, batch,
+ * subsets at least 1; workers 0 to 256; lr a finite number above 0), prints the usage and
+ * exits with status 2 before anything runs.
+ *
  * The test set is the validation set, so "valid_accuracy" is the test accuracy.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,19 +90,62 @@ static kiln_dataset *load(const char *dir, const char *prefix, int64_t subset)
     return ds;
 }
 
+static int usage(const char *prog)
+{
+    fprintf(stderr,
+            "usage: %s mlp|cnn [epochs] [--data DIR] [--out DIR] [--batch N] [--lr X] "
+            "[--subset N] [--test-subset N] [--workers N] [--device SPEC] [--resume] [--json] "
+            "[--print-losses]\n",
+            prog);
+    return 2;
+}
+
+/* A whole decimal integer in [lo, hi] into *out; otherwise a message naming the option and
+ * false. */
+static bool parse_int(const char *opt, const char *text, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (end == text || *end || errno == ERANGE || v < lo || v > hi) {
+        fprintf(stderr, "fashion_mnist: %s \"%s\" is not a whole number from %lld to %lld\n", opt, text,
+                (long long)lo, (long long)hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* A finite number above 0 (a learning rate) into *out; otherwise a message and false. */
+static bool parse_positive(const char *opt, const char *text, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || *end || errno == ERANGE || !isfinite(v) || !(v > 0)) {
+        fprintf(stderr, "fashion_mnist: %s \"%s\" is not a finite number above 0\n", opt, text);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
 int main(int argc, char **argv)
 {
     const char *kind = argc > 1 ? argv[1] : "mlp";
-    int64_t epochs = argc > 2 ? atoll(argv[2]) : 10;
+    int64_t epochs = 10;
+    if (argc > 2 && !parse_int("epochs", argv[2], 1, 1000000, &epochs))
+        return usage(argv[0]);
     const char *env = getenv("KILN_FASHION_MNIST");
     const char *data = env ? env : "/usr/share/datasets/fashion-mnist";
     const char *out = "fashion-out", *devspec = "cpu";
     int64_t batch = 64, subset = 0, test_subset = 0;
-    int workers = 2;
+    int64_t workers = 2;
     double lr = 1e-3;
     bool resume = false, json = false, print_losses = false;
     for (int i = 3; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true;
         if (!strcmp(a, "--resume"))
             resume = true;
         else if (!strcmp(a, "--json"))
@@ -104,34 +153,30 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--print-losses"))
             print_losses = true;
         else if (v && !strcmp(a, "--test-subset") && ++i)
-            test_subset = atoll(v);
+            ok = parse_int(a, v, 1, INT64_MAX, &test_subset);
         else if (v && !strcmp(a, "--data") && ++i)
             data = v;
         else if (v && !strcmp(a, "--out") && ++i)
             out = v;
         else if (v && !strcmp(a, "--batch") && ++i)
-            batch = atoll(v);
+            ok = parse_int(a, v, 1, INT32_MAX, &batch);
         else if (v && !strcmp(a, "--subset") && ++i)
-            subset = atoll(v);
+            ok = parse_int(a, v, 1, INT64_MAX, &subset);
         else if (v && !strcmp(a, "--workers") && ++i)
-            workers = atoi(v);
+            ok = parse_int(a, v, 0, 256, &workers);
         else if (v && !strcmp(a, "--lr") && ++i)
-            lr = atof(v);
+            ok = parse_positive(a, v, &lr);
         else if (v && !strcmp(a, "--device") && ++i)
             devspec = v;
-        else {
-            fprintf(stderr, "usage: %s mlp|cnn [epochs] [--data DIR] [--out DIR] [--batch N] [--lr X] "
-                            "[--subset N] [--test-subset N] [--workers N] [--device SPEC] [--resume] [--json] "
-                            "[--print-losses]\n", argv[0]);
-            return 2;
-        }
+        else
+            ok = false;
+        if (!ok)
+            return usage(argv[0]);
     }
     if (strcmp(kind, "mlp") != 0 && strcmp(kind, "cnn") != 0) {
         fprintf(stderr, "model must be mlp or cnn\n");
-        return 2;
+        return usage(argv[0]);
     }
-    if (epochs < 1)
-        epochs = 1;
     kiln_device *dev = kiln_device_open(devspec);
     kiln_dataset *train = dev ? load(data, "train", subset) : NULL;
     kiln_dataset *test = train ? load(data, "t10k", test_subset) : NULL;
@@ -147,7 +192,7 @@ int main(int argc, char **argv)
     kiln_loader_config lc = kiln_loader_config_default();
     lc.batch_size = batch;
     lc.seed = 1234;
-    lc.workers = workers;
+    lc.workers = (int)workers;
     kiln_loader *tl = opt ? kiln_loader_create(train, &lc, dev) : NULL;
     lc.shuffle = false;
     lc.batch_size = 500;
@@ -177,7 +222,7 @@ int main(int argc, char **argv)
         rc = kiln_learner_subscribe(L, print_loss, NULL);
     fprintf(stderr, "%s: %lld parameters, %lld training / %lld test images, batch %lld, %d workers, %s\n", kind,
             (long long)kiln_module_parameter_count(model, true), (long long)kiln_dataset_length(train),
-            (long long)kiln_dataset_length(test), (long long)batch, workers, kiln_device_name(dev));
+            (long long)kiln_dataset_length(test), (long long)batch, (int)workers, kiln_device_name(dev));
     if (rc == 0 && resume) {
         rc = kiln_learner_resume(L, ckdir);
         if (rc == 0)

@@ -4,12 +4,16 @@
  *
  *     train_synthetic [device] [epochs]        e.g. train_synthetic cpu 15
  *
+ * epochs (12) is a whole number from 1 to 100000; anything else prints the usage and exits
+ * with status 2.
+ *
  * The model is written directly with kiln_linear and parameters created here, so the
  * example needs nothing but libkiln: two hidden layers of 32 ReLU units, cross-entropy
  * on the logits, mini-batches of 32, gradient clipping at norm 5, and a cosine learning
  * rate schedule with a short linear warm-up. Each optimizer starts from the same
  * initial weights, so their curves can be compared line by line.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,12 +125,30 @@ static int train(kiln_device *dev, kiln_optim_config cfg, int epochs, kiln_tenso
     return rc;
 }
 
+static int usage(const char *prog)
+{
+    fprintf(stderr, "usage: %s [device] [epochs]\n", prog);
+    return 2;
+}
+
 int main(int argc, char **argv)
 {
     const char *spec = argc > 1 ? argv[1] : "cpu";
-    int epochs = argc > 2 ? atoi(argv[2]) : 12;
-    if (epochs < 1)
-        epochs = 1;
+    int epochs = 12;
+    if (argc > 3) {
+        fprintf(stderr, "train_synthetic: unexpected argument \"%s\"\n", argv[3]);
+        return usage(argv[0]);
+    }
+    if (argc > 2) {
+        char *end;
+        errno = 0;
+        long v = strtol(argv[2], &end, 10);
+        if (end == argv[2] || *end || errno == ERANGE || v < 1 || v > 100000) {
+            fprintf(stderr, "train_synthetic: epochs \"%s\" is not a whole number from 1 to 100000\n", argv[2]);
+            return usage(argv[0]);
+        }
+        epochs = (int)v;
+    }
     kiln_device *dev = kiln_device_open(spec);
     if (!dev) {
         fprintf(stderr, "cannot open %s: %s\n", spec, kiln_error());

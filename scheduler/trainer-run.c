@@ -195,23 +195,52 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void logf_(const struct kd_trainer_run *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void logf_(const struct kd_trainer_run *run, const char *fmt, ...)
+/* A "log" event with the message; a warning also goes to the warn hook (kilnd's log). */
+static void vlog(const struct kd_trainer_run *run, bool warning, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+static void vlog(const struct kd_trainer_run *run, bool warning, const char *fmt, va_list ap)
 {
+    char msg[640];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    if (warning && run->hooks.warn)
+        run->hooks.warn(run->hooks.ud, msg);
     if (!run->hooks.event)
         return;
-    char msg[640];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "message", msg);
+    if (warning)
+        cJSON_AddStringToObject(o, "level", "warning");
     char *text = cJSON_PrintUnformatted(o);
     if (text)
         run->hooks.event(run->hooks.ud, "log", text);
     cJSON_free(text);
     cJSON_Delete(o);
+}
+
+static void logf_(const struct kd_trainer_run *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(const struct kd_trainer_run *run, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(run, false, fmt, ap);
+    va_end(ap);
+}
+
+static void warnf(const struct kd_trainer_run *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warnf(const struct kd_trainer_run *run, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(run, true, fmt, ap);
+    va_end(ap);
+}
+
+/* A newer checkpoint passed over because it does not verify (damaged, or cut short by a
+ * crash): the run goes back further than the job's history says, so the user is told which
+ * one and why. */
+static void skipped_checkpoint(const char *path, const char *why, void *ud)
+{
+    warnf(ud, "passed over checkpoint %.300s: %.250s", path, why);
 }
 
 static void on_event(void *ud, const kiln_train_event *ev)
@@ -462,7 +491,7 @@ int kd_trainer_run(const struct kd_trainer_run *run, struct kd_trainer_result *r
     struct run_ctx ctx = {run, L, 0};
     kiln_learner_subscribe(L, on_event, &ctx);
     if (run->resume_dir) {
-        kiln_ckpt *ck = kiln_ckpt_open_latest(run->resume_dir, NULL, NULL);
+        kiln_ckpt *ck = kiln_ckpt_open_latest(run->resume_dir, skipped_checkpoint, (void *)run);
         if (ck) {
             int64_t step = kiln_ckpt_step(ck);
             char path[PATH_MAX];

@@ -103,12 +103,15 @@ int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct 
 int kd_jobspec_check_runnable(const struct kd_jobspec *s, char *problems, size_t len);
 void kd_jobspec_free(struct kd_jobspec *s);
 
-/* What a run reports while it goes: type is "step", "epoch", "checkpoint" or "log". */
+/* What a run reports while it goes: type is "step", "epoch", "checkpoint" or "log" (a "log" event
+ * is {"message": ...}, with "level": "warning" for a problem the run went on past). warn gets the
+ * same warnings' messages for kilnd's own log (NULL: none). */
 struct kd_trainer_hooks {
     void *ud;
     void (*event)(void *ud, const char *type, const char *json);
     void (*progress)(void *ud, double fraction);
     void (*checkpoint)(void *ud, const char *path, int64_t step);
+    void (*warn)(void *ud, const char *message);
 };
 
 struct kd_trainer_run {

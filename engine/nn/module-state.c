@@ -1,8 +1,9 @@
 /*
  * engine/nn/module-state.c — a module's state dict in and out: loading named tensors
- * (strict or lenient, with a report of what was missing, unexpected or mismatched), and
- * a module's weights read from and written to safetensors, and the list of its
- * generators (the random streams of dropout) that training checkpoints save.
+ * into the module's own tensors, in place (strict or lenient, with a report of what was
+ * missing, unexpected or mismatched), a module's weights read from and written to
+ * safetensors, and the list of its generators (the random streams of dropout) that
+ * training checkpoints save.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,12 +32,20 @@ typedef struct load_ctx {
     const char *const *names;
     kiln_tensor *const *tensors;
     bool *used;
+    kiln_tensor **ready; /* per source tensor: its value in the module tensor's dtype and device */
     kiln_load_report *rep;
     bool first;
-    int pass;             /* 0 check, 1 apply */
-    const char *bad_name; /* shape mismatch found in pass 0 */
-    char bad_msg[200];
+    int pass; /* LOAD_CHECK, LOAD_CONVERT, LOAD_UNALIAS, LOAD_WRITE */
 } load_ctx;
+
+/* A load runs in passes over the module's tensors, so that nothing is written until every
+ * name and shape has been checked and every value converted. */
+enum {
+    LOAD_CHECK,
+    LOAD_CONVERT,
+    LOAD_UNALIAS,
+    LOAD_WRITE
+};
 
 static int find_name(const load_ctx *c, const char *name)
 {
@@ -46,45 +55,87 @@ static int find_name(const load_ctx *c, const char *name)
     return -1;
 }
 
+static int check_one(load_ctx *c, const char *name, kiln__entry *e, int i)
+{
+    if (i < 0) {
+        c->rep->missing++;
+        report_add(c->rep, "missing", name, &c->first);
+        return 0;
+    }
+    c->used[i] = true;
+    kiln_tensor *src = c->tensors[i];
+    bool same = src && kiln_tensor_ndim(src) == kiln_tensor_ndim(e->t);
+    for (int d = 0; same && d < kiln_tensor_ndim(src); d++)
+        same = kiln_tensor_shape(src)[d] == kiln_tensor_shape(e->t)[d];
+    if (!same) {
+        char a[96], b[96];
+        kiln_tensor_describe(src, a, sizeof a);
+        kiln_tensor_describe(e->t, b, sizeof b);
+        kiln__error_set("load_state_dict: \"%s\": source %s does not match the module's %s", name,
+                        src ? a : "NULL", b);
+        return 1;
+    }
+    return 0;
+}
+
+/* The source's value in the module tensor's dtype, on its device. */
+static int convert_one(load_ctx *c, const char *name, kiln__entry *e, int i)
+{
+    kiln_tensor *t = kiln_keep(kiln_cast(c->tensors[i], kiln_tensor_dtype(e->t)));
+    c->ready[i] = t ? kiln_keep(kiln_to_device(t, kiln_tensor_device(e->t))) : NULL;
+    kiln_tensor_release(t);
+    if (!c->ready[i]) {
+        kiln__error_set("load_state_dict: \"%s\": %s", name, kiln_error());
+        return 1;
+    }
+    return 0;
+}
+
+/* A converted source that shares memory with this module tensor (a view of the module's own
+ * state) would be overwritten by an earlier write before it is read: it gets a copy. */
+static int unalias_one(load_ctx *c, kiln__entry *e)
+{
+    for (int k = 0; k < c->n; k++) {
+        if (!c->ready[k] || !kiln_tensor_shares_storage(c->ready[k], e->t))
+            continue;
+        kiln_tensor *copy = kiln_keep(kiln_clone(c->ready[k]));
+        if (!copy) {
+            kiln__error_set("load_state_dict: \"%s\": %s", c->names[k], kiln_error());
+            return 1;
+        }
+        kiln_tensor_release(c->ready[k]);
+        c->ready[k] = copy;
+    }
+    return 0;
+}
+
+/* Into the module's own tensor, not a new one in its place: whoever holds it (an optimizer
+ * made before the load, as PyTorch's usual order has it) sees the loaded values. */
+static int write_one(load_ctx *c, const char *name, kiln__entry *e, int i)
+{
+    char op[200];
+    snprintf(op, sizeof op, "load_state_dict: \"%.150s\"", name);
+    return kiln__copy_into(e->t, c->ready[i], op) < 0 ? 1 : 0;
+}
+
 static int load_one(void *ud, const char *name, kiln__entry *e)
 {
     load_ctx *c = ud;
     int i = find_name(c, name);
-    if (c->pass == 0) {
-        if (i < 0) {
-            c->rep->missing++;
-            report_add(c->rep, "missing", name, &c->first);
-            return 0;
-        }
-        c->used[i] = true;
-        kiln_tensor *src = c->tensors[i];
-        bool same = src && kiln_tensor_ndim(src) == kiln_tensor_ndim(e->t);
-        for (int d = 0; same && d < kiln_tensor_ndim(src); d++)
-            same = kiln_tensor_shape(src)[d] == kiln_tensor_shape(e->t)[d];
-        if (!same) {
-            char a[96], b[96];
-            kiln_tensor_describe(src, a, sizeof a);
-            kiln_tensor_describe(e->t, b, sizeof b);
-            kiln__error_set("load_state_dict: \"%s\": source %s does not match the module's %s", name,
-                            src ? a : "NULL", b);
-            return 1;
-        }
-        return 0;
+    switch (c->pass) {
+    case LOAD_CHECK: return check_one(c, name, e, i);
+    case LOAD_CONVERT: return i < 0 ? 0 : convert_one(c, name, e, i);
+    case LOAD_UNALIAS: return unalias_one(c, e);
+    default: return i < 0 ? 0 : write_one(c, name, e, i);
     }
-    if (i < 0)
-        return 0;
-    kiln_tensor *t = kiln_keep(kiln_cast(c->tensors[i], kiln_tensor_dtype(e->t)));
-    kiln_tensor *r = t ? kiln_keep(kiln_to_device(t, kiln_tensor_device(e->t))) : NULL;
-    kiln_tensor_release(t);
-    if (r && kiln_tensor_shares_storage(r, c->tensors[i])) {
-        /* The module must own its own storage: the source may be changed later. */
-        kiln_tensor *cl = kiln_keep(kiln_clone(r));
-        kiln_tensor_release(r);
-        r = cl;
-    }
-    if (!r)
-        return kiln__error_set("load_state_dict: \"%s\": %s", name, kiln_error()) ? 1 : 1;
-    return kiln__module_replace_entry(e, r) < 0 ? 1 : 0;
+}
+
+static void load_ctx_free(load_ctx *c)
+{
+    for (int i = 0; c->ready && i < c->n; i++)
+        kiln_tensor_release(c->ready[i]);
+    free(c->ready);
+    free(c->used);
 }
 
 int kiln_module_load_state_dict(kiln_module *m, int n, const char *const *names, kiln_tensor *const *tensors,
@@ -95,13 +146,16 @@ int kiln_module_load_state_dict(kiln_module *m, int n, const char *const *names,
     kiln_load_report local;
     kiln_load_report *rep = report ? report : &local;
     memset(rep, 0, sizeof *rep);
-    load_ctx c = {.n = n, .names = names, .tensors = tensors, .rep = rep, .first = true};
+    load_ctx c = {.n = n, .names = names, .tensors = tensors, .rep = rep, .first = true, .pass = LOAD_CHECK};
     c.used = calloc((size_t)n + 1, sizeof *c.used);
-    if (!c.used)
+    c.ready = calloc((size_t)n + 1, sizeof *c.ready);
+    if (!c.used || !c.ready) {
+        load_ctx_free(&c);
         return kiln__error_set("load_state_dict: out of memory");
+    }
     int rc = kiln__module_walk_all(m, load_one, &c);
     if (rc) {
-        free(c.used);
+        load_ctx_free(&c);
         return -1;
     }
     c.first = true;
@@ -110,14 +164,16 @@ int kiln_module_load_state_dict(kiln_module *m, int n, const char *const *names,
             rep->unexpected++;
             report_add(rep, "unexpected", names[i] ? names[i] : "(null)", &c.first);
         }
-    free(c.used);
-    if (strict && (rep->missing || rep->unexpected))
+    if (strict && (rep->missing || rep->unexpected)) {
+        load_ctx_free(&c);
         return kiln__error_set("load_state_dict (strict): %d missing and %d unexpected keys: %s", rep->missing,
                                rep->unexpected, rep->text);
-    c.pass = 1;
+    }
     kiln_no_grad_begin();
-    rc = kiln__module_walk_all(m, load_one, &c);
+    for (c.pass = LOAD_CONVERT; rc == 0 && c.pass <= LOAD_WRITE; c.pass++)
+        rc = kiln__module_walk_all(m, load_one, &c);
     kiln_no_grad_end();
+    load_ctx_free(&c);
     return rc ? -1 : 0;
 }
 

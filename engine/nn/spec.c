@@ -65,6 +65,7 @@ typedef struct graph {
     int nvalues;
     int noutputs;
     int *outputs;         /* value ids */
+    char *spec;           /* the spec it was built from, for kiln_model_spec_json */
 } graph;
 
 static void graph_free(void *p)
@@ -82,6 +83,7 @@ static void graph_free(void *p)
     free(g->nodes);
     free(g->order);
     free(g->outputs);
+    free(g->spec);
     free(g);
 }
 
@@ -575,12 +577,31 @@ kiln_module *kiln_model_from_json(const char *json, kiln_device *dev, kiln_gener
     const cJSON *ex = cJSON_GetObjectItemCaseSensitive(root, "example_inputs");
     if (rc == 0 && ex)
         rc = dry_run(m, g, ex, dev);
+    /* As parsed (one line, the same keys): what checkpoints store to build the model again. */
+    char *spec = rc == 0 ? cJSON_PrintUnformatted(root) : NULL;
+    if (rc == 0 && (!spec || !(g->spec = strdup(spec))))
+        rc = kiln__error_set("model spec: out of memory");
+    cJSON_free(spec);
     cJSON_Delete(root);
     if (rc < 0) {
         kiln_module_free(m);
         return NULL;
     }
     return m;
+}
+
+char *kiln_model_spec_json(const kiln_module *m)
+{
+    const graph *g = m && m->cls == &model_class ? m->self : NULL;
+    if (!g || !g->spec) {
+        kiln__error_set("kiln_model_spec_json: %s was not built from a JSON model spec",
+                        m ? kiln_module_type(m) : "no module");
+        return NULL;
+    }
+    char *copy = strdup(g->spec);
+    if (!copy)
+        kiln__error_set("kiln_model_spec_json: out of memory");
+    return copy;
 }
 
 kiln_module *kiln_model_from_json_file(const char *path, kiln_device *dev, kiln_generator *gen)

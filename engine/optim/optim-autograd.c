@@ -26,10 +26,27 @@ static kiln_tensor **fetch_grads(kiln_optim *opt, const char *op)
     return g;
 }
 
+/* A parameter nothing but the optimizer holds any more: the module it was listed from put
+ * another tensor in its place (kiln_module_to_device, kiln_module_map) and released this one.
+ * Stepping it would report an update that no model ever sees, so it is an error. */
+static int check_not_orphaned(const kiln_optim *opt)
+{
+    for (int i = 0; i < opt->n; i++)
+        if (atomic_load(&opt->p[i].param->refcount) == 1)
+            return kiln__error_set("optim_step: %s: parameter \"%s\" is held by this optimizer alone: the "
+                                   "module it came from replaced it (kiln_module_to_device or kiln_module_map "
+                                   "after the optimizer was created), so a step would train a tensor no model "
+                                   "uses; create the optimizer after moving the model",
+                                   kiln_optim_kind_name(opt->cfg.kind), opt->p[i].name);
+    return 0;
+}
+
 int kiln_optim_step(kiln_optim *opt)
 {
     if (!opt)
         return kiln__error_set("optim_step: optimizer is NULL");
+    if (check_not_orphaned(opt) < 0)
+        return -1;
     kiln_scope_begin();
     kiln_tensor **g = fetch_grads(opt, "optim_step");
     int rc = g ? kiln_optim_step_grads(opt, g) : -1;

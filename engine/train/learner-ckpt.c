@@ -9,11 +9,17 @@
  * metric history (from which keep-best and early stopping are recomputed). The position
  * and history travel in the checkpoint's metrics.json as
  *   {"history": [...], "batch": 312, "partial": {"loss": .., "n": .., "correct": ..},
- *    "generators": ["", "fc1", "drop", ...]}
+ *    "generators": ["", "fc1", "drop", ...],
+ *    "confusion": {"classes": 10, "cells": [[label, prediction, count], ...]}}
  * where "generators" names the module of each generator after the learner's (rng[1..])
  * so that a resume into a differently built model is refused rather than misassigned.
- * Checkpoints written before the module generators were saved lack the key; they resume
+ * Checkpoints written before the module generators were saved lack that key; they resume
  * as they always did (the modules keep their current streams), with a notice.
+ * "confusion" holds the nonzero cells of the latest validation's confusion matrix (a
+ * classifier's, as the report shows it) and the metrics come back from the history's last
+ * epoch, so that a finished run resumed reports what it reported before. The model
+ * record's config is the model's JSON spec when it was built from one
+ * (kiln_model_spec_json), so that a checkpoint alone makes the model again.
  *
  * A resume is all or nothing: everything is read and checked before the first change.
  */
@@ -45,6 +51,18 @@ static char *position_json(const kiln_learner *L, int ngen, const char *const *g
     cJSON_AddItemToObject(p, "loss", cJSON_CreateRaw(buf));
     cJSON_AddNumberToObject(p, "n", (double)L->part_n);
     cJSON_AddNumberToObject(p, "correct", (double)L->part_correct);
+    if (L->cm.counts) {
+        /* the nonzero cells only: a matrix of 1000 classes has a million */
+        cJSON *cmo = cJSON_AddObjectToObject(o, "confusion");
+        int64_t c = L->cm.classes;
+        cJSON_AddNumberToObject(cmo, "classes", (double)c);
+        cJSON *cm = cJSON_AddArrayToObject(cmo, "cells");
+        for (int64_t k = 0; cm && k < c * c; k++)
+            if (L->cm.counts[k]) {
+                const double cell[3] = {(double)(k / c), (double)(k % c), (double)L->cm.counts[k]};
+                cJSON_AddItemToArray(cm, cJSON_CreateDoubleArray(cell, 3));
+            }
+    }
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -65,6 +83,9 @@ int kiln__learner_save(kiln_learner *L, bool at_epoch_end)
     const char **gen_paths = calloc((size_t)ngen + 1, sizeof *gen_paths);
     kiln_generator *rngs = calloc((size_t)ngen + 1, sizeof *rngs);
     char *pos = NULL;
+    /* The spec when the model was built from one; other models (a layer, an ONNX graph)
+     * save "{}" as before. */
+    char *spec = kiln_model_spec_json(L->model);
     int rc = -1;
     if (gens && gen_paths && rngs) {
         kiln_module_generators(L->model, gens, gen_paths, ngen);
@@ -90,6 +111,7 @@ int kiln__learner_save(kiln_learner *L, bool at_epoch_end)
         .model_n = n,
         .model_names = names,
         .model_tensors = ts,
+        .model_config = spec,
         .optim_n = os.n,
         .optim_names = (const char *const *)os.names,
         .optim_tensors = os.tensors,
@@ -117,6 +139,7 @@ int kiln__learner_save(kiln_learner *L, bool at_epoch_end)
 done:
     kiln_optim_state_free(&os);
     free(sched);
+    free(spec);
     free(pos);
     free(gens);
     free(gen_paths);
@@ -183,6 +206,25 @@ static void plan_free(model_plan *p)
     memset(p, 0, sizeof *p);
 }
 
+/* The first checkpoint tensor the model does not have, for a message: "" when none. */
+static void first_unexpected(const kiln_named_tensor *sd, int nm, int n, char **names, kiln_tensor **ts, char *out,
+                             size_t len)
+{
+    out[0] = 0;
+    for (int j = 0; j < n && !out[0]; j++) {
+        bool known = false;
+        for (int i = 0; i < nm && !known; i++)
+            known = strcmp(names[j], sd[i].name) == 0;
+        if (!known) {
+            char d[96];
+            snprintf(out, len, "'%.200s' %s", names[j], kiln_tensor_describe(ts[j], d, sizeof d));
+        }
+    }
+}
+
+/* Match the checkpoint's tensors to the model's by name and shape. The first model tensor
+ * that is missing or shaped otherwise is named with both sides, so that a checkpoint of
+ * another model (an MLP's resumed into a CNN) says which tensors differ. */
 static int plan_model(kiln_module *m, int n, char **names, kiln_tensor **ts, model_plan *plan)
 {
     int nm = kiln_module_state_dict(m, NULL, 0);
@@ -195,7 +237,8 @@ static int plan_model(kiln_module *m, int n, char **names, kiln_tensor **ts, mod
         return kiln__error_set("out of memory");
     }
     kiln_module_state_dict(m, sd, nm);
-    int rc = nm == n ? 0 : kiln__error_set("the checkpoint holds %d model tensors, the model has %d", n, nm);
+    int rc = 0;
+    char a[96], b[96], extra[320];
     kiln_no_grad_begin();
     for (int i = 0; rc == 0 && i < nm; i++) {
         int k = -1;
@@ -203,7 +246,12 @@ static int plan_model(kiln_module *m, int n, char **names, kiln_tensor **ts, mod
             if (strcmp(names[j], sd[i].name) == 0)
                 k = j;
         if (k < 0) {
-            rc = kiln__error_set("model tensor '%s' is not in the checkpoint", sd[i].name);
+            first_unexpected(sd, nm, n, names, ts, extra, sizeof extra);
+            rc = kiln__error_set("the checkpoint holds another model: model tensor '%s' %s is not in the "
+                                 "checkpoint%s%s%s",
+                                 sd[i].name, kiln_tensor_describe(sd[i].tensor, a, sizeof a),
+                                 extra[0] ? " (whose tensors include " : "", extra,
+                                 extra[0] ? ", not in the model)" : "");
             break;
         }
         kiln_tensor *dst = sd[i].tensor, *src = ts[k];
@@ -211,9 +259,8 @@ static int plan_model(kiln_module *m, int n, char **names, kiln_tensor **ts, mod
         for (int d = 0; same && d < kiln_tensor_ndim(dst); d++)
             same = kiln_tensor_dim(src, d) == kiln_tensor_dim(dst, d);
         if (!same) {
-            char a[96], b[96];
-            rc = kiln__error_set("'%s': checkpoint %s, model %s", sd[i].name, kiln_tensor_describe(src, a, sizeof a),
-                                 kiln_tensor_describe(dst, b, sizeof b));
+            rc = kiln__error_set("the checkpoint holds another model: '%s': checkpoint %s, model %s", sd[i].name,
+                                 kiln_tensor_describe(src, a, sizeof a), kiln_tensor_describe(dst, b, sizeof b));
             break;
         }
         plan->dst[i] = dst;
@@ -222,13 +269,20 @@ static int plan_model(kiln_module *m, int n, char **names, kiln_tensor **ts, mod
             rc = -1;
     }
     kiln_no_grad_end();
+    if (rc == 0 && n != nm) {
+        /* every model tensor is there: the checkpoint has more */
+        first_unexpected(sd, nm, n, names, ts, extra, sizeof extra);
+        rc = kiln__error_set("the checkpoint holds another model: it has %d model tensors, the model %d; "
+                             "checkpoint tensor %s is not in the model",
+                             n, nm, extra[0] ? extra : "(a repeated name)");
+    }
     free(sd);
     return rc < 0 ? -1 : 0;
 }
 
-/* Copy the planned values into the model's own tensors. kiln_module_load_state_dict
- * would replace the tensor objects, leaving the optimizer updating the old ones; writing
- * in place keeps every holder of a parameter (the optimizer above all) in step. */
+/* Copy the planned values into the model's own tensors, in place as
+ * kiln_module_load_state_dict does, so every holder of a parameter (the optimizer above
+ * all) stays in step; planned first, so that nothing is written before all is checked. */
 static int write_model(const model_plan *plan)
 {
     int rc = 0;
@@ -267,6 +321,70 @@ static int check_generators(kiln_module *model, const cJSON *paths, int rng_n)
     return rc;
 }
 
+/* The learner's notices go where its progress goes, else to stderr. */
+static FILE *notice_stream(const kiln_learner *L)
+{
+    return L->cfg.progress ? L->cfg.progress : stderr;
+}
+
+/* A newer checkpoint that does not verify (a crash while it was written, a damaged file) is
+ * passed over for an older one; a run that silently goes back that far would look like one
+ * that lost its latest steps for no reason. */
+static void report_skipped(const char *path, const char *why, void *ud)
+{
+    fprintf(notice_stream(ud), "kiln: learner_resume: passed over %s: %s\n", path, why);
+}
+
+/* The matrix saved by position_json into a new array of classes^2 counts; *out stays NULL
+ * when there is nothing to restore: none saved (an older checkpoint), or one of another class
+ * count than this learner keeps. 0, or -1 plus a message for cells that do not read. */
+static int read_confusion(const kiln_learner *L, const cJSON *saved, int64_t **out)
+{
+    *out = NULL;
+    int64_t c = L->cm.classes;
+    const cJSON *cells = cJSON_GetObjectItemCaseSensitive(saved, "cells");
+    if (!saved || !L->cm.counts ||
+        cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(saved, "classes")) != (double)c)
+        return 0;
+    if (!cJSON_IsArray(cells))
+        return kiln__error_set("metrics.json's \"confusion\" has no \"cells\" array");
+    int64_t *counts = calloc((size_t)(c * c), sizeof *counts);
+    if (!counts)
+        return kiln__error_set("out of memory");
+    const cJSON *cell;
+    cJSON_ArrayForEach(cell, cells)
+    {
+        double v[3] = {-1, -1, -1};
+        for (int k = 0; k < 3 && cJSON_GetArraySize(cell) == 3; k++)
+            v[k] = cJSON_GetNumberValue(cJSON_GetArrayItem(cell, k));
+        if (!(v[0] >= 0 && v[0] < (double)c && v[1] >= 0 && v[1] < (double)c && v[2] >= 0 && v[2] <= 0x1p53) ||
+            v[0] != floor(v[0]) || v[1] != floor(v[1]) || v[2] != floor(v[2])) {
+            free(counts);
+            return kiln__error_set("metrics.json's \"confusion\" has a cell that is not [label, prediction, "
+                                   "count] within %lld classes",
+                                   (long long)c);
+        }
+        counts[(int64_t)v[0] * c + (int64_t)v[1]] = (int64_t)v[2];
+    }
+    *out = counts;
+    return 0;
+}
+
+/* The latest epoch's metrics, as fit left them, from the restored history's last epoch (a
+ * resumed run reports them until it completes an epoch of its own: a finished run resumed
+ * has no other). The names point into L->history, which holds them until it is replaced, and
+ * fit sets its own names before it adds to it; non-finite values were saved as null. */
+static void restore_metrics(kiln_learner *L)
+{
+    L->nm = 0;
+    const cJSON *last = cJSON_GetArrayItem(L->history, cJSON_GetArraySize(L->history) - 1);
+    for (const cJSON *it = last ? last->child : NULL; it && L->nm < KILN__MAX_METRICS; it = it->next)
+        if (cJSON_IsNumber(it) || cJSON_IsNull(it)) {
+            L->mnames[L->nm] = it->string;
+            L->mvals[L->nm++] = cJSON_IsNumber(it) ? it->valuedouble : NAN;
+        }
+}
+
 int kiln_learner_resume(kiln_learner *L, const char *path)
 {
     if (!L || !path)
@@ -275,7 +393,7 @@ int kiln_learner_resume(kiln_learner *L, const char *path)
     if (!ck) {
         char first[KILN_ERROR_MAX];
         snprintf(first, sizeof first, "%s", kiln_error());
-        ck = kiln_ckpt_open_latest(path, NULL, NULL);
+        ck = kiln_ckpt_open_latest(path, report_skipped, L);
         if (!ck)
             return kiln__error_set("learner_resume: %s is neither a usable checkpoint (%s) nor a root with one (%s)",
                                    path, first, kiln_error());
@@ -284,6 +402,7 @@ int kiln_learner_resume(kiln_learner *L, const char *path)
     char **mnames = NULL, **onames = NULL;
     kiln_tensor **mts = NULL, **ots = NULL;
     kiln_generator *rngs = NULL, **gens = NULL;
+    int64_t *confusion = NULL;
     model_plan plan = {0};
     cJSON *pos = NULL;
     /* ---- read and check everything; nothing of the learner, model, optimizer or
@@ -301,6 +420,13 @@ int kiln_learner_resume(kiln_learner *L, const char *path)
         kiln__error_set("metrics.json lacks the learner's history and position");
         goto fail;
     }
+    if (read_confusion(L, cJSON_GetObjectItemCaseSensitive(pos, "confusion"), &confusion) < 0)
+        goto fail;
+    /* The tensors first: a checkpoint of another model is best told by the first tensor that
+     * differs, which the generator check below would only count modules for. */
+    if (load_all(kiln_ckpt_model(ck), dev, &mn, &mnames, &mts) < 0 ||
+        plan_model(L->model, mn, mnames, mts, &plan) < 0)
+        goto fail;
     rng_n = kiln_ckpt_rng(ck, NULL, 0);
     rngs = calloc((size_t)(rng_n > 0 ? rng_n : 1), sizeof *rngs);
     if (!rngs) {
@@ -321,9 +447,6 @@ int kiln_learner_resume(kiln_learner *L, const char *path)
         goto fail;
     }
     kiln_module_generators(L->model, gens, NULL, ngen);
-    if (load_all(kiln_ckpt_model(ck), dev, &mn, &mnames, &mts) < 0 ||
-        plan_model(L->model, mn, mnames, mts, &plan) < 0)
-        goto fail;
     if (load_all(kiln_ckpt_optimizer(ck), dev, &on, &onames, &ots) < 0)
         goto fail;
     const char *sj = L->sched ? kiln_ckpt_scheduler(ck) : NULL;
@@ -344,8 +467,7 @@ int kiln_learner_resume(kiln_learner *L, const char *path)
     if (!has_gens) {
         /* An older checkpoint: the learner's generator only. The run goes on, but dropout
          * masks after the resume differ from the uninterrupted run's. */
-        FILE *note = L->cfg.progress ? L->cfg.progress : stderr;
-        fprintf(note,
+        fprintf(notice_stream(L),
                 "kiln: learner_resume: %s predates saved module generators; dropout after the resume "
                 "will not repeat the original run's draws\n",
                 kiln_ckpt_path(ck));
@@ -365,6 +487,9 @@ int kiln_learner_resume(kiln_learner *L, const char *path)
     L->best_ckpt[0] = 0;
     const cJSON *ep;
     cJSON_ArrayForEach(ep, L->history) kiln__learner_track(L, ep);
+    restore_metrics(L);
+    if (confusion)
+        memcpy(L->cm.counts, confusion, (size_t)(L->cm.classes * L->cm.classes) * sizeof *confusion);
     snprintf(L->last_ckpt, sizeof L->last_ckpt, "%s", kiln_ckpt_path(ck));
     rc = 0;
     goto done;
@@ -375,6 +500,7 @@ fail:;
 done:
     cJSON_Delete(pos);
     plan_free(&plan);
+    free(confusion);
     free(rngs);
     free(gens);
     if (mnames)

@@ -29,9 +29,11 @@
  *
  * Listing parameters (for optimizers, savers, device moves): kiln_module_parameters()
  * and kiln_module_visit(). Tensors handed out are borrowed: they live as long as the
- * module and until a call that replaces them (kiln_module_to_device, kiln_module_load_*,
- * kiln_module_map), after which list them again. Names are valid until the next
- * listing call on the same module or until it is freed.
+ * module and until a call that replaces them (kiln_module_to_device, kiln_module_map),
+ * after which list them again (an optimizer made before such a call refuses to step:
+ * see kiln_optim_step). kiln_module_load_* write into the module's tensors in place and
+ * replace none. Names are valid until the next listing call on the same module or until
+ * it is freed.
  *
  * Forward. kiln_module_forward_n() takes N inputs (NULL entries mean "not given" for
  * optional inputs such as masks) and writes up to max_out outputs, returning how many.
@@ -144,6 +146,13 @@ kiln_tensor *kiln_module_get(kiln_module *m, const char *name);
 kiln_tensor *kiln_module_lookup(kiln_module *m, const char *dotted);
 /** The layer's config as JSON (malloc'd, free()), or NULL for modules without one. */
 char *kiln_module_config_json(const kiln_module *m);
+/**
+ * The JSON spec a model was built from by kiln_model_from_json (malloc'd, free()): given to
+ * kiln_model_from_json again it builds a model of the same structure and tensor names, so
+ * that spec and state dict together make the model again (training checkpoints store it).
+ * NULL with an error for any other module (a layer, a container, a custom class).
+ */
+char *kiln_model_spec_json(const kiln_module *m);
 
 /** Free m and its children (only roots: a child belongs to its parent). NULL is a no-op. */
 void kiln_module_free(kiln_module *m);
@@ -163,10 +172,12 @@ typedef struct kiln_load_report {
 
 /**
  * Copy n named tensors into the module's parameters and buffers. Each tensor is cast to
- * the module tensor's dtype and moved to its device. A shape mismatch is an error
- * naming the key, and nothing is changed. strict: any missing or unexpected key is an
- * error (nothing is changed); lenient: matching keys load and the rest is reported.
- * report may be NULL.
+ * the module tensor's dtype and moved to its device, then written into the module's own
+ * tensor in place, as PyTorch's load_state_dict copies: the tensor objects stay the same,
+ * so whatever holds them (an optimizer created before the load, PyTorch's usual order)
+ * sees the loaded values. A shape mismatch is an error naming the key, and nothing is
+ * changed. strict: any missing or unexpected key is an error (nothing is changed);
+ * lenient: matching keys load and the rest is reported. report may be NULL.
  */
 int kiln_module_load_state_dict(kiln_module *m, int n, const char *const *names, kiln_tensor *const *tensors,
                                 bool strict, kiln_load_report *report);

@@ -105,7 +105,8 @@ typedef struct kiln_module kiln_module; /* kiln/nn.h */
 /** An optimizer over every parameter of a module tree (kiln_module_parameters: frozen
  *  ones included, as model.parameters(); they get no gradient and are skipped), keyed
  *  by their dotted names. The optimizer holds the tensors listed now: create it after
- *  any kiln_module_to_device or other map that replaces them. */
+ *  any kiln_module_to_device or other map that replaces them. Loading weights
+ *  (kiln_module_load_*) writes into those tensors, so it may come before or after. */
 kiln_optim *kiln_optim_create_module(const kiln_optim_config *cfg, kiln_module *m);
 void kiln_optim_free(kiln_optim *opt);
 
@@ -118,7 +119,10 @@ void kiln_optim_free(kiln_optim *opt);
 int kiln_optim_step_grads(kiln_optim *opt, kiln_tensor *const *grads);
 /** kiln_optim_step_grads with each parameter's accumulated kiln_grad(). With
  *  accumulate_steps > 1 the gradients are taken into the optimizer's buffers, so call
- *  kiln_optim_zero_grad after every step (as usual). */
+ *  kiln_optim_zero_grad after every step (as usual). A parameter that nothing but the
+ *  optimizer holds any more (its module replaced it: kiln_module_to_device or
+ *  kiln_module_map after the optimizer was created) is an error naming it, nothing
+ *  changed, rather than an update no model would see. */
 int kiln_optim_step(kiln_optim *opt);
 /** kiln_zero_grad on every parameter. */
 void kiln_optim_zero_grad(kiln_optim *opt);

@@ -166,9 +166,13 @@ void kiln_learner_set_loss(kiln_learner *L, kiln_train_loss_fn fn, void *ud);
 int kiln_learner_subscribe(kiln_learner *L, kiln_train_subscriber fn, void *ud);
 /**
  * Restore everything from a checkpoint: path is a checkpoint folder, or a checkpoint root
- * (the newest one that verifies). The next fit continues where that run was. 0, or -1
- * with nothing changed. A checkpoint written before module generators were saved resumes
- * with the modules' current streams and a notice (on cfg.progress, else stderr).
+ * (the newest one that verifies; each newer one passed over is named, with why, in a notice
+ * on cfg.progress, else stderr). The next fit continues where that run was, and until it
+ * completes an epoch kiln_learner_metric and the report give the checkpoint's latest epoch
+ * metrics and confusion matrix, so a finished run resumed reports what it reported. 0, or -1
+ * with nothing changed; a checkpoint of another model is refused naming the first model
+ * tensor it lacks or holds in another shape. A checkpoint written before module generators
+ * were saved resumes with the modules' current streams and a notice.
  */
 int kiln_learner_resume(kiln_learner *L, const char *path);
 /**
