@@ -7,17 +7,23 @@
  * rename itself survives a power cut. A reader therefore sees the old file or the new
  * one, never a prefix of the new one.
  *
+ * Temporary names carry the writer's pid ("<path>.tmp.<pid>.XXXXXX"), so that a later save
+ * of the same destination can tell the leftovers of a killed writer from a live one's.
+ *
  * The durable system calls go through kiln__io so tests can make the Nth one fail.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "error-impl.h"
@@ -154,19 +160,44 @@ int kiln__write_file_atomic(const char *path, const void *buf, size_t n)
     return kiln__atomic_commit(&f);
 }
 
+int kiln__open_regular(const char *path, struct stat *sb)
+{
+    struct stat local;
+    sb = sb ? sb : &local;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, sb) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    if (!S_ISREG(sb->st_mode)) {
+        close(fd);
+        return KILN__NOT_REGULAR;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
 int kiln__read_file(const char *path, size_t max, char **out, size_t *len)
 {
     *out = NULL;
     if (len)
         *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    int fd = kiln__open_regular(path, &sb);
+    if (fd == KILN__NOT_REGULAR)
+        return kiln__error_set("read '%s': not a regular file", path), KILN_EIO;
     if (fd < 0)
         return kiln__error_set("open '%s': %s", path, strerror(errno)), KILN_EIO;
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return kiln__error_set("read '%s': not a regular file", path), KILN_EIO;
-    }
     if ((uint64_t)sb.st_size > max) {
         close(fd);
         return kiln__error_set("read '%s': %lld bytes is over the limit of %zu", path,
@@ -209,19 +240,116 @@ int kiln__fsync_parent(const char *path)
     return rc;
 }
 
+/* ------------------------------------------------------------ temporary names */
+
+/* Replace the six characters at x with random letters and digits (getrandom; a clock and
+ * counter mix where it is unavailable: the names need only be unlikely to collide, since
+ * every create is exclusive and retried). */
+static void random_suffix(char *x)
+{
+    static const char chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    static unsigned long counter;
+    unsigned char r[6];
+    if (getrandom(r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t v = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15u ^ (uint64_t)getpid() << 20 ^
+                     __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
+        for (size_t i = 0; i < sizeof r; i++, v >>= 8)
+            r[i] = (unsigned char)v;
+    }
+    for (size_t i = 0; i < sizeof r; i++)
+        x[i] = chars[r[i] % (sizeof chars - 1)];
+}
+
+int kiln__mkdir_unique(char *templ)
+{
+    size_t n = strlen(templ);
+    if (n < 6 || strcmp(templ + n - 6, "XXXXXX") != 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    for (int tries = 0; tries < 100; tries++) {
+        random_suffix(templ + n - 6);
+        if (mkdir(templ, 0777) == 0)
+            return 0;
+        if (errno != EEXIST)
+            return -1;
+    }
+    return -1; /* errno is EEXIST */
+}
+
+/* The pid in a temporary name's tail "<pid>.<rest>" or "raw.<pid>.<rest>", or 0. */
+static long temp_writer_pid(const char *tail)
+{
+    if (strncmp(tail, "raw.", 4) == 0)
+        tail += 4;
+    long pid = 0;
+    int digits = 0;
+    for (; *tail >= '0' && *tail <= '9' && digits < 10; tail++, digits++)
+        pid = pid * 10 + (*tail - '0');
+    return digits > 0 && *tail == '.' && tail[1] ? pid : 0;
+}
+
+int kiln__remove_stale_temps(const char *path)
+{
+    char *copy = strdup(path), *copy2 = strdup(path);
+    DIR *d = NULL;
+    int removed = 0;
+    if (!copy || !copy2)
+        goto out;
+    const char *base = basename(copy2);
+    d = opendir(dirname(copy));
+    if (!d)
+        goto out;
+    size_t blen = strlen(base);
+    time_t now = time(NULL);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        const char *name = de->d_name;
+        if (strncmp(name, base, blen) != 0 || strncmp(name + blen, ".tmp.", 5) != 0)
+            continue;
+        long pid = temp_writer_pid(name + blen + 5);
+        /* kill(pid, 0) fails with ESRCH only when no such process exists; EPERM is a live
+         * process of another user */
+        if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        struct stat sb;
+        if (fstatat(dirfd(d), name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode) ||
+            now - sb.st_mtime < KILN__STALE_TEMP_AGE)
+            continue;
+        if (unlinkat(dirfd(d), name, 0) == 0)
+            removed++;
+    }
+out:
+    if (d)
+        closedir(d);
+    free(copy);
+    free(copy2);
+    return removed;
+}
+
 int kiln__atomic_open(kiln__atomic_file *f, const char *path)
 {
     f->fd = -1;
     f->tmp_path = NULL;
     f->final_path = strdup(path);
-    size_t len = strlen(path) + sizeof ".tmp.XXXXXX";
+    size_t len = strlen(path) + sizeof ".tmp..XXXXXX" + 24;
     f->tmp_path = malloc(len);
     if (!f->final_path || !f->tmp_path) {
         kiln__atomic_abort(f);
         return kiln__error_set("write '%s': out of memory", path), KILN_ENOMEM;
     }
-    snprintf(f->tmp_path, len, "%s.tmp.XXXXXX", path);
-    f->fd = mkostemp(f->tmp_path, O_CLOEXEC);
+    (void)kiln__remove_stale_temps(path);
+    int n = snprintf(f->tmp_path, len, "%s.tmp.%ld.XXXXXX", path, (long)getpid());
+    /* open(2) rather than mkstemp: O_CREAT applies the umask to 0666 in the kernel, where
+     * mkstemp's fixed 0600 would have to be widened by reading the process-wide umask. */
+    for (int tries = 0; tries < 100; tries++) {
+        random_suffix(f->tmp_path + n - 6);
+        f->fd = open(f->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0666);
+        if (f->fd >= 0 || errno != EEXIST)
+            break;
+    }
     if (f->fd < 0) {
         kiln__error_set("create a temporary file beside '%s': %s", path, strerror(errno));
         free(f->tmp_path);
@@ -229,8 +357,11 @@ int kiln__atomic_open(kiln__atomic_file *f, const char *path)
         kiln__atomic_abort(f);
         return KILN_EIO;
     }
-    /* mkstemp creates 0600; records are ordinary data files. */
-    (void)fchmod(f->fd, 0644);
+    /* Replacing a file keeps its permissions (a private 0600 file stays private). We own
+     * the new file, so fchmod fails only where the file system has no modes to keep. */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
+        (void)fchmod(f->fd, sb.st_mode & 0777);
     return 0;
 }
 

@@ -3,7 +3,7 @@
  *
  * A checkpoint is a folder <root>/step-<9+ digits>/ (format in kiln/record.h). The write
  * protocol is what makes "the last good checkpoint is always loadable" true:
- *   1. mkdtemp <root>/.tmp-step-N-XXXXXX; every file is written through the atomic-file
+ *   1. create <root>/.tmp-step-N-XXXXXX; every file is written through the atomic-file
  *      helpers (temp name, fsync, rename, fsync of the folder);
  *   2. MANIFEST goes last: a first line "kiln-checkpoint 1 <xxh3 of the rest>" and a JSON
  *      body listing each file's size and XXH3-64, so a torn or flipped manifest is caught;
@@ -11,12 +11,11 @@
  * Readers only consider step-* folders whose manifest verifies and whose files match it,
  * so a crash before step 3 leaves a .tmp- folder that is reported and never chosen, and
  * a crash after it leaves a complete checkpoint. Removal renames to .trash- first, so a
- * half-deleted folder is never mistaken for a checkpoint either.
+ * half-deleted folder is never mistaken for a checkpoint either. Listing, "latest good"
+ * and retention are in checkpoint-list.c.
  */
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -27,6 +26,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "checkpoint-impl.h"
 #include "error-impl.h"
 #include "kiln/record.h"
 #include "storage-impl.h"
@@ -35,6 +35,7 @@
 #define MANIFEST_MAGIC "kiln-checkpoint 1 "
 #define MANIFEST_MAX (1u << 20)
 #define SMALL_JSON_MAX (64u << 20)
+#define CKPT_MAX_COUNT ((int64_t)1 << 53) /* largest step or epoch a JSON number holds exactly */
 
 struct kiln_ckpt {
     char *path;
@@ -50,7 +51,7 @@ struct kiln_ckpt {
 static const char *const ckpt_files[] = {"model.kiln", "optimizer.kiln", "trainer.json", "metrics.json"};
 #define CKPT_NFILES (int)(sizeof ckpt_files / sizeof ckpt_files[0])
 
-static char *path_join(const char *a, const char *b)
+char *kiln__ckpt_path_join(const char *a, const char *b)
 {
     size_t len = strlen(a) + strlen(b) + 2;
     char *p = malloc(len);
@@ -85,7 +86,9 @@ static int mkdir_p(const char *path)
 /* XXH3-64 and size of a file, streamed. */
 static int hash_file(const char *path, uint64_t *hash, uint64_t *size)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = kiln__open_regular(path, NULL);
+    if (fd == KILN__NOT_REGULAR)
+        return kiln__error_set("%s: not a regular file", path), KILN_EIO;
     if (fd < 0)
         return kiln__error_set("%s: %s", path, strerror(errno)), KILN_EIO;
     XXH3_state_t *st = XXH3_createState();
@@ -124,7 +127,7 @@ static int hash_file(const char *path, uint64_t *hash, uint64_t *size)
 static int write_json_file(const char *dir, const char *name, cJSON *json)
 {
     char *text = cJSON_Print(json);
-    char *path = path_join(dir, name);
+    char *path = kiln__ckpt_path_join(dir, name);
     int rc;
     if (!text || !path)
         rc = (kiln__error_set("checkpoint: out of memory writing %s", name), KILN_ENOMEM);
@@ -135,13 +138,30 @@ static int write_json_file(const char *dir, const char *name, cJSON *json)
     return rc;
 }
 
+/* One JSON value with nothing but whitespace after it (cJSON_Parse alone would drop the
+ * "trailing" of "{} trailing" without a word). */
+static cJSON *parse_whole(const char *text)
+{
+    return cJSON_ParseWithOpts(text, NULL, true);
+}
+
 /* Parse caller JSON, falling back to dflt when NULL; NULL plus a message when invalid. */
 static cJSON *parse_or(const char *text, const char *dflt, const char *what)
 {
-    cJSON *j = cJSON_Parse(text ? text : dflt);
+    cJSON *j = parse_whole(text ? text : dflt);
     if (!j)
         kiln__error_set("checkpoint save: %s is not valid JSON", what);
     return j;
+}
+
+/* A step or epoch as an exact decimal: cJSON prints numbers with 15 significant digits
+ * when that reads back within a relative epsilon, which turns 2^53 into 9.00719925474099e+15
+ * (a different integer). */
+static void add_count(cJSON *obj, const char *name, int64_t v)
+{
+    char text[24];
+    snprintf(text, sizeof text, "%" PRId64, v);
+    cJSON_AddRawToObject(obj, name, text);
 }
 
 static int write_manifest(const char *dir, const kiln_ckpt_state *s)
@@ -154,8 +174,8 @@ static int write_manifest(const char *dir, const kiln_ckpt_state *s)
     struct tm tmv;
     strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tmv));
     cJSON_AddNumberToObject(root, "format", 1);
-    cJSON_AddNumberToObject(root, "step", (double)s->step);
-    cJSON_AddNumberToObject(root, "epoch", (double)s->epoch);
+    add_count(root, "step", s->step);
+    add_count(root, "epoch", s->epoch);
     cJSON_AddStringToObject(root, "created", created);
     int rc = 0;
     for (int i = 0; i < s->metric_n; i++) {
@@ -168,7 +188,7 @@ static int write_manifest(const char *dir, const kiln_ckpt_state *s)
             cJSON_AddStringToObject(metrics, s->metric_names[i], isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
     }
     for (int i = 0; i < CKPT_NFILES && rc == 0; i++) {
-        char *p = path_join(dir, ckpt_files[i]);
+        char *p = kiln__ckpt_path_join(dir, ckpt_files[i]);
         uint64_t h = 0, size = 0;
         rc = p ? hash_file(p, &h, &size) : KILN_ENOMEM;
         free(p);
@@ -187,7 +207,7 @@ static int write_manifest(const char *dir, const kiln_ckpt_state *s)
     size_t blen = strlen(body);
     size_t len = sizeof MANIFEST_MAGIC + 17 + blen + 1;
     char *text = malloc(len);
-    char *path = path_join(dir, MANIFEST);
+    char *path = kiln__ckpt_path_join(dir, MANIFEST);
     if (!text || !path)
         rc = (kiln__error_set("checkpoint: out of memory for the manifest"), KILN_ENOMEM);
     else {
@@ -203,14 +223,14 @@ static int write_manifest(const char *dir, const kiln_ckpt_state *s)
 /* Write every file of the checkpoint into the (temporary) folder dir. */
 static int write_contents(const char *dir, const kiln_ckpt_state *s)
 {
-    char *p = path_join(dir, "model.kiln");
+    char *p = kiln__ckpt_path_join(dir, "model.kiln");
     int rc = p ? kiln_record_save(p, s->model_n, s->model_names, s->model_tensors, s->model_config,
                                   s->record_flags)
                : KILN_ENOMEM;
     free(p);
     if (rc != 0)
         return rc;
-    p = path_join(dir, "optimizer.kiln");
+    p = kiln__ckpt_path_join(dir, "optimizer.kiln");
     rc = p ? kiln_record_save(p, s->optim_n, s->optim_names, s->optim_tensors, s->optim_config, s->record_flags)
            : KILN_ENOMEM;
     free(p);
@@ -224,8 +244,8 @@ static int write_contents(const char *dir, const kiln_ckpt_state *s)
         return KILN_EINVAL;
     }
     cJSON_AddNumberToObject(trainer, "format", 1);
-    cJSON_AddNumberToObject(trainer, "step", (double)s->step);
-    cJSON_AddNumberToObject(trainer, "epoch", (double)s->epoch);
+    add_count(trainer, "step", s->step);
+    add_count(trainer, "epoch", s->epoch);
     cJSON *rng = cJSON_AddArrayToObject(trainer, "rng");
     for (int i = 0; i < s->rng_n; i++) {
         /* u64 as decimal strings: JSON numbers lose bits above 2^53. */
@@ -253,9 +273,9 @@ static int write_contents(const char *dir, const kiln_ckpt_state *s)
 }
 
 /* Move a folder out of sight (.trash-*) and delete it; the rename makes it vanish atomically. */
-static int discard_dir(const char *root, const char *path)
+int kiln__ckpt_discard_dir(const char *root, const char *path)
 {
-    char *trash = path_join(root, ".trash-XXXXXX");
+    char *trash = kiln__ckpt_path_join(root, ".trash-XXXXXX");
     if (!trash)
         return KILN_ENOMEM;
     int rc = 0;
@@ -278,16 +298,22 @@ static bool is_json_or_null(const char *text)
 {
     if (!text)
         return true;
-    cJSON *j = cJSON_Parse(text);
+    cJSON *j = parse_whole(text);
     cJSON_Delete(j);
     return j != NULL;
 }
 
 int kiln_ckpt_save(const char *root, const kiln_ckpt_state *s, char *path_out, size_t len)
 {
-    if (!root || !s || s->step < 0 || s->model_n < 0 || s->optim_n < 0 || s->rng_n < 0 || s->metric_n < 0 ||
+    if (!root || !s || s->model_n < 0 || s->optim_n < 0 || s->rng_n < 0 || s->metric_n < 0 ||
         (s->rng_n > 0 && !s->rng) || (s->metric_n > 0 && (!s->metric_names || !s->metric_values)))
         return kiln__error_set("checkpoint save: invalid arguments"), KILN_EINVAL;
+    /* The manifest holds step and epoch as JSON numbers, which the reader takes only in
+     * 0..2^53 (exact in a double): anything else would be saved and never read back. */
+    if (s->step < 0 || s->step > CKPT_MAX_COUNT)
+        return kiln__error_set("checkpoint save: step %" PRId64 " is outside 0..2^53", s->step), KILN_EINVAL;
+    if (s->epoch < 0 || s->epoch > CKPT_MAX_COUNT)
+        return kiln__error_set("checkpoint save: epoch %" PRId64 " is outside 0..2^53", s->epoch), KILN_EINVAL;
     for (int i = 0; i < s->metric_n; i++)
         if (!s->metric_names[i] || !s->metric_names[i][0])
             return kiln__error_set("checkpoint save: metric %d has no name", i), KILN_EINVAL;
@@ -299,14 +325,14 @@ int kiln_ckpt_save(const char *root, const kiln_ckpt_state *s, char *path_out, s
     char name[48], tmpname[64];
     snprintf(name, sizeof name, "step-%09" PRId64, s->step);
     snprintf(tmpname, sizeof tmpname, ".tmp-%s-XXXXXX", name);
-    char *tmp = path_join(root, tmpname);
-    char *final = path_join(root, name);
+    char *tmp = kiln__ckpt_path_join(root, tmpname);
+    char *final = kiln__ckpt_path_join(root, name);
     if (!tmp || !final) {
         free(tmp);
         free(final);
         return kiln__error_set("checkpoint save: out of memory"), KILN_ENOMEM;
     }
-    if (!mkdtemp(tmp)) {
+    if (kiln__mkdir_unique(tmp) != 0) { /* not mkdtemp: its 0700 would make the checkpoint private */
         rc = (kiln__error_set("checkpoint save: create '%s': %s", tmp, strerror(errno)), KILN_EIO);
         goto out;
     }
@@ -318,7 +344,7 @@ int kiln_ckpt_save(const char *root, const kiln_ckpt_state *s, char *path_out, s
     if (rc == 0 && lstat(final, &sb) == 0) {
         /* Same step saved again (a resumed job re-reaching it): move the old one aside
          * (rename over an empty mkdtemp folder), and put it back if the new one fails. */
-        trash = path_join(root, ".trash-XXXXXX");
+        trash = kiln__ckpt_path_join(root, ".trash-XXXXXX");
         if (!trash || !mkdtemp(trash))
             rc = (kiln__error_set("checkpoint save: cannot create a folder in '%s'", root), KILN_EIO);
         else if (kiln__io.rename(final, trash) != 0) {
@@ -366,9 +392,9 @@ void kiln_ckpt_close(kiln_ckpt *ck)
     free(ck);
 }
 
-static bool json_i64(const cJSON *j, int64_t *out)
+bool kiln__ckpt_json_i64(const cJSON *j, int64_t *out)
 {
-    if (!cJSON_IsNumber(j) || j->valuedouble < 0 || j->valuedouble > 9007199254740992.0 ||
+    if (!cJSON_IsNumber(j) || j->valuedouble < 0 || j->valuedouble > (double)CKPT_MAX_COUNT ||
         j->valuedouble != (double)(int64_t)j->valuedouble)
         return false;
     *out = (int64_t)j->valuedouble;
@@ -376,18 +402,19 @@ static bool json_i64(const cJSON *j, int64_t *out)
 }
 
 /* Read and check MANIFEST: the checksum line, the JSON, the step. Returns the JSON body. */
-static cJSON *read_manifest(const char *dir)
+cJSON *kiln__ckpt_read_manifest(const char *dir)
 {
-    char *p = path_join(dir, MANIFEST);
+    char *p = kiln__ckpt_path_join(dir, MANIFEST);
     char *text = NULL;
     size_t len = 0;
     int rc = p ? kiln__read_file(p, MANIFEST_MAX, &text, &len) : KILN_ENOMEM;
-    free(p);
     if (rc != 0) {
-        if (rc == KILN_EIO && access(dir, F_OK) == 0)
+        if (rc == KILN_EIO && access(dir, F_OK) == 0 && access(p, F_OK) != 0 && errno == ENOENT)
             kiln__error_set("no readable manifest (the save did not finish)");
+        free(p);
         return NULL;
     }
+    free(p);
     size_t mlen = strlen(MANIFEST_MAGIC);
     cJSON *json = NULL;
     if (len < mlen + 17 || memcmp(text, MANIFEST_MAGIC, mlen) != 0 || text[mlen + 16] != '\n') {
@@ -409,8 +436,8 @@ static cJSON *read_manifest(const char *dir)
     if (!json)
         return NULL;
     int64_t step, epoch;
-    if (!json_i64(cJSON_GetObjectItemCaseSensitive(json, "step"), &step) ||
-        !json_i64(cJSON_GetObjectItemCaseSensitive(json, "epoch"), &epoch) ||
+    if (!kiln__ckpt_json_i64(cJSON_GetObjectItemCaseSensitive(json, "step"), &step) ||
+        !kiln__ckpt_json_i64(cJSON_GetObjectItemCaseSensitive(json, "epoch"), &epoch) ||
         !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(json, "files"))) {
         kiln__error_set("manifest: missing step, epoch or files");
         cJSON_Delete(json);
@@ -420,7 +447,7 @@ static cJSON *read_manifest(const char *dir)
 }
 
 /* Every listed file exists with the recorded size and hash; every required file is listed. */
-static int verify_files(const char *dir, const cJSON *manifest)
+int kiln__ckpt_verify_files(const char *dir, const cJSON *manifest)
 {
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(manifest, "files");
     for (int i = 0; i < CKPT_NFILES; i++)
@@ -433,14 +460,17 @@ static int verify_files(const char *dir, const cJSON *manifest)
             return kiln__error_set("manifest names a file outside the folder"), KILN_EINVAL;
         int64_t size;
         const cJSON *hx = cJSON_GetObjectItemCaseSensitive(e, "xxh3");
-        if (!json_i64(cJSON_GetObjectItemCaseSensitive(e, "size"), &size) || !cJSON_IsString(hx))
+        if (!kiln__ckpt_json_i64(cJSON_GetObjectItemCaseSensitive(e, "size"), &size) || !cJSON_IsString(hx))
             return kiln__error_set("manifest entry %s is malformed", name), KILN_EINVAL;
-        char *p = path_join(dir, name);
+        char *p = kiln__ckpt_path_join(dir, name);
         uint64_t h, got;
         int rc = p ? hash_file(p, &h, &got) : KILN_ENOMEM;
         free(p);
-        if (rc != 0)
-            return kiln__error_set("%s is missing or unreadable", name), KILN_EIO;
+        if (rc != 0) {
+            char why[KILN_ERROR_MAX];
+            snprintf(why, sizeof why, "%s", kiln_error());
+            return kiln__error_set("%s is missing or unreadable (%s)", name, why), KILN_EIO;
+        }
         if ((int64_t)got != size)
             return kiln__error_set("%s has %" PRIu64 " bytes, the manifest says %" PRId64 " (truncated?)", name,
                                    got, size), KILN_EINVAL;
@@ -454,7 +484,7 @@ static int verify_files(const char *dir, const cJSON *manifest)
 
 static int load_trainer(kiln_ckpt *ck)
 {
-    char *p = path_join(ck->path, "trainer.json");
+    char *p = kiln__ckpt_path_join(ck->path, "trainer.json");
     char *text = NULL;
     int rc = p ? kiln__read_file(p, SMALL_JSON_MAX, &text, NULL) : KILN_ENOMEM;
     free(p);
@@ -467,8 +497,8 @@ static int load_trainer(kiln_ckpt *ck)
     const cJSON *rng = cJSON_GetObjectItemCaseSensitive(t, "rng");
     const cJSON *sched = cJSON_GetObjectItemCaseSensitive(t, "scheduler");
     int64_t step;
-    if (!cJSON_IsArray(rng) || !sched || !json_i64(cJSON_GetObjectItemCaseSensitive(t, "step"), &step) ||
-        step != ck->step) {
+    if (!cJSON_IsArray(rng) || !sched ||
+        !kiln__ckpt_json_i64(cJSON_GetObjectItemCaseSensitive(t, "step"), &step) || step != ck->step) {
         cJSON_Delete(t);
         return kiln__error_set("trainer.json is malformed or disagrees with the manifest"), KILN_EINVAL;
     }
@@ -494,7 +524,7 @@ static int load_trainer(kiln_ckpt *ck)
 }
 
 /* The step encoded in a folder name ("step-000001200"), or -1. */
-static int64_t name_step(const char *name, const char *prefix)
+int64_t kiln__ckpt_name_step(const char *name, const char *prefix)
 {
     size_t pl = strlen(prefix);
     if (strncmp(name, prefix, pl) != 0)
@@ -516,32 +546,32 @@ kiln_ckpt *kiln_ckpt_open(const char *dir)
         free(ck);
         return kiln__error_set("checkpoint open: out of memory"), NULL;
     }
-    cJSON *man = read_manifest(dir);
+    cJSON *man = kiln__ckpt_read_manifest(dir);
     if (!man)
         goto fail;
-    json_i64(cJSON_GetObjectItemCaseSensitive(man, "step"), &ck->step);
-    json_i64(cJSON_GetObjectItemCaseSensitive(man, "epoch"), &ck->epoch);
+    kiln__ckpt_json_i64(cJSON_GetObjectItemCaseSensitive(man, "step"), &ck->step);
+    kiln__ckpt_json_i64(cJSON_GetObjectItemCaseSensitive(man, "epoch"), &ck->epoch);
     const char *base = strrchr(dir, '/');
     base = base ? base + 1 : dir;
-    int64_t ns = name_step(base, "step-");
+    int64_t ns = kiln__ckpt_name_step(base, "step-");
     if (ns >= 0 && ns != ck->step) {
         kiln__error_set("manifest step %" PRId64 " does not match the folder name", ck->step);
         goto fail_man;
     }
-    if (verify_files(dir, man) != 0)
+    if (kiln__ckpt_verify_files(dir, man) != 0)
         goto fail_man;
     ck->metrics = cJSON_DetachItemFromObjectCaseSensitive(man, "metrics");
     cJSON_Delete(man);
     man = NULL;
-    char *p = path_join(dir, "model.kiln");
+    char *p = kiln__ckpt_path_join(dir, "model.kiln");
     ck->model = p ? kiln_record_open(p) : NULL;
     free(p);
-    p = ck->model ? path_join(dir, "optimizer.kiln") : NULL;
+    p = ck->model ? kiln__ckpt_path_join(dir, "optimizer.kiln") : NULL;
     ck->optim = p ? kiln_record_open(p) : NULL;
     free(p);
     if (!ck->model || !ck->optim || load_trainer(ck) != 0)
         goto fail;
-    p = path_join(dir, "metrics.json");
+    p = kiln__ckpt_path_join(dir, "metrics.json");
     int rc = p ? kiln__read_file(p, SMALL_JSON_MAX, &ck->metrics_history, NULL) : KILN_ENOMEM;
     free(p);
     if (rc != 0)
@@ -576,7 +606,7 @@ int kiln_ckpt_rng(const kiln_ckpt *ck, kiln_generator *out, int max)
 }
 
 /* A metric as write_manifest stores it: a number, or "inf", "-inf" or "nan". */
-static bool metric_of(const cJSON *m, double *value)
+bool kiln__ckpt_metric_of(const cJSON *m, double *value)
 {
     const char *s = cJSON_IsString(m) ? m->valuestring : "";
     double v = cJSON_IsNumber(m)    ? m->valuedouble
@@ -593,212 +623,5 @@ static bool metric_of(const cJSON *m, double *value)
 int kiln_ckpt_metric(const kiln_ckpt *ck, const char *name, double *value)
 {
     const cJSON *m = ck && name ? cJSON_GetObjectItemCaseSensitive(ck->metrics, name) : NULL;
-    return metric_of(m, value) ? 0 : -1;
-}
-
-/* --------------------------------------------------------------------- listing */
-
-void kiln_ckpt_list_free(kiln_ckpt_info *list, int n)
-{
-    for (int i = 0; list && i < n; i++) {
-        free(list[i].path);
-        free(list[i].why);
-    }
-    free(list);
-}
-
-static int info_cmp(const void *a, const void *b)
-{
-    const kiln_ckpt_info *x = a, *y = b;
-    if (x->step != y->step)
-        return x->step < y->step ? -1 : 1;
-    if (x->valid != y->valid) /* at equal steps, a finished one sorts after the debris */
-        return x->valid ? 1 : -1;
-    return strcmp(x->path, y->path);
-}
-
-static void info_fill(kiln_ckpt_info *e, const char *name, bool verify, const char *metric)
-{
-    int64_t tmp_step = name_step(name, ".tmp-step-");
-    if (tmp_step >= 0 || strncmp(name, ".trash-", 7) == 0) {
-        e->step = tmp_step;
-        e->why = strdup(tmp_step >= 0 ? "partial: temporary folder of a save that did not finish"
-                                      : "partial: a removal that did not finish");
-        return;
-    }
-    e->step = name_step(name, "step-");
-    cJSON *man = read_manifest(e->path);
-    if (man) {
-        json_i64(cJSON_GetObjectItemCaseSensitive(man, "step"), &e->step);
-        json_i64(cJSON_GetObjectItemCaseSensitive(man, "epoch"), &e->epoch);
-        const cJSON *m = metric ? cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(man, "metrics"),
-                                                                   metric)
-                                : NULL;
-        if (metric_of(m, &e->metric))
-            e->has_metric = true;
-        if (e->step != name_step(name, "step-"))
-            kiln__error_set("manifest step does not match the folder name");
-        else if (!verify || verify_files(e->path, man) == 0)
-            e->valid = true;
-        cJSON_Delete(man);
-    }
-    if (!e->valid)
-        e->why = strdup(kiln_error());
-}
-
-int kiln_ckpt_list(const char *root, bool verify, const char *metric, kiln_ckpt_info **out, int *n)
-{
-    *out = NULL;
-    *n = 0;
-    DIR *d = opendir(root);
-    if (!d) {
-        if (errno == ENOENT)
-            return 0; /* no checkpoints yet */
-        return kiln__error_set("checkpoint list '%s': %s", root, strerror(errno)), KILN_EIO;
-    }
-    kiln_ckpt_info *list = NULL;
-    int count = 0, cap = 0, rc = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        const char *name = de->d_name;
-        if (strncmp(name, "step-", 5) != 0 && strncmp(name, ".tmp-step-", 10) != 0 && strncmp(name, ".trash-", 7) != 0)
-            continue;
-        if (count == cap) {
-            cap = cap ? cap * 2 : 16;
-            kiln_ckpt_info *next = realloc(list, (size_t)cap * sizeof *list);
-            if (!next) {
-                rc = KILN_ENOMEM;
-                break;
-            }
-            list = next;
-        }
-        kiln_ckpt_info *e = &list[count];
-        memset(e, 0, sizeof *e);
-        e->step = -1;
-        if (!(e->path = path_join(root, name))) {
-            rc = KILN_ENOMEM;
-            break;
-        }
-        count++;
-        info_fill(e, name, verify, metric);
-    }
-    closedir(d);
-    if (rc != 0) {
-        kiln_ckpt_list_free(list, count);
-        return kiln__error_set("checkpoint list '%s': out of memory", root), rc;
-    }
-    if (count > 1)
-        qsort(list, (size_t)count, sizeof *list, info_cmp);
-    *out = list;
-    *n = count;
-    return 0;
-}
-
-kiln_ckpt *kiln_ckpt_open_latest(const char *root, kiln_ckpt_skip_fn skip, void *user)
-{
-    kiln_ckpt_info *list;
-    int n;
-    if (!root || kiln_ckpt_list(root, false, NULL, &list, &n) != 0)
-        return root ? NULL : (kiln__error_set("checkpoint: NULL root"), NULL);
-    kiln_ckpt *ck = NULL;
-    for (int i = n - 1; i >= 0 && !ck; i--) {
-        if (!list[i].valid) {
-            if (skip)
-                skip(list[i].path, list[i].why ? list[i].why : "invalid", user);
-            continue;
-        }
-        ck = kiln_ckpt_open(list[i].path);
-        if (!ck && skip)
-            skip(list[i].path, kiln_error(), user);
-    }
-    kiln_ckpt_list_free(list, n);
-    if (!ck)
-        kiln__error_set("checkpoint: no usable checkpoint under '%s'", root);
-    return ck;
-}
-
-/* --------------------------------------------------------------------- retention */
-
-typedef struct rank {
-    int index;
-    double metric;
-} rank;
-
-/* Ties go to the newer checkpoint (higher index), so the choice does not depend on qsort. */
-static int rank_cmp_min(const void *a, const void *b)
-{
-    const rank *x = a, *y = b;
-    if (x->metric != y->metric)
-        return x->metric < y->metric ? -1 : 1;
-    return y->index - x->index;
-}
-
-static int rank_cmp_max(const void *a, const void *b)
-{
-    const rank *x = a, *y = b;
-    if (x->metric != y->metric)
-        return x->metric > y->metric ? -1 : 1;
-    return y->index - x->index;
-}
-
-int kiln_ckpt_retain(const char *root, const kiln_ckpt_retention *policy, int *removed)
-{
-    if (removed)
-        *removed = 0;
-    if (!root || !policy || policy->keep_last < 0 || policy->keep_best < 0)
-        return kiln__error_set("checkpoint retain: invalid arguments"), KILN_EINVAL;
-    kiln_ckpt_info *list;
-    int n;
-    int rc = kiln_ckpt_list(root, policy->remove_damaged, policy->best_metric, &list, &n);
-    if (rc != 0)
-        return rc;
-    bool *keep = calloc((size_t)n + 1, sizeof *keep);
-    rank *ranks = calloc((size_t)n + 1, sizeof *ranks);
-    if (!keep || !ranks) {
-        free(keep);
-        free(ranks);
-        kiln_ckpt_list_free(list, n);
-        return kiln__error_set("checkpoint retain: out of memory"), KILN_ENOMEM;
-    }
-    /* The newest valid checkpoint is always kept, whatever the policy: it is what a
-     * resumed job starts from. */
-    int kept_last = 0, newest = -1, nranks = 0;
-    for (int i = n - 1; i >= 0; i--) {
-        if (!list[i].valid)
-            continue;
-        if (newest < 0)
-            newest = i;
-        if (kept_last < policy->keep_last) {
-            keep[i] = true;
-            kept_last++;
-        }
-        /* NaN is worst whichever way is better: never kept for its metric (and a NaN in
-         * the comparisons below would leave qsort without an order) */
-        if (list[i].has_metric && !isnan(list[i].metric))
-            ranks[nranks++] = (rank){i, list[i].metric};
-    }
-    if (newest >= 0)
-        keep[newest] = true;
-    if (policy->best_metric) {
-        int want = policy->keep_best > 0 ? policy->keep_best : 1;
-        qsort(ranks, (size_t)nranks, sizeof *ranks, policy->best_max ? rank_cmp_max : rank_cmp_min);
-        for (int r = 0; r < nranks && r < want; r++)
-            keep[ranks[r].index] = true;
-    }
-    int count = 0;
-    for (int i = 0; i < n && rc == 0; i++) {
-        if (keep[i] || (!list[i].valid && !policy->remove_damaged))
-            continue;
-        const char *base = strrchr(list[i].path, '/') + 1;
-        /* Debris (.tmp-, .trash-) is already out of sight: delete it directly. */
-        rc = base[0] == '.' ? kiln__remove_tree(list[i].path) : discard_dir(root, list[i].path);
-        if (rc == 0)
-            count++;
-    }
-    if (removed)
-        *removed = count;
-    free(keep);
-    free(ranks);
-    kiln_ckpt_list_free(list, n);
-    return rc;
+    return kiln__ckpt_metric_of(m, value) ? 0 : -1;
 }

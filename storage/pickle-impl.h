@@ -4,8 +4,9 @@
  * kiln__pickle_load interprets a pickle byte string (protocols 0-5, the opcodes a
  * torch.save'd state_dict or checkpoint uses) into a tree of plain values. It never runs
  * code: the only globals it resolves are the handful a weights file needs, each mapped
- * to a fixed behaviour here (OrderedDict builds a dict, _rebuild_tensor_v2 records a
- * tensor view, torch.FloatStorage names a dtype). Every other global refuses the file.
+ * to a fixed behaviour here (OrderedDict builds a dict, _rebuild_tensor_v2 and _v3 record a
+ * tensor view, torch.FloatStorage and torch.uint16 name a dtype). Every other global refuses
+ * the file.
  *
  * Persistent ids (BINPERSID) are interpreted as torch.save's storage references
  * ('storage', <Storage class>, key, location, numel); checking that the key names a
@@ -27,6 +28,7 @@ typedef enum kiln__pk_kind {
     KILN__PK_NONE,
     KILN__PK_BOOL,
     KILN__PK_INT,
+    KILN__PK_BIGINT, /* an integer outside int64: its decimal text in u.str (never a size or key) */
     KILN__PK_FLOAT,
     KILN__PK_STR,
     KILN__PK_BYTES,
@@ -47,6 +49,7 @@ typedef struct kiln__pk_storage {
     int dtype;             /* kiln_dtype, or -1 for a torch dtype kiln has no equivalent of */
     size_t elem_size;      /* bytes per element in the file */
     uint64_t numel;        /* elements in the storage, as the file claims */
+    bool untyped;          /* torch.storage.UntypedStorage: bytes, retyped by _rebuild_tensor_v3 */
 } kiln__pk_storage;
 
 /** A tensor: a view of `storage` (offsets and strides in elements, all non-negative). */

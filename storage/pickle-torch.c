@@ -1,8 +1,9 @@
 /*
  * storage/pickle-torch.c — what the restricted unpickler (pickle.c) lets a weights file call:
  * the fixed table of globals a state_dict needs (OrderedDict, torch's tensor and parameter
- * rebuilders, the typed storage classes), persistent ids naming storages, and REDUCE of
- * those globals building plain values. Anything else is refused before it runs.
+ * rebuilders, the storage classes, the dtypes _rebuild_tensor_v3 names), persistent ids
+ * naming storages, and REDUCE of those globals building plain values. Anything else is
+ * refused before it runs; a dtype or storage class is only ever a name in a table here.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -18,24 +19,85 @@ static const struct {
     [PK_G_ORDERED_DICT] = {"collections", "OrderedDict"},
     [PK_G_REBUILD_TENSOR] = {"torch._utils", "_rebuild_tensor"},
     [PK_G_REBUILD_TENSOR_V2] = {"torch._utils", "_rebuild_tensor_v2"},
+    [PK_G_REBUILD_TENSOR_V3] = {"torch._utils", "_rebuild_tensor_v3"},
     [PK_G_REBUILD_PARAMETER] = {"torch._utils", "_rebuild_parameter"},
     [PK_G_REBUILD_PARAMETER_WITH_STATE] = {"torch._utils", "_rebuild_parameter_with_state"},
 };
 
-/* torch's typed storage classes. The ones kiln cannot compute in still resolve, so that
- * a file holding, say, an int16 buffer opens and only loading that tensor fails with a
- * precise message (as the safetensors reader does for I16). */
+/* torch's storage classes. The typed ones kiln cannot compute in still resolve, so that a
+ * file holding, say, an int16 buffer opens and only loading that tensor fails with a
+ * precise message (as the safetensors reader does for I16). UntypedStorage is bytes: torch
+ * (>= 2.1) saves the dtypes that have no typed storage class (uint16, float8, ...) on one,
+ * through _rebuild_tensor_v3, which names the dtype; on its own it reads as bytes (u8), as
+ * torch reads it. */
+static const struct {
+    const char *module, *name;
+    int dtype;
+    size_t size;
+} pk_storages[] = {
+    {"torch", "FloatStorage", KILN_F32, 4},
+    {"torch", "DoubleStorage", KILN_F64, 8},
+    {"torch", "HalfStorage", KILN_F16, 2},
+    {"torch", "BFloat16Storage", KILN_BF16, 2},
+    {"torch", "LongStorage", KILN_I64, 8},
+    {"torch", "IntStorage", KILN_I32, 4},
+    {"torch", "ByteStorage", KILN_U8, 1},
+    {"torch", "BoolStorage", KILN_BOOL, 1},
+    {"torch", "CharStorage", -1, 1},
+    {"torch", "ShortStorage", -1, 2},
+    {"torch", "ComplexFloatStorage", -1, 8},
+    {"torch", "ComplexDoubleStorage", -1, 16},
+    {"torch.storage", "UntypedStorage", KILN_U8, 1},
+};
+#define PK_NSTORAGES (sizeof pk_storages / sizeof pk_storages[0])
+#define PK_UNTYPED (PK_NSTORAGES - 1) /* the pk_storages row of UntypedStorage */
+
+/* torch dtypes, as _rebuild_tensor_v3's dtype argument names them (GLOBAL torch.<name>),
+ * with the element size the storage's bytes are read at; storage is how
+ * kiln_torch_storage_type reports a tensor rebuilt with it. */
+#define PK_DT(name, dtype, size) name, dtype, size, "UntypedStorage(" name ")"
 static const struct {
     const char *name;
     int dtype;
     size_t size;
-} pk_storages[] = {
-    {"FloatStorage", KILN_F32, 4},     {"DoubleStorage", KILN_F64, 8}, {"HalfStorage", KILN_F16, 2},
-    {"BFloat16Storage", KILN_BF16, 2}, {"LongStorage", KILN_I64, 8},   {"IntStorage", KILN_I32, 4},
-    {"ByteStorage", KILN_U8, 1},       {"BoolStorage", KILN_BOOL, 1},  {"CharStorage", -1, 1},
-    {"ShortStorage", -1, 2},           {"ComplexFloatStorage", -1, 8}, {"ComplexDoubleStorage", -1, 16},
+    const char *storage;
+} pk_dtypes[] = {
+    {PK_DT("float32", KILN_F32, 4)},
+    {PK_DT("float64", KILN_F64, 8)},
+    {PK_DT("float16", KILN_F16, 2)},
+    {PK_DT("bfloat16", KILN_BF16, 2)},
+    {PK_DT("int64", KILN_I64, 8)},
+    {PK_DT("int32", KILN_I32, 4)},
+    {PK_DT("uint8", KILN_U8, 1)},
+    {PK_DT("bool", KILN_BOOL, 1)},
+    {PK_DT("int8", -1, 1)},
+    {PK_DT("int16", -1, 2)},
+    {PK_DT("uint16", -1, 2)},
+    {PK_DT("uint32", -1, 4)},
+    {PK_DT("uint64", -1, 8)},
+    {PK_DT("float8_e4m3fn", -1, 1)},
+    {PK_DT("float8_e5m2", -1, 1)},
+    {PK_DT("float8_e4m3fnuz", -1, 1)},
+    {PK_DT("float8_e5m2fnuz", -1, 1)},
+    {PK_DT("float8_e8m0fnu", -1, 1)},
+    {PK_DT("float4_e2m1fn_x2", -1, 1)},
+    {PK_DT("complex32", -1, 4)},
+    {PK_DT("complex64", -1, 8)},
+    {PK_DT("complex128", -1, 16)},
+    {PK_DT("bits8", -1, 1)},
+    {PK_DT("bits16", -1, 2)},
+    {PK_DT("bits1x8", -1, 1)},
+    {PK_DT("bits2x4", -1, 1)},
+    {PK_DT("bits4x2", -1, 1)},
 };
-#define PK_NSTORAGES (sizeof pk_storages / sizeof pk_storages[0])
+#define PK_NDTYPES (sizeof pk_dtypes / sizeof pk_dtypes[0])
+/* Global numbers: the fixed globals, then one per storage class, then one per dtype. */
+#define PK_G_DTYPE (PK_G_STORAGE + (int)PK_NSTORAGES)
+
+static bool pk_is_storage_class(const kiln__pk_value *v)
+{
+    return v->kind == KILN__PK_GLOBAL && v->u.global >= PK_G_STORAGE && v->u.global < PK_G_DTYPE;
+}
 
 kiln__pk_value *kiln__pk_global(pk_state *s, const char *module, size_t mlen, const char *name, size_t nlen)
 {
@@ -44,10 +106,14 @@ kiln__pk_value *kiln__pk_global(pk_state *s, const char *module, size_t mlen, co
         if (strlen(pk_globals[g].module) == mlen && memcmp(pk_globals[g].module, module, mlen) == 0 &&
             strlen(pk_globals[g].name) == nlen && memcmp(pk_globals[g].name, name, nlen) == 0)
             which = g;
+    for (size_t k = 0; k < PK_NSTORAGES; k++)
+        if (strlen(pk_storages[k].module) == mlen && memcmp(pk_storages[k].module, module, mlen) == 0 &&
+            strlen(pk_storages[k].name) == nlen && memcmp(pk_storages[k].name, name, nlen) == 0)
+            which = PK_G_STORAGE + (int)k;
     if (mlen == 5 && memcmp(module, "torch", 5) == 0)
-        for (size_t k = 0; k < PK_NSTORAGES; k++)
-            if (strlen(pk_storages[k].name) == nlen && memcmp(pk_storages[k].name, name, nlen) == 0)
-                which = PK_G_STORAGE + (int)k;
+        for (size_t k = 0; k < PK_NDTYPES; k++)
+            if (strlen(pk_dtypes[k].name) == nlen && memcmp(pk_dtypes[k].name, name, nlen) == 0)
+                which = PK_G_DTYPE + (int)k;
     if (which < 0) {
         /* Print at most 100 bytes of each part, with anything unprintable as '?'. */
         char m[101], n[101];
@@ -71,8 +137,10 @@ const char *kiln__pk_global_name(int g, char *buf, size_t len)
 {
     if (g < 0)
         snprintf(buf, len, "(no global)");
+    else if (g >= PK_G_DTYPE)
+        snprintf(buf, len, "torch.%s", pk_dtypes[g - PK_G_DTYPE].name);
     else if (g >= PK_G_STORAGE)
-        snprintf(buf, len, "torch.%s", pk_storages[g - PK_G_STORAGE].name);
+        snprintf(buf, len, "%s.%s", pk_storages[g - PK_G_STORAGE].module, pk_storages[g - PK_G_STORAGE].name);
     else
         snprintf(buf, len, "%s.%s", pk_globals[g].module, pk_globals[g].name);
     return buf;
@@ -90,7 +158,7 @@ kiln__pk_value *kiln__pk_persistent(pk_state *s, const kiln__pk_value *pid)
         kiln__pk_fail(s, "persistent id does not name a storage");
         return NULL;
     }
-    if (it[1]->kind != KILN__PK_GLOBAL || it[1]->u.global < PK_G_STORAGE) {
+    if (!pk_is_storage_class(it[1])) {
         kiln__pk_fail(s, "persistent id's storage type is not a torch storage class");
         return NULL;
     }
@@ -118,6 +186,40 @@ kiln__pk_value *kiln__pk_persistent(pk_state *s, const kiln__pk_value *pid)
     v->u.storage.dtype = pk_storages[k].dtype;
     v->u.storage.elem_size = pk_storages[k].size;
     v->u.storage.numel = numel;
+    v->u.storage.untyped = k == PK_UNTYPED;
+    return v;
+}
+
+/* _rebuild_tensor_v3's storage: the untyped storage's bytes read as dtype (a dtype global),
+ * as a storage value of its own (one untyped storage could back views of several dtypes).
+ * NULL with s failed. */
+static const kiln__pk_value *pk_retype(pk_state *s, const kiln__pk_value *st, const kiln__pk_value *dtype)
+{
+    if (dtype->kind != KILN__PK_GLOBAL || dtype->u.global < PK_G_DTYPE) {
+        kiln__pk_fail(s, "_rebuild_tensor_v3's dtype argument is not a torch dtype");
+        return NULL;
+    }
+    if (st->kind != KILN__PK_STORAGE || !st->u.storage.untyped) {
+        kiln__pk_fail(s, "_rebuild_tensor_v3 called on %s, not an UntypedStorage",
+                      st->kind == KILN__PK_STORAGE ? st->u.storage.type_name : "something that is not a storage");
+        return NULL;
+    }
+    size_t k = (size_t)(dtype->u.global - PK_G_DTYPE);
+    uint64_t bytes = st->u.storage.numel; /* an untyped storage counts bytes */
+    if (bytes % pk_dtypes[k].size != 0) {
+        kiln__pk_fail(s, "untyped storage '%s' holds %" PRIu64 " bytes, not a whole number of %s elements",
+                      st->u.storage.key, bytes, pk_dtypes[k].name);
+        return NULL;
+    }
+    kiln__pk_value *v = kiln__pk_new(s, KILN__PK_STORAGE);
+    if (!v)
+        return NULL;
+    v->u.storage = st->u.storage;
+    v->u.storage.type_name = pk_dtypes[k].storage;
+    v->u.storage.dtype = pk_dtypes[k].dtype;
+    v->u.storage.elem_size = pk_dtypes[k].size;
+    v->u.storage.numel = bytes / pk_dtypes[k].size;
+    v->u.storage.untyped = false;
     return v;
 }
 
@@ -169,11 +271,11 @@ static int tensor_flagged(pk_state *s, const kiln__pk_value *meta)
     return 0;
 }
 
-/* _rebuild_tensor(_v2)(storage, offset, size, stride, ...): a view, checked against the
- * storage's claimed element count here and against the record's real size on open. */
-static kiln__pk_value *pk_tensor(pk_state *s, kiln__pk_value *const *a)
+/* _rebuild_tensor(_v2, _v3)(storage, offset, size, stride, ...): a view of st (a[0], or
+ * its retyped copy for v3), checked against the storage's claimed element count here and
+ * against the record's real size on open. */
+static kiln__pk_value *pk_tensor(pk_state *s, const kiln__pk_value *st, kiln__pk_value *const *a)
 {
-    const kiln__pk_value *st = a[0];
     if (st->kind != KILN__PK_STORAGE) {
         kiln__pk_fail(s, "tensor rebuilt from something that is not a storage");
         return NULL;
@@ -276,7 +378,19 @@ kiln__pk_value *kiln__pk_reduce(pk_state *s, const kiln__pk_value *fn, const kil
         }
         if (n == 7 && tensor_flagged(s, a[6]) < 0)
             return NULL;
-        return pk_tensor(s, a);
+        return pk_tensor(s, a[0], a);
+    case PK_G_REBUILD_TENSOR_V3: {
+        /* (storage, offset, size, stride, requires_grad, hooks, dtype[, metadata]) */
+        if (n != 7 && n != 8) {
+            kiln__pk_fail(s, "%s called with %zu arguments",
+                          kiln__pk_global_name(fn->u.global, gname, sizeof gname), n);
+            return NULL;
+        }
+        if (n == 8 && tensor_flagged(s, a[7]) < 0)
+            return NULL;
+        const kiln__pk_value *st = pk_retype(s, a[0], a[6]);
+        return st ? pk_tensor(s, st, a) : NULL;
+    }
     case PK_G_REBUILD_PARAMETER:
     case PK_G_REBUILD_PARAMETER_WITH_STATE:
         /* (data, requires_grad, backward_hooks[, state]): the parameter is its data. */

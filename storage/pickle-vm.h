@@ -11,11 +11,13 @@
 
 #include "pickle-impl.h"
 
-/* The allowed globals. Storage classes follow PK_G_STORAGE, one per pk_storages row. */
+/* The allowed globals. Storage classes follow PK_G_STORAGE, one per pk_storages row, then
+ * the dtypes, one per pk_dtypes row (pickle-torch.c). */
 enum {
     PK_G_ORDERED_DICT,
     PK_G_REBUILD_TENSOR,
     PK_G_REBUILD_TENSOR_V2,
+    PK_G_REBUILD_TENSOR_V3,
     PK_G_REBUILD_PARAMETER,
     PK_G_REBUILD_PARAMETER_WITH_STATE,
     PK_G_STORAGE,

@@ -14,11 +14,11 @@
  * stack, the marks and the memo are bounded (kiln__pickle_limits), so memory use is
  * linear in the input and capped. Errors read "pickle: <problem> (<source>, byte N)".
  * The machine is here; the globals a weights file may name, and what calling them builds,
- * are in pickle-torch.c.
+ * are in pickle-torch.c, and values as Python prints them in pickle-describe.c.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -212,27 +212,91 @@ static kiln__pk_value *pk_int(pk_state *s, int64_t i)
     return v;
 }
 
-/* LONG1/LONG4: little-endian two's complement; kiln keeps int64 and refuses wider. */
-static kiln__pk_value *pk_long(pk_state *s, uint64_t n)
+/* An integer int64 cannot hold, kept as text (a checkpoint's 2**70 is a value to list, not a
+ * reason to refuse the file; nothing that needs a number accepts one). */
+static kiln__pk_value *pk_bigint(pk_state *s, const char *text, size_t n)
 {
-    if (n > 8) {
-        kiln__pk_fail(s, "integer of %" PRIu64 " bytes does not fit 64 bits", n);
+    kiln__pk_value *v = kiln__pk_new(s, KILN__PK_BIGINT);
+    char *c = v ? malloc(n + 1) : NULL;
+    if (!c) {
+        if (v)
+            kiln__pk_oom(s);
         return NULL;
     }
+    memcpy(c, text, n);
+    c[n] = '\0';
+    v->u.str.s = c;
+    v->u.str.len = n;
+    return v;
+}
+
+/* Decimal digits of the n-byte little-endian magnitude mag (destroyed), into out. */
+static size_t pk_decimal(unsigned char *mag, size_t n, char *out)
+{
+    size_t nd = 0;
+    for (;;) {
+        unsigned rem = 0;
+        bool zero = true;
+        for (size_t i = n; i-- > 0;) { /* divide by 10, most significant byte first */
+            unsigned cur = rem << 8 | mag[i];
+            mag[i] = (unsigned char)(cur / 10);
+            rem = cur % 10;
+            zero = zero && mag[i] == 0;
+        }
+        out[nd++] = (char)('0' + rem);
+        if (zero)
+            break;
+    }
+    for (size_t i = 0; i < nd / 2; i++) { /* the digits came out least significant first */
+        char t = out[i];
+        out[i] = out[nd - 1 - i];
+        out[nd - 1 - i] = t;
+    }
+    return nd;
+}
+
+/* LONG1/LONG4: little-endian two's complement. int64 when it fits; otherwise a BIGINT with
+ * its exact decimal value up to 64 bytes (154 digits), and its size beyond. */
+static kiln__pk_value *pk_long(pk_state *s, uint64_t n)
+{
     const unsigned char *b = pk_take(s, (size_t)n);
     if (!b)
         return NULL;
-    uint64_t u = 0;
-    for (size_t i = 0; i < n; i++)
-        u |= (uint64_t)b[i] << (8 * i);
-    if (n > 0 && n < 8 && (b[n - 1] & 0x80))
-        u |= ~(uint64_t)0 << (8 * n); /* sign-extend */
-    int64_t i;
-    memcpy(&i, &u, sizeof i);
-    return pk_int(s, i);
+    bool negative = n > 0 && (b[n - 1] & 0x80);
+    size_t used = (size_t)n; /* bytes beyond the sign extension */
+    while (used > 0 && b[used - 1] == (negative ? 0xff : 0x00))
+        used--;
+    if (used < 8 || (used == 8 && (b[7] & 0x80) == (negative ? 0x80 : 0))) {
+        uint64_t u = negative ? ~(uint64_t)0 : 0;
+        for (size_t i = 0; i < used; i++) {
+            u &= ~((uint64_t)0xff << (8 * i));
+            u |= (uint64_t)b[i] << (8 * i);
+        }
+        int64_t i;
+        memcpy(&i, &u, sizeof i);
+        return pk_int(s, i);
+    }
+    if (n > 64) {
+        char text[64];
+        int len = snprintf(text, sizeof text, "<integer of %" PRIu64 " bytes>", n);
+        return pk_bigint(s, text, (size_t)len);
+    }
+    unsigned char mag[64];
+    unsigned carry = 1;
+    for (size_t i = 0; i < n; i++) { /* |value|: two's complement negation when negative */
+        unsigned x = negative ? (unsigned)(unsigned char)~b[i] + carry : b[i];
+        mag[i] = (unsigned char)x;
+        carry = negative ? x >> 8 : 0;
+    }
+    char text[200];
+    size_t len = negative;
+    text[0] = '-';
+    len += pk_decimal(mag, (size_t)n, text + len);
+    return pk_bigint(s, text, len);
 }
 
-/* Protocol 0 INT/LONG text: "01"/"00" are True/False (INT only), else a decimal. */
+/* Protocol 0 INT/LONG text: "01"/"00" are True/False (INT only), else a decimal; one past
+ * int64 is kept as its text (without leading zeros), as LONG1 keeps one. */
 static kiln__pk_value *pk_text_int(pk_state *s, bool is_long)
 {
     size_t n;
@@ -247,20 +311,32 @@ static kiln__pk_value *pk_text_int(pk_state *s, bool is_long)
     }
     if (is_long && n > 0 && l[n - 1] == 'L')
         n--;
-    char buf[32];
-    if (n == 0 || n >= sizeof buf) {
+    size_t sign = n > 0 && (l[0] == '-' || l[0] == '+');
+    bool digits = n > sign;
+    for (size_t k = sign; k < n && digits; k++)
+        digits = l[k] >= '0' && l[k] <= '9';
+    if (!digits) {
         kiln__pk_fail(s, "malformed text integer");
         return NULL;
     }
-    memcpy(buf, l, n);
-    buf[n] = 0;
-    char *end;
-    long long v = strtoll(buf, &end, 10);
-    if (*end || (v == LLONG_MAX || v == LLONG_MIN)) {
-        kiln__pk_fail(s, "malformed or out-of-range text integer");
-        return NULL;
+    char buf[32];
+    if (n < sizeof buf) {
+        memcpy(buf, l, n);
+        buf[n] = 0;
+        errno = 0;
+        long long v = strtoll(buf, NULL, 10);
+        if (errno != ERANGE)
+            return pk_int(s, v);
     }
-    return pk_int(s, v);
+    size_t first = sign; /* the text without a plus sign or leading zeros */
+    while (first + 1 < n && l[first] == '0')
+        first++;
+    char text[4100]; /* pk_line bounds a line to 4096 bytes */
+    size_t len = 0;
+    if (l[0] == '-')
+        text[len++] = '-';
+    memcpy(text + len, l + first, n - first);
+    return pk_bigint(s, text, len + n - first);
 }
 
 static int pk_seq_add(pk_state *s, kiln__pk_value *seq, kiln__pk_value *item)
@@ -620,8 +696,7 @@ void kiln__pickle_free(kiln__pickle *p)
         switch (o->v.kind) {
         case KILN__PK_STR:
         case KILN__PK_BYTES:
-            free((char *)o->v.u.str.s);
-            break;
+        case KILN__PK_BIGINT: free((char *)o->v.u.str.s); break;
         case KILN__PK_TUPLE:
         case KILN__PK_LIST:
             free(o->v.u.seq.items);
@@ -640,125 +715,4 @@ void kiln__pickle_free(kiln__pickle *p)
         o = next;
     }
     free(p);
-}
-
-/* A float as Python's repr writes it: the fewest digits that read back as the same double,
- * positional while the decimal exponent is in [-4, 16), else d.ddde+XX; an integral value
- * keeps ".0" so that 2.0 is not read as the int 2; "-0.0", "inf", "nan". */
-static void python_float(double f, char *buf, size_t len)
-{
-    if (f != f) {
-        snprintf(buf, len, "nan");
-        return;
-    }
-    if (f == HUGE_VAL || f == -HUGE_VAL) {
-        snprintf(buf, len, "%sinf", f < 0 ? "-" : "");
-        return;
-    }
-    char sci[40];
-    for (int p = 1; p <= 17; p++) {
-        snprintf(sci, sizeof sci, "%.*e", p - 1, f);
-        if (strtod(sci, NULL) == f)
-            break;
-    }
-    /* sci: [-]d[.ddd]e(+|-)XX: the digits without the point, and the exponent */
-    const char *m = sci + (sci[0] == '-');
-    char digits[24];
-    size_t nd = 0;
-    for (const char *c = m; *c && *c != 'e' && nd + 1 < sizeof digits; c++)
-        if (*c != '.')
-            digits[nd++] = *c;
-    digits[nd] = '\0';
-    int e = atoi(strchr(sci, 'e') + 1);
-    const char *sign = sci[0] == '-' ? "-" : "";
-    if (e < -4 || e >= 16) {
-        snprintf(buf, len, "%s%c%s%.*s%c%c%02d", sign, digits[0], nd > 1 ? "." : "", (int)(nd - 1), digits + 1,
-                 'e', e < 0 ? '-' : '+', e < 0 ? -e : e);
-    } else if (e < 0) { /* 0.000ddd: -e - 1 zeros after the point (at most 3) */
-        snprintf(buf, len, "%s0.%.*s%s", sign, -e - 1, "000", digits);
-    } else if ((size_t)e + 1 >= nd) { /* ddd000.0: e + 1 - nd zeros (at most 15) */
-        snprintf(buf, len, "%s%s%.*s.0", sign, digits, (int)((size_t)e + 1 - nd), "000000000000000");
-    } else {
-        snprintf(buf, len, "%s%.*s.%s", sign, e + 1, digits, digits + e + 1);
-    }
-}
-
-/* A str as Python's repr writes it: single quotes unless it holds ' and no ", backslash
- * escapes for \\, \n, \r, \t, the quote and other control bytes (\xhh); other bytes as they
- * are (UTF-8). Cut with "..." where buf is too short. */
-static void python_str(const char *s, size_t n, char *buf, size_t len)
-{
-    if (len < 8) {
-        if (len)
-            buf[0] = '\0';
-        return;
-    }
-    bool single = memchr(s, '\'', n) == NULL || memchr(s, '"', n) != NULL;
-    char q = single ? '\'' : '"';
-    size_t o = 0;
-    buf[o++] = q;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        char esc[8];
-        if (c == '\\' || c == (unsigned char)q)
-            snprintf(esc, sizeof esc, "\\%c", c);
-        else if (c == '\n' || c == '\r' || c == '\t')
-            snprintf(esc, sizeof esc, "\\%c", c == '\n' ? 'n' : c == '\r' ? 'r' : 't');
-        else if (c < 0x20 || c == 0x7f)
-            snprintf(esc, sizeof esc, "\\x%02x", c);
-        else
-            esc[0] = (char)c, esc[1] = '\0';
-        size_t k = strlen(esc);
-        if (o + k + 5 > len) { /* room for ...' and the NUL */
-            memcpy(buf + o, "...", 3);
-            o += 3;
-            break;
-        }
-        memcpy(buf + o, esc, k);
-        o += k;
-    }
-    buf[o++] = q;
-    buf[o] = '\0';
-}
-
-void kiln__pk_describe(const kiln__pk_value *v, char *buf, size_t len)
-{
-    if (!len)
-        return;
-    switch (v ? v->kind : KILN__PK_NONE) {
-    case KILN__PK_NONE:
-        snprintf(buf, len, "None");
-        break;
-    case KILN__PK_BOOL:
-        snprintf(buf, len, "%s", v->u.b ? "True" : "False");
-        break;
-    case KILN__PK_INT:
-        snprintf(buf, len, "%" PRId64, v->u.i);
-        break;
-    case KILN__PK_FLOAT: python_float(v->u.f, buf, len); break;
-    case KILN__PK_STR: python_str(v->u.str.s, v->u.str.len, buf, len); break;
-    case KILN__PK_BYTES:
-        snprintf(buf, len, "<%zu bytes>", v->u.str.len);
-        break;
-    case KILN__PK_TUPLE:
-        snprintf(buf, len, "<tuple of %zu>", v->u.seq.n);
-        break;
-    case KILN__PK_LIST:
-        snprintf(buf, len, "<list of %zu>", v->u.seq.n);
-        break;
-    case KILN__PK_DICT:
-        snprintf(buf, len, "<dict of %zu>", v->u.dict.n);
-        break;
-    case KILN__PK_GLOBAL: {
-        char g[96];
-        snprintf(buf, len, "<%s>", kiln__pk_global_name(v->u.global, g, sizeof g));
-        break;
-    }
-    case KILN__PK_STORAGE:
-        snprintf(buf, len, "<storage '%s'>", v->u.storage.key);
-        break;
-    case KILN__PK_TENSOR:
-        snprintf(buf, len, "<tensor>");
-        break;
-    }
 }

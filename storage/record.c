@@ -16,7 +16,6 @@
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,10 +79,18 @@ int kiln_record_save(const char *path, int n, const char *const *names, kiln_ten
     if (flags & ~(unsigned)KILN_RECORD_ZSTD)
         return kiln__error_set("record save %s: unknown flags 0x%x", path, flags), KILN_EINVAL;
     const char *config = config_json ? config_json : "{}";
-    cJSON *parsed = cJSON_Parse(config);
-    if (!parsed)
-        return kiln__error_set("record save %s: the config is not valid JSON", path), KILN_EINVAL;
+    /* One JSON object and nothing after it: cJSON_Parse alone stops at the end of the first
+     * value, so "{} trailing" would be stored and read back as text no parser accepts. */
+    const char *end = NULL;
+    cJSON *parsed = cJSON_ParseWithOpts(config, &end, true);
+    bool object = cJSON_IsObject(parsed);
     cJSON_Delete(parsed);
+    if (!parsed)
+        return kiln__error_set("record save %s: the config is not valid JSON (at byte %zu)", path,
+                               end ? (size_t)(end - config) : (size_t)0),
+               KILN_EINVAL;
+    if (!object)
+        return kiln__error_set("record save %s: the config must be a JSON object", path), KILN_EINVAL;
     const char *keys[] = {"kiln.record", "kiln.config"};
     const char *values[] = {"1", config};
     if (!(flags & KILN_RECORD_ZSTD))
@@ -179,7 +186,9 @@ kiln_record *kiln_record_open(const char *path)
     if (!path)
         return kiln__error_set("record open: path is NULL"), NULL;
     unsigned char head[RECORD_MAGIC_LEN];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = kiln__open_regular(path, NULL);
+    if (fd == KILN__NOT_REGULAR)
+        return kiln__error_set("record %s: not a regular file", path), NULL;
     if (fd < 0)
         return kiln__error_set("record %s: %s", path, strerror(errno)), NULL;
     ssize_t got = read(fd, head, sizeof head);
@@ -298,6 +307,15 @@ int kiln_record_load_slots(const kiln_record *rec, int n, const kiln_record_slot
             rc = KILN_EINVAL;
             break;
         }
+        /* -1 is "as stored"; any other value outside the dtypes is a caller's mistake, not
+         * a wish to keep the stored dtype */
+        if (s->dtype < -1 || s->dtype >= KILN_DTYPE_COUNT) {
+            kiln__error_set("record load: slot '%s' asks for dtype %d, which is neither a kiln dtype nor -1 "
+                            "(as stored)",
+                            s->name, s->dtype);
+            rc = KILN_EINVAL;
+            break;
+        }
         int idx = kiln_safetensors_find(st, s->name);
         if (idx < 0) {
             if (report_add(&r->nmissing, &r->missing, s->name) != 0)
@@ -359,16 +377,11 @@ int kiln_record_load_slots(const kiln_record *rec, int n, const kiln_record_slot
         if (idx < 0)
             continue;
         kiln_tensor *t = kiln_safetensors_load(st, s->name, dev);
-        if (t && s->dtype >= 0 && (int)kiln_tensor_dtype(t) != s->dtype) {
-            if (s->dtype >= KILN_DTYPE_COUNT) {
-                kiln__error_set("record load: '%s' asks for unknown dtype %d", s->name, s->dtype);
+        if (t && s->dtype >= 0 && (int)kiln_tensor_dtype(t) != s->dtype) { /* dtype checked in pass 1 */
+            t = kiln_cast(t, (kiln_dtype)s->dtype);
+            if (t && report_add(&r->nconverted, &r->converted, s->name) != 0) {
+                kiln__error_set("record load: out of memory");
                 t = NULL;
-            } else {
-                t = kiln_cast(t, (kiln_dtype)s->dtype);
-                if (t && report_add(&r->nconverted, &r->converted, s->name) != 0) {
-                    kiln__error_set("record load: out of memory");
-                    t = NULL;
-                }
             }
         }
         if (!t) {

@@ -8,12 +8,14 @@
  *
  * The reader treats the bytes as hostile: open() validates the whole header (see
  * kiln/record.h for the list of checks) and records each entry's range, so load() is a
- * bounds-checked copy. Files are memory-mapped read-only: opening a multi-gigabyte
- * model costs page-table entries, not a read of the whole file.
+ * bounds-checked copy. Opening a file reads only the header and keeps the descriptor;
+ * each load reads its tensor's bytes into memory the tensor owns, so another program
+ * rewriting or truncating the file later changes nothing kiln holds and cannot fault it.
+ * kiln_safetensors_open_mapped is the explicit exception: it maps the file and lends the
+ * pages themselves, for callers that promise the file stays as it is.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -26,6 +28,7 @@
 
 #include "error-impl.h"
 #include "kiln/record.h"
+#include "safetensors-impl.h"
 #include "storage-impl.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -48,10 +51,15 @@ typedef struct st_entry {
 struct kiln_safetensors {
     atomic_int refs;            /* the handle, plus one per tensor using the mapping */
     atomic_int lent_count;
-    const unsigned char *bytes; /* whole file */
-    size_t len;
+    const unsigned char *bytes; /* memory and mapped handles: the whole image; read handles:
+                                   the length and header only (header_copy) */
+    size_t len;                 /* bytes at `bytes` */
+    uint64_t image_len;         /* the whole image's length (the file's size) */
     bool mapped;
-    const unsigned char *data;  /* start of the data area */
+    int fd; /* read handles: where loads read tensors from; else -1 */
+    unsigned char *header_copy;
+    const unsigned char *data; /* start of the data area (NULL for read handles) */
+    uint64_t data_start;       /* offset of the data area in the image */
     uint64_t data_len;
     char *label;                /* file name, for messages */
     st_entry *entries;
@@ -74,7 +82,7 @@ static const struct {
     {"U64", 8, -1},       {"F8_E4M3", 1, -1},   {"F8_E5M2", 1, -1},
 };
 
-static const char *st_dtype_string_of(kiln_dtype dt)
+const char *kiln__st_dtype_string(kiln_dtype dt)
 {
     for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
         if (st_dtypes[i].kiln == (int)dt)
@@ -94,6 +102,9 @@ static void st_free_contents(kiln_safetensors *st)
     free(st->meta_keys);
     free(st->meta_values);
     free(st->label);
+    free(st->header_copy);
+    if (st->fd >= 0)
+        close(st->fd);
 }
 
 static void st_unref(void *arg)
@@ -117,6 +128,82 @@ int kiln_safetensors_zero_copy_count(const kiln_safetensors *st)
 {
     return st ? atomic_load(&((kiln_safetensors *)st)->lent_count) : 0;
 }
+
+/* ------------------------------------------------- text checks (reader and writer) */
+
+bool kiln__utf8_valid(const char *text, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t more;
+        unsigned char lo = 0x80, hi = 0xBF; /* the range of the first continuation byte */
+        if (c >= 0xC2 && c <= 0xDF)
+            more = 1;
+        else if (c >= 0xE0 && c <= 0xEF)
+            more = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+        else if (c >= 0xF0 && c <= 0xF4)
+            more = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+        else
+            return false;
+        if (n - i - 1 < more || s[i + 1] < lo || s[i + 1] > hi)
+            return false;
+        for (size_t k = 2; k <= more; k++)
+            if ((s[i + k] & 0xC0) != 0x80)
+                return false;
+        i += more + 1;
+    }
+    return true;
+}
+
+bool kiln__utf8_string(const char *s)
+{
+    return kiln__utf8_valid(s, strlen(s));
+}
+
+const char *kiln__printable(const char *s, char *buf, size_t len)
+{
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p && o + 5 < len; p++) {
+        if (*p >= 0x20 && *p < 0x7f)
+            buf[o++] = (char)*p;
+        else
+            o += (size_t)snprintf(buf + o, len - o, "\\x%02x", *p);
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+static int st_cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+const char *kiln__first_duplicate(const char *const *keys, int n, bool *oom)
+{
+    *oom = false;
+    if (n < 2)
+        return NULL;
+    const char **sorted = malloc((size_t)n * sizeof *sorted);
+    if (!sorted) {
+        *oom = true;
+        return NULL;
+    }
+    memcpy(sorted, keys, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, st_cmp_str);
+    const char *dup = NULL;
+    for (int i = 1; i < n && !dup; i++)
+        if (strcmp(sorted[i - 1], sorted[i]) == 0)
+            dup = sorted[i];
+    free(sorted);
+    return dup;
+}
+
+/* ------------------------------------------------------------------------ reading */
 
 /* An integer from JSON: a number that is integral, non-negative and exactly
  * representable (cJSON stores numbers as double, so 2^53 is the honest bound). 0, -1
@@ -216,11 +303,18 @@ static int st_parse_metadata(kiln_safetensors *st, const cJSON *meta)
     if (!st->meta_keys || !st->meta_values)
         return kiln__error_set("safetensors %s: out of memory", st->label);
     const cJSON *kv;
+    char shown[220];
     cJSON_ArrayForEach(kv, meta)
     {
+        if (!kiln__utf8_string(kv->string))
+            return kiln__error_set("safetensors %s: __metadata__ key '%s' is not valid UTF-8", st->label,
+                                   kiln__printable(kv->string, shown, sizeof shown));
         if (!cJSON_IsString(kv))
             return kiln__error_set("safetensors %s: __metadata__ value for '%s' is not a string",
                                    st->label, kv->string);
+        if (!kiln__utf8_string(kv->valuestring))
+            return kiln__error_set("safetensors %s: __metadata__ value for '%.200s' is not valid UTF-8", st->label,
+                                   kv->string);
         int i = st->meta_count;
         st->meta_keys[i] = strdup(kv->string);
         st->meta_values[i] = strdup(kv->valuestring);
@@ -228,6 +322,14 @@ static int st_parse_metadata(kiln_safetensors *st, const cJSON *meta)
         if (!st->meta_keys[i] || !st->meta_values[i])
             return kiln__error_set("safetensors %s: out of memory", st->label);
     }
+    /* JSON readers disagree on a repeated key (kiln's took the first, Python's the last),
+     * so a file that has one means different things to different readers */
+    bool oom;
+    const char *dup = kiln__first_duplicate((const char *const *)st->meta_keys, st->meta_count, &oom);
+    if (oom)
+        return kiln__error_set("safetensors %s: out of memory", st->label);
+    if (dup)
+        return kiln__error_set("safetensors %s: __metadata__ key '%.200s' appears more than once", st->label, dup);
     return 0;
 }
 
@@ -299,24 +401,27 @@ static bool st_header_has_nul(const char *text, size_t n)
     return false;
 }
 
+/* Validate the header. st->bytes holds at least the 8-byte length and, when that length
+ * is within bounds, the whole header; st->image_len is the size of the whole image. */
 static int st_parse(kiln_safetensors *st)
 {
-    if (st->len < 8)
-        return kiln__error_set("safetensors %s: %zu bytes is too short for a header length",
-                               st->label, st->len);
+    if (st->image_len < 8)
+        return kiln__error_set("safetensors %s: %llu bytes is too short for a header length", st->label,
+                               (unsigned long long)st->image_len);
     uint64_t hlen;
     memcpy(&hlen, st->bytes, 8);
     if (hlen > SAFETENSORS_MAX_HEADER)
         return kiln__error_set("safetensors %s: header length %llu exceeds the %u-byte limit",
                                st->label, (unsigned long long)hlen, SAFETENSORS_MAX_HEADER);
-    if (hlen > st->len - 8)
-        return kiln__error_set("safetensors %s: header length %llu runs past the end of the "
-                               "%zu-byte file", st->label, (unsigned long long)hlen, st->len);
+    if (hlen > st->image_len - 8)
+        return kiln__error_set("safetensors %s: header length %llu runs past the end of the %llu-byte file",
+                               st->label, (unsigned long long)hlen, (unsigned long long)st->image_len);
     if (hlen < 2 || st->bytes[8] != '{')
         return kiln__error_set("safetensors %s: header does not start with a JSON object",
                                st->label);
-    st->data = st->bytes + 8 + hlen;
-    st->data_len = st->len - 8 - hlen;
+    st->data_start = 8 + hlen;
+    st->data = st->fd < 0 ? st->bytes + st->data_start : NULL;
+    st->data_len = st->image_len - 8 - hlen;
 
     const char *text = (const char *)st->bytes + 8, *end = NULL;
     if (st_header_has_nul(text, (size_t)hlen))
@@ -357,6 +462,12 @@ static int st_parse(kiln_safetensors *st)
             rc = kiln__error_set("safetensors %s: an entry has an empty name", st->label);
             break;
         }
+        if (!kiln__utf8_string(item->string)) {
+            char shown[220];
+            rc = kiln__error_set("safetensors %s: entry name '%s' is not valid UTF-8", st->label,
+                                 kiln__printable(item->string, shown, sizeof shown));
+            break;
+        }
         rc = st_parse_entry(st, item, &st->entries[st->count]);
         if (rc == 0)
             st->count++;
@@ -364,20 +475,34 @@ static int st_parse(kiln_safetensors *st)
     cJSON_Delete(root);
     if (rc == 0)
         rc = st_check_layout(st);
+    /* The names and metadata were checked above, each with its key named; this catches
+     * invalid bytes anywhere else (a field kiln ignores), which Python's reader refuses. */
+    if (rc == 0 && !kiln__utf8_valid(text, (size_t)hlen))
+        rc = kiln__error_set("safetensors %s: header is not valid UTF-8", st->label);
     return rc;
+}
+
+static kiln_safetensors *st_new(const char *label)
+{
+    kiln_safetensors *st = calloc(1, sizeof *st);
+    if (!st || !(st->label = strdup(label))) {
+        free(st);
+        kiln__error_set("safetensors %s: out of memory", label);
+        return NULL;
+    }
+    atomic_init(&st->refs, 1);
+    st->fd = -1;
+    return st;
 }
 
 kiln_safetensors *kiln_safetensors_open_memory(const void *data, size_t len)
 {
-    kiln_safetensors *st = calloc(1, sizeof *st);
-    if (!st || !(st->label = strdup("<memory>"))) {
-        free(st);
-        kiln__error_set("safetensors: out of memory");
+    kiln_safetensors *st = st_new("<memory>");
+    if (!st)
         return NULL;
-    }
-    atomic_init(&st->refs, 1);
     st->bytes = data;
     st->len = data ? len : 0;
+    st->image_len = st->len;
     if (st_parse(st) != 0) {
         kiln_safetensors_close(st);
         return NULL;
@@ -385,52 +510,107 @@ kiln_safetensors *kiln_safetensors_open_memory(const void *data, size_t len)
     return st;
 }
 
-kiln_safetensors *kiln_safetensors_open(const char *path)
+/* n bytes at offset into buf. 0, or -1 with errno set (0 when the file ended first). */
+static int st_pread_all(int fd, void *buf, size_t n, uint64_t offset)
+{
+    unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t r = pread(fd, p, n, (off_t)offset);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            if (r == 0)
+                errno = 0;
+            return -1;
+        }
+        p += r;
+        n -= (size_t)r;
+        offset += (uint64_t)r;
+    }
+    return 0;
+}
+
+/* A read handle: the 8-byte length, then the header it announces when that is within the
+ * bounds st_parse enforces (otherwise st_parse refuses on the length alone). */
+static int st_read_header(kiln_safetensors *st, const char *path)
+{
+    size_t want = st->image_len < 8 ? 0 : 8;
+    unsigned char head[8];
+    if (want == 8) {
+        if (st_pread_all(st->fd, head, 8, 0) != 0)
+            return kiln__error_set("safetensors %s: %s", path, errno ? strerror(errno) : "the file shrank");
+        uint64_t hlen;
+        memcpy(&hlen, head, 8);
+        if (hlen <= SAFETENSORS_MAX_HEADER && hlen <= st->image_len - 8)
+            want = 8 + (size_t)hlen;
+    }
+    st->header_copy = malloc(want ? want : 1);
+    if (!st->header_copy)
+        return kiln__error_set("safetensors %s: out of memory for the header", path);
+    memcpy(st->header_copy, head, want < 8 ? want : 8);
+    if (want > 8 && st_pread_all(st->fd, st->header_copy + 8, want - 8, 8) != 0)
+        return kiln__error_set("safetensors %s: %s", path, errno ? strerror(errno) : "the file shrank");
+    st->bytes = st->header_copy;
+    st->len = want;
+    return 0;
+}
+
+static kiln_safetensors *st_open_path(const char *path, bool map)
 {
     if (!path) {
         kiln__error_set("safetensors: no path given");
         return NULL;
     }
-    kiln_safetensors *st = calloc(1, sizeof *st);
-    if (!st || !(st->label = strdup(path))) {
-        free(st);
-        kiln__error_set("safetensors %s: out of memory", path);
+    kiln_safetensors *st = st_new(path);
+    if (!st)
         return NULL;
-    }
-    atomic_init(&st->refs, 1);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-        kiln__error_set("safetensors %s: %s", path, strerror(errno));
-        goto fail;
-    }
-    if (!S_ISREG(sb.st_mode)) {
+    int fd = kiln__open_regular(path, &sb);
+    if (fd == KILN__NOT_REGULAR) {
         kiln__error_set("safetensors %s: not a regular file", path);
         goto fail;
     }
-    st->len = (size_t)sb.st_size;
-    if (st->len > 0) {
-        /* Private and writable: tensors lent in place may be updated (an optimizer step),
-         * which copies the touched pages and never reaches the file. */
-        void *m = mmap(NULL, st->len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            kiln__error_set("safetensors %s: mmap: %s", path, strerror(errno));
-            st->len = 0;
-            goto fail;
-        }
-        st->bytes = m;
-        st->mapped = true;
+    if (fd < 0) {
+        kiln__error_set("safetensors %s: %s", path, strerror(errno));
+        goto fail;
     }
-    close(fd);
-    fd = -1;
+    st->image_len = (uint64_t)sb.st_size;
+    if (!map) {
+        st->fd = fd; /* closed with the handle */
+        if (st_read_header(st, path) != 0)
+            goto fail;
+    } else {
+        if (st->image_len > 0) {
+            /* Private and writable: tensors lent in place may be updated (an optimizer step),
+             * which copies the touched pages and never reaches the file. */
+            void *m = mmap(NULL, (size_t)st->image_len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+            if (m == MAP_FAILED) {
+                kiln__error_set("safetensors %s: mmap: %s", path, strerror(errno));
+                close(fd);
+                goto fail;
+            }
+            st->bytes = m;
+            st->len = (size_t)st->image_len;
+            st->mapped = true;
+        }
+        close(fd);
+    }
     if (st_parse(st) != 0)
         goto fail;
     return st;
 fail:
-    if (fd >= 0)
-        close(fd);
     kiln_safetensors_close(st);
     return NULL;
+}
+
+kiln_safetensors *kiln_safetensors_open(const char *path)
+{
+    return st_open_path(path, false);
+}
+
+kiln_safetensors *kiln_safetensors_open_mapped(const char *path)
+{
+    return st_open_path(path, true);
 }
 
 int kiln_safetensors_count(const kiln_safetensors *st)
@@ -472,6 +652,40 @@ const char *kiln_safetensors_dtype_string(const kiln_safetensors *st, int i)
     return st && i >= 0 && i < st->count ? st->entries[i].dtype_str : NULL;
 }
 
+/* A read handle's load: the tensor's bytes read from the file into memory the tensor owns,
+ * 64-byte aligned so that a host-memory device uses it in place (one copy, not two); other
+ * devices copy it in. */
+static kiln_tensor *st_load_read(const kiln_safetensors *st, const st_entry *e, kiln_device *dev)
+{
+    size_t n = (size_t)(e->end - e->begin);
+    size_t cap = (n + 63) & ~(size_t)63;
+    unsigned char *buf = aligned_alloc(64, cap ? cap : 64);
+    if (!buf) {
+        kiln__error_set("safetensors %s: out of memory loading '%s' (%zu bytes)", st->label, e->name, n);
+        return NULL;
+    }
+    if (st_pread_all(st->fd, buf, n, st->data_start + e->begin) != 0) {
+        kiln__error_set("safetensors %s: reading tensor '%s': %s", st->label, e->name,
+                        errno ? strerror(errno) : "the file ended early (it changed after it was opened)");
+        free(buf);
+        return NULL;
+    }
+    /* A bool byte other than 0 or 1 is undefined behaviour once read as _Bool, and a file
+     * is untrusted: normalize to 0/1 on the way in. */
+    if (e->dtype == KILN_BOOL)
+        for (size_t k = 0; k < n; k++)
+            buf[k] = buf[k] != 0;
+    if (n > 0) {
+        kiln_tensor *t = kiln_from_host_memory(dev, (kiln_dtype)e->dtype, e->ndim, e->shape, buf, free, buf);
+        if (t)
+            return t;
+        kiln_error_clear(); /* a device with memory of its own: copy below */
+    }
+    kiln_tensor *t = kiln_from_data(dev, (kiln_dtype)e->dtype, e->ndim, e->shape, buf, n);
+    free(buf);
+    return t;
+}
+
 kiln_tensor *kiln_safetensors_load(const kiln_safetensors *st, const char *name, kiln_device *dev)
 {
     if (!st || !dev)
@@ -487,6 +701,8 @@ kiln_tensor *kiln_safetensors_load(const kiln_safetensors *st, const char *name,
                         st->label, e->name, e->dtype_str);
         return NULL;
     }
+    if (st->fd >= 0)
+        return st_load_read(st, e, dev);
     const unsigned char *src = st->data + e->begin;
     size_t n = (size_t)(e->end - e->begin);
     /* Zero copy: a mapped file's bytes become the tensor's storage when the device keeps
@@ -540,116 +756,4 @@ int kiln_safetensors_metadata_count(const kiln_safetensors *st)
 const char *kiln_safetensors_metadata_key(const kiln_safetensors *st, int i)
 {
     return st && i >= 0 && i < st->meta_count ? st->meta_keys[i] : NULL;
-}
-
-/* ------------------------------------------------------------------------ writing */
-
-static char *st_build_header(int n, const char *const *names, kiln_tensor *const *tensors, int nmeta,
-                             const char *const *meta_keys, const char *const *meta_values)
-{
-    cJSON *root = cJSON_CreateObject();
-    if (!root)
-        return NULL;
-    if (nmeta > 0) {
-        cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
-        for (int i = 0; meta && i < nmeta; i++)
-            if (!cJSON_AddStringToObject(meta, meta_keys[i], meta_values[i]))
-                meta = NULL;
-        if (!meta)
-            goto fail;
-    }
-    uint64_t offset = 0;
-    for (int i = 0; i < n; i++) {
-        cJSON *e = cJSON_AddObjectToObject(root, names[i]);
-        if (!e)
-            goto fail;
-        kiln_dtype dt = kiln_tensor_dtype(tensors[i]);
-        uint64_t bytes = (uint64_t)kiln_tensor_numel(tensors[i]) * kiln_dtype_size(dt);
-        cJSON *shape = cJSON_AddArrayToObject(e, "shape");
-        cJSON *offs = cJSON_AddArrayToObject(e, "data_offsets");
-        if (!cJSON_AddStringToObject(e, "dtype", st_dtype_string_of(dt)) || !shape || !offs)
-            goto fail;
-        for (int d = 0; d < kiln_tensor_ndim(tensors[i]); d++)
-            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)kiln_tensor_dim(tensors[i], d)));
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)offset));
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(offset + bytes)));
-        offset += bytes;
-    }
-    char *text = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    return text;
-fail:
-    cJSON_Delete(root);
-    return NULL;
-}
-
-int kiln_safetensors_save(const char *path, int n, const char *const *names, kiln_tensor *const *tensors,
-                          int nmeta, const char *const *meta_keys, const char *const *meta_values)
-{
-    if (!path || n < 0 || nmeta < 0 || (n > 0 && (!names || !tensors)) ||
-        (nmeta > 0 && (!meta_keys || !meta_values)))
-        return kiln__error_set("safetensors save: invalid arguments"), KILN_EINVAL;
-    for (int i = 0; i < n; i++) {
-        if (!tensors[i])
-            return kiln__error_set("safetensors save %s: tensor '%s' is NULL", path,
-                                   names[i] ? names[i] : "(null)"), KILN_EINVAL;
-        if (!names[i] || !names[i][0] || strcmp(names[i], "__metadata__") == 0)
-            return kiln__error_set("safetensors save %s: tensor %d has an invalid name", path, i),
-                   KILN_EINVAL;
-        for (int j = 0; j < i; j++)
-            if (strcmp(names[i], names[j]) == 0)
-                return kiln__error_set("safetensors save %s: duplicate name '%s'", path, names[i]),
-                       KILN_EINVAL;
-    }
-    for (int i = 0; i < nmeta; i++)
-        if (!meta_keys[i] || !meta_values[i])
-            return kiln__error_set("safetensors save %s: metadata pair %d is NULL", path, i),
-                   KILN_EINVAL;
-
-    char *header = st_build_header(n, names, tensors, nmeta, meta_keys, meta_values);
-    if (!header)
-        return kiln__error_set("safetensors save %s: out of memory building the header", path),
-               KILN_ENOMEM;
-    /* Pad the header with spaces (JSON whitespace) so the data area starts 64-byte
-     * aligned in the file: readers that map it can then use tensors in place. */
-    size_t hlen = strlen(header);
-    size_t padded = ((hlen + 8 + 63) & ~(size_t)63) - 8;
-    int rc = 0;
-    kiln__atomic_file f;
-    unsigned char *buf = NULL;
-    if ((rc = kiln__atomic_open(&f, path)) != 0) {
-        free(header);
-        return rc;
-    }
-    uint64_t hlen64 = padded;
-    char spaces[64];
-    memset(spaces, ' ', sizeof spaces);
-    rc = kiln__atomic_write(&f, &hlen64, 8);
-    if (rc == 0)
-        rc = kiln__atomic_write(&f, header, hlen);
-    if (rc == 0)
-        rc = kiln__atomic_write(&f, spaces, padded - hlen);
-    for (int i = 0; i < n && rc == 0; i++) {
-        size_t bytes = (size_t)kiln_tensor_numel(tensors[i]) * kiln_dtype_size(kiln_tensor_dtype(tensors[i]));
-        if (bytes == 0)
-            continue;
-        unsigned char *next = realloc(buf, bytes);
-        if (!next) {
-            rc = kiln__error_set("safetensors save %s: out of memory for '%s'", path, names[i]);
-            rc = KILN_ENOMEM;
-            break;
-        }
-        buf = next;
-        if (kiln_to_data(tensors[i], buf, bytes) != 0) {
-            rc = KILN_EINVAL; /* kiln_to_data set the message */
-            break;
-        }
-        rc = kiln__atomic_write(&f, buf, bytes);
-    }
-    free(buf);
-    free(header);
-    if (rc == 0)
-        return kiln__atomic_commit(&f);
-    kiln__atomic_abort(&f);
-    return rc;
 }

@@ -44,6 +44,7 @@ struct kiln_torch_file {
     kiln__pickle *pk;
     pt_list tensors, others;
     size_t visited;
+    unsigned char *crc_checked; /* per archive record: its CRC-32 was checked (under lock) */
 };
 
 /* The caller's rename and skip patterns, compiled. */

@@ -12,10 +12,10 @@
  * Every tensor's view (offset, sizes, strides) was checked against its storage's
  * claimed element count by the unpickler; here each storage record must exist and hold
  * exactly that many bytes, and records must be no larger than the archive allows, so a
- * load never reads past a record and never allocates more than the file can justify.
+ * load never reads past a record and never allocates more than the file can justify. The
+ * first read of each record checks its CRC-32 against the zip directory.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <regex.h>
@@ -25,10 +25,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zip.h>
+#include <zlib.h>
 
 #include "error-impl.h"
 #include "kiln/record.h"
 #include "pickle-impl.h"
+#include "storage-impl.h"
 #include "torch-import-impl.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -57,6 +59,7 @@ void kiln_torch_close(kiln_torch_file *pt)
     pt_list_free(&pt->tensors);
     pt_list_free(&pt->others);
     kiln__pickle_free(pt->pk);
+    free(pt->crc_checked);
     free(pt->label);
     free(pt);
 }
@@ -100,37 +103,63 @@ static int pt_stat(kiln_torch_file *pt, zip_int64_t idx, const char *what, zip_s
     return 0;
 }
 
-/* Read bytes [lo, lo + n) of record idx into buf. */
+/* Read n bytes of an open record into buf (NULL: read and drop them), adding them to *crc
+ * when crc is given. */
+static int pt_fread(kiln_torch_file *pt, zip_file_t *f, const char *what, unsigned char *buf, uint64_t n,
+                    uLong *crc)
+{
+    unsigned char scratch[16384];
+    while (n > 0) {
+        unsigned char *to = buf ? buf : scratch;
+        uint64_t want = buf ? n : (n < sizeof scratch ? n : sizeof scratch);
+        zip_int64_t got = zip_fread(f, to, want);
+        if (got < 0)
+            return kiln__error_set("torch %s: reading %s failed: %s", pt->label, what,
+                                   zip_error_strerror(zip_file_get_error(f)));
+        if (got == 0)
+            return kiln__error_set("torch %s: %s ends early", pt->label, what);
+        if (crc)
+            *crc = crc32_z(*crc, to, (z_size_t)got);
+        if (buf)
+            buf += got;
+        n -= (uint64_t)got;
+    }
+    return 0;
+}
+
+/* Read bytes [lo, lo + n) of record idx into buf. The first read of a record reads all of
+ * it and checks its CRC-32 against the zip directory: libzip checks only when a read runs
+ * into the record's end, which reading exactly a tensor's bytes never does, so a flipped bit
+ * would load as a wrong value. Later reads of the record (other views of one storage) read
+ * only their bytes, seeking where the record is stored uncompressed (all torch writes). */
 static int pt_read(kiln_torch_file *pt, zip_int64_t idx, const char *what, uint64_t lo, void *buf, uint64_t n)
 {
+    bool check = !pt->crc_checked[idx];
+    zip_stat_t zs;
+    if (check) {
+        if (pt_stat(pt, idx, what, &zs) < 0)
+            return -1;
+        if (!(zs.valid & ZIP_STAT_CRC))
+            return kiln__error_set("torch %s: %s has no CRC-32 in the zip directory", pt->label, what);
+    }
     zip_file_t *f = zip_fopen_index(pt->zip, (zip_uint64_t)idx, 0);
     if (!f)
         return kiln__error_set("torch %s: cannot open %s: %s", pt->label, what, zip_strerror(pt->zip));
+    uLong crc = crc32(0L, Z_NULL, 0);
+    uLong *sum = check ? &crc : NULL;
     int rc = 0;
-    /* Stored records (all torch writes) seek; compressed ones are read through. */
-    if (lo > 0 && zip_fseek(f, (zip_int64_t)lo, SEEK_SET) < 0) {
-        char scratch[16384];
-        uint64_t skip = lo;
-        while (skip > 0 && rc == 0) {
-            zip_int64_t got = zip_fread(f, scratch, skip < sizeof scratch ? skip : sizeof scratch);
-            if (got <= 0)
-                rc = kiln__error_set("torch %s: %s ends early", pt->label, what);
-            else
-                skip -= (uint64_t)got;
-        }
-    }
-    unsigned char *p = buf;
-    while (n > 0 && rc == 0) {
-        zip_int64_t got = zip_fread(f, p, n);
-        if (got < 0)
-            rc = kiln__error_set("torch %s: reading %s failed: %s", pt->label, what,
-                                 zip_error_strerror(zip_file_get_error(f)));
-        else if (got == 0)
-            rc = kiln__error_set("torch %s: %s ends early", pt->label, what);
-        else {
-            p += got;
-            n -= (uint64_t)got;
-        }
+    if (lo > 0 && (check || zip_fseek(f, (zip_int64_t)lo, SEEK_SET) < 0))
+        rc = pt_fread(pt, f, what, NULL, lo, sum);
+    if (rc == 0)
+        rc = pt_fread(pt, f, what, buf, n, sum);
+    if (rc == 0 && check) {
+        rc = pt_fread(pt, f, what, NULL, zs.size - lo - n, sum);
+        if (rc == 0 && crc != (uLong)zs.crc)
+            rc = kiln__error_set("torch %s: %s fails its CRC-32 check (the zip directory says %08" PRIx32
+                                 ", the bytes give %08lx): the file is damaged",
+                                 pt->label, what, (uint32_t)zs.crc, (unsigned long)crc);
+        if (rc == 0)
+            pt->crc_checked[idx] = 1;
     }
     zip_fclose(f);
     return rc;
@@ -297,6 +326,9 @@ static int pt_setup(kiln_torch_file *pt, const kiln_torch_options *o)
     if ((uint64_t)n > PT_MAX_ENTRIES)
         return kiln__error_set("torch %s: %" PRId64 " records is more than the %u allowed", pt->label, (int64_t)n,
                                PT_MAX_ENTRIES);
+    pt->crc_checked = calloc((size_t)n, 1);
+    if (!pt->crc_checked)
+        return kiln__error_set("torch %s: out of memory", pt->label);
     /* torch names the folder after the file and reads it from the first record, as here */
     const char *first = zip_get_name(pt->zip, 0, ZIP_FL_ENC_RAW);
     const char *slash = first ? strchr(first, '/') : NULL;
@@ -409,12 +441,14 @@ kiln_torch_file *kiln_torch_open(const char *path, const kiln_torch_options *opt
         kiln__error_set("torch: path is NULL");
         return NULL;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) < 0) {
+    int fd = kiln__open_regular(path, &sb);
+    if (fd == KILN__NOT_REGULAR) {
+        kiln__error_set("torch %s: not a regular file", path);
+        return NULL;
+    }
+    if (fd < 0) {
         kiln__error_set("torch %s: %s", path, strerror(errno));
-        if (fd >= 0)
-            close(fd);
         return NULL;
     }
     unsigned char head[4] = {0};

@@ -103,6 +103,23 @@ static int pt_compile(kiln_torch_file *pt, regex_t *re, const char *pattern, con
     return 0;
 }
 
+/* Every \1-\9 in replacement i names a group pattern i has (a missing one would expand to
+ * nothing and silently shorten names); scanned as pt_replace_all reads it. */
+static int pt_check_groups(kiln_torch_file *pt, const regex_t *re, const kiln_torch_options *o, int i)
+{
+    for (const char *r = o->rename_replacements[i]; *r; r++) {
+        if (r[0] != '\\' || !r[1])
+            continue;
+        if (r[1] >= '1' && r[1] <= '9' && (size_t)(r[1] - '0') > re->re_nsub)
+            return kiln__error_set("torch %s: rename replacement %d '%.200s' refers to group %c, but pattern %d "
+                                   "'%.200s' has %zu group%s",
+                                   pt->label, i, o->rename_replacements[i], r[1], i, o->rename_patterns[i],
+                                   re->re_nsub, re->re_nsub == 1 ? "" : "s");
+        r++; /* the escaped character */
+    }
+    return 0;
+}
+
 int kiln__pt_rules_compile(kiln_torch_file *pt, const kiln_torch_options *o, pt_rules *r)
 {
     memset(r, 0, sizeof *r);
@@ -120,6 +137,10 @@ int kiln__pt_rules_compile(kiln_torch_file *pt, const kiln_torch_options *o, pt_
             return kiln__error_set("torch %s: rename replacement %d is NULL", pt->label, r->nr);
         if (pt_compile(pt, &r->renames[r->nr], o->rename_patterns[r->nr], "rename", r->nr) < 0)
             return -1;
+        if (pt_check_groups(pt, &r->renames[r->nr], o, r->nr) < 0) {
+            r->nr++; /* compiled: freed with the others */
+            return -1;
+        }
     }
     for (; r->ns < o->n_skips; r->ns++)
         if (pt_compile(pt, &r->skips[r->ns], o->skip_patterns[r->ns], "skip", r->ns) < 0)
@@ -154,6 +175,10 @@ int kiln__pt_apply_rules(kiln_torch_file *pt, pt_list *l, const kiln_torch_optio
             if (rc == 0)
                 memcpy(a->s, b->s, b->n + 1);
         }
+        /* An empty name cannot be looked up for what it was (a bare tensor saved alone is
+         * stored as "", and keeps that name) */
+        if (rc == 0 && !a->s[0] && e->source[0])
+            rc = kiln__error_set("torch %s: renaming '%.200s' gives an empty name", pt->label, e->source);
         if (rc == 0 && !(e->name = strdup(a->s)))
             rc = kiln__error_set("torch %s: out of memory", pt->label);
     }

@@ -244,6 +244,110 @@ static void test_retention(void **state)
     kiln_ckpt_list_free(list, n);
 }
 
+/* The newest checkpoint's model file damaged after it was written, and retention without
+ * remove_damaged: the manifest alone said step 3 was fine, so keep_last = 1 kept it and removed
+ * 1 and 2, leaving nothing that opens. Now the newest that verifies (2) is kept. */
+static void test_retention_keeps_newest_that_verifies(void **state)
+{
+    (void)state;
+    for (int s = 1; s <= 3; s++)
+        save_step(s, 0);
+    damage("step-000000003", "model.kiln", 1);
+    kiln_ckpt_retention keep = {.keep_last = 1};
+    int removed = -1;
+    assert_int_equal(kiln_ckpt_retain(root, &keep, &removed), 0);
+    assert_int_equal(removed, 1); /* step 1; the damaged 3 is left, as remove_damaged is off */
+    kiln_ckpt *ck = kiln_ckpt_open_latest(root, NULL, NULL);
+    if (!ck)
+        fail_msg("no usable checkpoint left: %s", kiln_error());
+    assert_int_equal(kiln_ckpt_step(ck), 2);
+    kiln_record_slot slot = {.name = "w", .dtype = KILN_F32, .ndim = 2, .shape = {4, 8}};
+    kiln_tensor *w = NULL;
+    assert_int_equal(kiln_record_load_slots(kiln_ckpt_model(ck), 1, &slot, dev, KILN_RECORD_STRICT, &w, NULL), 0);
+    float v[32];
+    assert_int_equal(kiln_to_data(w, v, sizeof v), 0);
+    assert_true(v[0] == 2.0f && v[31] == 2.0f);
+    kiln_tensor_release(w);
+    kiln_ckpt_close(ck);
+    kiln_ckpt_info *list;
+    int n;
+    assert_int_equal(kiln_ckpt_list(root, false, NULL, &list, &n), 0);
+    assert_int_equal(n, 2);
+    assert_true(list[0].step == 2 && list[1].step == 3);
+    kiln_ckpt_list_free(list, n);
+    /* with remove_damaged the damaged one goes and 2 stays */
+    keep.remove_damaged = true;
+    assert_int_equal(kiln_ckpt_retain(root, &keep, &removed), 0);
+    assert_int_equal(removed, 1);
+    ck = kiln_ckpt_open_latest(root, NULL, NULL);
+    assert_non_null(ck);
+    assert_int_equal(kiln_ckpt_step(ck), 2);
+    kiln_ckpt_close(ck);
+}
+
+/* A save the manifest reader could never take back is refused up front: epoch -1, a step
+ * past 2^53 (JSON numbers are doubles), and JSON with text after its value. */
+static void test_save_refuses_unreadable_state(void **state)
+{
+    (void)state;
+    kiln_tensor *w = kiln_full(dev, KILN_F32, KILN_SHAPE(2), 1);
+    const char *mn[] = {"w"};
+    kiln_ckpt_state s = {.step = 1, .epoch = -1, .model_n = 1, .model_names = mn, .model_tensors = &w};
+    assert_int_not_equal(kiln_ckpt_save(root, &s, NULL, 0), 0);
+    assert_non_null(strstr(kiln_error(), "epoch -1 is outside 0..2^53"));
+    s.epoch = 0;
+    s.step = ((int64_t)1 << 53) + 1;
+    assert_int_not_equal(kiln_ckpt_save(root, &s, NULL, 0), 0);
+    assert_non_null(strstr(kiln_error(), "step 9007199254740993 is outside 0..2^53"));
+    s.step = INT64_MAX;
+    assert_int_not_equal(kiln_ckpt_save(root, &s, NULL, 0), 0);
+    assert_non_null(strstr(kiln_error(), "outside 0..2^53"));
+    s.step = 5;
+    s.scheduler_json = "{\"last_epoch\": 3} trailing";
+    assert_int_not_equal(kiln_ckpt_save(root, &s, NULL, 0), 0);
+    assert_non_null(strstr(kiln_error(), "not valid JSON"));
+    kiln_ckpt_info *list;
+    int n;
+    assert_int_equal(kiln_ckpt_list(root, false, NULL, &list, &n), 0);
+    assert_int_equal(n, 0); /* nothing was written, not even a temporary folder */
+    kiln_ckpt_list_free(list, n);
+    /* the largest step a manifest holds saves and reads back */
+    s.scheduler_json = NULL;
+    s.step = (int64_t)1 << 53;
+    s.epoch = (int64_t)1 << 53;
+    assert_int_equal(kiln_ckpt_save(root, &s, NULL, 0), 0);
+    skips sk = {0};
+    kiln_ckpt *ck = kiln_ckpt_open_latest(root, on_skip, &sk);
+    if (!ck)
+        fail_msg("%s (%s)", kiln_error(), sk.n ? sk.why[0] : "");
+    assert_true(kiln_ckpt_step(ck) == (int64_t)1 << 53 && kiln_ckpt_epoch(ck) == (int64_t)1 << 53);
+    kiln_ckpt_close(ck);
+    kiln_tensor_release(w);
+}
+
+/* A checkpoint folder and its files get the umask's modes (mkdtemp made every folder 0700,
+ * and every file was 0644 whatever the umask). */
+static void test_modes_follow_umask(void **state)
+{
+    (void)state;
+    mode_t old = umask(027);
+    char path[256];
+    kiln_tensor *w = kiln_full(dev, KILN_F32, KILN_SHAPE(2), 1);
+    const char *mn[] = {"w"};
+    kiln_ckpt_state s = {.step = 4, .model_n = 1, .model_names = mn, .model_tensors = &w};
+    int rc = kiln_ckpt_save(root, &s, path, sizeof path);
+    umask(old);
+    assert_int_equal(rc, 0);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0750);
+    char file[300];
+    snprintf(file, sizeof file, "%s/model.kiln", path);
+    assert_int_equal(stat(file, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0640);
+    kiln_tensor_release(w);
+}
+
 /* A checkpoint whose only metric, "loss", is v. */
 static void save_loss(int64_t step, double v)
 {
@@ -383,6 +487,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_retention, setup, teardown),
         cmocka_unit_test_setup_teardown(test_non_finite_metrics, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_injection, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retention_keeps_newest_that_verifies, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_save_refuses_unreadable_state, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_modes_follow_umask, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

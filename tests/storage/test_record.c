@@ -3,6 +3,8 @@
  * plain and zstd-compressed, strict and lenient loading, dtype conversion on load, the
  * shape mismatch message, and I/O faults injected at every write/fsync/rename.
  */
+#include <dirent.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -11,7 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -220,6 +222,142 @@ static void test_bad_config_and_missing_file(void **state)
     assert_non_null(strstr(kiln_error(), path));
 }
 
+/* The config is one JSON object: text after it ("{} trailing") or another kind of value was
+ * stored and read back as a config no parser accepts. */
+static void test_config_is_one_object(void **state)
+{
+    (void)state;
+    char path[128];
+    snprintf(path, sizeof path, "%s/c.kiln", dir);
+    kiln_tensor *t = kiln_zeros(dev, KILN_F32, KILN_SHAPE(2));
+    const char *names[] = {"t"};
+    assert_int_not_equal(kiln_record_save(path, 1, names, &t, "{} trailing", 0), 0);
+    assert_non_null(strstr(kiln_error(), "not valid JSON (at byte 3)"));
+    assert_int_not_equal(kiln_record_save(path, 1, names, &t, "{\"a\":1}{\"b\":2}", 0), 0);
+    assert_non_null(strstr(kiln_error(), "not valid JSON"));
+    assert_int_not_equal(kiln_record_save(path, 1, names, &t, "[1, 2]", KILN_RECORD_ZSTD), 0);
+    assert_non_null(strstr(kiln_error(), "must be a JSON object"));
+    assert_int_equal(count_entries(dir), 0);
+    assert_int_equal(kiln_record_save(path, 1, names, &t, " {\"in\": 3}\n", 0), 0); /* whitespace is fine */
+    kiln_record *rec = kiln_record_open(path);
+    assert_non_null(rec);
+    assert_string_equal(kiln_record_config(rec), " {\"in\": 3}\n");
+    kiln_record_close(rec);
+    kiln_tensor_release(t);
+}
+
+/* A slot's dtype is a kiln dtype or -1 ("as stored"); -7 was taken for "as stored". */
+static void test_slot_dtype_checked(void **state)
+{
+    (void)state;
+    char path[128];
+    snprintf(path, sizeof path, "%s/m.kiln", dir);
+    save_sample(path, 0);
+    kiln_record *rec = kiln_record_open(path);
+    assert_non_null(rec);
+    kiln_record_slot slots[] = {{.name = "fc.weight", .dtype = -7, .ndim = -1},
+                                {.name = "fc.bias", .dtype = -1, .ndim = -1}};
+    kiln_tensor *out[2] = {NULL, NULL};
+    assert_int_not_equal(kiln_record_load_slots(rec, 2, slots, dev, KILN_RECORD_STRICT, out, NULL), 0);
+    assert_non_null(strstr(kiln_error(), "slot 'fc.weight' asks for dtype -7"));
+    assert_null(out[0]);
+    assert_null(out[1]);
+    slots[0].dtype = KILN_DTYPE_COUNT;
+    assert_int_not_equal(kiln_record_load_slots(rec, 2, slots, dev, KILN_RECORD_STRICT, out, NULL), 0);
+    assert_non_null(strstr(kiln_error(), "asks for dtype"));
+    slots[0].dtype = -1; /* as stored: f16 */
+    assert_int_equal(kiln_record_load_slots(rec, 2, slots, dev, KILN_RECORD_STRICT, out, NULL), 0);
+    assert_int_equal(kiln_tensor_dtype(out[0]), KILN_F16);
+    assert_int_equal(kiln_tensor_dtype(out[1]), KILN_F32);
+    kiln_tensor_release(out[0]);
+    kiln_tensor_release(out[1]);
+    kiln_record_close(rec);
+}
+
+/* A record holding a tensor of a dtype kiln has no equivalent of (I8, as quantized models
+ * carry scales) opens; lenient loading of the other slots lists it as unexpected; only a
+ * slot that asks for it fails, naming the dtype. */
+static void test_unsupported_extra_tensor(void **state)
+{
+    (void)state;
+    const char *header = "{\"__metadata__\":{\"kiln.record\":\"1\",\"kiln.config\":\"{}\"},"
+                         "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                         "\"extra_int8_scale\":{\"dtype\":\"I8\",\"shape\":[4],\"data_offsets\":[8,12]}}";
+    size_t hlen = strlen(header);
+    unsigned char img[512];
+    uint64_t h = hlen;
+    float w[2] = {1.5f, -2.0f};
+    memcpy(img, &h, 8);
+    memcpy(img + 8, header, hlen);
+    memcpy(img + 8 + hlen, w, 8);
+    memcpy(img + 16 + hlen, "\x01\x02\x03\x04", 4);
+    kiln_record *rec = kiln_record_open_memory(img, 8 + hlen + 12);
+    if (!rec)
+        fail_msg("%s", kiln_error());
+    int dtype = 0;
+    const kiln_safetensors *st = kiln_record_tensors(rec);
+    assert_int_equal(kiln_safetensors_info(st, kiln_safetensors_find(st, "extra_int8_scale"), &dtype, NULL, NULL),
+                     0);
+    assert_int_equal(dtype, -1);
+    kiln_record_slot slot = {.name = "w", .dtype = -1, .ndim = 1, .shape = {2}};
+    kiln_tensor *out = NULL;
+    kiln_record_report rep;
+    assert_int_equal(kiln_record_load_slots(rec, 1, &slot, dev, KILN_RECORD_LENIENT, &out, &rep), 0);
+    float got[2];
+    assert_int_equal(kiln_to_data(out, got, sizeof got), 0);
+    assert_true(got[0] == 1.5f && got[1] == -2.0f);
+    assert_int_equal(rep.nunexpected, 1);
+    assert_string_equal(rep.unexpected[0], "extra_int8_scale");
+    kiln_record_report_free(&rep);
+    kiln_tensor_release(out);
+    kiln_record_slot wants = {.name = "extra_int8_scale", .dtype = -1, .ndim = -1};
+    assert_int_not_equal(kiln_record_load_slots(rec, 1, &wants, dev, KILN_RECORD_LENIENT, &out, NULL), 0);
+    assert_non_null(strstr(kiln_error(), "dtype I8, which kiln does not support"));
+    kiln_record_close(rec);
+}
+
+/* Slots loaded from a plain record own their memory: rewriting the file in place and then
+ * truncating it changes nothing (the tensors were the file's mapped pages: values changed,
+ * then SIGBUS). */
+static void test_loaded_slots_survive_file_changes(void **state)
+{
+    (void)state;
+    char path[128];
+    snprintf(path, sizeof path, "%s/big.kiln", dir);
+    const int N = 1 << 16;
+    kiln_tensor *t = kiln_arange(dev, KILN_F32, 0, N, 1);
+    const char *names[] = {"w"};
+    assert_int_equal(kiln_record_save(path, 1, names, &t, NULL, 0), 0);
+    kiln_tensor_release(t);
+    kiln_record *rec = kiln_record_open(path);
+    assert_non_null(rec);
+    kiln_record_slot slot = {.name = "w", .dtype = -1, .ndim = 1, .shape = {N}};
+    kiln_tensor *out = NULL;
+    assert_int_equal(kiln_record_load_slots(rec, 1, &slot, dev, KILN_RECORD_STRICT, &out, NULL), 0);
+    kiln_record_close(rec);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    int fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    size_t n = (size_t)sb.st_size - 4096;
+    unsigned char *junk = malloc(n);
+    memset(junk, 0x7f, n);
+    assert_int_equal(pwrite(fd, junk, n, 4096), (ssize_t)n);
+    close(fd);
+    free(junk);
+    float *v = malloc(N * sizeof *v);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            assert_int_equal(truncate(path, 64), 0);
+        assert_int_equal(kiln_to_data(out, v, N * sizeof *v), 0);
+        for (int i = 0; i < N; i++)
+            if (v[i] != (float)i)
+                fail_msg("w[%d] = %g after the file was %s, not %d", i, v[i], pass ? "truncated" : "rewritten", i);
+    }
+    free(v);
+    kiln_tensor_release(out);
+}
+
 /* Fail the 1st, 2nd, ... durable call of a save (once, then persistently): each failure is a
  * clean error, the old record is intact and nothing else is left in the folder. */
 static void test_fault_injection(void **state)
@@ -272,6 +410,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shape_mismatch_names_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_config_and_missing_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_injection, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_config_is_one_object, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_slot_dtype_checked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unsupported_extra_tensor, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_loaded_slots_survive_file_changes, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,7 +2,10 @@
  * tests/storage/test_safetensors.c — the safetensors reader against well-formed and
  * hostile files, and round trips through the writer on every dtype.
  */
+#include <dirent.h>
+#include <fcntl.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -10,8 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
-#include <dirent.h>
 
 #include <cmocka.h>
 
@@ -384,8 +387,9 @@ static void test_reads_file_written_by_torch(void **state)
     kiln_device_close(dev);
 }
 
-/* Tensors from a mapped file are used in place (once per entry), stay valid after the
- * handle closes, and a second load of the same entry is an independent copy. */
+/* Tensors from a file opened with kiln_safetensors_open_mapped are used in place (once per
+ * entry), stay valid after the handle closes, and a second load of the same entry is an
+ * independent copy. */
 static void test_zero_copy_load(void **state)
 {
     (void)state;
@@ -399,7 +403,7 @@ static void test_zero_copy_load(void **state)
         const char *names[] = {"w", "b"};
         char *path = temp_path(d ? "zc-cpu.safetensors" : "zc-ref.safetensors");
         assert_int_equal(kiln_safetensors_save(path, 2, names, ts, 0, NULL, NULL), 0);
-        kiln_safetensors *st = kiln_safetensors_open(path);
+        kiln_safetensors *st = kiln_safetensors_open_mapped(path);
         assert_non_null(st);
         kiln_tensor *w1 = kiln_safetensors_load(st, "w", dev);
         kiln_tensor *b1 = kiln_safetensors_load(st, "b", dev);
@@ -427,6 +431,122 @@ static void test_zero_copy_load(void **state)
     }
 }
 
+/* Overwrite bytes [at, at + n) of path in place with 0xff (what `cp` or Python's save_file
+ * over an existing file does: same inode, new bytes). */
+static void overwrite_in_place(const char *path, off_t at, size_t n)
+{
+    int fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    unsigned char *junk = malloc(n);
+    memset(junk, 0xff, n);
+    assert_int_equal(pwrite(fd, junk, n, at), (ssize_t)n);
+    assert_int_equal(fsync(fd), 0);
+    close(fd);
+    free(junk);
+}
+
+/* A loaded tensor owns its memory: rewriting the file in place leaves its values alone, and
+ * truncating the file neither changes them nor kills the process (SIGBUS, when tensors
+ * were the file's mapped pages). A load after the truncation is a clean error. */
+static void test_loads_survive_file_changes(void **state)
+{
+    (void)state;
+    const char *devs[] = {"cpu", "ref"};
+    for (int d = 0; d < 2; d++) {
+        kiln_device *dev = kiln_device_open(devs[d]);
+        const int N = 1 << 16; /* 256 KiB: many pages */
+        kiln_tensor *w = kiln_arange(dev, KILN_F32, 0, N, 1);
+        kiln_tensor *b = kiln_arange(dev, KILN_I64, 0, 8, 1);
+        kiln_tensor *ts[] = {w, b};
+        const char *names[] = {"w", "b"};
+        char *path = temp_path("changing.safetensors");
+        assert_int_equal(kiln_safetensors_save(path, 2, names, ts, 0, NULL, NULL), 0);
+        kiln_safetensors *st = kiln_safetensors_open(path);
+        assert_non_null(st);
+        kiln_tensor *w1 = kiln_safetensors_load(st, "w", dev);
+        assert_non_null(w1);
+        struct stat sb;
+        assert_int_equal(stat(path, &sb), 0);
+        overwrite_in_place(path, 4096, (size_t)sb.st_size - 4096 - 64); /* w's bytes, b's kept */
+        float *v = malloc(N * sizeof *v);
+        assert_int_equal(kiln_to_data(w1, v, N * sizeof *v), 0);
+        for (int i = 0; i < N; i++)
+            if (v[i] != (float)i)
+                fail_msg("%s: w[%d] = %g after the file was rewritten in place, not %d", devs[d], i, v[i], i);
+        assert_int_equal(truncate(path, 100), 0);
+        memset(v, 0, N * sizeof *v);
+        assert_int_equal(kiln_to_data(w1, v, N * sizeof *v), 0);
+        for (int i = 0; i < N; i++)
+            if (v[i] != (float)i)
+                fail_msg("%s: w[%d] = %g after the file was truncated, not %d", devs[d], i, v[i], i);
+        kiln_scope_begin();
+        assert_true(kiln_item(kiln_sum(w1, KILN_ALL_DIMS, false)) == (double)N * (N - 1) / 2);
+        kiln_scope_end();
+        assert_int_equal(kiln_safetensors_zero_copy_count(st), 0);
+        /* the file no longer holds b's bytes: an error, not garbage or a signal */
+        kiln_error_clear();
+        assert_null(kiln_safetensors_load(st, "b", dev));
+        assert_non_null(strstr(kiln_error(), "reading tensor 'b'"));
+        assert_non_null(strstr(kiln_error(), "ended early"));
+        kiln_safetensors_close(st);
+        kiln_tensor_release(w1);
+        free(v);
+        kiln_tensor_release(w);
+        kiln_tensor_release(b);
+        unlink(path);
+        free(path);
+        kiln_device_close(dev);
+    }
+}
+
+/* Python reads __metadata__ into a dict (the last of two equal keys wins) and refuses a
+ * header that is not UTF-8; kiln's reader took the first key. Both are refused, on write
+ * and on read, naming the key. */
+static void test_metadata_keys_and_utf8(void **state)
+{
+    (void)state;
+    kiln_device *dev = kiln_device_open("ref");
+    kiln_tensor *a = kiln_ones(dev, KILN_F32, KILN_SHAPE(2));
+    char *path = temp_path("utf8.safetensors");
+    const char *n1[] = {"a"};
+    const char *dupk[] = {"k", "other", "k"}, *dupv[] = {"1", "2", "3"};
+    assert_true(kiln_safetensors_save(path, 1, n1, &a, 3, dupk, dupv) < 0);
+    assert_non_null(strstr(kiln_error(), "metadata key 'k' is given more than once"));
+    const char *badname[] = {"w\xc3("}; /* a lead byte without its continuation */
+    assert_true(kiln_safetensors_save(path, 1, badname, &a, 0, NULL, NULL) < 0);
+    assert_non_null(strstr(kiln_error(), "tensor name 'w\\xc3(' is not valid UTF-8"));
+    const char *badkey[] = {"\xed\xa0\x80"}, *okval[] = {"v"}; /* an encoded surrogate */
+    assert_true(kiln_safetensors_save(path, 1, n1, &a, 1, badkey, okval) < 0);
+    assert_non_null(strstr(kiln_error(), "metadata key '\\xed\\xa0\\x80' is not valid UTF-8"));
+    const char *okkey[] = {"note"}, *badval[] = {"\xc0\xaf"}; /* an overlong '/' */
+    assert_true(kiln_safetensors_save(path, 1, n1, &a, 1, okkey, badval) < 0);
+    assert_non_null(strstr(kiln_error(), "value of metadata key 'note' is not valid UTF-8"));
+    assert_int_equal(access(path, F_OK), -1); /* nothing was written */
+    /* real UTF-8 (2, 3 and 4 bytes) round-trips */
+    const char *uname[] = {"uni.\xe5\xb1\x82/\xc3\xb1"}, *ukey[] = {"\xf0\x9f\x94\xa5"},
+               *uval[] = {"\xc3\xa9t\xc3\xa9"};
+    assert_int_equal(kiln_safetensors_save(path, 1, uname, &a, 1, ukey, uval), 0);
+    kiln_safetensors *st = kiln_safetensors_open(path);
+    assert_non_null(st);
+    assert_string_equal(kiln_safetensors_name(st, 0), uname[0]);
+    assert_string_equal(kiln_safetensors_metadata(st, ukey[0]), uval[0]);
+    kiln_safetensors_close(st);
+    unlink(path);
+    free(path);
+    kiln_tensor_release(a);
+    kiln_device_close(dev);
+
+    expect_reject("{\"__metadata__\":{\"k\":\"1\",\"j\":\"2\",\"k\":\"3\"}}", 0,
+                  "__metadata__ key 'k' appears more than once");
+    expect_reject("{\"w\xc3(\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+                  "entry name 'w\\xc3(' is not valid UTF-8");
+    expect_reject("{\"__metadata__\":{\"\xff\":\"v\"}}", 0, "__metadata__ key '\\xff' is not valid UTF-8");
+    expect_reject("{\"__metadata__\":{\"k\":\"\xf4\x90\x80\x80\"}}", 0, /* past U+10FFFF */
+                  "__metadata__ value for 'k' is not valid UTF-8");
+    expect_reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":\"\xe0\x80\x80\"}}", 4,
+                  "header is not valid UTF-8");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -440,6 +560,8 @@ int main(void)
         cmocka_unit_test(test_failed_save_keeps_old_file),
         cmocka_unit_test(test_reads_file_written_by_torch),
         cmocka_unit_test(test_zero_copy_load),
+        cmocka_unit_test(test_loads_survive_file_changes),
+        cmocka_unit_test(test_metadata_keys_and_utf8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,8 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
+#include <zip.h>
 
 #include "kiln/kiln.h"
 #include "kiln/record.h"
@@ -24,6 +26,8 @@
 #define FIX(name) KILN_FIXTURES "/torch/" name
 
 static kiln_device *dev;
+static char tmp_dir[] = "/tmp/kiln-pt-XXXXXX"; /* made on first use (temp_path) */
+static bool tmp_made;
 
 static int setup(void **state)
 {
@@ -36,6 +40,8 @@ static int teardown(void **state)
 {
     (void)state;
     kiln_device_close(dev);
+    if (tmp_made)
+        rmdir(tmp_dir); /* each test removes its own files */
     return 0;
 }
 
@@ -263,7 +269,7 @@ static void test_pickle_hostile(void **state)
     REJECT("Nr\xff\xff\x3f\x00.", "is beyond the 1 values made so far");
     REJECT("X\xff\xff\xff\x7f", "exceeds");
     REJECT("X\x10\x00\x00\x00" "abc", "truncated");
-    REJECT("\x8a\x09" "123456789.", "does not fit 64 bits");
+    REJECT("\x8a\x81xyz.", "truncated"); /* a LONG1 longer than the data */
     REJECT("K\x01K\x02K\x03s.", "SETITEM on something that is not a dict");
     REJECT("}(K\x01u.", "odd number");
     REJECT("\x80\x02" "ccollections\nOrderedDict\nK\x01R.", "not a tuple");
@@ -414,6 +420,331 @@ static void test_mutated_archives(void **state)
     free(copy);
 }
 
+/* ------------------------------------------------------- archives built in the test */
+
+/* A fresh path in a folder of this run's own. */
+static char *temp_path(const char *name)
+{
+    if (!tmp_made) {
+        assert_non_null(mkdtemp(tmp_dir));
+        tmp_made = true;
+    }
+    char *p = malloc(strlen(tmp_dir) + strlen(name) + 2);
+    sprintf(p, "%s/%s", tmp_dir, name);
+    return p;
+}
+
+typedef struct member {
+    const char *name;
+    const void *data;
+    size_t len;
+} member;
+
+/* A torch.save-style zip at path: each member stored (uncompressed), as torch writes them. */
+static void write_zip(const char *path, const member *m, int n)
+{
+    int err = 0;
+    zip_t *z = zip_open(path, ZIP_CREATE | ZIP_TRUNCATE, &err);
+    assert_non_null(z);
+    for (int i = 0; i < n; i++) {
+        zip_source_t *src = zip_source_buffer(z, m[i].data, m[i].len, 0);
+        assert_non_null(src);
+        zip_int64_t idx = zip_file_add(z, m[i].name, src, ZIP_FL_OVERWRITE);
+        assert_true(idx >= 0);
+        assert_int_equal(zip_set_file_compression(z, (zip_uint64_t)idx, ZIP_CM_STORE, 0), 0);
+    }
+    assert_int_equal(zip_close(z), 0);
+}
+
+static unsigned char *read_whole(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static unsigned char buf[1 << 16];
+    *len = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    unsigned char *copy = malloc(*len);
+    memcpy(copy, buf, *len);
+    return copy;
+}
+
+/* data.pkl of torch.save({"u16": torch.arange(4).to(torch.uint16), "f8": torch.tensor([0.5,
+ * 1]).to(torch.float8_e4m3fn), "c64": torch.tensor([1, 1j]).to(torch.complex64)}), exactly as
+ * PyTorch 2.5 wrote it: the new dtypes go through _rebuild_tensor_v3 on an UntypedStorage. */
+static const char newdtypes_pkl[] = "\x80\x02}q\x00(X\x03\x00\x00\x00u16q\x01"
+                                    "ctorch._utils\x0a_rebuild_tensor_v3\x0aq\x02((X\x07"
+                                    "\x00\x00\x00storageq\x03"
+                                    "ctorch.storage\x0aUntypedStorage\x0aq\x04X\x01\x00\x00\x00"
+                                    "0q\x05"
+                                    "X\x03\x00\x00\x00"
+                                    "cpuq\x06K\x08tq\x07QK\x00K\x04\x85q\x08K\x01\x85q\x09\x89"
+                                    "ccollection"
+                                    "s\x0aOrderedDict\x0aq\x0a)Rq\x0b"
+                                    "ctorch\x0auint16\x0aq\x0ctq\x0dRq\x0eX\x02\x00\x00\x00"
+                                    "f"
+                                    "8q\x0fh\x02((h\x03h\x04X\x01\x00\x00\x00"
+                                    "1q\x10h\x06K\x02tq\x11QK\x00K\x02\x85q\x12K\x01\x85"
+                                    "q\x13\x89h\x0a)Rq\x14"
+                                    "ctorch\x0a"
+                                    "float8_e4m3fn\x0aq\x15tq\x16Rq\x17X\x03\x00\x00\x00"
+                                    "c"
+                                    "64q\x18"
+                                    "ctorch._utils\x0a_rebuild_tensor_v2\x0aq\x19((h\x03"
+                                    "ctorch\x0a"
+                                    "ComplexFloatSt"
+                                    "orage\x0aq\x1aX\x01\x00\x00\x00"
+                                    "2q\x1bh\x06K\x02tq\x1cQK\x00K\x02\x85q\x1dK\x01\x85q\x1e\x89"
+                                    "h\x0a)Rq\x1ftq Rq!u.";
+
+/* torch >= 2.1 saves uint16/32/64 and float8 tensors through _rebuild_tensor_v3, which was
+ * refused as a disallowed global, taking the whole file with it. Now such a file opens, the
+ * tensors are listed with dtype -1 and their storage, and only loading one of them fails. */
+static void test_rebuild_tensor_v3(void **state)
+{
+    (void)state;
+    static const unsigned char u16[8] = {0, 0, 1, 0, 2, 0, 3, 0}, f8[2] = {0x38, 0x38},
+                               c64[16] = {0, 0, 0x80, 0x3f, 0, 0, 0, 0, 0, 0, 0x80, 0x3f, 0, 0, 0, 0};
+    const member m[] = {{"newdtypes/data.pkl", newdtypes_pkl, sizeof newdtypes_pkl - 1},
+                        {"newdtypes/byteorder", "little", 6},
+                        {"newdtypes/data/0", u16, sizeof u16},
+                        {"newdtypes/data/1", f8, sizeof f8},
+                        {"newdtypes/data/2", c64, sizeof c64},
+                        {"newdtypes/version", "3\n", 2}};
+    char *path = temp_path("newdtypes.pt");
+    write_zip(path, m, 6);
+    kiln_torch_file *pt = kiln_torch_open(path, NULL);
+    if (!pt)
+        fail_msg("%s", kiln_error());
+    assert_int_equal(kiln_torch_count(pt), 3);
+    static const struct {
+        const char *name, *storage;
+        int64_t n;
+    } want[] = {{"u16", "UntypedStorage(uint16)", 4},
+                {"f8", "UntypedStorage(float8_e4m3fn)", 2},
+                {"c64", "ComplexFloatStorage", 2}};
+    for (int k = 0; k < 3; k++) {
+        int i = kiln_torch_find(pt, want[k].name), dtype = 0, ndim = 0;
+        int64_t shape[KILN_MAX_DIMS];
+        assert_true(i >= 0);
+        assert_int_equal(kiln_torch_info(pt, i, &dtype, &ndim, shape), 0);
+        assert_int_equal(dtype, -1);
+        assert_int_equal(ndim, 1);
+        assert_int_equal(shape[0], want[k].n);
+        assert_string_equal(kiln_torch_storage_type(pt, i), want[k].storage);
+    }
+    assert_null(kiln_torch_load(pt, "u16", dev));
+    assert_non_null(
+        strstr(kiln_error(), "'u16' is stored as UntypedStorage(uint16), a dtype kiln does not support"));
+    kiln_torch_close(pt);
+    unlink(path);
+    free(path);
+}
+
+#define PKL_V3_HEAD                                                                                               \
+    "\x80\x02}(X\x01\x00\x00\x00w"                                                                                \
+    "ctorch._utils\n_rebuild_tensor_v3\n((X\x07\x00\x00\x00storage"                                               \
+    "ctorch.storage\nUntypedStorage\nX\x01\x00\x00\x00"                                                           \
+    "0X\x03\x00\x00\x00"                                                                                          \
+    "cpuK\x08tQK\x00K\x02\x85K\x01\x85\x89}"
+
+/* _rebuild_tensor_v3 with a dtype kiln has reads the untyped bytes as that dtype; one whose
+ * bytes are not a whole number of elements, or a v3 call on a typed storage, is refused. */
+static void test_rebuild_tensor_v3_supported_dtype(void **state)
+{
+    (void)state;
+    static const char ok[] = PKL_V3_HEAD "ctorch\nfloat32\ntRu.", odd[] = PKL_V3_HEAD "ctorch\nfloat64\ntRu.";
+    const float vals[2] = {1.5f, -2.25f};
+    member m[] = {{"a/data.pkl", ok, sizeof ok - 1}, {"a/data/0", vals, sizeof vals}};
+    char *path = temp_path("v3f32.pt");
+    write_zip(path, m, 2);
+    kiln_torch_file *pt = kiln_torch_open(path, NULL);
+    if (!pt)
+        fail_msg("%s", kiln_error());
+    kiln_tensor *w = kiln_torch_load(pt, "w", dev);
+    if (!w)
+        fail_msg("%s", kiln_error());
+    float got[2];
+    assert_int_equal(kiln_tensor_dtype(w), KILN_F32);
+    assert_int_equal(kiln_to_data(w, got, sizeof got), 0);
+    assert_true(got[0] == 1.5f && got[1] == -2.25f);
+    kiln_tensor_release(w);
+    kiln_torch_close(pt);
+    m[0] = (member){"a/data.pkl", odd, sizeof odd - 1}; /* 8 bytes as f64: one element, not two */
+    write_zip(path, m, 2);
+    assert_null(kiln_torch_open(path, NULL));
+    assert_non_null(strstr(kiln_error(), "reaches element 1 of storage '0', which holds 1"));
+    unlink(path);
+    free(path);
+    REJECT("\x80\x02"
+           "ctorch._utils\n_rebuild_tensor_v3\n((X\x07\x00\x00\x00storagectorch\nFloatStorage\n"
+           "X\x01\x00\x00\x00"
+           "0X\x03\x00\x00\x00"
+           "cpuK\x02tQK\x00K\x02\x85K\x01\x85\x89}ctorch\nfloat32\ntR.",
+           "_rebuild_tensor_v3 called on FloatStorage, not an UntypedStorage");
+    REJECT("\x80\x02"
+           "ctorch._utils\n_rebuild_tensor_v3\n((X\x07\x00\x00\x00storagectorch.storage\nUntypedStorage\n"
+           "X\x01\x00\x00\x00"
+           "0X\x03\x00\x00\x00"
+           "cpuK\x03tQK\x00K\x01\x85K\x01\x85\x89}ctorch\nint16\ntR.",
+           "untyped storage '0' holds 3 bytes, not a whole number of int16 elements");
+    REJECT("\x80\x02"
+           "ctorch._utils\n_rebuild_tensor_v3\n((X\x07\x00\x00\x00storagectorch.storage\nUntypedStorage\n"
+           "X\x01\x00\x00\x00"
+           "0X\x03\x00\x00\x00"
+           "cpuK\x04tQK\x00K\x01\x85K\x01\x85\x89}ctorch\nFloatStorage\ntR.",
+           "dtype argument is not a torch dtype");
+    REJECT("\x80\x02"
+           "ctorch\nsystem\n.",
+           "global 'torch.system' is not allowed");
+}
+
+/* Integers past int64 (2**70, a LONG1 of 9 bytes) refused the whole file; they are values to
+ * list, as Python prints them. */
+static void test_large_integers_listed(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *pickle;
+        size_t len;
+        const char *want;
+        int kind;
+    } cases[] = {
+        {"\x80\x02\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x00@.", 14, "1180591620717411303424", KILN__PK_BIGINT},
+        {"\x80\x02\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x00\xc0.", 14, "-1180591620717411303424", KILN__PK_BIGINT},
+        {"\x80\x02\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x80\x00.", 14, "9223372036854775808", KILN__PK_BIGINT},
+        {"\x80\x02\x8a\x08\x00\x00\x00\x00\x00\x00\x00\x80.", 13, "-9223372036854775808", KILN__PK_INT},
+        {"\x8a\x09"
+         "123456789.",
+         12, "1055515178193424429617", KILN__PK_BIGINT},
+        {"\x8a\x02\x00\x01.", 5, "256", KILN__PK_INT}, /* not minimal, still an int */
+        {"\x8a\x02\x7f\xff.", 5, "-129", KILN__PK_INT},
+        {"L1180591620717411303424L\n.", 26, "1180591620717411303424", KILN__PK_BIGINT},
+        {"I-000009223372036854775809\n.", 28, "-9223372036854775809", KILN__PK_BIGINT},
+        {"I9223372036854775807\n.", 22, "9223372036854775807", KILN__PK_INT},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kiln__pickle *p = kiln__pickle_load(cases[i].pickle, cases[i].len, "test", NULL);
+        if (!p)
+            fail_msg("case %zu: %s", i, kiln_error());
+        char text[64];
+        kiln__pk_describe(kiln__pickle_root(p), text, sizeof text);
+        if (strcmp(text, cases[i].want) != 0)
+            fail_msg("case %zu: %s, want %s", i, text, cases[i].want);
+        assert_int_equal(kiln__pickle_root(p)->kind, cases[i].kind);
+        kiln__pickle_free(p);
+    }
+    /* 2**600 (76 bytes): past 64 bytes the size is listed, not the digits */
+    unsigned char big[80] = {0x8a, 76};
+    big[2 + 75] = 0x01;
+    big[2 + 76] = '.';
+    kiln__pickle *p = kiln__pickle_load(big, 79, "test", NULL);
+    assert_non_null(p);
+    char text[64];
+    kiln__pk_describe(kiln__pickle_root(p), text, sizeof text);
+    assert_string_equal(text, "<integer of 76 bytes>");
+    kiln__pickle_free(p);
+    REJECT("L12a4L\n.", "malformed text integer");
+    /* in a file: listed beside the tensors; as a storage size it is still refused */
+    static const char pkl[] = "\x80\x02}(X\x03\x00\x00\x00"
+                              "big\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x00@u.";
+    member m[] = {{"a/data.pkl", pkl, sizeof pkl - 1}};
+    char *path = temp_path("big.pt");
+    write_zip(path, m, 1);
+    kiln_torch_file *pt = kiln_torch_open(path, NULL);
+    if (!pt)
+        fail_msg("%s", kiln_error());
+    assert_int_equal(kiln_torch_other_count(pt), 1);
+    assert_string_equal(kiln_torch_other_name(pt, 0), "big");
+    assert_string_equal(kiln_torch_other_value(pt, 0), "1180591620717411303424");
+    kiln_torch_close(pt);
+    unlink(path);
+    free(path);
+    REJECT(REBUILD "(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x00"
+                   "0X\x03\x00\x00\x00"
+                   "cpu\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x00@tQ",
+           "no valid element count");
+}
+
+/* The zip's CRC-32 of each record was never checked (reads stopped at the tensor's last byte,
+ * before libzip's check at the record's end): a flipped bit loaded as a wrong value. */
+static void test_crc_checked(void **state)
+{
+    (void)state;
+    const float vals[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+    /* w views floats 0-1 and v floats 2-3 of one storage record */
+    static const char pkl[] = "\x80\x02}(X\x01\x00\x00\x00w"
+                              "ctorch._utils\n_rebuild_tensor_v2\n(" STORAGE4 "K\x00K\x02\x85K\x01\x85\x89}tR"
+                              "X\x01\x00\x00\x00v"
+                              "ctorch._utils\n_rebuild_tensor_v2\n(" STORAGE4 "K\x02K\x02\x85K\x01\x85\x89}tRu.";
+    member m[] = {{"a/data.pkl", pkl, sizeof pkl - 1}, {"a/data/0", vals, sizeof vals}};
+    char *path = temp_path("crc.pt");
+    write_zip(path, m, 2);
+    size_t len;
+    unsigned char *bytes = read_whole(path, &len);
+    kiln_torch_file *pt = kiln_torch_open_memory(bytes, len, NULL);
+    if (!pt)
+        fail_msg("%s", kiln_error());
+    kiln_tensor *w = kiln_torch_load(pt, "w", dev);
+    assert_non_null(w);
+    kiln_tensor_release(w);
+    kiln_torch_close(pt);
+    /* flip one bit of the third float (3.0f = 00 00 40 40), which view w does not even cover */
+    unsigned char *at = NULL;
+    for (size_t i = 0; i + sizeof vals <= len && !at; i++)
+        if (memcmp(bytes + i, vals, sizeof vals) == 0)
+            at = bytes + i;
+    assert_non_null(at);
+    at[8] ^= 0x01;
+    pt = kiln_torch_open_memory(bytes, len, NULL);
+    assert_non_null(pt); /* the pickle is intact */
+    kiln_error_clear();
+    assert_null(kiln_torch_load(pt, "w", dev));
+    assert_non_null(strstr(kiln_error(), "record 'a/data/0' of tensor 'w' fails its CRC-32 check"));
+    assert_null(kiln_torch_load(pt, "v", dev)); /* every load of that record, not only the first */
+    assert_non_null(strstr(kiln_error(), "fails its CRC-32 check"));
+    kiln_torch_close(pt);
+    at[8] ^= 0x01;
+    /* a flipped bit in data.pkl that still parses: the key 'v' becomes 'u' */
+    unsigned char *key = NULL;
+    for (size_t i = 0; i + 6 <= len && !key; i++)
+        if (memcmp(bytes + i, "X\x01\x00\x00\x00v", 6) == 0)
+            key = bytes + i + 5;
+    assert_non_null(key);
+    *key ^= 0x03; /* 'v' -> 'u' */
+    assert_null(kiln_torch_open_memory(bytes, len, NULL));
+    assert_non_null(strstr(kiln_error(), "a/data.pkl fails its CRC-32 check"));
+    free(bytes);
+    unlink(path);
+    free(path);
+}
+
+/* A replacement naming a group its pattern does not have ("\\9" with one group) gave an empty
+ * name without a word; it is refused when the rules are compiled, naming both. */
+static void test_rename_group_checked(void **state)
+{
+    (void)state;
+    const char *from[] = {"^(conv)1\\."}, *to[] = {"\\9"};
+    kiln_torch_options o = {.n_renames = 1, .rename_patterns = from, .rename_replacements = to};
+    assert_null(kiln_torch_open(FIX("small_cnn.pt"), &o));
+    assert_non_null(strstr(kiln_error(), "rename replacement 0 '\\9' refers to group 9"));
+    assert_non_null(strstr(kiln_error(), "has 1 group"));
+    to[0] = "\\2";
+    assert_null(kiln_torch_open(FIX("small_cnn.pt"), &o));
+    assert_non_null(strstr(kiln_error(), "refers to group 2"));
+    /* \\ is a backslash, not a group; \0 and \1 exist */
+    to[0] = "\\\\\\1\\0";
+    kiln_torch_file *pt = kiln_torch_open(FIX("small_cnn.pt"), &o);
+    if (!pt)
+        fail_msg("%s", kiln_error());
+    assert_true(kiln_torch_find(pt, "\\convconv1.weight") >= 0);
+    kiln_torch_close(pt);
+    /* a rule that renames a name to nothing is refused too, naming the entry */
+    const char *all[] = {"^fc\\.bias$"}, *none[] = {""};
+    kiln_torch_options empty = {.n_renames = 1, .rename_patterns = all, .rename_replacements = none};
+    assert_null(kiln_torch_open(FIX("small_cnn.pt"), &empty));
+    assert_non_null(strstr(kiln_error(), "renaming 'fc.bias' gives an empty name"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -425,6 +756,11 @@ int main(void)
         cmocka_unit_test(test_pickle_hostile),
         cmocka_unit_test(test_other_values_as_python_prints),
         cmocka_unit_test(test_mutated_archives),
+        cmocka_unit_test(test_rebuild_tensor_v3),
+        cmocka_unit_test(test_rebuild_tensor_v3_supported_dtype),
+        cmocka_unit_test(test_large_integers_listed),
+        cmocka_unit_test(test_crc_checked),
+        cmocka_unit_test(test_rename_group_checked),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -16,9 +16,12 @@
  * the header length against the file, the header is a JSON object of entries with a
  * known dtype, a shape of non-negative integers and two offsets inside the data area,
  * shape × dtype size equal to the byte range, no duplicate names, ranges that neither
- * overlap nor leave holes (as the reference implementation requires), and __metadata__
- * holding only strings. Anything else is refused with a message naming the file, the
- * entry and the problem; nothing is ever read out of bounds.
+ * overlap nor leave holes (as the reference implementation requires), __metadata__
+ * holding only strings and no key twice, and the whole header valid UTF-8 (names, keys
+ * and values included). Anything else is refused with a message naming the file, the
+ * entry and the problem; nothing is ever read out of bounds. Only regular files are
+ * opened: a FIFO, a device or a folder is refused at once ("not a regular file"), never
+ * waited on.
  *
  * Writing goes to a temporary name in the same folder, is fsynced, renamed over the
  * destination and the folder fsynced, so a crash leaves either the old file or the new
@@ -39,11 +42,26 @@ extern "C" {
 
 KILN_API_BEGIN
 
-/** An opened, validated safetensors file (memory-mapped when opened from a path). */
+/** An opened, validated safetensors file. */
 typedef struct kiln_safetensors kiln_safetensors;
 
-/** Open and validate a file. NULL plus kiln_error() when it cannot be read or is malformed. */
+/**
+ * Open and validate a file. NULL plus kiln_error() when it cannot be read or is malformed.
+ * Only the header is read; the handle keeps the file open, and each load reads its tensor
+ * into memory the tensor owns. A loaded tensor therefore never changes, and never faults,
+ * when the file is later rewritten in place, truncated or removed.
+ */
 kiln_safetensors *kiln_safetensors_open(const char *path);
+/**
+ * Open a file memory-mapped, for zero-copy loads (see kiln_safetensors_load): opening a
+ * many-gigabyte model costs page-table entries, and pages are read only when touched.
+ * The contract: the file must not be modified in place or truncated while this handle or
+ * any tensor it lent lives. A change in place shows up in those tensors' values, and
+ * truncating the file kills the process with SIGBUS when a lent page is touched. Replacing
+ * the file by rename (what kiln's own writers do) is safe. When in doubt, use
+ * kiln_safetensors_open.
+ */
+kiln_safetensors *kiln_safetensors_open_mapped(const char *path);
 /**
  * Validate bytes already in memory (for network payloads and fuzzing). The bytes are
  * not copied: they must outlive the handle.
@@ -65,15 +83,18 @@ int kiln_safetensors_info(const kiln_safetensors *st, int i, int *dtype, int *nd
 /** The file's dtype string of tensor i ("F32", "I16", ...). */
 const char *kiln_safetensors_dtype_string(const kiln_safetensors *st, int i);
 /**
- * The named tensor on dev. NULL plus a message when absent or not loadable. The first
- * load of an entry from a file opened by path, onto a host-memory device (cpu, ref),
- * uses the mapped bytes in place when they are 64-byte aligned (kiln's writer aligns
- * the data area): no copy, and pages are read only when touched. The mapping is
- * private: writing to the tensor never changes the file, and the tensor stays valid
- * after kiln_safetensors_close. Any other load is a copy, so two loads never alias.
+ * The named tensor on dev, owning its memory: it stays valid after kiln_safetensors_close
+ * and two loads never alias. NULL plus a message when absent, not loadable (a dtype kiln
+ * has no equivalent of), or when the file no longer holds the bytes (it shrank after it
+ * was opened). The exception is a handle from kiln_safetensors_open_mapped: there the first
+ * load of an entry onto a host-memory device (cpu, ref) uses the mapped bytes in place when
+ * they are 64-byte aligned (kiln's writer aligns the data area): no copy, under that
+ * function's contract. The mapping is private: writing to such a tensor never changes the
+ * file. Later loads of the same entry are copies.
  */
 kiln_tensor *kiln_safetensors_load(const kiln_safetensors *st, const char *name, kiln_device *dev);
-/** How many tensors this handle has lent without a copy so far. */
+/** How many tensors this handle has lent without a copy so far (0 unless it was opened
+ *  with kiln_safetensors_open_mapped). */
 int kiln_safetensors_zero_copy_count(const kiln_safetensors *st);
 /** The __metadata__ value for key, or NULL. */
 const char *kiln_safetensors_metadata(const kiln_safetensors *st, const char *key);
@@ -83,8 +104,11 @@ const char *kiln_safetensors_metadata_key(const kiln_safetensors *st, int i);
 
 /**
  * Write n named tensors (any device, any layout) and nmeta metadata pairs to path,
- * atomically (see above). Names must be unique and non-empty. Returns 0, or a negative
- * code plus a message; on failure the destination is untouched.
+ * atomically (see above). Names must be unique, non-empty and valid UTF-8; metadata keys
+ * unique, and keys and values valid UTF-8 (Python's reader refuses anything else, and
+ * readers disagree on which of two equal keys wins). Returns 0, or a negative code plus a
+ * message naming the offending name or key; on failure the destination is untouched. A
+ * new file gets mode 0666 under the umask; a replaced file keeps its permission bits.
  */
 int kiln_safetensors_save(const char *path, int n, const char *const *names, kiln_tensor *const *tensors,
                           int nmeta, const char *const *meta_keys, const char *const *meta_values);
@@ -129,12 +153,17 @@ enum {
 typedef struct kiln_record kiln_record;
 
 /**
- * Write n named tensors and a JSON config (NULL for "{}"; it must parse as JSON) to path,
- * atomically. flags: 0 or KILN_RECORD_ZSTD. 0, or a negative code plus kiln_error().
+ * Write n named tensors and a JSON config (NULL for "{}"; it must be one JSON object with
+ * nothing but whitespace after it) to path, atomically. flags: 0 or KILN_RECORD_ZSTD. 0, or
+ * a negative code plus kiln_error().
  */
 int kiln_record_save(const char *path, int n, const char *const *names, kiln_tensor *const *tensors,
                      const char *config_json, unsigned flags);
-/** Open and validate a record (compressed or not). NULL plus kiln_error() on any problem. */
+/**
+ * Open and validate a record (compressed or not). NULL plus kiln_error() on any problem; a
+ * path that is not a regular file (a FIFO, a folder) is refused at once. Tensors loaded
+ * from the record own their memory, as kiln_safetensors_open's do.
+ */
 kiln_record *kiln_record_open(const char *path);
 /** Open a record image already in memory (copied, so data may be freed afterwards). */
 kiln_record *kiln_record_open_memory(const void *data, size_t len);
@@ -155,7 +184,8 @@ typedef enum kiln_record_mode {
 /** What the caller expects under one name. */
 typedef struct kiln_record_slot {
     const char *name;
-    int dtype;                     /* kiln_dtype to convert into, or -1 to keep the stored one */
+    int dtype;                     /* kiln_dtype to convert into, or -1 to keep the stored one;
+                                      anything else is an error */
     int ndim;                      /* -1: accept any shape */
     int64_t shape[KILN_MAX_DIMS];
     bool optional;                 /* missing is fine even in strict mode (e.g. a new buffer) */
@@ -236,8 +266,10 @@ typedef struct kiln_ckpt_state {
 /**
  * Write a checkpoint for state->step under root (created when missing). A checkpoint of the
  * same step already there is replaced. path_out (may be NULL) receives the final folder.
- * 0, or a negative code with kiln_error(); on failure no temporary folder remains and the
- * earlier checkpoints are untouched.
+ * step and epoch must lie in 0..2^53 (the manifest stores them as JSON numbers, exact up
+ * to there); the JSON texts must each be one JSON value with nothing after it. 0, or a
+ * negative code with kiln_error(); on failure no temporary folder remains and the earlier
+ * checkpoints are untouched.
  */
 int kiln_ckpt_save(const char *root, const kiln_ckpt_state *state, char *path_out, size_t len);
 
@@ -298,7 +330,12 @@ typedef struct kiln_ckpt_retention {
     bool remove_damaged;     /* also remove folders that fail verification and stale temp folders */
 } kiln_ckpt_retention;
 
-/** Apply a retention policy; removed (may be NULL) receives the count removed. 0 or negative. */
+/**
+ * Apply a retention policy; removed (may be NULL) receives the count removed. 0 or negative.
+ * The newest checkpoint that verifies (every file's checksum, not the manifest alone) is
+ * always kept: without remove_damaged, checkpoints are judged by their manifests except
+ * from the newest down to the first that verifies, whose files are checked too.
+ */
 int kiln_ckpt_retain(const char *root, const kiln_ckpt_retention *policy, int *removed);
 
 /* ------------------------------------------------------------------ PyTorch import */
