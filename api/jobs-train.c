@@ -344,10 +344,12 @@ static int run_job(struct kd_jobs *j, int64_t id)
     char *models = strdup(j->models_dir); /* the model repository, maybe outside data_dir */
     char *tmp = kd_jobs_path(j->data_dir, "%s", "tmp");
     char *cks = kd_jobs_path(j->data_dir, "%s", "checkpoints");
+    /* 0777 less the umask, as every folder kilnd makes: group-writable under the container image's
+     * umask 0002, so that another uid of the group can run on the same data folder */
     if (tmp)
-        mkdir(tmp, 0755);
+        mkdir(tmp, 0777);
     if (cks)
-        mkdir(cks, 0755);
+        mkdir(cks, 0777);
     /* Our own checkpoints win over the ones of the job this one continues. */
     const char *resume = NULL;
     int64_t resume_step = 0, resume_epoch = 0;

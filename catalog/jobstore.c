@@ -11,11 +11,14 @@
  * crash loses nothing that was committed; a power cut may lose the last commits but never
  * corrupts the file. Reads use the same connection (one thread per store).
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -118,6 +121,55 @@ static int migrate(struct kd_jobstore *js, char *err, size_t errlen)
     return 0;
 }
 
+/*
+ * A new store's file, made before SQLite opens it so its mode is 0666 less the umask: SQLite
+ * would make it 0644 less the umask, and its -wal and -shm files copy the database's mode, so a
+ * data folder shared by the users of one group (a container image run under another uid of group
+ * 0) could not be written by the next one. An empty file is an empty database to SQLite. An
+ * existing file keeps its mode.
+ */
+static int create_group_writable(const char *path, char *err, size_t errlen)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0) {
+        close(fd);
+        return 0;
+    }
+    if (errno == EEXIST)
+        return 0;
+    snprintf(err, errlen, "creating %s: %s", path, strerror(errno));
+    return -1;
+}
+
+/*
+ * SQLite opens a database it may not write read-only, without an error, and a -wal or -shm file
+ * another user left behind fails only the first write. kilnd would then start, report ready and
+ * answer its first job with a 500; refused here instead, naming the file.
+ */
+static int check_writable(sqlite3 *db, const char *path, char *err, size_t errlen)
+{
+    if (sqlite3_db_readonly(db, "main") == 1) {
+        snprintf(err, errlen,
+                 "%s is read-only for uid %u: the job store must be writable by the user kilnd runs as", path,
+                 (unsigned)geteuid());
+        return -1;
+    }
+    static const char *const companions[] = {"-wal", "-shm"};
+    for (size_t i = 0; i < sizeof companions / sizeof *companions; i++) {
+        char p[4096];
+        if (snprintf(p, sizeof p, "%s%s", path, companions[i]) >= (int)sizeof p)
+            continue;
+        if (access(p, F_OK) == 0 && access(p, R_OK | W_OK) != 0) {
+            snprintf(err, errlen,
+                     "%s is not writable by uid %u (%s): the job store's files must be writable by the user kilnd "
+                     "runs as",
+                     p, (unsigned)geteuid(), strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int kd_jobstore_open(struct kd_jobstore **out, const char *path, char *err, size_t errlen)
 {
     *out = NULL;
@@ -126,6 +178,8 @@ int kd_jobstore_open(struct kd_jobstore **out, const char *path, char *err, size
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    if (create_group_writable(path, err, errlen) != 0)
+        goto error;
     int rc = sqlite3_open_v2(path, &js->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                              NULL);
     if (rc != SQLITE_OK) {
@@ -134,6 +188,8 @@ int kd_jobstore_open(struct kd_jobstore **out, const char *path, char *err, size
         fail(js->db, what, err, errlen);
         goto error;
     }
+    if (check_writable(js->db, path, err, errlen) != 0)
+        goto error;
     sqlite3_busy_timeout(js->db, 5000);
 
     sqlite3_stmt *st = NULL;

@@ -109,12 +109,18 @@ static void check_version(const kd_repository *repo, kd_model_version *v, const 
             kiln_record_close(rec);
             v->format = "kiln";
         }
+    } else if (errno != ENOENT) {
+        /* only ENOENT means "no such file": a folder kilnd may not search (mode 000, another
+         * user's) answers EACCES here, and saying it holds no model would hide the fix */
+        snprintf(why, sizeof why, "cannot read: %s", strerror(errno));
     } else if (lstat(onnx_path, &sb) == 0) {
         if (!(real = confined(repo, onnx_path, &cwhy)))
             snprintf(why, sizeof why, "model.onnx %s", cwhy);
         else if (stat(real, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size == 0)
             snprintf(why, sizeof why, "model.onnx is empty or not a regular file");
         v->format = "onnx";
+    } else if (errno != ENOENT) {
+        snprintf(why, sizeof why, "cannot read: %s", strerror(errno));
     } else {
         snprintf(why, sizeof why, "no model.kiln or model.onnx");
     }
@@ -126,6 +132,8 @@ static void check_version(const kd_repository *repo, kd_model_version *v, const 
                 snprintf(why, sizeof why, "config.json %s", cwhy);
             else if (kiln__read_file(real, CONFIG_MAX, &text, NULL) != 0)
                 snprintf(why, sizeof why, "config.json: %s", kiln_error());
+        } else if (errno != ENOENT) {
+            snprintf(why, sizeof why, "config.json: cannot read: %s", strerror(errno));
         } else if (!model_config && strcmp(v->format, "onnx") != 0) {
             snprintf(why, sizeof why, "no config.json in the version or the model folder");
         }
@@ -196,7 +204,15 @@ static void scan_model(const kd_repository *repo, kd_model_info *m)
     }
     char *model_config = NULL;
     char *cfg = join(m->path, "config.json");
-    if (cfg && lstat(cfg, &sb) == 0) {
+    bool has_cfg = cfg && lstat(cfg, &sb) == 0;
+    if (cfg && !has_cfg && errno != ENOENT) { /* a folder kilnd may not search: the real reason */
+        char why[160];
+        snprintf(why, sizeof why, "cannot read: %s", strerror(errno));
+        free(cfg);
+        set_why(m, why);
+        return;
+    }
+    if (has_cfg) {
         char *real = confined(repo, cfg, &cwhy);
         if (!real || kiln__read_file(real, CONFIG_MAX, &model_config, NULL) != 0) {
             free(real);
@@ -432,7 +448,10 @@ int kd_repository_add_version(kd_repository *repo, const char *name, const char 
     char *mdir = join(repo->root, name);
     if (!mdir)
         return KILN_ENOMEM;
-    if (mkdir(mdir, 0755) == 0)
+    /* 0777 and kiln__mkdir_unique below: the umask alone decides what group and others get, so a
+     * kilnd run later as another uid of the same group (0002 in the image) can serve and replace
+     * the versions; mkdtemp's fixed 0700 would lock them to this uid. */
+    if (mkdir(mdir, 0777) == 0)
         (void)kiln__fsync_dir(repo->root);
     const char *cwhy;
     char *real = confined(repo, mdir, &cwhy);
@@ -460,7 +479,7 @@ int kd_repository_add_version(kd_repository *repo, const char *name, const char 
         rc = KILN_ENOMEM;
     else if (lstat(final, &sb) == 0)
         rc = (kiln__error_set("add version: %s version %" PRId64 " already exists", name, version), KILN_EINVAL);
-    else if (!mkdtemp(tmp)) {
+    else if (kiln__mkdir_unique(tmp) != 0) {
         rc = (kiln__error_set("add version: %s", strerror(errno)), KILN_EIO);
         free(tmp);
         tmp = NULL;
@@ -518,7 +537,7 @@ int kd_repository_remove_version(kd_repository *repo, const char *name, int64_t 
     else {
         *slash = '\0';
         char *trash = join(parent, ".trash-XXXXXX");
-        if (!trash || !mkdtemp(trash))
+        if (!trash || kiln__mkdir_unique(trash) != 0)
             rc = (kiln__error_set("remove version: cannot create a folder beside '%s'", real), KILN_EIO);
         else if (kiln__io.rename(real, trash) != 0) {
             rc = (kiln__error_set("remove version: rename '%s': %s", real, strerror(errno)), KILN_EIO);

@@ -3,7 +3,10 @@
  * environment, command-line flags) and printing --help and the configuration reference.
  * Every rule about a key lives in config-table.c; this file only walks the table.
  */
+#include <ctype.h>
 #include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +49,27 @@ void kd_config_free(struct kd_config *cfg)
         kd_config_free_value(cfg, &kd_config_keys[i]);
     free(cfg->config_file);
     cfg->config_file = NULL;
+    free(cfg->notes);
+    cfg->notes = NULL;
+}
+
+/* Appends one line to cfg->notes; a note lost to a failed allocation is only a lost warning. */
+static void add_note(struct kd_config *cfg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add_note(struct kd_config *cfg, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    size_t old = cfg->notes ? strlen(cfg->notes) : 0, n = strlen(line);
+    char *grown = realloc(cfg->notes, old + n + 2);
+    if (!grown)
+        return;
+    memcpy(grown + old, line, n);
+    grown[old + n] = '\n';
+    grown[old + n + 1] = '\0';
+    cfg->notes = grown;
 }
 
 int kd_config_init_defaults(struct kd_config *cfg)
@@ -163,7 +187,9 @@ static int apply_object(struct kd_config *cfg, const cJSON *obj, const char *pre
     return 0;
 }
 
-static int apply_file(struct kd_config *cfg, const char *path, char *err, size_t errlen)
+/* given (one flag per key of the table, false on entry) comes back marking the keys the file
+ * set, for apply_env to say which of them the environment overrides. */
+static int apply_file(struct kd_config *cfg, const char *path, bool *given, char *err, size_t errlen)
 {
     char *text = read_file(path, err, errlen);
     if (!text)
@@ -179,12 +205,8 @@ static int apply_file(struct kd_config *cfg, const char *path, char *err, size_t
         return -1;
     }
     int rc = 0;
-    bool *given = calloc(kd_config_key_count, sizeof *given);
     struct repeat_err repeat = {origin, err, errlen};
-    if (!given) {
-        snprintf(err, errlen, "config file %s: out of memory", path);
-        rc = -1;
-    } else if (!cJSON_IsObject(root)) {
+    if (!cJSON_IsObject(root)) {
         snprintf(err, errlen, "config file %s: the top level must be a JSON object", path);
         rc = -1;
     } else if ((rc = kiln__json_repeated_keys(root, repeated_key, &repeat)) != 0) {
@@ -194,7 +216,6 @@ static int apply_file(struct kd_config *cfg, const char *path, char *err, size_t
     } else {
         rc = apply_object(cfg, root, "", origin, given, err, errlen);
     }
-    free(given);
     cJSON_Delete(root);
     free(text);
     return rc;
@@ -209,9 +230,77 @@ static const char *env_lookup(char *const *env, const char *name)
     return NULL;
 }
 
-static int apply_env(struct kd_config *cfg, char *const *env, char *err, size_t errlen)
+/* Edit distance with adjacent transpositions (optimal string alignment), case-insensitive and
+ * with underscores skipped, capped at 3: how far a KILN_* name is from a setting's. */
+static int name_distance(const char *a, const char *b)
 {
-    /* Unknown KILN_* names are left alone: the kiln CLI reads KILN_URL from the same shell. */
+    char x[64], y[64];
+    size_t n = 0, m = 0;
+    for (; *a && n < sizeof x; a++)
+        if (*a != '_')
+            x[n++] = (char)toupper((unsigned char)*a);
+    for (; *b && m < sizeof y; b++)
+        if (*b != '_')
+            y[m++] = (char)toupper((unsigned char)*b);
+    if ((n > m ? n - m : m - n) > 3 || n == sizeof x || m == sizeof y)
+        return 3;
+    int d[65][65];
+    for (size_t i = 0; i <= n; i++)
+        d[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++)
+        d[0][j] = (int)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            int best = d[i - 1][j - 1] + (x[i - 1] != y[j - 1]);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && x[i - 1] == y[j - 2] && x[i - 2] == y[j - 1] && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[n][m] < 3 ? d[n][m] : 3;
+}
+
+/*
+ * A KILN_* variable that is no setting but lies close to one (KILN_LOGLEVEL, KILN_PROT,
+ * KILN_DRAIN_TIMEOUT): said, not refused, since the engine's own variables (KILN_CPU_THREADS...)
+ * and the kiln CLI's (KILN_URL) share the prefix and the environment. Close is within one edit for
+ * names of up to six letters, two beyond, underscores and case aside.
+ */
+static void note_misspelt(struct kd_config *cfg, const char *entry)
+{
+    size_t len = strcspn(entry, "=");
+    char name[64];
+    if (strncmp(entry, "KILN_", 5) != 0 || len >= sizeof name || !entry[len])
+        return;
+    memcpy(name, entry, len);
+    name[len] = '\0';
+    const struct kd_config_key *nearest = NULL;
+    int best = 3;
+    for (size_t i = 0; i < kd_config_key_count; i++) {
+        const struct kd_config_key *k = &kd_config_keys[i];
+        if (!k->env)
+            continue;
+        if (strcmp(k->env, name) == 0)
+            return;
+        int d = name_distance(name + 5, k->env + 5);
+        if (d < best) {
+            best = d;
+            nearest = k;
+        }
+    }
+    size_t letters = 0;
+    for (const char *c = name + 5; *c; c++)
+        letters += *c != '_';
+    if (nearest && best <= (letters <= 6 ? 1 : 2))
+        add_note(cfg, "environment variable %s is not a kilnd setting and is ignored; did you mean %s (%s)?", name,
+                 nearest->env, nearest->name);
+}
+
+static int apply_env(struct kd_config *cfg, char *const *env, const bool *from_file, char *err, size_t errlen)
+{
     for (size_t i = 0; i < kd_config_key_count; i++) {
         const struct kd_config_key *k = &kd_config_keys[i];
         const char *v = env_lookup(env, k->env);
@@ -221,7 +310,13 @@ static int apply_env(struct kd_config *cfg, char *const *env, char *err, size_t 
         snprintf(origin, sizeof origin, "environment variable %s", k->env);
         if (kd_config_set_text(cfg, k, v, origin, err, errlen) != 0)
             return -1;
+        /* the precedence is documented, but a container image's ENV lines are easy to forget */
+        if (from_file && from_file[i])
+            add_note(cfg, "%s: the environment variable %s (%.200s) overrides the value in config file %s",
+                     k->name, k->env, v, cfg->config_file ? cfg->config_file : "");
     }
+    for (size_t i = 0; env && env[i]; i++)
+        note_misspelt(cfg, env[i]);
     return 0;
 }
 
@@ -288,12 +383,21 @@ enum kd_config_action kd_config_load(struct kd_config *cfg, int argc, char *cons
     if (action == KD_CONFIG_HELP || action == KD_CONFIG_VERSION || action == KD_CONFIG_PRINT_DOC)
         return action;
 
+    bool *from_file = calloc(kd_config_key_count, sizeof *from_file);
+    if (!from_file) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
     if (config_path && config_path[0]) {
         cfg->config_file = strdup(config_path);
-        if (apply_file(cfg, config_path, err, errlen) != 0)
+        if (apply_file(cfg, config_path, from_file, err, errlen) != 0) {
+            free(from_file);
             goto fail;
+        }
     }
-    if (apply_env(cfg, env, err, errlen) != 0)
+    int env_rc = apply_env(cfg, env, from_file, err, errlen);
+    free(from_file);
+    if (env_rc != 0)
         goto fail;
 
     for (int i = 1; i < argc; i++) {
@@ -498,6 +602,11 @@ void kd_config_print_doc(FILE *out)
             "(each is opened and closed again). What the check creates to find out (a log file, a missing "
             "data folder) it removes again. A kilnd already running on `data_dir` is noted in the output, not "
             "refused: checking a new configuration before restarting that kilnd is what the check is for. "
+            "Two things are warned about, at start (log level warn) and by the check (on stderr), but not "
+            "refused: an environment variable overriding a value the file sets (a container image's `ENV` "
+            "lines are easy to forget), and a `KILN_*` variable that is no setting but one or two letters "
+            "from one (`KILN_LOGLEVEL`, `KILN_PROT`), which is ignored. Other `KILN_*` variables are left "
+            "alone: the device options below, the engine's and the `kiln` CLI's share the prefix. "
             "In the JSON file, dotted keys are nested objects: "
             "`limits.max_body_bytes` is written `{\"limits\": {\"max_body_bytes\": 1048576}}`; a key given "
             "twice, or both nested and dotted, is refused. "

@@ -87,6 +87,9 @@ struct kd_config {
     int64_t job_retention_count;  /* jobs.retention_count: ended jobs kept, the newest; 0 all */
     int64_t job_retention_days;   /* jobs.retention_days: ended jobs kept this many days; 0 forever */
     char *config_file;          /* the --config path, or NULL */
+    char *notes;                /* what the load went on past, one warning per line (NULL: none): a value of the
+                  * file an environment variable overrides, a KILN_* name that looks like a
+                  * misspelt setting; kilnd logs them at start and --check-config prints them */
 };
 
 /* What the caller should do after kd_config_load. */

@@ -49,7 +49,7 @@ int kd_daemon_check_log_file(const char *path, char *err, size_t errlen)
     int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC | O_NONBLOCK);
     bool created = false;
     if (fd < 0 && errno == ENOENT) {
-        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666); /* as kd_log_open makes it */
         created = fd >= 0;
     }
     int saved = errno;
@@ -127,10 +127,12 @@ int kd_daemon_check_model_folders(const struct kd_config *cfg, char *err, size_t
     return rc;
 }
 
-/* Creates one folder of the path, in the group-writable mode the deployment docs promise. */
+/* Creates one folder of the path. 0777: the umask alone decides what group and others get (0002 in
+ * the image, so that another uid in group 0 can use the folder later), and the kernel applies it,
+ * so no thread has to read or change the process-wide umask. */
 static int make_folder(const char *path, char *err, size_t errlen)
 {
-    if (mkdir(path, 0775) == 0)
+    if (mkdir(path, 0777) == 0)
         return 1;
     if (errno == EEXIST)
         return 0;
@@ -260,7 +262,9 @@ int kd_daemon_lock_data_dir(const char *dir, int *lock_fd, char *err, size_t err
         return -1;
     }
     int rc = -1;
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0664);
+    /* 0666 under the umask, as every file kilnd creates: a kilnd run later as another uid of the
+     * same group must open it read-write to take the lock */
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0) {
         /* left by a kilnd that ran as another user: say whether one still holds it */
         int saved = errno;

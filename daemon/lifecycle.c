@@ -7,8 +7,9 @@
  * with --port 0) and the line naming the bound port, at level notice so that every log_level shows
  * it. A start that fails never writes either. Ready once every model found at start has finished
  * loading (loaded or failed) on the workers.
- * SIGTERM/SIGINT: draining — readiness turns 503, the listener closes, idle connections close,
- * busy ones finish; after drain_timeout_ms whatever remains is cut. A second signal cuts at once.
+ * SIGTERM/SIGINT: draining — the listener closes (new connections are refused), idle connections
+ * close, busy ones finish their request (readiness answers 503 only to a request already on an open
+ * connection); after drain_timeout_ms whatever remains is cut. A second signal cuts at once.
  * SIGHUP reopens the log file. Shutdown closes every handle so the loop ends with nothing leaked.
  */
 #include <dirent.h>
@@ -71,7 +72,7 @@ static int write_port_file(struct kd_daemon *d, const char *name, int port, char
     }
     snprintf(*port_file, n, "%s/%s", d->cfg.data_dir, name);
     snprintf(tmp, n, "%s/%s.tmp", d->cfg.data_dir, name);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666); /* the umask decides, as everywhere */
     int rc = -1;
     if (fd >= 0) {
         char text[16];
@@ -287,8 +288,9 @@ static int start_serving(struct kd_daemon *d)
     if (!root)
         return -1;
     bool configured = d->cfg.model_repository && d->cfg.model_repository[0];
-    /* only the default repository is made; a configured one was checked to exist */
-    if (!configured && mkdir(root, 0775) != 0 && errno != EEXIST) {
+    /* only the default repository is made; a configured one was checked to exist. 0777 under the
+     * umask, as every folder kilnd creates (see make_folder in folders.c). */
+    if (!configured && mkdir(root, 0777) != 0 && errno != EEXIST) {
         kd_log_write(&d->log, KD_LOG_ERROR, "data_dir: cannot create %s: %s", root, strerror(errno));
         free(root);
         return -1;
@@ -404,6 +406,10 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
         return -1;
     }
     d->log_ready = true;
+    /* what the configuration's load went on past (an environment variable over the file's value,
+     * a misspelt KILN_* name): valid, so not refused, but probably not what was meant */
+    for (const char *line = d->cfg.notes; line && *line; line += strcspn(line, "\n") + 1)
+        kd_log_write(&d->log, KD_LOG_WARN, "configuration: %.*s", (int)strcspn(line, "\n"), line);
     /* libkiln keeps device caches (the Vulkan pipeline cache) under KILN_DATA_DIR: point it
      * at the data_dir this daemon resolved, first, before any thread or device exists */
     if (setenv("KILN_DATA_DIR", d->cfg.data_dir, 1) != 0)

@@ -13,9 +13,11 @@
 #include "http-conn.h"
 #include "log.h"
 
+/* A new log file gets 0666 under the umask, as every file kilnd creates, so that a kilnd run later
+ * as another uid of the same group (an arbitrary uid in group 0) can append to it. */
 static int open_path(const char *path)
 {
-    return open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    return open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
 }
 
 int kd_log_open(struct kd_log *log, const char *path, enum kd_log_level level, enum kd_log_format format,

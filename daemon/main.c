@@ -29,6 +29,9 @@ int main(int argc, char **argv)
         kd_config_free(&cfg);
         return 0;
     case KD_CONFIG_CHECK:
+        /* the warnings a start would log: valid, but probably not what was meant */
+        for (const char *line = cfg.notes; line && *line; line += strcspn(line, "\n") + 1)
+            fprintf(stderr, "kilnd: warning: %.*s\n", (int)strcspn(line, "\n"), line);
         /* What a start checks before it serves, so "OK" is not said of one that would refuse. */
         if (kd_daemon_check(&cfg, err, sizeof err) != 0) {
             fprintf(stderr, "kilnd: configuration error: %s\n", err);

@@ -120,7 +120,7 @@ int kd_trainer_register(const struct kd_trainer_run *run, kiln_module *model, co
                         int64_t width, struct kd_trainer_result *res)
 {
     const struct kd_jobspec *s = run->spec;
-    mkdir(run->scratch_dir, 0755);
+    mkdir(run->scratch_dir, 0777);
     char mpath[PATH_MAX], cpath[PATH_MAX];
     snprintf(mpath, sizeof mpath, "%s/%s", run->scratch_dir, s->model_onnx ? "model.onnx" : "model.kiln");
     snprintf(cpath, sizeof cpath, "%s/config.json", run->scratch_dir);

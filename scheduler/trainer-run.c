@@ -461,7 +461,7 @@ int kd_trainer_run(const struct kd_trainer_run *run, struct kd_trainer_result *r
             goto out;
         }
     }
-    mkdir(run->checkpoint_dir, 0755);
+    mkdir(run->checkpoint_dir, 0777);
     kiln_learner_config cfg = kiln_learner_config_default();
     cfg.epochs = s->epochs;
     cfg.num_classes = info.num_classes;

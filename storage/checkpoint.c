@@ -69,7 +69,7 @@ static int mkdir_p(const char *path)
         if (*p == '/' || *p == '\0') {
             char c = *p;
             *p = '\0';
-            if (mkdir(copy, 0755) != 0 && errno != EEXIST) {
+            if (mkdir(copy, 0777) != 0 && errno != EEXIST) {
                 kiln__error_set("create folder '%s': %s", copy, strerror(errno));
                 free(copy);
                 return KILN_EIO;

@@ -12,7 +12,11 @@ suite's own container name, volume, host port and environment file (deploy_docs.
 - image-check: readiness and the example model's metadata with the admin token.
 Then, between the blocks, over HTTP on the published port:
 - the image: runs as uid 10001, carries a HEALTHCHECK that `podman healthcheck run` passes,
-  holds no compiler; its size is printed;
+  holds no compiler, has tini as its entry point and the /bin/sleep deploy/k8s's preStop hook
+  runs; its size is printed;
+- the container: PID 1 is tini, kilnd's umask is 0002 and the lock and model folders it made
+  are group-writable, a process `podman exec` leaves orphaned is reaped, the stop timeout the
+  run line gives is the container's;
 - the example model (examples/models/cnn) answers the fixture's request with ONNX Runtime's
   logits (tests/fixtures/onnx/cnn.b1.io.safetensors);
 - a tiny training job (a CSV copied into the volume with `podman cp`) succeeds and its model
@@ -20,7 +24,10 @@ Then, between the blocks, over HTTP on the published port:
 - image-stop: `podman stop` drains kilnd, which exits by itself with status 0 (a kill by
   podman after the grace period would read 137);
 - image-run again on the same volume: the job is still there, succeeded, and both models give
-  the same answers as before.
+  the same answers as before;
+- then a container run as another uid in group 0 (`--user 12345:0`, OpenShift's rule) on that
+  volume: it starts, takes the lock, serves both models with the same answers and stops with
+  status 0.
 - image-clean removes the container and the volume (also after a failure).
 
 Exit 77 (skip) only where podman is missing or can run no container at all, saying why.
@@ -29,6 +36,7 @@ import http.client
 import json
 import os
 import random
+import re
 import shutil
 import socket
 import struct
@@ -181,6 +189,39 @@ def answers(port, token, fixture):
     return {"cnn": infer(port, token, "cnn", "x", xs, xv), "toy": infer(port, token, "toy", "x", [1, 4], TOY_INPUT)}
 
 
+def prestop_command():
+    """deploy/k8s/deployment.yaml's preStop exec command (a flow list of strings), or []."""
+    text = open(os.path.join(ROOT, "deploy", "k8s", "deployment.yaml")).read()
+    m = re.search(r"preStop:\s*exec:\s*command: \[(.*)\]", text)
+    return json.loads("[%s]" % m.group(1)) if m else []
+
+
+def podman_exec(env, container, script):
+    return podman(env, "exec", container, "sh", "-c", script, check_rc=False)
+
+
+def check_container(env, container):
+    """What the entry point (tini, umask 0002, exec kilnd) and the run line give the container."""
+    r = podman_exec(env, container, "cat /proc/1/comm")
+    check(r.stdout.strip() == "tini", "PID 1 in the container is tini: %r" % (r.stdout + r.stderr))
+    r = podman_exec(env, container, 'for s in /proc/[0-9]*/status; do '
+                    'grep -q "^Name:[[:space:]]*kilnd$" "$s" && grep "^Umask:" "$s"; done; true')
+    check(r.stdout.split() == ["Umask:", "0002"], "kilnd runs with umask 0002: %r" % r.stdout)
+    r = podman(env, "exec", container, "stat", "-c", "%a %n", "/var/lib/kiln/kilnd.lock", "/var/lib/kiln/models",
+               "/var/lib/kiln/models/cnn", "/var/lib/kiln/models/cnn/1")
+    modes = {line.split()[1]: int(line.split()[0], 8) & 0o777 for line in r.stdout.splitlines()}
+    want = {"/var/lib/kiln/kilnd.lock": 0o664, "/var/lib/kiln/models": 0o775, "/var/lib/kiln/models/cnn": 0o775,
+            "/var/lib/kiln/models/cnn/1": 0o775}
+    check(modes == want, "the lock and the model folders kilnd made are group-writable: %s"
+          % {k: "%o" % v for k, v in modes.items()})
+    podman_exec(env, container, "sleep 0.2 & exit 0")
+    time.sleep(1.5)
+    r = podman_exec(env, container, 'grep -l "^State:[[:space:]]*Z" /proc/[0-9]*/status; true')
+    check(r.stdout.strip() == "", "a process orphaned by podman exec is reaped, no zombie left: %r" % r.stdout)
+    r = podman(env, "inspect", container, "--format", "{{.Config.StopTimeout}}")
+    check(r.stdout.strip() == "30", "the container's stop timeout is the run line's 30 s: %r" % r.stdout.strip())
+
+
 def inspect_image(env):
     r = podman(env, "image", "inspect", IMAGE)
     if not check(r.returncode == 0, "the image %s exists after the build" % IMAGE):
@@ -195,6 +236,10 @@ def inspect_image(env):
     r = podman(env, "run", "--rm", "--network", "none", "--entrypoint", "sh", IMAGE, "-c",
                "for p in cc gcc clang meson ninja pkg-config; do command -v $p; done; true")
     check(r.returncode == 0 and r.stdout.strip() == "", "no compiler or build tool in the image: %r" % r.stdout)
+    check((cfg.get("Entrypoint") or [""])[0] == "/usr/bin/tini", "the entry point is tini: %r" % cfg.get("Entrypoint"))
+    hook = prestop_command()
+    r = podman(env, "run", "--rm", "--network", "none", "--entrypoint", hook[0], IMAGE, "0") if hook else None
+    check(r is not None and r.returncode == 0, "the image runs deploy/k8s's preStop command %s" % hook)
 
 
 def main():
@@ -208,6 +253,7 @@ def main():
     suffix = "%d-%d" % (os.getpid(), int(time.time()))
     port = free_port()
     names = deploy_docs.Names(suffix, port, os.path.join(TMP, "kilnd.env"))
+    other = names.container + "-uid12345"
     fixture = safetensors(os.path.join(ROOT, "tests", "fixtures", "onnx", "cnn.b1.io.safetensors"))
 
     # The base image needs no running container: make it (or find it) first, then see whether
@@ -239,6 +285,7 @@ def main():
         check(r.stdout.strip() == "10001", "kilnd runs as uid 10001 in the container: %r" % r.stdout)
         r = podman(env, "healthcheck", "run", names.container, check_rc=False)
         check(r.returncode == 0, "the image's HEALTHCHECK passes on a ready kilnd: %s" % r.stdout.strip())
+        check_container(env, names.container)
 
         st, logits = infer(port, token, "cnn", "x", *fixture["in.x"])
         check(st == 200 and close(logits, fixture["out.logits"][1]),
@@ -282,7 +329,23 @@ def main():
         r = podman(env, "logs", names.container)
         logs = r.stdout + r.stderr
         check("example model" not in logs, "the example models were not copied again into a used volume")
+
+        # OpenShift's rule: an arbitrary uid in group 0, on the volume uid 10001 has used
+        podman(env, "stop", names.container)
+        podman(env, "rm", names.container)
+        r = podman(env, "run", "-d", "--name", other, "--user", "12345:0", "-p", "%d:8080" % port, "-v",
+                   "%s:/var/lib/kiln" % names.volume, "--env-file", names.env_file, "--stop-timeout", "30", IMAGE)
+        check(r.returncode == 0 and wait_ready(port), "a container run as uid 12345, group 0, on the same volume "
+              "is ready")
+        for model in ("cnn", "toy"):
+            wait_model_ready(port, token, model)
+        as_other = answers(port, token, fixture)
+        check(as_other == before, "it serves both models with the same answers: %s" % as_other)
+        podman(env, "stop", other)
+        r = podman(env, "inspect", other, "--format", "{{.State.ExitCode}}")
+        check(r.stdout.strip() == "0", "it stops by itself with status 0: %r" % r.stdout.strip())
     finally:
+        podman(env, "rm", "-f", other, check_rc=False)
         run_block("image-clean", blocks, names, env)
         shutil.rmtree(TMP, ignore_errors=True)
     left = podman(env, "volume", "exists", names.volume, check_rc=False).returncode

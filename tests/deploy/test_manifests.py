@@ -9,10 +9,13 @@ Usage: test_manifests.py KILND SOURCE_ROOT
 - KServe's resources have no published schema: check_kserve() checks the fields that matter,
   and the runtime's containers validate against Kubernetes' Container schema.
 - The restricted Pod Security profile, the probes, the token Secret, the volumes, the Service,
-  PDB and HPA references hold; the HPA's metric comes from a histogram that KILND's /metrics
+  PDB and HPA references hold; each kilnd pod has a preStop sleep (kilnd refuses new connections
+  on SIGTERM, so it must come after the endpoints stop naming the pod) and a grace period that
+  covers the sleep, kilnd's drain_timeout_ms and a margin; the HPA's metric comes from a histogram that KILND's /metrics
   exports; `kilnd --check-config` accepts every container's environment and args.
-- Broken variants (an unknown field, a wrong type, a missing restricted setting, a KServe
-  runtime without kserve-container) are refused, so the checks above can fail.
+- Broken variants (an unknown field, a wrong type, a missing restricted setting, no preStop, a
+  grace period too short for the drain, a KServe runtime without kserve-container) are refused,
+  so the checks above can fail.
 """
 import copy
 import os
@@ -35,6 +38,9 @@ import kubernetes_validate  # noqa: E402
 import yaml  # noqa: E402
 
 K8S_VERSIONS = ["1.30.0", "1.37.0"]
+# What the grace period must leave after the preStop sleep and kilnd's drain: the process's own
+# exit (closing the job store, the handles) and the kubelet's timing.
+GRACE_MARGIN_S = 5
 PASSED, FAILURES = [], []
 
 
@@ -102,6 +108,37 @@ def restricted_problems(pod_spec):
     return problems
 
 
+def drain_seconds(container):
+    """kilnd's drain_timeout_ms for the container in seconds: from its args or environment, else
+    the default docs/configuration.md (generated from kilnd's table) gives."""
+    args = container.get("args", [])
+    if "--drain-timeout-ms" in args:
+        return int(args[args.index("--drain-timeout-ms") + 1]) / 1000
+    value = env_of(container).get("KILN_DRAIN_TIMEOUT_MS", {}).get("value")
+    if value is None:
+        text = open(os.path.join(ROOT, "docs", "configuration.md")).read()
+        value = re.search(r"^\| `drain_timeout_ms` \| integer \| `(\d+)`", text, re.M).group(1)
+    return int(value) / 1000
+
+
+def shutdown_problems(pod_spec):
+    """What keeps a kilnd pod from stopping without refusing a connection or being killed: a
+    preStop `/bin/sleep N` (the endpoints and kube-proxy learn of the termination after the
+    kubelet; the hook runs before SIGTERM, which makes kilnd refuse new connections), and a
+    terminationGracePeriodSeconds, counted from the hook's start, of at least the sleep, kilnd's
+    drain and GRACE_MARGIN_S."""
+    (c,) = pod_spec["containers"]
+    cmd = c.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
+    if len(cmd) != 2 or cmd[0] != "/bin/sleep" or not str(cmd[1]).isdigit() or int(cmd[1]) < 1:
+        return ["no preStop exec /bin/sleep N: %s" % cmd]
+    sleep, drain = int(cmd[1]), drain_seconds(c)
+    grace = pod_spec.get("terminationGracePeriodSeconds", 30)
+    if grace < sleep + drain + GRACE_MARGIN_S:
+        return ["terminationGracePeriodSeconds %s < preStop %d s + drain %g s + %d s"
+                % (grace, sleep, drain, GRACE_MARGIN_S)]
+    return []
+
+
 def probe_target(probe, container):
     get = (probe or {}).get("httpGet", {})
     port = get.get("port")
@@ -141,8 +178,9 @@ def check_kilnd_pod(obj, models_read_only):
     ann = obj["spec"]["template"]["metadata"].get("annotations", {})
     check(ann.get("prometheus.io/scrape") == "true" and int(ann.get("prometheus.io/port", 0)) == 8080
           and ann.get("prometheus.io/path") == "/metrics", "%s: Prometheus scrape annotations name port 8080 /metrics" % what)
-    check(obj["spec"]["template"]["spec"].get("terminationGracePeriodSeconds", 30) > 10,
-          "%s: the grace period is longer than kilnd's 10 s drain" % what)
+    check(shutdown_problems(spec) == [],
+          "%s: a preStop sleep, then a grace period that covers it and kilnd's drain: %s"
+          % (what, shutdown_problems(spec)))
     return c
 
 
@@ -288,6 +326,17 @@ def check_broken_variants(deployment, runtime, isvc):
     del bad["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"]
     check(restricted_problems(bad["spec"]["template"]["spec"]) == ["kilnd: readOnlyRootFilesystem"],
           "the profile check refuses a writable root file system")
+    bad = copy.deepcopy(deployment)
+    bad["spec"]["template"]["spec"]["containers"][0].pop("lifecycle", None)
+    check(shutdown_problems(bad["spec"]["template"]["spec"]) != [], "the shutdown check wants a preStop sleep")
+    bad = copy.deepcopy(deployment)
+    bad["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 15
+    check(shutdown_problems(bad["spec"]["template"]["spec"]) != [],
+          "the shutdown check refuses a grace period that only just covers the sleep and the drain")
+    bad = copy.deepcopy(deployment)
+    bad["spec"]["template"]["spec"]["containers"][0]["env"].append({"name": "KILN_DRAIN_TIMEOUT_MS", "value": "25000"})
+    check(shutdown_problems(bad["spec"]["template"]["spec"]) != [],
+          "the shutdown check counts a longer drain_timeout_ms set in the environment")
     bad = copy.deepcopy(runtime)
     bad["spec"]["containers"][0]["name"] = "kilnd"
     check("no single kserve-container" in kserve_problems(bad, isvc), "the KServe check wants kserve-container")

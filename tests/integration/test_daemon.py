@@ -474,6 +474,22 @@ def test_config():
           "--check-config names the unknown key and the file")
     r = run_check(env={"KILN_PORT": "70000"})
     check(r.returncode == 1 and "port" in r.stderr and "KILN_PORT" in r.stderr, "bad env value names KILN_PORT")
+    # said, not refused: a misspelt setting, and the environment over the file's value, by the
+    # check on stderr and by a start in its log
+    r = run_check("--config", good, env={"KILN_LOGLEVEL": "debug", "KILN_LOG_FORMAT": "text"})
+    check(r.returncode == 0 and "warning: environment variable KILN_LOGLEVEL is not a kilnd setting" in r.stderr
+          and "did you mean KILN_LOG_LEVEL" in r.stderr
+          and "log_format: the environment variable KILN_LOG_FORMAT (text) overrides the value in config file"
+          in r.stderr, "--check-config warns of a misspelt variable and of the environment over the file: %r"
+          % r.stderr)
+    start = subprocess.Popen([KILND, "--port", "0", "--data-dir", os.path.join(TMP, "notes")],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=dict(ENV, KILN_PROT="9000"))
+    first = start.stdout.readline()
+    start.terminate()
+    start.communicate(timeout=30)
+    check(" warn " in first and "KILN_PROT is not a kilnd setting" in first and "KILN_PORT" in first,
+          "a start logs the misspelt variable first: %r" % first)
     r = run_check("--log-level", "chatty")
     check(r.returncode == 1 and "log_level" in r.stderr and "--log-level" in r.stderr, "bad flag names the flag")
     r = subprocess.run([KILND, "--help"], capture_output=True, text=True)

@@ -8,8 +8,11 @@ Usage: test_daemon_folders.py KILND SOURCE_ROOT
   with SIGKILL never blocks the next start.
 - A configured model_repository is served as it is found: missing or not a folder stops the
   start, it is never created, example_models are never copied into it (the log says why);
-  files beside the model folders are no models; a model folder kilnd cannot read says so.
+  files beside the model folders are no models; a model folder or a version folder kilnd cannot
+  read says so.
 - A missing example_models folder stops the start.
+- What kilnd creates (data folders, the lock, model and version folders) gets 0777 or 0666 under
+  the umask, so under the image's umask 0002 a kilnd run later as another uid of group 0 uses it.
 - --check-config refuses what a start refuses (log file, model folders, data folder), with the
   same message, and leaves nothing behind.
 - api_tokens entries with a mistyped scope or a token listed twice, and a config file giving a
@@ -23,6 +26,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -52,14 +56,16 @@ def request(port, method, path, body=None):
 
 
 class Daemon:
-    """kilnd --port 0 on data, waited for until ready; argv may be prefixed (setpriv)."""
+    """kilnd --port 0 on data, waited for until ready; argv may be prefixed (setpriv), and the
+    umask set for it (the default: this process's)."""
 
-    def __init__(self, name, data, *args, env=None, prefix=()):
+    def __init__(self, name, data, *args, env=None, prefix=(), umask=-1):
         self.data = data
         self.log = os.path.join(TMP, name + ".log")
         portfile = os.path.join(data, "kilnd.port")
         self.proc = subprocess.Popen([*prefix, KILND, "--port", "0", "--data-dir", data, *args],
-                                     stdout=subprocess.DEVNULL, stderr=open(self.log, "wb"), env=dict(ENV, **(env or {})))
+                                     stdout=subprocess.DEVNULL, stderr=open(self.log, "wb"), env=dict(ENV, **(env or {})),
+                                     umask=umask)
         self.port = None
         deadline = time.time() + 30
         while time.time() < deadline and self.proc.poll() is None:
@@ -187,8 +193,9 @@ def test_model_repository():
 
 
 def test_unreadable_model_folder():
-    """A model folder kilnd cannot list says so in the index. As root (for whom mode 000 opens
-    anyway) kilnd runs as another uid through setpriv."""
+    """A model folder kilnd cannot list, and a version folder it cannot search, say so in the
+    index (not "no model.kiln or model.onnx"). As root (for whom mode 000 opens anyway) kilnd runs
+    as another uid through setpriv."""
     as_other = os.geteuid() == 0
     if as_other and not shutil.which("setpriv"):
         print("skip: running as root without setpriv, kilnd cannot be run as another user", flush=True)
@@ -198,6 +205,9 @@ def test_unreadable_model_folder():
     shutil.copytree(EXAMPLES, repo)
     os.mkdir(os.path.join(repo, "locked"))
     os.chmod(os.path.join(repo, "locked"), 0)
+    shutil.copytree(os.path.join(EXAMPLES, "cnn"), os.path.join(repo, "lockedversion"))
+    locked_version = os.path.join(repo, "lockedversion", "1")
+    os.chmod(locked_version, 0)
     data = os.path.join(TMP, "locked-data")
     os.mkdir(data)
     prefix = ()
@@ -211,9 +221,52 @@ def test_unreadable_model_folder():
     finally:
         d.stop()
         os.chmod(os.path.join(repo, "locked"), 0o755)
+        os.chmod(locked_version, 0o755)
     reason = rows.get("locked", {}).get("reason", "")
     check("cannot read: Permission denied" in reason, "the unreadable folder's reason is given: %r" % reason)
+    row = rows.get("lockedversion", {})
+    check(row.get("version") == "1" and row.get("reason") == "cannot read: Permission denied",
+          "the unreadable version folder's reason is given: %s" % row)
     check(rows.get("cnn", {}).get("state") == "READY", "the readable model beside it serves: %s" % rows.get("cnn"))
+
+
+def mode_of(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_modes_follow_umask():
+    """Folders kilnd creates get 0777 under the umask, its lock 0666: under the image's umask 0002
+    they are group-writable, a model's version folder included (mkdtemp's 0700 once left the
+    example model to the uid that copied it), and under umask 0 nothing narrows them further. As
+    root, a kilnd then run as another uid of group 0 (OpenShift's rule) takes the lock on the same
+    folder and serves the model."""
+    os.chmod(TMP, 0o755)
+    for umask, folder_mode, file_mode in ((0o002, 0o775, 0o664), (0o000, 0o777, 0o666)):
+        top = os.path.join(TMP, "umask-%03o" % umask)
+        data = os.path.join(top, "data")
+        Daemon("umask-%03o" % umask, data, "--example-models", EXAMPLES, umask=umask).stop()
+        models = os.path.join(data, "models")
+        folders = {p: mode_of(p) for p in (top, data, models, os.path.join(models, "cnn"),
+                                            os.path.join(models, "cnn", "1")) if os.path.isdir(p)}
+        check(len(folders) == 5 and set(folders.values()) == {folder_mode},
+              "under umask %03o the data folders, model folder and version folder are %o: %s"
+              % (umask, folder_mode, {os.path.relpath(p, TMP): "%o" % m for p, m in folders.items()}))
+        lock = mode_of(os.path.join(data, "kilnd.lock"))
+        check(lock == file_mode, "under umask %03o the lock file is %o: %o" % (umask, file_mode, lock))
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        print("skip: another uid in group 0 needs root and setpriv to switch to it", flush=True)
+        return
+    data = os.path.join(TMP, "umask-002", "data")
+    d = Daemon("other-uid", data, umask=0o002,
+               prefix=("setpriv", "--reuid=12345", "--regid=0", "--clear-groups"))
+    try:
+        st, body = request(d.port, "POST", "/v2/repository/index", b"")
+        rows = {m["name"]: m for m in json.loads(body)} if st == 200 else {}
+    finally:
+        rc = d.stop()
+    check(rows.get("cnn", {}).get("state") == "READY",
+          "uid 12345 in group 0 serves the model uid 0 copied under umask 0002: %s" % rows.get("cnn"))
+    check(rc == 0, "and stops cleanly (%s)" % rc)
 
 
 def test_example_models_missing():
@@ -319,7 +372,7 @@ def test_device_that_cannot_open():
 
 def main():
     tests = (test_one_kilnd_per_data_dir, test_model_repository, test_unreadable_model_folder,
-             test_example_models_missing, test_check_config_matches_start, test_tokens_and_repeated_keys,
+             test_modes_follow_umask, test_example_models_missing, test_check_config_matches_start, test_tokens_and_repeated_keys,
              test_port_logged_at_any_level, test_device_secret_not_shown, test_device_that_cannot_open)
     try:
         for t in tests:

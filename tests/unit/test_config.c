@@ -112,6 +112,57 @@ static void test_precedence(void **state)
     unlink(file);
 }
 
+/* Said, not refused: a file's value the environment overrides, and a KILN_* name one or two edits
+ * from a setting's; the engine's and the CLI's own variables draw no warning. */
+static void test_notes(void **state)
+{
+    (void)state;
+    const char *file = write_config("{\"port\": 1111, \"host\": \"::1\"}");
+    char kc[96];
+    snprintf(kc, sizeof kc, "KILN_CONFIG=%s", file);
+    char *env[] = {kc,
+                   "KILN_PORT=2222",
+                   "KILN_HOST=::1",
+                   "KILN_LOGLEVEL=debug",
+                   "KILN_PROT=9000",
+                   "KILN_DRAIN_TIMEOUT=30000",
+                   "KILN_URL=http://127.0.0.1:8080",
+                   "KILN_TOKEN=t",
+                   "KILN_CPU_THREADS=2",
+                   "KILN_CPU_FUSION=on",
+                   "KILN_CUDA_TF32=1",
+                   "KILN_VULKAN_FUSION=off",
+                   "NOT_KILN_PORTS=1",
+                   NULL};
+    struct kd_config cfg;
+    char err[512];
+    assert_int_equal(load(&cfg, env, err, NULL), KD_CONFIG_RUN);
+    assert_int_equal(cfg.port, 2222);
+    assert_non_null(cfg.notes);
+    const char *expected[] = {
+        "port: the environment variable KILN_PORT (2222) overrides the value in config file",
+        "host: the environment variable KILN_HOST (::1) overrides",
+        "KILN_LOGLEVEL is not a kilnd setting and is ignored; did you mean KILN_LOG_LEVEL (log_level)?",
+        "KILN_PROT is not a kilnd setting and is ignored; did you mean KILN_PORT (port)?",
+        "KILN_DRAIN_TIMEOUT is not a kilnd setting and is ignored; did you mean KILN_DRAIN_TIMEOUT_MS",
+    };
+    int lines = 0;
+    for (const char *c = cfg.notes; *c; c++)
+        lines += *c == '\n';
+    assert_int_equal(lines, 5);
+    for (size_t i = 0; i < sizeof expected / sizeof *expected; i++)
+        if (!strstr(cfg.notes, expected[i]))
+            fail_msg("notes lack '%s':\n%s", expected[i], cfg.notes);
+    kd_config_free(&cfg);
+
+    /* without the file, the environment overrides nothing; a setting spelt right draws nothing */
+    char *env2[] = {"KILN_PORT=2222", "KILN_LOG_LEVEL=debug", NULL};
+    assert_int_equal(load(&cfg, env2, err, NULL), KD_CONFIG_RUN);
+    assert_null(cfg.notes);
+    kd_config_free(&cfg);
+    unlink(file);
+}
+
 static void test_two_configs_are_independent(void **state)
 {
     (void)state;
@@ -332,6 +383,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_precedence),
+        cmocka_unit_test(test_notes),
         cmocka_unit_test(test_two_configs_are_independent),
         cmocka_unit_test(test_lists_from_env_and_flags),
         cmocka_unit_test(test_file_errors),

@@ -2,7 +2,8 @@
  * tests/unit/test_jobstore.c — the SQLite job store: created in WAL mode, migrated to the latest
  * schema once, reopened without re-running migrations, a file from a newer build refused, a
  * version-1 file migrated forward with its data kept, and the job API (create, get, list with
- * state filter and pagination, state changes, events since a sequence number, metrics).
+ * state filter and pagination, state changes, events since a sequence number, metrics); a new
+ * file made 0666 less the umask, a store its user may not write refused at open.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,8 @@
 
 #include <cmocka.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "jobstore.h"
 
@@ -99,6 +102,80 @@ static void test_unopenable_path(void **state)
     assert_int_equal(kd_jobstore_open(&js, "/nonexistent/folder/kiln.db", err, sizeof err), -1);
     assert_null(js);
     assert_non_null(strstr(err, "/nonexistent/folder/kiln.db"));
+}
+
+/* A new store follows the umask (0002 in the container image, so one group shares the data
+ * folder), where SQLite alone makes 0644 files whatever the umask; -wal and -shm copy it. */
+static void test_new_file_follows_umask(void **state)
+{
+    (void)state;
+    mode_t old = umask(0002);
+    struct kd_jobstore *js;
+    char err[256];
+    int rc = kd_jobstore_open(&js, db, err, sizeof err);
+    umask(old);
+    assert_int_equal(rc, 0);
+    struct stat sb;
+    assert_int_equal(stat(db, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0664);
+    char wal[128];
+    snprintf(wal, sizeof wal, "%s-wal", db);
+    assert_int_equal(stat(wal, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0664);
+    kd_jobstore_close(js);
+}
+
+/* Opens the store as a user the file's mode keeps out: as root (who passes every mode check) in a
+ * child that has become nobody, else here. 0 when the open was refused with the file's name. */
+static int open_refused_as_other_user(void)
+{
+    if (geteuid() != 0) {
+        struct kd_jobstore *js;
+        char err[256];
+        int rc = kd_jobstore_open(&js, db, err, sizeof err);
+        if (rc == 0)
+            kd_jobstore_close(js);
+        return rc == -1 && strstr(err, db) && strstr(err, "writable") ? 0 : 1;
+    }
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (setgid(65534) != 0 || setuid(65534) != 0)
+            _exit(3);
+        struct kd_jobstore *js;
+        char err[256];
+        int rc = kd_jobstore_open(&js, db, err, sizeof err);
+        _exit(rc == -1 && strstr(err, db) && strstr(err, "writable") ? 0 : 1);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+/* SQLite would open such a file read-only without a word, and kilnd would answer its first job
+ * with a 500; the store refuses at open, naming the file. Likewise for a -wal file another user
+ * left behind. */
+static void test_read_only_store_refused(void **state)
+{
+    (void)state;
+    struct kd_jobstore *js;
+    char err[256];
+    assert_int_equal(kd_jobstore_open(&js, db, err, sizeof err), 0);
+    kd_jobstore_close(js);
+    assert_int_equal(chmod(dir, 0777), 0);
+    assert_int_equal(chmod(db, 0644), 0);
+    assert_int_equal(open_refused_as_other_user(), 0);
+
+    /* the database writable by all, its -wal file not */
+    char wal[128];
+    snprintf(wal, sizeof wal, "%s-wal", db);
+    FILE *f = fopen(wal, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(chmod(db, 0666), 0);
+    assert_int_equal(chmod(wal, 0644), 0);
+    assert_int_equal(open_refused_as_other_user(), 0);
 }
 
 static struct kd_jobstore *open_store(void)
@@ -337,6 +414,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_create_and_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unopenable_path, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_new_file_follows_umask, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_only_store_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_migrate_from_v1, setup, teardown),
         cmocka_unit_test_setup_teardown(test_job_crud, setup, teardown),
         cmocka_unit_test_setup_teardown(test_job_transition, setup, teardown),
