@@ -14,11 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "data-impl.h"
 #include "error-impl.h"
 #include "kiln/record.h"
+#include "storage-impl.h"
 
 kiln_dataset *kiln__dataset_arrays_take(const kiln_dataset_info *info, float *x, double *t, const char *name);
 
@@ -103,9 +105,17 @@ static int idx_read_data(gzFile f, const char *path, int64_t off, int64_t bytes,
 static int idx_read(const char *path, idx_file *out)
 {
     memset(out, 0, sizeof *out);
-    gzFile f = gzopen(path, "rb"); /* reads plain files unchanged, so both forms work */
-    if (!f)
-        return kiln__error_set("idx: %s: cannot open: %s", path, strerror(errno ? errno : ENOENT));
+    /* opened without blocking first: a FIFO would hang the reader (and a kilnd job) forever */
+    int fd = kiln__open_regular(path, NULL);
+    if (fd == KILN__NOT_REGULAR)
+        return kiln__error_set("idx: %s: not a regular file", path);
+    if (fd < 0)
+        return kiln__error_set("idx: %s: cannot open: %s", path, strerror(errno));
+    gzFile f = gzdopen(fd, "rb"); /* reads plain files unchanged, so both forms work */
+    if (!f) {
+        close(fd);
+        return kiln__error_set("idx: %s: cannot open: out of memory", path);
+    }
     gzbuffer(f, 1 << 17);
     unsigned char hdr[4];
     int rc = gz_read_exact(f, hdr, 4, path, 0, "magic");
@@ -367,9 +377,16 @@ kiln_dataset *kiln_dataset_csv(const char *path, const char *label_column, int n
         return kiln__error_set("csv: NULL path"), NULL;
     if (nfeatures < 0)
         return kiln__error_set("csv: %s: nfeatures %d < 0", path, nfeatures), NULL;
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return kiln__error_set("csv: %s: cannot open: %s", path, strerror(errno)), NULL;
+    int fd = kiln__open_regular(path, NULL); /* a FIFO would hang the reader */
+    if (fd == KILN__NOT_REGULAR)
+        return kiln__error_set("csv: %s: not a regular file", path), NULL;
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return kiln__error_set("csv: %s: cannot open: %s", path, strerror(e)), NULL;
+    }
     char *line = NULL, **cells = malloc(CSV_MAX_COLS * sizeof *cells);
     size_t cap = 0;
     int *cols = NULL, label_col = -1, ncols = 0, nfeat = 0;

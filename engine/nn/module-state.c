@@ -187,7 +187,8 @@ int kiln_module_load_safetensors(kiln_module *m, const char *path, bool strict, 
     int n = kiln_safetensors_count(st);
     const char **names = calloc((size_t)n + 1, sizeof *names);
     kiln_tensor **ts = calloc((size_t)n + 1, sizeof *ts);
-    int rc = -1;
+    kiln_named_tensor *own = NULL;
+    int rc = -1, nm = 0;
     if (!names || !ts) {
         kiln__error_set("load_safetensors: out of memory");
         goto out;
@@ -201,14 +202,30 @@ int kiln_module_load_safetensors(kiln_module *m, const char *path, bool strict, 
         rc = kiln_module_load_state_dict(m, 0, NULL, NULL, strict, report);
         goto out;
     }
+    /* Only the tensors the module has are read: the others are reported as unexpected (by name,
+     * from a NULL tensor), so a file with extra entries in a dtype kiln cannot hold (an int8
+     * scale, a float8 copy) still loads leniently, and nothing is read only to be dropped. */
+    nm = kiln_module_state_dict(m, NULL, 0);
+    own = nm > 0 ? calloc((size_t)nm, sizeof *own) : NULL;
+    if (nm < 0 || (nm > 0 && !own) || (nm > 0 && kiln_module_state_dict(m, own, nm) != nm)) {
+        if (nm >= 0)
+            kiln__error_set("load_safetensors: out of memory");
+        goto out;
+    }
     for (int i = 0; i < n; i++) {
         names[i] = kiln_safetensors_name(st, i);
+        bool wanted = false;
+        for (int k = 0; k < nm && !wanted; k++)
+            wanted = strcmp(own[k].name, names[i]) == 0;
+        if (!wanted)
+            continue;
         ts[i] = kiln_keep(kiln_safetensors_load(st, names[i], dev));
         if (!ts[i])
             goto out;
     }
     rc = kiln_module_load_state_dict(m, n, names, ts, strict, report);
 out:
+    free(own);
     if (ts)
         for (int i = 0; i < n; i++)
             kiln_tensor_release(ts[i]);

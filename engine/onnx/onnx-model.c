@@ -17,11 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "error-impl.h"
 #include "kiln/autodiff.h"
 #include "kiln/record.h"
 #include "onnx-model-impl.h"
+#include "storage-impl.h"
 #include "tensor-impl.h"
 
 /* Constants up to this many elements are folded; bigger ones (weights) stay graph inputs
@@ -517,9 +519,14 @@ static int load_external(kiln__onnx_pmodel *pm, const char *model_path) {
         if (!path) return kiln__error_set("onnx: out of memory");
         memcpy(path, model_path, dl);
         strcpy(path + dl, loc);
-        FILE *f = fopen(path, "rb");
+        int fd = kiln__open_regular(path, NULL); /* a FIFO would hang the loader */
         free(path);
-        if (!f) return kiln__error_set("onnx: tensor '%s': cannot open external data '%s'", t->name, loc);
+        FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+        if (!f) {
+            if (fd >= 0) close(fd);
+            return kiln__error_set("onnx: tensor '%s': cannot open external data '%s'%s", t->name, loc,
+                                   fd == KILN__NOT_REGULAR ? ": not a regular file" : "");
+        }
         int64_t want = (int64_t)t->nbytes;
         if (t->ext_length >= 0 && t->ext_length != want) {
             fclose(f);
@@ -592,9 +599,18 @@ kiln_onnx_model *kiln_onnx_load_memory(const void *data, size_t len, kiln_device
 
 kiln_onnx_model *kiln_onnx_load(const char *path, kiln_device *dev, const kiln_onnx_options *opts) {
     size_t max = opts && opts->max_file_bytes ? opts->max_file_bytes : ((size_t)2 << 30);
-    FILE *f = path ? fopen(path, "rb") : NULL;
+    /* opened without blocking first: a FIFO in a model folder would hang the loader */
+    int fd = path ? kiln__open_regular(path, NULL) : -1;
+    if (fd == KILN__NOT_REGULAR) {
+        kiln__error_set("onnx: cannot open '%s': not a regular file", path);
+        return NULL;
+    }
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (!f) {
-        kiln__error_set("onnx: cannot open '%s': %s", path ? path : "(null)", path ? strerror(errno) : "no path");
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        kiln__error_set("onnx: cannot open '%s': %s", path ? path : "(null)", path ? strerror(e) : "no path");
         return NULL;
     }
     uint8_t *buf = NULL;

@@ -5,7 +5,7 @@
  * created after it and zeroes the module's gradients; sources sharing memory with the
  * module (its own tensors, swapped) load as if copied first; an optimizer whose parameters
  * a device move replaced refuses to step, naming the parameter; a JSON model gives back
- * its spec.
+ * its spec; a lenient load passes over an extra entry of a dtype kiln cannot hold.
  */
 #include "nn-test-util.h"
 
@@ -237,6 +237,55 @@ static void test_model_spec_json(void **state)
     kiln_module_free(m);
 }
 
+/* A safetensors file with fc1.bias = {1, 2, 3, 4} (F32) and an int8 entry kiln holds no dtype
+ * for, written byte by byte as the format defines it (8-byte header length, JSON, data). */
+static void write_file_with_int8_extra(const char *path)
+{
+    const char header[] = "{\"fc1.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+                          "\"extra_int8_scale\":{\"dtype\":\"I8\",\"shape\":[2],\"data_offsets\":[16,18]}}";
+    uint64_t hlen = sizeof header - 1;
+    const float bias[4] = {1, 2, 3, 4};
+    const int8_t scale[2] = {-3, 7};
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(&hlen, 8, 1, f), 1);
+    assert_int_equal(fwrite(header, 1, hlen, f), hlen);
+    assert_int_equal(fwrite(bias, 4, 4, f), 4);
+    assert_int_equal(fwrite(scale, 1, 2, f), 2);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* A lenient load reports an extra tensor as unexpected without reading it, whatever its dtype:
+ * a file with an int8 entry failed the whole load ("dtype I8, which kiln does not support"). */
+static void test_lenient_load_skips_unsupported_extra(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/kiln-module-load-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    write_file_with_int8_extra(path);
+    kiln_module *m = net(8);
+    kiln_load_report rep;
+    assert_int_equal(kiln_module_load_safetensors(m, path, false, &rep), 0);
+    assert_int_equal(rep.missing, 3);
+    assert_int_equal(rep.unexpected, 1);
+    assert_non_null(strstr(rep.text, "unexpected: extra_int8_scale"));
+    float w[NWEIGHTS];
+    weights(m, w);
+    for (int i = 0; i < 4; i++) /* fc1.weight (16) then fc1.bias */
+        assert_float_equal(w[16 + i], (float)(i + 1), 0);
+
+    /* strict still refuses, naming what is missing and unexpected; the module is unchanged */
+    assert_int_equal(kiln_module_load_safetensors(m, path, true, &rep), -1);
+    expect_error("unexpected: extra_int8_scale");
+    float again[NWEIGHTS];
+    weights(m, again);
+    assert_memory_equal(w, again, sizeof w);
+    kiln_module_free(m);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -244,6 +293,7 @@ int main(void)
         cmocka_unit_test(test_load_from_own_tensors_swapped),
         cmocka_unit_test(test_stale_optimizer_refuses_to_step),
         cmocka_unit_test(test_model_spec_json),
+        cmocka_unit_test(test_lenient_load_skips_unsupported_extra),
     };
     return cmocka_run_group_tests_name("nn-module-load", tests, test_group_setup, test_group_teardown);
 }

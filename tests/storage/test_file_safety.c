@@ -22,7 +22,9 @@
 
 #include <cmocka.h>
 
+#include "kiln/data.h"
 #include "kiln/kiln.h"
+#include "kiln/onnx.h"
 #include "kiln/record.h"
 #include "storage-impl.h"
 
@@ -88,6 +90,10 @@ static void test_readers_refuse_fifo(void **state)
     char *text = NULL;
     assert_int_not_equal(kiln__read_file(fifo, 1 << 20, &text, NULL), 0);
     expect_not_regular(text, "kiln__read_file");
+    /* the model and data readers outside storage: ONNX, IDX (gzip or plain) and CSV */
+    expect_not_regular(kiln_onnx_load(fifo, dev, NULL), "kiln_onnx_load");
+    expect_not_regular(kiln_dataset_idx(fifo, fifo), "kiln_dataset_idx");
+    expect_not_regular(kiln_dataset_csv(fifo, NULL, 0, NULL), "kiln_dataset_csv");
     /* a folder is refused the same way */
     expect_not_regular(kiln_safetensors_open(dir), "kiln_safetensors_open on a folder");
 
