@@ -57,6 +57,10 @@ struct kiln__node {
     kiln_tensor *saved[KILN__AD_SAVED_MAX]; /* aliases; freed once backward has used them */
     kiln_tensor **xsaved;           /* more aliases (checkpoint inputs), nxsaved of them */
     int nxsaved;
+    /* Each saved alias's storage version when it was saved (kiln_storage.version): backward
+     * refuses to run when an in-place write has moved one on since. */
+    unsigned saved_version[KILN__AD_SAVED_MAX];
+    unsigned *xsaved_version;       /* one per xsaved entry */
     bool freed;                     /* saved tensors released by a backward pass */
     kiln_dtype out_dtype;
     int out_ndim;
@@ -94,7 +98,8 @@ bool kiln__ad_want_n(int n, kiln_tensor *const *ts);
  */
 kiln__node *kiln__ad_record(kiln_tensor *out, const char *name, kiln__backward_fn fn, int n,
                             kiln_tensor *const *ins, bool *failed);
-/** Keep an alias of t (shares storage, no graph) as saved slot k. -1 on failure. */
+/** Keep an alias of t (shares storage, no graph) as saved slot k, with its storage's
+ *  version now: a later in-place write to that storage makes backward fail. -1 on failure. */
 int kiln__ad_save(kiln__node *node, int k, kiln_tensor *t);
 /** True when input i of the node needs a gradient. */
 static inline bool kiln__ad_needs(const kiln__node *n, int i)

@@ -8,7 +8,9 @@
  * gradient into it, and runs each backward function once every consumer has delivered,
  * so a tensor used several times gets the sum of its gradients before its own node
  * runs. The per-pass scratch (dependency count, accumulated gradient) lives in the
- * nodes and is cleared when the pass ends, on success or error.
+ * nodes and is cleared when the pass ends, on success or error. Before the first node
+ * runs, every tensor the reached nodes saved is checked against the storage version it
+ * had when saved: one written in place since fails the pass with no gradient moved.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,7 +63,9 @@ static void release_saved(kiln__node *n)
     for (int k = 0; k < n->nxsaved; k++)
         kiln_tensor_release(n->xsaved[k]);
     free(n->xsaved);
+    free(n->xsaved_version);
     n->xsaved = NULL;
+    n->xsaved_version = NULL;
     n->nxsaved = 0;
 }
 
@@ -165,6 +169,7 @@ int kiln__ad_save(kiln__node *node, int k, kiln_tensor *t)
         return -1;
     kiln_tensor_release(node->saved[k]);
     node->saved[k] = a;
+    node->saved_version[k] = atomic_load_explicit(&t->storage->version, memory_order_relaxed);
     return 0;
 }
 
@@ -395,6 +400,34 @@ static int run_node(kiln__node *n, kiln_tensor *gout, bool retain_graph, nodevec
     return 0;
 }
 
+/* -1 when an in-place write reached the storage of saved alias t since the node saved it
+ * (at version then): its backward would use values the forward never saw. */
+static int check_saved(const kiln__node *n, const kiln_tensor *t, unsigned then)
+{
+    unsigned now = atomic_load_explicit(&t->storage->version, memory_order_relaxed);
+    if (now == then)
+        return 0;
+    char ds[200];
+    return kiln__error_set("backward: the tensor %s that %s saved for its backward was modified in place "
+                           "after the forward (saved at version %u, now %u): an optimizer step, module load "
+                           "or other in-place write reached it (or a view of its storage) between the forward "
+                           "and this backward; no gradient was changed. Run the forward again after the write, "
+                           "or give the op a clone of the tensor",
+                           kiln__describe(t, ds, sizeof ds), n->name, then, now);
+}
+
+/* Every tensor the node saved still holds what the forward used. */
+static int check_saved_versions(const kiln__node *n)
+{
+    for (int k = 0; k < KILN__AD_SAVED_MAX; k++)
+        if (n->saved[k] && check_saved(n, n->saved[k], n->saved_version[k]) < 0)
+            return -1;
+    for (int k = 0; k < n->nxsaved; k++)
+        if (n->xsaved[k] && check_saved(n, n->xsaved[k], n->xsaved_version[k]) < 0)
+            return -1;
+    return 0;
+}
+
 /* The gradient that starts the pass, as a tensor the engine owns. */
 static kiln_tensor *seed_grad(kiln_tensor *out, kiln_tensor *grad_output)
 {
@@ -437,9 +470,12 @@ static int backward_pass(kiln__node *root, kiln_tensor *g0, bool retain_graph)
     root->acc = g0;
     if (vec_push(&all, root) < 0 || vec_push(&stack, root) < 0)
         rc = -1;
-    /* Discover the graph and count, for each node, the edges that feed it. */
+    /* Discover the graph and count, for each node, the edges that feed it. Each node's
+     * saved tensors are checked here, while it is at hand: before any gradient moves, so
+     * a stale one leaves every .grad as it was. */
     while (rc == 0 && stack.n > 0) {
         kiln__node *n = stack.v[--stack.n];
+        rc = check_saved_versions(n);
         for (int i = 0; rc == 0 && i < n->nin; i++) {
             kiln__node *c = n->edges[i].node;
             if (!c)
@@ -585,10 +621,12 @@ kiln_tensor *kiln_checkpoint(kiln_checkpoint_fn fn, void *ud, int n, kiln_tensor
     kiln__node *node = kiln__ad_record(y, "checkpoint", checkpoint_backward, n, inputs, &failed);
     if (node) {
         node->xsaved = calloc((size_t)(n > 0 ? n : 1), sizeof *node->xsaved);
-        failed = !node->xsaved;
+        node->xsaved_version = calloc((size_t)(n > 0 ? n : 1), sizeof *node->xsaved_version);
+        failed = !node->xsaved || !node->xsaved_version;
         for (int i = 0; !failed && i < n; i++) {
             kiln_tensor *x = inputs[i];
             node->xsaved[i] = kiln__view(x, x->ndim, x->shape, x->strides, x->offset);
+            node->xsaved_version[i] = atomic_load_explicit(&x->storage->version, memory_order_relaxed);
             node->nxsaved = i + 1;
             failed = !node->xsaved[i];
         }

@@ -61,7 +61,9 @@ typedef struct kiln_storage {
     kiln_buffer *buf;
     size_t nbytes;
     /* Bumped by every engine write into existing memory (kiln__copy_into, kiln__fill, the
-     * fused optimizer step), so a derived copy (a packed weight) can tell it is stale. */
+     * fused optimizer step), so a derived copy (a packed weight) can tell it is stale, and
+     * backward can tell that a tensor autograd saved was overwritten since (autograd.c).
+     * Shared by every view of the storage. */
     atomic_uint version;
     /* The allocation hook that saw this storage made (its tag, 0 for none) and the
      * number it gave it: the hook hears of the storage's death while it is installed. */

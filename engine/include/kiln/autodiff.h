@@ -19,6 +19,21 @@
  * ops) produces an output that does not require grad; backward through an op kiln has
  * no backward for is an error naming the op.
  *
+ * In-place writes. A node keeps the tensors its backward reads (inputs, its output) as
+ * aliases of their storage, not copies. Every in-place write the library makes into an
+ * existing tensor (kiln_optim_step and _step_grads, kiln_module_load_*,
+ * kiln_grads_clip_norm and _value, batch norm's running statistics, a Learner resume) moves a version counter
+ * that the storage's views share; backward compares the version of each tensor the graph
+ * saved with the one it had when saved, before any gradient moves. A mismatch is an error
+ * naming the op, the tensor and both versions ("backward: the tensor f32[2] that mul saved
+ * for its backward was modified in place after the forward (saved at version 0, now 1)
+ * ..."), and no gradient changes. So a step between a forward and its backward fails
+ * rather than giving gradients of a function the forward never computed; the usual order
+ * (forward, backward, step) never trips it, and neither does a write to a tensor the graph
+ * did not save. Writes the library cannot see are not checked: memory a tensor made with
+ * kiln_from_host_memory borrows, written by its owner, and tensors a checkpointed
+ * function reaches through its ud rather than its inputs.
+ *
  * Threads: the grad mode (kiln_no_grad_begin/end) is per thread. Backward runs on the
  * calling thread; do not run two backward passes over the same graph concurrently.
  */
@@ -47,7 +62,9 @@ bool kiln_tensor_has_grad_fn(const kiln_tensor *t);
  * Backpropagate from output. grad_output NULL means output is a one-element tensor and
  * its gradient is 1. Leaves (and tensors marked with kiln_retain_grad) accumulate into
  * their .grad. The graph behind output is released as it is used: calling backward a
- * second time through it is an error unless retain_graph is set.
+ * second time through it is an error unless retain_graph is set. A tensor the graph saved
+ * and something wrote in place since is an error too (see "In-place writes" above),
+ * reported before any .grad changes.
  */
 int kiln_backward(kiln_tensor *output, kiln_tensor *grad_output);
 int kiln_backward_retain(kiln_tensor *output, kiln_tensor *grad_output, bool retain_graph);
