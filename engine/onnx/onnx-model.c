@@ -523,7 +523,8 @@ static int load_external(kiln__onnx_pmodel *pm, const char *model_path) {
         free(path);
         FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
         if (!f) {
-            if (fd >= 0) close(fd);
+            if (fd >= 0)
+                close(fd);
             return kiln__error_set("onnx: tensor '%s': cannot open external data '%s'%s", t->name, loc,
                                    fd == KILN__NOT_REGULAR ? ": not a regular file" : "");
         }
