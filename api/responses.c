@@ -6,9 +6,13 @@
 
 #include "responses.h"
 
+/* Every status kilnd sends, and the other common server errors, so that no status line reads
+ * "Unknown" (clients print the line as they got it). Phrases as RFC 9110 section 15 spells them. */
 const char *kd_http_reason(int status)
 {
     switch (status) {
+    case 100: return "Continue";
+    case 101: return "Switching Protocols";
     case 200: return "OK";
     case 201: return "Created";
     case 202: return "Accepted";
@@ -24,13 +28,18 @@ const char *kd_http_reason(int status)
     case 413: return "Content Too Large";
     case 414: return "URI Too Long";
     case 415: return "Unsupported Media Type";
+    case 417: return "Expectation Failed";
     case 422: return "Unprocessable Content";
+    case 426: return "Upgrade Required";
     case 429: return "Too Many Requests";
     case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
     case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
     case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
     case 505: return "HTTP Version Not Supported";
+    case 507: return "Insufficient Storage"; /* RFC 4918 */
     }
     return "Unknown";
 }

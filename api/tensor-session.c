@@ -647,6 +647,14 @@ int kd_tensor_service_handle(void *ctx, const struct kd_request *req, struct kd_
     int st = kd_auth_require(ts->auth, req, KD_AUTH_READ, NULL, out);
     if (st != 0)
         return st;
+    /* remote.max_sessions 0 turns the endpoint off for the life of the process: 404, as Triton and
+     * KServe servers answer for a feature they were started without (its routes are not served),
+     * and without Retry-After. A 503 would say "try again later", and clients and proxies that
+     * retry 503s would do so forever. */
+    if (ts->o.limits.max_sessions == 0)
+        return kd_resp_error(out, 404,
+                             "remote tensor sessions are turned off on this server (remote.max_sessions is 0)",
+                             req->keep_alive, NULL);
     if (!ts->accepting)
         return kd_resp_error(out, 503, "the server is shutting down", req->keep_alive, NULL);
     if (ts->nsessions >= (size_t)ts->o.limits.max_sessions) {
@@ -751,7 +759,11 @@ struct kd_tensor_service *kd_tensor_service_new(const struct kd_tensor_service_o
             return NULL;
         }
     }
-    tlog(ts, KD_LOG_DEBUG, "remote tensor endpoint up: at most %lld sessions", (long long)o->limits.max_sessions);
+    if (o->limits.max_sessions == 0)
+        tlog(ts, KD_LOG_DEBUG, "remote tensor endpoint off (remote.max_sessions is 0)");
+    else
+        tlog(ts, KD_LOG_DEBUG, "remote tensor endpoint up: at most %lld sessions",
+             (long long)o->limits.max_sessions);
     return ts;
 }
 

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Black-box tests of kilnd's /v1/tensor endpoint (docs/remote-protocol.md) over real sockets:
-handshake errors, devices named as devices (cpu is cpu:0), a normal session, pipelined ops with an error in the middle, isolation between
+handshake errors, the endpoint turned off (remote.max_sessions 0), devices named as devices (cpu
+is cpu:0), a normal session, pipelined ops with an error in the middle, isolation between
 sessions, quotas, hostile operands, framing violations, and memory freed on disconnect — while
 the daemon keeps serving its other endpoints and sessions.
 
 Usage: test_remote_server.py KILND
 """
 import http.client
+import json
 import os
 import shutil
 import signal
@@ -115,6 +117,25 @@ def errors_of(msgs):
     return {m[1]: m[2] for m in msgs if m[0] == ERROR}
 
 
+def refused_upgrade(d, version="13", headers=None):
+    """An upgrade kilnd answers with an HTTP error: (status, reason phrase, headers, JSON body)."""
+    h = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": version,
+         "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+    h.update(headers or {})
+    c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=20)
+    try:
+        c.request("GET", "/v1/tensor", headers=h)
+        r = c.getresponse()
+        body = r.read()
+        try:
+            body = json.loads(body)
+        except ValueError:
+            pass
+        return r.status, r.reason, {k.lower(): v for k, v in r.getheaders()}, body
+    finally:
+        c.close()
+
+
 def test_handshake(d):
     w = WS(d.port)
     st, _ = w.handshake(key="")
@@ -122,6 +143,9 @@ def test_handshake(d):
     w = WS(d.port)
     st, h = w.handshake(version="8")
     check(st == 426 and h.get("sec-websocket-version") == "13", "version 8 -> 426 naming 13 (got %s)" % st)
+    st, reason, _, _ = refused_upgrade(d, version="8")
+    check(st == 426 and reason == "Upgrade Required", "426's status line reads Upgrade Required (got %s %r)"
+          % (st, reason))
     w = WS(d.port)
     st, _ = w.handshake({"Upgrade": None})
     check(st == 400, "no Upgrade header -> 400 (got %s)" % st)
@@ -381,7 +405,11 @@ def test_session_limit_and_tokens():
     w = WS(d.port)
     st, h = w.handshake({"Authorization": "Bearer adm1n"})
     check(st == 503 and h.get("retry-after") == "1", "second session past remote.max_sessions=1 -> 503 (got %s)" % st)
-    check(d.metric("kiln_remote_sessions_refused_total") == 1, "refusal counted")
+    st, _, h, body = refused_upgrade(d, headers={"Authorization": "Bearer adm1n"})
+    check(st == 503 and h.get("retry-after") == "1" and isinstance(body, dict)
+          and "too many remote tensor sessions" in body.get("error", ""),
+          "a full server says so, with Retry-After: %s %r %r" % (st, h, body))
+    check(d.metric("kiln_remote_sessions_refused_total") == 2, "refusals counted")
     a.close()
     check(d.wait_metric("kiln_remote_sessions", 0), "the session ended")
     b = d.session(headers={"Authorization": "Bearer adm1n"})
@@ -391,6 +419,22 @@ def test_session_limit_and_tokens():
     d.proc.send_signal(signal.SIGTERM)
     expect_closed(b, 1001, "drain")
     d.stop()
+
+
+def test_sessions_off():
+    """remote.max_sessions 0 turns the endpoint off: a 404 saying so, which no client retries (no
+    Retry-After), while the rest of kilnd serves as usual."""
+    d = Daemon("off", "--remote-max-sessions", "0")
+    try:
+        for _ in range(2):  # the same answer every time, not a momentary refusal
+            st, _, h, body = refused_upgrade(d)
+            err = body.get("error", "") if isinstance(body, dict) else ""
+            check(st == 404 and "retry-after" not in h and "turned off" in err and "remote.max_sessions is 0" in err,
+                  "remote.max_sessions 0 -> 404 saying the endpoint is off, no Retry-After: %s %r %r" % (st, h, body))
+        check(d.metric("kiln_remote_sessions_refused_total") == 0, "not counted as a refusal for a full server")
+        check(d.req("GET", "/v2/health/ready")[0] == 200, "kilnd serves the rest as usual")
+    finally:
+        d.stop()
 
 
 def hello_answer(d, device):
@@ -471,6 +515,7 @@ def main():
         check(d.proc.poll() is None, "kilnd still running")
         d.stop()
         test_session_limit_and_tokens()
+        test_sessions_off()
         test_device_identity()
     finally:
         if d.proc.poll() is None:

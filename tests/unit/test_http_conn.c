@@ -341,6 +341,62 @@ static void test_unknown_method(void **state)
     }
 }
 
+/* Every status kilnd answers with has its phrase on the status line ("HTTP/1.1 426 Unknown" once
+ * reached clients that print the line): the list is every status kilnd sends, and the other
+ * server errors (502, 504, 507) so that a path that starts sending one cannot bring "Unknown" back. */
+static void test_reason_phrases(void **state)
+{
+    (void)state;
+    static const struct {
+        int status;
+        const char *reason;
+    } phrases[] = {
+        {100, "Continue"},
+        {101, "Switching Protocols"},
+        {200, "OK"},
+        {201, "Created"},
+        {202, "Accepted"},
+        {204, "No Content"},
+        {400, "Bad Request"},
+        {401, "Unauthorized"},
+        {403, "Forbidden"},
+        {404, "Not Found"},
+        {405, "Method Not Allowed"},
+        {408, "Request Timeout"},
+        {409, "Conflict"},
+        {411, "Length Required"},
+        {413, "Content Too Large"},
+        {414, "URI Too Long"},
+        {415, "Unsupported Media Type"},
+        {417, "Expectation Failed"},
+        {422, "Unprocessable Content"},
+        {426, "Upgrade Required"},
+        {429, "Too Many Requests"},
+        {431, "Request Header Fields Too Large"},
+        {500, "Internal Server Error"},
+        {501, "Not Implemented"},
+        {502, "Bad Gateway"},
+        {503, "Service Unavailable"},
+        {504, "Gateway Timeout"},
+        {505, "HTTP Version Not Supported"},
+        {507, "Insufficient Storage"},
+    };
+    for (size_t i = 0; i < sizeof phrases / sizeof phrases[0]; i++) {
+        if (strcmp(kd_http_reason(phrases[i].status), phrases[i].reason) != 0)
+            fail_msg("%d: \"%s\", expected \"%s\"", phrases[i].status, kd_http_reason(phrases[i].status),
+                     phrases[i].reason);
+    }
+    /* and on the wire, as a refused WebSocket version is answered */
+    struct kd_buf out = {0};
+    assert_int_equal(kd_resp_error(&out, 426, "unsupported Sec-WebSocket-Version; kilnd speaks 13", true,
+                                   "Sec-WebSocket-Version: 13\r\n"),
+                     426);
+    const char *line = "HTTP/1.1 426 Upgrade Required\r\n";
+    assert_true(out.len > strlen(line));
+    assert_memory_equal(out.data, line, strlen(line));
+    kd_buf_free(&out);
+}
+
 static void test_connection_close(void **state)
 {
     struct fixture *f = *state;
@@ -686,6 +742,7 @@ int main(void)
         T(test_timeouts),            T(test_eof),                     T(test_drain),
         T(test_metrics_endpoint),    T(test_random_bytes),
         cmocka_unit_test(test_deferred_body_outlives_connection),
+        cmocka_unit_test(test_reason_phrases),
     };
     /* HEAD: answered as GET without the body (RFC 9110 9.3.2) */
     const struct CMUnitTest head_tests[] = {

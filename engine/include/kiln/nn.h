@@ -10,7 +10,7 @@
  *
  *     kiln_scope_begin();
  *     kiln_tensor *y = kiln_module_forward(fc, x);            // x [N, 10] -> y [N, 5]
- *     if (!y) fprintf(stderr, "%s\n", kiln_error());          // "Linear 'fc': ..."
+ *     if (!y) fprintf(stderr, "%s\n", kiln_error());          // "Linear '(root)': ..."
  *     kiln_scope_end();
  *
  *     // Parameters for an optimizer: borrowed tensors with dotted names.
@@ -43,7 +43,8 @@
  * ownership rule (the innermost open scope takes them); everything a forward pass
  * creates in between is released before it returns. A failure returns NULL / -1 and
  * kiln_error() names the layer type and path: "Linear 'encoder.fc': input f32[2, 7]:
- * last dim 7, expected 10".
+ * last dim must be in_features = 10" ("(root)" in place of the path for the module
+ * forward was called on, as fc above).
  *
  * Layers. Every layer has a plain config struct with PyTorch's defaults
  * (kiln_<layer>_config_default()), a JSON form (kiln_<layer>_config_to_json /
