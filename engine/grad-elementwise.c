@@ -4,9 +4,11 @@
  *
  * Formulas follow PyTorch's derivatives: floor/ceil/round/sign have a zero gradient,
  * clamp passes the gradient where lo <= x <= hi, maximum/minimum split it evenly on
- * ties, pow's exponent gradient is zero where the base is 0 and the exponent is
- * non-negative. Binary gradients are computed at the output's (broadcast) shape and
- * summed back to each operand's shape; the engine casts them to the operand's dtype.
+ * ties and give all of it to both operands where either is NaN, pow's exponent gradient
+ * is zero where the base is 0 and the exponent is non-negative; the activations' on
+ * f16/bf16 are taken in f32 (half_intermediates). Binary gradients are computed at the
+ * output's (broadcast) shape and summed back to each operand's shape; the engine casts
+ * them to the operand's dtype.
  */
 #include <math.h>
 
@@ -46,7 +48,8 @@ static kiln_tensor *unary_derivative(kiln_unary_op op, kiln_tensor *x, kiln_tens
     case KILN_UNARY_LEAKY_RELU:
         return kiln_where(kiln_gt(x, zero), kiln__const_like(x, 1), kiln__const_like(x, alpha));
     case KILN_UNARY_ELU:
-        return kiln_where(kiln_gt(x, zero), kiln__const_like(x, 1), kiln_add_scalar(y, alpha));
+        /* alpha exp(x), as PyTorch's; y + alpha cancels to 0 once expm1(x) rounds to -1 */
+        return kiln_where(kiln_gt(x, zero), kiln__const_like(x, 1), kiln_mul_scalar(kiln_exp(x), alpha));
     case KILN_UNARY_GELU: {
         /* Phi(x) + x phi(x) */
         kiln_tensor *cdf = kiln_mul_scalar(kiln_add_scalar(kiln_erf(kiln_mul_scalar(x, M_SQRT1_2)), 1), 0.5);
@@ -85,6 +88,26 @@ static kiln_tensor *unary_derivative(kiln_unary_op op, kiln_tensor *x, kiln_tens
     }
 }
 
+/* Whether op's derivative on an f16/bf16 input is taken in f32, as PyTorch's is: the
+ * multi-step formulas leave half range or precision long before the derivative does
+ * (gelu's tanh form squares x: at x = 256 x² is inf in f16 and sech² · inf is NaN
+ * where the derivative is 1; at x = -3.5 f16 rounding puts it 40% off, bf16 makes it
+ * 0). The engine rounds the f32 gradient back to the input's dtype. */
+static bool half_intermediates(kiln_unary_op op, kiln_dtype dt)
+{
+    if (dt != KILN_F16 && dt != KILN_BF16)
+        return false;
+    switch (op) {
+    case KILN_UNARY_ELU:
+    case KILN_UNARY_GELU:
+    case KILN_UNARY_GELU_TANH:
+    case KILN_UNARY_SILU:
+    case KILN_UNARY_SOFTPLUS:
+    case KILN_UNARY_ERF: return true;
+    default: return false;
+    }
+}
+
 static int unary_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
 {
     kiln_unary_op op = (kiln_unary_op)n->iv[0];
@@ -101,6 +124,10 @@ static int unary_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
         gin[0] = kiln_where(kiln_gt(x, kiln__const_like(x, 0)), g, kiln__const_like(g, 0));
         break;
     default:
+        if (half_intermediates(op, x->dtype)) {
+            x = kiln_cast(x, KILN_F32);
+            y = kiln_cast(y, KILN_F32);
+        }
         gin[0] = kiln_mul(g, unary_derivative(op, x, y, n->dv[0], n->dv[1]));
         break;
     }
@@ -173,13 +200,15 @@ static int binary_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
         kiln_tensor *half = kiln_mul_scalar(g, 0.5);
         kiln_tensor *zero = kiln__const_like(g, 0);
         kiln_tensor *tie = kiln_eq(a, b);
+        /* An operand gets nothing only where it loses outright; where either is NaN
+         * neither loses (comparisons with NaN are false), so both get g, as PyTorch's. */
         if (na) {
-            kiln_tensor *win = mx ? kiln_gt(a, b) : kiln_lt(a, b);
-            ga = kiln_where(tie, half, kiln_where(win, g, zero));
+            kiln_tensor *lose = mx ? kiln_lt(a, b) : kiln_gt(a, b);
+            ga = kiln_where(tie, half, kiln_where(lose, zero, g));
         }
         if (nb) {
-            kiln_tensor *win = mx ? kiln_gt(b, a) : kiln_lt(b, a);
-            gb = kiln_where(tie, half, kiln_where(win, g, zero));
+            kiln_tensor *lose = mx ? kiln_lt(b, a) : kiln_gt(b, a);
+            gb = kiln_where(tie, half, kiln_where(lose, zero, g));
         }
         break;
     }

@@ -321,17 +321,22 @@ static int layer_norm_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
  *     gx = rstd w (g - sum(g)/N - xc rstd^2 sum(g xc)/N),  gw = rstd sum(g xc),  gb = sum(g)
  * with sums over every dim but 1. The forward's batch mean and rstd ([1, C, 1, ...]) are
  * saved with the input: backward runs once over a graph (there is no create_graph), so
- * nothing needs to differentiate through them again. */
-static int batch_norm_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
+ * nothing needs to differentiate through them again. Half dtypes work in f32, the
+ * dtype of those statistics (ops-nn.c): the per-channel sums of g and g xc would
+ * otherwise overflow or round away; the engine rounds the gradients back. */
+static int batch_norm_backward(kiln__node *n, kiln_tensor *g0, kiln_tensor **gin)
 {
-    kiln_tensor *x = n->saved[0], *w = n->saved[1], *mean = n->saved[2], *rstd = n->saved[3];
-    int64_t C = x->shape[1];
-    if (kiln__numel(x) == 0) {
+    kiln_tensor *x0 = n->saved[0], *w = n->saved[1], *mean = n->saved[2], *rstd = n->saved[3];
+    int64_t C = x0->shape[1];
+    if (kiln__numel(x0) == 0) {
         for (int i = 0; i < 3; i++)
             if (kiln__ad_needs(n, i))
-                gin[i] = kiln_zeros(kiln__dev(g), g->dtype, n->edges[i].ndim, n->edges[i].shape);
+                gin[i] = kiln_zeros(kiln__dev(g0), g0->dtype, n->edges[i].ndim, n->edges[i].shape);
         return 0;
     }
+    kiln_tensor *x = kiln_cast(x0, rstd->dtype), *g = kiln_cast(g0, rstd->dtype);
+    if (!x || !g)
+        return -1;
     int dims[KILN_MAX_DIMS], nd = 0;
     int64_t cshape[KILN_MAX_DIMS];
     for (int i = 0; i < x->ndim; i++) {

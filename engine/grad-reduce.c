@@ -5,7 +5,8 @@
  * A reduction's gradient is brought back to the keepdim shape and broadcast over the
  * reduced dims. max/min (and the infinity norm) share it evenly among the elements that
  * tie for the extreme, as PyTorch's amax/amin do; prod handles zeros exactly (one zero
- * gets the product of the others, two or more zeros give nothing anywhere).
+ * gets the product of the others, two or more zeros give nothing anywhere); std's
+ * gradient is 0 where the std is 0, as PyTorch's.
  */
 #include <math.h>
 #include <string.h>
@@ -67,8 +68,10 @@ static int reduce_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
         kiln_tensor *xc = kiln_sub(x, kiln_mean(x, ndims, dims, true));
         double denom = count - param;
         r = kiln_mul(ge, kiln_mul_scalar(xc, (op == KILN_REDUCE_VAR ? 2.0 : 1.0) / denom));
+        /* 0 where the std is 0 (a constant slice), as PyTorch masks it, rather than the
+         * 0 / 0 the quotient gives; the mask is taken on the reduced shape */
         if (op == KILN_REDUCE_STD)
-            r = kiln_div(r, yk);
+            r = kiln_mul(r, kiln_where(kiln_eq(yk, zero), zero, kiln_reciprocal(yk)));
         break;
     }
     case KILN_REDUCE_LOGSUMEXP:

@@ -166,6 +166,14 @@ kiln_tensor *kiln_layer_norm(kiln_tensor *x, int nnorm, kiln_tensor *weight, kil
 
 /* ---------------------------------------------------------- batch, group norm */
 
+/* The dtype normalization statistics are computed in: f32 for the half dtypes, whose
+ * range a variance leaves early (activations of std 256 have a variance past f16's
+ * 65504), as PyTorch accumulates them; the input's own dtype otherwise. */
+static kiln_dtype stats_dtype(kiln_dtype dt)
+{
+    return dt == KILN_F16 || dt == KILN_BF16 ? KILN_F32 : dt;
+}
+
 /* Shape [1, C, 1, ...] of rank ndim, for per-channel parameters. */
 static kiln_tensor *per_channel(kiln_tensor *p, int ndim, kiln_dtype dt)
 {
@@ -217,6 +225,7 @@ kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean, kiln_ten
         return NULL;
     }
     kiln_dtype dt = kiln_dtype_is_float(x->dtype) ? x->dtype : KILN_F32;
+    kiln_dtype st = stats_dtype(dt);
     int dims[KILN_MAX_DIMS], nd = 0;
     for (int i = 0; i < x->ndim; i++)
         if (i != 1)
@@ -227,7 +236,7 @@ kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean, kiln_ten
     kiln_scope_begin();
     if (one_node)
         kiln_no_grad_begin();
-    kiln_tensor *cx = kiln_cast(x, dt);
+    kiln_tensor *cx = kiln_cast(x, st);
     kiln_tensor *mean, *var;
     if (use_batch) {
         mean = kiln_mean(cx, nd, dims, true);
@@ -251,17 +260,18 @@ kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean, kiln_ten
             }
         }
     } else {
-        mean = per_channel(running_mean, x->ndim, dt);
-        var = per_channel(running_var, x->ndim, dt);
+        mean = per_channel(running_mean, x->ndim, st);
+        var = per_channel(running_var, x->ndim, st);
     }
     /* (x - mean) (rstd w) + b: the per-channel factors combine first, three passes over
      * the activation instead of four */
     kiln_tensor *rstd = kiln_rsqrt(kiln_add_scalar(var, eps)), *scale = rstd;
     if (weight)
-        scale = kiln_mul(rstd, per_channel(weight, x->ndim, dt));
+        scale = kiln_mul(rstd, per_channel(weight, x->ndim, st));
     kiln_tensor *y = kiln_mul(kiln_sub(cx, mean), scale);
     if (bias)
-        y = kiln_add(y, per_channel(bias, x->ndim, dt));
+        y = kiln_add(y, per_channel(bias, x->ndim, st));
+    y = kiln_cast(y, dt);
     if (one_node) {
         kiln_no_grad_end();
         if (y && mean && rstd)
@@ -296,8 +306,9 @@ kiln_tensor *kiln_group_norm(kiln_tensor *x, int64_t groups, kiln_tensor *weight
         }
     }
     kiln_dtype dt = kiln_dtype_is_float(x->dtype) ? x->dtype : KILN_F32;
+    kiln_dtype st = stats_dtype(dt);
     kiln_scope_begin();
-    kiln_tensor *cx = kiln_cast(x, dt);
+    kiln_tensor *cx = kiln_cast(x, st);
     int64_t inner = C / groups;
     for (int i = 2; i < x->ndim; i++)
         inner *= x->shape[i];
@@ -307,10 +318,10 @@ kiln_tensor *kiln_group_norm(kiln_tensor *x, int64_t groups, kiln_tensor *weight
     kiln_tensor *n = kiln_mul(kiln_sub(g, mean), kiln_rsqrt(kiln_add_scalar(var, eps)));
     kiln_tensor *y = kiln_reshape(n, x->ndim, x->shape);
     if (weight)
-        y = kiln_mul(y, per_channel(weight, x->ndim, dt));
+        y = kiln_mul(y, per_channel(weight, x->ndim, st));
     if (bias)
-        y = kiln_add(y, per_channel(bias, x->ndim, dt));
-    return finish(y);
+        y = kiln_add(y, per_channel(bias, x->ndim, st));
+    return finish(kiln_cast(y, dt));
 }
 
 /* ------------------------------------------------------------------- dropout */
@@ -375,7 +386,8 @@ kiln_tensor *kiln_scaled_dot_product_attention(kiln_tensor *q, kiln_tensor *k, k
             kiln_tensor *full = n >= 0 ? kiln_expand(scores, n, s) : NULL;
             scores = kiln_masked_fill(full, kiln_logical_not(mask), -INFINITY);
         } else {
-            scores = kiln_add(scores, mask);
+            /* in the scores' dtype: an f32 mask must not promote f16 attention to f32 */
+            scores = kiln_add(scores, scores ? kiln_cast(mask, scores->dtype) : NULL);
         }
     }
     kiln_tensor *attn = kiln_softmax(scores, -1);

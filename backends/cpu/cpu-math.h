@@ -100,9 +100,9 @@ static inline __m256 kv_tanh(__m256 x)
     /* large: 1 - 2 / (exp(2|x|) + 1) */
     __m256 e = kv_exp(_mm256_add_ps(ax, ax));
     __m256 big = _mm256_sub_ps(V8(1.0f), _mm256_div_ps(V8(2.0f), _mm256_add_ps(e, V8(1.0f))));
-    big = _mm256_or_ps(big, sign);
     __m256 is_small = _mm256_cmp_ps(ax, V8(0.625f), _CMP_LT_OQ);
-    return _mm256_blendv_ps(big, small, is_small);
+    /* x's sign on both branches: the polynomial's last add gives +0 for x = -0 */
+    return _mm256_or_ps(_mm256_blendv_ps(big, small, is_small), sign);
 }
 
 /* erfc(u) for u >= 0 (callers pass |z|); u is clamped to 10, where erfc is ~2e-45. */

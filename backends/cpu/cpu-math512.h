@@ -96,9 +96,9 @@ static inline __m512 kz_tanh(__m512 x)
      * reciprocal's argument stays finite. NaN passes through the min (second operand). */
     __m512 e = kz_exp(_mm512_add_ps(_mm512_min_ps(V16(10.0f), ax), _mm512_min_ps(V16(10.0f), ax)));
     __m512 big = _mm512_fnmadd_ps(V16(2.0f), kz_rcp(_mm512_add_ps(e, V16(1.0f))), V16(1.0f));
-    big = kz_copysign(big, x);
     __mmask16 is_small = _mm512_cmp_ps_mask(ax, V16(0.625f), _CMP_LT_OQ);
-    return _mm512_mask_blend_ps(is_small, big, small);
+    /* x's sign on both branches: the polynomial's last add gives +0 for x = -0 */
+    return kz_copysign(_mm512_mask_blend_ps(is_small, big, small), x);
 }
 
 /* erfc(u) for u >= 0; u is clamped to 10, where erfc is ~2e-45. */

@@ -114,7 +114,7 @@ static const char prelude_body[] =
     /* the ops: unary.comp's and binary.comp's f32 formulas over common.glsl's helpers */
     "float ku_neg(float x, float A, float B) { return -x; }\n"
     "float ku_abs(float x, float A, float B) { return abs(x); }\n"
-    "float ku_sign(float x, float A, float B) { return x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : 0.0); }\n"
+    "float ku_sign(float x, float A, float B) { return float(x > 0.0) - float(x < 0.0); }\n"
     "float ku_exp(float x, float A, float B) { return exp(x); }\n"
     "float ku_log(float x, float A, float B) { return kvk_log(x); }\n"
     "float ku_log1p(float x, float A, float B) { return kvk_log1p(x); }\n"

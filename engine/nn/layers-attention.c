@@ -19,14 +19,17 @@ kiln_mha_config kiln_mha_config_default(void)
 }
 
 /* A boolean "not allowed" mask becomes an additive one: -inf where true. A float mask
- * is already additive. */
-static kiln_tensor *additive_mask(kiln_tensor *mask)
+ * is already additive. Either comes in dt, the dtype of the attention scores, so that
+ * adding it promotes nothing: an f16 module stays f16 whatever its masks. */
+static kiln_tensor *additive_mask(kiln_tensor *mask, kiln_dtype dt)
 {
-    if (!mask || kiln_tensor_dtype(mask) != KILN_BOOL)
-        return mask;
-    return kiln_masked_fill(kiln_zeros(kiln_tensor_device(mask), KILN_F32, kiln_tensor_ndim(mask),
-                                       kiln_tensor_shape(mask)),
-                            mask, -INFINITY);
+    if (!mask)
+        return NULL;
+    if (kiln_tensor_dtype(mask) != KILN_BOOL)
+        return kiln_cast(mask, dt);
+    return kiln_masked_fill(
+        kiln_zeros(kiln_tensor_device(mask), dt, kiln_tensor_ndim(mask), kiln_tensor_shape(mask)), mask,
+        -INFINITY);
 }
 
 /* [N, L, E] -> [N, H, L, D] */
@@ -72,7 +75,18 @@ static int mha_forward(kiln_module *m, int n_in, kiln_tensor *const *in, int max
         proj[i] = split_heads(kiln_linear(xs[i], kiln_narrow(w, 0, i * E, E), b ? kiln_narrow(b, 0, i * E, E) : NULL),
                               H);
 
-    /* Masks, all additive, broadcast to [N, H, L, S]. */
+    if (!proj[0] || !proj[1] || !proj[2])
+        return -1;
+    kiln_tensor *masks[2] = {kpm, am};
+    for (int i = 0; i < 2; i++)
+        if (masks[i] && kiln_tensor_dtype(masks[i]) != KILN_BOOL &&
+            !kiln_dtype_is_float(kiln_tensor_dtype(masks[i]))) {
+            char d[96];
+            return kiln__module_error(m, "%s %s: must be bool or floating", i ? "attn_mask" : "key_padding_mask",
+                                      kiln__desc_str(masks[i], d, sizeof d));
+        }
+    /* Masks, all additive in the scores' dtype, broadcast to [N, H, L, S]. */
+    kiln_dtype sdt = kiln_tensor_dtype(proj[0]);
     kiln_tensor *mask = NULL;
     if (am) {
         int nd = kiln_tensor_ndim(am);
@@ -85,7 +99,7 @@ static int mha_forward(kiln_module *m, int n_in, kiln_tensor *const *in, int max
                                       kiln__desc_str(am, d, sizeof d), (long long)L, (long long)S,
                                       (long long)(N * H), (long long)L, (long long)S);
         }
-        mask = additive_mask(am);
+        mask = additive_mask(am, sdt);
         if (nd == 3)
             mask = kiln_reshape(mask, KILN_SHAPE(N, H, L, S));
     }
@@ -96,7 +110,7 @@ static int mha_forward(kiln_module *m, int n_in, kiln_tensor *const *in, int max
             return kiln__module_error(m, "key_padding_mask %s: expected [%lld, %lld]", kiln__desc_str(kpm, d, sizeof d),
                                       (long long)N, (long long)S);
         }
-        kiln_tensor *pm = kiln_reshape(additive_mask(kpm), KILN_SHAPE(N, 1, 1, S));
+        kiln_tensor *pm = kiln_reshape(additive_mask(kpm, sdt), KILN_SHAPE(N, 1, 1, S));
         mask = mask ? kiln_add(mask, pm) : pm;
     }
     kiln_tensor *ctx;

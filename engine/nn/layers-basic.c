@@ -86,7 +86,15 @@ static kiln_tensor *embedding_run(kiln_module *m, kiln_tensor *x)
         kiln__module_error(m, "input %s: indices must be an integer tensor", kiln__desc_str(x, d, sizeof d));
         return NULL;
     }
-    return kiln_embedding(kiln_module_get(m, "weight"), x);
+    const kiln_embedding_config *c = CFG(kiln_embedding_config, m);
+    kiln_tensor *w = kiln_module_get(m, "weight");
+    kiln_tensor *y = kiln_embedding(w, x);
+    if (!y || c->padding_idx < 0 || !kiln_grad_enabled() || !kiln_tensor_requires_grad(w))
+        return y;
+    /* As PyTorch's, the padding row is looked up but never trained: the positions that
+     * read it pass no gradient back (their output is taken detached). */
+    kiln_tensor *pad = kiln_eq(x, kiln_full(kiln_tensor_device(x), dt, 0, NULL, (double)c->padding_idx));
+    return kiln_where(kiln_unsqueeze(pad, -1), kiln_detach(y), y);
 }
 
 static int embedding_forward(kiln_module *m, int n_in, kiln_tensor *const *in, int max_out, kiln_tensor **out)

@@ -1,8 +1,10 @@
 /*
  * engine/optim/loss.c — the loss functions of kiln/loss.h, with PyTorch's semantics.
  *
- * Every loss is an expression in the public tensor ops, so autodiff differentiates it
- * and every backend runs it. The arguments are checked first (shapes, dtypes, class
+ * Every loss is an expression in the public tensor ops, so every backend runs it and
+ * autodiff differentiates it; binary cross-entropy alone records its value as one node
+ * with PyTorch's closed-form gradient, which its clamped logs do not have at 0 and 1
+ * (bce_backward). The arguments are checked first (shapes, dtypes, class
  * ranges), because a bad target would otherwise surface as an obscure gather or
  * broadcast error far from the cause; checking a class range reads the targets back to
  * the host, a small cost next to the forward pass that produced the logits.
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "autograd-impl.h"
 #include "error-impl.h"
 #include "kiln/loss.h"
 #include "tensor-impl.h"
@@ -125,6 +128,17 @@ static kiln_tensor *class_view(kiln_tensor *weight, int ndim)
     return kiln_reshape(weight, ndim, shape);
 }
 
+/* sum / den, the mean over the counted targets' weights. When den is 0 (every target
+ * ignored) the value is NaN, as PyTorch's, but the gradient is zero, as PyTorch's, rather
+ * than 0 * (1/0) = NaN: a batch that is all padding must leave the parameters as they
+ * are. */
+static kiln_tensor *weighted_mean(kiln_tensor *sum, kiln_tensor *den)
+{
+    kiln_tensor *none = kiln_eq(den, scalar_like(den, 0));
+    kiln_tensor *mean = kiln_div(sum, kiln_where(none, scalar_like(den, 1), den));
+    return kiln_masked_fill(mean, none, NAN);
+}
+
 /* NLL over log-probabilities with class-index targets; returns the reduced loss and,
  * through w_eff, the per-element effective weights (the mean's denominator). */
 static kiln_tensor *nll_core(const char *loss, kiln_tensor *logp, kiln_tensor *target, const kiln_loss_ce_opts *o,
@@ -146,9 +160,9 @@ static kiln_tensor *nll_core(const char *loss, kiln_tensor *logp, kiln_tensor *t
     *validf_out = validf;
     switch (o->reduction) {
     case KILN_REDUCTION_MEAN:
-        /* PyTorch divides by the summed weights of the counted targets (NaN when all
-         * are ignored), not by the number of elements. */
-        return kiln_div(kiln_sum(l, KILN_ALL_DIMS, false), kiln_sum(w_eff, KILN_ALL_DIMS, false));
+        /* PyTorch divides by the summed weights of the counted targets, not by the
+         * number of elements. */
+        return weighted_mean(kiln_sum(l, KILN_ALL_DIMS, false), kiln_sum(w_eff, KILN_ALL_DIMS, false));
     case KILN_REDUCTION_SUM:
         return kiln_sum(l, KILN_ALL_DIMS, false);
     case KILN_REDUCTION_NONE:
@@ -238,8 +252,8 @@ static kiln_tensor *ce_body(const char *loss, kiln_tensor *input, kiln_tensor *t
             kiln_tensor *smooth = kiln_mul(kiln_neg(kiln_sum(lw, KILN_DIMS(1), false)), validf);
             kiln_tensor *sr = NULL;
             if (o->reduction == KILN_REDUCTION_MEAN)
-                sr = kiln_div(kiln_sum(smooth, KILN_ALL_DIMS, false),
-                              kiln_sum(wview ? w_eff : validf, KILN_ALL_DIMS, false));
+                sr = weighted_mean(kiln_sum(smooth, KILN_ALL_DIMS, false),
+                                   kiln_sum(wview ? w_eff : validf, KILN_ALL_DIMS, false));
             else
                 sr = reduce(smooth, o->reduction, loss);
             out = kiln_add(kiln_mul_scalar(out, 1 - eps), kiln_mul_scalar(sr, eps / (double)c));
@@ -283,6 +297,52 @@ static int check_pair(const char *loss, kiln_tensor *input, kiln_tensor *target,
     return 0;
 }
 
+/* -(t log x + (1 - t) log(1 - x)), with PyTorch's clamp of both logs at -100 so that
+ * x = 0 and x = 1 give finite losses. */
+static kiln_tensor *bce_value(kiln_tensor *x, kiln_tensor *t)
+{
+    kiln_tensor *lx = kiln_clamp(kiln_log(x), -100, INFINITY);
+    kiln_tensor *l1x = kiln_clamp(kiln_log1p(kiln_neg(x)), -100, INFINITY);
+    return kiln_neg(kiln_add(kiln_mul(t, lx), kiln_mul(kiln_add_scalar(kiln_neg(t), 1), l1x)));
+}
+
+/* PyTorch's gradients of the unweighted elementwise loss:
+ *     d/dx = (x - t) / max(x (1 - x), 1e-12),   d/dt = log(1 - x) - log(x)
+ * the first finite at x = 0 and 1 (0 where x equals t there), the second with the
+ * forward's clamped logs (PyTorch leaves them unclamped: +-inf at x = 0 and 1). Half
+ * dtypes compute in f32, where 1e-12 does not flush to zero. */
+static int bce_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
+{
+    kiln_tensor *x = n->saved[0], *t = n->saved[1];
+    kiln_dtype ct = n->out_dtype == KILN_F64 ? KILN_F64 : KILN_F32;
+    kiln_tensor *xf = kiln_cast(x, ct), *tf = kiln_cast(t, ct), *gf = kiln_cast(g, ct);
+    if (kiln__ad_needs(n, 0)) {
+        kiln_tensor *den = kiln_clamp(kiln_mul(xf, kiln_add_scalar(kiln_neg(xf), 1)), 1e-12, INFINITY);
+        gin[0] = kiln_mul(gf, kiln_div(kiln_sub(xf, tf), den));
+        if (!gin[0])
+            return -1;
+    }
+    if (kiln__ad_needs(n, 1)) {
+        kiln_tensor *lx = kiln_clamp(kiln_log(xf), -100, INFINITY);
+        kiln_tensor *l1x = kiln_clamp(kiln_log1p(kiln_neg(xf)), -100, INFINITY);
+        gin[1] = kiln_mul(gf, kiln_sub(l1x, lx));
+        if (!gin[1])
+            return -1;
+    }
+    return 0;
+}
+
+/* Record l = bce_value(x, t), computed with recording off, as one node. */
+static kiln_tensor *bce_record(kiln_tensor *l, kiln_tensor *x, kiln_tensor *t)
+{
+    bool failed;
+    kiln_tensor *ins[2] = {x, t};
+    kiln__node *n = kiln__ad_record(l, "binary_cross_entropy", bce_backward, 2, ins, &failed);
+    if (n)
+        failed = kiln__ad_save(n, 0, x) < 0 || kiln__ad_save(n, 1, t) < 0;
+    return kiln__ad_fail(l, failed);
+}
+
 static kiln_tensor *bce_body(kiln_tensor *x, kiln_tensor *t, kiln_tensor *weight, kiln_reduction r)
 {
     const char *loss = "binary_cross_entropy";
@@ -298,10 +358,18 @@ static kiln_tensor *bce_body(kiln_tensor *x, kiln_tensor *t, kiln_tensor *weight
             return NULL;
         }
     }
-    /* PyTorch clamps both logs at -100 so that 0 and 1 give finite losses. */
-    kiln_tensor *lx = kiln_clamp(kiln_log(x), -100, INFINITY);
-    kiln_tensor *l1x = kiln_clamp(kiln_log1p(kiln_neg(x)), -100, INFINITY);
-    kiln_tensor *l = kiln_neg(kiln_add(kiln_mul(t, lx), kiln_mul(kiln_add_scalar(kiln_neg(t), 1), l1x)));
+    /* The clamped-log expression is the value only: differentiated, it gives 0 * inf =
+     * NaN wherever x is exactly 0 or 1 (a saturated sigmoid), so it is recorded as one
+     * node with PyTorch's closed-form backward (bce_backward). */
+    bool record = kiln__ad_want(x) || kiln__ad_want(t);
+    if (record)
+        kiln_no_grad_begin();
+    kiln_tensor *l = bce_value(x, t);
+    if (record) {
+        kiln_no_grad_end();
+        if (l)
+            l = bce_record(l, x, t);
+    }
     if (weight)
         l = kiln_mul(l, weight);
     return reduce(l, r, loss);

@@ -236,13 +236,30 @@ float kvk_bf2f(uint16_t h) { return uintBitsToFloat(uint(h) << 16); }
 #endif
 
 // ---- float math the GLSL library lacks or does loosely (float precision)
+// r (>= +0, or NaN) with the sign bit of x: odd functions computed on |x| keep -0's sign,
+// which a test x < 0 loses.
+float kvk_with_sign(float r, float x)
+{
+    return uintBitsToFloat(floatBitsToUint(r) | (floatBitsToUint(x) & 0x80000000u));
+}
+// Below |x| = 0.5 expm1 and log1p come from series, not from the usual corrections
+// (u - 1) x / log(u) with u = exp(x) or 1 + x: those need an exact log of the rounded u,
+// which a driver's log need not be (lavapipe's log(1 - 1e-6) is 1% off), and compilers
+// fold log(exp(x)) to x, undoing the correction (expm1(-1e-6) came out 7% off, and tanh,
+// elu and gelu's tanh form with it). x times the series keeps -0 as -0.
+// expm1: x (1 + x/2 + ... + x^7/8!), truncation below 1.1e-8 relative.
 float kvk_expm1(float x)
 {
     if (abs(x) < 0.5) {
-        float u = exp(x);
-        if (u == 1.0) return x;
-        float l = log(u);
-        return (u - 1.0) * x / l;
+        float p = 2.4801587301587302e-05; // 1/8!
+        p = p * x + 1.9841269841269841e-04;
+        p = p * x + 1.3888888888888889e-03;
+        p = p * x + 8.3333333333333333e-03;
+        p = p * x + 4.1666666666666667e-02;
+        p = p * x + 1.6666666666666667e-01;
+        p = p * x + 0.5;
+        p = p * x + 1.0;
+        return x * p;
     }
     return exp(x) - 1.0;
 }
@@ -258,10 +275,23 @@ float kvk_log1p(float x)
 {
     if (x < -1.0) return KVK_NAN;
     if (x == -1.0) return uintBitsToFloat(0xff800000u);
-    float u = 1.0 + x;
-    if (u == 1.0) return x;
+    if (abs(x) < 0.5) {
+        // 2 atanh(s), s = x / (2 + x) in (-1/3, 1/5): 2 s (1 + s^2/3 + ... + s^14/15),
+        // truncation below 2e-9 relative
+        float s = x / (2.0 + x), z = s * s;
+        float p = 1.0 / 15.0;
+        p = p * z + 1.0 / 13.0;
+        p = p * z + 1.0 / 11.0;
+        p = p * z + 1.0 / 9.0;
+        p = p * z + 1.0 / 7.0;
+        p = p * z + 1.0 / 5.0;
+        p = p * z + 1.0 / 3.0;
+        p = p * z + 1.0;
+        return 2.0 * s * p;
+    }
+    float u = 1.0 + x; // exact below 0 (Sterbenz); above, log's error dominates anyway
     if (isinf(u)) return u;
-    return log(u) * x / (u - 1.0);
+    return log(u);
 }
 float kvk_tanh(float x)
 {
@@ -276,7 +306,7 @@ float kvk_tanh(float x)
     } else {
         r = 1.0 - 2.0 / (exp(2.0 * a) + 1.0);
     }
-    return x < 0.0 ? -r : r;
+    return kvk_with_sign(r, x);
 }
 float kvk_erf(float x)
 {
@@ -301,7 +331,7 @@ float kvk_erf(float x)
                   t * (-0.82215223 + t * 0.17087277)))))))));
         r = 1.0 - y;
     }
-    return x < 0.0 ? -r : r;
+    return kvk_with_sign(r, x);
 }
 float kvk_sigmoid(float x) { return 1.0 / (1.0 + exp(-x)); }
 
@@ -454,6 +484,7 @@ float kvk_reduce_f(float x, out int quadrant)
 }
 float kvk_sin_f(float x)
 {
+    if (x == 0.0) return x; // -0 stays -0 (the polynomial's r + r z p gives +0)
     if (isinf(x) || isnan(x)) return sin(x);
     int q;
     float r = kvk_reduce_f(x, q);

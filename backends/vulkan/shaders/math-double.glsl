@@ -49,8 +49,17 @@ double kd_log(double x)
     return double(e) * KD_LN2_HI + (double(e) * KD_LN2_LO + 2.0LF * sum);
 }
 
+// r (>= +0, or NaN) with the sign bit of x, as kvk_with_sign
+double kd_with_sign(double r, double x)
+{
+    uvec2 b = unpackDouble2x32(r);
+    b.y |= unpackDouble2x32(x).y & 0x80000000u;
+    return packDouble2x32(b);
+}
+
 double kd_expm1(double x)
 {
+    if (x == 0.0LF) return x; // -0 stays -0 (the series' x + 0 gives +0)
     if (abs(x) < 0.35LF) {
         double term = x, sum = x;
         for (int n = 2; n <= 18; n++) {
@@ -136,7 +145,7 @@ double kd_sincos(double x, bool want_cos)
     double v = (quadrant & 1) == 0 ? kd_sin_small(r) : kd_cos_small(r);
     return quadrant >= 2 ? -v : v;
 }
-double kd_sin(double x) { return kd_sincos(x, false); }
+double kd_sin(double x) { return x == 0.0LF ? x : kd_sincos(x, false); } // -0 stays -0
 double kd_cos(double x) { return kd_sincos(x, true); }
 
 double kd_tanh(double x)
@@ -151,7 +160,7 @@ double kd_tanh(double x)
     } else {
         r = 1.0LF - 2.0LF / (kd_exp(2.0LF * a) + 1.0LF);
     }
-    return x < 0.0LF ? -r : r;
+    return kd_with_sign(r, x);
 }
 
 double kd_sigmoid(double x) { return 1.0LF / (1.0LF + kd_exp(-x)); }
@@ -189,7 +198,7 @@ double kd_erf(double x)
         double erfc = kd_exp(-a * a) / f * 0.56418958354775628695LF;
         r = 1.0LF - erfc;
     }
-    return x < 0.0LF ? -r : r;
+    return kd_with_sign(r, x);
 }
 
 // pow with C's special cases; integral exponents up to 2^20 by repeated squaring.

@@ -87,7 +87,9 @@ FT unary_f(FT x)
     switch (OP) {
     case 0: return -x;
     case 1: return abs(x);
-    case 2: return x > FT(0) ? FT(1) : (x < FT(0) ? FT(-1) : FT(0));
+    // +0 for NaN and both zeros, as ref: the select chain x > 0 ? 1 : (x < 0 ? -1 : 0)
+    // is rewritten by compilers into -b2f(x < 0), which is -0 there
+    case 2: return FT(x > FT(0)) - FT(x < FT(0));
     case 3: return U_EXP(x);
     case 4: return U_LOG(x);
     case 5: return U_LOG1P(x);

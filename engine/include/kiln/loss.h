@@ -52,7 +52,10 @@ typedef struct kiln_loss_ce_opts {
     /** Per-class weights [C] (floating) or NULL. With mean reduction and class-index
      *  targets the sum is divided by the summed weights of the non-ignored targets. */
     kiln_tensor *weight;
-    /** Targets equal to this class contribute 0 and do not count in the mean (-100). */
+    /** Targets equal to this class contribute 0 and do not count in the mean (-100).
+     *  With mean reduction and every target ignored the loss is NaN (0 / 0), as
+     *  PyTorch's, and its gradient is zero, as PyTorch's: a batch of padding alone
+     *  leaves the parameters unchanged. */
     int64_t ignore_index;
     /** In [0, 1]: mix the target with the uniform distribution (cross-entropy only). */
     double label_smoothing;
@@ -73,6 +76,9 @@ kiln_tensor *kiln_loss_nll(kiln_tensor *input, kiln_tensor *target, const kiln_l
 /**
  * Binary cross-entropy of probabilities input (each in [0, 1]) against target of the
  * same shape; weight (broadcast to input) or NULL. Logs are clamped at -100 as PyTorch's.
+ * The gradient is PyTorch's closed form, w (x - t) / max(x (1 - x), 1e-12) for input
+ * (finite at 0 and 1, where a saturated sigmoid puts it) and, for target, w times the
+ * difference of the clamped logs, log(1 - x) - log(x).
  */
 kiln_tensor *kiln_loss_bce(kiln_tensor *input, kiln_tensor *target, kiln_tensor *weight,
                            kiln_reduction reduction);

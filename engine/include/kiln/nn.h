@@ -355,7 +355,8 @@ KILN_NN_LAYER_API(group_norm, kiln_group_norm_config)
 typedef struct kiln_embedding_config {
     int64_t num_embeddings;  /* required */
     int64_t embedding_dim;   /* required */
-    int64_t padding_idx;     /* -1 = none; otherwise that row starts at zero */
+    int64_t padding_idx;     /* -1 = none; otherwise that row starts at zero and, as
+                              * PyTorch's, gets no gradient (it never trains) */
 } kiln_embedding_config;
 KILN_NN_LAYER_API(embedding, kiln_embedding_config)
 
@@ -442,7 +443,10 @@ KILN_NN_LAYER_API(swiglu, kiln_swiglu_config)
  * one input means self-attention. Shapes [N, L, E] when batch_first, else [L, N, E].
  * key_padding_mask [N, S]: bool true = ignore that key (or a float mask, added);
  * attn_mask [L, S] or [N·heads, L, S]: bool true = not allowed (or float, added).
- * causal adds the mask j > i. Output: the attention output (no weights).
+ * Masks of any other dtype are refused; float masks are cast to the module's compute
+ * dtype (an f16 module with an f32 mask stays f16: -1e9 there becomes -inf). causal adds
+ * the mask j > i. Output: the attention output (no weights), in the dtype of the
+ * projections (the module's).
  */
 typedef struct kiln_mha_config {
     int64_t embed_dim;   /* required */

@@ -395,7 +395,11 @@ kiln_tensor *kiln_cast(kiln_tensor *t, kiln_dtype dt);
 kiln_tensor *kiln_to_device(kiln_tensor *t, kiln_device *dev);
 
 /* -------------------------------------------------------------------- elementwise */
-/* Unary ops keep the dtype (floating ops on integer input give f32, as PyTorch does). */
+/* Unary ops keep the dtype (floating ops on integer input give f32, as PyTorch does).
+ * On f16/bf16 the gradients of elu, gelu (both forms), silu, softplus and erf are taken
+ * in f32 and rounded once, as PyTorch's are (in half, the x² of gelu's tanh form
+ * overflows from |x| = 256). Odd functions keep the sign of zero (sin, tanh, erf, expm1,
+ * elu, gelu, silu of -0 are -0); sign gives +0 for both zeros and for NaN, as PyTorch's. */
 
 kiln_tensor *kiln_neg(kiln_tensor *t);
 kiln_tensor *kiln_abs(kiln_tensor *t);
@@ -443,6 +447,9 @@ kiln_tensor *kiln_div(kiln_tensor *a, kiln_tensor *b);
  *  calls it an error, reads them and refuses). */
 kiln_tensor *kiln_remainder(kiln_tensor *a, kiln_tensor *b);
 kiln_tensor *kiln_pow(kiln_tensor *a, kiln_tensor *b);
+/** Elementwise max / min; NaN wherever either operand is NaN. Gradient, as PyTorch's:
+ *  all of it to the operand that wins, half to each on a tie (equal values, +0 and -0
+ *  included), all of it to both where either is NaN. */
 kiln_tensor *kiln_maximum(kiln_tensor *a, kiln_tensor *b);
 kiln_tensor *kiln_minimum(kiln_tensor *a, kiln_tensor *b);
 kiln_tensor *kiln_eq(kiln_tensor *a, kiln_tensor *b);
@@ -472,6 +479,7 @@ kiln_tensor *kiln_max(kiln_tensor *t, int ndims, const int *dims, bool keepdim);
 kiln_tensor *kiln_min(kiln_tensor *t, int ndims, const int *dims, bool keepdim);
 /** Variance with Bessel-style correction (1 = unbiased, PyTorch's default). */
 kiln_tensor *kiln_var(kiln_tensor *t, int ndims, const int *dims, double correction, bool keepdim);
+/** The square root of kiln_var; its gradient is 0 where the std is 0, as PyTorch's. */
 kiln_tensor *kiln_std(kiln_tensor *t, int ndims, const int *dims, double correction, bool keepdim);
 kiln_tensor *kiln_logsumexp(kiln_tensor *t, int ndims, const int *dims, bool keepdim);
 /** p-norm (p = 2 for Euclidean; INFINITY for max-abs). */
@@ -566,19 +574,24 @@ kiln_tensor *kiln_layer_norm(kiln_tensor *x, int nnorm, kiln_tensor *weight, kil
  * unbiased variance for the running estimate). Not training: use the running stats.
  * Batch statistics (training, or no running stats given) need more than 1 value per
  * channel: an empty batch, one item of [N, C], or an empty spatial dim gives NULL with
- * the shape in the message, and the running stats are left untouched.
+ * the shape in the message, and the running stats are left untouched. f16 and bf16
+ * inputs are normalized in f32 (statistics, running-stat update, and the gradient), as
+ * PyTorch does, and the result is rounded back to the input's dtype.
  */
 kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean, kiln_tensor *running_var,
                              kiln_tensor *weight, kiln_tensor *bias, bool training, double momentum,
                              double eps);
+/** x [N, C, ...] normalized over each group of C / groups channels; weight and bias [C]
+ *  may be NULL. f16 and bf16 inputs are normalized in f32, as in batch_norm. */
 kiln_tensor *kiln_group_norm(kiln_tensor *x, int64_t groups, kiln_tensor *weight, kiln_tensor *bias,
                              double eps);
 /** Zero elements with probability p and scale the rest by 1/(1-p); identity when !training. */
 kiln_tensor *kiln_dropout(kiln_tensor *x, double p, bool training, kiln_generator *gen);
 /**
  * softmax(q kᵀ / sqrt(d) + mask) v. q [..., L, D], k [..., S, D], v [..., S, Dv].
- * mask: NULL, bool (true = keep) or float (added), broadcast to [..., L, S]. causal
- * masks out positions j > i. scale <= 0 means 1/sqrt(D).
+ * mask: NULL, bool (true = keep) or float (added, cast to q's dtype first, so an f16
+ * attention stays f16), broadcast to [..., L, S]. causal masks out positions j > i.
+ * scale <= 0 means 1/sqrt(D).
  */
 kiln_tensor *kiln_scaled_dot_product_attention(kiln_tensor *q, kiln_tensor *k, kiln_tensor *v,
                                                kiln_tensor *mask, bool causal, double scale);
