@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -586,6 +587,11 @@ void kd_daemon_free(struct kd_daemon *d)
         if (d->grpc)
             kd_grpc_close_all(d->grpc);
         close_daemon_handles(d);
+        /* Closing the signal handles gave SIGHUP back its default action, which kills: a log
+         * rotation during the wait for the trainer below would turn a clean stop into exit 129
+         * with the job's outcome unrecorded. A reopen is pointless now; the lines go on to the
+         * open file. (A second SIGTERM or SIGINT still cuts at once, as documented.) */
+        signal(SIGHUP, SIG_IGN);
         /* A running job stops before its next step and stays running in the store. */
         kd_jobs_stop(d->training);
         d->api.jobs = NULL;

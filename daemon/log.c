@@ -44,6 +44,12 @@ int kd_log_open(struct kd_log *log, const char *path, enum kd_log_level level, e
     return 0;
 }
 
+/*
+ * The new file takes the old one's descriptor number with dup3, in one step: log->fd never
+ * changes, so a thread writing a line meanwhile (the trainer, the libuv pool's purges) writes to
+ * the old file or the new one. Swapping the number and closing the old one had let such a writer
+ * read a closed descriptor, or one the loop had just given to an accepted socket.
+ */
 int kd_log_reopen(struct kd_log *log)
 {
     if (!log->path)
@@ -51,10 +57,9 @@ int kd_log_reopen(struct kd_log *log)
     int fd = open_path(log->path);
     if (fd < 0)
         return -1;
-    int old = log->fd;
-    log->fd = fd;
-    close(old);
-    return 0;
+    int rc = dup3(fd, log->fd, O_CLOEXEC) < 0 ? -1 : 0;
+    close(fd);
+    return rc;
 }
 
 void kd_log_close(struct kd_log *log)

@@ -230,8 +230,14 @@ int kiln_device_sync(kiln_device *dev)
     }
     n = 0;
     for (kiln_queue *q = dev->queues; q; q = q->next) {
-        atomic_fetch_add(&q->refcount, 1);
-        qs[n++] = q;
+        /* A queue whose last reference is gone stays listed while queue_unref syncs and
+         * closes it: taking a reference from 0 would close and free it a second time (and
+         * release the device once too often). Such a queue drains itself; it is passed over. */
+        int held = atomic_load(&q->refcount);
+        while (held > 0 && !atomic_compare_exchange_weak(&q->refcount, &held, held + 1))
+            ;
+        if (held > 0)
+            qs[n++] = q;
     }
     pthread_mutex_unlock(&dev->queue_lock);
     int rc = 0;

@@ -117,7 +117,9 @@ struct kiln_queue {
     atomic_int refcount;               /* the opener's, plus one per storage that names it */
     bool is_default;                   /* dev->default_q: holds no device reference */
     struct kiln_queue *next;           /* dev->queues */
-    struct pending_check *checks;      /* range checks waiting for the next read (queue-checks.c) */
+    /* range checks waiting for the next read (queue-checks.c): written under its lock, read
+     * without it by a drain asking whether there are any */
+    _Atomic(struct pending_check *) checks;
     /* The device clock when this queue was last seen to have finished its work without an
      * error: writes stamped before it are good (queue-checks.c). */
     _Atomic uint64_t clean_since;

@@ -17,9 +17,11 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kiln/kiln.h"
 
@@ -446,6 +448,70 @@ static void deferred_checks(void)
     kiln_device_close(dev);
 }
 
+/* ------------------------------------------------------- device sync racing closes */
+
+struct sync_race {
+    kiln_device *dev;
+    atomic_bool done;
+    long closes, syncs, failures;
+};
+
+static void *open_use_close(void *arg)
+{
+    struct sync_race *r = arg;
+    while (!atomic_load(&r->done)) {
+        kiln_queue *q = kiln_queue_open(r->dev);
+        if (!q) {
+            r->failures++;
+            break;
+        }
+        kiln_queue_use(r->dev, q);
+        kiln_scope_begin();
+        kiln_tensor *t = kiln_ones(r->dev, KILN_F32, KILN_SHAPE(16));
+        if (!t || kiln_item(kiln_sum(t, KILN_ALL_DIMS, false)) != 16.0)
+            r->failures++;
+        kiln_scope_end();
+        kiln_queue_close(q); /* on the thread that uses it: the default queue is current again */
+        r->closes++;
+    }
+    return NULL;
+}
+
+static void *sync_all(void *arg)
+{
+    struct sync_race *r = arg;
+    while (!atomic_load(&r->done)) {
+        if (kiln_device_sync(r->dev) != 0)
+            r->failures++;
+        r->syncs++;
+    }
+    return NULL;
+}
+
+/* kiln_device_sync while another thread closes its own queue: the sync took a reference on a
+ * queue whose last one was being dropped, closing and freeing it twice and releasing the device
+ * once too often (glibc's "double free" abort within a second or two; the sanitizers at once). */
+static void sync_races_close(const char *spec)
+{
+    struct sync_race r = {.dev = kiln_device_open(spec)};
+    if (!r.dev) {
+        printf("  %s: skipped (%s)\n", spec, kiln_error());
+        return;
+    }
+    atomic_init(&r.done, false);
+    pthread_t a, b;
+    pthread_create(&a, NULL, open_use_close, &r);
+    pthread_create(&b, NULL, sync_all, &r);
+    struct timespec pause = {1, 500000000};
+    nanosleep(&pause, NULL);
+    atomic_store(&r.done, true);
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    CHECK(r.failures == 0 && r.closes > 0 && r.syncs > 0, "%s: %ld queues closed, %ld syncs, %ld failures", spec,
+          r.closes, r.syncs, r.failures);
+    kiln_device_close(r.dev);
+}
+
 int main(void)
 {
     decorator_matches("cpu");
@@ -457,6 +523,8 @@ int main(void)
     queues();
     index_checks();
     deferred_checks();
+    sync_races_close("fused:cpu");
+    sync_races_close("vulkan:0");
     printf("backend-iface: %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }

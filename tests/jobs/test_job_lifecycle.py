@@ -17,6 +17,7 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
 import sys
 import time
 
@@ -273,11 +274,30 @@ def test_history_after_crash():
     d.stop()
 
 
+def test_log_rotation_during_stop():
+    """SIGHUP (a log rotation) while a SIGTERM'd kilnd waits for its trainer to reach a step
+    boundary: the stop goes on and ends 0. Closing the signal handles had given SIGHUP back its
+    default action, which killed kilnd with 129 and left the job's outcome unrecorded."""
+    d = start("hup-on-stop")
+    st, j = d.req("POST", "/v1/jobs", huge_spec("hup_on_stop", 2))
+    wait_state(d, j["id"], ["running"])
+    d.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    d.proc.send_signal(signal.SIGHUP)
+    try:
+        d.proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        d.proc.kill()
+        d.proc.wait()
+    check(d.proc.returncode == 0, "kilnd exits 0 after SIGTERM then SIGHUP: %s; log %s" % (d.proc.returncode, d.log))
+
+
 def main():
     write_huge()
     try:
         test_cancel_outlives_stop(signal.SIGTERM)
         test_cancel_outlives_stop(signal.SIGKILL)
+        test_log_rotation_during_stop()
         test_cancel_after_last_step()
         test_unsaved_final_state()
         test_resume_once()
