@@ -187,8 +187,7 @@ int kiln_module_load_safetensors(kiln_module *m, const char *path, bool strict, 
     int n = kiln_safetensors_count(st);
     const char **names = calloc((size_t)n + 1, sizeof *names);
     kiln_tensor **ts = calloc((size_t)n + 1, sizeof *ts);
-    kiln_named_tensor *own = NULL;
-    int rc = -1, nm = 0;
+    int rc = -1;
     if (!names || !ts) {
         kiln__error_set("load_safetensors: out of memory");
         goto out;
@@ -205,19 +204,9 @@ int kiln_module_load_safetensors(kiln_module *m, const char *path, bool strict, 
     /* Only the tensors the module has are read: the others are reported as unexpected (by name,
      * from a NULL tensor), so a file with extra entries in a dtype kiln cannot hold (an int8
      * scale, a float8 copy) still loads leniently, and nothing is read only to be dropped. */
-    nm = kiln_module_state_dict(m, NULL, 0);
-    own = nm > 0 ? calloc((size_t)nm, sizeof *own) : NULL;
-    if (nm < 0 || (nm > 0 && !own) || (nm > 0 && kiln_module_state_dict(m, own, nm) != nm)) {
-        if (nm >= 0)
-            kiln__error_set("load_safetensors: out of memory");
-        goto out;
-    }
     for (int i = 0; i < n; i++) {
         names[i] = kiln_safetensors_name(st, i);
-        bool wanted = false;
-        for (int k = 0; k < nm && !wanted; k++)
-            wanted = strcmp(own[k].name, names[i]) == 0;
-        if (!wanted)
+        if (!kiln_module_lookup(m, names[i]))
             continue;
         ts[i] = kiln_keep(kiln_safetensors_load(st, names[i], dev));
         if (!ts[i])
@@ -225,7 +214,6 @@ int kiln_module_load_safetensors(kiln_module *m, const char *path, bool strict, 
     }
     rc = kiln_module_load_state_dict(m, n, names, ts, strict, report);
 out:
-    free(own);
     if (ts)
         for (int i = 0; i < n; i++)
             kiln_tensor_release(ts[i]);
