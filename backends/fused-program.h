@@ -44,6 +44,15 @@
  *          instruction, once, like MATMUL: the program is the convolution's epilogue,
  *          which a backend applies to each image (or group of images) as it is computed.
  *          Its inputs are the convolution's operands, loaded by no other instruction.
+ *   POOL_GRAD r = element i of the gradient a max pooling passes back to its input:
+ *          the pool_backward entry's semantics into a zeroed grad_x of the program's
+ *          pool_grad_x shape [N, C, S...] (n elements), from grad_out inputs[arg] and
+ *          the forward's indices inputs[arg2] (i64, flat within each input plane), with
+ *          the program's pool geometry. Only as the first instruction, once, like CONV:
+ *          the program is then the gradient's epilogue (a relu's backward, say), which a
+ *          backend applies to each plane (or group of planes) as it is scattered, so the
+ *          zero fill and the scatter stay in the caches. Its inputs are operands, loaded
+ *          by no other instruction.
  *   LAYER_NORM r = a normalized over each row of inner consecutive elements as the
  *          layer_norm entry does (mean and variance in double, eps = alpha), times
  *          register b and plus register c where those are >= 0 (the weight and the bias:
@@ -60,7 +69,8 @@
  * A backend refuses (KILN_ENOTSUP) a program holding a code or a REDUCE op it does not
  * generate; the fusion layer then replays the group's calls, so codes added later never
  * reach a generator that predates them with a wrong result. It asks before it records a
- * producer too: supports() for KILN_ENTRY_FUSED with op KILN_FUSED_MATMUL or KILN_FUSED_CONV.
+ * producer too: supports() for KILN_ENTRY_FUSED with op KILN_FUSED_MATMUL, KILN_FUSED_CONV or
+ * KILN_FUSED_POOL_GRAD.
  *
  * A backend that generates code caches it by the program's shape: the instruction list
  * (codes, ops, registers, args; alpha and beta may be baked in or passed), the dtype, and
@@ -90,6 +100,7 @@ typedef enum kiln_fused_code {
     KILN_FUSED_MATMUL,
     KILN_FUSED_LAYER_NORM,
     KILN_FUSED_CONV,
+    KILN_FUSED_POOL_GRAD,
     KILN_FUSED_CODE_COUNT
 } kiln_fused_code;
 
@@ -105,7 +116,8 @@ typedef struct kiln_fused_instr {
     int arg;            /* LOAD: input index; STORE: output index */
     double alpha, beta; /* UNARY's parameters; CONST's value in alpha */
     int arg2;           /* MATMUL: the input index of the right operand (arg: the left); CONV:
-                           the weight's (arg: the input's) */
+                           the weight's (arg: the input's); POOL_GRAD: the indices' (arg:
+                           grad_out's) */
     int arg3;           /* CONV: the bias's input index, -1 for none */
 } kiln_fused_instr;
 
@@ -118,6 +130,9 @@ struct kiln_fused_program {
     const kiln_tdesc *outputs; /* noutputs, contiguous, n elements each (REDUCE's: n / reduce_inner) */
     const kiln_fused_instr *instrs;
     const kiln_conv_params *conv; /* CONV's geometry (NULL without a CONV) */
+    const kiln_pool_params *pool; /* POOL_GRAD's geometry (NULL without a POOL_GRAD) */
+    const kiln_tdesc *pool_grad_x; /* POOL_GRAD's gradient: its shape [N, C, S...] only (the
+                                      outputs say where values are stored) */
 };
 
 /** A text naming the program's shape for a code cache (see the file comment) into buf

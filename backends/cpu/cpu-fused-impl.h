@@ -1,8 +1,8 @@
 /*
  * backends/cpu/cpu-fused-impl.h — what the cpu's fused_run shares between its two files:
  * cpu-fused.c plans a kiln_fused_program and runs it per block over an element range;
- * cpu-fused-product.c runs a program headed by a producer (MATMUL, CONV): the producer by
- * its own entry, then the rest of the program over its output.
+ * cpu-fused-product.c runs a program headed by a producer (MATMUL, CONV, POOL_GRAD): the
+ * producer by its own entry (or by planes), then the rest of the program over its output.
  */
 #ifndef KILN_CPU_FUSED_IMPL_H
 #define KILN_CPU_FUSED_IMPL_H
@@ -62,8 +62,12 @@ typedef struct fplan {
     bool product;
     int product_out;   /* the output the product is computed straight into, -1: scratch */
     kiln_tdesc mm_out; /* a MATMUL's product shape (no buffer: only its shape is read) */
-    bool conv;         /* the producer is a CONV (else a MATMUL); its output shape in conv_out */
+    bool conv;         /* the producer is a CONV; its output shape in conv_out */
     kiln_tdesc conv_out;
+    /* the producer is a POOL_GRAD over planes of plane_in elements, each from plane_out
+     * elements of grad_out and indices */
+    bool pool_grad;
+    int64_t planes, plane_in, plane_out;
 } fplan;
 
 /** o[0, m) = src[0, m) with non-temporal stores where the CPU has them (pl->stream). */
@@ -151,10 +155,10 @@ static inline bool kiln__cpu_fused_heavy(int op)
     }
 }
 
-/* Whether code is a producer heading a program (MATMUL, CONV). */
+/* Whether code is a producer heading a program (MATMUL, CONV, POOL_GRAD). */
 static inline bool kiln__cpu_fused_producer(int code)
 {
-    return code == KILN_FUSED_MATMUL || code == KILN_FUSED_CONV;
+    return code == KILN_FUSED_MATMUL || code == KILN_FUSED_CONV || code == KILN_FUSED_POOL_GRAD;
 }
 
 typedef struct freg {
@@ -178,7 +182,7 @@ void kiln__cpu_fused_span(const fplan *pl, float *scratch, double *acc, int64_t 
 /** The producer heading p, if any, into pl (product_out, mm or conv): 1 when there is one,
  *  0 when there is none, KILN_ENOTSUP when it is not one the cpu runs. */
 int kiln__cpu_fused_plan_product(fplan *pl, const kiln_fused_program *p);
-/** Run a program headed by MATMUL or CONV (planned, pl->product set): 0, or a negative error. */
+/** Run a program headed by a producer (planned, pl->product set): 0, or a negative error. */
 int kiln__cpu_fused_product(kiln__cpu_ctx *ctx, fplan *pl);
 
 /* The block size of programs too small to tune and of product epilogues (elements). */

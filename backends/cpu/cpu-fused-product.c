@@ -14,6 +14,11 @@
  * broke fused-equals-unfused), and repacks B for every panel (32-row panels made a
  * 2048x1024x4096 product 6% slower; the best panel height only tied the whole product).
  *
+ * A max pooling's gradient (POOL_GRAD) runs by chunks of planes, each job its own: a
+ * chunk is zeroed, the gradient of each window added at the index its forward chose, and
+ * the epilogue (a relu's backward) run over it, all while it is in L1/L2. Unfused, the
+ * zero fill, the scatter and the epilogue each pass over the whole gradient in memory.
+ *
  * A convolution runs by chunks of images: the cpu's conv entry computes a chunk
  * (spreading it over the pool itself; an image's output does not depend on the images
  * beside it, to the bit), then the epilogue runs over it while it is in the caches. The
@@ -35,13 +40,14 @@
 /* Convolutions below this many multiply-adds (about 1 ms) are not timed: the whole batch. */
 #define CHUNK_TUNE_MIN_MACS ((double)(1 << 26))
 
-/* The producer's operands (arg, arg2, and a CONV's bias arg3) are valid inputs of f32,
- * loaded by no other instruction and overlapped by no output. */
+/* The producer's operands (arg, arg2, and a CONV's bias arg3) are valid inputs of f32
+ * (a POOL_GRAD's indices: i64), loaded by no other instruction and overlapped by no output. */
 static bool operands_ok(const kiln_fused_program *p, const kiln_fused_instr *pr, int nops)
 {
     int ops[3] = {pr->arg, pr->arg2, pr->arg3};
     for (int k = 0; k < nops; k++) {
-        if ((unsigned)ops[k] >= (unsigned)p->ninputs || p->inputs[ops[k]].dtype != KILN_F32)
+        kiln_dtype want = pr->code == KILN_FUSED_POOL_GRAD && k == 1 ? KILN_I64 : KILN_F32;
+        if ((unsigned)ops[k] >= (unsigned)p->ninputs || p->inputs[ops[k]].dtype != want)
             return false;
         for (int j = 0; j < k; j++)
             if (ops[j] == ops[k])
@@ -93,6 +99,25 @@ static bool plan_conv(fplan *pl, const kiln_fused_program *p, const kiln_tdesc *
     return kiln__cpu_numel(o) == p->n && p->n > 0;
 }
 
+/* A POOL_GRAD's planes: grad_x [N, C, S...] of p->n elements, grad_out and the indices
+ * contiguous with a whole number of elements per plane. Only max pooling has a POOL_GRAD
+ * (its indices say where each gradient goes, so the geometry is not needed here). */
+static bool plan_pool_grad(fplan *pl, const kiln_fused_program *p, const kiln_tdesc *go, const kiln_tdesc *ix)
+{
+    const kiln_tdesc *gx = p->pool_grad_x;
+    if (!p->pool || p->pool->kind != KILN_POOL_MAX || !gx || gx->ndim < 3 || gx->ndim != p->pool->nspatial + 2 ||
+        kiln__cpu_numel(gx) != p->n || p->n <= 0 || p->reduce_inner != 0 || !kiln__cpu_contig(go) ||
+        !kiln__cpu_contig(ix))
+        return false;
+    pl->planes = gx->shape[0] * gx->shape[1];
+    if (pl->planes <= 0 || p->n % pl->planes || kiln__cpu_numel(go) % pl->planes ||
+        kiln__cpu_numel(go) != kiln__cpu_numel(ix))
+        return false;
+    pl->plane_in = p->n / pl->planes;
+    pl->plane_out = kiln__cpu_numel(go) / pl->planes;
+    return true;
+}
+
 int kiln__cpu_fused_plan_product(fplan *pl, const kiln_fused_program *p)
 {
     pl->product_out = -1;
@@ -106,6 +131,10 @@ int kiln__cpu_fused_plan_product(fplan *pl, const kiln_fused_program *p)
     if (!operands_ok(p, pr, pl->conv && pr->arg3 >= 0 ? 3 : 2))
         return KILN_ENOTSUP;
     const kiln_tdesc *a = &p->inputs[pr->arg], *b = &p->inputs[pr->arg2];
+    if (pr->code == KILN_FUSED_POOL_GRAD) {
+        pl->pool_grad = true;
+        return plan_pool_grad(pl, p, a, b) ? 1 : KILN_ENOTSUP;
+    }
     if (pl->conv) /* reductions and softmaxes do not follow a convolution */
         return p->reduce_inner == 0 && plan_conv(pl, p, a, b, pr->arg3 >= 0 ? &p->inputs[pr->arg3] : NULL)
                    ? 1
@@ -370,7 +399,85 @@ static int whole_product(kiln__cpu_ctx *ctx, fplan *pl)
     return rc;
 }
 
+/* ------------------------------------------------------------------ pooling gradient */
+
+/* Planes per chunk: about this many elements (in L1/L2 while zeroed, scattered into and
+ * read by the epilogue), at least one plane. */
+#define POOL_GRAD_CHUNK_ELEMENTS 8192
+
+typedef struct pgjob {
+    const fplan *pl;
+    const float *go;
+    const int64_t *ix;
+    int64_t chunk; /* planes */
+    float *images; /* per job: chunk planes, where the gradient is not stored */
+    size_t slab;
+} pgjob;
+
+/* One job's planes, a chunk at a time: zeroed, each window's gradient added at its
+ * forward's index (the pool_backward entry's order, so the same bits), then the epilogue
+ * over the chunk. An index outside its plane (never made by the forward) is skipped. */
+static void pool_grad_job(void *arg, int job, int njobs)
+{
+    const pgjob *e = arg;
+    const fplan *pl = e->pl;
+    int64_t p0 = pl->planes * job / njobs, p1 = pl->planes * (job + 1) / njobs;
+    int64_t isz = pl->plane_in, osz = pl->plane_out;
+    float *slab = (float *)pl->scratch + (size_t)job * e->slab;
+    float *img = e->images ? e->images + (size_t)job * (size_t)(e->chunk * isz) : NULL;
+    double acc[KILN_FUSED_MAX_INSTRS] = {0};
+    for (int64_t c0 = p0; c0 < p1; c0 += e->chunk) {
+        int64_t cnt = p1 - c0 < e->chunk ? p1 - c0 : e->chunk;
+        float *dst = pl->product_out >= 0 ? pl->out[pl->product_out] + c0 * isz : img;
+        memset(dst, 0, (size_t)(cnt * isz) * sizeof *dst);
+        for (int64_t q = 0; q < cnt; q++) {
+            float *gx = dst + q * isz;
+            const float *gy = e->go + (c0 + q) * osz;
+            const int64_t *ix = e->ix + (c0 + q) * osz;
+            for (int64_t o = 0; o < osz; o++)
+                if ((uint64_t)ix[o] < (uint64_t)isz)
+                    gx[ix[o]] += gy[o];
+        }
+        kiln__cpu_fused_span(pl, slab, acc, c0 * isz, (c0 + cnt) * isz, dst, c0 * isz);
+    }
+#if defined(__x86_64__)
+    if (pl->stream)
+        _mm_sfence();
+#endif
+}
+
+static int pool_grad_product(kiln__cpu_ctx *ctx, fplan *pl)
+{
+    const kiln_fused_program *p = pl->p;
+    const kiln_fused_instr *pr = &p->instrs[0];
+    int64_t chunk = POOL_GRAD_CHUNK_ELEMENTS / pl->plane_in;
+    chunk = chunk < 1 ? 1 : chunk;
+    int64_t jobs = p->n / 16384;
+    int njobs = jobs < 1 ? 1 : jobs > ctx->nthreads ? ctx->nthreads : (int)jobs;
+    if (njobs > pl->planes)
+        njobs = (int)pl->planes;
+    size_t slab = (size_t)pl->nslots * (size_t)pl->block;
+    size_t images = pl->product_out >= 0 ? 0 : (size_t)(chunk * pl->plane_in);
+    struct kiln_buffer *h;
+    if (!scratch_get(ctx, pl, (slab + images) * (size_t)njobs, &h))
+        return kiln__cpu_enomem("fused");
+    pgjob e = {pl,
+               kiln__cpu_ptr(&p->inputs[pr->arg]),
+               kiln__cpu_ptr(&p->inputs[pr->arg2]),
+               chunk,
+               images ? (float *)pl->scratch + slab * (size_t)njobs : NULL,
+               slab};
+    if (njobs == 1)
+        pool_grad_job(&e, 0, 1);
+    else
+        kiln__cpu_pool_run(ctx->pool, njobs, pool_grad_job, &e);
+    scratch_put(ctx, pl, h);
+    return 0;
+}
+
 int kiln__cpu_fused_product(kiln__cpu_ctx *ctx, fplan *pl)
 {
+    if (pl->pool_grad)
+        return pool_grad_product(ctx, pl);
     return pl->conv ? conv_product(ctx, pl) : whole_product(ctx, pl);
 }

@@ -316,7 +316,8 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
             case KILN_FUSED_LOAD:
             case KILN_FUSED_CONST:
             case KILN_FUSED_MATMUL:
-            case KILN_FUSED_CONV: break;
+            case KILN_FUSED_CONV:
+            case KILN_FUSED_POOL_GRAD: break;
             case KILN_FUSED_LAYER_NORM: only_norms = u->a != ld->dst; break;
             case KILN_FUSED_BINARY: only_norms = u->a != ld->dst && u->b != ld->dst; break;
             case KILN_FUSED_WHERE: only_norms = u->a != ld->dst && u->b != ld->dst && u->c != ld->dst; break;
@@ -508,7 +509,8 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
         }
         case KILN_FUSED_CONST: regs[in->dst] = (freg){&pl->consts[i], 0}; break;
         case KILN_FUSED_MATMUL:
-        case KILN_FUSED_CONV: regs[in->dst] = (freg){prod, 1}; break;
+        case KILN_FUSED_CONV:
+        case KILN_FUSED_POOL_GRAD: regs[in->dst] = (freg){prod, 1}; break;
         case KILN_FUSED_UNARY: {
             freg a = regs[in->a];
             if (pf->issued < pf->bytes && a.stride && kiln__cpu_fused_heavy(in->op)) {

@@ -74,7 +74,8 @@ static int rec_inputs(const frec *r)
     case KILN_ENTRY_SOFTMAX: return 1;
     case KILN_ENTRY_FILL: return 0;
     case KILN_ENTRY_BINARY:
-    case KILN_ENTRY_MATMUL: return 2;
+    case KILN_ENTRY_MATMUL:
+    case KILN_ENTRY_POOL_BACKWARD: return 2;
     case KILN_ENTRY_WHERE:
     case KILN_ENTRY_CONV:                 /* (an absent bias: a NULL buf) */
     case KILN_ENTRY_LAYER_NORM: return 3; /* (a layer norm's absent weight or bias: a NULL buf) */
@@ -102,16 +103,18 @@ static int64_t product_row(const fq *q)
     return q->rec[0].out.shape[q->rec[0].out.ndim - 1];
 }
 
-/* Whether a producer (matmul, conv) heads q's group. */
+/* Whether a producer (matmul, conv, a max pooling's gradient) heads q's group. */
 static bool has_producer(const fq *q)
 {
-    return q->nrec > 0 && (q->rec[0].entry == KILN_ENTRY_MATMUL || q->rec[0].entry == KILN_ENTRY_CONV);
+    return q->nrec > 0 && (q->rec[0].entry == KILN_ENTRY_MATMUL || q->rec[0].entry == KILN_ENTRY_CONV ||
+                           q->rec[0].entry == KILN_ENTRY_POOL_BACKWARD);
 }
 
-/* A convolution heading the group takes no row op after it (its tiles are images). */
+/* A convolution or a pooling gradient heading the group takes no row op after it (its
+ * tiles are images or planes, not rows). */
 static bool conv_head(const fq *q)
 {
-    return q->nrec > 0 && q->rec[0].entry == KILN_ENTRY_CONV;
+    return q->nrec > 0 && (q->rec[0].entry == KILN_ENTRY_CONV || q->rec[0].entry == KILN_ENTRY_POOL_BACKWARD);
 }
 
 /* Whether a reduction r can end q's group: sum or mean of f32 over trailing dims of a
@@ -302,13 +305,35 @@ static bool product_fits(const fq *q, const frec *r)
     return !in->supports || in->supports(q->iq, &query);
 }
 
-int kiln__fused_record(fq *q, const frec *r)
+/* Whether r neither reads a buffer q's group writes nor writes one it reads or writes:
+ * then r may run before the group's calls with the same results. */
+static bool independent(const fq *q, const frec *r)
 {
+    for (int i = 0; i < q->nrec; i++) {
+        const frec *p = &q->rec[i];
+        if (r->out.buf == p->out.buf)
+            return false;
+        for (int k = 0; k < rec_inputs(r); k++)
+            if (rec_input(r, k)->buf && rec_input(r, k)->buf == p->out.buf)
+                return false;
+        for (int k = 0; k < rec_inputs(p); k++)
+            if (rec_input(p, k)->buf == r->out.buf)
+                return false;
+    }
+    return true;
+}
+
+int kiln__fused_record(fq *q, const frec *r, bool small)
+{
+    /* a small call that cannot join, and shares no buffer with the group, runs as it is
+     * and leaves the group pending (a relu's backward makes its zero constant between a
+     * pooling gradient and the select that consumes it) */
+    int cannot_join = small && q->nrec > 0 && independent(q, r) ? 2 : 0;
     if (r->entry == KILN_ENTRY_MATMUL || r->entry == KILN_ENTRY_CONV) {
         /* a product starts a group of its own: its elementwise consumers become the
          * epilogue applied to its tiles */
         if (!product_fits(q, r))
-            return 0;
+            return cannot_join;
         int rc = kiln__fused_flush(q);
         if (rc < 0)
             return rc;
@@ -320,7 +345,7 @@ int kiln__fused_record(fq *q, const frec *r)
     if (r->entry == KILN_ENTRY_REDUCE) {
         frec red = *r;
         if (!reduce_fits(q, &red))
-            return 0;
+            return cannot_join;
         q->rec[q->nrec++] = red; /* fits leaves room: the bound is checked before each call */
         q->closed = true;
         q->row = red.inner;
@@ -329,7 +354,7 @@ int kiln__fused_record(fq *q, const frec *r)
     if (r->entry == KILN_ENTRY_LAYER_NORM) {
         frec ln = *r;
         if (!layer_norm_fits(q, &ln))
-            return 0;
+            return cannot_join;
         q->rec[q->nrec++] = ln;
         q->row = ln.inner;
         return 1;
@@ -337,14 +362,16 @@ int kiln__fused_record(fq *q, const frec *r)
     if (r->entry == KILN_ENTRY_SOFTMAX) {
         frec sm = *r;
         if (!softmax_fits(q, &sm))
-            return 0;
+            return cannot_join;
         q->rec[q->nrec++] = sm;
         q->row = sm.inner;
         return 1;
     }
     if (!fusable(r))
-        return 0;
+        return cannot_join;
     if (!fits(q, r)) {
+        if (cannot_join)
+            return cannot_join;
         int rc = kiln__fused_flush(q);
         if (rc < 0)
             return rc;
@@ -353,6 +380,41 @@ int kiln__fused_record(fq *q, const frec *r)
         q->n = kiln__fused_numel(&r->out);
         q->dtype = value_dtype(r);
     }
+    q->rec[q->nrec++] = *r;
+    return 1;
+}
+
+int kiln__fused_record_pool_grad(fq *q, const frec *r)
+{
+    const kiln_backend_iface *in = q->d->in;
+    if (q->nrec == 0 || q->d->replay || !in->fused_run || r->pool.kind != KILN_POOL_MAX || !r->y.buf ||
+        r->out.dtype != KILN_F32 || r->x.dtype != KILN_F32 || r->y.dtype != KILN_I64 || !contiguous(&r->out) ||
+        !contiguous(&r->x) || !contiguous(&r->y) || r->out.ndim != r->pool.nspatial + 2 ||
+        r->x.ndim != r->out.ndim || kiln__fused_numel(&r->x) != kiln__fused_numel(&r->y) ||
+        kiln__fused_numel(&r->out) == 0 || kiln__fused_numel(&r->x) == 0)
+        return 0;
+    const frec *fill = &q->rec[q->nrec - 1];
+    if (fill->entry != KILN_ENTRY_FILL || fill->alpha != 0 || fill->out.dtype != KILN_F32 ||
+        !same_flat(&fill->out, &r->out) || kiln__fused_numel(&fill->out) != kiln__fused_numel(&r->out))
+        return 0;
+    /* the fill's buffer is fresh: nothing before it in the group may touch it, or the
+     * dropped fill would change what that call saw */
+    for (int i = 0; i < q->nrec - 1; i++) {
+        if (q->rec[i].out.buf == r->out.buf)
+            return 0;
+        for (int k = 0; k < rec_inputs(&q->rec[i]); k++)
+            if (rec_input(&q->rec[i], k)->buf == r->out.buf)
+                return 0;
+    }
+    kiln_op_query query = {.entry = KILN_ENTRY_FUSED, .op = KILN_FUSED_POOL_GRAD, .dtype = KILN_F32};
+    if (in->supports && !in->supports(q->iq, &query))
+        return 0;
+    q->nrec--; /* the gradient writes every element of grad_x itself */
+    int rc = kiln__fused_flush(q);
+    if (rc < 0)
+        return rc;
+    q->n = kiln__fused_numel(&r->out);
+    q->dtype = KILN_F32;
     q->rec[q->nrec++] = *r;
     return 1;
 }
@@ -415,6 +477,8 @@ typedef struct compiler {
     int ninstrs, ninputs, noutputs, nregs;
     int64_t reduce_inner;
     const kiln_conv_params *conv; /* a CONV's geometry */
+    const kiln_pool_params *pool; /* a POOL_GRAD's geometry, and its gradient's shape */
+    const kiln_tdesc *pool_grad_x;
     int from;                     /* the first recorded call compiled (1: without the producer) */
     /* the register holding each recorded call's result, by call */
     int value[FUSED_MAX_RECS];
@@ -492,6 +556,24 @@ static int compile(compiler *c, const fq *q, int from)
                                            .arg3 = r->z.buf ? at + 2 : -1}) < 0)
                 return -1;
             c->ninputs += nops;
+            c->value[i] = dst;
+            continue;
+        }
+        if (r->entry == KILN_ENTRY_POOL_BACKWARD) { /* the group's first call (record_pool_grad) */
+            int at = c->ninputs;
+            if (at + 2 > KILN_FUSED_MAX_INPUTS)
+                return -1;
+            c->inputs[at] = r->x;
+            c->inputs[at + 1] = r->y;
+            c->operand_only[at] = c->operand_only[at + 1] = true;
+            c->load_reg[at] = c->load_reg[at + 1] = -1;
+            int dst = c->nregs++;
+            c->pool = &r->pool;
+            c->pool_grad_x = &r->out;
+            if (emit(c, (kiln_fused_instr){
+                            .code = KILN_FUSED_POOL_GRAD, .dst = dst, .arg = at, .arg2 = at + 1, .arg3 = -1}) < 0)
+                return -1;
+            c->ninputs += 2;
             c->value[i] = dst;
             continue;
         }
@@ -608,6 +690,11 @@ static int replay(fq *q, int from, int to)
         case KILN_ENTRY_CONV:
             rc = in->conv(q->iq, &r->conv, &r->out, &r->x, &r->y, r->z.buf ? &r->z : NULL);
             break;
+        case KILN_ENTRY_POOL_BACKWARD: /* its zero fill was dropped when it was recorded */
+            rc = in->fill(q->iq, &r->out, 0);
+            if (rc == 0)
+                rc = in->pool_backward(q->iq, &r->pool, &r->out, &r->x, &r->y);
+            break;
         case KILN_ENTRY_LAYER_NORM:
             rc = in->layer_norm(q->iq, &r->out, NULL, NULL, &r->x, r->y.buf ? &r->y : NULL,
                                 r->z.buf ? &r->z : NULL, r->inner, r->alpha);
@@ -649,6 +736,8 @@ static int run_program(fq *q, compiler *c, int from)
         .outputs = c->outputs,
         .instrs = c->ins,
         .conv = c->conv,
+        .pool = c->pool,
+        .pool_grad_x = c->pool_grad_x,
     };
     int rc = c->noutputs == 0 ? 0 : q->d->in->fused_run(q->iq, &p);
     if (rc == 0) {
@@ -718,7 +807,7 @@ char *kiln__fused_key(const kiln_fused_program *p, char *buf, size_t len)
     for (int i = 0; i < p->ninstrs; i++) {
         const kiln_fused_instr *in = &p->instrs[i];
         PUT(" %d.%d:%d,%d,%d,%d,%d", (int)in->code, in->op, in->dst, in->a, in->b, in->c, in->arg);
-        if (in->code == KILN_FUSED_MATMUL || in->code == KILN_FUSED_CONV)
+        if (in->code == KILN_FUSED_MATMUL || in->code == KILN_FUSED_CONV || in->code == KILN_FUSED_POOL_GRAD)
             PUT(",%d,%d", in->arg2, in->arg3);
     }
 #undef PUT

@@ -52,6 +52,7 @@ typedef struct frec {
     kiln_tdesc out, x, y, z;
     uint32_t mask;         /* reduce: the reduced dims */
     kiln_conv_params conv; /* conv: the geometry (x, y = weight, z = bias or a NULL buf) */
+    kiln_pool_params pool; /* pool_backward (max): the geometry (out = grad_x, x = grad_out, y = indices) */
     int64_t inner; /* reduce: elements per output element */
 } frec;
 
@@ -91,9 +92,16 @@ static inline int64_t kiln__fused_numel(const kiln_tdesc *d)
     return n;
 }
 
-/** Record the call into q's group when it fuses (returns 1), else 0 (the caller
- *  flushes and forwards it); negative on an error. */
-int kiln__fused_record(fq *q, const frec *r);
+/** Record the call into q's group when it fuses (returns 1); 2 when it is small (the
+ *  caller's judgement: under the device's fusion size, or a constant's tiny fill), cannot
+ *  join and shares no buffer with the group (the caller forwards it and the group stays
+ *  pending); else 0 (the caller flushes and forwards it); negative on an error. */
+int kiln__fused_record(fq *q, const frec *r, bool small);
+/** A max pooling's backward into grad_x r->out: when the group's last call zero-fills that
+ *  very view (the engine's kiln_zeros before pool_backward), the fill is dropped and the
+ *  gradient heads a group of its own, its consumers (a relu's backward) as its epilogue
+ *  (returns 1); else 0 (the caller flushes and forwards it); negative on an error. */
+int kiln__fused_record_pool_grad(fq *q, const frec *r);
 /** Run q's pending group (fused or replayed) and hand its freed buffers back. */
 int kiln__fused_flush(fq *q);
 /** Buffer b was freed on q: deferred while the pending group uses it, unless it wraps

@@ -451,6 +451,18 @@ static bool below_fusion_size(const fq *q, const frec *r)
     return too_small(q, &r->out, &r->x, &r->y, &r->z);
 }
 
+/* A fill of at most this many elements (a constant the engine makes between two calls
+ * of a chain: the zero of a relu's backward) never holds a group back: when it cannot
+ * join a pending group and shares no buffer with it, it runs ahead of it, whatever the
+ * device's min_elements. Other tiny calls still flush and start a group of their own,
+ * which on a GPU saves the launches a run of them would cost. */
+#define FUSED_TINY_FILL 256
+
+static bool tiny_fill(const frec *r)
+{
+    return r->entry == KILN_ENTRY_FILL && kiln__fused_numel(&r->out) <= FUSED_TINY_FILL;
+}
+
 /* Whether such a call goes straight to the inner backend: no group pending and too small.
  * Checked before a record is built, since most calls of a small model take this path and
  * the record (four descriptors) costs more to fill than the call it describes. */
@@ -469,10 +481,13 @@ static int record_or_run(fq *q, const frec *r)
      * it, where it may end a chain (a reduction's small output) */
     if (atomic_load(&q->pending) || !below_fusion_size(q, r)) {
         pthread_mutex_lock(&q->mu);
-        rc = q->nrec == 0 && below_fusion_size(q, r) ? 0 : kiln__fused_record(q, r);
-        recorded = rc > 0;
+        bool small = below_fusion_size(q, r);
+        rc = q->nrec == 0 && small ? 0 : kiln__fused_record(q, r, small || tiny_fill(r));
+        recorded = rc == 1;
         if (rc == 0)
             rc = kiln__fused_flush(q);
+        else if (rc == 2)
+            rc = 0; /* runs now, ahead of the group it shares nothing with */
         unlock_group(q);
     }
     if (rc < 0)
@@ -611,6 +626,29 @@ static int fused_binary(void *qctx, kiln_binary_op op, const kiln_tdesc *out, co
     return record_or_run(qctx, &r);
 }
 
+/* A max pooling's gradient after the zero fill of its grad_x heads a group (the fill
+ * dropped, its consumers fused as its epilogue); anything else flushes and forwards. */
+static int fused_pool_backward(void *qctx, const kiln_pool_params *p, const kiln_tdesc *gx, const kiln_tdesc *go,
+                               const kiln_tdesc *ix)
+{
+    fq *q = qctx;
+    if (!q->d->in->pool_backward)
+        return kiln__error_set("fused: the inner backend %s has no pool_backward", q->d->in->name);
+    if (atomic_load(&q->pending)) {
+        frec r = {.entry = KILN_ENTRY_POOL_BACKWARD, .out = *gx, .x = *go, .pool = *p};
+        if (ix)
+            r.y = *ix;
+        pthread_mutex_lock(&q->mu);
+        int rc = kiln__fused_record_pool_grad(q, &r);
+        if (rc == 0)
+            rc = kiln__fused_flush(q);
+        unlock_group(q);
+        if (rc != 0)
+            return rc > 0 ? 0 : rc; /* recorded, or an error */
+    }
+    return q->d->in->pool_backward(q->iq, p, gx, go, ix);
+}
+
 /* Every other primitive: flush the group, then forward. Every slot is filled, so
  * supports() answers for the inner backend's NULL entries. */
 #define FWD(fn, params, args)                                                                                     \
@@ -643,7 +681,6 @@ FWD(conv_fused, (void *qctx, const kiln_conv_params *p, T out, T x, T w, T wp, T
 FWD(conv_pack, (void *qctx, T packed, T w), (q->iq, packed, w))
 FWD(epilogue, (void *qctx, T out, const kiln_epilogue *ep), (q->iq, out, ep))
 FWD(pool, (void *qctx, const kiln_pool_params *p, T out, T ix, T x), (q->iq, p, out, ix, x))
-FWD(pool_backward, (void *qctx, const kiln_pool_params *p, T gx, T go, T ix), (q->iq, p, gx, go, ix))
 FWD(adaptive_avg_pool, (void *qctx, int ns, T out, T x), (q->iq, ns, out, x))
 FWD(adaptive_avg_pool_backward, (void *qctx, int ns, T gx, T go), (q->iq, ns, gx, go))
 FWD(interpolate, (void *qctx, kiln_interp_mode m, bool ac, T out, T x), (q->iq, m, ac, out, x))

@@ -73,5 +73,6 @@ void test_gpu(void);      /* test-gpu.c: graphs fused on cuda:0 and vulkan:0 (sk
 void test_wrapped(void);  /* test-wrapped.c: wrapped buffers freed under a pending group */
 void test_epilogue(void); /* test-epilogue.c: matmul epilogues and row reductions fused */
 void test_tune(void);     /* test-tune.c: the cpu's fused block-size tuner */
+void test_pool_grad(void); /* test-pool-grad.c: a max pooling's gradient heading a group */
 
 #endif

@@ -2,8 +2,9 @@
  * tests/fusion/test-fusion.c — the fusion suite's runner: fused programs on the cpu
  * (test-programs.c), random expression graphs through the fused decorator
  * (test-graphs.c), training steps (test-training.c), the autotune cache (test-autotune.c)
- * matmul epilogues (test-epilogue.c), the cpu's block-size tuner (test-tune.c) and the
- * decorator's wrapped buffers (test-wrapped.c).
+ * matmul epilogues (test-epilogue.c), the cpu's block-size tuner (test-tune.c), the
+ * decorator's wrapped buffers (test-wrapped.c) and pooling gradients heading a group
+ * (test-pool-grad.c).
  * Prints "N passed, N failed".
  */
 #include <stdio.h>
@@ -22,6 +23,7 @@ int main(void)
     test_wrapped();
     test_epilogue();
     test_tune();
+    test_pool_grad();
     printf("fusion: %d passed, %d failed\n", fusion_passed, fusion_failed);
     return fusion_failed ? 1 : 0;
 }
