@@ -120,8 +120,10 @@ static int unary_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
     case KILN_UNARY_ADD_SCALAR: gin[0] = g; break;
     case KILN_UNARY_MUL_SCALAR: gin[0] = kiln_mul_scalar(g, n->dv[0]); break;
     case KILN_UNARY_RELU:
-        /* a select rather than g * cast(mask): two passes instead of three, no f32 mask */
-        gin[0] = kiln_where(kiln_gt(x, kiln__const_like(x, 0)), g, kiln__const_like(g, 0));
+        /* a select rather than g * cast(mask): two passes instead of three, no f32 mask.
+         * From the output (y > 0 exactly where x > 0, NaN and signed zeros included), as
+         * PyTorch does: the input need not be kept (kiln__grad_unary) */
+        gin[0] = kiln_where(kiln_gt(y, kiln__const_like(y, 0)), g, kiln__const_like(g, 0));
         break;
     default:
         if (half_intermediates(op, x->dtype)) {
@@ -143,8 +145,11 @@ kiln_tensor *kiln__grad_unary(kiln_tensor *out, kiln_unary_op op, kiln_tensor *t
         n->dv[0] = alpha;
         n->dv[1] = beta;
         /* The input has the output's dtype for every recordable op (floating in, same
-         * floating out), so both can be saved as they are. */
-        failed = kiln__ad_save(n, 0, t) < 0 || kiln__ad_save(n, 1, out) < 0;
+         * floating out), so both can be saved as they are. A relu's backward reads only
+         * its output: not keeping the input lets a convolution's output before the relu
+         * die at once (a layer's activation memory halves, and a fused convolution never
+         * stores it). */
+        failed = (op != KILN_UNARY_RELU && kiln__ad_save(n, 0, t) < 0) || kiln__ad_save(n, 1, out) < 0;
         if (failed)
             kiln__error_set("%s: out of memory saving for backward", kiln__unary_name(op));
     }

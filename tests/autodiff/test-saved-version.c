@@ -4,7 +4,8 @@
  * statistics, a write through another view of its storage) makes backward fail with an
  * error naming the op, the tensor and its versions, and leaves every gradient as it was;
  * writes the tape does not depend on (a tensor it did not save, a write before the forward,
- * a step after backward in the usual loop) change nothing.
+ * a step after backward in the usual loop, the input of a relu, whose backward reads its
+ * output) change nothing.
  *
  * Usage: test-saved-version [DEVICE] (ref by default); exits 77 when DEVICE does not open.
  */
@@ -173,6 +174,24 @@ static void test_writes_the_graph_does_not_depend_on(void **state)
     kiln_tensor *y = kiln_cast(x, KILN_F32);
     assert_int_equal(kiln_backward(sum(kiln_mul(y, w)), NULL), 0);
     EXPECT(kiln_grad(x), 4, 5);
+    kiln_optim_free(opt);
+    kiln_scope_end();
+}
+
+/* A relu's backward reads its output, as PyTorch's does, so its input is not saved: a step
+ * on that input between the forward and the backward spoils nothing, and the gradient
+ * takes the forward's mask (w was [-1, 2, 3]). */
+static void test_relu_keeps_only_its_output(void **state)
+{
+    (void)state;
+    kiln_scope_begin();
+    kiln_tensor *w = param(3, (float[]){-1, 2, 3});
+    kiln_tensor *loss = sum(kiln_mul(kiln_relu(w), vec(3, (float[]){5, 6, 7})));
+    kiln_optim *opt = sgd(1, 1, &w);
+    assert_int_equal(kiln_optim_step_grads(opt, (kiln_tensor *[]){kiln_full_like(w, 10)}), 1);
+    EXPECT(w, -11, -8, -7);
+    assert_int_equal(kiln_backward(loss, NULL), 0);
+    EXPECT(kiln_grad(w), 0, 6, 7);
     kiln_optim_free(opt);
     kiln_scope_end();
 }
@@ -360,6 +379,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_no_partial_accumulation),
         cmocka_unit_test(test_adam_step),
         cmocka_unit_test(test_writes_the_graph_does_not_depend_on),
+        cmocka_unit_test(test_relu_keeps_only_its_output),
         cmocka_unit_test(test_views_share_the_version),
         cmocka_unit_test(test_normal_loop),
         cmocka_unit_test(test_retain_graph),
