@@ -146,6 +146,10 @@ typedef struct kiln__cpu_kernels {
                                double eps, double *mean, double *rstd);
     /* 2x2 stride-2 max pool over one output row: reads two input rows of width 2*ow. */
     void (*maxpool2x2_row_f32)(float *o, const float *r0, const float *r1, int64_t ow);
+    /* The same with each maximum's flat in-plane index: the row pair starts at in-plane
+     * index base, rows are w wide; the generic loop's rule (first maximum, NaN wins). */
+    void (*maxpool2x2_idx_row_f32)(float *o, int64_t *ix, const float *r0, const float *r1, int64_t ow,
+                                   int64_t base, int64_t w);
     /* Direct stride-1 convolution tile (cpu-conv.c): with TO = conv_tile_o and TQ =
      * conv_tile_q, tile[TO][TQ] = for output channels j < TO and positions q < nq <= TQ
      * of the padded grid, the sum over c < C and k < nk of

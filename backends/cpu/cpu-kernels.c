@@ -347,6 +347,100 @@ static void maxpool2x2_row_f32(float *restrict o, const float *restrict r0,
     }
 }
 
+/* The rule of the generic pooling loop for one window when it returns indices: the first
+ * maximum wins, a NaN wins and a later NaN replaces it. */
+static inline void mp2_take(float v, int64_t i, float *best, int64_t *bi)
+{
+    if (v > *best || v != v) {
+        if (*best == *best || v != v) {
+            *best = v;
+            *bi = i;
+        }
+    }
+}
+
+/* One window: without a NaN (the common case, written without branches since which of the
+ * four wins is unpredictable on real activations) the max, then the first position equal
+ * to it; with one, the exact rule. */
+static inline void maxpool2x2_idx_one(float *o, int64_t *ix, const float *r0, const float *r1, int64_t j,
+                                      int64_t base, int64_t w)
+{
+    float v[4] = {r0[2 * j], r0[2 * j + 1], r1[2 * j], r1[2 * j + 1]};
+    float sum = (v[0] + v[1]) + (v[2] + v[3]);
+    if (__builtin_expect(sum != sum, 0)) { /* a NaN (or inf - inf): the exact rule */
+        float best = v[0];
+        int64_t bi = base + 2 * j;
+        mp2_take(v[1], base + 2 * j + 1, &best, &bi);
+        mp2_take(v[2], base + 2 * j + w, &best, &bi);
+        mp2_take(v[3], base + 2 * j + w + 1, &best, &bi);
+        o[j] = best;
+        ix[j] = bi;
+        return;
+    }
+    float m01 = v[1] > v[0] ? v[1] : v[0], m23 = v[3] > v[2] ? v[3] : v[2];
+    float m = m23 > m01 ? m23 : m01;
+    int n0 = v[0] != m, n1 = v[1] != m, n2 = v[2] != m;
+    int k = n0 * (1 + n1 * (1 + n2));
+    o[j] = v[k]; /* v[k] == m; taken from v so a +0/-0 tie keeps the first's sign */
+    ix[j] = base + 2 * j + (k & 1) + (k >> 1) * w;
+}
+
+/* The same with the flat in-plane index of each maximum (training keeps them for the
+ * backward): windows (r0[2j], r0[2j+1], r1[2j], r1[2j+1]) at indices base + 2j + {0, 1, w,
+ * w + 1}. Eight windows per vector where none holds a NaN (max then the first position
+ * equal to it, which is the rule without NaNs; the value is taken from that position, so
+ * a +0/-0 tie keeps the first's sign); a vector with a NaN takes the exact rule window by
+ * window. */
+static void maxpool2x2_idx_row_f32(float *restrict o, int64_t *restrict ix, const float *restrict r0,
+                                   const float *restrict r1, int64_t ow, int64_t base, int64_t w)
+{
+    int64_t j = 0;
+#if USE_AVX2
+    const __m256i lanes2 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    const __m256i one = _mm256_set1_epi32(1), wv = _mm256_set1_epi32((int)w), w1 = _mm256_set1_epi32((int)w + 1);
+    for (; j + 8 <= ow && w < INT32_MAX; j += 8) {
+        __m256 a0 = _mm256_loadu_ps(r0 + 2 * j), a1 = _mm256_loadu_ps(r0 + 2 * j + 8);
+        __m256 b0 = _mm256_loadu_ps(r1 + 2 * j), b1 = _mm256_loadu_ps(r1 + 2 * j + 8);
+        /* even and odd columns, in window order after the 64-bit lane permute */
+        __m256 v0 = _mm256_shuffle_ps(a0, a1, _MM_SHUFFLE(2, 0, 2, 0));
+        __m256 v1 = _mm256_shuffle_ps(a0, a1, _MM_SHUFFLE(3, 1, 3, 1));
+        __m256 v2 = _mm256_shuffle_ps(b0, b1, _MM_SHUFFLE(2, 0, 2, 0));
+        __m256 v3 = _mm256_shuffle_ps(b0, b1, _MM_SHUFFLE(3, 1, 3, 1));
+#define KV_ORDER(v) _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), _MM_SHUFFLE(3, 1, 2, 0)))
+        v0 = KV_ORDER(v0);
+        v1 = KV_ORDER(v1);
+        v2 = KV_ORDER(v2);
+        v3 = KV_ORDER(v3);
+#undef KV_ORDER
+        __m256 sum = _mm256_add_ps(_mm256_add_ps(v0, v1), _mm256_add_ps(v2, v3));
+        if (_mm256_movemask_ps(_mm256_cmp_ps(sum, sum, _CMP_UNORD_Q))) { /* a NaN (or inf - inf) */
+            for (int64_t t = j; t < j + 8; t++)
+                maxpool2x2_idx_one(o, ix, r0, r1, t, base, w); /* which takes the exact rule */
+            continue;
+        }
+        __m256 m01 = _mm256_blendv_ps(v0, v1, _mm256_cmp_ps(v1, v0, _CMP_GT_OQ));
+        __m256 m23 = _mm256_blendv_ps(v2, v3, _mm256_cmp_ps(v3, v2, _CMP_GT_OQ));
+        __m256 m = _mm256_blendv_ps(m01, m23, _mm256_cmp_ps(m23, m01, _CMP_GT_OQ));
+        __m256 e1 = _mm256_cmp_ps(v0, m, _CMP_NEQ_OQ);                    /* not the first: k >= 1 */
+        __m256 e2 = _mm256_and_ps(e1, _mm256_cmp_ps(v1, m, _CMP_NEQ_OQ)); /* k >= 2 */
+        __m256 e3 = _mm256_and_ps(e2, _mm256_cmp_ps(v2, m, _CMP_NEQ_OQ)); /* k == 3 */
+        __m256 y = _mm256_blendv_ps(_mm256_blendv_ps(_mm256_blendv_ps(v0, v1, e1), v2, e2), v3, e3);
+        _mm256_storeu_ps(o + j, y);
+        __m256i off = _mm256_blendv_epi8(_mm256_setzero_si256(), one, _mm256_castps_si256(e1));
+        off = _mm256_blendv_epi8(off, wv, _mm256_castps_si256(e2));
+        off = _mm256_blendv_epi8(off, w1, _mm256_castps_si256(e3));
+        off = _mm256_add_epi32(off, lanes2); /* + 2 * (window - j) */
+        __m256i start = _mm256_set1_epi64x(base + 2 * j);
+        _mm256_storeu_si256((__m256i *)(ix + j),
+                            _mm256_add_epi64(start, _mm256_cvtepi32_epi64(_mm256_castsi256_si128(off))));
+        _mm256_storeu_si256((__m256i *)(ix + j + 4),
+                            _mm256_add_epi64(start, _mm256_cvtepi32_epi64(_mm256_extracti128_si256(off, 1))));
+    }
+#endif
+    for (; j < ow; j++)
+        maxpool2x2_idx_one(o, ix, r0, r1, j, base, w);
+}
+
 /* The convolution kernels (direct and packed tiles, depthwise planes and channel lanes)
  * are compiled here, as part of this file, under the same flags. */
 #include "cpu-kernels-conv.inc"
@@ -633,6 +727,7 @@ const kiln__cpu_kernels KTABLE = {
     .softmax_row_f32 = softmax_row_f32,
     .layer_norm_row_f32 = layer_norm_row_f32,
     .maxpool2x2_row_f32 = maxpool2x2_row_f32,
+    .maxpool2x2_idx_row_f32 = maxpool2x2_idx_row_f32,
     .dwconv_plane_f32 = dwconv_plane_f32,
 #if USE_AVX512
     .dwconv_s1_f32 = dwconv_s1_f32,

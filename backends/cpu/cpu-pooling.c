@@ -505,20 +505,9 @@ static void mp2_rows(void *argp, int64_t r0, int64_t r1)
     }
 }
 
-/* The same 2x2 stride-2 window when training asks for indices, with the generic loop's
- * rule: the first maximum wins, a NaN wins and a later NaN replaces it. Which of the four
- * wins is unpredictable on real activations, so the common (NaN-free) case is written
- * without branches: the max, then the first position equal to it. */
-static inline void mp2_take(float v, int64_t i, float *best, int64_t *bi)
-{
-    if (v > *best || v != v) {
-        if (*best == *best || v != v) {
-            *best = v;
-            *bi = i;
-        }
-    }
-}
-
+/* The same 2x2 stride-2 window when training asks for indices: the kernel table's row
+ * (the generic loop's rule: the first maximum wins, a NaN wins and a later NaN replaces
+ * it). */
 static void mp2_rows_idx(void *argp, int64_t r0, int64_t r1)
 {
     const mp2_job *j = argp;
@@ -526,30 +515,9 @@ static void mp2_rows_idx(void *argp, int64_t r0, int64_t r1)
     int64_t OH = g->out[1], OW = g->out[2], W = g->in[2];
     for (int64_t r = r0; r < r1; r++) {
         int64_t pl = r / OH, oh = r % OH;
-        const float *a = j->x + pl * g->isz + 2 * oh * W, *b = a + W;
-        float *y = j->y + pl * g->osz + oh * OW;
-        int64_t *ix = j->idx + pl * g->osz + oh * OW;
-        int64_t base = 2 * oh * W;
-        for (int64_t ow = 0; ow < OW; ow++) {
-            float v[4] = {a[2 * ow], a[2 * ow + 1], b[2 * ow], b[2 * ow + 1]};
-            float sum = (v[0] + v[1]) + (v[2] + v[3]);
-            if (__builtin_expect(sum != sum, 0)) { /* a NaN (or inf - inf): the exact rule */
-                float best = v[0];
-                int64_t bi = base + 2 * ow;
-                mp2_take(v[1], base + 2 * ow + 1, &best, &bi);
-                mp2_take(v[2], base + 2 * ow + W, &best, &bi);
-                mp2_take(v[3], base + 2 * ow + W + 1, &best, &bi);
-                y[ow] = best;
-                ix[ow] = bi;
-                continue;
-            }
-            float m01 = v[1] > v[0] ? v[1] : v[0], m23 = v[3] > v[2] ? v[3] : v[2];
-            float m = m23 > m01 ? m23 : m01;
-            int n0 = v[0] != m, n1 = v[1] != m, n2 = v[2] != m;
-            int k = n0 * (1 + n1 * (1 + n2));
-            y[ow] = v[k]; /* v[k] == m; taken from v so a +0/-0 tie keeps the first's sign */
-            ix[ow] = base + 2 * ow + (k & 1) + (k >> 1) * W;
-        }
+        const float *a = j->x + pl * g->isz + 2 * oh * W;
+        j->k->maxpool2x2_idx_row_f32(j->y + pl * g->osz + oh * OW, j->idx + pl * g->osz + oh * OW, a, a + W, OW,
+                                     2 * oh * W, W);
     }
 }
 

@@ -581,6 +581,10 @@ void conf_cases_nn(void)
         /* the cpu 2x2 training path: ties (first maximum's index wins), a strided view */
         pool_case(1, dt, KILN_SHAPE(3, 5, 8, 9), V_NONE, 2, 0, 0, 0, false, true, true, G_INT);
         pool_case(1, dt, KILN_SHAPE(3, 5, 8, 9), V_STEP, 2, 0, 0, 0, false, true, true, G_UNI);
+        /* rows of 8 windows and more, which the cpu takes a vector at a time: ties, and
+         * NaN/inf in some vectors and not others */
+        pool_case(1, dt, KILN_SHAPE(2, 3, 6, 41), V_NONE, 2, 0, 0, 0, false, true, true, G_INT);
+        pool_case(1, dt, KILN_SHAPE(2, 3, 6, 41), V_NONE, 2, 0, 0, 0, false, true, true, G_SPECIAL);
         pool_case(1, dt, KILN_SHAPE(2, 16, 64, 66), V_NONE, 2, 0, 0, 0, false, true, false, G_UNI);
         pool_case(3, dt, KILN_SHAPE(2, 16, 64, 66), V_NONE, 2, 0, 0, 0, false, true, false, G_UNI);
         pool_case(0, dt, KILN_SHAPE(2, 3, 17), V_NONE, 3, 2, 1, 0, false, true, true, G_UNI);
