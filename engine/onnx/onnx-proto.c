@@ -543,6 +543,75 @@ static int dec_graph(rd *r, kiln__onnx_pmodel *pm) {
     return 0;
 }
 
+/* ------------------------------------------------------- not ONNX at all */
+
+/* What the first bytes of a file that is not ONNX say it is, or NULL. Checked only after the
+ * decoder failed, so a model is never refused for its first bytes; none of these can begin a
+ * ModelProto (their first byte is no tag of it with its wire type). */
+static const char *other_format(const uint8_t *b, size_t n)
+{
+    if (n >= 4 && !memcmp(b, "PK\x03\x04", 4))
+        return "a zip archive, as torch.save writes a PyTorch checkpoint: export the model with torch.onnx.export";
+    if (n >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5)
+        return "a Python pickle (a PyTorch checkpoint of the legacy format, or a pickled object): export the "
+               "model with torch.onnx.export";
+    /* safetensors: an 8-byte little-endian header length, then the JSON header */
+    if (n >= 10 && b[8] == '{') {
+        uint64_t hl = 0;
+        for (int i = 0; i < 8; i++)
+            hl |= (uint64_t)b[i] << (8 * i);
+        if (hl >= 2 && hl <= n - 8)
+            return "safetensors (tensors without a graph)";
+    }
+    if (n >= 8 && !memcmp(b, "\x89HDF\r\n\x1a\n", 8))
+        return "HDF5 (a Keras .h5 model?)";
+    if (n >= 8 && !memcmp(b + 4, "TFL3", 4))
+        return "a TensorFlow Lite model";
+    if (n >= 4 && !memcmp(b, "GGUF", 4))
+        return "a GGUF model";
+    if (n >= 6 && !memcmp(b, "\x93NUMPY", 6))
+        return "a NumPy array (.npy)";
+    size_t i = n >= 3 && !memcmp(b, "\xef\xbb\xbf", 3) ? 3 : 0; /* a UTF-8 byte order mark */
+    while (i < n && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n'))
+        i++;
+    if (i < n && (b[i] == '{' || b[i] == '['))
+        return "JSON";
+    return NULL;
+}
+
+/* Whether buf begins as a ModelProto does: its first tag is one of ModelProto's fields with
+ * that field's wire type (serializers write ir_version, field 1, first). Such a file is a
+ * damaged model, whose decoder message says where; any other is not ONNX. */
+static bool starts_like_onnx(const uint8_t *buf, size_t len)
+{
+    static const struct {
+        uint8_t field, wt;
+    } fields[] = {
+        {1, 0}, {2, 2}, {3, 2}, {4, 2}, {5, 0}, {6, 2}, {7, 2}, {8, 2}, {14, 2}, {20, 2}, {25, 2}, {26, 2},
+    };
+    const uint8_t *p = buf;
+    uint64_t t = 0;
+    if (kiln_varint_read(&p, buf + len, &t) != KILN_VARINT_OK)
+        return false;
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if (t >> 3 == fields[i].field && (t & 7) == fields[i].wt)
+            return true;
+    return false;
+}
+
+/* Replaces the decoder's message when buf is no ONNX model at all: a JSON file or a PyTorch
+ * checkpoint named model.onnx would otherwise be reported as a model with an odd wire type. */
+static void explain_not_onnx(const uint8_t *buf, size_t len)
+{
+    const char *other = other_format(buf, len);
+    if (len == 0)
+        kiln__error_set("onnx: not an ONNX model: the file is empty");
+    else if (other)
+        kiln__error_set("onnx: not an ONNX model: the bytes look like %s", other);
+    else if (!starts_like_onnx(buf, len))
+        kiln__error_set("onnx: not an ONNX model: the bytes do not parse as an ONNX ModelProto");
+}
+
 kiln__onnx_pmodel *kiln__onnx_decode(const uint8_t *buf, size_t len) {
     kiln__onnx_pmodel *pm = calloc(1, sizeof *pm);
     if (!pm) { kiln__error_set("onnx: out of memory"); return NULL; }
@@ -578,6 +647,7 @@ kiln__onnx_pmodel *kiln__onnx_decode(const uint8_t *buf, size_t len) {
     if (!have_graph) { bad("no graph"); goto fail; }
     return pm;
 fail:
+    explain_not_onnx(buf, len);
     kiln__onnx_pmodel_free(pm);
     return NULL;
 }

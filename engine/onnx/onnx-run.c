@@ -327,6 +327,25 @@ int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *con
     return 0;
 }
 
+/* The declared shape of a graph input against what the caller gives: the rank and every fixed
+ * dim must match (a symbolic or unknown dim, -1, takes any size; an input declared without a
+ * shape takes any). Checked before anything runs: a model exported at batch 1 and fed batch 3
+ * would otherwise run to a wrong result, or fail deep inside with some Reshape's error. The
+ * wording is kilnd's (api/infer.c), so both say the same of the same input. */
+static int check_shape(const char *name, const kiln__onnx_pvalue *pv, const kiln_tensor *t)
+{
+    if (pv->ndim < 0)
+        return 0;
+    int nd = kiln_tensor_ndim(t);
+    if (nd != pv->ndim)
+        return kiln__error_set("onnx: run: input '%s' has %d dims; the model expects %d", name, nd, pv->ndim);
+    for (int d = 0; d < nd; d++)
+        if (pv->dims[d] >= 0 && kiln_tensor_dim(t, d) != pv->dims[d])
+            return kiln__error_set("onnx: run: input '%s': dim %d is %lld; the model expects %lld", name, d,
+                                   (long long)kiln_tensor_dim(t, d), (long long)pv->dims[d]);
+    return 0;
+}
+
 int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_names, kiln_tensor *const *inputs,
                   int noutputs, kiln_tensor **out)
 {
@@ -369,6 +388,8 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
                             kiln_dtype_name(kiln_tensor_dtype(given[i])), kiln_dtype_name((kiln_dtype)want));
             goto out;
         }
+        if (check_shape(name, m->input_info[i], given[i]))
+            goto out;
     }
     /* weight-derived values: cached outside grad mode, made before the arena so that no
      * planned block ever holds one */
