@@ -316,12 +316,13 @@ def test_bad_specs(d):
         ({"repository": "base", "version": "1"}, "model.version", ""),
         ({"repository": "base", "extra": 1}, "model.extra", "unknown field"),
     ]
-    # The graph's input does not fit CSV rows: the submit's dry run refuses it, naming the node.
+    # The graph's input does not fit CSV rows: the submit's dry run refuses it, naming the input
+    # and the rank the graph declares (checked before any node runs).
     st, j = d.req("POST", "/v1/jobs", {"model": {"onnx": os.path.join(DATA, "cnn.onnx")}, "epochs": 1,
                                        "data": {"type": "csv", "train": os.path.join(DATA, "train.csv")}})
     err = j.get("error", "") if isinstance(j, dict) else ""
-    check(st == 400 and "model:" in err and "Conv" in err,
-          "an ONNX graph that does not fit the data is refused at submit with the node named: %s %s" % (st, err))
+    check(st == 400 and "model:" in err and "has 2 dims; the model expects 4" in err,
+          "an ONNX graph that does not fit the data is refused at submit with its input named: %s %s" % (st, err))
     for model, field, words in cases:
         st, j = d.req("POST", "/v1/jobs", dict(base, model=model))
         err = j.get("error", "") if isinstance(j, dict) else ""
