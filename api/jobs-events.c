@@ -142,8 +142,21 @@ int kd_jobs_handle_events(struct kd_jobs *j, int64_t id, const struct kd_request
         return st;
     int64_t after = 0;
     const char *num = kd_jobs_query_get(&q, "after");
-    if (req->headers && req->headers->last_event_id[0] && !kd_jobs_parse_i64(req->headers->last_event_id, &after))
-        return kd_jobs_errorf(out, req, 400, "Last-Event-ID: must be an event id");
+    /* RFC 9110 section 5.5: a field value's surrounding whitespace (OWS) is not part of it. */
+    const char *lei = req->headers ? req->headers->last_event_id : "";
+    lei += strspn(lei, " \t");
+    size_t lei_len = strlen(lei);
+    while (lei_len && (lei[lei_len - 1] == ' ' || lei[lei_len - 1] == '\t'))
+        lei_len--;
+    if (lei_len) {
+        char idbuf[32];
+        if (lei_len >= sizeof idbuf)
+            return kd_jobs_errorf(out, req, 400, "Last-Event-ID: must be an event id");
+        memcpy(idbuf, lei, lei_len);
+        idbuf[lei_len] = '\0';
+        if (!kd_jobs_parse_i64(idbuf, &after))
+            return kd_jobs_errorf(out, req, 400, "Last-Event-ID: must be an event id");
+    }
     if (num && !kd_jobs_parse_i64(num, &after))
         return kd_jobs_errorf(out, req, 400, "after: must be an event id");
     /* A finished job's stream is known whole: one ordinary response, and the connection stays

@@ -146,6 +146,17 @@ void kd_jobs_drain(struct kd_jobs *j)
 {
     if (!j)
         return;
+    /* Training stops with the drain, not after it (docs/deployment.md, "Stopping"): a job
+     * still running when the loop ends would be cut wherever it is then, and one that finished
+     * meanwhile would let the next queued job start on a daemon that is going. The running job
+     * stops at the end of its current step and stays running in the store (record_outcome sees
+     * stopping); the thread takes no further job; a submission still being checked gets 503
+     * (check_done). kd_jobs_stop joins the thread later. */
+    pthread_mutex_lock(&j->mu);
+    j->stopping = true;
+    atomic_store(&j->cancel, true);
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
     while (j->streams)
         kd_jobs_stream_end(j, j->streams);
 }

@@ -28,9 +28,9 @@ struct kd_sched;
 
 struct kd_jobs_options {
     uv_loop_t *loop;
-    struct kd_jobstore *store;            /* borrowed; from now on used only through this module */
-    const char *data_dir;                 /* checkpoints/ and tmp/ live under it */
-    const char *models_dir;               /* the model repository jobs register into; NULL: <data_dir>/models */
+    struct kd_jobstore *store; /* borrowed; from now on used only through this module */
+    const char *data_dir;      /* checkpoints/ and tmp/ live under it */
+    const char *models_dir;    /* the model repository jobs register into; NULL: <data_dir>/models */
     const struct kd_strlist *data_roots;
     const struct kd_strlist *tokens; /* as kd_serving_options: "admin:T", "read:T", "T" */
     struct kd_serving *serving;      /* finished models are loaded through it; may be NULL */
@@ -48,7 +48,9 @@ struct kd_jobs;
  * theirs had been accepted), removes checkpoint folders no job in the store owns, purges the
  * ended jobs the retention options no longer keep, then starts the training thread. */
 struct kd_jobs *kd_jobs_new(const struct kd_jobs_options *o, char *err, size_t errlen);
-/* SIGTERM: end every event stream (clients reconnect with Last-Event-ID). */
+/* SIGTERM: the running job stops at the end of its current step (left running in the store, to
+ * resume at the next start), no queued job starts, and every event stream ends (clients
+ * reconnect with Last-Event-ID). */
 void kd_jobs_drain(struct kd_jobs *j);
 /*
  * Stop the training thread: a running job stops before its next step and stays "running" in the

@@ -8,7 +8,11 @@
  * sends. So at most one task per session is ever in flight, and the session's device state
  * (backends/remote/remote-exec.c) is touched by its worker only — never by two threads at once. A hop stops
  * once its replies pass remote.max_message_bytes and leaves the rest for the next one, so a
- * queue of large DOWNLOADs never piles up all its DATA in memory at once.
+ * queue of large DOWNLOADs never piles up all its DATA in memory at once. Nor across hops: no hop
+ * starts while the session's unsent replies (kd_ws_unsent) are over out_high; the session waits
+ * until its client has read them down to half that, so a client that does not read holds at most
+ * out_high plus one hop. Meanwhile the socket layer stops reading the connection (ws.h), so TCP
+ * pushes back on the client; one that reads nothing for stall_timeout_ms is closed with 1008.
  *
  * The loop checks each WebSocket message's framing before queueing any of it (a violation gets
  * an ERROR and closes the session) and admits its protocol messages against the queue limits;
@@ -57,6 +61,7 @@ struct session {
     bool gone;                  /* the connection is gone */
     bool freeing;               /* the last task (free everything) is out */
     bool fatal;                 /* out of memory on the worker: closing */
+    bool stalled;               /* unsent replies over out_high: no hop until they drain */
     struct kiln__tstate *state; /* its worker's, between hops */
     uint64_t live_bytes, ids;   /* the state's figures after the last hop (for /metrics) */
     /* messages waiting for the next hop */
@@ -91,6 +96,8 @@ struct kd_tensor_service {
     struct session *sessions;
     size_t nsessions;
     unsigned next_hint;
+    uv_timer_t poll; /* runs kd_ws_poll every KD_WS_POLL_MS while a session has output waiting */
+    bool poll_ready;
     struct kd_metric_series *m_opened, *m_refused, *m_messages, *m_errors;
 };
 
@@ -248,6 +255,7 @@ static void run_free(struct kd_sched_task *t, kiln_device *dev)
 }
 
 static void kick(struct session *s);
+static void want_poll(struct kd_tensor_service *ts);
 
 static void free_done(struct kd_sched_task *t)
 {
@@ -288,8 +296,11 @@ static void hop_finished(struct session *s, bool shutdown)
     }
     if (shutdown && !s->gone)
         kd_ws_close(s->ws, KD_WS_GOING_AWAY, "the server is shutting down");
-    else if (!s->gone)
+    else if (!s->gone) {
         send_replies(s, &s->replies);
+        if (kd_ws_unsent(s->ws))
+            want_poll(s->svc); /* more than the socket layer takes at once (ws.h) */
+    }
     s->replies.len = 0;
     if (s->fatal && !s->gone)
         kd_ws_close(s->ws, KD_WS_INTERNAL_ERROR, "out of memory running the session");
@@ -340,10 +351,43 @@ static void batch_done(struct kd_sched_task *t)
     kick(s);
 }
 
+/* The unsent replies past which a session runs no more hops: remote.max_message_bytes, but
+ * never so low that the socket layer's cap (ws.h) could leave it reading a stalled client. */
+static uint64_t out_high(const struct kd_tensor_service *ts)
+{
+    uint64_t m = (uint64_t)ts->o.limits.max_message_bytes;
+    return m > 2ull * KD_WS_OUT_CAP ? m : 2ull * KD_WS_OUT_CAP;
+}
+
+static void on_poll(uv_timer_t *t)
+{
+    struct kd_tensor_service *ts = t->data;
+    bool again = false;
+    for (struct session *s = ts->sessions, *next; s; s = next) {
+        next = s->next; /* a session is freed only by a hop's completion, never from here */
+        if (!s->gone && kd_ws_poll(s->ws, uv_now(t->loop)))
+            again = true;
+    }
+    if (!again)
+        uv_timer_stop(t);
+}
+
+static void want_poll(struct kd_tensor_service *ts)
+{
+    if (ts->poll_ready && !uv_is_active((uv_handle_t *)&ts->poll))
+        uv_timer_start(&ts->poll, on_poll, KD_WS_POLL_MS, KD_WS_POLL_MS);
+}
+
 static void kick(struct session *s)
 {
-    if (s->busy || s->gone || s->fatal || !s->head)
+    if (s->busy || s->gone || s->fatal || !s->head || s->stalled)
         return;
+    if (s->svc->poll_ready && kd_ws_unsent(s->ws) > out_high(s->svc)) {
+        s->stalled = true;
+        kd_ws_wait_drain(s->ws, out_high(s->svc) / 2, s->svc->o.stall_timeout_ms);
+        want_poll(s->svc);
+        return;
+    }
     s->batch = s->head;
     s->head = s->tail = NULL;
     s->ran = s->ran_bytes = s->ran_refused = 0;
@@ -635,9 +679,17 @@ static void on_gone(void *ud)
         teardown(s);
 }
 
+static void on_drained(void *ud)
+{
+    struct session *s = ud;
+    s->stalled = false;
+    kick(s);
+}
+
 static const struct kd_ws_handler ws_handler = {
     .on_message = on_message,
     .on_gone = on_gone,
+    .on_drained = on_drained,
 };
 
 int kd_tensor_service_handle(void *ctx, const struct kd_request *req, struct kd_buf *out)
@@ -711,6 +763,14 @@ static double live_ids(void *ctx)
     return n;
 }
 
+static double unsent_bytes(void *ctx)
+{
+    double n = 0;
+    for (const struct session *s = ((struct kd_tensor_service *)ctx)->sessions; s; s = s->next)
+        n += s->gone ? 0 : (double)kd_ws_unsent(s->ws);
+    return n;
+}
+
 static struct kd_metric_series *counter(struct kd_metrics *m, const char *name, const char *help)
 {
     struct kd_metric_family *f = kd_metrics_family(m, name, help, KD_METRIC_COUNTER, NULL, NULL, 0);
@@ -753,11 +813,21 @@ struct kd_tensor_service *kd_tensor_service_new(const struct kd_tensor_service_o
                                 "Bytes of device memory remote tensor sessions hold in live tensors.", live_bytes,
                                 ts) != 0 ||
             kd_metrics_gauge_fn(o->metrics, "kiln_remote_live_ids", "Tensor ids remote tensor sessions hold.",
-                                live_ids, ts) != 0) {
+                                live_ids, ts) != 0 ||
+            kd_metrics_gauge_fn(o->metrics, "kiln_remote_unsent_bytes",
+                                "Bytes of replies remote tensor sessions have queued that their clients have "
+                                "not read yet.",
+                                unsent_bytes, ts) != 0) {
             snprintf(err, errlen, "out of memory");
             kd_tensor_service_free(ts);
             return NULL;
         }
+    }
+    /* last: a start that failed above has no handle to close */
+    if (o->loop && uv_timer_init(o->loop, &ts->poll) == 0) {
+        ts->poll.data = ts;
+        ts->poll_ready = true;
+        uv_unref((uv_handle_t *)&ts->poll); /* never keeps a draining loop alive */
     }
     if (o->limits.max_sessions == 0)
         tlog(ts, KD_LOG_DEBUG, "remote tensor endpoint off (remote.max_sessions is 0)");
@@ -765,6 +835,14 @@ struct kd_tensor_service *kd_tensor_service_new(const struct kd_tensor_service_o
         tlog(ts, KD_LOG_DEBUG, "remote tensor endpoint up: at most %lld sessions",
              (long long)o->limits.max_sessions);
     return ts;
+}
+
+void kd_tensor_service_close(struct kd_tensor_service *ts)
+{
+    if (ts && ts->poll_ready) {
+        ts->poll_ready = false; /* stalled sessions stay so: the daemon is going */
+        uv_close((uv_handle_t *)&ts->poll, NULL);
+    }
 }
 
 void kd_tensor_service_free(struct kd_tensor_service *ts)

@@ -32,11 +32,11 @@
  * closes with 1009 at once.
  */
 struct frame_watch {
-    uint8_t hdr[14];                /* the header being read (2 to 14 bytes) */
+    uint8_t hdr[14]; /* the header being read (2 to 14 bytes) */
     size_t have, need;
-    uint64_t payload_left;          /* payload bytes of the current frame still to pass */
-    uint64_t msg_bytes;             /* declared so far for the data message being reassembled */
-    bool refused;                   /* a frame was refused: nothing more is looked at */
+    uint64_t payload_left; /* payload bytes of the current frame still to pass */
+    uint64_t msg_bytes;    /* declared so far for the data message being reassembled */
+    bool refused;          /* a frame was refused: nothing more is looked at */
 };
 
 struct kd_ws {
@@ -46,10 +46,17 @@ struct kd_ws {
     struct kd_http_conn *conn; /* NULL once the connection is gone */
     const struct kd_ws_handler *h;
     void *ud;
-    const char *in;                 /* during feed: bytes not yet given to wslay */
+    const char *in; /* during feed: bytes not yet given to wslay */
     size_t in_len;
     bool in_feed;
     bool gone_sent;
+    /* output flow control (ws.h) */
+    bool uncapped;   /* closing: what is queued goes out whole, the close frame after it */
+    bool moved;      /* the socket layer took output since the last poll */
+    size_t last_out; /* conn->out.len when ws last looked */
+    bool waiting;    /* kd_ws_wait_drain: on_drained is due at low_water */
+    uint64_t low_water, stall_ms, last_move_ms;
+    bool clock_set; /* last_move_ms holds a time */
 };
 
 /* ---- handshake ------------------------------------------------------------------------------ */
@@ -132,6 +139,17 @@ static ssize_t send_cb(wslay_event_context_ptr ctx, const uint8_t *data, size_t 
 {
     (void)flags;
     struct kd_ws *ws = user;
+    if (ws->conn && !ws->uncapped) {
+        /* Past the cap the rest waits in wslay's queue (counted by kd_ws_unsent); wslay keeps
+         * a frame's unsent tail and offers it again on the next wslay_event_send. */
+        size_t used = ws->conn->out.len;
+        if (used >= KD_WS_OUT_CAP) {
+            wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
+            return -1;
+        }
+        if (len > KD_WS_OUT_CAP - used)
+            len = KD_WS_OUT_CAP - used;
+    }
     if (!ws->conn || kd_buf_append(&ws->conn->out, data, len) != 0) {
         wslay_event_set_error(ctx, WSLAY_ERR_CALLBACK_FAILURE);
         return -1;
@@ -162,10 +180,13 @@ static void pump(struct kd_ws *ws)
 {
     if (!ws->conn)
         return;
+    if (ws->conn->out.len < ws->last_out)
+        ws->moved = true; /* the socket layer took some since ws last looked */
     if (wslay_event_want_write(ws->ctx) && wslay_event_send(ws->ctx) != 0) {
         ws->conn->failed = true; /* out of memory: close without ceremony */
         return;
     }
+    ws->last_out = ws->conn->out.len;
     if (!wslay_event_want_read(ws->ctx) && !wslay_event_want_write(ws->ctx))
         ws->conn->closing = true;
 }
@@ -212,7 +233,10 @@ static size_t watch_frames(struct frame_watch *w, const uint8_t *data, size_t le
         }
         w->hdr[w->have++] = data[i++];
         if (w->have == 2)
-            w->need = 2 + ((w->hdr[1] & 0x7f) == 126 ? 2 : (w->hdr[1] & 0x7f) == 127 ? 8 : 0) +
+            w->need = 2 +
+                      ((w->hdr[1] & 0x7f) == 126   ? 2
+                       : (w->hdr[1] & 0x7f) == 127 ? 8
+                                                   : 0) +
                       (w->hdr[1] & 0x80 ? 4 : 0);
         if (w->have < w->need)
             continue;
@@ -228,7 +252,8 @@ static size_t watch_frames(struct frame_watch *w, const uint8_t *data, size_t le
 static void up_feed(void *ud, const char *data, size_t len)
 {
     struct kd_ws *ws = ud;
-    size_t ok = ws->watch.refused ? len : watch_frames(&ws->watch, (const uint8_t *)data, len, ws->max_message_bytes);
+    size_t ok = ws->watch.refused ? len
+                                  : watch_frames(&ws->watch, (const uint8_t *)data, len, ws->max_message_bytes);
     ws->in = data;
     ws->in_len = ok;
     ws->in_feed = true;
@@ -316,6 +341,10 @@ void kd_ws_close(struct kd_ws *ws, uint16_t code, const char *reason)
         n = 122;
     if (wslay_event_get_read_enabled(ws->ctx))
         wslay_event_shutdown_read(ws->ctx);
+    ws->waiting = false;
+    /* What is queued is bounded by its sender's wait for drain (tensor-session.c); it goes out
+     * whole, so that nothing queued before the close is dropped behind it. */
+    ws->uncapped = true;
     /* wslay sends control frames before queued messages: write what is queued (an ERROR saying
      * why) first, or the close would overtake it and the message would be dropped. */
     if (wslay_event_want_write(ws->ctx) && wslay_event_send(ws->ctx) != 0) {
@@ -350,4 +379,48 @@ void kd_ws_free(struct kd_ws *ws)
     }
     wslay_event_context_free(ws->ctx);
     free(ws);
+}
+
+uint64_t kd_ws_unsent(const struct kd_ws *ws)
+{
+    if (!ws || !ws->conn)
+        return 0;
+    return (uint64_t)wslay_event_get_queued_msg_length(ws->ctx) + ws->conn->out.len;
+}
+
+void kd_ws_wait_drain(struct kd_ws *ws, uint64_t low_water, uint64_t stall_ms)
+{
+    if (!ws->waiting)
+        ws->clock_set = false; /* the stall clock starts at the next poll */
+    ws->waiting = true;
+    ws->low_water = low_water;
+    ws->stall_ms = stall_ms;
+}
+
+bool kd_ws_poll(struct kd_ws *ws, uint64_t now_ms)
+{
+    if (!ws->conn)
+        return false;
+    size_t before = ws->conn->out.len;
+    pump(ws);
+    if (ws->conn && ws->conn->out.len != before && ws->conn->wake)
+        ws->conn->wake(ws->conn->wake_ud); /* output to write: the socket layer only acts when told */
+    if (!ws->conn)
+        return false;
+    if (ws->moved || !ws->clock_set) {
+        ws->moved = false;
+        ws->clock_set = true;
+        ws->last_move_ms = now_ms;
+    }
+    if (ws->waiting && kd_ws_unsent(ws) <= ws->low_water) {
+        ws->waiting = false;
+        if (ws->h->on_drained)
+            ws->h->on_drained(ws->ud);
+    } else if (ws->waiting && ws->stall_ms && now_ms - ws->last_move_ms >= ws->stall_ms) {
+        char why[100];
+        snprintf(why, sizeof why, "the client read none of its replies for %llu ms; closing",
+                 (unsigned long long)ws->stall_ms);
+        kd_ws_close(ws, KD_WS_POLICY_VIOLATION, why);
+    }
+    return ws->conn && (ws->waiting || wslay_event_want_write(ws->ctx));
 }

@@ -41,7 +41,21 @@ struct kd_ws_handler {
     void (*on_message)(void *ud, const uint8_t *msg, size_t len);
     /* The connection is gone (closed by either side or cut); called exactly once. */
     void (*on_gone)(void *ud);
+    /* Optional: the unsent output fell to the mark kd_ws_wait_drain named (see there). */
+    void (*on_drained)(void *ud);
 };
+
+/*
+ * Output flow control. The socket layer takes a connection's output from conn->out whenever it
+ * can write, and stops reading the connection while more than its backlog (server.c's
+ * BACKLOG_HIGH, 1 MiB) is unsent. ws.c hands it at most KD_WS_OUT_CAP at a time, above that
+ * backlog, so a peer that does not read stops being read; the rest waits in wslay's queue, where
+ * kd_ws_unsent counts it. The socket layer tells an upgraded protocol nothing when its output
+ * drains, so a connection with output waiting looks again every KD_WS_POLL_MS (kd_ws_poll, run by
+ * whoever owns the loop's timer).
+ */
+#define KD_WS_OUT_CAP (4u << 20)
+#define KD_WS_POLL_MS 1
 
 struct kd_ws;
 
@@ -62,6 +76,22 @@ struct kd_ws *kd_ws_new(const struct kd_request *req, uint64_t max_message_bytes
 
 /* Queues one binary message. 0, or -1 when the connection is gone or closing. */
 int kd_ws_send(struct kd_ws *ws, const void *msg, size_t len);
+
+/* Bytes of queued messages not yet taken by the socket layer (wslay's queue and conn->out). */
+uint64_t kd_ws_unsent(const struct kd_ws *ws);
+
+/*
+ * Asks for on_drained once kd_ws_unsent is at most low_water; if the output does not move for
+ * stall_ms meanwhile (0: no limit), the connection is closed with 1008 and a reason saying so.
+ * Replaces an earlier wait; kd_ws_poll does the looking.
+ */
+void kd_ws_wait_drain(struct kd_ws *ws, uint64_t low_water, uint64_t stall_ms);
+
+/*
+ * Moves waiting output to the socket layer, calls on_drained and enforces the stall limit;
+ * now_ms is the loop's clock. Returns whether ws still needs polling.
+ */
+bool kd_ws_poll(struct kd_ws *ws, uint64_t now_ms);
 
 /* Starts the close handshake with code and reason (shorter than 123 bytes); no more input is read. */
 void kd_ws_close(struct kd_ws *ws, uint16_t code, const char *reason);

@@ -9,7 +9,8 @@
  * loading (loaded or failed) on the workers.
  * SIGTERM/SIGINT: draining — the listener closes (new connections are refused), idle connections
  * close, busy ones finish their request (readiness answers 503 only to a request already on an open
- * connection); after drain_timeout_ms whatever remains is cut. A second signal cuts at once.
+ * connection); after drain_timeout_ms whatever remains is cut. Training stops as the drain begins
+ * (kd_jobs_drain): the running job at the end of its step, resumable. A second signal cuts at once.
  * SIGHUP reopens the log file. Shutdown closes every handle so the loop ends with nothing leaked.
  */
 #include <dirent.h>
@@ -546,6 +547,9 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
         .tokens = &d->cfg.api_tokens,
         .devices = &d->cfg.devices,
         .limits = d->cfg.remote,
+        .loop = &d->loop,
+        /* under the server's idle timeout, which would cut the stalled connection without a word */
+        .stall_timeout_ms = (uint64_t)d->cfg.limits.idle_timeout_ms / 2,
         .log = kd_log_sink,
         .log_ud = &d->log,
     };
@@ -603,6 +607,7 @@ void kd_daemon_free(struct kd_daemon *d)
         d->serving = NULL;
         d->api.serving = NULL;
         kd_sched_close(d->sched);
+        kd_tensor_service_close(d->tensor);
         uv_run(&d->loop, UV_RUN_DEFAULT);
         if (uv_loop_close(&d->loop) != 0)
             kd_log_write(&d->log, KD_LOG_WARN, "event loop closed with handles still open");

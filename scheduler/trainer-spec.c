@@ -26,6 +26,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "common/utf8.h"
 #include "json-keys-impl.h"
 #include "kiln/nn.h"
 #include "kiln/record.h"
@@ -701,6 +702,13 @@ int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct 
     struct problems p = {buf, len, 0, 0};
     if (len)
         buf[0] = '\0';
+    /* JSON text is UTF-8, and a problem quoting other bytes would make the 400's own body
+     * invalid JSON (common/utf8.h) */
+    long bad = kiln_utf8_invalid_at((const unsigned char *)json, strlen(json));
+    if (bad >= 0) {
+        problem(&p, "body", "is not valid UTF-8 (byte %ld); JSON text must be UTF-8", bad);
+        return -1;
+    }
     cJSON *root = cJSON_Parse(json);
     if (!cJSON_IsObject(root)) {
         problem(&p, "body", root ? "must be a JSON object" : "is not valid JSON");

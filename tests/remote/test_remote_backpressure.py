@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""A remote tensor session whose client stops reading its replies (docs/remote-protocol.md,
+"Flow control"): kilnd stops running the session's queued DOWNLOADs once its unsent replies pass
+the session's bound, so its memory stays bounded (read from the kiln_remote_unsent_bytes gauge,
+not from RSS or the clock); once the client reads again every reply arrives, in order and
+intact. A client that reads nothing for the stall timeout (half of limits.idle_timeout_ms) is
+closed with 1008 and a reason, after the replies queued before it.
+
+Usage: test_remote_backpressure.py KILND
+"""
+import http.client
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from remote_wire import *  # noqa: E402,F403
+
+KILND = sys.argv[1]
+TMP = tempfile.mkdtemp(prefix="kilnd-backpressure-")
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+FAILURES = []
+MIB = 1 << 20
+MAX_MESSAGE = 4 * MIB
+# tensor-session.c: no hop starts past out_high = max(max_message_bytes, 8 MiB); one hop adds at
+# most max_message_bytes plus one reply.
+BOUND = max(MAX_MESSAGE, 8 * MIB) + 2 * MAX_MESSAGE + MIB
+PATTERN = bytes(range(256)) * (MIB // 256)
+
+
+def check(cond, what):
+    if not cond:
+        FAILURES.append(what)
+        print("FAIL:", what, flush=True)
+
+
+class Daemon:
+    def __init__(self, *args):
+        self.data = os.path.join(TMP, "data")
+        os.makedirs(self.data, exist_ok=True)
+        self.log = os.path.join(TMP, "kilnd.log")
+        self.proc = subprocess.Popen([KILND, "--port", "0", "--data-dir", self.data, *args],
+                                     stdout=subprocess.DEVNULL, stderr=open(self.log, "wb"), env=ENV)
+        portfile = os.path.join(self.data, "kilnd.port")
+        deadline = time.time() + 15
+        while not os.path.exists(portfile):
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("kilnd did not start: " + open(self.log).read())
+            time.sleep(0.01)
+        self.port = int(open(portfile).read())
+
+    def metric(self, name):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=20)
+        c.request("GET", "/metrics")
+        body = c.getresponse().read().decode()
+        c.close()
+        for line in body.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return None
+
+    def session(self):
+        w = WS(self.port, timeout=30)
+        st, _ = w.handshake()
+        check(st == 101, "upgrade answers 101 (got %s)" % st)
+        w.send(hello(1))
+        t, seq, _ = w.next()
+        check(t == WELCOME, "HELLO answered by WELCOME")
+        w.send(alloc(2, 1, PATTERN))  # answered only when it fails
+        return w
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = -9
+        check(rc == 0, "kilnd exits 0 after SIGTERM (rc %s)" % rc)
+
+
+def queue_downloads(w, first, count, per_message=20):
+    for s in range(first, first + count, per_message):
+        w.send(b"".join(download(q, 1, 0, len(PATTERN)) for q in range(s, min(s + per_message, first + count))))
+
+
+def read_downloads(w, first, count, what):
+    """Every reply, in order and intact; returns how many arrived before a close."""
+    for q in range(first, first + count):
+        try:
+            t, seq, f = w.next()
+        except Closed as e:
+            return q - first, e
+        if not (t == DATA and seq == q and f["data"] == PATTERN):
+            check(False, "%s: reply %d is DATA %d with the buffer (got type %#x seq %d, %d bytes)" %
+                  (what, q, q, t, seq, len(f.get("data", b""))))
+            return q - first, None
+    return count, None
+
+
+def test_bounded_then_resumes(d):
+    w = d.session()
+    n = 120  # 120 MiB of replies: far past the bound
+    queue_downloads(w, 10, n)
+    peak, deadline = 0.0, time.time() + 1.5
+    while time.time() < deadline:
+        v = d.metric("kiln_remote_unsent_bytes")
+        if v is None:
+            check(False, "/metrics has kiln_remote_unsent_bytes")
+            break
+        peak = max(peak, v)
+        time.sleep(0.05)
+    print("peak unsent bytes while the client did not read: %d (bound %d)" % (peak, BOUND), flush=True)
+    check(peak > 0, "the gauge counts the replies the client has not read")
+    check(peak <= BOUND, "unsent replies stay under the bound (peak %d > %d)" % (peak, BOUND))
+    got, closed = read_downloads(w, 10, n, "after resuming")
+    check(got == n and closed is None, "all %d replies arrive once the client reads (got %d, %s)" % (n, got, closed))
+    w.send(sync(500))
+    t, seq, _ = w.next()
+    check(t == SYNC_DONE and seq == 500, "the session goes on after the backlog")
+    w.close()
+
+
+def test_stalled_client_closed(d):
+    w = d.session()
+    n = 40
+    queue_downloads(w, 10, n)
+    time.sleep(4.5)  # past the stall timeout (3 s), short of the server's own cut (3 s + 6 s)
+    got, closed = read_downloads(w, 10, n, "stalled")
+    check(got < n, "a stalled session stops running its DOWNLOADs (all %d ran)" % n)
+    check(closed is not None and closed.code == 1008 and "read none of its replies" in closed.reason,
+          "a stalled client gets 1008 with a reason after what was queued (got %s)" % closed)
+    w.close()
+    deadline = time.time() + 20
+    while time.time() < deadline and d.metric("kiln_remote_sessions") != 0:
+        time.sleep(0.05)
+    check(d.metric("kiln_remote_sessions") == 0, "the stalled session is gone")
+    check(d.metric("kiln_remote_unsent_bytes") == 0, "nothing is left unsent")
+
+
+def main():
+    d = Daemon("--remote-max-message-bytes", str(MAX_MESSAGE), "--idle-timeout-ms", "6000")
+    try:
+        test_bounded_then_resumes(d)
+        test_stalled_client_closed(d)
+    finally:
+        d.stop()
+        if FAILURES:
+            print(open(d.log).read()[-3000:])
+    shutil.rmtree(TMP, ignore_errors=True)
+    if FAILURES:
+        print("%d check(s) failed" % len(FAILURES))
+        sys.exit(1)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
