@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "common/half.h"
+#include "common/utf8.h"
 #include "jscan.h"
 #include "responses.h"
 #include "serving.h"
@@ -55,6 +56,17 @@ int kd_infer_find_spec(const kd_model_tensor_spec *specs, int n, const char *nam
         if (strcmp(specs[i].name, name) == 0)
             return i;
     return -1;
+}
+
+const char *kd_infer_input_list(const kd_model_config *c, char *buf, size_t len)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < c->ninputs && at < len; i++) {
+        int w = snprintf(buf + at, len - at, "%s%s", i ? ", " : "", c->inputs[i].name);
+        at += w > 0 ? (size_t)w : 0;
+    }
+    return buf;
 }
 
 /* The bytes per element a client sends for a KServe datatype (0: not a fixed-size type). */
@@ -527,9 +539,32 @@ int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, con
             id[0] = '\0';
             FAIL(400, "\"id\" must be a string of at most %lld bytes", (long long)ic->max_string_bytes);
         }
+        /* the id is echoed in the answer: other bytes than UTF-8 would make it invalid JSON */
+        if (kiln_utf8_invalid_at((const unsigned char *)id, strlen(id)) >= 0) {
+            id[0] = '\0';
+            FAIL(400, "\"id\" must be valid UTF-8");
+        }
     }
     if (type_at(doc.inputs, jend) != KD_J_ARRAY)
         FAIL(400, "\"inputs\" must be an array");
+    /* Named before counted: for a duplicate or a misspelt name, the name is
+     * what the client needs, and "takes 1 input(s), the request has 2" did not
+     * give it. An entry that is not an object with a string name is left to the
+     * loop below, which says so. */
+    for (int i = 0; i < doc.ninputs && i < KD_SCHED_MAX_IO; i++) {
+        char name[KD_MODEL_NAME_MAX + 1], other[KD_MODEL_NAME_MAX + 1];
+        if (!doc.in[i].is_object || string_at(doc.in[i].name, jend, name, sizeof name) < 0)
+            continue;
+        if (kd_infer_find_spec(c->inputs, c->ninputs, name) < 0) {
+            char list[512];
+            FAIL(400, "the model has no input '%.64s' (its inputs: %s)", name,
+                 kd_infer_input_list(c, list, sizeof list));
+        }
+        for (int j = 0; j < i; j++)
+            if (doc.in[j].is_object && string_at(doc.in[j].name, jend, other, sizeof other) >= 0 &&
+                strcmp(name, other) == 0)
+                FAIL(400, "input '%.64s' is given twice", name);
+    }
     if (doc.ninputs != c->ninputs)
         FAIL(400, "the model takes %d input(s), the request has %d", c->ninputs, doc.ninputs);
     r->ninputs = c->ninputs;
@@ -543,9 +578,9 @@ int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, con
             FAIL(400, "each input needs \"name\", \"datatype\" and \"shape\"");
         int k = nl < 0 ? -1 : kd_infer_find_spec(c->inputs, c->ninputs, name);
         if (k < 0)
-            FAIL(400, "unknown input '%.64s'", name);
+            FAIL(400, "the model has no input '%.64s'", name);
         if (r->inputs[k].data)
-            FAIL(400, "input '%.64s' given twice", name);
+            FAIL(400, "input '%.64s' is given twice", name);
         const kd_model_tensor_spec *sp = &c->inputs[k];
         if (dl < 0 || !known_datatype(dtname))
             FAIL(400, "unknown datatype '%.32s'", dtname);

@@ -165,6 +165,9 @@ int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, con
                     struct kd_infer_data *dd, char *msg, size_t msglen);
 /* The index of the spec named name in specs[0..n), or -1. */
 int kd_infer_find_spec(const kd_model_tensor_spec *specs, int n, const char *name);
+/* c's input names, comma-separated, into buf (cut at len), for messages;
+ * returns buf. */
+const char *kd_infer_input_list(const kd_model_config *c, char *buf, size_t len);
 /* Fills r's input buffers as dd says (any thread). 0, or 400 with msg filled. */
 int kd_infer_fill(const struct kd_infer_data *dd, const kd_model_config *c, struct kd_sched_request *r, char *msg,
                   size_t msglen);

@@ -345,6 +345,116 @@ static bool nested_shape(const cJSON *a, int depth, long long *shape, int *ndim,
     return true;
 }
 
+/*
+ * Where each output's "data" array opens in the raw response body, in the order of "outputs"
+ * (at most max). cJSON keeps every number as a double, which rounds an INT64 above 2^53, so
+ * integer outputs are read again from this text. Returns how many were found.
+ */
+static int find_data_arrays(const char *p, const char *end, const char **at, int max)
+{
+    int depth = 0, n = 0;
+    bool in_outputs = false;
+    const char *key = NULL;
+    size_t keylen = 0;
+    for (; p < end; p++) {
+        if (*p == '"') {
+            const char *q = p + 1;
+            while (q < end && *q != '"')
+                q += *q == '\\' ? 2 : 1;
+            const char *t = q + 1;
+            while (t < end && strchr(" \t\r\n", *t))
+                t++;
+            if (t < end && *t == ':') {
+                key = p + 1;
+                keylen = (size_t)(q - key);
+            }
+            p = q;
+        } else if (*p == '{' || *p == '[') {
+            depth++;
+            bool is_outputs = key && keylen == 7 && !memcmp(key, "outputs", 7);
+            bool is_data = key && keylen == 4 && !memcmp(key, "data", 4);
+            if (depth == 2 && *p == '[' && is_outputs)
+                in_outputs = true;
+            else if (in_outputs && depth == 4 && *p == '[' && is_data && n < max)
+                at[n++] = p;
+            key = NULL;
+        } else if (*p == '}' || *p == ']') {
+            if (--depth < 2)
+                in_outputs = false;
+        } else if (*p == ',') {
+            key = NULL;
+        }
+    }
+    return n;
+}
+
+/* The next element of a raw JSON array of integers at *p (the array's '[' or the ',' before the
+ * element), *p moved past it; false when it is not an integer. */
+static bool next_integer(const char **p, const char *end, long long *v)
+{
+    const char *q = *p + 1;
+    while (q < end && strchr(" \t\r\n", *q))
+        q++;
+    char *e;
+    errno = 0;
+    *v = strtoll(q, &e, 10);
+    if (e == q || errno || (e < end && strchr(".eE", *e)))
+        return false;
+    while (e < end && strchr(" \t\r\n", *e))
+        e++;
+    *p = e;
+    return true;
+}
+
+/*
+ * One output of a predict answer, a row per line for a 2-D output: booleans as true/false,
+ * integers exactly (from the raw text), floating-point values to 4 places. The "-> class N"
+ * hint (the arg max of the row) is only for a floating-point [batch, classes] output of more
+ * than one class, the shape of a classifier's scores; for other outputs it means nothing.
+ */
+static void print_output(const cJSON *o, const char *raw, const char *end)
+{
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(o, "shape"),
+                *data = cJSON_GetObjectItemCaseSensitive(o, "data");
+    const char *dt = str_of(o, "datatype") ? str_of(o, "datatype") : "";
+    bool is_float = !strncmp(dt, "FP", 2) || !strcmp(dt, "BF16"), is_bool = !strcmp(dt, "BOOL");
+    bool is_int = !strncmp(dt, "INT", 3) || !strncmp(dt, "UINT", 4);
+    int nd = cJSON_GetArraySize(shape);
+    long long rows = nd == 2 ? (long long)cJSON_GetArrayItem(shape, 0)->valuedouble : 1;
+    long long cols = nd == 2 ? (long long)cJSON_GetArrayItem(shape, 1)->valuedouble : cJSON_GetArraySize(data);
+    printf("%s (%s", str_of(o, "name"), dt);
+    for (int d = 0; d < nd; d++)
+        printf("%s%.0f", d ? "x" : " ", cJSON_GetArrayItem(shape, d)->valuedouble);
+    printf("):\n");
+    for (long long rr = 0; rr < rows; rr++) {
+        long long best = 0;
+        double bv = -INFINITY;
+        printf("  [");
+        for (long long c = 0; c < cols; c++) {
+            const cJSON *v = cJSON_GetArrayItem(data, (int)(rr * cols + c));
+            double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+            long long iv;
+            printf("%s", c ? ", " : "");
+            if (cJSON_IsBool(v) || (is_bool && cJSON_IsNumber(v)))
+                printf("%s", cJSON_IsTrue(v) || (cJSON_IsNumber(v) && x != 0) ? "true" : "false");
+            else if (is_int && raw && next_integer(&raw, end, &iv))
+                printf("%lld", iv);
+            else if (cJSON_IsString(v))
+                printf("\"%s\"", v->valuestring);
+            else
+                printf("%.4f", x);
+            if (x > bv) {
+                bv = x;
+                best = c;
+            }
+        }
+        printf("]");
+        if (nd == 2 && cols > 1 && is_float)
+            printf("  -> class %lld", best);
+        printf("\n");
+    }
+}
+
 static int cmd_predict(const struct kiln_client *cl, int argc, char **argv)
 {
     const char *model = NULL, *json = NULL, *file = NULL;
@@ -424,34 +534,12 @@ static int cmd_predict(const struct kiln_client *cl, int argc, char **argv)
         return 1;
     }
     cJSON *j = parse_body(&r), *o;
+    const char *raw_data[64];
+    int nraw = find_data_arrays(r.body, r.body + r.body_len, raw_data, 64), k = 0;
     cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(j, "outputs"))
     {
-        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(o, "shape"), *data = cJSON_GetObjectItemCaseSensitive(o, "data");
-        int nd = cJSON_GetArraySize(shape);
-        long long rows = nd == 2 ? (long long)cJSON_GetArrayItem(shape, 0)->valuedouble : 1;
-        long long cols = nd == 2 ? (long long)cJSON_GetArrayItem(shape, 1)->valuedouble : cJSON_GetArraySize(data);
-        printf("%s (%s", str_of(o, "name"), str_of(o, "datatype"));
-        for (int d = 0; d < nd; d++)
-            printf("%s%.0f", d ? "x" : " ", cJSON_GetArrayItem(shape, d)->valuedouble);
-        printf("):\n");
-        for (long long rr = 0; rr < rows; rr++) {
-            long long best = 0;
-            double bv = -INFINITY;
-            printf("  [");
-            for (long long c = 0; c < cols; c++) {
-                const cJSON *v = cJSON_GetArrayItem(data, (int)(rr * cols + c));
-                double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
-                printf("%s%.4f", c ? ", " : "", x);
-                if (x > bv) {
-                    bv = x;
-                    best = c;
-                }
-            }
-            printf("]");
-            if (nd == 2 && cols > 1)
-                printf("  -> class %lld", best);
-            printf("\n");
-        }
+        print_output(o, k < nraw ? raw_data[k] : NULL, r.body + r.body_len);
+        k++;
     }
     cJSON_Delete(j);
     free(r.raw);

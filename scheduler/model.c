@@ -7,10 +7,15 @@
  * "onnx" — model.onnx through kiln_onnx_load, run with kiln_onnx_run. config.json may leave out
  * the inputs and outputs of an ONNX model: the graph declares its inputs (a symbolic dim is -1),
  * and the outputs' datatypes and shapes come from two dry runs at load with the symbolic dims set
- * to 1 and then 2 (a dim that follows them is reported as -1). An ONNX model batches — requests
- * concatenated along dim 0 — only when every graph input has a symbolic dim 0; otherwise
- * max_batch_size is forced to 0 and requests run one at a time, whatever config.json says, since
- * a concatenated batch could not be fed to a fixed-size input.
+ * to 1 and then 2 (a dim that follows them is reported as -1).
+ *
+ * Batching (either format, max_batch_size > 0): requests are concatenated along dim 0 and every
+ * output is split back along dim 0, which is right only when each output's dim 0 is the batch.
+ * The first instance's load checks it (check_batching): every input needs a free dim 0, and for
+ * ONNX dry runs on zeros at two batch sizes must give every output a dim 0 of that size and the
+ * same other dims (a kiln record's config.json must declare every output's dim 0 free). A model that fails is served unbatched (max_batch_size 0, which the metadata and config
+ * endpoints then report) with a warning naming the input or output and why: an output such as
+ * x.mean(0) would otherwise hand every client the mean over everyone's rows.
  *
  * Either format may ship autotune.tsv beside the model file: kernel choices merged into the
  * autotune cache when the model loads (kiln_autotune_merge_file).
@@ -187,12 +192,11 @@ static int check_input(kiln_onnx_model *g, int k, const kd_model_tensor_spec *wa
  * want_outputs the outputs' datatypes and shapes by dry runs on zeros. 0 or -1 with why.
  */
 static int describe_onnx(kiln_onnx_model *g, kiln_device *dev, const kd_model_tensor_spec *cfg_in, int ncfg_in,
-                         bool want_outputs, kd_model_tensor_spec *ins, kd_model_tensor_spec *outs, bool *batchable,
-                         char *why, size_t n)
+                         bool want_outputs, kd_model_tensor_spec *ins, kd_model_tensor_spec *outs, char *why,
+                         size_t n)
 {
     int gin = kiln_onnx_input_count(g), gout = kiln_onnx_output_count(g);
     bool symbolic = false;
-    *batchable = gin > 0;
     if (ncfg_in > 0 && ncfg_in != gin) {
         snprintf(why, n, "config.json lists %d inputs; model.onnx takes %d", ncfg_in, gin);
         return -1;
@@ -224,7 +228,6 @@ static int describe_onnx(kiln_onnx_model *g, kiln_device *dev, const kd_model_te
         }
         for (int d = 0; d < sp->ndim; d++)
             symbolic |= sp->shape[d] < 0;
-        *batchable &= sp->ndim >= 1 && sp->shape[0] < 0;
     }
     if (!want_outputs)
         return 0;
@@ -350,8 +353,7 @@ static int build_onnx(struct kd_sched_model *m, kiln_device *dev, struct kd_sche
     int ncfg_in = m->cfg.ninputs;
     pthread_mutex_unlock(&m->sched->mu);
     kd_model_tensor_spec ins[KD_SCHED_MAX_IO] = {0}, outs[KD_SCHED_MAX_IO] = {0};
-    bool batchable = false;
-    int rc = describe_onnx(g, dev, cfg_in, ncfg_in, need_out || check_out, ins, outs, &batchable, why, n);
+    int rc = describe_onnx(g, dev, cfg_in, ncfg_in, need_out || check_out, ins, outs, why, n);
     if (rc == -2 && !need_out) {
         /* config.json lists the outputs, which is the way around a model the dry runs cannot
          * run (zeros, symbolic dims at 1 and 2): then only the run checks their datatypes */
@@ -395,8 +397,6 @@ static int build_onnx(struct kd_sched_model *m, kiln_device *dev, struct kd_sche
             rc = -1;
         }
     }
-    if (rc == 0 && !batchable)
-        c->max_batch_size = 0;
     pthread_mutex_unlock(&m->sched->mu);
     if (rc != 0) {
         kiln_onnx_free(g);
@@ -405,6 +405,8 @@ static int build_onnx(struct kd_sched_model *m, kiln_device *dev, struct kd_sche
     e->onnx = g;
     return 0;
 }
+
+static void decide_batching(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device *dev);
 
 int kd_sched_build(struct kd_sched_model *m, kiln_device *dev, struct kd_sched_exec *out, char *why, size_t n)
 {
@@ -423,9 +425,11 @@ int kd_sched_build(struct kd_sched_model *m, kiln_device *dev, struct kd_sched_e
             fprintf(stderr, "kilnd: %s\n", kiln_error());
         free(tune);
     }
-    if (m->format && strcmp(m->format, "onnx") == 0)
-        return build_onnx(m, dev, out, why, n);
-    return build_kiln(m, dev, &out->module, why, n);
+    int rc = m->format && strcmp(m->format, "onnx") == 0 ? build_onnx(m, dev, out, why, n)
+                                                         : build_kiln(m, dev, &out->module, why, n);
+    if (rc == 0)
+        decide_batching(m, out, dev);
+    return rc;
 }
 
 void kd_sched_unbuild(struct kd_sched_exec *e)
@@ -491,6 +495,119 @@ static void release_all(kiln_tensor **ts, int n)
     }
 }
 
+/* The batch sizes of check_batching's two dry runs: two, so that an output whose dim 0 is some
+ * other size can match neither by chance, and above 1, where size-1 broadcasting could hide it. */
+static const int64_t dry_batches[2] = {2, 3};
+
+/*
+ * Whether c's model batches: every input has a free dim 0 and, for an ONNX graph, over dry runs
+ * on zeros at dry_batches (the inputs' other free dims 1), every configured output's dim 0 is the
+ * batch and its other dims stay the same (a kiln record: config.json declares every output's dim
+ * 0 free). 0, or -1 with why naming the input or output at fault.
+ */
+static int check_batching(const kd_model_config *c, struct kd_sched_exec *e, kiln_device *dev, char *why, size_t n)
+{
+    char a[160], b[160];
+    if (c->ninputs < 1) {
+        snprintf(why, n, "the model has no inputs to concatenate");
+        return -1;
+    }
+    for (int i = 0; i < c->ninputs; i++)
+        if (c->inputs[i].ndim < 1 || c->inputs[i].shape[0] >= 0) {
+            snprintf(why, n,
+                     "input '%.64s' has a fixed batch (shape %s), so a batch of requests could not be fed to it",
+                     c->inputs[i].name, kiln__shape_str(c->inputs[i].ndim, c->inputs[i].shape, a, sizeof a));
+            return -1;
+        }
+    if (e->module) {
+        /* A kiln record declares its outputs in config.json, and kilnd runs nothing at its load
+         * (a dry run would also be the first work a device sees, and could fail it): the
+         * declared dim 0 must be free. */
+        for (int o = 0; o < c->noutputs; o++)
+            if (c->outputs[o].ndim < 1 || c->outputs[o].shape[0] >= 0) {
+                snprintf(
+                    why, n, "config.json declares output '%.64s' with shape %s: its dim 0 is not the batch (-1)",
+                    c->outputs[o].name, kiln__shape_str(c->outputs[o].ndim, c->outputs[o].shape, a, sizeof a));
+                return -1;
+            }
+        return 0;
+    }
+    int first_nd[KD_SCHED_MAX_IO] = {0};
+    int64_t first[KD_SCHED_MAX_IO][KILN_MAX_DIMS];
+    int rc = 0;
+    for (int pass = 0; rc == 0 && pass < 2; pass++) {
+        int64_t rows = dry_batches[pass];
+        kiln_tensor *in[KD_SCHED_MAX_IO] = {0}, *out[KD_SCHED_MAX_IO] = {0}, *owned[KD_SCHED_MAX_IO] = {0};
+        kiln_no_grad_begin();
+        kiln_scope_begin();
+        for (int i = 0; i < c->ninputs && rc == 0; i++) {
+            const kd_model_tensor_spec *sp = &c->inputs[i];
+            int64_t shape[KILN_MAX_DIMS];
+            for (int d = 0; d < sp->ndim; d++)
+                shape[d] = d == 0 ? rows : sp->shape[d] < 0 ? 1 : sp->shape[d];
+            in[i] = kiln_zeros(dev, (kiln_dtype)kd_sched_dtype_of(sp->datatype), sp->ndim, shape);
+            rc = in[i] ? 0 : -1;
+        }
+        int nout = rc == 0 ? forward(c, e, in, out, owned) : -1;
+        if (nout < c->noutputs) {
+            snprintf(why, n, "a dry run on zeros at batch %lld failed: %.160s", (long long)rows,
+                     kiln_error()[0] ? kiln_error() : "too few outputs");
+            rc = -1;
+        }
+        for (int o = 0; rc == 0 && o < c->noutputs; o++) {
+            int nd = kiln_tensor_ndim(out[o]);
+            const int64_t *shape = kiln_tensor_shape(out[o]);
+            if (nd < 1 || shape[0] != rows) {
+                snprintf(why, n,
+                         "output '%.64s' has shape %s for a batch of %lld rows: its dim 0 is not the batch",
+                         c->outputs[o].name, kiln__shape_str(nd, shape, a, sizeof a), (long long)rows);
+                rc = -1;
+            } else if (pass == 0) {
+                first_nd[o] = nd;
+                memcpy(first[o], shape, (size_t)nd * sizeof shape[0]);
+            } else if (nd != first_nd[o] || memcmp(first[o] + 1, shape + 1, (size_t)(nd - 1) * sizeof shape[0])) {
+                snprintf(why, n,
+                         "output '%.64s' has shape %s for a batch of %lld rows and %s for %lld: more than "
+                         "its dim 0 changes with the batch",
+                         c->outputs[o].name, kiln__shape_str(first_nd[o], first[o], a, sizeof a),
+                         (long long)dry_batches[0], kiln__shape_str(nd, shape, b, sizeof b), (long long)rows);
+                rc = -1;
+            }
+        }
+        kiln_scope_end();
+        kiln_no_grad_end();
+        release_all(owned, KD_SCHED_MAX_IO);
+    }
+    kiln_error_clear();
+    return rc;
+}
+
+/*
+ * After an instance of m is built on dev: the first one to get here checks whether m batches
+ * (check_batching) and, when not, serves it unbatched with a warning. The load completes only
+ * after every instance's build, so no request sees max_batch_size before the decision.
+ */
+static void decide_batching(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device *dev)
+{
+    pthread_mutex_lock(&m->sched->mu);
+    int asked = m->cfg.max_batch_size;
+    bool mine = !m->batch_decided && asked > 0;
+    m->batch_decided = true;
+    pthread_mutex_unlock(&m->sched->mu);
+    char why[400];
+    if (!mine || check_batching(&m->cfg, e, dev, why, sizeof why) == 0)
+        return;
+    pthread_mutex_lock(&m->sched->mu);
+    m->cfg.max_batch_size = 0;
+    pthread_mutex_unlock(&m->sched->mu);
+    /* The scheduler has no log sink of its own: stderr is kilnd's log unless log_file is set
+     * (the autotune line in kd_sched_build does the same). */
+    fprintf(stderr,
+            "kilnd: warning: model %s version %lld is served unbatched (max_batch_size %d in config.json "
+            "taken as 0; requests run one at a time): %s\n",
+            m->name, (long long)m->version, asked, why);
+}
+
 void kd_sched_run(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device *dev,
                   struct kd_sched_request **reqs, int n, int64_t rows)
 {
@@ -533,6 +650,29 @@ void kd_sched_run(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device
         fail_all(reqs, n, "the model produced fewer outputs than config.json declares%s", "");
         return;
     }
+    /* One request takes its outputs whole; several split them along dim 0. The load checked that
+     * the model's outputs follow the batch, but an output whose size depends on the data can
+     * still miss it: the requests were fine, so each then runs alone rather than failing. */
+    bool split = batched && n > 1;
+    for (int o = 0; split && !failed && o < c->noutputs; o++) {
+        if (!out[o] || (kiln_tensor_ndim(out[o]) >= 1 && kiln_tensor_dim(out[o], 0) == rows))
+            continue;
+        if (!atomic_exchange(&m->split_warned, true)) {
+            char sh[160];
+            fprintf(stderr,
+                    "kilnd: warning: model %s version %lld: output '%s' has shape %s for a batch of %lld rows, "
+                    "which does not split along dim 0; such batches run one request at a time\n",
+                    m->name, (long long)m->version, c->outputs[o].name,
+                    kiln__shape_str(kiln_tensor_ndim(out[o]), kiln_tensor_shape(out[o]), sh, sizeof sh),
+                    (long long)rows);
+        }
+        kiln_scope_end();
+        kiln_no_grad_end();
+        release_all(owned, KD_SCHED_MAX_IO);
+        for (int k = 0; k < n; k++)
+            kd_sched_run(m, e, dev, &reqs[k], 1, kd_sched_rows_of(m, reqs[k]));
+        return;
+    }
     for (int o = 0; o < c->noutputs && !failed; o++) {
         /* never a cast: logits cast to INT32 would answer zeros as if they were results */
         int want = kd_sched_dtype_of(c->outputs[o].datatype);
@@ -544,14 +684,14 @@ void kd_sched_run(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device
             failed = "output";
             break;
         }
-        if (!out[o] || (batched && (kiln_tensor_ndim(out[o]) < 1 || kiln_tensor_dim(out[o], 0) != rows))) {
+        if (!out[o]) {
             failed = "output";
             break;
         }
         int64_t off = 0;
         for (int k = 0; k < n && !failed; k++) {
-            int64_t b = batched ? reqs[k]->inputs[0].shape[0] : 0;
-            if (take_output(reqs[k], o, out[o], batched, off, b) != 0)
+            int64_t b = split ? reqs[k]->inputs[0].shape[0] : 0;
+            if (take_output(reqs[k], o, out[o], split, off, b) != 0)
                 failed = "output";
             off += b;
         }
@@ -561,7 +701,7 @@ void kd_sched_run(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device
         snprintf(msg, sizeof msg, "%s",
                  detail[0]         ? detail
                  : kiln_error()[0] ? kiln_error()
-                                   : "outputs do not split along the batch");
+                                   : "the model gave no tensor for an output");
         kiln_scope_end();
         kiln_no_grad_end();
         release_all(owned, KD_SCHED_MAX_IO);

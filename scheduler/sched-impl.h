@@ -45,6 +45,8 @@ struct kd_sched_model {
      */
     kd_model_config cfg;
     bool outputs_checked;       /* an ONNX version's listed outputs matched a dry run (scheduler lock) */
+    bool batch_decided;         /* an instance has taken on the batching check (scheduler lock) */
+    atomic_bool split_warned;   /* a batch whose outputs did not split was logged (once) */
     struct kd_sched_gate *gate; /* the gate of the device its instances run on */
     atomic_int refs;
     atomic_int pending;                 /* instance loads or frees still to finish */

@@ -539,6 +539,7 @@ int kd_sched_model_load(struct kd_sched *s, const char *name, const kd_model_ver
     m->ninst = count;
     atomic_init(&m->refs, 1);
     atomic_init(&m->pending, count);
+    atomic_init(&m->split_warned, false);
     m->load_done = done;
     m->load_ud = ud;
     m->gate = kd_sched_gate_for(s, dev);

@@ -181,6 +181,17 @@ static int decode(const struct kd_serving_options *lim, const kd_model_config *c
     int rc = 0;
     bool raw = n_raw_in > 0;
     size_t nraw = 0; /* the inputs not in shared memory: raw_input_contents has one entry for each */
+    /* Named before counted, as over HTTP (api/infer.c). */
+    for (size_t i = 0; i < q->n_inputs; i++) {
+        if (kd_infer_find_spec(c->inputs, c->ninputs, q->inputs[i]->name) < 0) {
+            char list[512];
+            FAIL(400, "the model has no input '%.64s' (its inputs: %s)", q->inputs[i]->name,
+                 kd_infer_input_list(c, list, sizeof list));
+        }
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(q->inputs[i]->name, q->inputs[j]->name) == 0)
+                FAIL(400, "input '%.64s' is given twice", q->inputs[i]->name);
+    }
     if (q->n_inputs != (size_t)c->ninputs)
         FAIL(400, "the model takes %d input(s), the request has %zu", c->ninputs, q->n_inputs);
     for (size_t i = 0; i < q->n_inputs; i++) {
@@ -197,9 +208,9 @@ static int decode(const struct kd_serving_options *lim, const kd_model_config *c
         const Inference__ModelInferRequest__InferInputTensor *in = q->inputs[i];
         int k = kd_infer_find_spec(c->inputs, c->ninputs, in->name);
         if (k < 0)
-            FAIL(400, "unknown input '%.64s'", in->name);
+            FAIL(400, "the model has no input '%.64s'", in->name);
         if (r->inputs[k].data)
-            FAIL(400, "input '%.64s' given twice", in->name);
+            FAIL(400, "input '%.64s' is given twice", in->name);
         const kd_model_tensor_spec *sp = &c->inputs[k];
         if (strcmp(in->datatype, sp->datatype) != 0)
             FAIL(400, "input '%s' has datatype %.32s; the model expects %s", sp->name, in->datatype, sp->datatype);

@@ -335,8 +335,12 @@ def test_infer_errors(d, c):
                "wrong datatype")
     wrong = tg.InferInput("nope", list(X.shape), "FP32")
     wrong.set_data_from_numpy(X)
-    fails_with(lambda: c.infer("mnist_mlp", [wrong], headers=AUTH), "INVALID_ARGUMENT", "unknown input 'nope'",
-               "unknown input")
+    fails_with(lambda: c.infer("mnist_mlp", [wrong], headers=AUTH), "INVALID_ARGUMENT",
+               "the model has no input 'nope' (its inputs: input)", "unknown input")
+    twice = tg.InferInput("input", list(X.shape), "FP32")
+    twice.set_data_from_numpy(X)
+    fails_with(lambda: c.infer("mnist_mlp", [i, twice], headers=AUTH), "INVALID_ARGUMENT",
+               "input 'input' is given twice", "an input given twice")
     # Over the body limit: refused from the length prefix, before the message is kept.
     xs = dtype_inputs(rows=30000)
     fails_with(lambda: c.infer("dtypes", grpc_inputs(xs), headers=AUTH), "RESOURCE_EXHAUSTED",
