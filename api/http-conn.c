@@ -21,6 +21,7 @@
 
 #include "http-codec.h"
 #include "http-conn.h"
+#include "http-fields.h"
 #include "responses.h"
 
 /* Input stashed while a response is pending; past this, reading stops until it is answered. */
@@ -65,9 +66,7 @@ static int on_message_begin(llhttp_t *p)
     c->header_bytes = 0;
     c->body_bytes = 0;
     c->url.len = 0;
-    memset(&c->headers, 0, sizeof c->headers);
-    c->expect[0] = '\0';
-    c->expect_long = false;
+    kd_http_fields_reset(c);
     c->header_name.len = 0;
     c->header_in_value = false;
     if (c->body.cap > BODY_KEEP_CAP)
@@ -88,41 +87,6 @@ static int on_url(llhttp_t *p, const char *at, size_t n)
         return -1;
     }
     return 0;
-}
-
-/* The headers handlers read; any other header is counted and skipped. */
-static const struct {
-    const char *name;
-    size_t offset, size;
-} kept_headers[] = {
-    {"authorization", offsetof(struct kd_http_headers, authorization), KD_HTTP_AUTH_MAX},
-    {"content-type", offsetof(struct kd_http_headers, content_type), KD_HTTP_SHORT_HEADER_MAX},
-    {"x-request-id", offsetof(struct kd_http_headers, request_id), KD_HTTP_SHORT_HEADER_MAX},
-    {"inference-header-content-length", offsetof(struct kd_http_headers, inference_header_length), 32},
-    {"last-event-id", offsetof(struct kd_http_headers, last_event_id), 32},
-    {"content-encoding", offsetof(struct kd_http_headers, content_encoding), 32},
-    {"accept-encoding", offsetof(struct kd_http_headers, accept_encoding), 256},
-    {"upgrade", offsetof(struct kd_http_headers, upgrade), 32},
-    {"connection", offsetof(struct kd_http_headers, connection), KD_HTTP_SHORT_HEADER_MAX},
-    {"sec-websocket-key", offsetof(struct kd_http_headers, ws_key), 64},
-    {"sec-websocket-version", offsetof(struct kd_http_headers, ws_version), 16},
-};
-#define NKEPT (sizeof kept_headers / sizeof kept_headers[0])
-/* Expect is the connection's to meet, not a handler's: kept in the connection. */
-#define EXPECT_SLOT (NKEPT + 1)
-
-/* Appends one span of an Expect field line's value (a new line after a comma, as a list). */
-static void keep_expect(struct kd_http_conn *c, const char *at, size_t n, bool line_start)
-{
-    size_t have = strlen(c->expect);
-    if (line_start && have && have + 1 < sizeof c->expect)
-        c->expect[have++] = ',';
-    if (have + n >= sizeof c->expect) {
-        c->expect_long = true;
-        return;
-    }
-    memcpy(c->expect + have, at, n);
-    c->expect[have + n] = '\0';
 }
 
 static int on_header_field(llhttp_t *p, const char *at, size_t n)
@@ -153,26 +117,11 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n)
     if (count_header_bytes(c, n + 2) != 0)
         return -1;
     bool line_start = !c->header_in_value;
-    if (line_start) {
-        c->header_in_value = true;
-        c->header_slot = NKEPT;
-        for (size_t i = 0; i < NKEPT && c->header_name.len <= 40; i++)
-            if (strlen(kept_headers[i].name) == c->header_name.len &&
-                strncasecmp(kept_headers[i].name, c->header_name.data, c->header_name.len) == 0)
-                c->header_slot = i;
-        if (c->header_name.len == 6 && strncasecmp(c->header_name.data, "expect", 6) == 0)
-            c->header_slot = EXPECT_SLOT;
+    c->header_in_value = true;
+    if (kd_http_fields_add(c, at, n, line_start) != 0) {
+        c->failed = true;
+        return -1;
     }
-    if (c->header_slot == EXPECT_SLOT)
-        keep_expect(c, at, n, line_start);
-    if (c->header_slot >= NKEPT)
-        return 0;
-    char *dst = (char *)&c->headers + kept_headers[c->header_slot].offset;
-    size_t have = strlen(dst);
-    if (have + n >= kept_headers[c->header_slot].size)
-        return reject(c, 431, "a request header value is longer than kilnd accepts");
-    memcpy(dst + have, at, n);
-    dst[have + n] = '\0';
     return 0;
 }
 
@@ -186,13 +135,12 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n)
  */
 static int meet_expectation(struct kd_http_conn *c, llhttp_t *p)
 {
-    if ((!c->expect[0] && !c->expect_long) || (llhttp_get_http_major(p) == 1 && llhttp_get_http_minor(p) == 0))
+    const char *expect = kd_http_field(c, KD_FIELD_EXPECT);
+    if (!expect[0] || (llhttp_get_http_major(p) == 1 && llhttp_get_http_minor(p) == 0))
         return 0;
     static const char only[] = "this server meets no expectation but Expect: 100-continue";
-    if (c->expect_long)
-        return reject(c, 417, only);
     bool cont = false;
-    for (const char *m = c->expect; *m;) {
+    for (const char *m = expect; *m;) {
         const char *end = m + strcspn(m, ","), *next = *end ? end + 1 : end;
         while (m < end && (*m == ' ' || *m == '\t'))
             m++;
@@ -215,6 +163,14 @@ static int meet_expectation(struct kd_http_conn *c, llhttp_t *p)
 static int on_headers_complete(llhttp_t *p)
 {
     struct kd_http_conn *c = conn_of(p);
+    const char *why = NULL;
+    int st = kd_http_fields_keep(c, &why);
+    if (st < 0) {
+        c->failed = true;
+        return -1;
+    }
+    if (st > 0)
+        return reject(c, st, why);
     if ((p->flags & F_CONTENT_LENGTH) && p->content_length > c->svc->max_body_bytes)
         return reject(c, 413, "request body exceeds max_body_bytes");
     if (kd_http_coding_of(c->headers.content_encoding) == KD_CODING_UNKNOWN)
@@ -371,8 +327,20 @@ static int dispatch(struct kd_http_conn *c, bool keep_alive)
         snprintf(c->headers.request_id, sizeof c->headers.request_id, "kiln-%d-%llu-%llu", c->svc->pid,
                  (unsigned long long)c->conn_id, (unsigned long long)c->requests);
 
-    size_t idx;
+    size_t idx = r->count;
     int status;
+    /* Percent-encoded octets are decoded once, here, so routes and names are matched and checked
+     * as the characters they stand for (RFC 3986 6.2.2.2); the query stays for handlers to split. */
+    const char *why = NULL;
+    c->path.len = 0;
+    if (kd_buf_reserve(&c->path, req.path_len + 1) != 0)
+        return -1;
+    if (kd_http_path_decode(req.path, req.path_len, c->path.data, &c->path.len, &why) != 0) {
+        status = kd_resp_error(&c->out, 400, why, keep_alive, NULL);
+        goto answered;
+    }
+    req.path = c->path.data;
+    req.path_len = c->path.len;
     switch (kd_router_match(r, req.method, req.path, req.path_len, &idx)) {
     case KD_ROUTE_FOUND: {
         c->route = idx;
@@ -413,6 +381,7 @@ static int dispatch(struct kd_http_conn *c, bool keep_alive)
         break;
     }
     }
+answered:
     if (status < 0)
         return -1;
     if (c->head)
@@ -489,6 +458,7 @@ void kd_http_conn_init(struct kd_http_conn *c, const struct kd_http_service *svc
     c->svc = svc;
     llhttp_init(&c->parser, HTTP_REQUEST, &settings);
     c->parser.data = c;
+    kd_http_fields_reset(c);
 }
 
 void kd_http_conn_free(struct kd_http_conn *c)
@@ -505,6 +475,9 @@ void kd_http_conn_free(struct kd_http_conn *c)
         c->pending = NULL;
     }
     kd_buf_free(&c->stash);
+    for (size_t i = 0; i < KD_HTTP_KEPT_FIELDS; i++)
+        kd_buf_free(&c->kept[i]);
+    kd_buf_free(&c->path);
     kd_buf_free(&c->header_name);
     kd_buf_free(&c->url);
     kd_buf_free(&c->body);
@@ -665,6 +638,12 @@ void kd_http_conn_drain(struct kd_http_conn *c)
     c->draining = true;
     if (!c->in_message && !c->pending)
         c->closing = true;
+}
+
+void kd_http_conn_drain_cut(struct kd_http_conn *c)
+{
+    if (c->in_message && !c->closing)
+        fail_with(c, 503, "kilnd is shutting down and this request had not fully arrived; send it again");
 }
 
 int kd_http_upgrade(const struct kd_request *req, const struct kd_http_upgrade_ops *ops, void *ud)

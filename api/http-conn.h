@@ -95,6 +95,9 @@ struct kd_http_upgrade_ops {
     void (*detach)(void *ud); /* the connection is being freed: never touch it again */
 };
 
+/* How many header fields a connection keeps (http-fields.c lists them). */
+#define KD_HTTP_KEPT_FIELDS 13
+
 struct kd_http_conn {
     llhttp_t parser;
     const struct kd_http_service *svc;
@@ -113,9 +116,12 @@ struct kd_http_conn {
     bool failed;                    /* out of memory: close without a response */
     bool head;                      /* the current request is HEAD: no response to it has a body */
     struct kd_http_headers headers; /* of the current request */
-    char expect[48];                /* its Expect field lines, joined by commas (RFC 9110 10.1.1) */
-    bool expect_long;               /* Expect held more than fits: not an expectation kilnd meets */
-    size_t header_slot;             /* which headers field the value being parsed goes to */
+    /* The values of the fields kilnd reads (headers points into some), Expect and
+     * Transfer-Encoding included: each whole, so bounded only by max_header_bytes. */
+    struct kd_buf kept[KD_HTTP_KEPT_FIELDS];
+    bool fields_done;   /* the header block is complete: trailer fields are not kept */
+    struct kd_buf path; /* the request path, percent-decoded, as handlers see it */
+    size_t header_slot; /* which kept field the value being parsed goes to */
     bool header_in_value;
     struct kd_buf header_name;
     size_t route; /* route of the request being dispatched */
@@ -146,8 +152,20 @@ void kd_http_conn_eof(struct kd_http_conn *c);
 /* The timer fired: a started request gets 408; the connection closes either way. */
 void kd_http_conn_timeout(struct kd_http_conn *c);
 
-/* Daemon shutdown: an idle connection closes now, a busy one after its current response. */
+/*
+ * Daemon shutdown: an idle connection closes now, a busy one (a request being handled) after its
+ * current response, and a request still arriving may finish arriving (a client mid-upload at
+ * SIGTERM gets its answer, with Connection: close). The server gives such a request a short
+ * grace (KD_DRAIN_ARRIVAL_MS), then calls kd_http_conn_drain_cut.
+ */
 void kd_http_conn_drain(struct kd_http_conn *c);
+
+/*
+ * The drain's grace for a request still arriving is over: it is answered 503 with Connection:
+ * close (a header block not yet complete too: the status line and a JSON error can always be
+ * written), so a stalled client does not hold the stop for drain_timeout_ms. No-op otherwise.
+ */
+void kd_http_conn_drain_cut(struct kd_http_conn *c);
 
 /* True while a pending response is outstanding and the stash still has room for more input. */
 bool kd_http_conn_wants_input(const struct kd_http_conn *c);

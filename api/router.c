@@ -69,3 +69,41 @@ void kd_router_allow(const struct kd_router *r, size_t index, const char *path, 
         if (methods & method_names[i].bit)
             used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", method_names[i].name);
 }
+
+static int hex_value(char ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+int kd_http_path_decode(const char *path, size_t len, char *out, size_t *out_len, const char **why)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (path[i] != '%') {
+            out[n++] = path[i];
+            continue;
+        }
+        int hi = i + 2 < len ? hex_value(path[i + 1]) : -1, lo = hi >= 0 ? hex_value(path[i + 2]) : -1;
+        if (lo < 0) {
+            *why = "malformed percent-encoding in the request path: '%' must be followed by two hex digits";
+            return -1;
+        }
+        char ch = (char)(hi * 16 + lo);
+        /* Decoded once only: "%252F" stays "%2F" text, so nothing decodes into a separator later. */
+        if (ch == '/' || ch == '\0') {
+            *why = ch == '/' ? "an encoded '/' (%2F) in the request path is not accepted: no name holds a '/'"
+                             : "an encoded NUL (%00) in the request path is not accepted";
+            return -1;
+        }
+        out[n++] = ch;
+        i += 2;
+    }
+    *out_len = n;
+    return 0;
+}

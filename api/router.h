@@ -33,24 +33,33 @@ enum kd_http_method {
 };
 
 /*
- * The request headers handlers use, kept with bounded sizes (a longer value is refused with
- * 431 before anything is sized by it). Each value is NUL-terminated; "" when absent.
+ * The request headers handlers use. Each value is NUL-terminated, "" when absent (a field line
+ * given more than once is joined with ", ", RFC 9110 5.3). Free-form values are kept whole, up to
+ * limits.max_header_bytes (the only bound a request's header block has: past it the whole request
+ * gets 431), in storage the connection owns until its next request; they are pointers, never NULL
+ * when set by the connection (a handler test that zeroes the struct sets the ones it reads).
+ * Values with a fixed shape are kept in small arrays; a longer one cannot be valid, and is
+ * dropped (X-Request-Id: a generated id replaces it; Upgrade and the Sec-WebSocket fields: the
+ * handshake is refused as for a wrong value) or refused by the connection with the status a
+ * wrong value gets (Inference-Header-Content-Length and Last-Event-ID: 400, Content-Encoding: 415).
  */
-#define KD_HTTP_AUTH_MAX 512
-#define KD_HTTP_SHORT_HEADER_MAX 128
+/* The longest X-Request-Id kept (characters); a longer or unusable one is replaced by a generated one. */
+#define KD_HTTP_REQUEST_ID_MAX 128
+/* A buffer that holds any request id kilnd uses, the NUL included. */
+#define KD_HTTP_SHORT_HEADER_MAX (KD_HTTP_REQUEST_ID_MAX + 1)
 struct kd_http_headers {
-    char authorization[KD_HTTP_AUTH_MAX];
-    char content_type[KD_HTTP_SHORT_HEADER_MAX];
+    const char *authorization;
+    const char *content_type;
+    const char *accept_encoding; /* the codings the client takes for the response */
+    const char *connection;
     char request_id[KD_HTTP_SHORT_HEADER_MAX];
-    char inference_header_length[32];   /* Inference-Header-Content-Length */
-    char last_event_id[32];             /* Last-Event-ID (server-sent events) */
-    char content_encoding[32];          /* the request body's coding (gzip, deflate) */
-    char accept_encoding[256];          /* the codings the client takes for the response */
+    char inference_header_length[32]; /* Inference-Header-Content-Length */
+    char last_event_id[32];           /* Last-Event-ID (server-sent events) */
+    char content_encoding[32];        /* the request body's coding (gzip, deflate) */
     /* A WebSocket handshake (GET /v1/tensor) */
     char upgrade[32];
-    char connection[KD_HTTP_SHORT_HEADER_MAX];
-    char ws_key[64];                    /* Sec-WebSocket-Key */
-    char ws_version[16];                /* Sec-WebSocket-Version */
+    char ws_key[64];     /* Sec-WebSocket-Key */
+    char ws_version[16]; /* Sec-WebSocket-Version */
 };
 
 struct kd_http_conn;
@@ -59,15 +68,15 @@ struct kd_http_conn;
 #define KD_HTTP_DEFERRED 0
 
 struct kd_request {
-    unsigned method;            /* one enum kd_http_method bit; KD_HTTP_GET for a HEAD request */
-    bool head;                  /* a HEAD request: answered as GET, its body dropped afterwards */
-    const char *path;           /* not NUL-terminated */
+    unsigned method;  /* one enum kd_http_method bit; KD_HTTP_GET for a HEAD request */
+    bool head;        /* a HEAD request: answered as GET, its body dropped afterwards */
+    const char *path; /* not NUL-terminated */
     size_t path_len;
-    const char *query;          /* after '?', or NULL */
+    const char *query; /* after '?', or NULL */
     size_t query_len;
     const char *body;
     size_t body_len;
-    bool keep_alive;            /* the response must say "Connection: close" when false */
+    bool keep_alive; /* the response must say "Connection: close" when false */
     const struct kd_http_headers *headers;
     struct kd_http_conn *conn; /* for kd_http_defer */
 };
@@ -118,5 +127,13 @@ void kd_router_allow(const struct kd_router *r, size_t index, const char *path, 
                      size_t len);
 
 unsigned kd_http_method_from_name(const char *name, size_t len);
+
+/*
+ * Percent-decodes a request path (RFC 3986 2.1) once, into out (room for len bytes: decoding never
+ * lengthens). Refused, 0 returned with *why set: a '%' not followed by two hex digits, and an
+ * encoded '/' (%2F, which would turn one segment into two and so route or name something other
+ * than what was sent) or NUL (%00). 0 with *out_len set, or -1 with *why set.
+ */
+int kd_http_path_decode(const char *path, size_t len, char *out, size_t *out_len, const char **why);
 
 #endif /* KD_API_ROUTER_H */

@@ -23,6 +23,10 @@
 #define READ_BUF_SIZE (64u * 1024u)
 #define BACKLOG_HIGH (1u << 20)     /* stop reading while this much output is unsent */
 #define LINGER_MS 1000
+/* How long a request still arriving when the drain starts may take to arrive whole (capped
+ * by request_timeout_ms): enough for a client mid-upload, short enough that a stalled one
+ * does not hold the stop (kd_http_conn_drain). */
+#define KD_DRAIN_ARRIVAL_MS 1000u
 #define MAX_STATUS_SLOTS 16
 
 struct status_slot {
@@ -375,6 +379,12 @@ static void on_timer(uv_timer_t *t)
         uv_timer_start(&c->timer, on_timer, s_idle(c), 0);
         return;
     }
+    if (c->srv->draining && c->http.in_message) {
+        /* the drain's grace for a request still arriving is over */
+        kd_http_conn_drain_cut(&c->http);
+        after_input(c);
+        return;
+    }
     if (c->http.in_message)
         slog(c->srv, KD_LOG_DEBUG, "request timed out; closing connection");
     kd_http_conn_timeout(&c->http);
@@ -550,6 +560,15 @@ void kd_server_drain(struct kd_server *s, void (*done)(void *ud), void *ud)
     for (struct conn *c = s->conns, *next; c; c = next) {
         next = c->next;
         kd_http_conn_drain(&c->http);
+        if (c->http.in_message && !c->http.closing && !c->http.upgraded) {
+            /* a request still arriving: a client mid-upload finishes within the grace, a
+             * stalled one is answered 503 when it ends (on_timer) instead of holding the stop
+             * for drain_timeout_ms */
+            uint64_t grace = KD_DRAIN_ARRIVAL_MS < s->opts.request_timeout_ms ? KD_DRAIN_ARRIVAL_MS
+                                                                              : s->opts.request_timeout_ms;
+            c->timer_is_request = true;
+            uv_timer_start(&c->timer, on_timer, grace, 0);
+        }
         after_input(c);
     }
     maybe_drained(s);

@@ -64,7 +64,10 @@ const struct kd_config_key kd_config_keys[] = {
      "--worker-threads", "Inference worker threads per device, each with its own model instances; 0 means one."},
     {"limits.max_header_bytes", KD_CT_INT, OFF(limits.max_header_bytes), 256, 1 * MIB, NULL, "8192",
      "KILN_MAX_HEADER_BYTES", "--max-header-bytes",
-     "Largest request line plus header block; larger requests get 431 and the connection closes."},
+     "Largest request line plus header block; larger requests get 431 and the connection closes. This is the "
+     "only bound on a header: kilnd keeps the fields it reads whole (an X-Request-Id longer than 128 characters, "
+     "or holding other than letters, digits and -_.:, is replaced by a generated one), and every api_tokens token "
+     "must be at least 64 bytes shorter, room for the request line and the Authorization field around it."},
     {"limits.max_body_bytes", KD_CT_INT, OFF(limits.max_body_bytes), 0, 4096 * MIB, NULL, "16777216",
      "KILN_MAX_BODY_BYTES", "--max-body-bytes",
      "Largest request body (after de-chunking); larger bodies get 413 and the connection closes."},
@@ -118,7 +121,10 @@ const struct kd_config_key kd_config_keys[] = {
      "step in flight gives the cores to inference's threads first; 0 leaves them at kilnd's own."},
     {"drain_timeout_ms", KD_CT_INT, OFF(drain_timeout_ms), 0, 3600000, NULL, "10000", "KILN_DRAIN_TIMEOUT_MS",
      "--drain-timeout-ms",
-     "On SIGTERM/SIGINT, how long in-flight requests may take before the remaining connections are cut."},
+     "On SIGTERM/SIGINT, how long in-flight requests may take before the remaining connections are cut. Idle "
+     "connections close at once; a request still arriving (no handler has seen it) may finish arriving within "
+     "1 s (or limits.request_timeout_ms if shorter), else it is answered 503 with Connection: close, so a "
+     "stalled client does not hold the stop."},
     {"log_level", KD_CT_ENUM, OFF(log_level), 0, 0, log_levels, "info", "KILN_LOG_LEVEL", "--log-level",
      "Least severe level written to the log. The lines naming the ports kilnd listens on are written at level "
      "notice whatever this says."},
@@ -219,6 +225,30 @@ static int check_api_tokens(const struct kd_strlist *list, char *why, size_t why
     return 0;
 }
 
+/*
+ * A token must fit in a request's header block, with room for the request line and the
+ * "Authorization: Bearer " around it (what http-conn.c counts toward limits.max_header_bytes):
+ * a longer one is accepted here but every request carrying it would get 431. Checked whenever
+ * either setting is stored, against the other's value at that point.
+ */
+#define TOKEN_REQUEST_ROOM 64
+static int tokens_fit(const struct kd_strlist *list, int64_t max_header_bytes, char *why, size_t whylen)
+{
+    for (size_t i = 0; i < list->count; i++) {
+        const char *secret = token_secret(list->items[i]);
+        size_t n = secret ? strlen(secret) : 0;
+        if ((int64_t)n + TOKEN_REQUEST_ROOM > max_header_bytes) {
+            snprintf(why, whylen,
+                     "api_tokens entry %zu is a %zu-byte token, which no request can carry within "
+                     "limits.max_header_bytes (%" PRId64 "; a token may have up to %" PRId64
+                     " bytes): raise limits.max_header_bytes or use a shorter token",
+                     i + 1, n, max_header_bytes, max_header_bytes - TOKEN_REQUEST_ROOM);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Rules over a whole list, beyond the per-item ones: 0, or -1 with the reason in why (the setter
  * adds the key and where the value came from). */
 static const struct {
@@ -312,6 +342,9 @@ static int store_int(struct kd_config *cfg, const struct kd_config_key *k, int64
 {
     if (v < k->min || v > k->max)
         FAIL("%" PRId64 " is out of range %" PRId64 "..%" PRId64, v, k->min, k->max);
+    char why[320];
+    if (k->offset == OFF(limits.max_header_bytes) && tokens_fit(&cfg->api_tokens, v, why, sizeof why) != 0)
+        FAIL("%s", why);
     *(int64_t *)field(cfg, k) = v;
     return 0;
 }
@@ -345,6 +378,9 @@ static int store_list(struct kd_config *cfg, const struct kd_config_key *k, char
         if (list_rules[r].offset == k->offset &&
             list_rules[r].check(&(struct kd_strlist){items, count}, rule, sizeof rule) != 0)
             why = rule;
+    if (!why && k->offset == OFF(api_tokens) &&
+        tokens_fit(&(struct kd_strlist){items, count}, cfg->limits.max_header_bytes, rule, sizeof rule) != 0)
+        why = rule;
     if (why) {
         for (size_t i = 0; i < count; i++)
             free(items[i]);

@@ -458,6 +458,18 @@ static void test_drain(void **state)
     expect_status(r, 200);
     assert_non_null(strstr(r, "Connection: close\r\n"));
     assert_true(f->conn.closing);
+
+    /* a request that stalls: when the server's grace ends, 503 with Connection: close */
+    kd_http_conn_free(&f->conn);
+    kd_http_conn_init(&f->conn, &f->svc);
+    feed(f, "POST /v2 HTTP/1.1\r\nContent-Length: 10\r\n\r\n{");
+    kd_http_conn_drain(&f->conn);
+    assert_false(f->conn.closing);
+    kd_http_conn_drain_cut(&f->conn);
+    r = take(f);
+    expect_json_error(r, 503);
+    assert_non_null(strstr(r, "Connection: close\r\n"));
+    assert_true(f->conn.closing);
 }
 
 static void test_metrics_endpoint(void **state)
