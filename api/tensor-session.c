@@ -36,6 +36,7 @@
 #include "logf.h"
 #include "remote-exec.h"
 #include "responses.h"
+#include "tensor-devices.h"
 #include "tensor.h"
 #include "wire.h"
 #include "ws.h"
@@ -78,19 +79,9 @@ struct session {
     kiln_wire_buf replies;
 };
 
-/* A device sessions may name: one the workers drive, configured without options (see
- * offer_device). */
-struct offered_device {
-    const char *spec;                  /* as configured: what kd_sched_worker_for takes */
-    kiln_device *dev;                  /* the workers' handle: the device's identity */
-    char name[KILN_WIRE_NAME_MAX + 1]; /* kiln_device_name: what WELCOME lists */
-    char key[KILN_WIRE_NAME_MAX + 1];  /* name_key(name) */
-};
-
 struct kd_tensor_service {
     struct kd_tensor_service_options o;
-    struct offered_device *offered;
-    size_t noffered;
+    struct kd_offered_devices offered; /* what HELLOs may name (tensor-devices.h) */
     struct kd_auth *auth;
     bool accepting;
     struct session *sessions;
@@ -195,8 +186,8 @@ static void run_hello(struct kd_sched_task *t, kiln_device *dev)
     m.u.welcome.max_live_bytes = (uint64_t)ts->o.limits.max_live_bytes;
     m.u.welcome.max_ids = (uint32_t)ts->o.limits.max_ids;
     m.u.welcome.max_queued_ops = (uint32_t)ts->o.limits.max_queued_ops;
-    for (size_t i = 0; i < ts->noffered && m.u.welcome.ndevices < KILN_WIRE_MAX_DEVICES; i++)
-        strcpy(m.u.welcome.devices[m.u.welcome.ndevices++], ts->offered[i].name);
+    for (size_t i = 0; i < ts->offered.n && m.u.welcome.ndevices < KILN_WIRE_MAX_DEVICES; i++)
+        strcpy(m.u.welcome.devices[m.u.welcome.ndevices++], ts->offered.v[i].name);
     char why[96];
     if (kiln_wire_encode(&s->replies, &m, why, sizeof why) != 0)
         s->fatal = true;
@@ -401,93 +392,6 @@ static void kick(struct session *s)
 
 /* ---- messages -------------------------------------------------------------------------------- */
 
-/*
- * name with every device index written as kiln_device_open reads it: a ":0" index dropped (for
- * the backends it counts, "vulkan" is "vulkan:0"; for the others, "cpu:0" is "cpu") and leading
- * zeros gone ("cuda:01" is "cuda:1"). Two names with one key name one device once opened; an
- * index too long to be one is kept as written (and so matches nothing).
- */
-static void name_key(const char *name, char *key, size_t n)
-{
-    size_t used = 0;
-    key[0] = '\0';
-    for (const char *part = name;; part += strcspn(part, ":") + 1) {
-        size_t len = strcspn(part, ":"), digits = strspn(part, "0123456789");
-        if (part != name && digits == len && len > 0 && len <= 9) {
-            long index = strtol(part, NULL, 10);
-            if (index != 0)
-                used += (size_t)snprintf(key + used, n - used, ":%ld", index);
-        } else {
-            used += (size_t)snprintf(key + used, n - used, "%s%.*s", part == name ? "" : ":", (int)len, part);
-        }
-        if (used >= n) {
-            snprintf(key, n, "%s", name); /* cannot happen for a wire name; compare as written */
-            return;
-        }
-        if (!part[len])
-            return;
-    }
-}
-
-/* Whether a HELLO can carry name: the protocol's own rule, by a HELLO encoded and decoded. */
-static bool wire_name_ok(const char *name)
-{
-    if (strlen(name) > KILN_WIRE_NAME_MAX)
-        return false;
-    kiln_wire_msg m = {.h = {.version = KILN_WIRE_VERSION_MAX, .type = KILN_WIRE_HELLO}}, back;
-    m.u.hello.min_version = m.u.hello.max_version = KILN_WIRE_VERSION_MAX;
-    strcpy(m.u.hello.device, name);
-    kiln_wire_buf b = {0};
-    size_t used;
-    char why[96];
-    bool ok = kiln_wire_encode(&b, &m, why, sizeof why) == 0 &&
-              kiln_wire_decode(b.p, b.len, 0, &back, &used, why, sizeof why) == 0;
-    kiln_wire_buf_free(&b);
-    return ok;
-}
-
-/*
- * kd_sched_each_device's callback: offers a device the workers drive to sessions unless its spec
- * carries options (cpu?threads=2): a HELLO's name carries none, and a session asking for "cpu"
- * gets what kiln_device_open("cpu") gives here, never a device configured otherwise. Remote
- * devices (remote://...) are not offered either; neither can be named on the wire.
- */
-static void offer_device(void *ctx, const char *spec, kiln_device *dev)
-{
-    struct kd_tensor_service *ts = ctx;
-    const char *name = kiln_device_name(dev);
-    if (!wire_name_ok(name) || ts->noffered >= ts->o.devices->count)
-        return;
-    struct offered_device *od = &ts->offered[ts->noffered++];
-    od->spec = spec;
-    od->dev = dev;
-    snprintf(od->name, sizeof od->name, "%s", name);
-    name_key(name, od->key, sizeof od->key);
-}
-
-/*
- * The offered device a HELLO names, or NULL. Compared as devices, not strings: "cpu" and "cpu:0",
- * "vulkan" and "vulkan:0" are one. The keys pick the candidate without opening anything on a
- * client's say-so; the library has the last word: opening a spec whose device is open already
- * hands back that same device (the options in effect included), so only the same handle counts.
- */
-static const struct offered_device *offered_named(struct kd_tensor_service *ts, const char *name)
-{
-    char key[KILN_WIRE_NAME_MAX + 1];
-    name_key(name, key, sizeof key);
-    for (size_t i = 0; i < ts->noffered; i++) {
-        if (strcmp(ts->offered[i].key, key) != 0)
-            continue;
-        kiln_device *dev = kiln_device_open(name);
-        bool same = dev == ts->offered[i].dev;
-        if (dev)
-            kiln_device_close(dev);
-        if (same)
-            return &ts->offered[i];
-    }
-    return NULL;
-}
-
 /* The first WebSocket message: exactly one HELLO. The WELCOME comes from the device's worker. */
 static void on_hello(struct session *s, const uint8_t *msg, size_t len)
 {
@@ -523,18 +427,18 @@ static void on_hello(struct session *s, const uint8_t *msg, size_t len)
         return;
     }
     s->version = hi;
-    const struct offered_device *od = offered_named(ts, m.u.hello.device);
+    const struct kd_offered_device *od = kd_offered_named(&ts->offered, m.u.hello.device);
     if (!od || (s->worker = kd_sched_worker_for(ts->o.sched, od->spec, ts->next_hint++)) < 0) {
         /* name the devices it does offer, so the client's error says what to ask for */
         char list[96] = "";
         size_t used_l = 0;
-        for (size_t i = 0; i < ts->noffered && used_l < sizeof list; i++) {
-            int n = snprintf(list + used_l, sizeof list - used_l, "%s%s", i ? ", " : "", ts->offered[i].name);
+        for (size_t i = 0; i < ts->offered.n && used_l < sizeof list; i++) {
+            int n = snprintf(list + used_l, sizeof list - used_l, "%s%s", i ? ", " : "", ts->offered.v[i].name);
             if (n < 0)
                 break;
             used_l += (size_t)n;
         }
-        if (ts->noffered)
+        if (ts->offered.n)
             snprintf(why, sizeof why,
                      "device '%s' is not one this server drives for remote sessions (it drives: %.80s)",
                      m.u.hello.device, list);
@@ -787,13 +691,12 @@ struct kd_tensor_service *kd_tensor_service_new(const struct kd_tensor_service_o
     }
     ts->o = *o;
     ts->accepting = true;
-    ts->offered = calloc(o->devices->count ? o->devices->count : 1, sizeof *ts->offered);
-    if (!ts->offered) {
+    if (kd_offered_init(&ts->offered, o->devices->count) != 0) {
         snprintf(err, errlen, "out of memory");
         kd_tensor_service_free(ts);
         return NULL;
     }
-    kd_sched_each_device(o->sched, offer_device, ts);
+    kd_sched_each_device(o->sched, kd_offered_add, &ts->offered);
     ts->auth = kd_auth_new(o->tokens, err, errlen);
     if (!ts->auth) {
         kd_tensor_service_free(ts);
@@ -857,7 +760,7 @@ void kd_tensor_service_free(struct kd_tensor_service *ts)
         session_unlink_free(s);
     }
     kd_auth_free(ts->auth);
-    free(ts->offered);
+    kd_offered_free(&ts->offered);
     free(ts);
 }
 
