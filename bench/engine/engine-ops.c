@@ -175,9 +175,20 @@ typedef struct kstep {
     const kiln_conv_opts *conv; /* K_CONV2D: stride, padding, groups */
     kiln_tensor *last; /* kept result of the final step, for checking */
     bool keep;
+    kiln_generator gen; /* K_BERNOULLI's draws */
 } kstep;
 
-enum { K_MATMUL, K_ADD, K_GELU, K_SOFTMAX, K_LAYER_NORM, K_CONV2D, K_MAXPOOL2D };
+enum {
+    K_MATMUL,
+    K_ADD,
+    K_GELU,
+    K_SOFTMAX,
+    K_LAYER_NORM,
+    K_CONV2D,
+    K_MAXPOOL2D,
+    K_MAXPOOL2D_IDX,
+    K_BERNOULLI
+};
 
 static void kiln_step(void *p)
 {
@@ -191,11 +202,16 @@ static void kiln_step(void *p)
     case K_SOFTMAX: y = kiln_softmax(k->a, -1); break;
     case K_LAYER_NORM: y = kiln_layer_norm(k->a, 1, k->b, k->c, 1e-5); break;
     case K_CONV2D: y = kiln_conv2d(k->a, k->b, k->c, k->conv); break;
-    case K_MAXPOOL2D: {
+    case K_MAXPOOL2D:
+    case K_MAXPOOL2D_IDX: { /* the latter as training runs it: the maximum's index kept too */
         kiln_pool_opts o = {.kernel = {2, 2}};
-        y = kiln_max_pool2d(k->a, &o, NULL);
+        kiln_tensor *ix = NULL;
+        y = kiln_max_pool2d(k->a, &o, k->op == K_MAXPOOL2D_IDX ? &ix : NULL);
         break;
     }
+    case K_BERNOULLI: /* dropout's mask: keep with probability 0.9, one stream over the steps */
+        y = kiln_rand_bernoulli(g_dev, KILN_F32, kiln_tensor_ndim(k->a), kiln_tensor_shape(k->a), 0.9, &k->gen);
+        break;
     }
     if (!y)
         die("op");
@@ -304,6 +320,12 @@ static void group_elementwise(void)
         emit(op == K_ADD ? "add_f32_16M" : "gelu_f32_16M", km, pm, "plain C loop, -O3 -march=native");
         kiln_tensor_release(k.last);
     }
+    {
+        kstep k = {.op = K_BERNOULLI, .a = ka, .gen = kiln_generator_make(7)};
+        double km, pm;
+        measure(kiln_step, &k, NULL, NULL, &km, &pm);
+        emit("bernoulli_f32_16M", km, 0, NULL);
+    }
     kiln_tensor_release(ka);
     kiln_tensor_release(kb);
     free(a);
@@ -395,6 +417,9 @@ static void group_max_pool2d(void)
     kstep k = {.op = K_MAXPOOL2D, .a = kx};
     measure(kiln_step, &k, NULL, NULL, &km, &pm);
     emit("max_pool2d_f32_2x2_2x32x512x512", km, 0, NULL);
+    k.op = K_MAXPOOL2D_IDX;
+    measure(kiln_step, &k, NULL, NULL, &km, &pm);
+    emit("max_pool2d_indices_f32_2x2_2x32x512x512", km, 0, NULL);
     kiln_tensor_release(kx);
     free(x);
 }

@@ -73,6 +73,8 @@ def main():
             a, b = rand(n, lo=-4, hi=4), rand(n, lo=-4, hi=4)
             emit('add_f32_16M', measure(lambda: a + b))
             emit('gelu_f32_16M', measure(lambda: F.gelu(a)))
+            mask = torch.empty(n)
+            emit('bernoulli_f32_16M', measure(lambda: mask.bernoulli_(0.9, generator=g)))
         elif group == 'norm':
             x = rand(4096, 1024, lo=-4, hi=4)
             w, b = rand(1024, lo=0.5, hi=1.5), rand(1024)
@@ -85,6 +87,8 @@ def main():
         elif group == 'max_pool2d':
             x = rand(2, 32, 512, 512)
             emit('max_pool2d_f32_2x2_2x32x512x512', measure(lambda: F.max_pool2d(x, 2)))
+            emit('max_pool2d_indices_f32_2x2_2x32x512x512',
+                 measure(lambda: F.max_pool2d(x, 2, return_indices=True)))
         else:
             sys.exit(f'torch_ops.py: unknown group {group}')
 
