@@ -23,18 +23,8 @@
 #include <string.h>
 
 #include "kiln/kiln.h"
+#include "onnx-check.h"
 #include "onnx-pb.h"
-
-static int failures;
-#define CHECK(cond, ...)                                                                                          \
-    do {                                                                                                          \
-        if (!(cond)) {                                                                                            \
-            failures++;                                                                                           \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                  \
-            fprintf(stderr, __VA_ARGS__);                                                                         \
-            fprintf(stderr, "\n");                                                                                \
-        }                                                                                                         \
-    } while (0)
 
 /* ------------------------------------------------------------- graph building */
 

@@ -24,17 +24,7 @@
 
 #include "kiln/kiln.h"
 #include "onnx-build.h"
-
-static int failures;
-#define CHECK(cond, ...)                                                                                          \
-    do {                                                                                                          \
-        if (!(cond)) {                                                                                            \
-            failures++;                                                                                           \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                  \
-            fprintf(stderr, __VA_ARGS__);                                                                         \
-            fprintf(stderr, "\n");                                                                                \
-        }                                                                                                         \
-    } while (0)
+#include "onnx-check.h"
 
 enum {
     N = 1,

@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "http-conn-util.h"
 #include "http-conn.h"
 #include "responses.h"
 
@@ -95,37 +96,12 @@ static void reset(struct fixture *f)
 
 static void feed(struct fixture *f, const char *s)
 {
-    kd_http_conn_feed(&f->conn, s, strlen(s));
+    conn_feed(&f->conn, s);
 }
 
 static char *take(struct fixture *f)
 {
-    static char copy[1 << 16];
-    struct kd_buf *out = &f->conn.out;
-    assert_true(out->len < sizeof copy);
-    if (out->len)
-        memcpy(copy, out->data, out->len);
-    copy[out->len] = '\0';
-    out->len = 0;
-    return copy;
-}
-
-static int count(const char *hay, const char *needle)
-{
-    int n = 0;
-    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
-        n++;
-    return n;
-}
-
-static void expect_json_error(const char *resp, int status)
-{
-    char line[32];
-    snprintf(line, sizeof line, "HTTP/1.1 %d ", status);
-    if (strncmp(resp, line, strlen(line)) != 0)
-        fail_msg("expected %d, got: %.120s", status, resp);
-    assert_non_null(strstr(resp, "Content-Type: application/json\r\n"));
-    assert_non_null(strstr(resp, "\r\n\r\n{\"error\":\""));
+    return conn_take(&f->conn);
 }
 
 static char *repeat(char ch, size_t n)
