@@ -336,8 +336,8 @@ kiln_tensor *kiln_dropout(kiln_tensor *x, double p, bool training, kiln_generato
     }
     if (!training || p == 0)
         return kiln__ret(kiln_tensor_retain(x));
-    if (p == 1)
-        return kiln_zeros_like(x);
+    if (p == 1) /* x * 0, as PyTorch: zeros that keep the graph (a zero gradient, NaN for inf) */
+        return kiln_mul_scalar(x, 0.0);
     kiln_dtype dt = kiln_dtype_is_float(x->dtype) ? x->dtype : KILN_F32;
     kiln_scope_begin();
     kiln_tensor *mask = kiln_rand_bernoulli(kiln__dev(x), dt, x->ndim, x->shape, 1 - p, gen);

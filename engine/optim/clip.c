@@ -69,7 +69,9 @@ static double global_norm(int n, kiln_tensor *const *grads, double p, const char
             continue;
         double v = vals[i];
         if (isinf(p))
-            acc = fmax(acc, v) + 0 * v; /* keep a NaN visible, as PyTorch's stack + norm does */
+            /* keep a NaN visible, as PyTorch's stack + norm does (fmax would drop it); an
+             * infinite norm stays infinite */
+            acc = isnan(v) || isnan(acc) ? NAN : fmax(acc, v);
         else
             acc += pow(v, p);
     }

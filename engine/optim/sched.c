@@ -231,8 +231,12 @@ double kiln_sched_lr_at(const kiln_sched_config *cfg, double base_lr, int64_t t)
                         (long long)(cfg->total_steps + w), w ? " (warm-up included)" : "");
         return NAN;
     }
+    /* The warm-up ramps to the schedule's own first lr: the base lr, except for one-cycle,
+     * which starts from max_lr / div_factor (PyTorch's SequentialLR resets to the initial lr
+     * OneCycleLR sets) */
+    double ramp_to = cfg->kind == KILN_SCHED_ONE_CYCLE ? cfg->max_lr / cfg->div_factor : base_lr;
     double lr = t < w
-                    ? base_lr * (cfg->warmup_start_factor + (1 - cfg->warmup_start_factor) * (double)t / (double)w)
+                    ? ramp_to * (cfg->warmup_start_factor + (1 - cfg->warmup_start_factor) * (double)t / (double)w)
                     : schedule(cfg, base_lr, t - w);
     /* A catch-all for the corners the checks above leave (an exponential overflowing, a
      * one-cycle phase of zero length, where PyTorch divides by zero and raises). */
@@ -248,8 +252,12 @@ double kiln_sched_momentum_at(const kiln_sched_config *cfg, int64_t t)
 {
     if (check(cfg) < 0 || cfg->kind != KILN_SCHED_ONE_CYCLE || !cfg->cycle_momentum)
         return NAN;
-    t -= cfg->warmup_steps > 0 && t >= cfg->warmup_steps ? cfg->warmup_steps : 0;
-    if (t < 0 || t > cfg->total_steps)
+    if (t < 0)
+        return NAN;
+    if (cfg->warmup_steps > 0 && t < cfg->warmup_steps)
+        return cfg->max_momentum; /* what OneCycleLR sets when made, before its first step */
+    t -= cfg->warmup_steps > 0 ? cfg->warmup_steps : 0;
+    if (t > cfg->total_steps)
         return NAN;
     return one_cycle(cfg, cfg->max_momentum, cfg->base_momentum, cfg->max_momentum, t);
 }
@@ -274,9 +282,8 @@ static int move_to(kiln_sched *s, int64_t t, double base)
     if (isnan(lr))
         return -1;
     if (s->opt) {
-        bool in_warmup = s->cfg.warmup_steps > 0 && t < s->cfg.warmup_steps;
         double m = kiln_sched_momentum_at(&s->cfg, t);
-        if (!in_warmup && !isnan(m) && kiln_optim_set_momentum(s->opt, m) < 0)
+        if (!isnan(m) && kiln_optim_set_momentum(s->opt, m) < 0)
             return -1;
         if (kiln_optim_set_lr(s->opt, lr) < 0)
             return -1;
@@ -349,7 +356,7 @@ char *kiln_sched_state_export(const kiln_sched *s)
 static int check_momentum(const kiln_sched *s, int64_t t)
 {
     double m = kiln_sched_momentum_at(&s->cfg, t);
-    if (!s->opt || (s->cfg.warmup_steps > 0 && t < s->cfg.warmup_steps) || isnan(m))
+    if (!s->opt || isnan(m))
         return 0;
     kiln_optim_config c = kiln_optim_get_config(s->opt);
     if (c.kind == KILN_OPTIM_ADAM || c.kind == KILN_OPTIM_ADAMW)

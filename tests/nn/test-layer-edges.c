@@ -4,7 +4,8 @@
  * row gets no gradient (PyTorch: its rows of weight.grad are 0), and MultiheadAttention
  * in f16/bf16 stays in that dtype with bool or float masks (an f32 mask promoted the
  * attention to f32), with the masks doing what they say; so does an f16
- * scaled_dot_product_attention given an f32 float mask.
+ * scaled_dot_product_attention given an f32 float mask. Dropout with p = 1 in training
+ * gives zeros that keep the graph (x * 0, as PyTorch): a zero gradient, not none.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -132,6 +133,35 @@ static void test_embedding_padding_row_untrained(void **state)
     on_each_device(embedding_cases);
 }
 
+/* ------------------------------------------------------------------------ dropout */
+
+static void dropout_all_cases(kiln_device *dev, const char *spec)
+{
+    kiln_scope_begin();
+    kiln_generator gen = kiln_generator_make(5);
+    kiln_tensor *x = kiln_requires_grad(kiln_from_data(dev, KILN_F32, KILN_SHAPE(3), (float[]){1, -2, 3}, 12),
+                                        true);
+    kiln_tensor *y = kiln_dropout(x, 1.0, true, &gen);
+    if (!y || !kiln_tensor_requires_grad(y))
+        fail_msg("%s: dropout(p = 1) in training must keep the graph: %s", spec, y ? "no grad" : kiln_error());
+    float v[3];
+    assert_int_equal(kiln_to_data(y, v, sizeof v), 0);
+    assert_true(v[0] == 0 && v[1] == 0 && v[2] == 0);
+    assert_int_equal(kiln_backward(kiln_sum(kiln_mul_scalar(y, 2), KILN_ALL_DIMS, false), NULL), 0);
+    kiln_tensor *g = kiln_grad(x);
+    assert_non_null(g);
+    assert_int_equal(kiln_to_data(g, v, sizeof v), 0);
+    if (!(v[0] == 0 && v[1] == 0 && v[2] == 0))
+        fail_msg("%s: dropout(p = 1) gradient %g %g %g, want zeros", spec, v[0], v[1], v[2]);
+    kiln_scope_end();
+}
+
+static void test_dropout_all_keeps_graph(void **state)
+{
+    (void)state;
+    on_each_device(dropout_all_cases);
+}
+
 /* ------------------------------------------------------------- MultiheadAttention */
 
 static kiln_tensor *cast_param(void *ud, const char *name, kiln_tensor *t, bool is_buffer)
@@ -248,6 +278,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embedding_padding_row_untrained),
         cmocka_unit_test(test_mha_half_masks),
+        cmocka_unit_test(test_dropout_all_keeps_graph),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

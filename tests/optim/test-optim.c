@@ -325,6 +325,16 @@ static void test_clip_matches_pytorch(void **state)
     assert_true(kiln_grads_clip_norm(1, g, 1, 0) < 0);
     kiln_tensor *ig[1] = {kiln_zeros(dev, KILN_I64, KILN_SHAPE(3))};
     assert_true(kiln_grads_clip_norm(1, ig, 1, 2) < 0);
+    /* An infinite gradient under the inf norm: the norm is inf, as PyTorch's, and the
+     * clip coefficient 1 / inf = 0 leaves [0, 0] and [inf * 0, 0] = [NaN, 0]; before, the
+     * running max turned inf into NaN and every gradient became NaN. */
+    kiln_tensor *fg[2] = {kiln_from_data(dev, KILN_F32, KILN_SHAPE(2), (float[]){3, 4}, 2 * sizeof(float)),
+                          kiln_from_data(dev, KILN_F32, KILN_SHAPE(2), (float[]){INFINITY, 1}, 2 * sizeof(float))};
+    assert_true(isinf(kiln_grads_clip_norm(2, fg, 1, INFINITY)));
+    float got[4];
+    assert_int_equal(kiln_to_data(fg[0], got, 2 * sizeof(float)), 0);
+    assert_int_equal(kiln_to_data(fg[1], got + 2, 2 * sizeof(float)), 0);
+    assert_true(got[0] == 0 && got[1] == 0 && isnan(got[2]) && got[3] == 0);
     kiln_scope_end();
 }
 

@@ -220,9 +220,10 @@ typedef struct kiln_sched_config {
     int64_t d_model;          /* NOAM */
     int64_t noam_warmup;      /* NOAM */
     /** Linear warm-up before any kind: for t < warmup_steps the lr is base * (ws +
-     *  (1 - ws) t / warmup_steps) with ws = warmup_start_factor; from then on the
-     *  schedule runs with its own step count t - warmup_steps (PyTorch's SequentialLR of
-     *  LinearLR and the schedule). 0: none. */
+     *  (1 - ws) t / warmup_steps) with ws = warmup_start_factor, where base is the base
+     *  lr (ONE_CYCLE: its initial lr, max_lr / div_factor, with max_momentum held); from
+     *  then on the schedule runs with its own step count t - warmup_steps (PyTorch's
+     *  SequentialLR of LinearLR and the schedule). 0: none. */
     int64_t warmup_steps;
     double warmup_start_factor;
 } kiln_sched_config;
@@ -234,7 +235,8 @@ const char *kiln_sched_kind_name(kiln_sched_kind kind);
  *  NAN plus a message for an invalid config, a step past ONE_CYCLE's total_steps, or any
  *  step whose lr is not a finite number >= 0 (an exponential overflowing, say). */
 double kiln_sched_lr_at(const kiln_sched_config *cfg, double base_lr, int64_t t);
-/** The momentum one-cycle sets at step t (NAN unless ONE_CYCLE with cycle_momentum). */
+/** The momentum one-cycle sets at step t, max_momentum during a warm-up (NAN unless
+ *  ONE_CYCLE with cycle_momentum). */
 double kiln_sched_momentum_at(const kiln_sched_config *cfg, int64_t t);
 
 typedef struct kiln_sched kiln_sched;
