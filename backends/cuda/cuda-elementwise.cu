@@ -352,7 +352,7 @@ enum { KE_NONE = 0, KE_RELU, KE_LEAKY_RELU, KE_CLAMP, KE_HARD_SIGMOID, KE_HARD_S
 template <typename T> __device__ __forceinline__ T kcu_act(int act, T x, T alpha, T beta)
 {
     switch (act) {
-    case KE_RELU: return x != x ? x : (x > T(0) ? x : T(0));
+    case KE_RELU: return x < T(0) ? T(0) : x;
     case KE_LEAKY_RELU: return x > T(0) ? x : alpha * x;
     case KE_CLAMP:
         if (x != x)

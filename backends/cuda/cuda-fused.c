@@ -107,7 +107,7 @@ static const char prelude[] =
     "KF_FN float ku_cos(float x, float A, float B) { return cosf(x); }\n"
     "KF_FN float ku_tanh(float x, float A, float B) { return tanhf(x); }\n"
     "KF_FN float ku_sigmoid(float x, float A, float B) { return 1.0f / (1.0f + expf(-x)); }\n"
-    "KF_FN float ku_relu(float x, float A, float B) { return x != x ? x : (x > 0.0f ? x : 0.0f); }\n"
+    "KF_FN float ku_relu(float x, float A, float B) { return x < 0.0f ? 0.0f : x; }\n"
     "KF_FN float ku_leaky_relu(float x, float A, float B) { return x > 0.0f ? x : __fmul_rn(A, x); }\n"
     "KF_FN float ku_elu(float x, float A, float B) { return x > 0.0f ? x : __fmul_rn(A, expm1f(x)); }\n"
     "KF_FN float ku_gelu(float x, float A, float B)\n"

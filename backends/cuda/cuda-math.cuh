@@ -39,7 +39,7 @@ template <typename T> __device__ __forceinline__ T kcu_unary_fp(int op, T x, T a
     case KU_COS: return cos(x);
     case KU_TANH: return tanh(x);
     case KU_SIGMOID: return T(1) / (T(1) + exp(-x));
-    case KU_RELU: return x != x ? x : (x > T(0) ? x : T(0));
+    case KU_RELU: return x < T(0) ? T(0) : x; /* NaN and -0 pass through, as PyTorch's */
     case KU_LEAKY_RELU: return x > T(0) ? x : alpha * x;
     case KU_ELU: return x > T(0) ? x : alpha * expm1(x);
     case KU_GELU: return T(0.5) * x * (T(1) + erf(x * T(0.70710678118654752440)));

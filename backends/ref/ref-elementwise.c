@@ -42,7 +42,7 @@ static double unary_f(kiln_unary_op op, double x, double alpha, double beta)
     case KILN_UNARY_COS: return cos(x);
     case KILN_UNARY_TANH: return tanh(x);
     case KILN_UNARY_SIGMOID: return sigmoid(x);
-    case KILN_UNARY_RELU: return isnan(x) ? x : (x > 0 ? x : 0.0);
+    case KILN_UNARY_RELU: return x < 0 ? 0.0 : x; /* NaN and -0 pass through, as PyTorch's */
     case KILN_UNARY_LEAKY_RELU: return x > 0 ? x : alpha * x;
     case KILN_UNARY_ELU: return x > 0 ? x : alpha * expm1(x);
     case KILN_UNARY_GELU: return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440));

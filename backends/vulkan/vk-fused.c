@@ -127,7 +127,7 @@ static const char prelude_body[] =
     "float ku_cos(float x, float A, float B) { return kvk_cos_f(x); }\n"
     "float ku_tanh(float x, float A, float B) { return kvk_tanh(x); }\n"
     "float ku_sigmoid(float x, float A, float B) { return kvk_sigmoid(x); }\n"
-    "float ku_relu(float x, float A, float B) { return isnan(x) ? x : (x > 0.0 ? x : 0.0); }\n"
+    "float ku_relu(float x, float A, float B) { return x < 0.0 ? 0.0 : x; }\n"
     "float ku_leaky_relu(float x, float A, float B) { return x > 0.0 ? x : A * x; }\n"
     "float ku_elu(float x, float A, float B) { return x > 0.0 ? x : A * kvk_expm1(x); }\n"
     "float ku_gelu(float x, float A, float B)\n"

@@ -2,9 +2,9 @@
  * tests/conformance/signed-zero.c — the sign of zero and the small-argument values of
  * the unary ops, on every backend that opens here, each against the answer C's libm (and
  * ref, and PyTorch) gives: the odd functions (sin, tanh, erf, expm1, elu, gelu in both
- * forms, silu) keep -0 as -0; sign gives +0 for both zeros and for NaN; expm1, log1p and
- * tanh of ±1e-6 are x to a few ulps (a driver's log(exp(x)) folded to x, or an inexact
- * log near 1, once put them 1-7% off).
+ * forms, silu) and relu (PyTorch's clamp at 0) keep -0 as -0; sign gives +0 for both zeros
+ * and for NaN; expm1, log1p and tanh of ±1e-6 are x to a few ulps (a driver's log(exp(x))
+ * folded to x, or an inexact log near 1, once put them 1-7% off).
  *
  * The ops run as a chain op -> neg -> neg over 2^17 elements, so that the devices that
  * fuse elementwise chains (cpu?fusion=on, vulkan:0) run them in their generated kernels
@@ -37,11 +37,12 @@ typedef enum {
     OP_SILU,
     OP_LOG1P,
     OP_SIGN,
+    OP_RELU,
     OP_COUNT
 } op_id;
 
-static const char *const op_names[OP_COUNT] = {"sin",  "tanh",      "erf",  "expm1", "elu",
-                                               "gelu", "gelu_tanh", "silu", "log1p", "sign"};
+static const char *const op_names[OP_COUNT] = {"sin",       "tanh", "erf",   "expm1", "elu", "gelu",
+                                               "gelu_tanh", "silu", "log1p", "sign",  "relu"};
 
 static kiln_tensor *apply(op_id op, kiln_tensor *x)
 {
@@ -55,6 +56,7 @@ static kiln_tensor *apply(op_id op, kiln_tensor *x)
     case OP_GELU_TANH: return kiln_gelu(x, true);
     case OP_SILU: return kiln_silu(x);
     case OP_LOG1P: return kiln_log1p(x);
+    case OP_RELU: return kiln_relu(x);
     default: return kiln_sign(x);
     }
 }

@@ -102,7 +102,7 @@ FT unary_f(FT x)
     case 12: return U_COS(x);
     case 13: return U_TANH(x);
     case 14: return U_SIGMOID(x);
-    case 15: return isnan(x) ? x : (x > FT(0) ? x : FT(0));
+    case 15: return x < FT(0) ? FT(0) : x; /* relu: NaN and -0 pass through */
     case 16: return x > FT(0) ? x : FA * x;
     case 17: return x > FT(0) ? x : FA * U_EXPM1(x);
     case 18: return FT(0.5) * x * (FT(1) + U_ERF(x * K_SQRT1_2));
