@@ -437,6 +437,19 @@ static kiln_tensor *alloc_impl(kiln_device *dev, kiln_dtype dt, int ndim, const 
     if (!st->buf)
         st->buf = wrap_ptr ? dev->be->buffer_wrap_host(kiln__qctx(dev), wrap_ptr, nbytes, release, release_ud)
                            : dev->be->buffer_alloc(kiln__qctx(dev), nbytes ? nbytes : 1);
+    if (!st->buf && !wrap_ptr && dev->be->buffer_trim) {
+        /* The backend's pool may hold freed buffers of other sizes that together would make
+         * room: hand them back to the system and try once more, so that a request smaller
+         * than one that just ran does not fail for memory the pool keeps idle */
+        char first[KILN_ERROR_MAX];
+        snprintf(first, sizeof first, "%s", kiln_error());
+        if (dev->be->buffer_trim(kiln__qctx(dev), SIZE_MAX) > 0) {
+            kiln_error_clear();
+            st->buf = dev->be->buffer_alloc(kiln__qctx(dev), nbytes ? nbytes : 1);
+        } else {
+            kiln__error_set("%s", first);
+        }
+    }
     if (!st->buf) {
         char why[KILN_ERROR_MAX];
         snprintf(why, sizeof why, "%s", kiln_error()[0] ? kiln_error() : "out of device memory");

@@ -425,9 +425,13 @@ static kiln_buffer *fused_buffer_wrap_host(void *qctx, void *ptr, size_t n, void
     return b;
 }
 
+/* The pending group runs first: the buffers freed under it go back to the inner backend
+ * only at its flush, and are what a trim (an allocation that failed, most often) needs. */
 static size_t fused_buffer_trim(void *qctx, size_t bytes)
 {
     fq *q = qctx;
+    if (flush(q) < 0)
+        return 0;
     return q->d->in->buffer_trim ? q->d->in->buffer_trim(q->iq, bytes) : 0;
 }
 

@@ -42,18 +42,23 @@ const char *kvk_result_name(VkResult r)
 
 int kvk_vk_error(kvk_device *d, const char *op, const char *what, VkResult r)
 {
+    /* the device's name in every message: a program with several devices (a kilnd serving
+     * on cpu and vulkan:0) must be told which one ran out or failed */
+    char dev[VK_MAX_PHYSICAL_DEVICE_NAME_SIZE + 32] = "vulkan";
+    if (d)
+        snprintf(dev, sizeof dev, "vulkan:%d (%s)", d->index, d->name);
     if (r == VK_ERROR_DEVICE_LOST) {
         if (d)
             atomic_store(&d->lost, true);
-        kiln__error_set("%s: the vulkan device was lost (%s: VK_ERROR_DEVICE_LOST)", op, what);
+        kiln__error_set("%s: the vulkan device %s was lost (%s: VK_ERROR_DEVICE_LOST)", op, dev, what);
         return KILN_EDEVICE;
     }
     if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) {
-        kiln__error_set("%s: out of %s memory (%s: %s)", op,
+        kiln__error_set("%s: %s is out of %s memory (%s: %s)", op, dev,
                         r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? "device" : "host", what, kvk_result_name(r));
         return KILN_ENOMEM;
     }
-    kiln__error_set("%s: %s failed (%s, %d)", op, what, kvk_result_name(r), (int)r);
+    kiln__error_set("%s: %s failed on %s (%s, %d)", op, what, dev, kvk_result_name(r), (int)r);
     return KILN_EDEVICE;
 }
 
