@@ -368,6 +368,18 @@ int kd_jobs_handle_submit(struct kd_jobs *j, const struct kd_request *req, struc
         cJSON_free(text);
         return rc;
     }
+    /* The device is the server's: one kilnd knows is lost (the handle an open would reuse is
+     * dead) is a 503 naming it, as inference answers, not a job that would fail at its first op. */
+    char lost[400];
+    if (op->spec.device && kd_sched_device_lost(j->o.sched, op->spec.device, lost, sizeof lost)) {
+        kd_jobspec_free(&op->spec);
+        free(body);
+        free(op);
+        return kd_jobs_errorf(out, req, 503,
+                              "job spec: device: the device is lost (%s); kilnd cannot train on it until it "
+                              "restarts with the device working",
+                              lost);
+    }
     op->j = j;
     op->body = body;
     op->work.data = op;

@@ -24,7 +24,7 @@ struct kd_serving_entry {
     /* Loads of one name may overlap (a job's and a POST .../load): the one started last wins, so
      * an older load finishing late never swaps back what a newer one put in. */
     uint64_t loads_started, newest_applied;
-    char why[256]; /* the last load's failure, for the index */
+    char why[768]; /* the last load's failure, for the index (a device refusal lists the devices) */
     struct kd_serving_entry *next;
 };
 

@@ -154,6 +154,42 @@ static void infer_finish(struct kd_sched_request *r)
                                &j->body_json_len) == 0;
 }
 
+/* {"error": msg} whole: kd_resp_error caps its body near 500 bytes, and a run's failure carries
+ * the engine's message (up to 512) behind the scheduler's prefix, whose end names the limit. Bytes
+ * outside printable ASCII become '?' as there (a node name may quote anything). */
+static int error_whole(struct kd_buf *out, int status, const char *msg, bool ka, const char *hdr)
+{
+    char clean[sizeof((struct kd_sched_request *)0)->error];
+    size_t n = 0;
+    for (; msg[n] && n < sizeof clean - 1; n++)
+        clean[n] = (unsigned char)msg[n] < 0x20 || (unsigned char)msg[n] >= 0x7f ? '?' : msg[n];
+    clean[n] = '\0';
+    struct kd_buf body = {0};
+    int st = kd_buf_append(&body, "{\"error\":\"", 10) || kd_buf_json_escape(&body, clean, n) ||
+                     kd_buf_append(&body, "\"}", 2)
+                 ? -1
+                 : kd_resp_append(out, status, "application/json", body.data, body.len, ka, hdr);
+    kd_buf_free(&body);
+    return st;
+}
+
+/* The status of a failed run (scheduler.h, enum kd_sched_fault): the request's data is the
+ * client's to fix (400); memory that ran out may free up (503, retry); a buffer past a device's
+ * limit at this size wants a smaller batch (413); the rest is the server's (500). */
+static int failed_status(const struct kd_sched_request *r, bool *retry)
+{
+    char lost[320];
+    *retry = false;
+    if (r->model && kd_sched_model_lost(r->model, lost, sizeof lost))
+        return 503; /* the input was fine, the device under the model was lost */
+    switch (r->fault) {
+    case KD_SCHED_FAULT_MEMORY: *retry = true; return 503;
+    case KD_SCHED_FAULT_TOO_LARGE: return 413;
+    case KD_SCHED_FAULT_INTERNAL: return 500;
+    default: return 400;
+    }
+}
+
 static void infer_done(struct kd_sched_request *r)
 {
     struct infer_job *j = (struct infer_job *)r;
@@ -174,10 +210,11 @@ static void infer_done(struct kd_sched_request *r)
                 status = j->encoded ? kd_infer_respond(out, &j->body, j->body_json_len, ka, hdr) : -1;
             break;
         case KD_SCHED_FAILED: {
-            /* the input was fine, the device under the model was lost: the server's fault */
-            char lost[320];
-            bool gone = r->model && kd_sched_model_lost(r->model, lost, sizeof lost);
-            status = kd_resp_error(out, gone ? 503 : 400, r->error, ka, hdr);
+            bool retry;
+            int st = failed_status(r, &retry);
+            if (retry)
+                snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\nRetry-After: 1\r\n", j->req_id);
+            status = error_whole(out, st, r->error, ka, hdr);
             break;
         }
         default:

@@ -48,7 +48,7 @@ struct load_op {
     struct kd_sched_model *got[MAX_VERSIONS];
     struct version_load started[MAX_VERSIONS];
     struct version_load hold; /* start_load's, dropped once every load has started */
-    char why[256];
+    char why[768];            /* a device refusal lists the configured devices */
 };
 
 static const double seconds_buckets[] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
@@ -338,6 +338,32 @@ static const kd_model_version *selected_invalid(const kd_model_info *info)
     return NULL;
 }
 
+static void list_device(void *ctx, const char *spec, kiln_device *dev)
+{
+    (void)dev;
+    struct kd_buf *b = ctx;
+    char shown[200];
+    kiln_device_spec_redact(spec, shown, sizeof shown);
+    if ((b->len && kd_buf_append(b, ", ", 2)) || kd_buf_append(b, shown, strlen(shown)))
+        b->len = 0; /* out of memory: no list rather than half of one */
+}
+
+/* A model's device that no worker drives, said with the devices that are configured, as a job
+ * spec's device is (trainer-spec.c), so that the fix is in the message. */
+static void unknown_device(struct kd_serving *sv, const char *device, char *why, size_t n)
+{
+    struct kd_buf list = {0};
+    kd_sched_each_device(sv->o.sched, list_device, &list);
+    char shown[200];
+    snprintf(
+        why, n,
+        "device '%s' is not one of the configured devices (%.*s: the devices setting; write a model's device as "
+        "it is written there, or as the device names itself, e.g. vulkan:0 for vulkan)",
+        kiln_device_spec_redact(device, shown, sizeof shown),
+        list.len ? (int)(list.len > 400 ? 400 : list.len) : 4, list.len ? list.data : "none");
+    kd_buf_free(&list);
+}
+
 /* Starts loading every served version of name (see kd_serving_load). 0, or an HTTP status with
  * why filled and done never called. */
 static int start_load(struct kd_serving *sv, const char *name, int64_t need_version, kd_serving_load_done done,
@@ -384,13 +410,10 @@ static int start_load(struct kd_serving *sv, const char *name, int64_t need_vers
         int rc = kd_sched_model_load(sv->o.sched, name, v, version_loaded, &op->started[k++]);
         if (rc != 0) {
             op->remaining--;
-            if (!op->why[0])
-                snprintf(op->why, sizeof op->why,
-                         rc == -2 ? "device '%s' is not one of the configured devices (the devices setting; "
-                                    "write a model's device as it is written there, or as the device names "
-                                    "itself, e.g. vulkan:0)"
-                                  : "out of memory (%s)",
-                         v->config.device ? v->config.device : "cpu");
+            if (!op->why[0] && rc == -2)
+                unknown_device(sv, v->config.device ? v->config.device : "cpu", op->why, sizeof op->why);
+            else if (!op->why[0])
+                snprintf(op->why, sizeof op->why, "out of memory");
         }
     }
     e->loading = true;

@@ -439,10 +439,34 @@ void kd_sched_unbuild(struct kd_sched_exec *e)
     memset(e, 0, sizeof *e);
 }
 
-static void fail_all(struct kd_sched_request **reqs, int n, const char *fmt, const char *detail)
+/*
+ * The engine's messages for a buffer it could not have, newest cause last: one buffer past a
+ * device's own limit (vulkan's largest storage buffer, what a remote server lets a session hold,
+ * the address space) is the request's size, which a smaller batch avoids; any other failed
+ * allocation is memory in use now, which may free up. A backend without the op is the server's.
+ * Text, not codes: a failed op returns NULL and leaves only kiln_error().
+ */
+enum kd_sched_fault kd_sched_fault_of(const char *msg)
+{
+    static const char *const too_large[] = {"exceeds the device's maxStorageBufferRange",
+                                            "is more than the server lets a session hold", "too large to address"};
+    static const char *const memory[] = {"cannot allocate", "out of memory", "out of device memory",
+                                         "out of host memory"};
+    for (size_t i = 0; i < sizeof too_large / sizeof too_large[0]; i++)
+        if (strstr(msg, too_large[i]))
+            return KD_SCHED_FAULT_TOO_LARGE;
+    for (size_t i = 0; i < sizeof memory / sizeof memory[0]; i++)
+        if (strstr(msg, memory[i]))
+            return KD_SCHED_FAULT_MEMORY;
+    return strstr(msg, ") does not support ") ? KD_SCHED_FAULT_INTERNAL : KD_SCHED_FAULT_INPUT;
+}
+
+static void fail_all(struct kd_sched_request **reqs, int n, enum kd_sched_fault fault, const char *fmt,
+                     const char *detail)
 {
     for (int i = 0; i < n; i++) {
         reqs[i]->outcome = KD_SCHED_FAILED;
+        reqs[i]->fault = fault;
         snprintf(reqs[i]->error, sizeof reqs[i]->error, fmt, detail);
         for (int o = 0; o < reqs[i]->noutputs; o++) {
             free(reqs[i]->outputs[o].data);
@@ -465,7 +489,7 @@ static int take_output(struct kd_sched_request *r, int o, kiln_tensor *t, bool b
     memcpy(dst->shape, kiln_tensor_shape(v), (size_t)dst->ndim * sizeof dst->shape[0]);
     dst->nbytes = (size_t)kiln_tensor_numel(v) * kiln_dtype_size(dst->dtype);
     dst->data = malloc(dst->nbytes ? dst->nbytes : 1);
-    int rc = dst->data ? kiln_to_data(v, dst->data, dst->nbytes) : -1;
+    int rc = dst->data ? kiln_to_data(v, dst->data, dst->nbytes) : -2;
     r->noutputs = o + 1;
     return rc;
 }
@@ -614,7 +638,7 @@ void kd_sched_run(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device
     const kd_model_config *c = &m->cfg;
     bool batched = c->max_batch_size > 0;
     if (batched && rows > c->max_batch_size) {
-        fail_all(reqs, n, "batch of %s rows exceeds max_batch_size", "too many");
+        fail_all(reqs, n, KD_SCHED_FAULT_INPUT, "batch of %s rows exceeds max_batch_size", "too many");
         return;
     }
     kiln_no_grad_begin();
@@ -640,6 +664,7 @@ void kd_sched_run(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device
     }
     kiln_tensor *out[KD_SCHED_MAX_IO] = {0};
     char detail[200] = "";
+    enum kd_sched_fault fault = KD_SCHED_FAULT_INPUT; /* when detail says why; else from the message */
     int nout = failed ? -1 : forward(c, e, in, out, owned);
     if (!failed && nout < 0)
         failed = "model";
@@ -647,7 +672,8 @@ void kd_sched_run(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device
         kiln_scope_end();
         kiln_no_grad_end();
         release_all(owned, KD_SCHED_MAX_IO);
-        fail_all(reqs, n, "the model produced fewer outputs than config.json declares%s", "");
+        fail_all(reqs, n, KD_SCHED_FAULT_INTERNAL, "the model produced fewer outputs than config.json declares%s",
+                 "");
         return;
     }
     /* One request takes its outputs whole; several split them along dim 0. The load checked that
@@ -681,32 +707,46 @@ void kd_sched_run(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device
             snprintf(detail, sizeof detail, "the model gives %s for output '%.64s'; config.json declares %s",
                      gives ? gives : kiln_dtype_name(kiln_tensor_dtype(out[o])), c->outputs[o].name,
                      c->outputs[o].datatype);
+            fault = KD_SCHED_FAULT_INTERNAL; /* the model's files disagree, not the request */
             failed = "output";
             break;
         }
         if (!out[o]) {
+            snprintf(detail, sizeof detail, "the model gave no tensor for output '%.64s'", c->outputs[o].name);
+            fault = KD_SCHED_FAULT_INTERNAL;
             failed = "output";
             break;
         }
         int64_t off = 0;
         for (int k = 0; k < n && !failed; k++) {
             int64_t b = split ? reqs[k]->inputs[0].shape[0] : 0;
-            if (take_output(reqs[k], o, out[o], split, off, b) != 0)
+            int rc = take_output(reqs[k], o, out[o], split, off, b);
+            if (rc == -2) {
+                snprintf(detail, sizeof detail, "out of host memory for output '%.64s' (%zu bytes)",
+                         c->outputs[o].name, reqs[k]->outputs[o].nbytes);
+                fault = KD_SCHED_FAULT_MEMORY;
+            }
+            if (rc != 0)
                 failed = "output";
             off += b;
         }
     }
     if (failed) {
-        char msg[200];
+        /* the engine's message whole (KILN_ERROR_MAX, 512), and room for "output failed: " before
+         * it in the request's error: a cut one hid which limit a buffer passed */
+        char msg[sizeof reqs[0]->error - 32];
         snprintf(msg, sizeof msg, "%s",
                  detail[0]         ? detail
                  : kiln_error()[0] ? kiln_error()
                                    : "the model gave no tensor for an output");
+        if (!detail[0])
+            fault = kiln_error()[0] ? kd_sched_fault_of(msg) : KD_SCHED_FAULT_INTERNAL;
         kiln_scope_end();
         kiln_no_grad_end();
         release_all(owned, KD_SCHED_MAX_IO);
         for (int i = 0; i < n; i++) {
             reqs[i]->outcome = KD_SCHED_FAILED;
+            reqs[i]->fault = fault;
             snprintf(reqs[i]->error, sizeof reqs[i]->error, "%s failed: %s", failed, msg);
             for (int o = 0; o < reqs[i]->noutputs; o++) {
                 free(reqs[i]->outputs[o].data);

@@ -658,6 +658,7 @@ int kd_sched_submit(struct kd_sched *s, struct kd_sched_request *r)
     struct kd_sched_model *m = r->model;
     r->next = NULL;
     r->outcome = KD_SCHED_OK;
+    r->fault = KD_SCHED_FAULT_INPUT; /* what a prepare that refuses the request means */
     r->error[0] = '\0';
     r->noutputs = 0;
     r->enqueued_ns = uv_hrtime();
@@ -691,6 +692,14 @@ int kd_sched_device_health(struct kd_sched *s, char *why, size_t whylen)
     for (size_t i = 0; s && i < s->nworkers; i++)
         if (worker_lost(&s->workers[i], why, whylen))
             return -1;
+    return 0;
+}
+
+int kd_sched_device_lost(struct kd_sched *s, const char *device, char *why, size_t whylen)
+{
+    for (size_t i = 0; s && i < s->nworkers; i++)
+        if (worker_is(&s->workers[i], device) && worker_lost(&s->workers[i], why, whylen))
+            return 1;
     return 0;
 }
 

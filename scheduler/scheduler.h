@@ -74,6 +74,24 @@ enum kd_sched_outcome {
 
 const char *kd_sched_outcome_to_str(enum kd_sched_outcome o);
 
+/*
+ * Whose fault a KD_SCHED_FAILED request is, so that the API answers the right status. The engine
+ * reports a failed op by its message only (its ops return NULL, with no code), so the scheduler
+ * classifies the message once, where the run fails, and the API maps the class.
+ */
+enum kd_sched_fault {
+    KD_SCHED_FAULT_INPUT = 0, /* the request's data (an index out of range, a shape the model
+                                 refuses): 400, INVALID_ARGUMENT */
+    KD_SCHED_FAULT_MEMORY,    /* memory ran out; it may free up: 503 with Retry-After, RESOURCE_EXHAUSTED */
+    KD_SCHED_FAULT_TOO_LARGE, /* one buffer passes a limit of the device at this request's size (a
+                                 smaller batch may fit): 413, RESOURCE_EXHAUSTED */
+    KD_SCHED_FAULT_INTERNAL,  /* the server's own (the model disagrees with its config.json, the
+                                 backend lacks an op): 500, INTERNAL */
+};
+
+/* The class of a failure whose message is msg (the engine's, as kiln_error() gave it). */
+enum kd_sched_fault kd_sched_fault_of(const char *msg);
+
 struct kd_sched_request {
     struct kd_sched_model *model;       /* a reference; released by the caller after done */
     int ninputs;                        /* in the model's input order */
@@ -100,7 +118,10 @@ struct kd_sched_request {
     void *ud;
     /* results, valid in done */
     enum kd_sched_outcome outcome;
-    char error[256];
+    enum kd_sched_fault fault; /* for KD_SCHED_FAILED */
+    /* Room for an engine message (KILN_ERROR_MAX, 512) behind the scheduler's prefix, so that the
+     * client gets it whole. */
+    char error[1024];
     uint64_t enqueued_ns, started_ns, finished_ns;
     int batch_size;                     /* requests' rows in the run it was part of */
     struct kd_sched_request *next;      /* the scheduler's */
@@ -180,6 +201,10 @@ int kd_sched_worker_for(struct kd_sched *s, const char *device, unsigned hint);
 /* 0 while every device the workers drive works; -1 with why ("device 'vulkan:0': ... was
  * lost") once one failed for good. Any thread. */
 int kd_sched_device_health(struct kd_sched *s, char *why, size_t whylen);
+/* 1 with why as kd_sched_device_health writes it when a worker driving device (a spec as
+ * configured, or as the device names itself) lost it; 0 otherwise. Any thread. A device opened
+ * again by its spec is the same handle, lost too, so this is what says whether work can run. */
+int kd_sched_device_lost(struct kd_sched *s, const char *device, char *why, size_t whylen);
 /* fn(ctx, spec, dev) once per distinct device the workers drive (for its memory figures);
  * called on the loop thread while the workers run, so fn may only use thread-safe calls. */
 void kd_sched_each_device(struct kd_sched *s, void (*fn)(void *ctx, const char *spec, kiln_device *dev),

@@ -748,7 +748,11 @@ int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct 
     s->workers = (int)workers;
     s->max_batch_size = (int)mbs;
     parse_device(&p, root, s);
-    char why[256];
+    char why[400];
+    /* a queued job whose device was lost since fails naming it, not by an op on the dead handle */
+    if (env && !env->submit && s->device &&
+        kd_sched_device_lost(atomic_load(&configured_devices), s->device, why, sizeof why))
+        problem(&p, "device", "the device was lost after the job was queued (%s)", why);
     if (env && env->resumable && s->resume_from_job > 0 &&
         env->resumable(env->resumable_ud, s->resume_from_job, why, sizeof why) != 0)
         problem(&p, "resume_from_job", "%s", why);

@@ -42,7 +42,7 @@ struct grpc_job {
     int64_t version;
     struct kd_buf resp; /* the framed response, packed by the worker */
     enum grpc_code code;
-    char msg[320];
+    char msg[sizeof((struct kd_sched_request *)0)->error]; /* a run's failure whole */
     struct kd_shm_use shm; /* the shared-memory regions its tensors use, held until done */
     struct kd_buf held;    /* the received message its inputs point into, until done */
     int coding;            /* the answer's compression (enum kd_http_coding), the stream's */
@@ -463,7 +463,13 @@ static void job_done(struct kd_sched_request *r)
     case KD_SCHED_FAILED: {
         char lost[320];
         bool gone = r->model && kd_sched_model_lost(r->model, lost, sizeof lost);
-        j->code = gone ? GRPC_UNAVAILABLE : GRPC_INVALID_ARGUMENT; /* a lost device is the server's fault */
+        /* as over HTTP (serving-routes.c): a lost device and memory are the server's, and so
+         * is a buffer past a device's limit, though a smaller request may fit */
+        j->code = gone                                   ? GRPC_UNAVAILABLE
+                  : r->fault == KD_SCHED_FAULT_MEMORY    ? GRPC_RESOURCE_EXHAUSTED
+                  : r->fault == KD_SCHED_FAULT_TOO_LARGE ? GRPC_RESOURCE_EXHAUSTED
+                  : r->fault == KD_SCHED_FAULT_INTERNAL  ? GRPC_INTERNAL
+                                                         : GRPC_INVALID_ARGUMENT;
         snprintf(j->msg, sizeof j->msg, "%s", r->error);
         break;
     }
