@@ -94,7 +94,7 @@ struct grpc_stream {
     struct kd_buf out;
     size_t out_off;
     int code;
-    char message[320];
+    char message[1024];                 /* a run's failure whole (scheduler.h's error is 1024 too) */
     struct grpc_job *jobs, *jobs_tail;  /* queued inference, in request order */
     struct grpc_load *load;             /* RepositoryModelLoad waiting for its load */
     struct grpc_stream *prev, *next;

@@ -138,7 +138,7 @@ static void percent_encode(const char *in, char *out, size_t cap)
 
 static int submit_status(struct grpc_stream *s, bool trailers_only)
 {
-    char code[16], msg[800];
+    char code[16], msg[3 * sizeof s->message]; /* percent-encoding at most triples it */
     if (s->code >= 0 && s->code < 100) { /* every gRPC status: two digits at most, no snprintf per call */
         int k = 0;
         if (s->code >= 10)
