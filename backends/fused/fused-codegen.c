@@ -1,7 +1,8 @@
 /*
  * backends/fused/fused-codegen.c — the shared half of the GPU code generators
  * (fused-codegen.h): program checks, cache keys and the kernel body, written once for
- * CUDA C and GLSL.
+ * CUDA C and GLSL; and kiln__fused_key (fused-program.h), the program's shape that every
+ * backend's code cache (the cpu's block tuner and compiled loops included) keys on.
  */
 #include "fused-codegen.h"
 
@@ -97,7 +98,7 @@ const char *kiln__fused_unary_name(int op)
     return (unsigned)op < KILN_UNARY_COUNT ? unary_names[op] : NULL;
 }
 
-static bool contiguous(const kiln_tdesc *d)
+bool kiln__fused_contiguous(const kiln_tdesc *d)
 {
     int64_t s = 1;
     for (int i = d->ndim - 1; i >= 0; i--) {
@@ -110,7 +111,7 @@ static bool contiguous(const kiln_tdesc *d)
 
 kiln__fused_layout kiln__fused_layout_of(const kiln_tdesc *d)
 {
-    if (contiguous(d))
+    if (kiln__fused_contiguous(d))
         return KILN__FUSED_CONTIG;
     for (int k = 0; k < d->ndim; k++)
         if (d->shape[k] != 1 && d->strides[k] != 0)
@@ -160,7 +161,7 @@ int kiln__fused_codegen_check(const kiln_fused_program *p, int64_t max_index)
     }
     for (int i = 0; i < p->noutputs; i++) {
         const kiln_tdesc *d = &p->outputs[i];
-        if ((d->dtype != KILN_F32 && d->dtype != KILN_BOOL) || !contiguous(d) || d->offset < 0 ||
+        if ((d->dtype != KILN_F32 && d->dtype != KILN_BOOL) || !kiln__fused_contiguous(d) || d->offset < 0 ||
             d->offset > max_index - p->n)
             return KILN_ENOTSUP;
     }
@@ -401,4 +402,35 @@ void kiln__fused_emit_body(kiln__sbuf *b, const kiln_fused_program *p)
     }
     kiln__sbuf_printf(b, "    }\n");
     kiln__sbuf_printf(b, "KF_KERNEL_END\n");
+}
+
+/* ------------------------------------------------------------------ key */
+
+char *kiln__fused_key(const kiln_fused_program *p, char *buf, size_t len)
+{
+    size_t at = 0;
+#define PUT(...)                                                                                                  \
+    do {                                                                                                          \
+        if (at < len) {                                                                                           \
+            int w = snprintf(buf + at, len - at, __VA_ARGS__);                                                    \
+            at += w > 0 ? (size_t)w : 0;                                                                          \
+        }                                                                                                         \
+    } while (0)
+    static const char layout_letter[] = {
+        [KILN__FUSED_CONTIG] = 'c', [KILN__FUSED_SCALAR] = 's', [KILN__FUSED_GATHER] = 'g'};
+    if (len)
+        buf[0] = '\0';
+    PUT("%s", kiln_dtype_name(p->dtype));
+    for (int i = 0; i < p->ninputs; i++) {
+        const kiln_tdesc *d = &p->inputs[i];
+        PUT(" i%d:%s%c", i, d->dtype == KILN_BOOL ? "b" : "", layout_letter[kiln__fused_layout_of(d)]);
+    }
+    for (int i = 0; i < p->ninstrs; i++) {
+        const kiln_fused_instr *in = &p->instrs[i];
+        PUT(" %d.%d:%d,%d,%d,%d,%d", (int)in->code, in->op, in->dst, in->a, in->b, in->c, in->arg);
+        if (in->code == KILN_FUSED_MATMUL || in->code == KILN_FUSED_CONV || in->code == KILN_FUSED_POOL_GRAD)
+            PUT(",%d,%d", in->arg2, in->arg3);
+    }
+#undef PUT
+    return buf;
 }

@@ -61,6 +61,8 @@ typedef enum kiln__fused_layout {
 } kiln__fused_layout;
 
 kiln__fused_layout kiln__fused_layout_of(const kiln_tdesc *d);
+/** Whether d's elements lie at offsets 0, 1, 2, ... in row-major order (size-1 dims aside). */
+bool kiln__fused_contiguous(const kiln_tdesc *d);
 
 /** Rows longer than this, fewer than KILN__FUSED_FEW_ROWS of them: left unfused. */
 #define KILN__FUSED_LONG_ROW 4096

@@ -40,21 +40,10 @@
 #include "fused-codegen.h"
 #include "fused-impl.h"
 
-static bool contiguous(const kiln_tdesc *d)
-{
-    int64_t s = 1;
-    for (int i = d->ndim - 1; i >= 0; i--) {
-        if (d->shape[i] != 1 && d->strides[i] != s)
-            return false;
-        s *= d->shape[i];
-    }
-    return true;
-}
-
 /* The same elements in the same order: same buffer and offset, both contiguous. */
 static bool same_flat(const kiln_tdesc *a, const kiln_tdesc *b)
 {
-    return a->buf == b->buf && a->offset == b->offset && contiguous(a) && contiguous(b);
+    return a->buf == b->buf && a->offset == b->offset && kiln__fused_contiguous(a) && kiln__fused_contiguous(b);
 }
 
 static bool same_view(const kiln_tdesc *a, const kiln_tdesc *b)
@@ -125,7 +114,7 @@ static bool reduce_fits(const fq *q, frec *r)
         (r->op != KILN_REDUCE_SUM && r->op != KILN_REDUCE_MEAN && r->op != KILN_REDUCE_MAX &&
          r->op != KILN_REDUCE_MIN) ||
         r->entry != KILN_ENTRY_REDUCE || r->x.dtype != KILN_F32 || r->out.dtype != KILN_F32 ||
-        !contiguous(&r->out) || kiln__fused_numel(&r->x) != q->n || q->n == 0)
+        !kiln__fused_contiguous(&r->out) || kiln__fused_numel(&r->x) != q->n || q->n == 0)
         return false;
     bool written = false;
     for (int i = 0; i < q->nrec; i++) {
@@ -170,7 +159,7 @@ static bool softmax_fits(const fq *q, frec *r)
 {
     const kiln_tdesc *in = &r->x;
     if (q->nrec == 0 || q->closed || q->dtype != KILN_F32 || q->nrec >= FUSED_MAX_RECS - 1 ||
-        in->dtype != KILN_F32 || r->out.dtype != KILN_F32 || !contiguous(&r->out) ||
+        in->dtype != KILN_F32 || r->out.dtype != KILN_F32 || !kiln__fused_contiguous(&r->out) ||
         kiln__fused_numel(in) != q->n || q->n == 0 || kiln__fused_numel(&r->out) != q->n ||
         (int)r->mask != in->ndim - 1)
         return false;
@@ -200,14 +189,14 @@ static bool layer_norm_fits(const fq *q, frec *r)
 {
     const kiln_tdesc *in = &r->x;
     if (q->nrec == 0 || q->closed || q->dtype != KILN_F32 || q->nrec >= FUSED_MAX_RECS - 1 ||
-        in->dtype != KILN_F32 || r->out.dtype != KILN_F32 || !contiguous(&r->out) ||
+        in->dtype != KILN_F32 || r->out.dtype != KILN_F32 || !kiln__fused_contiguous(&r->out) ||
         kiln__fused_numel(in) != q->n || kiln__fused_numel(&r->out) != q->n || r->inner < 2 || r->inner > 8192 ||
         q->n % r->inner || (q->row && q->row != r->inner) || (product_row(q) && product_row(q) % r->inner) ||
         conv_head(q))
         return false;
     for (int k = 1; k < 3; k++) {
         const kiln_tdesc *p = rec_input(r, k);
-        if (p->buf && (p->dtype != KILN_F32 || !contiguous(p) || kiln__fused_numel(p) != r->inner))
+        if (p->buf && (p->dtype != KILN_F32 || !kiln__fused_contiguous(p) || kiln__fused_numel(p) != r->inner))
             return false;
     }
     bool written = false;
@@ -234,7 +223,7 @@ static bool fusable(const frec *r)
 {
     kiln_dtype vt = value_dtype(r);
     if ((vt != KILN_F32 && vt != KILN_F16 && vt != KILN_BF16) ||
-        r->out.dtype != (is_comparison(r) ? KILN_BOOL : vt) || !contiguous(&r->out))
+        r->out.dtype != (is_comparison(r) ? KILN_BOOL : vt) || !kiln__fused_contiguous(&r->out))
         return false;
     for (int k = 0; k < rec_inputs(r); k++) {
         kiln_dtype want = r->entry == KILN_ENTRY_WHERE && k == 0 ? KILN_BOOL : vt;
@@ -293,16 +282,28 @@ static bool product_fits(const fq *q, const frec *r)
 {
     const kiln_backend_iface *in = q->d->in;
     if (q->d->replay || !in->fused_run || r->out.dtype != KILN_F32 || r->x.dtype != KILN_F32 ||
-        r->y.dtype != KILN_F32 || !contiguous(&r->out) || r->out.ndim < 2 || kiln__fused_numel(&r->out) == 0 ||
+        r->y.dtype != KILN_F32 || !kiln__fused_contiguous(&r->out) || r->out.ndim < 2 || kiln__fused_numel(&r->out) == 0 ||
         r->x.shape[r->x.ndim - 1] == 0)
         return false;
     if (r->entry == KILN_ENTRY_CONV &&
-        (r->out.ndim < 3 || (r->z.buf && (r->z.dtype != KILN_F32 || !contiguous(&r->z)))))
+        (r->out.ndim < 3 || (r->z.buf && (r->z.dtype != KILN_F32 || !kiln__fused_contiguous(&r->z)))))
         return false;
     kiln_op_query query = {.entry = KILN_ENTRY_FUSED,
                            .op = r->entry == KILN_ENTRY_CONV ? KILN_FUSED_CONV : KILN_FUSED_MATMUL,
                            .dtype = KILN_F32};
     return !in->supports || in->supports(q->iq, &query);
+}
+
+/* Run what q has pending, then start a group headed by producer r (f32): 1, or an error. */
+static int head_group(fq *q, const frec *r)
+{
+    int rc = kiln__fused_flush(q);
+    if (rc < 0)
+        return rc;
+    q->n = kiln__fused_numel(&r->out);
+    q->dtype = KILN_F32;
+    q->rec[q->nrec++] = *r;
+    return 1;
 }
 
 /* Whether r neither reads a buffer q's group writes nor writes one it reads or writes:
@@ -334,13 +335,7 @@ int kiln__fused_record(fq *q, const frec *r, bool small)
          * epilogue applied to its tiles */
         if (!product_fits(q, r))
             return cannot_join;
-        int rc = kiln__fused_flush(q);
-        if (rc < 0)
-            return rc;
-        q->n = kiln__fused_numel(&r->out);
-        q->dtype = KILN_F32;
-        q->rec[q->nrec++] = *r;
-        return 1;
+        return head_group(q, r);
     }
     if (r->entry == KILN_ENTRY_REDUCE) {
         frec red = *r;
@@ -388,8 +383,8 @@ int kiln__fused_record_pool_grad(fq *q, const frec *r)
 {
     const kiln_backend_iface *in = q->d->in;
     if (q->nrec == 0 || q->d->replay || !in->fused_run || r->pool.kind != KILN_POOL_MAX || !r->y.buf ||
-        r->out.dtype != KILN_F32 || r->x.dtype != KILN_F32 || r->y.dtype != KILN_I64 || !contiguous(&r->out) ||
-        !contiguous(&r->x) || !contiguous(&r->y) || r->out.ndim != r->pool.nspatial + 2 ||
+        r->out.dtype != KILN_F32 || r->x.dtype != KILN_F32 || r->y.dtype != KILN_I64 || !kiln__fused_contiguous(&r->out) ||
+        !kiln__fused_contiguous(&r->x) || !kiln__fused_contiguous(&r->y) || r->out.ndim != r->pool.nspatial + 2 ||
         r->x.ndim != r->out.ndim || kiln__fused_numel(&r->x) != kiln__fused_numel(&r->y) ||
         kiln__fused_numel(&r->out) == 0 || kiln__fused_numel(&r->x) == 0)
         return 0;
@@ -410,13 +405,7 @@ int kiln__fused_record_pool_grad(fq *q, const frec *r)
     if (in->supports && !in->supports(q->iq, &query))
         return 0;
     q->nrec--; /* the gradient writes every element of grad_x itself */
-    int rc = kiln__fused_flush(q);
-    if (rc < 0)
-        return rc;
-    q->n = kiln__fused_numel(&r->out);
-    q->dtype = KILN_F32;
-    q->rec[q->nrec++] = *r;
-    return 1;
+    return head_group(q, r);
 }
 
 static bool freed(const fq *q, const kiln_buffer *b)
@@ -780,36 +769,4 @@ int kiln__fused_flush(fq *q)
         q->d->in->buffer_free(q->iq, q->freed[i]);
     q->nfreed = 0;
     return rc;
-}
-
-/* ------------------------------------------------------------------ key */
-
-char *kiln__fused_key(const kiln_fused_program *p, char *buf, size_t len)
-{
-    size_t at = 0;
-#define PUT(...)                                                                                                  \
-    do {                                                                                                          \
-        if (at < len) {                                                                                           \
-            int w = snprintf(buf + at, len - at, __VA_ARGS__);                                                    \
-            at += w > 0 ? (size_t)w : 0;                                                                          \
-        }                                                                                                         \
-    } while (0)
-    if (len)
-        buf[0] = '\0';
-    PUT("%s", kiln_dtype_name(p->dtype));
-    for (int i = 0; i < p->ninputs; i++) {
-        const kiln_tdesc *d = &p->inputs[i];
-        bool scalar = true;
-        for (int k = 0; k < d->ndim; k++)
-            scalar = scalar && (d->shape[k] == 1 || d->strides[k] == 0);
-        PUT(" i%d:%s%c", i, d->dtype == KILN_BOOL ? "b" : "", contiguous(d) ? 'c' : scalar ? 's' : 'g');
-    }
-    for (int i = 0; i < p->ninstrs; i++) {
-        const kiln_fused_instr *in = &p->instrs[i];
-        PUT(" %d.%d:%d,%d,%d,%d,%d", (int)in->code, in->op, in->dst, in->a, in->b, in->c, in->arg);
-        if (in->code == KILN_FUSED_MATMUL || in->code == KILN_FUSED_CONV || in->code == KILN_FUSED_POOL_GRAD)
-            PUT(",%d,%d", in->arg2, in->arg3);
-    }
-#undef PUT
-    return buf;
 }
