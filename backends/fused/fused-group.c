@@ -282,8 +282,8 @@ static bool product_fits(const fq *q, const frec *r)
 {
     const kiln_backend_iface *in = q->d->in;
     if (q->d->replay || !in->fused_run || r->out.dtype != KILN_F32 || r->x.dtype != KILN_F32 ||
-        r->y.dtype != KILN_F32 || !kiln__fused_contiguous(&r->out) || r->out.ndim < 2 || kiln__fused_numel(&r->out) == 0 ||
-        r->x.shape[r->x.ndim - 1] == 0)
+        r->y.dtype != KILN_F32 || !kiln__fused_contiguous(&r->out) || r->out.ndim < 2 ||
+        kiln__fused_numel(&r->out) == 0 || r->x.shape[r->x.ndim - 1] == 0)
         return false;
     if (r->entry == KILN_ENTRY_CONV &&
         (r->out.ndim < 3 || (r->z.buf && (r->z.dtype != KILN_F32 || !kiln__fused_contiguous(&r->z)))))
@@ -383,10 +383,11 @@ int kiln__fused_record_pool_grad(fq *q, const frec *r)
 {
     const kiln_backend_iface *in = q->d->in;
     if (q->nrec == 0 || q->d->replay || !in->fused_run || r->pool.kind != KILN_POOL_MAX || !r->y.buf ||
-        r->out.dtype != KILN_F32 || r->x.dtype != KILN_F32 || r->y.dtype != KILN_I64 || !kiln__fused_contiguous(&r->out) ||
-        !kiln__fused_contiguous(&r->x) || !kiln__fused_contiguous(&r->y) || r->out.ndim != r->pool.nspatial + 2 ||
-        r->x.ndim != r->out.ndim || kiln__fused_numel(&r->x) != kiln__fused_numel(&r->y) ||
-        kiln__fused_numel(&r->out) == 0 || kiln__fused_numel(&r->x) == 0)
+        r->out.dtype != KILN_F32 || r->x.dtype != KILN_F32 || r->y.dtype != KILN_I64 ||
+        !kiln__fused_contiguous(&r->out) || !kiln__fused_contiguous(&r->x) || !kiln__fused_contiguous(&r->y) ||
+        r->out.ndim != r->pool.nspatial + 2 || r->x.ndim != r->out.ndim ||
+        kiln__fused_numel(&r->x) != kiln__fused_numel(&r->y) || kiln__fused_numel(&r->out) == 0 ||
+        kiln__fused_numel(&r->x) == 0)
         return 0;
     const frec *fill = &q->rec[q->nrec - 1];
     if (fill->entry != KILN_ENTRY_FILL || fill->alpha != 0 || fill->out.dtype != KILN_F32 ||
