@@ -73,7 +73,7 @@ struct grpc_stream {
     struct kd_grpc_conn *conn;
     int32_t id;
     char path[96];
-    char authorization[512];
+    char *authorization; /* the metadata's value (NULL: none), as long as max_header_bytes lets it be */
     bool grpc_content_type;
     int coding; /* grpc-encoding: enum kd_http_coding (identity when absent) */
     char coding_name[24];

@@ -23,7 +23,7 @@
 static int authorize(struct grpc_stream *s, enum kd_auth_scope need)
 {
     struct kd_serving *sv = s->conn->g->o.serving;
-    switch (kd_auth_check(sv ? kd_serving_auth(sv) : NULL, s->authorization, need)) {
+    switch (kd_auth_check(sv ? kd_serving_auth(sv) : NULL, s->authorization ? s->authorization : "", need)) {
     case KD_AUTH_ALLOWED: return 0;
     case KD_AUTH_MISSING:
         kd_grpc_finish(s, GRPC_UNAUTHENTICATED, "this call needs \"authorization: Bearer <token>\" metadata");

@@ -166,10 +166,12 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
     } else if (header_is(name, namelen, "content-type")) {
         s->grpc_content_type = valuelen >= 16 && memcmp(value, "application/grpc", 16) == 0;
     } else if (header_is(name, namelen, "authorization")) {
-        if (valuelen < sizeof s->authorization) {
-            memcpy(s->authorization, value, valuelen);
-            s->authorization[valuelen] = '\0';
-        }
+        /* kept whole, as over HTTP: a token is bounded by max_header_bytes only (a fixed
+         * array had made long tokens work over HTTP and not here) */
+        free(s->authorization);
+        s->authorization = strndup((const char *)value, valuelen);
+        if (!s->authorization)
+            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* out of memory: the stream is reset */
     } else if (header_is(name, namelen, "grpc-timeout")) {
         uint64_t ns = parse_timeout_ns(value, valuelen);
         if (ns)
@@ -360,6 +362,7 @@ static void stream_free(struct kd_grpc_conn *c, struct grpc_stream *s)
         s->next->prev = s->prev;
     kd_buf_free(&s->in);
     kd_buf_free(&s->out);
+    free(s->authorization);
     free(s);
 }
 
