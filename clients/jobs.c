@@ -426,12 +426,12 @@ static void print_output(const cJSON *o, const char *raw, const char *end)
     for (int d = 0; d < nd; d++)
         printf("%s%.0f", d ? "x" : " ", cJSON_GetArrayItem(shape, d)->valuedouble);
     printf("):\n");
+    const cJSON *v = data ? data->child : NULL; /* walked in order: GetArrayItem per element is quadratic */
     for (long long rr = 0; rr < rows; rr++) {
         long long best = 0;
         double bv = -INFINITY;
         printf("  [");
-        for (long long c = 0; c < cols; c++) {
-            const cJSON *v = cJSON_GetArrayItem(data, (int)(rr * cols + c));
+        for (long long c = 0; c < cols; c++, v = v ? v->next : NULL) {
             double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
             long long iv;
             printf("%s", c ? ", " : "");
