@@ -126,7 +126,14 @@ def test_sigterm_stops_training():
     rate = (s2 - s1) / (t2 - t1)
     check(s2 > s1, "job A is training (steps %d -> %d)" % (s1, s2))
     w = stalled_session(d.port)
-    time.sleep(0.3)
+    # The session holds the drain open only once its replies are queued behind a full socket: wait
+    # for kilnd to hold unsent bytes (its hop runs on the worker the training shares) rather than
+    # for a fixed time.
+    deadline, unsent = time.time() + 60, 0
+    while time.time() < deadline and unsent < (1 << 20):
+        unsent = d.metric("kiln_remote_unsent_bytes") or 0
+        time.sleep(0.02)
+    check(unsent >= 1 << 20, "the session's replies wait behind a full socket (%d bytes unsent)" % unsent)
     at_term = latest_step(d, a)
     t0 = time.time()
     d.proc.send_signal(15)

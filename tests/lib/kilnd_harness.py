@@ -121,6 +121,15 @@ class Daemon:
         except ValueError:
             return r.status, raw
 
+    def metric(self, name):
+        """The value of an unlabelled series on /metrics, or None when it is absent."""
+        st, raw = self.req("GET", "/metrics")
+        text = raw.decode() if isinstance(raw, bytes) else ""
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return None
+
     def wait_state(self, jid, states, timeout=90):
         deadline = time.time() + timeout
         j = None
