@@ -307,8 +307,17 @@ def test_reconnect_cancel(kc, daemons):
         check(False, "the stream survives the restart: %s" % e)
     ids = [e.id for e in seen]
     states = [e.data["state"] for e in seen if e.type == "state"]
-    check(restarted and ids == sorted(set(ids)) and ids == list(range(1, len(ids) + 1)),
-          "events() reconnected with Last-Event-ID: no event lost or repeated (%d events)" % len(ids))
+    # Resuming from the checkpoint removes the step and epoch events recorded after it (a log
+    # event says so; docs/jobs.md), so ids the stream had not sent before the kill may be gone:
+    # the ids only grow, and every event the store still holds reached the stream.
+    stored = [e.id for e in c.events(jid, last_event_id=0)]
+    missed = sorted(set(stored) - set(ids))
+    check(restarted and ids == sorted(set(ids)) and not missed,
+          "events() reconnected with Last-Event-ID: no stored event lost, none repeated (%d events, %d stored; "
+          "missed %s)" % (len(ids), len(stored), missed[:10]))
+    removed_log = [e for e in seen if e.type == "log" and "removed" in json.dumps(e.data)]
+    gaps = sorted(set(range(1, ids[-1] + 1)) - set(ids)) if ids else []
+    check(not gaps or removed_log, "ids skipped only where a log event says events were removed (gaps %s)" % gaps[:10])
     check(states[-1] == "cancelled" and states.count("queued") == 2, "the requeue after the restart, then the "
           "cancel, arrive in the stream: %s" % states)
     check(c.wait(jid)["state"] == "cancelled", "wait() on a finished job returns it at once")
