@@ -412,6 +412,8 @@ static int start_load(struct kd_serving *sv, const char *name, int64_t need_vers
             op->remaining--;
             if (!op->why[0] && rc == -2)
                 unknown_device(sv, v->config.device ? v->config.device : "cpu", op->why, sizeof op->why);
+            else if (!op->why[0] && rc == -3)
+                snprintf(op->why, sizeof op->why, "kilnd is shutting down");
             else if (!op->why[0])
                 snprintf(op->why, sizeof op->why, "out of memory");
         }

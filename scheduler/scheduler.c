@@ -525,7 +525,9 @@ int kd_sched_model_load(struct kd_sched *s, const char *name, const kd_model_ver
     size_t nw = 0;
     for (size_t i = 0; i < s->nworkers; i++)
         nw += worker_is(&s->workers[i], dev);
-    if (nw == 0 || s->stopping)
+    if (s->stopping)
+        return -3;
+    if (nw == 0)
         return -2; /* the device is not one this daemon drives */
     struct kd_sched_model *m = calloc(1, sizeof *m);
     if (!m)

@@ -146,7 +146,9 @@ void kd_sched_destroy(struct kd_sched *s);
 
 /*
  * Loads version v of name on the device its config names, instance_count times. done runs on
- * the loop with the model (one reference, the caller's) or NULL and a reason.
+ * the loop with the model (one reference, the caller's) or NULL and a reason. Returns 0 when the
+ * load started, -1 out of memory, -2 when no worker drives that device, -3 when the scheduler is
+ * stopping (kilnd is shutting down).
  */
 int kd_sched_model_load(struct kd_sched *s, const char *name, const kd_model_version *v,
                         void (*done)(void *ud, struct kd_sched_model *m, const char *why), void *ud);

@@ -457,13 +457,33 @@ static void test_one_job_per_device(void **state)
     fixture_close(&f);
 }
 
+/* A load on a device no worker drives is -2; any load once the scheduler stops is -3, so a load
+ * racing the shutdown is told kilnd is stopping, not that its device is unknown. */
+static void test_load_refusals_name_their_cause(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_open(&f, 50, 1);
+    kd_repository *repo = kd_repository_open(KILN_TEST_FIXTURES "/serving");
+    assert_non_null(repo);
+    const kd_model_info *info = kd_repository_find(repo, "mnist_mlp");
+    assert_non_null(info);
+    kd_model_version v = info->versions[0];
+    v.config.device = "cuda:7";
+    bool unused = false;
+    assert_int_equal(kd_sched_model_load(f.s, "mnist_mlp", &v, on_loaded, &unused), -2);
+    kd_sched_stop(f.s);
+    assert_int_equal(kd_sched_model_load(f.s, "mnist_mlp", &info->versions[0], on_loaded, &unused), -3);
+    kd_repository_close(repo);
+    fixture_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_waits_until_inference_drains),
-        cmocka_unit_test(test_bound_lets_a_step_through),
-        cmocka_unit_test(test_cancel_and_stop_wake_a_trainer),
-        cmocka_unit_test(test_one_job_per_device),
+        cmocka_unit_test(test_waits_until_inference_drains),   cmocka_unit_test(test_bound_lets_a_step_through),
+        cmocka_unit_test(test_cancel_and_stop_wake_a_trainer), cmocka_unit_test(test_one_job_per_device),
+        cmocka_unit_test(test_load_refusals_name_their_cause),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
