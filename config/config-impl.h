@@ -43,6 +43,23 @@ int kd_config_set_text(struct kd_config *cfg, const struct kd_config_key *k, con
 int kd_config_set_json(struct kd_config *cfg, const struct kd_config_key *k, const struct cJSON *v,
                        const char *origin, char *err, size_t errlen);
 
+/* The layer a key's value came from, for messages about the merged configuration. */
+enum kd_config_layer {
+    KD_LAYER_DEFAULT = 0,
+    KD_LAYER_FILE,
+    KD_LAYER_ENV,
+    KD_LAYER_FLAG,
+};
+
+/*
+ * The rules that relate two keys, checked once every layer is in: a layer checked alone would
+ * refuse what a later one makes valid (a file's long api_tokens token with KILN_MAX_HEADER_BYTES
+ * raised). layers[i] is where the value of kd_config_keys[i] came from; a message names both keys,
+ * their values' origins and the limit. 0, or -1 with the message in err.
+ */
+int kd_config_check_merged(const struct kd_config *cfg, const enum kd_config_layer *layers, char *err,
+                           size_t errlen);
+
 void kd_config_free_value(struct kd_config *cfg, const struct kd_config_key *k);
 
 /* A human-readable rendering of the bounds ("0..65535", "one of text, json"). */

@@ -228,25 +228,54 @@ static int check_api_tokens(const struct kd_strlist *list, char *why, size_t why
 /*
  * A token must fit in a request's header block, with room for the request line and the
  * "Authorization: Bearer " around it (what http-conn.c counts toward limits.max_header_bytes):
- * a longer one is accepted here but every request carrying it would get 431. Checked whenever
- * either setting is stored, against the other's value at that point.
+ * every request carrying a longer one would get 431. The rule relates two keys, so it is checked
+ * on the merged configuration, not as each layer is stored: a later layer may raise the limit
+ * that a token from an earlier one needs.
  */
 #define TOKEN_REQUEST_ROOM 64
-static int tokens_fit(const struct kd_strlist *list, int64_t max_header_bytes, char *why, size_t whylen)
+
+/* Where the value of key k came from, as a message says it: "the default", "config file F", ... */
+static void describe_origin(const struct kd_config *cfg, const struct kd_config_key *k, enum kd_config_layer layer,
+                            char *buf, size_t len)
 {
-    for (size_t i = 0; i < list->count; i++) {
-        const char *secret = token_secret(list->items[i]);
+    switch (layer) {
+    case KD_LAYER_DEFAULT: snprintf(buf, len, "the default"); return;
+    case KD_LAYER_FILE:
+        snprintf(buf, len, "from config file %s", cfg->config_file ? cfg->config_file : "?");
+        return;
+    case KD_LAYER_ENV: snprintf(buf, len, "from environment variable %s", k->env); return;
+    case KD_LAYER_FLAG: snprintf(buf, len, "from command-line flag %s", k->flag ? k->flag : "?"); return;
+    }
+    snprintf(buf, len, "from an unknown place");
+}
+
+static int tokens_fit(const struct kd_config *cfg, const enum kd_config_layer *layers, char *err, size_t errlen)
+{
+    const struct kd_config_key *tokens_key = kd_config_find("api_tokens"),
+                               *header_key = kd_config_find("limits.max_header_bytes");
+    int64_t max_header_bytes = cfg->limits.max_header_bytes;
+    for (size_t i = 0; i < cfg->api_tokens.count; i++) {
+        const char *secret = token_secret(cfg->api_tokens.items[i]);
         size_t n = secret ? strlen(secret) : 0;
-        if ((int64_t)n + TOKEN_REQUEST_ROOM > max_header_bytes) {
-            snprintf(why, whylen,
-                     "api_tokens entry %zu is a %zu-byte token, which no request can carry within "
-                     "limits.max_header_bytes (%" PRId64 "; a token may have up to %" PRId64
-                     " bytes): raise limits.max_header_bytes or use a shorter token",
-                     i + 1, n, max_header_bytes, max_header_bytes - TOKEN_REQUEST_ROOM);
-            return -1;
-        }
+        if ((int64_t)n + TOKEN_REQUEST_ROOM <= max_header_bytes)
+            continue;
+        char tokens_from[4200], header_from[4200];
+        describe_origin(cfg, tokens_key, layers[tokens_key - kd_config_keys], tokens_from, sizeof tokens_from);
+        describe_origin(cfg, header_key, layers[header_key - kd_config_keys], header_from, sizeof header_from);
+        snprintf(err, errlen,
+                 "api_tokens: entry %zu (%s) is a %zu-byte token, which no request can carry within "
+                 "limits.max_header_bytes (%" PRId64 ", %s; a token may have up to %" PRId64
+                 " bytes): raise limits.max_header_bytes or use a shorter token",
+                 i + 1, tokens_from, n, max_header_bytes, header_from, max_header_bytes - TOKEN_REQUEST_ROOM);
+        return -1;
     }
     return 0;
+}
+
+int kd_config_check_merged(const struct kd_config *cfg, const enum kd_config_layer *layers, char *err,
+                           size_t errlen)
+{
+    return tokens_fit(cfg, layers, err, errlen);
 }
 
 /* Rules over a whole list, beyond the per-item ones: 0, or -1 with the reason in why (the setter
@@ -342,9 +371,6 @@ static int store_int(struct kd_config *cfg, const struct kd_config_key *k, int64
 {
     if (v < k->min || v > k->max)
         FAIL("%" PRId64 " is out of range %" PRId64 "..%" PRId64, v, k->min, k->max);
-    char why[320];
-    if (k->offset == OFF(limits.max_header_bytes) && tokens_fit(&cfg->api_tokens, v, why, sizeof why) != 0)
-        FAIL("%s", why);
     *(int64_t *)field(cfg, k) = v;
     return 0;
 }
@@ -378,9 +404,6 @@ static int store_list(struct kd_config *cfg, const struct kd_config_key *k, char
         if (list_rules[r].offset == k->offset &&
             list_rules[r].check(&(struct kd_strlist){items, count}, rule, sizeof rule) != 0)
             why = rule;
-    if (!why && k->offset == OFF(api_tokens) &&
-        tokens_fit(&(struct kd_strlist){items, count}, cfg->limits.max_header_bytes, rule, sizeof rule) != 0)
-        why = rule;
     if (why) {
         for (size_t i = 0; i < count; i++)
             free(items[i]);

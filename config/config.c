@@ -141,11 +141,11 @@ static int repeated_key(void *ud, const char *path, const char *key)
     return 1;
 }
 
-/* Walks one JSON object; prefix is "" at the top and "limits." inside the limits group. given
+/* Walks one JSON object; prefix is "" at the top and "limits." inside the limits group. layers
  * marks the keys (by their index in the table) the file has set, so that one set both ways,
  * nested and dotted, is refused instead of the later one silently winning. */
 static int apply_object(struct kd_config *cfg, const cJSON *obj, const char *prefix, const char *origin,
-                        bool *given, char *err, size_t errlen)
+                        enum kd_config_layer *layers, char *err, size_t errlen)
 {
     const cJSON *it;
     cJSON_ArrayForEach(it, obj) {
@@ -154,13 +154,13 @@ static int apply_object(struct kd_config *cfg, const cJSON *obj, const char *pre
         const struct kd_config_key *k = kd_config_find(name);
         if (k) {
             size_t at = (size_t)(k - kd_config_keys);
-            if (given[at]) {
+            if (layers[at] == KD_LAYER_FILE) {
                 snprintf(err, errlen,
                          "%s: given twice, as a nested key and as the dotted key \"%s\"; keep one (from %s)", name,
                          name, origin);
                 return -1;
             }
-            given[at] = true;
+            layers[at] = KD_LAYER_FILE;
             if (kd_config_set_json(cfg, k, it, origin, err, errlen) != 0)
                 return -1;
             continue;
@@ -177,7 +177,7 @@ static int apply_object(struct kd_config *cfg, const cJSON *obj, const char *pre
             }
             char sub[130];
             snprintf(sub, sizeof sub, "%s.", name);
-            if (apply_object(cfg, it, sub, origin, given, err, errlen) != 0)
+            if (apply_object(cfg, it, sub, origin, layers, err, errlen) != 0)
                 return -1;
             continue;
         }
@@ -187,9 +187,10 @@ static int apply_object(struct kd_config *cfg, const cJSON *obj, const char *pre
     return 0;
 }
 
-/* given (one flag per key of the table, false on entry) comes back marking the keys the file
- * set, for apply_env to say which of them the environment overrides. */
-static int apply_file(struct kd_config *cfg, const char *path, bool *given, char *err, size_t errlen)
+/* layers (one per key of the table, all KD_LAYER_DEFAULT on entry) comes back marking the keys
+ * the file set, for apply_env to say which of them the environment overrides. */
+static int apply_file(struct kd_config *cfg, const char *path, enum kd_config_layer *layers, char *err,
+                      size_t errlen)
 {
     char *text = read_file(path, err, errlen);
     if (!text)
@@ -214,7 +215,7 @@ static int apply_file(struct kd_config *cfg, const char *path, bool *given, char
             snprintf(err, errlen, "config file %s: out of memory", path);
         rc = -1;
     } else {
-        rc = apply_object(cfg, root, "", origin, given, err, errlen);
+        rc = apply_object(cfg, root, "", origin, layers, err, errlen);
     }
     cJSON_Delete(root);
     free(text);
@@ -299,7 +300,8 @@ static void note_misspelt(struct kd_config *cfg, const char *entry)
                  nearest->env, nearest->name);
 }
 
-static int apply_env(struct kd_config *cfg, char *const *env, const bool *from_file, char *err, size_t errlen)
+static int apply_env(struct kd_config *cfg, char *const *env, enum kd_config_layer *layers, char *err,
+                     size_t errlen)
 {
     for (size_t i = 0; i < kd_config_key_count; i++) {
         const struct kd_config_key *k = &kd_config_keys[i];
@@ -311,9 +313,10 @@ static int apply_env(struct kd_config *cfg, char *const *env, const bool *from_f
         if (kd_config_set_text(cfg, k, v, origin, err, errlen) != 0)
             return -1;
         /* the precedence is documented, but a container image's ENV lines are easy to forget */
-        if (from_file && from_file[i])
+        if (layers[i] == KD_LAYER_FILE)
             add_note(cfg, "%s: the environment variable %s (%.200s) overrides the value in config file %s",
                      k->name, k->env, v, cfg->config_file ? cfg->config_file : "");
+        layers[i] = KD_LAYER_ENV;
     }
     for (size_t i = 0; env && env[i]; i++)
         note_misspelt(cfg, env[i]);
@@ -358,6 +361,8 @@ enum kd_config_action kd_config_load(struct kd_config *cfg, int argc, char *cons
         return KD_CONFIG_ERROR;
     }
 
+    /* where each key's value came from, for the checks of the merged configuration */
+    enum kd_config_layer *layers = NULL;
     /* First pass: commands and --config, so the file is applied before env and flags. */
     enum kd_config_action action = KD_CONFIG_RUN;
     const char *config_path = env_lookup(env, "KILN_CONFIG");
@@ -383,21 +388,17 @@ enum kd_config_action kd_config_load(struct kd_config *cfg, int argc, char *cons
     if (action == KD_CONFIG_HELP || action == KD_CONFIG_VERSION || action == KD_CONFIG_PRINT_DOC)
         return action;
 
-    bool *from_file = calloc(kd_config_key_count, sizeof *from_file);
-    if (!from_file) {
+    layers = calloc(kd_config_key_count, sizeof *layers);
+    if (!layers) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
     if (config_path && config_path[0]) {
         cfg->config_file = strdup(config_path);
-        if (apply_file(cfg, config_path, from_file, err, errlen) != 0) {
-            free(from_file);
+        if (apply_file(cfg, config_path, layers, err, errlen) != 0)
             goto fail;
-        }
     }
-    int env_rc = apply_env(cfg, env, from_file, err, errlen);
-    free(from_file);
-    if (env_rc != 0)
+    if (apply_env(cfg, env, layers, err, errlen) != 0)
         goto fail;
 
     for (int i = 1; i < argc; i++) {
@@ -429,10 +430,15 @@ enum kd_config_action kd_config_load(struct kd_config *cfg, int argc, char *cons
         snprintf(origin, sizeof origin, "command-line flag %s", k->flag);
         if (kd_config_set_text(cfg, k, v, origin, err, errlen) != 0)
             goto fail;
+        layers[k - kd_config_keys] = KD_LAYER_FLAG;
     }
+    if (kd_config_check_merged(cfg, layers, err, errlen) != 0)
+        goto fail;
+    free(layers);
     return action;
 
 fail:
+    free(layers);
     kd_config_free(cfg);
     return KD_CONFIG_ERROR;
 }
@@ -594,7 +600,12 @@ void kd_config_print_doc(FILE *out)
             "4. command-line flags.\n\n"
             "An unknown key in the file, an unknown flag, a value of the wrong type or out of range "
             "stops the start with a message naming the key and where the value came from (file path, "
-            "environment variable or flag). `kilnd --check-config` validates without starting "
+            "environment variable or flag). Rules that relate two settings (each `api_tokens` token must be "
+            "at least 64 bytes shorter than `limits.max_header_bytes`) are checked once every layer is in, on "
+            "the final values: a long token in the file is accepted when `KILN_MAX_HEADER_BYTES` or "
+            "`--max-header-bytes` raises the limit enough, and one that still does not fit is refused naming "
+            "both settings, where each value came from and the limit. "
+            "`kilnd --check-config` validates without starting "
             "(exit 0 when valid, 1 otherwise), with the checks a start makes before it serves: `log_file` "
             "must open for appending, a `host` beyond loopback needs `api_tokens`, `model_repository` (when "
             "set) and `example_models` (when set) must be existing folders kilnd can read, `data_dir` must be "

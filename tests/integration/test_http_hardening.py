@@ -2,13 +2,16 @@
 """Defences of kilnd's HTTP/1.1 server, over raw sockets: chunk data not
 followed by CRLF is 400 at once (no smuggled second request, no wait for the request timeout);
 header fields kilnd reads are kept whole up to max_header_bytes (a long bearer token, X-Request-Id,
-Content-Type); a token no request could carry within max_header_bytes is refused at start; a
+Content-Type); a token no request could carry within max_header_bytes is refused at start, judged
+on the final configuration (a config file's long token with the limit raised by the environment
+starts and is let in; one lowered again by a flag is refused, naming both); a
 transfer coding other than chunked is 501; percent-encoded path segments are decoded once (%2F and
 %00 refused); and a request that stalls while arriving when SIGTERM comes is answered 503 after
 the drain's short grace instead of holding the stop for drain_timeout_ms.
 
 Usage: test_http_hardening.py KILND FIXTURES   (FIXTURES is tests/fixtures)
 """
+import json
 import os
 import shutil
 import signal
@@ -141,6 +144,43 @@ def test_token_too_long_refused(data):
               "a token no request can carry is refused at start (rc %s): %s" % (rc, msg.strip()[-200:]))
 
 
+def test_long_token_layers(data):
+    """The token rule relates two settings, so it holds of the merged configuration: a token set in
+    the config file fits once the environment raises max_header_bytes, whichever layer came first."""
+    token = "l0ng" * 2250  # 9000 bytes: more than the default 8192-byte header block holds
+    cfg = os.path.join(TMP, "long-token.json")
+    with open(cfg, "w") as f:
+        json.dump({"api_tokens": ["read:" + token]}, f)
+    logpath = os.path.join(TMP, "long-token-layers.log")
+    proc = start(data, logpath, {"KILN_MAX_HEADER_BYTES": "16384"}, ("--config", cfg))
+    try:
+        port = wait_port(proc, data, logpath)
+        r, _, _ = exchange(port, b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                           token.encode() + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        check(status_of(r) == 200, "a file's 9000-byte token with KILN_MAX_HEADER_BYTES=16384 starts and is let "
+              "in: %r" % r[:60])
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=DRAIN_MS / 1000 + 10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    with open(cfg, "w") as f:
+        json.dump({"limits": {"max_header_bytes": 16384}, "api_tokens": ["read:" + token]}, f)
+    proc = start(data, logpath, None, ("--config", cfg, "--max-header-bytes", "8192"))
+    try:
+        rc = proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rc = None
+    msg = open(logpath).read()
+    check(rc not in (None, 0) and "api_tokens: entry 1 (from config file %s) is a 9000-byte token" % cfg in msg
+          and "limits.max_header_bytes (8192, from command-line flag --max-header-bytes;" in msg and token not in msg,
+          "the file's limit lowered again by a flag is refused, naming both and where each came from (rc %s): %s"
+          % (rc, msg.strip()[-300:]))
+
+
 def test_drain(proc, port):
     socks = {}
     for label, data in (("half-sent header", b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n"),
@@ -201,6 +241,7 @@ def main():
             proc.kill()
             proc.wait()
     test_token_too_long_refused(data)
+    test_long_token_layers(data)
     if FAILURES:
         print(open(logpath).read()[-3000:])
         print("%d failure(s)" % len(FAILURES))

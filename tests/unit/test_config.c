@@ -337,6 +337,108 @@ static void test_api_token_entries(void **state)
     kd_config_free(&cfg);
 }
 
+/* "admin:" followed by n bytes of token, in a static buffer (valid until the next call). */
+static const char *long_token_entry(size_t n)
+{
+    static char entry[20000];
+    assert_true(n + 7 <= sizeof entry);
+    memcpy(entry, "admin:", 6);
+    memset(entry + 6, 't', n);
+    entry[6 + n] = '\0';
+    return entry;
+}
+
+/* The file {"api_tokens": [<entry>]} plus, when limits_first/limits_last is set, a
+ * limits.max_header_bytes before or after it. */
+static const char *write_token_config(const char *entry, long long limits_first, long long limits_last)
+{
+    static char json[21000];
+    char before[96] = "", after[96] = "";
+    if (limits_first)
+        snprintf(before, sizeof before, "\"limits\": {\"max_header_bytes\": %lld}, ", limits_first);
+    if (limits_last)
+        snprintf(after, sizeof after, ", \"limits\": {\"max_header_bytes\": %lld}", limits_last);
+    snprintf(json, sizeof json, "{%s\"api_tokens\": [\"%s\"]%s}", before, entry, after);
+    return write_config(json);
+}
+
+/* A token must fit within limits.max_header_bytes, and that is a rule over two keys: it holds of
+ * the merged configuration, whichever layer set either, so a later layer may raise the limit a
+ * file's long token needs; one that does not fit in the end names both keys and their origins. */
+static void test_token_fits_final_header_limit(void **state)
+{
+    (void)state;
+    struct kd_config cfg;
+    char err[512] = "";
+    const char *entry = long_token_entry(9000);
+    /* the file's token, the environment's limit: valid in the end */
+    const char *file = write_token_config(entry, 0, 0);
+    if (load(&cfg, (char *[]){"KILN_MAX_HEADER_BYTES=16384", NULL}, err,
+             (const char *[]){"--config", file, NULL}) != KD_CONFIG_RUN)
+        fail_msg("a file's 9000-byte token with KILN_MAX_HEADER_BYTES=16384 is refused: %s", err);
+    assert_int_equal(cfg.limits.max_header_bytes, 16384);
+    assert_int_equal(cfg.api_tokens.count, 1);
+    assert_int_equal(strlen(cfg.api_tokens.items[0]), 6 + 9000);
+    kd_config_free(&cfg);
+    /* the same with the limit from a flag */
+    if (load(&cfg, NULL, err, (const char *[]){"--config", file, "--max-header-bytes", "9064", NULL}) !=
+        KD_CONFIG_RUN)
+        fail_msg("a file's 9000-byte token with --max-header-bytes 9064 is refused: %s", err);
+    assert_int_equal(cfg.limits.max_header_bytes, 9064);
+    kd_config_free(&cfg);
+    /* one byte less and it no longer fits: the message names both keys, origins and the limit */
+    expect_error(NULL, (const char *[]){"--config", file, "--max-header-bytes", "9063", NULL},
+                 "api_tokens: entry 1 (from config file ", " is a 9000-byte token");
+    expect_error(
+        NULL, (const char *[]){"--config", file, "--max-header-bytes", "9063", NULL},
+        "limits.max_header_bytes (9063, from command-line flag --max-header-bytes; a token may have up to "
+        "8999 bytes)",
+        file);
+    /* no layer raises the limit: the default is named as such */
+    expect_error(NULL, (const char *[]){"--config", file, NULL},
+                 "limits.max_header_bytes (8192, the default; a token may have up to 8128 bytes)", file);
+    unlink(file);
+
+    /* within the file, the order of the two keys does not matter */
+    for (int limits_first = 0; limits_first < 2; limits_first++) {
+        file = write_token_config(entry, limits_first ? 16384 : 0, limits_first ? 0 : 16384);
+        if (load(&cfg, NULL, err, (const char *[]){"--config", file, NULL}) != KD_CONFIG_RUN)
+            fail_msg("a file with its token %s limits.max_header_bytes is refused: %s",
+                     limits_first ? "after" : "before", err);
+        assert_int_equal(cfg.limits.max_header_bytes, 16384);
+        kd_config_free(&cfg);
+        unlink(file);
+    }
+
+    /* the file raises the limit, the environment lowers it again: invalid in the end */
+    file = write_token_config(entry, 16384, 0);
+    expect_error(
+        (char *[]){"KILN_MAX_HEADER_BYTES=8192", NULL}, (const char *[]){"--config", file, NULL},
+        "api_tokens: entry 1 (from config file ",
+        "limits.max_header_bytes (8192, from environment variable KILN_MAX_HEADER_BYTES; a token may have "
+        "up to 8128 bytes)");
+    unlink(file);
+
+    /* the environment's tokens, the flag's limit; the secret itself is never shown */
+    char tokens[700];
+    snprintf(tokens, sizeof tokens, "KILN_API_TOKENS=read:ok,%s", long_token_entry(600));
+    assert_int_equal(
+        load(&cfg, (char *[]){tokens, NULL}, err, (const char *[]){"--max-header-bytes", "512", NULL}),
+        KD_CONFIG_ERROR);
+    if (!strstr(err, "api_tokens: entry 2 (from environment variable KILN_API_TOKENS) is a 600-byte token") ||
+        !strstr(err,
+                "limits.max_header_bytes (512, from command-line flag --max-header-bytes; a token may have up "
+                "to 448 bytes)") ||
+        strstr(err, "tttttttt"))
+        fail_msg("error '%s' does not name both keys and their origins, or shows the token", err);
+    /* the boundary: a token of max_header_bytes - 64 bytes fits */
+    snprintf(tokens, sizeof tokens, "KILN_API_TOKENS=%s", long_token_entry(448));
+    assert_int_equal(
+        load(&cfg, (char *[]){tokens, NULL}, err, (const char *[]){"--max-header-bytes", "512", NULL}),
+        KD_CONFIG_RUN);
+    kd_config_free(&cfg);
+}
+
 static void test_actions(void **state)
 {
     (void)state;
@@ -391,6 +493,7 @@ int main(void)
         cmocka_unit_test(test_flag_errors),
         cmocka_unit_test(test_file_repeated_keys),
         cmocka_unit_test(test_api_token_entries),
+        cmocka_unit_test(test_token_fits_final_header_limit),
         cmocka_unit_test(test_actions),
         cmocka_unit_test(test_help_and_doc_list_every_key),
     };
