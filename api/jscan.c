@@ -364,6 +364,77 @@ long kd_json_to_f64(const char *p, const char *end, double *out)
     return len ? convert(p, len, &n, false, &unused, out) : 0;
 }
 
+/*
+ * The value of the JSON number token [p, end) (already checked against the grammar) as a sign
+ * and a magnitude, from its digits: "1e3" and "2.50e1" are whole numbers, "2.5" is not. No step
+ * goes through a double, so nothing is rounded.
+ */
+enum kd_json_whole kd_json_whole_of(const char *p, const char *end, bool *negative, uint64_t *magnitude)
+{
+    *negative = p < end && *p == '-';
+    if (*negative)
+        p++;
+    char digits[64]; /* the significant digits, without leading zeros: more than 20 cannot fit */
+    size_t ndigits = 0;
+    long long scale = 0; /* the kept digits times 10^scale: the value, less any digit dropped */
+    bool dropped_nonzero = false, point = false;
+    for (; p < end && ((*p >= '0' && *p <= '9') || *p == '.'); p++) {
+        if (*p == '.') {
+            point = true;
+            continue;
+        }
+        if (point)
+            scale--;
+        if (ndigits == 0 && *p == '0')
+            continue;
+        if (ndigits < sizeof digits) {
+            digits[ndigits++] = *p;
+        } else {
+            scale++;
+            dropped_nonzero = dropped_nonzero || *p != '0';
+        }
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        bool exp_negative = p < end && *p == '-';
+        if (p < end && (*p == '-' || *p == '+'))
+            p++;
+        long long exponent = 0;
+        for (; p < end && *p >= '0' && *p <= '9'; p++)
+            if (exponent < 1000000000)
+                exponent = exponent * 10 + (*p - '0');
+        scale += exp_negative ? -exponent : exponent;
+    }
+    *magnitude = 0;
+    /* Over 64 significant digits, a whole number would have more than 20: past 2^64 - 1. */
+    if (dropped_nonzero)
+        return (long long)ndigits + scale > 20 ? KD_WHOLE_TOO_BIG : KD_WHOLE_FRACTION;
+    while (ndigits > 0 && digits[ndigits - 1] == '0') {
+        ndigits--;
+        scale++;
+    }
+    if (ndigits == 0)
+        return KD_WHOLE_OK; /* zero, whatever its exponent */
+    if (scale < 0)
+        return KD_WHOLE_FRACTION;
+    if ((long long)ndigits + scale > 20)
+        return KD_WHOLE_TOO_BIG;
+    uint64_t m = 0;
+    for (size_t i = 0; i < ndigits; i++) {
+        unsigned d = (unsigned)(digits[i] - '0');
+        if (m > (UINT64_MAX - d) / 10)
+            return KD_WHOLE_TOO_BIG;
+        m = m * 10 + d;
+    }
+    for (long long i = 0; i < scale; i++) {
+        if (m > UINT64_MAX / 10)
+            return KD_WHOLE_TOO_BIG;
+        m *= 10;
+    }
+    *magnitude = m;
+    return KD_WHOLE_OK;
+}
+
 long kd_json_to_int(const char *p, const char *end, int64_t lo, int64_t hi, int64_t *out, size_t *lenp)
 {
     struct num n;
@@ -397,14 +468,15 @@ long kd_json_to_int(const char *p, const char *end, int64_t lo, int64_t hi, int6
             v = (int64_t)m;
         }
     } else {
-        /* Over 19 significant digits: only a whole number with trailing zeros can qualify. */
-        double d;
-        float unused;
-        if (slow_convert(p, len, false, &d, &unused) != 0)
-            return -1;
-        if (d != floor(d) || !(d >= (double)lo && d < (double)hi + 1.0))
+        /* Over 19 significant digits ("9007199254740993.0000"): digit by digit, since a double
+         * would round it. */
+        bool neg;
+        uint64_t m;
+        if (kd_json_whole_of(p, p + len, &neg, &m) != KD_WHOLE_OK)
             return -2;
-        v = (int64_t)d;
+        if (neg ? m > (uint64_t)INT64_MAX + 1 : m > (uint64_t)INT64_MAX)
+            return -2;
+        v = !neg ? (int64_t)m : m == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)m;
     }
     if (v < lo || v > hi)
         return -2;

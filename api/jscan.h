@@ -126,6 +126,18 @@ long kd_json_to_f64(const char *p, const char *end, double *out);
  */
 long kd_json_to_int(const char *p, const char *end, int64_t lo, int64_t hi, int64_t *out, size_t *len);
 
+enum kd_json_whole {
+    KD_WHOLE_OK,
+    KD_WHOLE_FRACTION, /* the value has a fractional part */
+    KD_WHOLE_TOO_BIG,  /* its magnitude is past 2^64 - 1 */
+};
+/*
+ * The value of the JSON number token [p, end), already checked against the grammar, as a sign
+ * and a magnitude up to 2^64 - 1, from its digits alone (no double, so nothing is rounded):
+ * "1e3" and "2.50e1" are whole, "2.5" is not. *magnitude is 0 unless KD_WHOLE_OK.
+ */
+enum kd_json_whole kd_json_whole_of(const char *p, const char *end, bool *negative, uint64_t *magnitude);
+
 /* The scanner's current number: checks it, converts it and moves past it (0, or -1 with err). */
 int kd_jscan_f64(struct kd_jscan *s, double *out);
 

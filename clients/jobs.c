@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "predict-ints.h"
 
 const char kiln_cli_jobs_usage[] =
     "  train submit SPEC.json [--watch] [--plain]\n"
@@ -28,7 +29,8 @@ const char kiln_cli_jobs_usage[] =
     "  load MODEL / unload MODEL          load a repository model for serving, or unload it\n"
     "  predict MODEL --json JSON | --file FILE\n"
     "                                     run inference: a KServe v2 request body, or a nested array\n"
-    "                                     of numbers for a model with one input (FILE: the same JSON)\n";
+    "                                     of numbers for a model with one input (FILE: the same JSON);\n"
+    "                                     integer inputs are sent exactly, out-of-range ones refused\n";
 
 static const char *const commands[] = {"train", "jobs", "job", "cancel", "resume", "watch", "models", "load", "unload", "predict", NULL};
 
@@ -480,11 +482,15 @@ static int cmd_predict(const struct kiln_client *cl, int argc, char **argv)
     if (file && !ftext)
         return 2;
     cJSON *in = file ? cJSON_ParseWithLength(ftext, flen) : cJSON_Parse(json);
-    free(ftext);
     if (!in) {
         fprintf(stderr, "kiln: predict: %s%s is not valid JSON\n", file ? file : "--json", file ? "" : " value");
+        free(ftext);
         return 2;
     }
+    /* the text itself, for the integer inputs: cJSON's doubles round them past 2^53 */
+    const char *text = file ? ftext : json;
+    size_t text_len = file ? flen : strlen(json);
+    char why[512];
     char path[200];
     if (cJSON_IsArray(in)) {
         /* A bare tensor: the model's metadata names its one input. */
@@ -493,6 +499,7 @@ static int cmd_predict(const struct kiln_client *cl, int argc, char **argv)
         int rc = simple(cl, "GET", path, "predict", &meta);
         if (rc) {
             cJSON_Delete(in);
+            free(ftext);
             return rc;
         }
         const cJSON *inputs = cJSON_GetObjectItemCaseSensitive(meta, "inputs");
@@ -506,10 +513,23 @@ static int cmd_predict(const struct kiln_client *cl, int argc, char **argv)
             cJSON_Delete(flat);
             cJSON_Delete(meta);
             cJSON_Delete(in);
+            free(ftext);
             return 2;
         }
+        const char *input_name = str_of(i0, "name") ? str_of(i0, "name") : "x";
+        if (kiln_cli_int_datatype(str_of(i0, "datatype"))) {
+            cJSON_Delete(flat);
+            flat = kiln_cli_exact_int_array(text, text_len, input_name, str_of(i0, "datatype"), why, sizeof why);
+            if (!flat) {
+                fprintf(stderr, "kiln: predict: %s\n", why);
+                cJSON_Delete(meta);
+                cJSON_Delete(in);
+                free(ftext);
+                return 2;
+            }
+        }
         cJSON *req = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(req, "inputs"), *t = cJSON_CreateObject();
-        cJSON_AddStringToObject(t, "name", str_of(i0, "name") ? str_of(i0, "name") : "x");
+        cJSON_AddStringToObject(t, "name", input_name);
         cJSON_AddStringToObject(t, "datatype", str_of(i0, "datatype") ? str_of(i0, "datatype") : "FP32");
         cJSON *sh = cJSON_AddArrayToObject(t, "shape");
         for (int d = 0; d < ndim; d++)
@@ -519,7 +539,13 @@ static int cmd_predict(const struct kiln_client *cl, int argc, char **argv)
         cJSON_Delete(in);
         cJSON_Delete(meta);
         in = req;
+    } else if (kiln_cli_exact_int_inputs(in, text, text_len, why, sizeof why) != 0) {
+        fprintf(stderr, "kiln: predict: %s\n", why);
+        cJSON_Delete(in);
+        free(ftext);
+        return 2;
     }
+    free(ftext);
     char *body = cJSON_PrintUnformatted(in);
     cJSON_Delete(in);
     snprintf(path, sizeof path, "/v2/models/%s/infer", model);

@@ -5,6 +5,11 @@ nan), an INT64 output as exact integers (it printed them as floats, rounded abov
 added to every 2-D output). The model (written by tests/serving/onnx_min.py) takes x f32[b, 4] and
 gives probs = x * 2 (FP32), flag = x > 2 (BOOL) and big = int64(x) + 2^60 + 1 (INT64).
 
+INT64 inputs reach the model exactly (cJSON's doubles made 9007199254740993 into ...992), as a
+bare nested array, a KServe body and a --file; a value out of the datatype's range or not a whole
+number is refused before anything is sent, naming the input and the element. The model "ints"
+takes x i64[b, 3] and gives y = x + 1.
+
 Usage: test_predict.py KILND KILN_CLI
 """
 import json
@@ -34,6 +39,71 @@ def write_model(data):
                    [O.tensor("two", O.FLOAT, [], [2.0]), O.tensor("big0", O.INT64, [], [BIG])])
     with open(os.path.join(folder, "model.onnx"), "wb") as f:
         f.write(onnx)
+    folder = os.path.join(data, "models", "ints", "1")
+    os.makedirs(folder, exist_ok=True)
+    onnx = O.model([O.node("Add", ["x", "one"], ["y"])], [O.value("x", O.INT64, ["b", 3])],
+                   [O.value("y", O.INT64, ["b", 3])], [O.tensor("one", O.INT64, [], [1])])
+    with open(os.path.join(folder, "model.onnx"), "wb") as f:
+        f.write(onnx)
+
+
+def predict(d, model, *args):
+    p = subprocess.run([CLI, "--url=" + d.url, "predict", model] + list(args), capture_output=True, text=True,
+                       env=H.ENV, timeout=60)
+    return p.returncode, p.stdout, p.stderr
+
+
+def infer_requests(d, model):
+    """The inference requests kilnd has had for model, whatever their outcome (a refused one too)."""
+    raw = d.req("GET", "/metrics")[1]
+    text = raw.decode() if isinstance(raw, bytes) else ""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith('kiln_inference_requests_total{model="%s",' % model))
+
+
+def test_int64_inputs(d):
+    # 2^53 + 1, the smallest a double cannot hold, and both ends of the INT64 range
+    row = [2 ** 53 + 1, -2 ** 63, 2 ** 63 - 2]
+    want = "  [%d, %d, %d]" % tuple(v + 1 for v in row)
+    rc, out, err = predict(d, "ints", "--json", json.dumps([row]))
+    check(rc == 0 and out.splitlines()[1:] == [want],
+          "a bare INT64 array reaches the model exactly: rc %d %r %r (want %r)" % (rc, out, err, want))
+    # whole numbers written with an exponent or a fraction are whole numbers still, as kilnd reads them
+    text = ('{"inputs": [{"name": "x", "datatype": "INT64", "shape": [2, 3], "data": [[%d, %d, %d], '
+            '[1e3, 2.50e1, -0]]}]}' % tuple(row))
+    rc, out, err = predict(d, "ints", "--json", text)
+    check(rc == 0 and out.splitlines()[1:] == [want, "  [1001, 26, 1]"],
+          "a KServe body's nested INT64 data reaches the model exactly: rc %d %r %r" % (rc, out, err))
+    path = os.path.join(H.TMP, "ints.json")
+    with open(path, "w") as f:
+        f.write(text)
+    rc, out, err = predict(d, "ints", "--file", path)
+    check(rc == 0 and out.splitlines()[1:] == [want, "  [1001, 26, 1]"],
+          "the same from --file: rc %d %r %r" % (rc, out, err))
+
+    before = infer_requests(d, "ints")
+    for args, words in (
+            (["--json", "[[1, 9223372036854775808, 3]]"],
+             "input 'x' (INT64): element 1 is 9223372036854775808, outside the INT64 range "
+             "-9223372036854775808..9223372036854775807"),
+            (["--json", "[[1, 2, 3], [4, -9223372036854775809, 6]]"],
+             "input 'x' (INT64): element 4 is -9223372036854775809, outside the INT64 range"),
+            (["--json", "[[1, 2.5, 3]]"], "input 'x' (INT64): element 1 is 2.5, which is not an integer"),
+            (["--json", json.dumps({"inputs": [{"name": "x", "datatype": "INT64", "shape": [1, 3],
+                                                "data": [1, 2, 1e-3]}]})],
+             "input 'x' (INT64): element 2 is 0.001, which is not an integer"),
+            (["--json", json.dumps({"inputs": [{"name": "x", "datatype": "INT32", "shape": [1, 3],
+                                                "data": [1, 2147483648, 3]}]})],
+             "input 'x' (INT32): element 1 is 2147483648, outside the INT32 range -2147483648..2147483647"),
+            (["--json", json.dumps({"inputs": [{"name": "x", "datatype": "UINT64", "shape": [1, 3],
+                                                "data": [0, 18446744073709551615, -1]}]})],
+             "input 'x' (UINT64): element 2 is -1, outside the UINT64 range 0..18446744073709551615")):
+        rc, out, err = predict(d, "ints", *args)
+        check(rc == 2 and out == "" and words in err,
+              "%s is refused, naming the input and element: rc %d %r (want %r)" % (args[1], rc, err, words))
+    after = infer_requests(d, "ints")
+    check(before > 0 and after == before,
+          "a refused input is never sent: %s inference requests before, %s after" % (before, after))
 
 
 def main():
@@ -43,7 +113,7 @@ def main():
     d = H.Daemon(KILND, "predict", fresh=False)
     try:
         for _ in range(300):
-            if d.req("GET", "/v2/models/multi/ready")[0] == 200:
+            if all(d.req("GET", "/v2/models/%s/ready" % m)[0] == 200 for m in ("multi", "ints")):
                 break
             H.time.sleep(0.02)
         p = subprocess.run([CLI, "--url=" + d.url, "predict", "multi", "--json", json.dumps([[0, 1, 2, 3]])],
@@ -59,6 +129,7 @@ def main():
         want = "[%d, %d, %d, %d]" % (BIG, BIG + 1, BIG + 2, BIG + 3)
         check(row("big") == want, "INT64 prints exact integers, no hint: %r (want %r)" % (row("big"), want))
         check("nan" not in out, "no nan anywhere: %r" % out)
+        test_int64_inputs(d)
     finally:
         d.stop()
     H.finish()

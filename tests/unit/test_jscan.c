@@ -289,6 +289,14 @@ static void integers(void **state)
         {"-1", 0, 255, -2, 0},
         {"-0", 0, 255, 2, 0},
         {"100000000000000000000e-5", INT64_MIN, INT64_MAX, 24, 1000000000000000},
+        /* over 19 significant digits: exact, never through a double (which gives ...992) */
+        {"9007199254740993.0000", INT64_MIN, INT64_MAX, 21, 9007199254740993},
+        {"-9223372036854775808.000", INT64_MIN, INT64_MAX, 24, INT64_MIN},
+        {"9223372036854775807.0000", INT64_MIN, INT64_MAX, 24, INT64_MAX},
+        {"9223372036854775808.0000", INT64_MIN, INT64_MAX, -2, 0},
+        {"9007199254740993.00001", INT64_MIN, INT64_MAX, -2, 0},
+        {"12345678901234567800e-2", INT64_MIN, INT64_MAX, 23, 123456789012345678},
+        {"12345678901234567891e-2", INT64_MIN, INT64_MAX, -2, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int64_t v = -7;
