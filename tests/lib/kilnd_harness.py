@@ -1,7 +1,7 @@
-"""What the Python tests that drive a real kilnd share (tests/clients, tests/jobs): kilnd on a free
-port with its data dir in a temporary folder, a small synthetic CSV data set (three separable
-classes in four features, so a job trains in a second and needs no download), job specs, and
-pass/fail bookkeeping. A test puts this folder on sys.path and imports it."""
+"""What the Python tests that drive a real kilnd share (tests/clients, tests/jobs, tests/serving):
+kilnd on a free port with its data dir in a temporary folder, a small synthetic CSV data set (three
+separable classes in four features, so a job trains in a second and needs no download), job specs,
+and pass/fail bookkeeping. A test puts this folder on sys.path and imports it."""
 import http.client
 import json
 import os
@@ -81,22 +81,31 @@ def spec(name, epochs=2, **extra):
 
 
 class Daemon:
-    """kilnd --port 0 (or PORT, to come back where a killed one was) on a data dir under TMP."""
+    """kilnd --port 0 (or PORT, to come back where a killed one was) on a data dir under TMP.
 
-    def __init__(self, kilnd, name, fresh=True, port=0, extra=()):
+    extra: more command-line arguments; env: variables added to ENV for this kilnd; setup: called
+    with the data dir before kilnd starts (to put models there); data_roots=False leaves
+    --data-roots DATA off the command line, for tests that run no training job."""
+
+    def __init__(self, kilnd, name, fresh=True, port=0, extra=(), env=None, setup=None, data_roots=True):
         self.data = os.path.join(TMP, name)
         if fresh:
             shutil.rmtree(self.data, ignore_errors=True)
         os.makedirs(self.data, exist_ok=True)
+        if setup:
+            setup(self.data)
         self.log = os.path.join(TMP, name + ".log")
         portfile = os.path.join(self.data, "kilnd.port")
         if os.path.exists(portfile):
             os.unlink(portfile)
+        environ = dict(ENV)
+        environ.update(env or {})
+        args = [kilnd, "--port", str(port), "--data-dir", self.data]
+        args += ["--data-roots", DATA] if data_roots else []
         deadline = time.time() + 30
         while True:
-            self.proc = subprocess.Popen([kilnd, "--port", str(port), "--data-dir", self.data, "--data-roots", DATA]
-                                         + list(extra), stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"),
-                                         env=ENV)
+            self.proc = subprocess.Popen(args + list(extra), stdout=subprocess.DEVNULL,
+                                         stderr=open(self.log, "ab"), env=environ)
             while not os.path.exists(portfile) and self.proc.poll() is None and time.time() < deadline:
                 time.sleep(0.01)
             if os.path.exists(portfile):
@@ -140,12 +149,16 @@ class Daemon:
             time.sleep(0.05)
         raise RuntimeError("job %d never reached %s: %s" % (jid, states, j))
 
-    def stop(self, sig=None):
+    def stop(self, sig=None, timeout=30):
+        """Sends sig (SIGTERM) and waits up to timeout seconds: kilnd's exit status, or None when it
+        had not stopped by then and was killed."""
         import signal
         if self.proc.poll() is None:
             self.proc.send_signal(sig or signal.SIGTERM)
             try:
-                self.proc.wait(timeout=30)
+                self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+                return None
+        return self.proc.returncode

@@ -11,16 +11,14 @@ import http.client
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import kilnd_harness as H  # noqa: E402
+
 KILND, ONNX = sys.argv[1], sys.argv[2]
-TMP = tempfile.mkdtemp(prefix="kilnd-batch-deadline-")
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
 FAILURES = []
 DELAY_S = 15
 
@@ -42,24 +40,20 @@ def infer(port, results, i):
     results[i] = (r.status, data, time.time() - t0)
 
 
-def main():
-    data = os.path.join(TMP, "data")
+def add_model(data):
     folder = os.path.join(data, "models", "cnn", "1")
     os.makedirs(folder)
     shutil.copy(ONNX, os.path.join(folder, "model.onnx"))
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump({"max_batch_size": 4, "dynamic_batching": {"max_queue_delay_us": DELAY_S * 1000000}}, f)
-    logpath = os.path.join(TMP, "kilnd.log")
-    proc = subprocess.Popen([KILND, "--port", "0", "--data-dir", data, "--infer-timeout-ms", "2000"],
-                            stdout=subprocess.DEVNULL, stderr=open(logpath, "wb"), env=ENV)
+
+
+def main():
+    d = H.Daemon(KILND, "batch-deadline", extra=["--infer-timeout-ms", "2000"], setup=add_model, data_roots=False)
+    logpath = d.log
     try:
-        portfile = os.path.join(data, "kilnd.port")
+        port = d.port
         deadline = time.time() + 30
-        while not os.path.exists(portfile):
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError("kilnd did not start")
-            time.sleep(0.01)
-        port = int(open(portfile).read())
         st = 0
         while st != 200 and time.time() < deadline:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
@@ -84,17 +78,13 @@ def main():
         check("max_queue_delay_us (15000000)" in log and "limits.infer_timeout_ms (2000 ms)" in log,
               "the load warns that the batching delay is longer than the timeout: %r" % log[-1500:])
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        if d.stop(timeout=20) is None:
             check(False, "kilnd did not stop on SIGTERM")
     if FAILURES:
         print(open(logpath).read()[-3000:])
         print("%d failure(s)" % len(FAILURES))
         return 1
-    shutil.rmtree(TMP, ignore_errors=True)
+    H.cleanup()
     print("batch deadline: requests answered before their deadline, not after the batching delay")
     return 0
 

@@ -16,20 +16,17 @@ Usage: test_batch_split.py KILND
 import http.client
 import json
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import kilnd_harness as H  # noqa: E402
 import onnx_min as O  # noqa: E402
 
 KILND = sys.argv[1]
-TMP = tempfile.mkdtemp(prefix="kilnd-batch-split-")
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
 FAILURES = []
 
 
@@ -143,19 +140,11 @@ def test_fixed(port, log):
 
 def run(tests):
     """Starts kilnd on the models above and runs each of tests(port, log); 0 when all passed."""
-    data = os.path.join(TMP, "data")
-    models(data)
-    logpath = os.path.join(TMP, "kilnd.log")
-    proc = subprocess.Popen([KILND, "--port", "0", "--data-dir", data], stdout=subprocess.DEVNULL,
-                            stderr=open(logpath, "wb"), env=ENV)
+    d = H.Daemon(KILND, "batch-split", setup=models, data_roots=False)
+    logpath = d.log
     try:
-        portfile = os.path.join(data, "kilnd.port")
+        port = d.port
         deadline = time.time() + 30
-        while not os.path.exists(portfile):
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError("kilnd did not start")
-            time.sleep(0.01)
-        port = int(open(portfile).read())
         st = 0
         while st != 200 and time.time() < deadline:
             st = req(port, "GET", "/v2/health/ready")[0]
@@ -165,17 +154,13 @@ def run(tests):
         for t in tests:
             t(port, log)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        if d.stop(timeout=20) is None:
             check(False, "kilnd did not stop on SIGTERM")
     if FAILURES:
         print(open(logpath).read()[-3000:])
         print("%d failure(s)" % len(FAILURES))
         return 1
-    shutil.rmtree(TMP, ignore_errors=True)
+    H.cleanup()
     return 0
 
 

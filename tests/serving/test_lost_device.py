@@ -14,12 +14,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import kilnd_harness as H  # noqa: E402
+
 KILND, FIX = sys.argv[1], sys.argv[2]
-TMP = tempfile.mkdtemp(prefix="kilnd-lost-")
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
 FAILURES = []
 
 
@@ -50,22 +50,17 @@ def add_model(data, name, device):
     json.dump(cfg, open(cfg_path, "w"))
 
 
-proc = None
-log = os.path.join(TMP, "kilnd.log")
-try:
-    data = os.path.join(TMP, "data")
+def add_models(data):
     add_model(data, "on_lost", "counting:cpu")
     add_model(data, "on_cpu", "cpu")
-    proc = subprocess.Popen([KILND, "--port", "0", "--data-dir", data, "--devices", "cpu,counting:cpu",
-                             "--device-options", "counting:lose_on=matmul"],
-                            stdout=subprocess.DEVNULL, stderr=open(log, "wb"), env=ENV)
-    portfile = os.path.join(data, "kilnd.port")
+
+
+d = None
+try:
+    d = H.Daemon(KILND, "lost", setup=add_models, data_roots=False,
+                 extra=["--devices", "cpu,counting:cpu", "--device-options", "counting:lose_on=matmul"])
+    port = d.port
     deadline = time.time() + 30
-    while not (os.path.exists(portfile) and open(portfile).read().strip()):
-        if proc.poll() is not None or time.time() > deadline:
-            raise SystemExit("kilnd did not start: " + open(log).read()[-2000:])
-        time.sleep(0.02)
-    port = int(open(portfile).read())
     while time.time() < deadline:
         if all(req(port, "GET", "/v2/models/%s/ready" % m)[0] == 200 for m in ("on_lost", "on_cpu")):
             break
@@ -91,22 +86,17 @@ try:
     check(st == 200 and len(r["outputs"][0]["data"]) == 10, "the model on cpu still answers: %s" % st)
 
     # a lose_on that names no entry stops the start, naming the option
-    bad = subprocess.run([KILND, "--port", "0", "--data-dir", os.path.join(TMP, "bad"), "--devices",
+    bad = subprocess.run([KILND, "--port", "0", "--data-dir", os.path.join(H.TMP, "bad"), "--devices",
                           "counting:cpu", "--device-options", "counting:lose_on=nosuch"],
-                         capture_output=True, text=True, timeout=60, env=ENV)
+                         capture_output=True, text=True, timeout=60, env=H.ENV)
     check(bad.returncode != 0 and "lose_on" in bad.stderr and "nosuch" in bad.stderr,
           "an unknown lose_on entry is refused: rc %d %s" % (bad.returncode, bad.stderr.strip()[-200:]))
 finally:
-    if proc and proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    if FAILURES:
-        print(open(log).read()[-3000:])
-    shutil.rmtree(TMP, ignore_errors=True)
+    if d:
+        d.stop(timeout=30)
+    if FAILURES and d:
+        print(open(d.log).read()[-3000:])
+    H.cleanup()
 if FAILURES:
     print("%d check(s) failed" % len(FAILURES))
     sys.exit(1)

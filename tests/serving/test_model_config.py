@@ -11,15 +11,14 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import kilnd_harness as H  # noqa: E402
+
 KILND, ONNX = sys.argv[1], sys.argv[2]
-TMP = tempfile.mkdtemp(prefix="kilnd-model-config-")
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
 FAILURES = []
 
 
@@ -102,21 +101,17 @@ ACCEPTED = [
 def devices_by_their_names():
     """A device listed as "cpu:0" serves a model whose config.json says "cpu" (what the device
     calls itself), and one device listed under two spellings is refused at start."""
-    data = os.path.join(TMP, "named")
+    data = os.path.join(H.TMP, "named")
     os.makedirs(os.path.join(data, "models"))
     add_model(data, "on_cpu", json.dumps({"device": "cpu"}))
-    out = subprocess.run([KILND, "--port", "0", "--data-dir", data, "--devices", "cpu,cpu:0"], env=ENV,
+    out = subprocess.run([KILND, "--port", "0", "--data-dir", data, "--devices", "cpu,cpu:0"], env=H.ENV,
                          capture_output=True, text=True, timeout=30)
     check(out.returncode != 0 and "are the same device" in out.stderr,
           "--devices cpu,cpu:0 is refused: rc %d %r" % (out.returncode, out.stderr[-300:]))
-    proc = subprocess.Popen([KILND, "--port", "0", "--data-dir", data, "--devices", "cpu:0"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    d = H.Daemon(KILND, "named", fresh=False, extra=["--devices", "cpu:0"], data_roots=False)
     try:
-        portfile = os.path.join(data, "kilnd.port")
+        port = d.port
         deadline = time.time() + 15
-        while not os.path.exists(portfile) and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.01)
-        port = int(open(portfile).read())
         st = 0
         while time.time() < deadline and st != 200:
             st, _ = req(port, "GET", "/v2/health/ready")
@@ -124,24 +119,16 @@ def devices_by_their_names():
         st, body = infer(port, "on_cpu", [1, 1, 28, 28])
         check(st == 200, "a model on 'cpu' runs on the device listed as 'cpu:0': %d %r" % (st, body[:200]))
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=20)
+        if d.stop(timeout=20) is None:
+            check(False, "kilnd on --devices cpu:0 did not stop on SIGTERM")
 
 
 def main():
-    data = os.path.join(TMP, "data")
-    os.makedirs(os.path.join(data, "models"))
-    log = open(os.path.join(TMP, "kilnd.log"), "wb")
-    proc = subprocess.Popen([KILND, "--port", "0", "--data-dir", data], stdout=subprocess.DEVNULL, stderr=log,
-                            env=ENV)
+    d = H.Daemon(KILND, "model-config", setup=lambda data: os.makedirs(os.path.join(data, "models")),
+                 data_roots=False)
+    data = d.data
     try:
-        portfile = os.path.join(data, "kilnd.port")
-        deadline = time.time() + 15
-        while not os.path.exists(portfile):
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError("kilnd did not start")
-            time.sleep(0.01)
-        port = int(open(portfile).read())
+        port = d.port
         for name, text, words in REFUSED:
             add_model(data, name, text)
             st, body = req(port, "POST", "/v2/repository/models/%s/load" % name)
@@ -176,19 +163,14 @@ def main():
             max(abs(a - b) for a, b in zip(f, firsts[0])) < 1e-5 for f in firsts),
             "accepted models disagree on the same input: %r" % firsts)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        if d.stop(timeout=20) is None:
             check(False, "kilnd did not stop on SIGTERM")
-        log.close()
     devices_by_their_names()
     if FAILURES:
-        print(open(os.path.join(TMP, "kilnd.log")).read()[-3000:])
+        print(open(d.log).read()[-3000:])
         print("%d failure(s)" % len(FAILURES))
         return 1
-    shutil.rmtree(TMP, ignore_errors=True)
+    H.cleanup()
     print("model config: %d refused, %d accepted, all as expected" % (len(REFUSED), len(ACCEPTED)))
     return 0
 

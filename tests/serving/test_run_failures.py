@@ -21,19 +21,16 @@ Usage: test_run_failures.py KILND
 import http.client
 import json
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import kilnd_harness as H  # noqa: E402
 import onnx_min as O  # noqa: E402
 
 KILND = sys.argv[1]
-TMP = tempfile.mkdtemp(prefix="kilnd-run-failures-")
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
 FAILURES = []
 LONG = "a_node_whose_name_is_long_enough_that_the_engine_message_passes_two_hundred_and_fifty_six_characters_" * 2
 
@@ -70,27 +67,6 @@ def add_model(data, name, onnx_bytes, config):
         json.dump(config, f)
 
 
-def start(data, args, log):
-    proc = subprocess.Popen([KILND, "--port", "0", "--data-dir", data] + args, stdout=subprocess.DEVNULL,
-                            stderr=open(log, "wb"), env=ENV)
-    portfile = os.path.join(data, "kilnd.port")
-    deadline = time.time() + 30
-    while not (os.path.exists(portfile) and open(portfile).read().strip()):
-        if proc.poll() is not None or time.time() > deadline:
-            raise SystemExit("kilnd did not start: " + open(log).read()[-2000:])
-        time.sleep(0.02)
-    return proc, int(open(portfile).read())
-
-
-def stop(proc):
-    if proc and proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
 def models(data, remote):
     x = O.value("x", O.FLOAT, ["b", "n"])
     two = O.tensor("two", O.FLOAT, [], [2.0])
@@ -112,11 +88,11 @@ def models(data, remote):
 def main():
     a = b = None
     try:
-        a, aport = start(os.path.join(TMP, "a"), ["--remote-max-live-bytes", "1000000"], os.path.join(TMP, "a.log"))
-        remote = "remote://127.0.0.1:%d/cpu" % aport
-        data = os.path.join(TMP, "b")
-        models(data, remote)
-        b, port = start(data, ["--devices", "cpu," + remote], os.path.join(TMP, "b.log"))
+        a = H.Daemon(KILND, "a", extra=["--remote-max-live-bytes", "1000000"], data_roots=False)
+        remote = "remote://127.0.0.1:%d/cpu" % a.port
+        b = H.Daemon(KILND, "b", extra=["--devices", "cpu," + remote], setup=lambda data: models(data, remote),
+                     data_roots=False)
+        port = b.port
         deadline = time.time() + 30
         while time.time() < deadline and not all(
                 req(port, "GET", "/v2/models/%s/ready" % m)[0] == 200 for m in ("mem", "mem_named", "wide", "gather")):
@@ -155,16 +131,17 @@ def main():
         check(reason and "(cpu, %s: the devices setting" % remote in reason[0],
               "the index gives the same reason: %r" % reason)
     finally:
-        stop(b)
-        stop(a)
+        for d in (b, a):
+            if d:
+                d.stop(timeout=20)
     if FAILURES:
         for f in ("a.log", "b.log"):
-            p = os.path.join(TMP, f)
+            p = os.path.join(H.TMP, f)
             if os.path.exists(p):
                 print("---", f, open(p).read()[-3000:])
         print("%d failure(s)" % len(FAILURES))
         return 1
-    shutil.rmtree(TMP, ignore_errors=True)
+    H.cleanup()
     print("run failures: 503 for memory, 413 for a buffer past a device limit, 400 for bad data, whole messages")
     return 0
 

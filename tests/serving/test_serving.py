@@ -16,13 +16,15 @@ import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import kilnd_harness as H  # noqa: E402
+
 KILND, FIX = sys.argv[1], sys.argv[2]
-TMP = tempfile.mkdtemp(prefix="kilnd-serving-")
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+TMP = H.TMP
+ENV = H.ENV
 EXPECTED = json.load(open(os.path.join(FIX, "expected.json")))
 FAILURES = []
 
@@ -33,27 +35,19 @@ def check(cond, what):
         print("FAIL:", what, flush=True)
 
 
-class Daemon:
-    def __init__(self, name, *args, env=None, expect_fail=False, setup=None):
-        self.data = os.path.join(TMP, name)
-        os.makedirs(os.path.join(self.data, "models"), exist_ok=True)
-        shutil.copytree(os.path.join(FIX, "mnist_mlp"), os.path.join(self.data, "models", "mnist_mlp"))
-        if setup:
-            setup(self.data)
-        e = dict(ENV)
-        e.update(env or {})
-        self.log = os.path.join(TMP, name + ".log")
-        self.proc = subprocess.Popen([KILND, "--port", "0", "--data-dir", self.data, *args],
-                                     stdout=subprocess.DEVNULL, stderr=open(self.log, "wb"), env=e)
-        if expect_fail:
-            return
-        portfile = os.path.join(self.data, "kilnd.port")
+class Daemon(H.Daemon):
+    """kilnd serving the fixture's mnist_mlp (setup may add to its data dir first), started with
+    args and the variables in env, once the model is ready; req answers (status, headers, body)."""
+
+    def __init__(self, name, *args, env=None, setup=None):
+        def models(data):
+            os.makedirs(os.path.join(data, "models"), exist_ok=True)
+            shutil.copytree(os.path.join(FIX, "mnist_mlp"), os.path.join(data, "models", "mnist_mlp"))
+            if setup:
+                setup(data)
+
+        super().__init__(KILND, name, extra=args, env=env, setup=models, data_roots=False)
         deadline = time.time() + 15
-        while not os.path.exists(portfile):
-            if self.proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError("kilnd did not start: " + open(self.log).read())
-            time.sleep(0.01)
-        self.port = int(open(portfile).read())
         while time.time() < deadline:
             st, _, _ = self.req("GET", "/v2/models/mnist_mlp/ready", headers=self.auth())
             if st == 200:
@@ -75,13 +69,8 @@ class Daemon:
         return r.status, hdrs, data
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = -9
+        rc = super().stop(timeout=30)
+        rc = -9 if rc is None else rc  # killed: it did not stop in time
         check(rc == 0, "kilnd exits 0 after SIGTERM (rc %s)" % rc + "  (log: %s)" % open(self.log).read()[-2000:])
 
 
@@ -797,7 +786,7 @@ def main():
     test_auth()
     test_drain()
     test_drain_half_sent()
-    shutil.rmtree(TMP, ignore_errors=True)
+    H.cleanup()
     if FAILURES:
         print("%d failure(s)" % len(FAILURES))
         return 1

@@ -13,17 +13,15 @@ import http.client
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import kilnd_harness as H  # noqa: E402
+
 KILND, ONNX = sys.argv[1], sys.argv[2]
-TMP = tempfile.mkdtemp(prefix="kilnd-version-load-")
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
 FAILURES = []
-MODELS = os.path.join(TMP, "data", "models")
+MODELS = os.path.join(H.TMP, "version-load", "models")
 
 
 def check(cond, what):
@@ -84,19 +82,10 @@ BROKEN = [
 
 
 def main():
-    os.makedirs(MODELS)
-    write_version(1, GOOD)
-    log = open(os.path.join(TMP, "kilnd.log"), "wb")
-    proc = subprocess.Popen([KILND, "--port", "0", "--data-dir", os.path.join(TMP, "data")],
-                            stdout=subprocess.DEVNULL, stderr=log, env=ENV)
+    d = H.Daemon(KILND, "version-load", setup=lambda data: write_version(1, GOOD), data_roots=False)
     try:
-        portfile = os.path.join(TMP, "data", "kilnd.port")
+        port = d.port
         deadline = time.time() + 30
-        while not os.path.exists(portfile):
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError("kilnd did not start")
-            time.sleep(0.01)
-        port = int(open(portfile).read())
         st = 0
         while st != 200 and time.time() < deadline:
             st, _ = req(port, "GET", "/v2/models/cnn/ready")
@@ -134,18 +123,13 @@ def main():
         st, body = infer(port)
         check(st == 200 and body.get("model_version") == "2", "version 2 answers once loaded: %d" % st)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        if d.stop(timeout=20) is None:
             check(False, "kilnd did not stop on SIGTERM")
-        log.close()
     if FAILURES:
-        print(open(os.path.join(TMP, "kilnd.log")).read()[-3000:])
+        print(open(d.log).read()[-3000:])
         print("%d failure(s)" % len(FAILURES))
         return 1
-    shutil.rmtree(TMP, ignore_errors=True)
+    H.cleanup()
     print("version load: %d broken newest versions refused, the old one served throughout" % len(BROKEN))
     return 0
 
