@@ -633,8 +633,16 @@ void kd_http_conn_timeout(struct kd_http_conn *c)
     c->closing = true;
 }
 
+void kd_http_conn_output_taken(struct kd_http_conn *c)
+{
+    if (c->upgraded && c->up_ops && c->up_ops->output_taken)
+        c->up_ops->output_taken(c->up_ud);
+}
+
 void kd_http_conn_drain(struct kd_http_conn *c)
 {
+    if (c->upgraded)
+        return; /* the protocol decides when it ends (http-conn.h) */
     c->draining = true;
     if (!c->in_message && !c->pending)
         c->closing = true;

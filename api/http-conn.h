@@ -87,12 +87,19 @@ struct kd_http_pending {
 /*
  * A protocol that takes a connection over after its handler answered 101 (the WebSocket at
  * /v1/tensor). From then on every byte read goes to feed; the protocol writes into conn->out,
- * sets conn->closing when it is done, and calls conn->wake after output it produced outside feed.
+ * sets conn->closing when it is done, and calls conn->wake after output it produced outside feed
+ * or output_taken. When the connection ends is the protocol's decision: a drain leaves it alone.
  */
 struct kd_http_upgrade_ops {
     void (*feed)(void *ud, const char *data, size_t len);
     void (*eof)(void *ud);    /* the peer closed its side; the connection closes */
     void (*detach)(void *ud); /* the connection is being freed: never touch it again */
+    /*
+     * Optional: the socket layer took everything in conn->out (wrote it, or handed it to a write
+     * in flight), so there is room for more. A protocol that hands its output over a bounded
+     * piece at a time refills conn->out here; the socket layer writes it when this returns.
+     */
+    void (*output_taken)(void *ud);
 };
 
 /* How many header fields a connection keeps (http-fields.c lists them). */
@@ -149,6 +156,9 @@ void kd_http_conn_feed(struct kd_http_conn *c, const char *data, size_t len);
 /* The peer closed its side: a request cut short gets 400; the connection closes. */
 void kd_http_conn_eof(struct kd_http_conn *c);
 
+/* The socket layer took everything in c->out: an upgraded protocol may refill it (output_taken). */
+void kd_http_conn_output_taken(struct kd_http_conn *c);
+
 /* The timer fired: a started request gets 408; the connection closes either way. */
 void kd_http_conn_timeout(struct kd_http_conn *c);
 
@@ -156,7 +166,9 @@ void kd_http_conn_timeout(struct kd_http_conn *c);
  * Daemon shutdown: an idle connection closes now, a busy one (a request being handled) after its
  * current response, and a request still arriving may finish arriving (a client mid-upload at
  * SIGTERM gets its answer, with Connection: close). The server gives such a request a short
- * grace (KD_DRAIN_ARRIVAL_MS), then calls kd_http_conn_drain_cut.
+ * grace (KD_DRAIN_ARRIVAL_MS), then calls kd_http_conn_drain_cut. An upgraded connection is left
+ * to its protocol, which has no request to finish and its own way to end (a tensor session is
+ * sent 1001 by kd_tensor_service_set_accepting and closes once that is written).
  */
 void kd_http_conn_drain(struct kd_http_conn *c);
 

@@ -5,7 +5,8 @@
  * is in progress and the request timeout from a request's first byte until its response, so a
  * client dripping bytes cannot hold a connection forever. Responses accumulate in the
  * connection's out buffer and leave with one uv_try_write per read (the rest, if the socket is
- * full, in one uv_write); while a write is pending and the backlog is large, reading stops.
+ * full, in one uv_write); while a write is pending and the backlog is large, reading stops. An
+ * upgraded protocol is told each time its output was taken, so it can hand over the next piece.
  * A connection that answered an error is shut down for writing and then lingers briefly, reading
  * and discarding, so the client receives the error instead of a reset.
  */
@@ -290,6 +291,22 @@ static void flush(struct conn *c)
     c->writing = true;
 }
 
+/*
+ * Writes the connection's output. Each time the socket layer took all of it, an upgraded protocol
+ * may refill it (a WebSocket hands over its queue a bounded piece at a time, ws.h): while the
+ * socket takes each piece whole, the next one follows; once a write is in flight, the next piece
+ * waits in out until on_write, so output moves on events alone, never on a timer.
+ */
+static void send_output(struct conn *c)
+{
+    while (!c->closed && !c->writing && c->http.out.len > 0) {
+        flush(c);
+        if (c->closed)
+            return;
+        kd_http_conn_output_taken(&c->http);
+    }
+}
+
 static void on_write(uv_write_t *req, int status)
 {
     struct conn *c = req->data;
@@ -338,9 +355,13 @@ static void after_input(struct conn *c)
         conn_close(c);
         return;
     }
-    flush(c);
+    send_output(c);
     if (c->closed || c->lingering)
         return;
+    if (c->http.failed) { /* an upgraded protocol ran out of memory refilling its output */
+        conn_close(c);
+        return;
+    }
     bool backlog = c->writing && c->http.out.len + c->wbuf.len > BACKLOG_HIGH;
     bool want_read = !c->http.closing && !c->peer_eof && !backlog && kd_http_conn_wants_input(&c->http);
     if (want_read && !c->reading) {

@@ -13,6 +13,8 @@
  * until its client has read them down to half that, so a client that does not read holds at most
  * out_high plus one hop. Meanwhile the socket layer stops reading the connection (ws.h), so TCP
  * pushes back on the client; one that reads nothing for stall_timeout_ms is closed with 1008.
+ * Nothing here polls: the replies move as the socket layer writes them, and the session hears
+ * (on_drained) when they are down to the mark, both on the socket's events (ws.h).
  *
  * The loop checks each WebSocket message's framing before queueing any of it (a violation gets
  * an ERROR and closes the session) and admits its protocol messages against the queue limits;
@@ -87,8 +89,6 @@ struct kd_tensor_service {
     struct session *sessions;
     size_t nsessions;
     unsigned next_hint;
-    uv_timer_t poll; /* runs kd_ws_poll every KD_WS_POLL_MS while a session has output waiting */
-    bool poll_ready;
     struct kd_metric_series *m_opened, *m_refused, *m_messages, *m_errors;
 };
 
@@ -246,7 +246,6 @@ static void run_free(struct kd_sched_task *t, kiln_device *dev)
 }
 
 static void kick(struct session *s);
-static void want_poll(struct kd_tensor_service *ts);
 
 static void free_done(struct kd_sched_task *t)
 {
@@ -287,11 +286,8 @@ static void hop_finished(struct session *s, bool shutdown)
     }
     if (shutdown && !s->gone)
         kd_ws_close(s->ws, KD_WS_GOING_AWAY, "the server is shutting down");
-    else if (!s->gone) {
-        send_replies(s, &s->replies);
-        if (kd_ws_unsent(s->ws))
-            want_poll(s->svc); /* more than the socket layer takes at once (ws.h) */
-    }
+    else if (!s->gone)
+        send_replies(s, &s->replies); /* past what the socket takes at once, they follow as it writes */
     s->replies.len = 0;
     if (s->fatal && !s->gone)
         kd_ws_close(s->ws, KD_WS_INTERNAL_ERROR, "out of memory running the session");
@@ -350,33 +346,13 @@ static uint64_t out_high(const struct kd_tensor_service *ts)
     return m > 2ull * KD_WS_OUT_CAP ? m : 2ull * KD_WS_OUT_CAP;
 }
 
-static void on_poll(uv_timer_t *t)
-{
-    struct kd_tensor_service *ts = t->data;
-    bool again = false;
-    for (struct session *s = ts->sessions, *next; s; s = next) {
-        next = s->next; /* a session is freed only by a hop's completion, never from here */
-        if (!s->gone && kd_ws_poll(s->ws, uv_now(t->loop)))
-            again = true;
-    }
-    if (!again)
-        uv_timer_stop(t);
-}
-
-static void want_poll(struct kd_tensor_service *ts)
-{
-    if (ts->poll_ready && !uv_is_active((uv_handle_t *)&ts->poll))
-        uv_timer_start(&ts->poll, on_poll, KD_WS_POLL_MS, KD_WS_POLL_MS);
-}
-
 static void kick(struct session *s)
 {
     if (s->busy || s->gone || s->fatal || !s->head || s->stalled)
         return;
-    if (s->svc->poll_ready && kd_ws_unsent(s->ws) > out_high(s->svc)) {
+    if (kd_ws_unsent(s->ws) > out_high(s->svc)) {
         s->stalled = true;
         kd_ws_wait_drain(s->ws, out_high(s->svc) / 2, s->svc->o.stall_timeout_ms);
-        want_poll(s->svc);
         return;
     }
     s->batch = s->head;
@@ -625,7 +601,7 @@ int kd_tensor_service_handle(void *ctx, const struct kd_request *req, struct kd_
         return st;
     struct session *s = calloc(1, sizeof *s);
     if (s)
-        s->ws = kd_ws_new(req, (uint64_t)ts->o.limits.max_message_bytes, &ws_handler, s);
+        s->ws = kd_ws_new(req, ts->o.loop, (uint64_t)ts->o.limits.max_message_bytes, &ws_handler, s);
     if (!s || !s->ws) {
         free(s);
         out->len = mark;
@@ -726,26 +702,12 @@ struct kd_tensor_service *kd_tensor_service_new(const struct kd_tensor_service_o
             return NULL;
         }
     }
-    /* last: a start that failed above has no handle to close */
-    if (o->loop && uv_timer_init(o->loop, &ts->poll) == 0) {
-        ts->poll.data = ts;
-        ts->poll_ready = true;
-        uv_unref((uv_handle_t *)&ts->poll); /* never keeps a draining loop alive */
-    }
     if (o->limits.max_sessions == 0)
         tlog(ts, KD_LOG_DEBUG, "remote tensor endpoint off (remote.max_sessions is 0)");
     else
         tlog(ts, KD_LOG_DEBUG, "remote tensor endpoint up: at most %lld sessions",
              (long long)o->limits.max_sessions);
     return ts;
-}
-
-void kd_tensor_service_close(struct kd_tensor_service *ts)
-{
-    if (ts && ts->poll_ready) {
-        ts->poll_ready = false; /* stalled sessions stay so: the daemon is going */
-        uv_close((uv_handle_t *)&ts->poll, NULL);
-    }
 }
 
 void kd_tensor_service_free(struct kd_tensor_service *ts)

@@ -33,8 +33,7 @@ struct kd_tensor_service_options {
     const struct kd_strlist *tokens;  /* "admin:T", "read:T" or "T" (read) */
     const struct kd_strlist *devices; /* the configured devices (those without options are offered) */
     struct kd_config_remote limits;
-    /* The loop whose timer looks after sessions with output waiting (ws.h); NULL leaves a
-     * session's unsent replies unbounded. Close it with kd_tensor_service_close. */
+    /* The loop that runs each waiting session's stall deadline (ws.h); NULL: no stall limit. */
     uv_loop_t *loop;
     /* A session whose client reads none of its replies this long is closed (0: never). */
     uint64_t stall_timeout_ms;
@@ -46,8 +45,6 @@ struct kd_tensor_service;
 
 struct kd_tensor_service *kd_tensor_service_new(const struct kd_tensor_service_options *o, char *err,
                                                 size_t errlen);
-/* Closes the service's loop handle; before the loop's last run. */
-void kd_tensor_service_close(struct kd_tensor_service *ts);
 /* After every connection closed and the scheduler delivered its last completions. */
 void kd_tensor_service_free(struct kd_tensor_service *ts);
 /* While draining, new sessions are refused with 503. */

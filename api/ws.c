@@ -4,9 +4,10 @@
  * wslay's event API is fed from memory: feed points it at the bytes just read and runs
  * wslay_event_recv, whose receive callback hands those bytes out and then says "would block";
  * its send callback appends frames to the connection's output buffer, which the socket layer
- * writes. Nothing here ever waits. A connection is finished once wslay wants neither to read
- * (close received, a protocol error, or our own close) nor to write (the close frame is out);
- * the socket layer then shuts it down.
+ * writes, a bounded piece at a time: each time the socket layer took the piece (output_taken),
+ * the next one follows (ws.h, "Output flow control"). Nothing here ever waits. A connection is
+ * finished once wslay wants neither to read (close received, a protocol error, or our own close)
+ * nor to write (the close frame is out); the socket layer then shuts it down.
  *
  * The handshake's Sec-WebSocket-Accept is base64(SHA-1(key + GUID)) (RFC 6455 section 4.2.2);
  * SHA-1 is written out here from FIPS 180-4 rather than pulling a crypto library in for 20 bytes
@@ -48,15 +49,16 @@ struct kd_ws {
     void *ud;
     const char *in; /* during feed: bytes not yet given to wslay */
     size_t in_len;
-    bool in_feed;
+    /* inside feed or output_taken: the socket layer writes what was queued once the call
+     * returns, so it is not woken from within */
+    bool in_conn_call;
     bool gone_sent;
     /* output flow control (ws.h) */
-    bool uncapped;   /* closing: what is queued goes out whole, the close frame after it */
-    bool moved;      /* the socket layer took output since the last poll */
-    size_t last_out; /* conn->out.len when ws last looked */
-    bool waiting;    /* kd_ws_wait_drain: on_drained is due at low_water */
-    uint64_t low_water, stall_ms, last_move_ms;
-    bool clock_set; /* last_move_ms holds a time */
+    bool uncapped; /* closing: what is queued goes out whole, the close frame after it */
+    bool waiting;  /* kd_ws_wait_drain: on_drained is due at low_water */
+    uint64_t low_water, stall_ms;
+    uv_timer_t *stall_timer; /* fires stall_ms after the wait began or output last moved; NULL
+                              * without a loop or once the connection is gone */
 };
 
 /* ---- handshake ------------------------------------------------------------------------------ */
@@ -180,13 +182,10 @@ static void pump(struct kd_ws *ws)
 {
     if (!ws->conn)
         return;
-    if (ws->conn->out.len < ws->last_out)
-        ws->moved = true; /* the socket layer took some since ws last looked */
     if (wslay_event_want_write(ws->ctx) && wslay_event_send(ws->ctx) != 0) {
         ws->conn->failed = true; /* out of memory: close without ceremony */
         return;
     }
-    ws->last_out = ws->conn->out.len;
     if (!wslay_event_want_read(ws->ctx) && !wslay_event_want_write(ws->ctx))
         ws->conn->closing = true;
 }
@@ -256,11 +255,11 @@ static void up_feed(void *ud, const char *data, size_t len)
                                   : watch_frames(&ws->watch, (const uint8_t *)data, len, ws->max_message_bytes);
     ws->in = data;
     ws->in_len = ok;
-    ws->in_feed = true;
+    ws->in_conn_call = true;
     int rc = wslay_event_recv(ws->ctx);
     if (rc == 0 && ok < len)
         kd_ws_close(ws, KD_WS_TOO_BIG, "message larger than the session allows");
-    ws->in_feed = false;
+    ws->in_conn_call = false;
     ws->in_len = 0;
     if (rc != 0 && ws->conn) {
         ws->conn->failed = true;
@@ -269,8 +268,85 @@ static void up_feed(void *ud, const char *data, size_t len)
     pump(ws);
 }
 
+/* ---- output flow control (ws.h) -------------------------------------------------------------- */
+
+static void free_timer(uv_handle_t *h)
+{
+    free(h);
+}
+
+/* The timer is its own allocation, so ws may be freed before the timer's close completes. */
+static void close_stall_timer(struct kd_ws *ws)
+{
+    if (ws->stall_timer) {
+        uv_close((uv_handle_t *)ws->stall_timer, free_timer);
+        ws->stall_timer = NULL;
+    }
+}
+
+static void stop_waiting(struct kd_ws *ws)
+{
+    ws->waiting = false;
+    if (ws->stall_timer)
+        uv_timer_stop(ws->stall_timer);
+}
+
+static void on_stall(uv_timer_t *t)
+{
+    struct kd_ws *ws = t->data;
+    if (!ws->waiting)
+        return;
+    char why[100];
+    snprintf(why, sizeof why, "the client read none of its replies for %llu ms; closing",
+             (unsigned long long)ws->stall_ms);
+    kd_ws_close(ws, KD_WS_POLICY_VIOLATION, why);
+}
+
+/* (Re)starts the stall clock of a wait: output moved, or the wait began. */
+static void arm_stall(struct kd_ws *ws)
+{
+    if (ws->stall_timer && ws->stall_ms)
+        uv_timer_start(ws->stall_timer, on_stall, ws->stall_ms, 0);
+}
+
+/*
+ * The socket layer took all of conn->out: hand it the next piece from wslay's queue. That is
+ * progress for a wait, which ends here once the unsent output is down to its low-water mark.
+ */
+static void up_output_taken(void *ud)
+{
+    struct kd_ws *ws = ud;
+    ws->in_conn_call = true;
+    pump(ws);
+    if (ws->conn && ws->waiting && kd_ws_unsent(ws) <= ws->low_water) {
+        stop_waiting(ws);
+        if (ws->h->on_drained)
+            ws->h->on_drained(ws->ud);
+    } else if (ws->conn && ws->waiting) {
+        arm_stall(ws);
+    }
+    ws->in_conn_call = false;
+    pump(ws); /* whatever on_drained queued */
+}
+
+void kd_ws_wait_drain(struct kd_ws *ws, uint64_t low_water, uint64_t stall_ms)
+{
+    if (!ws->conn)
+        return;
+    ws->waiting = true;
+    ws->low_water = low_water;
+    ws->stall_ms = stall_ms;
+    if (ws->stall_timer)
+        uv_timer_stop(ws->stall_timer);
+    arm_stall(ws);
+}
+
+/* ---- lifetime ------------------------------------------------------------------------------- */
+
 static void gone(struct kd_ws *ws)
 {
+    stop_waiting(ws);
+    close_stall_timer(ws);
     ws->conn = NULL;
     if (!ws->gone_sent) {
         ws->gone_sent = true;
@@ -292,10 +368,11 @@ static const struct kd_http_upgrade_ops upgrade_ops = {
     .feed = up_feed,
     .eof = up_eof,
     .detach = up_detach,
+    .output_taken = up_output_taken,
 };
 
-struct kd_ws *kd_ws_new(const struct kd_request *req, uint64_t max_message_bytes, const struct kd_ws_handler *h,
-                        void *ud)
+struct kd_ws *kd_ws_new(const struct kd_request *req, uv_loop_t *loop, uint64_t max_message_bytes,
+                        const struct kd_ws_handler *h, void *ud)
 {
     struct kd_ws *ws = calloc(1, sizeof *ws);
     if (!ws)
@@ -304,12 +381,23 @@ struct kd_ws *kd_ws_new(const struct kd_request *req, uint64_t max_message_bytes
         free(ws);
         return NULL;
     }
+    if (loop) {
+        ws->stall_timer = malloc(sizeof *ws->stall_timer);
+        if (!ws->stall_timer) {
+            wslay_event_context_free(ws->ctx);
+            free(ws);
+            return NULL;
+        }
+        uv_timer_init(loop, ws->stall_timer);
+        ws->stall_timer->data = ws;
+    }
     wslay_event_config_set_max_recv_msg_length(ws->ctx, max_message_bytes);
     ws->max_message_bytes = max_message_bytes;
     ws->h = h;
     ws->ud = ud;
     ws->conn = req->conn;
     if (kd_http_upgrade(req, &upgrade_ops, ws) != 0) {
+        close_stall_timer(ws);
         wslay_event_context_free(ws->ctx);
         free(ws);
         return NULL;
@@ -324,7 +412,7 @@ int kd_ws_send(struct kd_ws *ws, const void *msg, size_t len)
     struct wslay_event_msg m = {.opcode = WSLAY_BINARY_FRAME, .msg = msg, .msg_length = len};
     if (wslay_event_queue_msg(ws->ctx, &m) != 0)
         return -1;
-    if (!ws->in_feed) {
+    if (!ws->in_conn_call) {
         pump(ws);
         if (ws->conn && ws->conn->wake)
             ws->conn->wake(ws->conn->wake_ud);
@@ -341,7 +429,7 @@ void kd_ws_close(struct kd_ws *ws, uint16_t code, const char *reason)
         n = 122;
     if (wslay_event_get_read_enabled(ws->ctx))
         wslay_event_shutdown_read(ws->ctx);
-    ws->waiting = false;
+    stop_waiting(ws);
     /* What is queued is bounded by its sender's wait for drain (tensor-session.c); it goes out
      * whole, so that nothing queued before the close is dropped behind it. */
     ws->uncapped = true;
@@ -353,7 +441,7 @@ void kd_ws_close(struct kd_ws *ws, uint16_t code, const char *reason)
     }
     if (!wslay_event_get_close_sent(ws->ctx))
         wslay_event_queue_close(ws->ctx, code, (const uint8_t *)reason, n);
-    if (!ws->in_feed) {
+    if (!ws->in_conn_call) {
         pump(ws);
         if (ws->conn && ws->conn->wake)
             ws->conn->wake(ws->conn->wake_ud);
@@ -370,6 +458,7 @@ void kd_ws_free(struct kd_ws *ws)
 {
     if (!ws)
         return;
+    close_stall_timer(ws);
     if (ws->conn) {
         /* The connection outlives us: it must not call back into freed memory. */
         ws->conn->up_ops = NULL;
@@ -386,41 +475,4 @@ uint64_t kd_ws_unsent(const struct kd_ws *ws)
     if (!ws || !ws->conn)
         return 0;
     return (uint64_t)wslay_event_get_queued_msg_length(ws->ctx) + ws->conn->out.len;
-}
-
-void kd_ws_wait_drain(struct kd_ws *ws, uint64_t low_water, uint64_t stall_ms)
-{
-    if (!ws->waiting)
-        ws->clock_set = false; /* the stall clock starts at the next poll */
-    ws->waiting = true;
-    ws->low_water = low_water;
-    ws->stall_ms = stall_ms;
-}
-
-bool kd_ws_poll(struct kd_ws *ws, uint64_t now_ms)
-{
-    if (!ws->conn)
-        return false;
-    size_t before = ws->conn->out.len;
-    pump(ws);
-    if (ws->conn && ws->conn->out.len != before && ws->conn->wake)
-        ws->conn->wake(ws->conn->wake_ud); /* output to write: the socket layer only acts when told */
-    if (!ws->conn)
-        return false;
-    if (ws->moved || !ws->clock_set) {
-        ws->moved = false;
-        ws->clock_set = true;
-        ws->last_move_ms = now_ms;
-    }
-    if (ws->waiting && kd_ws_unsent(ws) <= ws->low_water) {
-        ws->waiting = false;
-        if (ws->h->on_drained)
-            ws->h->on_drained(ws->ud);
-    } else if (ws->waiting && ws->stall_ms && now_ms - ws->last_move_ms >= ws->stall_ms) {
-        char why[100];
-        snprintf(why, sizeof why, "the client read none of its replies for %llu ms; closing",
-                 (unsigned long long)ws->stall_ms);
-        kd_ws_close(ws, KD_WS_POLICY_VIOLATION, why);
-    }
-    return ws->conn && (ws->waiting || wslay_event_want_write(ws->ctx));
 }

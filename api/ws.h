@@ -23,6 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <uv.h>
+
 #include "buf.h"
 #include "http-conn.h"
 #include "router.h"
@@ -50,12 +52,11 @@ struct kd_ws_handler {
  * can write, and stops reading the connection while more than its backlog (server.c's
  * BACKLOG_HIGH, 1 MiB) is unsent. ws.c hands it at most KD_WS_OUT_CAP at a time, above that
  * backlog, so a peer that does not read stops being read; the rest waits in wslay's queue, where
- * kd_ws_unsent counts it. The socket layer tells an upgraded protocol nothing when its output
- * drains, so a connection with output waiting looks again every KD_WS_POLL_MS (kd_ws_poll, run by
- * whoever owns the loop's timer).
+ * kd_ws_unsent counts it. Each time the socket layer took all of conn->out (output_taken in
+ * http-conn.h) ws.c hands it the next piece and checks kd_ws_wait_drain's low-water mark, so
+ * output moves on socket events alone; the only timer is a waiting connection's stall deadline.
  */
 #define KD_WS_OUT_CAP (4u << 20)
-#define KD_WS_POLL_MS 1
 
 struct kd_ws;
 
@@ -69,10 +70,11 @@ int kd_ws_handshake(const struct kd_request *req, struct kd_buf *out);
 
 /*
  * Takes req's connection over after kd_ws_handshake returned 101. Messages larger than
- * max_message_bytes close the connection with 1009. NULL when out of memory.
+ * max_message_bytes close the connection with 1009. loop runs the stall deadline of
+ * kd_ws_wait_drain (NULL: no stall limit). NULL when out of memory.
  */
-struct kd_ws *kd_ws_new(const struct kd_request *req, uint64_t max_message_bytes, const struct kd_ws_handler *h,
-                        void *ud);
+struct kd_ws *kd_ws_new(const struct kd_request *req, uv_loop_t *loop, uint64_t max_message_bytes,
+                        const struct kd_ws_handler *h, void *ud);
 
 /* Queues one binary message. 0, or -1 when the connection is gone or closing. */
 int kd_ws_send(struct kd_ws *ws, const void *msg, size_t len);
@@ -81,17 +83,12 @@ int kd_ws_send(struct kd_ws *ws, const void *msg, size_t len);
 uint64_t kd_ws_unsent(const struct kd_ws *ws);
 
 /*
- * Asks for on_drained once kd_ws_unsent is at most low_water; if the output does not move for
- * stall_ms meanwhile (0: no limit), the connection is closed with 1008 and a reason saying so.
- * Replaces an earlier wait; kd_ws_poll does the looking.
+ * Asks for on_drained once kd_ws_unsent is at most low_water; call it only while it is above
+ * (on_drained comes when the socket layer takes output, never from within this call). If no
+ * output moves for stall_ms meanwhile (0: no limit; counted from this call and again from each
+ * move), the connection is closed with 1008 and a reason saying so. Replaces an earlier wait.
  */
 void kd_ws_wait_drain(struct kd_ws *ws, uint64_t low_water, uint64_t stall_ms);
-
-/*
- * Moves waiting output to the socket layer, calls on_drained and enforces the stall limit;
- * now_ms is the loop's clock. Returns whether ws still needs polling.
- */
-bool kd_ws_poll(struct kd_ws *ws, uint64_t now_ms);
 
 /* Starts the close handshake with code and reason (shorter than 123 bytes); no more input is read. */
 void kd_ws_close(struct kd_ws *ws, uint16_t code, const char *reason);

@@ -607,7 +607,6 @@ void kd_daemon_free(struct kd_daemon *d)
         d->serving = NULL;
         d->api.serving = NULL;
         kd_sched_close(d->sched);
-        kd_tensor_service_close(d->tensor);
         uv_run(&d->loop, UV_RUN_DEFAULT);
         if (uv_loop_close(&d->loop) != 0)
             kd_log_write(&d->log, KD_LOG_WARN, "event loop closed with handles still open");

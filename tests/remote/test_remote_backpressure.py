@@ -4,7 +4,9 @@
 the session's bound, so its memory stays bounded (read from the kiln_remote_unsent_bytes gauge,
 not from RSS or the clock); once the client reads again every reply arrives, in order and
 intact. A client that reads nothing for the stall timeout (half of limits.idle_timeout_ms) is
-closed with 1008 and a reason, after the replies queued before it.
+closed with 1008 and a reason, after the replies queued before it. While such a session waits,
+kilnd's loop sleeps: output moves on socket events, not on a timer that looks every millisecond
+(counted as the loop thread's voluntary context switches, where /proc tells them).
 
 Usage: test_remote_backpressure.py KILND
 """
@@ -29,7 +31,12 @@ MIB = 1 << 20
 MAX_MESSAGE = 4 * MIB
 # tensor-session.c: no hop starts past out_high = max(max_message_bytes, 8 MiB); one hop adds at
 # most max_message_bytes plus one reply.
-BOUND = max(MAX_MESSAGE, 8 * MIB) + 2 * MAX_MESSAGE + MIB
+OUT_HIGH = max(MAX_MESSAGE, 8 * MIB)
+BOUND = OUT_HIGH + 2 * MAX_MESSAGE + MIB
+# How often the loop may block during a second in which a stalled session waits and nothing else
+# happens: a few timers and the test's last /metrics connection closing. A loop that polled every
+# millisecond would block about a thousand times.
+LOOP_WAKEUPS_MAX = 50
 PATTERN = bytes(range(256)) * (MIB // 256)
 
 
@@ -84,6 +91,19 @@ class Daemon:
         check(rc == 0, "kilnd exits 0 after SIGTERM (rc %s)" % rc)
 
 
+def loop_wakeups(pid):
+    """How many times kilnd's loop thread (its main thread) has blocked waiting for events so far:
+    its voluntary context switches. None where /proc does not tell."""
+    try:
+        with open("/proc/%d/task/%d/status" % (pid, pid)) as f:
+            for line in f:
+                if line.startswith("voluntary_ctxt_switches:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
 def queue_downloads(w, first, count, per_message=20):
     for s in range(first, first + count, per_message):
         w.send(b"".join(download(q, 1, 0, len(PATTERN)) for q in range(s, min(s + per_message, first + count))))
@@ -129,8 +149,26 @@ def test_bounded_then_resumes(d):
 def test_stalled_client_closed(d):
     w = d.session()
     n = 40
+    started = time.time()
     queue_downloads(w, 10, n)
-    time.sleep(4.5)  # past the stall timeout (3 s), short of the server's own cut (3 s + 6 s)
+    # The session waits once its unsent replies pass OUT_HIGH, until the client reads or the stall
+    # timeout ends the wait; meanwhile the test leaves kilnd alone and counts its loop's wake-ups.
+    deadline, unsent = time.time() + 20, 0
+    while time.time() < deadline and unsent <= OUT_HIGH:
+        unsent = d.metric("kiln_remote_unsent_bytes") or 0
+        time.sleep(0.02)
+    check(unsent > OUT_HIGH, "the session waits with its replies unread (%d bytes unsent)" % unsent)
+    before = loop_wakeups(d.proc.pid)
+    time.sleep(1)
+    after = loop_wakeups(d.proc.pid)
+    if before is None or after is None:
+        print("loop wake-ups not counted: /proc does not tell a thread's context switches", flush=True)
+    else:
+        print("loop wake-ups during a second of the stalled session's wait: %d" % (after - before), flush=True)
+        check(after - before < LOOP_WAKEUPS_MAX,
+              "the loop sleeps while a stalled session waits (%d wake-ups)" % (after - before))
+    # past the stall timeout (3 s), short of the server's own cut (3 s + 6 s)
+    time.sleep(max(0.0, 4.5 - (time.time() - started)))
     got, closed = read_downloads(w, 10, n, "stalled")
     check(got < n, "a stalled session stops running its DOWNLOADs (all %d ran)" % n)
     check(closed is not None and closed.code == 1008 and "read none of its replies" in closed.reason,
