@@ -240,11 +240,26 @@ kiln_tensor *kiln__grad_binary(kiln_tensor *out, kiln_binary_op op, kiln_tensor 
     kiln__node *n = kiln__ad_record(out, kiln__binary_name(op), binary_backward, 2, ins, &failed);
     if (n) {
         n->iv[0] = op;
+        /* Only what the backward reads is saved (as PyTorch's): nothing for add and sub, so a
+         * residual's operands can die after the forward and may be written in place before
+         * the backward; for mul, each operand only when the other needs its gradient. */
+        bool na = kiln__ad_needs(n, 0), nb = kiln__ad_needs(n, 1);
+        bool save_a = false, save_b = false, save_y = false;
+        switch (op) {
+        case KILN_BINARY_ADD:
+        case KILN_BINARY_SUB: break;
+        case KILN_BINARY_MUL: save_a = nb, save_b = na; break;
+        case KILN_BINARY_DIV: save_b = true, save_y = nb; break;
+        case KILN_BINARY_REMAINDER: save_a = save_b = nb; break;
+        case KILN_BINARY_POW: save_a = save_b = true, save_y = nb; break;
+        default: save_a = save_b = true; break;
+        }
         /* Operands are saved in the dtype the op computed in, so the backward's own
          * arithmetic sees no mixed dtypes. */
-        kiln_tensor *ca = kiln__cast(a, out->dtype, n->name);
-        kiln_tensor *cb = ca ? kiln__cast(b, out->dtype, n->name) : NULL;
-        failed = !cb || kiln__ad_save(n, 0, ca) < 0 || kiln__ad_save(n, 1, cb) < 0 || kiln__ad_save(n, 2, out) < 0;
+        kiln_tensor *ca = save_a ? kiln__cast(a, out->dtype, n->name) : NULL;
+        kiln_tensor *cb = save_b ? kiln__cast(b, out->dtype, n->name) : NULL;
+        failed = (save_a && (!ca || kiln__ad_save(n, 0, ca) < 0)) ||
+                 (save_b && (!cb || kiln__ad_save(n, 1, cb) < 0)) || (save_y && kiln__ad_save(n, 2, out) < 0);
         kiln_tensor_release(ca);
         kiln_tensor_release(cb);
     }

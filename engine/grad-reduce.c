@@ -35,7 +35,7 @@ static int reduce_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
         }
     }
     kiln_tensor *gk = kiln_reshape(g, nd, kshape);
-    kiln_tensor *yk = kiln_reshape(y, nd, kshape);
+    kiln_tensor *yk = y ? kiln_reshape(y, nd, kshape) : NULL; /* sum and mean save nothing */
     kiln_tensor *ge = kiln_expand(gk, nd, shape);
     kiln_tensor *zero = kiln__const_like(g, 0);
     kiln_tensor *r = NULL;
@@ -127,7 +127,9 @@ kiln_tensor *kiln__grad_reduce(kiln_tensor *out, kiln_reduce_op op, kiln_tensor 
         n->iv[1] = mask;
         n->iv[2] = keepdim;
         n->dv[0] = param;
-        failed = kiln__ad_save(n, 0, t) < 0 || kiln__ad_save(n, 1, out) < 0;
+        /* sum's and mean's gradients need only the input's shape (in the node's edge) */
+        bool shape_only = op == KILN_REDUCE_SUM || op == KILN_REDUCE_MEAN;
+        failed = !shape_only && (kiln__ad_save(n, 0, t) < 0 || kiln__ad_save(n, 1, out) < 0);
     }
     return kiln__ad_fail(out, failed);
 }

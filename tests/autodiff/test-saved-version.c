@@ -1,11 +1,11 @@
 /*
  * tests/autodiff/test-saved-version.c — a tensor the tape saved for backward and then
- * written in place (an optimizer step, a module load, clipping, the batch-norm running
- * statistics, a write through another view of its storage) makes backward fail with an
+ * written in place (an optimizer step, a module load, clipping, a write through another
+ * view of its storage) makes backward fail with an
  * error naming the op, the tensor and its versions, and leaves every gradient as it was;
  * writes the tape does not depend on (a tensor it did not save, a write before the forward,
  * a step after backward in the usual loop, the input of a relu, whose backward reads its
- * output) change nothing.
+ * output, the operands of add and sub, batch norm's running statistics) change nothing.
  *
  * Usage: test-saved-version [DEVICE] (ref by default); exits 77 when DEVICE does not open.
  */
@@ -322,7 +322,9 @@ static void test_clip_in_place(void **state)
 }
 
 /* Batch norm's running statistics, updated in place by a training-mode call, after an
- * eval-mode forward normalised with them. */
+ * eval-mode forward normalised with them: the forward's (x - mean) saves nothing and its
+ * scale 1/sqrt(var + eps) is a tensor of its own, so backward gives the gradient of the
+ * forward that ran. */
 static void test_batch_norm_running_stats(void **state)
 {
     (void)state;
@@ -334,9 +336,52 @@ static void test_batch_norm_running_stats(void **state)
     kiln_tensor *loss = sum(kiln_square(kiln_batch_norm(x, mean, var, NULL, NULL, false, 0.1, 1e-5)));
     assert_non_null(kiln_batch_norm(kiln_detach(x), mean, var, NULL, NULL, true, 0.5, 1e-5));
     EXPECT(mean, 1);
-    assert_int_not_equal(kiln_backward(loss, NULL), 0);
+    assert_int_equal(kiln_backward(loss, NULL), 0);
+    double g[2];
+    assert_int_equal(kiln_to_data(kiln_cast(kiln_reshape(kiln_grad(x), KILN_SHAPE(2)), KILN_F64), g, sizeof g), 0);
+    /* d/dx sum(((x - 0) / sqrt(1 + eps))^2) = 2x / (1 + eps), with the stats before the update */
+    assert_true(fabs(g[0] - 2 / (1 + 1e-5)) < 1e-5 && fabs(g[1] - 6 / (1 + 1e-5)) < 1e-5);
+    kiln_scope_end();
+}
+
+/* Only what a backward reads is saved, as PyTorch's: add's and sub's operands and sum's
+ * input may be written in place before backward; mul keeps an operand only for the other's
+ * gradient, so writing the operand whose gradient nobody needs is fine, and writing the
+ * one that is read still fails. */
+static void test_ops_save_only_what_backward_reads(void **state)
+{
+    (void)state;
+    kiln_scope_begin();
+    kiln_tensor *x = param(2, (float[]){1, 2});
+    kiln_tensor *r = vec(2, (float[]){10, 20});
+    kiln_tensor *s = vec(2, (float[]){3, 4});
+    /* loss = sum((x + r) - s) + sum(x): dloss/dx = 2 */
+    kiln_tensor *loss = kiln_add(sum(kiln_sub(kiln_add(x, r), s)), sum(x));
+    kiln_tensor *rs[2] = {r, s};
+    kiln_optim *opt = sgd(1, 2, rs);
+    assert_int_equal(kiln_optim_step_grads(opt, (kiln_tensor *[]){kiln_ones_like(r), kiln_ones_like(s)}), 1);
+    EXPECT(r, 9, 19);
+    assert_int_equal(kiln_backward(loss, NULL), 0);
+    EXPECT(kiln_grad(x), 2, 2);
+    kiln_optim_free(opt);
+    /* mul: c needs no gradient, so x is not kept (only c, for x's gradient) */
+    kiln_zero_grad(x);
+    kiln_tensor *c = vec(2, (float[]){5, 6});
+    kiln_tensor *m = sum(kiln_mul(x, c));
+    opt = sgd(1, 1, &x);
+    assert_int_equal(kiln_optim_step_grads(opt, (kiln_tensor *[]){kiln_ones_like(x)}), 1);
+    EXPECT(x, 0, 1);
+    assert_int_equal(kiln_backward(m, NULL), 0);
+    EXPECT(kiln_grad(x), 5, 6);
+    kiln_optim_free(opt);
+    /* ... and writing c, which x's gradient reads, still fails */
+    kiln_zero_grad(x);
+    m = sum(kiln_mul(x, c));
+    opt = sgd(1, 1, &c);
+    assert_int_equal(kiln_optim_step_grads(opt, (kiln_tensor *[]){kiln_ones_like(c)}), 1);
+    assert_int_not_equal(kiln_backward(m, NULL), 0);
     expect_error("modified in place");
-    assert_null(kiln_grad(x));
+    kiln_optim_free(opt);
     kiln_scope_end();
 }
 
@@ -379,6 +424,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_no_partial_accumulation),
         cmocka_unit_test(test_adam_step),
         cmocka_unit_test(test_writes_the_graph_does_not_depend_on),
+        cmocka_unit_test(test_ops_save_only_what_backward_reads),
         cmocka_unit_test(test_relu_keeps_only_its_output),
         cmocka_unit_test(test_views_share_the_version),
         cmocka_unit_test(test_normal_loop),
