@@ -418,7 +418,7 @@ static void wake_conn(void *ud)
 }
 
 /* "ip:port" of a connection's peer, for the access log; "-" when it cannot be read. */
-static void peer_name(uv_tcp_t *tcp, char *out, size_t n)
+void kd_server_peer_name(uv_tcp_t *tcp, char *out, size_t n)
 {
     struct sockaddr_storage sa;
     int len = (int)sizeof sa;
@@ -465,7 +465,7 @@ static void on_connection(uv_stream_t *listener, int status)
     c->http.conn_id = ++s->accepted;
     int rc = uv_accept(listener, (uv_stream_t *)&c->tcp);
     if (rc == 0 && s->opts.service.access)
-        peer_name(&c->tcp, c->http.peer, sizeof c->http.peer);
+        kd_server_peer_name(&c->tcp, c->http.peer, sizeof c->http.peer);
     if (rc == 0)
         rc = uv_tcp_nodelay(&c->tcp, 1);
     if (rc == 0)

@@ -62,5 +62,7 @@ void kd_server_free(struct kd_server *srv);
  */
 int kd_server_bind(uv_loop_t *loop, uv_tcp_t *listener, const char *host, int port, uv_connection_cb on_conn,
                    bool *opened, int *bound_port, char *err, size_t errlen);
+/* tcp's peer as "ip:port" ("[ip]:port" for IPv6; "-" when unknown), for logs. Also the gRPC service's. */
+void kd_server_peer_name(uv_tcp_t *tcp, char *out, size_t n);
 
 #endif /* KD_API_SERVER_H */

@@ -43,6 +43,12 @@ enum grpc_code {
 };
 #define KD_GRPC_CODES 17
 
+/* A stream's backlog (kd_grpc_backlog: answers waiting, requests still running) past which the
+ * client's further request bytes are not given back to its window until it drains to half: a
+ * client that sends faster than it reads, or than its requests run, is held to its window
+ * instead of growing kilnd's memory. */
+#define KD_GRPC_BACKLOG_BYTES (4u << 20)
+
 /* The call metrics' method slots: every method the service knows, then one for any other path. */
 #define KD_GRPC_METHOD_SLOTS 16
 
@@ -85,6 +91,8 @@ struct grpc_stream {
     bool header_overflow;
     /* the request side */
     struct kd_buf in;               /* the message being gathered, prefix included */
+    size_t unconsumed;              /* request bytes taken but not yet given back to the client's
+                                     * window: held while this stream's answers wait (grpc-send.c) */
     uint64_t need;                  /* its whole length once the prefix is read; 0 before */
     int messages;                   /* complete messages so far */
     bool client_done;               /* END_STREAM received */
@@ -96,6 +104,7 @@ struct grpc_stream {
     int code;
     char message[1024];                 /* a run's failure whole (scheduler.h's error is 1024 too) */
     struct grpc_job *jobs, *jobs_tail;  /* queued inference, in request order */
+    size_t running_bytes;               /* their request messages' bytes, until each is answered */
     struct grpc_load *load;             /* RepositoryModelLoad waiting for its load */
     struct grpc_stream *prev, *next;
 };
@@ -111,6 +120,16 @@ struct kd_grpc_conn {
     struct grpc_stream *streams;
     uint64_t last_active_ns;
     size_t unsent;                  /* bytes handed to uv_write and not yet written */
+    /* For the stall limit: the last time a write to the socket completed (or none waited), and
+     * the last time nghttp2 took a stream's answers, which the client's windows allow (or none
+     * waited). PINGs and other frames the client provokes do not count. */
+    uint64_t socket_progress_ns, window_progress_ns;
+    size_t write_queue_seen; /* the socket's write queue at the last tick */
+    int held_streams;        /* streams whose unconsumed bytes are held */
+    double reset_tokens;     /* client resets (RST_STREAM) still allowed: a token bucket */
+    uint64_t reset_refill_ns;
+    bool cut_logged; /* the session's end for the client's doing is logged (once) */
+    char peer[64];   /* "ip:port", for the log */
     char rbuf[65536];
     struct kd_grpc_conn *prev, *next;
 };
@@ -138,6 +157,11 @@ void kd_grpc_finish(struct grpc_stream *s, enum grpc_code code, const char *fmt,
 void kd_grpc_finish_ok(struct grpc_stream *s);
 /* Sends what the session has queued, unless called from inside nghttp2 (the read path sends after). */
 void kd_grpc_flush(struct kd_grpc_conn *c);
+/* Answers queued on s and not yet taken by nghttp2 (the client's windows hold them back), and the
+ * requests of s's still being run, whose answers are to come (about as large, as a rule). */
+size_t kd_grpc_backlog(const struct grpc_stream *s);
+/* Whether a stream of c's has answers (data or trailers) waiting for the client's window. */
+bool kd_grpc_streams_waiting(const struct kd_grpc_conn *c);
 /* Frames a message: the 5-byte prefix then the packed bytes, appended to b. 0 or -1. */
 int kd_grpc_frame(struct kd_buf *b, const ProtobufCMessage *m);
 /* As kd_grpc_frame, compressed with coding (enum kd_http_coding) when that is not identity and the

@@ -47,6 +47,7 @@ struct grpc_job {
     struct kd_buf held;    /* the received message its inputs point into, until done */
     int coding;            /* the answer's compression (enum kd_http_coding), the stream's */
     int shm_status;        /* 400 when an output could not go into its region */
+    size_t request_bytes;  /* its message's, counted in the stream's running_bytes until answered */
 };
 
 #define FAIL(status, ...)                                                                                         \
@@ -425,6 +426,7 @@ static void deliver(struct grpc_stream *s)
         s->jobs = j->next;
         if (!s->jobs)
             s->jobs_tail = NULL;
+        s->running_bytes -= j->request_bytes;
         if (!j->streaming) {
             if (j->code == GRPC_OK && kd_grpc_reply_buf(s, &j->resp) == 0)
                 kd_grpc_finish_ok(s);
@@ -511,6 +513,7 @@ void kd_grpc_detach_jobs(struct grpc_stream *s)
         }
     }
     s->jobs = s->jobs_tail = NULL;
+    s->running_bytes = 0;
 }
 
 void kd_grpc_stream_maybe_end(struct grpc_stream *s)
@@ -622,6 +625,8 @@ void kd_grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len, struc
     j->s = s;
     j->streaming = s->streaming;
     j->coding = s->resp_coding;
+    j->request_bytes = len;
+    s->running_bytes += len;
     if (s->jobs_tail)
         s->jobs_tail->next = j;
     else

@@ -33,9 +33,55 @@ static void on_written(uv_write_t *req, int status)
     free(w);
     if (status != 0) {
         kd_grpc_conn_close(c);
-    } else if (c->read_paused && !c->closing && c->unsent < UNSENT_HIGH / 2) {
+        return;
+    }
+    c->socket_progress_ns = uv_hrtime();
+    if (c->read_paused && !c->closing && c->unsent < UNSENT_HIGH / 2) {
         c->read_paused = false;
         uv_read_start((uv_stream_t *)&c->tcp, kd_grpc_on_alloc, kd_grpc_on_read);
+    }
+}
+
+size_t kd_grpc_backlog(const struct grpc_stream *s)
+{
+    return s->out.len - s->out_off + s->running_bytes;
+}
+
+bool kd_grpc_streams_waiting(const struct kd_grpc_conn *c)
+{
+    for (const struct grpc_stream *s = c->streams; s; s = s->next)
+        if (s->out.len > s->out_off || (s->finished && !s->trailers_sent))
+            return true;
+    return false;
+}
+
+/* Gives back to the client's windows the request bytes held on streams whose answers have
+ * drained to half the backlog limit (grpc-server.c holds them). Whether any were. */
+static bool release_windows(struct kd_grpc_conn *c)
+{
+    bool released = false;
+    for (struct grpc_stream *s = c->streams; s && c->held_streams; s = s->next)
+        if (s->unconsumed && kd_grpc_backlog(s) < KD_GRPC_BACKLOG_BYTES / 2) {
+            nghttp2_session_consume(c->session, s->id, s->unconsumed);
+            s->unconsumed = 0;
+            c->held_streams--;
+            released = true;
+        }
+    return released;
+}
+
+/* Appends every frame the session has ready to b. 0, or -1 when the session failed or out of memory. */
+static int gather(struct kd_grpc_conn *c, struct kd_buf *b)
+{
+    for (;;) {
+        const uint8_t *p;
+        ssize_t n = nghttp2_session_mem_send(c->session, &p);
+        if (n < 0)
+            return -1;
+        if (n == 0)
+            return 0;
+        if (kd_buf_append(b, p, (size_t)n) != 0)
+            return -1;
     }
 }
 
@@ -44,21 +90,11 @@ void kd_grpc_flush(struct kd_grpc_conn *c)
     if (c->in_recv || c->closing)
         return;
     struct kd_buf b = {0};
-    for (;;) {
-        const uint8_t *p;
-        ssize_t n = nghttp2_session_mem_send(c->session, &p);
-        if (n < 0) {
-            kd_buf_free(&b);
-            kd_grpc_conn_close(c);
-            return;
-        }
-        if (n == 0)
-            break;
-        if (kd_buf_append(&b, p, (size_t)n) != 0) {
-            kd_buf_free(&b);
-            kd_grpc_conn_close(c);
-            return;
-        }
+    /* answers taken may bring a held stream under its limit: its WINDOW_UPDATE goes in this pass */
+    if (gather(c, &b) != 0 || (c->held_streams && release_windows(c) && gather(c, &b) != 0)) {
+        kd_buf_free(&b);
+        kd_grpc_conn_close(c);
+        return;
     }
     size_t done = 0;
     if (b.len && !c->detached && c->unsent == 0) {
@@ -175,6 +211,8 @@ static ssize_t read_out(nghttp2_session *session, int32_t id, uint8_t *buf, size
 {
     struct grpc_stream *s = source->ptr;
     size_t left = s->out.len - s->out_off;
+    if (left || s->finished)
+        s->conn->window_progress_ns = uv_hrtime(); /* the client's windows let answers through */
     if (left) {
         size_t n = left < length ? left : length;
         memcpy(buf, s->out.data + s->out_off, n);

@@ -8,7 +8,10 @@
  * body is buffered; a gzip or deflate message again as it inflates), a request must arrive
  * within its grpc-timeout, and a connection with no stream for idle_timeout_ms is sent GOAWAY
  * and closed. nghttp2 answers PINGs (keepalive) and does HTTP/2 flow control; the windows are
- * opened wider than the 64 KiB default so that one round trip carries a whole tensor.
+ * opened wider than the 64 KiB default so that one round trip carries a whole tensor, and kilnd
+ * gives them back itself (held while a stream's answers back up). Against a hostile client: a
+ * rate of stream resets (rapid reset) and a stall limit (answers that the client neither reads nor
+ * opens its window for, idle_timeout_ms) end the connection with GOAWAY, logged with the reason.
  *
  * Sending (the write path, replies and status trailers) is in grpc-send.c.
  */
@@ -24,6 +27,13 @@
 
 #define WINDOW_BYTES (1 << 20)       /* per stream */
 #define CONN_WINDOW_BYTES (16 << 20) /* per connection */
+/* Client resets (RST_STREAM) a connection may send: RESET_BURST at once, RESETS_PER_SECOND after. */
+#define RESET_BURST 200
+#define RESETS_PER_SECOND 50
+#define RESET_RATE_TEXT "200 at once or 50 a second"
+/* SETTINGS and PING acks nghttp2 may hold unsent (one read's worth, as kilnd sends after each
+ * read); a client that provokes more in one read is cut (nghttp2's flood detection). */
+#define MAX_OUTBOUND_ACKS 1000
 
 #define glog(g, level, ...) kd_api_logf((g)->o.log, (g)->o.log_ud, (level), __VA_ARGS__)
 
@@ -117,7 +127,8 @@ static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame
     return 0;
 }
 
-/* "<digits><unit>" with at most 8 digits (the gRPC spec's grpc-timeout); 0 when malformed. */
+/* "<digits><unit>" with at most 8 digits (the gRPC spec's grpc-timeout); 0 when malformed.
+ * 8 digits of hours pass 2^64 ns: a product that would wrap is UINT64_MAX (no deadline). */
 static uint64_t parse_timeout_ns(const uint8_t *v, size_t n)
 {
     if (n < 2 || n > 9)
@@ -135,7 +146,7 @@ static uint64_t parse_timeout_ns(const uint8_t *v, size_t n)
                  {'m', 1000000ull},       {'u', 1000ull},        {'n', 1ull}};
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
         if (v[n - 1] == units[i].unit)
-            return x ? x * units[i].ns : 1;
+            return !x ? 1 : x > UINT64_MAX / units[i].ns ? UINT64_MAX : x * units[i].ns;
     return 0;
 }
 
@@ -164,7 +175,8 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
             s->path[valuelen] = '\0';
         }
     } else if (header_is(name, namelen, "content-type")) {
-        s->grpc_content_type = valuelen >= 16 && memcmp(value, "application/grpc", 16) == 0;
+        s->grpc_content_type = valuelen >= 16 && memcmp(value, "application/grpc", 16) == 0 &&
+                               (valuelen == 16 || value[16] == '+' || value[16] == ';');
     } else if (header_is(name, namelen, "authorization")) {
         /* kept whole, as over HTTP: a token is bounded by max_header_bytes only (a fixed
          * array had made long tokens work over HTTP and not here) */
@@ -174,7 +186,8 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
             return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* out of memory: the stream is reset */
     } else if (header_is(name, namelen, "grpc-timeout")) {
         uint64_t ns = parse_timeout_ns(value, valuelen);
-        if (ns)
+        /* a timeout past the clock's range (thousands of years) is no deadline, not a wrapped one */
+        if (ns && ns <= UINT64_MAX - s->opened_ns)
             s->deadline_ns = s->opened_ns + ns;
     } else if (header_is(name, namelen, "grpc-accept-encoding")) {
         /* a comma-separated list; only the codings kilnd can send matter */
@@ -293,10 +306,17 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, co
 {
     struct kd_grpc_conn *c = user_data;
     struct grpc_stream *s = stream_of(c, id);
-    if (!s)
-        return 0;
-    if (take_data(s, data, len) != 0)
+    if (s && take_data(s, data, len) != 0)
         kd_grpc_finish(s, GRPC_RESOURCE_EXHAUSTED, "out of memory for the request");
+    /* The bytes go back to the client's windows now, unless answers already wait on this stream
+     * past the backlog limit: then once they drain (grpc-send.c), so a streaming call whose
+     * client sends and does not read is held to its window. */
+    if (s && kd_grpc_backlog(s) >= KD_GRPC_BACKLOG_BYTES) {
+        c->held_streams += s->unconsumed == 0;
+        s->unconsumed += len;
+    } else {
+        nghttp2_session_consume(session, id, len);
+    }
     return 0;
 }
 
@@ -333,9 +353,38 @@ static void end_of_request(struct grpc_stream *s)
     dispatch_message(s);
 }
 
+/* Ends c's session with GOAWAY code, once, logging why (reason completes the sentence). */
+static void cut(struct kd_grpc_conn *c, uint32_t code, const char *reason)
+{
+    if (c->cut_logged)
+        return;
+    c->cut_logged = true;
+    glog(c->g, KD_LOG_WARN, "gRPC connection from %s closed (GOAWAY %s): %s", c->peer,
+         nghttp2_http2_strerror(code), reason);
+    nghttp2_session_terminate_session(c->session, code);
+}
+
+/* One more RST_STREAM from the client: a token bucket, RESET_BURST deep, refilled at
+ * RESETS_PER_SECOND. Each reset call may have queued work (cancelled, yet accepted and freed):
+ * a client that resets faster is cut (rapid reset, CVE-2023-44487). */
+static void count_reset(struct kd_grpc_conn *c)
+{
+    uint64_t now = uv_hrtime();
+    c->reset_tokens += (double)(now - c->reset_refill_ns) * RESETS_PER_SECOND / 1e9;
+    c->reset_refill_ns = now;
+    if (c->reset_tokens > RESET_BURST)
+        c->reset_tokens = RESET_BURST;
+    if (c->reset_tokens < 1.0)
+        cut(c, NGHTTP2_ENHANCE_YOUR_CALM, "the client reset streams faster than " RESET_RATE_TEXT);
+    else
+        c->reset_tokens -= 1.0;
+}
+
 static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
 {
     struct kd_grpc_conn *c = user_data;
+    if (frame->hd.type == NGHTTP2_RST_STREAM)
+        count_reset(c);
     struct grpc_stream *s = stream_of(c, frame->hd.stream_id);
     if (!s)
         return 0;
@@ -351,6 +400,11 @@ static void stream_free(struct kd_grpc_conn *c, struct grpc_stream *s)
 {
     if (!s->finished) /* reset (by the client, or for its headers) or its connection went: no status */
         kd_grpc_count_call(s, GRPC_CANCELLED);
+    if (s->unconsumed) { /* the stream is gone: what it held goes back to the connection's window */
+        c->held_streams--;
+        if (c->session && !c->closing)
+            nghttp2_session_consume_connection(c->session, s->unconsumed);
+    }
     kd_grpc_detach_jobs(s);
     if (s->load)
         s->load->s = NULL;
@@ -375,6 +429,22 @@ static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t error_
         stream_free(c, s);
     }
     c->last_active_ns = uv_hrtime();
+    return 0;
+}
+
+/* A GOAWAY nghttp2 sent for the client's fault (a protocol or flow-control error, a flood): logged
+ * with the reason nghttp2 gave the client. */
+static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
+{
+    struct kd_grpc_conn *c = user_data;
+    if (frame->hd.type != NGHTTP2_GOAWAY || frame->goaway.error_code == NGHTTP2_NO_ERROR || c->cut_logged)
+        return 0;
+    c->cut_logged = true;
+    const nghttp2_goaway *ga = &frame->goaway;
+    const char *why = ga->opaque_data_len ? (const char *)ga->opaque_data : "the client broke the protocol";
+    int why_len = ga->opaque_data_len ? (int)ga->opaque_data_len : (int)strlen(why);
+    glog(c->g, KD_LOG_WARN, "gRPC connection from %s closed (GOAWAY %s): %.*s", c->peer,
+         nghttp2_http2_strerror(ga->error_code), why_len, why);
     return 0;
 }
 
@@ -434,6 +504,9 @@ static int session_new(struct kd_grpc_conn *c)
     nghttp2_option *opt;
     if (nghttp2_session_callbacks_new(&cb) != 0)
         return -1;
+    c->reset_tokens = RESET_BURST;
+    c->reset_refill_ns = uv_hrtime();
+    snprintf(c->peer, sizeof c->peer, "-"); /* a socket's connection names its peer once accepted */
     if (nghttp2_option_new(&opt) != 0) {
         nghttp2_session_callbacks_del(cb);
         return -1;
@@ -443,7 +516,10 @@ static int session_new(struct kd_grpc_conn *c)
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
     nghttp2_option_set_max_settings(opt, 64);
+    nghttp2_option_set_max_outbound_ack(opt, MAX_OUTBOUND_ACKS);
+    nghttp2_option_set_no_auto_window_update(opt, 1); /* on_data_chunk gives the windows back */
     int rc = nghttp2_session_server_new2(&c->session, cb, c, opt);
     nghttp2_session_callbacks_del(cb);
     nghttp2_option_del(opt);
@@ -469,6 +545,8 @@ int kd_grpc_conn_feed(struct kd_grpc_conn *c, const uint8_t *data, size_t len)
     c->in_recv = false;
     c->last_active_ns = uv_hrtime();
     if (n < 0) {
+        if (!c->cut_logged && n != NGHTTP2_ERR_BAD_CLIENT_MAGIC) /* not HTTP/2 at all: nothing to say */
+            glog(c->g, KD_LOG_WARN, "gRPC connection from %s closed: %s", c->peer, nghttp2_strerror((int)n));
         kd_grpc_conn_close(c);
         return -1;
     }
@@ -501,8 +579,27 @@ static void on_tick(uv_timer_t *t)
     for (struct grpc_stream *s = c->streams; s; s = s->next)
         if (!s->client_done && !s->finished && s->deadline_ns && now > s->deadline_ns)
             kd_grpc_finish(s, GRPC_DEADLINE_EXCEEDED, "the deadline passed before the request arrived");
-    if (!c->streams && now - c->last_active_ns > c->g->o.idle_timeout_ms * 1000000u) {
+    uint64_t limit_ns = c->g->o.idle_timeout_ms * 1000000u;
+    if (!c->streams && now - c->last_active_ns > limit_ns) {
         nghttp2_session_terminate_session(c->session, NGHTTP2_NO_ERROR);
+    }
+    /* The stall limit: answers that wait idle_timeout_ms on a client that does not read them (the
+     * socket) or does not open its windows for them. Its calls are cut, their memory freed. */
+    /* a write partly taken counts too: a slow reader is not a stalled one */
+    size_t queued = c->detached ? 0 : uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+    if (!c->unsent || queued < c->write_queue_seen)
+        c->socket_progress_ns = now;
+    c->write_queue_seen = queued;
+    if (!kd_grpc_streams_waiting(c))
+        c->window_progress_ns = now;
+    bool socket_stalled = now - c->socket_progress_ns > limit_ns;
+    if (socket_stalled || now - c->window_progress_ns > limit_ns) {
+        cut(c, NGHTTP2_ENHANCE_YOUR_CALM,
+            socket_stalled ? "its client read none of the answers for limits.idle_timeout_ms"
+                           : "its client's flow-control windows let no answer through for limits.idle_timeout_ms");
+        kd_grpc_flush(c); /* the GOAWAY, if the socket takes it */
+        kd_grpc_conn_close(c);
+        return;
     }
     kd_grpc_flush(c);
 }
@@ -529,11 +626,12 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
+    kd_server_peer_name(&c->tcp, c->peer, sizeof c->peer);
     c->next = g->conns;
     if (g->conns)
         g->conns->prev = c;
     g->conns = c;
-    c->last_active_ns = uv_hrtime();
+    c->last_active_ns = c->socket_progress_ns = c->window_progress_ns = uv_hrtime();
     uv_timer_start(&c->timer, on_tick, 1000, 1000);
     uv_read_start((uv_stream_t *)&c->tcp, kd_grpc_on_alloc, kd_grpc_on_read);
     kd_grpc_flush(c);
