@@ -48,11 +48,20 @@ static int handle_meta(void *ctx, const struct kd_request *req, struct kd_buf *o
     return copy_static(((struct kd_api *)ctx)->meta, req, out);
 }
 
-/* One device's allocator figures into the gauges; devices that keep none (cpu, ref) are
- * left out rather than shown as zero. */
+/* One device's idle pool trims, and its allocator figures into the gauges; devices that keep
+ * no figures (ref, remote) are left out of those rather than shown as zero. */
 static void sample_device_memory(void *ctx, const char *spec, kiln_device *dev)
 {
     struct kd_api *api = ctx;
+    struct kd_sched_pool_stats ps;
+    if (kd_sched_pool_stats(api->sched, spec, &ps) == 0) {
+        struct kd_metric_series *t = kd_metrics_series(api->pool_trims, (const char *const[]){spec, NULL});
+        struct kd_metric_series *b = kd_metrics_series(api->pool_released, (const char *const[]){spec, NULL});
+        if (t)
+            kd_metric_set(t, (double)ps.trims);
+        if (b)
+            kd_metric_set(b, (double)ps.released_bytes);
+    }
     kiln_device_memory m;
     if (kiln_device_memory_get(dev, &m) != 0)
         return;
@@ -75,7 +84,8 @@ static void sample_device_memory(void *ctx, const char *spec, kiln_device *dev)
 static int handle_metrics(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
     struct kd_api *api = ctx;
-    if (api->sched && api->device_memory && api->device_allocs && api->device_reuses)
+    if (api->sched && api->device_memory && api->device_allocs && api->device_reuses && api->pool_trims &&
+        api->pool_released)
         kd_sched_each_device(api->sched, sample_device_memory, api);
     api->scratch.len = 0;
     if (kd_metrics_render(api->metrics, &api->scratch) != 0)
@@ -291,16 +301,27 @@ int kd_api_init(struct kd_api *api, struct kd_metrics *metrics, const char *cons
         api->device_memory = kd_metrics_family(
             metrics, "kiln_device_memory_bytes",
             "Device memory of a device's allocator: in_use by live tensors, cached for reuse, reserved from the "
-            "device (in use + cached), peak_in_use since start. Only devices that keep figures (GPUs).",
+            "device (in use + cached), peak_in_use since start. Only devices that keep figures (GPUs, and cpu's "
+            "buffer pool).",
             KD_METRIC_GAUGE, (const char *const[]){"device", "state", NULL}, NULL, 0);
         api->device_allocs = kd_metrics_family(metrics, "kiln_device_memory_allocations_total",
-                                               "Allocations that reached the device driver (not served from the "
-                                               "allocator's cache).",
+                                               "Allocations that reached the device driver, or the system on cpu "
+                                               "(not served from the allocator's cache).",
                                                KD_METRIC_COUNTER, (const char *const[]){"device", NULL}, NULL, 0);
         api->device_reuses = kd_metrics_family(metrics, "kiln_device_memory_reuses_total",
                                                "Allocations served from the allocator's cache.", KD_METRIC_COUNTER,
                                                (const char *const[]){"device", NULL}, NULL, 0);
-        rc = api->device_memory && api->device_allocs && api->device_reuses ? 0 : -1;
+        api->pool_trims = kd_metrics_family(metrics, "kiln_device_pool_trims_total",
+                                            "Times a device idle for limits.pool_idle_trim_ms had its cached "
+                                            "buffers handed back to the system.",
+                                            KD_METRIC_COUNTER, (const char *const[]){"device", NULL}, NULL, 0);
+        api->pool_released = kd_metrics_family(metrics, "kiln_device_pool_released_bytes_total",
+                                               "Cached buffers those idle trims handed back to the system.",
+                                               KD_METRIC_COUNTER, (const char *const[]){"device", NULL}, NULL, 0);
+        rc = api->device_memory && api->device_allocs && api->device_reuses && api->pool_trims &&
+                     api->pool_released
+                 ? 0
+                 : -1;
     }
     if (rc != 0)
         kd_api_free(api);

@@ -26,8 +26,10 @@ struct kd_api {
     struct kd_jobs *jobs;             /* borrowed; NULL until the job endpoints are up */
     struct kd_tensor_service *tensor; /* borrowed; NULL until /v1/tensor is up */
     struct kd_sched *sched;           /* borrowed; readiness also asks its devices' health */
-    /* device allocators' figures, sampled from the scheduler's devices at each /metrics */
+    /* device allocators' figures and the idle trims of their pools, sampled from the
+     * scheduler's devices at each /metrics */
     struct kd_metric_family *device_memory, *device_allocs, *device_reuses;
+    struct kd_metric_family *pool_trims, *pool_released;
 };
 
 /* extensions is the NULL-terminated list advertised by GET /v2. Starts not ready ("starting"). */

@@ -90,6 +90,13 @@ const struct kd_config_key kd_config_keys[] = {
     {"limits.infer_timeout_ms", KD_CT_INT, OFF(limits.infer_timeout_ms), 1, 3600000, NULL, "10000",
      "KILN_INFER_TIMEOUT_MS", "--infer-timeout-ms",
      "An inference request that has not started running this long after it arrived gets 503."},
+    {"limits.pool_idle_trim_ms", KD_CT_INT, OFF(limits.pool_idle_trim_ms), 0, 86400000, NULL, "30000",
+     "KILN_POOL_IDLE_TRIM_MS", "--pool-idle-trim-ms",
+     "A device keeps the buffers its work frees for reuse and gives them back only when an allocation needs the "
+     "room, so after a large batch or a training job an idle kilnd would go on holding that memory. Once a device "
+     "has had no work (inference, remote tensor sessions, model loads, training jobs) for this long, its worker "
+     "hands those cached buffers back to the system; the next request reserves memory afresh. /metrics shows "
+     "kiln_device_memory_bytes{state=\"cached\"} and kiln_device_pool_trims_total. 0 turns the trim off."},
     {"remote.max_sessions", KD_CT_INT, OFF(remote.max_sessions), 0, 100000, NULL, "64", "KILN_REMOTE_MAX_SESSIONS",
      "--remote-max-sessions",
      "Remote tensor sessions (WebSocket connections to /v1/tensor) open at once; past it the upgrade gets 503. "

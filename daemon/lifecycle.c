@@ -281,6 +281,9 @@ static int start_serving(struct kd_daemon *d)
         .training_max_wait_ms = d->cfg.training.max_wait_ms,
         .training_max_jobs = (int)d->cfg.training.max_jobs_per_device,
         .training_nice = (int)d->cfg.training.nice,
+        .log = kd_log_sink,
+        .log_ud = &d->log,
+        .pool_idle_trim_ms = d->cfg.limits.pool_idle_trim_ms,
     };
     if (kd_sched_new(&d->sched, &so, err, sizeof err) != 0) {
         kd_log_write(&d->log, KD_LOG_ERROR, "scheduler: %s", err);

@@ -637,6 +637,17 @@ int kiln_device_memory_get(kiln_device *dev, kiln_device_memory *out)
     return rc;
 }
 
+size_t kiln_device_trim(kiln_device *dev, size_t bytes)
+{
+    if (!dev) {
+        kiln__error_set("kiln_device_trim: device is NULL");
+        return 0;
+    }
+    if (!dev->be->buffer_trim || bytes == 0)
+        return 0;
+    return dev->be->buffer_trim(kiln__qctx(dev), bytes);
+}
+
 const char *kiln_device_lost(kiln_device *dev)
 {
     return dev && dev->be->lost ? dev->be->lost(dev->ctx) : NULL;

@@ -416,13 +416,15 @@ int kd_sched_build(struct kd_sched_model *m, kiln_device *dev, struct kd_sched_e
     }
     /* A warmed autotune file shipped beside the model: its kernel choices (timed on the
      * machine it was made on) are taken where this one has none of its own. A corrupt or
-     * stale file never stops the load: it is ignored with a line on stderr. */
+     * stale file never stops the load: it is ignored with a warning in kilnd's log. */
     size_t tlen = strlen(m->path) + 16;
     char *tune = malloc(tlen);
     if (tune) {
         snprintf(tune, tlen, "%s/autotune.tsv", m->path);
         if (kiln_autotune_merge_file(tune) < 0)
-            fprintf(stderr, "kilnd: %s\n", kiln_error());
+            kd_sched_logf(m->sched, KD_LOG_WARN,
+                          "model %s version %lld: the kernel choices shipped with it are not used: %s", m->name,
+                          (long long)m->version, kiln_error());
         free(tune);
     }
     int rc = m->format && strcmp(m->format, "onnx") == 0 ? build_onnx(m, dev, out, why, n)
@@ -624,12 +626,10 @@ static void decide_batching(struct kd_sched_model *m, struct kd_sched_exec *e, k
     pthread_mutex_lock(&m->sched->mu);
     m->cfg.max_batch_size = 0;
     pthread_mutex_unlock(&m->sched->mu);
-    /* The scheduler has no log sink of its own: stderr is kilnd's log unless log_file is set
-     * (the autotune line in kd_sched_build does the same). */
-    fprintf(stderr,
-            "kilnd: warning: model %s version %lld is served unbatched (max_batch_size %d in config.json "
-            "taken as 0; requests run one at a time): %s\n",
-            m->name, (long long)m->version, asked, why);
+    kd_sched_logf(m->sched, KD_LOG_WARN,
+                  "model %s version %lld is served unbatched (max_batch_size %d in config.json taken as 0; "
+                  "requests run one at a time): %s",
+                  m->name, (long long)m->version, asked, why);
 }
 
 void kd_sched_run(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device *dev,
@@ -685,12 +685,12 @@ void kd_sched_run(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device
             continue;
         if (!atomic_exchange(&m->split_warned, true)) {
             char sh[160];
-            fprintf(stderr,
-                    "kilnd: warning: model %s version %lld: output '%s' has shape %s for a batch of %lld rows, "
-                    "which does not split along dim 0; such batches run one request at a time\n",
-                    m->name, (long long)m->version, c->outputs[o].name,
-                    kiln__shape_str(kiln_tensor_ndim(out[o]), kiln_tensor_shape(out[o]), sh, sizeof sh),
-                    (long long)rows);
+            kd_sched_logf(m->sched, KD_LOG_WARN,
+                          "model %s version %lld: output '%s' has shape %s for a batch of %lld rows, which "
+                          "does not split along dim 0; such batches run one request at a time",
+                          m->name, (long long)m->version, c->outputs[o].name,
+                          kiln__shape_str(kiln_tensor_ndim(out[o]), kiln_tensor_shape(out[o]), sh, sizeof sh),
+                          (long long)rows);
         }
         kiln_scope_end();
         kiln_no_grad_end();

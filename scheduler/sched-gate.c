@@ -35,8 +35,7 @@ struct kd_sched_gate *kd_sched_gate_for(struct kd_sched *s, const char *spec)
     return NULL;
 }
 
-/* Under the lock: inference work queued or running on g's device. */
-static bool gate_busy(const struct kd_sched *s, const struct kd_sched_gate *g)
+bool kd_sched_gate_busy(const struct kd_sched *s, const struct kd_sched_gate *g)
 {
     for (size_t i = 0; i < s->nworkers; i++) {
         const struct kd_sched_worker *w = &s->workers[i];
@@ -126,7 +125,7 @@ int kd_sched_training_acquire(struct kd_sched_training *t)
     pthread_mutex_lock(&s->mu);
     int64_t bound_ms = s->opts.training_max_wait_ms;
     int rc = 0;
-    if (bound_ms > 0 && !s->stopping && gate_busy(s, g)) {
+    if (bound_ms > 0 && !s->stopping && kd_sched_gate_busy(s, g)) {
         uint64_t start = uv_hrtime(), until = start + (uint64_t)bound_ms * 1000000u;
         bool forced = false;
         for (;;) {
@@ -134,7 +133,7 @@ int kd_sched_training_acquire(struct kd_sched_training *t)
                 rc = 1;
                 break;
             }
-            if (!gate_busy(s, g))
+            if (!kd_sched_gate_busy(s, g))
                 break;
             if (uv_hrtime() >= until) {
                 forced = true;
@@ -178,6 +177,9 @@ void kd_sched_training_end(struct kd_sched_training *t)
     /* A job waiting for the slot takes it now. */
     if (g->waiting)
         pthread_cond_broadcast(&g->cv);
+    /* what the job freed stays in the device's pool: its idle time starts now */
+    kd_sched_pool_work_ended(g);
+    kd_sched_pool_wake(s, g);
     pthread_mutex_unlock(&s->mu);
     t->dev = -1;
 }

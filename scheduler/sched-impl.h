@@ -1,7 +1,7 @@
 /*
  * scheduler/sched-impl.h — the scheduler's structs, shared by scheduler.c (workers, queues,
- * batching), model.c (building an instance from a repository version, running a batch) and
- * sched-gate.c (training's turn on a device).
+ * batching), model.c (building an instance from a repository version, running a batch),
+ * sched-gate.c (training's turn on a device) and sched-pool.c (an idle device's pool trim).
  */
 #ifndef KD_SCHED_IMPL_H
 #define KD_SCHED_IMPL_H
@@ -70,8 +70,9 @@ struct kd_sched_ctl {
 };
 
 /*
- * One device spec's training gate. Workers that drive the same spec share it. Every field is
- * under the scheduler lock.
+ * One device spec's training gate. Workers that drive the same spec share it, and its device:
+ * the gate also keeps when the device's pool is due for its idle trim (sched-pool.c). Every field
+ * is under the scheduler lock.
  */
 struct kd_sched_gate {
     char *spec;
@@ -79,6 +80,9 @@ struct kd_sched_gate {
     int jobs;                           /* training jobs holding a slot */
     int waiting;                        /* trainers blocked in begin or acquire */
     struct kd_sched_training_stats stats;
+    uint64_t work_ended_ns; /* when work on the device last ended (uv_hrtime) */
+    bool pool_trimmed;      /* trimmed since (or no work yet): no trim is due */
+    struct kd_sched_pool_stats pool;
 };
 
 struct kd_sched_worker {
@@ -112,6 +116,11 @@ struct kd_sched {
     struct kd_sched_request *done_head, *done_tail;
 };
 
+/* Reports a line through the scheduler's log hook (kd_sched_options.log); without one, a warning
+ * or an error goes to stderr and the rest is dropped. Any thread. */
+void kd_sched_logf(const struct kd_sched *s, enum kd_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Builds one instance on the calling (worker) thread. 0, or -1 with why filled. */
 int kd_sched_build(struct kd_sched_model *m, kiln_device *dev, struct kd_sched_exec *out, char *why, size_t n);
 /* Frees what kd_sched_build made (on the same thread); safe on an empty exec. */
@@ -126,6 +135,20 @@ void kd_sched_run(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device
 
 /* sched-gate.c: the gate of device spec, or NULL when no worker drives it. */
 struct kd_sched_gate *kd_sched_gate_for(struct kd_sched *s, const char *spec);
+/* Under the lock: inference work queued or running on g's device. */
+bool kd_sched_gate_busy(const struct kd_sched *s, const struct kd_sched_gate *g);
+
+/* sched-pool.c, under the scheduler's lock. Work (a batch, a task, a control task, a training
+ * job) on g's device ended now: its pool's idle time starts over. */
+void kd_sched_pool_work_ended(struct kd_sched_gate *g);
+/* For worker w with nothing to run: when its device's pool is due for the idle trim (uv_hrtime
+ * clock), or 0 when none is (trimming is off, it was trimmed since the last work, or the device
+ * is busy: the work's end times the next one). */
+uint64_t kd_sched_pool_trim_due(const struct kd_sched *s, const struct kd_sched_worker *w);
+/* Trims w's device's pool on w's thread, dropping the lock while the trim runs. */
+void kd_sched_pool_trim(struct kd_sched *s, struct kd_sched_worker *w);
+/* Wakes g's workers to time the trim of work that ended off them (a training job's). */
+void kd_sched_pool_wake(struct kd_sched *s, struct kd_sched_gate *g);
 
 /* sched-batch.c, under the scheduler's lock. The rows r adds to a batch of m (its first input's
  * batch dim; 1 for a model that does not batch). */

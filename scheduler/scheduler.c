@@ -15,13 +15,16 @@
  *   - a preferred batch size can be formed exactly: the largest such;
  *   - the oldest request has waited max_queue_delay_us (or no delay is set), or the deadline of
  *     one of the requests that would go is near (deadline_lead): run what there is.
- * Requests whose client left or whose deadline passed are dropped as they are taken.
+ * Requests whose client left or whose deadline passed are dropped as they are taken. A worker
+ * with nothing to run trims its device's pool once the device has been idle long enough
+ * (sched-pool.c).
  *
  * Training does not run here: a job's thread asks the device's training gate (sched-gate.c) for
  * the device around each step, and the gate reads the queues and the workers' running flags
  * kept below. A worker that finishes a run or goes to sleep wakes the trainers waiting on it.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +42,19 @@ const char *kd_sched_outcome_to_str(enum kd_sched_outcome o)
     case KD_SCHED_SHUTDOWN: return "shutdown";
     }
     return "?";
+}
+
+void kd_sched_logf(const struct kd_sched *s, enum kd_log_level level, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (s->opts.log)
+        s->opts.log(s->opts.log_ud, level, msg);
+    else if (level <= KD_LOG_WARN) /* a bare scheduler's stderr gets what needs attention only */
+        fprintf(stderr, "kilnd: %s: %s\n", kd_log_level_to_str(level), msg);
 }
 
 /* ---- completions: workers -> loop ---------------------------------------------------------- */
@@ -293,6 +309,7 @@ static void *worker_main(void *arg)
             c->fn(w, c->arg);
             free(c);
             pthread_mutex_lock(&s->mu);
+            kd_sched_pool_work_ended(w->gate);
             continue;
         }
         if (s->stopping)
@@ -325,6 +342,7 @@ static void *worker_main(void *arg)
             post_done(s, &t->carrier);
             pthread_mutex_lock(&s->mu);
             w->running = false;
+            kd_sched_pool_work_ended(w->gate);
             continue;
         }
         if (pick) {
@@ -333,11 +351,19 @@ static void *worker_main(void *arg)
             w->running = true;
             run_batch(w, pick, n);
             w->running = false;
+            kd_sched_pool_work_ended(w->gate);
             continue;
         }
         /* Nothing to run now: a trainer waiting for this device may find it free. */
         if (w->gate->waiting)
             pthread_cond_broadcast(&w->gate->cv);
+        uint64_t trim_at = kd_sched_pool_trim_due(s, w);
+        if (trim_at && trim_at <= now) {
+            kd_sched_pool_trim(s, w);
+            continue;
+        }
+        if (trim_at && (!wake || trim_at < wake))
+            wake = trim_at;
         if (wake) {
             /* uv_hrtime is CLOCK_MONOTONIC; the condition variable is set to the same clock. */
             struct timespec ts = {.tv_sec = (time_t)(wake / 1000000000u), .tv_nsec = (long)(wake % 1000000000u)};
@@ -413,6 +439,7 @@ int kd_sched_new(struct kd_sched **out, const struct kd_sched_options *o, char *
             pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
             pthread_cond_init(&gate->cv, &ca);
             pthread_condattr_destroy(&ca);
+            gate->pool_trimmed = true; /* nothing in the pool before any work */
             s->ngates++;
         }
         for (int k = 0; k < per; k++) {

@@ -31,6 +31,7 @@
 
 #include <uv.h>
 
+#include "config.h"
 #include "kiln/tensor.h"
 #include "repository.h"
 
@@ -52,6 +53,17 @@ struct kd_sched_options {
     int64_t training_max_wait_ms;
     int training_max_jobs;
     int training_nice;              /* CPU priority a training job's thread drops to (0: unchanged) */
+    /* Where the scheduler reports what it went on past (a model served unbatched, an autotune
+     * file ignored): one finished line, without a newline, at level. It is called on the worker
+     * threads, several at once, so it must be thread safe (kilnd's kd_log_sink is: a line is one
+     * write). NULL, for a program or test that keeps no log: warnings and errors go to stderr,
+     * lines of lower levels are dropped. */
+    void (*log)(void *ud, enum kd_log_level level, const char *msg);
+    void *log_ud;
+    /* A device with no work (no batch, task, model load or free, training job) for this long
+     * has the buffers its pool keeps for reuse handed back to the system (kiln_device_trim), by
+     * one of its workers; 0: never (the pool keeps them until an allocation needs the room). */
+    int64_t pool_idle_trim_ms;
 };
 
 /* A host tensor: row-major bytes in dtype. */
@@ -197,6 +209,16 @@ struct kd_sched_task {
     struct kd_sched_task *next;
     struct kd_sched_request carrier; /* takes the completion through the loop's async queue */
 };
+
+/* A device's idle trims (kd_sched_options.pool_idle_trim_ms) since the scheduler started. */
+struct kd_sched_pool_stats {
+    uint64_t trims;          /* trims that ran: one per idle stretch that followed work */
+    uint64_t released_bytes; /* cached buffers they handed back to the system */
+};
+
+/* *out for device (a spec as configured, or as the device names itself): 0, or -1 when no worker
+ * drives it. Any thread. */
+int kd_sched_pool_stats(struct kd_sched *s, const char *device, struct kd_sched_pool_stats *out);
 
 /* A worker driving device spec (the hint spreads clients over several), or -1 when none does. */
 int kd_sched_worker_for(struct kd_sched *s, const char *device, unsigned hint);

@@ -12,6 +12,11 @@
  * connection), so the submission runs them off the loop (api/jobs-routes.c); a queued job parsed
  * again to run skips them, since the run meets the same problems itself. Every problem is
  * reported at once, so a user fixes a spec in one round trip rather than one field per submit.
+ *
+ * This file holds the whole spec's parse, the problem list and the field readers every section
+ * uses, the device, and the sections that name what is trained (model, data);
+ * trainer-spec-settings.c holds the sections that say how (loss, optimizer, learning-rate
+ * scheduler, checkpoints, early stopping).
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -61,21 +66,9 @@ static const char FASHION_CNN[] =
     "{\"name\":\"fc2\",\"layer\":\"Linear\",\"config\":{\"in_features\":128,\"out_features\":10},\"inputs\":[\"a3\"]}"
     "],\"outputs\":[\"fc2\"]}";
 
-/* Metric names the Learner produces; checkpoint keep-best and early stopping must use one. */
-const char *const kd_trainer_metrics[] = {
-    "train_loss",   "train_accuracy", "valid_loss", "valid_accuracy", "valid_top5_accuracy", "valid_precision",
-    "valid_recall", "valid_f1",       "lr",         "items_per_sec",  "epoch_seconds",       NULL};
+/* ---- problems, and the fields' readers that report them (trainer-impl.h) -------------------- */
 
-/* ---- problems ------------------------------------------------------------------------------ */
-
-struct problems {
-    char *buf;
-    size_t len, used;
-    int count;
-};
-
-static void problem(struct problems *p, const char *field, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void problem(struct problems *p, const char *field, const char *fmt, ...)
+void kd_spec_problem(struct kd_spec_problems *p, const char *field, const char *fmt, ...)
 {
     p->count++;
     if (p->used + 2 >= p->len)
@@ -91,67 +84,70 @@ static void problem(struct problems *p, const char *field, const char *fmt, ...)
         p->used = p->used + (size_t)n < p->len ? p->used + (size_t)n : p->len - 1;
 }
 
-static const cJSON *get(const cJSON *obj, const char *key)
+const cJSON *kd_spec_get(const cJSON *obj, const char *key)
 {
     return cJSON_GetObjectItemCaseSensitive(obj, key);
 }
 
 /* A number field within [lo, hi]; absent keeps *out. */
-static void num(struct problems *p, const cJSON *obj, const char *key, const char *field, double lo, double hi,
-                double *out)
+void kd_spec_number(struct kd_spec_problems *p, const cJSON *obj, const char *key, const char *field, double lo,
+                    double hi, double *out)
 {
-    const cJSON *v = get(obj, key);
+    const cJSON *v = kd_spec_get(obj, key);
     if (!v)
         return;
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-        problem(p, field, "must be a number");
+        kd_spec_problem(p, field, "must be a number");
     else if (v->valuedouble < lo || v->valuedouble > hi)
-        problem(p, field, "%g is out of range [%g, %g]", v->valuedouble, lo, hi);
+        kd_spec_problem(p, field, "%g is out of range [%g, %g]", v->valuedouble, lo, hi);
     else
         *out = v->valuedouble;
 }
 
-static void integer(struct problems *p, const cJSON *obj, const char *key, const char *field, int64_t lo, int64_t hi,
-                    int64_t *out)
+void kd_spec_integer(struct kd_spec_problems *p, const cJSON *obj, const char *key, const char *field, int64_t lo,
+                     int64_t hi, int64_t *out)
 {
-    const cJSON *v = get(obj, key);
+    const cJSON *v = kd_spec_get(obj, key);
     if (!v)
         return;
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
-        problem(p, field, "must be an integer");
+        kd_spec_problem(p, field, "must be an integer");
     else if (v->valuedouble < (double)lo || v->valuedouble > (double)hi)
-        problem(p, field, "%.0f is out of range [%lld, %lld]", v->valuedouble, (long long)lo, (long long)hi);
+        kd_spec_problem(p, field, "%.0f is out of range [%lld, %lld]", v->valuedouble, (long long)lo,
+                        (long long)hi);
     else
         *out = (int64_t)v->valuedouble;
 }
 
-static void boolean(struct problems *p, const cJSON *obj, const char *key, const char *field, bool *out)
+void kd_spec_boolean(struct kd_spec_problems *p, const cJSON *obj, const char *key, const char *field, bool *out)
 {
-    const cJSON *v = get(obj, key);
+    const cJSON *v = kd_spec_get(obj, key);
     if (!v)
         return;
     if (!cJSON_IsBool(v))
-        problem(p, field, "must be true or false");
+        kd_spec_problem(p, field, "must be true or false");
     else
         *out = cJSON_IsTrue(v);
 }
 
-static char *string(struct problems *p, const cJSON *obj, const char *key, const char *field, bool required)
+char *kd_spec_string(struct kd_spec_problems *p, const cJSON *obj, const char *key, const char *field,
+                     bool required)
 {
-    const cJSON *v = get(obj, key);
+    const cJSON *v = kd_spec_get(obj, key);
     if (!v) {
         if (required)
-            problem(p, field, "is required");
+            kd_spec_problem(p, field, "is required");
         return NULL;
     }
     if (!cJSON_IsString(v) || !v->valuestring[0]) {
-        problem(p, field, "must be a non-empty string");
+        kd_spec_problem(p, field, "must be a non-empty string");
         return NULL;
     }
     return strdup(v->valuestring);
 }
 
-static void unknown_keys(struct problems *p, const cJSON *obj, const char *prefix, const char *const *allowed)
+void kd_spec_unknown_keys(struct kd_spec_problems *p, const cJSON *obj, const char *prefix,
+                          const char *const *allowed)
 {
     for (const cJSON *c = obj ? obj->child : NULL; c; c = c->next) {
         bool ok = false;
@@ -160,7 +156,7 @@ static void unknown_keys(struct problems *p, const cJSON *obj, const char *prefi
         if (!ok) {
             char field[160];
             snprintf(field, sizeof field, "%s%s", prefix, c->string);
-            problem(p, field, "unknown field");
+            kd_spec_problem(p, field, "unknown field");
         }
     }
 }
@@ -171,17 +167,17 @@ static int repeated_key(void *ud, const char *path, const char *key)
 {
     char field[320];
     snprintf(field, sizeof field, "%s%s%s", path, *path ? "." : "", key);
-    problem(ud, field, "duplicate key '%s' in %s", key, *path ? path : "the job spec");
+    kd_spec_problem(ud, field, "duplicate key '%s' in %s", key, *path ? path : "the job spec");
     return 0;
 }
 
 /* Submission: the device opens here (then closes: the run opens its own), so a device this
  * server does not have ("cuda:9") is a 400 rather than a job that fails when it starts. */
-static void check_device(struct problems *p, const char *spec)
+static void check_device(struct kd_spec_problems *p, const char *spec)
 {
     kiln_device *dev = kiln_device_open(spec);
     if (!dev)
-        problem(p, "device", "'%s' cannot be opened on this server: %s", spec, kiln_error());
+        kd_spec_problem(p, "device", "'%s' cannot be opened on this server: %s", spec, kiln_error());
     else
         kiln_device_close(dev);
 }
@@ -190,7 +186,7 @@ static void check_device(struct problems *p, const char *spec)
  * of the data's shape through it where that shape is known, and the optimizer and scheduler made
  * over its parameters, so that what only the engine knows (an unknown layer, a Linear of the
  * wrong width, a setting the optimizer refuses) is a 400 now, with the engine's message. */
-static void check_model(struct problems *p, const struct kd_jobspec *s)
+static void check_model(struct kd_spec_problems *p, const struct kd_jobspec *s)
 {
     kiln_device *dev = kiln_device_open("ref");
     kiln_generator gen = kiln_generator_make(0);
@@ -203,21 +199,21 @@ static void check_model(struct problems *p, const struct kd_jobspec *s)
     else
         m = kiln_model_from_json(s->model_json, dev, &gen);
     if (!m) {
-        problem(p, "model", "does not build: %s", s->model_json ? kiln_error() : why);
+        kd_spec_problem(p, "model", "does not build: %s", s->model_json ? kiln_error() : why);
     } else {
         struct kd_trainer_items items;
         kd_trainer_probe_items(s, &items);
         if (items.ndim > 0 && kd_trainer_output_width(m, dev, &items, why, sizeof why) < 0)
-            problem(p, "model", "%s", why);
+            kd_spec_problem(p, "model", "%s", why);
         kiln_optim *opt = kiln_optim_create_module(&s->optim, m);
         if (!opt)
-            problem(p, "optimizer", "%s", kiln_error());
+            kd_spec_problem(p, "optimizer", "%s", kiln_error());
         kiln_sched_config sc = s->sched;
         if (sc.kind == KILN_SCHED_COSINE && sc.t_max <= 0)
             sc.t_max = 1; /* the whole run, which the run knows */
         kiln_sched *sched = opt && s->has_sched ? kiln_sched_create(&sc, opt) : NULL;
         if (opt && s->has_sched && !sched)
-            problem(p, "scheduler", "%s", kiln_error());
+            kd_spec_problem(p, "scheduler", "%s", kiln_error());
         kiln_sched_free(sched);
         kiln_optim_free(opt);
     }
@@ -259,15 +255,15 @@ static void match_device(void *ctx, const char *spec, kiln_device *dev)
  * not told to use is a 400 at submission rather than a job that trains and then cannot serve.
  * The workers' devices are fixed once the scheduler runs, so reading them from the training
  * thread is as safe as from the loop. */
-static void parse_device(struct problems *p, const cJSON *root, struct kd_jobspec *s)
+static void parse_device(struct kd_spec_problems *p, const cJSON *root, struct kd_jobspec *s)
 {
-    char *want = string(p, root, "device", "device", false);
+    char *want = kd_spec_string(p, root, "device", "device", false);
     struct kd_sched *sched = atomic_load(&configured_devices);
     if (!sched) {
-        s->device = want ? want : get(root, "device") ? NULL : strdup("cpu");
+        s->device = want ? want : kd_spec_get(root, "device") ? NULL : strdup("cpu");
         return;
     }
-    if (!want && get(root, "device"))
+    if (!want && kd_spec_get(root, "device"))
         return; /* not a string: said already */
     struct device_match m = {.want = want};
     kd_sched_each_device(sched, match_device, &m);
@@ -275,59 +271,39 @@ static void parse_device(struct problems *p, const cJSON *root, struct kd_jobspe
         s->device = strdup(m.found);
     } else {
         char shown[200];
-        problem(p, "device", "'%s' is not one of the devices kilnd drives (%s: the devices setting)",
-                kiln_device_spec_redact(want ? want : "", shown, sizeof shown), m.used ? m.listed : "none");
+        kd_spec_problem(p, "device", "'%s' is not one of the devices kilnd drives (%s: the devices setting)",
+                        kiln_device_spec_redact(want ? want : "", shown, sizeof shown),
+                        m.used ? m.listed : "none");
     }
     free(want);
 }
 
 /* A model name, or what is wrong with it. */
-static void name_problem(struct problems *p, const char *field, const cJSON *v)
+static void name_problem(struct kd_spec_problems *p, const char *field, const cJSON *v)
 {
     if (cJSON_IsString(v) && strlen(v->valuestring) > KD_MODEL_NAME_MAX)
-        problem(p, field, "is %zu characters long; a model name has at most %d", strlen(v->valuestring),
-                KD_MODEL_NAME_MAX);
+        kd_spec_problem(p, field, "is %zu characters long; a model name has at most %d", strlen(v->valuestring),
+                        KD_MODEL_NAME_MAX);
     else
-        problem(p, field,
-                "must be a model name: 1 to %d characters of [A-Za-z0-9_.-], without a leading dot or '..'",
-                KD_MODEL_NAME_MAX);
-}
-
-static bool known_metric(const char *name)
-{
-    for (int i = 0; kd_trainer_metrics[i]; i++)
-        if (strcmp(kd_trainer_metrics[i], name) == 0)
-            return true;
-    return false;
-}
-
-/* "max"/"min", or the metric's natural direction (losses go down). */
-static bool metric_max(struct problems *p, const cJSON *obj, const char *field, const char *metric)
-{
-    const cJSON *m = get(obj, "mode");
-    if (m && cJSON_IsString(m) && strcmp(m->valuestring, "max") == 0)
-        return true;
-    if (m && cJSON_IsString(m) && strcmp(m->valuestring, "min") == 0)
-        return false;
-    if (m)
-        problem(p, field, "must be \"max\" or \"min\"");
-    return !metric || !strstr(metric, "loss");
+        kd_spec_problem(
+            p, field, "must be a model name: 1 to %d characters of [A-Za-z0-9_.-], without a leading dot or '..'",
+            KD_MODEL_NAME_MAX);
 }
 
 /* Resolve path and require it under one of the roots; returns the real path (malloc'd). */
-static char *confined_path(struct problems *p, const char *field, const char *path,
+static char *confined_path(struct kd_spec_problems *p, const char *field, const char *path,
                            const struct kd_jobspec_env *env, bool want_dir)
 {
     if (!path)
         return NULL;
     char *real = realpath(path, NULL);
     if (!real) {
-        problem(p, field, "%s: %s", path, strerror(errno));
+        kd_spec_problem(p, field, "%s: %s", path, strerror(errno));
         return NULL;
     }
     struct stat st;
     if (stat(real, &st) != 0 || (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))) {
-        problem(p, field, "%s is not a %s", path, want_dir ? "folder" : "regular file");
+        kd_spec_problem(p, field, "%s is not a %s", path, want_dir ? "folder" : "regular file");
         free(real);
         return NULL;
     }
@@ -341,7 +317,7 @@ static char *confined_path(struct problems *p, const char *field, const char *pa
         if (under)
             return real;
     }
-    problem(p, field, "%s is outside the data roots kilnd allows (config jobs.data_roots)", path);
+    kd_spec_problem(p, field, "%s is outside the data roots kilnd allows (config jobs.data_roots)", path);
     free(real);
     return NULL;
 }
@@ -356,14 +332,14 @@ static char *path_in(const char *dir, const char *file)
 }
 
 /* {"repository": name, "version": N}: a version of a served model is the starting point. */
-static void parse_base_model(struct problems *p, const cJSON *m, const struct kd_jobspec_env *env,
+static void parse_base_model(struct kd_spec_problems *p, const cJSON *m, const struct kd_jobspec_env *env,
                              struct kd_jobspec *s)
 {
     static const char *const keys[] = {"repository", "version", NULL};
-    unknown_keys(p, m, "model.", keys);
-    const cJSON *name = get(m, "repository");
+    kd_spec_unknown_keys(p, m, "model.", keys);
+    const cJSON *name = kd_spec_get(m, "repository");
     int64_t want = 0;
-    integer(p, m, "version", "model.version", 1, INT64_MAX / 2, &want);
+    kd_spec_integer(p, m, "version", "model.version", 1, INT64_MAX / 2, &want);
     if (!cJSON_IsString(name) || !kd_repository_name_valid(name->valuestring)) {
         name_problem(p, "model.repository", name);
         return;
@@ -375,11 +351,11 @@ static void parse_base_model(struct problems *p, const cJSON *m, const struct kd
         if (info->versions[i].valid && (want ? info->versions[i].version == want : true))
             v = &info->versions[i]; /* ascending: the last valid one is the newest */
     if (!info)
-        problem(p, "model.repository", "no model '%s' in the repository", name->valuestring);
+        kd_spec_problem(p, "model.repository", "no model '%s' in the repository", name->valuestring);
     else if (!v && want)
-        problem(p, "model.version", "'%s' has no valid version %lld", name->valuestring, (long long)want);
+        kd_spec_problem(p, "model.version", "'%s' has no valid version %lld", name->valuestring, (long long)want);
     else if (!v)
-        problem(p, "model.repository", "'%s' has no valid version", name->valuestring);
+        kd_spec_problem(p, "model.repository", "'%s' has no valid version", name->valuestring);
     if (v) {
         s->base_model = strdup(name->valuestring);
         s->base_version = v->version;
@@ -387,16 +363,16 @@ static void parse_base_model(struct problems *p, const cJSON *m, const struct kd
             s->model_onnx = path_in(v->path, "model.onnx");
             char why[128];
             if (s->model_onnx && kd_trainer_onnx_check(s->model_onnx, why, sizeof why) != 0)
-                problem(p, "model.repository", "%s version %lld: model.onnx %s", name->valuestring,
-                        (long long)v->version, why);
+                kd_spec_problem(p, "model.repository", "%s version %lld: model.onnx %s", name->valuestring,
+                                (long long)v->version, why);
         } else {
             /* A kiln version's record carries the model's JSON spec as its config. */
             s->init_weights = path_in(v->path, "model.kiln");
             kiln_record *rec = s->init_weights ? kiln_record_open(s->init_weights) : NULL;
             const char *spec = rec ? kiln_record_config(rec) : NULL;
             if (!spec || !*spec)
-                problem(p, "model.repository", "%s version %lld: model.kiln holds no model spec: %s",
-                        name->valuestring, (long long)v->version, rec ? "empty config" : kiln_error());
+                kd_spec_problem(p, "model.repository", "%s version %lld: model.kiln holds no model spec: %s",
+                                name->valuestring, (long long)v->version, rec ? "empty config" : kiln_error());
             else
                 s->model_json = strdup(spec);
             kiln_record_close(rec);
@@ -405,27 +381,28 @@ static void parse_base_model(struct problems *p, const cJSON *m, const struct kd
     kd_repository_close(repo);
 }
 
-static void parse_model(struct problems *p, const cJSON *root, const struct kd_jobspec_env *env,
+static void parse_model(struct kd_spec_problems *p, const cJSON *root, const struct kd_jobspec_env *env,
                         struct kd_jobspec *s)
 {
-    const cJSON *m = get(root, "model");
+    const cJSON *m = kd_spec_get(root, "model");
     if (!m) {
-        problem(p, "model", "is required (a JSON graph spec, \"fashion_mlp\" / \"fashion_cnn\", {\"onnx\": path} "
-                            "or {\"repository\": name})");
+        kd_spec_problem(p, "model",
+                        "is required (a JSON graph spec, \"fashion_mlp\" / \"fashion_cnn\", {\"onnx\": path} "
+                        "or {\"repository\": name})");
         return;
     }
-    if (cJSON_IsObject(m) && get(m, "onnx")) {
+    if (cJSON_IsObject(m) && kd_spec_get(m, "onnx")) {
         static const char *const keys[] = {"onnx", NULL};
-        unknown_keys(p, m, "model.", keys);
-        char *raw = string(p, m, "onnx", "model.onnx", true);
+        kd_spec_unknown_keys(p, m, "model.", keys);
+        char *raw = kd_spec_string(p, m, "onnx", "model.onnx", true);
         s->model_onnx = confined_path(p, "model.onnx", raw, env, false);
         char why[128];
         if (s->model_onnx && kd_trainer_onnx_check(s->model_onnx, why, sizeof why) != 0)
-            problem(p, "model.onnx", "%s %s", raw, why);
+            kd_spec_problem(p, "model.onnx", "%s %s", raw, why);
         free(raw);
         return;
     }
-    if (cJSON_IsObject(m) && get(m, "repository")) {
+    if (cJSON_IsObject(m) && kd_spec_get(m, "repository")) {
         parse_base_model(p, m, env, s);
         return;
     }
@@ -435,290 +412,105 @@ static void parse_model(struct problems *p, const cJSON *root, const struct kd_j
         else if (strcmp(m->valuestring, "fashion_cnn") == 0)
             s->model_json = strdup(FASHION_CNN);
         else
-            problem(p, "model", "unknown built-in model '%s' (known: fashion_mlp, fashion_cnn)", m->valuestring);
+            kd_spec_problem(p, "model", "unknown built-in model '%s' (known: fashion_mlp, fashion_cnn)",
+                            m->valuestring);
         return;
     }
     if (!cJSON_IsObject(m)) {
-        problem(p, "model", "must be a JSON graph spec object or a built-in model name");
+        kd_spec_problem(p, "model", "must be a JSON graph spec object or a built-in model name");
         return;
     }
-    const cJSON *in = get(m, "inputs"), *nodes = get(m, "nodes"), *out = get(m, "outputs");
+    const cJSON *in = kd_spec_get(m, "inputs"), *nodes = kd_spec_get(m, "nodes"), *out = kd_spec_get(m, "outputs");
     if (!cJSON_IsArray(in) || cJSON_GetArraySize(in) != 1 || !cJSON_IsString(cJSON_GetArrayItem(in, 0)))
-        problem(p, "model.inputs", "must list exactly one input name");
+        kd_spec_problem(p, "model.inputs", "must list exactly one input name");
     if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) == 0)
-        problem(p, "model.nodes", "must be a non-empty array");
+        kd_spec_problem(p, "model.nodes", "must be a non-empty array");
     if (!cJSON_IsArray(out) || cJSON_GetArraySize(out) != 1 || !cJSON_IsString(cJSON_GetArrayItem(out, 0)))
-        problem(p, "model.outputs", "must list exactly one output name (the class logits)");
+        kd_spec_problem(p, "model.outputs", "must list exactly one output name (the class logits)");
     s->model_json = cJSON_PrintUnformatted(m);
 }
 
-static void parse_data(struct problems *p, const cJSON *root, const struct kd_jobspec_env *env,
+static void parse_data(struct kd_spec_problems *p, const cJSON *root, const struct kd_jobspec_env *env,
                        struct kd_jobspec *s)
 {
-    const cJSON *d = get(root, "data");
+    const cJSON *d = kd_spec_get(root, "data");
     if (!cJSON_IsObject(d)) {
-        problem(p, "data", d ? "must be an object" : "is required");
+        kd_spec_problem(p, "data", d ? "must be an object" : "is required");
         return;
     }
-    s->data_type = string(p, d, "type", "data.type", true);
-    integer(p, d, "limit", "data.limit", 0, INT64_MAX / 2, &s->limit);
-    integer(p, d, "valid_limit", "data.valid_limit", 0, INT64_MAX / 2, &s->valid_limit);
-    num(p, d, "valid_split", "data.valid_split", 0, 0.9, &s->valid_split);
+    s->data_type = kd_spec_string(p, d, "type", "data.type", true);
+    kd_spec_integer(p, d, "limit", "data.limit", 0, INT64_MAX / 2, &s->limit);
+    kd_spec_integer(p, d, "valid_limit", "data.valid_limit", 0, INT64_MAX / 2, &s->valid_limit);
+    kd_spec_number(p, d, "valid_split", "data.valid_split", 0, 0.9, &s->valid_split);
     if (!s->data_type)
         return;
     if (strcmp(s->data_type, "fashion_mnist") == 0) {
         static const char *const keys[] = {"type", "path", "normalize", "limit", "valid_limit", "valid_split", NULL};
-        unknown_keys(p, d, "data.", keys);
-        char *dir = string(p, d, "path", "data.path", false);
+        kd_spec_unknown_keys(p, d, "data.", keys);
+        char *dir = kd_spec_string(p, d, "path", "data.path", false);
         s->train_a = confined_path(p, "data.path", dir ? dir : FASHION_DIR, env, true);
         free(dir);
         s->normalize = true;
-        boolean(p, d, "normalize", "data.normalize", &s->normalize);
+        kd_spec_boolean(p, d, "normalize", "data.normalize", &s->normalize);
     } else if (strcmp(s->data_type, "idx") == 0) {
         static const char *const keys[] = {"type", "train_images", "train_labels", "valid_images", "valid_labels",
                                            "limit", "valid_limit", "valid_split", NULL};
-        unknown_keys(p, d, "data.", keys);
+        kd_spec_unknown_keys(p, d, "data.", keys);
         const char *names[4] = {"train_images", "train_labels", "valid_images", "valid_labels"};
         char **dst[4] = {&s->train_a, &s->train_b, &s->valid_a, &s->valid_b};
         for (int i = 0; i < 4; i++) {
             char field[64];
             snprintf(field, sizeof field, "data.%s", names[i]);
-            char *raw = string(p, d, names[i], field, i < 2);
+            char *raw = kd_spec_string(p, d, names[i], field, i < 2);
             *dst[i] = confined_path(p, field, raw, env, false);
             free(raw);
         }
         if (!s->valid_a != !s->valid_b)
-            problem(p, "data.valid_images", "valid_images and valid_labels go together");
+            kd_spec_problem(p, "data.valid_images", "valid_images and valid_labels go together");
     } else if (strcmp(s->data_type, "csv") == 0) {
         static const char *const keys[] = {"type", "train", "valid", "label_column", "limit", "valid_limit",
                                            "valid_split", NULL};
-        unknown_keys(p, d, "data.", keys);
-        char *raw = string(p, d, "train", "data.train", true);
+        kd_spec_unknown_keys(p, d, "data.", keys);
+        char *raw = kd_spec_string(p, d, "train", "data.train", true);
         s->train_a = confined_path(p, "data.train", raw, env, false);
         free(raw);
-        raw = string(p, d, "valid", "data.valid", false);
+        raw = kd_spec_string(p, d, "valid", "data.valid", false);
         s->valid_a = confined_path(p, "data.valid", raw, env, false);
         free(raw);
-        s->label_column = string(p, d, "label_column", "data.label_column", false);
-        if (!s->label_column && !get(d, "label_column"))
+        s->label_column = kd_spec_string(p, d, "label_column", "data.label_column", false);
+        if (!s->label_column && !kd_spec_get(d, "label_column"))
             s->label_column = strdup("label");
     } else {
-        problem(p, "data.type", "unknown type '%s' (known: fashion_mnist, idx, csv)", s->data_type);
+        kd_spec_problem(p, "data.type", "unknown type '%s' (known: fashion_mnist, idx, csv)", s->data_type);
     }
     if (s->valid_split > 0 && (s->valid_a || strcmp(s->data_type, "fashion_mnist") == 0))
-        problem(p, "data.valid_split", "a split needs a data set without its own validation set");
-}
-
-static void parse_loss(struct problems *p, const cJSON *root, struct kd_jobspec *s)
-{
-    const cJSON *l = get(root, "loss");
-    if (!l)
-        return;
-    const char *kind = cJSON_IsString(l) ? l->valuestring : NULL;
-    if (cJSON_IsObject(l)) {
-        static const char *const keys[] = {"kind", "label_smoothing", NULL};
-        unknown_keys(p, l, "loss.", keys);
-        const cJSON *k = get(l, "kind");
-        kind = cJSON_IsString(k) ? k->valuestring : "cross_entropy";
-        num(p, l, "label_smoothing", "loss.label_smoothing", 0, 1, &s->label_smoothing);
-        if (k && !cJSON_IsString(k)) {
-            problem(p, "loss.kind", "must be a loss name (jobs train classifiers: cross_entropy)");
-            return;
-        }
-    } else if (!kind) {
-        problem(p, "loss", "must be a name or an object");
-        return;
-    }
-    if (strcmp(kind, "cross_entropy") != 0)
-        problem(p, "loss", "unknown loss '%s' (jobs train classifiers: cross_entropy)", kind);
-}
-
-/* Whether list ("a, b, c") names word. */
-static bool listed(const char *list, const char *word)
-{
-    size_t n = strlen(word);
-    for (const char *at = list; (at = strstr(at, word)) != NULL; at += n)
-        if ((at == list || at[-1] == ' ') && (at[n] == ',' || at[n] == '\0'))
-            return true;
-    return false;
-}
-
-/* A setting the chosen kind does not have would be ignored, leaving the run other than asked:
- * refused (as torch.optim's constructors refuse an unknown keyword), naming the kinds it has. */
-static void foreign_keys(struct problems *p, const cJSON *obj, const char *prefix, const char *kind,
-                         const char *const owners[][2], size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        char field[64];
-        snprintf(field, sizeof field, "%s.%s", prefix, owners[i][0]);
-        if (get(obj, owners[i][0]) && !listed(owners[i][1], kind))
-            problem(p, field, "%s has no %s (it is a setting of %s)", kind, owners[i][0], owners[i][1]);
-    }
-}
-
-static void parse_optimizer(struct problems *p, const cJSON *root, struct kd_jobspec *s)
-{
-    s->optim = kiln_optim_config_default(KILN_OPTIM_ADAM);
-    s->grad_accum = 1;
-    const cJSON *o = get(root, "optimizer");
-    if (!o)
-        return;
-    if (!cJSON_IsObject(o)) {
-        problem(p, "optimizer", "must be an object");
-        return;
-    }
-    static const char *const keys[] = {"kind", "lr", "weight_decay", "momentum", "nesterov", "beta1", "beta2",
-                                       "eps", "amsgrad", "grad_accum", NULL};
-    unknown_keys(p, o, "optimizer.", keys);
-    const cJSON *k = get(o, "kind");
-    bool kind_known = true;
-    if (k) {
-        int kind = cJSON_IsString(k) ? kiln_optim_kind_from_name(k->valuestring) : -1;
-        kind_known = kind >= 0;
-        if (kind < 0)
-            problem(p, "optimizer.kind", "unknown optimizer (known: sgd, adam, adamw, rmsprop, adagrad)");
-        else
-            s->optim = kiln_optim_config_default((kiln_optim_kind)kind);
-    }
-    num(p, o, "lr", "optimizer.lr", 1e-12, 100, &s->optim.lr);
-    num(p, o, "weight_decay", "optimizer.weight_decay", 0, 10, &s->optim.weight_decay);
-    num(p, o, "momentum", "optimizer.momentum", 0, 1, &s->optim.momentum);
-    num(p, o, "beta1", "optimizer.beta1", 0, 0.999999, &s->optim.beta1);
-    num(p, o, "beta2", "optimizer.beta2", 0, 0.999999999, &s->optim.beta2);
-    num(p, o, "eps", "optimizer.eps", 0, 1, &s->optim.eps);
-    boolean(p, o, "nesterov", "optimizer.nesterov", &s->optim.nesterov);
-    boolean(p, o, "amsgrad", "optimizer.amsgrad", &s->optim.amsgrad);
-    int64_t accum = s->grad_accum;
-    integer(p, o, "grad_accum", "optimizer.grad_accum", 1, 1 << 20, &accum);
-    s->grad_accum = (int)accum;
-    static const char *const owners[][2] = {
-        {"momentum", "sgd, rmsprop"}, {"nesterov", "sgd"},        {"beta1", "adam, adamw"},
-        {"beta2", "adam, adamw"},     {"amsgrad", "adam, adamw"}, {"eps", "adam, adamw, rmsprop, adagrad"}};
-    if (kind_known)
-        foreign_keys(p, o, "optimizer", kiln_optim_kind_name(s->optim.kind), owners,
-                     sizeof owners / sizeof *owners);
-    if (s->optim.kind == KILN_OPTIM_SGD && s->optim.nesterov && !(s->optim.momentum > 0))
-        problem(p, "optimizer.nesterov", "needs momentum > 0 (momentum is %g)", s->optim.momentum);
-}
-
-static void parse_scheduler(struct problems *p, const cJSON *root, struct kd_jobspec *s)
-{
-    const cJSON *o = get(root, "scheduler");
-    s->sched_per_step = true;
-    if (!o || cJSON_IsNull(o))
-        return;
-    if (!cJSON_IsObject(o)) {
-        problem(p, "scheduler", "must be an object");
-        return;
-    }
-    static const char *const keys[] = {"kind", "per", "t_max", "eta_min", "step_size", "gamma", "warmup_steps",
-                                       NULL};
-    unknown_keys(p, o, "scheduler.", keys);
-    static const struct {
-        const char *name;
-        kiln_sched_kind kind;
-    } kinds[] = {{"cosine", KILN_SCHED_COSINE}, {"step", KILN_SCHED_STEP}, {"exponential", KILN_SCHED_EXPONENTIAL},
-                 {"linear", KILN_SCHED_LINEAR}, {"constant", KILN_SCHED_CONSTANT}};
-    const cJSON *k = get(o, "kind");
-    int found = -1;
-    for (size_t i = 0; cJSON_IsString(k) && i < sizeof kinds / sizeof kinds[0]; i++)
-        if (strcmp(kinds[i].name, k->valuestring) == 0)
-            found = (int)i;
-    if (found < 0) {
-        problem(p, "scheduler.kind", "unknown or missing (known: cosine, step, exponential, linear, constant)");
-        return;
-    }
-    s->has_sched = true;
-    s->sched = kiln_sched_config_default(kinds[found].kind);
-    if (kinds[found].kind == KILN_SCHED_COSINE)
-        s->sched.t_max = 0; /* unless given: the whole run, which only the run knows (trainer-run.c) */
-    const cJSON *per = get(o, "per");
-    if (per && !(cJSON_IsString(per) && (!strcmp(per->valuestring, "step") || !strcmp(per->valuestring, "epoch"))))
-        problem(p, "scheduler.per", "must be \"step\" or \"epoch\"");
-    else if (per)
-        s->sched_per_step = strcmp(per->valuestring, "step") == 0;
-    static const char *const owners[][2] = {
-        {"t_max", "cosine"}, {"eta_min", "cosine"}, {"step_size", "step"}, {"gamma", "step, exponential"}};
-    foreign_keys(p, o, "scheduler", kinds[found].name, owners, sizeof owners / sizeof *owners);
-    integer(p, o, "t_max", "scheduler.t_max", 1, INT64_MAX / 2, &s->sched.t_max);
-    num(p, o, "eta_min", "scheduler.eta_min", 0, 100, &s->sched.eta_min);
-    integer(p, o, "step_size", "scheduler.step_size", 1, INT64_MAX / 2, &s->sched.step_size);
-    num(p, o, "gamma", "scheduler.gamma", 0, 10, &s->sched.gamma);
-    integer(p, o, "warmup_steps", "scheduler.warmup_steps", 0, INT64_MAX / 2, &s->sched.warmup_steps);
-    if (kinds[found].kind == KILN_SCHED_STEP && s->sched.step_size < 1)
-        problem(p, "scheduler.step_size", "is required for kind step");
-}
-
-static void parse_checkpoint(struct problems *p, const cJSON *root, struct kd_jobspec *s)
-{
-    s->ckpt_every_epochs = 1;
-    s->keep_last = 2;
-    const cJSON *c = get(root, "checkpoint");
-    if (!c)
-        return;
-    if (!cJSON_IsObject(c)) {
-        problem(p, "checkpoint", "must be an object");
-        return;
-    }
-    static const char *const keys[] = {"every_epochs", "every_steps", "keep_last", "best_metric", "mode", NULL};
-    unknown_keys(p, c, "checkpoint.", keys);
-    integer(p, c, "every_epochs", "checkpoint.every_epochs", 0, 1000000, &s->ckpt_every_epochs);
-    integer(p, c, "every_steps", "checkpoint.every_steps", 0, INT64_MAX / 2, &s->ckpt_every_steps);
-    int64_t keep = s->keep_last;
-    integer(p, c, "keep_last", "checkpoint.keep_last", 1, 1000, &keep);
-    s->keep_last = (int)keep;
-    s->best_metric = string(p, c, "best_metric", "checkpoint.best_metric", false);
-    if (s->best_metric && !known_metric(s->best_metric))
-        problem(p, "checkpoint.best_metric", "unknown metric '%s'", s->best_metric);
-    s->best_max = metric_max(p, c, "checkpoint.mode", s->best_metric);
-}
-
-static void parse_early(struct problems *p, const cJSON *root, struct kd_jobspec *s)
-{
-    const cJSON *e = get(root, "early_stopping");
-    s->patience = 3;
-    if (!e || cJSON_IsNull(e))
-        return;
-    if (!cJSON_IsObject(e)) {
-        problem(p, "early_stopping", "must be an object");
-        return;
-    }
-    static const char *const keys[] = {"metric", "mode", "patience", "min_delta", NULL};
-    unknown_keys(p, e, "early_stopping.", keys);
-    s->early_metric = string(p, e, "metric", "early_stopping.metric", true);
-    if (s->early_metric && !known_metric(s->early_metric))
-        problem(p, "early_stopping.metric", "unknown metric '%s'", s->early_metric);
-    s->early_max = metric_max(p, e, "early_stopping.mode", s->early_metric);
-    int64_t pat = s->patience;
-    integer(p, e, "patience", "early_stopping.patience", 1, 1000000, &pat);
-    s->patience = (int)pat;
-    num(p, e, "min_delta", "early_stopping.min_delta", 0, 1e9, &s->min_delta);
+        kd_spec_problem(p, "data.valid_split", "a split needs a data set without its own validation set");
 }
 
 int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct kd_jobspec *s, char *buf,
                      size_t len)
 {
     memset(s, 0, sizeof *s);
-    struct problems p = {buf, len, 0, 0};
+    struct kd_spec_problems p = {buf, len, 0, 0};
     if (len)
         buf[0] = '\0';
     /* JSON text is UTF-8, and a problem quoting other bytes would make the 400's own body
      * invalid JSON (common/utf8.h) */
     long bad = kiln_utf8_invalid_at((const unsigned char *)json, strlen(json));
     if (bad >= 0) {
-        problem(&p, "body", "is not valid UTF-8 (byte %ld); JSON text must be UTF-8", bad);
+        kd_spec_problem(&p, "body", "is not valid UTF-8 (byte %ld); JSON text must be UTF-8", bad);
         return -1;
     }
     cJSON *root = cJSON_Parse(json);
     if (!cJSON_IsObject(root)) {
-        problem(&p, "body", root ? "must be a JSON object" : "is not valid JSON");
+        kd_spec_problem(&p, "body", root ? "must be a JSON object" : "is not valid JSON");
         cJSON_Delete(root);
         return -1;
     }
     if (env && env->submit) {
         /* the rest would read the first of a repeated key: nothing more is said until it is one */
         if (kiln__json_repeated_keys(root, repeated_key, &p) < 0)
-            problem(&p, "body", "out of memory checking its keys");
+            kd_spec_problem(&p, "body", "out of memory checking its keys");
         if (p.count) {
             cJSON_Delete(root);
             return -1;
@@ -727,23 +519,23 @@ int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct 
     static const char *const keys[] = {"model", "data", "loss", "optimizer", "scheduler", "epochs", "batch_size",
                                        "device", "seed", "workers", "metrics", "checkpoint", "early_stopping",
                                        "register_as", "max_batch_size", "resume_from_job", NULL};
-    unknown_keys(&p, root, "", keys);
+    kd_spec_unknown_keys(&p, root, "", keys);
     parse_model(&p, root, env, s);
     parse_data(&p, root, env, s);
-    parse_loss(&p, root, s);
-    parse_optimizer(&p, root, s);
-    parse_scheduler(&p, root, s);
-    parse_checkpoint(&p, root, s);
-    parse_early(&p, root, s);
+    kd_spec_parse_loss(&p, root, s);
+    kd_spec_parse_optimizer(&p, root, s);
+    kd_spec_parse_scheduler(&p, root, s);
+    kd_spec_parse_checkpoint(&p, root, s);
+    kd_spec_parse_early_stopping(&p, root, s);
     s->epochs = 1;
     s->batch_size = 64;
-    integer(&p, root, "epochs", "epochs", 1, 100000, &s->epochs);
-    integer(&p, root, "batch_size", "batch_size", 1, 1 << 20, &s->batch_size);
+    kd_spec_integer(&p, root, "epochs", "epochs", 1, 100000, &s->epochs);
+    kd_spec_integer(&p, root, "batch_size", "batch_size", 1, 1 << 20, &s->batch_size);
     int64_t seed = 0, workers = 0, mbs = 64;
-    integer(&p, root, "seed", "seed", 0, INT64_MAX, &seed);
-    integer(&p, root, "workers", "workers", 0, 64, &workers);
-    integer(&p, root, "max_batch_size", "max_batch_size", 0, 4096, &mbs);
-    integer(&p, root, "resume_from_job", "resume_from_job", 0, INT64_MAX / 2, &s->resume_from_job);
+    kd_spec_integer(&p, root, "seed", "seed", 0, INT64_MAX, &seed);
+    kd_spec_integer(&p, root, "workers", "workers", 0, 64, &workers);
+    kd_spec_integer(&p, root, "max_batch_size", "max_batch_size", 0, 4096, &mbs);
+    kd_spec_integer(&p, root, "resume_from_job", "resume_from_job", 0, INT64_MAX / 2, &s->resume_from_job);
     s->seed = (uint64_t)seed;
     s->workers = (int)workers;
     s->max_batch_size = (int)mbs;
@@ -752,21 +544,22 @@ int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct 
     /* a queued job whose device was lost since fails naming it, not by an op on the dead handle */
     if (env && !env->submit && s->device &&
         kd_sched_device_lost(atomic_load(&configured_devices), s->device, why, sizeof why))
-        problem(&p, "device", "the device was lost after the job was queued (%s)", why);
+        kd_spec_problem(&p, "device", "the device was lost after the job was queued (%s)", why);
     if (env && env->resumable && s->resume_from_job > 0 &&
         env->resumable(env->resumable_ud, s->resume_from_job, why, sizeof why) != 0)
-        problem(&p, "resume_from_job", "%s", why);
-    const cJSON *metrics = get(root, "metrics");
+        kd_spec_problem(&p, "resume_from_job", "%s", why);
+    const cJSON *metrics = kd_spec_get(root, "metrics");
     if (metrics && !cJSON_IsArray(metrics))
-        problem(&p, "metrics", "must be an array of metric names");
+        kd_spec_problem(&p, "metrics", "must be an array of metric names");
     for (const cJSON *m = metrics ? metrics->child : NULL; m; m = m->next) {
         /* The Learner computes all of them anyway; the list only guards against typos, and
          * "accuracy" / "loss" are accepted as the short names people write. */
-        if (!cJSON_IsString(m) || (!known_metric(m->valuestring) && strcmp(m->valuestring, "accuracy") &&
+        if (!cJSON_IsString(m) || (!kd_spec_known_metric(m->valuestring) && strcmp(m->valuestring, "accuracy") &&
                                    strcmp(m->valuestring, "loss")))
-            problem(&p, "metrics", "unknown metric %s", cJSON_IsString(m) ? m->valuestring : "(not a string)");
+            kd_spec_problem(&p, "metrics", "unknown metric %s",
+                            cJSON_IsString(m) ? m->valuestring : "(not a string)");
     }
-    const cJSON *reg = get(root, "register_as");
+    const cJSON *reg = kd_spec_get(root, "register_as");
     if (reg) {
         if (!cJSON_IsString(reg) || !kd_repository_name_valid(reg->valuestring))
             name_problem(&p, "register_as", reg);
@@ -783,7 +576,7 @@ int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct 
 
 int kd_jobspec_check_runnable(const struct kd_jobspec *s, char *problems, size_t len)
 {
-    struct problems p = {problems, len, 0, 0};
+    struct kd_spec_problems p = {problems, len, 0, 0};
     if (len)
         problems[0] = '\0';
     if (s->model_json || s->model_onnx)

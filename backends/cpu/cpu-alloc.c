@@ -15,6 +15,11 @@
  * cuts their first-touch faults 512-fold where transparent huge pages are on request.
  * MAP_POPULATE is not used: it faults the block in on one thread up front, which costs
  * the same time, and the pool exists precisely so that this happens once.
+ *
+ * The pool keeps what it parks until an allocation fails (the engine then trims it and
+ * retries) or its owner trims it (kiln_device_trim: kilnd does once a device has been idle).
+ * Its figures (in use, parked, blocks from the system, reuses) are kept under the same lock
+ * for kiln_device_memory_get.
  */
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -46,6 +51,14 @@ void kiln__cpu_alloc_init(kiln__cpu_alloc *a, size_t max_cached_bytes)
     memset(a, 0, sizeof *a);
     pthread_mutex_init(&a->mu, NULL);
     a->max_cached_bytes = max_cached_bytes;
+}
+
+/* Under a->mu: b (of capacity cap) is handed out. */
+static void count_in_use(kiln__cpu_alloc *a, size_t cap)
+{
+    a->in_use_bytes += cap;
+    if (a->in_use_bytes > a->peak_in_use_bytes)
+        a->peak_in_use_bytes = a->in_use_bytes;
 }
 
 static void release_block(struct kiln_buffer *b)
@@ -85,6 +98,8 @@ struct kiln_buffer *kiln__cpu_buffer_get(kiln__cpu_ctx *ctx, size_t nbytes)
         if (b) {
             a->free_list[cls] = b->next;
             a->cached_bytes -= b->cap;
+            a->reuses++;
+            count_in_use(a, b->cap);
         }
         pthread_mutex_unlock(&a->mu);
         if (b) {
@@ -117,6 +132,10 @@ struct kiln_buffer *kiln__cpu_buffer_get(kiln__cpu_ctx *ctx, size_t nbytes)
     b->nbytes = nbytes;
     b->cap = cap;
     b->cls = cls;
+    pthread_mutex_lock(&a->mu);
+    a->system_allocs++;
+    count_in_use(a, cap);
+    pthread_mutex_unlock(&a->mu);
     return b;
 }
 
@@ -125,16 +144,15 @@ void kiln__cpu_buffer_put(kiln__cpu_ctx *ctx, struct kiln_buffer *b)
     if (!b)
         return;
     kiln__cpu_alloc *a = &ctx->alloc;
-    if (b->cls >= 0) {
-        pthread_mutex_lock(&a->mu);
-        if (a->cached_bytes + b->cap <= a->max_cached_bytes) {
-            b->next = a->free_list[b->cls];
-            a->free_list[b->cls] = b;
-            a->cached_bytes += b->cap;
-            b = NULL;
-        }
-        pthread_mutex_unlock(&a->mu);
+    pthread_mutex_lock(&a->mu);
+    a->in_use_bytes -= b->cap;
+    if (b->cls >= 0 && a->cached_bytes + b->cap <= a->max_cached_bytes) {
+        b->next = a->free_list[b->cls];
+        a->free_list[b->cls] = b;
+        a->cached_bytes += b->cap;
+        b = NULL;
     }
+    pthread_mutex_unlock(&a->mu);
     if (b)
         release_block(b);
 }
@@ -162,6 +180,19 @@ size_t kiln__cpu_alloc_trim(kiln__cpu_ctx *ctx, size_t bytes)
         out = next;
     }
     return released;
+}
+
+void kiln__cpu_alloc_figures(kiln__cpu_ctx *ctx, kiln_device_memory *out)
+{
+    kiln__cpu_alloc *a = &ctx->alloc;
+    pthread_mutex_lock(&a->mu);
+    out->in_use_bytes = a->in_use_bytes;
+    out->cached_bytes = a->cached_bytes;
+    out->reserved_bytes = (uint64_t)a->in_use_bytes + a->cached_bytes;
+    out->peak_in_use_bytes = a->peak_in_use_bytes;
+    out->device_allocs = a->system_allocs;
+    out->reuses = a->reuses;
+    pthread_mutex_unlock(&a->mu);
 }
 
 void *kiln__cpu_scratch_get(kiln__cpu_ctx *ctx, size_t nbytes, struct kiln_buffer **handle)

@@ -173,6 +173,12 @@ static size_t cpu_buffer_trim(void *ctx, size_t bytes)
     return kiln__cpu_alloc_trim(ctx, bytes);
 }
 
+static int cpu_memory(void *ctx, kiln_device_memory *out)
+{
+    kiln__cpu_alloc_figures(ctx, out);
+    return 0;
+}
+
 static kiln_buffer *cpu_buffer_wrap_host(void *ctx, void *ptr, size_t nbytes, void (*release)(void *),
                                          void *release_ud)
 {
@@ -540,6 +546,7 @@ static const kiln_backend_iface cpu_iface = {
     .buffer_wrap_host = cpu_buffer_wrap_host,
     .buffer_is_wrapped = cpu_buffer_is_wrapped,
     .buffer_trim = cpu_buffer_trim,
+    .memory = cpu_memory,
     .sync = cpu_sync,
     .fill = kiln__cpu_fill,
     .arange = kiln__cpu_arange,

@@ -104,6 +104,11 @@ typedef struct kiln__cpu_alloc {
     struct kiln_buffer *free_list[KILN_CPU_NCLASSES];
     size_t cached_bytes;
     size_t max_cached_bytes;
+    /* the figures kiln_device_memory_get reports, by capacity (wrapped buffers are the
+     * caller's memory and not counted) */
+    size_t in_use_bytes, peak_in_use_bytes;
+    uint64_t system_allocs; /* blocks taken from the system (aligned_alloc or mmap) */
+    uint64_t reuses;        /* allocations served from a free list */
 } kiln__cpu_alloc;
 
 /* ------------------------------------------------------------------ threads */
@@ -256,6 +261,8 @@ struct kiln_buffer *kiln__cpu_buffer_get(kiln__cpu_ctx *ctx, size_t nbytes);
 void kiln__cpu_buffer_put(kiln__cpu_ctx *ctx, struct kiln_buffer *b);
 /** Release parked buffers, largest first, until at least bytes are gone; returns how many. */
 size_t kiln__cpu_alloc_trim(kiln__cpu_ctx *ctx, size_t bytes);
+/** The pool's figures (kiln_device_memory_get). */
+void kiln__cpu_alloc_figures(kiln__cpu_ctx *ctx, kiln_device_memory *out);
 /** Scratch memory from the pool (64-byte aligned); release with kiln__cpu_scratch_put. */
 void *kiln__cpu_scratch_get(kiln__cpu_ctx *ctx, size_t nbytes, struct kiln_buffer **handle);
 void kiln__cpu_scratch_put(kiln__cpu_ctx *ctx, struct kiln_buffer *handle);

@@ -9,6 +9,10 @@
   than inferences) and every request gets its own rows;
 - "fixed" (input x fixed at [1, 4], max_batch_size 4): served unbatched with a warning naming x.
 
+The warnings come from the scheduler's workers, through kilnd's logger: they are read from the
+log_file, each a line in kilnd's format (time stamp, level "warn", message), and none goes to
+stderr around it.
+
 Its models and kilnd start are shared with test_input_names.py.
 
 Usage: test_batch_split.py KILND
@@ -16,6 +20,7 @@ Usage: test_batch_split.py KILND
 import http.client
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -110,6 +115,8 @@ def test_mix(port, log):
               "mix: concurrent request %d gets its own m and y: %d %r" % (i, st, out))
     check("model mix version 1 is served unbatched" in log and "output 'm' has shape [4]" in log,
           "mix: the log says it is served unbatched because of output 'm': %r" % log[-2000:])
+    line = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z warn  model mix version 1 is served unbatched .*'m'.*$"
+    check(re.search(line, log, re.M), "mix: the warning is a line in kilnd's log format: %r" % log[-2000:])
 
 
 def test_good(port, log):
@@ -140,8 +147,12 @@ def test_fixed(port, log):
 
 def run(tests):
     """Starts kilnd on the models above and runs each of tests(port, log); 0 when all passed."""
-    d = H.Daemon(KILND, "batch-split", setup=models, data_roots=False)
-    logpath = d.log
+    # kilnd's own log in its file; the harness keeps stderr in d.log, where no warning may go
+    logpath = os.path.join(H.TMP, "batch-split-kilnd.log")
+    if os.path.exists(logpath):
+        os.unlink(logpath)
+    d = H.Daemon(KILND, "batch-split", setup=models, data_roots=False, extra=["--log-file", logpath])
+    errpath = d.log
     try:
         port = d.port
         deadline = time.time() + 30
@@ -151,6 +162,8 @@ def run(tests):
             time.sleep(0.02)
         check(st == 200, "kilnd ready with its models")
         log = open(logpath).read()
+        err = open(errpath).read()
+        check("served unbatched" not in err, "no warning goes to stderr around kilnd's log: %r" % err[-2000:])
         for t in tests:
             t(port, log)
     finally:
@@ -158,6 +171,7 @@ def run(tests):
             check(False, "kilnd did not stop on SIGTERM")
     if FAILURES:
         print(open(logpath).read()[-3000:])
+        print(open(errpath).read()[-3000:])
         print("%d failure(s)" % len(FAILURES))
         return 1
     H.cleanup()

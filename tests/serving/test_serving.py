@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """Black-box tests of kilnd serving a model: KServe v2 JSON and binary inference (stdlib HTTP, and
 tritonclient when KILN_TEST_PYTHON's environment has it), batching, the repository extension,
-statistics, metrics, auth scopes, bad input, backpressure and SIGTERM drain; an ONNX model
-(tests/fixtures/onnx/cnn.onnx, reference outputs from ONNX Runtime) served with and without a
-config.json.
+statistics, metrics, the idle device's pool trim, auth scopes, bad input, backpressure and SIGTERM
+drain; an ONNX model (tests/fixtures/onnx/cnn.onnx, reference outputs from ONNX Runtime) served with
+and without a config.json.
 
 Usage: test_serving.py KILND FIXTURE_DIR
 """
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -639,7 +640,38 @@ def test_warmed_autotune():
     finally:
         d.stop()
     log = open(d.log).read()
-    check("autotune" in log and "corrupt" in log, "the corrupt autotune file is logged: %r" % log[-1000:])
+    check(re.search(r" warn  model mnist_mlp version 1: .*autotune.*corrupt", log),
+          "the corrupt autotune file is logged as a warning naming the model: %r" % log[-1000:])
+
+
+def test_idle_trim():
+    # With limits.pool_idle_trim_ms short, the cpu worker hands the buffers a request freed back to
+    # the system once the device is idle: /metrics counts the trim, and the pool's cached bytes
+    # (which held the request's buffers when it was answered) are 0. Polled with a generous
+    # deadline; how soon the trim comes is not checked.
+    d = Daemon("idle-trim", "--log-level", "debug", env={"KILN_POOL_IDLE_TRIM_MS": "100"})
+    values = {}
+    try:
+        st, _, body = d.req("POST", "/v2/models/mnist_mlp/infer", infer_body(EXPECTED["input"]))
+        check(st == 200, "idle trim: inference answers: %s" % body[:200])
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            _, _, text = d.req("GET", "/metrics")
+            values = {k: float(v) for k, _, v in (line.rpartition(" ") for line in text.decode().splitlines())
+                      if k.startswith("kiln_device_")}
+            if (values.get('kiln_device_pool_trims_total{device="cpu"}', 0) >= 1 and
+                    values.get('kiln_device_memory_bytes{device="cpu",state="cached"}') == 0):
+                break
+            time.sleep(0.05)
+    finally:
+        d.stop()
+    check(values.get('kiln_device_pool_trims_total{device="cpu"}', 0) >= 1 and
+          values.get('kiln_device_pool_released_bytes_total{device="cpu"}', 0) > 0 and
+          values.get('kiln_device_memory_bytes{device="cpu",state="cached"}') == 0,
+          "the idle cpu pool was trimmed: %s" % values)
+    log = open(d.log).read()
+    check(re.search(r" debug device cpu: idle for 100 ms; [1-9][0-9]* bytes of cached buffers released", log),
+          "the trim is logged at level debug: %r" % log[-1000:])
 
 
 def test_queue_full():
@@ -781,6 +813,7 @@ def main():
     finally:
         d.stop()
     test_warmed_autotune()
+    test_idle_trim()
     test_startup_readiness()
     test_queue_full()
     test_auth()

@@ -115,7 +115,7 @@ def test_serving(d):
 
 def test_metrics(d):
     """/metrics shows vulkan:0's allocator figures (the model's weights are in use there), and
-    nothing for cpu, which keeps none."""
+    cpu's beside them (its buffer pool)."""
     st, text = d.req("GET", "/metrics")
     text = text.decode() if isinstance(text, bytes) else str(text)
     values = {}
@@ -128,7 +128,10 @@ def test_metrics(d):
     allocs = values.get('kiln_device_memory_allocations_total{device="%s"}' % DEVICE, 0)
     check(st == 200 and in_use > 0 and reserved >= in_use and allocs >= 1,
           "/metrics: vulkan:0 memory in use %d of %d reserved, %d driver allocations" % (in_use, reserved, allocs))
-    check(not any('device="cpu"' in k for k in values), "/metrics: no memory figures for cpu, which keeps none")
+    cpu_in_use = values.get('kiln_device_memory_bytes{device="cpu",state="in_use"}', -1)
+    cpu_reserved = values.get('kiln_device_memory_bytes{device="cpu",state="reserved"}', -1)
+    check(cpu_in_use >= 0 and cpu_reserved >= cpu_in_use,
+          "/metrics: cpu's figures, memory in use %d of %d reserved" % (cpu_in_use, cpu_reserved))
 
 
 def write_csv(path, n, seed):

@@ -167,19 +167,41 @@ typedef struct kiln_device_counters {
  *  primitive entry named entry ("matmul", "unary", ...; 0 for an unknown name). */
 int kiln_device_counters_get(kiln_device *dev, kiln_device_counters *out, const char *entry, uint64_t *calls_of);
 
-/** A device allocator's figures (the cuda backend's caching allocator), in bytes of
- *  device memory unless named otherwise. */
+/** A device allocator's figures (the caching allocators of the cuda, vulkan and cpu
+ *  backends), in bytes of device memory unless named otherwise. */
 typedef struct kiln_device_memory {
     uint64_t in_use_bytes;   /* held by live buffers */
     uint64_t cached_bytes;   /* freed buffers kept for reuse */
     uint64_t reserved_bytes; /* taken from the device: in use + cached */
     uint64_t peak_in_use_bytes;
-    uint64_t device_allocs; /* allocations that reached the device (cudaMalloc) */
+    uint64_t device_allocs; /* allocations that reached the device (cudaMalloc; on cpu, the system) */
     uint64_t reuses;        /* allocations served from the cache */
 } kiln_device_memory;
 /** Fill *out from a device whose backend keeps memory figures; KILN_ENOTSUP with a
- *  message naming the device for one that keeps none (ref, cpu, remote). */
+ *  message naming the device for one that keeps none (ref, remote). Any thread. */
 int kiln_device_memory_get(kiln_device *dev, kiln_device_memory *out);
+/**
+ * Hand the buffers dev keeps for reuse (freed by the engine, used by no tensor: the
+ * cached_bytes of kiln_device_memory) back to the system, largest first, until at least
+ * bytes are released or none are left (SIZE_MAX: all of them). Returns the bytes
+ * released: 0 when nothing was cached, for a backend that keeps no pool (ref, whose frees
+ * go straight back, and remote) and for a NULL dev (with a message). vulkan releases its
+ * buffers of their own memory block and keeps the shared 64 MiB blocks small buffers are
+ * carved from, so some cached bytes may remain there.
+ *
+ * A device keeps what it frees until an allocation fails (the engine trims then and
+ * retries), so a process that ran one large workload holds its memory afterwards; a
+ * program that knows the device is idle (kilnd after limits.pool_idle_trim_ms) gives it
+ * back here. The next allocations then reserve memory afresh, so trimming between the
+ * steps of a running workload only slows it.
+ *
+ * Thread affinity: as an op, from a thread that uses dev: the trim goes through the
+ * calling thread's current queue on dev (kiln_queue_use), and on an asynchronous device
+ * it may wait for that queue's work that last used a buffer it releases. Other threads
+ * may keep using dev meanwhile: the pool has its own lock, and a buffer whose last use
+ * may still be running on another queue is waited for (cuda) or left alone (vulkan).
+ */
+size_t kiln_device_trim(kiln_device *dev, size_t bytes);
 /** Why dev stopped working — a fault that lost the device's state (an illegal address on
  *  a GPU), after which every op on it fails — or NULL while it works (and for NULL). */
 const char *kiln_device_lost(kiln_device *dev);
