@@ -128,7 +128,7 @@ static int history(struct kd_jobs *j, int64_t id, const char *type, const char *
     char err[256];
     if (read_page(j, id, &pg, err, sizeof err) != 0) {
         cJSON_Delete(o);
-        return kd_jobs_errorf(out, req, 500, "job store: %s", err);
+        return kd_jobs_errorf(out, req, kd_jobs_store_status(err, 500), "job store: %s", err);
     }
     cJSON_AddNumberToObject(o, "next_after", (double)pg.next_after);
     cJSON_AddBoolToObject(o, "more", pg.more);

@@ -18,6 +18,7 @@
 
 #include <arpa/inet.h>
 
+#include "listener.h"
 #include "logf.h"
 #include "server.h"
 
@@ -63,7 +64,7 @@ struct conn {
 
 struct kd_server {
     uv_loop_t *loop;
-    uv_tcp_t listener;
+    struct kd_listener listener;
     bool listener_open;
     struct kd_server_options opts;
     struct conn *conns;
@@ -179,6 +180,8 @@ static void on_handle_closed(uv_handle_t *h)
     kd_buf_free(&c->wbuf);
     free(c);
     s->nconns--;
+    if (s->listener_open)
+        kd_listener_descriptor_freed(&s->listener);
     maybe_drained(s);
 }
 
@@ -437,16 +440,14 @@ void kd_server_peer_name(uv_tcp_t *tcp, char *out, size_t n)
     }
 }
 
-static void on_connection(uv_stream_t *listener, int status)
+/* A connection the listener accepted: fd is ours, closed with the connection's handle. */
+static void on_connection(void *ud, int fd)
 {
-    struct kd_server *s = listener->data;
-    if (status < 0) {
-        slog(s, KD_LOG_WARN, "accept failed: %s", uv_strerror(status));
-        return;
-    }
+    struct kd_server *s = ud;
     struct conn *c = calloc(1, sizeof *c);
     if (!c) {
         slog(s, KD_LOG_ERROR, "out of memory accepting a connection");
+        close(fd);
         return;
     }
     c->srv = s;
@@ -463,7 +464,9 @@ static void on_connection(uv_stream_t *listener, int status)
     c->http.wake = wake_conn;
     c->http.wake_ud = c;
     c->http.conn_id = ++s->accepted;
-    int rc = uv_accept(listener, (uv_stream_t *)&c->tcp);
+    int rc = uv_tcp_open(&c->tcp, fd);
+    if (rc != 0)
+        close(fd);
     if (rc == 0 && s->opts.service.access)
         kd_server_peer_name(&c->tcp, c->http.peer, sizeof c->http.peer);
     if (rc == 0)
@@ -500,57 +503,11 @@ int kd_server_new(struct kd_server **out, uv_loop_t *loop, const struct kd_serve
     return 0;
 }
 
-static int resolve(uv_loop_t *loop, const char *host, int port, struct sockaddr_storage *addr)
-{
-    if (uv_ip4_addr(host, port, (struct sockaddr_in *)addr) == 0)
-        return 0;
-    if (uv_ip6_addr(host, port, (struct sockaddr_in6 *)addr) == 0)
-        return 0;
-    uv_getaddrinfo_t req;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
-    int rc = uv_getaddrinfo(loop, &req, NULL, host, NULL, &hints);
-    if (rc != 0)
-        return rc;
-    memcpy(addr, req.addrinfo->ai_addr, req.addrinfo->ai_addrlen);
-    if (addr->ss_family == AF_INET)
-        ((struct sockaddr_in *)addr)->sin_port = htons((uint16_t)port);
-    else
-        ((struct sockaddr_in6 *)addr)->sin6_port = htons((uint16_t)port);
-    uv_freeaddrinfo(req.addrinfo);
-    return 0;
-}
-
-int kd_server_bind(uv_loop_t *loop, uv_tcp_t *listener, const char *host, int port, uv_connection_cb on_conn,
-                   bool *opened, int *bound_port, char *err, size_t errlen)
-{
-    struct sockaddr_storage addr;
-    int rc = resolve(loop, host, port, &addr);
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot resolve host '%s': %s", host, uv_strerror(rc));
-        return rc;
-    }
-    uv_tcp_init(loop, listener);
-    *opened = true;
-    rc = uv_tcp_bind(listener, (const struct sockaddr *)&addr, 0);
-    if (rc == 0)
-        rc = uv_listen((uv_stream_t *)listener, 511, on_conn);
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot listen on %s:%d: %s", host, port, uv_strerror(rc));
-        return rc;
-    }
-    struct sockaddr_storage bound;
-    int len = sizeof bound;
-    uv_tcp_getsockname(listener, (struct sockaddr *)&bound, &len);
-    *bound_port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
-                                                    : ((struct sockaddr_in *)&bound)->sin_port);
-    return 0;
-}
-
 int kd_server_listen(struct kd_server *s, char *err, size_t errlen)
 {
-    int rc = kd_server_bind(s->loop, &s->listener, s->opts.host, s->opts.port, on_connection, &s->listener_open,
-                            &s->port, err, errlen);
-    s->listener.data = s; /* no connection is accepted before the loop runs again */
+    int rc = kd_listener_open(&s->listener, s->loop, s->opts.host, s->opts.port, "HTTP", on_connection, s,
+                              s->opts.log, s->opts.log_ud, &s->port, err, errlen);
+    s->listener_open = rc == 0;
     return rc;
 }
 
@@ -564,9 +521,9 @@ size_t kd_server_connections(const struct kd_server *s)
     return s->nconns;
 }
 
-static void on_listener_closed(uv_handle_t *h)
+static void on_listener_closed(void *ud)
 {
-    struct kd_server *s = h->data;
+    struct kd_server *s = ud;
     s->listener_open = false;
     maybe_drained(s);
 }
@@ -576,8 +533,8 @@ void kd_server_drain(struct kd_server *s, void (*done)(void *ud), void *ud)
     s->draining = true;
     s->drained = done;
     s->drained_ud = ud;
-    if (s->listener_open && !uv_is_closing((uv_handle_t *)&s->listener))
-        uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+    if (s->listener_open)
+        kd_listener_close(&s->listener, on_listener_closed, s);
     for (struct conn *c = s->conns, *next; c; c = next) {
         next = c->next;
         kd_http_conn_drain(&c->http);

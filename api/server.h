@@ -55,13 +55,6 @@ void kd_server_close_all(struct kd_server *srv);
 /* Frees the server; its handles must have closed (run the loop after drain). */
 void kd_server_free(struct kd_server *srv);
 
-/*
- * Resolves host, opens listener on it (*opened is set once the handle needs closing) and
- * listens with on_conn; *bound_port is the port it got (port 0 picks one). 0, or a libuv error
- * with err filled. Also the gRPC service's (api/grpc).
- */
-int kd_server_bind(uv_loop_t *loop, uv_tcp_t *listener, const char *host, int port, uv_connection_cb on_conn,
-                   bool *opened, int *bound_port, char *err, size_t errlen);
 /* tcp's peer as "ip:port" ("[ip]:port" for IPv6; "-" when unknown), for logs. Also the gRPC service's. */
 void kd_server_peer_name(uv_tcp_t *tcp, char *out, size_t n);
 

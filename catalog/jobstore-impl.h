@@ -7,6 +7,7 @@
 #ifndef KD_CATALOG_JOBSTORE_IMPL_H
 #define KD_CATALOG_JOBSTORE_IMPL_H
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -39,9 +40,30 @@ static inline int seterr(char *err, size_t errlen, const char *fmt, ...)
     return -1;
 }
 
+/* The last statement failed for want of disk space: SQLite says SQLITE_FULL when a write comes
+ * up short, but an fsync or a truncate that hits ENOSPC (or a quota) is reported as an I/O error. */
+static inline bool store_full(sqlite3 *db)
+{
+    int code = sqlite3_errcode(db);
+    int sys = sqlite3_system_errno(db);
+    return code == SQLITE_FULL || ((code & 0xff) == SQLITE_IOERR && (sys == ENOSPC || sys == EDQUOT));
+}
+
+/* what's failure with SQLite's message (msg, or the connection's); one that ran out of disk space
+ * says so in words the API recognizes (kd_jobstore_error_is_full). */
+static inline int fail_with(sqlite3 *db, const char *what, const char *msg, char *err, size_t errlen)
+{
+    if (!db)
+        return seterr(err, errlen, "%s: out of memory", what);
+    if (store_full(db))
+        return seterr(err, errlen, "%s: %s (%s); nothing was written, and writes work again once space is freed",
+                      what, KD_JOBSTORE_FULL_TEXT, msg ? msg : sqlite3_errmsg(db));
+    return seterr(err, errlen, "%s: %s", what, msg ? msg : sqlite3_errmsg(db));
+}
+
 static inline int fail(sqlite3 *db, const char *what, char *err, size_t errlen)
 {
-    return seterr(err, errlen, "%s: %s", what, db ? sqlite3_errmsg(db) : "out of memory");
+    return fail_with(db, what, NULL, err, errlen);
 }
 
 static inline int exec(sqlite3 *db, const char *sql, const char *what, char *err, size_t errlen)
@@ -49,7 +71,7 @@ static inline int exec(sqlite3 *db, const char *sql, const char *what, char *err
     char *msg = NULL;
     if (sqlite3_exec(db, sql, NULL, NULL, &msg) == SQLITE_OK)
         return 0;
-    seterr(err, errlen, "%s: %s", what, msg ? msg : sqlite3_errmsg(db));
+    fail_with(db, what, msg, err, errlen);
     sqlite3_free(msg);
     return -1;
 }

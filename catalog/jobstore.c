@@ -223,6 +223,11 @@ int kd_jobstore_schema_version(const struct kd_jobstore *js)
     return js->version;
 }
 
+bool kd_jobstore_error_is_full(const char *err)
+{
+    return err && strstr(err, KD_JOBSTORE_FULL_TEXT) != NULL;
+}
+
 void kd_jobstore_close(struct kd_jobstore *js)
 {
     if (!js)

@@ -38,6 +38,13 @@ int kd_jobstore_schema_version(const struct kd_jobstore *js);
 int kd_jobstore_latest_version(void);
 void kd_jobstore_close(struct kd_jobstore *js);
 
+/* What err holds when a write failed because the disk holding the job store is full (SQLite's
+ * "database or disk is full", or ENOSPC/EDQUOT from the file system): the store is left as it was
+ * before the write, and the API answers such a failure 507. */
+#define KD_JOBSTORE_FULL_TEXT "no space left on the disk holding the job store"
+/* Whether err (from any call below) says the disk holding the job store is full. */
+bool kd_jobstore_error_is_full(const char *err);
+
 /* Returned by get/update calls when the job id does not exist. */
 #define KD_JOBSTORE_NOT_FOUND 1
 

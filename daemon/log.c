@@ -27,6 +27,9 @@ int kd_log_open(struct kd_log *log, const char *path, enum kd_log_level level, e
     log->path = NULL;
     log->level = level;
     log->format = format;
+    atomic_init(&log->lost_lines, 0);
+    atomic_init(&log->lost_errno, 0);
+    atomic_init(&log->torn, false);
     if (!path || !path[0])
         return 0;
     int fd = open_path(path);
@@ -88,8 +91,10 @@ static size_t put_json_string(char *dst, size_t room, const char *s)
     return n;
 }
 
-/* level_name: kd_log_level_to_str's, or "notice" (kd_log_notice). */
-static void emit(struct kd_log *log, const char *level_name, const char *msg)
+/* A line for msg at level_name (kd_log_level_to_str's, or "notice") in the log's format, ending in a
+ * newline, into line (room bytes, at least 64); its length. */
+static size_t format_line(const struct kd_log *log, const char *level_name, const char *msg, char *line,
+                          size_t room)
 {
     struct timespec ts;
     struct tm tm;
@@ -99,21 +104,69 @@ static void emit(struct kd_log *log, const char *level_name, const char *msg)
     snprintf(stamp, sizeof stamp, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
              tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ts.tv_nsec / 1000000));
 
-    char line[2048];
     size_t n;
     if (log->format == KD_LOG_JSON) {
-        n = (size_t)snprintf(line, sizeof line, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"", stamp, level_name);
-        n += put_json_string(line + n, sizeof line - n - 3, msg);
+        n = (size_t)snprintf(line, room, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"", stamp, level_name);
+        n += put_json_string(line + n, room - n - 3, msg);
         memcpy(line + n, "\"}\n", 3);
         n += 3;
     } else {
-        int w = snprintf(line, sizeof line - 1, "%s %-5s %s", stamp, level_name, msg);
-        n = w < 0 ? 0 : (size_t)w >= sizeof line - 1 ? sizeof line - 2 : (size_t)w;
+        int w = snprintf(line, room - 1, "%s %-5s %s", stamp, level_name, msg);
+        n = w < 0 ? 0 : (size_t)w >= room - 1 ? room - 2 : (size_t)w;
         line[n++] = '\n';
     }
-    /* A failed log write has nowhere to be reported; the line is dropped. */
-    ssize_t rc = write(log->fd, line, n);
-    (void)rc;
+    return n;
+}
+
+/* Writes a finished line (n bytes, ending in a newline), after the note on lines lost before it
+ * when there were any, in one write(2). A line that cannot be written is counted for that note:
+ * the log has nowhere else to report its own failure. */
+static void put_line(struct kd_log *log, const char *line, size_t n)
+{
+    uint64_t lost = atomic_exchange(&log->lost_lines, 0);
+    bool torn = atomic_exchange(&log->torn, false);
+    char joined[5120];
+    const char *out = line;
+    size_t len = n, prefix = 0;
+    if ((lost || torn) && n <= sizeof joined - 600) {
+        if (torn)
+            joined[prefix++] = '\n'; /* ends the line a short write cut */
+        if (lost) {
+            char msg[256];
+            int why = atomic_load(&log->lost_errno);
+            snprintf(msg, sizeof msg, "%llu log line(s) lost: the log could not be written (%s)",
+                     (unsigned long long)lost, why ? strerror(why) : "short write");
+            prefix += format_line(log, kd_log_level_to_str(KD_LOG_WARN), msg, joined + prefix, 512);
+        }
+        memcpy(joined + prefix, line, n);
+        out = joined;
+        len = prefix + n;
+    } else if (lost || torn) { /* no room to join them: the note waits for a shorter line */
+        atomic_fetch_add(&log->lost_lines, lost);
+        if (torn)
+            atomic_store(&log->torn, true);
+        lost = 0;
+        torn = false;
+    }
+    ssize_t rc = write(log->fd, out, len);
+    if (rc == (ssize_t)len) {
+        if (lost)
+            atomic_store(&log->lost_errno, 0);
+        return;
+    }
+    /* a short write (the disk filled during it) says no errno; the next write, refused, will */
+    if (rc < 0)
+        atomic_store(&log->lost_errno, errno);
+    if (rc > 0 || torn)
+        atomic_store(&log->torn, true);
+    /* a short write kept some bytes of this line but not the line; the note, unless it went whole */
+    atomic_fetch_add(&log->lost_lines, 1 + (rc >= 0 && (size_t)rc >= prefix ? 0 : lost));
+}
+
+static void emit(struct kd_log *log, const char *level_name, const char *msg)
+{
+    char line[2048];
+    put_line(log, line, format_line(log, level_name, msg, line, sizeof line));
 }
 
 void kd_log_write(struct kd_log *log, enum kd_log_level level, const char *fmt, ...)
@@ -195,8 +248,7 @@ void kd_log_access(void *ud, const struct kd_http_access *a)
         n = w < 0 ? 0 : (size_t)w >= sizeof line ? sizeof line - 1 : (size_t)w;
         if (n == sizeof line - 1)
             line[n - 1] = '\n';
-        ssize_t rc = write(log->fd, line, n);
-        (void)rc;
+        put_line(log, line, n);
         return;
     }
     char target[2100];

@@ -1,7 +1,9 @@
 /*
  * daemon/log.h — kilnd's leveled log: text or JSON lines to stderr or a file that SIGHUP reopens
  * (so logrotate can move it away). Each line leaves in a single write(2), so lines from
- * concurrent writers never interleave mid-line.
+ * concurrent writers never interleave mid-line. While the log cannot be written (its disk full)
+ * lines are dropped and counted; the first line written afterwards is preceded by one saying how
+ * many were lost and why, on a line of its own even when the last failed write left half a line.
  *
  *     struct kd_log log;
  *     kd_log_open(&log, "", KD_LOG_INFO, KD_LOG_TEXT, err, sizeof err);  // "" = stderr
@@ -11,7 +13,10 @@
 #ifndef KD_DAEMON_LOG_H
 #define KD_DAEMON_LOG_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config.h"
 
@@ -20,6 +25,12 @@ struct kd_log {
     char *path;                 /* NULL for stderr */
     enum kd_log_level level;
     enum kd_log_format format;
+    /* Lines that could not be written (a full disk, a file size limit) and why, said in the first
+     * line that can be: a lost line is counted, not silently gone. torn: a write came up short, so
+     * the file ends mid-line and the next write starts a new one. */
+    _Atomic uint64_t lost_lines;
+    _Atomic int lost_errno;
+    atomic_bool torn;
 };
 
 int kd_log_open(struct kd_log *log, const char *path, enum kd_log_level level, enum kd_log_format format,

@@ -59,6 +59,9 @@ int main(int argc, char **argv)
 
     /* A peer that resets mid-write must cost one connection, not the process. */
     signal(SIGPIPE, SIG_IGN);
+    /* A file size limit (RLIMIT_FSIZE) reached by a write must fail that write (EFBIG), which every
+     * writer reports as it does a full disk, rather than kill the process. */
+    signal(SIGXFSZ, SIG_IGN);
 
     struct kd_daemon d;
     int rc = 1;

@@ -22,6 +22,7 @@
 
 #include "buf.h"
 #include "grpc.h"
+#include "listener.h"
 #include "metrics.h"
 
 /* gRPC status codes (grpc/doc/statuscodes.md). */
@@ -55,7 +56,7 @@ enum grpc_code {
 struct kd_grpc {
     struct kd_grpc_options o;
     uv_loop_t *loop;
-    uv_tcp_t listener;
+    struct kd_listener listener;
     bool listener_open, draining;
     int port;
     struct kd_grpc_conn *conns;

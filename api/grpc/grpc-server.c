@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "grpc-impl.h"
 #include "http-codec.h"
@@ -465,6 +466,8 @@ static void conn_handle_closed(uv_handle_t *h)
     if (--c->handles_open == 0) {
         struct kd_grpc *g = c->g;
         free(c);
+        if (g->listener_open)
+            kd_listener_descriptor_freed(&g->listener);
         maybe_drained(g);
     }
 }
@@ -604,19 +607,23 @@ static void on_tick(uv_timer_t *t)
     kd_grpc_flush(c);
 }
 
-static void on_connection(uv_stream_t *server, int status)
+/* A connection the listener accepted: fd is ours, closed with the connection's handle. */
+static void on_connection(void *ud, int fd)
 {
-    struct kd_grpc *g = server->data;
-    if (status != 0 || g->draining)
+    struct kd_grpc *g = ud;
+    struct kd_grpc_conn *c = g->draining ? NULL : calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
         return;
-    struct kd_grpc_conn *c = calloc(1, sizeof *c);
-    if (!c)
-        return;
+    }
     c->g = g;
     uv_tcp_init(g->loop, &c->tcp);
     uv_timer_init(g->loop, &c->timer);
     c->tcp.data = c->timer.data = c;
-    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 || session_new(c) != 0) {
+    int opened = uv_tcp_open(&c->tcp, fd);
+    if (opened != 0)
+        close(fd);
+    if (opened != 0 || session_new(c) != 0) {
         if (c->session)
             nghttp2_session_del(c->session);
         c->session = NULL;
@@ -663,9 +670,9 @@ int kd_grpc_new(struct kd_grpc **out, uv_loop_t *loop, const struct kd_grpc_opti
 int kd_grpc_listen(struct kd_grpc *g, char *err, size_t errlen)
 {
     char why[384];
-    int rc = kd_server_bind(g->loop, &g->listener, g->o.host, g->o.port, on_connection, &g->listener_open,
-                            &g->port, why, sizeof why);
-    g->listener.data = g; /* no connection is accepted before the loop runs again */
+    int rc = kd_listener_open(&g->listener, g->loop, g->o.host, g->o.port, "gRPC", on_connection, g, g->o.log,
+                              g->o.log_ud, &g->port, why, sizeof why);
+    g->listener_open = rc == 0;
     if (rc != 0)
         snprintf(err, errlen, "gRPC: %s", why);
     return rc;
@@ -686,8 +693,8 @@ size_t kd_grpc_connections(const struct kd_grpc *g)
 
 static void close_listener(struct kd_grpc *g)
 {
-    if (g->listener_open && !uv_is_closing((uv_handle_t *)&g->listener))
-        uv_close((uv_handle_t *)&g->listener, NULL);
+    if (g->listener_open)
+        kd_listener_close(&g->listener, NULL, NULL);
 }
 
 void kd_grpc_drain(struct kd_grpc *g, void (*done)(void *ud), void *ud)
