@@ -185,8 +185,12 @@ static int on_body(llhttp_t *p, const char *at, size_t n)
     if (c->body_bytes > c->svc->max_body_bytes)
         return reject(c, 413, "request body exceeds max_body_bytes");
     if (kd_buf_append(&c->body, at, n) != 0) {
-        c->failed = true;
-        return -1;
+        /* Out of memory for the body (kilnd under a memory limit): what was held goes back at
+         * once and the client is told why, rather than its connection reset without an answer. */
+        kd_buf_free(&c->body);
+        return reject(c, 503,
+                      "kilnd ran out of memory holding the request body; retry later or send a smaller "
+                      "request");
     }
     return 0;
 }
