@@ -73,7 +73,10 @@ const struct kd_config_key kd_config_keys[] = {
      "Largest request body (after de-chunking); larger bodies get 413 and the connection closes."},
     {"limits.idle_timeout_ms", KD_CT_INT, OFF(limits.idle_timeout_ms), 10, 86400000, NULL, "60000",
      "KILN_IDLE_TIMEOUT_MS", "--idle-timeout-ms",
-     "A keep-alive connection with no request in progress is closed after this long."},
+     "A keep-alive connection with no request in progress is closed after this long (HTTP and gRPC). "
+     "It also bounds a client that stops reading: a gRPC connection whose answers wait this long "
+     "unread, or held by its flow-control windows, is cut, and a remote tensor session whose client "
+     "reads none of its replies for half of it is closed."},
     {"limits.request_timeout_ms", KD_CT_INT, OFF(limits.request_timeout_ms), 10, 86400000, NULL, "30000",
      "KILN_REQUEST_TIMEOUT_MS", "--request-timeout-ms",
      "A request must arrive completely within this long of its first byte, or it gets 408 and the connection "
