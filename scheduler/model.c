@@ -6,16 +6,22 @@
  * (kiln_model_from_json) and whose tensors are its state dict, loaded strictly by name.
  * "onnx" — model.onnx through kiln_onnx_load, run with kiln_onnx_run. config.json may leave out
  * the inputs and outputs of an ONNX model: the graph declares its inputs (a symbolic dim is -1),
- * and the outputs' datatypes and shapes come from two dry runs at load with the symbolic dims set
- * to 1 and then 2 (a dim that follows them is reported as -1).
+ * and the outputs' datatypes and shapes come from dry runs on zeros at load (a dim that follows
+ * the inputs' free dims is reported as -1); outputs it lists are checked against dry runs.
  *
  * Batching (either format, max_batch_size > 0): requests are concatenated along dim 0 and every
  * output is split back along dim 0, which is right only when each output's dim 0 is the batch.
- * The first instance's load checks it (check_batching): every input needs a free dim 0, and for
- * ONNX dry runs on zeros at two batch sizes must give every output a dim 0 of that size and the
- * same other dims (a kiln record's config.json must declare every output's dim 0 free). A model that fails is served unbatched (max_batch_size 0, which the metadata and config
+ * The first instance's load checks it (kd_sched_check_batching): every input needs a free dim 0,
+ * and for ONNX dry runs on zeros at two batch sizes must give every output a dim 0 of that size
+ * and the same other dims (a kiln record's config.json must declare every output's dim 0 free).
+ * A model that fails is served unbatched (max_batch_size 0, which the metadata and config
  * endpoints then report) with a warning naming the input or output and why: an output such as
  * x.mean(0) would otherwise hand every client the mean over everyone's rows.
+ *
+ * The dry runs, and the checks made with them, are model-checks.c's: the runs the batching check
+ * makes, and one at batch 1, also give the outputs, so a model is run at most three times at load
+ * and not at all by the loads of its other instances (four times when config.json leaves out
+ * outputs and the inputs have free dims beside the batch).
  *
  * Either format may ship autotune.tsv beside the model file: kernel choices merged into the
  * autotune cache when the model loads (kiln_autotune_merge_file).
@@ -46,7 +52,7 @@ int kd_sched_dtype_of(const char *datatype)
     return -1;
 }
 
-static const char *datatype_of(kiln_dtype dt)
+const char *kd_sched_datatype_of(kiln_dtype dt)
 {
     for (size_t i = 0; i < sizeof datatypes / sizeof datatypes[0]; i++)
         if (datatypes[i].dtype == dt)
@@ -157,170 +163,12 @@ static int build_kiln(struct kd_sched_model *m, kiln_device *dev, kiln_module **
 }
 
 /*
- * Check a config.json input against what the graph declares for it: the same datatype and
- * rank, and every dim the graph fixes given that size (config.json may fix a symbolic dim,
- * never widen a fixed one: requests of its advertised shape would then fail inside the
- * model, and the client would be blamed). A graph input with no declared type or rank takes
- * config.json's word. 0, or -1 with why.
+ * Builds an ONNX instance, filling the inputs and outputs config.json leaves out (the first
+ * build) or checking the outputs it lists against dry runs. With check_batch (this build checks
+ * whether the model batches) the verdict goes to unbatched: empty when it batches, else why not.
  */
-static int check_input(kiln_onnx_model *g, int k, const kd_model_tensor_spec *want, char *why, size_t n)
-{
-    int nd = -1;
-    int64_t shape[KILN_MAX_DIMS];
-    int dt = kiln_onnx_input_info(g, k, &nd, shape);
-    const char *declared = dt < 0 ? NULL : datatype_of((kiln_dtype)dt);
-    if (declared && strcmp(declared, want->datatype) != 0) {
-        snprintf(why, n, "config.json input '%.64s' is %s; model.onnx takes %s", want->name, want->datatype,
-                 declared);
-        return -1;
-    }
-    bool fits = nd < 0 || nd == want->ndim;
-    for (int d = 0; fits && nd >= 0 && d < nd; d++)
-        fits = shape[d] < 0 || shape[d] == want->shape[d];
-    if (!fits) {
-        char a[160], b[160];
-        snprintf(why, n, "config.json input '%.64s' has shape %s; model.onnx takes %s (-1: any size)", want->name,
-                 kiln__shape_str(want->ndim, want->shape, a, sizeof a), kiln__shape_str(nd, shape, b, sizeof b));
-        return -1;
-    }
-    return 0;
-}
-
-/*
- * The graph's inputs as specs (names borrowed from g), checked against and shaped by the
- * ones config.json lists (cfg_in, ncfg_in; none: the graph's declarations), and with
- * want_outputs the outputs' datatypes and shapes by dry runs on zeros. 0 or -1 with why.
- */
-static int describe_onnx(kiln_onnx_model *g, kiln_device *dev, const kd_model_tensor_spec *cfg_in, int ncfg_in,
-                         bool want_outputs, kd_model_tensor_spec *ins, kd_model_tensor_spec *outs, char *why,
-                         size_t n)
-{
-    int gin = kiln_onnx_input_count(g), gout = kiln_onnx_output_count(g);
-    bool symbolic = false;
-    if (ncfg_in > 0 && ncfg_in != gin) {
-        snprintf(why, n, "config.json lists %d inputs; model.onnx takes %d", ncfg_in, gin);
-        return -1;
-    }
-    for (int i = 0; i < gin; i++) {
-        kd_model_tensor_spec *sp = &ins[i];
-        const char *name = kiln_onnx_input_name(g, i);
-        const kd_model_tensor_spec *listed = NULL;
-        for (int k = 0; k < ncfg_in && !listed; k++)
-            if (strcmp(cfg_in[k].name, name) == 0)
-                listed = &cfg_in[k];
-        if (ncfg_in > 0 && !listed) {
-            snprintf(why, n, "model.onnx input '%.64s' is not listed in config.json", name);
-            return -1;
-        }
-        if (listed) {
-            if (check_input(g, i, listed, why, n) != 0)
-                return -1;
-            *sp = *listed;
-        } else {
-            int dt = kiln_onnx_input_info(g, i, &sp->ndim, sp->shape);
-            sp->datatype = dt < 0 ? NULL : (char *)datatype_of((kiln_dtype)dt);
-        }
-        sp->name = (char *)name;
-        if (sp->ndim < 0 || !sp->datatype) {
-            snprintf(why, n, "model.onnx input '%.64s' has %s; list the inputs in config.json", sp->name,
-                     sp->ndim < 0 ? "no declared rank" : "a datatype kilnd does not serve");
-            return -1;
-        }
-        for (int d = 0; d < sp->ndim; d++)
-            symbolic |= sp->shape[d] < 0;
-    }
-    if (!want_outputs)
-        return 0;
-    const char *names[KD_SCHED_MAX_IO];
-    kiln_tensor *in[KD_SCHED_MAX_IO] = {0}, *out[KD_SCHED_MAX_IO] = {0};
-    int rc = 0;
-    for (int pass = 0; rc == 0 && pass < (symbolic ? 2 : 1); pass++) {
-        kiln_no_grad_begin();
-        kiln_scope_begin();
-        for (int i = 0; i < gin && rc == 0; i++) {
-            int64_t shape[KILN_MAX_DIMS];
-            for (int d = 0; d < ins[i].ndim; d++)
-                shape[d] = ins[i].shape[d] < 0 ? pass + 1 : ins[i].shape[d];
-            names[i] = ins[i].name;
-            in[i] = kiln_zeros(dev, (kiln_dtype)kd_sched_dtype_of(ins[i].datatype), ins[i].ndim, shape);
-            rc = in[i] ? 0 : -1;
-        }
-        if (rc == 0)
-            rc = kiln_onnx_run(g, gin, names, in, gout, out);
-        for (int o = 0; rc == 0 && o < gout; o++) {
-            kd_model_tensor_spec *sp = &outs[o];
-            int nd = kiln_tensor_ndim(out[o]);
-            const int64_t *shape = kiln_tensor_shape(out[o]);
-            if (pass == 0) {
-                sp->name = (char *)kiln_onnx_output_name(g, o);
-                sp->datatype = (char *)datatype_of(kiln_tensor_dtype(out[o]));
-                sp->ndim = nd;
-                memcpy(sp->shape, shape, (size_t)nd * sizeof shape[0]);
-                if (!sp->datatype) {
-                    snprintf(why, n, "model.onnx output '%.64s' has a datatype kilnd does not serve", sp->name);
-                    rc = -2;
-                }
-            } else if (nd != sp->ndim) {
-                sp->ndim = -1;
-            } else {
-                for (int d = 0; d < nd; d++)
-                    if (shape[d] != sp->shape[d])
-                        sp->shape[d] = -1;
-            }
-        }
-        for (int o = 0; o < gout; o++) {
-            kiln_tensor_release(out[o]);
-            out[o] = NULL;
-        }
-        kiln_scope_end();
-        kiln_no_grad_end();
-    }
-    for (int o = 0; rc == 0 && o < gout; o++)
-        if (outs[o].ndim < 0) {
-            snprintf(why, n, "model.onnx output '%.64s' changes rank with the input size; list the outputs in "
-                             "config.json", outs[o].name);
-            rc = -2;
-        }
-    if (rc == -1)
-        snprintf(why, n, "model.onnx dry run on zeros (to learn its outputs; or list them in config.json): %s",
-                 kiln_error());
-    kiln_error_clear();
-    return rc == 0 ? 0 : -2;
-}
-
-/* Check config.json's outputs against what the dry runs found (outs, by graph index): the
- * same datatype and rank, and no dim both fix at different sizes. 0, or -1 with why. */
-static int check_outputs(kiln_onnx_model *g, const kd_model_config *c, const kd_model_tensor_spec *outs, char *why,
-                         size_t n)
-{
-    for (int o = 0; o < c->noutputs; o++) {
-        const kd_model_tensor_spec *want = &c->outputs[o], *got = NULL;
-        for (int k = 0; k < kiln_onnx_output_count(g) && !got; k++)
-            if (strcmp(kiln_onnx_output_name(g, k), want->name) == 0)
-                got = &outs[k];
-        if (!got)
-            continue; /* named in the error build_onnx gives */
-        if (strcmp(got->datatype, want->datatype) != 0) {
-            snprintf(why, n, "config.json output '%.64s' is %s; model.onnx gives %s", want->name, want->datatype,
-                     got->datatype);
-            return -1;
-        }
-        bool fits = got->ndim == want->ndim;
-        for (int d = 0; fits && d < got->ndim; d++)
-            fits = got->shape[d] < 0 || want->shape[d] < 0 || got->shape[d] == want->shape[d];
-        if (!fits) {
-            char a[160], b[160];
-            snprintf(why, n,
-                     "config.json output '%.64s' has shape %s; model.onnx gives %s (-1: varies with the input)",
-                     want->name, kiln__shape_str(want->ndim, want->shape, a, sizeof a),
-                     kiln__shape_str(got->ndim, got->shape, b, sizeof b));
-            return -1;
-        }
-    }
-    return 0;
-}
-
-static int build_onnx(struct kd_sched_model *m, kiln_device *dev, struct kd_sched_exec *e, char *why, size_t n)
+static int build_onnx(struct kd_sched_model *m, kiln_device *dev, struct kd_sched_exec *e, bool check_batch,
+                      char *unbatched, size_t un, char *why, size_t n)
 {
     size_t len = strlen(m->path) + 16;
     char *file = malloc(len);
@@ -345,7 +193,8 @@ static int build_onnx(struct kd_sched_model *m, kiln_device *dev, struct kd_sche
         return -1;
     }
     /* Another instance of the same version may be filling cfg on its own worker right now.
-     * Inputs config.json lists never change after that (filled ones are the graph's). */
+     * Inputs and outputs config.json lists never change after that (filled ones are the
+     * graph's), so the listed outputs are checked without the lock. */
     pthread_mutex_lock(&m->sched->mu);
     bool need_out = m->cfg.noutputs == 0;
     bool check_out = !need_out && !m->outputs_checked;
@@ -353,14 +202,15 @@ static int build_onnx(struct kd_sched_model *m, kiln_device *dev, struct kd_sche
     int ncfg_in = m->cfg.ninputs;
     pthread_mutex_unlock(&m->sched->mu);
     kd_model_tensor_spec ins[KD_SCHED_MAX_IO] = {0}, outs[KD_SCHED_MAX_IO] = {0};
-    int rc = describe_onnx(g, dev, cfg_in, ncfg_in, need_out || check_out, ins, outs, why, n);
-    if (rc == -2 && !need_out) {
-        /* config.json lists the outputs, which is the way around a model the dry runs cannot
-         * run (zeros, symbolic dims at 1 and 2): then only the run checks their datatypes */
-        why[0] = '\0';
-        rc = 0;
-        check_out = false;
-    }
+    int rc = kd_sched_onnx_inputs(g, cfg_in, ncfg_in, ins, why, n);
+    /* One probe for the outputs and the batching check: each size of dry run is made once. */
+    struct kd_sched_probe *probe = rc == 0 ? kd_sched_probe_new(g, dev, ins, gin, check_batch) : NULL;
+    if (rc == 0 && !probe)
+        rc = -1;
+    if (rc == 0 && need_out)
+        rc = kd_sched_probe_outputs(probe, true, outs, why, n) < 0 ? -1 : 0;
+    if (rc == 0 && check_out)
+        rc = kd_sched_probe_check_outputs(probe, &m->cfg, why, n);
 
     pthread_mutex_lock(&m->sched->mu);
     kd_model_config *c = &m->cfg;
@@ -380,12 +230,11 @@ static int build_onnx(struct kd_sched_model *m, kiln_device *dev, struct kd_sche
     }
     if (rc != 0 && !why[0])
         snprintf(why, n, "out of memory");
+    /* Learned or checked once: the other instances run the same graph on the same device. */
+    if (rc == 0 && (need_out || check_out))
+        m->outputs_checked = true;
     /* config.json may name a subset of the outputs, in any order; the inputs must all be
-     * there (describe_onnx checked the ones it lists). */
-    if (rc == 0 && check_out) {
-        rc = check_outputs(g, c, outs, why, n);
-        m->outputs_checked = rc == 0;
-    }
+     * there (kd_sched_onnx_inputs checked the ones it lists). */
     e->onnx_nout = gout;
     for (int o = 0; rc == 0 && o < c->noutputs; o++) {
         e->onnx_out[o] = -1;
@@ -398,6 +247,10 @@ static int build_onnx(struct kd_sched_model *m, kiln_device *dev, struct kd_sche
         }
     }
     pthread_mutex_unlock(&m->sched->mu);
+    /* cfg is complete now, and only this build changes max_batch_size (after the verdict) */
+    if (rc == 0 && check_batch)
+        kd_sched_check_batching(c, e, probe, unbatched, un);
+    kd_sched_probe_free(probe);
     if (rc != 0) {
         kiln_onnx_free(g);
         return -1;
@@ -406,7 +259,29 @@ static int build_onnx(struct kd_sched_model *m, kiln_device *dev, struct kd_sche
     return 0;
 }
 
-static void decide_batching(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device *dev);
+/* Whether this build checks if m batches: the first one to ask, when config.json lets it batch. */
+static bool claim_batching_check(struct kd_sched_model *m)
+{
+    pthread_mutex_lock(&m->sched->mu);
+    bool mine = !m->batch_decided && m->cfg.max_batch_size > 0;
+    m->batch_decided = true;
+    pthread_mutex_unlock(&m->sched->mu);
+    return mine;
+}
+
+/* A model that cannot batch (why) is served unbatched, with a warning. The load completes only
+ * after every instance's build, so no request sees max_batch_size before the decision. */
+static void serve_unbatched(struct kd_sched_model *m, const char *why)
+{
+    pthread_mutex_lock(&m->sched->mu);
+    int asked = m->cfg.max_batch_size;
+    m->cfg.max_batch_size = 0;
+    pthread_mutex_unlock(&m->sched->mu);
+    kd_sched_logf(m->sched, KD_LOG_WARN,
+                  "model %s version %lld is served unbatched (max_batch_size %d in config.json taken as 0; "
+                  "requests run one at a time): %s",
+                  m->name, (long long)m->version, asked, why);
+}
 
 int kd_sched_build(struct kd_sched_model *m, kiln_device *dev, struct kd_sched_exec *out, char *why, size_t n)
 {
@@ -427,10 +302,16 @@ int kd_sched_build(struct kd_sched_model *m, kiln_device *dev, struct kd_sched_e
                           (long long)m->version, kiln_error());
         free(tune);
     }
-    int rc = m->format && strcmp(m->format, "onnx") == 0 ? build_onnx(m, dev, out, why, n)
-                                                         : build_kiln(m, dev, &out->module, why, n);
-    if (rc == 0)
-        decide_batching(m, out, dev);
+    /* Claimed before the build: an ONNX build makes its dry runs at the check's sizes. */
+    bool check_batch = claim_batching_check(m);
+    char unbatched[400] = "";
+    bool onnx = m->format && strcmp(m->format, "onnx") == 0;
+    int rc = onnx ? build_onnx(m, dev, out, check_batch, unbatched, sizeof unbatched, why, n)
+                  : build_kiln(m, dev, &out->module, why, n);
+    if (rc == 0 && check_batch && !onnx)
+        kd_sched_check_batching(&m->cfg, out, NULL, unbatched, sizeof unbatched);
+    if (rc == 0 && unbatched[0])
+        serve_unbatched(m, unbatched);
     return rc;
 }
 
@@ -521,117 +402,6 @@ static void release_all(kiln_tensor **ts, int n)
     }
 }
 
-/* The batch sizes of check_batching's two dry runs: two, so that an output whose dim 0 is some
- * other size can match neither by chance, and above 1, where size-1 broadcasting could hide it. */
-static const int64_t dry_batches[2] = {2, 3};
-
-/*
- * Whether c's model batches: every input has a free dim 0 and, for an ONNX graph, over dry runs
- * on zeros at dry_batches (the inputs' other free dims 1), every configured output's dim 0 is the
- * batch and its other dims stay the same (a kiln record: config.json declares every output's dim
- * 0 free). 0, or -1 with why naming the input or output at fault.
- */
-static int check_batching(const kd_model_config *c, struct kd_sched_exec *e, kiln_device *dev, char *why, size_t n)
-{
-    char a[160], b[160];
-    if (c->ninputs < 1) {
-        snprintf(why, n, "the model has no inputs to concatenate");
-        return -1;
-    }
-    for (int i = 0; i < c->ninputs; i++)
-        if (c->inputs[i].ndim < 1 || c->inputs[i].shape[0] >= 0) {
-            snprintf(why, n,
-                     "input '%.64s' has a fixed batch (shape %s), so a batch of requests could not be fed to it",
-                     c->inputs[i].name, kiln__shape_str(c->inputs[i].ndim, c->inputs[i].shape, a, sizeof a));
-            return -1;
-        }
-    if (e->module) {
-        /* A kiln record declares its outputs in config.json, and kilnd runs nothing at its load
-         * (a dry run would also be the first work a device sees, and could fail it): the
-         * declared dim 0 must be free. */
-        for (int o = 0; o < c->noutputs; o++)
-            if (c->outputs[o].ndim < 1 || c->outputs[o].shape[0] >= 0) {
-                snprintf(
-                    why, n, "config.json declares output '%.64s' with shape %s: its dim 0 is not the batch (-1)",
-                    c->outputs[o].name, kiln__shape_str(c->outputs[o].ndim, c->outputs[o].shape, a, sizeof a));
-                return -1;
-            }
-        return 0;
-    }
-    int first_nd[KD_SCHED_MAX_IO] = {0};
-    int64_t first[KD_SCHED_MAX_IO][KILN_MAX_DIMS];
-    int rc = 0;
-    for (int pass = 0; rc == 0 && pass < 2; pass++) {
-        int64_t rows = dry_batches[pass];
-        kiln_tensor *in[KD_SCHED_MAX_IO] = {0}, *out[KD_SCHED_MAX_IO] = {0}, *owned[KD_SCHED_MAX_IO] = {0};
-        kiln_no_grad_begin();
-        kiln_scope_begin();
-        for (int i = 0; i < c->ninputs && rc == 0; i++) {
-            const kd_model_tensor_spec *sp = &c->inputs[i];
-            int64_t shape[KILN_MAX_DIMS];
-            for (int d = 0; d < sp->ndim; d++)
-                shape[d] = d == 0 ? rows : sp->shape[d] < 0 ? 1 : sp->shape[d];
-            in[i] = kiln_zeros(dev, (kiln_dtype)kd_sched_dtype_of(sp->datatype), sp->ndim, shape);
-            rc = in[i] ? 0 : -1;
-        }
-        int nout = rc == 0 ? forward(c, e, in, out, owned) : -1;
-        if (nout < c->noutputs) {
-            snprintf(why, n, "a dry run on zeros at batch %lld failed: %.160s", (long long)rows,
-                     kiln_error()[0] ? kiln_error() : "too few outputs");
-            rc = -1;
-        }
-        for (int o = 0; rc == 0 && o < c->noutputs; o++) {
-            int nd = kiln_tensor_ndim(out[o]);
-            const int64_t *shape = kiln_tensor_shape(out[o]);
-            if (nd < 1 || shape[0] != rows) {
-                snprintf(why, n,
-                         "output '%.64s' has shape %s for a batch of %lld rows: its dim 0 is not the batch",
-                         c->outputs[o].name, kiln__shape_str(nd, shape, a, sizeof a), (long long)rows);
-                rc = -1;
-            } else if (pass == 0) {
-                first_nd[o] = nd;
-                memcpy(first[o], shape, (size_t)nd * sizeof shape[0]);
-            } else if (nd != first_nd[o] || memcmp(first[o] + 1, shape + 1, (size_t)(nd - 1) * sizeof shape[0])) {
-                snprintf(why, n,
-                         "output '%.64s' has shape %s for a batch of %lld rows and %s for %lld: more than "
-                         "its dim 0 changes with the batch",
-                         c->outputs[o].name, kiln__shape_str(first_nd[o], first[o], a, sizeof a),
-                         (long long)dry_batches[0], kiln__shape_str(nd, shape, b, sizeof b), (long long)rows);
-                rc = -1;
-            }
-        }
-        kiln_scope_end();
-        kiln_no_grad_end();
-        release_all(owned, KD_SCHED_MAX_IO);
-    }
-    kiln_error_clear();
-    return rc;
-}
-
-/*
- * After an instance of m is built on dev: the first one to get here checks whether m batches
- * (check_batching) and, when not, serves it unbatched with a warning. The load completes only
- * after every instance's build, so no request sees max_batch_size before the decision.
- */
-static void decide_batching(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device *dev)
-{
-    pthread_mutex_lock(&m->sched->mu);
-    int asked = m->cfg.max_batch_size;
-    bool mine = !m->batch_decided && asked > 0;
-    m->batch_decided = true;
-    pthread_mutex_unlock(&m->sched->mu);
-    char why[400];
-    if (!mine || check_batching(&m->cfg, e, dev, why, sizeof why) == 0)
-        return;
-    pthread_mutex_lock(&m->sched->mu);
-    m->cfg.max_batch_size = 0;
-    pthread_mutex_unlock(&m->sched->mu);
-    kd_sched_logf(m->sched, KD_LOG_WARN,
-                  "model %s version %lld is served unbatched (max_batch_size %d in config.json taken as 0; "
-                  "requests run one at a time): %s",
-                  m->name, (long long)m->version, asked, why);
-}
-
 void kd_sched_run(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device *dev,
                   struct kd_sched_request **reqs, int n, int64_t rows)
 {
@@ -703,7 +473,7 @@ void kd_sched_run(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device
         /* never a cast: logits cast to INT32 would answer zeros as if they were results */
         int want = kd_sched_dtype_of(c->outputs[o].datatype);
         if (out[o] && want >= 0 && kiln_tensor_dtype(out[o]) != (kiln_dtype)want) {
-            const char *gives = datatype_of(kiln_tensor_dtype(out[o]));
+            const char *gives = kd_sched_datatype_of(kiln_tensor_dtype(out[o]));
             snprintf(detail, sizeof detail, "the model gives %s for output '%.64s'; config.json declares %s",
                      gives ? gives : kiln_dtype_name(kiln_tensor_dtype(out[o])), c->outputs[o].name,
                      c->outputs[o].datatype);

@@ -1,6 +1,7 @@
 /*
  * scheduler/sched-impl.h — the scheduler's structs, shared by scheduler.c (workers, queues,
  * batching), model.c (building an instance from a repository version, running a batch),
+ * model-checks.c (what a load checks, and learns by dry runs, before an instance is served),
  * sched-gate.c (training's turn on a device) and sched-pool.c (an idle device's pool trim).
  */
 #ifndef KD_SCHED_IMPL_H
@@ -44,7 +45,7 @@ struct kd_sched_model {
      * list (under the lock, before the load completes), so readers on the loop see it complete.
      */
     kd_model_config cfg;
-    bool outputs_checked;       /* an ONNX version's listed outputs matched a dry run (scheduler lock) */
+    bool outputs_checked;       /* an ONNX version's outputs were learned or checked (scheduler lock) */
     bool batch_decided;         /* an instance has taken on the batching check (scheduler lock) */
     atomic_bool split_warned;   /* a batch whose outputs did not split was logged (once) */
     struct kd_sched_gate *gate; /* the gate of the device its instances run on */
@@ -132,6 +133,39 @@ void kd_sched_unbuild(struct kd_sched_exec *e);
  */
 void kd_sched_run(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device *dev,
                   struct kd_sched_request **reqs, int n, int64_t rows);
+
+/* The KServe datatype name of a kiln dtype ("FP32" for KILN_F32), or NULL for one kilnd does not serve. */
+const char *kd_sched_datatype_of(kiln_dtype dt);
+
+/*
+ * model-checks.c: what a load checks before an instance is served. kd_sched_onnx_inputs: the
+ * graph's inputs as specs (names borrowed from g, in graph order), checked against and shaped by
+ * those config.json lists (cfg_in, ncfg_in; none: the graph's declarations). 0, or -1 with why.
+ */
+int kd_sched_onnx_inputs(kiln_onnx_model *g, const kd_model_tensor_spec *cfg_in, int ncfg_in,
+                         kd_model_tensor_spec *ins, char *why, size_t n);
+/* The dry runs on zeros one build makes of g (ins: kd_sched_onnx_inputs's, borrowed), each size
+ * at most once. check_batching: kd_sched_check_batching will run, so the outputs are learned from
+ * its runs. NULL when out of memory. */
+struct kd_sched_probe;
+struct kd_sched_probe *kd_sched_probe_new(kiln_onnx_model *g, kiln_device *dev, const kd_model_tensor_spec *ins,
+                                          int nins, bool check_batching);
+void kd_sched_probe_free(struct kd_sched_probe *p);
+/* The graph outputs' datatypes and shapes (-1 where a dim follows the inputs' free dims; names
+ * borrowed from g) in outs, in graph order. every_dim false may hold the free dims beside the
+ * batch at 1 and then returns 1, so that a dim that follows only them shows as 1. 0 or 1, or -1
+ * with why. */
+int kd_sched_probe_outputs(struct kd_sched_probe *p, bool every_dim, kd_model_tensor_spec *outs, char *why,
+                           size_t n);
+/* config.json's outputs (c) against the dry runs: the same datatype and rank, and no dim both fix
+ * at different sizes. Where the runs fail, nothing is checked. 0, or -1 with why. */
+int kd_sched_probe_check_outputs(struct kd_sched_probe *p, const kd_model_config *c, char *why, size_t n);
+/* Whether the instance e of c batches: every input has a free dim 0 and, for an ONNX graph
+ * (through p), over dry runs at two batch sizes (the inputs' other free dims 1) every configured
+ * output's dim 0 is the batch and its other dims stay the same (a kiln record: config.json
+ * declares every output's dim 0 free; p NULL). 0, or -1 with why naming the input or output. */
+int kd_sched_check_batching(const kd_model_config *c, const struct kd_sched_exec *e, struct kd_sched_probe *p,
+                            char *why, size_t n);
 
 /* sched-gate.c: the gate of device spec, or NULL when no worker drives it. */
 struct kd_sched_gate *kd_sched_gate_for(struct kd_sched *s, const char *spec);
