@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <sys/resource.h>
 
+#include "sched-loop-util.h"
 #include "scheduler.h"
 
 #ifndef KILN_TEST_FIXTURES
@@ -96,19 +97,9 @@ struct fixture {
     bool loaded;
 };
 
-static void on_tick(uv_timer_t *t)
-{
-    (void)t;
-}
-
-/* The scheduler's async handle does not keep the loop alive, so a test waiting for a
- * completion keeps a timer running while it turns the loop. */
 static void run_until(struct fixture *f, const bool *flag)
 {
-    uv_timer_start(&f->tick, on_tick, 1, 1);
-    while (!*flag)
-        uv_run(&f->loop, UV_RUN_ONCE);
-    uv_timer_stop(&f->tick);
+    sched_test_run_until(&f->loop, &f->tick, flag);
 }
 
 static void on_loaded(void *ud, struct kd_sched_model *m, const char *why)

@@ -32,6 +32,7 @@
 #include <cmocka.h>
 #include <sys/stat.h>
 
+#include "sched-loop-util.h"
 #include "scheduler.h"
 #include "tests/onnx/onnx-build.h"
 
@@ -161,17 +162,9 @@ struct fixture {
 
 static struct fixture fx;
 
-static void on_tick(uv_timer_t *t)
-{
-    (void)t;
-}
-
 static void run_until(const bool *flag)
 {
-    uv_timer_start(&fx.tick, on_tick, 1, 1);
-    while (!*flag)
-        uv_run(&fx.loop, UV_RUN_ONCE);
-    uv_timer_stop(&fx.tick);
+    sched_test_run_until(&fx.loop, &fx.tick, flag);
 }
 
 static void on_loaded(void *ud, struct kd_sched_model *m, const char *why)
