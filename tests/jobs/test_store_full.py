@@ -11,6 +11,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import kilnd_harness as H  # noqa: E402
@@ -57,6 +58,11 @@ def main():
         st, j = d.req("POST", "/v1/jobs", H.spec("cancelled", epochs=500))
         second = j["id"]
         d.wait_state(second, ["running"])
+        # cancelled once it has a checkpoint, so that a resume of it is possible (and refused
+        # only for the full disk below)
+        deadline = time.time() + 60
+        while time.time() < deadline and not (d.req("GET", "/v1/jobs/%d" % second)[1].get("checkpoints") or []):
+            time.sleep(0.02)
         d.req("DELETE", "/v1/jobs/%d" % second)
         d.wait_state(second, FINAL)
 
