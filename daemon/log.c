@@ -118,17 +118,20 @@ static size_t format_line(const struct kd_log *log, const char *level_name, cons
     return n;
 }
 
-/* Writes a finished line (n bytes, ending in a newline), after the note on lines lost before it
- * when there were any, in one write(2). A line that cannot be written is counted for that note:
- * the log has nowhere else to report its own failure. */
+/* The longest line written: an access line (kd_log_access) or any other (emit). */
+#define KD_LOG_LINE_MAX 4096
+
+/* Writes a finished line (n bytes, at most KD_LOG_LINE_MAX, ending in a newline), after the note
+ * on lines lost before it when there were any, in one write(2). A line that cannot be written is
+ * counted for that note: the log has nowhere else to report its own failure. */
 static void put_line(struct kd_log *log, const char *line, size_t n)
 {
     uint64_t lost = atomic_exchange(&log->lost_lines, 0);
     bool torn = atomic_exchange(&log->torn, false);
-    char joined[5120];
+    char joined[1 + 512 + KD_LOG_LINE_MAX]; /* a newline, the note, then the line */
     const char *out = line;
     size_t len = n, prefix = 0;
-    if ((lost || torn) && n <= sizeof joined - 600) {
+    if (lost || torn) {
         if (torn)
             joined[prefix++] = '\n'; /* ends the line a short write cut */
         if (lost) {
@@ -141,12 +144,6 @@ static void put_line(struct kd_log *log, const char *line, size_t n)
         memcpy(joined + prefix, line, n);
         out = joined;
         len = prefix + n;
-    } else if (lost || torn) { /* no room to join them: the note waits for a shorter line */
-        atomic_fetch_add(&log->lost_lines, lost);
-        if (torn)
-            atomic_store(&log->torn, true);
-        lost = 0;
-        torn = false;
     }
     ssize_t rc = write(log->fd, out, len);
     if (rc == (ssize_t)len) {
@@ -165,7 +162,7 @@ static void put_line(struct kd_log *log, const char *line, size_t n)
 
 static void emit(struct kd_log *log, const char *level_name, const char *msg)
 {
-    char line[2048];
+    char line[KD_LOG_LINE_MAX];
     put_line(log, line, format_line(log, level_name, msg, line, sizeof line));
 }
 
@@ -221,7 +218,7 @@ void kd_log_access(void *ud, const struct kd_http_access *a)
     /* The target is the only long field; 512 bytes of it say enough. */
     size_t tlen = a->target_len > 512 ? 512 : a->target_len;
     double ms = (double)a->elapsed_ns / 1e6;
-    char line[4096];
+    char line[KD_LOG_LINE_MAX];
     size_t n;
     if (log->format == KD_LOG_JSON) {
         struct timespec ts;
