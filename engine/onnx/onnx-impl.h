@@ -151,6 +151,7 @@ extern const kiln__onnx_op kiln__onnx_ops_nn[];
 extern const kiln__onnx_op kiln__onnx_ops_rnn[];
 extern const kiln__onnx_op kiln__onnx_ops_index[];
 extern const kiln__onnx_op kiln__onnx_ops_more[];
+extern const kiln__onnx_op kiln__onnx_ops_sample[];
 
 kiln__onnx_op_fn kiln__onnx_find_op(const char *op_type);
 

@@ -1,6 +1,6 @@
 /*
  * onnx-ops-nn.c — ONNX's network operators: convolutions, Gemm/MatMul, the
- * normalizations, pooling, softmax, reductions, arg/top-k and Resize, on kiln's nn
+ * normalizations, pooling, softmax, reductions and arg/top-k, on kiln's nn
  * primitives. ONNX allows asymmetric padding (pads = begin..., end...) and auto_pad;
  * kiln's convolution and pooling pad symmetrically, so an asymmetric pad is applied
  * first with kiln_pad (with -inf for max pooling) and the op then runs unpadded.
@@ -437,269 +437,29 @@ static int op_cumsum(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, 
     return ok(out);
 }
 
-/* ------------------------------------------------------------------ Resize */
-
-/* coordinate_transformation_mode: every one the spec has but tf_crop_and_resize (which needs
- * roi and extrapolation_value). */
-static const char *const ct_names[] = {"half_pixel", "pytorch_half_pixel",   "align_corners",
-                                       "asymmetric", "tf_half_pixel_for_nn", "half_pixel_symmetric",
-                                       NULL};
-enum {
-    CT_HALF_PIXEL,
-    CT_PYTORCH_HALF_PIXEL,
-    CT_ALIGN_CORNERS,
-    CT_ASYMMETRIC,
-    CT_TF_HALF_PIXEL_FOR_NN,
-    CT_HP_SYMMETRIC
-};
-/* nearest_mode; NM_SIMPLE is opset 10's rule (no attribute then): ceil when downsampling,
- * else truncate, as ONNX Runtime does. */
-static const char *const nm_names[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil", NULL};
-enum {
-    NM_ROUND_PREFER_FLOOR,
-    NM_ROUND_PREFER_CEIL,
-    NM_FLOOR,
-    NM_CEIL,
-    NM_SIMPLE
-};
-
-static int find_name(const char *s, const char *const *names)
-{
-    for (int i = 0; names[i]; i++)
-        if (!strcmp(s, names[i]))
-            return i;
-    return -1;
-}
-
-/* The source coordinate of output index o along a dim resized from in to out elements at
- * scale: the spec's formula for the mode, evaluated step by step in float as ONNX Runtime
- * (and PyTorch's nearest) do. Not in double: 3 / 0.6f is 4.9999998 in double and 5 in float,
- * and nearest's floor then picks another source pixel. */
-static float src_coord(int ct, float o, float scale, float out, float in)
-{
-    switch (ct) {
-    case CT_HALF_PIXEL: return (o + 0.5f) / scale - 0.5f;
-    case CT_PYTORCH_HALF_PIXEL: return out > 1 ? (o + 0.5f) / scale - 0.5f : 0.0f;
-    case CT_ALIGN_CORNERS: return out == 1 ? 0.0f : o * (in - 1) / (out - 1);
-    case CT_ASYMMETRIC: return o / scale;
-    case CT_TF_HALF_PIXEL_FOR_NN: return (o + 0.5f) / scale;
-    default: { /* half_pixel_symmetric: half_pixel about the centre of the input (the last
-                * sum in double, as ONNX Runtime writes it) */
-        float adjustment = out / (scale * in), center = in / 2, offset = center * (1 - adjustment);
-        return (float)(offset + ((double)o + 0.5) / scale - 0.5);
-    }
-    }
-}
-
-static int64_t nearest_index(int nm, float x, bool down, int64_t in)
-{
-    /* clamped first: the coordinate always lies within a pixel or two of [0, in - 1], and
-     * the conversion to int64 of a float out of its range is undefined */
-    float lim = (float)in;
-    x = x < -1.0f ? -1.0f : x > lim ? lim : x;
-    int64_t i;
-    switch (nm) {
-    case NM_ROUND_PREFER_FLOOR: i = x == (float)(int64_t)x + 0.5f ? (int64_t)x : (int64_t)roundf(x); break;
-    case NM_ROUND_PREFER_CEIL: i = (int64_t)roundf(x); break;
-    case NM_FLOOR: i = (int64_t)floorf(x); break;
-    case NM_CEIL: i = (int64_t)ceilf(x); break;
-    default: i = down ? (int64_t)ceilf(x) : (int64_t)x; break;
-    }
-    return i < 0 ? 0 : i > in - 1 ? in - 1 : i;
-}
-
-/* A host vector as a tensor on x's device: i64 indices, or weights in x's dtype shaped to
- * broadcast along dim d. */
-static kiln_tensor *host_vec(kiln_tensor *x, int d, bool weights, const void *v, int64_t len)
-{
-    kiln_device *dev = kiln_tensor_device(x);
-    if (!weights)
-        return kiln_from_data(dev, KILN_I64, 1, &len, v, (size_t)len * sizeof(int64_t));
-    int64_t shape[KILN_MAX_DIMS];
-    int r = kiln_tensor_ndim(x);
-    for (int i = 0; i < r; i++)
-        shape[i] = i == d ? len : 1;
-    kiln_tensor *w = kiln_from_data(dev, KILN_F32, r, shape, v, (size_t)len * sizeof(float));
-    return kiln_tensor_dtype(x) == KILN_F32 ? w : kiln_cast(w, kiln_tensor_dtype(x));
-}
-
-/* x resized along dim d to out elements: the source indices (and for linear the two taps and
- * their weights) computed on the host per output index, then gathered with index_select, so
- * every device computes what the spec says with ops it has. NULL with a message on error. */
-static kiln_tensor *resize_dim(kiln_tensor *x, int d, int64_t out, float scale, bool linear, int ct, int nm)
-{
-    int64_t in = kiln_tensor_dim(x, d);
-    /* linear at scale 1 is the identity in ONNX Runtime whatever the mode (its shortcut) */
-    if (linear && scale == 1.0f && out == in)
-        return x;
-    int64_t *i0 = malloc((size_t)out * 2 * sizeof *i0);
-    float *w = malloc((size_t)out * 2 * sizeof *w);
-    kiln_tensor *y = NULL;
-    if (!i0 || !w) {
-        kiln__error_set("Resize: out of memory");
-        goto done;
-    }
-    int64_t *i1 = i0 + out;
-    float *w0 = w, *w1 = w + out;
-    bool identity = out == in;
-    for (int64_t o = 0; o < out; o++) {
-        float x_orig = src_coord(ct, (float)o, scale, (float)out, (float)in);
-        if (!linear) {
-            i0[o] = nearest_index(nm, x_orig, scale < 1.0f, in);
-            identity = identity && i0[o] == o;
-            continue;
-        }
-        /* ONNX Runtime's linear taps: the coordinate clamped into the input, its two
-         * neighbours (the same one at the edge, each weighted 0.5) */
-        float c = x_orig < 0 ? 0 : x_orig > (float)(in - 1) ? (float)(in - 1) : x_orig;
-        i0[o] = (int64_t)c < in - 1 ? (int64_t)c : in - 1;
-        i1[o] = i0[o] + 1 < in - 1 ? i0[o] + 1 : in - 1;
-        w1[o] = i0[o] == i1[o] ? 0.5f : fabsf(c - (float)i0[o]);
-        w0[o] = i0[o] == i1[o] ? 0.5f : fabsf(c - (float)i1[o]);
-    }
-    if (!linear) {
-        y = identity ? x : kiln_index_select(x, d, host_vec(x, d, false, i0, out));
-        goto done;
-    }
-    kiln_tensor *lo = kiln_index_select(x, d, host_vec(x, d, false, i0, out));
-    kiln_tensor *hi = kiln_index_select(x, d, host_vec(x, d, false, i1, out));
-    y = kiln_add(kiln_mul(lo, host_vec(x, d, true, w0, out)), kiln_mul(hi, host_vec(x, d, true, w1, out)));
-done:
-    free(i0);
-    free(w);
-    return y;
-}
-
-static bool whole(float s, float max)
-{
-    return s >= 1.0f && s <= max && s == floorf(s);
-}
-
-/* Resize, any rank, nearest or linear (separable: one dim after another), by scales or sizes.
- * PyTorch's interpolate exports with integer scale factors keep to kiln_interpolate, which
- * maps by the size ratio: that is the spec's 1/scale exactly when the ratio is the scale
- * (nearest: a power of two, whose reciprocal is exact in any precision). */
-static int op_resize(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(1);
-    kiln_tensor *x = in[0];
-    int r = kiln_tensor_ndim(x);
-    if (r < 1)
-        return kiln__onnx_fail(n, "a scalar input cannot be resized");
-    const char *mode = kiln__onnx_attr_str(n, "mode", "nearest");
-    bool linear = !strcmp(mode, "linear");
-    if (!linear && strcmp(mode, "nearest"))
-        return kiln__onnx_fail(n, "mode '%s' is not supported (nearest and linear are)", mode);
-    /* before opset 11 there are no modes: asymmetric coordinates, and "simple" rounding */
-    const char *cts = n->opset >= 11 ? kiln__onnx_attr_str(n, "coordinate_transformation_mode", "half_pixel")
-                                     : "asymmetric";
-    int ct = find_name(cts, ct_names);
-    if (ct < 0)
-        return kiln__onnx_fail(n, "coordinate_transformation_mode '%s' is not supported (%s)", cts,
-                               "half_pixel, pytorch_half_pixel, align_corners, asymmetric, tf_half_pixel_for_nn "
-                               "and half_pixel_symmetric are");
-    int nm = NM_SIMPLE;
-    if (n->opset >= 11) {
-        const char *nms = kiln__onnx_attr_str(n, "nearest_mode", "round_prefer_floor");
-        nm = find_name(nms, nm_names);
-        if (nm < 0)
-            return kiln__onnx_fail(n, "nearest_mode '%s' is not supported", nms);
-    }
-    if (linear && kiln__onnx_attr_int(n, "antialias", 0))
-        return kiln__onnx_fail(n, "antialias=1 is not supported");
-    if (linear && !kiln_dtype_is_float(kiln_tensor_dtype(x)))
-        return kiln__onnx_fail(n, "linear mode needs a floating-point input, not %s",
-                               kiln_dtype_name(kiln_tensor_dtype(x)));
-    /* the dims the scales or sizes are given for (opset 18's axes), in their order */
-    int64_t ax[MAXI];
-    int na = kiln__onnx_attr_ints(n, "axes", ax, MAXI), axis[KILN_MAX_DIMS];
-    if (na > r)
-        return kiln__onnx_fail(n, "axes has %d entries for a rank-%d input", na, r);
-    for (int i = 0; i < (na < 0 ? r : na); i++)
-        if (na < 0)
-            axis[i] = i;
-        else if (kiln__onnx_axis(n, ax[i], r, &axis[i]))
-            return -1;
-    if (na < 0)
-        na = r;
-    float scale[KILN_MAX_DIMS];
-    int64_t osz[KILN_MAX_DIMS], isz[KILN_MAX_DIMS];
-    for (int d = 0; d < r; d++) {
-        isz[d] = osz[d] = kiln_tensor_dim(x, d);
-        scale[d] = 1.0f;
-    }
-    kiln_tensor *scales = n->opset >= 11 ? (nin > 2 ? in[2] : NULL) : (nin > 1 ? in[1] : NULL);
-    kiln_tensor *sizes = n->opset >= 11 && nin > 3 ? in[3] : NULL;
-    if (sizes && kiln_tensor_numel(sizes) > 0) {
-        const char *policy = kiln__onnx_attr_str(n, "keep_aspect_ratio_policy", "stretch");
-        if (strcmp(policy, "stretch"))
-            return kiln__onnx_fail(n, "keep_aspect_ratio_policy '%s' is not supported", policy);
-        int64_t sz[MAXI];
-        int c = kiln__onnx_read_ints(n, sizes, sz, MAXI);
-        if (c < 0)
-            return -1;
-        if (c != na)
-            return kiln__onnx_fail(n, "sizes has %d entries for %d dims", c, na);
-        for (int i = 0; i < na; i++) {
-            int d = axis[i];
-            if (sz[i] < 1 || isz[d] < 1)
-                return kiln__onnx_fail(n, "cannot resize dim %d from %lld to %lld", d, (long long)isz[d],
-                                       (long long)sz[i]);
-            osz[d] = sz[i];
-            scale[d] = (float)sz[i] / (float)isz[d]; /* the spec's scale, in float as ONNX Runtime */
-        }
-    } else if (scales && kiln_tensor_numel(scales) > 0) {
-        float sc[MAXI];
-        int64_t c = kiln_tensor_numel(scales);
-        if (c != na)
-            return kiln__onnx_fail(n, "scales has %lld entries for %d dims", (long long)c, na);
-        kiln_tensor *s32 = kiln_cast(scales, KILN_F32);
-        if (!s32 || kiln_to_data(s32, sc, (size_t)c * sizeof *sc))
-            return -1;
-        for (int i = 0; i < na; i++) {
-            int d = axis[i];
-            /* the output size as ONNX Runtime computes it (float product, truncated): in double,
-             * 5 * 1.4f is 6.99999990 and gives 6 where it gives 7 */
-            float o = sc[i] * (float)isz[d];
-            if (!(sc[i] > 0) || !(o < 2147483648.0f) || (int64_t)o < 1)
-                return kiln__onnx_fail(n, "scale %g for dim %d of size %lld gives no usable output size",
-                                       (double)sc[i], d, (long long)isz[d]);
-            osz[d] = (int64_t)o;
-            scale[d] = sc[i];
-        }
-    } else {
-        return kiln__onnx_fail(n, "needs scales or sizes");
-    }
-    bool fast = r == 4 && osz[0] == isz[0] && osz[1] == isz[1] && scale[0] == 1.0f && scale[1] == 1.0f;
-    for (int d = 2; fast && d < 4; d++) {
-        bool ratio = (float)osz[d] == (float)isz[d] * scale[d];
-        if (!linear)
-            fast = ratio && ct == CT_ASYMMETRIC && (nm == NM_FLOOR || nm == NM_SIMPLE) && whole(scale[d], 64) &&
-                   !((int)scale[d] & ((int)scale[d] - 1));
-        else /* align_corners maps by the sizes alone */
-            fast = ct == CT_ALIGN_CORNERS ||
-                   (ratio && (ct == CT_HALF_PIXEL || ct == CT_PYTORCH_HALF_PIXEL) && whole(scale[d], 1 << 20));
-    }
-    if (fast) {
-        out[0] = kiln_interpolate(x, osz[2], osz[3], linear ? KILN_INTERP_BILINEAR : KILN_INTERP_NEAREST,
-                                  ct == CT_ALIGN_CORNERS);
-        return ok(out);
-    }
-    kiln_tensor *y = x;
-    for (int d = 0; y && d < r; d++)
-        if (osz[d] != isz[d] || scale[d] != 1.0f)
-            y = resize_dim(y, d, osz[d], scale[d], linear, ct, nm);
-    out[0] = y;
-    return ok(out);
-}
-
 const kiln__onnx_op kiln__onnx_ops_nn[] = {
-    {"Conv", op_conv}, {"ConvTranspose", op_conv_transpose}, {"Gemm", op_gemm}, {"MatMul", op_matmul},
-    {"BatchNormalization", op_batch_norm}, {"LayerNormalization", op_layer_norm},
-    {"InstanceNormalization", op_instance_norm}, {"GroupNormalization", op_group_norm},
-    {"MaxPool", op_max_pool}, {"AveragePool", op_avg_pool}, {"GlobalAveragePool", op_gap},
-    {"GlobalMaxPool", op_gmp}, {"Softmax", op_softmax}, {"LogSoftmax", op_log_softmax},
-    {"ReduceMean", op_reduce_mean}, {"ReduceSum", op_reduce_sum}, {"ReduceMax", op_reduce_max},
-    {"ReduceMin", op_reduce_min}, {"ReduceProd", op_reduce_prod}, {"ArgMax", op_argmax},
-    {"ArgMin", op_argmin}, {"TopK", op_topk}, {"CumSum", op_cumsum}, {"Resize", op_resize},
+    {"Conv", op_conv},
+    {"ConvTranspose", op_conv_transpose},
+    {"Gemm", op_gemm},
+    {"MatMul", op_matmul},
+    {"BatchNormalization", op_batch_norm},
+    {"LayerNormalization", op_layer_norm},
+    {"InstanceNormalization", op_instance_norm},
+    {"GroupNormalization", op_group_norm},
+    {"MaxPool", op_max_pool},
+    {"AveragePool", op_avg_pool},
+    {"GlobalAveragePool", op_gap},
+    {"GlobalMaxPool", op_gmp},
+    {"Softmax", op_softmax},
+    {"LogSoftmax", op_log_softmax},
+    {"ReduceMean", op_reduce_mean},
+    {"ReduceSum", op_reduce_sum},
+    {"ReduceMax", op_reduce_max},
+    {"ReduceMin", op_reduce_min},
+    {"ReduceProd", op_reduce_prod},
+    {"ArgMax", op_argmax},
+    {"ArgMin", op_argmin},
+    {"TopK", op_topk},
+    {"CumSum", op_cumsum},
     {NULL, NULL},
 };

@@ -65,6 +65,15 @@ static inline void ob_attr_int(pb *attrs, const char *name, int64_t v)
     pb_msg(attrs, 5, &a);
 }
 
+static inline void ob_attr_float(pb *attrs, const char *name, float v)
+{
+    pb a = {.n = 0};
+    pb_str(&a, 1, name);
+    pb_int(&a, 20, 1);
+    pb_f32(&a, 2, v);
+    pb_msg(attrs, 5, &a);
+}
+
 static inline void ob_attr_str(pb *attrs, const char *name, const char *v)
 {
     pb a = {.n = 0};

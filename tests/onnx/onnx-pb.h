@@ -1,7 +1,7 @@
 /*
  * tests/onnx/onnx-pb.h — a protobuf writer just big enough to build small ONNX graphs in a
- * test, byte by byte (field numbers from onnx.proto): a fixed buffer, varints, length-
- * delimited fields and nested messages. Overflowing the buffer is the test's bug, not an
+ * test, byte by byte (field numbers from onnx.proto): a fixed buffer, varints, 32-bit
+ * floats, length-delimited fields and nested messages. Overflowing the buffer is the test's bug, not an
  * input case, so it is not checked.
  */
 #ifndef KILN_TESTS_ONNX_PB_H
@@ -26,6 +26,13 @@ static inline void pb_int(pb *p, int field, uint64_t v)
 {
     pb_varint(p, (uint64_t)field << 3);
     pb_varint(p, v);
+}
+/* A float field (wire type 5: four bytes, little-endian, as x86 and ARM store them). */
+static inline void pb_f32(pb *p, int field, float v)
+{
+    pb_varint(p, (uint64_t)field << 3 | 5);
+    memcpy(p->b + p->n, &v, 4);
+    p->n += 4;
 }
 static inline void pb_bytes(pb *p, int field, const void *d, size_t n)
 {

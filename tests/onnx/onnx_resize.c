@@ -8,8 +8,9 @@
  * gave numbers off by up to 1.06 from ONNX Runtime. Each case resizes a [1, 2, 5, 7] input
  * by scales (or sizes) in every coordinate_transformation_mode and nearest_mode kiln
  * supports and compares with the reference below: the spec's formulas written out per output
- * element (linear as the product of per-dim weights over the 2^4 corners), evaluated in float
- * as ONNX Runtime does. Unsupported modes must be refused naming the mode.
+ * element (linear as the product of per-dim weights over the 2^4 corners, cubic over the 4^4
+ * taps, picked as the spec's reference implementation picks them), evaluated in float as
+ * ONNX Runtime does. Unsupported modes must be refused naming the mode.
  *
  * --dump DIR also writes each case's model (NAME.onnx), the input (x.f32) and the reference
  * output (NAME.f32) there: tests/onnx/resize_ort_check.py runs ONNX Runtime on them and
@@ -39,6 +40,8 @@ typedef struct rcase {
     float scales[4];            /* used when sizes[0] == 0 */
     int64_t sizes[4];
     int opset;
+    float cubic_a;       /* cubic_coeff_a; 0: attribute absent (-0.75) */
+    int exclude_outside; /* written when 1 */
 } rcase;
 
 /* ----------------------------------------------------------------- reference */
@@ -62,8 +65,40 @@ static float ref_coord(const char *ct, int64_t o, float s, int64_t out, int64_t 
     return (float)((double)offset + ((double)o + 0.5) / (double)s - 0.5);
 }
 
-/* Per-dim taps of one output index: nearest gives one, linear two with their weights. */
-static int ref_taps(const rcase *c, int64_t o, float s, int64_t out, int64_t in, int64_t idx[2], float wt[2])
+/* The spec's cubic taps for source coordinate x, as its reference implementation picks
+ * them: the fraction past the left tap taken in (0, 1] (a whole coordinate counts as 1
+ * past the tap before it), weights by Keys' kernel with parameter a, neighbours past an
+ * edge repeating it (the input padded with its edge values), or with exclude_outside
+ * weighing nothing and the rest scaled to sum to 1. */
+static int ref_cubic(const rcase *c, float x, int64_t in, int64_t idx[4], float wt[4])
+{
+    float a = c->cubic_a != 0 ? c->cubic_a : -0.75f;
+    int64_t left = (int64_t)floorf(x);
+    float t = x - floorf(x);
+    if (t == 0) {
+        t = 1;
+        left -= 1;
+    }
+    const float dist[4] = {1 + t, t, 1 - t, 2 - t};
+    float sum = 0;
+    for (int k = 0; k < 4; k++) {
+        float d = dist[k];
+        wt[k] = d <= 1 ? ((a + 2) * d - (a + 3)) * d * d + 1 : ((a * d - 5 * a) * d + 8 * a) * d - 4 * a;
+        int64_t i = left - 1 + k;
+        if (c->exclude_outside && (i < 0 || i >= in))
+            wt[k] = 0;
+        sum += wt[k];
+        idx[k] = i < 0 ? 0 : i >= in ? in - 1 : i;
+    }
+    if (c->exclude_outside)
+        for (int k = 0; k < 4; k++)
+            wt[k] /= sum;
+    return 4;
+}
+
+/* Per-dim taps of one output index: nearest gives one, linear two, cubic four, with their
+ * weights. */
+static int ref_taps(const rcase *c, int64_t o, float s, int64_t out, int64_t in, int64_t idx[4], float wt[4])
 {
     bool linear = !strcmp(c->mode, "linear");
     if (s == 1.0f && out == in) { /* an unscaled dim is left alone (ONNX Runtime) */
@@ -72,6 +107,8 @@ static int ref_taps(const rcase *c, int64_t o, float s, int64_t out, int64_t in,
         return 1;
     }
     float x = ref_coord(c->ct, o, s, out, in);
+    if (!strcmp(c->mode, "cubic"))
+        return ref_cubic(c, x, in, idx, wt);
     if (!linear) {
         float r;
         const char *nm = c->nm ? c->nm : "round_prefer_floor";
@@ -113,8 +150,8 @@ static float *reference(const rcase *c, const int64_t in[4], const int64_t out[4
         for (o[1] = 0; o[1] < out[1]; o[1]++)
             for (o[2] = 0; o[2] < out[2]; o[2]++)
                 for (o[3] = 0; o[3] < out[3]; o[3]++) {
-                    int64_t idx[4][2];
-                    float wt[4][2];
+                    int64_t idx[4][4];
+                    float wt[4][4];
                     int nt[4];
                     for (int d = 0; d < 4; d++)
                         nt[d] = ref_taps(c, o[d], s[d], out[d], in[d], idx[d], wt[d]);
@@ -156,6 +193,10 @@ static void build(const rcase *c, pb *model)
         ob_attr_str(&attrs, "coordinate_transformation_mode", c->ct);
     if (c->nm)
         ob_attr_str(&attrs, "nearest_mode", c->nm);
+    if (c->cubic_a != 0)
+        ob_attr_float(&attrs, "cubic_coeff_a", c->cubic_a);
+    if (c->exclude_outside)
+        ob_attr_int(&attrs, "exclude_outside", 1);
     const char *ins11[] = {"x", c->opset < 13 ? "roi" : "", c->sizes[0] ? "" : "scales",
                            c->sizes[0] ? "sizes" : NULL, NULL};
     const char *ins10[] = {"x", sin, NULL};
@@ -172,6 +213,11 @@ static void case_name(const rcase *c, char *buf, size_t n)
     else
         snprintf(buf, n, "op%d_%s_%s_%s_scale%gx%g", c->opset, c->mode, c->ct, c->nm ? c->nm : "-",
                  (double)c->scales[2], (double)c->scales[3]);
+    if (c->cubic_a != 0 || c->exclude_outside) {
+        size_t len = strlen(buf);
+        snprintf(buf + len, n - len, "_a%g%s", (double)(c->cubic_a != 0 ? c->cubic_a : -0.75f),
+                 c->exclude_outside ? "_excl" : "");
+    }
 }
 
 static void run_case(const rcase *c, kiln_device *dev, const char *dump)
@@ -247,7 +293,7 @@ static void run_case(const rcase *c, kiln_device *dev, const char *dump)
 static void refused(kiln_device *dev, const char *mode, const char *ct, const char *nm, const char *needle)
 {
     static pb model;
-    rcase c = {mode, ct, nm, {1, 1, 1.5f, 1.5f}, {0}, 19};
+    rcase c = {mode, ct, nm, {1, 1, 1.5f, 1.5f}, {0}, 19, 0, 0};
     build(&c, &model);
     kiln_onnx_model *m = kiln_onnx_load_memory(model.b, model.n, dev, NULL);
     kiln_tensor *x = kiln_from_data(dev, KILN_F32, 4, (const int64_t[]){N, C, H, W}, xin, sizeof xin), *y = NULL;
@@ -293,9 +339,11 @@ int main(int argc, char **argv)
         int before = failures, ncases = 0;
         for (size_t ct = 0; ct < sizeof cts / sizeof cts[0]; ct++) {
             for (size_t s = 0; s < sizeof sc / sizeof sc[0]; s++) {
-                rcase c = {"linear", cts[ct], NULL, {1, 1, sc[s], sc[s]}, {0}, 19};
+                rcase c = {"linear", cts[ct], NULL, {1, 1, sc[s], sc[s]}, {0}, 19, 0, 0};
                 run_case(&c, dev, k ? NULL : dump);
-                ncases++;
+                c.mode = "cubic";
+                run_case(&c, dev, k ? NULL : dump);
+                ncases += 2;
                 for (size_t nm = 0; nm < sizeof nms / sizeof nms[0]; nm++) {
                     c.mode = "nearest";
                     c.nm = nms[nm];
@@ -304,28 +352,41 @@ int main(int argc, char **argv)
                 }
             }
             for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
-                rcase c = {"linear", cts[ct], NULL, {0}, {sizes[z][0], sizes[z][1], sizes[z][2], sizes[z][3]}, 19};
+                rcase c = {"linear", cts[ct], NULL, {0}, {sizes[z][0], sizes[z][1], sizes[z][2], sizes[z][3]},
+                           19,       0,       0};
+                run_case(&c, dev, k ? NULL : dump);
+                c.mode = "cubic";
                 run_case(&c, dev, k ? NULL : dump);
                 c.mode = "nearest";
                 c.nm = "round_prefer_ceil";
                 run_case(&c, dev, k ? NULL : dump);
-                ncases += 2;
+                ncases += 3;
             }
         }
         /* different scales per dim, one of them 1; the default modes; PyTorch's exports
          * (opset 11 and 17: nearest asymmetric/floor, linear pytorch_half_pixel) */
         const rcase more[] = {
-            {"linear", "half_pixel", NULL, {1, 1, 1.0f, 2.5f}, {0}, 19},
-            {"linear", "pytorch_half_pixel", NULL, {1, 1, 0.6f, 1.4f}, {0}, 11},
-            {"nearest", "asymmetric", "floor", {1, 1, 1.4f, 2.7f}, {0}, 17},
-            {"nearest", "asymmetric", "floor", {1, 1, 2.0f, 4.0f}, {0}, 11},
-            {"nearest", "half_pixel", NULL, {1, 1, 1.3f, 0.6f}, {0}, 13},
-            {"nearest", "asymmetric", NULL, {1, 1, 2.5f, 0.6f}, {0}, 10},
-            {"nearest", "asymmetric", NULL, {1, 1, 2.0f, 2.0f}, {0}, 10},
+            {"linear", "half_pixel", NULL, {1, 1, 1.0f, 2.5f}, {0}, 19, 0, 0},
+            {"linear", "pytorch_half_pixel", NULL, {1, 1, 0.6f, 1.4f}, {0}, 11, 0, 0},
+            {"nearest", "asymmetric", "floor", {1, 1, 1.4f, 2.7f}, {0}, 17, 0, 0},
+            {"nearest", "asymmetric", "floor", {1, 1, 2.0f, 4.0f}, {0}, 11, 0, 0},
+            {"nearest", "half_pixel", NULL, {1, 1, 1.3f, 0.6f}, {0}, 13, 0, 0},
+            {"nearest", "asymmetric", NULL, {1, 1, 2.5f, 0.6f}, {0}, 10, 0, 0},
+            {"nearest", "asymmetric", NULL, {1, 1, 2.0f, 2.0f}, {0}, 10, 0, 0},
+            /* cubic: PyTorch's bicubic exports (a = -0.75 written out; align_corners and
+             * pytorch_half_pixel, opset 11 and 17), TensorFlow's a = -0.5, taps past the
+             * edge excluded, one dim unscaled, a 1-D resize along the last dim only */
+            {"cubic", "pytorch_half_pixel", NULL, {1, 1, 2.0f, 2.0f}, {0}, 11, -0.75f, 0},
+            {"cubic", "align_corners", NULL, {1, 1, 1.5f, 2.5f}, {0}, 17, -0.75f, 0},
+            {"cubic", "half_pixel", NULL, {1, 1, 2.5f, 0.6f}, {0}, 19, -0.5f, 0},
+            {"cubic", "half_pixel", NULL, {1, 1, 2.5f, 1.4f}, {0}, 19, 0, 1},
+            {"cubic", "asymmetric", NULL, {1, 1, 0.6f, 3.0f}, {0}, 19, -0.5f, 1},
+            {"cubic", "align_corners", NULL, {0}, {N, C, 9, 4}, 19, 0, 1},
+            {"cubic", "half_pixel", NULL, {1, 1, 1.0f, 2.7f}, {0}, 19, 0, 0},
         };
         for (size_t i = 0; i < sizeof more / sizeof more[0]; i++, ncases++)
             run_case(&more[i], dev, k ? NULL : dump);
-        refused(dev, "cubic", "half_pixel", NULL, "cubic");
+        refused(dev, "area", "half_pixel", NULL, "'area'");
         refused(dev, "linear", "tf_crop_and_resize", NULL, "tf_crop_and_resize");
         refused(dev, "nearest", "half_pixel", "round_to_odd", "round_to_odd");
         printf("%s: %d Resize cases, %d failures\n", devs[k], ncases, failures - before);
