@@ -1,6 +1,6 @@
 /*
  * onnx-ops-sample.c — ONNX's resampling operators: Resize (nearest, linear and cubic, any
- * rank) and GridSample, computed with kiln's tensor ops (index_select, gather and
+ * rank), GridSample and AffineGrid, computed with kiln's tensor ops (index_select, gather and
  * elementwise arithmetic), so every device runs them and autodiff goes through them.
  */
 #include <math.h>
@@ -573,8 +573,75 @@ static int op_grid_sample(const kiln__onnx_node *n, int nin, kiln_tensor *const 
     return ok(out);
 }
 
+/* ------------------------------------------------------------------ AffineGrid */
+
+/* AffineGrid (opset 20; PyTorch's affine_grid exports as it from opset 20): the grid of
+ * normalized coordinates (x, y[, z], 1) over an output of the given size, each mapped by
+ * theta [N, r, r + 1]. The base coordinates of a dim of n pixels are the pixel centres,
+ * (2 i + 1) / n - 1, or with align_corners the corners' spacing, -1 + 2 i / (n - 1) (-1 for
+ * n = 1), computed on the host in double as the spec's reference does; the product runs on
+ * the device, so gradients reach theta. */
+static int op_affine_grid(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)
+{
+    NEED(2);
+    kiln_tensor *theta = in[0];
+    int r = kiln_tensor_ndim(theta) == 3 ? (int)kiln_tensor_dim(theta, 1) : 0;
+    if ((r != 2 && r != 3) || kiln_tensor_dim(theta, 2) != r + 1)
+        return kiln__onnx_fail(n, "theta must have shape (N, 2, 3) or (N, 3, 4)");
+    if (!kiln_dtype_is_float(kiln_tensor_dtype(theta)))
+        return kiln__onnx_fail(n, "theta must be floating point, not %s",
+                               kiln_dtype_name(kiln_tensor_dtype(theta)));
+    int64_t size[8];
+    int c = kiln__onnx_read_ints(n, in[1], size, 8);
+    if (c < 0)
+        return -1;
+    if (c != r + 2)
+        return kiln__onnx_fail(n, "size has %d entries; theta of shape (N, %d, %d) needs %d (N, C, spatial dims)",
+                               c, r, r + 1, r + 2);
+    if (size[0] != kiln_tensor_dim(theta, 0))
+        return kiln__onnx_fail(n, "size gives N = %lld, theta has %lld", (long long)size[0],
+                               (long long)kiln_tensor_dim(theta, 0));
+    /* the points, bounded so that the host's base grid stays a plain allocation */
+    int64_t points = 1;
+    for (int d = 0; d < r; d++) {
+        if (size[2 + d] < 1 || size[2 + d] > ((int64_t)1 << 31) / points)
+            return kiln__onnx_fail(n, "spatial size %lld of dim %d is out of range (1 to 2^31 points in all)",
+                                   (long long)size[2 + d], d);
+        points *= size[2 + d];
+    }
+    bool align = kiln__onnx_attr_int(n, "align_corners", 0) != 0;
+    float *base = malloc((size_t)points * (size_t)(r + 1) * sizeof *base);
+    if (!base)
+        return kiln__onnx_fail(n, "out of memory for a base grid of %lld points", (long long)points);
+    for (int64_t p = 0; p < points; p++) {
+        int64_t rest = p;
+        /* dims from the last (x) to the first, which is also the order of the coordinates */
+        for (int k = 0; k < r; k++) {
+            int64_t dn = size[2 + r - 1 - k], i = rest % dn;
+            rest /= dn;
+            double v = align ? (dn > 1 ? -1.0 + (double)i * (2.0 / (double)(dn - 1)) : -1.0)
+                             : -1.0 + 1.0 / (double)dn + (double)i * (2.0 / (double)dn);
+            base[p * (r + 1) + k] = (float)v;
+        }
+        base[p * (r + 1) + r] = 1.0f;
+    }
+    kiln_tensor *bt = kiln_from_data(kiln_tensor_device(theta), KILN_F32, 3, (int64_t[]){1, points, r + 1}, base,
+                                     (size_t)points * (size_t)(r + 1) * sizeof *base);
+    free(base);
+    if (bt && kiln_tensor_dtype(theta) != KILN_F32)
+        bt = kiln_cast(bt, kiln_tensor_dtype(theta));
+    int64_t gshape[5] = {size[0]};
+    for (int d = 0; d < r; d++)
+        gshape[1 + d] = size[2 + d];
+    gshape[1 + r] = r;
+    kiln_tensor *grid = kiln_matmul(bt, kiln_transpose(theta, 1, 2));
+    out[0] = grid ? kiln_reshape(grid, r + 2, gshape) : NULL;
+    return ok(out);
+}
+
 const kiln__onnx_op kiln__onnx_ops_sample[] = {
     {"Resize", op_resize},
     {"GridSample", op_grid_sample},
+    {"AffineGrid", op_affine_grid},
     {NULL, NULL},
 };

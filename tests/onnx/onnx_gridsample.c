@@ -11,7 +11,8 @@
  * reflection); a huge finite value lands on a point of the input under reflection. Then
  * gradients: y is linear in X, so dL/dX (L = sum(y * r)) must equal L's change when one
  * pixel grows by 1; dL/dgrid must match a central difference where the grid sits away from
- * pixel boundaries.
+ * pixel boundaries. Last, AffineGrid over a dim of one pixel with align_corners, where
+ * ONNX Runtime puts the pixel at +1 and the spec's reference and PyTorch at -1 (kiln: -1).
  */
 #include <math.h>
 #include <stdio.h>
@@ -205,6 +206,43 @@ static void test_gradients(kiln_device *dev)
         }
 }
 
+/* AffineGrid over [1, 1, 2, 1] (H 2, W 1): base x is -1 with align_corners (the spec's
+ * arange and PyTorch's linspace for one point) and 0 without; base y is -1, 1 with it and
+ * -0.5, 0.5 without. */
+static void test_affine_one_pixel(kiln_device *dev)
+{
+    const float th[6] = {1.5f, 0.25f, 0.125f, -0.5f, 2.0f, 0.75f};
+    for (int align = 0; align < 2; align++) {
+        static pb g, model;
+        pb attrs = {.n = 0};
+        g.n = 0;
+        const int64_t size[4] = {1, 1, 2, 1}, four = 4;
+        ob_input(&g, "theta", OB_FLOAT, 3, (const int64_t[]){1, 2, 3}, NULL);
+        ob_init(&g, "size", OB_INT64, 1, &four, size, sizeof size);
+        ob_attr_int(&attrs, "align_corners", align);
+        ob_node(&g, "AffineGrid", "ag", (const char *[]){"theta", "size", NULL}, (const char *[]){"grid", NULL},
+                &attrs);
+        ob_output(&g, "grid");
+        ob_model(&model, &g, 20);
+        kiln_onnx_model *m = kiln_onnx_load_memory(model.b, model.n, dev, NULL);
+        kiln_tensor *t = kiln_from_data(dev, KILN_F32, 3, (const int64_t[]){1, 2, 3}, th, sizeof th), *out = NULL;
+        float got[4] = {0};
+        int rc = m && t ? kiln_onnx_run(m, 1, (const char *[]){"theta"}, &t, 1, &out) : -1;
+        CHECK(rc == 0 && kiln_tensor_numel(out) == 4 && kiln_to_data(out, got, sizeof got) == 0,
+              "AffineGrid align_corners=%d: %s", align, kiln_error());
+        float bx = align ? -1.0f : 0.0f, by[2] = {align ? -1.0f : -0.5f, align ? 1.0f : 0.5f};
+        for (int i = 0; i < 2; i++) {
+            float wx = th[0] * bx + th[1] * by[i] + th[2], wy = th[3] * bx + th[4] * by[i] + th[5];
+            CHECK(same(got[2 * i], wx) && same(got[2 * i + 1], wy),
+                  "AffineGrid align_corners=%d, row %d: (%g, %g), want (%g, %g)", align, i, (double)got[2 * i],
+                  (double)got[2 * i + 1], (double)wx, (double)wy);
+        }
+        kiln_tensor_release(out);
+        kiln_tensor_release(t);
+        kiln_onnx_free(m);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *defaults[] = {"cpu", "ref"};
@@ -219,6 +257,7 @@ int main(int argc, char **argv)
         int before = failures;
         test_nonfinite(dev);
         test_gradients(dev);
+        test_affine_one_pixel(dev);
         printf("%s: %d failures\n", spec, failures - before);
         kiln_device_close(dev);
     }
