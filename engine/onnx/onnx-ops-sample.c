@@ -370,8 +370,17 @@ static int op_resize(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, 
  * (the outer pixel edges, or the outer centres with align_corners) is clamped (border, but
  * for cubic) or reflected (reflection); then the taps (1, 2 or 4 per dim) are read, a tap outside the
  * input reading 0 (zeros), the edge (border) or its reflection, and interpolated innermost
- * dim first. Everything is tensor ops on the grid and a gather from X, so it runs on every
- * device and gradients reach both X and the grid. */
+ * dim first. Everything is tensor ops on the grid and row gathers from X, so it runs on
+ * every device and gradients reach both X and the grid.
+ *
+ * X is read as a table of rows, one per (image, pixel), its channels in a row (one
+ * transposed copy of X), with two more rows: zeros and NaNs. A tap then gathers whole
+ * rows with one index per point, not one per point and channel, and a tap outside the
+ * input under zeros padding (or at a NaN coordinate) simply points at the zero (or NaN)
+ * row, where masking the gathered values would take a select over the whole output per
+ * tap. On X [1, 32, 112, 112] and a grid of as many points, one thread: bilinear 14 ms
+ * gathering per channel with masks, 4.2 ms by rows (ONNX Runtime 1.2); nearest 7.4 -> 1.5
+ * (ONNX Runtime 3.3); bicubic 52 -> 19 (ONNX Runtime 17). */
 enum {
     GS_NEAREST,
     GS_LINEAR,
@@ -391,6 +400,13 @@ typedef struct gs_dim {
     kiln_tensor *index[4], *weight[4], *inside[4];
     kiln_tensor *nan; /* where the coordinate is NaN: the output is NaN there */
 } gs_dim;
+
+/* X as rows: [N * cells + 2, C], the last two rows zeros and NaNs. */
+typedef struct gs_table {
+    kiln_tensor *rows;
+    int64_t zero_row, npoints; /* the zero row's index (the NaN row follows); N * P */
+    kiln_tensor *nan;          /* bool [N, P]: a point with a NaN coordinate in any dim */
+} gs_table;
 
 /* v reflected about the bounds [lo, hi] until it lies within them (the spec's rule: the
  * number of whole spans past the near bound decides which bound the rest counts from). */
@@ -482,28 +498,28 @@ static int gs_dim_taps(kiln_tensor *g, int64_t n, int mode, int padding, bool al
     return 0;
 }
 
-/* The interpolated value over dims d.. of the flat input xf [N, C, prod(sizes)], the taps
- * of the outer dims already chosen: offset (i64 [N, 1, P]) and mask (bool, or NULL). */
-static kiln_tensor *gs_interp(kiln_tensor *xf, const gs_dim *dims, int nsp, int d, kiln_tensor *offset,
+/* The interpolated rows over dims d.. (points [N, P], rows [N * P, C]), the taps of the
+ * outer dims already chosen: offset (i64 [N, P]: the row of the tap within the table) and
+ * mask (bool [N, P], or NULL: whether every tap so far lies inside the input). */
+static kiln_tensor *gs_interp(const gs_table *tb, const gs_dim *dims, int nsp, int d, kiln_tensor *offset,
                               kiln_tensor *mask)
 {
     if (d == nsp) {
-        int64_t shape[3] = {kiln_tensor_dim(xf, 0), kiln_tensor_dim(xf, 1), kiln_tensor_dim(offset, 2)};
-        kiln_tensor *v = kiln_gather(xf, 2, kiln_expand(offset, 3, shape));
-        return mask ? kiln_where(mask, v, kiln_zeros_like(v)) : v;
+        kiln_tensor *row = mask ? kiln_where(mask, offset, kiln_full_like(offset, (double)tb->zero_row)) : offset;
+        row = kiln_where(tb->nan, kiln_full_like(row, (double)tb->zero_row + 1), row);
+        return kiln_index_select(tb->rows, 0, kiln_reshape(row, 1, (int64_t[]){tb->npoints}));
     }
     int64_t stride = 1;
     for (int k = d + 1; k < nsp; k++)
         stride *= dims[k].size;
     kiln_tensor *acc = NULL;
     for (int k = 0; k < dims[d].ntaps; k++) {
-        kiln_tensor *at = kiln_mul_scalar(dims[d].index[k], (double)stride);
-        kiln_tensor *off = offset ? kiln_add(offset, at) : at;
+        kiln_tensor *off = kiln_add(offset, kiln_mul_scalar(dims[d].index[k], (double)stride));
         kiln_tensor *m = dims[d].inside[k] ? (mask ? kiln_logical_and(mask, dims[d].inside[k]) : dims[d].inside[k])
                                            : mask;
-        kiln_tensor *v = gs_interp(xf, dims, nsp, d + 1, off, m);
+        kiln_tensor *v = gs_interp(tb, dims, nsp, d + 1, off, m);
         if (dims[d].weight[k])
-            v = kiln_mul(dims[d].weight[k], v);
+            v = kiln_mul(kiln_reshape(dims[d].weight[k], 2, (int64_t[]){tb->npoints, 1}), v);
         acc = acc ? kiln_add(acc, v) : v;
     }
     return acc;
@@ -554,22 +570,48 @@ static int op_grid_sample(const kiln__onnx_node *n, int nin, kiln_tensor *const 
         return kiln__onnx_fail(n, "X has an empty spatial dim to sample from");
     /* coordinates in f32 at least (a half-precision grid loses whole pixels past 2048) */
     kiln_dtype gdt = kiln_tensor_dtype(grid) == KILN_F64 ? KILN_F64 : KILN_F32;
-    kiln_tensor *g = kiln_reshape(kiln_cast(grid, gdt), 3, (int64_t[]){batch, 1, points * nsp});
+    kiln_tensor *g = kiln_reshape(kiln_cast(grid, gdt), 2, (int64_t[]){batch, points * nsp});
     gs_dim dims[3];
     for (int d = 0; d < nsp; d++) {
         /* the grid's last dim lists the coordinates innermost dim first: (x, y[, z]) */
-        kiln_tensor *gd = kiln_slice(g, 2, nsp - 1 - d, points * nsp, nsp);
+        kiln_tensor *gd = kiln_slice(g, 1, nsp - 1 - d, points * nsp, nsp);
         if (!gd ||
             gs_dim_taps(gd, kiln_tensor_dim(x, 2 + d), mode, padding, align, kiln_tensor_dtype(x), &dims[d]))
             return -1;
     }
-    kiln_tensor *xf = kiln_reshape(x, 3, (int64_t[]){batch, ch, cells});
-    kiln_tensor *y = xf ? gs_interp(xf, dims, nsp, 0, NULL, NULL) : NULL, *nan = dims[0].nan;
+    /* the table: X channels-last, then the zero and NaN rows */
+    int perm[KILN_MAX_DIMS] = {0};
+    for (int d = 0; d < nsp; d++)
+        perm[1 + d] = 2 + d;
+    perm[r - 1] = 1;
+    kiln_device *dev = kiln_tensor_device(x);
+    kiln_dtype xdt = kiln_tensor_dtype(x);
+    kiln_tensor *pieces[3] = {
+        kiln_reshape(kiln_contiguous(kiln_permute(x, r, perm)), 2, (int64_t[]){batch * cells, ch}),
+        kiln_full(dev, xdt, 2, (int64_t[]){1, ch}, 0), kiln_full(dev, xdt, 2, (int64_t[]){1, ch}, NAN)};
+    gs_table tb = {
+        .rows = kiln_cat(pieces, 3, 0), .zero_row = batch * cells, .npoints = batch * points, .nan = dims[0].nan};
     for (int d = 1; d < nsp; d++)
-        nan = kiln_logical_or(nan, dims[d].nan);
-    if (y)
-        y = kiln_where(nan, kiln_full_like(y, NAN), y);
-    out[0] = y ? kiln_reshape(y, r, yshape) : NULL;
+        tb.nan = kiln_logical_or(tb.nan, dims[d].nan);
+    /* each image's rows start at n * cells */
+    int64_t *starts = malloc((size_t)(batch ? batch : 1) * sizeof *starts);
+    if (!starts)
+        return kiln__onnx_fail(n, "out of memory");
+    for (int64_t b = 0; b < batch; b++)
+        starts[b] = b * cells;
+    kiln_tensor *first = kiln_from_data(dev, KILN_I64, 2, (int64_t[]){batch, 1}, starts,
+                                        (size_t)batch * sizeof *starts);
+    free(starts);
+    kiln_tensor *y = tb.rows && tb.nan && first ? gs_interp(&tb, dims, nsp, 0, first, NULL) : NULL;
+    /* [N * P, C] -> [N, P, C] -> [N, C, out dims...] */
+    int operm[KILN_MAX_DIMS] = {0, r - 1};
+    for (int d = 0; d < nsp; d++)
+        operm[2 + d] = 1 + d;
+    int64_t pshape[KILN_MAX_DIMS] = {batch};
+    for (int d = 0; d < nsp; d++)
+        pshape[1 + d] = yshape[2 + d];
+    pshape[r - 1] = ch;
+    out[0] = y ? kiln_contiguous(kiln_permute(kiln_reshape(y, r, pshape), r, operm)) : NULL;
     return ok(out);
 }
 
