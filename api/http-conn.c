@@ -668,6 +668,13 @@ int kd_http_upgrade(const struct kd_request *req, const struct kd_http_upgrade_o
     return 0;
 }
 
+void kd_http_conn_refuse(struct kd_http_conn *c, int status, const char *msg, const char *extra_headers)
+{
+    c->closing = true;
+    if (!c->failed && kd_resp_error(&c->out, status, msg, false, extra_headers) < 0)
+        c->failed = true;
+}
+
 bool kd_http_conn_wants_input(const struct kd_http_conn *c)
 {
     return !c->pending || c->stash.len < STASH_MAX;

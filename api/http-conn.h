@@ -179,6 +179,14 @@ void kd_http_conn_drain(struct kd_http_conn *c);
  */
 void kd_http_conn_drain_cut(struct kd_http_conn *c);
 
+/*
+ * The connection is refused before any request is read (the connection limit, conn-limit.h): the
+ * error response (extra_headers: whole lines, or NULL) goes out with Connection: close, and
+ * nothing the client sends is parsed. It is no request's answer, so it is not observed: the
+ * limit counts its refusals itself.
+ */
+void kd_http_conn_refuse(struct kd_http_conn *c, int status, const char *msg, const char *extra_headers);
+
 /* True while a pending response is outstanding and the stash still has room for more input. */
 bool kd_http_conn_wants_input(const struct kd_http_conn *c);
 

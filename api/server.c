@@ -18,6 +18,7 @@
 
 #include <arpa/inet.h>
 
+#include "conn-limit.h"
 #include "listener.h"
 #include "logf.h"
 #include "server.h"
@@ -60,6 +61,7 @@ struct conn {
     bool close_armed;               /* the timer now bounds how long the last bytes may take */
     bool lingering;
     bool closed;
+    enum kd_conn_admission admission; /* served, or refused for the connection limit */
 };
 
 struct kd_server {
@@ -176,6 +178,7 @@ static void on_handle_closed(uv_handle_t *h)
     if (--c->open_handles > 0)
         return;
     struct kd_server *s = c->srv;
+    kd_conn_limit_release(s->opts.conn_limit, c->admission);
     kd_http_conn_free(&c->http);
     kd_buf_free(&c->wbuf);
     free(c);
@@ -444,13 +447,20 @@ void kd_server_peer_name(uv_tcp_t *tcp, char *out, size_t n)
 static void on_connection(void *ud, int fd)
 {
     struct kd_server *s = ud;
+    enum kd_conn_admission admission = kd_conn_limit_admit(s->opts.conn_limit, "HTTP", fd);
+    if (admission == KD_CONN_DROP) {
+        close(fd);
+        return;
+    }
     struct conn *c = calloc(1, sizeof *c);
     if (!c) {
         slog(s, KD_LOG_ERROR, "out of memory accepting a connection");
+        kd_conn_limit_release(s->opts.conn_limit, admission);
         close(fd);
         return;
     }
     c->srv = s;
+    c->admission = admission;
     uv_tcp_init(s->loop, &c->tcp);
     uv_timer_init(s->loop, &c->timer);
     c->tcp.data = c->timer.data = c;
@@ -479,6 +489,17 @@ static void on_connection(void *ud, int fd)
         return;
     }
     c->reading = true;
+    if (admission == KD_CONN_REFUSE) {
+        /* answered before its request is read; conn_finish then lingers, reading and dropping
+         * what the client sends, so that the close does not reset the answer away */
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 "kilnd has limits.max_connections (%zu) client connections open; try again later",
+                 s->opts.conn_limit->max);
+        kd_http_conn_refuse(&c->http, 503, msg, "Retry-After: 1\r\n");
+        after_input(c);
+        return;
+    }
     uv_timer_start(&c->timer, on_timer, s->opts.idle_timeout_ms, 0);
 }
 

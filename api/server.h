@@ -22,6 +22,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "conn-limit.h"
 #include "http-conn.h"
 #include "metrics.h"
 
@@ -32,6 +33,7 @@ struct kd_server_options {
     uint64_t request_timeout_ms;
     struct kd_http_service service; /* observe is filled in by the server */
     struct kd_metrics *metrics;     /* borrowed; the server registers its families */
+    struct kd_conn_limit *conn_limit; /* borrowed, shared with the gRPC service; NULL: no limit */
     void (*log)(void *ud, enum kd_log_level level, const char *msg);
     void *log_ud;
     enum kd_log_level log_level;

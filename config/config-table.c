@@ -77,6 +77,15 @@ const struct kd_config_key kd_config_keys[] = {
      "It also bounds a client that stops reading: a gRPC connection whose answers wait this long "
      "unread, or held by its flow-control windows, is cut, and a remote tensor session whose client "
      "reads none of its replies for half of it is closed."},
+    {"limits.max_connections", KD_CT_INT, OFF(limits.max_connections), 1, 1000000, NULL, "1024",
+     "KILN_MAX_CONNECTIONS", "--max-connections",
+     "Client connections kilnd keeps open at once, HTTP and gRPC together (a remote tensor session is one). "
+     "A connection past it is refused: over HTTP with 503 and Retry-After: 1 before its request is read, "
+     "over gRPC with GOAWAY ENHANCE_YOUR_CALM before any stream is served; the connections already open "
+     "are served as before. A run of refusals is logged once when it starts and once when a connection is "
+     "served again; /metrics counts them in kiln_connections_refused_total. At start kilnd raises its "
+     "open-file limit (toward the hard limit) to hold this many connections and 320 descriptors more; "
+     "when the hard limit is lower, the limit is lowered to fit, with a warning."},
     {"limits.request_timeout_ms", KD_CT_INT, OFF(limits.request_timeout_ms), 10, 86400000, NULL, "30000",
      "KILN_REQUEST_TIMEOUT_MS", "--request-timeout-ms",
      "A request must arrive completely within this long of its first byte, or it gets 408 and the connection "

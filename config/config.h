@@ -47,6 +47,7 @@ struct kd_config_limits {
     int64_t max_queue_depth;
     int64_t infer_timeout_ms;
     int64_t pool_idle_trim_ms; /* a device idle this long gives its cached buffers back; 0: never */
+    int64_t max_connections;   /* client connections open at once, HTTP and gRPC together */
 };
 
 /* The remote tensor endpoint (/v1/tensor): per-daemon and per-session limits. */

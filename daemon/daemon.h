@@ -20,6 +20,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "conn-limit.h"
 #include "endpoints.h"
 #include "grpc.h"
 #include "jobs.h"
@@ -47,6 +48,7 @@ struct kd_daemon {
     uv_timer_t drain_timer;
     struct kd_metrics *metrics;
     struct kd_api api;
+    struct kd_conn_limit conn_limit; /* limits.max_connections, for HTTP and gRPC together */
     struct kd_server *server;
     struct kd_grpc *grpc; /* NULL unless grpc_port is set */
     char *grpc_port_file;

@@ -355,6 +355,7 @@ static int start_grpc(struct kd_daemon *d)
         .max_concurrent_streams = 100,
         .max_header_bytes = (size_t)d->cfg.limits.max_header_bytes,
         .idle_timeout_ms = (uint64_t)d->cfg.limits.idle_timeout_ms,
+        .conn_limit = &d->conn_limit,
         .extensions = api_extensions,
         .log = kd_log_sink,
         .log_ud = &d->log,
@@ -472,6 +473,18 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
     if (!getenv("KILN_AUTOTUNE_DIR"))
         kiln_autotune_dir_set(d->cfg.data_dir);
 
+    /* One bound for both listeners, within what the open-file limit leaves (conn-limit.h). */
+    char note[384];
+    enum kd_log_level note_level;
+    size_t max_connections = kd_conn_limit_fit_descriptors((size_t)d->cfg.limits.max_connections, note,
+                                                           sizeof note, &note_level);
+    if (note[0])
+        kd_log_write(&d->log, note_level, "%s", note);
+    if (kd_conn_limit_init(&d->conn_limit, max_connections, d->metrics, kd_log_sink, &d->log) != 0) {
+        kd_log_write(&d->log, KD_LOG_ERROR, "out of memory");
+        return -1;
+    }
+
     struct kd_server_options opts = {
         .host = d->cfg.host,
         .port = (int)d->cfg.port,
@@ -487,6 +500,7 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
                 .access_ctx = &d->log,
             },
         .metrics = d->metrics,
+        .conn_limit = &d->conn_limit,
         .log = kd_log_sink,
         .log_ud = &d->log,
         .log_level = d->log.level,

@@ -1,7 +1,8 @@
 /*
  * api/grpc/grpc-impl.h — what the gRPC service's files share: the connection and stream
  * structs (grpc-server.c owns them), the sending side (grpc-send.c), the method dispatch
- * (grpc-methods.c) and inference (grpc-infer.c).
+ * (grpc-methods.c), the request headers and the refusals decided from them (grpc-headers.c) and
+ * inference (grpc-infer.c).
  *
  * A stream is one call. Its request bytes are gathered message by message (the 5-byte gRPC
  * prefix is read first and its length checked against the limit before anything is kept);
@@ -21,6 +22,7 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "buf.h"
+#include "conn-limit.h"
 #include "grpc.h"
 #include "listener.h"
 #include "metrics.h"
@@ -81,6 +83,7 @@ struct grpc_stream {
     int32_t id;
     char path[96];
     char *authorization; /* the metadata's value (NULL: none), as long as max_header_bytes lets it be */
+    bool method_post;    /* :method is POST */
     bool grpc_content_type;
     int coding; /* grpc-encoding: enum kd_http_coding (identity when absent) */
     char coding_name[24];
@@ -103,6 +106,7 @@ struct grpc_stream {
     struct kd_buf out;
     size_t out_off;
     int code;
+    int http_status;                    /* a refusal's HTTP status (405, 415); 0: 200, a gRPC answer */
     char message[1024];                 /* a run's failure whole (scheduler.h's error is 1024 too) */
     struct grpc_job *jobs, *jobs_tail;  /* queued inference, in request order */
     size_t running_bytes;               /* their request messages' bytes, until each is answered */
@@ -116,6 +120,9 @@ struct kd_grpc_conn {
     uv_timer_t timer;
     bool detached;                  /* no socket (the fuzzer) */
     bool closing, in_recv, read_paused;
+    enum kd_conn_admission admission; /* served, or refused for limits.max_connections */
+    bool lingering;                   /* refused: GOAWAY sent, input dropped until the close */
+    uv_shutdown_t shutdown_req;       /* a refused connection's write side */
     int handles_open;               /* while closing: the handles whose close is still to come */
     nghttp2_session *session;
     struct grpc_stream *streams;
@@ -146,6 +153,14 @@ void kd_grpc_conn_close(struct kd_grpc_conn *c);
 void kd_grpc_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 void kd_grpc_on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
 
+/* ---- grpc-headers.c ---- */
+/* nghttp2's on_header callback: what a request's header block says, into its stream. */
+int kd_grpc_on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name, size_t namelen,
+                      const uint8_t *value, size_t valuelen, uint8_t flags, void *user_data);
+/* The request headers are complete: refuses now what cannot be served (a method other than POST,
+ * a content-type other than gRPC's, an unknown method), else reads what the call will be. */
+void kd_grpc_check_call(struct grpc_stream *s);
+
 /* ---- grpc-send.c ---- */
 /* Queues one framed message m on s (sending response headers first). 0, or -1 out of memory. */
 int kd_grpc_reply(struct grpc_stream *s, const ProtobufCMessage *m);
@@ -154,6 +169,10 @@ int kd_grpc_reply_buf(struct grpc_stream *s, struct kd_buf *framed);
 /* Ends the call with code and message (after what was queued). */
 void kd_grpc_finish(struct grpc_stream *s, enum grpc_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Ends the call before it began, at the HTTP level: response headers with :status http_status
+ * (405 also says "allow: POST") carrying the gRPC code and message for gRPC clients. */
+void kd_grpc_refuse_http(struct grpc_stream *s, int http_status, enum grpc_code code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Ends the call with OK and no message (every successful call: no formatting). */
 void kd_grpc_finish_ok(struct grpc_stream *s);
 /* Sends what the session has queued, unless called from inside nghttp2 (the read path sends after). */
@@ -173,6 +192,8 @@ int kd_grpc_frame_coded(struct kd_buf *b, const ProtobufCMessage *m, int coding)
 /* One complete request message for the method s->path names; msg lies in holder's bytes, which a
  * method may take over (leaving holder empty) to keep pointing into them after it returns. */
 void kd_grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len, struct kd_buf *holder);
+/* When s->path names no method kilnd serves: ends the call UNIMPLEMENTED, saying why, and true. */
+bool kd_grpc_refuse_unknown_method(struct grpc_stream *s);
 /* Whether path names a method that streams requests (each message dispatched as it comes). */
 bool kd_grpc_is_streaming(const char *path);
 /* The call metrics' slot for path's method (KD_GRPC_METHOD_SLOTS - 1: not a method the service

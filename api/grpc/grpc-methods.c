@@ -586,20 +586,26 @@ int kd_grpc_method_slot(const char *path, const char **label)
     return m < 0 ? KD_GRPC_METHOD_SLOTS - 1 : m;
 }
 
+bool kd_grpc_refuse_unknown_method(struct grpc_stream *s)
+{
+    if (method_of(s->path) >= 0)
+        return false;
+    bool ours = strncmp(s->path, SERVICE, sizeof SERVICE - 1) == 0;
+    bool cuda = ours && strncmp(s->path + sizeof SERVICE - 1, "CudaSharedMemory", 16) == 0;
+    kd_grpc_finish(s, GRPC_UNIMPLEMENTED,
+                   cuda   ? "kilnd does not implement %s: CUDA shared memory is not served; use system "
+                            "shared memory or send tensors in the request"
+                   : ours ? "kilnd does not implement %s (trace and logging are not served over gRPC)"
+                          : "unknown service or method %s",
+                   s->path);
+    return true;
+}
+
 void kd_grpc_dispatch(struct grpc_stream *s, const uint8_t *msg, size_t len, struct kd_buf *holder)
 {
-    int m = method_of(s->path);
-    if (m < 0) {
-        bool ours = strncmp(s->path, SERVICE, sizeof SERVICE - 1) == 0;
-        bool cuda = ours && strncmp(s->path + sizeof SERVICE - 1, "CudaSharedMemory", 16) == 0;
-        kd_grpc_finish(s, GRPC_UNIMPLEMENTED,
-                       cuda   ? "kilnd does not implement %s: CUDA shared memory is not served; use system "
-                                "shared memory or send tensors in the request"
-                       : ours ? "kilnd does not implement %s (trace and logging are not served over gRPC)"
-                              : "unknown service or method %s",
-                       s->path);
+    if (kd_grpc_refuse_unknown_method(s)) /* refused at the headers already, unless fed otherwise */
         return;
-    }
+    int m = method_of(s->path);
     if (methods[m].scope != KD_AUTH_NONE && authorize(s, methods[m].scope) != 0)
         return;
     const ProtobufCMessageDescriptor *desc = methods[m].request ? methods[m].request

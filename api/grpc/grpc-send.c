@@ -87,7 +87,7 @@ static int gather(struct kd_grpc_conn *c, struct kd_buf *b)
 
 void kd_grpc_flush(struct kd_grpc_conn *c)
 {
-    if (c->in_recv || c->closing)
+    if (c->in_recv || c->closing || c->lingering) /* a refused connection has no session */
         return;
     struct kd_buf b = {0};
     /* answers taken may bring a held stream under its limit: its WINDOW_UPDATE goes in this pass */
@@ -185,7 +185,10 @@ static int submit_status(struct grpc_stream *s, bool trailers_only)
         snprintf(code, sizeof code, "%d", s->code);
     }
     percent_encode(s->message, msg, sizeof msg);
-    nghttp2_nv nva[4];
+    char http_status[8] = "200";
+    if (trailers_only && s->http_status) /* a refusal at the HTTP level */
+        snprintf(http_status, sizeof http_status, "%d", s->http_status);
+    nghttp2_nv nva[5];
     size_t n = 0;
 #define NV(name, value)                                                                                           \
     nva[n++] = (nghttp2_nv)                                                                                       \
@@ -193,8 +196,10 @@ static int submit_status(struct grpc_stream *s, bool trailers_only)
         (uint8_t *)(name), (uint8_t *)(value), strlen(name), strlen(value), 0                                     \
     }
     if (trailers_only) {
-        NV(":status", "200");
+        NV(":status", http_status);
         NV("content-type", "application/grpc");
+        if (s->http_status == 405)
+            NV("allow", "POST");
     }
     NV("grpc-status", code);
     if (msg[0])
@@ -313,16 +318,33 @@ int kd_grpc_reply_buf(struct grpc_stream *s, struct kd_buf *framed)
 
 static void finish_now(struct grpc_stream *s);
 
+static __attribute__((format(printf, 3, 0))) void finish_v(struct grpc_stream *s, enum grpc_code code,
+                                                           const char *fmt, va_list ap)
+{
+    s->code = (int)code;
+    vsnprintf(s->message, sizeof s->message, fmt, ap);
+    finish_now(s);
+}
+
 void kd_grpc_finish(struct grpc_stream *s, enum grpc_code code, const char *fmt, ...)
 {
     if (s->finished)
         return;
-    s->code = (int)code;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(s->message, sizeof s->message, fmt, ap);
+    finish_v(s, code, fmt, ap);
     va_end(ap);
-    finish_now(s);
+}
+
+void kd_grpc_refuse_http(struct grpc_stream *s, int http_status, enum grpc_code code, const char *fmt, ...)
+{
+    if (s->finished || s->headers_sent)
+        return; /* only a call that has answered nothing can answer with another HTTP status */
+    s->http_status = http_status;
+    va_list ap;
+    va_start(ap, fmt);
+    finish_v(s, code, fmt, ap);
+    va_end(ap);
 }
 
 void kd_grpc_finish_ok(struct grpc_stream *s)

@@ -12,8 +12,12 @@
  * gives them back itself (held while a stream's answers back up). Against a hostile client: a
  * rate of stream resets (rapid reset) and a stall limit (answers that the client neither reads nor
  * opens its window for, idle_timeout_ms) end the connection with GOAWAY, logged with the reason.
+ * A connection past limits.max_connections (HTTP's and gRPC's together, conn-limit.h) is sent
+ * a lone GOAWAY ENHANCE_YOUR_CALM and closed (refuse() says why no SETTINGS come first). A call
+ * answered while its client is still sending is reset with NO_ERROR once its status is out.
  *
- * Sending (the write path, replies and status trailers) is in grpc-send.c.
+ * Sending (the write path, replies and status trailers) is in grpc-send.c; the request headers
+ * and the refusals they decide (405, 415, an unknown method) in grpc-headers.c.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -128,98 +132,6 @@ static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame
     return 0;
 }
 
-/* "<digits><unit>" with at most 8 digits (the gRPC spec's grpc-timeout); 0 when malformed.
- * 8 digits of hours pass 2^64 ns: a product that would wrap is UINT64_MAX (no deadline). */
-static uint64_t parse_timeout_ns(const uint8_t *v, size_t n)
-{
-    if (n < 2 || n > 9)
-        return 0;
-    uint64_t x = 0;
-    for (size_t i = 0; i + 1 < n; i++) {
-        if (v[i] < '0' || v[i] > '9')
-            return 0;
-        x = x * 10 + (uint64_t)(v[i] - '0');
-    }
-    static const struct {
-        char unit;
-        uint64_t ns;
-    } units[] = {{'H', 3600000000000ull}, {'M', 60000000000ull}, {'S', 1000000000ull},
-                 {'m', 1000000ull},       {'u', 1000ull},        {'n', 1ull}};
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-        if (v[n - 1] == units[i].unit)
-            return !x ? 1 : x > UINT64_MAX / units[i].ns ? UINT64_MAX : x * units[i].ns;
-    return 0;
-}
-
-static bool header_is(const uint8_t *name, size_t n, const char *want)
-{
-    return n == strlen(want) && memcmp(name, want, n) == 0;
-}
-
-static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name, size_t namelen,
-                     const uint8_t *value, size_t valuelen, uint8_t flags, void *user_data)
-{
-    struct kd_grpc_conn *c = user_data;
-    struct grpc_stream *s = stream_of(c, frame->hd.stream_id);
-    if (!s || frame->hd.type != NGHTTP2_HEADERS)
-        return 0;
-    if (frame->headers.cat != NGHTTP2_HCAT_REQUEST)
-        return 0; /* trailers from the client carry nothing gRPC uses */
-    s->header_bytes += namelen + valuelen + 32;
-    if (s->header_bytes > c->g->o.max_header_bytes) {
-        s->header_overflow = true;
-        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* the stream is reset */
-    }
-    if (header_is(name, namelen, ":path")) {
-        if (valuelen < sizeof s->path) {
-            memcpy(s->path, value, valuelen);
-            s->path[valuelen] = '\0';
-        }
-    } else if (header_is(name, namelen, "content-type")) {
-        s->grpc_content_type = valuelen >= 16 && memcmp(value, "application/grpc", 16) == 0 &&
-                               (valuelen == 16 || value[16] == '+' || value[16] == ';');
-    } else if (header_is(name, namelen, "authorization")) {
-        /* kept whole, as over HTTP: a token is bounded by max_header_bytes only (a fixed
-         * array had made long tokens work over HTTP and not here) */
-        free(s->authorization);
-        s->authorization = strndup((const char *)value, valuelen);
-        if (!s->authorization)
-            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* out of memory: the stream is reset */
-    } else if (header_is(name, namelen, "grpc-timeout")) {
-        uint64_t ns = parse_timeout_ns(value, valuelen);
-        /* a timeout past the clock's range (thousands of years) is no deadline, not a wrapped one */
-        if (ns && ns <= UINT64_MAX - s->opened_ns)
-            s->deadline_ns = s->opened_ns + ns;
-    } else if (header_is(name, namelen, "grpc-accept-encoding")) {
-        /* a comma-separated list; only the codings kilnd can send matter */
-        for (size_t i = 0; i < valuelen;) {
-            size_t j = i;
-            while (j < valuelen && value[j] != ',')
-                j++;
-            size_t a = i, b = j;
-            while (a < b && value[a] == ' ')
-                a++;
-            while (b > a && value[b - 1] == ' ')
-                b--;
-            char tok[16];
-            if (b - a < sizeof tok) {
-                memcpy(tok, value + a, b - a);
-                tok[b - a] = '\0';
-                enum kd_http_coding k = kd_http_coding_of(tok);
-                if (k == KD_CODING_GZIP || k == KD_CODING_DEFLATE)
-                    s->accept_codings |= 1u << k;
-            }
-            i = j + 1;
-        }
-    } else if (header_is(name, namelen, "grpc-encoding")) {
-        size_t n = valuelen < sizeof s->coding_name - 1 ? valuelen : sizeof s->coding_name - 1;
-        memcpy(s->coding_name, value, n);
-        s->coding_name[n] = '\0';
-        s->coding = valuelen < sizeof s->coding_name ? (int)kd_http_coding_of(s->coding_name) : KD_CODING_UNKNOWN;
-    }
-    return 0;
-}
-
 /*
  * The whole message in s->in to its method, inflated first when its flag says it is compressed
  * (the inflated size held to the same limit: nothing larger is allocated).
@@ -321,19 +233,6 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, co
     return 0;
 }
 
-/* The request headers are complete: refuse now what cannot be served. */
-static void check_call(struct grpc_stream *s)
-{
-    if (!s->grpc_content_type)
-        kd_grpc_finish(s, GRPC_INVALID_ARGUMENT, "content-type must be application/grpc");
-    s->streaming = kd_grpc_is_streaming(s->path);
-    /* Answers are compressed only for a client that compresses its own requests and accepts the
-     * same coding back: compressing costs more than it saves on the loopback and in a cluster
-     * network, so a client asks for it by using it. */
-    if ((s->coding == KD_CODING_GZIP || s->coding == KD_CODING_DEFLATE) && (s->accept_codings & (1u << s->coding)))
-        s->resp_coding = s->coding;
-}
-
 static void end_of_request(struct grpc_stream *s)
 {
     s->client_done = true;
@@ -390,7 +289,7 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
     if (!s)
         return 0;
     if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST)
-        check_call(s);
+        kd_grpc_check_call(s);
     if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
         (frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
         end_of_request(s);
@@ -433,11 +332,21 @@ static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t error_
     return 0;
 }
 
-/* A GOAWAY nghttp2 sent for the client's fault (a protocol or flow-control error, a flood): logged
- * with the reason nghttp2 gave the client. */
+/*
+ * A call answered whole (its status sent, END_STREAM) while its client is still sending, as after
+ * a refusal: RST_STREAM(NO_ERROR) tells it to stop (RFC 9113 section 8.1, as grpc-go does), so
+ * the rest of its request is not sent only to be dropped. A GOAWAY nghttp2 sent for the client's
+ * fault (a protocol or flow-control error, a flood) is logged with the reason nghttp2 gave it.
+ */
 static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
 {
     struct kd_grpc_conn *c = user_data;
+    if (frame->hd.type == NGHTTP2_HEADERS && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+        nghttp2_session_get_stream_remote_close(session, frame->hd.stream_id) == 0) {
+        /* queued behind the END_STREAM just sent; an error only means the stream is gone */
+        nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR);
+        return 0;
+    }
     if (frame->hd.type != NGHTTP2_GOAWAY || frame->goaway.error_code == NGHTTP2_NO_ERROR || c->cut_logged)
         return 0;
     c->cut_logged = true;
@@ -465,6 +374,7 @@ static void conn_handle_closed(uv_handle_t *h)
     struct kd_grpc_conn *c = h->data;
     if (--c->handles_open == 0) {
         struct kd_grpc *g = c->g;
+        kd_conn_limit_release(g->o.conn_limit, c->admission);
         free(c);
         if (g->listener_open)
             kd_listener_descriptor_freed(&g->listener);
@@ -515,7 +425,7 @@ static int session_new(struct kd_grpc_conn *c)
         return -1;
     }
     nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
-    nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
+    nghttp2_session_callbacks_set_on_header_callback(cb, kd_grpc_on_header);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
@@ -570,6 +480,8 @@ void kd_grpc_on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
         kd_grpc_conn_close(c);
         return;
     }
+    if (c->lingering)
+        return; /* a refused connection: what the client sends is dropped */
     if (n > 0)
         kd_grpc_conn_feed(c, (const uint8_t *)buf->base, (size_t)n);
 }
@@ -607,23 +519,80 @@ static void on_tick(uv_timer_t *t)
     kd_grpc_flush(c);
 }
 
+static void on_refusal_over(uv_timer_t *t)
+{
+    kd_grpc_conn_close(t->data);
+}
+
+static void on_refusal_shut(uv_shutdown_t *req, int status)
+{
+    struct kd_grpc_conn *c = req->data;
+    if (status != 0 && !c->closing)
+        kd_grpc_conn_close(c);
+}
+
+/* The debug text of a refused connection's GOAWAY. */
+#define REFUSAL_TEXT "limits.max_connections client connections are open"
+
+/*
+ * A connection past limits.max_connections gets one frame, GOAWAY ENHANCE_YOUR_CALM naming no
+ * stream, and no session: nghttp2 is not involved, and no SETTINGS precede it. That is on
+ * purpose. A gRPC client takes a connection whose first frame is SETTINGS as established, and a
+ * GOAWAY on an established connection as a reason to reconnect at once, without backoff
+ * (grpcio reconnected about 25 times a second so, until its call's deadline); a first frame
+ * that is not SETTINGS fails the connection attempt instead (RFC 9113 section 3.4), so the
+ * client's call fails UNAVAILABLE at once and its channel backs off before trying again. The
+ * GOAWAY still says why, to whoever reads the frames. Then the write side is shut and what the
+ * client sends is read and dropped until it closes or KD_CONN_REFUSAL_LINGER_MS pass: closing
+ * with the client's preface unread would reset the connection, and a reset may discard the
+ * GOAWAY before the client reads it.
+ */
+static void refuse(struct kd_grpc_conn *c)
+{
+    /* the frame header (length, type, flags, stream 0), then last stream id 0, the error code
+     * and the debug text; every number big-endian, and those not set here 0 */
+    uint8_t goaway[9 + 8 + sizeof REFUSAL_TEXT - 1] = {0};
+    size_t payload = sizeof goaway - 9;
+    goaway[0] = (uint8_t)(payload >> 16);
+    goaway[1] = (uint8_t)(payload >> 8);
+    goaway[2] = (uint8_t)payload;
+    goaway[3] = NGHTTP2_GOAWAY;
+    goaway[16] = NGHTTP2_ENHANCE_YOUR_CALM;
+    memcpy(goaway + 17, REFUSAL_TEXT, sizeof REFUSAL_TEXT - 1);
+    c->lingering = true;
+    uv_buf_t b = uv_buf_init((char *)goaway, sizeof goaway);
+    /* a new socket's send buffer has room for it: a socket that takes less is not worth a wait */
+    c->shutdown_req.data = c;
+    if (uv_try_write((uv_stream_t *)&c->tcp, &b, 1) != (int)sizeof goaway ||
+        uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp, on_refusal_shut) != 0) {
+        kd_grpc_conn_close(c);
+        return;
+    }
+    uv_timer_start(&c->timer, on_refusal_over, KD_CONN_REFUSAL_LINGER_MS, 0);
+}
+
 /* A connection the listener accepted: fd is ours, closed with the connection's handle. */
 static void on_connection(void *ud, int fd)
 {
     struct kd_grpc *g = ud;
-    struct kd_grpc_conn *c = g->draining ? NULL : calloc(1, sizeof *c);
+    enum kd_conn_admission admission = g->draining ? KD_CONN_DROP
+                                                   : kd_conn_limit_admit(g->o.conn_limit, "gRPC", fd);
+    struct kd_grpc_conn *c = admission == KD_CONN_DROP ? NULL : calloc(1, sizeof *c);
     if (!c) {
+        if (admission != KD_CONN_DROP) /* out of memory */
+            kd_conn_limit_release(g->o.conn_limit, admission);
         close(fd);
         return;
     }
     c->g = g;
+    c->admission = admission;
     uv_tcp_init(g->loop, &c->tcp);
     uv_timer_init(g->loop, &c->timer);
     c->tcp.data = c->timer.data = c;
     int opened = uv_tcp_open(&c->tcp, fd);
     if (opened != 0)
         close(fd);
-    if (opened != 0 || session_new(c) != 0) {
+    if (opened != 0 || (admission == KD_CONN_SERVE && session_new(c) != 0)) {
         if (c->session)
             nghttp2_session_del(c->session);
         c->session = NULL;
@@ -639,8 +608,12 @@ static void on_connection(void *ud, int fd)
         g->conns->prev = c;
     g->conns = c;
     c->last_active_ns = c->socket_progress_ns = c->window_progress_ns = uv_hrtime();
-    uv_timer_start(&c->timer, on_tick, 1000, 1000);
     uv_read_start((uv_stream_t *)&c->tcp, kd_grpc_on_alloc, kd_grpc_on_read);
+    if (admission == KD_CONN_REFUSE) {
+        refuse(c);
+        return;
+    }
+    uv_timer_start(&c->timer, on_tick, 1000, 1000);
     kd_grpc_flush(c);
 }
 
@@ -704,13 +677,16 @@ void kd_grpc_drain(struct kd_grpc *g, void (*done)(void *ud), void *ud)
     g->drain_ud = ud;
     close_listener(g);
     for (struct kd_grpc_conn *c = g->conns; c; c = c->next) {
+        if (c->lingering)
+            continue; /* refused: told already, and closing on its own within the linger */
         nghttp2_submit_shutdown_notice(c->session);
         nghttp2_submit_goaway(c->session, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(c->session),
                               NGHTTP2_NO_ERROR, NULL, 0);
     }
     for (struct kd_grpc_conn *c = g->conns, *next; c; c = next) {
         next = c->next;
-        kd_grpc_flush(c);
+        if (!c->lingering)
+            kd_grpc_flush(c);
     }
     maybe_drained(g);
 }

@@ -24,6 +24,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "conn-limit.h"
 #include "serving.h"
 
 struct kd_grpc_options {
@@ -34,6 +35,7 @@ struct kd_grpc_options {
     uint32_t max_concurrent_streams;    /* SETTINGS_MAX_CONCURRENT_STREAMS, per connection */
     size_t max_header_bytes;            /* a stream's header block past this is refused */
     uint64_t idle_timeout_ms;           /* a connection with no open stream closes after this */
+    struct kd_conn_limit *conn_limit;   /* borrowed, shared with the HTTP server; NULL: no limit */
     const char *const *extensions;      /* ServerMetadata's list */
     void (*log)(void *ud, enum kd_log_level level, const char *msg);
     void *log_ud;

@@ -4,8 +4,8 @@ resets calls as fast as it opens them (rapid reset) is cut with GOAWAY ENHANCE_Y
 streaming call whose client sends but opens no window for the answers is held to its window, and
 its connection is cut at the stall limit (limits.idle_timeout_ms), as is one whose unary answers
 wait behind a window of 0; a grpc-timeout of thousands of years is no deadline, not a wrapped
-one; a content-type that only starts with application/grpc is refused; and each cut is logged.
-Meanwhile another client is answered.
+one; a content-type that only starts with application/grpc is refused (HTTP 415); and each cut is
+logged. Meanwhile another client is answered.
 
 Usage: test_grpc_hostile.py KILND FIXTURES   (FIXTURES is tests/fixtures)
 
@@ -208,7 +208,9 @@ def test_headers(d):
            ("content-type", "application/grpcfoo"), ("te", "trailers"), ("authorization", "Bearer " + base.ADMIN)]
     h.send(frame(HEADERS, 0x4, 7, h.enc.encode(hdr)) + frame(DATA, 1, 7, message(base.infer_body())))
     h.read_until(lambda: h.status(7) is not None)
-    check(h.status(7) == 3, "content-type application/grpcfoo: INVALID_ARGUMENT (%s)" % h.status(7))
+    check(h.status(7) == 3 and dict(h.headers.get(7, [])).get(":status") == "415",
+          "content-type application/grpcfoo: HTTP 415, INVALID_ARGUMENT (%s, %s)"
+          % (dict(h.headers.get(7, [])).get(":status"), h.status(7)))
     # A protocol error nghttp2 answers with GOAWAY: kilnd logs it with nghttp2's reason.
     h.send(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 0)))
     h.read_until(lambda: h.has(GOAWAY), timeout=3)

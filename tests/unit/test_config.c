@@ -58,6 +58,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.devices.count, 1);
     assert_string_equal(cfg.devices.items[0], "cpu");
     assert_int_equal(cfg.limits.max_header_bytes, 8192);
+    assert_int_equal(cfg.limits.max_connections, 1024);
     assert_int_equal(cfg.log_level, KD_LOG_INFO);
     assert_int_equal(cfg.log_format, KD_LOG_TEXT);
     assert_string_equal(cfg.log_file, "");
@@ -241,6 +242,9 @@ static void test_env_errors(void **state)
     expect_error((char *[]){"KILN_DEVICES=", NULL}, NULL, "devices: 0 items", "KILN_DEVICES");
     expect_error((char *[]){"KILN_MAX_HEADER_BYTES=10", NULL}, NULL, "limits.max_header_bytes: 10 is out of range",
                  "KILN_MAX_HEADER_BYTES");
+    /* every connection refused is no limit but an outage: 0 is out of range, not "unlimited" */
+    expect_error((char *[]){"KILN_MAX_CONNECTIONS=0", NULL}, NULL, "limits.max_connections: 0 is out of range",
+                 "KILN_MAX_CONNECTIONS");
 }
 
 static void test_flag_errors(void **state)
@@ -254,6 +258,8 @@ static void test_flag_errors(void **state)
     expect_error(NULL, (const char *[]){"serve", NULL}, "unexpected argument 'serve'", NULL);
     expect_error(NULL, (const char *[]){"--log-level", "verbose", NULL}, "log_level: 'verbose'", "--log-level");
     expect_error(NULL, (const char *[]){"--data-dir", "", NULL}, "data_dir: length 0", "--data-dir");
+    expect_error(NULL, (const char *[]){"--max-connections", "1000001", NULL},
+                 "limits.max_connections: 1000001 is out of range", "--max-connections");
     /* A flag error is reported even when env and file were fine. */
     expect_error((char *[]){"KILN_PORT=1", NULL}, (const char *[]){"--idle-timeout-ms", "0", NULL},
                  "limits.idle_timeout_ms: 0 is out of range", "--idle-timeout-ms");
