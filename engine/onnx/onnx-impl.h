@@ -117,6 +117,9 @@ typedef struct kiln__onnx_node {
      * attention layer's q, k and v from the packed projection so */
     bool has_index_scalar;
     int64_t index_scalar;
+    /* QuantizeLinear: the ONNX type of its zero point, which sets the output's type and range
+     * (kiln holds int8, int16 and uint16 alike as i32); 0 when unknown or absent. */
+    int quant_type;
     /* A Conv's pre-packed weight, or an LSTM's or GRU's W and R, made at its first run
      * without grad (onnx-ops-nn.c, onnx-ops-rnn.c) and dropped by kiln_onnx_set_trainable;
      * NULL for other nodes. */
@@ -152,6 +155,7 @@ extern const kiln__onnx_op kiln__onnx_ops_rnn[];
 extern const kiln__onnx_op kiln__onnx_ops_index[];
 extern const kiln__onnx_op kiln__onnx_ops_more[];
 extern const kiln__onnx_op kiln__onnx_ops_sample[];
+extern const kiln__onnx_op kiln__onnx_ops_quant[];
 
 kiln__onnx_op_fn kiln__onnx_find_op(const char *op_type);
 
@@ -213,6 +217,9 @@ int kiln__onnx_axis(const kiln__onnx_node *n, int64_t axis, int rank, int *out);
 int kiln__onnx_fail(const kiln__onnx_node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* kiln dtype for an ONNX type (-1 when none). */
 int kiln__onnx_kdtype(int onnx_type);
+/* The ONNX element type pm declares for the value name (an initializer, a graph input or a
+ * Constant node's value); 0 when none says (onnx-ops-quant.c). */
+int kiln__onnx_declared_type(const kiln__onnx_pmodel *pm, const char *name);
 /* A tensor from a decoded TensorProto on dev. */
 kiln_tensor *kiln__onnx_ptensor_to_tensor(const kiln__onnx_ptensor *pt, kiln_device *dev);
 

@@ -451,6 +451,8 @@ static int plan(kiln_onnx_model *m, const kiln_onnx_options *o) {
         if (o->fuse_epilogues && !strcmp(pn->op_type, "Conv")) n->info.pack = &n->pack;
         if (!strcmp(pn->op_type, "LSTM") || !strcmp(pn->op_type, "GRU"))
             n->info.pack = &n->pack;
+        if (!strcmp(pn->op_type, "QuantizeLinear") && pn->ninputs > 2)
+            n->info.quant_type = kiln__onnx_declared_type(pm, pn->inputs[2]);
         n->nin = n->nin_op = pn->ninputs;
         n->nout = pn->noutputs;
         n->inplace = pn->noutputs == 1 ? kiln__onnx_inplace_kind(pn->op_type) : KILN__ONNX_IP_NONE;
