@@ -2,7 +2,8 @@
  * onnx-ops-quant.c — ONNX's linear quantization: QuantizeLinear and DequantizeLinear, which
  * make up the QDQ format (ONNX Runtime's quantize_static writes it by default: int8 weights
  * stored with a DequantizeLinear each, activations passed through a QuantizeLinear and a
- * DequantizeLinear pair), per tensor, per axis and (opset 21) per block.
+ * DequantizeLinear pair), per tensor, per axis and (opset 21) per block; and
+ * DynamicQuantizeLinear with MatMulInteger, which quantize_dynamic writes for each MatMul.
  *
  * kiln runs such a model as its float computation with the quantization steps in it: each
  * pair rounds an activation to the grid of its scale and zero point, each weight is its
@@ -196,8 +197,78 @@ static int op_dequantize_linear(const kiln__onnx_node *n, int nin, kiln_tensor *
     return ok(out);
 }
 
+/* DynamicQuantizeLinear: x to uint8 over the range [min(x, 0), max(x, 0)], the scale and the
+ * zero point computed from x on the device (the spec's formulas; an x of zeros gets scale 1,
+ * as ONNX Runtime gives it, where the formula divides by 0). quantize_dynamic puts one before
+ * every MatMulInteger. */
+static int op_dynamic_quantize_linear(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
+                                      kiln_tensor **out)
+{
+    NEED(1);
+    kiln_tensor *x = in[0];
+    if (kiln_tensor_dtype(x) != KILN_F32)
+        return kiln__onnx_fail(n, "x must be float32, not %s", kiln_dtype_name(kiln_tensor_dtype(x)));
+    if (kiln_tensor_numel(x) == 0)
+        return kiln__onnx_fail(n, "x is empty: it has no range to quantize over");
+    kiln_tensor *zero = kiln_zeros(kiln_tensor_device(x), KILN_F32, 0, NULL);
+    kiln_tensor *lo = kiln_minimum(kiln_min(x, 0, NULL, false), zero);
+    kiln_tensor *hi = kiln_maximum(kiln_max(x, 0, NULL, false), zero);
+    kiln_tensor *range = kiln_sub(hi, lo);
+    kiln_tensor *scale = kiln_where(kiln_eq(range, zero), kiln_full_like(range, 1),
+                                    kiln_div(range, kiln_full_like(range, 255)));
+    kiln_tensor *zp = kiln_round(kiln_clamp(kiln_sub(zero, kiln_div(lo, scale)), 0, 255));
+    kiln_tensor *q = kiln_round(kiln_div(x, scale));
+    q = kiln_where(kiln_isnan(q), kiln_zeros_like(q), q);
+    out[0] = kiln_cast(kiln_clamp(kiln_add(q, zp), 0, 255), KILN_U8);
+    if (nout > 1)
+        out[1] = scale;
+    if (nout > 2)
+        out[2] = kiln_cast(zp, KILN_U8);
+    for (int i = 0; i < nout && i < 3; i++)
+        if (!out[i])
+            return -1;
+    return 0;
+}
+
+/* MatMulInteger: (A - a_zero_point) @ (B - b_zero_point) in int32. The products are summed in
+ * double, exact for any depth under 2^37 (each term is below 2^16 in magnitude), and rounded
+ * back: the engine's matmuls are floating point. a_zero_point may be per row of a
+ * 2-D A, b_zero_point per column of B. */
+static int op_matmul_integer(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
+                             kiln_tensor **out)
+{
+    NEED(2);
+    kiln_tensor *a = in[0], *b = in[1];
+    for (int i = 0; i < 2; i++) {
+        kiln_dtype dt = kiln_tensor_dtype(in[i]);
+        if (dt != KILN_U8 && dt != KILN_I32)
+            return kiln__onnx_fail(n, "%s must be an 8-bit integer, not %s", i ? "B" : "A", kiln_dtype_name(dt));
+    }
+    kiln_tensor *af = kiln_cast(a, KILN_F64), *bf = kiln_cast(b, KILN_F64);
+    if (nin > 2 && in[2]) {
+        kiln_tensor *z = kiln_cast(in[2], KILN_F64);
+        int64_t rows = kiln_tensor_ndim(a) >= 2 ? kiln_tensor_dim(a, kiln_tensor_ndim(a) - 2) : 1;
+        if (kiln_tensor_numel(in[2]) != 1) {
+            if (kiln_tensor_ndim(a) != 2 || kiln_tensor_ndim(in[2]) != 1 || kiln_tensor_dim(in[2], 0) != rows)
+                return kiln__onnx_fail(n, "a_zero_point must be a scalar, or one per row of a 2-D A");
+            z = kiln_reshape(z, 2, (int64_t[]){rows, 1});
+        }
+        af = kiln_sub(af, z);
+    }
+    if (nin > 3 && in[3]) {
+        int64_t cols = kiln_tensor_ndim(b) ? kiln_tensor_dim(b, kiln_tensor_ndim(b) - 1) : 1;
+        if (kiln_tensor_numel(in[3]) != 1 && (kiln_tensor_ndim(in[3]) != 1 || kiln_tensor_dim(in[3], 0) != cols))
+            return kiln__onnx_fail(n, "b_zero_point must be a scalar, or one per column of B");
+        bf = kiln_sub(bf, kiln_cast(in[3], KILN_F64));
+    }
+    out[0] = kiln_cast(kiln_round(kiln_matmul(af, bf)), KILN_I32);
+    return ok(out);
+}
+
 const kiln__onnx_op kiln__onnx_ops_quant[] = {
     {"QuantizeLinear", op_quantize_linear},
     {"DequantizeLinear", op_dequantize_linear},
+    {"DynamicQuantizeLinear", op_dynamic_quantize_linear},
+    {"MatMulInteger", op_matmul_integer},
     {NULL, NULL},
 };
