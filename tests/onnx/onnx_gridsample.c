@@ -250,9 +250,9 @@ int main(int argc, char **argv)
     for (int k = 0; k < nd; k++) {
         const char *spec = argc > 1 ? argv[k + 1] : defaults[k];
         kiln_device *dev = kiln_device_open(spec);
-        if (!dev) {
+        if (!dev) { /* no such device here: skipped, as the other ONNX tests do */
             fprintf(stderr, "%s: %s\n", spec, kiln_error());
-            return 1;
+            return 77;
         }
         int before = failures;
         test_nonfinite(dev);
