@@ -117,8 +117,9 @@ typedef struct kiln__onnx_node {
      * attention layer's q, k and v from the packed projection so */
     bool has_index_scalar;
     int64_t index_scalar;
-    /* QuantizeLinear: the ONNX type of its zero point, which sets the output's type and range
-     * (kiln holds int8, int16 and uint16 alike as i32); 0 when unknown or absent. */
+    /* QuantizeLinear, QLinearConv, QLinearMatMul: the ONNX type of the output's zero point,
+     * which sets the output's type and range (kiln holds int8, int16 and uint16 alike as
+     * i32); 0 when unknown or absent. */
     int quant_type;
     /* A Conv's pre-packed weight, or an LSTM's or GRU's W and R, made at its first run
      * without grad (onnx-ops-nn.c, onnx-ops-rnn.c) and dropped by kiln_onnx_set_trainable;

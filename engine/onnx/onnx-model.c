@@ -453,6 +453,8 @@ static int plan(kiln_onnx_model *m, const kiln_onnx_options *o) {
             n->info.pack = &n->pack;
         if (!strcmp(pn->op_type, "QuantizeLinear") && pn->ninputs > 2)
             n->info.quant_type = kiln__onnx_declared_type(pm, pn->inputs[2]);
+        if ((!strcmp(pn->op_type, "QLinearConv") || !strcmp(pn->op_type, "QLinearMatMul")) && pn->ninputs > 7)
+            n->info.quant_type = kiln__onnx_declared_type(pm, pn->inputs[7]);
         n->nin = n->nin_op = pn->ninputs;
         n->nout = pn->noutputs;
         n->inplace = pn->noutputs == 1 ? kiln__onnx_inplace_kind(pn->op_type) : KILN__ONNX_IP_NONE;

@@ -305,9 +305,22 @@ static int pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, kiln_
     else out[0] = w.nsp == 1 ? kiln_avg_pool1d(x, &o) : kiln_avg_pool2d(x, &o);
     return ok(out);
 }
+/* MaxPool on integers (opset 12+: the quantized models' uint8 and int8 activations) runs on
+ * their values as floats, exactly (u8 in f32, wider integers in f64), and casts back: the
+ * devices' pooling kernels are floating point, and padding an integer tensor with -inf, as an
+ * asymmetric pad does, has no integer meaning. */
 static int op_max_pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
     if (nout > 1) return kiln__onnx_fail(n, "the Indices output is not supported");
-    return pool(n, nin, in, out, true);
+    kiln_dtype dt = nin > 0 && in[0] ? kiln_tensor_dtype(in[0]) : KILN_F32;
+    if (kiln_dtype_is_float(dt))
+        return pool(n, nin, in, out, true);
+    if (dt == KILN_BOOL)
+        return kiln__onnx_fail(n, "x must be numeric, not bool");
+    kiln_tensor *xf = kiln_cast(in[0], dt == KILN_U8 ? KILN_F32 : KILN_F64);
+    if (!xf || pool(n, 1, &xf, out, true))
+        return -1;
+    out[0] = kiln_cast(out[0], dt);
+    return ok(out);
 }
 static int op_avg_pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
     return pool(n, nin, in, out, false);

@@ -2,8 +2,9 @@
  * onnx-ops-quant.c — ONNX's linear quantization: QuantizeLinear and DequantizeLinear, which
  * make up the QDQ format (ONNX Runtime's quantize_static writes it by default: int8 weights
  * stored with a DequantizeLinear each, activations passed through a QuantizeLinear and a
- * DequantizeLinear pair), per tensor, per axis and (opset 21) per block; and
- * DynamicQuantizeLinear with MatMulInteger, which quantize_dynamic writes for each MatMul.
+ * DequantizeLinear pair), per tensor, per axis and (opset 21) per block; DynamicQuantizeLinear
+ * with MatMulInteger, which quantize_dynamic writes for each MatMul; and QLinearConv and
+ * QLinearMatMul, the standard operators of the QOperator format.
  *
  * kiln runs such a model as its float computation with the quantization steps in it: each
  * pair rounds an activation to the grid of its scale and zero point, each weight is its
@@ -265,10 +266,119 @@ static int op_matmul_integer(const kiln__onnx_node *n, int nin, kiln_tensor *con
     return ok(out);
 }
 
+/* The int32 accumulator acc (exact, in f64) brought to the output's codes as ONNX Runtime
+ * requantizes: acc as float times the float multiplier (x_scale * w_scale / y_scale), rounded
+ * half to even, plus the zero point, saturated to the type of y_zero_point. */
+static kiln_tensor *requantize(const kiln__onnx_node *n, kiln_tensor *acc, kiln_tensor *mult, kiln_tensor *y_zp)
+{
+    int qtype = y_zp ? n->quant_type : KILN__ONNX_UINT8;
+    if (!qtype && y_zp)
+        qtype = kiln_tensor_dtype(y_zp) == KILN_U8 ? KILN__ONNX_UINT8 : 0;
+    double lo, hi;
+    const char *tname;
+    if (!quant_range(qtype, &lo, &hi, &tname)) {
+        kiln__onnx_fail(n, "an output of ONNX type %d is not supported (uint8 and int8 are)", qtype);
+        return NULL;
+    }
+    kiln_tensor *q = kiln_round(kiln_mul(kiln_cast(acc, KILN_F32), mult));
+    if (y_zp)
+        q = kiln_add(q, kiln_cast(y_zp, KILN_F32));
+    return kiln_cast(kiln_clamp(q, lo, hi), qtype == KILN__ONNX_UINT8 ? KILN_U8 : KILN_I32);
+}
+
+/* x - zero_point as exact integers in f64, the zero point scalar or (per_axis >= 0) one per
+ * index of that dim of x. */
+static kiln_tensor *centered(const kiln__onnx_node *n, kiln_tensor *x, kiln_tensor *zp, int per_axis,
+                             const char *what)
+{
+    kiln_dtype dt = kiln_tensor_dtype(x);
+    if (dt != KILN_U8 && dt != KILN_I32) {
+        kiln__onnx_fail(n, "%s must be an 8-bit integer, not %s", what, kiln_dtype_name(dt));
+        return NULL;
+    }
+    kiln_tensor *v = kiln_cast(x, KILN_F64);
+    if (!zp)
+        return v;
+    kiln_tensor *z = kiln_cast(zp, KILN_F64);
+    if (kiln_tensor_numel(zp) != 1) {
+        int r = kiln_tensor_ndim(x);
+        if (per_axis < 0 || kiln_tensor_ndim(zp) != 1 || kiln_tensor_dim(zp, 0) != kiln_tensor_dim(x, per_axis)) {
+            kiln__onnx_fail(n, "the zero point of %s must be a scalar%s", what,
+                            per_axis < 0 ? "" : ", or one per output channel");
+            return NULL;
+        }
+        int64_t shape[KILN_MAX_DIMS];
+        for (int d = 0; d < r; d++)
+            shape[d] = d == per_axis ? kiln_tensor_dim(x, d) : 1;
+        z = kiln_reshape(z, r, shape);
+    }
+    return kiln_sub(v, z);
+}
+
+/* x_scale * w_scale / y_scale in float, w_scale scalar or one per channel along dim axis of a
+ * rank-r output. */
+static kiln_tensor *multiplier(kiln_tensor *xs, kiln_tensor *ws, kiln_tensor *ys, int r, int axis)
+{
+    kiln_tensor *w = kiln_cast(ws, KILN_F32);
+    if (kiln_tensor_numel(ws) != 1) {
+        int64_t shape[KILN_MAX_DIMS];
+        for (int d = 0; d < r; d++)
+            shape[d] = d == axis ? kiln_tensor_numel(ws) : 1;
+        w = kiln_reshape(w, r, shape);
+    } else {
+        w = kiln_reshape(w, 0, NULL);
+    }
+    return kiln_div(kiln_mul(kiln_reshape(kiln_cast(xs, KILN_F32), 0, NULL), w),
+                    kiln_reshape(kiln_cast(ys, KILN_F32), 0, NULL));
+}
+
+/* QLinearConv: the convolution of the centered integers, summed exactly in f64 by the Conv
+ * operator itself (same attributes: pads, strides, dilations, group, auto_pad), plus the
+ * int32 bias, requantized. */
+static int op_qlinear_conv(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)
+{
+    NEED(8);
+    kiln_tensor *x = centered(n, in[0], in[2], -1, "x"), *w = centered(n, in[3], in[5], 0, "w");
+    if (!x || !w)
+        return -1;
+    if (kiln_tensor_numel(in[4]) != 1 && kiln_tensor_numel(in[4]) != kiln_tensor_dim(in[3], 0))
+        return kiln__onnx_fail(n, "w_scale has %lld elements for %lld output channels",
+                               (long long)kiln_tensor_numel(in[4]), (long long)kiln_tensor_dim(in[3], 0));
+    kiln_tensor *conv_in[3] = {x, w, nin > 8 && in[8] ? kiln_cast(in[8], KILN_F64) : NULL}, *acc = NULL;
+    kiln__onnx_op_fn conv = kiln__onnx_find_op("Conv");
+    if (conv(n, conv_in[2] ? 3 : 2, conv_in, 1, &acc))
+        return -1;
+    out[0] = requantize(n, acc, multiplier(in[1], in[4], in[6], kiln_tensor_ndim(acc), 1), in[7]);
+    return ok(out);
+}
+
+/* QLinearMatMul: the product of the centered integers, exact in f64, requantized; b's scale
+ * and zero point may be per column. */
+static int op_qlinear_matmul(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
+                             kiln_tensor **out)
+{
+    NEED(8);
+    kiln_tensor *a = centered(n, in[0], in[2], -1, "a");
+    int rb = kiln_tensor_ndim(in[3]);
+    kiln_tensor *b = centered(n, in[3], in[5], rb - 1, "b");
+    if (!a || !b)
+        return -1;
+    kiln_tensor *acc = kiln_matmul(a, b);
+    if (!acc)
+        return -1;
+    if (kiln_tensor_numel(in[4]) != 1 && (rb < 1 || kiln_tensor_numel(in[4]) != kiln_tensor_dim(in[3], rb - 1)))
+        return kiln__onnx_fail(n, "b_scale must be a scalar or one per column of b");
+    out[0] = requantize(n, acc, multiplier(in[1], in[4], in[6], kiln_tensor_ndim(acc), kiln_tensor_ndim(acc) - 1),
+                        in[7]);
+    return ok(out);
+}
+
 const kiln__onnx_op kiln__onnx_ops_quant[] = {
     {"QuantizeLinear", op_quantize_linear},
     {"DequantizeLinear", op_dequantize_linear},
     {"DynamicQuantizeLinear", op_dynamic_quantize_linear},
     {"MatMulInteger", op_matmul_integer},
+    {"QLinearConv", op_qlinear_conv},
+    {"QLinearMatMul", op_qlinear_matmul},
     {NULL, NULL},
 };
