@@ -1,6 +1,7 @@
 /*
  * onnx-ops-nn.c — ONNX's network operators: convolutions, Gemm/MatMul, the
- * normalizations, pooling, softmax, reductions and arg/top-k, on kiln's nn
+ * normalizations (LRN, Lp and mean-variance ones too), pooling (Lp pooling too), softmax,
+ * reductions and arg/top-k, on kiln's nn
  * primitives. ONNX allows asymmetric padding (pads = begin..., end...) and auto_pad;
  * kiln's convolution and pooling pad symmetrically, so an asymmetric pad is applied
  * first with kiln_pad (with -inf for max pooling) and the op then runs unpadded.
@@ -278,7 +279,16 @@ static int op_group_norm(const kiln__onnx_node *n, int nin, kiln_tensor *const *
     return ok(out);
 }
 
-static int pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, kiln_tensor **out, bool max) {
+/* MaxPool, AveragePool, and (POOL_SUM) the window sums LpPool takes of |x|^p: an average over
+ * the whole window, zero pads counted, times its size. */
+enum {
+    POOL_AVG,
+    POOL_MAX,
+    POOL_SUM
+};
+static int pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, kiln_tensor **out, int kind)
+{
+    bool max = kind == POOL_MAX;
     NEED(1);
     int64_t ks[MAXI];
     int c = kiln__onnx_attr_ints(n, "kernel_shape", ks, MAXI);
@@ -287,7 +297,7 @@ static int pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, kiln_
     if (c != kiln_tensor_ndim(x) - 2) return kiln__onnx_fail(n, "kernel_shape does not match the input");
     if (get_window(n, x, ks, &w)) return -1;
     if (w.nsp > 2) return kiln__onnx_fail(n, "3-D pooling not supported");
-    bool cip = kiln__onnx_attr_int(n, "count_include_pad", 0) != 0;
+    bool cip = kind == POOL_SUM || kiln__onnx_attr_int(n, "count_include_pad", 0) != 0;
     kiln_pool_opts o = {.ceil_mode = kiln__onnx_attr_int(n, "ceil_mode", 0) != 0, .count_include_pad = cip};
     bool sym = symmetric(&w);
     if (!sym) {
@@ -303,8 +313,110 @@ static int pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, kiln_
     if (!max && (w.d[0] != 1 || (w.nsp > 1 && w.d[1] != 1))) return kiln__onnx_fail(n, "dilated average pooling");
     if (max) out[0] = w.nsp == 1 ? kiln_max_pool1d(x, &o, NULL) : kiln_max_pool2d(x, &o, NULL);
     else out[0] = w.nsp == 1 ? kiln_avg_pool1d(x, &o) : kiln_avg_pool2d(x, &o);
+    if (kind == POOL_SUM)
+        out[0] = kiln_mul_scalar(out[0], (double)(w.k[0] * (w.nsp > 1 ? w.k[1] : 1)));
     return ok(out);
 }
+/* LpPool: (sum over the window of |x|^p)^(1/p), zero pads adding nothing. */
+static int op_lp_pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)
+{
+    NEED(1);
+    double p = (double)kiln__onnx_attr_int(n, "p", 2);
+    if (!(p >= 1))
+        return kiln__onnx_fail(n, "p must be at least 1, not %g", p);
+    kiln_tensor *xp = kiln_pow_scalar(kiln_abs(in[0]), p);
+    if (!xp || pool(n, 1, &xp, out, POOL_SUM))
+        return -1;
+    out[0] = kiln_pow_scalar(out[0], 1.0 / p);
+    return ok(out);
+}
+static int op_global_lp_pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
+                             kiln_tensor **out)
+{
+    NEED(1);
+    int r = kiln_tensor_ndim(in[0]), dims[KILN_MAX_DIMS];
+    double p = (double)kiln__onnx_attr_int(n, "p", 2);
+    if (r < 3)
+        return kiln__onnx_fail(n, "input needs spatial dims");
+    if (!(p >= 1))
+        return kiln__onnx_fail(n, "p must be at least 1, not %g", p);
+    for (int i = 2; i < r; i++)
+        dims[i - 2] = i;
+    out[0] = kiln_pow_scalar(kiln_sum(kiln_pow_scalar(kiln_abs(in[0]), p), r - 2, dims, true), 1.0 / p);
+    return ok(out);
+}
+
+/* LRN across channels: x / (bias + alpha / size * sum of x^2 over the channels from
+ * c - floor((size - 1) / 2) to c + ceil((size - 1) / 2))^beta; the window sum is size shifted
+ * slices of the zero-padded squares. */
+static int op_lrn(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)
+{
+    NEED(1);
+    kiln_tensor *x = in[0];
+    int r = kiln_tensor_ndim(x);
+    int64_t size = kiln__onnx_attr_int(n, "size", 0), ch = r > 1 ? kiln_tensor_dim(x, 1) : 0;
+    if (r < 3)
+        return kiln__onnx_fail(n, "x must have shape (N, C, D1, ...), not rank %d", r);
+    if (size < 1 || size > 4096)
+        return kiln__onnx_fail(n, "size %lld is out of range (1 to 4096)", (long long)size);
+    double alpha = kiln__onnx_attr_float(n, "alpha", 1e-4), beta = kiln__onnx_attr_float(n, "beta", 0.75);
+    double bias = kiln__onnx_attr_float(n, "bias", 1.0);
+    int64_t pads[2 * KILN_MAX_DIMS] = {0};
+    pads[2 * (r - 2)] = (size - 1) / 2; /* kiln_pad lists the last dim first: dim 1 is pair r - 2 */
+    pads[2 * (r - 2) + 1] = size / 2;
+    kiln_tensor *sq = kiln_pad(kiln_mul(x, x), 2 * (r - 1), pads, KILN_PAD_CONSTANT, 0), *sum = NULL;
+    for (int64_t k = 0; sq && k < size; k++) {
+        kiln_tensor *part = kiln_narrow(sq, 1, k, ch);
+        sum = sum ? kiln_add(sum, part) : part;
+    }
+    out[0] = kiln_div(x, kiln_pow_scalar(kiln_add_scalar(kiln_mul_scalar(sum, alpha / (double)size), bias), beta));
+    return ok(out);
+}
+
+/* LpNormalization: x over its p-norm (p 1 or 2) along axis; a zero vector stays zero (ONNX
+ * Runtime's answer, where the division would give NaN). */
+static int op_lp_normalization(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
+                               kiln_tensor **out)
+{
+    NEED(1);
+    int a;
+    int64_t p = kiln__onnx_attr_int(n, "p", 2);
+    if (p != 1 && p != 2)
+        return kiln__onnx_fail(n, "p must be 1 or 2, not %lld", (long long)p);
+    if (kiln__onnx_axis(n, kiln__onnx_attr_int(n, "axis", -1), kiln_tensor_ndim(in[0]), &a))
+        return -1;
+    kiln_tensor *norm = kiln_norm(in[0], (double)p, 1, &a, true);
+    kiln_tensor *zero = kiln_eq(norm, kiln_zeros_like(norm));
+    out[0] = kiln_where(zero, kiln_zeros_like(in[0]),
+                        kiln_div(in[0], kiln_where(zero, kiln_full_like(norm, 1), norm)));
+    return ok(out);
+}
+
+/* MeanVarianceNormalization as the spec's function body writes it: (x - E[x]) over
+ * (sqrt(E[x^2] - E[x]^2) + 1e-9), the expectations over axes (default 0, 2, 3). */
+static int op_mean_variance_normalization(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
+                                          kiln_tensor **out)
+{
+    NEED(1);
+    kiln_tensor *x = in[0];
+    int r = kiln_tensor_ndim(x), dims[KILN_MAX_DIMS];
+    int64_t ax[KILN_MAX_DIMS];
+    int na = kiln__onnx_attr_ints(n, "axes", ax, KILN_MAX_DIMS);
+    if (na < 0) {
+        if (r < 4)
+            return kiln__onnx_fail(n, "the default axes (0, 2, 3) need rank 4, not %d", r);
+        na = 3;
+        ax[0] = 0, ax[1] = 2, ax[2] = 3;
+    }
+    for (int i = 0; i < na; i++)
+        if (kiln__onnx_axis(n, ax[i], r, &dims[i]))
+            return -1;
+    kiln_tensor *mean = kiln_mean(x, na, dims, true);
+    kiln_tensor *var = kiln_sub(kiln_mean(kiln_mul(x, x), na, dims, true), kiln_mul(mean, mean));
+    out[0] = kiln_div(kiln_sub(x, mean), kiln_add_scalar(kiln_sqrt(var), 1e-9));
+    return ok(out);
+}
+
 /* MaxPool on integers (opset 12+: the quantized models' uint8 and int8 activations) runs on
  * their values as floats, exactly (u8 in f32, wider integers in f64), and casts back: the
  * devices' pooling kernels are floating point, and padding an integer tensor with -inf, as an
@@ -323,7 +435,7 @@ static int op_max_pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in
     return ok(out);
 }
 static int op_avg_pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    return pool(n, nin, in, out, false);
+    return pool(n, nin, in, out, POOL_AVG);
 }
 
 static int global_pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, kiln_tensor **out, bool max) {
@@ -474,5 +586,10 @@ const kiln__onnx_op kiln__onnx_ops_nn[] = {
     {"ArgMin", op_argmin},
     {"TopK", op_topk},
     {"CumSum", op_cumsum},
+    {"LpPool", op_lp_pool},
+    {"GlobalLpPool", op_global_lp_pool},
+    {"LRN", op_lrn},
+    {"LpNormalization", op_lp_normalization},
+    {"MeanVarianceNormalization", op_mean_variance_normalization},
     {NULL, NULL},
 };

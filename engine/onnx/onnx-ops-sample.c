@@ -1,6 +1,6 @@
 /*
  * onnx-ops-sample.c — ONNX's resampling operators: Resize (nearest, linear and cubic, any
- * rank), GridSample and AffineGrid, computed with kiln's tensor ops (index_select, gather and
+ * rank) and the older Upsample, GridSample and AffineGrid, computed with kiln's tensor ops (index_select, gather and
  * elementwise arithmetic), so every device runs them and autodiff goes through them.
  */
 #include <math.h>
@@ -362,6 +362,31 @@ static int op_resize(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, 
     return ok(out);
 }
 
+/* Upsample (opsets 7 to 9, deprecated by Resize at 10): opset 10's Resize, whose asymmetric
+ * coordinates and rounding are Upsample's, with the scales from the attribute (opset 7) or
+ * the second input (opset 9). */
+static int op_upsample(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)
+{
+    NEED(1);
+    kiln__onnx_node as_resize = *n;
+    as_resize.opset = 10;
+    const char *mode = kiln__onnx_attr_str(n, "mode", "nearest");
+    if (strcmp(mode, "nearest") && strcmp(mode, "linear"))
+        return kiln__onnx_fail(n, "mode '%s' is not supported (nearest, linear)", mode);
+    kiln_tensor *scales = nin > 1 ? in[1] : NULL;
+    if (!scales) {
+        const kiln__onnx_attr *a = kiln__onnx_attr_get(n, "scales");
+        if (!a || a->nfloats != kiln_tensor_ndim(in[0]))
+            return kiln__onnx_fail(n, "needs a scales attribute with one entry per dim of x");
+        float f[KILN_MAX_DIMS];
+        for (int i = 0; i < a->nfloats; i++)
+            f[i] = (float)a->floats[i];
+        int64_t len = a->nfloats;
+        scales = kiln_from_data(kiln_tensor_device(in[0]), KILN_F32, 1, &len, f, (size_t)len * sizeof *f);
+    }
+    return op_resize(&as_resize, 2, (kiln_tensor *[]){in[0], scales}, nout, out);
+}
+
 /* ------------------------------------------------------------------ GridSample */
 
 /* GridSample (opset 16's bilinear/nearest/bicubic, opset 20's linear/nearest/cubic and its
@@ -683,6 +708,7 @@ static int op_affine_grid(const kiln__onnx_node *n, int nin, kiln_tensor *const 
 
 const kiln__onnx_op kiln__onnx_ops_sample[] = {
     {"Resize", op_resize},
+    {"Upsample", op_upsample},
     {"GridSample", op_grid_sample},
     {"AffineGrid", op_affine_grid},
     {NULL, NULL},
