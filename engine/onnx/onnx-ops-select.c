@@ -1,8 +1,8 @@
 /*
  * onnx-ops-select.c — ONNX operators that pick, mask or arrange elements: Hardmax, Shrink,
- * EyeLike, Compress, ReverseSequence and NonMaxSuppression.
+ * EyeLike, Compress, ReverseSequence, NonMaxSuppression, CenterCropPad and Unique.
  *
- * Compress, ReverseSequence and NonMaxSuppression read a small control input on the host
+ * Compress, ReverseSequence, NonMaxSuppression and Unique read their input on the host
  * (the condition, the sequence lengths, the scores and boxes), as ONNX Runtime does: their
  * output shapes, or the order of their work, depend on those values. The others are tensor
  * ops on the device.
@@ -301,6 +301,185 @@ done:
     return rc;
 }
 
+/* CenterCropPad (opset 18): each dim in axes (default all) cropped to, or zero-padded to,
+ * the given size about its centre, the odd element going to the end. */
+static int op_center_crop_pad(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
+                              kiln_tensor **out)
+{
+    NEED(2);
+    kiln_tensor *x = in[0];
+    int r = kiln_tensor_ndim(x), axes[KILN_MAX_DIMS];
+    int64_t ax[KILN_MAX_DIMS], size[KILN_MAX_DIMS];
+    int na = kiln__onnx_attr_ints(n, "axes", ax, KILN_MAX_DIMS);
+    if (na < 0)
+        for (na = 0; na < r; na++)
+            ax[na] = na;
+    for (int i = 0; i < na; i++)
+        if (kiln__onnx_axis(n, ax[i], r, &axes[i]))
+            return -1;
+    int c = kiln__onnx_read_ints(n, in[1], size, KILN_MAX_DIMS);
+    if (c < 0)
+        return -1;
+    if (c != na)
+        return kiln__onnx_fail(n, "shape has %d entries for %d axes", c, na);
+    kiln_tensor *y = x;
+    for (int i = 0; y && i < na; i++) {
+        int d = axes[i];
+        int64_t dim = kiln_tensor_dim(y, d), want = size[i];
+        if (want < 0)
+            return kiln__onnx_fail(n, "shape[%d] is negative (%lld)", i, (long long)want);
+        if (want < dim) {
+            y = kiln_narrow(y, d, (dim - want) / 2, want);
+        } else if (want > dim) {
+            int64_t pads[2 * KILN_MAX_DIMS] = {0};
+            pads[2 * (r - 1 - d)] = (want - dim) / 2;
+            pads[2 * (r - 1 - d) + 1] = want - dim - (want - dim) / 2;
+            y = kiln_pad(y, 2 * (r - d), pads, KILN_PAD_CONSTANT, 0);
+        }
+    }
+    out[0] = y ? kiln_contiguous(y) : NULL;
+    return ok(out);
+}
+
+/* ------------------------------------------------------------------ Unique */
+
+typedef struct unique_ctx {
+    const double *v; /* the slices, each len values */
+    int64_t len;
+} unique_ctx;
+
+/* Total order on slices: values ascending, NaN after every number and equal to NaN (so
+ * NaNs group together instead of each being its own value). */
+static int slice_cmp(const unique_ctx *u, int64_t a, int64_t b)
+{
+    for (int64_t k = 0; k < u->len; k++) {
+        double x = u->v[a * u->len + k], y = u->v[b * u->len + k];
+        bool xn = isnan(x), yn = isnan(y);
+        if (xn || yn) {
+            if (xn != yn)
+                return xn ? 1 : -1;
+            continue;
+        }
+        if (x != y)
+            return x < y ? -1 : 1;
+    }
+    return 0;
+}
+
+/* Sorts idx[0, m) by slice, ties by index (a merge sort: qsort has no context argument). */
+static void unique_sort(const unique_ctx *u, int64_t *idx, int64_t *tmp, int64_t m)
+{
+    if (m < 2)
+        return;
+    int64_t h = m / 2;
+    unique_sort(u, idx, tmp, h);
+    unique_sort(u, idx + h, tmp, m - h);
+    int64_t i = 0, j = h, k = 0;
+    while (i < h && j < m)
+        tmp[k++] = slice_cmp(u, idx[j], idx[i]) < 0 ? idx[j++] : idx[i++];
+    while (i < h)
+        tmp[k++] = idx[i++];
+    while (j < m)
+        tmp[k++] = idx[j++];
+    memcpy(idx, tmp, (size_t)m * sizeof *idx);
+}
+
+/* Unique: the distinct elements (or slices along axis) of x, sorted ascending or in the order
+ * of their first occurrence, with the first occurrence of each, each element's position in
+ * the result, and the counts. Found on the host; the values are then picked from x on its
+ * device, so they keep their exact bits and dtype. */
+static int op_unique(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)
+{
+    NEED(1);
+    kiln_tensor *x = in[0];
+    int r = kiln_tensor_ndim(x), a = 0;
+    bool has_axis = kiln__onnx_attr_get(n, "axis") != NULL, sorted = kiln__onnx_attr_int(n, "sorted", 1) != 0;
+    if (has_axis && kiln__onnx_axis(n, kiln__onnx_attr_int(n, "axis", 0), r, &a))
+        return -1;
+    kiln_tensor *xs = x;
+    if (!has_axis) {
+        int64_t all = kiln_tensor_numel(x);
+        xs = kiln_reshape(x, 1, &all);
+    } else if (a != 0) {
+        int order[KILN_MAX_DIMS];
+        for (int i = 0, k = 1; i < r; i++)
+            order[i == a ? 0 : k++] = i;
+        xs = kiln_contiguous(kiln_permute(x, r, order));
+    }
+    if (!xs)
+        return -1;
+    int64_t m = kiln_tensor_dim(xs, 0), total = kiln_tensor_numel(xs), len = m ? total / m : 0;
+    double *v = malloc((size_t)(total ? total : 1) * sizeof *v);
+    int64_t *sorted_idx = malloc((size_t)(m ? m : 1) * 6 * sizeof(int64_t));
+    int rc = -1;
+    if (!v || !sorted_idx) {
+        kiln__onnx_fail(n, "out of memory");
+        goto done;
+    }
+    int64_t *tmp = sorted_idx + m, *group = tmp + m, *first = group + m, *counts = first + m, *pos = counts + m;
+    if (kiln_to_data(kiln_cast(xs, KILN_F64), v, (size_t)total * sizeof *v))
+        goto done;
+    unique_ctx u = {v, len};
+    for (int64_t i = 0; i < m; i++)
+        sorted_idx[i] = i;
+    unique_sort(&u, sorted_idx, tmp, m);
+    /* groups in sorted order; a group's first member is its first occurrence (ties kept
+     * in index order) */
+    int64_t ng = 0;
+    for (int64_t i = 0; i < m; i++) {
+        if (i == 0 || slice_cmp(&u, sorted_idx[i - 1], sorted_idx[i]) != 0) {
+            first[ng] = sorted_idx[i];
+            counts[ng++] = 0;
+        }
+        group[sorted_idx[i]] = ng - 1;
+        counts[ng - 1]++;
+    }
+    /* pos[g]: the group's place in the output (sorted order, or by first occurrence) */
+    for (int64_t g = 0; g < ng; g++)
+        pos[g] = g;
+    if (!sorted) { /* order the groups by their first occurrence: walk x and number them */
+        int64_t next = 0;
+        for (int64_t g = 0; g < ng; g++)
+            pos[g] = -1;
+        for (int64_t i = 0; i < m; i++)
+            if (pos[group[i]] < 0)
+                pos[group[i]] = next++;
+    }
+    int64_t *of = tmp /* the sort's scratch, free again */, *cnt = malloc((size_t)(ng ? ng : 1) * sizeof *cnt),
+            *inv = malloc((size_t)(m ? m : 1) * sizeof *inv);
+    if (!cnt || !inv) {
+        free(cnt);
+        free(inv);
+        kiln__onnx_fail(n, "out of memory");
+        goto done;
+    }
+    for (int64_t g = 0; g < ng; g++) {
+        of[pos[g]] = first[g];
+        cnt[pos[g]] = counts[g];
+    }
+    for (int64_t i = 0; i < m; i++)
+        inv[i] = pos[group[i]];
+    kiln_device *dev = kiln_tensor_device(x);
+    kiln_tensor *firsts = kiln_from_data(dev, KILN_I64, 1, &ng, of, (size_t)ng * sizeof *of);
+    out[0] = has_axis ? kiln_index_select(x, a, firsts) : kiln_index_select(xs, 0, firsts);
+    if (nout > 1)
+        out[1] = firsts;
+    if (nout > 2)
+        out[2] = kiln_from_data(dev, KILN_I64, 1, &m, inv, (size_t)m * sizeof *inv);
+    if (nout > 3)
+        out[3] = kiln_from_data(dev, KILN_I64, 1, &ng, cnt, (size_t)ng * sizeof *cnt);
+    free(cnt);
+    free(inv);
+    rc = 0;
+    for (int i = 0; i < nout && i < 4; i++)
+        if (!out[i])
+            rc = -1;
+done:
+    free(v);
+    free(sorted_idx);
+    return rc;
+}
+
 const kiln__onnx_op kiln__onnx_ops_select[] = {
     {"Hardmax", op_hardmax},
     {"Shrink", op_shrink},
@@ -308,5 +487,7 @@ const kiln__onnx_op kiln__onnx_ops_select[] = {
     {"Compress", op_compress},
     {"ReverseSequence", op_reverse_sequence},
     {"NonMaxSuppression", op_non_max_suppression},
+    {"CenterCropPad", op_center_crop_pad},
+    {"Unique", op_unique},
     {NULL, NULL},
 };
