@@ -158,6 +158,7 @@ extern const kiln__onnx_op kiln__onnx_ops_more[];
 extern const kiln__onnx_op kiln__onnx_ops_sample[];
 extern const kiln__onnx_op kiln__onnx_ops_quant[];
 extern const kiln__onnx_op kiln__onnx_ops_select[];
+extern const kiln__onnx_op kiln__onnx_ops_roi[];
 
 kiln__onnx_op_fn kiln__onnx_find_op(const char *op_type);
 
