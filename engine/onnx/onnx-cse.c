@@ -99,7 +99,7 @@ static bool attrs_equal(const kiln__onnx_attr *a, const kiln__onnx_attr *b)
     for (int i = 0; i < a->nstrings; i++)
         if (strcmp(a->strings[i], b->strings[i]))
             return false;
-    return a->t == b->t; /* a tensor attribute: only the same one */
+    return a->t == b->t && a->g == b->g; /* a tensor or graph attribute: only the same one */
 }
 
 static bool nodes_equal(const kiln__onnx_mnode *a, const kiln__onnx_mnode *b)

@@ -218,6 +218,16 @@ static int record(kiln_onnx_model *m, kiln__onnx_graphs *gs, graph_slot *s, kiln
                   kiln_tensor *const *consts, bool use_derived)
 {
     int n = s->ninputs, nout = s->noutputs;
+    if (m->reads_cond) {
+        /* an If reading its condition waits for the device, which a recording refuses, or,
+         * with a condition already on the host, would keep the branch this run took for
+         * every launch: refused before anything is recorded */
+        snprintf(gs->stats.last_broken, sizeof gs->stats.last_broken,
+                 "node '%s' (If) reads its condition on the host at every run", m->reads_cond->info.name);
+        gs->stats.broken++;
+        s->state = SLOT_EAGER;
+        return 0;
+    }
     kiln_tensor **vals = calloc((size_t)m->nvalues + 1, sizeof *vals);
     s->inputs = calloc((size_t)n + 1, sizeof *s->inputs);
     s->outputs = calloc((size_t)nout + 1, sizeof *s->outputs);

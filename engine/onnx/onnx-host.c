@@ -60,6 +60,7 @@ static const int_args int_arg_inputs[] = {
     {"ReduceMin", 1u << 1},
     {"ReduceProd", 1u << 1},
     {"Clip", (1u << 1) | (1u << 2)},
+    {"If", 1u << 0}, /* a host condition is read where it is: no download, no wait */
     {NULL, 0},
 };
 

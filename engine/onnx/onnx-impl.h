@@ -48,6 +48,8 @@ typedef struct kiln__onnx_ptensor {
     int64_t ext_offset, ext_length; /* length -1: to the end of the tensor's bytes */
 } kiln__onnx_ptensor;
 
+struct kiln__onnx_pmodel;
+
 typedef struct kiln__onnx_attr {
     char *name;
     int type;
@@ -60,6 +62,7 @@ typedef struct kiln__onnx_attr {
     double *floats;
     int64_t *ints;
     char **strings;
+    struct kiln__onnx_pmodel *g; /* a GRAPH attribute (an If's branches); NULL otherwise */
 } kiln__onnx_attr;
 
 typedef struct kiln__onnx_pnode {
@@ -76,6 +79,9 @@ typedef struct kiln__onnx_pvalue {
     int64_t dims[KILN_MAX_DIMS]; /* -1 for symbolic/unknown */
 } kiln__onnx_pvalue;
 
+/* A decoded ModelProto, or a GraphProto held by a GRAPH attribute: a branch of an If takes
+ * its parent's opset, and its inputs are the names it reads from enclosing graphs
+ * (kiln__onnx_scope_branches). */
 typedef struct kiln__onnx_pmodel {
     int64_t ir_version;
     int64_t opset;           /* default domain; 0 when absent */
@@ -89,6 +95,14 @@ typedef struct kiln__onnx_pmodel {
 kiln__onnx_pmodel *kiln__onnx_decode(const uint8_t *buf, size_t len);
 void kiln__onnx_pmodel_free(kiln__onnx_pmodel *pm);
 void kiln__onnx_ptensor_clear(kiln__onnx_ptensor *t);
+/* Gives every If branch of pm (at any depth) as inputs the names it reads from enclosing
+ * graphs, and appends those names to its If node's inputs, after the condition: a value a
+ * branch reads is then an input of the If node to every pass that plans the graph (order,
+ * liveness, the arena, in-place updates, common subexpressions). Refuses, naming the node
+ * and the branch, an If without its two graphs, with other inputs than a condition, with a
+ * branch that declares inputs or reads a name no enclosing graph defines. 0, or -1 with a
+ * message (onnx-ops-control.c). */
+int kiln__onnx_scope_branches(kiln__onnx_pmodel *pm);
 
 /* ----------------------------------------------------------------- operators */
 
@@ -125,6 +139,9 @@ typedef struct kiln__onnx_node {
      * without grad (onnx-ops-nn.c, onnx-ops-rnn.c) and dropped by kiln_onnx_set_trainable;
      * NULL for other nodes. */
     struct kiln__onnx_pack *pack;
+    /* An If: its branches, planned at load as models of their own (onnx-ops-control.c);
+     * NULL for other nodes. */
+    struct kiln__onnx_if *ctl;
 } kiln__onnx_node;
 
 typedef struct kiln__onnx_pack {
@@ -159,6 +176,7 @@ extern const kiln__onnx_op kiln__onnx_ops_sample[];
 extern const kiln__onnx_op kiln__onnx_ops_quant[];
 extern const kiln__onnx_op kiln__onnx_ops_select[];
 extern const kiln__onnx_op kiln__onnx_ops_roi[];
+extern const kiln__onnx_op kiln__onnx_ops_control[];
 
 kiln__onnx_op_fn kiln__onnx_find_op(const char *op_type);
 

@@ -11,6 +11,7 @@
 #include "onnx-impl.h"
 
 typedef struct kiln__onnx_graphs kiln__onnx_graphs;
+typedef struct kiln__onnx_if kiln__onnx_if;
 
 /* One node of the plan. */
 typedef struct kiln__onnx_mnode {
@@ -70,6 +71,14 @@ struct kiln_onnx_model {
     kiln_tensor **host_consts;
     unsigned *host_const_ver;
     kiln__onnx_graphs *graphs; /* recorded graphs per input signature (onnx-graph.c) */
+    /* An If's branch (onnx-ops-control.c): its decoded graph belongs to the If's attribute,
+     * it has no arena or graphs of its own (the enclosing run's cover it), and it caches no
+     * weight-derived values (a refresh inside the enclosing run would land in its arena). */
+    bool branch;
+    int max_nin; /* the most inputs a live node reads: an If may read more than 64 */
+    /* A live If, here or in a branch a constant condition always takes, that reads its
+     * condition on the host at run time: no graph is recorded (onnx-graph.c). */
+    const kiln__onnx_mnode *reads_cond;
 };
 
 /** Sets the error "onnx: node NAME (OP) what: <the current error>" and returns it (negative). */
@@ -139,6 +148,26 @@ kiln_tensor *kiln__onnx_host_const(kiln_onnx_model *m, int v);
 
 /** Releases the host plan's copies and closes its cpu device. */
 void kiln__onnx_host_free(kiln_onnx_model *m);
+
+/* If (onnx-ops-control.c). */
+/** Plans decoded graph g (an If's branch, after kiln__onnx_scope_branches) as a model on dev:
+ *  its inputs are the names it reads from enclosing graphs. NULL with the error. */
+kiln_onnx_model *kiln__onnx_branch_load(kiln_device *dev, kiln__onnx_pmodel *g, const kiln_onnx_options *o);
+/** Runs branch m on given (one per input of m, the If node's inputs at their positions) and
+ *  writes noutputs new references to out. 0, or -1 with the error naming the node. */
+int kiln__onnx_run_branch(kiln_onnx_model *m, kiln_tensor *const *given, int noutputs, kiln_tensor **out);
+/** Plans If node n's branches (pn is its decoded node). 0, or -1 with the error naming the
+ *  node and the branch. */
+int kiln__onnx_if_setup(kiln_onnx_model *m, kiln__onnx_mnode *n, const kiln__onnx_pnode *pn,
+                        const kiln_onnx_options *o);
+/** After folding: an If whose condition is now a constant takes its branch at load; sets
+ *  m->reads_cond. */
+void kiln__onnx_if_settle(kiln_onnx_model *m);
+/** False for an If with a random op in a branch (never folded or cached); true otherwise. */
+bool kiln__onnx_if_pure(const kiln__onnx_node *n);
+/** Drops the packed weights of the nodes in c's branches (kiln_onnx_set_trainable). */
+void kiln__onnx_if_drop_packs(kiln__onnx_if *c);
+void kiln__onnx_if_free(kiln__onnx_if *c);
 
 /** Prints the KILN_ONNX_PROFILE summary (per op type, and per node when asked) to stderr. */
 void kiln__onnx_print_profile(const kiln_onnx_model *m);

@@ -9,7 +9,8 @@
  * (Shape -> Gather -> Unsqueeze -> Concat -> Reshape) — by running them once on the
  * model's device; fold BatchNormalization into the Conv before it; and record for every
  * value the last node that reads it. Nodes that read only weights are marked derived;
- * onnx-run.c caches their outputs outside grad mode.
+ * onnx-run.c caches their outputs outside grad mode. An If's branches are planned the same
+ * way, each as a model of its own (kiln__onnx_branch_load, onnx-ops-control.c).
  */
 #include <errno.h>
 #include <math.h>
@@ -90,7 +91,9 @@ static bool foldable(const kiln_onnx_model *m, const kiln__onnx_mnode *n)
 {
     if (!strcmp(n->info.op_type, "Constant")) return true;
     if (n->nin == 0) return !strcmp(n->info.op_type, "Range");
-    if (!strcmp(n->info.op_type, "RandomNormal") || !strcmp(n->info.op_type, "Dropout")) return false;
+    if (!strcmp(n->info.op_type, "RandomNormal") || !strcmp(n->info.op_type, "Dropout") ||
+        !kiln__onnx_if_pure(&n->info))
+        return false;
     for (int i = 0; i < n->nin; i++) {
         int v = n->in[i];
         if (v < 0) continue;
@@ -117,12 +120,15 @@ static int fold_constants(kiln_onnx_model *m) {
 /* A live node whose inputs are all constants or derived values, and which is not random, is
  * derived; its outputs are derived values. (Small all-constant nodes were folded already.) */
 static int mark_derived(kiln_onnx_model *m) {
+    if (m->branch)
+        return 0;
     bool *dv = calloc((size_t)m->nvalues + 1, sizeof *dv);
     if (!dv) return kiln__error_set("onnx: out of memory");
     for (int k = 0; k < m->nnodes; k++) {
         kiln__onnx_mnode *n = &m->nodes[k];
         if (n->dead || n->nin == 0 || !strcmp(n->info.op_type, "RandomNormal") ||
-            !strcmp(n->info.op_type, "RandomUniform") || !strcmp(n->info.op_type, "Dropout"))
+            !strcmp(n->info.op_type, "RandomUniform") || !strcmp(n->info.op_type, "Dropout") ||
+            !kiln__onnx_if_pure(&n->info))
             continue;
         bool all = true;
         for (int i = 0; all && i < n->nin; i++)
@@ -443,7 +449,9 @@ static int plan(kiln_onnx_model *m, const kiln_onnx_options *o) {
                             std_domain ? "" : ".", pn->op_type, pn->name);
             goto out;
         }
-        if (pn->ninputs > 64 || pn->noutputs > 16) {
+        /* an If's inputs past its condition are what its branches read: any number */
+        bool is_if = std_domain && !strcmp(pn->op_type, "If");
+        if ((pn->ninputs > 64 && !is_if) || pn->noutputs > 16) {
             kiln__error_set("onnx: node '%s' (%s) has too many inputs or outputs", pn->name, pn->op_type);
             goto out;
         }
@@ -463,6 +471,8 @@ static int plan(kiln_onnx_model *m, const kiln_onnx_options *o) {
         if (!n->in || !n->out) { kiln__error_set("onnx: out of memory"); goto out; }
         for (int j = 0; j < n->nin; j++) n->in[j] = *pn->inputs[j] ? vmap_find(&vm, m, pn->inputs[j]) : -1;
         for (int j = 0; j < n->nout; j++) n->out[j] = *pn->outputs[j] ? vmap_find(&vm, m, pn->outputs[j]) : -1;
+        if (is_if && kiln__onnx_if_setup(m, n, pn, o))
+            goto out;
     }
     for (int i = 0; i < pm->noutputs; i++) {
         int v = vmap_find(&vm, m, pm->outputs[i].name);
@@ -489,10 +499,13 @@ static int plan(kiln_onnx_model *m, const kiln_onnx_options *o) {
     for (int k = 0; k < m->nnodes; k++) {
         if (m->nodes[k].dead) continue;
         m->live_nodes++;
+        if (m->nodes[k].nin > m->max_nin)
+            m->max_nin = m->nodes[k].nin;
         for (int j = 0; j < m->nodes[k].nin; j++)
             if (m->nodes[k].in[j] >= 0) m->last_use[m->nodes[k].in[j]] = k;
     }
     for (int i = 0; i < m->noutputs; i++) m->last_use[m->output_vals[i]] = m->nnodes;
+    kiln__onnx_if_settle(m);
     if (kiln__onnx_plan_host(m))
         goto out;
     rc = 0;
@@ -560,7 +573,10 @@ static kiln_onnx_model *load_bytes(const uint8_t *buf, size_t len, const char *p
     if (!dev) { kiln__error_set("onnx: no device"); return NULL; }
     kiln__onnx_pmodel *pm = kiln__onnx_decode(buf, len);
     if (!pm) return NULL;
-    if (load_external(pm, path)) { kiln__onnx_pmodel_free(pm); return NULL; }
+    if (load_external(pm, path) || kiln__onnx_scope_branches(pm)) {
+        kiln__onnx_pmodel_free(pm);
+        return NULL;
+    }
     if (pm->opset != 0 && (pm->opset < 7 || pm->opset > 23)) {
         kiln__error_set("onnx: opset %lld is outside what kiln supports (7..23)", (long long)pm->opset);
         kiln__onnx_pmodel_free(pm);
@@ -593,6 +609,21 @@ static kiln_onnx_model *load_bytes(const uint8_t *buf, size_t len, const char *p
     const char *prof = kiln__option_env("onnx", "profile", NULL);
     if (prof && *prof && strcmp(prof, "0")) m->prof_ms = calloc((size_t)m->nnodes + 1, sizeof *m->prof_ms);
     m->prof_nodes = prof && !strcmp(prof, "nodes");
+    return m;
+}
+
+kiln_onnx_model *kiln__onnx_branch_load(kiln_device *dev, kiln__onnx_pmodel *g, const kiln_onnx_options *o)
+{
+    kiln_onnx_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        kiln__error_set("onnx: out of memory");
+        return NULL;
+    }
+    *m = (kiln_onnx_model){.dev = dev, .pm = g, .branch = true};
+    if (plan(m, o)) {
+        kiln_onnx_free(m);
+        return NULL;
+    }
     return m;
 }
 
@@ -662,11 +693,13 @@ void kiln_onnx_free(kiln_onnx_model *m) {
         free(m->nodes[k].in);
         free(m->nodes[k].out);
         kiln_tensor_release(m->nodes[k].pack.t);
+        kiln__onnx_if_free(m->nodes[k].info.ctl);
     }
     free(m->derived_vals); free(m->derived_src); free(m->derived_ver);
     free(m->nodes); free(m->vnames); free(m->vowned); free(m->consts); free(m->last_use);
     free(m->input_vals); free(m->input_info); free(m->output_vals); free(m->param_vals);
-    kiln__onnx_pmodel_free(m->pm);
+    if (!m->branch)
+        kiln__onnx_pmodel_free(m->pm);
     kiln__onnx_arenas_free(m->arenas);
     kiln__onnx_host_free(m);
     free(m);
@@ -722,6 +755,7 @@ int kiln_onnx_set_trainable(kiln_onnx_model *m, bool on) {
     for (int k = 0; k < m->nnodes; k++) {
         kiln_tensor_release(m->nodes[k].pack.t);
         m->nodes[k].pack = (kiln__onnx_pack){0};
+        kiln__onnx_if_drop_packs(m->nodes[k].info.ctl);
     }
     for (int i = 0; i < m->nparams; i++) {
         kiln_tensor *t = m->consts[m->param_vals[i]];

@@ -17,7 +17,10 @@
 #include "error-impl.h"
 #include "onnx-impl.h"
 
-#define MAX_DEPTH 16
+/* Each If nested in a branch adds three levels (GraphProto, NodeProto, AttributeProto), and
+ * a branch's value infos need five below its graph: 32 allows eight nested Ifs, and bounds
+ * the decoder's recursion through branches. */
+#define MAX_DEPTH 32
 #define MAX_ITEMS (1 << 22)       /* repeated entries of any one field */
 #define MAX_NUMEL ((int64_t)1 << 32)
 
@@ -367,6 +370,8 @@ out:
     return rc;
 }
 
+static int dec_graph(rd *r, kiln__onnx_pmodel *pm);
+
 static int dec_attr(rd *r, kiln__onnx_attr *a) {
     rd s;
     numvec fl = {0}, in = {0};
@@ -394,12 +399,27 @@ static int dec_attr(rd *r, kiln__onnx_attr *a) {
             break;
         case 7: if (rd_rep_fixed(&s, wt, &fl, 4)) goto out; break;
         case 8: if (rd_rep_varint(&s, wt, &in, false)) goto out; break;
+        case 6: /* g: a branch of an If; a repeated field decodes afresh */
+            if (wt != 2) {
+                bad("AttributeProto.g");
+                goto out;
+            }
+            kiln__onnx_pmodel_free(a->g);
+            if (!(a->g = calloc(1, sizeof *a->g))) {
+                kiln__error_set("onnx: out of memory");
+                goto out;
+            }
+            if (dec_graph(&s, a->g))
+                goto out;
+            break;
         case 9:
             if (wt != 2 || grow((void **)&a->strings, &scap, a->nstrings, sizeof(char *))) { bad("strings"); goto out; }
             if (rd_string(&s, &a->strings[a->nstrings])) goto out;
             a->nstrings++;
             break;
-        default: if (rd_skip(&s, wt)) goto out; /* g, graphs, tensors: not used */
+        default: /* graphs, tensors: not used */
+            if (rd_skip(&s, wt))
+                goto out;
         }
     }
     if (!a->name) { bad("attribute without a name"); goto out; }
@@ -420,6 +440,7 @@ static void attr_free(kiln__onnx_attr *a) {
     free(a->ints);
     for (int i = 0; i < a->nstrings; i++) free(a->strings[i]);
     free(a->strings);
+    kiln__onnx_pmodel_free(a->g);
 }
 
 static int add_string(rd *r, char ***arr, int *n, int *cap) {

@@ -67,12 +67,17 @@ int kiln__onnx_node_fail(const kiln__onnx_mnode *n, const char *what)
 /* Run node k on the values in vals; outputs go to vals (new references). */
 int kiln__onnx_run_node(kiln_onnx_model *m, const kiln__onnx_mnode *n, kiln_tensor **vals)
 {
-    kiln_tensor *in[64], *out[16] = {0};
-    int nin = n->nin < 64 ? n->nin : 64, nout = n->nout < 16 ? n->nout : 16;
+    /* only an If reads more than 64 inputs (what its branches read) */
+    kiln_tensor *in_s[64], **in = n->nin <= 64 ? in_s : malloc((size_t)n->nin * sizeof *in), *out[16] = {0};
+    int nin = n->nin, nout = n->nout < 16 ? n->nout : 16;
+    if (!in)
+        return kiln__error_set("onnx: out of memory");
     for (int i = 0; i < nin; i++)
         in[i] = n->in[i] >= 0 ? vals[n->in[i]] : NULL;
     kiln_scope_begin();
     int rc = n->fn(&n->info, n->nin_op < nin ? n->nin_op : nin, in, nout, out);
+    if (in != in_s)
+        free(in);
     for (int i = 0; i < nout; i++) {
         if (rc == 0 && n->out[i] >= 0 && !out[i] && i == 0)
             rc = -1;
@@ -204,9 +209,20 @@ static void put_back_host_values(kiln_tensor **vals, const int *held_v, kiln_ten
     }
 }
 
-int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *const *consts, bool use_derived,
-                        int noutputs, kiln_tensor **out)
+/* A node's per-call arrays in kiln__onnx_run_plan: on the stack for nodes of at most 64
+ * inputs, on the heap for a model with a wider node (an If, which reads everything its
+ * branches read). */
+typedef struct node_scratch {
+    kiln_tensor **cin, **held, **upload, **in;
+    int *held_v;
+    bool *dies;
+} node_scratch;
+
+static int run_nodes(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *const *consts, bool use_derived,
+                     const node_scratch *sc)
 {
+    kiln_tensor **cin = sc->cin, **held = sc->held, **upload = sc->upload;
+    int *held_v = sc->held_v;
     for (int k = 0; k < m->nnodes; k++) {
         const kiln__onnx_mnode *n = &m->nodes[k];
         if (n->dead || (use_derived && n->derived))
@@ -216,10 +232,9 @@ int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *con
         bool prof_sync = m->prof_ms && m->dev->caps.async;
         if (prof_sync && kiln_device_sync(m->dev) < 0)
             return -1;
-        kiln_tensor *cin[64];
         /* constants are borrowed into the value array for the call only (a host node's as
          * their cpu copies) */
-        for (int j = 0; j < n->nin && j < 64; j++) {
+        for (int j = 0; j < n->nin; j++) {
             int v = n->in[j];
             cin[j] = v >= 0 && consts[v] ? consts[v] : NULL;
             if (cin[j] && cin[j] == m->consts[v] && kiln__onnx_reads_host_const(m, n, j) &&
@@ -235,10 +250,9 @@ int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *con
                 cin[j] = NULL;
         }
         /* a host value read as data by a device node: an upload, swapped in for the call */
-        kiln_tensor *held[64], *upload[64];
-        int held_v[64], nup = 0;
+        int nup = 0;
         if (m->host_vals && !n->host) {
-            for (int j = 0; j < n->nin && j < 64; j++) {
+            for (int j = 0; j < n->nin; j++) {
                 int v = n->in[j];
                 if (v < 0 || !m->host_vals[v] || !vals[v] || kiln_tensor_device(vals[v]) == m->dev ||
                     kiln__onnx_reads_int_arg(n, j))
@@ -247,7 +261,7 @@ int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *con
                 if (!u) {
                     kiln__onnx_node_fail(n, "uploading a shape value");
                     put_back_host_values(vals, held_v, held, upload, nup);
-                    for (int i = 0; i < n->nin && i < 64; i++)
+                    for (int i = 0; i < n->nin; i++)
                         if (cin[i])
                             vals[n->in[i]] = NULL;
                     return -1;
@@ -262,10 +276,10 @@ int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *con
         }
         double t0 = m->prof_ms ? now_ms() : 0;
         int r = 0, used = -1;
-        if (n->inplace && n->out[0] >= 0 && !vals[n->out[0]] && n->nin <= 64) {
+        if (n->inplace && n->out[0] >= 0 && !vals[n->out[0]]) {
             /* an input read by no later node may take the result (onnx-inplace.c) */
-            kiln_tensor *in[64];
-            bool dies[64];
+            kiln_tensor **in = sc->in;
+            bool *dies = sc->dies;
             for (int j = 0; j < n->nin; j++) {
                 int v = n->in[j];
                 in[j] = v >= 0 ? vals[v] : NULL;
@@ -290,7 +304,7 @@ int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *con
             r = kiln__onnx_node_fail(n, "failed on the device");
         if (m->prof_ms)
             m->prof_ms[k] += now_ms() - t0;
-        for (int j = 0; j < n->nin && j < 64; j++)
+        for (int j = 0; j < n->nin; j++)
             if (cin[j])
                 vals[n->in[j]] = NULL;
         if (r)
@@ -303,6 +317,30 @@ int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *con
             }
         }
     }
+    return 0;
+}
+
+int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *const *consts, bool use_derived,
+                        int noutputs, kiln_tensor **out)
+{
+    kiln_tensor *ptrs[4][64];
+    int held_v[64];
+    bool dies[64];
+    node_scratch sc = {ptrs[0], ptrs[1], ptrs[2], ptrs[3], held_v, dies};
+    void *wide = NULL;
+    if (m->max_nin > 64) {
+        size_t w = (size_t)m->max_nin;
+        wide = malloc(w * (4 * sizeof(kiln_tensor *) + sizeof(int) + sizeof(bool)));
+        if (!wide)
+            return kiln__error_set("onnx: out of memory");
+        kiln_tensor **p = wide;
+        int *iv = (int *)(void *)(p + 4 * w); /* after the pointers: aligned for ints */
+        sc = (node_scratch){p, p + w, p + 2 * w, p + 3 * w, iv, (bool *)(iv + w)};
+    }
+    int rc = run_nodes(m, vals, consts, use_derived, &sc);
+    free(wide);
+    if (rc)
+        return -1;
     for (int i = 0; i < noutputs; i++) {
         int v = m->output_vals[i];
         kiln_tensor *t = vals[v] ? vals[v] : consts[v];
@@ -325,6 +363,33 @@ int kiln__onnx_run_plan(kiln_onnx_model *m, kiln_tensor **vals, kiln_tensor *con
     }
     m->prof_runs++;
     return 0;
+}
+
+int kiln__onnx_run_branch(kiln_onnx_model *m, kiln_tensor *const *given, int noutputs, kiln_tensor **out)
+{
+    for (int i = 0; i < noutputs; i++)
+        out[i] = NULL;
+    for (int i = 0; i < m->ninputs; i++)
+        if (!given[i]) /* an optional output nothing made, read by the branch */
+            return kiln__error_set("onnx: '%s' was not computed", m->vnames[m->input_vals[i]]);
+    kiln_tensor **vals = calloc((size_t)m->nvalues + 1, sizeof *vals);
+    if (!vals)
+        return kiln__error_set("onnx: out of memory");
+    /* the enclosing run's values are bound as the branch's inputs: it holds a reference of its
+     * own, so none of them is ever the only one the in-place path needs to overwrite it */
+    int rc = kiln__onnx_bind_inputs(m, given, vals);
+    if (rc == 0)
+        rc = kiln__onnx_run_plan(m, vals, m->consts, false, noutputs, out);
+    for (int v = 0; v < m->nvalues; v++)
+        if (!m->consts[v])
+            kiln_tensor_release(vals[v]);
+    free(vals);
+    if (rc)
+        for (int i = 0; i < noutputs; i++) {
+            kiln_tensor_release(out[i]);
+            out[i] = NULL;
+        }
+    return rc;
 }
 
 /* The declared shape of a graph input against what the caller gives: the rank and every fixed

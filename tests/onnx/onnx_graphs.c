@@ -11,7 +11,8 @@
  * equal the graphs-off load's on the same device (same kernels: to 1e-6) and the cpu's
  * (to 1e-3 of its largest magnitude). On a device without graphs (cpu, ref) the stats
  * must say none was used; on one with graphs (cuda) the CNN must be served by graphs from
- * its second run on, and every other model either is or says why its recording broke.
+ * its second run on, and every other model either is or says why its recording broke; a
+ * model with an If that reads its condition every run (branchy) is never recorded.
  * Exits 77 (skip) when DEVICE cannot be opened.
  */
 #include <math.h>
@@ -243,6 +244,28 @@ static void check_kept_and_dropped(const char *dir, kiln_device *dev, kiln_devic
     kiln_onnx_free(m);
 }
 
+/* A model with an If reading its condition at run time is never recorded (a recording
+ * would keep one branch): its second run of a signature says so, naming the node. */
+static void check_if_refused(const char *dir, kiln_device *dev, kiln_device *cpu)
+{
+    kiln_onnx_model *m = load(dir, "branchy", dev, true);
+    const char *names[MAXT];
+    kiln_tensor *ins[MAXT] = {0};
+    int nin = m ? read_inputs(dir, "branchy.pos", m, cpu, names, ins) : -1;
+    for (int r = 0; nin > 0 && r < 3; r++) {
+        kiln_tensor *o[MAXT] = {0};
+        run(m, dev, nin, names, ins, o);
+        release_all(o, MAXT);
+    }
+    kiln_onnx_graph_stats s = m ? stats(m) : (kiln_onnx_graph_stats){0};
+    if (m && s.supported)
+        CHECK(s.recorded == 0 && s.launched == 0 && s.broken == 1 && strstr(s.last_broken, "(If)"),
+              "branchy: recorded %llu, launched %llu, broken %llu (%s)", (unsigned long long)s.recorded,
+              (unsigned long long)s.launched, (unsigned long long)s.broken, s.last_broken);
+    release_all(ins, MAXT);
+    kiln_onnx_free(m);
+}
+
 /* KILN_ONNX_GRAPHS=0 at load turns them off whatever the options say. */
 static void check_env(const char *dir, kiln_device *dev)
 {
@@ -272,6 +295,9 @@ int main(int argc, char **argv)
     bool cnn = check_model(argv[1], dev, cpu, "cnn", 2, cnn_ios);
     check_model(argv[1], dev, cpu, "encoder", 1, enc_ios);
     check_model(argv[1], dev, cpu, "mobilenetv3", 1, mob_ios);
+    const char *branchy_ios[] = {"branchy.pos", "branchy.pos_else", "branchy.neg"};
+    check_model(argv[1], dev, cpu, "branchy", 3, branchy_ios);
+    check_if_refused(argv[1], dev, cpu);
     kiln_onnx_graph_stats probe = {0};
     kiln_onnx_model *m = load(argv[1], "cnn", dev, true);
     if (m)

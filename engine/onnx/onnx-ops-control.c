@@ -1,0 +1,416 @@
+/*
+ * onnx-ops-control.c — control flow: the If operator.
+ *
+ * An If reads a one-element bool condition and runs one of two graphs held by its
+ * attributes (then_branch, else_branch). A branch has no inputs of its own: it reads values
+ * of the enclosing graphs by name, and may hold initializers, Constant nodes and further Ifs.
+ *
+ * Why each branch is a model of its own, planned at load (kiln__onnx_branch_load): every
+ * load-time pass (topological order, constant folding, common subexpressions, fused
+ * epilogues, liveness, the host plan of shape arithmetic) then applies inside a branch
+ * unchanged, and a branch that cannot run (an unknown operator, a name nothing defines) is
+ * refused at load, naming the If node and the branch, instead of when a run first takes it.
+ *
+ * Why the names a branch reads become inputs of its If node (kiln__onnx_scope_branches):
+ * the enclosing plan must keep those values until the If has run, and the arena and the
+ * in-place path must count a branch's read as the If's. Appended to the node's inputs after
+ * the condition, they are ordinary reads to every pass, and a pass that redirects an input
+ * (common subexpressions merging two values) redirects what the branch gets with it: the
+ * branch binds its inputs by position, from the If node's inputs, not by name.
+ *
+ * Reading the condition is a host read of a device value (a wait on a device that queues
+ * work), so a model whose runs read one records no device graph (onnx-graph.c); a condition
+ * that is a constant after folding picks its branch at load, and the If reads nothing.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error-impl.h"
+#include "onnx-model-impl.h"
+#include "tensor-impl.h"
+
+struct kiln__onnx_if {
+    kiln_onnx_model *branch[2]; /* then, else: inputs are the names each reads from outside */
+    int *pos[2];                /* branch b's input i is the If node's input pos[b][i] */
+    int fixed;                  /* the branch a constant condition picked at load, or -1 */
+    bool impure;                /* a branch (at any depth) holds a random op: never folded */
+};
+
+static const char *const branch_attr[2] = {"then_branch", "else_branch"};
+
+/* ------------------------------------------------------------ name sets */
+
+/* Open addressing over borrowed strings, each with a value (a position); names are looked up
+ * once per read, so a model with thousands of values and a few Ifs costs a pass over its
+ * names, never a product of them. */
+typedef struct nameset {
+    int cap, n;
+    const char **slot;
+    int *val;
+} nameset;
+
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    while (*s)
+        h = (h ^ (uint8_t)*s++) * 1099511628211ull;
+    return h;
+}
+
+/* name's value, or -1 when absent */
+static int ns_get(const nameset *s, const char *name)
+{
+    for (uint64_t i = name_hash(name) & (uint64_t)(s->cap - 1);; i = (i + 1) & (uint64_t)(s->cap - 1)) {
+        if (!s->slot[i])
+            return -1;
+        if (!strcmp(s->slot[i], name))
+            return s->val[i];
+    }
+}
+
+static bool ns_has(const nameset *s, const char *name)
+{
+    return ns_get(s, name) >= 0;
+}
+
+static int ns_init(nameset *s, int cap)
+{
+    *s = (nameset){cap, 0, calloc((size_t)cap, sizeof(char *)), malloc((size_t)cap * sizeof(int))};
+    return s->slot && s->val ? 0 : kiln__error_set("onnx: out of memory");
+}
+
+static void ns_free(nameset *s)
+{
+    free(s->slot);
+    free(s->val);
+}
+
+/* 1 when added with value v (>= 0), 0 when present, -1 out of memory. Kept at most half full. */
+static int ns_add(nameset *s, const char *name, int v)
+{
+    if (ns_has(s, name))
+        return 0;
+    if (2 * (s->n + 1) > s->cap) {
+        nameset g;
+        if (ns_init(&g, s->cap * 2)) {
+            ns_free(&g);
+            return -1;
+        }
+        for (int i = 0; i < s->cap; i++)
+            if (s->slot[i])
+                ns_add(&g, s->slot[i], s->val[i]);
+        ns_free(s);
+        *s = g;
+    }
+    uint64_t i = name_hash(name) & (uint64_t)(s->cap - 1);
+    while (s->slot[i])
+        i = (i + 1) & (uint64_t)(s->cap - 1);
+    s->slot[i] = name;
+    s->val[i] = v;
+    s->n++;
+    return 1;
+}
+
+/* ------------------------------------------------------------- scoping */
+
+/* The names each enclosing graph defines, innermost first. */
+typedef struct scope {
+    nameset defined;
+    const struct scope *up;
+} scope;
+
+static bool visible(const scope *sc, const char *name)
+{
+    for (; sc; sc = sc->up)
+        if (ns_has(&sc->defined, name))
+            return true;
+    return false;
+}
+
+static bool is_if(const kiln__onnx_pnode *nd)
+{
+    bool std_domain = !nd->domain || !*nd->domain || !strcmp(nd->domain, "ai.onnx");
+    return std_domain && !strcmp(nd->op_type, "If");
+}
+
+static const kiln__onnx_attr *pattr(const kiln__onnx_pnode *nd, const char *name)
+{
+    for (int i = 0; i < nd->nattrs; i++)
+        if (!strcmp(nd->attrs[i].name, name))
+            return &nd->attrs[i];
+    return NULL;
+}
+
+static int append_name(char ***names, int *n, const char *name)
+{
+    char **a = realloc(*names, (size_t)(*n + 1) * sizeof *a);
+    if (a)
+        *names = a;
+    char *c = a ? strdup(name) : NULL;
+    if (!c)
+        return kiln__error_set("onnx: out of memory");
+    a[(*n)++] = c;
+    return 0;
+}
+
+static int scope_graph(kiln__onnx_pmodel *g, bool top, const scope *up);
+
+/* Resolves If node nd, of the graph whose scope is sc: its branches first (so an If nested in
+ * one is checked against its own scope), then each name a branch reads is appended to nd's
+ * inputs, once. */
+static int scope_if(const kiln__onnx_pmodel *g, kiln__onnx_pnode *nd, const scope *sc)
+{
+    if (nd->ninputs != 1 || !*nd->inputs[0])
+        return kiln__error_set("onnx: node '%s' (If) has %d inputs; an If reads one, its condition", nd->name,
+                               nd->ninputs);
+    nameset have;
+    int rc = ns_init(&have, 16) ? -1 : ns_add(&have, nd->inputs[0], 0) < 0 ? -1 : 0;
+    for (int b = 0; rc == 0 && b < 2; b++) {
+        const kiln__onnx_attr *a = pattr(nd, branch_attr[b]);
+        kiln__onnx_pmodel *br = a ? a->g : NULL;
+        if (!br) {
+            rc = kiln__error_set("onnx: node '%s' (If) has no %s graph", nd->name, branch_attr[b]);
+            break;
+        }
+        if (br->ninputs) {
+            rc = kiln__error_set("onnx: node '%s' (If): %s declares inputs; a branch reads the enclosing "
+                                 "graphs' values by name",
+                                 nd->name, branch_attr[b]);
+            break;
+        }
+        br->opset = g->opset;
+        br->ir_version = g->ir_version;
+        rc = scope_graph(br, false, sc);
+        for (int i = 0; rc == 0 && i < br->ninputs; i++) {
+            const char *name = br->inputs[i].name;
+            if (!visible(sc, name)) {
+                rc = kiln__error_set("onnx: node '%s' (If): %s reads '%s', which no enclosing graph defines",
+                                     nd->name, branch_attr[b], name);
+                break;
+            }
+            int added = ns_add(&have, name, nd->ninputs);
+            rc = added < 0 ? -1 : added ? append_name(&nd->inputs, &nd->ninputs, name) : 0;
+        }
+    }
+    ns_free(&have);
+    return rc;
+}
+
+/* Names g defines: initializers and node outputs, and the top graph's inputs (a branch's
+ * inputs are the names it reads from outside, set below). */
+static int defined_names(const kiln__onnx_pmodel *g, bool top, nameset *s)
+{
+    int rc = ns_init(s, 16);
+    for (int i = 0; rc == 0 && i < g->ninits; i++)
+        rc = ns_add(s, g->inits[i].name, 0) < 0 ? -1 : 0;
+    for (int i = 0; rc == 0 && top && i < g->ninputs; i++)
+        rc = ns_add(s, g->inputs[i].name, 0) < 0 ? -1 : 0;
+    for (int k = 0; rc == 0 && k < g->nnodes; k++)
+        for (int j = 0; rc == 0 && j < g->nodes[k].noutputs; j++)
+            if (*g->nodes[k].outputs[j])
+                rc = ns_add(s, g->nodes[k].outputs[j], 0) < 0 ? -1 : 0;
+    return rc;
+}
+
+/* A branch's free name: one more input, of no declared type or shape. */
+static int add_free(kiln__onnx_pmodel *g, const char *name)
+{
+    kiln__onnx_pvalue *v = realloc(g->inputs, (size_t)(g->ninputs + 1) * sizeof *v);
+    if (v)
+        g->inputs = v;
+    char *c = v ? strdup(name) : NULL;
+    if (!c)
+        return kiln__error_set("onnx: out of memory");
+    v[g->ninputs++] = (kiln__onnx_pvalue){.name = c, .ndim = -1};
+    return 0;
+}
+
+static int scope_graph(kiln__onnx_pmodel *g, bool top, const scope *up)
+{
+    scope sc = {.up = up};
+    nameset fr = {0, 0, NULL, NULL};
+    int rc = defined_names(g, top, &sc.defined);
+    for (int k = 0; rc == 0 && k < g->nnodes; k++)
+        if (is_if(&g->nodes[k]))
+            rc = scope_if(g, &g->nodes[k], &sc);
+    if (rc == 0 && !top)
+        rc = ns_init(&fr, 16);
+    /* what a branch reads that it does not define: node inputs (an inner If's appended ones
+     * included) and outputs that name an outer value */
+    for (int k = 0; rc == 0 && !top && k < g->nnodes; k++)
+        for (int j = 0; rc == 0 && j < g->nodes[k].ninputs; j++) {
+            const char *name = g->nodes[k].inputs[j];
+            if (*name && !ns_has(&sc.defined, name)) {
+                int added = ns_add(&fr, name, 0);
+                rc = added < 0 ? -1 : added ? add_free(g, name) : 0;
+            }
+        }
+    for (int i = 0; rc == 0 && !top && i < g->noutputs; i++) {
+        const char *name = g->outputs[i].name;
+        if (*name && !ns_has(&sc.defined, name)) {
+            int added = ns_add(&fr, name, 0);
+            rc = added < 0 ? -1 : added ? add_free(g, name) : 0;
+        }
+    }
+    ns_free(&fr);
+    ns_free(&sc.defined);
+    return rc;
+}
+
+int kiln__onnx_scope_branches(kiln__onnx_pmodel *pm)
+{
+    return scope_graph(pm, true, NULL);
+}
+
+/* ---------------------------------------------------------------- load */
+
+static bool node_impure(const kiln__onnx_mnode *n)
+{
+    const char *op = n->info.op_type;
+    return !strncmp(op, "Random", 6) || !strcmp(op, "Dropout") || !strcmp(op, "Bernoulli") ||
+           !strcmp(op, "Multinomial") || (n->info.ctl && n->info.ctl->impure);
+}
+
+/* Branch b of If node n (c its state, pn its decoded node, at its inputs by name). */
+static int setup_branch(kiln_onnx_model *m, kiln__onnx_if *c, int b, const kiln__onnx_pnode *pn, const nameset *at,
+                        const kiln_onnx_options *o)
+{
+    const kiln__onnx_attr *a = pattr(pn, branch_attr[b]);
+    kiln__onnx_pmodel *br = a ? a->g : NULL; /* present: kiln__onnx_scope_branches checked */
+    if (!br)
+        return kiln__error_set("onnx: node '%s' (If) has no %s graph", pn->name, branch_attr[b]);
+    if (br->noutputs != pn->noutputs)
+        return kiln__error_set("onnx: node '%s' (If): %s has %d outputs; the node has %d", pn->name,
+                               branch_attr[b], br->noutputs, pn->noutputs);
+    c->branch[b] = kiln__onnx_branch_load(m->dev, br, o);
+    if (!c->branch[b]) {
+        const char *e = kiln_error();
+        char msg[KILN_ERROR_MAX];
+        snprintf(msg, sizeof msg, "%s", strncmp(e, "onnx: ", 6) ? e : e + 6);
+        return kiln__error_set("onnx: node '%s' (If), %s: %s", pn->name, branch_attr[b], msg);
+    }
+    c->pos[b] = malloc(((size_t)br->ninputs + 1) * sizeof *c->pos[b]);
+    if (!c->pos[b])
+        return kiln__error_set("onnx: out of memory");
+    for (int i = 0; i < br->ninputs; i++) {
+        c->pos[b][i] = ns_get(at, br->inputs[i].name);
+        if (c->pos[b][i] < 0) /* kiln__onnx_scope_branches appended every one */
+            return kiln__error_set("onnx: node '%s' (If): %s reads '%s', which the node does not", pn->name,
+                                   branch_attr[b], br->inputs[i].name);
+    }
+    for (int k = 0; k < c->branch[b]->nnodes; k++)
+        c->impure = c->impure || node_impure(&c->branch[b]->nodes[k]);
+    return 0;
+}
+
+int kiln__onnx_if_setup(kiln_onnx_model *m, kiln__onnx_mnode *n, const kiln__onnx_pnode *pn,
+                        const kiln_onnx_options *o)
+{
+    kiln__onnx_if *c = calloc(1, sizeof *c);
+    if (!c)
+        return kiln__error_set("onnx: out of memory");
+    c->fixed = -1;
+    n->info.ctl = c;    /* freed with the model, whatever happens below */
+    n->nin_op = n->nin; /* the operator reads the branches' inputs at their positions */
+    nameset at;         /* the node's inputs by name: where each branch input is */
+    int rc = ns_init(&at, 16);
+    for (int j = 0; rc == 0 && j < pn->ninputs; j++)
+        rc = ns_add(&at, pn->inputs[j], j) < 0 ? -1 : 0;
+    for (int b = 0; rc == 0 && b < 2; b++)
+        rc = setup_branch(m, c, b, pn, &at, o);
+    ns_free(&at);
+    return rc;
+}
+
+void kiln__onnx_if_settle(kiln_onnx_model *m)
+{
+    for (int k = 0; k < m->nnodes; k++) {
+        kiln__onnx_mnode *n = &m->nodes[k];
+        kiln__onnx_if *c = n->info.ctl;
+        if (!c || n->dead)
+            continue;
+        kiln_tensor *cond = n->in[0] >= 0 ? m->consts[n->in[0]] : NULL;
+        if (c->fixed < 0 && cond && kiln_tensor_dtype(cond) == KILN_BOOL && kiln_tensor_numel(cond) == 1) {
+            double v = kiln_item(cond);
+            if (!isnan(v))
+                c->fixed = v != 0 ? 0 : 1;
+            kiln_error_clear(); /* a failed read leaves the check to the run */
+        }
+        /* a derived node runs outside any graph (its results are cached before the run) */
+        if (!m->reads_cond && !n->derived)
+            m->reads_cond = c->fixed < 0 ? n : c->branch[c->fixed]->reads_cond;
+    }
+}
+
+bool kiln__onnx_if_pure(const kiln__onnx_node *n)
+{
+    return !n->ctl || !n->ctl->impure;
+}
+
+void kiln__onnx_if_drop_packs(kiln__onnx_if *c)
+{
+    for (int b = 0; c && b < 2; b++)
+        for (int k = 0; c->branch[b] && k < c->branch[b]->nnodes; k++) {
+            kiln__onnx_mnode *n = &c->branch[b]->nodes[k];
+            kiln_tensor_release(n->pack.t);
+            n->pack = (kiln__onnx_pack){0};
+            kiln__onnx_if_drop_packs(n->info.ctl);
+        }
+}
+
+void kiln__onnx_if_free(kiln__onnx_if *c)
+{
+    if (!c)
+        return;
+    for (int b = 0; b < 2; b++) {
+        kiln_onnx_free(c->branch[b]);
+        free(c->pos[b]);
+    }
+    free(c);
+}
+
+/* ------------------------------------------------------------------ run */
+
+static int op_if(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)
+{
+    const kiln__onnx_if *c = n->ctl;
+    if (!c)
+        return kiln__onnx_fail(n, "the node has no branches");
+    int b = c->fixed;
+    if (b < 0) {
+        kiln_tensor *cond = nin > 0 ? in[0] : NULL;
+        char d[128];
+        if (!cond)
+            return kiln__onnx_fail(n, "the condition is absent");
+        if (kiln_tensor_dtype(cond) != KILN_BOOL || kiln_tensor_numel(cond) != 1)
+            return kiln__onnx_fail(n, "the condition must be a bool tensor of one element, not %s",
+                                   kiln_tensor_describe(cond, d, sizeof d));
+        double v = kiln_item(cond); /* the host read: on a queueing device, a wait */
+        if (isnan(v))
+            return -1;
+        b = v != 0 ? 0 : 1;
+    }
+    const kiln_onnx_model *br = c->branch[b];
+    kiln_tensor **given = calloc((size_t)br->ninputs + 1, sizeof *given);
+    if (!given)
+        return kiln__error_set("onnx: out of memory");
+    for (int i = 0; i < br->ninputs; i++)
+        given[i] = c->pos[b][i] < nin ? in[c->pos[b][i]] : NULL;
+    int rc = kiln__onnx_run_branch(c->branch[b], given, nout, out);
+    free(given);
+    if (rc) {
+        char msg[KILN_ERROR_MAX];
+        snprintf(msg, sizeof msg, "%s", kiln_error());
+        return kiln__error_set("%s: %s", branch_attr[b], msg);
+    }
+    for (int i = 0; i < nout; i++)
+        kiln__ret(out[i]); /* the node's scope owns them, as with any operator */
+    return 0;
+}
+
+const kiln__onnx_op kiln__onnx_ops_control[] = {
+    {"If", op_if},
+    {NULL, NULL},
+};
