@@ -85,9 +85,9 @@ int kiln__onnx_axis(const kiln__onnx_node *n, int64_t axis, int rank, int *out) 
 }
 
 kiln__onnx_op_fn kiln__onnx_find_op(const char *op_type) {
-    const kiln__onnx_op *tables[] = {kiln__onnx_ops_elementwise, kiln__onnx_ops_shape, kiln__onnx_ops_nn,
-                                     kiln__onnx_ops_rnn,         kiln__onnx_ops_index, kiln__onnx_ops_more,
-                                     kiln__onnx_ops_sample,      kiln__onnx_ops_quant, kiln__onnx_ops_select,
+    const kiln__onnx_op *tables[] = {kiln__onnx_ops_elementwise, kiln__onnx_ops_shape,  kiln__onnx_ops_nn,
+                                     kiln__onnx_ops_rnn,         kiln__onnx_ops_index,  kiln__onnx_ops_more,
+                                     kiln__onnx_ops_sample,      kiln__onnx_ops_quant,  kiln__onnx_ops_select,
                                      kiln__onnx_ops_roi,         kiln__onnx_ops_control};
     for (size_t t = 0; t < sizeof tables / sizeof *tables; t++)
         for (const kiln__onnx_op *o = tables[t]; o->op_type; o++)

@@ -217,6 +217,19 @@ kiln__onnx_arena_run *kiln__onnx_arena_begin(kiln__onnx_arenas *a, kiln_device *
  * from one something kept, made once). */
 void kiln__onnx_arena_end(kiln__onnx_arena_run *r, bool ok, int nout, kiln_tensor *const *out);
 
+/* An operator's check that its first k inputs are present: fails the node naming the count. */
+#define KILN__ONNX_NEED(k)                                                                                        \
+    do {                                                                                                          \
+        if (nin < (k) || !in[(k)-1])                                                                              \
+            return kiln__onnx_fail(n, "needs %d inputs", (k));                                                    \
+    } while (0)
+
+/* An operator's return: 0 when it made out[0], else -1 (the op that failed set the error). */
+static inline int kiln__onnx_ok(kiln_tensor **out)
+{
+    return out[0] ? 0 : -1;
+}
+
 /* Attribute helpers (onnx-attr.c). */
 const kiln__onnx_attr *kiln__onnx_attr_get(const kiln__onnx_node *n, const char *name);
 int64_t kiln__onnx_attr_int(const kiln__onnx_node *n, const char *name, int64_t dflt);

@@ -11,11 +11,14 @@
 #include "onnx-impl.h"
 #include "tensor-impl.h"
 
-#define NEED(k) do { if (nin < (k) || !in[(k) - 1]) return kiln__onnx_fail(n, "needs %d inputs", (k)); } while (0)
-
-#define UNARY(NAME, EXPR) \
-    static int NAME(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) { \
-        NEED(1); kiln_tensor *x = in[0]; out[0] = (EXPR); return out[0] ? 0 : -1; }
+#define UNARY(NAME, EXPR)                                                                                         \
+    static int NAME(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)       \
+    {                                                                                                             \
+        KILN__ONNX_NEED(1);                                                                                       \
+        kiln_tensor *x = in[0];                                                                                   \
+        out[0] = (EXPR);                                                                                          \
+        return out[0] ? 0 : -1;                                                                                   \
+    }
 
 static bool is_int(kiln_tensor *t) { return !kiln_dtype_is_float(kiln_tensor_dtype(t)); }
 
@@ -51,9 +54,14 @@ static kiln_tensor *hard_sigmoid(kiln_tensor *x, double alpha, double beta) {
 UNARY(op_hard_sigmoid, hard_sigmoid(x, kiln__onnx_attr_float(n, "alpha", 0.2), kiln__onnx_attr_float(n, "beta", 0.5)))
 UNARY(op_hard_swish, kiln_mul(x, hard_sigmoid(x, 1.0 / 6.0, 0.5)))
 
-#define BINARY(NAME, EXPR) \
-    static int NAME(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) { \
-        NEED(2); kiln_tensor *a = in[0], *b = in[1]; out[0] = (EXPR); return out[0] ? 0 : -1; }
+#define BINARY(NAME, EXPR)                                                                                        \
+    static int NAME(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)       \
+    {                                                                                                             \
+        KILN__ONNX_NEED(2);                                                                                       \
+        kiln_tensor *a = in[0], *b = in[1];                                                                       \
+        out[0] = (EXPR);                                                                                          \
+        return out[0] ? 0 : -1;                                                                                   \
+    }
 
 BINARY(op_add, kiln_add(a, b))
 BINARY(op_sub, kiln_sub(a, b))
@@ -120,7 +128,7 @@ static int div_small_ints(const kiln__onnx_node *nd, kiln_tensor *a, kiln_tensor
 }
 
 static int op_div(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     if (!is_int(in[0]) || !is_int(in[1])) {
         out[0] = kiln_div(in[0], in[1]);
         return out[0] ? 0 : -1;
@@ -138,7 +146,7 @@ static int op_div(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int
 
 /* fmod = 1: C's fmod (sign of the dividend); fmod = 0: Python's (sign of the divisor). */
 static int op_mod(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     if (is_int(in[0]) && is_int(in[1]) && check_divisor(n, in[1], "modulo"))
         return -1;
     kiln_tensor *r = kiln_remainder(in[0], in[1]);
@@ -154,7 +162,7 @@ static int op_mod(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int
 
 static int variadic(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, kiln_tensor **out,
                     kiln_tensor *(*f)(kiln_tensor *, kiln_tensor *)) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     kiln_tensor *acc = in[0];
     for (int i = 1; i < nin; i++)
         if (in[i]) acc = f(acc, in[i]);
@@ -177,7 +185,7 @@ static int op_mean(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, in
 }
 
 static int op_clip(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     double lo = -INFINITY, hi = INFINITY;
     if (n->opset < 11) {
         lo = kiln__onnx_attr_float(n, "min", -INFINITY);
@@ -191,14 +199,14 @@ static int op_clip(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, in
 }
 
 static int op_where(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(3);
+    KILN__ONNX_NEED(3);
     kiln_tensor *c = kiln_tensor_dtype(in[0]) == KILN_BOOL ? in[0] : kiln_cast(in[0], KILN_BOOL);
     out[0] = kiln_where(c, in[1], in[2]);
     return out[0] ? 0 : -1;
 }
 
 static int op_cast(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     int to = (int)kiln__onnx_attr_int(n, "to", 0);
     int k = kiln__onnx_kdtype(to);
     if (k < 0) return kiln__onnx_fail(n, "cannot cast to ONNX type %d", to);
@@ -207,7 +215,7 @@ static int op_cast(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, in
 }
 
 static int op_cast_like(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     out[0] = kiln_cast(in[0], kiln_tensor_dtype(in[1]));
     return out[0] ? 0 : -1;
 }

@@ -23,8 +23,6 @@
 #include "error-impl.h"
 #include "onnx-impl.h"
 
-#define NEED(k) do { if (nin < (k) || !in[(k) - 1]) return kiln__onnx_fail(n, "needs %d inputs", (k)); } while (0)
-
 /* Integer tensor to a malloc'd host array of numel i64 (NULL + message on failure). */
 static int64_t *host_i64(kiln_tensor *t, int64_t numel) {
     int64_t *v = malloc((size_t)(numel > 0 ? numel : 1) * sizeof *v);
@@ -39,7 +37,7 @@ static int64_t *host_i64(kiln_tensor *t, int64_t numel) {
 enum { RED_NONE, RED_ADD, RED_MUL, RED_MAX, RED_MIN };
 
 static int op_scatter_nd(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(3);
+    KILN__ONNX_NEED(3);
     kiln_tensor *data = in[0], *idx = in[1], *upd = in[2];
     const char *rs = kiln__onnx_attr_str(n, "reduction", "none");
     int red = !strcmp(rs, "none") ? RED_NONE : !strcmp(rs, "add") ? RED_ADD : !strcmp(rs, "mul") ? RED_MUL
@@ -129,7 +127,7 @@ static int op_scatter_nd(const kiln__onnx_node *n, int nin, kiln_tensor *const *
  * data seen as rows [B * K, R], every tuple becomes one row number (b * K + its place in
  * the K dims), checked on the host, and the rows are picked in one index_select. */
 static int op_gather_nd(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     kiln_tensor *data = in[0], *idx = in[1];
     if (kiln_dtype_is_float(kiln_tensor_dtype(idx)) || kiln_tensor_dtype(idx) == KILN_BOOL)
         return kiln__onnx_fail(n, "indices must be integers");
@@ -192,7 +190,7 @@ static int op_gather_nd(const kiln__onnx_node *n, int nin, kiln_tensor *const *i
 
 /* Indices of the non-zero elements, [rank, count] in row-major order. */
 static int op_nonzero(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     kiln_tensor *x = in[0];
     int r = kiln_tensor_ndim(x);
     if (r == 0) return kiln__onnx_fail(n, "a scalar input is not supported");
@@ -380,7 +378,7 @@ static kiln_tensor *ein_pair(const einsum *e, kiln_tensor *a, eterm *ta, kiln_te
 }
 
 static int op_einsum(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     const char *eq0 = kiln__onnx_attr_str(n, "equation", NULL);
     if (!eq0) return kiln__onnx_fail(n, "no equation");
     if (nin > EIN_MAXOPS) return kiln__onnx_fail(n, "more than %d operands", EIN_MAXOPS);

@@ -22,18 +22,7 @@
 #include "error-impl.h"
 #include "onnx-impl.h"
 
-#define NEED(k)                                                                                                   \
-    do {                                                                                                          \
-        if (nin < (k) || !in[(k)-1])                                                                              \
-            return kiln__onnx_fail(n, "needs %d inputs", (k));                                                    \
-    } while (0)
-
 #define MAXI 64
-
-static int ok(kiln_tensor **out)
-{
-    return out[0] ? 0 : -1;
-}
 
 static bool is_float(const kiln_tensor *t)
 {
@@ -90,7 +79,7 @@ HOST_REDUCE(int64_t, KILN_I64)
 static int op_scatter_elements(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
                                kiln_tensor **out)
 {
-    NEED(3);
+    KILN__ONNX_NEED(3);
     kiln_tensor *data = in[0], *idx = in[1], *upd = in[2];
     const char *rs = kiln__onnx_attr_str(n, "reduction", "none");
     int red = !strcmp(rs, "none")  ? RED_NONE
@@ -167,7 +156,7 @@ static int op_scatter_elements(const kiln__onnx_node *n, int nin, kiln_tensor *c
     }
     free(iv);
     out[0] = y;
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* -------------------------------------------------------------------- PRelu */
@@ -176,7 +165,7 @@ static int op_scatter_elements(const kiln__onnx_node *n, int nin, kiln_tensor *c
  * the result always has x's shape). */
 static int op_prelu(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)
 {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     kiln_tensor *x = in[0], *s = in[1];
     int rx = kiln_tensor_ndim(x), rs = kiln_tensor_ndim(s);
     bool fits = rs <= rx;
@@ -192,7 +181,7 @@ static int op_prelu(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, i
     if (kiln_tensor_dtype(s) != kiln_tensor_dtype(x))
         s = kiln_cast(s, kiln_tensor_dtype(x));
     out[0] = kiln_where(kiln_lt(x, scalar_like(x, 0.0)), kiln_mul(x, s), x);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* -------------------------------------------------------------- reductions */
@@ -212,7 +201,7 @@ enum {
  * are computed in f32, where x² and the sums do not overflow as early. */
 static int reduce_more(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, kiln_tensor **out, int kind)
 {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     kiln_tensor *x = in[0];
     kiln_dtype dt = kiln_tensor_dtype(x);
     int r = kiln_tensor_ndim(x), dims[KILN_MAX_DIMS];
@@ -259,7 +248,7 @@ static int reduce_more(const kiln__onnx_node *n, int nin, kiln_tensor *const *in
             y = kiln_log(y);
     }
     out[0] = kiln_cast(y, dt);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 #define REDUCE_OP(NAME, KIND)                                                                                     \
@@ -293,7 +282,7 @@ static int block_args(const kiln__onnx_node *n, kiln_tensor *x, int64_t *b, int6
 static int op_depth_to_space(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
                              kiln_tensor **out)
 {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     kiln_tensor *x = in[0];
     int64_t b, c, h, w, nb = kiln_tensor_ndim(x) == 4 ? kiln_tensor_dim(x, 0) : 0;
     if (block_args(n, x, &b, &c, &h, &w))
@@ -311,14 +300,14 @@ static int op_depth_to_space(const kiln__onnx_node *n, int nin, kiln_tensor *con
     t = dcr ? kiln_permute(t, 6, (const int[]){0, 3, 4, 1, 5, 2})
             : kiln_permute(t, 6, (const int[]){0, 1, 4, 2, 5, 3});
     out[0] = kiln_reshape(kiln_contiguous(t), 4, (const int64_t[]){nb, cb, h * b, w * b});
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* [N, C, H, W] -> [N, C b², H/b, W/b], the inverse of DepthToSpace's DCR. */
 static int op_space_to_depth(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
                              kiln_tensor **out)
 {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     kiln_tensor *x = in[0];
     int64_t b, c, h, w, nb = kiln_tensor_ndim(x) == 4 ? kiln_tensor_dim(x, 0) : 0;
     if (block_args(n, x, &b, &c, &h, &w))
@@ -329,7 +318,7 @@ static int op_space_to_depth(const kiln__onnx_node *n, int nin, kiln_tensor *con
     kiln_tensor *t = kiln_reshape(x, 6, (const int64_t[]){nb, c, h / b, b, w / b, b});
     t = kiln_permute(t, 6, (const int[]){0, 3, 5, 1, 2, 4});
     out[0] = kiln_reshape(kiln_contiguous(t), 4, (const int64_t[]){nb, c * b * b, h / b, w / b});
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* -------------------------------------------------------------- activations */
@@ -345,12 +334,12 @@ static int need_float(const kiln__onnx_node *n, kiln_tensor *x)
 #define FLOAT_UNARY(NAME, EXPR)                                                                                   \
     static int NAME(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)       \
     {                                                                                                             \
-        NEED(1);                                                                                                  \
+        KILN__ONNX_NEED(1);                                                                                       \
         kiln_tensor *x = in[0];                                                                                   \
         if (need_float(n, x))                                                                                     \
             return -1;                                                                                            \
         out[0] = (EXPR);                                                                                          \
-        return ok(out);                                                                                           \
+        return kiln__onnx_ok(out);                                                                                \
     }
 
 /* x tanh(softplus(x)); kiln's softplus is linear above 20, where tanh is 1 in f32 and f64 alike */
@@ -364,7 +353,7 @@ FLOAT_UNARY(op_softsign, kiln_div(x, kiln_add_scalar(kiln_abs(x), 1.0)))
  * the first for x <= 0, so x passes unchanged; expm1 keeps small negative x accurate. */
 static int op_celu(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)
 {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     kiln_tensor *x = in[0];
     if (need_float(n, x))
         return -1;
@@ -373,20 +362,20 @@ static int op_celu(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, in
         return kiln__onnx_fail(n, "alpha must not be 0");
     kiln_tensor *neg = kiln_clamp(x, -INFINITY, 0.0);
     out[0] = kiln_add(kiln_relu(x), kiln_mul_scalar(kiln_expm1(kiln_mul_scalar(neg, 1.0 / alpha)), alpha));
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* x > alpha ? x : 0 (NaN gives 0, as the comparison is false) */
 static int op_thresholded_relu(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
                                kiln_tensor **out)
 {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     kiln_tensor *x = in[0];
     if (need_float(n, x))
         return -1;
     kiln_tensor *alpha = scalar_like(x, kiln__onnx_attr_float(n, "alpha", 1.0));
     out[0] = kiln_where(kiln_gt(x, alpha), x, scalar_like(x, 0.0));
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* ------------------------------------------------------------ trigonometry */

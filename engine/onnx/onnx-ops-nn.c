@@ -15,10 +15,7 @@
 #include "onnx-impl.h"
 #include "tensor-impl.h"
 
-#define NEED(k) do { if (nin < (k) || !in[(k) - 1]) return kiln__onnx_fail(n, "needs %d inputs", (k)); } while (0)
 #define MAXI 64
-
-static int ok(kiln_tensor **out) { return out[0] ? 0 : -1; }
 
 typedef struct window {
     int nsp;                              /* spatial dims */
@@ -75,7 +72,7 @@ static kiln_tensor *pad_explicit(kiln_tensor *x, const window *w, double value) 
 }
 
 static int op_conv(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     kiln_tensor *x = in[0], *wt = in[1], *b = nin > 2 ? in[2] : NULL;
     window w;
     int64_t ks[3];
@@ -114,11 +111,11 @@ static int op_conv(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, in
                                   n->fuse_beta);
     else
         out[0] = w.nsp == 1 ? kiln_conv1d(x, wt, b, &o) : w.nsp == 2 ? kiln_conv2d(x, wt, b, &o) : kiln_conv3d(x, wt, b, &o);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 static int op_conv_transpose(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     kiln_tensor *x = in[0], *wt = in[1], *b = nin > 2 ? in[2] : NULL;
     window w;
     int64_t ks[3], op[MAXI] = {0};
@@ -136,11 +133,11 @@ static int op_conv_transpose(const kiln__onnx_node *n, int nin, kiln_tensor *con
         o.output_padding[i] = op[i];
     }
     out[0] = w.nsp == 1 ? kiln_conv_transpose1d(x, wt, b, &o) : kiln_conv_transpose2d(x, wt, b, &o);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 static int op_gemm(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     kiln_tensor *a = in[0], *b = in[1], *c = nin > 2 ? in[2] : NULL;
     double alpha = kiln__onnx_attr_float(n, "alpha", 1.0), beta = kiln__onnx_attr_float(n, "beta", 1.0);
     bool ta = kiln__onnx_attr_int(n, "transA", 0), tb = kiln__onnx_attr_int(n, "transB", 0);
@@ -152,7 +149,7 @@ static int op_gemm(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, in
         /* x Wᵀ + b then the activation, in the product where the device fuses them */
         out[0] = kiln__matmul_epilogue(a, kiln_transpose(b, 0, 1), c, NULL, (kiln_epilogue_act)n->fuse_act,
                                        n->fuse_alpha, n->fuse_beta);
-        return ok(out);
+        return kiln__onnx_ok(out);
     }
     if (linear)
         y = kiln_linear(a, b, c);                 /* the common Linear layer: x Wᵀ + b */
@@ -163,7 +160,7 @@ static int op_gemm(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, in
     }
     if (n->fuse_act != KILN_EPI_NONE) y = kiln__epilogue(y, NULL, NULL, (kiln_epilogue_act)n->fuse_act, n->fuse_alpha, n->fuse_beta);
     out[0] = (y);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* A stack of matrices times one matrix (x [..., M, K] @ W [K, N], a weight) is one GEMM
@@ -173,7 +170,7 @@ static int op_gemm(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, in
  * packing outweighed the arithmetic several times over. Reshaping x copies only when its
  * batch dims cannot be merged as a view, and an activation is far smaller than a weight. */
 static int op_matmul(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     kiln_tensor *a = in[0], *b = in[1];
     kiln_tensor *bias = n->fuse_bias >= 0 ? in[n->fuse_bias] : NULL;
     kiln_tensor *res = n->fuse_residual >= 0 ? in[n->fuse_residual] : NULL;
@@ -200,18 +197,18 @@ static int op_matmul(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, 
                 y = kiln__epilogue(kiln_reshape(y, ra, shape), bias, res, act, n->fuse_alpha, n->fuse_beta);
         }
         out[0] = y && kiln_tensor_ndim(y) != ra ? kiln_reshape(y, ra, shape) : y;
-        return ok(out);
+        return kiln__onnx_ok(out);
     }
     out[0] = fused ? kiln__matmul_epilogue(a, b, bias, res, act, n->fuse_alpha, n->fuse_beta) : kiln_matmul(a, b);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 static int op_batch_norm(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(5);
+    KILN__ONNX_NEED(5);
     if (kiln__onnx_attr_int(n, "training_mode", 0)) return kiln__onnx_fail(n, "training_mode=1 not supported");
     out[0] = kiln_batch_norm(in[0], in[3], in[4], in[1], in[2], false, 0.1,
                              kiln__onnx_attr_float(n, "epsilon", 1e-5));
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* LayerNormalization's optional Mean and InvStdDev outputs: per the spec, in the stash_type
@@ -236,7 +233,7 @@ static int stats(const kiln__onnx_node *n, kiln_tensor *x, int a, double eps, in
 }
 
 static int op_layer_norm(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     int r = kiln_tensor_ndim(in[0]), a;
     if (kiln__onnx_axis(n, kiln__onnx_attr_int(n, "axis", -1), r, &a)) return -1;
     double eps = kiln__onnx_attr_float(n, "epsilon", 1e-5);
@@ -261,22 +258,22 @@ static int op_layer_norm(const kiln__onnx_node *n, int nin, kiln_tensor *const *
     out[0] = (y);
     if (out[0] && nout > 1 && stats(n, in[0], a, eps, nout, out))
         return -1;
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 static int op_instance_norm(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(3);
+    KILN__ONNX_NEED(3);
     out[0] = kiln_group_norm(in[0], kiln_tensor_dim(in[0], 1), in[1], in[2], kiln__onnx_attr_float(n, "epsilon", 1e-5));
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 static int op_group_norm(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(3);
+    KILN__ONNX_NEED(3);
     int64_t g = kiln__onnx_attr_int(n, "num_groups", 0), c = kiln_tensor_dim(in[0], 1);
     if (g < 1 || kiln_tensor_numel(in[1]) != c)
         return kiln__onnx_fail(n, "per-channel scale and a positive num_groups are required");
     out[0] = kiln_group_norm(in[0], g, in[1], in[2], kiln__onnx_attr_float(n, "epsilon", 1e-5));
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* MaxPool, AveragePool, and (POOL_SUM) the window sums LpPool takes of |x|^p: an average over
@@ -289,7 +286,7 @@ enum {
 static int pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, kiln_tensor **out, int kind)
 {
     bool max = kind == POOL_MAX;
-    NEED(1);
+    KILN__ONNX_NEED(1);
     int64_t ks[MAXI];
     int c = kiln__onnx_attr_ints(n, "kernel_shape", ks, MAXI);
     kiln_tensor *x = in[0];
@@ -315,12 +312,12 @@ static int pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, kiln_
     else out[0] = w.nsp == 1 ? kiln_avg_pool1d(x, &o) : kiln_avg_pool2d(x, &o);
     if (kind == POOL_SUM)
         out[0] = kiln_mul_scalar(out[0], (double)(w.k[0] * (w.nsp > 1 ? w.k[1] : 1)));
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 /* LpPool: (sum over the window of |x|^p)^(1/p), zero pads adding nothing. */
 static int op_lp_pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)
 {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     double p = (double)kiln__onnx_attr_int(n, "p", 2);
     if (!(p >= 1))
         return kiln__onnx_fail(n, "p must be at least 1, not %g", p);
@@ -328,12 +325,12 @@ static int op_lp_pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in,
     if (!xp || pool(n, 1, &xp, out, POOL_SUM))
         return -1;
     out[0] = kiln_pow_scalar(out[0], 1.0 / p);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 static int op_global_lp_pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
                              kiln_tensor **out)
 {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     int r = kiln_tensor_ndim(in[0]), dims[KILN_MAX_DIMS];
     double p = (double)kiln__onnx_attr_int(n, "p", 2);
     if (r < 3)
@@ -343,7 +340,7 @@ static int op_global_lp_pool(const kiln__onnx_node *n, int nin, kiln_tensor *con
     for (int i = 2; i < r; i++)
         dims[i - 2] = i;
     out[0] = kiln_pow_scalar(kiln_sum(kiln_pow_scalar(kiln_abs(in[0]), p), r - 2, dims, true), 1.0 / p);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* LRN across channels: x / (bias + alpha / size * sum of x^2 over the channels from
@@ -351,7 +348,7 @@ static int op_global_lp_pool(const kiln__onnx_node *n, int nin, kiln_tensor *con
  * slices of the zero-padded squares. */
 static int op_lrn(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)
 {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     kiln_tensor *x = in[0];
     int r = kiln_tensor_ndim(x);
     int64_t size = kiln__onnx_attr_int(n, "size", 0), ch = r > 1 ? kiln_tensor_dim(x, 1) : 0;
@@ -370,7 +367,7 @@ static int op_lrn(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int
         sum = sum ? kiln_add(sum, part) : part;
     }
     out[0] = kiln_div(x, kiln_pow_scalar(kiln_add_scalar(kiln_mul_scalar(sum, alpha / (double)size), bias), beta));
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* LpNormalization: x over its p-norm (p 1 or 2) along axis; a zero vector stays zero (ONNX
@@ -378,7 +375,7 @@ static int op_lrn(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int
 static int op_lp_normalization(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
                                kiln_tensor **out)
 {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     int a;
     int64_t p = kiln__onnx_attr_int(n, "p", 2);
     if (p != 1 && p != 2)
@@ -389,7 +386,7 @@ static int op_lp_normalization(const kiln__onnx_node *n, int nin, kiln_tensor *c
     kiln_tensor *zero = kiln_eq(norm, kiln_zeros_like(norm));
     out[0] = kiln_where(zero, kiln_zeros_like(in[0]),
                         kiln_div(in[0], kiln_where(zero, kiln_full_like(norm, 1), norm)));
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* MeanVarianceNormalization as the spec's function body writes it: (x - E[x]) over
@@ -397,7 +394,7 @@ static int op_lp_normalization(const kiln__onnx_node *n, int nin, kiln_tensor *c
 static int op_mean_variance_normalization(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
                                           kiln_tensor **out)
 {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     kiln_tensor *x = in[0];
     int r = kiln_tensor_ndim(x), dims[KILN_MAX_DIMS];
     int64_t ax[KILN_MAX_DIMS];
@@ -414,7 +411,7 @@ static int op_mean_variance_normalization(const kiln__onnx_node *n, int nin, kil
     kiln_tensor *mean = kiln_mean(x, na, dims, true);
     kiln_tensor *var = kiln_sub(kiln_mean(kiln_mul(x, x), na, dims, true), kiln_mul(mean, mean));
     out[0] = kiln_div(kiln_sub(x, mean), kiln_add_scalar(kiln_sqrt(var), 1e-9));
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* MaxPool on integers (opset 12+: the quantized models' uint8 and int8 activations) runs on
@@ -432,19 +429,19 @@ static int op_max_pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in
     if (!xf || pool(n, 1, &xf, out, true))
         return -1;
     out[0] = kiln_cast(out[0], dt);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 static int op_avg_pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
     return pool(n, nin, in, out, POOL_AVG);
 }
 
 static int global_pool(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, kiln_tensor **out, bool max) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     int r = kiln_tensor_ndim(in[0]), dims[KILN_MAX_DIMS];
     if (r < 3) return kiln__onnx_fail(n, "input needs spatial dims");
     for (int i = 2; i < r; i++) dims[i - 2] = i;
     out[0] = max ? kiln_max(in[0], r - 2, dims, true) : kiln_mean(in[0], r - 2, dims, true);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 static int op_gap(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
     return global_pool(n, nin, in, out, false);
@@ -455,7 +452,7 @@ static int op_gmp(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int
 
 /* Before opset 13, Softmax flattened the input to 2-D at axis (default 1). */
 static int softmax_like(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, kiln_tensor **out, bool log) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     int r = kiln_tensor_ndim(in[0]), a;
     if (kiln__onnx_axis(n, kiln__onnx_attr_int(n, "axis", n->opset < 13 ? 1 : -1), r, &a)) return -1;
     kiln_tensor *x = in[0];
@@ -465,10 +462,10 @@ static int softmax_like(const kiln__onnx_node *n, int nin, kiln_tensor *const *i
         kiln_tensor *y = kiln_reshape(x, 2, (const int64_t[]){p, q});
         y = log ? kiln_log_softmax(y, 1) : kiln_softmax(y, 1);
         out[0] = kiln_reshape(y, r, kiln_tensor_shape(x));
-        return ok(out);
+        return kiln__onnx_ok(out);
     }
     out[0] = log ? kiln_log_softmax(x, a) : kiln_softmax(x, a);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 static int op_softmax(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
     return softmax_like(n, nin, in, out, false);
@@ -481,14 +478,14 @@ typedef kiln_tensor *(*reduce_fn)(kiln_tensor *, int, const int *, bool);
 
 /* axes: attribute, or the second input (ReduceSum from opset 13, the others from 18). */
 static int reduce(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, kiln_tensor **out, reduce_fn f) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     int64_t ax[MAXI];
     int r = kiln_tensor_ndim(in[0]);
     int k = nin > 1 && in[1] ? kiln__onnx_read_ints(n, in[1], ax, MAXI) : kiln__onnx_attr_ints(n, "axes", ax, MAXI);
     bool keep = kiln__onnx_attr_int(n, "keepdims", 1) != 0;
     if (k <= 0 && kiln__onnx_attr_int(n, "noop_with_empty_axes", 0)) {
         out[0] = (in[0]);
-        return ok(out);
+        return kiln__onnx_ok(out);
     }
     int dims[KILN_MAX_DIMS];
     if (k > KILN_MAX_DIMS) return kiln__onnx_fail(n, "too many axes");
@@ -499,7 +496,7 @@ static int reduce(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, kil
         for (int i = 0; i < r; i++) dims[i] = i;
     }
     out[0] = r == 0 ? (in[0]) : f(in[0], k, dims, keep);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 static int op_reduce_mean(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
     return reduce(n, nin, in, out, kiln_mean);
@@ -518,13 +515,13 @@ static int op_reduce_prod(const kiln__onnx_node *n, int nin, kiln_tensor *const 
 }
 
 static int arg(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, kiln_tensor **out, bool max) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     int a;
     if (kiln__onnx_attr_int(n, "select_last_index", 0)) return kiln__onnx_fail(n, "select_last_index not supported");
     if (kiln__onnx_axis(n, kiln__onnx_attr_int(n, "axis", 0), kiln_tensor_ndim(in[0]), &a)) return -1;
     bool keep = kiln__onnx_attr_int(n, "keepdims", 1) != 0;
     out[0] = max ? kiln_argmax(in[0], a, keep) : kiln_argmin(in[0], a, keep);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 static int op_argmax(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
     return arg(n, nin, in, out, true);
@@ -534,7 +531,7 @@ static int op_argmin(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, 
 }
 
 static int op_topk(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     int64_t k;
     int a;
     if (kiln__onnx_read_ints(n, in[1], &k, 1) != 1) return -1;
@@ -543,11 +540,11 @@ static int op_topk(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, in
     if (kiln_topk(in[0], k, a, kiln__onnx_attr_int(n, "largest", 1) != 0, &out[0], &idx) != 0) return -1;
     if (nout > 1) out[1] = idx;
     (void)idx; /* scoped: released with the node's scope */
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 static int op_cumsum(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     int64_t ax;
     int a;
     if (kiln__onnx_read_ints(n, in[1], &ax, 1) != 1) return -1;
@@ -559,7 +556,7 @@ static int op_cumsum(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, 
     if (kiln__onnx_attr_int(n, "exclusive", 0)) y = kiln_sub(y, x);
     if (rev) y = kiln_flip(y, 1, (const int[]){a});
     out[0] = (y);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 const kiln__onnx_op kiln__onnx_ops_nn[] = {

@@ -23,17 +23,6 @@
 #include "error-impl.h"
 #include "onnx-impl.h"
 
-#define NEED(k)                                                                                                   \
-    do {                                                                                                          \
-        if (nin < (k) || !in[(k)-1])                                                                              \
-            return kiln__onnx_fail(n, "needs %d inputs", (k));                                                    \
-    } while (0)
-
-static int ok(kiln_tensor **out)
-{
-    return out[0] ? 0 : -1;
-}
-
 int kiln__onnx_declared_type(const kiln__onnx_pmodel *pm, const char *name)
 {
     if (!name || !*name)
@@ -128,7 +117,7 @@ static int quant_axis(const kiln__onnx_node *n, kiln_tensor *x, kiln_tensor *sca
 static int op_quantize_linear(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
                               kiln_tensor **out)
 {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     kiln_tensor *x = in[0], *scale = in[1], *zp = nin > 2 ? in[2] : NULL;
     if (!kiln_dtype_is_float(kiln_tensor_dtype(x)) && kiln_tensor_dtype(x) != KILN_I32)
         return kiln__onnx_fail(n, "x must be float or int32, not %s", kiln_dtype_name(kiln_tensor_dtype(x)));
@@ -165,14 +154,14 @@ static int op_quantize_linear(const kiln__onnx_node *n, int nin, kiln_tensor *co
     }
     q = kiln_clamp(q, lo, hi);
     out[0] = kiln_cast(q, qtype == KILN__ONNX_UINT8 ? KILN_U8 : KILN_I32);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* y = (x - zero_point) * scale, the difference taken exactly in integers, in the scale's type. */
 static int op_dequantize_linear(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
                                 kiln_tensor **out)
 {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     kiln_tensor *x = in[0], *scale = in[1], *zp = nin > 2 ? in[2] : NULL;
     kiln_dtype xdt = kiln_tensor_dtype(x);
     if (xdt != KILN_U8 && xdt != KILN_I32)
@@ -195,7 +184,7 @@ static int op_dequantize_linear(const kiln__onnx_node *n, int nin, kiln_tensor *
         v = kiln_sub(v, z);
     }
     out[0] = kiln_mul(kiln_cast(v, kiln_tensor_dtype(scale)), s);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* DynamicQuantizeLinear: x to uint8 over the range [min(x, 0), max(x, 0)], the scale and the
@@ -205,7 +194,7 @@ static int op_dequantize_linear(const kiln__onnx_node *n, int nin, kiln_tensor *
 static int op_dynamic_quantize_linear(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
                                       kiln_tensor **out)
 {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     kiln_tensor *x = in[0];
     if (kiln_tensor_dtype(x) != KILN_F32)
         return kiln__onnx_fail(n, "x must be float32, not %s", kiln_dtype_name(kiln_tensor_dtype(x)));
@@ -238,7 +227,7 @@ static int op_dynamic_quantize_linear(const kiln__onnx_node *n, int nin, kiln_te
 static int op_matmul_integer(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
                              kiln_tensor **out)
 {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     kiln_tensor *a = in[0], *b = in[1];
     for (int i = 0; i < 2; i++) {
         kiln_dtype dt = kiln_tensor_dtype(in[i]);
@@ -263,7 +252,7 @@ static int op_matmul_integer(const kiln__onnx_node *n, int nin, kiln_tensor *con
         bf = kiln_sub(bf, kiln_cast(in[3], KILN_F64));
     }
     out[0] = kiln_cast(kiln_round(kiln_matmul(af, bf)), KILN_I32);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* The int32 accumulator acc (exact, in f64) brought to the output's codes as ONNX Runtime
@@ -337,7 +326,7 @@ static kiln_tensor *multiplier(kiln_tensor *xs, kiln_tensor *ws, kiln_tensor *ys
  * int32 bias, requantized. */
 static int op_qlinear_conv(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)
 {
-    NEED(8);
+    KILN__ONNX_NEED(8);
     kiln_tensor *x = centered(n, in[0], in[2], -1, "x"), *w = centered(n, in[3], in[5], 0, "w");
     if (!x || !w)
         return -1;
@@ -349,7 +338,7 @@ static int op_qlinear_conv(const kiln__onnx_node *n, int nin, kiln_tensor *const
     if (conv(n, conv_in[2] ? 3 : 2, conv_in, 1, &acc))
         return -1;
     out[0] = requantize(n, acc, multiplier(in[1], in[4], in[6], kiln_tensor_ndim(acc), 1), in[7]);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* QLinearMatMul: the product of the centered integers, exact in f64, requantized; b's scale
@@ -357,7 +346,7 @@ static int op_qlinear_conv(const kiln__onnx_node *n, int nin, kiln_tensor *const
 static int op_qlinear_matmul(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
                              kiln_tensor **out)
 {
-    NEED(8);
+    KILN__ONNX_NEED(8);
     kiln_tensor *a = centered(n, in[0], in[2], -1, "a");
     int rb = kiln_tensor_ndim(in[3]);
     kiln_tensor *b = centered(n, in[3], in[5], rb - 1, "b");
@@ -370,7 +359,7 @@ static int op_qlinear_matmul(const kiln__onnx_node *n, int nin, kiln_tensor *con
         return kiln__onnx_fail(n, "b_scale must be a scalar or one per column of b");
     out[0] = requantize(n, acc, multiplier(in[1], in[4], in[6], kiln_tensor_ndim(acc), kiln_tensor_ndim(acc) - 1),
                         in[7]);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 const kiln__onnx_op kiln__onnx_ops_quant[] = {

@@ -27,7 +27,6 @@
 #include "rnn-impl.h"
 #include "tensor-impl.h"
 
-#define NEED(k) do { if (nin < (k) || !in[(k) - 1]) return kiln__onnx_fail(n, "needs %d inputs", (k)); } while (0)
 #define MAX_T 65536
 
 enum { IN_X, IN_W, IN_R, IN_B, IN_SEQ, IN_H0, IN_C0, IN_P };
@@ -351,7 +350,7 @@ static kiln_tensor *weights_packed(const kiln__onnx_node *n, const rnn_layer *L)
 
 static int run_rnn(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out, bool lstm)
 {
-    NEED(3);
+    KILN__ONNX_NEED(3);
     if (lstm && nin > IN_P + 1)
         return kiln__onnx_fail(n, "has %d inputs (at most %d)", nin, IN_P + 1);
     rnn_layer L;

@@ -18,12 +18,6 @@
 #include "error-impl.h"
 #include "onnx-impl.h"
 
-#define NEED(k)                                                                                                   \
-    do {                                                                                                          \
-        if (nin < (k) || !in[(k)-1])                                                                              \
-            return kiln__onnx_fail(n, "needs %d inputs", (k));                                                    \
-    } while (0)
-
 /* One region's geometry in the feature map. */
 typedef struct roi_geom {
     int64_t batch;
@@ -66,7 +60,7 @@ static void roi_taps(float y, float x, int64_t height, int64_t width, int64_t ro
 
 static int op_roi_align(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)
 {
-    NEED(3);
+    KILN__ONNX_NEED(3);
     kiln_tensor *x = in[0], *rois = in[1], *bidx = in[2];
     if (kiln_tensor_ndim(x) != 4 || !kiln_dtype_is_float(kiln_tensor_dtype(x)))
         return kiln__onnx_fail(n, "X must be a float (N, C, H, W) map");

@@ -10,17 +10,7 @@
 #include "error-impl.h"
 #include "onnx-impl.h"
 
-#define NEED(k)                                                                                                   \
-    do {                                                                                                          \
-        if (nin < (k) || !in[(k)-1])                                                                              \
-            return kiln__onnx_fail(n, "needs %d inputs", (k));                                                    \
-    } while (0)
 #define MAXI 64
-
-static int ok(kiln_tensor **out)
-{
-    return out[0] ? 0 : -1;
-}
 
 /* ------------------------------------------------------------------ Resize */
 
@@ -235,7 +225,7 @@ static bool whole(float s, float max)
  * (nearest: a power of two, whose reciprocal is exact in any precision). */
 static int op_resize(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)
 {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     kiln_tensor *x = in[0];
     int r = kiln_tensor_ndim(x);
     if (r < 1)
@@ -350,7 +340,7 @@ static int op_resize(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, 
     if (fast) {
         out[0] = kiln_interpolate(x, osz[2], osz[3], linear ? KILN_INTERP_BILINEAR : KILN_INTERP_NEAREST,
                                   ct == CT_ALIGN_CORNERS);
-        return ok(out);
+        return kiln__onnx_ok(out);
     }
     kiln_tensor *y = x;
     for (int k = 0; y && k < r; k++) {
@@ -359,7 +349,7 @@ static int op_resize(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, 
             y = resize_dim(y, d, osz[d], scale[d], &rm);
     }
     out[0] = y;
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* Upsample (opsets 7 to 9, deprecated by Resize at 10): opset 10's Resize, whose asymmetric
@@ -367,7 +357,7 @@ static int op_resize(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, 
  * the second input (opset 9). */
 static int op_upsample(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)
 {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     kiln__onnx_node as_resize = *n;
     as_resize.opset = 10;
     const char *mode = kiln__onnx_attr_str(n, "mode", "nearest");
@@ -552,7 +542,7 @@ static kiln_tensor *gs_interp(const gs_table *tb, const gs_dim *dims, int nsp, i
 
 static int op_grid_sample(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)
 {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     kiln_tensor *x = in[0], *grid = in[1];
     int r = kiln_tensor_ndim(x), nsp = r - 2;
     bool v20 = n->opset >= 20;
@@ -637,7 +627,7 @@ static int op_grid_sample(const kiln__onnx_node *n, int nin, kiln_tensor *const 
         pshape[1 + d] = yshape[2 + d];
     pshape[r - 1] = ch;
     out[0] = y ? kiln_contiguous(kiln_permute(kiln_reshape(y, r, pshape), r, operm)) : NULL;
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* ------------------------------------------------------------------ AffineGrid */
@@ -650,7 +640,7 @@ static int op_grid_sample(const kiln__onnx_node *n, int nin, kiln_tensor *const 
  * the device, so gradients reach theta. */
 static int op_affine_grid(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)
 {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     kiln_tensor *theta = in[0];
     int r = kiln_tensor_ndim(theta) == 3 ? (int)kiln_tensor_dim(theta, 1) : 0;
     if ((r != 2 && r != 3) || kiln_tensor_dim(theta, 2) != r + 1)
@@ -703,7 +693,7 @@ static int op_affine_grid(const kiln__onnx_node *n, int nin, kiln_tensor *const 
     gshape[1 + r] = r;
     kiln_tensor *grid = kiln_matmul(bt, kiln_transpose(theta, 1, 2));
     out[0] = grid ? kiln_reshape(grid, r + 2, gshape) : NULL;
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 const kiln__onnx_op kiln__onnx_ops_sample[] = {

@@ -14,22 +14,11 @@
 #include "error-impl.h"
 #include "onnx-impl.h"
 
-#define NEED(k)                                                                                                   \
-    do {                                                                                                          \
-        if (nin < (k) || !in[(k)-1])                                                                              \
-            return kiln__onnx_fail(n, "needs %d inputs", (k));                                                    \
-    } while (0)
-
-static int ok(kiln_tensor **out)
-{
-    return out[0] ? 0 : -1;
-}
-
 /* Hardmax: 1 at the first maximum along axis, 0 elsewhere (before opset 13, along the
  * second dim of x flattened to 2-D at axis, as Softmax then). */
 static int op_hardmax(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)
 {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     kiln_tensor *x = in[0];
     int r = kiln_tensor_ndim(x), a;
     if (r < 1)
@@ -53,26 +42,26 @@ static int op_hardmax(const kiln__onnx_node *n, int nin, kiln_tensor *const *in,
         order[i] = i == along ? rv - 1 : k++;
     kiln_tensor *y = kiln_contiguous(kiln_permute(hot, rv, order));
     out[0] = n->opset < 13 ? kiln_reshape(y, r, kiln_tensor_shape(x)) : y;
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* Shrink: x + bias below -lambd, x - bias above lambd, 0 between. */
 static int op_shrink(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)
 {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     kiln_tensor *x = in[0];
     double bias = kiln__onnx_attr_float(n, "bias", 0), lambd = kiln__onnx_attr_float(n, "lambd", 0.5);
     kiln_tensor *below = kiln_lt(x, kiln_full_like(x, -lambd)), *above = kiln_gt(x, kiln_full_like(x, lambd));
     out[0] = kiln_where(below, kiln_add_scalar(x, bias),
                         kiln_where(above, kiln_add_scalar(x, -bias), kiln_zeros_like(x)));
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* EyeLike: ones on the diagonal offset by k of a matrix shaped like x (2-D), in the dtype
  * attribute's type or x's. */
 static int op_eye_like(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)
 {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     kiln_tensor *x = in[0];
     if (kiln_tensor_ndim(x) != 2)
         return kiln__onnx_fail(n, "x must be 2-D, not rank %d", kiln_tensor_ndim(x));
@@ -92,14 +81,14 @@ static int op_eye_like(const kiln__onnx_node *n, int nin, kiln_tensor *const *in
     kiln_tensor *j = kiln_reshape(kiln_arange(dev, KILN_I64, (double)-k, (double)(cols - k), 1), 2,
                                   (const int64_t[]){1, cols});
     out[0] = kiln_cast(kiln_eq(i, j), dt);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* Compress: the slices along axis (or the elements of x flattened, without one) whose
  * condition entry is true; the condition may be shorter than the dim, not longer. */
 static int op_compress(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)
 {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     kiln_tensor *x = in[0], *cond = in[1];
     int a = 0;
     if (kiln__onnx_attr_get(n, "axis")) {
@@ -128,7 +117,7 @@ static int op_compress(const kiln__onnx_node *n, int nin, kiln_tensor *const *in
     free(c);
     free(idx);
     out[0] = kiln_index_select(x, a, it);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* ReverseSequence: along time_axis, the first sequence_lens[b] steps of batch entry b in
@@ -137,7 +126,7 @@ static int op_compress(const kiln__onnx_node *n, int nin, kiln_tensor *const *in
 static int op_reverse_sequence(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
                                kiln_tensor **out)
 {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     kiln_tensor *x = in[0];
     int r = kiln_tensor_ndim(x), ta, ba;
     if (r < 2)
@@ -172,7 +161,7 @@ static int op_reverse_sequence(const kiln__onnx_node *n, int nin, kiln_tensor *c
     kiln_tensor *it = kiln_from_data(kiln_tensor_device(x), KILN_I64, r, ishape, idx,
                                      (size_t)(steps * batch) * sizeof *idx);
     out[0] = kiln_gather(x, ta, kiln_expand(it, r, kiln_tensor_shape(x)));
-    rc = ok(out);
+    rc = kiln__onnx_ok(out);
 done:
     free(lens);
     free(idx);
@@ -223,7 +212,7 @@ static bool nms_suppresses(const nms_box *a, const nms_box *b, float threshold)
 static int op_non_max_suppression(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
                                   kiln_tensor **out)
 {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     kiln_tensor *boxes = in[0], *scores = in[1];
     if (kiln_tensor_ndim(boxes) != 3 || kiln_tensor_dim(boxes, 2) != 4 || kiln_tensor_ndim(scores) != 3 ||
         kiln_tensor_dim(scores, 0) != kiln_tensor_dim(boxes, 0) ||
@@ -290,7 +279,7 @@ static int op_non_max_suppression(const kiln__onnx_node *n, int nin, kiln_tensor
         }
     out[0] = kiln_from_data(kiln_tensor_device(boxes), KILN_I64, 2, (const int64_t[]){(int64_t)count, 3}, rows,
                             count * 3 * sizeof *rows);
-    rc = ok(out);
+    rc = kiln__onnx_ok(out);
 done:
     free(bv);
     free(sv);
@@ -306,7 +295,7 @@ done:
 static int op_center_crop_pad(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
                               kiln_tensor **out)
 {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     kiln_tensor *x = in[0];
     int r = kiln_tensor_ndim(x), axes[KILN_MAX_DIMS];
     int64_t ax[KILN_MAX_DIMS], size[KILN_MAX_DIMS];
@@ -338,7 +327,7 @@ static int op_center_crop_pad(const kiln__onnx_node *n, int nin, kiln_tensor *co
         }
     }
     out[0] = y ? kiln_contiguous(y) : NULL;
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* ------------------------------------------------------------------ Unique */
@@ -390,7 +379,7 @@ static void unique_sort(const unique_ctx *u, int64_t *idx, int64_t *tmp, int64_t
  * device, so they keep their exact bits and dtype. */
 static int op_unique(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out)
 {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     kiln_tensor *x = in[0];
     int r = kiln_tensor_ndim(x), a = 0;
     bool has_axis = kiln__onnx_attr_get(n, "axis") != NULL, sorted = kiln__onnx_attr_int(n, "sorted", 1) != 0;

@@ -14,10 +14,7 @@
 #include "onnx-impl.h"
 #include "tensor-impl.h"
 
-#define NEED(k) do { if (nin < (k) || !in[(k) - 1]) return kiln__onnx_fail(n, "needs %d inputs", (k)); } while (0)
 #define MAXI 64
-
-static int ok(kiln_tensor **out) { return out[0] ? 0 : -1; }
 
 /* A host array of i64 as a 1-D tensor on the node's device. */
 static kiln_tensor *i64_tensor(const kiln__onnx_node *n, int count, const int64_t *v) {
@@ -25,7 +22,7 @@ static kiln_tensor *i64_tensor(const kiln__onnx_node *n, int count, const int64_
 }
 
 static int op_shape(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     int r = kiln_tensor_ndim(in[0]);
     int64_t s = kiln__onnx_attr_int(n, "start", 0), e = kiln__onnx_attr_int(n, "end", r);
     if (s < 0) s += r;
@@ -33,18 +30,18 @@ static int op_shape(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, i
     s = s < 0 ? 0 : s > r ? r : s;
     e = e < s ? s : e > r ? r : e;
     out[0] = i64_tensor(n, (int)(e - s), kiln_tensor_shape(in[0]) + s);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 static int op_size(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     int64_t v = kiln_tensor_numel(in[0]);
     out[0] = kiln_from_data(n->dev, KILN_I64, 0, NULL, &v, sizeof v);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 static int op_reshape(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     int64_t s[MAXI];
     int k = kiln__onnx_read_ints(n, in[1], s, KILN_MAX_DIMS);
     if (k < 0) return -1;
@@ -55,11 +52,11 @@ static int op_reshape(const kiln__onnx_node *n, int nin, kiln_tensor *const *in,
             s[i] = kiln_tensor_dim(in[0], i);
         }
     out[0] = kiln_reshape(in[0], k, s);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 static int op_flatten(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     int r = kiln_tensor_ndim(in[0]);
     int64_t axis = kiln__onnx_attr_int(n, "axis", 1);
     if (axis < 0) axis += r;
@@ -67,7 +64,7 @@ static int op_flatten(const kiln__onnx_node *n, int nin, kiln_tensor *const *in,
     int64_t a = 1, b = 1;
     for (int i = 0; i < r; i++) *(i < axis ? &a : &b) *= kiln_tensor_dim(in[0], i);
     out[0] = kiln_reshape(in[0], 2, (const int64_t[]){a, b});
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* axes from the attribute (before opset 13) or the second input. */
@@ -77,13 +74,13 @@ static int get_axes(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, i
 }
 
 static int op_squeeze(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     int64_t axes[MAXI];
     int k = get_axes(n, nin, in, 1, axes);
     int r = kiln_tensor_ndim(in[0]);
     if (k < 0) {
         out[0] = kiln_squeeze_all(in[0]);
-        return ok(out);
+        return kiln__onnx_ok(out);
     }
     int64_t shape[KILN_MAX_DIMS];
     bool drop[KILN_MAX_DIMS] = {0};
@@ -97,11 +94,11 @@ static int op_squeeze(const kiln__onnx_node *n, int nin, kiln_tensor *const *in,
     for (int i = 0; i < r; i++)
         if (!drop[i]) shape[m++] = kiln_tensor_dim(in[0], i);
     out[0] = kiln_reshape(in[0], m, shape);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 static int op_unsqueeze(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     int64_t axes[MAXI];
     int k = get_axes(n, nin, in, 1, axes);
     int r = kiln_tensor_ndim(in[0]);
@@ -118,11 +115,11 @@ static int op_unsqueeze(const kiln__onnx_node *n, int nin, kiln_tensor *const *i
     int64_t shape[KILN_MAX_DIMS];
     for (int i = 0, j = 0; i < nr; i++) shape[i] = ins[i] ? 1 : kiln_tensor_dim(in[0], j++);
     out[0] = kiln_reshape(in[0], nr, shape);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 static int op_transpose(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     int r = kiln_tensor_ndim(in[0]);
     int64_t p[MAXI];
     int order[KILN_MAX_DIMS];
@@ -133,7 +130,7 @@ static int op_transpose(const kiln__onnx_node *n, int nin, kiln_tensor *const *i
         if (kiln__onnx_axis(n, p[i], r, &order[i])) return -1;
     }
     out[0] = kiln_contiguous(kiln_permute(in[0], r, order));
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* Shape arithmetic on a device whose buffers are host memory (cpu, and the host device that
@@ -165,7 +162,7 @@ static kiln_tensor *concat_small_ints(kiln_tensor *const *ts, int m)
 }
 
 static int op_concat(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     int a;
     kiln_tensor *ts[64];
     int m = 0;
@@ -176,11 +173,11 @@ static int op_concat(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, 
     out[0] = a == 0 ? concat_small_ints(ts, m) : NULL;
     if (!out[0])
         out[0] = kiln_cat(ts, m, a);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 static int op_split(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     int a, r = kiln_tensor_ndim(in[0]);
     if (kiln__onnx_axis(n, kiln__onnx_attr_int(n, "axis", 0), r, &a)) return -1;
     int64_t sizes[MAXI];
@@ -205,7 +202,7 @@ static int op_split(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, i
 }
 
 static int op_slice(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     int64_t st[MAXI], en[MAXI], ax[MAXI], sp[MAXI];
     int k, ka, ks = -1;
     if (n->opset < 10) {
@@ -213,7 +210,7 @@ static int op_slice(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, i
         if (kiln__onnx_attr_ints(n, "ends", en, MAXI) != k || k < 0) return kiln__onnx_fail(n, "starts/ends mismatch");
         ka = kiln__onnx_attr_ints(n, "axes", ax, MAXI);
     } else {
-        NEED(3);
+        KILN__ONNX_NEED(3);
         k = kiln__onnx_read_ints(n, in[1], st, MAXI);
         if (k < 0 || kiln__onnx_read_ints(n, in[2], en, MAXI) != k) return kiln__onnx_fail(n, "starts/ends mismatch");
         ka = nin > 3 && in[3] ? kiln__onnx_read_ints(n, in[3], ax, MAXI) : -1;
@@ -250,7 +247,7 @@ static int op_slice(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, i
         }
     }
     out[0] = t == in[0] ? (t) : kiln_contiguous(t);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* Negative indices count from the end of the gathered dim. */
@@ -288,14 +285,14 @@ static int gather_small_ints(const kiln__onnx_node *n, kiln_tensor *data, kiln_t
 }
 
 static int op_gather(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     int a, r = kiln_tensor_ndim(in[0]);
     if (kiln__onnx_axis(n, kiln__onnx_attr_int(n, "axis", 0), r, &a)) return -1;
     if (n->has_index_scalar && n->index_scalar < kiln_tensor_dim(in[0], a)) {
         /* a constant single index: a view of the data (one past the end takes the op below,
          * which reports it) */
         out[0] = kiln_squeeze(kiln_narrow(in[0], a, n->index_scalar, 1), a);
-        return ok(out);
+        return kiln__onnx_ok(out);
     }
     int small = a == 0 ? gather_small_ints(n, in[0], in[1], out) : 0;
     if (small)
@@ -311,21 +308,21 @@ static int op_gather(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, 
     for (int i = 0; i < ri; i++) shape[m++] = kiln_tensor_dim(in[1], i);
     for (int i = a + 1; i < r; i++) shape[m++] = kiln_tensor_dim(in[0], i);
     out[0] = kiln_reshape(g, m, shape);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 static int op_gather_elements(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     int a;
     if (kiln__onnx_axis(n, kiln__onnx_attr_int(n, "axis", 0), kiln_tensor_ndim(in[0]), &a)) return -1;
     kiln_tensor *idx = n->index_nonneg ? kiln_cast(in[1], KILN_I64) : fix_index(in[1], kiln_tensor_dim(in[0], a));
     out[0] = kiln_gather(in[0], a, idx);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* Expand broadcasts both ways: the result has the broadcast of the two shapes. */
 static int op_expand(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     int64_t s[MAXI], res[KILN_MAX_DIMS], xs[KILN_MAX_DIMS];
     int k = kiln__onnx_read_ints(n, in[1], s, KILN_MAX_DIMS);
     if (k < 0) return -1;
@@ -339,21 +336,21 @@ static int op_expand(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, 
         res[i] = a == 1 ? b : a;
     }
     out[0] = kiln_contiguous(kiln_expand(kiln_reshape(in[0], m, xs), m, res));
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 static int op_tile(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(2);
+    KILN__ONNX_NEED(2);
     int64_t rep[MAXI];
     int k = kiln__onnx_read_ints(n, in[1], rep, KILN_MAX_DIMS);
     if (k < 0) return -1;
     if (k != kiln_tensor_ndim(in[0])) return kiln__onnx_fail(n, "repeats length differs from the rank");
     out[0] = kiln_repeat(in[0], k, rep);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 static int op_pad(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     int64_t p[2 * MAXI], ax[MAXI];
     int r = kiln_tensor_ndim(in[0]);
     int k = n->opset < 11 ? kiln__onnx_attr_ints(n, "pads", p, 2 * MAXI)
@@ -379,11 +376,11 @@ static int op_pad(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int
     if (strcmp(mode, "constant") && strcmp(mode, "reflect") && strcmp(mode, "edge"))
         return kiln__onnx_fail(n, "mode '%s' not supported", mode);
     out[0] = kiln_pad(in[0], 2 * r, tp, pm, value);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 static int op_range(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(3);
+    KILN__ONNX_NEED(3);
     double s, l, d;
     if (kiln__onnx_read_scalar(n, in[0], &s) || kiln__onnx_read_scalar(n, in[1], &l) ||
         kiln__onnx_read_scalar(n, in[2], &d))
@@ -391,7 +388,7 @@ static int op_range(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, i
     if (d == 0) return kiln__onnx_fail(n, "delta 0");
     if ((l - s) / d > (double)(1 << 30)) return kiln__onnx_fail(n, "range too long");
     out[0] = kiln_arange(n->dev, kiln_tensor_dtype(in[0]), s, l, d);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 /* The first element of an attribute tensor of a plain dtype, read on the host. */
@@ -427,7 +424,7 @@ static bool host_scalar(const kiln__onnx_ptensor *t, double *v)
 
 static int op_constant_of_shape(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout,
                                 kiln_tensor **out) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     int64_t s[MAXI];
     int k = kiln__onnx_read_ints(n, in[0], s, KILN_MAX_DIMS);
     if (k < 0) return -1;
@@ -445,7 +442,7 @@ static int op_constant_of_shape(const kiln__onnx_node *n, int nin, kiln_tensor *
         /* c is scoped: released with the node's scope */
         if (dt == KILN_I64 && kiln_tensor_numel(c) == 1 && fabs(v) > 9007199254740992.0) {
             out[0] = kiln_contiguous(kiln_expand(kiln_reshape(c, 0, NULL), k, s));
-            return ok(out);
+            return kiln__onnx_ok(out);
         }
     }
     if (dt == KILN_I64 && fabs(v) > 9007199254740992.0 && a && a->t && a->t->data) {
@@ -453,10 +450,10 @@ static int op_constant_of_shape(const kiln__onnx_node *n, int nin, kiln_tensor *
          * the double kiln_full takes it would round, and 2^63 fits no int64 */
         kiln_tensor *one = kiln_from_data(n->dev, KILN_I64, 0, NULL, a->t->data, sizeof(int64_t));
         out[0] = kiln_contiguous(kiln_expand(one, k, s));
-        return ok(out);
+        return kiln__onnx_ok(out);
     }
     out[0] = kiln_full(n->dev, dt, k, s, v);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 static int op_constant(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
@@ -470,26 +467,26 @@ static int op_constant(const kiln__onnx_node *n, int nin, kiln_tensor *const *in
         out[0] = kiln_cast(kiln_from_data(n->dev, KILN_F64, 1, (const int64_t[]){a->nfloats}, a->floats,
                                           (size_t)a->nfloats * sizeof(double)), KILN_F32);
     } else return kiln__onnx_fail(n, "no supported value attribute");
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 static int op_dropout(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     out[0] = (in[0]);
     if (nout > 1) out[1] = kiln_ones(n->dev, KILN_BOOL, kiln_tensor_ndim(in[0]), kiln_tensor_shape(in[0]));
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 static int op_trilu(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(1);
+    KILN__ONNX_NEED(1);
     double k = 0;
     if (nin > 1 && in[1] && kiln__onnx_read_scalar(n, in[1], &k)) return -1;
     out[0] = kiln__onnx_attr_int(n, "upper", 1) ? kiln_triu(in[0], (int64_t)k) : kiln_tril(in[0], (int64_t)k);
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 static int op_one_hot(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int nout, kiln_tensor **out) {
-    NEED(3);
+    KILN__ONNX_NEED(3);
     double depth;
     if (kiln__onnx_read_scalar(n, in[1], &depth)) return -1;
     if (kiln_tensor_numel(in[2]) != 2) return kiln__onnx_fail(n, "values must hold [off, on]");
@@ -511,7 +508,7 @@ static int op_one_hot(const kiln__onnx_node *n, int nin, kiln_tensor *const *in,
     oh = kiln_permute(oh, r + 1, order);
     kiln_tensor *off = kiln_narrow(in[2], 0, 0, 1), *on = kiln_narrow(in[2], 0, 1, 1);
     out[0] = kiln_where(oh, kiln_reshape(on, 0, NULL), kiln_reshape(off, 0, NULL));
-    return ok(out);
+    return kiln__onnx_ok(out);
 }
 
 const kiln__onnx_op kiln__onnx_ops_shape[] = {
