@@ -66,7 +66,8 @@ static cJSON *row_of(const struct kd_job_event *ev)
     return row;
 }
 
-/* Scan the job's events after pg->after and keep those of pg->type; 0 or -1 (store error in err). */
+/* Scan the job's events after pg->after and keep those of pg->type; 0 or the store's code (why in
+ * err). */
 static int read_page(struct kd_jobs *j, int64_t id, struct history_page *pg, char *err, size_t errlen)
 {
     pg->next_after = pg->after;
@@ -79,7 +80,7 @@ static int read_page(struct kd_jobs *j, int64_t id, struct history_page *pg, cha
         int rc = kd_jobstore_events_since(j->o.store, id, pg->next_after, HISTORY_CHUNK, &ev, &n, err, errlen);
         kd_jobs_store_unlock(j);
         if (rc != 0)
-            return -1;
+            return rc;
         int i = 0;
         for (; i < n; i++) {
             bool match = strcmp(ev[i].type, pg->type) == 0;
@@ -126,9 +127,10 @@ static int history(struct kd_jobs *j, int64_t id, const char *type, const char *
         cJSON_AddStringToObject(o, "kind", kind);
     pg.rows = cJSON_AddArrayToObject(o, key);
     char err[256];
-    if (read_page(j, id, &pg, err, sizeof err) != 0) {
+    int rc = read_page(j, id, &pg, err, sizeof err);
+    if (rc != 0) {
         cJSON_Delete(o);
-        return kd_jobs_errorf(out, req, kd_jobs_store_status(err, 500), "job store: %s", err);
+        return kd_jobs_errorf(out, req, kd_jobs_store_status(rc, 500), "job store: %s", err);
     }
     cJSON_AddNumberToObject(o, "next_after", (double)pg.next_after);
     cJSON_AddBoolToObject(o, "more", pg.more);

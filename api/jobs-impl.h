@@ -232,11 +232,11 @@ int kd_jobs_handle_logs(struct kd_jobs *j, int64_t id, const struct kd_request *
 /* jobs-routes.c */
 int kd_jobs_errorf(struct kd_buf *out, const struct kd_request *req, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* The status a failed job store call answers, from its err: 507 (Insufficient Storage) when the
- * disk holding the store is full, which freeing space mends without a restart; else fallback. */
-static inline int kd_jobs_store_status(const char *err, int fallback)
+/* The status a failed job store call answers, from the code it returned: 507 (Insufficient
+ * Storage) for KD_JOBSTORE_FULL, which freeing space mends without a restart; else fallback. */
+static inline int kd_jobs_store_status(int code, int fallback)
 {
-    return kd_jobstore_error_is_full(err) ? 507 : fallback;
+    return code == KD_JOBSTORE_FULL ? 507 : fallback;
 }
 /* A request's query string, percent-decoded, each key at most once and known to the route. */
 #define KD_JOBS_QUERY_MAX 8

@@ -203,7 +203,7 @@ static int handle_list(struct kd_jobs *j, const struct kd_request *req, struct k
     int rc = kd_jobstore_job_list(j->o.store, state, after, (int)limit + 1, &jobs, &n, err, sizeof err);
     kd_jobs_store_unlock(j);
     if (rc != 0)
-        return kd_jobs_errorf(out, req, kd_jobs_store_status(err, 500), "job store: %s", err);
+        return kd_jobs_errorf(out, req, kd_jobs_store_status(rc, 500), "job store: %s", err);
     bool more = n > limit;
     int shown = more ? (int)limit : n;
     cJSON *o = cJSON_CreateObject();
@@ -233,7 +233,7 @@ int kd_jobs_get_job(struct kd_jobs *j, int64_t id, struct kd_job *job, const str
     if (rc == KD_JOBSTORE_NOT_FOUND)
         return kd_jobs_errorf(out, req, 404, "no job %lld", (long long)id);
     if (rc != 0)
-        return kd_jobs_errorf(out, req, kd_jobs_store_status(err, 500), "job store: %s", err);
+        return kd_jobs_errorf(out, req, kd_jobs_store_status(rc, 500), "job store: %s", err);
     kd_jobs_overlay_unsaved(j, job);
     return 0;
 }
@@ -333,7 +333,7 @@ static int cancel_current(struct kd_jobs *j, int64_t id, const struct kd_request
             "is being loaded for serving), so it ends succeeded or failed",
             (long long)id);
     if (rc != 0)
-        return kd_jobs_errorf(out, req, kd_jobs_store_status(err, 503),
+        return kd_jobs_errorf(out, req, kd_jobs_store_status(rc, 503),
                               "job %lld: the cancel could not be stored, so it was not made: %s", (long long)id,
                               err);
     kd_jobs_log(j, KD_LOG_INFO, "job %lld: cancel requested", (long long)id);
@@ -400,7 +400,7 @@ static int handle_cancel(struct kd_jobs *j, int64_t id, const struct kd_request 
                               "job %lld is recorded running but is not being trained; the next start "
                               "resumes it",
                               (long long)id);
-    return kd_jobs_errorf(out, req, kd_jobs_store_status(err, 503),
+    return kd_jobs_errorf(out, req, kd_jobs_store_status(rc, 503),
                           "job %lld: the cancel could not be stored, so it was not made: %s", (long long)id, err);
 }
 
@@ -446,7 +446,7 @@ static int handle_resume(struct kd_jobs *j, int64_t id, const struct kd_request 
     }
     if (rc != 0) {
         kd_jobstore_job_clear(&job);
-        return kd_jobs_errorf(out, req, kd_jobs_store_status(err, 500), "job store: %s", err);
+        return kd_jobs_errorf(out, req, kd_jobs_store_status(rc, 500), "job store: %s", err);
     }
     /* A final state is never left, so the continuation is a new job carrying the old one's
      * spec and starting from its newest checkpoint. */
@@ -464,7 +464,7 @@ static int handle_resume(struct kd_jobs *j, int64_t id, const struct kd_request 
     if (rc == KD_JOBSTORE_NOT_FOUND)
         return kd_jobs_errorf(out, req, 404, "no job %lld: %s", (long long)id, err);
     if (rc != 0)
-        return kd_jobs_errorf(out, req, kd_jobs_store_status(text ? err : NULL, 500), "job store: %s",
+        return kd_jobs_errorf(out, req, kd_jobs_store_status(rc, 500), "job store: %s",
                               text ? err : "out of memory");
     kd_jobs_emit_state(j, nid, KD_JOB_QUEUED, NULL, NULL, NULL);
     pthread_mutex_lock(&j->mu);

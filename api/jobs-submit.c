@@ -82,7 +82,7 @@ static int store_job(struct kd_jobs *j, const char *body, int64_t resumes, struc
         bool gone = rc == KD_JOBSTORE_NOT_FOUND;
         char msg[320];
         snprintf(msg, sizeof msg, "%s: %s", gone ? "invalid job spec: resume_from_job" : "job store", err);
-        int status = gone ? 400 : kd_jobs_store_status(err, 500);
+        int status = gone ? 400 : kd_jobs_store_status(rc, 500);
         return out ? kd_resp_error(out, status, msg, keep_alive, NULL) : status;
     }
     kd_jobs_emit_state(j, id, KD_JOB_QUEUED, NULL, NULL, NULL);

@@ -22,13 +22,11 @@ int kd_js_append_event_in(struct kd_jobstore *js, int64_t job_id, const char *ty
     int rc = kd_js_current_state(js, job_id, cur, sizeof cur, err, errlen);
     sqlite3_stmt *st = NULL;
     if (rc == 0)
-        st = prepare(js,
+        rc = prepare(js,
                      "INSERT INTO job_events (job_id, seq, time_ms, type, payload) "
                      "SELECT ?1, coalesce(max(seq), 0) + 1, ?2, ?3, ?4 FROM job_events WHERE job_id = ?1 "
                      "RETURNING seq",
-                     "event append", err, errlen);
-    if (rc == 0 && !st)
-        rc = -1;
+                     "event append", &st, err, errlen);
     if (rc == 0) {
         sqlite3_bind_int64(st, 1, job_id);
         sqlite3_bind_int64(st, 2, now_ms());
@@ -54,8 +52,9 @@ int kd_jobstore_event_append(struct kd_jobstore *js, int64_t job_id, const char 
 {
     if (!js || !type || !type[0])
         return seterr(err, errlen, "event append: invalid arguments");
-    if (begin(js, "event append", err, errlen) != 0)
-        return -1;
+    int rc = begin(js, "event append", err, errlen);
+    if (rc != 0)
+        return rc;
     return finish(js, kd_js_append_event_in(js, job_id, type, payload, seq, err, errlen), "event append", err,
                   errlen);
 }
@@ -67,13 +66,14 @@ struct prune_at {
 };
 
 /* One statement of the prune below (binding a parameter a statement lacks does nothing); the
- * first column of its row into *value when given. 0 or -1. */
+ * first column of its row into *value when given. 0 or a negative code. */
 static int prune_step(struct kd_jobstore *js, const char *sql, const struct prune_at *at, int64_t *value,
                       char *err, size_t errlen)
 {
-    sqlite3_stmt *st = prepare(js, sql, "events prune", err, errlen);
-    if (!st)
-        return -1;
+    sqlite3_stmt *st;
+    int rc = prepare(js, sql, "events prune", &st, err, errlen);
+    if (rc != 0)
+        return rc;
     const int64_t params[] = {at->id, at->step, at->epoch, at->cut, at->seq};
     for (int i = 0; i < 5; i++)
         sqlite3_bind_int64(st, i + 1, params[i]);
@@ -97,12 +97,15 @@ int kd_jobstore_events_prune_after(struct kd_jobstore *js, int64_t id, int64_t s
 {
     if (removed)
         *removed = 0;
-    if (!js || step < 0 || epoch < 0 || begin(js, "events prune", err, errlen) != 0)
-        return js && step >= 0 && epoch >= 0 ? -1 : seterr(err, errlen, "events prune: invalid arguments");
+    if (!js || step < 0 || epoch < 0)
+        return seterr(err, errlen, "events prune: invalid arguments");
+    int rc = begin(js, "events prune", err, errlen);
+    if (rc != 0)
+        return rc;
     char cur[32];
     struct prune_at at = {id, step, epoch, 0, 0};
     int64_t count = 0;
-    int rc = kd_js_current_state(js, id, cur, sizeof cur, err, errlen);
+    rc = kd_js_current_state(js, id, cur, sizeof cur, err, errlen);
     if (rc == 0 && step > 0)
         rc = prune_step(js,
                         "SELECT coalesce(max(seq), 0) FROM job_events WHERE job_id = ?1 AND type = 'checkpoint' "
@@ -141,17 +144,19 @@ int kd_jobstore_events_since(struct kd_jobstore *js, int64_t job_id, int64_t aft
         return seterr(err, errlen, "events since: invalid arguments (limit 1..10000)");
     *out = NULL;
     *n = 0;
-    sqlite3_stmt *st = prepare(js,
-                               "SELECT job_id, seq, time_ms, type, payload FROM job_events "
-                               "WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                               "events since", err, errlen);
-    if (!st)
-        return -1;
+    sqlite3_stmt *st;
+    int rc = prepare(js,
+                     "SELECT job_id, seq, time_ms, type, payload FROM job_events "
+                     "WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                     "events since", &st, err, errlen);
+    if (rc != 0)
+        return rc;
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_int64(st, 2, after_seq);
     sqlite3_bind_int(st, 3, limit);
     struct kd_job_event *ev = calloc((size_t)limit, sizeof *ev);
-    int count = 0, rc = ev ? 0 : seterr(err, errlen, "events since: out of memory"), s = SQLITE_DONE;
+    int count = 0, s = SQLITE_DONE;
+    rc = ev ? 0 : seterr(err, errlen, "events since: out of memory");
     while (rc == 0 && (s = sqlite3_step(st)) == SQLITE_ROW) {
         struct kd_job_event *e = &ev[count++];
         e->job_id = sqlite3_column_int64(st, 0);
@@ -182,17 +187,15 @@ int kd_jobstore_metrics_append(struct kd_jobstore *js, int64_t job_id, int n, co
     for (int i = 0; i < n; i++)
         if (!m[i].name || !m[i].name[0] || !isfinite(m[i].value))
             return seterr(err, errlen, "metrics append: point %d needs a name and a finite value", i);
-    if (begin(js, "metrics append", err, errlen) != 0)
-        return -1;
+    int rc = begin(js, "metrics append", err, errlen);
+    if (rc != 0)
+        return rc;
     char cur[32];
-    int rc = kd_js_current_state(js, job_id, cur, sizeof cur, err, errlen);
-    sqlite3_stmt *st = rc == 0 ? prepare(js,
-                                         "INSERT INTO job_metrics (job_id, step, epoch, name, value) "
-                                         "VALUES (?, ?, ?, ?, ?)",
-                                         "metrics append", err, errlen)
-                               : NULL;
-    if (rc == 0 && !st)
-        rc = -1;
+    rc = kd_js_current_state(js, job_id, cur, sizeof cur, err, errlen);
+    sqlite3_stmt *st = NULL;
+    if (rc == 0)
+        rc = prepare(js, "INSERT INTO job_metrics (job_id, step, epoch, name, value) VALUES (?, ?, ?, ?, ?)",
+                     "metrics append", &st, err, errlen);
     for (int i = 0; rc == 0 && i < n; i++) {
         sqlite3_reset(st);
         sqlite3_bind_int64(st, 1, job_id);
@@ -212,14 +215,15 @@ int kd_jobstore_checkpoint_add(struct kd_jobstore *js, int64_t job_id, const cha
 {
     if (!js || !path || !path[0] || step < 0)
         return seterr(err, errlen, "checkpoint add: invalid arguments");
-    sqlite3_stmt *st = prepare(js,
-                               "INSERT INTO checkpoints (job_id, path, step, metric, created_ms) "
-                               "VALUES (?, ?, ?, ?, ?) ON CONFLICT (path) DO UPDATE SET "
-                               "job_id = excluded.job_id, step = excluded.step, metric = excluded.metric, "
-                               "created_ms = excluded.created_ms",
-                               "checkpoint add", err, errlen);
-    if (!st)
-        return -1;
+    sqlite3_stmt *st;
+    int rc = prepare(js,
+                     "INSERT INTO checkpoints (job_id, path, step, metric, created_ms) "
+                     "VALUES (?, ?, ?, ?, ?) ON CONFLICT (path) DO UPDATE SET "
+                     "job_id = excluded.job_id, step = excluded.step, metric = excluded.metric, "
+                     "created_ms = excluded.created_ms",
+                     "checkpoint add", &st, err, errlen);
+    if (rc != 0)
+        return rc;
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_text(st, 2, path, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 3, step);

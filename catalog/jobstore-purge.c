@@ -23,13 +23,15 @@
     "FROM jobs WHERE state IN ('queued', 'running') AND json_extract(spec, '$.resume_from_job') = ?1"
 
 /* One statement about job id (bound to ?1): the first columns of its row into values[0..nvalues)
- * when it returns one (*row says whether it did; may be NULL). 0 or -1 (what failed: what). */
+ * when it returns one (*row says whether it did; may be NULL). 0 or a negative code (what failed:
+ * what). */
 static int job_statement(struct kd_jobstore *js, const char *sql, const char *what, int64_t id, int64_t *values,
                          int nvalues, bool *row, char *err, size_t errlen)
 {
-    sqlite3_stmt *st = prepare(js, sql, what, err, errlen);
-    if (!st)
-        return -1;
+    sqlite3_stmt *st;
+    int rc = prepare(js, sql, what, &st, err, errlen);
+    if (rc != 0)
+        return rc;
     sqlite3_bind_int64(st, 1, id);
     int s = sqlite3_step(st);
     if (row)
@@ -40,19 +42,22 @@ static int job_statement(struct kd_jobstore *js, const char *sql, const char *wh
     return s == SQLITE_DONE || s == SQLITE_ROW ? 0 : fail(js->db, what, err, errlen);
 }
 
-/* The newest model version job id registered, into out (none: model_name stays ""). 0 or -1. */
+/* The newest model version job id registered, into out (none: model_name stays ""). 0 or a
+ * negative code. */
 static int registered_model(struct kd_jobstore *js, int64_t id, struct kd_job_purge *out, char *err, size_t errlen)
 {
-    sqlite3_stmt *st = prepare(js,
-                               "SELECT name, version FROM model_registry WHERE source_job = ?1 "
-                               "ORDER BY created_ms DESC, version DESC LIMIT 1",
-                               "job purge", err, errlen);
-    if (!st)
-        return -1;
+    sqlite3_stmt *st;
+    int rc = prepare(js,
+                     "SELECT name, version FROM model_registry WHERE source_job = ?1 "
+                     "ORDER BY created_ms DESC, version DESC LIMIT 1",
+                     "job purge", &st, err, errlen);
+    if (rc != 0)
+        return rc;
     sqlite3_bind_int64(st, 1, id);
     int s = sqlite3_step(st);
     if (s == SQLITE_ROW) {
-        snprintf(out->model_name, sizeof out->model_name, "%s", (const char *)sqlite3_column_text(st, 0));
+        const char *name = (const char *)sqlite3_column_text(st, 0); /* NULL only out of memory */
+        snprintf(out->model_name, sizeof out->model_name, "%s", name ? name : "");
         out->model_version = sqlite3_column_int64(st, 1);
     }
     sqlite3_finalize(st);
@@ -69,21 +74,22 @@ static int purge_in(struct kd_jobstore *js, int64_t id, struct kd_job_purge *out
         return (seterr(err, errlen, "job %lld is %s: it has not ended", (long long)id, out->state),
                 KD_JOBSTORE_NOT_ENDED);
     bool resumed = false;
-    if (job_statement(js, "SELECT id " RESUMING_JOBS " ORDER BY id LIMIT 1", "job purge", id, &out->resumed_by, 1,
-                      &resumed, err, errlen) != 0)
-        return -1;
+    rc = job_statement(js, "SELECT id " RESUMING_JOBS " ORDER BY id LIMIT 1", "job purge", id, &out->resumed_by, 1,
+                       &resumed, err, errlen);
+    if (rc != 0)
+        return rc;
     if (resumed)
         return (seterr(err, errlen, "job %lld resumes from job %lld's checkpoints and has not ended",
                        (long long)out->resumed_by, (long long)id),
                 KD_JOBSTORE_RESUMED_BY);
     int64_t counts[3] = {0, 0, 0};
-    if (registered_model(js, id, out, err, errlen) != 0 ||
-        job_statement(js,
-                      "SELECT (SELECT count(*) FROM job_events WHERE job_id = ?1), "
-                      "(SELECT count(*) FROM job_metrics WHERE job_id = ?1), "
-                      "(SELECT count(*) FROM checkpoints WHERE job_id = ?1)",
-                      "job purge", id, counts, 3, NULL, err, errlen) != 0)
-        return -1;
+    if ((rc = registered_model(js, id, out, err, errlen)) != 0 ||
+        (rc = job_statement(js,
+                            "SELECT (SELECT count(*) FROM job_events WHERE job_id = ?1), "
+                            "(SELECT count(*) FROM job_metrics WHERE job_id = ?1), "
+                            "(SELECT count(*) FROM checkpoints WHERE job_id = ?1)",
+                            "job purge", id, counts, 3, NULL, err, errlen)) != 0)
+        return rc;
     out->events = counts[0];
     out->metrics = counts[1];
     out->checkpoints = counts[2];
@@ -96,8 +102,8 @@ static int purge_in(struct kd_jobstore *js, int64_t id, struct kd_job_purge *out
         "DELETE FROM jobs WHERE id = ?1",
     };
     for (size_t i = 0; i < sizeof deletes / sizeof deletes[0]; i++)
-        if (job_statement(js, deletes[i], "job purge", id, NULL, 0, NULL, err, errlen) != 0)
-            return -1;
+        if ((rc = job_statement(js, deletes[i], "job purge", id, NULL, 0, NULL, err, errlen)) != 0)
+            return rc;
     return 0;
 }
 
@@ -106,8 +112,9 @@ int kd_jobstore_job_purge(struct kd_jobstore *js, int64_t id, struct kd_job_purg
     if (!js || !out)
         return seterr(err, errlen, "job purge: invalid arguments");
     memset(out, 0, sizeof *out);
-    if (begin(js, "job purge", err, errlen) != 0)
-        return -1;
+    int rc = begin(js, "job purge", err, errlen);
+    if (rc != 0)
+        return rc;
     return finish(js, purge_in(js, id, out, err, errlen), "job purge", err, errlen);
 }
 
@@ -120,26 +127,26 @@ int kd_jobstore_jobs_past_retention(struct kd_jobstore *js, int64_t keep_count, 
     if (keep_count == 0 && ended_before_ms == 0)
         return 0;
     /* A final state always sets finished_ms; created_ms stands in should a row lack it. */
-    sqlite3_stmt *st = prepare(
-        js,
-        "WITH ended AS (SELECT id, coalesce(finished_ms, created_ms) AS ended_ms, "
-        "row_number() OVER (ORDER BY coalesce(finished_ms, created_ms) DESC, id DESC) "
-        "AS newest_first FROM jobs WHERE state IN ('succeeded', 'failed', 'cancelled')) "
-        "SELECT id FROM ended WHERE ((?1 > 0 AND newest_first > ?1) OR (?2 > 0 AND ended_ms < ?2)) "
-        "AND id NOT IN (SELECT json_extract(spec, '$.resume_from_job') FROM jobs "
-        "WHERE state IN ('queued', 'running') AND "
-        "json_extract(spec, '$.resume_from_job') IS NOT NULL) "
-        "ORDER BY ended_ms, id LIMIT ?3",
-        "jobs past retention", err, errlen);
-    if (!st)
-        return -1;
+    sqlite3_stmt *st;
+    int rc = prepare(js,
+                     "WITH ended AS (SELECT id, coalesce(finished_ms, created_ms) AS ended_ms, "
+                     "row_number() OVER (ORDER BY coalesce(finished_ms, created_ms) DESC, id DESC) "
+                     "AS newest_first FROM jobs WHERE state IN ('succeeded', 'failed', 'cancelled')) "
+                     "SELECT id FROM ended WHERE ((?1 > 0 AND newest_first > ?1) OR (?2 > 0 AND ended_ms < ?2)) "
+                     "AND id NOT IN (SELECT json_extract(spec, '$.resume_from_job') FROM jobs "
+                     "WHERE state IN ('queued', 'running') AND "
+                     "json_extract(spec, '$.resume_from_job') IS NOT NULL) "
+                     "ORDER BY ended_ms, id LIMIT ?3",
+                     "jobs past retention", &st, err, errlen);
+    if (rc != 0)
+        return rc;
     sqlite3_bind_int64(st, 1, keep_count);
     sqlite3_bind_int64(st, 2, ended_before_ms);
     sqlite3_bind_int(st, 3, max);
     int s;
     while ((s = sqlite3_step(st)) == SQLITE_ROW)
         ids[(*n)++] = sqlite3_column_int64(st, 0);
-    int rc = s == SQLITE_DONE ? 0 : fail(js->db, "jobs past retention", err, errlen);
+    rc = s == SQLITE_DONE ? 0 : fail(js->db, "jobs past retention", err, errlen);
     sqlite3_finalize(st);
     return rc;
 }

@@ -95,26 +95,24 @@ static int read_version(sqlite3 *db, int *version, char *err, size_t errlen)
 static int migrate(struct kd_jobstore *js, char *err, size_t errlen)
 {
     sqlite3 *db = js->db;
-    if (exec(db, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)", "creating schema_version",
-             err, errlen) != 0)
-        return -1;
-    if (read_version(db, &js->version, err, errlen) != 0)
-        return -1;
+    int rc = exec(db, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)",
+                  "creating schema_version", err, errlen);
+    if (rc != 0 || (rc = read_version(db, &js->version, err, errlen)) != 0)
+        return rc;
     int latest = kd_jobstore_latest_version();
-    if (js->version > latest) {
-        snprintf(err, errlen, "schema version %d is newer than this build supports (%d)", js->version, latest);
-        return -1;
-    }
+    if (js->version > latest)
+        return seterr(err, errlen, "schema version %d is newer than this build supports (%d)", js->version,
+                      latest);
     for (int v = js->version; v < latest; v++) {
         char step[64], bump[96];
         snprintf(step, sizeof step, "migration to schema version %d", v + 1);
         snprintf(bump, sizeof bump, "DELETE FROM schema_version; INSERT INTO schema_version VALUES (%d);", v + 1);
-        if (exec(db, "BEGIN IMMEDIATE", step, err, errlen) != 0)
-            return -1;
-        if (exec(db, migrations[v], step, err, errlen) != 0 || exec(db, bump, step, err, errlen) != 0 ||
-            exec(db, "COMMIT", step, err, errlen) != 0) {
+        if ((rc = exec(db, "BEGIN IMMEDIATE", step, err, errlen)) != 0)
+            return rc;
+        if ((rc = exec(db, migrations[v], step, err, errlen)) != 0 ||
+            (rc = exec(db, bump, step, err, errlen)) != 0 || (rc = exec(db, "COMMIT", step, err, errlen)) != 0) {
             sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-            return -1;
+            return rc;
         }
         js->version = v + 1;
     }
@@ -135,10 +133,11 @@ static int create_group_writable(const char *path, char *err, size_t errlen)
         close(fd);
         return 0;
     }
-    if (errno == EEXIST)
+    int e = errno;
+    if (e == EEXIST)
         return 0;
-    snprintf(err, errlen, "creating %s: %s", path, strerror(errno));
-    return -1;
+    seterr(err, errlen, "creating %s: %s", path, strerror(e));
+    return e == ENOSPC || e == EDQUOT ? KD_JOBSTORE_FULL : KD_JOBSTORE_FAILED;
 }
 
 /*
@@ -174,58 +173,50 @@ int kd_jobstore_open(struct kd_jobstore **out, const char *path, char *err, size
 {
     *out = NULL;
     struct kd_jobstore *js = calloc(1, sizeof *js);
-    if (!js) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    if (create_group_writable(path, err, errlen) != 0)
+    if (!js)
+        return seterr(err, errlen, "out of memory");
+    int rc = create_group_writable(path, err, errlen);
+    if (rc != 0)
         goto error;
-    int rc = sqlite3_open_v2(path, &js->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                             NULL);
-    if (rc != SQLITE_OK) {
+    if (sqlite3_open_v2(path, &js->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL) !=
+        SQLITE_OK) {
         char what[256];
         snprintf(what, sizeof what, "opening %s", path);
-        fail(js->db, what, err, errlen);
+        rc = fail(js->db, what, err, errlen);
         goto error;
     }
-    if (check_writable(js->db, path, err, errlen) != 0)
+    if ((rc = check_writable(js->db, path, err, errlen)) != 0)
         goto error;
     sqlite3_busy_timeout(js->db, 5000);
 
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(js->db, "PRAGMA journal_mode=WAL", -1, &st, NULL) != SQLITE_OK ||
         sqlite3_step(st) != SQLITE_ROW) {
+        rc = fail(js->db, "enabling WAL", err, errlen);
         sqlite3_finalize(st);
-        fail(js->db, "enabling WAL", err, errlen);
         goto error;
     }
     const char *mode = (const char *)sqlite3_column_text(st, 0);
     bool wal = mode && strcmp(mode, "wal") == 0;
     sqlite3_finalize(st);
     if (!wal) {
-        snprintf(err, errlen, "enabling WAL: the file system refused write-ahead logging for %s", path);
+        rc = seterr(err, errlen, "enabling WAL: the file system refused write-ahead logging for %s", path);
         goto error;
     }
-    if (exec(js->db, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "setting pragmas", err, errlen) != 0)
-        goto error;
-    if (migrate(js, err, errlen) != 0)
+    rc = exec(js->db, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "setting pragmas", err, errlen);
+    if (rc != 0 || (rc = migrate(js, err, errlen)) != 0)
         goto error;
     *out = js;
     return 0;
 
 error:
     kd_jobstore_close(js);
-    return -1;
+    return rc;
 }
 
 int kd_jobstore_schema_version(const struct kd_jobstore *js)
 {
     return js->version;
-}
-
-bool kd_jobstore_error_is_full(const char *err)
-{
-    return err && strstr(err, KD_JOBSTORE_FULL_TEXT) != NULL;
 }
 
 void kd_jobstore_close(struct kd_jobstore *js)
@@ -253,24 +244,23 @@ int kd_jobstore_job_create(struct kd_jobstore *js, const char *spec, const char 
 {
     if (!js || !spec || !id)
         return seterr(err, errlen, "job create: invalid arguments");
-    if (begin(js, "job create", err, errlen) != 0)
-        return -1;
-    sqlite3_stmt *st = prepare(js, "INSERT INTO jobs (spec, state, owner, created_ms) VALUES (?, 'queued', ?, ?)",
-                               "job create", err, errlen);
-    int rc = -1;
-    if (st) {
+    int rc = begin(js, "job create", err, errlen);
+    if (rc != 0)
+        return rc;
+    sqlite3_stmt *st;
+    rc = prepare(js, "INSERT INTO jobs (spec, state, owner, created_ms) VALUES (?, 'queued', ?, ?)", "job create",
+                 &st, err, errlen);
+    if (rc == 0) {
         sqlite3_bind_text(st, 1, spec, -1, SQLITE_TRANSIENT);
         sqlite3_bind_text(st, 2, owner ? owner : "", -1, SQLITE_TRANSIENT);
         sqlite3_bind_int64(st, 3, now_ms());
         int s = sqlite3_step(st);
-        if (s == SQLITE_DONE) {
+        if (s == SQLITE_DONE)
             *id = sqlite3_last_insert_rowid(js->db);
-            rc = 0;
-        } else if (s == SQLITE_CONSTRAINT) {
-            seterr(err, errlen, "job create: the spec is not valid JSON");
-        } else {
-            fail(js->db, "job create", err, errlen);
-        }
+        else if (s == SQLITE_CONSTRAINT)
+            rc = seterr(err, errlen, "job create: the spec is not valid JSON");
+        else
+            rc = fail(js->db, "job create", err, errlen);
         sqlite3_finalize(st);
     }
     return finish(js, rc, "job create", err, errlen);
@@ -322,11 +312,12 @@ int kd_jobstore_job_get(struct kd_jobstore *js, int64_t id, struct kd_job *out, 
     if (!js || !out)
         return seterr(err, errlen, "job get: invalid arguments");
     memset(out, 0, sizeof *out);
-    sqlite3_stmt *st = prepare(js, "SELECT " JOB_COLUMNS " FROM jobs WHERE id = ?", "job get", err, errlen);
-    if (!st)
-        return -1;
+    sqlite3_stmt *st;
+    int rc = prepare(js, "SELECT " JOB_COLUMNS " FROM jobs WHERE id = ?", "job get", &st, err, errlen);
+    if (rc != 0)
+        return rc;
     sqlite3_bind_int64(st, 1, id);
-    int s = sqlite3_step(st), rc;
+    int s = sqlite3_step(st);
     if (s == SQLITE_ROW)
         rc = job_from_row(st, out) == 0 ? 0 : seterr(err, errlen, "job get: out of memory");
     else if (s == SQLITE_DONE)
@@ -344,18 +335,20 @@ int kd_jobstore_job_list(struct kd_jobstore *js, const char *state, int64_t afte
         return seterr(err, errlen, "job list: invalid arguments (limit 1..10000, a known state)");
     *out = NULL;
     *n = 0;
-    sqlite3_stmt *st = prepare(js,
-                               "SELECT " JOB_COLUMNS " FROM jobs WHERE id > ?1 AND (?2 IS NULL OR state = ?2) "
-                               "ORDER BY id LIMIT ?3",
-                               "job list", err, errlen);
-    if (!st)
-        return -1;
+    sqlite3_stmt *st;
+    int rc = prepare(js,
+                     "SELECT " JOB_COLUMNS " FROM jobs WHERE id > ?1 AND (?2 IS NULL OR state = ?2) "
+                     "ORDER BY id LIMIT ?3",
+                     "job list", &st, err, errlen);
+    if (rc != 0)
+        return rc;
     sqlite3_bind_int64(st, 1, after_id);
     if (state)
         sqlite3_bind_text(st, 2, state, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int(st, 3, limit);
     struct kd_job *jobs = calloc((size_t)limit, sizeof *jobs);
-    int count = 0, rc = jobs ? 0 : seterr(err, errlen, "job list: out of memory"), s = SQLITE_DONE;
+    int count = 0, s = SQLITE_DONE;
+    rc = jobs ? 0 : seterr(err, errlen, "job list: out of memory");
     while (rc == 0 && (s = sqlite3_step(st)) == SQLITE_ROW) {
         if (job_from_row(st, &jobs[count]) != 0)
             rc = seterr(err, errlen, "job list: out of memory");
@@ -374,17 +367,22 @@ int kd_jobstore_job_list(struct kd_jobstore *js, const char *state, int64_t afte
     return 0;
 }
 
-/* Read a job's state inside the current transaction: 0, NOT_FOUND or -1. */
+/* Read a job's state inside the current transaction: 0, NOT_FOUND or a negative code. */
 int kd_js_current_state(struct kd_jobstore *js, int64_t id, char *state, size_t len, char *err, size_t errlen)
 {
-    sqlite3_stmt *st = prepare(js, "SELECT state FROM jobs WHERE id = ?", "job state", err, errlen);
-    if (!st)
-        return -1;
+    sqlite3_stmt *st;
+    int rc = prepare(js, "SELECT state FROM jobs WHERE id = ?", "job state", &st, err, errlen);
+    if (rc != 0)
+        return rc;
     sqlite3_bind_int64(st, 1, id);
-    int s = sqlite3_step(st), rc;
+    int s = sqlite3_step(st);
     if (s == SQLITE_ROW) {
-        snprintf(state, len, "%s", (const char *)sqlite3_column_text(st, 0));
-        rc = 0;
+        /* NULL only when SQLite ran out of memory converting it: the column is NOT NULL */
+        const char *text = (const char *)sqlite3_column_text(st, 0);
+        if (text)
+            snprintf(state, len, "%s", text);
+        else
+            rc = seterr(err, errlen, "job state: out of memory");
     } else if (s == SQLITE_DONE) {
         rc = (seterr(err, errlen, "job %lld not found", (long long)id), KD_JOBSTORE_NOT_FOUND);
     } else {
@@ -394,57 +392,55 @@ int kd_js_current_state(struct kd_jobstore *js, int64_t id, char *state, size_t 
     return rc;
 }
 
-/* The state change of kd_jobstore_job_set_state, inside a transaction the caller holds. */
+/*
+ * The state change of kd_jobstore_job_set_state, inside a transaction the caller holds. The state
+ * is checked here, where it is used, rather than by each caller: every path below then has a
+ * known state, never NULL (the compiler sees that too, even where a sanitizer's check of strcmp's
+ * argument adds a path of its own).
+ */
 static int set_state_in(struct kd_jobstore *js, int64_t id, const char *state, const char *error, char *err,
                         size_t errlen)
 {
+    if (!state)
+        return seterr(err, errlen, "job %lld: no state given", (long long)id);
+    if (!valid_state(state))
+        return seterr(err, errlen, "job %lld: unknown state '%s'", (long long)id, state);
     char cur[32];
     int rc = kd_js_current_state(js, id, cur, sizeof cur, err, errlen);
     if (rc == 0 && final_state(cur) && strcmp(cur, state) != 0)
         rc = seterr(err, errlen, "job %lld is %s, which is final: cannot become %s", (long long)id, cur, state);
     if (rc == 0 && strcmp(state, KD_JOB_QUEUED) == 0 && strcmp(cur, KD_JOB_QUEUED) != 0)
         rc = seterr(err, errlen, "job %lld is %s: cannot go back to queued", (long long)id, cur);
+    sqlite3_stmt *st = NULL;
+    if (rc == 0)
+        rc = prepare(js,
+                     "UPDATE jobs SET state = ?2, error = ?3, "
+                     "started_ms = CASE WHEN ?2 = 'running' AND started_ms IS NULL THEN ?4 "
+                     "ELSE started_ms END, "
+                     "finished_ms = CASE WHEN ?5 AND finished_ms IS NULL THEN ?4 ELSE finished_ms END, "
+                     "progress = CASE WHEN ?2 = 'succeeded' THEN 1 ELSE progress END "
+                     "WHERE id = ?1",
+                     "job set state", &st, err, errlen);
     if (rc == 0) {
-        sqlite3_stmt *st = prepare(
-            js,
-            "UPDATE jobs SET state = ?2, error = ?3, "
-            "started_ms = CASE WHEN ?2 = 'running' AND started_ms IS NULL THEN ?4 "
-            "ELSE started_ms END, "
-            "finished_ms = CASE WHEN ?5 AND finished_ms IS NULL THEN ?4 ELSE finished_ms END, "
-            "progress = CASE WHEN ?2 = 'succeeded' THEN 1 ELSE progress END "
-            "WHERE id = ?1",
-            "job set state", err, errlen);
-        if (!st)
-            rc = -1;
-        else {
-            sqlite3_bind_int64(st, 1, id);
-            sqlite3_bind_text(st, 2, state, -1, SQLITE_TRANSIENT);
-            if (error)
-                sqlite3_bind_text(st, 3, error, -1, SQLITE_TRANSIENT);
-            sqlite3_bind_int64(st, 4, now_ms());
-            sqlite3_bind_int(st, 5, final_state(state));
-            rc = run(js, st, "job set state", err, errlen);
-        }
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_text(st, 2, state, -1, SQLITE_TRANSIENT);
+        if (error)
+            sqlite3_bind_text(st, 3, error, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 4, now_ms());
+        sqlite3_bind_int(st, 5, final_state(state));
+        rc = run(js, st, "job set state", err, errlen);
     }
     return rc;
-}
-
-static int check_state_arg(const struct kd_jobstore *js, int64_t id, const char *state, char *err, size_t errlen)
-{
-    /* NULL is answered on its own so the compiler can see state is non-NULL below */
-    if (!state)
-        return seterr(err, errlen, "job %lld: no state given", (long long)id);
-    if (!js || !valid_state(state))
-        return seterr(err, errlen, "job %lld: unknown state '%s'", (long long)id, state);
-    return 0;
 }
 
 int kd_jobstore_job_set_state(struct kd_jobstore *js, int64_t id, const char *state, const char *error, char *err,
                               size_t errlen)
 {
-    if (check_state_arg(js, id, state, err, errlen) != 0 || begin(js, "job set state", err, errlen) != 0)
-        return -1;
-    return finish(js, set_state_in(js, id, state, error, err, errlen), "job set state", err, errlen);
+    if (!js)
+        return seterr(err, errlen, "job %lld: no store", (long long)id);
+    int rc = begin(js, "job set state", err, errlen);
+    return rc != 0 ? rc
+                   : finish(js, set_state_in(js, id, state, error, err, errlen), "job set state", err, errlen);
 }
 
 int kd_jobstore_job_requeue(struct kd_jobstore *js, int64_t id, char *err, size_t errlen)
@@ -453,12 +449,13 @@ int kd_jobstore_job_requeue(struct kd_jobstore *js, int64_t id, char *err, size_
         return seterr(err, errlen, "job %lld: no store", (long long)id);
     /* Only a running job goes back: the process that ran it is gone, and its checkpoints say
      * where to continue. started_ms keeps the first start. */
-    sqlite3_stmt *st = prepare(js, "UPDATE jobs SET state = 'queued' WHERE id = ? AND state = 'running'",
-                               "job requeue", err, errlen);
-    if (!st)
-        return -1;
+    sqlite3_stmt *st;
+    int rc = prepare(js, "UPDATE jobs SET state = 'queued' WHERE id = ? AND state = 'running'", "job requeue", &st,
+                     err, errlen);
+    if (rc != 0)
+        return rc;
     sqlite3_bind_int64(st, 1, id);
-    int rc = run(js, st, "job requeue", err, errlen);
+    rc = run(js, st, "job requeue", err, errlen);
     if (rc == 0 && sqlite3_changes(js->db) == 0)
         rc = (seterr(err, errlen, "job %lld is not running", (long long)id), KD_JOBSTORE_NOT_FOUND);
     return rc;
@@ -468,13 +465,14 @@ int kd_jobstore_job_set_progress(struct kd_jobstore *js, int64_t id, double prog
 {
     if (!js || !(progress >= 0.0 && progress <= 1.0))
         return seterr(err, errlen, "job %lld: progress must be within 0..1", (long long)id);
-    sqlite3_stmt *st = prepare(js, "UPDATE jobs SET progress = ? WHERE id = ?", "job progress", err, errlen);
-    if (!st)
-        return -1;
+    sqlite3_stmt *st;
+    int rc = prepare(js, "UPDATE jobs SET progress = ? WHERE id = ?", "job progress", &st, err, errlen);
+    if (rc != 0)
+        return rc;
     sqlite3_bind_double(st, 1, progress);
     sqlite3_bind_int64(st, 2, id);
     /* A single statement is its own transaction. */
-    int rc = run(js, st, "job progress", err, errlen);
+    rc = run(js, st, "job progress", err, errlen);
     if (rc == 0 && sqlite3_changes(js->db) == 0)
         rc = (seterr(err, errlen, "job %lld not found", (long long)id), KD_JOBSTORE_NOT_FOUND);
     return rc;
@@ -489,10 +487,14 @@ int kd_jobstore_job_transition(struct kd_jobstore *js, int64_t id, const char *s
 int kd_jobstore_job_transition_from(struct kd_jobstore *js, int64_t id, const char *from, const char *state,
                                     const char *error, const char *payload, int64_t *seq, char *err, size_t errlen)
 {
-    if (check_state_arg(js, id, state, err, errlen) != 0 || begin(js, "job transition", err, errlen) != 0)
-        return -1;
+    if (!js)
+        return seterr(err, errlen, "job %lld: no store", (long long)id);
+    int rc = begin(js, "job transition", err, errlen);
+    if (rc != 0)
+        return rc;
     char cur[32];
-    int rc = from ? kd_js_current_state(js, id, cur, sizeof cur, err, errlen) : 0;
+    if (from)
+        rc = kd_js_current_state(js, id, cur, sizeof cur, err, errlen);
     if (rc == 0 && from && strcmp(cur, from) != 0)
         rc = seterr(err, errlen, "job %lld is %s, not %s", (long long)id, cur, from);
     if (rc == 0)
@@ -504,20 +506,20 @@ int kd_jobstore_job_transition_from(struct kd_jobstore *js, int64_t id, const ch
 
 int kd_jobstore_job_request_cancel(struct kd_jobstore *js, int64_t id, char *err, size_t errlen)
 {
-    if (!js || begin(js, "job cancel request", err, errlen) != 0)
-        return js ? -1 : seterr(err, errlen, "job %lld: no store", (long long)id);
+    if (!js)
+        return seterr(err, errlen, "job %lld: no store", (long long)id);
+    int rc = begin(js, "job cancel request", err, errlen);
+    if (rc != 0)
+        return rc;
     char cur[32];
-    int rc = kd_js_current_state(js, id, cur, sizeof cur, err, errlen);
+    rc = kd_js_current_state(js, id, cur, sizeof cur, err, errlen);
     if (rc == 0 && final_state(cur))
         rc = seterr(err, errlen, "job %lld is %s, which is final: it cannot be cancelled", (long long)id, cur);
     /* The first request's time is kept: a second DELETE changes nothing. */
-    sqlite3_stmt *st = rc == 0 ? prepare(js,
-                                         "UPDATE jobs SET cancel_requested_ms = coalesce(cancel_requested_ms, ?2) "
-                                         "WHERE id = ?1",
-                                         "job cancel request", err, errlen)
-                               : NULL;
-    if (rc == 0 && !st)
-        rc = -1;
+    sqlite3_stmt *st = NULL;
+    if (rc == 0)
+        rc = prepare(js, "UPDATE jobs SET cancel_requested_ms = coalesce(cancel_requested_ms, ?2) WHERE id = ?1",
+                     "job cancel request", &st, err, errlen);
     if (rc == 0) {
         sqlite3_bind_int64(st, 1, id);
         sqlite3_bind_int64(st, 2, now_ms());
@@ -532,18 +534,19 @@ int kd_jobstore_job_continuations(struct kd_jobstore *js, int64_t id, int64_t *i
     if (!js || !ids || !n || max < 1)
         return seterr(err, errlen, "job continuations: invalid arguments");
     *n = 0;
-    sqlite3_stmt *st = prepare(js,
-                               "SELECT id FROM jobs WHERE state IN ('queued', 'running') "
-                               "AND json_extract(spec, '$.resume_from_job') = ?1 ORDER BY id LIMIT ?2",
-                               "job continuations", err, errlen);
-    if (!st)
-        return -1;
+    sqlite3_stmt *st;
+    int rc = prepare(js,
+                     "SELECT id FROM jobs WHERE state IN ('queued', 'running') "
+                     "AND json_extract(spec, '$.resume_from_job') = ?1 ORDER BY id LIMIT ?2",
+                     "job continuations", &st, err, errlen);
+    if (rc != 0)
+        return rc;
     sqlite3_bind_int64(st, 1, id);
     sqlite3_bind_int(st, 2, max);
     int s;
     while ((s = sqlite3_step(st)) == SQLITE_ROW)
         ids[(*n)++] = sqlite3_column_int64(st, 0);
-    int rc = s == SQLITE_DONE ? 0 : fail(js->db, "job continuations", err, errlen);
+    rc = s == SQLITE_DONE ? 0 : fail(js->db, "job continuations", err, errlen);
     sqlite3_finalize(st);
     return rc;
 }
@@ -554,15 +557,15 @@ static int model_register_in(struct kd_jobstore *js, const char *name, int64_t v
 {
     if (!js || !name || !name[0] || version < 1)
         return seterr(err, errlen, "model register: invalid arguments (a name and a version >= 1)");
-    sqlite3_stmt *st = prepare(js,
-                               replace
-                                   ? "INSERT OR REPLACE INTO model_registry (name, version, source_job, metrics, "
-                                     "created_ms) VALUES (?, ?, ?, ?, ?)"
-                                   : "INSERT INTO model_registry (name, version, source_job, metrics, created_ms) "
-                                     "VALUES (?, ?, ?, ?, ?)",
-                               "model register", err, errlen);
-    if (!st)
-        return -1;
+    sqlite3_stmt *st;
+    int rc = prepare(js,
+                     replace ? "INSERT OR REPLACE INTO model_registry (name, version, source_job, metrics, "
+                               "created_ms) VALUES (?, ?, ?, ?, ?)"
+                             : "INSERT INTO model_registry (name, version, source_job, metrics, created_ms) "
+                               "VALUES (?, ?, ?, ?, ?)",
+                     "model register", &st, err, errlen);
+    if (rc != 0)
+        return rc;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 2, version);
     if (source_job > 0)
@@ -582,10 +585,13 @@ int kd_jobstore_job_succeed_with_model(struct kd_jobstore *js, int64_t id, const
                                        const char *metrics, const char *model_payload, const char *state_payload,
                                        char *err, size_t errlen)
 {
-    if (!js || begin(js, "job succeed", err, errlen) != 0)
-        return js ? -1 : seterr(err, errlen, "job %lld: no store", (long long)id);
+    if (!js)
+        return seterr(err, errlen, "job %lld: no store", (long long)id);
+    int rc = begin(js, "job succeed", err, errlen);
+    if (rc != 0)
+        return rc;
     char cur[32];
-    int rc = kd_js_current_state(js, id, cur, sizeof cur, err, errlen);
+    rc = kd_js_current_state(js, id, cur, sizeof cur, err, errlen);
     if (rc == 0 && final_state(cur))
         rc = seterr(err, errlen, "job %lld is %s, which is final: it cannot succeed with a model", (long long)id,
                     cur);

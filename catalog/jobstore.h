@@ -7,8 +7,10 @@
  *
  * Thread affinity: one thread uses a store at a time (kilnd's jobs service serializes its calls
  * under one mutex, store_mu in api/jobs-impl.h).
- * Errors: functions return 0, or -1 with a message in err (KD_JOBSTORE_NOT_FOUND where
- * said); err may be NULL when the caller does not want the text.
+ * Errors: functions return 0, or a code with a message in err: a negative one when the store
+ * failed (KD_JOBSTORE_FULL when its disk is full, else KD_JOBSTORE_FAILED), a positive one for a
+ * refusal where said (KD_JOBSTORE_NOT_FOUND, ...). Callers decide by the code, never by the text;
+ * err may be NULL when the caller does not want the text.
  *
  *     struct kd_jobstore *js;
  *     char err[256];
@@ -38,13 +40,15 @@ int kd_jobstore_schema_version(const struct kd_jobstore *js);
 int kd_jobstore_latest_version(void);
 void kd_jobstore_close(struct kd_jobstore *js);
 
-/* What err holds when a write failed because the disk holding the job store is full (SQLite's
- * "database or disk is full", or ENOSPC/EDQUOT from the file system): the store is left as it was
- * before the write, and the API answers such a failure 507. */
-#define KD_JOBSTORE_FULL_TEXT "no space left on the disk holding the job store"
-/* Whether err (from any call below) says the disk holding the job store is full. */
-bool kd_jobstore_error_is_full(const char *err);
-
+/* The codes the calls below return besides 0. A failure is negative: */
+/* The store failed (SQLite's error, out of memory, a bad argument); err says how. */
+#define KD_JOBSTORE_FAILED (-1)
+/* A write failed because the disk holding the job store is full (SQLite's "database or disk is
+ * full"; ENOSPC or EDQUOT from the file system; EFBIG past the process's file size limit): the
+ * store is left as it was before the write, and writes work again once space is freed, without a
+ * reopen. err says so in words; the API answers 507 Insufficient Storage. */
+#define KD_JOBSTORE_FULL (-2)
+/* A refusal is positive, where a call says it gives one: */
 /* Returned by get/update calls when the job id does not exist. */
 #define KD_JOBSTORE_NOT_FOUND 1
 
@@ -101,13 +105,13 @@ int kd_jobstore_job_set_state(struct kd_jobstore *js, int64_t id, const char *st
  */
 int kd_jobstore_job_transition(struct kd_jobstore *js, int64_t id, const char *state, const char *error,
                                const char *payload, int64_t *seq, char *err, size_t errlen);
-/* kd_jobstore_job_transition, made only when the job is in state from (-1 "job 3 is running, not
- * queued" otherwise): a queued job cancelled at once can never be one the trainer has taken. */
+/* kd_jobstore_job_transition, made only when the job is in state from (KD_JOBSTORE_FAILED, "job 3 is
+ * running, not queued", otherwise): a queued job cancelled at once can never be one the trainer has taken. */
 int kd_jobstore_job_transition_from(struct kd_jobstore *js, int64_t id, const char *from, const char *state,
                                     const char *error, const char *payload, int64_t *seq, char *err,
                                     size_t errlen);
 /* Record that the user asked a job that is not final to stop (its cancel_requested_ms; the first
- * request's time is kept). -1 for a final job, KD_JOBSTORE_NOT_FOUND for a missing one. */
+ * request's time is kept). KD_JOBSTORE_FAILED for a final job, KD_JOBSTORE_NOT_FOUND for a missing one. */
 int kd_jobstore_job_request_cancel(struct kd_jobstore *js, int64_t id, char *err, size_t errlen);
 /* The queued or running jobs whose spec continues job id (its "resume_from_job"), oldest first,
  * at most max of them into ids; their number in *n. */
@@ -118,7 +122,7 @@ int kd_jobstore_job_continuations(struct kd_jobstore *js, int64_t id, int64_t *i
  * (name, version) from source_job id with metrics (JSON or NULL; replacing the row an earlier try
  * of the same job left), a "model" event (model_payload), the state and its "state" event
  * (state_payload). A reader sees the job succeeded only with its model recorded. A job already
- * in a final state is refused (-1), a missing one is KD_JOBSTORE_NOT_FOUND.
+ * in a final state is refused (KD_JOBSTORE_FAILED), a missing one is KD_JOBSTORE_NOT_FOUND.
  */
 int kd_jobstore_job_succeed_with_model(struct kd_jobstore *js, int64_t id, const char *name, int64_t version,
                                        const char *metrics, const char *model_payload, const char *state_payload,
@@ -161,7 +165,7 @@ int kd_jobstore_model_register(struct kd_jobstore *js, const char *name, int64_t
 
 /* ---- removing ended jobs (jobstore-purge.c) ---- */
 
-/* kd_jobstore_job_purge's refusals, besides KD_JOBSTORE_NOT_FOUND and -1. */
+/* kd_jobstore_job_purge's refusals, besides KD_JOBSTORE_NOT_FOUND and the failures. */
 #define KD_JOBSTORE_NOT_ENDED 2  /* the job is queued or running */
 #define KD_JOBSTORE_RESUMED_BY 3 /* a queued or running job resumes from it (resume_from_job) */
 
@@ -192,7 +196,7 @@ int kd_jobstore_job_purge(struct kd_jobstore *js, int64_t id, struct kd_job_purg
  */
 int kd_jobstore_jobs_past_retention(struct kd_jobstore *js, int64_t keep_count, int64_t ended_before_ms,
                                     int64_t *ids, int max, int *n, char *err, size_t errlen);
-/* Whether job id is in the store, into *exists (a read error is -1, never "missing"). */
+/* Whether job id is in the store, into *exists (a read error is a failure's code, never "missing"). */
 int kd_jobstore_job_exists(struct kd_jobstore *js, int64_t id, bool *exists, char *err, size_t errlen);
 
 #endif /* KD_CATALOG_JOBSTORE_H */

@@ -1,8 +1,11 @@
 /*
- * engine/error.c — the thread-local error message behind kiln_error().
+ * engine/error.c — the thread-local error behind kiln_error() and kiln_error_code().
  *
  * A thread-local buffer instead of an allocated string: setting an error must never
- * fail, not even when the error being reported is an allocation failure.
+ * fail, not even when the error being reported is an allocation failure. The code sits
+ * beside the message, per thread for the same reason the message is: each thread reads
+ * the failure of its own last call. A call that returns NULL cannot return a code, so
+ * this is how its caller learns what kind of failure it was.
  */
 #include <stdio.h>
 #include <string.h>
@@ -11,14 +14,21 @@
 #include "kiln/tensor.h"
 
 static _Thread_local char error_message[KILN_ERROR_MAX];
+static _Thread_local int error_code;
 
-int kiln__error_vset(const char *fmt, va_list ap)
+static void set_message(const char *fmt, va_list ap)
 {
     /* Formatted aside first, so a message may quote the previous one (an argument that is
      * kiln_error() itself) without the source and destination overlapping. */
     char message[KILN_ERROR_MAX];
     vsnprintf(message, sizeof message, fmt, ap);
     memcpy(error_message, message, sizeof message);
+}
+
+int kiln__error_vset(const char *fmt, va_list ap)
+{
+    set_message(fmt, ap);
+    error_code = 0;
     return -1;
 }
 
@@ -31,12 +41,37 @@ int kiln__error_set(const char *fmt, ...)
     return -1;
 }
 
+int kiln__error_set_code(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    set_message(fmt, ap);
+    va_end(ap);
+    error_code = code < 0 ? code : 0;
+    return code < 0 ? code : -1;
+}
+
+int kiln__error_restate(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    set_message(fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
 const char *kiln_error(void)
 {
     return error_message;
 }
 
+int kiln_error_code(void)
+{
+    return error_code;
+}
+
 void kiln_error_clear(void)
 {
     error_message[0] = '\0';
+    error_code = 0;
 }

@@ -160,11 +160,10 @@ int kiln__read_f64(kiln_tensor *t, double *out, int64_t n, const char *op)
 int kiln__index_error(const char *op, const char *noun, int64_t v, int64_t lo, int64_t hi)
 {
     if (lo == 0)
-        kiln__error_set("%s: %s %lld is out of bounds for size %lld", op, noun, (long long)v, (long long)hi);
-    else
-        kiln__error_set("%s: %s %lld is out of range [%lld, %lld)", op, noun, (long long)v, (long long)lo,
-                        (long long)hi);
-    return KILN_EINVAL;
+        return kiln__error_set_code(KILN_EINVAL, "%s: %s %lld is out of bounds for size %lld", op, noun,
+                                    (long long)v, (long long)hi);
+    return kiln__error_set_code(KILN_EINVAL, "%s: %s %lld is out of range [%lld, %lld)", op, noun, (long long)v,
+                                (long long)lo, (long long)hi);
 }
 
 int kiln__check_range(kiln_tensor *index, int64_t lo, int64_t hi, const char *op, const char *noun)
@@ -589,7 +588,7 @@ int kiln__copy_across(kiln_tensor *out, kiln_tensor *t, const char *op)
          * returns (buffer_upload's contract), so nothing waits for the destination */
         void *host = malloc(nbytes);
         rc = host ? download(c, host, nbytes, op)
-                  : kiln__error_set("%s: out of host memory (%zu bytes)", op, nbytes);
+                  : kiln__error_set_code(KILN_ENOMEM, "%s: out of host memory (%zu bytes)", op, nbytes);
         if (rc == 0)
             rc = dst->be->buffer_upload(kiln__qctx(dst), out->storage->buf, 0, host, nbytes);
         free(host);

@@ -259,8 +259,11 @@ int kiln__unsupported(const kiln_device *dev, const char *op, kiln_entry entry, 
     const char *subname = kiln__entry_subop_name(entry, subop);
     if (subname)
         snprintf(sub, sizeof sub, " (%s)", subname);
-    return kiln__error_set("%s: device '%s' (backend %s) does not support %s%s on %s", op, dev->spec,
-                           dev->be->name, kiln__entry_name(entry), sub, kiln_dtype_name(dt));
+    /* the code is kept for kiln_error_code(); the return stays -1, which the ops' callers
+     * treat as a plain failure rather than as "try another way" (KILN_ENOTSUP from a backend) */
+    kiln__error_set_code(KILN_ENOTSUP, "%s: device '%s' (backend %s) does not support %s%s on %s", op, dev->spec,
+                         dev->be->name, kiln__entry_name(entry), sub, kiln_dtype_name(dt));
+    return -1;
 }
 
 int kiln__require(const kiln_device *dev, const char *op, kiln_entry entry, int subop, kiln_dtype dt,
@@ -411,8 +414,8 @@ static kiln_tensor *alloc_impl(kiln_device *dev, kiln_dtype dt, int ndim, const 
     if (!kiln__numel_ok(ndim, shape, &numel) ||
         __builtin_mul_overflow((size_t)numel, kiln_dtype_size(dt), &nbytes) ||
         nbytes > (size_t)PTRDIFF_MAX) {
-        kiln__error_set("%s: shape %s of %s is too large to address", op,
-                        kiln__shape_str(ndim, shape, sh, sizeof sh), kiln_dtype_name(dt));
+        kiln__error_set_code(KILN_ETOOLARGE, "%s: shape %s of %s is too large to address", op,
+                             kiln__shape_str(ndim, shape, sh, sizeof sh), kiln_dtype_name(dt));
         return NULL;
     }
     kiln_storage *st = record_take(true);
@@ -420,7 +423,7 @@ static kiln_tensor *alloc_impl(kiln_device *dev, kiln_dtype dt, int ndim, const 
     if (!st || !t) {
         record_give(st, true);
         record_give(t, false);
-        kiln__error_set("%s: out of memory", op);
+        kiln__error_set_code(KILN_ENOMEM, "%s: out of memory", op);
         return NULL;
     }
     /* Empty tensors still get a (tiny) buffer so backends never see a NULL handle. */
@@ -443,20 +446,24 @@ static kiln_tensor *alloc_impl(kiln_device *dev, kiln_dtype dt, int ndim, const 
          * than one that just ran does not fail for memory the pool keeps idle */
         char first[KILN_ERROR_MAX];
         snprintf(first, sizeof first, "%s", kiln_error());
+        int first_code = kiln_error_code();
         if (dev->be->buffer_trim(kiln__qctx(dev), SIZE_MAX) > 0) {
             kiln_error_clear();
             st->buf = dev->be->buffer_alloc(kiln__qctx(dev), nbytes ? nbytes : 1);
         } else {
-            kiln__error_set("%s", first);
+            kiln__error_set_code(first_code, "%s", first);
         }
     }
     if (!st->buf) {
         char why[KILN_ERROR_MAX];
         snprintf(why, sizeof why, "%s", kiln_error()[0] ? kiln_error() : "out of device memory");
+        /* The backend's code when it gave one (a buffer past a device limit, a lost device);
+         * a buffer the backend could not have is otherwise memory that ran out. */
+        int code = kiln_error_code() ? kiln_error_code() : KILN_ENOMEM;
         record_give(st, true);
         record_give(t, false);
-        kiln__error_set("%s: cannot allocate %s%s (%zu bytes): %s", op, kiln_dtype_name(dt),
-                        kiln__shape_str(ndim, shape, sh, sizeof sh), nbytes, why);
+        kiln__error_set_code(code, "%s: cannot allocate %s%s (%zu bytes): %s", op, kiln_dtype_name(dt),
+                             kiln__shape_str(ndim, shape, sh, sizeof sh), nbytes, why);
         return NULL;
     }
     atomic_init(&st->refcount, 1);

@@ -323,13 +323,15 @@ void kd_sched_unbuild(struct kd_sched_exec *e)
 }
 
 /*
- * The engine's messages for a buffer it could not have, newest cause last: one buffer past a
- * device's own limit (vulkan's largest storage buffer, what a remote server lets a session hold,
- * the address space) is the request's size, which a smaller batch avoids; any other failed
- * allocation is memory in use now, which may free up. A backend without the op is the server's.
- * Text, not codes: a failed op returns NULL and leaves only kiln_error().
+ * The class of a failure that came without a code, by the engine's words for it. Most of the
+ * engine's messages are set without a code still (a host allocation deep in an op, a check of
+ * its arguments), and a remote device relays a failure on its server in the server's words,
+ * since the engine's code does not travel over the wire: those words name memory or a limit
+ * as the code would. One buffer past a limit (the address space, vulkan's largest storage
+ * buffer, what a remote server lets a session hold) comes first: its message says "cannot
+ * allocate" too.
  */
-enum kd_sched_fault kd_sched_fault_of(const char *msg)
+static enum kd_sched_fault fault_of_text(const char *msg)
 {
     static const char *const too_large[] = {"exceeds the device's maxStorageBufferRange",
                                             "is more than the server lets a session hold", "too large to address"};
@@ -342,6 +344,25 @@ enum kd_sched_fault kd_sched_fault_of(const char *msg)
         if (strstr(msg, memory[i]))
             return KD_SCHED_FAULT_MEMORY;
     return strstr(msg, ") does not support ") ? KD_SCHED_FAULT_INTERNAL : KD_SCHED_FAULT_INPUT;
+}
+
+/*
+ * Memory that ran out may free up; one buffer past a limit of the device is the request's size,
+ * which a smaller batch avoids; a backend without the op, a device that failed (one that was lost
+ * is answered before the fault is read) and a connection or file that failed are the server's;
+ * an argument the engine refused is the request's.
+ */
+enum kd_sched_fault kd_sched_fault_of(int code, const char *msg)
+{
+    switch (code) {
+    case KILN_ENOMEM: return KD_SCHED_FAULT_MEMORY;
+    case KILN_ETOOLARGE: return KD_SCHED_FAULT_TOO_LARGE;
+    case KILN_ENOTSUP:
+    case KILN_EDEVICE:
+    case KILN_EIO: return KD_SCHED_FAULT_INTERNAL;
+    case KILN_EINVAL: return KD_SCHED_FAULT_INPUT;
+    default: return fault_of_text(msg ? msg : "");
+    }
 }
 
 static void fail_all(struct kd_sched_request **reqs, int n, enum kd_sched_fault fault, const char *fmt,
@@ -510,7 +531,7 @@ void kd_sched_run(struct kd_sched_model *m, struct kd_sched_exec *e, kiln_device
                  : kiln_error()[0] ? kiln_error()
                                    : "the model gave no tensor for an output");
         if (!detail[0])
-            fault = kiln_error()[0] ? kd_sched_fault_of(msg) : KD_SCHED_FAULT_INTERNAL;
+            fault = kiln_error()[0] ? kd_sched_fault_of(kiln_error_code(), msg) : KD_SCHED_FAULT_INTERNAL;
         kiln_scope_end();
         kiln_no_grad_end();
         release_all(owned, KD_SCHED_MAX_IO);

@@ -87,9 +87,10 @@ enum kd_sched_outcome {
 const char *kd_sched_outcome_to_str(enum kd_sched_outcome o);
 
 /*
- * Whose fault a KD_SCHED_FAILED request is, so that the API answers the right status. The engine
- * reports a failed op by its message only (its ops return NULL, with no code), so the scheduler
- * classifies the message once, where the run fails, and the API maps the class.
+ * Whose fault a KD_SCHED_FAILED request is, so that the API answers the right status. The
+ * scheduler classifies the engine's failure once, where the run fails, by its code
+ * (kiln_error_code: a failed op returns NULL, so the code comes beside its message), and the API
+ * maps the class.
  */
 enum kd_sched_fault {
     KD_SCHED_FAULT_INPUT = 0, /* the request's data (an index out of range, a shape the model
@@ -98,11 +99,13 @@ enum kd_sched_fault {
     KD_SCHED_FAULT_TOO_LARGE, /* one buffer passes a limit of the device at this request's size (a
                                  smaller batch may fit): 413, RESOURCE_EXHAUSTED */
     KD_SCHED_FAULT_INTERNAL,  /* the server's own (the model disagrees with its config.json, the
-                                 backend lacks an op): 500, INTERNAL */
+                                 backend lacks an op, the device failed): 500, INTERNAL */
 };
 
-/* The class of a failure whose message is msg (the engine's, as kiln_error() gave it). */
-enum kd_sched_fault kd_sched_fault_of(const char *msg);
+/* The class of an engine failure with code (kiln_error_code(): a negative KILN_E*) and message
+ * msg (kiln_error()'s). The code decides; msg is read only when code is 0, a failure set without
+ * one (its words then say what it was). */
+enum kd_sched_fault kd_sched_fault_of(int code, const char *msg);
 
 struct kd_sched_request {
     struct kd_sched_model *model;       /* a reference; released by the caller after done */

@@ -207,7 +207,7 @@ int kiln__read_file(const char *path, size_t max, char **out, size_t *len)
     char *buf = malloc(n + 1);
     if (!buf) {
         close(fd);
-        return kiln__error_set("read '%s': out of memory", path), KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "read '%s': out of memory", path);
     }
     size_t got = 0;
     while (got < n) {
@@ -234,7 +234,7 @@ int kiln__fsync_parent(const char *path)
 {
     char *copy = strdup(path);
     if (!copy)
-        return kiln__error_set("fsync folder of '%s': out of memory", path), KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "fsync folder of '%s': out of memory", path);
     int rc = kiln__fsync_dir(dirname(copy));
     free(copy);
     return rc;
@@ -338,7 +338,7 @@ int kiln__atomic_open(kiln__atomic_file *f, const char *path)
     f->tmp_path = malloc(len);
     if (!f->final_path || !f->tmp_path) {
         kiln__atomic_abort(f);
-        return kiln__error_set("write '%s': out of memory", path), KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "write '%s': out of memory", path);
     }
     (void)kiln__remove_stale_temps(path);
     int n = snprintf(f->tmp_path, len, "%s.tmp.%ld.XXXXXX", path, (long)getpid());

@@ -200,7 +200,7 @@ int kiln_ckpt_retain(const char *root, const kiln_ckpt_retention *policy, int *r
         free(keep);
         free(ranks);
         kiln_ckpt_list_free(list, n);
-        return kiln__error_set("checkpoint retain: out of memory"), KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "checkpoint retain: out of memory");
     }
     /* The newest valid checkpoint is always kept, whatever the policy: it is what a
      * resumed job starts from. */

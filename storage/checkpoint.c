@@ -64,7 +64,7 @@ static int mkdir_p(const char *path)
 {
     char *copy = strdup(path);
     if (!copy)
-        return kiln__error_set("create '%s': out of memory", path), KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "create '%s': out of memory", path);
     for (char *p = copy + 1;; p++) {
         if (*p == '/' || *p == '\0') {
             char c = *p;
@@ -97,7 +97,7 @@ static int hash_file(const char *path, uint64_t *hash, uint64_t *size)
         XXH3_freeState(st);
         free(buf);
         close(fd);
-        return kiln__error_set("%s: out of memory", path), KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "%s: out of memory", path);
     }
     XXH3_64bits_reset(st);
     uint64_t total = 0;
@@ -130,7 +130,7 @@ static int write_json_file(const char *dir, const char *name, cJSON *json)
     char *path = kiln__ckpt_path_join(dir, name);
     int rc;
     if (!text || !path)
-        rc = (kiln__error_set("checkpoint: out of memory writing %s", name), KILN_ENOMEM);
+        rc = kiln__error_set_code(KILN_ENOMEM, "checkpoint: out of memory writing %s", name);
     else
         rc = kiln__write_file_atomic(path, text, strlen(text));
     free(text);
@@ -203,13 +203,13 @@ static int write_manifest(const char *dir, const kiln_ckpt_state *s)
     if (rc != 0)
         return rc;
     if (!body)
-        return kiln__error_set("checkpoint: out of memory for the manifest"), KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "checkpoint: out of memory for the manifest");
     size_t blen = strlen(body);
     size_t len = sizeof MANIFEST_MAGIC + 17 + blen + 1;
     char *text = malloc(len);
     char *path = kiln__ckpt_path_join(dir, MANIFEST);
     if (!text || !path)
-        rc = (kiln__error_set("checkpoint: out of memory for the manifest"), KILN_ENOMEM);
+        rc = kiln__error_set_code(KILN_ENOMEM, "checkpoint: out of memory for the manifest");
     else {
         int n = snprintf(text, len, "%s%016" PRIx64 "\n%s", MANIFEST_MAGIC, (uint64_t)XXH3_64bits(body, blen), body);
         rc = kiln__write_file_atomic(path, text, (size_t)n);
@@ -330,7 +330,7 @@ int kiln_ckpt_save(const char *root, const kiln_ckpt_state *s, char *path_out, s
     if (!tmp || !final) {
         free(tmp);
         free(final);
-        return kiln__error_set("checkpoint save: out of memory"), KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "checkpoint save: out of memory");
     }
     if (kiln__mkdir_unique(tmp) != 0) { /* not mkdtemp: its 0700 would make the checkpoint private */
         rc = (kiln__error_set("checkpoint save: create '%s': %s", tmp, strerror(errno)), KILN_EIO);

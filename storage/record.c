@@ -55,7 +55,7 @@ static int record_compress_file(const char *raw_path, const char *path)
     unsigned char *out = malloc(RECORD_MAGIC_LEN + 8 + bound);
     if (!out) {
         free(raw);
-        return kiln__error_set("record save %s: out of memory compressing", path), KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "record save %s: out of memory compressing", path);
     }
     size_t z = ZSTD_compress(out + RECORD_MAGIC_LEN + 8, bound, raw, raw_len, RECORD_ZSTD_LEVEL);
     free(raw);
@@ -100,7 +100,7 @@ int kiln_record_save(const char *path, int n, const char *const *names, kiln_ten
     size_t len = strlen(path) + 48;
     char *raw_path = malloc(len);
     if (!raw_path)
-        return kiln__error_set("record save %s: out of memory", path), KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "record save %s: out of memory", path);
     static unsigned counter;
     snprintf(raw_path, len, "%s.tmp.raw.%ld.%u", path, (long)getpid(), __atomic_fetch_add(&counter, 1, 0));
     int rc = kiln_safetensors_save(raw_path, n, names, tensors, 2, keys, values);
@@ -145,8 +145,8 @@ static int record_inflate(kiln_record *rec, const unsigned char *data, size_t le
                                (unsigned long long)raw_len, content), KILN_EINVAL;
     rec->raw = malloc(raw_len ? (size_t)raw_len : 1);
     if (!rec->raw)
-        return kiln__error_set("record %s: out of memory for %llu bytes", label, (unsigned long long)raw_len),
-               KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "record %s: out of memory for %llu bytes", label,
+                                    (unsigned long long)raw_len);
     size_t got = ZSTD_decompress(rec->raw, (size_t)raw_len, frame, frame_len);
     if (ZSTD_isError(got) || got != raw_len)
         return kiln__error_set("record %s: corrupt compressed record: %s", label,

@@ -95,14 +95,14 @@ int kiln_safetensors_save(const char *path, int n, const char *const *names, kil
     bool oom;
     const char *dup = kiln__first_duplicate(meta_keys, nmeta, &oom);
     if (oom)
-        return kiln__error_set("safetensors save %s: out of memory", path), KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "safetensors save %s: out of memory", path);
     if (dup)
         return kiln__error_set("safetensors save %s: metadata key '%.200s' is given more than once", path, dup),
                KILN_EINVAL;
 
     char *header = st_build_header(n, names, tensors, nmeta, meta_keys, meta_values);
     if (!header)
-        return kiln__error_set("safetensors save %s: out of memory building the header", path), KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "safetensors save %s: out of memory building the header", path);
     /* Pad the header with spaces (JSON whitespace) so the data area starts 64-byte
      * aligned in the file: readers that map it can then use tensors in place. */
     size_t hlen = strlen(header);

@@ -314,7 +314,7 @@ static void *counting_host_alloc(void *qctx, size_t n)
         return q->d->in->host_alloc(q->iq, n);
     void *p = aligned_alloc(64, (n + 63) & ~(size_t)63);
     if (!p)
-        kiln__error_set("counting: out of host memory for %zu bytes", n);
+        kiln__error_set_code(KILN_ENOMEM, "counting: out of host memory for %zu bytes", n);
     return p;
 }
 

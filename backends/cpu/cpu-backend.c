@@ -153,7 +153,7 @@ static kiln_buffer *cpu_buffer_alloc(void *ctx, size_t nbytes)
 {
     kiln_buffer *b = kiln__cpu_buffer_get(ctx, nbytes);
     if (!b)
-        kiln__error_set("cpu: cannot allocate %zu bytes", nbytes);
+        kiln__error_set_code(KILN_ENOMEM, "cpu: cannot allocate %zu bytes", nbytes);
     return b;
 }
 

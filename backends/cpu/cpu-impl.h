@@ -534,8 +534,7 @@ int kiln__cpu_layer_norm(void *ctx, const kiln_tdesc *out, const kiln_tdesc *mea
 /** Report an allocation failure for op and return KILN_ENOMEM. */
 static inline int kiln__cpu_enomem(const char *op)
 {
-    kiln__error_set("cpu %s: out of memory", op);
-    return KILN_ENOMEM;
+    return kiln__error_set_code(KILN_ENOMEM, "cpu %s: out of memory", op);
 }
 
 #endif /* KILN_CPU_IMPL_H */

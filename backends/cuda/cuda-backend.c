@@ -65,8 +65,8 @@ int kiln__cuda_fail(kiln_cuda_device *dev, int status, const char *op)
     cudaError_t e = (cudaError_t)status;
     cudaGetLastError(); /* clear a non-sticky error so the next call starts clean */
     if (e == cudaErrorMemoryAllocation) {
-        kiln__error_set("%s on %s: out of device memory (%s)", op, dev->name, cudaGetErrorString(e));
-        return KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "%s on %s: out of device memory (%s)", op, dev->name,
+                                    cudaGetErrorString(e));
     }
     if (sticky(e)) {
         pthread_mutex_lock(&dev->mu);
@@ -75,12 +75,12 @@ int kiln__cuda_fail(kiln_cuda_device *dev, int status, const char *op)
                      cudaGetErrorString(e));
         atomic_store(&dev->lost, true);
         pthread_mutex_unlock(&dev->mu);
-        kiln__error_set("%s on %s: %s: %s (the device is lost: its work and memory are gone)", op, dev->name,
-                        cudaGetErrorName(e), cudaGetErrorString(e));
-        return KILN_EDEVICE;
+        return kiln__error_set_code(KILN_EDEVICE,
+                                    "%s on %s: %s: %s (the device is lost: its work and memory are gone)", op,
+                                    dev->name, cudaGetErrorName(e), cudaGetErrorString(e));
     }
-    kiln__error_set("%s on %s: %s: %s", op, dev->name, cudaGetErrorName(e), cudaGetErrorString(e));
-    return KILN_EDEVICE;
+    return kiln__error_set_code(KILN_EDEVICE, "%s on %s: %s: %s", op, dev->name, cudaGetErrorName(e),
+                                cudaGetErrorString(e));
 }
 
 int kiln__cuda_lost_check(kiln_cuda_device *dev, const char *op)
@@ -88,9 +88,10 @@ int kiln__cuda_lost_check(kiln_cuda_device *dev, const char *op)
     if (!atomic_load(&dev->lost))
         return 0;
     pthread_mutex_lock(&dev->mu);
-    kiln__error_set("%s: device %s was lost earlier (%s)", op, dev->name, dev->lost_why);
+    int rc = kiln__error_set_code(KILN_EDEVICE, "%s: device %s was lost earlier (%s)", op, dev->name,
+                                  dev->lost_why);
     pthread_mutex_unlock(&dev->mu);
-    return KILN_EDEVICE;
+    return rc;
 }
 
 const char *kiln__cuda_device_lost(kiln_cuda_device *dev)
@@ -449,7 +450,7 @@ static kiln_buffer *cuda_buffer_alloc(void *vq, size_t nbytes)
         return NULL;
     kiln_buffer *buf = malloc(sizeof *buf);
     if (!buf) {
-        kiln__error_set("buffer_alloc on %s: out of host memory", dev->name);
+        kiln__error_set_code(KILN_ENOMEM, "buffer_alloc on %s: out of host memory", dev->name);
         return NULL;
     }
     bool oom = false;
@@ -459,9 +460,10 @@ static kiln_buffer *cuda_buffer_alloc(void *vq, size_t nbytes)
         if (oom) {
             kiln_cuda_alloc_stats st;
             kiln__cuda_alloc_stats_get(&dev->alloc, &st);
-            kiln__error_set("buffer_alloc on %s: out of device memory allocating %zu bytes (%zu MiB in use, "
-                            "%zu MiB on the device)",
-                            dev->name, nbytes, st.in_use_bytes >> 20, dev->total_mem >> 20);
+            kiln__error_set_code(KILN_ENOMEM,
+                                 "buffer_alloc on %s: out of device memory allocating %zu bytes (%zu MiB in use, "
+                                 "%zu MiB on the device)",
+                                 dev->name, nbytes, st.in_use_bytes >> 20, dev->total_mem >> 20);
         }
         return NULL;
     }
@@ -669,8 +671,8 @@ void *kiln__cuda_workspace(kiln_cuda_queue *q, const char *op)
         q->workspace = kiln__cuda_alloc_get(&q->dev->alloc, q->stream, KILN_CUDA_WORKSPACE_BYTES, &oom);
         if (!q->workspace) {
             if (oom)
-                kiln__error_set("%s on %s: out of device memory for the %zu MiB workspace", op, q->dev->name,
-                                KILN_CUDA_WORKSPACE_BYTES >> 20);
+                kiln__error_set_code(KILN_ENOMEM, "%s on %s: out of device memory for the %zu MiB workspace", op,
+                                     q->dev->name, KILN_CUDA_WORKSPACE_BYTES >> 20);
             return NULL;
         }
     }
@@ -687,8 +689,8 @@ void *kiln__cuda_workspace_grow(kiln_cuda_queue *q, size_t bytes, const char *op
     kiln_cuda_block *blk = kiln__cuda_alloc_get(&q->dev->alloc, q->stream, bytes, &oom);
     if (!blk) {
         if (oom)
-            kiln__error_set("%s on %s: out of device memory for a %zu MiB workspace", op, q->dev->name,
-                            bytes >> 20);
+            kiln__error_set_code(KILN_ENOMEM, "%s on %s: out of device memory for a %zu MiB workspace", op,
+                                 q->dev->name, bytes >> 20);
         return NULL;
     }
     kiln__cuda_workspace_adopt(q, blk);

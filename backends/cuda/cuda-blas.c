@@ -78,15 +78,14 @@ void kiln__cuda_blas_fini(kiln_cuda_device *dev)
 static int blas_fail(kiln_cuda_queue *q, cublasStatus_t st, const char *what)
 {
     if (st == CUBLAS_STATUS_ALLOC_FAILED) {
-        kiln__error_set("matmul on %s: out of memory in %s", q->dev->name, what);
-        return KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "matmul on %s: out of memory in %s", q->dev->name, what);
     }
     /* an execution failure may hide a sticky CUDA error: let the runtime say */
     cudaError_t e = cudaPeekAtLastError();
     if (st == CUBLAS_STATUS_EXECUTION_FAILED && e != cudaSuccess)
         return kiln__cuda_fail(q->dev, e, "matmul");
-    kiln__error_set("matmul on %s: %s failed: %s", q->dev->name, what, cublasLtGetStatusString(st));
-    return KILN_EDEVICE;
+    return kiln__error_set_code(KILN_EDEVICE, "matmul on %s: %s failed: %s", q->dev->name, what,
+                                cublasLtGetStatusString(st));
 }
 
 /* One operand as cuBLASLt sees it: rows × cols column-major with leading dim ld,

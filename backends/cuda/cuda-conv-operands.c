@@ -47,8 +47,8 @@ int kiln__cuda_operand_as(kiln__cuda_operands *c, const kiln_tdesc *t, kiln_dtyp
     if (!c->scratch[i]) {
         if (!oom)
             return KILN_EDEVICE;
-        kiln__error_set("%s on %s: out of device memory for an operand copy", c->op, c->q->dev->name);
-        return KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "%s on %s: out of device memory for an operand copy", c->op,
+                                    c->q->dev->name);
     }
     c->n++;
     c->holders[i] = (struct kiln_buffer){.blk = c->scratch[i], .nbytes = bytes};

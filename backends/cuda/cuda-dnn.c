@@ -49,14 +49,13 @@ struct kiln__cuda_conv_cache {
 static int dnn_fail(kiln_cuda_queue *q, cudnnStatus_t st, const char *op, const char *what)
 {
     if (st == CUDNN_STATUS_ALLOC_FAILED) {
-        kiln__error_set("%s on %s: out of memory in cuDNN (%s)", op, q->dev->name, what);
-        return KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "%s on %s: out of memory in cuDNN (%s)", op, q->dev->name, what);
     }
     cudaError_t e = cudaPeekAtLastError();
     if (e != cudaSuccess)
         return kiln__cuda_fail(q->dev, e, op);
-    kiln__error_set("%s on %s: cuDNN %s failed: %s", op, q->dev->name, what, cudnnGetErrorString(st));
-    return KILN_EDEVICE;
+    return kiln__error_set_code(KILN_EDEVICE, "%s on %s: cuDNN %s failed: %s", op, q->dev->name, what,
+                                cudnnGetErrorString(st));
 }
 
 bool kiln__cuda_conv_supports(const kiln_conv_params *p, kiln_dtype dt)

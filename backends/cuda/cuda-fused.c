@@ -220,8 +220,7 @@ char *kiln__cuda_fused_source(const kiln_fused_program *p, const char *name, int
     }
     kiln__sbuf b = {.p = malloc(16384), .cap = 16384, .ok = true};
     if (!b.p) {
-        *why = KILN_ENOMEM;
-        kiln__error_set("cuda fused: out of memory");
+        *why = kiln__error_set_code(KILN_ENOMEM, "cuda fused: out of memory");
         return NULL;
     }
     b.p[0] = '\0';
@@ -251,8 +250,7 @@ char *kiln__cuda_fused_source(const kiln_fused_program *p, const char *name, int
     kiln__fused_emit_body(&b, p);
     if (!b.ok) {
         free(b.p);
-        *why = KILN_ENOMEM;
-        kiln__error_set("cuda fused: out of memory");
+        *why = kiln__error_set_code(KILN_ENOMEM, "cuda fused: out of memory");
         return NULL;
     }
     return b.p;

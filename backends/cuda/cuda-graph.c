@@ -99,8 +99,8 @@ int kiln__cuda_graph_index_check(kiln_cuda_queue *q, const kiln_tdesc *index, in
         size_t bytes = KILN_CUDA_CHECK_SLOTS * sizeof(kcu_index_flag);
         g->check_blk = kiln__cuda_alloc_get(&q->dev->alloc, q->stream, bytes, &oom);
         if (!g->check_blk)
-            return oom ? (kiln__error_set("%s on %s: out of device memory for index checks", op, q->dev->name),
-                          KILN_ENOMEM)
+            return oom ? kiln__error_set_code(KILN_ENOMEM, "%s on %s: out of device memory for index checks", op,
+                                              q->dev->name)
                        : KILN_EDEVICE;
         int rc = kiln__cuda_check(q, cudaMemsetAsync(g->check_blk->ptr, 0, bytes, q->stream), "index_check");
         if (rc)
@@ -125,8 +125,7 @@ int kiln__cuda_capture_begin(void *vq)
     }
     kiln_backend_graph *g = calloc(1, sizeof *g);
     if (!g) {
-        kiln__error_set("capture_begin on %s: out of memory", q->dev->name);
-        return KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "capture_begin on %s: out of memory", q->dev->name);
     }
     g->q = q;
     if (kiln__cuda_alloc_capture_begin(&q->dev->alloc, &g->pool, q->stream) < 0) {

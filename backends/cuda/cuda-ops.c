@@ -266,8 +266,8 @@ int kiln__cuda_index_check(void *vq, const kiln_tdesc *index, int64_t lo, int64_
         size_t bytes = KILN_CUDA_CHECK_SLOTS * sizeof(kcu_index_flag);
         q->check_blk = kiln__cuda_alloc_get(&q->dev->alloc, q->stream, bytes, &oom);
         if (!q->check_blk)
-            return oom ? (kiln__error_set("%s on %s: out of device memory for index checks", op, q->dev->name),
-                          KILN_ENOMEM)
+            return oom ? kiln__error_set_code(KILN_ENOMEM, "%s on %s: out of device memory for index checks", op,
+                                              q->dev->name)
                        : KILN_EDEVICE;
         int rc = kiln__cuda_check(q, cudaMemsetAsync(q->check_blk->ptr, 0, bytes, q->stream), "index_check");
         if (rc)

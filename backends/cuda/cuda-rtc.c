@@ -207,8 +207,7 @@ static int rtc_compile(const char *source, const char *name, const char *arch_op
     nvrtcDestroyProgram(&prog);
     if (r != NVRTC_SUCCESS)
         return kiln__error_set("cuda rtc: reading the %s of %s: %s", RTC_OUTPUT, name, nvrtcGetErrorString(r));
-    kiln__error_set("cuda rtc: out of memory for the %s of %s", RTC_OUTPUT, name);
-    return KILN_ENOMEM;
+    return kiln__error_set_code(KILN_ENOMEM, "cuda rtc: out of memory for the %s of %s", RTC_OUTPUT, name);
 }
 
 #if KILN_CUDA_HIP

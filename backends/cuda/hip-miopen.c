@@ -53,15 +53,14 @@ struct kiln__cuda_conv_cache {
 static int miopen_fail(kiln_cuda_queue *q, miopenStatus_t st, const char *op, const char *what)
 {
     if (st == miopenStatusAllocFailed) {
-        kiln__error_set("%s on %s: out of memory in MIOpen (%s)", op, q->dev->name, what);
-        return KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "%s on %s: out of memory in MIOpen (%s)", op, q->dev->name, what);
     }
     /* a failed launch inside MIOpen leaves its cause with the runtime */
     cudaError_t e = cudaPeekAtLastError();
     if (e != cudaSuccess)
         return kiln__cuda_fail(q->dev, e, op);
-    kiln__error_set("%s on %s: MIOpen %s failed: %s", op, q->dev->name, what, miopenGetErrorString(st));
-    return KILN_EDEVICE;
+    return kiln__error_set_code(KILN_EDEVICE, "%s on %s: MIOpen %s failed: %s", op, q->dev->name, what,
+                                miopenGetErrorString(st));
 }
 
 bool kiln__cuda_conv_supports(const kiln_conv_params *p, kiln_dtype dt)

@@ -375,7 +375,7 @@ static void *fused_host_alloc(void *qctx, size_t n)
         return q->d->in->host_alloc(q->iq, n);
     void *p = aligned_alloc(64, (n + 63) & ~(size_t)63);
     if (!p)
-        kiln__error_set("fused: out of host memory for %zu bytes", n);
+        kiln__error_set_code(KILN_ENOMEM, "fused: out of host memory for %zu bytes", n);
     return p;
 }
 

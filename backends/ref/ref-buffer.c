@@ -34,8 +34,7 @@ size_t kiln__ref_dtype_size(kiln_dtype dt)
 
 int kiln__ref_enomem(const char *op)
 {
-    kiln__error_set("ref %s: out of memory", op);
-    return KILN_ENOMEM;
+    return kiln__error_set_code(KILN_ENOMEM, "ref %s: out of memory", op);
 }
 
 int kiln__ref_require_float(const char *op, const kiln_tdesc *t)
@@ -90,7 +89,7 @@ static kiln_buffer *ref_buffer_alloc(void *ctx, size_t nbytes)
     b->data = calloc(nbytes ? nbytes : 1, 1);
     if (!b->data) {
         free(b);
-        kiln__error_set("ref buffer_alloc: out of memory (%zu bytes)", nbytes);
+        kiln__error_set_code(KILN_ENOMEM, "ref buffer_alloc: out of memory (%zu bytes)", nbytes);
         return NULL;
     }
     b->nbytes = nbytes;

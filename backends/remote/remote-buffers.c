@@ -59,8 +59,9 @@ static bool fits(const rdev *d, size_t nbytes)
 
 /*
  * Whether an ALLOC of nbytes fits the session's limits, making room first where it can. 0, or a
- * negative code with why set: KILN_ENOMEM naming the size and the limit it would pass (or saying
- * the client ran out of memory), KILN_EIO when the connection died on the way.
+ * negative code with why set: KILN_ETOOLARGE when the one buffer is more than the session may ever
+ * hold, KILN_ENOMEM naming the limit the buffers held now would pass (or saying the client ran out
+ * of memory), KILN_EIO when the connection died on the way.
  */
 static int admit(rdev *d, size_t nbytes, char *why, size_t wl)
 {
@@ -69,7 +70,7 @@ static int admit(rdev *d, size_t nbytes, char *why, size_t wl)
                  "%.120s: %zu bytes is more than the server lets a session hold (%" PRIu64
                  " bytes, its remote.max_live_bytes)",
                  d->spec, nbytes, d->max_live_bytes);
-        return KILN_ENOMEM;
+        return KILN_ETOOLARGE;
     }
     if (fits(d, nbytes))
         return 0;
@@ -155,7 +156,7 @@ kiln_buffer *kiln__remote_buffer_alloc(void *ctx, size_t nbytes)
     if (!b && dead)
         kiln__rdev_dead_error("buffer_alloc", why);
     else if (!b)
-        kiln__error_set("%s", why);
+        kiln__error_set_code(rc, "%s", why);
     return b;
 }
 

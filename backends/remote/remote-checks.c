@@ -120,12 +120,13 @@ void kiln__rdev_checks_verdict(rdev *d)
             /* the engine's wording; the thread's own error is left as it was */
             char saved[KILN_ERROR_MAX];
             snprintf(saved, sizeof saved, "%s", kiln_error());
+            int saved_code = kiln_error_code();
             kiln__index_error(d->checks[k].op, d->checks[k].noun, bad, d->checks[k].lo, d->checks[k].hi);
             d->deferred = true;
             d->deferred_seq = d->checks[k].last_seq;
             snprintf(d->deferred_err, sizeof d->deferred_err, "%.120s: %.300s", d->spec, kiln_error());
             if (saved[0])
-                kiln__error_set("%s", saved);
+                kiln__error_set_code(saved_code, "%s", saved);
             else
                 kiln_error_clear();
         }

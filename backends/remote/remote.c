@@ -58,8 +58,7 @@ int kiln__rdev_die(rdev *d, const char *why)
 /* The error of a call on a dead device. Call without holding the lock (the message is copied). */
 int kiln__rdev_dead_error(const char *what, const char *why)
 {
-    kiln__error_set("%s: %s", what, why);
-    return KILN_EIO;
+    return kiln__error_set_code(KILN_EIO, "%s: %s", what, why);
 }
 
 static const char *name_of(const rdev *d, uint64_t seq)
@@ -237,8 +236,7 @@ int kiln__rdev_append(rdev *d, kiln_wire_msg *m, const char *what)
     m->h.seq = d->seq + 1;
     char why[256];
     if (kiln_wire_encode(&d->batch, m, why, sizeof why) != 0) {
-        kiln__error_set("%s: %s: %s", d->spec, what, why);
-        return KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "%s: %s: %s", d->spec, what, why);
     }
     d->seq++;
     d->batch_msgs++;

@@ -159,8 +159,8 @@ static int gemm(kvk_queue *q, const char *op, int mode, kiln_dtype dt, kiln_buff
         return rc;
     kiln_buffer *part = kvk_buffer_alloc(q, (size_t)(n * splits) * acc);
     if (!part)
-        return kiln__error_set("%s: no device memory for %lld partial sums", op, (long long)(n * splits)),
-               KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "%s: no device memory for %lld partial sums", op,
+                                    (long long)(n * splits));
     kiln_buffer *with_part[6] = {bufs[0], bufs[1], bufs[2], NULL, NULL, part};
     rc = kvk_dispatch(q, op, "conv-gemm", kvk_dtype_name(dt), &spec, with_part, 6, &p, sizeof p, (uint32_t)tx,
                       (uint32_t)ty, (uint32_t)(groups * splits));

@@ -50,16 +50,16 @@ int kvk_vk_error(kvk_device *d, const char *op, const char *what, VkResult r)
     if (r == VK_ERROR_DEVICE_LOST) {
         if (d)
             atomic_store(&d->lost, true);
-        kiln__error_set("%s: the vulkan device %s was lost (%s: VK_ERROR_DEVICE_LOST)", op, dev, what);
-        return KILN_EDEVICE;
+        return kiln__error_set_code(KILN_EDEVICE, "%s: the vulkan device %s was lost (%s: VK_ERROR_DEVICE_LOST)",
+                                    op, dev, what);
     }
     if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) {
-        kiln__error_set("%s: %s is out of %s memory (%s: %s)", op, dev,
-                        r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? "device" : "host", what, kvk_result_name(r));
-        return KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "%s: %s is out of %s memory (%s: %s)", op, dev,
+                                    r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? "device" : "host", what,
+                                    kvk_result_name(r));
     }
-    kiln__error_set("%s: %s failed on %s (%s, %d)", op, what, dev, kvk_result_name(r), (int)r);
-    return KILN_EDEVICE;
+    return kiln__error_set_code(KILN_EDEVICE, "%s: %s failed on %s (%s, %d)", op, what, dev, kvk_result_name(r),
+                                (int)r);
 }
 
 int kvk_loop_check(kvk_queue *q, const char *op, int64_t steps, const char *fmt, ...)
@@ -150,10 +150,11 @@ static int find_physical(int index, VkInstance *inst, VkPhysicalDevice *phys, co
     if (r != VK_SUCCESS) {
         *inst = VK_NULL_HANDLE;
         if (r == VK_ERROR_INCOMPATIBLE_DRIVER || r == VK_ERROR_INITIALIZATION_FAILED)
-            return kiln__error_set("%s: no Vulkan driver (vkCreateInstance: %s); install one (mesa-vulkan-drivers "
-                                   "provides lavapipe) or check VK_ICD_FILENAMES",
-                                   op, kvk_result_name(r)),
-                   KILN_EDEVICE;
+            return kiln__error_set_code(
+                KILN_EDEVICE,
+                "%s: no Vulkan driver (vkCreateInstance: %s); install one (mesa-vulkan-drivers "
+                "provides lavapipe) or check VK_ICD_FILENAMES",
+                op, kvk_result_name(r));
         return kvk_vk_error(NULL, op, "vkCreateInstance", r);
     }
     uint32_t n = 0;
@@ -166,7 +167,7 @@ static int find_physical(int index, VkInstance *inst, VkPhysicalDevice *phys, co
         free(all);
         *inst = VK_NULL_HANDLE;
         if (n == 0)
-            return kiln__error_set("%s: no Vulkan device found (the loader lists none)", op), KILN_EDEVICE;
+            return kiln__error_set_code(KILN_EDEVICE, "%s: no Vulkan device found (the loader lists none)", op);
         return kiln__error_set("%s: no device %d (there %s %u: vulkan:0%s)", op, index, n == 1 ? "is" : "are", n,
                                n == 1 ? "" : " ..."),
                KILN_EINVAL;

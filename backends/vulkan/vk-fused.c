@@ -546,7 +546,7 @@ int kvk_fused_run(void *vq, const kiln_fused_program *p)
     if (check(p) < 0 || assign_slots(&s, p) < 0)
         return KILN_ENOTSUP;
     if (atomic_load(&d->lost))
-        return kiln__error_set("fused on vulkan:%d: the device was lost", d->index), KILN_EDEVICE;
+        return kiln__error_set_code(KILN_EDEVICE, "fused on vulkan:%d: the device was lost", d->index);
     if (p->n == 0)
         return 0;
     if (d->feat.loop_limit && fused_steps(p) >= d->feat.loop_limit - d->feat.loop_limit / 16)

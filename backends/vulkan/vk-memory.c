@@ -62,7 +62,7 @@ static kvk_block *block_new(kvk_device *d, VkDeviceSize size, bool dedicated, co
 {
     kvk_block *b = calloc(1, sizeof *b);
     if (!b) {
-        kiln__error_set("%s: out of host memory", op);
+        kiln__error_set_code(KILN_ENOMEM, "%s: out of host memory", op);
         return NULL;
     }
     VkBufferCreateInfo bci = {
@@ -176,7 +176,7 @@ static kiln_buffer *alloc_locked(kvk_device *d, kvk_queue *q, size_t nbytes, con
     }
     kiln_buffer *b = calloc(1, sizeof *b);
     if (!b) {
-        kiln__error_set("%s: out of host memory", op);
+        kiln__error_set_code(KILN_ENOMEM, "%s: out of host memory", op);
         return NULL;
     }
     kvk_block *blk = NULL;
@@ -225,13 +225,15 @@ kiln_buffer *kvk_buffer_alloc(void *vq, size_t nbytes)
     kvk_queue *q = vq;
     kvk_device *d = q->d;
     if (atomic_load(&d->lost)) {
-        kiln__error_set("buffer_alloc: the vulkan device '%s' was lost", d->name);
+        kiln__error_set_code(KILN_EDEVICE, "buffer_alloc: the vulkan device '%s' was lost", d->name);
         return NULL;
     }
     if (nbytes > d->feat.max_range) {
-        kiln__error_set("buffer_alloc: a buffer of %zu bytes exceeds the device's maxStorageBufferRange of %llu "
-                        "bytes ('%s'); split the tensor or use another device",
-                        nbytes, (unsigned long long)d->feat.max_range, d->name);
+        kiln__error_set_code(
+            KILN_ETOOLARGE,
+            "buffer_alloc: a buffer of %zu bytes exceeds the device's maxStorageBufferRange of %llu "
+            "bytes ('%s'); split the tensor or use another device",
+            nbytes, (unsigned long long)d->feat.max_range, d->name);
         return NULL;
     }
     pthread_mutex_lock(&d->alloc.lock);

@@ -25,7 +25,7 @@ static int scratch(kvk_queue *q, kvknn_operand *o, const kiln_tdesc *t, const ch
     size_t bytes = (size_t)(n > 0 ? n : 1) * kiln_dtype_size(t->dtype);
     o->tmp = kvk_buffer_alloc(q, bytes);
     if (!o->tmp)
-        return kiln__error_set("%s: no device memory for a %zu-byte scratch copy", op, bytes), KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "%s: no device memory for a %zu-byte scratch copy", op, bytes);
     o->d = *t;
     o->d.buf = o->tmp;
     o->d.offset = 0;

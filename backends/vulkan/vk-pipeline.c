@@ -111,7 +111,7 @@ int kvk_pipelines_init(kvk_device *d)
 {
     d->pipelines = calloc(KVK_PIPE_BUCKETS, sizeof(kvk_pipeline *));
     if (!d->pipelines)
-        return kiln__error_set("vulkan: out of memory"), KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "vulkan: out of memory");
     cache_path_of(d);
     size_t n = 0;
     const char *why = NULL;
@@ -237,7 +237,7 @@ static kvk_pipeline *build(kvk_device *d, const char *op, const char *shader, co
     }
     kvk_pipeline *p = calloc(1, sizeof *p);
     if (!p) {
-        kiln__error_set("%s: out of host memory", op);
+        kiln__error_set_code(KILN_ENOMEM, "%s: out of host memory", op);
         return NULL;
     }
     snprintf(p->shader, sizeof p->shader, "%s", shader);

@@ -33,15 +33,15 @@ int kvk_queue_take_error(kvk_queue *q)
 {
     if (q->err) {
         int rc = q->err;
-        kiln__error_set("%s", q->err_msg);
+        kiln__error_set_code(rc, "%s", q->err_msg);
         q->err = 0;
         q->err_msg[0] = '\0';
         return rc;
     }
     if (atomic_load(&q->d->lost)) {
-        kiln__error_set("vulkan: the device '%s' was lost (VK_ERROR_DEVICE_LOST); close it and open it again",
-                        q->d->name);
-        return KILN_EDEVICE;
+        return kiln__error_set_code(
+            KILN_EDEVICE, "vulkan: the device '%s' was lost (VK_ERROR_DEVICE_LOST); close it and open it again",
+            q->d->name);
     }
     return 0;
 }
@@ -105,7 +105,8 @@ static void full_barrier(VkCommandBuffer cmd)
 VkCommandBuffer kvk_record(kvk_queue *q, const char *op)
 {
     if (atomic_load(&q->d->lost)) {
-        kiln__error_set("%s: the vulkan device '%s' was lost (VK_ERROR_DEVICE_LOST)", op, q->d->name);
+        kiln__error_set_code(KILN_EDEVICE, "%s: the vulkan device '%s' was lost (VK_ERROR_DEVICE_LOST)", op,
+                             q->d->name);
         return VK_NULL_HANDLE;
     }
     if (q->open && q->open->ncmds >= KVK_BATCH_MAX && kvk_flush(q, op) < 0)
@@ -120,7 +121,7 @@ VkCommandBuffer kvk_record(kvk_queue *q, const char *op)
         } else {
             b = calloc(1, sizeof *b);
             if (!b) {
-                kiln__error_set("%s: out of host memory", op);
+                kiln__error_set_code(KILN_ENOMEM, "%s: out of host memory", op);
                 return VK_NULL_HANDLE;
             }
             VkCommandBufferAllocateInfo ai = {
@@ -220,7 +221,7 @@ static kvk_host_chunk *chunk_new(kvk_queue *q, VkDeviceSize size, const char *op
     kvk_device *d = q->d;
     kvk_host_chunk *c = calloc(1, sizeof *c);
     if (!c) {
-        kiln__error_set("%s: out of host memory", op);
+        kiln__error_set_code(KILN_ENOMEM, "%s: out of host memory", op);
         return NULL;
     }
     VkBufferCreateInfo bci = {

@@ -159,8 +159,8 @@ int kvk_reduce(void *vq, kiln_reduce_op op, const kiln_tdesc *out, const kiln_td
     kiln_dtype acc = int_path ? KILN_I64 : q->d->feat.f64 ? KILN_F64 : KILN_F32;
     kiln_buffer *part = kvk_buffer_alloc(q, (size_t)(nout * splits) * kiln_dtype_size(acc));
     if (!part)
-        return kiln__error_set("reduce: no device memory for %lld partial results", (long long)(nout * splits)),
-               KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "reduce: no device memory for %lld partial results",
+                                    (long long)(nout * splits));
     reduce_params first = p;
     first.splits = (int32_t)splits;
     first.chunk = (int32_t)chunk;
@@ -229,8 +229,8 @@ int kvk_arg_reduce(void *vq, bool is_max, const kiln_tdesc *out, const kiln_tdes
     p.chunk = SPLIT_MAX_CHUNK;
     kiln_buffer *picks = kvk_buffer_alloc(q, (size_t)(lanes * splits) * sizeof(int64_t));
     if (!picks)
-        return kiln__error_set("arg_reduce: no device memory for %lld partial picks", (long long)(lanes * splits)),
-               KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "arg_reduce: no device memory for %lld partial picks",
+                                    (long long)(lanes * splits));
     int rc = dispatch_arg(q, is_max, 0, picks, in->dtype, in->buf, NULL, &p, lanes * splits);
     if (rc == 0)
         rc = dispatch_arg(q, is_max, 1, out->buf, in->dtype, in->buf, picks, &p, lanes);
@@ -296,8 +296,8 @@ static int cumsum_lanes(kvk_queue *q, cumsum_params p, kiln_dtype out_dt, kiln_b
     kiln_buffer *running = totals ? kvk_buffer_alloc(q, bytes) : NULL;
     if (!running) {
         kvk_buffer_free(q, totals);
-        return kiln__error_set("cumsum: no device memory for %lld block totals", (long long)(lanes * blocks)),
-               KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM, "cumsum: no device memory for %lld block totals",
+                                    (long long)(lanes * blocks));
     }
     int rc = cumsum_dispatch(q, CUMSUM_TOTALS, acc, totals, in_dt, in, NULL, &p, lanes * blocks);
     if (rc == 0) {

@@ -93,10 +93,10 @@ int kvk_sort(void *vq, const kiln_tdesc *values, const kiln_tdesc *indices, cons
     r.bufs[4] = r.bufs[3] ? kvk_buffer_alloc(q, (size_t)pairs * sizeof(uint32_t)) : NULL;
     if (!r.bufs[4]) {
         kvk_buffer_free(q, r.bufs[3]);
-        return kiln__error_set("sort: no device memory for the %lld bytes of scratch that %d lanes of %d "
-                               "elements need",
-                               (long long)pairs * 12, p.lanes, p.len),
-               KILN_ENOMEM;
+        return kiln__error_set_code(KILN_ENOMEM,
+                                    "sort: no device memory for the %lld bytes of scratch that %d lanes of %d "
+                                    "elements need",
+                                    (long long)pairs * 12, p.lanes, p.len);
     }
     int rc = sort_pass(&r, SORT_TILE_SORT, &p, tiles);
     for (int64_t k = 2 * SORT_TILE; rc == 0 && k <= padded; k *= 2) {

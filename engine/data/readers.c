@@ -571,7 +571,7 @@ kiln_dataset *kiln_dataset_safetensors(const char *path, const char *features_na
         goto done;
     kiln_tensor *raw = kiln_safetensors_load(st, features_name, dev);
     if (!raw) {
-        kiln__error_set("safetensors data set: %s: tensor '%s': %s", path, features_name, kiln_error());
+        kiln__error_restate("safetensors data set: %s: tensor '%s': %s", path, features_name, kiln_error());
         goto done;
     }
     fx = kiln_cast(raw, KILN_F32);
@@ -588,7 +588,7 @@ kiln_dataset *kiln_dataset_safetensors(const char *path, const char *features_na
     if (target_name) {
         kiln_tensor *r = kiln_safetensors_load(st, target_name, dev);
         if (!r) {
-            kiln__error_set("safetensors data set: %s: tensor '%s': %s", path, target_name, kiln_error());
+            kiln__error_restate("safetensors data set: %s: tensor '%s': %s", path, target_name, kiln_error());
             goto done;
         }
         bool cls = !kiln_dtype_is_float(kiln_tensor_dtype(r));

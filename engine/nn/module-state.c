@@ -85,7 +85,7 @@ static int convert_one(load_ctx *c, const char *name, kiln__entry *e, int i)
     c->ready[i] = t ? kiln_keep(kiln_to_device(t, kiln_tensor_device(e->t))) : NULL;
     kiln_tensor_release(t);
     if (!c->ready[i]) {
-        kiln__error_set("load_state_dict: \"%s\": %s", name, kiln_error());
+        kiln__error_restate("load_state_dict: \"%s\": %s", name, kiln_error());
         return 1;
     }
     return 0;
@@ -100,7 +100,7 @@ static int unalias_one(load_ctx *c, kiln__entry *e)
             continue;
         kiln_tensor *copy = kiln_keep(kiln_clone(c->ready[k]));
         if (!copy) {
-            kiln__error_set("load_state_dict: \"%s\": %s", c->names[k], kiln_error());
+            kiln__error_restate("load_state_dict: \"%s\": %s", c->names[k], kiln_error());
             return 1;
         }
         kiln_tensor_release(c->ready[k]);

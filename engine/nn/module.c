@@ -550,15 +550,32 @@ const char *kiln__module_label(kiln_module *m, char *buf, size_t len)
 /* The innermost failing module names itself once; outer modules leave the message. */
 static _Thread_local bool error_tagged;
 
-int kiln__module_error(kiln_module *m, const char *fmt, ...)
+/* The message fmt names m; code (0 for none) is kept with it for kiln_error_code(). */
+static int module_verror(kiln_module *m, int code, const char *fmt, va_list ap)
 {
     char label[160], msg[KILN_ERROR_MAX];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    kiln__error_set_code(code, "%s: %s", kiln__module_label(m, label, sizeof label), msg);
+    error_tagged = true;
+    return -1;
+}
+
+int kiln__module_error(kiln_module *m, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    module_verror(m, 0, fmt, ap);
     va_end(ap);
-    kiln__error_set("%s: %s", kiln__module_label(m, label, sizeof label), msg);
-    error_tagged = true;
+    return -1;
+}
+
+int kiln__module_restate(kiln_module *m, const char *fmt, ...)
+{
+    int code = kiln_error_code();
+    va_list ap;
+    va_start(ap, fmt);
+    module_verror(m, code, fmt, ap);
+    va_end(ap);
     return -1;
 }
 
@@ -635,7 +652,7 @@ int kiln_module_forward_n(kiln_module *m, int n_in, kiln_tensor *const *in, int 
         if (!error_tagged) {
             char msg[KILN_ERROR_MAX];
             snprintf(msg, sizeof msg, "%s", *kiln_error() ? kiln_error() : "forward failed");
-            kiln__module_error(m, "%s", msg);
+            kiln__module_restate(m, "%s", msg);
         }
         return -1;
     }

@@ -152,6 +152,9 @@ int kiln__module_replace(kiln_module *m, const char *name, kiln_tensor *t);
 const char *kiln__module_label(kiln_module *m, char *buf, size_t len);
 /** Set an error prefixed with the module's label; returns -1. */
 int kiln__module_error(kiln_module *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/** kiln__module_error for the failure of an op inside m, its message quoted in fmt: the op's
+ *  code (kiln_error_code) stays with the message; returns -1. */
+int kiln__module_restate(kiln_module *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /** Check that x has ndim dims (any of ndim_a, ndim_b when ndim_b >= 0). */
 int kiln__check_input(kiln_module *m, kiln_tensor *x, int ndim_a, int ndim_b, const char *what);
 /** Forward of a one-input, one-output layer: checks the input and calls fn. */

@@ -165,7 +165,7 @@ static int model_forward(kiln_module *m, int n_in, kiln_tensor *const *in, int m
             if (!y) {
                 char msg[KILN_ERROR_MAX];
                 snprintf(msg, sizeof msg, "%s", kiln_error());
-                kiln__module_error(m, "node '%s' (%s): %s", n->name, ops[n->op].name, msg);
+                kiln__module_restate(m, "node '%s' (%s): %s", n->name, ops[n->op].name, msg);
                 goto done;
             }
             v[n->first_value] = y;
@@ -612,7 +612,7 @@ kiln_module *kiln_model_from_json_file(const char *path, kiln_device *dev, kiln_
         return NULL;
     }
     if (kiln__read_file(path, MODEL_SPEC_MAX_BYTES, &buf, NULL) < 0) {
-        kiln__error_set("model spec: cannot read %s: %s", path, kiln_error());
+        kiln__error_restate("model spec: cannot read %s: %s", path, kiln_error());
         return NULL;
     }
     kiln_module *m = kiln_model_from_json(buf, dev, gen);

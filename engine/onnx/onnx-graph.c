@@ -253,11 +253,12 @@ static int record(kiln_onnx_model *m, kiln__onnx_graphs *gs, graph_slot *s, kiln
     kiln__graph *graph = NULL;
     if (recording) {
         char plan_error[KILN_ERROR_MAX] = "";
+        int plan_code = kiln_error_code();
         if (rc)
             snprintf(plan_error, sizeof plan_error, "%s", kiln_error());
         graph = kiln__graph_capture_end(m->dev);
         if (rc) /* the plan's failure says more than "the recording broke" */
-            kiln__error_set("%s", plan_error);
+            kiln__error_set_code(plan_code, "%s", plan_error);
     }
     if (rc == 0 && graph) {
         s->graph = graph;

@@ -140,7 +140,7 @@ int kiln__onnx_plan_host(kiln_onnx_model *m)
     m->host_const_ver = calloc((size_t)m->nvalues + 1, sizeof *m->host_const_ver);
     if (!m->host_dev || !m->host_consts || !m->host_const_ver) {
         free(host);
-        return kiln__error_set("onnx: cannot open the cpu device for shape arithmetic: %s", kiln_error());
+        return kiln__error_restate("onnx: cannot open the cpu device for shape arithmetic: %s", kiln_error());
     }
     m->host_vals = host;
     for (int k = 0; k < m->nnodes; k++) {

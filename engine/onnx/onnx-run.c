@@ -61,7 +61,7 @@ int kiln__onnx_node_fail(const kiln__onnx_mnode *n, const char *what)
 {
     char msg[KILN_ERROR_MAX];
     snprintf(msg, sizeof msg, "%s", kiln_error());
-    return kiln__error_set("onnx: node '%s' (%s) %s: %s", n->info.name, n->info.op_type, what, msg);
+    return kiln__error_restate("onnx: node '%s' (%s) %s: %s", n->info.name, n->info.op_type, what, msg);
 }
 
 /* Run node k on the values in vals; outputs go to vals (new references). */

@@ -394,7 +394,7 @@ static int parse_state(const kiln_sched *s, const char *json, const char *op, in
         if (isnan(kiln_sched_lr_at(&s->cfg, *base_out, *step_out)) || check_momentum(s, *step_out) < 0) {
             char msg[KILN_ERROR_MAX];
             snprintf(msg, sizeof msg, "%s", kiln_error());
-            rc = kiln__error_set("%s: %s", op, msg);
+            rc = kiln__error_restate("%s: %s", op, msg);
         }
     }
     cJSON_Delete(o);

@@ -496,7 +496,7 @@ int kiln_learner_resume(kiln_learner *L, const char *path)
 fail:;
     char msg[KILN_ERROR_MAX];
     snprintf(msg, sizeof msg, "%s", kiln_error());
-    kiln__error_set("learner_resume: %s: %s", kiln_ckpt_path(ck), msg);
+    kiln__error_restate("learner_resume: %s: %s", kiln_ckpt_path(ck), msg);
 done:
     cJSON_Delete(pos);
     plan_free(&plan);

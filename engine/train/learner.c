@@ -616,14 +616,18 @@ int kiln_learner_fit(kiln_learner *L)
         if (rc == -2) {
             char msg[KILN_ERROR_MAX];
             snprintf(msg, sizeof msg, "%s", kiln_error());
+            int code = kiln_error_code(); /* read with the message: the event may set others */
             done_event(L, "error");
-            return kiln__error_set("%s", msg);
+            kiln__error_set_code(code, "%s", msg);
+            return -1;
         }
         if (rc < 0) {
             char msg[KILN_ERROR_MAX];
             snprintf(msg, sizeof msg, "%s", kiln_error());
+            int code = kiln_error_code(); /* read with the message: the event may set others */
             done_event(L, "error");
-            return kiln__error_set("learner: epoch %lld: %s", (long long)e + 1, msg);
+            kiln__error_set_code(code, "learner: epoch %lld: %s", (long long)e + 1, msg);
+            return -1;
         }
         if (rc == 1) {
             done_event(L, "cancelled");
@@ -644,8 +648,10 @@ int kiln_learner_fit(kiln_learner *L)
                 cJSON_Delete(ep);
                 char msg[KILN_ERROR_MAX];
                 snprintf(msg, sizeof msg, "%s", kiln_error());
+                int code = kiln_error_code(); /* read with the message: the event may set others */
                 done_event(L, "error");
-                return kiln__error_set("learner: validation after epoch %lld: %s", (long long)e + 1, msg);
+                kiln__error_set_code(code, "learner: validation after epoch %lld: %s", (long long)e + 1, msg);
+                return -1;
             }
             set_metric(L, "valid_loss", vl);
             if (L->cfg.num_classes > 0 && vn > 0) {
@@ -660,8 +666,10 @@ int kiln_learner_fit(kiln_learner *L)
             cJSON_Delete(ep);
             char msg[KILN_ERROR_MAX];
             snprintf(msg, sizeof msg, "%s", kiln_error());
+            int code = kiln_error_code(); /* read with the message: the event may set others */
             done_event(L, "error");
-            return kiln__error_set("learner: scheduler after epoch %lld: %s", (long long)e + 1, msg);
+            kiln__error_set_code(code, "learner: scheduler after epoch %lld: %s", (long long)e + 1, msg);
+            return -1;
         }
         set_metric(L, "lr", kiln_optim_lr(L->opt));
         set_metric(L, "items_per_sec", secs > 0 ? (double)items / secs : 0);
@@ -687,8 +695,10 @@ int kiln_learner_fit(kiln_learner *L)
         if (save && kiln__learner_save(L, true) < 0) {
             char msg[KILN_ERROR_MAX];
             snprintf(msg, sizeof msg, "%s", kiln_error());
+            int code = kiln_error_code(); /* read with the message: the event may set others */
             done_event(L, "error");
-            return kiln__error_set("learner: checkpoint after epoch %lld: %s", (long long)L->epoch, msg);
+            kiln__error_set_code(code, "learner: checkpoint after epoch %lld: %s", (long long)L->epoch, msg);
+            return -1;
         }
         if (L->cfg.progress) {
             fprintf(L->cfg.progress, "epoch %lld/%lld:", (long long)L->epoch, (long long)L->cfg.epochs);
@@ -766,7 +776,7 @@ int kiln_learner_write_report(const kiln_learner *L, const char *path)
     text[n + 1] = 0;
     int rc = kiln__write_file_atomic(path, text, n + 1);
     if (rc < 0)
-        kiln__error_set("learner_write_report: %s", kiln_error());
+        kiln__error_restate("learner_write_report: %s", kiln_error());
     free(text);
     return rc;
 }

@@ -22,12 +22,13 @@
  * at kiln_scope_end(), unless kiln_keep() hands it to the caller first.
  *
  * Errors: a fallible call returns NULL (or a negative int) and sets a thread-local
- * message, read with kiln_error(), naming the op, the shapes and the dtypes. Every op
- * given a NULL tensor returns NULL without touching the message, so a chain of calls
- * fails once, at the end, with the first cause.
+ * message, read with kiln_error(), naming the op, the shapes and the dtypes, and beside
+ * it a code, read with kiln_error_code(), saying what kind of failure it was (out of
+ * memory, ...) where the engine knows. Every op given a NULL tensor returns NULL without
+ * touching either, so a chain of calls fails once, at the end, with the first cause.
  *
  * Threads: the engine is safe to call from several threads on distinct tensors. Scopes
- * and the error message are per thread.
+ * and the error (message and code) are per thread.
  *
  * Dtype promotion (PyTorch's rules): when two tensors of different dtypes meet in a
  * binary op, the result takes the higher category (bool < integer < floating) and,
@@ -90,15 +91,29 @@ kiln_dtype kiln_promote_types(kiln_dtype a, kiln_dtype b);
 
 /** The calling thread's last error message ("" when none). Valid until the next error. */
 const char *kiln_error(void);
-/** Clear the calling thread's error message. */
+/**
+ * The code of the calling thread's last error: one of the negative KILN_E* codes below
+ * when the call that failed knew what kind of failure it was (out of memory, a device
+ * failure, ...), 0 when it set only a message, or when there is no error. Set and cleared
+ * together with kiln_error()'s message, so it reaches the caller of a call that returns
+ * NULL (every tensor op) as well as one that returns the code. A message that restates an
+ * earlier failure ("Linear 'fc': matmul: cannot allocate ...") keeps that failure's code.
+ * Decide by the code; the message is for people and its words may change.
+ */
+int kiln_error_code(void);
+/** Clear the calling thread's error message and code. */
 void kiln_error_clear(void);
 
-/* Negative codes returned by the int-returning calls (with the message set as above). */
+/* Negative codes returned by the int-returning calls (with the message set as above), and
+ * kept for kiln_error_code(). Append only. */
 #define KILN_EINVAL (-1)  /* an argument the caller should not have sent */
-#define KILN_ENOMEM (-2)  /* allocation failed */
+#define KILN_ENOMEM (-2)  /* allocation failed: memory in use now, which may free up */
 #define KILN_ENOTSUP (-3) /* the backend does not do this op/dtype */
 #define KILN_EDEVICE (-4) /* the device failed */
 #define KILN_EIO (-5)     /* a file or socket failed */
+/* one buffer passes a limit of the device or of the address space at this size: no memory
+ * freed makes it fit, a smaller one may */
+#define KILN_ETOOLARGE (-6)
 
 /* ------------------------------------------------------------------------ devices */
 
