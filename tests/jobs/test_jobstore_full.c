@@ -20,7 +20,8 @@
 #include <unistd.h>
 
 /* before cmocka.h, whose fail() macro would take the store's helper of that name */
-#include "jobs-impl.h"     /* kd_jobs_store_status: the status the API answers */
+#include "jobs-impl.h" /* kd_jobs_store_status: the status the API answers */
+#include "jobstore-files.h"
 #include "jobstore-impl.h" /* the store's connection, to set its page limit */
 
 #include <cmocka.h>
@@ -50,13 +51,7 @@ static int teardown(void **state)
     (void)state;
     setrlimit(RLIMIT_FSIZE, &fsize_before);
     kd_jobstore_close(js);
-    char path[128];
-    const char *suffixes[] = {"", "-wal", "-shm"};
-    for (size_t i = 0; i < 3; i++) {
-        snprintf(path, sizeof path, "%s%s", db, suffixes[i]);
-        unlink(path);
-    }
-    rmdir(dir);
+    jobstore_files_remove(db, dir);
     return 0;
 }
 

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 #include <sqlite3.h>
 
+#include "jobstore-files.h"
 #include "jobstore.h"
 
 static char dir[64];
@@ -39,13 +40,7 @@ static int teardown(void **state)
 {
     (void)state;
     kd_jobstore_close(js);
-    char path[128];
-    const char *suffixes[] = {"", "-wal", "-shm"};
-    for (size_t i = 0; i < 3; i++) {
-        snprintf(path, sizeof path, "%s%s", db, suffixes[i]);
-        unlink(path);
-    }
-    rmdir(dir);
+    jobstore_files_remove(db, dir);
     return 0;
 }
 

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "jobstore-files.h"
 #include "jobstore.h"
 
 static char dir[64];
@@ -36,13 +37,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    char path[128];
-    const char *suffixes[] = {"", "-wal", "-shm"};
-    for (size_t i = 0; i < 3; i++) {
-        snprintf(path, sizeof path, "%s%s", db, suffixes[i]);
-        unlink(path);
-    }
-    rmdir(dir);
+    jobstore_files_remove(db, dir);
     return 0;
 }
 
