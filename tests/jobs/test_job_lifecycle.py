@@ -244,7 +244,9 @@ def test_history_after_crash():
     spec = huge_spec("hist", 6, checkpoint={"every_epochs": 2, "keep_last": 2})
     st, j = d.req("POST", "/v1/jobs", spec)
     jid = j["id"]
-    deadline, epochs, seen = time.time() + 120, [], 0
+    # an epoch is 50000 rows: under the sanitizers on a loaded 2-core machine the first three
+    # took more than 120 s, so the wait is long (the kill still lands within an epoch of 3)
+    deadline, epochs, seen = time.time() + 300, [], 0
     while time.time() < deadline and 3 not in epochs:
         st, m = d.req("GET", "/v1/jobs/%d/metrics" % jid)
         epochs, seen = [r["epoch"] for r in m.get("metrics", [])], m.get("next_after", 0)
