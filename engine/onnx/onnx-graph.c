@@ -221,9 +221,11 @@ static int record(kiln_onnx_model *m, kiln__onnx_graphs *gs, graph_slot *s, kiln
     if (m->reads_cond) {
         /* an If reading its condition waits for the device, which a recording refuses, or,
          * with a condition already on the host, would keep the branch this run took for
-         * every launch: refused before anything is recorded */
+         * every launch (a Loop: its number of iterations): refused before anything is
+         * recorded */
         snprintf(gs->stats.last_broken, sizeof gs->stats.last_broken,
-                 "node '%s' (If) reads its condition on the host at every run", m->reads_cond->info.name);
+                 "node '%s' (%s) reads its condition on the host at every run", m->reads_cond->info.name,
+                 m->reads_cond->info.op_type);
         gs->stats.broken++;
         s->state = SLOT_EAGER;
         return 0;

@@ -60,7 +60,8 @@ static const int_args int_arg_inputs[] = {
     {"ReduceMin", 1u << 1},
     {"ReduceProd", 1u << 1},
     {"Clip", (1u << 1) | (1u << 2)},
-    {"If", 1u << 0}, /* a host condition is read where it is: no download, no wait */
+    {"If", 1u << 0},                 /* a host condition is read where it is: no download, no wait */
+    {"Loop", (1u << 0) | (1u << 1)}, /* its trip count and condition, likewise */
     {NULL, 0},
 };
 

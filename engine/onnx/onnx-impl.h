@@ -86,6 +86,9 @@ typedef struct kiln__onnx_pmodel {
     int64_t ir_version;
     int64_t opset;           /* default domain; 0 when absent */
     int nnodes, ninits, ninputs, noutputs;
+    /* A Loop body: the inputs it declares (iteration number, condition, loop-carried values),
+     * before the names it reads from enclosing graphs; 0 for the main graph and an If branch. */
+    int ndeclared;
     kiln__onnx_pnode *nodes;
     kiln__onnx_ptensor *inits;
     kiln__onnx_pvalue *inputs, *outputs;
@@ -95,13 +98,15 @@ typedef struct kiln__onnx_pmodel {
 kiln__onnx_pmodel *kiln__onnx_decode(const uint8_t *buf, size_t len);
 void kiln__onnx_pmodel_free(kiln__onnx_pmodel *pm);
 void kiln__onnx_ptensor_clear(kiln__onnx_ptensor *t);
-/* Gives every If branch of pm (at any depth) as inputs the names it reads from enclosing
- * graphs, and appends those names to its If node's inputs, after the condition: a value a
+/* Gives every If branch and Loop body of pm (at any depth) as inputs the names it reads from
+ * enclosing graphs (after a body's declared inputs), and appends those names to its node's
+ * inputs, after the condition (a Loop's: after its loop-carried values): a value a
  * branch reads is then an input of the If node to every pass that plans the graph (order,
  * liveness, the arena, in-place updates, common subexpressions). Refuses, naming the node
  * and the branch, an If without its two graphs, with other inputs than a condition, with a
- * branch that declares inputs or reads a name no enclosing graph defines. 0, or -1 with a
- * message (onnx-ops-control.c). */
+ * branch that declares inputs or reads a name no enclosing graph defines, and a Loop without
+ * a body, with a body declaring other inputs than its node's, or with neither a trip count
+ * nor a condition. 0, or -1 with a message (onnx-ops-control.c). */
 int kiln__onnx_scope_branches(kiln__onnx_pmodel *pm);
 
 /* ----------------------------------------------------------------- operators */
@@ -139,8 +144,8 @@ typedef struct kiln__onnx_node {
      * without grad (onnx-ops-nn.c, onnx-ops-rnn.c) and dropped by kiln_onnx_set_trainable;
      * NULL for other nodes. */
     struct kiln__onnx_pack *pack;
-    /* An If: its branches, planned at load as models of their own (onnx-ops-control.c);
-     * NULL for other nodes. */
+    /* An If or a Loop: its branches or body, planned at load as models of their own
+     * (onnx-ops-control.c); NULL for other nodes. */
     struct kiln__onnx_if *ctl;
 } kiln__onnx_node;
 

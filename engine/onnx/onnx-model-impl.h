@@ -77,7 +77,7 @@ struct kiln_onnx_model {
     bool branch;
     int max_nin; /* the most inputs a live node reads: an If may read more than 64 */
     /* A live If, here or in a branch a constant condition always takes, that reads its
-     * condition on the host at run time: no graph is recorded (onnx-graph.c). */
+     * condition on the host at run time, or a live Loop: no graph is recorded (onnx-graph.c). */
     const kiln__onnx_mnode *reads_cond;
 };
 
@@ -149,19 +149,19 @@ kiln_tensor *kiln__onnx_host_const(kiln_onnx_model *m, int v);
 /** Releases the host plan's copies and closes its cpu device. */
 void kiln__onnx_host_free(kiln_onnx_model *m);
 
-/* If (onnx-ops-control.c). */
+/* If and Loop (onnx-ops-control.c). */
 /** Plans decoded graph g (an If's branch, after kiln__onnx_scope_branches) as a model on dev:
  *  its inputs are the names it reads from enclosing graphs. NULL with the error. */
 kiln_onnx_model *kiln__onnx_branch_load(kiln_device *dev, kiln__onnx_pmodel *g, const kiln_onnx_options *o);
 /** Runs branch m on given (one per input of m, the If node's inputs at their positions) and
  *  writes noutputs new references to out. 0, or -1 with the error naming the node. */
 int kiln__onnx_run_branch(kiln_onnx_model *m, kiln_tensor *const *given, int noutputs, kiln_tensor **out);
-/** Plans If node n's branches (pn is its decoded node). 0, or -1 with the error naming the
- *  node and the branch. */
+/** Plans If node n's branches, or Loop node n's body (pn is its decoded node). 0, or -1 with
+ *  the error naming the node and the branch. */
 int kiln__onnx_if_setup(kiln_onnx_model *m, kiln__onnx_mnode *n, const kiln__onnx_pnode *pn,
                         const kiln_onnx_options *o);
 /** After folding: an If whose condition is now a constant takes its branch at load; sets
- *  m->reads_cond. */
+ *  m->reads_cond (a live Loop always reads on the host). */
 void kiln__onnx_if_settle(kiln_onnx_model *m);
 /** False for an If with a random op in a branch (never folded or cached); true otherwise. */
 bool kiln__onnx_if_pure(const kiln__onnx_node *n);

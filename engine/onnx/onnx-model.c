@@ -449,8 +449,8 @@ static int plan(kiln_onnx_model *m, const kiln_onnx_options *o) {
                             std_domain ? "" : ".", pn->op_type, pn->name);
             goto out;
         }
-        /* an If's inputs past its condition are what its branches read: any number */
-        bool is_if = std_domain && !strcmp(pn->op_type, "If");
+        /* an If's (a Loop's) inputs past its condition (values) are what it reads: any number */
+        bool is_if = std_domain && (!strcmp(pn->op_type, "If") || !strcmp(pn->op_type, "Loop"));
         if ((pn->ninputs > 64 && !is_if) || pn->noutputs > 16) {
             kiln__error_set("onnx: node '%s' (%s) has too many inputs or outputs", pn->name, pn->op_type);
             goto out;

@@ -15,6 +15,11 @@
  *   run took, and no other weight; the input's gradient matches central differences;
  * - training: Adam through the model on batches of both branches lowers each one's loss;
  * - shape inference (a dry run) goes through a branch.
+ * And the Loop operator on loopy.onnx (torch.jit.script'ed: a Loop over the input's rows, its
+ * body reading the recurrent weight w and the projected rows from the enclosing graph; io
+ * sets loopy.t3 and loopy.t7, of 3 and 7 rows): runs with the arena, alternating the two
+ * lengths, give to the bit what runs without it give; with grad, w and the outer layers
+ * receive gradients and the input's matches central differences.
  * Exits 77 (skip) when DEVICE cannot be opened.
  */
 #include <math.h>
@@ -38,15 +43,20 @@ static int failures;
 
 static const char *const paths[] = {"branchy.pos", "branchy.pos_else", "branchy.neg"};
 
-static kiln_onnx_model *load(const char *dir, kiln_device *dev, bool arena)
+static kiln_onnx_model *load_model(const char *dir, const char *name, kiln_device *dev, bool arena)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/branchy.onnx", dir);
+    snprintf(path, sizeof path, "%s/%s.onnx", dir, name);
     kiln_onnx_options o = kiln_onnx_options_default();
     o.arena = arena;
     kiln_onnx_model *m = kiln_onnx_load(path, dev, &o);
     CHECK(m != NULL, "load %s", path);
     return m;
+}
+
+static kiln_onnx_model *load(const char *dir, kiln_device *dev, bool arena)
+{
+    return load_model(dir, "branchy", dev, arena);
 }
 
 /* The input x of DIR/IO.io.safetensors on dev (a new reference), or NULL. */
@@ -261,6 +271,65 @@ static void check_infer(const char *dir, kiln_device *dev)
     kiln_onnx_free(m);
 }
 
+static void check_loop(const char *dir, kiln_device *dev)
+{
+    static const char *const lens[] = {"loopy.t3", "loopy.t7", "loopy.t3", "loopy.t7"};
+    kiln_onnx_model *ma = load_model(dir, "loopy", dev, true), *mp = load_model(dir, "loopy", dev, false);
+    kiln_no_grad_begin();
+    for (int r = 0; ma && mp && r < 4; r++) {
+        kiln_tensor *x = read_x(dir, lens[r], dev);
+        kiln_tensor *a = x ? run(ma, x) : NULL, *b = x ? run(mp, x) : NULL;
+        CHECK(same_bits(a, b), "loop run %d (%s): arena and plain runs differ", r, lens[r]);
+        kiln_tensor_release(a);
+        kiln_tensor_release(b);
+        kiln_tensor_release(x);
+    }
+    kiln_no_grad_end();
+    kiln_onnx_free(mp);
+    if (!ma || kiln_onnx_set_trainable(ma, true)) {
+        CHECK(0, "loop: trainable");
+        kiln_onnx_free(ma);
+        return;
+    }
+    kiln_generator g = kiln_generator_make(4);
+    for (int p = 0; p < 2; p++) {
+        for (int i = 0; i < kiln_onnx_param_count(ma); i++)
+            kiln_zero_grad(kiln_onnx_param(ma, i));
+        kiln_tensor *x = read_x(dir, lens[p], dev);
+        if (!x)
+            continue;
+        int64_t rows = kiln_tensor_dim(x, 0);
+        kiln_requires_grad(x, true);
+        kiln_scope_begin();
+        kiln_tensor *w = kiln_rand_normal(dev, KILN_F32, KILN_SHAPE(3), 0, 1, &g);
+        kiln_tensor *y = run(ma, x);
+        kiln_tensor *f = y ? kiln_sum(kiln_mul(y, w), KILN_ALL_DIMS, false) : NULL;
+        CHECK(f && kiln_backward(f, NULL) == 0, "%s: backward", lens[p]);
+        kiln_tensor_release(y);
+        CHECK(has_grad(param(ma, "w")) && has_grad(param(ma, "inp.weight")), "%s: loop weights", lens[p]);
+        kiln_tensor *gx = kiln_grad(x);
+        CHECK(gx != NULL, "%s: no gradient for the input", lens[p]);
+        kiln_no_grad_begin();
+        for (int k = 0; gx && k < 3; k++) {
+            const double eps = 1e-3;
+            kiln_tensor *d = kiln_rand_normal(dev, KILN_F32, KILN_SHAPE(rows, 6), 0, 1, &g);
+            kiln_tensor *xp = kiln_add(x, kiln_mul_scalar(d, eps)), *xm = kiln_add(x, kiln_mul_scalar(d, -eps));
+            kiln_tensor *yp = run(ma, xp), *ym = run(ma, xm);
+            double fd = (dot(yp, w) - dot(ym, w)) / (2 * eps), an = dot(gx, d);
+            double scale = fmax(fmax(fabs(fd), fabs(an)), 1e-3);
+            CHECK(fabs(fd - an) <= 2e-2 * scale, "%s direction %d: gradient %g, central difference %g", lens[p], k,
+                  an, fd);
+            kiln_tensor_release(yp);
+            kiln_tensor_release(ym);
+        }
+        kiln_no_grad_end();
+        kiln_tensor_release(gx);
+        kiln_scope_end();
+        kiln_tensor_release(x);
+    }
+    kiln_onnx_free(ma);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -277,6 +346,7 @@ int main(int argc, char **argv)
     check_grad(argv[1], dev);
     check_train(argv[1], dev);
     check_infer(argv[1], dev);
+    check_loop(argv[1], dev);
     kiln_device_close(dev);
     printf("onnx_control %s: %d failures\n", argv[2], failures);
     return failures ? 1 : 0;
