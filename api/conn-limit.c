@@ -5,13 +5,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <arpa/inet.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 
 #include <uv.h>
 
 #include "conn-limit.h"
+#include "server.h"
 
 int kd_conn_limit_init(struct kd_conn_limit *l, size_t max, struct kd_metrics *metrics, kd_log_sink_fn log,
                        void *log_ud)
@@ -24,26 +23,6 @@ int kd_conn_limit_init(struct kd_conn_limit *l, size_t max, struct kd_metrics *m
                                    "listener (http, grpc).",
                                    KD_METRIC_COUNTER, (const char *const[]){"listener", NULL}, NULL, 0);
     return l->refused ? 0 : -1;
-}
-
-/* fd's peer as "ip:port" ("[ip]:port" for IPv6), "-" when it cannot be read. */
-static void peer_of(int fd, char *out, size_t n)
-{
-    struct sockaddr_storage sa;
-    socklen_t len = sizeof sa;
-    char ip[INET6_ADDRSTRLEN];
-    snprintf(out, n, "-");
-    if (getpeername(fd, (struct sockaddr *)&sa, &len) != 0)
-        return;
-    if (sa.ss_family == AF_INET) {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)&sa;
-        if (inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip))
-            snprintf(out, n, "%s:%u", ip, (unsigned)ntohs(a->sin_port));
-    } else if (sa.ss_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&sa;
-        if (inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip))
-            snprintf(out, n, "[%s]:%u", ip, (unsigned)ntohs(a->sin6_port));
-    }
 }
 
 static void count_refusal(struct kd_conn_limit *l, const char *what, int fd)
@@ -63,7 +42,7 @@ static void count_refusal(struct kd_conn_limit *l, const char *what, int fd)
         return;
     l->run_since_ns = uv_hrtime();
     char peer[64];
-    peer_of(fd, peer, sizeof peer);
+    kd_peer_name(fd, peer, sizeof peer);
     kd_api_logf(l->log, l->log_ud, KD_LOG_WARN,
                 "%s: refused a connection from %s: limits.max_connections (%zu) client connections are open "
                 "(HTTP and gRPC together); further refusals are not logged until a connection is served again",

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <arpa/inet.h>
+#include <sys/socket.h>
 
 #include "conn-limit.h"
 #include "listener.h"
@@ -423,14 +424,13 @@ static void wake_conn(void *ud)
     after_input(ud);
 }
 
-/* "ip:port" of a connection's peer, for the access log; "-" when it cannot be read. */
-void kd_server_peer_name(uv_tcp_t *tcp, char *out, size_t n)
+void kd_peer_name(int fd, char *out, size_t n)
 {
     struct sockaddr_storage sa;
-    int len = (int)sizeof sa;
+    socklen_t len = sizeof sa;
     char ip[INET6_ADDRSTRLEN] = "";
     snprintf(out, n, "-");
-    if (uv_tcp_getpeername(tcp, (struct sockaddr *)&sa, &len) != 0)
+    if (getpeername(fd, (struct sockaddr *)&sa, &len) != 0)
         return;
     if (sa.ss_family == AF_INET) {
         const struct sockaddr_in *a = (const struct sockaddr_in *)&sa;
@@ -441,6 +441,16 @@ void kd_server_peer_name(uv_tcp_t *tcp, char *out, size_t n)
         uv_ip6_name(a, ip, sizeof ip);
         snprintf(out, n, "[%s]:%d", ip, ntohs(a->sin6_port));
     }
+}
+
+void kd_server_peer_name(uv_tcp_t *tcp, char *out, size_t n)
+{
+    uv_os_fd_t fd;
+    if (uv_fileno((uv_handle_t *)tcp, &fd) != 0) {
+        snprintf(out, n, "-");
+        return;
+    }
+    kd_peer_name(fd, out, n);
 }
 
 /* A connection the listener accepted: fd is ours, closed with the connection's handle. */

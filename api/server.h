@@ -59,5 +59,7 @@ void kd_server_free(struct kd_server *srv);
 
 /* tcp's peer as "ip:port" ("[ip]:port" for IPv6; "-" when unknown), for logs. Also the gRPC service's. */
 void kd_server_peer_name(uv_tcp_t *tcp, char *out, size_t n);
+/* The same for a socket descriptor, before it has a handle (a connection being refused). */
+void kd_peer_name(int fd, char *out, size_t n);
 
 #endif /* KD_API_SERVER_H */

@@ -235,6 +235,20 @@ static inline int kiln__onnx_ok(kiln_tensor **out)
     return out[0] ? 0 : -1;
 }
 
+/* x (N, C, spatial...) as a table of rows, one per (image, pixel) with its C channels (one
+ * transposed copy), then a row of zeros and (nan_row) one of NaNs: the resampling operators
+ * read their taps as row gathers, an outside tap pointing at the zero row (onnx-ops-sample.c). */
+kiln_tensor *kiln__onnx_pixel_rows(kiln_tensor *x, bool nan_row);
+
+/* The FNV-1a hash of a name, for the loader's hash tables of value names. */
+static inline uint64_t kiln__onnx_name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    while (*s)
+        h = (h ^ (uint8_t)*s++) * 1099511628211ull;
+    return h;
+}
+
 /* Attribute helpers (onnx-attr.c). */
 const kiln__onnx_attr *kiln__onnx_attr_get(const kiln__onnx_node *n, const char *name);
 int64_t kiln__onnx_attr_int(const kiln__onnx_node *n, const char *name, int64_t dflt);

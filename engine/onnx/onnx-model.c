@@ -66,21 +66,16 @@ typedef struct vmap {
     int *slot;
 } vmap;
 
-static uint64_t hash(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    while (*s) h = (h ^ (uint8_t)*s++) * 1099511628211ull;
-    return h;
-}
-
 static int vmap_find(const vmap *vm, const kiln_onnx_model *m, const char *name) {
-    for (uint64_t i = hash(name) & (uint64_t)(vm->cap - 1);; i = (i + 1) & (uint64_t)(vm->cap - 1)) {
+    for (uint64_t i = kiln__onnx_name_hash(name) & (uint64_t)(vm->cap - 1);;
+         i = (i + 1) & (uint64_t)(vm->cap - 1)) {
         int v = vm->slot[i];
         if (v < 0 || !strcmp(m->vnames[v], name)) return v;
     }
 }
 
 static void vmap_put(vmap *vm, const kiln_onnx_model *m, int v) {
-    uint64_t i = hash(m->vnames[v]) & (uint64_t)(vm->cap - 1);
+    uint64_t i = kiln__onnx_name_hash(m->vnames[v]) & (uint64_t)(vm->cap - 1);
     while (vm->slot[i] >= 0) i = (i + 1) & (uint64_t)(vm->cap - 1);
     vm->slot[i] = v;
 }

@@ -67,18 +67,10 @@ typedef struct nameset {
     int *val;
 } nameset;
 
-static uint64_t name_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    while (*s)
-        h = (h ^ (uint8_t)*s++) * 1099511628211ull;
-    return h;
-}
-
 /* name's value, or -1 when absent */
 static int ns_get(const nameset *s, const char *name)
 {
-    for (uint64_t i = name_hash(name) & (uint64_t)(s->cap - 1);; i = (i + 1) & (uint64_t)(s->cap - 1)) {
+    for (uint64_t i = kiln__onnx_name_hash(name) & (uint64_t)(s->cap - 1);; i = (i + 1) & (uint64_t)(s->cap - 1)) {
         if (!s->slot[i])
             return -1;
         if (!strcmp(s->slot[i], name))
@@ -120,7 +112,7 @@ static int ns_add(nameset *s, const char *name, int v)
         ns_free(s);
         *s = g;
     }
-    uint64_t i = name_hash(name) & (uint64_t)(s->cap - 1);
+    uint64_t i = kiln__onnx_name_hash(name) & (uint64_t)(s->cap - 1);
     while (s->slot[i])
         i = (i + 1) & (uint64_t)(s->cap - 1);
     s->slot[i] = name;

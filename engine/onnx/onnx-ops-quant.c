@@ -45,15 +45,27 @@ int kiln__onnx_declared_type(const kiln__onnx_pmodel *pm, const char *name)
 }
 
 /* The integer range of a quantized ONNX type; false for a type kiln does not quantize to. */
-static bool quant_range(int onnx_type, double *lo, double *hi, const char **name)
+static bool quant_range(int onnx_type, double *lo, double *hi)
 {
     switch (onnx_type) {
-    case KILN__ONNX_UINT8: *lo = 0, *hi = 255, *name = "uint8"; return true;
-    case KILN__ONNX_INT8: *lo = -128, *hi = 127, *name = "int8"; return true;
-    case KILN__ONNX_UINT16: *lo = 0, *hi = 65535, *name = "uint16"; return true;
-    case KILN__ONNX_INT16: *lo = -32768, *hi = 32767, *name = "int16"; return true;
+    case KILN__ONNX_UINT8: *lo = 0, *hi = 255; return true;
+    case KILN__ONNX_INT8: *lo = -128, *hi = 127; return true;
+    case KILN__ONNX_UINT16: *lo = 0, *hi = 65535; return true;
+    case KILN__ONNX_INT16: *lo = -32768, *hi = 32767; return true;
     default: return false;
     }
+}
+
+/* The ONNX type a quantizing node writes: its zero point's (the loader's record of it, or for
+ * a zero point another node computes, uint8 when its kiln dtype says so: the other types
+ * share i32), without_zp when it has none; 0 when unknown. */
+static int output_type(const kiln__onnx_node *n, kiln_tensor *zp, int without_zp)
+{
+    if (!zp)
+        return without_zp;
+    if (n->quant_type)
+        return n->quant_type;
+    return kiln_tensor_dtype(zp) == KILN_U8 ? KILN__ONNX_UINT8 : 0;
 }
 
 /* scale (or zero point) shaped to broadcast against x: a scalar as it is, a 1-D one along
@@ -121,14 +133,11 @@ static int op_quantize_linear(const kiln__onnx_node *n, int nin, kiln_tensor *co
     kiln_tensor *x = in[0], *scale = in[1], *zp = nin > 2 ? in[2] : NULL;
     if (!kiln_dtype_is_float(kiln_tensor_dtype(x)) && kiln_tensor_dtype(x) != KILN_I32)
         return kiln__onnx_fail(n, "x must be float or int32, not %s", kiln_dtype_name(kiln_tensor_dtype(x)));
-    int qtype = zp ? n->quant_type
-                   : (int)(n->opset >= 21 ? kiln__onnx_attr_int(n, "output_dtype", KILN__ONNX_UINT8)
-                                          : KILN__ONNX_UINT8);
-    if (!qtype && zp) /* a zero point made by another node: only its kiln dtype is known */
-        qtype = kiln_tensor_dtype(zp) == KILN_U8 ? KILN__ONNX_UINT8 : 0;
+    int qtype = output_type(
+        n, zp,
+        (int)(n->opset >= 21 ? kiln__onnx_attr_int(n, "output_dtype", KILN__ONNX_UINT8) : KILN__ONNX_UINT8));
     double lo, hi;
-    const char *tname;
-    if (!quant_range(qtype, &lo, &hi, &tname))
+    if (!quant_range(qtype, &lo, &hi))
         return kiln__onnx_fail(n,
                                "quantizing to ONNX type %d is not supported (uint8, int8, uint16 and int16 are; "
                                "a zero point computed by the graph must be uint8)",
@@ -260,12 +269,9 @@ static int op_matmul_integer(const kiln__onnx_node *n, int nin, kiln_tensor *con
  * half to even, plus the zero point, saturated to the type of y_zero_point. */
 static kiln_tensor *requantize(const kiln__onnx_node *n, kiln_tensor *acc, kiln_tensor *mult, kiln_tensor *y_zp)
 {
-    int qtype = y_zp ? n->quant_type : KILN__ONNX_UINT8;
-    if (!qtype && y_zp)
-        qtype = kiln_tensor_dtype(y_zp) == KILN_U8 ? KILN__ONNX_UINT8 : 0;
+    int qtype = output_type(n, y_zp, KILN__ONNX_UINT8);
     double lo, hi;
-    const char *tname;
-    if (!quant_range(qtype, &lo, &hi, &tname)) {
+    if (!quant_range(qtype, &lo, &hi)) {
         kiln__onnx_fail(n, "an output of ONNX type %d is not supported (uint8 and int8 are)", qtype);
         return NULL;
     }

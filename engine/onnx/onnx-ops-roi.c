@@ -136,10 +136,7 @@ static int op_roi_align(const kiln__onnx_node *n, int nin, kiln_tensor *const *i
     /* the table: X channels-last, rows (image, pixel), then the zero row */
     kiln_device *dev = kiln_tensor_device(x);
     int64_t zero_row = nimg * height * width;
-    kiln_tensor *pieces[2] = {kiln_reshape(kiln_contiguous(kiln_permute(x, 4, (const int[]){0, 2, 3, 1})), 2,
-                                           (const int64_t[]){zero_row, ch}),
-                              kiln_full(dev, kiln_tensor_dtype(x), 2, (const int64_t[]){1, ch}, 0)};
-    kiln_tensor *table = kiln_cat(pieces, 2, 0), *acc = NULL;
+    kiln_tensor *table = kiln__onnx_pixel_rows(x, false), *acc = NULL;
     for (int64_t iy = 0; table && iy < max_gh; iy++)
         for (int64_t ix = 0; ix < max_gw; ix++) {
             /* slot (iy, ix) of every bin: its taps, and (max) -inf where a region's grid has no such point */

@@ -423,6 +423,21 @@ typedef struct gs_table {
     kiln_tensor *nan;          /* bool [N, P]: a point with a NaN coordinate in any dim */
 } gs_table;
 
+kiln_tensor *kiln__onnx_pixel_rows(kiln_tensor *x, bool nan_row)
+{
+    int r = kiln_tensor_ndim(x), perm[KILN_MAX_DIMS] = {0};
+    int64_t ch = kiln_tensor_dim(x, 1), rows = kiln_tensor_numel(x) / (ch ? ch : 1);
+    for (int d = 2; d < r; d++)
+        perm[d - 1] = d;
+    perm[r - 1] = 1;
+    kiln_device *dev = kiln_tensor_device(x);
+    kiln_dtype dt = kiln_tensor_dtype(x);
+    kiln_tensor *pieces[3] = {kiln_reshape(kiln_contiguous(kiln_permute(x, r, perm)), 2, (int64_t[]){rows, ch}),
+                              kiln_full(dev, dt, 2, (int64_t[]){1, ch}, 0),
+                              kiln_full(dev, dt, 2, (int64_t[]){1, ch}, NAN)};
+    return kiln_cat(pieces, nan_row ? 3 : 2, 0);
+}
+
 /* v reflected about the bounds [lo, hi] until it lies within them (the spec's rule: the
  * number of whole spans past the near bound decides which bound the rest counts from). */
 static kiln_tensor *gs_reflect(kiln_tensor *v, double lo, double hi)
@@ -594,29 +609,16 @@ static int op_grid_sample(const kiln__onnx_node *n, int nin, kiln_tensor *const 
             gs_dim_taps(gd, kiln_tensor_dim(x, 2 + d), mode, padding, align, kiln_tensor_dtype(x), &dims[d]))
             return -1;
     }
-    /* the table: X channels-last, then the zero and NaN rows */
-    int perm[KILN_MAX_DIMS] = {0};
-    for (int d = 0; d < nsp; d++)
-        perm[1 + d] = 2 + d;
-    perm[r - 1] = 1;
-    kiln_device *dev = kiln_tensor_device(x);
-    kiln_dtype xdt = kiln_tensor_dtype(x);
-    kiln_tensor *pieces[3] = {
-        kiln_reshape(kiln_contiguous(kiln_permute(x, r, perm)), 2, (int64_t[]){batch * cells, ch}),
-        kiln_full(dev, xdt, 2, (int64_t[]){1, ch}, 0), kiln_full(dev, xdt, 2, (int64_t[]){1, ch}, NAN)};
-    gs_table tb = {
-        .rows = kiln_cat(pieces, 3, 0), .zero_row = batch * cells, .npoints = batch * points, .nan = dims[0].nan};
+    gs_table tb = {.rows = kiln__onnx_pixel_rows(x, true),
+                   .zero_row = batch * cells,
+                   .npoints = batch * points,
+                   .nan = dims[0].nan};
     for (int d = 1; d < nsp; d++)
         tb.nan = kiln_logical_or(tb.nan, dims[d].nan);
     /* each image's rows start at n * cells */
-    int64_t *starts = malloc((size_t)(batch ? batch : 1) * sizeof *starts);
-    if (!starts)
-        return kiln__onnx_fail(n, "out of memory");
-    for (int64_t b = 0; b < batch; b++)
-        starts[b] = b * cells;
-    kiln_tensor *first = kiln_from_data(dev, KILN_I64, 2, (int64_t[]){batch, 1}, starts,
-                                        (size_t)batch * sizeof *starts);
-    free(starts);
+    kiln_tensor *first = kiln_reshape(
+        kiln_arange(kiln_tensor_device(x), KILN_I64, 0, (double)(batch * cells), (double)(cells ? cells : 1)), 2,
+        (int64_t[]){batch, 1});
     kiln_tensor *y = tb.rows && tb.nan && first ? gs_interp(&tb, dims, nsp, 0, first, NULL) : NULL;
     /* [N * P, C] -> [N, P, C] -> [N, C, out dims...] */
     int operm[KILN_MAX_DIMS] = {0, r - 1};
