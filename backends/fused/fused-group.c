@@ -242,6 +242,45 @@ static bool fusable(const frec *r)
     }
 }
 
+/* The inputs the program of q's group plus r would take, counted as compile() makes them:
+ * a producer's operands, then one load per distinct view not written earlier in the group
+ * (a value the group wrote is read from its register). Counting every operand of every
+ * call instead ended a gelu's backward (x read four times, each step reading the last)
+ * after 12 calls, so its 11 intermediates, alive until the node's backward returned,
+ * were all stored. */
+static int program_inputs(const fq *q, const frec *r)
+{
+    const kiln_tdesc *seen[KILN_FUSED_MAX_INPUTS + 1];
+    int nseen = 0, operands = 0;
+    for (int i = 0; i <= q->nrec; i++) {
+        const frec *p = i < q->nrec ? &q->rec[i] : r;
+        bool producer = p->entry == KILN_ENTRY_MATMUL || p->entry == KILN_ENTRY_CONV ||
+                        p->entry == KILN_ENTRY_POOL_BACKWARD;
+        for (int k = 0; k < rec_inputs(p); k++) {
+            const kiln_tdesc *d = rec_input(p, k);
+            if (!d->buf)
+                continue;
+            if (producer) {
+                operands++;
+                continue;
+            }
+            /* a layer norm's weight and bias are loaded as row broadcasts: never a value
+             * the group wrote */
+            bool known = false;
+            for (int j = i - 1; j >= 0 && !known && !(p->entry == KILN_ENTRY_LAYER_NORM && k > 0); j--)
+                known = same_flat(&q->rec[j].out, d);
+            for (int s = 0; s < nseen && !known; s++)
+                known = same_view(seen[s], d);
+            if (known)
+                continue;
+            if (nseen == KILN_FUSED_MAX_INPUTS)
+                return KILN_FUSED_MAX_INPUTS + 1;
+            seen[nseen++] = d;
+        }
+    }
+    return nseen + operands;
+}
+
 /* Whether r may join q's group (see the file comment's rule). */
 static bool fits(const fq *q, const frec *r)
 {
@@ -267,13 +306,7 @@ static bool fits(const fq *q, const frec *r)
             if (rec_input(p, k)->buf == r->out.buf && !same_flat(rec_input(p, k), &r->out))
                 return false;
     }
-    /* distinct loads stay within the program's input bound */
-    int loads = 0;
-    for (int i = 0; i <= q->nrec; i++) {
-        const frec *p = i < q->nrec ? &q->rec[i] : r;
-        loads += rec_inputs(p);
-    }
-    return loads <= KILN_FUSED_MAX_INPUTS;
+    return program_inputs(q, r) <= KILN_FUSED_MAX_INPUTS;
 }
 
 /* Whether a matrix product r may head a group: f32 operands the inner backend's fused_run

@@ -174,6 +174,39 @@ static void chain_counts(void)
           "no unfused elementwise call reached the kernels");
     kiln_tensor_release(y);
 
+    /* a chain that reads the same two inputs again and again (as a gelu's backward reads
+     * x): 18 calls, 36 operand reads, two distinct loads: one fused call, the unfused bits */
+    {
+        kiln_tensor *r[2];
+        for (int d = 0; d < 2; d++) {
+            kiln_generator g2 = kiln_generator_make(5);
+            kiln_tensor *xd = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(300, 517), -1, 1, &g2);
+            kiln_tensor *ad = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(517), -1, 1, &g2);
+            kiln_device_sync(devs[d]);
+            if (d == 0)
+                f0 = calls_of(devs[0], "fused"), b0 = calls_of(devs[0], "binary");
+            kiln_scope_begin();
+            kiln_tensor *v = xd;
+            for (int i = 0; i < 9; i++)
+                v = kiln_add(kiln_mul(v, xd), ad);
+            r[d] = kiln_keep(v);
+            kiln_scope_end();
+        }
+        float *u = malloc(300 * 517 * sizeof(float)), *v = malloc(300 * 517 * sizeof(float));
+        CHECK(kiln_to_data(r[0], u, 300 * 517 * sizeof(float)) == 0 &&
+                  kiln_to_data(r[1], v, 300 * 517 * sizeof(float)) == 0 &&
+                  !memcmp(u, v, 300 * 517 * sizeof(float)),
+              "(v * x + a) nine times fused equals unfused to the bit");
+        CHECK(calls_of(devs[0], "fused") - f0 == 1 && calls_of(devs[0], "binary") == b0,
+              "(v * x + a) nine times ran as one fused call (%llu fused, %llu binary)",
+              (unsigned long long)(calls_of(devs[0], "fused") - f0),
+              (unsigned long long)(calls_of(devs[0], "binary") - b0));
+        free(u);
+        free(v);
+        kiln_tensor_release(r[0]);
+        kiln_tensor_release(r[1]);
+    }
+
     /* where over a bool mask per column (read in place beside a row-broadcast operand) */
     uint8_t bits[517];
     for (int j = 0; j < 517; j++)

@@ -311,6 +311,14 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *dir = argv[1];
+    if (argc == 2) {
+        /* a fresh cache: libraries left by an earlier run (of other programs, before a
+         * change to the fusion layer) would upset the counts below */
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (strchr(dir, '\'') == NULL && system(cmd) != 0)
+            fprintf(stderr, "test-jit: could not empty %s\n", dir);
+    }
     mkdir(dir, 0700);
     setenv("KILN_DATA_DIR", dir, 1);
     if (argc > 2) { /* a fresh process over the cache */
