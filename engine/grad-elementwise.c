@@ -26,10 +26,38 @@ static kiln_tensor *as_mask(kiln_tensor *pred, const kiln_tensor *t)
 
 /* ------------------------------------------------------------------------- unary */
 
+/* What op's backward reads: its input x, its output y, or neither (the scalar shifts and
+ * scales, neg, and the ops whose gradient is zero). Only that is saved, as PyTorch does:
+ * a value no backward reads can die as soon as the forward lets go of it (dropout's
+ * x · mask before the scaling, the attention scores before the softmax), which halves
+ * such chains' activation memory, lets a fused group skip storing them, and lets the
+ * caller write them in place before the backward. */
+static void unary_reads(kiln_unary_op op, bool *x, bool *y)
+{
+    *x = *y = false;
+    switch (op) {
+    case KILN_UNARY_NEG:
+    case KILN_UNARY_SIGN:
+    case KILN_UNARY_FLOOR:
+    case KILN_UNARY_CEIL:
+    case KILN_UNARY_ROUND:
+    case KILN_UNARY_ADD_SCALAR:
+    case KILN_UNARY_MUL_SCALAR: return;
+    case KILN_UNARY_EXP:
+    case KILN_UNARY_EXPM1:
+    case KILN_UNARY_SQRT:
+    case KILN_UNARY_RSQRT:
+    case KILN_UNARY_RECIPROCAL:
+    case KILN_UNARY_TANH:
+    case KILN_UNARY_SIGMOID:
+    case KILN_UNARY_RELU: *y = true; return;
+    default: *x = true; return;
+    }
+}
+
 static kiln_tensor *unary_derivative(kiln_unary_op op, kiln_tensor *x, kiln_tensor *y, double alpha,
                                      double beta)
 {
-    kiln_tensor *zero = kiln__const_like(x, 0);
     switch (op) {
     case KILN_UNARY_ABS: return kiln_sign(x);
     case KILN_UNARY_EXP: return y;
@@ -44,12 +72,12 @@ static kiln_tensor *unary_derivative(kiln_unary_op op, kiln_tensor *x, kiln_tens
     case KILN_UNARY_COS: return kiln_neg(kiln_sin(x));
     case KILN_UNARY_TANH: return kiln_add_scalar(kiln_neg(kiln_square(y)), 1);
     case KILN_UNARY_SIGMOID: return kiln_mul(y, kiln_add_scalar(kiln_neg(y), 1));
-    case KILN_UNARY_RELU: return as_mask(kiln_gt(x, zero), x);
     case KILN_UNARY_LEAKY_RELU:
-        return kiln_where(kiln_gt(x, zero), kiln__const_like(x, 1), kiln__const_like(x, alpha));
+        return kiln_where(kiln_gt(x, kiln__const_like(x, 0)), kiln__const_like(x, 1), kiln__const_like(x, alpha));
     case KILN_UNARY_ELU:
         /* alpha exp(x), as PyTorch's; y + alpha cancels to 0 once expm1(x) rounds to -1 */
-        return kiln_where(kiln_gt(x, zero), kiln__const_like(x, 1), kiln_mul_scalar(kiln_exp(x), alpha));
+        return kiln_where(kiln_gt(x, kiln__const_like(x, 0)), kiln__const_like(x, 1),
+                          kiln_mul_scalar(kiln_exp(x), alpha));
     case KILN_UNARY_GELU: {
         /* Phi(x) + x phi(x) */
         kiln_tensor *cdf = kiln_mul_scalar(kiln_add_scalar(kiln_erf(kiln_mul_scalar(x, M_SQRT1_2)), 1), 0.5);
@@ -126,7 +154,8 @@ static int unary_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
         gin[0] = kiln_where(kiln_gt(y, kiln__const_like(y, 0)), g, kiln__const_like(g, 0));
         break;
     default:
-        if (half_intermediates(op, x->dtype)) {
+        /* every op here reads x or y (unary_reads), whichever was saved */
+        if (half_intermediates(op, (x ? x : y)->dtype)) {
             x = kiln_cast(x, KILN_F32);
             y = kiln_cast(y, KILN_F32);
         }
@@ -145,11 +174,13 @@ kiln_tensor *kiln__grad_unary(kiln_tensor *out, kiln_unary_op op, kiln_tensor *t
         n->dv[0] = alpha;
         n->dv[1] = beta;
         /* The input has the output's dtype for every recordable op (floating in, same
-         * floating out), so both can be saved as they are. A relu's backward reads only
-         * its output: not keeping the input lets a convolution's output before the relu
-         * die at once (a layer's activation memory halves, and a fused convolution never
-         * stores it). */
-        failed = (op != KILN_UNARY_RELU && kiln__ad_save(n, 0, t) < 0) || kiln__ad_save(n, 1, out) < 0;
+         * floating out), so either can be saved as it is; only what the backward reads
+         * is (unary_reads). A relu's backward reads only its output: not keeping the
+         * input lets a convolution's output before the relu die at once (a layer's
+         * activation memory halves, and a fused convolution never stores it). */
+        bool save_x, save_y;
+        unary_reads(op, &save_x, &save_y);
+        failed = (save_x && kiln__ad_save(n, 0, t) < 0) || (save_y && kiln__ad_save(n, 1, out) < 0);
         if (failed)
             kiln__error_set("%s: out of memory saving for backward", kiln__unary_name(op));
     }

@@ -180,7 +180,8 @@ static void test_retain_graph(void **state)
     kiln_tensor *loss = kiln_sum(e, KILN_ALL_DIMS, false);
     kiln__node *en = ((kiln__meta *)e->autograd)->node;
     assert_int_equal(kiln_backward_retain(loss, NULL, true), 0);
-    assert_non_null(en->saved[0]);       /* kept for the next pass */
+    assert_non_null(en->saved[1]); /* exp's output, kept for the next pass */
+    assert_null(en->saved[0]);     /* its input: its backward never reads it */
     assert_int_equal(kiln_backward_retain(loss, NULL, false), 0);
     assert_null(en->saved[0]);           /* released as soon as the node ran */
     assert_null(en->saved[1]);

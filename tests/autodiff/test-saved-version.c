@@ -4,8 +4,9 @@
  * view of its storage) makes backward fail with an
  * error naming the op, the tensor and its versions, and leaves every gradient as it was;
  * writes the tape does not depend on (a tensor it did not save, a write before the forward,
- * a step after backward in the usual loop, the input of a relu, whose backward reads its
- * output, the operands of add and sub, batch norm's running statistics) change nothing.
+ * a step after backward in the usual loop, the input of a relu or of exp, whose backward
+ * reads the output, the operands of add, sub and the scalar shifts and scales, batch
+ * norm's running statistics) change nothing.
  *
  * Usage: test-saved-version [DEVICE] (ref by default); exits 77 when DEVICE does not open.
  */
@@ -385,6 +386,38 @@ static void test_ops_save_only_what_backward_reads(void **state)
     kiln_scope_end();
 }
 
+/* The unary ops keep only what their backward reads: nothing for the scalar shift and
+ * scale and neg, the output for exp (and tanh, sigmoid, sqrt...), the input for square
+ * (and gelu, log, sin...). A step on what is not kept spoils nothing; a step on what is
+ * still fails. */
+static void test_unary_ops_save_only_what_backward_reads(void **state)
+{
+    (void)state;
+    kiln_scope_begin();
+    kiln_tensor *x = param(2, (float[]){1, 2});
+    /* loss = sum(3 (x + 1)) - sum(x): dloss/dx = 2; a step on x spoils nothing */
+    kiln_tensor *loss = kiln_sub(sum(kiln_mul_scalar(kiln_add_scalar(x, 1), 3)), sum(kiln_neg(kiln_neg(x))));
+    kiln_optim *opt = sgd(1, 1, &x);
+    assert_int_equal(kiln_optim_step_grads(opt, (kiln_tensor *[]){kiln_ones_like(x)}), 1);
+    assert_int_equal(kiln_backward(loss, NULL), 0);
+    EXPECT(kiln_grad(x), 2, 2);
+    /* exp reads its output: a step on its input spoils nothing, and the gradient is the
+     * forward's exp(x) (x was [0, 1]) */
+    kiln_zero_grad(x);
+    loss = sum(kiln_exp(x));
+    assert_int_equal(kiln_optim_step_grads(opt, (kiln_tensor *[]){kiln_ones_like(x)}), 1);
+    assert_int_equal(kiln_backward(loss, NULL), 0);
+    EXPECT(kiln_grad(x), 1, exp(1));
+    /* square reads its input: a step on it still fails */
+    kiln_zero_grad(x);
+    loss = sum(kiln_square(x));
+    assert_int_equal(kiln_optim_step_grads(opt, (kiln_tensor *[]){kiln_ones_like(x)}), 1);
+    assert_int_not_equal(kiln_backward(loss, NULL), 0);
+    expect_error("modified in place");
+    kiln_optim_free(opt);
+    kiln_scope_end();
+}
+
 static kiln_tensor *square_block(void *ud, int n, kiln_tensor *const *in)
 {
     (void)ud, (void)n;
@@ -425,6 +458,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_adam_step),
         cmocka_unit_test(test_writes_the_graph_does_not_depend_on),
         cmocka_unit_test(test_ops_save_only_what_backward_reads),
+        cmocka_unit_test(test_unary_ops_save_only_what_backward_reads),
         cmocka_unit_test(test_relu_keeps_only_its_output),
         cmocka_unit_test(test_views_share_the_version),
         cmocka_unit_test(test_normal_loop),
