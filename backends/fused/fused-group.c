@@ -450,7 +450,7 @@ static bool freed(const fq *q, const kiln_buffer *b)
     return false;
 }
 
-static bool group_uses(const fq *q, const kiln_buffer *b)
+bool kiln__fused_group_uses(const fq *q, const kiln_buffer *b)
 {
     for (int i = 0; i < q->nrec; i++) {
         if (q->rec[i].out.buf == b)
@@ -464,7 +464,7 @@ static bool group_uses(const fq *q, const kiln_buffer *b)
 
 void kiln__fused_free(fq *q, kiln_buffer *b, bool wrapped)
 {
-    if (!group_uses(q, b)) {
+    if (!kiln__fused_group_uses(q, b)) {
         q->d->in->buffer_free(q->iq, b);
         return;
     }

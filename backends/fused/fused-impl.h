@@ -102,6 +102,8 @@ int kiln__fused_record(fq *q, const frec *r, bool small);
  *  gradient heads a group of its own, its consumers (a relu's backward) as its epilogue
  *  (returns 1); else 0 (the caller flushes and forwards it); negative on an error. */
 int kiln__fused_record_pool_grad(fq *q, const frec *r);
+/** Whether q's pending group reads or writes buffer b (under q->mu). */
+bool kiln__fused_group_uses(const fq *q, const kiln_buffer *b);
 /** Run q's pending group (fused or replayed) and hand its freed buffers back. */
 int kiln__fused_flush(fq *q);
 /** Buffer b was freed on q: deferred while the pending group uses it, unless it wraps

@@ -653,6 +653,26 @@ static int fused_pool_backward(void *qctx, const kiln_pool_params *p, const kiln
     return q->d->in->pool_backward(q->iq, p, gx, go, ix);
 }
 
+/* Random draws into a buffer the pending group does not touch (a fresh one: dropout's
+ * mask) run ahead of the group and leave it pending, so the product or softmax before a
+ * dropout and the dropout's multiply that reads the mask stay one group. Flushing here
+ * instead stored every value the group had made, live or not, and read the last back. */
+static int fused_rng(void *qctx, kiln_rng_kind kind, const kiln_tdesc *out, uint64_t seed, uint64_t offset,
+                     double a, double b)
+{
+    fq *q = qctx;
+    if (!q->d->in->rng)
+        return kiln__error_set("fused: the inner backend %s has no rng", q->d->in->name);
+    if (atomic_load(&q->pending)) {
+        pthread_mutex_lock(&q->mu);
+        int rc = kiln__fused_group_uses(q, out->buf) ? kiln__fused_flush(q) : 0;
+        unlock_group(q);
+        if (rc < 0)
+            return rc;
+    }
+    return q->d->in->rng(q->iq, kind, out, seed, offset, a, b);
+}
+
 /* Every other primitive: flush the group, then forward. Every slot is filled, so
  * supports() answers for the inner backend's NULL entries. */
 #define FWD(fn, params, args)                                                                                     \
@@ -667,8 +687,6 @@ static int fused_pool_backward(void *qctx, const kiln_pool_params *p, const kiln
 
 #define T const kiln_tdesc *
 FWD(arange, (void *qctx, T out, double a, double b), (q->iq, out, a, b))
-FWD(rng, (void *qctx, kiln_rng_kind k, T out, uint64_t s, uint64_t o, double a, double b),
-    (q->iq, k, out, s, o, a, b))
 FWD(arg_reduce, (void *qctx, bool mx, T out, T in, int dim), (q->iq, mx, out, in, dim))
 FWD(cumsum, (void *qctx, T out, T in, int dim), (q->iq, out, in, dim))
 FWD(sort, (void *qctx, T v, T i, T in, int dim, bool desc), (q->iq, v, i, in, dim, desc))

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "nn-impl.h"
+#include "tensor-impl.h"
 
 /* ------------------------------------------------------------ MultiheadAttention */
 
@@ -37,6 +38,20 @@ static kiln_tensor *split_heads(kiln_tensor *x, int64_t heads)
 {
     int64_t n = kiln_tensor_dim(x, 0), l = kiln_tensor_dim(x, 1), e = kiln_tensor_dim(x, 2);
     return kiln_transpose(kiln_reshape(x, KILN_SHAPE(n, l, heads, e / heads)), 1, 2);
+}
+
+/* End a scope the caller began, keeping only r (handed to the enclosing scope). The
+ * layers below run each stage (the attention weights; a Transformer sublayer: a block,
+ * its residual and its norm) in a scope of its own, so its temporaries go as soon as the
+ * stage is done, unless a backward saved them. Held until the layer returned, they
+ * stayed alive through the next stage's products: a fused group stored them though
+ * nothing read them again, and the layer's peak memory held every stage's temporaries
+ * at once. */
+static kiln_tensor *stage_end(kiln_tensor *r)
+{
+    kiln_keep(r);
+    kiln_scope_end();
+    return kiln__ret(r);
 }
 
 static int mha_forward(kiln_module *m, int n_in, kiln_tensor *const *in, int max_out, kiln_tensor **out)
@@ -116,8 +131,11 @@ static int mha_forward(kiln_module *m, int n_in, kiln_tensor *const *in, int max
     kiln_tensor *ctx;
     double p = m->training ? c->dropout : 0;
     if (p > 0) {
-        /* Dropout on the attention weights needs the weights: the unfused path. */
+        /* Dropout on the attention weights needs the weights: the unfused path. The
+         * scores before the softmax die with this scope (no backward reads them), so a
+         * fused group never stores them. */
         int64_t D = E / H;
+        kiln_scope_begin();
         kiln_tensor *scores = kiln_mul_scalar(kiln_matmul(proj[0], kiln_transpose(proj[1], -2, -1)), 1.0 / sqrt((double)D));
         if (c->causal) {
             kiln_tensor *ones = kiln_ones(kiln_tensor_device(q), KILN_BOOL, KILN_SHAPE(L, S));
@@ -125,7 +143,8 @@ static int mha_forward(kiln_module *m, int n_in, kiln_tensor *const *in, int max
         }
         if (mask)
             scores = kiln_add(scores, mask);
-        ctx = kiln_matmul(kiln_dropout(kiln_softmax(scores, -1), p, true, &m->gen), proj[2]);
+        kiln_tensor *weights = stage_end(kiln_dropout(kiln_softmax(scores, -1), p, true, &m->gen));
+        ctx = kiln_matmul(weights, proj[2]);
     } else {
         ctx = kiln_scaled_dot_product_attention(proj[0], proj[1], proj[2], mask, c->causal, 0);
     }
@@ -206,9 +225,11 @@ static kiln_tensor *child(kiln_module *m, const char *name, kiln_tensor *x)
 
 static kiln_tensor *ff_block(kiln_module *m, const kiln_transformer_config *c, kiln_tensor *x)
 {
+    kiln_scope_begin(); /* the activation before the dropout goes with this stage */
     kiln_tensor *h = child(m, "linear1", x);
     h = c->activation == KILN_ACT_GELU ? kiln_gelu(h, false) : kiln_relu(h);
-    return child(m, "dropout2", child(m, "linear2", child(m, "dropout", h)));
+    h = stage_end(child(m, "dropout", h));
+    return child(m, "dropout2", child(m, "linear2", h));
 }
 
 static kiln_tensor *attn_block(kiln_module *m, const char *attn, const char *drop, kiln_tensor *q, kiln_tensor *kv,
@@ -226,13 +247,16 @@ static int encoder_forward(kiln_module *m, int n_in, kiln_tensor *const *in, int
     kiln_tensor *x = kiln__in(n_in, in, 0), *mask = kiln__in(n_in, in, 1), *kpm = kiln__in(n_in, in, 2);
     if (kiln__check_input(m, x, 3, 2, "src") < 0)
         return -1;
+    kiln_scope_begin();
     if (c->norm_first) {
         kiln_tensor *h = child(m, "norm1", x);
-        x = kiln_add(x, attn_block(m, "self_attn", "dropout1", h, h, kpm, mask));
-        x = kiln_add(x, ff_block(m, c, child(m, "norm2", x)));
+        x = stage_end(kiln_add(x, attn_block(m, "self_attn", "dropout1", h, h, kpm, mask)));
+        kiln_scope_begin();
+        x = stage_end(kiln_add(x, ff_block(m, c, child(m, "norm2", x))));
     } else {
-        x = child(m, "norm1", kiln_add(x, attn_block(m, "self_attn", "dropout1", x, x, kpm, mask)));
-        x = child(m, "norm2", kiln_add(x, ff_block(m, c, x)));
+        x = stage_end(child(m, "norm1", kiln_add(x, attn_block(m, "self_attn", "dropout1", x, x, kpm, mask))));
+        kiln_scope_begin();
+        x = stage_end(child(m, "norm2", kiln_add(x, ff_block(m, c, x))));
     }
     out[0] = x;
     return x ? 1 : -1;
@@ -246,15 +270,22 @@ static int decoder_forward(kiln_module *m, int n_in, kiln_tensor *const *in, int
     kiln_tensor *tkpm = kiln__in(n_in, in, 4), *mkpm = kiln__in(n_in, in, 5);
     if (kiln__check_input(m, x, 3, 2, "tgt") < 0 || kiln__check_input(m, mem, kiln_tensor_ndim(x), -1, "memory") < 0)
         return -1;
+    kiln_scope_begin();
     if (c->norm_first) {
         kiln_tensor *h = child(m, "norm1", x);
-        x = kiln_add(x, attn_block(m, "self_attn", "dropout1", h, h, tkpm, tmask));
-        x = kiln_add(x, attn_block(m, "multihead_attn", "dropout2", child(m, "norm2", x), mem, mkpm, mmask));
-        x = kiln_add(x, ff_block(m, c, child(m, "norm3", x)));
+        x = stage_end(kiln_add(x, attn_block(m, "self_attn", "dropout1", h, h, tkpm, tmask)));
+        kiln_scope_begin();
+        x = stage_end(
+            kiln_add(x, attn_block(m, "multihead_attn", "dropout2", child(m, "norm2", x), mem, mkpm, mmask)));
+        kiln_scope_begin();
+        x = stage_end(kiln_add(x, ff_block(m, c, child(m, "norm3", x))));
     } else {
-        x = child(m, "norm1", kiln_add(x, attn_block(m, "self_attn", "dropout1", x, x, tkpm, tmask)));
-        x = child(m, "norm2", kiln_add(x, attn_block(m, "multihead_attn", "dropout2", x, mem, mkpm, mmask)));
-        x = child(m, "norm3", kiln_add(x, ff_block(m, c, x)));
+        x = stage_end(child(m, "norm1", kiln_add(x, attn_block(m, "self_attn", "dropout1", x, x, tkpm, tmask))));
+        kiln_scope_begin();
+        x = stage_end(
+            child(m, "norm2", kiln_add(x, attn_block(m, "multihead_attn", "dropout2", x, mem, mkpm, mmask))));
+        kiln_scope_begin();
+        x = stage_end(child(m, "norm3", kiln_add(x, ff_block(m, c, x))));
     }
     out[0] = x;
     return x ? 1 : -1;

@@ -207,6 +207,45 @@ static void chain_counts(void)
         kiln_tensor_release(r[1]);
     }
 
+    /* a dropout after a softmax: its mask's draws run ahead of the pending group, and its
+     * multiply and scale join the softmax's group (the draws used to flush it) */
+    {
+        kiln_tensor *r[2];
+        uint64_t rng0 = 0;
+        for (int d = 0; d < 2; d++) {
+            kiln_generator g2 = kiln_generator_make(5);
+            kiln_tensor *xd = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(300, 517), -2, 2, &g2);
+            kiln_tensor *ad = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(517), -2, 2, &g2);
+            kiln_device_sync(devs[d]);
+            if (d == 0)
+                f0 = calls_of(devs[0], "fused"), b0 = calls_of(devs[0], "binary"), rng0 = calls_of(devs[0], "rng");
+            kiln_generator dg = kiln_generator_make(11);
+            kiln_scope_begin();
+            r[d] = kiln_keep(kiln_dropout(kiln_softmax(kiln_mul(xd, ad), -1), 0.25, true, &dg));
+            kiln_scope_end();
+        }
+        float *u = malloc(300 * 517 * sizeof(float)), *v = malloc(300 * 517 * sizeof(float));
+        CHECK(kiln_to_data(r[0], u, 300 * 517 * sizeof(float)) == 0 &&
+                  kiln_to_data(r[1], v, 300 * 517 * sizeof(float)) == 0 &&
+                  !memcmp(u, v, 300 * 517 * sizeof(float)),
+              "dropout(softmax(x * a)) fused equals unfused to the bit");
+        int64_t zeros = 0;
+        for (int64_t i = 0; i < 300 * 517; i++)
+            zeros += u[i] == 0;
+        CHECK(zeros > 300 * 517 / 5 && zeros < 300 * 517 * 3 / 10, "dropout(p = 0.25) zeroed %lld of %d",
+              (long long)zeros, 300 * 517);
+        CHECK(calls_of(devs[0], "rng") - rng0 == 1 && calls_of(devs[0], "fused") - f0 == 1 &&
+                  calls_of(devs[0], "binary") == b0,
+              "softmax then dropout ran as one draw and one fused call (%llu draws, %llu fused, %llu binary)",
+              (unsigned long long)(calls_of(devs[0], "rng") - rng0),
+              (unsigned long long)(calls_of(devs[0], "fused") - f0),
+              (unsigned long long)(calls_of(devs[0], "binary") - b0));
+        free(u);
+        free(v);
+        kiln_tensor_release(r[0]);
+        kiln_tensor_release(r[1]);
+    }
+
     /* where over a bool mask per column (read in place beside a row-broadcast operand) */
     uint8_t bits[517];
     for (int j = 0; j < 517; j++)
