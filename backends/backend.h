@@ -392,6 +392,9 @@ typedef struct kiln_backend_caps {
      * recording costs more than a small call saves (the cpu: its small operands sit in the
      * caches already, and the call costs under a microsecond). */
     int64_t fusion_min_elements;
+    /* Its fused_run takes ROW_REDUCE instructions (backends/fused-program.h): without it,
+     * the fusion layer ends a group at a reduction whose result a later call reads. */
+    bool fused_row_reduce;
 } kiln_backend_caps;
 
 typedef struct kiln_backend_iface {

@@ -53,6 +53,12 @@
  *          backend applies to each plane (or group of planes) as it is scattered, so the
  *          zero fill and the scatter stay in the caches. Its inputs are operands, loaded
  *          by no other instruction.
+ *   ROW_REDUCE r = op (KILN_REDUCE_SUM or KILN_REDUCE_MEAN) over the row of inner
+ *          consecutive elements of a that element i lies in, every element of a row
+ *          holding its row's value (accumulated in double and rounded once, as REDUCE):
+ *          a reduction whose result the rest of the program reads back broadcast over the
+ *          rows (softmax's backward, y (g - sum(g y))). Rows are whole, as for SOFTMAX.
+ *          Only for a backend whose caps say fused_row_reduce.
  *   LAYER_NORM r = a normalized over each row of inner consecutive elements as the
  *          layer_norm entry does (mean and variance in double, eps = alpha), times
  *          register b and plus register c where those are >= 0 (the weight and the bias:
@@ -101,6 +107,7 @@ typedef enum kiln_fused_code {
     KILN_FUSED_LAYER_NORM,
     KILN_FUSED_CONV,
     KILN_FUSED_POOL_GRAD,
+    KILN_FUSED_ROW_REDUCE,
     KILN_FUSED_CODE_COUNT
 } kiln_fused_code;
 

@@ -145,6 +145,7 @@ static void cpu_caps(void *ctx, kiln_backend_caps *out)
     out->host_memory = true;
     out->async = false;
     out->fusion_min_elements = KILN_CPU_FUSION_MIN_ELEMENTS;
+    out->fused_row_reduce = true;
 }
 
 /* ------------------------------------------------------------------ buffers */

@@ -177,7 +177,8 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
     pl->half = p->dtype != KILN_F32;
     for (int i = 0; i < p->ninstrs && pl->half; i++)
         if (kiln__cpu_fused_producer(p->instrs[i].code) || p->instrs[i].code == KILN_FUSED_SOFTMAX ||
-            p->instrs[i].code == KILN_FUSED_LAYER_NORM || p->instrs[i].code == KILN_FUSED_REDUCE)
+            p->instrs[i].code == KILN_FUSED_LAYER_NORM || p->instrs[i].code == KILN_FUSED_REDUCE ||
+            p->instrs[i].code == KILN_FUSED_ROW_REDUCE)
             return KILN_ENOTSUP;
     int prc = kiln__cpu_fused_plan_product(pl, p);
     if (prc < 0)
@@ -206,12 +207,13 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
     pl->row = p->reduce_inner;
     for (int i = 0; i < p->ninstrs; i++) {
         pl->has_softmax = pl->has_softmax || p->instrs[i].code == KILN_FUSED_SOFTMAX ||
-                          p->instrs[i].code == KILN_FUSED_LAYER_NORM; /* (both take rows whole) */
+                          p->instrs[i].code == KILN_FUSED_LAYER_NORM ||
+                          p->instrs[i].code == KILN_FUSED_ROW_REDUCE; /* (all take rows whole) */
         pl->has_reduce = pl->has_reduce || p->instrs[i].code == KILN_FUSED_REDUCE;
     }
-    /* blocks of several whole rows (a softmax without a reduction) cross the rows that
-     * IN_ROWS inputs are read in place along, so those are gathered instead */
-    bool multi_row = pl->has_softmax && !pl->has_reduce;
+    /* blocks of several whole rows (a program with a softmax) cross the rows that IN_ROWS
+     * inputs are read in place along, so those are gathered instead */
+    bool multi_row = pl->has_softmax;
     for (int i = 0; i < p->ninputs && !p->reduce_inner; i++) {
         const fin *f = &pl->in[i];
         if (f->kind != IN_GATHER || f->copy_in || f->dtype != KILN_F32 || f->strides[f->nd - 1] != 1 ||
@@ -257,9 +259,10 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
     for (int i = 0; i < p->ninstrs; i++) {
         const kiln_fused_instr *in = &p->instrs[i];
         bool ln = in->code == KILN_FUSED_LAYER_NORM;
+        bool row_reduce = in->code == KILN_FUSED_ROW_REDUCE;
         bool reads_a = in->code == KILN_FUSED_UNARY || in->code == KILN_FUSED_BINARY ||
                        in->code == KILN_FUSED_WHERE || in->code == KILN_FUSED_STORE ||
-                       in->code == KILN_FUSED_REDUCE || in->code == KILN_FUSED_SOFTMAX || ln;
+                       in->code == KILN_FUSED_REDUCE || in->code == KILN_FUSED_SOFTMAX || ln || row_reduce;
         bool reads_b = in->code == KILN_FUSED_BINARY || in->code == KILN_FUSED_WHERE || (ln && in->b >= 0);
         bool reads_c = in->code == KILN_FUSED_WHERE || (ln && in->c >= 0);
         if ((unsigned)in->code >= KILN_FUSED_CODE_COUNT ||
@@ -277,7 +280,10 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
         if ((in->code == KILN_FUSED_STORE || in->code == KILN_FUSED_REDUCE) &&
             (unsigned)in->arg >= (unsigned)p->noutputs)
             return KILN_ENOTSUP;
-        if ((in->code == KILN_FUSED_SOFTMAX || ln) && (p->reduce_inner <= 0 || p->reduce_inner > 8192))
+        if ((in->code == KILN_FUSED_SOFTMAX || ln || row_reduce) &&
+            (p->reduce_inner <= 0 || p->reduce_inner > 8192))
+            return KILN_ENOTSUP;
+        if (row_reduce && in->op != KILN_REDUCE_SUM && in->op != KILN_REDUCE_MEAN)
             return KILN_ENOTSUP;
         if (in->code == KILN_FUSED_REDUCE && ((in->op != KILN_REDUCE_SUM && in->op != KILN_REDUCE_MEAN &&
                                                in->op != KILN_REDUCE_MAX && in->op != KILN_REDUCE_MIN) ||
@@ -347,7 +353,8 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
                       (in->code == KILN_FUSED_BINARY && pl->scalar[in->a] && pl->scalar[in->b]) ||
                       (in->code == KILN_FUSED_WHERE && pl->scalar[in->a] && pl->scalar[in->b] &&
                        pl->scalar[in->c]);
-            bool rows = in->code == KILN_FUSED_SOFTMAX || in->code == KILN_FUSED_LAYER_NORM;
+            bool rows = in->code == KILN_FUSED_SOFTMAX || in->code == KILN_FUSED_LAYER_NORM ||
+                        in->code == KILN_FUSED_ROW_REDUCE;
             if (rows &&
                 (pl->scalar[in->a] || (in->code == KILN_FUSED_LAYER_NORM &&
                                        ((in->b >= 0 && pl->scalar[in->b]) || (in->c >= 0 && pl->scalar[in->c])))))
@@ -570,21 +577,39 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
             break;
         }
         case KILN_FUSED_REDUCE: {
-            /* blocks never cross a row: add this block's part, store at the row's end */
+            /* a block is part of one row or holds whole rows (a program with a softmax):
+             * add each row's part, store at the row's end */
             freg a = regs[in->a];
             int64_t inner = p->reduce_inner;
             bool extreme = in->op == KILN_REDUCE_MAX || in->op == KILN_REDUCE_MIN;
-            if (extreme && i0 % inner == 0)
-                acc[i] = in->op == KILN_REDUCE_MAX ? -INFINITY : INFINITY;
-            if (extreme)
-                acc[i] = extreme_run(a.p, a.stride, m, in->op == KILN_REDUCE_MAX, acc[i]);
-            else
-                acc[i] += a.stride ? pl->k->sum_run_f32(a.p, m) : (double)a.p[0] * (double)m;
-            if ((i0 + m) % inner == 0) {
-                double v = in->op == KILN_REDUCE_MEAN ? acc[i] / (double)inner : acc[i];
-                pl->out[in->arg][(i0 + m) / inner - 1] = (float)v;
-                acc[i] = 0; /* (max and min start their rows afresh) */
+            for (int64_t j = 0, part; j < m; j += part) {
+                part = inner - (i0 + j) % inner < m - j ? inner - (i0 + j) % inner : m - j;
+                const float *v = a.p + j * a.stride;
+                if (extreme && (i0 + j) % inner == 0)
+                    acc[i] = in->op == KILN_REDUCE_MAX ? -INFINITY : INFINITY;
+                if (extreme)
+                    acc[i] = extreme_run(v, a.stride, part, in->op == KILN_REDUCE_MAX, acc[i]);
+                else
+                    acc[i] += a.stride ? pl->k->sum_run_f32(v, part) : (double)v[0] * (double)part;
+                if ((i0 + j + part) % inner == 0) {
+                    double r = in->op == KILN_REDUCE_MEAN ? acc[i] / (double)inner : acc[i];
+                    pl->out[in->arg][(i0 + j + part) / inner - 1] = (float)r;
+                    acc[i] = 0; /* (max and min start their rows afresh) */
+                }
             }
+            break;
+        }
+        case KILN_FUSED_ROW_REDUCE: {
+            /* blocks hold whole rows; each row's sum as REDUCE takes it, over the row */
+            freg a = regs[in->a];
+            int64_t row = p->reduce_inner;
+            for (int64_t r = 0; r < m; r += row) {
+                double sum = pl->k->sum_run_f32(a.p + r, row);
+                float v = (float)(in->op == KILN_REDUCE_MEAN ? sum / (double)row : sum);
+                for (int64_t j = 0; j < row; j++)
+                    dst[r + j] = v;
+            }
+            regs[in->dst] = (freg){dst, 1};
             break;
         }
         default: { /* STORE */
@@ -633,7 +658,7 @@ void kiln__cpu_fused_span(const fplan *pl, float *scratch, double *acc, int64_t 
     freg regs[KILN_FUSED_MAX_INSTRS * 2];
     for (int64_t i0 = begin, m; i0 < end; i0 += m) {
         m = end - i0 < pl->block ? end - i0 : pl->block;
-        if (pl->has_softmax && !pl->has_reduce)
+        if (pl->has_softmax)
             m -= m % pl->row; /* whole rows (spans start on one; block >= row) */
         else if (pl->row && m > pl->row - i0 % pl->row)
             m = pl->row - i0 % pl->row;

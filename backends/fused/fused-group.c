@@ -16,9 +16,12 @@
  *
  * A softmax over the last dim of a value the group wrote joins it (its rows are
  * evaluated whole, and later calls may use its result); a sum, mean, max or min over
- * trailing dims whose input is a value the group wrote (contiguous) ends the group: the
- * reduction reads that value from a register as it is computed, and nothing joins after
- * it.
+ * trailing dims whose input is a value the group wrote (contiguous) joins it too, reading
+ * that value from a register as it is computed. On an inner backend that takes
+ * ROW_REDUCE (caps.fused_row_reduce) a sum or mean over rows of at most 8192 elements
+ * lets the group go on, and later calls may read its result broadcast over the rows
+ * (softmax's backward y (g - sum(g y)), layer norm's): the group needs no store and no
+ * second pass for it. Otherwise nothing joins after a reduction.
  *
  * A matmul of f32 operands with a contiguous f32 product starts a group of its own (when
  * the inner backend's fused_run takes a MATMUL): the calls that join after it are its
@@ -53,6 +56,33 @@ static bool same_view(const kiln_tdesc *a, const kiln_tdesc *b)
     for (int i = 0; i < a->ndim; i++)
         if (a->shape[i] != b->shape[i] || (a->shape[i] != 1 && a->strides[i] != b->strides[i]))
             return false;
+    return true;
+}
+
+/* Whether d reads reduction red's result broadcast over the group's rows: n elements,
+ * element i taking red's output element i / red->inner (a keepdim sum expanded back, or
+ * read through broadcasting, as softmax's backward reads sum(g y)). */
+static bool row_broadcast(const fq *q, const frec *red, const kiln_tdesc *d)
+{
+    if (!red->row_value || d->buf != red->out.buf || d->offset != red->out.offset || d->dtype != red->out.dtype ||
+        kiln__fused_numel(d) != q->n)
+        return false;
+    int64_t inner = 1, expect = 1;
+    int dim = d->ndim - 1;
+    for (; dim >= 0 && inner < red->inner; dim--) { /* the row: broadcast dims */
+        if (d->shape[dim] != 1 && d->strides[dim] != 0)
+            return false;
+        inner *= d->shape[dim];
+    }
+    if (inner != red->inner)
+        return false;
+    for (; dim >= 0; dim--) { /* the rows: contiguous, in order */
+        if (d->shape[dim] == 1)
+            continue;
+        if (d->strides[dim] != expect)
+            return false;
+        expect *= d->shape[dim];
+    }
     return true;
 }
 
@@ -268,7 +298,7 @@ static int program_inputs(const fq *q, const frec *r)
              * the group wrote */
             bool known = false;
             for (int j = i - 1; j >= 0 && !known && !(p->entry == KILN_ENTRY_LAYER_NORM && k > 0); j--)
-                known = same_flat(&q->rec[j].out, d);
+                known = same_flat(&q->rec[j].out, d) || row_broadcast(q, &q->rec[j], d);
             for (int s = 0; s < nseen && !known; s++)
                 known = same_view(seen[s], d);
             if (known)
@@ -297,7 +327,8 @@ static bool fits(const fq *q, const frec *r)
         const frec *p = &q->rec[i];
         /* r reads what the group wrote: only through the write's own view */
         for (int k = 0; k < rec_inputs(r); k++)
-            if (rec_input(r, k)->buf == p->out.buf && !same_flat(rec_input(r, k), &p->out))
+            if (rec_input(r, k)->buf == p->out.buf && !same_flat(rec_input(r, k), &p->out) &&
+                !row_broadcast(q, p, rec_input(r, k)))
                 return false;
         /* r writes what the group wrote or read: only through the same view */
         if (r->out.buf == p->out.buf && !same_flat(&r->out, &p->out))
@@ -374,8 +405,13 @@ int kiln__fused_record(fq *q, const frec *r, bool small)
         frec red = *r;
         if (!reduce_fits(q, &red))
             return cannot_join;
+        /* where the inner backend reads a row's sum back (ROW_REDUCE), later calls may
+         * use it broadcast over the rows and the group goes on; else it ends here */
+        red.row_value = q->d->row_reduce && !has_producer(q) &&
+                        (red.op == KILN_REDUCE_SUM || red.op == KILN_REDUCE_MEAN) && red.inner > 1 &&
+                        red.inner <= 8192; /* (a block holds a row whole, as for softmax) */
         q->rec[q->nrec++] = red; /* fits leaves room: the bound is checked before each call */
-        q->closed = true;
+        q->closed = !red.row_value;
         q->row = red.inner;
         return 1;
     }
@@ -505,6 +541,8 @@ typedef struct compiler {
     int from;                     /* the first recorded call compiled (1: without the producer) */
     /* the register holding each recorded call's result, by call */
     int value[FUSED_MAX_RECS];
+    /* a row-value reduction's input register, until a ROW_REDUCE reading it is emitted */
+    int row_src[FUSED_MAX_RECS];
 } compiler;
 
 static int emit(compiler *c, kiln_fused_instr in)
@@ -519,9 +557,21 @@ static int emit(compiler *c, kiln_fused_instr in)
  * load (one per distinct view). */
 static int operand(compiler *c, const fq *q, int i, const kiln_tdesc *d)
 {
-    for (int j = i - 1; j >= c->from; j--)
+    for (int j = i - 1; j >= c->from; j--) {
         if (same_flat(&q->rec[j].out, d))
             return c->value[j];
+        if (row_broadcast(q, &q->rec[j], d)) {
+            if (c->value[j] < 0) { /* its first reader: the row's value as a register */
+                int r = c->nregs++;
+                if (emit(c,
+                         (kiln_fused_instr){
+                             .code = KILN_FUSED_ROW_REDUCE, .op = q->rec[j].op, .dst = r, .a = c->row_src[j]}) < 0)
+                    return -1;
+                c->value[j] = r;
+            }
+            return c->value[j];
+        }
+    }
     for (int k = 0; k < c->ninputs; k++)
         if (!c->operand_only[k] && same_view(&c->inputs[k], d))
             return c->load_reg[k];
@@ -648,6 +698,7 @@ static int compile(compiler *c, const fq *q, int from)
         }
         if (r->entry == KILN_ENTRY_REDUCE) {
             c->value[i] = -1;
+            c->row_src[i] = a;
             c->reduce_inner = r->inner;
             if (c->noutputs == KILN_FUSED_MAX_OUTPUTS)
                 return -1;

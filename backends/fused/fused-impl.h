@@ -27,6 +27,7 @@ typedef struct fdev {
     void *ictx;
     bool replay;                      /* option codegen=off: groups replay their calls */
     int64_t min_elements;             /* a call smaller than this starts no group (caps) */
+    bool row_reduce;                  /* the inner fused_run takes ROW_REDUCE (caps) */
     _Atomic uint64_t groups_run;      /* programs handed to the inner fused_run */
     _Atomic uint64_t calls_fused;     /* recorded calls those programs replaced */
     _Atomic uint64_t groups_replayed; /* groups that ran call by call */
@@ -54,6 +55,7 @@ typedef struct frec {
     kiln_conv_params conv; /* conv: the geometry (x, y = weight, z = bias or a NULL buf) */
     kiln_pool_params pool; /* pool_backward (max): the geometry (out = grad_x, x = grad_out, y = indices) */
     int64_t inner; /* reduce: elements per output element */
+    bool row_value; /* reduce: later calls may read its result broadcast over the rows */
 } frec;
 
 /* A queue. Threads that never chose a queue of their own share the device's default one,

@@ -73,13 +73,11 @@ static void *fused_open_opts(const char *spec, int index, kiln_device_opts *o)
         free(d);
         return NULL;
     }
-    if (min_elements >= 0)
-        d->min_elements = min_elements;
-    else if (d->in->caps) {
-        kiln_backend_caps caps = {0};
+    kiln_backend_caps caps = {0};
+    if (d->in->caps)
         d->in->caps(d->ictx, &caps);
-        d->min_elements = caps.fusion_min_elements;
-    }
+    d->min_elements = min_elements >= 0 ? min_elements : caps.fusion_min_elements;
+    d->row_reduce = caps.fused_row_reduce;
     return d;
 }
 

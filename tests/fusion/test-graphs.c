@@ -246,6 +246,41 @@ static void chain_counts(void)
         kiln_tensor_release(r[1]);
     }
 
+    /* a sum over the rows read back broadcast (softmax's backward, y (g - sum(g y))): one
+     * fused call, the row sums never leaving it, the unfused bits */
+    {
+        kiln_tensor *r[2];
+        uint64_t r0 = 0;
+        for (int d = 0; d < 2; d++) {
+            kiln_generator g2 = kiln_generator_make(7);
+            kiln_tensor *yd = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(300, 517), 0, 1, &g2);
+            kiln_tensor *gd = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(300, 517), -1, 1, &g2);
+            kiln_device_sync(devs[d]);
+            if (d == 0)
+                f0 = calls_of(devs[0], "fused"), b0 = calls_of(devs[0], "binary"),
+                r0 = calls_of(devs[0], "reduce");
+            kiln_scope_begin();
+            kiln_tensor *s = kiln_sum(kiln_mul(gd, yd), KILN_DIMS(-1), true);
+            r[d] = kiln_keep(kiln_mul(yd, kiln_sub(gd, s)));
+            kiln_scope_end();
+        }
+        float *u = malloc(300 * 517 * sizeof(float)), *v = malloc(300 * 517 * sizeof(float));
+        CHECK(kiln_to_data(r[0], u, 300 * 517 * sizeof(float)) == 0 &&
+                  kiln_to_data(r[1], v, 300 * 517 * sizeof(float)) == 0 &&
+                  !memcmp(u, v, 300 * 517 * sizeof(float)),
+              "y (g - sum(g y)) fused equals unfused to the bit");
+        CHECK(calls_of(devs[0], "fused") - f0 == 1 && calls_of(devs[0], "binary") == b0 &&
+                  calls_of(devs[0], "reduce") == r0,
+              "y (g - sum(g y)) ran as one fused call (%llu fused, %llu binary, %llu reduce)",
+              (unsigned long long)(calls_of(devs[0], "fused") - f0),
+              (unsigned long long)(calls_of(devs[0], "binary") - b0),
+              (unsigned long long)(calls_of(devs[0], "reduce") - r0));
+        free(u);
+        free(v);
+        kiln_tensor_release(r[0]);
+        kiln_tensor_release(r[1]);
+    }
+
     /* where over a bool mask per column (read in place beside a row-broadcast operand) */
     uint8_t bits[517];
     for (int j = 0; j < 517; j++)

@@ -334,6 +334,29 @@ static void refused(void)
     kiln_fused_instr twice[] = {LOAD(0, 0), LOAD(0, 0), STORE(0, 0)};
     p = program(16, 1, in, 1, out, 3, twice, 1);
     CHECK(be->fused_run(ctx, &p) == KILN_ENOTSUP, "a register written twice must be refused");
+    /* a row sum read back: rows of 4; a max, or rows not given, is refused */
+    kiln_fused_instr row_sum[] = {
+        LOAD(0, 0), {.code = KILN_FUSED_ROW_REDUCE, .op = KILN_REDUCE_SUM, .dst = 1, .a = 0}, STORE(1, 0)};
+    p = program(16, 1, in, 1, out, 3, row_sum, 2);
+    p.reduce_inner = 4;
+    float xs[16], got[16];
+    fill_random(xs, 16, 3);
+    be->buffer_upload(ctx, x, 0, xs, sizeof xs);
+    CHECK(be->fused_run(ctx, &p) == 0, "a row sum read back runs: %s", kiln_error());
+    be->buffer_download(ctx, o, 0, got, sizeof got);
+    int bad_row = -1;
+    for (int i = 0; i < 16 && bad_row < 0; i++) {
+        int r = i / 4 * 4;
+        float want = (float)((double)xs[r] + xs[r + 1] + xs[r + 2] + xs[r + 3]);
+        if (fabsf(got[i] - want) > 1e-6f * fabsf(want) + 1e-7f)
+            bad_row = i;
+    }
+    CHECK(bad_row < 0, "row sums broadcast over their rows (element %d)", bad_row);
+    row_sum[1].op = KILN_REDUCE_MAX;
+    CHECK(be->fused_run(ctx, &p) == KILN_ENOTSUP, "a row max read back must be refused");
+    row_sum[1].op = KILN_REDUCE_SUM;
+    p.reduce_inner = 0;
+    CHECK(be->fused_run(ctx, &p) == KILN_ENOTSUP, "a row sum without rows must be refused");
     kiln_fused_instr fine[] = {LOAD(0, 0), STORE(0, 0)};
     p = program(16, 1, in, 1, out, 2, fine, 1);
     p.dtype = KILN_F64;
