@@ -285,8 +285,13 @@ static int layer_norm_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
                 gin[i] = kiln_zeros(kiln__dev(g), g->dtype, n->edges[i].ndim, n->edges[i].shape);
         return 0;
     }
-    kiln_tensor *x2 = kiln_reshape(x, KILN_SHAPE(-1, inner));
     kiln_tensor *g2 = kiln_reshape(g, KILN_SHAPE(-1, inner));
+    /* The row-wise part runs in a scope of its own that keeps only the input gradient and
+     * g xhat: its temporaries (xhat, dxhat, the row means) die before the column sums
+     * below, whose reads end a fused group, so that group stores two values instead of
+     * every one it made (it stored eleven). */
+    kiln_scope_begin();
+    kiln_tensor *x2 = kiln_reshape(x, KILN_SHAPE(-1, inner));
     kiln_tensor *mean = kiln_mean(x2, KILN_DIMS(1), true);
     kiln_tensor *rstd = kiln_rsqrt(kiln_add_scalar(kiln_var(x2, KILN_DIMS(1), 0, true), eps));
     kiln_tensor *xhat = kiln_mul(kiln_sub(x2, mean), rstd);
@@ -296,13 +301,17 @@ static int layer_norm_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
         kiln_tensor *m1 = kiln_mean(dxhat, KILN_DIMS(1), true);
         kiln_tensor *m2 = kiln_mean(kiln_mul(dxhat, xhat), KILN_DIMS(1), true);
         kiln_tensor *gx = kiln_mul(rstd, kiln_sub(kiln_sub(dxhat, m1), kiln_mul(xhat, m2)));
-        gin[0] = kiln_reshape(gx, n->edges[0].ndim, n->edges[0].shape);
-        if (!gin[0])
-            return -1;
+        gin[0] = kiln_keep(kiln_reshape(gx, n->edges[0].ndim, n->edges[0].shape));
     }
+    kiln_tensor *gxhat = kiln__ad_needs(n, 1) ? kiln_keep(kiln_mul(g2, xhat)) : NULL;
+    kiln_scope_end();
+    /* back into the node's scope, which releases them with the rest */
+    gin[0] = kiln__ret(gin[0]);
+    gxhat = kiln__ret(gxhat);
+    if (kiln__ad_needs(n, 0) && !gin[0])
+        return -1;
     if (kiln__ad_needs(n, 1)) {
-        gin[1] = kiln_reshape(kiln_sum(kiln_mul(g2, xhat), KILN_DIMS(0), false), n->edges[1].ndim,
-                              n->edges[1].shape);
+        gin[1] = kiln_reshape(kiln_sum(gxhat, KILN_DIMS(0), false), n->edges[1].ndim, n->edges[1].shape);
         if (!gin[1])
             return -1;
     }
