@@ -124,6 +124,16 @@ static kiln_tensor *run_op(const gnode *n, kiln_tensor **x)
     return y;
 }
 
+/* Release value id (a node's output, held by the forward's scope) if step is its last
+ * reader's. */
+static void release_value(kiln_tensor **v, const int *last, int ninputs, int id, int step)
+{
+    if (id < ninputs || !v[id] || last[id] != step)
+        return;
+    kiln_tensor_release(kiln_keep(v[id]));
+    v[id] = NULL;
+}
+
 static int model_forward(kiln_module *m, int n_in, kiln_tensor *const *in, int max_out, kiln_tensor **out)
 {
     const graph *g = m->self;
@@ -137,8 +147,24 @@ static int model_forward(kiln_module *m, int n_in, kiln_tensor *const *in, int m
     if (given > g->ninputs)
         return kiln__module_error(m, "takes %d input%s (got %d)", g->ninputs, g->ninputs == 1 ? "" : "s", given);
     kiln_tensor **v = calloc((size_t)g->nvalues + 1, sizeof *v);
-    if (!v)
+    /* the step of g->order after which each value is read no more (-1: never read; the
+     * outputs: never released). A value goes as soon as its last reader has run, unless
+     * a backward saved it: held to the end, a layer's output stayed alive through every
+     * later layer (the network's whole activations at once, and a fused group stored a
+     * convolution's output before its relu though nothing read it again). */
+    int *last = malloc(((size_t)g->nvalues + 1) * sizeof *last);
+    if (!v || !last) {
+        free(v);
+        free(last);
         return kiln__module_error(m, "out of memory");
+    }
+    for (int i = 0; i <= g->nvalues; i++)
+        last[i] = -1;
+    for (int k = 0; k < g->nnodes; k++)
+        for (int i = 0; i < g->nodes[g->order[k]].nin; i++)
+            last[g->nodes[g->order[k]].in[i]] = k;
+    for (int i = 0; i < g->noutputs; i++)
+        last[g->outputs[i]] = g->nnodes;
     int rc = -1;
     for (int i = 0; i < g->ninputs; i++) {
         if (!in[i]) {
@@ -170,12 +196,18 @@ static int model_forward(kiln_module *m, int n_in, kiln_tensor *const *in, int m
             }
             v[n->first_value] = y;
         }
+        /* the inputs (the caller's) stay; a layer's extra outputs nobody reads go at once */
+        for (int i = 0; i < n->nin; i++)
+            release_value(v, last, g->ninputs, n->in[i], k);
+        for (int o = 0; o < n->nout; o++)
+            release_value(v, last, g->ninputs, n->first_value + o, -1);
     }
     rc = g->noutputs < max_out ? g->noutputs : max_out;
     for (int i = 0; i < rc; i++)
         out[i] = kiln__identity(v[g->outputs[i]]);
 done:
     free(v);
+    free(last);
     return rc;
 }
 

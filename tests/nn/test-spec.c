@@ -301,6 +301,55 @@ static void test_all_configs_roundtrip(void **state)
     kiln_module_free(m);
 }
 
+/* A node's output goes once its last reader has run: a chain of eight relus over 1 MiB
+ * holds about two at a time, not eight (a branch read twice stays until its second
+ * reader). Measured on the cpu, whose pool reports its peak in use. */
+static void test_values_released_after_last_use(void **state)
+{
+    (void)state;
+    static const char spec[] = "{\"inputs\": [\"x\"], \"nodes\": ["
+                               "{\"name\": \"a\", \"op\": \"relu\", \"inputs\": [\"x\"]},"
+                               "{\"name\": \"b\", \"op\": \"relu\", \"inputs\": [\"a\"]},"
+                               "{\"name\": \"c\", \"op\": \"relu\", \"inputs\": [\"b\"]},"
+                               "{\"name\": \"d\", \"op\": \"relu\", \"inputs\": [\"c\"]},"
+                               "{\"name\": \"e\", \"op\": \"relu\", \"inputs\": [\"d\"]},"
+                               "{\"name\": \"f\", \"op\": \"relu\", \"inputs\": [\"e\"]},"
+                               "{\"name\": \"g\", \"op\": \"relu\", \"inputs\": [\"f\"]},"
+                               "{\"name\": \"h\", \"op\": \"add\", \"inputs\": [\"g\", \"d\"]}"
+                               "], \"outputs\": [\"h\"]}";
+    kiln_device *cpu = kiln_device_open("cpu");
+    assert_non_null(cpu);
+    kiln_generator gen = kiln_generator_make(5);
+    kiln_module *m = kiln_model_from_json(spec, cpu, &gen);
+    if (!m)
+        fail_msg("%s", kiln_error());
+    const int64_t mib = 1 << 20;
+    kiln_tensor *x = kiln_keep(kiln_rand_normal(cpu, KILN_F32, KILN_SHAPE(256, 1024), 0, 1, &gen));
+    float xs[4];
+    assert_int_equal(kiln_to_data(kiln_narrow(kiln_reshape(x, KILN_SHAPE(-1)), 0, 0, 4), xs, sizeof xs), 0);
+    kiln_device_memory before, after;
+    assert_int_equal(kiln_device_memory_get(cpu, &before), 0);
+    kiln_no_grad_begin();
+    kiln_scope_begin();
+    kiln_tensor *y = kiln_module_forward(m, x);
+    if (!y)
+        fail_msg("forward: %s", kiln_error());
+    float ys[4];
+    assert_int_equal(kiln_to_data(kiln_narrow(kiln_reshape(y, KILN_SHAPE(-1)), 0, 0, 4), ys, sizeof ys), 0);
+    kiln_scope_end();
+    kiln_no_grad_end();
+    assert_int_equal(kiln_device_memory_get(cpu, &after), 0);
+    for (int i = 0; i < 4; i++) /* relu^7(x) + relu^4(x) = 2 relu(x) */
+        assert_float_equal(ys[i], xs[i] > 0 ? 2 * xs[i] : 0, 1e-6);
+    uint64_t grew = after.peak_in_use_bytes - before.in_use_bytes;
+    if (grew > (uint64_t)(4 * mib))
+        fail_msg("the forward's peak grew by %.2f MiB: values were held past their last reader",
+                 (double)grew / (double)mib);
+    kiln_tensor_release(x);
+    kiln_module_free(m);
+    kiln_device_close(cpu);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -309,6 +358,7 @@ int main(void)
         cmocka_unit_test(test_train_mlp),
         cmocka_unit_test(test_init_statistics),
         cmocka_unit_test(test_all_configs_roundtrip),
+        cmocka_unit_test(test_values_released_after_last_use),
     };
     return cmocka_run_group_tests_name("nn-spec", tests, test_group_setup, test_group_teardown);
 }
