@@ -154,6 +154,23 @@ static void random_graph(int seed)
 }
 
 /* A chain whose intermediates die before the read: one fused call replaces the chain. */
+/* One expression's [300, 517] result on the fused and the unfused device: equal to the
+ * bit. Counts the zeros of the fused one into zeros (when given); releases both. */
+static void pair_same_bits(const char *what, kiln_tensor *r[2], int64_t *zeros)
+{
+    const int64_t n = 300 * 517;
+    float *u = malloc((size_t)n * sizeof(float)), *v = malloc((size_t)n * sizeof(float));
+    CHECK(u && v && kiln_to_data(r[0], u, (size_t)n * sizeof(float)) == 0 &&
+              kiln_to_data(r[1], v, (size_t)n * sizeof(float)) == 0 && !memcmp(u, v, (size_t)n * sizeof(float)),
+          "%s fused equals unfused to the bit", what);
+    for (int64_t i = 0; zeros && u && i < n; i++)
+        *zeros += u[i] == 0;
+    free(u);
+    free(v);
+    kiln_tensor_release(r[0]);
+    kiln_tensor_release(r[1]);
+}
+
 static void chain_counts(void)
 {
     kiln_scope_begin();
@@ -192,19 +209,11 @@ static void chain_counts(void)
             r[d] = kiln_keep(v);
             kiln_scope_end();
         }
-        float *u = malloc(300 * 517 * sizeof(float)), *v = malloc(300 * 517 * sizeof(float));
-        CHECK(kiln_to_data(r[0], u, 300 * 517 * sizeof(float)) == 0 &&
-                  kiln_to_data(r[1], v, 300 * 517 * sizeof(float)) == 0 &&
-                  !memcmp(u, v, 300 * 517 * sizeof(float)),
-              "(v * x + a) nine times fused equals unfused to the bit");
+        pair_same_bits("(v * x + a) nine times", r, NULL);
         CHECK(calls_of(devs[0], "fused") - f0 == 1 && calls_of(devs[0], "binary") == b0,
               "(v * x + a) nine times ran as one fused call (%llu fused, %llu binary)",
               (unsigned long long)(calls_of(devs[0], "fused") - f0),
               (unsigned long long)(calls_of(devs[0], "binary") - b0));
-        free(u);
-        free(v);
-        kiln_tensor_release(r[0]);
-        kiln_tensor_release(r[1]);
     }
 
     /* a dropout after a softmax: its mask's draws run ahead of the pending group, and its
@@ -224,14 +233,8 @@ static void chain_counts(void)
             r[d] = kiln_keep(kiln_dropout(kiln_softmax(kiln_mul(xd, ad), -1), 0.25, true, &dg));
             kiln_scope_end();
         }
-        float *u = malloc(300 * 517 * sizeof(float)), *v = malloc(300 * 517 * sizeof(float));
-        CHECK(kiln_to_data(r[0], u, 300 * 517 * sizeof(float)) == 0 &&
-                  kiln_to_data(r[1], v, 300 * 517 * sizeof(float)) == 0 &&
-                  !memcmp(u, v, 300 * 517 * sizeof(float)),
-              "dropout(softmax(x * a)) fused equals unfused to the bit");
         int64_t zeros = 0;
-        for (int64_t i = 0; i < 300 * 517; i++)
-            zeros += u[i] == 0;
+        pair_same_bits("dropout(softmax(x * a))", r, &zeros);
         CHECK(zeros > 300 * 517 / 5 && zeros < 300 * 517 * 3 / 10, "dropout(p = 0.25) zeroed %lld of %d",
               (long long)zeros, 300 * 517);
         CHECK(calls_of(devs[0], "rng") - rng0 == 1 && calls_of(devs[0], "fused") - f0 == 1 &&
@@ -240,10 +243,6 @@ static void chain_counts(void)
               (unsigned long long)(calls_of(devs[0], "rng") - rng0),
               (unsigned long long)(calls_of(devs[0], "fused") - f0),
               (unsigned long long)(calls_of(devs[0], "binary") - b0));
-        free(u);
-        free(v);
-        kiln_tensor_release(r[0]);
-        kiln_tensor_release(r[1]);
     }
 
     /* a sum over the rows read back broadcast (softmax's backward, y (g - sum(g y))): one
@@ -264,21 +263,13 @@ static void chain_counts(void)
             r[d] = kiln_keep(kiln_mul(yd, kiln_sub(gd, s)));
             kiln_scope_end();
         }
-        float *u = malloc(300 * 517 * sizeof(float)), *v = malloc(300 * 517 * sizeof(float));
-        CHECK(kiln_to_data(r[0], u, 300 * 517 * sizeof(float)) == 0 &&
-                  kiln_to_data(r[1], v, 300 * 517 * sizeof(float)) == 0 &&
-                  !memcmp(u, v, 300 * 517 * sizeof(float)),
-              "y (g - sum(g y)) fused equals unfused to the bit");
+        pair_same_bits("y (g - sum(g y))", r, NULL);
         CHECK(calls_of(devs[0], "fused") - f0 == 1 && calls_of(devs[0], "binary") == b0 &&
                   calls_of(devs[0], "reduce") == r0,
               "y (g - sum(g y)) ran as one fused call (%llu fused, %llu binary, %llu reduce)",
               (unsigned long long)(calls_of(devs[0], "fused") - f0),
               (unsigned long long)(calls_of(devs[0], "binary") - b0),
               (unsigned long long)(calls_of(devs[0], "reduce") - r0));
-        free(u);
-        free(v);
-        kiln_tensor_release(r[0]);
-        kiln_tensor_release(r[1]);
     }
 
     /* where over a bool mask per column (read in place beside a row-broadcast operand) */
