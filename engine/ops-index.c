@@ -273,9 +273,7 @@ kiln_tensor *kiln_one_hot(kiln_tensor *index, int64_t num_classes, kiln_dtype dt
     kiln__ret(col);
     kiln_tensor *classes = kiln_arange(dev, KILN_I64, 0, (double)num_classes, 1);
     kiln_tensor *hit = classes ? kiln_eq(col, classes) : NULL;
-    kiln_tensor *out = hit ? kiln_keep(kiln_cast(hit, dt)) : NULL;
-    kiln_scope_end();
-    return kiln__ret(out);
+    return kiln__scope_end_keep(hit ? kiln_cast(hit, dt) : NULL);
 }
 
 kiln_tensor *kiln_embedding(kiln_tensor *weight, kiln_tensor *indices)

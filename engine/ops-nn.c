@@ -13,14 +13,6 @@
 #include "autograd-impl.h"
 #include "tensor-impl.h"
 
-/* Close the private scope of a composite and hand r to the caller's scope. */
-static kiln_tensor *finish(kiln_tensor *r)
-{
-    kiln_keep(r);
-    kiln_scope_end();
-    return kiln__ret(r);
-}
-
 /* ------------------------------------------------------------------- softmax */
 
 static kiln_tensor *softmax_impl(kiln_tensor *t, int dim, bool log, const char *op)
@@ -57,7 +49,7 @@ static kiln_tensor *softmax_impl(kiln_tensor *t, int dim, bool log, const char *
     kiln_tensor *e = kiln_exp(z);
     kiln_tensor *s = kiln_sum(e, KILN_DIMS(d), true);
     kiln_tensor *r = log ? kiln_sub(z, kiln_log(s)) : kiln_div(e, s);
-    return finish(r);
+    return kiln__scope_end_keep(r);
 }
 
 kiln_tensor *kiln_softmax(kiln_tensor *t, int dim)
@@ -161,7 +153,7 @@ kiln_tensor *kiln_layer_norm(kiln_tensor *x, int nnorm, kiln_tensor *weight, kil
         y = kiln_mul(y, kiln_cast(weight, dt));
     if (bias)
         y = kiln_add(y, kiln_cast(bias, dt));
-    return finish(y);
+    return kiln__scope_end_keep(y);
 }
 
 /* ---------------------------------------------------------- batch, group norm */
@@ -277,7 +269,7 @@ kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean, kiln_ten
         if (y && mean && rstd)
             y = kiln__grad_batch_norm(y, x, weight, bias, mean, rstd);
     }
-    return finish(y);
+    return kiln__scope_end_keep(y);
 }
 
 kiln_tensor *kiln_group_norm(kiln_tensor *x, int64_t groups, kiln_tensor *weight, kiln_tensor *bias,
@@ -321,7 +313,7 @@ kiln_tensor *kiln_group_norm(kiln_tensor *x, int64_t groups, kiln_tensor *weight
         y = kiln_mul(y, per_channel(weight, x->ndim, st));
     if (bias)
         y = kiln_add(y, per_channel(bias, x->ndim, st));
-    return finish(kiln_cast(y, dt));
+    return kiln__scope_end_keep(kiln_cast(y, dt));
 }
 
 /* ------------------------------------------------------------------- dropout */
@@ -342,7 +334,7 @@ kiln_tensor *kiln_dropout(kiln_tensor *x, double p, bool training, kiln_generato
     kiln_scope_begin();
     kiln_tensor *mask = kiln_rand_bernoulli(kiln__dev(x), dt, x->ndim, x->shape, 1 - p, gen);
     kiln_tensor *y = kiln_mul_scalar(kiln_mul(x, mask), 1.0 / (1.0 - p));
-    return finish(y);
+    return kiln__scope_end_keep(y);
 }
 
 /* ----------------------------------------------------------------- attention */
@@ -392,5 +384,5 @@ kiln_tensor *kiln_scaled_dot_product_attention(kiln_tensor *q, kiln_tensor *k, k
     }
     kiln_tensor *attn = kiln_softmax(scores, -1);
     kiln_tensor *out = kiln_matmul(attn, v);
-    return finish(out);
+    return kiln__scope_end_keep(out);
 }

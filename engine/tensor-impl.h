@@ -244,6 +244,9 @@ kiln_tensor *kiln__view(const kiln_tensor *base, int ndim, const int64_t *shape,
 void kiln__desc(const kiln_tensor *t, kiln_tdesc *d);
 /** Hand t to the innermost open scope (if any) and return it; NULL passes through. */
 kiln_tensor *kiln__ret(kiln_tensor *t);
+/** Close the innermost scope (a composite's private one) keeping only r, which goes to
+ *  the enclosing scope; returns r (NULL passes through). */
+kiln_tensor *kiln__scope_end_keep(kiln_tensor *r);
 /** Product of sizes; false when it overflows int64. */
 bool kiln__numel_ok(int ndim, const int64_t *shape, int64_t *numel);
 int64_t kiln__numel(const kiln_tensor *t);

@@ -714,6 +714,13 @@ kiln_tensor *kiln__ret(kiln_tensor *t)
     return t;
 }
 
+kiln_tensor *kiln__scope_end_keep(kiln_tensor *r)
+{
+    kiln_keep(r);
+    kiln_scope_end();
+    return kiln__ret(r);
+}
+
 kiln_tensor *kiln_keep(kiln_tensor *t)
 {
     if (t && atomic_load(&t->scope_refs) > 0)

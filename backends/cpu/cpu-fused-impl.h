@@ -54,7 +54,8 @@ typedef struct fplan {
     bool stream;    /* outputs far larger than the caches: non-temporal stores */
     bool prefetch;  /* one or two contiguous inputs: prefetch the next block's */
     int nheavy;     /* unary instructions computing a transcendental (kiln__cpu_fused_heavy) */
-    bool has_softmax, has_reduce;
+    bool whole_rows; /* a SOFTMAX, LAYER_NORM or ROW_REDUCE: blocks hold whole rows */
+    bool has_reduce;
     char *scratch; /* njobs slabs of nslots * block floats */
     int njobs;
     /* a program headed by MATMUL (instruction 0) */
@@ -112,15 +113,25 @@ static inline void kiln__cpu_fused_prefetch_upto(kiln__cpu_prefetcher *pf, int64
         pf->issued = upto;
 }
 
-/* Set pf up for the block after [i0, i0 + m) of a span ending at end, as long as that
- * block will be (a row's end cuts it). Nothing to ask for unless pl->prefetch and the
- * program has heavy ops, which ask (run_block). */
+/* The length of the block that starts at i0 of a span ending at end: at most pl->block
+ * elements, whole rows where the program takes them whole (spans start on a row; block >=
+ * row), else cut at a row's end. */
+static inline int64_t kiln__cpu_fused_block_len(const fplan *pl, int64_t i0, int64_t end)
+{
+    int64_t m = end - i0 < pl->block ? end - i0 : pl->block;
+    if (pl->whole_rows)
+        m -= m % pl->row;
+    else if (pl->row && m > pl->row - i0 % pl->row)
+        m = pl->row - i0 % pl->row;
+    return m;
+}
+
+/* Set pf up for the block after [i0, i0 + m) of a span ending at end. Nothing to ask for
+ * unless pl->prefetch and the program has heavy ops, which ask (run_block). */
 static inline void kiln__cpu_fused_prefetch_next(const fplan *pl, int64_t i0, int64_t m, int64_t end,
                                                  kiln__cpu_prefetcher *pf)
 {
-    int64_t next = i0 + m, len = end - next < pl->block ? end - next : pl->block;
-    if (pl->row && !(pl->has_softmax && !pl->has_reduce) && len > pl->row - next % pl->row)
-        len = pl->row - next % pl->row;
+    int64_t next = i0 + m, len = next < end ? kiln__cpu_fused_block_len(pl, next, end) : 0;
     pf->nbase = 0;
     pf->bytes = pf->issued = 0;
     if (len <= 0 || !pl->prefetch || pl->nheavy == 0)

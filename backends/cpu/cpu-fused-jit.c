@@ -204,7 +204,7 @@ static bool unary_uses_alpha(int op)
 static bool compilable(const fplan *pl)
 {
     const kiln_fused_program *p = pl->p;
-    if (p->dtype != KILN_F32 || pl->half || pl->product || pl->has_softmax || pl->has_reduce ||
+    if (p->dtype != KILN_F32 || pl->half || pl->product || pl->whole_rows || pl->has_reduce ||
         p->n < KILN_CPU_JIT_MIN_ELEMENTS)
         return false;
     if (strcmp(pl->k->name, "avx512") != 0 && strcmp(pl->k->name, "avx2") != 0)

@@ -206,14 +206,14 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
         return KILN_ENOTSUP;
     pl->row = p->reduce_inner;
     for (int i = 0; i < p->ninstrs; i++) {
-        pl->has_softmax = pl->has_softmax || p->instrs[i].code == KILN_FUSED_SOFTMAX ||
-                          p->instrs[i].code == KILN_FUSED_LAYER_NORM ||
-                          p->instrs[i].code == KILN_FUSED_ROW_REDUCE; /* (all take rows whole) */
+        pl->whole_rows = pl->whole_rows || p->instrs[i].code == KILN_FUSED_SOFTMAX ||
+                         p->instrs[i].code == KILN_FUSED_LAYER_NORM ||
+                         p->instrs[i].code == KILN_FUSED_ROW_REDUCE; /* (all take rows whole) */
         pl->has_reduce = pl->has_reduce || p->instrs[i].code == KILN_FUSED_REDUCE;
     }
     /* blocks of several whole rows (a program with a softmax) cross the rows that IN_ROWS
      * inputs are read in place along, so those are gathered instead */
-    bool multi_row = pl->has_softmax;
+    bool multi_row = pl->whole_rows;
     for (int i = 0; i < p->ninputs && !p->reduce_inner; i++) {
         const fin *f = &pl->in[i];
         if (f->kind != IN_GATHER || f->copy_in || f->dtype != KILN_F32 || f->strides[f->nd - 1] != 1 ||
@@ -657,11 +657,7 @@ void kiln__cpu_fused_span(const fplan *pl, float *scratch, double *acc, int64_t 
 {
     freg regs[KILN_FUSED_MAX_INSTRS * 2];
     for (int64_t i0 = begin, m; i0 < end; i0 += m) {
-        m = end - i0 < pl->block ? end - i0 : pl->block;
-        if (pl->has_softmax)
-            m -= m % pl->row; /* whole rows (spans start on one; block >= row) */
-        else if (pl->row && m > pl->row - i0 % pl->row)
-            m = pl->row - i0 % pl->row;
+        m = kiln__cpu_fused_block_len(pl, i0, end);
         kiln__cpu_prefetcher pf;
         kiln__cpu_fused_prefetch_next(pl, i0, m, end, &pf);
         run_block(pl, scratch, regs, acc, i0, m, prod ? prod + (i0 - prod_lo) : NULL, &pf);
@@ -780,7 +776,7 @@ int kiln__cpu_fused_run(void *vctx, const kiln_fused_program *p)
     }
     kiln__cpu_fused_tuning tuning;
     int64_t block = kiln__cpu_fused_block_begin(ctx, pl, &tuning);
-    if (pl->has_softmax && block < p->reduce_inner)
+    if (pl->whole_rows && block < p->reduce_inner)
         block = p->reduce_inner; /* a block holds a whole row (at most 8192) */
     size_t slab = (size_t)pl->nslots * (size_t)block * sizeof(float);
     if (slab && !(pl->scratch = aligned_alloc(64, slab * (size_t)pl->njobs))) {

@@ -59,6 +59,10 @@ static bool same_view(const kiln_tdesc *a, const kiln_tdesc *b)
     return true;
 }
 
+/* The longest row a softmax, a layer norm or a row sum read back may have in a group: the
+ * cpu's blocks hold such rows whole (and its planner refuses longer ones). */
+#define FUSED_ROW_MAX 8192
+
 /* Whether d reads reduction red's result broadcast over the group's rows: n elements,
  * element i taking red's output element i / red->inner (a keepdim sum expanded back, or
  * read through broadcasting, as softmax's backward reads sum(g y)). */
@@ -194,8 +198,8 @@ static bool softmax_fits(const fq *q, frec *r)
         (int)r->mask != in->ndim - 1)
         return false;
     int64_t inner = in->shape[in->ndim - 1];
-    if (inner < 1 || inner > 8192 || (q->row && q->row != inner) || (product_row(q) && product_row(q) % inner) ||
-        conv_head(q))
+    if (inner < 1 || inner > FUSED_ROW_MAX || (q->row && q->row != inner) ||
+        (product_row(q) && product_row(q) % inner) || conv_head(q))
         return false;
     bool written = false;
     for (int i = 0; i < q->nrec; i++) {
@@ -220,9 +224,9 @@ static bool layer_norm_fits(const fq *q, frec *r)
     const kiln_tdesc *in = &r->x;
     if (q->nrec == 0 || q->closed || q->dtype != KILN_F32 || q->nrec >= FUSED_MAX_RECS - 1 ||
         in->dtype != KILN_F32 || r->out.dtype != KILN_F32 || !kiln__fused_contiguous(&r->out) ||
-        kiln__fused_numel(in) != q->n || kiln__fused_numel(&r->out) != q->n || r->inner < 2 || r->inner > 8192 ||
-        q->n % r->inner || (q->row && q->row != r->inner) || (product_row(q) && product_row(q) % r->inner) ||
-        conv_head(q))
+        kiln__fused_numel(in) != q->n || kiln__fused_numel(&r->out) != q->n || r->inner < 2 ||
+        r->inner > FUSED_ROW_MAX || q->n % r->inner || (q->row && q->row != r->inner) ||
+        (product_row(q) && product_row(q) % r->inner) || conv_head(q))
         return false;
     for (int k = 1; k < 3; k++) {
         const kiln_tdesc *p = rec_input(r, k);
@@ -409,7 +413,7 @@ int kiln__fused_record(fq *q, const frec *r, bool small)
          * use it broadcast over the rows and the group goes on; else it ends here */
         red.row_value = q->d->row_reduce && !has_producer(q) &&
                         (red.op == KILN_REDUCE_SUM || red.op == KILN_REDUCE_MEAN) && red.inner > 1 &&
-                        red.inner <= 8192; /* (a block holds a row whole, as for softmax) */
+                        red.inner <= FUSED_ROW_MAX;
         q->rec[q->nrec++] = red; /* fits leaves room: the bound is checked before each call */
         q->closed = !red.row_value;
         q->row = red.inner;

@@ -40,19 +40,12 @@ static kiln_tensor *split_heads(kiln_tensor *x, int64_t heads)
     return kiln_transpose(kiln_reshape(x, KILN_SHAPE(n, l, heads, e / heads)), 1, 2);
 }
 
-/* End a scope the caller began, keeping only r (handed to the enclosing scope). The
- * layers below run each stage (the attention weights; a Transformer sublayer: a block,
- * its residual and its norm) in a scope of its own, so its temporaries go as soon as the
- * stage is done, unless a backward saved them. Held until the layer returned, they
- * stayed alive through the next stage's products: a fused group stored them though
- * nothing read them again, and the layer's peak memory held every stage's temporaries
- * at once. */
-static kiln_tensor *stage_end(kiln_tensor *r)
-{
-    kiln_keep(r);
-    kiln_scope_end();
-    return kiln__ret(r);
-}
+/* The layers below run each stage (the attention weights; a Transformer sublayer: a
+ * block, its residual and its norm) in a scope of its own, ended by kiln__scope_end_keep,
+ * so its temporaries go as soon as the stage is done, unless a backward saved them. Held
+ * until the layer returned, they stayed alive through the next stage's products: a fused
+ * group stored them though nothing read them again, and the layer's peak memory held
+ * every stage's temporaries at once. */
 
 static int mha_forward(kiln_module *m, int n_in, kiln_tensor *const *in, int max_out, kiln_tensor **out)
 {
@@ -143,7 +136,7 @@ static int mha_forward(kiln_module *m, int n_in, kiln_tensor *const *in, int max
         }
         if (mask)
             scores = kiln_add(scores, mask);
-        kiln_tensor *weights = stage_end(kiln_dropout(kiln_softmax(scores, -1), p, true, &m->gen));
+        kiln_tensor *weights = kiln__scope_end_keep(kiln_dropout(kiln_softmax(scores, -1), p, true, &m->gen));
         ctx = kiln_matmul(weights, proj[2]);
     } else {
         ctx = kiln_scaled_dot_product_attention(proj[0], proj[1], proj[2], mask, c->causal, 0);
@@ -228,7 +221,7 @@ static kiln_tensor *ff_block(kiln_module *m, const kiln_transformer_config *c, k
     kiln_scope_begin(); /* the activation before the dropout goes with this stage */
     kiln_tensor *h = child(m, "linear1", x);
     h = c->activation == KILN_ACT_GELU ? kiln_gelu(h, false) : kiln_relu(h);
-    h = stage_end(child(m, "dropout", h));
+    h = kiln__scope_end_keep(child(m, "dropout", h));
     return child(m, "dropout2", child(m, "linear2", h));
 }
 
@@ -250,13 +243,14 @@ static int encoder_forward(kiln_module *m, int n_in, kiln_tensor *const *in, int
     kiln_scope_begin();
     if (c->norm_first) {
         kiln_tensor *h = child(m, "norm1", x);
-        x = stage_end(kiln_add(x, attn_block(m, "self_attn", "dropout1", h, h, kpm, mask)));
+        x = kiln__scope_end_keep(kiln_add(x, attn_block(m, "self_attn", "dropout1", h, h, kpm, mask)));
         kiln_scope_begin();
-        x = stage_end(kiln_add(x, ff_block(m, c, child(m, "norm2", x))));
+        x = kiln__scope_end_keep(kiln_add(x, ff_block(m, c, child(m, "norm2", x))));
     } else {
-        x = stage_end(child(m, "norm1", kiln_add(x, attn_block(m, "self_attn", "dropout1", x, x, kpm, mask))));
+        x = kiln__scope_end_keep(
+            child(m, "norm1", kiln_add(x, attn_block(m, "self_attn", "dropout1", x, x, kpm, mask))));
         kiln_scope_begin();
-        x = stage_end(child(m, "norm2", kiln_add(x, ff_block(m, c, x))));
+        x = kiln__scope_end_keep(child(m, "norm2", kiln_add(x, ff_block(m, c, x))));
     }
     out[0] = x;
     return x ? 1 : -1;
@@ -273,19 +267,20 @@ static int decoder_forward(kiln_module *m, int n_in, kiln_tensor *const *in, int
     kiln_scope_begin();
     if (c->norm_first) {
         kiln_tensor *h = child(m, "norm1", x);
-        x = stage_end(kiln_add(x, attn_block(m, "self_attn", "dropout1", h, h, tkpm, tmask)));
+        x = kiln__scope_end_keep(kiln_add(x, attn_block(m, "self_attn", "dropout1", h, h, tkpm, tmask)));
         kiln_scope_begin();
-        x = stage_end(
+        x = kiln__scope_end_keep(
             kiln_add(x, attn_block(m, "multihead_attn", "dropout2", child(m, "norm2", x), mem, mkpm, mmask)));
         kiln_scope_begin();
-        x = stage_end(kiln_add(x, ff_block(m, c, child(m, "norm3", x))));
+        x = kiln__scope_end_keep(kiln_add(x, ff_block(m, c, child(m, "norm3", x))));
     } else {
-        x = stage_end(child(m, "norm1", kiln_add(x, attn_block(m, "self_attn", "dropout1", x, x, tkpm, tmask))));
+        x = kiln__scope_end_keep(
+            child(m, "norm1", kiln_add(x, attn_block(m, "self_attn", "dropout1", x, x, tkpm, tmask))));
         kiln_scope_begin();
-        x = stage_end(
+        x = kiln__scope_end_keep(
             child(m, "norm2", kiln_add(x, attn_block(m, "multihead_attn", "dropout2", x, mem, mkpm, mmask))));
         kiln_scope_begin();
-        x = stage_end(child(m, "norm3", kiln_add(x, ff_block(m, c, x))));
+        x = kiln__scope_end_keep(child(m, "norm3", kiln_add(x, ff_block(m, c, x))));
     }
     out[0] = x;
     return x ? 1 : -1;
