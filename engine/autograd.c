@@ -392,7 +392,11 @@ static int run_node(kiln__node *n, kiln_tensor *gout, bool retain_graph, nodevec
     free(gin);
     if (rc < 0)
         return -1;
-    for (int i = 0; i < n->nin; i++) {
+    /* Last input first onto the stack, so the first input's node runs next: backward
+     * functions make input 0's gradient last (matmul, linear), and on a fusing device
+     * the ops of that next node (an activation's backward, a residual's sum) join the
+     * product still pending there as its epilogue. */
+    for (int i = n->nin - 1; i >= 0; i--) {
         kiln__node *c = n->edges[i].node;
         if (c && --c->deps == 0 && vec_push(ready, c) < 0)
             return -1;

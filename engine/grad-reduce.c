@@ -195,16 +195,18 @@ static int matmul_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
     gs[nb] = a2->shape[a2->ndim - 2];
     gs[nb + 1] = b2->shape[b2->ndim - 1];
     kiln_tensor *g2 = kiln_reshape(g, nb + 2, gs);
-    if (kiln__ad_needs(n, 0)) {
-        kiln_tensor *ga = kiln_matmul(g2, kiln_transpose(b2, -1, -2));
-        gin[0] = kiln_reshape(kiln__sum_to(ga, a2->ndim, a2->shape), n->edges[0].ndim, n->edges[0].shape);
-        if (!gin[0])
-            return -1;
-    }
+    /* b's gradient first: a's, made last, is the product a fusing device still holds
+     * when the node that made a runs its backward next (see linear_backward) */
     if (kiln__ad_needs(n, 1)) {
         kiln_tensor *gb = kiln_matmul(kiln_transpose(a2, -1, -2), g2);
         gin[1] = kiln_reshape(kiln__sum_to(gb, b2->ndim, b2->shape), n->edges[1].ndim, n->edges[1].shape);
         if (!gin[1])
+            return -1;
+    }
+    if (kiln__ad_needs(n, 0)) {
+        kiln_tensor *ga = kiln_matmul(g2, kiln_transpose(b2, -1, -2));
+        gin[0] = kiln_reshape(kiln__sum_to(ga, a2->ndim, a2->shape), n->edges[0].ndim, n->edges[0].shape);
+        if (!gin[0])
             return -1;
     }
     return 0;
@@ -233,21 +235,25 @@ static int linear_backward(kiln__node *n, kiln_tensor *g, kiln_tensor **gin)
 {
     kiln_tensor *x = n->saved[0], *w = n->saved[1];
     int64_t O = w->shape[0], I = w->shape[1];
-    if (kiln__ad_needs(n, 0)) {
-        gin[0] = kiln_matmul(g, w);
-        if (!gin[0])
+    /* The input's gradient last. The node that made x runs its backward next, and its
+     * first ops (an activation's backward, a residual's sum) read this product: on a
+     * fusing device they join it as its epilogue, so the product is never written out
+     * and read back. Made first, the weight's product would end that group at once. */
+    kiln_tensor *g2 = kiln_reshape(g, KILN_SHAPE(-1, O));
+    if (kiln__ad_needs(n, 2)) {
+        gin[2] = kiln_sum(g2, KILN_DIMS(0), false);
+        if (!gin[2])
             return -1;
     }
-    kiln_tensor *g2 = kiln_reshape(g, KILN_SHAPE(-1, O));
     if (kiln__ad_needs(n, 1)) {
         kiln_tensor *x2 = kiln_reshape(x, KILN_SHAPE(-1, I));
         gin[1] = kiln_matmul(kiln_transpose(g2, 0, 1), x2);
         if (!gin[1])
             return -1;
     }
-    if (kiln__ad_needs(n, 2)) {
-        gin[2] = kiln_sum(g2, KILN_DIMS(0), false);
-        if (!gin[2])
+    if (kiln__ad_needs(n, 0)) {
+        gin[0] = kiln_matmul(g, w);
+        if (!gin[0])
             return -1;
     }
     return 0;

@@ -411,9 +411,8 @@ int kiln__fused_record(fq *q, const frec *r, bool small)
             return cannot_join;
         /* where the inner backend reads a row's sum back (ROW_REDUCE), later calls may
          * use it broadcast over the rows and the group goes on; else it ends here */
-        red.row_value = q->d->row_reduce && !has_producer(q) &&
-                        (red.op == KILN_REDUCE_SUM || red.op == KILN_REDUCE_MEAN) && red.inner > 1 &&
-                        red.inner <= FUSED_ROW_MAX;
+        red.row_value = q->d->row_reduce && (red.op == KILN_REDUCE_SUM || red.op == KILN_REDUCE_MEAN) &&
+                        red.inner > 1 && red.inner <= FUSED_ROW_MAX;
         q->rec[q->nrec++] = red; /* fits leaves room: the bound is checked before each call */
         q->closed = !red.row_value;
         q->row = red.inner;

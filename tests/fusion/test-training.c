@@ -127,6 +127,89 @@ static void gradients(void)
     }
 }
 
+static uint64_t entry_calls(kiln_device *d, const char *entry)
+{
+    kiln_device_counters c;
+    uint64_t n = 0;
+    kiln_device_counters_get(d, &c, entry, &n);
+    return n;
+}
+
+/* A product's backward makes its first input's gradient last, and the engine runs that
+ * input's node next, so the node's ops join the product as its epilogue: the product is
+ * never written out and read back. Two cases, each against the unfused device, with the
+ * inner backend's matmul and reduce calls counted over the backward alone:
+ *   - tanh then linear then gelu: the linear's input gradient heads a group with tanh's
+ *     backward (one matmul call fused, the weight's; two unfused);
+ *   - softmax(q kT) v: the attention weights' gradient heads a group with softmax's
+ *     backward and its row sum (no reduce call fused). */
+static void products_head_backward_groups(void)
+{
+    kiln_device *dev[2] = {kiln_device_open("fused:counting:cpu?min_elements=0"),
+                           kiln_device_open("counting:cpu")};
+    kiln_tensor *grads[2][5];
+    uint64_t mm[2][2], red[2][2];
+    for (int d = 0; d < 2; d++) {
+        kiln_scope_begin();
+        kiln_generator g = kiln_generator_make(21);
+        kiln_tensor *x0 = kiln_requires_grad(kiln_rand_uniform(dev[d], KILN_F32, KILN_SHAPE(96, 40), -1, 1, &g),
+                                             true);
+        kiln_tensor *w = kiln_requires_grad(kiln_rand_uniform(dev[d], KILN_F32, KILN_SHAPE(56, 40), -0.3, 0.3, &g),
+                                            true);
+        kiln_tensor *b = kiln_requires_grad(kiln_rand_uniform(dev[d], KILN_F32, KILN_SHAPE(56), -0.3, 0.3, &g),
+                                            true);
+        kiln_tensor *c = kiln_rand_uniform(dev[d], KILN_F32, KILN_SHAPE(96, 56), -1, 1, &g);
+        kiln_tensor *loss = kiln_sum(kiln_mul(kiln_gelu(kiln_linear(kiln_tanh(x0), w, b), false), c),
+                                     KILN_ALL_DIMS, false);
+        kiln_device_sync(dev[d]);
+        uint64_t m0 = entry_calls(dev[d], "matmul");
+        CHECK(kiln_backward(loss, NULL) == 0, "backward: %s", kiln_error());
+        kiln_device_sync(dev[d]);
+        mm[d][0] = entry_calls(dev[d], "matmul") - m0;
+        grads[d][0] = kiln_keep(kiln_grad(x0));
+        grads[d][1] = kiln_keep(kiln_grad(w));
+
+        kiln_tensor *q = kiln_requires_grad(kiln_rand_uniform(dev[d], KILN_F32, KILN_SHAPE(4, 64, 32), -1, 1, &g),
+                                            true);
+        kiln_tensor *k = kiln_requires_grad(kiln_rand_uniform(dev[d], KILN_F32, KILN_SHAPE(4, 64, 32), -1, 1, &g),
+                                            true);
+        kiln_tensor *v = kiln_requires_grad(kiln_rand_uniform(dev[d], KILN_F32, KILN_SHAPE(4, 64, 32), -1, 1, &g),
+                                            true);
+        kiln_tensor *co = kiln_rand_uniform(dev[d], KILN_F32, KILN_SHAPE(4, 64, 32), -1, 1, &g);
+        kiln_tensor *p = kiln_softmax(kiln_matmul(q, kiln_transpose(k, 1, 2)), -1);
+        loss = kiln_sum(kiln_mul(kiln_matmul(p, v), co), KILN_ALL_DIMS, false);
+        kiln_device_sync(dev[d]);
+        m0 = entry_calls(dev[d], "matmul");
+        uint64_t r0 = entry_calls(dev[d], "reduce");
+        CHECK(kiln_backward(loss, NULL) == 0, "backward: %s", kiln_error());
+        kiln_device_sync(dev[d]);
+        mm[d][1] = entry_calls(dev[d], "matmul") - m0;
+        red[d][1] = entry_calls(dev[d], "reduce") - r0;
+        grads[d][2] = kiln_keep(kiln_grad(q));
+        grads[d][3] = kiln_keep(kiln_grad(k));
+        grads[d][4] = kiln_keep(kiln_grad(v));
+        kiln_scope_end();
+    }
+    CHECK(mm[0][0] == 1 && mm[1][0] == 2,
+          "linear's backward: the input's gradient joined tanh's backward (matmul calls fused %llu, unfused %llu)",
+          (unsigned long long)mm[0][0], (unsigned long long)mm[1][0]);
+    CHECK(mm[0][1] == 2 && mm[1][1] == 4 && red[0][1] == 0 && red[1][1] > 0,
+          "attention's backward: the weights' gradient joined softmax's backward (matmul calls fused %llu, "
+          "unfused %llu; reduce calls fused %llu, unfused %llu)",
+          (unsigned long long)mm[0][1], (unsigned long long)mm[1][1], (unsigned long long)red[0][1],
+          (unsigned long long)red[1][1]);
+    static const char *const names[5] = {"grad x0", "grad w", "grad q", "grad k", "grad v"};
+    char what[64];
+    for (int i = 0; i < 5; i++) {
+        snprintf(what, sizeof what, "%s fused vs unfused", names[i]);
+        same_bits(grads[0][i], grads[1][i], what);
+        kiln_tensor_release(grads[0][i]);
+        kiln_tensor_release(grads[1][i]);
+    }
+    for (int d = 0; d < 2; d++)
+        kiln_device_close(dev[d]);
+}
+
 static const char cnn_spec[] =
     "{\"inputs\": [\"x\"], \"nodes\": ["
     "{\"name\": \"c1\", \"layer\": \"Conv2d\", \"config\": {\"in_channels\": 1, \"out_channels\": 8, "
@@ -248,6 +331,7 @@ static void launch_counts(bool cnn)
 void test_training(void)
 {
     gradients();
+    products_head_backward_groups();
     launch_counts(true);
     launch_counts(false);
 }
