@@ -639,10 +639,16 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
                 break;
             }
             float *o = pl->out[in->arg] + i0;
-            if (a.stride == 0)
-                for (int64_t j = 0; j < m; j++)
-                    o[j] = a.p[0];
-            else if (pl->stream)
+            if (a.stride == 0) {
+                float v = a.p[0];
+                uint32_t bits;
+                memcpy(&bits, &v, sizeof bits);
+                if (bits == 0) /* +0: the C library's fill, as the unfused zero fill */
+                    memset(o, 0, (size_t)m * sizeof *o);
+                else
+                    for (int64_t j = 0; j < m; j++)
+                        o[j] = v;
+            } else if (pl->stream)
                 kiln__cpu_fused_store_stream(pl, o, a.p, m);
             else if (a.p != o)
                 memmove(o, a.p, (size_t)m * sizeof *o);
