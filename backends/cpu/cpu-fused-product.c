@@ -399,6 +399,65 @@ static int whole_product(kiln__cpu_ctx *ctx, fplan *pl)
     return rc;
 }
 
+/* A batched product (attention's per-head scores, their gradient) batch by batch: each
+ * job computes a batch's product into its own scratch (or the kept output) and runs the
+ * epilogue over it at once, while the product is in L2, instead of writing the whole
+ * product out and reading it back. The batches are the cpu matmul's own BLAS calls
+ * (kiln__cpu_matmul_batch), so the bits are those of the whole product. */
+typedef struct bjob {
+    kiln__cpu_ctx *ctx;
+    const fplan *pl;
+    const kiln__cpu_mm_batches *mb;
+    size_t slab, per_job; /* floats: the epilogue's slab, and slab + one batch's product */
+} bjob;
+
+static void batched_job(void *arg, int job, int njobs)
+{
+    const bjob *e = arg;
+    const fplan *pl = e->pl;
+    int64_t nb = e->mb->nbatch, per = e->mb->M * e->mb->N;
+    int64_t b0 = nb * job / njobs, b1 = nb * (job + 1) / njobs;
+    float *slab = (float *)pl->scratch + (size_t)job * e->per_job, *mine = slab + e->slab;
+    double acc[KILN_FUSED_MAX_INSTRS] = {0};
+    for (int64_t bi = b0; bi < b1; bi++) {
+        float *dst = pl->product_out >= 0 ? pl->out[pl->product_out] + bi * per : mine;
+        kiln__cpu_matmul_batch(e->ctx, e->mb, bi, dst);
+        kiln__cpu_fused_span(pl, slab, acc, bi * per, (bi + 1) * per, dst, bi * per);
+    }
+#if defined(__x86_64__)
+    if (pl->stream)
+        _mm_sfence();
+#endif
+}
+
+/* Batches of at most this many product elements are run batch by batch (in L2). */
+#define BATCH_IN_CACHE_ELEMENTS (1 << 17)
+
+/* 1 when run batch by batch (0 or an error), 0 when the product is not such a batch. */
+static int batched_product(kiln__cpu_ctx *ctx, fplan *pl)
+{
+    const kiln_fused_program *p = pl->p;
+    kiln__cpu_mm_batches mb;
+    /* (with blas=openblas the product is OpenBLAS's to thread, not called from our jobs) */
+    if (ctx->blas_own_threads ||
+        !kiln__cpu_matmul_batches(ctx, &pl->mm_out, &p->inputs[p->instrs[0].arg], &p->inputs[p->instrs[0].arg2],
+                                  &mb) ||
+        mb.M * mb.N > BATCH_IN_CACHE_ELEMENTS || (p->reduce_inner > 0 && (mb.M * mb.N) % p->reduce_inner))
+        return 0;
+    int njobs = mb.nbatch < ctx->nthreads ? (int)mb.nbatch : ctx->nthreads;
+    bjob e = {ctx, pl, &mb, (size_t)pl->nslots * (size_t)pl->block, 0};
+    e.per_job = e.slab + (pl->product_out >= 0 ? 0 : (size_t)(mb.M * mb.N));
+    struct kiln_buffer *h;
+    if (!scratch_get(ctx, pl, e.per_job * (size_t)njobs, &h))
+        return kiln__cpu_enomem("fused");
+    if (njobs <= 1)
+        batched_job(&e, 0, 1);
+    else
+        kiln__cpu_pool_run(ctx->pool, njobs, batched_job, &e);
+    scratch_put(ctx, pl, h);
+    return 1;
+}
+
 /* ------------------------------------------------------------------ pooling gradient */
 
 /* Planes per chunk: about this many elements (in L1/L2 while zeroed, scattered into and
@@ -479,5 +538,8 @@ int kiln__cpu_fused_product(kiln__cpu_ctx *ctx, fplan *pl)
 {
     if (pl->pool_grad)
         return pool_grad_product(ctx, pl);
-    return pl->conv ? conv_product(ctx, pl) : whole_product(ctx, pl);
+    if (pl->conv)
+        return conv_product(ctx, pl);
+    int rc = batched_product(ctx, pl);
+    return rc != 0 ? (rc < 0 ? rc : 0) : whole_product(ctx, pl);
 }

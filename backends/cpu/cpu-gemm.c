@@ -123,31 +123,49 @@ static void gemm_block(void *argp, int job, int njobs)
 /* ...unless B alone has this many elements */
 #define GEMM_WIDE_B (1 << 18)
 
-void kiln__cpu_gemm(kiln__cpu_ctx *ctx, bool dbl, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                    const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C,
-                    int64_t ldc)
+/* How kiln__cpu_gemm cuts C[M,N] into blocks for the pool: the number of blocks into *nb
+ * (1: one call on the calling thread) and the job gemm_block runs for each. The fused
+ * products (cpu-fused-product.c) run the same blocks one after another on one thread,
+ * which gives the same bits as the pool running them. */
+static void gemm_plan(const kiln__cpu_ctx *ctx, bool dbl, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                      const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc,
+                      gemm_job *j, int *nb)
 {
     int T = ctx->nthreads;
+    *j = (gemm_job){dbl, ta, tb, M >= N, M, N, K, lda, ldb, ldc, 0, A, B, C, beta};
+    *nb = 1;
     /* a few rows times a large B (a classifier at batch 1) is bound by reading B, not by
      * arithmetic: split it anyway, so each core streams half of it (a 1024 x 1000 layer
      * took 0.8 ms on one core) */
     bool wide_b = (double)N * (double)K >= GEMM_WIDE_B;
-    if (ctx->blas_own_threads || T <= 1 || ((double)M * (double)N * (double)K < GEMM_SPLIT_MIN && !wide_b)) {
-        blas_call(dbl, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    if (ctx->blas_own_threads || T <= 1 || ((double)M * (double)N * (double)K < GEMM_SPLIT_MIN && !wide_b))
         return;
-    }
-    gemm_job j = {dbl, ta, tb, M >= N, M, N, K, lda, ldb, ldc, 0, A, B, C, beta};
-    int64_t total = j.split_rows ? M : N;
+    int64_t total = j->split_rows ? M : N;
     /* whole register tiles per block (16 rows / columns), at most one block per worker */
     int64_t chunk = (total + T - 1) / T;
     chunk = (chunk + 15) / 16 * 16;
-    j.chunk = chunk;
-    int nb = (int)((total + chunk - 1) / chunk);
-    if (nb <= 1) {
-        blas_call(dbl, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
-        return;
-    }
-    kiln__cpu_pool_run(ctx->pool, nb, gemm_block, &j);
+    j->chunk = chunk;
+    *nb = (int)((total + chunk - 1) / chunk);
+}
+
+static void gemm_run(kiln__cpu_ctx *ctx, gemm_job *j, int nb, bool on_pool)
+{
+    if (nb <= 1)
+        blas_call(j->dbl, j->ta, j->tb, j->M, j->N, j->K, j->A, j->lda, j->B, j->ldb, j->beta, j->C, j->ldc);
+    else if (on_pool)
+        kiln__cpu_pool_run(ctx->pool, nb, gemm_block, j);
+    else
+        for (int b = 0; b < nb; b++)
+            gemm_block(j, b, nb);
+}
+
+void kiln__cpu_gemm(kiln__cpu_ctx *ctx, bool dbl, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A,
+                    int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc)
+{
+    gemm_job j;
+    int nb;
+    gemm_plan(ctx, dbl, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, &j, &nb);
+    gemm_run(ctx, &j, nb, true);
 }
 
 /* A batch of small products, a range of batches per worker (operands already laid out). */
@@ -167,6 +185,74 @@ static void batch_range(void *argp, int64_t b0, int64_t b1)
         char *op = (char *)kiln__cpu_ptr(j->out) + bi * j->M * j->N * es;
         blas_call(j->dbl, j->ta, j->tb, j->M, j->N, j->K, ap, j->lda, bp, j->ldb, 0.0, op, j->N);
     }
+}
+
+/* A linear layer on [batch, seq, features] (and its input gradient) multiplies every
+ * batch by the same B. When A's batches are stacked rows (batch stride M * lda), that is
+ * one GEMM of nbatch * M rows: B is packed once instead of per batch, and OpenBLAS gets
+ * a size it threads well. */
+static bool folds(const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b, int64_t nbatch, int64_t M,
+                  int64_t lda, bool ta)
+{
+    if (ta)
+        return false;
+    for (int64_t bi = 0; bi < nbatch; bi++)
+        if (batch_offset(out, b, bi) != batch_offset(out, b, 0) || batch_offset(out, a, bi) != bi * M * lda)
+            return false;
+    return true;
+}
+
+/* Attention's per-head products: too small to split, so the pool splits the batch and
+ * each product is one BLAS call. */
+static bool batch_split(const kiln__cpu_ctx *ctx, int64_t M, int64_t N, int64_t K)
+{
+    return !ctx->blas_own_threads && ctx->nthreads > 1 && (double)M * (double)N * (double)K < GEMM_SPLIT_MIN;
+}
+
+bool kiln__cpu_matmul_batches(const kiln__cpu_ctx *ctx, const kiln_tdesc *out, const kiln_tdesc *a,
+                              const kiln_tdesc *b, kiln__cpu_mm_batches *mb)
+{
+    int nd = out->ndim;
+    if (out->dtype != KILN_F32 || nd < 3)
+        return false;
+    int64_t M = out->shape[nd - 2], N = out->shape[nd - 1], K = a->shape[a->ndim - 1];
+    int64_t nbatch = 1;
+    for (int i = 0; i < nd - 2; i++)
+        nbatch *= out->shape[i];
+    bool ta, tb;
+    int64_t lda, ldb;
+    if (nbatch < 2 || M == 0 || N == 0 || K == 0 ||
+        !blas_layout(M, K, a->strides[a->ndim - 2], a->strides[a->ndim - 1], &ta, &lda) ||
+        !blas_layout(K, N, b->strides[b->ndim - 2], b->strides[b->ndim - 1], &tb, &ldb) ||
+        folds(out, a, b, nbatch, M, lda, ta))
+        return false;
+    *mb = (kiln__cpu_mm_batches){.out = out,
+                                 .a = a,
+                                 .b = b,
+                                 .ta = ta,
+                                 .tb = tb,
+                                 .one_call = batch_split(ctx, M, N, K),
+                                 .M = M,
+                                 .N = N,
+                                 .K = K,
+                                 .lda = lda,
+                                 .ldb = ldb,
+                                 .nbatch = nbatch};
+    return true;
+}
+
+void kiln__cpu_matmul_batch(kiln__cpu_ctx *ctx, const kiln__cpu_mm_batches *mb, int64_t bi, float *dst)
+{
+    const float *ap = (const float *)kiln__cpu_ptr(mb->a) + batch_offset(mb->out, mb->a, bi);
+    const float *bp = (const float *)kiln__cpu_ptr(mb->b) + batch_offset(mb->out, mb->b, bi);
+    if (mb->one_call) { /* as batch_range */
+        blas_call(false, mb->ta, mb->tb, mb->M, mb->N, mb->K, ap, mb->lda, bp, mb->ldb, 0.0, dst, mb->N);
+        return;
+    }
+    gemm_job j; /* as kiln__cpu_gemm, its blocks one after another */
+    int nb;
+    gemm_plan(ctx, false, mb->ta, mb->tb, mb->M, mb->N, mb->K, ap, mb->lda, bp, mb->ldb, 0.0, dst, mb->N, &j, &nb);
+    gemm_run(ctx, &j, nb, false);
 }
 
 static int matmul_float(kiln__cpu_ctx *ctx, const kiln_tdesc *out, const kiln_tdesc *a,
@@ -206,22 +292,11 @@ static int matmul_float(kiln__cpu_ctx *ctx, const kiln_tdesc *out, const kiln_td
         kiln__cpu_scratch_put(ctx, hb);
         return kiln__cpu_enomem("matmul");
     }
-    if (nbatch > 1 && a_ok && b_ok && !ta) {
-        /* A linear layer on [batch, seq, features] (and its input gradient) multiplies
-         * every batch by the same B. When A's batches are stacked rows (batch stride
-         * M * lda), that is one GEMM of nbatch * M rows: B is packed once instead of per
-         * batch, and OpenBLAS gets a size it threads well. */
-        bool fold = true;
-        for (int64_t bi = 0; bi < nbatch && fold; bi++)
-            fold = batch_offset(out, b, bi) == batch_offset(out, b, 0) &&
-                   batch_offset(out, a, bi) == bi * M * lda;
-        if (fold) {
-            M *= nbatch;
-            nbatch = 1;
-        }
+    if (nbatch > 1 && a_ok && b_ok && folds(out, a, b, nbatch, M, lda, ta)) {
+        M *= nbatch;
+        nbatch = 1;
     }
-    if (nbatch > 1 && a_ok && b_ok && !ctx->blas_own_threads && ctx->nthreads > 1 &&
-        (double)M * (double)N * (double)K < GEMM_SPLIT_MIN) {
+    if (nbatch > 1 && a_ok && b_ok && batch_split(ctx, M, N, K)) {
         /* attention's per-head products: too small to split, so split the batch */
         batch_job bj = {out, a, b, dbl, ta, tb, M, N, K, lda, ldb};
         double per = (double)M * (double)N * (double)K;

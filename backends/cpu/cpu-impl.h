@@ -254,6 +254,23 @@ void kiln__cpu_gemm(kiln__cpu_ctx *ctx, bool dbl, bool ta, bool tb, int64_t M, i
                     const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C,
                     int64_t ldc);
 
+/* A batched f32 product as kiln__cpu_matmul computes it: batch by batch, each batch's
+ * product depending on that batch's operands alone (cpu-gemm.c). */
+typedef struct kiln__cpu_mm_batches {
+    const kiln_tdesc *out, *a, *b; /* out: only its shape is read */
+    bool ta, tb;
+    bool one_call; /* each batch one BLAS call (the pool splits the batch), else kiln__cpu_gemm's blocks */
+    int64_t M, N, K, lda, ldb, nbatch;
+} kiln__cpu_mm_batches;
+
+/** Whether kiln__cpu_matmul computes out = a @ b (f32, out contiguous) batch by batch,
+ *  without copying operands or folding the batches into one GEMM: then *mb says how. */
+bool kiln__cpu_matmul_batches(const kiln__cpu_ctx *ctx, const kiln_tdesc *out, const kiln_tdesc *a,
+                              const kiln_tdesc *b, kiln__cpu_mm_batches *mb);
+/** Batch bi of mb into dst (M x N contiguous) on the calling thread: the very BLAS calls
+ *  kiln__cpu_matmul makes for that batch, so the same bits. */
+void kiln__cpu_matmul_batch(kiln__cpu_ctx *ctx, const kiln__cpu_mm_batches *mb, int64_t bi, float *dst);
+
 /* Buffers (cpu-alloc.c). */
 void kiln__cpu_alloc_init(kiln__cpu_alloc *a, size_t max_cached_bytes);
 void kiln__cpu_alloc_fini(kiln__cpu_alloc *a);

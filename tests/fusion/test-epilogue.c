@@ -466,6 +466,50 @@ static void tuned_product(void)
 
 /* Gradients of a linear layer with a fused epilogue, forward and backward, against the
  * unfused device. */
+/* Batched products whose batches fit the caches run batch by batch, each batch's
+ * epilogue right after its product (cpu-fused-product.c, batched_product): the same bits
+ * as the unfused product and ops. Two sizes: per-head products too small to split (one
+ * BLAS call each) and ones the cpu splits into row blocks when it has several threads;
+ * a softmax over the product (dead), and an epilogue over a product that is kept. */
+static void batched_products(void)
+{
+    static const int64_t shapes[2][4] = {{6, 40, 16, 40}, {3, 128, 64, 128}}; /* B, M, K, N */
+    for (int t = 0; t < 2; t++) {
+        const int64_t *sh = shapes[t];
+        kiln_tensor *sm[NDEV], *kept[NDEV], *ep[NDEV];
+        uint64_t m0 = 0, f0 = 0;
+        for (int d = 0; d < NDEV; d++) {
+            kiln_generator g = kiln_generator_make(31 + (uint64_t)t);
+            kiln_tensor *q = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(sh[0], sh[1], sh[2]), -1, 1, &g);
+            kiln_tensor *k = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(sh[0], sh[3], sh[2]), -1, 1, &g);
+            kiln_device_sync(devs[d]);
+            if (d == 0)
+                m0 = calls_of(devs[0], "matmul"), f0 = calls_of(devs[0], "fused");
+            kiln_scope_begin();
+            sm[d] = kiln_keep(kiln_softmax(kiln_mul_scalar(kiln_matmul(q, kiln_transpose(k, -2, -1)), 0.125), -1));
+            kept[d] = kiln_keep(kiln_matmul(q, kiln_transpose(k, -2, -1)));
+            ep[d] = kiln_keep(kiln_add_scalar(kiln_relu(kept[d]), 1.0));
+            kiln_scope_end();
+            kiln_device_sync(devs[d]);
+        }
+        double a = worst_rel(sm[0], sm[1], 1.0), b = worst_rel(kept[0], kept[1], 1.0),
+               c = worst_rel(ep[0], ep[1], 1.0);
+        CHECK(a == 0 && b == 0 && c == 0 && worst_rel(sm[0], sm[2], 1.0) <= 1e-4 &&
+                  worst_rel(ep[0], ep[2], 1.0) <= 1e-4,
+              "[%lld, %lld, %lld] products by batches: fused vs unfused %.3g, %.3g, %.3g (the same bits)",
+              (long long)sh[0], (long long)sh[1], (long long)sh[3], a, b, c);
+        CHECK(calls_of(devs[0], "matmul") == m0 && calls_of(devs[0], "fused") - f0 == 2,
+              "[%lld, %lld, %lld]: two fused programs and no matmul call (%llu, %llu)", (long long)sh[0],
+              (long long)sh[1], (long long)sh[3], (unsigned long long)(calls_of(devs[0], "fused") - f0),
+              (unsigned long long)(calls_of(devs[0], "matmul") - m0));
+        for (int d = 0; d < NDEV; d++) {
+            kiln_tensor_release(sm[d]);
+            kiln_tensor_release(kept[d]);
+            kiln_tensor_release(ep[d]);
+        }
+    }
+}
+
 static void linear_gradients(void)
 {
     kiln_tensor *gw[2], *gb[2], *gx[2];
@@ -503,6 +547,7 @@ void test_epilogue(void)
     for (int seed = 0; seed < 60; seed++)
         random_product(seed);
     product_rows();
+    batched_products();
     tuned_product();
     layer_norms();
     half_groups();
