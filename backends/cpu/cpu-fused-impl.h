@@ -184,7 +184,8 @@ kiln__cpu_jit_loop kiln__cpu_jit_get(const kiln__cpu_ctx *ctx, const fplan *pl);
 
 /** Plan p into pl (zeroed by the caller); KILN_ENOTSUP for a program the cpu does not run. */
 int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p);
-/** Run the program over elements [begin, end) of one job, in blocks of at most pl->block
+/** Run the program over elements [begin, end) of one job: through its compiled loop where
+ *  it has one (pl->jit), else in blocks of at most pl->block
  *  (whole rows where the program has rows): scratch is the job's nslots * block floats,
  *  acc its reduction accumulators. A product's values for elements [prod_lo, end) are at
  *  prod (NULL without a product). */

@@ -204,13 +204,15 @@ static bool unary_uses_alpha(int op)
 static bool compilable(const fplan *pl)
 {
     const kiln_fused_program *p = pl->p;
-    if (p->dtype != KILN_F32 || pl->half || pl->product || pl->whole_rows || pl->has_reduce ||
+    if (p->dtype != KILN_F32 || pl->half || pl->pool_grad || pl->whole_rows || pl->has_reduce ||
         p->n < KILN_CPU_JIT_MIN_ELEMENTS)
         return false;
     if (strcmp(pl->k->name, "avx512") != 0 && strcmp(pl->k->name, "avx2") != 0)
         return false;
     for (int k = 0; k < p->ninputs; k++) {
         const fin *f = &pl->in[k];
+        if (f->kind == IN_OPERAND) /* a product's operand: the product's values come in their own slot */
+            continue;
         if (f->dtype != KILN_F32 || f->is_bool || f->copy_in ||
             (f->kind != IN_CONTIG && f->kind != IN_SCALAR && f->kind != IN_ROWS))
             return false;
@@ -226,6 +228,8 @@ static bool compilable(const fplan *pl)
         case KILN_FUSED_LOAD:
         case KILN_FUSED_CONST:
         case KILN_FUSED_STORE: break;
+        case KILN_FUSED_MATMUL:
+        case KILN_FUSED_CONV: ok = i == 0 && pl->product; break;
         case KILN_FUSED_UNARY: ok = emit_unary(&scratch, in->op, i, in->a, in->alpha); break;
         case KILN_FUSED_BINARY:
             ok = in->op <= KILN_BINARY_DIV || in->op == KILN_BINARY_MAXIMUM || in->op == KILN_BINARY_MINIMUM;
@@ -253,6 +257,8 @@ static void emit_step(kiln__sbuf *b, const kiln_fused_program *p, const fplan *p
                 kiln__sbuf_printf(b, "        kj_v r%d = %s(in%d + i);\n", in->dst, ld, in->arg);
             break;
         case KILN_FUSED_CONST: kiln__sbuf_printf(b, "        kj_v r%d = k%d;\n", in->dst, 2 * i); break;
+        case KILN_FUSED_MATMUL:
+        case KILN_FUSED_CONV: kiln__sbuf_printf(b, "        kj_v r%d = %s(prod + i);\n", in->dst, ld); break;
         case KILN_FUSED_UNARY:
             kiln__sbuf_printf(b, "        kj_v r%d = ", in->dst);
             (void)emit_unary(b, in->op, i, in->a, in->alpha);
@@ -261,7 +267,10 @@ static void emit_step(kiln__sbuf *b, const kiln_fused_program *p, const fplan *p
         case KILN_FUSED_BINARY:
             kiln__sbuf_printf(b, "        kj_v r%d = %s(r%d, r%d);\n", in->dst, binary[in->op], in->a, in->b);
             break;
-        default: kiln__sbuf_printf(b, "        %s(out%d + i, r%d);\n", st, in->arg, in->a); break;
+        default: /* STORE; a product kept is computed straight into its output already */
+            if (!(pl->product && in->a == p->instrs[0].dst && in->arg == pl->product_out))
+                kiln__sbuf_printf(b, "        %s(out%d + i, r%d);\n", st, in->arg, in->a);
+            break;
         }
     }
 }
@@ -278,9 +287,11 @@ static char *loop_source(const fplan *pl, bool avx512)
     for (int a = 0; a < p->ninputs; a++) {
         if (pl->in[a].kind == IN_SCALAR)
             kiln__sbuf_printf(&b, "    const kj_v s%d = KJ_SET(in[%d][0]);\n", a, a);
-        else
+        else if (pl->in[a].kind != IN_OPERAND)
             kiln__sbuf_printf(&b, "    const float *in%d = in[%d];\n", a, a);
     }
+    if (pl->product) /* the producer's values, in the slot after the inputs */
+        kiln__sbuf_printf(&b, "    const float *prod = in[%d];\n", p->ninputs);
     for (int o = 0; o < p->noutputs; o++)
         kiln__sbuf_printf(&b, "    float *out%d = out[%d];\n", o, o);
     for (int i = 0; i < p->ninstrs; i++) {
@@ -296,6 +307,8 @@ static char *loop_source(const fplan *pl, bool avx512)
     for (int a = 0; a < p->ninputs; a++)
         if (pl->in[a].kind == IN_CONTIG)
             kiln__sbuf_printf(&b, "        __builtin_prefetch(in%d + i + 1024, 0, 3);\n", a);
+    if (pl->product)
+        kiln__sbuf_printf(&b, "        __builtin_prefetch(prod + i + 1024, 0, 3);\n");
     emit_step(&b, p, pl, "KJ_LD", "KJ_NT");
     kiln__sbuf_printf(&b, "        }\n        KJ_FENCE();\n    }\n    for (; i + KJ_W <= n; i += KJ_W) {\n");
     emit_step(&b, p, pl, "KJ_LD", "KJ_ST");
@@ -303,18 +316,23 @@ static char *loop_source(const fplan *pl, bool avx512)
      * lanes change nothing in the others (as the kernels' own tails) */
     kiln__sbuf_printf(&b, "    }\n    if (i < n) {\n        int64_t m = n - i;\n");
     for (int a = 0; a < p->ninputs; a++)
-        if (pl->in[a].kind != IN_SCALAR)
+        if (pl->in[a].kind != IN_SCALAR && pl->in[a].kind != IN_OPERAND)
             kiln__sbuf_printf(&b,
                               "        float t%d[KJ_W] = {0};\n"
                               "        for (int64_t j = 0; j < m; j++)\n            t%d[j] = in%d[i + j];\n",
                               a, a, a);
+    if (pl->product)
+        kiln__sbuf_printf(&b, "        float tp[KJ_W] = {0};\n"
+                              "        for (int64_t j = 0; j < m; j++)\n            tp[j] = prod[i + j];\n");
     for (int o = 0; o < p->noutputs; o++)
         kiln__sbuf_printf(&b, "        float u%d[KJ_W];\n", o);
     /* the step reads in<a> + i and writes out<o> + i: point them at the copies */
     kiln__sbuf_printf(&b, "        int64_t base = i;\n        i = 0;\n");
     for (int a = 0; a < p->ninputs; a++)
-        if (pl->in[a].kind != IN_SCALAR)
+        if (pl->in[a].kind != IN_SCALAR && pl->in[a].kind != IN_OPERAND)
             kiln__sbuf_printf(&b, "        in%d = t%d;\n", a, a);
+    if (pl->product)
+        kiln__sbuf_printf(&b, "        prod = tp;\n");
     for (int o = 0; o < p->noutputs; o++)
         kiln__sbuf_printf(&b, "        float *o%d = out%d;\n        out%d = u%d;\n", o, o, o, o);
     kiln__sbuf_printf(&b, "        {\n");

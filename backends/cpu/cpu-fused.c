@@ -658,26 +658,13 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
     }
 }
 
-void kiln__cpu_fused_span(const fplan *pl, float *scratch, double *acc, int64_t begin, int64_t end,
-                          const float *prod, int64_t prod_lo)
-{
-    freg regs[KILN_FUSED_MAX_INSTRS * 2];
-    for (int64_t i0 = begin, m; i0 < end; i0 += m) {
-        m = kiln__cpu_fused_block_len(pl, i0, end);
-        kiln__cpu_prefetcher pf;
-        kiln__cpu_fused_prefetch_next(pl, i0, m, end, &pf);
-        run_block(pl, scratch, regs, acc, i0, m, prod ? prod + (i0 - prod_lo) : NULL, &pf);
-        kiln__cpu_fused_prefetch_upto(&pf, pf.bytes); /* a heavy op skipped (a scalar operand) */
-    }
-}
-
 /* Elements [begin, end) through the program's compiled loop: one call per stretch that
  * crosses no row of a row-broadcast input (each call's inputs start where the stretch
- * does). */
-static void jit_span(const fplan *pl, int64_t begin, int64_t end)
+ * does). A producer's values for elements [prod_lo, end) are at prod. */
+static void jit_span(const fplan *pl, int64_t begin, int64_t end, const float *prod, int64_t prod_lo)
 {
     const kiln_fused_program *p = pl->p;
-    const float *in[KILN_FUSED_MAX_INPUTS];
+    const float *in[KILN_FUSED_MAX_INPUTS + 1]; /* the inputs, then a producer's values */
     float *out[KILN_FUSED_MAX_OUTPUTS];
     float k[2 * KILN_FUSED_MAX_INSTRS];
     for (int i = 0; i < p->ninstrs; i++) {
@@ -697,12 +684,30 @@ static void jit_span(const fplan *pl, int64_t begin, int64_t end)
                     : f->kind == IN_ROWS ? f->base + offset_of(f, i0)
                                          : f->base;
         }
+        in[p->ninputs] = prod ? prod + (i0 - prod_lo) : NULL;
         bool aligned = true;
         for (int o = 0; o < p->noutputs; o++) {
             out[o] = pl->out[o] + i0;
             aligned = aligned && ((uintptr_t)out[o] & 63) == 0;
         }
         pl->jit(m, in, out, k, pl->stream && aligned);
+    }
+}
+
+void kiln__cpu_fused_span(const fplan *pl, float *scratch, double *acc, int64_t begin, int64_t end,
+                          const float *prod, int64_t prod_lo)
+{
+    if (pl->jit) {
+        jit_span(pl, begin, end, prod, prod_lo);
+        return;
+    }
+    freg regs[KILN_FUSED_MAX_INSTRS * 2];
+    for (int64_t i0 = begin, m; i0 < end; i0 += m) {
+        m = kiln__cpu_fused_block_len(pl, i0, end);
+        kiln__cpu_prefetcher pf;
+        kiln__cpu_fused_prefetch_next(pl, i0, m, end, &pf);
+        run_block(pl, scratch, regs, acc, i0, m, prod ? prod + (i0 - prod_lo) : NULL, &pf);
+        kiln__cpu_fused_prefetch_upto(&pf, pf.bytes); /* a heavy op skipped (a scalar operand) */
     }
 }
 
@@ -717,7 +722,7 @@ static void run_job(void *arg, int job, int njobs)
         end = pl->lo + rows * (job + 1) / njobs * r;
     }
     if (pl->jit) {
-        jit_span(pl, begin, end);
+        jit_span(pl, begin, end, NULL, 0);
         return;
     }
     double acc[KILN_FUSED_MAX_INSTRS] = {0};
@@ -757,6 +762,7 @@ int kiln__cpu_fused_run(void *vctx, const kiln_fused_program *p)
     pl->k = ctx->k;
     if (pl->product) {
         pl->block = p->reduce_inner > KILN_CPU_FUSED_BLOCK ? p->reduce_inner : KILN_CPU_FUSED_BLOCK;
+        pl->jit = kiln__cpu_jit_get(ctx, pl); /* the epilogue as a compiled loop, or NULL */
         rc = kiln__cpu_fused_product(ctx, pl);
         free(pl);
         return rc;

@@ -6,7 +6,8 @@
  *
  * On every vector kernel table this CPU runs (auto: avx512 where it has it; avx2), large programs of every op
  * the loops cover (row-broadcast, contiguous and scalar inputs, two outputs, a length
- * that leaves a tail) give the unfused device's results element for element. The loops
+ * that leaves a tail, a matrix product's epilogue) give the unfused device's results
+ * element for element. The loops
  * land in DIR/cache/cpu-jit as shared objects; a second process loads them without
  * compiling (their files keep their times), and after every one is overwritten with junk
  * a third process still gets the right results and makes them again; with
@@ -81,11 +82,22 @@ static void exact_ops(kiln_tensor *x, kiln_tensor *a, kiln_tensor *b, kiln_tenso
     out[1] = kiln_mul(kiln_pow_scalar(x, 3.0), a);
 }
 
+/* A product's epilogue (bias per column, gelu, scale), the product itself kept too: the
+ * loop reads the product from its own slot. W = a bᵀ / 64, an outer product made first. */
+static void product_epilogue(kiln_tensor *x, kiln_tensor *a, kiln_tensor *b, kiln_tensor *c, kiln_tensor **out)
+{
+    kiln_tensor *w = kiln_mul_scalar(kiln_mul(kiln_reshape(a, 2, (int64_t[]){COLS, 1}), b), 1.0 / 64);
+    kiln_tensor *prod = kiln_matmul(x, w);
+    out[0] = kiln_mul(kiln_gelu(kiln_add(prod, a), false), c);
+    out[1] = prod;
+}
+
 static const program programs[] = {
     {"gelu(x*a+b)*c", 1, chain},
     {"every covered unary", 1, every_unary},
     {"two outputs, sub and div", 2, two_outputs},
     {"exact ops with NaN lanes", 2, exact_ops},
+    {"a product's epilogue", 2, product_epilogue},
 };
 #define NPROGRAMS (int)(sizeof programs / sizeof *programs)
 
