@@ -31,6 +31,7 @@ struct kiln_buffer {
     size_t cap;          /* the size class actually reserved */
     int cls;             /* size-class index, -1 when too large to cache */
     bool mapped;         /* came from mmap rather than aligned_alloc */
+    struct kiln__cpu_chunk *chunk; /* the huge-page chunk it was carved from (cpu-alloc.c), or NULL */
     struct kiln_buffer *next; /* free-list link while cached */
     /* Set for buffer_wrap_host buffers: the memory is the caller's (a mapped file), is
      * never pooled or freed here, and goes back through release(release_ud) when the
@@ -99,9 +100,22 @@ static inline int64_t kiln__cpu_dw16_scratch(const kiln__cpu_dw16 *p, int64_t ro
     return (band * kiln__cpu_dw16_pitch(p) + p->KH * p->KW) * 16;
 }
 
+/* A 2 MiB-aligned run of huge pages that mid-size blocks are carved from (cpu-alloc.c). */
+typedef struct kiln__cpu_chunk {
+    void *map; /* what mmap returned (with the alignment slack) */
+    size_t map_len;
+    char *base;     /* the aligned start */
+    size_t used;    /* bytes carved so far, from base */
+    int64_t carved; /* blocks carved and not given back to the system */
+    int64_t live;   /* of those, the ones handed out now */
+    bool detached;  /* off the list, to be unmapped (set under the pool's lock) */
+    struct kiln__cpu_chunk *next;
+} kiln__cpu_chunk;
+
 typedef struct kiln__cpu_alloc {
     pthread_mutex_t mu;
     struct kiln_buffer *free_list[KILN_CPU_NCLASSES];
+    kiln__cpu_chunk *chunks; /* every chunk, the one being carved first */
     size_t cached_bytes;
     size_t max_cached_bytes;
     /* the figures kiln_device_memory_get reports, by capacity (wrapped buffers are the

@@ -4,8 +4,9 @@
  * buffer is parked (cached bytes go up, a tensor of the same size reuses it without a new
  * allocation), a trim of one byte releases the largest parked buffer only, a trim of
  * SIZE_MAX the rest, and the cached bytes are then 0; through a decorator (counting:cpu) the
- * same. ref parks nothing (its frees go straight back), so a trim there releases 0. A NULL
- * device is refused with a message.
+ * same. Mid-size buffers carved from shared chunks keep their values through a trim of
+ * their neighbours. ref parks nothing (its frees go straight back), so a trim there
+ * releases 0. A NULL device is refused with a message.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -118,6 +119,66 @@ static void test_cpu_keeps_live_buffers(void **state)
     kiln_device_close(dev);
 }
 
+/* Mid-size buffers (64 KiB up to 2 MiB) are carved side by side from chunks of huge pages
+ * (backends/cpu/cpu-alloc.c): forty of 256 KiB span two chunks. Each holds its own values
+ * (no two overlap), freed ones are reused by their size, and a trim that gives back the
+ * parked ones (their pages returned while a live neighbour keeps the chunk) leaves the
+ * live ones' values as they were; new ones after the trim are right too. */
+static void test_cpu_carved_neighbours(void **state)
+{
+    (void)state;
+    enum {
+        NT = 40
+    };
+    const int64_t n = 256 * 1024 / 4;
+    kiln_device *dev = kiln_device_open("cpu");
+    assert_non_null(dev);
+    kiln_device_trim(dev, SIZE_MAX);
+    kiln_tensor *t[NT];
+    for (int i = 0; i < NT; i++) {
+        t[i] = kiln_full(dev, KILN_F32, 1, (int64_t[]){n}, (double)(i + 1));
+        assert_non_null(t[i]);
+    }
+    kiln_device_memory m0, m1;
+    memory(dev, &m0);
+    for (int i = 0; i < NT; i += 2) { /* every other one freed, then made again */
+        kiln_tensor_release(t[i]);
+        t[i] = NULL;
+    }
+    for (int i = 0; i < NT; i += 4) {
+        t[i] = kiln_full(dev, KILN_F32, 1, (int64_t[]){n}, (double)(100 + i));
+        assert_non_null(t[i]);
+    }
+    memory(dev, &m1);
+    assert_int_equal(m1.reuses - m0.reuses, NT / 4);
+    assert_int_equal(m1.device_allocs, m0.device_allocs);
+    assert_true(kiln_device_trim(dev, SIZE_MAX) >= (uint64_t)(NT / 4) * 256 * 1024);
+    memory(dev, &m1);
+    assert_int_equal(m1.cached_bytes, 0);
+    for (int i = 0; i < NT; i++) {
+        if (!t[i])
+            continue;
+        double want = i % 4 == 0 ? 100 + i : i + 1;
+        kiln_tensor *s = kiln_sum(t[i], KILN_ALL_DIMS, false);
+        assert_non_null(s);
+        if (kiln_item(s) != want * (double)n)
+            fail_msg("buffer %d holds %g per element after the trim, not %g", i, kiln_item(s) / (double)n, want);
+        kiln_tensor_release(s);
+    }
+    kiln_tensor *fresh = kiln_full(dev, KILN_F32, 1, (int64_t[]){n}, 7.0);
+    assert_non_null(fresh);
+    kiln_tensor *s = kiln_sum(fresh, KILN_ALL_DIMS, false);
+    assert_true(kiln_item(s) == 7.0 * (double)n);
+    kiln_tensor_release(s);
+    kiln_tensor_release(fresh);
+    for (int i = 0; i < NT; i++)
+        kiln_tensor_release(t[i]);
+    kiln_device_trim(dev, SIZE_MAX);
+    memory(dev, &m1);
+    assert_int_equal(m1.cached_bytes, 0);
+    kiln_device_close(dev);
+}
+
 /* ref keeps no pool and no figures: a trim has nothing to release. */
 static void test_ref(void **state)
 {
@@ -146,6 +207,7 @@ int main(void)
         cmocka_unit_test(test_cpu),
         cmocka_unit_test(test_decorated_cpu),
         cmocka_unit_test(test_cpu_keeps_live_buffers),
+        cmocka_unit_test(test_cpu_carved_neighbours),
         cmocka_unit_test(test_ref),
         cmocka_unit_test(test_null_device),
     };
