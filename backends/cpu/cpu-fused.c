@@ -399,71 +399,6 @@ int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p)
     return 0;
 }
 
-/* A comparison as 1 or 0, as the unfused comparison's bool output loads. The common
- * stride patterns get loops of their own, which the compiler vectorizes. */
-#define CMP_LOOPS(expr)                                                                                           \
-    do {                                                                                                          \
-        if (sa && sb)                                                                                             \
-            for (int64_t j = 0; j < m; j++)                                                                       \
-                o[j] = (x[j] expr y[j]) ? 1.0f : 0.0f;                                                            \
-        else if (sa) {                                                                                            \
-            float yv = y[0];                                                                                      \
-            for (int64_t j = 0; j < m; j++)                                                                       \
-                o[j] = (x[j] expr yv) ? 1.0f : 0.0f;                                                              \
-        } else {                                                                                                  \
-            float xv = x[0];                                                                                      \
-            for (int64_t j = 0; j < m; j++)                                                                       \
-                o[j] = (xv expr y[j * sb]) ? 1.0f : 0.0f;                                                         \
-        }                                                                                                         \
-    } while (0)
-
-static void compare(int op, float *restrict o, freg a, freg b, int64_t m)
-{
-    const float *restrict x = a.p, *restrict y = b.p;
-    int64_t sa = a.stride, sb = b.stride;
-    switch (op) {
-    case KILN_BINARY_EQ: CMP_LOOPS(==); break;
-    case KILN_BINARY_NE: CMP_LOOPS(!=); break;
-    case KILN_BINARY_LT: CMP_LOOPS(<); break;
-    case KILN_BINARY_LE: CMP_LOOPS(<=); break;
-    case KILN_BINARY_GT: CMP_LOOPS(>); break;
-    default: CMP_LOOPS(>=); break;
-    }
-}
-#undef CMP_LOOPS
-
-/* c != 0 ? a : b without a branch (bit masks), so the loops below vectorize. */
-static inline float pick(float c, float a, float b)
-{
-    uint32_t ua, ub, mask = 0u - (uint32_t)(c != 0);
-    memcpy(&ua, &a, sizeof ua);
-    memcpy(&ub, &b, sizeof ub);
-    uint32_t r = (ua & mask) | (ub & ~mask);
-    float f;
-    memcpy(&f, &r, sizeof f);
-    return f;
-}
-
-static void select_where(float *restrict o, freg c, freg a, freg b, int64_t m)
-{
-    const float *restrict cp = c.p, *restrict ap = a.p, *restrict bp = b.p;
-    if (c.stride && a.stride && b.stride) {
-        for (int64_t j = 0; j < m; j++)
-            o[j] = pick(cp[j], ap[j], bp[j]);
-    } else if (c.stride && a.stride) {
-        float bv = bp[0];
-        for (int64_t j = 0; j < m; j++)
-            o[j] = pick(cp[j], ap[j], bv);
-    } else if (c.stride && b.stride) {
-        float av = ap[0];
-        for (int64_t j = 0; j < m; j++)
-            o[j] = pick(cp[j], av, bp[j]);
-    } else {
-        for (int64_t j = 0; j < m; j++)
-            o[j] = pick(cp[j * c.stride], ap[j * a.stride], bp[j * b.stride]);
-    }
-}
-
 /* The largest (max) or smallest of acc and x[0, m) (stride 0: x[0] m times), NaN once any
  * is NaN, as the unfused reduce gives. */
 static double extreme_run(const float *x, int64_t stride, int64_t m, bool max, double acc)
@@ -542,14 +477,14 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
                 if (pl->half)
                     round_run(pl->k, p->dtype, dst, s ? m : 1);
             } else
-                compare(in->op, dst, a, b, s ? m : 1);
+                pl->k->compare_f32(in->op, dst, a.p, a.stride, b.p, b.stride, s ? m : 1);
             regs[in->dst] = (freg){dst, s};
             break;
         }
         case KILN_FUSED_WHERE: {
             freg c = regs[in->a], a = regs[in->b], b = regs[in->c];
             int64_t s = a.stride || b.stride || c.stride;
-            select_where(dst, c, a, b, s ? m : 1);
+            pl->k->where_f32(dst, c.p, c.stride, a.p, a.stride, b.p, b.stride, s ? m : 1);
             regs[in->dst] = (freg){dst, s};
             break;
         }

@@ -237,6 +237,12 @@ typedef struct kiln__cpu_kernels {
      * (cpu-reduce.c's f32 path). In every table. */
     double (*sum_run_f32)(const float *x, int64_t n);
     double (*sqdev_run_f32)(const float *x, int64_t n, double c);
+    /* o[j] = (a[j·sa] op b[j·sb]) ? 1 : 0 for a comparison op (KILN_BINARY_EQ..GE), and
+     * o[j] = c[j·sc] != 0 ? a[j·sa] : b[j·sb] (the bits of a or b); strides 0 or 1
+     * (cpu-kernels-select.inc). In every table. */
+    void (*compare_f32)(int op, float *o, const float *a, int64_t sa, const float *b, int64_t sb, int64_t n);
+    void (*where_f32)(float *o, const float *c, int64_t sc, const float *a, int64_t sa, const float *b, int64_t sb,
+                      int64_t n);
     /* u[i] = kiln_rng_uniform01(counter + i, seed) for i < n (common/philox.h's stream,
      * bit for bit), many counters at once so the multiplies vectorize. In every table. */
     void (*philox_u01)(double *u, uint64_t counter, uint64_t seed, int64_t n);

@@ -314,6 +314,7 @@ static void f32_to_f16(uint16_t *restrict o, const float *restrict x, int64_t n)
 }
 
 #include "cpu-kernels-rows.inc"
+#include "cpu-kernels-select.inc"
 
 /* ------------------------------------------------------------------ max pool 2x2 */
 
@@ -739,6 +740,8 @@ const kiln__cpu_kernels KTABLE = {
     .bias_act_f32 = bias_act_f32,
     .sum_run_f32 = sum_run_f32,
     .sqdev_run_f32 = sqdev_run_f32,
+    .compare_f32 = compare_f32,
+    .where_f32 = where_f32,
     .philox_u01 = philox_u01,
 #if USE_AVX512
     .conv_tile_f32 = conv_tile_f32,
