@@ -111,9 +111,7 @@ static void gather(const kiln__cpu_kernels *k, const fin *f, float *restrict t, 
         } else if (s == 1) {
             memcpy(t, f->base + off, (size_t)run * sizeof *t);
         } else if (s == 0) {
-            float v = f->base[off];
-            for (int64_t j = 0; j < run; j++)
-                t[j] = v;
+            k->fill_f32(t, f->base[off], run);
         } else {
             const float *src = f->base + off;
             for (int64_t j = 0; j < run; j++)
@@ -541,8 +539,7 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
             for (int64_t r = 0; r < m; r += row) {
                 double sum = pl->k->sum_run_f32(a.p + r, row);
                 float v = (float)(in->op == KILN_REDUCE_MEAN ? sum / (double)row : sum);
-                for (int64_t j = 0; j < row; j++)
-                    dst[r + j] = v;
+                pl->k->fill_f32(dst + r, v, row);
             }
             regs[in->dst] = (freg){dst, 1};
             break;
@@ -581,8 +578,7 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
                 if (bits == 0) /* +0: the C library's fill, as the unfused zero fill */
                     memset(o, 0, (size_t)m * sizeof *o);
                 else
-                    for (int64_t j = 0; j < m; j++)
-                        o[j] = v;
+                    pl->k->fill_f32(o, v, m);
             } else if (pl->stream)
                 kiln__cpu_fused_store_stream(pl, o, a.p, m);
             else if (a.p != o)

@@ -742,6 +742,7 @@ const kiln__cpu_kernels KTABLE = {
     .sqdev_run_f32 = sqdev_run_f32,
     .compare_f32 = compare_f32,
     .where_f32 = where_f32,
+    .fill_f32 = fill_f32,
     .philox_u01 = philox_u01,
 #if USE_AVX512
     .conv_tile_f32 = conv_tile_f32,
