@@ -6,7 +6,7 @@
  *
  * On every vector kernel table this CPU runs (auto: avx512 where it has it; avx2), large programs of every op
  * the loops cover (row-broadcast, contiguous and scalar inputs, two outputs, a length
- * that leaves a tail, a matrix product's epilogue) give the unfused device's results
+ * that leaves a tail, a matrix product's and a convolution's epilogue) give the unfused device's results
  * element for element. The loops
  * land in DIR/cache/cpu-jit as shared objects; a second process loads them without
  * compiling (their files keep their times), and after every one is overwritten with junk
@@ -92,12 +92,26 @@ static void product_epilogue(kiln_tensor *x, kiln_tensor *a, kiln_tensor *b, kil
     out[1] = prod;
 }
 
+/* A convolution's epilogue (its bias inside the producer, then gelu and a scale): the
+ * loop reads each chunk of images from the product's slot. x as 1031 images of 32 x 32,
+ * four 3 x 3 filters and their bias from a: 1031 x 4 x 30 x 30 outputs. */
+static void conv_epilogue(kiln_tensor *x, kiln_tensor *a, kiln_tensor *b, kiln_tensor *c, kiln_tensor **out)
+{
+    (void)b;
+    (void)c;
+    kiln_tensor *img = kiln_reshape(x, 4, (int64_t[]){ROWS, 1, 32, 32});
+    kiln_tensor *w = kiln_mul_scalar(kiln_reshape(kiln_slice(a, 0, 0, 36, 1), 4, (int64_t[]){4, 1, 3, 3}), 0.25);
+    kiln_tensor *bias = kiln_slice(a, 0, 36, 40, 1);
+    out[0] = kiln_mul_scalar(kiln_gelu(kiln_conv2d(img, w, bias, NULL), false), 1.5);
+}
+
 static const program programs[] = {
     {"gelu(x*a+b)*c", 1, chain},
     {"every covered unary", 1, every_unary},
     {"two outputs, sub and div", 2, two_outputs},
     {"exact ops with NaN lanes", 2, exact_ops},
     {"a product's epilogue", 2, product_epilogue},
+    {"a convolution's epilogue", 1, conv_epilogue},
 };
 #define NPROGRAMS (int)(sizeof programs / sizeof *programs)
 
