@@ -58,8 +58,9 @@ typedef struct fplan {
     bool has_reduce;
     char *scratch; /* njobs slabs of nslots * block floats */
     int njobs;
-    /* a program headed by MATMUL (instruction 0) */
-    kiln__cpu_jit_loop jit; /* the program's compiled loop, NULL: the block interpreter */
+    /* the program's compiled loop (a product's epilogue too), NULL: the block interpreter */
+    kiln__cpu_jit_loop jit;
+    /* a program headed by a producer (instruction 0) */
     bool product;
     int product_out;   /* the output the product is computed straight into, -1: scratch */
     kiln_tdesc mm_out; /* a MATMUL's product shape (no buffer: only its shape is read) */
