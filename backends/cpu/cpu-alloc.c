@@ -228,20 +228,11 @@ struct kiln_buffer *kiln__cpu_buffer_get(kiln__cpu_ctx *ctx, size_t nbytes)
     if (USE_CHUNKS && cls >= 0 && cap >= CHUNK_MIN && cap < MAP_THRESHOLD) {
         pthread_mutex_lock(&a->mu);
         b->data = carve(a, cap, &b->chunk);
-        if (b->data) {
+        if (b->data)
             b->chunk->live++;
-            a->system_allocs++;
-            count_in_use(a, cap);
-        }
         pthread_mutex_unlock(&a->mu);
-        if (b->data) {
-            b->nbytes = nbytes;
-            b->cap = cap;
-            b->cls = cls;
-            return b;
-        }
     }
-    if (cap >= MAP_THRESHOLD) {
+    if (!b->data && cap >= MAP_THRESHOLD) { /* (b->data: carved above) */
         void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) {
             free(b);
@@ -252,7 +243,7 @@ struct kiln_buffer *kiln__cpu_buffer_get(kiln__cpu_ctx *ctx, size_t nbytes)
 #endif
         b->data = p;
         b->mapped = true;
-    } else {
+    } else if (!b->data) {
         b->data = aligned_alloc(64, cap);
         if (!b->data) {
             free(b);

@@ -541,5 +541,7 @@ int kiln__cpu_fused_product(kiln__cpu_ctx *ctx, fplan *pl)
     if (pl->conv)
         return conv_product(ctx, pl);
     int rc = batched_product(ctx, pl);
-    return rc != 0 ? (rc < 0 ? rc : 0) : whole_product(ctx, pl);
+    if (rc == 0)
+        return whole_product(ctx, pl);
+    return rc < 0 ? rc : 0;
 }

@@ -571,15 +571,9 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
                 break;
             }
             float *o = pl->out[in->arg] + i0;
-            if (a.stride == 0) {
-                float v = a.p[0];
-                uint32_t bits;
-                memcpy(&bits, &v, sizeof bits);
-                if (bits == 0) /* +0: the C library's fill, as the unfused zero fill */
-                    memset(o, 0, (size_t)m * sizeof *o);
-                else
-                    pl->k->fill_f32(o, v, m);
-            } else if (pl->stream)
+            if (a.stride == 0)
+                pl->k->fill_f32(o, a.p[0], m);
+            else if (pl->stream)
                 kiln__cpu_fused_store_stream(pl, o, a.p, m);
             else if (a.p != o)
                 memmove(o, a.p, (size_t)m * sizeof *o);

@@ -243,7 +243,7 @@ typedef struct kiln__cpu_kernels {
     void (*compare_f32)(int op, float *o, const float *a, int64_t sa, const float *b, int64_t sb, int64_t n);
     void (*where_f32)(float *o, const float *c, int64_t sc, const float *a, int64_t sa, const float *b, int64_t sb,
                       int64_t n);
-    /* o[0, n) = v. In every table. */
+    /* o[0, n) = v (+0 by memset). In every table. */
     void (*fill_f32)(float *o, float v, int64_t n);
     /* u[i] = kiln_rng_uniform01(counter + i, seed) for i < n (common/philox.h's stream,
      * bit for bit), many counters at once so the multiplies vectorize. In every table. */
