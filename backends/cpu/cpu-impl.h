@@ -237,6 +237,9 @@ typedef struct kiln__cpu_kernels {
      * (cpu-reduce.c's f32 path). In every table. */
     double (*sum_run_f32)(const float *x, int64_t n);
     double (*sqdev_run_f32)(const float *x, int64_t n, double c);
+    /* s[i] += x[a·ld + i] for rows a = 0 .. rows - 1 in order and i < m: a sum over leading
+     * dims, each column's adds in row order (the same bits in every table). In every table. */
+    void (*colsum_f32)(double *s, const float *x, int64_t rows, int64_t ld, int64_t m);
     /* o[j] = (a[j·sa] op b[j·sb]) ? 1 : 0 for a comparison op (KILN_BINARY_EQ..GE), and
      * o[j] = c[j·sc] != 0 ? a[j·sa] : b[j·sb] (the bits of a or b); strides 0 or 1
      * (cpu-kernels-select.inc). In every table. */

@@ -533,6 +533,25 @@ static double sum_run_f32(const float *restrict x, int64_t n)
     return s;
 }
 
+/* s[i] += x[a·ld + i] for the rows a in order, i < m: a sum over leading dims (a bias's
+ * gradient, cpu-reduce.c). Four rows per pass over s, each column's adds still one
+ * after another in row order, so every table gives the same bits; compiled once for the
+ * baseline the loop converted and added two floats at a time. */
+static void colsum_f32(double *restrict s, const float *restrict x, int64_t rows, int64_t ld, int64_t m)
+{
+    int64_t a = 0;
+    for (; a + 4 <= rows; a += 4) {
+        const float *r0 = x + a * ld, *r1 = r0 + ld, *r2 = r1 + ld, *r3 = r2 + ld;
+        for (int64_t i = 0; i < m; i++)
+            s[i] = (((s[i] + r0[i]) + r1[i]) + r2[i]) + r3[i];
+    }
+    for (; a < rows; a++) {
+        const float *r = x + a * ld;
+        for (int64_t i = 0; i < m; i++)
+            s[i] += r[i];
+    }
+}
+
 static double sqdev_run_f32(const float *restrict x, int64_t n, double c)
 {
     double l[8] = {0};
@@ -550,173 +569,7 @@ static double sqdev_run_f32(const float *restrict x, int64_t n, double c)
     return s;
 }
 
-#if USE_AVX2
-/* Philox4x32-10 (common/philox.h) in vectors of 32-bit lanes. The 32x32->64 multiplies
- * are vpmuludq on the even and the odd lanes (one uop each; the 64-bit vpmullq a
- * compiler picks for the plain loop is three on Intel), their halves blended back into
- * place. A round's multiply waits on the one before, so PHILOX_WAYS vectors go through
- * the rounds side by side to keep the multiplier busy. The draws are those of
- * kiln_rng_uniform01 to the bit: the rounds are integer arithmetic, and
- * bits = c0 * 2^21 + (c1 >> 11) (the parts do not overlap) < 2^53 gives
- * u = c0 * 2^-32 + (c1 >> 11) * 2^-53, each term and their sum exact in double. */
-#if USE_AVX512
-typedef __m512i pvec;
-#define PLANES 16
-#define PHILOX_WAYS 4
-#define pv_set1(x) _mm512_set1_epi32((int)(x))
-#define pv_load(p) _mm512_loadu_si512(p)
-#define pv_zero() _mm512_setzero_si512()
-#define pv_xor3(a, b, c) _mm512_ternarylogic_epi32(a, b, c, 0x96)
-#define pv_add(a, b) _mm512_add_epi32(a, b)
-#define pv_iota() _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
-static inline void mul_hi_lo(pvec a, pvec m, pvec *hi, pvec *lo)
-{
-    pvec even = _mm512_mul_epu32(a, m), odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
-    *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
-    *lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
-}
-/* lanes 0..15 of c0 and of c1 >> 11 as doubles, into d */
-static inline void pv_store_u01(double *d, pvec c0, pvec c1)
-{
-    const __m512d s32 = _mm512_set1_pd(1.0 / 4294967296.0), s53 = _mm512_set1_pd(1.0 / 9007199254740992.0);
-    pvec low21 = _mm512_srli_epi32(c1, 11);
-    for (int h = 0; h < 2; h++) {
-        __m256i a = h ? _mm512_extracti64x4_epi64(c0, 1) : _mm512_castsi512_si256(c0);
-        __m256i b = h ? _mm512_extracti64x4_epi64(low21, 1) : _mm512_castsi512_si256(low21);
-        __m512d v = _mm512_fmadd_pd(_mm512_cvtepu32_pd(a), s32, _mm512_mul_pd(_mm512_cvtepu32_pd(b), s53));
-        _mm512_storeu_pd(d + 8 * h, v);
-    }
-}
-#else
-typedef __m256i pvec;
-#define PLANES 8
-#define PHILOX_WAYS 2
-#define pv_set1(x) _mm256_set1_epi32((int)(x))
-#define pv_load(p) _mm256_loadu_si256((const __m256i *)(p))
-#define pv_zero() _mm256_setzero_si256()
-#define pv_xor3(a, b, c) _mm256_xor_si256(_mm256_xor_si256(a, b), c)
-#define pv_add(a, b) _mm256_add_epi32(a, b)
-#define pv_iota() _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)
-static inline void mul_hi_lo(pvec a, pvec m, pvec *hi, pvec *lo)
-{
-    pvec even = _mm256_mul_epu32(a, m), odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
-    *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
-    *lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
-}
-/* Unsigned 32-bit lanes (the four of v) to double, exactly. */
-static inline __m256d u32_to_pd(__m128i v)
-{
-    __m256d biased = _mm256_cvtepi32_pd(_mm_xor_si128(v, _mm_set1_epi32((int)0x80000000u)));
-    return _mm256_add_pd(biased, _mm256_set1_pd(2147483648.0));
-}
-static inline void pv_store_u01(double *d, pvec c0, pvec c1)
-{
-    const __m256d s32 = _mm256_set1_pd(1.0 / 4294967296.0), s53 = _mm256_set1_pd(1.0 / 9007199254740992.0);
-    pvec low21 = _mm256_srli_epi32(c1, 11);
-    for (int h = 0; h < 2; h++) {
-        __m128i a = h ? _mm256_extracti128_si256(c0, 1) : _mm256_castsi256_si128(c0);
-        __m128i b = h ? _mm256_extracti128_si256(low21, 1) : _mm256_castsi256_si128(low21);
-        _mm256_storeu_pd(d + 4 * h, _mm256_fmadd_pd(u32_to_pd(a), s32, _mm256_mul_pd(u32_to_pd(b), s53)));
-    }
-}
-#endif
-
-enum {
-    PHILOX_RUN = PLANES * PHILOX_WAYS
-};
-
-static void philox_u01(double *u, uint64_t counter, uint64_t seed, int64_t n)
-{
-    const pvec m0 = pv_set1(0xD2511F53u), m1 = pv_set1(0xCD9E8D57u);
-    for (int64_t j0 = 0; j0 < n; j0 += PHILOX_RUN) {
-        pvec c0[PHILOX_WAYS], c1[PHILOX_WAYS], c2[PHILOX_WAYS], c3[PHILOX_WAYS];
-        uint64_t first = counter + (uint64_t)j0;
-        if ((uint32_t)first <= UINT32_MAX - PHILOX_RUN) { /* no carry into the high word */
-            pvec base = pv_add(pv_set1((uint32_t)first), pv_iota());
-            for (int w = 0; w < PHILOX_WAYS; w++) {
-                c0[w] = pv_add(base, pv_set1(w * PLANES));
-                c1[w] = pv_set1((uint32_t)(first >> 32));
-            }
-        } else {
-            uint32_t lo[PHILOX_RUN], hi[PHILOX_RUN];
-            for (int l = 0; l < PHILOX_RUN; l++) {
-                uint64_t c = first + (uint64_t)l;
-                lo[l] = (uint32_t)c;
-                hi[l] = (uint32_t)(c >> 32);
-            }
-            for (int w = 0; w < PHILOX_WAYS; w++) {
-                c0[w] = pv_load(lo + w * PLANES);
-                c1[w] = pv_load(hi + w * PLANES);
-            }
-        }
-        for (int w = 0; w < PHILOX_WAYS; w++)
-            c2[w] = c3[w] = pv_zero();
-        uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-        for (int round = 0; round < 10; round++) {
-            pvec key0 = pv_set1(k0), key1 = pv_set1(k1);
-            for (int w = 0; w < PHILOX_WAYS; w++) {
-                pvec h0, l0, h1, l1;
-                mul_hi_lo(c0[w], m0, &h0, &l0);
-                mul_hi_lo(c2[w], m1, &h1, &l1);
-                c0[w] = pv_xor3(h1, c1[w], key0);
-                c2[w] = pv_xor3(h0, c3[w], key1);
-                c1[w] = l1;
-                c3[w] = l0;
-            }
-            k0 += 0x9E3779B9u;
-            k1 += 0xBB67AE85u;
-        }
-        double d[PHILOX_RUN];
-        for (int w = 0; w < PHILOX_WAYS; w++)
-            pv_store_u01(d + w * PLANES, c0[w], c1[w]);
-        int64_t m = n - j0 < PHILOX_RUN ? n - j0 : PHILOX_RUN;
-        memcpy(u + j0, d, (size_t)m * sizeof *d);
-    }
-}
-#else
-/* The counters of draws j0 .. j0 + 15 split into their low and high words. */
-static inline void philox_counters(uint64_t counter, int64_t j0, uint32_t *lo, uint32_t *hi)
-{
-    for (int l = 0; l < 16; l++) {
-        uint64_t c = counter + (uint64_t)(j0 + l);
-        lo[l] = (uint32_t)c;
-        hi[l] = (uint32_t)(c >> 32);
-    }
-}
-
-/* Philox4x32-10 (common/philox.h) over 16 counters at a time: the same rounds, lane by lane
- * in arrays; the draws are those of kiln_rng_uniform01 to the bit. */
-static void philox_u01(double *u, uint64_t counter, uint64_t seed, int64_t n)
-{
-    enum {
-        L = 16
-    };
-    for (int64_t j0 = 0; j0 < n; j0 += L) {
-        uint32_t c0[L], c1[L], c2[L] = {0}, c3[L] = {0};
-        philox_counters(counter, j0, c0, c1);
-        uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-        for (int round = 0; round < 10; round++) {
-            for (int l = 0; l < L; l++) {
-                uint64_t p0 = (uint64_t)0xD2511F53u * c0[l];
-                uint64_t p1 = (uint64_t)0xCD9E8D57u * c2[l];
-                uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1[l] ^ k0;
-                uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3[l] ^ k1;
-                c1[l] = (uint32_t)p1;
-                c3[l] = (uint32_t)p0;
-                c0[l] = n0;
-                c2[l] = n2;
-            }
-            k0 += 0x9E3779B9u;
-            k1 += 0xBB67AE85u;
-        }
-        int64_t m = n - j0 < L ? n - j0 : L;
-        for (int64_t l = 0; l < m; l++) {
-            uint64_t bits = ((uint64_t)c0[l] << 21) ^ (uint64_t)(c1[l] >> 11);
-            u[j0 + l] = (double)(bits & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
-        }
-    }
-}
-#endif
+#include "cpu-kernels-philox.inc"
 
 const kiln__cpu_kernels KTABLE = {
     .name = KNAME,
@@ -740,6 +593,7 @@ const kiln__cpu_kernels KTABLE = {
     .bias_act_f32 = bias_act_f32,
     .sum_run_f32 = sum_run_f32,
     .sqdev_run_f32 = sqdev_run_f32,
+    .colsum_f32 = colsum_f32,
     .compare_f32 = compare_f32,
     .where_f32 = where_f32,
     .fill_f32 = fill_f32,

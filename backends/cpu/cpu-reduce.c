@@ -392,11 +392,7 @@ static void fast_range(void *argp, int64_t k0, int64_t k1)
         for (int64_t i = 0; i < m; i++)
             s[i] = d[i] = 0;
         if (f->B == 1) {
-            for (int64_t a = 0; a < f->A; a++) {
-                const float *row = f->x + a * f->K + kb;
-                for (int64_t i = 0; i < m; i++)
-                    s[i] += row[i];
-            }
+            f->k->colsum_f32(s, f->x + kb, f->A, f->K, m);
             if (fast_two_pass(f)) {
                 for (int64_t i = 0; i < m; i++)
                     c[i] = s[i] / n;

@@ -110,6 +110,44 @@ static void check_philox(const char *name, const kiln__cpu_kernels *k)
         failures++;
 }
 
+/* The table's column sum equals adding each row into a double, one after another: row
+ * counts that leave 0 to 3 rows after the groups of four, widths that end mid-vector, a
+ * row stride wider than the width, values whose sum rounds differently in another order. */
+static void check_colsum(const char *name, const kiln__cpu_kernels *k)
+{
+    enum {
+        LD = 53
+    };
+    static const int64_t rows_list[] = {1, 3, 4, 7, 130};
+    static const int64_t widths[] = {1, 9, 31, 53};
+    float *x = malloc((size_t)(130 * LD) * sizeof *x);
+    uint32_t state = 12345;
+    for (int64_t i = 0; i < 130 * LD; i++) {
+        state = state * 1664525u + 1013904223u;
+        x[i] = ldexpf((float)(state >> 8), (int)(state % 40) - 40) * ((state & 1) ? -1.0f : 1.0f);
+    }
+    int64_t bad = 0, total = 0;
+    for (size_t r = 0; r < sizeof rows_list / sizeof rows_list[0]; r++)
+        for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+            double s[LD], want[LD];
+            for (int64_t i = 0; i < LD; i++)
+                s[i] = want[i] = 0.25 * (double)i;
+            k->colsum_f32(s, x, rows_list[r], LD, widths[w]);
+            for (int64_t a = 0; a < rows_list[r]; a++)
+                for (int64_t i = 0; i < widths[w]; i++)
+                    want[i] += x[a * LD + i];
+            for (int64_t i = 0; i < LD; i++, total++)
+                if (memcmp(&s[i], &want[i], sizeof s[i]) != 0)
+                    bad++;
+        }
+    free(x);
+    checks++;
+    printf("%s %-8s column sums equal row-by-row double adds: %lld of %lld differ\n", bad ? "FAIL" : "ok  ", name,
+           (long long)bad, (long long)total);
+    if (bad)
+        failures++;
+}
+
 static void check_table(const char *name, const kiln__cpu_kernels *k)
 {
     for (size_t i = 0; i < sizeof bands / sizeof bands[0]; i++) {
@@ -153,6 +191,7 @@ static void check_table(const char *name, const kiln__cpu_kernels *k)
     if (!ok)
         failures++;
     check_philox(name, k);
+    check_colsum(name, k);
 }
 
 int main(void)
