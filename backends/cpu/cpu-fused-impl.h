@@ -183,6 +183,18 @@ typedef struct freg {
  *  no compiler). */
 kiln__cpu_jit_loop kiln__cpu_jit_get(const kiln__cpu_ctx *ctx, const fplan *pl);
 
+struct kiln__sbuf;
+/** The vector expression of unary op on register a (instruction i's constants k<2i>,
+ *  k[2i], k[2i + 1]) into b; false when the op has none in the compiled loops. */
+bool kiln__cpu_jit_emit_unary(struct kiln__sbuf *b, int op, int i, int a, double alpha);
+/** Whether the unary op reads its alpha as the vector k<2i>. */
+bool kiln__cpu_jit_unary_uses_alpha(int op);
+/** Whether planned program pl, which takes its rows whole, has a compiled form
+ *  (cpu-fused-jit-rows.c), and that form's kiln_fused_loop appended to b (after the
+ *  prelude): false when it cannot be written. */
+bool kiln__cpu_jit_rows_compilable(const fplan *pl);
+bool kiln__cpu_jit_rows_source(struct kiln__sbuf *b, const fplan *pl);
+
 /** Plan p into pl (zeroed by the caller); KILN_ENOTSUP for a program the cpu does not run. */
 int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p);
 /** Run the program over elements [begin, end) of one job: through its compiled loop where

@@ -597,6 +597,22 @@ static void jit_span(const fplan *pl, int64_t begin, int64_t end, const float *p
         k[2 * i] = ins->code == KILN_FUSED_CONST ? pl->consts[i] : (float)ins->alpha;
         k[2 * i + 1] = (float)ins->beta;
     }
+    void (*fn[3])(void) = {(void (*)(void))pl->k->softmax_row_f32, (void (*)(void))pl->k->layer_norm_row_f32,
+                           (void (*)(void))pl->k->sum_run_f32};
+    if (pl->whole_rows) { /* one call for the span's rows; a REDUCE's output has one per row */
+        for (int a = 0; a < p->ninputs; a++)
+            in[a] = pl->in[a].kind == IN_CONTIG   ? pl->in[a].base + begin
+                    : pl->in[a].kind == IN_GATHER ? pl->in[a].base + offset_of(&pl->in[a], begin)
+                                                  : pl->in[a].base;
+        in[p->ninputs] = prod ? prod + (begin - prod_lo) : NULL;
+        for (int o = 0; o < p->noutputs; o++)
+            out[o] = pl->out[o] + begin;
+        for (int i = 0; i < p->ninstrs; i++)
+            if (p->instrs[i].code == KILN_FUSED_REDUCE)
+                out[p->instrs[i].arg] = pl->out[p->instrs[i].arg] + begin / pl->row;
+        pl->jit(end - begin, in, out, k, 0, fn);
+        return;
+    }
     for (int64_t i0 = begin, m; i0 < end; i0 += m) {
         m = end - i0;
         if (pl->row && m > pl->row - i0 % pl->row)
@@ -615,7 +631,7 @@ static void jit_span(const fplan *pl, int64_t begin, int64_t end, const float *p
             out[o] = pl->out[o] + i0;
             aligned = aligned && ((uintptr_t)out[o] & 63) == 0;
         }
-        pl->jit(m, in, out, k, pl->stream && aligned);
+        pl->jit(m, in, out, k, pl->stream && aligned, fn);
     }
 }
 
