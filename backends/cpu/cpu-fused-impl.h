@@ -189,6 +189,10 @@ struct kiln__sbuf;
 bool kiln__cpu_jit_emit_unary(struct kiln__sbuf *b, int op, int i, int a, double alpha);
 /** Whether the unary op reads its alpha as the vector k<2i>. */
 bool kiln__cpu_jit_unary_uses_alpha(int op);
+/** The vector expression of elementwise instruction in (number i) into b: a UNARY,
+ *  a BINARY (arithmetic or a comparison, 1 or 0) or a WHERE; false when the compiled
+ *  loops have none for it. */
+bool kiln__cpu_jit_emit_value(struct kiln__sbuf *b, const kiln_fused_instr *in, int i);
 /** Whether planned program pl, which takes its rows whole, has a compiled form
  *  (cpu-fused-jit-rows.c), and that form's kiln_fused_loop appended to b (after the
  *  prelude): false when it cannot be written. */

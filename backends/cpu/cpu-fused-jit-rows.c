@@ -44,6 +44,11 @@ static bool is_row_op(int code)
            code == KILN_FUSED_REDUCE;
 }
 
+static bool elementwise(int code)
+{
+    return code == KILN_FUSED_UNARY || code == KILN_FUSED_BINARY || code == KILN_FUSED_WHERE;
+}
+
 /* Where each register comes from, for reading it again in a later stretch. */
 enum {
     SRC_NONE,
@@ -78,6 +83,7 @@ static void reads_of(const kiln_fused_instr *in, int r[3])
         r[0] = in->a;
         r[1] = in->b;
         break;
+    case KILN_FUSED_WHERE:
     case KILN_FUSED_LAYER_NORM:
         r[0] = in->a;
         r[1] = in->b;
@@ -181,11 +187,11 @@ bool kiln__cpu_jit_rows_compilable(const fplan *pl)
         case KILN_FUSED_MATMUL:
         case KILN_FUSED_CONV: ok = i == 0 && pl->product; break;
         case KILN_FUSED_UNARY:
-            ok = rp.src[in->a] != SRC_ROWVEC && kiln__cpu_jit_emit_unary(&scratch, in->op, i, in->a, in->alpha);
-            break;
         case KILN_FUSED_BINARY:
-            ok = (in->op <= KILN_BINARY_DIV || in->op == KILN_BINARY_MAXIMUM || in->op == KILN_BINARY_MINIMUM) &&
-                 rp.src[in->a] != SRC_ROWVEC && rp.src[in->b] != SRC_ROWVEC;
+        case KILN_FUSED_WHERE:
+            ok = kiln__cpu_jit_emit_value(&scratch, in, i);
+            for (int k = 0; k < 3 && ok; k++)
+                ok = r[k] < 0 || rp.src[r[k]] != SRC_ROWVEC;
             break;
         case KILN_FUSED_SOFTMAX:
         case KILN_FUSED_ROW_REDUCE:
@@ -247,13 +253,10 @@ static void reread(kiln__sbuf *b, const fplan *pl, const rows_plan *rp, int x)
 /* One stretch's loop over the row: instructions [from, to), elementwise all. */
 static void emit_stretch(kiln__sbuf *b, const fplan *pl, const rows_plan *rp, int from, int to)
 {
-    static const char *const binary[] = {"KJ_ADD", "KJ_SUB", "KJ_MUL",     "KJ_DIV",
-                                         NULL,     NULL,     "kj_maximum", "kj_minimum"};
     const kiln_fused_program *p = pl->p;
     bool any = false;
     for (int i = from; i < to && !any; i++)
-        any = p->instrs[i].code == KILN_FUSED_UNARY || p->instrs[i].code == KILN_FUSED_BINARY ||
-              p->instrs[i].code == KILN_FUSED_STORE;
+        any = elementwise(p->instrs[i].code) || p->instrs[i].code == KILN_FUSED_STORE;
     if (!any)
         return;
     kiln__sbuf_printf(b, "        for (int64_t j = 0; j < R; j += KJ_W) {\n");
@@ -261,11 +264,11 @@ static void emit_stretch(kiln__sbuf *b, const fplan *pl, const rows_plan *rp, in
     bool have[KILN_FUSED_MAX_INSTRS * 2] = {false};
     for (int i = from; i < to; i++) {
         const kiln_fused_instr *in = &p->instrs[i];
-        if (in->code != KILN_FUSED_UNARY && in->code != KILN_FUSED_BINARY && in->code != KILN_FUSED_STORE)
+        if (!elementwise(in->code) && in->code != KILN_FUSED_STORE)
             continue;
         int r[3];
         reads_of(in, r);
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < 3; k++)
             if (r[k] >= 0 && !have[r[k]] && rp->def[r[k]] < from) {
                 reread(b, pl, rp, r[k]);
                 have[r[k]] = true;
@@ -284,8 +287,8 @@ static void emit_stretch(kiln__sbuf *b, const fplan *pl, const rows_plan *rp, in
                 for (int j = i + 1; j < to && !used; j++) {
                     int r[3];
                     reads_of(&p->instrs[j], r);
-                    used = p->instrs[j].code != KILN_FUSED_REDUCE && !is_row_op(p->instrs[j].code) &&
-                           (r[0] == in->dst || r[1] == in->dst);
+                    used = !is_row_op(p->instrs[j].code) &&
+                           (r[0] == in->dst || r[1] == in->dst || r[2] == in->dst);
                 }
                 if (used && !have[in->dst]) {
                     reread(b, pl, rp, in->dst);
@@ -294,13 +297,11 @@ static void emit_stretch(kiln__sbuf *b, const fplan *pl, const rows_plan *rp, in
             }
             break;
         case KILN_FUSED_UNARY:
-            kiln__sbuf_printf(b, "            kj_v r%d = ", in->dst);
-            (void)kiln__cpu_jit_emit_unary(b, in->op, i, in->a, in->alpha);
-            kiln__sbuf_printf(b, ";\n");
-            have[in->dst] = true;
-            break;
         case KILN_FUSED_BINARY:
-            kiln__sbuf_printf(b, "            kj_v r%d = %s(r%d, r%d);\n", in->dst, binary[in->op], in->a, in->b);
+        case KILN_FUSED_WHERE:
+            kiln__sbuf_printf(b, "            kj_v r%d = ", in->dst);
+            (void)kiln__cpu_jit_emit_value(b, in, i);
+            kiln__sbuf_printf(b, ";\n");
             have[in->dst] = true;
             break;
         default: /* STORE; a product kept is computed straight into its output already */
@@ -308,7 +309,7 @@ static void emit_stretch(kiln__sbuf *b, const fplan *pl, const rows_plan *rp, in
                 kiln__sbuf_printf(b, "            KJ_ST(out%d + e + j, r%d);\n", in->arg, in->a);
             break;
         }
-        if ((in->code == KILN_FUSED_UNARY || in->code == KILN_FUSED_BINARY) && rp->buffered[in->dst])
+        if (elementwise(in->code) && rp->buffered[in->dst])
             kiln__sbuf_printf(b, "            KJ_ST(b%d + j, r%d);\n", in->dst, in->dst);
     }
     kiln__sbuf_printf(b, "        }\n");

@@ -13,9 +13,11 @@
  * the unary ops that have a vector form in the kernel tables (exp, tanh, sigmoid, erf,
  * gelu, gelu_tanh, silu) or an exact one (neg, abs, relu, leaky_relu, sign, square, sqrt,
  * rsqrt, reciprocal, floor, ceil, round, clamp, add/mul by a scalar, pow by 2, 1, 0.5 or
- * -0.5), add, sub, mul, div, maximum and minimum, and stores into contiguous f32
- * outputs, over at least KILN_CPU_JIT_MIN_ELEMENTS elements, on the avx2 and avx512
- * kernel tables. The loop
+ * -0.5), add, sub, mul, div, maximum and minimum, the six comparisons (1 or 0) and a
+ * where on them, and stores into contiguous f32 outputs, over at least
+ * KILN_CPU_JIT_MIN_ELEMENTS elements, on the avx2 and avx512 kernel tables; the epilogue
+ * of a product, a convolution or a max pooling's gradient too; and, through
+ * cpu-fused-jit-rows.c, programs that take their rows whole. The loop
  * #includes the kernel tables' own math headers (embedded at build time) and is
  * compiled with the flags of that table and without contraction of multiply-adds, so its
  * results equal the interpreter's and the unfused kernels' to the bit (the fusion tests
@@ -84,6 +86,7 @@ static const char prelude_avx512[] =
     "#define KJ_LT(a, b) _mm512_cmp_ps_mask((a), (b), _CMP_LT_OQ)\n"
     "#define KJ_UNORD(a, b) _mm512_cmp_ps_mask((a), (b), _CMP_UNORD_Q)\n"
     "#define KJ_PICK(m, a, b) _mm512_mask_blend_ps((m), (a), (b))\n"
+    "#define KJ_CMP(a, b, pred) _mm512_cmp_ps_mask((a), (b), (pred))\n"
     "#define KJ_SQRT _mm512_sqrt_ps\n"
     "#define KJ_ROUND(v, mode) _mm512_roundscale_ps((v), (mode) | _MM_FROUND_NO_EXC)\n"
     /* 1 / sqrt in double, rounded once to f32, as the unfused kernel computes it */
@@ -116,6 +119,7 @@ static const char prelude_avx2[] =
     "#define KJ_LT(a, b) _mm256_cmp_ps((a), (b), _CMP_LT_OQ)\n"
     "#define KJ_UNORD(a, b) _mm256_cmp_ps((a), (b), _CMP_UNORD_Q)\n"
     "#define KJ_PICK(m, a, b) _mm256_blendv_ps((a), (b), (m))\n"
+    "#define KJ_CMP(a, b, pred) _mm256_cmp_ps((a), (b), (pred))\n"
     "#define KJ_SQRT _mm256_sqrt_ps\n"
     "#define KJ_ROUND(v, mode) _mm256_round_ps((v), (mode) | _MM_FROUND_NO_EXC)\n"
     "static inline kj_v kj_rsqrt(kj_v v)\n{\n"
@@ -200,11 +204,38 @@ bool kiln__cpu_jit_unary_uses_alpha(int op)
     return op == KILN_UNARY_ADD_SCALAR || op == KILN_UNARY_MUL_SCALAR || op == KILN_UNARY_LEAKY_RELU;
 }
 
+bool kiln__cpu_jit_emit_value(kiln__sbuf *b, const kiln_fused_instr *in, int i)
+{
+    static const char *const arithmetic[] = {"KJ_ADD", "KJ_SUB", "KJ_MUL",     "KJ_DIV",
+                                             NULL,     NULL,     "kj_maximum", "kj_minimum"};
+    /* as C compares: false with a NaN, but != true */
+    static const char *const predicate[] = {"_CMP_EQ_OQ", "_CMP_NEQ_UQ", "_CMP_LT_OQ",
+                                            "_CMP_LE_OQ", "_CMP_GT_OQ",  "_CMP_GE_OQ"};
+    switch (in->code) {
+    case KILN_FUSED_UNARY: return kiln__cpu_jit_emit_unary(b, in->op, i, in->a, in->alpha);
+    case KILN_FUSED_BINARY:
+        if (in->op >= KILN_BINARY_ADD && in->op <= KILN_BINARY_MINIMUM && arithmetic[in->op]) {
+            kiln__sbuf_printf(b, "%s(r%d, r%d)", arithmetic[in->op], in->a, in->b);
+            return true;
+        }
+        if (in->op >= KILN_BINARY_EQ && in->op <= KILN_BINARY_GE) { /* 1 or 0, as compare_f32 */
+            kiln__sbuf_printf(b, "KJ_PICK(KJ_CMP(r%d, r%d, %s), KJ_SET(0.0f), KJ_SET(1.0f))", in->a, in->b,
+                              predicate[in->op - KILN_BINARY_EQ]);
+            return true;
+        }
+        return false;
+    case KILN_FUSED_WHERE: /* a where the condition is not 0 (NaN is not), else b: where_f32 */
+        kiln__sbuf_printf(b, "KJ_PICK(KJ_CMP(r%d, KJ_SET(0.0f), _CMP_NEQ_UQ), r%d, r%d)", in->a, in->c, in->b);
+        return true;
+    default: return false;
+    }
+}
+
 /* Whether the planned program is one the loop form covers. */
 static bool compilable(const fplan *pl)
 {
     const kiln_fused_program *p = pl->p;
-    if (p->dtype != KILN_F32 || pl->half || pl->pool_grad)
+    if (p->dtype != KILN_F32 || pl->half)
         return false;
     if (strcmp(pl->k->name, "avx512") != 0 && strcmp(pl->k->name, "avx2") != 0)
         return false;
@@ -232,11 +263,11 @@ static bool compilable(const fplan *pl)
         case KILN_FUSED_CONST:
         case KILN_FUSED_STORE: break;
         case KILN_FUSED_MATMUL:
-        case KILN_FUSED_CONV: ok = i == 0 && pl->product; break;
-        case KILN_FUSED_UNARY: ok = kiln__cpu_jit_emit_unary(&scratch, in->op, i, in->a, in->alpha); break;
+        case KILN_FUSED_CONV:
+        case KILN_FUSED_POOL_GRAD: ok = i == 0 && pl->product; break;
+        case KILN_FUSED_UNARY:
         case KILN_FUSED_BINARY:
-            ok = in->op <= KILN_BINARY_DIV || in->op == KILN_BINARY_MAXIMUM || in->op == KILN_BINARY_MINIMUM;
-            break;
+        case KILN_FUSED_WHERE: ok = kiln__cpu_jit_emit_value(&scratch, in, i); break;
         default: ok = false;
         }
     }
@@ -248,8 +279,6 @@ static bool compilable(const fplan *pl)
  * load and store to use). */
 static void emit_step(kiln__sbuf *b, const kiln_fused_program *p, const fplan *pl, const char *ld, const char *st)
 {
-    static const char *const binary[] = {"KJ_ADD", "KJ_SUB", "KJ_MUL",     "KJ_DIV",
-                                         NULL,     NULL,     "kj_maximum", "kj_minimum"};
     for (int i = 0; i < p->ninstrs; i++) {
         const kiln_fused_instr *in = &p->instrs[i];
         switch (in->code) {
@@ -261,14 +290,14 @@ static void emit_step(kiln__sbuf *b, const kiln_fused_program *p, const fplan *p
             break;
         case KILN_FUSED_CONST: kiln__sbuf_printf(b, "        kj_v r%d = k%d;\n", in->dst, 2 * i); break;
         case KILN_FUSED_MATMUL:
-        case KILN_FUSED_CONV: kiln__sbuf_printf(b, "        kj_v r%d = %s(prod + i);\n", in->dst, ld); break;
+        case KILN_FUSED_CONV:
+        case KILN_FUSED_POOL_GRAD: kiln__sbuf_printf(b, "        kj_v r%d = %s(prod + i);\n", in->dst, ld); break;
         case KILN_FUSED_UNARY:
-            kiln__sbuf_printf(b, "        kj_v r%d = ", in->dst);
-            (void)kiln__cpu_jit_emit_unary(b, in->op, i, in->a, in->alpha);
-            kiln__sbuf_printf(b, ";\n");
-            break;
         case KILN_FUSED_BINARY:
-            kiln__sbuf_printf(b, "        kj_v r%d = %s(r%d, r%d);\n", in->dst, binary[in->op], in->a, in->b);
+        case KILN_FUSED_WHERE:
+            kiln__sbuf_printf(b, "        kj_v r%d = ", in->dst);
+            (void)kiln__cpu_jit_emit_value(b, in, i);
+            kiln__sbuf_printf(b, ";\n");
             break;
         default: /* STORE; a product kept is computed straight into its output already */
             if (!(pl->product && in->a == p->instrs[0].dst && in->arg == pl->product_out))

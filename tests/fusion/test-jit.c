@@ -107,6 +107,40 @@ static void conv_epilogue(kiln_tensor *x, kiln_tensor *a, kiln_tensor *b, kiln_t
     out[0] = kiln_mul_scalar(kiln_gelu(kiln_conv2d(img, w, bias, NULL), false), 1.5);
 }
 
+/* The six comparisons as where's conditions: NaN lanes among them (sqrt of the negative
+ * x), ties (values rounded to whole numbers, where < and <= part), and zeros of both signs
+ * (x · 0 against a · 0: all equal). Two programs, each short enough to be one group: a
+ * longer one was cut where its comparisons were still alive, and a stored bool keeps a
+ * group interpreted. */
+static void compare_where(kiln_tensor *x, kiln_tensor *a, kiln_tensor *b, kiln_tensor *c, kiln_tensor **out)
+{
+    kiln_tensor *s = kiln_round(kiln_sqrt(x)), *ra = kiln_round(a);
+    kiln_tensor *t = kiln_add(kiln_where(kiln_eq(s, ra), x, a), kiln_where(kiln_ne(s, ra), b, c));
+    out[0] = kiln_add(t, kiln_where(kiln_lt(s, ra), x, b));
+}
+
+static void compare_where2(kiln_tensor *x, kiln_tensor *a, kiln_tensor *b, kiln_tensor *c, kiln_tensor **out)
+{
+    kiln_tensor *s = kiln_round(kiln_sqrt(x)), *rb = kiln_round(b);
+    kiln_tensor *t = kiln_add(kiln_where(kiln_le(s, rb), c, a), kiln_where(kiln_gt(s, rb), a, x));
+    out[0] = kiln_add(t, kiln_where(kiln_ge(s, rb), x, c));
+    out[1] = kiln_where(kiln_ge(kiln_mul_scalar(x, 0.0), kiln_mul_scalar(a, 0.0)), x, b);
+}
+
+/* A max pooling's gradient (2 x 2 windows over 1031 images of 32 x 32) with a relu's
+ * backward as its epilogue: x's gradient for sum(max_pool(relu(x)) · w). */
+static void pool_gradient(kiln_tensor *x, kiln_tensor *a, kiln_tensor *b, kiln_tensor *c, kiln_tensor **out)
+{
+    (void)b;
+    (void)c;
+    kiln_tensor *img = kiln_requires_grad(kiln_contiguous(kiln_reshape(x, 4, (int64_t[]){ROWS, 1, 32, 32})), true);
+    kiln_pool_opts o = {.kernel = {2, 2}, .stride = {2, 2}};
+    kiln_tensor *p = kiln_max_pool2d(kiln_relu(img), &o, NULL);
+    kiln_tensor *w = kiln_reshape(kiln_slice(a, 0, 0, 256, 1), 4, (int64_t[]){1, 1, 16, 16});
+    kiln_tensor *loss = kiln_sum(kiln_mul(p, w), 0, NULL, false);
+    out[0] = loss && kiln_backward(loss, NULL) == 0 ? kiln_grad(img) : NULL;
+}
+
 /* Rows taken whole (cpu-fused-jit-rows.c): a softmax of x·a (a broadcast over the rows)
  * and its backward's form y (g - sum(g y)), a row's sum read back. */
 static void softmax_rows(kiln_tensor *x, kiln_tensor *a, kiln_tensor *b, kiln_tensor *c, kiln_tensor **out)
@@ -139,6 +173,9 @@ static void product_norm(kiln_tensor *x, kiln_tensor *a, kiln_tensor *b, kiln_te
 }
 
 static const program programs[] = {
+    {"comparisons and where, NaN lanes", 1, compare_where},
+    {"more comparisons and where, signed zeros", 2, compare_where2},
+    {"a max pooling's gradient with a relu's backward", 1, pool_gradient},
     {"softmax rows, a row's sum read back", 2, softmax_rows},
     {"layer norm rows, a value per row, a per-row mean stored", 2, norm_rows},
     {"a product's epilogue with a layer norm", 1, product_norm},
