@@ -17,15 +17,21 @@
  * are rows read in place or absent, ROW_REDUCE, and REDUCE by sum or mean; inputs
  * contiguous, scalar, one row broadcast over the rows (a bias) or one value per row
  * broadcast along it (a mean saved by the forward).
- * The row operations are the kernel table's own functions (softmax_row_f32,
- * layer_norm_row_f32, sum_run_f32), passed to the loop as pointers, and every elementwise
- * step is the flat loop's, so the results equal the interpreter's to the bit.
+ * Softmax and layer norm are the kernel table's own functions (softmax_row_f32,
+ * layer_norm_row_f32), passed to the loop as pointers; a row's sum is sum_run_f32's
+ * (eight double lanes, lane q adding elements q, q + 8, ..., combined pairwise), added up
+ * in the loop (kj_sum_add in the prelude); and every elementwise step is the flat loop's.
+ * So the results equal the interpreter's to the bit.
  *
  * How: the program is cut into stretches at its row operations. A value a later stretch
  * or a row operation reads is kept in a row-long buffer on the stack (a load, a constant,
  * the product or a row's sum is read again instead); the row operations read their input
  * in place where it is an input's or the product's row. Per row, each stretch is one loop
- * over the row's vectors, then the row operation that ends it.
+ * over the row's vectors, then the row operation that ends it. A value summed over its
+ * row is added up by the very loop that computes it (a layer norm's backward sums two
+ * products it needs nowhere else: no buffer, no second pass), and each value's sum is
+ * made once however many reductions read it: called per row, sum_run_f32's chain of
+ * dependent adds (about 130 cycles for a row of 256) ran four times per row there.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +74,9 @@ typedef struct rows_plan {
     int def[KILN_FUSED_MAX_INSTRS * 2];       /* defining instruction, by register */
     int stretch[KILN_FUSED_MAX_INSTRS];       /* by instruction: row operations before it */
     bool buffered[KILN_FUSED_MAX_INSTRS * 2]; /* by register: kept in row buffer b<reg> */
+    bool summed[KILN_FUSED_MAX_INSTRS * 2];   /* by register: its row's sum s<reg> is read */
+    bool inline_sum[KILN_FUSED_MAX_INSTRS * 2]; /* ... added up as its stretch computes it */
+    int direct[KILN_FUSED_MAX_INSTRS * 2];      /* by register: the output a row operation writes, -1 */
 } rows_plan;
 
 /* The registers instruction in reads (-1 where none). */
@@ -119,7 +128,8 @@ static bool plan_rows(const fplan *pl, rows_plan *rp)
 {
     const kiln_fused_program *p = pl->p;
     for (int r = 0; r < p->nregs; r++)
-        rp->src[r] = SRC_NONE, rp->def[r] = -1, rp->buffered[r] = false;
+        rp->src[r] = SRC_NONE, rp->def[r] = rp->direct[r] = -1,
+        rp->buffered[r] = rp->summed[r] = rp->inline_sum[r] = false;
     int stretch = 0;
     for (int i = 0; i < p->ninstrs; i++) {
         const kiln_fused_instr *in = &p->instrs[i];
@@ -132,6 +142,15 @@ static bool plan_rows(const fplan *pl, rows_plan *rp)
             if ((unsigned)r[k] >= (unsigned)p->nregs || rp->def[r[k]] < 0)
                 return false;
             int d = rp->def[r[k]];
+            bool sum = in->code == KILN_FUSED_REDUCE || in->code == KILN_FUSED_ROW_REDUCE;
+            if (sum && !rp->summed[r[k]]) {
+                rp->summed[r[k]] = true;
+                /* a value this stretch computes is added up as it is computed */
+                rp->inline_sum[r[k]] = rp->src[r[k]] == SRC_VALUE && !is_row_op(p->instrs[d].code) &&
+                                       rp->stretch[d] == stretch;
+            }
+            if (sum && rp->inline_sum[r[k]])
+                continue;
             /* read by a row operation, or by a later stretch than the one computing it */
             if (rp->src[r[k]] == SRC_VALUE &&
                 (is_row_op(in->code) || rp->stretch[d] != stretch || is_row_op(p->instrs[d].code)))
@@ -153,8 +172,13 @@ static bool plan_rows(const fplan *pl, rows_plan *rp)
         case KILN_FUSED_ROW_REDUCE: rp->src[in->dst] = SRC_ROWSUM; break;
         default: rp->src[in->dst] = SRC_VALUE; break;
         }
-        if (in->code == KILN_FUSED_SOFTMAX || in->code == KILN_FUSED_LAYER_NORM)
-            rp->buffered[in->dst] = true; /* the row operation writes its buffer */
+        if (in->code == KILN_FUSED_SOFTMAX || in->code == KILN_FUSED_LAYER_NORM) {
+            /* the row operation writes the output its value goes to, else a buffer */
+            for (int j = i + 1; j < p->ninstrs && rp->direct[in->dst] < 0; j++)
+                if (p->instrs[j].code == KILN_FUSED_STORE && p->instrs[j].a == in->dst)
+                    rp->direct[in->dst] = p->instrs[j].arg;
+            rp->buffered[in->dst] = rp->direct[in->dst] < 0;
+        }
         if (is_row_op(in->code))
             stretch++;
     }
@@ -227,6 +251,8 @@ static void row_pointer(kiln__sbuf *b, const fplan *pl, const rows_plan *rp, int
         kiln__sbuf_printf(b, "in%d", d->arg);
     else if (rp->src[x] == SRC_PRODUCT)
         kiln__sbuf_printf(b, "prod + e");
+    else if (rp->direct[x] >= 0)
+        kiln__sbuf_printf(b, "out%d + e", rp->direct[x]);
     else
         kiln__sbuf_printf(b, "b%d", x);
 }
@@ -246,8 +272,27 @@ static void reread(kiln__sbuf *b, const fplan *pl, const rows_plan *rp, int x)
     case SRC_CONST: kiln__sbuf_printf(b, "            kj_v r%d = k%d;\n", x, 2 * rp->def[x]); break;
     case SRC_PRODUCT: kiln__sbuf_printf(b, "            kj_v r%d = KJ_LD(prod + e + j);\n", x); break;
     case SRC_ROWSUM: kiln__sbuf_printf(b, "            kj_v r%d = KJ_SET(q%d);\n", x, x); break;
-    default: kiln__sbuf_printf(b, "            kj_v r%d = KJ_LD(b%d + j);\n", x, x); break;
+    default:
+        if (rp->direct[x] >= 0)
+            kiln__sbuf_printf(b, "            kj_v r%d = KJ_LD(out%d + e + j);\n", x, rp->direct[x]);
+        else
+            kiln__sbuf_printf(b, "            kj_v r%d = KJ_LD(b%d + j);\n", x, x);
+        break;
     }
+}
+
+/* Whether STORE i is written where it stands: an elementwise value is stored where it is
+ * computed, a row operation writes its first output itself, and a product kept is
+ * computed straight into its output already. */
+static bool store_in_place(const fplan *pl, const rows_plan *rp, int i)
+{
+    const kiln_fused_program *p = pl->p;
+    const kiln_fused_instr *in = &p->instrs[i];
+    if (pl->product && in->a == p->instrs[0].dst && in->arg == pl->product_out)
+        return false;
+    if (elementwise(p->instrs[rp->def[in->a]].code))
+        return false;
+    return rp->direct[in->a] != in->arg;
 }
 
 /* One stretch's loop over the row: instructions [from, to), elementwise all. */
@@ -256,7 +301,8 @@ static void emit_stretch(kiln__sbuf *b, const fplan *pl, const rows_plan *rp, in
     const kiln_fused_program *p = pl->p;
     bool any = false;
     for (int i = from; i < to && !any; i++)
-        any = elementwise(p->instrs[i].code) || p->instrs[i].code == KILN_FUSED_STORE;
+        any = elementwise(p->instrs[i].code) ||
+              (p->instrs[i].code == KILN_FUSED_STORE && store_in_place(pl, rp, i));
     if (!any)
         return;
     kiln__sbuf_printf(b, "        for (int64_t j = 0; j < R; j += KJ_W) {\n");
@@ -264,7 +310,7 @@ static void emit_stretch(kiln__sbuf *b, const fplan *pl, const rows_plan *rp, in
     bool have[KILN_FUSED_MAX_INSTRS * 2] = {false};
     for (int i = from; i < to; i++) {
         const kiln_fused_instr *in = &p->instrs[i];
-        if (!elementwise(in->code) && in->code != KILN_FUSED_STORE)
+        if (!elementwise(in->code) && !(in->code == KILN_FUSED_STORE && store_in_place(pl, rp, i)))
             continue;
         int r[3];
         reads_of(in, r);
@@ -304,29 +350,38 @@ static void emit_stretch(kiln__sbuf *b, const fplan *pl, const rows_plan *rp, in
             kiln__sbuf_printf(b, ";\n");
             have[in->dst] = true;
             break;
-        default: /* STORE; a product kept is computed straight into its output already */
-            if (!(pl->product && in->a == p->instrs[0].dst && in->arg == pl->product_out))
+        default: /* STORE */
+            if (store_in_place(pl, rp, i))
                 kiln__sbuf_printf(b, "            KJ_ST(out%d + e + j, r%d);\n", in->arg, in->a);
             break;
         }
+        for (int j = i + 1; elementwise(in->code) && j < p->ninstrs; j++)
+            if (p->instrs[j].code == KILN_FUSED_STORE && p->instrs[j].a == in->dst)
+                kiln__sbuf_printf(b, "            KJ_ST(out%d + e + j, r%d);\n", p->instrs[j].arg, in->dst);
         if (elementwise(in->code) && rp->buffered[in->dst])
             kiln__sbuf_printf(b, "            KJ_ST(b%d + j, r%d);\n", in->dst, in->dst);
+        if (elementwise(in->code) && rp->inline_sum[in->dst])
+            kiln__sbuf_printf(b, "            l%d = kj_sum_add(l%d, r%d);\n", in->dst, in->dst, in->dst);
     }
     kiln__sbuf_printf(b, "        }\n");
 }
 
 /* The row operation instruction i. */
-static void emit_row_op(kiln__sbuf *b, const fplan *pl, const rows_plan *rp, int i)
+static void emit_row_op(kiln__sbuf *b, const fplan *pl, const rows_plan *rp, int i, bool *done)
 {
     const kiln_fused_instr *in = &pl->p->instrs[i];
     switch (in->code) {
     case KILN_FUSED_SOFTMAX:
-        kiln__sbuf_printf(b, "        softmax_row(b%d, ", in->dst);
+        kiln__sbuf_printf(b, "        softmax_row(");
+        row_pointer(b, pl, rp, in->dst);
+        kiln__sbuf_printf(b, ", ");
         row_pointer(b, pl, rp, in->a);
         kiln__sbuf_printf(b, ", R, %d);\n", in->op != 0);
         break;
     case KILN_FUSED_LAYER_NORM:
-        kiln__sbuf_printf(b, "        { double mean, rstd;\n          layer_norm_row(b%d, ", in->dst);
+        kiln__sbuf_printf(b, "        { double mean, rstd;\n          layer_norm_row(");
+        row_pointer(b, pl, rp, in->dst);
+        kiln__sbuf_printf(b, ", ");
         row_pointer(b, pl, rp, in->a);
         kiln__sbuf_printf(b, ", R, ");
         if (in->b >= 0)
@@ -340,18 +395,26 @@ static void emit_row_op(kiln__sbuf *b, const fplan *pl, const rows_plan *rp, int
             kiln__sbuf_printf(b, "0");
         kiln__sbuf_printf(b, ", %a, &mean, &rstd); }\n", in->alpha);
         break;
-    case KILN_FUSED_ROW_REDUCE: /* as the interpreter: the row's sum, rounded once to f32 */
-        kiln__sbuf_printf(b, "        { double s = sum_run(");
-        row_pointer(b, pl, rp, in->a);
-        kiln__sbuf_printf(b, ", R);\n          q%d = (float)(%s); }\n", in->dst,
-                          in->op == KILN_REDUCE_MEAN ? "s / (double)R" : "s");
+    default: { /* ROW_REDUCE and REDUCE: the row's sum s<a>, once per value */
+        int x = in->a;
+        if (!*done) {
+            if (!rp->inline_sum[x]) { /* an input's row, the product's, or a buffered value */
+                kiln__sbuf_printf(
+                    b, "        for (int64_t j = 0; j < R; j += KJ_W)\n            l%d = kj_sum_add(l%d, KJ_LD(",
+                    x, x);
+                row_pointer(b, pl, rp, x);
+                kiln__sbuf_printf(b, " + j));\n");
+            }
+            kiln__sbuf_printf(b, "        s%d = kj_sum_total(l%d);\n", x, x);
+            *done = true;
+        }
+        const char *mean = in->op == KILN_REDUCE_MEAN ? " / (double)R" : "";
+        if (in->code == KILN_FUSED_ROW_REDUCE) /* as the interpreter: rounded once to f32 */
+            kiln__sbuf_printf(b, "        q%d = (float)(s%d%s);\n", in->dst, x, mean);
+        else /* a block holding whole rows: the row's sum added to a zero */
+            kiln__sbuf_printf(b, "        out%d[r] = (float)((0.0 + s%d)%s);\n", in->arg, x, mean);
         break;
-    default: /* REDUCE, a block holding whole rows: the row's sum added to a zero */
-        kiln__sbuf_printf(b, "        { double s = 0.0 + sum_run(");
-        row_pointer(b, pl, rp, in->a);
-        kiln__sbuf_printf(b, ", R);\n          out%d[r] = (float)(%s); }\n", in->arg,
-                          in->op == KILN_REDUCE_MEAN ? "s / (double)R" : "s");
-        break;
+    }
     }
 }
 
@@ -365,14 +428,13 @@ bool kiln__cpu_jit_rows_source(kiln__sbuf *b, const fplan *pl)
                       "typedef void (*kj_softmax_fn)(float *, const float *, int64_t, _Bool);\n"
                       "typedef void (*kj_layer_norm_fn)(float *, const float *, int64_t, const float *, "
                       "const float *, double, double *, double *);\n"
-                      "typedef double (*kj_sum_fn)(const float *, int64_t);\n"
+
                       "void kiln_fused_loop(int64_t n, const float *const *in, float *const *out, const float *k, "
                       "int stream, void (*const *fn)(void))\n{\n"
                       "    (void)in; (void)out; (void)k; (void)stream;\n"
                       "    const kj_softmax_fn softmax_row = (kj_softmax_fn)fn[0];\n"
                       "    const kj_layer_norm_fn layer_norm_row = (kj_layer_norm_fn)fn[1];\n"
-                      "    const kj_sum_fn sum_run = (kj_sum_fn)fn[2];\n"
-                      "    (void)softmax_row; (void)layer_norm_row; (void)sum_run;\n"
+                      "    (void)softmax_row; (void)layer_norm_row;\n"
                       "    enum { R = %lld };\n",
                       (long long)p->reduce_inner);
     for (int a = 0; a < p->ninputs; a++) {
@@ -396,15 +458,19 @@ bool kiln__cpu_jit_rows_source(kiln__sbuf *b, const fplan *pl)
             kiln__sbuf_printf(b, "    float b%d[R] __attribute__((aligned(64)));\n", r);
     kiln__sbuf_printf(b, "    for (int64_t r = 0; r < n / R; r++) {\n        const int64_t e = r * R;\n"
                          "        (void)e;\n");
-    for (int r = 0; r < p->nregs; r++)
+    for (int r = 0; r < p->nregs; r++) {
         if (rp.src[r] == SRC_ROWSUM)
             kiln__sbuf_printf(b, "        float q%d;\n", r);
+        if (rp.summed[r])
+            kiln__sbuf_printf(b, "        kj_sum l%d = kj_sum_zero();\n        double s%d;\n", r, r);
+    }
+    bool done[KILN_FUSED_MAX_INSTRS * 2] = {false}; /* by register: s<reg> made */
     int from = 0;
     for (int i = 0; i < p->ninstrs; i++) {
         if (!is_row_op(p->instrs[i].code))
             continue;
         emit_stretch(b, pl, &rp, from, i);
-        emit_row_op(b, pl, &rp, i);
+        emit_row_op(b, pl, &rp, i, &done[p->instrs[i].a]);
         from = i + 1;
     }
     emit_stretch(b, pl, &rp, from, p->ninstrs);

@@ -95,7 +95,14 @@ static const char prelude_avx512[] =
     "1));\n"
     "    lo = _mm512_div_pd(_mm512_set1_pd(1.0), _mm512_sqrt_pd(lo));\n"
     "    hi = _mm512_div_pd(_mm512_set1_pd(1.0), _mm512_sqrt_pd(hi));\n"
-    "    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);\n}\n";
+    "    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);\n}\n"
+    /* a row's sum as sum_run_f32 makes it (lane q adds elements q, q + 8, ... in double) */
+    "typedef __m512d kj_sum;\n"
+    "static inline kj_sum kj_sum_zero(void) { return _mm512_setzero_pd(); }\n"
+    "static inline kj_sum kj_sum_add(kj_sum l, kj_v v)\n{\n"
+    "    l = _mm512_add_pd(l, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));\n"
+    "    return _mm512_add_pd(l, _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1)));\n}\n"
+    "static inline void kj_sum_lanes(kj_sum l, double *t) { _mm512_storeu_pd(t, l); }\n";
 
 static const char prelude_avx2[] =
     "#include <math.h>\n#include <stdint.h>\n#include \"cpu-math.h\"\n"
@@ -127,12 +134,23 @@ static const char prelude_avx2[] =
     "1));\n"
     "    lo = _mm256_div_pd(_mm256_set1_pd(1.0), _mm256_sqrt_pd(lo));\n"
     "    hi = _mm256_div_pd(_mm256_set1_pd(1.0), _mm256_sqrt_pd(hi));\n"
-    "    return _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo));\n}\n";
+    "    return _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo));\n}\n"
+    "typedef struct { __m256d lo, hi; } kj_sum;\n"
+    "static inline kj_sum kj_sum_zero(void) { kj_sum l = {_mm256_setzero_pd(), _mm256_setzero_pd()}; return l; }\n"
+    "static inline kj_sum kj_sum_add(kj_sum l, kj_v v)\n{\n"
+    "    l.lo = _mm256_add_pd(l.lo, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));\n"
+    "    l.hi = _mm256_add_pd(l.hi, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));\n    return l;\n}\n"
+    "static inline void kj_sum_lanes(kj_sum l, double *t) { _mm256_storeu_pd(t, l.lo); _mm256_storeu_pd(t + 4, "
+    "l.hi); "
+    "}\n";
 
 /* Written after either prelude: the ops built from its primitives, each the unfused
  * kernel's scalar expression lane by lane (KJ_PICK(m, a, b): m ? b : a; comparisons with
  * NaN are false, as in C). */
 static const char common_ops[] =
+    /* the eight lanes combined as sum_run_f32 combines them */
+    "static inline double kj_sum_total(kj_sum l)\n{\n    double t[8];\n    kj_sum_lanes(l, t);\n"
+    "    return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));\n}\n"
     "static inline kj_v kj_maximum(kj_v x, kj_v y)\n"
     "{ return KJ_PICK(KJ_UNORD(x, y), KJ_PICK(KJ_GT(x, y), y, x), KJ_ADD(x, y)); }\n"
     "static inline kj_v kj_minimum(kj_v x, kj_v y)\n"

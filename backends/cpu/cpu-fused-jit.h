@@ -25,7 +25,7 @@ extern const kiln__cpu_jit_header kiln__cpu_jit_headers[];
  *  outputs with non-temporal stores (every out[k] 64-byte aligned). A program that takes
  *  its rows whole runs n / row rows: a REDUCE's out[k] is one float per row, a layer
  *  norm's weight or bias row in[k] the same for every row, and fn holds the kernel
- *  table's softmax_row_f32, layer_norm_row_f32 and sum_run_f32. */
+ *  table's softmax_row_f32 and layer_norm_row_f32. */
 typedef void (*kiln__cpu_jit_loop)(int64_t n, const float *const *in, float *const *out, const float *k,
                                    int stream, void (*const *fn)(void));
 

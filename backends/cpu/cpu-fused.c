@@ -597,8 +597,7 @@ static void jit_span(const fplan *pl, int64_t begin, int64_t end, const float *p
         k[2 * i] = ins->code == KILN_FUSED_CONST ? pl->consts[i] : (float)ins->alpha;
         k[2 * i + 1] = (float)ins->beta;
     }
-    void (*fn[3])(void) = {(void (*)(void))pl->k->softmax_row_f32, (void (*)(void))pl->k->layer_norm_row_f32,
-                           (void (*)(void))pl->k->sum_run_f32};
+    void (*fn[2])(void) = {(void (*)(void))pl->k->softmax_row_f32, (void (*)(void))pl->k->layer_norm_row_f32};
     if (pl->whole_rows) { /* one call for the span's rows; a REDUCE's output has one per row */
         for (int a = 0; a < p->ninputs; a++)
             in[a] = pl->in[a].kind == IN_CONTIG   ? pl->in[a].base + begin

@@ -375,10 +375,10 @@ static void scan_source(const char *lib, void *arg)
     text[len] = 0;
     if (!strstr(text, "kj_softmax_fn"))
         return; /* a flat loop */
-    f->softmax |= strstr(text, "softmax_row(b") != NULL;
-    f->layer_norm |= strstr(text, "layer_norm_row(b") != NULL;
-    f->row_sum |= strstr(text, "double s = sum_run(") != NULL;
-    f->reduce |= strstr(text, "double s = 0.0 + sum_run(") != NULL;
+    f->softmax |= strstr(text, "softmax_row(") != NULL;
+    f->layer_norm |= strstr(text, "layer_norm_row(") != NULL;
+    f->row_sum |= strstr(text, "KJ_SET(q") != NULL;
+    f->reduce |= strstr(text, "[r] = (float)((0.0 + s") != NULL;
     f->product |= strstr(text, "KJ_LD(prod + e + j)") != NULL;
     f->per_row |= strstr(text, "r * ") != NULL && strstr(text, "KJ_SET(in") != NULL;
     for (const char *q = strstr(text, "KJ_LD(in"); q && !f->row_broadcast; q = strstr(q + 1, "KJ_LD(in")) {
