@@ -395,6 +395,11 @@ typedef struct kiln_backend_caps {
     /* Its fused_run takes ROW_REDUCE instructions (backends/fused-program.h): without it,
      * the fusion layer ends a group at a reduction whose result a later call reads. */
     bool fused_row_reduce;
+    /* Its matmul writes an out whose rows are whole (unit stride along them) but whose rows
+     * and batches lie anywhere, none overlapping (a permutation of a contiguous layout), as
+     * fast as a contiguous one: the fusion layer then folds a copy of a dead product into a
+     * permuted layout (attention's head merging) into the matmul's out. */
+    bool matmul_strided_out;
 } kiln_backend_caps;
 
 typedef struct kiln_backend_iface {

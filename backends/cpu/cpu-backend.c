@@ -146,6 +146,7 @@ static void cpu_caps(void *ctx, kiln_backend_caps *out)
     out->async = false;
     out->fusion_min_elements = KILN_CPU_FUSION_MIN_ELEMENTS;
     out->fused_row_reduce = true;
+    out->matmul_strided_out = true;
 }
 
 /* ------------------------------------------------------------------ buffers */

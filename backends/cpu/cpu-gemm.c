@@ -172,7 +172,7 @@ void kiln__cpu_gemm(kiln__cpu_ctx *ctx, bool dbl, bool ta, bool tb, int64_t M, i
 typedef struct batch_job {
     const kiln_tdesc *out, *a, *b;
     bool dbl, ta, tb;
-    int64_t M, N, K, lda, ldb;
+    int64_t M, N, K, lda, ldb, ldc;
 } batch_job;
 
 static void batch_range(void *argp, int64_t b0, int64_t b1)
@@ -182,8 +182,8 @@ static void batch_range(void *argp, int64_t b0, int64_t b1)
     for (int64_t bi = b0; bi < b1; bi++) {
         const char *ap = (const char *)kiln__cpu_ptr(j->a) + batch_offset(j->out, j->a, bi) * es;
         const char *bp = (const char *)kiln__cpu_ptr(j->b) + batch_offset(j->out, j->b, bi) * es;
-        char *op = (char *)kiln__cpu_ptr(j->out) + bi * j->M * j->N * es;
-        blas_call(j->dbl, j->ta, j->tb, j->M, j->N, j->K, ap, j->lda, bp, j->ldb, 0.0, op, j->N);
+        char *op = (char *)kiln__cpu_ptr(j->out) + batch_offset(j->out, j->out, bi) * es;
+        blas_call(j->dbl, j->ta, j->tb, j->M, j->N, j->K, ap, j->lda, bp, j->ldb, 0.0, op, j->ldc);
     }
 }
 
@@ -255,6 +255,35 @@ void kiln__cpu_matmul_batch(kiln__cpu_ctx *ctx, const kiln__cpu_mm_batches *mb, 
     gemm_run(ctx, &j, nb, false);
 }
 
+/* Whether out's rows are whole (unit stride along them) and no two elements share a
+ * place (its dims sorted by stride each step past the last), so BLAS can write each
+ * batch's matrix in place with ldc = its row stride: the permuted outputs the fusion layer
+ * folds a head-merging copy into (backends/fused/fused-group.c). */
+bool kiln__cpu_matmul_rows_out(const kiln_tdesc *out)
+{
+    int nd = out->ndim;
+    if (nd < 2 || (out->shape[nd - 1] > 1 && out->strides[nd - 1] != 1) ||
+        (out->shape[nd - 2] > 1 && out->strides[nd - 2] < out->shape[nd - 1]))
+        return false;
+    int order[KILN_MAX_DIMS], n = 0;
+    for (int d = 0; d < nd; d++)
+        if (out->shape[d] > 1) {
+            int k = n++;
+            while (k > 0 && out->strides[order[k - 1]] > out->strides[d]) {
+                order[k] = order[k - 1];
+                k--;
+            }
+            order[k] = d;
+        }
+    int64_t reach = 1; /* elements the dims so far span */
+    for (int k = 0; k < n; k++) {
+        if (out->strides[order[k]] < reach)
+            return false;
+        reach = out->strides[order[k]] * out->shape[order[k]];
+    }
+    return true;
+}
+
 static int matmul_float(kiln__cpu_ctx *ctx, const kiln_tdesc *out, const kiln_tdesc *a,
                         const kiln_tdesc *b)
 {
@@ -269,6 +298,8 @@ static int matmul_float(kiln__cpu_ctx *ctx, const kiln_tdesc *out, const kiln_td
         return 0;
     if (K == 0)
         return kiln__cpu_fill(ctx, out, 0.0);
+    bool contig = kiln__cpu_contig(out);
+    int64_t ldc = contig || M == 1 ? N : out->strides[nd - 2];
     int64_t as_r = a->strides[a->ndim - 2], as_c = a->strides[a->ndim - 1];
     int64_t bs_r = b->strides[b->ndim - 2], bs_c = b->strides[b->ndim - 1];
     bool ta, tb;
@@ -292,13 +323,13 @@ static int matmul_float(kiln__cpu_ctx *ctx, const kiln_tdesc *out, const kiln_td
         kiln__cpu_scratch_put(ctx, hb);
         return kiln__cpu_enomem("matmul");
     }
-    if (nbatch > 1 && a_ok && b_ok && folds(out, a, b, nbatch, M, lda, ta)) {
+    if (nbatch > 1 && a_ok && b_ok && contig && folds(out, a, b, nbatch, M, lda, ta)) {
         M *= nbatch;
         nbatch = 1;
     }
     if (nbatch > 1 && a_ok && b_ok && batch_split(ctx, M, N, K)) {
         /* attention's per-head products: too small to split, so split the batch */
-        batch_job bj = {out, a, b, dbl, ta, tb, M, N, K, lda, ldb};
+        batch_job bj = {out, a, b, dbl, ta, tb, M, N, K, lda, ldb, ldc};
         double per = (double)M * (double)N * (double)K;
         int64_t grain = per >= 65536 ? 1 : (int64_t)(65536 / (per + 1)) + 1;
         kiln__cpu_parallel_for(ctx, nbatch, grain, batch_range, &bj);
@@ -329,8 +360,8 @@ static int matmul_float(kiln__cpu_ctx *ctx, const kiln_tdesc *out, const kiln_td
             kiln__cpu_copy(ctx, &dst, &src);
             bp = bbuf;
         }
-        char *op = ob + bi * M * N * (int64_t)es;
-        kiln__cpu_gemm(ctx, dbl, ta, tb, M, N, K, ap, lda, bp, ldb, 0.0, op, N);
+        char *op = ob + batch_offset(out, out, bi) * (int64_t)es;
+        kiln__cpu_gemm(ctx, dbl, ta, tb, M, N, K, ap, lda, bp, ldb, 0.0, op, ldc);
     }
     kiln__cpu_scratch_put(ctx, ha);
     kiln__cpu_scratch_put(ctx, hb);
@@ -391,7 +422,7 @@ int kiln__cpu_matmul(void *vctx, const kiln_tdesc *out, const kiln_tdesc *a, con
         return 0;
     }
     bool direct = (dt == KILN_F32 || dt == KILN_F64) && a->dtype == dt && b->dtype == dt &&
-                  kiln__cpu_contig(out);
+                  (kiln__cpu_contig(out) || kiln__cpu_matmul_rows_out(out));
     if (direct)
         return matmul_float(ctx, out, a, b);
     /* half types (or a strided output): compute in f32/f64 on contiguous copies */

@@ -288,6 +288,9 @@ typedef struct kiln__cpu_mm_batches {
     int64_t M, N, K, lda, ldb, nbatch;
 } kiln__cpu_mm_batches;
 
+/* Whether a matmul's f32/f64 out with unit stride along its rows and no two elements in
+ * one place is written in place (ldc its row stride) rather than through scratch. */
+bool kiln__cpu_matmul_rows_out(const kiln_tdesc *out);
 /** Whether kiln__cpu_matmul computes out = a @ b (f32, out contiguous) batch by batch,
  *  without copying operands or folding the batches into one GEMM: then *mb says how. */
 bool kiln__cpu_matmul_batches(const kiln__cpu_ctx *ctx, const kiln_tdesc *out, const kiln_tdesc *a,

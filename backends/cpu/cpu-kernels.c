@@ -519,7 +519,9 @@ static void epilogue_f32(float *restrict o, const float *restrict res, const flo
 }
 
 /* Eight double lanes, combined pairwise at the end: the order is fixed by the source,
- * so the wider tables only convert and add more lanes per instruction. */
+ * so the wider tables only convert and add more lanes per instruction. The compiled row
+ * loops add up a row the same way (kj_sum_add and kj_sum_total in cpu-fused-jit.c's
+ * preludes): a change here is a change there, or fused and unfused sums part. */
 static double sum_run_f32(const float *restrict x, int64_t n)
 {
     double l[8] = {0};

@@ -30,6 +30,10 @@
  * group may write the product's operands, and a softmax or reduction joining it must have
  * rows that divide the product's.
  *
+ * A copy of a matmul's product into a permuted layout (attention's head merging) joins a
+ * group of that product alone and ends it; when the product is dead at the flush, the
+ * matmul writes straight into the copy's output (fused-permute.c).
+ *
  * At the flush, outputs whose buffer was freed meanwhile (dead intermediates) are never
  * stored, and a value overwritten later in the group is stored only once. A group of one
  * call, or one the inner backend cannot fuse, is replayed call by call: the same
@@ -434,6 +438,15 @@ int kiln__fused_record(fq *q, const frec *r, bool small)
         q->row = sm.inner;
         return 1;
     }
+    kiln_tdesc store;
+    if (r->entry == KILN_ENTRY_COPY && q->nrec == 1 && q->d->strided_products && !q->d->replay &&
+        kiln__fused_permuted_store(&q->rec[0], r, &store)) {
+        /* a product copied into a permuted layout: written there when it dies before the
+         * flush (fused-permute.c) */
+        q->rec[q->nrec++] = *r;
+        q->closed = q->product_copy = true;
+        return 1;
+    }
     if (!fusable(r))
         return cannot_join;
     if (!fits(q, r)) {
@@ -826,6 +839,18 @@ static int run_program(fq *q, compiler *c, int from)
 
 static int run_group(fq *q)
 {
+    kiln_tdesc store;
+    if (q->product_copy && freed(q, q->rec[0].out.buf) &&
+        kiln__fused_permuted_store(&q->rec[0], &q->rec[1], &store)) {
+        int rc = q->d->in->matmul(q->iq, &store, &q->rec[0].x, &q->rec[0].y);
+        if (rc == 0) {
+            atomic_fetch_add_explicit(&q->d->groups_run, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&q->d->calls_fused, 2, memory_order_relaxed);
+        }
+        return rc;
+    }
+    if (q->product_copy) /* the product is read again later: as recorded */
+        return replay(q, 0, q->nrec);
     if (q->nrec < 2 || !inner_fuses(q))
         return replay(q, 0, q->nrec);
     compiler *c = malloc(sizeof *c);
@@ -851,7 +876,7 @@ int kiln__fused_flush(fq *q)
 {
     int rc = q->nrec ? run_group(q) : 0;
     q->nrec = 0;
-    q->closed = false;
+    q->closed = q->product_copy = false;
     q->row = 0;
     for (int i = 0; i < q->nfreed; i++)
         q->d->in->buffer_free(q->iq, q->freed[i]);

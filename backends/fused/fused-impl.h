@@ -28,6 +28,7 @@ typedef struct fdev {
     bool replay;                      /* option codegen=off: groups replay their calls */
     int64_t min_elements;             /* a call smaller than this starts no group (caps) */
     bool row_reduce;                  /* the inner fused_run takes ROW_REDUCE (caps) */
+    bool strided_products;            /* the inner matmul writes permuted outputs (caps) */
     _Atomic uint64_t groups_run;      /* programs handed to the inner fused_run */
     _Atomic uint64_t calls_fused;     /* recorded calls those programs replaced */
     _Atomic uint64_t groups_replayed; /* groups that ran call by call */
@@ -76,6 +77,7 @@ typedef struct fq {
     int64_t n;        /* element count every call of the group shares */
     kiln_dtype dtype; /* the values' dtype every call of the group shares (f32, f16, bf16) */
     bool closed; /* a reduction ended the group: the next call flushes it */
+    bool product_copy; /* the group: a matmul, then a copy of its product into a permuted layout */
     int64_t row; /* the row length of a softmax or reduction in the group (0: none) */
     frec rec[FUSED_MAX_RECS];
     /* buffers freed while the group was pending: their stores are dead, and they go back
@@ -111,5 +113,10 @@ int kiln__fused_flush(fq *q);
 /** Buffer b was freed on q: deferred while the pending group uses it, unless it wraps
  *  the caller's memory (buffer_wrap_host), which runs the group first. */
 void kiln__fused_free(fq *q, kiln_buffer *b, bool wrapped);
+
+/** Whether copy (a COPY call) reads the product of matmul product through a permutation
+ *  of its dims into a contiguous output whose rows stay whole: then *store is that output
+ *  seen in the product's index order (fused-permute.c), for the matmul to write. */
+bool kiln__fused_permuted_store(const frec *product, const frec *copy, kiln_tdesc *store);
 
 #endif /* KILN_FUSED_IMPL_H */

@@ -78,6 +78,7 @@ static void *fused_open_opts(const char *spec, int index, kiln_device_opts *o)
         d->in->caps(d->ictx, &caps);
     d->min_elements = min_elements >= 0 ? min_elements : caps.fusion_min_elements;
     d->row_reduce = caps.fused_row_reduce;
+    d->strided_products = caps.matmul_strided_out;
     return d;
 }
 

@@ -123,6 +123,10 @@ static int mha_forward(kiln_module *m, int n_in, kiln_tensor *const *in, int max
     }
     kiln_tensor *ctx;
     double p = m->training ? c->dropout : 0;
+    /* The per-head products die once merged (no backward reads them): in a scope of their
+     * own they are gone before the output projection runs, so a fusing device writes them
+     * straight into the merged layout (backends/fused/fused-permute.c). */
+    kiln_scope_begin();
     if (p > 0) {
         /* Dropout on the attention weights needs the weights: the unfused path. The
          * scores before the softmax die with this scope (no backward reads them), so a
@@ -142,7 +146,7 @@ static int mha_forward(kiln_module *m, int n_in, kiln_tensor *const *in, int max
         ctx = kiln_scaled_dot_product_attention(proj[0], proj[1], proj[2], mask, c->causal, 0);
     }
     /* [N, H, L, D] -> [N, L, E] -> out_proj */
-    kiln_tensor *merged = kiln_reshape(kiln_transpose(ctx, 1, 2), KILN_SHAPE(N, L, E));
+    kiln_tensor *merged = kiln__scope_end_keep(kiln_reshape(kiln_transpose(ctx, 1, 2), KILN_SHAPE(N, L, E)));
     kiln_tensor *y = kiln_module_forward(kiln_module_find(m, "out_proj"), merged);
     if (unbatched)
         y = kiln_squeeze(y, 0);

@@ -9,7 +9,8 @@
  * entry's, a convolution's the conv entry's image by image; convolutions are checked
  * within 1e-5 of |value| + 1) and be near ref, and
  * the fused device must have run the product inside a fused program. Gradients through a
- * linear layer with a fused epilogue equal the unfused ones.
+ * linear layer with a fused epilogue equal the unfused ones. A product copied into a
+ * permuted layout (attention's head merging) is written there by the matmul itself.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -510,6 +511,69 @@ static void batched_products(void)
     }
 }
 
+/* Attention's head merging: ctx = w @ v per head ([N, H, L, D]), then
+ * reshape(transpose(ctx, 1, 2)) into [N, L, H·D], a copy through a permutation. When ctx
+ * dies with its scope the fused device writes the product straight into the merged layout:
+ * one matmul call and no copy. Kept, or permuted so that its rows break (the last two dims
+ * swapped), the copy runs as recorded. Each the same bits as unfused. */
+static void permuted_products(void)
+{
+    static const int64_t shapes[2][4] = {{2, 3, 5, 8}, {4, 4, 32, 16}}; /* N, H, L, D */
+    for (int t = 0; t < 2; t++) {
+        const int64_t *sh = shapes[t];
+        int64_t N = sh[0], H = sh[1], L = sh[2], D = sh[3];
+        kiln_tensor *merged[NDEV], *kept[NDEV], *merged2[NDEV], *swapped[NDEV];
+        uint64_t m[3] = {0}, c[3] = {0};
+        for (int d = 0; d < NDEV; d++) {
+            kiln_generator g = kiln_generator_make(41 + (uint64_t)t);
+            kiln_tensor *w = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(N, H, L, L), -1, 1, &g);
+            /* v as split_heads makes it: [N, L, H·D] seen as [N, H, L, D] */
+            kiln_tensor *vp = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(N, L, H * D), -1, 1, &g);
+            kiln_tensor *v = kiln_transpose(kiln_reshape(vp, KILN_SHAPE(N, L, H, D)), 1, 2);
+            kiln_device_sync(devs[d]);
+            if (d == 0)
+                m[0] = calls_of(devs[0], "matmul"), c[0] = calls_of(devs[0], "copy");
+            kiln_scope_begin();
+            kiln_tensor *ctx = kiln_matmul(w, v);
+            merged[d] = kiln_keep(kiln_reshape(kiln_transpose(ctx, 1, 2), KILN_SHAPE(N, L, H * D)));
+            kiln_scope_end();
+            kiln_device_sync(devs[d]);
+            if (d == 0)
+                m[1] = calls_of(devs[0], "matmul"), c[1] = calls_of(devs[0], "copy");
+            kiln_scope_begin();
+            kept[d] = kiln_keep(kiln_matmul(w, v));
+            merged2[d] = kiln_keep(kiln_reshape(kiln_transpose(kept[d], 1, 2), KILN_SHAPE(N, L, H * D)));
+            swapped[d] = kiln_keep(
+                kiln_contiguous(kiln_transpose(kiln_matmul(v, kiln_transpose(v, -2, -1)), 2, 3)));
+            kiln_scope_end();
+            kiln_device_sync(devs[d]);
+            if (d == 0)
+                m[2] = calls_of(devs[0], "matmul"), c[2] = calls_of(devs[0], "copy");
+        }
+        double a = worst_rel(merged[0], merged[1], 1.0), b = worst_rel(merged2[0], merged2[1], 1.0),
+               k = worst_rel(kept[0], kept[1], 1.0), s2 = worst_rel(swapped[0], swapped[1], 1.0);
+        CHECK(a == 0 && b == 0 && k == 0 && s2 == 0 && worst_rel(merged[0], merged[2], 1.0) <= 1e-4 &&
+                  worst_rel(swapped[0], swapped[2], 1.0) <= 1e-4,
+              "[%lld, %lld, %lld, %lld] heads merged: fused vs unfused %.3g, kept %.3g %.3g, rows swapped %.3g",
+              (long long)N, (long long)H, (long long)L, (long long)D, a, k, b, s2);
+        CHECK(m[1] - m[0] == 1 && c[1] - c[0] == 0,
+              "[%lld, %lld, %lld, %lld] a dead product merged: one matmul call (%llu) and no copy (%llu)",
+              (long long)N, (long long)H, (long long)L, (long long)D, (unsigned long long)(m[1] - m[0]),
+              (unsigned long long)(c[1] - c[0]));
+        CHECK(
+            m[2] - m[1] == 2 && c[2] - c[1] == 2,
+            "[%lld, %lld, %lld, %lld] a kept product and a swapped one: two matmuls (%llu) and two copies (%llu)",
+            (long long)N, (long long)H, (long long)L, (long long)D, (unsigned long long)(m[2] - m[1]),
+            (unsigned long long)(c[2] - c[1]));
+        for (int d = 0; d < NDEV; d++) {
+            kiln_tensor_release(merged[d]);
+            kiln_tensor_release(kept[d]);
+            kiln_tensor_release(merged2[d]);
+            kiln_tensor_release(swapped[d]);
+        }
+    }
+}
+
 static void linear_gradients(void)
 {
     kiln_tensor *gw[2], *gb[2], *gx[2];
@@ -548,6 +612,7 @@ void test_epilogue(void)
         random_product(seed);
     product_rows();
     batched_products();
+    permuted_products();
     tuned_product();
     layer_norms();
     half_groups();
