@@ -174,7 +174,7 @@ static bool plan_rows(const fplan *pl, rows_plan *rp)
         }
         if (in->code == KILN_FUSED_SOFTMAX || in->code == KILN_FUSED_LAYER_NORM) {
             /* the row operation writes the output its value goes to, else a buffer */
-            for (int j = i + 1; j < p->ninstrs && rp->direct[in->dst] < 0; j++)
+            for (int j = i + 1; j < p->ninstrs && rp->direct[in->dst] < 0 && !pl->stream; j++)
                 if (p->instrs[j].code == KILN_FUSED_STORE && p->instrs[j].a == in->dst)
                     rp->direct[in->dst] = p->instrs[j].arg;
             rp->buffered[in->dst] = rp->direct[in->dst] < 0;
@@ -261,6 +261,12 @@ static void row_pointer(kiln__sbuf *b, const fplan *pl, const rows_plan *rp, int
 static void reread(kiln__sbuf *b, const fplan *pl, const rows_plan *rp, int x)
 {
     const kiln_fused_instr *d = &pl->p->instrs[rp->def[x]];
+    /* streamed (a program far larger than the caches): each row input asked for 4 KiB
+     * ahead, as the flat loop does */
+    if (pl->stream && rp->src[x] == SRC_LOAD)
+        kiln__sbuf_printf(b, "            __builtin_prefetch(in%d + e + j + 1024, 0, 3);\n", d->arg);
+    if (pl->stream && rp->src[x] == SRC_PRODUCT)
+        kiln__sbuf_printf(b, "            __builtin_prefetch(prod + e + j + 1024, 0, 3);\n");
     switch (rp->src[x]) {
     case SRC_LOAD: kiln__sbuf_printf(b, "            kj_v r%d = KJ_LD(in%d + e + j);\n", x, d->arg); break;
     case SRC_SCALAR: kiln__sbuf_printf(b, "            kj_v r%d = s%d;\n", x, d->arg); break;
@@ -352,12 +358,12 @@ static void emit_stretch(kiln__sbuf *b, const fplan *pl, const rows_plan *rp, in
             break;
         default: /* STORE */
             if (store_in_place(pl, rp, i))
-                kiln__sbuf_printf(b, "            KJ_ST(out%d + e + j, r%d);\n", in->arg, in->a);
+                kiln__sbuf_printf(b, "            KJ_OUT(out%d + e + j, r%d);\n", in->arg, in->a);
             break;
         }
         for (int j = i + 1; elementwise(in->code) && j < p->ninstrs; j++)
             if (p->instrs[j].code == KILN_FUSED_STORE && p->instrs[j].a == in->dst)
-                kiln__sbuf_printf(b, "            KJ_ST(out%d + e + j, r%d);\n", p->instrs[j].arg, in->dst);
+                kiln__sbuf_printf(b, "            KJ_OUT(out%d + e + j, r%d);\n", p->instrs[j].arg, in->dst);
         if (elementwise(in->code) && rp->buffered[in->dst])
             kiln__sbuf_printf(b, "            KJ_ST(b%d + j, r%d);\n", in->dst, in->dst);
         if (elementwise(in->code) && rp->inline_sum[in->dst])
@@ -431,11 +437,14 @@ bool kiln__cpu_jit_rows_source(kiln__sbuf *b, const fplan *pl)
 
                       "void kiln_fused_loop(int64_t n, const float *const *in, float *const *out, const float *k, "
                       "int stream, void (*const *fn)(void))\n{\n"
-                      "    (void)in; (void)out; (void)k; (void)stream;\n"
+                      "    (void)in; (void)out; (void)k;\n"
                       "    const kj_softmax_fn softmax_row = (kj_softmax_fn)fn[0];\n"
                       "    const kj_layer_norm_fn layer_norm_row = (kj_layer_norm_fn)fn[1];\n"
                       "    (void)softmax_row; (void)layer_norm_row;\n"
-                      "    enum { R = %lld };\n",
+                      "    enum { R = %lld };\n"
+                      /* streamed: outputs far larger than the caches, non-temporal stores (every
+                       * output row 64-byte aligned) */
+                      "#define KJ_OUT(p, v) do { if (stream) KJ_NT((p), (v)); else KJ_ST((p), (v)); } while (0)\n",
                       (long long)p->reduce_inner);
     for (int a = 0; a < p->ninputs; a++) {
         if (pl->in[a].kind == IN_SCALAR)
@@ -474,6 +483,6 @@ bool kiln__cpu_jit_rows_source(kiln__sbuf *b, const fplan *pl)
         from = i + 1;
     }
     emit_stretch(b, pl, &rp, from, p->ninstrs);
-    kiln__sbuf_printf(b, "    }\n}\n");
+    kiln__sbuf_printf(b, "    }\n    if (stream)\n        KJ_FENCE();\n}\n");
     return b->ok;
 }

@@ -172,6 +172,18 @@ static void product_norm(kiln_tensor *x, kiln_tensor *a, kiln_tensor *b, kiln_te
     out[0] = kiln_layer_norm(kiln_add(kiln_add(prod, b), x), 1, a, c, 1e-5);
 }
 
+/* Rows of a program far larger than the caches (x three times over: 3.2M elements),
+ * whose loop streams: inputs prefetched, outputs written with non-temporal stores, the
+ * norm into a row buffer first. */
+static void streamed_rows(kiln_tensor *x, kiln_tensor *a, kiln_tensor *b, kiln_tensor *c, kiln_tensor **out)
+{
+    kiln_tensor *xs[3] = {x, kiln_mul_scalar(x, -0.5), kiln_add_scalar(x, 1.0)};
+    kiln_tensor *big = kiln_cat(xs, 3, 0);
+    kiln_tensor *n = kiln_layer_norm(kiln_add(kiln_mul_scalar(big, 0.5), b), 1, a, c, 1e-5);
+    out[0] = n;
+    out[1] = kiln_mul(kiln_softmax(big, -1), kiln_gelu(n, false));
+}
+
 static const program programs[] = {
     {"comparisons and where, NaN lanes", 1, compare_where},
     {"more comparisons and where, signed zeros", 2, compare_where2},
@@ -179,6 +191,7 @@ static const program programs[] = {
     {"softmax rows, a row's sum read back", 2, softmax_rows},
     {"layer norm rows, a value per row, a per-row mean stored", 2, norm_rows},
     {"a product's epilogue with a layer norm", 1, product_norm},
+    {"streamed rows: a norm and a softmax over 3.2M elements", 2, streamed_rows},
     {"gelu(x*a+b)*c", 1, chain},
     {"every covered unary", 1, every_unary},
     {"two outputs, sub and div", 2, two_outputs},
