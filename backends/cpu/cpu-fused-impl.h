@@ -193,6 +193,8 @@ bool kiln__cpu_jit_unary_uses_alpha(int op);
  *  a BINARY (arithmetic or a comparison, 1 or 0) or a WHERE; false when the compiled
  *  loops have none for it. */
 bool kiln__cpu_jit_emit_value(struct kiln__sbuf *b, const kiln_fused_instr *in, int i);
+/** "kj_v r<dst> = <its expression>;" for elementwise instruction in, after indent. */
+void kiln__cpu_jit_emit_assign(struct kiln__sbuf *b, const kiln_fused_instr *in, int i, const char *indent);
 /** Whether planned program pl, which takes its rows whole, has a compiled form
  *  (cpu-fused-jit-rows.c), and that form's kiln_fused_loop appended to b (after the
  *  prelude): false when it cannot be written. */

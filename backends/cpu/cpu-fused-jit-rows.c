@@ -351,9 +351,7 @@ static void emit_stretch(kiln__sbuf *b, const fplan *pl, const rows_plan *rp, in
         case KILN_FUSED_UNARY:
         case KILN_FUSED_BINARY:
         case KILN_FUSED_WHERE:
-            kiln__sbuf_printf(b, "            kj_v r%d = ", in->dst);
-            (void)kiln__cpu_jit_emit_value(b, in, i);
-            kiln__sbuf_printf(b, ";\n");
+            kiln__cpu_jit_emit_assign(b, in, i, "            ");
             have[in->dst] = true;
             break;
         default: /* STORE */

@@ -249,6 +249,13 @@ bool kiln__cpu_jit_emit_value(kiln__sbuf *b, const kiln_fused_instr *in, int i)
     }
 }
 
+void kiln__cpu_jit_emit_assign(kiln__sbuf *b, const kiln_fused_instr *in, int i, const char *indent)
+{
+    kiln__sbuf_printf(b, "%skj_v r%d = ", indent, in->dst);
+    (void)kiln__cpu_jit_emit_value(b, in, i);
+    kiln__sbuf_printf(b, ";\n");
+}
+
 /* Whether the planned program is one the loop form covers. */
 static bool compilable(const fplan *pl)
 {
@@ -312,11 +319,7 @@ static void emit_step(kiln__sbuf *b, const kiln_fused_program *p, const fplan *p
         case KILN_FUSED_POOL_GRAD: kiln__sbuf_printf(b, "        kj_v r%d = %s(prod + i);\n", in->dst, ld); break;
         case KILN_FUSED_UNARY:
         case KILN_FUSED_BINARY:
-        case KILN_FUSED_WHERE:
-            kiln__sbuf_printf(b, "        kj_v r%d = ", in->dst);
-            (void)kiln__cpu_jit_emit_value(b, in, i);
-            kiln__sbuf_printf(b, ";\n");
-            break;
+        case KILN_FUSED_WHERE: kiln__cpu_jit_emit_assign(b, in, i, "        "); break;
         default: /* STORE; a product kept is computed straight into its output already */
             if (!(pl->product && in->a == p->instrs[0].dst && in->arg == pl->product_out))
                 kiln__sbuf_printf(b, "        %s(out%d + i, r%d);\n", st, in->arg, in->a);
