@@ -70,11 +70,11 @@ enum {
 };
 
 typedef struct rows_plan {
-    int src[KILN_FUSED_MAX_INSTRS * 2];       /* by register */
-    int def[KILN_FUSED_MAX_INSTRS * 2];       /* defining instruction, by register */
-    int stretch[KILN_FUSED_MAX_INSTRS];       /* by instruction: row operations before it */
-    bool buffered[KILN_FUSED_MAX_INSTRS * 2]; /* by register: kept in row buffer b<reg> */
-    bool summed[KILN_FUSED_MAX_INSTRS * 2];   /* by register: its row's sum s<reg> is read */
+    int src[KILN_FUSED_MAX_INSTRS * 2];         /* by register */
+    int def[KILN_FUSED_MAX_INSTRS * 2];         /* defining instruction, by register */
+    int stretch[KILN_FUSED_MAX_INSTRS];         /* by instruction: row operations before it */
+    bool buffered[KILN_FUSED_MAX_INSTRS * 2];   /* by register: kept in row buffer b<reg> */
+    bool summed[KILN_FUSED_MAX_INSTRS * 2];     /* by register: its row's sum s<reg> is read */
     bool inline_sum[KILN_FUSED_MAX_INSTRS * 2]; /* ... added up as its stretch computes it */
     int direct[KILN_FUSED_MAX_INSTRS * 2];      /* by register: the output a row operation writes, -1 */
 } rows_plan;
