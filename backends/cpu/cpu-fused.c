@@ -604,17 +604,15 @@ static void jit_span(const fplan *pl, int64_t begin, int64_t end, const float *p
                     : pl->in[a].kind == IN_GATHER ? pl->in[a].base + offset_of(&pl->in[a], begin)
                                                   : pl->in[a].base;
         in[p->ninputs] = prod ? prod + (begin - prod_lo) : NULL;
+        bool per_row[KILN_FUSED_MAX_OUTPUTS] = {false};
+        for (int i = 0; i < p->ninstrs; i++) /* a REDUCE's output: one value per row */
+            if (p->instrs[i].code == KILN_FUSED_REDUCE)
+                per_row[p->instrs[i].arg] = true;
         bool aligned = (pl->row & 15) == 0; /* every row of every output on a 64-byte line */
-        for (int o = 0; o < p->noutputs; o++)
-            out[o] = pl->out[o] + begin;
-        for (int i = 0; i < p->ninstrs; i++)
-            if (p->instrs[i].code == KILN_FUSED_REDUCE)
-                out[p->instrs[i].arg] = NULL;
-        for (int o = 0; o < p->noutputs; o++)
-            aligned = aligned && (!out[o] || ((uintptr_t)out[o] & 63) == 0);
-        for (int i = 0; i < p->ninstrs; i++) /* one value per row */
-            if (p->instrs[i].code == KILN_FUSED_REDUCE)
-                out[p->instrs[i].arg] = pl->out[p->instrs[i].arg] + begin / pl->row;
+        for (int o = 0; o < p->noutputs; o++) {
+            out[o] = per_row[o] ? pl->out[o] + begin / pl->row : pl->out[o] + begin;
+            aligned = aligned && (per_row[o] || ((uintptr_t)out[o] & 63) == 0);
+        }
         pl->jit(end - begin, in, out, k, pl->stream && aligned, fn);
         return;
     }
