@@ -25,6 +25,10 @@ typedef struct conv_ep {
     const float *res;
     int act;
     float a, b;
+    /* a fused program's epilogue (res NULL and act none then), applied to each tile as
+     * it is stored by the direct path, and by one pass after the others */
+    const kiln__cpu_chain *chain;
+    bool chain_full; /* the chain reads a tensor laid out as the output */
 } conv_ep;
 
 /* the epilogue of a call that has none, so the tile loops need not test for NULL */

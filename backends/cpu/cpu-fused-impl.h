@@ -70,6 +70,12 @@ typedef struct fplan {
      * elements of grad_out and indices */
     bool pool_grad;
     int64_t planes, plane_in, plane_out;
+    /* a CONV whose epilogue is a chain (cpu-fused-chain.c): stored into output chain_out
+     * by the convolution itself; chain_plane[k] is the input of op k's per-plane values */
+    bool chained;
+    int chain_out;
+    int chain_plane[KILN__CHAIN_MAX_OPS];
+    kiln__cpu_chain chain;
 } fplan;
 
 /** o[0, m) = src[0, m) with non-temporal stores where the CPU has them (pl->stream). */
@@ -215,6 +221,15 @@ void kiln__cpu_fused_span(const fplan *pl, float *scratch, double *acc, int64_t 
 int kiln__cpu_fused_plan_product(fplan *pl, const kiln_fused_program *p);
 /** Run a program headed by a producer (planned, pl->product set): 0, or a negative error. */
 int kiln__cpu_fused_product(kiln__cpu_ctx *ctx, fplan *pl);
+
+/** Whether planned program pl (a CONV heading it) is a chain: after the convolution
+ *  only binary ops between the running value and a constant or a load (a scalar, one
+ *  value per output plane, or a contiguous tensor no output overlaps), relus, and one
+ *  store of the last value. Fills pl->chain, chain_out and chain_plane, sets pl->chained. */
+bool kiln__cpu_fused_chain_plan(fplan *pl);
+/** Run a chained program: the convolution straight into the output, the chain applied
+ *  to each tile as it is stored (kiln__cpu_conv_chain): 0, or a negative error. */
+int kiln__cpu_fused_chain_run(kiln__cpu_ctx *ctx, fplan *pl);
 
 /* The block size of programs too small to tune and of product epilogues (elements). */
 #define KILN_CPU_FUSED_BLOCK 2048

@@ -336,6 +336,8 @@ static void trial_done(const char *device, const char *key, int c, double ns)
  * chunk_candidates and conv_trial); small convolutions take the whole batch. */
 static int conv_product(kiln__cpu_ctx *ctx, fplan *pl)
 {
+    if (pl->chained)
+        return kiln__cpu_fused_chain_run(ctx, pl);
     const kiln_fused_program *p = pl->p;
     const kiln_tdesc *w = &p->inputs[p->instrs[0].arg2];
     int64_t N = pl->conv_out.shape[0], per = p->n / N;

@@ -706,7 +706,11 @@ int kiln__cpu_fused_run(void *vctx, const kiln_fused_program *p)
     pl->k = ctx->k;
     if (pl->product) {
         pl->block = p->reduce_inner > KILN_CPU_FUSED_BLOCK ? p->reduce_inner : KILN_CPU_FUSED_BLOCK;
-        pl->jit = kiln__cpu_jit_get(ctx, pl); /* the epilogue as a compiled loop, or NULL */
+        /* a convolution's chain runs inside it; any other epilogue as a compiled loop,
+         * or NULL: interpreted */
+        if (!kiln__cpu_fused_chain_plan(pl)) {
+            pl->jit = kiln__cpu_jit_get(ctx, pl);
+        }
         rc = kiln__cpu_fused_product(ctx, pl);
         free(pl);
         return rc;

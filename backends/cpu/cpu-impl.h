@@ -59,6 +59,34 @@ typedef enum kiln__cpu_conv_path {
     KILN__CPU_CONV_DIRECT,
 } kiln__cpu_conv_path;
 
+/* A convolution's elementwise epilogue as a chain: each op combines the running value v
+ * with an operand and gives the next v, in order (a batch norm's (v - mean) · scale +
+ * shift, a residual add, a ReLU). Applied to each tile of outputs as the convolution
+ * stores it (chain_rows_f32), with the roundings of the separate ops, so the result has
+ * their bits. Built from a fused program by cpu-fused-chain.c. */
+typedef enum kiln__cpu_chain_code {
+    KILN__CHAIN_ADD,  /* v + s */
+    KILN__CHAIN_SUB,  /* v - s */
+    KILN__CHAIN_RSUB, /* s - v */
+    KILN__CHAIN_MUL,  /* v · s */
+    KILN__CHAIN_DIV,  /* v / s */
+    KILN__CHAIN_RDIV, /* s / v */
+    KILN__CHAIN_RELU, /* v < 0 ? 0 : v, the unary relu's bits (NaN and -0 kept) */
+} kiln__cpu_chain_code;
+
+typedef struct kiln__cpu_chain_op {
+    int code;           /* a kiln__cpu_chain_code */
+    const float *full;  /* an operand laid out as the output: s = full[flat index], or NULL */
+    const float *plane; /* else one value per output plane (image · channels + channel), or NULL */
+    float scalar;       /* else this value */
+} kiln__cpu_chain_op;
+
+#define KILN__CHAIN_MAX_OPS 16
+typedef struct kiln__cpu_chain {
+    int nops;
+    kiln__cpu_chain_op ops[KILN__CHAIN_MAX_OPS];
+} kiln__cpu_chain;
+
 /* Which depthwise kernel serves one-channel-per-group convolutions (KILN_CPU_DEPTHWISE):
  * channels in the vector lanes where the table has it and the layer suits it, or always
  * the per-plane kernels, for tests and measurements. */
@@ -184,6 +212,12 @@ typedef struct kiln__cpu_kernels {
     void (*conv_tile_rows_f32)(float *out, int64_t ostride, const float *bias, int nrows, const float *x,
                                int64_t cstride, int64_t C, const int64_t *offs, int64_t nk, const float *w,
                                int64_t wrs, int nq, const float *res, int act, float alpha, float beta);
+    /* conv_tile_rows_f32's sums stored through chain instead of res and act, in
+     * registers: row j is output plane plane + j, at flat index at + j·ostride. NULL in
+     * tables without it (the caller runs chain_rows_f32 over the stored tile). */
+    void (*conv_tile_rows_chain_f32)(float *out, int64_t ostride, const float *bias, int nrows, const float *x,
+                                     int64_t cstride, int64_t C, const int64_t *offs, int64_t nk, const float *w,
+                                     int64_t wrs, int nq, const kiln__cpu_chain *chain, int64_t at, int64_t plane);
     int conv_tile_o, conv_tile_q;
     /* The channel-vectorized tile (cpu-conv.c, packed path): for CV_NP = 14 positions
      * whose input offsets are pos[i] and 32 output channels, the sum over c < C and
@@ -205,6 +239,12 @@ typedef struct kiln__cpu_kernels {
      * optional, with the roundings of a bias add followed by epilogue_f32. In every table. */
     void (*bias_act_f32)(float *o, const float *src, int64_t n, float bias, const float *res, int act, float alpha,
                          float beta);
+    /* Rows r < rows of n outputs through chain c: o[r·ld + i] = chain(src[r·sld + i] +
+     * bias[r]) (no add without bias; src may be o itself). Row r is output plane
+     * plane + r, its first element at flat index at + r·ld (where full operands are
+     * read). In every table. */
+    void (*chain_rows_f32)(float *o, int64_t ld, const float *src, int64_t sld, const float *bias, int rows,
+                           int64_t n, const kiln__cpu_chain *c, int64_t at, int64_t plane);
     /* One output plane of a depthwise convolution (cpu-conv.c): out[oh·OW + ow] =
      * act(bias + sum over k < nk of w[k] · xg[offs[k] + oh·Wg + ow] + res[oh·OW + ow]),
      * the taps added in k order with one rounding each, res optional, act as
@@ -522,6 +562,10 @@ int kiln__cpu_matmul(void *ctx, const kiln_tdesc *out, const kiln_tdesc *a, cons
 int kiln__cpu_conv_fused(void *ctx, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
                          const kiln_tdesc *w, const kiln_tdesc *wpacked, const kiln_tdesc *bias,
                          const kiln_epilogue *ep);
+/* The convolution with chain applied to its outputs as they are stored (f32 only): the
+ * fused path's convolution epilogue (cpu-fused-product.c). */
+int kiln__cpu_conv_chain(kiln__cpu_ctx *ctx, const kiln_conv_params *p, const kiln_tdesc *out, const kiln_tdesc *x,
+                         const kiln_tdesc *w, const kiln_tdesc *bias, const kiln__cpu_chain *chain);
 int64_t kiln__cpu_conv_pack_size(void *ctx, const kiln_conv_params *p, const kiln_tdesc *x, const kiln_tdesc *w);
 int kiln__cpu_conv_pack(void *ctx, const kiln_tdesc *packed, const kiln_tdesc *w);
 int kiln__cpu_epilogue(void *ctx, const kiln_tdesc *out, const kiln_epilogue *ep);

@@ -518,6 +518,102 @@ static void epilogue_f32(float *restrict o, const float *restrict res, const flo
     }
 }
 
+/* A convolution's chain (kiln__cpu_chain) over rows: each value taken from src (plus
+ * the row's bias), every op applied while it is in registers (16 lanes at a time), then
+ * stored once. Every step rounds as the separate op does (C17's standard mode: the
+ * compiler fuses no multiply and add). */
+static void chain_rows_f32(float *o, int64_t ld, const float *src, int64_t sld, const float *bias, int rows,
+                           int64_t n, const kiln__cpu_chain *c, int64_t at, int64_t plane)
+{
+    float one[KILN__CHAIN_MAX_OPS];
+    for (int r = 0; r < rows; r++) {
+        for (int k = 0; k < c->nops; k++)
+            one[k] = c->ops[k].plane ? c->ops[k].plane[plane + r] : c->ops[k].scalar;
+        const float *in = src + r * sld;
+        float *out = o + r * ld;
+        int64_t fo = at + r * ld;
+#if USE_AVX512
+        /* 64 values at a time in four registers, each op dispatched once for all four */
+        const __m512 vb = _mm512_set1_ps(bias ? bias[r] : 0.0f), zero = _mm512_setzero_ps();
+        for (int64_t i0 = 0; i0 < n; i0 += 64) {
+            __mmask16 m[4];
+            __m512 v[4];
+            for (int q = 0; q < 4; q++) {
+                int64_t left = n - i0 - 16 * q;
+                m[q] = left >= 16 ? (__mmask16)0xffff : left > 0 ? tail_mask(left) : 0;
+                v[q] = _mm512_maskz_loadu_ps(m[q], in + i0 + 16 * q);
+                if (bias)
+                    v[q] = _mm512_add_ps(v[q], vb);
+            }
+            for (int k = 0; k < c->nops; k++) {
+                const kiln__cpu_chain_op *op = &c->ops[k];
+                __m512 s[4];
+                for (int q = 0; q < 4; q++)
+                    s[q] = op->full ? _mm512_maskz_loadu_ps(m[q], op->full + fo + i0 + 16 * q)
+                                    : _mm512_set1_ps(one[k]);
+                switch ((kiln__cpu_chain_code)op->code) {
+                case KILN__CHAIN_ADD:
+                    for (int q = 0; q < 4; q++)
+                        v[q] = _mm512_add_ps(v[q], s[q]);
+                    break;
+                case KILN__CHAIN_SUB:
+                    for (int q = 0; q < 4; q++)
+                        v[q] = _mm512_sub_ps(v[q], s[q]);
+                    break;
+                case KILN__CHAIN_RSUB:
+                    for (int q = 0; q < 4; q++)
+                        v[q] = _mm512_sub_ps(s[q], v[q]);
+                    break;
+                case KILN__CHAIN_MUL:
+                    for (int q = 0; q < 4; q++)
+                        v[q] = _mm512_mul_ps(v[q], s[q]);
+                    break;
+                case KILN__CHAIN_DIV:
+                    for (int q = 0; q < 4; q++)
+                        v[q] = _mm512_div_ps(v[q], s[q]);
+                    break;
+                case KILN__CHAIN_RDIV:
+                    for (int q = 0; q < 4; q++)
+                        v[q] = _mm512_div_ps(s[q], v[q]);
+                    break;
+                case KILN__CHAIN_RELU:
+                    for (int q = 0; q < 4; q++)
+                        v[q] = _mm512_mask_mov_ps(v[q], _mm512_cmp_ps_mask(v[q], zero, _CMP_LT_OQ), zero);
+                    break;
+                }
+            }
+            for (int q = 0; q < 4; q++)
+                _mm512_mask_storeu_ps(out + i0 + 16 * q, m[q], v[q]);
+        }
+#else
+        for (int64_t i0 = 0; i0 < n; i0 += 16) {
+            int64_t m = n - i0 < 16 ? n - i0 : 16;
+            float v[16];
+            for (int64_t i = 0; i < m; i++)
+                v[i] = bias ? in[i0 + i] + bias[r] : in[i0 + i];
+            for (int k = 0; k < c->nops; k++) {
+                const kiln__cpu_chain_op *op = &c->ops[k];
+                const float *f = op->full ? op->full + fo + i0 : NULL;
+                for (int64_t i = 0; i < m; i++) {
+                    float s = f ? f[i] : one[k];
+                    switch ((kiln__cpu_chain_code)op->code) {
+                    case KILN__CHAIN_ADD: v[i] = v[i] + s; break;
+                    case KILN__CHAIN_SUB: v[i] = v[i] - s; break;
+                    case KILN__CHAIN_RSUB: v[i] = s - v[i]; break;
+                    case KILN__CHAIN_MUL: v[i] = v[i] * s; break;
+                    case KILN__CHAIN_DIV: v[i] = v[i] / s; break;
+                    case KILN__CHAIN_RDIV: v[i] = s / v[i]; break;
+                    case KILN__CHAIN_RELU: v[i] = v[i] < 0 ? 0.0f : v[i]; break;
+                    }
+                }
+            }
+            for (int64_t i = 0; i < m; i++)
+                out[i0 + i] = v[i];
+        }
+#endif
+    }
+}
+
 /* Eight double lanes, combined pairwise at the end: the order is fixed by the source,
  * so the wider tables only convert and add more lanes per instruction. The compiled row
  * loops add up a row the same way (kj_sum_add and kj_sum_total in cpu-fused-jit.c's
@@ -593,6 +689,7 @@ const kiln__cpu_kernels KTABLE = {
 #endif
     .epilogue_f32 = epilogue_f32,
     .bias_act_f32 = bias_act_f32,
+    .chain_rows_f32 = chain_rows_f32,
     .sum_run_f32 = sum_run_f32,
     .sqdev_run_f32 = sqdev_run_f32,
     .colsum_f32 = colsum_f32,
@@ -603,6 +700,7 @@ const kiln__cpu_kernels KTABLE = {
 #if USE_AVX512
     .conv_tile_f32 = conv_tile_f32,
     .conv_tile_rows_f32 = conv_tile_rows_f32,
+    .conv_tile_rows_chain_f32 = conv_tile_rows_chain_f32,
     .conv_tile_o = 8,
     .conv_tile_q = 48,
     .cvconv_f32 = cvconv_f32,

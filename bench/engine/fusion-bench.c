@@ -16,7 +16,8 @@
  * replaces the two device specs (bench/gpu/cuda_fusion.bench: "fused:cuda:0,cuda:0"); rows of
  * a device other than cpu are named "fusion/<unfused spec> <row>" and carry no target (the
  * targets are the cpu's). Training-step rows time forward, loss, backward and an
- * Adam step of models built with the C API.
+ * Adam step of models built with the C API; the inference rows, a ResNet-50 built with the
+ * C API (bench-resnet.c) classifying a batch of one or eight images without gradients.
  */
 #include <math.h>
 #include <stdio.h>
@@ -29,6 +30,8 @@
 #include "kiln/nn.h"
 #include "kiln/optim.h"
 #include "kiln/tensor.h"
+
+#include "bench-resnet.h"
 
 #define WARMUP 12 /* steps before timing: see measure */
 
@@ -324,33 +327,26 @@ static double train_step(trainer *t)
     return now_ms() - s;
 }
 
-static void train_row(const char *filter, const char *name, kiln_device *fd, kiln_device *pd, bool cnn,
+/* Alternates fused and unfused runs (each first in turn), after WARMUP of each (as
+ * measure's warm-up), and prints the row; budget_s bounds the timed part. */
+static void time_pair(const char *name, double (*run)(void *), void *fused, void *plain, double budget_s,
                       double target)
 {
-    if (filter && !strstr(name, filter))
-        return;
-    trainer f, p;
-    trainer_make(&f, fd, cnn);
-    trainer_make(&p, pd, cnn);
-    for (int i = 0; i < WARMUP; i++) { /* as measure's warm-up */
-        train_step(&f);
-        train_step(&p);
+    for (int i = 0; i < WARMUP; i++) {
+        run(fused);
+        run(plain);
     }
-    double budget = 3;
-    const char *env = getenv("KILN_BENCH_SECONDS");
-    if (env && atof(env) > 0)
-        budget = 2 * atof(env);
-    double per = train_step(&f) + train_step(&p);
-    int reps = (int)(budget * 1e3 / (per > 1e-3 ? per : 1e-3));
+    double per = run(fused) + run(plain);
+    int reps = (int)(budget_s * 1e3 / (per > 1e-3 ? per : 1e-3));
     reps = reps < 5 ? 5 : reps > 51 ? 51 : reps;
     double ft[51], pt[51];
     for (int r = 0; r < reps; r++) {
         if (r % 2) {
-            ft[r] = train_step(&f);
-            pt[r] = train_step(&p);
+            ft[r] = run(fused);
+            pt[r] = run(plain);
         } else {
-            pt[r] = train_step(&p);
-            ft[r] = train_step(&f);
+            pt[r] = run(plain);
+            ft[r] = run(fused);
         }
     }
     qsort(ft, (size_t)reps, sizeof *ft, cmp_double);
@@ -359,16 +355,113 @@ static void train_row(const char *filter, const char *name, kiln_device *fd, kil
     printf("{\"name\": \"fusion/%s%s\", \"unit\": \"ms\", \"kiln\": %.4f, \"peer\": %.4f, "
            "\"peer_name\": \"kiln unfused (%s)\", \"ratio\": %.3f",
            row_prefix, name, fm, pm, peer_spec, pm / fm);
-    if (!row_prefix[0])
+    if (target > 0 && !row_prefix[0])
         printf(", \"target\": %.2f", target);
     printf("}\n");
     fflush(stdout);
+}
+
+static double bench_seconds(double fallback)
+{
+    const char *env = getenv("KILN_BENCH_SECONDS");
+    return env && atof(env) > 0 ? 2 * atof(env) : fallback;
+}
+
+static double train_step_run(void *t)
+{
+    return train_step(t);
+}
+
+static void train_row(const char *filter, const char *name, kiln_device *fd, kiln_device *pd, bool cnn,
+                      double target)
+{
+    if (filter && !strstr(name, filter))
+        return;
+    trainer f, p;
+    trainer_make(&f, fd, cnn);
+    trainer_make(&p, pd, cnn);
+    time_pair(name, train_step_run, &f, &p, bench_seconds(3), target);
     for (int k = 0; k < 2; k++) {
         trainer *t = k ? &p : &f;
         kiln_tensor_release(t->x);
         kiln_tensor_release(t->y);
         kiln_optim_free(t->opt);
         kiln_module_free(t->m);
+    }
+}
+
+/* ------------------------------------------------------------------ inference */
+
+#define RESNET_CLASSES 1000
+
+/* ResNet-50 (bench-resnet.c) in eval mode, batch norms calibrated on a batch of two, and
+ * the image it classifies */
+typedef struct classifier {
+    kiln_module *m;
+    kiln_tensor *x;
+    float logits[RESNET_CLASSES];
+} classifier;
+
+static void classifier_make(classifier *c, kiln_device *dev, int64_t batch)
+{
+    kiln_generator g = kiln_generator_make(3), dg = kiln_generator_make(11);
+    c->m = bench_resnet50(dev, &g, RESNET_CLASSES);
+    if (!c->m)
+        die("resnet50");
+    kiln_scope_begin();
+    kiln_tensor *calib = kiln_rand_normal(dev, KILN_F32, 4, (int64_t[]){2, 3, 224, 224}, 0, 1, &dg);
+    if (bench_resnet_calibrate(c->m, calib) < 0)
+        die("resnet50 calibration");
+    kiln_scope_end();
+    c->x = kiln_keep(kiln_rand_normal(dev, KILN_F32, 4, (int64_t[]){batch, 3, 224, 224}, 0, 1, &dg));
+    if (!c->x)
+        die("resnet50 input");
+}
+
+/* one forward without gradients; the first image's logits read back end it */
+static double classify(void *ctx)
+{
+    classifier *c = ctx;
+    double s = now_ms();
+    kiln_no_grad_begin();
+    kiln_scope_begin();
+    kiln_tensor *y = kiln_module_forward(c->m, c->x);
+    kiln_tensor *first = y ? kiln_slice(y, 0, 0, 1, 1) : NULL;
+    if (!first || kiln_to_data(first, c->logits, sizeof c->logits) < 0)
+        die("resnet50 forward");
+    kiln_scope_end();
+    kiln_no_grad_end();
+    return now_ms() - s;
+}
+
+static void infer_row(const char *filter, const char *name, kiln_device *fd, kiln_device *pd, int64_t batch)
+{
+    if (filter && !strstr(name, filter))
+        return;
+    classifier f, p;
+    classifier_make(&f, fd, batch);
+    classifier_make(&p, pd, batch);
+    classify(&f);
+    classify(&p);
+    /* conv epilogues (the batch norm's scale and shift, the residual add, the ReLU) round
+     * as the unfused ops do; the convolutions' sums may be split differently */
+    double worst = 0, scale = 0;
+    for (int i = 0; i < RESNET_CLASSES; i++) {
+        double d = fabs((double)f.logits[i] - (double)p.logits[i]);
+        worst = d > worst ? d : worst;
+        scale = fabs((double)p.logits[i]) > scale ? fabs((double)p.logits[i]) : scale;
+    }
+    fprintf(stderr, "fusion-bench: %s: largest difference fused vs unfused %.3g (largest logit %.3g)\n", name,
+            worst, scale);
+    if (!(worst <= 1e-3 * (scale + 1))) {
+        fprintf(stderr, "fusion-bench: %s: fused and unfused results differ\n", name);
+        exit(1);
+    }
+    time_pair(name, classify, &f, &p, bench_seconds(3), 0);
+    for (int k = 0; k < 2; k++) {
+        classifier *c = k ? &p : &f;
+        kiln_tensor_release(c->x);
+        kiln_module_free(c->m);
     }
 }
 
@@ -418,6 +511,8 @@ int main(int argc, char **argv)
     }
     train_row(filter, "train step Fashion-MNIST CNN b64 Adam", fd, pd, true, 1.25);
     train_row(filter, "train step Transformer block d256 s128 b16 Adam", fd, pd, false, 1.25);
+    infer_row(filter, "inference ResNet-50 b1 224x224", fd, pd, 1);
+    infer_row(filter, "inference ResNet-50 b8 224x224", fd, pd, 8);
     kiln_device_close(fd);
     kiln_device_close(pd);
     return 0;

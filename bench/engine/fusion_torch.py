@@ -138,11 +138,49 @@ def train_rows(want):
                 emit(name, mode, skipped=f'{type(e).__name__}: {str(e).splitlines()[0][:160]}')
 
 
+def infer_rows(want):
+    """fusion-bench.c's inference rows: torchvision's ResNet-50 (the layout bench-resnet.c
+    builds), batch norms calibrated on one batch of two (momentum 1) then eval mode, under
+    inference_mode; eager and torch.compile."""
+    try:
+        import torchvision
+    except ImportError as e:
+        for b in (1, 8):
+            name = f'inference ResNet-50 b{b} 224x224'
+            if not want or want in name:
+                for mode in ('eager', 'compile'):
+                    emit(name, mode, skipped=f'no torchvision: {e}')
+        return
+    for b in (1, 8):
+        name = f'inference ResNet-50 b{b} 224x224'
+        if want and want not in name:
+            continue
+        torch.manual_seed(3)
+        model = torchvision.models.resnet50(weights=None)
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.momentum = 1.0
+        g = torch.Generator().manual_seed(11)
+        with torch.no_grad():
+            model.train()
+            model(torch.randn(2, 3, 224, 224, generator=g))
+        model.eval()
+        x = torch.randn(b, 3, 224, 224, generator=g)
+        for mode in ('eager', 'compile'):
+            try:
+                fwd = torch.compile(model) if mode == 'compile' else model
+                with torch.inference_mode():
+                    emit(name, mode, measure(lambda: fwd(x)[0, 0].item(), 2.0))
+            except Exception as e:
+                emit(name, mode, skipped=f'{type(e).__name__}: {str(e).splitlines()[0][:160]}')
+
+
 def main():
     torch.set_num_threads(int(os.environ.get('OMP_NUM_THREADS') or os.cpu_count() or 1))
     want = sys.argv[1] if len(sys.argv) > 1 else None
     op_rows(want)
     train_rows(want)
+    infer_rows(want)
 
 
 if __name__ == '__main__':

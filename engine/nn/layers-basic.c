@@ -468,11 +468,17 @@ static int sequential_forward(kiln_module *m, int n_in, kiln_tensor *const *in, 
         out[0] = kiln__identity(in[0]);
         return 1;
     }
-    /* The first child sees every input; later ones get the previous first output. */
+    /* The first child sees every input; later ones get the previous first output, which
+     * is released as soon as the next child has taken it (autograd holds what backward
+     * needs): held to the end of the sequence, every activation of a deep network stayed
+     * alive at once, and a fusing device had to store each one, never knowing it dead. */
     kiln_tensor *x = NULL;
     for (int i = 0; i < m->nchildren; i++) {
-        x = i == 0 ? kiln_module_forward_n(m->children[0].m, n_in, in, 1, out) == 1 ? out[0] : NULL
-                   : kiln_module_forward(m->children[i].m, x);
+        kiln_tensor *y = i == 0 ? kiln_module_forward_n(m->children[0].m, n_in, in, 1, out) == 1 ? out[0] : NULL
+                                : kiln_module_forward(m->children[i].m, x);
+        if (i > 0)
+            kiln_tensor_release(x);
+        x = y;
         if (!x)
             return -1;
     }

@@ -74,5 +74,6 @@ void test_wrapped(void);  /* test-wrapped.c: wrapped buffers freed under a pendi
 void test_epilogue(void); /* test-epilogue.c: matmul epilogues and row reductions fused */
 void test_tune(void);     /* test-tune.c: the cpu's fused block-size tuner */
 void test_pool_grad(void); /* test-pool-grad.c: a max pooling's gradient heading a group */
+void test_conv_chains(void); /* test-conv-chain.c: a convolution's epilogue chained into its tiles */
 
 #endif

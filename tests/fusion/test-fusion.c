@@ -24,6 +24,7 @@ int main(void)
     test_epilogue();
     test_tune();
     test_pool_grad();
+    test_conv_chains();
     printf("fusion: %d passed, %d failed\n", fusion_passed, fusion_failed);
     return fusion_failed ? 1 : 0;
 }
