@@ -285,6 +285,29 @@ void kiln__cpu_buffer_put(kiln__cpu_ctx *ctx, struct kiln_buffer *b)
     }
 }
 
+void kiln__cpu_buffer_refresh(kiln__cpu_ctx *ctx, struct kiln_buffer *b)
+{
+    if (!b || b->wrapped || b->exported || b->cls < 0)
+        return;
+    kiln__cpu_alloc *a = &ctx->alloc;
+    pthread_mutex_lock(&a->mu);
+    struct kiln_buffer *top = a->free_list[b->cls];
+    if (top && top->cap == b->cap) {
+        /* the blocks change owners: a chunk counts the blocks of it in use */
+        void *data = b->data;
+        bool mapped = b->mapped;
+        kiln__cpu_chunk *chunk = b->chunk;
+        if (chunk)
+            chunk->live--;
+        if (top->chunk)
+            top->chunk->live++;
+        b->data = top->data, b->mapped = top->mapped, b->chunk = top->chunk;
+        top->data = data, top->mapped = mapped, top->chunk = chunk;
+        a->refreshes++;
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
 size_t kiln__cpu_alloc_trim(kiln__cpu_ctx *ctx, size_t bytes)
 {
     kiln__cpu_alloc *a = &ctx->alloc;

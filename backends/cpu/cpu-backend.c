@@ -246,6 +246,7 @@ static int cpu_buffer_download(void *ctx, kiln_buffer *src, size_t off, void *ds
 
 static void *cpu_buffer_host_ptr(void *ctx, kiln_buffer *b)
 {
+    b->exported = true; /* its block stays where the caller was told it is */
     return b->data;
 }
 

@@ -170,8 +170,10 @@ int kiln__cpu_fused_chain_run(kiln__cpu_ctx *ctx, fplan *pl)
         chain.ops[k].plane = next;
         next += planes;
     }
+    /* (its block refreshed by kiln__cpu_fused_run: pl->out[] is read again) */
+    const kiln_tdesc *res = &p->outputs[pl->chain_out];
     kiln_tdesc os = pl->conv_out;
-    struct kiln_buffer fake = {.data = pl->out[pl->chain_out]};
+    struct kiln_buffer fake = {.data = kiln__cpu_ptr(res)};
     os.buf = &fake;
     os.offset = 0;
     int rc = kiln__cpu_conv_chain(ctx, p->conv, &os, &p->inputs[pr->arg], &p->inputs[pr->arg2],

@@ -39,6 +39,8 @@ struct kiln_buffer {
     bool wrapped;
     void (*release)(void *);
     void *release_ud;
+    /* its address was handed out (buffer_host_ptr): its block never changes */
+    bool exported;
 };
 
 #define KILN_CPU_NCLASSES 160
@@ -151,6 +153,7 @@ typedef struct kiln__cpu_alloc {
     size_t in_use_bytes, peak_in_use_bytes;
     uint64_t system_allocs; /* blocks taken from the system (aligned_alloc or mmap) */
     uint64_t reuses;        /* allocations served from a free list */
+    uint64_t refreshes;     /* blocks traded by kiln__cpu_buffer_refresh */
 } kiln__cpu_alloc;
 
 /* ------------------------------------------------------------------ threads */
@@ -344,6 +347,11 @@ void kiln__cpu_alloc_init(kiln__cpu_alloc *a, size_t max_cached_bytes);
 void kiln__cpu_alloc_fini(kiln__cpu_alloc *a);
 struct kiln_buffer *kiln__cpu_buffer_get(kiln__cpu_ctx *ctx, size_t nbytes);
 void kiln__cpu_buffer_put(kiln__cpu_ctx *ctx, struct kiln_buffer *b);
+/* b's contents are about to be overwritten whole and are read by nothing before: b trades
+ * its block for the one parked last in its size class (the most recently used memory, so
+ * the likeliest to be in the caches), which parks b's block instead. Nothing for a
+ * buffer that is wrapped, exported, too large to pool, or alone in its class. */
+void kiln__cpu_buffer_refresh(kiln__cpu_ctx *ctx, struct kiln_buffer *b);
 /** Release parked buffers, largest first, until at least bytes are gone; returns how many. */
 size_t kiln__cpu_alloc_trim(kiln__cpu_ctx *ctx, size_t bytes);
 /** The pool's figures (kiln_device_memory_get). */

@@ -3,6 +3,9 @@
  * on the cpu (cpu-fused-chain.c): a batch norm in eval mode ((v - mean) · scale + shift,
  * one value per channel), a residual add and a ReLU applied to each tile as it is stored.
  *
+ * A fused program's result takes the pool's most recently parked block of its size
+ * (kiln__cpu_buffer_refresh), unless its address was handed out.
+ *
  * The planner: programs that are chains are taken (each op's code and operand kind as
  * expected), those that are not are left to the second pass (a stored intermediate, the
  * running value used twice, an op with no chain form, an operand per position, an
@@ -172,6 +175,41 @@ static void planner(void)
     }
 }
 
+/* ------------------------------------------------------------------ refreshed results */
+
+/* kiln__cpu_buffer_refresh: a buffer takes the block parked last in its class, which
+ * parks its own; an exported, wrapped or lone buffer keeps its block. */
+static void refresh(void)
+{
+    kiln_device *dev = kiln_device_open("cpu");
+    CHECK(dev != NULL, "open cpu: %s", kiln_error());
+    if (!dev)
+        return;
+    kiln__cpu_ctx *ctx = kiln__device_ctx(dev);
+    const size_t n = 300000; /* a class of its own in this test */
+    struct kiln_buffer *a = kiln__cpu_buffer_get(ctx, n), *b = kiln__cpu_buffer_get(ctx, n);
+    CHECK(a && b, "two buffers");
+    if (!a || !b)
+        return;
+    void *a_block = a->data, *b_block = b->data;
+    kiln__cpu_buffer_refresh(ctx, b); /* nothing parked in the class yet */
+    CHECK(b->data == b_block, "a buffer alone in its class keeps its block");
+    kiln__cpu_buffer_put(ctx, a);
+    uint64_t refreshes = ctx->alloc.refreshes;
+    kiln__cpu_buffer_refresh(ctx, b);
+    CHECK(b->data == a_block && ctx->alloc.refreshes == refreshes + 1,
+          "the refreshed buffer took the parked block");
+    struct kiln_buffer *c = kiln__cpu_buffer_get(ctx, n);
+    CHECK(c && c->data == b_block, "its old block was parked in its place and is handed out next");
+    kiln__cpu_buffer_put(ctx, c);
+    b->exported = true;
+    void *kept = b->data;
+    kiln__cpu_buffer_refresh(ctx, b);
+    CHECK(b->data == kept, "an exported buffer keeps its block");
+    kiln__cpu_buffer_put(ctx, b);
+    kiln_device_close(dev);
+}
+
 /* ------------------------------------------------------------------ end to end */
 
 #define NDEV 3
@@ -297,6 +335,7 @@ static void conv_cases(const char *table)
 void test_conv_chains(void)
 {
     planner();
+    refresh();
     static const char *const tables[] = {"auto", "avx2", "base"};
     for (int t = 0; t < 3; t++) {
         char fspec[96], pspec[96];
