@@ -159,21 +159,14 @@ int kiln__cpu_fused_chain_run(kiln__cpu_ctx *ctx, fplan *pl)
         if (pl->chain_plane[k] < 0)
             continue;
         const fin *f = &pl->in[pl->chain_plane[k]];
-        for (int64_t q = 0; q < planes; q++) {
-            int64_t i = q * osz, off = 0;
-            for (int d = f->nd - 1; d >= 0; d--) {
-                off += (i % f->shape[d]) * f->strides[d];
-                i /= f->shape[d];
-            }
-            next[q] = f->base[off];
-        }
+        for (int64_t q = 0; q < planes; q++)
+            next[q] = f->base[kiln__cpu_fused_offset_of(f, q * osz)];
         chain.ops[k].plane = next;
         next += planes;
     }
-    /* (its block refreshed by kiln__cpu_fused_run: pl->out[] is read again) */
-    const kiln_tdesc *res = &p->outputs[pl->chain_out];
+    /* the convolution stores straight into the program's result */
     kiln_tdesc os = pl->conv_out;
-    struct kiln_buffer fake = {.data = kiln__cpu_ptr(res)};
+    struct kiln_buffer fake = {.data = pl->out[pl->chain_out]};
     os.buf = &fake;
     os.offset = 0;
     int rc = kiln__cpu_conv_chain(ctx, p->conv, &os, &p->inputs[pr->arg], &p->inputs[pr->arg2],

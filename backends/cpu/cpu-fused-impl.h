@@ -209,6 +209,8 @@ bool kiln__cpu_jit_rows_source(struct kiln__sbuf *b, const fplan *pl);
 
 /** Plan p into pl (zeroed by the caller); KILN_ENOTSUP for a program the cpu does not run. */
 int kiln__cpu_fused_plan(fplan *pl, const kiln_fused_program *p);
+/** Where element i0 of strided input f lives, relative to its base. */
+int64_t kiln__cpu_fused_offset_of(const fin *f, int64_t i0);
 /** Run the program over elements [begin, end) of one job: through its compiled loop where
  *  it has one (pl->jit), else in blocks of at most pl->block
  *  (whole rows where the program has rows): scratch is the job's nslots * block floats,

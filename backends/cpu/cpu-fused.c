@@ -68,8 +68,7 @@ static void normalize(fin *f, const kiln_tdesc *d)
         f->kind = IN_GATHER;
 }
 
-/* Where element i0 of a strided input lives, relative to its base. */
-static int64_t offset_of(const fin *f, int64_t i0)
+int64_t kiln__cpu_fused_offset_of(const fin *f, int64_t i0)
 {
     int64_t off = 0;
     for (int d = f->nd - 1; d >= 0; d--) {
@@ -438,7 +437,7 @@ static void run_block(const fplan *pl, float *scratch, freg *regs, double *acc, 
             else if (f->kind == IN_SCALAR)
                 regs[in->dst] = (freg){f->base, 0};
             else if (f->kind == IN_ROWS)
-                regs[in->dst] = (freg){f->base + offset_of(f, i0), 1};
+                regs[in->dst] = (freg){f->base + kiln__cpu_fused_offset_of(f, i0), 1};
             else if (f->kind == IN_ROWVEC)
                 regs[in->dst] = (freg){f->base, 1};
             else {
@@ -601,7 +600,7 @@ static void jit_span(const fplan *pl, int64_t begin, int64_t end, const float *p
     if (pl->whole_rows) { /* one call for the span's rows; a REDUCE's output has one per row */
         for (int a = 0; a < p->ninputs; a++)
             in[a] = pl->in[a].kind == IN_CONTIG   ? pl->in[a].base + begin
-                    : pl->in[a].kind == IN_GATHER ? pl->in[a].base + offset_of(&pl->in[a], begin)
+                    : pl->in[a].kind == IN_GATHER ? pl->in[a].base + kiln__cpu_fused_offset_of(&pl->in[a], begin)
                                                   : pl->in[a].base;
         in[p->ninputs] = prod ? prod + (begin - prod_lo) : NULL;
         bool per_row[KILN_FUSED_MAX_OUTPUTS] = {false};
@@ -625,7 +624,7 @@ static void jit_span(const fplan *pl, int64_t begin, int64_t end, const float *p
         for (int a = 0; a < p->ninputs; a++) {
             const fin *f = &pl->in[a];
             in[a] = f->kind == IN_CONTIG ? f->base + i0
-                    : f->kind == IN_ROWS ? f->base + offset_of(f, i0)
+                    : f->kind == IN_ROWS ? f->base + kiln__cpu_fused_offset_of(f, i0)
                                          : f->base;
         }
         in[p->ninputs] = prod ? prod + (i0 - prod_lo) : NULL;
@@ -703,9 +702,8 @@ static void refresh_outputs(kiln__cpu_ctx *ctx, const kiln_fused_program *p)
 {
     for (int k = 0; k < p->noutputs; k++) {
         const kiln_tdesc *o = &p->outputs[k];
-        int64_t n = p->reduce_inner > 0 && kiln__cpu_numel(o) != p->n ? p->n / p->reduce_inner : p->n;
-        if (!o->buf || o->offset != 0 || kiln__cpu_numel(o) != n ||
-            (size_t)n * kiln__cpu_esize(o->dtype) < o->buf->nbytes)
+        int64_t n = kiln__cpu_numel(o); /* p->n, or n / reduce_inner for a REDUCE's */
+        if (!o->buf || o->offset != 0 || (size_t)n * kiln__cpu_esize(o->dtype) < o->buf->nbytes)
             continue;
         bool shared = false;
         for (int i = 0; i < p->ninputs && !shared; i++)
@@ -735,9 +733,8 @@ int kiln__cpu_fused_run(void *vctx, const kiln_fused_program *p)
         pl->block = p->reduce_inner > KILN_CPU_FUSED_BLOCK ? p->reduce_inner : KILN_CPU_FUSED_BLOCK;
         /* a convolution's chain runs inside it; any other epilogue as a compiled loop,
          * or NULL: interpreted */
-        if (!kiln__cpu_fused_chain_plan(pl)) {
+        if (!kiln__cpu_fused_chain_plan(pl))
             pl->jit = kiln__cpu_jit_get(ctx, pl);
-        }
         rc = kiln__cpu_fused_product(ctx, pl);
         free(pl);
         return rc;

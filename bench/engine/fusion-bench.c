@@ -33,7 +33,7 @@
 
 #include "bench-resnet.h"
 
-#define WARMUP 12 /* steps before timing: see measure */
+#define WARMUP 12 /* steps before timing: see time_pair */
 
 /* The unfused device's spec (the peer) and, for a device other than cpu, the prefix of
  * every row's name ("cuda:0 "), whose cpu targets then do not apply. */
@@ -99,45 +99,66 @@ static double run_step(step_fn step, workload *w)
     return now_ms() - s;
 }
 
-static void measure(const char *name, step_fn step, workload *fused, workload *plain, double target)
+/* Alternates fused and unfused runs (each first in turn) and prints the row; budget_s
+ * bounds the timed part. WARMUP runs of each first: the first calls of a shape class try
+ * the tuning candidates (an elementwise program's block sizes, five candidates twice:
+ * cpu-fused.c; a product's or convolution's: cpu-fused-product.c), the steady state is
+ * what is measured. */
+static void time_pair(const char *name, double (*run)(void *), void *fused, void *plain, double budget_s,
+                      double target)
 {
-    double budget = 1.5;
-    const char *env = getenv("KILN_BENCH_SECONDS");
-    if (env && atof(env) > 0)
-        budget = atof(env);
-    /* WARMUP steps: the first calls of a shape class try the tuning candidates (an
-     * elementwise program's block sizes, five candidates twice: cpu-fused.c; a product's
-     * or convolution's: cpu-fused-product.c), the steady state is what is measured */
     for (int i = 0; i < WARMUP; i++) {
-        run_step(step, fused);
-        run_step(step, plain);
+        run(fused);
+        run(plain);
     }
-    double t0 = now_ms();
-    run_step(step, fused);
-    run_step(step, plain);
-    double per = (now_ms() - t0) / 2;
-    int reps = (int)(budget * 1e3 / 2 / (per > 1e-3 ? per : 1e-3));
+    double per = run(fused) + run(plain);
+    int reps = (int)(budget_s * 1e3 / (per > 1e-3 ? per : 1e-3));
     reps = reps < 5 ? 5 : reps > 51 ? 51 : reps;
     double ft[51], pt[51];
     for (int r = 0; r < reps; r++) {
         if (r % 2) {
-            ft[r] = run_step(step, fused);
-            pt[r] = run_step(step, plain);
+            ft[r] = run(fused);
+            pt[r] = run(plain);
         } else {
-            pt[r] = run_step(step, plain);
-            ft[r] = run_step(step, fused);
+            pt[r] = run(plain);
+            ft[r] = run(fused);
         }
     }
     qsort(ft, (size_t)reps, sizeof *ft, cmp_double);
     qsort(pt, (size_t)reps, sizeof *pt, cmp_double);
-    double f = ft[reps / 2], p = pt[reps / 2];
+    double fm = ft[reps / 2], pm = pt[reps / 2];
     printf("{\"name\": \"fusion/%s%s\", \"unit\": \"ms\", \"kiln\": %.4f, \"peer\": %.4f, "
            "\"peer_name\": \"kiln unfused (%s)\", \"ratio\": %.3f",
-           row_prefix, name, f, p, peer_spec, p / f);
+           row_prefix, name, fm, pm, peer_spec, pm / fm);
     if (target > 0 && !row_prefix[0])
         printf(", \"target\": %.2f", target);
     printf("}\n");
     fflush(stdout);
+}
+
+/* The time budget of a row: KILN_BENCH_SECONDS (default 1.5) times scale. */
+static double bench_seconds(double scale)
+{
+    const char *env = getenv("KILN_BENCH_SECONDS");
+    return scale * (env && atof(env) > 0 ? atof(env) : 1.5);
+}
+
+/* An op row's step on one device, for time_pair. */
+typedef struct stepped {
+    step_fn step;
+    workload *w;
+} stepped;
+
+static double run_stepped(void *arg)
+{
+    const stepped *s = arg;
+    return run_step(s->step, s->w);
+}
+
+static void measure(const char *name, step_fn step, workload *fused, workload *plain, double target)
+{
+    stepped f = {step, fused}, p = {step, plain};
+    time_pair(name, run_stepped, &f, &p, bench_seconds(1), target);
 }
 
 /* The largest |fused - unfused| over the whole result, before any timing. */
@@ -327,46 +348,6 @@ static double train_step(trainer *t)
     return now_ms() - s;
 }
 
-/* Alternates fused and unfused runs (each first in turn), after WARMUP of each (as
- * measure's warm-up), and prints the row; budget_s bounds the timed part. */
-static void time_pair(const char *name, double (*run)(void *), void *fused, void *plain, double budget_s,
-                      double target)
-{
-    for (int i = 0; i < WARMUP; i++) {
-        run(fused);
-        run(plain);
-    }
-    double per = run(fused) + run(plain);
-    int reps = (int)(budget_s * 1e3 / (per > 1e-3 ? per : 1e-3));
-    reps = reps < 5 ? 5 : reps > 51 ? 51 : reps;
-    double ft[51], pt[51];
-    for (int r = 0; r < reps; r++) {
-        if (r % 2) {
-            ft[r] = run(fused);
-            pt[r] = run(plain);
-        } else {
-            pt[r] = run(plain);
-            ft[r] = run(fused);
-        }
-    }
-    qsort(ft, (size_t)reps, sizeof *ft, cmp_double);
-    qsort(pt, (size_t)reps, sizeof *pt, cmp_double);
-    double fm = ft[reps / 2], pm = pt[reps / 2];
-    printf("{\"name\": \"fusion/%s%s\", \"unit\": \"ms\", \"kiln\": %.4f, \"peer\": %.4f, "
-           "\"peer_name\": \"kiln unfused (%s)\", \"ratio\": %.3f",
-           row_prefix, name, fm, pm, peer_spec, pm / fm);
-    if (target > 0 && !row_prefix[0])
-        printf(", \"target\": %.2f", target);
-    printf("}\n");
-    fflush(stdout);
-}
-
-static double bench_seconds(double fallback)
-{
-    const char *env = getenv("KILN_BENCH_SECONDS");
-    return env && atof(env) > 0 ? 2 * atof(env) : fallback;
-}
-
 static double train_step_run(void *t)
 {
     return train_step(t);
@@ -380,7 +361,7 @@ static void train_row(const char *filter, const char *name, kiln_device *fd, kil
     trainer f, p;
     trainer_make(&f, fd, cnn);
     trainer_make(&p, pd, cnn);
-    time_pair(name, train_step_run, &f, &p, bench_seconds(3), target);
+    time_pair(name, train_step_run, &f, &p, bench_seconds(2), target);
     for (int k = 0; k < 2; k++) {
         trainer *t = k ? &p : &f;
         kiln_tensor_release(t->x);
@@ -457,7 +438,7 @@ static void infer_row(const char *filter, const char *name, kiln_device *fd, kil
         fprintf(stderr, "fusion-bench: %s: fused and unfused results differ\n", name);
         exit(1);
     }
-    time_pair(name, classify, &f, &p, bench_seconds(3), 0);
+    time_pair(name, classify, &f, &p, bench_seconds(2), 0);
     for (int k = 0; k < 2; k++) {
         classifier *c = k ? &p : &f;
         kiln_tensor_release(c->x);

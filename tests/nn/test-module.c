@@ -2,7 +2,8 @@
  * tests/nn/test-module.c — the module tree: names and counts as PyTorch reports them,
  * containers, train/eval and freeze propagation, state dict export and import (strict,
  * lenient, shape and dtype handling), config JSON round trips, forward errors that
- * name the layer (extra inputs among them), 0-d inputs, and the modules' generators.
+ * name the layer (extra inputs among them), 0-d inputs, the modules' generators, and a
+ * Sequential releasing each child's output once the next has taken it.
  */
 #include "nn-test-util.h"
 
@@ -376,6 +377,83 @@ static void test_module_generators(void **state)
     kiln_module_free(net);
 }
 
+/* A Sequential lets each child's output go once the next child has taken it: eight
+ * ReLUs over 1 MiB hold about two at a time, not eight; a child that fails midway leaves
+ * nothing behind (the pool's in-use figure is back where it was), with an error naming
+ * it; and gradients through the Sequential equal those of the same children called one
+ * by one with every output kept. Memory measured on the cpu, whose pool reports its peak. */
+static void test_sequential_releases_outputs(void **state)
+{
+    (void)state;
+    kiln_device *cpu = kiln_device_open("cpu");
+    assert_non_null(cpu);
+    kiln_generator gen = kiln_generator_make(12);
+    kiln_module *relus = kiln_sequential_new();
+    kiln_empty_config e = kiln_relu_config_default();
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(kiln_sequential_append(relus, kiln_relu_init(&e, cpu, &gen)), 0);
+    const int64_t mib = 1 << 20;
+    kiln_tensor *x = kiln_keep(kiln_rand_normal(cpu, KILN_F32, KILN_SHAPE(256, 1024), 0, 1, &gen));
+    kiln_device_memory before, after;
+    assert_int_equal(kiln_device_memory_get(cpu, &before), 0);
+    kiln_no_grad_begin();
+    kiln_scope_begin();
+    kiln_tensor *y = kiln_module_forward(relus, x);
+    assert_non_null(y);
+    float xs[4], ys[4];
+    read_f32(kiln_narrow(kiln_reshape(x, KILN_SHAPE(-1)), 0, 0, 4), xs, 4);
+    read_f32(kiln_narrow(kiln_reshape(y, KILN_SHAPE(-1)), 0, 0, 4), ys, 4);
+    for (int i = 0; i < 4; i++)
+        assert_float_equal(ys[i], xs[i] > 0 ? xs[i] : 0, 0);
+    kiln_scope_end();
+    assert_int_equal(kiln_device_memory_get(cpu, &after), 0);
+    uint64_t grew = after.peak_in_use_bytes - before.in_use_bytes;
+    if (grew > (uint64_t)(3 * mib))
+        fail_msg("eight ReLUs' peak grew by %.2f MiB: outputs were held past the next child",
+                 (double)grew / (double)mib);
+    /* a Linear of the wrong width after two ReLUs: NULL, the layer named, nothing kept */
+    kiln_linear_config lc = kiln_linear_config_default();
+    lc.in_features = 5;
+    lc.out_features = 2;
+    kiln_module *broken = kiln_sequential_new();
+    assert_int_equal(kiln_sequential_append(broken, kiln_relu_init(&e, cpu, &gen)), 0);
+    assert_int_equal(kiln_sequential_append(broken, kiln_relu_init(&e, cpu, &gen)), 0);
+    assert_int_equal(kiln_sequential_append(broken, kiln_linear_init(&lc, cpu, &gen)), 0);
+    assert_int_equal(kiln_device_memory_get(cpu, &before), 0);
+    kiln_scope_begin();
+    assert_null(kiln_module_forward(broken, x));
+    expect_error("Linear '2'");
+    kiln_scope_end();
+    assert_int_equal(kiln_device_memory_get(cpu, &after), 0);
+    assert_int_equal(after.in_use_bytes, before.in_use_bytes);
+    kiln_no_grad_end();
+    kiln_tensor_release(x);
+    kiln_module_free(broken);
+    kiln_module_free(relus);
+    kiln_device_close(cpu);
+
+    /* gradients: the Sequential against its children called one by one */
+    kiln_module *net = mlp(&gen);
+    kiln_module_train(net, false); /* no dropout draws */
+    float through[32], by_hand[32];
+    for (int pass = 0; pass < 2; pass++) {
+        kiln_zero_grad(kiln_module_lookup(net, "0.weight"));
+        kiln_scope_begin();
+        kiln_tensor *in = TF32(KILN_SHAPE(2, 4), 0.5f, -1.0f, 2.0f, 0.25f, -0.75f, 1.5f, 0.1f, -2.0f);
+        kiln_tensor *out = in;
+        if (pass == 0)
+            out = kiln_module_forward(net, in);
+        else
+            for (int i = 0; i < 4; i++)
+                out = kiln_module_forward(kiln_module_child_at(net, i), out);
+        assert_int_equal(kiln_backward(kiln_sum(kiln_square(out), 0, NULL, false), NULL), 0);
+        read_f32(kiln_grad(kiln_module_lookup(net, "0.weight")), pass == 0 ? through : by_hand, 32);
+        kiln_scope_end();
+    }
+    assert_memory_equal(through, by_hand, sizeof through);
+    kiln_module_free(net);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -387,6 +465,7 @@ int main(void)
         cmocka_unit_test(test_extra_inputs_refused),
         cmocka_unit_test(test_zero_dim_inputs),
         cmocka_unit_test(test_module_generators),
+        cmocka_unit_test(test_sequential_releases_outputs),
     };
     return cmocka_run_group_tests_name("nn-module", tests, test_group_setup, test_group_teardown);
 }
