@@ -619,6 +619,18 @@ typedef struct kiln_backend_iface {
      *  itself (the ONNX executor's activation arena), so that the same memory is not
      *  held twice. Optional. */
     size_t (*buffer_trim)(void *ctx, size_t bytes);
+    /** Optional, for a decorator that defers frees (backends/fused): give buf's memory back
+     *  to the backend now, keeping buf a valid handle for buffer_reattach or buffer_free
+     *  later. The caller promises that nothing reads or writes buf until it is reattached
+     *  (a fused group's dead intermediate, freed while the group is pending: the fused
+     *  kernel never stores it, so its memory can serve the next allocation at once).
+     *  Returns whether the memory went; false keeps buf as it was (wrapped memory, an
+     *  address handed out by buffer_host_ptr). */
+    bool (*buffer_detach)(void *ctx, kiln_buffer *buf);
+    /** Beside buffer_detach (required with it): memory for a detached buf again, its
+     *  contents undefined (the decorator replays the group after all). 0, or negative
+     *  with an error set. */
+    int (*buffer_reattach)(void *ctx, kiln_buffer *buf);
 
     /* --- fused optimizer updates (optional: the front end composes them from the
      * elementwise primitives when NULL, as it does for the remote backend). */
@@ -646,6 +658,10 @@ typedef struct kiln_backend_iface {
     /* --- device state (optional; ctx is the device context, as for counters). */
     /** The allocator's figures (kiln_device_memory_get). */
     int (*memory)(void *ctx, kiln_device_memory *out);
+    /** Optional, beside memory: peak_in_use_bytes starts again from in_use_bytes now
+     *  (kiln_device_memory_reset_peak); 0, or KILN_ENOTSUP with a message (a decorator
+     *  over a backend that keeps no figures). */
+    int (*memory_reset_peak)(void *ctx);
     /** Why the device stopped working, or NULL while it works (kiln_device_lost). */
     const char *(*lost)(void *ctx);
 

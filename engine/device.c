@@ -637,6 +637,23 @@ int kiln_device_memory_get(kiln_device *dev, kiln_device_memory *out)
     return rc;
 }
 
+int kiln_device_memory_reset_peak(kiln_device *dev)
+{
+    if (!dev)
+        return kiln__error_set("kiln_device_memory_reset_peak: device is NULL");
+    int rc = KILN_ENOTSUP;
+    if (dev->be->memory_reset_peak)
+        rc = dev->be->memory_reset_peak(dev->ctx);
+    else
+        kiln__error_set("backend %s keeps no memory figures", dev->be->name);
+    if (rc == KILN_ENOTSUP) {
+        char why[KILN_ERROR_MAX];
+        snprintf(why, sizeof why, "%s", kiln_error());
+        kiln__error_set("kiln_device_memory_reset_peak: device '%s': %s", dev->spec, why);
+    }
+    return rc;
+}
+
 size_t kiln_device_trim(kiln_device *dev, size_t bytes)
 {
     if (!dev) {

@@ -358,6 +358,19 @@ static size_t counting_buffer_trim(void *qctx, size_t bytes)
     return q->d->in->buffer_trim ? q->d->in->buffer_trim(q->iq, bytes) : 0;
 }
 
+/* A detached buffer is neither freed nor allocated: not counted. */
+static bool counting_buffer_detach(void *qctx, kiln_buffer *b)
+{
+    cq *q = qctx;
+    return q->d->in->buffer_detach && q->d->in->buffer_reattach ? q->d->in->buffer_detach(q->iq, b) : false;
+}
+
+static int counting_buffer_reattach(void *qctx, kiln_buffer *b)
+{
+    cq *q = qctx;
+    return q->d->in->buffer_reattach(q->iq, b);
+}
+
 /* ------------------------------------------------------------------ primitives */
 
 /* One wrapper per primitive: count, then call the inner entry with the inner queue. Every
@@ -463,6 +476,16 @@ static int counting_memory(void *ctx, kiln_device_memory *out)
     return d->in->memory(d->ictx, out);
 }
 
+static int counting_memory_reset_peak(void *ctx)
+{
+    cdev *d = ctx;
+    if (!d->in->memory_reset_peak) {
+        kiln__error_set("counting: the inner backend %s keeps no memory figures", d->in->name);
+        return KILN_ENOTSUP;
+    }
+    return d->in->memory_reset_peak(d->ictx);
+}
+
 static const kiln_backend_iface counting_iface = {
     .name = "counting",
     .open_opts = counting_open_opts,
@@ -470,6 +493,7 @@ static const kiln_backend_iface counting_iface = {
     .caps = counting_caps,
     .lost = counting_lost,
     .memory = counting_memory,
+    .memory_reset_peak = counting_memory_reset_peak,
     .queue_open = counting_queue_open,
     .queue_close = counting_queue_close,
     .event_record = counting_event_record,
@@ -490,6 +514,8 @@ static const kiln_backend_iface counting_iface = {
     .buffer_copy_peer = counting_buffer_copy_peer,
     .buffer_wrap_host = counting_buffer_wrap_host,
     .buffer_trim = counting_buffer_trim,
+    .buffer_detach = counting_buffer_detach,
+    .buffer_reattach = counting_buffer_reattach,
     .fill = counting_fill,
     .arange = counting_arange,
     .copy = counting_copy,

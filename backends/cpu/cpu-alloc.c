@@ -264,6 +264,10 @@ void kiln__cpu_buffer_put(kiln__cpu_ctx *ctx, struct kiln_buffer *b)
 {
     if (!b)
         return;
+    if (b->detached) { /* its block is the pool's already */
+        free(b);
+        return;
+    }
     kiln__cpu_alloc *a = &ctx->alloc;
     kiln__cpu_chunk *dead = NULL;
     pthread_mutex_lock(&a->mu);
@@ -308,6 +312,37 @@ void kiln__cpu_buffer_refresh(kiln__cpu_ctx *ctx, struct kiln_buffer *b)
     pthread_mutex_unlock(&a->mu);
 }
 
+bool kiln__cpu_buffer_detach(kiln__cpu_ctx *ctx, struct kiln_buffer *b)
+{
+    if (!b || b->wrapped || b->exported || b->detached)
+        return false;
+    /* the pool's free lists link block records: the block leaves under a record of its
+     * own, so that b stays the caller's handle */
+    struct kiln_buffer *block = calloc(1, sizeof *block);
+    if (!block)
+        return false;
+    block->data = b->data, block->nbytes = b->nbytes, block->cap = b->cap, block->cls = b->cls;
+    block->mapped = b->mapped, block->chunk = b->chunk;
+    b->data = NULL, b->chunk = NULL, b->mapped = false;
+    b->detached = true;
+    kiln__cpu_buffer_put(ctx, block);
+    return true;
+}
+
+int kiln__cpu_buffer_reattach(kiln__cpu_ctx *ctx, struct kiln_buffer *b)
+{
+    if (!b->detached)
+        return 0;
+    struct kiln_buffer *block = kiln__cpu_buffer_get(ctx, b->nbytes);
+    if (!block)
+        return kiln__error_set_code(KILN_ENOMEM, "cpu: cannot allocate %zu bytes again for a buffer", b->nbytes);
+    b->data = block->data, b->cap = block->cap, b->cls = block->cls;
+    b->mapped = block->mapped, b->chunk = block->chunk;
+    b->detached = false;
+    free(block);
+    return 0;
+}
+
 size_t kiln__cpu_alloc_trim(kiln__cpu_ctx *ctx, size_t bytes)
 {
     kiln__cpu_alloc *a = &ctx->alloc;
@@ -341,6 +376,14 @@ void kiln__cpu_alloc_figures(kiln__cpu_ctx *ctx, kiln_device_memory *out)
     out->peak_in_use_bytes = a->peak_in_use_bytes;
     out->device_allocs = a->system_allocs;
     out->reuses = a->reuses;
+    pthread_mutex_unlock(&a->mu);
+}
+
+void kiln__cpu_alloc_reset_peak(kiln__cpu_ctx *ctx)
+{
+    kiln__cpu_alloc *a = &ctx->alloc;
+    pthread_mutex_lock(&a->mu);
+    a->peak_in_use_bytes = a->in_use_bytes;
     pthread_mutex_unlock(&a->mu);
 }
 

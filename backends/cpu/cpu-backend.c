@@ -170,6 +170,16 @@ static void cpu_buffer_free(void *ctx, kiln_buffer *b)
     kiln__cpu_buffer_put(ctx, b);
 }
 
+static bool cpu_buffer_detach(void *ctx, kiln_buffer *b)
+{
+    return kiln__cpu_buffer_detach(ctx, b);
+}
+
+static int cpu_buffer_reattach(void *ctx, kiln_buffer *b)
+{
+    return kiln__cpu_buffer_reattach(ctx, b);
+}
+
 static size_t cpu_buffer_trim(void *ctx, size_t bytes)
 {
     return kiln__cpu_alloc_trim(ctx, bytes);
@@ -178,6 +188,12 @@ static size_t cpu_buffer_trim(void *ctx, size_t bytes)
 static int cpu_memory(void *ctx, kiln_device_memory *out)
 {
     kiln__cpu_alloc_figures(ctx, out);
+    return 0;
+}
+
+static int cpu_memory_reset_peak(void *ctx)
+{
+    kiln__cpu_alloc_reset_peak(ctx);
     return 0;
 }
 
@@ -549,7 +565,10 @@ static const kiln_backend_iface cpu_iface = {
     .buffer_wrap_host = cpu_buffer_wrap_host,
     .buffer_is_wrapped = cpu_buffer_is_wrapped,
     .buffer_trim = cpu_buffer_trim,
+    .buffer_detach = cpu_buffer_detach,
+    .buffer_reattach = cpu_buffer_reattach,
     .memory = cpu_memory,
+    .memory_reset_peak = cpu_memory_reset_peak,
     .sync = cpu_sync,
     .fill = kiln__cpu_fill,
     .arange = kiln__cpu_arange,

@@ -41,6 +41,9 @@ struct kiln_buffer {
     void *release_ud;
     /* its address was handed out (buffer_host_ptr): its block never changes */
     bool exported;
+    /* its block went back to the pool (kiln__cpu_buffer_detach): data is NULL until
+     * kiln__cpu_buffer_reattach gives it one again */
+    bool detached;
 };
 
 #define KILN_CPU_NCLASSES 160
@@ -352,10 +355,19 @@ void kiln__cpu_buffer_put(kiln__cpu_ctx *ctx, struct kiln_buffer *b);
  * the likeliest to be in the caches), which parks b's block instead. Nothing for a
  * buffer that is wrapped, exported, too large to pool, or alone in its class. */
 void kiln__cpu_buffer_refresh(kiln__cpu_ctx *ctx, struct kiln_buffer *b);
+/** Hand b's block back to the pool while b stays a valid handle (the fusion decorator's
+ *  dead intermediates: freed while their group is pending, never read or written by it);
+ *  false, keeping the block, for a buffer that is wrapped or exported, or when no record
+ *  for the block could be allocated. */
+bool kiln__cpu_buffer_detach(kiln__cpu_ctx *ctx, struct kiln_buffer *b);
+/** Give detached b a block of its size again (contents undefined): 0, or KILN_ENOMEM. */
+int kiln__cpu_buffer_reattach(kiln__cpu_ctx *ctx, struct kiln_buffer *b);
 /** Release parked buffers, largest first, until at least bytes are gone; returns how many. */
 size_t kiln__cpu_alloc_trim(kiln__cpu_ctx *ctx, size_t bytes);
 /** The pool's figures (kiln_device_memory_get). */
 void kiln__cpu_alloc_figures(kiln__cpu_ctx *ctx, kiln_device_memory *out);
+/** The peak in use starts again from what is in use now (kiln_device_memory_reset_peak). */
+void kiln__cpu_alloc_reset_peak(kiln__cpu_ctx *ctx);
 /** Scratch memory from the pool (64-byte aligned); release with kiln__cpu_scratch_put. */
 void *kiln__cpu_scratch_get(kiln__cpu_ctx *ctx, size_t nbytes, struct kiln_buffer **handle);
 void kiln__cpu_scratch_put(kiln__cpu_ctx *ctx, struct kiln_buffer *handle);

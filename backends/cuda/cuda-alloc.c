@@ -289,6 +289,13 @@ void kiln__cuda_alloc_pool_release(kiln_cuda_alloc *a, kiln_cuda_graph_pool *p)
     pthread_mutex_unlock(&a->mu);
 }
 
+void kiln__cuda_alloc_reset_peak(kiln_cuda_alloc *a)
+{
+    pthread_mutex_lock(&a->mu);
+    a->stats.peak_in_use_bytes = a->stats.in_use_bytes;
+    pthread_mutex_unlock(&a->mu);
+}
+
 void kiln__cuda_alloc_stats_get(kiln_cuda_alloc *a, kiln_cuda_alloc_stats *out)
 {
     pthread_mutex_lock(&a->mu);

@@ -122,6 +122,8 @@ void kiln__cuda_alloc_capture_end(kiln_cuda_alloc *a, kiln_cuda_graph_pool *p);
  *  blocks it owns still handed out return there when freed. */
 void kiln__cuda_alloc_pool_release(kiln_cuda_alloc *a, kiln_cuda_graph_pool *p);
 void kiln__cuda_alloc_stats_get(kiln_cuda_alloc *a, kiln_cuda_alloc_stats *out);
+/** The peak in use starts again from what is in use now. */
+void kiln__cuda_alloc_reset_peak(kiln_cuda_alloc *a);
 
 #ifdef __cplusplus
 }

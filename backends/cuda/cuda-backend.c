@@ -726,6 +726,13 @@ static int cuda_memory(void *ctx, kiln_device_memory *out)
     return 0;
 }
 
+static int cuda_memory_reset_peak(void *ctx)
+{
+    kiln_cuda_device *dev = ctx;
+    kiln__cuda_alloc_reset_peak(&dev->alloc);
+    return 0;
+}
+
 static const char *cuda_lost(void *ctx)
 {
     return kiln__cuda_device_lost(ctx);
@@ -789,6 +796,7 @@ static const kiln_backend_iface cuda_iface = {
     .layer_norm = serial_kiln__cuda_layer_norm,
     .adam_step = serial_kiln__cuda_adam_step,
     .memory = cuda_memory,
+    .memory_reset_peak = cuda_memory_reset_peak,
     .lost = cuda_lost,
     .capture_begin = serial_kiln__cuda_capture_begin,
     .capture_end = serial_kiln__cuda_capture_end,

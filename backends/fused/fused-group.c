@@ -497,8 +497,78 @@ int kiln__fused_record_pool_grad(fq *q, const frec *r)
 static bool freed(const fq *q, const kiln_buffer *b)
 {
     for (int i = 0; i < q->nfreed; i++)
-        if (q->freed[i] == b)
+        if (q->freed[i].buf == b)
             return true;
+    return false;
+}
+
+/* Whether b, just freed, is a value only q's group makes: its first call touching b
+ * writes it and reads nothing of it, and every call writing it is one whose dead store the
+ * program drops: elementwise, a softmax, a layer norm, or a producer heading the group
+ * (the cpu computes a dead product or pooling gradient into scratch; a POOL_GRAD's
+ * pool_grad_x is read for its shape only). A reduction's output is written even when
+ * dead, and a product copied into a permuted layout may be written straight into the
+ * copy's output. The fused program then never touches b's memory, which can go back to
+ * the inner backend before the flush. */
+static bool made_in_group(const fq *q, const kiln_buffer *b)
+{
+    if (q->product_copy)
+        return false;
+    bool written = false;
+    for (int i = 0; i < q->nrec; i++) {
+        const frec *r = &q->rec[i];
+        for (int k = 0; k < rec_inputs(r); k++)
+            if (rec_input(r, k)->buf == b && !written)
+                return false;
+        if (r->out.buf != b)
+            continue;
+        switch (r->entry) {
+        case KILN_ENTRY_FILL:
+        case KILN_ENTRY_COPY:
+        case KILN_ENTRY_UNARY:
+        case KILN_ENTRY_BINARY:
+        case KILN_ENTRY_WHERE:
+        case KILN_ENTRY_SOFTMAX:
+        case KILN_ENTRY_LAYER_NORM:
+        case KILN_ENTRY_MATMUL:
+        case KILN_ENTRY_CONV:
+        case KILN_ENTRY_POOL_BACKWARD: written = true; break;
+        default: return false;
+        }
+    }
+    return written;
+}
+
+static bool group_reads(const fq *q, const kiln_buffer *b)
+{
+    for (int i = 0; i < q->nrec; i++)
+        for (int k = 0; k < rec_inputs(&q->rec[i]); k++)
+            if (rec_input(&q->rec[i], k)->buf == b)
+                return true;
+    return false;
+}
+
+/* A replay runs the recorded calls as they were, except those that only write a detached
+ * buffer nothing reads: a detached buffer a call reads needs memory again. */
+static int reattach_freed(fq *q)
+{
+    for (int i = 0; i < q->nfreed; i++) {
+        if (!q->freed[i].detached || !group_reads(q, q->freed[i].buf))
+            continue;
+        int rc = q->d->in->buffer_reattach(q->iq, q->freed[i].buf);
+        if (rc < 0)
+            return rc;
+        q->freed[i].detached = false;
+    }
+    return 0;
+}
+
+/* Whether r's output is a detached buffer (one nothing reads, after reattach_freed). */
+static bool writes_detached(const fq *q, const frec *r)
+{
+    for (int i = 0; i < q->nfreed; i++)
+        if (q->freed[i].buf == r->out.buf)
+            return q->freed[i].detached;
     return false;
 }
 
@@ -529,7 +599,7 @@ void kiln__fused_free(fq *q, kiln_buffer *b, bool wrapped)
     }
     if (q->nfreed == q->capfreed) {
         int cap = q->capfreed ? q->capfreed * 2 : 16;
-        kiln_buffer **grown = realloc(q->freed, (size_t)cap * sizeof *grown);
+        struct fused_freed *grown = realloc(q->freed, (size_t)cap * sizeof *grown);
         if (!grown) {
             /* no room to defer: run the group now, then the buffer is free to go */
             (void)kiln__fused_flush(q);
@@ -539,7 +609,9 @@ void kiln__fused_free(fq *q, kiln_buffer *b, bool wrapped)
         q->freed = grown;
         q->capfreed = cap;
     }
-    q->freed[q->nfreed++] = b;
+    const kiln_backend_iface *in = q->d->in;
+    bool detached = in->buffer_detach && in->buffer_reattach && made_in_group(q, b) && in->buffer_detach(q->iq, b);
+    q->freed[q->nfreed++] = (struct fused_freed){.buf = b, .detached = detached};
 }
 
 /* ------------------------------------------------------------------ compile */
@@ -762,8 +834,13 @@ static int compile(compiler *c, const fq *q, int from)
 static int replay(fq *q, int from, int to)
 {
     const kiln_backend_iface *in = q->d->in;
+    int reattached = reattach_freed(q);
+    if (reattached < 0)
+        return reattached;
     for (int i = from; i < to; i++) {
         const frec *r = &q->rec[i];
+        if (writes_detached(q, r)) /* a dead value nothing reads */
+            continue;
         int rc;
         switch (r->entry) {
         case KILN_ENTRY_FILL: rc = in->fill(q->iq, &r->out, r->alpha); break;
@@ -879,7 +956,7 @@ int kiln__fused_flush(fq *q)
     q->closed = q->product_copy = false;
     q->row = 0;
     for (int i = 0; i < q->nfreed; i++)
-        q->d->in->buffer_free(q->iq, q->freed[i]);
+        q->d->in->buffer_free(q->iq, q->freed[i].buf);
     q->nfreed = 0;
     return rc;
 }

@@ -80,10 +80,15 @@ typedef struct fq {
     bool product_copy; /* the group: a matmul, then a copy of its product into a permuted layout */
     int64_t row; /* the row length of a softmax or reduction in the group (0: none) */
     frec rec[FUSED_MAX_RECS];
-    /* buffers freed while the group was pending: their stores are dead, and they go back
-     * to the inner backend only after the flush (so it cannot hand them out again to a
-     * call the group still reads from) */
-    kiln_buffer **freed;
+    /* buffers freed while the group was pending: their stores are dead, and their handles
+     * go back to the inner backend only after the flush (so it cannot hand them out again
+     * to a call the group still reads from). One the group writes before anything reads
+     * it has its memory detached at once (inner buffer_detach), which the next allocation
+     * takes; a replay reattaches it first */
+    struct fused_freed {
+        kiln_buffer *buf;
+        bool detached;
+    } * freed;
     int nfreed, capfreed;
 } fq;
 

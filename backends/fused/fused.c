@@ -229,6 +229,16 @@ static int fused_memory(void *ctx, kiln_device_memory *out)
     return d->in->memory(d->ictx, out);
 }
 
+static int fused_memory_reset_peak(void *ctx)
+{
+    fdev *d = ctx;
+    if (!d->in->memory_reset_peak) {
+        kiln__error_set("fused: the inner device %s keeps no memory figures", d->in->name);
+        return KILN_ENOTSUP;
+    }
+    return d->in->memory_reset_peak(d->ictx);
+}
+
 static const char *fused_lost(void *ctx)
 {
     fdev *d = ctx;
@@ -821,6 +831,7 @@ static const kiln_backend_iface fused_iface = {
     .supports = fused_supports,
     .counters = fused_counters,
     .memory = fused_memory,
+    .memory_reset_peak = fused_memory_reset_peak,
     .lost = fused_lost,
     .buffer_alloc = fused_buffer_alloc,
     .buffer_free = fused_buffer_free,

@@ -13,6 +13,7 @@ static const kiln_backend_iface vulkan_iface = {
     .list = kvk_list,
     .lost = kvk_lost,
     .memory = kvk_memory,
+    .memory_reset_peak = kvk_memory_reset_peak,
     .queue_open = kvk_queue_open,
     .queue_close = kvk_queue_close,
     .event_record = kvk_event_record,

@@ -291,6 +291,7 @@ int kvk_list(kiln_device_info *out, int max);
 const char *kvk_lost(void *ctx);
 /** The allocator's figures (kiln_device_memory_get); ctx is the device. */
 int kvk_memory(void *ctx, kiln_device_memory *out);
+int kvk_memory_reset_peak(void *ctx);
 /** 0 when a kernel whose invocations each run at most `steps` loop iterations (all its
  *  loops together) gives right values on q's device; KILN_ENOTSUP with "op: <fmt ...>
  *  takes ..." set where the device stops shader loops sooner (feat.loop_limit). fmt names

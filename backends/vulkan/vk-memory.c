@@ -287,6 +287,15 @@ int kvk_memory(void *ctx, kiln_device_memory *out)
     return 0;
 }
 
+int kvk_memory_reset_peak(void *ctx)
+{
+    kvk_device *d = ctx;
+    pthread_mutex_lock(&d->alloc.lock);
+    d->alloc.peak_in_use_bytes = d->alloc.in_use_bytes;
+    pthread_mutex_unlock(&d->alloc.lock);
+    return 0;
+}
+
 /* Forget queue q in the free lists (q finished its work and is closing). */
 void kvk_alloc_forget_queue(kvk_device *d, kvk_queue *q)
 {

@@ -19,6 +19,7 @@
  * Adam step of models built with the C API; the inference rows, a ResNet-50 built with the
  * C API (bench-resnet.c) classifying a batch of one or eight images without gradients.
  */
+#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -353,6 +354,28 @@ static double train_step_run(void *t)
     return train_step(t);
 }
 
+/* The memory one run of step takes above what was in use before it (the weights, the
+ * inputs, an optimizer's state), fused (f on fd) and unfused (p on pd), on stderr. */
+static void report_peaks(const char *name, const char *what, double (*step)(void *), void *f, kiln_device *fd,
+                         void *p, kiln_device *pd)
+{
+    double peak_mb[2];
+    for (int k = 0; k < 2; k++) {
+        kiln_device *dev = k ? pd : fd;
+        kiln_device_memory m;
+        if (kiln_device_memory_get(dev, &m) < 0 || kiln_device_memory_reset_peak(dev) < 0) {
+            peak_mb[k] = -1;
+            continue;
+        }
+        uint64_t before = m.in_use_bytes;
+        (void)step(k ? p : f);
+        peak_mb[k] = kiln_device_memory_get(dev, &m) < 0 ? -1 : (double)(m.peak_in_use_bytes - before) / 1e6;
+    }
+    fprintf(stderr,
+            "fusion-bench: %s: peak memory of %s above what was in use before: fused %.1f MB, unfused %.1f MB\n",
+            name, what, peak_mb[0], peak_mb[1]);
+}
+
 static void train_row(const char *filter, const char *name, kiln_device *fd, kiln_device *pd, bool cnn,
                       double target)
 {
@@ -361,6 +384,9 @@ static void train_row(const char *filter, const char *name, kiln_device *fd, kil
     trainer f, p;
     trainer_make(&f, fd, cnn);
     trainer_make(&p, pd, cnn);
+    train_step(&f); /* the optimizer's moments exist from the first step on */
+    train_step(&p);
+    report_peaks(name, "one step", train_step_run, &f, fd, &p, pd);
     time_pair(name, train_step_run, &f, &p, bench_seconds(2), target);
     for (int k = 0; k < 2; k++) {
         trainer *t = k ? &p : &f;
@@ -438,6 +464,7 @@ static void infer_row(const char *filter, const char *name, kiln_device *fd, kil
         fprintf(stderr, "fusion-bench: %s: fused and unfused results differ\n", name);
         exit(1);
     }
+    report_peaks(name, "one forward", classify, &f, fd, &p, pd);
     time_pair(name, classify, &f, &p, bench_seconds(2), 0);
     for (int k = 0; k < 2; k++) {
         classifier *c = k ? &p : &f;
@@ -460,6 +487,9 @@ int main(int argc, char **argv)
             snprintf(row_prefix, sizeof row_prefix, "%s ", pspec);
     }
     snprintf(peer_spec, sizeof peer_spec, "%s", pspec);
+    /* the cpu's matrix products are OpenBLAS's, whose kernels (its core: detected, or
+     * OPENBLAS_CORETYPE's) decide most of a training step: stated beside the figures */
+    fprintf(stderr, "fusion-bench: OpenBLAS core %s (%s)\n", openblas_get_corename(), openblas_get_config());
     kiln_device *fd = kiln_device_open(fspec);
     kiln_device *pd = kiln_device_open(pspec);
     if (!fd || !pd)

@@ -6,7 +6,8 @@
  * SIZE_MAX the rest, and the cached bytes are then 0; through a decorator (counting:cpu) the
  * same. Mid-size buffers carved from shared chunks keep their values through a trim of
  * their neighbours. ref parks nothing (its frees go straight back), so a trim there
- * releases 0. A NULL device is refused with a message.
+ * releases 0. A NULL device is refused with a message. kiln_device_memory_reset_peak starts
+ * the peak again from the bytes in use (cpu, through decorators), refused on ref.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -193,6 +194,42 @@ static void test_ref(void **state)
     kiln_device_close(dev);
 }
 
+/* kiln_device_memory_reset_peak: the peak starts again from what is in use, then follows
+ * the next allocations; through decorators too; refused by name on ref. */
+static void test_reset_peak(void **state)
+{
+    (void)state;
+    const char *specs[] = {"cpu", "counting:cpu", "cpu?fusion=on"};
+    for (int s = 0; s < 3; s++) {
+        kiln_device *dev = kiln_device_open(specs[s]);
+        assert_non_null(dev);
+        make_and_free(dev, 4); /* a 4 MiB peak, nothing in use after */
+        kiln_device_memory m;
+        memory(dev, &m);
+        assert_true(m.peak_in_use_bytes >= 4 * MIB);
+        uint64_t in_use = m.in_use_bytes;
+        assert_int_equal(kiln_device_memory_reset_peak(dev), 0);
+        memory(dev, &m);
+        assert_int_equal(m.peak_in_use_bytes, in_use);
+        make_and_free(dev, 1);
+        memory(dev, &m);
+        assert_int_equal(m.peak_in_use_bytes, in_use + 1 * MIB);
+        kiln_device_close(dev);
+    }
+    kiln_device *ref = kiln_device_open("ref");
+    assert_non_null(ref);
+    assert_int_equal(kiln_device_memory_reset_peak(ref), KILN_ENOTSUP);
+    assert_non_null(strstr(kiln_error(), "'ref'"));
+    kiln_device_close(ref);
+    kiln_device *fused_ref = kiln_device_open("fused:ref");
+    assert_non_null(fused_ref);
+    assert_int_equal(kiln_device_memory_reset_peak(fused_ref), KILN_ENOTSUP);
+    assert_non_null(strstr(kiln_error(), "no memory figures"));
+    kiln_device_close(fused_ref);
+    assert_true(kiln_device_memory_reset_peak(NULL) < 0);
+    assert_non_null(strstr(kiln_error(), "device is NULL"));
+}
+
 static void test_null_device(void **state)
 {
     (void)state;
@@ -209,6 +246,7 @@ int main(void)
         cmocka_unit_test(test_cpu_keeps_live_buffers),
         cmocka_unit_test(test_cpu_carved_neighbours),
         cmocka_unit_test(test_ref),
+        cmocka_unit_test(test_reset_peak),
         cmocka_unit_test(test_null_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -21,6 +21,7 @@ int main(void)
     test_autotune();
     test_gpu();
     test_wrapped();
+    test_dead_memory();
     test_epilogue();
     test_tune();
     test_pool_grad();

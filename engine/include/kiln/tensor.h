@@ -195,6 +195,10 @@ typedef struct kiln_device_memory {
 /** Fill *out from a device whose backend keeps memory figures; KILN_ENOTSUP with a
  *  message naming the device for one that keeps none (ref, remote). Any thread. */
 int kiln_device_memory_get(kiln_device *dev, kiln_device_memory *out);
+/** Start dev's peak_in_use_bytes again from what is in use now, to measure the peak of
+ *  one piece of work (a forward, a training step); 0, or KILN_ENOTSUP with a message
+ *  naming the device for one that keeps no figures. Any thread. */
+int kiln_device_memory_reset_peak(kiln_device *dev);
 /**
  * Hand the buffers dev keeps for reuse (freed by the engine, used by no tensor: the
  * cached_bytes of kiln_device_memory) back to the system, largest first, until at least
