@@ -24,6 +24,18 @@ extern int fusion_passed, fusion_failed;
         }                                                                                                         \
     } while (0)
 
+/* Calls of the primitive entry named entry ("fused", "unary", ...) that a device over the
+ * counting decorator made so far, or all its calls with entry NULL; 0 on a device that
+ * counts nothing. */
+static inline uint64_t fusion_calls_of(kiln_device *d, const char *entry)
+{
+    kiln_device_counters c;
+    uint64_t n = 0;
+    if (kiln_device_counters_get(d, &c, entry, &n) < 0)
+        return 0;
+    return entry ? n : c.calls;
+}
+
 static inline uint64_t test_rand(uint64_t *s)
 {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;

@@ -215,13 +215,6 @@ static void refresh(void)
 #define NDEV 3
 static kiln_device *devs[NDEV]; /* fused, unfused, ref */
 
-static uint64_t calls_of(kiln_device *d, const char *entry)
-{
-    kiln_device_counters c;
-    uint64_t n = 0;
-    return kiln_device_counters_get(d, &c, entry, &n) < 0 ? 0 : n;
-}
-
 /* 0 when a and b hold the same values (NaN where the other has NaN, signed zeros
  * alike), else the largest difference relative to |b| + 1 (INFINITY on a mismatch of
  * NaN or sign of zero, or a failed read). */
@@ -313,7 +306,7 @@ static void conv_cases(const char *table)
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const conv_case *c = &cases[i];
-        uint64_t f0 = calls_of(devs[0], "fused"), c0 = calls_of(devs[0], "conv");
+        uint64_t f0 = fusion_calls_of(devs[0], "fused"), c0 = fusion_calls_of(devs[0], "conv");
         kiln_tensor *out[NDEV];
         for (int d = 0; d < NDEV; d++) {
             kiln_scope_begin();
@@ -325,7 +318,7 @@ static void conv_cases(const char *table)
               out[0] ? "" : kiln_error());
         /* (2 / (s - v) magnifies the convolution's rounding where s - v is near 0) */
         CHECK(r <= (c->form == 1 ? 1e-3 : 1e-4), "%s, %s: fused vs ref %.3g", table, c->what, r);
-        CHECK(calls_of(devs[0], "fused") > f0 && calls_of(devs[0], "conv") == c0,
+        CHECK(fusion_calls_of(devs[0], "fused") > f0 && fusion_calls_of(devs[0], "conv") == c0,
               "%s, %s: the convolution ran inside a fused program", table, c->what);
         for (int d = 0; d < NDEV; d++)
             kiln_tensor_release(out[d]);

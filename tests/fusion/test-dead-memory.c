@@ -18,15 +18,6 @@
 #define N ((int64_t)1 << 18) /* 1 MiB of f32: an exact size class of the cpu pool */
 #define MIB ((int64_t)1 << 20)
 
-static uint64_t count_of(kiln_device *d, const char *entry)
-{
-    kiln_device_counters c;
-    uint64_t n = 0;
-    if (kiln_device_counters_get(d, &c, entry, &n) < 0)
-        return 0;
-    return n;
-}
-
 static int64_t in_use(kiln_device *d, int64_t *peak)
 {
     kiln_device_memory m;
@@ -84,30 +75,31 @@ void test_dead_memory(void)
     double unfused_peak = chain_peak(plain, &right);
     CHECK(right && unfused_peak == 2, "unfused: tanh(2x+1) right (%d), peak %.2f MiB above x (two live values)",
           right, unfused_peak);
-    uint64_t fused_before = count_of(fused, "fused");
+    uint64_t fused_before = fusion_calls_of(fused, "fused");
     double fused_peak = chain_peak(fused, &right);
-    CHECK(right && count_of(fused, "fused") == fused_before + 1, "fused: tanh(2x+1) right (%d), one fused call",
-          right);
+    CHECK(right && fusion_calls_of(fused, "fused") == fused_before + 1,
+          "fused: tanh(2x+1) right (%d), one fused call", right);
     /* each dead intermediate's block went back when it was released (held to the flush,
      * y, z and w would all be in use: 3 MiB) */
     CHECK(fused_peak == unfused_peak, "fused peak %.2f MiB above x, as unfused (%.2f)", fused_peak, unfused_peak);
 
     /* replayed: y and z are read by later calls, so they get memory again at the flush */
     double replay_peak = chain_peak(replay, &right);
-    CHECK(right && count_of(replay, "fused") == 0, "codegen=off: tanh(2x+1) right (%d) without a fused call",
-          right);
+    CHECK(right && fusion_calls_of(replay, "fused") == 0,
+          "codegen=off: tanh(2x+1) right (%d) without a fused call", right);
     CHECK(replay_peak <= 3, "codegen=off peak %.2f MiB (at most y, z and w)", replay_peak);
 
     /* replayed: a dead value nothing reads is not computed at all */
     kiln_tensor *x = kiln_full(replay, KILN_F32, 1, (int64_t[]){N}, 0.5);
     CHECK(x && kiln_device_sync(replay) == 0, "x made: %s", kiln_error());
-    uint64_t unary_before = count_of(replay, "unary");
+    uint64_t unary_before = fusion_calls_of(replay, "unary");
     kiln_tensor *dead = kiln_exp(x);
     kiln_tensor *live = kiln_tanh(x);
     kiln_tensor_release(dead);
     CHECK(all_equal(live, tanhf(0.5f)), "codegen=off: tanh(x) right beside a dead exp(x)");
-    CHECK(count_of(replay, "unary") == unary_before + 1, "codegen=off ran %llu unary calls for one live value",
-          (unsigned long long)(count_of(replay, "unary") - unary_before));
+    CHECK(fusion_calls_of(replay, "unary") == unary_before + 1,
+          "codegen=off ran %llu unary calls for one live value",
+          (unsigned long long)(fusion_calls_of(replay, "unary") - unary_before));
     kiln_tensor_release(live);
     kiln_tensor_release(x);
 

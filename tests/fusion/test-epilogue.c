@@ -23,15 +23,6 @@
 #define NDEV 3
 static kiln_device *devs[NDEV]; /* fused, unfused, ref */
 
-static uint64_t calls_of(kiln_device *d, const char *entry)
-{
-    kiln_device_counters c;
-    uint64_t n = 0;
-    if (kiln_device_counters_get(d, &c, entry, &n) < 0)
-        return 0;
-    return n;
-}
-
 /* The largest relative difference of a against b (NaN where they disagree on NaN), and
  * whether both could be read. */
 static double worst_rel(kiln_tensor *a, kiln_tensor *b, double floor)
@@ -105,7 +96,7 @@ static void random_product(int seed)
     for (int64_t i = 0; i < an + bn + N + outn; i++)
         host[i] = (float)((double)test_rand(&s) / (double)(1ull << 31) * 2.0 - 1.0);
     kiln_tensor *res[NDEV], *prod[NDEV];
-    uint64_t f0 = calls_of(devs[0], "fused"), m0 = calls_of(devs[0], "matmul");
+    uint64_t f0 = fusion_calls_of(devs[0], "fused"), m0 = fusion_calls_of(devs[0], "matmul");
     kiln_scope_begin();
     for (int d = 0; d < NDEV; d++) {
         kiln_tensor *a = upload(devs[d], (int)na, ash, host), *b = upload(devs[d], (int)nbd, bsh, host + an);
@@ -144,10 +135,10 @@ static void random_product(int seed)
         double pu = worst_rel(prod[0], prod[1], 1.0);
         CHECK(pu == 0, "%s: the kept product, fused vs unfused %.3g", what, pu);
     }
-    CHECK(calls_of(devs[0], "fused") > f0 && calls_of(devs[0], "matmul") == m0,
+    CHECK(fusion_calls_of(devs[0], "fused") > f0 && fusion_calls_of(devs[0], "matmul") == m0,
           "%s: the product ran inside a fused program (%llu fused, %llu matmul calls)", what,
-          (unsigned long long)(calls_of(devs[0], "fused") - f0),
-          (unsigned long long)(calls_of(devs[0], "matmul") - m0));
+          (unsigned long long)(fusion_calls_of(devs[0], "fused") - f0),
+          (unsigned long long)(fusion_calls_of(devs[0], "matmul") - m0));
     for (int d = 0; d < NDEV; d++) {
         kiln_tensor_release(res[d]);
         if (prod[d])
@@ -169,8 +160,8 @@ static void product_rows(void)
         kiln_tensor *k = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(6, 40, 16), -1, 1, &g);
         kiln_device_sync(devs[d]);
         if (d == 0)
-            f0 = calls_of(devs[0], "fused"), m0 = calls_of(devs[0], "matmul"), s0 = calls_of(devs[0], "softmax"),
-            r0 = calls_of(devs[0], "reduce");
+            f0 = fusion_calls_of(devs[0], "fused"), m0 = fusion_calls_of(devs[0], "matmul"),
+            s0 = fusion_calls_of(devs[0], "softmax"), r0 = fusion_calls_of(devs[0], "reduce");
         kiln_scope_begin();
         sm[d] = kiln_keep(kiln_softmax(kiln_mul_scalar(kiln_matmul(q, kiln_transpose(k, -2, -1)), 0.25), -1));
         mx[d] = kiln_keep(
@@ -182,13 +173,13 @@ static void product_rows(void)
     CHECK(a <= 1e-5 && worst_rel(sm[0], sm[2], 1.0) <= 1e-4, "softmax(q k^T / 4): fused vs unfused %.3g", a);
     CHECK(b <= 1e-5 && worst_rel(mx[0], mx[2], 1.0) <= 1e-4, "max(q k^T + 1, -1): fused vs unfused %.3g", b);
     CHECK(c <= 1e-5 && worst_rel(mn[0], mn[2], 1.0) <= 1e-4, "min(tanh(q k^T), -1): fused vs unfused %.3g", c);
-    CHECK(calls_of(devs[0], "fused") - f0 == 3 && calls_of(devs[0], "matmul") == m0 &&
-              calls_of(devs[0], "softmax") == s0 && calls_of(devs[0], "reduce") == r0,
+    CHECK(fusion_calls_of(devs[0], "fused") - f0 == 3 && fusion_calls_of(devs[0], "matmul") == m0 &&
+              fusion_calls_of(devs[0], "softmax") == s0 && fusion_calls_of(devs[0], "reduce") == r0,
           "each of the three ran as one fused program (%llu fused, %llu matmul, %llu softmax, %llu reduce)",
-          (unsigned long long)(calls_of(devs[0], "fused") - f0),
-          (unsigned long long)(calls_of(devs[0], "matmul") - m0),
-          (unsigned long long)(calls_of(devs[0], "softmax") - s0),
-          (unsigned long long)(calls_of(devs[0], "reduce") - r0));
+          (unsigned long long)(fusion_calls_of(devs[0], "fused") - f0),
+          (unsigned long long)(fusion_calls_of(devs[0], "matmul") - m0),
+          (unsigned long long)(fusion_calls_of(devs[0], "softmax") - s0),
+          (unsigned long long)(fusion_calls_of(devs[0], "reduce") - r0));
     for (int d = 0; d < NDEV; d++) {
         kiln_tensor_release(sm[d]);
         kiln_tensor_release(mx[d]);
@@ -253,7 +244,7 @@ static void layer_norms(void)
             kiln_tensor *b = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(inner), -1, 1, &g);
             kiln_device_sync(devs[d]);
             if (d == 0)
-                f0 = calls_of(devs[0], "fused"), l0 = calls_of(devs[0], "layer_norm");
+                f0 = fusion_calls_of(devs[0], "fused"), l0 = fusion_calls_of(devs[0], "layer_norm");
             kiln_scope_begin();
             kiln_tensor *h = kiln_layer_norm(kiln_add(x, r), 1, affine ? w : NULL, affine ? b : NULL, 1e-5);
             out[d] = kiln_keep(kiln_mul(kiln_relu(h), x));
@@ -264,10 +255,10 @@ static void layer_norms(void)
                  (long long)rows, (long long)inner);
         double u = worst_rel(out[0], out[1], 1.0), f = worst_rel(out[0], out[2], 1.0);
         CHECK(u == 0 && f <= 1e-4, "%s: fused vs unfused %.3g (the same bits), vs ref %.3g", what, u, f);
-        CHECK(calls_of(devs[0], "layer_norm") == l0 && calls_of(devs[0], "fused") - f0 == 1,
+        CHECK(fusion_calls_of(devs[0], "layer_norm") == l0 && fusion_calls_of(devs[0], "fused") - f0 == 1,
               "%s ran as one fused program (%llu fused, %llu layer_norm calls)", what,
-              (unsigned long long)(calls_of(devs[0], "fused") - f0),
-              (unsigned long long)(calls_of(devs[0], "layer_norm") - l0));
+              (unsigned long long)(fusion_calls_of(devs[0], "fused") - f0),
+              (unsigned long long)(fusion_calls_of(devs[0], "layer_norm") - l0));
         for (int d = 0; d < NDEV; d++)
             kiln_tensor_release(out[d]);
     }
@@ -311,7 +302,7 @@ static void half_groups(void)
             kiln_tensor *c = kiln_cast(kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(R, 1), -2, 2, &g), dt);
             kiln_device_sync(devs[d]);
             if (d == 0)
-                f0 = calls_of(devs[0], "fused");
+                f0 = fusion_calls_of(devs[0], "fused");
             uint64_t ops = s;
             kiln_tensor *v = x;
             for (int k = 0; k < 6; k++) {
@@ -334,7 +325,7 @@ static void half_groups(void)
         double u = worst_rel(out[0], out[1], 1.0), r = worst_rel(out[0], out[2], 1.0);
         CHECK(u == 0, "%s: fused vs unfused %.3g (the same bits)", what, u);
         CHECK(r <= (dt == KILN_F16 ? 2e-2 : 1e-1), "%s: fused vs ref %.3g", what, r);
-        CHECK(calls_of(devs[0], "fused") > f0, "%s ran fused", what);
+        CHECK(fusion_calls_of(devs[0], "fused") > f0, "%s ran fused", what);
         for (int d = 0; d < NDEV; d++)
             kiln_tensor_release(out[d]);
     }
@@ -366,7 +357,7 @@ static void random_convs(void)
             kiln_tensor *b = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(O), -1, 1, &gen);
             kiln_device_sync(devs[d]);
             if (d == 0)
-                f0 = calls_of(devs[0], "fused"), c0 = calls_of(devs[0], "conv");
+                f0 = fusion_calls_of(devs[0], "fused"), c0 = fusion_calls_of(devs[0], "conv");
             kiln_scope_begin();
             kiln_tensor *y = two ? kiln_conv2d(x, w, has_bias ? b : NULL, &o)
                                  : kiln_conv1d(x, w, has_bias ? b : NULL, &o);
@@ -385,7 +376,7 @@ static void random_convs(void)
         CHECK(r <= 1e-4, "%s: fused vs ref %.3g", what, r);
         if (keep)
             CHECK(worst_rel(prod[0], prod[1], 1.0) <= 1e-5, "%s: the kept convolution equals unfused", what);
-        CHECK(calls_of(devs[0], "fused") > f0 && calls_of(devs[0], "conv") == c0,
+        CHECK(fusion_calls_of(devs[0], "fused") > f0 && fusion_calls_of(devs[0], "conv") == c0,
               "%s: the convolution ran inside a fused program", what);
         for (int d = 0; d < NDEV; d++) {
             kiln_tensor_release(out[d]);
@@ -485,7 +476,7 @@ static void batched_products(void)
             kiln_tensor *k = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(sh[0], sh[3], sh[2]), -1, 1, &g);
             kiln_device_sync(devs[d]);
             if (d == 0)
-                m0 = calls_of(devs[0], "matmul"), f0 = calls_of(devs[0], "fused");
+                m0 = fusion_calls_of(devs[0], "matmul"), f0 = fusion_calls_of(devs[0], "fused");
             kiln_scope_begin();
             sm[d] = kiln_keep(kiln_softmax(kiln_mul_scalar(kiln_matmul(q, kiln_transpose(k, -2, -1)), 0.125), -1));
             kept[d] = kiln_keep(kiln_matmul(q, kiln_transpose(k, -2, -1)));
@@ -499,10 +490,10 @@ static void batched_products(void)
                   worst_rel(ep[0], ep[2], 1.0) <= 1e-4,
               "[%lld, %lld, %lld] products by batches: fused vs unfused %.3g, %.3g, %.3g (the same bits)",
               (long long)sh[0], (long long)sh[1], (long long)sh[3], a, b, c);
-        CHECK(calls_of(devs[0], "matmul") == m0 && calls_of(devs[0], "fused") - f0 == 2,
+        CHECK(fusion_calls_of(devs[0], "matmul") == m0 && fusion_calls_of(devs[0], "fused") - f0 == 2,
               "[%lld, %lld, %lld]: two fused programs and no matmul call (%llu, %llu)", (long long)sh[0],
-              (long long)sh[1], (long long)sh[3], (unsigned long long)(calls_of(devs[0], "fused") - f0),
-              (unsigned long long)(calls_of(devs[0], "matmul") - m0));
+              (long long)sh[1], (long long)sh[3], (unsigned long long)(fusion_calls_of(devs[0], "fused") - f0),
+              (unsigned long long)(fusion_calls_of(devs[0], "matmul") - m0));
         for (int d = 0; d < NDEV; d++) {
             kiln_tensor_release(sm[d]);
             kiln_tensor_release(kept[d]);
@@ -532,14 +523,14 @@ static void permuted_products(void)
             kiln_tensor *v = kiln_transpose(kiln_reshape(vp, KILN_SHAPE(N, L, H, D)), 1, 2);
             kiln_device_sync(devs[d]);
             if (d == 0)
-                m[0] = calls_of(devs[0], "matmul"), c[0] = calls_of(devs[0], "copy");
+                m[0] = fusion_calls_of(devs[0], "matmul"), c[0] = fusion_calls_of(devs[0], "copy");
             kiln_scope_begin();
             kiln_tensor *ctx = kiln_matmul(w, v);
             merged[d] = kiln_keep(kiln_reshape(kiln_transpose(ctx, 1, 2), KILN_SHAPE(N, L, H * D)));
             kiln_scope_end();
             kiln_device_sync(devs[d]);
             if (d == 0)
-                m[1] = calls_of(devs[0], "matmul"), c[1] = calls_of(devs[0], "copy");
+                m[1] = fusion_calls_of(devs[0], "matmul"), c[1] = fusion_calls_of(devs[0], "copy");
             kiln_scope_begin();
             kept[d] = kiln_keep(kiln_matmul(w, v));
             merged2[d] = kiln_keep(kiln_reshape(kiln_transpose(kept[d], 1, 2), KILN_SHAPE(N, L, H * D)));
@@ -548,7 +539,7 @@ static void permuted_products(void)
             kiln_scope_end();
             kiln_device_sync(devs[d]);
             if (d == 0)
-                m[2] = calls_of(devs[0], "matmul"), c[2] = calls_of(devs[0], "copy");
+                m[2] = fusion_calls_of(devs[0], "matmul"), c[2] = fusion_calls_of(devs[0], "copy");
         }
         double a = worst_rel(merged[0], merged[1], 1.0), b = worst_rel(merged2[0], merged2[1], 1.0),
                k = worst_rel(kept[0], kept[1], 1.0), s2 = worst_rel(swapped[0], swapped[1], 1.0);

@@ -32,15 +32,6 @@ static kiln_device *devs[NDEV]; /* fused, unfused, ref */
 static const char *gpu;         /* the device under test, for messages */
 static bool generates;          /* its backend has a fused_run (else every group replays) */
 
-static uint64_t calls_of(kiln_device *d, const char *entry)
-{
-    kiln_device_counters c;
-    uint64_t n = 0;
-    if (kiln_device_counters_get(d, &c, entry, &n) < 0)
-        return 0;
-    return entry ? n : c.calls;
-}
-
 /* fused within rel_tol (relative, plus as much absolute) of unfused, both within 1e-4 of ref. */
 static void compare(const char *what, kiln_tensor *const t[NDEV], double rel_tol)
 {
@@ -115,7 +106,7 @@ static void random_graph(int seed)
     }
     free(bits);
     n = 6;
-    uint64_t before[2] = {calls_of(devs[0], NULL), calls_of(devs[1], NULL)};
+    uint64_t before[2] = {fusion_calls_of(devs[0], NULL), fusion_calls_of(devs[1], NULL)};
     int nops = 3 + test_pick(&s, 14);
     for (int i = 0; i < nops && n < 39; i++) {
         int kind = test_pick(&s, 10), a = test_pick(&s, n), b = test_pick(&s, n);
@@ -149,7 +140,8 @@ static void random_graph(int seed)
     compare(what, red, 1e-5);
     snprintf(what, sizeof what, "graph %d softmax", seed);
     compare(what, sm, 1e-5);
-    uint64_t fused_calls = calls_of(devs[0], NULL) - before[0], plain_calls = calls_of(devs[1], NULL) - before[1];
+    uint64_t fused_calls = fusion_calls_of(devs[0], NULL) - before[0],
+             plain_calls = fusion_calls_of(devs[1], NULL) - before[1];
     CHECK(!generates || fused_calls < plain_calls, "%s graph %d: fused made %llu calls, unfused %llu", gpu, seed,
           (unsigned long long)fused_calls, (unsigned long long)plain_calls);
     kiln_scope_end();
@@ -164,16 +156,17 @@ static void chain(void)
     from_host(x, (int64_t[]){300, 517}, 2, &s);
     from_host(a, (int64_t[]){517, 1}, 1, &s);
     kiln_device_sync(devs[0]);
-    uint64_t f0 = calls_of(devs[0], "fused"), u0 = calls_of(devs[0], "unary"), b0 = calls_of(devs[0], "binary");
+    uint64_t f0 = fusion_calls_of(devs[0], "fused"), u0 = fusion_calls_of(devs[0], "unary"),
+             b0 = fusion_calls_of(devs[0], "binary");
     for (int d = 0; d < NDEV; d++)
         y[d] = kiln_mul(kiln_gelu(kiln_add(kiln_mul(x[d], a[d]), a[d]), false), a[d]);
     compare("gelu(x * a + a) * a", y, 1e-5);
-    CHECK(!generates || calls_of(devs[0], "fused") - f0 == 1, "%s: the chain ran as one fused call (%llu)", gpu,
-          (unsigned long long)(calls_of(devs[0], "fused") - f0));
-    CHECK(!generates || (calls_of(devs[0], "unary") == u0 && calls_of(devs[0], "binary") == b0),
+    CHECK(!generates || fusion_calls_of(devs[0], "fused") - f0 == 1, "%s: the chain ran as one fused call (%llu)",
+          gpu, (unsigned long long)(fusion_calls_of(devs[0], "fused") - f0));
+    CHECK(!generates || (fusion_calls_of(devs[0], "unary") == u0 && fusion_calls_of(devs[0], "binary") == b0),
           "%s: no unfused elementwise call reached the kernels", gpu);
     /* log-softmax and a sum over rows of a fused value, inside groups */
-    uint64_t sm0 = calls_of(devs[0], "softmax"), r0 = calls_of(devs[0], "reduce");
+    uint64_t sm0 = fusion_calls_of(devs[0], "softmax"), r0 = fusion_calls_of(devs[0], "reduce");
     kiln_tensor *ls[NDEV], *sum[NDEV];
     for (int d = 0; d < NDEV; d++) {
         ls[d] = kiln_log_softmax(kiln_add(x[d], a[d]), -1);
@@ -181,7 +174,7 @@ static void chain(void)
     }
     compare("log_softmax(x + a)", ls, 1e-5);
     compare("sum((x - a)^2, -1)", sum, 1e-5);
-    CHECK(!generates || (calls_of(devs[0], "softmax") == sm0 && calls_of(devs[0], "reduce") == r0),
+    CHECK(!generates || (fusion_calls_of(devs[0], "softmax") == sm0 && fusion_calls_of(devs[0], "reduce") == r0),
           "%s: the softmax and the sum ran inside fused groups", gpu);
     /* a sum over a few long rows ends the group instead of joining it (a fused row runs as
      * one block; the backend's own reduction splits a long row over many): the chain is one
@@ -189,16 +182,17 @@ static void chain(void)
     kiln_tensor *lx[NDEV], *lsum[NDEV];
     from_host(lx, (int64_t[]){4, 65536}, 2, &s);
     kiln_device_sync(devs[0]);
-    uint64_t f1 = calls_of(devs[0], "fused"), r1 = calls_of(devs[0], "reduce");
-    uint64_t u1 = calls_of(devs[0], "unary"), b1 = calls_of(devs[0], "binary");
+    uint64_t f1 = fusion_calls_of(devs[0], "fused"), r1 = fusion_calls_of(devs[0], "reduce");
+    uint64_t u1 = fusion_calls_of(devs[0], "unary"), b1 = fusion_calls_of(devs[0], "binary");
     for (int d = 0; d < NDEV; d++)
         lsum[d] = kiln_sum(kiln_square(kiln_add_scalar(kiln_tanh(lx[d]), 0.5)), KILN_DIMS(-1), false);
     compare("sum((tanh(x) + 0.5)^2, -1) over 4 rows of 65536", lsum, 1e-5);
-    CHECK(!generates || (calls_of(devs[0], "fused") - f1 == 1 && calls_of(devs[0], "reduce") - r1 == 1 &&
-                         calls_of(devs[0], "unary") == u1 && calls_of(devs[0], "binary") == b1),
+    CHECK(!generates ||
+              (fusion_calls_of(devs[0], "fused") - f1 == 1 && fusion_calls_of(devs[0], "reduce") - r1 == 1 &&
+               fusion_calls_of(devs[0], "unary") == u1 && fusion_calls_of(devs[0], "binary") == b1),
           "%s: a few long rows: the chain fused (%llu fused calls), the sum by itself (%llu reductions)", gpu,
-          (unsigned long long)(calls_of(devs[0], "fused") - f1),
-          (unsigned long long)(calls_of(devs[0], "reduce") - r1));
+          (unsigned long long)(fusion_calls_of(devs[0], "fused") - f1),
+          (unsigned long long)(fusion_calls_of(devs[0], "reduce") - r1));
     kiln_scope_end();
 }
 
@@ -283,8 +277,8 @@ static void run_on(const char *spec)
     chain();
     op_coverage();
     wide_group();
-    CHECK(!generates || calls_of(devs[0], "fused") > 0, "%s ran generated programs (%llu fused calls)", spec,
-          (unsigned long long)calls_of(devs[0], "fused"));
+    CHECK(!generates || fusion_calls_of(devs[0], "fused") > 0, "%s ran generated programs (%llu fused calls)",
+          spec, (unsigned long long)fusion_calls_of(devs[0], "fused"));
     printf("fusion on %s: %s\n", spec, fusion_failed == failed_before ? "passed" : "FAILED");
     for (int d = 0; d < NDEV; d++)
         kiln_device_close(devs[d]);

@@ -23,15 +23,6 @@ typedef struct graph_vals {
     int n;
 } graph_vals;
 
-static uint64_t calls_of(kiln_device *d, const char *entry)
-{
-    kiln_device_counters c;
-    uint64_t n = 0;
-    if (kiln_device_counters_get(d, &c, entry, &n) < 0)
-        return 0;
-    return entry ? n : c.calls;
-}
-
 /* Compare a result on the three devices: fused == unfused bit for bit (within rel_tol
  * when that is not 0: a fused reduction adds its blocks in another order, in double),
  * both near ref. */
@@ -103,7 +94,7 @@ static void random_graph(int seed)
     free(bits);
     free(host);
     g.n = 6;
-    uint64_t before[2] = {calls_of(devs[0], NULL), calls_of(devs[1], NULL)};
+    uint64_t before[2] = {fusion_calls_of(devs[0], NULL), fusion_calls_of(devs[1], NULL)};
     int nops = 3 + test_pick(&s, 14);
     for (int i = 0; i < nops && g.n < 47; i++) {
         int kind = test_pick(&s, 10);
@@ -147,7 +138,8 @@ static void random_graph(int seed)
     compare_tol(what, red, 1e-6);
     snprintf(what, sizeof what, "graph %d matmul epilogue", seed);
     compare(what, mm);
-    uint64_t fused_calls = calls_of(devs[0], NULL) - before[0], plain_calls = calls_of(devs[1], NULL) - before[1];
+    uint64_t fused_calls = fusion_calls_of(devs[0], NULL) - before[0],
+             plain_calls = fusion_calls_of(devs[1], NULL) - before[1];
     CHECK(fused_calls < plain_calls, "graph %d: fused made %llu calls, unfused %llu", seed,
           (unsigned long long)fused_calls, (unsigned long long)plain_calls);
     kiln_scope_end();
@@ -178,16 +170,17 @@ static void chain_counts(void)
     kiln_tensor *x = kiln_rand_uniform(devs[0], KILN_F32, KILN_SHAPE(300, 517), -2, 2, &gen);
     kiln_tensor *a = kiln_rand_uniform(devs[0], KILN_F32, KILN_SHAPE(517), -2, 2, &gen);
     kiln_device_sync(devs[0]);
-    uint64_t f0 = calls_of(devs[0], "fused"), u0 = calls_of(devs[0], "unary"), b0 = calls_of(devs[0], "binary");
+    uint64_t f0 = fusion_calls_of(devs[0], "fused"), u0 = fusion_calls_of(devs[0], "unary"),
+             b0 = fusion_calls_of(devs[0], "binary");
     kiln_scope_begin();
     kiln_tensor *y = kiln_keep(kiln_mul(kiln_gelu(kiln_add(kiln_mul(x, a), a), false), a));
     kiln_scope_end();
     float first[4];
     CHECK(kiln_to_data(kiln_slice(kiln_reshape(y, KILN_SHAPE(-1)), 0, 0, 4, 1), first, sizeof first) == 0,
           "chain: read: %s", kiln_error());
-    CHECK(calls_of(devs[0], "fused") - f0 == 1, "gelu(x*a+a)*a ran as one fused call (%llu)",
-          (unsigned long long)(calls_of(devs[0], "fused") - f0));
-    CHECK(calls_of(devs[0], "unary") == u0 && calls_of(devs[0], "binary") == b0,
+    CHECK(fusion_calls_of(devs[0], "fused") - f0 == 1, "gelu(x*a+a)*a ran as one fused call (%llu)",
+          (unsigned long long)(fusion_calls_of(devs[0], "fused") - f0));
+    CHECK(fusion_calls_of(devs[0], "unary") == u0 && fusion_calls_of(devs[0], "binary") == b0,
           "no unfused elementwise call reached the kernels");
     kiln_tensor_release(y);
 
@@ -201,7 +194,7 @@ static void chain_counts(void)
             kiln_tensor *ad = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(517), -1, 1, &g2);
             kiln_device_sync(devs[d]);
             if (d == 0)
-                f0 = calls_of(devs[0], "fused"), b0 = calls_of(devs[0], "binary");
+                f0 = fusion_calls_of(devs[0], "fused"), b0 = fusion_calls_of(devs[0], "binary");
             kiln_scope_begin();
             kiln_tensor *v = xd;
             for (int i = 0; i < 9; i++)
@@ -210,10 +203,10 @@ static void chain_counts(void)
             kiln_scope_end();
         }
         pair_same_bits("(v * x + a) nine times", r, NULL);
-        CHECK(calls_of(devs[0], "fused") - f0 == 1 && calls_of(devs[0], "binary") == b0,
+        CHECK(fusion_calls_of(devs[0], "fused") - f0 == 1 && fusion_calls_of(devs[0], "binary") == b0,
               "(v * x + a) nine times ran as one fused call (%llu fused, %llu binary)",
-              (unsigned long long)(calls_of(devs[0], "fused") - f0),
-              (unsigned long long)(calls_of(devs[0], "binary") - b0));
+              (unsigned long long)(fusion_calls_of(devs[0], "fused") - f0),
+              (unsigned long long)(fusion_calls_of(devs[0], "binary") - b0));
     }
 
     /* a dropout after a softmax: its mask's draws run ahead of the pending group, and its
@@ -227,7 +220,8 @@ static void chain_counts(void)
             kiln_tensor *ad = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(517), -2, 2, &g2);
             kiln_device_sync(devs[d]);
             if (d == 0)
-                f0 = calls_of(devs[0], "fused"), b0 = calls_of(devs[0], "binary"), rng0 = calls_of(devs[0], "rng");
+                f0 = fusion_calls_of(devs[0], "fused"), b0 = fusion_calls_of(devs[0], "binary"),
+                rng0 = fusion_calls_of(devs[0], "rng");
             kiln_generator dg = kiln_generator_make(11);
             kiln_scope_begin();
             r[d] = kiln_keep(kiln_dropout(kiln_softmax(kiln_mul(xd, ad), -1), 0.25, true, &dg));
@@ -237,12 +231,12 @@ static void chain_counts(void)
         pair_same_bits("dropout(softmax(x * a))", r, &zeros);
         CHECK(zeros > 300 * 517 / 5 && zeros < 300 * 517 * 3 / 10, "dropout(p = 0.25) zeroed %lld of %d",
               (long long)zeros, 300 * 517);
-        CHECK(calls_of(devs[0], "rng") - rng0 == 1 && calls_of(devs[0], "fused") - f0 == 1 &&
-                  calls_of(devs[0], "binary") == b0,
+        CHECK(fusion_calls_of(devs[0], "rng") - rng0 == 1 && fusion_calls_of(devs[0], "fused") - f0 == 1 &&
+                  fusion_calls_of(devs[0], "binary") == b0,
               "softmax then dropout ran as one draw and one fused call (%llu draws, %llu fused, %llu binary)",
-              (unsigned long long)(calls_of(devs[0], "rng") - rng0),
-              (unsigned long long)(calls_of(devs[0], "fused") - f0),
-              (unsigned long long)(calls_of(devs[0], "binary") - b0));
+              (unsigned long long)(fusion_calls_of(devs[0], "rng") - rng0),
+              (unsigned long long)(fusion_calls_of(devs[0], "fused") - f0),
+              (unsigned long long)(fusion_calls_of(devs[0], "binary") - b0));
     }
 
     /* a sum over the rows read back broadcast (softmax's backward, y (g - sum(g y))): one
@@ -256,20 +250,20 @@ static void chain_counts(void)
             kiln_tensor *gd = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(300, 517), -1, 1, &g2);
             kiln_device_sync(devs[d]);
             if (d == 0)
-                f0 = calls_of(devs[0], "fused"), b0 = calls_of(devs[0], "binary"),
-                r0 = calls_of(devs[0], "reduce");
+                f0 = fusion_calls_of(devs[0], "fused"), b0 = fusion_calls_of(devs[0], "binary"),
+                r0 = fusion_calls_of(devs[0], "reduce");
             kiln_scope_begin();
             kiln_tensor *s = kiln_sum(kiln_mul(gd, yd), KILN_DIMS(-1), true);
             r[d] = kiln_keep(kiln_mul(yd, kiln_sub(gd, s)));
             kiln_scope_end();
         }
         pair_same_bits("y (g - sum(g y))", r, NULL);
-        CHECK(calls_of(devs[0], "fused") - f0 == 1 && calls_of(devs[0], "binary") == b0 &&
-                  calls_of(devs[0], "reduce") == r0,
+        CHECK(fusion_calls_of(devs[0], "fused") - f0 == 1 && fusion_calls_of(devs[0], "binary") == b0 &&
+                  fusion_calls_of(devs[0], "reduce") == r0,
               "y (g - sum(g y)) ran as one fused call (%llu fused, %llu binary, %llu reduce)",
-              (unsigned long long)(calls_of(devs[0], "fused") - f0),
-              (unsigned long long)(calls_of(devs[0], "binary") - b0),
-              (unsigned long long)(calls_of(devs[0], "reduce") - r0));
+              (unsigned long long)(fusion_calls_of(devs[0], "fused") - f0),
+              (unsigned long long)(fusion_calls_of(devs[0], "binary") - b0),
+              (unsigned long long)(fusion_calls_of(devs[0], "reduce") - r0));
     }
 
     /* where over a bool mask per column (read in place beside a row-broadcast operand) */
@@ -295,15 +289,15 @@ static void chain_counts(void)
      * op after them too; the same bits as unfused */
     {
         kiln_tensor *sm[2], *ls[2];
-        uint64_t s0 = calls_of(devs[0], "softmax");
-        f0 = calls_of(devs[0], "fused");
+        uint64_t s0 = fusion_calls_of(devs[0], "softmax");
+        f0 = fusion_calls_of(devs[0], "fused");
         for (int d = 0; d < 2; d++) {
             kiln_generator g2 = kiln_generator_make(5);
             kiln_tensor *xd = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(300, 517), -2, 2, &g2);
             kiln_tensor *ad = kiln_rand_uniform(devs[d], KILN_F32, KILN_SHAPE(517), -2, 2, &g2);
             kiln_device_sync(devs[d]);
             if (d == 0)
-                f0 = calls_of(devs[0], "fused"), s0 = calls_of(devs[0], "softmax");
+                f0 = fusion_calls_of(devs[0], "fused"), s0 = fusion_calls_of(devs[0], "softmax");
             kiln_scope_begin();
             sm[d] = kiln_keep(kiln_mul_scalar(kiln_softmax(kiln_mul(xd, ad), -1), 2.0));
             ls[d] = kiln_keep(kiln_log_softmax(kiln_add(xd, ad), -1));
@@ -318,10 +312,10 @@ static void chain_counts(void)
                kiln_to_data(ls[1], v, 300 * 517 * sizeof(float)) == 0 && !memcmp(u, v, 300 * 517 * sizeof(float));
         CHECK(same, "log_softmax(x + a) fused equals unfused to the bit");
         /* both join one group: the rows have one length */
-        CHECK(calls_of(devs[0], "softmax") == s0 && calls_of(devs[0], "fused") - f0 == 1,
+        CHECK(fusion_calls_of(devs[0], "softmax") == s0 && fusion_calls_of(devs[0], "fused") - f0 == 1,
               "both softmaxes ran inside fused groups (%llu softmax, %llu fused calls)",
-              (unsigned long long)(calls_of(devs[0], "softmax") - s0),
-              (unsigned long long)(calls_of(devs[0], "fused") - f0));
+              (unsigned long long)(fusion_calls_of(devs[0], "softmax") - s0),
+              (unsigned long long)(fusion_calls_of(devs[0], "fused") - f0));
         free(u);
         free(v);
         for (int d = 0; d < 2; d++) {
@@ -331,14 +325,14 @@ static void chain_counts(void)
     }
 
     /* a mean over the last dim of a fused value: the reduction joins the group */
-    uint64_t r0 = calls_of(devs[0], "reduce");
-    f0 = calls_of(devs[0], "fused");
+    uint64_t r0 = fusion_calls_of(devs[0], "reduce");
+    f0 = fusion_calls_of(devs[0], "fused");
     kiln_scope_begin();
     kiln_tensor *m = kiln_keep(kiln_mean(kiln_square(kiln_sub(x, a)), KILN_DIMS(-1), false));
     kiln_scope_end();
     float got[300];
     CHECK(kiln_to_data(m, got, sizeof got) == 0, "mean: read: %s", kiln_error());
-    CHECK(calls_of(devs[0], "fused") - f0 == 1 && calls_of(devs[0], "reduce") == r0,
+    CHECK(fusion_calls_of(devs[0], "fused") - f0 == 1 && fusion_calls_of(devs[0], "reduce") == r0,
           "mean((x - a)^2, -1) ran as one fused call with its reduction");
     float xs[300 * 517], as[517];
     kiln_to_data(x, xs, sizeof xs);
@@ -369,8 +363,8 @@ static void options(void)
         float v = 0;
         kiln_to_data(kiln_slice(kiln_reshape(kiln_relu(kiln_mul(kiln_add(x, x), x)), KILN_SHAPE(-1)), 0, 0, 1, 1),
                      &v, sizeof v);
-        CHECK(v == 0.5f && calls_of(d, "fused") == 1, "fusion=on fuses (%g, %llu fused calls)", v,
-              (unsigned long long)calls_of(d, "fused"));
+        CHECK(v == 0.5f && fusion_calls_of(d, "fused") == 1, "fusion=on fuses (%g, %llu fused calls)", v,
+              (unsigned long long)fusion_calls_of(d, "fused"));
         kiln_scope_end();
     }
     kiln_device_close(d);
@@ -381,7 +375,7 @@ static void options(void)
         float v = 0;
         kiln_to_data(kiln_slice(kiln_reshape(kiln_relu(kiln_mul(kiln_add(x, x), x)), KILN_SHAPE(-1)), 0, 0, 1, 1),
                      &v, sizeof v);
-        CHECK(v == 0.5f && calls_of(d, "fused") == 0, "fusion=off does not fuse");
+        CHECK(v == 0.5f && fusion_calls_of(d, "fused") == 0, "fusion=off does not fuse");
         kiln_scope_end();
     }
     kiln_device_close(d);
@@ -395,10 +389,10 @@ static void options(void)
         kiln_tensor *x = kiln_full(d, KILN_F32, KILN_SHAPE(64, 64), 0.5);
         float v = 0;
         /* (the device may be shared with the tests above: count from here) */
-        uint64_t fused0 = calls_of(d, "fused"), binary0 = calls_of(d, "binary");
+        uint64_t fused0 = fusion_calls_of(d, "fused"), binary0 = fusion_calls_of(d, "binary");
         kiln_to_data(kiln_slice(kiln_reshape(kiln_relu(kiln_mul(kiln_add(x, x), x)), KILN_SHAPE(-1)), 0, 0, 1, 1),
                      &v, sizeof v);
-        uint64_t fused = calls_of(d, "fused") - fused0, binary = calls_of(d, "binary") - binary0;
+        uint64_t fused = fusion_calls_of(d, "fused") - fused0, binary = fusion_calls_of(d, "binary") - binary0;
         CHECK(v == 0.5f && fused == (uint64_t)k && binary == (k ? 0u : 2u),
               "%s: %g, %llu fused calls, %llu binary", k ? "min_elements=0" : "the default bound", v,
               (unsigned long long)fused, (unsigned long long)binary);
@@ -429,8 +423,8 @@ static void options(void)
         float v = 0;
         kiln_to_data(kiln_slice(kiln_reshape(kiln_relu(kiln_mul(kiln_add(x, x), x)), KILN_SHAPE(-1)), 0, 0, 1, 1),
                      &v, sizeof v);
-        CHECK(v == 0.5f && calls_of(d, "fused") == 0, "codegen=off replays (%g, %llu fused calls)", v,
-              (unsigned long long)calls_of(d, "fused"));
+        CHECK(v == 0.5f && fusion_calls_of(d, "fused") == 0, "codegen=off replays (%g, %llu fused calls)", v,
+              (unsigned long long)fusion_calls_of(d, "fused"));
         kiln_scope_end();
         kiln_device_close(d);
     }
