@@ -92,6 +92,9 @@ struct kiln_buffer {
     kvk_queue *freed_on;
     uint64_t freed_after;
     struct kiln_buffer *next;
+    /* its sub-allocation went back to the free lists (buffer_detach): block is NULL until
+     * buffer_reattach carves it another */
+    bool detached;
 };
 
 /* ------------------------------------------------------------------ views and scalars */
@@ -310,6 +313,8 @@ void kvk_alloc_init(kvk_alloc *a);
 void kvk_alloc_destroy(kvk_device *d);
 kiln_buffer *kvk_buffer_alloc(void *q, size_t nbytes);
 void kvk_buffer_free(void *q, kiln_buffer *b);
+bool kvk_buffer_detach(void *q, kiln_buffer *b);
+int kvk_buffer_reattach(void *q, kiln_buffer *b);
 size_t kvk_buffer_trim(void *q, size_t bytes);
 void kvk_alloc_forget_queue(kvk_device *d, kvk_queue *q);
 int kvk_buffer_upload(void *q, kiln_buffer *dst, size_t off, const void *src, size_t n);

@@ -254,6 +254,10 @@ void kvk_buffer_free(void *vq, kiln_buffer *b)
         free(b);
         return;
     }
+    if (b->detached) { /* its sub-allocation is in the free lists already */
+        free(b);
+        return;
+    }
     VkDeviceSize cls;
     int c = class_of(b->cls, &cls);
     pthread_mutex_lock(&q->lock);
@@ -266,6 +270,41 @@ void kvk_buffer_free(void *vq, kiln_buffer *b)
     d->alloc.free_list[c] = b;
     note_in_use(&d->alloc, -(int64_t)b->cls);
     pthread_mutex_unlock(&d->alloc.lock);
+}
+
+bool kvk_buffer_detach(void *vq, kiln_buffer *b)
+{
+    kvk_queue *q = vq;
+    if (!b || !q || b->detached)
+        return false;
+    /* the free lists link sub-allocation records: the memory leaves under a record of its
+     * own, freed on q as the buffer itself would be, so that b stays the caller's handle */
+    kiln_buffer *record = calloc(1, sizeof *record);
+    if (!record)
+        return false;
+    record->block = b->block, record->vkbuf = b->vkbuf, record->offset = b->offset;
+    record->nbytes = b->nbytes, record->cls = b->cls;
+    b->block = NULL, b->vkbuf = VK_NULL_HANDLE, b->offset = 0;
+    b->detached = true;
+    kvk_buffer_free(q, record);
+    return true;
+}
+
+int kvk_buffer_reattach(void *vq, kiln_buffer *b)
+{
+    kvk_queue *q = vq;
+    if (!b->detached)
+        return 0;
+    pthread_mutex_lock(&q->d->alloc.lock);
+    kiln_buffer *record = alloc_locked(q->d, q, b->nbytes, "buffer_reattach");
+    pthread_mutex_unlock(&q->d->alloc.lock);
+    if (!record)
+        return KILN_ENOMEM;
+    b->block = record->block, b->vkbuf = record->vkbuf, b->offset = record->offset, b->cls = record->cls;
+    b->freed_on = NULL;
+    b->detached = false;
+    free(record);
+    return 0;
 }
 
 int kvk_memory(void *ctx, kiln_device_memory *out)
