@@ -127,6 +127,9 @@ static void test_life_cycle(void)
         SLOT(fused_run),   SLOT(memory),           SLOT(lost),           SLOT(matmul_fused),  SLOT(capture_begin),
         SLOT(capture_end), SLOT(graph_launch),     SLOT(graph_free),     SLOT(graphs),
     };
+    /* and the pool's early release of a dead buffer (ref pools nothing) and its peak
+     * figure's reset (it keeps no figures) */
+    const size_t pool_slots[] = {SLOT(buffer_detach), SLOT(buffer_reattach), SLOT(memory_reset_peak)};
     /* and device enumeration (kiln_device_list): ref is one host device */
     const size_t list_slot = SLOT(list);
 #undef SLOT
@@ -134,6 +137,8 @@ static void test_life_cycle(void)
         bool fused = false;
         for (size_t f = 0; f < sizeof fused_slots / sizeof *fused_slots; f++)
             fused = fused || fused_slots[f] == i;
+        for (size_t f = 0; f < sizeof pool_slots / sizeof *pool_slots; f++)
+            fused = fused || pool_slots[f] == i;
         fused = fused || i == list_slot;
         if (i != spec_slot && !fused && slots[i] == NULL) {
             fprintf(stderr, "ref leaves interface slot %zu empty\n", i);
