@@ -4,7 +4,8 @@
  * "ref" (the oracle). Graphs mix elementwise ops, broadcasts (row, column and scalar
  * operands), views (transpose, slice, reshape), reductions and matmuls with elementwise
  * epilogues; every result must equal the unfused one to the bit and ref's within 1e-4,
- * and the fused device must reach its kernels in fewer calls. Also: the device options
+ * and the fused device must reach its kernels in fewer calls. Intermediates are released
+ * at random points, as a model's are. Also: the device options
  * (fusion=on, codegen=off) and their refusals.
  */
 #include <math.h>
@@ -59,6 +60,15 @@ static void compare(const char *what, kiln_tensor *const t[NDEV])
     compare_tol(what, t, 0);
 }
 
+/* A random index below n whose value is alive (index 0, an input, always is). */
+static int pick_alive(uint64_t *s, const bool *alive, int n)
+{
+    int k = test_pick(s, n);
+    while (!alive[k])
+        k--;
+    return k;
+}
+
 static void random_graph(int seed)
 {
     uint64_t s = (uint64_t)seed * 7919 + 3;
@@ -96,9 +106,15 @@ static void random_graph(int seed)
     g.n = 6;
     uint64_t before[2] = {fusion_calls_of(devs[0], NULL), fusion_calls_of(devs[1], NULL)};
     int nops = 3 + test_pick(&s, 14);
+    /* intermediates are released at random points on every device alike (a released one
+     * is read no more): one freed while its group is pending gives its memory back early
+     * (test-dead-memory.c), which must not change a bit of what the group computes */
+    bool alive[48] = {0};
+    for (int i = 0; i < 6; i++)
+        alive[i] = true;
     for (int i = 0; i < nops && g.n < 47; i++) {
         int kind = test_pick(&s, 10);
-        int a = test_pick(&s, g.n), b = test_pick(&s, g.n);
+        int a = pick_alive(&s, alive, g.n), b = pick_alive(&s, alive, g.n);
         int u = test_pick(&s, 10), bo = test_pick(&s, 6);
         for (int d = 0; d < NDEV; d++) {
             kiln_tensor *r;
@@ -121,7 +137,13 @@ static void random_graph(int seed)
             }
             g.v[d][g.n] = r;
         }
-        g.n++;
+        alive[g.n++] = true;
+        int victim = 6 + test_pick(&s, g.n); /* past g.n - 2: none this time */
+        if (test_pick(&s, 2) == 0 && victim < g.n - 1 && alive[victim]) {
+            for (int d = 0; d < NDEV; d++)
+                kiln_tensor_release(kiln_keep(g.v[d][victim]));
+            alive[victim] = false;
+        }
     }
     /* the result broadcast to [R, C], then a reduction of it and a matmul with an
      * elementwise epilogue after it */
