@@ -77,6 +77,19 @@ static int conv_backward(kiln__node *n, kiln_tensor *g0, kiln_tensor **gin)
     kiln_tensor *g = batch_g(n, g0, unb);
     if (!g)
         return -1;
+    if (kiln__ad_needs(n, 2)) {
+        /* the bias gradient first, as each plane's sum (trailing dims), then over the
+         * batch: a fusing device takes the plane sums into the group that has just made g
+         * (a max pooling's gradient and a relu's), while g is in the caches, where the
+         * convolution gradients below would end that group first and the sum read g back */
+        int dims[KILN_MAX_DIMS], nd = 0;
+        for (int i = 2; i < g->ndim; i++)
+            dims[nd++] = i;
+        kiln_tensor *planes = kiln_sum(g, nd, dims, false); /* (g is [N, C, spatial...]) */
+        gin[2] = kiln_sum(planes, 1, (int[]){0}, false);
+        if (!gin[2])
+            return -1;
+    }
     if (kiln__ad_needs(n, 0)) {
         kiln_tensor *gx = transposed ? run_conv_entry(NN_CONV, &p, x->ndim, x->shape, g, w, n->name)
                                      : run_conv_entry(NN_CONV_GRAD_INPUT, &p, x->ndim, x->shape, g, w, n->name);
@@ -90,15 +103,6 @@ static int conv_backward(kiln__node *n, kiln_tensor *g0, kiln_tensor **gin)
         gin[1] = transposed ? run_conv_entry(NN_CONV_GRAD_WEIGHT, &p, w->ndim, w->shape, g, x, n->name)
                             : run_conv_entry(NN_CONV_GRAD_WEIGHT, &p, w->ndim, w->shape, x, g, n->name);
         if (!gin[1])
-            return -1;
-    }
-    if (kiln__ad_needs(n, 2)) {
-        int dims[KILN_MAX_DIMS], nd = 0;
-        for (int i = 0; i < g->ndim; i++)
-            if (i != 1)
-                dims[nd++] = i;
-        gin[2] = kiln_sum(g, nd, dims, false);
-        if (!gin[2])
             return -1;
     }
     return 0;

@@ -9,6 +9,7 @@
  * pool_backward call below the decorator), with the relu's backward as its epilogue. The
  * same against ref within 1e-6. Through the cpu's fused_run: a program whose gradient is
  * also stored (computed straight into its output) must equal the pool_backward entry's.
+ * A convolution's bias gradient before the pooling: its plane sums join the group.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -127,6 +128,69 @@ static void api_cases(void)
         free(gr);
     }
 out:
+    kiln_device_close(fused);
+    kiln_device_close(plain);
+    kiln_device_close(ref);
+}
+
+/* The bias gradient of conv -> relu -> max pooling on dev (six images of eight
+ * size x size planes), and the reduce calls that reached dev's kernels during the backward. */
+static float *conv_bias_grad(kiln_device *dev, int64_t size, uint64_t *reduces)
+{
+    kiln_scope_begin();
+    kiln_generator g = kiln_generator_make(17);
+    kiln_tensor *x = kiln_rand_normal(dev, KILN_F32, 4, (int64_t[]){6, 3, size, size}, 0, 1, &g);
+    kiln_tensor *w = kiln_requires_grad(kiln_rand_normal(dev, KILN_F32, 4, (int64_t[]){8, 3, 3, 3}, 0, 0.3, &g),
+                                        true);
+    kiln_tensor *b = kiln_requires_grad(kiln_rand_normal(dev, KILN_F32, 1, (int64_t[]){8}, 0, 0.1, &g), true);
+    kiln_conv_opts co = {.padding = {1, 1}};
+    kiln_pool_opts po = {.kernel = {2, 2}, .stride = {2, 2}};
+    kiln_tensor *p = kiln_max_pool2d(kiln_relu(kiln_conv2d(x, w, b, &co)), &po, NULL);
+    float *out = NULL;
+    if (p) {
+        kiln_tensor *v = kiln_rand_uniform(dev, KILN_F32, 4, kiln_tensor_shape(p), -1, 1, &g);
+        kiln_tensor *loss = kiln_sum(kiln_mul(p, v), 0, NULL, false);
+        if (loss && kiln_device_sync(dev) == 0) {
+            uint64_t r0 = calls_to(dev, "reduce");
+            int64_t n = 0;
+            if (kiln_backward(loss, NULL) == 0)
+                out = download(kiln_grad(b), &n);
+            *reduces = calls_to(dev, "reduce") - r0;
+        }
+    }
+    kiln_scope_end();
+    return out;
+}
+
+/* A convolution's bias gradient, each plane's sum taken inside the group that makes the
+ * gradient (the pooling's and the relu's backward), near the unfused and ref values, and
+ * one reduce call fewer below the decorator per convolution. Planes of 16x16 hold rows
+ * that fill a fused block whole, 40x40 rows that span two. */
+static void conv_bias_sums(void)
+{
+    kiln_device *fused = kiln_device_open("fused:counting:cpu?min_elements=0");
+    kiln_device *plain = kiln_device_open("counting:cpu");
+    kiln_device *ref = kiln_device_open("ref");
+    CHECK(fused && plain && ref, "open the devices: %s", kiln_error());
+    for (int64_t size = 16; fused && plain && ref && size <= 40; size += 24) {
+        uint64_t rf = 0, rp = 0, rr = 0;
+        float *bf = conv_bias_grad(fused, size, &rf), *bp = conv_bias_grad(plain, size, &rp);
+        float *br = conv_bias_grad(ref, size, &rr);
+        CHECK(bf && bp && br, "conv bias gradients (%lld): %s", (long long)size, kiln_error());
+        for (int k = 0; bf && bp && br && k < 8; k++)
+            CHECK(fabsf(bf[k] - bp[k]) <= 1e-5f * (1 + fabsf(bp[k])) &&
+                      fabsf(bf[k] - br[k]) <= 1e-4f * (1 + fabsf(br[k])),
+                  "conv bias gradient %d (%lld): fused %.9g, unfused %.9g, ref %.9g", k, (long long)size, bf[k],
+                  bp[k], br[k]);
+        CHECK(
+            rp >= 2 && rf == rp - 1,
+            "conv bias (%lld): the plane sums joined the pooling gradient's group (reduce calls %llu fused, %llu "
+            "unfused)",
+            (long long)size, (unsigned long long)rf, (unsigned long long)rp);
+        free(bf);
+        free(bp);
+        free(br);
+    }
     kiln_device_close(fused);
     kiln_device_close(plain);
     kiln_device_close(ref);
@@ -286,6 +350,7 @@ static void independent_small_calls(void)
 void test_pool_grad(void)
 {
     api_cases();
+    conv_bias_sums();
     stored_gradient();
     independent_small_calls();
 }
