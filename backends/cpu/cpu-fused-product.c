@@ -106,7 +106,7 @@ static bool plan_pool_grad(fplan *pl, const kiln_fused_program *p, const kiln_td
 {
     const kiln_tdesc *gx = p->pool_grad_x;
     if (!p->pool || p->pool->kind != KILN_POOL_MAX || !gx || gx->ndim < 3 || gx->ndim != p->pool->nspatial + 2 ||
-        kiln__cpu_numel(gx) != p->n || p->n <= 0 || p->reduce_inner < 0 || !kiln__cpu_contig(go) ||
+        kiln__cpu_numel(gx) != p->n || p->n <= 0 || p->reduce_inner != 0 || !kiln__cpu_contig(go) ||
         !kiln__cpu_contig(ix))
         return false;
     pl->planes = gx->shape[0] * gx->shape[1];
@@ -115,8 +115,7 @@ static bool plan_pool_grad(fplan *pl, const kiln_fused_program *p, const kiln_td
         return false;
     pl->plane_in = p->n / pl->planes;
     pl->plane_out = kiln__cpu_numel(go) / pl->planes;
-    /* a reduction's rows lie whole in the chunks of planes (a bias gradient's plane sums) */
-    return p->reduce_inner == 0 || pl->plane_in % p->reduce_inner == 0;
+    return true;
 }
 
 int kiln__cpu_fused_plan_product(fplan *pl, const kiln_fused_program *p)

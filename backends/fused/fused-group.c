@@ -144,19 +144,6 @@ static bool conv_head(const fq *q)
     return q->nrec > 0 && (q->rec[0].entry == KILN_ENTRY_CONV || q->rec[0].entry == KILN_ENTRY_POOL_BACKWARD);
 }
 
-/* Whether the rows of `inner` elements a reduction joining q's group would read lie whole
- * inside the planes of a max pooling's gradient heading it (whose chunks are whole planes:
- * a convolution's bias gradient sums each plane of the gradient after the relu's). */
-static bool pool_grad_rows(const fq *q, int64_t inner)
-{
-    if (q->nrec == 0 || q->rec[0].entry != KILN_ENTRY_POOL_BACKWARD || q->rec[0].out.ndim < 3 || inner <= 0)
-        return false;
-    int64_t plane = 1;
-    for (int d = 2; d < q->rec[0].out.ndim; d++)
-        plane *= q->rec[0].out.shape[d];
-    return plane % inner == 0;
-}
-
 /* Whether a reduction r can end q's group: sum or mean of f32 over trailing dims of a
  * value the group wrote, into a buffer the group does not touch. */
 static bool reduce_fits(const fq *q, frec *r)
@@ -193,7 +180,7 @@ static bool reduce_fits(const fq *q, frec *r)
             in_suffix = false;
     }
     if (kiln__fused_numel(&r->out) * inner != q->n || (q->row && q->row != inner) ||
-        (product_row(q) && product_row(q) % inner) || (conv_head(q) && !pool_grad_rows(q, inner)))
+        (product_row(q) && product_row(q) % inner) || conv_head(q))
         return false;
     /* a fused row runs as one block: a few long rows would keep most of the device (or the
      * cpu's threads) idle, where the backend's own reduction splits a row; the group then

@@ -9,7 +9,7 @@
  * pool_backward call below the decorator), with the relu's backward as its epilogue. The
  * same against ref within 1e-6. Through the cpu's fused_run: a program whose gradient is
  * also stored (computed straight into its output) must equal the pool_backward entry's.
- * A convolution's bias gradient before the pooling: its plane sums join the group.
+ * A convolution's bias gradient before the pooling, fused and unfused.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -162,10 +162,9 @@ static float *conv_bias_grad(kiln_device *dev, int64_t size, uint64_t *reduces)
     return out;
 }
 
-/* A convolution's bias gradient, each plane's sum taken inside the group that makes the
- * gradient (the pooling's and the relu's backward), near the unfused and ref values, and
- * one reduce call fewer below the decorator per convolution. Planes of 16x16 hold rows
- * that fill a fused block whole, 40x40 rows that span two. */
+/* A convolution's bias gradient (plane sums, then a batch sum) after a pooling gradient's
+ * group: fused near unfused and ref, with as many reduce calls (the plane sums do not join
+ * the group: see docs/architecture.md). Planes of 16x16 and 40x40. */
 static void conv_bias_sums(void)
 {
     kiln_device *fused = kiln_device_open("fused:counting:cpu?min_elements=0");
@@ -182,11 +181,9 @@ static void conv_bias_sums(void)
                       fabsf(bf[k] - br[k]) <= 1e-4f * (1 + fabsf(br[k])),
                   "conv bias gradient %d (%lld): fused %.9g, unfused %.9g, ref %.9g", k, (long long)size, bf[k],
                   bp[k], br[k]);
-        CHECK(
-            rp >= 2 && rf == rp - 1,
-            "conv bias (%lld): the plane sums joined the pooling gradient's group (reduce calls %llu fused, %llu "
-            "unfused)",
-            (long long)size, (unsigned long long)rf, (unsigned long long)rp);
+        CHECK(rp == 2 && rf == rp,
+              "conv bias (%lld): reduce calls %llu fused, %llu unfused (plane sums, batch sum)", (long long)size,
+              (unsigned long long)rf, (unsigned long long)rp);
         free(bf);
         free(bp);
         free(br);
