@@ -618,6 +618,18 @@ int kiln_device_counters_get(kiln_device *dev, kiln_device_counters *out, const 
     return 0;
 }
 
+/* A memory entry's KILN_ENOTSUP (a decorator whose inner backend keeps no figures): the
+ * message gains the calling function and the device's spec. */
+static int name_device_in_error(const kiln_device *dev, const char *fn, int rc)
+{
+    if (rc == KILN_ENOTSUP) {
+        char why[KILN_ERROR_MAX];
+        snprintf(why, sizeof why, "%s", kiln_error());
+        kiln__error_set("%s: device '%s': %s", fn, dev->spec, why);
+    }
+    return rc;
+}
+
 int kiln_device_memory_get(kiln_device *dev, kiln_device_memory *out)
 {
     if (!dev || !out)
@@ -628,30 +640,17 @@ int kiln_device_memory_get(kiln_device *dev, kiln_device_memory *out)
                         dev->be->name);
         return KILN_ENOTSUP;
     }
-    int rc = dev->be->memory(dev->ctx, out);
-    if (rc == KILN_ENOTSUP) { /* a decorator's inner backend has none: name the device too */
-        char why[KILN_ERROR_MAX];
-        snprintf(why, sizeof why, "%s", kiln_error());
-        kiln__error_set("kiln_device_memory_get: device '%s': %s", dev->spec, why);
-    }
-    return rc;
+    return name_device_in_error(dev, "kiln_device_memory_get", dev->be->memory(dev->ctx, out));
 }
 
 int kiln_device_memory_reset_peak(kiln_device *dev)
 {
     if (!dev)
         return kiln__error_set("kiln_device_memory_reset_peak: device is NULL");
-    int rc = KILN_ENOTSUP;
-    if (dev->be->memory_reset_peak)
-        rc = dev->be->memory_reset_peak(dev->ctx);
-    else
+    if (!dev->be->memory_reset_peak)
         kiln__error_set("backend %s keeps no memory figures", dev->be->name);
-    if (rc == KILN_ENOTSUP) {
-        char why[KILN_ERROR_MAX];
-        snprintf(why, sizeof why, "%s", kiln_error());
-        kiln__error_set("kiln_device_memory_reset_peak: device '%s': %s", dev->spec, why);
-    }
-    return rc;
+    return name_device_in_error(dev, "kiln_device_memory_reset_peak",
+                                dev->be->memory_reset_peak ? dev->be->memory_reset_peak(dev->ctx) : KILN_ENOTSUP);
 }
 
 size_t kiln_device_trim(kiln_device *dev, size_t bytes)

@@ -77,18 +77,6 @@ static int conv_backward(kiln__node *n, kiln_tensor *g0, kiln_tensor **gin)
     kiln_tensor *g = batch_g(n, g0, unb);
     if (!g)
         return -1;
-    if (kiln__ad_needs(n, 2)) {
-        /* the bias gradient as each plane's sum (trailing dims: contiguous rows) and then
-         * the sum of those over the batch: one sum over the batch and the positions at once
-         * strides across planes, and took the CNN's step of fusion-bench 2-3% longer */
-        int dims[KILN_MAX_DIMS], nd = 0;
-        for (int i = 2; i < g->ndim; i++)
-            dims[nd++] = i;
-        kiln_tensor *planes = kiln_sum(g, nd, dims, false); /* (g is [N, C, spatial...]) */
-        gin[2] = kiln_sum(planes, 1, (int[]){0}, false);
-        if (!gin[2])
-            return -1;
-    }
     if (kiln__ad_needs(n, 0)) {
         kiln_tensor *gx = transposed ? run_conv_entry(NN_CONV, &p, x->ndim, x->shape, g, w, n->name)
                                      : run_conv_entry(NN_CONV_GRAD_INPUT, &p, x->ndim, x->shape, g, w, n->name);
@@ -102,6 +90,18 @@ static int conv_backward(kiln__node *n, kiln_tensor *g0, kiln_tensor **gin)
         gin[1] = transposed ? run_conv_entry(NN_CONV_GRAD_WEIGHT, &p, w->ndim, w->shape, g, x, n->name)
                             : run_conv_entry(NN_CONV_GRAD_WEIGHT, &p, w->ndim, w->shape, x, g, n->name);
         if (!gin[1])
+            return -1;
+    }
+    if (kiln__ad_needs(n, 2)) {
+        /* the bias gradient as each plane's sum (trailing dims: contiguous rows) and then
+         * the sum of those over the batch: one sum over the batch and the positions at once
+         * strides across planes, and took the CNN's step of fusion-bench 2-3% longer */
+        int dims[KILN_MAX_DIMS], nd = 0;
+        for (int i = 2; i < g->ndim; i++)
+            dims[nd++] = i;
+        kiln_tensor *planes = kiln_sum(g, nd, dims, false); /* (g is [N, C, spatial...]) */
+        gin[2] = kiln_sum(planes, 1, (int[]){0}, false);
+        if (!gin[2])
             return -1;
     }
     return 0;

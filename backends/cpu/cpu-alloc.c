@@ -312,6 +312,14 @@ void kiln__cpu_buffer_refresh(kiln__cpu_ctx *ctx, struct kiln_buffer *b)
     pthread_mutex_unlock(&a->mu);
 }
 
+/* The block of record `from` becomes record `to`'s (from keeps its fields: the caller
+ * clears or frees it). */
+static void take_block(struct kiln_buffer *to, const struct kiln_buffer *from)
+{
+    to->data = from->data, to->cap = from->cap, to->cls = from->cls;
+    to->mapped = from->mapped, to->chunk = from->chunk;
+}
+
 bool kiln__cpu_buffer_detach(kiln__cpu_ctx *ctx, struct kiln_buffer *b)
 {
     if (!b || b->wrapped || b->exported || b->detached)
@@ -321,8 +329,8 @@ bool kiln__cpu_buffer_detach(kiln__cpu_ctx *ctx, struct kiln_buffer *b)
     struct kiln_buffer *block = calloc(1, sizeof *block);
     if (!block)
         return false;
-    block->data = b->data, block->nbytes = b->nbytes, block->cap = b->cap, block->cls = b->cls;
-    block->mapped = b->mapped, block->chunk = b->chunk;
+    take_block(block, b);
+    block->nbytes = b->nbytes;
     b->data = NULL, b->chunk = NULL, b->mapped = false;
     b->detached = true;
     kiln__cpu_buffer_put(ctx, block);
@@ -336,8 +344,7 @@ int kiln__cpu_buffer_reattach(kiln__cpu_ctx *ctx, struct kiln_buffer *b)
     struct kiln_buffer *block = kiln__cpu_buffer_get(ctx, b->nbytes);
     if (!block)
         return kiln__error_set_code(KILN_ENOMEM, "cpu: cannot allocate %zu bytes again for a buffer", b->nbytes);
-    b->data = block->data, b->cap = block->cap, b->cls = block->cls;
-    b->mapped = block->mapped, b->chunk = block->chunk;
+    take_block(b, block);
     b->detached = false;
     free(block);
     return 0;

@@ -494,6 +494,16 @@ int kiln__fused_record_pool_grad(fq *q, const frec *r)
     return head_group(q, r);
 }
 
+/* Whether a call of q's group reads b. */
+static bool group_reads(const fq *q, const kiln_buffer *b)
+{
+    for (int i = 0; i < q->nrec; i++)
+        for (int k = 0; k < rec_inputs(&q->rec[i]); k++)
+            if (rec_input(&q->rec[i], k)->buf == b)
+                return true;
+    return false;
+}
+
 static bool freed(const fq *q, const kiln_buffer *b)
 {
     for (int i = 0; i < q->nfreed; i++)
@@ -539,15 +549,6 @@ static bool made_in_group(const fq *q, const kiln_buffer *b)
     return written;
 }
 
-static bool group_reads(const fq *q, const kiln_buffer *b)
-{
-    for (int i = 0; i < q->nrec; i++)
-        for (int k = 0; k < rec_inputs(&q->rec[i]); k++)
-            if (rec_input(&q->rec[i], k)->buf == b)
-                return true;
-    return false;
-}
-
 /* A replay runs the recorded calls as they were, except those that only write a detached
  * buffer nothing reads: a detached buffer a call reads needs memory again. */
 static int reattach_freed(fq *q)
@@ -574,14 +575,10 @@ static bool writes_detached(const fq *q, const frec *r)
 
 bool kiln__fused_group_uses(const fq *q, const kiln_buffer *b)
 {
-    for (int i = 0; i < q->nrec; i++) {
+    for (int i = 0; i < q->nrec; i++)
         if (q->rec[i].out.buf == b)
             return true;
-        for (int k = 0; k < rec_inputs(&q->rec[i]); k++)
-            if (rec_input(&q->rec[i], k)->buf == b)
-                return true;
-    }
-    return false;
+    return group_reads(q, b);
 }
 
 void kiln__fused_free(fq *q, kiln_buffer *b, bool wrapped)
