@@ -1,6 +1,7 @@
 /*
- * backends/fused/fused-group.c — a queue's pending group: recording elementwise calls,
- * and at a flush turning them into one kiln_fused_program.
+ * backends/fused/fused-group.c — a queue's pending group: recording elementwise calls
+ * (at a flush, fused-flush.c turns them into one kiln_fused_program), and the buffers
+ * freed while it is pending.
  *
  * A call joins the group when it is a fill, copy, unary (not the bool-valued ones),
  * arithmetic binary, comparison (a bool output) or where (a bool condition) whose values
@@ -39,81 +40,13 @@
  * call, or one the inner backend cannot fuse, is replayed call by call: the same
  * results, never an error.
  */
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include "error-impl.h"
-#include "fused-codegen.h"
 #include "fused-impl.h"
-
-/* The same elements in the same order: same buffer and offset, both contiguous. */
-static bool same_flat(const kiln_tdesc *a, const kiln_tdesc *b)
-{
-    return a->buf == b->buf && a->offset == b->offset && kiln__fused_contiguous(a) && kiln__fused_contiguous(b);
-}
-
-static bool same_view(const kiln_tdesc *a, const kiln_tdesc *b)
-{
-    if (a->buf != b->buf || a->offset != b->offset || a->dtype != b->dtype || a->ndim != b->ndim)
-        return false;
-    for (int i = 0; i < a->ndim; i++)
-        if (a->shape[i] != b->shape[i] || (a->shape[i] != 1 && a->strides[i] != b->strides[i]))
-            return false;
-    return true;
-}
 
 /* The longest row a softmax, a layer norm or a row sum read back may have in a group: the
  * cpu's blocks hold such rows whole (and its planner refuses longer ones). */
 #define FUSED_ROW_MAX 8192
-
-/* Whether d reads reduction red's result broadcast over the group's rows: n elements,
- * element i taking red's output element i / red->inner (a keepdim sum expanded back, or
- * read through broadcasting, as softmax's backward reads sum(g y)). */
-static bool row_broadcast(const fq *q, const frec *red, const kiln_tdesc *d)
-{
-    if (!red->row_value || d->buf != red->out.buf || d->offset != red->out.offset || d->dtype != red->out.dtype ||
-        kiln__fused_numel(d) != q->n)
-        return false;
-    int64_t inner = 1, expect = 1;
-    int dim = d->ndim - 1;
-    for (; dim >= 0 && inner < red->inner; dim--) { /* the row: broadcast dims */
-        if (d->shape[dim] != 1 && d->strides[dim] != 0)
-            return false;
-        inner *= d->shape[dim];
-    }
-    if (inner != red->inner)
-        return false;
-    for (; dim >= 0; dim--) { /* the rows: contiguous, in order */
-        if (d->shape[dim] == 1)
-            continue;
-        if (d->strides[dim] != expect)
-            return false;
-        expect *= d->shape[dim];
-    }
-    return true;
-}
-
-static int rec_inputs(const frec *r)
-{
-    switch (r->entry) {
-    case KILN_ENTRY_REDUCE:
-    case KILN_ENTRY_SOFTMAX: return 1;
-    case KILN_ENTRY_FILL: return 0;
-    case KILN_ENTRY_BINARY:
-    case KILN_ENTRY_MATMUL:
-    case KILN_ENTRY_POOL_BACKWARD: return 2;
-    case KILN_ENTRY_WHERE:
-    case KILN_ENTRY_CONV:                 /* (an absent bias: a NULL buf) */
-    case KILN_ENTRY_LAYER_NORM: return 3; /* (a layer norm's absent weight or bias: a NULL buf) */
-    default: return 1;
-    }
-}
-
-static const kiln_tdesc *rec_input(const frec *r, int k)
-{
-    return k == 0 ? &r->x : k == 1 ? &r->y : &r->z;
-}
 
 static bool is_comparison(const frec *r)
 {
@@ -128,13 +61,6 @@ static int64_t product_row(const fq *q)
     if (q->nrec == 0 || q->rec[0].entry != KILN_ENTRY_MATMUL)
         return 0;
     return q->rec[0].out.shape[q->rec[0].out.ndim - 1];
-}
-
-/* Whether a producer (matmul, conv, a max pooling's gradient) heads q's group. */
-static bool has_producer(const fq *q)
-{
-    return q->nrec > 0 && (q->rec[0].entry == KILN_ENTRY_MATMUL || q->rec[0].entry == KILN_ENTRY_CONV ||
-                           q->rec[0].entry == KILN_ENTRY_POOL_BACKWARD);
 }
 
 /* A convolution or a pooling gradient heading the group takes no row op after it (its
@@ -156,11 +82,11 @@ static bool reduce_fits(const fq *q, frec *r)
         return false;
     bool written = false;
     for (int i = 0; i < q->nrec; i++) {
-        written = written || same_flat(&q->rec[i].out, &r->x);
+        written = written || kiln__fused_same_flat(&q->rec[i].out, &r->x);
         if (q->rec[i].out.buf == r->out.buf)
             return false;
-        for (int k = 0; k < rec_inputs(&q->rec[i]); k++)
-            if (rec_input(&q->rec[i], k)->buf == r->out.buf)
+        for (int k = 0; k < kiln__fused_rec_inputs(&q->rec[i]); k++)
+            if (kiln__fused_rec_input(&q->rec[i], k)->buf == r->out.buf)
                 return false;
     }
     if (!written)
@@ -207,11 +133,11 @@ static bool softmax_fits(const fq *q, frec *r)
         return false;
     bool written = false;
     for (int i = 0; i < q->nrec; i++) {
-        written = written || same_flat(&q->rec[i].out, in);
+        written = written || kiln__fused_same_flat(&q->rec[i].out, in);
         if (q->rec[i].out.buf == r->out.buf)
             return false;
-        for (int k = 0; k < rec_inputs(&q->rec[i]); k++)
-            if (rec_input(&q->rec[i], k)->buf == r->out.buf)
+        for (int k = 0; k < kiln__fused_rec_inputs(&q->rec[i]); k++)
+            if (kiln__fused_rec_input(&q->rec[i], k)->buf == r->out.buf)
                 return false;
     }
     if (!written)
@@ -233,18 +159,18 @@ static bool layer_norm_fits(const fq *q, frec *r)
         (product_row(q) && product_row(q) % r->inner) || conv_head(q))
         return false;
     for (int k = 1; k < 3; k++) {
-        const kiln_tdesc *p = rec_input(r, k);
+        const kiln_tdesc *p = kiln__fused_rec_input(r, k);
         if (p->buf && (p->dtype != KILN_F32 || !kiln__fused_contiguous(p) || kiln__fused_numel(p) != r->inner))
             return false;
     }
     bool written = false;
     for (int i = 0; i < q->nrec; i++) {
-        written = written || same_flat(&q->rec[i].out, in);
+        written = written || kiln__fused_same_flat(&q->rec[i].out, in);
         if (q->rec[i].out.buf == r->out.buf || (r->y.buf && q->rec[i].out.buf == r->y.buf) ||
             (r->z.buf && q->rec[i].out.buf == r->z.buf))
             return false;
-        for (int k = 0; k < rec_inputs(&q->rec[i]); k++)
-            if (rec_input(&q->rec[i], k)->buf == r->out.buf)
+        for (int k = 0; k < kiln__fused_rec_inputs(&q->rec[i]); k++)
+            if (kiln__fused_rec_input(&q->rec[i], k)->buf == r->out.buf)
                 return false;
     }
     return written;
@@ -263,9 +189,10 @@ static bool fusable(const frec *r)
     if ((vt != KILN_F32 && vt != KILN_F16 && vt != KILN_BF16) ||
         r->out.dtype != (is_comparison(r) ? KILN_BOOL : vt) || !kiln__fused_contiguous(&r->out))
         return false;
-    for (int k = 0; k < rec_inputs(r); k++) {
+    for (int k = 0; k < kiln__fused_rec_inputs(r); k++) {
         kiln_dtype want = r->entry == KILN_ENTRY_WHERE && k == 0 ? KILN_BOOL : vt;
-        if (rec_input(r, k)->dtype != want || kiln__fused_numel(rec_input(r, k)) != kiln__fused_numel(&r->out))
+        if (kiln__fused_rec_input(r, k)->dtype != want ||
+            kiln__fused_numel(kiln__fused_rec_input(r, k)) != kiln__fused_numel(&r->out))
             return false;
     }
     switch (r->entry) {
@@ -294,8 +221,8 @@ static int program_inputs(const fq *q, const frec *r)
         const frec *p = i < q->nrec ? &q->rec[i] : r;
         bool producer = p->entry == KILN_ENTRY_MATMUL || p->entry == KILN_ENTRY_CONV ||
                         p->entry == KILN_ENTRY_POOL_BACKWARD;
-        for (int k = 0; k < rec_inputs(p); k++) {
-            const kiln_tdesc *d = rec_input(p, k);
+        for (int k = 0; k < kiln__fused_rec_inputs(p); k++) {
+            const kiln_tdesc *d = kiln__fused_rec_input(p, k);
             if (!d->buf)
                 continue;
             if (producer) {
@@ -306,9 +233,9 @@ static int program_inputs(const fq *q, const frec *r)
              * the group wrote */
             bool known = false;
             for (int j = i - 1; j >= 0 && !known && !(p->entry == KILN_ENTRY_LAYER_NORM && k > 0); j--)
-                known = same_flat(&q->rec[j].out, d) || row_broadcast(q, &q->rec[j], d);
+                known = kiln__fused_same_flat(&q->rec[j].out, d) || kiln__fused_row_broadcast(q, &q->rec[j], d);
             for (int s = 0; s < nseen && !known; s++)
-                known = same_view(seen[s], d);
+                known = kiln__fused_same_view(seen[s], d);
             if (known)
                 continue;
             if (nseen == KILN_FUSED_MAX_INPUTS)
@@ -328,21 +255,23 @@ static bool fits(const fq *q, const frec *r)
         value_dtype(r) != q->dtype)
         return false;
     /* a product's operands are read while its tiles are computed: never written */
-    if (has_producer(q) && (r->out.buf == q->rec[0].x.buf || r->out.buf == q->rec[0].y.buf ||
-                            (q->rec[0].z.buf && r->out.buf == q->rec[0].z.buf)))
+    if (kiln__fused_has_producer(q) && (r->out.buf == q->rec[0].x.buf || r->out.buf == q->rec[0].y.buf ||
+                                        (q->rec[0].z.buf && r->out.buf == q->rec[0].z.buf)))
         return false;
     for (int i = 0; i < q->nrec; i++) {
         const frec *p = &q->rec[i];
         /* r reads what the group wrote: only through the write's own view */
-        for (int k = 0; k < rec_inputs(r); k++)
-            if (rec_input(r, k)->buf == p->out.buf && !same_flat(rec_input(r, k), &p->out) &&
-                !row_broadcast(q, p, rec_input(r, k)))
+        for (int k = 0; k < kiln__fused_rec_inputs(r); k++)
+            if (kiln__fused_rec_input(r, k)->buf == p->out.buf &&
+                !kiln__fused_same_flat(kiln__fused_rec_input(r, k), &p->out) &&
+                !kiln__fused_row_broadcast(q, p, kiln__fused_rec_input(r, k)))
                 return false;
         /* r writes what the group wrote or read: only through the same view */
-        if (r->out.buf == p->out.buf && !same_flat(&r->out, &p->out))
+        if (r->out.buf == p->out.buf && !kiln__fused_same_flat(&r->out, &p->out))
             return false;
-        for (int k = 0; k < rec_inputs(p); k++)
-            if (rec_input(p, k)->buf == r->out.buf && !same_flat(rec_input(p, k), &r->out))
+        for (int k = 0; k < kiln__fused_rec_inputs(p); k++)
+            if (kiln__fused_rec_input(p, k)->buf == r->out.buf &&
+                !kiln__fused_same_flat(kiln__fused_rec_input(p, k), &r->out))
                 return false;
     }
     return program_inputs(q, r) <= KILN_FUSED_MAX_INPUTS;
@@ -386,11 +315,11 @@ static bool independent(const fq *q, const frec *r)
         const frec *p = &q->rec[i];
         if (r->out.buf == p->out.buf)
             return false;
-        for (int k = 0; k < rec_inputs(r); k++)
-            if (rec_input(r, k)->buf && rec_input(r, k)->buf == p->out.buf)
+        for (int k = 0; k < kiln__fused_rec_inputs(r); k++)
+            if (kiln__fused_rec_input(r, k)->buf && kiln__fused_rec_input(r, k)->buf == p->out.buf)
                 return false;
-        for (int k = 0; k < rec_inputs(p); k++)
-            if (rec_input(p, k)->buf == r->out.buf)
+        for (int k = 0; k < kiln__fused_rec_inputs(p); k++)
+            if (kiln__fused_rec_input(p, k)->buf == r->out.buf)
                 return false;
     }
     return true;
@@ -476,15 +405,15 @@ int kiln__fused_record_pool_grad(fq *q, const frec *r)
         return 0;
     const frec *fill = &q->rec[q->nrec - 1];
     if (fill->entry != KILN_ENTRY_FILL || fill->alpha != 0 || fill->out.dtype != KILN_F32 ||
-        !same_flat(&fill->out, &r->out) || kiln__fused_numel(&fill->out) != kiln__fused_numel(&r->out))
+        !kiln__fused_same_flat(&fill->out, &r->out) || kiln__fused_numel(&fill->out) != kiln__fused_numel(&r->out))
         return 0;
     /* the fill's buffer is fresh: nothing before it in the group may touch it, or the
      * dropped fill would change what that call saw */
     for (int i = 0; i < q->nrec - 1; i++) {
         if (q->rec[i].out.buf == r->out.buf)
             return 0;
-        for (int k = 0; k < rec_inputs(&q->rec[i]); k++)
-            if (rec_input(&q->rec[i], k)->buf == r->out.buf)
+        for (int k = 0; k < kiln__fused_rec_inputs(&q->rec[i]); k++)
+            if (kiln__fused_rec_input(&q->rec[i], k)->buf == r->out.buf)
                 return 0;
     }
     kiln_op_query query = {.entry = KILN_ENTRY_FUSED, .op = KILN_FUSED_POOL_GRAD, .dtype = KILN_F32};
@@ -492,24 +421,6 @@ int kiln__fused_record_pool_grad(fq *q, const frec *r)
         return 0;
     q->nrec--; /* the gradient writes every element of grad_x itself */
     return head_group(q, r);
-}
-
-/* Whether a call of q's group reads b. */
-static bool group_reads(const fq *q, const kiln_buffer *b)
-{
-    for (int i = 0; i < q->nrec; i++)
-        for (int k = 0; k < rec_inputs(&q->rec[i]); k++)
-            if (rec_input(&q->rec[i], k)->buf == b)
-                return true;
-    return false;
-}
-
-static bool freed(const fq *q, const kiln_buffer *b)
-{
-    for (int i = 0; i < q->nfreed; i++)
-        if (q->freed[i].buf == b)
-            return true;
-    return false;
 }
 
 /* Whether b, just freed, is a value only q's group makes: its first call touching b
@@ -527,8 +438,8 @@ static bool made_in_group(const fq *q, const kiln_buffer *b)
     bool written = false;
     for (int i = 0; i < q->nrec; i++) {
         const frec *r = &q->rec[i];
-        for (int k = 0; k < rec_inputs(r); k++)
-            if (rec_input(r, k)->buf == b && !written)
+        for (int k = 0; k < kiln__fused_rec_inputs(r); k++)
+            if (kiln__fused_rec_input(r, k)->buf == b && !written)
                 return false;
         if (r->out.buf != b)
             continue;
@@ -549,36 +460,12 @@ static bool made_in_group(const fq *q, const kiln_buffer *b)
     return written;
 }
 
-/* A replay runs the recorded calls as they were, except those that only write a detached
- * buffer nothing reads: a detached buffer a call reads needs memory again. */
-static int reattach_freed(fq *q)
-{
-    for (int i = 0; i < q->nfreed; i++) {
-        if (!q->freed[i].detached || !group_reads(q, q->freed[i].buf))
-            continue;
-        int rc = q->d->in->buffer_reattach(q->iq, q->freed[i].buf);
-        if (rc < 0)
-            return rc;
-        q->freed[i].detached = false;
-    }
-    return 0;
-}
-
-/* Whether r's output is a detached buffer (one nothing reads, after reattach_freed). */
-static bool writes_detached(const fq *q, const frec *r)
-{
-    for (int i = 0; i < q->nfreed; i++)
-        if (q->freed[i].buf == r->out.buf)
-            return q->freed[i].detached;
-    return false;
-}
-
 bool kiln__fused_group_uses(const fq *q, const kiln_buffer *b)
 {
     for (int i = 0; i < q->nrec; i++)
         if (q->rec[i].out.buf == b)
             return true;
-    return group_reads(q, b);
+    return kiln__fused_group_reads(q, b);
 }
 
 void kiln__fused_free(fq *q, kiln_buffer *b, bool wrapped)
@@ -609,351 +496,4 @@ void kiln__fused_free(fq *q, kiln_buffer *b, bool wrapped)
     const kiln_backend_iface *in = q->d->in;
     bool detached = in->buffer_detach && in->buffer_reattach && made_in_group(q, b) && in->buffer_detach(q->iq, b);
     q->freed[q->nfreed++] = (struct fused_freed){.buf = b, .detached = detached};
-}
-
-/* ------------------------------------------------------------------ compile */
-
-typedef struct compiler {
-    kiln_fused_instr ins[KILN_FUSED_MAX_INSTRS];
-    kiln_tdesc inputs[KILN_FUSED_MAX_INPUTS], outputs[KILN_FUSED_MAX_OUTPUTS];
-    int load_reg[KILN_FUSED_MAX_INPUTS];
-    bool operand_only[KILN_FUSED_MAX_INPUTS]; /* a product's operand: never loaded */
-    int ninstrs, ninputs, noutputs, nregs;
-    int64_t reduce_inner;
-    const kiln_conv_params *conv; /* a CONV's geometry */
-    const kiln_pool_params *pool; /* a POOL_GRAD's geometry, and its gradient's shape */
-    const kiln_tdesc *pool_grad_x;
-    int from;                     /* the first recorded call compiled (1: without the producer) */
-    /* the register holding each recorded call's result, by call */
-    int value[FUSED_MAX_RECS];
-    /* a row-value reduction's input register, until a ROW_REDUCE reading it is emitted */
-    int row_src[FUSED_MAX_RECS];
-} compiler;
-
-static int emit(compiler *c, kiln_fused_instr in)
-{
-    if (c->ninstrs == KILN_FUSED_MAX_INSTRS)
-        return -1;
-    c->ins[c->ninstrs++] = in;
-    return 0;
-}
-
-/* The register of operand d of call i: the latest earlier write of its view, else a
- * load (one per distinct view). */
-static int operand(compiler *c, const fq *q, int i, const kiln_tdesc *d)
-{
-    for (int j = i - 1; j >= c->from; j--) {
-        if (same_flat(&q->rec[j].out, d))
-            return c->value[j];
-        if (row_broadcast(q, &q->rec[j], d)) {
-            if (c->value[j] < 0) { /* its first reader: the row's value as a register */
-                int r = c->nregs++;
-                if (emit(c,
-                         (kiln_fused_instr){
-                             .code = KILN_FUSED_ROW_REDUCE, .op = q->rec[j].op, .dst = r, .a = c->row_src[j]}) < 0)
-                    return -1;
-                c->value[j] = r;
-            }
-            return c->value[j];
-        }
-    }
-    for (int k = 0; k < c->ninputs; k++)
-        if (!c->operand_only[k] && same_view(&c->inputs[k], d))
-            return c->load_reg[k];
-    if (c->ninputs == KILN_FUSED_MAX_INPUTS)
-        return -1;
-    int r = c->nregs++;
-    c->inputs[c->ninputs] = *d;
-    c->load_reg[c->ninputs] = r;
-    if (emit(c, (kiln_fused_instr){.code = KILN_FUSED_LOAD, .dst = r, .arg = c->ninputs}) < 0)
-        return -1;
-    c->ninputs++;
-    return r;
-}
-
-/* The calls from `from` on as a program (from 1: the group without its producer, which ran
- * on its own, its product then an input like any other). */
-static int compile(compiler *c, const fq *q, int from)
-{
-    memset(c, 0, sizeof *c);
-    c->from = from;
-    for (int i = from; i < q->nrec; i++) {
-        const frec *r = &q->rec[i];
-        int a = -1, b = -1, z = -1;
-        if (r->entry == KILN_ENTRY_MATMUL) { /* the group's first call (record) */
-            if (c->ninputs + 2 > KILN_FUSED_MAX_INPUTS)
-                return -1;
-            int dst = c->nregs++;
-            c->inputs[c->ninputs] = r->x;
-            c->inputs[c->ninputs + 1] = r->y;
-            c->operand_only[c->ninputs] = c->operand_only[c->ninputs + 1] = true;
-            c->load_reg[c->ninputs] = c->load_reg[c->ninputs + 1] = -1;
-            if (emit(c, (kiln_fused_instr){
-                            .code = KILN_FUSED_MATMUL, .dst = dst, .arg = c->ninputs, .arg2 = c->ninputs + 1}) < 0)
-                return -1;
-            c->ninputs += 2;
-            c->value[i] = dst;
-            continue;
-        }
-        if (r->entry == KILN_ENTRY_CONV) { /* the group's first call (record) */
-            int nops = r->z.buf ? 3 : 2, at = c->ninputs;
-            if (at + nops > KILN_FUSED_MAX_INPUTS)
-                return -1;
-            const kiln_tdesc *ops[3] = {&r->x, &r->y, &r->z};
-            for (int k = 0; k < nops; k++) {
-                c->inputs[at + k] = *ops[k];
-                c->operand_only[at + k] = true;
-                c->load_reg[at + k] = -1;
-            }
-            int dst = c->nregs++;
-            c->conv = &r->conv;
-            if (emit(c, (kiln_fused_instr){.code = KILN_FUSED_CONV,
-                                           .dst = dst,
-                                           .arg = at,
-                                           .arg2 = at + 1,
-                                           .arg3 = r->z.buf ? at + 2 : -1}) < 0)
-                return -1;
-            c->ninputs += nops;
-            c->value[i] = dst;
-            continue;
-        }
-        if (r->entry == KILN_ENTRY_POOL_BACKWARD) { /* the group's first call (record_pool_grad) */
-            int at = c->ninputs;
-            if (at + 2 > KILN_FUSED_MAX_INPUTS)
-                return -1;
-            c->inputs[at] = r->x;
-            c->inputs[at + 1] = r->y;
-            c->operand_only[at] = c->operand_only[at + 1] = true;
-            c->load_reg[at] = c->load_reg[at + 1] = -1;
-            int dst = c->nregs++;
-            c->pool = &r->pool;
-            c->pool_grad_x = &r->out;
-            if (emit(c, (kiln_fused_instr){
-                            .code = KILN_FUSED_POOL_GRAD, .dst = dst, .arg = at, .arg2 = at + 1, .arg3 = -1}) < 0)
-                return -1;
-            c->ninputs += 2;
-            c->value[i] = dst;
-            continue;
-        }
-        if (rec_inputs(r) > 0 && (a = operand(c, q, i, &r->x)) < 0)
-            return -1;
-        if (rec_inputs(r) > 1 && r->entry != KILN_ENTRY_LAYER_NORM && (b = operand(c, q, i, &r->y)) < 0)
-            return -1;
-        if (rec_inputs(r) > 2 && r->entry != KILN_ENTRY_LAYER_NORM && (z = operand(c, q, i, &r->z)) < 0)
-            return -1;
-        if (r->entry == KILN_ENTRY_COPY) {
-            c->value[i] = a; /* a copy is its source's value */
-            continue;
-        }
-        if (r->entry == KILN_ENTRY_LAYER_NORM) {
-            /* weight and bias loaded as [rows, inner] broadcasts of their one row */
-            int wb[2] = {-1, -1};
-            for (int k = 0; k < 2; k++) {
-                const kiln_tdesc *v = k ? &r->z : &r->y;
-                if (!v->buf)
-                    continue;
-                kiln_tdesc rows = *v;
-                rows.ndim = 2;
-                rows.shape[0] = q->n / r->inner;
-                rows.shape[1] = r->inner;
-                rows.strides[0] = 0;
-                rows.strides[1] = 1;
-                if ((wb[k] = operand(c, q, i, &rows)) < 0)
-                    return -1;
-            }
-            int dst = c->nregs++;
-            c->reduce_inner = r->inner;
-            if (emit(c, (kiln_fused_instr){.code = KILN_FUSED_LAYER_NORM,
-                                           .dst = dst,
-                                           .a = a,
-                                           .b = wb[0],
-                                           .c = wb[1],
-                                           .alpha = r->alpha}) < 0)
-                return -1;
-            c->value[i] = dst;
-            continue;
-        }
-        if (r->entry == KILN_ENTRY_SOFTMAX) {
-            int dst = c->nregs++;
-            c->reduce_inner = r->inner;
-            if (emit(c, (kiln_fused_instr){.code = KILN_FUSED_SOFTMAX, .op = r->op, .dst = dst, .a = a}) < 0)
-                return -1;
-            c->value[i] = dst;
-            continue;
-        }
-        if (r->entry == KILN_ENTRY_REDUCE) {
-            c->value[i] = -1;
-            c->row_src[i] = a;
-            c->reduce_inner = r->inner;
-            if (c->noutputs == KILN_FUSED_MAX_OUTPUTS)
-                return -1;
-            c->outputs[c->noutputs] = r->out;
-            if (emit(c, (kiln_fused_instr){.code = KILN_FUSED_REDUCE, .op = r->op, .a = a, .arg = c->noutputs}) <
-                0)
-                return -1;
-            c->noutputs++;
-            continue;
-        }
-        int dst = c->nregs++;
-        kiln_fused_instr in = {
-            .dst = dst, .a = a, .b = b, .c = z, .op = r->op, .alpha = r->alpha, .beta = r->beta};
-        in.code = r->entry == KILN_ENTRY_FILL    ? KILN_FUSED_CONST
-                  : r->entry == KILN_ENTRY_UNARY ? KILN_FUSED_UNARY
-                  : r->entry == KILN_ENTRY_WHERE ? KILN_FUSED_WHERE
-                                                 : KILN_FUSED_BINARY;
-        if (emit(c, in) < 0)
-            return -1;
-        c->value[i] = dst;
-    }
-    /* store each live buffer's last value once */
-    for (int i = from; i < q->nrec; i++) {
-        const frec *r = &q->rec[i];
-        if (r->entry == KILN_ENTRY_REDUCE)
-            continue;
-        bool overwritten = false;
-        for (int j = i + 1; j < q->nrec && !overwritten; j++)
-            overwritten = same_flat(&q->rec[j].out, &r->out);
-        if (overwritten || freed(q, r->out.buf))
-            continue;
-        if (c->noutputs == KILN_FUSED_MAX_OUTPUTS)
-            return -1;
-        c->outputs[c->noutputs] = r->out;
-        if (emit(c, (kiln_fused_instr){.code = KILN_FUSED_STORE, .a = c->value[i], .arg = c->noutputs}) < 0)
-            return -1;
-        c->noutputs++;
-    }
-    return 0;
-}
-
-/* ------------------------------------------------------------------ run */
-
-/* Run calls [from, to) one by one. */
-static int replay(fq *q, int from, int to)
-{
-    const kiln_backend_iface *in = q->d->in;
-    int reattached = reattach_freed(q);
-    if (reattached < 0)
-        return reattached;
-    for (int i = from; i < to; i++) {
-        const frec *r = &q->rec[i];
-        if (writes_detached(q, r)) /* a dead value nothing reads */
-            continue;
-        int rc;
-        switch (r->entry) {
-        case KILN_ENTRY_FILL: rc = in->fill(q->iq, &r->out, r->alpha); break;
-        case KILN_ENTRY_COPY: rc = in->copy(q->iq, &r->out, &r->x); break;
-        case KILN_ENTRY_UNARY:
-            rc = in->unary(q->iq, (kiln_unary_op)r->op, &r->out, &r->x, r->alpha, r->beta);
-            break;
-        case KILN_ENTRY_WHERE: rc = in->where(q->iq, &r->out, &r->x, &r->y, &r->z); break;
-        case KILN_ENTRY_REDUCE:
-            rc = in->reduce(q->iq, (kiln_reduce_op)r->op, &r->out, &r->x, r->mask, r->alpha);
-            break;
-        case KILN_ENTRY_SOFTMAX: rc = in->softmax(q->iq, r->op != 0, &r->out, &r->x, (int)r->mask); break;
-        case KILN_ENTRY_MATMUL: rc = in->matmul(q->iq, &r->out, &r->x, &r->y); break;
-        case KILN_ENTRY_CONV:
-            rc = in->conv(q->iq, &r->conv, &r->out, &r->x, &r->y, r->z.buf ? &r->z : NULL);
-            break;
-        case KILN_ENTRY_POOL_BACKWARD: /* its zero fill was dropped when it was recorded */
-            rc = in->fill(q->iq, &r->out, 0);
-            if (rc == 0)
-                rc = in->pool_backward(q->iq, &r->pool, &r->out, &r->x, &r->y);
-            break;
-        case KILN_ENTRY_LAYER_NORM:
-            rc = in->layer_norm(q->iq, &r->out, NULL, NULL, &r->x, r->y.buf ? &r->y : NULL,
-                                r->z.buf ? &r->z : NULL, r->inner, r->alpha);
-            break;
-        default: rc = in->binary(q->iq, (kiln_binary_op)r->op, &r->out, &r->x, &r->y); break;
-        }
-        if (rc < 0)
-            return rc;
-    }
-    if (to > from)
-        atomic_fetch_add_explicit(&q->d->groups_replayed, 1, memory_order_relaxed);
-    return 0;
-}
-
-static bool inner_fuses(const fq *q)
-{
-    const kiln_backend_iface *in = q->d->in;
-    if (q->d->replay || !in->fused_run)
-        return false;
-    kiln_op_query query = {.entry = KILN_ENTRY_FUSED, .op = -1, .dtype = q->dtype};
-    return !in->supports || in->supports(q->iq, &query);
-}
-
-/* Compile the calls from `from` on and hand them to the inner fused_run: 0, an error, or
- * KILN_ENOTSUP when the program cannot be made or the backend refuses it. */
-static int run_program(fq *q, compiler *c, int from)
-{
-    if (compile(c, q, from) < 0)
-        return KILN_ENOTSUP;
-    kiln_fused_program p = {
-        .dtype = q->dtype,
-        .n = q->n,
-        .reduce_inner = c->reduce_inner,
-        .ninputs = c->ninputs,
-        .noutputs = c->noutputs,
-        .ninstrs = c->ninstrs,
-        .nregs = c->nregs,
-        .inputs = c->inputs,
-        .outputs = c->outputs,
-        .instrs = c->ins,
-        .conv = c->conv,
-        .pool = c->pool,
-        .pool_grad_x = c->pool_grad_x,
-    };
-    int rc = c->noutputs == 0 ? 0 : q->d->in->fused_run(q->iq, &p);
-    if (rc == 0) {
-        atomic_fetch_add_explicit(&q->d->groups_run, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&q->d->calls_fused, (uint64_t)(q->nrec - from), memory_order_relaxed);
-    }
-    return rc;
-}
-
-static int run_group(fq *q)
-{
-    kiln_tdesc store;
-    if (q->product_copy && freed(q, q->rec[0].out.buf) &&
-        kiln__fused_permuted_store(&q->rec[0], &q->rec[1], &store)) {
-        int rc = q->d->in->matmul(q->iq, &store, &q->rec[0].x, &q->rec[0].y);
-        if (rc == 0) {
-            atomic_fetch_add_explicit(&q->d->groups_run, 1, memory_order_relaxed);
-            atomic_fetch_add_explicit(&q->d->calls_fused, 2, memory_order_relaxed);
-        }
-        return rc;
-    }
-    if (q->product_copy) /* the product is read again later: as recorded */
-        return replay(q, 0, q->nrec);
-    if (q->nrec < 2 || !inner_fuses(q))
-        return replay(q, 0, q->nrec);
-    compiler *c = malloc(sizeof *c);
-    if (!c)
-        return replay(q, 0, q->nrec);
-    int rc = run_program(q, c, 0);
-    if (rc == KILN_ENOTSUP && has_producer(q)) {
-        /* a backend that does not generate this producer (a GPU's generator has no
-         * MATMUL): the producer alone, then its consumers still fused as elementwise */
-        rc = replay(q, 0, 1);
-        if (rc == 0)
-            rc = q->nrec > 2 ? run_program(q, c, 1) : KILN_ENOTSUP;
-        if (rc == KILN_ENOTSUP)
-            rc = replay(q, 1, q->nrec);
-    } else if (rc == KILN_ENOTSUP) {
-        rc = replay(q, 0, q->nrec);
-    }
-    free(c);
-    return rc;
-}
-
-int kiln__fused_flush(fq *q)
-{
-    int rc = q->nrec ? run_group(q) : 0;
-    q->nrec = 0;
-    q->closed = q->product_copy = false;
-    q->row = 0;
-    for (int i = 0; i < q->nfreed; i++)
-        q->d->in->buffer_free(q->iq, q->freed[i].buf);
-    q->nfreed = 0;
-    return rc;
 }

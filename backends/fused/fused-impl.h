@@ -1,11 +1,14 @@
 /*
- * backends/fused/fused-impl.h — what the two files of the fusion decorator share: the
- * device and queue contexts and the pending group of one queue.
+ * backends/fused/fused-impl.h — what the files of the fusion decorator share: the
+ * device and queue contexts, the pending group of one queue, and the small predicates
+ * over its recorded calls that both the recording and the flush ask.
  *
  * fused.c is the decorator's shell (life cycle, queues, events, buffers, and the entries
  * that flush and forward); fused-group.c records elementwise calls into a queue's
- * pending group, turns a group into a kiln_fused_program at a flush and runs it on the
- * inner backend's fused_run, or replays the recorded calls where it has none.
+ * pending group and defers the buffers freed under it; fused-flush.c turns a group into a
+ * kiln_fused_program at a flush and runs it on the inner backend's fused_run, or replays
+ * the recorded calls where it has none; fused-permute.c lets a matmul write straight into
+ * a permuted copy of its product.
  */
 #ifndef KILN_FUSED_IMPL_H
 #define KILN_FUSED_IMPL_H
@@ -15,6 +18,7 @@
 #include <stdbool.h>
 
 #include "backend.h"
+#include "fused-codegen.h"
 #include "fused-program.h"
 
 /* The most calls one group records; with at most two loads per call and one store per
@@ -101,6 +105,99 @@ static inline int64_t kiln__fused_numel(const kiln_tdesc *d)
     return n;
 }
 
+/** The same elements in the same order: same buffer and offset, both contiguous. */
+static inline bool kiln__fused_same_flat(const kiln_tdesc *a, const kiln_tdesc *b)
+{
+    return a->buf == b->buf && a->offset == b->offset && kiln__fused_contiguous(a) && kiln__fused_contiguous(b);
+}
+
+/** The same view: buffer, offset, dtype, shape, and strides wherever a dim is not 1. */
+static inline bool kiln__fused_same_view(const kiln_tdesc *a, const kiln_tdesc *b)
+{
+    if (a->buf != b->buf || a->offset != b->offset || a->dtype != b->dtype || a->ndim != b->ndim)
+        return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i] || (a->shape[i] != 1 && a->strides[i] != b->strides[i]))
+            return false;
+    return true;
+}
+
+/** How many operands r reads (x, y, z in that order; a NULL buf: an absent one). */
+static inline int kiln__fused_rec_inputs(const frec *r)
+{
+    switch (r->entry) {
+    case KILN_ENTRY_REDUCE:
+    case KILN_ENTRY_SOFTMAX: return 1;
+    case KILN_ENTRY_FILL: return 0;
+    case KILN_ENTRY_BINARY:
+    case KILN_ENTRY_MATMUL:
+    case KILN_ENTRY_POOL_BACKWARD: return 2;
+    case KILN_ENTRY_WHERE:
+    case KILN_ENTRY_CONV:                 /* (an absent bias: a NULL buf) */
+    case KILN_ENTRY_LAYER_NORM: return 3; /* (a layer norm's absent weight or bias: a NULL buf) */
+    default: return 1;
+    }
+}
+
+/** r's operand k (0: x, 1: y, 2: z). */
+static inline const kiln_tdesc *kiln__fused_rec_input(const frec *r, int k)
+{
+    return k == 0 ? &r->x : k == 1 ? &r->y : &r->z;
+}
+
+/** Whether a producer (matmul, conv, a max pooling's gradient) heads q's group. */
+static inline bool kiln__fused_has_producer(const fq *q)
+{
+    return q->nrec > 0 && (q->rec[0].entry == KILN_ENTRY_MATMUL || q->rec[0].entry == KILN_ENTRY_CONV ||
+                           q->rec[0].entry == KILN_ENTRY_POOL_BACKWARD);
+}
+
+/** Whether d reads reduction red's result broadcast over the group's rows: n elements,
+ * element i taking red's output element i / red->inner (a keepdim sum expanded back, or
+ * read through broadcasting, as softmax's backward reads sum(g y)). */
+static inline bool kiln__fused_row_broadcast(const fq *q, const frec *red, const kiln_tdesc *d)
+{
+    if (!red->row_value || d->buf != red->out.buf || d->offset != red->out.offset || d->dtype != red->out.dtype ||
+        kiln__fused_numel(d) != q->n)
+        return false;
+    int64_t inner = 1, expect = 1;
+    int dim = d->ndim - 1;
+    for (; dim >= 0 && inner < red->inner; dim--) { /* the row: broadcast dims */
+        if (d->shape[dim] != 1 && d->strides[dim] != 0)
+            return false;
+        inner *= d->shape[dim];
+    }
+    if (inner != red->inner)
+        return false;
+    for (; dim >= 0; dim--) { /* the rows: contiguous, in order */
+        if (d->shape[dim] == 1)
+            continue;
+        if (d->strides[dim] != expect)
+            return false;
+        expect *= d->shape[dim];
+    }
+    return true;
+}
+
+/** Whether a call of q's group reads b. */
+static inline bool kiln__fused_group_reads(const fq *q, const kiln_buffer *b)
+{
+    for (int i = 0; i < q->nrec; i++)
+        for (int k = 0; k < kiln__fused_rec_inputs(&q->rec[i]); k++)
+            if (kiln__fused_rec_input(&q->rec[i], k)->buf == b)
+                return true;
+    return false;
+}
+
+/** Whether b was freed while q's group was pending (its stores are dead). */
+static inline bool kiln__fused_was_freed(const fq *q, const kiln_buffer *b)
+{
+    for (int i = 0; i < q->nfreed; i++)
+        if (q->freed[i].buf == b)
+            return true;
+    return false;
+}
+
 /** Record the call into q's group when it fuses (returns 1); 2 when it is small (the
  *  caller's judgement: under the device's fusion size, or a constant's tiny fill), cannot
  *  join and shares no buffer with the group (the caller forwards it and the group stays
@@ -113,7 +210,7 @@ int kiln__fused_record(fq *q, const frec *r, bool small);
 int kiln__fused_record_pool_grad(fq *q, const frec *r);
 /** Whether q's pending group reads or writes buffer b (under q->mu). */
 bool kiln__fused_group_uses(const fq *q, const kiln_buffer *b);
-/** Run q's pending group (fused or replayed) and hand its freed buffers back. */
+/** Run q's pending group (fused or replayed) and hand its freed buffers back (fused-flush.c). */
 int kiln__fused_flush(fq *q);
 /** Buffer b was freed on q: deferred while the pending group uses it, unless it wraps
  *  the caller's memory (buffer_wrap_host), which runs the group first. */
