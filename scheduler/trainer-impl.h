@@ -68,11 +68,15 @@ int kd_trainer_register(const struct kd_trainer_run *run, kiln_module *model, co
 
 /* trainer-run.c: what a spec's training items look like, as far as a cheap look tells: the item
  * shape from the IDX images' header or the CSV header line (ndim 0: not known), the class count
- * from IDX labels of bytes (0: not known). */
+ * from IDX labels of bytes (0: not known), and what that look found wrong: a label column the CSV
+ * header does not have, IDX images and labels of different counts (problem "" when nothing; the
+ * spec's field it concerns in problem_field). */
 struct kd_trainer_items {
     int ndim;
     int64_t shape[KILN_MAX_DIMS];
     int64_t num_classes;
+    const char *problem_field;
+    char problem[2048];
 };
 void kd_trainer_probe_items(const struct kd_jobspec *s, struct kd_trainer_items *out);
 /* One zero item of items' shape through model on dev (eval mode, no gradients, its training mode

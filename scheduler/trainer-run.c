@@ -49,28 +49,34 @@ static int idx_header(gzFile f, int *type, int *ndim, int64_t *dims)
     return 0;
 }
 
-/* IDX images: an item's shape as kiln_dataset_idx gives it ([1, H, W] for a 3-D file). */
-static void idx_items(const char *path, struct kd_trainer_items *out)
+/* IDX images: an item's shape as kiln_dataset_idx gives it ([1, H, W] for a 3-D file); returns the
+ * item count, -1 when the header does not read. */
+static int64_t idx_items(const char *path, struct kd_trainer_items *out)
 {
     gzFile f = gzopen(path, "rb");
     int type, ndim;
-    int64_t dims[KILN_MAX_DIMS];
+    int64_t dims[KILN_MAX_DIMS], count = -1;
     if (f && idx_header(f, &type, &ndim, dims) == 0 && ndim >= 2) {
         out->ndim = ndim == 3 ? 3 : ndim - 1;
         for (int d = 0; d < out->ndim; d++)
             out->shape[d] = ndim == 3 ? (d == 0 ? 1 : dims[d]) : dims[d + 1];
+        count = dims[0];
     }
     if (f)
         gzclose(f);
+    return count;
 }
 
-/* IDX labels of unsigned bytes (MNIST's kind, one byte an item): the class count, largest + 1. */
-static void idx_classes(const char *path, struct kd_trainer_items *out)
+/* IDX labels of unsigned bytes (MNIST's kind, one byte an item): the class count, largest + 1;
+ * returns the label count of a 1-d file of any type, -1 when the header does not read as one. */
+static int64_t idx_classes(const char *path, struct kd_trainer_items *out)
 {
     gzFile f = gzopen(path, "rb");
     int type, ndim;
-    int64_t dims[KILN_MAX_DIMS];
-    if (f && idx_header(f, &type, &ndim, dims) == 0 && type == 0x08 && ndim == 1) {
+    int64_t dims[KILN_MAX_DIMS], count = -1;
+    if (f && idx_header(f, &type, &ndim, dims) == 0 && ndim == 1)
+        count = dims[0];
+    if (count >= 0 && type == 0x08) {
         unsigned char buf[65536];
         int64_t left = dims[0], largest = -1;
         int got = 0;
@@ -84,9 +90,11 @@ static void idx_classes(const char *path, struct kd_trainer_items *out)
     }
     if (f)
         gzclose(f);
+    return count;
 }
 
-/* The CSV header line: every column but the label is a feature. */
+/* The CSV header line: every column but the label is a feature. A header without the label
+ * column is the spec's problem (data.label_column), told with the columns there are. */
 static void csv_items(const char *path, const char *label_column, struct kd_trainer_items *out)
 {
     FILE *f = fopen(path, "r");
@@ -94,6 +102,8 @@ static void csv_items(const char *path, const char *label_column, struct kd_trai
     if (f && fgets(line, sizeof line, f) && strchr(line, '\n')) {
         int cells = 0;
         bool has_label = false;
+        char columns[256] = "";
+        size_t used = 0;
         for (char *save = NULL, *c = strtok_r(line, ",\r\n", &save); c; c = strtok_r(NULL, ",\r\n", &save)) {
             size_t n = strlen(c);
             if (n >= 2 && c[0] == '"' && c[n - 1] == '"') {
@@ -102,10 +112,20 @@ static void csv_items(const char *path, const char *label_column, struct kd_trai
             }
             cells++;
             has_label = has_label || (label_column && strcmp(c, label_column) == 0);
+            if (used < sizeof columns) {
+                int w = snprintf(columns + used, sizeof columns - used, "%s'%s'", cells > 1 ? ", " : "", c);
+                used += w > 0 ? (size_t)w : 0;
+            }
         }
+        if (used >= sizeof columns) /* cut short: say so rather than end mid-name */
+            memcpy(columns + sizeof columns - 4, "...", 4);
         if (has_label && cells > 1) {
             out->ndim = 1;
             out->shape[0] = cells - 1;
+        } else if (!has_label && label_column) {
+            out->problem_field = "data.label_column";
+            snprintf(out->problem, sizeof out->problem, "'%.200s' is not a column of %.900s (its header has %s)",
+                     label_column, path, columns);
         }
     }
     if (f)
@@ -117,18 +137,26 @@ void kd_trainer_probe_items(const struct kd_jobspec *s, struct kd_trainer_items 
     memset(out, 0, sizeof *out);
     if (!s->data_type || !s->train_a)
         return;
+    if (strcmp(s->data_type, "csv") == 0) {
+        csv_items(s->train_a, s->label_column, out);
+        return;
+    }
+    char im[PATH_MAX + 64], lb[PATH_MAX + 64];
+    const char *images = s->train_a, *labels = s->train_b;
     if (strcmp(s->data_type, "fashion_mnist") == 0) {
-        char im[PATH_MAX + 64], lb[PATH_MAX + 64];
         snprintf(im, sizeof im, "%s/train-images-idx3-ubyte.gz", s->train_a);
         snprintf(lb, sizeof lb, "%s/train-labels-idx1-ubyte.gz", s->train_a);
-        idx_items(im, out);
-        idx_classes(lb, out);
-    } else if (strcmp(s->data_type, "idx") == 0) {
-        idx_items(s->train_a, out);
-        if (s->train_b)
-            idx_classes(s->train_b, out);
-    } else if (strcmp(s->data_type, "csv") == 0) {
-        csv_items(s->train_a, s->label_column, out);
+        images = im;
+        labels = lb;
+    } else if (strcmp(s->data_type, "idx") != 0) {
+        return;
+    }
+    int64_t items = idx_items(images, out);
+    int64_t count = labels ? idx_classes(labels, out) : -1;
+    if (items >= 0 && count >= 0 && items != count) {
+        out->problem_field = "data";
+        snprintf(out->problem, sizeof out->problem, "%.900s holds %lld items but %.900s holds %lld labels", images,
+                 (long long)items, labels, (long long)count);
     }
 }
 

@@ -203,7 +203,9 @@ static void check_model(struct kd_spec_problems *p, const struct kd_jobspec *s)
     } else {
         struct kd_trainer_items items;
         kd_trainer_probe_items(s, &items);
-        if (items.ndim > 0 && kd_trainer_output_width(m, dev, &items, why, sizeof why) < 0)
+        if (items.problem[0])
+            kd_spec_problem(p, items.problem_field, "%s", items.problem);
+        else if (items.ndim > 0 && kd_trainer_output_width(m, dev, &items, why, sizeof why) < 0)
             kd_spec_problem(p, "model", "%s", why);
         kiln_optim *opt = kiln_optim_create_module(&s->optim, m);
         if (!opt)

@@ -210,9 +210,13 @@ kiln_dataset *kiln_dataset_idx(const char *images_path, const char *labels_path)
     kiln_dataset *ds = NULL;
     float *x = NULL;
     double *t = NULL;
-    if (labels_path && (lb.ndim != 1 || lb.dims[0] != im.dims[0])) {
-        kiln__error_set("idx: %s has %lld items but %s holds %d-d [%lld...]", images_path, (long long)im.dims[0],
-                        labels_path, lb.ndim, (long long)lb.dims[0]);
+    if (labels_path && lb.ndim != 1) {
+        kiln__error_set("idx: %s holds a %d-d array, not one label per item", labels_path, lb.ndim);
+        goto done;
+    }
+    if (labels_path && lb.dims[0] != im.dims[0]) {
+        kiln__error_set("idx: %s holds %lld items but %s holds %lld labels", images_path, (long long)im.dims[0],
+                        labels_path, (long long)lb.dims[0]);
         goto done;
     }
     if (im.ndim == 3) { /* images: one channel */

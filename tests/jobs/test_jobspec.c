@@ -31,7 +31,7 @@
 #include "trainer.h"
 
 static char root[] = "/tmp/kiln-jobspec-XXXXXX";
-static char fashion[300], csv[300];
+static char fashion[300], csv[300], three_labels[300];
 
 static void write_gz(const char *path, const unsigned char *header, size_t hlen, const unsigned char *data,
                      size_t dlen)
@@ -60,6 +60,9 @@ static int make_data(void **state)
     write_gz(path, images, sizeof images, pixels, sizeof pixels);
     snprintf(path, sizeof path, "%s/train-labels-idx1-ubyte.gz", fashion);
     write_gz(path, labels, sizeof labels, (const unsigned char[]){0, 9}, 2);
+    snprintf(three_labels, sizeof three_labels, "%s/three-labels-idx1-ubyte.gz", root);
+    static const unsigned char three[] = {0, 0, 8, 1, 0, 0, 0, 3};
+    write_gz(three_labels, three, sizeof three, (const unsigned char[]){0, 1, 2}, 3);
     FILE *f = fopen(csv, "w");
     if (!f)
         return -1;
@@ -280,6 +283,41 @@ static void test_model_does_not_take_items(void **state)
     kd_jobspec_free(&s);
 }
 
+/* What the data's headers tell at submission: a label column the CSV does not have, images and
+ * labels of different counts (each was a job that failed when it started). */
+static void test_data_headers(void **state)
+{
+    (void)state;
+    char model[600], spec[2000], want[1000];
+    linear_model(model, sizeof model, 4, 3);
+    snprintf(spec, sizeof spec,
+             "{\"model\": %s, \"data\": {\"type\": \"csv\", \"train\": \"%s\", \"label_column\": \"Species\"}}",
+             model, csv);
+    snprintf(want, sizeof want,
+             "data.label_column: 'Species' is not a column of %s (its header has 'a', 'b', 'c', 'd', 'label')",
+             csv);
+    refused(spec, (const char *const[]){want, NULL});
+    linear_model(model, sizeof model, 784, 10);
+    char images[400];
+    snprintf(images, sizeof images, "%s/train-images-idx3-ubyte.gz", fashion);
+    snprintf(spec, sizeof spec,
+             "{\"model\": %s, \"data\": {\"type\": \"idx\", \"train_images\": \"%s\", \"train_labels\": "
+             "\"%s\"}}",
+             model, images, three_labels);
+    snprintf(want, sizeof want, "data: %s holds 2 items but %s holds 3 labels", images, three_labels);
+    refused(spec, (const char *const[]){want, NULL});
+    /* the same images with their own labels: accepted */
+    char labels[400];
+    snprintf(labels, sizeof labels, "%s/train-labels-idx1-ubyte.gz", fashion);
+    snprintf(spec, sizeof spec,
+             "{\"model\": %s, \"data\": {\"type\": \"idx\", \"train_images\": \"%s\", \"train_labels\": "
+             "\"%s\"}}",
+             model, images, labels);
+    struct kd_jobspec s;
+    accepted(spec, &s);
+    kd_jobspec_free(&s);
+}
+
 static void test_class_scores(void **state)
 {
     (void)state;
@@ -317,6 +355,7 @@ int main(void)
         cmocka_unit_test(test_grad_accum_parsed),
         cmocka_unit_test(test_nesterov_without_momentum),
         cmocka_unit_test(test_model_does_not_take_items),
+        cmocka_unit_test(test_data_headers),
         cmocka_unit_test(test_class_scores),
         cmocka_unit_test(test_register_as_length),
     };
