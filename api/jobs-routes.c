@@ -404,8 +404,25 @@ static int handle_cancel(struct kd_jobs *j, int64_t id, const struct kd_request 
                           "job %lld: the cancel could not be stored, so it was not made: %s", (long long)id, err);
 }
 
+/* Whether the request carries a body of anything but whitespace: resume and DELETE take none,
+ * and a setting sent there (a new epoch count) would otherwise be silently ignored. */
+static bool has_body(const struct kd_request *req)
+{
+    for (size_t i = 0; i < req->body_len; i++) {
+        char c = req->body[i];
+        if (c != ' ' && c != '\t' && c != '\r' && c != '\n')
+            return true;
+    }
+    return false;
+}
+
 static int handle_resume(struct kd_jobs *j, int64_t id, const struct kd_request *req, struct kd_buf *out)
 {
+    if (has_body(req))
+        return kd_jobs_errorf(out, req, 400,
+                              "resume takes no body: it continues job %lld's own spec from its newest "
+                              "checkpoint; to change a setting, submit a spec with \"resume_from_job\": %lld",
+                              (long long)id, (long long)id);
     struct kd_job job;
     int st = kd_jobs_get_job(j, id, &job, req, out);
     if (st)
@@ -521,6 +538,9 @@ int kd_jobs_handle(void *ctx, const struct kd_request *req, struct kd_buf *out)
         if (req->method == KD_HTTP_GET)
             return handle_get(j, id, req, out);
         if (req->method == KD_HTTP_DELETE) {
+            if (has_body(req))
+                return kd_jobs_errorf(out, req, 400,
+                                      "DELETE /v1/jobs/{id} takes no body (?purge=true removes an ended job)");
             const char *purge = kd_jobs_query_get(&q, "purge");
             if (purge && strcmp(purge, "true") != 0 && strcmp(purge, "false") != 0)
                 return kd_jobs_errorf(out, req, 400,

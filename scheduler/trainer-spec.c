@@ -537,7 +537,7 @@ int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct 
     kd_spec_integer(&p, root, "seed", "seed", 0, INT64_MAX, &seed);
     kd_spec_integer(&p, root, "workers", "workers", 0, 64, &workers);
     kd_spec_integer(&p, root, "max_batch_size", "max_batch_size", 0, 4096, &mbs);
-    kd_spec_integer(&p, root, "resume_from_job", "resume_from_job", 0, INT64_MAX / 2, &s->resume_from_job);
+    kd_spec_integer(&p, root, "resume_from_job", "resume_from_job", 1, INT64_MAX / 2, &s->resume_from_job);
     s->seed = (uint64_t)seed;
     s->workers = (int)workers;
     s->max_batch_size = (int)mbs;

@@ -97,6 +97,18 @@ def test_resume_checks(d):
         err = body.get("error", "") if isinstance(body, dict) else ""
         check(st == 400 and "resume_from_job:" in err and words in err,
               "resume_from_job %s -> 400 (%s): %s %s" % (sorted(extra), words, st, err))
+    # 0 is no job (it had meant "no resume" without a word); a body on resume or DELETE (a new
+    # epoch count there) would be ignored, so it is refused, pointing at resume_from_job
+    st, body = d.req("POST", "/v1/jobs", plain_spec(resume_from_job=0))
+    check(st == 400 and "resume_from_job: 0 is out of range [1, " in body.get("error", ""),
+          "resume_from_job 0 -> 400: %s %s" % (st, body))
+    st, body = d.req("POST", "/v1/jobs/%d/resume" % a["id"], {"epochs": 5})
+    check(st == 400 and "resume takes no body" in body.get("error", "") and
+          '"resume_from_job": %d' % a["id"] in body.get("error", ""), "resume with a body -> 400: %s %s" % (st, body))
+    st, body = d.req("DELETE", "/v1/jobs/%d" % a["id"], "{}")
+    check(st == 400 and "takes no body" in body.get("error", ""), "DELETE with a body -> 400: %s %s" % (st, body))
+    st, body = d.req("POST", "/v1/jobs/%d/resume" % a["id"], " \r\n")
+    check(st == 409, "resume with a blank body is a plain resume (409: the job succeeded): %s %s" % (st, body))
     check(d.req("GET", "/v1/jobs?limit=1000")[1]["jobs"] == before, "none of them became a job")
     st, b = d.req("POST", "/v1/jobs", plain_spec(epochs=5, resume_from_job=a["id"]))
     check(st == 201, "the same model to more epochs -> 201: %s %s" % (st, b))
