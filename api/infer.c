@@ -454,6 +454,35 @@ static bool count_at(const char *at, const char *end, uint64_t *v)
  * extension): 0 with *in_shm false when it names no region; 0 with the slice retained into *out;
  * or 400 with msg. An input's byte size must be exactly need.
  */
+/* The classification extension's refusal, one text for HTTP and gRPC (kd_infer_classification_refused). */
+const char kd_infer_no_classification[] =
+    "the classification extension (parameters.classification, tritonclient's class_count) is not "
+    "supported by kilnd: request the output's scores and take the top classes from them";
+
+/* A "parameters" member, where one is given, must be an object; a flag it carries (binary_data,
+ * binary_data_output) must be true or false; classification, which kilnd does not implement, is
+ * refused rather than answered with plain scores. what names the place ("the request", "output 'y'"). */
+static int check_params(const char *params, const char *jend, const char *what, const char *flag, bool output,
+                        char *msg, size_t msglen)
+{
+    if (!params)
+        return 0;
+    if (type_at(params, jend) != KD_J_OBJECT) {
+        snprintf(msg, msglen, "%s: \"parameters\" must be an object", what);
+        return 400;
+    }
+    enum kd_jtype f = flag ? type_at(member_at(params, jend, flag), jend) : KD_J_NONE;
+    if (f != KD_J_NONE && f != KD_J_TRUE && f != KD_J_FALSE) {
+        snprintf(msg, msglen, "%s: parameters.%s must be true or false", what, flag);
+        return 400;
+    }
+    if (output && member_at(params, jend, "classification")) {
+        snprintf(msg, msglen, "%s: %s", what, kd_infer_no_classification);
+        return 400;
+    }
+    return 0;
+}
+
 static int shm_params(const struct kd_infer_ctx *ic, const char *params, const char *jend, const char *tensor,
                       bool is_input, uint64_t need, bool *in_shm, struct kd_shm_slice *out, char *msg,
                       size_t msglen)
@@ -630,6 +659,10 @@ int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, con
         if (want < 0)
             FAIL(400, "datatype %s is not supported", sp->datatype);
         bool half = want == KILN_F16 || want == KILN_BF16;
+        char what[KD_MODEL_NAME_MAX + 16];
+        snprintf(what, sizeof what, "input '%s'", sp->name);
+        if ((rc = check_params(in->params, jend, what, NULL, false, msg, msglen)) != 0)
+            goto done;
         const char *bsize = member_at(in->params, jend, "binary_data_size");
         size_t esize = wire_size(sp->datatype);
         int f = fill->n;
@@ -695,6 +728,8 @@ int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, con
     if (bin_used != bin_len)
         FAIL(400, "the body has %zu binary bytes no input claims", bin_len - bin_used);
 
+    if ((rc = check_params(doc.params, jend, "the request", "binary_data_output", false, msg, msglen)) != 0)
+        goto done;
     bool all_binary = type_at(member_at(doc.params, jend, "binary_data_output"), jend) == KD_J_TRUE;
     for (int o = 0; o < c->noutputs; o++) {
         want_output[o] = !doc.outputs;
@@ -718,6 +753,10 @@ int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, con
                 FAIL(400, "unknown output '%.64s'", name);
             want_output[k] = true;
             const char *oparams = member_at(ro, jend, "parameters");
+            char what[KD_MODEL_NAME_MAX + 16];
+            snprintf(what, sizeof what, "output '%s'", name);
+            if ((rc = check_params(oparams, jend, what, "binary_data", true, msg, msglen)) != 0)
+                goto done;
             bool out_shm = false;
             if ((rc = shm_params(ic, oparams, jend, name, false, 0, &out_shm, ic->use ? &ic->use->out[k] : NULL,
                                  msg, msglen)) != 0)

@@ -348,18 +348,19 @@ static void list_device(void *ctx, const char *spec, kiln_device *dev)
         b->len = 0; /* out of memory: no list rather than half of one */
 }
 
-/* A model's device that no worker drives, said with the devices that are configured, as a job
- * spec's device is (trainer-spec.c), so that the fix is in the message. */
-static void unknown_device(struct kd_serving *sv, const char *device, char *why, size_t n)
+/* A model version's device that no worker drives, said with the model, the version and the devices
+ * that are configured, as a job spec's device is (trainer-spec.c), so that the fix is in the message. */
+static void unknown_device(struct kd_serving *sv, const char *name, int64_t version, const char *device, char *why,
+                           size_t n)
 {
     struct kd_buf list = {0};
     kd_sched_each_device(sv->o.sched, list_device, &list);
     char shown[200];
     snprintf(
         why, n,
-        "device '%s' is not one of the configured devices (%.*s: the devices setting; write a model's device as "
-        "it is written there, or as the device names itself, e.g. vulkan:0 for vulkan)",
-        kiln_device_spec_redact(device, shown, sizeof shown),
+        "model '%s' version %lld: device '%s' is not one of the configured devices (%.*s: the devices setting; "
+        "write a model's device as it is written there, or as the device names itself, e.g. vulkan:0 for vulkan)",
+        name, (long long)version, kiln_device_spec_redact(device, shown, sizeof shown),
         list.len ? (int)(list.len > 400 ? 400 : list.len) : 4, list.len ? list.data : "none");
     kd_buf_free(&list);
 }
@@ -411,7 +412,8 @@ static int start_load(struct kd_serving *sv, const char *name, int64_t need_vers
         if (rc != 0) {
             op->remaining--;
             if (!op->why[0] && rc == -2)
-                unknown_device(sv, v->config.device ? v->config.device : "cpu", op->why, sizeof op->why);
+                unknown_device(sv, name, v->version, v->config.device ? v->config.device : "cpu", op->why,
+                               sizeof op->why);
             else if (!op->why[0] && rc == -3)
                 snprintf(op->why, sizeof op->why, "kilnd is shutting down");
             else if (!op->why[0])

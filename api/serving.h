@@ -163,6 +163,9 @@ struct kd_infer_data {
 int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, const struct kd_request *req,
                     struct kd_sched_request *r, bool *want_output, bool *want_binary, char *id, size_t idlen,
                     struct kd_infer_data *dd, char *msg, size_t msglen);
+/* Why a requested output's "classification" parameter is refused (HTTP and gRPC alike): kilnd
+ * does not implement the classification extension, and plain scores would answer another question. */
+extern const char kd_infer_no_classification[];
 /* The index of the spec named name in specs[0..n), or -1. */
 int kd_infer_find_spec(const kd_model_tensor_spec *specs, int n, const char *name);
 /* c's input names, comma-separated, into buf (cut at len), for messages;

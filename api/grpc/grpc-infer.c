@@ -302,7 +302,10 @@ static int decode(const struct kd_serving_options *lim, const kd_model_config *c
             FAIL(400, "unknown output '%.64s'", q->outputs[i]->name);
         want_output[k] = true;
         const Inference__ModelInferRequest__InferRequestedOutputTensor *ro = q->outputs[i];
-        const Inference__InferParameter *region, *offset, *size;
+        const Inference__InferParameter *region, *offset, *size, *classification;
+        PARAM_OF(ro->parameters, ro->n_parameters, "classification", classification);
+        if (classification)
+            FAIL(400, "output '%.64s': %s", q->outputs[i]->name, kd_infer_no_classification);
         PARAM_OF(ro->parameters, ro->n_parameters, "shared_memory_region", region);
         PARAM_OF(ro->parameters, ro->n_parameters, "shared_memory_offset", offset);
         PARAM_OF(ro->parameters, ro->n_parameters, "shared_memory_byte_size", size);

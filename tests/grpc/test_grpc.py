@@ -350,6 +350,11 @@ def test_infer_errors(d, c):
     twice.set_data_from_numpy(X)
     fails_with(lambda: c.infer("mnist_mlp", [i, twice], headers=AUTH), "INVALID_ARGUMENT",
                "input 'input' is given twice", "an input given twice")
+    # tritonclient's class_count asks for the classification extension, which kilnd does not
+    # implement: refused by name, not answered with plain scores
+    fails_with(lambda: c.infer("mnist_mlp", [i], outputs=[tg.InferRequestedOutput("logits", class_count=3)],
+                               headers=AUTH), "INVALID_ARGUMENT", "output 'logits': the classification extension",
+               "classification")
     # Over the body limit: refused from the length prefix, before the message is kept.
     xs = dtype_inputs(rows=30000)
     fails_with(lambda: c.infer("dtypes", grpc_inputs(xs), headers=AUTH), "RESOURCE_EXHAUSTED",

@@ -124,8 +124,8 @@ def main():
 
         st, doc, _ = req(port, "POST", "/v2/repository/models/elsewhere/load")
         err = doc.get("error", "") if isinstance(doc, dict) else ""
-        check(st == 400 and "'vulkan:7' is not one of the configured devices (cpu, %s: the devices setting" % remote
-              in err, "a model on a device not configured: the load lists the configured ones: %d %r" % (st, err))
+        check(st == 400 and "model 'elsewhere' version 1: device 'vulkan:7' is not one of the configured devices "
+              "(cpu, %s: the devices setting" % remote in err, "a model on a device not configured: the load lists the configured ones: %d %r" % (st, err))
         st, index, _ = req(port, "POST", "/v2/repository/index")
         reason = [m.get("reason", "") for m in index if m.get("name") == "elsewhere"] if st == 200 else []
         check(reason and "(cpu, %s: the devices setting" % remote in reason[0],

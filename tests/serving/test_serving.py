@@ -303,6 +303,28 @@ def test_bad_input(d):
                         {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 783], "data": [0.0] * 783}]})
     check(st == 400 and "dim 1 is 783; the model expects 784" in json.loads(data).get("error", ""),
           "a wrong dim says which: %s" % data[:200])
+    # parameters that would otherwise be dropped without a word: a flag that is not a boolean,
+    # parameters that are not an object, classification (tritonclient's class_count), which kilnd
+    # does not implement: each a 400 naming its place, never a 200 with something else
+    one = infer_body([[0.0] * 784])
+    for what, body, words in (
+            ("binary_data \"yes\"", dict(one, outputs=[{"name": "logits", "parameters": {"binary_data": "yes"}}]),
+             "output 'logits': parameters.binary_data must be true or false"),
+            ("binary_data_output 1", dict(one, parameters={"binary_data_output": 1}),
+             "the request: parameters.binary_data_output must be true or false"),
+            ("request parameters a string", dict(one, parameters="x"), 'the request: "parameters" must be an object'),
+            ("input parameters a list", {"inputs": [dict(one["inputs"][0], parameters=[1])]},
+             "input 'input': \"parameters\" must be an object"),
+            ("classification", dict(one, outputs=[{"name": "logits", "parameters": {"classification": 3}}]),
+             "output 'logits': the classification extension")):
+        st, _, data = d.req("POST", "/v2/models/mnist_mlp/infer", body)
+        err = json.loads(data).get("error", "") if st == 400 else ""
+        check(st == 400 and words in err, "%s -> 400 naming it: %d %s" % (what, st, data[:300]))
+    st, _, data = d.req("POST", "/v2/models/mnist_mlp/infer",
+                        dict(one, outputs=[{"name": "logits", "parameters": {"binary_data": False}}],
+                             parameters={"binary_data_output": False, "priority": 1}))
+    check(st == 200 and len(json.loads(data)["outputs"][0]["data"]) == 10,
+          "boolean flags and a parameter kilnd does not use still answer: %d %s" % (st, data[:200]))
     st, _, _ = d.req("POST", "/v2/models/nosuch/infer", infer_body([[0.0] * 784]))
     check(st == 404, "unknown model is 404")
     st, _, _ = d.req("GET", "/v2/models/..%2f/ready")
