@@ -254,6 +254,27 @@ static void logf_(const struct kd_trainer_run *run, const char *fmt, ...)
     va_end(ap);
 }
 
+/* Where the data's classes have names (a CSV's text labels, numbered in order of first appearance),
+ * which name each class index the model answers with stands for: the one record of that mapping a
+ * user has, kept with the job's logs. */
+static void log_class_names(const struct kd_trainer_run *run, const kiln_dataset *train, int64_t num_classes)
+{
+    if (!kiln_dataset_class_name(train, 0))
+        return;
+    char text[1024];
+    size_t used = 0;
+    int64_t c = 0;
+    for (; c < num_classes && used < sizeof text - 80; c++) {
+        const char *name = kiln_dataset_class_name(train, c);
+        int w = snprintf(text + used, sizeof text - used, "%s%lld = %.64s", c ? ", " : "", (long long)c,
+                         name ? name : "?");
+        used += w > 0 ? (size_t)w : 0;
+    }
+    if (c < num_classes)
+        snprintf(text + used, sizeof text - used, ", ... (%lld classes)", (long long)num_classes);
+    logf_(run, "classes: %s", text);
+}
+
 static void warnf(const struct kd_trainer_run *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void warnf(const struct kd_trainer_run *run, const char *fmt, ...)
 {
@@ -531,8 +552,11 @@ int kd_trainer_run(const struct kd_trainer_run *run, struct kd_trainer_result *r
             }
             res->resumed = true;
             res->resumed_step = step;
-            logf_(run, "resumed from checkpoint at step %lld (epoch %lld)", (long long)step,
-                  (long long)kiln_learner_epoch(L));
+            /* the learner counts epochs completed; every other line names epochs from 1 */
+            int64_t done = kiln_learner_epoch(L);
+            logf_(run,
+                  "resumed from checkpoint at step %lld (%lld epoch%s completed; training goes on in epoch %lld)",
+                  (long long)step, (long long)done, done == 1 ? "" : "s", (long long)(done + 1));
         } else {
             /* The caller found one there; starting from step 0 now would silently be another run. */
             snprintf(res->error, sizeof res->error, "resuming: no checkpoint in %.200s verifies any more: %.250s",
@@ -545,6 +569,7 @@ int kd_trainer_run(const struct kd_trainer_run *run, struct kd_trainer_result *r
         rc = 0;
         goto out;
     }
+    log_class_names(run, train, info.num_classes);
     logf_(run, "training %lld parameters on %lld items (%lld validation), %lld batches per epoch on %s",
           (long long)kiln_module_parameter_count(model, true), (long long)kiln_dataset_length(train),
           (long long)(valid ? kiln_dataset_length(valid) : 0), (long long)kiln_loader_batches(tl),

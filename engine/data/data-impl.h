@@ -25,6 +25,10 @@ struct kiln_dataset {
     kiln_dataset_info info;
     atomic_int refs;
     char name[256];
+    /* names of classes 0..nclass_names-1 where the source has them (a CSV's label names), owned;
+     * kiln_dataset_class_name asks the source chain for them */
+    char **class_names;
+    int64_t nclass_names;
 };
 
 /** A new data set with one reference; takes self (destroyed on failure) and a new

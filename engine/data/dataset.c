@@ -120,6 +120,9 @@ void kiln_dataset_free(kiln_dataset *ds)
         kiln_dataset *src = ds->source;
         if (ds->cls->destroy)
             ds->cls->destroy(ds->self);
+        for (int64_t c = 0; c < ds->nclass_names; c++)
+            free(ds->class_names[c]);
+        free(ds->class_names);
         free(ds);
         ds = src; /* drop the reference the transform held, without recursion */
     }

@@ -299,6 +299,8 @@ kiln_dataset *kiln_dataset_image_folder(const char *root, int channels, int heig
 
 const char *kiln_dataset_class_name(const kiln_dataset *ds, int64_t c)
 {
+    if (ds && ds->class_names)
+        return c >= 0 && c < ds->nclass_names ? ds->class_names[c] : NULL;
     if (!ds || ds->cls != &folder_class)
         return ds && ds->source ? kiln_dataset_class_name(ds->source, c) : NULL;
     const folder_self *s = ds->self;

@@ -535,6 +535,12 @@ kiln_dataset *kiln_dataset_csv(const char *path, const char *label_column, int n
         char name[200];
         snprintf(name, sizeof name, "csv(%.150s)", base_name(path));
         ds = kiln__dataset_arrays_take(&info, x ? x : malloc(1), t ? t : malloc(1), name);
+        if (ds && label_kind == LABELS_STRINGS) { /* the names go with the data set */
+            ds->class_names = classes;
+            ds->nclass_names = nclasses;
+            classes = NULL;
+            nclasses = 0;
+        }
     } else {
         kiln_dataset_info info = {.length = n, .ndim = 1, .shape = {nfeat}};
         char name[200];

@@ -25,7 +25,7 @@
 #include "trainer.h"
 
 static char root[] = "/tmp/kiln-trainer-resume-XXXXXX";
-static char csv[300];
+static char csv[300], named[300];
 
 static const char MODEL[] =
     "{\"inputs\": [\"x\"], \"nodes\": ["
@@ -47,6 +47,16 @@ static int make_data(void **state)
     fputs("a,b,c,d,label\n", f);
     for (int i = 0; i < 24; i++)
         fprintf(f, "%d,%d,%d,%d,%d\n", i % 3, (i * 7) % 5, (i * 3) % 4, i % 2, i % 3);
+    if (fclose(f) != 0)
+        return -1;
+    /* the same items with names for labels: classes numbered in order of first appearance */
+    static const char *const names[] = {"owl", "cat", "dog"};
+    snprintf(named, sizeof named, "%s/named.csv", root);
+    if (!(f = fopen(named, "w")))
+        return -1;
+    fputs("a,b,c,d,label\n", f);
+    for (int i = 0; i < 24; i++)
+        fprintf(f, "%d,%d,%d,%d,%s\n", i % 3, (i * 7) % 5, (i * 3) % 4, i % 2, names[i % 3]);
     return fclose(f);
 }
 
@@ -82,15 +92,15 @@ static void on_warn(void *ud, const char *message)
     }
 }
 
-/* One run of epochs epochs into ckdir, resuming from resume_dir when given. */
-static void run_job(int epochs, const char *ckdir, const char *resume_dir, struct seen *seen,
-                    struct kd_trainer_result *res)
+/* One run of epochs epochs on the CSV at data into ckdir, resuming from resume_dir when given. */
+static void run_on(const char *data, int epochs, const char *ckdir, const char *resume_dir, struct seen *seen,
+                   struct kd_trainer_result *res)
 {
     char spec_text[2000], problems[2048];
     snprintf(spec_text, sizeof spec_text,
              "{\"model\": %s, \"data\": {\"type\": \"csv\", \"train\": \"%s\"}, \"epochs\": %d, "
              "\"batch_size\": 8, \"device\": \"cpu\", \"seed\": 3, \"checkpoint\": {\"keep_last\": 5}}",
-             MODEL, csv, epochs);
+             MODEL, data, epochs);
     const char *roots[] = {root};
     struct kd_jobspec_env env = {roots, 1, NULL, true, NULL, NULL};
     struct kd_jobspec spec;
@@ -105,6 +115,12 @@ static void run_job(int epochs, const char *ckdir, const char *resume_dir, struc
     if (kd_trainer_run(&run, res) != 0)
         fail_msg("run: %s", res->error);
     kd_jobspec_free(&spec);
+}
+
+static void run_job(int epochs, const char *ckdir, const char *resume_dir, struct seen *seen,
+                    struct kd_trainer_result *res)
+{
+    run_on(csv, epochs, ckdir, resume_dir, seen, res);
 }
 
 static void flip_byte(const char *path, long at)
@@ -131,6 +147,7 @@ static void test_damaged_newest_checkpoint_reported(void **state)
     assert_string_equal(res.stop_reason, "completed");
     free(res.metrics_json);
     assert_null(strstr(seen.logs, "\"level\""));
+    assert_null(strstr(seen.logs, "classes:")); /* numeric labels: no names to tell */
     assert_string_equal(seen.warns, "");
 
     /* the checkpoint holds the job's model: its spec builds it, its tensors fill it */
@@ -159,13 +176,31 @@ static void test_damaged_newest_checkpoint_reported(void **state)
         fail_msg("the warn hook did not get \"%s...optimizer.kiln...\": %s", want, seen.warns);
     if (!strstr(seen.logs, want) || !strstr(seen.logs, "\"level\":\"warning\""))
         fail_msg("no warning log event \"%s...\": %s", want, seen.logs);
-    assert_non_null(strstr(seen.logs, "resumed from checkpoint at step 3 (epoch 1)"));
+    assert_non_null(
+        strstr(seen.logs, "resumed from checkpoint at step 3 (1 epoch completed; training goes on in epoch 2)"));
+}
+
+/* Labels that are names: the job's log says which class index stands for which name (a
+ * registered model answers with indices, and nothing else records the mapping). */
+static void test_class_names_logged(void **state)
+{
+    (void)state;
+    char ck[400];
+    snprintf(ck, sizeof ck, "%s/ck-named", root);
+    struct seen seen = {0};
+    struct kd_trainer_result res;
+    run_on(named, 1, ck, NULL, &seen, &res);
+    assert_string_equal(res.stop_reason, "completed");
+    free(res.metrics_json);
+    if (!strstr(seen.logs, "classes: 0 = owl, 1 = cat, 2 = dog\""))
+        fail_msg("no class-name log line: %s", seen.logs);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_damaged_newest_checkpoint_reported),
+        cmocka_unit_test(test_class_names_logged),
     };
     return cmocka_run_group_tests_name("trainer-resume", tests, make_data, remove_data);
 }

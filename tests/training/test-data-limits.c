@@ -296,6 +296,27 @@ static void test_csv_labels(void **state)
     expect_error("line 3: empty label");
     /* names, in order of first appearance; a name that looks like a number is a name */
     expect_labels(csv("names.csv", "a,label\n1,dog\n2,cat\n3,dog\n4,1\n"), 3, 4, (double[]){0, 1, 0, 2});
+    /* the names stay with the data set (a trained model's class 0 means something), through a split
+     * to its halves; numeric labels have none */
+    kiln_dataset *named = csv("names.csv", "a,label\n1,dog\n2,cat\n3,dog\n4,1\n");
+    assert_non_null(named);
+    assert_string_equal(kiln_dataset_class_name(named, 0), "dog");
+    assert_string_equal(kiln_dataset_class_name(named, 1), "cat");
+    assert_string_equal(kiln_dataset_class_name(named, 2), "1");
+    assert_null(kiln_dataset_class_name(named, 3));
+    assert_null(kiln_dataset_class_name(named, -1));
+    kiln_dataset *train = NULL, *valid = NULL;
+    assert_int_equal(kiln_dataset_split(named, 0.5, 7, &train, &valid), 0);
+    kiln_dataset_free(named);
+    assert_string_equal(kiln_dataset_class_name(train, 1), "cat");
+    assert_string_equal(kiln_dataset_class_name(valid, 2), "1");
+    kiln_dataset_free(train);
+    kiln_dataset_free(valid);
+    kiln_dataset *numbered = csv("gap.csv", "a,label\n1,3\n2,0\n");
+    assert_non_null(numbered);
+    assert_null(kiln_dataset_class_name(numbered, 0));
+    kiln_dataset_free(numbered);
+    assert_null(kiln_dataset_class_name(NULL, 0));
     /* header only: no classes */
     expect_labels(csv("hdr.csv", "a,label\n"), 0, 0, NULL);
 

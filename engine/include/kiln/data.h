@@ -118,7 +118,12 @@ kiln_dataset *kiln_dataset_csv(const char *path, const char *label_column, int n
  * features [channels, height, width].
  */
 kiln_dataset *kiln_dataset_image_folder(const char *root, int channels, int height, int width);
-/** Number of classes of an image folder data set and the name of class c, or NULL. */
+/**
+ * The name of class c where the data's classes have names: an image folder's sub-folder, a CSV's
+ * label name (labels that are names, numbered in order of first appearance); asked through
+ * transforms, splits and subsets to their source. NULL for classes without names (IDX, numeric CSV
+ * labels, arrays), c out of range, or a NULL data set. The string lives as long as the data set.
+ */
 const char *kiln_dataset_class_name(const kiln_dataset *ds, int64_t c);
 
 /**
