@@ -217,8 +217,13 @@ static int cmd_jobs(const struct kiln_client *cl, int argc, char **argv)
         return cmd_jobs_rm(cl, argc - 1, argv + 1);
     char path[128] = "/v1/jobs?limit=1000";
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--state") && i + 1 < argc && strspn(argv[i + 1], "abcdefghijklmnopqrstuvwxyz") ==
-                                                             strlen(argv[i + 1]) && strlen(argv[i + 1]) < 20)
+        if (!strcmp(argv[i], "--state") && i + 1 == argc) {
+            fprintf(stderr,
+                    "kiln: jobs: --state needs a value: queued, running, succeeded, failed or cancelled\n");
+            return 2;
+        }
+        if (!strcmp(argv[i], "--state") &&
+            strspn(argv[i + 1], "abcdefghijklmnopqrstuvwxyz") == strlen(argv[i + 1]) && strlen(argv[i + 1]) < 20)
             snprintf(path, sizeof path, "/v1/jobs?limit=1000&state=%s", argv[++i]);
         else {
             fprintf(stderr, "kiln: jobs: unexpected argument '%s'\n", argv[i]);

@@ -359,7 +359,8 @@ static void usage(FILE *out)
             "Options:\n"
             "  --url URL  kilnd address\n"
             "  --token T  bearer token\n"
-            "  --help     this text\n\n"
+            "  --help     this text\n"
+            "  --version  this client's version (the command version asks the server too)\n\n"
             "The address and token come from the flags, else $KILN_URL and $KILN_TOKEN, else the CLI's\n"
             "config file ($KILN_CLI_CONFIG, else $XDG_CONFIG_HOME/kiln/cli.json or ~/.config/kiln/cli.json:\n"
             "{\"url\": \"http://host:port\", \"token\": \"...\"}, no other keys; $KILN_CONFIG is kilnd's file\n"
@@ -377,6 +378,9 @@ static int run(int argc, char **argv, char **rest)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--version") == 0) { /* this program's own, asking no server */
+            printf("kiln %s\n", KILN_VERSION);
             return 0;
         } else if ((strcmp(argv[i], "--url") == 0 || strcmp(argv[i], "--token") == 0) && i + 1 == argc) {
             fprintf(stderr, "kiln: option %s needs a value\n\n", argv[i]);

@@ -302,7 +302,10 @@ int kiln_cli_watch_main(const struct kiln_client *cl, int argc, char **argv)
             exit_on_end = true;
         else if (!id && kiln_cli_job_id_valid(argv[i]))
             id = argv[i];
-        else {
+        else if (!id && argv[i][0] != '-') { /* meant as the id: say what an id is */
+            fprintf(stderr, "kiln: watch: '%s' is not a job id\n", argv[i]);
+            break;
+        } else {
             fprintf(stderr, "kiln: watch: unexpected argument '%s'\n", argv[i]);
             id = NULL;
             break;

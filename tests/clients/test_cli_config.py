@@ -15,6 +15,7 @@ Usage: test_cli_config.py KILN_CLI PYTHON_CLIENT_DIR
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -108,6 +109,15 @@ def test_usage_errors():
     for opt in ("--token", "--url"):
         rc, err = kiln("jobs", opt)
         check(rc == 2 and "option %s needs a value" % opt in err, "%s without a value says so: %r" % (opt, err[:60]))
+    rc, err = kiln(url, "watch", "0")
+    check(rc == 2 and "'0' is not a job id" in err, "kiln watch 0 says 0 is not a job id: %r" % err[:120])
+    rc, err = kiln(url, "jobs", "--state")
+    check(rc == 2 and "--state needs a value" in err and "cannot reach" not in err,
+          "kiln jobs --state without a value says so: %r" % err[:120])
+    p = subprocess.run([CLI, url, "--version"], capture_output=True, text=True, env=BASE_ENV, timeout=30)
+    check(p.returncode == 0 and re.fullmatch(r"kiln \d+\.\d+\.\d+\n", p.stdout) is not None,
+          "kiln --version prints the client's version without asking a server: %d %r %r" %
+          (p.returncode, p.stdout, p.stderr[:120]))
 
 
 def main():
