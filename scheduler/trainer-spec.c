@@ -503,9 +503,16 @@ int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct 
         kd_spec_problem(&p, "body", "is not valid UTF-8 (byte %ld); JSON text must be UTF-8", bad);
         return -1;
     }
-    cJSON *root = cJSON_Parse(json);
+    /* the whole body: text after the object is an error too, at the byte where it starts */
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(json, &end, true);
+    if (!root) {
+        kd_spec_problem(&p, "body", "is not valid JSON (at byte %ld)",
+                        end && end >= json ? (long)(end - json) : 0L);
+        return -1;
+    }
     if (!cJSON_IsObject(root)) {
-        kd_spec_problem(&p, "body", root ? "must be a JSON object" : "is not valid JSON");
+        kd_spec_problem(&p, "body", "must be a JSON object");
         cJSON_Delete(root);
         return -1;
     }

@@ -318,6 +318,17 @@ static void test_data_headers(void **state)
     kd_jobspec_free(&s);
 }
 
+/* A body that is not JSON says where it stops being JSON; text after the object is refused too
+ * (it was read as the object alone). */
+static void test_body_not_json(void **state)
+{
+    (void)state;
+    refused("{\"epochs\": 2 x}", (const char *const[]){"body: is not valid JSON (at byte 13)", NULL});
+    refused("{\"epochs\": 2} {\"epochs\": 3}",
+            (const char *const[]){"body: is not valid JSON (at byte 14)", NULL});
+    refused("[1, 2]", (const char *const[]){"body: must be a JSON object", NULL});
+}
+
 static void test_class_scores(void **state)
 {
     (void)state;
@@ -356,6 +367,7 @@ int main(void)
         cmocka_unit_test(test_nesterov_without_momentum),
         cmocka_unit_test(test_model_does_not_take_items),
         cmocka_unit_test(test_data_headers),
+        cmocka_unit_test(test_body_not_json),
         cmocka_unit_test(test_class_scores),
         cmocka_unit_test(test_register_as_length),
     };
