@@ -613,6 +613,14 @@ typedef struct kiln_backend_iface {
      *  caller's). A decorator that defers frees (backends/fused) asks this instead of
      *  keeping a set of the buffers it saw wrapped. */
     bool (*buffer_is_wrapped)(void *ctx, const kiln_buffer *buf);
+    /** Optional, beside buffer_wrap_host: the same wrap, over memory its caller may read and
+     *  write between any two calls (kiln_from_host_memory). A backend that defers calls
+     *  (backends/fused) runs each call reading or writing such a buffer before the call
+     *  returns, so the caller's later writes never reach an earlier call and each call's
+     *  result is in the memory when it returns, as on a backend that runs calls at once.
+     *  NULL: the engine wraps with buffer_wrap_host. */
+    kiln_buffer *(*buffer_lend_host)(void *ctx, void *ptr, size_t nbytes, void (*release)(void *),
+                                     void *release_ud);
     /** Hand buffers the backend keeps for reuse (freed by the engine, not in use) back to
      *  the system, largest first, until at least `bytes` are released or none are left;
      *  returns the bytes released. For a caller that has taken a workload's memory over

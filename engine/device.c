@@ -625,7 +625,7 @@ static int name_device_in_error(const kiln_device *dev, const char *fn, int rc)
     if (rc == KILN_ENOTSUP) {
         char why[KILN_ERROR_MAX];
         snprintf(why, sizeof why, "%s", kiln_error());
-        kiln__error_set("%s: device '%s': %s", fn, dev->spec, why);
+        kiln__error_set_code(KILN_ENOTSUP, "%s: device '%s': %s", fn, dev->spec, why);
     }
     return rc;
 }
@@ -633,12 +633,12 @@ static int name_device_in_error(const kiln_device *dev, const char *fn, int rc)
 int kiln_device_memory_get(kiln_device *dev, kiln_device_memory *out)
 {
     if (!dev || !out)
-        return kiln__error_set("kiln_device_memory_get: device or output is NULL");
+        return kiln__error_set_code(KILN_EINVAL, "kiln_device_memory_get: device or output is NULL");
     memset(out, 0, sizeof *out);
     if (!dev->be->memory) {
-        kiln__error_set("kiln_device_memory_get: device '%s' (backend %s) keeps no memory figures", dev->spec,
-                        dev->be->name);
-        return KILN_ENOTSUP;
+        return kiln__error_set_code(KILN_ENOTSUP,
+                                    "kiln_device_memory_get: device '%s' (backend %s) keeps no memory figures",
+                                    dev->spec, dev->be->name);
     }
     return name_device_in_error(dev, "kiln_device_memory_get", dev->be->memory(dev->ctx, out));
 }
@@ -646,9 +646,9 @@ int kiln_device_memory_get(kiln_device *dev, kiln_device_memory *out)
 int kiln_device_memory_reset_peak(kiln_device *dev)
 {
     if (!dev)
-        return kiln__error_set("kiln_device_memory_reset_peak: device is NULL");
+        return kiln__error_set_code(KILN_EINVAL, "kiln_device_memory_reset_peak: device is NULL");
     if (!dev->be->memory_reset_peak)
-        kiln__error_set("backend %s keeps no memory figures", dev->be->name);
+        kiln__error_set_code(KILN_ENOTSUP, "backend %s keeps no memory figures", dev->be->name);
     return name_device_in_error(dev, "kiln_device_memory_reset_peak",
                                 dev->be->memory_reset_peak ? dev->be->memory_reset_peak(dev->ctx) : KILN_ENOTSUP);
 }

@@ -437,8 +437,13 @@ static kiln_tensor *alloc_impl(kiln_device *dev, kiln_dtype dt, int ndim, const 
             st->hook_seq = seq;
         }
     }
+    /* the caller's memory, which it may touch between any two ops: lent where the backend
+     * defers calls (so they run before the op returns), else wrapped */
+    kiln_buffer *(*wrap)(void *, void *, size_t, void (*)(void *), void *) = dev->be->buffer_lend_host
+                                                                                 ? dev->be->buffer_lend_host
+                                                                                 : dev->be->buffer_wrap_host;
     if (!st->buf)
-        st->buf = wrap_ptr ? dev->be->buffer_wrap_host(kiln__qctx(dev), wrap_ptr, nbytes, release, release_ud)
+        st->buf = wrap_ptr ? wrap(kiln__qctx(dev), wrap_ptr, nbytes, release, release_ud)
                            : dev->be->buffer_alloc(kiln__qctx(dev), nbytes ? nbytes : 1);
     if (!st->buf && !wrap_ptr && dev->be->buffer_trim) {
         /* The backend's pool may hold freed buffers of other sizes that together would make

@@ -352,6 +352,17 @@ static kiln_buffer *counting_buffer_wrap_host(void *qctx, void *ptr, size_t n, v
     return q->d->in->buffer_wrap_host(q->iq, ptr, n, release, ud);
 }
 
+/* Lent memory goes to the inner backend as lent where it takes it (a fused device below), else
+ * as a plain wrap, counted either way. */
+static kiln_buffer *counting_buffer_lend_host(void *qctx, void *ptr, size_t n, void (*release)(void *), void *ud)
+{
+    cq *q = qctx;
+    if (!q->d->in->buffer_lend_host)
+        return counting_buffer_wrap_host(qctx, ptr, n, release, ud);
+    BUMP(q->d->allocs);
+    return q->d->in->buffer_lend_host(q->iq, ptr, n, release, ud);
+}
+
 static size_t counting_buffer_trim(void *qctx, size_t bytes)
 {
     cq *q = qctx;
@@ -470,8 +481,8 @@ static int counting_memory(void *ctx, kiln_device_memory *out)
 {
     cdev *d = ctx;
     if (!d->in->memory) {
-        kiln__error_set("counting: the inner backend %s keeps no memory figures", d->in->name);
-        return KILN_ENOTSUP;
+        return kiln__error_set_code(KILN_ENOTSUP, "counting: the inner backend %s keeps no memory figures",
+                                    d->in->name);
     }
     return d->in->memory(d->ictx, out);
 }
@@ -480,8 +491,8 @@ static int counting_memory_reset_peak(void *ctx)
 {
     cdev *d = ctx;
     if (!d->in->memory_reset_peak) {
-        kiln__error_set("counting: the inner backend %s keeps no memory figures", d->in->name);
-        return KILN_ENOTSUP;
+        return kiln__error_set_code(KILN_ENOTSUP, "counting: the inner backend %s keeps no memory figures",
+                                    d->in->name);
     }
     return d->in->memory_reset_peak(d->ictx);
 }
@@ -513,6 +524,7 @@ static const kiln_backend_iface counting_iface = {
     .host_free = counting_host_free,
     .buffer_copy_peer = counting_buffer_copy_peer,
     .buffer_wrap_host = counting_buffer_wrap_host,
+    .buffer_lend_host = counting_buffer_lend_host,
     .buffer_trim = counting_buffer_trim,
     .buffer_detach = counting_buffer_detach,
     .buffer_reattach = counting_buffer_reattach,

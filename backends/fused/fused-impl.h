@@ -26,6 +26,26 @@
  * stores). */
 #define FUSED_MAX_RECS 20
 
+/* A set of buffer handles (fused-bufset.c). mu guards slots, n and cap; any (n > 0) is read
+ * without it, so that a device that never wrapped or lent a buffer takes no lock. */
+typedef struct fused_bufset {
+    pthread_mutex_t mu;
+    kiln_buffer **slots;
+    int n, cap;
+    _Atomic bool any;
+} fused_bufset;
+
+void kiln__fused_bufset_init(fused_bufset *s);
+void kiln__fused_bufset_destroy(fused_bufset *s);
+/** Room for one more entry (mu held): false when out of memory. */
+bool kiln__fused_bufset_room(fused_bufset *s);
+/** Adds b (mu held, room made). */
+void kiln__fused_bufset_put(fused_bufset *s, kiln_buffer *b);
+/** Removes b (takes mu); whether it was there. */
+bool kiln__fused_bufset_remove(fused_bufset *s, const kiln_buffer *b);
+/** Whether b is there (takes mu; none taken while the set is empty). */
+bool kiln__fused_bufset_has(fused_bufset *s, const kiln_buffer *b);
+
 typedef struct fdev {
     const kiln_backend_iface *in;
     void *ictx;
@@ -36,15 +56,12 @@ typedef struct fdev {
     _Atomic uint64_t groups_run;      /* programs handed to the inner fused_run */
     _Atomic uint64_t calls_fused;     /* recorded calls those programs replaced */
     _Atomic uint64_t groups_replayed; /* groups that ran call by call */
-    /* the buffers buffer_wrap_host made and not yet freed (the caller's memory): a set of
-     * pointers, open addressing with linear probing (capwrapped a power of two, at most half
-     * full; NULL marks a free slot). An ONNX model's planned arena wraps every intermediate,
-     * so a wrap and a free come with almost every op: a list searched on each free cost the
-     * encoder 9% of its run */
-    pthread_mutex_t wrapped_mu;
-    kiln_buffer **wrapped;
-    int nwrapped, capwrapped;
-    _Atomic bool any_wrapped; /* nwrapped > 0, read without the lock on every free */
+    /* the buffers buffer_wrap_host made and not yet freed (the caller's memory), kept only
+     * over an inner backend without buffer_is_wrapped */
+    fused_bufset wrapped;
+    /* the buffers buffer_lend_host made and not yet freed: memory the caller reads and
+     * writes between calls, so a recorded call touching one runs before it returns */
+    fused_bufset lent;
 } fdev;
 
 /* One recorded call: fill (out), copy and unary (out, x), binary (out, x, y), where

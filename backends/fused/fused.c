@@ -59,7 +59,8 @@ static void *fused_open_opts(const char *spec, int index, kiln_device_opts *o)
         free(d);
         return NULL;
     }
-    pthread_mutex_init(&d->wrapped_mu, NULL);
+    kiln__fused_bufset_init(&d->wrapped);
+    kiln__fused_bufset_init(&d->lent);
     kiln_device_opts inner = {0};
     for (int i = 0; i < o->n; i++)
         if (!o->kv[i].used) {
@@ -69,7 +70,8 @@ static void *fused_open_opts(const char *spec, int index, kiln_device_opts *o)
         }
     d->ictx = kiln__backend_open(spec + strlen("fused:"), &inner, &d->in);
     if (!d->ictx) {
-        pthread_mutex_destroy(&d->wrapped_mu);
+        kiln__fused_bufset_destroy(&d->wrapped);
+        kiln__fused_bufset_destroy(&d->lent);
         free(d);
         return NULL;
     }
@@ -87,8 +89,8 @@ static void fused_close(void *ctx)
     fdev *d = ctx;
     if (d->in->close)
         d->in->close(d->ictx);
-    pthread_mutex_destroy(&d->wrapped_mu);
-    free(d->wrapped);
+    kiln__fused_bufset_destroy(&d->wrapped);
+    kiln__fused_bufset_destroy(&d->lent);
     free(d);
 }
 
@@ -223,8 +225,8 @@ static int fused_memory(void *ctx, kiln_device_memory *out)
 {
     fdev *d = ctx;
     if (!d->in->memory) {
-        kiln__error_set("fused: the inner device %s keeps no memory figures", d->in->name);
-        return KILN_ENOTSUP;
+        return kiln__error_set_code(KILN_ENOTSUP, "fused: the inner device %s keeps no memory figures",
+                                    d->in->name);
     }
     return d->in->memory(d->ictx, out);
 }
@@ -233,8 +235,8 @@ static int fused_memory_reset_peak(void *ctx)
 {
     fdev *d = ctx;
     if (!d->in->memory_reset_peak) {
-        kiln__error_set("fused: the inner device %s keeps no memory figures", d->in->name);
-        return KILN_ENOTSUP;
+        return kiln__error_set_code(KILN_ENOTSUP, "fused: the inner device %s keeps no memory figures",
+                                    d->in->name);
     }
     return d->in->memory_reset_peak(d->ictx);
 }
@@ -253,83 +255,13 @@ static kiln_buffer *fused_buffer_alloc(void *qctx, size_t nbytes)
     return q->d->in->buffer_alloc(q->iq, nbytes);
 }
 
-/* The slot where b's probe starts (a multiplicative hash of the pointer). */
-static int wrap_slot(const fdev *d, const kiln_buffer *b)
-{
-    uint64_t h = (uint64_t)(uintptr_t)b * 0x9E3779B97F4A7C15ull;
-    return (int)(h >> 32) & (d->capwrapped - 1);
-}
-
-/* Room in the set for one more (wrapped_mu held); false when out of memory. */
-static bool wrap_room(fdev *d)
-{
-    if (2 * (d->nwrapped + 1) > d->capwrapped) {
-        int cap = d->capwrapped ? d->capwrapped * 2 : 64;
-        kiln_buffer **old = d->wrapped;
-        int oldcap = d->capwrapped;
-        kiln_buffer **grown = calloc((size_t)cap, sizeof *grown);
-        if (!grown)
-            return false;
-        d->wrapped = grown;
-        d->capwrapped = cap;
-        for (int i = 0; i < oldcap; i++)
-            if (old[i]) {
-                int s = wrap_slot(d, old[i]);
-                while (d->wrapped[s])
-                    s = (s + 1) & (cap - 1);
-                d->wrapped[s] = old[i];
-            }
-        free(old);
-    }
-    return true;
-}
-
-/* Adds b to the set (wrapped_mu held, wrap_room called). */
-static void wrap_add(fdev *d, kiln_buffer *b)
-{
-    int s = wrap_slot(d, b);
-    while (d->wrapped[s])
-        s = (s + 1) & (d->capwrapped - 1);
-    d->wrapped[s] = b;
-    d->nwrapped++;
-}
-
-/* Forget b as a wrapped buffer; whether it was one. Deletion shifts the rest of the probe
- * run back, so no slot is left marked and lookups stay short. */
-static bool unwrap(fdev *d, kiln_buffer *b)
-{
-    if (!atomic_load(&d->any_wrapped))
-        return false;
-    pthread_mutex_lock(&d->wrapped_mu);
-    int mask = d->capwrapped - 1, s = wrap_slot(d, b);
-    while (d->wrapped[s] && d->wrapped[s] != b)
-        s = (s + 1) & mask;
-    bool found = d->wrapped[s] == b;
-    if (found) {
-        d->wrapped[s] = NULL;
-        d->nwrapped--;
-        /* move back each later entry of the run whose home slot the hole now precedes */
-        for (int j = (s + 1) & mask; d->wrapped[j]; j = (j + 1) & mask) {
-            int home = wrap_slot(d, d->wrapped[j]);
-            bool between = s <= j ? (s < home && home <= j) : (s < home || home <= j);
-            if (!between) {
-                d->wrapped[s] = d->wrapped[j];
-                d->wrapped[j] = NULL;
-                s = j;
-            }
-        }
-    }
-    atomic_store(&d->any_wrapped, d->nwrapped > 0);
-    pthread_mutex_unlock(&d->wrapped_mu);
-    return found;
-}
-
 static void fused_buffer_free(void *qctx, kiln_buffer *b)
 {
     fq *q = qctx;
     const kiln_backend_iface *in = q->d->in;
     /* an inner backend that says which buffers are wrapped is asked only when it matters */
-    bool wrapped = in->buffer_is_wrapped ? false : unwrap(q->d, b);
+    bool wrapped = in->buffer_is_wrapped ? false : kiln__fused_bufset_remove(&q->d->wrapped, b);
+    (void)kiln__fused_bufset_remove(&q->d->lent, b);
     if (!atomic_load(&q->pending)) { /* no group that could read it */
         in->buffer_free(q->iq, b);
         return;
@@ -408,29 +340,55 @@ static int fused_buffer_copy_peer(void *qctx, kiln_buffer *dst, size_t doff, voi
     return q->d->in->buffer_copy_peer(q->iq, dst, doff, s->iq, src, soff, n);
 }
 
-static kiln_buffer *fused_buffer_wrap_host(void *qctx, void *ptr, size_t n, void (*release)(void *), void *ud)
+/* A wrap, kept in set (when given) for the buffer's life; the inner backend's own wrap when
+ * it says which of its buffers are wrapped and no set is asked for. */
+static kiln_buffer *wrap_into(fq *q, fused_bufset *set, void *ptr, size_t n, void (*release)(void *), void *ud)
 {
-    fq *q = qctx;
-    if (!q->d->in->buffer_wrap_host) {
+    fdev *d = q->d;
+    if (!d->in->buffer_wrap_host) {
         kiln__error_set("fused: the inner device cannot use host memory in place");
         return NULL;
     }
-    fdev *d = q->d;
-    if (d->in->buffer_is_wrapped) /* the inner backend knows its wrapped buffers: no set */
+    if (!set)
         return d->in->buffer_wrap_host(q->iq, ptr, n, release, ud);
-    pthread_mutex_lock(&d->wrapped_mu);
+    pthread_mutex_lock(&set->mu);
     /* room first: a wrapped buffer made and then dropped would call the owner's release,
      * which a caller told of the failure releases again */
-    if (!wrap_room(d)) {
-        pthread_mutex_unlock(&d->wrapped_mu);
+    if (!kiln__fused_bufset_room(set)) {
+        pthread_mutex_unlock(&set->mu);
         kiln__error_set("fused: out of memory");
         return NULL;
     }
     kiln_buffer *b = d->in->buffer_wrap_host(q->iq, ptr, n, release, ud);
     if (b)
-        wrap_add(d, b);
-    atomic_store(&d->any_wrapped, d->nwrapped > 0);
-    pthread_mutex_unlock(&d->wrapped_mu);
+        kiln__fused_bufset_put(set, b);
+    pthread_mutex_unlock(&set->mu);
+    return b;
+}
+
+static kiln_buffer *fused_buffer_wrap_host(void *qctx, void *ptr, size_t n, void (*release)(void *), void *ud)
+{
+    fq *q = qctx;
+    /* the inner backend knows its wrapped buffers: no set */
+    return wrap_into(q, q->d->in->buffer_is_wrapped ? NULL : &q->d->wrapped, ptr, n, release, ud);
+}
+
+/* Memory the caller reads and writes between calls (kiln_from_host_memory). Besides the
+ * wrapped set (a lent buffer is wrapped memory too, over an inner backend that cannot say so)
+ * it joins the lent set, which makes every recorded call touching it run before it returns. */
+static kiln_buffer *fused_buffer_lend_host(void *qctx, void *ptr, size_t n, void (*release)(void *), void *ud)
+{
+    fq *q = qctx;
+    fused_bufset *lent = &q->d->lent;
+    /* held across the wrap (lock order: lent, then wrapped), so that the room made is there
+     * for the put: a wrap made and then dropped would call the owner's release */
+    pthread_mutex_lock(&lent->mu);
+    kiln_buffer *b = NULL;
+    if (!kiln__fused_bufset_room(lent))
+        kiln__error_set("fused: out of memory");
+    else if ((b = fused_buffer_wrap_host(qctx, ptr, n, release, ud)) != NULL)
+        kiln__fused_bufset_put(lent, b);
+    pthread_mutex_unlock(&lent->mu);
     return b;
 }
 
@@ -485,6 +443,17 @@ static bool idle_and_small(const fq *q, const kiln_tdesc *a, const kiln_tdesc *b
     return !atomic_load_explicit(&q->pending, memory_order_acquire) && too_small(q, a, b, c, d);
 }
 
+/* Whether r reads or writes a buffer the caller lent (buffer_lend_host): then it runs before
+ * its entry returns, with the group it joined, so that the caller's next write to its memory
+ * cannot reach it and its result is in that memory, as on a backend that runs calls at once. */
+static bool touches_lent(fq *q, const frec *r)
+{
+    fused_bufset *lent = &q->d->lent;
+    return atomic_load(&lent->any) &&
+           (kiln__fused_bufset_has(lent, r->out.buf) || kiln__fused_bufset_has(lent, r->x.buf) ||
+            kiln__fused_bufset_has(lent, r->y.buf) || kiln__fused_bufset_has(lent, r->z.buf));
+}
+
 /* The recorded entries: join the group, or flush and forward. */
 static int record_or_run(fq *q, const frec *r)
 {
@@ -497,7 +466,7 @@ static int record_or_run(fq *q, const frec *r)
         bool small = below_fusion_size(q, r);
         rc = q->nrec == 0 && small ? 0 : kiln__fused_record(q, r, small || tiny_fill(r));
         recorded = rc == 1;
-        if (rc == 0)
+        if (rc == 0 || (recorded && touches_lent(q, r)))
             rc = kiln__fused_flush(q);
         else if (rc == 2)
             rc = 0; /* runs now, ahead of the group it shares nothing with */
@@ -653,8 +622,12 @@ static int fused_pool_backward(void *qctx, const kiln_pool_params *p, const kiln
             r.y = *ix;
         pthread_mutex_lock(&q->mu);
         int rc = kiln__fused_record_pool_grad(q, &r);
-        if (rc == 0)
+        if (rc == 0) {
             rc = kiln__fused_flush(q);
+        } else if (rc == 1 && touches_lent(q, &r)) {
+            int flushed = kiln__fused_flush(q);
+            rc = flushed < 0 ? flushed : rc;
+        }
         unlock_group(q);
         if (rc != 0)
             return rc > 0 ? 0 : rc; /* recorded, or an error */
@@ -843,6 +816,7 @@ static const kiln_backend_iface fused_iface = {
     .host_free = fused_host_free,
     .buffer_copy_peer = fused_buffer_copy_peer,
     .buffer_wrap_host = fused_buffer_wrap_host,
+    .buffer_lend_host = fused_buffer_lend_host,
     .buffer_trim = fused_buffer_trim,
     .fill = fused_fill,
     .arange = fused_arange,

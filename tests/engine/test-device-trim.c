@@ -218,16 +218,32 @@ static void test_reset_peak(void **state)
     }
     kiln_device *ref = kiln_device_open("ref");
     assert_non_null(ref);
+    /* the code returned is the one kiln_error_code() keeps (callers decide by it) */
     assert_int_equal(kiln_device_memory_reset_peak(ref), KILN_ENOTSUP);
     assert_non_null(strstr(kiln_error(), "'ref'"));
+    assert_int_equal(kiln_error_code(), KILN_ENOTSUP);
+    kiln_device_memory m;
+    assert_int_equal(kiln_device_memory_get(ref, &m), KILN_ENOTSUP);
+    assert_int_equal(kiln_error_code(), KILN_ENOTSUP);
     kiln_device_close(ref);
     kiln_device *fused_ref = kiln_device_open("fused:ref");
     assert_non_null(fused_ref);
     assert_int_equal(kiln_device_memory_reset_peak(fused_ref), KILN_ENOTSUP);
     assert_non_null(strstr(kiln_error(), "no memory figures"));
+    assert_int_equal(kiln_error_code(), KILN_ENOTSUP);
+    assert_int_equal(kiln_device_memory_get(fused_ref, &m), KILN_ENOTSUP);
+    assert_int_equal(kiln_error_code(), KILN_ENOTSUP);
     kiln_device_close(fused_ref);
-    assert_true(kiln_device_memory_reset_peak(NULL) < 0);
+    kiln_device *counting_ref = kiln_device_open("counting:ref");
+    assert_non_null(counting_ref);
+    assert_int_equal(kiln_device_memory_get(counting_ref, &m), KILN_ENOTSUP);
+    assert_int_equal(kiln_error_code(), KILN_ENOTSUP);
+    kiln_device_close(counting_ref);
+    assert_int_equal(kiln_device_memory_reset_peak(NULL), KILN_EINVAL);
     assert_non_null(strstr(kiln_error(), "device is NULL"));
+    assert_int_equal(kiln_error_code(), KILN_EINVAL);
+    assert_int_equal(kiln_device_memory_get(NULL, &m), KILN_EINVAL);
+    assert_int_equal(kiln_error_code(), KILN_EINVAL);
 }
 
 static void test_null_device(void **state)

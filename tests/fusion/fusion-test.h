@@ -88,5 +88,6 @@ void test_tune(void);     /* test-tune.c: the cpu's fused block-size tuner */
 void test_pool_grad(void); /* test-pool-grad.c: a max pooling's gradient heading a group */
 void test_conv_chains(void); /* test-conv-chain.c: a convolution's epilogue chained into its tiles */
 void test_dead_memory(void); /* test-dead-memory.c: dead intermediates' memory back before the flush */
+void test_lent_memory(void); /* test-lent-memory.c: the caller's lent memory touched between ops */
 
 #endif

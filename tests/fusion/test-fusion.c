@@ -22,6 +22,7 @@ int main(void)
     test_gpu();
     test_wrapped();
     test_dead_memory();
+    test_lent_memory();
     test_epilogue();
     test_tune();
     test_pool_grad();

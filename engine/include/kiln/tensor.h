@@ -351,6 +351,10 @@ kiln_tensor *kiln_from_data(kiln_device *dev, kiln_dtype dt, int ndim, const int
  * keep tensors in host memory can do this (cpu and ref); elsewhere, or for misaligned data,
  * NULL and an error, and release is not called: the caller still owns the memory and may
  * fall back to kiln_from_data. Writes through the tensor (an optimizer step) change data.
+ * The caller may read and write data between any two ops, on a fused device too: there an op
+ * that reads or writes lent memory runs before it returns (with the fused group it joined),
+ * so a refilled buffer never reaches an op that already returned, while ops on its results
+ * fuse as usual.
  */
 kiln_tensor *kiln_from_host_memory(kiln_device *dev, kiln_dtype dt, int ndim, const int64_t *shape, void *data,
                                    void (*release)(void *), void *release_ud);
