@@ -319,6 +319,29 @@ static int apply_fusion_option(const kiln_device_opts *given, size_t *slot, char
     return 0;
 }
 
+/* The fusion decorator's own options (backends/fused) reaching a backend opened without it.
+ * From the defaults or the environment they are meant for that backend's fused devices and do
+ * not apply to this one (one opened with fusion=off); given with this device (spec or options)
+ * they would be ignored, so they are refused saying why. */
+static int decorator_only_options(const char *name, kiln_device_opts *o)
+{
+    static const char *const keys[] = {"codegen", "min_elements"};
+    for (int i = 0; i < o->n; i++) {
+        bool decorator = false;
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+            decorator = decorator || !strcmp(o->kv[i].key, keys[k]);
+        if (!decorator || o->kv[i].used)
+            continue;
+        if (!strcmp(o->kv[i].source, "spec") || !strcmp(o->kv[i].source, "options"))
+            return kiln__error_set_code(KILN_EINVAL,
+                                        "option %s (from %s) belongs to the fusion decorator, "
+                                        "and this %s device opens without fusion; drop it or add fusion=on",
+                                        o->kv[i].key, o->kv[i].source, name);
+        o->kv[i].used = true;
+    }
+    return 0;
+}
+
 /* Open backend be on spec/index with opts; checks that every option was used. */
 static void *open_backend(const kiln_backend_iface *be, const char *name, const char *canon, int index,
                           kiln_device_opts *opts)
@@ -326,6 +349,9 @@ static void *open_backend(const kiln_backend_iface *be, const char *name, const 
     if (kiln__device_opts_env(name, opts) < 0)
         return NULL;
     (void)kiln__device_opts_take(opts, "fusion", NULL); /* the engine's: apply_fusion_option */
+    /* decorators pass what they do not use to the device below: the backend at the bottom judges */
+    if (be != backend_of(FUSED_SLOT) && be != backend_of(COUNTING_SLOT) && decorator_only_options(name, opts) < 0)
+        return NULL;
     void *ctx = NULL;
     if (be->open_opts) {
         ctx = be->open_opts(canon, index, opts);
@@ -520,7 +546,7 @@ kiln_device *kiln_device_open_opts(const char *spec, const char *options)
         pthread_mutex_unlock(&registry_lock);
         free(dev);
         free(entry);
-        kiln__error_set("kiln_device_open: cannot open '%s': %s", name, why);
+        kiln__error_restate("kiln_device_open: cannot open '%s': %s", name, why); /* the reason's code kept */
         return NULL;
     }
     snprintf(dev->spec, sizeof dev->spec, "%s", name);
@@ -537,7 +563,7 @@ kiln_device *kiln_device_open_opts(const char *spec, const char *options)
             be->close(ctx);
         free(dev);
         free(entry);
-        kiln__error_set("kiln_device_open: cannot open '%s': %s", name, why);
+        kiln__error_restate("kiln_device_open: cannot open '%s': %s", name, why); /* the reason's code kept */
         return NULL;
     }
     entry->dev = dev;

@@ -47,20 +47,10 @@ static void *fused_open_opts(const char *spec, int index, kiln_device_opts *o)
         kiln__error_set("fused: out of memory");
         return NULL;
     }
-    static const char *const on_off[] = {"on", "off"};
-    int codegen = 0;
-    if (kiln__device_opt_choice(o, "fused", "codegen", on_off, 2, &codegen) < 0) {
-        free(d);
-        return NULL;
-    }
-    d->replay = codegen == 1;
-    long min_elements = -1;
-    if (kiln__device_opt_long(o, "fused", "min_elements", 0, 1L << 40, &min_elements) < 0) {
-        free(d);
-        return NULL;
-    }
-    kiln__fused_bufset_init(&d->wrapped);
-    kiln__fused_bufset_init(&d->lent);
+    /* What the inner device is opened with: the options not yet used, and the defaults and
+     * environment of its own backend (kiln_device_defaults_set("vulkan", "codegen=off") is
+     * meant for vulkan's fused devices), from which this decorator takes its keys first; the
+     * inner open finds them there, used, and adds nothing over them. */
     kiln_device_opts inner = {0};
     for (int i = 0; i < o->n; i++)
         if (!o->kv[i].used) {
@@ -68,7 +58,22 @@ static void *fused_open_opts(const char *spec, int index, kiln_device_opts *o)
             inner.kv[inner.n++].used = false;
             o->kv[i].used = true;
         }
-    d->ictx = kiln__backend_open(spec + strlen("fused:"), &inner, &d->in);
+    const char *inner_spec = spec + strlen("fused:");
+    char inner_backend[32];
+    snprintf(inner_backend, sizeof inner_backend, "%.*s", (int)strcspn(inner_spec, ":?"), inner_spec);
+    static const char *const on_off[] = {"on", "off"};
+    int codegen = 0;
+    long min_elements = -1;
+    if (kiln__device_opts_env(inner_backend, &inner) < 0 ||
+        kiln__device_opt_choice(&inner, "fused", "codegen", on_off, 2, &codegen) < 0 ||
+        kiln__device_opt_long(&inner, "fused", "min_elements", 0, 1L << 40, &min_elements) < 0) {
+        free(d);
+        return NULL;
+    }
+    d->replay = codegen == 1;
+    kiln__fused_bufset_init(&d->wrapped);
+    kiln__fused_bufset_init(&d->lent);
+    d->ictx = kiln__backend_open(inner_spec, &inner, &d->in);
     if (!d->ictx) {
         kiln__fused_bufset_destroy(&d->wrapped);
         kiln__fused_bufset_destroy(&d->lent);

@@ -172,6 +172,46 @@ static void test_fused_with_fusion_off(void **state)
     kiln_device_close(d);
 }
 
+/* The fusion decorator's keys (codegen, min_elements) set as defaults for a backend reach that
+ * backend's fused devices (they were refused as unknown to the backend below the decorator);
+ * a device opened without fusion ignores them from the defaults and refuses them from its spec. */
+static void test_decorator_keys_from_defaults(void **state)
+{
+    (void)state;
+    assert_int_equal(kiln_device_defaults_set("counting", "codegen=off&min_elements=0"), 0);
+    kiln_device *d = kiln_device_open("fused:counting:cpu");
+    if (!d)
+        fail_msg("fused:counting:cpu with the decorator's keys as counting's defaults: %s", kiln_error());
+    /* min_elements=0: even four elements record; codegen=off: the group replays call by call,
+     * so the device below sees the fill and the sum and never a fused program */
+    assert_true(sum_of_ones(d) == 4.0);
+    uint64_t fused_calls = 1, fills = 0;
+    kiln_device_counters c;
+    assert_int_equal(kiln_device_counters_get(d, &c, "fused", &fused_calls), 0);
+    assert_int_equal(kiln_device_counters_get(d, &c, "fill", &fills), 0);
+    assert_int_equal(fused_calls, 0);
+    assert_true(fills >= 1);
+    kiln_device_close(d);
+    assert_int_equal(kiln_device_defaults_set("counting", NULL), 0);
+
+    assert_int_equal(kiln_device_defaults_set("cpu", "codegen=off"), 0);
+    d = kiln_device_open("cpu"); /* unfused: the default does not apply */
+    if (!d)
+        fail_msg("cpu with codegen=off among cpu's defaults: %s", kiln_error());
+    assert_string_equal(backend_of(d), "cpu");
+    kiln_device_close(d);
+    d = kiln_device_open("cpu?fusion=on");
+    assert_non_null(d);
+    assert_true(sum_of_ones(d) == 4.0);
+    kiln_device_close(d);
+    assert_int_equal(kiln_device_defaults_set("cpu", NULL), 0);
+    kiln_error_clear();
+    assert_null(kiln_device_open("cpu?min_elements=5"));
+    expect_error("option min_elements (from spec) belongs to the fusion decorator, and this cpu device opens "
+                 "without fusion");
+    assert_int_equal(kiln_error_code(), KILN_EINVAL);
+}
+
 /* A configured spec shown in a program's logs: secrets masked as kiln_device_name masks
  * them, everything else as written, decorators and option order kept. */
 static void test_spec_redact(void **state)
@@ -197,6 +237,7 @@ int main(void)
         cmocka_unit_test_setup(test_environment_decides_identity, clean_environment),
         cmocka_unit_test_setup(test_fusion_variable_while_open, clean_environment),
         cmocka_unit_test_setup(test_fused_with_fusion_off, clean_environment),
+        cmocka_unit_test_setup(test_decorator_keys_from_defaults, clean_environment),
         cmocka_unit_test(test_spec_redact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
