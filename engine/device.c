@@ -294,8 +294,12 @@ static bool chain_has(const char *canon, size_t slot)
  * turns fusion off contradicts itself and is refused rather than guessed at. */
 static int apply_fusion_option(const kiln_device_opts *given, size_t *slot, char *canon, size_t canon_len)
 {
+    /* the defaults and variable of the backend at the bottom of a decorated spec: KILN_CPU_FUSION
+     * is about cpu devices, "counting:cpu" among them, as "counting:cpu?fusion=on" is */
+    size_t chain[CHAIN_MAX];
+    int depth = chain_of(canon, chain, CHAIN_MAX);
     kiln_device_opts all = *given;
-    if (kiln__device_opts_env(backend_name_of(*slot), &all) < 0)
+    if (kiln__device_opts_env(backend_name_of(depth > 0 ? chain[depth - 1] : *slot), &all) < 0)
         return -1;
     const char *src = NULL;
     const char *v = kiln__device_opts_take(&all, "fusion", &src);

@@ -125,6 +125,12 @@ static void test_fusion_variable_while_open(void **state)
     assert_string_equal(backend_of(fused), "fused");
     assert_string_equal(kiln_device_name(fused), "cpu");
     assert_true(sum_of_ones(fused) == 4.0);
+    /* the variable is about cpu devices, decorated ones too, as the spec's fusion=on is */
+    kiln_device *counted = kiln_device_open("counting:cpu");
+    assert_non_null(counted);
+    assert_string_equal(backend_of(counted), "fused");
+    assert_string_equal(kiln_device_name(counted), "counting:cpu");
+    kiln_device_close(counted);
     setenv("KILN_CPU_FUSION", "maybe", 1);
     kiln_error_clear();
     assert_null(kiln_device_open("cpu"));
