@@ -127,6 +127,7 @@ void kiln__checks_drop(kiln_queue *q)
 struct kiln__failure {
     uint64_t lo, hi;
     char message[KILN_ERROR_MAX];
+    int code; /* kiln_error_code() of the failure, kept for each restatement of it */
     struct kiln__failure *next;
 };
 
@@ -137,8 +138,9 @@ enum {
     FAILURES_KEPT = 256
 };
 
-/* Whether stamp lies in a failure's stretch; its message copied into message when so. */
-static bool failure_at(kiln_device *dev, uint64_t stamp, char *message, size_t len)
+/* Whether stamp lies in a failure's stretch; its message copied into message and its code
+ * into *code when so. */
+static bool failure_at(kiln_device *dev, uint64_t stamp, char *message, size_t len, int *code)
 {
     if (stamp >= atomic_load_explicit(&dev->spoiled_below, memory_order_acquire) ||
         stamp < atomic_load_explicit(&dev->spoiled_from, memory_order_acquire))
@@ -148,6 +150,7 @@ static bool failure_at(kiln_device *dev, uint64_t stamp, char *message, size_t l
     for (const struct kiln__failure *f = dev->failures; f && !found; f = f->next)
         if (stamp >= f->lo && stamp < f->hi) {
             snprintf(message, len, "%s", f->message);
+            *code = f->code;
             found = true;
         }
     pthread_mutex_unlock(&dev->queue_lock);
@@ -157,22 +160,26 @@ static bool failure_at(kiln_device *dev, uint64_t stamp, char *message, size_t l
 void kiln__spoil_check_slow(kiln_storage *st)
 {
     char message[KILN_ERROR_MAX];
-    if (!failure_at(st->dev, st->stamp, message, sizeof message))
+    int code = 0;
+    if (!failure_at(st->dev, st->stamp, message, sizeof message, &code))
         return;
     kiln_queue *q = kiln__queue_cur(st->dev);
     pthread_mutex_lock(&st->dev->queue_lock);
-    if (!q->tainted[0])
+    if (!q->tainted[0]) {
         snprintf(q->tainted, sizeof q->tainted, "%s", message);
+        q->tainted_code = code;
+    }
     pthread_mutex_unlock(&st->dev->queue_lock);
 }
 
 int kiln__spoiled(const kiln_storage *st, const char *op)
 {
     char message[KILN_ERROR_MAX];
-    if (!failure_at(st->dev, st->stamp, message, sizeof message))
+    int code = 0;
+    if (!failure_at(st->dev, st->stamp, message, sizeof message, &code))
         return 0;
-    return kiln__error_set("%s: the tensor's value was lost to an earlier error on %s: %s", op, st->dev->spec,
-                           message);
+    return kiln__error_set_code(code, "%s: the tensor's value was lost to an earlier error on %s: %s", op,
+                                st->dev->spec, message);
 }
 
 kiln__drain kiln__drain_begin(kiln_queue *q)
@@ -195,6 +202,7 @@ static void failure_add(kiln_device *dev, uint64_t lo, uint64_t hi)
     f->lo = lo;
     f->hi = hi;
     snprintf(f->message, sizeof f->message, "%s", kiln_error());
+    f->code = kiln_error_code();
     f->next = dev->failures;
     dev->failures = f;
     uint64_t from = lo, below = hi;
@@ -232,7 +240,7 @@ int kiln__drain_end(kiln_queue *q, kiln__drain d, int rc)
         return rc;
     }
     if (rc >= 0)
-        rc = kiln__error_set("%s", q->tainted);
+        rc = kiln__error_set_code(q->tainted_code, "%s", q->tainted);
     q->tainted[0] = 0;
     /* from the last clean point before this drain began (not one a nested drain set) to
      * now: the failing op and everything after it on this queue */

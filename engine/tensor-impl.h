@@ -127,6 +127,7 @@ struct kiln_queue {
      * over ("" for none; under the device's queue_lock). The queue's next drain fails with
      * it, whatever the device says, spoiling what the queue wrote meanwhile. */
     char tainted[KILN_ERROR_MAX];
+    int tainted_code; /* kiln_error_code() of the failure tainted restates */
 };
 /** Make dev's default queue (device.c calls it once the backend opened). */
 int kiln__queue_init_device(kiln_device *dev);

@@ -58,10 +58,15 @@ static void run(const char *spec)
     /* the drain reports the error once... */
     kiln_error_clear();
     CHECK(kiln_device_sync(dev) < 0 && strstr(kiln_error(), "out of bounds"));
-    /* ...and the values it spoiled never read as good afterwards, however often they are read */
+    int code = kiln_error_code();
+    CHECK(code < 0);
+    /* ...and the values it spoiled never read as good afterwards, however often they are read,
+     * each restatement with the failure's code (callers decide by it) */
     CHECK(read_fails_with(scaled, "out of bounds"));
     CHECK(read_fails_with(scaled, "lost to an earlier error"));
+    CHECK(kiln_error_code() == code);
     CHECK(read_fails_with(rows, "lost to an earlier error"));
+    CHECK(kiln_error_code() == code);
     kiln_error_clear();
     CHECK(isnan(kiln_item(kiln_sum(scaled, KILN_ALL_DIMS, false))));
     /* work that reads a spoiled value later is spoiled too, and so is its queue's drain */
@@ -69,7 +74,9 @@ static void run(const char *spec)
     CHECK(later != NULL);
     kiln_error_clear();
     CHECK(kiln_device_sync(dev) < 0 && strstr(kiln_error(), "out of bounds"));
+    CHECK(kiln_error_code() == code);
     CHECK(read_fails_with(later, "lost to an earlier error"));
+    CHECK(kiln_error_code() == code);
     /* a save writes nothing it cannot vouch for */
     const char *path = "deferred-errors-test.safetensors";
     const char *names[] = {"scaled"};
