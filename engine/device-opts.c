@@ -116,7 +116,18 @@ static int parse_for(const char *text, const char *source, kiln_device_opts *o, 
         if (!eq)
             return kiln__error_set("%s: option '%.*s' has no value (expected key=value, %s)", who,
                                    (int)(len > 60 ? 60 : len), p, source);
-        if (put(o, p, (size_t)(eq - p), eq + 1, len - (size_t)(eq - p) - 1, source, true, who) < 0)
+        /* one text naming a key twice ("fusion=on&fusion=off") says two things: which was
+         * meant cannot be known, so neither is taken (a later source overrides an earlier one) */
+        char key[sizeof o->kv[0].key];
+        size_t klen = (size_t)(eq - p);
+        if (klen > 0 && klen < sizeof key) {
+            memcpy(key, p, klen);
+            key[klen] = '\0';
+            int seen = find_key(o, key);
+            if (seen >= 0 && !strcmp(o->kv[seen].source, source))
+                return kiln__error_set_code(KILN_EINVAL, "%s: option %s is given twice (%s)", who, key, source);
+        }
+        if (put(o, p, klen, eq + 1, len - klen - 1, source, true, who) < 0)
             return -1;
         p += len + (end ? 1 : 0);
     }

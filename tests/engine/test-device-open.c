@@ -218,6 +218,28 @@ static void test_decorator_keys_from_defaults(void **state)
     assert_int_equal(kiln_error_code(), KILN_EINVAL);
 }
 
+/* A key named twice in one text says two things; it is refused rather than the last one taken
+ * ("cpu?fusion=on&fusion=off" had opened unfused), while a later source still overrides an
+ * earlier one (the spec over the defaults). */
+static void test_key_given_twice(void **state)
+{
+    (void)state;
+    kiln_error_clear();
+    assert_null(kiln_device_open("cpu?fusion=on&fusion=off"));
+    expect_error("option fusion is given twice (spec)");
+    assert_int_equal(kiln_error_code(), KILN_EINVAL);
+    assert_null(kiln_device_open_opts("cpu", "threads=1&threads=2"));
+    expect_error("option threads is given twice (options)");
+    assert_true(kiln_device_defaults_set("cpu", "threads=1&threads=2") < 0);
+    expect_error("option threads is given twice (device_options)");
+    assert_int_equal(kiln_device_defaults_set("cpu", "threads=2"), 0);
+    kiln_device *d = kiln_device_open("cpu?threads=1");
+    assert_non_null(d);
+    assert_string_equal(kiln_device_name(d), "cpu?threads=1");
+    kiln_device_close(d);
+    assert_int_equal(kiln_device_defaults_set("cpu", NULL), 0);
+}
+
 /* A configured spec shown in a program's logs: secrets masked as kiln_device_name masks
  * them, everything else as written, decorators and option order kept. */
 static void test_spec_redact(void **state)
@@ -244,6 +266,7 @@ int main(void)
         cmocka_unit_test_setup(test_fusion_variable_while_open, clean_environment),
         cmocka_unit_test_setup(test_fused_with_fusion_off, clean_environment),
         cmocka_unit_test_setup(test_decorator_keys_from_defaults, clean_environment),
+        cmocka_unit_test_setup(test_key_given_twice, clean_environment),
         cmocka_unit_test(test_spec_redact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
