@@ -526,7 +526,9 @@ int kd_jobs_handle(void *ctx, const struct kd_request *req, struct kd_buf *out)
         action = slash + 1;
     }
     int64_t id;
-    if (!kd_jobs_parse_i64(tail, &id) || id < 1)
+    /* written as the server writes ids: digits, no sign, no leading zero ("01" and "+1" are
+     * not ids, as "01" is no model version) */
+    if (!isdigit((unsigned char)tail[0]) || tail[0] == '0' || !kd_jobs_parse_i64(tail, &id) || id < 1)
         return kd_jobs_errorf(out, req, 404, "'%s' is not a job id", tail);
     static const char *const delete_params[] = {"purge", NULL};
     bool deleting = !action[0] && req->method == KD_HTTP_DELETE;

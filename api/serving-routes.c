@@ -79,7 +79,7 @@ static int parse_model_path(const struct kd_request *req, size_t prefix, struct 
         parts[np++] = t;
     }
     if (np == 0 || !kd_repository_name_valid(parts[0])) {
-        snprintf(msg, n, "invalid model name");
+        snprintf(msg, n, "invalid model name: a model name is " KD_MODEL_NAME_RULE);
         return 400;
     }
     snprintf(mp->name, sizeof mp->name, "%s", parts[0]);

@@ -688,7 +688,7 @@ struct kd_sched_model *kd_serving_model(struct kd_serving *sv, const char *name,
 {
     struct kd_serving_path mp = {.version = version, .action = ""};
     if (!kd_repository_name_valid(name)) {
-        snprintf(msg, n, "invalid model name");
+        snprintf(msg, n, "invalid model name: a model name is " KD_MODEL_NAME_RULE);
         *status = 400;
         return NULL;
     }

@@ -38,6 +38,8 @@ extern "C" {
 #endif
 
 #define KD_MODEL_NAME_MAX 128
+/* kd_repository_name_valid's rule, for messages that refuse a name */
+#define KD_MODEL_NAME_RULE "1 to 128 characters of A-Z a-z 0-9 _ . -, not starting with a dot, no '..'"
 
 /** One input or output: name, KServe datatype ("FP32", "INT64", ...), shape (-1 = dynamic). */
 typedef struct kd_model_tensor_spec {

@@ -97,6 +97,11 @@ def test_resume_checks(d):
         err = body.get("error", "") if isinstance(body, dict) else ""
         check(st == 400 and "resume_from_job:" in err and words in err,
               "resume_from_job %s -> 400 (%s): %s %s" % (sorted(extra), words, st, err))
+    # ids are written as the server writes them: "01" and "+1" name no job
+    for tail in ("01", "+%d" % a["id"], "0"):
+        st, body = d.req("GET", "/v1/jobs/%s" % tail)
+        check(st == 404 and ("'%s' is not a job id" % tail) in body.get("error", ""),
+              "GET /v1/jobs/%s -> 404: %s %s" % (tail, st, body))
     # 0 is no job (it had meant "no resume" without a word); a body on resume or DELETE (a new
     # epoch count there) would be ignored, so it is refused, pointing at resume_from_job
     st, body = d.req("POST", "/v1/jobs", plain_spec(resume_from_job=0))

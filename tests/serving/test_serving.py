@@ -329,6 +329,9 @@ def test_bad_input(d):
     check(st == 404, "unknown model is 404")
     st, _, _ = d.req("GET", "/v2/models/..%2f/ready")
     check(st in (400, 404), "invalid model name refused")
+    st, _, data = d.req("POST", "/v2/models/a%20b/infer", infer_body([[0.0] * 784]))
+    check(st == 400 and "a model name is 1 to 128 characters of A-Z a-z 0-9 _ . -" in json.loads(data)["error"],
+          "an invalid model name is refused with the rule: %d %s" % (st, data[:200]))
     st, _, _ = d.req("POST", "/v2/models/mnist_mlp/infer", b"x" * 100,
                      headers={"Inference-Header-Content-Length": "1000"})
     check(st == 400, "header length beyond the body is 400")
