@@ -34,6 +34,8 @@ struct job_run {
     int64_t id;
     uint64_t last_progress_ns;
     struct kd_sched_training gate;
+    double progress; /* the latest fraction the trainer reported */
+    bool unstored;   /* ...which the store has not taken yet (stores are at most two a second) */
 };
 
 static uint64_t mono_ns(void)
@@ -49,6 +51,14 @@ static void hook_event(void *ud, const char *type, const char *json)
     kd_jobs_emit(r->j, r->id, type, json);
 }
 
+static void store_progress(struct job_run *r)
+{
+    kd_jobs_store_lock(r->j);
+    kd_jobstore_job_set_progress(r->j->o.store, r->id, r->progress, NULL, 0);
+    kd_jobs_store_unlock(r->j);
+    r->unstored = false;
+}
+
 static void hook_progress(void *ud, double f)
 {
     struct job_run *r = ud;
@@ -57,12 +67,12 @@ static void hook_progress(void *ud, double f)
     kd_sched_training_release(&r->gate);
     kd_sched_training_acquire(&r->gate);
     uint64_t t = mono_ns();
+    r->progress = f < 0 ? 0 : f > 1 ? 1 : f;
+    r->unstored = true;
     if (t - r->last_progress_ns < 500000000u && f < 1.0)
         return;
     r->last_progress_ns = t;
-    kd_jobs_store_lock(r->j);
-    kd_jobstore_job_set_progress(r->j->o.store, r->id, f < 0 ? 0 : f > 1 ? 1 : f, NULL, 0);
-    kd_jobs_store_unlock(r->j);
+    store_progress(r);
 }
 
 static void hook_checkpoint(void *ud, const char *path, int64_t step)
@@ -358,7 +368,7 @@ static int run_job(struct kd_jobs *j, int64_t id)
         find_resume(&spec, ckpt, from, &resume, &resume_step, &resume_epoch, lost, sizeof lost);
     if (restarted && !written && !lost[0])
         prune_history(j, id, resume_step, resume_epoch);
-    struct job_run jr = {j, id, 0, {0}};
+    struct job_run jr = {j, id, 0, {0}, 0, false};
     struct kd_trainer_run run = {
         .spec = &spec,
         .checkpoint_dir = ckpt,
@@ -385,6 +395,10 @@ static int run_job(struct kd_jobs *j, int64_t id)
         kd_sched_training_acquire(&jr.gate);
         rc = kd_trainer_run(&run, &res);
         kd_sched_training_end(&jr.gate);
+        /* a run that ends between two stores (a loss gone NaN at step 5, within the first
+         * half second) shows where it got to, not where the store last looked */
+        if (jr.unstored)
+            store_progress(&jr);
         if (jr.gate.yields)
             kd_jobs_log(j, KD_LOG_INFO,
                         "job %lld yielded to inference before %llu steps (%llu ran after "

@@ -18,6 +18,7 @@ Usage: test_job_checks.py KILND   (KILN_TEST_PORT: a fixed port for kilnd instea
 import gzip
 import json
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -136,6 +137,14 @@ def test_nan(d):
     check(job["state"] == "failed" and "loss became NaN at epoch " in err and " step " in err and st != 200
           and not os.path.exists(os.path.join(d.data, "models", "diverged")),
           "a diverged run fails naming where, and registers nothing: %s %s (ready %s)" % (job["state"], err, st))
+    # its progress is where it got to, though it failed between two of the store's updates
+    # (the steps before the failing one, of epochs x batches)
+    m = re.search(r" step (\d+)", err)
+    st, steps = d.req("GET", "/v1/jobs/%d/metrics?kind=step&limit=1000" % job["id"])
+    rows = steps.get("metrics", []) if st == 200 else []
+    want = (int(m.group(1)) - 1) / (2 * rows[0]["batches"]) if m and rows else None
+    check(want is not None and want > 1 / (2 * rows[0]["batches"]) and abs(job.get("progress", -1) - want) < 1e-9,
+          "a failed run's progress is the steps it made: %s, want %s" % (job.get("progress"), want))
 
 
 def main():
