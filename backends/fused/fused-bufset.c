@@ -19,6 +19,7 @@ void kiln__fused_bufset_init(fused_bufset *s)
     s->slots = NULL;
     s->n = s->cap = 0;
     atomic_init(&s->any, false);
+    atomic_init(&s->filter, 0);
 }
 
 void kiln__fused_bufset_destroy(fused_bufset *s)
@@ -64,12 +65,13 @@ void kiln__fused_bufset_put(fused_bufset *s, kiln_buffer *b)
         k = (k + 1) & (s->cap - 1);
     s->slots[k] = b;
     s->n++;
+    atomic_fetch_or(&s->filter, kiln__fused_filter_bit(b));
     atomic_store(&s->any, true);
 }
 
 bool kiln__fused_bufset_remove(fused_bufset *s, const kiln_buffer *b)
 {
-    if (!atomic_load(&s->any))
+    if (!kiln__fused_bufset_may_hold(s, b))
         return false;
     pthread_mutex_lock(&s->mu);
     int mask = s->cap - 1, k = home_slot(s, b);
@@ -90,6 +92,12 @@ bool kiln__fused_bufset_remove(fused_bufset *s, const kiln_buffer *b)
             }
         }
     }
+    if (found) { /* the filter of what is left: a removal is rare beside the questions */
+        uint64_t filter = 0;
+        for (int i = 0; i < s->cap; i++)
+            filter |= s->slots[i] ? kiln__fused_filter_bit(s->slots[i]) : 0;
+        atomic_store(&s->filter, filter);
+    }
     atomic_store(&s->any, s->n > 0);
     pthread_mutex_unlock(&s->mu);
     return found;
@@ -97,7 +105,7 @@ bool kiln__fused_bufset_remove(fused_bufset *s, const kiln_buffer *b)
 
 bool kiln__fused_bufset_has(fused_bufset *s, const kiln_buffer *b)
 {
-    if (!b || !atomic_load(&s->any))
+    if (!b || !kiln__fused_bufset_may_hold(s, b))
         return false;
     pthread_mutex_lock(&s->mu);
     bool found = false;

@@ -26,14 +26,33 @@
  * stores). */
 #define FUSED_MAX_RECS 20
 
-/* A set of buffer handles (fused-bufset.c). mu guards slots, n and cap; any (n > 0) is read
- * without it, so that a device that never wrapped or lent a buffer takes no lock. */
+/* A set of buffer handles (fused-bufset.c). mu guards slots, n and cap; any (n > 0) and filter
+ * (one bit of each member's hash, or'ed) are read without it, so that a question about a buffer
+ * that is surely not there (none lent, or its bit unset) takes no lock. */
 typedef struct fused_bufset {
     pthread_mutex_t mu;
     kiln_buffer **slots;
     int n, cap;
     _Atomic bool any;
+    _Atomic uint64_t filter;
 } fused_bufset;
+
+/** b's bit in a set's filter: high bits of the pointer's multiplicative hash. */
+static inline uint64_t kiln__fused_filter_bit(const kiln_buffer *b)
+{
+    uint64_t h = (uint64_t)(uintptr_t)b * 0x9E3779B97F4A7C15ull;
+    return 1ull << (h >> 58);
+}
+
+/** Whether b may be in s: false is sure, and asked without the lock (inline: a free of a
+ *  buffer that was never lent, an ONNX arena's intermediate on every op, costs two loads
+ *  while a few buffers are lent; a set of many fills the filter and every question takes
+ *  the lock). */
+static inline bool kiln__fused_bufset_may_hold(fused_bufset *s, const kiln_buffer *b)
+{
+    return atomic_load_explicit(&s->any, memory_order_acquire) &&
+           (atomic_load_explicit(&s->filter, memory_order_acquire) & kiln__fused_filter_bit(b));
+}
 
 void kiln__fused_bufset_init(fused_bufset *s);
 void kiln__fused_bufset_destroy(fused_bufset *s);
