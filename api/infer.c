@@ -449,12 +449,7 @@ static bool count_at(const char *at, const char *end, uint64_t *v)
     return true;
 }
 
-/*
- * A tensor's shared_memory_region / _offset / _byte_size parameters (Triton's system shared-memory
- * extension): 0 with *in_shm false when it names no region; 0 with the slice retained into *out;
- * or 400 with msg. An input's byte size must be exactly need.
- */
-/* The classification extension's refusal, one text for HTTP and gRPC (kd_infer_classification_refused). */
+/* The classification extension's refusal, one text for HTTP and gRPC (serving.h). */
 const char kd_infer_no_classification[] =
     "the classification extension (parameters.classification, tritonclient's class_count) is not "
     "supported by kilnd: request the output's scores and take the top classes from them";
@@ -483,6 +478,11 @@ static int check_params(const char *params, const char *jend, const char *what, 
     return 0;
 }
 
+/*
+ * A tensor's shared_memory_region / _offset / _byte_size parameters (Triton's system shared-memory
+ * extension): 0 with *in_shm false when it names no region; 0 with the slice retained into *out;
+ * or 400 with msg. An input's byte size must be exactly need.
+ */
 static int shm_params(const struct kd_infer_ctx *ic, const char *params, const char *jend, const char *tensor,
                       bool is_input, uint64_t need, bool *in_shm, struct kd_shm_slice *out, char *msg,
                       size_t msglen)

@@ -17,7 +17,7 @@ void kiln__fused_bufset_init(fused_bufset *s)
 {
     pthread_mutex_init(&s->mu, NULL);
     s->slots = NULL;
-    s->n = s->cap = 0;
+    s->n = s->cap = s->stale = 0;
     atomic_init(&s->any, false);
     atomic_init(&s->filter, 0);
 }
@@ -69,10 +69,18 @@ void kiln__fused_bufset_put(fused_bufset *s, kiln_buffer *b)
     atomic_store(&s->any, true);
 }
 
-bool kiln__fused_bufset_remove(fused_bufset *s, const kiln_buffer *b)
+/* The filter of what is there (mu held). */
+static void rebuild_filter(fused_bufset *s)
 {
-    if (!kiln__fused_bufset_may_hold(s, b))
-        return false;
+    uint64_t filter = 0;
+    for (int i = 0; i < s->cap; i++)
+        filter |= s->slots[i] ? kiln__fused_filter_bit(s->slots[i]) : 0;
+    atomic_store(&s->filter, filter);
+    s->stale = 0;
+}
+
+bool kiln__fused_bufset_remove_locked(fused_bufset *s, const kiln_buffer *b)
+{
     pthread_mutex_lock(&s->mu);
     int mask = s->cap - 1, k = home_slot(s, b);
     while (s->slots[k] && s->slots[k] != b)
@@ -91,22 +99,23 @@ bool kiln__fused_bufset_remove(fused_bufset *s, const kiln_buffer *b)
                 k = j;
             }
         }
-    }
-    if (found) { /* the filter of what is left: a removal is rare beside the questions */
-        uint64_t filter = 0;
-        for (int i = 0; i < s->cap; i++)
-            filter |= s->slots[i] ? kiln__fused_filter_bit(s->slots[i]) : 0;
-        atomic_store(&s->filter, filter);
+        /* a removed member's bit only costs a lock taken in vain: the filter is rebuilt once
+         * removals reach an eighth of the slots (a few slot reads a removal, amortized, where the
+         * arena's wrapped set removes on every op), and cleared with the last member */
+        if (s->n == 0) {
+            atomic_store(&s->filter, 0);
+            s->stale = 0;
+        } else if (++s->stale * 8 >= s->cap) {
+            rebuild_filter(s);
+        }
     }
     atomic_store(&s->any, s->n > 0);
     pthread_mutex_unlock(&s->mu);
     return found;
 }
 
-bool kiln__fused_bufset_has(fused_bufset *s, const kiln_buffer *b)
+bool kiln__fused_bufset_has_locked(fused_bufset *s, const kiln_buffer *b)
 {
-    if (!b || !kiln__fused_bufset_may_hold(s, b))
-        return false;
     pthread_mutex_lock(&s->mu);
     bool found = false;
     if (s->cap) {

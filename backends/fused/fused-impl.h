@@ -26,13 +26,15 @@
  * stores). */
 #define FUSED_MAX_RECS 20
 
-/* A set of buffer handles (fused-bufset.c). mu guards slots, n and cap; any (n > 0) and filter
- * (one bit of each member's hash, or'ed) are read without it, so that a question about a buffer
- * that is surely not there (none lent, or its bit unset) takes no lock. */
+/* A set of buffer handles (fused-bufset.c). mu guards slots, n, cap and stale; any (n > 0) and
+ * filter (one bit of each member's hash, or'ed; bits of removed members linger until the next
+ * rebuild) are read without it, so that a question about a buffer that is surely not there
+ * (none lent, or its bit unset) takes no lock. */
 typedef struct fused_bufset {
     pthread_mutex_t mu;
     kiln_buffer **slots;
     int n, cap;
+    int stale; /* removals since the filter was last rebuilt */
     _Atomic bool any;
     _Atomic uint64_t filter;
 } fused_bufset;
@@ -44,10 +46,7 @@ static inline uint64_t kiln__fused_filter_bit(const kiln_buffer *b)
     return 1ull << (h >> 58);
 }
 
-/** Whether b may be in s: false is sure, and asked without the lock (inline: a free of a
- *  buffer that was never lent, an ONNX arena's intermediate on every op, costs two loads
- *  while a few buffers are lent; a set of many fills the filter and every question takes
- *  the lock). */
+/** Whether b may be in s: false is sure, and asked without the lock. */
 static inline bool kiln__fused_bufset_may_hold(fused_bufset *s, const kiln_buffer *b)
 {
     return atomic_load_explicit(&s->any, memory_order_acquire) &&
@@ -60,10 +59,23 @@ void kiln__fused_bufset_destroy(fused_bufset *s);
 bool kiln__fused_bufset_room(fused_bufset *s);
 /** Adds b (mu held, room made). */
 void kiln__fused_bufset_put(fused_bufset *s, kiln_buffer *b);
-/** Removes b (takes mu); whether it was there. */
-bool kiln__fused_bufset_remove(fused_bufset *s, const kiln_buffer *b);
-/** Whether b is there (takes mu; none taken while the set is empty). */
-bool kiln__fused_bufset_has(fused_bufset *s, const kiln_buffer *b);
+/** The lookups under mu behind kiln__fused_bufset_remove and _has. */
+bool kiln__fused_bufset_remove_locked(fused_bufset *s, const kiln_buffer *b);
+bool kiln__fused_bufset_has_locked(fused_bufset *s, const kiln_buffer *b);
+
+/** Removes b; whether it was there. Inline up to the filter, so that a free of a buffer never
+ *  lent (an ONNX arena's intermediate, on every op) costs two loads while a few are lent; a
+ *  set of many fills the filter and every question takes the lock. */
+static inline bool kiln__fused_bufset_remove(fused_bufset *s, const kiln_buffer *b)
+{
+    return kiln__fused_bufset_may_hold(s, b) && kiln__fused_bufset_remove_locked(s, b);
+}
+
+/** Whether b (NULL: no) is there; inline up to the filter, as remove. */
+static inline bool kiln__fused_bufset_has(fused_bufset *s, const kiln_buffer *b)
+{
+    return b && kiln__fused_bufset_may_hold(s, b) && kiln__fused_bufset_has_locked(s, b);
+}
 
 typedef struct fdev {
     const kiln_backend_iface *in;

@@ -265,10 +265,8 @@ static void fused_buffer_free(void *qctx, kiln_buffer *b)
     fq *q = qctx;
     const kiln_backend_iface *in = q->d->in;
     /* an inner backend that says which buffers are wrapped is asked only when it matters */
-    bool wrapped = !in->buffer_is_wrapped && kiln__fused_bufset_may_hold(&q->d->wrapped, b) &&
-                   kiln__fused_bufset_remove(&q->d->wrapped, b);
-    if (kiln__fused_bufset_may_hold(&q->d->lent, b))
-        (void)kiln__fused_bufset_remove(&q->d->lent, b);
+    bool wrapped = !in->buffer_is_wrapped && kiln__fused_bufset_remove(&q->d->wrapped, b);
+    (void)kiln__fused_bufset_remove(&q->d->lent, b);
     if (!atomic_load(&q->pending)) { /* no group that could read it */
         in->buffer_free(q->iq, b);
         return;
@@ -456,9 +454,8 @@ static bool idle_and_small(const fq *q, const kiln_tdesc *a, const kiln_tdesc *b
 static bool touches_lent(fq *q, const frec *r)
 {
     fused_bufset *lent = &q->d->lent;
-    return atomic_load_explicit(&lent->any, memory_order_acquire) &&
-           (kiln__fused_bufset_has(lent, r->out.buf) || kiln__fused_bufset_has(lent, r->x.buf) ||
-            kiln__fused_bufset_has(lent, r->y.buf) || kiln__fused_bufset_has(lent, r->z.buf));
+    return kiln__fused_bufset_has(lent, r->out.buf) || kiln__fused_bufset_has(lent, r->x.buf) ||
+           kiln__fused_bufset_has(lent, r->y.buf) || kiln__fused_bufset_has(lent, r->z.buf);
 }
 
 /* The recorded entries: join the group, or flush and forward. */
