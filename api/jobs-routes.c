@@ -524,6 +524,8 @@ int kd_jobs_handle(void *ctx, const struct kd_request *req, struct kd_buf *out)
     if (slash) {
         *slash = '\0';
         action = slash + 1;
+        if (!action[0]) /* a trailing slash names no resource, as on /v2/health/ */
+            return kd_jobs_errorf(out, req, 404, "no such job path (no '/' after the job id)");
     }
     int64_t id;
     /* written as the server writes ids: digits, no sign, no leading zero ("01" and "+1" are

@@ -9,6 +9,8 @@
  * bad one naming the option, where it came from and the value; the engine refuses a key
  * no backend consumed. docs/configuration.md lists every row of the table below.
  */
+#include <ctype.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -258,7 +260,9 @@ int kiln__device_opt_long(kiln_device_opts *o, const char *backend, const char *
         return 0;
     char *end = NULL;
     long x = strtol(v, &end, 10);
-    if (!*v || *end || x < lo || x > hi)
+    /* digits only (a '-' where negatives are allowed): strtol alone would take " 5" and "+5" */
+    bool digits = isdigit((unsigned char)v[0]) || (v[0] == '-' && lo < 0 && isdigit((unsigned char)v[1]));
+    if (!digits || *end || x < lo || x > hi)
         return kiln__error_set("%s: option %s (from %s) must be a whole number from %ld to %ld, got '%s'", backend, key,
                                src, lo, hi, v);
     *out = x;

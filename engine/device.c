@@ -627,9 +627,11 @@ int kiln_device_counters_get(kiln_device *dev, kiln_device_counters *out, const 
                                dev->spec, dev->spec);
     kiln_backend_counters c;
     memset(&c, 0, sizeof c);
-    int rc = dev->be->counters(dev->ctx, &c);
-    if (rc < 0)
-        return rc;
+    if (dev->be->counters(dev->ctx, &c) < 0) {
+        char why[KILN_ERROR_MAX];
+        snprintf(why, sizeof why, "%s", kiln_error());
+        return kiln__error_restate("kiln_device_counters_get: device '%s': %s", dev->spec, why);
+    }
     memset(out, 0, sizeof *out);
     for (int e = 0; e < KILN_ENTRY_COUNT; e++)
         out->calls += c.calls[e];

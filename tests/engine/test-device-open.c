@@ -218,6 +218,29 @@ static void test_decorator_keys_from_defaults(void **state)
     assert_int_equal(kiln_error_code(), KILN_EINVAL);
 }
 
+/* A whole-number option takes digits only: strtol alone took " 5" and "+5" as 5. A device
+ * without counters asked for them answers in the function's name, with the device's spec. */
+static void test_number_options_and_counters(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {"fused:cpu?min_elements=+5", "fused:cpu?min_elements=%205",
+                                      "fused:cpu?min_elements=5x", "fused:cpu?min_elements="};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kiln_error_clear();
+        kiln_device *d = kiln_device_open(bad[i]);
+        if (d)
+            fail_msg("'%s' opened", bad[i]);
+        expect_error("option min_elements (from spec) must be a whole number from 0");
+    }
+    kiln_device *d = kiln_device_open("fused:cpu?min_elements=5");
+    assert_non_null(d);
+    kiln_device_counters c;
+    assert_true(kiln_device_counters_get(d, &c, NULL, NULL) < 0);
+    expect_error("kiln_device_counters_get: device 'fused:cpu?min_elements=5': fused: the inner device");
+    expect_error("keeps no counters");
+    kiln_device_close(d);
+}
+
 /* A key named twice in one text says two things; it is refused rather than the last one taken
  * ("cpu?fusion=on&fusion=off" had opened unfused), while a later source still overrides an
  * earlier one (the spec over the defaults). */
@@ -267,6 +290,7 @@ int main(void)
         cmocka_unit_test_setup(test_fused_with_fusion_off, clean_environment),
         cmocka_unit_test_setup(test_decorator_keys_from_defaults, clean_environment),
         cmocka_unit_test_setup(test_key_given_twice, clean_environment),
+        cmocka_unit_test_setup(test_number_options_and_counters, clean_environment),
         cmocka_unit_test(test_spec_redact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

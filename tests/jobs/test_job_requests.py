@@ -102,6 +102,9 @@ def test_resume_checks(d):
         st, body = d.req("GET", "/v1/jobs/%s" % tail)
         check(st == 404 and ("'%s' is not a job id" % tail) in body.get("error", ""),
               "GET /v1/jobs/%s -> 404: %s %s" % (tail, st, body))
+    # a trailing slash names no job, as /v2/health/ is no health endpoint
+    st, body = d.req("GET", "/v1/jobs/%d/" % a["id"])
+    check(st == 404 and "no such job path" in body.get("error", ""), "GET /v1/jobs/N/ -> 404: %s %s" % (st, body))
     # 0 is no job (it had meant "no resume" without a word); a body on resume or DELETE (a new
     # epoch count there) would be ignored, so it is refused, pointing at resume_from_job
     st, body = d.req("POST", "/v1/jobs", plain_spec(resume_from_job=0))
