@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "classify.h"
 #include "common/half.h"
 #include "common/utf8.h"
 #include "jscan.h"
@@ -449,16 +450,32 @@ static bool count_at(const char *at, const char *end, uint64_t *v)
     return true;
 }
 
-/* The classification extension's refusal, one text for HTTP and gRPC (serving.h). */
-const char kd_infer_no_classification[] =
-    "the classification extension (parameters.classification, tritonclient's class_count) is not "
-    "supported by kilnd: request the output's scores and take the top classes from them";
+int kd_infer_check_classes(const kd_model_config *c, int k, int64_t count, bool in_shm, char *msg, size_t msglen)
+{
+    const kd_model_tensor_spec *o = &c->outputs[k];
+    if (count < 1 || count > KD_CLASSIFY_MAX_COUNT) {
+        snprintf(msg, msglen, "output '%s': classification must be a whole number of classes from 1 to %lld",
+                 o->name, (long long)KD_CLASSIFY_MAX_COUNT);
+        return 400;
+    }
+    if (!kd_classify_datatype_ok(o->datatype)) {
+        snprintf(msg, msglen, "output '%s' is %s: classification ranks numbers", o->name, o->datatype);
+        return 400;
+    }
+    if (in_shm) {
+        snprintf(msg, msglen,
+                 "output '%s': classification answers strings, which are not written into shared memory; "
+                 "leave out its shared_memory_region",
+                 o->name);
+        return 400;
+    }
+    return 0;
+}
 
 /* A "parameters" member, where one is given, must be an object; a flag it carries (binary_data,
- * binary_data_output) must be true or false; classification, which kilnd does not implement, is
- * refused rather than answered with plain scores. what names the place ("the request", "output 'y'"). */
-static int check_params(const char *params, const char *jend, const char *what, const char *flag, bool output,
-                        char *msg, size_t msglen)
+ * binary_data_output) must be true or false. what names the place ("the request", "output 'y'"). */
+static int check_params(const char *params, const char *jend, const char *what, const char *flag, char *msg,
+                        size_t msglen)
 {
     if (!params)
         return 0;
@@ -469,10 +486,6 @@ static int check_params(const char *params, const char *jend, const char *what, 
     enum kd_jtype f = flag ? type_at(member_at(params, jend, flag), jend) : KD_J_NONE;
     if (f != KD_J_NONE && f != KD_J_TRUE && f != KD_J_FALSE) {
         snprintf(msg, msglen, "%s: parameters.%s must be true or false", what, flag);
-        return 400;
-    }
-    if (output && member_at(params, jend, "classification")) {
-        snprintf(msg, msglen, "%s: %s", what, kd_infer_no_classification);
         return 400;
     }
     return 0;
@@ -525,7 +538,7 @@ static int shm_params(const struct kd_infer_ctx *ic, const char *params, const c
 }
 
 int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, const struct kd_request *req,
-                    struct kd_sched_request *r, bool *want_output, bool *want_binary, char *id, size_t idlen,
+                    struct kd_sched_request *r, struct kd_output_asks *asks, char *id, size_t idlen,
                     struct kd_infer_data *dd, char *msg, size_t msglen)
 {
     int rc = 0;
@@ -661,7 +674,7 @@ int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, con
         bool half = want == KILN_F16 || want == KILN_BF16;
         char what[KD_MODEL_NAME_MAX + 16];
         snprintf(what, sizeof what, "input '%s'", sp->name);
-        if ((rc = check_params(in->params, jend, what, NULL, false, msg, msglen)) != 0)
+        if ((rc = check_params(in->params, jend, what, NULL, msg, msglen)) != 0)
             goto done;
         const char *bsize = member_at(in->params, jend, "binary_data_size");
         size_t esize = wire_size(sp->datatype);
@@ -728,12 +741,13 @@ int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, con
     if (bin_used != bin_len)
         FAIL(400, "the body has %zu binary bytes no input claims", bin_len - bin_used);
 
-    if ((rc = check_params(doc.params, jend, "the request", "binary_data_output", false, msg, msglen)) != 0)
+    if ((rc = check_params(doc.params, jend, "the request", "binary_data_output", msg, msglen)) != 0)
         goto done;
     bool all_binary = type_at(member_at(doc.params, jend, "binary_data_output"), jend) == KD_J_TRUE;
     for (int o = 0; o < c->noutputs; o++) {
-        want_output[o] = !doc.outputs;
-        want_binary[o] = all_binary;
+        asks->want[o] = !doc.outputs;
+        asks->binary[o] = all_binary;
+        asks->classes[o] = 0;
     }
     if (doc.outputs) {
         if (type_at(doc.outputs, jend) != KD_J_ARRAY)
@@ -751,11 +765,11 @@ int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, con
             int k = kd_infer_find_spec(c->outputs, c->noutputs, name);
             if (k < 0)
                 FAIL(400, "unknown output '%.64s'", name);
-            want_output[k] = true;
+            asks->want[k] = true;
             const char *oparams = member_at(ro, jend, "parameters");
             char what[KD_MODEL_NAME_MAX + 16];
             snprintf(what, sizeof what, "output '%s'", name);
-            if ((rc = check_params(oparams, jend, what, "binary_data", true, msg, msglen)) != 0)
+            if ((rc = check_params(oparams, jend, what, "binary_data", msg, msglen)) != 0)
                 goto done;
             bool out_shm = false;
             if ((rc = shm_params(ic, oparams, jend, name, false, 0, &out_shm, ic->use ? &ic->use->out[k] : NULL,
@@ -763,7 +777,17 @@ int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, con
                 goto done;
             enum kd_jtype b = type_at(member_at(oparams, jend, "binary_data"), jend);
             if (b != KD_J_NONE)
-                want_binary[k] = b == KD_J_TRUE;
+                asks->binary[k] = b == KD_J_TRUE;
+            const char *classes = member_at(oparams, jend, "classification");
+            if (classes) {
+                int64_t count = 0;
+                size_t len;
+                if (kd_json_to_int(classes, jend, INT64_MIN, INT64_MAX, &count, &len) <= 0)
+                    FAIL(400, "output '%s': classification must be a whole number of classes", name);
+                if ((rc = kd_infer_check_classes(c, k, count, out_shm, msg, msglen)) != 0)
+                    goto done;
+                asks->classes[k] = count;
+            }
             kd_jscan_skip(&os);
         }
     }
@@ -824,10 +848,18 @@ static int put_values(struct kd_buf *b, const struct kd_sched_tensor *t)
 }
 
 int kd_infer_body(struct kd_buf *j, const char *model, int64_t version, const kd_model_config *c,
-                  const struct kd_sched_request *r, const bool *want_output, const bool *want_binary,
+                  const struct kd_sched_request *r, const struct kd_output_asks *asks,
                   const struct kd_shm_use *shm, const char *id, size_t *json_len)
 {
-    int rc = kd_buf_puts(j, "{\"model_name\":\"");
+    /* outputs asked as classes, computed first: their strings are the JSON's data or follow it */
+    struct kd_classes classes[KD_SCHED_MAX_IO];
+    memset(classes, 0, sizeof classes);
+    int rc = 0;
+    for (int o = 0; o < c->noutputs && o < r->noutputs && rc == 0; o++)
+        if (asks->want[o] && asks->classes[o] > 0)
+            rc = kd_classify(&r->outputs[o], c->max_batch_size > 0, asks->classes[o],
+                             (const char *const *)c->outputs[o].labels, c->outputs[o].nlabels, &classes[o]);
+    rc |= kd_buf_puts(j, "{\"model_name\":\"");
     rc |= kd_buf_json_escape(j, model, strlen(model));
     rc |= kd_buf_printf(j, "\",\"model_version\":\"%lld\"", (long long)version);
     if (id[0]) {
@@ -838,15 +870,17 @@ int kd_infer_body(struct kd_buf *j, const char *model, int64_t version, const kd
     rc |= kd_buf_puts(j, ",\"outputs\":[");
     bool first = true;
     for (int o = 0; o < c->noutputs && o < r->noutputs && rc == 0; o++) {
-        if (!want_output[o])
+        if (!asks->want[o])
             continue;
         const struct kd_sched_tensor *t = &r->outputs[o];
+        const struct kd_classes *cl = asks->classes[o] > 0 ? &classes[o] : NULL;
         rc |= kd_buf_printf(j, "%s{\"name\":\"", first ? "" : ",");
         first = false;
         rc |= kd_buf_json_escape(j, c->outputs[o].name, strlen(c->outputs[o].name));
-        rc |= kd_buf_printf(j, "\",\"datatype\":\"%s\",\"shape\":[", c->outputs[o].datatype);
-        for (int d = 0; d < t->ndim; d++)
-            rc |= kd_buf_printf(j, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+        rc |= kd_buf_printf(j, "\",\"datatype\":\"%s\",\"shape\":[", cl ? "BYTES" : c->outputs[o].datatype);
+        int ndim = cl ? cl->ndim : t->ndim;
+        for (int d = 0; d < ndim; d++)
+            rc |= kd_buf_printf(j, "%s%lld", d ? "," : "", (long long)(cl ? cl->shape[d] : t->shape[d]));
         const struct kd_shm_slice *in_shm = shm && shm->out[o].region ? &shm->out[o] : NULL;
         if (in_shm) {
             /* written into the region by kd_shm_write_outputs: only where, and how much */
@@ -857,8 +891,19 @@ int kd_infer_body(struct kd_buf *j, const char *model, int64_t version, const kd
             if (in_shm->offset)
                 rc |= kd_buf_printf(j, ",\"shared_memory_offset\":%llu", (unsigned long long)in_shm->offset);
             rc |= kd_buf_puts(j, "}}");
-        } else if (want_binary[o]) {
-            rc |= kd_buf_printf(j, "],\"parameters\":{\"binary_data_size\":%zu}}", t->nbytes);
+        } else if (asks->binary[o]) {
+            rc |= kd_buf_printf(j, "],\"parameters\":{\"binary_data_size\":%zu}}", cl ? cl->wire_len : t->nbytes);
+        } else if (cl) {
+            rc |= kd_buf_puts(j, "],\"data\":[");
+            size_t pos = 0;
+            uint32_t len;
+            const char *s;
+            for (int64_t i = 0; (s = kd_classes_next(cl, &pos, &len)) != NULL; i++) {
+                rc |= kd_buf_puts(j, i ? ",\"" : "\"");
+                rc |= kd_buf_json_escape(j, s, len);
+                rc |= kd_buf_puts(j, "\"");
+            }
+            rc |= kd_buf_puts(j, "]}");
         } else {
             rc |= kd_buf_puts(j, "],\"data\":[");
             rc |= put_values(j, t);
@@ -867,9 +912,16 @@ int kd_infer_body(struct kd_buf *j, const char *model, int64_t version, const kd
     }
     rc |= kd_buf_puts(j, "]}");
     *json_len = j->len;
-    for (int o = 0; o < c->noutputs && o < r->noutputs && rc == 0; o++)
-        if (want_output[o] && want_binary[o] && !(shm && shm->out[o].region))
+    for (int o = 0; o < c->noutputs && o < r->noutputs && rc == 0; o++) {
+        if (!asks->want[o] || !asks->binary[o] || (shm && shm->out[o].region))
+            continue;
+        if (asks->classes[o] > 0)
+            rc |= kd_buf_append(j, classes[o].wire, classes[o].wire_len);
+        else
             rc |= kd_buf_append(j, r->outputs[o].data, r->outputs[o].nbytes);
+    }
+    for (int o = 0; o < c->noutputs && o < KD_SCHED_MAX_IO; o++)
+        kd_classes_free(&classes[o]);
     return rc ? -1 : 0;
 }
 

@@ -37,8 +37,14 @@ static int put_tensors(struct kd_buf *b, const char *key, const kd_model_tensor_
                             input ? "\"format\":\"FORMAT_NONE\"," : "");
         for (int d = batched ? 1 : 0; d < sp[i].ndim; d++)
             rc |= kd_buf_printf(b, "%s%lld", d > (batched ? 1 : 0) ? "," : "", (long long)sp[i].shape[d]);
-        rc |= kd_buf_puts(b, input ? "],\"is_shape_tensor\":false,\"allow_ragged_batch\":false,\"optional\":false}"
-                                   : "],\"label_filename\":\"\",\"is_shape_tensor\":false}");
+        if (input) {
+            rc |= kd_buf_puts(b, "],\"is_shape_tensor\":false,\"allow_ragged_batch\":false,\"optional\":false}");
+        } else {
+            const char *labels = sp[i].label_filename ? sp[i].label_filename : "";
+            rc |= kd_buf_puts(b, "],\"label_filename\":\"");
+            rc |= kd_buf_json_escape(b, labels, strlen(labels));
+            rc |= kd_buf_puts(b, "\",\"is_shape_tensor\":false}");
+        }
     }
     return rc | kd_buf_puts(b, "]");
 }

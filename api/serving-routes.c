@@ -21,7 +21,7 @@ struct infer_job {
     struct kd_http_pending *pending;
     char id[256];
     char req_id[KD_HTTP_SHORT_HEADER_MAX];
-    bool want_output[KD_SCHED_MAX_IO], want_binary[KD_SCHED_MAX_IO];
+    struct kd_output_asks asks;
     struct kd_infer_data data; /* the inputs' filling, left to the worker */
     bool refused;              /* the worker found the data bad: a 400, counted as rejected */
     struct kd_buf body;        /* the response body, encoded by the worker */
@@ -150,8 +150,7 @@ static void infer_finish(struct kd_sched_request *r)
                                                                          r->error, sizeof r->error)) != 0)
         return;
     j->encoded = kd_infer_body(&j->body, kd_sched_model_name(m), kd_sched_model_version(m),
-                               kd_sched_model_config(m), r, j->want_output, j->want_binary, &j->shm, j->id,
-                               &j->body_json_len) == 0;
+                               kd_sched_model_config(m), r, &j->asks, &j->shm, j->id, &j->body_json_len) == 0;
 }
 
 /* {"error": msg} whole: kd_resp_error caps its body near 500 bytes, and a run's failure carries
@@ -246,8 +245,8 @@ static int handle_infer(struct kd_serving *sv, struct kd_sched_model *m, const s
     snprintf(j->req_id, sizeof j->req_id, "%s", rid);
     struct kd_infer_ctx ic = {sv, sv->o.max_tensor_elements, sv->o.max_string_bytes, sv->shm, &j->shm};
     char msg[256];
-    int st = kd_infer_decode(&ic, kd_sched_model_config(m), req, &j->r, j->want_output, j->want_binary, j->id,
-                             sizeof j->id, &j->data, msg, sizeof msg);
+    int st = kd_infer_decode(&ic, kd_sched_model_config(m), req, &j->r, &j->asks, j->id, sizeof j->id, &j->data,
+                             msg, sizeof msg);
     if (st != 0) {
         kd_shm_use_release(&j->shm);
         free(j);

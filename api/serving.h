@@ -150,10 +150,18 @@ struct kd_infer_data {
     const char *lax[KD_SCHED_MAX_IO];
 };
 
+/* What a request asks of each model output (its "outputs" and their parameters). */
+struct kd_output_asks {
+    bool want[KD_SCHED_MAX_IO];       /* in the response */
+    bool binary[KD_SCHED_MAX_IO];     /* as binary data after the JSON (HTTP) */
+    int64_t classes[KD_SCHED_MAX_IO]; /* > 0: the top so many classes instead of the scores
+                                         (the classification extension, api/classify.h) */
+};
+
 /*
  * Decodes a KServe v2 infer request (JSON, or a JSON header plus binary tensor data) for model
- * config c into r's inputs; fills want_binary[o] / want_output[o] for each model output and the
- * request "id" into id (bounded). Returns 0, or an HTTP status with msg filled.
+ * config c into r's inputs; fills asks for each model output and the request "id" into id
+ * (bounded). Returns 0, or an HTTP status with msg filled.
  *
  * With dd NULL it does the whole job. Otherwise it does everything but filling the input buffers
  * (which it allocates and sizes) and describes that in dd for kd_infer_fill, to be run later,
@@ -161,11 +169,12 @@ struct kd_infer_data {
  * request in one go would have returned.
  */
 int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, const struct kd_request *req,
-                    struct kd_sched_request *r, bool *want_output, bool *want_binary, char *id, size_t idlen,
+                    struct kd_sched_request *r, struct kd_output_asks *asks, char *id, size_t idlen,
                     struct kd_infer_data *dd, char *msg, size_t msglen);
-/* Why a requested output's "classification" parameter is refused (HTTP and gRPC alike): kilnd
- * does not implement the classification extension, and plain scores would answer another question. */
-extern const char kd_infer_no_classification[];
+/* Checks a requested output's "classification" count (HTTP and gRPC alike): 0 when output k of
+ * c may be classified into count classes, else 400 with msg naming the output. in_shm: the
+ * output was asked into shared memory (classes are strings, not the region's layout). */
+int kd_infer_check_classes(const kd_model_config *c, int k, int64_t count, bool in_shm, char *msg, size_t msglen);
 /* The index of the spec named name in specs[0..n), or -1. */
 int kd_infer_find_spec(const kd_model_tensor_spec *specs, int n, const char *name);
 /* c's input names, comma-separated, into buf (cut at len), for messages;
@@ -180,7 +189,7 @@ int kd_infer_fill(const struct kd_infer_data *dd, const kd_model_config *c, stru
  * outputs; *json_len is the JSON's length. 0, or -1 when out of memory.
  */
 int kd_infer_body(struct kd_buf *j, const char *model, int64_t version, const kd_model_config *c,
-                  const struct kd_sched_request *r, const bool *want_output, const bool *want_binary,
+                  const struct kd_sched_request *r, const struct kd_output_asks *asks,
                   const struct kd_shm_use *shm, const char *id, size_t *json_len);
 
 /* Appends the whole HTTP response around a body from kd_infer_body. The status, or -1. */

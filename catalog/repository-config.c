@@ -13,16 +13,51 @@
 
 static const char *const datatypes[] = {"BOOL", "UINT8", "INT32", "INT64", "FP16", "BF16", "FP32", "FP64"};
 
+void kd_model_tensor_spec_free(kd_model_tensor_spec *s)
+{
+    free(s->name);
+    free(s->datatype);
+    free(s->label_filename);
+    free(s->label_text);
+    free(s->labels);
+    memset(s, 0, sizeof *s);
+}
+
+int kd_model_tensor_spec_copy(kd_model_tensor_spec *dst, const kd_model_tensor_spec *src)
+{
+    *dst = *src;
+    dst->name = strdup(src->name ? src->name : "");
+    dst->datatype = strdup(src->datatype ? src->datatype : "");
+    dst->label_filename = src->label_filename ? strdup(src->label_filename) : NULL;
+    dst->label_text = NULL;
+    dst->labels = NULL;
+    bool ok = dst->name && dst->datatype && (dst->label_filename || !src->label_filename);
+    if (ok && src->nlabels > 0) {
+        /* the text is one block of '\0'-ended lines: copy it whole and point at the same offsets */
+        const char *last = src->labels[src->nlabels - 1];
+        size_t size = (size_t)(last - src->label_text) + strlen(last) + 1;
+        dst->label_text = malloc(size);
+        dst->labels = malloc((size_t)src->nlabels * sizeof *dst->labels);
+        ok = dst->label_text && dst->labels;
+        if (ok) {
+            memcpy(dst->label_text, src->label_text, size);
+            for (int64_t i = 0; i < src->nlabels; i++)
+                dst->labels[i] = dst->label_text + (src->labels[i] - src->label_text);
+        }
+    }
+    if (!ok) {
+        kd_model_tensor_spec_free(dst);
+        return -1;
+    }
+    return 0;
+}
+
 void kd_repository_config_free(kd_model_config *c)
 {
-    for (int i = 0; i < c->ninputs; i++) {
-        free(c->inputs[i].name);
-        free(c->inputs[i].datatype);
-    }
-    for (int i = 0; i < c->noutputs; i++) {
-        free(c->outputs[i].name);
-        free(c->outputs[i].datatype);
-    }
+    for (int i = 0; i < c->ninputs; i++)
+        kd_model_tensor_spec_free(&c->inputs[i]);
+    for (int i = 0; i < c->noutputs; i++)
+        kd_model_tensor_spec_free(&c->outputs[i]);
     free(c->inputs);
     free(c->outputs);
     free(c->device);
@@ -97,10 +132,12 @@ static int parse_tensors(const cJSON *arr, const char *key, kd_model_tensor_spec
     *n = count;
     for (int i = 0; i < count; i++) {
         const cJSON *t = cJSON_GetArrayItem(arr, i);
-        static const char *const tensor_keys[] = {"name", "datatype", "shape", NULL};
+        static const char *const input_keys[] = {"name", "datatype", "shape", NULL};
+        static const char *const output_keys[] = {"name", "datatype", "shape", "label_filename", NULL};
+        bool outputs = strcmp(key, "outputs") == 0;
         char where[48];
         snprintf(where, sizeof where, "config.json %s[%d]", key, i);
-        if (check_keys(t, tensor_keys, where, why, wl))
+        if (check_keys(t, outputs ? output_keys : input_keys, where, why, wl))
             return -1;
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
         const cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "datatype");
@@ -127,6 +164,18 @@ static int parse_tensors(const cJSON *arr, const char *key, kd_model_tensor_spec
         s->name = strdup(name->valuestring);
         s->datatype = strdup(dt->valuestring);
         if (!s->name || !s->datatype)
+            return snprintf(why, wl, "out of memory"), -1;
+        const cJSON *labels = cJSON_GetObjectItemCaseSensitive(t, "label_filename");
+        /* "" is Triton's "no labels"; otherwise a plain file name, never a path out of the folder */
+        if (labels && (!cJSON_IsString(labels) ||
+                       (labels->valuestring[0] && !kd_repository_name_valid(labels->valuestring))))
+            return snprintf(
+                       why, wl,
+                       "config.json: output '%.64s': label_filename must be the name of a file in the version "
+                       "or the model folder (" KD_MODEL_NAME_RULE ")",
+                       name->valuestring),
+                   -1;
+        if (labels && labels->valuestring[0] && !(s->label_filename = strdup(labels->valuestring)))
             return snprintf(why, wl, "out of memory"), -1;
     }
     return 0;

@@ -26,6 +26,7 @@
 #include "storage-impl.h"
 
 #define CONFIG_MAX (1u << 20)
+#define LABELS_MAX (16u << 20) /* a label file: a million classes of 16 bytes */
 
 struct kd_repository {
     char *root; /* resolved */
@@ -88,8 +89,69 @@ static char *confined(const kd_repository *repo, const char *path, const char **
     return real;
 }
 
+/* The class names of an output's label_filename: a line each (a '\r' before the '\n' dropped,
+ * a last line without '\n' kept, an empty last line not counted), read from the version folder
+ * or else the model folder. 0, or -1 with why filled. */
+static int load_labels(const kd_repository *repo, kd_model_tensor_spec *s, const char *version_path,
+                       const char *model_path, char *why, size_t wl)
+{
+    char *path = join(version_path, s->label_filename);
+    struct stat sb;
+    if (path && lstat(path, &sb) != 0 && errno == ENOENT) {
+        free(path);
+        path = join(model_path, s->label_filename);
+    }
+    if (!path)
+        return snprintf(why, wl, "out of memory"), -1;
+    const char *cwhy = NULL;
+    char *real = NULL, *text = NULL;
+    size_t len = 0;
+    if (lstat(path, &sb) != 0 && errno == ENOENT)
+        snprintf(why, wl, "output '%.64s': label_filename '%s' is in neither the version nor the model folder",
+                 s->name, s->label_filename);
+    else if (lstat(path, &sb) != 0)
+        snprintf(why, wl, "output '%.64s': label_filename '%s': %s", s->name, s->label_filename, strerror(errno));
+    else if (!(real = confined(repo, path, &cwhy)))
+        snprintf(why, wl, "output '%.64s': label_filename '%s' %s", s->name, s->label_filename, cwhy);
+    else if (kiln__read_file(real, LABELS_MAX, &text, &len) != 0)
+        snprintf(why, wl, "output '%.64s': label_filename '%s': %s", s->name, s->label_filename, kiln_error());
+    free(path);
+    free(real);
+    if (!text)
+        return -1;
+    if (memchr(text, '\0', len)) {
+        free(text);
+        return snprintf(why, wl, "output '%.64s': label_filename '%s' holds a NUL byte: not a text file", s->name,
+                        s->label_filename),
+               -1;
+    }
+    int64_t lines = 0;
+    for (size_t i = 0; i < len; i++)
+        lines += text[i] == '\n';
+    lines += len > 0 && text[len - 1] != '\n';
+    s->labels = malloc((size_t)(lines ? lines : 1) * sizeof *s->labels);
+    if (!s->labels) {
+        free(text);
+        return snprintf(why, wl, "out of memory"), -1;
+    }
+    s->label_text = text;
+    char *line = text;
+    for (int64_t k = 0; k < lines; k++) {
+        char *nl = memchr(line, '\n', len - (size_t)(line - text));
+        char *end = nl ? nl : text + len;
+        if (end > line && end[-1] == '\r')
+            end--;
+        *end = '\0';
+        s->labels[k] = line;
+        line = nl ? nl + 1 : text + len;
+    }
+    s->nlabels = lines;
+    return 0;
+}
+
 /* Validate one version folder (real path already confined); fills v. */
-static void check_version(const kd_repository *repo, kd_model_version *v, const char *model_config)
+static void check_version(const kd_repository *repo, kd_model_version *v, const char *model_path,
+                          const char *model_config)
 {
     char why[512] = "";
     const char *cwhy = NULL;
@@ -142,6 +204,9 @@ static void check_version(const kd_repository *repo, kd_model_version *v, const 
         const char *config = text ? text : model_config ? model_config : "{}";
         if (!why[0])
             kd_repository_config_parse(config, &v->config, onnx, why, sizeof why);
+        for (int o = 0; !why[0] && o < v->config.noutputs; o++)
+            if (v->config.outputs[o].label_filename)
+                (void)load_labels(repo, &v->config.outputs[o], v->path, model_path, why, sizeof why);
     }
     free(real);
     free(text);
@@ -259,7 +324,7 @@ static void scan_model(const kd_repository *repo, kd_model_info *m)
             v->why = strdup("not a folder");
             continue;
         }
-        check_version(repo, v, model_config);
+        check_version(repo, v, m->path, model_config);
     }
     closedir(d);
     free(model_config);
@@ -492,7 +557,7 @@ int kd_repository_add_version(kd_repository *repo, const char *name, const char 
         if (mcfg_path && lstat(mcfg_path, &sb) == 0)
             (void)kiln__read_file(mcfg_path, CONFIG_MAX, &mcfg, NULL);
         kd_model_version v = {.version = version, .path = tmp};
-        check_version(repo, &v, mcfg);
+        check_version(repo, &v, real, mcfg);
         if (!v.valid)
             rc = (kiln__error_set("add version: %s version %" PRId64 " is invalid: %s", name, version, v.why),
                   KILN_EINVAL);

@@ -41,13 +41,24 @@ extern "C" {
 /* kd_repository_name_valid's rule, for messages that refuse a name */
 #define KD_MODEL_NAME_RULE "1 to 128 characters of A-Z a-z 0-9 _ . -, not starting with a dot, no '..'"
 
-/** One input or output: name, KServe datatype ("FP32", "INT64", ...), shape (-1 = dynamic). */
+/** One input or output: name, KServe datatype ("FP32", "INT64", ...), shape (-1 = dynamic).
+ *  An output may name a label file (config.json's label_filename: one class name a line, in the
+ *  version folder or else the model folder), read at the scan: labels[i] names class index i. */
 typedef struct kd_model_tensor_spec {
     char *name;
     char *datatype;
     int ndim;
     int64_t shape[KILN_MAX_DIMS];
+    char *label_filename; /* NULL: none */
+    char *label_text;     /* the file's text, each line ended by '\0'; labels point into it */
+    char **labels;
+    int64_t nlabels;
 } kd_model_tensor_spec;
+
+/** Frees what a spec owns (not the spec itself). */
+void kd_model_tensor_spec_free(kd_model_tensor_spec *s);
+/** A deep copy of src into dst (zeroed on failure). 0, or -1 when out of memory. */
+int kd_model_tensor_spec_copy(kd_model_tensor_spec *dst, const kd_model_tensor_spec *src);
 
 typedef enum kd_version_policy {
     KD_VERSION_LATEST = 0, /* the latest_n highest valid versions (default 1) */

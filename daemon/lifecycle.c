@@ -28,8 +28,8 @@
 
 /* GET /v2 and gRPC ServerMetadata; the names are Triton's (its docs/protocol/extension_*.md), which
  * tritonclient and other Triton clients look for. */
-static const char *const api_extensions[] = {"model_repository", "statistics", "binary_tensor_data",
-                                             "system_shared_memory", NULL};
+static const char *const api_extensions[] = {"model_repository", "statistics",           "binary_tensor_data",
+                                             "classification",   "system_shared_memory", NULL};
 
 const char *kd_daemon_state_to_str(enum kd_daemon_state s)
 {

@@ -65,26 +65,18 @@ static int copy_specs(kd_model_tensor_spec **dst, const kd_model_tensor_spec *sr
     *dst = calloc(n > 0 ? (size_t)n : 1, sizeof **dst);
     if (!*dst)
         return -1;
-    for (int i = 0; i < n; i++) {
-        (*dst)[i] = src[i];
-        (*dst)[i].name = strdup(src[i].name ? src[i].name : "");
-        (*dst)[i].datatype = strdup(src[i].datatype ? src[i].datatype : "");
-        if (!(*dst)[i].name || !(*dst)[i].datatype)
+    for (int i = 0; i < n; i++)
+        if (kd_model_tensor_spec_copy(&(*dst)[i], &src[i]) != 0)
             return -1;
-    }
     return 0;
 }
 
 void kd_sched_config_free(kd_model_config *c)
 {
-    for (int i = 0; c->inputs && i < c->ninputs; i++) {
-        free(c->inputs[i].name);
-        free(c->inputs[i].datatype);
-    }
-    for (int i = 0; c->outputs && i < c->noutputs; i++) {
-        free(c->outputs[i].name);
-        free(c->outputs[i].datatype);
-    }
+    for (int i = 0; c->inputs && i < c->ninputs; i++)
+        kd_model_tensor_spec_free(&c->inputs[i]);
+    for (int i = 0; c->outputs && i < c->noutputs; i++)
+        kd_model_tensor_spec_free(&c->outputs[i]);
     free(c->inputs);
     free(c->outputs);
     free(c->device);

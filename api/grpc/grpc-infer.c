@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "classify.h"
 #include "grpc-impl.h"
 #include "grpc_service.pb-c.h"
 #include "shm.h"
@@ -37,7 +38,7 @@ struct grpc_job {
     struct grpc_job *next;
     atomic_bool cancelled;
     bool streaming, queued, done, client_deadline, encoded;
-    bool want_output[KD_SCHED_MAX_IO];
+    struct kd_output_asks asks; /* what it asks of each output (binary: unused over gRPC) */
     char *id;
     int64_t version;
     struct kd_buf resp; /* the framed response, packed by the worker */
@@ -172,12 +173,12 @@ static int shm_params(struct kd_shm_table *t, const Inference__InferParameter *r
                             msg, msglen);
 }
 
-/* q into r for model config c; fills want_output and, for tensors in shared memory, use. 0, or an
+/* q into r for model config c; fills asks and, for tensors in shared memory, use. 0, or an
  * HTTP status with msg (r cleared; the caller releases use). */
 static int decode(const struct kd_serving_options *lim, const kd_model_config *c,
                   const Inference__ModelInferRequest *q, const ProtobufCBinaryData *raw_in, size_t n_raw_in,
                   bool borrow, struct kd_shm_table *shm, struct kd_shm_use *use, struct kd_sched_request *r,
-                  bool *want_output, char *msg, size_t msglen)
+                  struct kd_output_asks *asks, char *msg, size_t msglen)
 {
     int rc = 0;
     bool raw = n_raw_in > 0;
@@ -294,18 +295,18 @@ static int decode(const struct kd_serving_options *lim, const kd_model_config *c
         else if (copy_typed(t, in->contents, numel, &why, whybuf, sizeof whybuf) != 0)
             FAIL(400, "input '%s': %s", sp->name, why);
     }
-    for (int o = 0; o < c->noutputs; o++)
-        want_output[o] = q->n_outputs == 0;
+    for (int o = 0; o < c->noutputs; o++) {
+        asks->want[o] = q->n_outputs == 0;
+        asks->binary[o] = false;
+        asks->classes[o] = 0;
+    }
     for (size_t i = 0; i < q->n_outputs; i++) {
         int k = kd_infer_find_spec(c->outputs, c->noutputs, q->outputs[i]->name);
         if (k < 0)
             FAIL(400, "unknown output '%.64s'", q->outputs[i]->name);
-        want_output[k] = true;
+        asks->want[k] = true;
         const Inference__ModelInferRequest__InferRequestedOutputTensor *ro = q->outputs[i];
         const Inference__InferParameter *region, *offset, *size, *classification;
-        PARAM_OF(ro->parameters, ro->n_parameters, "classification", classification);
-        if (classification)
-            FAIL(400, "output '%.64s': %s", q->outputs[i]->name, kd_infer_no_classification);
         PARAM_OF(ro->parameters, ro->n_parameters, "shared_memory_region", region);
         PARAM_OF(ro->parameters, ro->n_parameters, "shared_memory_offset", offset);
         PARAM_OF(ro->parameters, ro->n_parameters, "shared_memory_byte_size", size);
@@ -313,6 +314,23 @@ static int decode(const struct kd_serving_options *lim, const kd_model_config *c
         if ((rc = shm_params(shm, region, offset, size, c->outputs[k].name, false, 0, &in_shm, &use->out[k], msg,
                              msglen)))
             goto done;
+        /* tritonclient's class_count: an int64_param (a uint64_param is taken too) */
+        PARAM_OF(ro->parameters, ro->n_parameters, "classification", classification);
+        if (classification) {
+            int64_t count = -1;
+            if (classification->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM)
+                count = classification->int64_param;
+            else if (classification->parameter_choice_case ==
+                     INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM)
+                count = classification->uint64_param > INT64_MAX ? INT64_MAX
+                                                                 : (int64_t)classification->uint64_param;
+            else
+                FAIL(400, "output '%.64s': classification must be an int64_param, the number of classes",
+                     c->outputs[k].name);
+            if ((rc = kd_infer_check_classes(c, k, count, in_shm, msg, msglen)) != 0)
+                goto done;
+            asks->classes[k] = count;
+        }
     }
 done:
     if (rc != 0)
@@ -336,6 +354,17 @@ static void finish_on_worker(struct kd_sched_request *r)
     Inference__ModelInferResponse res = INFERENCE__MODEL_INFER_RESPONSE__INIT;
     Inference__ModelInferResponse__InferOutputTensor out[KD_SCHED_MAX_IO], *outp[KD_SCHED_MAX_IO];
     ProtobufCBinaryData raw[KD_SCHED_MAX_IO];
+    /* outputs asked as classes: BYTES in Triton's serialized layout, raw as any output */
+    struct kd_classes classes[KD_SCHED_MAX_IO];
+    memset(classes, 0, sizeof classes);
+    for (int o = 0; o < c->noutputs && o < r->noutputs; o++)
+        if (j->asks.want[o] && j->asks.classes[o] > 0 &&
+            kd_classify(&r->outputs[o], c->max_batch_size > 0, j->asks.classes[o],
+                        (const char *const *)c->outputs[o].labels, c->outputs[o].nlabels, &classes[o]) != 0) {
+            for (int k = 0; k < o; k++)
+                kd_classes_free(&classes[k]);
+            return; /* not encoded: answered as out of memory */
+        }
     res.model_name = (char *)kd_sched_model_name(r->model);
     res.model_version = version;
     res.id = j->id ? j->id : "";
@@ -348,17 +377,18 @@ static void finish_on_worker(struct kd_sched_request *r)
     for (int pass = 0; pass < (any_shm ? 2 : 1); pass++) {
         for (int o = 0; o < c->noutputs && o < r->noutputs; o++) {
             const struct kd_shm_slice *sl = &j->shm.out[o];
-            if (!j->want_output[o] || (sl->region != NULL) != (pass == 1))
+            if (!j->asks.want[o] || (sl->region != NULL) != (pass == 1))
                 continue;
+            const struct kd_classes *cl = j->asks.classes[o] > 0 ? &classes[o] : NULL;
             inference__model_infer_response__infer_output_tensor__init(&out[n]);
             out[n].name = c->outputs[o].name;
-            out[n].datatype = c->outputs[o].datatype;
-            out[n].n_shape = (size_t)r->outputs[o].ndim;
-            out[n].shape = (int64_t *)r->outputs[o].shape;
+            out[n].datatype = cl ? "BYTES" : c->outputs[o].datatype;
+            out[n].n_shape = (size_t)(cl ? cl->ndim : r->outputs[o].ndim);
+            out[n].shape = cl ? (int64_t *)cl->shape : (int64_t *)r->outputs[o].shape;
             outp[n] = &out[n];
             if (pass == 0) {
-                raw[nraw].len = r->outputs[o].nbytes;
-                raw[nraw].data = r->outputs[o].data;
+                raw[nraw].len = cl ? cl->wire_len : r->outputs[o].nbytes;
+                raw[nraw].data = cl ? (uint8_t *)cl->wire : r->outputs[o].data;
                 nraw++;
             } else {
                 static const char *const keys[3] = {"shared_memory_region", "shared_memory_byte_size",
@@ -393,6 +423,8 @@ static void finish_on_worker(struct kd_sched_request *r)
     } else {
         j->encoded = kd_grpc_frame_coded(&j->resp, &res.base, j->coding) == 0;
     }
+    for (int o = 0; o < c->noutputs && o < KD_SCHED_MAX_IO; o++)
+        kd_classes_free(&classes[o]);
 }
 
 /* ---- completion and delivery, in request order -------------------------------------------------- */
@@ -680,7 +712,7 @@ void kd_grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len, struc
     const ProtobufCBinaryData *raw_in = split ? views : q->raw_input_contents;
     size_t n_raw_in = split ? nviews : q->n_raw_input_contents;
     if ((status = decode(lim, kd_sched_model_config(m), q, raw_in, n_raw_in, split, kd_serving_shm(sv), &j->shm,
-                         &j->r, j->want_output, msg, sizeof msg)) != 0) {
+                         &j->r, &j->asks, msg, sizeof msg)) != 0) {
         kd_shm_use_release(&j->shm);
         kd_serving_count_rejected(sv, name);
         refuse(j, kd_grpc_code_of_http(status), msg);

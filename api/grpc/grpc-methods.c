@@ -209,6 +209,8 @@ static void model_config(struct grpc_stream *s, const Inference__ModelConfigRequ
         out[i].data_type = data_type_of(c->outputs[i].datatype);
         out[i].n_dims = (size_t)(c->outputs[i].ndim > skip ? c->outputs[i].ndim - skip : 0);
         out[i].dims = (int64_t *)c->outputs[i].shape + skip;
+        if (c->outputs[i].label_filename)
+            out[i].label_filename = c->outputs[i].label_filename;
     }
     mc.n_input = (size_t)c->ninputs;
     mc.input = (void *)pointers_to(in, sizeof *in, mc.n_input);

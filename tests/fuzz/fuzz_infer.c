@@ -52,11 +52,10 @@ static int decode(const kd_model_config *c, const struct kd_request *req, bool s
     struct kd_infer_ctx ic = {.max_tensor_elements = 4096, .max_string_bytes = 64};
     struct kd_sched_request r;
     memset(&r, 0, sizeof r);
-    bool want_output[2], want_binary[2];
+    struct kd_output_asks asks;
     char id[80], msg[256] = "";
     struct kd_infer_data dd;
-    int st = kd_infer_decode(&ic, c, req, &r, want_output, want_binary, id, sizeof id, split ? &dd : NULL, msg,
-                             sizeof msg);
+    int st = kd_infer_decode(&ic, c, req, &r, &asks, id, sizeof id, split ? &dd : NULL, msg, sizeof msg);
     if (st == 0 && split)
         st = kd_infer_fill(&dd, c, &r, msg, sizeof msg);
     if (st != 0 && (st < 400 || st > 599 || !msg[0]))

@@ -232,6 +232,22 @@ def test_infer(d, c):
           np.array_equal(got, http_out["logits"].astype(np.float32)),
           "ModelInfer on mnist_mlp: the reference logits, and exactly HTTP's")
     check(r.get_response().id == "req-7" and r.get_response().model_version == "1", "ModelInfer echoes the id")
+    # tritonclient's class_count (the classification extension): BYTES "<value>:<index>", the
+    # top three of each row in the reference's order, the same strings HTTP answers
+    r = c.infer("mnist_mlp", [i], outputs=[tg.InferRequestedOutput("logits", class_count=3)], headers=AUTH)
+    got = r.as_numpy("logits")
+    out = r.get_output("logits")
+    top = np.argsort(-WANT, axis=1, kind="stable")[:, :3]
+    st, hr = d.http("POST", "/v2/models/mnist_mlp/infer",
+                    {"inputs": [{"name": "input", "datatype": "FP32", "shape": list(X.shape),
+                                 "data": X.flatten().tolist()}],
+                     "outputs": [{"name": "logits", "parameters": {"classification": 3}}]})
+    check(got is not None and out.datatype == "BYTES" and list(out.shape) == [len(X), 3] and
+          [[int(s.split(b":")[1]) for s in row] for row in got] == top.tolist() and
+          all(abs(float(s.split(b":")[0]) - WANT[k][int(s.split(b":")[1])]) < 1e-4 for k, row in enumerate(got)
+              for s in row) and
+          st == 200 and [s.decode() for s in got.flatten()] == hr["outputs"][0]["data"],
+          "ModelInfer with class_count=3: the top three per row, as HTTP answers them: %s" % got)
 
     xs = dtype_inputs()
     r = c.infer("dtypes", grpc_inputs(xs), headers=AUTH)
@@ -350,11 +366,10 @@ def test_infer_errors(d, c):
     twice.set_data_from_numpy(X)
     fails_with(lambda: c.infer("mnist_mlp", [i, twice], headers=AUTH), "INVALID_ARGUMENT",
                "input 'input' is given twice", "an input given twice")
-    # tritonclient's class_count asks for the classification extension, which kilnd does not
-    # implement: refused by name, not answered with plain scores
-    fails_with(lambda: c.infer("mnist_mlp", [i], outputs=[tg.InferRequestedOutput("logits", class_count=3)],
-                               headers=AUTH), "INVALID_ARGUMENT", "output 'logits': the classification extension",
-               "classification")
+    # class_count on an output that holds no numbers to rank
+    fails_with(lambda: c.infer("dtypes", grpc_inputs(dtype_inputs()), outputs=[tg.InferRequestedOutput("out_b", class_count=2)],
+                               headers=AUTH), "INVALID_ARGUMENT", "output 'out_b' is BOOL: classification ranks numbers",
+               "classification of a BOOL output")
     # Over the body limit: refused from the length prefix, before the message is kept.
     xs = dtype_inputs(rows=30000)
     fails_with(lambda: c.infer("dtypes", grpc_inputs(xs), headers=AUTH), "RESOURCE_EXHAUSTED",

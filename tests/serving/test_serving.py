@@ -304,8 +304,8 @@ def test_bad_input(d):
     check(st == 400 and "dim 1 is 783; the model expects 784" in json.loads(data).get("error", ""),
           "a wrong dim says which: %s" % data[:200])
     # parameters that would otherwise be dropped without a word: a flag that is not a boolean,
-    # parameters that are not an object, classification (tritonclient's class_count), which kilnd
-    # does not implement: each a 400 naming its place, never a 200 with something else
+    # parameters that are not an object, a classification count that is none (the extension's
+    # answers: test_classification.py): each a 400 naming its place, never a 200 with something else
     one = infer_body([[0.0] * 784])
     for what, body, words in (
             ("binary_data \"yes\"", dict(one, outputs=[{"name": "logits", "parameters": {"binary_data": "yes"}}]),
@@ -315,8 +315,8 @@ def test_bad_input(d):
             ("request parameters a string", dict(one, parameters="x"), 'the request: "parameters" must be an object'),
             ("input parameters a list", {"inputs": [dict(one["inputs"][0], parameters=[1])]},
              "input 'input': \"parameters\" must be an object"),
-            ("classification", dict(one, outputs=[{"name": "logits", "parameters": {"classification": 3}}]),
-             "output 'logits': the classification extension")):
+            ("classification 0", dict(one, outputs=[{"name": "logits", "parameters": {"classification": 0}}]),
+             "output 'logits': classification must be a whole number of classes from 1")):
         st, _, data = d.req("POST", "/v2/models/mnist_mlp/infer", body)
         err = json.loads(data).get("error", "") if st == 400 else ""
         check(st == 400 and words in err, "%s -> 400 naming it: %d %s" % (what, st, data[:300]))

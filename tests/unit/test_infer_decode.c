@@ -28,10 +28,10 @@ static int decode(const char *body, char *msg, size_t msglen)
     struct kd_request req = {.method = KD_HTTP_POST, .body = body, .body_len = strlen(body), .headers = &h};
     struct kd_sched_request r;
     memset(&r, 0, sizeof r);
-    bool want_output[KD_SCHED_MAX_IO], want_binary[KD_SCHED_MAX_IO];
+    struct kd_output_asks asks;
     char id[64];
     msg[0] = '\0';
-    int st = kd_infer_decode(&ic, &c, &req, &r, want_output, want_binary, id, sizeof id, NULL, msg, msglen);
+    int st = kd_infer_decode(&ic, &c, &req, &r, &asks, id, sizeof id, NULL, msg, msglen);
     kd_sched_request_clear(&r);
     return st;
 }
