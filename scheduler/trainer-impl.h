@@ -61,10 +61,11 @@ void kd_spec_parse_checkpoint(struct kd_spec_problems *p, const cJSON *root, str
 void kd_spec_parse_early_stopping(struct kd_spec_problems *p, const cJSON *root, struct kd_jobspec *s);
 
 /* Adds model (in eval mode) as the next version of run->spec->register_as, its output width
- * class scores an item (kd_trainer_output_width); fills res->version, or res->error and
+ * class scores an item (kd_trainer_output_width); where train's classes have names, they go
+ * with it as labels.txt (the output's label_filename). Fills res->version, or res->error and
  * returns -1. */
-int kd_trainer_register(const struct kd_trainer_run *run, kiln_module *model, const kiln_dataset_info *info,
-                        int64_t width, struct kd_trainer_result *res);
+int kd_trainer_register(const struct kd_trainer_run *run, kiln_module *model, const kiln_dataset *train,
+                        const kiln_dataset_info *info, int64_t width, struct kd_trainer_result *res);
 
 /* trainer-run.c: what a spec's training items look like, as far as a cheap look tells: the item
  * shape from the IDX images' header or the CSV header line (ndim 0: not known), the class count

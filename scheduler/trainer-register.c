@@ -1,8 +1,8 @@
 /*
  * scheduler/trainer-register.c — a trained model into the repository as its next version:
  * model.kiln (the spec as the record's config, the state dict as its tensors), a config.json
- * the serving scheduler reads and a source.json naming the run, staged in a scratch folder and
- * added in one step.
+ * the serving scheduler reads, labels.txt where the data's classes have names, and a source.json
+ * naming the run, staged in a scratch folder and added in one step.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -25,6 +25,8 @@
 #include "repository.h"
 #include "trainer-impl.h"
 
+#define LABELS_FILE "labels.txt"
+
 static int write_text(const char *path, const char *text)
 {
     FILE *f = fopen(path, "w");
@@ -37,8 +39,9 @@ static int write_text(const char *path, const char *text)
 }
 
 /* The served model's config.json: one input shaped like an item, one output of class logits
- * (width of them: the model's, which may be wider than the data's classes). */
-static char *serving_config(const struct kd_jobspec *s, const kiln_dataset_info *info, int64_t width)
+ * (width of them: the model's, which may be wider than the data's classes), naming labels.txt
+ * when there is one. */
+static char *serving_config(const struct kd_jobspec *s, const kiln_dataset_info *info, int64_t width, bool labels)
 {
     cJSON *spec = cJSON_Parse(s->model_json);
     const cJSON *in = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(spec, "inputs"), 0), *out = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(spec, "outputs"), 0);
@@ -56,6 +59,8 @@ static char *serving_config(const struct kd_jobspec *s, const kiln_dataset_info 
     shape = cJSON_AddArrayToObject(o0, "shape");
     cJSON_AddItemToArray(shape, cJSON_CreateNumber(-1));
     cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)width));
+    if (labels)
+        cJSON_AddStringToObject(o0, "label_filename", LABELS_FILE);
     cJSON_AddItemToArray(ins, i0);
     cJSON_AddItemToArray(outs, o0);
     cJSON_AddNumberToObject(c, "max_batch_size", s->max_batch_size);
@@ -64,6 +69,26 @@ static char *serving_config(const struct kd_jobspec *s, const kiln_dataset_info 
     cJSON_Delete(c);
     cJSON_Delete(spec);
     return text;
+}
+
+/* labels.txt: the name of each class index the model answers, a line each (a class the data
+ * names none for, or a model wider than the data's classes, gets an empty line: no label). A
+ * line break inside a name would shift every later class, so it becomes a space. 0, or -1. */
+static int write_labels(const char *path, const kiln_dataset *train, int64_t width)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    for (int64_t c = 0; c < width; c++) {
+        const char *name = kiln_dataset_class_name(train, c);
+        for (const char *p = name ? name : ""; *p; p++)
+            fputc(*p == '\n' || *p == '\r' ? ' ' : *p, f);
+        fputc('\n', f);
+    }
+    int rc = ferror(f) ? -1 : 0;
+    if (fclose(f) != 0)
+        rc = -1;
+    return rc;
 }
 
 /* The config.json of a fine-tuned ONNX graph: the serving loader reads the inputs and outputs
@@ -116,8 +141,8 @@ static char *source_json(const char *source, const char *metrics_json)
 
 /* model.kiln (or, for a fine-tuned ONNX graph, model.onnx), config.json and source.json staged
  * in scratch, then added to the repository as its next version. */
-int kd_trainer_register(const struct kd_trainer_run *run, kiln_module *model, const kiln_dataset_info *info,
-                        int64_t width, struct kd_trainer_result *res)
+int kd_trainer_register(const struct kd_trainer_run *run, kiln_module *model, const kiln_dataset *train,
+                        const kiln_dataset_info *info, int64_t width, struct kd_trainer_result *res)
 {
     const struct kd_jobspec *s = run->spec;
     mkdir(run->scratch_dir, 0777);
@@ -126,7 +151,16 @@ int kd_trainer_register(const struct kd_trainer_run *run, kiln_module *model, co
     snprintf(cpath, sizeof cpath, "%s/config.json", run->scratch_dir);
     int rc = s->model_onnx ? kd_trainer_onnx_write(model, s->model_onnx, mpath, res->error, sizeof res->error)
                            : save_kiln(mpath, model, s, res->error, sizeof res->error);
-    char *cfg = rc == 0 ? (s->model_onnx ? onnx_config(s) : serving_config(s, info, width)) : NULL;
+    /* a fine-tuned ONNX graph's config lists no outputs (the loader reads them from the graph),
+     * so its classes' names stay in the job's log only */
+    bool labels = !s->model_onnx && kiln_dataset_class_name(train, 0) != NULL;
+    char lpath[PATH_MAX];
+    snprintf(lpath, sizeof lpath, "%s/" LABELS_FILE, run->scratch_dir);
+    if (rc == 0 && labels && write_labels(lpath, train, width) != 0) {
+        snprintf(res->error, sizeof res->error, "writing %.300s: %.100s", lpath, strerror(errno));
+        rc = -1;
+    }
+    char *cfg = rc == 0 ? (s->model_onnx ? onnx_config(s) : serving_config(s, info, width, labels)) : NULL;
     if (rc == 0 && (!cfg || write_text(cpath, cfg) != 0)) {
         snprintf(res->error, sizeof res->error, "writing %.300s: %.100s", cpath, strerror(errno));
         rc = -1;
@@ -152,6 +186,7 @@ int kd_trainer_register(const struct kd_trainer_run *run, kiln_module *model, co
     }
     unlink(mpath);
     unlink(cpath);
+    unlink(lpath);
     unlink(spath);
     rmdir(run->scratch_dir);
     res->version = rc == 0 ? version : 0;

@@ -583,7 +583,7 @@ int kd_trainer_run(const struct kd_trainer_run *run, struct kd_trainer_result *r
     rc = 0;
     if (strcmp(res->stop_reason, "cancelled") != 0 && s->register_as) {
         kiln_module_train(model, false);
-        rc = kd_trainer_register(run, model, &info, width, res);
+        rc = kd_trainer_register(run, model, train, &info, width, res);
         if (rc == 0)
             logf_(run, "model registered as %s version %lld", s->register_as, (long long)res->version);
     }

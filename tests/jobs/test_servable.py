@@ -283,9 +283,43 @@ def test_kill_when_version_appears(kills=10):
           "restarts found the job unfinished with its version written)" % (ok, kills, landed))
 
 
+def test_class_names_served(d):
+    """A CSV whose labels are names: the registered version carries them as labels.txt (its
+    output's label_filename), so the classification extension answers with them."""
+    names = ["owl", "cat", "dog"]  # numbered in order of first appearance
+    path = os.path.join(H.DATA, "named.csv")
+    with open(os.path.join(H.DATA, "train.csv")) as src, open(path, "w") as dst:
+        for k, line in enumerate(src):
+            cells = line.rstrip("\n").split(",")
+            dst.write(line if k == 0 else ",".join(cells[:-1] + [names[int(cells[-1])]]) + "\n")
+    s = short_spec("named", seed=7)
+    s["data"]["train"] = path
+    st, j = d.req("POST", "/v1/jobs", s)
+    final = d.wait_state(j["id"], ("succeeded", "failed")) if st == 201 else None
+    check(final and final["state"] == "succeeded", "a job on named labels succeeds: %s" % final)
+    st, cfg = d.req("GET", "/v2/models/named/config")
+    check(st == 200 and cfg["output"][0]["label_filename"] == "labels.txt",
+          "the registered version names its label file: %s" % (cfg.get("output") if st == 200 else cfg))
+    body = infer_body()
+    body["outputs"] = [{"name": "fc2", "parameters": {"classification": 3}}]
+    st, r = d.req("POST", "/v2/models/named/infer", body)
+    got = r["outputs"][0]["data"] if st == 200 else []
+    flat = expected_logits(d, "named", 1)
+    order = []  # class k is the k-th name to appear in the file
+    for line in open(path).readlines()[1:]:
+        name = line.strip().split(",")[-1]
+        order += [name] if name not in order else []
+    want = [["%d:%s" % (k, order[k]) for k in sorted(range(3), key=lambda k: (-row[k], k))]
+            for row in (flat[i:i + 3] for i in range(0, len(flat), 3))]
+    check(st == 200 and [s.split(":", 1)[1] for s in got] == [w for row in want for w in row],
+          "the classification extension answers the data's class names, in the model's order: %s / %s"
+          % (got, want))
+
+
 def main():
     d = H.Daemon(KILND, "main")
     try:
+        test_class_names_served(d)
         v = test_many_jobs(d)
         v = test_cli(d, v)
         test_unservable(d, v)
