@@ -169,7 +169,9 @@ static void test_heap_agrees_with_sort(void **state)
         char want[32];
         snprintf(want, sizeof want, "%f:", sorted[k]);
         assert_true(len > strlen(want) && memcmp(s, want, strlen(want)) == 0);
-        long index = strtol(s + strlen(want), NULL, 10);
+        char digits[16]; /* the wire's strings are not NUL-ended */
+        snprintf(digits, sizeof digits, "%.*s", (int)(len - strlen(want)), s + strlen(want));
+        long index = strtol(digits, NULL, 10);
         assert_true(v[index] == sorted[k]);
     }
     assert_int_equal(c.n, K);
