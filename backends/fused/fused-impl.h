@@ -260,6 +260,47 @@ int kiln__fused_record_pool_grad(fq *q, const frec *r);
 bool kiln__fused_group_uses(const fq *q, const kiln_buffer *b);
 /** Run q's pending group (fused or replayed) and hand its freed buffers back (fused-flush.c). */
 int kiln__fused_flush(fq *q);
+
+/** Let go of q's group (q->mu held), publishing whether one is pending (fq.pending). */
+static inline void kiln__fused_unlock_group(fq *q)
+{
+    atomic_store(&q->pending, q->nrec > 0);
+    pthread_mutex_unlock(&q->mu);
+}
+
+/** Run q's group when one is pending (takes q->mu). 0, or negative on an error. */
+static inline int kiln__fused_flush_pending(fq *q)
+{
+    if (!atomic_load(&q->pending))
+        return 0;
+    pthread_mutex_lock(&q->mu);
+    int rc = kiln__fused_flush(q);
+    kiln__fused_unlock_group(q);
+    return rc;
+}
+
+/* Runs q's pending group, returning the error from the calling entry when it fails. */
+#define KILN__FUSED_FLUSH(q)                                                                                      \
+    do {                                                                                                          \
+        int flush_rc = kiln__fused_flush_pending(q);                                                              \
+        if (flush_rc < 0)                                                                                         \
+            return flush_rc;                                                                                      \
+    } while (0)
+
+/* The buffer entries of the decorator's interface (fused-buffers.c). */
+kiln_buffer *kiln__fused_buffer_alloc(void *qctx, size_t nbytes);
+void kiln__fused_buffer_free(void *qctx, kiln_buffer *b);
+int kiln__fused_buffer_upload(void *qctx, kiln_buffer *dst, size_t off, const void *src, size_t n);
+int kiln__fused_buffer_download(void *qctx, kiln_buffer *src, size_t off, void *dst, size_t n);
+int kiln__fused_sync(void *qctx);
+void *kiln__fused_buffer_host_ptr(void *qctx, kiln_buffer *b);
+void *kiln__fused_host_alloc(void *qctx, size_t n);
+void kiln__fused_host_free(void *qctx, void *p);
+int kiln__fused_buffer_copy_peer(void *qctx, kiln_buffer *dst, size_t doff, void *src_q, kiln_buffer *src,
+                                 size_t soff, size_t n);
+kiln_buffer *kiln__fused_buffer_wrap_host(void *qctx, void *ptr, size_t n, void (*release)(void *), void *ud);
+kiln_buffer *kiln__fused_buffer_lend_host(void *qctx, void *ptr, size_t n, void (*release)(void *), void *ud);
+size_t kiln__fused_buffer_trim(void *qctx, size_t bytes);
 /** Buffer b was freed on q: deferred while the pending group uses it, unless it wraps
  *  the caller's memory (buffer_wrap_host), which runs the group first. */
 void kiln__fused_free(fq *q, kiln_buffer *b, bool wrapped);

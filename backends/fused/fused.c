@@ -109,23 +109,6 @@ static void fused_caps(void *ctx, kiln_backend_caps *out)
 
 /* ----------------------------------------------------------- queues and events */
 
-/* Let go of q's group, publishing whether one is pending (fq.pending). */
-static void unlock_group(fq *q)
-{
-    atomic_store(&q->pending, q->nrec > 0);
-    pthread_mutex_unlock(&q->mu);
-}
-
-static int flush(fq *q)
-{
-    if (!atomic_load(&q->pending))
-        return 0;
-    pthread_mutex_lock(&q->mu);
-    int rc = kiln__fused_flush(q);
-    unlock_group(q);
-    return rc;
-}
-
 static void *fused_queue_open(void *ctx)
 {
     fdev *d = ctx;
@@ -152,7 +135,7 @@ static void *fused_queue_open(void *ctx)
 static void fused_queue_close(void *qctx)
 {
     fq *q = qctx;
-    (void)flush(q); /* the engine synced first: nothing is pending */
+    (void)kiln__fused_flush_pending(q); /* the engine synced first: nothing is pending */
     free(q->freed);
     pthread_mutex_destroy(&q->mu);
     if (q->owned && q->d->in->queue_close)
@@ -163,7 +146,7 @@ static void fused_queue_close(void *qctx)
 static kiln_backend_event *fused_event_record(void *qctx)
 {
     fq *q = qctx;
-    if (flush(q) < 0)
+    if (kiln__fused_flush_pending(q) < 0)
         return NULL;
     kiln_backend_event *e = calloc(1, sizeof *e);
     if (!e) {
@@ -252,160 +235,7 @@ static const char *fused_lost(void *ctx)
     return d->in->lost ? d->in->lost(d->ictx) : NULL;
 }
 
-/* -------------------------------------------------------------------- buffers */
-
-static kiln_buffer *fused_buffer_alloc(void *qctx, size_t nbytes)
-{
-    fq *q = qctx;
-    return q->d->in->buffer_alloc(q->iq, nbytes);
-}
-
-static void fused_buffer_free(void *qctx, kiln_buffer *b)
-{
-    fq *q = qctx;
-    const kiln_backend_iface *in = q->d->in;
-    /* an inner backend that says which buffers are wrapped is asked only when it matters */
-    bool wrapped = !in->buffer_is_wrapped && kiln__fused_bufset_remove(&q->d->wrapped, b);
-    (void)kiln__fused_bufset_remove(&q->d->lent, b);
-    if (!atomic_load(&q->pending)) { /* no group that could read it */
-        in->buffer_free(q->iq, b);
-        return;
-    }
-    pthread_mutex_lock(&q->mu);
-    if (in->buffer_is_wrapped)
-        wrapped = in->buffer_is_wrapped(q->iq, b);
-    kiln__fused_free(q, b, wrapped);
-    unlock_group(q);
-}
-
-#define FLUSH(q)                                                                                                  \
-    do {                                                                                                          \
-        int flush_rc = flush(q);                                                                                  \
-        if (flush_rc < 0)                                                                                         \
-            return flush_rc;                                                                                      \
-    } while (0)
-
-static int fused_buffer_upload(void *qctx, kiln_buffer *dst, size_t off, const void *src, size_t n)
-{
-    fq *q = qctx;
-    FLUSH(q);
-    return q->d->in->buffer_upload(q->iq, dst, off, src, n);
-}
-
-static int fused_buffer_download(void *qctx, kiln_buffer *src, size_t off, void *dst, size_t n)
-{
-    fq *q = qctx;
-    FLUSH(q);
-    return q->d->in->buffer_download(q->iq, src, off, dst, n);
-}
-
-static int fused_sync(void *qctx)
-{
-    fq *q = qctx;
-    FLUSH(q);
-    return q->d->in->sync ? q->d->in->sync(q->iq) : 0;
-}
-
-static void *fused_buffer_host_ptr(void *qctx, kiln_buffer *b)
-{
-    fq *q = qctx;
-    if (!q->d->in->buffer_host_ptr || flush(q) < 0)
-        return NULL;
-    return q->d->in->buffer_host_ptr(q->iq, b);
-}
-
-static void *fused_host_alloc(void *qctx, size_t n)
-{
-    fq *q = qctx;
-    if (q->d->in->host_alloc)
-        return q->d->in->host_alloc(q->iq, n);
-    void *p = aligned_alloc(64, (n + 63) & ~(size_t)63);
-    if (!p)
-        kiln__error_set_code(KILN_ENOMEM, "fused: out of host memory for %zu bytes", n);
-    return p;
-}
-
-static void fused_host_free(void *qctx, void *p)
-{
-    fq *q = qctx;
-    if (q->d->in->host_alloc && q->d->in->host_free)
-        q->d->in->host_free(q->iq, p);
-    else
-        free(p);
-}
-
-static int fused_buffer_copy_peer(void *qctx, kiln_buffer *dst, size_t doff, void *src_q, kiln_buffer *src,
-                                  size_t soff, size_t n)
-{
-    fq *q = qctx, *s = src_q;
-    if (!q->d->in->buffer_copy_peer || s->d->in != q->d->in)
-        return KILN_ENOTSUP;
-    FLUSH(q);
-    FLUSH(s);
-    return q->d->in->buffer_copy_peer(q->iq, dst, doff, s->iq, src, soff, n);
-}
-
-/* A wrap, kept in set (when given) for the buffer's life; the inner backend's own wrap when
- * it says which of its buffers are wrapped and no set is asked for. */
-static kiln_buffer *wrap_into(fq *q, fused_bufset *set, void *ptr, size_t n, void (*release)(void *), void *ud)
-{
-    fdev *d = q->d;
-    if (!d->in->buffer_wrap_host) {
-        kiln__error_set("fused: the inner device cannot use host memory in place");
-        return NULL;
-    }
-    if (!set)
-        return d->in->buffer_wrap_host(q->iq, ptr, n, release, ud);
-    pthread_mutex_lock(&set->mu);
-    /* room first: a wrapped buffer made and then dropped would call the owner's release,
-     * which a caller told of the failure releases again */
-    if (!kiln__fused_bufset_room(set)) {
-        pthread_mutex_unlock(&set->mu);
-        kiln__error_set("fused: out of memory");
-        return NULL;
-    }
-    kiln_buffer *b = d->in->buffer_wrap_host(q->iq, ptr, n, release, ud);
-    if (b)
-        kiln__fused_bufset_put(set, b);
-    pthread_mutex_unlock(&set->mu);
-    return b;
-}
-
-static kiln_buffer *fused_buffer_wrap_host(void *qctx, void *ptr, size_t n, void (*release)(void *), void *ud)
-{
-    fq *q = qctx;
-    /* the inner backend knows its wrapped buffers: no set */
-    return wrap_into(q, q->d->in->buffer_is_wrapped ? NULL : &q->d->wrapped, ptr, n, release, ud);
-}
-
-/* Memory the caller reads and writes between calls (kiln_from_host_memory). Besides the
- * wrapped set (a lent buffer is wrapped memory too, over an inner backend that cannot say so)
- * it joins the lent set, which makes every recorded call touching it run before it returns. */
-static kiln_buffer *fused_buffer_lend_host(void *qctx, void *ptr, size_t n, void (*release)(void *), void *ud)
-{
-    fq *q = qctx;
-    fused_bufset *lent = &q->d->lent;
-    /* held across the wrap (lock order: lent, then wrapped), so that the room made is there
-     * for the put: a wrap made and then dropped would call the owner's release */
-    pthread_mutex_lock(&lent->mu);
-    kiln_buffer *b = NULL;
-    if (!kiln__fused_bufset_room(lent))
-        kiln__error_set("fused: out of memory");
-    else if ((b = fused_buffer_wrap_host(qctx, ptr, n, release, ud)) != NULL)
-        kiln__fused_bufset_put(lent, b);
-    pthread_mutex_unlock(&lent->mu);
-    return b;
-}
-
-/* The pending group runs first: the buffers freed under it go back to the inner backend
- * only at its flush, and are what a trim (an allocation that failed, most often) needs. */
-static size_t fused_buffer_trim(void *qctx, size_t bytes)
-{
-    fq *q = qctx;
-    if (flush(q) < 0)
-        return 0;
-    return q->d->in->buffer_trim ? q->d->in->buffer_trim(q->iq, bytes) : 0;
-}
+/* -------------------------------------------------------------------- buffers: fused-buffers.c */
 
 /* ------------------------------------------------------------------ primitives */
 
@@ -474,7 +304,7 @@ static int record_or_run(fq *q, const frec *r)
             rc = kiln__fused_flush(q);
         else if (rc == 2)
             rc = 0; /* runs now, ahead of the group it shares nothing with */
-        unlock_group(q);
+        kiln__fused_unlock_group(q);
     }
     if (rc < 0)
         return rc;
@@ -535,7 +365,7 @@ static int fused_layer_norm(void *qctx, const kiln_tdesc *out, const kiln_tdesc 
 {
     fq *q = qctx;
     if (mean || rstd || !q->d->in->layer_norm) {
-        FLUSH(q);
+        KILN__FUSED_FLUSH(q);
         if (!q->d->in->layer_norm)
             return kiln__error_set("fused: the inner backend %s has no layer_norm", q->d->in->name);
         return q->d->in->layer_norm(q->iq, out, mean, rstd, x, w, b, inner, eps);
@@ -632,7 +462,7 @@ static int fused_pool_backward(void *qctx, const kiln_pool_params *p, const kiln
             int flushed = kiln__fused_flush(q);
             rc = flushed < 0 ? flushed : rc;
         }
-        unlock_group(q);
+        kiln__fused_unlock_group(q);
         if (rc != 0)
             return rc > 0 ? 0 : rc; /* recorded, or an error */
     }
@@ -652,7 +482,7 @@ static int fused_rng(void *qctx, kiln_rng_kind kind, const kiln_tdesc *out, uint
     if (atomic_load(&q->pending)) {
         pthread_mutex_lock(&q->mu);
         int rc = kiln__fused_group_uses(q, out->buf) ? kiln__fused_flush(q) : 0;
-        unlock_group(q);
+        kiln__fused_unlock_group(q);
         if (rc < 0)
             return rc;
     }
@@ -665,7 +495,7 @@ static int fused_rng(void *qctx, kiln_rng_kind kind, const kiln_tdesc *out, uint
     static int fused_##fn params                                                                                  \
     {                                                                                                             \
         fq *q = qctx;                                                                                             \
-        FLUSH(q);                                                                                                 \
+        KILN__FUSED_FLUSH(q);                                                                                     \
         if (!q->d->in->fn)                                                                                        \
             return kiln__error_set("fused: the inner backend %s has no %s", q->d->in->name, #fn);                 \
         return q->d->in->fn args;                                                                                 \
@@ -704,7 +534,7 @@ static int fused_rnn_pack(void *qctx, const kiln_rnn_params *p, const kiln_tdesc
                           const kiln_tdesc *r)
 {
     fq *q = qctx;
-    FLUSH(q);
+    KILN__FUSED_FLUSH(q);
     if (!q->d->in->rnn_pack)
         return kiln__error_set("fused: the inner backend %s has no rnn_pack", q->d->in->name);
     return q->d->in->rnn_pack(q->iq, p, packed, w, r);
@@ -721,7 +551,7 @@ static int fused_matmul_fused(void *qctx, const kiln_tdesc *out, const kiln_tdes
     fq *q = qctx;
     if (!q->d->in->matmul_fused)
         return KILN_ENOTSUP;
-    FLUSH(q);
+    KILN__FUSED_FLUSH(q);
     return q->d->in->matmul_fused(q->iq, out, a, b, ep);
 }
 
@@ -742,7 +572,7 @@ static int fused_capture_begin(void *qctx)
     fq *q = qctx;
     if (!fused_graphs(q->d))
         return kiln__error_set("fused: the inner backend %s records no graphs", q->d->in->name);
-    FLUSH(q);
+    KILN__FUSED_FLUSH(q);
     return q->d->in->capture_begin(q->iq);
 }
 
@@ -753,7 +583,7 @@ static kiln_backend_graph *fused_capture_end(void *qctx)
         kiln__error_set("fused: the inner backend %s records no graphs", q->d->in->name);
         return NULL;
     }
-    int rc = flush(q);
+    int rc = kiln__fused_flush_pending(q);
     char why[KILN_ERROR_MAX];
     if (rc < 0)
         snprintf(why, sizeof why, "%s", kiln_error());
@@ -769,14 +599,14 @@ static kiln_backend_graph *fused_capture_end(void *qctx)
 static int fused_graph_launch(void *qctx, kiln_backend_graph *g)
 {
     fq *q = qctx;
-    FLUSH(q);
+    KILN__FUSED_FLUSH(q);
     return q->d->in->graph_launch(q->iq, g);
 }
 
 static void fused_graph_free(void *qctx, kiln_backend_graph *g)
 {
     fq *q = qctx;
-    (void)flush(q);
+    (void)kiln__fused_flush_pending(q);
     q->d->in->graph_free(q->iq, g);
 }
 
@@ -810,18 +640,18 @@ static const kiln_backend_iface fused_iface = {
     .memory = fused_memory,
     .memory_reset_peak = fused_memory_reset_peak,
     .lost = fused_lost,
-    .buffer_alloc = fused_buffer_alloc,
-    .buffer_free = fused_buffer_free,
-    .buffer_upload = fused_buffer_upload,
-    .buffer_download = fused_buffer_download,
-    .buffer_host_ptr = fused_buffer_host_ptr,
-    .sync = fused_sync,
-    .host_alloc = fused_host_alloc,
-    .host_free = fused_host_free,
-    .buffer_copy_peer = fused_buffer_copy_peer,
-    .buffer_wrap_host = fused_buffer_wrap_host,
-    .buffer_lend_host = fused_buffer_lend_host,
-    .buffer_trim = fused_buffer_trim,
+    .buffer_alloc = kiln__fused_buffer_alloc,
+    .buffer_free = kiln__fused_buffer_free,
+    .buffer_upload = kiln__fused_buffer_upload,
+    .buffer_download = kiln__fused_buffer_download,
+    .buffer_host_ptr = kiln__fused_buffer_host_ptr,
+    .sync = kiln__fused_sync,
+    .host_alloc = kiln__fused_host_alloc,
+    .host_free = kiln__fused_host_free,
+    .buffer_copy_peer = kiln__fused_buffer_copy_peer,
+    .buffer_wrap_host = kiln__fused_buffer_wrap_host,
+    .buffer_lend_host = kiln__fused_buffer_lend_host,
+    .buffer_trim = kiln__fused_buffer_trim,
     .fill = fused_fill,
     .arange = fused_arange,
     .copy = fused_copy,
