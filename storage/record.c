@@ -57,7 +57,16 @@ static int record_compress_file(const char *raw_path, const char *path)
         free(raw);
         return kiln__error_set_code(KILN_ENOMEM, "record save %s: out of memory compressing", path);
     }
-    size_t z = ZSTD_compress(out + RECORD_MAGIC_LEN + 8, bound, raw, raw_len, RECORD_ZSTD_LEVEL);
+    /* The frame carries zstd's content checksum (xxhash64 of the data), which decompression
+     * checks: a flipped byte in the file is an error at open, never weights that load wrong.
+     * Frames written before it had none; they still open. */
+    ZSTD_CCtx *cctx = ZSTD_createCCtx();
+    size_t z = cctx ? ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, RECORD_ZSTD_LEVEL) : (size_t)-1;
+    if (cctx && !ZSTD_isError(z))
+        z = ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+    if (cctx && !ZSTD_isError(z))
+        z = ZSTD_compress2(cctx, out + RECORD_MAGIC_LEN + 8, bound, raw, raw_len);
+    ZSTD_freeCCtx(cctx);
     free(raw);
     if (ZSTD_isError(z)) {
         free(out);
