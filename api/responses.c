@@ -69,7 +69,7 @@ int kd_resp_append(struct kd_buf *out, int status, const char *content_type, con
 
 int kd_resp_error(struct kd_buf *out, int status, const char *msg, bool keep_alive, const char *extra_headers)
 {
-    char body[512];
+    char body[1280];
     /* Messages are short and ours, so a capped stack buffer is enough. */
     size_t n = 0;
     n += (size_t)snprintf(body, sizeof body, "{\"error\":\"");

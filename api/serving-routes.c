@@ -308,7 +308,7 @@ static int all_stats(struct kd_serving *sv, const struct kd_request *req, struct
 int kd_serving_handle_models(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
     struct kd_serving *sv = ctx;
-    char rid[KD_HTTP_SHORT_HEADER_MAX], msg[320];
+    char rid[KD_HTTP_SHORT_HEADER_MAX], msg[1024]; /* a load failure's reason whole (kd_serving_entry.why) */
     kd_serving_request_id(sv, req, rid, sizeof rid);
     int st = kd_serving_authorize(sv, req, KD_AUTH_READ, out);
     if (st != 0)
@@ -471,7 +471,7 @@ static void load_reply_send(void *ud, int status, const char *msg)
 int kd_serving_handle_repository(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
     struct kd_serving *sv = ctx;
-    char rid[KD_HTTP_SHORT_HEADER_MAX], msg[320];
+    char rid[KD_HTTP_SHORT_HEADER_MAX], msg[1024]; /* a load failure's reason whole (kd_serving_entry.why) */
     kd_serving_request_id(sv, req, rid, sizeof rid);
     static const char index_path[] = "/v2/repository/index";
     if (req->path_len == sizeof index_path - 1 && memcmp(req->path, index_path, req->path_len) == 0) {

@@ -527,7 +527,7 @@ struct kd_sched_model *kd_serving_resolve(struct kd_serving *sv, const struct kd
         return NULL;
     }
     if (e->nv == 0) {
-        snprintf(msg, n, "model '%.128s' is not ready%s%.160s", mp->name, e->why[0] ? ": " : "", e->why);
+        snprintf(msg, n, "model '%.128s' is not ready%s%s", mp->name, e->why[0] ? ": " : "", e->why);
         *status = e->loading || e->why[0] ? 503 : 404;
         return NULL;
     }

@@ -668,7 +668,7 @@ void kd_grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len, struc
         s->jobs = j;
     s->jobs_tail = j;
 
-    char msg[320];
+    char msg[1024];
     ProtobufCBinaryData views[KD_SCHED_MAX_IO];
     size_t nviews = 0;
     bool split = false;

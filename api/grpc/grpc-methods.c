@@ -55,7 +55,7 @@ static struct kd_sched_model *model_for(struct grpc_stream *s, const char *name,
         return NULL;
     }
     int status = 0;
-    char msg[320];
+    char msg[1024];
     struct kd_sched_model *m = kd_serving_model(sv, name ? name : "", v, &status, msg, sizeof msg);
     if (!m)
         kd_grpc_finish(s, kd_grpc_code_of_http(status), "%s", msg);
@@ -90,7 +90,7 @@ static void model_ready(struct grpc_stream *s, const Inference__ModelReadyReques
         return;
     }
     int status = 0;
-    char msg[320];
+    char msg[1024];
     Inference__ModelReadyResponse r = INFERENCE__MODEL_READY_RESPONSE__INIT;
     r.ready = v >= 0 && kd_serving_model(sv, q->name, v, &status, msg, sizeof msg) && kd_serving_accepting(sv);
     reply_or_fail(s, &r.base);
@@ -496,7 +496,7 @@ static void model_load(struct grpc_stream *s, const Inference__RepositoryModelLo
     }
     ld->s = s;
     s->load = ld;
-    char msg[320];
+    char msg[1024];
     int st = kd_serving_load(s->conn->g->o.serving, q->model_name ? q->model_name : "", 0, load_done, ld, msg,
                              sizeof msg);
     if (st != 0) {
@@ -508,7 +508,7 @@ static void model_load(struct grpc_stream *s, const Inference__RepositoryModelLo
 
 static void model_unload(struct grpc_stream *s, const Inference__RepositoryModelUnloadRequest *q)
 {
-    char msg[320];
+    char msg[1024];
     int st = kd_serving_unload(s->conn->g->o.serving, q->model_name ? q->model_name : "", msg, sizeof msg);
     if (st != 0) {
         kd_grpc_finish(s, kd_grpc_code_of_http(st), "%s", msg);

@@ -130,6 +130,11 @@ def main():
         reason = [m.get("reason", "") for m in index if m.get("name") == "elsewhere"] if st == 200 else []
         check(reason and "(cpu, %s: the devices setting" % remote in reason[0],
               "the index gives the same reason: %r" % reason)
+        # the model's own endpoints give the reason whole (it was cut at 160 characters, mid-word)
+        st, doc, _ = req(port, "GET", "/v2/models/elsewhere")
+        err = doc.get("error", "") if isinstance(doc, dict) else ""
+        check(st == 503 and reason and len(reason[0]) > 160 and err.endswith(reason[0]),
+              "GET /v2/models/elsewhere: 503 with the load's reason whole: %d %r / %r" % (st, err, reason))
     finally:
         for d in (b, a):
             if d:
