@@ -349,9 +349,10 @@ static int upgrade(struct kiln__rconn *c, const char *host, int port, const char
     if (grow(&c->out, &c->out_cap, cap) != 0)
         return fail(why, wl, "out of memory");
     int n = snprintf((char *)c->out, cap,
-                     "GET /v1/tensor HTTP/1.1\r\nHost: %s:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                     "GET /v1/tensor HTTP/1.1\r\nHost: %s%s%s:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                      "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n%s%s%s\r\n",
-                     host, port, key, tl ? "Authorization: Bearer " : "", tl ? token : "", tl ? "\r\n" : "");
+                     strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", port, key,
+                     tl ? "Authorization: Bearer " : "", tl ? token : "", tl ? "\r\n" : "");
     if (n < 0 || (size_t)n >= cap)
         return fail(why, wl, "request too long");
     c->out_off = 0;

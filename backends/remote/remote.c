@@ -367,13 +367,18 @@ void *kiln__remote_open_opts(const char *spec, int index, kiln_device_opts *o)
     (void)index;
     /* remote://host:port/device, already checked by engine/device.c */
     const char *host = spec + strlen("remote://");
-    const char *colon = strchr(host, ':'), *slash = colon ? strchr(colon, '/') : NULL;
+    bool bracketed = host[0] == '['; /* an IPv6 address: [::1] */
+    const char *close = bracketed ? strchr(host, ']') : NULL;
+    const char *colon = bracketed ? (close && close[1] == ':' ? close + 1 : NULL) : strchr(host, ':');
+    const char *slash = colon ? strchr(colon, '/') : NULL;
     if (strncmp(spec, "remote://", 9) != 0 || !colon || !slash || slash[1] == '\0') {
         kiln__error_set("malformed remote spec '%s' (expected remote://host:port/device)", spec);
         return NULL;
     }
+    if (bracketed)
+        host++; /* the address without its brackets, for getaddrinfo */
     char hostname[256];
-    size_t hl = (size_t)(colon - host);
+    size_t hl = (size_t)((bracketed ? close : colon) - host);
     int port = atoi(colon + 1);
     if (hl == 0 || hl >= sizeof hostname || strlen(slash + 1) > KILN_WIRE_NAME_MAX || port < 1 || port > 65535) {
         kiln__error_set("bad host, port or device name in '%s'", spec);

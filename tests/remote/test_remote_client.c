@@ -391,6 +391,32 @@ static int test_errors(void)
           d ? "opened" : kiln_error());
     printf("connection refused: %s\n", kiln_error());
 
+    /* an IPv6 address in brackets, as in a URL; without them, or with a path after the device,
+     * the spec is refused saying how it is written */
+    d = kiln_device_open("remote://::1:8080/cpu");
+    CHECK(!d && has(kiln_error(), "remote://[::1]:8080/cpu"), "unbracketed IPv6: %s", kiln_error());
+    d = kiln_device_open("remote://127.0.0.1:8080/cpu/extra");
+    CHECK(!d && has(kiln_error(), "the device is one name after the port"), "a path after the device: %s",
+          kiln_error());
+    const char *v6[] = {"--host", "::1", NULL};
+    test_daemon six;
+    if (test_daemon_start(&six, g_kilnd, v6, NULL) != 0) {
+        printf("skipped: IPv6 remote device (kilnd could not listen on ::1 here)\n");
+    } else {
+        snprintf(spec, sizeof spec, "remote://[::1]:%d/cpu", six.port);
+        d = kiln_device_open(spec);
+        CHECK(d, "%s: %s", spec, kiln_error());
+        if (d) {
+            kiln_tensor *one = kiln_full(d, KILN_F32, KILN_SHAPE(2), 2.5);
+            float got[2] = {0};
+            CHECK(kiln_to_data(one, got, sizeof got) == 0 && got[0] == 2.5f && got[1] == 2.5f,
+                  "and it computes there over IPv6: %s", kiln_error());
+            kiln_tensor_release(one);
+            kiln_device_close(d);
+        }
+        test_daemon_stop(&six);
+    }
+
     /* devices named as devices: "cpu" opens the cpu kilnd drives as cpu:0, and the device it
      * drives with options (not offered, so never in the WELCOME) does not spoil the session */
     const char *spellings[] = {"--devices", "cpu:0,cpu?threads=2", NULL};

@@ -121,7 +121,7 @@ typedef struct kiln_device kiln_device;
 
 /**
  * Open a device by spec: "cpu", "ref", "cuda:0", "vulkan:0", "hip:0",
- * "remote://host:port/cpu", "counting:SPEC" (a decorator that counts what SPEC's device
+ * "remote://host:port/cpu" (an IPv6 address in brackets: "remote://[::1]:8080/cpu"), "counting:SPEC" (a decorator that counts what SPEC's device
  * is asked to do), "fused:SPEC" (a decorator that fuses elementwise chains for SPEC's
  * device), each optionally followed by options: "cpu?threads=2&conv=direct".
  * The options of every backend and the environment variables that set their defaults
