@@ -364,6 +364,17 @@ static int plan(kiln_onnx_model *m, const kiln_onnx_options *o) {
     for (int i = 0; i < m->nparams; i++) m->param_vals[i] = i;
     for (int i = 0; i < pm->ninputs; i++) {
         if (vmap_find(&vm, m, pm->inputs[i].name) >= 0) continue;   /* an initializer listed as input */
+        /* a declared type kiln has no tensors of (STRING, complex, 8-bit floats) is refused here:
+         * it would otherwise be reported as f32 and fail at the first run */
+        int et = pm->inputs[i].elem_type;
+        if (et && kiln__onnx_kdtype(et) < 0) {
+            kiln__error_set("onnx: input '%s' is of ONNX type %d (%s), which kiln has no tensors of",
+                            pm->inputs[i].name, et,
+                            et == 8                ? "STRING"
+                            : et == 14 || et == 15 ? "complex"
+                                                   : "not a number type kiln holds");
+            goto out;
+        }
         int v = add_value(m, pm->inputs[i].name, false);
         if (v < 0) goto out;
         vmap_put(&vm, m, v);
@@ -532,13 +543,17 @@ static int load_external(kiln__onnx_pmodel *pm, const char *model_path) {
         memcpy(path, model_path, dl);
         strcpy(path + dl, loc);
         int fd = kiln__open_regular(path, NULL); /* a FIFO would hang the loader */
+        int open_errno = errno;
         free(path);
         FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
         if (!f) {
-            if (fd >= 0)
+            if (fd >= 0) {
+                open_errno = errno;
                 close(fd);
-            return kiln__error_set("onnx: tensor '%s': cannot open external data '%s'%s", t->name, loc,
-                                   fd == KILN__NOT_REGULAR ? ": not a regular file" : "");
+            }
+            return kiln__error_set("onnx: tensor '%s': cannot open external data '%s' (beside the model): %s",
+                                   t->name, loc,
+                                   fd == KILN__NOT_REGULAR ? "not a regular file" : strerror(open_errno));
         }
         int64_t want = (int64_t)t->nbytes;
         if (t->ext_length >= 0 && t->ext_length != want) {

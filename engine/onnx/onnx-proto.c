@@ -10,6 +10,7 @@
  * past the end, a wire type kiln does not know, a tensor whose data disagree with its
  * dims, or a nesting deeper than the messages can legitimately be, is an error.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -469,7 +470,18 @@ static int dec_node(rd *r, kiln__onnx_pnode *nd) {
         } else if (rd_skip(&s, wt)) return -1;
     }
     if (!nd->op_type) return bad("node without an op_type");
-    if (!nd->name && !(nd->name = dup_bytes((const uint8_t *)"", 0))) return kiln__error_set("onnx: out of memory");
+    /* An unnamed node is named after its first output in every message ("node '<unnamed,
+     * output y>' (Det)"): an empty name left a user nothing to find it by. */
+    if (!nd->name || !nd->name[0]) {
+        const char *out = nd->noutputs > 0 && nd->outputs[0] ? nd->outputs[0] : "";
+        size_t len = strlen(out) + 32;
+        char *named = malloc(len);
+        if (!named)
+            return kiln__error_set("onnx: out of memory");
+        snprintf(named, len, out[0] ? "<unnamed, output %s>" : "<unnamed>", out);
+        free(nd->name);
+        nd->name = named;
+    }
     return 0;
 }
 

@@ -428,6 +428,25 @@ int kiln_onnx_run(kiln_onnx_model *m, int ninputs, const char *const *input_name
         kiln__error_set("onnx: out of memory");
         goto out;
     }
+    /* a name the graph does not take (a misspelt 'z' for 'x') is refused by name: left to the
+     * check below, it read as "input 'x' not given", or passed unseen beside the right ones */
+    for (int j = 0; j < ninputs; j++) {
+        bool known = false;
+        for (int i = 0; input_names[j] && i < m->ninputs && !known; i++)
+            known = strcmp(input_names[j], m->vnames[m->input_vals[i]]) == 0;
+        if (!known) {
+            char list[256] = "";
+            for (int i = 0; i < m->ninputs; i++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                         m->vnames[m->input_vals[i]]);
+            if (input_names[j])
+                kiln__error_set("onnx: run: '%.64s' is not an input of the model (its inputs: %s)", input_names[j],
+                                list);
+            else
+                kiln__error_set("onnx: run: input name %d is NULL (the model's inputs: %s)", j, list);
+            goto out;
+        }
+    }
     for (int i = 0; i < m->ninputs; i++) {
         const char *name = m->vnames[m->input_vals[i]];
         int at = -1;

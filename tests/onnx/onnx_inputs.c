@@ -80,6 +80,11 @@ static void test_cnn(const char *dir, kiln_device *dev)
     expect_refused(m, 2, names, two, (const char *[]){"input 'x' given twice", NULL});
     kiln_tensor *none[1] = {NULL};
     expect_refused(m, 1, names, none, (const char *[]){"input 'x' is NULL", NULL});
+    /* a misspelt name alone, and an unknown one beside the right one: each refused by name */
+    const char *misspelt[] = {"z"}, *extra[] = {"x", "z"};
+    expect_refused(m, 1, misspelt, &x, (const char *[]){"'z' is not an input of the model (its inputs: x)", NULL});
+    kiln_tensor *beside[2] = {x, x};
+    expect_refused(m, 2, extra, beside, (const char *[]){"'z' is not an input of the model", NULL});
     /* the right input still runs to the reference numbers, twice */
     for (int r = 0; r < 2; r++) {
         kiln_tensor *out[1] = {NULL};
