@@ -401,9 +401,43 @@ static bool st_header_has_nul(const char *text, size_t n)
     return false;
 }
 
+/* What the first bytes of a file that is not safetensors say it is, with the call that reads
+ * it, or NULL. Asked only once the header is refused: a header length of "PK\3\4..." is
+ * some 10^17 bytes, which said nothing useful. */
+static const char *other_format(const unsigned char *b, size_t n)
+{
+    if (n >= 4 && !memcmp(b, "PK\x03\x04", 4))
+        return "a zip archive, as torch.save writes a PyTorch checkpoint: read it with kiln_torch_open";
+    if (n >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5)
+        return "a Python pickle (a PyTorch checkpoint of the legacy format?): read it with kiln_torch_open";
+    if (n >= 8 && !memcmp(b, "\x89HDF\r\n\x1a\n", 8))
+        return "HDF5 (a Keras .h5 model?)";
+    if (n >= 4 && !memcmp(b, "GGUF", 4))
+        return "a GGUF model";
+    if (n >= 6 && !memcmp(b, "\x93NUMPY", 6))
+        return "a NumPy .npy array";
+    if (n >= 2 && b[0] == 0x08 && b[1] >= 3 && b[1] <= 12) /* ModelProto's ir_version comes first */
+        return "an ONNX model, it seems: load it with kiln_onnx_load";
+    return NULL;
+}
+
+static int st_parse_header(kiln_safetensors *st);
+
 /* Validate the header. st->bytes holds at least the 8-byte length and, when that length
  * is within bounds, the whole header; st->image_len is the size of the whole image. */
 static int st_parse(kiln_safetensors *st)
+{
+    int rc = st_parse_header(st);
+    const char *what = rc < 0 ? other_format(st->bytes, st->len < 16 ? st->len : 16) : NULL;
+    if (what) {
+        char why[KILN_ERROR_MAX];
+        snprintf(why, sizeof why, "%s", kiln_error());
+        return kiln__error_restate("%s (the file is %s)", why, what);
+    }
+    return rc;
+}
+
+static int st_parse_header(kiln_safetensors *st)
 {
     if (st->image_len < 8)
         return kiln__error_set("safetensors %s: %llu bytes is too short for a header length", st->label,

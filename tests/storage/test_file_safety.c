@@ -200,6 +200,35 @@ static void test_flipped_compressed_byte_refused(void **state)
     assert_int_equal(opened, 0);
 }
 
+/* A file of another format given to the record or safetensors reader says what it is and
+ * which call reads it: the header length "PK\3\4..." makes (some 10^17 bytes) said nothing. */
+static void test_other_formats_named(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *bytes;
+        size_t n;
+        const char *says;
+    } files[] = {
+        {"PK\x03\x04\x14\x00\x00\x00\x08\x00archive/data.pkl", 26,
+         "a zip archive, as torch.save writes a PyTorch "
+         "checkpoint: read it with kiln_torch_open"},
+        {"\x80\x02}q\x00(X\x06\x00\x00\x00weightq\x01", 20, "a Python pickle"},
+        {"\x08\x08\x12\x07pytorch\x1a\x052.1.0", 20, "an ONNX model, it seems: load it with kiln_onnx_load"},
+    };
+    char p[128];
+    in_dir(p, sizeof p, "other.bin");
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        assert_int_equal(kiln__write_file_atomic(p, files[i].bytes, files[i].n), 0);
+        kiln_record *rec = kiln_record_open(p);
+        if (rec || !strstr(kiln_error(), files[i].says))
+            fail_msg("record %zu: '%s' does not say '%s'", i, rec ? "opened" : kiln_error(), files[i].says);
+        kiln_safetensors *st = kiln_safetensors_open(p);
+        if (st || !strstr(kiln_error(), files[i].says))
+            fail_msg("safetensors %zu: '%s' does not say '%s'", i, st ? "opened" : kiln_error(), files[i].says);
+    }
+}
+
 /* Create name in dir as a small regular file last modified age seconds ago. */
 static void make_temp(const char *name, time_t age)
 {
@@ -270,6 +299,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_readers_refuse_fifo, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_modes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flipped_compressed_byte_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_other_formats_named, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_temps_removed, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
