@@ -7,10 +7,16 @@
  *     const char *in_names[] = {"input"};
  *     kiln_tensor *in[] = {x};
  *     kiln_tensor *out[1];
+ *     kiln_no_grad_begin();   // inference: no tape, the activation arena and cached weight forms
  *     if (kiln_onnx_run(m, 1, in_names, in, 1, out) != 0) ...   // out[0] is owned by the caller
+ *     kiln_no_grad_end();
  *     kiln_tensor_release(out[0]);
  *     kiln_onnx_free(m);
  *
+ * Run inference with grad mode off (kiln/autodiff.h): with it on (the default) every run
+ * records for a backward that never comes and skips the activation arena and the weight
+ * forms prepared once (a packed convolution, a transposed matrix): slower, and its arena
+ * statistics show no recorded run.
  * The file is untrusted input: the protobuf decoder checks every length against the bytes
  * left, bounds nesting and counts, and refuses external data that points outside the
  * model's folder. Loading orders the graph topologically (a cycle is an error naming a
