@@ -746,6 +746,17 @@ int kiln_onnx_input_info(const kiln_onnx_model *m, int i, int *ndim, int64_t *sh
     return k < 0 ? KILN_F32 : k;
 }
 int kiln_onnx_output_count(const kiln_onnx_model *m) { return m ? m->noutputs : -1; }
+int kiln_onnx_output_info(const kiln_onnx_model *m, int i, int *ndim, int64_t *shape)
+{
+    if (!m || i < 0 || i >= m->noutputs || i >= m->pm->noutputs)
+        return -1;
+    const kiln__onnx_pvalue *pv = &m->pm->outputs[i];
+    if (ndim)
+        *ndim = pv->ndim;
+    for (int d = 0; shape && d < pv->ndim; d++)
+        shape[d] = pv->dims[d];
+    return pv->elem_type ? kiln__onnx_kdtype(pv->elem_type) : -1;
+}
 const char *kiln_onnx_output_name(const kiln_onnx_model *m, int i) {
     return m && i >= 0 && i < m->noutputs ? m->vnames[m->output_vals[i]] : NULL;
 }

@@ -116,6 +116,13 @@ const char *kiln_onnx_input_name(const kiln_onnx_model *m, int i);
 int kiln_onnx_input_info(const kiln_onnx_model *m, int i, int *ndim, int64_t *shape);
 int kiln_onnx_output_count(const kiln_onnx_model *m);
 const char *kiln_onnx_output_name(const kiln_onnx_model *m, int i);
+/**
+ * What the file declares for output i (its graph output's type): rank in *ndim (-1 when
+ * the file gives no shape), dims in shape (KILN_MAX_DIMS entries; a symbolic or unknown dim
+ * is -1). Returns the kiln dtype; -1 when i is out of range or the file declares no type
+ * kiln holds. A declaration, not a run: kiln_onnx_infer_shapes runs the graph.
+ */
+int kiln_onnx_output_info(const kiln_onnx_model *m, int i, int *ndim, int64_t *shape);
 
 /**
  * Run the graph. Inputs are matched by name (every graph input must be given, once; a
