@@ -332,8 +332,24 @@ static int refused(struct kiln__rconn *c, const char *head, size_t head_len, cha
             text[n++] = *e == '\\' && e[1] ? *++e : *e;
         text[n] = '\0';
         msg = text;
+    } else {
+        /* not kilnd's JSON (an HTML page from a proxy or another server): its title, or its
+         * first line of text, control bytes made spaces, rather than the page in the message */
+        size_t n = 0;
+        const char *p = strstr(body, "<title>");
+        char end = p ? '<' : '\n';
+        p = p ? p + 7 : body;
+        while (*p == '\r' || *p == '\n' || *p == ' ')
+            p++;
+        for (; *p && *p != end && *p != '\n' && n + 1 < 120; p++)
+            text[n++] = (unsigned char)*p < 0x20 ? ' ' : *p;
+        text[n] = '\0';
+        msg = text;
     }
-    return fail(why, wl, "the server refused the session: HTTP %d%s%.300s", status, *msg ? ": " : "", msg);
+    return fail(why, wl, "the server refused the session: HTTP %d%s%.300s%s", status, *msg ? ": " : "", msg,
+                status == 404 && msg == text && !strstr(body, "\"error\"")
+                    ? " (is it a kilnd? it has no /v1/tensor)"
+                    : "");
 }
 
 static int upgrade(struct kiln__rconn *c, const char *host, int port, const char *token, char *why, size_t wl)

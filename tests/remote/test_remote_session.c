@@ -17,6 +17,7 @@
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -283,8 +284,46 @@ static int silent_listener(int *port)
     return fd;
 }
 
+/* One connection answered as a web server that is not kilnd answers /v1/tensor: a 404 page. */
+static void *not_kilnd(void *arg)
+{
+    int fd = *(int *)arg;
+    int c = accept(fd, NULL, NULL);
+    if (c < 0)
+        return NULL;
+    char req[2048];
+    (void)!read(c, req, sizeof req);
+    static const char page[] =
+        "<html>\r\n<head><title>404 Not Found</title></head>\r\n<body>\r\n<center><h1>404 Not "
+        "Found</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n";
+    char resp[512];
+    int n = snprintf(resp, sizeof resp,
+                     "HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\nContent-Length: %zu\r\n\r\n%s",
+                     strlen(page), page);
+    (void)!write(c, resp, (size_t)n);
+    close(c);
+    return NULL;
+}
+
 static int test_timeouts(void)
 {
+    {
+        int port = 0, lfd = silent_listener(&port);
+        if (lfd < 0)
+            return 1;
+        pthread_t t;
+        pthread_create(&t, NULL, not_kilnd, &lfd);
+        char spec[96];
+        snprintf(spec, sizeof spec, "remote://127.0.0.1:%d/cpu?timeout_ms=5000", port);
+        kiln_device *d = kiln_device_open(spec);
+        CHECK(!d && has(kiln_error(), "HTTP 404: 404 Not Found (is it a kilnd? it has no /v1/tensor)") &&
+                  !has(kiln_error(), "<") && !has(kiln_error(), "\n"),
+              "a web server that is not kilnd: %s", d ? "opened" : kiln_error());
+        printf("not a kilnd: %s\n", kiln_error());
+        pthread_join(t, NULL);
+        close(lfd);
+    }
+
     int port = 0;
     int fd = silent_listener(&port);
     if (fd < 0)
