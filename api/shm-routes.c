@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "json-keys-impl.h"
 #include "serving-impl.h"
 #include "shm.h"
 
@@ -64,8 +65,10 @@ static int do_register(struct kd_shm_table *t, const char *name, const struct kd
     const cJSON *key = cJSON_GetObjectItemCaseSensitive(j, "key");
     uint64_t offset = 0, size = 0;
     int st = 400;
-    if (!cJSON_IsObject(j) || !cJSON_IsString(key) || !size_member(j, "offset", false, 0, &offset) ||
-        !size_member(j, "byte_size", true, 0, &size))
+    if (j && kiln__json_nul_escape_at(req->body, req->body_len) >= 0) /* "/k\u0000../x" read as "/k" */
+        snprintf(msg, n, "the register body holds \\u0000 (a NUL character) in a string; a key cannot");
+    else if (!cJSON_IsObject(j) || !cJSON_IsString(key) || !size_member(j, "offset", false, 0, &offset) ||
+             !size_member(j, "byte_size", true, 0, &size))
         snprintf(msg, n,
                  "the register body is {\"key\": string, \"offset\": non-negative integer (optional), "
                  "\"byte_size\": positive integer}");

@@ -191,6 +191,11 @@ int kd_repository_config_parse(const char *text, kd_model_config *c, bool io_opt
         snprintf(why, wl, "config.json: not a JSON object");
         goto out;
     }
+    long nul = kiln__json_nul_escape_at(text, strlen(text));
+    if (nul >= 0) { /* a device or a file name would read as its part before the NUL */
+        snprintf(why, wl, "config.json: a string holds \\u0000 (a NUL character) at byte %ld", nul);
+        goto out;
+    }
     struct repeat_why rw = {why, wl};
     int repeats = kiln__json_repeated_keys(j, repeated_key, &rw);
     if (repeats != 0) {

@@ -3,8 +3,11 @@
  * setters that validate a value against it. The file loader, the environment, the flags,
  * --help and the generated documentation all read this table; no other place lists keys.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -450,8 +453,12 @@ int kd_config_set_text(struct kd_config *cfg, const struct kd_config_key *k, con
         char *end = NULL;
         errno = 0;
         long long v = strtoll(text, &end, 10);
-        if (text[0] == '\0' || *end != '\0' || errno == ERANGE)
+        /* digits only, with a '-' before them: strtoll alone takes " 80" and "+80" */
+        bool digits = isdigit((unsigned char)text[0]) || (text[0] == '-' && isdigit((unsigned char)text[1]));
+        if (!digits || *end != '\0')
             FAIL("'%s' is not an integer", text);
+        if (errno == ERANGE)
+            FAIL("%s is out of range", text);
         return store_int(cfg, k, v, origin, err, errlen);
     }
     case KD_CT_STRLIST: {
@@ -510,8 +517,10 @@ int kd_config_set_json(struct kd_config *cfg, const struct kd_config_key *k, con
             FAIL("expected an integer");
         double d = v->valuedouble;
         /* Doubles hold integers exactly up to 2^53, far past every bound in the table. */
-        if (d != d || d < -9007199254740992.0 || d > 9007199254740992.0 || d != (double)(int64_t)d)
+        if (d != d || d != floor(d))
             FAIL("expected an integer, got %g", d);
+        if (d < -9007199254740992.0 || d > 9007199254740992.0) /* a whole number, past every bound */
+            FAIL("%g is out of range", d);
         return store_int(cfg, k, (int64_t)d, origin, err, errlen);
     }
     case KD_CT_STRLIST: {

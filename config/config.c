@@ -115,10 +115,13 @@ static char *read_file(const char *path, char *err, size_t errlen)
         buf = grown;
         cap *= 2;
     }
-    int bad = ferror(f);
+    int bad = ferror(f) ? errno : 0;
     fclose(f);
     if (!buf || bad) {
-        snprintf(err, errlen, "config file %s: %s", path, buf ? "read error" : "out of memory");
+        snprintf(err, errlen, "config file %s: %s", path,
+                 !buf            ? "out of memory"
+                 : bad == EISDIR ? "a folder, not a file"
+                                 : strerror(bad));
         free(buf);
         return NULL;
     }
@@ -202,6 +205,15 @@ static int apply_file(struct kd_config *cfg, const char *path, enum kd_config_la
     if (!root) {
         size_t at = end ? (size_t)(end - text) : 0;
         snprintf(err, errlen, "config file %s: invalid JSON near byte %zu", path, at);
+        free(text);
+        return -1;
+    }
+    long nul = kiln__json_nul_escape_at(text, strlen(text));
+    if (nul >= 0) { /* a token or a host would read as its part before the NUL, unseen */
+        snprintf(err, errlen,
+                 "config file %s: a string holds \\u0000 (a NUL character) at byte %ld; no setting may", path,
+                 nul);
+        cJSON_Delete(root);
         free(text);
         return -1;
     }
@@ -419,7 +431,13 @@ enum kd_config_action kd_config_load(struct kd_config *cfg, int argc, char *cons
         const char *v = flag_value(argc, argv, &i, &n);
         const struct kd_config_key *k = find_flag(a, n);
         if (!k) {
-            snprintf(err, errlen, "unknown flag '%.*s' (from command line; see --help)", (int)n, a);
+            /* the tokens are secrets: never on a command line, which every user of the machine can read */
+            if (n == strlen("--api-tokens") && strncmp(a, "--api-tokens", n) == 0)
+                snprintf(err, errlen,
+                         "unknown flag '--api-tokens' (from command line): tokens are set only in the config "
+                         "file's api_tokens or KILN_API_TOKENS, since a command line is visible to every user");
+            else
+                snprintf(err, errlen, "unknown flag '%.*s' (from command line; see --help)", (int)n, a);
             goto fail;
         }
         if (!v) {

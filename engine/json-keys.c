@@ -66,3 +66,18 @@ int kiln__json_repeated_keys(const cJSON *root, int (*each)(void *ud, const char
 {
     return root ? walk(root, "", each, ud) : 0;
 }
+
+long kiln__json_nul_escape_at(const char *text, size_t len)
+{
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (text[i] != '\\')
+            continue;
+        /* an escape: "\u0000" (any case of hex digits) is a NUL; anything else, and an escaped
+         * backslash before a "u0000" that is then plain text, is skipped whole */
+        if (text[i + 1] == 'u' && i + 5 < len && text[i + 2] == '0' && text[i + 3] == '0' && text[i + 4] == '0' &&
+            text[i + 5] == '0')
+            return (long)i;
+        i++;
+    }
+    return -1;
+}

@@ -511,6 +511,12 @@ int kd_jobspec_parse(const char *json, const struct kd_jobspec_env *env, struct 
                         end && end >= json ? (long)(end - json) : 0L);
         return -1;
     }
+    long nul = kiln__json_nul_escape_at(json, strlen(json));
+    if (nul >= 0) { /* a path would read as its part before the NUL */
+        kd_spec_problem(&p, "body", "holds \\u0000 (a NUL character) in a string at byte %ld; no field may", nul);
+        cJSON_Delete(root);
+        return -1;
+    }
     if (!cJSON_IsObject(root)) {
         kd_spec_problem(&p, "body", "must be a JSON object");
         cJSON_Delete(root);

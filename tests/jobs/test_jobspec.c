@@ -327,6 +327,9 @@ static void test_body_not_json(void **state)
     refused("{\"epochs\": 2} {\"epochs\": 3}",
             (const char *const[]){"body: is not valid JSON (at byte 14)", NULL});
     refused("[1, 2]", (const char *const[]){"body: must be a JSON object", NULL});
+    /* a NUL in a string would cut a path short unseen */
+    refused("{\"data\": {\"type\": \"csv\", \"train\": \"/srv/a.csv\\u0000/../b\"}}",
+            (const char *const[]){"body: holds \\u0000 (a NUL character) in a string at byte 45", NULL});
 }
 
 static void test_class_scores(void **state)

@@ -213,12 +213,17 @@ static void test_file_errors(void **state)
         {"{\"devices\": []}", "devices: 0 items"},
         {"{\"devices\": [\"cpu\", 3]}", "devices: expected an array of strings"},
         {"{\"api_tokens\": [\"\"]}", "api_tokens: items must be non-empty"},
-        {"{\"limits\": {\"max_body_bytes\": 1e30}}", "limits.max_body_bytes: expected an integer"},
+        {"{\"limits\": {\"max_body_bytes\": 1e30}}", "limits.max_body_bytes: 1e+30 is out of range"},
         {"{\"limits\": {\"request_timeout_ms\": 1}}", "limits.request_timeout_ms: 1 is out of range"},
         {"{\"drain_timeout_ms\": true}", "drain_timeout_ms: expected an integer"},
         {"{\"port\": 1", "invalid JSON"},
         {"[1, 2]", "top level must be a JSON object"},
         {"{\"port\": 1} trailing", "invalid JSON"},
+        {"{\"port\": 99999999999999999999}", "port: 1e+20 is out of range"},
+        /* a NUL inside a string would cut it short unseen: the token would be "x" */
+        {"{\"api_tokens\": [\"admin:x\\u0000the-rest-of-the-secret\"]}",
+         "a string holds \\u0000 (a NUL character) at byte 24"},
+        {"{\"host\": \"0.0.0.0\\u0000\"}", "a string holds \\u0000"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *file = write_config(cases[i].json);
@@ -227,6 +232,15 @@ static void test_file_errors(void **state)
     }
     expect_error(NULL, (const char *[]){"--config", "/nonexistent/kiln.json", NULL}, "/nonexistent/kiln.json",
                  "No such file");
+    expect_error(NULL, (const char *[]){"--config", "/tmp", NULL}, "config file /tmp: a folder, not a file", NULL);
+    /* an escaped backslash before "u0000" is text, not a NUL: such a string is taken whole */
+    const char *file = write_config("{\"log_file\": \"/tmp/a\\\\u0000b.log\", \"port\": 0}");
+    struct kd_config cfg;
+    char err[512] = "";
+    assert_int_equal(load(&cfg, NULL, err, (const char *[]){"--config", file, "--check-config", NULL}),
+                     KD_CONFIG_CHECK);
+    unlink(file);
+    kd_config_free(&cfg);
     expect_error(NULL, (const char *[]){"--config", NULL}, "--config: missing value", NULL);
 }
 
@@ -235,7 +249,11 @@ static void test_env_errors(void **state)
     (void)state;
     expect_error((char *[]){"KILN_PORT=abc", NULL}, NULL, "port: 'abc' is not an integer", "KILN_PORT");
     expect_error((char *[]){"KILN_PORT=", NULL}, NULL, "port: '' is not an integer", "KILN_PORT");
-    expect_error((char *[]){"KILN_PORT=99999999999999999999", NULL}, NULL, "not an integer", "KILN_PORT");
+    expect_error((char *[]){"KILN_PORT=99999999999999999999", NULL}, NULL,
+                 "port: 99999999999999999999 is out of range", "KILN_PORT");
+    /* digits only: strtoll alone read " 8081" and "+8081" as 8081 */
+    expect_error((char *[]){"KILN_PORT= 8081", NULL}, NULL, "port: ' 8081' is not an integer", "KILN_PORT");
+    expect_error((char *[]){"KILN_PORT=+8081", NULL}, NULL, "port: '+8081' is not an integer", "KILN_PORT");
     expect_error((char *[]){"KILN_PORT=65536", NULL}, NULL, "port: 65536 is out of range", "KILN_PORT");
     expect_error((char *[]){"KILN_LOG_FORMAT=xml", NULL}, NULL, "log_format: 'xml'", "KILN_LOG_FORMAT");
     expect_error((char *[]){"KILN_DEVICES=cpu,", NULL}, NULL, "devices: items must be non-empty", "KILN_DEVICES");
@@ -254,7 +272,11 @@ static void test_flag_errors(void **state)
     expect_error(NULL, (const char *[]){"--port=99999", NULL}, "port: 99999 is out of range", "flag --port");
     expect_error(NULL, (const char *[]){"--port", NULL}, "port: missing value", "--port");
     expect_error(NULL, (const char *[]){"--prot", "1", NULL}, "unknown flag '--prot'", NULL);
-    expect_error(NULL, (const char *[]){"--api-tokens", "x", NULL}, "unknown flag", NULL);
+    expect_error(NULL, (const char *[]){"--api-tokens", "x", NULL}, "unknown flag",
+                 "tokens are set only in the config file's api_tokens or KILN_API_TOKENS");
+    expect_error(NULL, (const char *[]){"--port", "+80", NULL}, "port: '+80' is not an integer", "flag --port");
+    expect_error(NULL, (const char *[]){"--grpc-port", "-1", "--port", " 80", NULL},
+                 "port: ' 80' is not an integer", NULL);
     expect_error(NULL, (const char *[]){"serve", NULL}, "unexpected argument 'serve'", NULL);
     expect_error(NULL, (const char *[]){"--log-level", "verbose", NULL}, "log_level: 'verbose'", "--log-level");
     expect_error(NULL, (const char *[]){"--data-dir", "", NULL}, "data_dir: length 0", "--data-dir");
