@@ -25,7 +25,8 @@ Then, between the blocks, over HTTP on the published port:
   podman after the grace period would read 137);
 - image-run again on the same volume: the job is still there, succeeded, and both models give
   the same answers as before;
-- then a container run as another uid in group 0 (`--user 12345:0`, OpenShift's rule) on that
+- then a container run as another uid in group 0 (`--user 12345:0`, OpenShift's rule), its port
+  given as a flag after the image's name (the HEALTHCHECK follows it), on that
   volume: it starts, takes the lock, serves both models with the same answers and stops with
   status 0.
 - image-clean removes the container and the volume (also after a failure).
@@ -333,10 +334,14 @@ def main():
         # OpenShift's rule: an arbitrary uid in group 0, on the volume uid 10001 has used
         podman(env, "stop", names.container)
         podman(env, "rm", names.container)
-        r = podman(env, "run", "-d", "--name", other, "--user", "12345:0", "-p", "%d:8080" % port, "-v",
-                   "%s:/var/lib/kiln" % names.volume, "--env-file", names.env_file, "--stop-timeout", "30", IMAGE)
+        # (and with its port given as a flag after the image's name, which the HEALTHCHECK follows)
+        r = podman(env, "run", "-d", "--name", other, "--user", "12345:0", "-p", "%d:9000" % port, "-v",
+                   "%s:/var/lib/kiln" % names.volume, "--env-file", names.env_file, "--stop-timeout", "30", IMAGE,
+                   "--port", "9000")
         check(r.returncode == 0 and wait_ready(port), "a container run as uid 12345, group 0, on the same volume "
               "is ready")
+        r = podman(env, "healthcheck", "run", other, check_rc=False)
+        check(r.returncode == 0, "the HEALTHCHECK follows a port given as a flag (9000): %s" % r.stdout.strip())
         for model in ("cnn", "toy"):
             wait_model_ready(port, token, model)
         as_other = answers(port, token, fixture)

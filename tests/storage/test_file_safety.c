@@ -205,17 +205,24 @@ static void test_flipped_compressed_byte_refused(void **state)
 static void test_other_formats_named(void **state)
 {
     (void)state;
+    /* adjacent literals end each hex escape: "\x00" "archive", not "\x00a" */
+#define FILE_BYTES(s) s, sizeof s - 1
     static const struct {
         const char *bytes;
         size_t n;
         const char *says;
     } files[] = {
-        {"PK\x03\x04\x14\x00\x00\x00\x08\x00archive/data.pkl", 26,
-         "a zip archive, as torch.save writes a PyTorch "
-         "checkpoint: read it with kiln_torch_open"},
-        {"\x80\x02}q\x00(X\x06\x00\x00\x00weightq\x01", 20, "a Python pickle"},
-        {"\x08\x08\x12\x07pytorch\x1a\x052.1.0", 20, "an ONNX model, it seems: load it with kiln_onnx_load"},
+        {FILE_BYTES("PK\x03\x04\x14\x00\x00\x00\x08\x00"
+                    "archive/data.pkl"),
+         "a zip archive, as torch.save writes a PyTorch checkpoint: read it with kiln_torch_open"},
+        {FILE_BYTES("\x80\x02}q\x00(X\x06\x00\x00\x00"
+                    "weightq\x01"),
+         "a Python pickle"},
+        {FILE_BYTES("\x08\x08\x12\x07pytorch\x1a\x05"
+                    "2.1.0"),
+         "an ONNX model, it seems: load it with kiln_onnx_load"},
     };
+#undef FILE_BYTES
     char p[128];
     in_dir(p, sizeof p, "other.bin");
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
