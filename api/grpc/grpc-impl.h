@@ -223,7 +223,10 @@ struct Inference__ModelInferRequest *kd_grpc_infer_unpack(const uint8_t *msg, si
                                                           size_t *nviews, bool *split);
 /* The stream is going away: its queued requests are cancelled and forgotten. */
 void kd_grpc_detach_jobs(struct grpc_stream *s);
-/* For a streaming call whose client finished: ends it once no request is pending. */
+/* Why a streaming call ends at a stop (UNAVAILABLE): its answers were all sent. */
+extern const char kd_grpc_drain_stream_end[];
+/* For a streaming call whose client finished: ends it once no request is pending; while the
+ * server drains, ends any streaming call once no request is pending. */
 void kd_grpc_stream_maybe_end(struct grpc_stream *s);
 
 #endif /* KD_API_GRPC_IMPL_H */

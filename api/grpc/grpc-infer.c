@@ -551,10 +551,15 @@ void kd_grpc_detach_jobs(struct grpc_stream *s)
     s->running_bytes = 0;
 }
 
+const char kd_grpc_drain_stream_end[] =
+    "kilnd is shutting down: the stream ends here, every request it carried answered";
+
 void kd_grpc_stream_maybe_end(struct grpc_stream *s)
 {
     if (s->client_done && !s->jobs)
         kd_grpc_finish_ok(s);
+    else if (s->conn->g->draining && !s->jobs) /* every answer it was owed is sent: ends the stop's wait */
+        kd_grpc_finish(s, GRPC_UNAVAILABLE, "%s", kd_grpc_drain_stream_end);
 }
 
 /* ---- queueing ------------------------------------------------------------------------------- */

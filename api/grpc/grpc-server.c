@@ -682,6 +682,13 @@ void kd_grpc_drain(struct kd_grpc *g, void (*done)(void *ud), void *ud)
         nghttp2_submit_shutdown_notice(c->session);
         nghttp2_submit_goaway(c->session, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(c->session),
                               NGHTTP2_NO_ERROR, NULL, 0);
+        /* A streaming call lasts as long as its client wants: one with nothing in flight would
+         * hold the stop for all of drain_timeout_ms. It ends now, one with requests in flight
+         * once they are answered (kd_grpc_stream_maybe_end), with UNAVAILABLE, which tells a
+         * client to go to another server. */
+        for (struct grpc_stream *s = c->streams; s; s = s->next)
+            if (s->streaming && !s->finished && !s->client_done && !s->jobs && s->in.len == 0)
+                kd_grpc_finish(s, GRPC_UNAVAILABLE, "%s", kd_grpc_drain_stream_end);
     }
     for (struct kd_grpc_conn *c = g->conns, *next; c; c = next) {
         next = c->next;

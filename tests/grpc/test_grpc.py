@@ -781,6 +781,49 @@ def test_drain_accepted_call():
             d.stop()
 
 
+def test_drain_idle_stream():
+    """A streaming call with nothing in flight does not hold the stop: it ends with UNAVAILABLE
+    when the drain begins (it had held every stop for all of drain_timeout_ms), its answers
+    delivered first, and kilnd exits 0 without waiting for the timeout."""
+    d = Daemon("drain-stream", ["--drain-timeout-ms", "60000"])
+    try:
+        c = tg.InferenceServerClient(d.target)
+        check(wait_ready(c, "mnist_mlp"), "the draining daemon loads its model")
+        results, got = [], threading.Event()
+
+        def cb(result, error):
+            results.append((result, error))
+            got.set()
+
+        c.start_stream(callback=cb, headers=AUTH)
+        i = tg.InferInput("input", list(X.shape), "FP32")
+        i.set_data_from_numpy(X)
+        c.async_stream_infer("mnist_mlp", [i], request_id="before-stop")
+        got.wait(10)
+        got.clear()
+        d.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = d.proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            rc = None
+        got.wait(5)
+        log = open(d.log, errors="replace").read()
+        check(rc == 0 and "drain_timeout_ms passed" not in log,
+              "kilnd exits 0 without waiting out drain_timeout_ms for an idle stream (rc %s): %s" % (rc, log[-600:]))
+        errs = [str(e) for r, e in results if e]
+        check(len(results) == 2 and results[0][0] is not None and results[0][0].get_response().id == "before-stop"
+              and errs and "StatusCode.UNAVAILABLE" in errs[0] and "kilnd is shutting down" in errs[0],
+              "the stream's answer came first, then UNAVAILABLE saying why: %s" % results)
+        try:
+            c.stop_stream()
+        except Exception:  # noqa: BLE001 - the stream is already ended by the server
+            pass
+        c.close()
+    finally:
+        if d.proc.poll() is None:
+            d.stop()
+
+
 def main():
     d = Daemon()
     try:
@@ -796,6 +839,7 @@ def main():
         c.close()
         test_backpressure()
         test_drain_accepted_call()
+        test_drain_idle_stream()
     finally:
         d.stop()
         if FAILURES:
