@@ -1,10 +1,12 @@
 /*
  * daemon/check.c — the checks a start makes of its configuration before it serves, shared with
  * --check-config, so that "configuration OK" means the same configuration starts: the log file,
- * the listening rule (beyond loopback only with api_tokens), the model folders, the data folder
+ * the listening rule (beyond loopback only with api_tokens; the host resolves; HTTP and gRPC on
+ * two ports), the model folders, the data folder
  * (folders.c), device_options, the devices (each opened once and closed again, as the scheduler
  * opens them at start) and the tokens themselves.
  */
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,13 +17,30 @@
 
 int kd_daemon_check_listen(const struct kd_config *cfg, char *err, size_t errlen)
 {
-    if (kd_auth_listen_allowed(cfg->host, cfg->api_tokens.count))
-        return 0;
-    snprintf(err, errlen,
-             "refusing to listen on %s without api_tokens: set KILN_API_TOKENS (\"admin:TOKEN\" or "
-             "\"read:TOKEN\" entries) or listen on 127.0.0.1",
-             cfg->host);
-    return -1;
+    if (!kd_auth_listen_allowed(cfg->host, cfg->api_tokens.count)) {
+        snprintf(err, errlen,
+                 "refusing to listen on %s without api_tokens: set KILN_API_TOKENS (\"admin:TOKEN\" or "
+                 "\"read:TOKEN\" entries) or listen on 127.0.0.1",
+                 cfg->host);
+        return -1;
+    }
+    /* HTTP and gRPC each listen on a port of their own: the same one twice failed as "gRPC:
+     * address already in use", kilnd's own HTTP listener holding it */
+    if (cfg->port > 0 && cfg->grpc_port == cfg->port) {
+        snprintf(err, errlen, "port and grpc_port are both %lld: the gRPC service needs a port of its own",
+                 (long long)cfg->port);
+        return -1;
+    }
+    /* as the listener resolves it (a name, or an address such as 127.0.0.300 that is none) */
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE},
+                    *res = NULL;
+    int rc = getaddrinfo(cfg->host, NULL, &hints, &res);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot resolve host '%s': %s", cfg->host, gai_strerror(rc));
+        return -1;
+    }
+    freeaddrinfo(res);
+    return 0;
 }
 
 int kd_daemon_apply_device_options(const struct kd_config *cfg, char *err, size_t errlen)

@@ -501,16 +501,20 @@ def test_config():
 
     # --check-config makes the checks a start makes: what a start refuses, it refuses with the
     # same message, and what it calls OK is not refused by them.
-    for args, words in ((["--host", "0.0.0.0"], "refusing to listen on 0.0.0.0 without api_tokens"),
-                        (["--device-options", "cpu:threads=abc"], "got 'abc'"),
-                        (["--device-options", "cpu:threads"], "device_options"),
-                        (["--devices", "cpu,cuda:99"], "device 'cuda:99'")):
-        r = run_check(*args)
+    tokens = {"KILN_API_TOKENS": "admin:secret"}
+    for args, words, env in ((["--host", "0.0.0.0"], "refusing to listen on 0.0.0.0 without api_tokens", None),
+                             (["--device-options", "cpu:threads=abc"], "got 'abc'", None),
+                             (["--device-options", "cpu:threads"], "device_options", None),
+                             (["--devices", "cpu,cuda:99"], "device 'cuda:99'", None),
+                             (["--host", "127.0.0.300"], "cannot resolve host '127.0.0.300'", tokens),
+                             (["--grpc-port", "18095"], "port and grpc_port are both 18095", None)):
+        port = ["--port", "18095"] if "--grpc-port" in args else ["--port", "0"]
+        r = run_check(*port, *args, env=env)
         msg = r.stderr.strip().partition("kilnd: configuration error: ")[2]
         check(r.returncode == 1 and words in msg and "OK" not in r.stdout,
               "--check-config %s refused: %r %r" % (" ".join(args), r.stdout, r.stderr))
-        start = subprocess.run([KILND, "--port", "0", "--data-dir", os.path.join(TMP, "refused"), *args],
-                               capture_output=True, text=True, env=ENV, timeout=30)
+        start = subprocess.run([KILND, *port, "--data-dir", os.path.join(TMP, "refused"), *args],
+                               capture_output=True, text=True, env=dict(ENV, **(env or {})), timeout=30)
         check(start.returncode == 1 and msg and msg in start.stderr,
               "a start with %s fails with --check-config's message %r: %r" % (" ".join(args), msg, start.stderr))
     for args, env in ((["--host", "0.0.0.0"], {"KILN_API_TOKENS": "admin:secret"}),
