@@ -59,6 +59,14 @@ static bool size_member(const cJSON *j, const char *key, bool required, uint64_t
     return true;
 }
 
+/* A whole number past what a double holds exactly (2^53): no region is that large, and the
+ * register body's generic shape would not say which value was wrong. */
+static bool too_large(const cJSON *j, const char *key)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
+    return cJSON_IsNumber(x) && x->valuedouble > 9007199254740992.0;
+}
+
 static int do_register(struct kd_shm_table *t, const char *name, const struct kd_request *req, char *msg, size_t n)
 {
     cJSON *j = req->body_len ? cJSON_ParseWithLength(req->body, req->body_len) : NULL;
@@ -67,6 +75,11 @@ static int do_register(struct kd_shm_table *t, const char *name, const struct kd
     int st = 400;
     if (j && kiln__json_nul_escape_at(req->body, req->body_len) >= 0) /* "/k\u0000../x" read as "/k" */
         snprintf(msg, n, "the register body holds \\u0000 (a NUL character) in a string; a key cannot");
+    else if (cJSON_IsObject(j) && (too_large(j, "offset") || too_large(j, "byte_size")))
+        snprintf(
+            msg, n, "%s is %g, larger than any shared-memory region (2^53 bytes at most)",
+            too_large(j, "offset") ? "offset" : "byte_size",
+            cJSON_GetObjectItemCaseSensitive(j, too_large(j, "offset") ? "offset" : "byte_size")->valuedouble);
     else if (!cJSON_IsObject(j) || !cJSON_IsString(key) || !size_member(j, "offset", false, 0, &offset) ||
              !size_member(j, "byte_size", true, 0, &size))
         snprintf(msg, n,

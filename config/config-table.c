@@ -60,7 +60,8 @@ const struct kd_config_key kd_config_keys[] = {
      "--device-options",
      "Options for every device of a backend, each \"BACKEND:key=value&key=value\", e.g. "
      "\"cpu:threads=2&conv=direct\" "
-     "(the device options are listed below). They override the backend's environment variables; a device spec's "
+     "(the device options are listed in docs/configuration.md, or by kilnd --print-config-doc). They override the "
+     "backend's environment variables; a device spec's "
      "own "
      "options (\"cpu?threads=4\") override them. An unknown option or bad value stops the start, naming it."},
     {"worker_threads", KD_CT_INT, OFF(worker_threads), 0, 1024, NULL, "0", "KILN_WORKER_THREADS",

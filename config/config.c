@@ -22,7 +22,9 @@ static const struct {
     const char *arg;
     const char *desc;
 } command_flags[] = {
-    {"--config", "FILE", "Read a JSON configuration file (also KILN_CONFIG). Keys as in the table below."},
+    {"--config", "FILE",
+     "Read a JSON configuration file (also KILN_CONFIG). Its keys are the configuration keys (each setting's "
+     "`key`)."},
     {"--check-config", NULL,
      "Validate the configuration as a start would (log_file, host and api_tokens, model_repository and "
      "example_models, data_dir, device_options, each device opened and closed), leaving nothing behind; print "
@@ -633,7 +635,8 @@ void kd_config_print_doc(FILE *out)
             "both settings, where each value came from and the limit. "
             "`kilnd --check-config` validates without starting "
             "(exit 0 when valid, 1 otherwise), with the checks a start makes before it serves: `log_file` "
-            "must open for appending, a `host` beyond loopback needs `api_tokens`, `model_repository` (when "
+            "must open for appending, a `host` beyond loopback needs `api_tokens`, `host` must resolve, "
+            "`grpc_port` must differ from `port`, `model_repository` (when "
             "set) and `example_models` (when set) must be existing folders kilnd can read, `data_dir` must be "
             "creatable and writable, `device_options` must parse and every device in `devices` must open "
             "(each is opened and closed again). What the check creates to find out (a log file, a missing "
