@@ -568,11 +568,19 @@ int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, con
     if (kd_jscan_peek(&s) != KD_J_OBJECT)
         FAIL(400, "request body is not a JSON object");
     if (walk_doc(&s, &doc) != 0) {
-        if (doc.lax && check_syntax(body, jend, msg, msglen) != 0) {
-            rc = 400;
-            goto done;
-        }
-        FAIL(400, "request body is not valid JSON: %s at byte %zu", s.err ? s.err : "?", s.err_at);
+        if (!(doc.lax && check_syntax(body, jend, msg, msglen) != 0))
+            snprintf(msg, msglen, "request body is not valid JSON: %s at byte %zu", s.err ? s.err : "?", s.err_at);
+        /* tritonclient adds the header to the headers dict a caller passed for a binary
+         * request: a JSON request sent with that dict again is cut at the old length */
+        size_t used = strlen(msg);
+        if (ihcl[0] && used < msglen)
+            snprintf(
+                msg + used, msglen - used,
+                " (Inference-Header-Content-Length says the JSON is the first %zu bytes of this %zu-byte body;"
+                " a header left from an earlier binary request?)",
+                json_len, req->body_len);
+        rc = 400;
+        goto done;
     }
     unchecked = doc.nlax > 0;
     if (doc.id) {

@@ -335,6 +335,13 @@ def test_bad_input(d):
     st, _, _ = d.req("POST", "/v2/models/mnist_mlp/infer", b"x" * 100,
                      headers={"Inference-Header-Content-Length": "1000"})
     check(st == 400, "header length beyond the body is 400")
+    # a JSON request sent with a header left from a binary one (tritonclient adds it to the
+    # headers dict a caller passed): the error says what the header did
+    body = json.dumps(infer_body([[0.0] * 784]))
+    st, _, data = d.req("POST", "/v2/models/mnist_mlp/infer", body, headers={"Inference-Header-Content-Length": "143"})
+    err = json.loads(data).get("error", "") if st == 400 else ""
+    check(st == 400 and "Inference-Header-Content-Length says the JSON is the first 143 bytes of this %d-byte body"
+          % len(body) in err, "a stale Inference-Header-Content-Length is named: %d %s" % (st, err))
     st, _, _ = d.req("GET", "/v2/models/mnist_mlp/ready")
     check(st == 200, "still serving after bad input")
 
