@@ -54,9 +54,9 @@ int kd_model_tensor_spec_copy(kd_model_tensor_spec *dst, const kd_model_tensor_s
 
 void kd_repository_config_free(kd_model_config *c)
 {
-    for (int i = 0; i < c->ninputs; i++)
+    for (int i = 0; c->inputs && i < c->ninputs; i++)
         kd_model_tensor_spec_free(&c->inputs[i]);
-    for (int i = 0; i < c->noutputs; i++)
+    for (int i = 0; c->outputs && i < c->noutputs; i++)
         kd_model_tensor_spec_free(&c->outputs[i]);
     free(c->inputs);
     free(c->outputs);

@@ -17,7 +17,5 @@
  * 0, or -1 with c left empty.
  */
 int kd_repository_config_parse(const char *text, kd_model_config *c, bool io_optional, char *why, size_t wl);
-/* Frees what c holds and zeroes it (an empty c is fine). */
-void kd_repository_config_free(kd_model_config *c);
 
 #endif /* KD_CATALOG_REPOSITORY_IMPL_H */

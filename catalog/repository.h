@@ -81,6 +81,10 @@ typedef struct kd_model_config {
     int64_t *specific;
 } kd_model_config;
 
+/** Frees what a config holds and zeroes it (an empty one, or one a failed copy left with NULL
+ *  arrays, is fine). */
+void kd_repository_config_free(kd_model_config *c);
+
 typedef struct kd_model_version {
     int64_t version;
     char *path;         /* resolved folder */

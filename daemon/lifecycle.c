@@ -171,9 +171,14 @@ static void on_signal(uv_signal_t *h, int signum)
 {
     struct kd_daemon *d = h->data;
     if (signum == SIGHUP) {
-        if (kd_log_reopen(&d->log) != 0)
-            kd_log_write(&d->log, KD_LOG_ERROR, "SIGHUP: cannot reopen %s: %s", d->log.path, strerror(errno));
-        else
+        if (kd_log_reopen(&d->log) != 0) {
+            int e = errno;
+            /* the old file goes on taking lines, but it may be gone (its folder removed): stderr
+             * hears of it too, where a supervisor sees it */
+            fprintf(stderr, "kilnd: SIGHUP: cannot reopen %s: %s; logging goes on into the file opened before\n",
+                    d->log.path, strerror(e));
+            kd_log_write(&d->log, KD_LOG_ERROR, "SIGHUP: cannot reopen %s: %s", d->log.path, strerror(e));
+        } else
             kd_log_write(&d->log, KD_LOG_INFO, "SIGHUP: log reopened");
         return;
     }

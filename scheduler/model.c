@@ -73,15 +73,7 @@ static int copy_specs(kd_model_tensor_spec **dst, const kd_model_tensor_spec *sr
 
 void kd_sched_config_free(kd_model_config *c)
 {
-    for (int i = 0; c->inputs && i < c->ninputs; i++)
-        kd_model_tensor_spec_free(&c->inputs[i]);
-    for (int i = 0; c->outputs && i < c->noutputs; i++)
-        kd_model_tensor_spec_free(&c->outputs[i]);
-    free(c->inputs);
-    free(c->outputs);
-    free(c->device);
-    free(c->specific);
-    memset(c, 0, sizeof *c);
+    kd_repository_config_free(c); /* the catalog's config, copied: freed the same way */
 }
 
 int kd_sched_config_copy(kd_model_config *dst, const kd_model_config *src)
