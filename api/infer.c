@@ -860,13 +860,16 @@ int kd_infer_body(struct kd_buf *j, const char *model, int64_t version, const kd
                   const struct kd_shm_use *shm, const char *id, size_t *json_len)
 {
     /* outputs asked as classes, computed first: their strings are the JSON's data or follow it */
-    struct kd_classes classes[KD_SCHED_MAX_IO];
-    memset(classes, 0, sizeof classes);
+    struct kd_classes classes[KD_SCHED_MAX_IO]; /* only those of outputs asked as classes are set */
     int rc = 0;
-    for (int o = 0; o < c->noutputs && o < r->noutputs && rc == 0; o++)
-        if (asks->want[o] && asks->classes[o] > 0)
-            rc = kd_classify(&r->outputs[o], c->max_batch_size > 0, asks->classes[o],
-                             (const char *const *)c->outputs[o].labels, c->outputs[o].nlabels, &classes[o]);
+    for (int o = 0; o < c->noutputs && o < r->noutputs; o++)
+        if (asks->want[o] && asks->classes[o] > 0) {
+            if (rc == 0)
+                rc = kd_classify(&r->outputs[o], c->max_batch_size > 0, asks->classes[o],
+                                 (const char *const *)c->outputs[o].labels, c->outputs[o].nlabels, &classes[o]);
+            else
+                memset(&classes[o], 0, sizeof classes[o]); /* freed below with the others */
+        }
     rc |= kd_buf_puts(j, "{\"model_name\":\"");
     rc |= kd_buf_json_escape(j, model, strlen(model));
     rc |= kd_buf_printf(j, "\",\"model_version\":\"%lld\"", (long long)version);
@@ -928,8 +931,9 @@ int kd_infer_body(struct kd_buf *j, const char *model, int64_t version, const kd
         else
             rc |= kd_buf_append(j, r->outputs[o].data, r->outputs[o].nbytes);
     }
-    for (int o = 0; o < c->noutputs && o < KD_SCHED_MAX_IO; o++)
-        kd_classes_free(&classes[o]);
+    for (int o = 0; o < c->noutputs && o < r->noutputs; o++)
+        if (asks->want[o] && asks->classes[o] > 0)
+            kd_classes_free(&classes[o]);
     return rc ? -1 : 0;
 }
 
