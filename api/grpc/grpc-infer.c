@@ -355,14 +355,14 @@ static void finish_on_worker(struct kd_sched_request *r)
     Inference__ModelInferResponse__InferOutputTensor out[KD_SCHED_MAX_IO], *outp[KD_SCHED_MAX_IO];
     ProtobufCBinaryData raw[KD_SCHED_MAX_IO];
     /* outputs asked as classes: BYTES in Triton's serialized layout, raw as any output */
-    struct kd_classes classes[KD_SCHED_MAX_IO];
-    memset(classes, 0, sizeof classes);
+    struct kd_classes classes[KD_SCHED_MAX_IO]; /* only those of outputs asked as classes are set */
     for (int o = 0; o < c->noutputs && o < r->noutputs; o++)
         if (j->asks.want[o] && j->asks.classes[o] > 0 &&
             kd_classify(&r->outputs[o], c->max_batch_size > 0, j->asks.classes[o],
                         (const char *const *)c->outputs[o].labels, c->outputs[o].nlabels, &classes[o]) != 0) {
             for (int k = 0; k < o; k++)
-                kd_classes_free(&classes[k]);
+                if (j->asks.want[k] && j->asks.classes[k] > 0)
+                    kd_classes_free(&classes[k]);
             return; /* not encoded: answered as out of memory */
         }
     res.model_name = (char *)kd_sched_model_name(r->model);
@@ -423,8 +423,9 @@ static void finish_on_worker(struct kd_sched_request *r)
     } else {
         j->encoded = kd_grpc_frame_coded(&j->resp, &res.base, j->coding) == 0;
     }
-    for (int o = 0; o < c->noutputs && o < KD_SCHED_MAX_IO; o++)
-        kd_classes_free(&classes[o]);
+    for (int o = 0; o < c->noutputs && o < r->noutputs; o++)
+        if (j->asks.want[o] && j->asks.classes[o] > 0)
+            kd_classes_free(&classes[o]);
 }
 
 /* ---- completion and delivery, in request order -------------------------------------------------- */
