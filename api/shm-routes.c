@@ -59,12 +59,18 @@ static bool size_member(const cJSON *j, const char *key, bool required, uint64_t
     return true;
 }
 
-/* A whole number past what a double holds exactly (2^53): no region is that large, and the
- * register body's generic shape would not say which value was wrong. */
-static bool too_large(const cJSON *j, const char *key)
+/* The member of offset and byte_size that is a number past what a double holds exactly (2^53),
+ * or NULL: no region is that large, and the register body's generic shape would not say which
+ * value was wrong. */
+static const cJSON *too_large(const cJSON *j)
 {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
-    return cJSON_IsNumber(x) && x->valuedouble > 9007199254740992.0;
+    static const char *const keys[] = {"offset", "byte_size"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, keys[i]);
+        if (cJSON_IsNumber(x) && x->valuedouble > 9007199254740992.0)
+            return x;
+    }
+    return NULL;
 }
 
 static int do_register(struct kd_shm_table *t, const char *name, const struct kd_request *req, char *msg, size_t n)
@@ -73,13 +79,12 @@ static int do_register(struct kd_shm_table *t, const char *name, const struct kd
     const cJSON *key = cJSON_GetObjectItemCaseSensitive(j, "key");
     uint64_t offset = 0, size = 0;
     int st = 400;
+    const cJSON *big = cJSON_IsObject(j) ? too_large(j) : NULL;
     if (j && kiln__json_nul_escape_at(req->body, req->body_len) >= 0) /* "/k\u0000../x" read as "/k" */
         snprintf(msg, n, "the register body holds \\u0000 (a NUL character) in a string; a key cannot");
-    else if (cJSON_IsObject(j) && (too_large(j, "offset") || too_large(j, "byte_size")))
-        snprintf(
-            msg, n, "%s is %g, larger than any shared-memory region (2^53 bytes at most)",
-            too_large(j, "offset") ? "offset" : "byte_size",
-            cJSON_GetObjectItemCaseSensitive(j, too_large(j, "offset") ? "offset" : "byte_size")->valuedouble);
+    else if (big)
+        snprintf(msg, n, "%s is %g, larger than any shared-memory region (2^53 bytes at most)", big->string,
+                 big->valuedouble);
     else if (!cJSON_IsObject(j) || !cJSON_IsString(key) || !size_member(j, "offset", false, 0, &offset) ||
              !size_member(j, "byte_size", true, 0, &size))
         snprintf(msg, n,

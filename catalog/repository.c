@@ -106,11 +106,13 @@ static int load_labels(const kd_repository *repo, kd_model_tensor_spec *s, const
     const char *cwhy = NULL;
     char *real = NULL, *text = NULL;
     size_t len = 0;
-    if (lstat(path, &sb) != 0 && errno == ENOENT)
+    int missing = lstat(path, &sb) != 0 ? errno : 0;
+    if (missing == ENOENT)
         snprintf(why, wl, "output '%.64s': label_filename '%s' is in neither the version nor the model folder",
                  s->name, s->label_filename);
-    else if (lstat(path, &sb) != 0)
-        snprintf(why, wl, "output '%.64s': label_filename '%s': %s", s->name, s->label_filename, strerror(errno));
+    else if (missing)
+        snprintf(why, wl, "output '%.64s': label_filename '%s': %s", s->name, s->label_filename,
+                 strerror(missing));
     else if (!(real = confined(repo, path, &cwhy)))
         snprintf(why, wl, "output '%.64s': label_filename '%s' %s", s->name, s->label_filename, cwhy);
     else if (kiln__read_file(real, LABELS_MAX, &text, &len) != 0)

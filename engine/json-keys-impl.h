@@ -25,7 +25,8 @@ int kiln__json_repeated_keys(const cJSON *root, int (*each)(void *ud, const char
  * Where the JSON text[0..len) writes a NUL inside a string (the escape \u0000), or -1. cJSON
  * hands strings out as C strings, so such a string reads shorter than it was written: an
  * api_tokens entry "admin:x\u0000secret" would be the token "x". Readers that take strings
- * from untrusted or hand-written JSON refuse the text instead.
+ * from untrusted or hand-written JSON refuse the text instead (the safetensors reader too,
+ * which also refuses a raw 0 byte in its header).
  */
 long kiln__json_nul_escape_at(const char *text, size_t len);
 

@@ -71,11 +71,6 @@ static int copy_specs(kd_model_tensor_spec **dst, const kd_model_tensor_spec *sr
     return 0;
 }
 
-void kd_sched_config_free(kd_model_config *c)
-{
-    kd_repository_config_free(c); /* the catalog's config, copied: freed the same way */
-}
-
 int kd_sched_config_copy(kd_model_config *dst, const kd_model_config *src)
 {
     *dst = *src;
@@ -89,7 +84,7 @@ int kd_sched_config_copy(kd_model_config *dst, const kd_model_config *src)
         rc = copy_specs(&dst->outputs, src->outputs, src->noutputs);
     if (rc != 0) {
         /* copy_specs leaves zeroed entries behind a failure, which free skips. */
-        kd_sched_config_free(dst);
+        kd_repository_config_free(dst);
         return -1;
     }
     return 0;

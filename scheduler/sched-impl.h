@@ -190,7 +190,7 @@ int64_t kd_sched_rows_of(const struct kd_sched_model *m, const struct kd_sched_r
 /* How many requests from the head of m's queue should run now (0: not yet; then *wake_ns says
  * when to look again, 0 for never). */
 int kd_sched_batch_ready(const struct kd_sched_model *m, uint64_t now, uint64_t *wake_ns);
+/* A deep copy of src (model.c); freed with the catalog's kd_repository_config_free. */
 int kd_sched_config_copy(kd_model_config *dst, const kd_model_config *src);
-void kd_sched_config_free(kd_model_config *c);
 
 #endif /* KD_SCHED_IMPL_H */

@@ -120,7 +120,7 @@ static int post_ctl(struct kd_sched_worker *w, void (*fn)(struct kd_sched_worker
 
 static void free_model_struct(struct kd_sched_model *m)
 {
-    kd_sched_config_free(&m->cfg);
+    kd_repository_config_free(&m->cfg);
     free(m->inst);
     free(m->name);
     free(m->path);

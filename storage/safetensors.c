@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "error-impl.h"
+#include "json-keys-impl.h"
 #include "kiln/record.h"
 #include "safetensors-impl.h"
 #include "storage-impl.h"
@@ -385,20 +386,10 @@ static int st_check_layout(kiln_safetensors *st)
 }
 
 /* cJSON keeps strings NUL-terminated, so a name or value holding \u0000 (or a raw 0 byte)
- * would come out cut short: "a\u0000b" read as "a". Escapes are walked in order so that
- * an escaped backslash before "u0000" is not taken for one. */
+ * would come out cut short: "a\u0000b" read as "a" (json-keys-impl.h). */
 static bool st_header_has_nul(const char *text, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        if (text[i] == '\0')
-            return true;
-        if (text[i] != '\\' || i + 1 >= n)
-            continue;
-        if (text[i + 1] == 'u' && i + 5 < n && !memcmp(text + i + 2, "0000", 4))
-            return true;
-        i++; /* the escaped character */
-    }
-    return false;
+    return memchr(text, '\0', n) != NULL || kiln__json_nul_escape_at(text, n) >= 0;
 }
 
 /* What the first bytes of a file that is not safetensors say it is, with the call that reads
