@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "remote/remote-spec.h"
 #include "tensor-impl.h"
 
 #pragma weak kiln_backend_ref
@@ -127,36 +128,10 @@ static int parse_spec(const char *spec, size_t *slot, int *index, char *canon, s
     static const char usage[] = "expected cpu, ref, cuda:N, vulkan:N, hip:N or remote://host:port/device, "
                                 "or a decorator around one: counting:SPEC, fused:SPEC";
     if (strncmp(spec, "remote://", 9) == 0) {
-        const char *host = spec + 9, *colon;
-        if (host[0] == '[') { /* an IPv6 address, bracketed as in a URL: remote://[::1]:8080/cpu */
-            const char *close = strchr(host, ']');
-            if (!close || close == host + 1 || close[1] != ':')
-                return kiln__error_set("kiln_device_open: malformed remote spec '%s' (an IPv6 address goes in "
-                                       "brackets before the port: remote://[::1]:8080/cpu)",
-                                       spec);
-            colon = close + 1;
-        } else {
-            colon = strchr(host, ':');
-        }
-        const char *slash = colon ? strchr(colon, '/') : NULL;
-        if (!colon || colon == host || !slash || slash == colon + 1 || slash[1] == '\0')
-            return kiln__error_set(
-                "kiln_device_open: malformed remote spec '%s' (%s; an IPv6 address in brackets: "
-                "remote://[::1]:8080/cpu)",
-                spec, usage);
-        if (strchr(slash + 1, '/'))
-            return kiln__error_set(
-                "kiln_device_open: malformed remote spec '%s' (the device is one name after the "
-                "port, as remote://host:port/cpu)",
-                spec);
-        long port = 0;
-        for (const char *p = colon + 1; p < slash; p++) {
-            if (*p < '0' || *p > '9' || port > 65535)
-                return kiln__error_set("kiln_device_open: bad port in '%s'", spec);
-            port = port * 10 + (*p - '0');
-        }
-        if (port < 1 || port > 65535)
-            return kiln__error_set("kiln_device_open: port out of range in '%s'", spec);
+        kiln_remote_addr addr;
+        char why[200];
+        if (kiln_remote_spec_parse(spec, &addr, why, sizeof why) != 0)
+            return kiln__error_set("kiln_device_open: malformed remote spec '%s': %s", spec, why);
         if (strlen(spec) >= canon_len)
             return kiln__error_set("kiln_device_open: spec too long");
         *slot = 5;

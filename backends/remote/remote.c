@@ -41,6 +41,7 @@
 #include "backend.h"
 #include "error-impl.h"
 #include "remote-impl.h"
+#include "remote-spec.h"
 #include "wire.h"
 
 /* ---- errors --------------------------------------------------------------------------------------- */
@@ -365,27 +366,12 @@ static void free_dev(rdev *d)
 void *kiln__remote_open_opts(const char *spec, int index, kiln_device_opts *o)
 {
     (void)index;
-    /* remote://host:port/device, already checked by engine/device.c */
-    const char *host = spec + strlen("remote://");
-    bool bracketed = host[0] == '['; /* an IPv6 address: [::1] */
-    const char *close = bracketed ? strchr(host, ']') : NULL;
-    const char *colon = bracketed ? (close && close[1] == ':' ? close + 1 : NULL) : strchr(host, ':');
-    const char *slash = colon ? strchr(colon, '/') : NULL;
-    if (strncmp(spec, "remote://", 9) != 0 || !colon || !slash || slash[1] == '\0') {
-        kiln__error_set("malformed remote spec '%s' (expected remote://host:port/device)", spec);
+    kiln_remote_addr addr;
+    char spec_why[200];
+    if (kiln_remote_spec_parse(spec, &addr, spec_why, sizeof spec_why) != 0) {
+        kiln__error_set("malformed remote spec '%s': %s", spec, spec_why);
         return NULL;
     }
-    if (bracketed)
-        host++; /* the address without its brackets, for getaddrinfo */
-    char hostname[256];
-    size_t hl = (size_t)((bracketed ? close : colon) - host);
-    int port = atoi(colon + 1);
-    if (hl == 0 || hl >= sizeof hostname || strlen(slash + 1) > KILN_WIRE_NAME_MAX || port < 1 || port > 65535) {
-        kiln__error_set("bad host, port or device name in '%s'", spec);
-        return NULL;
-    }
-    memcpy(hostname, host, hl);
-    hostname[hl] = '\0';
     rdev *d = calloc(1, sizeof *d);
     if (!d) {
         kiln__error_set("out of memory");
@@ -394,7 +380,7 @@ void *kiln__remote_open_opts(const char *spec, int index, kiln_device_opts *o)
     pthread_mutex_init(&d->mu, NULL);
     atomic_init(&d->lost, false);
     snprintf(d->spec, sizeof d->spec, "%s", spec);
-    snprintf(d->device, sizeof d->device, "%s", slash + 1);
+    snprintf(d->device, sizeof d->device, "%s", addr.device);
     /* options (docs/configuration.md; defaults from KILN_REMOTE_TIMEOUT_MS and
      * KILN_REMOTE_TOKEN or KILN_TOKEN through the engine's one table) */
     long timeout_ms = 30000;
@@ -415,7 +401,8 @@ void *kiln__remote_open_opts(const char *spec, int index, kiln_device_opts *o)
                  strcmp(timeout_src, "spec") && strcmp(timeout_src, "options") ? "" : "the ", timeout_src);
     const char *token = kiln__device_opts_take(o, "token", NULL);
     char why[KILN_ERROR_MAX - 64] = "out of memory";
-    d->conn = kiln__rconn_open(hostname, port, token, d->timeout_ms, timeout_from, on_message, d, why, sizeof why);
+    d->conn = kiln__rconn_open(addr.host, addr.port, token, d->timeout_ms, timeout_from, on_message, d, why,
+                               sizeof why);
     if (!d->conn) {
         free_dev(d);
         kiln__error_set("%s", why);

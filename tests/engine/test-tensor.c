@@ -53,7 +53,28 @@ static void test_device_open(void **state)
     assert_null(kiln_device_open("remote://host/cpu"));
     expect_error("malformed remote spec");
     assert_null(kiln_device_open("remote://host:99999/cpu"));
-    expect_error("port");
+    expect_error("the port is out of range 1..65535");
+    /* Each malformed part is named (backends/remote/remote-spec.c, shared with the backend). */
+    static const struct {
+        const char *spec, *why;
+    } bad_remote[] = {
+        {"remote://host:8x/cpu", "the port is not a number"},
+        {"remote://host:/cpu", "no port"},
+        {"remote://host:80", "no device after the port"},
+        {"remote://host:80/", "no device after the port"},
+        {"remote://:80/cpu", "no host and port"},
+        {"remote://[]:80/cpu", "an IPv6 address goes in brackets before the port"},
+        {"remote://[::1]/cpu", "an IPv6 address goes in brackets before the port"},
+        {"remote://host:80/cpu/extra", "the device is one name after the port"},
+        {"remote://host:80/a234567890123456789012345678901234567890123456789012345678901234",
+         "the device name is longer than 63 characters"},
+        {"remote://host:0/cpu", "the port is out of range"},
+    };
+    for (size_t i = 0; i < sizeof bad_remote / sizeof bad_remote[0]; i++) {
+        assert_null(kiln_device_open(bad_remote[i].spec));
+        expect_error(bad_remote[i].why);
+        expect_error("remote://[::1]:8080/cpu"); /* the form is shown */
+    }
     /* No HIP backend in this build: the message names it and what is compiled. */
     assert_null(kiln_device_open("hip:0"));
     expect_error("backend 'hip' is not compiled into this build (compiled: ");
