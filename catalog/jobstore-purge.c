@@ -86,6 +86,10 @@ static int purge_in(struct kd_jobstore *js, int64_t id, struct kd_job_purge *out
     if ((rc = registered_model(js, id, out, err, errlen)) != 0 ||
         (rc = job_statement(js,
                             "SELECT (SELECT count(*) FROM job_events WHERE job_id = ?1), "
+                            /* the metric history GET /v1/jobs/ID/metrics reads: its step and epoch
+                             * events (events_removed counts them too), and any rows of the older
+                             * job_metrics table */
+                            "(SELECT count(*) FROM job_events WHERE job_id = ?1 AND type IN ('step', 'epoch')) + "
                             "(SELECT count(*) FROM job_metrics WHERE job_id = ?1), "
                             "(SELECT count(*) FROM checkpoints WHERE job_id = ?1)",
                             "job purge", id, counts, 3, NULL, err, errlen)) != 0)

@@ -26,6 +26,7 @@ struct kiln_client {
     const char *shown;    /* the URL as the user gave it, for messages */
     const char *token;    /* bearer token or NULL */
     bool quiet;           /* say nothing on stderr (the dashboard owns the terminal) */
+    int connect_timeout_ms; /* how long a connect may take; 0: the CLI's 10 s */
 };
 
 /* A connected socket, or -1 after printing why (the daemon is unreachable). */

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -192,7 +193,8 @@ static void plot(const struct dash *d, int y, int x, int h, int w, const char *t
             xhi = fmax(xhi, all[s]->x[i]);
         }
     if (!isfinite(lo)) {
-        put(y + 1 + ph / 2, x + lw + 2, pw - 1, "(waiting for the first step)");
+        put(y + 1 + ph / 2, x + lw + 2, pw - 1, "%s",
+            d->w->done ? "(the job ended before its first step)" : "(waiting for the first step)");
         return;
     }
     bool nonneg = lo >= 0;
@@ -366,10 +368,23 @@ static void final_status(struct dash *d)
         snprintf(d->status, sizeof d->status, "job %s  q: quit", w->state);
 }
 
-int kiln_dashboard_run(const struct kiln_client *cl, struct kiln_watch *w, bool exit_on_end)
+int kiln_dashboard_run(const struct kiln_client *given, struct kiln_watch *w, bool exit_on_end)
 {
+    /* Reconnects try for a second at most: the screen and its 'q' must not wait on a host that
+     * drops packets for the CLI's 10 s (the next try comes a second later). */
+    struct kiln_client client = *given;
+    client.connect_timeout_ms = 1000;
+    const struct kiln_client *cl = &client;
     setlocale(LC_ALL, "");
     struct dash d = {.w = w, .utf8 = strcmp(nl_langinfo(CODESET), "UTF-8") == 0, .dirty = true};
+    /* The terminal's own size, not an exported $COLUMNS/$LINES, which ncurses would prefer and
+     * which would draw a screen that does not fit. (use_env(FALSE) also stops ncurses following
+     * a resize, so the variables go instead, when the kernel knows the size.) */
+    struct winsize ws;
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 && ws.ws_row > 0) {
+        unsetenv("COLUMNS");
+        unsetenv("LINES");
+    }
     SCREEN *scr = newterm(NULL, stdout, stdin);
     if (!scr) {
         fprintf(stderr, "kiln: watch: cannot use this terminal (TERM=%s); try --plain\n",
@@ -478,7 +493,14 @@ int kiln_dashboard_run(const struct kiln_client *cl, struct kiln_watch *w, bool 
     }
     if (w->done) {
         printf("job %lld: %s%s%s\n", w->id, w->state, w->error[0] ? ": " : "", w->error);
+        if (w->final_metrics[0])
+            printf("job %lld: %s\n", w->id, w->final_metrics);
         rc = w->exit_code;
+    } else if (quit) {
+        /* 0 is for a job that succeeded: one left running is said, with its own status */
+        fprintf(stderr, "kiln: stopped watching; job %lld is %s and goes on (kiln cancel %lld stops it)\n", w->id,
+                w->state[0] ? w->state : "running", w->id);
+        rc = 3;
     }
     return rc;
 }

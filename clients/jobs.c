@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "predict-ints.h"
+#include "predict-output.h"
 
 const char kiln_cli_jobs_usage[] =
     "  train submit SPEC.json [--watch] [--plain]\n"
@@ -144,7 +145,7 @@ static int cmd_submit(const struct kiln_client *cl, int argc, char **argv)
         }
     }
     if (!file) {
-        fprintf(stderr, "kiln: usage: kiln train submit SPEC.json [--watch]\n");
+        fprintf(stderr, "kiln: usage: kiln train submit SPEC.json [--watch] [--plain]\n");
         return 2;
     }
     size_t len;
@@ -215,7 +216,7 @@ static int cmd_jobs(const struct kiln_client *cl, int argc, char **argv)
 {
     if (argc >= 1 && !strcmp(argv[0], "rm"))
         return cmd_jobs_rm(cl, argc - 1, argv + 1);
-    char path[128] = "/v1/jobs?limit=1000";
+    const char *state = NULL;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--state") && i + 1 == argc) {
             fprintf(stderr,
@@ -224,27 +225,42 @@ static int cmd_jobs(const struct kiln_client *cl, int argc, char **argv)
         }
         if (!strcmp(argv[i], "--state") &&
             strspn(argv[i + 1], "abcdefghijklmnopqrstuvwxyz") == strlen(argv[i + 1]) && strlen(argv[i + 1]) < 20)
-            snprintf(path, sizeof path, "/v1/jobs?limit=1000&state=%s", argv[++i]);
+            state = argv[++i];
         else {
             fprintf(stderr, "kiln: jobs: unexpected argument '%s'\n", argv[i]);
             return 2;
         }
     }
-    cJSON *j = NULL;
-    int rc = simple(cl, "GET", path, "jobs", &j);
-    if (rc)
-        return rc;
-    const cJSON *jobs = cJSON_GetObjectItemCaseSensitive(j, "jobs"), *it;
-    printf("%-6s %-10s %-30s %s\n", "ID", "STATE", "PROGRESS", "MODEL");
-    cJSON_ArrayForEach(it, jobs)
-    {
-        printf("%-6.0f %-10s ", num_of(it, "id"), str_of(it, "state") ? str_of(it, "state") : "?");
-        print_progress_bar(isfinite(num_of(it, "progress")) ? num_of(it, "progress") : 0);
-        printf("  %s\n", str_of(it, "register_as") ? str_of(it, "register_as") : "-");
+    /* Every page, oldest first, following next_after: the newest jobs are the last page's */
+    printf("%-6s %-10s %-27s  %s\n", "ID", "STATE", "PROGRESS", "MODEL");
+    long long shown = 0;
+    char after[32] = "";
+    for (;;) {
+        char path[160];
+        snprintf(path, sizeof path, "/v1/jobs?limit=1000%s%s%s%s", state ? "&state=" : "", state ? state : "",
+                 after[0] ? "&after=" : "", after);
+        cJSON *j = NULL;
+        int rc = simple(cl, "GET", path, "jobs", &j);
+        if (rc)
+            return rc;
+        const cJSON *jobs = cJSON_GetObjectItemCaseSensitive(j, "jobs"), *it;
+        cJSON_ArrayForEach(it, jobs)
+        {
+            printf("%-6.0f %-10s ", num_of(it, "id"), str_of(it, "state") ? str_of(it, "state") : "?");
+            print_progress_bar(isfinite(num_of(it, "progress")) ? num_of(it, "progress") : 0);
+            printf("  %s\n", str_of(it, "register_as") ? str_of(it, "register_as") : "-");
+            shown++;
+        }
+        const cJSON *next = cJSON_GetObjectItemCaseSensitive(j, "next_after");
+        bool more = cJSON_IsNumber(next) && cJSON_GetArraySize(jobs) > 0;
+        if (more)
+            snprintf(after, sizeof after, "%.0f", next->valuedouble);
+        cJSON_Delete(j);
+        if (!more)
+            break;
     }
-    if (cJSON_GetArraySize(jobs) == 0)
+    if (shown == 0)
         printf("(no jobs)\n");
-    cJSON_Delete(j);
     return 0;
 }
 
@@ -330,14 +346,15 @@ static int cmd_load(const struct kiln_client *cl, const char *cmd, int argc, cha
     return rc;
 }
 
-/* Shape of a nested array of numbers; false when ragged or not numbers. */
+/* Shape of a nested array of numbers or booleans; false when ragged or not numbers. */
 static bool nested_shape(const cJSON *a, int depth, long long *shape, int *ndim, cJSON *flat)
 {
-    if (cJSON_IsNumber(a)) {
+    if (cJSON_IsNumber(a) || cJSON_IsBool(a)) { /* booleans for a BOOL input; kilnd checks the datatype */
         if (*ndim != depth && *ndim != -1)
             return false;
         *ndim = depth;
-        cJSON_AddItemToArray(flat, cJSON_CreateNumber(a->valuedouble));
+        cJSON_AddItemToArray(flat, cJSON_IsBool(a) ? cJSON_CreateBool(cJSON_IsTrue(a))
+                                                   : cJSON_CreateNumber(a->valuedouble));
         return true;
     }
     if (!cJSON_IsArray(a) || depth >= 8)
@@ -350,116 +367,6 @@ static bool nested_shape(const cJSON *a, int depth, long long *shape, int *ndim,
     const cJSON *x;
     cJSON_ArrayForEach(x, a) if (!nested_shape(x, depth + 1, shape, ndim, flat)) return false;
     return true;
-}
-
-/*
- * Where each output's "data" array opens in the raw response body, in the order of "outputs"
- * (at most max). cJSON keeps every number as a double, which rounds an INT64 above 2^53, so
- * integer outputs are read again from this text. Returns how many were found.
- */
-static int find_data_arrays(const char *p, const char *end, const char **at, int max)
-{
-    int depth = 0, n = 0;
-    bool in_outputs = false;
-    const char *key = NULL;
-    size_t keylen = 0;
-    for (; p < end; p++) {
-        if (*p == '"') {
-            const char *q = p + 1;
-            while (q < end && *q != '"')
-                q += *q == '\\' ? 2 : 1;
-            const char *t = q + 1;
-            while (t < end && strchr(" \t\r\n", *t))
-                t++;
-            if (t < end && *t == ':') {
-                key = p + 1;
-                keylen = (size_t)(q - key);
-            }
-            p = q;
-        } else if (*p == '{' || *p == '[') {
-            depth++;
-            bool is_outputs = key && keylen == 7 && !memcmp(key, "outputs", 7);
-            bool is_data = key && keylen == 4 && !memcmp(key, "data", 4);
-            if (depth == 2 && *p == '[' && is_outputs)
-                in_outputs = true;
-            else if (in_outputs && depth == 4 && *p == '[' && is_data && n < max)
-                at[n++] = p;
-            key = NULL;
-        } else if (*p == '}' || *p == ']') {
-            if (--depth < 2)
-                in_outputs = false;
-        } else if (*p == ',') {
-            key = NULL;
-        }
-    }
-    return n;
-}
-
-/* The next element of a raw JSON array of integers at *p (the array's '[' or the ',' before the
- * element), *p moved past it; false when it is not an integer. */
-static bool next_integer(const char **p, const char *end, long long *v)
-{
-    const char *q = *p + 1;
-    while (q < end && strchr(" \t\r\n", *q))
-        q++;
-    char *e;
-    errno = 0;
-    *v = strtoll(q, &e, 10);
-    if (e == q || errno || (e < end && strchr(".eE", *e)))
-        return false;
-    while (e < end && strchr(" \t\r\n", *e))
-        e++;
-    *p = e;
-    return true;
-}
-
-/*
- * One output of a predict answer, a row per line for a 2-D output: booleans as true/false,
- * integers exactly (from the raw text), floating-point values to 4 places. The "-> class N"
- * hint (the arg max of the row) is only for a floating-point [batch, classes] output of more
- * than one class, the shape of a classifier's scores; for other outputs it means nothing.
- */
-static void print_output(const cJSON *o, const char *raw, const char *end)
-{
-    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(o, "shape"),
-                *data = cJSON_GetObjectItemCaseSensitive(o, "data");
-    const char *dt = str_of(o, "datatype") ? str_of(o, "datatype") : "";
-    bool is_float = !strncmp(dt, "FP", 2) || !strcmp(dt, "BF16"), is_bool = !strcmp(dt, "BOOL");
-    bool is_int = !strncmp(dt, "INT", 3) || !strncmp(dt, "UINT", 4);
-    int nd = cJSON_GetArraySize(shape);
-    long long rows = nd == 2 ? (long long)cJSON_GetArrayItem(shape, 0)->valuedouble : 1;
-    long long cols = nd == 2 ? (long long)cJSON_GetArrayItem(shape, 1)->valuedouble : cJSON_GetArraySize(data);
-    printf("%s (%s", str_of(o, "name"), dt);
-    for (int d = 0; d < nd; d++)
-        printf("%s%.0f", d ? "x" : " ", cJSON_GetArrayItem(shape, d)->valuedouble);
-    printf("):\n");
-    const cJSON *v = data ? data->child : NULL; /* walked in order: GetArrayItem per element is quadratic */
-    for (long long rr = 0; rr < rows; rr++) {
-        long long best = 0;
-        double bv = -INFINITY;
-        printf("  [");
-        for (long long c = 0; c < cols; c++, v = v ? v->next : NULL) {
-            double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
-            long long iv;
-            printf("%s", c ? ", " : "");
-            if (cJSON_IsBool(v) || (is_bool && cJSON_IsNumber(v)))
-                printf("%s", cJSON_IsTrue(v) || (cJSON_IsNumber(v) && x != 0) ? "true" : "false");
-            else if (is_int && raw && next_integer(&raw, end, &iv))
-                printf("%lld", iv);
-            else if (cJSON_IsString(v))
-                printf("\"%s\"", v->valuestring);
-            else
-                printf("%.4f", x);
-            if (x > bv) {
-                bv = x;
-                best = c;
-            }
-        }
-        printf("]");
-        if (nd == 2 && cols > 1 && is_float)
-            printf("  -> class %lld", best);
-        printf("\n");
-    }
 }
 
 static int cmd_predict(const struct kiln_client *cl, int argc, char **argv)
@@ -564,24 +471,16 @@ static int cmd_predict(const struct kiln_client *cl, int argc, char **argv)
         free(r.raw);
         return 1;
     }
-    cJSON *j = parse_body(&r), *o;
-    const char *raw_data[64];
-    int nraw = find_data_arrays(r.body, r.body + r.body_len, raw_data, 64), k = 0;
-    cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(j, "outputs"))
-    {
-        print_output(o, k < nraw ? raw_data[k] : NULL, r.body + r.body_len);
-        k++;
-    }
-    cJSON_Delete(j);
+    rc = kiln_cli_print_infer_response(&r, "predict") == 0 ? 0 : 1;
     free(r.raw);
-    return 0;
+    return rc;
 }
 
 int kiln_cli_jobs_main(const struct kiln_client *cl, const char *cmd, int argc, char **argv)
 {
     if (!strcmp(cmd, "train")) {
         if (argc < 1 || strcmp(argv[0], "submit") != 0) {
-            fprintf(stderr, "kiln: usage: kiln train submit SPEC.json [--watch]\n");
+            fprintf(stderr, "kiln: usage: kiln train submit SPEC.json [--watch] [--plain]\n");
             return 2;
         }
         return cmd_submit(cl, argc - 1, argv + 1);
@@ -606,11 +505,24 @@ int kiln_cli_jobs_main(const struct kiln_client *cl, const char *cmd, int argc, 
     char path[64];
     if (!strcmp(cmd, "cancel")) {
         snprintf(path, sizeof path, "/v1/jobs/%s", argv[0]);
-        cJSON *j = NULL;
-        int rc = simple(cl, "DELETE", path, "cancel", &j);
-        if (rc == 0)
+        struct response r;
+        if (kiln_cli_request(cl, "DELETE", path, NULL, 0, &r) != 0)
+            return 2;
+        int rc = 0;
+        if (r.status == 409 && memmem(r.body, r.body_len, "?purge=true", 11)) {
+            /* an ended job: kilnd names its API's purge; the CLI's own command does it */
+            kiln_cli_print_error("cancel", &r);
+            fprintf(stderr, "kiln: cancel: job %s has ended; kiln jobs rm %s removes it\n", argv[0], argv[0]);
+            rc = 1;
+        } else if (r.status >= 300) {
+            kiln_cli_print_error("cancel", &r);
+            rc = 1;
+        } else {
+            cJSON *j = parse_body(&r);
             printf("job %s: %s\n", argv[0], str_of(j, "state") ? str_of(j, "state") : "?");
-        cJSON_Delete(j);
+            cJSON_Delete(j);
+        }
+        free(r.raw);
         return rc;
     }
     snprintf(path, sizeof path, "/v1/jobs/%s/resume", argv[0]);

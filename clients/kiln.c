@@ -7,6 +7,7 @@
  * KILN_CONFIG is kilnd's), else http://127.0.0.1:8080 and no token.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdbool.h>
@@ -70,6 +71,38 @@ bad:
     return -1;
 }
 
+/* connect() that gives up after timeout_ms: a host that drops SYNs (a firewall, a full
+ * backlog) would otherwise hold the CLI for the kernel's two minutes of retries, and the
+ * dashboard's screen with it. Returns 0, or -1 with errno set (ETIMEDOUT past the limit). */
+static int connect_within(int fd, const struct sockaddr *addr, socklen_t len, int timeout_ms)
+{
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
+        return -1;
+    if (connect(fd, addr, len) != 0) {
+        if (errno != EINPROGRESS)
+            return -1;
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int rc;
+        do
+            rc = poll(&p, 1, timeout_ms);
+        while (rc < 0 && errno == EINTR);
+        if (rc == 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        int so_error = 0;
+        socklen_t so_len = sizeof so_error;
+        if (rc < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &so_len) != 0)
+            return -1;
+        if (so_error != 0) {
+            errno = so_error;
+            return -1;
+        }
+    }
+    return fcntl(fd, F_SETFL, flags);
+}
+
 int kiln_cli_connect(const struct kiln_client *cl)
 {
     const struct url *u = &cl->u;
@@ -88,7 +121,8 @@ int kiln_cli_connect(const struct kiln_client *cl)
             err = errno;
             continue;
         }
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        if (connect_within(fd, ai->ai_addr, ai->ai_addrlen,
+                           cl->connect_timeout_ms ? cl->connect_timeout_ms : TIMEOUT_MS) != 0) {
             err = errno;
             close(fd);
             fd = -1;
@@ -137,17 +171,26 @@ int kiln_cli_send_request(const struct kiln_client *cl, const char *method, cons
     int fd = kiln_cli_connect(cl);
     if (fd < 0)
         return -1;
-    char auth[600] = "";
-    if (cl->token && cl->token[0])
-        snprintf(auth, sizeof auth, "Authorization: Bearer %.500s\r\n", cl->token);
-    char req[2048];
-    int n = snprintf(req, sizeof req,
-                     "%s %s%s HTTP/1.1\r\nHost: %s:%s\r\nUser-Agent: kiln/%s\r\nAccept: */*\r\n%s%s"
-                     "Content-Length: %zu\r\n%sConnection: close\r\n\r\n",
-                     method, cl->u.base, path, cl->u.host, cl->u.port, KILN_VERSION, auth,
-                     body ? "Content-Type: application/json\r\n" : "", body_len, extra_headers ? extra_headers : "");
-    if (n < 0 || n >= (int)sizeof req || kiln_cli_send_all(cl, fd, req, (size_t)n) != 0 ||
-        (body_len && kiln_cli_send_all(cl, fd, body, body_len) != 0)) {
+    /* the token whole, however long: kilnd takes any that fits its header limit */
+    bool with_token = cl->token && cl->token[0];
+    const char *token = with_token ? cl->token : "";
+    static const char form[] = "%s %s%s HTTP/1.1\r\nHost: %s:%s\r\nUser-Agent: kiln/%s\r\nAccept: */*\r\n%s%s%s"
+                               "%sContent-Length: %zu\r\n%sConnection: close\r\n\r\n";
+#define REQUEST_ARGS                                                                                              \
+    method, cl->u.base, path, cl->u.host, cl->u.port, KILN_VERSION, with_token ? "Authorization: Bearer " : "",   \
+        token, with_token ? "\r\n" : "", body ? "Content-Type: application/json\r\n" : "", body_len,              \
+        extra_headers ? extra_headers : ""
+    int n = snprintf(NULL, 0, form, REQUEST_ARGS);
+    char *req = n > 0 ? malloc((size_t)n + 1) : NULL;
+    if (!req) {
+        close(fd);
+        return -1;
+    }
+    snprintf(req, (size_t)n + 1, form, REQUEST_ARGS);
+#undef REQUEST_ARGS
+    int rc = kiln_cli_send_all(cl, fd, req, (size_t)n);
+    free(req);
+    if (rc != 0 || (body_len && kiln_cli_send_all(cl, fd, body, body_len) != 0)) {
         close(fd);
         return -1;
     }
@@ -276,12 +319,26 @@ static int cmd_version(const struct kiln_client *cl)
     struct response r;
     if (request(cl, "/v2", &r) != 0)
         return 2;
+    if (r.status != 200) {
+        kiln_cli_print_error("version", &r);
+        free(r.raw);
+        return 1;
+    }
     cJSON *j = cJSON_ParseWithLength(r.body, r.body_len);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "version");
-    printf("kilnd server %s (%s)\n", cJSON_IsString(v) ? v->valuestring : "unknown", cl->shown);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "version"),
+                *name = cJSON_GetObjectItemCaseSensitive(j, "name");
+    int rc = 0;
+    if (cJSON_IsString(v) && cJSON_IsString(name) && !strcmp(name->valuestring, "kiln")) {
+        printf("kilnd server %s (%s)\n", v->valuestring, cl->shown);
+    } else {
+        /* a 200 from something else (a proxy's page, another server's /v2) is not kilnd's version */
+        fprintf(stderr, "kiln: version: %s/v2 did not answer as kilnd does (server metadata named \"kiln\")\n",
+                cl->shown);
+        rc = 1;
+    }
     cJSON_Delete(j);
     free(r.raw);
-    return 0;
+    return rc;
 }
 
 /* The CLI's config file: $KILN_CLI_CONFIG, else $XDG_CONFIG_HOME/kiln/cli.json, else

@@ -121,9 +121,13 @@ void kiln_watch_apply(struct kiln_watch *w, const char *type, const char *data, 
             w->done = true;
             w->exit_code = strcmp(w->state, "succeeded") == 0 ? 0 : 1;
             const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "metrics");
-            if (print && m && isfinite(num_of(m, "valid_accuracy")))
-                printf("job %lld: final valid_accuracy %.4f valid_loss %.4f train_loss %.4f\n", w->id,
-                       num_of(m, "valid_accuracy"), num_of(m, "valid_loss"), num_of(m, "train_loss"));
+            if (m && isfinite(num_of(m, "valid_accuracy"))) {
+                snprintf(w->final_metrics, sizeof w->final_metrics,
+                         "final valid_accuracy %.4f valid_loss %.4f train_loss %.4f", num_of(m, "valid_accuracy"),
+                         num_of(m, "valid_loss"), num_of(m, "train_loss"));
+                if (print)
+                    printf("job %lld: %s\n", w->id, w->final_metrics);
+            }
         }
     } else if (!strcmp(type, "log")) {
         const char *msg = str_of(o, "message") ? str_of(o, "message") : "";

@@ -27,6 +27,7 @@ struct kiln_watch {
     char error[256];
     bool done;                /* a final state event arrived */
     int exit_code;            /* 0 succeeded, 1 failed or cancelled */
+    char final_metrics[160];  /* "final valid_accuracy ...", from the final state event, or "" */
     /* the newest step event */
     double epoch, batch, batches, step, loss, acc, lr, items_per_sec;
     bool have_step;

@@ -39,8 +39,21 @@ expect '--batch "0" is not a whole number from 1 to' "$fashion" mlp 1 --batch 0
 expect '--workers "999" is not a whole number from 0 to 256' "$fashion" mlp 1 --workers 999
 expect 'epochs "abc" is not a whole number from 1 to' "$fashion" mlp abc
 expect 'epochs "0" is not a whole number from 1 to' "$fashion" cnn 0
-expect 'model must be mlp or cnn' "$fashion" rnn 1
+expect 'model "rnn" must be mlp or cnn' "$fashion" rnn 1
 expect 'epochs "abc" is not a whole number from 1 to 100000' "$synthetic" cpu abc
 expect 'epochs "-3" is not a whole number from 1 to 100000' "$synthetic" cpu -3
 expect 'unexpected argument "7"' "$synthetic" cpu 3 7
+# --help (or -h) anywhere: the usage on stdout, status 0, nothing run
+for prog in "$fashion" "$synthetic"; do
+    for flag in --help -h; do
+        out=$("$prog" $flag 2>/dev/null)
+        rc=$?
+        if [ "$rc" -ne 0 ] || ! printf '%s\n' "$out" | grep -q "^usage:"; then
+            echo "FAIL: $prog $flag exited with $rc, stdout: $out"
+            failed=1
+        else
+            echo "ok: $prog $flag"
+        fi
+    done
+done
 exit $failed

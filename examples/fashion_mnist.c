@@ -90,9 +90,9 @@ static kiln_dataset *load(const char *dir, const char *prefix, int64_t subset)
     return ds;
 }
 
-static int usage(const char *prog)
+static int usage(FILE *to, const char *prog)
 {
-    fprintf(stderr,
+    fprintf(to,
             "usage: %s mlp|cnn [epochs] [--data DIR] [--out DIR] [--batch N] [--lr X] "
             "[--subset N] [--test-subset N] [--workers N] [--device SPEC] [--resume] [--json] "
             "[--print-losses]\n",
@@ -132,10 +132,15 @@ static bool parse_positive(const char *opt, const char *text, double *out)
 
 int main(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout, argv[0]);
+            return 0;
+        }
     const char *kind = argc > 1 ? argv[1] : "mlp";
     int64_t epochs = 10;
     if (argc > 2 && !parse_int("epochs", argv[2], 1, 1000000, &epochs))
-        return usage(argv[0]);
+        return usage(stderr, argv[0]);
     const char *env = getenv("KILN_FASHION_MNIST");
     const char *data = env ? env : "/usr/share/datasets/fashion-mnist";
     const char *out = "fashion-out", *devspec = "cpu";
@@ -171,11 +176,11 @@ int main(int argc, char **argv)
         else
             ok = false;
         if (!ok)
-            return usage(argv[0]);
+            return usage(stderr, argv[0]);
     }
     if (strcmp(kind, "mlp") != 0 && strcmp(kind, "cnn") != 0) {
-        fprintf(stderr, "model must be mlp or cnn\n");
-        return usage(argv[0]);
+        fprintf(stderr, "fashion_mnist: model \"%s\" must be mlp or cnn\n", kind);
+        return usage(stderr, argv[0]);
     }
     kiln_device *dev = kiln_device_open(devspec);
     kiln_dataset *train = dev ? load(data, "train", subset) : NULL;

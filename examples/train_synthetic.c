@@ -17,6 +17,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kiln/kiln.h"
 #include "kiln/loss.h"
@@ -125,19 +126,28 @@ static int train(kiln_device *dev, kiln_optim_config cfg, int epochs, kiln_tenso
     return rc;
 }
 
-static int usage(const char *prog)
+static int usage(FILE *to, const char *prog)
 {
-    fprintf(stderr, "usage: %s [device] [epochs]\n", prog);
+    fprintf(to,
+            "usage: %s [device] [epochs]\n"
+            "  device  a device spec: cpu (the default), ref, vulkan:0, cuda:0, remote://host:port/cpu\n"
+            "  epochs  a whole number from 1 to 100000 (12)\n",
+            prog);
     return 2;
 }
 
 int main(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout, argv[0]);
+            return 0;
+        }
     const char *spec = argc > 1 ? argv[1] : "cpu";
     int epochs = 12;
     if (argc > 3) {
         fprintf(stderr, "train_synthetic: unexpected argument \"%s\"\n", argv[3]);
-        return usage(argv[0]);
+        return usage(stderr, argv[0]);
     }
     if (argc > 2) {
         char *end;
@@ -145,7 +155,7 @@ int main(int argc, char **argv)
         long v = strtol(argv[2], &end, 10);
         if (end == argv[2] || *end || errno == ERANGE || v < 1 || v > 100000) {
             fprintf(stderr, "train_synthetic: epochs \"%s\" is not a whole number from 1 to 100000\n", argv[2]);
-            return usage(argv[0]);
+            return usage(stderr, argv[0]);
         }
         epochs = (int)v;
     }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "error-impl.h"
 #include "kiln/autodiff.h"
@@ -283,8 +284,8 @@ static void progress(kiln_learner *L, int64_t e, int64_t b, int64_t nb, double l
     bar[31] = ']';
     bar[32] = 0;
     int eta_s = eta > 0 && eta < 1e7 ? (int)eta : 0;
-    fprintf(f, "\repoch %lld/%lld %s %lld/%lld loss %.4f", (long long)e + 1, (long long)L->cfg.epochs, bar,
-            (long long)b + 1, (long long)nb, loss);
+    fprintf(f, "%sepoch %lld/%lld %s %lld/%lld loss %.4f", isatty(fileno(f)) ? "\r" : "", (long long)e + 1,
+            (long long)L->cfg.epochs, bar, (long long)b + 1, (long long)nb, loss);
     if (L->cfg.num_classes > 0)
         fprintf(f, " acc %.4f", acc);
     fprintf(f, " %.0f it/s ETA %d:%02d ", ips, eta_s / 60, eta_s % 60);
@@ -577,7 +578,9 @@ static int train_epoch(kiln_learner *L, int64_t e, double *seconds, int64_t *ite
             vals[2] = ips;
         }
         kiln__learner_emit(L, &ev);
-        if (L->cfg.progress && (el - last_print > 0.2 || b == nb - 1)) {
+        /* A terminal gets the line redrawn five times a second; a pipe or a file gets it once an
+         * epoch, since every redraw there is another line of carriage returns in a log. */
+        if (L->cfg.progress && ((el - last_print > 0.2 && isatty(fileno(L->cfg.progress))) || b == nb - 1)) {
             last_print = el;
             double eta = el / (double)(b + 1 - b0) * (double)(nb - b - 1);
             progress(L, e, b, nb, L->part_n ? L->part_loss / (double)L->part_n : lv,

@@ -9,7 +9,8 @@ shows in its message):
   Python), so a misspelt "token" does not end in a 401 with no hint;
 - `train submit DIR` is a local "cannot read" (exit 2), not a body sent to kilnd;
 - a job id of 0 is a usage error (exit 2) like -1, for job, cancel, resume and watch;
-- --token and --url without a value say that the option needs one.
+- --token and --url without a value say that the option needs one;
+- a host that never answers a connect is given up after 10 s.
 
 Usage: test_cli_config.py KILN_CLI PYTHON_CLIENT_DIR
 """
@@ -120,10 +121,42 @@ def test_usage_errors():
           (p.returncode, p.stdout, p.stderr[:120]))
 
 
+def test_silent_host():
+    """A host that drops the connection's SYNs (here a listener whose backlog is full): the CLI gives up
+    after its 10 s connect limit (it waited for the kernel's retries, more than two minutes)."""
+    import socket
+    import time
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    for _ in range(8):  # fill the accept queue: later SYNs are dropped, unanswered
+        c = socket.socket()
+        c.setblocking(False)
+        try:
+            c.connect(("127.0.0.1", port))
+        except BlockingIOError:
+            pass
+        fillers.append(c)
+    time.sleep(0.2)
+    started = time.time()
+    p = subprocess.run([CLI, "--url=http://127.0.0.1:%d" % port, "health"], capture_output=True, text=True,
+                       env=BASE_ENV, timeout=100)
+    took = time.time() - started
+    check(p.returncode == 2 and "Connection timed out" in p.stderr and 5 < took < 60,
+          "a host that never answers the connect: exit 2 after the 10 s limit, not the kernel's minutes: "
+          "%d after %.1f s %r" % (p.returncode, took, p.stderr[:160]))
+    for c in fillers:
+        c.close()
+    listener.close()
+
+
 def main():
     test_cli_file()
     test_python_client_file()
     test_usage_errors()
+    test_silent_host()
     shutil.rmtree(TMP, ignore_errors=True)
     H.cleanup()
     H.finish()

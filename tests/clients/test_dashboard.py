@@ -35,14 +35,14 @@ def tmux(*args, check_rc=True):
     return r.stdout
 
 
-def start_pane(name, url, args, width=100, height=30):
+def start_pane(name, url, args, width=100, height=30, env=()):
     """kiln ARGS in a detached tmux window; the shell around it records the exit status and
     whether the terminal settings came back unchanged (and survives the Ctrl-C sent to kiln)."""
     script = ("trap true INT; before=$(stty -g); %s --url %s %s; rc=$?; after=$(stty -g); "
               "[ \"$before\" = \"$after\" ] && echo TTY-RESTORED; echo EXIT=$rc; sleep 600"
               % (CLI, url, " ".join(args)))
     tmux("new-session", "-d", "-s", name, "-x", str(width), "-y", str(height),
-         "env", "LANG=C.UTF-8", "LC_ALL=C.UTF-8", "TERM=screen", "sh", "-c", script)
+         "env", "LANG=C.UTF-8", "LC_ALL=C.UTF-8", "TERM=screen", *env, "sh", "-c", script)
 
 
 def capture(name):
@@ -108,12 +108,20 @@ def test_finished_job(d):
         check(True, "redrawn cleanly at %dx%d" % (w, h))
     check("Accuracy" in scr and "Loss" in scr, "at 120x40 both plots are back")
 
+    # An exported COLUMNS/LINES that is not the terminal's size is not taken over the real one
+    start_pane("envsize", d.url, ["watch", str(jid)], 100, 30, env=("COLUMNS=300", "LINES=10"))
+    wait_screen("envsize", lambda s: "succeeded" in s and sane(s, 100, 30) and len(s.rstrip("\n").split("\n")) > 20,
+                "the dashboard at the terminal's 100x30, not COLUMNS=300 LINES=10", timeout=20)
+    check(True, "COLUMNS and LINES exported with other values: drawn at the terminal's size")
+    tmux("send-keys", "-t", "envsize", "q")
     tmux("send-keys", "-t", "fin", "q")
     scr = wait_screen("fin", lambda s: "EXIT=" in s, "the exit status")
     check("EXIT=0" in scr, "q leaves with status 0")
     check("TTY-RESTORED" in scr, "the terminal settings are restored")
     check(not alternate_on("fin"), "the alternate screen is left")
     check("job %d: succeeded" % jid in scr, "the final state is printed after leaving")
+    check("job %d: final valid_accuracy %.4f valid_loss %.4f" % (jid, ep["valid_accuracy"], ep["valid_loss"]) in scr,
+          "and the final metrics, as the plain lines give them")
 
 
 def test_running_ctrl_c(d):
@@ -123,6 +131,14 @@ def test_running_ctrl_c(d):
     scr = wait_screen("run", lambda s: "running" in s and re.search(r"step [1-9]", s), "a running job with steps")
     check(re.search(r"ETA \d+(s|m\d\ds|h\d\dm)", scr) is not None, "a running job shows an ETA")
     check("following job %d" % jid in scr, "the footer says the stream is followed")
+    # q on a job that goes on: not 0, which says the job succeeded (`kiln train submit --watch && deploy`)
+    start_pane("quit", d.url, ["watch", str(jid)], 90, 25)
+    wait_screen("quit", lambda s: "following job %d" % jid in s, "the second dashboard following the job")
+    tmux("send-keys", "-t", "quit", "q")
+    scr = wait_screen("quit", lambda s: "EXIT=" in s, "the exit status after q")
+    check("EXIT=3" in scr and "job %d is running and goes on" % jid in scr,
+          "q on a running job leaves with status 3 and says the job goes on")
+    check("TTY-RESTORED" in scr and not alternate_on("quit"), "the terminal is restored after q")
     tmux("send-keys", "-t", "run", "C-c")
     scr = wait_screen("run", lambda s: "EXIT=" in s, "the exit status after Ctrl-C")
     check("EXIT=130" in scr, "Ctrl-C leaves with status 130")

@@ -39,6 +39,16 @@ def write_model(data):
                    [O.tensor("two", O.FLOAT, [], [2.0]), O.tensor("big0", O.INT64, [], [BIG])])
     with open(os.path.join(folder, "model.onnx"), "wb") as f:
         f.write(onnx)
+    folder = os.path.join(data, "models", "flags", "1")
+    os.makedirs(folder, exist_ok=True)
+    onnx = O.model([O.node("Not", ["b"], ["nb"]), O.node("Cast", ["b"], ["d"], [O.attr_int("to", O.DOUBLE)]),
+                    O.node("Mul", ["d", "tiny"], ["small"]), O.node("Mul", ["d", "huge"], ["large"])],
+                   [O.value("b", O.BOOL, ["n", 3])],
+                   [O.value("nb", O.BOOL, ["n", 3]), O.value("small", O.DOUBLE, ["n", 3]),
+                    O.value("large", O.DOUBLE, ["n", 3])],
+                   [O.tensor("tiny", O.DOUBLE, [], [1.5e-300]), O.tensor("huge", O.DOUBLE, [], [2.5e300])])
+    with open(os.path.join(folder, "model.onnx"), "wb") as f:
+        f.write(onnx)
     folder = os.path.join(data, "models", "ints", "1")
     os.makedirs(folder, exist_ok=True)
     onnx = O.model([O.node("Add", ["x", "one"], ["y"])], [O.value("x", O.INT64, ["b", 3])],
@@ -106,6 +116,43 @@ def test_int64_inputs(d):
           "a refused input is never sent: %s inference requests before, %s after" % (before, after))
 
 
+def test_binary_outputs(d):
+    """Outputs asked as binary data (binary_data_output, or one output's binary_data) print as the
+    JSON answer does: it printed nan for every value, with exit status 0."""
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 4], "data": [0, 1, 2, 3, 3, 2, 1, 0.5]}]}
+    rc, want, err = predict(d, "multi", "--json", json.dumps(body))
+    check(rc == 0 and "probs" in want and "nan" not in want, "the JSON answer: rc %d %r %r" % (rc, want, err))
+    asks = [{"binary_data_output": True}, None]
+    for params in asks:
+        b = dict(body)
+        if params:
+            b["parameters"] = params
+        else:  # one output binary, the others as JSON, in the answer's order
+            b["outputs"] = [{"name": "probs"}, {"name": "flag", "parameters": {"binary_data": True}},
+                            {"name": "big", "parameters": {"binary_data": True}}]
+        rc, out, err = predict(d, "multi", "--json", json.dumps(b))
+        check(rc == 0 and out == want, "binary outputs (%s) print as JSON ones: rc %d %r (want %r) %r"
+              % (params or "per output", rc, out, want, err))
+    # the model has no config.json, so it does not batch: its whole output is ranked (ties: lower index)
+    outs = []
+    for binary in (False, True):
+        b = dict(body, outputs=[{"name": "probs", "parameters": {"classification": 2, "binary_data": binary}}])
+        rc, out, err = predict(d, "multi", "--json", json.dumps(b))
+        outs.append(out)
+        check(rc == 0 and out == 'probs (BYTES 2):\n  ["6.000000:3", "6.000000:4"]\n',
+              "classes asked as %s BYTES print as strings: rc %d %r %r" % ("binary" if binary else "JSON", rc, out, err))
+
+
+def test_bool_input_and_fp64(d):
+    """A bare nested array of booleans for a BOOL input (refused before); FP64 values far from 1 print
+    with an exponent (1.5e-300 printed as 0.0000, 2.5e300 as three hundred digits)."""
+    rc, out, err = predict(d, "flags", "--json", "[[true, false, true]]")
+    check(rc == 0 and "[false, true, false]" in out, "BOOL in, BOOL out: rc %d %r %r" % (rc, out, err))
+    check("[1.5000e-300, 0.0000, 1.5000e-300]" in out, "tiny FP64 with an exponent: %r" % out)
+    check("[2.5000e+300, 0.0000, 2.5000e+300]" in out and len(max(out.splitlines(), key=len)) < 80,
+          "huge FP64 with an exponent: %r" % out)
+
+
 def main():
     data = os.path.join(H.TMP, "predict")
     os.makedirs(data, exist_ok=True)
@@ -113,7 +160,7 @@ def main():
     d = H.Daemon(KILND, "predict", fresh=False)
     try:
         for _ in range(300):
-            if all(d.req("GET", "/v2/models/%s/ready" % m)[0] == 200 for m in ("multi", "ints")):
+            if all(d.req("GET", "/v2/models/%s/ready" % m)[0] == 200 for m in ("multi", "ints", "flags")):
                 break
             H.time.sleep(0.02)
         p = subprocess.run([CLI, "--url=" + d.url, "predict", "multi", "--json", json.dumps([[0, 1, 2, 3]])],
@@ -130,6 +177,19 @@ def main():
         check(row("big") == want, "INT64 prints exact integers, no hint: %r (want %r)" % (row("big"), want))
         check("nan" not in out, "no nan anywhere: %r" % out)
         test_int64_inputs(d)
+        test_binary_outputs(d)
+        test_bool_input_and_fp64(d)
+    finally:
+        d.stop()
+    # A long bearer token is sent whole (the CLI cut it to 500 bytes: a 401 for a token kilnd takes)
+    token = "b" * 600
+    d = H.Daemon(KILND, "predict-token", env={"KILN_API_TOKENS": "admin:" + token}, data_roots=False)
+    try:
+        for tok, want_rc in ((token, 0), (token[:500], 1)):
+            p = subprocess.run([CLI, "--url=" + d.url, "--token", tok, "models"], capture_output=True, text=True,
+                               env=H.ENV, timeout=60)
+            check(p.returncode == want_rc and (want_rc == 0 or "401" in p.stderr),
+                  "a %d-byte token: exit %d (want %d) %r" % (len(tok), p.returncode, want_rc, p.stderr[:120]))
     finally:
         d.stop()
     H.finish()

@@ -130,13 +130,18 @@ def test_purge(name):
         check(st == 400 and want in e.get("error", ""), "DELETE ?%s -> 400 (%s): %s %s" % (q, want, st, e))
     st, e = d.req("DELETE", "/v1/jobs/%d?purge=false" % ok)
     check(st == 409 and "has ended" in e.get("error", ""), "?purge=false is a plain DELETE: %s %s" % (st, e))
+    history = 0  # the metric history's rows, epoch and step, that the purge is to count
+    for kind in ("epoch", "step"):
+        st, m = d.req("GET", "/v1/jobs/%d/metrics?kind=%s&limit=10000" % (ok, kind))
+        check(st == 200 and not m.get("more"), "the %s history before the purge: %s" % (kind, st))
+        history += len(m["metrics"])
     st, p = purge(d, ok)
     check(st == 200 and p.get("id") == ok and p.get("purged") is True and p.get("state") == "succeeded",
           "purge of the succeeded job -> 200: %s %s" % (st, p))
     check(p.get("files_removed") == files and p.get("bytes_freed") == size and size > 0,
           "it says the files and bytes its checkpoints held (%d, %d): %s" % (files, size, p))
-    check(p.get("events_removed", 0) > 0 and p.get("metrics_removed") == 0,
-          "and how many events went: %s" % p)
+    check(history > 0 and p.get("metrics_removed") == history and p.get("events_removed", 0) > history,
+          "and how many events went, the %d rows of its metric history among them: %s" % (history, p))
     check(p.get("model_kept") == {"name": "purge_kept", "version": 1} and "stays in the model repository"
           in p.get("note", ""), "the model version it registered is kept, and said so: %s" % p)
     check_purged(d, ok, "the purged succeeded job")
@@ -336,7 +341,28 @@ def test_cli():
     p = subprocess.run([CLI, "jobs", "rm", str(run)], capture_output=True, text=True, env=env, timeout=60)
     check(p.returncode == 1 and "HTTP 409" in p.stderr and "cancel it first" in p.stderr,
           "kiln jobs rm of a running job prints the server's error and exits 1: %d %r" % (p.returncode, p.stderr))
+    # More jobs than one page of GET /v1/jobs (1000): `kiln jobs` follows next_after to the newest
+    # (it showed the oldest 1000 only). They queue behind the running one and are cancelled queued.
+    started = time.time()
+    queued = [submit(d, long_spec("cli_page")) for _ in range(1001)]
+    for jid in queued:
+        st, c = d.req("DELETE", "/v1/jobs/%d" % jid)
+        check(st in (200, 202) or jid is None, "cancel queued job %s: %s %s" % (jid, st, c))
     cancel(d, run)
+    p = subprocess.run([CLI, "jobs"], capture_output=True, text=True, env=env, timeout=60)
+    ids = [int(line.split()[0]) for line in p.stdout.splitlines()[1:]]
+    check(p.returncode == 0 and ids == [run] + queued and p.stdout.splitlines()[0].split() ==
+          ["ID", "STATE", "PROGRESS", "MODEL"], "kiln jobs lists all %d jobs, the newest last, over two pages "
+          "(%.1f s to make them): %d rows, last %s" % (len(queued) + 1, time.time() - started, len(ids), ids[-1:]))
+    header, first = p.stdout.splitlines()[0], p.stdout.splitlines()[1]
+    check(header.index("MODEL") == first.index("-", first.index("%")), "the MODEL column lines up: %r / %r"
+          % (header, first))
+    p = subprocess.run([CLI, "jobs", "--state", "running"], capture_output=True, text=True, env=env, timeout=60)
+    check(p.returncode == 0 and p.stdout.splitlines()[1:] == ["(no jobs)"], "a state filter with no match: %r"
+          % p.stdout)
+    p = subprocess.run([CLI, "cancel", str(run)], capture_output=True, text=True, env=env, timeout=60)
+    check(p.returncode == 1 and "HTTP 409" in p.stderr and "kiln jobs rm %d removes it" % run in p.stderr,
+          "kiln cancel of an ended job names the CLI's command that removes it: %d %r" % (p.returncode, p.stderr))
     p = subprocess.run([CLI, "jobs", "rm", str(done)], capture_output=True, text=True, env=env, timeout=60)
     check(p.returncode == 1 and "HTTP 404" in p.stderr, "an unknown job exits 1: %d %r" % (p.returncode, p.stderr))
     for args in (["jobs", "rm"], ["jobs", "rm", "0"], ["jobs", "rm", "x"], ["jobs", "rm", "1", "2"]):

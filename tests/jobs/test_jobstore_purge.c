@@ -95,8 +95,8 @@ static void test_purge_succeeded_keeps_model(void **state)
     struct kd_job_purge p;
     assert_int_equal(kd_jobstore_job_purge(js, id, &p, err, sizeof err), 0);
     assert_string_equal(p.state, KD_JOB_SUCCEEDED);
-    assert_int_equal(p.events, 3); /* step, model, state */
-    assert_int_equal(p.metrics, 0);
+    assert_int_equal(p.events, 3);  /* step, model, state */
+    assert_int_equal(p.metrics, 1); /* the step event: the metric history's one row */
     assert_int_equal(p.checkpoints, 1);
     assert_string_equal(p.model_name, "iris");
     assert_int_equal(p.model_version, 3);
@@ -132,7 +132,7 @@ static void test_purge_counts_and_cancelled(void **state)
     assert_int_equal(kd_jobstore_job_purge(js, id, &p, err, sizeof err), 0);
     assert_string_equal(p.state, KD_JOB_CANCELLED);
     assert_int_equal(p.events, 2);
-    assert_int_equal(p.metrics, 1);
+    assert_int_equal(p.metrics, 2); /* the step event, and the job_metrics row */
     assert_int_equal(p.checkpoints, 1);
     assert_string_equal(p.model_name, "");
     assert_int_equal(scalar("SELECT count(*) FROM job_metrics"), 0);
