@@ -422,8 +422,9 @@ static void usage(FILE *out)
             "config file ($KILN_CLI_CONFIG, else $XDG_CONFIG_HOME/kiln/cli.json or ~/.config/kiln/cli.json:\n"
             "{\"url\": \"http://host:port\", \"token\": \"...\"}, no other keys; $KILN_CONFIG is kilnd's file\n"
             "and is not read); the address defaults to %s.\n\n"
-            "Exit status: 0 success, 1 the server answered with an error, 2 it could not be reached or the\n"
-            "command itself was wrong (a usage error, a local file that cannot be read).\n",
+            "Exit status: 0 success (watch: the job succeeded), 1 the server answered with an error (watch:\n"
+            "the job failed or was cancelled), 2 it could not be reached or the command itself was wrong (a\n"
+            "usage error, a local file that cannot be read), 3 watch left with q while the job goes on.\n",
             kiln_cli_jobs_usage, DEFAULT_URL);
 }
 
