@@ -6,13 +6,17 @@ model and an ONNX model with outputs checked against the fixtures' reference val
 of every datatype, BYTES included; errors as KilnError with status, message and problems; a job
 submitted, its events streamed, wait(), its metric history and logs, the result served; events
 resumed with Last-Event-ID across a SIGKILL and restart of kilnd; cancel and resume; a bearer token;
-connection errors.
+connection errors. Every element is checked against its datatype before anything is sent (a numpy
+array is never cast: 0.7 for INT64 was sent as 0, -1 for UINT8 as 255; binary=True raised
+struct.error or OverflowError; "false" for BOOL was True), on ONNX models with INT64, UINT8, FP16
+and BOOL inputs; the README's error example is what kilnd answers.
 
 Usage: test_python_client.py KILND CLIENT_SOURCE_DIR FIXTURES_DIR
 """
 import json
 import math
 import os
+import pathlib
 import shutil
 import signal
 import struct
@@ -21,7 +25,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "serving"))
 import kilnd_harness as H  # noqa: E402
+import onnx_min as O  # noqa: E402
 from kilnd_harness import check  # noqa: E402
 
 KILND, CLIENT_SRC, FIX = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -139,12 +145,13 @@ def test_codec(kc):
     check(T("x", [[1.0, 2.0]], "BF16").to_binary() == b"\x80\x3f\x00\x40", "BF16 is the top half of the f32")
     check(T("x", [1, 2, 3]).datatype == "INT64" and T("x", [1.0, 2]).datatype == "FP32"
           and T("x", [True]).datatype == "BOOL" and T("x", ["a"]).datatype == "BYTES", "datatypes guessed from values")
-    for bad, what in (([[1, 2], [3]], "ragged"), ([[1.5]], "whole number")):
+    for bad, what, words in (([[1, 2], [3]], "ragged", "ragged"),
+                             ([[1.5]], "fractional", "input 'x' (INT32): element 0 is 1.5, which is not an integer")):
         try:
             T("x", bad, "INT32")
             check(False, "a %s list is refused" % what)
         except ValueError as e:
-            check(what in str(e), "a %s list is refused: %s" % (what, e))
+            check(words in str(e), "a %s list is refused: %s" % (what, e))
     try:
         T("x", [b"\xff"], "BYTES").json_data()
         check(False, "non-UTF-8 BYTES cannot go as JSON")
@@ -166,6 +173,204 @@ def test_codec(kc):
                 back = wire.numpy()
                 check(back.dtype == a.dtype and back.shape == a.shape and (back == a).all(),
                       "numpy %s round trip (binary=%s)" % (name, binary))
+
+
+def refused(what, call, words):
+    """call() raises ValueError whose message holds words (a KilnError or any other exception fails)."""
+    try:
+        call()
+        check(False, "%s is refused with ValueError (nothing raised)" % what)
+    except ValueError as e:
+        check(words in str(e), "%s is refused: %s (want %r)" % (what, e, words))
+    except Exception as e:   # noqa: BLE001 (struct.error, OverflowError, KilnError: each a failure here)
+        check(False, "%s is refused with ValueError, not %s: %s" % (what, type(e).__name__, e))
+
+
+def test_element_checks(kc):
+    """Every element is checked against the datatype, from a nested list, flat data and a numpy array
+    alike, with one message (kiln predict's): the input, the datatype, the row-major index, the value."""
+    T = kc.Tensor
+    for what, value, dt, words in (
+            ("a fraction for INT64", [[1, 2], [3, 4.5]], "INT64",
+             "input 'x' (INT64): element 3 is 4.5, which is not an integer"),
+            ("NaN for INT64", [float("nan")], "INT64", "input 'x' (INT64): element 0 is nan, which is not an integer"),
+            ("inf for INT32", [0, float("-inf")], "INT32",
+             "input 'x' (INT32): element 1 is -inf, which is not an integer"),
+            ("-1 for UINT8", [[-1, 0, 1]], "UINT8",
+             "input 'x' (UINT8): element 0 is -1, outside the UINT8 range 0..255"),
+            ("300 for UINT8", [[0, 300]], "UINT8",
+             "input 'x' (UINT8): element 1 is 300, outside the UINT8 range 0..255"),
+            ("128 for INT8", [128], "INT8", "input 'x' (INT8): element 0 is 128, outside the INT8 range -128..127"),
+            ("2^63 for INT64", [2 ** 63], "INT64",
+             "input 'x' (INT64): element 0 is 9223372036854775808, outside the INT64 range "
+             "-9223372036854775808..9223372036854775807"),
+            ("2^64 for UINT64", [2 ** 64], "UINT64", "outside the UINT64 range 0..18446744073709551615"),
+            ('"false" for BOOL', ["false"], "BOOL",
+             "input 'x' (BOOL): element 0 is 'false', a string, not a boolean"),
+            ("2 for BOOL", [[1, 0, 2]], "BOOL",
+             "input 'x' (BOOL): element 2 is 2, which is not a boolean (True, False, 0 or 1)"),
+            ("0.5 for BOOL", [0.5], "BOOL", "input 'x' (BOOL): element 0 is 0.5, which is not a boolean"),
+            ('"1.5" for FP32', [1.0, "1.5"], "FP32", "input 'x' (FP32): element 1 is '1.5', a string, not a number"),
+            ('b"7" for INT64', [b"7"], "INT64", "input 'x' (INT64): element 0 is b'7', a string, not a number"),
+            ("None for INT64", [None], "INT64", "input 'x' (INT64): element 0 is None, which is not a number"),
+            ("70000 for FP16", [[0.0, 70000.0]], "FP16",
+             "input 'x' (FP16): element 1 is 70000.0, too large for FP16 (it would become inf)"),
+            ("-65520 for FP16", [-65520.0], "FP16",
+             "input 'x' (FP16): element 0 is -65520.0, too large for FP16 (it would become -inf)"),
+            ("1e39 for FP32", [1e39], "FP32", "input 'x' (FP32): element 0 is 1e+39, too large for FP32"),
+            ("3.4e38 for BF16", [3.4e38], "BF16", "input 'x' (BF16): element 0 is 3.4e+38, too large for BF16"),
+            ("10^400 for FP64", [10 ** 400], "FP64", "input 'x' (FP64): element 0 is 1000000000"),
+            ("an int for BYTES", [b"ab", 5], "BYTES", "input 'x' (BYTES): element 1 is 5, which is not bytes or str")):
+        refused("%s (a list)" % what, lambda: T("x", value, dt), words)
+        flat = [v for row in value for v in row] if isinstance(value[0], list) else value
+        refused("%s (flat data)" % what, lambda: T("x", datatype=dt, shape=[len(flat)], data=flat), words)
+    # what fits is kept, exactly: the ends of the ranges, whole floats, 0/1 for BOOL, infinities and
+    # the largest finite values for the floating-point datatypes
+    for value, dt, want in (([2 ** 63 - 1, -2 ** 63, 2.0 ** 62, -0.0], "INT64", [2 ** 63 - 1, -2 ** 63, 2 ** 62, 0]),
+                            ([0, 255, 7.0], "UINT8", [0, 255, 7]), ([2 ** 64 - 1], "UINT64", [2 ** 64 - 1]),
+                            ([True, 0, 1, 1.0], "BOOL", [True, False, True, True]),
+                            ([65504.0, -65519.0, float("inf")], "FP16", [65504.0, -65519.0, float("inf")]),
+                            ([3.4028234663852886e38, 1], "FP32", [3.4028234663852886e38, 1.0])):
+        t = T("x", value, dt)
+        back = T.from_binary("x", dt, t.shape, t.to_binary()).data
+        check(t.data == want and [type(v) for v in t.data] == [type(v) for v in want]
+              and (back == want if dt != "FP16" else back == [65504.0, -65504.0, float("inf")]),
+              "%s keeps %s as %s (binary: %s)" % (dt, value, t.data, back))
+    # to_binary raises the same ValueError for data changed after the check (it was struct.error
+    # and OverflowError)
+    for dt, bad, words in (("UINT8", 300, "input 'x' (UINT8): element 1 is 300, outside the UINT8 range 0..255"),
+                           ("FP16", 70000.0, "input 'x' (FP16): element 1 is 70000.0, too large for FP16"),
+                           ("INT8", 0.5, "input 'x' (INT8): element 1 is 0.5, which is not an integer"),
+                           ("BF16", 1e39, "input 'x' (BF16): element 1 is 1e+39, too large for BF16")):
+        t = T("x", [1, 2], dt)
+        t.data[1] = bad
+        refused("to_binary() of %s %r" % (dt, bad), t.to_binary, words)
+    np = numpy_or_skip("the element checks of numpy arrays")
+    if np is None:
+        return
+    for what, a, dt, words in (
+            ("[0.7, -1.9, 3.0] for INT64", np.array([[0.7, -1.9, 3.0]]), "INT64",
+             "input 'x' (INT64): element 0 is 0.7, which is not an integer"),
+            ("NaN for INT64", np.array([[1.0, np.nan]]), "INT64",
+             "input 'x' (INT64): element 1 is nan, which is not an integer"),
+            ("inf for UINT16", np.array([np.inf]), "UINT16",
+             "input 'x' (UINT16): element 0 is inf, which is not an integer"),
+            ("-1 for UINT8", np.array([[-1, 0, 1]]), "UINT8",
+             "input 'x' (UINT8): element 0 is -1, outside the UINT8 range 0..255"),
+            ("uint64 2^64-1 for INT64", np.array([0, 2 ** 64 - 1], dtype=np.uint64), "INT64",
+             "input 'x' (INT64): element 1 is 18446744073709551615, outside the INT64 range"),
+            ("int16 -129 for INT8", np.array([[5, -129]], dtype=np.int16), "INT8",
+             "element 1 is -129, outside the INT8 range -128..127"),
+            ("2 for BOOL", np.array([0, 1, 2]), "BOOL", "input 'x' (BOOL): element 2 is 2, which is not a boolean"),
+            ('"false" for BOOL', np.array(["false"]), "BOOL",
+             "input 'x' (BOOL): element 0 is 'false', a string, not a boolean"),
+            ("70000 for FP16", np.array([[70000.0, 0.0]]), "FP16",
+             "input 'x' (FP16): element 0 is 70000.0, too large for FP16"),
+            ("1e39 for FP32", np.array([1e39]), "FP32", "input 'x' (FP32): element 0 is 1e+39, too large for FP32")):
+        refused("a numpy array, %s" % what, lambda: T("x", a, dt), words)
+    for a, dt, want in ((np.array([[1.0, -2.0, 3.0]]), "INT64", [1, -2, 3]),
+                        (np.array([0, 255], dtype=np.int64), "UINT8", [0, 255]),
+                        (np.array([1, 0]), "BOOL", [True, False]), (np.array([0.0, 1.0]), "BOOL", [False, True]),
+                        (np.array([0.5, -65504.0, np.nan]), "FP16", [0.5, -65504.0, "nan"]),
+                        (np.array([0.1, np.inf], dtype=np.float64), "FP32", [0.1, float("inf")])):
+        t = T("x", a, dt)
+        got = ["nan" if isinstance(v, float) and math.isnan(v) else v for v in t.data]
+        check(got == want and t.datatype == dt, "a numpy %s array for %s: %s" % (a.dtype, dt, t.data))
+
+
+def infer_requests(d, model):
+    """The inference requests kilnd has had for model, whatever their outcome (a refused one too)."""
+    raw = d.req("GET", "/metrics")[1]
+    text = raw.decode() if isinstance(raw, bytes) else ""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith('kiln_inference_requests_total{model="%s",' % model))
+
+
+def write_typed_models(models):
+    """ONNX models whose input x [b, 3] is INT64 (y = x + 0, INT64), or UINT8, FP16 or BOOL (y = x
+    as FP64, which holds every value of each exactly)."""
+    def write(name, dtype, nodes, out_dtype, inits=()):
+        os.makedirs(os.path.join(models, name, "1"))
+        with open(os.path.join(models, name, "1", "model.onnx"), "wb") as f:
+            f.write(O.model(nodes, [O.value("x", dtype, ["b", 3])], [O.value("y", out_dtype, ["b", 3])], inits))
+    write("m_i64", O.INT64, [O.node("Add", ["x", "zero"], ["y"])], O.INT64, [O.tensor("zero", O.INT64, [], [0])])
+    for name, dtype in (("m_u8", O.UINT8), ("m_f16", 10), ("m_bool", O.BOOL)):   # 10: ONNX FLOAT16
+        write(name, dtype, [O.node("Cast", ["x"], ["y"], [O.attr_int("to", O.DOUBLE)])], O.DOUBLE)
+
+
+def test_typed_inputs(kc, d):
+    """infer() on models with INT64, UINT8, FP16 and BOOL inputs: what fits arrives exactly, as JSON and
+    binary, from a list and a numpy array; what does not is refused with ValueError before anything is
+    sent (a numpy array was cast, silently: 0.7 sent as 0, NaN as INT64's minimum, -1 as 255)."""
+    c = kc.Client(d.url)
+    for m in ("m_i64", "m_u8", "m_f16", "m_bool"):
+        c.load(m)
+        check(c.model_ready(m), "the %s model is ready" % m)
+    big = [[2 ** 63 - 1, -2 ** 63, 2 ** 53 + 1]]
+    for binary in (False, True):
+        for model, value, want in (("m_i64", big, big), ("m_i64", [[1.0, -2.0, 3]], [[1, -2, 3]]),
+                                   ("m_u8", [[0, 255, 7]], [[0.0, 255.0, 7.0]]),
+                                   ("m_f16", [[0.5, -65504, 1e-3]], [[0.5, -65504.0, 0.0010004043579101562]]),
+                                   ("m_bool", [[True, 0, 1]], [[1.0, 0.0, 1.0]])):
+            got = c.infer(model, value, binary=binary).output().tolist()
+            check(got == want, "%s takes %s (binary=%s): %s" % (model, value, binary, got))
+    before = {m: infer_requests(d, m) for m in ("m_i64", "m_u8", "m_f16", "m_bool")}
+    np = numpy_or_skip("numpy inputs for integer, FP16 and BOOL models")
+    for binary in (False, True):
+        cases = [("m_u8", [[300, 0, 1]], "input 'x' (UINT8): element 0 is 300, outside the UINT8 range 0..255"),
+                 ("m_u8", [[1, 0, -1]], "input 'x' (UINT8): element 2 is -1, outside the UINT8 range 0..255"),
+                 ("m_f16", [[70000.0, 0, 0]],
+                  "input 'x' (FP16): element 0 is 70000.0, too large for FP16 (it would become inf)"),
+                 ("m_i64", [[0, 1, 2.5]], "input 'x' (INT64): element 2 is 2.5, which is not an integer"),
+                 ("m_bool", [["false", False, True]],
+                  "input 'x' (BOOL): element 0 is 'false', a string, not a boolean"),
+                 ("m_bool", {"x": [[0, 1, 2]]}, "input 'x' (BOOL): element 2 is 2, which is not a boolean")]
+        if np is not None:
+            cases += [("m_i64", np.array([[0.7, -1.9, 3.0]]),
+                       "input 'x' (INT64): element 0 is 0.7, which is not an integer"),
+                      ("m_i64", np.array([[1.0, np.nan, 3.0]]),
+                       "input 'x' (INT64): element 1 is nan, which is not an integer"),
+                      ("m_u8", np.array([[-1, 0, 1]]),
+                       "input 'x' (UINT8): element 0 is -1, outside the UINT8 range 0..255"),
+                      ("m_f16", np.array([[0.0, 0.0, -7e4]]),
+                       "input 'x' (FP16): element 2 is -70000.0, too large for FP16"),
+                      ("m_bool", {"x": np.array([[1, 0, 3]])},
+                       "input 'x' (BOOL): element 2 is 3, which is not a boolean")]
+        for model, value, words in cases:
+            refused("%s for %s (binary=%s)" % (value if isinstance(value, list) else repr(value), model, binary),
+                    lambda: c.infer(model, value, binary=binary), words)
+    after = {m: infer_requests(d, m) for m in before}
+    check(all(before[m] > 0 for m in before) and after == before,
+          "a refused input is never sent: inference requests %s before, %s after" % (before, after))
+    if np is not None:
+        for binary in (False, True):
+            for model, a, want in (("m_i64", np.array([[1.0, -2.0, 3.0]]), [[1, -2, 3]]),
+                                   ("m_i64", np.array(big, dtype=np.int64), big),
+                                   ("m_u8", np.array([[0, 255, 7]], dtype=np.int64), [[0.0, 255.0, 7.0]]),
+                                   ("m_f16", np.array([[0.5, -65504.0, 1e-3]]),
+                                    [[0.5, -65504.0, 0.0010004043579101562]]),
+                                   ("m_bool", np.array([[1, 0, 1]]), [[1.0, 0.0, 1.0]])):
+                got = c.infer(model, a, binary=binary).output().tolist()
+                check(got == want, "%s takes a numpy %s array %s (binary=%s): %s"
+                      % (model, a.dtype, a.tolist(), binary, got))
+
+
+def test_readme_error(kc, d):
+    """The README's error example prints what kilnd answers. Its "fashion" model (fashion_mlp, as the
+    README trains it) has the input of the cnn example model, which stands in for it here."""
+    c = kc.Client(d.url)
+    text = open(os.path.join(CLIENT_SRC, "README.md")).read()
+    call = 'kiln.infer("fashion", [[0.5] * 783])'
+    printed = [line.split("#", 1)[1].strip() for line in text.splitlines() if "print(e.status, e.message)" in line]
+    check(call in text and len(printed) == 1, "the README's error example: %s" % printed)
+    check(c.model_metadata("cnn")["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 1, 28, 28]}],
+          "cnn's input is fashion_mlp's: x FP32 [-1, 1, 28, 28]")
+    try:
+        c.infer("cnn", [[0.5] * 783])
+        check(False, "the README's error example raises KilnError")
+    except kc.KilnError as e:
+        answer = "%s %s" % (e.status, e.message)
+        check(printed[:1] == [answer], "the README's error example prints %s; kilnd answers %r" % (printed, answer))
 
 
 def test_inference(kc, d):
@@ -272,15 +477,24 @@ def test_job(kc, d):
     out = c.infer("pyjob", [[2, 0, 0, 0], [0, 2, 0, 0], [0, 0, 2, 0]]).output()
     preds = [max(range(3), key=lambda k: row[k]) for row in out.tolist()]
     check(preds == [0, 1, 2], "the trained model serves and classifies the prototypes: %s" % preds)
-    # A JSON string and a file path submit too.
+    # A JSON string, a file path and a pathlib.Path (any os.PathLike; it raised TypeError) submit too.
     path = os.path.join(H.TMP, "spec.json")
     json.dump(H.spec("pyjob2", epochs=1), open(path, "w"))
     j2, j3 = c.submit(path), c.submit(json.dumps(H.spec("pyjob3", epochs=1)))
     check(c.wait(j2)["state"] == "succeeded" and c.wait(j3, timeout=60)["state"] == "succeeded",
           "submit() of a file path and of a JSON string")
+    path4 = pathlib.Path(H.TMP) / "{spec4}.json"   # a path-like is a path even when its name starts with {
+    json.dump(H.spec("pyjob4", epochs=1), open(path4, "w"))
+    try:
+        j4 = c.submit(path4)
+        check(c.wait(j4, timeout=60)["state"] == "succeeded" and c.job(j4)["spec"]["register_as"] == "pyjob4",
+              "submit() of a pathlib.Path")
+    except TypeError as e:
+        j4 = None
+        check(False, "submit() of a pathlib.Path: %s" % e)
     listed = [j["id"] for j in c.jobs()]
-    check(listed == sorted(listed) and {jid, j2, j3} <= set(listed) and
-          [j["id"] for j in c.jobs(state="succeeded")] == [jid, j2, j3], "jobs() and jobs(state=)")
+    check(listed == sorted(listed) and {jid, j2, j3, j4} <= set(listed) and
+          [j["id"] for j in c.jobs(state="succeeded")] == [jid, j2, j3, j4], "jobs() and jobs(state=)")
 
 
 def test_reconnect_cancel(kc, daemons):
@@ -383,6 +597,7 @@ def main():
     import kiln_client as kc
     check(os.path.dirname(kc.__file__) == os.path.join(site, "kiln_client"), "the installed copy is the one tested")
     test_codec(kc)
+    test_element_checks(kc)
     test_documented_install()
     daemons = [H.Daemon(KILND, "main")]
     d = daemons[0]
@@ -391,7 +606,10 @@ def main():
         shutil.copytree(os.path.join(FIX, "serving", "mnist_mlp"), os.path.join(models, "mnist_mlp"))
         os.makedirs(os.path.join(models, "cnn", "1"))
         shutil.copy(os.path.join(FIX, "onnx", "cnn.onnx"), os.path.join(models, "cnn", "1", "model.onnx"))
+        write_typed_models(models)
         test_inference(kc, d)
+        test_typed_inputs(kc, d)
+        test_readme_error(kc, d)
         test_job(kc, d)
         test_reconnect_cancel(kc, daemons)
     finally:

@@ -10,7 +10,7 @@ import os
 import time
 import urllib.parse
 
-from .tensors import Tensor, _is_numpy
+from .tensors import Tensor
 
 FINAL_STATES = ("succeeded", "failed", "cancelled")
 
@@ -244,9 +244,9 @@ class Client:
             if isinstance(value, Tensor):
                 out.append(value)
                 continue
-            dt = meta.get(key, {}).get("datatype")
-            out.append(Tensor(key, value.astype(_np_name(dt)) if dt and _is_numpy(value) and dt != "BYTES" else value,
-                              datatype=dt))
+            # an array is not cast to the model's datatype (astype truncates and wraps): its
+            # values are checked as a list's are, and refused with ValueError when they do not fit
+            out.append(Tensor(key, value, datatype=meta.get(key, {}).get("datatype")))
         return out
 
     def infer(self, name, inputs, outputs=None, binary=False, version=None, request_id=None):
@@ -289,15 +289,15 @@ class Client:
     # ---- jobs ----
 
     def submit(self, spec):
-        """POST /v1/jobs with a dict, a JSON string or the path of a JSON file; the new job's id."""
+        """POST /v1/jobs with a dict, a JSON string or the path of a JSON file (str or
+        os.PathLike, a pathlib.Path); the new job's id."""
         if isinstance(spec, (bytes, bytearray)):
             spec = spec.decode()
-        if isinstance(spec, str):
-            if spec.lstrip().startswith("{"):
-                spec = json.loads(spec)
-            else:
-                with open(spec) as f:
-                    spec = json.load(f)
+        if isinstance(spec, str) and spec.lstrip().startswith("{"):
+            spec = json.loads(spec)
+        elif isinstance(spec, (str, os.PathLike)):   # a path-like is a path, whatever its name
+            with open(spec) as f:
+                spec = json.load(f)
         return int(self._json("POST", "/v1/jobs", spec, ok=(201,))["id"])
 
     def job(self, id):
@@ -397,11 +397,6 @@ class Client:
         for _ in self.events(id, _deadline=deadline):
             pass
         return self.job(id)
-
-
-def _np_name(datatype):
-    from .tensors import _NUMPY_OF
-    return _NUMPY_OF[datatype]
 
 
 def _decode_infer(resp, raw):

@@ -6,6 +6,7 @@ Everything here is the standard library's struct and json; numpy is imported onl
 hands in an array or asks for one.
 """
 import math
+import numbers
 import struct
 
 # datatype -> struct format character (little-endian); BF16 and BYTES are handled by hand.
@@ -80,18 +81,113 @@ def _bf16_bits(x):
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
 
 
-def _convert(datatype, v):
+def _int_range(datatype):
+    bits = 8 * struct.calcsize("<" + _FORMATS[datatype])
+    return (0, 2 ** bits - 1) if datatype.startswith("U") else (-2 ** (bits - 1), 2 ** (bits - 1) - 1)
+
+
+# the integer datatypes' ranges (BOOL as 0..1)
+_RANGES = dict({dt: _int_range(dt) for dt in _FORMATS if "INT" in dt}, BOOL=(0, 1))
+# the smallest magnitude a finite float rounds from to infinity (round to nearest even; BF16 as
+# _bf16_bits rounds, through float32)
+_INF_FROM = {"FP16": 65520.0, "FP32": 2.0 ** 128 - 2.0 ** 103, "BF16": 2.0 ** 128 - 2.0 ** 119 - 2.0 ** 103}
+
+
+class _Refused(ValueError):
+    """An element the datatype cannot hold; the text says why, to follow its value."""
+
+
+def _to_bytes(v):
+    if isinstance(v, str):
+        return v.encode("utf-8")
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v)
+    raise _Refused(", which is not bytes or str")
+
+
+def _number(v, what):
+    """v as a Python int or float; _Refused for a string or anything else that is not a number."""
+    if isinstance(v, (str, bytes, bytearray)):
+        raise _Refused(", a string, not a %s" % what)
+    if isinstance(v, numbers.Integral):
+        return int(v)
+    if _is_numpy(v) and v.dtype.kind == "b":
+        return int(bool(v))
+    if isinstance(v, numbers.Real):
+        try:
+            return float(v)
+        except OverflowError:
+            raise _Refused(", which is too large") from None
+    raise _Refused(", which is not a %s" % what)
+
+
+def _converter(datatype):
+    """The function that makes one element as the datatype holds it (a Python int, float, bool or
+    bytes), raising _Refused for one it cannot hold: a string for a number, a fraction, NaN, an
+    infinity or a value out of range for an integer or BOOL, a finite value that would become an
+    infinity in a floating-point datatype. kilnd writes NaN and infinities as null in JSON, which
+    has no such numbers: null reads as NaN (binary=True keeps infinities apart from NaN)."""
     if datatype == "BYTES":
-        return v.encode("utf-8") if isinstance(v, str) else bytes(v)
-    if datatype == "BOOL":
-        return bool(v)
+        return _to_bytes
     if datatype.startswith(("FP", "BF")):
-        # kilnd writes NaN and infinities as null in JSON, which has no such numbers; they
-        # come back as NaN (binary=True keeps infinities apart from NaN)
-        return math.nan if v is None else float(v)
-    if isinstance(v, float) and not v.is_integer():
-        raise ValueError("%s element %r is not a whole number" % (datatype, v))
-    return int(v)
+        limit = _INF_FROM.get(datatype, math.inf)
+
+        def to_float(v):
+            if type(v) is not float:
+                if v is None:
+                    return math.nan
+                try:
+                    v = float(_number(v, "number"))
+                except OverflowError:
+                    raise _Refused(", too large for %s" % datatype) from None
+            if -limit < v < limit or not math.isfinite(v):
+                return v
+            raise _Refused(", too large for %s (it would become %sinf)" % (datatype, "-" if v < 0 else ""))
+        return to_float
+    if datatype == "BOOL":
+        def to_bool(v):
+            if type(v) is bool:
+                return v
+            n = v if type(v) is int else _number(v, "boolean")
+            if n == 0 or n == 1:
+                return bool(n)
+            raise _Refused(", which is not a boolean (True, False, 0 or 1)")
+        return to_bool
+    lo, hi = _RANGES[datatype]
+
+    def to_int(v):
+        if type(v) is not int:
+            v = _number(v, "number")
+            if type(v) is float:
+                if not v.is_integer():
+                    raise _Refused(", which is not an integer")
+                v = int(v)
+        if lo <= v <= hi:
+            return v
+        raise _Refused(", outside the %s range %d..%d" % (datatype, lo, hi))
+    return to_int
+
+
+def _show(v):
+    """An element as an error message quotes it (at most 40 characters)."""
+    text = repr(v.item() if _is_numpy(v) and hasattr(v, "item") else v)
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+def _convert_all(name, datatype, flat):
+    """Every element of flat (a list) converted; ValueError naming the input, the datatype and the
+    first element it cannot hold (its row-major index and value), as `kiln predict` does."""
+    convert = _converter(datatype)
+    try:
+        return [convert(v) for v in flat]
+    except _Refused:
+        pass
+    for i, v in enumerate(flat):
+        try:
+            convert(v)
+        except _Refused as e:
+            raise ValueError("input %r (%s): element %d is %s%s" % (name, datatype, i, _show(v), e)) from None
+    raise AssertionError("an element was refused once and not again")
 
 
 class Tensor:
@@ -107,7 +203,7 @@ class Tensor:
                 raise ValueError("a Tensor from flat data needs its datatype and shape")
             _check_datatype(datatype)
             self.datatype, self.shape = datatype, [int(d) for d in shape]
-            self.data = [_convert(datatype, v) for v in data]
+            self.data = _convert_all(name, datatype, list(data))
         elif _is_numpy(value):
             dt = datatype or _DATATYPE_OF.get(str(value.dtype))
             if dt is None:
@@ -117,13 +213,15 @@ class Tensor:
                 raise ValueError("numpy dtype %s has no KServe datatype" % value.dtype)
             _check_datatype(dt)
             self.datatype, self.shape = dt, [int(d) for d in value.shape]
-            self.data = [_convert(dt, v) for v in value.reshape(-1).tolist()]
+            # the array's values, checked as a list's are: an array is never cast to the datatype
+            # (a float array given for INT64 would be truncated, a negative one wrap in UINT8)
+            self.data = _convert_all(name, dt, value.reshape(-1).tolist())
         else:
             shape, flat = _shape_and_flat(value)
             dt = datatype or _guess(flat)
             _check_datatype(dt)
             self.datatype, self.shape = dt, shape
-            self.data = [_convert(dt, v) for v in flat]
+            self.data = _convert_all(name, dt, flat)
         if len(self.data) != _count(self.shape):
             raise ValueError("tensor %r: %d elements for shape %s" % (name, len(self.data), self.shape))
 
@@ -153,12 +251,18 @@ class Tensor:
     # ---- the wire ----
 
     def to_binary(self):
-        """The raw bytes of the binary tensor data extension."""
-        if self.datatype == "BYTES":
-            return b"".join(struct.pack("<I", len(b)) + b for b in self.data)
-        if self.datatype == "BF16":
-            return struct.pack("<%dH" % len(self.data), *(_bf16_bits(v) for v in self.data))
-        return struct.pack("<%d%s" % (len(self.data), _FORMATS[self.datatype]), *self.data)
+        """The raw bytes of the binary tensor data extension; ValueError, as the constructor raises
+        it, for an element the datatype cannot hold (.data changed since)."""
+        try:
+            if self.datatype == "BYTES":
+                return b"".join(struct.pack("<I", len(b)) + b for b in self.data)
+            if self.datatype == "BF16":
+                return struct.pack("<%dH" % len(self.data), *(_bf16_bits(v) for v in self.data))
+            return struct.pack("<%d%s" % (len(self.data), _FORMATS[self.datatype]), *self.data)
+        except (struct.error, OverflowError, TypeError, ValueError) as e:
+            why = e
+        _convert_all(self.name, self.datatype, self.data)
+        raise ValueError("input %r (%s): cannot be encoded: %s" % (self.name, self.datatype, why))
 
     def finite(self):
         """Whether every element is a finite number (JSON can carry no NaN or infinity)."""
