@@ -298,19 +298,18 @@ static int apply_fusion_option(const kiln_device_opts *given, size_t *slot, char
     if (!v && (v = fusion_default(*slot)) != NULL)
         src = "the backend's default";
     if (v && strcmp(v, "on") && strcmp(v, "off"))
-        return kiln__error_set("kiln_device_open: option fusion (from %s) must be on or off, not '%s'", src, v);
+        return kiln__error_set("option fusion (from %s) must be on or off, not '%s'", src, v);
     bool decorated = chain_has(canon, FUSED_SLOT);
     if (v && !strcmp(v, "off") && decorated)
-        return kiln__error_set(
-            "kiln_device_open: '%s' names the fusion decorator while option fusion=off (from %s) "
-            "turns fusion off; drop one of them",
-            canon, src);
+        return kiln__error_set("'%s' names the fusion decorator while option fusion=off (from %s) turns fusion "
+                               "off; drop one of them",
+                               canon, src);
     if (!v || !strcmp(v, "off") || decorated)
         return 0;
     char inner[KILN_SPEC_MAX];
     snprintf(inner, sizeof inner, "%s", canon);
     if ((size_t)snprintf(canon, canon_len, "fused:%s", inner) >= canon_len)
-        return kiln__error_set("kiln_device_open: spec too long");
+        return kiln__error_set("spec too long");
     *slot = FUSED_SLOT;
     return 0;
 }
@@ -506,9 +505,17 @@ kiln_device *kiln_device_open_opts(const char *spec, const char *options)
     char key[2 * KILN_SPEC_MAX + KILN_DEVICE_OPTS_MAX * sizeof opts.kv[0].key * 5];
     if (parse_any(base, &slot, &index, canon, sizeof canon) < 0 ||
         spell(canon, &opts, true, name, sizeof name) < 0 ||
-        spell(canon, &opts, false, name_in_full, sizeof name_in_full) < 0 ||
-        apply_fusion_option(&opts, &slot, canon, sizeof canon) < 0 ||
-        registry_key(name_in_full, canon, &opts, key, sizeof key) < 0)
+        spell(canon, &opts, false, name_in_full, sizeof name_in_full) < 0)
+        return NULL;
+    /* An option's bad value reads as the backend's own do ("cannot open 'SPEC': option ..."),
+     * though the engine judges this one before any backend opens. */
+    if (apply_fusion_option(&opts, &slot, canon, sizeof canon) < 0) {
+        char why[KILN_ERROR_MAX];
+        snprintf(why, sizeof why, "%s", kiln_error());
+        kiln__error_restate("kiln_device_open: cannot open '%s': %s", name, why);
+        return NULL;
+    }
+    if (registry_key(name_in_full, canon, &opts, key, sizeof key) < 0)
         return NULL;
 
     pthread_mutex_lock(&registry_lock);

@@ -1,5 +1,6 @@
 /*
- * engine/json-keys-impl.h — keys a JSON document gives twice in one object.
+ * engine/json-keys-impl.h — keys a JSON document gives twice in one object, and the other
+ * strict-reading helpers (NUL escapes, text after the value).
  *
  * RFC 8259 leaves a repeated key's meaning to the reader: cJSON finds the first of the two,
  * Python and most tools keep the last, so one file would mean two things. libkiln's model
@@ -8,6 +9,9 @@
  */
 #ifndef KILN_JSON_KEYS_IMPL_H
 #define KILN_JSON_KEYS_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
 
 #include <cjson/cJSON.h>
 
@@ -29,5 +33,14 @@ int kiln__json_repeated_keys(const cJSON *root, int (*each)(void *ud, const char
  * which also refuses a raw 0 byte in its header).
  */
 long kiln__json_nul_escape_at(const char *text, size_t len);
+
+/*
+ * text parsed as exactly one JSON value with nothing but whitespace after it. cJSON_Parse
+ * stops at the end of the first value, so "{...} garbage" read as the object alone and a
+ * damaged or concatenated spec built something. NULL when the text is malformed
+ * (*trailing false) or has more after the value (*trailing true); *at is then the byte
+ * offset of the error or of the first extra byte, for the caller's message.
+ */
+cJSON *kiln__json_parse_whole(const char *text, size_t *at, bool *trailing);
 
 #endif /* KILN_JSON_KEYS_IMPL_H */

@@ -81,3 +81,26 @@ long kiln__json_nul_escape_at(const char *text, size_t len)
     }
     return -1;
 }
+
+cJSON *kiln__json_parse_whole(const char *text, size_t *at, bool *trailing)
+{
+    const char *end = NULL;
+    *trailing = false;
+    *at = 0;
+    cJSON *v = cJSON_ParseWithOpts(text, &end, false);
+    if (!v) {
+        *at = end && end >= text ? (size_t)(end - text) : 0;
+        return NULL;
+    }
+    /* Whitespace as cJSON skips it (require_null_terminated's rule): any byte up to ' '. */
+    const char *p = end;
+    while (*p && (unsigned char)*p <= ' ')
+        p++;
+    if (*p) {
+        *at = (size_t)(p - text);
+        *trailing = true;
+        cJSON_Delete(v);
+        return NULL;
+    }
+    return v;
+}

@@ -52,13 +52,20 @@ typedef struct kiln__pk_storage {
     bool untyped;          /* torch.storage.UntypedStorage: bytes, retyped by _rebuild_tensor_v3 */
 } kiln__pk_storage;
 
-/** A tensor: a view of `storage` (offsets and strides in elements, all non-negative). */
+/**
+ * A tensor: a view of `storage` (offsets and strides in elements, all non-negative). A view
+ * kiln can list but not load (an expand()ed one, more dims than KILN_MAX_DIMS) does not
+ * refuse the file, as an unsupported dtype does not: `refused` says why, and only loading
+ * that tensor fails. With too_many_dims, ndim is 0 and size/stride are unset (they do not fit).
+ */
 typedef struct kiln__pk_tensor {
     const kiln__pk_value *storage;
     uint64_t offset;
     int ndim;
     int64_t size[KILN_MAX_DIMS];
     int64_t stride[KILN_MAX_DIMS];
+    bool too_many_dims;
+    char refused[160]; /* "" when loadable; else completes "tensor 'name' ..." */
 } kiln__pk_tensor;
 
 struct kiln__pk_value {

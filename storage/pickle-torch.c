@@ -124,7 +124,14 @@ kiln__pk_value *kiln__pk_global(pk_state *s, const char *module, size_t mlen, co
         for (i = 0; i < nlen && i < 100; i++)
             n[i] = name[i] >= 0x20 && name[i] < 0x7f ? name[i] : '?';
         n[i] = 0;
-        kiln__pk_fail(s, "global '%s.%s' is not allowed in a weights file", m, n);
+        /* A class (Python's capitalised names) is what torch.save(model) pickles: the
+         * module's own class and its layers'. Say how to save what kiln reads; a function
+         * (os.system) gets no such hint. */
+        bool is_class = n[0] >= 'A' && n[0] <= 'Z';
+        kiln__pk_fail(s, "global '%s.%s' is not allowed in a weights file%s", m, n,
+                      is_class ? " (a pickled object, such as a whole model from torch.save(model)? save "
+                                 "model.state_dict() instead)"
+                               : "");
         return NULL;
     }
     kiln__pk_value *v = kiln__pk_new(s, KILN__PK_GLOBAL);
@@ -223,18 +230,16 @@ static const kiln__pk_value *pk_retype(pk_state *s, const kiln__pk_value *st, co
     return v;
 }
 
-static int pk_int_tuple(const kiln__pk_value *v, int64_t *out, int *n)
+/* A tuple (or list) of non-negative ints, of any length: a rank above KILN_MAX_DIMS is a
+ * tensor kiln cannot load, not a malformed file (pk_tensor). */
+static bool pk_int_seq(const kiln__pk_value *v)
 {
-    if (!v || (v->kind != KILN__PK_TUPLE && v->kind != KILN__PK_LIST) || v->u.seq.n > KILN_MAX_DIMS)
-        return -1;
-    for (size_t i = 0; i < v->u.seq.n; i++) {
-        const kiln__pk_value *e = v->u.seq.items[i];
-        if (e->kind != KILN__PK_INT || e->u.i < 0)
-            return -1;
-        out[i] = e->u.i;
-    }
-    *n = (int)v->u.seq.n;
-    return 0;
+    if (!v || (v->kind != KILN__PK_TUPLE && v->kind != KILN__PK_LIST))
+        return false;
+    for (size_t i = 0; i < v->u.seq.n; i++)
+        if (v->u.seq.items[i]->kind != KILN__PK_INT || v->u.seq.items[i]->u.i < 0)
+            return false;
+    return true;
 }
 
 /*
@@ -285,41 +290,54 @@ static kiln__pk_value *pk_tensor(pk_state *s, const kiln__pk_value *st, kiln__pk
         return NULL;
     }
     kiln__pk_tensor t = {.storage = st, .offset = (uint64_t)a[1]->u.i};
-    int nsize = -1, nstride = -2;
-    if (pk_int_tuple(a[2], t.size, &nsize) < 0 || pk_int_tuple(a[3], t.stride, &nstride) < 0 || nsize != nstride) {
+    if (!pk_int_seq(a[2]) || !pk_int_seq(a[3]) || a[2]->u.seq.n != a[3]->u.seq.n) {
         kiln__pk_fail(s,
-                      "tensor on storage '%s' needs size and stride tuples of equal length (at most %d) "
-                      "of non-negative integers",
-                      st->u.storage.key, KILN_MAX_DIMS);
+                      "tensor on storage '%s' needs size and stride tuples of equal length of non-negative "
+                      "integers",
+                      st->u.storage.key);
         return NULL;
     }
-    t.ndim = nsize;
+    size_t nd = a[2]->u.seq.n;
+    kiln__pk_value *const *size = a[2]->u.seq.items, *const *stride = a[3]->u.seq.items;
     /* numel, and the last element the view touches: offset + sum((size - 1) * stride). */
     uint64_t numel = 1, last = t.offset;
-    for (int d = 0; d < t.ndim; d++)
-        if (__builtin_mul_overflow(numel, (uint64_t)t.size[d], &numel))
+    for (size_t d = 0; d < nd; d++)
+        if (__builtin_mul_overflow(numel, (uint64_t)size[d]->u.i, &numel))
             numel = UINT64_MAX;
     if (numel > 0) {
-        for (int d = 0; d < t.ndim; d++) {
+        for (size_t d = 0; d < nd; d++) {
             uint64_t step;
-            if (__builtin_mul_overflow((uint64_t)(t.size[d] - 1), (uint64_t)t.stride[d], &step) ||
+            if (__builtin_mul_overflow((uint64_t)(size[d]->u.i - 1), (uint64_t)stride[d]->u.i, &step) ||
                 __builtin_add_overflow(last, step, &last))
                 last = UINT64_MAX;
         }
+        /* Outside its storage: the file is damaged or hostile, so it is refused whole. */
         if (last >= st->u.storage.numel) {
             kiln__pk_fail(s, "tensor view reaches element %" PRIu64 " of storage '%s', which holds %" PRIu64, last,
                           st->u.storage.key, st->u.storage.numel);
             return NULL;
         }
-        /* kiln loads a contiguous copy; a view with more elements than its storage (an
-         * expand()ed tensor) would multiply memory on load, so it is refused. */
-        if (numel > st->u.storage.numel) {
-            kiln__pk_fail(s,
-                          "tensor view of storage '%s' has %" PRIu64 " elements but the storage only %" PRIu64
-                          " (overlapping views are not loaded)",
-                          st->u.storage.key, numel, st->u.storage.numel);
-            return NULL;
+    }
+    /* The two views below are valid torch but not loadable by kiln. They are kept, with
+     * the reason, so that the file opens and the rest of its tensors load; kiln_torch_load
+     * names the tensor when asked for one of these (its key is not known yet here). */
+    if (nd > KILN_MAX_DIMS) {
+        t.too_many_dims = true;
+        snprintf(t.refused, sizeof t.refused, "has %zu dimensions, more than the %d kiln supports", nd,
+                 KILN_MAX_DIMS);
+    } else {
+        t.ndim = (int)nd;
+        for (size_t d = 0; d < nd; d++) {
+            t.size[d] = size[d]->u.i;
+            t.stride[d] = stride[d]->u.i;
         }
+        /* kiln loads a contiguous copy; a view with more elements than its storage (an
+         * expand()ed tensor) would multiply memory on load. */
+        if (numel > st->u.storage.numel)
+            snprintf(t.refused, sizeof t.refused,
+                     "is a view with %" PRIu64 " elements of a storage of %" PRIu64
+                     " (an expand()ed tensor), which kiln does not load; save x.contiguous() instead",
+                     numel, st->u.storage.numel);
     }
     kiln__pk_value *v = kiln__pk_new(s, KILN__PK_TENSOR);
     if (!v)

@@ -325,6 +325,15 @@ int kiln_record_load_slots(const kiln_record *rec, int n, const kiln_record_slot
             rc = KILN_EINVAL;
             break;
         }
+        /* The shape compare and the message walk s->ndim entries of s->shape, which holds
+         * KILN_MAX_DIMS: a larger rank would read past the slot. */
+        if (s->ndim < -1 || s->ndim > KILN_MAX_DIMS) {
+            kiln__error_set("record load: slot '%s' has ndim %d, which is neither -1 (any shape) nor "
+                            "0..%d (KILN_MAX_DIMS)",
+                            s->name, s->ndim, KILN_MAX_DIMS);
+            rc = KILN_EINVAL;
+            break;
+        }
         int idx = kiln_safetensors_find(st, s->name);
         if (idx < 0) {
             if (report_add(&r->nmissing, &r->missing, s->name) != 0)

@@ -713,8 +713,14 @@ static kiln_tensor *st_load_read(const kiln_safetensors *st, const st_entry *e, 
 
 kiln_tensor *kiln_safetensors_load(const kiln_safetensors *st, const char *name, kiln_device *dev)
 {
-    if (!st || !dev)
+    if (!st) {
+        kiln__error_set("safetensors load '%s': the file handle (st) is NULL", name ? name : "(null)");
         return NULL;
+    }
+    if (!dev) {
+        kiln__error_set("safetensors %s: load '%s': the device (dev) is NULL", st->label, name ? name : "(null)");
+        return NULL;
+    }
     int i = kiln_safetensors_find(st, name);
     if (i < 0) {
         kiln__error_set("safetensors %s: no tensor named '%s'", st->label, name ? name : "(null)");

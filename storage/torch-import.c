@@ -538,8 +538,10 @@ int kiln_torch_find(const kiln_torch_file *pt, const char *name)
 int kiln_torch_info(const kiln_torch_file *pt, int i, int *dtype, int *ndim, int64_t *shape)
 {
     if (!pt || i < 0 || i >= pt->tensors.n)
-        return -1;
+        return kiln__error_set("torch: no tensor at index %d", i); /* as kiln_safetensors_info says */
     const kiln__pk_tensor *t = pt->tensors.e[i].t;
+    if (t->too_many_dims) /* its shape does not fit the caller's KILN_MAX_DIMS entries */
+        return kiln__error_set("torch %s: tensor '%.200s' %s", pt->label, pt->tensors.e[i].name, t->refused);
     if (dtype)
         *dtype = t->storage->u.storage.dtype;
     if (ndim)
@@ -592,8 +594,14 @@ static void pt_gather(const kiln__pk_tensor *t, size_t elem, const unsigned char
 
 kiln_tensor *kiln_torch_load(const kiln_torch_file *cpt, const char *name, kiln_device *dev)
 {
-    if (!cpt || !dev)
+    if (!cpt) {
+        kiln__error_set("torch load '%.200s': the file handle (pt) is NULL", name ? name : "(null)");
         return NULL;
+    }
+    if (!dev) {
+        kiln__error_set("torch %s: load '%.200s': the device (dev) is NULL", cpt->label, name ? name : "(null)");
+        return NULL;
+    }
     kiln_torch_file *pt = (kiln_torch_file *)cpt; /* only the lock and the zip cursor change */
     int i = kiln_torch_find(pt, name);
     if (i < 0) {
@@ -603,6 +611,10 @@ kiln_tensor *kiln_torch_load(const kiln_torch_file *cpt, const char *name, kiln_
     const pt_entry *e = &pt->tensors.e[i];
     const kiln__pk_tensor *t = e->t;
     const kiln__pk_storage *st = &t->storage->u.storage;
+    if (t->refused[0]) {
+        kiln__error_set("torch %s: tensor '%.200s' %s", pt->label, e->name, t->refused);
+        return NULL;
+    }
     if (st->dtype < 0) {
         kiln__error_set("torch %s: tensor '%.200s' is stored as %s, a dtype kiln does not support", pt->label,
                         e->name, st->type_name);

@@ -9,6 +9,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -484,7 +485,16 @@ kiln_dataset *kiln_dataset_csv(const char *path, const char *label_column, int n
                                 (long long)lineno, cols[k] + 1, cell);
                 goto done;
             }
-            x[n * nfeat + k] = (float)v;
+            /* Features are stored as f32: 1e40 is finite as a double but would become inf,
+             * which poisons every loss it touches, so it is refused like any non-number. */
+            float fv = (float)v;
+            if (isinf(fv)) {
+                kiln__error_set("csv: %s: line %lld, column %d: '%.40s' is outside the f32 range (magnitude "
+                                "at most %g)",
+                                path, (long long)lineno, cols[k] + 1, cell, (double)FLT_MAX);
+                goto done;
+            }
+            x[n * nfeat + k] = fv;
         }
         t[n] = 0;
         if (label_col >= 0) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json-keys-impl.h"
 #include "nn-impl.h"
 
 static const kiln__field *find_field(const kiln__layer_type *lt, const char *key)
@@ -124,10 +125,15 @@ int kiln__config_from_json(const kiln__layer_type *lt, const char *json, void *c
 {
     if (!json || !config)
         return kiln__error_set("%s config: no JSON text or config", lt->name);
-    cJSON *o = cJSON_Parse(json);
+    size_t at;
+    bool trailing;
+    cJSON *o = kiln__json_parse_whole(json, &at, &trailing);
     if (!o) {
         lt->defaults(config);
-        return kiln__error_set("%s config: malformed JSON", lt->name);
+        if (trailing)
+            return kiln__error_set("%s config: text after the JSON value, at byte %zu: \"%.30s\"", lt->name, at,
+                                   json + at);
+        return kiln__error_set("%s config: malformed JSON at byte %zu", lt->name, at);
     }
     int rc = kiln__config_from_cjson(lt, o, config);
     cJSON_Delete(o);

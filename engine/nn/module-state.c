@@ -50,7 +50,7 @@ enum {
 static int find_name(const load_ctx *c, const char *name)
 {
     for (int i = 0; i < c->n; i++)
-        if (c->names[i] && !strcmp(c->names[i], name))
+        if (!strcmp(c->names[i], name))
             return i;
     return -1;
 }
@@ -130,6 +130,44 @@ static int load_one(void *ud, const char *name, kiln__entry *e)
     }
 }
 
+typedef struct named_index {
+    const char *name;
+    int i;
+} named_index;
+
+static int by_name(const void *a, const void *b)
+{
+    const named_index *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+/* Every name present and none given twice. A NULL name was skipped without a word, and a
+ * repeated one loaded its first tensor and listed the second as "unexpected", naming a key
+ * the module has: both are the caller's mistake, so they refuse the load. Sorted, so that a
+ * state dict of many thousand entries costs n log n. */
+static int check_names(int n, const char *const *names)
+{
+    for (int i = 0; i < n; i++)
+        if (!names[i])
+            return kiln__error_set("load_state_dict: name %d is NULL", i);
+    if (n < 2)
+        return 0;
+    named_index *ix = malloc((size_t)n * sizeof *ix);
+    if (!ix)
+        return kiln__error_set("load_state_dict: out of memory");
+    for (int i = 0; i < n; i++)
+        ix[i] = (named_index){names[i], i};
+    qsort(ix, (size_t)n, sizeof *ix, by_name);
+    int rc = 0;
+    for (int k = 1; k < n && rc == 0; k++)
+        if (!strcmp(ix[k - 1].name, ix[k].name))
+            rc = kiln__error_set("load_state_dict: key \"%.150s\" is given twice (names %d and %d)", ix[k].name,
+                                 ix[k - 1].i, ix[k].i);
+    free(ix);
+    return rc;
+}
+
 static void load_ctx_free(load_ctx *c)
 {
     for (int i = 0; c->ready && i < c->n; i++)
@@ -146,6 +184,8 @@ int kiln_module_load_state_dict(kiln_module *m, int n, const char *const *names,
     kiln_load_report local;
     kiln_load_report *rep = report ? report : &local;
     memset(rep, 0, sizeof *rep);
+    if (check_names(n, names) < 0)
+        return -1;
     load_ctx c = {.n = n, .names = names, .tensors = tensors, .rep = rep, .first = true, .pass = LOAD_CHECK};
     c.used = calloc((size_t)n + 1, sizeof *c.used);
     c.ready = calloc((size_t)n + 1, sizeof *c.ready);
@@ -162,7 +202,7 @@ int kiln_module_load_state_dict(kiln_module *m, int n, const char *const *names,
     for (int i = 0; i < n; i++)
         if (!c.used[i]) {
             rep->unexpected++;
-            report_add(rep, "unexpected", names[i] ? names[i] : "(null)", &c.first);
+            report_add(rep, "unexpected", names[i], &c.first); /* never NULL: check_names */
         }
     if (strict && (rep->missing || rep->unexpected)) {
         load_ctx_free(&c);

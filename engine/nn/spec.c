@@ -583,10 +583,14 @@ kiln_module *kiln_model_from_json(const char *json, kiln_device *dev, kiln_gener
         kiln__error_set("model spec: no JSON text or device");
         return NULL;
     }
-    cJSON *root = cJSON_Parse(json);
+    size_t at;
+    bool trailing;
+    cJSON *root = kiln__json_parse_whole(json, &at, &trailing);
     if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        kiln__error_set("model spec: malformed JSON near \"%.30s\"", at ? at : "");
+        if (trailing)
+            kiln__error_set("model spec: text after the JSON value, at byte %zu: \"%.30s\"", at, json + at);
+        else
+            kiln__error_set("model spec: malformed JSON at byte %zu, near \"%.30s\"", at, json + at);
         return NULL;
     }
     int rk = kiln__json_repeated_keys(root, repeated_key, NULL);

@@ -165,6 +165,12 @@ kiln_optim *kiln_optim_create(const kiln_optim_config *cfg, int n, kiln_tensor *
         kiln__error_set("%s: %s: bad parameter list (n = %d)", op, kind_names[cfg->kind], n);
         return NULL;
     }
+    /* As torch.optim refuses one: an optimizer over nothing can only be a mistake (a model
+     * that lost its layers, a filter that matched no parameter). */
+    if (n == 0) {
+        kiln__error_set("%s: %s: empty parameter list (n = 0)", op, kind_names[cfg->kind]);
+        return NULL;
+    }
     for (int i = 0; i < n; i++) {
         char buf[128];
         if (!params[i]) {
@@ -174,6 +180,20 @@ kiln_optim *kiln_optim_create(const kiln_optim_config *cfg, int n, kiln_tensor *
         if (!kiln_dtype_is_float(params[i]->dtype)) {
             kiln__error_set("%s: %s: parameter %d (%s) is not floating", op, kind_names[cfg->kind], i,
                             kiln__describe(params[i], buf, sizeof buf));
+            return NULL;
+        }
+        /* The result of an op: writing the update into it would change a temporary the
+         * forward recomputes, never the leaf it was computed from (torch.optim refuses it too). */
+        if (kiln_tensor_has_grad_fn(params[i])) {
+            if (names && names[i])
+                kiln__error_set("%s: %s: can't optimize a non-leaf tensor: parameter %d \"%s\" (%s) is the "
+                                "output of an op; pass the leaf it was computed from",
+                                op, kind_names[cfg->kind], i, names[i],
+                                kiln__describe(params[i], buf, sizeof buf));
+            else
+                kiln__error_set("%s: %s: can't optimize a non-leaf tensor: parameter %d (%s) is the output of an "
+                                "op; pass the leaf it was computed from",
+                                op, kind_names[cfg->kind], i, kiln__describe(params[i], buf, sizeof buf));
             return NULL;
         }
         if (names && (!names[i] || !names[i][0])) {
@@ -529,6 +549,7 @@ static int step_scoped(kiln_optim *opt, kiln_tensor *const *grads)
         if (kiln__optim_write(opt->p[i].param, u[i].param, "optim_step") < 0)
             rc = -1;
     }
+    int updated = 0;
     if (rc == 0) {
         for (int i = 0; i < n; i++) {
             kiln_tensor_release(opt->p[i].accum);
@@ -538,14 +559,18 @@ static int step_scoped(kiln_optim *opt, kiln_tensor *const *grads)
             for (int s = 0; s < KILN_OPTIM_SLOTS; s++)
                 swap_in(&opt->p[i].slot[s], u[i].slot[s]);
             opt->p[i].step++;
+            updated++;
         }
+        /* The accumulation window is over either way; but when no parameter had a gradient
+         * nothing changed, so it is not an update: 0, and kiln_optim_steps does not count it. */
         opt->accum_count = 0;
-        opt->steps++;
+        if (updated > 0)
+            opt->steps++;
     }
     free(g);
     free(u);
     free(fused);
-    return rc < 0 ? -1 : 1;
+    return rc < 0 ? -1 : updated > 0 ? 1 : 0;
 }
 
 int kiln_optim_step_grads(kiln_optim *opt, kiln_tensor *const *grads)

@@ -134,9 +134,19 @@ static void test_fusion_variable_while_open(void **state)
     setenv("KILN_CPU_FUSION", "maybe", 1);
     kiln_error_clear();
     assert_null(kiln_device_open("cpu"));
-    expect_error("option fusion (from KILN_CPU_FUSION) must be on or off, not 'maybe'");
+    expect_error(
+        "kiln_device_open: cannot open 'cpu': option fusion (from KILN_CPU_FUSION) must be on or off, not "
+        "'maybe'");
 
     unsetenv("KILN_CPU_FUSION");
+    /* a bad value in the spec reads as an unknown option does: "cannot open 'SPEC': ..." (it
+     * lacked the prefix) */
+    kiln_error_clear();
+    assert_null(kiln_device_open("cpu?fusion=of"));
+    expect_error("kiln_device_open: cannot open 'cpu?fusion=of': option fusion (from spec) must be on or off, "
+                 "not 'of'");
+    assert_null(kiln_device_open("cpu?fusio=on"));
+    expect_error("kiln_device_open: cannot open 'cpu?fusio=on': unknown option 'fusio' for backend cpu");
     kiln_device *again = kiln_device_open("cpu");
     assert_ptr_equal(again, plain);
     kiln_device_close(again);
@@ -150,8 +160,8 @@ static void test_fused_with_fusion_off(void **state)
     kiln_error_clear();
     assert_null(kiln_device_open("fused:cpu?fusion=off"));
     expect_error(
-        "kiln_device_open: 'fused:cpu' names the fusion decorator while option fusion=off (from spec) turns "
-        "fusion off");
+        "kiln_device_open: cannot open 'fused:cpu?fusion=off': 'fused:cpu' names the fusion decorator while "
+        "option fusion=off (from spec) turns fusion off");
     kiln_error_clear();
     assert_null(kiln_device_open_opts("fused:cpu", "fusion=off"));
     expect_error("fusion=off (from options)");

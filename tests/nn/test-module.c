@@ -144,6 +144,28 @@ static void test_state_dict_roundtrip(void **state)
     kiln_tensor *wrong[2] = {ts[2], ts[0]};
     assert_int_equal(kiln_module_load_state_dict(b, 2, swapped, wrong, false, &rep), -1);
     expect_error("0.weight");
+
+    /* A NULL name was skipped silently, and a key given twice loaded the first tensor and
+     * called the second "unexpected": both are refused in either mode, naming them, and
+     * nothing is written. */
+    float before[32];
+    read_f32(kiln_module_lookup(b, "0.weight"), before, 32);
+    const char *with_null[4] = {names[0], NULL, names[2], names[3]};
+    for (int strict = 0; strict < 2; strict++) {
+        assert_int_equal(kiln_module_load_state_dict(b, 4, with_null, ts, strict, &rep), -1);
+        expect_error("load_state_dict: name 1 is NULL");
+    }
+    const char *twice[4] = {names[2], names[1], names[2], names[3]};
+    kiln_tensor *twice_ts[4] = {ts[2], ts[1], ts[2], ts[3]};
+    for (int strict = 0; strict < 2; strict++) {
+        assert_int_equal(kiln_module_load_state_dict(b, 4, twice, twice_ts, strict, &rep), -1);
+        char want[96];
+        snprintf(want, sizeof want, "load_state_dict: key \"%s\" is given twice (names 0 and 2)", names[2]);
+        expect_error(want);
+    }
+    float after[32];
+    read_f32(kiln_module_lookup(b, "0.weight"), after, 32);
+    assert_memory_equal(before, after, sizeof before);
     for (int i = 0; i < 4; i++)
         kiln_tensor_release(ts[i]);
 
@@ -218,6 +240,11 @@ static void test_config_json(void **state)
     }
     assert_null(kiln_layer_from_json("Linearr", "{}", test_dev, NULL));
     expect_error("Linearr");
+    /* a config followed by more text was read as the config alone */
+    assert_null(kiln_layer_from_json("Linear", "{\"in_features\": 2, \"out_features\": 1} x", test_dev, NULL));
+    expect_error("Linear config: text after the JSON value, at byte 38: \"x\"");
+    assert_null(kiln_layer_from_json("Linear", "{\"in_features\": 2,", test_dev, NULL));
+    expect_error("Linear config: malformed JSON at byte");
 }
 
 /* A layer given more inputs than it takes refuses them, naming itself and the counts

@@ -64,6 +64,17 @@ static void test_invalid_specs(void **state)
 {
     (void)state;
     expect_refused("{not json", "malformed", NULL);
+    /* Text after the spec (a paste gone wrong, two specs run together) used to be ignored and
+     * the first value built; whitespace after it is still fine. */
+    expect_refused(HEAD LIN("b", "x", 4, 2) "]} this is not JSON {", "text after the JSON value, at byte 147",
+                   "\"this is not JSON {\"");
+    expect_refused(HEAD LIN("b", "x", 4, 2) "]}{}", "text after the JSON value", "\"{}\"");
+    {
+        kiln_module *ok = kiln_model_from_json(HEAD LIN("b", "x", 4, 2) "]}\n\t \n", test_dev, NULL);
+        if (!ok)
+            fail_msg("spec with trailing whitespace: %s", kiln_error());
+        kiln_module_free(ok);
+    }
     expect_refused(HEAD LIN("a", "x", 4, 4) ", {\"name\": \"b\", \"layer\": \"Lineer\", \"inputs\": [\"a\"]}]}", "'b'",
                    "Lineer");
     expect_refused(HEAD "{\"name\": \"b\", \"layer\": \"Linear\", \"config\": {\"in_features\": 4, \"out_features\": 2, "

@@ -376,9 +376,12 @@ static void test_bad_inputs(void **state)
     assert_non_null(strstr(kiln_error(), "\"w\""));
     expect_close(p[1], before, 0, 0, "untouched after a failed step");
     assert_int_equal(kiln_optim_steps(opt), 0);
-    /* All gradients NULL: an update of nothing, still counted as PyTorch counts it. */
+    /* All gradients NULL: nothing is updated, so 0 (optim.h: 1 means updated) and the
+     * step is not counted; it used to return 1 and count one update. */
     kiln_tensor *none[2] = {NULL, NULL};
-    assert_int_equal(kiln_optim_step_grads(opt, none), 1);
+    assert_int_equal(kiln_optim_step_grads(opt, none), 0);
+    assert_int_equal(kiln_optim_steps(opt), 0);
+    expect_close(p[1], before, 0, 0, "untouched by a step without gradients");
     kiln_scope_end();
     assert_true(kiln_optim_step_grads(NULL, NULL) < 0);
     assert_int_equal(kiln_optim_set_lr(opt, 0.5), 0);
@@ -390,6 +393,97 @@ static void test_bad_inputs(void **state)
     kiln_optim_free(NULL);
     kiln_tensor_release(p[0]);
     kiln_tensor_release(p[1]);
+}
+
+/* An empty parameter list and a non-leaf parameter are refused (both were accepted), and
+ * kiln_optim_step before any backward updates nothing: 0, not counted, no state made. */
+static void test_create_and_step_edges(void **state)
+{
+    (void)state;
+    kiln_optim_config cfg = kiln_optim_config_default(KILN_OPTIM_ADAM);
+    assert_null(kiln_optim_create(&cfg, 0, NULL, NULL));
+    assert_non_null(strstr(kiln_error(), "optim_create: adam: empty parameter list"));
+    kiln_tensor *w = kiln_requires_grad(kiln_ones(dev, KILN_F32, KILN_SHAPE(3)), true);
+    kiln_tensor *nl = kiln_mul_scalar(w, 2);
+    assert_null(kiln_optim_create(&cfg, 1, &nl, (const char *[]){"twice"}));
+    assert_non_null(strstr(kiln_error(), "can't optimize a non-leaf tensor: parameter 0 \"twice\" (f32[3])"));
+    kiln_tensor *both[2] = {w, nl};
+    assert_null(kiln_optim_create(&cfg, 2, both, NULL));
+    assert_non_null(strstr(kiln_error(), "can't optimize a non-leaf tensor: parameter 1 (f32[3])"));
+
+    kiln_optim *opt = kiln_optim_create(&cfg, 1, &w, (const char *[]){"w"});
+    assert_non_null(opt);
+    assert_int_equal(kiln_optim_step(opt), 0);
+    assert_int_equal(kiln_optim_steps(opt), 0);
+    kiln_optim_state st;
+    assert_int_equal(kiln_optim_state_export(opt, &st), 0);
+    assert_int_equal(st.n, 0); /* no Adam state was created */
+    kiln_optim_state_free(&st);
+    float v[3];
+    assert_int_equal(kiln_to_data(w, v, sizeof v), 0);
+    assert_true(v[0] == 1 && v[1] == 1 && v[2] == 1);
+    /* with a gradient it updates, and counts */
+    kiln_scope_begin();
+    assert_int_equal(kiln_backward(kiln_sum(kiln_mul_scalar(w, 3), KILN_ALL_DIMS, false), NULL), 0);
+    kiln_scope_end();
+    assert_int_equal(kiln_optim_step(opt), 1);
+    assert_int_equal(kiln_optim_steps(opt), 1);
+    kiln_optim_free(opt);
+    kiln_tensor_release(nl);
+    kiln_tensor_release(w);
+}
+
+/* The parameter shapes the state records must be the optimizer's, also when no state
+ * tensor exists yet (SGD without momentum, Adam before its first step): a state of w[3]
+ * loaded into w[5] without a word. */
+static void test_state_shape_checked(void **state)
+{
+    (void)state;
+    kiln_tensor *w3 = kiln_requires_grad(kiln_ones(dev, KILN_F32, KILN_SHAPE(3)), true);
+    kiln_tensor *w5 = kiln_requires_grad(kiln_ones(dev, KILN_F32, KILN_SHAPE(5)), true);
+    kiln_tensor *w23 = kiln_requires_grad(kiln_ones(dev, KILN_F32, KILN_SHAPE(2, 3)), true);
+    const char *nm[] = {"w"};
+    const kiln_optim_kind kinds[] = {KILN_OPTIM_SGD, KILN_OPTIM_ADAM};
+    for (int k = 0; k < 2; k++) {
+        kiln_optim_config cfg = kiln_optim_config_default(kinds[k]);
+        kiln_optim *a = kiln_optim_create(&cfg, 1, &w3, nm);
+        kiln_optim *b = kiln_optim_create(&cfg, 1, &w5, nm);
+        kiln_optim *c = kiln_optim_create(&cfg, 1, &w23, nm);
+        char path[] = "/tmp/kiln-optim-shape-XXXXXX";
+        int fd = mkstemp(path);
+        assert_true(fd >= 0);
+        close(fd);
+        assert_int_equal(kiln_optim_state_save(a, path), 0);
+        assert_int_equal(kiln_optim_state_load(b, path), -1);
+        assert_non_null(strstr(kiln_error(), "parameter \"w\" has shape [3] in the state but [5] here"));
+        kiln_optim_state st;
+        assert_int_equal(kiln_optim_state_export(a, &st), 0);
+        assert_int_equal(kiln_optim_state_import(c, st.n, (const char *const *)st.names, st.tensors, st.json), -1);
+        assert_non_null(strstr(kiln_error(), "has shape [3] in the state but [2, 3] here"));
+        assert_int_equal(kiln_optim_state_import(a, st.n, (const char *const *)st.names, st.tensors, st.json), 0);
+        kiln_optim_state_free(&st);
+        assert_int_equal(kiln_optim_state_load(a, path), 0);
+        unlink(path);
+        kiln_optim_free(a);
+        kiln_optim_free(b);
+        kiln_optim_free(c);
+    }
+    /* A state whose shape entry is missing or malformed is refused too. */
+    kiln_optim_config cfg = kiln_optim_config_default(KILN_OPTIM_SGD);
+    kiln_optim *a = kiln_optim_create(&cfg, 1, &w3, nm);
+    kiln_optim_state st;
+    assert_int_equal(kiln_optim_state_export(a, &st), 0);
+    char *json = strdup(st.json), *at = strstr(json, "\"shape\":[3]");
+    assert_non_null(at);
+    memcpy(at, "\"shape\":\"3\"", strlen("\"shape\":[3]"));
+    assert_int_equal(kiln_optim_state_import(a, 0, NULL, NULL, json), -1);
+    assert_non_null(strstr(kiln_error(), "parameter \"w\": missing or invalid shape"));
+    free(json);
+    kiln_optim_state_free(&st);
+    kiln_optim_free(a);
+    kiln_tensor_release(w3);
+    kiln_tensor_release(w5);
+    kiln_tensor_release(w23);
 }
 
 /* kiln_optim_set_lr and _set_momentum refuse what kiln_optim_create refuses (a NaN lr
@@ -449,6 +543,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_clip_matches_pytorch),
     cmocka_unit_test(test_bad_inputs),
     cmocka_unit_test(test_set_lr_refuses_non_finite),
+    cmocka_unit_test(test_create_and_step_edges),
+    cmocka_unit_test(test_state_shape_checked),
 };
 
 FIXTURE_MAIN(tests)

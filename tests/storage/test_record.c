@@ -274,6 +274,40 @@ static void test_slot_dtype_checked(void **state)
     kiln_record_close(rec);
 }
 
+/* A slot's ndim is -1 or 0..KILN_MAX_DIMS: 64 made the shape compare and the message read
+ * 64 entries of an 8-entry shape, leaking stack bytes into kiln_error(). */
+static void test_slot_ndim_checked(void **state)
+{
+    (void)state;
+    char path[128];
+    snprintf(path, sizeof path, "%s/m.kiln", dir);
+    save_sample(path, 0);
+    kiln_record *rec = kiln_record_open(path);
+    assert_non_null(rec);
+    kiln_record_slot slots[] = {{.name = "fc.weight", .dtype = -1, .ndim = 64},
+                                {.name = "fc.bias", .dtype = -1, .ndim = -1}};
+    kiln_tensor *out[2] = {NULL, NULL};
+    assert_int_equal(kiln_record_load_slots(rec, 2, slots, dev, KILN_RECORD_STRICT, out, NULL), KILN_EINVAL);
+    assert_non_null(strstr(kiln_error(), "slot 'fc.weight' has ndim 64"));
+    assert_non_null(strstr(kiln_error(), "0..8 (KILN_MAX_DIMS)"));
+    assert_null(out[0]);
+    assert_null(out[1]);
+    slots[0].ndim = -2;
+    assert_int_equal(kiln_record_load_slots(rec, 2, slots, dev, KILN_RECORD_LENIENT, out, NULL), KILN_EINVAL);
+    assert_non_null(strstr(kiln_error(), "has ndim -2"));
+    /* checked even for a name the file lacks */
+    kiln_record_slot absent = {.name = "nope", .dtype = -1, .ndim = KILN_MAX_DIMS + 1, .optional = true};
+    assert_int_equal(kiln_record_load_slots(rec, 1, &absent, dev, KILN_RECORD_LENIENT, out, NULL), KILN_EINVAL);
+    assert_non_null(strstr(kiln_error(), "slot 'nope' has ndim 9"));
+    slots[0].ndim = 2;
+    slots[0].shape[0] = 2;
+    slots[0].shape[1] = 3;
+    assert_int_equal(kiln_record_load_slots(rec, 2, slots, dev, KILN_RECORD_STRICT, out, NULL), 0);
+    kiln_tensor_release(out[0]);
+    kiln_tensor_release(out[1]);
+    kiln_record_close(rec);
+}
+
 /* A record holding a tensor of a dtype kiln has no equivalent of (I8, as quantized models
  * carry scales) opens; lenient loading of the other slots lists it as unexpected; only a
  * slot that asks for it fails, naming the dtype. */
@@ -412,6 +446,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fault_injection, setup, teardown),
         cmocka_unit_test_setup_teardown(test_config_is_one_object, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slot_dtype_checked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_slot_ndim_checked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unsupported_extra_tensor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_loaded_slots_survive_file_changes, setup, teardown),
     };

@@ -296,6 +296,13 @@ static void test_load_bool_and_unsupported(void **state)
     assert_non_null(strstr(kiln_error(), "I8"));
     assert_null(kiln_safetensors_load(st, "nope", dev));
     assert_non_null(strstr(kiln_error(), "no tensor named 'nope'"));
+    /* a NULL device or handle gave NULL with no message of its own */
+    kiln_error_clear();
+    assert_null(kiln_safetensors_load(st, "m", NULL));
+    assert_non_null(strstr(kiln_error(), ": load 'm': the device (dev) is NULL"));
+    kiln_error_clear();
+    assert_null(kiln_safetensors_load(NULL, "m", dev));
+    assert_non_null(strstr(kiln_error(), "safetensors load 'm': the file handle (st) is NULL"));
     kiln_safetensors_close(st);
     free(im.bytes);
     kiln_device_close(dev);

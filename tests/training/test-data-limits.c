@@ -326,6 +326,25 @@ static void test_csv_labels(void **state)
     expect_error("nfeatures -1");
 }
 
+/* Features are f32: 1e40 is a finite double and was stored as inf. */
+static void test_csv_feature_f32_range(void **state)
+{
+    (void)state;
+    assert_null(csv("f32.csv", "a,b,label\n1,2,0\n3,1e40,1\n"));
+    expect_error("f32.csv: line 3, column 2: '1e40' is outside the f32 range");
+    assert_null(csv("f32.csv", "a,b,label\n-1e39,2,0\n"));
+    expect_error("line 2, column 1: '-1e39' is outside the f32 range");
+    /* the largest f32 and tiny values (which round to 0) are fine */
+    kiln_dataset *ds = csv("f32.csv", "a,b,label\n3.4e38,1e-50,0\n");
+    if (!ds)
+        fail_msg("csv: %s", kiln_error());
+    float x[2];
+    double t;
+    assert_int_equal(kiln_dataset_get(ds, 0, x, &t, 0), 0);
+    assert_true(x[0] == 3.4e38f && x[1] == 0.0f);
+    kiln_dataset_free(ds);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -338,7 +357,7 @@ static int teardown(void **state)
     (void)state;
     static const char *const files[] = {"ovf.idx",   "big.idx",   "big.idx.gz", "lb.idx",  "short.idx", "im.idx",
                                         "im.idx.gz", "mix.csv",   "one.csv",    "gap.csv", "frac.csv",  "word.csv",
-                                        "huge.csv",  "empty.csv", "names.csv",  "hdr.csv"};
+                                        "huge.csv",  "empty.csv", "names.csv",  "hdr.csv", "f32.csv"};
     char p[512];
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         path_of(p, sizeof p, files[i]);
@@ -359,6 +378,7 @@ int main(void)
         cmocka_unit_test(test_shapes),
         cmocka_unit_test(test_idx),
         cmocka_unit_test(test_csv_labels),
+        cmocka_unit_test(test_csv_feature_f32_range),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -178,7 +178,8 @@ typedef struct kiln_load_report {
  * so whatever holds them (an optimizer created before the load, PyTorch's usual order)
  * sees the loaded values. A shape mismatch is an error naming the key, and nothing is
  * changed. strict: any missing or unexpected key is an error (nothing is changed);
- * lenient: matching keys load and the rest is reported. report may be NULL.
+ * lenient: matching keys load and the rest is reported. In either mode a NULL name or a
+ * key given twice is an error naming it (nothing is changed). report may be NULL.
  */
 int kiln_module_load_state_dict(kiln_module *m, int n, const char *const *names, kiln_tensor *const *tensors,
                                 bool strict, kiln_load_report *report);

@@ -95,16 +95,18 @@ kiln_optim_config kiln_optim_config_default(kiln_optim_kind kind);
 typedef struct kiln_optim kiln_optim;
 
 /**
- * An optimizer over n parameters (floating tensors, any device; the optimizer holds a
- * reference to each). names may be NULL ("param.<i>" is used) or n unique names, which
- * key the exported state. NULL plus a message for a bad config or parameter list.
+ * An optimizer over n >= 1 parameters (floating leaf tensors, any device; the optimizer
+ * holds a reference to each). names may be NULL ("param.<i>" is used) or n unique names,
+ * which key the exported state. NULL plus a message for a bad config or parameter list:
+ * an empty one (n = 0), a NULL or repeated parameter, a non-floating one, or a non-leaf
+ * (the output of a recorded op: "can't optimize a non-leaf tensor", naming it).
  */
 kiln_optim *kiln_optim_create(const kiln_optim_config *cfg, int n, kiln_tensor *const *params,
                               const char *const *names);
 typedef struct kiln_module kiln_module; /* kiln/nn.h */
 /** An optimizer over every parameter of a module tree (kiln_module_parameters: frozen
  *  ones included, as model.parameters(); they get no gradient and are skipped), keyed
- *  by their dotted names. The optimizer holds the tensors listed now: create it after
+ *  by their dotted names; a module with no parameters at all is refused, as n = 0 is. The optimizer holds the tensors listed now: create it after
  *  any kiln_module_to_device or other map that replaces them. Loading weights
  *  (kiln_module_load_*) writes into those tensors, so it may come before or after. */
 kiln_optim *kiln_optim_create_module(const kiln_optim_config *cfg, kiln_module *m);
@@ -112,12 +114,15 @@ void kiln_optim_free(kiln_optim *opt);
 
 /**
  * One update with explicit gradients: grads[i] (same shape as params[i], or NULL to
- * skip it). Returns 1 when the parameters were updated, 0 when the gradients were only
- * accumulated (accumulate_steps > 1), negative plus a message on error (nothing is
- * changed then).
+ * skip it). Returns 1 when the parameters were updated, 0 when none was: the gradients
+ * were only accumulated (accumulate_steps > 1), or no parameter had a gradient (every
+ * grads[i] NULL, or nothing accumulated over the window), which changes no parameter and
+ * no state and is not counted by kiln_optim_steps. Negative plus a message on error
+ * (nothing is changed then).
  */
 int kiln_optim_step_grads(kiln_optim *opt, kiln_tensor *const *grads);
-/** kiln_optim_step_grads with each parameter's accumulated kiln_grad(). With
+/** kiln_optim_step_grads with each parameter's accumulated kiln_grad(), with its return
+ *  values (0 when no parameter has a gradient, e.g. before any backward). With
  *  accumulate_steps > 1 the gradients are taken into the optimizer's buffers, so call
  *  kiln_optim_zero_grad after every step (as usual). A parameter that nothing but the
  *  optimizer holds any more (its module replaced it: kiln_module_to_device or
@@ -137,7 +142,8 @@ kiln_optim_config kiln_optim_get_config(const kiln_optim *opt);
  *  0, or -1 plus a message, nothing changed, for a value kiln_optim_create would refuse
  *  (NaN, infinite, negative; beta1 >= 1). */
 int kiln_optim_set_momentum(kiln_optim *opt, double momentum);
-/** Number of updates made (accumulation calls that did not update do not count). */
+/** Number of updates made: the steps that returned 1 (accumulation calls that did not
+ *  update, and steps where no parameter had a gradient, do not count). */
 int64_t kiln_optim_steps(const kiln_optim *opt);
 int kiln_optim_param_count(const kiln_optim *opt);
 kiln_tensor *kiln_optim_param(const kiln_optim *opt, int i); /* borrowed */
@@ -155,7 +161,9 @@ typedef struct kiln_optim_state {
 
 int kiln_optim_state_export(const kiln_optim *opt, kiln_optim_state *out);
 /** Restore hyperparameters, step counts and state tensors (copied to each parameter's
- *  device and dtype). The kind and the parameter names and shapes must match. */
+ *  device and dtype). The kind and the parameter names and shapes must match (the shapes
+ *  as the JSON records them, so a state with no tensors yet is checked too); otherwise -1
+ *  plus a message naming the parameter (and both shapes), and nothing is changed. */
 int kiln_optim_state_import(kiln_optim *opt, int n, const char *const *names, kiln_tensor *const *tensors,
                             const char *json);
 void kiln_optim_state_free(kiln_optim_state *st);
@@ -196,36 +204,41 @@ typedef enum kiln_sched_kind {
 
 #define KILN_SCHED_MAX_MILESTONES 16
 
+/** Scheduler hyperparameters; fields that do not apply to the kind are ignored. Start from
+ *  kiln_sched_config_default(kind), whose values are shown in parentheses below: PyTorch's
+ *  defaults where PyTorch has one, the Transformer paper's for NOAM (d_model 512, warm-up
+ *  4000). Where PyTorch requires the value (t_max, step_size, total_steps, t_0) the
+ *  default is 1, which is rarely what a run wants: set it. */
 typedef struct kiln_sched_config {
     kiln_sched_kind kind;
     double factor;            /* CONSTANT (1/3); NOAM (1) */
     int64_t total_iters;      /* CONSTANT (5), LINEAR (5) */
     double start_factor, end_factor; /* LINEAR (1/3, 1) */
-    double gamma;             /* STEP, MULTISTEP (0.1), EXPONENTIAL */
-    int64_t step_size;        /* STEP */
+    double gamma;                    /* STEP, MULTISTEP, EXPONENTIAL (0.1) */
+    int64_t step_size;               /* STEP (1) */
     int nmilestones;          /* MULTISTEP: increasing */
     int64_t milestones[KILN_SCHED_MAX_MILESTONES];
-    int64_t t_max;            /* COSINE */
+    int64_t t_max;            /* COSINE (1) */
     double eta_min;           /* COSINE, COSINE_RESTARTS (0) */
-    int64_t t_0, t_mult;      /* COSINE_RESTARTS (t_mult 1) */
+    int64_t t_0, t_mult;      /* COSINE_RESTARTS (1, 1) */
     /* ONE_CYCLE: the base lr is ignored; max_lr is the peak. */
-    double max_lr;
-    int64_t total_steps;
+    double max_lr;            /* 0.1 */
+    int64_t total_steps;      /* 1 */
     double pct_start;         /* 0.3 */
     bool anneal_linear;       /* false: cosine */
     double div_factor;        /* 25: initial lr = max_lr / div_factor */
     double final_div_factor;  /* 1e4: min lr = initial lr / final_div_factor */
     bool cycle_momentum;      /* true: momentum (or beta1) from max_momentum down and back */
     double base_momentum, max_momentum; /* 0.85, 0.95 */
-    int64_t d_model;          /* NOAM */
-    int64_t noam_warmup;      /* NOAM */
+    int64_t d_model;                    /* NOAM (512) */
+    int64_t noam_warmup;                /* NOAM (4000) */
     /** Linear warm-up before any kind: for t < warmup_steps the lr is base * (ws +
      *  (1 - ws) t / warmup_steps) with ws = warmup_start_factor, where base is the base
      *  lr (ONE_CYCLE: its initial lr, max_lr / div_factor, with max_momentum held); from
      *  then on the schedule runs with its own step count t - warmup_steps (PyTorch's
-     *  SequentialLR of LinearLR and the schedule). 0: none. */
+     *  SequentialLR of LinearLR and the schedule). 0: none (the default). */
     int64_t warmup_steps;
-    double warmup_start_factor;
+    double warmup_start_factor; /* 1/3 */
 } kiln_sched_config;
 
 kiln_sched_config kiln_sched_config_default(kiln_sched_kind kind);

@@ -354,12 +354,19 @@ int kiln_ckpt_retain(const char *root, const kiln_ckpt_retention *policy, int *r
  * The file's data.pkl is interpreted by a restricted unpickler that runs no code and
  * resolves only the globals a state_dict needs (collections.OrderedDict,
  * torch._utils._rebuild_tensor[_v2], _rebuild_parameter[_with_state], torch.*Storage);
- * any other global refuses the file. Nested dicts (a checkpoint {"model": state_dict,
+ * any other global refuses the file (a whole pickled nn.Module among them: save
+ * model.state_dict() instead). Nested dicts (a checkpoint {"model": state_dict,
  * "epoch": 3}) and lists are flattened to dotted names ("model.layer1.0.conv1.weight");
  * other leaves (ints, floats, strings) are listed separately. Every tensor view is
- * checked against its storage record before anything is read; tensors load as
- * contiguous copies with the file's dtype and shape. Big-endian files, the legacy
- * non-zip format and TorchScript archives are refused with a message saying so.
+ * checked against its storage record before anything is read, and a view reaching
+ * outside its storage refuses the file; tensors load as contiguous copies with the
+ * file's dtype and shape. A tensor kiln cannot load does not refuse the file: it is
+ * listed, the others load, and only kiln_torch_load of that one fails, naming it and the
+ * reason. That covers a dtype kiln has no equivalent of (int8, int16, complex, float8:
+ * kiln_torch_info gives dtype -1), an expand()ed view (stride 0, more elements than its
+ * storage: save x.contiguous()) and more than KILN_MAX_DIMS dimensions (kiln_torch_info
+ * fails too, as the shape does not fit). Big-endian files, the legacy non-zip format and
+ * TorchScript archives are refused with a message saying so.
  *
  * Names are rewritten on open: skip patterns (POSIX extended regexes) drop every entry
  * whose name as stored in the file matches; then each rename rule, in order, replaces
@@ -392,12 +399,14 @@ const char *kiln_torch_source_name(const kiln_torch_file *pt, int i);
 int kiln_torch_find(const kiln_torch_file *pt, const char *name);
 /**
  * Describe tensor i: dtype (-1 when torch's dtype has no kiln equivalent, e.g. int16),
- * rank and shape (KILN_MAX_DIMS entries). Returns 0 or -1.
+ * rank and shape (KILN_MAX_DIMS entries). Returns 0, or -1 plus a message when i is out of
+ * range or the tensor has more than KILN_MAX_DIMS dimensions.
  */
 int kiln_torch_info(const kiln_torch_file *pt, int i, int *dtype, int *ndim, int64_t *shape);
 /** torch's storage class of tensor i ("FloatStorage", "ShortStorage", ...). */
 const char *kiln_torch_storage_type(const kiln_torch_file *pt, int i);
-/** A contiguous copy of the named tensor on dev. NULL plus a message when absent or unloadable. */
+/** A contiguous copy of the named tensor on dev. NULL plus a message when absent or unloadable
+ *  (see above), or when pt or dev is NULL. */
 kiln_tensor *kiln_torch_load(const kiln_torch_file *pt, const char *name, kiln_device *dev);
 
 /** Non-tensor leaves (after skipping and renaming): count, name, value as Python prints it. */
