@@ -426,7 +426,9 @@ static int decode_body(struct kd_http_conn *c, bool keep_alive)
 static int on_message_complete(llhttp_t *p)
 {
     struct kd_http_conn *c = conn_of(p);
-    bool keep_alive = llhttp_should_keep_alive(p) && !c->draining;
+    /* An Upgrade this server does not take (h2c, a refused WebSocket) or CONNECT: the parser
+     * reads nothing after it, so its answer says the connection closes. */
+    bool keep_alive = llhttp_should_keep_alive(p) && !c->draining && !p->upgrade;
     c->in_message = false;
     int decoded = decode_body(c, keep_alive);
     if (decoded < 0 || (decoded == 0 && dispatch(c, keep_alive) != 0)) {
@@ -442,6 +444,10 @@ static int on_message_complete(llhttp_t *p)
     if (!keep_alive || c->closing) {
         c->closing = true;
         return HPE_PAUSED; /* whatever follows on this connection is not read */
+    }
+    if (c->out.len >= KD_HTTP_OUT_HIGH) {
+        c->out_paused = true;
+        return HPE_PAUSED; /* the next request waits for these answers to be written */
     }
     return 0;
 }
@@ -538,7 +544,7 @@ void kd_http_conn_feed(struct kd_http_conn *c, const char *data, size_t len)
             c->up_ops->feed(c->up_ud, data, len);
         return;
     }
-    if (c->pending) {
+    if (c->pending || c->out_paused) {
         if (kd_buf_append(&c->stash, data, len) != 0)
             c->failed = true;
         return;
@@ -555,8 +561,8 @@ void kd_http_conn_feed(struct kd_http_conn *c, const char *data, size_t len)
     }
     if (e == HPE_OK)
         return;
-    if (e == HPE_PAUSED && c->pending) {
-        /* Keep what follows the deferred request for when its response is out. */
+    if (e == HPE_PAUSED && (c->pending || c->out_paused)) {
+        /* Keep what follows the deferred request (or the answers that filled out) for later. */
         const char *pos = llhttp_get_error_pos(&c->parser);
         size_t used = pos && pos >= data && pos <= data + len ? (size_t)(pos - data) : len;
         if (kd_buf_append(&c->stash, data + used, len - used) != 0)
@@ -623,6 +629,12 @@ void kd_http_conn_eof(struct kd_http_conn *c)
         atomic_store(&c->pending->cancelled, true);
     if (c->closing)
         return;
+    if (c->out_paused) {
+        /* Requests that arrived whole before the half-close wait in the stash for their
+         * answers to be written: they are answered, then the connection closes. */
+        c->input_ended = true;
+        return;
+    }
     if (c->in_message)
         fail_with(c, 400, "connection closed in the middle of a request");
     c->closing = true;
@@ -677,7 +689,31 @@ void kd_http_conn_refuse(struct kd_http_conn *c, int status, const char *msg, co
 
 bool kd_http_conn_wants_input(const struct kd_http_conn *c)
 {
-    return !c->pending || c->stash.len < STASH_MAX;
+    return (!c->pending && !c->out_paused) || c->stash.len < STASH_MAX;
+}
+
+/* Parses what arrived while parsing was held; it may hold again and stash the rest anew. */
+static void replay_stash(struct kd_http_conn *c)
+{
+    llhttp_resume(&c->parser);
+    struct kd_buf in = c->stash;
+    c->stash = (struct kd_buf){0};
+    if (in.len)
+        kd_http_conn_feed(c, in.data, in.len);
+    kd_buf_free(&in);
+}
+
+void kd_http_conn_output_room(struct kd_http_conn *c)
+{
+    if (!c->out_paused) /* (never with a pending response: nothing is parsed while out is held) */
+        return;
+    c->out_paused = false;
+    if (!c->closing)
+        replay_stash(c);
+    if (c->input_ended && !c->out_paused) { /* the stash is spent, and nothing follows it */
+        c->input_ended = false;
+        kd_http_conn_eof(c);
+    }
 }
 
 struct kd_http_pending *kd_http_defer(const struct kd_request *req)
@@ -712,7 +748,8 @@ struct kd_buf *kd_http_pending_out(struct kd_http_pending *p)
 
 bool kd_http_pending_keep_alive(const struct kd_http_pending *p)
 {
-    return p->keep_alive && p->conn && !p->conn->draining;
+    /* closing: the peer half-closed meanwhile, so nothing follows this answer */
+    return p->keep_alive && p->conn && !p->conn->draining && !p->conn->closing;
 }
 
 void kd_http_pending_finish(struct kd_http_pending *p, int status)
@@ -752,13 +789,7 @@ void kd_http_pending_finish(struct kd_http_pending *p, int status)
     if (!keep_alive || c->failed) {
         c->closing = true;
     } else {
-        /* Parse what arrived meanwhile; it may defer again and stash the rest anew. */
-        llhttp_resume(&c->parser);
-        struct kd_buf in = c->stash;
-        c->stash = (struct kd_buf){0};
-        if (in.len)
-            kd_http_conn_feed(c, in.data, in.len);
-        kd_buf_free(&in);
+        replay_stash(c); /* what arrived meanwhile */
     }
     if (c->wake)
         c->wake(c->wake_ud);

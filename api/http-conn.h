@@ -135,7 +135,10 @@ struct kd_http_conn {
     struct kd_http_pending *pending;
     bool dispatching;                         /* inside a route handler */
     bool finished_inline;                     /* a deferred response was finished before the handler returned */
-    struct kd_buf stash;                      /* input that arrived while a response was pending */
+    struct kd_buf stash;                      /* input that arrived while a response was pending, or
+                                                 while out held KD_HTTP_OUT_HIGH */
+    bool out_paused;                          /* parsing stopped for out to be written (pipelining) */
+    bool input_ended;                         /* the peer half-closed while requests waited in the stash */
     char peer[64];                            /* "ip:port", set by the socket layer (access log) */
     uint64_t conn_id;                         /* set by the socket layer; generated request ids use it */
     uint64_t requests;                        /* requests dispatched on this connection */
@@ -158,6 +161,18 @@ void kd_http_conn_eof(struct kd_http_conn *c);
 
 /* The socket layer took everything in c->out: an upgraded protocol may refill it (output_taken). */
 void kd_http_conn_output_taken(struct kd_http_conn *c);
+
+/*
+ * Pipelined requests are answered into c->out as they are parsed; once out holds this much, the
+ * rest of the input waits in the stash (out_paused) until the socket has taken all of it, so a
+ * client that sends many small requests and reads nothing (GET /metrics, some 30 KB an answer,
+ * 26 bytes a request) cannot make the server hold its answers by the hundred megabytes.
+ */
+#define KD_HTTP_OUT_HIGH (1u << 20)
+
+/* The output that paused parsing has all been written (!writing, out empty): parse the stash,
+ * which may answer into out and pause again. No-op unless out_paused. */
+void kd_http_conn_output_room(struct kd_http_conn *c);
 
 /* The timer fired: a started request gets 408; the connection closes either way. */
 void kd_http_conn_timeout(struct kd_http_conn *c);
@@ -187,7 +202,7 @@ void kd_http_conn_drain_cut(struct kd_http_conn *c);
  */
 void kd_http_conn_refuse(struct kd_http_conn *c, int status, const char *msg, const char *extra_headers);
 
-/* True while a pending response is outstanding and the stash still has room for more input. */
+/* False while a response is pending or output paused parsing and the stash is full. */
 bool kd_http_conn_wants_input(const struct kd_http_conn *c);
 
 /*

@@ -363,6 +363,12 @@ static void after_input(struct conn *c)
         return;
     }
     send_output(c);
+    /* Pipelined requests held while their answers were written: the next ones, as long as the
+     * socket takes their answers at once (else on_write comes back here). */
+    while (!c->closed && !c->lingering && c->http.out_paused && !c->writing && c->http.out.len == 0) {
+        kd_http_conn_output_room(&c->http);
+        send_output(c);
+    }
     if (c->closed || c->lingering)
         return;
     if (c->http.failed) { /* an upgraded protocol ran out of memory refilling its output */
@@ -382,8 +388,11 @@ static void after_input(struct conn *c)
         c->reading = false;
     }
     if (c->http.closing) {
-        /* A pending response keeps the connection until it is written, unless the peer left. */
-        if (!c->writing && c->http.out.len == 0 && (!c->http.pending || c->peer_eof)) {
+        /* A pending response keeps the connection until it is written, also once the peer has
+         * half-closed (shutdown(SHUT_WR) after its request): the request may have done something
+         * (a job submitted, a model loaded) whose answer the client still reads. A peer that is
+         * gone fails the write; the scheduler bounds how long the answer takes. */
+        if (!c->writing && c->http.out.len == 0 && !c->http.pending) {
             conn_finish(c);
         } else if (!c->close_armed) {
             c->close_armed = true;

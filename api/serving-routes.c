@@ -218,8 +218,16 @@ static void infer_done(struct kd_sched_request *r)
         }
         default:
             snprintf(hdr, sizeof hdr, "X-Request-Id: %s\r\nRetry-After: 1\r\n", j->req_id);
-            status = kd_resp_error(out, 503, r->error[0] ? r->error : kd_sched_outcome_to_str(r->outcome), ka,
-                                   hdr);
+            /* Cancelled: the client closed its side of the connection while the request queued.
+             * Like most servers kilnd takes that as leaving (it cannot tell a half-close from a
+             * close) and does not run it; a client that half-closes still reads why. */
+            status = kd_resp_error(out, 503,
+                                   r->error[0] ? r->error
+                                   : r->outcome == KD_SCHED_CANCELLED
+                                       ? "request dropped before it ran: the client "
+                                         "closed its side of the connection"
+                                       : kd_sched_outcome_to_str(r->outcome),
+                                   ka, hdr);
         }
     }
     kd_http_pending_finish(j->pending, status);

@@ -831,6 +831,74 @@ def test_drain_half_sent():
     check(rc == 0, "kilnd exits 0 once the half-sent request is answered (rc %s)" % rc)
 
 
+def rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def read_all(s):
+    raw = b""
+    while True:
+        chunk = s.recv(1 << 16)
+        if not chunk:
+            return raw
+        raw += chunk
+
+
+def test_connection_edges(d):
+    """Pipelined requests whose answers are not read are parsed only as fast as their answers leave
+    (kilnd held every answer of a write at once: 1000 requests of /metrics, 25 MB); a
+    request followed by a half-close is answered; a refused Upgrade says Connection: close."""
+    one = len(d.req("GET", "/metrics")[2])
+    req = b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n"
+    n = 1000
+    before = rss_kb(d.proc.pid)
+    socks = []
+    for _ in range(2):
+        s = socket.create_connection(("127.0.0.1", d.port), timeout=30)
+        s.sendall(req * n)
+        socks.append(s)
+    time.sleep(1.5)
+    grown = (rss_kb(d.proc.pid) - before) / 1024
+    check(grown < 20, "2 connections of %d pipelined /metrics (%d KB each), none read: kilnd grew %.1f MB, not "
+          "the %.0f MB of their answers" % (n, one // 1024, grown, 2 * n * one / 2 ** 20))
+    check(d.req("GET", "/v2/health/live")[0] == 200, "another client is served meanwhile")
+    s = socks.pop()
+    s.shutdown(socket.SHUT_WR)
+    raw = read_all(s)
+    check(raw.count(b"HTTP/1.1 200 OK") == n, "read at last, every pipelined request is answered, in order: %d of %d"
+          % (raw.count(b"HTTP/1.1 200 OK"), n))
+    for s in socks:
+        s.close()
+    # a complete request, then shutdown(SHUT_WR): the answer still comes
+    body = b"{}"
+    s = socket.create_connection(("127.0.0.1", d.port), timeout=30)
+    s.sendall(b"POST /v2/repository/models/mnist_mlp/load HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n" + body)
+    s.shutdown(socket.SHUT_WR)
+    raw = read_all(s)
+    check(raw.startswith(b"HTTP/1.1 200") and b"connection: close" in raw.lower(),
+          "a load request then a half-close is answered 200, Connection: close: %r" % raw[:160])
+    body = json.dumps(infer_body(EXPECTED["input"][:1])).encode()
+    s = socket.create_connection(("127.0.0.1", d.port), timeout=30)
+    s.sendall(b"POST /v2/models/mnist_mlp/infer HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % len(body)
+              + body)
+    s.shutdown(socket.SHUT_WR)
+    raw = read_all(s)
+    check(raw.startswith(b"HTTP/1.1 200") or (raw.startswith(b"HTTP/1.1 503") and
+                                               b"the client closed its side of the connection" in raw),
+          "an inference then a half-close gets an answer: its result, or why it was dropped: %r" % raw[:200])
+    for upgrade in (b"Upgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n",
+                    b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 12\r\n"
+                    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"):
+        s = socket.create_connection(("127.0.0.1", d.port), timeout=30)
+        s.sendall(b"GET /v1/tensor HTTP/1.1\r\nHost: t\r\n" + upgrade + b"\r\n")
+        raw = read_all(s)
+        head = raw.partition(b"\r\n\r\n")[0].lower()
+        check(b"connection: close" in head and b"keep-alive" not in head,
+              "a refused Upgrade's answer says the connection closes, as it does: %r" % raw[:200])
+        s.close()
+
+
 def main():
     d = Daemon("main")
     try:
@@ -844,6 +912,7 @@ def main():
         test_batching(d)
         test_repository(d)
         test_folder_gone(d)
+        test_connection_edges(d)
     finally:
         d.stop()
     test_warmed_autotune()
