@@ -7,7 +7,8 @@
  * ops per hop); the worker runs them in order and collects the replies, which the done callback
  * sends. So at most one task per session is ever in flight, and the session's device state
  * (backends/remote/remote-exec.c) is touched by its worker only — never by two threads at once. A hop stops
- * once its replies pass remote.max_message_bytes and leaves the rest for the next one, so a
+ * once its replies pass remote.max_message_bytes, or after 20 ms of work (inference on the same
+ * worker runs between hops), and leaves the rest for the next one, so a
  * queue of large DOWNLOADs never piles up all its DATA in memory at once. Nor across hops: no hop
  * starts while the session's unsent replies (kd_ws_unsent) are over out_high; the session waits
  * until its client has read them down to half that, so a client that does not read holds at most
@@ -22,16 +23,18 @@
  * go out in the order of the messages they answer.
  *
  * Teardown: when the connection goes, the session stops taking input; its pending messages are
- * dropped; if a task is in flight the session waits for it, then sends one last task that frees
+ * dropped; if a task is in flight it stops at its next message and the session waits for it, then sends one last task that frees
  * every buffer it held on its device. Only when that task is back is the session freed. If the
  * scheduler has stopped (daemon shutdown), its workers are joined and the buffers are freed on the
  * loop thread instead, before the devices close.
  */
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "auth.h"
 #include "common/bytes.h"
@@ -42,6 +45,10 @@
 #include "tensor.h"
 #include "wire.h"
 #include "ws.h"
+
+/* The longest a hop runs a session's ops before the worker turns to other work (at least one
+ * op runs per hop). */
+#define HOP_TIME_NS (20u * 1000u * 1000u)
 
 /* One WebSocket message's worth of protocol messages waiting for the worker. */
 struct pmsg {
@@ -62,6 +69,7 @@ struct session {
     bool hello_sent;            /* the HELLO went to the worker */
     bool hello_done;            /* the WELCOME went out: messages may flow */
     bool gone;                  /* the connection is gone */
+    atomic_bool abandoned;      /* gone, as the worker reads it: the hop in flight stops */
     bool freeing;               /* the last task (free everything) is out */
     bool fatal;                 /* out of memory on the worker: closing */
     bool stalled;               /* unsent replies over out_high: no hop until they drain */
@@ -89,7 +97,7 @@ struct kd_tensor_service {
     struct session *sessions;
     size_t nsessions;
     unsigned next_hint;
-    struct kd_metric_series *m_opened, *m_refused, *m_messages, *m_errors;
+    struct kd_metric_series *m_opened, *m_refused, *m_messages, *m_errors, *m_dropped;
 };
 
 #define tlog(ts, level, ...) kd_api_logf((ts)->o.log, (ts)->o.log_ud, (level), __VA_ARGS__)
@@ -197,14 +205,28 @@ static void run_hello(struct kd_sched_task *t, kiln_device *dev)
  * Worker: runs the batch's messages in order, one protocol message at a time, until the replies
  * collected pass the hop's budget; what is left goes back to the queue for the next hop.
  */
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void run_batch(struct kd_sched_task *t, kiln_device *dev)
 {
     struct session *s = t->ud;
     size_t budget = (size_t)s->svc->o.limits.max_message_bytes;
+    /* A hop also ends after HOP_TIME_NS of work: the worker takes inference between hops, so a
+     * session that queued seconds of ops delays a request by one hop, not by all of them. And it
+     * ends when the client has gone, whose remaining ops are dropped, not run. */
+    uint64_t deadline = now_ns() + HOP_TIME_NS;
+    size_t ran = 0;
     for (struct pmsg *m = s->batch; m && !s->fatal; m = m->next) {
         while (m->off < m->len) {
-            if (s->replies.len >= budget)
+            if (s->replies.len >= budget || atomic_load_explicit(&s->abandoned, memory_order_relaxed) ||
+                (ran > 0 && now_ns() >= deadline))
                 return;
+            ran++;
             const uint8_t *h = m->data + m->off;
             if (m->refused) {
                 /* Only the header was kept: answer it in its place in the sequence. */
@@ -264,6 +286,8 @@ static void teardown(struct session *s)
     if (s->freeing)
         return;
     s->freeing = true;
+    if (s->svc->m_dropped && s->queued) /* what the client sent and left before it ran */
+        kd_metric_add(s->svc->m_dropped, (double)s->queued);
     free_msgs(s->head);
     s->head = s->tail = NULL;
     s->live_bytes = 0;
@@ -555,6 +579,7 @@ static void on_gone(void *ud)
 {
     struct session *s = ud;
     s->gone = true;
+    atomic_store(&s->abandoned, true);
     if (!s->busy)
         teardown(s);
 }
@@ -600,6 +625,8 @@ int kd_tensor_service_handle(void *ctx, const struct kd_request *req, struct kd_
     if (st != 101)
         return st;
     struct session *s = calloc(1, sizeof *s);
+    if (s)
+        atomic_init(&s->abandoned, false);
     if (s)
         s->ws = kd_ws_new(req, ts->o.loop, (uint64_t)ts->o.limits.max_message_bytes, &ws_handler, s);
     if (!s || !s->ws) {
@@ -686,6 +713,9 @@ struct kd_tensor_service *kd_tensor_service_new(const struct kd_tensor_service_o
                                  "Messages received by remote tensor sessions.");
         ts->m_errors = counter(o->metrics, "kiln_remote_errors_total",
                                "Error messages the loop sent to remote tensor sessions (quota, protocol).");
+        ts->m_dropped = counter(o->metrics, "kiln_remote_messages_dropped_total",
+                                "Protocol messages of remote tensor sessions whose client left before they ran, "
+                                "not run.");
         if (kd_metrics_gauge_fn(o->metrics, "kiln_remote_sessions", "Remote tensor sessions open.", open_sessions,
                                 ts) != 0 ||
             kd_metrics_gauge_fn(o->metrics, "kiln_remote_live_bytes",

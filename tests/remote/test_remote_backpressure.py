@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -181,11 +182,39 @@ def test_stalled_client_closed(d):
     check(d.metric("kiln_remote_unsent_bytes") == 0, "nothing is left unsent")
 
 
+def test_left_mid_batch(d):
+    """A client that queues 2000 adds of 16M floats (tens of seconds of work) and leaves at once:
+    what had not run is dropped, not run for nobody (the hop ran every op it had taken, holding the
+    device and the session's memory for seconds), and counted in kiln_remote_messages_dropped_total."""
+    n_ops, n = 2000, 1 << 24
+    before = d.metric("kiln_remote_messages_dropped_total") or 0
+    w = WS(d.port, timeout=30)
+    st, _ = w.handshake()
+    check(st == 101, "upgrade answers 101 (got %s)" % st)
+    w.send(hello(1))
+    t, _, _ = w.next()
+    check(t == WELCOME, "HELLO answered by WELCOME")
+    w.send(alloc(2, 1, nbytes=4 * n) + alloc(3, 2, nbytes=4 * n))
+    w.send(b"".join(op(10 + k, P_BINARY, [td(2, [n]), td(1, [n]), td(2, [n])], sub=B_ADD) for k in range(n_ops)))
+    w.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    w.close()  # a reset: the client is gone
+    deadline = time.time() + 60
+    while time.time() < deadline and d.metric("kiln_remote_sessions") != 0:
+        time.sleep(0.05)
+    check(d.metric("kiln_remote_sessions") == 0 and d.metric("kiln_remote_live_bytes") == 0,
+          "the session is gone with its buffers")
+    dropped = (d.metric("kiln_remote_messages_dropped_total") or 0) - before
+    print("of %d queued adds, %d were dropped when the client left" % (n_ops, dropped), flush=True)
+    check(dropped >= n_ops // 2, "most of the adds the client left behind are dropped, not run (%d of %d)"
+          % (dropped, n_ops))
+
+
 def main():
     d = Daemon("--remote-max-message-bytes", str(MAX_MESSAGE), "--idle-timeout-ms", "6000")
     try:
         test_bounded_then_resumes(d)
         test_stalled_client_closed(d)
+        test_left_mid_batch(d)
     finally:
         d.stop()
         if FAILURES:
