@@ -68,6 +68,9 @@ struct session {
     uint64_t hello_seq;
     bool hello_sent;            /* the HELLO went to the worker */
     bool hello_done;            /* the WELCOME went out: messages may flow */
+    unsigned id;                /* for the log: sessions are numbered from 1 as they open */
+    char device[64];            /* the device its HELLO named, for the log */
+    uint64_t ran_total;         /* protocol messages run, for the log line at its close */
     bool gone;                  /* the connection is gone */
     atomic_bool abandoned;      /* gone, as the worker reads it: the hop in flight stops */
     bool freeing;               /* the last task (free everything) is out */
@@ -97,6 +100,8 @@ struct kd_tensor_service {
     struct session *sessions;
     size_t nsessions;
     unsigned next_hint;
+    unsigned next_id;
+    uint64_t refused_run; /* sessions refused at remote.max_sessions since the warning (0: none) */
     struct kd_metric_series *m_opened, *m_refused, *m_messages, *m_errors, *m_dropped;
 };
 
@@ -126,6 +131,7 @@ static void send_error(struct session *s, uint64_t seq, uint16_t failed_type, ki
 /* A protocol violation: say why, then close. Nothing of the offending WebSocket message runs. */
 static void violation(struct session *s, uint64_t seq, uint16_t type, const char *why)
 {
+    tlog(s->svc, KD_LOG_WARN, "remote session %u: protocol violation, closing: %s", s->id, why);
     send_error(s, seq, type, KILN_WIRE_ERR_PROTOCOL, why);
     kd_ws_close(s->ws, KD_WS_PROTOCOL_ERROR, why);
 }
@@ -164,6 +170,11 @@ static void session_unlink_free(struct session *s)
     if (s->next)
         s->next->prev = s->prev;
     ts->nsessions--;
+    if (ts->refused_run && ts->accepting) {
+        tlog(ts, KD_LOG_INFO, "remote sessions accepted again; %llu were refused at remote.max_sessions",
+             (unsigned long long)ts->refused_run);
+        ts->refused_run = 0;
+    }
     free_msgs(s->head);
     free_msgs(s->batch);
     kiln_wire_buf_free(&s->replies);
@@ -288,6 +299,9 @@ static void teardown(struct session *s)
     s->freeing = true;
     if (s->svc->m_dropped && s->queued) /* what the client sent and left before it ran */
         kd_metric_add(s->svc->m_dropped, (double)s->queued);
+    if (s->hello_done)
+        tlog(s->svc, KD_LOG_INFO, "remote session %u on %s closed: %llu messages run, %llu left unrun", s->id,
+             s->device, (unsigned long long)s->ran_total, (unsigned long long)s->queued);
     free_msgs(s->head);
     s->head = s->tail = NULL;
     s->live_bytes = 0;
@@ -325,8 +339,11 @@ static void hello_done(struct kd_sched_task *t)
         teardown(s);
         return;
     }
-    if (!t->shutdown && !s->fatal)
+    if (!t->shutdown && !s->fatal) {
         s->hello_done = true;
+        tlog(s->svc, KD_LOG_INFO, "remote session %u opened on %s (%zu open)", s->id, s->device,
+             s->svc->nsessions);
+    }
 }
 
 static void batch_done(struct kd_sched_task *t)
@@ -350,6 +367,7 @@ static void batch_done(struct kd_sched_task *t)
         s->batch = NULL;
     }
     s->queued -= s->ran;
+    s->ran_total += s->ran;
     s->queued_bytes -= s->ran_bytes;
     s->refused_bytes -= s->ran_refused;
     s->ran = s->ran_bytes = s->ran_refused = 0;
@@ -427,6 +445,7 @@ static void on_hello(struct session *s, const uint8_t *msg, size_t len)
         return;
     }
     s->version = hi;
+    snprintf(s->device, sizeof s->device, "%s", m.u.hello.device);
     const struct kd_offered_device *od = kd_offered_named(&ts->offered, m.u.hello.device);
     if (!od || (s->worker = kd_sched_worker_for(ts->o.sched, od->spec, ts->next_hint++)) < 0) {
         /* name the devices it does offer, so the client's error says what to ask for */
@@ -617,6 +636,10 @@ int kd_tensor_service_handle(void *ctx, const struct kd_request *req, struct kd_
     if (ts->nsessions >= (size_t)ts->o.limits.max_sessions) {
         if (ts->m_refused)
             kd_metric_add(ts->m_refused, 1);
+        /* one warning for a run of refusals, and a line when one is taken again (session_unlink_free) */
+        if (ts->refused_run++ == 0)
+            tlog(ts, KD_LOG_WARN, "remote.max_sessions (%lld) sessions open: refusing new ones with 503",
+                 (long long)ts->o.limits.max_sessions);
         return kd_resp_error(out, 503, "too many remote tensor sessions (remote.max_sessions)", req->keep_alive,
                              "Retry-After: 1\r\n");
     }
@@ -635,6 +658,7 @@ int kd_tensor_service_handle(void *ctx, const struct kd_request *req, struct kd_
         return kd_resp_error(out, 500, "out of memory opening a session", req->keep_alive, NULL);
     }
     s->svc = ts;
+    s->id = ++ts->next_id;
     s->worker = -1;
     s->next = ts->sessions;
     if (ts->sessions)

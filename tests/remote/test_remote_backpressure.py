@@ -12,6 +12,7 @@ Usage: test_remote_backpressure.py KILND
 """
 import http.client
 import os
+import re
 import shutil
 import signal
 import socket
@@ -207,6 +208,12 @@ def test_left_mid_batch(d):
     print("of %d queued adds, %d were dropped when the client left" % (n_ops, dropped), flush=True)
     check(dropped >= n_ops // 2, "most of the adds the client left behind are dropped, not run (%d of %d)"
           % (dropped, n_ops))
+    log = open(d.log, errors="replace").read()
+    closed = re.findall(r"remote session (\d+) on cpu closed: (\d+) messages run, (\d+) left unrun", log)
+    check(closed and int(closed[-1][2]) == dropped and int(closed[-1][1]) + dropped == n_ops + 2,
+          "the log says the session closed, with what ran and what was left: %s" % closed[-1:])
+    check(re.search(r"remote session %s opened on cpu" % (closed[-1][0] if closed else "?"), log) is not None,
+          "and that it opened")
 
 
 def main():

@@ -412,6 +412,10 @@ def test_session_limit_and_tokens():
     check(d.metric("kiln_remote_sessions_refused_total") == 2, "refusals counted")
     a.close()
     check(d.wait_metric("kiln_remote_sessions", 0), "the session ended")
+    log = open(d.log, errors="replace").read()
+    check(log.count("remote.max_sessions (1) sessions open: refusing new ones with 503") == 1 and
+          "remote sessions accepted again; 2 were refused at remote.max_sessions" in log,
+          "the log warns once for the run of refusals and says when sessions are taken again: %s" % log[-600:])
     b = d.session(headers={"Authorization": "Bearer adm1n"})
     b.send(alloc(2, 1, f32(1)) + sync(3))
     check(b.until(3)[-1][0] == SYNC_DONE, "a new session fits once the first is gone")
