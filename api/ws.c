@@ -38,6 +38,7 @@ struct frame_watch {
     uint64_t payload_left; /* payload bytes of the current frame still to pass */
     uint64_t msg_bytes;    /* declared so far for the data message being reassembled */
     bool refused;          /* a frame was refused: nothing more is looked at */
+    bool bad_control;      /* ... being a control frame RFC 6455 forbids, not one too big */
 };
 
 struct kd_ws {
@@ -190,8 +191,10 @@ static void pump(struct kd_ws *ws)
         ws->conn->closing = true;
 }
 
-/* A complete header: true when its frame would take the message past max. */
-static bool frame_too_big(struct frame_watch *w, uint64_t max)
+/* A complete header: true when its frame would take the message past max, or is a control
+ * frame over 125 bytes or fragmented (RFC 6455 5.5; bad_control is set): refused with a close
+ * frame saying which, where wslay would drop the connection without one. */
+static bool frame_refused(struct frame_watch *w, uint64_t max)
 {
     const uint8_t *h = w->hdr;
     uint64_t len = h[1] & 0x7f;
@@ -202,8 +205,10 @@ static bool frame_too_big(struct frame_watch *w, uint64_t max)
             len = (i == 2 ? 0 : len << 8) | h[i];
     w->payload_left = len;
     unsigned opcode = h[0] & 0x0f;
-    if (opcode >= 8)
-        return false; /* control frames: at most 125 bytes, which wslay checks */
+    if (opcode >= 8) {
+        w->bad_control = len > 125 || !(h[0] & 0x80);
+        return w->bad_control;
+    }
     if (opcode != 0)
         w->msg_bytes = 0; /* a new message; 0 continues the current one */
     if (len > max - w->msg_bytes)
@@ -240,7 +245,7 @@ static size_t watch_frames(struct frame_watch *w, const uint8_t *data, size_t le
         if (w->have < w->need)
             continue;
         w->have = 0;
-        if (frame_too_big(w, max)) {
+        if (frame_refused(w, max)) {
             w->refused = true;
             return start;
         }
@@ -257,7 +262,9 @@ static void up_feed(void *ud, const char *data, size_t len)
     ws->in_len = ok;
     ws->in_conn_call = true;
     int rc = wslay_event_recv(ws->ctx);
-    if (rc == 0 && ok < len)
+    if (rc == 0 && ok < len && ws->watch.bad_control)
+        kd_ws_close(ws, KD_WS_PROTOCOL_ERROR, "a control frame is at most 125 bytes and not fragmented");
+    else if (rc == 0 && ok < len)
         kd_ws_close(ws, KD_WS_TOO_BIG, "message larger than the session allows");
     ws->in_conn_call = false;
     ws->in_len = 0;

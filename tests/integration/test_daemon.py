@@ -338,6 +338,17 @@ def test_websocket_frame_too_big(d):
             s.sendall((1 << 62).to_bytes(8, "big") + b"\x00\x00\x00\x00")
             code = ws_close_code(s)
             check(code == 1009, "a first-fragment header split across writes is closed with 1009 (got %s)" % code)
+    # control frames over 125 bytes or fragmented (RFC 6455 5.5): a close frame with 1002, not a drop
+    for what, frame in (("a 200-byte ping", bytes([0x89, 0x80 | 126]) + (200).to_bytes(2, "big") + bytes(4 + 200)),
+                        ("a fragmented ping", bytes([0x09, 0x83]) + bytes(4) + b"abc")):
+        with connect(d.port) as s:
+            s.sendall(b"GET /v1/tensor HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                      b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+            r = read_response(s)
+            if r and r[0] == 101:
+                s.sendall(frame)
+                code = ws_close_code(s)
+                check(code == 1002, "%s is closed with 1002 (got %s)" % (what, code))
     check(request(d.port, "GET", "/v2/health/live")[0] == 200, "still serving after oversized frames")
 
 
