@@ -146,12 +146,11 @@ int kd_serving_stats_json(struct kd_buf *b, struct kd_sched_model *m)
         (unsigned long long)st.execution_count, (unsigned long long)st.compute_ns,
         (unsigned long long)st.execution_count);
     bool first = true;
-    for (int i = 0; i < KD_SCHED_BATCH_BUCKETS; i++) {
-        if (!st.batch_hist[i])
-            continue;
-        /* Runs are counted in power-of-two buckets; batch_size is the bucket's upper bound. */
-        rc |= kd_buf_printf(b, "%s{\"batch_size\":%d,\"compute_infer\":{\"count\":%llu}}", first ? "" : ",",
-                            1 << i, (unsigned long long)st.batch_hist[i]);
+    for (int i = 0; i < st.nbatches; i++) {
+        /* Runs by their exact batch size, as Triton counts them */
+        rc |= kd_buf_printf(b, "%s{\"batch_size\":%lld,\"compute_infer\":{\"count\":%llu,\"ns\":%llu}}",
+                            first ? "" : ",", (long long)st.batches[i].size,
+                            (unsigned long long)st.batches[i].count, (unsigned long long)st.batches[i].compute_ns);
         first = false;
     }
     return rc | kd_buf_puts(b, "]}");

@@ -14,7 +14,9 @@
 #include "responses.h"
 #include "serving.h"
 
-#define MAX_VERSIONS 16
+/* The versions of one model served at once; a version policy selecting more is refused at load
+ * (docs/storage.md, "Version policy"). */
+#define MAX_VERSIONS 64
 
 struct kd_serving_entry {
     char name[KD_MODEL_NAME_MAX + 1];

@@ -387,6 +387,20 @@ static int start_load(struct kd_serving *sv, const char *name, int64_t need_vers
             snprintf(e->why, sizeof e->why, "%s", why);
         return 400;
     }
+    int selected = 0;
+    for (int i = 0; i < info->nversions; i++)
+        selected += info->versions[i].served;
+    if (selected > MAX_VERSIONS) {
+        /* refused whole: serving some of them would drop the newest without a word */
+        snprintf(why, n,
+                 "model '%s': its version policy selects %d versions, and kilnd serves at most %d of a model at "
+                 "once; narrow it (\"latest\": {\"num_versions\": N} or \"specific\")",
+                 name, selected, MAX_VERSIONS);
+        struct kd_serving_entry *e = get_entry(sv, name);
+        if (e)
+            snprintf(e->why, sizeof e->why, "%s", why);
+        return 400;
+    }
     struct load_op *op = calloc(1, sizeof *op);
     struct kd_serving_entry *e = get_entry(sv, name);
     if (!op || !e) {
@@ -402,7 +416,7 @@ static int start_load(struct kd_serving *sv, const char *name, int64_t need_vers
     snprintf(op->name, sizeof op->name, "%s", name);
     op->remaining = 1; /* held until every load is started, so completions cannot finish it early */
     op->hold.op = op;
-    for (int i = 0, k = 0; i < info->nversions && k < MAX_VERSIONS; i++) {
+    for (int i = 0, k = 0; i < info->nversions; i++) { /* at most MAX_VERSIONS are served, above */
         const kd_model_version *v = &info->versions[i];
         if (!v->served)
             continue;
@@ -612,8 +626,8 @@ static void folder_row(const kd_model_info *info, const kd_model_version *v, con
         return;
     const char *why = v && !v->valid && v->why    ? v->why
                       : !info->valid && info->why ? info->why
-                      : e && e->why[0]            ? e->why
                       : v && !v->served           ? "not selected by the version policy"
+                      : e && e->why[0]            ? e->why /* the last load's failure, for versions it chose */
                                                   : "not loaded";
     row(ud, info->name, v ? v->version : 0, e && e->loading ? "LOADING" : "UNAVAILABLE", why);
 }

@@ -88,11 +88,29 @@ static int check_keys(const cJSON *obj, const char *const *known, const char *wh
         for (int k = 0; known[k] && !ok; k++)
             ok = strcmp(it->string, known[k]) == 0;
         if (!ok) {
-            /* Triton's config names its lists "input" and "output" */
-            bool plural = strcmp(it->string, "input") == 0 || strcmp(it->string, "output") == 0;
+            /* Triton's config.pbtxt names (which kilnd's /config answers in, for tritonclient):
+             * what config.json calls them */
+            static const struct {
+                const char *triton, *hint;
+            } hints[] = {
+                {"input", "did you mean 'inputs'?"},
+                {"output", "did you mean 'outputs'?"},
+                {"max_queue_delay_microseconds", "did you mean 'max_queue_delay_us'?"},
+                {"preferred_batch_size", "did you mean 'preferred_batch_sizes'?"},
+                {"instance_group", "config.json takes 'instance_count' and 'device'"},
+                {"data_type", "did you mean 'datatype' (\"FP32\", not \"TYPE_FP32\")?"},
+                {"dims", "did you mean 'shape'? (it includes the batch dimension, as -1)"},
+                {"name", "the model's folder names it"},
+                {"platform", "model.onnx or model.kiln in the version folder says the format"},
+                {"backend", "model.onnx or model.kiln in the version folder says the format"},
+            };
+            const char *hint = NULL;
+            for (size_t h = 0; h < sizeof hints / sizeof hints[0] && !hint; h++)
+                if (strcmp(it->string, hints[h].triton) == 0)
+                    hint = hints[h].hint;
             size_t len = (size_t)snprintf(why, wl, "%s: unknown key '%.64s'", where, it->string);
-            if (plural && len < wl)
-                len += (size_t)snprintf(why + len, wl - len, ", did you mean '%ss'?", it->string);
+            if (hint && len < wl)
+                len += (size_t)snprintf(why + len, wl - len, ", %s", hint);
             if (len < wl)
                 len += (size_t)snprintf(why + len, wl - len, " (known:");
             for (int k = 0; known[k] && len < wl; k++)
@@ -186,7 +204,7 @@ int kd_repository_config_parse(const char *text, kd_model_config *c, bool io_opt
     memset(c, 0, sizeof *c);
     cJSON *j = cJSON_Parse(text);
     int rc = -1;
-    int64_t v;
+    int64_t v = 0;
     if (!cJSON_IsObject(j)) {
         snprintf(why, wl, "config.json: not a JSON object");
         goto out;
@@ -207,11 +225,19 @@ int kd_repository_config_parse(const char *text, kd_model_config *c, bool io_opt
                                            "device", "instance_count", "version_policy", NULL};
     static const char *const batching_keys[] = {"max_queue_delay_us", "preferred_batch_sizes", NULL};
     static const char *const policy_keys[] = {"latest", "all", "specific", NULL};
+    static const char *const latest_keys[] = {"num_versions", NULL}, *const all_keys[] = {NULL},
+                             *const specific_keys[] = {"versions", NULL};
+    const cJSON *vp = cJSON_GetObjectItemCaseSensitive(j, "version_policy");
     if (check_keys(j, top_keys, "config.json", why, wl) ||
         check_keys(cJSON_GetObjectItemCaseSensitive(j, "dynamic_batching"), batching_keys,
                    "config.json dynamic_batching", why, wl) ||
-        check_keys(cJSON_GetObjectItemCaseSensitive(j, "version_policy"), policy_keys,
-                   "config.json version_policy", why, wl))
+        check_keys(vp, policy_keys, "config.json version_policy", why, wl) ||
+        check_keys(cJSON_GetObjectItemCaseSensitive(vp, "latest"), latest_keys,
+                   "config.json version_policy.latest", why, wl) ||
+        check_keys(cJSON_GetObjectItemCaseSensitive(vp, "all"), all_keys, "config.json version_policy.all", why,
+                   wl) ||
+        check_keys(cJSON_GetObjectItemCaseSensitive(vp, "specific"), specific_keys,
+                   "config.json version_policy.specific", why, wl))
         goto out;
     if (parse_tensors(cJSON_GetObjectItemCaseSensitive(j, "inputs"), "inputs", &c->inputs, &c->ninputs,
                       io_optional, why, wl) ||
@@ -220,7 +246,7 @@ int kd_repository_config_parse(const char *text, kd_model_config *c, bool io_opt
         goto out;
     const cJSON *mb = cJSON_GetObjectItemCaseSensitive(j, "max_batch_size");
     if (mb && !json_int(mb, 0, 1 << 20, &v)) {
-        snprintf(why, wl, "config.json: max_batch_size must be an integer >= 0");
+        snprintf(why, wl, "config.json: max_batch_size must be an integer within 0..%d", 1 << 20);
         goto out;
     }
     c->max_batch_size = mb ? (int)v : 0;
@@ -231,8 +257,8 @@ int kd_repository_config_parse(const char *text, kd_model_config *c, bool io_opt
         if (!cJSON_IsObject(db) || (delay && !json_int(delay, 0, INT64_C(3600000000), &c->max_queue_delay_us)) ||
             (pref && (!cJSON_IsArray(pref) || cJSON_GetArraySize(pref) > 16))) {
             snprintf(why, wl,
-                     "config.json: dynamic_batching needs max_queue_delay_us >= 0 and at most 16 "
-                     "preferred_batch_sizes");
+                     "config.json: dynamic_batching must be an object, its max_queue_delay_us an integer within "
+                     "0..3600000000 (an hour) and its preferred_batch_sizes a list of at most 16");
             goto out;
         }
         for (int i = 0; pref && i < cJSON_GetArraySize(pref); i++) {
@@ -264,17 +290,37 @@ int kd_repository_config_parse(const char *text, kd_model_config *c, bool io_opt
     c->instance_count = ic ? (int)v : 1;
     c->policy = KD_VERSION_LATEST;
     c->latest_n = 1;
-    const cJSON *vp = cJSON_GetObjectItemCaseSensitive(j, "version_policy");
     if (vp) {
+        /* Exactly one policy, each as Triton spells it; a policy that does not parse is an error,
+         * never a fall-through to the next one. */
         const cJSON *latest = cJSON_GetObjectItemCaseSensitive(vp, "latest");
         const cJSON *all = cJSON_GetObjectItemCaseSensitive(vp, "all");
         const cJSON *spec = cJSON_GetObjectItemCaseSensitive(vp, "specific");
-        if (latest && json_int(cJSON_GetObjectItemCaseSensitive(latest, "num_versions"), 1, 1 << 20, &v)) {
+        const cJSON *nv = cJSON_GetObjectItemCaseSensitive(latest, "num_versions");
+        const cJSON *vs = cJSON_GetObjectItemCaseSensitive(spec, "versions");
+        if (!cJSON_IsObject(vp) || (latest != NULL) + (all != NULL) + (spec != NULL) != 1) {
+            snprintf(why, wl, "config.json: version_policy must hold exactly one of latest, all and specific");
+            goto out;
+        }
+        if (latest && (!cJSON_IsObject(latest) || !json_int(nv, 1, 1 << 20, &v))) {
+            snprintf(why, wl, "config.json: version_policy.latest must be {\"num_versions\": N}, N within 1..%d",
+                     1 << 20);
+            goto out;
+        }
+        if (all && !cJSON_IsObject(all)) {
+            snprintf(why, wl, "config.json: version_policy.all must be {}");
+            goto out;
+        }
+        if (spec && (!cJSON_IsObject(spec) || !cJSON_IsArray(vs) || cJSON_GetArraySize(vs) == 0)) {
+            snprintf(why, wl,
+                     "config.json: version_policy.specific must be {\"versions\": [V, ...]}, at least one");
+            goto out;
+        }
+        if (latest) {
             c->latest_n = (int)v;
         } else if (all) {
             c->policy = KD_VERSION_ALL;
-        } else if (spec && cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(spec, "versions"))) {
-            const cJSON *vs = cJSON_GetObjectItemCaseSensitive(spec, "versions");
+        } else if (spec) {
             c->policy = KD_VERSION_SPECIFIC;
             c->nspecific = cJSON_GetArraySize(vs);
             c->specific = calloc((size_t)c->nspecific + 1, sizeof *c->specific);
@@ -283,11 +329,6 @@ int kd_repository_config_parse(const char *text, kd_model_config *c, bool io_opt
                     snprintf(why, wl, "config.json: specific versions must be positive integers");
                     goto out;
                 }
-        } else {
-            snprintf(why, wl,
-                     "config.json: version_policy must be {\"latest\": {\"num_versions\": N}}, "
-                     "{\"all\": {}} or {\"specific\": {\"versions\": [...]}}");
-            goto out;
         }
     }
     rc = c->device ? 0 : (snprintf(why, wl, "out of memory"), -1);

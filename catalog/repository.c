@@ -279,6 +279,18 @@ static void scan_model(const kd_repository *repo, kd_model_info *m)
         set_why(m, why);
         return;
     }
+    char *pbtxt = has_cfg ? NULL : join(m->path, "config.pbtxt");
+    if (pbtxt && lstat(pbtxt, &sb) == 0) {
+        /* Triton's protobuf text: served without it, its batching and version policy would be
+         * dropped without a word. Refused, saying what kilnd reads instead. */
+        free(pbtxt);
+        free(cfg);
+        set_why(m, "config.pbtxt is Triton's model configuration, which kilnd does not read: write its settings "
+                   "as config.json (max_batch_size, dynamic_batching, version_policy, inputs, outputs; "
+                   "docs/storage.md) and remove config.pbtxt");
+        return;
+    }
+    free(pbtxt);
     if (has_cfg) {
         char *real = confined(repo, cfg, &cwhy);
         if (!real || kiln__read_file(real, CONFIG_MAX, &model_config, NULL) != 0) {

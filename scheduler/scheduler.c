@@ -205,12 +205,23 @@ static uint64_t wall_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static unsigned batch_bucket(int64_t rows)
+/* Counts a run of rows in the statistics' entry of that batch size, made in order if new. */
+static void count_batch(struct kd_sched_stats *st, int64_t rows, uint64_t ns)
 {
-    unsigned b = 0;
-    while (b + 1 < KD_SCHED_BATCH_BUCKETS && (1ll << b) < rows)
-        b++;
-    return b;
+    int i = 0;
+    while (i < st->nbatches && st->batches[i].size < rows)
+        i++;
+    if (i == st->nbatches || st->batches[i].size != rows) {
+        if (st->nbatches == KD_SCHED_BATCH_SIZES) {
+            st->batches_unlisted++;
+            return;
+        }
+        memmove(&st->batches[i + 1], &st->batches[i], (size_t)(st->nbatches - i) * sizeof st->batches[0]);
+        st->batches[i] = (struct kd_sched_batch_stat){.size = rows};
+        st->nbatches++;
+    }
+    st->batches[i].count++;
+    st->batches[i].compute_ns += ns;
 }
 
 /* Takes n requests off m's queue, runs the live ones on in, and posts every one back. */
@@ -266,7 +277,7 @@ static void run_batch(struct kd_sched_worker *w, struct kd_sched_instance *in, i
     if (live > 0) {
         st->execution_count++;
         st->compute_ns += end - now;
-        st->batch_hist[batch_bucket(rows)]++;
+        count_batch(st, rows, end - now);
         st->last_inference_ms = wall_ms();
     }
     for (int i = 0; i < live; i++) {

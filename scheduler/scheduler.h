@@ -36,7 +36,7 @@
 #include "repository.h"
 
 #define KD_SCHED_MAX_IO 16
-#define KD_SCHED_BATCH_BUCKETS 8 /* batch-size histogram: 1, 2, 4, ... 64, more */
+#define KD_SCHED_BATCH_SIZES 64 /* distinct batch sizes the statistics count runs of */
 
 struct kd_sched;
 struct kd_sched_model;
@@ -147,7 +147,15 @@ struct kd_sched_stats {
     uint64_t success_count, fail_count, inference_count, execution_count;
     uint64_t success_ns, fail_ns, queue_ns, compute_ns;
     uint64_t last_inference_ms;         /* wall clock, ms since the epoch */
-    uint64_t batch_hist[KD_SCHED_BATCH_BUCKETS];
+    /* Runs by their exact batch size (rows), ascending, as Triton reports batch_stats: the first
+     * KD_SCHED_BATCH_SIZES distinct sizes a version runs; runs of later new sizes only count in
+     * batches_unlisted. */
+    struct kd_sched_batch_stat {
+        int64_t size;
+        uint64_t count, compute_ns;
+    } batches[KD_SCHED_BATCH_SIZES];
+    int nbatches;
+    uint64_t batches_unlisted;
 };
 
 int kd_sched_new(struct kd_sched **out, const struct kd_sched_options *o, char *err, size_t errlen);

@@ -278,9 +278,9 @@ struct stats_msg {
     Inference__ModelStatistics ms;
     Inference__InferStatistics is;
     Inference__StatisticDuration d[8];
-    Inference__InferBatchStatistics b[KD_SCHED_BATCH_BUCKETS];
-    Inference__StatisticDuration bd[KD_SCHED_BATCH_BUCKETS][3];
-    Inference__InferBatchStatistics *bp[KD_SCHED_BATCH_BUCKETS];
+    Inference__InferBatchStatistics b[KD_SCHED_BATCH_SIZES];
+    Inference__StatisticDuration bd[KD_SCHED_BATCH_SIZES][3];
+    Inference__InferBatchStatistics *bp[KD_SCHED_BATCH_SIZES];
     char version[24];
 };
 
@@ -314,16 +314,15 @@ static void fill_stats(struct stats_msg *x, struct kd_sched_model *m)
     x->is.cache_miss = &x->d[7];
     x->ms.inference_stats = &x->is;
     size_t nb = 0;
-    for (int i = 0; i < KD_SCHED_BATCH_BUCKETS; i++) {
-        if (!st.batch_hist[i])
-            continue;
-        /* Runs are counted in power-of-two buckets; batch_size is the bucket's upper bound. */
+    for (int i = 0; i < st.nbatches; i++) {
+        /* Runs by their exact batch size, as over HTTP */
         Inference__InferBatchStatistics *b = &x->b[nb];
         inference__infer_batch_statistics__init(b);
         for (int k = 0; k < 3; k++)
             inference__statistic_duration__init(&x->bd[nb][k]);
-        x->bd[nb][1].count = st.batch_hist[i];
-        b->batch_size = 1u << i;
+        x->bd[nb][1].count = st.batches[i].count;
+        x->bd[nb][1].ns = st.batches[i].compute_ns;
+        b->batch_size = (uint64_t)st.batches[i].size;
         b->compute_input = &x->bd[nb][0];
         b->compute_infer = &x->bd[nb][1];
         b->compute_output = &x->bd[nb][2];

@@ -408,6 +408,12 @@ def test_stats_and_repository(d, c):
           int(g[0]["execution_count"]) == h[0]["execution_count"] and
           int(g[0]["inference_stats"]["success"]["count"]) == h[0]["inference_stats"]["success"]["count"],
           "ModelStatistics equals HTTP's: %s / %s" % (g, h))
+    gb = [(int(b["batch_size"]), int(b["compute_infer"]["count"]), int(b["compute_infer"].get("ns", 0)))
+          for b in g[0].get("batch_stats", [])]
+    hb = [(b["batch_size"], b["compute_infer"]["count"], b["compute_infer"]["ns"]) for b in h[0]["batch_stats"]]
+    check(gb == hb and hb and sum(size * n for size, n, _ in hb) == h[0]["inference_count"],
+          "batch_stats by exact batch size, the same over gRPC as over HTTP, adding up to inference_count: "
+          "%s / %s" % (gb, hb))
     every = c.get_inference_statistics(headers=AUTH, as_json=True)["model_stats"]
     check(sorted(s["name"] for s in every) == ["dtypes", "mnist_mlp"], "ModelStatistics of every model")
     fails_with(lambda: c.get_inference_statistics("nosuch", headers=AUTH), "NOT_FOUND", "unknown model",

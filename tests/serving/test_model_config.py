@@ -85,6 +85,29 @@ REFUSED = [
      ["key 'max_batch_size' is given twice"]),
     ("preferred", json.dumps({"max_batch_size": 8, "dynamic_batching": {"preferred_batch_sizes": [4, 16]}}),
      ["preferred_batch_sizes[1] is 16", "1..max_batch_size (8)"]),
+    # Triton's config.pbtxt names, which kilnd's own /config answers in: what config.json calls them
+    ("triton_delay", json.dumps({"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 5}}),
+     ["unknown key 'max_queue_delay_microseconds'", "did you mean 'max_queue_delay_us'"]),
+    ("triton_group", json.dumps({"instance_group": [{"count": 2, "kind": "KIND_CPU"}]}),
+     ["unknown key 'instance_group'", "'instance_count' and 'device'"]),
+    ("triton_platform", json.dumps({"name": "m", "platform": "onnxruntime_onnx"}),
+     ["unknown key 'name'", "the model's folder names it"]),
+    ("batch_range", json.dumps({"max_batch_size": 100000000}), ["max_batch_size must be an integer within 0..1048576"]),
+    ("batching_null", json.dumps({"max_batch_size": 8, "dynamic_batching": None}),
+     ["dynamic_batching must be an object", "0..3600000000 (an hour)"]),
+    # a version policy is one of three, spelt as Triton spells it; one that does not parse is refused, never
+    # taken for the next (latest 0 with all served all; all: false served all; unknown keys were ignored)
+    ("policy_all_false", json.dumps({"version_policy": {"all": False}}), ["version_policy.all must be {}"]),
+    ("policy_two", json.dumps({"version_policy": {"latest": {"num_versions": 0}, "all": {}}}),
+     ["version_policy must hold exactly one of latest, all and specific"]),
+    ("policy_latest_0", json.dumps({"version_policy": {"latest": {"num_versions": 0}}}),
+     ["version_policy.latest must be {\"num_versions\": N}, N within 1..1048576"]),
+    ("policy_typo", json.dumps({"version_policy": {"latest": {"num_versions": 1, "typo": 3}}}),
+     ["version_policy.latest: unknown key 'typo'"]),
+    ("policy_all_key", json.dumps({"version_policy": {"all": {"num_versions": 1}}}),
+     ["version_policy.all: unknown key 'num_versions'"]),
+    ("policy_specific_empty", json.dumps({"version_policy": {"specific": {"versions": []}}}),
+     ["version_policy.specific must be {\"versions\": [V, ...]}, at least one"]),
 ]
 
 # (name, config.json text or None, the request shape that must run)
@@ -96,6 +119,49 @@ ACCEPTED = [
      [2, 1, 28, 28]),
     ("outputs_only", json.dumps({"outputs": [LOGITS], "max_batch_size": 2}), [1, 1, 28, 28]),
 ]
+
+
+def repository_edges(d):
+    """A Triton config.pbtxt is refused, naming config.json (it was ignored: its batching and version
+    policy dropped without a word); a policy selecting more versions than kilnd serves at once is
+    refused whole (past 16, the newest were left out and the load answered 200); a version the policy
+    does not select says so in the index, not the reason another version failed."""
+    port, data = d.port, d.data
+    folder = os.path.join(data, "models", "pbtxt")
+    os.makedirs(os.path.join(folder, "1"))
+    shutil.copy(ONNX, os.path.join(folder, "1", "model.onnx"))
+    with open(os.path.join(folder, "config.pbtxt"), "w") as f:
+        f.write('max_batch_size: 8\ndynamic_batching { }\n')
+    st, body = req(port, "POST", "/v2/repository/models/pbtxt/load")
+    check(st == 400 and b"config.pbtxt is Triton's model configuration" in body and b"config.json" in body,
+          "a config.pbtxt is refused, naming config.json: %d %r" % (st, body[:300]))
+    folder = os.path.join(data, "models", "many")
+    for v in range(1, 66):
+        os.makedirs(os.path.join(folder, str(v)))
+        shutil.copy(ONNX, os.path.join(folder, str(v), "model.onnx"))
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"version_policy": {"all": {}}}, f)
+    st, body = req(port, "POST", "/v2/repository/models/many/load")
+    check(st == 400 and b"selects 65 versions" in body and b"at most 64" in body,
+          "a policy selecting 65 versions is refused whole: %d %r" % (st, body[:300]))
+    check(req(port, "GET", "/v2/models/many/ready")[0] != 200, "and none of them is served")
+    # versions 1..3 under latest 2, and a version 5 that is not valid
+    folder = os.path.join(data, "models", "policy")
+    for v in (1, 2, 3):
+        os.makedirs(os.path.join(folder, str(v)))
+        shutil.copy(ONNX, os.path.join(folder, str(v), "model.onnx"))
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"version_policy": {"latest": {"num_versions": 2}}}, f)
+    os.makedirs(os.path.join(folder, "5"))
+    open(os.path.join(folder, "5", "model.onnx"), "w").close()
+    st, body = req(port, "POST", "/v2/repository/models/policy/load")
+    check(st == 400 and b"version 5" in body, "the load naming the empty version 5 fails: %d %r" % (st, body[:200]))
+    st, body = req(port, "POST", "/v2/repository/index", {})
+    rows = {(r["name"], r.get("version")): r.get("reason", "") for r in json.loads(body) if r["name"] == "policy"}
+    # 1 is not selected (it carried version 5's failure); 2 and 3 are, and their load failed over 5
+    check(rows.get(("policy", "1")) == "not selected by the version policy" and
+          all("version 5 is not valid" in rows.get(("policy", v), "") for v in ("2", "3")) and
+          "empty" in rows.get(("policy", "5"), ""), "the index gives each version its own reason: %s" % rows)
 
 
 def devices_by_their_names():
@@ -162,6 +228,7 @@ def main():
         check(len(firsts) == len(ACCEPTED) and all(
             max(abs(a - b) for a, b in zip(f, firsts[0])) < 1e-5 for f in firsts),
             "accepted models disagree on the same input: %r" % firsts)
+        repository_edges(d)
     finally:
         if d.stop(timeout=20) is None:
             check(False, "kilnd did not stop on SIGTERM")

@@ -130,6 +130,19 @@ def test_basic(d):
     check(h.get("x-request-id", "").startswith("kiln-"), "X-Request-Id generated")
 
 
+def test_batch_stats(d):
+    """batch_stats counts runs by their exact batch size, as Triton does (a run of 3 rows was
+    reported as 4, and of 200 as 128), with their compute time."""
+    st, _, _ = d.req("POST", "/v2/models/mnist_mlp/infer", infer_body(EXPECTED["input"][:3]))
+    st2, _, body = d.req("GET", "/v2/models/mnist_mlp/stats")
+    s = json.loads(body)["model_stats"][0]
+    sizes = [b["batch_size"] for b in s["batch_stats"]]
+    check(st == 200 and st2 == 200 and 3 in sizes and sizes == sorted(sizes) and
+          all(b["compute_infer"]["count"] > 0 and b["compute_infer"]["ns"] > 0 for b in s["batch_stats"]) and
+          sum(b["batch_size"] * b["compute_infer"]["count"] for b in s["batch_stats"]) == s["inference_count"],
+          "batch_stats by exact batch size, ascending, adding up to inference_count: %s" % s["batch_stats"])
+
+
 def test_binary(d):
     rows = EXPECTED["input"][:2]
     raw = struct.pack("<%df" % (2 * 784), *flat(rows))
@@ -903,6 +916,7 @@ def main():
     d = Daemon("main")
     try:
         test_basic(d)
+        test_batch_stats(d)
         test_binary(d)
         test_tritonclient(d)
         test_onnx(d)
