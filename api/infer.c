@@ -615,8 +615,21 @@ int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, con
                 strcmp(name, other) == 0)
                 FAIL(400, "input '%.64s' is given twice", name);
     }
-    if (doc.ninputs != c->ninputs)
+    if (doc.ninputs != c->ninputs) {
+        /* every name given is the model's and given once (above): so one of the model's is missing */
+        for (int k = 0; k < c->ninputs; k++) {
+            bool given = false;
+            for (int i = 0; i < doc.ninputs && !given; i++) {
+                char name[KD_MODEL_NAME_MAX + 1];
+                given = doc.in[i].is_object && string_at(doc.in[i].name, jend, name, sizeof name) >= 0 &&
+                        strcmp(name, c->inputs[k].name) == 0;
+            }
+            if (!given)
+                FAIL(400, "input '%.64s' is missing: the model takes %d input(s), the request has %d",
+                     c->inputs[k].name, c->ninputs, doc.ninputs);
+        }
         FAIL(400, "the model takes %d input(s), the request has %d", c->ninputs, doc.ninputs);
+    }
     r->ninputs = c->ninputs;
     int64_t batch = -1;
     for (int i = 0; i < doc.ninputs; i++) {

@@ -194,8 +194,18 @@ static int decode(const struct kd_serving_options *lim, const kd_model_config *c
             if (strcmp(q->inputs[i]->name, q->inputs[j]->name) == 0)
                 FAIL(400, "input '%.64s' is given twice", q->inputs[i]->name);
     }
-    if (q->n_inputs != (size_t)c->ninputs)
+    if (q->n_inputs != (size_t)c->ninputs) {
+        /* every name given is the model's and given once (above): so one of the model's is missing */
+        for (int k = 0; k < c->ninputs; k++) {
+            bool given = false;
+            for (size_t i = 0; i < q->n_inputs && !given; i++)
+                given = strcmp(q->inputs[i]->name, c->inputs[k].name) == 0;
+            if (!given)
+                FAIL(400, "input '%.64s' is missing: the model takes %d input(s), the request has %zu",
+                     c->inputs[k].name, c->ninputs, q->n_inputs);
+        }
         FAIL(400, "the model takes %d input(s), the request has %zu", c->ninputs, q->n_inputs);
+    }
     for (size_t i = 0; i < q->n_inputs; i++) {
         const Inference__InferParameter *p;
         PARAM_OF(q->inputs[i]->parameters, q->inputs[i]->n_parameters, "shared_memory_region", p);

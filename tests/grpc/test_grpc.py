@@ -366,6 +366,8 @@ def test_infer_errors(d, c):
     twice.set_data_from_numpy(X)
     fails_with(lambda: c.infer("mnist_mlp", [i, twice], headers=AUTH), "INVALID_ARGUMENT",
                "input 'input' is given twice", "an input given twice")
+    fails_with(lambda: c.infer("dtypes", grpc_inputs(dtype_inputs())[1:], headers=AUTH), "INVALID_ARGUMENT",
+               "is missing: the model takes", "a missing input is named")
     # class_count on an output that holds no numbers to rank
     fails_with(lambda: c.infer("dtypes", grpc_inputs(dtype_inputs()), outputs=[tg.InferRequestedOutput("out_b", class_count=2)],
                                headers=AUTH), "INVALID_ARGUMENT", "output 'out_b' is BOOL: classification ranks numbers",

@@ -28,6 +28,9 @@ def test_input_names(port, log):
     st, doc = req(port, "POST", "/v2/models/good/infer", {"inputs": [z]})
     check(st == 400 and "the model has no input 'z' (its inputs: x)" in str(doc),
           "an unknown input in place of x is named: %d %r" % (st, doc))
+    st, doc = req(port, "POST", "/v2/models/good/infer", {"inputs": []})
+    check(st == 400 and "input 'x' is missing: the model takes 1 input(s), the request has 0" in str(doc),
+          "a missing input is named: %d %r" % (st, doc))
     # An id of raw bytes that are not UTF-8 would be echoed into the answer, making it
     # invalid JSON: refused with a 400 that is itself valid JSON.
     raw = json.dumps({"id": "IDX", "inputs": [x]}).encode().replace(b"IDX", b"\xff\xfe")
