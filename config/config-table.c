@@ -74,7 +74,9 @@ const struct kd_config_key kd_config_keys[] = {
      "must be at least 64 bytes shorter, room for the request line and the Authorization field around it."},
     {"limits.max_body_bytes", KD_CT_INT, OFF(limits.max_body_bytes), 0, 4096 * MIB, NULL, "16777216",
      "KILN_MAX_BODY_BYTES", "--max-body-bytes",
-     "Largest request body (after de-chunking); larger bodies get 413 and the connection closes."},
+     "Largest request body (after de-chunking); larger bodies get 413 and the connection closes. A gzip or "
+     "deflate body is held to it once inflated as well; one that passes it only then gets 413 and the "
+     "connection stays open, since the body was read whole."},
     {"limits.idle_timeout_ms", KD_CT_INT, OFF(limits.idle_timeout_ms), 10, 86400000, NULL, "60000",
      "KILN_IDLE_TIMEOUT_MS", "--idle-timeout-ms",
      "A keep-alive connection with no request in progress is closed after this long (HTTP and gRPC). "

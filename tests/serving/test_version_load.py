@@ -75,7 +75,7 @@ BROKEN = [
     ("a misspelt key", json.dumps({"max_batch_sise": 32}), None, ["unknown key 'max_batch_sise'"]),
     ("config.json not JSON", "garbage", None, ["config.json"]),
     ("a policy of no versions", json.dumps({"version_policy": {"latest": {"num_versions": 0}}}), None,
-     ["version_policy must be"]),
+     ["version_policy.latest must be {\"num_versions\": N}, N within 1.."]),
     ("an empty model.onnx", GOOD, b"", ["model.onnx is empty"]),
     ("a truncated model.onnx", GOOD, ONNX_BYTES[:1000], ["model.onnx"]),
 ]
