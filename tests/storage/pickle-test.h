@@ -23,6 +23,21 @@ static inline void expect_pickle_reject(const char *bytes, size_t len, const cha
 
 #define REJECT(lit, needle) expect_pickle_reject(lit, sizeof(lit) - 1, needle)
 
+/* bytes (len) unpickle to a value Python's repr writes as want (test case i); its kind. */
+static inline int expect_pickle_describes(const char *bytes, size_t len, const char *want, size_t i)
+{
+    kiln__pickle *p = kiln__pickle_load(bytes, len, "test", NULL);
+    if (!p)
+        fail_msg("case %zu: %s", i, kiln_error());
+    char text[64];
+    kiln__pk_describe(kiln__pickle_root(p), text, sizeof text);
+    if (strcmp(text, want) != 0)
+        fail_msg("case %zu: %s, want %s", i, text, want);
+    int kind = (int)kiln__pickle_root(p)->kind;
+    kiln__pickle_free(p);
+    return kind;
+}
+
 /* torch's persistent id of FloatStorage record '0' on the cpu, 4 elements */
 #define STORAGE4                                                                                                  \
     "(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x00"                                            \
