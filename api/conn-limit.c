@@ -55,14 +55,6 @@ enum kd_conn_admission kd_conn_limit_admit(struct kd_conn_limit *l, const char *
         return KD_CONN_SERVE;
     if (l->open < l->max) {
         l->open++;
-        if (l->run_refused) {
-            kd_api_logf(l->log, l->log_ud, KD_LOG_INFO,
-                        "%s: serving connections again; %llu were refused in %.1f s at limits.max_connections "
-                        "(%zu)",
-                        what, (unsigned long long)l->run_refused, (double)(uv_hrtime() - l->run_since_ns) / 1e9,
-                        l->max);
-            l->run_refused = 0;
-        }
         return KD_CONN_SERVE;
     }
     count_refusal(l, what, fd);
@@ -80,6 +72,15 @@ void kd_conn_limit_release(struct kd_conn_limit *l, enum kd_conn_admission how)
         l->open--;
     else if (how == KD_CONN_REFUSE && l->refusing > 0)
         l->refusing--;
+    if (l->run_refused && l->open < l->max) {
+        /* Said when room frees, which is when the run of refusals ends, by either listener: the
+         * limit is HTTP's and gRPC's together, so the line names neither. */
+        kd_api_logf(l->log, l->log_ud, KD_LOG_INFO,
+                    "serving connections again (one closed); %llu were refused in %.1f s at "
+                    "limits.max_connections (%zu, HTTP and gRPC together)",
+                    (unsigned long long)l->run_refused, (double)(uv_hrtime() - l->run_since_ns) / 1e9, l->max);
+        l->run_refused = 0;
+    }
 }
 
 size_t kd_conn_limit_fit_descriptors(size_t wanted, char *note, size_t notelen, enum kd_log_level *level)

@@ -10,8 +10,9 @@
  * sends is read and dropped briefly so that closing does not reset the connection before the
  * client has read why. At most KD_CONN_REFUSING_MAX refusals are under way at once; a
  * connection past that is closed at once, unanswered, so refusing costs a bounded number of
- * descriptors too. A run of refusals is logged once, when it starts, and once more when a
- * connection is served again, with the count; /metrics counts each in
+ * descriptors too. A run of refusals is logged once, when it starts (naming the listener), and
+ * once more when a connection closes and makes room, with the count and how long it lasted
+ * (naming neither: the limit is both listeners'); /metrics counts each in
  * kiln_connections_refused_total{listener}.
  *
  * Thread affinity: the loop thread (both listeners run on the daemon's one loop), so the counts

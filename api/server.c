@@ -408,6 +408,11 @@ static void on_timer(uv_timer_t *t)
     struct conn *c = t->data;
     /* Lingering is over, or the client stopped reading what it asked for: cut it off. */
     if (c->lingering || c->http.closing || c->writing) {
+        if (c->writing && !c->lingering) /* said, as a refusal is: the client may be stuck, not gone */
+            slog(c->srv, KD_LOG_INFO,
+                 "closing a connection whose client did not read its answers (%zu bytes unsent) within "
+                 "idle_timeout_ms (%llu)",
+                 c->wbuf.len + c->http.out.len, (unsigned long long)s_idle(c));
         conn_close(c);
         return;
     }

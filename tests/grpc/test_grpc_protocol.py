@@ -277,7 +277,8 @@ def test_connection_limit():
             h.close()
         time.sleep(0.2)
         log = open(d.log).read()[log_before:]
-        check(log.count("refused a connection from") == 1 and "serving connections again; " in log,
+        check(log.count("refused a connection from") == 1 and "serving connections again (one closed); " in log
+              and "at limits.max_connections (" in log and "HTTP and gRPC together)" in log,
               "the run of refusals is logged once, and its end with the count (%d lines)"
               % log.count("refused a connection from"))
     finally:

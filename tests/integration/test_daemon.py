@@ -364,6 +364,17 @@ def test_timeouts(d):
         s.sendall(b"GET /v2/health/live HTTP/1.1\r\n\r\n")
         check(read_response(s)[0] == 200, "idle test: first request")
         check(closed_by_peer(s, 5), "idle keep-alive connection closed after the idle timeout")
+    # a client that asks and never reads: cut after the idle timeout, and said in the log
+    s = connect(d.port)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n" * 2000)
+    deadline = time.time() + 10
+    said = False
+    while time.time() < deadline and not said:
+        time.sleep(0.1)
+        said = "did not read its answers" in open(d.log, errors="replace").read()
+    s.close()
+    check(said, "a client that reads nothing is cut and the log says so")
 
 
 def test_sighup(d_args):
