@@ -189,6 +189,7 @@ def test_left_mid_batch(d):
     device and the session's memory for seconds), and counted in kiln_remote_messages_dropped_total."""
     n_ops, n = 2000, 1 << 24
     before = d.metric("kiln_remote_messages_dropped_total") or 0
+    received = d.metric("kiln_remote_messages_total") or 0
     w = WS(d.port, timeout=30)
     st, _ = w.handshake()
     check(st == 101, "upgrade answers 101 (got %s)" % st)
@@ -197,6 +198,11 @@ def test_left_mid_batch(d):
     check(t == WELCOME, "HELLO answered by WELCOME")
     w.send(alloc(2, 1, nbytes=4 * n) + alloc(3, 2, nbytes=4 * n))
     w.send(b"".join(op(10 + k, P_BINARY, [td(2, [n]), td(1, [n]), td(2, [n])], sub=B_ADD) for k in range(n_ops)))
+    # A reset discards what the server has not read yet: leave once it has taken the three messages
+    # (HELLO, the ALLOCs, the adds), so that the adds are queued when the client goes.
+    deadline = time.time() + 30
+    while time.time() < deadline and (d.metric("kiln_remote_messages_total") or 0) < received + 3:
+        time.sleep(0.01)
     w.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     w.close()  # a reset: the client is gone
     deadline = time.time() + 60
