@@ -145,13 +145,9 @@ int kd_serving_stats_json(struct kd_buf *b, struct kd_sched_model *m)
         (unsigned long long)st.queue_ns, (unsigned long long)st.execution_count,
         (unsigned long long)st.execution_count, (unsigned long long)st.compute_ns,
         (unsigned long long)st.execution_count);
-    bool first = true;
-    for (int i = 0; i < st.nbatches; i++) {
-        /* Runs by their exact batch size, as Triton counts them */
+    for (int i = 0; i < st.nbatches; i++) /* runs by their exact batch size, as Triton counts them */
         rc |= kd_buf_printf(b, "%s{\"batch_size\":%lld,\"compute_infer\":{\"count\":%llu,\"ns\":%llu}}",
-                            first ? "" : ",", (long long)st.batches[i].size,
-                            (unsigned long long)st.batches[i].count, (unsigned long long)st.batches[i].compute_ns);
-        first = false;
-    }
+                            i ? "," : "", (long long)st.batches[i].size, (unsigned long long)st.batches[i].count,
+                            (unsigned long long)st.batches[i].compute_ns);
     return rc | kd_buf_puts(b, "]}");
 }

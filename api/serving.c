@@ -376,26 +376,20 @@ static int start_load(struct kd_serving *sv, const char *name, int64_t need_vers
         return 404;
     }
     const kd_model_version *bad = selected_invalid(info);
-    if (bad || !info->valid) {
-        if (bad)
-            snprintf(why, n, "model '%s' version %lld is not valid: %s", name, (long long)bad->version,
-                     bad->why ? bad->why : "?");
-        else
-            snprintf(why, n, "model '%s' is not valid: %s", name, info->why ? info->why : "?");
-        struct kd_serving_entry *e = get_entry(sv, name);
-        if (e)
-            snprintf(e->why, sizeof e->why, "%s", why);
-        return 400;
-    }
     int selected = 0;
     for (int i = 0; i < info->nversions; i++)
         selected += info->versions[i].served;
-    if (selected > MAX_VERSIONS) {
-        /* refused whole: serving some of them would drop the newest without a word */
-        snprintf(why, n,
-                 "model '%s': its version policy selects %d versions, and kilnd serves at most %d of a model at "
-                 "once; narrow it (\"latest\": {\"num_versions\": N} or \"specific\")",
-                 name, selected, MAX_VERSIONS);
+    if (bad || !info->valid || selected > MAX_VERSIONS) {
+        if (bad)
+            snprintf(why, n, "model '%s' version %lld is not valid: %s", name, (long long)bad->version,
+                     bad->why ? bad->why : "?");
+        else if (!info->valid)
+            snprintf(why, n, "model '%s' is not valid: %s", name, info->why ? info->why : "?");
+        else /* refused whole: serving some of them would drop the newest without a word */
+            snprintf(why, n,
+                     "model '%s': its version policy selects %d versions, and kilnd serves at most %d of a model "
+                     "at once; narrow it (\"latest\": {\"num_versions\": N} or \"specific\")",
+                     name, selected, MAX_VERSIONS);
         struct kd_serving_entry *e = get_entry(sv, name);
         if (e)
             snprintf(e->why, sizeof e->why, "%s", why);

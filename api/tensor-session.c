@@ -23,10 +23,10 @@
  * go out in the order of the messages they answer.
  *
  * Teardown: when the connection goes, the session stops taking input; its pending messages are
- * dropped; if a task is in flight it stops at its next message and the session waits for it, then sends one last task that frees
- * every buffer it held on its device. Only when that task is back is the session freed. If the
- * scheduler has stopped (daemon shutdown), its workers are joined and the buffers are freed on the
- * loop thread instead, before the devices close.
+ * dropped; if a task is in flight it stops at its next message and the session waits for it,
+ * then sends one last task that frees every buffer it held on its device. Only when that task is
+ * back is the session freed. If the scheduler has stopped (daemon shutdown), its workers are
+ * joined and the buffers are freed on the loop thread instead, before the devices close.
  */
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -34,7 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
 #include "auth.h"
 #include "common/bytes.h"
@@ -71,8 +70,7 @@ struct session {
     unsigned id;                /* for the log: sessions are numbered from 1 as they open */
     char device[64];            /* the device its HELLO named, for the log */
     uint64_t ran_total;         /* protocol messages run, for the log line at its close */
-    bool gone;                  /* the connection is gone */
-    atomic_bool abandoned;      /* gone, as the worker reads it: the hop in flight stops */
+    atomic_bool gone;           /* the connection is gone (the worker reads it too: its hop stops) */
     bool freeing;               /* the last task (free everything) is out */
     bool fatal;                 /* out of memory on the worker: closing */
     bool stalled;               /* unsent replies over out_high: no hop until they drain */
@@ -216,13 +214,6 @@ static void run_hello(struct kd_sched_task *t, kiln_device *dev)
  * Worker: runs the batch's messages in order, one protocol message at a time, until the replies
  * collected pass the hop's budget; what is left goes back to the queue for the next hop.
  */
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void run_batch(struct kd_sched_task *t, kiln_device *dev)
 {
     struct session *s = t->ud;
@@ -230,12 +221,12 @@ static void run_batch(struct kd_sched_task *t, kiln_device *dev)
     /* A hop also ends after HOP_TIME_NS of work: the worker takes inference between hops, so a
      * session that queued seconds of ops delays a request by one hop, not by all of them. And it
      * ends when the client has gone, whose remaining ops are dropped, not run. */
-    uint64_t deadline = now_ns() + HOP_TIME_NS;
+    uint64_t deadline = uv_hrtime() + HOP_TIME_NS;
     size_t ran = 0;
     for (struct pmsg *m = s->batch; m && !s->fatal; m = m->next) {
         while (m->off < m->len) {
-            if (s->replies.len >= budget || atomic_load_explicit(&s->abandoned, memory_order_relaxed) ||
-                (ran > 0 && now_ns() >= deadline))
+            if (s->replies.len >= budget || atomic_load_explicit(&s->gone, memory_order_relaxed) ||
+                (ran > 0 && uv_hrtime() >= deadline))
                 return;
             ran++;
             const uint8_t *h = m->data + m->off;
@@ -598,7 +589,6 @@ static void on_gone(void *ud)
 {
     struct session *s = ud;
     s->gone = true;
-    atomic_store(&s->abandoned, true);
     if (!s->busy)
         teardown(s);
 }
@@ -649,7 +639,7 @@ int kd_tensor_service_handle(void *ctx, const struct kd_request *req, struct kd_
         return st;
     struct session *s = calloc(1, sizeof *s);
     if (s)
-        atomic_init(&s->abandoned, false);
+        atomic_init(&s->gone, false);
     if (s)
         s->ws = kd_ws_new(req, ts->o.loop, (uint64_t)ts->o.limits.max_message_bytes, &ws_handler, s);
     if (!s || !s->ws) {

@@ -172,8 +172,9 @@ int kd_jobstore_model_register(struct kd_jobstore *js, const char *name, int64_t
 /* What a purge removed, or why it removed nothing. */
 struct kd_job_purge {
     char state[16];                       /* the job's state (final when it was removed) */
-    int64_t events, metrics,
-        checkpoints; /* rows removed: events; the metric history (step and epoch events, counted in events too, and job_metrics rows); the checkpoint index */
+    /* rows removed: events; the metric history (its step and epoch events, counted in events
+     * too, and job_metrics rows); the checkpoint index */
+    int64_t events, metrics, checkpoints;
     int64_t resumed_by;                   /* KD_JOBSTORE_RESUMED_BY: the job that resumes from it */
     char model_name[129];                 /* the newest version the job registered ("" none): it stays */
     int64_t model_version;

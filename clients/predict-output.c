@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +18,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "buf.h"
 #include "predict-output.h"
 
 static const char *str_of(const cJSON *o, const char *key)
@@ -170,38 +170,10 @@ static size_t element_size(const char *dt)
     return 0;
 }
 
-/* Appends to a growing text; false when out of memory. */
-struct text {
-    char *p;
-    size_t len, cap;
-};
-
-static bool append(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static bool append(struct text *t, const char *fmt, ...)
-{
-    va_list ap;
-    for (;;) {
-        va_start(ap, fmt);
-        int n = vsnprintf(t->p ? t->p + t->len : NULL, t->p ? t->cap - t->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0)
-            return false;
-        if (t->p && t->len + (size_t)n < t->cap) {
-            t->len += (size_t)n;
-            return true;
-        }
-        size_t cap = (t->cap ? t->cap * 2 : 4096) + (size_t)n;
-        char *grown = realloc(t->p, cap);
-        if (!grown)
-            return false;
-        t->p = grown;
-        t->cap = cap;
-    }
-}
-
-/* The n-byte binary part of output o as a JSON array's text (integers exact, floats to 17
- * digits, booleans, BYTES as strings); NULL with the reason in why. */
-static char *binary_as_json(const cJSON *o, const unsigned char *b, size_t n, char *why, size_t why_len)
+/* The n-byte binary part of output o as a JSON array's text into t, NUL-ended (integers exact, floats to
+ * 17 digits, booleans, BYTES as strings); 0, or -1 with the reason in why. */
+static int binary_as_json(const cJSON *o, const unsigned char *b, size_t n, struct kd_buf *t, char *why,
+                          size_t why_len)
 {
     const char *dt = str_of(o, "datatype") ? str_of(o, "datatype") : "";
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(o, "shape"), *d;
@@ -212,32 +184,24 @@ static char *binary_as_json(const cJSON *o, const unsigned char *b, size_t n, ch
     if (!is_bytes && (!size || !(count >= 0) || count * (double)size != (double)n)) {
         snprintf(why, why_len, "output '%s': %zu bytes of binary data, but %s of that shape takes %.0f",
                  str_of(o, "name") ? str_of(o, "name") : "?", n, dt, count * (double)size);
-        return NULL;
+        return -1;
     }
-    struct text t = {0};
-    bool ok = append(&t, "[");
+    bool ok = kd_buf_puts(t, "[") == 0;
     size_t at = 0;
     for (size_t i = 0; ok && at < n; i++) {
         const unsigned char *e = b + at;
         if (i)
-            ok = append(&t, ",");
+            ok = kd_buf_puts(t, ",") == 0;
         if (is_bytes) {
             uint32_t len;
             if (n - at < 4 || (memcpy(&len, e, 4), n - at - 4 < len)) {
                 snprintf(why, why_len, "output '%s': a BYTES element runs past the binary data",
                          str_of(o, "name") ? str_of(o, "name") : "?");
-                free(t.p);
-                return NULL;
+                return -1;
             }
             /* a JSON string of the element's bytes, every one kept (a NUL too) */
-            ok = append(&t, "\"");
-            for (uint32_t c = 0; ok && c < len; c++) {
-                unsigned char ch = e[4 + c];
-                ok = ch == '"' || ch == '\\' ? append(&t, "\\%c", ch)
-                     : ch < 0x20             ? append(&t, "\\u%04x", ch)
-                                             : append(&t, "%c", ch);
-            }
-            ok = ok && append(&t, "\"");
+            ok = ok && kd_buf_puts(t, "\"") == 0 && kd_buf_json_escape(t, (const char *)e + 4, len) == 0 &&
+                 kd_buf_puts(t, "\"") == 0;
             at += 4 + (size_t)len;
             continue;
         }
@@ -255,23 +219,23 @@ static char *binary_as_json(const cJSON *o, const unsigned char *b, size_t n, ch
         } v;
         memcpy(&v, e, size);
         if (!strcmp(dt, "BOOL"))
-            ok = append(&t, "%s", v.u8 ? "true" : "false");
+            ok = kd_buf_printf(t, "%s", v.u8 ? "true" : "false") == 0;
         else if (!strcmp(dt, "INT8"))
-            ok = append(&t, "%d", v.i8);
+            ok = kd_buf_printf(t, "%d", v.i8) == 0;
         else if (!strcmp(dt, "UINT8"))
-            ok = append(&t, "%u", v.u8);
+            ok = kd_buf_printf(t, "%u", v.u8) == 0;
         else if (!strcmp(dt, "INT16"))
-            ok = append(&t, "%d", v.i16);
+            ok = kd_buf_printf(t, "%d", v.i16) == 0;
         else if (!strcmp(dt, "UINT16"))
-            ok = append(&t, "%u", v.u16);
+            ok = kd_buf_printf(t, "%u", v.u16) == 0;
         else if (!strcmp(dt, "INT32"))
-            ok = append(&t, "%" PRId32, v.i32);
+            ok = kd_buf_printf(t, "%" PRId32, v.i32) == 0;
         else if (!strcmp(dt, "UINT32"))
-            ok = append(&t, "%" PRIu32, v.u32);
+            ok = kd_buf_printf(t, "%" PRIu32, v.u32) == 0;
         else if (!strcmp(dt, "INT64"))
-            ok = append(&t, "%" PRId64, v.i64);
+            ok = kd_buf_printf(t, "%" PRId64, v.i64) == 0;
         else if (!strcmp(dt, "UINT64"))
-            ok = append(&t, "%" PRIu64, v.u64);
+            ok = kd_buf_printf(t, "%" PRIu64, v.u64) == 0;
         else {
             double x = !strcmp(dt, "FP16")   ? half_to_double(v.u16)
                        : !strcmp(dt, "BF16") ? (double)(union {
@@ -282,16 +246,17 @@ static char *binary_as_json(const cJSON *o, const unsigned char *b, size_t n, ch
                        : !strcmp(dt, "FP32") ? (double)v.f32
                                              : v.f64;
             /* JSON has no NaN or infinity: the printer shows a non-number as nan */
-            ok = isfinite(x) ? append(&t, "%.17g", x) : append(&t, "null");
+            ok = isfinite(x) ? kd_buf_printf(t, "%.17g", x) == 0 : kd_buf_puts(t, "null") == 0;
         }
         at += size;
     }
-    if (!ok || !append(&t, "]")) {
+    /* NUL-ended, as the answer's own text is: the integer reader's strtoll stops at it */
+    if (!ok || kd_buf_append(t, "]", 2) != 0) {
         snprintf(why, why_len, "out of memory");
-        free(t.p);
-        return NULL;
+        return -1;
     }
-    return t.p;
+    t->len--;
+    return 0;
 }
 
 /* Inference-Header-Content-Length's value among r's headers, or -1 when absent or malformed. */
@@ -349,17 +314,18 @@ int kiln_cli_print_infer_response(const struct response *r, const char *what)
             rc = -1;
             break;
         }
-        char *text = binary_as_json(o, bin, (size_t)n, why, sizeof why);
-        cJSON *data = text ? cJSON_Parse(text) : NULL;
+        struct kd_buf text = {0};
+        int made = binary_as_json(o, bin, (size_t)n, &text, why, sizeof why);
+        cJSON *data = made == 0 ? cJSON_ParseWithLength(text.data, text.len) : NULL;
         if (!data) {
-            fprintf(stderr, "kiln: %s: %s\n", what, text ? "out of memory" : why);
-            free(text);
+            fprintf(stderr, "kiln: %s: %s\n", what, made == 0 ? "out of memory" : why);
+            kd_buf_free(&text);
             rc = -1;
             break;
         }
-        print_output(o, data, text, text + strlen(text));
+        print_output(o, data, text.data, text.data + text.len);
         cJSON_Delete(data);
-        free(text);
+        kd_buf_free(&text);
         bin += (size_t)n;
     }
     cJSON_Delete(j);

@@ -212,10 +212,8 @@ static void count_batch(struct kd_sched_stats *st, int64_t rows, uint64_t ns)
     while (i < st->nbatches && st->batches[i].size < rows)
         i++;
     if (i == st->nbatches || st->batches[i].size != rows) {
-        if (st->nbatches == KD_SCHED_BATCH_SIZES) {
-            st->batches_unlisted++;
-            return;
-        }
+        if (st->nbatches == KD_SCHED_BATCH_SIZES)
+            return; /* not listed: execution_count has it */
         memmove(&st->batches[i + 1], &st->batches[i], (size_t)(st->nbatches - i) * sizeof st->batches[0]);
         st->batches[i] = (struct kd_sched_batch_stat){.size = rows};
         st->nbatches++;

@@ -148,14 +148,13 @@ struct kd_sched_stats {
     uint64_t success_ns, fail_ns, queue_ns, compute_ns;
     uint64_t last_inference_ms;         /* wall clock, ms since the epoch */
     /* Runs by their exact batch size (rows), ascending, as Triton reports batch_stats: the first
-     * KD_SCHED_BATCH_SIZES distinct sizes a version runs; runs of later new sizes only count in
-     * batches_unlisted. */
+     * KD_SCHED_BATCH_SIZES distinct sizes a version runs (runs of later new sizes count only in
+     * execution_count). */
     struct kd_sched_batch_stat {
         int64_t size;
         uint64_t count, compute_ns;
     } batches[KD_SCHED_BATCH_SIZES];
     int nbatches;
-    uint64_t batches_unlisted;
 };
 
 int kd_sched_new(struct kd_sched **out, const struct kd_sched_options *o, char *err, size_t errlen);

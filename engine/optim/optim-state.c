@@ -189,39 +189,28 @@ static kiln_tensor *adopt(const kiln__optim_pstate *p, kiln_tensor *t, const cha
     return kiln_clone(kiln_cast(kiln_to_device(t, kiln__dev(p->param)), p->param->dtype));
 }
 
-/* "[3, 4]" of n dims (the state's shape may have any length: clipped, never overrun). */
-static void shape_text(char *buf, size_t len, int n, const double *dims)
-{
-    size_t used = (size_t)snprintf(buf, len, "[");
-    for (int d = 0; d < n && used < len; d++)
-        used += (size_t)snprintf(buf + used, len - used, "%s%.0f", d ? ", " : "", dims[d]);
-    if (used < len)
-        snprintf(buf + used, len - used, "]");
-}
-
 /* The parameter's shape as the state recorded it must be the live parameter's. */
 static int check_shape(const char *op, const kiln__optim_pstate *p, const cJSON *shape)
 {
     int n = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : -1;
     if (n < 0 || n > KILN_MAX_DIMS)
         return kiln__error_set("%s: parameter \"%s\": missing or invalid shape", op, p->name);
-    double dims[KILN_MAX_DIMS], live[KILN_MAX_DIMS];
+    int64_t dims[KILN_MAX_DIMS];
     bool same = n == p->param->ndim;
     for (int d = 0; d < n; d++) {
         const cJSON *v = cJSON_GetArrayItem(shape, d);
-        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != floor(v->valuedouble))
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 0x1p62) ||
+            v->valuedouble != floor(v->valuedouble))
             return kiln__error_set("%s: parameter \"%s\": missing or invalid shape", op, p->name);
-        dims[d] = v->valuedouble;
-        same = same && dims[d] == (double)p->param->shape[d];
+        dims[d] = (int64_t)v->valuedouble;
+        same = same && dims[d] == p->param->shape[d];
     }
     if (same)
         return 0;
-    for (int d = 0; d < p->param->ndim; d++)
-        live[d] = (double)p->param->shape[d];
     char a[160], b[160];
-    shape_text(a, sizeof a, n, dims);
-    shape_text(b, sizeof b, p->param->ndim, live);
-    return kiln__error_set("%s: parameter \"%s\" has shape %s in the state but %s here", op, p->name, a, b);
+    return kiln__error_set("%s: parameter \"%s\" has shape %s in the state but %s here", op, p->name,
+                           kiln__shape_str(n, dims, a, sizeof a),
+                           kiln__shape_str(p->param->ndim, p->param->shape, b, sizeof b));
 }
 
 int kiln_optim_state_import(kiln_optim *opt, int n, const char *const *names, kiln_tensor *const *tensors,

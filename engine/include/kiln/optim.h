@@ -106,9 +106,10 @@ kiln_optim *kiln_optim_create(const kiln_optim_config *cfg, int n, kiln_tensor *
 typedef struct kiln_module kiln_module; /* kiln/nn.h */
 /** An optimizer over every parameter of a module tree (kiln_module_parameters: frozen
  *  ones included, as model.parameters(); they get no gradient and are skipped), keyed
- *  by their dotted names; a module with no parameters at all is refused, as n = 0 is. The optimizer holds the tensors listed now: create it after
- *  any kiln_module_to_device or other map that replaces them. Loading weights
- *  (kiln_module_load_*) writes into those tensors, so it may come before or after. */
+ *  by their dotted names; a module with no parameters at all is refused, as n = 0 is.
+ *  The optimizer holds the tensors listed now: create it after any kiln_module_to_device
+ *  or other map that replaces them. Loading weights (kiln_module_load_*) writes into
+ *  those tensors, so it may come before or after. */
 kiln_optim *kiln_optim_create_module(const kiln_optim_config *cfg, kiln_module *m);
 void kiln_optim_free(kiln_optim *opt);
 

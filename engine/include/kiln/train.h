@@ -134,8 +134,8 @@ typedef struct kiln_learner_config {
     bool early_stop_max;             /* true: higher is better */
     int patience;                    /* epochs without improvement before stopping (3) */
     double min_delta;                /* improvement smaller than this does not count (0) */
-    FILE
-        *progress; /* NULL: quiet; else a progress line, redrawn per step on a terminal, once an epoch otherwise */
+    /* NULL: quiet; else a progress line, redrawn per step on a terminal, once an epoch otherwise */
+    FILE *progress;
     uint64_t seed;                   /* the learner's generator (kiln_learner_rng) */
     /* false: a NaN or infinite training loss is recorded and training goes on. true: fit
      * fails at the first one, before that batch's update, with "loss became NaN at epoch
