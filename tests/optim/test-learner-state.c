@@ -27,10 +27,7 @@
 #include "kiln/kiln.h"
 #include "kiln/record.h"
 
-static const char *dev_spec = "cpu?threads=1";
-static kiln_device *dev;
-static kiln_dataset *train_ds, *valid_ds;
-static char root[256];
+#include "learner-fixture.h"
 
 /* Linear, ReLU, Dropout, then self-attention with dropout on [N, 4, 4]: two modules with
  * their own random streams. */
@@ -62,45 +59,10 @@ static const char PLAIN_NET[] =
     "\"inputs\": [\"flat\"]}"
     "], \"outputs\": [\"fc2\"]}";
 
-static kiln_dataset *make_data(int n, uint64_t seed)
-{
-    float *x = malloc((size_t)n * 4 * sizeof *x);
-    int64_t *y = malloc((size_t)n * sizeof *y);
-    kiln_generator g = kiln_generator_make(seed);
-    kiln_tensor *r = kiln_rand_normal(dev, KILN_F32, KILN_SHAPE(n, 4), 0, 1, &g);
-    assert_int_equal(kiln_to_data(r, x, (size_t)n * 4 * sizeof *x), 0);
-    kiln_tensor_release(r);
-    for (int i = 0; i < n; i++)
-        y[i] = (x[i * 4] + x[i * 4 + 1] > 0) + (x[i * 4 + 2] > 1);
-    kiln_dataset *d = kiln_dataset_from_arrays(n, 1, (int64_t[]){4}, x, y, 3, NULL, 0);
-    free(x);
-    free(y);
-    return d;
-}
-
 static int setup(void **state)
 {
     (void)state;
-    dev = kiln_device_open(dev_spec);
-    if (!dev)
-        return -1;
-    train_ds = make_data(160, 1);
-    valid_ds = make_data(48, 2);
-    snprintf(root, sizeof root, "/tmp/kiln-learner-state-XXXXXX");
-    return train_ds && valid_ds && mkdtemp(root) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", root);
-    kiln_dataset_free(train_ds);
-    kiln_dataset_free(valid_ds);
-    kiln_device_close(dev);
-    return 0;
+    return learner_fixture_open(160, 48, "learner-state");
 }
 
 /* ------------------------------------------------------------------- one run */
@@ -631,5 +593,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_resume_all_or_nothing),       cmocka_unit_test(test_learner_create_checks),
         cmocka_unit_test(test_one_cycle_overrun_stops_fit),
     };
-    return cmocka_run_group_tests_name("learner-state", tests, setup, teardown);
+    return cmocka_run_group_tests_name("learner-state", tests, setup, learner_fixture_close);
 }
