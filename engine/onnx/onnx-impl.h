@@ -96,6 +96,11 @@ typedef struct kiln__onnx_pmodel {
 
 /* Decode a ModelProto; returns NULL plus a message on malformed input. */
 kiln__onnx_pmodel *kiln__onnx_decode(const uint8_t *buf, size_t len);
+/* The same, for bytes in a private anonymous mapping the caller owns: the pages of each
+ * tensor's raw_data are given back to the system (they read as zeros after) once the tensor
+ * is decoded, so a model's bytes and its tensors are not resident together. On failure only
+ * the first bytes are read again (to say what the file is). */
+kiln__onnx_pmodel *kiln__onnx_decode_consuming(uint8_t *buf, size_t len);
 void kiln__onnx_pmodel_free(kiln__onnx_pmodel *pm);
 void kiln__onnx_ptensor_clear(kiln__onnx_ptensor *t);
 /* Gives every If branch and Loop body of pm (at any depth) as inputs the names it reads from

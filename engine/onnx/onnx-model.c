@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -577,11 +579,13 @@ static int load_external(kiln__onnx_pmodel *pm, const char *model_path) {
     return 0;
 }
 
-static kiln_onnx_model *load_bytes(const uint8_t *buf, size_t len, const char *path, kiln_device *dev,
-                                   const kiln_onnx_options *opts) {
+/* owned: buf is kiln_onnx_load's own mapping, whose tensor bytes the decoder may give back */
+static kiln_onnx_model *load_bytes(const uint8_t *buf, size_t len, bool owned, const char *path, kiln_device *dev,
+                                   const kiln_onnx_options *opts)
+{
     kiln_onnx_options o = opts ? *opts : kiln_onnx_options_default();
     if (!dev) { kiln__error_set("onnx: no device"); return NULL; }
-    kiln__onnx_pmodel *pm = kiln__onnx_decode(buf, len);
+    kiln__onnx_pmodel *pm = owned ? kiln__onnx_decode_consuming((uint8_t *)buf, len) : kiln__onnx_decode(buf, len);
     if (!pm) return NULL;
     if (load_external(pm, path) || kiln__onnx_scope_branches(pm)) {
         kiln__onnx_pmodel_free(pm);
@@ -640,7 +644,67 @@ kiln_onnx_model *kiln__onnx_branch_load(kiln_device *dev, kiln__onnx_pmodel *g, 
 kiln_onnx_model *kiln_onnx_load_memory(const void *data, size_t len, kiln_device *dev,
                                        const kiln_onnx_options *opts) {
     if (!data && len) { kiln__error_set("onnx: NULL data"); return NULL; }
-    return load_bytes(data, len, NULL, dev, opts);
+    return load_bytes(data, len, false, NULL, dev, opts);
+}
+
+/* A model file's bytes, in a private anonymous mapping rather than malloc's memory: the
+ * decoder gives each tensor's pages back as it copies them (kiln__onnx_decode_consuming). */
+typedef struct file_bytes {
+    uint8_t *base;
+    size_t len, cap;
+} file_bytes;
+
+static void file_bytes_free(file_bytes *fb)
+{
+    if (fb->base)
+        munmap(fb->base, fb->cap);
+    *fb = (file_bytes){0};
+}
+
+/* Room for at least want bytes, keeping what was read. */
+static int file_bytes_reserve(file_bytes *fb, size_t want)
+{
+    if (want <= fb->cap)
+        return 0;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), cap = (want + page - 1) / page * page;
+    void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    if (fb->len)
+        memcpy(p, fb->base, fb->len);
+    if (fb->base)
+        munmap(fb->base, fb->cap);
+    fb->base = p;
+    fb->cap = cap;
+    return 0;
+}
+
+/* Reads fd to its end, at most max bytes; sized by fstat, and grown should the file grow
+ * while it is read. 0, or -1 with the error set. */
+static int read_model_file(int fd, const char *path, size_t max, file_bytes *fb)
+{
+    struct stat st;
+    size_t want = fstat(fd, &st) == 0 && st.st_size > 0 ? (size_t)st.st_size : 0;
+    if (want > max)
+        return kiln__error_set("onnx: '%s' is larger than %zu bytes", path, max);
+    if (file_bytes_reserve(fb, want + 1)) /* one more: the end is a read of 0 bytes, not a full buffer */
+        return kiln__error_set("onnx: out of memory reading '%s'", path);
+    for (;;) {
+        if (fb->len == fb->cap && file_bytes_reserve(fb, fb->cap * 2))
+            return kiln__error_set("onnx: out of memory reading '%s'", path);
+        ssize_t got = read(fd, fb->base + fb->len, fb->cap - fb->len);
+        if (got < 0 && errno == EINTR)
+            continue;
+        /* a read error (a directory gives EISDIR) told apart from the end of the file, or the
+         * bytes read so far would be parsed as a truncated model */
+        if (got < 0)
+            return kiln__error_set("onnx: cannot read '%s': %s", path, strerror(errno));
+        if (got == 0)
+            return 0;
+        fb->len += (size_t)got;
+        if (fb->len > max)
+            return kiln__error_set("onnx: '%s' is larger than %zu bytes", path, max);
+    }
 }
 
 kiln_onnx_model *kiln_onnx_load(const char *path, kiln_device *dev, const kiln_onnx_options *opts) {
@@ -651,40 +715,15 @@ kiln_onnx_model *kiln_onnx_load(const char *path, kiln_device *dev, const kiln_o
         kiln__error_set("onnx: cannot open '%s': not a regular file", path);
         return NULL;
     }
-    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
-    if (!f) {
-        int e = errno;
-        if (fd >= 0)
-            close(fd);
-        kiln__error_set("onnx: cannot open '%s': %s", path ? path : "(null)", path ? strerror(e) : "no path");
+    if (fd < 0) {
+        kiln__error_set("onnx: cannot open '%s': %s", path ? path : "(null)", path ? strerror(errno) : "no path");
         return NULL;
     }
-    uint8_t *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            cap = cap ? cap * 2 : 1 << 16;
-            uint8_t *b = realloc(buf, cap);
-            if (!b) { free(buf); fclose(f); kiln__error_set("onnx: out of memory reading '%s'", path); return NULL; }
-            buf = b;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n > max) { free(buf); fclose(f); kiln__error_set("onnx: '%s' is larger than %zu bytes", path, max); return NULL; }
-        if (got == 0) break;
-    }
-    /* a read error (a directory gives EISDIR) ends the loop like the end of the file: told
-     * apart here, or the bytes read so far would be parsed as a truncated model */
-    if (ferror(f)) {
-        int err = errno;
-        free(buf);
-        fclose(f);
-        kiln__error_set("onnx: cannot read '%s': %s", path, strerror(err));
-        return NULL;
-    }
-    fclose(f);
-    kiln_onnx_model *m = load_bytes(buf, n, path, dev, opts);
-    free(buf);
+    file_bytes fb = {0};
+    int rc = read_model_file(fd, path, max, &fb);
+    close(fd);
+    kiln_onnx_model *m = rc == 0 ? load_bytes(fb.base, fb.len, true, path, dev, opts) : NULL;
+    file_bytes_free(&fb);
     return m;
 }
 

@@ -497,7 +497,7 @@ static int op_if(const kiln__onnx_node *n, int nin, kiln_tensor *const *in, int 
         return kiln__onnx_fail(n, "the node has no branches");
     int b = c->fixed;
     if (b < 0) {
-        bool v;
+        bool v = false; /* read_flag sets it on success; -O3 cannot tell */
         if (nin < 1 || !in[0])
             return kiln__onnx_fail(n, "the condition is absent");
         if (read_flag(n, in[0], "the condition", &v))

@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "common/bytes.h"
 #include "error-impl.h"
@@ -28,6 +30,9 @@
 typedef struct rd {
     const uint8_t *p, *end;
     int depth;
+    /* the bytes are a private anonymous mapping the caller lets go of as it is read: each
+     * tensor's raw_data is given back to the system once copied (kiln__onnx_decode_consuming) */
+    bool consume;
 } rd;
 
 static int bad(const char *what) { return kiln__error_set("onnx: malformed model: %s", what); }
@@ -87,7 +92,7 @@ static int sub(rd *r, rd *s) {
     size_t n = 0;
     if (r->depth + 1 > MAX_DEPTH) return bad("messages nested too deeply");
     if (rd_bytes(r, &b, &n)) return -1;
-    *s = (rd){b, b + n, r->depth + 1};
+    *s = (rd){b, b + n, r->depth + 1, r->consume};
     return 0;
 }
 
@@ -141,7 +146,7 @@ static int rd_rep_varint(rd *r, int wt, numvec *v, bool as_int32) {
     const uint8_t *b = NULL;
     size_t n = 0;
     if (rd_bytes(r, &b, &n)) return -1;
-    rd s = {b, b + n, r->depth};
+    rd s = {b, b + n, r->depth, r->consume};
     while (s.p < s.end) {
         if (rd_varint(&s, &x) || grow(&v->u.v, &v->cap, v->n, sizeof(int64_t))) return -1;
         v->u.i[v->n++] = as_int32 ? (int64_t)(int32_t)x : (int64_t)x;
@@ -165,7 +170,7 @@ static int rd_rep_fixed(rd *r, int wt, numvec *v, int width) {
     } else if (wt == 2) {
         if (rd_bytes(r, &b, &n)) return -1;
         if (n % (size_t)width) return bad("packed float data of a length not a multiple of its width");
-        s = (rd){b, b + n, r->depth};
+        s = (rd){b, b + n, r->depth, r->consume};
     } else {
         return bad("repeated float field with a wrong wire type");
     }
@@ -270,6 +275,17 @@ static int parse_i64(const char *s, int64_t *out) {
     return 0;
 }
 
+/* Gives the whole pages inside [b, b + n) back to the system: a consumed tensor's raw_data,
+ * which nothing reads again. A large model's bytes and its decoded tensors would otherwise be
+ * resident together, twice the weights at the load's peak. */
+static void give_back(const uint8_t *b, size_t n)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t first = ((uintptr_t)b + page - 1) & ~(page - 1), last = ((uintptr_t)b + n) & ~(page - 1);
+    if (last > first)
+        madvise((void *)first, last - first, MADV_DONTNEED);
+}
+
 static int dec_tensor(rd *r, kiln__onnx_ptensor *t) {
     rd s;
     numvec dims = {0}, ints = {0}, dbls = {0};
@@ -363,6 +379,8 @@ static int dec_tensor(rd *r, kiln__onnx_ptensor *t) {
         for (int64_t i = 0; i < t->numel; i++)
             put(t->data, t->kdtype, i, fl ? 0 : ints.u.i[i], fl ? dbls.u.d[i] : 0, fl);
     }
+    if (have_raw && r->consume)
+        give_back(raw, raw_len);
     rc = 0;
 out:
     free(dims.u.v);
@@ -645,10 +663,11 @@ static void explain_not_onnx(const uint8_t *buf, size_t len)
         kiln__error_set("onnx: not an ONNX model: the bytes do not parse as an ONNX ModelProto");
 }
 
-kiln__onnx_pmodel *kiln__onnx_decode(const uint8_t *buf, size_t len) {
+static kiln__onnx_pmodel *decode(const uint8_t *buf, size_t len, bool consume)
+{
     kiln__onnx_pmodel *pm = calloc(1, sizeof *pm);
     if (!pm) { kiln__error_set("onnx: out of memory"); return NULL; }
-    rd r = {buf, buf + len, 0};
+    rd r = {buf, buf + len, 0, consume};
     bool have_graph = false;
     while (r.p < r.end) {
         int f = 0, wt = 0;
@@ -683,6 +702,16 @@ fail:
     explain_not_onnx(buf, len);
     kiln__onnx_pmodel_free(pm);
     return NULL;
+}
+
+kiln__onnx_pmodel *kiln__onnx_decode(const uint8_t *buf, size_t len)
+{
+    return decode(buf, len, false);
+}
+
+kiln__onnx_pmodel *kiln__onnx_decode_consuming(uint8_t *buf, size_t len)
+{
+    return decode(buf, len, true);
 }
 
 void kiln__onnx_pmodel_free(kiln__onnx_pmodel *pm) {
