@@ -492,10 +492,18 @@ int kd_serving_load(struct kd_serving *sv, const char *name, int64_t need_versio
                     void *ud, char *why, size_t whylen)
 {
     if (kd_repository_scan(sv->repo) != 0) {
-        snprintf(why, whylen, "cannot read the model repository");
+        snprintf(why, whylen, "cannot read the model repository: %s", kiln_error());
+        vlog(sv, KD_LOG_WARN, "model %s not loaded: %s", name, why);
         return 500;
     }
-    return start_load(sv, name, need_version, done, ud, why, whylen);
+    int rc = start_load(sv, name, need_version, done, ud, why, whylen);
+    /* refused before any version started (an invalid config, a policy past the limit): the
+     * caller has the reason, and the log says it as it does for a model refused at start and
+     * for a load that fails later; asking for a model the repository lacks is the caller's
+     * mistake alone, said at info */
+    if (rc != 0)
+        vlog(sv, rc == 404 ? KD_LOG_INFO : KD_LOG_WARN, "model %s not loaded: %s", name, why);
+    return rc;
 }
 
 void kd_serving_free(struct kd_serving *sv)

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/utf8.h"
 #include "http-conn.h"
 #include "log.h"
 
@@ -74,19 +75,75 @@ void kd_log_close(struct kd_log *log)
     log->fd = STDERR_FILENO;
 }
 
+/* s as the inside of a JSON string: quotes, backslashes and control characters escaped, and a
+ * byte that is not part of well-formed UTF-8 (a model folder's name can hold any byte) written
+ * as U+FFFD, since JSON text is UTF-8 (RFC 8259 section 8.1) and a log shipper drops or garbles
+ * a line that is not. Stops before a character that would not fit whole; the length written. */
 static size_t put_json_string(char *dst, size_t room, const char *s)
 {
-    size_t n = 0;
-    for (; *s && n + 7 < room; s++) {
-        unsigned char c = (unsigned char)*s;
+    const unsigned char *u = (const unsigned char *)s;
+    size_t left = strlen(s), n = 0;
+    while (left > 0) {
+        unsigned char c = *u;
+        size_t take = 1;
         if (c == '"' || c == '\\') {
+            if (n + 2 >= room)
+                break;
             dst[n++] = '\\';
             dst[n++] = (char)c;
-        } else if (c < 0x20) {
+        } else if (c < 0x20 || c == 0x7f) {
+            if (n + 6 >= room)
+                break;
             n += (size_t)snprintf(dst + n, room - n, "\\u%04x", c);
-        } else {
+        } else if (c < 0x80) {
+            if (n + 1 >= room)
+                break;
             dst[n++] = (char)c;
+        } else if ((take = kiln_utf8_sequence_len(u, left)) > 0) {
+            if (n + take >= room)
+                break;
+            memcpy(dst + n, u, take);
+            n += take;
+        } else {
+            take = 1;
+            if (n + 6 >= room)
+                break;
+            memcpy(dst + n, "\\ufffd", 6);
+            n += 6;
         }
+        u += take;
+        left -= take;
+    }
+    return n;
+}
+
+/* s for a text line: a newline, a tab, a backslash and other control characters escaped as \n,
+ * \t, \\ and \xNN, and a byte that is not part of well-formed UTF-8 as \xNN, so that a value
+ * inside a message (a model folder's name) cannot start a line of its own that reads like one
+ * kilnd wrote. Stops before a character that would not fit whole; the length written. */
+static size_t put_text_message(char *dst, size_t room, const char *s)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t left = strlen(s), n = 0;
+    while (left > 0) {
+        unsigned char c = *u;
+        size_t take = c < 0x80 ? 1 : kiln_utf8_sequence_len(u, left);
+        char esc[8];
+        size_t elen = 0;
+        if (c == '\\' || c == '\n' || c == '\t')
+            elen = (size_t)snprintf(esc, sizeof esc, "\\%c", c == '\n' ? 'n' : c == '\t' ? 't' : '\\');
+        else if (c < 0x20 || c == 0x7f || take == 0)
+            elen = (size_t)snprintf(esc, sizeof esc, "\\x%02X", c);
+        if (take == 0)
+            take = 1;
+        if (n + (elen ? elen : take) >= room)
+            break;
+        if (elen)
+            memcpy(dst + n, esc, elen), n += elen;
+        else
+            memcpy(dst + n, u, take), n += take;
+        u += take;
+        left -= take;
     }
     return n;
 }
@@ -111,8 +168,8 @@ static size_t format_line(const struct kd_log *log, const char *level_name, cons
         memcpy(line + n, "\"}\n", 3);
         n += 3;
     } else {
-        int w = snprintf(line, room - 1, "%s %-5s %s", stamp, level_name, msg);
-        n = w < 0 ? 0 : (size_t)w >= room - 1 ? room - 2 : (size_t)w;
+        n = (size_t)snprintf(line, room, "%s %-5s ", stamp, level_name);
+        n += put_text_message(line + n, room - n - 1, msg);
         line[n++] = '\n';
     }
     return n;

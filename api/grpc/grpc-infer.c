@@ -703,12 +703,6 @@ void kd_grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len, struc
         refuse(j, GRPC_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
-    if (!id_ok) {
-        snprintf(msg, sizeof msg, "id must be a string of at most %lld bytes (got %zu)",
-                 (long long)kd_serving_limits(sv)->max_string_bytes, id_len);
-        refuse(j, GRPC_INVALID_ARGUMENT, msg);
-        goto out;
-    }
     version = kd_serving_parse_version(q->model_version);
     if (version < 0) {
         snprintf(msg, sizeof msg, "invalid model version '%.64s': %s", q->model_version, KD_SERVING_VERSION_RULE);
@@ -723,6 +717,15 @@ void kd_grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len, struc
     }
     const char *name = kd_sched_model_name(m);
     const struct kd_serving_options *lim = kd_serving_limits(sv);
+    /* checked once the model is known, as HTTP checks it in the body of a model's URL: a
+     * refusal of a request to a model is counted as one */
+    if (!id_ok) {
+        snprintf(msg, sizeof msg, "id must be a string of at most %lld bytes (got %zu)",
+                 (long long)lim->max_string_bytes, id_len);
+        kd_serving_count_rejected(sv, name);
+        refuse(j, GRPC_INVALID_ARGUMENT, msg);
+        goto out;
+    }
     /* Served while draining too: the GOAWAY sent at the drain names the last stream accepted,
      * nghttp2 refuses later ones, and a stream at or below it is one the server promised to finish. */
     const ProtobufCBinaryData *raw_in = split ? views : q->raw_input_contents;

@@ -320,12 +320,15 @@ def test_infer(d, c):
         q5 = service_pb2.ModelInferRequest(model_name="mnist_mlp", id="i" * 200)
         tin = q5.inputs.add(name="input", datatype="FP32", shape=list(X.shape))
         tin.contents.fp32_contents.extend(X.flatten().tolist())
+        rejected = d.metric('kiln_inference_requests_total{model="mnist_mlp",outcome="rejected"}') or 0
         try:
             stub.ModelInfer(q5, metadata=[("authorization", "Bearer " + ADMIN)])
             check(False, "a 200-byte id: refused")
         except grpc.RpcError as e:
             check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "at most 128 bytes" in e.details(),
                   "a 200-byte id is refused: %s" % e.details())
+        after = d.metric('kiln_inference_requests_total{model="mnist_mlp",outcome="rejected"}')
+        check(after == rejected + 1, "the refused id is counted as rejected, as over HTTP: %s -> %s" % (rejected, after))
         # a stream's error answers carry their request's id, as its results do
         reqs = []
         for rid, model, shape in (("s1", "mnist_mlp", list(X.shape)), ("s2", "nosuch", list(X.shape)),

@@ -597,6 +597,10 @@ def test_repository(d):
     open(os.path.join(d.data, "models", "broken", "1", "model.kiln"), "w").write("junk")
     st, _, body = d.req("POST", "/v2/repository/models/broken/load")
     check(st == 400 and "error" in json.loads(body), "a broken model's load is 400 with a reason")
+    with open(d.log, errors="replace") as f:
+        said = [l for l in f.read().splitlines() if "model broken not loaded: " in l]
+    check(len(said) == 1 and " warn " in said[0] and json.loads(body)["error"] in said[0],
+          "a load refused over the API is logged at warn with its reason: %s" % said)
     st, _, body = d.req("POST", "/v2/repository/index")
     check(any(e["name"] == "broken" and e["state"] != "READY" and e["reason"] for e in json.loads(body)),
           "the index says why a model is not served")
