@@ -141,10 +141,9 @@ int kd_serving_stats_json(struct kd_buf *b, struct kd_sched_model *m)
         (long long)kd_sched_model_version(m), (unsigned long long)st.last_inference_ms,
         (unsigned long long)st.inference_count, (unsigned long long)st.execution_count,
         (unsigned long long)st.success_count, (unsigned long long)st.success_ns, (unsigned long long)st.fail_count,
-        (unsigned long long)st.fail_ns, (unsigned long long)(st.success_count + st.fail_count),
-        (unsigned long long)st.queue_ns, (unsigned long long)st.execution_count,
-        (unsigned long long)st.execution_count, (unsigned long long)st.compute_ns,
-        (unsigned long long)st.execution_count);
+        (unsigned long long)st.fail_ns, (unsigned long long)st.queue_count, (unsigned long long)st.queue_ns,
+        (unsigned long long)st.compute_count, (unsigned long long)st.compute_count,
+        (unsigned long long)st.compute_request_ns, (unsigned long long)st.compute_count);
     for (int i = 0; i < st.nbatches; i++) /* runs by their exact batch size, as Triton counts them */
         rc |= kd_buf_printf(b, "%s{\"batch_size\":%lld,\"compute_infer\":{\"count\":%llu,\"ns\":%llu}}",
                             i ? "," : "", (long long)st.batches[i].size, (unsigned long long)st.batches[i].count,

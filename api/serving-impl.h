@@ -52,7 +52,7 @@ struct kd_serving_path {
 };
 
 /** Counts one request of model under the outcome label of kiln_inference_requests_total. */
-void kd_serving_count_outcome(struct kd_serving *sv, const char *model, const char *outcome);
+void kd_serving_count_outcome(struct kd_serving *sv, const struct kd_sched_model *m, const char *outcome);
 
 /** 0 when allowed; otherwise the 401/403 response is appended and its status returned. */
 int kd_serving_authorize(struct kd_serving *sv, const struct kd_request *req, enum kd_auth_scope need,

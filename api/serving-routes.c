@@ -241,7 +241,6 @@ static void infer_done(struct kd_sched_request *r)
 static int handle_infer(struct kd_serving *sv, struct kd_sched_model *m, const struct kd_request *req,
                         struct kd_buf *out, const char *rid)
 {
-    const char *name = kd_sched_model_name(m);
     /* No refusal while draining: a request that gets here was already arriving when the drain
      * began (at the drain a connection closes after its message in progress and nothing later on
      * it is read), and a drain finishes the requests it had accepted. Refusing one here made a
@@ -258,7 +257,7 @@ static int handle_infer(struct kd_serving *sv, struct kd_sched_model *m, const s
     if (st != 0) {
         kd_shm_use_release(&j->shm);
         free(j);
-        kd_serving_count_outcome(sv, name, "rejected");
+        kd_serving_count_rejected(sv, m);
         return kd_serving_error_with_id(out, st, msg, req->keep_alive, rid, NULL);
     }
     j->pending = kd_http_defer(req);

@@ -59,14 +59,20 @@ static const double batch_buckets[] = {1, 2, 4, 8, 16, 32, 64, 128};
 
 /* ---- metrics ------------------------------------------------------------------------------- */
 
-static struct kd_metric_series *series(struct kd_metric_family *f, const char *model, const char *extra)
+/* The series of f for version m (labels model and version), and extra's value when f has a
+ * third label. Versions are labelled apart, as Triton labels them: a canary's errors and latency
+ * are then seen beside the version it replaces. */
+static struct kd_metric_series *series(struct kd_metric_family *f, const struct kd_sched_model *m,
+                                       const char *extra)
 {
-    return f ? kd_metrics_series(f, (const char *const[]){model, extra, NULL}) : NULL;
+    char version[24];
+    snprintf(version, sizeof version, "%lld", (long long)kd_sched_model_version(m));
+    return f ? kd_metrics_series(f, (const char *const[]){kd_sched_model_name(m), version, extra, NULL}) : NULL;
 }
 
-void kd_serving_count_outcome(struct kd_serving *sv, const char *model, const char *outcome)
+void kd_serving_count_outcome(struct kd_serving *sv, const struct kd_sched_model *m, const char *outcome)
 {
-    struct kd_metric_series *s = series(sv->f_requests, model, outcome);
+    struct kd_metric_series *s = series(sv->f_requests, m, outcome);
     if (s)
         kd_metric_add(s, 1);
 }
@@ -117,13 +123,13 @@ static int register_training_metrics(struct kd_serving *sv)
 static int register_metrics(struct kd_serving *sv)
 {
     struct kd_metrics *m = sv->o.metrics;
-    const char *const model[] = {"model", NULL};
+    const char *const model[] = {"model", "version", NULL};
     sv->f_requests = kd_metrics_family(m, "kiln_inference_requests_total",
-                                       "Inference requests by model and outcome (success, failed, rejected: "
-                                       "refused as bad input, overloaded: refused because the queue was full, "
-                                       "timeout, cancelled, shutdown).",
-                                       KD_METRIC_COUNTER, (const char *const[]){"model", "outcome", NULL}, NULL,
-                                       0);
+                                       "Inference requests by model version and outcome (success, failed, "
+                                       "rejected: refused as bad input, overloaded: refused because the queue "
+                                       "was full, timeout, cancelled, shutdown).",
+                                       KD_METRIC_COUNTER,
+                                       (const char *const[]){"model", "version", "outcome", NULL}, NULL, 0);
     sv->f_queue = kd_metrics_family(m, "kiln_inference_queue_seconds",
                                     "Time requests waited in the model's queue.", KD_METRIC_HISTOGRAM, model,
                                     seconds_buckets, sizeof seconds_buckets / sizeof seconds_buckets[0]);
@@ -147,9 +153,8 @@ static int register_metrics(struct kd_serving *sv)
 
 static void set_gauges(struct kd_serving *sv, struct kd_sched_model *m, double inflight_delta)
 {
-    const char *name = kd_sched_model_name(m);
-    struct kd_metric_series *d = kd_metrics_series(sv->f_depth, (const char *const[]){name, NULL});
-    struct kd_metric_series *f = kd_metrics_series(sv->f_inflight, (const char *const[]){name, NULL});
+    struct kd_metric_series *d = series(sv->f_depth, m, NULL);
+    struct kd_metric_series *f = series(sv->f_inflight, m, NULL);
     if (d)
         kd_metric_set(d, (double)kd_sched_model_queued(m));
     if (f)
@@ -560,17 +565,20 @@ struct kd_sched_model *kd_serving_resolve(struct kd_serving *sv, const struct kd
 void kd_serving_account_done(struct kd_serving *sv, const struct kd_sched_request *r, bool refused)
 {
     struct kd_sched_model *m = r->model;
-    const char *name = kd_sched_model_name(m);
     sv->inflight_total--;
     set_gauges(sv, m, -1);
     /* Data refused by the worker is what the loop used to refuse before queueing: "rejected". */
-    kd_serving_count_outcome(sv, name, refused ? "rejected" : kd_sched_outcome_to_str(r->outcome));
-    if (!refused && (r->outcome == KD_SCHED_OK || r->outcome == KD_SCHED_FAILED)) {
-        struct kd_metric_series *q = kd_metrics_series(sv->f_queue, (const char *const[]){name, NULL});
-        struct kd_metric_series *c = kd_metrics_series(sv->f_compute, (const char *const[]){name, NULL});
-        struct kd_metric_series *b = kd_metrics_series(sv->f_batch, (const char *const[]){name, NULL});
+    kd_serving_count_outcome(sv, m, refused ? "rejected" : kd_sched_outcome_to_str(r->outcome));
+    /* every request a worker took off the queue waited (a timed-out one longest): an autoscaler
+     * reading the queue's time must see the waits of an overload too */
+    if (r->started_ns) {
+        struct kd_metric_series *q = series(sv->f_queue, m, NULL);
         if (q)
             kd_metric_observe(q, (double)(r->started_ns - r->enqueued_ns) / 1e9);
+    }
+    if (!refused && (r->outcome == KD_SCHED_OK || r->outcome == KD_SCHED_FAILED)) {
+        struct kd_metric_series *c = series(sv->f_compute, m, NULL);
+        struct kd_metric_series *b = series(sv->f_batch, m, NULL);
         if (c)
             kd_metric_observe(c, (double)(r->finished_ns - r->started_ns) / 1e9);
         if (b)
@@ -582,7 +590,8 @@ int kd_serving_submit(struct kd_serving *sv, struct kd_sched_request *r)
 {
     if (kd_sched_submit(sv->o.sched, r) != 0) {
         /* not "rejected" (the client's bad input): overload must be told apart from bad requests */
-        kd_serving_count_outcome(sv, kd_sched_model_name(r->model), "overloaded");
+        kd_serving_count_outcome(sv, r->model, "overloaded");
+        kd_sched_model_count_refused(r->model, 0);
         return -1;
     }
     sv->inflight_total++;
@@ -590,9 +599,10 @@ int kd_serving_submit(struct kd_serving *sv, struct kd_sched_request *r)
     return 0;
 }
 
-void kd_serving_count_rejected(struct kd_serving *sv, const char *model)
+void kd_serving_count_rejected(struct kd_serving *sv, struct kd_sched_model *m)
 {
-    kd_serving_count_outcome(sv, model, "rejected");
+    kd_serving_count_outcome(sv, m, "rejected");
+    kd_sched_model_count_refused(m, 0);
 }
 
 /* ---- the index ------------------------------------------------------------------------------ */

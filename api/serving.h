@@ -117,8 +117,9 @@ int kd_serving_unload(struct kd_serving *sv, const char *name, char *msg, size_t
 int kd_serving_submit(struct kd_serving *sv, struct kd_sched_request *r);
 /* In r's done callback, before anything else: the metrics of its outcome (refused: its data was bad). */
 void kd_serving_account_done(struct kd_serving *sv, const struct kd_sched_request *r, bool refused);
-/* A request refused before it was queued. */
-void kd_serving_count_rejected(struct kd_serving *sv, const char *model);
+/* A request to m refused before it was queued (its input): counted under the outcome "rejected"
+ * and as a failure in m's statistics. */
+void kd_serving_count_rejected(struct kd_serving *sv, struct kd_sched_model *m);
 
 /* ---- between serving.c and infer.c ---- */
 struct kd_infer_ctx {

@@ -38,7 +38,7 @@ static bool compatible(const struct kd_sched_request *a, const struct kd_sched_r
 static uint64_t deadline_lead(const struct kd_sched_model *m, const struct kd_sched_request *r)
 {
     const struct kd_sched_stats *st = &m->stats;
-    uint64_t lead = st->execution_count ? 2 * (st->compute_ns / st->execution_count) : 0;
+    uint64_t lead = st->runs ? 2 * (st->compute_ns / st->runs) : 0;
     uint64_t tenth = r->deadline_ns > r->enqueued_ns ? (r->deadline_ns - r->enqueued_ns) / 10 : 0;
     if (lead < tenth)
         lead = tenth;

@@ -272,25 +272,39 @@ static void run_batch(struct kd_sched_worker *w, struct kd_sched_instance *in, i
 
     pthread_mutex_lock(&s->mu);
     struct kd_sched_stats *st = &m->stats;
-    if (live > 0) {
-        st->execution_count++;
-        st->compute_ns += end - now;
-        count_batch(st, rows, end - now);
-        st->last_inference_ms = wall_ms();
+    bool succeeded = false;
+    for (int i = 0; i < dropped; i++) { /* timed out, cancelled or refused by the worker: waited, failed */
+        st->queue_count++;
+        st->queue_ns += now - drop[i]->enqueued_ns;
+        st->fail_count++;
+        st->fail_ns += drop[i]->finished_ns - drop[i]->enqueued_ns;
     }
     for (int i = 0; i < live; i++) {
         struct kd_sched_request *r = taken[i];
         r->finished_ns = end;
         r->batch_size = (int)rows;
+        st->queue_count++;
         st->queue_ns += now - r->enqueued_ns;
         if (r->outcome == KD_SCHED_OK) {
+            succeeded = true;
             st->success_count++;
             st->inference_count += (uint64_t)kd_sched_rows_of(m, r);
             st->success_ns += end - r->enqueued_ns;
+            st->compute_count++;
+            st->compute_request_ns += end - now;
         } else {
             st->fail_count++;
             st->fail_ns += end - r->enqueued_ns;
         }
+    }
+    if (live > 0) {
+        st->runs++;
+        st->compute_ns += end - now;
+        st->last_inference_ms = wall_ms();
+    }
+    if (succeeded) {
+        st->execution_count++;
+        count_batch(st, rows, end - now);
     }
     pthread_mutex_unlock(&s->mu);
     post_done_n(s, taken, live);
@@ -688,6 +702,14 @@ void kd_sched_model_stats(const struct kd_sched_model *m, struct kd_sched_stats 
 {
     pthread_mutex_lock(&m->sched->mu);
     *out = m->stats;
+    pthread_mutex_unlock(&m->sched->mu);
+}
+
+void kd_sched_model_count_refused(struct kd_sched_model *m, uint64_t waited_ns)
+{
+    pthread_mutex_lock(&m->sched->mu);
+    m->stats.fail_count++;
+    m->stats.fail_ns += waited_ns;
     pthread_mutex_unlock(&m->sched->mu);
 }
 

@@ -144,8 +144,14 @@ struct kd_sched_request {
 
 /* What a model's statistics extension reports; times in nanoseconds. */
 struct kd_sched_stats {
-    uint64_t success_count, fail_count, inference_count, execution_count;
-    uint64_t success_ns, fail_ns, queue_ns, compute_ns;
+    /* Requests, as Triton counts them: success and fail count every request to the version
+     * (fail: refused input, a full queue, a timeout, a cancel, a failed run), queue those taken
+     * off its queue (their wait), compute those that succeeded (each with its run's time). */
+    uint64_t success_count, fail_count, queue_count, compute_count, inference_count;
+    uint64_t success_ns, fail_ns, queue_ns, compute_request_ns;
+    /* Runs: execution_count those with a request that succeeded, as Triton counts executions;
+     * runs and compute_ns every run (the deadline lead's estimate of a run's time). */
+    uint64_t execution_count, runs, compute_ns;
     uint64_t last_inference_ms;         /* wall clock, ms since the epoch */
     /* Runs by their exact batch size (rows), ascending, as Triton reports batch_stats: the first
      * KD_SCHED_BATCH_SIZES distinct sizes a version runs (runs of later new sizes count only in
@@ -190,6 +196,9 @@ const kd_model_config *kd_sched_model_config(const struct kd_sched_model *m);
 const char *kd_sched_model_format(const struct kd_sched_model *m);
 size_t kd_sched_model_queued(const struct kd_sched_model *m);
 void kd_sched_model_stats(const struct kd_sched_model *m, struct kd_sched_stats *out);
+/* A request to m refused before it was queued (its input, a full queue): a failure in m's
+ * statistics, waited_ns from its arrival. Any thread. */
+void kd_sched_model_count_refused(struct kd_sched_model *m, uint64_t waited_ns);
 
 /*
  * Queues r. 0, or -1 when the model's queue is full (answer 503; done will not run).

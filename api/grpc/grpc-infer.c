@@ -715,14 +715,13 @@ void kd_grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len, struc
         refuse(j, kd_grpc_code_of_http(status), msg);
         goto out;
     }
-    const char *name = kd_sched_model_name(m);
     const struct kd_serving_options *lim = kd_serving_limits(sv);
     /* checked once the model is known, as HTTP checks it in the body of a model's URL: a
      * refusal of a request to a model is counted as one */
     if (!id_ok) {
         snprintf(msg, sizeof msg, "id must be a string of at most %lld bytes (got %zu)",
                  (long long)lim->max_string_bytes, id_len);
-        kd_serving_count_rejected(sv, name);
+        kd_serving_count_rejected(sv, m);
         refuse(j, GRPC_INVALID_ARGUMENT, msg);
         goto out;
     }
@@ -733,7 +732,7 @@ void kd_grpc_infer(struct grpc_stream *s, const uint8_t *data, size_t len, struc
     if ((status = decode(lim, kd_sched_model_config(m), q, raw_in, n_raw_in, split, kd_serving_shm(sv), &j->shm,
                          &j->r, &j->asks, msg, sizeof msg)) != 0) {
         kd_shm_use_release(&j->shm);
-        kd_serving_count_rejected(sv, name);
+        kd_serving_count_rejected(sv, m);
         refuse(j, kd_grpc_code_of_http(status), msg);
         goto out;
     }

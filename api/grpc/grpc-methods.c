@@ -300,10 +300,10 @@ static void fill_stats(struct stats_msg *x, struct kd_sched_model *m)
     x->ms.execution_count = st.execution_count;
     x->d[0] = (Inference__StatisticDuration){x->d[0].base, st.success_count, st.success_ns};
     x->d[1] = (Inference__StatisticDuration){x->d[1].base, st.fail_count, st.fail_ns};
-    x->d[2] = (Inference__StatisticDuration){x->d[2].base, st.success_count + st.fail_count, st.queue_ns};
-    x->d[3] = (Inference__StatisticDuration){x->d[3].base, st.execution_count, 0};
-    x->d[4] = (Inference__StatisticDuration){x->d[4].base, st.execution_count, st.compute_ns};
-    x->d[5] = (Inference__StatisticDuration){x->d[5].base, st.execution_count, 0};
+    x->d[2] = (Inference__StatisticDuration){x->d[2].base, st.queue_count, st.queue_ns};
+    x->d[3] = (Inference__StatisticDuration){x->d[3].base, st.compute_count, 0};
+    x->d[4] = (Inference__StatisticDuration){x->d[4].base, st.compute_count, st.compute_request_ns};
+    x->d[5] = (Inference__StatisticDuration){x->d[5].base, st.compute_count, 0};
     x->is.success = &x->d[0];
     x->is.fail = &x->d[1];
     x->is.queue = &x->d[2];

@@ -320,14 +320,14 @@ def test_infer(d, c):
         q5 = service_pb2.ModelInferRequest(model_name="mnist_mlp", id="i" * 200)
         tin = q5.inputs.add(name="input", datatype="FP32", shape=list(X.shape))
         tin.contents.fp32_contents.extend(X.flatten().tolist())
-        rejected = d.metric('kiln_inference_requests_total{model="mnist_mlp",outcome="rejected"}') or 0
+        rejected = d.metric('kiln_inference_requests_total{model="mnist_mlp",version="1",outcome="rejected"}') or 0
         try:
             stub.ModelInfer(q5, metadata=[("authorization", "Bearer " + ADMIN)])
             check(False, "a 200-byte id: refused")
         except grpc.RpcError as e:
             check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "at most 128 bytes" in e.details(),
                   "a 200-byte id is refused: %s" % e.details())
-        after = d.metric('kiln_inference_requests_total{model="mnist_mlp",outcome="rejected"}')
+        after = d.metric('kiln_inference_requests_total{model="mnist_mlp",version="1",outcome="rejected"}')
         check(after == rejected + 1, "the refused id is counted as rejected, as over HTTP: %s -> %s" % (rejected, after))
         # a stream's error answers carry their request's id, as its results do
         reqs = []
@@ -572,13 +572,20 @@ def test_raw(d, c):
     check(h.read_until(lambda: h.status(1) is not None) and h.status(1) == 0, "a hand-made ModelInfer call: status 0")
 
     # The server's own deadline: grpc-timeout 1n has passed before the request can run.
-    before = d.metric('kiln_inference_requests_total{model="mnist_mlp",outcome="timeout"}')
+    before = d.metric('kiln_inference_requests_total{model="mnist_mlp",version="1",outcome="timeout"}')
+    waits = d.metric('kiln_inference_queue_seconds_count{model="mnist_mlp",version="1"}')
+    failed = d.http("GET", "/v2/models/mnist_mlp/stats")[1]["model_stats"][0]["inference_stats"]["fail"]["count"]
     h.send(h.request(3, INFER, [("grpc-timeout", "1n")], end=False) + frame(DATA, 1, 3, message(infer_body())))
     h.read_until(lambda: h.status(3) is not None)
-    after = d.metric('kiln_inference_requests_total{model="mnist_mlp",outcome="timeout"}')
+    after = d.metric('kiln_inference_requests_total{model="mnist_mlp",version="1",outcome="timeout"}')
     check(h.status(3) == 4 and after == before + 1,
           "grpc-timeout that passes in the queue: DEADLINE_EXCEEDED, counted as a timeout (%s, %s -> %s)"
           % (h.status(3), before, after))
+    # it waited in the queue and failed: the queue's histogram and the statistics' fail count it
+    check(d.metric('kiln_inference_queue_seconds_count{model="mnist_mlp",version="1"}') == waits + 1,
+          "the timed-out request's wait is in kiln_inference_queue_seconds")
+    check(d.http("GET", "/v2/models/mnist_mlp/stats")[1]["model_stats"][0]["inference_stats"]["fail"]["count"]
+          == failed + 1, "the timed-out request is a failure in the statistics")
 
     # A length prefix past the body: the call ends inside a message.
     h.send(h.request(5, INFER, end=False) + frame(DATA, 1, 5, b"\0" + struct.pack(">I", 1000) + b"x" * 10))
@@ -659,14 +666,14 @@ def test_raw(d, c):
 
     # A call reset by the client (RST_STREAM, CANCEL) while its request waits in the queue (the
     # fixture's model waits 3 ms to fill a batch): dropped unrun, and nothing is sent for it.
-    before = d.metric('kiln_inference_requests_total{model="mnist_mlp",outcome="cancelled"}')
+    before = d.metric('kiln_inference_requests_total{model="mnist_mlp",version="1",outcome="cancelled"}')
     h.send(h.request(13, INFER, end=False) + frame(DATA, 1, 13, message(infer_body())) +
            frame(RST_STREAM, 0, 13, struct.pack(">I", 8)))
     deadline = time.time() + 5
     while time.time() < deadline and \
-            d.metric('kiln_inference_requests_total{model="mnist_mlp",outcome="cancelled"}') < before + 1:
+            d.metric('kiln_inference_requests_total{model="mnist_mlp",version="1",outcome="cancelled"}') < before + 1:
         time.sleep(0.05)
-    after = d.metric('kiln_inference_requests_total{model="mnist_mlp",outcome="cancelled"}')
+    after = d.metric('kiln_inference_requests_total{model="mnist_mlp",version="1",outcome="cancelled"}')
     h.read_until(lambda: False, timeout=0.2)
     check(after == before + 1 and h.status(13) is None,
           "RST_STREAM cancels the queued request (cancelled %s -> %s, answer %s)" % (before, after, h.status(13)))
@@ -732,8 +739,8 @@ def test_backpressure():
         check(codes[0] == 0 and full and set(codes) <= {0, 14} and
               all("queue is full" in h.message_of(sid) for sid in full),
               "past the queue's depth: UNAVAILABLE, the queued one answered (%s)" % codes)
-        overloaded = d.metric('kiln_inference_requests_total{model="mnist_mlp",outcome="overloaded"}')
-        rejected = d.metric('kiln_inference_requests_total{model="mnist_mlp",outcome="rejected"}')
+        overloaded = d.metric('kiln_inference_requests_total{model="mnist_mlp",version="1",outcome="overloaded"}')
+        rejected = d.metric('kiln_inference_requests_total{model="mnist_mlp",version="1",outcome="rejected"}')
         check(overloaded == len(full) and rejected == 0,
               "the queue-full calls count as overloaded, not rejected (%s, %s)" % (overloaded, rejected))
         unavailable = d.metric('kiln_grpc_requests_total{method="ModelInfer",code="UNAVAILABLE"}')

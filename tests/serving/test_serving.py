@@ -432,7 +432,7 @@ def test_bad_data(d):
 
     def rejected(text):
         for line in text.decode().splitlines():
-            if line.startswith('kiln_inference_requests_total{model="mnist_mlp",outcome="rejected"}'):
+            if line.startswith('kiln_inference_requests_total{model="mnist_mlp",version="1",outcome="rejected"}'):
                 return float(line.split()[-1])
         return 0.0
     check(rejected(after) - rejected(before) == 16,
@@ -497,7 +497,7 @@ def test_batching(d):
     check(s["execution_count"] < s["inference_count"], "concurrent requests were batched: %s" % s)
     st, _, body = d.req("GET", "/metrics")
     text = body.decode()
-    for name in ("kiln_inference_requests_total{model=\"mnist_mlp\",outcome=\"success\"}",
+    for name in ("kiln_inference_requests_total{model=\"mnist_mlp\",version=\"1\",outcome=\"success\"}",
                  "kiln_inference_batch_size_bucket", "kiln_inference_queue_seconds", "kiln_inference_compute_seconds",
                  "kiln_inference_queue_depth", "kiln_inference_in_flight", "kiln_process_resident_memory_bytes"):
         check(name in text, "/metrics has " + name)
@@ -591,6 +591,12 @@ def test_repository(d):
     check(st == 200, "load: %s" % body)
     st, _, body = d.req("GET", "/v2/models/mnist_mlp")
     check(json.loads(body).get("versions") == ["2"], "load serves the new version: %s" % body)
+    st, _, _ = d.req("POST", "/v2/models/mnist_mlp/infer", infer_body([[0.0] * 784]))
+    _, _, text = d.req("GET", "/metrics")
+    v2 = [l for l in text.decode().splitlines()
+          if l.startswith('kiln_inference_requests_total{model="mnist_mlp",version="2",outcome="success"} ')]
+    check(st == 200 and v2 == ['kiln_inference_requests_total{model="mnist_mlp",version="2",outcome="success"} 1'],
+          "the metrics label the version that answered: %s" % v2)
     st, _, _ = d.req("POST", "/v2/repository/models/nosuch/load")
     check(st == 404, "loading an unknown model is 404")
     os.makedirs(os.path.join(d.data, "models", "broken", "1"))
@@ -750,11 +756,18 @@ def test_queue_full():
     _, _, text = d.req("GET", "/metrics")
     counts = {}
     for line in text.decode().splitlines():
-        if line.startswith('kiln_inference_requests_total{model="mnist_mlp",outcome="'):
+        if line.startswith('kiln_inference_requests_total{model="mnist_mlp",version="1",outcome="'):
             counts[line.split('outcome="')[1].split('"')[0]] = float(line.split()[-1])
     full = sum(1 for s, _ in statuses if s == 503)
     check(counts.get("overloaded") == full and counts.get("rejected", 0) == 0,
           "%d queue-full answers counted as outcome=\"overloaded\", none as rejected: %s" % (full, counts))
+    # the statistics extension counts them as failed requests, as Triton's "fail" counts every
+    # failed request (they were missing, and a full queue showed a 100% success rate)
+    _, _, body = d.req("GET", "/v2/models/mnist_mlp/stats")
+    inf = json.loads(body)["model_stats"][0]["inference_stats"]
+    ok = sum(1 for s, _ in statuses if s == 200)
+    check(inf["fail"]["count"] == full and inf["success"]["count"] == ok and inf["queue"]["count"] == ok and
+          inf["compute_infer"]["count"] == ok, "stats: %d failed, %d succeeded: %s" % (full, ok, inf))
     d.stop()
 
 
