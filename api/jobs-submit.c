@@ -86,11 +86,12 @@ static int store_job(struct kd_jobs *j, const char *body, int64_t resumes, struc
         return out ? kd_resp_error(out, status, msg, keep_alive, NULL) : status;
     }
     kd_jobs_emit_state(j, id, KD_JOB_QUEUED, NULL, NULL, NULL);
+    /* said before the training thread is woken, or its "starts" (or "failed") came first */
+    kd_jobs_log(j, KD_LOG_INFO, "job %lld queued", (long long)id);
     pthread_mutex_lock(&j->mu);
     j->queued_seq++;
     pthread_cond_signal(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    kd_jobs_log(j, KD_LOG_INFO, "job %lld queued", (long long)id);
     if (!out)
         return 201;
     char text[96];

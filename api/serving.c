@@ -51,9 +51,11 @@ struct load_op {
     char why[768];            /* a device refusal lists the configured devices */
 };
 
-static const double seconds_buckets[] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
-                                         0.01,    0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5};
-static const double batch_buckets[] = {1, 2, 4, 8, 16, 32, 64, 128};
+/* Up to a minute: a request may wait up to limits.infer_timeout_ms (10 s by default) and a large
+ * model's run take longer; past the last bucket a quantile says nothing. Batches up to 4096 rows. */
+static const double seconds_buckets[] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                         0.1,     0.25,   0.5,     1,      2.5,   5,      10,    30,   60};
+static const double batch_buckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
 
 #define vlog(sv, level, ...) kd_api_logf((sv)->o.log, (sv)->o.log_ud, (level), __VA_ARGS__)
 
@@ -434,6 +436,7 @@ static int start_load(struct kd_serving *sv, const char *name, int64_t need_vers
         }
     }
     e->loading = true;
+    e->why[0] = '\0'; /* the last unload's or failure's reason no longer says why it is not ready */
     version_loaded(&op->hold, NULL, NULL); /* drop the hold; with nothing started this finishes now */
     return 0;
 }
@@ -548,7 +551,10 @@ struct kd_sched_model *kd_serving_resolve(struct kd_serving *sv, const struct kd
         return NULL;
     }
     if (e->nv == 0) {
-        snprintf(msg, n, "model '%.128s' is not ready%s%s", mp->name, e->why[0] ? ": " : "", e->why);
+        snprintf(msg, n, "model '%.128s' is not ready%s%s", mp->name, e->why[0] || e->loading ? ": " : "",
+                 e->why[0]    ? e->why
+                 : e->loading ? "it is loading"
+                              : "");
         *status = e->loading || e->why[0] ? 503 : 404;
         return NULL;
     }
@@ -639,6 +645,7 @@ static void folder_row(const kd_model_info *info, const kd_model_version *v, con
     const char *why = v && !v->valid && v->why    ? v->why
                       : !info->valid && info->why ? info->why
                       : v && !v->served           ? "not selected by the version policy"
+                      : e && e->loading           ? "loading"
                       : e && e->why[0]            ? e->why /* the last load's failure, for versions it chose */
                                                   : "not loaded";
     row(ud, info->name, v ? v->version : 0, e && e->loading ? "LOADING" : "UNAVAILABLE", why);

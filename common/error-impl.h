@@ -28,5 +28,8 @@ int kiln__error_set_code(int code, const char *fmt, ...) __attribute__((format(p
  *  message aside and made other calls since passes the code it read with it to
  *  kiln__error_set_code instead. */
 int kiln__error_restate(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A warning through kiln_set_warning_handler's handler (stderr by default); no prefix, no
+ * newline. */
+void kiln__warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif /* KILN_ERROR_IMPL_H */

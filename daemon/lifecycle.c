@@ -399,6 +399,11 @@ static int announce_listening(struct kd_daemon *d)
     return 0;
 }
 
+static void log_libkiln_warning(void *ud, const char *message)
+{
+    kd_log_write(ud, KD_LOG_WARN, "%s", message);
+}
+
 int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
 {
     char err[512];
@@ -417,6 +422,9 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
         return -1;
     }
     d->log_ready = true;
+    /* libkiln's own warnings (an autotune cache ignored, a fused kernel that did not compile)
+     * go to this log in its format, not as bare lines on stderr beside it */
+    kiln_set_warning_handler(log_libkiln_warning, &d->log);
     /* what the configuration's load went on past (an environment variable over the file's value,
      * a misspelt KILN_* name): valid, so not refused, but probably not what was meant */
     for (const char *line = d->cfg.notes; line && *line; line += strcspn(line, "\n") + 1)
@@ -657,7 +665,9 @@ void kd_daemon_free(struct kd_daemon *d)
     if (d->api_ready)
         kd_api_free(&d->api);
     kd_metrics_free(d->metrics);
-    if (d->log_ready)
+    if (d->log_ready) {
+        kiln_set_warning_handler(NULL, NULL);
         kd_log_close(&d->log);
+    }
     kd_config_free(&d->cfg);
 }

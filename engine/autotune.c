@@ -171,12 +171,11 @@ static void load(void)
     const char *bad = parse(f, &kept, &nkept, &stale, &lineno);
     fclose(f);
     if (bad) {
-        fprintf(stderr, "kiln: autotune cache %s ignored (corrupt at line %d: %s); kernels are timed again\n",
-                path, lineno, bad);
+        kiln__warn("autotune cache %s ignored (corrupt at line %d: %s); kernels are timed again", path, lineno,
+                   bad);
     } else {
         if (stale)
-            fprintf(stderr, "kiln: autotune cache %s: %d entries from another kiln version dropped\n", path,
-                    stale);
+            kiln__warn("autotune cache %s: %d entries from another kiln version dropped", path, stale);
         for (int i = 0; i < nkept; i++)
             if (put_entry(kept[i].device, kept[i].key, kept[i].value) < 0)
                 break;
@@ -195,7 +194,7 @@ static void save(void)
     snprintf(tmp, sizeof tmp, "%s/autotune.tsv.%ld.tmp", dir, (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        fprintf(stderr, "kiln: autotune cache %s not written: %s\n", path, strerror(errno));
+        kiln__warn("autotune cache %s not written: %s", path, strerror(errno));
         return;
     }
     FILE *f = fdopen(fd, "w");
@@ -211,7 +210,7 @@ static void save(void)
     ok = fflush(f) == 0 && ok && fsync(fd) == 0;
     ok = fclose(f) == 0 && ok;
     if (!ok || rename(tmp, path) != 0) {
-        fprintf(stderr, "kiln: autotune cache %s not written: %s\n", path, strerror(errno));
+        kiln__warn("autotune cache %s not written: %s", path, strerror(errno));
         unlink(tmp);
         return;
     }
@@ -269,7 +268,7 @@ int kiln_autotune_merge_file(const char *path)
         return kiln__error_set("autotune: %s is corrupt at line %d (%s): ignored", path, lineno, bad);
     }
     if (stale)
-        fprintf(stderr, "kiln: autotune file %s: %d entries from another kiln version dropped\n", path, stale);
+        kiln__warn("autotune file %s: %d entries from another kiln version dropped", path, stale);
     int taken = 0;
     pthread_mutex_lock(&tune_lock);
     if (!loaded)
@@ -291,8 +290,7 @@ int kiln_autotune_merge_file(const char *path)
 int kiln_autotune_dir_set(const char *dir)
 {
     if (dir && strlen(dir) >= sizeof dir_set) {
-        fprintf(stderr, "kiln: autotune folder name too long\n");
-        return -1;
+        return kiln__error_set("autotune: folder name longer than %zu bytes", sizeof dir_set - 1);
     }
     pthread_mutex_lock(&tune_lock);
     snprintf(dir_set, sizeof dir_set, "%s", dir ? dir : "");

@@ -7,6 +7,7 @@
  * the failure of its own last call. A call that returns NULL cannot return a code, so
  * this is how its caller learns what kind of failure it was.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -74,4 +75,35 @@ void kiln_error_clear(void)
 {
     error_message[0] = '\0';
     error_code = 0;
+}
+
+/* The warning handler: process-wide by nature (a log is the application's), so behind a lock;
+ * warnings are rare, and the handler is called outside it. */
+static pthread_mutex_t warning_lock = PTHREAD_MUTEX_INITIALIZER;
+static kiln_warning_handler warning_handler;
+static void *warning_ud;
+
+void kiln_set_warning_handler(kiln_warning_handler handler, void *ud)
+{
+    pthread_mutex_lock(&warning_lock);
+    warning_handler = handler;
+    warning_ud = ud;
+    pthread_mutex_unlock(&warning_lock);
+}
+
+void kiln__warn(const char *fmt, ...)
+{
+    char message[KILN_ERROR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&warning_lock);
+    kiln_warning_handler handler = warning_handler;
+    void *ud = warning_ud;
+    pthread_mutex_unlock(&warning_lock);
+    if (handler)
+        handler(ud, message);
+    else
+        fprintf(stderr, "kiln: %s\n", message);
 }

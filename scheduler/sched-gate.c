@@ -151,22 +151,29 @@ int kd_sched_training_acquire(struct kd_sched_training *t)
     } else if (s->stopping) {
         rc = 1; /* as in the wait: a stopping scheduler means the daemon is going down */
     }
-    if (rc == 0) {
-        g->stats.steps++;
+    if (rc == 0)
         t->holding = true;
-    }
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
 
+/* A step is counted when it gives the device back: an acquire is not always followed by one
+ * (the acquire after a job's last step is ended by kd_sched_training_end), which had counted
+ * every job one step more than it ran. */
 void kd_sched_training_release(struct kd_sched_training *t)
 {
+    if (t->holding && t->dev >= 0) {
+        struct kd_sched *s = t->sched;
+        pthread_mutex_lock(&s->mu);
+        s->gates[t->dev].stats.steps++;
+        pthread_mutex_unlock(&s->mu);
+    }
     t->holding = false;
 }
 
 void kd_sched_training_end(struct kd_sched_training *t)
 {
-    kd_sched_training_release(t);
+    t->holding = false; /* held for a step that never ran */
     if (t->dev < 0)
         return;
     struct kd_sched *s = t->sched;

@@ -301,7 +301,7 @@ struct kd_sched_training {
 
 /* Totals over every device since the scheduler started. */
 struct kd_sched_training_stats {
-    uint64_t steps;                     /* acquires that let a step run */
+    uint64_t steps;                     /* steps run: releases after an acquire */
     uint64_t yields;                    /* acquires that found inference pending and waited */
     uint64_t forced;                    /* of those, the ones that ran because the wait bound passed */
     uint64_t wait_ns;                   /* time training spent waiting for inference */

@@ -55,6 +55,7 @@
 
 #include "cpu-fused-impl.h"
 #include "cpu-fused-jit.h"
+#include "error-impl.h"
 #include "fused/fused-codegen.h"
 #include "kiln_build_config.h"
 
@@ -512,8 +513,8 @@ static long keep_limit(void)
     long n = strtol(v, &end, 10);
     if (*end || n < 1) {
         if (!warned)
-            fprintf(stderr, "kiln: cpu: KILN_CPU_JIT_KEEP='%s' is not a positive whole number: keeping %d loops\n",
-                    v, KEEP_DEFAULT);
+            kiln__warn("cpu: KILN_CPU_JIT_KEEP='%s' is not a positive whole number: keeping %d loops", v,
+                       KEEP_DEFAULT);
         warned = true;
         return KEEP_DEFAULT;
     }
@@ -680,16 +681,14 @@ static kiln__cpu_jit_loop build_loop(const char *src, bool avx512)
     int rc = run_compiler(cc, flags, inc, path, tmp, log, &unavailable);
     if (unavailable) {
         jit_unavailable = true;
-        fprintf(stderr,
-                "kiln: cpu: the C compiler '%s' (KILN_CPU_JIT_CC) cannot be run: fused groups run in "
-                "the block interpreter\n",
-                cc);
+        kiln__warn("cpu: the C compiler '%s' (KILN_CPU_JIT_CC) cannot be run: fused groups run in "
+                   "the block interpreter",
+                   cc);
     }
     if (rc != 0 || rename(tmp, lib) != 0) {
         if (!unavailable && !jit_failed_once) {
             jit_failed_once = true;
-            fprintf(stderr, "kiln: cpu: a fused loop did not compile (%s): it runs in the block interpreter\n",
-                    log);
+            kiln__warn("cpu: a fused loop did not compile (%s): it runs in the block interpreter", log);
         }
         unlink(tmp);
         return NULL;

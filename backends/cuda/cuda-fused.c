@@ -30,6 +30,7 @@
  * group reductions go through shared memory only, since a wavefront may be 64 lanes wide.
  */
 #include "cuda-fused.h"
+#include "error-impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -448,7 +449,7 @@ char *kiln__cuda_fused_ptx(const kiln_fused_program *p, const char *key, const c
  * of memory (the thread's error stays set). */
 static fused_kernel *failed_entry(kiln_cuda_device *dev, const char *key, uint64_t h, const char *why)
 {
-    fprintf(stderr, "kiln: fused on %s: %s; such groups run unfused\n", dev->name, why);
+    kiln__warn("fused on %s: %s; such groups run unfused", dev->name, why);
     fused_kernel *k = calloc(1, sizeof *k);
     if (!k || !(k->key = strdup(key))) {
         free(k);

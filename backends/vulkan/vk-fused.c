@@ -31,6 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "error-impl.h"
 #include "fused-codegen.h"
 #include "vk-impl.h"
 
@@ -464,7 +465,7 @@ static fused_pipe *build(kvk_device *d, const kiln_fused_program *p, const slots
      * not the program's: said once, and the key kept with no pipeline, so its groups
      * replay from then on */
     if (!f->pipe)
-        fprintf(stderr, "kiln: fused on vulkan:%d: %s; such groups run unfused\n", d->index, kiln_error());
+        kiln__warn("fused on vulkan:%d: %s; such groups run unfused", d->index, kiln_error());
     return f;
 }
 

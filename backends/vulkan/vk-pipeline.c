@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "error-impl.h"
 #include "vk-impl.h"
 
 #define KVK_PIPE_BUCKETS 256
@@ -132,7 +133,7 @@ int kvk_pipelines_init(kvk_device *d)
     }
     free(data);
     if (why)
-        fprintf(stderr, "kiln: vulkan: ignoring the pipeline cache %s: %s\n", d->cache_path, why);
+        kiln__warn("vulkan: ignoring the pipeline cache %s: %s", d->cache_path, why);
     if (r != VK_SUCCESS) {
         d->cache = VK_NULL_HANDLE;
         return kvk_vk_error(d, "vulkan", "vkCreatePipelineCache", r);

@@ -554,6 +554,9 @@ def test_startup_readiness():
         c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=30)
         c.request("POST", "/v2/repository/models/late/load")
         during = [d.req("GET", "/v2/health/ready")[0] for _ in range(5)]
+        rows = [e for e in json.loads(d.req("POST", "/v2/repository/index")[2]) if e["name"] == "late"]
+        check(all(e["reason"] == "loading" for e in rows if e["state"] == "LOADING"),
+              "a model being loaded says so in the index: %s" % rows)
         r = c.getresponse()
         r.read()
         c.close()
@@ -699,6 +702,33 @@ def test_warmed_autotune():
     log = open(d.log).read()
     check(re.search(r" warn  model mnist_mlp version 1: .*autotune.*corrupt", log),
           "the corrupt autotune file is logged as a warning naming the model: %r" % log[-1000:])
+
+    # libkiln's own warnings (entries of another kiln version dropped from the shipped file, the
+    # data directory's cache ignored as corrupt) are lines of kilnd's log in its format: they
+    # were bare text lines on stderr, breaking a JSON log
+    def stale(data):
+        with open(os.path.join(data, "models", "mnist_mlp", "1", "autotune.tsv"), "w") as f:
+            f.write("kiln-autotune 1\n0.0.9\tcpu/shipped/1t\tfused-block n2^30 i4 r1 g0 cached\t2048\n")
+        with open(os.path.join(data, "autotune.tsv"), "w") as f:
+            f.write("garbage\n")
+
+    d = Daemon("autotune-json", "--log-format", "json", setup=stale)
+    try:
+        st, _, _ = d.req("GET", "/v2/models/mnist_mlp/ready")
+        check(st == 200, "a model with another version's autotune file loads")
+    finally:
+        d.stop()
+    lines = [l for l in open(d.log, "rb").read().decode().splitlines() if l]
+    parsed = []
+    for l in lines:
+        try:
+            parsed.append(json.loads(l))
+        except ValueError:
+            check(False, "every log line is JSON: %r" % l)
+    warned = [p["msg"] for p in parsed if p.get("level") == "warn" and "autotune" in p.get("msg", "")]
+    check(any("from another kiln version dropped" in m for m in warned) and
+          any("ignored (corrupt at line 1" in m for m in warned),
+          "libkiln's autotune warnings are warn lines of the JSON log: %s" % warned)
 
 
 def test_idle_trim():

@@ -285,9 +285,12 @@ static void test_waits_until_inference_drains(void **state)
     assert_int_equal(st.yields, 1);
     assert_int_equal(st.forced, 0);
     assert_int_equal(st.jobs, 1);
+    /* a job's last acquire (after its last step) is ended, not released: no step ran */
+    assert_int_equal(kd_sched_training_acquire(&t), 0);
     kd_sched_training_end(&t);
     kd_sched_training_stats(f.s, &st);
     assert_int_equal(st.jobs, 0);
+    assert_int_equal(st.steps, 2);
     run_until(&f, &b.done);
     fixture_close(&f);
     blocker_destroy(&b);

@@ -104,6 +104,18 @@ int kiln_error_code(void);
 /** Clear the calling thread's error message and code. */
 void kiln_error_clear(void);
 
+/**
+ * Where libkiln's warnings go: things it did on its own that a user should hear of, and that
+ * are no call's failure (an autotune cache ignored as corrupt, a fused kernel that did not
+ * compile and runs unfused, a pipeline cache passed over). By default each is one line on
+ * stderr, "kiln: <message>"; an application with a log of its own (kilnd) passes a handler,
+ * called with the message (no prefix, no newline) on whichever thread warned, and NULL to
+ * go back to stderr. Any thread; a handler set while another thread warns gets that warning
+ * or the next. Profiles asked for by environment (KILN_ONNX_PROFILE) still print to stderr.
+ */
+typedef void (*kiln_warning_handler)(void *ud, const char *message);
+void kiln_set_warning_handler(kiln_warning_handler handler, void *ud);
+
 /* Negative codes returned by the int-returning calls (with the message set as above), and
  * kept for kiln_error_code(). Append only. */
 #define KILN_EINVAL (-1)  /* an argument the caller should not have sent */
