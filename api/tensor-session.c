@@ -431,6 +431,7 @@ static void on_hello(struct session *s, const uint8_t *msg, size_t len)
         snprintf(why, sizeof why, "no common protocol version: the client speaks %u..%u, kilnd %u..%u",
                  (unsigned)m.u.hello.min_version, (unsigned)m.u.hello.max_version, (unsigned)KILN_WIRE_VERSION_MIN,
                  (unsigned)KILN_WIRE_VERSION_MAX);
+        tlog(ts, KD_LOG_INFO, "remote session %u refused: %s", s->id, why);
         send_error(s, m.h.seq, KILN_WIRE_HELLO, KILN_WIRE_ERR_VERSION, why);
         kd_ws_close(s->ws, KD_WS_POLICY_VIOLATION, "no common protocol version");
         return;
@@ -457,6 +458,7 @@ static void on_hello(struct session *s, const uint8_t *msg, size_t len)
                      "device '%s' is not one this server drives for remote sessions (it offers none: devices "
                      "configured with options, or remote ones, are not offered)",
                      m.u.hello.device);
+        tlog(ts, KD_LOG_INFO, "remote session %u refused: %s", s->id, why);
         send_error(s, m.h.seq, KILN_WIRE_HELLO, KILN_WIRE_ERR_VERSION, why);
         kd_ws_close(s->ws, KD_WS_POLICY_VIOLATION, "unknown device");
         return;
@@ -500,9 +502,9 @@ static void on_message(void *ud, const uint8_t *msg, size_t len)
     struct kd_tensor_service *ts = s->svc;
     if (s->gone || s->freeing || s->fatal)
         return;
-    if (ts->m_messages)
-        kd_metric_add(ts->m_messages, 1);
     if (!s->hello_sent) {
+        if (ts->m_messages)
+            kd_metric_add(ts->m_messages, 1);
         on_hello(s, msg, len);
         return;
     }
@@ -534,6 +536,9 @@ static void on_message(void *ud, const uint8_t *msg, size_t len)
         off += used;
         count++;
     }
+    /* protocol messages, as the dropped and error counters and the session's log lines count */
+    if (ts->m_messages)
+        kd_metric_add(ts->m_messages, (double)count);
     /*
      * Admission: messages are queued in order while the session stays within its queue limits;
      * from the first one that does not fit, the rest of this WebSocket message is refused. A
@@ -720,11 +725,14 @@ struct kd_tensor_service *kd_tensor_service_new(const struct kd_tensor_service_o
         return NULL;
     }
     if (o->metrics) {
-        ts->m_opened = counter(o->metrics, "kiln_remote_sessions_opened_total", "Remote tensor sessions opened.");
+        ts->m_opened = counter(
+            o->metrics, "kiln_remote_sessions_opened_total",
+            "Remote tensor sessions opened (WebSocket upgrades; a HELLO refused later counts too).");
         ts->m_refused = counter(o->metrics, "kiln_remote_sessions_refused_total",
                                 "Remote tensor sessions refused because remote.max_sessions were open.");
         ts->m_messages = counter(o->metrics, "kiln_remote_messages_total",
-                                 "Messages received by remote tensor sessions.");
+                                 "Protocol messages received by remote tensor sessions (one WebSocket "
+                                 "message may carry several).");
         ts->m_errors = counter(o->metrics, "kiln_remote_errors_total",
                                "Error messages the loop sent to remote tensor sessions (quota, protocol).");
         ts->m_dropped = counter(o->metrics, "kiln_remote_messages_dropped_total",

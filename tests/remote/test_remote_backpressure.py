@@ -198,10 +198,11 @@ def test_left_mid_batch(d):
     check(t == WELCOME, "HELLO answered by WELCOME")
     w.send(alloc(2, 1, nbytes=4 * n) + alloc(3, 2, nbytes=4 * n))
     w.send(b"".join(op(10 + k, P_BINARY, [td(2, [n]), td(1, [n]), td(2, [n])], sub=B_ADD) for k in range(n_ops)))
-    # A reset discards what the server has not read yet: leave once it has taken the three messages
-    # (HELLO, the ALLOCs, the adds), so that the adds are queued when the client goes.
+    # A reset discards what the server has not read yet: leave once it has taken the three WebSocket
+    # messages (HELLO, the two ALLOCs, the adds; the counter counts protocol messages), so that the
+    # adds are queued when the client goes.
     deadline = time.time() + 30
-    while time.time() < deadline and (d.metric("kiln_remote_messages_total") or 0) < received + 3:
+    while time.time() < deadline and (d.metric("kiln_remote_messages_total") or 0) < received + 3 + n_ops:
         time.sleep(0.01)
     w.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     w.close()  # a reset: the client is gone
@@ -218,6 +219,9 @@ def test_left_mid_batch(d):
     closed = re.findall(r"remote session (\d+) on cpu closed: (\d+) messages run, (\d+) left unrun", log)
     check(closed and int(closed[-1][2]) == dropped and int(closed[-1][1]) + dropped == n_ops + 2,
           "the log says the session closed, with what ran and what was left: %s" % closed[-1:])
+    got = (d.metric("kiln_remote_messages_total") or 0) - received
+    check(got == n_ops + 3, "kiln_remote_messages_total counts protocol messages, as the log and the dropped "
+          "counter do: %d received for HELLO, 2 ALLOCs and %d adds" % (got, n_ops))
     check(re.search(r"remote session %s opened on cpu" % (closed[-1][0] if closed else "?"), log) is not None,
           "and that it opened")
 
