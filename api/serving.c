@@ -575,6 +575,16 @@ void kd_serving_account_done(struct kd_serving *sv, const struct kd_sched_reques
     set_gauges(sv, m, -1);
     /* Data refused by the worker is what the loop used to refuse before queueing: "rejected". */
     kd_serving_count_outcome(sv, m, refused ? "rejected" : kd_sched_outcome_to_str(r->outcome));
+    /* a failure that is not the request's data (memory ran out, the device or the model failed)
+     * is the operator's to see: logged, where the client alone had heard of it; bad data is the
+     * client's, counted only */
+    if (!refused && r->outcome == KD_SCHED_FAILED && r->fault != KD_SCHED_FAULT_INPUT)
+        vlog(sv, KD_LOG_WARN, "model %s version %lld: inference failed (%s): %s", kd_sched_model_name(m),
+             (long long)kd_sched_model_version(m),
+             r->fault == KD_SCHED_FAULT_INTERNAL ? "internal"
+             : r->fault == KD_SCHED_FAULT_MEMORY ? "out of memory"
+                                                 : "too large for the device",
+             r->error);
     /* every request a worker took off the queue waited (a timed-out one longest): an autoscaler
      * reading the queue's time must see the waits of an overload too */
     if (r->started_ns) {

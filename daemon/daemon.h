@@ -63,6 +63,7 @@ struct kd_daemon {
     struct kd_notify notify; /* a service manager's NOTIFY_SOCKET, inert without one */
     enum kd_daemon_state state;
     uint64_t started_ns;
+    double start_time_s; /* wall clock, for process_start_time_seconds */
     int exit_code;
     bool loop_ready, api_ready, log_ready, handles_ready;
     bool init_done; /* kd_daemon_init got to its end: readiness may follow the model loads */

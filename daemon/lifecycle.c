@@ -25,6 +25,7 @@
 
 #include "daemon.h"
 #include "kiln/kiln.h"
+#include "process-metrics.h"
 
 /* GET /v2 and gRPC ServerMetadata; the names are Triton's (its docs/protocol/extension_*.md), which
  * tritonclient and other Triton clients look for. */
@@ -448,8 +449,10 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
         uv_unref((uv_handle_t *)&d->notify.timer); /* the pings never keep a draining loop alive */
 
     d->metrics = kd_metrics_new();
-    if (!d->metrics || kd_metrics_gauge_fn(d->metrics, "kiln_process_uptime_seconds",
-                                           "Seconds since kilnd started.", uptime_seconds, d) != 0) {
+    if (!d->metrics ||
+        kd_metrics_gauge_fn(d->metrics, "kiln_process_uptime_seconds", "Seconds since kilnd started.",
+                            uptime_seconds, d) != 0 ||
+        kd_process_metrics_register(d->metrics, &d->start_time_s) != 0) {
         kd_log_write(&d->log, KD_LOG_ERROR, "out of memory");
         return -1;
     }

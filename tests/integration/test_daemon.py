@@ -146,6 +146,22 @@ def test_endpoints(d):
     text = b.decode()
     check(st == 200 and h["content-type"].startswith("text/plain"), "metrics content type")
     check("kiln_process_uptime_seconds " in text, "metrics: uptime")
+    # the standard process collector's metrics, as every Prometheus client library names them
+    vals = {}
+    for line in text.splitlines():
+        if line.startswith("process_"):
+            name, value = line.split()
+            vals[name] = float(value)
+    fds = len(os.listdir("/proc/%d/fd" % d.proc.pid))
+    check(abs(vals.get("process_start_time_seconds", 0) - time.time()) < 600 and
+          vals.get("process_cpu_seconds_total", 0) > 0 and
+          vals.get("process_resident_memory_bytes", 0) > 1 << 20 and
+          vals.get("process_virtual_memory_bytes", 0) >= vals.get("process_resident_memory_bytes", 0) and
+          abs(vals.get("process_open_fds", -100) - fds) <= 2 and
+          vals.get("process_max_fds", 0) >= vals.get("process_open_fds", 0),
+          "metrics: the standard process_* series (%d fds open): %s" % (fds, vals))
+    check("# TYPE process_cpu_seconds_total counter" in text and "# TYPE process_open_fds gauge" in text,
+          "metrics: process_* types")
     check('kiln_http_requests_total{route="/v2",code="200"} 2' in text, "metrics: requests by route and code")
     check('kiln_http_request_duration_seconds_bucket{route="/v2/health/ready",le="+Inf"}' in text,
           "metrics: latency histogram")

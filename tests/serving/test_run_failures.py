@@ -21,6 +21,7 @@ Usage: test_run_failures.py KILND
 import http.client
 import json
 import os
+import re
 import sys
 import time
 
@@ -121,6 +122,13 @@ def main():
             check(st == 200, "%s answers a small request afterwards: %d %r" % (name, st, str(doc)[:200]))
         st, doc, retry = infer(port, "mem", 150000)
         check(st == 503 and retry is not None, "the same request fails the same way again: %d" % st)
+        # the server-side failures are in b's log, the one caused by the request's data is not
+        log = open(b.log, errors="replace").read()
+        check(len(re.findall(r" warn  model mem version 1: inference failed \(out of memory\): .*"
+                             r"remote\.max_live_bytes", log)) == 2 and
+              re.search(r" warn  model wide version 1: inference failed \(too large for the device\): ", log) and
+              "model gather version 1: inference failed" not in log,
+              "failures of memory and device size are logged at warn, bad data is not: %r" % log[-1500:])
 
         st, doc, _ = req(port, "POST", "/v2/repository/models/elsewhere/load")
         err = doc.get("error", "") if isinstance(doc, dict) else ""
