@@ -281,6 +281,9 @@ int kd_api_init(struct kd_api *api, struct kd_metrics *metrics, const char *cons
     api->metrics = metrics;
     api->router.routes = routes;
     api->router.count = sizeof routes / sizeof routes[0];
+    for (size_t i = 0; i < api->router.count; i++)
+        if (strcmp(routes[i].path, "/v2/models/*") == 0)
+            api->models_route = i;
 
     struct kd_buf meta = {0};
     int rc = kd_buf_printf(&meta, "{\"name\":\"kiln\",\"version\":\"%s\",\"extensions\":[", KILN_VERSION);

@@ -17,6 +17,9 @@
 struct kd_api {
     struct kd_metrics *metrics; /* borrowed */
     struct kd_router router;
+    /* the index of the models route in router, whose /infer requests the HTTP metrics label
+     * apart (kd_http_service.split_route) */
+    size_t models_route;
     /* [0]: Connection: close, [1]: keep-alive */
     struct kd_buf live[2];
     struct kd_buf ready[2]; /* 200 or 503, per the current state */

@@ -331,7 +331,7 @@ static int dispatch(struct kd_http_conn *c, bool keep_alive)
         snprintf(c->headers.request_id, sizeof c->headers.request_id, "kiln-%d-%llu-%llu", c->svc->pid,
                  (unsigned long long)c->conn_id, (unsigned long long)c->requests);
 
-    size_t idx = r->count;
+    size_t idx = r->count, observed = SIZE_MAX; /* observed: the split route, when the request is one of its */
     int status;
     /* Percent-encoded octets are decoded once, here, so routes and names are matched and checked
      * as the characters they stand for (RFC 3986 6.2.2.2); the query stays for handlers to split. */
@@ -348,6 +348,11 @@ static int dispatch(struct kd_http_conn *c, bool keep_alive)
     switch (kd_router_match(r, req.method, req.path, req.path_len, &idx)) {
     case KD_ROUTE_FOUND: {
         c->route = idx;
+        if (c->svc->split_suffix && idx == c->svc->split_route) {
+            size_t n = strlen(c->svc->split_suffix);
+            if (req.path_len > n && memcmp(req.path + req.path_len - n, c->svc->split_suffix, n) == 0)
+                c->route = observed = r->count + 1;
+        }
         if (c->head) {
             /* Handlers answer GET; the body is cut below. A HEAD never switches protocols
              * (RFC 9110 7.8 lets a server ignore Upgrade): GET's answer without one is given. */
@@ -391,7 +396,7 @@ answered:
     if (c->head)
         cut_body(&c->out, mark);
     c->responses++;
-    observe(c, idx, status);
+    observe(c, observed != SIZE_MAX ? observed : idx, status);
     return 0;
 }
 

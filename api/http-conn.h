@@ -45,8 +45,14 @@ struct kd_http_service {
     void *ctx;               /* handed to every route handler */
     size_t max_header_bytes; /* request line + headers */
     uint64_t max_body_bytes; /* after de-chunking */
-    /* Called once per response, errors included; route == router.count when none matched. */
+    /* Called once per response, errors included; route == router.count when none matched, and
+     * router.count + 1 for a request to split_route whose path ends with split_suffix. */
     void (*observe)(void *ctx, size_t route, int status, uint64_t elapsed_ns);
+    /* Optional (NULL: none): a route whose requests ending with this suffix are observed apart
+     * (inference under the models route, so its latency is not averaged with readiness probes
+     * and metadata reads). */
+    const char *split_suffix;
+    size_t split_route;
     void *observe_ctx;
     /*
      * Optional access log, called once per response after observe. When set, a request without a

@@ -40,6 +40,7 @@ struct status_slot {
 
 struct route_metrics {
     const char *label;
+    char *owned_label; /* the split route's label (kd_http_service.split_suffix) */
     struct status_slot slots[MAX_STATUS_SLOTS];
     struct kd_metric_series *latency;
 };
@@ -79,7 +80,7 @@ struct kd_server {
     void *drained_ud;
     struct kd_metric_family *requests;
     struct kd_metric_family *latency;
-    struct route_metrics *rm;       /* router.count + 1 entries; the last is "other" */
+    struct route_metrics *rm; /* router.count + 2 entries: "other", then the split route's */
     char readbuf[READ_BUF_SIZE];
 };
 
@@ -134,11 +135,21 @@ static void observe(void *ctx, size_t route, int status, uint64_t elapsed_ns)
         kd_metric_observe(rm->latency, (double)elapsed_ns / 1e9);
 }
 
+static void free_route_metrics(struct kd_server *s)
+{
+    if (s->rm)
+        for (size_t i = 0; i < s->opts.service.router.count + 2; i++)
+            free(s->rm[i].owned_label);
+    free(s->rm);
+    s->rm = NULL;
+}
+
 static int register_metrics(struct kd_server *s)
 {
     struct kd_metrics *m = s->opts.metrics;
     const struct kd_router *r = &s->opts.service.router;
-    s->rm = calloc(r->count + 1, sizeof *s->rm);
+    /* the routes, "other", then the split route's requests (kd_http_service.split_suffix) */
+    s->rm = calloc(r->count + 2, sizeof *s->rm);
     if (!s->rm)
         return -1;
     s->requests = kd_metrics_family(m, "kiln_http_requests_total",
@@ -153,8 +164,19 @@ static int register_metrics(struct kd_server *s)
     if (kd_metrics_gauge_fn(m, "kiln_http_open_connections", "Client connections currently open.",
                             open_connections, s) != 0)
         return -1;
-    for (size_t i = 0; i <= r->count; i++) {
-        s->rm[i].label = i < r->count ? r->routes[i].path : "other";
+    const struct kd_http_service *svc = &s->opts.service;
+    for (size_t i = 0; i < r->count + 2; i++) {
+        if (i == r->count + 1) {
+            if (!svc->split_suffix || svc->split_route >= r->count)
+                continue; /* nothing is observed under it */
+            char label[256];
+            snprintf(label, sizeof label, "%s%s", r->routes[svc->split_route].path, svc->split_suffix);
+            s->rm[i].label = s->rm[i].owned_label = strdup(label);
+            if (!s->rm[i].label)
+                return -1;
+        } else {
+            s->rm[i].label = i < r->count ? r->routes[i].path : "other";
+        }
         s->rm[i].latency = kd_metrics_series(s->latency, (const char *const[]){s->rm[i].label, NULL});
         if (!s->rm[i].latency)
             return -1;
@@ -540,7 +562,7 @@ int kd_server_new(struct kd_server **out, uv_loop_t *loop, const struct kd_serve
     s->opts.service.observe_ctx = s;
     s->opts.service.pid = (int)getpid();
     if (register_metrics(s) != 0) {
-        free(s->rm);
+        free_route_metrics(s);
         free(s);
         return UV_ENOMEM;
     }
@@ -609,6 +631,6 @@ void kd_server_free(struct kd_server *s)
 {
     if (!s)
         return;
-    free(s->rm);
+    free_route_metrics(s);
     free(s);
 }

@@ -509,6 +509,8 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
         .service =
             {
                 .router = d->api.router,
+                .split_suffix = "/infer",
+                .split_route = d->api.models_route,
                 .ctx = &d->api,
                 .max_header_bytes = (size_t)d->cfg.limits.max_header_bytes,
                 .max_body_bytes = (uint64_t)d->cfg.limits.max_body_bytes,

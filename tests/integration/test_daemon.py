@@ -162,6 +162,15 @@ def test_endpoints(d):
           "metrics: the standard process_* series (%d fds open): %s" % (fds, vals))
     check("# TYPE process_cpu_seconds_total counter" in text and "# TYPE process_open_fds gauge" in text,
           "metrics: process_* types")
+    # inference is labelled apart from the models route's probes and metadata reads
+    request(d.port, "GET", "/v2/models/nosuch/ready")
+    request(d.port, "POST", "/v2/models/nosuch/infer", body=b"{}")
+    text = request(d.port, "GET", "/metrics")[2].decode()
+    check('kiln_http_requests_total{route="/v2/models/*/infer",code="404"} 1' in text and
+          'kiln_http_requests_total{route="/v2/models/*",code="404"} 1' in text and
+          'kiln_http_request_duration_seconds_count{route="/v2/models/*/infer"} 1' in text,
+          "metrics: /infer requests have their own route label: %s" %
+          [l for l in text.splitlines() if "/v2/models" in l and "_bucket" not in l])
     check('kiln_http_requests_total{route="/v2",code="200"} 2' in text, "metrics: requests by route and code")
     check('kiln_http_request_duration_seconds_bucket{route="/v2/health/ready",le="+Inf"}' in text,
           "metrics: latency histogram")
