@@ -12,6 +12,16 @@
 #include "conn-limit.h"
 #include "server.h"
 
+static double connections_open(void *ctx)
+{
+    return (double)((const struct kd_conn_limit *)ctx)->open;
+}
+
+static double connections_max(void *ctx)
+{
+    return (double)((const struct kd_conn_limit *)ctx)->max;
+}
+
 int kd_conn_limit_init(struct kd_conn_limit *l, size_t max, struct kd_metrics *metrics, kd_log_sink_fn log,
                        void *log_ud)
 {
@@ -22,7 +32,22 @@ int kd_conn_limit_init(struct kd_conn_limit *l, size_t max, struct kd_metrics *m
                                    "Client connections refused because limits.max_connections were open, by "
                                    "listener (http, grpc).",
                                    KD_METRIC_COUNTER, (const char *const[]){"listener", NULL}, NULL, 0);
-    return l->refused ? 0 : -1;
+    if (!l->refused)
+        return -1;
+    /* both listeners' series from the start, at 0: a rate over a series that appears with its
+     * first refusal misses that refusal, and an alert on it reads "no data" until then */
+    if (!kd_metrics_series(l->refused, (const char *const[]){"http", NULL}) ||
+        !kd_metrics_series(l->refused, (const char *const[]){"grpc", NULL}))
+        return -1;
+    /* what is open against the limit, HTTP and gRPC together as the limit counts them (each
+     * listener's own gauge shows only its part); read on the loop thread, as /metrics renders */
+    if (kd_metrics_gauge_fn(metrics, "kiln_connections_open",
+                            "Client connections open, HTTP and gRPC together, as limits.max_connections counts "
+                            "them.",
+                            connections_open, l) != 0 ||
+        kd_metrics_gauge_fn(metrics, "kiln_connections_max", "limits.max_connections.", connections_max, l) != 0)
+        return -1;
+    return 0;
 }
 
 static void count_refusal(struct kd_conn_limit *l, const char *what, int fd)

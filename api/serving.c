@@ -72,6 +72,21 @@ static struct kd_metric_series *series(struct kd_metric_family *f, const struct 
     return f ? kd_metrics_series(f, (const char *const[]){kd_sched_model_name(m), version, extra, NULL}) : NULL;
 }
 
+/* A loaded version's series, at 0 until something happens: a rate over a series that appears
+ * with its first event misses that event, and an alert on one reads "no data" until then. */
+static void open_series(struct kd_serving *sv, const struct kd_sched_model *m)
+{
+    static const char *const outcomes[] = {"success", "failed",    "rejected", "overloaded",
+                                           "timeout", "cancelled", "shutdown"};
+    for (size_t i = 0; i < sizeof outcomes / sizeof outcomes[0]; i++)
+        series(sv->f_requests, m, outcomes[i]);
+    series(sv->f_queue, m, NULL);
+    series(sv->f_compute, m, NULL);
+    series(sv->f_batch, m, NULL);
+    series(sv->f_depth, m, NULL);
+    series(sv->f_inflight, m, NULL);
+}
+
 void kd_serving_count_outcome(struct kd_serving *sv, const struct kd_sched_model *m, const char *outcome)
 {
     struct kd_metric_series *s = series(sv->f_requests, m, outcome);
@@ -294,8 +309,10 @@ static void version_loaded(void *ud, struct kd_sched_model *m, const char *why)
     } else {
         e->newest_applied = op->seq;
         drop_versions(e); /* requests holding the old versions keep them alive */
-        for (int i = 0; i < op->n; i++)
+        for (int i = 0; i < op->n; i++) {
             e->v[i] = op->got[i];
+            open_series(sv, op->got[i]);
+        }
         e->nv = op->n;
         e->loading = false;
         e->why[0] = '\0';

@@ -162,6 +162,13 @@ def test_endpoints(d):
           "metrics: the standard process_* series (%d fds open): %s" % (fds, vals))
     check("# TYPE process_cpu_seconds_total counter" in text and "# TYPE process_open_fds gauge" in text,
           "metrics: process_* types")
+    # connections against limits.max_connections, both listeners together; refusals at 0 from the start
+    check("kiln_connections_max 1024" in text and
+          any(l.startswith("kiln_connections_open ") and float(l.split()[1]) >= 1 for l in text.splitlines()) and
+          'kiln_connections_refused_total{listener="http"} 0' in text and
+          'kiln_connections_refused_total{listener="grpc"} 0' in text,
+          "metrics: connections open against the limit, refusals at 0: %s" %
+          [l for l in text.splitlines() if l.startswith("kiln_connections")])
     # inference is labelled apart from the models route's probes and metadata reads
     request(d.port, "GET", "/v2/models/nosuch/ready")
     request(d.port, "POST", "/v2/models/nosuch/infer", body=b"{}")

@@ -600,6 +600,9 @@ def test_repository(d):
           if l.startswith('kiln_inference_requests_total{model="mnist_mlp",version="2",outcome="success"} ')]
     check(st == 200 and v2 == ['kiln_inference_requests_total{model="mnist_mlp",version="2",outcome="success"} 1'],
           "the metrics label the version that answered: %s" % v2)
+    check('kiln_inference_requests_total{model="mnist_mlp",version="2",outcome="timeout"} 0' in text.decode() and
+          'kiln_inference_queue_seconds_count{model="mnist_mlp",version="2"}' in text.decode(),
+          "a loaded version's series are there at 0 before their first event")
     st, _, _ = d.req("POST", "/v2/repository/models/nosuch/load")
     check(st == 404, "loading an unknown model is 404")
     os.makedirs(os.path.join(d.data, "models", "broken", "1"))
