@@ -158,7 +158,8 @@ const struct kd_config_key kd_config_keys[] = {
     {"log_access", KD_CT_ENUM, OFF(log_access), 0, 0, off_on, "off", "KILN_LOG_ACCESS", "--log-access",
      "on: an access log line per HTTP response (method, target, status, duration, request body bytes, request id, "
      "client address) at level info, in log_format; a request without a usable X-Request-Id gets a generated one, "
-     "which the inference endpoints echo."},
+     "which the inference endpoints echo; and one per gRPC call as it ends (method, status code, duration, client "
+     "address). Written at level info: a log_level of warn or error keeps them out."},
     {"log_file", KD_CT_STRING, OFF(log_file), 0, 4096, NULL, "", "KILN_LOG_FILE", "--log-file",
      "Append the log to this file (reopened on SIGHUP, for log rotation); empty means stderr. A file that "
      "cannot be opened (its folder missing, no write permission) stops the start."},

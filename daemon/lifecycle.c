@@ -365,6 +365,7 @@ static int start_grpc(struct kd_daemon *d)
         .extensions = api_extensions,
         .log = kd_log_sink,
         .log_ud = &d->log,
+        .log_access = d->cfg.log_access,
     };
     if (kd_grpc_new(&d->grpc, &d->loop, &go) != 0) {
         kd_log_write(&d->log, KD_LOG_ERROR, "out of memory");

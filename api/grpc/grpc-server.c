@@ -90,11 +90,17 @@ static int register_metrics(struct kd_grpc *g)
 void kd_grpc_count_call(struct grpc_stream *s, enum grpc_code code)
 {
     struct kd_grpc *g = s->conn->g;
-    if (!g->f_calls)
-        return;
     const char *method;
     int slot = kd_grpc_method_slot(s->path, &method);
     unsigned k = (unsigned)code < KD_GRPC_CODES ? (unsigned)code : GRPC_UNKNOWN;
+    if (g->o.log_access && g->o.log) {
+        char line[256];
+        snprintf(line, sizeof line, "access grpc %s %s %.3fms peer=%s", method, code_names[k],
+                 (double)(uv_hrtime() - s->opened_ns) / 1e6, s->conn->peer[0] ? s->conn->peer : "-");
+        g->o.log(g->o.log_ud, KD_LOG_INFO, line);
+    }
+    if (!g->f_calls)
+        return;
     struct kd_metric_series **calls = &g->calls[slot][k], **seconds = &g->seconds[slot];
     if (!*calls)
         *calls = kd_metrics_series(g->f_calls, (const char *const[]){method, code_names[k], NULL});

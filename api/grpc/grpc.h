@@ -39,6 +39,9 @@ struct kd_grpc_options {
     const char *const *extensions;      /* ServerMetadata's list */
     void (*log)(void *ud, enum kd_log_level level, const char *msg);
     void *log_ud;
+    /* log_access: one info line per call as it ends, as HTTP's access log has per response:
+     * `access grpc <method> <code> <ms>ms peer=<ip:port>` */
+    bool log_access;
 };
 
 struct kd_grpc;

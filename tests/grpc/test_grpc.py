@@ -15,6 +15,7 @@ them the test is skipped (exit 77) and says so.
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -842,6 +843,26 @@ def test_drain_idle_stream():
             d.stop()
 
 
+def test_access_log():
+    """With log_access on, each gRPC call is logged as it ends, as each HTTP response is: calls
+    were in no log line at all."""
+    d = Daemon("access", extra=["--log-access", "on"])
+    try:
+        c = tg.InferenceServerClient(d.target)
+        check(c.is_server_live(), "live over gRPC")
+        try:
+            c.get_model_metadata("nosuch", headers=AUTH)
+        except Exception:
+            pass
+        c.close()
+    finally:
+        d.stop()
+    log = open(d.log, errors="replace").read()
+    check(re.search(r" info  access grpc ServerLive OK [0-9.]+ms peer=127\.0\.0\.1:\d+", log) and
+          re.search(r" info  access grpc ModelMetadata NOT_FOUND [0-9.]+ms peer=", log),
+          "each gRPC call has an access line: %r" % [l for l in log.splitlines() if "access" in l])
+
+
 def main():
     d = Daemon()
     try:
@@ -858,6 +879,7 @@ def main():
         test_backpressure()
         test_drain_accepted_call()
         test_drain_idle_stream()
+        test_access_log()
     finally:
         d.stop()
         if FAILURES:
