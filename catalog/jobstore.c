@@ -210,6 +210,17 @@ int kd_jobstore_open(struct kd_jobstore **out, const char *path, char *err, size
     return 0;
 
 error:
+    /* a damaged file, or one that is no SQLite database at all: said with what to do, since the
+     * library's words ("file is not a database") name neither the file nor a way out */
+    if (js->db && ((sqlite3_errcode(js->db) & 0xff) == SQLITE_NOTADB ||
+                   (sqlite3_errcode(js->db) & 0xff) == SQLITE_CORRUPT)) {
+        char was[256];
+        snprintf(was, sizeof was, "%s", err);
+        seterr(err, errlen,
+               "%s is damaged or is not kilnd's job store (%s): move it away (with its -wal and -shm files) "
+               "and kilnd starts with an empty job store; the jobs it held are lost, models/ is not touched",
+               path, was);
+    }
     kd_jobstore_close(js);
     return rc;
 }

@@ -148,6 +148,21 @@ def test_one_kilnd_per_data_dir():
     check(r.returncode == 0 and "note" not in r.stdout, "no note once no kilnd runs: %r" % r.stdout)
 
 
+def test_damaged_job_store():
+    # a kiln.db that is no SQLite database (damaged, or some other file) stops the start naming
+    # the file and the way out; SQLite's own words ("file is not a database") named neither
+    data = os.path.join(TMP, "damaged-db")
+    os.makedirs(data)
+    db = os.path.join(data, "kiln.db")
+    with open(db, "wb") as f:
+        f.write(os.urandom(3000))
+    before = open(db, "rb").read()
+    rc, err = refused("--data-dir", data)
+    check(rc == 1 and "%s is damaged or is not kilnd's job store" % db in err and "move it away" in err,
+          "a damaged job store stops the start, naming it and what to do: %r" % err[-400:])
+    check(open(db, "rb").read() == before, "the damaged file is left as it was")
+
+
 def test_model_repository():
     data = os.path.join(TMP, "repo-data")
     missing = os.path.join(TMP, "nosuch-models")
@@ -371,7 +386,7 @@ def test_device_that_cannot_open():
 
 
 def main():
-    tests = (test_one_kilnd_per_data_dir, test_model_repository, test_unreadable_model_folder,
+    tests = (test_one_kilnd_per_data_dir, test_damaged_job_store, test_model_repository, test_unreadable_model_folder,
              test_modes_follow_umask, test_example_models_missing, test_check_config_matches_start, test_tokens_and_repeated_keys,
              test_port_logged_at_any_level, test_device_secret_not_shown, test_device_that_cannot_open)
     try:
