@@ -20,16 +20,7 @@
 
 #include "kiln/tensor.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-#ifndef UNDER_ASAN
-#define UNDER_ASAN 0
-#endif
+#include "../lib/under-asan.h"
 
 #define MIB ((int64_t)1 << 20)
 #define MAX_TENSORS 256

@@ -24,13 +24,7 @@
 #include "onnx-build.h"
 #include "onnx-check.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
+#include "../lib/under-asan.h"
 
 #define NWEIGHTS 16
 #define NUMEL ((int64_t)1 << 20)
@@ -175,7 +169,7 @@ int main(int argc, char **argv)
     if (m)
         check_answer(dev, m, "from the file");
     kiln_onnx_free(m);
-#ifdef UNDER_ASAN
+#if UNDER_ASAN
     printf("peak check skipped under AddressSanitizer (its quarantine keeps freed memory resident): %ld KiB of "
            "weights raised the peak by %ld KiB\n",
            weights, grew);
