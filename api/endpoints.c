@@ -87,6 +87,8 @@ static int handle_metrics(void *ctx, const struct kd_request *req, struct kd_buf
     if (api->sched && api->device_memory && api->device_allocs && api->device_reuses && api->pool_trims &&
         api->pool_released)
         kd_sched_each_device(api->sched, sample_device_memory, api);
+    if (api->serving)
+        kd_serving_sample_gauges(api->serving);
     api->scratch.len = 0;
     if (kd_metrics_render(api->metrics, &api->scratch) != 0)
         return kd_resp_error(out, 500, "out of memory rendering metrics", req->keep_alive, NULL);

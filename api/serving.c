@@ -178,6 +178,16 @@ static void set_gauges(struct kd_serving *sv, struct kd_sched_model *m, double i
         kd_metric_add(f, inflight_delta);
 }
 
+void kd_serving_sample_gauges(struct kd_serving *sv)
+{
+    for (const struct kd_serving_entry *e = sv->entries; e; e = e->next)
+        for (int i = 0; i < e->nv; i++) {
+            struct kd_metric_series *d = series(sv->f_depth, e->v[i], NULL);
+            if (d)
+                kd_metric_set(d, (double)kd_sched_model_queued(e->v[i]));
+        }
+}
+
 /* ---- auth ---------------------------------------------------------------------------------- */
 
 /* 0 when allowed; otherwise the 401/403 response is appended and its status returned. */

@@ -117,6 +117,9 @@ int kd_serving_unload(struct kd_serving *sv, const char *name, char *msg, size_t
 int kd_serving_submit(struct kd_serving *sv, struct kd_sched_request *r);
 /* In r's done callback, before anything else: the metrics of its outcome (refused: its data was bad). */
 void kd_serving_account_done(struct kd_serving *sv, const struct kd_sched_request *r, bool refused);
+/* Sets each loaded version's queue-depth gauge from its queue now, before /metrics renders:
+ * updated only at submit and answer, it read the requests a worker had already taken off. */
+void kd_serving_sample_gauges(struct kd_serving *sv);
 /* A request to m refused before it was queued (its input): counted under the outcome "rejected"
  * and as a failure in m's statistics. */
 void kd_serving_count_rejected(struct kd_serving *sv, struct kd_sched_model *m);
