@@ -241,6 +241,7 @@ static void run_batch(struct kd_sched_worker *w, struct kd_sched_instance *in, i
 
     uint64_t now = uv_hrtime();
     int live = 0, dropped = 0;
+    uint64_t drop_waited_ns = 0, drop_failed_ns = 0;
     int64_t rows = 0;
     struct kd_sched_request *drop[256];
     for (int i = 0; i < n; i++) {
@@ -260,9 +261,13 @@ static void run_batch(struct kd_sched_worker *w, struct kd_sched_instance *in, i
             continue;
         }
         r->finished_ns = uv_hrtime();
+        drop_waited_ns += now - r->enqueued_ns;
+        drop_failed_ns += r->finished_ns - r->enqueued_ns;
         drop[dropped++] = r;
     }
-    post_done_n(s, drop, dropped); /* before the run: their answers need not wait for it */
+    /* before the run: their answers need not wait for it (and once posted, the loop may free
+     * them: their statistics were taken above) */
+    post_done_n(s, drop, dropped);
     if (live > 0)
         kd_sched_run(m, &in->exec, w->dev, taken, live, rows);
     uint64_t end = uv_hrtime();
@@ -273,12 +278,11 @@ static void run_batch(struct kd_sched_worker *w, struct kd_sched_instance *in, i
     pthread_mutex_lock(&s->mu);
     struct kd_sched_stats *st = &m->stats;
     bool succeeded = false;
-    for (int i = 0; i < dropped; i++) { /* timed out, cancelled or refused by the worker: waited, failed */
-        st->queue_count++;
-        st->queue_ns += now - drop[i]->enqueued_ns;
-        st->fail_count++;
-        st->fail_ns += drop[i]->finished_ns - drop[i]->enqueued_ns;
-    }
+    /* the dropped ones (timed out, cancelled, refused by the worker) waited and failed */
+    st->queue_count += (uint64_t)dropped;
+    st->queue_ns += drop_waited_ns;
+    st->fail_count += (uint64_t)dropped;
+    st->fail_ns += drop_failed_ns;
     for (int i = 0; i < live; i++) {
         struct kd_sched_request *r = taken[i];
         r->finished_ns = end;
