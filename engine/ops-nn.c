@@ -201,6 +201,13 @@ kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean, kiln_ten
                             kiln__describe(params[k], dp, sizeof dp), (long long)C, kiln__describe(x, dx, sizeof dx));
             return NULL;
         }
+        /* the running statistics are updated in place: integers would take a truncated update
+         * without a word, as PyTorch refuses them */
+        if (k < 2 && !kiln_dtype_is_float(params[k]->dtype)) {
+            kiln__error_set("%s: %s %s must be a floating-point tensor (it is updated with fractional values)", op,
+                            pname[k], kiln__describe(params[k], dp, sizeof dp));
+            return NULL;
+        }
     }
     if ((running_mean == NULL) != (running_var == NULL)) {
         kiln__error_set("%s: give both running_mean and running_var or neither", op);

@@ -78,6 +78,15 @@ kiln_tensor *kiln__expand(kiln_tensor *t, int ndim, const int64_t *shape, const 
             goto bad;
         }
     }
+    /* an expanded view allocates nothing, but its element count must still be one int64 holds:
+     * a count that wrapped (2^31 x 2^31 x 4 is 0 modulo 2^64) made a view of "0 elements" that
+     * reshape, sum and mean then took at its word */
+    int64_t numel = 0;
+    if (!kiln__numel_ok(ndim, sh, &numel)) {
+        kiln__error_set_code(KILN_ETOOLARGE, "%s: %s expanded to %s has more elements than an int64 counts", op,
+                             kiln__describe(t, d, sizeof d), kiln__shape_str(ndim, sh, s, sizeof s));
+        return NULL;
+    }
     return kiln__view(t, ndim, sh, st, t->offset);
 bad:
     kiln__error_set("%s: cannot expand %s to %s", op, kiln__describe(t, d, sizeof d),

@@ -79,6 +79,11 @@ static void check_device(kiln_device *dev, const char *spec)
     kiln_tensor *xg = kiln_requires_grad(kiln_zeros(dev, KILN_F32, KILN_SHAPE(0, 3)), true);
     assert_null(kiln_batch_norm(xg, rm, rv, wg, b, true, 0.1, 1e-5));
     expect_refused("f32[0, 3]");
+    /* integer running statistics would take a truncated update: refused, naming them */
+    kiln_tensor *rm_int = kiln_from_data(dev, KILN_I64, KILN_SHAPE(3), (int64_t[]){1, 2, 3}, 3 * sizeof(int64_t));
+    assert_null(kiln_batch_norm(kiln_ones(dev, KILN_F32, KILN_SHAPE(2, 3)), rm_int, rv, w, b, true, 0.1, 1e-5));
+    if (!strstr(kiln_error(), "running_mean i64[3] must be a floating-point tensor"))
+        fail_msg("integer running_mean: %s", kiln_error());
     expect3(rm, 1, 2, 3, 0, "running_mean after the refusals");
     expect3(rv, 4, 5, 6, 0, "running_var after the refusals");
 

@@ -48,6 +48,27 @@ static void test_slice_huge_step(void **state)
     kiln_scope_end();
 }
 
+/* An expanded view whose element count an int64 cannot hold is refused: 2^31 x 2^31 x 4 wrapped
+ * to 0, and reshape, sum and mean then took the view for an empty one. */
+static void test_expand_past_int64(void **state)
+{
+    (void)state;
+    kiln_scope_begin();
+    kiln_tensor *one = kiln_ones(test_dev, KILN_F32, KILN_SHAPE(1, 1, 1));
+    kiln_error_clear();
+    assert_null(kiln_expand(one, KILN_SHAPE((int64_t)1 << 31, (int64_t)1 << 31, 4)));
+    assert_int_equal(kiln_error_code(), KILN_ETOOLARGE);
+    if (!strstr(kiln_error(), "expand: f32[1, 1, 1] expanded to [2147483648, 2147483648, 4] has more elements"))
+        fail_msg("expand past int64: %s", kiln_error());
+    assert_null(kiln_expand(kiln_ones(test_dev, KILN_F32, KILN_SHAPE(1, 1)), KILN_SHAPE((int64_t)1 << 62, 8)));
+    assert_int_equal(kiln_error_code(), KILN_ETOOLARGE);
+    /* large but countable stays a view; a zero anywhere makes it empty, not an overflow */
+    EXPECT_SHAPE(kiln_expand(one, KILN_SHAPE((int64_t)1 << 31, (int64_t)1 << 31, 1)), (int64_t)1 << 31,
+                 (int64_t)1 << 31, 1);
+    EXPECT_SHAPE(kiln_expand(one, KILN_SHAPE((int64_t)1 << 62, 0, 8)), (int64_t)1 << 62, 0, 8);
+    kiln_scope_end();
+}
+
 /* ------------------------------------------------------------ random integers */
 
 static void draw_ints(kiln_device *dev, kiln_dtype dt, int64_t lo, int64_t hi, int64_t *out, int n)
@@ -265,7 +286,7 @@ int main(void)
         cmocka_unit_test(test_slice_huge_step),      cmocka_unit_test(test_rand_int_bounds),
         cmocka_unit_test(test_fill_value_range),     cmocka_unit_test(test_eye_sizes),
         cmocka_unit_test(test_device_specs),         cmocka_unit_test(test_defaults_set),
-        cmocka_unit_test(test_host_memory_messages),
+        cmocka_unit_test(test_host_memory_messages), cmocka_unit_test(test_expand_past_int64),
     };
     return cmocka_run_group_tests(tests, test_group_setup, test_group_teardown);
 }
