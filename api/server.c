@@ -40,7 +40,6 @@ struct status_slot {
 
 struct route_metrics {
     const char *label;
-    char *owned_label; /* the split route's label (kd_http_service.split_suffix) */
     struct status_slot slots[MAX_STATUS_SLOTS];
     struct kd_metric_series *latency;
 };
@@ -81,6 +80,7 @@ struct kd_server {
     struct kd_metric_family *requests;
     struct kd_metric_family *latency;
     struct route_metrics *rm; /* router.count + 2 entries: "other", then the split route's */
+    char *split_label;        /* that last entry's label (kd_http_service.split_suffix), made here */
     char readbuf[READ_BUF_SIZE];
 };
 
@@ -137,10 +137,9 @@ static void observe(void *ctx, size_t route, int status, uint64_t elapsed_ns)
 
 static void free_route_metrics(struct kd_server *s)
 {
-    if (s->rm)
-        for (size_t i = 0; i < s->opts.service.router.count + 2; i++)
-            free(s->rm[i].owned_label);
+    free(s->split_label);
     free(s->rm);
+    s->split_label = NULL;
     s->rm = NULL;
 }
 
@@ -171,7 +170,7 @@ static int register_metrics(struct kd_server *s)
                 continue; /* nothing is observed under it */
             char label[256];
             snprintf(label, sizeof label, "%s%s", r->routes[svc->split_route].path, svc->split_suffix);
-            s->rm[i].label = s->rm[i].owned_label = strdup(label);
+            s->rm[i].label = s->split_label = strdup(label);
             if (!s->rm[i].label)
                 return -1;
         } else {

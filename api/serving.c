@@ -94,19 +94,6 @@ void kd_serving_count_outcome(struct kd_serving *sv, const struct kd_sched_model
         kd_metric_add(s, 1);
 }
 
-static double process_rss(void *ctx)
-{
-    (void)ctx;
-    FILE *f = fopen("/proc/self/statm", "r");
-    long pages = 0, rss = 0;
-    if (f) {
-        if (fscanf(f, "%ld %ld", &pages, &rss) != 2)
-            rss = 0;
-        fclose(f);
-    }
-    return (double)rss * (double)sysconf(_SC_PAGESIZE);
-}
-
 /* The training gate's totals (scheduler.h), sampled when /metrics renders. */
 static double training_stat(struct kd_serving *sv, int which)
 {
@@ -161,21 +148,16 @@ static int register_metrics(struct kd_serving *sv)
     sv->f_inflight = kd_metrics_family(m, "kiln_inference_in_flight",
                                        "Inference requests accepted and not yet answered.", KD_METRIC_GAUGE, model,
                                        NULL, 0);
-    if (!sv->f_requests || !sv->f_queue || !sv->f_compute || !sv->f_batch || !sv->f_depth || !sv->f_inflight ||
-        register_training_metrics(sv) != 0)
+    if (!sv->f_requests || !sv->f_queue || !sv->f_compute || !sv->f_batch || !sv->f_depth || !sv->f_inflight)
         return -1;
-    return kd_metrics_gauge_fn(m, "kiln_process_resident_memory_bytes", "Resident set size of kilnd.", process_rss,
-                               sv);
+    return register_training_metrics(sv);
 }
 
-static void set_gauges(struct kd_serving *sv, struct kd_sched_model *m, double inflight_delta)
+static void add_in_flight(struct kd_serving *sv, struct kd_sched_model *m, double delta)
 {
-    struct kd_metric_series *d = series(sv->f_depth, m, NULL);
     struct kd_metric_series *f = series(sv->f_inflight, m, NULL);
-    if (d)
-        kd_metric_set(d, (double)kd_sched_model_queued(m));
     if (f)
-        kd_metric_add(f, inflight_delta);
+        kd_metric_add(f, delta);
 }
 
 void kd_serving_sample_gauges(struct kd_serving *sv)
@@ -599,7 +581,7 @@ void kd_serving_account_done(struct kd_serving *sv, const struct kd_sched_reques
 {
     struct kd_sched_model *m = r->model;
     sv->inflight_total--;
-    set_gauges(sv, m, -1);
+    add_in_flight(sv, m, -1);
     /* Data refused by the worker is what the loop used to refuse before queueing: "rejected". */
     kd_serving_count_outcome(sv, m, refused ? "rejected" : kd_sched_outcome_to_str(r->outcome));
     /* a failure that is not the request's data (memory ran out, the device or the model failed)
@@ -638,7 +620,7 @@ int kd_serving_submit(struct kd_serving *sv, struct kd_sched_request *r)
         return -1;
     }
     sv->inflight_total++;
-    set_gauges(sv, r->model, 1);
+    add_in_flight(sv, r->model, 1);
     return 0;
 }
 

@@ -169,6 +169,13 @@ static int check_writable(sqlite3 *db, const char *path, char *err, size_t errle
     return 0;
 }
 
+/* Whether db's last error says its file is damaged or no SQLite database at all. */
+static bool is_damaged(sqlite3 *db)
+{
+    int primary = db ? sqlite3_errcode(db) & 0xff : SQLITE_OK;
+    return primary == SQLITE_NOTADB || primary == SQLITE_CORRUPT;
+}
+
 int kd_jobstore_open(struct kd_jobstore **out, const char *path, char *err, size_t errlen)
 {
     *out = NULL;
@@ -212,8 +219,7 @@ int kd_jobstore_open(struct kd_jobstore **out, const char *path, char *err, size
 error:
     /* a damaged file, or one that is no SQLite database at all: said with what to do, since the
      * library's words ("file is not a database") name neither the file nor a way out */
-    if (js->db && ((sqlite3_errcode(js->db) & 0xff) == SQLITE_NOTADB ||
-                   (sqlite3_errcode(js->db) & 0xff) == SQLITE_CORRUPT)) {
+    if (is_damaged(js->db)) {
         char was[256];
         snprintf(was, sizeof was, "%s", err);
         seterr(err, errlen,

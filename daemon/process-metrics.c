@@ -86,6 +86,9 @@ int kd_process_metrics_register(struct kd_metrics *m, double *start_time_s)
                                 cpu_seconds, NULL);
     rc |= kd_metrics_gauge_fn(m, "process_resident_memory_bytes", "Resident memory size in bytes.", resident_bytes,
                               NULL);
+    /* kilnd's own name for the same, from before the standard ones */
+    rc |= kd_metrics_gauge_fn(m, "kiln_process_resident_memory_bytes", "Resident set size of kilnd.",
+                              resident_bytes, NULL);
     rc |= kd_metrics_gauge_fn(m, "process_virtual_memory_bytes", "Virtual memory size in bytes.", virtual_bytes,
                               NULL);
     rc |= kd_metrics_gauge_fn(m, "process_open_fds", "Number of open file descriptors.", open_fds, NULL);
