@@ -617,7 +617,7 @@ int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, con
         /* every name given is the model's and given once (above): so one of the model's is missing */
         for (int k = 0; k < c->ninputs; k++) {
             bool given = false;
-            for (int i = 0; i < doc.ninputs && !given; i++) {
+            for (int i = 0; i < doc.ninputs && i < KD_SCHED_MAX_IO && !given; i++) { /* the entries noted */
                 char name[KD_MODEL_NAME_MAX + 1];
                 given = doc.in[i].is_object && string_at(doc.in[i].name, jend, name, sizeof name) >= 0 &&
                         strcmp(name, c->inputs[k].name) == 0;

@@ -97,6 +97,22 @@ static void test_bad_dims_are_400(void **state)
     }
 }
 
+/* More inputs than a request may carry (16), none of them the model's: each entry is looked at
+ * only up to that bound (the missing-input check read the 17th past its array, found by fuzzing),
+ * and the answer names the input that is missing. */
+static void test_more_inputs_than_kept(void **state)
+{
+    (void)state;
+    char body[256] = "{\"inputs\":[1";
+    for (int i = 1; i < 17; i++)
+        strcat(body, ",1");
+    strcat(body, "]}");
+    char msg[256];
+    int st = decode(body, msg, sizeof msg);
+    if (st != 400 || !strstr(msg, "input 'x' is missing: the model takes 1 input(s), the request has 17"))
+        fail_msg("17 inputs: %d %s", st, msg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -104,6 +120,7 @@ int main(void)
         cmocka_unit_test(test_dim_over_limit_is_413),
         cmocka_unit_test(test_product_over_limit_is_413),
         cmocka_unit_test(test_bad_dims_are_400),
+        cmocka_unit_test(test_more_inputs_than_kept),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
