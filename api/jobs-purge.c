@@ -10,8 +10,12 @@
  * job answers 404, a resume_from_job must name a job that exists, and AUTOINCREMENT never gives
  * the id again), and the next start removes them (kd_jobs_sweep_orphans). The other order could
  * leave a job whose checkpoints are gone, which GET would show and a resume would pick, to fail
- * once it ran. The same sweep removes what a replaced or deleted kiln.db leaves behind, whose ids
- * would otherwise be given again and meet the old folders as their own checkpoints.
+ * once it ran.
+ *
+ * Only ids this store issued are swept. A folder past the store's last id was made under another
+ * kiln.db (replaced, deleted, restored from an older backup, or emptied): its checkpoints may be
+ * all that is left of that training, so it is kept and said once, and the store's next id is
+ * moved past it so that no new job meets it as its own.
  *
  * A model version the job registered stays: it belongs to the model repository, is served from
  * there, and outlives the job that trained it (its registry row stays too, with no source job).
@@ -247,8 +251,17 @@ static int64_t folder_job_id(const char *name, const char *prefix, const char *s
     return strtoll(name + pl, NULL, 10);
 }
 
+/* What a sweep of one folder met that no job owns. */
+struct sweep_tally {
+    int64_t issued;       /* the store's last issued id; folders past it are another store's */
+    int64_t highest_kept; /* the highest id among those */
+    int kept;             /* how many such folders were kept */
+    char first_kept[64];  /* one of them, named in the log */
+};
+
 /* In folder sub of the data folder: the entries prefix<id>suffix whose job is not in the store. */
-static void sweep_folder(struct kd_jobs *j, const char *sub, const char *prefix, const char *suffix)
+static void sweep_folder(struct kd_jobs *j, const char *sub, const char *prefix, const char *suffix,
+                         struct sweep_tally *t)
 {
     char *dir = kd_jobs_path(j->data_dir, "%s", sub);
     DIR *d = dir ? opendir(dir) : NULL;
@@ -256,6 +269,13 @@ static void sweep_folder(struct kd_jobs *j, const char *sub, const char *prefix,
         int64_t id = folder_job_id(de->d_name, prefix, suffix);
         if (!id)
             continue;
+        if (id > t->issued) {
+            if (!t->kept++)
+                snprintf(t->first_kept, sizeof t->first_kept, "%s/%s", sub, de->d_name);
+            if (id > t->highest_kept)
+                t->highest_kept = id;
+            continue;
+        }
         bool exists = true;
         char err[256];
         kd_jobs_store_lock(j);
@@ -271,8 +291,8 @@ static void sweep_folder(struct kd_jobs *j, const char *sub, const char *prefix,
         int64_t files = 0, bytes = 0;
         int removed = path ? remove_counted(path, &files, &bytes, why, sizeof why) : -1;
         kd_jobs_log(j, removed == 0 ? KD_LOG_INFO : KD_LOG_WARN,
-                    "%s/%s belongs to no job in the job store (job %lld was purged before kilnd stopped, or the "
-                    "store was replaced): %s, %lld files, %lld bytes%s%s",
+                    "%s/%s belongs to no job in the job store (job %lld was purged before kilnd stopped): %s, "
+                    "%lld files, %lld bytes%s%s",
                     sub, de->d_name, (long long)id, removed == 0 ? "removed" : "not wholly removed",
                     (long long)files, (long long)bytes, why[0] ? ": " : "", path ? why : "out of memory");
         free(path);
@@ -284,8 +304,29 @@ static void sweep_folder(struct kd_jobs *j, const char *sub, const char *prefix,
 
 void kd_jobs_sweep_orphans(struct kd_jobs *j)
 {
-    sweep_folder(j, "checkpoints", "job-", "");
-    sweep_folder(j, "tmp", "job-", "-model");
+    struct sweep_tally t = {0};
+    char err[256];
+    kd_jobs_store_lock(j);
+    int rc = kd_jobstore_jobs_issued(j->o.store, &t.issued, err, sizeof err);
+    kd_jobs_store_unlock(j);
+    if (rc != 0) {
+        kd_jobs_log(j, KD_LOG_WARN, "checkpoint folders no job owns are kept this time: %s", err);
+        return;
+    }
+    sweep_folder(j, "checkpoints", "job-", "", &t);
+    sweep_folder(j, "tmp", "job-", "-model", &t);
+    if (!t.kept)
+        return;
+    kd_jobs_store_lock(j);
+    rc = kd_jobstore_jobs_reserve_through(j->o.store, t.highest_kept, err, sizeof err);
+    kd_jobs_store_unlock(j);
+    kd_jobs_log(j, KD_LOG_WARN,
+                "%d job folder(s) (%s among them, up to job %lld) were made under another kiln.db: this job store "
+                "issued job ids up to %lld only. They are kept, since their checkpoints may be all that is left "
+                "of those trainings; delete them when they are not needed. %s%s",
+                t.kept, t.first_kept, (long long)t.highest_kept, (long long)t.issued,
+                rc == 0 ? "New jobs take ids past them." : "New jobs could not be moved past their ids: ",
+                rc == 0 ? "" : err);
 }
 
 /* ---- DELETE /v1/jobs/{id}?purge=true ---------------------------------------------------------- */

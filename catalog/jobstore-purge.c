@@ -161,3 +161,45 @@ int kd_jobstore_job_exists(struct kd_jobstore *js, int64_t id, bool *exists, cha
         return seterr(err, errlen, "job exists: invalid arguments");
     return job_statement(js, "SELECT 1 FROM jobs WHERE id = ?1", "job exists", id, NULL, 0, exists, err, errlen);
 }
+
+int kd_jobstore_jobs_issued(struct kd_jobstore *js, int64_t *last_id, char *err, size_t errlen)
+{
+    if (!js || !last_id)
+        return seterr(err, errlen, "jobs issued: invalid arguments");
+    /* AUTOINCREMENT keeps the highest id ever handed out in sqlite_sequence, purged jobs included;
+     * the row appears with the first job, so a store that never made one has none. */
+    sqlite3_stmt *st;
+    int rc = prepare(js, "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0)",
+                     "jobs issued", &st, err, errlen);
+    if (rc != 0)
+        return rc;
+    int s = sqlite3_step(st);
+    *last_id = s == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    rc = s == SQLITE_ROW ? 0 : fail(js->db, "jobs issued", err, errlen);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int kd_jobstore_jobs_reserve_through(struct kd_jobstore *js, int64_t id, char *err, size_t errlen)
+{
+    if (!js || id < 1)
+        return seterr(err, errlen, "jobs reserve: invalid arguments");
+    int rc = begin(js, "jobs reserve", err, errlen);
+    if (rc != 0)
+        return rc;
+    sqlite3_stmt *st = NULL;
+    /* sqlite_sequence has no key: the row is updated when there is one, inserted otherwise */
+    rc = prepare(js, "UPDATE sqlite_sequence SET seq = max(seq, ?1) WHERE name = 'jobs'", "jobs reserve", &st, err,
+                 errlen);
+    if (rc == 0) {
+        sqlite3_bind_int64(st, 1, id);
+        rc = run(js, st, "jobs reserve", err, errlen);
+    }
+    if (rc == 0 && sqlite3_changes(js->db) == 0 &&
+        (rc = prepare(js, "INSERT INTO sqlite_sequence (name, seq) VALUES ('jobs', ?1)", "jobs reserve", &st, err,
+                      errlen)) == 0) {
+        sqlite3_bind_int64(st, 1, id);
+        rc = run(js, st, "jobs reserve", err, errlen);
+    }
+    return finish(js, rc, "jobs reserve", err, errlen);
+}

@@ -200,5 +200,11 @@ int kd_jobstore_jobs_past_retention(struct kd_jobstore *js, int64_t keep_count, 
                                     int64_t *ids, int max, int *n, char *err, size_t errlen);
 /* Whether job id is in the store, into *exists (a read error is a failure's code, never "missing"). */
 int kd_jobstore_job_exists(struct kd_jobstore *js, int64_t id, bool *exists, char *err, size_t errlen);
+/* The highest job id this store ever issued, purged jobs included, into *last_id (0: none yet).
+ * A folder named for a job past it was made under another store. */
+int kd_jobstore_jobs_issued(struct kd_jobstore *js, int64_t *last_id, char *err, size_t errlen);
+/* Makes the next job's id greater than id (no change when it already is), so a new job never
+ * takes the id of files an earlier store left in the data folder. */
+int kd_jobstore_jobs_reserve_through(struct kd_jobstore *js, int64_t id, char *err, size_t errlen);
 
 #endif /* KD_CATALOG_JOBSTORE_H */

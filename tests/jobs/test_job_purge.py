@@ -235,8 +235,9 @@ def test_unsaved():
 
 
 def test_orphans():
-    """Folders of jobs the store does not hold (a purge cut short by a crash after its rows went, a
-    replaced kiln.db) are removed at start; the folders of jobs it holds, and others, stay."""
+    """Folders of jobs the store issued but no longer holds (a purge cut short by a crash after its
+    rows went) are removed at start; folders past the store's last id, made under another kiln.db,
+    are kept and said, and new jobs take ids past them; the folders of jobs it holds stay."""
     d = start("orphans")
     a = run_to_end(d, "orphan_a", register=False)
     b = run_to_end(d, "orphan_b", register=False)
@@ -258,15 +259,40 @@ def test_orphans():
     d = start("orphans", fresh=False)
     d.req("GET", "/v1/jobs")  # answered once the start, sweep included, is over
     check(not os.path.exists(ckpt_dir(d, a)), "the folder of the job whose row went is removed at start")
-    check(not os.path.exists(os.path.dirname(stray)) and not os.path.exists(scratch),
-          "a checkpoint folder and a scratch folder of jobs never in the store are removed")
+    check(os.path.isfile(os.path.join(stray, "model.kiln")) and os.path.isdir(scratch),
+          "folders past the store's last job id (another kiln.db's) are kept")
     check(os.path.isdir(ckpt_dir(d, b)) and os.path.isdir(other), "the job's own folder and other folders stay")
     log = open(d.log).read()
     check(("checkpoints/job-%d belongs to no job in the job store" % a) in log
-          and "checkpoints/job-977 belongs to no job" in log and "removed, 1 files, 1000 bytes" in log
-          and "tmp/job-978-model belongs to no job" in log, "each removal is logged, saying what went")
+          and "removed, " in log, "the removal is logged, saying what went")
+    check("2 job folder(s) (" in log and "up to job 978) were made under another kiln.db" in log
+          and ("issued job ids up to %d only" % b) in log and "New jobs take ids past them." in log,
+          "the kept folders are said once, with what to do")
     st, job = d.req("GET", "/v1/jobs/%d" % b)
     check(st == 200 and job["checkpoints"], "the job kilnd holds keeps its checkpoints")
+    c = run_to_end(d, "orphan_c", register=False)
+    check(c > 978, "a new job takes an id past the kept folders (%d)" % c)
+    check(os.path.isfile(os.path.join(stray, "model.kiln")), "and the kept checkpoint is untouched")
+    d.stop()
+
+
+def test_store_emptied():
+    """A kiln.db emptied to zero bytes (a failed restore, a truncating copy) opens as a new store;
+    the checkpoints of the jobs it lost stay on disk, and the next job does not take their ids."""
+    d = start("emptied")
+    a = run_to_end(d, "emptied_a", register=False)
+    d.stop()
+    open(os.path.join(d.data, "kiln.db"), "wb").close()
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(os.path.join(d.data, "kiln.db" + suffix)):
+            os.unlink(os.path.join(d.data, "kiln.db" + suffix))
+    d = start("emptied", fresh=False)
+    check(d.req("GET", "/v1/jobs/%d" % a)[0] == 404, "the emptied store has lost job %d" % a)
+    check(os.path.isdir(ckpt_dir(d, a)) and os.listdir(ckpt_dir(d, a)),
+          "its checkpoints are still on disk")
+    b = run_to_end(d, "emptied_b", register=False)
+    check(b > a, "the next job's id (%d) is past the kept folder's (%d)" % (b, a))
+    check(os.path.isdir(ckpt_dir(d, a)) and os.path.isdir(ckpt_dir(d, b)), "both folders stay")
     d.stop()
 
 
@@ -392,6 +418,7 @@ try:
     test_purge("purge")
     test_unsaved()
     test_orphans()
+    test_store_emptied()
     test_retention_count()
     test_retention_days()
     test_cli()
