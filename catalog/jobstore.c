@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -169,6 +170,49 @@ static int check_writable(sqlite3 *db, const char *path, char *err, size_t errle
     return 0;
 }
 
+/* Damage inside the file (a page overwritten, a torn copy) is found now, at start, where it is
+ * said once with what to do, rather than by some later request that happens to read the page and
+ * fails, or by a job whose steps then cannot be written. quick_check reads every page but skips
+ * the index-content cross-check, which keeps it to a fraction of a second for stores of many
+ * thousands of jobs. */
+static int check_intact(sqlite3 *db, bool *damaged, char *err, size_t errlen)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, "PRAGMA quick_check(1)", -1, &st, NULL) != SQLITE_OK)
+        return fail(db, "checking the file", err, errlen);
+    int s = sqlite3_step(st);
+    if (s != SQLITE_ROW) {
+        int rc = fail(db, "checking the file", err, errlen);
+        sqlite3_finalize(st);
+        return rc;
+    }
+    const char *verdict = (const char *)sqlite3_column_text(st, 0);
+    *damaged = !verdict || strcmp(verdict, "ok") != 0;
+    char said[200] = "no verdict"; /* SQLite's report, its lines joined so a log line stays one line */
+    if (verdict)
+        snprintf(said, sizeof said, "%s", verdict);
+    for (char *c = said; *c; c++)
+        if (*c == '\n')
+            *c = ' ';
+    int rc = *damaged ? fail_with(db, "checking the file", said, err, errlen) : 0;
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* err, said of a damaged file or one that is no SQLite database at all, with what to do: the
+ * library's words ("file is not a database") name neither the file nor a way out. */
+static void say_damaged(const char *path, char *err, size_t errlen)
+{
+    char was[256];
+    snprintf(was, sizeof was, "%s", err);
+    seterr(
+        err, errlen,
+        "%s is damaged or is not kilnd's job store (%s): move it away (with its -wal and -shm files) and kilnd "
+        "starts with an empty job store; the jobs it held are lost (their checkpoints stay on disk), models/ is "
+        "not touched",
+        path, was);
+}
+
 /* Whether db's last error says its file is damaged or no SQLite database at all. */
 static bool is_damaged(sqlite3 *db)
 {
@@ -182,6 +226,7 @@ int kd_jobstore_open(struct kd_jobstore **out, const char *path, char *err, size
     struct kd_jobstore *js = calloc(1, sizeof *js);
     if (!js)
         return seterr(err, errlen, "out of memory");
+    bool damaged = false; /* found by the check, which leaves no damage code behind */
     int rc = create_group_writable(path, err, errlen);
     if (rc != 0)
         goto error;
@@ -211,23 +256,42 @@ int kd_jobstore_open(struct kd_jobstore **out, const char *path, char *err, size
         goto error;
     }
     rc = exec(js->db, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "setting pragmas", err, errlen);
-    if (rc != 0 || (rc = migrate(js, err, errlen)) != 0)
+    if (rc != 0 || (rc = check_intact(js->db, &damaged, err, errlen)) != 0 || (rc = migrate(js, err, errlen)) != 0)
         goto error;
     *out = js;
     return 0;
 
 error:
-    /* a damaged file, or one that is no SQLite database at all: said with what to do, since the
-     * library's words ("file is not a database") name neither the file nor a way out */
-    if (is_damaged(js->db)) {
-        char was[256];
-        snprintf(was, sizeof was, "%s", err);
-        seterr(err, errlen,
-               "%s is damaged or is not kilnd's job store (%s): move it away (with its -wal and -shm files) "
-               "and kilnd starts with an empty job store; the jobs it held are lost, models/ is not touched",
-               path, was);
-    }
+    if (damaged || is_damaged(js->db))
+        say_damaged(path, err, errlen);
     kd_jobstore_close(js);
+    return rc;
+}
+
+int kd_jobstore_check(const char *path, char *err, size_t errlen)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT)
+        return 0; /* a start makes it */
+    /* read-only: a check writes nothing, and may run beside the kilnd that holds the file */
+    sqlite3 *db = NULL;
+    bool damaged = false;
+    int rc = 0, version = 0;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+        char what[256];
+        snprintf(what, sizeof what, "opening %s", path);
+        rc = fail(db, what, err, errlen);
+    } else {
+        sqlite3_busy_timeout(db, 5000);
+        rc = check_intact(db, &damaged, err, errlen);
+    }
+    if (rc == 0 && sb.st_size > 0 && (rc = read_version(db, &version, err, errlen)) == 0 &&
+        version > kd_jobstore_latest_version())
+        rc = seterr(err, errlen, "%s: schema version %d is newer than this build supports (%d)", path, version,
+                    kd_jobstore_latest_version());
+    if (rc != 0 && (damaged || is_damaged(db)))
+        say_damaged(path, err, errlen);
+    sqlite3_close(db);
     return rc;
 }
 

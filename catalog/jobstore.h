@@ -35,6 +35,9 @@ struct kd_jobstore;
 
 /* Creates the file when missing. A file from a newer kiln (higher schema version) is refused. */
 int kd_jobstore_open(struct kd_jobstore **out, const char *path, char *err, size_t errlen);
+/* What a start would refuse in the file at path, checked read-only (it may be in use): damage
+ * anywhere in it, or a schema newer than this build's. 0 when it is sound or missing. */
+int kd_jobstore_check(const char *path, char *err, size_t errlen);
 int kd_jobstore_schema_version(const struct kd_jobstore *js);
 /* The newest schema version this build knows. */
 int kd_jobstore_latest_version(void);

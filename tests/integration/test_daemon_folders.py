@@ -162,6 +162,36 @@ def test_damaged_job_store():
           "a damaged job store stops the start, naming it and what to do: %r" % err[-400:])
     check(open(db, "rb").read() == before, "the damaged file is left as it was")
 
+    # damage inside a store kilnd made (a page overwritten, the header intact) is found at start
+    # too, not by whichever request first reads the page
+    data = os.path.join(TMP, "damaged-page")
+    d = Daemon("damaged-page", data)
+    check(d.stop() == 0, "a store is made and closed")
+    db = os.path.join(data, "kiln.db")
+    size = os.path.getsize(db)
+    check(size >= 4 * 4096 and not os.path.exists(db + "-wal"), "its pages are all in the file (%d bytes)" % size)
+    with open(db, "r+b") as f:
+        f.seek(2 * 4096)
+        f.write(bytes(range(256)) * 16)
+    before = open(db, "rb").read()
+    rc, err = refused("--data-dir", data)
+    check(rc == 1 and "%s is damaged or is not kilnd's job store" % db in err and "move it away" in err,
+          "a page overwritten inside the store stops the start, naming it and what to do: %r" % err[-400:])
+    check(open(db, "rb").read() == before, "the damaged file is left as it was")
+    r = run_check("--data-dir", data)
+    check(r.returncode == 1 and "%s is damaged or is not kilnd's job store" % db in r.stderr,
+          "--check-config refuses it as the start does: %d %r" % (r.returncode, r.stderr[-300:]))
+    check(open(db, "rb").read() == before, "and leaves the file as it was")
+    # a sound store passes the check, beside a kilnd running on it
+    sound = os.path.join(TMP, "sound-store")
+    d = Daemon("sound-store", sound)
+    try:
+        r = run_check("--data-dir", sound)
+        check(r.returncode == 0 and "configuration OK" in r.stdout,
+              "a sound store passes the check while kilnd runs on it: %r %r" % (r.stdout, r.stderr))
+    finally:
+        d.stop()
+
 
 def test_model_repository():
     data = os.path.join(TMP, "repo-data")

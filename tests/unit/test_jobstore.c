@@ -89,6 +89,52 @@ static void test_newer_schema_refused(void **state)
     assert_non_null(strstr(err, "999"));
 }
 
+/* The read-only check --check-config runs: a missing file passes and is not made; a sound store
+ * passes; a newer schema is refused as the start refuses it. */
+static void test_check_read_only(void **state)
+{
+    (void)state;
+    char err[512];
+    assert_int_equal(kd_jobstore_check(db, err, sizeof err), 0);
+    assert_int_equal(access(db, F_OK), -1);
+    struct kd_jobstore *js;
+    assert_int_equal(kd_jobstore_open(&js, db, err, sizeof err), 0);
+    kd_jobstore_close(js);
+    assert_int_equal(kd_jobstore_check(db, err, sizeof err), 0);
+    sqlite3 *h;
+    assert_int_equal(sqlite3_open(db, &h), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(h, "UPDATE schema_version SET version = 999", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(h);
+    assert_int_equal(kd_jobstore_check(db, err, sizeof err), -1);
+    assert_non_null(strstr(err, "schema version 999 is newer"));
+}
+
+/* The highest id issued outlives a purge, and reserving moves the next id past folders another
+ * store left, never back. */
+static void test_ids_issued_and_reserved(void **state)
+{
+    (void)state;
+    struct kd_jobstore *js;
+    char err[256];
+    int64_t issued = -1, id = 0;
+    assert_int_equal(kd_jobstore_open(&js, db, err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_jobs_issued(js, &issued, err, sizeof err), 0);
+    assert_int_equal(issued, 0);
+    assert_int_equal(kd_jobstore_jobs_reserve_through(js, 40, err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_job_create(js, "{}", "", &id, err, sizeof err), 0);
+    assert_int_equal(id, 41);
+    assert_int_equal(kd_jobstore_jobs_reserve_through(js, 7, err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_job_create(js, "{}", "", &id, err, sizeof err), 0);
+    assert_int_equal(id, 42);
+    struct kd_job_purge purged;
+    assert_int_equal(kd_jobstore_job_set_state(js, 42, "cancelled", NULL, err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_job_purge(js, 42, &purged, err, sizeof err), 0);
+    assert_int_equal(kd_jobstore_jobs_issued(js, &issued, err, sizeof err), 0);
+    assert_int_equal(issued, 42);
+    assert_int_equal(kd_jobstore_jobs_reserve_through(js, 0, err, sizeof err), -1);
+    kd_jobstore_close(js);
+}
+
 static void test_unopenable_path(void **state)
 {
     (void)state;
@@ -408,6 +454,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_create_and_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_read_only, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ids_issued_and_reserved, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unopenable_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_new_file_follows_umask, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_only_store_refused, setup, teardown),
