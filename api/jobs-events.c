@@ -48,23 +48,29 @@ bool kd_jobs_final_state(const char *s)
     return s && (!strcmp(s, KD_JOB_SUCCEEDED) || !strcmp(s, KD_JOB_FAILED) || !strcmp(s, KD_JOB_CANCELLED));
 }
 
+/* What a read of a job's events found. */
+enum events_read {
+    EVENTS_MORE,   /* the job runs on: more may come */
+    EVENTS_ALL,    /* the job is final and every one of its events is out */
+    EVENTS_FAILED, /* the store failed a read: why is in err; what was appended is whole events */
+};
+
 /*
- * Append the events of job id after *last_seq in SSE form; true when the job is final and
- * every one of its events is in out. The state is read in the same locked section as the last
- * events, after them, so an event appended later is seen by the next call; a job's state and
- * its "state" event are stored in one transaction (kd_jobs_transition), so a job read final
- * here has its final event among those read.
+ * Append the events of job id after *last_seq in SSE form. The state is read in the same locked
+ * section as the last events, after them, so an event appended later is seen by the next call;
+ * a job's state and its "state" event are stored in one transaction (kd_jobs_transition), so a
+ * job read final here has its final event among those read.
  */
-static bool append_events(struct kd_jobs *j, int64_t id, int64_t *last_seq, struct kd_buf *out)
+static enum events_read append_events(struct kd_jobs *j, int64_t id, int64_t *last_seq, struct kd_buf *out,
+                                      char *err, size_t errlen)
 {
-    bool final = false;
     for (;;) {
         struct kd_job_event *ev = NULL;
         int n = 0;
         struct kd_job job;
         kd_jobs_store_lock(j);
-        int rc = kd_jobstore_events_since(j->o.store, id, *last_seq, 500, &ev, &n, NULL, 0);
-        int grc = n < 500 ? kd_jobstore_job_get(j->o.store, id, &job, NULL, 0) : 1;
+        int rc = kd_jobstore_events_since(j->o.store, id, *last_seq, 500, &ev, &n, err, errlen);
+        int grc = rc == 0 && n < 500 ? kd_jobstore_job_get(j->o.store, id, &job, err, errlen) : 1;
         kd_jobs_store_unlock(j);
         for (int i = 0; rc == 0 && i < n; i++) {
             kd_buf_printf(out, "id: %lld\nevent: %s\ndata: %s\n\n", (long long)ev[i].seq, ev[i].type,
@@ -72,14 +78,17 @@ static bool append_events(struct kd_jobs *j, int64_t id, int64_t *last_seq, stru
             *last_seq = ev[i].seq;
         }
         kd_jobstore_events_free(ev, n);
+        if (rc != 0)
+            return EVENTS_FAILED;
+        if (n == 500)
+            continue;
         if (grc == 0) {
-            final = kd_jobs_final_state(job.state);
+            bool final = kd_jobs_final_state(job.state);
             kd_jobstore_job_clear(&job);
-        } else if (n < 500 && grc == KD_JOBSTORE_NOT_FOUND) {
-            final = true; /* purged (it had ended): nothing more will come */
+            return final ? EVENTS_ALL : EVENTS_MORE;
         }
-        if (rc != 0 || n < 500)
-            return final;
+        /* purged (it had ended): nothing more will come */
+        return grc == KD_JOBSTORE_NOT_FOUND ? EVENTS_ALL : EVENTS_FAILED;
     }
 }
 
@@ -91,7 +100,14 @@ static bool stream_pump(struct kd_jobs *j, struct kd_jobs_stream *s)
         kd_jobs_stream_end(j, s);
         return false;
     }
-    if (append_events(j, s->job_id, &s->last_seq, out)) {
+    char err[256] = "";
+    enum events_read r = append_events(j, s->job_id, &s->last_seq, out, err, sizeof err);
+    if (r == EVENTS_FAILED)
+        /* Ended rather than left waiting for a wake-up that may not come: the client reconnects
+         * after the stream's retry time with Last-Event-ID, and misses nothing. */
+        kd_jobs_log(j, KD_LOG_WARN, "job %lld: event stream ended after event %lld: job store: %s",
+                    (long long)s->job_id, (long long)s->last_seq, err);
+    if (r != EVENTS_MORE) {
         kd_jobs_stream_end(j, s);
         return false;
     }
@@ -164,7 +180,13 @@ int kd_jobs_handle_events(struct kd_jobs *j, int64_t id, const struct kd_request
     struct kd_buf body = {0};
     kd_buf_puts(&body, "retry: 1000\n\n");
     int64_t last = after;
-    if (append_events(j, id, &last, &body)) {
+    char err[256] = "";
+    enum events_read r = append_events(j, id, &last, &body, err, sizeof err);
+    if (r == EVENTS_FAILED) {
+        kd_buf_free(&body);
+        return kd_jobs_store_errorf(j, out, req, KD_JOBSTORE_FAILED, 500, "job store: %s", err);
+    }
+    if (r == EVENTS_ALL) {
         st = kd_resp_append(out, 200, "text/event-stream", body.data, body.len, req->keep_alive,
                             "Cache-Control: no-cache\r\n");
         kd_buf_free(&body);

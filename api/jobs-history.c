@@ -130,7 +130,7 @@ static int history(struct kd_jobs *j, int64_t id, const char *type, const char *
     int rc = read_page(j, id, &pg, err, sizeof err);
     if (rc != 0) {
         cJSON_Delete(o);
-        return kd_jobs_errorf(out, req, kd_jobs_store_status(rc, 500), "job store: %s", err);
+        return kd_jobs_store_errorf(j, out, req, rc, 500, "job store: %s", err);
     }
     cJSON_AddNumberToObject(o, "next_after", (double)pg.next_after);
     cJSON_AddBoolToObject(o, "more", pg.more);

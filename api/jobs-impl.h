@@ -117,6 +117,10 @@ struct kd_jobs {
     bool retention_due;              /* a job ended: the training thread applies retention next */
     pthread_t thread;
     bool thread_started;
+    /* training thread only: the queued job the store would not give it, and why, so that a retry
+     * every RETRY_MS logs the failure once and its end, not a line each time */
+    int64_t unreadable_id;
+    char unreadable_why[256];
 };
 
 /* jobs-store-glue.c; the store calls are only ever made between lock and unlock */
@@ -238,6 +242,10 @@ static inline int kd_jobs_store_status(int code, int fallback)
 {
     return code == KD_JOBSTORE_FULL ? 507 : fallback;
 }
+/* kd_jobs_errorf for a job store call that failed with code: answered with kd_jobs_store_status
+ * (code, fallback) and logged, since the store's words are the operator's concern too. */
+int kd_jobs_store_errorf(struct kd_jobs *j, struct kd_buf *out, const struct kd_request *req, int code,
+                         int fallback, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* A request's query string, percent-decoded, each key at most once and known to the route. */
 #define KD_JOBS_QUERY_MAX 8
 #define KD_JOBS_QUERY_VALUE_MAX 128

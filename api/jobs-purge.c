@@ -421,7 +421,7 @@ int kd_jobs_handle_purge(struct kd_jobs *j, int64_t id, const struct kd_request 
                                   "ended; cancel job %lld or let it end, then purge job %lld",
                                   (long long)id, (long long)rows.resumed_by, (long long)rows.resumed_by,
                                   (long long)id);
-        return kd_jobs_errorf(out, req, kd_jobs_store_status(rc, 500), "job store: %s (nothing was removed)", err);
+        return kd_jobs_store_errorf(j, out, req, rc, 500, "job store: %s (nothing was removed)", err);
     }
     op->j = j;
     op->work.data = op;

@@ -49,6 +49,22 @@ int kd_jobs_errorf(struct kd_buf *out, const struct kd_request *req, int status,
     return kd_resp_error(out, status, msg, req->keep_alive, NULL);
 }
 
+int kd_jobs_store_errorf(struct kd_jobs *j, struct kd_buf *out, const struct kd_request *req, int code,
+                         int fallback, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    int status = kd_jobs_store_status(code, fallback);
+    /* The access log shows only the status; what the store said is for whoever runs kilnd too,
+     * who may not see the client's answer. A full disk is the operator's to mend: a warning. */
+    kd_jobs_log(j, status == 507 ? KD_LOG_WARN : KD_LOG_ERROR, "%.*s: %d %s", (int)req->path_len, req->path,
+                status, msg);
+    return kd_resp_error(out, status, msg, req->keep_alive, NULL);
+}
+
 #define KD_JOBS_STR_(x) #x
 #define KD_JOBS_STR(x) KD_JOBS_STR_(x)
 
@@ -203,7 +219,7 @@ static int handle_list(struct kd_jobs *j, const struct kd_request *req, struct k
     int rc = kd_jobstore_job_list(j->o.store, state, after, (int)limit + 1, &jobs, &n, err, sizeof err);
     kd_jobs_store_unlock(j);
     if (rc != 0)
-        return kd_jobs_errorf(out, req, kd_jobs_store_status(rc, 500), "job store: %s", err);
+        return kd_jobs_store_errorf(j, out, req, rc, 500, "job store: %s", err);
     bool more = n > limit;
     int shown = more ? (int)limit : n;
     cJSON *o = cJSON_CreateObject();
@@ -233,7 +249,7 @@ int kd_jobs_get_job(struct kd_jobs *j, int64_t id, struct kd_job *job, const str
     if (rc == KD_JOBSTORE_NOT_FOUND)
         return kd_jobs_errorf(out, req, 404, "no job %lld", (long long)id);
     if (rc != 0)
-        return kd_jobs_errorf(out, req, kd_jobs_store_status(rc, 500), "job store: %s", err);
+        return kd_jobs_store_errorf(j, out, req, rc, 500, "job store: %s", err);
     kd_jobs_overlay_unsaved(j, job);
     return 0;
 }
@@ -333,9 +349,9 @@ static int cancel_current(struct kd_jobs *j, int64_t id, const struct kd_request
             "is being loaded for serving), so it ends succeeded or failed",
             (long long)id);
     if (rc != 0)
-        return kd_jobs_errorf(out, req, kd_jobs_store_status(rc, 503),
-                              "job %lld: the cancel could not be stored, so it was not made: %s", (long long)id,
-                              err);
+        return kd_jobs_store_errorf(j, out, req, rc, 503,
+                                    "job %lld: the cancel could not be stored, so it was not made: %s",
+                                    (long long)id, err);
     kd_jobs_log(j, KD_LOG_INFO, "job %lld: cancel requested", (long long)id);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)id);
@@ -400,8 +416,9 @@ static int handle_cancel(struct kd_jobs *j, int64_t id, const struct kd_request 
                               "job %lld is recorded running but is not being trained; the next start "
                               "resumes it",
                               (long long)id);
-    return kd_jobs_errorf(out, req, kd_jobs_store_status(rc, 503),
-                          "job %lld: the cancel could not be stored, so it was not made: %s", (long long)id, err);
+    return kd_jobs_store_errorf(j, out, req, rc, 503,
+                                "job %lld: the cancel could not be stored, so it was not made: %s", (long long)id,
+                                err);
 }
 
 /* Whether the request carries a body of anything but whitespace: resume and DELETE take none,
@@ -463,7 +480,7 @@ static int handle_resume(struct kd_jobs *j, int64_t id, const struct kd_request 
     }
     if (rc != 0) {
         kd_jobstore_job_clear(&job);
-        return kd_jobs_errorf(out, req, kd_jobs_store_status(rc, 500), "job store: %s", err);
+        return kd_jobs_store_errorf(j, out, req, rc, 500, "job store: %s", err);
     }
     /* A final state is never left, so the continuation is a new job carrying the old one's
      * spec and starting from its newest checkpoint. */
@@ -481,8 +498,7 @@ static int handle_resume(struct kd_jobs *j, int64_t id, const struct kd_request 
     if (rc == KD_JOBSTORE_NOT_FOUND)
         return kd_jobs_errorf(out, req, 404, "no job %lld: %s", (long long)id, err);
     if (rc != 0)
-        return kd_jobs_errorf(out, req, kd_jobs_store_status(rc, 500), "job store: %s",
-                              text ? err : "out of memory");
+        return kd_jobs_store_errorf(j, out, req, rc, 500, "job store: %s", text ? err : "out of memory");
     kd_jobs_emit_state(j, nid, KD_JOB_QUEUED, NULL, NULL, NULL);
     pthread_mutex_lock(&j->mu);
     j->queued_seq++;

@@ -83,6 +83,8 @@ static int store_job(struct kd_jobs *j, const char *body, int64_t resumes, struc
         char msg[320];
         snprintf(msg, sizeof msg, "%s: %s", gone ? "invalid job spec: resume_from_job" : "job store", err);
         int status = gone ? 400 : kd_jobs_store_status(rc, 500);
+        if (!gone)
+            kd_jobs_log(j, status == 507 ? KD_LOG_WARN : KD_LOG_ERROR, "/v1/jobs: %d %s", status, msg);
         return out ? kd_resp_error(out, status, msg, keep_alive, NULL) : status;
     }
     kd_jobs_emit_state(j, id, KD_JOB_QUEUED, NULL, NULL, NULL);

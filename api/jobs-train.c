@@ -301,8 +301,18 @@ static int run_job(struct kd_jobs *j, int64_t id)
     int rc = kd_jobstore_job_get(j->o.store, id, &job, err, sizeof err);
     kd_jobs_store_unlock(j);
     if (rc != 0) {
-        kd_jobs_log(j, KD_LOG_ERROR, "job %lld: %s", (long long)id, err);
+        if (j->unreadable_id != id || strcmp(j->unreadable_why, err) != 0)
+            kd_jobs_log(j, KD_LOG_ERROR,
+                        "job %lld cannot be read from the job store: %s; tried again every %d s, "
+                        "logged again when that changes",
+                        (long long)id, err, RETRY_MS / 1000);
+        j->unreadable_id = id;
+        snprintf(j->unreadable_why, sizeof j->unreadable_why, "%s", err);
         return -1;
+    }
+    if (j->unreadable_id) {
+        kd_jobs_log(j, KD_LOG_INFO, "job %lld can be read from the job store again", (long long)j->unreadable_id);
+        j->unreadable_id = 0;
     }
     if (job.cancel_requested_ms) {
         /* asked to stop before this process took it: it ends cancelled without training */
