@@ -60,6 +60,7 @@ struct kd_daemon {
     struct kd_tensor_service *tensor;
     char *port_file;
     int data_dir_lock;       /* the open kilnd.lock holding the data folder's lock; -1 when none */
+    int data_dir_folder;     /* the data folder, open and locked (flock); -1 when none */
     struct kd_notify notify; /* a service manager's NOTIFY_SOCKET, inert without one */
     enum kd_daemon_state state;
     uint64_t started_ns;
@@ -98,13 +99,15 @@ char *kd_daemon_models_root(const struct kd_config *cfg);
  * check_only: removes again the folders it created. */
 int kd_daemon_make_data_dir(const char *dir, bool check_only, char *err, size_t errlen);
 /*
- * Takes the data folder's lock (<dir>/kilnd.lock, which then holds this process's id) for the
- * life of the process; the kernel releases it when the process ends, however it ends. 0 with
- * *lock_fd set; -1 when another kilnd holds it (err names its pid) or the file cannot be opened;
- * 1 when the start may go on with a warning in err (a file system without locks: *lock_fd is -1).
+ * Takes the data folder's lock for the life of the process: a lock on the folder itself, which no
+ * file removal undoes, and one on <dir>/kilnd.lock, which then holds this process's id for the
+ * messages. The kernel releases both when the process ends, however it ends. 0 with *lock_fd and
+ * *folder_fd set; -1 when another kilnd holds either (err names its pid when known) or the file
+ * cannot be opened; 1 when the start may go on with a warning in err (a file system without
+ * locks: *lock_fd is -1).
  */
-int kd_daemon_lock_data_dir(const char *dir, int *lock_fd, char *err, size_t errlen);
-void kd_daemon_unlock_data_dir(int lock_fd);
+int kd_daemon_lock_data_dir(const char *dir, int *lock_fd, int *folder_fd, char *err, size_t errlen);
+void kd_daemon_unlock_data_dir(int lock_fd, int folder_fd);
 /* Whether a running kilnd holds dir's lock, without taking it: 0 when none does, else its pid
  * (-1 when unknown). */
 long kd_daemon_data_dir_user(const char *dir);

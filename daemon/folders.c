@@ -14,7 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -253,9 +256,90 @@ static void in_use_message(const char *dir, long pid, char *err, size_t errlen)
              dir, who);
 }
 
-int kd_daemon_lock_data_dir(const char *dir, int *lock_fd, char *err, size_t errlen)
+/* The pid in dir's lock file, when it can be read and holds one; -1 otherwise. */
+static long lock_file_pid(const char *dir)
 {
-    *lock_fd = -1;
+    char *path = join(dir, LOCK_FILE);
+    int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    free(path);
+    long pid = fd >= 0 ? lock_owner_pid(fd) : -1;
+    if (fd >= 0)
+        close(fd);
+    return pid;
+}
+
+/* The process holding an flock() on the folder open as fd, from /proc/locks (which names it even
+ * after its kilnd.lock was removed); -1 when not found. */
+static long folder_lock_pid(int fd)
+{
+    struct stat st;
+    FILE *f = fstat(fd, &st) == 0 ? fopen("/proc/locks", "re") : NULL;
+    long found = -1;
+    char line[256];
+    while (f && found < 0 && fgets(line, sizeof line, f)) {
+        char kind[16];
+        long pid;
+        unsigned maj, min;
+        unsigned long ino;
+        if (sscanf(line, "%*d: %15s %*s %*s %ld %x:%x:%lu", kind, &pid, &maj, &min, &ino) == 5 &&
+            strcmp(kind, "FLOCK") == 0 && pid > 0 && maj == major(st.st_dev) && min == minor(st.st_dev) &&
+            ino == (unsigned long)st.st_ino)
+            found = pid;
+    }
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/*
+ * The lock on the folder itself. The lock file alone was lost to a user who removed kilnd.lock as
+ * a stale file: the next kilnd made a new one, locked that, and ran beside the first. A folder
+ * cannot be removed while it holds the data, and flock() takes a folder opened read-only, where
+ * fcntl's write locks need a file open for writing. 0 with *folder_fd set, -1 with err when
+ * another process holds it, 1 when the file system takes no flock (the file's lock still holds).
+ */
+static int lock_folder(const char *dir, int *folder_fd, char *err, size_t errlen)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return 1; /* made and checked a moment ago: what fails next says why */
+    /* asked a few times: kilnd --check-config holds a shared lock for a moment to ask */
+    for (int tries = 0; tries < 5; tries++) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            *folder_fd = fd;
+            return 0;
+        }
+        if (errno != EWOULDBLOCK) {
+            close(fd);
+            return 1;
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 20 * 1000 * 1000}, NULL);
+    }
+    long pid = folder_lock_pid(fd);
+    close(fd);
+    in_use_message(dir, pid > 0 ? pid : lock_file_pid(dir), err, errlen);
+    return -1;
+}
+
+/* 1 when another process holds the folder's lock, 0 when none does or it cannot be told. */
+static int folder_locked_elsewhere(const char *dir, long *pid)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    int held = 0;
+    if (flock(fd, LOCK_SH | LOCK_NB) == 0)
+        flock(fd, LOCK_UN);
+    else if (errno == EWOULDBLOCK)
+        held = 1;
+    *pid = held ? folder_lock_pid(fd) : 0;
+    close(fd);
+    return held;
+}
+
+/* The lock on dir's kilnd.lock, which names this process: as kd_daemon_lock_data_dir returns. */
+static int lock_file(const char *dir, int *lock_fd, char *err, size_t errlen)
+{
     char *path = join(dir, LOCK_FILE);
     if (!path) {
         snprintf(err, errlen, "out of memory");
@@ -315,8 +399,24 @@ int kd_daemon_lock_data_dir(const char *dir, int *lock_fd, char *err, size_t err
     return rc;
 }
 
-void kd_daemon_unlock_data_dir(int lock_fd)
+int kd_daemon_lock_data_dir(const char *dir, int *lock_fd, int *folder_fd, char *err, size_t errlen)
 {
+    *lock_fd = -1;
+    *folder_fd = -1;
+    if (lock_folder(dir, folder_fd, err, errlen) < 0)
+        return -1;
+    int rc = lock_file(dir, lock_fd, err, errlen);
+    if (rc < 0 && *folder_fd >= 0) {
+        close(*folder_fd);
+        *folder_fd = -1;
+    }
+    return rc;
+}
+
+void kd_daemon_unlock_data_dir(int lock_fd, int folder_fd)
+{
+    if (folder_fd >= 0)
+        close(folder_fd);
     if (lock_fd < 0)
         return;
     /* emptied first, so the file never names a process that has gone */
@@ -328,6 +428,9 @@ void kd_daemon_unlock_data_dir(int lock_fd)
 
 long kd_daemon_data_dir_user(const char *dir)
 {
+    long folder_pid = 0;
+    if (folder_locked_elsewhere(dir, &folder_pid))
+        return folder_pid > 0 ? folder_pid : -1;
     char *path = join(dir, LOCK_FILE);
     int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
     free(path);

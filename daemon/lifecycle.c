@@ -412,6 +412,7 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
     memset(d, 0, sizeof *d);
     d->notify.fd = -1;
     d->data_dir_lock = -1;
+    d->data_dir_folder = -1;
     d->cfg = *cfg;
     memset(cfg, 0, sizeof *cfg);
     d->started_ns = uv_hrtime();
@@ -479,7 +480,7 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
     }
     /* Before anything in the folder is touched (port file, job store): a second kilnd on one
      * data folder would requeue the first one's running jobs and train them alongside it. */
-    int locked = kd_daemon_lock_data_dir(d->cfg.data_dir, &d->data_dir_lock, err, sizeof err);
+    int locked = kd_daemon_lock_data_dir(d->cfg.data_dir, &d->data_dir_lock, &d->data_dir_folder, err, sizeof err);
     if (locked < 0) {
         kd_log_write(&d->log, KD_LOG_ERROR, "%s", err);
         return -1;
@@ -666,8 +667,9 @@ void kd_daemon_free(struct kd_daemon *d)
         free(d->port_file);
     }
     /* last of the data folder: a kilnd started next finds every file here closed */
-    kd_daemon_unlock_data_dir(d->data_dir_lock);
+    kd_daemon_unlock_data_dir(d->data_dir_lock, d->data_dir_folder);
     d->data_dir_lock = -1;
+    d->data_dir_folder = -1;
     if (d->api_ready)
         kd_api_free(&d->api);
     kd_metrics_free(d->metrics);

@@ -131,6 +131,12 @@ def test_one_kilnd_per_data_dir():
         check(read_or_none(os.path.join(data, "kilnd.port")) == port_before,
               "the first one's port file is left as it was")
         check(request(first.port, "GET", "/v2/health/ready")[0] == 200, "the first one still serves")
+        # a user who removes kilnd.lock as a stale file does not open the door to a second kilnd
+        os.unlink(os.path.join(data, "kilnd.lock"))
+        rc, err = refused("--data-dir", data)
+        check(rc == 1 and "data_dir %s is in use by another kilnd" % data in err,
+              "with kilnd.lock removed, a second kilnd is still refused: %r" % err[-400:])
+        check(request(first.port, "GET", "/v2/health/ready")[0] == 200, "and the first one still serves")
         r = run_check("--data-dir", data)
         check(r.returncode == 0 and "in use by a running kilnd (pid %d)" % first.proc.pid in r.stdout,
               "--check-config notes the running kilnd without refusing the configuration: %r %r"
