@@ -123,6 +123,8 @@ static int handle_shm(void *ctx, const struct kd_request *req, struct kd_buf *ou
 static int handle_jobs(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
     struct kd_api *api = ctx;
+    if (!api->jobs && api->jobs_unavailable[0])
+        return kd_resp_error(out, 507, api->jobs_unavailable, req->keep_alive, NULL);
     if (!api->jobs)
         return kd_resp_error(out, 503, "training jobs are not available", req->keep_alive, NULL);
     return kd_jobs_handle(api->jobs, req, out);

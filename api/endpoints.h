@@ -27,6 +27,9 @@ struct kd_api {
     struct kd_buf scratch;            /* /metrics is rendered here, reusing its capacity */
     struct kd_serving *serving;       /* borrowed; NULL until the model endpoints are up */
     struct kd_jobs *jobs;             /* borrowed; NULL until the job endpoints are up */
+    /* why jobs is still NULL after the start ("": it is not): a full disk kept the job store
+     * shut, and the job routes answer 507 with this */
+    char jobs_unavailable[640];
     struct kd_tensor_service *tensor; /* borrowed; NULL until /v1/tensor is up */
     struct kd_sched *sched;           /* borrowed; readiness also asks its devices' health */
     /* device allocators' figures and the idle trims of their pools, sampled from the

@@ -46,6 +46,7 @@ struct kd_daemon {
     uv_loop_t loop;
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t drain_timer;
+    uv_timer_t store_retry; /* the job store, tried again while a full disk keeps it shut */
     struct kd_metrics *metrics;
     struct kd_api api;
     struct kd_conn_limit conn_limit; /* limits.max_connections, for HTTP and gRPC together */

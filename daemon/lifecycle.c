@@ -87,8 +87,17 @@ static int write_port_file(struct kd_daemon *d, const char *name, int port, char
             rc = rename(tmp, *port_file);
     }
     if (rc != 0) {
-        kd_log_write(&d->log, KD_LOG_ERROR, "cannot write %s: %s", *port_file, strerror(errno));
+        int saved = errno;
+        /* A full disk must not stop a start that needs no room to serve: said, and the file of
+         * an earlier kilnd removed, so that no reader finds a port nobody listens on. */
+        bool no_room = saved == ENOSPC || saved == EDQUOT || saved == EFBIG;
+        kd_log_write(&d->log, no_room ? KD_LOG_WARN : KD_LOG_ERROR, "cannot write %s: %s%s", *port_file,
+                     strerror(saved), no_room ? "; kilnd starts without it (the port is in the next line)" : "");
         unlink(tmp);
+        if (no_room) {
+            unlink(*port_file);
+            rc = 0;
+        }
         free(*port_file);
         *port_file = NULL;
     }
@@ -117,6 +126,7 @@ static void close_daemon_handles(struct kd_daemon *d)
     close_handle((uv_handle_t *)&d->sig_int);
     close_handle((uv_handle_t *)&d->sig_hup);
     close_handle((uv_handle_t *)&d->drain_timer);
+    close_handle((uv_handle_t *)&d->store_retry);
     kd_notify_close(&d->notify, NULL);
 }
 
@@ -192,7 +202,10 @@ static int start_handles(struct kd_daemon *d)
     uv_signal_init(&d->loop, &d->sig_int);
     uv_signal_init(&d->loop, &d->sig_hup);
     uv_timer_init(&d->loop, &d->drain_timer);
-    d->sig_term.data = d->sig_int.data = d->sig_hup.data = d->drain_timer.data = d;
+    uv_timer_init(&d->loop, &d->store_retry);
+    /* never what keeps the loop running: a drain ends with the last connection */
+    uv_unref((uv_handle_t *)&d->store_retry);
+    d->sig_term.data = d->sig_int.data = d->sig_hup.data = d->drain_timer.data = d->store_retry.data = d;
     d->handles_ready = true;
     int rc = uv_signal_start(&d->sig_term, on_signal, SIGTERM);
     if (rc == 0)
@@ -406,6 +419,75 @@ static void log_libkiln_warning(void *ud, const char *message)
     kd_log_write(ud, KD_LOG_WARN, "%s", message);
 }
 
+/* How often a job store a full disk kept shut at start is tried again. */
+#define STORE_RETRY_MS 10000
+
+/*
+ * Opens the job store and starts training on it: 0, or the store's code (KD_JOBSTORE_FULL: the
+ * disk is full) or -1, with why in err. The job API answers from the moment it succeeds.
+ */
+static int open_training(struct kd_daemon *d, char *err, size_t errlen)
+{
+    size_t n = strlen(d->cfg.data_dir) + 16;
+    char *db = malloc(n);
+    if (!db)
+        return snprintf(err, errlen, "out of memory"), -1;
+    snprintf(db, n, "%s/kiln.db", d->cfg.data_dir);
+    char why[768];
+    int rc = kd_jobstore_open(&d->jobs, db, why, sizeof why);
+    free(db);
+    if (rc != 0) {
+        snprintf(err, errlen, "job store: %s", why);
+        return rc;
+    }
+    kd_log_write(&d->log, KD_LOG_DEBUG, "job store at schema version %d", kd_jobstore_schema_version(d->jobs));
+    char *models = kd_daemon_models_root(&d->cfg);
+    if (!models)
+        return snprintf(err, errlen, "out of memory"), -1;
+    struct kd_jobs_options jo = {
+        .loop = &d->loop,
+        .store = d->jobs,
+        .data_dir = d->cfg.data_dir,
+        .models_dir = models,
+        .data_roots = &d->cfg.data_roots,
+        .tokens = &d->cfg.api_tokens,
+        .serving = d->serving,
+        .sched = d->sched,
+        .retention_count = d->cfg.job_retention_count,
+        .retention_days = d->cfg.job_retention_days,
+        .log = kd_log_sink,
+        .log_ud = &d->log,
+    };
+    d->training = kd_jobs_new(&jo, err, errlen);
+    free(models);
+    if (!d->training)
+        return -1;
+    d->api.jobs = d->training;
+    d->api.jobs_unavailable[0] = '\0';
+    return 0;
+}
+
+/* The job store could not be opened for a full disk: tried again until it opens. */
+static void on_store_retry(uv_timer_t *t)
+{
+    struct kd_daemon *d = t->data;
+    if (d->state == KD_DAEMON_DRAINING) {
+        uv_timer_stop(t);
+        return;
+    }
+    char err[1024];
+    kd_jobstore_close(d->jobs);
+    d->jobs = NULL;
+    int rc = open_training(d, err, sizeof err);
+    if (rc == KD_JOBSTORE_FULL)
+        return;
+    uv_timer_stop(t);
+    if (rc == 0)
+        kd_log_write(&d->log, KD_LOG_INFO, "job store opened now that there is room: training jobs are accepted");
+    else
+        kd_log_write(&d->log, KD_LOG_ERROR, "%s; training jobs stay unavailable until kilnd restarts", err);
+}
+
 int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
 {
     char err[512];
@@ -540,44 +622,26 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
         return -1;
     }
 
-    size_t n = strlen(d->cfg.data_dir) + 16;
-    char *db = malloc(n);
-    if (!db)
-        return -1;
-    snprintf(db, n, "%s/kiln.db", d->cfg.data_dir);
-    int rc = kd_jobstore_open(&d->jobs, db, err, sizeof err);
-    free(db);
-    if (rc != 0) {
-        kd_log_write(&d->log, KD_LOG_ERROR, "job store: %s", err);
-        return -1;
-    }
-    kd_log_write(&d->log, KD_LOG_DEBUG, "job store at schema version %d", kd_jobstore_schema_version(d->jobs));
     if (start_serving(d) != 0)
         return -1;
-    char *models = kd_daemon_models_root(&d->cfg);
-    if (!models)
-        return -1;
-    struct kd_jobs_options jo = {
-        .loop = &d->loop,
-        .store = d->jobs,
-        .data_dir = d->cfg.data_dir,
-        .models_dir = models,
-        .data_roots = &d->cfg.data_roots,
-        .tokens = &d->cfg.api_tokens,
-        .serving = d->serving,
-        .sched = d->sched,
-        .retention_count = d->cfg.job_retention_count,
-        .retention_days = d->cfg.job_retention_days,
-        .log = kd_log_sink,
-        .log_ud = &d->log,
-    };
-    d->training = kd_jobs_new(&jo, err, sizeof err);
-    free(models);
-    if (!d->training) {
+    /* after serving, which a job's new model version is handed to */
+    int store = open_training(d, err, sizeof err);
+    if (store == KD_JOBSTORE_FULL) {
+        /* Serving needs no room on the disk: it goes on, and training comes once there is room. */
+        kd_log_write(&d->log, KD_LOG_WARN,
+                     "%s. kilnd serves its models without it; training jobs are answered 507 until "
+                     "space is freed (tried again every %d s)",
+                     err, STORE_RETRY_MS / 1000);
+        snprintf(
+            d->api.jobs_unavailable, sizeof d->api.jobs_unavailable,
+            "training jobs are unavailable: kilnd could not open its job store at start (%.400s); it tries again "
+            "every %d s, and takes jobs once space is freed",
+            err, STORE_RETRY_MS / 1000);
+        uv_timer_start(&d->store_retry, on_store_retry, STORE_RETRY_MS, STORE_RETRY_MS);
+    } else if (store != 0) {
         kd_log_write(&d->log, KD_LOG_ERROR, "%s", err);
         return -1;
     }
-    d->api.jobs = d->training;
     struct kd_tensor_service_options to = {
         .sched = d->sched,
         .metrics = d->metrics,

@@ -96,6 +96,49 @@ def main():
         H.check(st == 200 and [(x["id"], x["state"]) for x in r["jobs"]] == [(second, "cancelled"),
                                                                               (third, "succeeded")],
                 "after a restart every acknowledged job is there, the purged one gone: %s" % r)
+        H.check(d.stop() == 0, "it stops cleanly")
+        d = None
+
+        # a start on the full disk: serving goes on, jobs are a 507 until there is room, and then
+        # come without a restart (the log is kept off the full disk to read the port from it)
+        filler = fill(mnt)
+        log = os.path.join(H.TMP, "start-full.log")
+        proc = subprocess.Popen([KILND, "--port", "0", "--data-dir", os.path.join(mnt, "data"),
+                                 "--data-roots", H.DATA], stdout=subprocess.DEVNULL, stderr=open(log, "wb"),
+                                env=H.ENV)
+        try:
+            port = None
+            deadline = time.time() + 30
+            while port is None and proc.poll() is None and time.time() < deadline:
+                for line in open(log).read().splitlines():
+                    if " listening on " in line and " port=" in line:
+                        port = int(line.split(" port=")[1].split()[0])
+                time.sleep(0.05)
+            H.check(port is not None, "kilnd starts on the full disk: %s" % open(log).read()[-600:])
+            if port is not None:
+                d = H.Attached(proc, port, log)
+                st, _ = d.req("GET", "/v2/health/ready")
+                H.check(st == 200, "and is ready (%d)" % st)
+                st, r = d.req("GET", "/v1/jobs")
+                H.check(st == 507 and "could not open its job store" in r.get("error", "")
+                        and FULL_TEXT in r["error"], "the job routes say why they are unavailable: %d %s" % (st, r))
+                text = open(log).read()
+                H.check("kilnd serves its models without it" in text and "kilnd starts without it" in text,
+                        "the log says what the full disk stopped, and that the start goes on")
+                os.unlink(filler)
+                deadline = time.time() + 30
+                while time.time() < deadline and d.req("GET", "/v1/jobs")[0] != 200:
+                    time.sleep(0.2)
+                st, r = d.req("GET", "/v1/jobs")
+                H.check(st == 200 and [x["id"] for x in r["jobs"]] == [second, third],
+                        "once space is freed, the job store opens with its jobs, without a restart: %d %s" % (st, r))
+                st, j = d.req("POST", "/v1/jobs", H.spec("after-full-start", epochs=1))
+                H.check(st == 201 and d.wait_state(j["id"], FINAL)["state"] == "succeeded",
+                        "and a job submitted then runs: %d %s" % (st, j))
+                d = None
+        finally:
+            proc.terminate()
+            H.check(proc.wait(timeout=60) == 0, "that kilnd stops cleanly")
     finally:
         if d:
             d.stop()

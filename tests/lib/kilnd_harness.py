@@ -162,3 +162,13 @@ class Daemon:
                 self.proc.wait()
                 return None
         return self.proc.returncode
+
+
+class Attached(Daemon):
+    """Requests to a kilnd a test started itself (proc), on port, logging to log: for starts the
+    harness's own cannot wait for, such as one whose port file cannot be written."""
+
+    def __init__(self, proc, port, log):
+        self.proc, self.port, self.log = proc, port, log
+        self.data = None
+        self.url = "http://127.0.0.1:%d" % port
