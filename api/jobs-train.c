@@ -378,12 +378,25 @@ static int run_job(struct kd_jobs *j, int64_t id)
         find_resume(&spec, ckpt, from, &resume, &resume_step, &resume_epoch, lost, sizeof lost);
     if (restarted && !written && !lost[0])
         prune_history(j, id, resume_step, resume_epoch);
+    /* A version number the registry gave once is never given again, though a user deleted its
+     * folder: a client that knew "version 3" must not get other weights under it. */
+    int64_t floor = 0;
+    if (spec.register_as && spec.register_as[0]) {
+        char ferr[256];
+        kd_jobs_store_lock(j);
+        int frc = kd_jobstore_model_highest_version(j->o.store, spec.register_as, &floor, ferr, sizeof ferr);
+        kd_jobs_store_unlock(j);
+        if (frc != 0)
+            kd_jobs_log(j, KD_LOG_WARN, "job %lld: %s; its version follows the repository's folders only",
+                        (long long)id, ferr);
+    }
     struct job_run jr = {j, id, 0, {0}, 0, false};
     struct kd_trainer_run run = {
         .spec = &spec,
         .checkpoint_dir = ckpt,
         .resume_dir = resume,
         .models_root = models,
+        .version_floor = floor,
         .scratch_dir = scratch,
         .source = source,
         .cancel = &j->cancel,

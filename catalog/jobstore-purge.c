@@ -203,3 +203,21 @@ int kd_jobstore_jobs_reserve_through(struct kd_jobstore *js, int64_t id, char *e
     }
     return finish(js, rc, "jobs reserve", err, errlen);
 }
+
+int kd_jobstore_model_highest_version(struct kd_jobstore *js, const char *name, int64_t *version, char *err,
+                                      size_t errlen)
+{
+    if (!js || !name || !version)
+        return seterr(err, errlen, "model highest version: invalid arguments");
+    sqlite3_stmt *st;
+    int rc = prepare(js, "SELECT coalesce(max(version), 0) FROM model_registry WHERE name = ?1",
+                     "model highest version", &st, err, errlen);
+    if (rc != 0)
+        return rc;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    int s = sqlite3_step(st);
+    *version = s == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    rc = s == SQLITE_ROW ? 0 : fail(js->db, "model highest version", err, errlen);
+    sqlite3_finalize(st);
+    return rc;
+}

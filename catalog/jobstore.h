@@ -166,6 +166,11 @@ int kd_jobstore_checkpoint_add(struct kd_jobstore *js, int64_t job_id, const cha
 int kd_jobstore_model_register(struct kd_jobstore *js, const char *name, int64_t version, int64_t source_job,
                                const char *metrics, char *err, size_t errlen);
 
+/* The highest version of name the registry ever recorded, into *version (0: none). Rows outlive
+ * their folders, so a version a user deleted from the repository is still counted. */
+int kd_jobstore_model_highest_version(struct kd_jobstore *js, const char *name, int64_t *version, char *err,
+                                      size_t errlen);
+
 /* ---- removing ended jobs (jobstore-purge.c) ---- */
 
 /* kd_jobstore_job_purge's refusals, besides KD_JOBSTORE_NOT_FOUND and the failures. */

@@ -518,8 +518,25 @@ static int copy_files(const char *src, const char *dst)
     return rc;
 }
 
+static int add_version(kd_repository *repo, const char *name, const char *src_dir, int64_t version, int64_t floor,
+                       int64_t *out_version);
+
 int kd_repository_add_version(kd_repository *repo, const char *name, const char *src_dir, int64_t version,
                               int64_t *out_version)
+{
+    return add_version(repo, name, src_dir, version, 0, out_version);
+}
+
+int kd_repository_add_version_above(kd_repository *repo, const char *name, const char *src_dir, int64_t floor,
+                                    int64_t *out_version)
+{
+    if (floor < 0)
+        return kiln__error_set("add version: invalid version floor %" PRId64, floor), KILN_EINVAL;
+    return add_version(repo, name, src_dir, 0, floor, out_version);
+}
+
+static int add_version(kd_repository *repo, const char *name, const char *src_dir, int64_t version, int64_t floor,
+                       int64_t *out_version)
 {
     if (!repo || !src_dir || !kd_repository_name_valid(name) || version < 0)
         return kiln__error_set("add version: invalid model name '%s' or version", name ? name : "(null)"),
@@ -530,7 +547,8 @@ int kd_repository_add_version(kd_repository *repo, const char *name, const char 
     /* 0777 and kiln__mkdir_unique below: the umask alone decides what group and others get, so a
      * kilnd run later as another uid of the same group (0002 in the image) can serve and replace
      * the versions; mkdtemp's fixed 0700 would lock them to this uid. */
-    if (mkdir(mdir, 0777) == 0)
+    bool made = mkdir(mdir, 0777) == 0;
+    if (made)
         (void)kiln__fsync_dir(repo->root);
     const char *cwhy;
     char *real = confined(repo, mdir, &cwhy);
@@ -538,6 +556,7 @@ int kd_repository_add_version(kd_repository *repo, const char *name, const char 
     if (!real)
         return kiln__error_set("add version: model folder of '%s' %s", name, cwhy), KILN_EINVAL;
     if (version == 0) {
+        version = floor;
         DIR *d = opendir(real);
         struct dirent *de;
         while (d && (de = readdir(d)) != NULL) {
@@ -588,6 +607,10 @@ int kd_repository_add_version(kd_repository *repo, const char *name, const char 
         rc = kiln__fsync_dir(real);
     if (rc != 0 && tmp)
         (void)kiln__remove_tree(tmp);
+    /* a model folder made for a version that failed goes with it: left empty, a scan would list a
+     * model with no version */
+    if (rc != 0 && made)
+        (void)rmdir(real);
     if (rc == 0 && out_version)
         *out_version = version;
     free(tmp);

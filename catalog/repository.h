@@ -129,6 +129,13 @@ bool kd_repository_name_valid(const char *name);
  */
 int kd_repository_add_version(kd_repository *repo, const char *name, const char *src_dir, int64_t version,
                               int64_t *out_version);
+/**
+ * kd_repository_add_version with version 0, the new version also above floor: a caller that knows
+ * of versions whose folders are gone (a registry) passes the highest, so that a number once given
+ * to a model is never given to another.
+ */
+int kd_repository_add_version_above(kd_repository *repo, const char *name, const char *src_dir, int64_t floor,
+                                    int64_t *out_version);
 /** Remove one version (renamed out of sight first, then deleted). 0 or negative. */
 int kd_repository_remove_version(kd_repository *repo, const char *name, int64_t version);
 

@@ -179,7 +179,9 @@ int kd_trainer_register(const struct kd_trainer_run *run, kiln_module *model, co
     int64_t version = 0;
     if (rc == 0) {
         kd_repository *repo = kd_repository_open(run->models_root);
-        rc = repo ? kd_repository_add_version(repo, s->register_as, run->scratch_dir, 0, &version) : -1;
+        rc = repo ? kd_repository_add_version_above(repo, s->register_as, run->scratch_dir, run->version_floor,
+                                                    &version)
+                  : -1;
         if (rc != 0)
             snprintf(res->error, sizeof res->error, "adding the model to the repository: %s", kiln_error());
         kd_repository_close(repo);

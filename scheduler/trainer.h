@@ -119,6 +119,7 @@ struct kd_trainer_run {
     const char *checkpoint_dir;       /* this job's checkpoints (created) */
     const char *resume_dir;           /* resume from its newest good checkpoint, or NULL */
     const char *models_root;          /* the repository */
+    int64_t version_floor;            /* the new version is above it (a registry's highest) */
     const char *scratch_dir;          /* where the model version is staged */
     const char *source;               /* what runs it (e.g. "kilnd job 7 ..."), written into the
                                        * version's source.json with the final metrics, so a

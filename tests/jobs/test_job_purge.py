@@ -12,6 +12,7 @@ is what the retention rule reads, and a test cannot wait days.
 Usage: test_job_purge.py KILND KILN_CLI
 """
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -296,6 +297,24 @@ def test_store_emptied():
     d.stop()
 
 
+def test_version_not_reused():
+    """A version folder a user deletes from the repository keeps its number: the next job's model
+    takes the number after it, since clients may know the old one."""
+    d = start("version-reuse")
+    run_to_end(d, "reuse")
+    run_to_end(d, "reuse")
+    folder = os.path.join(d.data, "models", "reuse")
+    check(sorted(os.listdir(folder)) == ["1", "2", "config.json"] or sorted(os.listdir(folder)) == ["1", "2"],
+          "two versions: %s" % os.listdir(folder))
+    shutil.rmtree(os.path.join(folder, "2"))
+    jid = run_to_end(d, "reuse")
+    st, job = d.req("GET", "/v1/jobs/%d" % jid)
+    got = (job.get("model") or {}).get("version") if st == 200 else None
+    check(got == 3 and os.path.isdir(os.path.join(folder, "3")) and not os.path.exists(os.path.join(folder, "2")),
+          "the next version is 3, not the deleted 2 again: %s %s" % (got, sorted(os.listdir(folder))))
+    d.stop()
+
+
 def test_retention_count():
     d = start("retention-count")
     ids = [run_to_end(d, "keep_count") for _ in range(3)]
@@ -419,6 +438,7 @@ try:
     test_unsaved()
     test_orphans()
     test_store_emptied()
+    test_version_not_reused()
     test_retention_count()
     test_retention_days()
     test_cli()

@@ -218,13 +218,25 @@ static void test_add_and_remove(void **state)
     assert_int_not_equal(kd_repository_add_version(repo, "net", src, 0, NULL), 0);
     assert_non_null(strstr(kiln_error(), "config.json"));
     const kd_model_info *m = kd_repository_find(repo, "net");
-    assert_true(m == NULL || m->nversions == 0);
+    assert_null(m);
+    /* nor the model folder made for it: an empty one would be listed as a model with no version */
+    snprintf(p, sizeof p, "%s/net", root);
+    struct stat sb;
+    assert_int_equal(lstat(p, &sb), -1);
+    snprintf(p, sizeof p, "%s/config.json", src);
     write_text(p, config_text(NULL));
     int64_t v;
     assert_int_equal(kd_repository_add_version(repo, "net", src, 0, &v), 0);
     assert_int_equal(v, 1);
     assert_int_equal(kd_repository_add_version(repo, "net", src, 0, &v), 0);
     assert_int_equal(v, 2);
+    /* above a floor a registry knows (versions whose folders are gone), never below the folders */
+    assert_int_equal(kd_repository_add_version_above(repo, "other", src, 6, &v), 0);
+    assert_int_equal(v, 7);
+    assert_int_equal(kd_repository_add_version_above(repo, "other", src, 3, &v), 0);
+    assert_int_equal(v, 8);
+    assert_int_equal(kd_repository_remove_version(repo, "other", 7), 0);
+    assert_int_equal(kd_repository_remove_version(repo, "other", 8), 0);
     assert_int_not_equal(kd_repository_add_version(repo, "net", src, 2, NULL), 0); /* exists */
     m = kd_repository_find(repo, "net");
     assert_true(m->valid);
