@@ -89,7 +89,11 @@ static int store_job(struct kd_jobs *j, const char *body, int64_t resumes, struc
     }
     kd_jobs_emit_state(j, id, KD_JOB_QUEUED, NULL, NULL, NULL);
     /* said before the training thread is woken, or its "starts" (or "failed") came first */
-    kd_jobs_log(j, KD_LOG_INFO, "job %lld queued", (long long)id);
+    if (resumes > 0)
+        kd_jobs_log(j, KD_LOG_INFO, "job %lld queued, to resume from job %lld's checkpoints", (long long)id,
+                    (long long)resumes);
+    else
+        kd_jobs_log(j, KD_LOG_INFO, "job %lld queued", (long long)id);
     pthread_mutex_lock(&j->mu);
     j->queued_seq++;
     pthread_cond_signal(&j->cv);

@@ -231,8 +231,8 @@ static int cmd_jobs(const struct kiln_client *cl, int argc, char **argv)
             return 2;
         }
     }
-    /* Every page, oldest first, following next_after: the newest jobs are the last page's */
-    printf("%-6s %-10s %-27s  %s\n", "ID", "STATE", "PROGRESS", "MODEL");
+    /* Every page, oldest first, following next_after: the newest jobs are the last page's. The
+     * header comes with the first answer, so a kilnd that cannot be reached prints only why. */
     long long shown = 0;
     char after[32] = "";
     for (;;) {
@@ -243,6 +243,8 @@ static int cmd_jobs(const struct kiln_client *cl, int argc, char **argv)
         int rc = simple(cl, "GET", path, "jobs", &j);
         if (rc)
             return rc;
+        if (!after[0])
+            printf("%-6s %-10s %-27s  %s\n", "ID", "STATE", "PROGRESS", "MODEL");
         const cJSON *jobs = cJSON_GetObjectItemCaseSensitive(j, "jobs"), *it;
         cJSON_ArrayForEach(it, jobs)
         {

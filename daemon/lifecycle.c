@@ -675,7 +675,9 @@ int kd_daemon_init(struct kd_daemon *d, struct kd_config *cfg)
 int kd_daemon_run(struct kd_daemon *d)
 {
     uv_run(&d->loop, UV_RUN_DEFAULT);
-    set_state(d, KD_DAEMON_STOPPED);
+    /* said by kd_daemon_free once the training step and queued inference are over and the data
+     * folder is let go: whoever waits for the line may then start the next kilnd */
+    d->state = KD_DAEMON_STOPPED;
     d->exit_code = 0;
     return d->exit_code;
 }
@@ -734,6 +736,8 @@ void kd_daemon_free(struct kd_daemon *d)
     kd_daemon_unlock_data_dir(d->data_dir_lock, d->data_dir_folder);
     d->data_dir_lock = -1;
     d->data_dir_folder = -1;
+    if (d->state == KD_DAEMON_STOPPED)
+        kd_log_write(&d->log, KD_LOG_INFO, "state stopped");
     if (d->api_ready)
         kd_api_free(&d->api);
     kd_metrics_free(d->metrics);

@@ -398,7 +398,8 @@ def test_cli(d):
     p = subprocess.run([CLI, "job", "424242"], capture_output=True, text=True, env=env)
     check(p.returncode == 1 and "no job 424242" in p.stderr, "kiln job on a missing job says so")
     p = subprocess.run([CLI, "jobs"], capture_output=True, text=True, env=dict(ENV, KILN_URL="http://127.0.0.1:1"))
-    check(p.returncode == 2 and "cannot reach kilnd" in p.stderr, "an unreachable daemon is a clear error")
+    check(p.returncode == 2 and "cannot reach kilnd" in p.stderr and p.stdout == "",
+          "an unreachable daemon is a clear error, with no table header before it: %r" % p.stdout)
 
 
 def main():
