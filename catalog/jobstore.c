@@ -227,6 +227,14 @@ int kd_jobstore_open(struct kd_jobstore **out, const char *path, char *err, size
     if (!js)
         return seterr(err, errlen, "out of memory");
     bool damaged = false; /* found by the check, which leaves no damage code behind */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        /* SQLite's words for it are "unable to open database file" */
+        free(js);
+        return seterr(err, errlen,
+                      "%s is %s, not kilnd's job store file: move it away, and kilnd makes a new job store there",
+                      path, S_ISDIR(sb.st_mode) ? "a folder" : "no regular file");
+    }
     int rc = create_group_writable(path, err, errlen);
     if (rc != 0)
         goto error;
@@ -271,8 +279,13 @@ error:
 int kd_jobstore_check(const char *path, char *err, size_t errlen)
 {
     struct stat sb;
-    if (stat(path, &sb) != 0 && errno == ENOENT)
+    int stat_rc = stat(path, &sb);
+    if (stat_rc != 0 && errno == ENOENT)
         return 0; /* a start makes it */
+    if (stat_rc == 0 && !S_ISREG(sb.st_mode))
+        return seterr(err, errlen,
+                      "%s is %s, not kilnd's job store file: move it away, and kilnd makes a new job store there",
+                      path, S_ISDIR(sb.st_mode) ? "a folder" : "no regular file");
     /* read-only: a check writes nothing, and may run beside the kilnd that holds the file */
     sqlite3 *db = NULL;
     bool damaged = false;
@@ -285,7 +298,7 @@ int kd_jobstore_check(const char *path, char *err, size_t errlen)
         sqlite3_busy_timeout(db, 5000);
         rc = check_intact(db, &damaged, err, errlen);
     }
-    if (rc == 0 && sb.st_size > 0 && (rc = read_version(db, &version, err, errlen)) == 0 &&
+    if (rc == 0 && (stat_rc != 0 || sb.st_size > 0) && (rc = read_version(db, &version, err, errlen)) == 0 &&
         version > kd_jobstore_latest_version())
         rc = seterr(err, errlen, "%s: schema version %d is newer than this build supports (%d)", path, version,
                     kd_jobstore_latest_version());

@@ -96,6 +96,9 @@ int kd_daemon_check_model_folders(const struct kd_config *cfg, char *err, size_t
 /* The folder kilnd serves: model_repository, or <data_dir>/models when it is empty. NULL when out
  * of memory; the caller frees it. */
 char *kd_daemon_models_root(const struct kd_config *cfg);
+/* When path is a symbolic link whose target does not exist, says so into out ("a symbolic link
+ * to T, which does not exist") and returns its length; 0 (out "") otherwise. */
+size_t kd_daemon_dangling_link(const char *path, char *out, size_t len);
 /* Creates the data folder (and its parents) when missing and checks that it takes new files.
  * check_only: removes again the folders it created. */
 int kd_daemon_make_data_dir(const char *dir, bool check_only, char *err, size_t errlen);

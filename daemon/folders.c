@@ -83,6 +83,11 @@ static int check_folder(const char *key, const char *path, bool may_be_missing, 
         int saved = errno;
         if ((saved == ENOENT || saved == ENOTDIR) && may_be_missing)
             return 0;
+        char dangling[600];
+        if (saved == ENOENT && kd_daemon_dangling_link(path, dangling, sizeof dangling)) {
+            snprintf(err, errlen, "%s %s is %s%s", key, path, dangling, missing_hint);
+            return -1;
+        }
         if (saved == ENOENT || saved == ENOTDIR) {
             snprintf(err, errlen, "%s %s does not exist%s", key, path, missing_hint);
             return -1;
@@ -149,6 +154,19 @@ static int make_folder(const char *path, char *err, size_t errlen)
 /* The data folder must take new files before kilnd binds: a folder mounted read-only or owned by
  * another user would otherwise fail later, after "listening", with a bare EACCES. The probe is a
  * real create and unlink, so read-only mounts, ACLs and SELinux labels count, not only mode bits. */
+size_t kd_daemon_dangling_link(const char *path, char *out, size_t len)
+{
+    struct stat st;
+    char target[512];
+    ssize_t n;
+    out[0] = '\0';
+    if (lstat(path, &st) != 0 || !S_ISLNK(st.st_mode) || stat(path, &st) == 0 || errno != ENOENT ||
+        (n = readlink(path, target, sizeof target - 1)) < 0)
+        return 0;
+    target[n] = '\0';
+    return (size_t)snprintf(out, len, "a symbolic link to %s, which does not exist", target);
+}
+
 static int check_writable(const char *dir, char *err, size_t errlen)
 {
     size_t n = strlen(dir) + 48;
@@ -167,6 +185,14 @@ static int check_writable(const char *dir, char *err, size_t errlen)
     free(probe);
     if (fd >= 0)
         return 0;
+    if (saved == EROFS) {
+        /* no owner or mode mends this one */
+        snprintf(err, errlen,
+                 "data_dir %s is on a read-only file system: mount it read-write, or choose another "
+                 "data_dir",
+                 dir);
+        return -1;
+    }
     char who[160];
     describe_user(who, sizeof who);
     snprintf(err, errlen,
@@ -201,7 +227,12 @@ int kd_daemon_make_data_dir(const char *dir, bool check_only, char *err, size_t 
     }
     struct stat st;
     if (rc == 0 && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
-        snprintf(err, errlen, "data_dir: %s is not a folder", dir);
+        char dangling[600];
+        if (kd_daemon_dangling_link(dir, dangling, sizeof dangling))
+            snprintf(err, errlen, "data_dir: %s is %s: create that folder, or point the link at one", dir,
+                     dangling);
+        else
+            snprintf(err, errlen, "data_dir: %s is not a folder", dir);
         rc = -1;
     }
     if (rc == 0)

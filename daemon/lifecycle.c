@@ -319,6 +319,15 @@ static int start_serving(struct kd_daemon *d)
         free(root);
         return -1;
     }
+    char dangling[600];
+    if (kd_daemon_dangling_link(root, dangling, sizeof dangling)) {
+        kd_log_write(&d->log, KD_LOG_ERROR,
+                     "model repository %s is %s: create that folder, or remove the link and "
+                     "kilnd makes the folder",
+                     root, dangling);
+        free(root);
+        return -1;
+    }
     if (access(root, W_OK) != 0)
         kd_log_write(&d->log, KD_LOG_INFO,
                      "model repository %s is read-only here: serving only, jobs "

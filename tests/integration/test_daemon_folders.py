@@ -421,10 +421,47 @@ def test_device_that_cannot_open():
               and not os.path.exists(os.path.join(data, "kilnd.grpc_port")), "no port file is left behind")
 
 
+def test_messages_name_the_cause():
+    """What a start meets in its folders is named as it is: a dangling symbolic link, a folder where
+    kiln.db belongs, a read-only file system (no chown can mend that one)."""
+    base = os.path.join(TMP, "causes")
+    os.makedirs(base)
+    link = os.path.join(base, "data-link")
+    os.symlink(os.path.join(base, "moved-away"), link)
+    rc, err = refused("--data-dir", link)
+    check(rc == 1 and "data_dir: %s is a symbolic link to %s, which does not exist" % (link, os.path.join(base, "moved-away"))
+          in err, "a data_dir that is a dangling link is said so: %r" % err[-300:])
+    data = os.path.join(base, "models-link")
+    os.makedirs(data)
+    os.symlink(os.path.join(base, "no-models"), os.path.join(data, "models"))
+    rc, err = refused("--data-dir", data)
+    check(rc == 1 and "models is a symbolic link to %s, which does not exist" % os.path.join(base, "no-models") in err
+          and "read-only" not in err, "so is a models folder that is one, not called read-only: %r" % err[-400:])
+    data = os.path.join(base, "db-folder")
+    os.makedirs(os.path.join(data, "kiln.db"))
+    rc, err = refused("--data-dir", data)
+    want = "%s is a folder, not kilnd's job store file: move it away" % os.path.join(data, "kiln.db")
+    check(rc == 1 and want in err, "a folder named kiln.db is said so: %r" % err[-300:])
+    r = run_check("--data-dir", data)
+    check(r.returncode == 1 and want in r.stderr, "by --check-config too: %r" % r.stderr[-300:])
+    ro = os.path.join(base, "read-only")
+    os.makedirs(ro)
+    if os.geteuid() != 0 or subprocess.call(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", ro]) != 0:
+        print("skip: a read-only file system needs root to mount")
+        return
+    try:
+        rc, err = refused("--data-dir", ro)
+        check(rc == 1 and "data_dir %s is on a read-only file system: mount it read-write" % ro in err
+              and "chown" not in err, "a read-only file system is said so, without chown advice: %r" % err[-300:])
+    finally:
+        subprocess.call(["umount", ro])
+
+
 def main():
     tests = (test_one_kilnd_per_data_dir, test_damaged_job_store, test_model_repository, test_unreadable_model_folder,
              test_modes_follow_umask, test_example_models_missing, test_check_config_matches_start, test_tokens_and_repeated_keys,
-             test_port_logged_at_any_level, test_device_secret_not_shown, test_device_that_cannot_open)
+             test_port_logged_at_any_level, test_device_secret_not_shown, test_device_that_cannot_open,
+             test_messages_name_the_cause)
     try:
         for t in tests:
             try:
