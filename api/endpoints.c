@@ -65,14 +65,19 @@ static void sample_device_memory(void *ctx, const char *spec, kiln_device *dev)
     kiln_device_memory m;
     if (kiln_device_memory_get(dev, &m) != 0)
         return;
-    static const char *const states[] = {"in_use", "cached", "reserved", "peak_in_use"};
-    const uint64_t values[] = {m.in_use_bytes, m.cached_bytes, m.reserved_bytes, m.peak_in_use_bytes};
+    /* the states are parts of one whole (what is reserved from the device), so that a sum by
+     * device means something; the peak is a figure of its own */
+    static const char *const states[] = {"in_use", "cached"};
+    const uint64_t values[] = {m.in_use_bytes, m.cached_bytes};
     for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
         struct kd_metric_series *s = kd_metrics_series(api->device_memory,
                                                        (const char *const[]){spec, states[i], NULL});
         if (s)
             kd_metric_set(s, (double)values[i]);
     }
+    struct kd_metric_series *peak = kd_metrics_series(api->device_memory_peak, (const char *const[]){spec, NULL});
+    if (peak)
+        kd_metric_set(peak, (double)m.peak_in_use_bytes);
     struct kd_metric_series *a = kd_metrics_series(api->device_allocs, (const char *const[]){spec, NULL});
     struct kd_metric_series *r = kd_metrics_series(api->device_reuses, (const char *const[]){spec, NULL});
     if (a)
@@ -84,8 +89,8 @@ static void sample_device_memory(void *ctx, const char *spec, kiln_device *dev)
 static int handle_metrics(void *ctx, const struct kd_request *req, struct kd_buf *out)
 {
     struct kd_api *api = ctx;
-    if (api->sched && api->device_memory && api->device_allocs && api->device_reuses && api->pool_trims &&
-        api->pool_released)
+    if (api->sched && api->device_memory && api->device_memory_peak && api->device_allocs && api->device_reuses &&
+        api->pool_trims && api->pool_released)
         kd_sched_each_device(api->sched, sample_device_memory, api);
     if (api->serving)
         kd_serving_sample_gauges(api->serving);
@@ -307,10 +312,13 @@ int kd_api_init(struct kd_api *api, struct kd_metrics *metrics, const char *cons
     if (rc == 0 && metrics) {
         api->device_memory = kd_metrics_family(
             metrics, "kiln_device_memory_bytes",
-            "Device memory of a device's allocator: in_use by live tensors, cached for reuse, reserved from the "
-            "device (in use + cached), peak_in_use since start. Only devices that keep figures (GPUs, and cpu's "
-            "buffer pool).",
+            "Device memory a device's allocator holds, in_use by live tensors or cached for reuse; their sum "
+            "is what is reserved from the device. Only devices that keep figures (GPUs, and cpu's buffer pool).",
             KD_METRIC_GAUGE, (const char *const[]){"device", "state", NULL}, NULL, 0);
+        api->device_memory_peak = kd_metrics_family(
+            metrics, "kiln_device_memory_peak_bytes",
+            "The most device memory live tensors held at once since start.", KD_METRIC_GAUGE,
+            (const char *const[]){"device", NULL}, NULL, 0);
         api->device_allocs = kd_metrics_family(metrics, "kiln_device_memory_allocations_total",
                                                "Allocations that reached the device driver, or the system on cpu "
                                                "(not served from the allocator's cache).",

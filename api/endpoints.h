@@ -34,7 +34,7 @@ struct kd_api {
     struct kd_sched *sched;           /* borrowed; readiness also asks its devices' health */
     /* device allocators' figures and the idle trims of their pools, sampled from the
      * scheduler's devices at each /metrics */
-    struct kd_metric_family *device_memory, *device_allocs, *device_reuses;
+    struct kd_metric_family *device_memory, *device_memory_peak, *device_allocs, *device_reuses;
     struct kd_metric_family *pool_trims, *pool_released;
 };
 

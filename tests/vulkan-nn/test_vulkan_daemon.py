@@ -124,14 +124,19 @@ def test_metrics(d):
             key, _, v = line.rpartition(" ")
             values[key] = float(v)
     in_use = values.get('kiln_device_memory_bytes{device="%s",state="in_use"}' % DEVICE, 0)
-    reserved = values.get('kiln_device_memory_bytes{device="%s",state="reserved"}' % DEVICE, 0)
+    cached = values.get('kiln_device_memory_bytes{device="%s",state="cached"}' % DEVICE, -1)
+    peak = values.get('kiln_device_memory_peak_bytes{device="%s"}' % DEVICE, 0)
     allocs = values.get('kiln_device_memory_allocations_total{device="%s"}' % DEVICE, 0)
-    check(st == 200 and in_use > 0 and reserved >= in_use and allocs >= 1,
-          "/metrics: vulkan:0 memory in use %d of %d reserved, %d driver allocations" % (in_use, reserved, allocs))
+    check(st == 200 and in_use > 0 and cached >= 0 and peak >= in_use and allocs >= 1,
+          "/metrics: vulkan:0 memory in use %d, %d cached, peak %d, %d driver allocations"
+          % (in_use, cached, peak, allocs))
+    states = sorted(k.split('state="')[1].split('"')[0] for k in values
+                    if k.startswith('kiln_device_memory_bytes{device="%s"' % DEVICE))
+    check(states == ["cached", "in_use"], "its states are the parts of what it reserved, summing to it: %s" % states)
     cpu_in_use = values.get('kiln_device_memory_bytes{device="cpu",state="in_use"}', -1)
-    cpu_reserved = values.get('kiln_device_memory_bytes{device="cpu",state="reserved"}', -1)
-    check(cpu_in_use >= 0 and cpu_reserved >= cpu_in_use,
-          "/metrics: cpu's figures, memory in use %d of %d reserved" % (cpu_in_use, cpu_reserved))
+    cpu_peak = values.get('kiln_device_memory_peak_bytes{device="cpu"}', -1)
+    check(cpu_in_use >= 0 and cpu_peak >= cpu_in_use,
+          "/metrics: cpu's figures, memory in use %d, peak %d" % (cpu_in_use, cpu_peak))
 
 
 def write_csv(path, n, seed):
