@@ -94,6 +94,7 @@ static int handle_metrics(void *ctx, const struct kd_request *req, struct kd_buf
         kd_sched_each_device(api->sched, sample_device_memory, api);
     if (api->serving)
         kd_serving_sample_gauges(api->serving);
+    kd_jobs_sample_gauges(api->jobs);
     api->scratch.len = 0;
     if (kd_metrics_render(api->metrics, &api->scratch) != 0)
         return kd_resp_error(out, 500, "out of memory rendering metrics", req->keep_alive, NULL);

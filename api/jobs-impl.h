@@ -86,6 +86,7 @@ struct kd_jobs {
     const char **roots;
     size_t nroots;
     struct kd_auth *auth; /* the bearer-token rules (auth.h) */
+    struct kd_metric_series *by_state[5]; /* kiln_training_jobs{state}, in kd_job_counts' order; NULL: none */
     /* loop thread */
     uv_async_t async;
     uv_timer_t ping;

@@ -37,6 +37,7 @@
 #include <cjson/cJSON.h>
 
 #include "jobs-impl.h"
+#include "metrics.h"
 
 /* ---- life cycle ---------------------------------------------------------------------------- */
 
@@ -80,6 +81,17 @@ struct kd_jobs *kd_jobs_new(const struct kd_jobs_options *o, char *err, size_t e
         free(j->roots);
         free(j);
         return NULL;
+    }
+    if (o->metrics) {
+        /* every state at 0 from the start, so a rate or an alert sees the first job */
+        static const char *const states[] = {KD_JOB_QUEUED, KD_JOB_RUNNING, KD_JOB_SUCCEEDED, KD_JOB_FAILED,
+                                             KD_JOB_CANCELLED};
+        struct kd_metric_family *f = kd_metrics_family(
+            o->metrics, "kiln_training_jobs",
+            "Training jobs in the job store by state (ended jobs until retention or a purge removes them).",
+            KD_METRIC_GAUGE, (const char *const[]){"state", NULL}, NULL, 0);
+        for (int i = 0; f && i < 5; i++)
+            j->by_state[i] = kd_metrics_series(f, (const char *const[]){states[i], NULL});
     }
     j->models_dir = o->models_dir ? strdup(o->models_dir) : kd_jobs_path(j->data_dir, "%s", "models");
     j->auth = j->models_dir ? kd_auth_new(o->tokens, err, errlen) : NULL;
@@ -159,6 +171,22 @@ void kd_jobs_drain(struct kd_jobs *j)
     pthread_mutex_unlock(&j->mu);
     while (j->streams)
         kd_jobs_stream_end(j, j->streams);
+}
+
+void kd_jobs_sample_gauges(struct kd_jobs *j)
+{
+    if (!j || !j->by_state[0])
+        return;
+    struct kd_job_counts c;
+    kd_jobs_store_lock(j);
+    int rc = kd_jobstore_job_counts(j->o.store, &c, NULL, 0);
+    kd_jobs_store_unlock(j);
+    if (rc != 0)
+        return; /* the last figures stay: a scrape is no place to fail */
+    const int64_t n[] = {c.queued, c.running, c.succeeded, c.failed, c.cancelled};
+    for (int i = 0; i < 5; i++)
+        if (j->by_state[i])
+            kd_metric_set(j->by_state[i], (double)n[i]);
 }
 
 void kd_jobs_stop(struct kd_jobs *j)

@@ -38,11 +38,13 @@ struct kd_jobs_options {
     /* Ended jobs kept (jobs.retention_count: the newest N; jobs.retention_days: those ended within N
      * days); the others are purged at start and whenever a job ends. 0: no limit. */
     int64_t retention_count, retention_days;
+    struct kd_metrics *metrics; /* kiln_training_jobs{state} is registered into it; may be NULL */
     void (*log)(void *ud, enum kd_log_level level, const char *msg);
     void *log_ud;
 };
 
 struct kd_jobs;
+struct kd_metrics;
 
 /* Requeues jobs a previous process left running (or records them cancelled, when a cancel of
  * theirs had been accepted), removes checkpoint folders no job in the store owns, purges the
@@ -52,6 +54,8 @@ struct kd_jobs *kd_jobs_new(const struct kd_jobs_options *o, char *err, size_t e
  * resume at the next start), no queued job starts, and every event stream ends (clients
  * reconnect with Last-Event-ID). */
 void kd_jobs_drain(struct kd_jobs *j);
+/* Sets the kiln_training_jobs{state} gauges from the job store; called when /metrics renders. */
+void kd_jobs_sample_gauges(struct kd_jobs *j);
 /*
  * Stop the training thread: a running job stops before its next step and stays "running" in the
  * store, so the next kilnd resumes it from its checkpoint (one whose cancel was accepted is

@@ -234,3 +234,31 @@ int kd_jobstore_checkpoint_add(struct kd_jobstore *js, int64_t job_id, const cha
     sqlite3_bind_int64(st, 5, now_ms());
     return run(js, st, "checkpoint add", err, errlen);
 }
+
+int kd_jobstore_job_counts(struct kd_jobstore *js, struct kd_job_counts *out, char *err, size_t errlen)
+{
+    if (!js || !out)
+        return seterr(err, errlen, "job counts: invalid arguments");
+    memset(out, 0, sizeof *out);
+    sqlite3_stmt *st;
+    int rc = prepare(js, "SELECT state, count(*) FROM jobs GROUP BY state", "job counts", &st, err, errlen);
+    if (rc != 0)
+        return rc;
+    int s;
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *state = (const char *)sqlite3_column_text(st, 0);
+        int64_t n = sqlite3_column_int64(st, 1);
+        int64_t *slot = !state                                 ? NULL
+                        : strcmp(state, KD_JOB_QUEUED) == 0    ? &out->queued
+                        : strcmp(state, KD_JOB_RUNNING) == 0   ? &out->running
+                        : strcmp(state, KD_JOB_SUCCEEDED) == 0 ? &out->succeeded
+                        : strcmp(state, KD_JOB_FAILED) == 0    ? &out->failed
+                        : strcmp(state, KD_JOB_CANCELLED) == 0 ? &out->cancelled
+                                                               : NULL;
+        if (slot)
+            *slot = n;
+    }
+    rc = s == SQLITE_DONE ? 0 : fail(js->db, "job counts", err, errlen);
+    sqlite3_finalize(st);
+    return rc;
+}

@@ -171,6 +171,12 @@ int kd_jobstore_model_register(struct kd_jobstore *js, const char *name, int64_t
 int kd_jobstore_model_highest_version(struct kd_jobstore *js, const char *name, int64_t *version, char *err,
                                       size_t errlen);
 
+/* How many jobs the store holds in each state. */
+struct kd_job_counts {
+    int64_t queued, running, succeeded, failed, cancelled;
+};
+int kd_jobstore_job_counts(struct kd_jobstore *js, struct kd_job_counts *out, char *err, size_t errlen);
+
 /* ---- removing ended jobs (jobstore-purge.c) ---- */
 
 /* kd_jobstore_job_purge's refusals, besides KD_JOBSTORE_NOT_FOUND and the failures. */

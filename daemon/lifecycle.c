@@ -464,6 +464,7 @@ static int open_training(struct kd_daemon *d, char *err, size_t errlen)
         .sched = d->sched,
         .retention_count = d->cfg.job_retention_count,
         .retention_days = d->cfg.job_retention_days,
+        .metrics = d->metrics,
         .log = kd_log_sink,
         .log_ud = &d->log,
     };

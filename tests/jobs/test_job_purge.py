@@ -312,6 +312,12 @@ def test_version_not_reused():
     got = (job.get("model") or {}).get("version") if st == 200 else None
     check(got == 3 and os.path.isdir(os.path.join(folder, "3")) and not os.path.exists(os.path.join(folder, "2")),
           "the next version is 3, not the deleted 2 again: %s %s" % (got, sorted(os.listdir(folder))))
+    by_state = {st: d.metric('kiln_training_jobs{state="%s"}' % st)
+                for st in ("queued", "running", "succeeded", "failed", "cancelled")}
+    check(by_state == {"queued": 0, "running": 0, "succeeded": 3, "failed": 0, "cancelled": 0},
+          "/metrics counts the store's jobs by state: %s" % by_state)
+    st, _ = purge(d, jid)
+    check(st == 200 and d.metric('kiln_training_jobs{state="succeeded"}') == 2, "a purged job leaves the count")
     d.stop()
 
 
