@@ -73,13 +73,11 @@ int kd_daemon_check(const struct kd_config *cfg, char *err, size_t errlen)
         kd_daemon_make_data_dir(cfg->data_dir, true, err, errlen) != 0 ||
         kd_daemon_apply_device_options(cfg, err, errlen) != 0)
         return -1;
-    size_t n = strlen(cfg->data_dir) + 16;
-    char *db = malloc(n);
+    char *db = kd_daemon_job_store_path(cfg);
     if (!db) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    snprintf(db, n, "%s/kiln.db", cfg->data_dir);
     char why[900];
     int store_rc = kd_jobstore_check(db, why, sizeof why);
     free(db);

@@ -96,6 +96,8 @@ int kd_daemon_check_model_folders(const struct kd_config *cfg, char *err, size_t
 /* The folder kilnd serves: model_repository, or <data_dir>/models when it is empty. NULL when out
  * of memory; the caller frees it. */
 char *kd_daemon_models_root(const struct kd_config *cfg);
+/* <data_dir>/kiln.db, malloc'd; NULL when out of memory. */
+char *kd_daemon_job_store_path(const struct kd_config *cfg);
 /* When path is a symbolic link whose target does not exist, says so into out ("a symbolic link
  * to T, which does not exist") and returns its length; 0 (out "") otherwise. */
 size_t kd_daemon_dangling_link(const char *path, char *out, size_t len);

@@ -74,6 +74,11 @@ char *kd_daemon_models_root(const struct kd_config *cfg)
     return join(cfg->data_dir, "models");
 }
 
+char *kd_daemon_job_store_path(const struct kd_config *cfg)
+{
+    return join(cfg->data_dir, "kiln.db");
+}
+
 /* key's folder must be one kilnd can list; missing is fine only where kilnd creates it. */
 static int check_folder(const char *key, const char *path, bool may_be_missing, const char *missing_hint,
                         char *err, size_t errlen)

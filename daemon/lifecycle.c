@@ -437,11 +437,9 @@ static void log_libkiln_warning(void *ud, const char *message)
  */
 static int open_training(struct kd_daemon *d, char *err, size_t errlen)
 {
-    size_t n = strlen(d->cfg.data_dir) + 16;
-    char *db = malloc(n);
+    char *db = kd_daemon_job_store_path(&d->cfg);
     if (!db)
         return snprintf(err, errlen, "out of memory"), -1;
-    snprintf(db, n, "%s/kiln.db", d->cfg.data_dir);
     char why[768];
     int rc = kd_jobstore_open(&d->jobs, db, why, sizeof why);
     free(db);
