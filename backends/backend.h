@@ -363,6 +363,9 @@ int kiln__index_error(const char *op, const char *noun, int64_t v, int64_t lo, i
 
 /** The entry's name ("matmul"), and whether interface be fills its slot (engine). */
 const char *kiln__entry_name(kiln_entry e);
+/** A unary or binary sub-op's name ("abs", "remainder"), for a backend's messages (engine). */
+const char *kiln__unary_name(kiln_unary_op op);
+const char *kiln__binary_name(kiln_binary_op op);
 bool kiln__iface_has(const kiln_backend_iface *be, kiln_entry e);
 
 /** Counts a decorator keeps (backends/counting): per entry, and the traffic. */

@@ -72,8 +72,25 @@ static int unary_dtype(kiln_unary_op op, const kiln_tensor *t, double alpha, dou
     switch (op) {
     case KILN_UNARY_NEG:
         if (dt == KILN_BOOL)
-            return kiln__error_set("%s: negation of a bool tensor (%s) is not supported; use logical_not",
-                                   name, kiln__describe(t, ds, sizeof ds));
+            return kiln__error_set_code(KILN_EINVAL,
+                                        "%s: negation of a bool tensor (%s) is not supported; use logical_not",
+                                        name, kiln__describe(t, ds, sizeof ds));
+        break;
+    case KILN_UNARY_ABS:
+    case KILN_UNARY_RELU:
+    case KILN_UNARY_FLOOR:
+    case KILN_UNARY_CEIL:
+    case KILN_UNARY_ROUND:
+    case KILN_UNARY_CLAMP:
+        /* Refused as PyTorch refuses them, rather than given a meaning: with a bool result
+         * they could only be the identity (or, for clamp, a test against the bounds), and a
+         * backend left to guess once answered all-false. Cast to an integer dtype first. */
+        if (dt == KILN_BOOL)
+            return kiln__error_set_code(KILN_EINVAL, "%s: not defined for a bool tensor (%s); cast it first", name,
+                                        kiln__describe(t, ds, sizeof ds));
+        if (op == KILN_UNARY_CLAMP && ((isfinite(alpha) && alpha != floor(alpha)) ||
+                                       (isfinite(beta) && beta != floor(beta)) || isnan(alpha) || isnan(beta)))
+            *out = KILN_F32;
         break;
     case KILN_UNARY_SQUARE:
         if (dt == KILN_BOOL)
@@ -93,11 +110,6 @@ static int unary_dtype(kiln_unary_op op, const kiln_tensor *t, double alpha, dou
                                    kiln__describe(t, ds, sizeof ds), alpha);
         else if (dt == KILN_BOOL)
             *out = KILN_I64;
-        break;
-    case KILN_UNARY_CLAMP:
-        if ((isfinite(alpha) && alpha != floor(alpha)) || (isfinite(beta) && beta != floor(beta)) ||
-            isnan(alpha) || isnan(beta))
-            *out = KILN_F32;
         break;
     default:
         break;
@@ -249,9 +261,13 @@ kiln_tensor *kiln__binary(kiln_binary_op op, kiln_tensor *a, kiln_tensor *b)
         odt = KILN_BOOL;
     } else if (op == KILN_BINARY_DIV && !kiln_dtype_is_float(cdt)) {
         cdt = odt = KILN_F32;
-    } else if (op == KILN_BINARY_SUB && cdt == KILN_BOOL) {
-        kiln__error_set("sub: subtraction of bool tensors (%s, %s) is not supported",
-                        kiln__describe(a, da, sizeof da), kiln__describe(b, db, sizeof db));
+    } else if (cdt == KILN_BOOL &&
+               (op == KILN_BINARY_SUB || op == KILN_BINARY_REMAINDER || op == KILN_BINARY_POW)) {
+        /* Refused as PyTorch refuses them: sub has no bool answer (0 - 1), remainder none for
+         * a zero divisor, and the backends, left to choose, answered remainder and pow
+         * differently. add and mul stay (or, and), as do maximum and minimum. */
+        kiln__error_set_code(KILN_EINVAL, "%s: not defined for bool tensors (%s, %s); cast them first", name,
+                             kiln__describe(a, da, sizeof da), kiln__describe(b, db, sizeof db));
         return NULL;
     }
     kiln_tensor *ca = kiln__cast(a, cdt, name);

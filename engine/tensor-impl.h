@@ -377,9 +377,7 @@ kiln_tensor *kiln__matmul_epilogue(kiln_tensor *a, kiln_tensor *b, kiln_tensor *
 kiln_tensor *kiln__unary(kiln_unary_op op, kiln_tensor *t, double alpha, double beta);
 kiln_tensor *kiln__binary(kiln_binary_op op, kiln_tensor *a, kiln_tensor *b);
 
-/* Name tables (ops-names.c). */
-const char *kiln__unary_name(kiln_unary_op op);
-const char *kiln__binary_name(kiln_binary_op op);
+/* Name tables (ops-names.c); the unary and binary ones are in backend.h. */
 const char *kiln__reduce_name(kiln_reduce_op op);
 const char *kiln__rng_name(kiln_rng_kind k);
 const char *kiln__pool_name(kiln_pool_kind k);

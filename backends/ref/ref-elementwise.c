@@ -149,7 +149,7 @@ int kiln__ref_unary(void *ctx, kiln_unary_op op, const kiln_tdesc *out, const ki
     bool bool_sign = op == KILN_UNARY_SIGN && in->dtype == KILN_BOOL && out->dtype == KILN_BOOL;
     if (!predicate && !out_float && !bool_sign &&
         (out->dtype == KILN_BOOL || in_float || !unary_has_int(op, alpha)))
-        return ref_fail(KILN_ENOTSUP, "ref unary: op %d is not supported from %s to %s", (int)op,
+        return ref_fail(KILN_ENOTSUP, "ref unary: %s is not supported from %s to %s", kiln__unary_name(op),
                         kiln__ref_dtype_name(in->dtype), kiln__ref_dtype_name(out->dtype));
     if (op == KILN_UNARY_POW_SCALAR && !out_float && alpha < 0)
         return ref_fail(KILN_ENOTSUP,
@@ -251,7 +251,7 @@ int kiln__ref_binary(void *ctx, kiln_binary_op op, const kiln_tdesc *out, const 
     if (!compare && !logical && out->dtype == KILN_BOOL &&
         !(op == KILN_BINARY_ADD || op == KILN_BINARY_MUL || op == KILN_BINARY_MAXIMUM ||
           op == KILN_BINARY_MINIMUM))
-        return ref_fail(KILN_ENOTSUP, "ref binary: op %d is not defined for bool", (int)op);
+        return ref_fail(KILN_ENOTSUP, "ref binary: %s is not defined for bool", kiln__binary_name(op));
 
     ref_iter it;
     int64_t n = ref_iter_init(&it, out->ndim, out->shape);

@@ -48,8 +48,9 @@ typedef struct ref_ctx {
 
 /* ------------------------------------------------------------------- errors */
 
-/** Set the message and return code: `return ref_fail(KILN_ENOTSUP, "...")`. */
-#define ref_fail(code, ...) (kiln__error_set(__VA_ARGS__), (code))
+/** Set the message and code (for kiln_error_code) and return the code:
+ *  `return ref_fail(KILN_ENOTSUP, "...")`. */
+#define ref_fail(code, ...) kiln__error_set_code((code), __VA_ARGS__)
 
 int kiln__ref_enomem(const char *op);
 

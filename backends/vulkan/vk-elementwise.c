@@ -15,6 +15,13 @@ typedef struct unary_params {
 int kvk_unary(void *vq, kiln_unary_op op, const kiln_tdesc *out, const kiln_tdesc *in, double alpha, double beta)
 {
     kvk_queue *q = vq;
+    /* unary.comp's bool results are the predicates' and sign's; for any other op it would
+     * write false. The front end refuses those ops on bool (ops-elementwise.c); a direct
+     * caller gets a refusal too, as from ref. */
+    if (out->dtype == KILN_BOOL && op != KILN_UNARY_ISNAN && op != KILN_UNARY_ISINF &&
+        op != KILN_UNARY_LOGICAL_NOT && !(op == KILN_UNARY_SIGN && in->dtype == KILN_BOOL))
+        return kiln__error_set_code(KILN_ENOTSUP, "vulkan unary: %s is not supported from %s to bool",
+                                    kiln__unary_name(op), kiln_dtype_name(in->dtype));
     unary_params p = {0};
     const kiln_tdesc *ops[2] = {out, in};
     if (kvk_views_of(&p.out, ops, 2, "unary") < 0)
@@ -42,6 +49,12 @@ typedef struct binary_params {
 int kvk_binary(void *vq, kiln_binary_op op, const kiln_tdesc *out, const kiln_tdesc *a, const kiln_tdesc *b)
 {
     kvk_queue *q = vq;
+    /* as ref: of the arithmetic ops only add, mul, maximum and minimum have a bool result
+     * (the front end refuses the rest on bool) */
+    if (out->dtype == KILN_BOOL && op <= KILN_BINARY_MINIMUM && op != KILN_BINARY_ADD && op != KILN_BINARY_MUL &&
+        op != KILN_BINARY_MAXIMUM && op != KILN_BINARY_MINIMUM)
+        return kiln__error_set_code(KILN_ENOTSUP, "vulkan binary: %s is not defined for bool",
+                                    kiln__binary_name(op));
     binary_params p;
     const kiln_tdesc *ops[3] = {out, a, b};
     if (kvk_views_of(&p.out, ops, 3, "binary") < 0)

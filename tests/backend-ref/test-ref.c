@@ -294,6 +294,14 @@ static void test_unary(void)
     CHECK(R->unary(C, KILN_UNARY_EXP, &out, &in, 0, 0) == KILN_ENOTSUP);
     CHECK_OK(R->unary(C, KILN_UNARY_CLAMP, &out, &in, -2.5, 4.5));
     CHECK(tgeti(&out, 0) == -2 && tgeti(&out, 3) == 4);
+    /* An op with no bool formula is refused with its name and KILN_ENOTSUP as the code. */
+    uint8_t bv[4] = {1, 0, 1, 1};
+    kiln_tdesc bi = tdesc(tbuf(bv, sizeof bv), KILN_BOOL, 0, 1, s4, NULL), bo = tnew(KILN_BOOL, 1, s4);
+    kiln_error_clear();
+    CHECK(R->unary(C, KILN_UNARY_ABS, &bo, &bi, 0, 0) == KILN_ENOTSUP);
+    CHECK(kiln_error_code() == KILN_ENOTSUP && strstr(kiln_error(), "abs"));
+    CHECK(R->binary(C, KILN_BINARY_REMAINDER, &bo, &bi, &bi) == KILN_ENOTSUP);
+    CHECK(kiln_error_code() == KILN_ENOTSUP && strstr(kiln_error(), "remainder"));
     kiln_tdesc fo = tnew(KILN_F32, 1, s4); /* integer in, float out: computed in double */
     CHECK_OK(R->unary(C, KILN_UNARY_SQRT, &fo, &in, 0, 0));
     CHECK_NEAR(tget(&fo, 3), 3, 0);

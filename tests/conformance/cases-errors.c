@@ -56,6 +56,18 @@ static int b_err(const conf_case *c, kiln_device *dev, kiln_tensor **in, kiln_te
     case 19: return fail_if_null(kiln_layer_norm(in[0], 1, in[1], NULL, 1e-5), out);
     case 20: return fail_if_null(kiln_expand(x, KILN_SHAPE(3, 5)), out);
     case 21: return fail_if_null(kiln_permute(x, KILN_DIMS(0, 0)), out);
+    case 22: /* unary ops with no meaning on bool: refused on every device alike */
+        switch (c->p[1]) {
+        case 0: return fail_if_null(kiln_abs(x), out);
+        case 1: return fail_if_null(kiln_relu(x), out);
+        case 2: return fail_if_null(kiln_floor(x), out);
+        case 3: return fail_if_null(kiln_ceil(x), out);
+        case 4: return fail_if_null(kiln_round(x), out);
+        case 5: return fail_if_null(kiln_clamp(x, 0, 1), out);
+        case 6: return fail_if_null(kiln_clamp(x, -0.5, 0.5), out);
+        default: return fail_if_null(kiln_neg(x), out);
+        }
+    case 23: return fail_if_null(c->p[1] ? kiln_pow(in[0], in[1]) : kiln_remainder(in[0], in[1]), out);
     }
     return -1;
 }
@@ -72,6 +84,10 @@ static void err_case(int kind, const char *expect, const char *what, int nin, co
 }
 
 #define F32(...) {.dt = KILN_F32, SHAPE(__VA_ARGS__), .gen = G_UNI, .lo = -1, .hi = 1}
+#define BOOL(...)                                                                                                 \
+    {                                                                                                             \
+        .dt = KILN_BOOL, SHAPE(__VA_ARGS__), .gen = G_BOOL, .lo = 0, .hi = 1                                      \
+    }
 #define I64(n, ...) {.dt = KILN_I64, SHAPE(__VA_ARGS__), .gen = G_INT, .lo = 0, .hi = n}
 
 void conf_cases_errors(void)
@@ -106,4 +122,26 @@ void conf_cases_errors(void)
     err_case(19, "layer_norm", "weight of the wrong length", 2, (conf_input[]){F32(3, 8), F32(7)});
     err_case(20, "expand", "[4, 5] to [3, 5]", 1, (conf_input[]){F32(4, 5)});
     err_case(21, "permute", "repeated dim", 1, (conf_input[]){F32(4, 5)});
+    static const char *const bool_unary[] = {"abs", "relu", "floor", "ceil", "round", "clamp", "clamp", "neg"};
+    for (int k = 0; k < 8; k++) {
+        conf_case c = conf_make("bad_input", KILN_BOOL, b_err);
+        c.p[0] = 22;
+        c.p[1] = k;
+        c.expect_error = bool_unary[k];
+        c.in[c.nin++] = (conf_input)BOOL(5, 7);
+        conf_label(&c, "%s%s of a bool tensor (message must name \"%s\")", bool_unary[k],
+                   k == 6 ? " (-0.5, 0.5)" : "", bool_unary[k]);
+        conf_add(&c);
+    }
+    for (int k = 0; k < 2; k++) {
+        const char *name = k ? "pow" : "remainder";
+        conf_case c = conf_make("bad_input", KILN_BOOL, b_err);
+        c.p[0] = 23;
+        c.p[1] = k;
+        c.expect_error = name;
+        c.in[c.nin++] = (conf_input)BOOL(5, 7);
+        c.in[c.nin++] = (conf_input)BOOL(7);
+        conf_label(&c, "%s of bool tensors (message must name \"%s\")", name, name);
+        conf_add(&c);
+    }
 }

@@ -6,7 +6,7 @@
  * address space, whatever the overcommit policy) is KILN_ENOMEM, its message unchanged ("cannot
  * allocate ..."); a Linear layer whose output cannot be allocated restates the failure with its
  * name and keeps the code; a shape too large to address is KILN_ETOOLARGE; an index out of range
- * KILN_EINVAL. A later failure without a code does not inherit the earlier one's,
+ * KILN_EINVAL, and so is an op with no meaning on bool (abs, remainder). A later failure without a code does not inherit the earlier one's,
  * kiln_error_clear clears it, and another thread has its own.
  */
 #include <pthread.h>
@@ -100,6 +100,32 @@ static void index_out_of_range_is_einval(void **state)
     kiln_scope_end();
 }
 
+/* ops with no meaning on bool are the caller's mistake, named with the op and the dtype */
+static void op_undefined_on_bool_is_einval(void **state)
+{
+    (void)state;
+    kiln_scope_begin();
+    kiln_tensor *m = kiln_ones(cpu, KILN_BOOL, KILN_SHAPE(3));
+    kiln_error_clear();
+    assert_null(kiln_abs(m));
+    assert_int_equal(kiln_error_code(), KILN_EINVAL);
+    assert_non_null(strstr(kiln_error(), "abs"));
+    assert_non_null(strstr(kiln_error(), "bool"));
+    assert_null(kiln_clamp(m, 0, 1));
+    assert_int_equal(kiln_error_code(), KILN_EINVAL);
+    assert_non_null(strstr(kiln_error(), "clamp"));
+    kiln_error_clear();
+    assert_null(kiln_remainder(m, m));
+    assert_int_equal(kiln_error_code(), KILN_EINVAL);
+    assert_non_null(strstr(kiln_error(), "remainder"));
+    assert_non_null(strstr(kiln_error(), "bool"));
+    /* what is defined stays: sign is the identity, add is or, square counts in i64 */
+    assert_non_null(kiln_sign(m));
+    assert_non_null(kiln_add(m, m));
+    assert_non_null(kiln_square(m));
+    kiln_scope_end();
+}
+
 static void a_later_failure_without_a_code_does_not_inherit_one(void **state)
 {
     (void)state;
@@ -142,6 +168,7 @@ int main(void)
         cmocka_unit_test(layer_restating_the_failure_keeps_its_code),
         cmocka_unit_test(shape_too_large_to_address_is_etoolarge),
         cmocka_unit_test(index_out_of_range_is_einval),
+        cmocka_unit_test(op_undefined_on_bool_is_einval),
         cmocka_unit_test(a_later_failure_without_a_code_does_not_inherit_one),
         cmocka_unit_test(the_code_is_per_thread),
     };

@@ -456,7 +456,11 @@ kiln_tensor *kiln_to_device(kiln_tensor *t, kiln_device *dev);
  * On f16/bf16 the gradients of elu, gelu (both forms), silu, softplus and erf are taken
  * in f32 and rounded once, as PyTorch's are (in half, the x² of gelu's tanh form
  * overflows from |x| = 256). Odd functions keep the sign of zero (sin, tanh, erf, expm1,
- * elu, gelu, silu of -0 are -0); sign gives +0 for both zeros and for NaN, as PyTorch's. */
+ * elu, gelu, silu of -0 are -0); sign gives +0 for both zeros and for NaN, as PyTorch's.
+ * On a bool tensor, as in PyTorch: neg, abs, relu, floor, ceil, round and clamp are refused
+ * (NULL, KILN_EINVAL, a message naming the op and the dtype; cast first); sign is the
+ * identity; square, and pow_scalar / add_scalar / mul_scalar with an integral scalar,
+ * compute in i64; the floating functions give f32. */
 
 kiln_tensor *kiln_neg(kiln_tensor *t);
 kiln_tensor *kiln_abs(kiln_tensor *t);
@@ -493,7 +497,10 @@ kiln_tensor *kiln_isnan(kiln_tensor *t);  /* bool */
 kiln_tensor *kiln_isinf(kiln_tensor *t);  /* bool */
 kiln_tensor *kiln_logical_not(kiln_tensor *t); /* bool */
 
-/* Binary ops broadcast and promote (see the top of this file). */
+/* Binary ops broadcast and promote (see the top of this file). When both operands are
+ * bool (the promoted dtype is bool), add is logical or, mul logical and, maximum / minimum
+ * or / and, and sub, remainder and pow are refused (KILN_EINVAL), as PyTorch refuses them;
+ * div computes in f32. */
 kiln_tensor *kiln_add(kiln_tensor *a, kiln_tensor *b);
 kiln_tensor *kiln_sub(kiln_tensor *a, kiln_tensor *b);
 kiln_tensor *kiln_mul(kiln_tensor *a, kiln_tensor *b);
