@@ -178,15 +178,12 @@ static void unary_i64(int op, int64_t *restrict o, const int64_t *restrict x, in
     case KILN_UNARY_RELU: ILOOP(v < 0 ? 0 : v);
     case KILN_UNARY_FLOOR: case KILN_UNARY_CEIL: case KILN_UNARY_ROUND: ILOOP(v);
     case KILN_UNARY_CLAMP: {
-        /* lo > hi gives hi, as torch.clamp; fractional bounds round inward */
+        /* lo > hi gives hi, as torch.clamp; fractional bounds round inward. Compared in
+         * int64, as ref: through a double, an i64 past 2^53 rounds onto the bound. */
         int64_t lo = kiln__cpu_d2i(ceil(a)), hi = kiln__cpu_d2i(floor(b));
         for (int64_t i = 0; i < n; i++) {
-            int64_t v = x[i];
-            if ((double)v < a)
-                v = lo;
-            if ((double)v > b)
-                v = hi;
-            o[i] = v;
+            int64_t v = x[i] < lo ? lo : x[i];
+            o[i] = v > hi ? hi : v;
         }
         break;
     }

@@ -112,12 +112,13 @@ __device__ __forceinline__ int64_t kcu_unary_int(int op, int64_t x, double alpha
     case KU_SIGN: return (0 < x) - (x < 0);
     case KU_SQUARE: return kcu_wmul(x, x);
     case KU_RELU: return x > 0 ? x : 0;
-    case KU_CLAMP:
-        if ((double)x < alpha)
-            x = kcu_d2i(ceil(alpha));
-        if ((double)x > beta)
-            x = kcu_d2i(floor(beta));
-        return x;
+    case KU_CLAMP: {
+        /* compared in int64, as ref: through a double, an i64 past 2^53 rounds onto the bound */
+        int64_t lo = kcu_d2i(ceil(alpha)), hi = kcu_d2i(floor(beta));
+        if (x < lo)
+            x = lo;
+        return x > hi ? hi : x;
+    }
     case KU_FLOOR: case KU_CEIL: case KU_ROUND: return x;
     case KU_POW_SCALAR: return kcu_ipow(x, (int64_t)alpha);
     case KU_ADD_SCALAR:

@@ -120,12 +120,15 @@ static int64_t unary_i(kiln_unary_op op, int64_t x, double alpha, double beta)
     case KILN_UNARY_SIGN: return (0 < x) - (x < 0);
     case KILN_UNARY_SQUARE: return ref_wmul(x, x);
     case KILN_UNARY_RELU: return x > 0 ? x : 0;
-    case KILN_UNARY_CLAMP:
-        if ((double)x < alpha)
-            x = ref_d2i(ceil(alpha));
-        if ((double)x > beta)
-            x = ref_d2i(floor(beta));
-        return x;
+    case KILN_UNARY_CLAMP: {
+        /* Compared in int64: through a double, an i64 past 2^53 rounds onto the bound
+         * (2^53 + 1 read as 2^53 passed a bound of 2^53). For an integer x, x < alpha is
+         * x < ceil(alpha); a bound past the int64 range saturates, which compares alike. */
+        int64_t lo = ref_d2i(ceil(alpha)), hi = ref_d2i(floor(beta));
+        if (x < lo)
+            x = lo;
+        return x > hi ? hi : x; /* lo > hi gives hi, as torch.clamp */
+    }
     case KILN_UNARY_FLOOR: case KILN_UNARY_CEIL: case KILN_UNARY_ROUND: return x;
     case KILN_UNARY_POW_SCALAR: return ipow(x, (int64_t)alpha);
     case KILN_UNARY_ADD_SCALAR:

@@ -294,6 +294,13 @@ static void test_unary(void)
     CHECK(R->unary(C, KILN_UNARY_EXP, &out, &in, 0, 0) == KILN_ENOTSUP);
     CHECK_OK(R->unary(C, KILN_UNARY_CLAMP, &out, &in, -2.5, 4.5));
     CHECK(tgeti(&out, 0) == -2 && tgeti(&out, 3) == 4);
+    /* i64 clamp compares in int64: 2^53 + 1 is above a bound of 2^53 (a double reads the
+     * two as equal), -2^53 - 1 below -2^53. */
+    int64_t two53 = INT64_C(1) << 53, big[3] = {two53 + 1, -two53 - 1, 5};
+    int64_t s3[] = {3};
+    kiln_tdesc bgi = tdesc(tbuf(big, sizeof big), KILN_I64, 0, 1, s3, NULL), bgo = tnew(KILN_I64, 1, s3);
+    CHECK_OK(R->unary(C, KILN_UNARY_CLAMP, &bgo, &bgi, -(double)two53, (double)two53));
+    CHECK(tgeti(&bgo, 0) == two53 && tgeti(&bgo, 1) == -two53 && tgeti(&bgo, 2) == 5);
     /* An op with no bool formula is refused with its name and KILN_ENOTSUP as the code. */
     uint8_t bv[4] = {1, 0, 1, 1};
     kiln_tdesc bi = tdesc(tbuf(bv, sizeof bv), KILN_BOOL, 0, 1, s4, NULL), bo = tnew(KILN_BOOL, 1, s4);

@@ -557,6 +557,16 @@ static void binary_case(int op, kiln_dtype da, kiln_dtype db, const bshape *s, c
     conf_push(&c, "%s", g == G_SPECIAL ? "with NaN/Inf/huge values" : "");
 }
 
+/* clamp of i64 values near +-2^53 (d[0]) to bounds a few units either side: a double holds
+ * only the even integers there, so a comparison through one reads 2^53 + 1 as 2^53. The
+ * shift is two exact integer add_scalars (a scalar operand is integral only below 2^53). */
+static int b_clamp_i64(const conf_case *c, kiln_device *dev, kiln_tensor **in, kiln_tensor **out)
+{
+    double half = c->d[0] / 2;
+    kiln_tensor *y = kiln_add_scalar(kiln_add_scalar(in[0], half), half);
+    return one(out, kiln_clamp(y, c->d[0] + c->d[1], c->d[0] + c->d[2]));
+}
+
 static int b_where(const conf_case *c, kiln_device *dev, kiln_tensor **in, kiln_tensor **out)
 {
     if (c->p[0] == 0)
@@ -631,6 +641,16 @@ void conf_cases_elementwise(void)
                 continue;
             binary_case(op, mixed[m][0], mixed[m][1], &bshapes[2], G_UNI);
         }
+    }
+    for (int sign = -1; sign <= 1; sign += 2) {
+        conf_case c = conf_make("clamp", KILN_I64, b_clamp_i64);
+        c.d[0] = sign * 9007199254740992.0; /* 2^53 */
+        c.d[1] = -20;
+        c.d[2] = 20;
+        c.tol = TOL_EXACT;
+        /* 512 draws of 64 values: each bound's neighbours come up */
+        conf_in(&c, -1, KILN_SHAPE(512), G_INT, -32, 32, V_NONE);
+        conf_push(&c, "(%+g - 20, %+g + 20) of values %+g +- 32", c.d[0], c.d[0], c.d[0]);
     }
     /* remainder with negative divisors (Python sign rule). */
     for (int i = 0; i < 6; i++) {

@@ -490,7 +490,9 @@ kiln_tensor *kiln_floor(kiln_tensor *t);
 kiln_tensor *kiln_ceil(kiln_tensor *t);
 /** Round half to even, as PyTorch. */
 kiln_tensor *kiln_round(kiln_tensor *t);
-/** Clamp to [lo, hi]; pass -INFINITY / INFINITY for one-sided. */
+/** Clamp to [lo, hi]; pass -INFINITY / INFINITY for one-sided. An integer tensor with
+ *  integral bounds stays integer and is compared exactly (i64 past 2^53 included); a
+ *  fractional or NaN bound computes in f32. */
 kiln_tensor *kiln_clamp(kiln_tensor *t, double lo, double hi);
 kiln_tensor *kiln_pow_scalar(kiln_tensor *t, double exponent);
 kiln_tensor *kiln_isnan(kiln_tensor *t);  /* bool */
