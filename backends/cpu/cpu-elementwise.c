@@ -311,8 +311,9 @@ static void binary_f64(int op, double *restrict o, const double *restrict a, con
     case KILN_BINARY_DIV: DBLOOP(x / y);
     case KILN_BINARY_REMAINDER: DBLOOP(d_remainder(x, y));
     case KILN_BINARY_POW: DBLOOP(pow(x, y));
-    case KILN_BINARY_MAXIMUM: DBLOOP((x != x || y != y) ? x + y : (x > y ? x : y));
-    case KILN_BINARY_MINIMUM: DBLOOP((x != x || y != y) ? x + y : (x < y ? x : y));
+    /* of equal operands the first, as ref and std::max: maximum(+0, -0) is +0 */
+    case KILN_BINARY_MAXIMUM: DBLOOP((x != x || y != y) ? x + y : (x < y ? y : x));
+    case KILN_BINARY_MINIMUM: DBLOOP((x != x || y != y) ? x + y : (y < x ? y : x));
     case KILN_BINARY_EQ: DBLOOP(x == y);
     case KILN_BINARY_NE: DBLOOP(x != y);
     case KILN_BINARY_LT: DBLOOP(x < y);
@@ -359,8 +360,8 @@ static void binary_i64(int op, int64_t *restrict o, const int64_t *restrict a, c
     case KILN_BINARY_DIV: IBLOOP(i_div(x, y));
     case KILN_BINARY_REMAINDER: IBLOOP(i_rem(x, y));
     case KILN_BINARY_POW: IBLOOP(ipow(x, y));
-    case KILN_BINARY_MAXIMUM: IBLOOP(x > y ? x : y);
-    case KILN_BINARY_MINIMUM: IBLOOP(x < y ? x : y);
+    case KILN_BINARY_MAXIMUM: IBLOOP(x < y ? y : x);
+    case KILN_BINARY_MINIMUM: IBLOOP(y < x ? y : x);
     case KILN_BINARY_EQ: IBLOOP(x == y);
     case KILN_BINARY_NE: IBLOOP(x != y);
     case KILN_BINARY_LT: IBLOOP(x < y);

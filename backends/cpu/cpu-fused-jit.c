@@ -152,10 +152,11 @@ static const char common_ops[] =
     /* the eight lanes combined as sum_run_f32 combines them */
     "static inline double kj_sum_total(kj_sum l)\n{\n    double t[8];\n    kj_sum_lanes(l, t);\n"
     "    return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));\n}\n"
+    /* of equal operands the first, as the unfused kernels: maximum(+0, -0) is +0 */
     "static inline kj_v kj_maximum(kj_v x, kj_v y)\n"
-    "{ return KJ_PICK(KJ_UNORD(x, y), KJ_PICK(KJ_GT(x, y), y, x), KJ_ADD(x, y)); }\n"
+    "{ return KJ_PICK(KJ_UNORD(x, y), KJ_PICK(KJ_LT(x, y), x, y), KJ_ADD(x, y)); }\n"
     "static inline kj_v kj_minimum(kj_v x, kj_v y)\n"
-    "{ return KJ_PICK(KJ_UNORD(x, y), KJ_PICK(KJ_LT(x, y), y, x), KJ_ADD(x, y)); }\n"
+    "{ return KJ_PICK(KJ_UNORD(x, y), KJ_PICK(KJ_LT(y, x), x, y), KJ_ADD(x, y)); }\n"
     "static inline kj_v kj_leaky_relu(kj_v v, kj_v a)\n"
     "{ return KJ_PICK(KJ_LT(v, KJ_SET(0.0f)), v, KJ_MUL(v, a)); }\n"
     "static inline kj_v kj_sign(kj_v v)\n"

@@ -270,8 +270,9 @@ static void binary_f32(int op, float *o, const float *a, int64_t sa, const float
     case KILN_BINARY_DIV: BLOOP(x / y);
     case KILN_BINARY_REMAINDER: BLOOP(s_remainder(x, y));
     case KILN_BINARY_POW: BLOOP(powf(x, y));
-    case KILN_BINARY_MAXIMUM: BLOOP((x != x || y != y) ? x + y : (x > y ? x : y));
-    case KILN_BINARY_MINIMUM: BLOOP((x != x || y != y) ? x + y : (x < y ? x : y));
+    /* of equal operands the first, as ref and std::max: maximum(+0, -0) is +0 */
+    case KILN_BINARY_MAXIMUM: BLOOP((x != x || y != y) ? x + y : (x < y ? y : x));
+    case KILN_BINARY_MINIMUM: BLOOP((x != x || y != y) ? x + y : (y < x ? y : x));
     default:
         break;
     }

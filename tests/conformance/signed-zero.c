@@ -3,7 +3,8 @@
  * the unary ops, on every backend that opens here, each against the answer C's libm (and
  * ref, and PyTorch) gives: the odd functions (sin, tanh, erf, expm1, elu, gelu in both
  * forms, silu) and relu (PyTorch's clamp at 0) keep -0 as -0; sign gives +0 for both zeros
- * and for NaN; expm1, log1p and tanh of ±1e-6 are x to a few ulps (a driver's log(exp(x))
+ * and for NaN; maximum and minimum of equal operands give the first (std::max's rule, which
+ * PyTorch's scalar kernel follows), so maximum(x, -x) and minimum(x, -x) are x at ±0; expm1, log1p and tanh of ±1e-6 are x to a few ulps (a driver's log(exp(x))
  * folded to x, or an inexact log near 1, once put them 1-7% off).
  *
  * The ops run as a chain op -> neg -> neg over 2^17 elements, so that the devices that
@@ -38,11 +39,13 @@ typedef enum {
     OP_LOG1P,
     OP_SIGN,
     OP_RELU,
+    OP_MAXIMUM,
+    OP_MINIMUM,
     OP_COUNT
 } op_id;
 
-static const char *const op_names[OP_COUNT] = {"sin",       "tanh", "erf",   "expm1", "elu", "gelu",
-                                               "gelu_tanh", "silu", "log1p", "sign",  "relu"};
+static const char *const op_names[OP_COUNT] = {"sin",  "tanh",  "erf",  "expm1", "elu",     "gelu",   "gelu_tanh",
+                                               "silu", "log1p", "sign", "relu",  "maximum", "minimum"};
 
 static kiln_tensor *apply(op_id op, kiln_tensor *x)
 {
@@ -57,6 +60,8 @@ static kiln_tensor *apply(op_id op, kiln_tensor *x)
     case OP_SILU: return kiln_silu(x);
     case OP_LOG1P: return kiln_log1p(x);
     case OP_RELU: return kiln_relu(x);
+    case OP_MAXIMUM: return kiln_maximum(x, kiln_neg(x));
+    case OP_MINIMUM: return kiln_minimum(x, kiln_neg(x));
     default: return kiln_sign(x);
     }
 }

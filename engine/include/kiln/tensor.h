@@ -513,7 +513,9 @@ kiln_tensor *kiln_div(kiln_tensor *a, kiln_tensor *b);
  *  calls it an error, reads them and refuses). */
 kiln_tensor *kiln_remainder(kiln_tensor *a, kiln_tensor *b);
 kiln_tensor *kiln_pow(kiln_tensor *a, kiln_tensor *b);
-/** Elementwise max / min; NaN wherever either operand is NaN. Gradient, as PyTorch's:
+/** Elementwise max / min; NaN wherever either operand is NaN; of equal operands (+0 and -0
+ *  included) the first, so maximum(+0, -0) is +0 and maximum(-0, +0) is -0, on every
+ *  backend (std::max's rule, which PyTorch's scalar kernel follows). Gradient, as PyTorch's:
  *  all of it to the operand that wins, half to each on a tie (equal values, +0 and -0
  *  included), all of it to both where either is NaN. */
 kiln_tensor *kiln_maximum(kiln_tensor *a, kiln_tensor *b);
