@@ -4,7 +4,8 @@
  * Backends always reduce into a keepdim-shaped output of the input's dtype (bool for
  * any/all); the front end picks the result dtype (integer sums give i64, statistics of
  * integers give f32, as PyTorch does), casts the input to it first, and drops the
- * reduced dims afterwards with a view. Reductions over an empty dim never reach the
+ * reduced dims afterwards with a view. The mean, var and std of integers are computed in
+ * f64 where the device has it and rounded to f32 once. Reductions over an empty dim never reach the
  * backend: their value is known (0 for sum, 1 for prod, NaN for mean, ...).
  */
 #include <math.h>
@@ -87,7 +88,14 @@ static kiln_tensor *reduce_impl(kiln_reduce_op op, kiln_tensor *t, int ndims, co
     uint32_t mask;
     if (dims_mask(t, ndims, dims, &mask, name) < 0)
         return NULL;
-    kiln_dtype odt = reduce_dtype(op, t->dtype);
+    kiln_dtype odt = reduce_dtype(op, t->dtype), cdt = odt;
+    /* An f32 copy of an integer tensor holds its values only to 2^24, and the sums of a
+     * mean or a variance of large integers lose the rest in an f32 accumulator: those
+     * compute in f64 where the device has it (the result is still f32, rounded once). */
+    if (!kiln_dtype_is_float(t->dtype) &&
+        (op == KILN_REDUCE_MEAN || op == KILN_REDUCE_VAR || op == KILN_REDUCE_STD) &&
+        kiln__supports(kiln__dev(t), KILN_ENTRY_REDUCE, (int)op, KILN_F64, NULL))
+        cdt = KILN_F64;
     int64_t kshape[KILN_MAX_DIMS];
     bool empty_reduce = false;
     for (int i = 0; i < t->ndim; i++) {
@@ -95,7 +103,7 @@ static kiln_tensor *reduce_impl(kiln_reduce_op op, kiln_tensor *t, int ndims, co
         if ((mask & (1u << i)) && t->shape[i] == 0)
             empty_reduce = true;
     }
-    kiln_tensor *out = kiln__alloc(kiln__dev(t), odt, t->ndim, kshape, name);
+    kiln_tensor *out = kiln__alloc(kiln__dev(t), cdt, t->ndim, kshape, name);
     if (!out)
         return NULL;
     int rc = 0;
@@ -112,7 +120,7 @@ static kiln_tensor *reduce_impl(kiln_reduce_op op, kiln_tensor *t, int ndims, co
     } else {
         const kiln_backend_iface *be = kiln__be(t);
         kiln_tensor *in = (op == KILN_REDUCE_ANY || op == KILN_REDUCE_ALL) ? kiln_tensor_retain(t)
-                                                                          : kiln__cast(t, odt, name);
+                                                                           : kiln__cast(t, cdt, name);
         if (!in) {
             rc = -1;
         } else if (!kiln__supports(kiln__dev(t), KILN_ENTRY_REDUCE, (int)op, in->dtype, NULL)) {
@@ -124,6 +132,12 @@ static kiln_tensor *reduce_impl(kiln_reduce_op op, kiln_tensor *t, int ndims, co
             rc = be->reduce(kiln__ctx(t), op, &od, &id, mask, param);
         }
         kiln_tensor_release(in);
+    }
+    if (rc == 0 && cdt != odt) {
+        kiln_tensor *r = kiln__cast(out, odt, name);
+        kiln_tensor_release(out);
+        out = r;
+        rc = r ? 0 : -1;
     }
     if (rc < 0) {
         kiln_tensor_release(out);

@@ -196,6 +196,25 @@ void conf_cases_reduce(void)
             reduce_case(op, KILN_BOOL, KILN_SHAPE(5, 3, 2), V_T, (rdims){0, {0}}, false, param, G_BOOL);
         }
     }
+    /* mean, var and std of large integers: computed in f64 (an f32 copy holds integers only
+     * to 2^24), the result f32 */
+    static const int stat_ops[] = {R_MEAN, R_VAR, R_STD};
+    for (int k = 0; k < 3; k++) {
+        int op = stat_ops[k];
+        for (int i = 0; i < 2; i++) {
+            kiln_dtype dt = i ? KILN_I32 : KILN_I64;
+            conf_case c = conf_make(rnames[op], dt, b_reduce);
+            c.p[0] = op;
+            c.p[1] = 1;
+            c.p[2] = 1;
+            c.d[0] = op == R_MEAN ? 0 : 1;
+            c.tol = TOL_REL;
+            c.tol_a = 2e-7;
+            double base = i ? 1073741824.0 : 1099511627776.0; /* 2^30, 2^40 */
+            conf_in(&c, -1, KILN_SHAPE(7, 301), G_INT, base, base + 1000, V_NONE);
+            conf_push(&c, "dims (1) of integers near %g", base);
+        }
+    }
     /* The cpu backend's [A, K, B] f32 path (kept dims one block in the middle): batch-norm
      * statistics over N, H, W; bias gradients over rows; a unit dim inside the kept block;
      * runs shorter and longer than its 8 lanes and chunks of 256 outputs; NaN/Inf. */

@@ -161,6 +161,15 @@ static void test_reductions(void **state)
     kiln_tensor *im = kiln_mean(iv, KILN_ALL_DIMS, false);
     assert_int_equal(kiln_tensor_dtype(im), KILN_F32);
     assert_near(kiln_item(im), 7.0 / 3, 1e-6);
+    /* ... computed in f64: 2^24 + 1 has no f32 (an f32 copy made this mean 2^24, the tie
+     * of 2^24 + 1 rounded to even), and a variance of values near 2^40 is exact. */
+    int64_t t24 = INT64_C(1) << 24, t40 = INT64_C(1) << 40;
+    kiln_tensor *bm = kiln_from_data(test_dev, KILN_I64, KILN_SHAPE(4),
+                                     (int64_t[]){t24 + 1, t24 + 1, t24 + 2, t24 + 2}, 32);
+    assert_near(kiln_item(kiln_mean(bm, KILN_ALL_DIMS, false)), 16777218, 0);
+    kiln_tensor *bv = kiln_from_data(test_dev, KILN_I64, KILN_SHAPE(3), (int64_t[]){t40, t40 + 1, t40 + 2}, 24);
+    assert_near(kiln_item(kiln_var(bv, KILN_ALL_DIMS, 1, false)), 1, 0);
+    assert_int_equal(kiln_tensor_dtype(kiln_std(bv, KILN_ALL_DIMS, 1, false)), KILN_F32);
     kiln_tensor *b = kiln_gt(x, TF32(KILN_SHAPE(1), 22));
     EXPECT_F32(kiln_any(b, KILN_DIMS(2), false), 0, 0, 0, 0, 0, 0, 1);
     EXPECT_F32(kiln_all(kiln_ge(x, TF32(KILN_SHAPE(1), 0)), KILN_ALL_DIMS, false), 0, 1);

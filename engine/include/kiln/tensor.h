@@ -538,7 +538,9 @@ kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor *b);
 kiln_tensor *kiln_masked_fill(kiln_tensor *t, kiln_tensor *mask, double value);
 
 /* --------------------------------------------------------------------- reductions */
-/* dims: ndims entries (negative count from the end); ndims == 0 reduces every dim. */
+/* dims: ndims entries (negative count from the end); ndims == 0 reduces every dim.
+ * Integer sums and products give i64; mean, var and std of integers give f32, computed
+ * in f64 where the device has f64, so large integers (past 2^24) keep their precision. */
 
 kiln_tensor *kiln_sum(kiln_tensor *t, int ndims, const int *dims, bool keepdim);
 kiln_tensor *kiln_mean(kiln_tensor *t, int ndims, const int *dims, bool keepdim);
