@@ -540,7 +540,15 @@ kiln_tensor *kiln_masked_fill(kiln_tensor *t, kiln_tensor *mask, double value);
 /* --------------------------------------------------------------------- reductions */
 /* dims: ndims entries (negative count from the end); ndims == 0 reduces every dim.
  * Integer sums and products give i64; mean, var and std of integers give f32, computed
- * in f64 where the device has f64, so large integers (past 2^24) keep their precision. */
+ * in f64 where the device has f64, so large integers (past 2^24) keep their precision.
+ *
+ * NaN, the same on every backend (and as PyTorch): sum, mean, prod, max, min, var, std,
+ * logsumexp and the p-norms give NaN for a lane holding one (the 0-norm counts it as
+ * nonzero, any and all as true); argmax and argmin give the index of the lane's first
+ * NaN (a NaN counts as both the largest and the smallest value); sort, argsort and topk
+ * order NaN after every number and all NaNs as equal, so ascending puts them last and
+ * descending (topk largest) first, in their original order (the sort is stable); -0 and
+ * +0 compare equal there. */
 
 kiln_tensor *kiln_sum(kiln_tensor *t, int ndims, const int *dims, bool keepdim);
 kiln_tensor *kiln_mean(kiln_tensor *t, int ndims, const int *dims, bool keepdim);
