@@ -97,9 +97,8 @@ int kiln__cuda_unary(void *vq, kiln_unary_op op, const kiln_tdesc *out, const ki
     bool bool_sign = op == KILN_UNARY_SIGN && in->dtype == KILN_BOOL && out->dtype == KILN_BOOL;
     if (!predicate && !is_float(out->dtype) && !bool_sign &&
         (out->dtype == KILN_BOOL || is_float(in->dtype) || !unary_has_int(op, alpha)))
-        return kiln__error_set("unary on %s: op %d is not supported from %s to %s", q->dev->name, (int)op,
-                               dtype_name(in->dtype), dtype_name(out->dtype)),
-               KILN_ENOTSUP;
+        return kiln__error_set_code(KILN_ENOTSUP, "unary on %s: %s is not supported from %s to %s", q->dev->name,
+                                    kiln__unary_name(op), dtype_name(in->dtype), dtype_name(out->dtype));
     if (op == KILN_UNARY_POW_SCALAR && !is_float(out->dtype) && alpha < 0)
         return kiln__error_set("unary on %s: integers to negative integer powers are not allowed (%s)",
                                q->dev->name, dtype_name(out->dtype)),
@@ -117,7 +116,8 @@ int kiln__cuda_binary(void *vq, kiln_binary_op op, const kiln_tdesc *out, const 
     if (!cmp_or_logic && out->dtype == KILN_BOOL &&
         !(op == KILN_BINARY_ADD || op == KILN_BINARY_MUL || op == KILN_BINARY_MAXIMUM ||
           op == KILN_BINARY_MINIMUM))
-        return kiln__error_set("binary on %s: op %d is not defined for bool", q->dev->name, (int)op), KILN_ENOTSUP;
+        return kiln__error_set_code(KILN_ENOTSUP, "binary on %s: %s is not defined for bool", q->dev->name,
+                                    kiln__binary_name(op));
     kcu_view o = kiln__cuda_view(out), x = kiln__cuda_view(a), y = kiln__cuda_view(b);
     return kiln__cuda_check(q, kcu_binary(q->stream, (int)op, &o, &x, &y), "binary");
 }
