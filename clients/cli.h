@@ -38,11 +38,16 @@ int kiln_cli_send_request(const struct kiln_client *cl, const char *method, cons
 /* One whole request and response; 0, or -1 after printing why. free(r->raw) afterwards. */
 int kiln_cli_request(const struct kiln_client *cl, const char *method, const char *path, const char *body,
                      size_t body_len, struct response *r);
+/* text[0, len) as one JSON value: the parsed value, or NULL with why in whyb ("is not valid JSON
+ * (at byte 5)", "has more after its JSON value (at byte 12) ..."): text after the value is
+ * refused rather than dropped, which would answer for part of what the user gave. */
+struct cJSON *kiln_cli_parse_json(const char *text, size_t len, char *whyb, size_t whylen);
 /* "kiln: WHAT: HTTP 404: no job 7" from a JSON error body. */
 void kiln_cli_print_error(const char *what, const struct response *r);
 
 extern const char kiln_cli_jobs_usage[];
-/* Whether s is a job id as the CLI takes one: a positive decimal integer (0 names no job). */
+/* Whether s is a job id as the CLI takes one: a positive decimal integer without leading zeros,
+ * as kilnd writes it (0 names no job). */
 bool kiln_cli_job_id_valid(const char *s);
 bool kiln_cli_jobs_known(const char *cmd);
 /* Runs a job or model command with its arguments; the process exit status. */

@@ -49,8 +49,7 @@ static volatile sig_atomic_t interrupted;
 
 static void on_sigint(int sig)
 {
-    (void)sig;
-    interrupted = 1;
+    interrupted = sig; /* the exit status is 128 + it, as a shell reports a signal's end */
 }
 
 /* printf at (y, x), cut to MAXW columns; the text is ASCII (what is not is shown as '?'). */
@@ -400,7 +399,9 @@ int kiln_dashboard_run(const struct kiln_client *given, struct kiln_watch *w, bo
     keypad(stdscr, TRUE);
     nodelay(stdscr, TRUE);
     curs_set(0);
-    if (has_colors() && start_color() == OK) {
+    /* NO_COLOR (no-color.org): set and not empty, no colour whatever the terminal offers */
+    const char *no_color = getenv("NO_COLOR");
+    if (!(no_color && no_color[0]) && has_colors() && start_color() == OK) {
         use_default_colors();
         init_pair(PAIR_TRAIN, COLOR_CYAN, -1);
         init_pair(PAIR_VALID, COLOR_YELLOW, -1);
@@ -485,7 +486,7 @@ int kiln_dashboard_run(const struct kiln_client *given, struct kiln_watch *w, bo
     if (interrupted) {
         if (!w->done)
             fprintf(stderr, "kiln: stopped watching; job %lld goes on (kiln cancel %lld stops it)\n", w->id, w->id);
-        return 130;
+        return 128 + interrupted;
     }
     if (fatal) {
         fprintf(stderr, "kiln: watch: %s\n", s.error);

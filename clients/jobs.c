@@ -63,7 +63,7 @@ static const char *str_of(const cJSON *o, const char *key)
 bool kiln_cli_job_id_valid(const char *s)
 {
     /* job ids start at 1: 0 (or 000) names no job, so it is a usage error like -1 */
-    return s && *s && strspn(s, "0123456789") == strlen(s) && strlen(s) < 19 && strspn(s, "0") < strlen(s);
+    return s && *s && strspn(s, "0123456789") == strlen(s) && strlen(s) < 19 && s[0] != '0';
 }
 
 static char *read_file(const char *path, size_t *len)
@@ -217,16 +217,25 @@ static int cmd_jobs(const struct kiln_client *cl, int argc, char **argv)
     if (argc >= 1 && !strcmp(argv[0], "rm"))
         return cmd_jobs_rm(cl, argc - 1, argv + 1);
     const char *state = NULL;
+    static const char states[] = "queued, running, succeeded, failed or cancelled";
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--state") && i + 1 == argc) {
-            fprintf(stderr,
-                    "kiln: jobs: --state needs a value: queued, running, succeeded, failed or cancelled\n");
+            fprintf(stderr, "kiln: jobs: --state needs a value: %s\n", states);
             return 2;
         }
-        if (!strcmp(argv[i], "--state") &&
-            strspn(argv[i + 1], "abcdefghijklmnopqrstuvwxyz") == strlen(argv[i + 1]) && strlen(argv[i + 1]) < 20)
-            state = argv[++i];
-        else {
+        if (!strcmp(argv[i], "--state") && state) {
+            fprintf(stderr, "kiln: jobs: --state is given twice; give one state\n");
+            return 2;
+        }
+        if (!strcmp(argv[i], "--state")) {
+            const char *v = argv[++i];
+            if (strcmp(v, "queued") && strcmp(v, "running") && strcmp(v, "succeeded") && strcmp(v, "failed") &&
+                strcmp(v, "cancelled")) {
+                fprintf(stderr, "kiln: jobs: --state '%.40s' is no job state: %s (lower case)\n", v, states);
+                return 2;
+            }
+            state = v;
+        } else {
             fprintf(stderr, "kiln: jobs: unexpected argument '%s'\n", argv[i]);
             return 2;
         }
@@ -327,9 +336,13 @@ static int cmd_models(const struct kiln_client *cl)
 /* POST /v2/repository/models/NAME/load or .../unload (the KServe repository extension). */
 static int cmd_load(const struct kiln_client *cl, const char *cmd, int argc, char **argv)
 {
-    if (argc != 1 || strspn(argv[0], "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") !=
-                         strlen(argv[0]) || !argv[0][0] || strlen(argv[0]) > 128) {
+    if (argc != 1) {
         fprintf(stderr, "kiln: usage: kiln %s MODEL\n", cmd);
+        return 2;
+    }
+    if (strspn(argv[0], "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") != strlen(argv[0]) ||
+        !argv[0][0] || strlen(argv[0]) > 128) {
+        fprintf(stderr, "kiln: %s: '%.140s' is no model name: 1 to 128 of A-Z a-z 0-9 _ . -\n", cmd, argv[0]);
         return 2;
     }
     char path[200];
@@ -371,10 +384,33 @@ static bool nested_shape(const cJSON *a, int depth, long long *shape, int *ndim,
     return true;
 }
 
+/* A number cJSON read as infinite (1e400): sent, it would be null, which kilnd refuses as "not a
+ * number" without saying why. */
+static const cJSON *first_non_finite(const cJSON *j)
+{
+    if (cJSON_IsNumber(j))
+        return isfinite(j->valuedouble) ? NULL : j;
+    for (const cJSON *c = j ? j->child : NULL; c; c = c->next) {
+        const cJSON *f = first_non_finite(c);
+        if (f)
+            return f;
+    }
+    return NULL;
+}
+
 static int cmd_predict(const struct kiln_client *cl, int argc, char **argv)
 {
     const char *model = NULL, *json = NULL, *file = NULL;
     for (int i = 0; i < argc; i++) {
+        bool takes_value = !strcmp(argv[i], "--json") || !strcmp(argv[i], "--file");
+        if (takes_value && i + 1 == argc) {
+            fprintf(stderr, "kiln: predict: %s needs a value\n", argv[i]);
+            return 2;
+        }
+        if (takes_value && (json || file)) {
+            fprintf(stderr, "kiln: predict: give one of --json and --file, once\n");
+            return 2;
+        }
         if (!strcmp(argv[i], "--json") && i + 1 < argc && !json && !file)
             json = argv[++i];
         else if (!strcmp(argv[i], "--file") && i + 1 < argc && !json && !file)
@@ -386,8 +422,13 @@ static int cmd_predict(const struct kiln_client *cl, int argc, char **argv)
             return 2;
         }
     }
-    if (!model || (!json && !file) || strspn(model, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") !=
-                               strlen(model) || strlen(model) > 128) {
+    if (model &&
+        (strspn(model, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") != strlen(model) ||
+         strlen(model) > 128)) {
+        fprintf(stderr, "kiln: predict: '%.140s' is no model name: 1 to 128 of A-Z a-z 0-9 _ . -\n", model);
+        return 2;
+    }
+    if (!model || (!json && !file)) {
         fprintf(stderr, "kiln: usage: kiln predict MODEL --json '{\"inputs\": [...]}' | '[[...]]' | --file FILE\n");
         return 2;
     }
@@ -395,9 +436,13 @@ static int cmd_predict(const struct kiln_client *cl, int argc, char **argv)
     char *ftext = file ? read_file(file, &flen) : NULL;
     if (file && !ftext)
         return 2;
-    cJSON *in = file ? cJSON_ParseWithLength(ftext, flen) : cJSON_Parse(json);
-    if (!in) {
-        fprintf(stderr, "kiln: predict: %s%s is not valid JSON\n", file ? file : "--json", file ? "" : " value");
+    char bad[300];
+    cJSON *in = kiln_cli_parse_json(file ? ftext : json, file ? flen : strlen(json), bad, sizeof bad);
+    const cJSON *huge = in ? first_non_finite(in) : NULL;
+    if (!in || huge) {
+        fprintf(stderr, "kiln: predict: %s%s %s\n", file ? file : "--json", file ? "" : " value",
+                in ? "holds a number too large for any float type (past 1.8e308)" : bad);
+        cJSON_Delete(in);
         free(ftext);
         return 2;
     }

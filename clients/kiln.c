@@ -82,11 +82,10 @@ static int connect_within(int fd, const struct sockaddr *addr, socklen_t len, in
     if (connect(fd, addr, len) != 0) {
         if (errno != EINPROGRESS)
             return -1;
+        /* A signal ends the wait (errno EINTR): where one is caught (watch's Ctrl-C), the caller
+         * stops at once instead of after the whole timeout. */
         struct pollfd p = {.fd = fd, .events = POLLOUT};
-        int rc;
-        do
-            rc = poll(&p, 1, timeout_ms);
-        while (rc < 0 && errno == EINTR);
+        int rc = poll(&p, 1, timeout_ms);
         if (rc == 0) {
             errno = ETIMEDOUT;
             return -1;
@@ -126,7 +125,13 @@ int kiln_cli_connect(const struct kiln_client *cl)
             err = errno;
             close(fd);
             fd = -1;
+            if (err == EINTR)
+                break;
         }
+    }
+    if (fd < 0 && err == EINTR) {
+        freeaddrinfo(res);
+        return -1; /* interrupted: the caller says so */
     }
     freeaddrinfo(res);
     /* KILN_CONFIG is kilnd's file: one who set it for the CLI learns where the CLI's is */
@@ -260,12 +265,41 @@ static int request(const struct kiln_client *cl, const char *path, struct respon
 }
 
 /* The "error" field of a JSON error body, or the body itself. */
+cJSON *kiln_cli_parse_json(const char *text, size_t len, char *whyb, size_t whylen)
+{
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    size_t at = end && end >= text ? (size_t)(end - text) : 0;
+    if (!j) {
+        snprintf(whyb, whylen, "is not valid JSON (at byte %zu)", at);
+        return NULL;
+    }
+    while (at < len && (text[at] == ' ' || text[at] == '\t' || text[at] == '\r' || text[at] == '\n'))
+        at++;
+    if (at < len && text[at] != '\0') {
+        cJSON_Delete(j);
+        snprintf(whyb, whylen,
+                 "has more after its JSON value (at byte %zu): give one value, e.g. [[1, 2], [3, 4]] for a batch "
+                 "of two rows",
+                 at);
+        return NULL;
+    }
+    return j;
+}
+
 void kiln_cli_print_error(const char *what, const struct response *r)
 {
     cJSON *j = cJSON_ParseWithLength(r->body, r->body_len);
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
-    fprintf(stderr, "kiln: %s: HTTP %d: %.*s\n", what, r->status, cJSON_IsString(e) ? (int)strlen(e->valuestring) : (int)r->body_len,
-            cJSON_IsString(e) ? e->valuestring : r->body);
+    if (cJSON_IsString(e))
+        fprintf(stderr, "kiln: %s: HTTP %d: %s\n", what, r->status, e->valuestring);
+    else
+        /* not kilnd's JSON error: whatever answered (a proxy, another server) is shown, or said
+         * to have answered nothing */
+        fprintf(stderr, "kiln: %s: HTTP %d %s%.*s\n", what, r->status,
+                r->body_len ? "from something that is not kilnd: "
+                            : "with no body: not kilnd's answer (is the URL right?)",
+                (int)(r->body_len > 300 ? 300 : r->body_len), r->body);
     cJSON_Delete(j);
 }
 
@@ -374,7 +408,8 @@ static int read_config(char **url, char **token)
         return -1;
     }
     fclose(f);
-    cJSON *j = big ? NULL : cJSON_ParseWithLength(text, n);
+    char bad[300] = "";
+    cJSON *j = big ? NULL : kiln_cli_parse_json(text, n, bad, sizeof bad);
     const cJSON *u = cJSON_GetObjectItemCaseSensitive(j, "url"), *t = cJSON_GetObjectItemCaseSensitive(j, "token");
     if (!cJSON_IsObject(j) || (u && !cJSON_IsString(u)) || (t && !cJSON_IsString(t))) {
         fprintf(stderr, "kiln: config file %s: expected a JSON object {\"url\": \"http://...\", \"token\": \"...\"}\n",
@@ -424,7 +459,8 @@ static void usage(FILE *out)
             "and is not read); the address defaults to %s.\n\n"
             "Exit status: 0 success (watch: the job succeeded), 1 the server answered with an error (watch:\n"
             "the job failed or was cancelled), 2 it could not be reached or the command itself was wrong (a\n"
-            "usage error, a local file that cannot be read), 3 watch left with q while the job goes on.\n",
+            "usage error, a local file that cannot be read), 3 watch left with q while the job goes on,\n"
+            "130 interrupted by Ctrl-C while watching (143 for SIGTERM; the job goes on either way).\n",
             kiln_cli_jobs_usage, DEFAULT_URL);
 }
 
@@ -480,20 +516,35 @@ static int run(int argc, char **argv, char **rest)
     /* Flags, then the environment, then the config file (read only when something is missing). */
     if (!url || !url[0])
         url = getenv("KILN_URL");
-    if (!token || !token[0])
+    const char *token_from = "--token";
+    if (!token || !token[0]) {
         token = getenv("KILN_TOKEN");
+        token_from = "KILN_TOKEN";
+    }
     char *cfg_url = NULL, *cfg_token = NULL;
     if ((!url || !url[0] || !token || !token[0]) && read_config(&cfg_url, &cfg_token) != 0)
         return 2;
     if (!url || !url[0])
         url = cfg_url;
-    if (!token || !token[0])
+    if (!token || !token[0]) {
         token = cfg_token;
+        token_from = "the config file's \"token\"";
+    }
     if (!url || !url[0])
         url = DEFAULT_URL;
     struct kiln_client cl = {.shown = url, .token = token};
     int rc = 2;
-    if (parse_url(url, &cl.u) != 0)
+    size_t bad_at = token ? strcspn(token, "\x01\x02\x03\x04\x05\x06\x07\x08\t\n\x0b\x0c\r\x0e\x0f\x10\x11\x12"
+                                           "\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f\x7f ")
+                          : 0;
+    if (token && token[bad_at]) {
+        /* sent as it is, a newline would end the header and the rest would be read as another */
+        fprintf(stderr,
+                "kiln: the token from %s holds %s at character %zu; a token is printable characters only (a "
+                "newline at its end, from a file or echo, is the usual cause)\n",
+                token_from, token[bad_at] == ' ' ? "a space" : "a control character", bad_at + 1);
+        rc = 2;
+    } else if (parse_url(url, &cl.u) != 0)
         rc = 2;
     else if (!basic)
         rc = kiln_cli_jobs_main(&cl, cmd, nrest, rest);

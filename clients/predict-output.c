@@ -96,6 +96,23 @@ static bool next_integer(const char **p, const char *end, long long *v)
  */
 /* Four places where that reads well; otherwise (an FP64 of 1e-300 or 1e300) four significant
  * digits with an exponent, rather than 0.0000 or three hundred digits. */
+/* s as a JSON string literal, so a label holding '"' or a newline still reads back as one value */
+static void print_json_string(const char *s)
+{
+    putchar('"');
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            printf("\\%c", *c);
+        else if (*c == '\n')
+            fputs("\\n", stdout);
+        else if (*c < 0x20 || *c == 0x7f)
+            printf("\\u%04x", *c);
+        else
+            putchar(*c);
+    }
+    putchar('"');
+}
+
 static void print_float(double x)
 {
     double a = fabs(x);
@@ -132,7 +149,7 @@ static void print_output(const cJSON *o, const cJSON *data, const char *raw, con
             else if (is_int && raw && next_integer(&raw, end, &iv))
                 printf("%lld", iv);
             else if (cJSON_IsString(v))
-                printf("\"%s\"", v->valuestring);
+                print_json_string(v->valuestring);
             else
                 print_float(x);
             if (x > bv) {

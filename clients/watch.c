@@ -251,7 +251,10 @@ static int watch_plain(const struct kiln_client *cl, struct kiln_watch *w)
     while (!w->done && !interrupted) {
         if (kiln_sse_open(&s, cl, path) != 0) {
             if (++failures > 30) {
-                fprintf(stderr, "kiln: watch: %s\n", s.error);
+                fprintf(stderr,
+                        "kiln: watch: gave up after 30 s without kilnd: %s. The job goes on if kilnd does; kiln "
+                        "watch %lld follows it again\n",
+                        s.error[0] ? s.error : "no answer", w->id);
                 rc = 2;
                 break;
             }

@@ -10,6 +10,8 @@ Usage: test_jobs.py KILND KILN_CLI
 import http.client
 import json
 import os
+import threading
+import socket
 import random
 import shutil
 import signal
@@ -400,6 +402,53 @@ def test_cli(d):
     p = subprocess.run([CLI, "jobs"], capture_output=True, text=True, env=dict(ENV, KILN_URL="http://127.0.0.1:1"))
     check(p.returncode == 2 and "cannot reach kilnd" in p.stderr and p.stdout == "",
           "an unreachable daemon is a clear error, with no table header before it: %r" % p.stdout)
+    test_cli_refusals(env)
+
+
+def cli(args, env):
+    return subprocess.run([CLI] + args, capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_cli_refusals(env):
+    """What the CLI refuses before sending, each with its reason; nothing is sent for a part of
+    the input, a token that would split the request, or a number that would go as null."""
+    two = os.path.join(TMP, "two.json")
+    open(two, "w").write("[[2,0,0,0]]\n[[0,0,2,0]]\n")
+    for args, want in (
+            (["predict", "clitoy", "--json", "[[2,0,0,0]], [[0,0,2,0]]"], "has more after its JSON value (at byte 11)"),
+            (["predict", "clitoy", "--file", two], "has more after its JSON value (at byte 12)"),
+            (["predict", "clitoy", "--json", "[[1e400,0,0,0]]"], "holds a number too large"),
+            (["predict", "clitoy", "--json"], "--json needs a value"),
+            (["predict", "ünï", "--json", "[[1]]"], "'ünï' is no model name"),
+            (["load", "a/b"], "'a/b' is no model name"),
+            (["jobs", "--state", "RUNNING"], "--state 'RUNNING' is no job state"),
+            (["jobs", "--state", "queued", "--state", "failed"], "--state is given twice"),
+            (["job", "0001"], "usage: kiln job JOB_ID")):
+        p = cli(args, env)
+        check(p.returncode == 2 and want in p.stderr and p.stdout == "",
+              "kiln %s: refused, saying so: %d %r" % (" ".join(args), p.returncode, p.stderr[-300:]))
+    for token in ("tok\r\nX-Injected: yes", "tok\n"):
+        p = cli(["jobs"], dict(env, KILN_TOKEN=token))
+        check(p.returncode == 2 and "the token from KILN_TOKEN holds a control character" in p.stderr,
+              "a token holding %r is refused before sending: %r" % (token, p.stderr))
+    # something that is not kilnd answers with an empty body: said so, not "HTTP 404: "
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    port = srv.getsockname()[1]
+
+    def answer():
+        c, _ = srv.accept()
+        c.recv(65536)
+        c.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        c.close()
+    t = threading.Thread(target=answer)
+    t.start()
+    p = cli(["models"], dict(env, KILN_URL="http://127.0.0.1:%d" % port))
+    t.join(10)
+    srv.close()
+    check(p.returncode == 1 and "HTTP 404 with no body: not kilnd's answer" in p.stderr,
+          "an empty answer from something else is said to be no answer of kilnd's: %r" % p.stderr)
 
 
 def main():
