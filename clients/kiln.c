@@ -23,6 +23,10 @@
 
 #define DEFAULT_URL "http://127.0.0.1:8080"
 #define TIMEOUT_MS 10000
+/* How long the answer to a request that makes kilnd work may take: a job's checks open its device
+ * and read its model, a load reads a model, an inference runs to kilnd's own deadline. Given up
+ * sooner, the CLI would say "did not answer" of a job kilnd then accepts, inviting a second. */
+#define WORK_TIMEOUT_MS 300000
 #define MAX_RESPONSE (64u << 20)
 
 static int parse_url(const char *text, struct url *u)
@@ -143,12 +147,12 @@ int kiln_cli_connect(const struct kiln_client *cl)
     return fd;
 }
 
-static int wait_fd(int fd, short events)
+static int wait_fd(int fd, short events, int timeout_ms)
 {
     struct pollfd p = {.fd = fd, .events = events};
     int rc;
     do
-        rc = poll(&p, 1, TIMEOUT_MS);
+        rc = poll(&p, 1, timeout_ms);
     while (rc < 0 && errno == EINTR);
     return rc > 0 ? 0 : -1;
 }
@@ -213,6 +217,7 @@ int kiln_cli_request(const struct kiln_client *cl, const char *method, const cha
         return -1;
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
+    int answer_ms = strcmp(method, "GET") == 0 ? TIMEOUT_MS : WORK_TIMEOUT_MS;
     for (;;) {
         if (!buf || len + 1 >= MAX_RESPONSE) {
             fprintf(stderr, "kiln: response from %s too large\n", shown);
@@ -225,8 +230,11 @@ int kiln_cli_request(const struct kiln_client *cl, const char *method, const cha
             buf = grown;
             cap *= 2;
         }
-        if (wait_fd(fd, POLLIN) != 0) {
-            fprintf(stderr, "kiln: %s did not answer within %d ms\n", shown, TIMEOUT_MS);
+        if (wait_fd(fd, POLLIN, answer_ms) != 0) {
+            fprintf(stderr, "kiln: %s did not answer within %d s%s\n", shown, answer_ms / 1000,
+                    answer_ms == WORK_TIMEOUT_MS
+                        ? "; what was asked may still be done (kiln jobs, kiln models show it)"
+                        : "");
             goto fail;
         }
         ssize_t got = recv(fd, buf + len, cap - len - 1, 0);
