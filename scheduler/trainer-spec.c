@@ -110,11 +110,21 @@ void kd_spec_integer(struct kd_spec_problems *p, const cJSON *obj, const char *k
     const cJSON *v = kd_spec_get(obj, key);
     if (!v)
         return;
+    /* JSON numbers are read as doubles: past 2^53 the value read may not be the one written
+     * (9007199254740993 reads as ...992), and printed whole it runs to 309 digits (1e308) */
+    const double exact = 9007199254740992.0;
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
         kd_spec_problem(p, field, "must be an integer");
+    else if ((v->valuedouble < (double)lo || v->valuedouble > (double)hi) && fabs(v->valuedouble) >= exact)
+        kd_spec_problem(p, field, "%g is out of range [%lld, %lld]", v->valuedouble, (long long)lo, (long long)hi);
     else if (v->valuedouble < (double)lo || v->valuedouble > (double)hi)
         kd_spec_problem(p, field, "%.0f is out of range [%lld, %lld]", v->valuedouble, (long long)lo,
                         (long long)hi);
+    else if (fabs(v->valuedouble) >= exact) /* 2^53 + 1 reads as 2^53: that one is suspect too */
+        kd_spec_problem(p, field,
+                        "%g is past 2^53, where a JSON number is not read exactly; give one of magnitude at most "
+                        "9007199254740991",
+                        v->valuedouble);
     else
         *out = (int64_t)v->valuedouble;
 }

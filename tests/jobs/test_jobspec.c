@@ -237,6 +237,24 @@ static void test_optimizer_settings_per_kind(void **state)
     kd_jobspec_free(&s);
 }
 
+/* Integers as JSON carries them: a huge one is said in short, and one past 2^53 (which a double
+ * does not hold exactly: ...993 reads as ...992) is refused rather than taken rounded. */
+static void test_integers_past_exact_range(void **state)
+{
+    (void)state;
+    char model[600], spec[2000];
+    linear_model(model, sizeof model, 784, 10);
+    fashion_spec(spec, sizeof spec, model, "\"seed\": 9007199254740993, \"epochs\": 1e308");
+    refused(spec, (const char *const[]){"seed: 9.0072e+15 is past 2^53, where a JSON number is not read exactly",
+                                        "epochs: 1e+308 is out of range [1, ", NULL});
+    fashion_spec(spec, sizeof spec, model, "\"seed\": 9223372036854775807");
+    refused(spec, (const char *const[]){"seed: 9.22337e+18 is past 2^53", NULL});
+    fashion_spec(spec, sizeof spec, model, "\"seed\": 9007199254740991");
+    struct kd_jobspec s;
+    accepted(spec, &s);
+    kd_jobspec_free(&s);
+}
+
 static void test_grad_accum_parsed(void **state)
 {
     (void)state;
@@ -366,6 +384,7 @@ int main(void)
         cmocka_unit_test(test_device_configured),
         cmocka_unit_test(test_ignored_settings_all_at_once),
         cmocka_unit_test(test_optimizer_settings_per_kind),
+        cmocka_unit_test(test_integers_past_exact_range),
         cmocka_unit_test(test_grad_accum_parsed),
         cmocka_unit_test(test_nesterov_without_momentum),
         cmocka_unit_test(test_model_does_not_take_items),
