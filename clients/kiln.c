@@ -19,6 +19,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "chunked.h"
 #include "cli.h"
 
 #define DEFAULT_URL "http://127.0.0.1:8080"
@@ -260,6 +261,19 @@ int kiln_cli_request(const struct kiln_client *cl, const char *method, const cha
     r->raw = buf;
     r->body = end + 4;
     r->body_len = len - (size_t)(r->body - buf);
+    if (kiln_is_chunked(buf, end + 2)) {
+        /* a proxy's framing (kilnd sends lengths): the payload, decoded where it lies */
+        struct kiln_dechunk d = {0};
+        long n = kiln_dechunk(&d, end + 4, r->body_len, end + 4);
+        if (n < 0) {
+            fprintf(stderr, "kiln: %s answered with a broken chunked body\n", shown);
+            free(buf);
+            memset(r, 0, sizeof *r);
+            return -1;
+        }
+        r->body_len = (size_t)n;
+        end[4 + n] = '\0';
+    }
     return 0;
 fail:
     free(buf);

@@ -34,6 +34,8 @@ static void reset_stream(struct kiln_sse *s)
     s->buf = s->data = NULL;
     s->len = s->cap = s->dlen = 0;
     s->status = 0;
+    s->chunked = false;
+    memset(&s->dechunk, 0, sizeof s->dechunk);
     snprintf(s->type, sizeof s->type, "message");
 }
 
@@ -74,8 +76,17 @@ static int take_headers(struct kiln_sse *s, char *end)
     s->status = strncmp(s->buf, "HTTP/1.", 7) == 0 && s->len > 12 ? atoi(s->buf + 9) : -1;
     if (s->status == 200) {
         size_t skip = (size_t)(end + 4 - s->buf);
+        s->chunked = kiln_is_chunked(s->buf, end + 2);
         memmove(s->buf, s->buf + skip, s->len - skip);
         s->len -= skip;
+        long n = s->chunked ? kiln_dechunk(&s->dechunk, s->buf, s->len, s->buf) : (long)s->len;
+        if (n < 0) {
+            snprintf(s->error, sizeof s->error, "the event stream's chunked framing is broken");
+            s->status = -1;
+            return -1;
+        }
+        s->len = (size_t)n;
+        s->buf[s->len] = '\0';
         return 0;
     }
     if (s->status < 0)
@@ -162,6 +173,14 @@ int kiln_sse_pump(struct kiln_sse *s, kiln_sse_event_fn fn, void *ctx)
                 return -1;
             }
             return 0;
+        }
+        if (s->status == 200 && s->chunked) {
+            long n = kiln_dechunk(&s->dechunk, s->buf + s->len, (size_t)got, s->buf + s->len);
+            if (n < 0) {
+                snprintf(s->error, sizeof s->error, "the event stream's chunked framing is broken");
+                return -1;
+            }
+            got = n;
         }
         s->len += (size_t)got;
         s->buf[s->len] = '\0';

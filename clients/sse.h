@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "chunked.h"
 #include "cli.h"
 
 struct kiln_sse {
@@ -18,6 +19,8 @@ struct kiln_sse {
     char type[64];        /* the event being assembled */
     char *data;
     size_t dlen;
+    bool chunked; /* the body comes in chunks (a proxy re-framed it), decoded as it arrives */
+    struct kiln_dechunk dechunk;
     char last_id[32];     /* the newest event id seen: sent as Last-Event-ID on reconnection */
     char error[320];      /* why the stream failed, for the user */
 };

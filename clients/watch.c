@@ -258,7 +258,8 @@ static int watch_plain(const struct kiln_client *cl, struct kiln_watch *w)
                 rc = 2;
                 break;
             }
-            sleep(1);
+            if (!interrupted)
+                sleep(1);
             continue;
         }
         int pr = 1;

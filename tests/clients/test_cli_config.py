@@ -152,8 +152,104 @@ def test_silent_host():
     listener.close()
 
 
+JOB = b'{"id": 7, "state": "running", "register_as": "chunky", "spec": {"epochs": 1}}'
+EVENTS = (b'retry: 1000\n\nid: 1\nevent: state\ndata: {"state": "running"}\n\n'
+          b'id: 2\nevent: state\ndata: {"state": "succeeded"}\n\n')
+
+
+def chunked(body, size):
+    """body framed as chunks of size bytes, with an extension and a trailer as a proxy may send."""
+    out = b""
+    for i in range(0, len(body), size):
+        part = body[i:i + size]
+        out += b"%x%s\r\n%s\r\n" % (len(part), b";ext=1" if i == 0 else b"", part)
+    return out + b"0\r\nX-Trailer: t\r\n\r\n"
+
+
+def serve_one(listener, head, body):
+    c, _ = listener.accept()
+    c.recv(65536)
+    c.sendall(head + body)
+    return c
+
+
+def test_chunked_from_a_proxy():
+    """A reverse proxy re-frames responses without a length in chunks (nginx does, for an HTTP/1.1
+    client), with boundaries anywhere, inside an event's line too: the CLI reads the payload."""
+    import socket
+    import threading
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    port = listener.getsockname()[1]
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+
+    def answer():
+        serve_one(listener, head % b"application/json", chunked(JOB, 5)).close()
+        serve_one(listener, head % b"text/event-stream", chunked(EVENTS, 3)).close()
+    t = threading.Thread(target=answer)
+    t.start()
+    p = subprocess.run([CLI, "--url=http://127.0.0.1:%d" % port, "watch", "7", "--plain"], capture_output=True,
+                       text=True, env=BASE_ENV, timeout=60)
+    t.join(10)
+    listener.close()
+    check(p.returncode == 0 and "succeeded" in p.stdout,
+          "a job and its events in 3- and 5-byte chunks are followed to the end: %d %r %r"
+          % (p.returncode, p.stdout[-300:], p.stderr[-300:]))
+
+
+def test_interrupt_while_connecting():
+    """Ctrl-C while watch reconnects to a host that no longer answers: it stops at once (it waited
+    out the 10 s connect limit first)."""
+    import signal
+    import socket
+    import threading
+    import time
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nConnection: close\r\n\r\n"
+
+    def answer():
+        serve_one(listener, head % b"application/json", JOB).close()
+        stream = serve_one(listener, head % b"text/event-stream", EVENTS.split(b"id: 2")[0])
+        for _ in range(8):  # the accept queue full before the stream ends: the reconnect hangs
+            c = socket.socket()
+            c.setblocking(False)
+            try:
+                c.connect(("127.0.0.1", port))
+            except BlockingIOError:
+                pass
+            fillers.append(c)
+        time.sleep(0.2)
+        stream.close()
+    t = threading.Thread(target=answer)
+    t.start()
+    proc = subprocess.Popen([CLI, "--url=http://127.0.0.1:%d" % port, "watch", "7", "--plain"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=BASE_ENV)
+    t.join(10)
+    time.sleep(1.5)  # past the stream's end: reconnecting
+    started = time.time()
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    took = time.time() - started
+    check(proc.returncode == 130 and took < 3 and "stopped watching; job 7 goes on" in err,
+          "Ctrl-C while reconnecting stops watch at once: %s after %.1f s %r" % (proc.returncode, took, err[-300:]))
+    for c in fillers:
+        c.close()
+    listener.close()
+
+
 def main():
     test_cli_file()
+    test_chunked_from_a_proxy()
+    test_interrupt_while_connecting()
     test_python_client_file()
     test_usage_errors()
     test_silent_host()
