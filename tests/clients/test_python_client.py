@@ -5,8 +5,8 @@ and everything below imports that installed copy: inference as JSON and as binar
 model and an ONNX model with outputs checked against the fixtures' reference values; the tensor codec
 of every datatype, BYTES included; errors as KilnError with status, message and problems; a job
 submitted, its events streamed, wait(), its metric history and logs, the result served; events
-resumed with Last-Event-ID across a SIGKILL and restart of kilnd; cancel and resume; a bearer token;
-connection errors. Every element is checked against its datatype before anything is sent (a numpy
+resumed with Last-Event-ID across a SIGKILL and restart of kilnd; cancel, resume and purge; a bearer
+token; connection errors. Every element is checked against its datatype before anything is sent (a numpy
 array is never cast: 0.7 for INT64 was sent as 0, -1 for UINT8 as 255; binary=True raised
 struct.error or OverflowError; "false" for BOOL was True), on ONNX models with INT64, UINT8, FP16
 and BOOL inputs; the README's error example is what kilnd answers.
@@ -497,6 +497,44 @@ def test_job(kc, d):
           [j["id"] for j in c.jobs(state="succeeded")] == [jid, j2, j3, j4], "jobs() and jobs(state=)")
 
 
+def test_purge(kc, d):
+    """purge(): DELETE /v1/jobs/{id}?purge=true removes an ended job and answers what went; a job
+    that has not ended is kilnd's 409, an unknown one its 404."""
+    c = kc.Client(d.url)
+    if not callable(getattr(c, "purge", None)):
+        check(False, "Client.purge() exists")
+        return
+    jid = c.wait(c.submit(H.spec("pypurge", epochs=2)))["id"]
+    n_events = len(list(c.events(jid)))
+    n_metrics = len(c.metrics(jid)) + len(c.metrics(jid, "step"))
+    ans = c.purge(jid)
+    check(ans.get("id") == jid and ans.get("purged") is True and ans.get("state") == "succeeded"
+          and ans.get("events_removed") == n_events and ans.get("metrics_removed") == n_metrics
+          and ans.get("files_removed", 0) > 0 and ans.get("bytes_freed", 0) > 0 and "left_behind" not in ans,
+          "purge() of a succeeded job: %s (%d events, %d metric rows)" % (ans, n_events, n_metrics))
+    check(ans.get("model_kept") == {"name": "pypurge", "version": 1} and "pypurge" in ans.get("note", "")
+          and c.model_ready("pypurge"), "the version the purged job registered stays and is served")
+    for what, call in (("job()", lambda: c.job(jid)), ("a second purge()", lambda: c.purge(jid)),
+                       ("purge() of an unknown id", lambda: c.purge(999999))):
+        try:
+            call()
+            check(False, "%s after the purge raises KilnError 404" % what)
+        except kc.KilnError as e:
+            check(e.status == 404, "%s after the purge: %s" % (what, e))
+    check(jid not in [j["id"] for j in c.jobs()], "the purged job is gone from jobs()")
+    run = c.submit(H.spec("pypurge2", epochs=100000))
+    try:
+        c.purge(run)
+        check(False, "purge() of a job that has not ended raises KilnError 409")
+    except kc.KilnError as e:
+        check(e.status == 409 and "cancel" in e.message, "purge() of a job that has not ended: %s" % e)
+    c.cancel(run)
+    check(c.wait(run, timeout=60)["state"] == "cancelled", "the running job ends cancelled")
+    ans = c.purge(run)
+    check(ans.get("state") == "cancelled" and ans.get("model_kept") is None and "note" not in ans,
+          "purge() of a cancelled job that registered nothing: %s" % ans)
+
+
 def test_reconnect_cancel(kc, daemons):
     """Events across a SIGKILL and restart of kilnd, then cancel, resume, and wait's timeout."""
     d = daemons[0]
@@ -611,6 +649,7 @@ def main():
         test_typed_inputs(kc, d)
         test_readme_error(kc, d)
         test_job(kc, d)
+        test_purge(kc, d)
         test_reconnect_cancel(kc, daemons)
     finally:
         daemons[0].stop()

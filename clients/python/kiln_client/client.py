@@ -320,6 +320,14 @@ class Client:
         """DELETE /v1/jobs/{id}: the answer ({"id", "state": "cancelled" or "cancelling"})."""
         return self._json("DELETE", "/v1/jobs/%d" % int(id), ok=(200, 202))
 
+    def purge(self, id):
+        """DELETE /v1/jobs/{id}?purge=true: remove an ended job (its record, events, metric history
+        and checkpoints); the answer: id, purged, state, bytes_freed, files_removed, events_removed,
+        metrics_removed, model_kept (the version it registered, which stays; None when none), note
+        (with model_kept) and left_behind (only when a file could not be removed). KilnError 409
+        for a job that has not ended (cancel it, wait, then purge), 404 for an unknown id."""
+        return self._json("DELETE", "/v1/jobs/%d?purge=true" % int(id))
+
     def resume(self, id):
         """A failed or cancelled job continues as a new job; its id."""
         return int(self._json("POST", "/v1/jobs/%d/resume" % int(id), ok=(201,))["id"])
