@@ -6,7 +6,9 @@ model and an ONNX model with outputs checked against the fixtures' reference val
 of every datatype, BYTES included; errors as KilnError with status, message and problems; a job
 submitted, its events streamed, wait(), its metric history and logs, the result served; events
 resumed with Last-Event-ID across a SIGKILL and restart of kilnd; cancel, resume and purge; a bearer
-token; connection errors. Every element is checked against its datatype before anything is sent (a numpy
+token; connection errors (at once from events() and wait() when kilnd was never reached; after
+reconnect_timeout once a stream was open). Every element is checked against its datatype before
+anything is sent (a numpy
 array is never cast: 0.7 for INT64 was sent as 0, -1 for UINT8 as 255; binary=True raised
 struct.error or OverflowError; "false" for BOOL was True), on ONNX models with INT64, UINT8, FP16
 and BOOL inputs; the README's error example is what kilnd answers.
@@ -616,17 +618,42 @@ def test_token_and_connection(kc):
     finally:
         d.stop()
     check(d.proc.returncode == 0, "kilnd with tokens exits 0 after SIGTERM (%s)" % d.proc.returncode)
+    # a kilnd never reached is KilnConnectionError at once, from events() and wait() too (events()
+    # retried for the whole reconnect_timeout, 60 s, and wait(timeout=) raised a bare TimeoutError)
     dead = kc.Client("http://127.0.0.1:1", timeout=5)
-    dead.reconnect_timeout = 0.5
     for what, call in (("live()", dead.live), ("job()", lambda: dead.job(1)),
                        ("infer()", lambda: dead.infer("m", kc.Tensor("x", [1.0]))),
-                       ("events()", lambda: list(dead.events(1)))):
+                       ("events()", lambda: list(dead.events(1))), ("wait()", lambda: dead.wait(1)),
+                       ("wait(timeout=2)", lambda: dead.wait(1, timeout=2))):
+        t0 = time.monotonic()
         try:
             call()
             check(False, "%s on an unreachable kilnd raises" % what)
         except kc.KilnConnectionError as e:
-            check(e.status is None and ("cannot reach kilnd" in str(e) or "lost kilnd" in str(e)),
-                  "%s on an unreachable kilnd: KilnConnectionError %s" % (what, e))
+            took = time.monotonic() - t0
+            check(e.status is None and "cannot reach kilnd at http://127.0.0.1:1" in str(e) and took < 1.5,
+                  "%s on an unreachable kilnd: KilnConnectionError in %.2f s: %s" % (what, took, e))
+        except Exception as e:   # noqa: BLE001 (TimeoutError among them)
+            check(False, "%s on an unreachable kilnd raises KilnConnectionError, not %s: %s"
+                  % (what, type(e).__name__, e))
+    # a stream that was open keeps retrying, and gives up reconnect_timeout after kilnd went away
+    d = H.Daemon(KILND, "gone")
+    c = kc.Client(d.url)
+    c.reconnect_timeout = 1.0
+    jid = c.submit(H.spec("gonejob", epochs=100000))
+    seen, t0 = [], None
+    try:
+        for ev in c.events(jid):
+            seen.append(ev)
+            if len(seen) == 1:
+                d.proc.send_signal(signal.SIGKILL)
+                d.proc.wait()
+                t0 = time.monotonic()
+        check(False, "events() from a kilnd killed under the stream raises")
+    except kc.KilnConnectionError as e:
+        took = time.monotonic() - t0 if t0 else -1
+        check(seen and "lost kilnd" in str(e) and 1.0 <= took < 10,
+              "events() after kilnd went away mid-stream: retried %.1f s, then %s" % (took, e))
 
 
 def main():

@@ -7,6 +7,7 @@ One HTTP/1.1 connection per call (http.client), so a Client may be shared by thr
 import http.client
 import json
 import os
+import socket
 import time
 import urllib.parse
 
@@ -354,10 +355,12 @@ class Client:
 
     def events(self, id, last_event_id=None, _deadline=None):
         """The job's events (Event) from the start, or after last_event_id, until its final state.
-        A dropped connection is resumed with Last-Event-ID; KilnConnectionError once kilnd stays
-        unreachable for reconnect_timeout seconds (60 by default)."""
+        KilnConnectionError at once when the first connection fails (kilnd was never reached).
+        Once a stream was open, a dropped connection is resumed with Last-Event-ID, and
+        KilnConnectionError comes once kilnd stays unreachable for reconnect_timeout seconds (60
+        by default)."""
         last = last_event_id
-        retry, down_since = 1.0, None
+        retry, down_since, opened = 1.0, None, False
         while True:
             timeout = 75.0   # kilnd pings every 15 s, so a silent minute means the connection is gone
             if _deadline is not None:
@@ -372,7 +375,7 @@ class Client:
                 r = conn.getresponse()
                 if r.status != 200:
                     raise self._error(r.status, r.read())
-                down_since = None
+                down_since, opened = None, True
                 for ev, r_ms in _parse_sse(r):
                     if _deadline is not None and time.monotonic() >= _deadline:
                         raise TimeoutError("job %d did not end in time" % int(id))
@@ -386,7 +389,12 @@ class Client:
             except KilnError:
                 raise
             except (OSError, http.client.HTTPException) as e:
-                if _deadline is not None and time.monotonic() >= _deadline:
+                expired = _deadline is not None and time.monotonic() >= _deadline
+                # never reached: at once, unless wait()'s own timeout cut the first attempt short
+                if not opened and not (expired and isinstance(e, socket.timeout)):
+                    raise KilnConnectionError("cannot reach kilnd at %s: %s"
+                                              % (self.url, e or type(e).__name__)) from None
+                if expired:
                     raise TimeoutError("job %d did not end in time" % int(id)) from None
                 down_since = down_since or time.monotonic()
                 if time.monotonic() - down_since > self.reconnect_timeout:
@@ -400,7 +408,8 @@ class Client:
             time.sleep(min(retry, 5.0) if down_since else 0.05)
 
     def wait(self, id, timeout=None):
-        """Follow the job's events until it ends; the job (as job(id)). TimeoutError after timeout s."""
+        """Follow the job's events until it ends; the job (as job(id)). TimeoutError after timeout s;
+        KilnConnectionError at once when kilnd cannot be reached."""
         deadline = None if timeout is None else time.monotonic() + timeout
         for _ in self.events(id, _deadline=deadline):
             pass
