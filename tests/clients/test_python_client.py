@@ -7,8 +7,8 @@ of every datatype, BYTES included; errors as KilnError with status, message and 
 submitted, its events streamed, wait(), its metric history and logs, the result served; events
 resumed with Last-Event-ID across a SIGKILL and restart of kilnd; cancel, resume and purge; a bearer
 token; connection errors (at once from events() and wait() when kilnd was never reached; after
-reconnect_timeout once a stream was open). Every element is checked against its datatype before
-anything is sent (a numpy
+reconnect_timeout once a stream was open); a spec holding NaN or an infinity refused before it is
+sent, naming the field. Every element is checked against its datatype before anything is sent (a numpy
 array is never cast: 0.7 for INT64 was sent as 0, -1 for UINT8 as 255; binary=True raised
 struct.error or OverflowError; "false" for BOOL was True), on ONNX models with INT64, UINT8, FP16
 and BOOL inputs; the README's error example is what kilnd answers.
@@ -450,6 +450,17 @@ def test_inference(kc, d):
     except kc.KilnError as e:
         check(e.status == 400 and len(e.problems) >= 2 and any(p.startswith("epochs:") for p in e.problems),
               "a rejected spec lists every problem: %s" % e.problems)
+    # NaN or an infinity in a spec is refused before anything is sent, naming the field (it went
+    # out as invalid JSON and came back as kilnd's 400 "not valid JSON")
+    for what, spec, words in (
+            ("NaN epochs", {"model": "fashion_mlp", "epochs": float("nan")}, "field epochs is nan"),
+            ("an infinite lr", {"model": "fashion_mlp", "optimizer": {"kind": "adam", "lr": float("inf")}},
+             "field optimizer.lr is inf"),
+            ("-inf in a list", {"model": "fashion_mlp", "data": {"type": "csv", "x": [1.0, float("-inf")]}},
+             "field data.x[1] is -inf"),
+            ("NaN in a JSON string", '{"model": "fashion_mlp", "epochs": NaN}', "field epochs is nan")):
+        refused("a spec with %s" % what, lambda: c.submit(spec), words)
+    check(c.jobs() == [], "no job came of a refused spec")
 
 
 def test_job(kc, d):

@@ -6,6 +6,7 @@ One HTTP/1.1 connection per call (http.client), so a Client may be shared by thr
 """
 import http.client
 import json
+import math
 import os
 import socket
 import time
@@ -171,7 +172,7 @@ class Client:
         return KilnError(raw.decode("utf-8", "replace").strip() or http.client.responses.get(status, "error"), status)
 
     def _json(self, method, path, body=None, ok=(200,)):
-        data = None if body is None else json.dumps(body).encode()
+        data = None if body is None else _dumps(body)
         st, _, raw = self._send(method, path, data, {"Content-Type": "application/json"} if data else None)
         if st not in ok:
             raise self._error(st, raw)
@@ -414,6 +415,37 @@ class Client:
         for _ in self.events(id, _deadline=deadline):
             pass
         return self.job(id)
+
+
+def _dumps(body):
+    """body as JSON; ValueError naming the field that holds NaN or an infinity (JSON has no such
+    numbers, and kilnd would refuse the whole request as "not valid JSON")."""
+    try:
+        return json.dumps(body, allow_nan=False).encode()
+    except ValueError as e:
+        found = _nonfinite(body, "") if "Out of range float" in str(e) else None
+        if found is None:
+            raise
+        where, value = found
+        raise ValueError("field %s is %r: JSON has no NaN or infinity; nothing was sent"
+                         % (where or "(the whole value)", value)) from None
+
+
+def _nonfinite(value, where):
+    """(path, value) of the first NaN or infinity in value, as "data.columns[2]"; else None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where, value
+    if isinstance(value, dict):
+        items = (("%s.%s" % (where, k) if where else str(k), v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        items = (("%s[%d]" % (where, i), v) for i, v in enumerate(value))
+    else:
+        return None
+    for w, v in items:
+        found = _nonfinite(v, w)
+        if found:
+            return found
+    return None
 
 
 def _decode_infer(resp, raw):
