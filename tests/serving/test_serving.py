@@ -939,8 +939,10 @@ def test_connection_edges(d):
     s.sendall(b"POST /v2/repository/models/mnist_mlp/load HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n" + body)
     s.shutdown(socket.SHUT_WR)
     raw = read_all(s)
-    check(raw.startswith(b"HTTP/1.1 200") and b"connection: close" in raw.lower(),
-          "a load request then a half-close is answered 200, Connection: close: %r" % raw[:160])
+    # answered, then closed (read_all returns at the close). Its Connection header may say either:
+    # when the load ends before kilnd has read the half-close, it cannot know of it yet
+    check(raw.startswith(b"HTTP/1.1 200") and raw.count(b"HTTP/1.1") == 1,
+          "a load request then a half-close is answered 200, and the connection closed: %r" % raw[:160])
     body = json.dumps(infer_body(EXPECTED["input"][:1])).encode()
     s = socket.create_connection(("127.0.0.1", d.port), timeout=30)
     s.sendall(b"POST /v2/models/mnist_mlp/infer HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % len(body)
