@@ -61,6 +61,8 @@ def setup(data):
     model(data, "no_file", with_labels("missing.txt"))
     model(data, "bad_name", with_labels("../labels.txt"))
     model(data, "binary_labels", with_labels("labels.txt"), "version", b"a\nb\x00c\n")
+    model(data, "latin1_labels", with_labels("labels.txt"), "version", b"setosa\ncaf\xe9\n")
+    model(data, "overlong_labels", with_labels("labels.txt"), "version", b"a\nb\n\xc0\xaf\n")
 
 
 def wait_ready(d, name, timeout=15):
@@ -188,7 +190,11 @@ def main():
 
         for name, words in (("no_file", "label_filename 'missing.txt' is in neither the version nor the model folder"),
                             ("bad_name", "label_filename must be the name of a file in the version or the model folder"),
-                            ("binary_labels", "label_filename 'labels.txt' holds a NUL byte")):
+                            ("binary_labels", "label_filename 'labels.txt' holds a NUL byte"),
+                            # labels go into JSON answers as they are: bytes that are no UTF-8
+                            # made those invalid JSON
+                            ("latin1_labels", "label_filename 'labels.txt' is not UTF-8 text (line 2, byte 10)"),
+                            ("overlong_labels", "label_filename 'labels.txt' is not UTF-8 text (line 3, byte 4)")):
             st, r = d.req("POST", "/v2/repository/models/%s/load" % name)
             err = r.get("error", "") if isinstance(r, dict) else ""
             check(st == 400 and words in err, "%s is refused at load: %s %s" % (name, st, err))
