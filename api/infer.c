@@ -721,6 +721,10 @@ int kd_infer_decode(const struct kd_infer_ctx *ic, const kd_model_config *c, con
             fill->n++;
             continue;
         }
+        if (bsize && in->data)
+            /* one of them would be dropped without a word (Triton refuses this too) */
+            FAIL(400, "input '%s' has both \"data\" and binary_data_size: give its values in one of them",
+                 sp->name);
         if (bsize) {
             size_t need = (size_t)numel * esize, blen;
             int64_t got;

@@ -159,6 +159,14 @@ def test_binary(d):
         vals = struct.unpack("<20f", body[n:])
         check(meta["outputs"][0]["parameters"]["binary_data_size"] == 80 and
               close(vals, flat(EXPECTED["logits"][:2])), "binary output matches numpy")
+    # both "data" and binary bytes for one input: one of them would be dropped without a word
+    both = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 784],
+                                   "data": flat(rows), "parameters": {"binary_data_size": len(raw)}}]}).encode()
+    st, _, body = d.req("POST", "/v2/models/mnist_mlp/infer", both + raw,
+                        headers={"Inference-Header-Content-Length": str(len(both))})
+    check(st == 400 and json.loads(body).get("error") ==
+          "input 'input' has both \"data\" and binary_data_size: give its values in one of them",
+          "an input with both data and binary_data_size is refused: %d %s" % (st, body[:200]))
 
 
 def test_tritonclient(d):
