@@ -69,8 +69,9 @@ int kd_serving_error_with_id(struct kd_buf *out, int status, const char *msg, bo
 struct kd_serving_entry *kd_serving_find_entry(struct kd_serving *sv, const char *name);
 
 /** The loaded model mp names (its latest version when mp->version is 0), or NULL with *status
- *  (404 unknown, 503 not ready) and msg set. */
+ *  (404 unknown, 503 not ready) and msg set; *transient (may be NULL): not ready only while a
+ *  load is under way, which ends by itself (worth a Retry-After). */
 struct kd_sched_model *kd_serving_resolve(struct kd_serving *sv, const struct kd_serving_path *mp, int *status,
-                                          char *msg, size_t n);
+                                          bool *transient, char *msg, size_t n);
 
 #endif /* KD_API_SERVING_IMPL_H */

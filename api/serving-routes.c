@@ -338,7 +338,8 @@ int kd_serving_handle_models(void *ctx, const struct kd_request *req, struct kd_
     if (!(req->method & want))
         return kd_serving_error_with_id(out, 405, is_infer ? "use POST" : "use GET", req->keep_alive, rid,
                                         is_infer ? "Allow: POST\r\n" : "Allow: GET\r\n");
-    struct kd_sched_model *m = kd_serving_resolve(sv, &mp, &st, msg, sizeof msg);
+    bool transient = false;
+    struct kd_sched_model *m = kd_serving_resolve(sv, &mp, &st, &transient, msg, sizeof msg);
     if (strcmp(mp.action, "ready") == 0) {
         if (!m && st == 404)
             return kd_serving_error_with_id(out, 404, msg, req->keep_alive, rid, NULL);
@@ -352,7 +353,7 @@ int kd_serving_handle_models(void *ctx, const struct kd_request *req, struct kd_
     }
     if (!m)
         return kd_serving_error_with_id(out, st, msg, req->keep_alive, rid,
-                                        st == 503 ? "Retry-After: 1\r\n" : NULL);
+                                        st == 503 && transient ? "Retry-After: 1\r\n" : NULL);
     if (is_infer)
         return handle_infer(sv, m, req, out, rid);
     struct kd_buf b = {0};

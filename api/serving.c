@@ -551,8 +551,10 @@ void kd_serving_set_accepting(struct kd_serving *sv, bool accepting)
 /* ---- resolving a model path --------------------------------------------------------------- */
 
 struct kd_sched_model *kd_serving_resolve(struct kd_serving *sv, const struct kd_serving_path *mp, int *status,
-                                          char *msg, size_t n)
+                                          bool *transient, char *msg, size_t n)
 {
+    if (transient)
+        *transient = false;
     struct kd_serving_entry *e = kd_serving_find_entry(sv, mp->name);
     if (!e || (e->nv == 0 && !e->loading && !kd_repository_find(sv->repo, mp->name))) {
         snprintf(msg, n, "unknown model '%s'", mp->name);
@@ -560,10 +562,21 @@ struct kd_sched_model *kd_serving_resolve(struct kd_serving *sv, const struct kd
         return NULL;
     }
     if (e->nv == 0) {
-        snprintf(msg, n, "model '%.128s' is not ready%s%s", mp->name, e->why[0] || e->loading ? ": " : "",
-                 e->why[0]    ? e->why
-                 : e->loading ? "it is loading"
-                              : "");
+        /* a load's failure already names the model ("model 'h' is not valid: ..."): said once */
+        char named[KD_MODEL_NAME_MAX + 16];
+        snprintf(named, sizeof named, "model '%s' ", mp->name);
+        bool says_name = strncmp(e->why, named, strlen(named)) == 0;
+        if (e->loading)
+            snprintf(msg, n, "model '%.128s' is not ready: it is loading", mp->name);
+        else if (says_name)
+            snprintf(msg, n, "%s; once its folder is fixed, POST /v2/repository/models/%s/load loads it", e->why,
+                     mp->name);
+        else
+            snprintf(msg, n, "model '%.128s' is not ready%s%s; POST /v2/repository/models/%s/load loads it",
+                     mp->name, e->why[0] ? ": " : "", e->why, mp->name);
+        /* only a load under way ends by itself: Retry-After would have clients retry the others forever */
+        if (transient)
+            *transient = e->loading;
         *status = e->loading || e->why[0] ? 503 : 404;
         return NULL;
     }
@@ -746,7 +759,7 @@ struct kd_sched_model *kd_serving_model(struct kd_serving *sv, const char *name,
     }
     /* a valid name fits (at most KD_MODEL_NAME_MAX); a copy, not snprintf: this is every gRPC call */
     memcpy(mp.name, name, strlen(name) + 1);
-    return kd_serving_resolve(sv, &mp, status, msg, n);
+    return kd_serving_resolve(sv, &mp, status, NULL, msg, n);
 }
 
 int kd_serving_versions(struct kd_serving *sv, const char *name, struct kd_sched_model **out, int max)

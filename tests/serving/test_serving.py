@@ -593,8 +593,12 @@ def test_repository(d):
     check(st == 200 and idx[0]["name"] == "mnist_mlp" and idx[0]["state"] == "READY", "repository index")
     st, _, _ = d.req("POST", "/v2/repository/models/mnist_mlp/unload")
     check(st == 200, "unload")
-    st, _, _ = d.req("POST", "/v2/models/mnist_mlp/infer", infer_body([[0.0] * 784]))
-    check(st in (404, 503), "unloaded model does not answer")
+    st, h, body = d.req("POST", "/v2/models/mnist_mlp/infer", infer_body([[0.0] * 784]))
+    check(st == 503 and json.loads(body).get("error") ==
+          "model 'mnist_mlp' is not ready: unloaded; POST /v2/repository/models/mnist_mlp/load loads it"
+          and "retry-after" not in h,
+          "an unloaded model answers 503 saying how to load it, with no Retry-After, since it does not end by "
+          "itself: %d %s %s" % (st, h.get("retry-after"), body[:200]))
     # a second version appears; load swaps to it
     src = os.path.join(d.data, "models", "mnist_mlp")
     shutil.copytree(os.path.join(src, "1"), os.path.join(src, "2"))
