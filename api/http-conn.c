@@ -49,6 +49,15 @@ static int reject(struct kd_http_conn *c, int status, const char *msg)
     return -1;
 }
 
+/* 413 naming the limit and the setting, so whoever meets it knows what to send or to raise */
+static int reject_too_large(struct kd_http_conn *c)
+{
+    snprintf(c->reject_text, sizeof c->reject_text,
+             "request body exceeds limits.max_body_bytes (%llu bytes): send less, or raise the setting",
+             (unsigned long long)c->svc->max_body_bytes);
+    return reject(c, 413, c->reject_text);
+}
+
 static int count_header_bytes(struct kd_http_conn *c, size_t n)
 {
     c->header_bytes += n;
@@ -172,7 +181,7 @@ static int on_headers_complete(llhttp_t *p)
     if (st > 0)
         return reject(c, st, why);
     if ((p->flags & F_CONTENT_LENGTH) && p->content_length > c->svc->max_body_bytes)
-        return reject(c, 413, "request body exceeds max_body_bytes");
+        return reject_too_large(c);
     if (kd_http_coding_of(c->headers.content_encoding) == KD_CODING_UNKNOWN)
         return reject(c, 415, "unsupported Content-Encoding: kilnd takes gzip, deflate or identity");
     return meet_expectation(c, p);
@@ -183,7 +192,7 @@ static int on_body(llhttp_t *p, const char *at, size_t n)
     struct kd_http_conn *c = conn_of(p);
     c->body_bytes += n;
     if (c->body_bytes > c->svc->max_body_bytes)
-        return reject(c, 413, "request body exceeds max_body_bytes");
+        return reject_too_large(c);
     if (kd_buf_append(&c->body, at, n) != 0) {
         /* Out of memory for the body (kilnd under a memory limit): what was held goes back at
          * once and the client is told why, rather than its connection reset without an answer. */

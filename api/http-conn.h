@@ -122,6 +122,7 @@ struct kd_http_conn {
     uint64_t started_ns; /* first byte of the current request */
     int reject_status;   /* set by a callback that refuses the request */
     const char *reject_msg;
+    char reject_text[160];          /* a refusal's message that names a figure (reject_msg points here) */
     unsigned responses;             /* responses produced so far */
     bool in_message;                /* a request has started and not yet completed */
     bool closing;                   /* no more input is read; close once out is written */

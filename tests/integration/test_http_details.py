@@ -123,7 +123,8 @@ def test_expect_continue(port):
     c.send(("POST /v2/models/mnist_mlp/infer HTTP/1.1\r\nHost: kilnd\r\nAuthorization: Bearer %s\r\n"
             "Content-Length: %d\r\nExpect: 100-continue\r\n\r\n" % (READ, MAX_BODY + 1)).encode())
     st, _, data = c.response(timeout=5)
-    check(st == 413 and b"max_body_bytes" in data, "a declared body over the limit: 413 first, no 100: %d %r"
+    check(st == 413 and (b"limits.max_body_bytes (%d bytes)" % MAX_BODY) in data,
+          "a declared body over the limit: 413 first, naming the limit, no 100: %d %r"
           % (st, data[:200]))
     check(c.closed(), "the connection closes after the 413")
     c.close()

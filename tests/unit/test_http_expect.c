@@ -179,7 +179,8 @@ static void test_too_large_refused_without_continue(void **state)
     char *r = take(f);
     expect_status(r, 413);
     assert_null(strstr(r, "100 Continue"));
-    assert_non_null(strstr(r, "{\"error\":\"request body exceeds max_body_bytes\"}"));
+    assert_non_null(strstr(r, "{\"error\":\"request body exceeds limits.max_body_bytes (100 bytes): send less, or "
+                              "raise the setting\"}"));
     assert_true(f->conn.closing);
     assert_int_equal(f->observed, 1);
     assert_int_equal(f->logged, 1);
