@@ -300,6 +300,11 @@ static void version_loaded(void *ud, struct kd_sched_model *m, const char *why)
         load_answer(op, 200, NULL); /* a newer load's swap already holds what the repository has */
     } else {
         e->newest_applied = op->seq;
+        /* a version served before and after the reload keeps its statistics */
+        for (int i = 0; i < op->n; i++)
+            for (int k = 0; k < e->nv; k++)
+                if (kd_sched_model_version(e->v[k]) == kd_sched_model_version(op->got[i]))
+                    kd_sched_model_carry_stats(op->got[i], e->v[k]);
         drop_versions(e); /* requests holding the old versions keep them alive */
         for (int i = 0; i < op->n; i++) {
             e->v[i] = op->got[i];

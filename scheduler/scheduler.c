@@ -709,6 +709,14 @@ void kd_sched_model_stats(const struct kd_sched_model *m, struct kd_sched_stats 
     pthread_mutex_unlock(&m->sched->mu);
 }
 
+void kd_sched_model_carry_stats(struct kd_sched_model *to, const struct kd_sched_model *from)
+{
+    /* one lock: both models belong to this scheduler, and to takes no requests yet */
+    pthread_mutex_lock(&to->sched->mu);
+    to->stats = from->stats;
+    pthread_mutex_unlock(&to->sched->mu);
+}
+
 void kd_sched_model_count_refused(struct kd_sched_model *m, uint64_t waited_ns)
 {
     pthread_mutex_lock(&m->sched->mu);

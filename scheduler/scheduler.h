@@ -196,6 +196,9 @@ const kd_model_config *kd_sched_model_config(const struct kd_sched_model *m);
 const char *kd_sched_model_format(const struct kd_sched_model *m);
 size_t kd_sched_model_queued(const struct kd_sched_model *m);
 void kd_sched_model_stats(const struct kd_sched_model *m, struct kd_sched_stats *out);
+/* A reload of the same version goes on counting where the version it replaces had got to, as
+ * /metrics does (its series are the version's): called before to takes requests. */
+void kd_sched_model_carry_stats(struct kd_sched_model *to, const struct kd_sched_model *from);
 /* A request to m refused before it was queued (its input, a full queue): a failure in m's
  * statistics, waited_ns from its arrival. Any thread. */
 void kd_sched_model_count_refused(struct kd_sched_model *m, uint64_t waited_ns);

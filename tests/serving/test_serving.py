@@ -615,6 +615,15 @@ def test_repository(d):
     check('kiln_inference_requests_total{model="mnist_mlp",version="2",outcome="timeout"} 0' in text.decode() and
           'kiln_inference_queue_seconds_count{model="mnist_mlp",version="2"}' in text.decode(),
           "a loaded version's series are there at 0 before their first event")
+    # a reload of what is already served keeps the version's statistics, as /metrics keeps its series
+    _, _, body = d.req("GET", "/v2/models/mnist_mlp/stats")
+    before = json.loads(body)["model_stats"][0]
+    st, _, _ = d.req("POST", "/v2/repository/models/mnist_mlp/load")
+    _, _, body = d.req("GET", "/v2/models/mnist_mlp/stats")
+    after = json.loads(body)["model_stats"][0]
+    check(st == 200 and before["inference_count"] >= 1 and after["inference_count"] == before["inference_count"]
+          and after["inference_stats"]["success"] == before["inference_stats"]["success"],
+          "a reload keeps the version's statistics: %s -> %s" % (before["inference_count"], after["inference_count"]))
     st, _, _ = d.req("POST", "/v2/repository/models/nosuch/load")
     check(st == 404, "loading an unknown model is 404")
     os.makedirs(os.path.join(d.data, "models", "broken", "1"))
