@@ -574,7 +574,7 @@ struct kd_sched_model *kd_serving_resolve(struct kd_serving *sv, const struct kd
         if (e->loading)
             snprintf(msg, n, "model '%.128s' is not ready: it is loading", mp->name);
         else if (says_name)
-            snprintf(msg, n, "%s; once its folder is fixed, POST /v2/repository/models/%s/load loads it", e->why,
+            snprintf(msg, n, "%s; once that is fixed, POST /v2/repository/models/%s/load loads it", e->why,
                      mp->name);
         else
             snprintf(msg, n, "model '%.128s' is not ready%s%s; POST /v2/repository/models/%s/load loads it",

@@ -113,9 +113,21 @@ struct kd_sched {
     struct kd_sched_model *models;
     uv_async_t async;
     bool async_open;
+    uv_timer_t expire; /* answers queued requests at their deadline (sched-expire.c) */
+    bool expire_open;
+    uint64_t expire_due_ns; /* when it fires next; 0 when it is not armed */
     pthread_mutex_t done_mu;
     struct kd_sched_request *done_head, *done_tail;
 };
+
+/* Hands requests back to the loop, which runs their done callbacks. Any thread. */
+void kd_sched_post_done_n(struct kd_sched *s, struct kd_sched_request **rs, int n);
+
+/* sched-expire.c, on the loop thread: a queued request is answered as timed out when its
+ * deadline passes, not only when a worker next takes it off the queue. */
+void kd_sched_expire_init(struct kd_sched *s, uv_loop_t *loop);
+void kd_sched_expire_arm(struct kd_sched *s, uint64_t deadline_ns);
+void kd_sched_expire_close(struct kd_sched *s);
 
 /* Reports a line through the scheduler's log hook (kd_sched_options.log); without one, a warning
  * or an error goes to stderr and the rest is dropped. Any thread. */

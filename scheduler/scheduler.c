@@ -60,7 +60,7 @@ void kd_sched_logf(const struct kd_sched *s, enum kd_log_level level, const char
 /* ---- completions: workers -> loop ---------------------------------------------------------- */
 
 /* Queues n finished requests for the loop at once: one lock and at most one wake-up for all. */
-static void post_done_n(struct kd_sched *s, struct kd_sched_request **rs, int n)
+void kd_sched_post_done_n(struct kd_sched *s, struct kd_sched_request **rs, int n)
 {
     if (n <= 0)
         return;
@@ -79,7 +79,7 @@ static void post_done_n(struct kd_sched *s, struct kd_sched_request **rs, int n)
 
 static void post_done(struct kd_sched *s, struct kd_sched_request *r)
 {
-    post_done_n(s, &r, 1);
+    kd_sched_post_done_n(s, &r, 1);
 }
 
 static void drain_done(struct kd_sched *s)
@@ -267,7 +267,7 @@ static void run_batch(struct kd_sched_worker *w, struct kd_sched_instance *in, i
     }
     /* before the run: their answers need not wait for it (and once posted, the loop may free
      * them: their statistics were taken above) */
-    post_done_n(s, drop, dropped);
+    kd_sched_post_done_n(s, drop, dropped);
     if (live > 0)
         kd_sched_run(m, &in->exec, w->dev, taken, live, rows);
     uint64_t end = uv_hrtime();
@@ -311,7 +311,7 @@ static void run_batch(struct kd_sched_worker *w, struct kd_sched_instance *in, i
         count_batch(st, rows, end - now);
     }
     pthread_mutex_unlock(&s->mu);
-    post_done_n(s, taken, live);
+    kd_sched_post_done_n(s, taken, live);
     pthread_mutex_lock(&s->mu);
 }
 
@@ -426,6 +426,7 @@ int kd_sched_new(struct kd_sched **out, const struct kd_sched_options *o, char *
     s->async_open = true;
     /* Completions only matter while something else (a connection) waits for them. */
     uv_unref((uv_handle_t *)&s->async);
+    kd_sched_expire_init(s, o->loop);
     *out = s;
     s->workers = calloc(o->ndevices * (size_t)per, sizeof *s->workers);
     s->gates = calloc(o->ndevices, sizeof *s->gates);
@@ -534,6 +535,8 @@ void kd_sched_close(struct kd_sched *s)
 {
     if (s && s->async_open && !uv_is_closing((uv_handle_t *)&s->async))
         uv_close((uv_handle_t *)&s->async, NULL);
+    if (s)
+        kd_sched_expire_close(s);
 }
 
 void kd_sched_destroy(struct kd_sched *s)
@@ -750,6 +753,8 @@ int kd_sched_submit(struct kd_sched *s, struct kd_sched_request *r)
         if (m->inst[i].linked)
             pthread_cond_signal(&m->inst[i].worker->cv);
     pthread_mutex_unlock(&s->mu);
+    if (r->deadline_ns)
+        kd_sched_expire_arm(s, r->deadline_ns);
     return 0;
 }
 
