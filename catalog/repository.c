@@ -348,10 +348,30 @@ static void scan_model(const kd_repository *repo, kd_model_info *m)
     }
     struct dirent *de;
     int cap = 0;
+    /* what the folder holds that looks meant as a version, for the message when none is found */
+    char not_version[64] = "";
+    bool loose_model = false;
     while ((de = readdir(d)) != NULL) {
         int64_t ver = parse_version(de->d_name);
-        if (ver < 0)
-            continue; /* config.json, .tmp-add-*, notes: not versions */
+        if (ver > 0) {
+            /* a file with a number for a name (a note, a download) is no version folder */
+            char *p = join(m->path, de->d_name);
+            struct stat lsb;
+            /* a link goes on to be resolved below, which says why one that leads nowhere fails */
+            bool folder = p && ((stat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) ||
+                                (lstat(p, &lsb) == 0 && S_ISLNK(lsb.st_mode)));
+            free(p);
+            if (!folder)
+                continue;
+        }
+        if (ver < 0) { /* config.json, labels, .tmp-add-*, notes: not versions */
+            loose_model |= !strcmp(de->d_name, "model.onnx") || !strcmp(de->d_name, "model.kiln");
+            char *p = de->d_name[0] != '.' && !not_version[0] ? join(m->path, de->d_name) : NULL;
+            if (p && stat(p, &sb) == 0 && S_ISDIR(sb.st_mode))
+                snprintf(not_version, sizeof not_version, "%.60s", de->d_name);
+            free(p);
+            continue;
+        }
         if (m->nversions == cap) {
             cap = cap ? cap * 2 : 8;
             kd_model_version *next = realloc(m->versions, (size_t)cap * sizeof *next);
@@ -391,7 +411,17 @@ static void scan_model(const kd_repository *repo, kd_model_info *m)
         char why[600];
         snprintf(why, sizeof why, "no valid version (version %lld: %s)", newest ? (long long)newest->version : 0LL,
                  newest && newest->why ? newest->why : "?");
-        set_why(m, newest ? why : "no version folders");
+        if (!newest && loose_model)
+            snprintf(why, sizeof why,
+                     "no version folders: a model file sits in the model folder itself; move it into a version "
+                     "folder, such as %s/1/",
+                     m->name);
+        else if (!newest && not_version[0])
+            snprintf(why, sizeof why,
+                     "no version folders: '%s' is not a version (a version folder is named by a positive integer "
+                     "without leading zeros: 1, 2, ...)",
+                     not_version);
+        set_why(m, newest || loose_model || not_version[0] ? why : "no version folders");
         return;
     }
     m->policy = pc->policy;

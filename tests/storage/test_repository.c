@@ -297,6 +297,39 @@ static void test_find_source(void **state)
     kd_repository_close(repo);
 }
 
+/* What is in a model folder that is no version: a file named by a number is passed over (it made
+ * the whole model invalid when newest), and a model with no version folder says what it found:
+ * a folder named like a version but not one ("01", "v2"), or a model file put in the model
+ * folder itself. */
+static void test_entries_that_are_no_versions(void **state)
+{
+    (void)state;
+    char p[256];
+    make_version("noted", "4", config_text(NULL));
+    snprintf(p, sizeof p, "%s/noted/5", root);
+    write_text(p, "a note named 5\n");
+    make_version("padded", "01", config_text(NULL));
+    make_version("loose", "1", config_text(NULL));
+    char from[256];
+    snprintf(from, sizeof from, "%s/loose/1/model.kiln", root);
+    snprintf(p, sizeof p, "%s/loose/model.kiln", root);
+    assert_int_equal(rename(from, p), 0);
+    snprintf(p, sizeof p, "%s/loose/1", root);
+    assert_int_equal(kiln__remove_tree(p), 0);
+    kd_repository *repo = kd_repository_open(root);
+    assert_non_null(repo);
+    const kd_model_info *m = kd_repository_find(repo, "noted");
+    assert_true(m && m->valid && m->nversions == 1 && m->versions[0].version == 4);
+    m = kd_repository_find(repo, "padded");
+    assert_true(m && !m->valid);
+    assert_non_null(strstr(m->why, "no version folders: '01' is not a version"));
+    m = kd_repository_find(repo, "loose");
+    assert_true(m && !m->valid);
+    assert_non_null(strstr(m->why, "a model file sits in the model folder itself; move it into a version folder, "
+                                   "such as loose/1/"));
+    kd_repository_close(repo);
+}
+
 /* The root is served as it is found: never created, and only its folders are models. */
 static void test_root_as_found(void **state)
 {
@@ -376,6 +409,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_version_policies, setup, teardown),
         cmocka_unit_test_setup_teardown(test_add_and_remove, setup, teardown),
         cmocka_unit_test_setup_teardown(test_find_source, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_entries_that_are_no_versions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_root_as_found, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unreadable_model_folder, setup, teardown),
     };
