@@ -202,9 +202,18 @@ static int parse_tensors(const cJSON *arr, const char *key, kd_model_tensor_spec
 int kd_repository_config_parse(const char *text, kd_model_config *c, bool io_optional, char *why, size_t wl)
 {
     memset(c, 0, sizeof *c);
-    cJSON *j = cJSON_Parse(text);
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithOpts(text, &end, 1);
     int rc = -1;
     int64_t v = 0;
+    if (!j) {
+        /* where it went wrong, as a request body's error says: a trailing comma is a line away */
+        size_t at = end && end >= text ? (size_t)(end - text) : 0, line = 1;
+        for (size_t i = 0; i < at && text[i]; i++)
+            line += text[i] == '\n';
+        snprintf(why, wl, "config.json: not valid JSON (line %zu, byte %zu)", line, at);
+        goto out;
+    }
     if (!cJSON_IsObject(j)) {
         snprintf(why, wl, "config.json: not a JSON object");
         goto out;

@@ -242,6 +242,13 @@ static void check_version(const kd_repository *repo, kd_model_version *v, const 
         const char *config = text ? text : model_config ? model_config : "{}";
         if (!why[0])
             kd_repository_config_parse(config, &v->config, onnx, why, sizeof why);
+        /* the model folder's file, which every version without its own reads: named as such, not
+         * as a config.json of the version that does not exist */
+        if (why[0] && !text && model_config && strncmp(why, "config.json", 11) == 0) {
+            char rest[512];
+            snprintf(rest, sizeof rest, "%s", why + 11);
+            snprintf(why, sizeof why, "the model folder's config.json%.460s", rest);
+        }
         for (int o = 0; !why[0] && o < v->config.noutputs; o++)
             if (v->config.outputs[o].label_filename)
                 (void)load_labels(repo, &v->config.outputs[o], v->path, model_path, why, sizeof why);

@@ -330,6 +330,30 @@ static void test_entries_that_are_no_versions(void **state)
     kd_repository_close(repo);
 }
 
+/* A model folder's config.json, read by every version without its own, is named as the model
+ * folder's when it is wrong (it was blamed on a version's config.json that does not exist), and
+ * text that is no JSON is said with where it went wrong. */
+static void test_model_folder_config_named(void **state)
+{
+    (void)state;
+    char p[256];
+    make_version("shared", "1", NULL);
+    snprintf(p, sizeof p, "%s/shared/config.json", root);
+    write_text(p, "{\"max_batch_sise\": 4}");
+    make_version("comma", "1", NULL);
+    snprintf(p, sizeof p, "%s/comma/config.json", root);
+    write_text(p, "{\n  \"max_batch_size\": 4,\n}\n");
+    kd_repository *repo = kd_repository_open(root);
+    assert_non_null(repo);
+    const kd_model_info *m = kd_repository_find(repo, "shared");
+    assert_true(m && !m->valid);
+    assert_non_null(strstr(m->why, "version 1: the model folder's config.json: unknown key 'max_batch_sise'"));
+    m = kd_repository_find(repo, "comma");
+    assert_true(m && !m->valid);
+    assert_non_null(strstr(m->why, "the model folder's config.json: not valid JSON (line 3, byte"));
+    kd_repository_close(repo);
+}
+
 /* The root is served as it is found: never created, and only its folders are models. */
 static void test_root_as_found(void **state)
 {
@@ -410,6 +434,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_add_and_remove, setup, teardown),
         cmocka_unit_test_setup_teardown(test_find_source, setup, teardown),
         cmocka_unit_test_setup_teardown(test_entries_that_are_no_versions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_model_folder_config_named, setup, teardown),
         cmocka_unit_test_setup_teardown(test_root_as_found, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unreadable_model_folder, setup, teardown),
     };
