@@ -260,6 +260,14 @@ int kd_repository_config_parse(const char *text, kd_model_config *c, bool io_opt
     }
     c->max_batch_size = mb ? (int)v : 0;
     const cJSON *db = cJSON_GetObjectItemCaseSensitive(j, "dynamic_batching");
+    if (db && c->max_batch_size == 0) {
+        /* applied or refused, never dropped: a model that does not batch has nothing to batch */
+        snprintf(why, wl,
+                 "config.json: dynamic_batching needs max_batch_size 1 or more (it is %s): set it, or remove "
+                 "dynamic_batching",
+                 mb ? "0" : "not set, so 0");
+        goto out;
+    }
     if (db) {
         const cJSON *delay = cJSON_GetObjectItemCaseSensitive(db, "max_queue_delay_us");
         const cJSON *pref = cJSON_GetObjectItemCaseSensitive(db, "preferred_batch_sizes");

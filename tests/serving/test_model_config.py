@@ -95,6 +95,11 @@ REFUSED = [
     ("batch_range", json.dumps({"max_batch_size": 100000000}), ["max_batch_size must be an integer within 0..1048576"]),
     ("batching_null", json.dumps({"max_batch_size": 8, "dynamic_batching": None}),
      ["dynamic_batching must be an object", "0..3600000000 (an hour)"]),
+    # a model that does not batch has nothing to batch: refused, not loaded with the batching dropped
+    ("batching_unbatched", json.dumps({"max_batch_size": 0, "dynamic_batching": {}}),
+     ["dynamic_batching needs max_batch_size 1 or more (it is 0)"]),
+    ("batching_no_size", json.dumps({"dynamic_batching": {"max_queue_delay_us": 100}}),
+     ["dynamic_batching needs max_batch_size 1 or more (it is not set, so 0)"]),
     # a version policy is one of three, spelt as Triton spells it; one that does not parse is refused, never
     # taken for the next (latest 0 with all served all; all: false served all; unknown keys were ignored)
     ("policy_all_false", json.dumps({"version_policy": {"all": False}}), ["version_policy.all must be {}"]),
