@@ -68,6 +68,17 @@ int kd_serving_error_with_id(struct kd_buf *out, int status, const char *msg, bo
 /** The table's entry for name, or NULL. */
 struct kd_serving_entry *kd_serving_find_entry(struct kd_serving *sv, const char *name);
 
+/* serving-load-checks.c */
+/* Warns once per load of m when its batching delay is not shorter than the request timeout. */
+void kd_serving_warn_batching_delay(struct kd_serving *sv, struct kd_sched_model *m);
+/* The newest version folder the model's version policy selects that is not valid, or NULL. */
+const kd_model_version *kd_serving_selected_invalid(const kd_model_info *info);
+/* Warns of each version a "specific" policy lists that has no folder. */
+void kd_serving_warn_unlisted_specific(struct kd_serving *sv, const kd_model_info *info);
+/* why, for a version whose device no worker drives: names the configured devices. */
+void kd_serving_unknown_device(struct kd_serving *sv, const char *name, int64_t version, const char *device,
+                               char *why, size_t n);
+
 /** The loaded model mp names (its latest version when mp->version is 0), or NULL with *status
  *  (404 unknown, 503 not ready) and msg set; *transient (may be NULL): not ready only while a
  *  load is under way, which ends by itself (worth a Retry-After). */

@@ -247,27 +247,13 @@ static bool has_needed_version(const struct load_op *op)
     return op->need_version == 0;
 }
 
-/* A dynamic batching delay longer than the request timeout is a configuration that only works
- * because the batcher sends a batch early for its oldest request's deadline: said once per load. */
-static void warn_batching_delay(struct kd_serving *sv, struct kd_sched_model *m)
-{
-    const kd_model_config *c = kd_sched_model_config(m);
-    if (c->max_batch_size > 0 && c->max_queue_delay_us / 1000 >= sv->o.infer_timeout_ms)
-        vlog(sv, KD_LOG_WARN,
-             "model %s version %lld: dynamic_batching.max_queue_delay_us (%lld) is not shorter than "
-             "limits.infer_timeout_ms (%lld ms): a batch then goes when its oldest request's deadline "
-             "comes near, rather than after the delay",
-             kd_sched_model_name(m), (long long)kd_sched_model_version(m), (long long)c->max_queue_delay_us,
-             (long long)sv->o.infer_timeout_ms);
-}
-
 /* Each version's load ends here, and start_load's hold once every load has started. */
 static void version_loaded(void *ud, struct kd_sched_model *m, const char *why)
 {
     struct version_load *vl = ud;
     struct load_op *op = vl->op;
     if (m) {
-        warn_batching_delay(op->sv, m);
+        kd_serving_warn_batching_delay(op->sv, m);
         /* Keep ascending order by version. */
         int i = op->n++;
         while (i > 0 && kd_sched_model_version(op->got[i - 1]) > kd_sched_model_version(m)) {
@@ -319,73 +305,6 @@ static void version_loaded(void *ud, struct kd_sched_model *m, const char *why)
     free(op);
 }
 
-/* Whether a "specific" version policy lists version. */
-static bool policy_lists(const kd_model_config *pc, int64_t version)
-{
-    for (int k = 0; k < pc->nspecific; k++)
-        if (pc->specific[k] == version)
-            return true;
-    return false;
-}
-
-/*
- * The newest version folder the model's version policy selects that is not valid, or NULL.
- *
- * The repository marks only valid versions served, so a newest version that is broken would
- * leave the choice to an older one, and a load would answer 200 while the version it was asked
- * to bring in was never tried. As Triton applies its policy to the version folders present, the
- * policy is applied here to every version folder, valid or not, and one it selects that is not
- * valid fails the load (what was served before stays served). The policy is the one the
- * repository read: the newest valid version's config (the model folder's when it has none).
- */
-static const kd_model_version *selected_invalid(const kd_model_info *info)
-{
-    const kd_model_config *pc = NULL;
-    for (int i = info->nversions - 1; i >= 0 && !pc; i--)
-        if (info->versions[i].valid)
-            pc = &info->versions[i].config;
-    if (!pc)
-        return NULL; /* no valid version: the model's own reason names the newest one */
-    int selected = 0;
-    for (int i = info->nversions - 1; i >= 0; i--) {
-        const kd_model_version *v = &info->versions[i];
-        bool chosen = pc->policy == KD_VERSION_ALL      ? true
-                      : pc->policy == KD_VERSION_LATEST ? selected < pc->latest_n
-                                                        : policy_lists(pc, v->version);
-        selected += chosen;
-        if (chosen && !v->valid)
-            return v;
-    }
-    return NULL;
-}
-
-static void list_device(void *ctx, const char *spec, kiln_device *dev)
-{
-    (void)dev;
-    struct kd_buf *b = ctx;
-    char shown[200];
-    kiln_device_spec_redact(spec, shown, sizeof shown);
-    if ((b->len && kd_buf_append(b, ", ", 2)) || kd_buf_append(b, shown, strlen(shown)))
-        b->len = 0; /* out of memory: no list rather than half of one */
-}
-
-/* A model version's device that no worker drives, said with the model, the version and the devices
- * that are configured, as a job spec's device is (trainer-spec.c), so that the fix is in the message. */
-static void unknown_device(struct kd_serving *sv, const char *name, int64_t version, const char *device, char *why,
-                           size_t n)
-{
-    struct kd_buf list = {0};
-    kd_sched_each_device(sv->o.sched, list_device, &list);
-    char shown[200];
-    snprintf(
-        why, n,
-        "model '%s' version %lld: device '%s' is not one of the configured devices (%.*s: the devices setting; "
-        "write a model's device as it is written there, or as the device names itself, e.g. vulkan:0 for vulkan)",
-        name, (long long)version, kiln_device_spec_redact(device, shown, sizeof shown),
-        list.len ? (int)(list.len > 400 ? 400 : list.len) : 4, list.len ? list.data : "none");
-    kd_buf_free(&list);
-}
-
 /* Starts loading every served version of name (see kd_serving_load). 0, or an HTTP status with
  * why filled and done never called. */
 static int start_load(struct kd_serving *sv, const char *name, int64_t need_version, kd_serving_load_done done,
@@ -396,7 +315,7 @@ static int start_load(struct kd_serving *sv, const char *name, int64_t need_vers
         snprintf(why, n, "no model '%s' in the repository", name);
         return 404;
     }
-    const kd_model_version *bad = selected_invalid(info);
+    const kd_model_version *bad = kd_serving_selected_invalid(info);
     int selected = 0;
     for (int i = 0; i < info->nversions; i++)
         selected += info->versions[i].served;
@@ -416,6 +335,7 @@ static int start_load(struct kd_serving *sv, const char *name, int64_t need_vers
             snprintf(e->why, sizeof e->why, "%s", why);
         return 400;
     }
+    kd_serving_warn_unlisted_specific(sv, info);
     struct load_op *op = calloc(1, sizeof *op);
     struct kd_serving_entry *e = get_entry(sv, name);
     if (!op || !e) {
@@ -441,8 +361,8 @@ static int start_load(struct kd_serving *sv, const char *name, int64_t need_vers
         if (rc != 0) {
             op->remaining--;
             if (!op->why[0] && rc == -2)
-                unknown_device(sv, name, v->version, v->config.device ? v->config.device : "cpu", op->why,
-                               sizeof op->why);
+                kd_serving_unknown_device(sv, name, v->version, v->config.device ? v->config.device : "cpu",
+                                          op->why, sizeof op->why);
             else if (!op->why[0] && rc == -3)
                 snprintf(op->why, sizeof op->why, "kilnd is shutting down");
             else if (!op->why[0])

@@ -167,6 +167,16 @@ def repository_edges(d):
     check(rows.get(("policy", "1")) == "not selected by the version policy" and
           all("version 5 is not valid" in rows.get(("policy", v), "") for v in ("2", "3")) and
           "empty" in rows.get(("policy", "5"), ""), "the index gives each version its own reason: %s" % rows)
+    # a "specific" policy listing a version with no folder serves the others, and says so in the log
+    folder = os.path.join(data, "models", "specific_gap")
+    os.makedirs(os.path.join(folder, "1"))
+    shutil.copy(ONNX, os.path.join(folder, "1", "model.onnx"))
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"version_policy": {"specific": {"versions": [1, 7]}}}, f)
+    st, body = req(port, "POST", "/v2/repository/models/specific_gap/load")
+    time.sleep(0.2)
+    check(st == 200 and "model specific_gap: version_policy.specific lists version 7, which has no folder" in
+          open(d.log).read(), "a listed version with no folder is logged: %d %r" % (st, body[:200]))
 
 
 def devices_by_their_names():
