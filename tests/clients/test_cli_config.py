@@ -121,6 +121,21 @@ def test_usage_errors():
           (p.returncode, p.stdout, p.stderr[:120]))
 
 
+def fill_accept_queue(port):
+    """Connections that fill a backlog-0 listener's accept queue: later SYNs are dropped, unanswered."""
+    import socket
+    fillers = []
+    for _ in range(8):
+        c = socket.socket()
+        c.setblocking(False)
+        try:
+            c.connect(("127.0.0.1", port))
+        except BlockingIOError:
+            pass
+        fillers.append(c)
+    return fillers
+
+
 def test_silent_host():
     """A host that drops the connection's SYNs (here a listener whose backlog is full): the CLI gives up
     after its 10 s connect limit (it waited for the kernel's retries, more than two minutes)."""
@@ -130,15 +145,7 @@ def test_silent_host():
     listener.bind(("127.0.0.1", 0))
     listener.listen(0)
     port = listener.getsockname()[1]
-    fillers = []
-    for _ in range(8):  # fill the accept queue: later SYNs are dropped, unanswered
-        c = socket.socket()
-        c.setblocking(False)
-        try:
-            c.connect(("127.0.0.1", port))
-        except BlockingIOError:
-            pass
-        fillers.append(c)
+    fillers = fill_accept_queue(port)
     time.sleep(0.2)
     started = time.time()
     p = subprocess.run([CLI, "--url=http://127.0.0.1:%d" % port, "health"], capture_output=True, text=True,
@@ -215,14 +222,7 @@ def test_interrupt_while_connecting():
     def answer():
         serve_one(listener, head % b"application/json", JOB).close()
         stream = serve_one(listener, head % b"text/event-stream", EVENTS.split(b"id: 2")[0])
-        for _ in range(8):  # the accept queue full before the stream ends: the reconnect hangs
-            c = socket.socket()
-            c.setblocking(False)
-            try:
-                c.connect(("127.0.0.1", port))
-            except BlockingIOError:
-                pass
-            fillers.append(c)
+        fillers.extend(fill_accept_queue(port))  # full before the stream ends: the reconnect hangs
         time.sleep(0.2)
         stream.close()
     t = threading.Thread(target=answer)
