@@ -271,7 +271,7 @@ static void sweep_folder(struct kd_jobs *j, const char *sub, const char *prefix,
             continue;
         if (id > t->issued) {
             if (!t->kept++)
-                snprintf(t->first_kept, sizeof t->first_kept, "%s/%s", sub, de->d_name);
+                snprintf(t->first_kept, sizeof t->first_kept, "%.16s/%.40s", sub, de->d_name);
             if (id > t->highest_kept)
                 t->highest_kept = id;
             continue;
