@@ -26,6 +26,16 @@ void kd_serving_warn_batching_delay(struct kd_serving *sv, struct kd_sched_model
              (long long)sv->o.infer_timeout_ms);
 }
 
+/* The version policy the repository applies: the newest valid version's config (the model
+ * folder's when it has none); NULL when no version is valid. */
+static const kd_model_config *policy_config(const kd_model_info *info)
+{
+    for (int i = info->nversions - 1; i >= 0; i--)
+        if (info->versions[i].valid)
+            return &info->versions[i].config;
+    return NULL;
+}
+
 /* Whether a "specific" version policy lists version. */
 static bool policy_lists(const kd_model_config *pc, int64_t version)
 {
@@ -47,10 +57,7 @@ static bool policy_lists(const kd_model_config *pc, int64_t version)
  */
 const kd_model_version *kd_serving_selected_invalid(const kd_model_info *info)
 {
-    const kd_model_config *pc = NULL;
-    for (int i = info->nversions - 1; i >= 0 && !pc; i--)
-        if (info->versions[i].valid)
-            pc = &info->versions[i].config;
+    const kd_model_config *pc = policy_config(info);
     if (!pc)
         return NULL; /* no valid version: the model's own reason names the newest one */
     int selected = 0;
@@ -80,10 +87,7 @@ static void list_device(void *ctx, const char *spec, kiln_device *dev)
  * version number mistyped in config.json does not go unseen. */
 void kd_serving_warn_unlisted_specific(struct kd_serving *sv, const kd_model_info *info)
 {
-    const kd_model_config *pc = NULL;
-    for (int i = info->nversions - 1; i >= 0 && !pc; i--)
-        if (info->versions[i].valid)
-            pc = &info->versions[i].config;
+    const kd_model_config *pc = policy_config(info);
     for (int k = 0; pc && pc->policy == KD_VERSION_SPECIFIC && k < pc->nspecific; k++) {
         bool present = false;
         for (int i = 0; i < info->nversions && !present; i++)

@@ -162,22 +162,31 @@ int kd_jobstore_job_exists(struct kd_jobstore *js, int64_t id, bool *exists, cha
     return job_statement(js, "SELECT 1 FROM jobs WHERE id = ?1", "job exists", id, NULL, 0, exists, err, errlen);
 }
 
+/* The one integer sql answers (with text bound to ?1 when not NULL) into *out. */
+static int query_int64(struct kd_jobstore *js, const char *sql, const char *text, const char *what, int64_t *out,
+                       char *err, size_t errlen)
+{
+    sqlite3_stmt *st;
+    int rc = prepare(js, sql, what, &st, err, errlen);
+    if (rc != 0)
+        return rc;
+    if (text)
+        sqlite3_bind_text(st, 1, text, -1, SQLITE_STATIC);
+    int s = sqlite3_step(st);
+    *out = s == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    rc = s == SQLITE_ROW ? 0 : fail(js->db, what, err, errlen);
+    sqlite3_finalize(st);
+    return rc;
+}
+
 int kd_jobstore_jobs_issued(struct kd_jobstore *js, int64_t *last_id, char *err, size_t errlen)
 {
     if (!js || !last_id)
         return seterr(err, errlen, "jobs issued: invalid arguments");
     /* AUTOINCREMENT keeps the highest id ever handed out in sqlite_sequence, purged jobs included;
      * the row appears with the first job, so a store that never made one has none. */
-    sqlite3_stmt *st;
-    int rc = prepare(js, "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0)",
-                     "jobs issued", &st, err, errlen);
-    if (rc != 0)
-        return rc;
-    int s = sqlite3_step(st);
-    *last_id = s == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-    rc = s == SQLITE_ROW ? 0 : fail(js->db, "jobs issued", err, errlen);
-    sqlite3_finalize(st);
-    return rc;
+    return query_int64(js, "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0)", NULL,
+                       "jobs issued", last_id, err, errlen);
 }
 
 int kd_jobstore_jobs_reserve_through(struct kd_jobstore *js, int64_t id, char *err, size_t errlen)
@@ -209,15 +218,6 @@ int kd_jobstore_model_highest_version(struct kd_jobstore *js, const char *name, 
 {
     if (!js || !name || !version)
         return seterr(err, errlen, "model highest version: invalid arguments");
-    sqlite3_stmt *st;
-    int rc = prepare(js, "SELECT coalesce(max(version), 0) FROM model_registry WHERE name = ?1",
-                     "model highest version", &st, err, errlen);
-    if (rc != 0)
-        return rc;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    int s = sqlite3_step(st);
-    *version = s == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-    rc = s == SQLITE_ROW ? 0 : fail(js->db, "model highest version", err, errlen);
-    sqlite3_finalize(st);
-    return rc;
+    return query_int64(js, "SELECT coalesce(max(version), 0) FROM model_registry WHERE name = ?1", name,
+                       "model highest version", version, err, errlen);
 }

@@ -213,6 +213,15 @@ static void say_damaged(const char *path, char *err, size_t errlen)
         path, was);
 }
 
+/* err for a path that is there but no file (SQLite's words for it are "unable to open database
+ * file", or "disk I/O error" read-only). */
+static int not_a_file(const char *path, const struct stat *sb, char *err, size_t errlen)
+{
+    return seterr(err, errlen,
+                  "%s is %s, not kilnd's job store file: move it away, and kilnd makes a new job store there",
+                  path, S_ISDIR(sb->st_mode) ? "a folder" : "no regular file");
+}
+
 /* Whether db's last error says its file is damaged or no SQLite database at all. */
 static bool is_damaged(sqlite3 *db)
 {
@@ -229,11 +238,8 @@ int kd_jobstore_open(struct kd_jobstore **out, const char *path, char *err, size
     bool damaged = false; /* found by the check, which leaves no damage code behind */
     struct stat sb;
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        /* SQLite's words for it are "unable to open database file" */
         free(js);
-        return seterr(err, errlen,
-                      "%s is %s, not kilnd's job store file: move it away, and kilnd makes a new job store there",
-                      path, S_ISDIR(sb.st_mode) ? "a folder" : "no regular file");
+        return not_a_file(path, &sb, err, errlen);
     }
     int rc = create_group_writable(path, err, errlen);
     if (rc != 0)
@@ -283,9 +289,7 @@ int kd_jobstore_check(const char *path, char *err, size_t errlen)
     if (stat_rc != 0 && errno == ENOENT)
         return 0; /* a start makes it */
     if (stat_rc == 0 && !S_ISREG(sb.st_mode))
-        return seterr(err, errlen,
-                      "%s is %s, not kilnd's job store file: move it away, and kilnd makes a new job store there",
-                      path, S_ISDIR(sb.st_mode) ? "a folder" : "no regular file");
+        return not_a_file(path, &sb, err, errlen);
     /* read-only: a check writes nothing, and may run beside the kilnd that holds the file */
     sqlite3 *db = NULL;
     bool damaged = false;

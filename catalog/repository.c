@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/utf8.h"
 #include "error-impl.h"
 #include "kiln/record.h"
 #include "repository-impl.h"
@@ -92,29 +93,6 @@ static char *confined(const kd_repository *repo, const char *path, const char **
 /* The class names of an output's label_filename: a line each (a '\r' before the '\n' dropped,
  * a last line without '\n' kept, an empty last line not counted), read from the version folder
  * or else the model folder. 0, or -1 with why filled. */
-/* The offset of the first byte of text that does not begin a well-formed UTF-8 sequence (no
- * overlong forms, surrogates or code points past U+10FFFF); len when there is none. */
-static size_t utf8_invalid_at(const unsigned char *t, size_t len)
-{
-    for (size_t i = 0; i < len;) {
-        unsigned c = t[i];
-        size_t n = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-        if (!n || i + n > len)
-            return i;
-        unsigned cp = n == 1 ? c : c & (0x7fu >> n);
-        for (size_t k = 1; k < n; k++) {
-            if ((t[i + k] & 0xc0) != 0x80)
-                return i;
-            cp = cp << 6 | (t[i + k] & 0x3fu);
-        }
-        static const unsigned least[] = {0, 0, 0x80, 0x800, 0x10000};
-        if (cp < least[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return i;
-        i += n;
-    }
-    return len;
-}
-
 static int load_labels(const kd_repository *repo, kd_model_tensor_spec *s, const char *version_path,
                        const char *model_path, char *why, size_t wl)
 {
@@ -151,14 +129,14 @@ static int load_labels(const kd_repository *repo, kd_model_tensor_spec *s, const
                -1;
     }
     /* labels go into JSON answers as they are: bytes that are no UTF-8 would make them invalid */
-    size_t bad = utf8_invalid_at((const unsigned char *)text, len);
-    if (bad < len) {
+    long bad = kiln_utf8_invalid_at((const unsigned char *)text, len);
+    if (bad >= 0) {
         int64_t line_no = 1;
-        for (size_t i = 0; i < bad; i++)
+        for (long i = 0; i < bad; i++)
             line_no += text[i] == '\n';
         free(text);
         return snprintf(why, wl,
-                        "output '%.64s': label_filename '%s' is not UTF-8 text (line %lld, byte %zu): save it as "
+                        "output '%.64s': label_filename '%s' is not UTF-8 text (line %lld, byte %ld): save it as "
                         "UTF-8",
                         s->name, s->label_filename, (long long)line_no, bad),
                -1;

@@ -484,9 +484,7 @@ static void on_store_retry(uv_timer_t *t)
         return;
     }
     char err[1024];
-    kd_jobstore_close(d->jobs);
-    d->jobs = NULL;
-    int rc = open_training(d, err, sizeof err);
+    int rc = open_training(d, err, sizeof err); /* d->jobs is NULL: a store that failed is never kept */
     if (rc == KD_JOBSTORE_FULL)
         return;
     uv_timer_stop(t);
